@@ -1,0 +1,199 @@
+"""The configuration: `config.toml` decoded into msgspec Structs, with environment overrides.
+
+Config Structs forbid unknown fields, so a typo is an error naming the file and
+the key path. Every field has the documented default; `docs/configuration.md`
+lists them. Environment overrides look like `SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS=60`
+(section and key joined by a double underscore; the value is read as TOML, else
+as a string).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Mapping
+
+import msgspec
+
+from .errors import ConfigError
+from .protocol import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
+
+ENV_PREFIX = "SCVD_"
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base of config sections: unknown keys are errors."""
+
+
+class ServerConfig(Section):
+    """The socket server."""
+
+    client_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_CLIENT_FRAME_LIMIT
+    server_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_SERVER_FRAME_LIMIT
+    shutdown_grace_seconds: PositiveFloat = 5.0
+
+
+class ToolsConfig(Section):
+    """Timeouts and output limits shared by the tools."""
+
+    command_timeout_seconds: PositiveInt = 120
+    max_timeout_seconds: PositiveInt = 1800
+    agent_timeout_seconds: PositiveInt = 600
+    default_timeout_seconds: PositiveInt = 900
+    output_limit_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 256 * 1024
+    read_limit_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1 << 20
+    progress_interval_seconds: PositiveFloat = 30.0
+
+
+class SkillsConfig(Section):
+    """Skill discovery limits."""
+
+    max_skills: PositiveInt = 64
+    max_skill_bytes: PositiveInt = 64 * 1024
+
+
+class ApprovalsConfig(Section):
+    """When calls ask a person, and for how long a request waits."""
+
+    policy: Literal["on-risk", "always", "never", "sandbox-aware"] = "on-risk"
+    timeout_seconds: PositiveFloat = 900.0
+
+
+class SandboxConfig(Section):
+    """The optional bubblewrap wrapper."""
+
+    mode: Literal["off", "auto", "bwrap"] = "off"
+    network: bool = False
+    bwrap: str = "bwrap"
+
+
+class AuditConfig(Section):
+    """The append-only audit log."""
+
+    max_bytes: PositiveInt = 10 * 1024 * 1024
+    keep: Annotated[int, msgspec.Meta(ge=0)] = 3
+
+
+class AdapterConfig(Section):
+    """Per-agent overrides: how a chosen model and effort become CLI arguments.
+
+    `{model}` and `{effort}` in the lists are replaced by the chosen value, one
+    argument each. An empty list turns the option off.
+    """
+
+    model_args: list[str] | None = None
+    effort_args: list[str] | None = None
+
+
+class Config(Section):
+    """The whole configuration of an instance."""
+
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
+    skills: SkillsConfig = msgspec.field(default_factory=SkillsConfig)
+    approvals: ApprovalsConfig = msgspec.field(default_factory=ApprovalsConfig)
+    sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
+    audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
+    adapters: dict[str, AdapterConfig] = {}
+
+
+class Loaded(msgspec.Struct):
+    """A configuration and where each value came from: `default`, `file` or `env:NAME`."""
+
+    config: Config
+    path: str
+    sources: dict[str, str]
+
+
+def load(path: Path, env: Mapping[str, str] | None = None) -> Loaded:
+    """Read `path` (missing is fine: defaults), apply environment overrides, validate."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    if path.exists():
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    sources = {key: "file" for key in _leaf_keys(raw)}
+    for name, value in sorted(env.items()):
+        if name.startswith(ENV_PREFIX) and "__" in name or name == ENV_PREFIX + "LOG_LEVEL":
+            keys = name[len(ENV_PREFIX):].lower().split("__")
+            _set_path(raw, keys, _parse_env_value(value))
+            sources[".".join(keys)] = f"env:{name}"
+    try:
+        config = msgspec.convert(raw, Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_explain(path, exc, sources)) from exc
+    _check(config, path)
+    return Loaded(config=config, path=str(path), sources=sources)
+
+
+def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str]) -> str:
+    text = str(exc)
+    if " - at `$." in text:
+        msg, _, where = text.rpartition(" - at `$.")
+        key = where.rstrip("`")
+        origin = sources.get(key, "file")
+        place = f"{path}" if origin == "file" else f"{origin} (over {path})"
+        return f"{place}: {key}: {msg}"
+    if "unknown field" in text:
+        return f"{path}: {text} at the top level"
+    return f"{path}: {text}"
+
+
+def _check(config: Config, path: Path) -> None:
+    """Rules that span keys."""
+    t = config.tools
+    for key in ("command_timeout_seconds", "agent_timeout_seconds", "default_timeout_seconds"):
+        if getattr(t, key) > t.max_timeout_seconds:
+            raise ConfigError(
+                f"{path}: tools.{key}: {getattr(t, key)} is above tools.max_timeout_seconds "
+                f"({t.max_timeout_seconds}); lower it or raise the ceiling"
+            )
+
+
+def _leaf_keys(raw: Mapping[str, Any], prefix: str = "") -> list[str]:
+    keys: list[str] = []
+    for k, v in raw.items():
+        name = f"{prefix}{k}"
+        keys += _leaf_keys(v, name + ".") if isinstance(v, dict) else [name]
+    return keys
+
+
+def _set_path(raw: dict[str, Any], keys: list[str], value: Any) -> None:
+    node = raw
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"environment override of {'.'.join(keys)}: {k} is not a table")
+    node[keys[-1]] = value
+
+
+def _parse_env_value(value: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return value
+
+
+def effective(loaded: Loaded) -> list[tuple[str, Any, str]]:
+    """Every leaf setting as (key, value, source), for `scvd check-config`."""
+    rows: list[tuple[str, Any, str]] = []
+    for key, value in _flatten(msgspec.to_builtins(loaded.config)):
+        rows.append((key, value, loaded.sources.get(key, "default")))
+    return rows
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        out: list[tuple[str, Any]] = []
+        for k, v in value.items():
+            out += _flatten(v, f"{prefix}{k}.")
+        return out
+    return [(prefix.rstrip("."), value)]

@@ -1,0 +1,504 @@
+"""The wire contract of scvd, protocol version 1: msgspec Structs for every frame, no I/O.
+
+Framing is one JSON object per line. Every frame carries its kind in `type`.
+Requests (client to server) carry a client-chosen `id` that the answer echoes;
+events (pushed by the server) carry a per-connection increasing `seq`.
+Wire Structs tolerate unknown fields so peers can evolve; new fields always get
+defaults. `FrameReader` splits a byte stream into lines with a bounded buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+DEFAULT_CLIENT_FRAME_LIMIT = 1 << 20  # 1 MiB
+DEFAULT_SERVER_FRAME_LIMIT = 8 << 20  # 8 MiB
+
+Id = Union[int, str]
+
+
+class Frame(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True):
+    """Base of every frame; `type` names the kind."""
+
+
+# --- shared shapes -----------------------------------------------------------
+
+
+class PeerInfo(msgspec.Struct, omit_defaults=True):
+    """Name and version of a client or server."""
+
+    name: str
+    version: str = ""
+
+
+class Limits(msgspec.Struct):
+    """Frame size limits in bytes, announced in `welcome`."""
+
+    client_frame_bytes: int
+    server_frame_bytes: int
+
+
+class ToolErrorInfo(msgspec.Struct, omit_defaults=True):
+    """Why a call failed: a kind from the list in docs/protocol.md, a message, maybe a hint."""
+
+    kind: str
+    message: str
+    hint: str | None = None
+
+
+class SessionInfo(msgspec.Struct, omit_defaults=True):
+    """One open session."""
+
+    session: str
+    workspace: str
+    client: str = ""
+    opened_at: float = 0.0
+    calls: int = 0
+
+
+class ToolInfo(msgspec.Struct, omit_defaults=True):
+    """One tool as `tools.list` shows it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    risk: str
+    flags: dict[str, Any] = {}
+
+
+class ApprovalInfo(msgspec.Struct, omit_defaults=True):
+    """A pending approval, as `approval.requested` and `approvals.list` show it."""
+
+    approval_id: str
+    session: str
+    call_id: str
+    tool: str
+    risk: str
+    workspace: str
+    summary: str
+    details: dict[str, Any] = {}
+    sandboxed: bool = False
+    requested_at: float = 0.0
+    expires_at: float | None = None
+
+
+class LaunchSpec(msgspec.Struct, omit_defaults=True):
+    """How to run an agent's own command exactly as the daemon would: argv, env, cwd."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    note: str = ""
+
+
+# --- requests ----------------------------------------------------------------
+
+
+class Hello(Frame, tag="hello"):
+    """First frame of a connection. `approver` asks for this connection's own approvals."""
+
+    id: Id
+    protocol: int
+    client: PeerInfo
+    approver: bool = False
+
+
+class Ping(Frame, tag="ping"):
+    """Liveness check; answered with `pong`."""
+
+    id: Id
+
+
+class Status(Frame, tag="status"):
+    """Ask for the daemon's state; answered with `status.result`."""
+
+    id: Id
+
+
+class SessionOpen(Frame, tag="session.open"):
+    """Open a session on a workspace: an absolute path to an existing directory."""
+
+    id: Id
+    workspace: str
+
+
+class SessionClose(Frame, tag="session.close"):
+    """Close a session of this connection; its calls are cancelled."""
+
+    id: Id
+    session: str
+
+
+class SessionsList(Frame, tag="sessions.list"):
+    """List every open session of the daemon; answered with `sessions`."""
+
+    id: Id
+
+
+class ToolsList(Frame, tag="tools.list"):
+    """List the tools; `system_use` tools only with `include_system`."""
+
+    id: Id
+    include_system: bool = False
+
+
+class Call(Frame, tag="call"):
+    """Run one tool call in a session; answered with `call.accepted`, then events."""
+
+    id: Id
+    session: str
+    tool: str
+    arguments: dict[str, Any] = {}
+    call_id: str | None = None
+    timeout_seconds: float | None = None
+
+
+class CallCancel(Frame, tag="call.cancel"):
+    """Cancel a call that is waiting for approval, queued, or running."""
+
+    id: Id
+    call_id: str
+
+
+class ApprovalsWatch(Frame, tag="approvals.watch"):
+    """Receive every `approval.requested` and `approval.resolved` from now on."""
+
+    id: Id
+
+
+class ApprovalsList(Frame, tag="approvals.list"):
+    """List pending approvals; answered with `approvals`."""
+
+    id: Id
+
+
+class ApprovalDecide(Frame, tag="approval.decide"):
+    """Decide a pending approval. `scope=session` grants that tool at that risk for the session."""
+
+    id: Id
+    approval_id: str
+    decision: Literal["approve", "deny"]
+    reason: str | None = None
+    scope: Literal["once", "session"] = "once"
+
+
+class AgentsSpec(Frame, tag="agents.spec"):
+    """Ask how to run an agent's login, status or logout command; answered with `agents.launch`."""
+
+    id: Id
+    agent: str
+    action: Literal["login", "status", "logout"]
+    extra_args: list[str] = []
+
+
+class AgentsImport(Frame, tag="agents.import"):
+    """Import an existing Codex setup into the agent's private home."""
+
+    id: Id
+    agent: str
+    source: str | None = None
+
+
+Request = Union[
+    Hello,
+    Ping,
+    Status,
+    SessionOpen,
+    SessionClose,
+    SessionsList,
+    ToolsList,
+    Call,
+    CallCancel,
+    ApprovalsWatch,
+    ApprovalsList,
+    ApprovalDecide,
+    AgentsSpec,
+    AgentsImport,
+]
+
+
+# --- responses (echo the request id) -----------------------------------------
+
+
+class Welcome(Frame, tag="welcome"):
+    """Answer to `hello`."""
+
+    id: Id
+    protocol: int
+    server: PeerInfo
+    limits: Limits
+
+
+class Ok(Frame, tag="ok"):
+    """A request that has nothing else to say succeeded."""
+
+    id: Id
+
+
+class Pong(Frame, tag="pong"):
+    """Answer to `ping`."""
+
+    id: Id
+    time: float
+
+
+class StatusResult(Frame, tag="status.result"):
+    """Answer to `status`."""
+
+    id: Id
+    pid: int
+    version: str
+    protocol: int
+    uptime_seconds: float
+    sessions: int
+    pending_approvals: int
+    running_calls: int
+    policy: str
+    policy_note: str = ""
+    sandbox: str = ""
+    socket: str = ""
+
+
+class SessionOpened(Frame, tag="session.opened"):
+    """Answer to `session.open`."""
+
+    id: Id
+    session: str
+    workspace: str
+
+
+class Sessions(Frame, tag="sessions"):
+    """Answer to `sessions.list`."""
+
+    id: Id
+    sessions: list[SessionInfo]
+
+
+class Tools(Frame, tag="tools"):
+    """Answer to `tools.list`."""
+
+    id: Id
+    tools: list[ToolInfo]
+
+
+class CallAccepted(Frame, tag="call.accepted"):
+    """Answer to `call`: the call is queued. `background` calls do not hold the session lane."""
+
+    id: Id
+    call_id: str
+    background: bool = False
+
+
+class Approvals(Frame, tag="approvals"):
+    """Answer to `approvals.list`."""
+
+    id: Id
+    approvals: list[ApprovalInfo]
+
+
+class AgentsLaunch(Frame, tag="agents.launch"):
+    """Answer to `agents.spec`: run this to act on the agent's private sign-in."""
+
+    id: Id
+    agent: str
+    action: str
+    spec: LaunchSpec | None = None
+    unsupported: str | None = None
+
+
+class AgentsImported(Frame, tag="agents.imported"):
+    """Answer to `agents.import`: what was copied and what to watch out for. Never secrets."""
+
+    id: Id
+    agent: str
+    copied: list[str]
+    report: dict[str, Any] = {}
+    warnings: list[str] = []
+
+
+class Error(Frame, tag="error"):
+    """A request failed, or a frame could not be read. `fatal` means the server closes."""
+
+    code: str
+    message: str
+    id: Id | None = None
+    fatal: bool = False
+
+
+# --- events (carry seq) -------------------------------------------------------
+
+
+class CallStarted(Frame, tag="call.started"):
+    """The call passed its approval and is running."""
+
+    seq: int
+    call_id: str
+    session: str
+    tool: str
+
+
+class CallProgress(Frame, tag="call.progress"):
+    """A long call is still running."""
+
+    seq: int
+    call_id: str
+    elapsed_s: float
+    timeout_s: float | None = None
+
+
+class CallCompleted(Frame, tag="call.completed"):
+    """Exactly one per call: `ok` with a result, or an error."""
+
+    seq: int
+    call_id: str
+    ok: bool
+    result: Any = None
+    error: ToolErrorInfo | None = None
+
+
+class ApprovalRequested(Frame, tag="approval.requested"):
+    """A call waits for a person's decision."""
+
+    seq: int
+    approval_id: str
+    session: str
+    call_id: str
+    tool: str
+    risk: str
+    workspace: str
+    summary: str
+    details: dict[str, Any] = {}
+    sandboxed: bool = False
+    expires_at: float | None = None
+
+
+class ApprovalResolved(Frame, tag="approval.resolved"):
+    """An approval was decided, timed out, cancelled or dropped; the first decision wins."""
+
+    seq: int
+    approval_id: str
+    call_id: str
+    decision: Literal["approve", "deny"]
+    state: str
+    reason: str | None = None
+    scope: str = "once"
+    decided_by: str = ""
+
+
+Response = Union[
+    Welcome,
+    Ok,
+    Pong,
+    StatusResult,
+    SessionOpened,
+    Sessions,
+    Tools,
+    CallAccepted,
+    Approvals,
+    AgentsLaunch,
+    AgentsImported,
+    Error,
+]
+Event = Union[CallStarted, CallProgress, CallCompleted, ApprovalRequested, ApprovalResolved]
+ServerFrame = Union[Response, Event]
+
+REQUEST_TYPES = frozenset(t.__struct_config__.tag for t in Request.__args__)
+
+_encoder = msgspec.json.Encoder()
+_request_decoder = msgspec.json.Decoder(Request)
+_server_decoder = msgspec.json.Decoder(ServerFrame)
+
+
+def encode(frame: Frame) -> bytes:
+    """One frame as one line, newline included."""
+    return _encoder.encode(frame) + b"\n"
+
+
+def decode_request(line: bytes) -> Request:
+    """Decode a client frame; raise the ProtocolError a peer should see."""
+    from . import errors
+
+    try:
+        return _request_decoder.decode(line)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        if "Invalid value" in text and "$.type" in text:
+            kind = _peek_type(line)
+            raise errors.UnknownType(
+                f"unknown frame type {kind!r}; known types: {', '.join(sorted(REQUEST_TYPES))}"
+            ) from exc
+        if "missing required field `type`" in text:
+            raise errors.InvalidRequest("frame has no `type` field") from exc
+        raise errors.InvalidRequest(f"invalid frame: {text}") from exc
+    except msgspec.DecodeError as exc:
+        raise errors.InvalidJSON(f"frame is not valid JSON: {exc}") from exc
+
+
+def decode_server_frame(line: bytes) -> ServerFrame:
+    """Decode a frame the server sent (used by the client)."""
+    return _server_decoder.decode(line)
+
+
+def _peek_type(line: bytes) -> str | None:
+    try:
+        value = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return None
+    return value.get("type") if isinstance(value, dict) else None
+
+
+def request_id(line: bytes) -> Id | None:
+    """The `id` of a frame that failed to decode, so the error can echo it."""
+    try:
+        value = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(value, dict) and isinstance(value.get("id"), (int, str)):
+        return value["id"]
+    return None
+
+
+class FrameReader:
+    """Splits bytes into lines; never holds more than `limit` bytes of one line.
+
+    `feed()` returns complete lines. A line over the limit is dropped as it
+    streams and reported once as the marker `TOO_LARGE` in its place.
+    """
+
+    TOO_LARGE = object()
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._buf = bytearray()
+        self._skipping = False
+
+    def feed(self, data: bytes) -> list[Any]:
+        out: list[Any] = []
+        start = 0
+        while True:
+            nl = data.find(b"\n", start)
+            chunk = data[start:] if nl < 0 else data[start:nl]
+            if self._skipping:
+                pass
+            elif len(self._buf) + len(chunk) > self.limit:
+                # report at once, then discard the rest of the line as it streams
+                self._buf.clear()
+                self._skipping = True
+                out.append(self.TOO_LARGE)
+            else:
+                self._buf += chunk
+            if nl < 0:
+                return out
+            start = nl + 1
+            if not self._skipping and self._buf.strip():
+                out.append(bytes(self._buf))
+            self._buf.clear()
+            self._skipping = False
+
+    @property
+    def overflowed(self) -> bool:
+        """True while the rest of an oversized line is being discarded."""
+        return self._skipping

@@ -1,0 +1,19 @@
+"""Built-in tools. `build_registry()` is the one place that lists them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .contract import Registry, Tool
+
+
+def builtin_tools(config: Any, paths: Any) -> list[Tool]:
+    """Every built-in tool, built for this configuration (some schemas depend on it)."""
+    tools: list[Tool] = []
+    # one line per tool module; each module exposes tools(config, paths) -> list[Tool]
+    return tools
+
+
+def build_registry(config: Any, paths: Any, extra: list[Tool] | None = None) -> Registry:
+    """A registry of the built-in tools plus `extra` (tests add their own)."""
+    return Registry(builtin_tools(config, paths) + list(extra or []))
