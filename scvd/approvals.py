@@ -1,0 +1,244 @@
+"""Approval policies and the approval gate. No I/O and no tool names here.
+
+Rules:
+- `policy_verdict()` decides from the policy, the call's planned risk and
+  isolation and the session's grants whether a call runs, asks, or is denied.
+- A request is PENDING until the first of: a decision, its timeout (denied), the
+  call's cancellation, or its requester's disconnect. Later decisions get
+  `approval_not_found`. Every change is reported through `on_event`, which the
+  server routes to the owner connection (if it approves) and all watchers.
+- A `session` grant covers one tool at one risk for the rest of one session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import errors
+from .protocol import ApprovalInfo
+from .tools.contract import Plan, ToolRisk
+
+POLICIES = ("on-risk", "always", "never", "sandbox-aware")
+
+
+class Verdict(str, enum.Enum):
+    RUN = "run"  # runs without asking
+    ASK = "ask"  # waits for a person
+    DENY = "deny"  # refused by policy, nobody is asked
+
+
+class ApprovalState(str, enum.Enum):
+    PENDING = "pending"  # waiting for a decision
+    APPROVED = "approved"  # a person approved it
+    DENIED = "denied"  # a person denied it
+    EXPIRED = "expired"  # nobody decided within approvals.timeout_seconds: counts as denied
+    CANCELLED = "cancelled"  # the call was cancelled while waiting
+    DROPPED = "dropped"  # the requester disconnected
+
+
+# transitions are data: only PENDING moves, and only once
+TRANSITIONS: dict[ApprovalState, frozenset[ApprovalState]] = {
+    ApprovalState.PENDING: frozenset(s for s in ApprovalState if s is not ApprovalState.PENDING),
+}
+
+
+def policy_verdict(
+    policy: str,
+    plan: Plan,
+    *,
+    always_allow: bool,
+    granted: bool,
+    sandbox_active: bool,
+) -> Verdict:
+    """Whether a planned call runs, asks, or is denied under `policy`."""
+    read_only = plan.risk is ToolRisk.READ_ONLY
+    if read_only and (always_allow or policy != "always"):
+        return Verdict.RUN
+    if policy == "never":
+        return Verdict.DENY
+    if granted:
+        return Verdict.RUN
+    if policy == "sandbox-aware" and sandbox_active and contained(plan):
+        return Verdict.RUN
+    return Verdict.ASK
+
+
+def contained(plan: Plan) -> bool:
+    """A call the sandbox-aware policy may run unasked: sandboxed, offline, writes in the workspace."""
+    return plan.sandboxed and not plan.network and plan.writes_confined
+
+
+def policy_note(policy: str, sandbox_active: bool) -> str:
+    """A line for `status` when a policy does less than its name says."""
+    if policy == "sandbox-aware" and not sandbox_active:
+        return "sandbox-aware acts as on-risk: the sandbox is not active (set sandbox.mode)"
+    return ""
+
+
+@dataclass(frozen=True)
+class Decider:
+    """Who decided: the peer's pid and uid and the client name it gave."""
+
+    pid: int
+    uid: int
+    client: str
+
+    def label(self) -> str:
+        return f"{self.client or 'client'} (pid {self.pid}, uid {self.uid})"
+
+
+@dataclass
+class Approval:
+    """One request for a person's decision."""
+
+    info: ApprovalInfo
+    owner: Any  # the requesting connection; opaque here
+    future: asyncio.Future[bool]
+    state: ApprovalState = ApprovalState.PENDING
+    reason: str | None = None
+    scope: str = "once"
+    decided_by: Decider | None = None
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def id(self) -> str:
+        return self.info.approval_id
+
+    def move(self, new: ApprovalState) -> None:
+        if new not in TRANSITIONS.get(self.state, frozenset()):
+            raise errors.ApprovalNotFound(
+                f"approval {self.id} is already {self.state.value}; it cannot become {new.value}"
+            )
+        self.state = new
+
+
+EventSink = Callable[[str, Approval], None]  # ("requested" | "resolved", approval)
+
+
+@dataclass
+class ApprovalGate:
+    """Pending approvals; decisions resolve the waiting call's future."""
+
+    timeout_seconds: float
+    on_event: EventSink
+    pending: dict[str, Approval] = field(default_factory=dict)
+    _counter: Any = field(default_factory=lambda: itertools.count(1))
+
+    def request(self, owner: Any, **info: Any) -> Approval:
+        """Open a request; the caller awaits `approval.future` (True = approved)."""
+        loop = asyncio.get_running_loop()
+        now = time.time()
+        approval_id = f"a{next(self._counter)}-{secrets.token_hex(3)}"
+        record = ApprovalInfo(
+            approval_id=approval_id, requested_at=now, expires_at=now + self.timeout_seconds, **info
+        )
+        approval = Approval(info=record, owner=owner, future=loop.create_future())
+        approval.timer = loop.call_later(self.timeout_seconds, self._expire, approval_id)
+        self.pending[approval_id] = approval
+        self.on_event("requested", approval)
+        return approval
+
+    def decide(
+        self, approval_id: str, approve: bool, *, decider: Decider, reason: str | None, scope: str
+    ) -> Approval:
+        """Apply a person's decision; the first one wins."""
+        approval = self._get(approval_id)
+        approval.decided_by = decider
+        approval.scope = scope if approve else "once"
+        state = ApprovalState.APPROVED if approve else ApprovalState.DENIED
+        return self._resolve(approval, state, reason)
+
+    def cancel(self, approval_id: str, reason: str) -> None:
+        """The call went away while waiting (cancel or session close)."""
+        if approval_id in self.pending:
+            self._resolve(self.pending[approval_id], ApprovalState.CANCELLED, reason)
+
+    def drop_owner(self, owner: Any) -> list[Approval]:
+        """The requester disconnected: drop all its pending approvals."""
+        mine = [a for a in self.pending.values() if a.owner is owner]
+        for approval in mine:
+            self._resolve(approval, ApprovalState.DROPPED, "the requesting client disconnected")
+        return mine
+
+    def list(self) -> list[ApprovalInfo]:
+        return [a.info for a in self.pending.values()]
+
+    def _expire(self, approval_id: str) -> None:
+        if approval_id in self.pending:
+            reason = f"no decision within {self.timeout_seconds:g} s (approvals.timeout_seconds); denied"
+            self._resolve(self.pending[approval_id], ApprovalState.EXPIRED, reason)
+
+    def _get(self, approval_id: str) -> Approval:
+        approval = self.pending.get(approval_id)
+        if approval is None:
+            raise errors.ApprovalNotFound(
+                f"no pending approval {approval_id!r}; it was decided, expired or withdrawn "
+                "(scvctl approvals lists the pending ones)"
+            )
+        return approval
+
+    def _resolve(self, approval: Approval, state: ApprovalState, reason: str | None) -> Approval:
+        approval.move(state)
+        approval.reason = reason
+        if approval.timer:
+            approval.timer.cancel()
+        del self.pending[approval.id]
+        if not approval.future.done():
+            approval.future.set_result(state is ApprovalState.APPROVED)
+        self.on_event("resolved", approval)
+        return approval
+
+
+# --- who may decide -------------------------------------------------------------
+
+
+def is_descendant(pid: int, ancestor: int, proc: str = "/proc") -> bool:
+    """True if `pid` is `ancestor` or below it in the process tree (via /proc/PID/stat ppid)."""
+    seen = set()
+    while pid > 1 and pid not in seen:
+        if pid == ancestor:
+            return True
+        seen.add(pid)
+        pid = _ppid(pid, proc)
+    return False
+
+
+def _ppid(pid: int, proc: str) -> int:
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    # the command name may hold spaces and parentheses: split after the last ')'
+    return int(stat[stat.rindex(b")") + 2 :].split()[1])
+
+
+def cgroup_of(pid: int, proc: str = "/proc") -> str:
+    try:
+        with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def spawned_by_daemon(peer_pid: int, daemon_pid: int | None = None) -> bool:
+    """Whether a peer is a process scvd started (an agent must not approve its own calls).
+
+    Ancestry catches children and orphans reparented to scvd (it is a subreaper).
+    Under systemd scvd has a cgroup of its own (`….service`): anything else in it
+    was started by scvd, even if it escaped the tree.
+    """
+    daemon_pid = os.getpid() if daemon_pid is None else daemon_pid
+    if peer_pid <= 0:
+        return False
+    if is_descendant(peer_pid, daemon_pid):
+        return True
+    own = cgroup_of(daemon_pid)
+    return own.endswith(".service") and cgroup_of(peer_pid) == own

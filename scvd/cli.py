@@ -1,0 +1,145 @@
+"""The `scvd` command: run the daemon (foreground or --daemon) and check the configuration.
+
+Exit codes: 0 clean stop, 1 unexpected failure, 2 configuration error or bad
+usage, 3 the daemon could not start (already running, socket in use, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+from . import __version__, config as config_mod, errors, notify, paths as paths_mod
+
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_STARTUP = 0, 1, 2, 3
+_PRIORITY = {"DEBUG": 7, "INFO": 6, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
+
+
+class _JournalFormatter(logging.Formatter):
+    """One line per record; under journald a `<N>` priority prefix instead of a timestamp."""
+
+    def __init__(self, journal: bool) -> None:
+        fmt = "%(levelname)s %(name)s: %(message)s" if journal else \
+            "%(asctime)s %(levelname)s %(name)s: %(message)s"
+        super().__init__(fmt)
+        self.journal = journal
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record).replace("\n", " | ")
+        return f"<{_PRIORITY.get(record.levelname, 6)}>{text}" if self.journal else text
+
+
+def setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JournalFormatter(journal=bool(os.environ.get("JOURNAL_STREAM"))))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, default=argparse.SUPPRESS,
+                        help="config file (default: the instance's config.toml)")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log at debug level")
+    parser = argparse.ArgumentParser(prog="scvd", parents=[common],
+                                     description="Run an AI agent's tool calls behind approvals.")
+    parser.add_argument("--version", action="version", version=f"scvd {__version__}")
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground (the default)")
+    run.add_argument("--daemon", action="store_true", help="detach (hosts without systemd)")
+    run.add_argument("--pid-file", type=Path, help="with --daemon: where to write the pid")
+    sub.add_parser("check-config", parents=[common], help="print the effective configuration and where each value came from")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    paths = paths_mod.resolve()
+    config_file = getattr(args, "config", None) or paths.config_file
+    try:
+        loaded = config_mod.load(config_file)
+    except errors.ConfigError as exc:
+        print(f"scvd: configuration error: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.command == "check-config":
+        return check_config(loaded, paths)
+    setup_logging("debug" if getattr(args, "verbose", False) else loaded.config.log_level)
+    if getattr(args, "daemon", False):
+        return run_detached(paths, loaded, args.pid_file or paths.pid_file)
+    return run(paths, loaded)
+
+
+def run(paths: paths_mod.Paths, loaded: config_mod.Loaded) -> int:
+    """Run in the foreground until SIGTERM/SIGINT."""
+    from .server import Daemon
+
+    log = logging.getLogger("scvd")
+    manager_env = notify.scrub_env()  # children must never inherit the manager's variables
+    inherited = notify.inherited_sockets(manager_env)
+    try:
+        paths_mod.prepare(paths)
+        asyncio.run(Daemon(paths, loaded, notify.Notifier(manager_env)).serve(inherited))
+    except errors.StartupError as exc:
+        log.error("cannot start: %s", exc.message)
+        return EXIT_STARTUP
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_STARTUP
+    return EXIT_OK
+
+
+def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Path) -> int:
+    """Detach with python-daemon (for hosts without systemd), keeping inherited sockets."""
+    import daemon
+    import daemon.pidfile
+
+    inherited = notify.inherited_sockets(notify.scrub_env())
+    paths_mod.prepare(paths)
+    context = daemon.DaemonContext(
+        pidfile=daemon.pidfile.TimeoutPIDLockFile(str(pid_file)),
+        files_preserve=[s.fileno() for s in inherited] + [sys.stderr.fileno()],
+        stderr=sys.stderr,
+        umask=0o077,
+        working_directory="/",
+        detach_process=True,
+    )
+    with context:
+        setup_logging(loaded.config.log_level)
+        from .server import Daemon
+
+        try:
+            asyncio.run(Daemon(paths, loaded).serve(inherited))
+        except errors.StartupError as exc:
+            logging.getLogger("scvd").error("cannot start: %s", exc.message)
+            return EXIT_STARTUP
+    return EXIT_OK
+
+
+def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths) -> int:
+    """Print every setting with its source, then the paths and the sandbox verdict."""
+    print(f"# config file: {loaded.path}{'' if Path(loaded.path).exists() else ' (missing: defaults)'}")
+    for key, value, source in config_mod.effective(loaded):
+        print(f"{key} = {value!r}  # {source}")
+    print(f"# socket: {paths.socket}")
+    print(f"# state: {paths.state_dir}")
+    print(f"# adapters: {paths.adapters_dir}")
+    print(f"# sandbox: {sandbox_verdict(loaded.config, paths)}")
+    return EXIT_OK
+
+
+def sandbox_verdict(config: config_mod.Config, paths: paths_mod.Paths) -> str:
+    if config.sandbox.mode == "off":
+        return "off (sandbox.mode = off)"
+    from . import sandbox
+
+    return sandbox.describe(sandbox.probe(config.sandbox, paths))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,628 @@
+"""The socket server: connections, handshake, dispatch of frames to the core. No tool names here.
+
+Lifecycle: `serve()` = `startup()` -> wait for the stop event -> `shutdown()`.
+Signal handlers only set events; SIGHUP reloads the configuration for new
+sessions; a second SIGINT forces the exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import itertools
+import logging
+import os
+import secrets
+import signal
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from . import __version__, errors, notify, protocol as p
+from .approvals import Approval, ApprovalGate, Decider, policy_note, spawned_by_daemon
+from .calls import CallJob, run_call
+from .config import Loaded, load
+from .paths import Paths, ensure_private_dir
+from .sessions import Session, new_session_id, open_workspace
+from .tools import build_registry
+from .tools.contract import Registry
+
+log = logging.getLogger("scvd.server")
+
+READ_CHUNK = 64 * 1024
+WRITE_BUFFER_LIMIT = 64 << 20  # a peer that stops reading is cut off past this
+
+
+class Connection:
+    """One client connection: its peer, handshake state, sessions and event sequence."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int) -> None:
+        self.id = next(self._ids)
+        self.reader = reader
+        self.writer = writer
+        self.frames = p.FrameReader(limit)
+        self.pid, self.uid, self.gid = peer_credentials(writer.get_extra_info("socket"))
+        self.client = ""
+        self.approver = False
+        self.initialized = False
+        self.watcher = False
+        self.closed = False
+        self.sessions: dict[str, Session] = {}
+        self._seq = itertools.count(1)
+
+    def decider(self) -> Decider:
+        return Decider(pid=self.pid, uid=self.uid, client=self.client)
+
+    def send(self, frame: p.Frame, limit: int) -> None:
+        if self.closed:
+            return
+        data = p.encode(frame)
+        if len(data) > limit:
+            data = p.encode(_too_large(frame, len(data), limit))
+        if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
+            log.warning("client %s stopped reading; closing its connection", self.label())
+            self.close()
+            return
+        self.writer.write(data)
+
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.writer.close()
+
+    def label(self) -> str:
+        return f"#{self.id} {self.client or '?'} pid={self.pid}"
+
+
+def _too_large(frame: p.Frame, size: int, limit: int) -> p.Frame:
+    message = f"frame of {size} bytes exceeds server.server_frame_bytes ({limit})"
+    if isinstance(frame, p.CallCompleted):
+        error = p.ToolErrorInfo(kind="limit", message=f"result too large: {message}; ask for less output")
+        return p.CallCompleted(seq=frame.seq, call_id=frame.call_id, ok=False, error=error)
+    return p.Error(code="internal", message=message, id=getattr(frame, "id", None))
+
+
+def peer_credentials(sock: socket.socket | None) -> tuple[int, int, int]:
+    """(pid, uid, gid) of a Unix socket peer via SO_PEERCRED."""
+    if sock is None:
+        return 0, -1, -1
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)
+
+
+class Daemon:
+    """The running service: configuration, registry, sessions, approvals, connections."""
+
+    def __init__(self, paths: Paths, loaded: Loaded, notifier: notify.Notifier | None = None) -> None:
+        self.paths = paths
+        self.loaded = loaded
+        self.registry: Registry = build_registry(loaded.config, paths)
+        self.gate = ApprovalGate(loaded.config.approvals.timeout_seconds, self._on_approval)
+        self.sandbox: Any = None
+        self.sandbox_verdict = "off"
+        self.audit: Any = None
+        self.notifier = notifier or notify.Notifier({})
+        self.connections: set[Connection] = set()
+        self.sessions: dict[str, Session] = {}
+        self.calls: dict[str, tuple[Session, asyncio.Task[Any]]] = {}
+        self.started = time.time()
+        self.stop_event = asyncio.Event()
+        self.stopping = False
+        self.force_exit = False
+        self._server: asyncio.AbstractServer | None = None
+        self._lock_fd: int | None = None
+        self._owns_socket = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._handlers: dict[type, Callable[[Connection, Any], Awaitable[p.Frame]]] = {
+            p.Ping: self.on_ping,
+            p.Status: self.on_status,
+            p.SessionOpen: self.on_session_open,
+            p.SessionClose: self.on_session_close,
+            p.SessionsList: self.on_sessions_list,
+            p.ToolsList: self.on_tools_list,
+            p.Call: self.on_call,
+            p.CallCancel: self.on_call_cancel,
+            p.ApprovalsWatch: self.on_approvals_watch,
+            p.ApprovalsList: self.on_approvals_list,
+            p.ApprovalDecide: self.on_approval_decide,
+            p.AgentsSpec: self.on_agents_spec,
+            p.AgentsImport: self.on_agents_import,
+        }
+
+    @property
+    def config(self) -> Any:
+        return self.loaded.config
+
+    # --- lifecycle -------------------------------------------------------------
+
+    async def serve(self, inherited: list[socket.socket] | None = None) -> None:
+        await self.startup(inherited or [])
+        try:
+            await self.stop_event.wait()
+        finally:
+            await self.shutdown()
+
+    async def startup(self, inherited: list[socket.socket]) -> None:
+        # 1. one daemon per instance: the lock names the pid that holds it
+        self._lock_fd = acquire_lock(self.paths.lock_file)
+        # 2. orphans of tools become our children, so they can be reaped and killed
+        _set_subreaper()
+        # 3. the audit log and the sandbox probe
+        self.audit = _open_audit(self.paths, self.config)
+        await self._probe_sandbox()
+        # 4. the socket: inherited from systemd, or bound here (a stale file is replaced)
+        sock = inherited[0] if inherited else self._bind()
+        limit = self.config.server.client_frame_bytes
+        self._server = await asyncio.start_unix_server(self._on_connect, sock=sock, limit=limit)
+        # 5. signals only set events
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.request_stop, "SIGTERM")
+        loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        loop.add_signal_handler(signal.SIGHUP, self._spawn, self.reload)
+        # 6. tell systemd we are ready, and keep its watchdog fed
+        self.notifier.ready()
+        self._update_status()
+        self._spawn(self._watchdog)
+        log.info(
+            "scvd %s ready on %s (pid %d, policy %s, sandbox %s, %d tools)",
+            __version__, self.paths.socket, os.getpid(), self.config.approvals.policy,
+            self.sandbox_verdict, len(self.registry),
+        )
+
+    async def shutdown(self) -> None:
+        grace = self.config.server.shutdown_grace_seconds
+        # 1. tell systemd, refuse new calls, stop accepting connections
+        self.notifier.stopping()
+        self.stopping = True
+        if self._server:
+            self._server.close()
+        # 2. cancel in-flight calls and give them the grace period to clean up
+        tasks = [task for _, task in self.calls.values()]
+        for task in tasks:
+            task.cancel("scvd is stopping")
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace)
+        # 3. close every client and session
+        for conn in list(self.connections):
+            self._drop_connection(conn)
+        # 4. remove our socket file and release the lock
+        if self._owns_socket:
+            _unlink(self.paths.socket)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+        for task in list(self._tasks):
+            task.cancel()
+        log.info("scvd stopped")
+
+    def request_stop(self, why: str = "") -> None:
+        if not self.stop_event.is_set():
+            log.info("stopping (%s)", why or "requested")
+        self.stop_event.set()
+
+    def _on_sigint(self) -> None:
+        if self.stop_event.is_set():
+            log.warning("second SIGINT: exiting at once")
+            os._exit(1)
+        self.request_stop("SIGINT")
+
+    async def reload(self) -> None:
+        """SIGHUP: read the config again; new sessions use it, open ones keep theirs."""
+        self.notifier.reloading()
+        try:
+            loaded = load(Path(self.loaded.path))
+            registry = build_registry(loaded.config, self.paths)
+        except errors.ScvError as exc:
+            log.error("reload failed, keeping the old configuration: %s", exc.message)
+            self.notifier.status(f"reload failed: {exc.message}")
+        else:
+            self.loaded, self.registry = loaded, registry
+            self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
+            await self._probe_sandbox()
+            log.info("configuration reloaded from %s", loaded.path)
+        self.notifier.ready()
+        self._update_status()
+
+    async def _watchdog(self) -> None:
+        interval = self.notifier.watchdog_interval()
+        if not interval:
+            return
+        while True:
+            self.notifier.watchdog()
+            await asyncio.sleep(interval)
+
+    async def _probe_sandbox(self) -> None:
+        mode = self.config.sandbox.mode
+        if mode == "off":
+            self.sandbox, self.sandbox_verdict = None, "off"
+            return
+        from . import sandbox as sandbox_mod
+
+        result = await asyncio.to_thread(sandbox_mod.probe, self.config.sandbox, self.paths)
+        self.sandbox = sandbox_mod.Sandbox(result, self.config, self.paths)
+        self.sandbox_verdict = sandbox_mod.describe(result)
+        (log.info if result.ok else log.warning)("sandbox: %s", self.sandbox_verdict)
+
+    def _bind(self) -> socket.socket:
+        path = self.paths.socket
+        if path.parent == self.paths.runtime_dir:
+            ensure_private_dir(path.parent)
+        elif not path.parent.is_dir():
+            path.parent.mkdir(mode=0o700, parents=True)
+        if path.exists() or path.is_symlink():
+            if _socket_alive(path):
+                raise errors.StartupError(
+                    f"another server answers on {path}; stop it, or set SCV_SOCKET to another path"
+                )
+            log.warning("replacing stale socket file %s", path)
+            path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        sock.listen(128)
+        self._owns_socket = True
+        return sock
+
+    def _spawn(self, fn: Callable[[], Awaitable[Any]]) -> None:
+        task = asyncio.ensure_future(fn())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _update_status(self) -> None:
+        self.notifier.status(
+            f"sessions={len(self.sessions)} pending_approvals={len(self.gate.pending)} "
+            f"running_calls={len(self.calls)}"
+        )
+
+    # --- connections -------------------------------------------------------------
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(reader, writer, self.config.server.client_frame_bytes)
+        if conn.uid != os.getuid():
+            log.warning("refused peer pid=%d uid=%d: not our uid", conn.pid, conn.uid)
+            self._send(conn, p.Error(code="forbidden", fatal=True, message=(
+                f"scvd runs as uid {os.getuid()}; peers of uid {conn.uid} may not connect")))
+            await _drain_close(writer)
+            return
+        self.connections.add(conn)
+        try:
+            await self._read_loop(conn)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self._drop_connection(conn)
+            await _drain_close(writer)
+
+    async def _read_loop(self, conn: Connection) -> None:
+        while not conn.closed:
+            data = await conn.reader.read(READ_CHUNK)
+            if not data:
+                return
+            for line in conn.frames.feed(data):
+                if line is p.FrameReader.TOO_LARGE:
+                    limit = conn.frames.limit
+                    self._send_error(conn, errors.FrameTooLarge(
+                        f"frame exceeds {limit} bytes (server.client_frame_bytes); split it or send less"))
+                    continue
+                await self._handle_line(conn, line)
+                if conn.closed:
+                    return
+            await conn.writer.drain()
+
+    async def _handle_line(self, conn: Connection, line: bytes) -> None:
+        request_id = None
+        try:
+            frame = p.decode_request(line)
+            request_id = frame.id
+            answer = await self._dispatch(conn, frame)
+        except errors.ScvError as exc:
+            self._send_error(conn, exc, request_id or p.request_id(line))
+        except Exception as exc:
+            log.exception("internal error handling a frame from %s", conn.label())
+            self._send_error(conn, exc, request_id)
+        else:
+            self._send(conn, answer)
+
+    async def _dispatch(self, conn: Connection, frame: Any) -> p.Frame:
+        if isinstance(frame, p.Hello):
+            return self.on_hello(conn, frame)
+        if not conn.initialized:
+            raise errors.NotInitialized("send `hello` first: {\"type\":\"hello\",\"id\":1,\"protocol\":1,"
+                                        "\"client\":{\"name\":\"me\"}}")
+        return await self._handlers[type(frame)](conn, frame)
+
+    def _drop_connection(self, conn: Connection) -> None:
+        if conn not in self.connections:
+            return
+        self.connections.discard(conn)
+        for session in list(conn.sessions.values()):
+            self._close_session(session)
+        self.gate.drop_owner(conn)
+        conn.close()
+        self._update_status()
+
+    def _send(self, conn: Connection, frame: p.Frame) -> None:
+        conn.send(frame, self.config.server.server_frame_bytes)
+
+    def _send_error(self, conn: Connection, exc: BaseException, request_id: Any = None) -> None:
+        fatal = getattr(exc, "fatal", False)
+        self._send(conn, p.Error(
+            code=errors.error_code(exc), message=errors.public_message(exc), id=request_id, fatal=fatal))
+        if fatal:
+            conn.close()
+
+    def send_event(self, conn: Connection, event: p.Frame) -> None:
+        """Push an event; the connection stamps its own sequence number."""
+        if not conn.closed:
+            event.seq = conn.next_seq()
+            self._send(conn, event)
+
+    # --- handlers ------------------------------------------------------------------
+
+    def on_hello(self, conn: Connection, frame: p.Hello) -> p.Frame:
+        if frame.protocol != p.PROTOCOL_VERSION:
+            raise errors.VersionMismatch(
+                f"this scvd speaks protocol {p.PROTOCOL_VERSION}, the client asked for {frame.protocol}; "
+                "upgrade the older side")
+        if conn.initialized:
+            raise errors.InvalidRequest("this connection already said hello")
+        conn.initialized, conn.client, conn.approver = True, frame.client.name, frame.approver
+        server = self.config.server
+        return p.Welcome(
+            id=frame.id, protocol=p.PROTOCOL_VERSION, server=p.PeerInfo(name="scvd", version=__version__),
+            limits=p.Limits(client_frame_bytes=server.client_frame_bytes,
+                            server_frame_bytes=server.server_frame_bytes))
+
+    async def on_ping(self, conn: Connection, frame: p.Ping) -> p.Frame:
+        return p.Pong(id=frame.id, time=time.time())
+
+    async def on_status(self, conn: Connection, frame: p.Status) -> p.Frame:
+        policy = self.config.approvals.policy
+        active = bool(self.sandbox and self.sandbox.active)
+        return p.StatusResult(
+            id=frame.id, pid=os.getpid(), version=__version__, protocol=p.PROTOCOL_VERSION,
+            uptime_seconds=round(time.time() - self.started, 3), sessions=len(self.sessions),
+            pending_approvals=len(self.gate.pending), running_calls=len(self.calls), policy=policy,
+            policy_note=policy_note(policy, active), sandbox=self.sandbox_verdict,
+            socket=str(self.paths.socket))
+
+    async def on_session_open(self, conn: Connection, frame: p.SessionOpen) -> p.Frame:
+        workspace, fd = open_workspace(frame.workspace)
+        session = Session(id=new_session_id(), workspace=workspace, workspace_fd=fd, owner=conn,
+                          config=self.config, registry=self.registry)
+        conn.sessions[session.id] = session
+        self.sessions[session.id] = session
+        log.info("session %s opened on %s by %s", session.id, workspace, conn.label())
+        self._update_status()
+        return p.SessionOpened(id=frame.id, session=session.id, workspace=str(workspace))
+
+    async def on_session_close(self, conn: Connection, frame: p.SessionClose) -> p.Frame:
+        self._close_session(self._own_session(conn, frame.session))
+        return p.Ok(id=frame.id)
+
+    async def on_sessions_list(self, conn: Connection, frame: p.SessionsList) -> p.Frame:
+        infos = [
+            p.SessionInfo(session=s.id, workspace=str(s.workspace), client=s.owner.client,
+                          opened_at=s.opened_at, calls=s.call_count)
+            for s in self.sessions.values()
+        ]
+        return p.Sessions(id=frame.id, sessions=infos)
+
+    async def on_tools_list(self, conn: Connection, frame: p.ToolsList) -> p.Frame:
+        tools = [
+            p.ToolInfo(name=t.name, description=t.description, input_schema=t.input_schema(),
+                       risk=t.risk.value, flags=t.flags.as_dict())
+            for t in self.registry.visible(frame.include_system)
+        ]
+        return p.Tools(id=frame.id, tools=tools)
+
+    async def on_call(self, conn: Connection, frame: p.Call) -> p.Frame:
+        session = self._own_session(conn, frame.session)
+        call_id = frame.call_id or f"c{len(self.calls) + session.call_count + 1}-{secrets.token_hex(4)}"
+        if call_id in self.calls:
+            raise errors.InvalidRequest(f"call_id {call_id!r} is already in use; choose another")
+        tool = session.registry.get(frame.tool)
+        background = bool(tool and tool.flags.background)
+        session.call_count += 1
+        job_error = self._refusal(session, frame)
+        task = asyncio.ensure_future(self._run(conn, session, call_id, tool, frame, job_error))
+        self.calls[call_id] = (session, task)
+        session.calls[call_id] = task
+        task.add_done_callback(lambda _: self._call_done(session, call_id))
+        self._update_status()
+        return p.CallAccepted(id=frame.id, call_id=call_id, background=background)
+
+    def _refusal(self, session: Session, frame: p.Call) -> errors.ToolError | None:
+        """Why a call is refused before it queues, or None."""
+        if self.stopping:
+            return errors.Cancelled("scvd is stopping; no new calls are accepted")
+        if session.registry.get(frame.tool) is None:
+            known = ", ".join(session.registry.names()) or "none"
+            return errors.UnknownTool(f"no tool named {frame.tool!r}; tools: {known}")
+        ceiling = session.config.tools.max_timeout_seconds
+        t = frame.timeout_seconds
+        if t is not None and not 0 < t <= ceiling:
+            return errors.InvalidArguments(
+                f"call timeout_seconds {t:g} must be above 0 and at most {ceiling} (tools.max_timeout_seconds)")
+        return None
+
+    async def _run(self, conn: Connection, session: Session, call_id: str, tool: Any,
+                   frame: p.Call, refusal: errors.ToolError | None) -> None:
+        await asyncio.sleep(0)  # let call.accepted go out before any event of this call
+        try:
+            if refusal is not None:
+                raise refusal
+            args = tool.decode(frame.arguments)
+        except errors.ToolError as exc:
+            info = p.ToolErrorInfo(kind=exc.kind, message=exc.message, hint=exc.hint)
+            self.send_event(conn, p.CallCompleted(seq=0, call_id=call_id, ok=False, error=info))
+            return
+        job = CallJob(session=session, call_id=call_id, tool=tool, args=args,
+                      timeout_override=frame.timeout_seconds, requester=conn.decider())
+        await run_call(self, job)
+
+    def _call_done(self, session: Session, call_id: str) -> None:
+        self.calls.pop(call_id, None)
+        session.calls.pop(call_id, None)
+        self._update_status()
+
+    async def on_call_cancel(self, conn: Connection, frame: p.CallCancel) -> p.Frame:
+        entry = self.calls.get(frame.call_id)
+        if entry is None:
+            raise errors.CallNotFound(f"no pending or running call {frame.call_id!r}; it may have completed")
+        entry[1].cancel("call.cancel")
+        return p.Ok(id=frame.id)
+
+    async def on_approvals_watch(self, conn: Connection, frame: p.ApprovalsWatch) -> p.Frame:
+        conn.watcher = True
+        return p.Ok(id=frame.id)
+
+    async def on_approvals_list(self, conn: Connection, frame: p.ApprovalsList) -> p.Frame:
+        return p.Approvals(id=frame.id, approvals=self.gate.list())
+
+    async def on_approval_decide(self, conn: Connection, frame: p.ApprovalDecide) -> p.Frame:
+        if spawned_by_daemon(conn.pid):
+            log.warning("refused a decision on %s from %s: a process started by scvd",
+                        frame.approval_id, conn.label())
+            raise errors.Forbidden(
+                "this client was started by scvd (a tool or agent); it may not decide approvals")
+        self.gate.decide(frame.approval_id, frame.decision == "approve", decider=conn.decider(),
+                         reason=frame.reason, scope=frame.scope)
+        return p.Ok(id=frame.id)
+
+    async def on_agents_spec(self, conn: Connection, frame: p.AgentsSpec) -> p.Frame:
+        from .adapters import service
+
+        try:
+            spec = service.launch_spec(frame.agent, frame.action, list(frame.extra_args),
+                                       config=self.config, paths=self.paths, env=os.environ)
+        except errors.Unavailable as exc:
+            return p.AgentsLaunch(id=frame.id, agent=frame.agent, action=frame.action,
+                                  unsupported=exc.message)
+        return p.AgentsLaunch(id=frame.id, agent=frame.agent, action=frame.action, spec=spec)
+
+    async def on_agents_import(self, conn: Connection, frame: p.AgentsImport) -> p.Frame:
+        from .adapters import service
+
+        report = await asyncio.to_thread(
+            service.import_setup, frame.agent, frame.source, paths=self.paths, env=os.environ)
+        return p.AgentsImported(id=frame.id, agent=frame.agent, **report)
+
+    # --- helpers -------------------------------------------------------------------
+
+    def _own_session(self, conn: Connection, session_id: str) -> Session:
+        session = conn.sessions.get(session_id)
+        if session is None:
+            raise errors.SessionNotFound(
+                f"this connection holds no session {session_id!r}; open one with session.open")
+        return session
+
+    def _close_session(self, session: Session) -> None:
+        session.close()
+        session.owner.sessions.pop(session.id, None)
+        self.sessions.pop(session.id, None)
+        log.info("session %s closed", session.id)
+        self._update_status()
+
+    def _on_approval(self, kind: str, approval: Approval) -> None:
+        info = approval.info
+        if kind == "requested":
+            event: p.Frame = p.ApprovalRequested(
+                seq=0, approval_id=info.approval_id, session=info.session, call_id=info.call_id,
+                tool=info.tool, risk=info.risk, workspace=info.workspace, summary=info.summary,
+                details=info.details, sandboxed=info.sandboxed, expires_at=info.expires_at)
+        else:
+            decider = approval.decided_by
+            event = p.ApprovalResolved(
+                seq=0, approval_id=info.approval_id, call_id=info.call_id,
+                decision="approve" if approval.state.value == "approved" else "deny",
+                state=approval.state.value, reason=approval.reason, scope=approval.scope,
+                decided_by=decider.label() if decider else "scvd")
+            self._audit_decision(approval)
+        targets = [c for c in self.connections if c.watcher]
+        if approval.owner.approver and approval.owner not in targets:
+            targets.append(approval.owner)
+        for conn in targets:
+            self.send_event(conn, event)
+        self._update_status()
+
+    def _audit_decision(self, approval: Approval) -> None:
+        if self.audit is None:
+            return
+        d = approval.decided_by
+        try:
+            self.audit.record(
+                "decision", approval_id=approval.id, call_id=approval.info.call_id,
+                tool=approval.info.tool, session=approval.info.session, risk=approval.info.risk,
+                decision=approval.state.value, reason=approval.reason,
+                decided_by={"pid": d.pid, "uid": d.uid, "client": d.client} if d else None)
+        except OSError as exc:
+            log.error("audit log write failed: %s", exc)
+
+
+def acquire_lock(path: Path) -> int:
+    """Hold an exclusive flock on the instance lock; refuse naming the pid that holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise errors.StartupError(
+            f"scvd is already running on this instance (pid {holder}, lock {path}); "
+            "stop it first (systemctl --user stop scvd, or kill that pid)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _socket_alive(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def _set_subreaper() -> None:
+    try:
+        from .process import set_child_subreaper
+    except ImportError:  # the runner module lands with the process runner
+        return
+    set_child_subreaper()
+
+
+def _open_audit(paths: Paths, config: Any) -> Any:
+    try:
+        from .audit import AuditLog
+    except ImportError:
+        return None
+    return AuditLog(paths.audit_log, config.audit.max_bytes, config.audit.keep)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+async def _drain_close(writer: asyncio.StreamWriter) -> None:
+    try:
+        writer.close()
+        await writer.wait_closed()
+    except (ConnectionError, OSError):
+        pass

@@ -1,0 +1,144 @@
+"""Sessions and their call lanes. No I/O beyond holding the workspace fd; no tool names.
+
+Rules of a lane:
+- Calls start in arrival order.
+- A call may start when every earlier call still holding the lane has finished,
+  except that consecutive `concurrent` calls run together.
+- A `background` call waits for its turn like any other, then stops holding the
+  lane as soon as it has started.
+- A cancelled call leaves the lane at once, wherever it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import secrets
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import errors
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A call's place in its session's lane."""
+
+    concurrent: bool
+    background: bool
+    started: bool = False
+
+
+class Lane:
+    """Orders a session's calls: serial, with runs of concurrent calls together."""
+
+    def __init__(self) -> None:
+        self._tickets: list[Ticket] = []
+        self._changed = asyncio.Condition()
+
+    async def enter(self, *, concurrent: bool, background: bool = False) -> Ticket:
+        """Wait for this call's turn; the caller must `leave()` the ticket in a finally."""
+        ticket = Ticket(concurrent=concurrent, background=background)
+        self._tickets.append(ticket)
+        try:
+            async with self._changed:
+                await self._changed.wait_for(lambda: self._may_start(ticket))
+        except BaseException:
+            await self.leave(ticket)
+            raise
+        ticket.started = True
+        if background:
+            await self.leave(ticket)  # a background call does not hold the lane
+        return ticket
+
+    async def leave(self, ticket: Ticket) -> None:
+        if ticket in self._tickets:
+            self._tickets.remove(ticket)
+            async with self._changed:
+                self._changed.notify_all()
+
+    def _may_start(self, ticket: Ticket) -> bool:
+        for other in self._tickets:
+            if other is ticket:
+                return True
+            if not (ticket.concurrent and other.concurrent):
+                return False
+        return False  # pragma: no cover - a waiting ticket is always in the list
+
+    @property
+    def depth(self) -> int:
+        return len(self._tickets)
+
+
+_session_counter = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Session:
+    """A workspace held open by one connection, with its own lane, grants and config."""
+
+    id: str
+    workspace: Path
+    workspace_fd: int
+    owner: Any  # the connection that opened it
+    config: Any  # the config snapshot in force when it opened
+    registry: Any  # the tool registry built from that config
+    opened_at: float = field(default_factory=time.time)
+    lane: Lane = field(default_factory=Lane)
+    grants: set[tuple[str, str]] = field(default_factory=set)  # (tool, risk) granted for the session
+    calls: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    call_count: int = 0
+    services: dict[str, Any] = field(default_factory=dict)
+    closed: bool = False
+
+    def grant(self, tool: str, risk: str) -> None:
+        self.grants.add((tool, risk))
+
+    def granted(self, tool: str, risk: str) -> bool:
+        return (tool, risk) in self.grants
+
+    def close(self) -> list[asyncio.Task[Any]]:
+        """Cancel the session's calls and release the workspace fd; return the cancelled tasks."""
+        if self.closed:
+            return []
+        self.closed = True
+        tasks = [t for t in self.calls.values() if not t.done()]
+        for task in tasks:
+            task.cancel("session closed")
+        try:
+            os.close(self.workspace_fd)
+        except OSError:
+            pass
+        return tasks
+
+
+def open_workspace(workspace: str) -> tuple[Path, int]:
+    """Validate a workspace path and open it as a directory fd; refuse with the reason."""
+    if not workspace:
+        raise errors.InvalidRequest("session.open needs `workspace`: an absolute path to a directory")
+    path = Path(workspace)
+    if not path.is_absolute():
+        raise errors.InvalidRequest(
+            f"workspace {workspace!r} is relative; send an absolute path (e.g. {Path.cwd() / workspace})"
+        )
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise errors.InvalidRequest(f"workspace {workspace!r} does not exist; create it first") from None
+    except NotADirectoryError:
+        raise errors.InvalidRequest(f"workspace {workspace!r} is not a directory") from None
+    except PermissionError:
+        raise errors.InvalidRequest(f"workspace {workspace!r} is not readable by scvd") from None
+    real = Path(os.path.realpath(path))
+    if not stat.S_ISDIR(os.fstat(fd).st_mode):  # pragma: no cover - O_DIRECTORY already ensures it
+        os.close(fd)
+        raise errors.InvalidRequest(f"workspace {workspace!r} is not a directory")
+    return real, fd
+
+
+def new_session_id() -> str:
+    return f"s{next(_session_counter)}-{secrets.token_hex(4)}"
