@@ -100,10 +100,13 @@ def peer_credentials(sock: socket.socket | None) -> tuple[int, int, int]:
 class Daemon:
     """The running service: configuration, registry, sessions, approvals, connections."""
 
-    def __init__(self, paths: Paths, loaded: Loaded, notifier: notify.Notifier | None = None) -> None:
+    def __init__(self, paths: Paths, loaded: Loaded, notifier: notify.Notifier | None = None,
+                 *, extra_tools: list[Any] | None = None, install_signals: bool = True) -> None:
         self.paths = paths
         self.loaded = loaded
-        self.registry: Registry = build_registry(loaded.config, paths)
+        self.extra_tools = list(extra_tools or [])  # embedders and tests add their own tools
+        self.install_signals = install_signals  # only the main thread may install handlers
+        self.registry: Registry = build_registry(loaded.config, paths, self.extra_tools)
         self.gate = ApprovalGate(loaded.config.approvals.timeout_seconds, self._on_approval)
         self.sandbox: Any = None
         self.sandbox_verdict = "off"
@@ -162,10 +165,11 @@ class Daemon:
         limit = self.config.server.client_frame_bytes
         self._server = await asyncio.start_unix_server(self._on_connect, sock=sock, limit=limit)
         # 5. signals only set events
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, self.request_stop, "SIGTERM")
-        loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        loop.add_signal_handler(signal.SIGHUP, self._spawn, self.reload)
+        if self.install_signals:
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGTERM, self.request_stop, "SIGTERM")
+            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+            loop.add_signal_handler(signal.SIGHUP, self._spawn, self.reload)
         # 6. tell systemd we are ready, and keep its watchdog fed
         self.notifier.ready()
         self._update_status()
@@ -217,7 +221,7 @@ class Daemon:
         self.notifier.reloading()
         try:
             loaded = load(Path(self.loaded.path))
-            registry = build_registry(loaded.config, self.paths)
+            registry = build_registry(loaded.config, self.paths, self.extra_tools)
         except errors.ScvError as exc:
             log.error("reload failed, keeping the old configuration: %s", exc.message)
             self.notifier.status(f"reload failed: {exc.message}")

@@ -1,0 +1,280 @@
+"""A small client library for scvd, for scvctl and for chat bridges.
+
+    with Client.connect(name="my-bridge", approver=True) as c:
+        session = c.open_session("/home/me/project")
+        done = c.call(session, "read", {"path": "README.md"})   # waits for call.completed
+        print(done.ok, done.result)
+
+`Client` blocks; `AsyncClient` is the same over asyncio. Both sit on `ClientCore`,
+which owns ids, framing and matching answers to requests and does no I/O.
+Error frames become the matching `scvd.errors` exception (`code: message`).
+Events that arrive while waiting for an answer are queued for `next_event()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import os
+import socket
+from pathlib import Path
+from typing import Any, Iterator
+
+from scvd import __version__, errors, paths as paths_mod, protocol as p
+
+EVENT_TYPES = (p.CallStarted, p.CallProgress, p.CallCompleted, p.ApprovalRequested, p.ApprovalResolved)
+
+
+class DaemonNotRunning(errors.ScvError):
+    """Nothing answers on the socket."""
+
+    code = "not_running"
+
+
+class ConnectionClosed(errors.ScvError):
+    """The daemon closed the connection."""
+
+    code = "connection_closed"
+
+
+_BY_CODE: dict[str, type[errors.ScvError]] = {
+    cls.code: cls
+    for cls in (
+        errors.InvalidJSON, errors.FrameTooLarge, errors.NotInitialized, errors.VersionMismatch,
+        errors.UnknownType, errors.InvalidRequest, errors.SessionNotFound, errors.CallNotFound,
+        errors.ApprovalNotFound, errors.Forbidden, errors.InternalError,
+    )
+}
+
+
+def error_from_frame(frame: p.Error) -> errors.ScvError:
+    """The exception for an `error` frame; unknown codes keep their code."""
+    cls = _BY_CODE.get(frame.code)
+    if cls is None:
+        exc = errors.ScvError(frame.message)
+        exc.code = frame.code
+        return exc
+    return cls(frame.message)
+
+
+def default_socket() -> Path:
+    """SCV_SOCKET, else the instance's socket (SCV_HOME or XDG runtime dir)."""
+    return paths_mod.resolve().socket
+
+
+def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
+    return DaemonNotRunning(
+        f"scvd is not running on {path} ({exc.strerror or exc}); "
+        "start it with `systemctl --user start scvd` or `scvd run`"
+    )
+
+
+class ClientCore:
+    """Ids, framing and answer matching, with no I/O."""
+
+    def __init__(self, frame_limit: int = p.DEFAULT_SERVER_FRAME_LIMIT) -> None:
+        self._ids = itertools.count(1)
+        self._reader = p.FrameReader(frame_limit)
+        self.events: collections.deque[p.Frame] = collections.deque()
+        self.answers: dict[Any, p.Frame] = {}
+        self.orphan_errors: collections.deque[p.Error] = collections.deque()
+
+    def build(self, frame: p.Frame | type, **fields: Any) -> p.Frame:
+        """A request frame with a fresh id (or the frame given, as is)."""
+        if isinstance(frame, type):
+            return frame(id=next(self._ids), **fields)
+        return frame
+
+    def hello(self, name: str, approver: bool) -> p.Frame:
+        return self.build(p.Hello, protocol=p.PROTOCOL_VERSION,
+                          client=p.PeerInfo(name=name, version=__version__), approver=approver)
+
+    def feed(self, data: bytes) -> None:
+        """Sort incoming frames into answers (by id), events, and errors without an id."""
+        for line in self._reader.feed(data):
+            if line is p.FrameReader.TOO_LARGE:
+                self.orphan_errors.append(p.Error(code="frame_too_large", message="server frame over limit"))
+                continue
+            frame = p.decode_server_frame(line)
+            if isinstance(frame, EVENT_TYPES):
+                self.events.append(frame)
+            elif getattr(frame, "id", None) is not None:
+                self.answers[frame.id] = frame
+            else:
+                self.orphan_errors.append(frame)  # type: ignore[arg-type]
+
+    def take_answer(self, request_id: Any) -> p.Frame | None:
+        """The answer to `request_id` if it came; raises its error."""
+        if self.orphan_errors:
+            raise error_from_frame(self.orphan_errors.popleft())
+        answer = self.answers.pop(request_id, None)
+        if isinstance(answer, p.Error):
+            raise error_from_frame(answer)
+        return answer
+
+
+class Client:
+    """A blocking client over the Unix socket."""
+
+    def __init__(self, sock: socket.socket, core: ClientCore | None = None) -> None:
+        self.sock = sock
+        self.core = core or ClientCore()
+        self.welcome: p.Welcome | None = None
+
+    @classmethod
+    def connect(cls, path: Path | str | None = None, *, name: str = "scvctl", approver: bool = False,
+                timeout: float | None = 30.0) -> Client:
+        path = Path(path) if path else default_socket()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(path))
+        except OSError as exc:
+            sock.close()
+            raise not_running(path, exc) from None
+        client = cls(sock)
+        client.welcome = client.request(client.core.hello(name, approver))  # type: ignore[assignment]
+        return client
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, frame: p.Frame | type, **fields: Any) -> p.Frame:
+        frame = self.core.build(frame, **fields)
+        self.sock.sendall(p.encode(frame))
+        return frame
+
+    def request(self, frame: p.Frame | type, **fields: Any) -> Any:
+        """Send a request and wait for its answer; error frames raise."""
+        sent = self.send(frame, **fields)
+        while True:
+            answer = self.core.take_answer(sent.id)  # type: ignore[attr-defined]
+            if answer is not None:
+                return answer
+            self._read()
+
+    def next_event(self) -> Any:
+        """The next pushed event (blocks up to the socket timeout)."""
+        while not self.core.events:
+            if self.core.orphan_errors:
+                raise error_from_frame(self.core.orphan_errors.popleft())
+            self._read()
+        return self.core.events.popleft()
+
+    def events(self) -> Iterator[Any]:
+        while True:
+            yield self.next_event()
+
+    def _read(self) -> None:
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise ConnectionClosed("scvd closed the connection")
+        self.core.feed(data)
+
+    # --- conveniences -------------------------------------------------------------
+
+    def status(self) -> p.StatusResult:
+        return self.request(p.Status)
+
+    def open_session(self, workspace: str | os.PathLike[str]) -> str:
+        return self.request(p.SessionOpen, workspace=str(workspace)).session
+
+    def start_call(self, session: str, tool: str, arguments: dict[str, Any] | None = None,
+                   **fields: Any) -> str:
+        """Queue a call; return its call_id. Its events arrive through next_event()."""
+        return self.request(p.Call, session=session, tool=tool, arguments=arguments or {}, **fields).call_id
+
+    def wait_call(self, call_id: str) -> p.CallCompleted:
+        """Wait for a call's completion; other events stay queued, in order."""
+        skipped: list[p.Frame] = []
+        try:
+            while True:
+                event = self.next_event()
+                if isinstance(event, p.CallCompleted) and event.call_id == call_id:
+                    return event
+                skipped.append(event)
+        finally:
+            self.core.events.extendleft(reversed(skipped))
+
+    def call(self, session: str, tool: str, arguments: dict[str, Any] | None = None,
+             **fields: Any) -> p.CallCompleted:
+        return self.wait_call(self.start_call(session, tool, arguments, **fields))
+
+
+class AsyncClient:
+    """The same client over asyncio streams."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.core = ClientCore()
+        self.welcome: p.Welcome | None = None
+
+    @classmethod
+    async def connect(cls, path: Path | str | None = None, *, name: str = "scvctl",
+                      approver: bool = False) -> AsyncClient:
+        path = Path(path) if path else default_socket()
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path))
+        except OSError as exc:
+            raise not_running(path, exc) from None
+        client = cls(reader, writer)
+        client.welcome = await client.request(client.core.hello(name, approver))
+        return client
+
+    async def close(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+
+    async def send(self, frame: p.Frame | type, **fields: Any) -> p.Frame:
+        frame = self.core.build(frame, **fields)
+        self.writer.write(p.encode(frame))
+        await self.writer.drain()
+        return frame
+
+    async def request(self, frame: p.Frame | type, **fields: Any) -> Any:
+        sent = await self.send(frame, **fields)
+        while True:
+            answer = self.core.take_answer(sent.id)  # type: ignore[attr-defined]
+            if answer is not None:
+                return answer
+            await self._read()
+
+    async def next_event(self) -> Any:
+        while not self.core.events:
+            if self.core.orphan_errors:
+                raise error_from_frame(self.core.orphan_errors.popleft())
+            await self._read()
+        return self.core.events.popleft()
+
+    async def _read(self) -> None:
+        data = await self.reader.read(1 << 16)
+        if not data:
+            raise ConnectionClosed("scvd closed the connection")
+        self.core.feed(data)
+
+    async def open_session(self, workspace: str | os.PathLike[str]) -> str:
+        return (await self.request(p.SessionOpen, workspace=str(workspace))).session
+
+    async def call(self, session: str, tool: str, arguments: dict[str, Any] | None = None,
+                   **fields: Any) -> p.CallCompleted:
+        call_id = (await self.request(p.Call, session=session, tool=tool,
+                                      arguments=arguments or {}, **fields)).call_id
+        skipped: list[p.Frame] = []
+        try:
+            while True:
+                event = await self.next_event()
+                if isinstance(event, p.CallCompleted) and event.call_id == call_id:
+                    return event
+                skipped.append(event)
+        finally:
+            self.core.events.extendleft(reversed(skipped))

@@ -1,0 +1,203 @@
+"""Shared fixtures: a real daemon in a subprocess, an in-process daemon with test tools, clients.
+
+`daemon` starts `python -m scvd run` on a temporary SCV_HOME (real signals,
+real socket). `inproc` runs the Daemon class on its own event loop in a thread,
+so tests can add their own tools; the socket is still a real Unix socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from scvctl.client import Client
+
+ROOT = Path(__file__).resolve().parents[1]
+STARTUP_TIMEOUT = 15.0
+
+
+def wait_for_socket(path: Path, timeout: float = STARTUP_TIMEOUT, proc: subprocess.Popen | None = None) -> None:
+    """Until something accepts on `path`; fail early if `proc` died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            out = proc.stderr.read().decode() if proc.stderr else ""
+            raise AssertionError(f"scvd exited with {proc.returncode} before listening:\n{out}")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(str(path))
+            return
+        except OSError:
+            time.sleep(0.02)
+        finally:
+            s.close()
+    raise AssertionError(f"nothing listens on {path} after {timeout} s")
+
+
+def base_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SCV", "NOTIFY_", "LISTEN_"))}
+    env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+@dataclass
+class DaemonProc:
+    """A running `scvd run` subprocess."""
+
+    home: Path
+    socket: Path
+    proc: subprocess.Popen
+    env: dict[str, str]
+    log_path: Path
+
+    def client(self, **kw: Any) -> Client:
+        return Client.connect(self.socket, **kw)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_daemon(home: Path, config: str = "", *, env: dict[str, str] | None = None,
+                 args: list[str] | None = None, wait: bool = True, **popen: Any) -> DaemonProc:
+    home.mkdir(parents=True, exist_ok=True)
+    if config:
+        (home / "config.toml").write_text(config)
+    full_env = base_env(home, **(env or {}))
+    log_path = home.parent / f"{home.name}-scvd.log"
+    log_file = open(log_path, "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scvd", "run", *(args or [])],
+        env=full_env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, **popen,
+    )
+    log_file.close()
+    sock = Path(full_env.get("SCV_SOCKET") or home / "run" / "scvd.sock")
+    handle = DaemonProc(home=home, socket=sock, proc=proc, env=full_env, log_path=log_path)
+    if wait:
+        try:
+            wait_for_socket(sock, proc=proc)
+        except AssertionError:
+            proc.kill()
+            raise AssertionError(f"scvd did not start:\n{handle.log()}") from None
+    return handle
+
+
+@pytest.fixture
+def scv_home(tmp_path: Path) -> Path:
+    home = tmp_path / "scvhome"
+    home.mkdir(mode=0o700)
+    return home
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture
+def make_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProc]]:
+    started: list[DaemonProc] = []
+
+    def make(config: str = "", home: Path | None = None, **kw: Any) -> DaemonProc:
+        d = start_daemon(home or tmp_path / f"scvhome{len(started)}", config, **kw)
+        started.append(d)
+        return d
+
+    yield make
+    for d in started:
+        if d.proc.poll() is None:
+            d.proc.terminate()
+            try:
+                d.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                d.proc.kill()
+                d.proc.wait()
+
+
+@pytest.fixture
+def daemon(make_daemon: Callable[..., DaemonProc], scv_home: Path) -> DaemonProc:
+    return make_daemon(home=scv_home)
+
+
+@pytest.fixture
+def client(daemon: DaemonProc) -> Iterator[Client]:
+    with daemon.client(name="pytest") as c:
+        yield c
+
+
+@dataclass
+class InProc:
+    """A Daemon on its own event loop in a thread, with extra tools."""
+
+    daemon: Any
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread
+    socket: Path
+    home: Path
+    errors: list[BaseException] = field(default_factory=list)
+
+    def client(self, **kw: Any) -> Client:
+        return Client.connect(self.socket, **kw)
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+
+@pytest.fixture
+def make_inproc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., InProc]]:
+    from scvd import config as config_mod, paths as paths_mod
+    from scvd.server import Daemon
+
+    running: list[InProc] = []
+
+    def make(config: str = "", tools: list[Any] | None = None) -> InProc:
+        home = tmp_path / f"inproc{len(running)}"
+        home.mkdir(mode=0o700)
+        if config:
+            (home / "config.toml").write_text(config)
+        paths = paths_mod.resolve({"SCV_HOME": str(home)})
+        paths_mod.prepare(paths)
+        loaded = config_mod.load(paths.config_file, env={})
+        loop = asyncio.new_event_loop()
+        daemon = Daemon(paths, loaded, extra_tools=tools, install_signals=False)
+        handle = InProc(daemon=daemon, loop=loop, thread=None, socket=paths.socket, home=home)  # type: ignore[arg-type]
+
+        def main() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(daemon.serve())
+            except BaseException as exc:  # surfaced by the fixture's teardown
+                handle.errors.append(exc)
+            finally:
+                loop.close()
+
+        handle.thread = threading.Thread(target=main, name="scvd-inproc", daemon=True)
+        handle.thread.start()
+        wait_for_socket(paths.socket)
+        running.append(handle)
+        return handle
+
+    yield make
+    for h in running:
+        h.loop.call_soon_threadsafe(h.daemon.request_stop, "test over")
+        h.thread.join(15)
+        assert not h.thread.is_alive(), "in-process daemon did not stop"
+        assert not h.errors, h.errors
