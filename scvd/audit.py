@@ -1,0 +1,153 @@
+"""The append-only audit log: one JSON line per proposal, decision and completion.
+
+Rule: what a call read, wrote or printed never reaches this file, nor any
+secret. `record()` keeps only the allow-listed field names below and drops
+the rest, so a caller cannot leak a file's content by passing it along; each
+value must be a scalar (strings are capped), so no structure smuggles it in.
+Each record is one os.write() on an O_APPEND fd: flushed per record, and never
+interleaved with another writer's line. The file is 0600 and rotated by size
+(audit.log -> audit.log.1 -> ... -> audit.log.<keep>).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import re
+import stat
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .paths import FILE_MODE, ensure_private_dir
+
+log = logging.getLogger("scvd.audit")
+
+FIELDS = frozenset({
+    "tool", "session", "call_id", "risk", "decision", "decided_by", "duration_s",
+    "outcome", "error_kind", "approval_id", "policy", "workspace", "reason",
+})
+DECIDED_BY_FIELDS = frozenset({"pid", "uid", "client"})
+MAX_STRING = 512  # a deny reason is typed by a person; keep a line a line, not a document
+EVENT_RE = re.compile(r"[a-z][a-z0-9_.]{0,63}")
+
+_encoder = msgspec.json.Encoder()
+_DROP = object()
+
+
+def redact(fields: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Keep the allow-listed fields with scalar values; return them and the dropped names."""
+    kept: dict[str, Any] = {}
+    dropped: list[str] = []
+    for name, value in fields.items():
+        if name not in FIELDS:
+            dropped.append(name)
+        elif name == "decided_by" and isinstance(value, dict):
+            inner = {k: _scalar(v) for k, v in value.items() if k in DECIDED_BY_FIELDS}
+            kept[name] = {k: v for k, v in inner.items() if v is not _DROP}
+            dropped += [f"decided_by.{k}" for k in value if k not in DECIDED_BY_FIELDS]
+        elif (clean := _scalar(value)) is _DROP:
+            dropped.append(name)
+        else:
+            kept[name] = clean
+    return kept, dropped
+
+
+def _scalar(value: Any) -> Any:
+    """A JSON scalar for `value`, or _DROP: containers and unknown objects never pass."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    elif isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= MAX_STRING else value[:MAX_STRING] + "..."
+    return _DROP
+
+
+class AuditLog:
+    """An append-only JSON-lines file, 0600, rotated when it would pass `max_bytes`."""
+
+    def __init__(self, path: Path, max_bytes: int, keep: int) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self._lock = threading.Lock()  # tools may record from worker threads
+        self._warned: set[str] = set()
+        ensure_private_dir(self.path.parent)
+        self._fd: int | None = self._open()
+
+    def _open(self) -> int:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        fd = os.open(self.path, flags, FILE_MODE)
+        if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)  # an older file, or one made under another umask
+        return fd
+
+    def record(self, event: str, **fields: Any) -> None:
+        """Append one line {ts, event, <allowed fields>}; raises OSError when the write fails."""
+        if not EVENT_RE.fullmatch(event):
+            raise ValueError(f"audit event name {event!r} must match {EVENT_RE.pattern}")
+        kept, dropped = redact(fields)
+        self._warn_dropped(event, dropped)
+        line = _encoder.encode({"ts": _timestamp(), "event": event, **kept}) + b"\n"
+        with self._lock:
+            fd = self._writable_fd()
+            if self.max_bytes and os.fstat(fd).st_size + len(line) > self.max_bytes:
+                fd = self._rotate()
+            os.write(fd, line)
+
+    def _writable_fd(self) -> int:
+        if self._fd is None:
+            raise ValueError(f"audit log {self.path} is closed")
+        return self._fd
+
+    def _warn_dropped(self, event: str, dropped: list[str]) -> None:
+        for name in dropped:  # a caller's bug: say it once per name, never with the value
+            if name not in self._warned:
+                self._warned.add(name)
+                log.warning("audit: dropped field %r of %s (not allowed in the audit log)", name, event)
+
+    def _rotate(self) -> int:
+        """audit.log.(keep-1) -> .keep, ..., audit.log -> .1; a fresh audit.log."""
+        assert self._fd is not None
+        if os.fstat(self._fd).st_size == 0:
+            return self._fd  # one line larger than max_bytes still goes in
+        os.close(self._fd)
+        self._fd = None
+        if self.keep == 0:
+            self.path.unlink(missing_ok=True)
+        for i in range(self.keep - 1, 0, -1):
+            older = self._numbered(i)
+            if older.exists():
+                os.replace(older, self._numbered(i + 1))
+        if self.keep > 0:
+            os.replace(self.path, self._numbered(1))
+        self._fd = self._open()
+        return self._fd
+
+    def _numbered(self, i: int) -> Path:
+        return self.path.with_name(f"{self.path.name}.{i}")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _timestamp() -> str:
+    """UTC, millisecond precision, sortable: 2025-01-31T12:00:00.123Z."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"

@@ -1,0 +1,175 @@
+"""The audit log: allow-listed fields only, 0600, one flushed line per record, rotation by size."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from scvd.audit import FIELDS, MAX_STRING, AuditLog
+from scvd.tools.contract import ToolRisk
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def lines(path: Path) -> list[dict]:
+    return [msgspec.json.decode(line) for line in path.read_bytes().splitlines()]
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def audit(tmp_path):
+    with AuditLog(tmp_path / "state" / "audit.log", max_bytes=1 << 20, keep=3) as log:
+        yield log
+
+
+def test_one_json_line_per_record_flushed_at_once(audit):
+    audit.record("proposal", tool="read", session="s1", call_id="c1", risk=ToolRisk.FILESYSTEM,
+                 policy="on-risk", decision="ask", workspace=Path("/home/u/proj"))
+    # visible to a reader while the log is still open: no user-space buffer
+    first = lines(audit.path)
+    assert len(first) == 1
+    rec = first[0]
+    assert rec.pop("ts").endswith("Z") and rec == {
+        "event": "proposal", "tool": "read", "session": "s1", "call_id": "c1",
+        "risk": "filesystem", "policy": "on-risk", "decision": "ask", "workspace": "/home/u/proj",
+    }
+    audit.record("completion", tool="read", call_id="c1", outcome="ok", duration_s=0.012)
+    assert [r["event"] for r in lines(audit.path)] == ["proposal", "completion"]
+
+
+def test_file_and_directory_are_private_whatever_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        with AuditLog(tmp_path / "state" / "audit.log", 1 << 20, 3) as log:
+            log.record("decision", decision="approved")
+    finally:
+        os.umask(old)
+    assert mode(tmp_path / "state" / "audit.log") == 0o600
+    assert mode(tmp_path / "state") == 0o700
+
+
+def test_an_existing_loose_file_is_tightened_and_appended_to(tmp_path):
+    path = tmp_path / "audit.log"
+    path.write_text('{"event":"old"}\n')
+    path.chmod(0o644)
+    with AuditLog(path, 1 << 20, 3) as log:
+        log.record("decision", decision="denied")
+    assert mode(path) == 0o600
+    assert [r["event"] for r in lines(path)] == ["old", "decision"]
+
+
+def test_fields_outside_the_allow_list_never_reach_the_file(audit, caplog):
+    with caplog.at_level(logging.WARNING, logger="scvd.audit"):
+        for _ in range(3):
+            audit.record(
+                "completion", tool="write", outcome="ok",
+                content=f"API_KEY={SECRET}\n", arguments={"content": SECRET}, result=SECRET,
+                decided_by={"pid": 42, "uid": 1000, "client": "scvctl", "env": SECRET},
+            )
+    raw = audit.path.read_bytes()
+    assert SECRET.encode() not in raw
+    rec = lines(audit.path)[0]
+    assert set(rec) == {"ts", "event", "tool", "outcome", "decided_by"}
+    assert rec["decided_by"] == {"pid": 42, "uid": 1000, "client": "scvctl"}
+    warned = sorted(r.getMessage().split("'")[1] for r in caplog.records)
+    assert warned == ["arguments", "content", "decided_by.env", "result"]  # once each
+    assert all(SECRET not in r.getMessage() for r in caplog.records)
+
+
+def test_allowed_names_with_structured_values_are_dropped(audit):
+    # a list or dict under an allowed name could carry anything: only scalars pass
+    audit.record("completion", reason=[SECRET], error_kind={"msg": SECRET}, outcome=b"bytes")
+    assert SECRET.encode() not in audit.path.read_bytes()
+    assert set(lines(audit.path)[0]) == {"ts", "event"}
+
+
+def test_long_strings_are_capped(audit):
+    audit.record("decision", reason="x" * 10_000)
+    reason = lines(audit.path)[0]["reason"]
+    assert len(reason) == MAX_STRING + 3 and reason.endswith("...")
+
+
+def test_allow_list_is_the_documented_one():
+    assert FIELDS == {
+        "tool", "session", "call_id", "risk", "decision", "decided_by", "duration_s",
+        "outcome", "error_kind", "approval_id", "policy", "workspace", "reason",
+    }
+
+
+@pytest.mark.parametrize("event", ["", "Decision", "a b", "x" * 65, "call\ncompleted"])
+def test_event_names_are_checked(audit, event):
+    with pytest.raises(ValueError):
+        audit.record(event)
+    assert audit.path.read_bytes() == b""
+
+
+def test_threads_never_interleave_lines(audit):
+    def writer(n: int) -> None:
+        for i in range(200):
+            audit.record("completion", call_id=f"t{n}-{i}", reason="r" * 300)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [r["call_id"] for r in lines(audit.path)]
+    assert sorted(ids) == sorted(f"t{n}-{i}" for n in range(4) for i in range(200))
+
+
+def test_rotation_keeps_n_files_under_the_size(tmp_path):
+    path = tmp_path / "audit.log"
+    with AuditLog(path, max_bytes=1000, keep=2) as log:
+        for i in range(100):
+            log.record("completion", call_id=f"c{i:03d}", outcome="ok")
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["audit.log", "audit.log.1", "audit.log.2"]
+    for name in files:
+        assert (tmp_path / name).stat().st_size <= 1000 and mode(tmp_path / name) == 0o600
+    newest, older, oldest = (lines(tmp_path / n) for n in files)
+    assert newest[-1]["call_id"] == "c099"
+    # contiguous history across the kept files, the oldest records gone
+    ids = [r["call_id"] for r in oldest + older + newest]
+    assert ids == [f"c{i:03d}" for i in range(100 - len(ids), 100)] and len(ids) < 100
+
+
+def test_keep_zero_truncates_in_place(tmp_path):
+    path = tmp_path / "audit.log"
+    with AuditLog(path, max_bytes=500, keep=0) as log:
+        for i in range(50):
+            log.record("completion", call_id=f"c{i:03d}")
+    assert [p.name for p in tmp_path.iterdir()] == ["audit.log"]
+    assert lines(path)[-1]["call_id"] == "c049" and path.stat().st_size <= 500
+
+
+def test_a_record_larger_than_max_bytes_is_still_written(tmp_path):
+    with AuditLog(tmp_path / "audit.log", max_bytes=100, keep=1) as log:
+        log.record("decision", reason="y" * 300)
+        log.record("decision", reason="z" * 300)
+    assert lines(tmp_path / "audit.log")[0]["reason"].startswith("z")
+    assert lines(tmp_path / "audit.log.1")[0]["reason"].startswith("y")
+
+
+def test_a_symlink_in_place_of_the_log_is_refused(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    (tmp_path / "audit.log").symlink_to(target)
+    with pytest.raises(OSError):
+        AuditLog(tmp_path / "audit.log", 1000, 1)
+    assert target.read_text() == ""
+
+
+def test_record_after_close_is_an_error(tmp_path):
+    log = AuditLog(tmp_path / "audit.log", 1000, 1)
+    log.close()
+    with pytest.raises(ValueError, match="closed"):
+        log.record("decision")
