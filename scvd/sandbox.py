@@ -1,0 +1,342 @@
+"""The optional bubblewrap sandbox: probe it once at start, and build its argv.
+
+Rule: `build_argv()` is pure (paths in, a list out, no I/O). `probe()` is the
+only code here that runs anything, once at start, and `Sandbox` only resolves
+and filters paths before calling `build_argv()`. Nothing here knows tool names.
+
+Mount order: bwrap mounts in argv order and a later mount covers the earlier
+ones at and below its path. So mounts are sorted by depth (a parent before its
+children), and at the same depth a hiding tmpfs comes before a read-write bind,
+which comes before a read-only bind. A hidden directory that contains the
+workspace or an agent home is mounted first and the bind re-exposes them.
+
+--die-with-parent is PR_SET_PDEATHSIG, which fires when the parent *thread*
+exits, not the process. The process runner spawns bwrap from the event-loop
+thread, which lives as long as the daemon, so a call's bwrap dies only with
+scvd itself (or when the runner kills it). Never spawn bwrap from a worker
+thread (run_in_executor, asyncio.to_thread): the child would be killed when
+that pool thread retires.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import Unavailable
+from .paths import Paths, runtime_base
+
+log = logging.getLogger("scvd.sandbox")
+
+PROBE_TIMEOUT = 10.0
+PROBE_COMMAND = ["/bin/true"]
+INSTALL_HINT = "install bubblewrap (apt install bubblewrap)"
+
+# What bwrap prints when the kernel or an LSM refuses the user namespace. The first
+# is upstream's spelling, Debian's patch says "create"; both start the same.
+_USERNS_MARKERS = (
+    "No permissions to creat",
+    "setting up uid map",
+    "Creating new namespace failed",
+    "RTM_NEWADDR",  # Ubuntu 23.10+ AppArmor: the loopback of --unshare-net cannot be set up
+    "max_user_namespaces",
+)
+_PROC_MARKER = "Can't mount proc"
+
+USERNS_FIX = (
+    "allow unprivileged user namespaces: on Ubuntu 23.10+ `sysctl "
+    "kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile for bwrap "
+    "with `userns,`; elsewhere `sysctl kernel.unprivileged_userns_clone=1` and a "
+    "non-zero user.max_user_namespaces"
+)
+PROC_FALLBACK = (
+    "sandboxed commands get an empty /proc (ps and /proc readers fail; the host's /proc "
+    "is not shown because it would reach scvd's hidden socket through /proc/PID/root); "
+    "for a private /proc run scvd where procfs can be mounted (not in a container that "
+    "masks /proc, or docker --security-opt systempaths=unconfined)"
+)
+
+# mount ranks at equal depth: hide first, then read-write, then read-only on top
+_TMPFS, _RW, _RO = 0, 1, 2
+
+
+def build_argv(
+    inner: list[str],
+    *,
+    bwrap: str,
+    workspace: Path,
+    hide: Sequence[Path],
+    network: bool,
+    rw_binds: Sequence[Path] = (),
+    ro_binds: Sequence[Path] = (),
+    proc: bool = True,
+    chdir: Path | None = None,
+) -> list[str]:
+    """The bwrap argv that runs `inner` confined to `workspace`. Pure: touches no file.
+
+    Every path must be absolute and should be a real path (symlinks resolved).
+    `hide` gets an empty tmpfs; `rw_binds` (agent homes) stay writable;
+    `ro_binds` are visible read-only. `proc=False` mounts an empty tmpfs on
+    /proc, for hosts where procfs cannot be mounted (see `probe`).
+    """
+    ws = _abs(workspace)
+    argv = [bwrap, "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid"]
+    if not network:
+        argv.append("--unshare-net")
+    argv += ["--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev"]
+    argv += ["--proc", "/proc"] if proc else ["--tmpfs", "/proc"]
+    for op, path in _mounts(ws, hide, rw_binds, ro_binds):
+        argv += [op, path] if op == "--tmpfs" else [op, path, path]
+    argv += ["--chdir", _abs(chdir) if chdir is not None else ws, "--", *inner]
+    return argv
+
+
+def _mounts(
+    ws: str, hide: Iterable[Path], rw: Iterable[Path], ro: Iterable[Path]
+) -> list[tuple[str, str]]:
+    """(option, path) pairs, parents before children, hide < rw < ro at equal depth."""
+    binds = [ws] + [_abs(p) for p in rw] + [_abs(p) for p in ro]
+    hides = [_abs(p) for p in hide]
+    wanted = [(_TMPFS, "--tmpfs", h) for h in hides if not _already_hidden(h, hides, binds)]
+    wanted += [(_RW, "--bind", ws)] + [(_RW, "--bind", _abs(p)) for p in rw]
+    wanted += [(_RO, "--ro-bind", _abs(p)) for p in ro]
+    # the workspace's git hooks and config stay read-only: a hook or a core.fsmonitor
+    # planted there would run outside the sandbox the next time the user runs git
+    wanted += [(_RO, "--ro-bind-try", os.path.join(ws, n)) for n in (".git/hooks", ".git/config")]
+    unique = list(dict.fromkeys(wanted))
+    unique.sort(key=lambda m: (_depth(m[2]), m[0]))
+    return [(op, path) for _, op, path in unique]
+
+
+def _already_hidden(path: str, hides: list[str], binds: list[str]) -> bool:
+    """True if a hide above `path` covers it with no bind in between re-exposing it."""
+    for above in hides:
+        if above != path and _within(path, above):
+            if not any(_within(b, above) and _within(path, b) for b in binds):
+                return True
+    return False
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _abs(p: Path | str) -> str:
+    text = os.path.normpath(str(p))
+    if not os.path.isabs(text):
+        raise ValueError(f"sandbox paths must be absolute: {p}")
+    return text
+
+
+def _depth(path: str) -> int:
+    return 0 if path == "/" else path.count("/")
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What the start-up probe found. `verdict` is one line that says what to do."""
+
+    mode: str  # sandbox.mode: off | auto | bwrap
+    ok: bool  # bwrap ran /bin/true under the real argv
+    verdict: str
+    proc: bool = True  # False: /proc could not be mounted, an empty tmpfs is used
+    bwrap: str | None = None  # the resolved bwrap path
+
+
+def hidden_paths(paths: Paths, env: Mapping[str, str]) -> list[Path]:
+    """scvd's own directories, hidden inside the sandbox (candidates; may not exist).
+
+    The whole XDG_RUNTIME_DIR goes too: it holds the systemd user manager's and
+    the D-Bus session sockets, through which a process could start commands
+    outside the sandbox (systemd-run --user).
+    """
+    found = [paths.runtime_dir, paths.socket.parent, paths.state_dir, runtime_base(env)]
+    found += [paths.home] if paths.home else [paths.config_dir, paths.data_dir]
+    return found
+
+
+def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = None) -> ProbeResult:
+    """Run /bin/true under the real argv once and classify what went wrong. Blocking."""
+    env = dict(os.environ if env is None else env)
+    mode = sandbox_config.mode
+    if mode == "off":
+        return ProbeResult(mode, False, "sandbox.mode = off: tools run unsandboxed")
+    bwrap, problem = locate(sandbox_config.bwrap, env)
+    if problem:
+        return ProbeResult(mode, False, problem, bwrap=bwrap)
+    assert bwrap is not None
+    hide = _existing(hidden_paths(paths, env))
+    env["LC_ALL"] = "C"  # bwrap's messages carry strerror text; keep it matchable
+    with tempfile.TemporaryDirectory(prefix="scvd-probe-") as ws:
+        def attempt(proc: bool) -> str | None:
+            argv = build_argv(
+                PROBE_COMMAND, bwrap=bwrap, workspace=Path(os.path.realpath(ws)),
+                hide=hide, network=sandbox_config.network, proc=proc,
+            )
+            return _run_probe(argv, env)
+
+        return _classify(mode, bwrap, sandbox_config.network, attempt)
+
+
+def _classify(mode: str, bwrap: str, network: bool, attempt: Any) -> ProbeResult:
+    error = attempt(True)
+    if error is None:
+        return ProbeResult(mode, True, _works(bwrap, network, proc=True), True, bwrap)
+    if _PROC_MARKER in error:
+        retry = attempt(False)
+        if retry is None:
+            verdict = f"{_works(bwrap, network, proc=False)}: {error}; {PROC_FALLBACK}"
+            return ProbeResult(mode, True, verdict, False, bwrap)
+        verdict = f"/proc cannot be mounted ({error}) and the retry with an empty /proc failed: "
+        return ProbeResult(mode, False, verdict + _explain(retry, bwrap), False, bwrap)
+    return ProbeResult(mode, False, _explain(error, bwrap), True, bwrap)
+
+
+def _works(bwrap: str, network: bool, *, proc: bool) -> str:
+    net = "network unshared" if not network else "network kept (sandbox.network = true)"
+    proc_text = "private /proc" if proc else "no private /proc"
+    return f"bwrap works at {bwrap} (user and pid namespaces, {proc_text}, {net})"
+
+
+def _explain(error: str, bwrap: str) -> str:
+    if any(marker in error for marker in _USERNS_MARKERS):
+        return f"user namespaces refused ({error}): {USERNS_FIX}"
+    if _PROC_MARKER in error:
+        return f"/proc cannot be mounted ({error})"
+    return f"{bwrap} cannot run /bin/true ({error}): run it by hand to see why, or set sandbox.mode = off"
+
+
+def locate(name: str, env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(path, None) for a usable bwrap, else (path or None, a one-line verdict)."""
+    if "/" in name:
+        path: str | None = os.path.abspath(name)
+        if not os.path.isfile(path):
+            return path, f"bwrap not found at {path} (sandbox.bwrap): {INSTALL_HINT} or fix sandbox.bwrap"
+    else:
+        path = shutil.which(name, path=env.get("PATH", os.defpath))
+        if path is None:
+            return None, (
+                f"bwrap not found on PATH ({name}): {INSTALL_HINT}, "
+                "or set sandbox.bwrap to its full path"
+            )
+    st = os.stat(path)
+    if st.st_mode & stat.S_ISUID and st.st_uid != os.geteuid():
+        return path, (
+            f"{path} is setuid (owner uid {st.st_uid}), which scvd does not support: a setuid "
+            "bwrap sets up the sandbox with its owner's privileges; install a non-setuid "
+            f"bubblewrap (chmod u-s {path}) and {USERNS_FIX}"
+        )
+    return path, None
+
+
+def _run_probe(argv: list[str], env: Mapping[str, str]) -> str | None:
+    """None when the probe command succeeded, else bwrap's complaint in one line."""
+    try:
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, env=env,
+            timeout=PROBE_TIMEOUT, start_new_session=True,
+        )
+    except subprocess.TimeoutExpired:
+        return f"bwrap did not finish /bin/true within {PROBE_TIMEOUT:g} s"
+    except OSError as exc:
+        return f"cannot execute {argv[0]}: {exc.strerror or exc}"
+    if done.returncode == 0:
+        return None
+    return first_line(done.stderr.decode("utf-8", "replace")) or f"exit status {done.returncode}"
+
+
+def first_line(text: str, limit: int = 240) -> str:
+    """The first meaningful line of bwrap's stderr, bounded: preferably one saying `bwrap:`."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    chosen = next((line for line in lines if line.startswith("bwrap:")), lines[0] if lines else "")
+    return chosen if len(chosen) <= limit else chosen[: limit - 3] + "..."
+
+
+def _existing(candidates: Iterable[Path]) -> list[Path]:
+    """Real paths of the directories that exist; never `/` (that would hide everything)."""
+    out: list[Path] = []
+    for p in candidates:
+        real = Path(os.path.realpath(p))
+        if real != Path("/") and real.is_dir() and real not in out:
+            out.append(real)
+    return out
+
+
+def describe(probe: ProbeResult) -> str:
+    """One line for `scvctl status` and `scvd check-config`."""
+    if probe.mode == "off":
+        return "off: tools run unsandboxed (sandbox.mode = off)"
+    if probe.ok:
+        return f"active: {probe.verdict}"
+    if probe.mode == "auto":
+        return f"unsandboxed (sandbox.mode = auto): {probe.verdict}"
+    return (
+        f"unavailable (sandbox.mode = bwrap, sandboxed calls fail): {probe.verdict}; "
+        "fix it and restart scvd, or set sandbox.mode = auto"
+    )
+
+
+class Sandbox:
+    """The sandbox of a running daemon: the probe's result plus the paths to hide.
+
+    `active` is true only when sandbox.mode is not off and the probe passed.
+    With mode `bwrap` and a failed probe the daemon still starts (status shows
+    the verdict), but `check()` and `wrap()` raise Unavailable for every call
+    that would run sandboxed. With mode `auto` they run unsandboxed.
+    """
+
+    def __init__(self, probe: ProbeResult, config: Any, paths: Paths,
+                 env: Mapping[str, str] | None = None) -> None:
+        sandbox_config = getattr(config, "sandbox", config)  # a Config or its SandboxConfig
+        self.probe = probe
+        self.mode = probe.mode
+        self.network = bool(sandbox_config.network)
+        self.active = probe.mode != "off" and probe.ok
+        self.required = probe.mode == "bwrap"
+        self._hide = hidden_paths(paths, os.environ if env is None else env)
+        level = logging.INFO if self.active or self.mode == "off" else logging.WARNING
+        log.log(level, "sandbox %s", describe(probe))
+
+    def describe(self) -> str:
+        return describe(self.probe)
+
+    def check(self) -> None:
+        """Raise Unavailable when calls must be sandboxed but cannot be (call it in plan())."""
+        if self.required and not self.active:
+            raise Unavailable(
+                f"the sandbox is required (sandbox.mode = bwrap) but unavailable: {self.probe.verdict}",
+                hint="fix the sandbox and restart scvd, or set sandbox.mode = auto",
+            )
+
+    def wrap(
+        self,
+        inner: list[str],
+        *,
+        workspace: Path,
+        network: bool,
+        rw_binds: Sequence[Path] = (),
+        chdir: Path | None = None,
+    ) -> list[str]:
+        """`inner` wrapped in bwrap when active; unchanged in auto mode when not; else raises."""
+        self.check()
+        if not self.active:
+            return list(inner)
+        assert self.probe.bwrap is not None
+        real = lambda p: Path(os.path.realpath(p))  # noqa: E731
+        return build_argv(
+            inner,
+            bwrap=self.probe.bwrap,
+            workspace=real(workspace),
+            hide=_existing(self._hide),
+            network=network,
+            rw_binds=[real(p) for p in rw_binds],
+            proc=self.probe.proc,
+            chdir=real(chdir) if chdir is not None else None,
+        )

@@ -1,0 +1,175 @@
+"""build_argv is pure: these tests only look at the list it returns.
+
+`visible()` replays bwrap's rule (mounts apply in argv order; a later mount
+covers earlier ones at and below its path) to say which mount a path ends up on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scvd.sandbox import build_argv
+
+WS = Path("/srv/ws")
+
+
+def argv(**kw):
+    base = dict(bwrap="/usr/bin/bwrap", workspace=WS, hide=[], network=False)
+    base.update(kw)
+    return build_argv(["bash", "-lc", "echo hi"], **base)
+
+
+def mounts(args: list[str]) -> list[tuple[str, str]]:
+    """(option, destination) of each mount, in argv order, up to `--`."""
+    out, i = [], 0
+    end = args.index("--")
+    while i < end:
+        op = args[i]
+        if op in ("--bind", "--ro-bind", "--ro-bind-try"):
+            out.append((op, args[i + 2]))
+            i += 3
+        elif op in ("--tmpfs", "--dev", "--proc"):
+            out.append((op, args[i + 1]))
+            i += 2
+        else:
+            i += 1
+    return out
+
+
+def within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def visible(args: list[str], path: str) -> tuple[str, str]:
+    """The mount that `path` is on once bwrap has applied every mount."""
+    return [m for m in mounts(args) if within(path, m[1])][-1]
+
+
+def test_base_flags_come_first_and_in_the_documented_order():
+    a = argv()
+    assert a[:8] == [
+        "/usr/bin/bwrap", "--new-session", "--die-with-parent", "--unshare-user",
+        "--unshare-pid", "--unshare-net", "--cap-drop", "ALL",
+    ]
+    assert mounts(a)[:3] == [("--ro-bind", "/"), ("--dev", "/dev"), ("--proc", "/proc")]
+
+
+def test_network_is_unshared_unless_asked_for():
+    assert "--unshare-net" in argv(network=False)
+    assert "--unshare-net" not in argv(network=True)
+
+
+def test_workspace_is_bound_read_write_and_is_the_working_directory():
+    a = argv()
+    assert visible(a, "/srv/ws/src/main.py") == ("--bind", "/srv/ws")
+    assert a[a.index("--chdir") + 1] == "/srv/ws"
+    assert visible(a, "/etc/passwd") == ("--ro-bind", "/")
+
+
+def test_chdir_can_name_a_directory_inside_the_workspace():
+    a = argv(chdir=Path("/srv/ws/sub"))
+    assert a[a.index("--chdir") + 1] == "/srv/ws/sub"
+
+
+def test_inner_argv_follows_a_double_dash_verbatim():
+    a = build_argv(["--version", "--bind", "/", "/"], bwrap="bwrap", workspace=WS, hide=[], network=True)
+    assert a[a.index("--") + 1:] == ["--version", "--bind", "/", "/"]
+    # the inner `--bind` is not a mount
+    assert ("--bind", "/") not in mounts(a)
+
+
+def test_git_hooks_and_config_are_read_only_again():
+    a = argv()
+    assert visible(a, "/srv/ws/.git/hooks/pre-commit") == ("--ro-bind-try", "/srv/ws/.git/hooks")
+    assert visible(a, "/srv/ws/.git/config") == ("--ro-bind-try", "/srv/ws/.git/config")
+    assert visible(a, "/srv/ws/.git/HEAD") == ("--bind", "/srv/ws")
+
+
+def test_proc_false_mounts_an_empty_tmpfs_instead():
+    a = argv(proc=False)
+    assert "--proc" not in a
+    assert visible(a, "/proc/1/root") == ("--tmpfs", "/proc")
+
+
+def test_hidden_dirs_get_a_tmpfs():
+    a = argv(hide=[Path("/run/user/1000"), Path("/home/u/.local/state/scv")])
+    assert visible(a, "/run/user/1000/scv/scvd.sock") == ("--tmpfs", "/run/user/1000")
+    assert visible(a, "/home/u/.local/state/scv/audit.log") == ("--tmpfs", "/home/u/.local/state/scv")
+
+
+def test_a_hidden_dir_containing_the_workspace_and_an_agent_home_does_not_hide_them():
+    home = Path("/home/u/scv")
+    a = argv(workspace=home / "ws", hide=[home, home / "run"], rw_binds=[home / "adapters/codex"])
+    assert visible(a, "/home/u/scv/ws/file") == ("--bind", "/home/u/scv/ws")
+    assert visible(a, "/home/u/scv/adapters/codex/auth.json") == ("--bind", "/home/u/scv/adapters/codex")
+    assert visible(a, "/home/u/scv/adapters/claude/x") == ("--tmpfs", "/home/u/scv")
+    assert visible(a, "/home/u/scv/run/scvd.sock") == ("--tmpfs", "/home/u/scv")
+    assert visible(a, "/home/u/scv/ws/.git/hooks/x") == ("--ro-bind-try", "/home/u/scv/ws/.git/hooks")
+
+
+def test_a_hidden_dir_inside_the_workspace_stays_hidden():
+    a = argv(hide=[WS / ".scv"])
+    assert visible(a, "/srv/ws/.scv/run/scvd.sock") == ("--tmpfs", "/srv/ws/.scv")
+    assert visible(a, "/srv/ws/other") == ("--bind", "/srv/ws")
+
+
+def test_a_hidden_dir_equal_to_the_workspace_leaves_the_workspace_visible():
+    a = argv(hide=[WS])
+    assert visible(a, "/srv/ws/x") == ("--bind", "/srv/ws")
+
+
+def test_read_only_binds_win_over_read_write_at_the_same_path():
+    a = argv(rw_binds=[Path("/opt/x")], ro_binds=[Path("/opt/x")])
+    assert visible(a, "/opt/x/y") == ("--ro-bind", "/opt/x")
+
+
+def test_a_nested_hidden_dir_is_not_mounted_twice_unless_a_bind_lies_between():
+    a = argv(hide=[Path("/h"), Path("/h/run")])
+    assert ("--tmpfs", "/h/run") not in mounts(a)
+    b = argv(workspace=Path("/h/ws"), hide=[Path("/h"), Path("/h/ws/.scv")])
+    assert ("--tmpfs", "/h/ws/.scv") in mounts(b)
+    assert visible(b, "/h/ws/.scv/x") == ("--tmpfs", "/h/ws/.scv")
+
+
+def test_paths_are_normalised_and_duplicates_dropped():
+    a = argv(workspace=Path("/srv//ws/"), hide=[Path("/h/"), Path("/h")])
+    assert mounts(a).count(("--tmpfs", "/h")) == 1
+    assert ("--bind", "/srv/ws") in mounts(a)
+
+
+def test_relative_paths_are_refused():
+    with pytest.raises(ValueError, match="absolute"):
+        argv(workspace=Path("ws"))
+    with pytest.raises(ValueError, match="absolute"):
+        argv(hide=[Path("run")])
+
+
+def test_build_argv_needs_no_existing_paths():
+    a = argv(workspace=Path("/no/such/ws"), hide=[Path("/no/such/run")], rw_binds=[Path("/no/home")])
+    assert ("--bind", "/no/such/ws") in mounts(a)
+
+
+# small trees of paths, so that hides, binds and the workspace overlap often
+segment = st.sampled_from(["a", "b", "ws", ".git", "hooks"])
+tree_path = st.lists(segment, min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ws=tree_path, hide=st.lists(tree_path, max_size=4), rw=st.lists(tree_path, max_size=3),
+       ro=st.lists(tree_path, max_size=2))
+def test_every_bind_stays_visible_and_every_other_hidden_path_stays_hidden(ws, hide, rw, ro):
+    a = build_argv(["true"], bwrap="bwrap", workspace=Path(ws), hide=[Path(h) for h in hide],
+                   network=False, rw_binds=[Path(p) for p in rw], ro_binds=[Path(p) for p in ro])
+    git = {ws + "/.git/hooks", ws + "/.git/config"}  # always re-bound read-only
+    for p in set(ro) - git:
+        assert visible(a, p) == ("--ro-bind", p)
+    for p in {ws, *rw} - set(ro) - git:
+        assert visible(a, p) == ("--bind", p)
+    for h in set(hide) - {ws, *rw, *ro} - git:
+        assert visible(a, h)[0] == "--tmpfs"
+    for g in git:
+        assert visible(a, g + "/x")[0] in ("--ro-bind-try", "--ro-bind", "--tmpfs")
