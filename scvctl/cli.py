@@ -1,0 +1,327 @@
+"""The `scvctl` command: status, sessions, approvals, one-off calls, agents and the service.
+
+Exit codes: 0 success; 1 scvd answered with an error, or the call failed;
+2 bad usage; 3 scvd is not running. Errors print as `code: message`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import msgspec
+
+from scvd import __version__, errors, protocol as p
+
+from .client import Client, DaemonNotRunning
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--socket", type=Path, default=argparse.SUPPRESS,
+                        help="scvd's socket (default: $SCV_SOCKET, else the instance's socket)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print machine-readable JSON")
+    parser = argparse.ArgumentParser(prog="scvctl", parents=[common],
+                                     description="Control scvd: approvals, agents, status.")
+    parser.add_argument("--version", action="version", version=f"scvctl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    cmd = sub.add_parser("status", parents=[common], help="the daemon's state")
+    cmd.set_defaults(handler=cmd_status)
+    cmd = sub.add_parser("ping", parents=[common], help="check that scvd answers")
+    cmd.set_defaults(handler=cmd_ping)
+    cmd = sub.add_parser("sessions", parents=[common], help="open sessions")
+    cmd.set_defaults(handler=cmd_sessions)
+    cmd = sub.add_parser("tools", parents=[common], help="the tools and their schemas")
+    cmd.add_argument("--include-system", action="store_true", help="also list system tools")
+    cmd.set_defaults(handler=cmd_tools)
+    _add_approvals(sub, common)
+    _add_call(sub, common)
+    for module in ("agents", "service"):
+        if _exists(module):
+            _mount(module, sub, common)
+    return parser
+
+
+def _add_approvals(sub: Any, common: argparse.ArgumentParser) -> None:
+    approvals = sub.add_parser("approvals", parents=[common], help="list, decide and watch approvals")
+    approvals.set_defaults(handler=cmd_approvals_list)
+    asub = approvals.add_subparsers(dest="approvals_command", metavar="ACTION")
+    cmd = asub.add_parser("list", parents=[common], help="pending approvals (the default)")
+    cmd.set_defaults(handler=cmd_approvals_list)
+    cmd = asub.add_parser("approve", parents=[common], help="approve one request")
+    cmd.add_argument("approval_id")
+    cmd.add_argument("--session", action="store_true",
+                     help="also approve this tool at this risk for the rest of the session")
+    cmd.set_defaults(handler=cmd_approve)
+    cmd = asub.add_parser("deny", parents=[common], help="deny one request")
+    cmd.add_argument("approval_id")
+    cmd.add_argument("--reason", help="told to the agent")
+    cmd.set_defaults(handler=cmd_deny)
+    cmd = asub.add_parser("watch", parents=[common],
+                          help="show requests as they arrive and answer y / n / s(ession)")
+    cmd.set_defaults(handler=cmd_watch)
+
+
+def _add_call(sub: Any, common: argparse.ArgumentParser) -> None:
+    cmd = sub.add_parser("call", parents=[common], help="run one tool call through the normal approval gate")
+    cmd.add_argument("--workspace", type=Path, default=Path.cwd(), help="the workspace (default: here)")
+    cmd.add_argument("--timeout", type=float, help="dispatch timeout in seconds")
+    cmd.add_argument("tool")
+    cmd.add_argument("arguments", nargs="?", default="{}", help="the arguments as a JSON object")
+    cmd.set_defaults(handler=cmd_call)
+
+
+def _mount(module: str, sub: Any, common: argparse.ArgumentParser) -> None:
+    """Mount `scvctl <module>` from scvctl/<module>.py, which defines add_parser(sub, common)."""
+    import importlib
+    import inspect
+
+    mod = importlib.import_module(f"scvctl.{module}")
+    if len(inspect.signature(mod.add_parser).parameters) >= 2:
+        mod.add_parser(sub, common)
+    else:
+        mod.add_parser(sub)
+
+
+def _exists(module: str) -> bool:
+    return (Path(__file__).parent / f"{module}.py").exists()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.json = getattr(args, "json", False)
+    args.socket = getattr(args, "socket", None)
+    try:
+        return args.handler(args)
+    except DaemonNotRunning as exc:
+        print(exc.message, file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    except errors.ScvError as exc:
+        print(f"{exc.code}: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def connect(args: argparse.Namespace, *, approver: bool = False, timeout: float | None = 30.0) -> Client:
+    return Client.connect(args.socket, name="scvctl", approver=approver, timeout=timeout)
+
+
+def emit_json(value: Any) -> None:
+    sys.stdout.write(msgspec.json.encode(value).decode() + "\n")
+    sys.stdout.flush()
+
+
+# --- commands ------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with connect(args) as c:
+        st = c.status()
+    if args.json:
+        emit_json(st)
+        return EXIT_OK
+    print(f"scvd {st.version} (pid {st.pid}, protocol {st.protocol}) up {_duration(st.uptime_seconds)}")
+    print(f"socket: {st.socket}")
+    print(f"sessions: {st.sessions}  running calls: {st.running_calls}  pending approvals: {st.pending_approvals}")
+    print(f"approval policy: {st.policy}" + (f" ({st.policy_note})" if st.policy_note else ""))
+    print(f"sandbox: {st.sandbox}")
+    return EXIT_OK
+
+
+def cmd_ping(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    with connect(args) as c:
+        c.request(p.Ping)
+    ms = (time.monotonic() - started) * 1000
+    emit_json({"ok": True, "ms": round(ms, 3)}) if args.json else print(f"scvd answers ({ms:.1f} ms)")
+    return EXIT_OK
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    with connect(args) as c:
+        sessions = c.request(p.SessionsList).sessions
+    if args.json:
+        emit_json(sessions)
+    elif not sessions:
+        print("no open sessions")
+    for s in [] if args.json else sessions:
+        print(f"{s.session}  {s.workspace}  client={s.client or '?'}  calls={s.calls}  "
+              f"open {_duration(time.time() - s.opened_at)}")
+    return EXIT_OK
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    with connect(args) as c:
+        tools = c.request(p.ToolsList, include_system=args.include_system).tools
+    if args.json:
+        emit_json(tools)
+        return EXIT_OK
+    for t in tools:
+        print(f"{t.name} [{t.risk}]: {t.description.splitlines()[0]}")
+    return EXIT_OK
+
+
+def cmd_approvals_list(args: argparse.Namespace) -> int:
+    with connect(args) as c:
+        pending = c.request(p.ApprovalsList).approvals
+    if args.json:
+        emit_json(pending)
+    elif not pending:
+        print("no pending approvals")
+    for a in [] if args.json else pending:
+        print(format_request(a))
+    return EXIT_OK
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    return _decide(args, "approve", scope="session" if args.session else "once")
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    return _decide(args, "deny", reason=args.reason)
+
+
+def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> int:
+    with connect(args) as c:
+        c.request(p.ApprovalDecide, approval_id=args.approval_id, decision=decision, **fields)
+    if args.json:
+        emit_json({"approval_id": args.approval_id, "decision": decision})
+    else:
+        print(f"{decision}d {args.approval_id}" if decision == "approve" else f"denied {args.approval_id}")
+    return EXIT_OK
+
+
+def format_request(a: Any) -> str:
+    """A pending request in a few lines a person can decide on."""
+    lines = [f"[{a.approval_id}] {a.tool} ({a.risk}{', sandboxed' if a.sandboxed else ''}) "
+             f"in {a.workspace}", f"  {a.summary}"]
+    for key, value in (a.details or {}).items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        lines.append(f"  {key}: {text}")
+    return "\n".join(lines)
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    with connect(args, timeout=None) as c:
+        c.request(p.ApprovalsWatch)
+        for pending in c.request(p.ApprovalsList).approvals:
+            _on_request(c, args, pending)
+        for event in c.events():
+            if isinstance(event, p.ApprovalRequested):
+                _on_request(c, args, event)
+            elif isinstance(event, p.ApprovalResolved):
+                _on_resolved(args, event)
+    return EXIT_OK  # pragma: no cover - events() only ends by an exception
+
+
+def _on_request(c: Client, args: argparse.Namespace, event: Any) -> None:
+    if args.json:
+        emit_json(event)
+        return
+    print(format_request(event), flush=True)
+    answer = _ask("approve? [y]es / [n]o / [s]ession: ", {"y", "n", "s"})
+    if answer is None:
+        raise KeyboardInterrupt
+    decision = "deny" if answer == "n" else "approve"
+    try:
+        c.request(p.ApprovalDecide, approval_id=event.approval_id, decision=decision,
+                  scope="session" if answer == "s" else "once")
+    except errors.ApprovalNotFound:
+        print(f"  {event.approval_id} was already decided elsewhere", flush=True)
+
+
+def _on_resolved(args: argparse.Namespace, event: p.ApprovalResolved) -> None:
+    if args.json:
+        emit_json(event)
+        return
+    why = f": {event.reason}" if event.reason else ""
+    print(f"  {event.approval_id} {event.state} by {event.decided_by}{why}", flush=True)
+
+
+def _ask(prompt: str, choices: set[str]) -> str | None:
+    while True:
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        line = sys.stdin.readline()
+        if not line:
+            return None
+        answer = line.strip().lower()[:1]
+        if answer in choices:
+            return answer
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    try:
+        arguments = json.loads(args.arguments)
+    except json.JSONDecodeError as exc:
+        print(f"usage: arguments must be a JSON object: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not isinstance(arguments, dict):
+        print("usage: arguments must be a JSON object, e.g. '{\"path\": \"README.md\"}'", file=sys.stderr)
+        return EXIT_USAGE
+    with connect(args, timeout=None) as c:
+        c.request(p.ApprovalsWatch)  # to say which approval the call waits for
+        session = c.open_session(args.workspace.resolve())
+        fields = {"timeout_seconds": args.timeout} if args.timeout else {}
+        call_id = c.start_call(session, args.tool, arguments, **fields)
+        try:
+            done = _follow(c, call_id, args)
+        except KeyboardInterrupt:
+            c.request(p.CallCancel, call_id=call_id)
+            done = _follow(c, call_id, args)
+    return _print_completed(done, args)
+
+
+def _follow(c: Client, call_id: str, args: argparse.Namespace) -> p.CallCompleted:
+    """Print this call's events until it completes; point at the approval it waits for."""
+    while True:
+        event = c.next_event()
+        if getattr(event, "call_id", call_id) != call_id:
+            continue
+        if isinstance(event, p.CallCompleted):
+            return event
+        if args.json:
+            emit_json(event)
+        elif isinstance(event, p.ApprovalRequested):
+            print(f"waiting for approval {event.approval_id}: decide with `scvctl approvals approve "
+                  f"{event.approval_id}` (or deny) in another terminal", file=sys.stderr, flush=True)
+        elif isinstance(event, p.CallProgress):
+            print(f"... still running ({event.elapsed_s:.0f} s)", file=sys.stderr, flush=True)
+
+
+def _print_completed(done: p.CallCompleted, args: argparse.Namespace) -> int:
+    if args.json:
+        emit_json(done)
+    elif done.ok:
+        result = done.result
+        print(result if isinstance(result, str) else json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        err = done.error
+        print(f"{err.kind}: {err.message}", file=sys.stderr)
+        if err.hint:
+            print(f"hint: {err.hint}", file=sys.stderr)
+    return EXIT_OK if done.ok else EXIT_ERROR
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
