@@ -1,0 +1,28 @@
+"""docs/protocol.schema.json is generated from the Structs and must match them."""
+
+import json
+
+from scvd import protocol as p
+from scvd.schema import DOC, protocol_schema, render
+
+
+def test_schema_file_matches_the_structs():
+    assert DOC.read_text() == render(), "docs/protocol.schema.json is stale: run `python -m scvd.schema`"
+
+
+def test_every_frame_type_is_in_the_schema():
+    defs = protocol_schema()["$defs"]
+    frames = [*p.Request.__args__, *p.ServerFrame.__args__]
+    for frame in frames:
+        tag = frame.__struct_config__.tag
+        assert defs[frame.__name__]["properties"]["type"]["enum"] == [tag]
+    assert {"hello", "welcome", "call", "call.completed", "approval.requested", "approval.decide"} <= {
+        f.__struct_config__.tag for f in frames
+    }
+
+
+def test_docs_name_every_frame_type():
+    text = (DOC.parent / "protocol.md").read_text()
+    for frame in [*p.Request.__args__, *p.ServerFrame.__args__]:
+        assert f"`{frame.__struct_config__.tag}`" in text, frame.__struct_config__.tag
+    json.loads(DOC.read_text())
