@@ -1,6 +1,7 @@
 """docs/protocol.schema.json is generated from the Structs and must match them."""
 
 import json
+import re
 
 from scvd import protocol as p
 from scvd.schema import DOC, protocol_schema, render
@@ -24,5 +25,6 @@ def test_every_frame_type_is_in_the_schema():
 def test_docs_name_every_frame_type():
     text = (DOC.parent / "protocol.md").read_text()
     for frame in [*p.Request.__args__, *p.ServerFrame.__args__]:
-        assert f"`{frame.__struct_config__.tag}`" in text, frame.__struct_config__.tag
+        tag = frame.__struct_config__.tag
+        assert re.search(rf"`{re.escape(tag)}[` ]", text), f"docs/protocol.md does not describe `{tag}`"
     json.loads(DOC.read_text())
