@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from . import __version__, errors, notify, protocol as p
+from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, Decider, policy_note, spawned_by_daemon
 from .calls import CallJob, run_call
 from .config import Loaded, load
@@ -404,6 +405,13 @@ class Daemon:
         workspace, fd = open_workspace(frame.workspace)
         session = Session(id=new_session_id(), workspace=workspace, workspace_fd=fd, owner=conn,
                           config=self.config, registry=self.registry)
+        try:
+            for tool in self.registry.visible(include_system=True):
+                session.services.update(
+                    await asyncio.to_thread(tool.session_services, workspace, self.config, self.paths))
+        except BaseException:
+            session.close()
+            raise
         conn.sessions[session.id] = session
         self.sessions[session.id] = session
         log.info("session %s opened on %s by %s", session.id, workspace, conn.label())
@@ -609,11 +617,7 @@ def _set_subreaper() -> None:
     set_child_subreaper()
 
 
-def _open_audit(paths: Paths, config: Any) -> Any:
-    try:
-        from .audit import AuditLog
-    except ImportError:
-        return None
+def _open_audit(paths: Paths, config: Any) -> AuditLog:
     return AuditLog(paths.audit_log, config.audit.max_bytes, config.audit.keep)
 
 

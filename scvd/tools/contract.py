@@ -126,6 +126,10 @@ class Tool(abc.ABC):
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         """Do the work; return a msgspec-encodable result or raise a ToolError."""
 
+    def session_services(self, workspace: Path, config: Any, paths: Any) -> dict[str, Any]:
+        """Data this tool prepares once when a session opens (e.g. a skill map); put in ctx.services."""
+        return {}
+
     def dispatch_timeout(self, plan: Plan, config: Any) -> float | None:
         """The outer deadline of a call: the tool's own deadline plus grace, else the flag/default."""
         if plan.timeout is not None:
