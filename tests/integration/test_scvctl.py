@@ -1,0 +1,207 @@
+"""scvctl against a real daemon: what a person sees, and the exit codes scripts rely on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scvd import protocol as p
+
+from conftest import DaemonProc, base_env
+
+
+def scvctl(daemon_or_home, *args: str, input: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    home = daemon_or_home.home if isinstance(daemon_or_home, DaemonProc) else daemon_or_home
+    return subprocess.run(
+        [sys.executable, "-m", "scvctl", *args], env=base_env(home), input=input,
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def popen_scvctl(daemon: DaemonProc, *args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "scvctl", *args], env=base_env(daemon.home), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw,
+    )
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Kill if still running and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
+def wait_pending(daemon: DaemonProc, count: int = 1, timeout: float = 15) -> list[p.ApprovalInfo]:
+    deadline = time.monotonic() + timeout
+    with daemon.client() as c:
+        while time.monotonic() < deadline:
+            pending = c.request(p.ApprovalsList).approvals
+            if len(pending) >= count:
+                return pending
+            time.sleep(0.05)
+    raise AssertionError(f"no {count} pending approval(s) after {timeout} s")
+
+
+def test_not_running_says_how_to_start_and_exits_3(tmp_path: Path):
+    out = scvctl(tmp_path / "nohome", "status")
+    assert out.returncode == 3
+    assert "scvd is not running" in out.stderr
+    assert "systemctl --user start scvd" in out.stderr and "scvd run" in out.stderr
+    assert out.stderr.count("\n") == 1, "one line"
+
+
+def test_status_human_and_json(daemon: DaemonProc):
+    out = scvctl(daemon, "status")
+    assert out.returncode == 0, out.stderr
+    assert f"pid {daemon.proc.pid}" in out.stdout
+    assert "approval policy: on-risk" in out.stdout
+    assert "sandbox: off" in out.stdout
+    data = json.loads(scvctl(daemon, "--json", "status").stdout)
+    assert data["pid"] == daemon.proc.pid and data["sessions"] == 0 and data["protocol"] == 1
+
+
+def test_json_flag_works_after_the_command_too(daemon: DaemonProc):
+    out = scvctl(daemon, "status", "--json")
+    assert json.loads(out.stdout)["type"] == "status.result"
+
+
+def test_ping_and_sessions(daemon: DaemonProc, workspace: Path):
+    assert "scvd answers" in scvctl(daemon, "ping").stdout
+    assert scvctl(daemon, "sessions").stdout.strip() == "no open sessions"
+    with daemon.client(name="bridge-x") as c:
+        sid = c.open_session(workspace)
+        out = scvctl(daemon, "sessions")
+        assert sid in out.stdout and str(workspace) in out.stdout and "client=bridge-x" in out.stdout
+        rows = json.loads(scvctl(daemon, "sessions", "--json").stdout)
+        assert [r["session"] for r in rows] == [sid]
+
+
+def test_socket_flag_overrides_the_default(daemon: DaemonProc, tmp_path: Path):
+    out = scvctl(tmp_path / "elsewhere", "--socket", str(daemon.socket), "ping")
+    assert out.returncode == 0, out.stderr
+
+
+def test_unknown_approval_is_an_error_with_its_code(daemon: DaemonProc):
+    out = scvctl(daemon, "approvals", "approve", "a-nope")
+    assert out.returncode == 1
+    assert out.stderr.startswith("approval_not_found: ")
+
+
+def test_usage_error_exits_2(daemon: DaemonProc):
+    out = scvctl(daemon, "approvals", "approve")
+    assert out.returncode == 2
+    assert "approval_id" in out.stderr
+
+
+def test_call_bad_json_is_a_usage_error(daemon: DaemonProc, workspace: Path):
+    out = scvctl(daemon, "call", "--workspace", str(workspace), "read", "{nope")
+    assert out.returncode == 2 and "JSON object" in out.stderr
+
+
+def test_call_unknown_tool_fails_with_kind(daemon: DaemonProc, workspace: Path):
+    out = scvctl(daemon, "call", "--workspace", str(workspace), "no_such_tool", "{}")
+    assert out.returncode == 1
+    assert out.stderr.startswith("unknown_tool: no tool named 'no_such_tool'")
+
+
+def test_call_read_prints_the_result(daemon: DaemonProc, workspace: Path):
+    (workspace / "a.txt").write_text("hello\n")
+    out = scvctl(daemon, "call", "--workspace", str(workspace), "read", '{"path": "a.txt"}')
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["content"] == "hello\n"
+
+
+def test_call_waits_for_approval_from_another_terminal(daemon: DaemonProc, workspace: Path):
+    call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "write",
+                        '{"path": "new.txt", "content": "x", "mode": "create"}')
+    try:
+        (pending,) = wait_pending(daemon)
+        assert pending.tool == "write" and pending.risk == "filesystem"
+        assert pending.workspace == str(workspace)
+        listed = scvctl(daemon, "approvals")
+        assert pending.approval_id in listed.stdout and "write (filesystem" in listed.stdout
+        assert scvctl(daemon, "approvals", "approve", pending.approval_id).returncode == 0
+        out, err = call.communicate(timeout=20)
+    finally:
+        stop(call)
+    assert call.returncode == 0, err
+    assert f"waiting for approval {pending.approval_id}" in err
+    assert (workspace / "new.txt").read_text() == "x"
+
+
+def test_call_denied_exits_1_with_the_reason(daemon: DaemonProc, workspace: Path):
+    call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "write",
+                        '{"path": "no.txt", "content": "x", "mode": "create"}')
+    try:
+        (pending,) = wait_pending(daemon)
+        scvctl(daemon, "approvals", "deny", pending.approval_id, "--reason", "not today")
+        _, err = call.communicate(timeout=20)
+    finally:
+        stop(call)
+    assert call.returncode == 1
+    assert err.strip().splitlines()[-1].startswith("denied: ") and "not today" in err
+    assert not (workspace / "no.txt").exists()
+
+
+def test_watch_answers_y_n_s(daemon: DaemonProc, workspace: Path):
+    watch = popen_scvctl(daemon, "approvals", "watch", stdin=subprocess.PIPE)
+    try:
+        with daemon.client(name="agent") as c:
+            sid = c.open_session(workspace)
+            first = c.start_call(sid, "write", {"path": "one.txt", "content": "1", "mode": "create"})
+            line = watch.stdout.readline()
+            assert "write (filesystem" in line and str(workspace) in line
+            watch.stdin.write("s\n")
+            watch.stdin.flush()
+            assert c.wait_call(first).ok
+            # the session grant covers the next write without asking
+            assert c.call(sid, "write", {"path": "two.txt", "content": "2", "mode": "create"}).ok
+            third = c.start_call(sid, "bash" if _has_tool(c, "bash") else "write",
+                                 {"command": "true"} if _has_tool(c, "bash") else
+                                 {"path": "one.txt", "content": "x", "mode": "create"})
+            if _has_tool(c, "bash"):
+                _read_until(watch, "bash (process")
+                watch.stdin.write("n\n")
+                watch.stdin.flush()
+                done = c.wait_call(third)
+                assert not done.ok and done.error.kind == "denied"
+            else:
+                c.wait_call(third)
+    finally:
+        stop(watch)
+    assert (workspace / "two.txt").read_text() == "2"
+
+
+def test_watch_json_streams_events(daemon: DaemonProc, workspace: Path):
+    watch = popen_scvctl(daemon, "--json", "approvals", "watch")
+    try:
+        time.sleep(0.5)  # let it subscribe
+        with daemon.client(name="agent") as c:
+            sid = c.open_session(workspace)
+            call_id = c.start_call(sid, "write", {"path": "j.txt", "content": "1", "mode": "create"})
+            event = json.loads(watch.stdout.readline())
+            assert event["type"] == "approval.requested" and event["call_id"] == call_id
+            c.request(p.ApprovalDecide, approval_id=event["approval_id"], decision="deny")
+            resolved = json.loads(watch.stdout.readline())
+            assert resolved["type"] == "approval.resolved" and resolved["state"] == "denied"
+    finally:
+        stop(watch)
+
+
+def _has_tool(c, name: str) -> bool:
+    return any(t.name == name for t in c.request(p.ToolsList).tools)
+
+
+def _read_until(proc: subprocess.Popen, text: str) -> str:
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail(f"watch ended before showing {text!r}")
+        if text in line:
+            return line
