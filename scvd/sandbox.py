@@ -58,7 +58,8 @@ USERNS_FIX = (
 )
 PROC_FALLBACK = (
     "sandboxed commands get an empty /proc (ps and /proc readers fail; the host's /proc "
-    "is not shown because it would reach scvd's hidden socket through /proc/PID/root); "
+    "is not shown: it lists every host process and, where ptrace rules allow, reaches "
+    "scvd's hidden files through /proc/PID/root); "
     "for a private /proc run scvd where procfs can be mounted (not in a container that "
     "masks /proc, or docker --security-opt systempaths=unconfined)"
 )

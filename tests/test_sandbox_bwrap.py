@@ -1,0 +1,167 @@
+"""The real bubblewrap: what a sandboxed command can and cannot reach.
+
+Each test runs Sandbox.wrap()'s argv with subprocess, on a throwaway SCV_HOME.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from scvd import paths as paths_mod
+from scvd.config import SandboxConfig
+from scvd.sandbox import Sandbox, probe
+
+pytestmark = pytest.mark.bwrap
+
+
+class Box:
+    """A probed sandbox on a temporary instance, with a workspace that has a .git."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.env = {
+            "SCV_HOME": str(tmp_path / "home"), "XDG_RUNTIME_DIR": str(tmp_path / "xdg"),
+            "PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C",
+        }
+        self.paths = paths_mod.resolve(self.env)
+        paths_mod.prepare(self.paths)
+        (tmp_path / "xdg" / "systemd").mkdir(parents=True)
+        self.ws = tmp_path / "ws"
+        (self.ws / ".git" / "hooks").mkdir(parents=True)
+        (self.ws / ".git" / "config").write_text("[core]\n")
+        config = SandboxConfig(mode="bwrap")
+        result = probe(config, self.paths, self.env)
+        assert result.ok, result.verdict
+        self.sandbox = Sandbox(result, config, self.paths, self.env)
+
+    def argv(self, script: str, *, network: bool = False, rw_binds=()) -> list[str]:
+        return self.sandbox.wrap(["/bin/bash", "-c", script], workspace=self.ws,
+                                 network=network, rw_binds=rw_binds)
+
+    def run(self, script: str, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(script, **kw), cwd=self.ws, env=self.env, text=True,
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def box(tmp_path):
+    return Box(tmp_path)
+
+
+def test_the_workspace_is_writable_and_the_rest_is_not(box, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    r = box.run(f"echo in > inside.txt && echo out > {outside}/escaped.txt")
+    assert r.returncode != 0
+    assert "Read-only file system" in r.stderr
+    assert (box.ws / "inside.txt").read_text() == "in\n"
+    assert not (outside / "escaped.txt").exists()
+    assert box.run("touch /etc/scvd-probe-file").returncode != 0
+    assert not Path("/etc/scvd-probe-file").exists()
+
+
+def test_git_hooks_and_config_are_read_only(box):
+    r = box.run("echo evil > .git/hooks/post-checkout; echo x >> .git/config; echo ok > .git/HEAD")
+    assert r.stderr.count("Read-only file system") == 2, r.stderr
+    assert not (box.ws / ".git/hooks/post-checkout").exists()
+    assert (box.ws / ".git/config").read_text() == "[core]\n"
+    assert (box.ws / ".git/HEAD").read_text() == "ok\n"  # the rest of .git stays usable
+
+
+def test_the_network_is_unreachable_unless_allowed(box):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        port = server.getsockname()[1]
+        probe_script = (
+            f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5); print(\"reached\")'"
+        )
+        cut = box.run(probe_script + "; cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '")
+        assert "reached" not in cut.stdout
+        assert "ConnectionRefusedError" in cut.stderr
+        assert cut.stdout.split() == ["lo"]  # a fresh network namespace: only loopback
+        kept = box.run(probe_script, network=True)
+        assert kept.stdout.strip() == "reached", kept.stderr
+
+
+def test_scvd_socket_state_and_runtime_dirs_are_hidden(box):
+    sock = box.paths.socket
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(sock))
+        listener.listen(1)
+        marker = box.paths.state_dir / "audit.log"
+        marker.write_text("secret\n")
+        private = Path(box.env["XDG_RUNTIME_DIR"]) / "systemd" / "private"
+        private.write_text("")
+        r = box.run(
+            f"for f in {sock} {marker} {private} {box.paths.config_file}; do "
+            f"test -e $f && echo visible $f; done; ls -A {box.paths.runtime_dir} | wc -l; "
+            f"python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(\"{sock}\")'"
+        )
+    assert "visible" not in r.stdout
+    assert r.stdout.split()[0] == "0"
+    assert "FileNotFoundError" in r.stderr
+
+
+def test_an_agent_home_inside_the_hidden_home_stays_writable(box):
+    home = box.paths.adapters_dir / "codex"
+    home.mkdir(parents=True)
+    (box.paths.adapters_dir / "claude").mkdir()
+    (box.paths.adapters_dir / "claude" / "creds").write_text("x")
+    r = box.run(f"echo tok > {home}/auth.json && ls -A {box.paths.adapters_dir}", rw_binds=[home])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["codex"]  # the other agent's home is not there
+    assert (home / "auth.json").read_text() == "tok\n"
+
+
+def test_no_capabilities_and_a_private_pid_namespace(box):
+    r = box.run("grep CapEff /proc/self/status; cat /proc/1/comm; ls /proc | grep -c '^[0-9]'")
+    lines = r.stdout.split("\n")
+    assert lines[0].split() == ["CapEff:", "0000000000000000"]
+    assert lines[1] == "bwrap"
+    assert int(lines[2]) < 10  # only the sandbox's own processes
+
+
+def _find(marker: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmd:
+                pids.append(int(entry))
+    return pids
+
+
+def _wait_for(predicate, seconds: float = 10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_a_background_process_dies_when_the_call_ends(box):
+    marker = f"scvd-bg-{uuid.uuid4().hex}"
+    script = f"(exec -a {marker} sleep 1000) & while [ ! -e go ]; do sleep 0.05; done"
+    proc = subprocess.Popen(box.argv(script), cwd=box.ws, env=box.env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        pids = _wait_for(lambda: _find(marker))
+        assert pids, "the background sleep never started"
+        (box.ws / "go").touch()  # the call's own command exits now
+        assert proc.wait(timeout=10) == 0
+        assert _wait_for(lambda: not _find(marker)), f"{pids} outlived the call"
+    finally:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,230 @@
+"""The start-up probe: one-line verdicts for each way bwrap can fail, and the Sandbox modes.
+
+Fake bwraps are bash scripts written here and named in sandbox.bwrap, so each
+failure is reproduced without changing the machine. Tests marked `bwrap` run
+the real one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from scvd import paths as paths_mod
+from scvd.config import Config, SandboxConfig
+from scvd.errors import Unavailable
+from scvd.sandbox import Sandbox, build_argv, describe, probe
+
+REAL_BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
+
+# bwrap's own words (upstream bubblewrap.c, Debian's patch, Ubuntu's AppArmor cases)
+USERNS_ERRORS = [
+    "bwrap: No permissions to creating new namespace, likely because the kernel does not "
+    "allow non-privileged user namespaces. On e.g. debian this can be enabled with "
+    "'sysctl kernel.unprivileged_userns_clone=1'.",
+    "bwrap: No permissions to create new namespace, likely because the kernel does not allow "
+    "non-privileged user namespaces. See <https://deb.li/bubblewrap> or "
+    "<file:///usr/share/doc/bubblewrap/README.Debian.gz>.",
+    "bwrap: setting up uid map: Permission denied",
+    "bwrap: Creating new namespace failed: Operation not permitted",
+    "bwrap: loopback: Failed RTM_NEWADDR: Operation not permitted",
+]
+PROC_ERROR = "bwrap: Can't mount proc on /newroot/proc: Operation not permitted"
+
+
+@pytest.fixture
+def instance(tmp_path):
+    env = {"SCV_HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", os.defpath),
+           "XDG_RUNTIME_DIR": str(tmp_path / "xdg")}
+    p = paths_mod.resolve(env)
+    paths_mod.prepare(p)
+    return p, env
+
+
+def fake_bwrap(dir: Path, body: str, name: str = "bwrap") -> Path:
+    """A bash script standing in for bwrap; closed before anyone runs it."""
+    path = dir / name
+    path.write_text("#!/bin/bash\n" + body + "\n")
+    path.chmod(0o755)
+    return path
+
+
+def failing(dir: Path, message: str) -> Path:
+    return fake_bwrap(dir, f"echo {_sh(message)} >&2\nexit 1")
+
+
+def _sh(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def one_line(verdict: str) -> str:
+    assert "\n" not in verdict and verdict.strip() == verdict and verdict
+    return verdict
+
+
+def test_mode_off_runs_nothing(instance):
+    p, env = instance
+    r = probe(SandboxConfig(mode="off", bwrap="/no/such/bwrap"), p, env)
+    assert (r.ok, r.bwrap) == (False, None)
+    assert one_line(describe(r)).startswith("off:")
+
+
+def test_a_path_without_bwrap_says_to_install_bubblewrap(instance, tmp_path):
+    p, env = instance
+    (tmp_path / "empty").mkdir()
+    r = probe(SandboxConfig(mode="auto"), p, dict(env, PATH=str(tmp_path / "empty")))
+    assert not r.ok and r.bwrap is None
+    assert "bwrap not found on PATH" in one_line(r.verdict)
+    assert "install bubblewrap (apt install bubblewrap)" in r.verdict
+
+
+def test_a_missing_configured_path_names_it(instance, tmp_path):
+    p, env = instance
+    r = probe(SandboxConfig(mode="bwrap", bwrap=str(tmp_path / "nope")), p, env)
+    assert not r.ok
+    assert f"bwrap not found at {tmp_path / 'nope'}" in one_line(r.verdict)
+    assert "apt install bubblewrap" in r.verdict
+
+
+@pytest.mark.parametrize("message", USERNS_ERRORS)
+def test_user_namespace_refusals_name_the_sysctls(instance, tmp_path, message):
+    p, env = instance
+    fake = failing(tmp_path, message)
+    r = probe(SandboxConfig(mode="auto", bwrap=str(fake)), p, env)
+    assert not r.ok and r.bwrap == str(fake)
+    v = one_line(r.verdict)
+    assert v.startswith("user namespaces refused (bwrap: ")
+    assert message[len("bwrap: "):][:60] in v
+    for fix in ("kernel.apparmor_restrict_unprivileged_userns=0", "AppArmor profile for bwrap",
+                "kernel.unprivileged_userns_clone=1", "user.max_user_namespaces"):
+        assert fix in v
+
+
+def test_the_probe_runs_true_under_the_real_argv(instance, tmp_path):
+    p, env = instance
+    log = tmp_path / "argv.log"
+    fake = fake_bwrap(tmp_path, f'printf "%s\\n" "$@" > {_sh(str(log))}\nexit 0')
+    r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
+    assert r.ok and r.proc
+    seen = log.read_text().splitlines()
+    assert seen[-2:] == ["--", "/bin/true"]
+    assert seen[:5] == ["--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-net"]
+    ws = seen[seen.index("--chdir") + 1]
+    assert "scvd-probe-" in ws and not Path(ws).exists()  # a temp workspace, removed again
+    assert ["--tmpfs", str(p.home)] == seen[seen.index(str(p.home)) - 1:seen.index(str(p.home)) + 1]
+
+
+def test_proc_that_cannot_be_mounted_at_all_is_a_failure(instance, tmp_path):
+    p, env = instance
+    fake = failing(tmp_path, PROC_ERROR)
+    r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
+    assert not r.ok and not r.proc
+    v = one_line(r.verdict)
+    assert v.startswith("/proc cannot be mounted (" + PROC_ERROR + ")")
+    assert "retry with an empty /proc failed" in v
+
+
+@pytest.mark.bwrap
+def test_proc_failure_falls_back_to_an_empty_proc(instance, tmp_path):
+    p, env = instance
+    # refuses only --proc, like a container that masks /proc; otherwise the real bwrap
+    fake = fake_bwrap(tmp_path, f"""
+for a in "$@"; do [ "$a" = --proc ] && {{ echo {_sh(PROC_ERROR)} >&2; exit 1; }}; [ "$a" = -- ] && break; done
+exec {REAL_BWRAP} "$@" """)
+    r = probe(SandboxConfig(mode="auto", bwrap=str(fake)), p, env)
+    assert r.ok and not r.proc
+    v = one_line(r.verdict)
+    assert PROC_ERROR in v and "empty /proc" in v and "systempaths=unconfined" in v
+    sb = Sandbox(r, Config(sandbox=SandboxConfig(mode="auto")), p, env)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    argv = sb.wrap(["/bin/sh", "-c", "ls -A /proc | wc -l"], workspace=ws, network=False)
+    assert ["--tmpfs", "/proc"] == argv[argv.index("/proc") - 1:argv.index("/proc") + 1]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env)
+    assert (out.returncode, out.stdout.strip()) == (0, "0"), out.stderr
+
+
+def test_other_failures_quote_bwrap_and_say_what_to_try(instance, tmp_path):
+    p, env = instance
+    fake = fake_bwrap(tmp_path, "echo 'some noise' >&2\necho 'bwrap: Unknown option --frob' >&2\nexit 1")
+    r = probe(SandboxConfig(mode="auto", bwrap=str(fake)), p, env)
+    assert not r.ok
+    assert "(bwrap: Unknown option --frob)" in one_line(r.verdict)
+    assert "run it by hand" in r.verdict
+
+
+def test_a_bwrap_that_cannot_execute_is_reported(instance, tmp_path):
+    p, env = instance
+    bad = tmp_path / "bwrap"
+    bad.write_text("not a program")
+    bad.chmod(0o644)
+    r = probe(SandboxConfig(mode="auto", bwrap=str(bad)), p, env)
+    assert not r.ok
+    assert f"cannot execute {bad}: Permission denied" in one_line(r.verdict)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another owner")
+def test_a_setuid_bwrap_is_refused_without_running_it(instance, tmp_path):
+    p, env = instance
+    ran = tmp_path / "ran"
+    fake = fake_bwrap(tmp_path, f"touch {_sh(str(ran))}")
+    os.chown(fake, 65534, 65534)
+    fake.chmod(0o4755)
+    r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
+    assert not r.ok and not ran.exists()
+    v = one_line(r.verdict)
+    assert f"{fake} is setuid (owner uid 65534)" in v and "does not support" in v
+    assert f"chmod u-s {fake}" in v
+
+
+@pytest.mark.bwrap
+def test_the_real_bwrap_passes(instance):
+    p, env = instance
+    r = probe(SandboxConfig(mode="auto"), p, env)
+    assert r.ok and r.proc, r.verdict
+    assert r.bwrap == os.path.realpath(REAL_BWRAP) or r.bwrap == REAL_BWRAP
+    assert one_line(describe(r)).startswith("active: bwrap works at ")
+
+
+def test_required_sandbox_that_failed_refuses_calls_but_describes_itself(instance, tmp_path):
+    p, env = instance
+    fake = failing(tmp_path, USERNS_ERRORS[2])
+    r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
+    sb = Sandbox(r, Config(sandbox=SandboxConfig(mode="bwrap", bwrap=str(fake))), p, env)
+    assert not sb.active and sb.required
+    d = one_line(sb.describe())
+    assert d.startswith("unavailable (sandbox.mode = bwrap") and "uid map" in d
+    for attempt in (sb.check, lambda: sb.wrap(["true"], workspace=tmp_path, network=False)):
+        with pytest.raises(Unavailable) as info:
+            attempt()
+        assert "setting up uid map" in info.value.message and info.value.kind == "unavailable"
+        assert "sandbox.mode = auto" in info.value.hint
+
+
+def test_auto_sandbox_that_failed_runs_unsandboxed(instance, tmp_path):
+    p, env = instance
+    fake = failing(tmp_path, USERNS_ERRORS[0])
+    r = probe(SandboxConfig(mode="auto", bwrap=str(fake)), p, env)
+    sb = Sandbox(r, SandboxConfig(mode="auto"), p, env)
+    assert not sb.active and not sb.required
+    sb.check()
+    assert sb.wrap(["true"], workspace=tmp_path, network=False) == ["true"]
+    assert one_line(sb.describe()).startswith("unsandboxed (sandbox.mode = auto): user namespaces refused")
+
+
+def test_active_sandbox_wraps_with_real_paths(instance, tmp_path):
+    p, env = instance
+    fake = fake_bwrap(tmp_path, "exit 0")
+    r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
+    sb = Sandbox(r, Config(sandbox=SandboxConfig(mode="bwrap", bwrap=str(fake))), p, env)
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    argv = sb.wrap(["true"], workspace=tmp_path / "link", network=True)
+    assert sb.active
+    assert argv == build_argv(["true"], bwrap=str(fake), workspace=real, network=True,
+                              hide=[p.home])  # the rest of the hidden dirs lie inside SCV_HOME
