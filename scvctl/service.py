@@ -1,0 +1,298 @@
+"""`scvctl service install|uninstall`: scvd as a systemd user service, optionally socket-activated.
+
+The unit texts below are the single source of packaging/systemd/ (a test keeps
+the two equal; `write_packaging()` regenerates them). The installer writes them
+into the user unit directory with ExecStart pointing at the scvd of this very
+Python environment, then drives `systemctl --user`. Where no user manager can
+be reached (a container, CI, an ssh session without lingering) it says so in
+one line and prints what it wrote.
+
+Exit codes: 0 done (or written while no user manager was reachable), 1 a
+systemctl step failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+EXEC_PLACEHOLDER = "ExecStart=%h/.local/bin/scvd run"
+SERVICE = "scvd.service"
+SOCKET = "scvd.socket"
+SYSTEMCTL_TIMEOUT = 60
+
+SERVICE_UNIT = f"""\
+# scvd: runs an AI agent's tool calls behind approvals, as a systemd user service.
+# `scvctl service install` writes this file with ExecStart set to the real scvd.
+# Left out on purpose: ProtectHome=, ProtectSystem=strict, PrivateTmp=,
+# RestrictNamespaces= and ProcSubset=pid break bubblewrap or hide workspaces.
+[Unit]
+Description=scvd: AI agent tool calls behind approvals
+
+[Service]
+Type=notify
+NotifyAccess=main
+{EXEC_PLACEHOLDER}
+# SIGHUP re-reads config.toml; new sessions use it
+ExecReload=/bin/kill -HUP $MAINPID
+Restart=on-failure
+RestartSec=2
+WatchdogSec=30
+# scvd cancels its own tool process groups on SIGTERM (TERM, 2 s, KILL) within
+# its grace period; whatever is left at TimeoutStopSec gets SIGKILL
+KillMode=mixed
+TimeoutStopSec=20
+UMask=0077
+NoNewPrivileges=yes
+SyslogIdentifier=scvd
+
+[Install]
+WantedBy=default.target
+"""
+
+SOCKET_UNIT = """\
+# Socket activation for scvd: systemd listens, and starts scvd.service on the
+# first connection. Installed by `scvctl service install --socket-activated`.
+[Unit]
+Description=scvd socket
+
+[Socket]
+ListenStream=%t/scv/scvd.sock
+SocketMode=0600
+DirectoryMode=0700
+RemoveOnStop=yes
+
+[Install]
+WantedBy=sockets.target
+"""
+
+UNITS = {SERVICE: SERVICE_UNIT, SOCKET: SOCKET_UNIT}
+
+
+def unit_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """The user unit directory systemd reads: $XDG_CONFIG_HOME/systemd/user."""
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or str(Path.home()), ".config")
+    return Path(base) / "systemd" / "user"
+
+
+def scvd_command() -> list[str]:
+    """The scvd of this Python environment: next to the interpreter, on PATH, or `python -m scvd`."""
+    sibling = Path(sys.executable).parent / "scvd"
+    if sibling.is_file() and os.access(sibling, os.X_OK):
+        return [str(sibling), "run"]
+    found = shutil.which("scvd")
+    if found:
+        return [os.path.abspath(found), "run"]
+    return [os.path.abspath(sys.executable), "-m", "scvd", "run"]
+
+
+def quote_exec_arg(arg: str, *, executable: bool = False) -> str:
+    """One word of an Exec*= line, quoted if needed, `%` doubled against specifier expansion.
+
+    `$` is doubled against variable expansion in arguments only: the executable
+    path is never expanded, so there `$$` would stay two characters.
+    """
+    text = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    if not executable:
+        text = text.replace("$", "$$")
+    if not arg or any(c.isspace() for c in arg) or text != arg:
+        return f'"{text}"'
+    return text
+
+
+def exec_start_line(command: list[str]) -> str:
+    words = [quote_exec_arg(command[0], executable=True), *map(quote_exec_arg, command[1:])]
+    return "ExecStart=" + " ".join(words)
+
+
+def render_units(command: list[str]) -> dict[str, str]:
+    """The unit files with ExecStart= set to `command`."""
+    return {SERVICE: SERVICE_UNIT.replace(EXEC_PLACEHOLDER, exec_start_line(command)), SOCKET: SOCKET_UNIT}
+
+
+def write_packaging(dest: Path | None = None) -> None:
+    """Regenerate packaging/systemd/ from the texts above."""
+    dest = dest or Path(__file__).resolve().parents[1] / "packaging" / "systemd"
+    for name, text in UNITS.items():
+        (dest / name).write_text(text)
+
+
+def install_steps(socket_activated: bool) -> list[list[str]]:
+    """The systemctl --user arguments, in order, after the unit files are written."""
+    if socket_activated:
+        # stop a daemon that bound the socket itself: systemd takes the path over
+        # and start it on demand only
+        return [["daemon-reload"], ["stop", SERVICE], ["disable", SERVICE], ["enable", "--now", SOCKET]]
+    return [["daemon-reload"], ["disable", "--now", SOCKET], ["enable", SERVICE], ["restart", SERVICE]]
+
+
+UNINSTALL_STEPS = [["disable", "--now", SOCKET], ["disable", "--now", SERVICE]]
+TOLERATED = {"disable", "stop"}  # may fail when the unit was never installed or loaded
+
+
+@dataclass
+class Report:
+    """What a run did, for the text and the --json output."""
+
+    action: str
+    dry_run: bool
+    unit_dir: str
+    wrote: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    exec_start: str | None = None
+    contents: dict[str, str] = field(default_factory=dict)  # dry run: the unit texts by path
+    manager: bool | None = None  # None: not asked (dry run)
+    manager_error: str | None = None
+    ran: list[dict] = field(default_factory=list)
+    planned: list[str] = field(default_factory=list)
+    failed: bool = False
+
+
+def systemctl(args: list[str]) -> subprocess.CompletedProcess[str] | None:
+    """Run `systemctl --user ARGS`; None when systemctl is not installed."""
+    exe = shutil.which("systemctl")
+    if exe is None:
+        return None
+    return subprocess.run([exe, "--user", *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=SYSTEMCTL_TIMEOUT)
+
+
+def run_steps(report: Report, steps: list[list[str]]) -> None:
+    """Run the steps; the first one tells whether a user manager answers at all."""
+    for i, args in enumerate(steps):
+        done = systemctl(args)
+        if i == 0 and (done is None or done.returncode != 0):
+            report.manager = False
+            report.manager_error = "systemctl is not installed" if done is None else \
+                _first_line(done.stderr) or f"exit {done.returncode}"
+            return
+        report.manager = True
+        assert done is not None
+        report.ran.append({"argv": ["systemctl", "--user", *args], "returncode": done.returncode,
+                           "stderr": done.stderr.strip()})
+        if done.returncode != 0 and args[0] not in TOLERATED:
+            report.failed = True
+            return
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def install(*, socket_activated: bool, dry_run: bool) -> Report:
+    directory = unit_dir()
+    command = scvd_command()
+    units = render_units(command)
+    report = Report("install", dry_run, str(directory), exec_start=exec_start_line(command))
+    steps = install_steps(socket_activated)
+    if dry_run:
+        report.wrote = [str(directory / name) for name in units]
+        report.contents = {str(directory / name): text for name, text in units.items()}
+        report.planned = [" ".join(["systemctl", "--user", *s]) for s in steps]
+        return report
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in units.items():
+        _write_atomic(directory / name, text)
+        report.wrote.append(str(directory / name))
+    run_steps(report, steps)
+    return report
+
+
+def uninstall(*, dry_run: bool) -> Report:
+    directory = unit_dir()
+    present = [directory / name for name in UNITS if (directory / name).exists()]
+    report = Report("uninstall", dry_run, str(directory))
+    if dry_run:
+        report.removed = [str(p) for p in present]
+        report.planned = [" ".join(["systemctl", "--user", *s]) for s in UNINSTALL_STEPS + [["daemon-reload"]]]
+        return report
+    # disable while the unit files still exist, then remove them, then reload
+    run_steps(report, [["daemon-reload"], *UNINSTALL_STEPS])
+    for path in present:
+        path.unlink()
+        report.removed.append(str(path))
+    if report.manager:
+        run_steps(report, [["daemon-reload"]])
+    return report
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def print_report(report: Report, as_json: bool, out=sys.stdout) -> None:
+    if as_json:
+        print(json.dumps(report.__dict__, indent=2), file=out)
+        return
+    would = "would " if report.dry_run else ""
+    for path in report.wrote:
+        print(f"{would}write {path}" if would else f"wrote {path}", file=out)
+        if path in report.contents:
+            print("    " + report.contents[path].rstrip("\n").replace("\n", "\n    "), file=out)
+    for path in report.removed:
+        print(f"{would}remove {path}" if would else f"removed {path}", file=out)
+    if report.exec_start and not report.dry_run:
+        print(f"with {report.exec_start}", file=out)
+    for line in report.planned:
+        print(f"would run: {line}", file=out)
+    for step in report.ran:
+        status = "ok" if step["returncode"] == 0 else f"exit {step['returncode']}: {step['stderr']}"
+        print(f"ran: {' '.join(step['argv'])} ({status})", file=out)
+    if report.manager is False:
+        then = "the files above are in place for the next login, or start scvd without systemd: " \
+            "scvd run --daemon" if report.action == "install" else "nothing was disabled or stopped"
+        print(f"systemctl --user cannot reach a user manager ({report.manager_error}); {then}", file=out)
+    elif report.failed:
+        print("a systemctl step failed; see: journalctl --user -u scvd", file=out)
+
+
+def _cmd_install(args: argparse.Namespace) -> int:
+    report = install(socket_activated=args.socket_activated, dry_run=args.dry_run)
+    print_report(report, getattr(args, "json", False))
+    return 1 if report.failed else 0
+
+
+def _cmd_uninstall(args: argparse.Namespace) -> int:
+    report = uninstall(dry_run=args.dry_run)
+    print_report(report, getattr(args, "json", False))
+    return 1 if report.failed else 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Mount `service install|uninstall`; each sets `func(args) -> exit code`."""
+    parser = subparsers.add_parser("service", help="install scvd as a systemd user service")
+    sub = parser.add_subparsers(dest="service_command", required=True)
+    inst = sub.add_parser("install", help="write the user units and enable them")
+    inst.add_argument("--socket-activated", action="store_true",
+                      help="enable scvd.socket: systemd listens and starts scvd on the first connection")
+    inst.set_defaults(func=_cmd_install)
+    uninst = sub.add_parser("uninstall", help="disable and remove the user units")
+    uninst.set_defaults(func=_cmd_uninstall)
+    for p in (inst, uninst):
+        p.add_argument("--dry-run", action="store_true", help="print what would be written and run")
+        # SUPPRESS: a top-level --json of scvctl must not be reset by this subparser's default
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m scvctl.service install ...`: the same as `scvctl service install ...`."""
+    parser = argparse.ArgumentParser(prog="scvctl")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["service", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

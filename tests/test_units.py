@@ -1,0 +1,228 @@
+"""The systemd user units: `systemd-analyze --user verify` on what we ship and on what install writes.
+
+verify exits 0 on many parse errors (a bad Type= is only "ignoring"), so the
+check reads its output: a clean unit prints nothing at all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scvctl import service
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGING = ROOT / "packaging" / "systemd"
+
+pytestmark = pytest.mark.systemd
+needs_analyze = pytest.mark.skipif(
+    not shutil.which("systemd-analyze"), reason="needs systemd-analyze (bash .ci/setup installs systemd)")
+
+
+@pytest.fixture
+def user_env(tmp_path) -> dict[str, str]:
+    """A user with a fresh HOME and a 0700 runtime dir where no user manager runs."""
+    home, runtime = tmp_path / "home", tmp_path / "runtime"
+    home.mkdir()
+    runtime.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("XDG_", "DBUS_", "SCV", "NOTIFY_", "LISTEN_"))}
+    env.update(HOME=str(home), XDG_RUNTIME_DIR=str(runtime), XDG_CONFIG_HOME=str(home / ".config"),
+               PYTHONPATH=str(ROOT))
+    return env
+
+
+def verify_problems(units: list[Path], env: dict[str, str]) -> list[str]:
+    """Every line systemd-analyze prints about the units; [] means clean."""
+    done = subprocess.run(["systemd-analyze", "--user", "verify", *map(str, units)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    if done.returncode != 0:
+        lines.append(f"systemd-analyze exited {done.returncode}")
+    return lines
+
+
+def fake_scvd(env: dict[str, str]) -> None:
+    """%h/.local/bin/scvd must be executable for verify to accept the shipped ExecStart."""
+    bin_dir = Path(env["HOME"]) / ".local" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "scvd").symlink_to(sys.executable)
+
+
+def run_service(env: dict[str, str], *args: str, python: str = sys.executable) -> subprocess.CompletedProcess:
+    return subprocess.run([python, "-m", "scvctl.service", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def installed(env: dict[str, str]) -> list[Path]:
+    unit_dir = Path(env["XDG_CONFIG_HOME"]) / "systemd" / "user"
+    return [unit_dir / "scvd.service", unit_dir / "scvd.socket"]
+
+
+@pytest.fixture
+def stub_systemctl(tmp_path, user_env):
+    """A systemctl that records its arguments (exit code per verb from FAIL_VERB) for the success paths."""
+    bin_dir = tmp_path / "stub-bin"
+    bin_dir.mkdir()
+    log = tmp_path / "systemctl.log"
+    script = bin_dir / "systemctl"
+    script.write_text(
+        "#!/bin/bash\n"
+        f'echo "$*" >> "{log}"\n'
+        'if [[ -n "$FAIL_VERB" && "$2" == "$FAIL_VERB" ]]; then echo "Job failed" >&2; exit 1; fi\n'
+    )
+    script.chmod(0o755)
+    user_env["PATH"] = f"{bin_dir}:{user_env['PATH']}"
+    return log
+
+
+def test_packaging_is_generated_from_the_installer():
+    for name, text in service.UNITS.items():
+        assert (PACKAGING / name).read_text() == text, (
+            f"packaging/systemd/{name} is stale: run "
+            "python -c 'from scvctl.service import write_packaging; write_packaging()'")
+
+
+def test_service_unit_has_the_required_options_and_none_of_the_harmful_ones():
+    text = (PACKAGING / "scvd.service").read_text()
+    settings = {line.split("=", 1)[0]: line.split("=", 1)[1]
+                for line in text.splitlines() if "=" in line and not line.startswith("#")}
+    assert settings["Type"] == "notify" and settings["NotifyAccess"] == "main"
+    assert settings["ExecStart"] == "%h/.local/bin/scvd run"
+    assert settings["ExecReload"] == "/bin/kill -HUP $MAINPID"
+    assert settings["Restart"] == "on-failure" and settings["UMask"] == "0077"
+    assert settings["NoNewPrivileges"] == "yes" and settings["WatchdogSec"] == "30"
+    assert "TimeoutStopSec" in settings
+    for harmful in ("ProtectHome", "ProtectSystem", "PrivateTmp", "RestrictNamespaces", "ProcSubset"):
+        assert harmful not in settings
+    sock = (PACKAGING / "scvd.socket").read_text()
+    for line in ("ListenStream=%t/scv/scvd.sock", "SocketMode=0600", "DirectoryMode=0700"):
+        assert line in sock.splitlines()
+
+
+@needs_analyze
+def test_shipped_units_verify_clean(user_env):
+    fake_scvd(user_env)
+    assert verify_problems([PACKAGING / "scvd.service", PACKAGING / "scvd.socket"], user_env) == []
+
+
+@needs_analyze
+def test_a_broken_unit_is_caught(user_env, tmp_path):
+    fake_scvd(user_env)
+    broken = tmp_path / "broken" / "scvd.service"
+    broken.parent.mkdir()
+    broken.write_text((PACKAGING / "scvd.service").read_text().replace("Type=notify", "Type=bogus"))
+    problems = verify_problems([broken], user_env)
+    assert any("bogus" in line for line in problems)
+    # and the exit code alone would have passed it: that is why the output is read
+    assert not any(line.startswith("systemd-analyze exited") for line in problems)
+
+
+@needs_analyze
+def test_a_missing_executable_is_caught(user_env):
+    # no %h/.local/bin/scvd: the shipped placeholder must fail until install replaces it
+    problems = verify_problems([PACKAGING / "scvd.service"], user_env)
+    assert any("is not executable" in line for line in problems)
+
+
+@needs_analyze
+def test_install_without_a_user_manager_says_so_and_writes_units_that_verify(user_env):
+    done = run_service(user_env, "install")
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stdout.splitlines() if "cannot reach a user manager" in line]
+    assert len(notes) == 1 and "scvd run --daemon" in notes[0]
+    for path in installed(user_env):
+        assert f"wrote {path}" in done.stdout
+    text = installed(user_env)[0].read_text()
+    assert "%h/.local/bin/scvd" not in text
+    assert service.exec_start_line(service.scvd_command()) in text.splitlines()
+    assert verify_problems(installed(user_env), user_env) == []
+
+
+@needs_analyze
+def test_install_quotes_an_odd_path_so_systemd_finds_it(user_env, tmp_path):
+    odd = tmp_path / "odd dir %n $HOME" / "bin"
+    odd.mkdir(parents=True)
+    (odd / "python").symlink_to(sys.executable)
+    (odd / "scvd").symlink_to(sys.executable)  # the scvd next to the interpreter wins
+    done = run_service(user_env, "install", python=str(odd / "python"))
+    assert done.returncode == 0, done.stderr
+    text = installed(user_env)[0].read_text()
+    line = next(line for line in text.splitlines() if line.startswith("ExecStart="))
+    assert line == f'ExecStart="{str(odd).replace("%", "%%")}/scvd" run'
+    assert verify_problems(installed(user_env), user_env) == []
+
+
+def test_dry_run_writes_nothing_and_shows_everything(user_env):
+    done = run_service(user_env, "install", "--socket-activated", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert not any(p.exists() for p in installed(user_env))
+    assert "    Type=notify" in done.stdout and "    ListenStream=%t/scv/scvd.sock" in done.stdout
+    assert "would run: systemctl --user enable --now scvd.socket" in done.stdout
+
+
+def test_install_runs_systemctl_in_order(user_env, stub_systemctl):
+    done = run_service(user_env, "install")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert stub_systemctl.read_text().splitlines() == [
+        "--user daemon-reload",
+        "--user disable --now scvd.socket",
+        "--user enable scvd.service",
+        "--user restart scvd.service",
+    ]
+    assert "cannot reach" not in done.stdout
+
+
+def test_socket_activated_install_enables_the_socket(user_env, stub_systemctl):
+    done = run_service(user_env, "install", "--socket-activated", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert stub_systemctl.read_text().splitlines() == [
+        "--user daemon-reload",
+        "--user stop scvd.service",
+        "--user disable scvd.service",
+        "--user enable --now scvd.socket",
+    ]
+    assert '"manager": true' in done.stdout
+
+
+def test_a_failing_step_fails_the_install(user_env, stub_systemctl):
+    user_env["FAIL_VERB"] = "restart"
+    done = run_service(user_env, "install")
+    assert done.returncode == 1
+    assert "exit 1: Job failed" in done.stdout and "journalctl --user -u scvd" in done.stdout
+
+
+def test_uninstall_disables_then_removes(user_env, stub_systemctl):
+    assert run_service(user_env, "install").returncode == 0
+    stub_systemctl.write_text("")
+    done = run_service(user_env, "uninstall")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not any(p.exists() for p in installed(user_env))
+    assert stub_systemctl.read_text().splitlines() == [
+        "--user daemon-reload",
+        "--user disable --now scvd.socket",
+        "--user disable --now scvd.service",
+        "--user daemon-reload",
+    ]
+
+
+@pytest.mark.parametrize("arg, word", [
+    ("/usr/bin/scvd", "/usr/bin/scvd"),
+    ("/opt/my tools/scvd", '"/opt/my tools/scvd"'),
+    ("50%", '"50%%"'),
+    ("$HOME", '"$$HOME"'),
+    ('say "hi"', '"say \\"hi\\""'),
+    ("", '""'),
+])
+def test_exec_quoting(arg, word):
+    assert service.quote_exec_arg(arg) == word
+
+
+def test_the_executable_keeps_its_dollar_signs():
+    assert service.quote_exec_arg("/opt/$x/scvd", executable=True) == "/opt/$x/scvd"
+    assert service.exec_start_line(["/opt/a b/scvd", "run", "$X"]) == 'ExecStart="/opt/a b/scvd" run "$$X"'
