@@ -1,0 +1,433 @@
+"""The one process runner: every tool that starts a process goes through `run_process()`.
+
+Rules it keeps (seed 000, DESIGN.md "Process runner"):
+- The child leads a new session and process group, reads /dev/null, and gets an
+  explicit environment (`child_env()`, a pure function).
+- stdout and stderr share one pipe read into one byte cap that keeps the head and
+  the tail; memory stays bounded whatever the child writes.
+- Deadline: SIGKILL to everything of the call at once. Cancel: SIGTERM, up to
+  2 s, then SIGKILL. After the leader exits, whatever is left is killed and the
+  pipe is drained for at most `DRAIN_SECONDS`, so `sleep 1000 &` cannot hold a
+  call open.
+- "Everything of the call" is the leader's process group and session, the
+  descendants seen by periodic /proc scans, and orphans re-parented to scvd (a
+  child subreaper, see `set_child_subreaper()`) that no other run claims.
+- Process group or pid 0 and 1, and scvd's own group, are never signalled.
+- Only pids the runner can attribute are reaped; the leader itself is reaped
+  through its pidfd, without asyncio's child watcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from .proctree import (  # noqa: F401 - set_child_subreaper and friends are re-exported for the server
+    ProcStat,
+    descendants,
+    is_child_subreaper,
+    read_stat,
+    reap,
+    reap_zombies,
+    scan_processes,
+    set_child_subreaper,
+    signal_group,
+    signal_pid,
+)
+
+TERM_GRACE_SECONDS = 2.0  # cancel: SIGTERM, this long, then SIGKILL
+DRAIN_SECONDS = 0.5  # after the leader exits, read leftovers at most this long
+POLL_SECONDS = 0.05  # how often the cancel grace looks whether all are gone
+SCAN_FIRST, SCAN_MAX = 0.05, 2.0  # descendant scans back off from first to max
+READ_CHUNK = 1 << 20
+PIPE_SIZE = 1 << 20  # a larger pipe means fewer wake-ups for a flood
+
+ALWAYS_REMOVED = ("NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "SCV_SOCKET")
+ALWAYS_REMOVED_PREFIXES = ("SCV_", "SCVD_")
+
+
+# --- the environment (pure) ---------------------------------------------------
+
+
+def child_env(
+    base: Mapping[str, str],
+    *,
+    remove: Iterable[str] = (),
+    remove_prefixes: Iterable[str] = (),
+    set: Mapping[str, str] | None = None,  # noqa: A002 - the name is the interface
+) -> dict[str, str]:
+    """`base` minus scvd's own variables and `remove`/`remove_prefixes`, plus `set`."""
+    names = frozenset(ALWAYS_REMOVED).union(remove)
+    prefixes = ALWAYS_REMOVED_PREFIXES + tuple(remove_prefixes)
+    env = {k: v for k, v in base.items() if k not in names and not k.startswith(prefixes)}
+    env.update(set or {})
+    return env
+
+
+# --- the bounded output buffer (pure) -------------------------------------------
+
+
+class CappedOutput:
+    """Keeps the first `limit // 2` and the last `limit - limit // 2` bytes of a stream."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 2:
+            raise ValueError("output limit must be at least 2 bytes")
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.seen = 0
+
+    def feed(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        self.seen += len(view)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += view[:room]
+            view = view[room:]
+        if len(view) >= self.tail_limit:
+            self.tail[:] = view[-self.tail_limit:]
+        elif view:
+            self.tail += view
+            del self.tail[: max(0, len(self.tail) - self.tail_limit)]
+
+    @property
+    def kept(self) -> int:
+        return len(self.head) + len(self.tail)
+
+    @property
+    def truncated(self) -> bool:
+        return self.seen > self.kept
+
+    def text(self) -> str:
+        """The output as text; a marker line stands where bytes were dropped."""
+        if not self.truncated:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace")
+        head = _cut_partial_char_end(bytes(self.head))
+        tail = _cut_partial_char_start(bytes(self.tail))
+        omitted = self.seen - len(head) - len(tail)
+        marker = f"\n... {omitted} bytes omitted ...\n"
+        return head.decode("utf-8", "replace") + marker + tail.decode("utf-8", "replace")
+
+
+def _cut_partial_char_start(data: bytes) -> bytes:
+    # drop up to 3 UTF-8 continuation bytes left from a character cut in two
+    n = 0
+    while n < min(3, len(data)) and 0x80 <= data[n] <= 0xBF:
+        n += 1
+    return data[n:]
+
+
+def _cut_partial_char_end(data: bytes) -> bytes:
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return data
+        if byte >= 0xC0:  # a lead byte: keep it only if its character is complete
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if need <= back else data[:-back]
+    return data
+
+
+_LEADERS: set[int] = set()  # pids a running call reaps itself through its Popen
+_RUNS: set["_Run"] = set()
+
+
+def reap_orphans(procs: Mapping[int, ProcStat] | None = None) -> list[int]:
+    """Reap zombie children of scvd that no run waits for (the server may call it any time).
+
+    Only zombies outside scvd's own session are touched: those descend from a
+    runner child (which always leads a new session), never from a subprocess
+    something else in scvd started.
+    """
+    return reap_zombies(procs, keep=_LEADERS)
+
+
+# --- one run ----------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    """What a finished process left: status, bounded output, how it ended."""
+
+    exit_code: int | None
+    signal: str | None  # e.g. "SIGKILL"
+    output: str
+    bytes_seen: int
+    bytes_kept: int
+    truncated: bool
+    timed_out: bool
+    duration_s: float
+
+
+@dataclass(eq=False)
+class _Run:
+    """The processes of one call: the leader, its group and session, what scans saw."""
+
+    popen: subprocess.Popen
+    start: int  # the leader's start time, in clock ticks
+    tracked: dict[int, int] = field(default_factory=dict)  # pid -> start time
+    last_scan: Mapping[int, ProcStat] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def track(self, procs: Mapping[int, ProcStat]) -> None:
+        """Remember every live process that belongs to this call now."""
+        self.last_scan = procs
+        members = {p.pid for p in procs.values() if self.pid in (p.pgid, p.sid)}
+        if self.popen.returncode is None:
+            members |= descendants(procs, [self.pid])
+        members |= self._orphans(procs)
+        members |= descendants(procs, members | set(self.tracked))
+        for pid in members - {self.pid}:
+            if procs[pid].alive:
+                self.tracked.setdefault(pid, procs[pid].start)
+
+    def _orphans(self, procs: Mapping[int, ProcStat]) -> set[int]:
+        # re-parented to scvd, started after our leader, claimed by no other live run
+        me, my_sid = os.getpid(), os.getsid(0)
+        return {
+            p.pid for p in procs.values()
+            if p.ppid == me and p.alive and p.sid != my_sid and p.pid not in _LEADERS
+            and p.start >= self.start and not any(r.claims(p) for r in _RUNS if r is not self)
+        }
+
+    def claims(self, p: ProcStat) -> bool:
+        return p.pid in self.tracked or self.pid in (p.pgid, p.sid)
+
+    def live(self, procs: Mapping[int, ProcStat]) -> list[int]:
+        """Tracked pids still running (and still the same process)."""
+        return [
+            pid for pid, start in self.tracked.items()
+            if pid in procs and procs[pid].start == start and procs[pid].alive
+        ]
+
+    def signal_all(self, sig: int, procs: Mapping[int, ProcStat] | None = None) -> int:
+        """Signal the group and every tracked member still running; returns how many run."""
+        procs = scan_processes() if procs is None else procs
+        self.track(procs)
+        live = self.live(procs)
+        # the group id outlives its leader only while a member holds it; else the pid may be reused
+        if self.popen.returncode is None or live:
+            signal_group(self.pid, sig)
+        for pid in live:
+            signal_pid(pid, sig)
+        return len(live)
+
+    def reap_tracked(self) -> None:
+        for pid in list(self.tracked):
+            if reap(pid):
+                del self.tracked[pid]
+
+
+def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str]) -> tuple[_Run, int]:
+    """Start the leader in a new session; returns the run and the pipe's read end."""
+    read_fd, write_fd = os.pipe()
+    try:
+        try:
+            fcntl.fcntl(read_fd, 1031, PIPE_SIZE)  # F_SETPIPE_SZ; only a speed-up
+        except OSError:
+            pass
+        os.set_blocking(read_fd, False)
+        popen = subprocess.Popen(
+            argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=write_fd,
+            stderr=write_fd, start_new_session=True, close_fds=True,
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    # registered before the next await, so no other run can take the leader for an orphan
+    _LEADERS.add(popen.pid)
+    stat = read_stat(popen.pid)
+    run = _Run(popen, stat.start if stat else 0)
+    _RUNS.add(run)
+    return run, read_fd
+
+
+class _PipeReader:
+    """Reads the shared stdout/stderr pipe into a CappedOutput from the event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, out: CappedOutput) -> None:
+        self.loop, self.fd, self.out = loop, fd, out
+        self.eof = loop.create_future()
+        loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        for _ in range(8):  # a bounded batch per wake-up keeps the loop fair
+            try:
+                data = os.read(self.fd, READ_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                data = b""
+            if not data:
+                self.close()
+                return
+            self.out.feed(data)
+
+    async def drain(self, bound: float) -> None:
+        """Wait for end of file, at most `bound` seconds."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self.eof), bound)
+        except asyncio.TimeoutError:
+            pass
+
+    def close(self) -> None:
+        if not self.eof.done():
+            self.loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.eof.set_result(None)
+
+
+async def _wait_exit(popen: subprocess.Popen) -> int:
+    """Wait for the leader through its pidfd (no child watcher involved), then reap it."""
+    loop = asyncio.get_running_loop()
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except (OSError, AttributeError):  # old kernel: poll instead
+        while popen.poll() is None:
+            await asyncio.sleep(POLL_SECONDS)
+        return popen.returncode
+    exited = loop.create_future()
+    loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+    try:
+        await exited
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    return popen.wait()
+
+
+async def run_process(
+    argv: list[str],
+    *,
+    cwd: str | Path,
+    env: Mapping[str, str],
+    timeout: float | None,
+    output_limit: int,
+    progress: Callable[[float], None] | None = None,
+    progress_interval: float = 30.0,
+) -> RunResult:
+    """Run `argv` to the end under the rules in this module's docstring."""
+    loop = asyncio.get_running_loop()
+    out = CappedOutput(output_limit)
+    started = time.monotonic()
+    run, read_fd = _spawn(argv, cwd, env)
+    reader = _PipeReader(loop, read_fd, out)
+    exit_task = loop.create_task(_wait_exit(run.popen))
+    try:
+        timed_out = await _supervise(run, exit_task, started, timeout, progress, progress_interval)
+        # the leader is gone: kill what is left, read what is buffered, both bounded
+        if run.signal_all(signal.SIGKILL):
+            await _settle(run, exit_task, DRAIN_SECONDS)
+        await reader.drain(DRAIN_SECONDS)
+    except asyncio.CancelledError:
+        await _terminate(run, exit_task)
+        raise
+    finally:
+        reader.close()
+        _release(run, exit_task)
+    return _result(run.popen.returncode, out, timed_out, time.monotonic() - started)
+
+
+async def _supervise(
+    run: _Run, exit_task: asyncio.Task, started: float, timeout: float | None,
+    progress: Callable[[float], None] | None, interval: float,
+) -> bool:
+    """Wait for the leader; track descendants, report progress, enforce the deadline."""
+    deadline = None if timeout is None else started + timeout
+    next_progress = started + interval if progress else None
+    gap = SCAN_FIRST
+    next_scan = started + gap
+    while True:
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            run.signal_all(signal.SIGKILL)
+            await asyncio.shield(exit_task)
+            return True
+        wake = min(t for t in (deadline, next_progress, next_scan) if t is not None)
+        await asyncio.wait([exit_task], timeout=max(0.0, wake - now))
+        if exit_task.done():
+            return False
+        now = time.monotonic()
+        if next_progress is not None and now >= next_progress:
+            progress(now - started)
+            next_progress += interval
+        if now >= next_scan:
+            run.track(scan_processes())
+            gap = min(gap * 2, SCAN_MAX)
+            next_scan = now + gap
+
+
+async def _settle(run: _Run, exit_task: asyncio.Task, bound: float) -> bool:
+    """Reap the run's processes as they die; True once the leader and all tracked are gone."""
+    give_up = time.monotonic() + bound
+    while True:
+        run.reap_tracked()
+        procs = scan_processes()
+        run.track(procs)
+        if exit_task.done() and not run.live(procs):
+            run.reap_tracked()
+            return True
+        if time.monotonic() >= give_up:
+            return False
+        await asyncio.sleep(POLL_SECONDS)
+
+
+async def _terminate(run: _Run, exit_task: asyncio.Task) -> None:
+    """Cancel: SIGTERM to all, up to TERM_GRACE_SECONDS for them to go, then SIGKILL."""
+    try:
+        run.signal_all(signal.SIGTERM)
+        if await _settle(run, exit_task, TERM_GRACE_SECONDS):
+            return
+    finally:
+        run.signal_all(signal.SIGKILL)
+    await _settle(run, exit_task, DRAIN_SECONDS)
+
+
+def _release(run: _Run, exit_task: asyncio.Task) -> None:
+    """Forget the run; a leader not reaped yet (a second cancel) is left to its exit task."""
+    run.reap_tracked()
+    _RUNS.discard(run)
+    if exit_task.done():
+        _LEADERS.discard(run.pid)
+        if not exit_task.cancelled():
+            exit_task.exception()  # retrieved, so a failure there is not reported as lost
+    else:
+        run.signal_all(signal.SIGKILL)
+        _PENDING.add(exit_task)
+        exit_task.add_done_callback(lambda t: (_PENDING.discard(t), _LEADERS.discard(run.pid)))
+    reap_orphans(run.last_scan)  # a slightly old scan is fine: WNOHANG on a live child is a no-op
+
+
+_PENDING: set[asyncio.Task] = set()  # exit tasks that outlived their run (kept from GC)
+
+
+def _result(code: int | None, out: CappedOutput, timed_out: bool, duration: float) -> RunResult:
+    sig = None
+    if code is not None and code < 0:
+        try:
+            sig = signal.Signals(-code).name
+        except ValueError:
+            sig = f"SIG{-code}"
+        code = None
+    return RunResult(
+        exit_code=code, signal=sig, output=out.text(), bytes_seen=out.seen,
+        bytes_kept=out.kept, truncated=out.truncated, timed_out=timed_out,
+        duration_s=round(duration, 3),
+    )

@@ -1,0 +1,311 @@
+"""The process runner with real processes: groups, deadlines, cancellation, orphans, floods."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scvd import process
+from scvd.process import CappedOutput, child_env, run_process
+from scvd.proctree import ProcStat, descendants, read_stat, reap, signal_group, signal_pid
+
+ROOT = Path(__file__).resolve().parents[1]
+PATH_ONLY = {"PATH": os.environ.get("PATH", os.defpath)}
+
+
+def run(script: str, cwd: Path, *, timeout: float | None = 30, limit: int = 64 * 1024,
+        env: dict[str, str] | None = None, **kw) -> process.RunResult:
+    argv = ["/bin/bash", "-c", script]
+    return asyncio.run(run_process(argv, cwd=cwd, env=env or PATH_ONLY, timeout=timeout,
+                                   output_limit=limit, **kw))
+
+
+def dead(pid: int) -> bool:
+    stat = read_stat(pid)
+    return stat is None or not stat.alive
+
+
+def wait_file(path: Path, bound: float = 10.0) -> str:
+    give_up = time.monotonic() + bound
+    while time.monotonic() < give_up:
+        if path.exists() and path.read_text().endswith("\n"):
+            return path.read_text()
+        time.sleep(0.01)
+    raise AssertionError(f"{path} was not written")
+
+
+@pytest.fixture
+def subreaper():
+    """This test process as a child subreaper, like scvd; switched off afterwards."""
+    assert process.set_child_subreaper()
+    assert process.is_child_subreaper()
+    yield
+    process.set_child_subreaper(False)
+    process.reap_orphans()
+
+
+# --- child_env (pure) ------------------------------------------------------------
+
+
+def test_child_env_strips_scvd_and_systemd_variables():
+    base = {
+        "PATH": "/bin", "HOME": "/h", "NOTIFY_SOCKET": "@n", "LISTEN_PID": "1", "LISTEN_FDS": "1",
+        "LISTEN_FDNAMES": "x", "SCV_SOCKET": "/s", "SCV_HOME": "/sh", "SCVD_TOOLS__X": "1",
+        "SCVX": "kept", "MY_SCV_": "kept",
+    }
+    assert child_env(base) == {"PATH": "/bin", "HOME": "/h", "SCVX": "kept", "MY_SCV_": "kept"}
+
+
+def test_child_env_removes_and_sets_without_touching_its_input():
+    base = {"A": "1", "OPENAI_API_KEY": "k", "ANTHROPIC_X": "y", "SCV_HOME": "/outer"}
+    frozen = dict(base)
+    env = child_env(base, remove=["OPENAI_API_KEY"], remove_prefixes=["ANTHROPIC_"],
+                    set={"SCV_HOME": "/private", "B": "2"})
+    assert env == {"A": "1", "SCV_HOME": "/private", "B": "2"}  # `set` wins over the stripping
+    assert base == frozen
+
+
+# --- the capped buffer (pure) -----------------------------------------------------
+
+
+def test_capped_output_under_the_limit_is_exact():
+    out = CappedOutput(10)
+    out.feed(b"hello")
+    assert (out.text(), out.seen, out.kept, out.truncated) == ("hello", 5, 5, False)
+
+
+def test_capped_output_keeps_head_and_tail_with_a_marker():
+    out = CappedOutput(8)
+    out.feed(b"0123456789abcdef")
+    assert out.text() == "0123\n... 8 bytes omitted ...\ncdef"
+    assert (out.seen, out.kept, out.truncated) == (16, 8, True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=300), cuts=st.lists(st.integers(0, 300), max_size=8),
+       limit=st.integers(2, 64))
+def test_capped_output_is_the_same_however_the_stream_is_chunked(data, cuts, limit):
+    out = CappedOutput(limit)
+    edges = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
+    for a, b in zip(edges, edges[1:]):
+        out.feed(data[a:b])
+    assert out.seen == len(data)
+    if len(data) <= limit:
+        assert bytes(out.head + out.tail) == data and not out.truncated
+    else:
+        assert bytes(out.head) == data[: limit // 2]
+        assert bytes(out.tail) == data[len(data) - (limit - limit // 2):]
+        assert out.kept == limit and out.truncated
+
+
+def test_capped_output_does_not_split_a_character():
+    text = "é" * 20  # 2 bytes each; a cap of 11 cuts characters at both ends
+    out = CappedOutput(11)
+    out.feed(text.encode())
+    head, marker, tail = out.text().partition("\n... ")
+    assert "\ufffd" not in head + tail
+    assert set(head) == {"é"} and set(tail.split("\n")[-1]) == {"é"}
+
+
+# --- /proc helpers ----------------------------------------------------------------
+
+
+def test_read_stat_survives_a_command_name_with_spaces_and_parentheses(tmp_path):
+    proc = subprocess.Popen(["/bin/bash", "-c", "printf 'x) (y z' > /proc/$$/comm; echo; read"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        proc.stdout.readline()
+        stat = read_stat(proc.pid)
+        assert stat is not None and stat.ppid == os.getpid() and stat.alive
+        assert stat.pgid == os.getpgrp() and stat.sid == os.getsid(0)
+    finally:
+        proc.communicate(b"\n")
+
+
+def test_descendants_walks_the_tree_below_the_roots():
+    def p(pid, ppid):
+        return ProcStat(pid, "S", ppid, pid, pid, 0)
+    procs = {1: p(1, 0), 10: p(10, 1), 11: p(11, 10), 12: p(12, 11), 20: p(20, 1)}
+    assert descendants(procs, [10]) == {11, 12}
+    assert descendants(procs, [99]) == set()
+
+
+def test_group_0_1_and_our_own_are_never_signalled():
+    # signal 0 only checks existence: True would mean the guard let it through
+    assert signal_group(0, 0) is False
+    assert signal_group(1, 0) is False
+    assert signal_group(os.getpgrp(), 0) is False
+    signal_pid(1, 0)
+    signal_pid(os.getpid(), 0)
+
+
+def test_reaping_leaves_other_children_of_ours_alone():
+    proc = subprocess.Popen(["/bin/sh", "-c", "exit 7"])
+    while (stat := read_stat(proc.pid)) is not None and stat.alive:
+        time.sleep(0.01)
+    assert process.reap_orphans() == []  # same session as us: not the runner's
+    assert reap(os.getpid()) is False  # not a child
+    assert proc.wait() == 7
+
+
+# --- running ----------------------------------------------------------------------
+
+
+def test_exit_status_and_one_ordered_stream(tmp_path):
+    r = run("echo out; echo err >&2; echo out2; exit 3", tmp_path)
+    assert (r.exit_code, r.signal, r.timed_out, r.truncated) == (3, None, False, False)
+    assert r.output == "out\nerr\nout2\n"
+    assert r.bytes_seen == r.bytes_kept == len(r.output)
+
+
+def test_a_signal_is_reported_by_name(tmp_path):
+    r = run("kill -TERM $$", tmp_path)
+    assert (r.exit_code, r.signal) == (None, "SIGTERM")
+
+
+def test_the_child_leads_a_new_session_reads_dev_null_and_gets_only_its_env(tmp_path):
+    r = run("cat; readlink /proc/self/fd/0; cut -d' ' -f5,6 /proc/$$/stat; echo $$; pwd; env",
+            tmp_path, env={"PATH": PATH_ONLY["PATH"], "ONLY": "this"})
+    lines = r.output.splitlines()
+    assert lines[0] == "/dev/null"
+    assert lines[1] == f"{lines[2]} {lines[2]}"  # pgid and sid are the shell's own pid
+    assert lines[3] == str(tmp_path)
+    assert "ONLY=this" in lines and not any(line.startswith("HOME=") for line in lines)
+
+
+def test_a_missing_executable_raises_before_anything_runs(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        asyncio.run(run_process([str(tmp_path / "nope")], cwd=tmp_path, env=PATH_ONLY,
+                                timeout=5, output_limit=1024))
+    assert not process._LEADERS and not process._RUNS
+
+
+def test_output_beyond_the_cap_keeps_head_and_tail(tmp_path):
+    r = run("seq 1 200000", tmp_path, limit=4096)
+    assert r.truncated and r.bytes_kept == 4096
+    assert r.bytes_seen == len("".join(f"{i}\n" for i in range(1, 200001)))
+    assert r.output.startswith("1\n2\n3\n") and r.output.endswith("199999\n200000\n")
+    omitted = r.bytes_seen - 4096
+    assert f"\n... {omitted} bytes omitted ...\n" in r.output
+
+
+def test_the_deadline_kills_the_whole_group_at_once(tmp_path):
+    r = run("sleep 1000 & echo $!; sleep 1000", tmp_path, timeout=0.5)
+    assert r.timed_out and r.signal == "SIGKILL" and r.exit_code is None
+    assert dead(int(r.output.split()[0]))
+
+
+def test_the_deadline_also_kills_a_descendant_in_its_own_session(tmp_path):
+    r = run("setsid sleep 1000 & echo $!; sleep 1000", tmp_path, timeout=0.5)
+    assert r.timed_out
+    assert dead(int(r.output.split()[0]))
+
+
+def test_a_background_child_does_not_hold_the_call_open(tmp_path):
+    # the first keeps the pipe open, the second does not; neither may outlive the call
+    r = asyncio.run(asyncio.wait_for(run_process(
+        ["/bin/bash", "-c", "sleep 1000 & echo $!; sleep 1000 >/dev/null 2>&1 & echo $!; echo done"],
+        cwd=tmp_path, env=PATH_ONLY, timeout=None, output_limit=1024), 20))
+    first, second, done = r.output.split()
+    assert (r.exit_code, r.timed_out, done) == (0, False, "done")
+    assert dead(int(first)) and dead(int(second))
+
+
+def test_a_setsid_double_forked_orphan_is_killed_and_reaped(tmp_path, subreaper):
+    pid_file = tmp_path / "pid"
+    script = (f"( setsid sh -c 'echo $$ > {pid_file}; exec sleep 1000' & ); "
+              f"while [ ! -s {pid_file} ]; do sleep 0.01; done; setsid -f sleep 1000")
+    r = run(script, tmp_path)
+    assert r.exit_code == 0
+    orphan = int(pid_file.read_text())
+    assert read_stat(orphan) is None  # killed, and reaped by us: no zombie left
+    assert not [p for p in process.scan_processes().values() if p.ppid == os.getpid()
+                and p.sid != os.getsid(0)]  # the `setsid -f` one is gone as well
+
+
+def test_cancel_sends_term_then_kill_to_a_descendant_that_ignores_term(tmp_path):
+    pid_file, log = tmp_path / "pid", tmp_path / "log"
+    (tmp_path / "stubborn.sh").write_text(
+        f"trap 'echo got-term >> {log}' TERM\necho $$ > {pid_file}\n"
+        f"while :; do sleep 0.05; echo alive >> {log}; done\n")
+    script = "bash stubborn.sh & wait"
+
+    async def scenario() -> int:
+        task = asyncio.ensure_future(run_process(["/bin/bash", "-c", script], cwd=tmp_path,
+                                                 env=PATH_ONLY, timeout=60, output_limit=1024))
+        await asyncio.to_thread(wait_file, pid_file)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return int(pid_file.read_text())
+
+    pid = asyncio.run(scenario())
+    lines = log.read_text().split()
+    assert "got-term" in lines
+    assert "alive" in lines[lines.index("got-term") + 1:]  # it outlived the TERM ...
+    assert dead(pid)  # ... and not the KILL
+    assert not process._RUNS and not process._LEADERS
+
+
+def test_cancel_of_a_polite_command_does_not_wait_out_the_grace(tmp_path, monkeypatch):
+    monkeypatch.setattr(process, "TERM_GRACE_SECONDS", 1000.0)
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(run_process(["/bin/bash", "-c", "sleep 1000 & wait"],
+                                                 cwd=tmp_path, env=PATH_ONLY, timeout=None,
+                                                 output_limit=1024))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 20)  # with a 1000 s grace, only an early end passes
+
+    asyncio.run(scenario())
+
+
+def test_progress_is_called_with_the_elapsed_time(tmp_path):
+    seen: list[float] = []
+    r = run("sleep 0.5", tmp_path, progress=seen.append, progress_interval=0.1)
+    assert r.exit_code == 0 and seen
+    assert seen == sorted(seen) and 0 < seen[0] <= r.duration_s
+
+
+def test_concurrent_runs_keep_their_own_output(tmp_path):
+    async def both():
+        argv = lambda word: ["/bin/bash", "-c", f"for i in 1 2 3; do echo {word}; sleep 0.05; done"]  # noqa: E731
+        return await asyncio.gather(*(
+            run_process(argv(w), cwd=tmp_path, env=PATH_ONLY, timeout=30, output_limit=1024)
+            for w in ("left", "right")))
+
+    left, right = asyncio.run(both())
+    assert left.output == "left\n" * 3 and right.output == "right\n" * 3
+
+
+FLOOD = """
+import asyncio, json, resource, sys
+from scvd.process import run_process
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+r = asyncio.run(run_process(["/bin/bash", "-c", "head -c 1G /dev/zero"], cwd="/", env={},
+                            timeout=None, output_limit=256 * 1024))
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"before_kib": before, "after_kib": after, "seen": r.bytes_seen,
+                  "kept": r.bytes_kept, "truncated": r.truncated, "exit": r.exit_code}))
+"""
+
+
+@pytest.mark.slow
+def test_a_gigabyte_of_output_stays_within_the_cap_and_memory_stays_bounded(tmp_path):
+    done = subprocess.run([sys.executable, "-c", FLOOD], cwd=ROOT, capture_output=True, text=True,
+                          env={**PATH_ONLY, "PYTHONPATH": str(ROOT)}, timeout=110, check=True)
+    got = json.loads(done.stdout)
+    assert (got["seen"], got["kept"], got["truncated"], got["exit"]) == (1 << 30, 256 * 1024, True, 0)
+    assert got["after_kib"] - got["before_kib"] < 32 * 1024  # a 1 GiB flood; the cap is 256 KiB
