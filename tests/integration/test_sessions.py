@@ -1,0 +1,85 @@
+"""session.open / session.close over the socket: what a client is told, and what a disconnect does."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from scvd import errors, protocol as p
+
+
+def test_open_needs_an_absolute_existing_directory(client, workspace: Path, tmp_path: Path):
+    (tmp_path / "file.txt").write_text("x")
+    cases = {
+        "": "needs `workspace`",
+        "relative/dir": "is relative; send an absolute path",
+        str(tmp_path / "missing"): "does not exist",
+        str(tmp_path / "file.txt"): "is not a directory",
+    }
+    for path, message in cases.items():
+        with pytest.raises(errors.InvalidRequest) as info:
+            client.request(p.SessionOpen, workspace=path)
+        assert message in info.value.message, (path, info.value.message)
+    assert client.status().sessions == 0  # the connection still works, nothing opened
+
+
+def test_a_symlinked_workspace_is_held_by_its_real_path(client, workspace: Path, tmp_path: Path):
+    link = tmp_path / "link"
+    link.symlink_to(workspace)
+    opened = client.request(p.SessionOpen, workspace=str(link))
+    assert opened.workspace == str(workspace)
+
+
+def test_one_connection_may_hold_many_sessions(client, workspace: Path, tmp_path: Path):
+    other = tmp_path / "other"
+    other.mkdir()
+    a = client.open_session(workspace)
+    b = client.open_session(other)
+    assert a != b
+    listed = {s.session: s.workspace for s in client.request(p.SessionsList).sessions}
+    assert listed == {a: str(workspace), b: str(other)}
+    client.request(p.SessionClose, session=a)
+    assert [s.session for s in client.request(p.SessionsList).sessions] == [b]
+
+
+def test_sessions_belong_to_their_connection(daemon, client, workspace: Path):
+    sid = client.open_session(workspace)
+    with daemon.client(name="intruder") as other:
+        with pytest.raises(errors.SessionNotFound, match="open one with session.open"):
+            other.request(p.Call, session=sid, tool="read", arguments={"path": "x"})
+        with pytest.raises(errors.SessionNotFound):
+            other.request(p.SessionClose, session=sid)
+    assert client.status().sessions == 1
+
+
+def test_closing_twice_is_session_not_found(client, workspace: Path):
+    sid = client.open_session(workspace)
+    client.request(p.SessionClose, session=sid)
+    with pytest.raises(errors.SessionNotFound):
+        client.request(p.SessionClose, session=sid)
+
+
+def test_disconnect_closes_the_connections_sessions_and_their_fds(daemon, workspace: Path):
+    def fd_count() -> int:
+        return len(os.listdir(f"/proc/{daemon.proc.pid}/fd"))
+
+    with daemon.client() as watcher:
+        before = fd_count()
+        with daemon.client() as c:
+            for _ in range(5):
+                c.open_session(workspace)
+            assert watcher.status().sessions == 5
+        deadline = time.monotonic() + 5
+        while watcher.status().sessions and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert watcher.status().sessions == 0
+        assert fd_count() <= before, "workspace fds were not released"
+
+
+def test_status_counts_sessions(client, workspace: Path):
+    assert client.status().sessions == 0
+    client.open_session(workspace)
+    assert client.status().sessions == 1
