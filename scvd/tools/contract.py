@@ -237,7 +237,8 @@ def _lint_parameters(name: str, schema: dict[str, Any]) -> None:
 
 def _non_trivial(prop: dict[str, Any]) -> bool:
     kinds = [prop] + list(prop.get("anyOf", []))
-    return any("enum" in k or k.get("type") in ("object", "array") for k in kinds)
+    # msgspec puts Enum classes and nested Structs under $defs: a $ref is always an enum or object
+    return any("enum" in k or "$ref" in k or k.get("type") in ("object", "array") for k in kinds)
 
 
 # --- the registry -------------------------------------------------------------
