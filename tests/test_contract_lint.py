@@ -1,0 +1,229 @@
+"""The tool design-rule lint (seed 003) and the registry: each rule fails once, a valid tool passes."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Literal
+
+import msgspec
+import pytest
+
+from scvd.tools.contract import (
+    Plan, Registry, Tool, ToolDefinitionError, ToolFlags, ToolRisk, lint,
+)
+
+GOOD_DESCRIPTION = (
+    "Read a text file from the workspace.\n"
+    "Use for reading source files; write for changing them.\n"
+    "Precondition: the path is inside the workspace."
+)
+
+
+def meta(text: str) -> Any:
+    return msgspec.Meta(description=text)
+
+
+class GoodArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    path: Annotated[str, meta("Workspace-relative path, e.g. 'src/main.py'")]
+    limit: Annotated[int, meta("Most bytes to return, e.g. 65536")] = 65536
+    mode: Annotated[Literal["text", "bytes"], meta("How to return it, e.g. 'text' for UTF-8")] = "text"
+    tags: Annotated[list[str], meta("Labels for the audit log, e.g. ['ci']")] = []
+
+
+def make_tool(name: str = "good_tool", description: str = GOOD_DESCRIPTION, arguments: type = GoodArgs,
+              risk: Any = ToolRisk.READ_ONLY, flags: ToolFlags = ToolFlags(),
+              schema: dict[str, Any] | None = None) -> Tool:
+    """A tool class built from parts, so each test breaks exactly one of them."""
+
+    def plan(self: Tool, args: Any, ctx: Any) -> Plan:
+        return Plan(risk=self.risk, summary="x")
+
+    async def run(self: Tool, args: Any, plan: Plan, ctx: Any) -> Any:
+        return {}
+
+    body: dict[str, Any] = {"name": name, "description": description, "Arguments": arguments,
+                            "risk": risk, "flags": flags, "plan": plan, "run": run}
+    if schema is not None:
+        body["input_schema"] = lambda self: schema
+    return type("MadeTool", (Tool,), body)()
+
+
+def broken_rule(tool: Tool) -> ToolDefinitionError:
+    with pytest.raises(ToolDefinitionError) as info:
+        lint(tool)
+    return info.value
+
+
+def test_valid_tool_passes_and_registers():
+    tool = make_tool()
+    lint(tool)
+    registry = Registry([tool])
+    assert registry.get("good_tool") is tool
+    assert registry.names() == ["good_tool"]
+
+
+@pytest.mark.parametrize("name", ["Read", "read-file", "x", "9read", "", "a" * 65, "read file"])
+def test_name_rule(name):
+    err = broken_rule(make_tool(name=name))
+    assert err.rule == "name"
+    assert repr(name) in str(err)
+
+
+@pytest.mark.parametrize("description", [
+    "Read a text file from the workspace, use for reading source files; write for changing them.",
+    "Read a text file from the workspace.\nUse for reading source files; write for changing them.",
+    GOOD_DESCRIPTION + "\nAnd one more line that has no business being here.",
+    "Read a text file from the workspace.\n\nUse for reading source files; write for changing them.",
+])
+def test_three_lines_rule(description):
+    err = broken_rule(make_tool(description=description))
+    assert err.rule == "three_lines"
+    assert "3 lines" in str(err)
+
+
+@pytest.mark.parametrize("description", [
+    "Read a file.\nUse for reading.\nNone.",  # too short
+    "Read a text file from the workspace " + "x" * 120 + ".\n"
+    "Use for reading source files; write for changing them.\nPrecondition: none.",  # too long
+])
+def test_length_rule(description):
+    err = broken_rule(make_tool(description=description))
+    assert err.rule == "length"
+    assert str(len(description)) in str(err)
+
+
+def test_english_rule_in_description():
+    text = GOOD_DESCRIPTION.replace("Read a text file", "读取 a text file")
+    err = broken_rule(make_tool(description=text))
+    assert err.rule == "english"
+    assert "读" in str(err)
+
+
+def test_english_rule_in_parameter():
+    class Args(msgspec.Struct):
+        path: Annotated[str, meta("文件路径, e.g. 'a.txt'")]
+
+    err = broken_rule(make_tool(arguments=Args))
+    assert err.rule == "english"
+    assert "'path'" in str(err)
+
+
+def test_bold_rule():
+    text = GOOD_DESCRIPTION.replace("Read a text file", "Read a **text** file")
+    err = broken_rule(make_tool(description=text))
+    assert err.rule == "no_bold"
+
+
+def test_when_line_rule():
+    text = GOOD_DESCRIPTION.replace("Use for reading source files; write for changing them.",
+                                    "Reads bytes and decodes them as UTF-8 text.")
+    err = broken_rule(make_tool(description=text))
+    assert err.rule == "when_line"
+    assert "Reads bytes and decodes them" in str(err)
+
+
+def test_param_description_rule():
+    class Args(msgspec.Struct):
+        path: str
+
+    err = broken_rule(make_tool(arguments=Args))
+    assert err.rule == "param_description"
+    assert "'path'" in str(err)
+
+
+def test_param_example_rule():
+    class Args(msgspec.Struct):
+        path: Annotated[str, meta("The workspace-relative path to read")]
+
+    err = broken_rule(make_tool(arguments=Args))
+    assert err.rule == "param_example"
+    assert "The workspace-relative path to read" in str(err)
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Inner(msgspec.Struct):
+    key: str
+
+
+@pytest.mark.parametrize("annotation", [
+    dict[str, str], list[str], Literal["a", "b"], Colour, Inner, list[str] | None,
+], ids=["object", "array", "literal-enum", "enum-class", "struct", "optional-array"])
+def test_non_trivial_parameter_needs_20_chars(annotation):
+    Args = msgspec.defstruct("Args", [("value", Annotated[annotation, meta("e.g. x")])])
+    err = broken_rule(make_tool(arguments=Args))
+    assert err.rule == "param_detail"
+    assert "'value'" in str(err)
+
+
+def test_trivial_parameter_may_be_short():
+    class Args(msgspec.Struct):
+        n: Annotated[int, meta("e.g. 3")]
+
+    lint(make_tool(arguments=Args))
+
+
+def test_optional_without_default_rule():
+    # a Struct always gives optional fields a default; a hand-written schema may not
+    schema = {"type": "object", "required": [], "properties": {
+        "path": {"type": "string", "description": "Path to read, e.g. 'a.txt'"}}}
+    err = broken_rule(make_tool(schema=schema))
+    assert err.rule == "optional_default"
+    assert "'path'" in str(err)
+
+
+@pytest.mark.parametrize("risk", [ToolRisk.FILESYSTEM, ToolRisk.PROCESS, ToolRisk.DELEGATE])
+def test_always_allow_only_for_read_only(risk):
+    err = broken_rule(make_tool(risk=risk, flags=ToolFlags(always_allow=True)))
+    assert err.rule == "always_allow"
+    lint(make_tool(risk=ToolRisk.READ_ONLY, flags=ToolFlags(always_allow=True)))
+
+
+def test_risk_must_be_a_tool_risk():
+    err = broken_rule(make_tool(risk="read_only"))
+    assert err.rule == "risk"
+
+
+def test_error_names_tool_rule_and_text():
+    err = broken_rule(make_tool(name="named_tool", description=GOOD_DESCRIPTION.replace("\n", " ", 1)))
+    assert err.tool == "named_tool"
+    assert "named_tool" in str(err) and "three_lines" in str(err)
+
+
+def test_duplicate_registration_refused():
+    registry = Registry([make_tool()])
+    with pytest.raises(ToolDefinitionError) as info:
+        registry.register(make_tool())
+    assert info.value.rule == "unique_name"
+    assert "good_tool" in str(info.value)
+    assert len(registry) == 1
+
+
+def test_registry_lints_at_registration():
+    with pytest.raises(ToolDefinitionError):
+        Registry([make_tool(name="Bad")])
+
+
+def test_visible_hides_system_use():
+    plain = make_tool(name="plain_tool")
+    hidden = make_tool(name="hidden_tool", flags=ToolFlags(system_use=True))
+    registry = Registry([plain, hidden])
+    assert registry.visible() == [plain]
+    assert registry.visible(include_system=True) == [plain, hidden]
+
+
+def test_decode_names_the_field():
+    tool = make_tool()
+    with pytest.raises(Exception) as info:
+        tool.decode({"path": 3})
+    assert info.value.kind == "invalid_arguments"
+    assert "`path`" in info.value.message
+    with pytest.raises(Exception) as info:
+        tool.decode({"path": "a", "nope": 1})
+    assert "nope" in info.value.message
+    with pytest.raises(Exception) as info:
+        tool.decode({})
+    assert "path" in info.value.message
