@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.set_defaults(handler=cmd_tools)
     _add_approvals(sub, common)
     _add_call(sub, common)
-    for module in ("agents", "service"):
+    for module in ("agents", "service", "mcp"):
         if _exists(module):
             _mount(module, sub, common)
     return parser

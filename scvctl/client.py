@@ -21,6 +21,8 @@ import socket
 from pathlib import Path
 from typing import Any, Iterator
 
+import msgspec
+
 from scvd import __version__, errors, paths as paths_mod, protocol as p
 
 EVENT_TYPES = (p.CallStarted, p.CallProgress, p.CallCompleted, p.ApprovalRequested, p.ApprovalResolved)
@@ -209,12 +211,15 @@ class Client:
 
 
 class AsyncClient:
-    """The same client over asyncio streams."""
+    """The same client over asyncio; one reader task, so many coroutines may use it at once."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
         self.core = ClientCore()
         self.welcome: p.Welcome | None = None
+        self._changed = asyncio.Condition()
+        self._failure: errors.ScvError | None = None
+        self._pump_task = asyncio.ensure_future(self._pump())
 
     @classmethod
     async def connect(cls, path: Path | str | None = None, *, name: str = "scvctl",
@@ -229,6 +234,7 @@ class AsyncClient:
         return client
 
     async def close(self) -> None:
+        self._pump_task.cancel()
         self.writer.close()
         try:
             await self.writer.wait_closed()
@@ -243,24 +249,22 @@ class AsyncClient:
 
     async def request(self, frame: p.Frame | type, **fields: Any) -> Any:
         sent = await self.send(frame, **fields)
-        while True:
-            answer = self.core.take_answer(sent.id)  # type: ignore[attr-defined]
-            if answer is not None:
-                return answer
-            await self._read()
+        return await self._wait(lambda: self.core.take_answer(sent.id))  # type: ignore[attr-defined]
 
     async def next_event(self) -> Any:
-        while not self.core.events:
-            if self.core.orphan_errors:
-                raise error_from_frame(self.core.orphan_errors.popleft())
-            await self._read()
-        return self.core.events.popleft()
+        return await self._wait(lambda: self.core.events.popleft() if self.core.events else None)
 
-    async def _read(self) -> None:
-        data = await self.reader.read(1 << 16)
-        if not data:
-            raise ConnectionClosed("scvd closed the connection")
-        self.core.feed(data)
+    async def wait_call(self, call_id: str) -> p.CallCompleted:
+        """Wait for one call's completion, leaving other events queued."""
+
+        def find() -> p.CallCompleted | None:
+            for event in self.core.events:
+                if isinstance(event, p.CallCompleted) and event.call_id == call_id:
+                    self.core.events.remove(event)
+                    return event
+            return None
+
+        return await self._wait(find)
 
     async def open_session(self, workspace: str | os.PathLike[str]) -> str:
         return (await self.request(p.SessionOpen, workspace=str(workspace))).session
@@ -269,12 +273,29 @@ class AsyncClient:
                    **fields: Any) -> p.CallCompleted:
         call_id = (await self.request(p.Call, session=session, tool=tool,
                                       arguments=arguments or {}, **fields)).call_id
-        skipped: list[p.Frame] = []
+        return await self.wait_call(call_id)
+
+    async def _wait(self, ready: Any) -> Any:
+        async with self._changed:
+            while True:
+                value = ready()
+                if value is not None:
+                    return value
+                if self._failure is not None:
+                    raise self._failure
+                await self._changed.wait()
+
+    async def _pump(self) -> None:
         try:
             while True:
-                event = await self.next_event()
-                if isinstance(event, p.CallCompleted) and event.call_id == call_id:
-                    return event
-                skipped.append(event)
-        finally:
-            self.core.events.extendleft(reversed(skipped))
+                data = await self.reader.read(1 << 16)
+                if not data:
+                    raise ConnectionClosed("scvd closed the connection")
+                self.core.feed(data)
+                async with self._changed:
+                    self._changed.notify_all()
+        except (errors.ScvError, OSError, msgspec.DecodeError) as exc:
+            failure = exc if isinstance(exc, errors.ScvError) else ConnectionClosed(f"connection lost: {exc}")
+            self._failure = failure
+            async with self._changed:
+                self._changed.notify_all()

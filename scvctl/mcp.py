@@ -1,0 +1,197 @@
+"""`scvctl mcp`: an MCP server on stdio that forwards an MCP host's tool calls to scvd.
+
+The host starts `scvctl mcp --workspace DIR`; this process opens one scvd
+session on DIR and maps `tools/list` to `tools.list` and `tools/call` to `call`.
+Approvals stay with scvd: calls that need one wait until a person decides
+(`scvctl approvals watch` in a terminal, or a chat bridge). stdout carries only
+JSON-RPC; diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from scvd import __version__, errors, protocol as p
+
+from .client import AsyncClient
+
+SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL = -32700, -32600, -32601, -32602, -32603
+INSTRUCTIONS = (
+    "Tools run on the user's machine through scvd. Calls that are not read-only wait for the "
+    "user's approval; a denied call returns an error saying so."
+)
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    cmd = sub.add_parser("mcp", parents=[common], help="serve scvd's tools to an MCP host over stdio")
+    cmd.add_argument("--workspace", type=Path, default=Path.cwd(), help="the session's workspace (default: here)")
+    cmd.set_defaults(handler=cmd_mcp)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    return asyncio.run(serve(args.socket, args.workspace.resolve()))
+
+
+async def serve(socket: Path | None, workspace: Path) -> int:
+    client = await AsyncClient.connect(socket, name="scvctl-mcp")
+    try:
+        session = await client.open_session(workspace)
+        bridge = Bridge(client, session, _StdoutWriter())
+        await bridge.run(await _stdin_reader())
+    finally:
+        await client.close()
+    return 0
+
+
+class _StdoutWriter:
+    def write(self, message: dict[str, Any]) -> None:
+        sys.stdout.buffer.write(msgspec.json.encode(message) + b"\n")
+        sys.stdout.buffer.flush()
+
+
+async def _stdin_reader() -> asyncio.StreamReader:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=p.DEFAULT_CLIENT_FRAME_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    return reader
+
+
+class Bridge:
+    """JSON-RPC messages in, scvd frames out; each request handled in its own task."""
+
+    def __init__(self, client: AsyncClient, session: str, out: Any) -> None:
+        self.client, self.session, self.out = client, session, out
+        self.calls: dict[Any, str] = {}  # JSON-RPC id -> scvd call_id, for notifications/cancelled
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    async def run(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:  # a line over the limit
+                self._error(None, INVALID_REQUEST, "message too large")
+                continue
+            if not line:
+                break
+            if line.strip():
+                self._start(line)
+        if self.tasks:
+            await asyncio.wait(self.tasks)
+
+    def _start(self, line: bytes) -> None:
+        task = asyncio.ensure_future(self.handle(line))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def handle(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            self._error(None, PARSE_ERROR, f"not JSON: {exc}")
+            return
+        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+            if isinstance(message, dict) and ("result" in message or "error" in message):
+                return  # an answer to nothing we asked: ignore
+            self._error(message.get("id") if isinstance(message, dict) else None, INVALID_REQUEST,
+                        "expected a JSON-RPC request object with a method")
+            return
+        msg_id, method = message.get("id"), message["method"]
+        params = message.get("params") or {}
+        if msg_id is None:
+            await self._notification(method, params)
+            return
+        try:
+            result = await self._request(method, params, msg_id)
+        except _RpcError as exc:
+            self._error(msg_id, exc.code, exc.message)
+        except errors.ScvError as exc:
+            self._error(msg_id, INTERNAL, f"{exc.code}: {exc.message}")
+        else:
+            self.out.write({"jsonrpc": "2.0", "id": msg_id, "result": result})
+
+    async def _request(self, method: str, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
+        if method == "initialize":
+            return initialize_result(params)
+        if method == "ping":
+            return {}
+        if method == "tools/list":
+            tools = (await self.client.request(p.ToolsList)).tools
+            return {"tools": [mcp_tool(t) for t in tools]}
+        if method == "tools/call":
+            return await self._call(params, msg_id)
+        raise _RpcError(METHOD_NOT_FOUND, f"method {method!r} is not supported")
+
+    async def _call(self, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
+        name, arguments = params.get("name"), params.get("arguments") or {}
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            raise _RpcError(INVALID_PARAMS, "tools/call needs `name` (string) and `arguments` (object)")
+        accepted = await self.client.request(p.Call, session=self.session, tool=name, arguments=arguments)
+        self.calls[msg_id] = accepted.call_id
+        try:
+            done = await self.client.wait_call(accepted.call_id)
+        finally:
+            self.calls.pop(msg_id, None)
+        return call_result(done)
+
+    async def _notification(self, method: str, params: dict[str, Any]) -> None:
+        if method == "notifications/cancelled":
+            call_id = self.calls.get(params.get("requestId"))
+            if call_id:
+                try:
+                    await self.client.request(p.CallCancel, call_id=call_id)
+                except errors.CallNotFound:
+                    pass  # it finished first
+
+    def _error(self, msg_id: Any, code: int, message: str) -> None:
+        self.out.write({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
+
+
+class _RpcError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def initialize_result(params: dict[str, Any]) -> dict[str, Any]:
+    """Answer `initialize`: the client's protocol version if we know it, else our newest."""
+    asked = params.get("protocolVersion")
+    version = asked if asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[-1]
+    return {
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": {"name": "scvd", "version": __version__},
+        "instructions": INSTRUCTIONS,
+    }
+
+
+def mcp_tool(tool: p.ToolInfo) -> dict[str, Any]:
+    """An scvd tool as MCP lists it."""
+    read_only = tool.risk == "read_only"
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "inputSchema": tool.input_schema,
+        "annotations": {"readOnlyHint": read_only, "destructiveHint": not read_only},
+    }
+
+
+def call_result(done: p.CallCompleted) -> dict[str, Any]:
+    """A call.completed as an MCP tool result: text for every host, structured where it is an object."""
+    if done.ok:
+        payload = msgspec.to_builtins(done.result)
+        text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+        result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
+        if isinstance(payload, dict):
+            result["structuredContent"] = payload
+        return result
+    err = done.error
+    text = f"{err.kind}: {err.message}" + (f"\nhint: {err.hint}" if err.hint else "")
+    return {"content": [{"type": "text", "text": text}], "isError": True}

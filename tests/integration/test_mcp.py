@@ -1,0 +1,153 @@
+"""`scvctl mcp` as an MCP host sees it: JSON-RPC over the stdio of a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scvd import protocol as p
+
+from conftest import DaemonProc, base_env
+
+
+class McpHost:
+    """Speaks to `scvctl mcp` like an MCP host: one JSON object per line."""
+
+    def __init__(self, daemon: DaemonProc, workspace: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
+            env=base_env(daemon.home), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )
+        self.next_id = 0
+
+    def send(self, message: dict) -> None:
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict | None = None) -> int:
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params or {}})
+        return self.next_id
+
+    def read(self) -> dict:
+        line = self.proc.stdout.readline()
+        assert line, f"scvctl mcp exited: {self.proc.stderr.read()}"
+        return json.loads(line)
+
+    def rpc(self, method: str, params: dict | None = None) -> dict:
+        msg_id = self.request(method, params)
+        answer = self.read()
+        assert answer["id"] == msg_id
+        return answer
+
+    def close(self) -> int:
+        self.proc.stdin.close()
+        code = self.proc.wait(10)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return code
+
+
+@pytest.fixture
+def host(daemon: DaemonProc, workspace: Path):
+    h = McpHost(daemon, workspace)
+    init = h.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                "clientInfo": {"name": "test-host", "version": "1"}})
+    assert init["result"]["protocolVersion"] == "2025-06-18"
+    h.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    yield h
+    if h.proc.poll() is None:
+        h.close()
+
+
+def test_initialize_offers_tools_and_falls_back_to_our_newest_version(daemon, workspace):
+    h = McpHost(daemon, workspace)
+    try:
+        result = h.rpc("initialize", {"protocolVersion": "1999-01-01", "capabilities": {},
+                                      "clientInfo": {"name": "x"}})["result"]
+        assert result["protocolVersion"] == "2025-11-25"
+        assert result["capabilities"] == {"tools": {"listChanged": False}}
+        assert result["serverInfo"]["name"] == "scvd"
+    finally:
+        assert h.close() == 0
+
+
+def test_tools_list_carries_schemas_and_read_only_hints(host):
+    tools = {t["name"]: t for t in host.rpc("tools/list")["result"]["tools"]}
+    assert {"read", "write"} <= set(tools)
+    assert tools["read"]["inputSchema"]["required"] == ["path"]
+    assert tools["read"]["annotations"]["readOnlyHint"] is True
+    assert tools["write"]["annotations"]["readOnlyHint"] is False
+
+
+def test_read_call_returns_text_and_structured_content(host, workspace):
+    (workspace / "a.txt").write_text("hi\n")
+    result = host.rpc("tools/call", {"name": "read", "arguments": {"path": "a.txt"}})["result"]
+    assert result["isError"] is False
+    assert result["structuredContent"]["content"] == "hi\n"
+    assert json.loads(result["content"][0]["text"])["content"] == "hi\n"
+
+
+def test_tool_errors_are_results_with_is_error(host):
+    result = host.rpc("tools/call", {"name": "read", "arguments": {"path": "../etc/passwd"}})["result"]
+    assert result["isError"] is True
+    assert result["content"][0]["text"].startswith(("invalid_arguments: ", "failed: "))
+    result = host.rpc("tools/call", {"name": "nope", "arguments": {}})["result"]
+    assert result["isError"] and result["content"][0]["text"].startswith("unknown_tool: ")
+
+
+def test_write_waits_for_the_owner_and_a_denial_is_an_error_result(host, daemon, workspace):
+    msg_id = host.request("tools/call", {"name": "write",
+                                         "arguments": {"path": "n.txt", "content": "x", "mode": "create"}})
+    with daemon.client(name="owner") as owner:
+        pending = _wait_pending(owner)
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny", reason="no")
+    answer = host.read()
+    assert answer["id"] == msg_id and answer["result"]["isError"]
+    assert "denied" in answer["result"]["content"][0]["text"]
+    assert not (workspace / "n.txt").exists()
+
+
+def test_cancelled_notification_cancels_the_scvd_call(host, daemon):
+    msg_id = host.request("tools/call", {"name": "write",
+                                         "arguments": {"path": "c.txt", "content": "x", "mode": "create"}})
+    with daemon.client(name="owner") as owner:
+        _wait_pending(owner)
+        host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": msg_id}})
+        answer = host.read()
+        assert answer["id"] == msg_id
+        assert answer["result"]["content"][0]["text"].startswith("cancelled: ")
+        assert owner.request(p.ApprovalsList).approvals == []
+
+
+def test_bad_messages_get_json_rpc_errors_and_the_server_goes_on(host):
+    host.proc.stdin.write("{not json\n")
+    host.proc.stdin.flush()
+    assert host.read()["error"]["code"] == -32700
+    assert host.rpc("no/such/method")["error"]["code"] == -32601
+    assert host.rpc("tools/call", {"name": 5})["error"]["code"] == -32602
+    assert host.rpc("ping")["result"] == {}
+
+
+def test_not_running_daemon_exits_3(tmp_path, workspace):
+    out = subprocess.run([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
+                         env=base_env(tmp_path / "none"), capture_output=True, text=True, timeout=20,
+                         stdin=subprocess.DEVNULL)
+    assert out.returncode == 3 and "scvd is not running" in out.stderr
+    assert out.stdout == ""
+
+
+def _wait_pending(c, timeout: float = 15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = c.request(p.ApprovalsList).approvals
+        if pending:
+            return pending[0]
+        time.sleep(0.05)
+    raise AssertionError("no approval request arrived")
