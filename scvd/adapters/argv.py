@@ -1,0 +1,80 @@
+"""Argument vectors of delegated agents: pure functions, no I/O.
+
+A run is `executable fixed_args [model_args] [effort_args] prompt`. A chosen model
+or effort is substituted into its placeholder, one argument each, never shell
+text; the prompt is one argument and cannot start with `-`, so the CLI never
+reads it as a flag.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import InvalidArguments
+from .spec import EFFORT, MODEL, Adapter
+
+# 1-128 letters, digits or ._:/@[]-, not starting with '-' or '@'
+MODEL_PATTERN = r"^[A-Za-z0-9._:/\[\]][A-Za-z0-9._:/@\[\]-]{0,127}$"
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+PROMPT_PATTERN = r"^[^-]"
+
+_model_re = re.compile(MODEL_PATTERN)
+
+
+def check_model(model: str) -> str:
+    if not _model_re.fullmatch(model):
+        raise InvalidArguments(
+            f"model {model[:40]!r} is not a model name: 1-128 letters, digits or ._:/@[]-, "
+            f"not starting with - or @ (e.g. sonnet, gpt-5.1-codex)"
+        )
+    return model
+
+
+def check_effort(effort: str) -> str:
+    if effort not in EFFORTS:
+        raise InvalidArguments(f"effort {effort[:20]!r} must be one of {', '.join(EFFORTS)}")
+    return effort
+
+
+def check_prompt(prompt: str) -> str:
+    if not prompt:
+        raise InvalidArguments("prompt is empty; say what the agent should do")
+    if prompt.startswith("-"):
+        raise InvalidArguments("a prompt cannot start with '-' (it would read as a flag); reword it")
+    if "\x00" in prompt:
+        raise InvalidArguments("a prompt cannot contain a NUL character")
+    return prompt
+
+
+def substitute(template: tuple[str, ...], placeholder: str, value: str) -> list[str]:
+    """Each argument with the placeholder replaced by `value`; still one argument each."""
+    return [arg.replace(placeholder, value) for arg in template]
+
+
+def build_argv(
+    adapter: Adapter,
+    executable: str,
+    prompt: str,
+    *,
+    model: str | None = None,
+    effort: str | None = None,
+) -> list[str]:
+    """The full argument vector of one delegated run; refuses what the adapter does not offer."""
+    argv = [executable, *adapter.fixed_args]
+    if model is not None:
+        if not adapter.model_args:
+            raise InvalidArguments(f"{adapter.tool_name} offers no model choice here")
+        argv += substitute(adapter.model_args, MODEL, check_model(model))
+    if effort is not None:
+        if not adapter.effort_args:
+            raise InvalidArguments(f"{adapter.tool_name} offers no effort choice here")
+        argv += substitute(adapter.effort_args, EFFORT, check_effort(effort))
+    argv.append(check_prompt(prompt))
+    return argv
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters with a note of how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters]"

@@ -1,0 +1,193 @@
+"""`scvctl agents import codex`: copy a user's Codex setup into the private codex home.
+
+Rules (seed 000, "Signing in delegated agents"):
+- `config.toml` is copied whole; the model, provider and policies are reported.
+- `auth.json` is copied only when it holds an API key. A ChatGPT sign-in (tokens)
+  is never copied: its rotating refresh token must stay in one home.
+- A provider that reads its key through `env_key` is flagged.
+- Both files are validated before either is written; writes are atomic, 0600.
+- Nothing read here is ever printed or logged except the reported settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidRequest
+from .env import is_removed
+
+log = logging.getLogger("scvd.adapters")
+
+MAX_FILE_BYTES = 1 << 20
+CONFIG = "config.toml"
+AUTH = "auth.json"
+REPORTED = ("model", "model_provider", "model_reasoning_effort", "sandbox_mode", "approval_policy")
+
+
+@dataclass
+class ImportPlan:
+    """What an import will write, worked out completely before anything is written."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def plan_import(source: Path) -> ImportPlan:
+    """Read and validate the source setup; raise InvalidRequest if nothing can be imported."""
+    if not source.is_dir():
+        raise InvalidRequest(f"{source} is not a directory; give your Codex home with --from DIR")
+    plan = ImportPlan()
+    config_raw = _read(source / CONFIG)
+    auth_raw = _read(source / AUTH)
+    if config_raw is None and auth_raw is None:
+        raise InvalidRequest(f"{source} has neither {CONFIG} nor {AUTH}; nothing to import")
+    if config_raw is not None:
+        config = _parse_config(source / CONFIG, config_raw)
+        plan.files[CONFIG] = config_raw
+        plan.report.update(_report(config))
+        plan.warnings += _env_key_warnings(config)
+    if auth_raw is not None:
+        auth = _parse_auth(source / AUTH, auth_raw)
+        verdict, warning = _auth_verdict(auth)
+        if verdict == "api key":
+            plan.files[AUTH] = auth_raw
+        plan.report["auth"] = verdict
+        plan.warnings += [warning] if warning else []
+    else:
+        plan.report["auth"] = "none in the source"
+    if not plan.files:
+        raise InvalidRequest(
+            f"nothing to import from {source}: " + " ".join(plan.warnings)
+        )
+    return plan
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {path}: {exc.strerror}; nothing was written") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise InvalidRequest(f"{path} is larger than {MAX_FILE_BYTES} bytes; nothing was written")
+    return data
+
+
+def _parse_config(path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InvalidRequest(f"{path} is not UTF-8; nothing was written") from None
+    except tomllib.TOMLDecodeError as exc:
+        # only the position: some decoder messages quote a character of the file
+        where = str(exc).rpartition("(at ")[2].rstrip(")") or "somewhere"
+        raise InvalidRequest(f"{path} is not valid TOML (at {where}); fix it, nothing was written") from None
+
+
+def _parse_auth(path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise InvalidRequest(f"{path} is not valid JSON{where}; nothing was written") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest(f"{path} is not a JSON object; nothing was written")
+    return data
+
+
+def _auth_verdict(auth: dict[str, Any]) -> tuple[str, str | None]:
+    """("api key", None) when the file may be copied, else a verdict and why it was not."""
+    key = auth.get("OPENAI_API_KEY")
+    chatgpt = auth.get("tokens") or str(auth.get("auth_mode", "")).lower().startswith("chatgpt")
+    if chatgpt:
+        return "not copied (ChatGPT sign-in)", (
+            f"{AUTH} holds a ChatGPT sign-in, which is never copied (its rotating refresh token "
+            f"must stay in one home); run `scvctl agents login codex` to sign scvd's codex in"
+        )
+    if isinstance(key, str) and key.strip():
+        return "api key", None
+    return "not copied (no API key)", (
+        f"{AUTH} holds no API key, so it was not copied; run `scvctl agents login codex` "
+        f"if the provider needs a sign-in"
+    )
+
+
+def _report(config: dict[str, Any]) -> dict[str, Any]:
+    report = {k: config[k] for k in REPORTED if isinstance(config.get(k), (str, int, float, bool))}
+    report.setdefault("model_provider", "openai")
+    provider = _providers(config).get(report["model_provider"])
+    if provider:
+        report["wire_api"] = provider.get("wire_api", "")
+        report["requires_openai_auth"] = bool(provider.get("requires_openai_auth", False))
+        if provider.get("experimental_bearer_token"):
+            report["bearer_token"] = "present (not shown)"
+    projects = config.get("projects")
+    if isinstance(projects, dict):
+        report["projects"] = len(projects)
+    return report
+
+
+def _providers(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    providers = config.get("model_providers")
+    if not isinstance(providers, dict):
+        return {}
+    return {k: v for k, v in providers.items() if isinstance(v, dict)}
+
+
+def _env_key_warnings(config: dict[str, Any]) -> list[str]:
+    warnings = []
+    for name, provider in _providers(config).items():
+        var = provider.get("env_key")
+        if not isinstance(var, str) or not var:
+            continue
+        if is_removed(var):
+            why = f"scvd removes {var} from delegated agents"
+        else:
+            why = f"{var} must be set in scvd's own environment (systemctl --user edit scvd)"
+        warnings.append(
+            f"provider {name!r} reads its key through env_key {var}: {why}, and the user service "
+            f"does not load your shell profile; prefer experimental_bearer_token or an API-key {AUTH}"
+        )
+    return warnings
+
+
+def write_private(directory: Path, name: str, data: bytes) -> None:
+    """Write `directory/name` atomically with mode 0600 (temp file, fsync, rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, directory / name)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def import_codex(source: Path, home: Path) -> dict[str, Any]:
+    """Validate, then copy; returns {copied, report, warnings} with no secret in it."""
+    if source.resolve() == home.resolve():
+        raise InvalidRequest(f"{source} is scvd's own codex home; give your Codex home instead")
+    plan = plan_import(source)
+    for name, data in plan.files.items():
+        write_private(home, name, data)
+    if AUTH not in plan.files and (home / AUTH).exists():
+        plan.warnings.append(f"the {AUTH} already in scvd's codex home was kept")
+    copied = list(plan.files)
+    log.info("imported codex setup from %s: copied %s", source, ", ".join(copied))
+    return {"copied": copied, "report": plan.report, "warnings": plan.warnings}

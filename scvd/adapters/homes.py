@@ -1,0 +1,54 @@
+"""Private agent homes: $SCV_HOME/adapters/<name>, directories 0700 and files 0600.
+
+The daemon creates a home before each use and repairs it after each run, because
+the real CLIs create their own folders 0755 and files 0644. Repairs are logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from .. import paths as scv_paths
+from ..errors import InternalError
+from .env import home_layout
+
+log = logging.getLogger("scvd.adapters")
+
+
+def home_dir(paths: Any, name: str) -> Path:
+    """Where agent `name` keeps its sign-in and state."""
+    return Path(paths.adapters_dir) / name
+
+
+def ensure_home(paths: Any, name: str) -> Path:
+    """Create the home and its XDG / SCV_HOME folders 0700, repair loose modes; return it."""
+    home = home_dir(paths, name)
+    scv_paths.ensure_private_dir(Path(paths.adapters_dir))
+    if home.is_symlink() or (home.exists() and not home.is_dir()):
+        raise InternalError(
+            f"{home} must be a directory owned by scvd; move it away and retry"
+        )
+    notes = []
+    # parents first: mkdir(parents=True) would create `.local` with the umask's mode
+    for d in sorted({home, home / ".local", *home_layout(home).values()}):
+        note = scv_paths.ensure_private_dir(d)
+        if note:
+            notes.append(note)
+    notes += scv_paths.repair_tree(home)
+    _log_repairs(name, notes)
+    return home
+
+
+def repair_home(paths: Any, name: str) -> list[str]:
+    """Tighten everything under the home to 0700 / 0600; log and return what changed."""
+    notes = scv_paths.repair_tree(home_dir(paths, name))
+    _log_repairs(name, notes)
+    return notes
+
+
+def _log_repairs(name: str, notes: list[str]) -> None:
+    # one line per repair pass: a codex run alone creates dozens of 0644 files
+    if notes:
+        log.info("repaired %d loose modes in the %s home, e.g. %s", len(notes), name, notes[0])

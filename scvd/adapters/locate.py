@@ -1,0 +1,41 @@
+"""Finding what a delegated run needs on disk: the executable and the working directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Mapping
+
+from ..errors import InvalidArguments, Unavailable
+from .spec import Adapter
+
+
+def resolve_executable(adapter: Adapter, env: Mapping[str, str]) -> str:
+    """The absolute path of the adapter's executable on the daemon's PATH, or Unavailable."""
+    found = shutil.which(adapter.executable, path=env.get("PATH", os.defpath))
+    if not found:
+        raise Unavailable(adapter.install_hint())
+    return os.path.abspath(found)
+
+
+def resolve_cwd(workspace: Path, cwd: str | None) -> Path:
+    """The real directory a run starts in: the workspace, or `cwd` inside it.
+
+    `cwd` is relative to the workspace or absolute; it is resolved following
+    symlinks and must end up an existing directory under the workspace.
+    """
+    root = Path(os.path.realpath(workspace))
+    if not cwd:
+        return root
+    if "\x00" in cwd:
+        raise InvalidArguments("cwd contains a NUL character")
+    target = Path(os.path.realpath(root / cwd))  # an absolute cwd replaces root here
+    if target != root and root not in target.parents:
+        raise InvalidArguments(
+            f"cwd {cwd!r} resolves to {target}, outside the workspace {root}; "
+            f"give a directory inside the workspace"
+        )
+    if not target.is_dir():
+        raise InvalidArguments(f"cwd {cwd!r} is not an existing directory in the workspace {root}")
+    return target

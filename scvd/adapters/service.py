@@ -1,0 +1,53 @@
+"""The two entry points the server calls for `agents.spec` and `agents.import`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import InvalidRequest
+from ..protocol import LaunchSpec
+from . import signin
+from .codex_import import import_codex
+from .homes import ensure_home, repair_home
+
+IMPORTERS = {"codex": import_codex}
+
+
+def launch_spec(
+    agent: str, action: str, extra_args: list[str], *, config: Any, paths: Any, env: Mapping[str, str]
+) -> LaunchSpec:
+    """How to run `agent`'s own login / status / logout exactly as the agent_* tool would."""
+    return signin.launch_spec(agent, action, list(extra_args), paths=paths, env=env)
+
+
+def import_setup(agent: str, source: str | None, *, paths: Any, env: Mapping[str, str]) -> dict[str, Any]:
+    """Copy the user's own setup of `agent` into its private home; {copied, report, warnings}.
+
+    `source` must be absolute (scvctl resolves `--from` and the default against the
+    user's shell); without it the daemon's own $CODEX_HOME or ~/.codex is used.
+    """
+    adapter = signin.adapter_or_error(agent)
+    importer = IMPORTERS.get(adapter.name)
+    if importer is None:
+        raise InvalidRequest(
+            f"{adapter.title} has no import; sign it in with `scvctl agents login {adapter.name}`"
+        )
+    if source is None:
+        source = default_codex_home(env)
+    if not os.path.isabs(source):
+        raise InvalidRequest(f"source {source!r} must be an absolute path")
+    home = ensure_home(paths, adapter.name)
+    try:
+        return importer(Path(source), home)
+    finally:
+        repair_home(paths, adapter.name)
+
+
+def default_codex_home(env: Mapping[str, str]) -> str:
+    """$CODEX_HOME, else ~/.codex, as codex itself finds its home."""
+    if env.get("CODEX_HOME"):
+        return os.path.abspath(os.path.expanduser(env["CODEX_HOME"]))
+    home = env.get("HOME") or os.path.expanduser("~")
+    return os.path.join(home, ".codex")

@@ -1,0 +1,76 @@
+"""Signing delegated agents in: launch specs for their own commands, and reading their output.
+
+`scvctl agents login|status|logout` asks the daemon for a launch spec and runs it
+with the terminal attached, so the command sees exactly the private home and the
+cleaned environment that the agent_* tools use. This module also recognises
+output that reads like a missing sign-in and turns it into a hint a remote chat
+can act on.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from ..errors import InvalidRequest, Unavailable
+from ..protocol import LaunchSpec
+from . import spec as specs
+from .env import build_env
+from .homes import ensure_home
+from .locate import resolve_executable
+
+# What the CLIs print when they have no usable sign-in (checked only when a run failed).
+SIGNIN_PATTERNS = re.compile(
+    r"not logged in|please run /login|use /login|no api key found|not signed in"
+    r"|401 unauthorized|(?:status|http|error)[: ]+401\b|invalid api key|incorrect api key"
+    r"|invalid x-api-key"
+    r"|authentication_error|oauth token has expired|please log ?in|codex login",
+    re.IGNORECASE,
+)
+
+
+def failure_hint(adapter: specs.Adapter, output: str, failed: bool) -> str | None:
+    """The hint for a failed run's output: a missing sign-in, or another known failure."""
+    if not failed:
+        return None
+    for pattern, hint in adapter.extra_hints:
+        if re.search(pattern, output):
+            return hint
+    if SIGNIN_PATTERNS.search(output):
+        return adapter.signin_hint
+    return None
+
+
+def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str) -> str:
+    """One short verdict from a status command's output, never echoing it (it may hold a key)."""
+    for pattern, verdict in adapter.status_rules:
+        if re.search(pattern, output):
+            return verdict
+    return f"unknown (exit {exit_code}); run `scvctl agents status {adapter.name}` to see its output"
+
+
+def adapter_or_error(agent: str) -> specs.Adapter:
+    adapter = specs.get(agent)
+    if adapter is None:
+        raise InvalidRequest(f"no agent {agent!r}; known agents: {', '.join(specs.ADAPTERS)}")
+    return adapter
+
+
+def launch_spec(
+    agent: str, action: str, extra_args: list[str], *, paths: Any, env: Mapping[str, str]
+) -> LaunchSpec:
+    """argv, env and cwd to run `agent`'s own `action` command in its private home."""
+    adapter = adapter_or_error(agent)
+    if action not in specs.ACTIONS:
+        raise InvalidRequest(f"no action {action!r}; use one of {', '.join(specs.ACTIONS)}")
+    command = adapter.commands.get(action)
+    if command is None:
+        raise Unavailable(f"{adapter.title} has no {action} command")
+    executable = resolve_executable(adapter, env)
+    home = ensure_home(paths, adapter.name)
+    return LaunchSpec(
+        argv=[executable, *command.args, *extra_args],
+        env=build_env(env, adapter, home),
+        cwd=str(home),
+        note=command.note,
+    )

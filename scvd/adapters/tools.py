@@ -1,0 +1,182 @@
+"""The agent_* tools: one generic Tool built from each adapter record.
+
+The Arguments Struct is built per adapter and configuration, so the schema
+offers `model` / `effort` only where the adapter maps them and advertises the
+timeout ceiling as its `maximum`. Everything that can be refused is refused in
+`plan()`, before approval; `cwd` is resolved again when the call runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from .. import process
+from ..errors import InvalidArguments
+from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
+from . import spec as specs
+from .argv import EFFORTS, MODEL_PATTERN, PROMPT_PATTERN, bounded, build_argv
+from .env import build_env
+from .homes import ensure_home, home_dir, repair_home
+from .locate import resolve_cwd, resolve_executable
+from .signin import failure_hint
+
+Meta = msgspec.Meta
+PROMPT_SHOWN = 2000  # characters of the prompt an approver sees
+SUMMARY_SHOWN = 80
+MAX_PROMPT_BYTES = 128 * 1024 - 1  # Linux MAX_ARG_STRLEN: one argument, NUL included
+DELEGATE_WARNING = (
+    "delegate risk: {title} acts on its own here; it may read and write files, run commands, "
+    "use credentials it can reach, and send workspace content to its model provider"
+)
+
+
+def arguments_struct(adapter: specs.Adapter, config: Any) -> type[msgspec.Struct]:
+    """The tool's argument Struct for this adapter and configuration: the single schema source."""
+    tools = config.tools
+    fields: list[tuple[Any, ...]] = [
+        ("prompt", Annotated[str, Meta(min_length=1, pattern=PROMPT_PATTERN, description=(
+            "The task in plain words, passed as one argument; cannot start with '-'. "
+            "e.g. Land the fix with the feature-flow skill."))]),
+        ("cwd", Annotated[str | None, Meta(description=(
+            "Directory inside the workspace to run in, relative or absolute; the agent picks up "
+            "its AGENTS.md/CLAUDE.md and skills. Default: the workspace root. e.g. scv"))], None),
+        ("timeout_seconds", Annotated[int, Meta(ge=1, le=tools.max_timeout_seconds, description=(
+            f"Seconds before the agent is killed, up to {tools.max_timeout_seconds}; raise it for "
+            f"long work such as builds or releases. e.g. 1800"))], tools.agent_timeout_seconds),
+    ]
+    if adapter.model_args:
+        model = Annotated[str, Meta(min_length=1, max_length=128, pattern=MODEL_PATTERN)]
+        fields.append(("model", Annotated[model | None, Meta(description=(
+            "Model for the agent CLI, 1-128 of letters, digits, ._:/@[]-. "
+            "Default: the CLI's own choice. e.g. sonnet"))], None))
+    if adapter.effort_args:
+        fields.append(("effort", Annotated[Literal[EFFORTS] | None, Meta(description=(  # type: ignore[valid-type]
+            "Reasoning effort: low, medium, high, xhigh or max. "
+            "Default: the CLI's own choice. e.g. medium"))], None))
+    name = "".join(p.capitalize() for p in adapter.tool_name.split("_")) + "Arguments"
+    return msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=True)
+
+
+def describe(adapter: specs.Adapter) -> str:
+    """The 3-line tool description (What / When / Precondition)."""
+    run = " ".join([adapter.executable, *adapter.fixed_args])
+    return (
+        f"Delegate a task to {adapter.title} ({run}) in the workspace or a project dir.\n"
+        f"Use for multi-step work an agent should own; bash for one command.\n"
+        f"Needs {adapter.executable} installed and signed in on the scvd host."
+    )
+
+
+class AgentTool(Tool):
+    """agent_<name>: run one native agent CLI on a prompt, with its private home."""
+
+    risk = ToolRisk.DELEGATE
+    flags = ToolFlags()
+
+    def __init__(self, adapter: specs.Adapter, config: Any, paths: Any) -> None:
+        self.adapter = adapter
+        self.paths = paths
+        self.name = adapter.tool_name  # type: ignore[misc]
+        self.description = describe(adapter)  # type: ignore[misc]
+        self.Arguments = arguments_struct(adapter, config)
+
+    def plan(self, args: Any, ctx: CallContext) -> Plan:
+        timeout = self._timeout(args, ctx.config)
+        prompt = args.prompt
+        if len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
+            raise InvalidArguments(
+                f"the prompt is over {MAX_PROMPT_BYTES} bytes, the limit of one argument; "
+                f"write the instructions to a file in the workspace and ask the agent to read it"
+            )
+        executable = resolve_executable(self.adapter, os.environ)
+        argv = build_argv(self.adapter, executable, prompt,
+                          model=getattr(args, "model", None), effort=getattr(args, "effort", None))
+        sandboxed = False
+        if ctx.sandbox is not None:
+            ctx.sandbox.check()  # a required but broken sandbox refuses before approval
+            sandboxed = bool(ctx.sandbox.active)
+        return Plan(
+            risk=ToolRisk.DELEGATE,
+            summary=self._summary(args, timeout),
+            details=self._details(argv, args, timeout, ctx, sandboxed),
+            sandboxed=sandboxed,
+            network=True,
+            writes_confined=False,
+            timeout=float(timeout),
+            data={"argv": argv},
+        )
+
+    def _timeout(self, args: Any, config: Any) -> int:
+        ceiling = config.tools.max_timeout_seconds
+        if args.timeout_seconds > ceiling:
+            raise InvalidArguments(
+                f"timeout_seconds {args.timeout_seconds} is above the ceiling "
+                f"tools.max_timeout_seconds ({ceiling})"
+            )
+        return args.timeout_seconds
+
+    def _summary(self, args: Any, timeout: int) -> str:
+        first = args.prompt.strip().splitlines()[0] if args.prompt.strip() else ""
+        return (f"{self.name} in {args.cwd or '.'} ({timeout}s): "
+                f"{bounded(first, SUMMARY_SHOWN)}")
+
+    def _details(self, argv: list[str], args: Any, timeout: int, ctx: CallContext,
+                 sandboxed: bool) -> dict[str, Any]:
+        shown = bounded(args.prompt, PROMPT_SHOWN)
+        return {
+            "executable": argv[0],
+            "argv": [*argv[:-1], shown],
+            "prompt": shown,
+            "prompt_chars": len(args.prompt),
+            "cwd": args.cwd or ".",
+            "timeout_seconds": timeout,
+            "workspace": str(ctx.workspace),
+            "home": str(home_dir(self.paths, self.adapter.name)),
+            "sandboxed": sandboxed,
+            "warning": DELEGATE_WARNING.format(title=self.adapter.title),
+        }
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        cwd = resolve_cwd(ctx.workspace, args.cwd)  # resolved now, when the call runs
+        home = ensure_home(self.paths, self.adapter.name)
+        argv = plan.data["argv"]
+        if plan.sandboxed:
+            argv = ctx.sandbox.wrap(argv, workspace=Path(ctx.workspace), network=True,
+                                    rw_binds=[home], chdir=cwd)
+        try:
+            result = await process.run_process(
+                argv, cwd=cwd, env=build_env(os.environ, self.adapter, home),
+                timeout=plan.timeout, output_limit=ctx.config.tools.output_limit_bytes,
+            )
+        finally:
+            repair_home(self.paths, self.adapter.name)  # the CLIs create 0755 folders
+        return self._result(result, cwd)
+
+    def _result(self, result: Any, cwd: Path) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "agent": self.adapter.name,
+            "cwd": str(cwd),
+            "exit_code": result.exit_code,
+            "signal": result.signal,
+            "timed_out": result.timed_out,
+            "output": result.output,
+            "truncated": result.truncated,
+            "bytes_seen": result.bytes_seen,
+            "bytes_kept": result.bytes_kept,
+            "duration_s": round(result.duration_s, 3),
+        }
+        failed = result.exit_code != 0
+        hint = failure_hint(self.adapter, result.output, failed)
+        if hint:
+            out["hint"] = hint
+        return out
+
+
+def tools(config: Any, paths: Any) -> list[Tool]:
+    """agent_claude, agent_codex and agent_pi for this configuration."""
+    specs.check_config(config)
+    return [AgentTool(specs.configured(a, config), config, paths) for a in specs.ADAPTERS.values()]

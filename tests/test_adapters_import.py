@@ -1,0 +1,186 @@
+"""`agents.import codex`: what is copied, what never is, and that no secret leaks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from scvd import paths as paths_mod
+from scvd.adapters import service
+from scvd.errors import InvalidRequest
+
+API_KEY = "sk-proj-SECRETSECRETSECRET123"
+REFRESH = "rt-REFRESHSECRET456"
+BEARER = "bearer-SECRETBEARER789"
+RELAY_CONFIG = f"""
+model = "gpt-5.1-codex"
+model_provider = "relay"
+model_reasoning_effort = "high"
+sandbox_mode = "workspace-write"
+approval_policy = "never"
+
+[model_providers.relay]
+name = "relay"
+base_url = "https://relay.example/v1"
+wire_api = "responses"
+experimental_bearer_token = "{BEARER}"
+
+[model_providers.envy]
+name = "envy"
+base_url = "https://other.example/v1"
+env_key = "OPENAI_API_KEY"
+
+[projects."/home/me/src"]
+trust_level = "trusted"
+"""
+CHATGPT_AUTH = {"OPENAI_API_KEY": None, "tokens": {"id_token": "x.y.z", "access_token": "a.b.c",
+                                                   "refresh_token": REFRESH, "account_id": "acc"},
+                "last_refresh": "2025-01-01T00:00:00Z"}
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> paths_mod.Paths:
+    p = paths_mod.resolve({"SCV_HOME": str(tmp_path / "scv")})
+    paths_mod.prepare(p)
+    return p
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    src = tmp_path / "my-codex"
+    src.mkdir()
+    return src
+
+
+def run_import(paths: paths_mod.Paths, source: Path | str | None, env: dict | None = None) -> dict:
+    return service.import_setup("codex", None if source is None else str(source), paths=paths, env=env or {})
+
+
+def dest(paths: paths_mod.Paths) -> Path:
+    return paths.adapters_dir / "codex"
+
+
+def test_relay_config_and_api_key_copied(paths, source, caplog) -> None:
+    (source / "config.toml").write_text(RELAY_CONFIG)
+    (source / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    with caplog.at_level(logging.DEBUG):
+        out = run_import(paths, source)
+    assert out["copied"] == ["config.toml", "auth.json"]
+    assert out["report"]["model"] == "gpt-5.1-codex"
+    assert out["report"]["model_provider"] == "relay"
+    assert out["report"]["sandbox_mode"] == "workspace-write"
+    assert out["report"]["approval_policy"] == "never"
+    assert out["report"]["model_reasoning_effort"] == "high"
+    assert out["report"]["auth"] == "api key"
+    assert out["report"]["bearer_token"] == "present (not shown)"
+    assert (dest(paths) / "config.toml").read_text() == RELAY_CONFIG
+    assert json.loads((dest(paths) / "auth.json").read_text()) == {"OPENAI_API_KEY": API_KEY}
+    for name in ("config.toml", "auth.json"):
+        assert stat.S_IMODE((dest(paths) / name).stat().st_mode) == 0o600
+    assert stat.S_IMODE(dest(paths).stat().st_mode) == 0o700
+    assert not [p for p in dest(paths).iterdir() if p.name.endswith(".tmp")]
+    shown = json.dumps(out) + caplog.text
+    for secret in (API_KEY, BEARER):
+        assert secret not in shown
+
+
+def test_env_key_provider_flagged(paths, source) -> None:
+    (source / "config.toml").write_text(RELAY_CONFIG)
+    out = run_import(paths, source)
+    flagged = [w for w in out["warnings"] if "env_key" in w]
+    assert len(flagged) == 1 and "'envy'" in flagged[0] and "OPENAI_API_KEY" in flagged[0]
+    assert "scvd removes OPENAI_API_KEY" in flagged[0]
+
+
+def test_chatgpt_signin_never_copied(paths, source, caplog) -> None:
+    (source / "config.toml").write_text('model = "gpt-5"\n')
+    (source / "auth.json").write_text(json.dumps(CHATGPT_AUTH))
+    with caplog.at_level(logging.DEBUG):
+        out = run_import(paths, source)
+    assert out["copied"] == ["config.toml"]
+    assert out["report"]["auth"] == "not copied (ChatGPT sign-in)"
+    assert any("scvctl agents login codex" in w for w in out["warnings"])
+    assert not (dest(paths) / "auth.json").exists()
+    assert REFRESH not in json.dumps(out) + caplog.text
+
+
+def test_chatgpt_with_an_api_key_beside_it_still_not_copied(paths, source) -> None:
+    (source / "auth.json").write_text(json.dumps({**CHATGPT_AUTH, "OPENAI_API_KEY": API_KEY}))
+    with pytest.raises(InvalidRequest, match="ChatGPT sign-in") as info:
+        run_import(paths, source)
+    assert API_KEY not in info.value.message
+    assert not (dest(paths) / "auth.json").exists()
+
+
+@pytest.mark.parametrize("bad_file,content", [
+    ("config.toml", f'model = "gpt-5"\nbroken = [\nkey = "{API_KEY}"\n'),
+    ("config.toml", b"\xff\xfe not utf-8"),
+    ("auth.json", f'{{"OPENAI_API_KEY": "{API_KEY}",'),
+    ("auth.json", json.dumps([API_KEY])),
+])
+def test_invalid_file_writes_nothing(paths, source, caplog, bad_file, content) -> None:
+    (source / "config.toml").write_text('model = "gpt-5"\n')
+    (source / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    target = source / bad_file
+    target.write_bytes(content) if isinstance(content, bytes) else target.write_text(content)
+    with caplog.at_level(logging.DEBUG), pytest.raises(InvalidRequest, match="nothing was written") as info:
+        run_import(paths, source)
+    assert not (dest(paths) / "config.toml").exists() and not (dest(paths) / "auth.json").exists()
+    assert API_KEY not in info.value.message + caplog.text
+    assert info.value.__cause__ is None  # the decoder's error (it holds the text) is not chained
+    assert info.value.__context__ is None or info.value.__suppress_context__
+
+
+def test_reimport_replaces_config_and_keeps_existing_signin(paths, source) -> None:
+    (source / "config.toml").write_text('model = "one"\n')
+    (source / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    run_import(paths, source)
+    (source / "config.toml").write_text('model = "two"\n')
+    (source / "auth.json").unlink()
+    out = run_import(paths, source)
+    assert out["copied"] == ["config.toml"]
+    assert (dest(paths) / "config.toml").read_text() == 'model = "two"\n'
+    assert (dest(paths) / "auth.json").exists()
+    assert any("already in scvd's codex home was kept" in w for w in out["warnings"])
+
+
+def test_default_source_is_codex_home_then_dot_codex(paths, source, tmp_path) -> None:
+    (source / "config.toml").write_text('model = "from-codex-home"\n')
+    run_import(paths, None, env={"CODEX_HOME": str(source), "HOME": "/nonexistent"})
+    assert "from-codex-home" in (dest(paths) / "config.toml").read_text()
+    user = tmp_path / "user"
+    (user / ".codex").mkdir(parents=True)
+    (user / ".codex" / "config.toml").write_text('model = "from-dot-codex"\n')
+    run_import(paths, None, env={"HOME": str(user)})
+    assert "from-dot-codex" in (dest(paths) / "config.toml").read_text()
+
+
+@pytest.mark.parametrize("where", ["relative", "missing", "empty", "itself"])
+def test_bad_sources_refused(paths, source, tmp_path, where) -> None:
+    arg = {"relative": "my-codex", "missing": str(tmp_path / "nope"), "empty": str(source),
+           "itself": str(dest(paths))}[where]
+    with pytest.raises(InvalidRequest):
+        run_import(paths, arg)
+
+
+def test_only_codex_imports(paths, source) -> None:
+    with pytest.raises(InvalidRequest, match="scvctl agents login claude"):
+        service.import_setup("claude", str(source), paths=paths, env={})
+    with pytest.raises(InvalidRequest, match="no agent"):
+        service.import_setup("gemini", str(source), paths=paths, env={})
+
+
+def test_files_are_read_through_symlinks_but_written_plain(paths, source, tmp_path) -> None:
+    real = tmp_path / "dotfiles" / "codex.toml"
+    real.parent.mkdir()
+    real.write_text('model = "linked"\n')
+    (source / "config.toml").symlink_to(real)
+    run_import(paths, source)
+    copied = dest(paths) / "config.toml"
+    assert not copied.is_symlink() and copied.read_text() == 'model = "linked"\n'
+    assert os.stat(real).st_mode & 0o777 != 0 and real.read_text() == 'model = "linked"\n'

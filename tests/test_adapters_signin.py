@@ -1,0 +1,115 @@
+"""Launch specs for the agents' own sign-in commands, status verdicts and failure hints."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from adapters_support import fake_bin  # noqa: F401 - fixture
+from scvd import paths as paths_mod
+from scvd.adapters import service, spec
+from scvd.adapters.signin import classify_status, failure_hint
+from scvd.config import Config
+from scvd.errors import InvalidRequest, Unavailable
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> paths_mod.Paths:
+    return paths_mod.resolve({"SCV_HOME": str(tmp_path / "scv")})
+
+
+def env_with(fake_bin: Path, **extra: str) -> dict[str, str]:
+    return {"PATH": f"{fake_bin}:/usr/bin:/bin", "LANG": "C.UTF-8", **extra}
+
+
+@pytest.mark.parametrize("agent,action,args", [
+    ("claude", "login", ["auth", "login"]), ("claude", "status", ["auth", "status"]),
+    ("claude", "logout", ["auth", "logout"]), ("codex", "login", ["login"]),
+    ("codex", "status", ["login", "status"]), ("codex", "logout", ["logout"]),
+    ("pi", "login", []), ("pi", "status", ["--offline", "--list-models"]), ("pi", "logout", []),
+])
+def test_launch_spec_runs_the_agents_own_command(paths, fake_bin, agent, action, args) -> None:
+    env = env_with(fake_bin, OPENAI_API_KEY="sk-planted", CLAUDE_CODE_OAUTH_TOKEN="planted")
+    launch = service.launch_spec(agent, action, [], config=Config(), paths=paths, env=env)
+    home = paths.adapters_dir / agent
+    assert launch.argv == [str(fake_bin / agent), *args]
+    assert launch.cwd == str(home)
+    assert launch.env["HOME"] == str(home) and launch.env["LANG"] == "C.UTF-8"
+    assert "OPENAI_API_KEY" not in launch.env and "CLAUDE_CODE_OAUTH_TOKEN" not in launch.env
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    if agent == "pi" and action != "status":
+        assert "/login" in launch.note or "/logout" in launch.note
+
+
+def test_extra_args_pass_through(paths, fake_bin) -> None:
+    launch = service.launch_spec("codex", "login", ["--device-auth"], config=Config(), paths=paths,
+                                 env=env_with(fake_bin))
+    assert launch.argv[1:] == ["login", "--device-auth"]
+    assert launch.env["CODEX_HOME"] == str(paths.adapters_dir / "codex")
+
+
+def test_same_env_as_the_tool(paths, fake_bin) -> None:
+    """The launch spec and the agent_* tool build the env with the same function and home."""
+    from scvd.adapters.env import build_env
+    from scvd.adapters.homes import home_dir
+
+    env = env_with(fake_bin, ANTHROPIC_API_KEY="x")
+    launch = service.launch_spec("claude", "status", [], config=Config(), paths=paths, env=env)
+    assert launch.env == build_env(env, spec.CLAUDE, home_dir(paths, "claude"))
+
+
+def test_unknown_agent_or_action(paths, fake_bin) -> None:
+    with pytest.raises(InvalidRequest, match="known agents: claude, codex, pi"):
+        service.launch_spec("gemini", "login", [], config=Config(), paths=paths, env=env_with(fake_bin))
+    with pytest.raises(InvalidRequest, match="no action"):
+        service.launch_spec("claude", "reset", [], config=Config(), paths=paths, env=env_with(fake_bin))
+
+
+def test_missing_cli_is_unavailable(paths, tmp_path) -> None:
+    with pytest.raises(Unavailable, match="npm install -g @openai/codex"):
+        service.launch_spec("codex", "login", [], config=Config(), paths=paths,
+                            env={"PATH": str(tmp_path)})
+
+
+@pytest.mark.parametrize("agent,code,output,verdict", [
+    ("claude", 1, '{\n  "loggedIn": false,\n  "authMethod": "none"\n}', "not signed in"),
+    ("claude", 0, '{"loggedIn": true, "authMethod": "claude.ai"}', "signed in"),
+    ("codex", 1, "Not logged in\n", "not signed in"),
+    ("codex", 0, "API key configured - sk-test-***p1234\n", "signed in (API key)"),
+    ("codex", 0, "Logged in using ChatGPT\n", "signed in (ChatGPT)"),
+    ("pi", 0, "No models available. Use /login to log into a provider", "not signed in"),
+    ("pi", 0, "provider   model   context\nanthropic  claude-x  200K\n", "signed in"),
+])
+def test_status_verdicts(agent, code, output, verdict) -> None:
+    assert classify_status(spec.ADAPTERS[agent], code, output) == verdict
+
+
+def test_unknown_status_never_echoes_output() -> None:
+    verdict = classify_status(spec.CODEX, 2, "weird sk-secret-output")
+    assert "sk-secret" not in verdict and "scvctl agents status codex" in verdict
+
+
+@pytest.mark.parametrize("output", [
+    "Not logged in · Please run /login",
+    "No API key found for the selected model.\n\nUse /login to log into a provider",
+    "ERROR: unexpected status 401 Unauthorized: Incorrect API key provided, url: http://x/v1",
+    'API Error: 401 {"type":"error","error":{"type":"authentication_error"}}',
+])
+def test_signin_hint_on_failure(output) -> None:
+    for adapter in spec.ADAPTERS.values():
+        hint = failure_hint(adapter, output, failed=True)
+        assert hint and f"scvctl agents login {adapter.name}" in hint
+        assert failure_hint(adapter, output, failed=False) is None
+
+
+@pytest.mark.parametrize("output", ["error: 3 tests failed", "line 401: syntax error", "done"])
+def test_no_hint_for_other_output(output) -> None:
+    assert failure_hint(spec.CLAUDE, output, failed=True) is None
+
+
+def test_codex_untrusted_directory_hint() -> None:
+    out = "Not inside a trusted directory and --skip-git-repo-check was not specified."
+    assert "git repository" in failure_hint(spec.CODEX, out, failed=True)

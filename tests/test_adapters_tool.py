@@ -1,0 +1,206 @@
+"""The agent_* tools end to end with the fake agent: real processes, no approval step."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from adapters_support import Harness, harness, fake_bin  # noqa: F401 - fixtures
+from scvd.errors import InvalidArguments, Unavailable
+
+WEIRD_PROMPT = "fix it; $(touch /tmp/pwned) `id` 'q' \"dq\" \\ *\n--model evil\n-p"
+
+
+def test_argv_boundaries_and_executable_from_path(harness: Harness, fake_bin: Path) -> None:
+    result = harness.call("claude", prompt=WEIRD_PROMPT, model="sonnet", effort="high")
+    assert result["exit_code"] == 0 and "fake agent done" in result["output"]
+    argv, _, _ = harness.recorded()
+    assert argv == ["-p", "--model", "sonnet", "--effort", "high", WEIRD_PROMPT]
+    assert harness.log.joinpath("argv0").read_text() == str(fake_bin / "claude")
+
+
+def test_codex_effort_is_one_config_argument(harness: Harness) -> None:
+    harness.call("codex", prompt="go", model="gpt-5.1-codex", effort="xhigh")
+    argv, env, _ = harness.recorded()
+    assert argv == ["exec", "-m", "gpt-5.1-codex", "-c", 'model_reasoning_effort="xhigh"', "go"]
+    assert env["CODEX_HOME"] == str(harness.paths.adapters_dir / "codex")
+
+
+def test_pi_takes_only_the_prompt(harness: Harness) -> None:
+    harness.call("pi", prompt="go")
+    assert harness.recorded()[0] == ["-p", "go"]
+
+
+def test_env_scrubbed_home_private(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-openai")
+    monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "planted-oauth")
+    monkeypatch.setenv("SCV_SOCKET", "/planted.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", "/planted-notify")
+    harness.call("codex", prompt="go")
+    _, env, _ = harness.recorded()
+    assert "OPENAI_API_KEY" not in env and "CLAUDE_CODE_OAUTH_TOKEN" not in env
+    assert not any("planted" in v for v in env.values())
+    home = harness.paths.adapters_dir / "codex"
+    assert env["HOME"] == env["CODEX_HOME"] == str(home)
+    assert env["XDG_CONFIG_HOME"] == str(home / ".config")
+    assert env["XDG_DATA_HOME"] == str(home / ".local/share")
+    assert env["XDG_STATE_HOME"] == str(home / ".local/state")
+    assert env["SCV_HOME"] == str(home / ".scv")
+
+
+def test_runs_in_workspace_root_by_default(harness: Harness) -> None:
+    result = harness.call("claude", prompt="go")
+    assert harness.recorded()[2] == str(harness.workspace)
+    assert result["cwd"] == str(harness.workspace)
+
+
+@pytest.mark.parametrize("cwd", ["proj", "proj/sub/..", "PROJ_ABS", "inner-link"])
+def test_cwd_inside_workspace(harness: Harness, cwd: str) -> None:
+    proj = harness.workspace / "proj"
+    (proj / "sub").mkdir(parents=True)
+    (harness.workspace / "inner-link").symlink_to(proj)
+    cwd = str(proj) if cwd == "PROJ_ABS" else cwd
+    harness.call("claude", prompt="go", cwd=cwd)
+    assert harness.recorded()[2] == str(proj)
+
+
+@pytest.mark.parametrize("cwd", ["..", "/", "escape", "escape/deeper", "missing", "file.txt", "PARENT_ABS"])
+def test_cwd_outside_or_missing_launches_nothing(harness: Harness, tmp_path: Path, cwd: str) -> None:
+    outside = tmp_path / "outside"
+    (outside / "deeper").mkdir(parents=True)
+    (harness.workspace / "escape").symlink_to(outside)
+    (harness.workspace / "file.txt").write_text("x")
+    cwd = str(tmp_path) if cwd == "PARENT_ABS" else cwd
+    with pytest.raises(InvalidArguments, match="cwd"):
+        harness.call("claude", prompt="go", cwd=cwd)
+    assert not harness.log.exists()
+
+
+def test_cwd_resolved_when_the_call_runs(harness: Harness, tmp_path: Path) -> None:
+    """A symlink swapped between approval and run is caught at run time."""
+    t = harness.tool("claude")
+    args = t.decode({"prompt": "go", "cwd": "proj"})
+    (harness.workspace / "proj").mkdir()
+    plan = t.plan(args, harness.ctx())
+    (harness.workspace / "proj").rmdir()
+    (harness.workspace / "proj").symlink_to(tmp_path)
+    with pytest.raises(InvalidArguments, match="outside the workspace"):
+        asyncio.run(t.run(args, plan, harness.ctx()))
+    assert not harness.log.exists()
+
+
+def test_timeout_ceiling_refused_before_approval(harness: Harness) -> None:
+    t = harness.tool("codex")
+    with pytest.raises(InvalidArguments, match="1800"):
+        t.decode({"prompt": "go", "timeout_seconds": 1801})
+    assert t.plan(t.decode({"prompt": "go"}), harness.ctx()).timeout == 600
+    assert t.plan(t.decode({"prompt": "go", "timeout_seconds": 1800}), harness.ctx()).timeout == 1800
+
+
+def test_deadline_kills_the_agent(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_AGENT_MODE", "sleep")
+    started = time.monotonic()
+    result = harness.call("pi", prompt="go", timeout_seconds=1)
+    assert result["timed_out"] is True and result["signal"] == "SIGKILL"
+    assert time.monotonic() - started < 10
+
+
+def test_cancel_terminates_and_repairs_home(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_AGENT_MODE", "sleep")
+    t = harness.tool("claude")
+    args = t.decode({"prompt": "go"})
+    home = harness.paths.adapters_dir / "claude"
+
+    async def scenario() -> None:
+        task = asyncio.create_task(t.run(args, t.plan(args, harness.ctx()), harness.ctx()))
+        while not harness.log.joinpath("cwd").exists():
+            await asyncio.sleep(0.02)
+        os.chmod(home, 0o755)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+
+
+def test_modes_repaired_after_each_run(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_AGENT_MODE", "untidy")
+    harness.call("claude", prompt="go")
+    home = harness.paths.adapters_dir / "claude"
+    for p in [home, home / ".agent", home / ".agent/state"]:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
+    assert stat.S_IMODE((home / ".agent/state/file").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_missing_signin_gives_hint(harness: Harness, monkeypatch: pytest.MonkeyPatch, agent: str) -> None:
+    monkeypatch.setenv("FAKE_AGENT_MODE", "signin")
+    result = harness.call(agent, prompt="go")
+    assert result["exit_code"] == 1
+    assert f"scvctl agents login {agent}" in result["hint"]
+
+
+def test_other_failures_get_no_hint(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_AGENT_MODE", "fail")
+    result = harness.call("claude", prompt="go")
+    assert result["exit_code"] == 2 and "hint" not in result
+
+
+def test_missing_executable_unavailable_before_approval(harness: Harness, monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    with pytest.raises(Unavailable) as info:
+        harness.plan("claude", prompt="go")
+    assert info.value.message == (
+        "claude is not installed: npm install -g @anthropic-ai/claude-code, or put it on scvd's PATH")
+
+
+def test_approval_details(harness: Harness, fake_bin: Path) -> None:
+    long_prompt = "Land the fix. " + "x" * 5000
+    plan = harness.plan("codex", prompt=long_prompt, cwd="scv", timeout_seconds=900, model="gpt-5")
+    d = plan.details
+    assert plan.risk.value == "delegate" and plan.timeout == 900 and plan.network
+    assert d["executable"] == str(fake_bin / "codex")
+    assert d["argv"][:4] == [str(fake_bin / "codex"), "exec", "-m", "gpt-5"]
+    assert d["argv"][-1] == d["prompt"] and len(d["prompt"]) < 2100 and "more characters" in d["prompt"]
+    assert d["prompt_chars"] == len(long_prompt)
+    assert d["cwd"] == "scv" and d["timeout_seconds"] == 900
+    assert d["workspace"] == str(harness.workspace)
+    assert "delegate risk" in d["warning"]
+    assert plan.summary.startswith("agent_codex in scv (900s): Land the fix.")
+
+
+def test_oversized_prompt_refused(harness: Harness) -> None:
+    with pytest.raises(InvalidArguments, match="limit of one argument"):
+        harness.plan("claude", prompt="x" * (128 * 1024))
+
+
+@pytest.mark.bwrap
+def test_sandboxed_run_sees_its_home_but_not_the_instance(harness: Harness,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from scvd.config import SandboxConfig
+    from scvd.sandbox import Sandbox, probe
+
+    config = SandboxConfig(mode="bwrap")
+    result = probe(config, harness.paths, os.environ)
+    assert result.ok, result.verdict
+    harness.sandbox = Sandbox(result, config, harness.paths)
+    harness.log = harness.workspace / ".agent-log"  # the one place besides its home it may write
+    monkeypatch.setenv("FAKE_AGENT_LOG", str(harness.log))
+    harness.paths.config_file.write_text("# instance config\n")
+    assert harness.plan("claude", prompt="go").sandboxed
+    monkeypatch.setenv("FAKE_AGENT_MODE", "untidy")
+    assert harness.call("claude", prompt="go")["exit_code"] == 0
+    assert (harness.paths.adapters_dir / "claude/.agent/state/file").read_text() == "state\n"
+    monkeypatch.setenv("FAKE_AGENT_MODE", "read")
+    monkeypatch.setenv("FAKE_AGENT_READ", str(harness.paths.config_file))
+    out = harness.call("claude", prompt="go")["output"]
+    assert "instance config" not in out and "cannot read" in out
