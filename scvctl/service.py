@@ -269,20 +269,27 @@ def _cmd_uninstall(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Mount `service install|uninstall`; each sets `func(args) -> exit code`."""
-    parser = subparsers.add_parser("service", help="install scvd as a systemd user service")
-    sub = parser.add_subparsers(dest="service_command", required=True)
-    inst = sub.add_parser("install", help="write the user units and enable them")
+def add_parser(subparsers: argparse._SubParsersAction,
+               common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """Mount `service install|uninstall`; each sets `handler(args) -> exit code`.
+
+    `common` is scvctl's shared options parser (it brings --json); without it
+    this module adds its own --json.
+    """
+    parents = [common] if common is not None else []
+    parser = subparsers.add_parser("service", parents=parents, help="install scvd as a systemd user service")
+    sub = parser.add_subparsers(dest="service_command", metavar="ACTION", required=True)
+    inst = sub.add_parser("install", parents=parents, help="write the user units and enable them")
     inst.add_argument("--socket-activated", action="store_true",
                       help="enable scvd.socket: systemd listens and starts scvd on the first connection")
-    inst.set_defaults(func=_cmd_install)
-    uninst = sub.add_parser("uninstall", help="disable and remove the user units")
-    uninst.set_defaults(func=_cmd_uninstall)
+    inst.set_defaults(handler=_cmd_install)
+    uninst = sub.add_parser("uninstall", parents=parents, help="disable and remove the user units")
+    uninst.set_defaults(handler=_cmd_uninstall)
     for p in (inst, uninst):
         p.add_argument("--dry-run", action="store_true", help="print what would be written and run")
-        # SUPPRESS: a top-level --json of scvctl must not be reset by this subparser's default
-        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+        if common is None:
+            # SUPPRESS: a --json given earlier on the line must not be reset by this default
+            p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     return parser
 
 
@@ -291,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scvctl")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["service", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
+    return args.handler(args)
 
 
 if __name__ == "__main__":

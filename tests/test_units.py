@@ -6,6 +6,7 @@ check reads its output: a clean unit prints nothing at all.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -226,3 +227,13 @@ def test_exec_quoting(arg, word):
 def test_the_executable_keeps_its_dollar_signs():
     assert service.quote_exec_arg("/opt/$x/scvd", executable=True) == "/opt/$x/scvd"
     assert service.exec_start_line(["/opt/a b/scvd", "run", "$X"]) == 'ExecStart="/opt/a b/scvd" run "$$X"'
+
+
+def test_scvctl_mounts_the_service_commands(user_env):
+    done = subprocess.run([sys.executable, "-m", "scvctl", "--json", "service", "install", "--dry-run"],
+                          env=user_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["dry_run"] is True and report["manager"] is None
+    assert report["planned"][-1] == "systemctl --user restart scvd.service"
+    assert not any(p.exists() for p in installed(user_env))
