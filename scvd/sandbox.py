@@ -14,13 +14,12 @@ workspace or an agent home is mounted first and the bind re-exposes them.
 exits, not the process. The process runner spawns bwrap from the event-loop
 thread, which lives as long as the daemon, so a call's bwrap dies only with
 scvd itself (or when the runner kills it). Never spawn bwrap from a worker
-thread (run_in_executor, asyncio.to_thread): the child would be killed when
-that pool thread retires.
+thread (run_in_executor, asyncio.to_thread) unless that thread waits for it, as
+the probe does: the child would be killed when the pool thread retires.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import stat
@@ -32,8 +31,6 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import Unavailable
 from .paths import Paths, runtime_base
-
-log = logging.getLogger("scvd.sandbox")
 
 PROBE_TIMEOUT = 10.0
 PROBE_COMMAND = ["/bin/true"]
@@ -64,8 +61,8 @@ PROC_FALLBACK = (
     "masks /proc, or docker --security-opt systempaths=unconfined)"
 )
 
-# mount ranks at equal depth: hide first, then read-write, then read-only on top
-_TMPFS, _RW, _RO = 0, 1, 2
+# mount ranks at equal depth: hide first, then read-write, then read-only, masks on top
+_TMPFS, _RW, _RO, _MASK = 0, 1, 2, 3
 
 
 def build_argv(
@@ -79,13 +76,15 @@ def build_argv(
     ro_binds: Sequence[Path] = (),
     proc: bool = True,
     chdir: Path | None = None,
+    mask: Sequence[Path] = (),
 ) -> list[str]:
     """The bwrap argv that runs `inner` confined to `workspace`. Pure: touches no file.
 
     Every path must be absolute and should be a real path (symlinks resolved).
-    `hide` gets an empty tmpfs; `rw_binds` (agent homes) stay writable;
-    `ro_binds` are visible read-only. `proc=False` mounts an empty tmpfs on
-    /proc, for hosts where procfs cannot be mounted (see `probe`).
+    `hide` (directories) gets an empty tmpfs; `mask` (files, such as a socket
+    outside scvd's own directories) gets /dev/null bound over it; `rw_binds`
+    (agent homes) stay writable; `ro_binds` are visible read-only. `proc=False`
+    mounts an empty tmpfs on /proc, for hosts where procfs cannot be mounted.
     """
     ws = _abs(workspace)
     argv = [bwrap, "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid"]
@@ -93,27 +92,30 @@ def build_argv(
         argv.append("--unshare-net")
     argv += ["--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev"]
     argv += ["--proc", "/proc"] if proc else ["--tmpfs", "/proc"]
-    for op, path in _mounts(ws, hide, rw_binds, ro_binds):
-        argv += [op, path] if op == "--tmpfs" else [op, path, path]
+    for op, src, path in _mounts(ws, hide, rw_binds, ro_binds, mask):
+        argv += [op, path] if op == "--tmpfs" else [op, src, path]
     argv += ["--chdir", _abs(chdir) if chdir is not None else ws, "--", *inner]
     return argv
 
 
 def _mounts(
-    ws: str, hide: Iterable[Path], rw: Iterable[Path], ro: Iterable[Path]
-) -> list[tuple[str, str]]:
-    """(option, path) pairs, parents before children, hide < rw < ro at equal depth."""
+    ws: str, hide: Iterable[Path], rw: Iterable[Path], ro: Iterable[Path], mask: Iterable[Path]
+) -> list[tuple[str, str, str]]:
+    """(option, source, path), parents before children, hide < rw < ro < mask at equal depth."""
     binds = [ws] + [_abs(p) for p in rw] + [_abs(p) for p in ro]
     hides = [_abs(p) for p in hide]
-    wanted = [(_TMPFS, "--tmpfs", h) for h in hides if not _already_hidden(h, hides, binds)]
-    wanted += [(_RW, "--bind", ws)] + [(_RW, "--bind", _abs(p)) for p in rw]
-    wanted += [(_RO, "--ro-bind", _abs(p)) for p in ro]
+    wanted = [(_TMPFS, "--tmpfs", h, h) for h in hides if not _already_hidden(h, hides, binds)]
+    wanted += [(_RW, "--bind", p, p) for p in [ws] + [_abs(p) for p in rw]]
+    wanted += [(_RO, "--ro-bind", p, p) for p in map(_abs, ro)]
     # the workspace's git hooks and config stay read-only: a hook or a core.fsmonitor
     # planted there would run outside the sandbox the next time the user runs git
-    wanted += [(_RO, "--ro-bind-try", os.path.join(ws, n)) for n in (".git/hooks", ".git/config")]
+    for name in (".git/hooks", ".git/config"):
+        wanted.append((_RO, "--ro-bind-try", os.path.join(ws, name), os.path.join(ws, name)))
+    masks = [_abs(p) for p in mask]
+    wanted += [(_MASK, "--ro-bind", "/dev/null", m) for m in masks if not _already_hidden(m, hides, binds)]
     unique = list(dict.fromkeys(wanted))
-    unique.sort(key=lambda m: (_depth(m[2]), m[0]))
-    return [(op, path) for _, op, path in unique]
+    unique.sort(key=lambda m: (_depth(m[3]), m[0]))
+    return [(op, src, path) for _, op, src, path in unique]
 
 
 def _already_hidden(path: str, hides: list[str], binds: list[str]) -> bool:
@@ -130,7 +132,7 @@ def _within(path: str, root: str) -> bool:
 
 
 def _abs(p: Path | str) -> str:
-    text = os.path.normpath(str(p))
+    text = "/" + os.path.normpath(str(p)).lstrip("/") if str(p).startswith("/") else str(p)
     if not os.path.isabs(text):
         raise ValueError(f"sandbox paths must be absolute: {p}")
     return text
@@ -158,9 +160,15 @@ def hidden_paths(paths: Paths, env: Mapping[str, str]) -> list[Path]:
     the D-Bus session sockets, through which a process could start commands
     outside the sandbox (systemd-run --user).
     """
-    found = [paths.runtime_dir, paths.socket.parent, paths.state_dir, runtime_base(env)]
+    found = [paths.runtime_dir, paths.state_dir, runtime_base(env)]
     found += [paths.home] if paths.home else [paths.config_dir, paths.data_dir]
     return found
+
+
+def masked_files(paths: Paths) -> list[Path]:
+    """A socket moved out of scvd's runtime dir (SCV_SOCKET) is masked by itself,
+    rather than hiding whatever directory it sits in (/tmp, a home)."""
+    return [] if paths.socket.parent == paths.runtime_dir else [paths.socket]
 
 
 def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = None) -> ProbeResult:
@@ -173,13 +181,13 @@ def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = Non
     if problem:
         return ProbeResult(mode, False, problem, bwrap=bwrap)
     assert bwrap is not None
-    hide = _existing(hidden_paths(paths, env))
+    hide, mask = _existing(hidden_paths(paths, env)), _present(masked_files(paths))
     env["LC_ALL"] = "C"  # bwrap's messages carry strerror text; keep it matchable
     with tempfile.TemporaryDirectory(prefix="scvd-probe-") as ws:
         def attempt(proc: bool) -> str | None:
             argv = build_argv(
                 PROBE_COMMAND, bwrap=bwrap, workspace=Path(os.path.realpath(ws)),
-                hide=hide, network=sandbox_config.network, proc=proc,
+                hide=hide, network=sandbox_config.network, proc=proc, mask=mask,
             )
             return _run_probe(argv, env)
 
@@ -270,6 +278,11 @@ def _existing(candidates: Iterable[Path]) -> list[Path]:
     return out
 
 
+def _present(files: Iterable[Path]) -> list[Path]:
+    """Real paths of the files that exist now (a mount needs an existing target)."""
+    return [Path(os.path.realpath(f)) for f in files if os.path.lexists(f)]
+
+
 def describe(probe: ProbeResult) -> str:
     """One line for `scvctl status` and `scvd check-config`."""
     if probe.mode == "off":
@@ -280,7 +293,7 @@ def describe(probe: ProbeResult) -> str:
         return f"unsandboxed (sandbox.mode = auto): {probe.verdict}"
     return (
         f"unavailable (sandbox.mode = bwrap, sandboxed calls fail): {probe.verdict}; "
-        "fix it and restart scvd, or set sandbox.mode = auto"
+        "fix it and reload or restart scvd, or set sandbox.mode = auto"
     )
 
 
@@ -302,8 +315,7 @@ class Sandbox:
         self.active = probe.mode != "off" and probe.ok
         self.required = probe.mode == "bwrap"
         self._hide = hidden_paths(paths, os.environ if env is None else env)
-        level = logging.INFO if self.active or self.mode == "off" else logging.WARNING
-        log.log(level, "sandbox %s", describe(probe))
+        self._mask = masked_files(paths)
 
     def describe(self) -> str:
         return describe(self.probe)
@@ -313,7 +325,7 @@ class Sandbox:
         if self.required and not self.active:
             raise Unavailable(
                 f"the sandbox is required (sandbox.mode = bwrap) but unavailable: {self.probe.verdict}",
-                hint="fix the sandbox and restart scvd, or set sandbox.mode = auto",
+                hint="fix the sandbox and reload or restart scvd, or set sandbox.mode = auto",
             )
 
     def wrap(
@@ -340,4 +352,5 @@ class Sandbox:
             rw_binds=[real(p) for p in rw_binds],
             proc=self.probe.proc,
             chdir=real(chdir) if chdir is not None else None,
+            mask=_present(self._mask),
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from scvd.sandbox import build_argv
@@ -29,7 +29,10 @@ def mounts(args: list[str]) -> list[tuple[str, str]]:
     end = args.index("--")
     while i < end:
         op = args[i]
-        if op in ("--bind", "--ro-bind", "--ro-bind-try"):
+        if op == "--ro-bind" and args[i + 1] == "/dev/null":
+            out.append(("mask", args[i + 2]))
+            i += 3
+        elif op in ("--bind", "--ro-bind", "--ro-bind-try"):
             out.append((op, args[i + 2]))
             i += 3
         elif op in ("--tmpfs", "--dev", "--proc"):
@@ -135,6 +138,18 @@ def test_a_nested_hidden_dir_is_not_mounted_twice_unless_a_bind_lies_between():
     assert visible(b, "/h/ws/.scv/x") == ("--tmpfs", "/h/ws/.scv")
 
 
+def test_a_masked_file_gets_dev_null_over_it():
+    a = argv(mask=[Path("/tmp/scvd.sock")])
+    assert a[a.index("/tmp/scvd.sock") - 2:a.index("/tmp/scvd.sock") + 1] == ["--ro-bind", "/dev/null", "/tmp/scvd.sock"]
+    assert visible(a, "/tmp/other") == ("--ro-bind", "/")
+
+
+def test_a_masked_file_inside_the_workspace_stays_masked_and_one_under_a_hide_is_dropped():
+    a = argv(mask=[WS / "scvd.sock", Path("/h/s.sock")], hide=[Path("/h")])
+    assert visible(a, "/srv/ws/scvd.sock") == ("mask", "/srv/ws/scvd.sock")
+    assert ("mask", "/h/s.sock") not in mounts(a)
+
+
 def test_paths_are_normalised_and_duplicates_dropped():
     a = argv(workspace=Path("/srv//ws/"), hide=[Path("/h/"), Path("/h")])
     assert mounts(a).count(("--tmpfs", "/h")) == 1
@@ -160,16 +175,22 @@ tree_path = st.lists(segment, min_size=1, max_size=4).map(lambda parts: "/" + "/
 
 @settings(max_examples=300, deadline=None)
 @given(ws=tree_path, hide=st.lists(tree_path, max_size=4), rw=st.lists(tree_path, max_size=3),
-       ro=st.lists(tree_path, max_size=2))
-def test_every_bind_stays_visible_and_every_other_hidden_path_stays_hidden(ws, hide, rw, ro):
+       ro=st.lists(tree_path, max_size=2), mask=st.lists(tree_path, max_size=2))
+def test_every_bind_stays_visible_and_every_other_hidden_path_stays_hidden(ws, hide, rw, ro, mask):
     a = build_argv(["true"], bwrap="bwrap", workspace=Path(ws), hide=[Path(h) for h in hide],
-                   network=False, rw_binds=[Path(p) for p in rw], ro_binds=[Path(p) for p in ro])
+                   network=False, rw_binds=[Path(p) for p in rw], ro_binds=[Path(p) for p in ro],
+                   mask=[Path(m) for m in mask])
+    # a mask is a file: nothing lies below it
+    assume(not any(p != m and within(p, m) for m in mask for p in [ws, *hide, *rw, *ro]))
+    for m in mask:
+        assert visible(a, m)[0] in ("mask", "--tmpfs")
     git = {ws + "/.git/hooks", ws + "/.git/config"}  # always re-bound read-only
-    for p in set(ro) - git:
+    covered = git | set(mask)
+    for p in set(ro) - covered:
         assert visible(a, p) == ("--ro-bind", p)
-    for p in {ws, *rw} - set(ro) - git:
+    for p in {ws, *rw} - set(ro) - covered:
         assert visible(a, p) == ("--bind", p)
-    for h in set(hide) - {ws, *rw, *ro} - git:
+    for h in set(hide) - {ws, *rw, *ro} - covered:
         assert visible(a, h)[0] == "--tmpfs"
     for g in git:
-        assert visible(a, g + "/x")[0] in ("--ro-bind-try", "--ro-bind", "--tmpfs")
+        assert visible(a, g + "/x")[0] in ("--ro-bind-try", "--ro-bind", "--tmpfs", "mask")

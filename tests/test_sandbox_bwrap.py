@@ -24,10 +24,10 @@ pytestmark = pytest.mark.bwrap
 class Box:
     """A probed sandbox on a temporary instance, with a workspace that has a .git."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, **env: str) -> None:
         self.env = {
             "SCV_HOME": str(tmp_path / "home"), "XDG_RUNTIME_DIR": str(tmp_path / "xdg"),
-            "PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C",
+            "PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C", **env,
         }
         self.paths = paths_mod.resolve(self.env)
         paths_mod.prepare(self.paths)
@@ -107,6 +107,22 @@ def test_scvd_socket_state_and_runtime_dirs_are_hidden(box):
     assert "visible" not in r.stdout
     assert r.stdout.split()[0] == "0"
     assert "FileNotFoundError" in r.stderr
+
+
+def test_a_socket_moved_by_scv_socket_is_masked_but_its_directory_stays(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "neighbour.txt").write_text("still here\n")
+    box = Box(tmp_path, SCV_SOCKET=str(shared / "scvd.sock"))
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(shared / "scvd.sock"))
+        listener.listen(1)
+        r = box.run(
+            f"cat {shared}/neighbour.txt; test -S {shared}/scvd.sock && echo still-a-socket; "
+            f"python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(\"{shared}/scvd.sock\")'"
+        )
+    assert r.stdout == "still here\n"
+    assert "ConnectionRefusedError" in r.stderr
 
 
 def test_an_agent_home_inside_the_hidden_home_stays_writable(box):
