@@ -123,6 +123,7 @@ class Daemon:
         self._server: asyncio.AbstractServer | None = None
         self._lock_fd: int | None = None
         self._owns_socket = False
+        self.listening_on = str(paths.socket)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handlers: dict[type, Callable[[Connection, Any], Awaitable[p.Frame]]] = {
             p.Ping: self.on_ping,
@@ -163,6 +164,7 @@ class Daemon:
         await self._probe_sandbox()
         # 4. the socket: inherited from systemd, or bound here (a stale file is replaced)
         sock = inherited[0] if inherited else self._bind()
+        self.listening_on = _socket_name(sock)
         limit = self.config.server.client_frame_bytes
         self._server = await asyncio.start_unix_server(self._on_connect, sock=sock, limit=limit)
         # 5. signals only set events
@@ -177,7 +179,7 @@ class Daemon:
         self._spawn(self._watchdog)
         log.info(
             "scvd %s ready on %s (pid %d, policy %s, sandbox %s, %d tools)",
-            __version__, self.paths.socket, os.getpid(), self.config.approvals.policy,
+            __version__, self.listening_on, os.getpid(), self.config.approvals.policy,
             self.sandbox_verdict, len(self.registry),
         )
 
@@ -304,6 +306,10 @@ class Daemon:
             await self._read_loop(conn)
         except (ConnectionError, OSError):
             pass
+        except asyncio.CancelledError:
+            # only the loop's teardown cancels a handler; Python 3.11's StreamReaderProtocol
+            # would log a cancelled handler task as an ERROR with a traceback (fixed in 3.12)
+            pass
         finally:
             self._drop_connection(conn)
             await _drain_close(writer)
@@ -399,7 +405,7 @@ class Daemon:
             uptime_seconds=round(time.time() - self.started, 3), sessions=len(self.sessions),
             pending_approvals=len(self.gate.pending), running_calls=len(self.calls), policy=policy,
             policy_note=policy_note(policy, active), sandbox=self.sandbox_verdict,
-            socket=str(self.paths.socket))
+            socket=self.listening_on)
 
     async def on_session_open(self, conn: Connection, frame: p.SessionOpen) -> p.Frame:
         workspace, fd = open_workspace(frame.workspace)
@@ -596,6 +602,11 @@ def acquire_lock(path: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _socket_name(sock: socket.socket) -> str:
+    name = sock.getsockname()
+    return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
 
 
 def _socket_alive(path: Path) -> bool:
