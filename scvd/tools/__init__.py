@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import fs
 from .contract import Registry, Tool
 
 
@@ -11,6 +12,7 @@ def builtin_tools(config: Any, paths: Any) -> list[Tool]:
     """Every built-in tool, built for this configuration (some schemas depend on it)."""
     tools: list[Tool] = []
     # one line per tool module; each module exposes tools(config, paths) -> list[Tool]
+    tools += fs.tools(config, paths)
     return tools
 
 

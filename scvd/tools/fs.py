@@ -1,0 +1,465 @@
+"""The `read` and `write` tools of seed 000, and the blocking file work behind them.
+
+Rule: every path goes through `containment` from the session's directory fd.
+The blocking work runs in its own thread on a duplicate of that fd and checks a
+cancel flag between chunks and before installing, so a cancelled or killed
+write leaves the old file whole. `read_file` and `write_file` are plain
+functions so scripts and tests can use exactly what the tools use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import errno
+import hashlib
+import os
+import stat
+import threading
+from typing import Annotated, Any, Callable, Literal
+
+import msgspec
+
+from ..errors import Cancelled, Failed, InvalidArguments
+from . import containment
+from .containment import show
+from .contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
+from .secrets import secret_reason
+
+CHUNK = 1 << 20
+DEFAULT_READ_LIMIT = 65536
+SUMMARY_LINES = 8  # first lines of a write shown to the approver
+SUMMARY_LINE_CHARS = 160
+RENAME_NOREPLACE = 1
+
+
+class _Never:
+    """A cancel flag that is never set."""
+
+    def is_set(self) -> bool:
+        return False
+
+
+NEVER = _Never()
+
+
+def _check_cancel(cancel: Any) -> None:
+    if cancel.is_set():
+        raise Cancelled("the call was cancelled; nothing was changed")
+
+
+# --- reading -------------------------------------------------------------------
+
+
+def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_LIMIT, cancel: Any = NEVER) -> dict:
+    """Read bytes [offset, offset+limit) of a workspace file as UTF-8, with the whole file's sha256."""
+    parts = containment.split(path)
+    fd, _ = containment.open_regular(dirfd, parts, path)
+    try:
+        before, data, total, digest = _scan(fd, offset, limit, cancel)
+    finally:
+        os.close(fd)
+    if offset > total:
+        raise Failed(f"offset {offset} is past the end of {show(path)} (total_bytes {total}); use an offset from 0 to {total}")
+    problem = utf8_problem(path, data, offset, total, before)
+    if problem:
+        raise Failed(problem)
+    return {
+        "path": containment.join(parts),
+        "content": data.decode("utf-8"),
+        "offset": offset,
+        "length": len(data),
+        "total_bytes": total,
+        "truncated": offset + len(data) < total,
+        "sha256": digest,
+    }
+
+
+def _scan(fd: int, offset: int, limit: int, cancel: Any) -> tuple[bytes, bytes, int, str]:
+    """One pass over the file: hash it all, keep [offset-3, offset+limit). Returns (before, data, total, sha)."""
+    lo, hi = max(0, offset - 3), offset + limit  # 3 bytes before: to find where a split character starts
+    digest = hashlib.sha256()
+    kept: list[bytes] = []
+    pos = 0
+    while True:
+        _check_cancel(cancel)
+        buf = os.read(fd, CHUNK)
+        if not buf:
+            break
+        digest.update(buf)
+        a, b = max(lo, pos), min(hi, pos + len(buf))
+        if a < b:
+            kept.append(buf[a - pos : b - pos])
+        pos += len(buf)
+    window = b"".join(kept)
+    split_at = min(offset, pos) - lo
+    return window[:split_at], window[split_at:], pos, digest.hexdigest()
+
+
+def _continuation(byte: int) -> bool:
+    return 0x80 <= byte <= 0xBF
+
+
+def _char_length(lead: int) -> int:
+    return 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+
+
+def utf8_problem(path: str, data: bytes, offset: int, total: int, before: bytes) -> str | None:
+    """None when `data` is valid UTF-8, else what is wrong and which offset/limit would work."""
+    try:
+        data.decode("utf-8")
+        return None
+    except UnicodeDecodeError as exc:
+        start, reason = exc.start, exc.reason
+    where = f"the {len(data)} bytes at offset {offset} of {show(path)} are not valid UTF-8"
+    if start == 0 and offset > 0 and _continuation(data[0]):
+        back = 1
+        for byte in reversed(before):
+            if not _continuation(byte):
+                break
+            back += 1
+        if back <= len(before) and before[-back] >= 0xC2:
+            return (
+                f"{where}: offset {offset} falls inside a multi-byte character; "
+                f"read again with offset={offset - back}"
+            )
+    if reason == "unexpected end of data" and offset + len(data) < total:
+        at = f"{where}: the range ends inside a multi-byte character that starts at byte offset {offset + start}"
+        if start == 0:
+            return f"{at}; read again with limit={_char_length(data[0])} or more"
+        return f"{at}; read again with limit={start}, then continue from offset={offset + start}"
+    return (
+        f"{where}: byte offset {offset + start} is not text (binary data or another encoding); "
+        "read returns UTF-8 text only: pick a range without it, or inspect the bytes with bash (e.g. xxd)"
+    )
+
+
+# --- writing -------------------------------------------------------------------
+
+
+def write_file(
+    dirfd: int, path: str, data: bytes, mode: str, expected_sha256: str | None = None, cancel: Any = NEVER
+) -> dict:
+    """Atomically create or replace a workspace file with `data`; see docs/tools.md#write."""
+    parts = containment.split(path)
+    if not parts:
+        raise InvalidArguments("path names the workspace itself; give a file inside it, e.g. 'notes.txt'")
+    parent = open_parent(dirfd, parts, path)
+    try:
+        existing = inspect_target(parent, parts, path, mode)
+        tmp = _write_temp(parent, data, existing, cancel)
+        try:
+            _check_cancel(cancel)
+            inspect_target(parent, parts, path, mode)  # again, right before install
+            if expected_sha256:
+                _check_sha(parent, parts, path, expected_sha256)
+            _install(parent, tmp, parts[-1], path, mode)
+        except BaseException:
+            _unlink_quiet(parent, tmp)
+            raise
+        os.fsync(parent)
+    except OSError as exc:
+        raise Failed(f"writing {show(path)} failed: {exc.strerror}; the old file, if any, is unchanged") from exc
+    finally:
+        os.close(parent)
+    return {
+        "path": containment.join(parts),
+        "bytes_written": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "created": mode == "create",
+    }
+
+
+def open_parent(dirfd: int, parts: tuple[str, ...], path: str) -> int:
+    """The destination's directory as an fd; a missing one is an error saying to create it."""
+    try:
+        return containment.open_dir(dirfd, parts[:-1], path)
+    except containment.Missing as exc:
+        raise Failed(
+            f"parent directory {show(exc.missing)} of {show(path)} does not exist; write does not create "
+            f"directories: create it first (e.g. bash: mkdir -p {containment.join(parts[:-1])})"
+        ) from exc
+
+
+def inspect_target(parent: int, parts: tuple[str, ...], path: str, mode: str) -> os.stat_result | None:
+    """Check the destination entry against `mode`; return its lstat, or None when absent."""
+    st = containment.lstat_entry(parent, parts[-1])
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        target = os.readlink(parts[-1], dir_fd=parent)
+        raise containment.symlink_error(path, containment.join(parts), target)
+    if st is not None:
+        containment.check_regular(st, path)
+    if mode == "create" and st is not None:
+        raise Failed(
+            f"{show(path)} already exists and mode='create' never overwrites; to change it, read it and "
+            "write again with mode='replace' and its sha256 as expected_sha256"
+        )
+    if mode == "replace" and st is None:
+        raise Failed(f"{show(path)} does not exist, so there is nothing to replace; use mode='create' for a new file")
+    return st
+
+
+def _write_temp(parent: int, data: bytes, existing: os.stat_result | None, cancel: Any) -> str:
+    """Write `data` to a new 0600 temp file in `parent`, fsynced; give it the replaced file's mode."""
+    name = f".scvd-{os.urandom(8).hex()}.tmp"
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
+    try:
+        view = memoryview(data)
+        while view:
+            _check_cancel(cancel)
+            written = os.write(fd, view[:CHUNK])
+            view = view[written:]
+        _keep_metadata(fd, existing)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quiet(parent, name)
+        raise
+    os.close(fd)
+    return name
+
+
+def _keep_metadata(fd: int, existing: os.stat_result | None) -> None:
+    """A replaced file keeps its permission bits (not setuid/setgid) and, where allowed, its owner."""
+    if existing is None:
+        os.fchmod(fd, 0o600)  # the umask may have narrowed it; make it exact
+        return
+    os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)
+    if (existing.st_uid, existing.st_gid) != (os.geteuid(), os.getegid()):
+        try:
+            os.fchown(fd, existing.st_uid, existing.st_gid)
+        except PermissionError:
+            pass  # not root: the new file is ours, as any editor's would be
+
+
+def _check_sha(parent: int, parts: tuple[str, ...], path: str, expected: str) -> None:
+    """Compare the file as it is now with the sha256 the caller read."""
+    try:
+        fd = containment.open_raw(parent, parts[-1:], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise containment.translate(parent, parts[-1:], path, exc) from exc
+    try:
+        containment.check_regular(os.fstat(fd), path)
+        digest = hashlib.sha256()
+        while buf := os.read(fd, CHUNK):
+            digest.update(buf)
+    finally:
+        os.close(fd)
+    current = digest.hexdigest()
+    if current != expected.lower():
+        raise Failed(
+            f"{show(path)} changed since it was read: its sha256 is now {current[:16]}..., not "
+            f"{expected[:16]}...; read it again and pass its sha256 as expected_sha256"
+        )
+
+
+def _install(parent: int, tmp: str, leaf: str, path: str, mode: str) -> None:
+    """Put the temp file in place: rename over for replace, no-replace rename (or link) for create."""
+    try:
+        if mode == "replace":
+            os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
+        elif not _rename_noreplace(parent, tmp, leaf):
+            os.link(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
+            _unlink_quiet(parent, tmp)
+    except FileExistsError as exc:
+        raise Failed(
+            f"{show(path)} appeared while writing and mode='create' never overwrites; read it, then write "
+            "with mode='replace' and its sha256 as expected_sha256"
+        ) from exc
+    except IsADirectoryError as exc:
+        raise Failed(f"{show(path)} became a directory while writing; nothing was written") from exc
+
+
+_renameat2: Callable[..., int] | None | bool = None  # None: not looked up; False: libc lacks it
+
+
+def _rename_noreplace(parent: int, src: str, dst: str) -> bool:
+    """renameat2(RENAME_NOREPLACE); False when libc or the filesystem does not offer it."""
+    global _renameat2
+    if _renameat2 is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        _renameat2 = getattr(libc, "renameat2", False)
+    if _renameat2 is False:
+        return False
+    rc = _renameat2(parent, os.fsencode(src), parent, os.fsencode(dst), ctypes.c_uint(RENAME_NOREPLACE))
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False  # e.g. a filesystem without RENAME_NOREPLACE: link() gives the same guarantee
+    raise OSError(err, os.strerror(err), dst)
+
+
+def _unlink_quiet(parent: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+
+
+# --- running blocking work off the event loop ------------------------------------
+
+
+async def run_blocking(fn: Callable[..., Any], workspace_fd: int, *args: Any) -> Any:
+    """Run fn(dup_of_workspace_fd, *args, cancel=flag) in its own thread.
+
+    The thread owns a duplicate of the fd (closing the session cannot pull it
+    away mid-call) and always runs to its end; on cancellation the flag makes it
+    stop at the next chunk and before any install.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+    cancel = threading.Event()
+    fd = os.dup(workspace_fd)
+
+    def settle(outcome: tuple[bool, Any]) -> None:
+        if not done.done():
+            done.set_result(outcome)
+
+    def work() -> None:
+        try:
+            outcome = (True, fn(fd, *args, cancel=cancel))
+        except BaseException as exc:  # handed to the awaiting task
+            outcome = (False, exc)
+        finally:
+            os.close(fd)
+        try:
+            loop.call_soon_threadsafe(settle, outcome)
+        except RuntimeError:
+            pass  # the loop is gone (shutdown); nobody waits for this result
+
+    threading.Thread(target=work, name="scvd-fs", daemon=True).start()
+    try:
+        ok, value = await done
+    except asyncio.CancelledError:
+        cancel.set()
+        raise
+    if ok:
+        return value
+    raise value
+
+
+# --- the tools -------------------------------------------------------------------
+
+
+def _read_arguments(max_limit: int) -> type[msgspec.Struct]:
+    """read's Struct; built per config because `limit`'s maximum is tools.read_limit_bytes."""
+    path = Annotated[str, msgspec.Meta(
+        min_length=1, description="File path relative to the workspace root, e.g. 'src/main.py'.")]
+    offset = Annotated[int, msgspec.Meta(
+        ge=0, description="Byte offset to start at, e.g. 65536 to continue after a truncated read.")]
+    limit = Annotated[int, msgspec.Meta(
+        ge=0, le=max_limit,
+        description=f"Bytes to return at most (up to {max_limit}), e.g. 4096; 0 returns only the sha256.")]
+    return msgspec.defstruct(
+        "ReadArguments",
+        [("path", path), ("offset", offset, 0), ("limit", limit, min(DEFAULT_READ_LIMIT, max_limit))],
+        kw_only=True, forbid_unknown_fields=True, module=__name__,
+    )
+
+
+Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-fA-F]{64}$")]
+
+
+class WriteArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Arguments of write."""
+
+    path: Annotated[str, msgspec.Meta(
+        min_length=1, description="File path relative to the workspace root, e.g. 'src/main.py'.")]
+    content: Annotated[str, msgspec.Meta(description="The whole new file content as text, e.g. 'print(1)\\n'.")]
+    mode: Annotated[Literal["create", "replace"], msgspec.Meta(
+        description="'create' for a new file (fails if it exists) or 'replace' for an existing one, e.g. 'create'.")]
+    expected_sha256: Annotated[Sha256 | None, msgspec.Meta(
+        description="With replace: the sha256 that read returned, e.g. '9f86d0...'; refuses a stale write.",
+    )] = None
+
+
+def _secret_details(parts: tuple[str, ...]) -> dict[str, Any]:
+    reason = secret_reason(parts)
+    if reason is None:
+        return {"secret_like": False}
+    return {"secret_like": True, "why": f"filesystem risk: the path looks secret-like: {reason}"}
+
+
+class ReadTool(Tool):
+    name = "read"
+    description = (
+        "Read a UTF-8 text file in the workspace, whole or a byte range.\n"
+        "Use for viewing files; write to change them, bash to list directories.\n"
+        "Path is workspace-relative; symlinks are not followed."
+    )
+    risk = ToolRisk.READ_ONLY
+    flags = ToolFlags(concurrent=True)
+
+    def __init__(self, max_limit: int) -> None:
+        self.Arguments = _read_arguments(max_limit)
+
+    def plan(self, args: Any, ctx: CallContext) -> Plan:
+        parts = containment.split(args.path)
+        fd, st = containment.open_regular(ctx.workspace_fd, parts, args.path)  # refuse escapes before approval
+        os.close(fd)
+        details = {"path": containment.join(parts), "offset": args.offset, "limit": args.limit,
+                   "size": st.st_size, **_secret_details(parts)}
+        risk = ToolRisk.FILESYSTEM if details["secret_like"] else ToolRisk.READ_ONLY
+        what = "read secret-like file" if details["secret_like"] else "read"
+        summary = f"{what} {show(details['path'])}, bytes {args.offset}..{args.offset + args.limit} of {st.st_size}"
+        return Plan(risk=risk, summary=summary, details=details, network=False, writes_confined=True)
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        return await run_blocking(read_file, ctx.workspace_fd, args.path, args.offset, args.limit)
+
+
+class WriteTool(Tool):
+    name = "write"
+    description = (
+        "Create or replace a UTF-8 text file in the workspace atomically.\n"
+        "Use for new files (create) or rewrites (replace); read gives the sha256.\n"
+        "Parent directory must exist; symlinks are not followed."
+    )
+    risk = ToolRisk.FILESYSTEM
+    Arguments = WriteArguments
+
+    def plan(self, args: Any, ctx: CallContext) -> Plan:
+        parts = containment.split(args.path)
+        if not parts:
+            raise InvalidArguments("path names the workspace itself; give a file inside it, e.g. 'notes.txt'")
+        if args.expected_sha256 and args.mode == "create":
+            raise InvalidArguments("expected_sha256 applies to mode='replace' only; a created file has no prior content")
+        try:
+            data = args.content.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArguments(f"content is not valid UTF-8 text at character {exc.start}") from exc
+        parent = open_parent(ctx.workspace_fd, parts, args.path)  # fail before approval where we can
+        try:
+            inspect_target(parent, parts, args.path, args.mode)
+        finally:
+            os.close(parent)
+        return Plan(
+            risk=ToolRisk.FILESYSTEM, summary=write_summary(containment.join(parts), args.mode, args.content, data),
+            details={"path": containment.join(parts), "mode": args.mode, "bytes": len(data),
+                     "expected_sha256": args.expected_sha256, **_secret_details(parts)},
+            network=False, writes_confined=True, data=data,
+        )
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        data = plan.data if plan.data is not None else args.content.encode("utf-8")
+        return await run_blocking(write_file, ctx.workspace_fd, args.path, data, args.mode, args.expected_sha256)
+
+
+def write_summary(path: str, mode: str, content: str, data: bytes) -> str:
+    """What the approver sees: mode, path, size and the first lines, bounded and made safe for a terminal."""
+    lines = content.splitlines()
+    head = [f"  | {_printable(line[:SUMMARY_LINE_CHARS])}" for line in lines[:SUMMARY_LINES]]
+    more = len(lines) - SUMMARY_LINES
+    if more > 0:
+        head.append(f"  | ... {more} more lines")
+    return "\n".join([f"write ({mode}) {show(path)}: {len(data)} bytes, {len(lines)} lines", *head])
+
+
+def _printable(text: str) -> str:
+    """Escape control and format characters (ANSI escapes, bidi overrides) so they cannot fool a terminal."""
+    return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in text)
+
+
+def tools(config: Any, paths: Any) -> list[Tool]:
+    return [ReadTool(config.tools.read_limit_bytes), WriteTool()]

@@ -1,0 +1,60 @@
+"""The secret-like path rule: which workspace paths a `read` must not do unasked.
+
+Rule: purely lexical and case-insensitive, applied to every component of the
+path, so a file inside a directory named like a secret (`.ssh/config`,
+`secrets/db.yaml`) counts too. It raises a read's risk so a person sees it; it
+is a visibility aid, not a confidentiality boundary (seed 000): a shell or a
+delegated agent can still read the file, so isolation needs the OS sandbox.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+# exact file names (lower case) that hold credentials by convention
+SECRET_NAMES = {
+    ".env": "a dotenv file",
+    ".netrc": "a netrc credentials file",
+    ".npmrc": "an npm config that may hold a token",
+    ".pypirc": "a PyPI config that may hold a token",
+    ".git-credentials": "a git credential store",
+}
+SECRET_DIRS = (".ssh", ".aws", ".gnupg")  # everything under these is secret-like
+SECRET_WORDS = ("credential", "secret", "private_key")
+SECRET_PREFIXES = {".env.": "a dotenv file", "id_rsa": "an SSH key"}
+SECRET_SUFFIXES = {".pem": "a PEM key or certificate", ".key": "a key file"}
+
+
+def secret_reason(path: str | Iterable[str]) -> str | None:
+    """Why `path` looks secret-like, as a short phrase for the approver, or None."""
+    parts = path.split("/") if isinstance(path, str) else list(path)
+    for index, part in enumerate(parts):
+        kind = _component_kind(part.lower())
+        if kind is None:
+            continue
+        if index < len(parts) - 1:
+            return f"it is inside {part!r}, {kind}"
+        return f"{part!r} is {kind}"
+    return None
+
+
+def is_secret_like(path: str | Iterable[str]) -> bool:
+    return secret_reason(path) is not None
+
+
+def _component_kind(name: str) -> str | None:
+    """What a single lower-cased path component looks like, if secret-like."""
+    if name in SECRET_NAMES:
+        return SECRET_NAMES[name]
+    if name in SECRET_DIRS:
+        return "a directory of keys or credentials"
+    for word in SECRET_WORDS:
+        if word in name:
+            return f"named like a secret (contains {word!r})"
+    for prefix, kind in SECRET_PREFIXES.items():
+        if name.startswith(prefix):
+            return kind
+    for suffix, kind in SECRET_SUFFIXES.items():
+        if name.endswith(suffix):
+            return kind
+    return None
