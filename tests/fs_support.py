@@ -1,0 +1,72 @@
+"""Helpers shared by the read/write tool tests: a real workspace fd and a hand-built CallContext."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from scvd.config import Config
+from scvd.tools import containment, fs
+from scvd.tools.contract import CallContext, Plan, Tool
+
+TOOLS: dict[str, Tool] = {t.name: t for t in fs.tools(Config(), None)}
+
+
+@dataclass
+class Workspace:
+    root: Path  # the workspace
+    outside: Path  # a sibling directory the tools must never touch
+    fd: int
+    ctx: CallContext
+
+    def plan(self, tool: str, **raw: Any) -> Plan:
+        t = TOOLS[tool]
+        return t.plan(t.decode(raw), self.ctx)
+
+    def call(self, tool: str, **raw: Any) -> Any:
+        """decode -> plan -> run, as the pipeline does (minus approval)."""
+        t = TOOLS[tool]
+        args = t.decode(raw)
+        return asyncio.run(t.run(args, t.plan(args, self.ctx), self.ctx))
+
+    def run_only(self, tool: str, **raw: Any) -> Any:
+        """run without plan: what happens if the tree changed after approval."""
+        t = TOOLS[tool]
+        args = t.decode(raw)
+        return asyncio.run(t.run(args, Plan(risk=t.risk, summary=""), self.ctx))
+
+    def outside_listing(self) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(self.outside.iterdir()) if p.is_file()}
+
+
+def make_workspace(tmp_path: Path) -> Workspace:
+    root = tmp_path / "ws"
+    outside = tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("TOP SECRET\n")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    ctx = CallContext(call_id="c1", session_id="s1", workspace=root, workspace_fd=fd, config=Config(), paths=None)
+    return Workspace(root, outside, fd, ctx)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Iterator[Workspace]:
+    w = make_workspace(tmp_path)
+    yield w
+    os.close(w.fd)
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test once with openat2 and once with the component walk."""
+    if request.param == "openat2" and not containment.openat2_available():
+        pytest.skip("this kernel has no openat2")
+    containment.set_backend(request.param == "openat2")
+    yield request.param
+    containment.set_backend(None)

@@ -1,0 +1,460 @@
+"""The read and write tools (seed 000), called directly with a hand-built CallContext on real files."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from fs_support import TOOLS, Workspace, ws  # noqa: F401  (fixture)
+from scvd.config import Config
+from scvd.errors import Cancelled, Failed, InvalidArguments
+from scvd.tools import build_registry, fs
+from scvd.tools.contract import ToolRisk
+from scvd.tools.secrets import secret_reason
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def no_temp_files(root: Path) -> bool:
+    return not [p for p in root.rglob("*") if p.name.startswith(".scvd-")]
+
+
+# --- registration ---------------------------------------------------------------
+
+
+def test_tools_register_and_pass_the_lint() -> None:
+    registry = build_registry(Config(), None)
+    assert {"read", "write"} <= set(registry.names())
+    assert registry.get("read").flags.concurrent and not registry.get("read").flags.always_allow
+    assert registry.get("write").risk is ToolRisk.FILESYSTEM and not registry.get("write").flags.concurrent
+
+
+def test_read_limit_maximum_comes_from_config() -> None:
+    config = msgspec.convert({"tools": {"read_limit_bytes": 2048}}, Config)
+    tool = fs.tools(config, None)[0]
+    limit = tool.input_schema()["properties"]["limit"]
+    assert (limit["maximum"], limit["default"]) == (2048, 2048)
+    with pytest.raises(InvalidArguments, match="limit"):
+        tool.decode({"path": "a", "limit": 2049})
+
+
+# --- read -------------------------------------------------------------------------
+
+
+def test_read_whole_file(ws: Workspace) -> None:
+    data = "hello\nwörld\n".encode()
+    (ws.root / "a.txt").write_bytes(data)
+    result = ws.call("read", path="a.txt")
+    assert result == {"path": "a.txt", "content": "hello\nwörld\n", "offset": 0, "length": len(data),
+                      "total_bytes": len(data), "truncated": False, "sha256": sha(data)}
+
+
+def test_read_offset_and_limit(ws: Workspace) -> None:
+    data = "".join(str(i % 10) for i in range(100)).encode()
+    (ws.root / "d.txt").write_bytes(data)
+    mid = ws.call("read", path="./d.txt", offset=10, limit=5)
+    assert (mid["content"], mid["length"], mid["total_bytes"], mid["truncated"]) == ("01234", 5, 100, True)
+    assert mid["sha256"] == sha(data)  # always the whole file's
+    assert mid["path"] == "d.txt"
+    tail = ws.call("read", path="d.txt", offset=95, limit=10)
+    assert (tail["content"], tail["length"], tail["truncated"]) == ("56789", 5, False)
+    exact = ws.call("read", path="d.txt", offset=90, limit=10)
+    assert (exact["length"], exact["truncated"]) == (10, False)
+
+
+def test_read_default_limit_and_continuation(ws: Workspace) -> None:
+    data = b"x" * 70000
+    (ws.root / "big.txt").write_bytes(data)
+    first = ws.call("read", path="big.txt")
+    assert (first["length"], first["truncated"], first["total_bytes"]) == (65536, True, 70000)
+    rest = ws.call("read", path="big.txt", offset=first["offset"] + first["length"])
+    assert (rest["length"], rest["truncated"]) == (70000 - 65536, False)
+
+
+def test_read_limit_zero_gives_size_and_sha_only(ws: Workspace) -> None:
+    (ws.root / "a.txt").write_bytes(b"abc")
+    result = ws.call("read", path="a.txt", limit=0)
+    assert (result["content"], result["length"], result["total_bytes"], result["truncated"]) == ("", 0, 3, True)
+    assert result["sha256"] == sha(b"abc")
+
+
+def test_read_empty_file_and_offset_at_end(ws: Workspace) -> None:
+    (ws.root / "empty").write_bytes(b"")
+    assert ws.call("read", path="empty")["total_bytes"] == 0
+    (ws.root / "a.txt").write_bytes(b"abc")
+    at_end = ws.call("read", path="a.txt", offset=3)
+    assert (at_end["content"], at_end["truncated"]) == ("", False)
+
+
+def test_read_offset_past_end(ws: Workspace) -> None:
+    (ws.root / "a.txt").write_bytes(b"abc")
+    with pytest.raises(Failed, match=r"offset 4 is past the end of 'a.txt' \(total_bytes 3\)"):
+        ws.call("read", path="a.txt", offset=4)
+
+
+@pytest.mark.parametrize(
+    "raw, field",
+    [({"path": "a", "limit": 1048577}, "limit"), ({"path": "a", "offset": -1}, "offset"),
+     ({"path": "a", "limit": -1}, "limit"), ({"path": "a", "extra": 1}, "extra"), ({}, "path"),
+     ({"path": ""}, "path"), ({"path": 3}, "path")],
+)
+def test_read_bad_arguments_name_the_field(raw: dict, field: str) -> None:
+    with pytest.raises(InvalidArguments, match=field):
+        TOOLS["read"].decode(raw)
+
+
+def _suggested(message: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(r"(offset|limit)=(\d+)", message)}
+
+
+def test_read_range_ending_inside_a_character(ws: Workspace) -> None:
+    (ws.root / "u.txt").write_bytes("ab€cd".encode())  # € is bytes 2..4
+    with pytest.raises(Failed) as info:
+        ws.call("read", path="u.txt", limit=3)
+    msg = info.value.message
+    assert "not valid UTF-8" in msg and "multi-byte character that starts at byte offset 2" in msg
+    fix = _suggested(msg.split(";", 1)[1])
+    assert ws.call("read", path="u.txt", limit=fix["limit"])["content"] == "ab"
+    assert ws.call("read", path="u.txt", offset=fix["offset"])["content"] == "€cd"
+
+
+def test_read_range_starting_inside_a_character(ws: Workspace) -> None:
+    (ws.root / "u.txt").write_bytes("ab€cd".encode())
+    for offset in (3, 4):
+        with pytest.raises(Failed, match=f"offset {offset} falls inside a multi-byte character") as info:
+            ws.call("read", path="u.txt", offset=offset)
+        fix = _suggested(info.value.message.split(";", 1)[1])
+        assert fix == {"offset": 2}
+        assert ws.call("read", path="u.txt", **fix)["content"] == "€cd"
+
+
+def test_read_range_smaller_than_a_character(ws: Workspace) -> None:
+    (ws.root / "u.txt").write_bytes("€".encode())
+    with pytest.raises(Failed, match="limit=3 or more"):
+        ws.call("read", path="u.txt", limit=1)
+
+
+def test_read_binary_file(ws: Workspace) -> None:
+    (ws.root / "b.bin").write_bytes(b"GIF89a\x00\xff\xfe")
+    with pytest.raises(Failed, match="byte offset 7 is not text"):
+        ws.call("read", path="b.bin")
+    assert ws.call("read", path="b.bin", limit=7)["content"] == "GIF89a\x00"
+
+
+def test_read_missing_directory_and_fifo(ws: Workspace) -> None:
+    with pytest.raises(Failed, match="'nope.txt' does not exist"):
+        ws.call("read", path="nope.txt")
+    (ws.root / "sub").mkdir()
+    with pytest.raises(Failed, match="is a directory"):
+        ws.call("read", path="sub")
+    with pytest.raises(Failed, match="names the workspace itself"):
+        ws.call("read", path=".")
+    os.mkfifo(ws.root / "pipe")
+    started = time.monotonic()
+    with pytest.raises(Failed, match="not a regular file"):
+        ws.call("read", path="pipe")  # must not block waiting for a writer
+    assert time.monotonic() - started < 5
+
+
+def test_read_risk_is_read_only_for_ordinary_paths(ws: Workspace) -> None:
+    (ws.root / "main.py").write_text("print(1)\n")
+    plan = ws.plan("read", path="main.py")
+    assert plan.risk is ToolRisk.READ_ONLY
+    assert plan.details["secret_like"] is False
+    assert "read 'main.py'" in plan.summary
+
+
+@pytest.mark.parametrize("path", [".env", "config/.env.production", ".ssh/config", "deploy/credentials.json",
+                                  "server.PEM", "tls/site.key", "home/.aws/config", "id_rsa", ".git-credentials"])
+def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -> None:
+    target = ws.root / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("TOKEN=abc\n")
+    plan = ws.plan("read", path=path)
+    assert plan.risk is ToolRisk.FILESYSTEM
+    assert plan.details["secret_like"] is True and "secret-like" in plan.details["why"]
+    assert "secret-like" in plan.summary
+    assert "TOKEN" not in plan.summary + str(plan.details)  # the approver sees no content
+    assert ws.call("read", path=path)["content"] == "TOKEN=abc\n"  # once approved, it reads
+
+
+@pytest.mark.parametrize(
+    "path, secret",
+    [(".env", True), (".ENV", True), (".env.local", True), ("a/.env.d/x", True), ("my_secret.txt", True),
+     ("Credentials.yml", True), ("gcp_private_key.json", True), ("id_rsa.pub", True), ("id_rsa_work", True),
+     ("cert.pem", True), ("k.Key", True), (".netrc", True), (".npmrc", True), (".pypirc", True),
+     (".ssh/known_hosts", True), (".gnupg/pubring.kbx", True), ("a/.aws/x", True), ("secrets/db.yaml", True),
+     ("src/main.py", False), (".envrc", False), ("environment.py", False), ("keyboard.c", False),
+     ("pem.md", False), ("ssh/config", False), ("README.md", False), ("key", False)],
+)
+def test_secret_rule(path: str, secret: bool) -> None:
+    assert (secret_reason(path) is not None) == secret
+
+
+def test_concurrent_reads(ws: Workspace) -> None:
+    for i in range(16):
+        (ws.root / f"f{i}.txt").write_text(f"file {i}\n")
+
+    async def many() -> list[dict]:
+        tool = TOOLS["read"]
+        calls = []
+        for i in range(16):
+            args = tool.decode({"path": f"f{i}.txt"})
+            calls.append(tool.run(args, tool.plan(args, ws.ctx), ws.ctx))
+        return await asyncio.gather(*calls)
+
+    results = asyncio.run(many())
+    assert [r["content"] for r in results] == [f"file {i}\n" for i in range(16)]
+
+
+# --- write ------------------------------------------------------------------------
+
+
+def test_create_new_file(ws: Workspace) -> None:
+    (ws.root / "src").mkdir()
+    result = ws.call("write", path="src/new.py", content="print('hi')\n", mode="create")
+    data = b"print('hi')\n"
+    assert result == {"path": "src/new.py", "bytes_written": len(data), "sha256": sha(data), "created": True}
+    assert (ws.root / "src" / "new.py").read_bytes() == data
+    assert stat.S_IMODE((ws.root / "src" / "new.py").stat().st_mode) == 0o600
+    assert no_temp_files(ws.root)
+
+
+def test_create_empty_and_unicode(ws: Workspace) -> None:
+    ws.call("write", path="empty", content="", mode="create")
+    assert (ws.root / "empty").read_bytes() == b""
+    ws.call("write", path="u.txt", content="日本語 ✓\n", mode="create")
+    assert ws.call("read", path="u.txt")["content"] == "日本語 ✓\n"
+
+
+def test_create_on_existing_file_is_refused(ws: Workspace) -> None:
+    (ws.root / "a.txt").write_text("old")
+    with pytest.raises(Failed, match="already exists.*mode='replace'.*expected_sha256"):
+        ws.plan("write", path="a.txt", content="new", mode="create")  # refused before approval
+    with pytest.raises(Failed, match="already exists"):
+        ws.run_only("write", path="a.txt", content="new", mode="create")  # and if it appeared after
+    assert (ws.root / "a.txt").read_text() == "old"
+    assert no_temp_files(ws.root)
+
+
+def test_create_racing_another_creator_never_overwrites(ws: Workspace) -> None:
+    """Two creators of one name: exactly one wins, the other gets a clear error."""
+    results: list[object] = []
+
+    def create(tag: str) -> None:
+        try:
+            results.append(fs.write_file(ws.fd, "race.txt", tag.encode() * 1000, "create"))
+        except Failed as exc:
+            results.append(exc)
+
+    for _ in range(20):
+        (ws.root / "race.txt").unlink(missing_ok=True)
+        results.clear()
+        threads = [threading.Thread(target=create, args=(t,)) for t in "ab"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sum(isinstance(r, dict) for r in results) == 1
+        assert sum(isinstance(r, Failed) for r in results) == 1
+        content = (ws.root / "race.txt").read_bytes()
+        assert content in (b"a" * 1000, b"b" * 1000)
+    assert no_temp_files(ws.root)
+
+
+def test_replace_missing_file_is_refused(ws: Workspace) -> None:
+    with pytest.raises(Failed, match="does not exist.*mode='create'"):
+        ws.call("write", path="nope.txt", content="x", mode="replace")
+    assert not (ws.root / "nope.txt").exists()
+
+
+def test_replace_keeps_mode_and_chains_sha(ws: Workspace) -> None:
+    path = ws.root / "run.sh"
+    path.write_text("echo 1\n")
+    path.chmod(0o755)
+    seen = ws.call("read", path="run.sh")
+    result = ws.call("write", path="run.sh", content="echo 2\n", mode="replace", expected_sha256=seen["sha256"])
+    assert result["created"] is False and result["sha256"] == sha(b"echo 2\n")
+    assert path.read_text() == "echo 2\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755
+    assert ws.call("read", path="run.sh")["sha256"] == result["sha256"]
+    upper = ws.call("write", path="run.sh", content="echo 3\n", mode="replace", expected_sha256=result["sha256"].upper())
+    assert upper["bytes_written"] == 7
+
+
+def test_replace_with_stale_sha_is_refused(ws: Workspace) -> None:
+    path = ws.root / "a.txt"
+    path.write_text("v1")
+    seen = ws.call("read", path="a.txt")["sha256"]
+    path.write_text("v2 by someone else")
+    with pytest.raises(Failed, match="changed since it was read.*read it again and pass its sha256"):
+        ws.call("write", path="a.txt", content="mine", mode="replace", expected_sha256=seen)
+    assert path.read_text() == "v2 by someone else"
+    assert no_temp_files(ws.root)
+
+
+def test_expected_sha_with_create_is_invalid(ws: Workspace) -> None:
+    with pytest.raises(InvalidArguments, match="mode='replace' only"):
+        ws.call("write", path="a.txt", content="x", mode="create", expected_sha256="0" * 64)
+    with pytest.raises(InvalidArguments, match="expected_sha256"):
+        TOOLS["write"].decode({"path": "a", "content": "x", "mode": "replace", "expected_sha256": "abc"})
+    with pytest.raises(InvalidArguments, match="mode"):
+        TOOLS["write"].decode({"path": "a", "content": "x", "mode": "append"})
+    with pytest.raises(InvalidArguments, match="mode"):
+        TOOLS["write"].decode({"path": "a", "content": "x"})
+
+
+def test_write_needs_an_existing_parent(ws: Workspace) -> None:
+    with pytest.raises(Failed, match="parent directory 'a' of 'a/b/c.txt' does not exist.*mkdir -p a/b"):
+        ws.plan("write", path="a/b/c.txt", content="x", mode="create")
+    (ws.root / "a").mkdir()
+    with pytest.raises(Failed, match="parent directory 'a/b'"):
+        ws.call("write", path="a/b/c.txt", content="x", mode="create")
+    assert list((ws.root / "a").iterdir()) == []
+
+
+def test_write_onto_directory_or_workspace(ws: Workspace) -> None:
+    (ws.root / "sub").mkdir()
+    with pytest.raises(Failed, match="is a directory"):
+        ws.call("write", path="sub", content="x", mode="replace")
+    with pytest.raises(InvalidArguments, match="workspace itself"):
+        ws.call("write", path=".", content="x", mode="replace")
+
+
+def test_write_plan_summary_for_the_approver(ws: Workspace) -> None:
+    content = "line one\n\x1b[2J\u202eevil\n" + "".join(f"l{i} " + "x" * 300 + "\n" for i in range(20))
+    plan = ws.plan("write", path="notes.txt", content=content, mode="create")
+    assert plan.risk is ToolRisk.FILESYSTEM
+    lines = plan.summary.splitlines()
+    assert lines[0] == f"write (create) 'notes.txt': {len(content.encode())} bytes, 22 lines"
+    assert lines[1] == "  | line one"
+    assert "\x1b" not in plan.summary and "\u202e" not in plan.summary
+    assert "\\x1b[2J\\u202eevil" in lines[2]
+    assert len(lines) == 1 + 8 + 1 and lines[-1] == "  | ... 14 more lines"
+    assert max(len(line) for line in lines) < 200
+    assert plan.details == {"path": "notes.txt", "mode": "create", "bytes": len(content.encode()),
+                            "expected_sha256": None, "secret_like": False}
+
+
+def test_write_of_secret_like_path_says_so(ws: Workspace) -> None:
+    plan = ws.plan("write", path=".env", content="A=1\n", mode="create")
+    assert plan.risk is ToolRisk.FILESYSTEM and plan.details["secret_like"] is True
+
+
+def test_cancel_before_install_changes_nothing(ws: Workspace) -> None:
+    (ws.root / "a.txt").write_text("old")
+    flag = threading.Event()
+    flag.set()
+    with pytest.raises(Cancelled):
+        fs.write_file(ws.fd, "a.txt", b"new" * 1000, "replace", cancel=flag)
+    assert (ws.root / "a.txt").read_text() == "old"
+    assert no_temp_files(ws.root)
+
+
+def test_task_cancellation_stops_a_large_write(ws: Workspace) -> None:
+    (ws.root / "big.txt").write_text("old")
+    tool = TOOLS["write"]
+    args = tool.decode({"path": "big.txt", "content": "y" * (256 << 20), "mode": "replace"})
+
+    async def cancel_mid_write() -> None:
+        task = asyncio.create_task(tool.run(args, tool.plan(args, ws.ctx), ws.ctx))
+        while no_temp_files(ws.root):
+            await asyncio.sleep(0.001)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_write())
+    deadline = time.monotonic() + 10
+    while any(t.name == "scvd-fs" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (ws.root / "big.txt").read_text() == "old"
+    assert no_temp_files(ws.root)
+
+
+# --- atomicity ----------------------------------------------------------------------
+
+
+def test_concurrent_reader_never_sees_a_partial_file(ws: Workspace) -> None:
+    versions = [b"a" * (1 << 20), b"b" * (3 << 20) + b"\n", b"c" * 10]
+    digests = {sha(v) for v in versions}
+    (ws.root / "f.txt").write_bytes(versions[0])
+    stop = threading.Event()
+    writes = 0
+
+    def writer() -> None:
+        nonlocal writes
+        while not stop.is_set():
+            fs.write_file(ws.fd, "f.txt", versions[writes % 3], "replace")
+            writes += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    reads = 0
+    try:
+        deadline = time.monotonic() + 3
+        while (reads < 200 or writes < 20) and time.monotonic() < deadline:
+            assert (ws.root / "f.txt").read_bytes() in versions
+            assert fs.read_file(ws.fd, "f.txt", limit=16)["sha256"] in digests
+            reads += 1
+    finally:
+        stop.set()
+        thread.join()
+    assert writes >= 20 and reads >= 200, (writes, reads)
+    assert no_temp_files(ws.root)
+
+
+KILLED_WRITER = """
+import os, sys, time
+from scvd.tools.fs import write_file
+
+class SlowFlag:  # called once per 1 MiB chunk: makes the write long enough to kill mid-way
+    def is_set(self):
+        time.sleep(0.01)
+        return False
+
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+write_file(fd, "big.txt", b"N" * (200 << 20), "replace", cancel=SlowFlag())
+print("finished")
+"""
+
+
+def test_sigkill_during_a_large_write_leaves_the_old_file_whole(ws: Workspace) -> None:
+    old = b"old content\n" * 100000
+    (ws.root / "big.txt").write_bytes(old)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(ws.root)], env=env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        temp: list[Path] = []
+        while not temp or temp[0].stat().st_size < (8 << 20):
+            assert proc.poll() is None, "the writer ended before it could be killed"
+            assert time.monotonic() < deadline
+            temp = [p for p in ws.root.iterdir() if p.name.startswith(".scvd-")]
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (ws.root / "big.txt").read_bytes() == old
+    assert fs.read_file(ws.fd, "big.txt", limit=0)["sha256"] == sha(old)
+    # what a kill leaves is a temp file beside it, never a torn big.txt
+    assert [p.name for p in ws.root.iterdir() if p.name != "big.txt"] == [temp[0].name]
