@@ -1,0 +1,150 @@
+"""`scvctl agents`: sign the delegated agents in, check them, sign them out, import a Codex setup.
+
+login / status / logout ask the daemon for a launch spec (`agents.spec`) and run
+the agent's own command from it with this terminal attached, so the command sees
+exactly the private home and cleaned environment the daemon's agent_* tools use.
+`import codex` is done by the daemon (`agents.import`); this side only resolves
+the source directory against the user's shell and prints the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from scvd import paths as paths_mod, protocol as p
+from scvd.adapters import spec as specs
+from scvd.adapters.service import default_codex_home
+from scvd.adapters.signin import classify_status
+
+from .client import Client
+
+STATUS_TIMEOUT = 60.0  # one agent's status command, when listing all of them
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    agents = sub.add_parser("agents", parents=[common], help="sign delegated agents in and out",
+                            description="Sign the delegated agents (claude, codex, pi) in, out, "
+                                        "check them, or import your own Codex setup.")
+    agents.set_defaults(handler=cmd_status, agent=None, extra=[])
+    asub = agents.add_subparsers(dest="agents_command", metavar="ACTION")
+    names = ", ".join(specs.ADAPTERS)
+    for action, text in (("login", "sign an agent in (its own login, terminal attached)"),
+                         ("logout", "sign an agent out")):
+        cmd = asub.add_parser(action, parents=[common], help=text)
+        cmd.add_argument("agent", choices=list(specs.ADAPTERS), metavar="AGENT", help=names)
+        cmd.add_argument("extra", nargs="*", help="arguments for the agent's command, after --")
+        cmd.set_defaults(handler=cmd_attached, action=action)
+    cmd = asub.add_parser("status", parents=[common],
+                          help="each agent's sign-in state, one line each; with AGENT its own output")
+    cmd.add_argument("agent", nargs="?", choices=list(specs.ADAPTERS), metavar="AGENT", help=names)
+    cmd.add_argument("extra", nargs="*", help="arguments for the agent's command, after --")
+    cmd.set_defaults(handler=cmd_status, action="status")
+    cmd = asub.add_parser("import", parents=[common], help="copy your own Codex setup into scvd's codex")
+    cmd.add_argument("agent", choices=["codex"], metavar="AGENT", help="codex")
+    cmd.add_argument("--from", dest="source", type=Path,
+                     help="your Codex home (default: $CODEX_HOME, else ~/.codex)")
+    cmd.set_defaults(handler=cmd_import)
+
+
+def _connect(args: argparse.Namespace) -> Client:
+    return Client.connect(getattr(args, "socket", None), name="scvctl")
+
+
+def _launch(client: Client, agent: str, action: str, extra: list[str]) -> p.AgentsLaunch:
+    return client.request(p.AgentsSpec, agent=agent, action=action, extra_args=list(extra))
+
+
+def cmd_attached(args: argparse.Namespace) -> int:
+    """login / logout / status AGENT: the agent's own command with this terminal."""
+    with _connect(args) as client:
+        answer = _launch(client, args.agent, args.action, args.extra)
+    if answer.spec is None:
+        print(f"{args.agent}: {answer.unsupported}", file=sys.stderr)
+        return 1
+    if answer.spec.note:
+        print(answer.spec.note, file=sys.stderr)
+    return run_attached(answer.spec)
+
+
+def run_attached(launch: p.LaunchSpec) -> int:
+    """Run the spec with inherited stdio and wait; Ctrl+C is the agent's to handle."""
+    try:
+        proc = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd)
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:  # the terminal sent SIGINT to the agent too
+                continue
+    finally:
+        _repair(launch)
+    return code if code >= 0 else 128 - code
+
+
+def _repair(launch: p.LaunchSpec) -> None:
+    # the CLI just wrote its sign-in, folders 0755 included; the daemon repairs too, at each use
+    home = Path(launch.cwd)
+    if home.is_dir() and home.parent.name == "adapters":
+        paths_mod.repair_tree(home)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if args.agent:
+        return cmd_attached(args)
+    rows = []
+    with _connect(args) as client:
+        for name in specs.ADAPTERS:
+            rows.append((name, _status_line(client, name)))
+    if getattr(args, "json", False):
+        _emit_json([{"agent": name, "state": state} for name, state in rows])
+    else:
+        width = max(len(name) for name, _ in rows)
+        for name, state in rows:
+            print(f"{name:<{width}}  {state}")
+    return 0
+
+
+def _status_line(client: Client, name: str) -> str:
+    answer = _launch(client, name, "status", [])
+    if answer.spec is None:
+        return answer.unsupported or "unavailable"
+    launch = answer.spec
+    try:
+        done = subprocess.run(launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=STATUS_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return f"unknown (its status command ran past {STATUS_TIMEOUT:.0f} s)"
+    except OSError as exc:
+        return f"cannot run {launch.argv[0]}: {exc.strerror}"
+    finally:
+        _repair(launch)
+    output = (done.stdout + done.stderr).decode("utf-8", "replace")
+    return classify_status(specs.ADAPTERS[name], done.returncode, output)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    source = args.source if args.source is not None else default_codex_home(os.environ)
+    source = os.path.abspath(os.path.expanduser(str(source)))
+    with _connect(args) as client:
+        answer = client.request(p.AgentsImport, agent=args.agent, source=source)
+    if getattr(args, "json", False):
+        _emit_json(answer)
+        return 0
+    print(f"imported {', '.join(answer.copied)} from {source} into scvd's {answer.agent}")
+    for key, value in answer.report.items():
+        print(f"  {key}: {value}")
+    for warning in answer.warnings:
+        print(f"warning: {warning}")
+    return 0
+
+
+def _emit_json(value: Any) -> None:
+    sys.stdout.write(msgspec.json.encode(value).decode() + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,166 @@
+"""`scvctl agents` and the agent_* tools against a real daemon, with the fake agent on its PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from adapters_support import make_fake_bin, read_log
+from conftest import DaemonProc, base_env
+from scvd import protocol as p
+
+API_KEY = "sk-proj-INTEGRATIONSECRET42"
+
+
+@pytest.fixture
+def agent_daemon(make_daemon, tmp_path: Path) -> DaemonProc:
+    """A daemon whose PATH finds the fake claude / codex / pi, with keys planted in its env."""
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    return make_daemon(env={
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+        "FAKE_AGENT_LOG": str(tmp_path / "agent-log"),
+        "OPENAI_API_KEY": "sk-planted-in-daemon",
+        "CLAUDE_CODE_OAUTH_TOKEN": "planted-oauth-in-daemon",
+    })
+
+
+def scvctl(d: DaemonProc, *args: str, cwd: Path | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=base_env(d.home), cwd=cwd,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+
+
+def agent_log(d: DaemonProc) -> Path:
+    return Path(d.env["FAKE_AGENT_LOG"])
+
+
+def test_status_lists_every_agent_one_line_each(agent_daemon: DaemonProc) -> None:
+    out = scvctl(agent_daemon, "agents", "status")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["claude  not signed in", "codex   not signed in",
+                                       "pi      not signed in"]
+    listed = json.loads(scvctl(agent_daemon, "agents", "status", "--json").stdout)
+    assert listed == [{"agent": a, "state": "not signed in"} for a in ("claude", "codex", "pi")]
+
+
+def test_status_without_the_cli_says_how_to_install(make_daemon, tmp_path: Path) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    d = make_daemon(env={"PATH": str(empty)})
+    out = scvctl(d, "agents", "status")
+    assert "claude is not installed: npm install -g @anthropic-ai/claude-code" in out.stdout
+    assert "pi is not installed: npm install -g @mariozechner/pi-coding-agent" in out.stdout
+
+
+def test_login_runs_the_agents_command_with_the_daemons_home_and_env(agent_daemon: DaemonProc) -> None:
+    out = scvctl(agent_daemon, "agents", "login", "codex", "--", "--device-auth")
+    assert out.returncode == 0, out.stderr
+    assert "--device-auth" in out.stderr  # the note for headless hosts
+    argv, env, cwd = read_log(agent_log(agent_daemon))
+    home = agent_daemon.home / "adapters" / "codex"
+    assert argv == ["login", "--device-auth"]
+    assert env["HOME"] == env["CODEX_HOME"] == cwd == str(home)
+    assert "OPENAI_API_KEY" not in env and "CLAUDE_CODE_OAUTH_TOKEN" not in env
+    assert not any("planted" in v for v in env.values())
+    assert not any(k.startswith("SCV_") and k != "SCV_HOME" for k in env)
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+
+
+def test_status_of_one_agent_shows_its_own_output_and_exit_code(agent_daemon: DaemonProc) -> None:
+    out = scvctl(agent_daemon, "agents", "status", "claude")
+    assert out.returncode == 1
+    assert '"loggedIn": false' in out.stdout
+
+
+def test_pi_login_explains_its_slash_login(agent_daemon: DaemonProc) -> None:
+    out = scvctl(agent_daemon, "agents", "login", "pi")
+    assert out.returncode == 0
+    assert "/login" in out.stderr
+    argv, env, _ = read_log(agent_log(agent_daemon))
+    assert argv == [] and env["HOME"] == str(agent_daemon.home / "adapters" / "pi")
+
+
+def test_import_codex_reports_and_never_prints_the_key(agent_daemon: DaemonProc, tmp_path: Path) -> None:
+    src = tmp_path / "user" / ".codex"
+    src.mkdir(parents=True)
+    (src / "config.toml").write_text('model = "gpt-5"\nmodel_provider = "relay"\n'
+                                     '[model_providers.relay]\nname = "relay"\n'
+                                     'base_url = "http://127.0.0.1:9/v1"\nenv_key = "RELAY_API_KEY"\n')
+    (src / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", ".codex", cwd=src.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"imported config.toml, auth.json from {src} into scvd's codex")
+    assert "  model: gpt-5" in out.stdout and "  model_provider: relay" in out.stdout
+    assert "warning: provider 'relay' reads its key through env_key RELAY_API_KEY" in out.stdout
+    home = agent_daemon.home / "adapters" / "codex"
+    assert json.loads((home / "auth.json").read_text()) == {"OPENAI_API_KEY": API_KEY}
+    assert stat.S_IMODE((home / "auth.json").stat().st_mode) == 0o600
+    assert API_KEY not in out.stdout + out.stderr + agent_daemon.log()
+
+
+def test_import_errors_exit_1_with_what_to_do(agent_daemon: DaemonProc, tmp_path: Path) -> None:
+    src = tmp_path / "broken"
+    src.mkdir()
+    (src / "config.toml").write_text("model = \n")
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src))
+    assert out.returncode == 1
+    assert out.stderr.startswith("invalid_request: ") and "not valid TOML" in out.stderr
+
+
+def test_unknown_agent_is_an_invalid_request(agent_daemon: DaemonProc) -> None:
+    from scvd.errors import InvalidRequest
+
+    with agent_daemon.client() as c, pytest.raises(InvalidRequest, match="known agents"):
+        c.request(p.AgentsSpec, agent="gemini", action="login")
+
+
+def wait_approval(c, timeout: float = 15) -> p.ApprovalInfo:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = c.request(p.ApprovalsList).approvals
+        if pending:
+            return pending[0]
+        time.sleep(0.05)
+    raise AssertionError("no approval request arrived")
+
+
+def test_agent_call_over_the_socket_shows_details_and_hints(make_daemon, tmp_path: Path,
+                                                           workspace: Path) -> None:
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    d = make_daemon(env={"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
+                         "FAKE_AGENT_LOG": str(tmp_path / "agent-log"), "FAKE_AGENT_MODE": "signin"})
+    (workspace / "proj").mkdir()
+    with d.client(name="bridge") as agent, d.client(name="person") as person:
+        sid = agent.open_session(workspace)
+        call_id = agent.start_call(sid, "agent_claude", {"prompt": "Fix the bug.", "cwd": "proj",
+                                                         "model": "sonnet", "timeout_seconds": 120})
+        pending = wait_approval(person)
+        assert pending.tool == "agent_claude" and pending.risk == "delegate"
+        assert pending.workspace == str(workspace)
+        details = pending.details
+        assert details["executable"] == str(fake_bin / "claude")
+        assert details["argv"] == [str(fake_bin / "claude"), "-p", "--model", "sonnet", "Fix the bug."]
+        assert details["cwd"] == "proj" and details["timeout_seconds"] == 120
+        assert "delegate risk" in details["warning"]
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = agent.wait_call(call_id)
+    assert done.ok, done.error
+    assert done.result["exit_code"] == 1
+    assert "scvctl agents login claude" in done.result["hint"]
+    assert read_log(tmp_path / "agent-log")[2] == str(workspace / "proj")
+
+
+def test_too_long_timeout_refused_before_approval(agent_daemon: DaemonProc, workspace: Path) -> None:
+    with agent_daemon.client(name="bridge") as c:
+        sid = c.open_session(workspace)
+        done = c.call(sid, "agent_codex", {"prompt": "go", "timeout_seconds": 99999})
+        assert c.request(p.ApprovalsList).approvals == []
+    assert not done.ok and done.error.kind == "invalid_arguments"
+    assert "1800" in done.error.message
+    assert not agent_log(agent_daemon).exists()
