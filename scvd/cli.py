@@ -12,10 +12,12 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import __version__, config as config_mod, errors, notify, paths as paths_mod
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_STARTUP = 0, 1, 2, 3
+LEFTOVER_SECONDS = 1.0  # after shutdown, how long tasks still running get to end
 _PRIORITY = {"DEBUG": 7, "INFO": 6, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
 
 
@@ -84,7 +86,7 @@ def run(paths: paths_mod.Paths, loaded: config_mod.Loaded) -> int:
     inherited = notify.inherited_sockets(manager_env)
     try:
         paths_mod.prepare(paths)
-        asyncio.run(Daemon(paths, loaded, notify.Notifier(manager_env)).serve(inherited))
+        serve(Daemon(paths, loaded, notify.Notifier(manager_env)), inherited)
     except errors.StartupError as exc:
         log.error("cannot start: %s", exc.message)
         return EXIT_STARTUP
@@ -92,6 +94,27 @@ def run(paths: paths_mod.Paths, loaded: config_mod.Loaded) -> int:
         log.error("cannot start: %s", exc)
         return EXIT_STARTUP
     return EXIT_OK
+
+
+def serve(daemon: Any, inherited: list[Any]) -> None:
+    """asyncio.run(daemon.serve()) without asyncio.run's unbounded wait for leftover tasks.
+
+    The server already gave in-flight calls their grace period; a tool that
+    ignores cancellation must not keep the process from exiting.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(daemon.serve(inherited))
+        leftover = asyncio.all_tasks(loop)
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            loop.run_until_complete(asyncio.wait(leftover, timeout=LEFTOVER_SECONDS))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Path) -> int:
@@ -114,7 +137,7 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
         from .server import Daemon
 
         try:
-            asyncio.run(Daemon(paths, loaded).serve(inherited))
+            serve(Daemon(paths, loaded), inherited)
         except errors.StartupError as exc:
             logging.getLogger("scvd").error("cannot start: %s", exc.message)
             return EXIT_STARTUP

@@ -195,7 +195,10 @@ class Daemon:
         for task in tasks:
             task.cancel("scvd is stopping")
         if tasks:
-            await asyncio.wait(tasks, timeout=grace)
+            _, stuck = await asyncio.wait(tasks, timeout=grace)
+            if stuck:
+                log.warning("%d call(s) did not stop within server.shutdown_grace_seconds (%g s); "
+                            "leaving them behind", len(stuck), grace)
         # 3. close every client and session
         for conn in list(self.connections):
             self._drop_connection(conn)
