@@ -5,6 +5,7 @@ Each test runs Sandbox.wrap()'s argv with subprocess, on a throwaway SCV_HOME.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -181,3 +182,44 @@ def test_a_background_process_dies_when_the_call_ends(box):
     finally:
         proc.kill()
         proc.wait()
+
+
+# through the daemon's own process runner, as the bash tool runs it
+
+def _run(box: Box, script: str, timeout: float | None = 30):
+    from scvd.process import run_process
+
+    return run_process(box.argv(script), cwd=box.ws, env=box.env, timeout=timeout, output_limit=1 << 16)
+
+
+def test_runner_a_background_sleep_does_not_outlive_a_sandboxed_call(box):
+    marker = f"scvd-bg-{uuid.uuid4().hex}"
+    result = asyncio.run(_run(box, f"(exec -a {marker} sleep 1000) & echo started"))
+    assert (result.exit_code, result.output, result.timed_out) == (0, "started\n", False)
+    assert _wait_for(lambda: not _find(marker)), "the background sleep outlived the call"
+
+
+def test_runner_deadline_kills_the_whole_sandbox(box):
+    marker = f"scvd-dl-{uuid.uuid4().hex}"
+    result = asyncio.run(_run(box, f"(exec -a {marker} sleep 1000) & touch started; wait", timeout=1))
+    assert (box.ws / "started").exists()
+    assert result.timed_out and result.signal == "SIGKILL"
+    assert _wait_for(lambda: not _find(marker)), "the sandboxed sleep outlived the deadline"
+
+
+def test_runner_cancel_ends_the_sandbox(box):
+    marker = f"scvd-cx-{uuid.uuid4().hex}"
+
+    async def cancel_after_start() -> None:
+        task = asyncio.create_task(_run(box, f"(exec -a {marker} sleep 1000) & wait"))
+        for _ in range(200):
+            if _find(marker):
+                break
+            await asyncio.sleep(0.05)
+        assert _find(marker), "the sandboxed sleep never started"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_after_start())
+    assert _wait_for(lambda: not _find(marker)), "the sandboxed sleep outlived the cancellation"
