@@ -1,0 +1,155 @@
+"""The `bash` tool of seed 000: `/bin/bash -lc COMMAND` in the workspace, through the process runner.
+
+The argument Struct is built per configuration, so the timeout ceiling
+(`tools.max_timeout_seconds`) is the schema's `maximum` and the check in one
+place. With an active sandbox the command runs inside bubblewrap.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any, Mapping
+
+import msgspec
+
+from ..errors import Failed, InvalidArguments, Timeout
+from ..process import RunResult, child_env, run_process
+from .contract import CallContext, Plan, Tool, ToolRisk
+
+SHELL = "/bin/bash"
+SUMMARY_COMMAND_CHARS = 2000  # of the command shown to the approver
+TIMEOUT_OUTPUT_BYTES = 4096  # of the partial output carried by a timeout error
+
+DESCRIPTION = (
+    "Run a command with /bin/bash -lc in the workspace; returns exit status and output.\n"
+    "Use for builds, tests, git, scripts; read/write for one file.\n"
+    "Output is capped; raise timeout_seconds for long jobs."
+)
+
+
+def make_arguments(tools_config: Any) -> type[msgspec.Struct]:
+    """The Arguments Struct for this configuration: default and ceiling come from tools.*."""
+    default = tools_config.command_timeout_seconds
+    ceiling = tools_config.max_timeout_seconds
+    command = Annotated[str, msgspec.Meta(
+        min_length=1,
+        description="Shell text for /bin/bash -lc, run in the workspace root, e.g. 'cargo test --workspace'.",
+    )]
+    timeout = Annotated[float, msgspec.Meta(
+        gt=0,
+        le=ceiling,
+        description=(
+            f"Seconds before the command's process group is killed, e.g. 600 for a long build; "
+            f"default {default}, at most {ceiling} (tools.max_timeout_seconds)."
+        ),
+    )]
+    return msgspec.defstruct(
+        "BashArguments",
+        [("command", command), ("timeout_seconds", timeout, float(default))],
+        forbid_unknown_fields=True,
+        kw_only=True,
+    )
+
+
+def ceiling_message(requested: float, ceiling: float) -> str:
+    return (
+        f"bash: timeout_seconds {requested:g} is above the ceiling of {ceiling:g} s "
+        f"(tools.max_timeout_seconds); ask for at most {ceiling:g}, or raise "
+        f"tools.max_timeout_seconds in config.toml"
+    )
+
+
+def summarize(command: str, timeout: float, *, sandboxed: bool, network: bool) -> str:
+    """The approver's one look at the call: where it runs, its deadline, the command (bounded)."""
+    where = ("sandboxed, " + ("with network" if network else "no network")) if sandboxed else "unsandboxed"
+    shown = command
+    if len(shown) > SUMMARY_COMMAND_CHARS:
+        shown = shown[:SUMMARY_COMMAND_CHARS] + f" ... ({len(command) - SUMMARY_COMMAND_CHARS} more chars)"
+    return f"bash ({where}, timeout {timeout:g} s): {shown}"
+
+
+def result_dict(r: RunResult) -> dict[str, Any]:
+    return {
+        "exit_code": r.exit_code, "signal": r.signal, "output": r.output, "truncated": r.truncated,
+        "bytes_seen": r.bytes_seen, "bytes_kept": r.bytes_kept, "timed_out": r.timed_out,
+        "duration_s": r.duration_s,
+    }
+
+
+def timeout_error(r: RunResult, timeout: float, ceiling: float) -> Timeout:
+    """The deadline passed: say what happened and how to allow more time; carry the output's end."""
+    tail = r.output.encode()[-TIMEOUT_OUTPUT_BYTES:].decode("utf-8", "ignore")
+    note = "" if len(r.output.encode()) <= TIMEOUT_OUTPUT_BYTES else f"last {TIMEOUT_OUTPUT_BYTES} bytes of "
+    message = (
+        f"bash: the command ran past its timeout of {timeout:g} s and its process group was killed "
+        f"(SIGKILL); {r.bytes_seen} bytes of output, {note}output follows:\n{tail}"
+    )
+    hint = f"pass a larger timeout_seconds (at most {ceiling:g}) or run less per call"
+    return Timeout(message, hint=hint)
+
+
+class Bash(Tool):
+    """`bash`: one shell command per call."""
+
+    name = "bash"
+    description = DESCRIPTION
+    risk = ToolRisk.PROCESS
+
+    def __init__(self, config: Any, env: Mapping[str, str] | None = None) -> None:
+        self.Arguments = make_arguments(config.tools)
+        self.ceiling = float(config.tools.max_timeout_seconds)
+        self._env = env  # None: the daemon's environment at each call
+
+    def decode(self, arguments: Any) -> Any:
+        try:
+            return super().decode(arguments)
+        except InvalidArguments as exc:
+            requested = arguments.get("timeout_seconds") if isinstance(arguments, dict) else None
+            if isinstance(requested, (int, float)) and requested > self.ceiling:
+                raise InvalidArguments(ceiling_message(requested, self.ceiling)) from exc
+            raise
+
+    def plan(self, args: Any, ctx: CallContext) -> Plan:
+        ceiling = float(ctx.config.tools.max_timeout_seconds)  # the session's snapshot may be lower
+        if args.timeout_seconds > ceiling:
+            raise InvalidArguments(ceiling_message(args.timeout_seconds, ceiling))
+        timeout = float(args.timeout_seconds)
+        argv = [SHELL, "-lc", args.command]
+        sandbox, network = ctx.sandbox, True
+        sandboxed = sandbox is not None and sandbox.active
+        if sandbox is not None:
+            sandbox.check()  # sandbox.mode = bwrap with a failed probe: refuse before approval
+        if sandboxed:
+            network = bool(ctx.config.sandbox.network)
+            argv = sandbox.wrap(argv, workspace=ctx.workspace, network=network)
+        return Plan(
+            risk=ToolRisk.PROCESS,
+            summary=summarize(args.command, timeout, sandboxed=sandboxed, network=network),
+            details={
+                "command": args.command[:SUMMARY_COMMAND_CHARS], "timeout_seconds": timeout,
+                "cwd": str(ctx.workspace), "sandboxed": sandboxed, "network": network,
+            },
+            sandboxed=sandboxed, network=network, writes_confined=sandboxed,
+            timeout=timeout, data=argv,
+        )
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        tools = ctx.config.tools
+        report = ctx.progress
+        hook = None if report is None else (lambda s: report(f"bash running for {s:.0f} s"))
+        env = child_env(os.environ if self._env is None else self._env)
+        try:
+            result = await run_process(
+                plan.data, cwd=ctx.workspace, env=env, timeout=plan.timeout,
+                output_limit=tools.output_limit_bytes, progress=hook,
+                progress_interval=tools.progress_interval_seconds,
+            )
+        except OSError as exc:  # nothing started: a missing shell, bwrap or workspace
+            raise Failed(f"bash: cannot start {plan.data[0]} in {ctx.workspace}: {exc.strerror or exc}") from exc
+        if result.timed_out:
+            raise timeout_error(result, plan.timeout, float(tools.max_timeout_seconds))
+        return result_dict(result)
+
+
+def tools(config: Any, paths: Any) -> list[Tool]:
+    return [Bash(config)]

@@ -1,0 +1,304 @@
+"""The `bash` tool: schema from config, refusal above the ceiling, plans, real runs, sandboxing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from scvd import errors, paths as paths_mod
+from scvd.config import Config, SandboxConfig, ToolsConfig
+from scvd.proctree import read_stat
+from scvd.protocol import ApprovalDecide, ApprovalRequested, ApprovalsList, ToolsList
+from scvd.sandbox import ProbeResult, Sandbox, probe
+from scvd.tools import build_registry
+from scvd.tools.bash import SUMMARY_COMMAND_CHARS, Bash
+from scvd.tools.contract import CallContext, ToolRisk, lint
+
+
+def make_ctx(ws: Path, config: Config | None = None, sandbox=None, progress=None) -> CallContext:
+    config = config or Config()
+    fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+    return CallContext(call_id="c1", session_id="s1", workspace=ws, workspace_fd=fd, config=config,
+                       paths=None, sandbox=sandbox, progress=progress)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+def call(ws: Path, arguments: dict, *, config: Config | None = None, env=None, sandbox=None, **kw):
+    """decode -> plan -> run, as the pipeline does (without the approval in between)."""
+    config = config or Config()
+    tool = Bash(config, env=env)
+    ctx = make_ctx(ws, config, sandbox, **kw)
+    try:
+        args = tool.decode(arguments)
+        plan = tool.plan(args, ctx)
+        return asyncio.run(tool.run(args, plan, ctx))
+    finally:
+        os.close(ctx.workspace_fd)
+
+
+def config_with(**tools) -> Config:
+    return Config(tools=ToolsConfig(**tools))
+
+
+# --- definition ---------------------------------------------------------------------
+
+
+def test_bash_is_registered_and_passes_the_design_rules():
+    registry = build_registry(Config(), None)
+    tool = registry.get("bash")
+    assert isinstance(tool, Bash) and tool.risk is ToolRisk.PROCESS
+    lint(tool)
+
+
+def test_the_schema_advertises_the_configured_default_and_ceiling():
+    schema = Bash(config_with(command_timeout_seconds=30, max_timeout_seconds=90)).input_schema()
+    timeout = schema["properties"]["timeout_seconds"]
+    assert (timeout["default"], timeout["maximum"]) == (30, 90)
+    assert schema["required"] == ["command"] and schema["additionalProperties"] is False
+
+
+def test_a_timeout_above_the_ceiling_is_refused_naming_it():
+    tool = Bash(config_with(max_timeout_seconds=90))
+    with pytest.raises(errors.InvalidArguments) as caught:
+        tool.decode({"command": "make", "timeout_seconds": 91})
+    assert "ceiling of 90 s" in caught.value.message and "tools.max_timeout_seconds" in caught.value.message
+    assert tool.decode({"command": "make", "timeout_seconds": 90}).timeout_seconds == 90
+
+
+def test_plan_also_holds_the_sessions_own_ceiling(ws):
+    tool = Bash(Config())  # built with the 1800 s default ...
+    args = tool.decode({"command": "make", "timeout_seconds": 600})
+    ctx = make_ctx(ws, config_with(max_timeout_seconds=300))  # ... but the session's config says 300
+    with pytest.raises(errors.InvalidArguments, match="ceiling of 300 s"):
+        tool.plan(args, ctx)
+
+
+@pytest.mark.parametrize("arguments", [{}, {"command": ""}, {"command": "x", "cwd": "/"},
+                                       {"command": "x", "timeout_seconds": 0}])
+def test_bad_arguments_are_refused_before_anything_runs(arguments):
+    with pytest.raises(errors.InvalidArguments):
+        Bash(Config()).decode(arguments)
+
+
+def test_the_plan_shows_the_command_bounded_and_the_timeout(ws):
+    tool = Bash(Config())
+    ctx = make_ctx(ws)
+    plan = tool.plan(tool.decode({"command": "cargo test"}), ctx)
+    assert plan.risk is ToolRisk.PROCESS and plan.timeout == 120
+    assert "cargo test" in plan.summary and "timeout 120 s" in plan.summary
+    assert (plan.sandboxed, plan.network, plan.writes_confined) == (False, True, False)
+    assert plan.data == ["/bin/bash", "-lc", "cargo test"]
+    long = tool.plan(tool.decode({"command": "x" * 10_000, "timeout_seconds": 5}), ctx)
+    assert len(long.summary) < SUMMARY_COMMAND_CHARS + 200 and "8000 more chars" in long.summary
+    assert long.timeout == 5 and long.data[2] == "x" * 10_000  # only the display is bounded
+
+
+# --- running ------------------------------------------------------------------------
+
+
+def test_a_login_shell_in_the_workspace_with_combined_output(ws):
+    r = call(ws, {"command": "shopt -q login_shell && echo login; pwd; echo err >&2; exit 4"})
+    assert r["output"] == f"login\n{ws}\nerr\n"
+    assert (r["exit_code"], r["signal"], r["timed_out"], r["truncated"]) == (4, None, False, False)
+    assert r["bytes_seen"] == r["bytes_kept"] == len(r["output"]) and r["duration_s"] >= 0
+    msgspec.json.encode(r)
+
+
+def test_bash_sees_the_inherited_environment_minus_scvds_variables(ws, monkeypatch):
+    for name, value in {"SCV_SOCKET": "/s", "NOTIFY_SOCKET": "@n", "SCVD_X": "1", "SCV_HOME": "/h",
+                        "LISTEN_FDS": "1", "MY_PROJECT_TOKEN": "kept"}.items():
+        monkeypatch.setenv(name, value)
+    r = call(ws, {"command": "env"})
+    names = {line.split("=", 1)[0] for line in r["output"].splitlines()}
+    assert "MY_PROJECT_TOKEN=kept" in r["output"].splitlines()
+    assert not names & {"SCV_SOCKET", "NOTIFY_SOCKET", "SCVD_X", "SCV_HOME", "LISTEN_FDS"}
+
+
+def test_output_is_capped_by_tools_output_limit_bytes(ws):
+    r = call(ws, {"command": "seq 1 100000"}, config=config_with(output_limit_bytes=2048))
+    assert r["truncated"] and r["bytes_kept"] == 2048 and r["bytes_seen"] > 500_000
+    assert "bytes omitted ..." in r["output"] and r["output"].endswith("100000\n")
+
+
+def test_a_deadline_is_a_timeout_error_with_the_output_and_how_to_allow_more(ws):
+    with pytest.raises(errors.Timeout) as caught:
+        call(ws, {"command": "echo started; sleep 1000 & echo $!; sleep 1000", "timeout_seconds": 0.5})
+    err = caught.value
+    assert err.kind == "timeout" and "timeout of 0.5 s" in err.message and "SIGKILL" in err.message
+    assert "at most 1800" in err.hint
+    started, pid = err.message.split("follows:\n", 1)[1].split()
+    assert started == "started"
+    stat = read_stat(int(pid))
+    assert stat is None or not stat.alive  # the background sleep went with the group
+
+
+def test_a_timeout_error_carries_only_the_end_of_a_long_output(ws):
+    with pytest.raises(errors.Timeout) as caught:
+        call(ws, {"command": "seq 1 100000; sleep 1000", "timeout_seconds": 1})
+    message = caught.value.message
+    assert "last 4096 bytes" in message and message.endswith("100000\n")
+    assert len(message) < 4096 + 400
+
+
+def test_a_background_job_does_not_hold_the_call(ws):
+    started = time.monotonic()
+    r = call(ws, {"command": "sleep 1000 & echo $!", "timeout_seconds": 600})
+    assert r["exit_code"] == 0 and time.monotonic() - started < 60  # a hang guard, not a benchmark
+    stat = read_stat(int(r["output"]))
+    assert stat is None or not stat.alive
+
+
+def test_a_missing_workspace_is_a_failed_call(tmp_path, ws):
+    tool = Bash(Config())
+    args = tool.decode({"command": "true"})
+    ctx = make_ctx(ws)
+    plan = tool.plan(args, ctx)
+    ws.rmdir()
+    with pytest.raises(errors.Failed, match="cannot start /bin/bash"):
+        asyncio.run(tool.run(args, plan, ctx))
+    os.close(ctx.workspace_fd)
+
+
+def test_progress_reaches_the_calls_hook(ws):
+    seen: list[str] = []
+    config = Config(tools=ToolsConfig(progress_interval_seconds=0.1))
+    call(ws, {"command": "sleep 0.4"}, config=config, progress=seen.append)
+    assert seen and seen[0].startswith("bash running for ")
+
+
+# --- sandbox ------------------------------------------------------------------------
+
+
+def sandbox_for(tmp_path: Path, mode: str, ok: bool, bwrap: str | None = None) -> Sandbox:
+    paths = paths_mod.resolve({"SCV_HOME": str(tmp_path / "home")})
+    result = ProbeResult(mode, ok, "test verdict", True, bwrap)
+    return Sandbox(result, SandboxConfig(mode=mode), paths, {"XDG_RUNTIME_DIR": str(tmp_path / "xdg")})
+
+
+def test_a_required_sandbox_that_failed_its_probe_refuses_before_approval(tmp_path, ws):
+    tool = Bash(Config())
+    ctx = make_ctx(ws, sandbox=sandbox_for(tmp_path, "bwrap", ok=False))
+    with pytest.raises(errors.Unavailable, match="sandbox is required"):
+        tool.plan(tool.decode({"command": "true"}), ctx)
+
+
+def test_auto_mode_without_a_working_sandbox_runs_unsandboxed(tmp_path, ws):
+    tool = Bash(Config())
+    ctx = make_ctx(ws, sandbox=sandbox_for(tmp_path, "auto", ok=False))
+    plan = tool.plan(tool.decode({"command": "true"}), ctx)
+    assert not plan.sandboxed and plan.data == ["/bin/bash", "-lc", "true"]
+
+
+@pytest.fixture
+def real_sandbox(tmp_path: Path) -> Sandbox:
+    env = {"SCV_HOME": str(tmp_path / "home"), "XDG_RUNTIME_DIR": str(tmp_path / "xdg"),
+           "PATH": os.environ.get("PATH", os.defpath)}
+    paths = paths_mod.resolve(env)
+    paths_mod.prepare(paths)
+    config = SandboxConfig(mode="bwrap")
+    result = probe(config, paths, env)
+    if not result.ok:
+        pytest.skip(f"bwrap does not work here: {result.verdict}")
+    return Sandbox(result, config, paths, env)
+
+
+@pytest.mark.bwrap
+def test_with_the_sandbox_on_bash_runs_inside_it(tmp_path, ws, real_sandbox):
+    tool = Bash(Config())
+    ctx = make_ctx(ws, sandbox=real_sandbox)
+    plan = tool.plan(tool.decode({"command": "true"}), ctx)
+    assert (plan.sandboxed, plan.network, plan.writes_confined) == (True, False, True)
+    assert "sandboxed, no network" in plan.summary and plan.data[-3:] == ["/bin/bash", "-lc", "true"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    r = call(ws, {"command": f"echo in > inside.txt; echo out > {outside}/x.txt; echo rc=$?"},
+             sandbox=real_sandbox)
+    assert (ws / "inside.txt").read_text() == "in\n" and not (outside / "x.txt").exists()
+    assert r["output"].rstrip().endswith("rc=1")
+
+
+@pytest.mark.bwrap
+def test_a_sandboxed_background_process_dies_with_the_call(ws, real_sandbox):
+    r = call(ws, {"command": "sleep 1000 & echo ok"}, sandbox=real_sandbox)
+    assert r["output"].endswith("ok\n") and r["exit_code"] == 0
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _alive_in(p, ws)]
+
+
+def _alive_in(pid: str, ws: Path) -> bool:
+    stat = read_stat(int(pid))
+    try:
+        return stat is not None and stat.alive and os.readlink(f"/proc/{pid}/cwd") == str(ws)
+    except OSError:
+        return False
+
+
+@pytest.mark.bwrap
+def test_sandbox_network_setting_reaches_the_plan(ws, real_sandbox):
+    tool = Bash(Config(sandbox=SandboxConfig(mode="bwrap", network=True)))
+    ctx = make_ctx(ws, config=Config(sandbox=SandboxConfig(mode="bwrap", network=True)), sandbox=real_sandbox)
+    plan = tool.plan(tool.decode({"command": "true"}), ctx)
+    assert plan.sandboxed and plan.network and "--unshare-net" not in plan.data
+
+
+# --- over the socket ----------------------------------------------------------------
+
+
+def test_over_the_socket_a_ceiling_breach_is_refused_without_asking(daemon, workspace):
+    with daemon.client(name="agent", approver=True) as c:
+        tools = {t.name: t for t in c.request(ToolsList).tools}
+        assert tools["bash"].input_schema["properties"]["timeout_seconds"]["maximum"] == 1800
+        sid = c.open_session(workspace)
+        done = c.call(sid, "bash", {"command": "touch nope", "timeout_seconds": 1801})
+        assert not done.ok and done.error.kind == "invalid_arguments"
+        assert "ceiling of 1800 s" in done.error.message
+        assert c.request(ApprovalsList).approvals == []
+    assert not (workspace / "nope").exists()
+
+
+def test_over_the_socket_an_approved_call_runs_and_cleans_up(daemon, workspace):
+    script = ("echo SCV_HOME=${SCV_HOME-unset}; sleep 1000 & echo $!; "
+              "setsid -f sh -c 'echo $$ > orphan; exec sleep 1000'; "
+              "while [ ! -s orphan ]; do sleep 0.01; done; cat orphan; exit 3")
+    with daemon.client(name="agent", approver=True) as c:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "bash", {"command": script, "timeout_seconds": 60})
+        event = c.next_event()
+        while not isinstance(event, ApprovalRequested):
+            event = c.next_event()
+        assert event.risk == "process" and "setsid -f sh" in event.summary
+        c.request(ApprovalDecide, approval_id=event.approval_id, decision="approve")
+        done = c.wait_call(call_id)
+    assert done.ok, done.error
+    lines = done.result["output"].splitlines()
+    assert done.result["exit_code"] == 3 and lines[0] == "SCV_HOME=unset"
+    for pid in lines[1:3]:  # the background job and the `setsid -f` orphan
+        stat = read_stat(int(pid))
+        assert stat is None or not stat.alive
+    # scvd is a subreaper: the orphan came back to it, was killed and reaped (no zombie)
+    children = [p for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == daemon.proc.pid]
+    assert children == []
+
+
+def _ppid(pid: str) -> int | None:
+    stat = read_stat(int(pid))
+    return stat.ppid if stat else None
+
+
+def test_tools_list_follows_the_configured_ceiling(make_daemon, workspace):
+    d = make_daemon("[tools]\nmax_timeout_seconds = 90\ncommand_timeout_seconds = 30\n"
+                    "agent_timeout_seconds = 60\ndefault_timeout_seconds = 90\n")
+    with d.client(name="agent") as c:
+        tools = {t.name: t for t in c.request(ToolsList).tools}
+    timeout = tools["bash"].input_schema["properties"]["timeout_seconds"]
+    assert (timeout["maximum"], timeout["default"]) == (90, 30)
