@@ -221,24 +221,32 @@ def _ppid(pid: int, proc: str) -> int:
 
 
 def cgroup_of(pid: int, proc: str = "/proc") -> str:
+    """The cgroup path systemd placed `pid` in: the v2 (`0::`) line, else v1's `name=systemd` line."""
     try:
         with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as f:
-            return f.read().strip()
+            lines = [line.split(":", 2) for line in f.read().splitlines()]
     except OSError:
         return ""
+    paths = {controllers: path for _, controllers, path in (l for l in lines if len(l) == 3)}
+    return paths.get("", paths.get("name=systemd", ""))
 
 
-def spawned_by_daemon(peer_pid: int, daemon_pid: int | None = None) -> bool:
+def spawned_by_daemon(peer_pid: int, daemon_pid: int | None = None, proc: str = "/proc") -> bool:
     """Whether a peer is a process scvd started (an agent must not approve its own calls).
 
     Ancestry catches children and orphans reparented to scvd (it is a subreaper).
     Under systemd scvd has a cgroup of its own (`….service`): anything else in it
-    was started by scvd, even if it escaped the tree.
+    was started by scvd, even if it escaped the tree. A peer whose process has
+    exited is refused too: its socket may now be held by anyone it forked.
+    The daemon's own pid is not "spawned" (in-process embedders and tests decide
+    from it); pid 0 is a peer in a pid namespace scvd cannot see, so not one of its children.
     """
     daemon_pid = os.getpid() if daemon_pid is None else daemon_pid
-    if peer_pid <= 0:
+    if peer_pid <= 0 or peer_pid == daemon_pid:
         return False
-    if is_descendant(peer_pid, daemon_pid):
+    if not os.path.exists(f"{proc}/{peer_pid}"):
         return True
-    own = cgroup_of(daemon_pid)
-    return own.endswith(".service") and cgroup_of(peer_pid) == own
+    if is_descendant(peer_pid, daemon_pid, proc):
+        return True
+    own = cgroup_of(daemon_pid, proc)
+    return own.endswith(".service") and cgroup_of(peer_pid, proc) == own
