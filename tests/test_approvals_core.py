@@ -1,0 +1,331 @@
+"""Approvals without sockets: the policy table, the gate's transitions, and who may decide."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scvd import errors
+from scvd.approvals import (
+    POLICIES, ApprovalGate, ApprovalState, Decider, Verdict, contained, is_descendant, policy_note,
+    policy_verdict, spawned_by_daemon,
+)
+from scvd.tools.contract import Plan, ToolRisk
+
+RUN, ASK, DENY = Verdict.RUN, Verdict.ASK, Verdict.DENY
+PERSON = Decider(pid=4242, uid=1000, client="scvctl")
+
+
+# --- policy_verdict -------------------------------------------------------------
+
+
+def expected(policy: str, risk: ToolRisk, always_allow: bool, granted: bool, sandbox: bool,
+             isolated: bool) -> Verdict:
+    """The policies as docs/security.md states them."""
+    if risk is ToolRisk.READ_ONLY and (policy != "always" or always_allow):
+        return RUN  # read_only runs unasked, except that `always` asks for it too
+    if policy == "never":
+        return DENY  # never: read_only runs, the rest is refused without asking
+    if granted:
+        return RUN  # a session grant for this tool at this risk
+    if policy == "sandbox-aware" and sandbox and isolated:
+        return RUN  # inside bwrap, offline, writes confined to the workspace
+    return ASK
+
+
+def plan(risk: ToolRisk, isolated: bool) -> Plan:
+    return Plan(risk=risk, summary="s", sandboxed=isolated, network=not isolated, writes_confined=isolated)
+
+
+# always_allow on a tool that is not read_only cannot exist: the lint refuses it
+CASES = [c for c in itertools.product(POLICIES, list(ToolRisk), [False, True], [False, True], [False, True],
+                                      [False, True]) if not (c[2] and c[1] is not ToolRisk.READ_ONLY)]
+
+
+@pytest.mark.parametrize("policy,risk,always_allow,granted,sandbox,isolated", CASES)
+def test_policy_verdict_table(policy, risk, always_allow, granted, sandbox, isolated):
+    got = policy_verdict(policy, plan(risk, isolated), always_allow=always_allow, granted=granted,
+                         sandbox_active=sandbox)
+    assert got is expected(policy, risk, always_allow, granted, sandbox, isolated)
+
+
+@pytest.mark.parametrize("policy,risk,granted,sandbox,verdict", [
+    ("on-risk", ToolRisk.READ_ONLY, False, False, RUN),
+    ("on-risk", ToolRisk.FILESYSTEM, False, False, ASK),
+    ("on-risk", ToolRisk.DELEGATE, True, False, RUN),
+    ("always", ToolRisk.READ_ONLY, False, False, ASK),
+    ("never", ToolRisk.READ_ONLY, False, False, RUN),
+    ("never", ToolRisk.PROCESS, True, True, DENY),
+    ("sandbox-aware", ToolRisk.PROCESS, False, True, RUN),
+    ("sandbox-aware", ToolRisk.PROCESS, False, False, ASK),
+])
+def test_policy_verdict_named_rows(policy, risk, granted, sandbox, verdict):
+    """A few rows spelled out, so the table above is not only checked against itself."""
+    got = policy_verdict(policy, plan(risk, True), always_allow=False, granted=granted, sandbox_active=sandbox)
+    assert got is verdict
+
+
+@pytest.mark.parametrize("field", ["sandboxed", "network", "writes_confined"])
+def test_sandbox_aware_needs_all_three_isolation_facts(field):
+    p = plan(ToolRisk.PROCESS, True)
+    setattr(p, field, not getattr(p, field))
+    assert not contained(p)
+    assert policy_verdict("sandbox-aware", p, always_allow=False, granted=False, sandbox_active=True) is ASK
+
+
+def test_policy_note_says_sandbox_aware_acts_as_on_risk_without_a_sandbox():
+    assert "on-risk" in policy_note("sandbox-aware", False)
+    assert "sandbox.mode" in policy_note("sandbox-aware", False)
+    assert policy_note("sandbox-aware", True) == ""
+    assert policy_note("on-risk", False) == ""
+
+
+# --- ApprovalGate ----------------------------------------------------------------
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, ApprovalState]] = []
+
+    def __call__(self, kind: str, approval) -> None:
+        self.events.append((kind, approval.id, approval.state))
+
+
+def new_request(gate: ApprovalGate, owner: object = "owner", call_id: str = "c1"):
+    return gate.request(owner, session="s1", call_id=call_id, tool="probe_touch", risk="filesystem",
+                        workspace="/ws", summary="touch a", details={"path": "a"})
+
+
+def test_request_carries_summary_details_and_expiry():
+    async def main():
+        sink = Sink()
+        gate = ApprovalGate(60, sink)
+        a = new_request(gate)
+        assert a.state is ApprovalState.PENDING
+        assert a.info.summary == "touch a" and a.info.details == {"path": "a"}
+        assert a.info.expires_at == pytest.approx(a.info.requested_at + 60)
+        assert gate.list() == [a.info]
+        assert sink.events == [("requested", a.id, ApprovalState.PENDING)]
+        gate.cancel(a.id, "test over")
+
+    asyncio.run(main())
+
+
+def test_first_decision_wins_and_a_later_one_is_not_found():
+    async def main():
+        sink = Sink()
+        gate = ApprovalGate(60, sink)
+        a = new_request(gate)
+        gate.decide(a.id, True, decider=PERSON, reason=None, scope="session")
+        assert a.state is ApprovalState.APPROVED and a.scope == "session" and a.decided_by == PERSON
+        assert await a.future is True
+        with pytest.raises(errors.ApprovalNotFound) as info:
+            gate.decide(a.id, False, decider=PERSON, reason="too late", scope="once")
+        assert a.id in info.value.message and info.value.code == "approval_not_found"
+        assert a.state is ApprovalState.APPROVED
+        assert [e[0] for e in sink.events] == ["requested", "resolved"]
+        assert gate.pending == {}
+
+    asyncio.run(main())
+
+
+def test_deny_resolves_false_with_the_reason_and_never_widens_scope():
+    async def main():
+        gate = ApprovalGate(60, Sink())
+        a = new_request(gate)
+        gate.decide(a.id, False, decider=PERSON, reason="not now", scope="session")
+        assert await a.future is False
+        assert a.state is ApprovalState.DENIED and a.reason == "not now" and a.scope == "once"
+
+    asyncio.run(main())
+
+
+def test_expiry_denies_with_a_reason_naming_the_setting():
+    async def main():
+        sink = Sink()
+        gate = ApprovalGate(0.05, sink)
+        a = new_request(gate)
+        assert await asyncio.wait_for(a.future, 5) is False
+        assert a.state is ApprovalState.EXPIRED
+        assert "approvals.timeout_seconds" in a.reason
+        assert sink.events[-1] == ("resolved", a.id, ApprovalState.EXPIRED)
+        with pytest.raises(errors.ApprovalNotFound):
+            gate.decide(a.id, True, decider=PERSON, reason=None, scope="once")
+
+    asyncio.run(main())
+
+
+def test_a_decision_stops_the_expiry_timer():
+    async def main():
+        sink = Sink()
+        gate = ApprovalGate(0.05, sink)
+        a = new_request(gate)
+        gate.decide(a.id, True, decider=PERSON, reason=None, scope="once")
+        await asyncio.sleep(0.1)
+        assert [e[2] for e in sink.events] == [ApprovalState.PENDING, ApprovalState.APPROVED]
+
+    asyncio.run(main())
+
+
+def test_drop_owner_drops_only_that_owners_requests():
+    async def main():
+        sink = Sink()
+        gate = ApprovalGate(60, sink)
+        mine = [new_request(gate, "alice", "c1"), new_request(gate, "alice", "c2")]
+        other = new_request(gate, "bob", "c3")
+        dropped = gate.drop_owner("alice")
+        assert dropped == mine
+        for a in mine:
+            assert a.state is ApprovalState.DROPPED and await a.future is False
+            assert "disconnected" in a.reason
+        assert list(gate.pending) == [other.id]
+        assert gate.drop_owner("alice") == []
+        gate.cancel(other.id, "test over")
+        assert other.state is ApprovalState.CANCELLED
+
+    asyncio.run(main())
+
+
+def test_cancel_of_a_decided_request_is_a_no_op():
+    async def main():
+        sink = Sink()
+        gate = ApprovalGate(60, sink)
+        a = new_request(gate)
+        gate.decide(a.id, True, decider=PERSON, reason=None, scope="once")
+        gate.cancel(a.id, "late")
+        assert a.state is ApprovalState.APPROVED
+        assert len(sink.events) == 2
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("done", [s for s in ApprovalState if s is not ApprovalState.PENDING])
+def test_only_pending_moves(done):
+    async def main():
+        a = new_request(ApprovalGate(60, Sink()))
+        a.move(done)
+        for target in ApprovalState:
+            with pytest.raises(errors.ApprovalNotFound) as info:
+                a.move(target)
+            assert done.value in info.value.message
+
+    asyncio.run(main())
+
+
+def test_ids_are_unique():
+    async def main():
+        gate = ApprovalGate(60, Sink())
+        ids = {new_request(gate, call_id=f"c{i}").id for i in range(50)}
+        assert len(ids) == 50
+        gate.drop_owner("owner")
+
+    asyncio.run(main())
+
+
+# --- who may decide: real processes ----------------------------------------------
+
+
+@pytest.fixture
+def child():
+    proc = subprocess.Popen(["sleep", "30"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def grandchild():
+    proc = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; wait"], stdout=subprocess.PIPE, text=True)
+    pid = int(proc.stdout.readline())
+    yield pid
+    os.kill(pid, 9)
+    proc.wait()
+    proc.stdout.close()
+
+
+def test_a_child_and_a_grandchild_are_descendants(child, grandchild):
+    me = os.getpid()
+    assert is_descendant(child.pid, me)
+    assert is_descendant(grandchild, me)
+    assert spawned_by_daemon(child.pid, me)
+    assert spawned_by_daemon(grandchild, me)
+
+
+def test_an_ancestor_or_a_stranger_is_not_a_descendant(child):
+    me = os.getpid()
+    assert not is_descendant(os.getppid(), me)
+    assert not is_descendant(me, child.pid)
+    assert not is_descendant(1, me)
+    assert not spawned_by_daemon(me, child.pid) or _in_service_cgroup()
+
+
+def test_the_daemon_itself_is_not_spawned_by_itself():
+    # in-process tests decide from the daemon's own pid; only processes it started are refused
+    assert not spawned_by_daemon(os.getpid(), os.getpid())
+
+
+def test_pid_zero_is_not_spawned():
+    assert not spawned_by_daemon(0, os.getpid())
+
+
+def test_a_peer_that_has_exited_is_refused():
+    """The process that connected is gone: whoever holds its socket now cannot be vetted."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert not Path(f"/proc/{proc.pid}").exists()
+    assert spawned_by_daemon(proc.pid, os.getpid())
+
+
+def _in_service_cgroup() -> bool:
+    return Path("/proc/self/cgroup").read_text().strip().endswith(".service")
+
+
+# --- who may decide: a fake /proc for the cgroup rule ------------------------------
+
+UNIT = "/user.slice/user-1000.slice/user@1000.service/app.slice/scvd.service"
+
+
+def fake_proc(root: Path, pid: int, ppid: int, cgroup: str, comm: str = "python3") -> None:
+    d = root / str(pid)
+    d.mkdir()
+    (d / "stat").write_text(f"{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 4194560 0 0\n")
+    (d / "cgroup").write_text(cgroup)
+
+
+def test_fake_proc_ancestry_survives_odd_command_names(tmp_path):
+    fake_proc(tmp_path, 100, 1, "0::/")
+    fake_proc(tmp_path, 200, 100, "0::/", comm="a) S 1 (b")
+    fake_proc(tmp_path, 300, 200, "0::/", comm="sh -c x")
+    assert is_descendant(300, 100, str(tmp_path))
+    assert not is_descendant(100, 300, str(tmp_path))
+
+
+def test_cgroup_rule_catches_a_process_that_left_the_tree(tmp_path):
+    fake_proc(tmp_path, 100, 1, f"0::{UNIT}\n")
+    fake_proc(tmp_path, 200, 1, f"0::{UNIT}\n")  # reparented to init, still in scvd's unit
+    fake_proc(tmp_path, 300, 1, "0::/user.slice/user-1000.slice/user@1000.service/app.slice/x.service\n")
+    assert spawned_by_daemon(200, 100, proc=str(tmp_path))
+    assert not spawned_by_daemon(300, 100, proc=str(tmp_path))
+
+
+def test_cgroup_rule_needs_a_service_of_our_own(tmp_path):
+    # outside systemd (a terminal's session scope) everyone in that scope shares our cgroup
+    scope = "0::/user.slice/user-1000.slice/session-3.scope\n"
+    fake_proc(tmp_path, 100, 1, scope)
+    fake_proc(tmp_path, 200, 1, scope)
+    assert not spawned_by_daemon(200, 100, proc=str(tmp_path))
+
+
+def test_cgroup_rule_reads_the_systemd_line_of_cgroup_v1(tmp_path):
+    v1 = "12:memory:{}\n3:cpu,cpuacct:/\n1:name=systemd:{}\n"
+    fake_proc(tmp_path, 100, 1, v1.format("/", UNIT))
+    fake_proc(tmp_path, 200, 1, v1.format("/other", UNIT))
+    fake_proc(tmp_path, 300, 1, v1.format("/", "/user.slice/other.service"))
+    assert spawned_by_daemon(200, 100, proc=str(tmp_path))
+    assert not spawned_by_daemon(300, 100, proc=str(tmp_path))
