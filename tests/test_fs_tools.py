@@ -398,11 +398,16 @@ def test_concurrent_reader_never_sees_a_partial_file(ws: Workspace) -> None:
     stop = threading.Event()
     writes = 0
 
+    failures: list[BaseException] = []
+
     def writer() -> None:
         nonlocal writes
-        while not stop.is_set():
-            fs.write_file(ws.fd, "f.txt", versions[writes % 3], "replace")
-            writes += 1
+        try:
+            while not stop.is_set():
+                fs.write_file(ws.fd, "f.txt", versions[writes % 3], "replace")
+                writes += 1
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
 
     thread = threading.Thread(target=writer)
     thread.start()
@@ -416,7 +421,7 @@ def test_concurrent_reader_never_sees_a_partial_file(ws: Workspace) -> None:
     finally:
         stop.set()
         thread.join()
-    assert writes >= 20 and reads >= 200, (writes, reads)
+    assert not failures and writes >= 20 and reads >= 200, (failures, writes, reads)
     assert no_temp_files(ws.root)
 
 

@@ -1,0 +1,185 @@
+"""read and write over the socket of a real `scvd run`: results, errors, approvals, escapes, atomicity."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scvd import protocol as p
+from scvctl.client import Client
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def call(c: Client, sid: str, tool: str, decide: str | None = None, scope: str = "once", **arguments: Any):
+    """One call; when it asks for approval, answer `decide` (a test fails if it asks unexpectedly)."""
+    call_id = c.start_call(sid, tool, arguments)
+    asked = None
+    while True:
+        event = c.next_event()
+        if isinstance(event, p.ApprovalRequested) and event.call_id == call_id:
+            assert decide is not None, f"{tool} {arguments} asked for approval: {event.summary}"
+            asked = event
+            c.request(p.ApprovalDecide, approval_id=event.approval_id, decision=decide, scope=scope)
+        elif isinstance(event, p.CallCompleted) and event.call_id == call_id:
+            assert decide is None or asked is not None, f"{tool} {arguments} ran without asking"
+            return event, asked
+
+
+@pytest.fixture
+def owner(daemon) -> Client:
+    with daemon.client(name="pytest-owner", approver=True) as c:
+        yield c
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("TOP SECRET\n")
+    return root
+
+
+def test_tools_list_shows_read_and_write(owner: Client) -> None:
+    tools = {t.name: t for t in owner.request(p.ToolsList).tools}
+    assert tools["read"].risk == "read_only" and tools["read"].flags["concurrent"] is True
+    assert tools["write"].risk == "filesystem"
+    assert tools["read"].input_schema["properties"]["limit"]["maximum"] == 1 << 20
+    assert set(tools["write"].input_schema["required"]) == {"path", "content", "mode"}
+
+
+def test_read_runs_without_approval_and_reports_ranges(owner: Client, ws: Path) -> None:
+    data = "".join(str(i % 10) for i in range(100)).encode()
+    (ws / "d.txt").write_bytes(data)
+    sid = owner.open_session(ws)
+    done, _ = call(owner, sid, "read", path="d.txt", offset=10, limit=5)
+    assert done.ok and done.result == {"path": "d.txt", "content": "01234", "offset": 10, "length": 5,
+                                       "total_bytes": 100, "truncated": True, "sha256": sha(data)}
+
+
+def test_read_errors_have_their_kinds(owner: Client, ws: Path) -> None:
+    (ws / "u.txt").write_bytes("ab€cd".encode())
+    sid = owner.open_session(ws)
+    done, _ = call(owner, sid, "read", path="u.txt", limit=3)
+    assert not done.ok and done.error.kind == "failed" and "limit=2" in done.error.message
+    done, _ = call(owner, sid, "read", path="u.txt", limit=(1 << 20) + 1)
+    assert done.error.kind == "invalid_arguments" and "limit" in done.error.message
+    done, _ = call(owner, sid, "read", path="missing.txt")
+    assert done.error.kind == "failed" and "does not exist" in done.error.message
+
+
+def test_secret_like_read_asks_for_approval(owner: Client, ws: Path) -> None:
+    (ws / ".env").write_text("API_KEY=abc\n")
+    sid = owner.open_session(ws)
+    done, asked = call(owner, sid, "read", decide="deny", path=".env")
+    assert asked.risk == "filesystem" and asked.details["secret_like"] is True
+    assert "dotenv" in asked.details["why"] and "API_KEY" not in asked.summary
+    assert not done.ok and done.error.kind == "denied"
+    done, asked = call(owner, sid, "read", decide="approve", path=".env")
+    assert done.ok and done.result["content"] == "API_KEY=abc\n"
+
+
+def test_write_asks_and_shows_what_it_writes(owner: Client, ws: Path) -> None:
+    sid = owner.open_session(ws)
+    done, asked = call(owner, sid, "write", decide="approve", path="hello.py", content="print('hi')\n", mode="create")
+    assert asked.risk == "filesystem"
+    assert asked.summary.splitlines() == ["write (create) 'hello.py': 12 bytes, 1 lines", "  | print('hi')"]
+    assert done.ok and done.result == {"path": "hello.py", "bytes_written": 12,
+                                       "sha256": sha(b"print('hi')\n"), "created": True}
+    assert (ws / "hello.py").read_text() == "print('hi')\n"
+
+
+def test_write_edge_cases_of_seed_000(owner: Client, ws: Path) -> None:
+    (ws / "a.txt").write_text("v1")
+    sid = owner.open_session(ws)
+    # refused before approval: nobody is asked about a write that cannot work
+    done, _ = call(owner, sid, "write", path="a.txt", content="x", mode="create")
+    assert done.error.kind == "failed" and "already exists" in done.error.message
+    done, _ = call(owner, sid, "write", path="b.txt", content="x", mode="replace")
+    assert done.error.kind == "failed" and "mode='create'" in done.error.message
+    done, _ = call(owner, sid, "write", path="no/dir/c.txt", content="x", mode="create")
+    assert done.error.kind == "failed" and "parent directory 'no'" in done.error.message
+    # a stale expected_sha256 is found right before install, after approval
+    seen = call(owner, sid, "read", path="a.txt")[0].result["sha256"]
+    (ws / "a.txt").write_text("v2")
+    done, _ = call(owner, sid, "write", decide="approve", path="a.txt", content="mine", mode="replace",
+                   expected_sha256=seen)
+    assert done.error.kind == "failed" and "read it again and pass its sha256" in done.error.message
+    assert (ws / "a.txt").read_text() == "v2"
+    fresh = call(owner, sid, "read", path="a.txt")[0].result["sha256"]
+    done, _ = call(owner, sid, "write", decide="approve", path="a.txt", content="mine", mode="replace",
+                   expected_sha256=fresh)
+    assert done.ok and (ws / "a.txt").read_text() == "mine"
+    assert owner.request(p.ApprovalsList).approvals == []
+
+
+def _escapes(ws: Path) -> list[str]:
+    outside = ws.parent / "outside"
+    os.symlink(outside, ws / "out")
+    os.symlink(outside / "secret.txt", ws / "link.txt")
+    (ws / "a").mkdir()
+    os.symlink("../../outside", ws / "a" / "up")
+    os.link(outside / "secret.txt", ws / "hard.txt")
+    os.symlink("/proc/self/root", ws / "root")
+    return [str(outside / "secret.txt"), "../outside/secret.txt", "out/secret.txt", "link.txt",
+            "a/up/secret.txt", "hard.txt", "/proc/self/root" + str(outside / "secret.txt"),
+            "root" + str(outside / "secret.txt"), "/proc/self/cwd/secret.txt"]
+
+
+def test_escapes_are_refused_before_approval(owner: Client, ws: Path) -> None:
+    paths = _escapes(ws)
+    sid = owner.open_session(ws)
+    for path in paths:
+        for tool, args in [("read", {}), ("write", {"content": "pwned", "mode": "replace"}),
+                           ("write", {"content": "pwned", "mode": "create"})]:
+            target = path if tool == "read" or args["mode"] == "replace" else path.replace("secret.txt", "new.txt")
+            done, _ = call(owner, sid, tool, path=target, **args)  # `call` fails the test if it asks
+            assert not done.ok and done.error.kind in ("invalid_arguments", "failed"), (path, done)
+            assert "TOP SECRET" not in done.error.message
+    outside = ws.parent / "outside"
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "TOP SECRET\n"
+
+
+def test_reader_on_another_connection_never_sees_a_partial_write(daemon, owner: Client, ws: Path) -> None:
+    versions = ["a" * 300_000, "b" * 600_000 + "\n", "c" * 10]
+    digests = {sha(v.encode()) for v in versions}
+    (ws / "f.txt").write_text(versions[0])
+    sid = owner.open_session(ws)
+    done, _ = call(owner, sid, "write", decide="approve", scope="session", path="f.txt", content=versions[1],
+                   mode="replace")
+    assert done.ok
+    stop = threading.Event()
+    seen: list[str] = []
+
+    problems: list[object] = []
+
+    def reader() -> None:
+        with daemon.client(name="reader") as r:
+            rsid = r.open_session(ws)
+            while not stop.is_set():
+                res = r.call(rsid, "read", {"path": "f.txt", "limit": 1 << 20})
+                if not res.ok or res.result["content"] not in versions:
+                    problems.append(res.error or res.result["length"])
+                    return
+                seen.append(res.result["sha256"])
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for i in range(30):  # the session grant lets these run unasked
+            done, _ = call(owner, sid, "write", path="f.txt", content=versions[i % 3], mode="replace")
+            assert done.ok, done.error
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not problems and seen and set(seen) <= digests
+    assert not [n for n in os.listdir(ws) if n.startswith(".scvd-")]
