@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fs
+from . import bash, fs
+from ..adapters import tools as agent_tools
 from .contract import Registry, Tool
 
 
@@ -13,6 +14,8 @@ def builtin_tools(config: Any, paths: Any) -> list[Tool]:
     tools: list[Tool] = []
     # one line per tool module; each module exposes tools(config, paths) -> list[Tool]
     tools += fs.tools(config, paths)
+    tools += bash.tools(config, paths)
+    tools += agent_tools.tools(config, paths)
     return tools
 
 
