@@ -1,0 +1,380 @@
+"""Skill discovery: the skill roots, SKILL.md front matter, the name -> canonical path map.
+
+Pure discovery, no tool logic. `discover()` runs once when a session opens and
+builds a `SkillMap`; `read()` opens a mapped skill again at call time. Rule: a
+skill is only ever reached through that map, by the canonical path it had under
+the root it was found in, and nothing here takes a path from a caller.
+
+Roots, in this order (the order decides which skills fit under the limit):
+  1. the user root `paths.skills_dir` ($SCV_HOME/skills): names as written;
+  2. the workspace's own `.agents/skills` and `.claude/skills`: `<workspace name>:<name>`;
+  3. the same two folders of each child project (a direct, non-hidden
+     subdirectory of the workspace), in name order: `<child name>:<name>`.
+A project root must resolve inside the workspace. A skill is a non-hidden
+directory of a root whose canonical path stays under that root and that holds a
+regular SKILL.md with `name` and `description` in its front matter.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import logging
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+log = logging.getLogger("scvd.skills")
+
+SKILL_FILE = "SKILL.md"
+PROJECT_SKILL_DIRS = (".agents/skills", ".claude/skills")  # Codex's and Claude Code's places
+USER, PROJECT = "user", "project"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # Agent Skills names, a little more lenient
+HEAD_BYTES = 16 * 1024  # the front matter must close within this many bytes
+MAX_DESCRIPTION = 1024  # the Agent Skills limit; longer ones are clipped
+MAX_ENTRIES = 1024  # directory entries looked at per root, and child projects per workspace
+OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class SkillError(Exception):
+    """A skill directory is not a valid skill, or a mapped skill changed; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Root:
+    """A folder that holds skill directories, canonical, with its identity at discovery."""
+
+    path: str  # realpath
+    kind: str  # USER or PROJECT
+    ident: tuple[int, int]  # (st_dev, st_ino): a root replaced since discovery is refused
+    project: str | None = None  # the name before ':' of its skills
+    cwd: str | None = None  # the project directory relative to the workspace ('.' for the workspace)
+
+
+@dataclass(frozen=True)
+class Skill:
+    """One mapped skill."""
+
+    key: str  # the map key: `name`, or `project:name`
+    name: str  # from the front matter
+    description: str  # from the front matter: untrusted text
+    dir: str  # canonical skill directory
+    file: str  # canonical SKILL.md
+    root: Root
+
+
+@dataclass
+class SkillMap:
+    """What discovery found for one session."""
+
+    skills: dict[str, Skill] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (directory, reason)
+    limit_reached: bool = False
+
+    def of_kind(self, kind: str) -> list[Skill]:
+        return [s for s in self.skills.values() if s.root.kind == kind]
+
+
+# --- front matter (pure) -----------------------------------------------------------
+
+
+def parse_front_matter(text: str) -> dict[str, str]:
+    """The `key: value` pairs between the leading `---` lines of a SKILL.md.
+
+    Deliberately not a YAML parser (no dependency, nothing executable): one
+    `key: value` per line, surrounding quotes removed, indented lines continue
+    the previous value (folded with spaces, as `>` would), `#` lines ignored.
+    Lists and nested maps arrive as flat text, which is enough for `name` and
+    `description`. Raises SkillError when there is no closed front matter.
+    """
+    lines = text.removeprefix("\ufeff").splitlines()
+    if not lines or lines[0].rstrip() != "---":
+        raise SkillError("SKILL.md does not start with a '---' front matter line")
+    pairs: dict[str, list[str]] = {}
+    key = None
+    for line in lines[1:]:
+        if line.rstrip() == "---":
+            return {k: _unquote(" ".join(v).strip()) for k, v in pairs.items()}
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line[0] in " \t":
+            if key is not None:
+                pairs[key].append(line.strip())
+            continue
+        key, sep, value = line.partition(":")
+        key = key.strip()
+        if not sep or not key:
+            raise SkillError(f"front matter line {line[:60]!r} is not 'key: value'")
+        if key in pairs:
+            raise SkillError(f"front matter repeats the key {key!r}")
+        value = value.strip()
+        pairs[key] = [] if value in (">", "|", ">-", "|-", ">+", "|+") else [value]
+    raise SkillError(f"front matter is not closed by a '---' line within the first {HEAD_BYTES} bytes")
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        return value[1:-1].replace("''", "'")
+    return value
+
+
+def check_meta(meta: dict[str, str]) -> tuple[str, str]:
+    """(name, description) of valid front matter; the description made one clean line."""
+    name, description = meta.get("name", ""), meta.get("description", "")
+    if not name:
+        raise SkillError("front matter has no 'name'")
+    if not NAME_RE.match(name):
+        raise SkillError(f"name {name[:80]!r} must be 1-64 letters, digits, '.', '_' or '-'")
+    if not description:
+        raise SkillError("front matter has no 'description'")
+    return name, clean_text(description, MAX_DESCRIPTION)
+
+
+def clean_text(text: str, limit: int) -> str:
+    """One line with control characters (ANSI escapes, bidi overrides) turned into spaces, clipped."""
+    flat = "".join(c if c.isprintable() else " " for c in text)
+    flat = " ".join(flat.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def project_key(project: str, name: str) -> str:
+    return f"{project}:{name}"
+
+
+def within(path: str, root: str) -> bool:
+    """True when canonical `path` is `root` or below it."""
+    return os.path.commonpath([path, root]) == root
+
+
+# --- opening without following symlinks ------------------------------------------
+
+
+def open_skill_file(skill_file: str, root: Root) -> int:
+    """An fd of `skill_file` (canonical) opened component by component beneath `root`.
+
+    The root must still be the directory found at discovery (same dev/ino), and
+    no component below it may be a symlink (O_NOFOLLOW on each), so a directory
+    swapped for a symlink after discovery cannot redirect the read.
+    """
+    parts = Path(os.path.relpath(skill_file, root.path)).parts
+    if not parts or parts[0] == "..":
+        raise SkillError(f"{skill_file} is not under its root {root.path}")
+    fd = _open(root.path, OPEN_DIR, None, root.path)
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != root.ident:
+            raise SkillError(f"skill root {root.path} was replaced since the session opened")
+        for part in parts[:-1]:
+            fd, old = _open(part, OPEN_DIR, fd, skill_file), fd
+            os.close(old)
+        file_fd = _open(parts[-1], OPEN_FILE, fd, skill_file)
+    finally:
+        os.close(fd)
+    try:
+        _check_regular(os.fstat(file_fd), skill_file)
+    except BaseException:
+        os.close(file_fd)
+        raise
+    return file_fd
+
+
+def _open(name: str, flags: int, dir_fd: int | None, shown: str) -> int:
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            raise SkillError(f"{shown}: a path component is a symlink or not a directory") from exc
+        raise SkillError(f"{shown}: {exc.strerror}") from exc
+
+
+def _check_regular(st: os.stat_result, shown: str) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise SkillError(f"{shown} is not a regular file")
+    if st.st_nlink > 1:  # its other name may be anywhere, e.g. a secret outside the root
+        raise SkillError(f"{shown} has {st.st_nlink} hard links; make it a plain copy")
+
+
+def read_bytes(fd: int, limit: int) -> bytes:
+    """Up to `limit` bytes from fd, however short the reads."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        buf = os.read(fd, min(left, 1 << 16))
+        if not buf:
+            break
+        chunks.append(buf)
+        left -= len(buf)
+    return b"".join(chunks)
+
+
+# --- discovery ------------------------------------------------------------------
+
+
+def discover(workspace: str | os.PathLike[str], paths: Any, max_skills: int) -> SkillMap:
+    """The skill map of a session on `workspace`; never raises for a bad skill or root."""
+    found = SkillMap()
+    seen: set[str] = set()  # canonical skill dirs: .claude/skills is often a link to .agents/skills
+    for root in roots(workspace, paths, found):
+        for skill_dir in _entries(root, found):
+            if len(found.skills) >= max_skills:
+                found.limit_reached = True
+                log.warning("skills.max_skills (%d) reached; %s and later skills are not mapped",
+                            max_skills, skill_dir)
+                return found
+            _add(found, seen, root, skill_dir)
+    return found
+
+
+def roots(workspace: str | os.PathLike[str], paths: Any, found: SkillMap) -> list[Root]:
+    """The user root, then the workspace's and its child projects' skill roots that exist."""
+    ws = os.path.realpath(workspace)
+    candidates: list[tuple[str, str, str | None, str | None]] = []
+    if paths is not None:
+        candidates.append((str(paths.skills_dir), USER, None, None))
+    for project, cwd in projects(ws, found):
+        candidates += [(os.path.join(ws, cwd, d), PROJECT, project, cwd) for d in PROJECT_SKILL_DIRS]
+    out: list[Root] = []
+    for path, kind, project, cwd in candidates:
+        root = _resolve_root(path, kind, project, cwd, ws, found)
+        if root is not None and root.path not in {r.path for r in out}:
+            out.append(root)
+    return out
+
+
+def projects(ws: str, found: SkillMap) -> list[tuple[str, str]]:
+    """(project name, cwd): the workspace itself as its own name, then each child directory."""
+    out = [(os.path.basename(ws) or "workspace", ".")]
+    try:
+        with os.scandir(ws) as it:
+            names = sorted(e.name for e in _bounded(it, ws) if not e.name.startswith(".") and e.is_dir())
+    except OSError as exc:
+        _skip(found, ws, f"cannot list the workspace for child projects: {exc.strerror}")
+        return out
+    for name in names:
+        if ":" in name or not name.isprintable():
+            _skip(found, os.path.join(ws, name), "a project name with ':' or control characters")
+        else:
+            out.append((name, name))
+    return out
+
+
+def _resolve_root(path: str, kind: str, project: str | None, cwd: str | None, ws: str,
+                  found: SkillMap) -> Root | None:
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None  # no such root: the common case, nothing to say
+    if not stat.S_ISDIR(st.st_mode):
+        _skip(found, path, "not a directory")
+        return None
+    if kind == PROJECT and not within(real, ws):
+        _skip(found, path, f"it resolves to {real}, outside the workspace")
+        return None
+    return Root(path=real, kind=kind, ident=(st.st_dev, st.st_ino), project=project, cwd=cwd)
+
+
+def _entries(root: Root, found: SkillMap) -> list[str]:
+    """The non-hidden directory entries of a root, in name order (as joined paths)."""
+    try:
+        with os.scandir(root.path) as it:
+            return [os.path.join(root.path, e.name)
+                    for e in sorted(_bounded(it, root.path), key=lambda e: e.name)
+                    if not e.name.startswith(".") and e.is_dir()]
+    except OSError as exc:
+        _skip(found, root.path, f"cannot list the skill root: {exc.strerror}")
+        return []
+
+
+def _bounded(it: Iterator[os.DirEntry[str]], where: str) -> Iterator[os.DirEntry[str]]:
+    for i, entry in enumerate(it):
+        if i >= MAX_ENTRIES:
+            log.warning("%s has more than %d entries; the rest are not looked at for skills", where, MAX_ENTRIES)
+            return
+        yield entry
+
+
+def _add(found: SkillMap, seen: set[str], root: Root, skill_dir: str) -> None:
+    try:
+        skill = load_skill(root, skill_dir)
+    except SkillError as exc:
+        _skip(found, skill_dir, exc.reason)
+        return
+    if skill.dir in seen:
+        log.debug("skill %s already mapped through another root folder", skill.dir)
+        return
+    if skill.key in found.skills:
+        _skip(found, skill_dir, f"name {skill.key!r} is taken by {found.skills[skill.key].dir}")
+        return
+    seen.add(skill.dir)
+    found.skills[skill.key] = skill
+
+
+def load_skill(root: Root, skill_dir: str) -> Skill:
+    """A Skill for one directory of `root`, or SkillError saying why it is not one."""
+    real_dir = os.path.realpath(skill_dir)
+    if not within(real_dir, root.path) or real_dir == root.path:
+        raise SkillError(f"it resolves to {real_dir}, not inside its skill root {root.path}")
+    real_file = os.path.realpath(os.path.join(real_dir, SKILL_FILE))
+    if not within(real_file, real_dir):
+        raise SkillError(f"its {SKILL_FILE} resolves to {real_file}, outside the skill directory")
+    if not os.path.lexists(real_file):
+        raise SkillError(f"no {SKILL_FILE} in it")
+    fd = open_skill_file(real_file, root)
+    try:
+        head = read_bytes(fd, HEAD_BYTES)
+    finally:
+        os.close(fd)
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason != "unexpected end of data" or len(head) < HEAD_BYTES:
+            raise SkillError(f"{SKILL_FILE} is not UTF-8 text") from exc
+        text = head[: exc.start].decode("utf-8")  # only our byte limit cut a character in two
+    name, description = check_meta(parse_front_matter(text))
+    key = project_key(root.project, name) if root.kind == PROJECT and root.project else name
+    return Skill(key=key, name=name, description=description, dir=real_dir, file=real_file, root=root)
+
+
+def _skip(found: SkillMap, where: str, reason: str) -> None:
+    log.warning("skill %s skipped: %s", where, reason)
+    found.skipped.append((where, reason))
+
+
+# --- reading at call time ----------------------------------------------------------
+
+
+def revalidate(skill: Skill) -> None:
+    """Refuse a mapped skill whose canonical SKILL.md no longer resolves to itself under its root."""
+    root_now = os.path.realpath(skill.root.path)
+    file_now = os.path.realpath(skill.file)
+    if root_now != skill.root.path or file_now != skill.file or not within(file_now, skill.root.path):
+        raise SkillError(
+            f"skill {skill.key!r} changed since the session opened: {skill.file} now resolves to {file_now}"
+            f" (root {skill.root.path} -> {root_now}); a symlink was swapped in"
+        )
+
+
+def read(skill: Skill, max_bytes: int) -> tuple[str, bool, int]:
+    """(content, truncated, total_bytes) of a mapped skill's SKILL.md, at most `max_bytes` of it."""
+    revalidate(skill)
+    fd = open_skill_file(skill.file, skill.root)
+    try:
+        total = os.fstat(fd).st_size
+        data = read_bytes(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    truncated = len(data) > max_bytes
+    # not final when truncated: a character the byte limit cut in two is held back, not replaced
+    content = codecs.getincrementaldecoder("utf-8")("replace").decode(data[:max_bytes], final=not truncated)
+    return content, truncated, total
