@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import bash, fs
+from . import bash, fs, skill
 from ..adapters import tools as agent_tools
 from .contract import Registry, Tool
 
@@ -14,6 +14,7 @@ def builtin_tools(config: Any, paths: Any) -> list[Tool]:
     tools: list[Tool] = []
     # one line per tool module; each module exposes tools(config, paths) -> list[Tool]
     tools += fs.tools(config, paths)
+    tools += skill.tools(config, paths)
     tools += bash.tools(config, paths)
     tools += agent_tools.tools(config, paths)
     return tools

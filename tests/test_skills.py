@@ -1,0 +1,396 @@
+"""Skill discovery (scvd/skills.py) and the read_skill tool, called directly on real directories."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from scvd import skills
+from scvd.config import Config, SkillsConfig
+from scvd.errors import Failed, InvalidArguments
+from scvd.paths import Paths, resolve
+from scvd.tools import build_registry
+from scvd.tools.contract import CallContext, Plan, ToolRisk
+from scvd.tools.skill import PROJECT_NOTE, ReadSkillTool
+
+TOOL = ReadSkillTool()
+
+
+def make_skill(parent: Path, dirname: str, name: str | None = None, description: str = "Does a thing.",
+               body: str = "# Steps\n1. Do it.\n") -> Path:
+    d = parent / dirname
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "SKILL.md").write_text(f"---\nname: {name or dirname}\ndescription: {description}\n---\n{body}")
+    return d
+
+
+@dataclass
+class Env:
+    home: Path
+    paths: Paths
+    ws: Path
+    outside: Path
+
+    @property
+    def user_root(self) -> Path:
+        return self.paths.skills_dir
+
+    def discover(self, max_skills: int = 64) -> skills.SkillMap:
+        return skills.discover(self.ws, self.paths, max_skills)
+
+    def ctx(self, max_skills: int = 64, max_skill_bytes: int = 64 * 1024) -> CallContext:
+        config = Config(skills=SkillsConfig(max_skills=max_skills, max_skill_bytes=max_skill_bytes))
+        fd = os.open(self.ws, os.O_RDONLY | os.O_DIRECTORY)
+        services = TOOL.session_services(self.ws, config, self.paths)
+        return CallContext(call_id="c1", session_id="s1", workspace=self.ws, workspace_fd=fd,
+                           config=config, paths=self.paths, services=services)
+
+    def call(self, ctx: CallContext, **raw: Any) -> Any:
+        """decode -> plan -> run, as the pipeline does (minus approval)."""
+        args = TOOL.decode(raw)
+        return asyncio.run(TOOL.run(args, TOOL.plan(args, ctx), ctx))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    home = tmp_path / "home"
+    paths = resolve({"SCV_HOME": str(home)})
+    paths.skills_dir.mkdir(parents=True)
+    ws = tmp_path / "myws"
+    ws.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("TOP SECRET\n")
+    make_skill(outside, "evil", description="Outside the root.", body="OUTSIDE CONTENT\n")
+    return Env(home=home, paths=paths, ws=ws, outside=outside)
+
+
+# --- front matter ------------------------------------------------------------------
+
+
+def test_front_matter_simple_pairs_quotes_and_folded_values() -> None:
+    text = (
+        "\ufeff---\n"
+        "# a comment\n"
+        "name: release-checks\n"
+        "description: >\n"
+        "  Checks a release\n"
+        "  before tagging.\n"
+        "title: 'It''s quoted'\n"
+        'other: "say \\"hi\\""\n'
+        "allowed-tools:\n"
+        "  - Read\n"
+        "---\n"
+        "name: not-this\n"
+    )
+    meta = skills.parse_front_matter(text)
+    assert meta["name"] == "release-checks"
+    assert meta["description"] == "Checks a release before tagging."
+    assert meta["title"] == "It's quoted"
+    assert meta["other"] == 'say "hi"'
+    assert meta["allowed-tools"] == "- Read"
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("name: x\ndescription: y\n", "does not start"),
+    ("---\nname: x\ndescription: y\n", "not closed"),
+    ("---\nname: x\nname: y\n---\n", "repeats"),
+    ("---\njust words\n---\n", "not 'key: value'"),
+    ("", "does not start"),
+])
+def test_front_matter_refusals(text: str, reason: str) -> None:
+    with pytest.raises(skills.SkillError, match=reason):
+        skills.parse_front_matter(text)
+
+
+@pytest.mark.parametrize("meta, reason", [
+    ({"description": "d"}, "no 'name'"),
+    ({"name": "x"}, "no 'description'"),
+    ({"name": "../x", "description": "d"}, "must be 1-64"),
+    ({"name": "a:b", "description": "d"}, "must be 1-64"),
+    ({"name": "x" * 65, "description": "d"}, "must be 1-64"),
+])
+def test_meta_refusals(meta: dict[str, str], reason: str) -> None:
+    with pytest.raises(skills.SkillError, match=reason):
+        skills.check_meta(meta)
+
+
+def test_description_made_one_safe_line_and_clipped() -> None:
+    name, desc = skills.check_meta({"name": "x", "description": "red \x1b[31m text\u202e  end"})
+    assert (name, desc) == ("x", "red [31m text end")
+    _, long = skills.check_meta({"name": "x", "description": "y" * 5000})
+    assert len(long) == skills.MAX_DESCRIPTION and long.endswith("...")
+
+
+# --- discovery ---------------------------------------------------------------------
+
+
+def test_user_skills_map_names_to_canonical_paths(env: Env) -> None:
+    a = make_skill(env.user_root, "alpha")
+    make_skill(env.user_root, "beta-dir", name="beta")
+    found = env.discover()
+    assert sorted(found.skills) == ["alpha", "beta"]
+    skill = found.skills["alpha"]
+    assert skill.file == os.path.realpath(a / "SKILL.md")
+    assert skill.root.kind == skills.USER and skill.root.path == os.path.realpath(env.user_root)
+    assert found.skills["beta"].dir.endswith("beta-dir")
+    assert not found.skipped and not found.limit_reached
+
+
+def test_invalid_skill_dirs_skipped_with_a_logged_reason(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    make_skill(env.user_root, "good")
+    (env.user_root / "no-file").mkdir()
+    (env.user_root / "no-front").mkdir()
+    (env.user_root / "no-front" / "SKILL.md").write_text("# just markdown\n")
+    make_skill(env.user_root, "no-desc", description="")
+    (env.user_root / "binary").mkdir()
+    (env.user_root / "binary" / "SKILL.md").write_bytes(b"---\nname: binary\ndescription: \xff\xfe\n---\n")
+    (env.user_root / "a-fifo").mkdir()
+    os.mkfifo(env.user_root / "a-fifo" / "SKILL.md")
+    make_skill(env.user_root, "zz-dup", name="good")  # after "good" in name order
+    (env.user_root / "README.md").write_text("not a skill dir\n")
+    make_skill(env.user_root, ".hidden")
+    with caplog.at_level(logging.WARNING, logger="scvd.skills"):
+        found = env.discover()
+    assert list(found.skills) == ["good"]
+    reasons = {Path(d).name: r for d, r in found.skipped}
+    assert set(reasons) == {"no-file", "no-front", "no-desc", "binary", "a-fifo", "zz-dup"}
+    assert "no SKILL.md" in reasons["no-file"]
+    assert "does not start" in reasons["no-front"]
+    assert "no 'description'" in reasons["no-desc"]
+    assert "not UTF-8" in reasons["binary"]
+    assert "not a regular file" in reasons["a-fifo"]
+    assert "taken by" in reasons["zz-dup"]
+    for name, reason in reasons.items():
+        assert any(name in r.getMessage() and reason in r.getMessage() for r in caplog.records), name
+
+
+def test_max_skills_limits_discovery_user_root_first(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    for n in ("a1", "a2", "a3"):
+        make_skill(env.user_root, n)
+    make_skill(env.ws / ".agents" / "skills", "p1")
+    with caplog.at_level(logging.WARNING, logger="scvd.skills"):
+        found = env.discover(max_skills=2)
+    assert list(found.skills) == ["a1", "a2"] and found.limit_reached
+    assert "max_skills (2) reached" in caplog.text
+    assert list(env.discover(max_skills=4).skills) == ["a1", "a2", "a3", "myws:p1"]
+    assert not env.discover(max_skills=4).limit_reached
+
+
+def test_project_skills_named_project_colon_name(env: Env) -> None:
+    make_skill(env.ws / ".agents" / "skills", "ws-skill")
+    make_skill(env.ws / "scv" / ".claude" / "skills", "feature-flow")
+    make_skill(env.ws / "scv" / ".agents" / "skills", "release-checks")
+    make_skill(env.ws / "other" / ".agents" / "skills", "feature-flow")  # same name, other project
+    make_skill(env.ws / ".hidden" / ".agents" / "skills", "nope")  # hidden child: not a project
+    make_skill(env.ws / "scv" / "deeper" / ".agents" / "skills", "nope2")  # grandchild: not a project
+    make_skill(env.user_root, "feature-flow")  # a user skill of the same name stays separate
+    found = env.discover()
+    assert sorted(found.skills) == [
+        "feature-flow", "myws:ws-skill", "other:feature-flow", "scv:feature-flow", "scv:release-checks"]
+    ws_skill, scv = found.skills["myws:ws-skill"], found.skills["scv:feature-flow"]
+    assert (ws_skill.root.kind, ws_skill.root.project, ws_skill.root.cwd) == (skills.PROJECT, "myws", ".")
+    assert (scv.root.project, scv.root.cwd) == ("scv", "scv")
+    assert scv.file == os.path.realpath(env.ws / "scv" / ".claude" / "skills" / "feature-flow" / "SKILL.md")
+    assert not found.skipped
+
+
+def test_claude_skills_linked_to_agents_skills_mapped_once(env: Env) -> None:
+    make_skill(env.ws / "proj" / ".agents" / "skills", "one")
+    (env.ws / "proj" / ".claude").mkdir()
+    (env.ws / "proj" / ".claude" / "skills").symlink_to("../.agents/skills")
+    found = env.discover()
+    assert list(found.skills) == ["proj:one"] and not found.skipped
+
+
+def test_symlink_inside_its_root_is_mapped_by_canonical_path(env: Env) -> None:
+    real = make_skill(env.user_root / "store", "kept")  # store/ has no SKILL.md itself: skipped
+    (env.user_root / "alias").symlink_to(real)
+    found = env.discover()
+    assert found.skills["kept"].dir == os.path.realpath(real)
+
+
+def test_symlinks_out_of_a_root_refused_at_discovery(env: Env) -> None:
+    (env.user_root / "evil").symlink_to(env.outside / "evil")
+    proj_root = env.ws / ".agents" / "skills"
+    proj_root.mkdir(parents=True)
+    (proj_root / "evil").symlink_to(env.outside / "evil")
+    file_link = proj_root / "file-link"
+    file_link.mkdir()
+    (file_link / "SKILL.md").symlink_to(env.outside / "evil" / "SKILL.md")
+    (env.ws / "linked-root" / ".agents").mkdir(parents=True)
+    (env.ws / "linked-root" / ".agents" / "skills").symlink_to(env.outside)  # a project root pointing out
+    (env.ws / "linked-child").symlink_to(env.outside / "evil" / "..")  # a child project pointing out
+    (env.outside / ".agents").mkdir()
+    (env.outside / ".agents" / "skills").symlink_to(env.outside)
+    found = env.discover()
+    assert found.skills == {}
+    reasons = [r for _, r in found.skipped]
+    assert sum("not inside its skill root" in r for r in reasons) == 2
+    assert any("outside the skill directory" in r for r in reasons)
+    assert sum("outside the workspace" in r for r in reasons) == 2
+
+
+def test_hard_linked_skill_file_refused(env: Env) -> None:
+    d = env.user_root / "hard"
+    d.mkdir()
+    os.link(env.outside / "evil" / "SKILL.md", d / "SKILL.md")
+    found = env.discover()
+    assert found.skills == {} and "hard links" in found.skipped[0][1]
+
+
+# --- reading at call time: revalidation ------------------------------------------------
+
+
+def test_skill_dir_swapped_for_symlink_after_discovery_refused(env: Env) -> None:
+    d = make_skill(env.user_root, "swap", body="ORIGINAL\n")
+    ctx = env.ctx()
+    assert "ORIGINAL" in env.call(ctx, name="swap")["content"]
+    d.rename(env.user_root / ".old")
+    d.symlink_to(env.outside / "evil")
+    with pytest.raises(Failed, match="changed since the session opened") as exc:
+        env.call(ctx, name="swap")
+    assert "OUTSIDE" not in str(exc.value)
+
+
+def test_skill_file_swapped_for_symlink_or_hard_link_refused(env: Env) -> None:
+    d = make_skill(env.user_root, "fileswap")
+    found = env.discover()
+    (d / "SKILL.md").unlink()
+    (d / "SKILL.md").symlink_to(env.outside / "secret.txt")
+    with pytest.raises(skills.SkillError, match="changed since"):
+        skills.read(found.skills["fileswap"], 1000)
+    (d / "SKILL.md").unlink()
+    os.link(env.outside / "secret.txt", d / "SKILL.md")
+    with pytest.raises(skills.SkillError, match="hard links"):
+        skills.read(found.skills["fileswap"], 1000)
+
+
+def test_open_walk_refuses_a_symlinked_component_on_its_own(env: Env) -> None:
+    """The O_NOFOLLOW walk holds even if the realpath check ran before a swap (the race)."""
+    d = make_skill(env.ws / "p" / ".agents" / "skills", "race")
+    skill = env.discover().skills["p:race"]
+    skills.revalidate(skill)
+    d.rename(d.parent / ".gone")
+    d.symlink_to(env.outside / "evil")
+    with pytest.raises(skills.SkillError, match="symlink"):
+        skills.open_skill_file(skill.file, skill.root)
+
+
+def test_replaced_root_refused(env: Env) -> None:
+    make_skill(env.user_root, "r")
+    skill = env.discover().skills["r"]
+    env.user_root.rename(env.home / "skills-old")
+    make_skill(env.user_root, "r", body="NEW ROOT\n")
+    with pytest.raises(skills.SkillError, match="replaced since the session opened"):
+        skills.read(skill, 1000)
+
+
+# --- the tool --------------------------------------------------------------------------
+
+
+def test_read_returns_content_with_metadata(env: Env) -> None:
+    make_skill(env.user_root, "release-checks", body="Run the tests.\n")
+    ctx = env.ctx()
+    result = env.call(ctx, name="release-checks")
+    assert result["name"] == "release-checks" and not result["truncated"]
+    assert result["content"].startswith("---\nname: release-checks\n") and "Run the tests." in result["content"]
+    assert result["path"] == os.path.realpath(env.user_root / "release-checks" / "SKILL.md")
+    assert result["total_bytes"] == len(result["content"].encode())
+    assert "project" not in result and "note" not in result
+
+
+def test_project_skill_read_carries_the_delegation_note(env: Env) -> None:
+    make_skill(env.ws / "scv" / ".agents" / "skills", "feature-flow")
+    result = env.call(env.ctx(), name="scv:feature-flow")
+    assert (result["project"], result["cwd"]) == ("scv", "scv")
+    assert "agent_codex" in result["note"] and "cwd 'scv'" in result["note"]
+
+
+def test_truncated_at_max_skill_bytes_on_a_character_boundary(env: Env) -> None:
+    make_skill(env.user_root, "big", body="é" * 400)
+    size = (env.user_root / "big" / "SKILL.md").stat().st_size
+    result = env.call(env.ctx(max_skill_bytes=100), name="big")
+    raw = result["content"].encode()
+    assert result["truncated"] and result["total_bytes"] == size
+    assert 99 <= len(raw) <= 100 and "\ufffd" not in result["content"]
+    exact = env.call(env.ctx(max_skill_bytes=size), name="big")
+    assert not exact["truncated"] and len(exact["content"].encode()) == size
+
+
+def test_unknown_name_lists_known_names(env: Env) -> None:
+    for n in ("one", "two"):
+        make_skill(env.user_root, n)
+    with pytest.raises(InvalidArguments, match=r"no skill named 'three'; known: one, two"):
+        env.call(env.ctx(), name="three")
+
+
+def test_unknown_name_with_no_skills_says_where_to_put_them(env: Env) -> None:
+    with pytest.raises(InvalidArguments, match="no skills were found") as exc:
+        env.call(env.ctx(), name="x")
+    assert str(env.paths.skills_dir) in str(exc.value)
+
+
+@pytest.mark.parametrize("name", ["../x", "../evil", "/etc/passwd", "evil/SKILL.md", ".hidden", "~/x", "a\\b"])
+def test_paths_are_never_accepted(env: Env, name: str) -> None:
+    make_skill(env.user_root, "x")
+    (env.user_root / "evil").symlink_to(env.outside / "evil")
+    with pytest.raises(InvalidArguments, match="never a path"):
+        env.call(env.ctx(), name=name)
+
+
+def test_a_path_to_a_real_skill_is_not_a_name(env: Env) -> None:
+    d = make_skill(env.user_root, "x")
+    with pytest.raises(InvalidArguments, match="never a path"):
+        env.call(env.ctx(), name=str(d / "SKILL.md"))
+    with pytest.raises(InvalidArguments, match="path"):
+        TOOL.decode({"path": str(d)})
+
+
+def test_listing_separates_user_and_project_skills(env: Env) -> None:
+    make_skill(env.user_root, "mine", description="My own.")
+    make_skill(env.ws / "scv" / ".agents" / "skills", "feature-flow", description="Lands a change.")
+    make_skill(env.user_root, "broken", description="")
+    ctx = env.ctx()
+    plan = TOOL.plan(TOOL.decode({}), ctx)
+    assert plan.risk is ToolRisk.READ_ONLY and "1 user, 1 project" in plan.summary
+    result = env.call(ctx)
+    assert result["skills"] == [{"name": "mine", "description": "My own."}]
+    assert result["project_skills"] == [
+        {"name": "scv:feature-flow", "description": "Lands a change.", "project": "scv", "cwd": "scv"}]
+    assert result["project_note"] == PROJECT_NOTE and "cwd" in PROJECT_NOTE
+    assert result["skipped"][0]["dir"].endswith("broken")
+    assert "limit_reached" not in result
+    assert "limit_reached" in env.call(env.ctx(max_skills=1))
+    msgspec.json.encode(result)
+
+
+def test_listing_without_project_skills_has_no_note(env: Env) -> None:
+    result = env.call(env.ctx())
+    assert result == {"skills": [], "project_skills": []}
+
+
+def test_registered_read_only_and_concurrent() -> None:
+    tool = build_registry(Config(), None).get("read_skill")
+    assert isinstance(tool, ReadSkillTool)
+    assert tool.risk is ToolRisk.READ_ONLY and tool.flags.concurrent
+    assert tool.input_schema()["properties"]["name"]["default"] == ""
+
+
+def test_plan_is_read_only_and_run_rechecks(env: Env) -> None:
+    d = make_skill(env.user_root, "p")
+    ctx = env.ctx()
+    args = TOOL.decode({"name": "p"})
+    plan = TOOL.plan(args, ctx)
+    assert plan.risk is ToolRisk.READ_ONLY and plan.details["path"] == str(d.resolve() / "SKILL.md")
+    (d / "SKILL.md").unlink()
+    (d / "SKILL.md").symlink_to(env.outside / "secret.txt")
+    with pytest.raises(Failed):
+        asyncio.run(TOOL.run(args, Plan(risk=ToolRisk.READ_ONLY, summary=""), ctx))
