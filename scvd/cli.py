@@ -124,6 +124,8 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
 
     inherited = notify.inherited_sockets(notify.scrub_env())
     paths_mod.prepare(paths)
+    if not _free_to_detach(paths, pid_file):
+        return EXIT_STARTUP
     context = daemon.DaemonContext(
         pidfile=daemon.pidfile.TimeoutPIDLockFile(str(pid_file)),
         files_preserve=[s.fileno() for s in inherited] + [sys.stderr.fileno()],
@@ -142,6 +144,26 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
             logging.getLogger("scvd").error("cannot start: %s", exc.message)
             return EXIT_STARTUP
     return EXIT_OK
+
+
+def _free_to_detach(paths: paths_mod.Paths, pid_file: Path) -> bool:
+    """Refuse before detaching, where the caller still sees the message and the exit code.
+
+    When no scvd holds the instance lock, a pid file left by a crash is stale:
+    python-daemon would refuse it forever, so it is removed.
+    """
+    from .server import acquire_lock
+
+    log = logging.getLogger("scvd")
+    try:
+        os.close(acquire_lock(paths.lock_file))
+    except errors.StartupError as exc:
+        log.error("cannot start: %s", exc.message)
+        return False
+    if pid_file.exists():
+        log.warning("removing stale pid file %s (no scvd holds %s)", pid_file, paths.lock_file)
+        pid_file.unlink()
+    return True
 
 
 def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths) -> int:
