@@ -1,0 +1,325 @@
+"""Helpers for the integration tests: a raw line connection, a notify listener, a wrapped daemon.
+
+`RawConn` speaks bytes, so tests can send frames no client library would build.
+`NotifyListener` is a datagram socket standing in for systemd's NOTIFY_SOCKET.
+Run as a script (`python harness.py run ...`) this module starts the real
+`scvd` CLI with a few test tools added to the registry, so tests can hold a
+call in flight in a real daemon process and look at its children's environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Callable, Iterator
+
+import msgspec
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:  # run as a script: make scvd importable
+    sys.path.insert(0, str(ROOT))
+
+from scvd import protocol as p  # noqa: E402
+from scvd.tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk  # noqa: E402
+
+HARNESS = str(Path(__file__).resolve())
+
+
+class RawConn:
+    """One Unix stream connection that sends raw bytes and reads server frames line by line."""
+
+    def __init__(self, path: Path | str, timeout: float = 10.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(str(path))
+        except OSError:
+            self.sock.close()
+            raise
+        self._buf = b""
+        self._ids = iter(range(1000, 10**9))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawConn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, frame: dict[str, Any] | p.Frame) -> None:
+        data = p.encode(frame) if isinstance(frame, p.Frame) else msgspec.json.encode(frame) + b"\n"
+        self.sock.sendall(data)
+
+    def line(self) -> bytes | None:
+        """The next line the server sent, or None when it closed the connection."""
+        while b"\n" not in self._buf:
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                return None
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def frame(self) -> Any:
+        """The next server frame, decoded with the protocol's own decoder (a bad frame fails)."""
+        line = self.line()
+        assert line is not None, "the server closed the connection"
+        return p.decode_server_frame(line)
+
+    def closed_by_server(self) -> bool:
+        """True if the server closed its side (EOF, or a reset) before sending anything more."""
+        try:
+            return self.line() is None
+        except ConnectionResetError:
+            return True
+
+    def hello(self, protocol: int = p.PROTOCOL_VERSION) -> Any:
+        self.send({"type": "hello", "id": "h", "protocol": protocol, "client": {"name": "raw"}})
+        return self.frame()
+
+    def request(self, frame: dict[str, Any]) -> Any:
+        """Send a frame with a fresh id and return the next frame (events would precede it)."""
+        frame = {"id": next(self._ids), **frame}
+        self.send(frame)
+        return self.frame()
+
+    def status(self) -> p.StatusResult:
+        answer = self.request({"type": "status"})
+        assert isinstance(answer, p.StatusResult), answer
+        return answer
+
+
+class NotifyListener:
+    """A bound AF_UNIX datagram socket that collects sd_notify messages, as systemd would."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(15)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def recv(self) -> str:
+        return self.sock.recv(65536).decode()
+
+    def pending(self) -> bool:
+        """True when a message is waiting."""
+        r, _, _ = select.select([self.sock], [], [], 0)
+        return bool(r)
+
+    def until(self, predicate: Any, timeout: float = 15.0) -> list[str]:
+        """Every message up to and including the first that satisfies `predicate`."""
+        seen: list[str] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen.append(self.recv())
+            if predicate(seen[-1]):
+                return seen
+        raise AssertionError(f"no matching notify message in {timeout} s; got {seen}")
+
+
+def pid_gone(pid: int) -> bool:
+    """True when `pid` no longer runs (a zombie that nobody reaps counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def wait_until(predicate: Any, timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} not reached after {timeout} s"
+        time.sleep(0.02)
+
+
+# The service manager's side of socket activation: put the passed fd at 3, name
+# ourselves in LISTEN_PID (exec keeps the pid), then exec the daemon.
+ACTIVATE = r"""
+import os, sys
+fd = int(sys.argv[1])
+if fd != 3:
+    os.dup2(fd, 3)
+    os.close(fd)
+os.set_inheritable(3, True)
+os.environ.update(LISTEN_FDS="1", LISTEN_PID=str(os.getpid()), LISTEN_FDNAMES="scvd.socket")
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
+
+
+def start_wrapped(home: Path, config: str = "", *, env: dict[str, str] | None = None,
+                  activate: socket.socket | None = None, args: list[str] | None = None,
+                  wait: bool = True) -> Any:
+    """The real `scvd run` with the test tools, optionally socket-activated with `activate`."""
+    import subprocess
+
+    import conftest
+
+    home.mkdir(parents=True, exist_ok=True)
+    if config:
+        (home / "config.toml").write_text(config)
+    full_env = conftest.base_env(home, **(env or {}))
+    argv = [sys.executable, HARNESS, "run", *(args or [])]
+    fds: tuple[int, ...] = ()
+    if activate is not None:
+        fds = (activate.fileno(),)
+        argv = [sys.executable, "-c", ACTIVATE, str(activate.fileno()), *argv[1:]]
+    log_path = home.parent / f"{home.name}-scvd.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, pass_fds=fds)
+    sock = Path(activate.getsockname()) if activate is not None else \
+        Path(full_env.get("SCV_SOCKET") or home / "run" / "scvd.sock")
+    handle = conftest.DaemonProc(home=home, socket=sock, proc=proc, env=full_env, log_path=log_path)
+    if wait:
+        wait_ready(handle)
+    return handle
+
+
+def wait_ready(handle: Any, timeout: float = 15.0) -> None:
+    """Until the daemon answers `status` (an activated socket accepts before anyone serves it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if handle.proc.poll() is not None:
+            raise AssertionError(f"scvd exited with {handle.proc.returncode}:\n{handle.log()}")
+        try:
+            with RawConn(handle.socket, timeout=1.0) as conn:
+                conn.hello()
+                conn.status()
+                return
+        except (OSError, AssertionError):
+            if time.monotonic() > deadline:
+                handle.proc.kill()
+                raise AssertionError(f"scvd did not answer in {timeout} s:\n{handle.log()}") from None
+            time.sleep(0.02)
+
+
+@pytest.fixture
+def make_wrapped(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Like conftest's make_daemon, for start_wrapped daemons; import it into a test module."""
+    started: list[Any] = []
+
+    def make(config: str = "", home: Path | None = None, **kw: Any) -> Any:
+        handle = start_wrapped(home or tmp_path / f"wrapped{len(started)}", config, **kw)
+        started.append(handle)
+        return handle
+
+    yield make
+    for handle in started:
+        if handle.proc.poll() is None:
+            handle.proc.kill()
+        handle.proc.wait(10)
+
+
+# --- test tools, registered only when this module runs the daemon ----------------------
+
+
+class SleepArgs(msgspec.Struct, forbid_unknown_fields=True):
+    seconds: Annotated[float, msgspec.Meta(description="how long to sleep, e.g. 0.5")] = 3600.0
+
+
+class NoArgs(msgspec.Struct, forbid_unknown_fields=True):
+    pass
+
+
+class _HarnessTool(Tool):
+    """Read-only and always allowed, so no approval stands in the way of a lifecycle test."""
+
+    risk = ToolRisk.READ_ONLY
+    flags = ToolFlags(always_allow=True)
+    summary = ""
+
+    def plan(self, args: Any, ctx: CallContext) -> Plan:
+        return Plan(risk=self.risk, summary=self.summary)
+
+
+class SleepTool(_HarnessTool):
+    """Sleeps; on cancellation writes a marker file first, so a test can see cleanup ran."""
+
+    name = "test_sleep"
+    description = ("Sleep for a while and return.\nUse for holding a call in flight; test_env for env.\n"
+                   "Precondition: none.")
+    Arguments = SleepArgs
+    summary = "sleep"
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        try:
+            await asyncio.sleep(args.seconds)
+        except asyncio.CancelledError:
+            (ctx.workspace / f"cancelled-{ctx.call_id}").write_text("cancelled\n")
+            raise
+        return {"slept": args.seconds}
+
+
+class StubbornTool(_HarnessTool):
+    """Ignores cancellation: the worst a tool can do to a shutdown."""
+
+    name = "test_stubborn"
+    description = ("Sleep and ignore every cancellation.\nUse for testing shutdown bounds; test_sleep for "
+                   "polite.\nPrecondition: none.")
+    Arguments = NoArgs
+    summary = "sleep forever"
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue
+
+
+class EnvTool(_HarnessTool):
+    """Reports what a plain child of the daemon inherits: variable names and open fds.
+
+    The child is started with close_fds=False, as a careless tool would, so an
+    inherited listener without FD_CLOEXEC would show up as a socket fd.
+    """
+
+    name = "test_env"
+    description = ("List the variables and fds a child process inherits.\nUse for env scrub checks; "
+                   "test_sleep for waiting.\nPrecondition: none.")
+    Arguments = NoArgs
+    summary = "run env"
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        script = 'env -0; printf "\\0--fds--\\0"; for f in /proc/$$/fd/*; do readlink "$f"; done'
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", script, stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL, close_fds=False)
+        out, _ = await proc.communicate()
+        env, _, fds = out.partition(b"\0--fds--\0")
+        names = sorted({item.split(b"=", 1)[0].decode() for item in env.split(b"\0") if item})
+        return {"names": names, "fds": fds.decode().split()}
+
+
+def harness_tools() -> list[Tool]:
+    return [SleepTool(), StubbornTool(), EnvTool()]
+
+
+def _main(argv: list[str]) -> int:
+    """`scvd` itself, with the test tools added to every registry it builds."""
+    import scvd.tools
+    from scvd import cli
+
+    builtin = scvd.tools.builtin_tools
+    scvd.tools.builtin_tools = lambda config, paths: builtin(config, paths) + harness_tools()
+    return cli.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,328 @@
+"""The daemon's life with real processes and signals: one per instance, sockets, stop, detach, activation."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import RawConn, make_wrapped, pid_gone, wait_until  # noqa: F401 (fixture)
+from scvd import protocol as p
+from scvctl.client import ConnectionClosed
+
+STUBBORN_CONFIG = "[server]\nshutdown_grace_seconds = {grace}\n"
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def clean_log(text: str) -> None:
+    """A graceful stop logs no error and no traceback."""
+    bad = [line for line in text.splitlines() if " ERROR " in line or "Traceback" in line]
+    assert not bad, "\n".join(bad)
+
+
+def listening(path: Path) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    s.listen(8)
+    return s
+
+
+def start_call(conn: RawConn, workspace: Path, tool: str, **arguments: object) -> str:
+    session = conn.request({"type": "session.open", "workspace": str(workspace)})
+    accepted = conn.request({"type": "call", "session": session.session, "tool": tool,
+                             "arguments": arguments})
+    assert isinstance(accepted, p.CallAccepted), accepted
+    started = conn.frame()
+    assert isinstance(started, p.CallStarted), started
+    return accepted.call_id
+
+
+# --- one daemon per instance, private files ------------------------------------------------
+
+
+def test_socket_lock_and_dirs_are_private(daemon):
+    home = daemon.home
+    assert mode(home / "run") == 0o700 and mode(home / "state") == 0o700
+    assert stat.S_ISSOCK(os.lstat(daemon.socket).st_mode) and mode(daemon.socket) == 0o600
+    lock = home / "state" / "scvd.lock"
+    assert mode(lock) == 0o600 and lock.read_text().strip() == str(daemon.proc.pid)
+
+
+def test_second_daemon_on_the_same_home_refuses(daemon, make_daemon):
+    second = make_daemon(home=daemon.home, wait=False)
+    assert second.proc.wait(15) == 3
+    assert f"pid {daemon.proc.pid}" in second.log().split("scvd stopped")[-1]
+    with daemon.client() as c:  # the first one is untouched
+        assert c.status().pid == daemon.proc.pid
+
+
+def test_stale_socket_file_is_replaced(make_daemon, scv_home):
+    run = scv_home / "run"
+    run.mkdir(mode=0o700)
+    listening(run / "scvd.sock").close()  # the file stays, nobody listens: a crash leftover
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        assert c.status().pid == d.proc.pid
+    assert "replacing stale socket file" in d.log()
+
+
+def test_live_socket_is_never_replaced(make_daemon, tmp_path):
+    path = tmp_path / "other.sock"
+    with listening(path) as other:
+        inode = os.stat(path).st_ino
+        d = make_daemon(home=tmp_path / "separate-home", env={"SCV_SOCKET": str(path)}, wait=False)
+        assert d.proc.wait(15) == 3
+        assert f"another server answers on {path}" in d.log()
+        assert os.stat(path).st_ino == inode
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.connect(str(path))  # still the other listener's socket
+        other.settimeout(5)
+        other.accept()[0].close()
+
+
+# --- stopping ------------------------------------------------------------------------------
+
+
+def test_sigterm_stops_gracefully(daemon, workspace):
+    with RawConn(daemon.socket) as conn:
+        conn.hello()
+        conn.request({"type": "session.open", "workspace": str(workspace)})
+        daemon.proc.send_signal(signal.SIGTERM)
+        assert daemon.proc.wait(15) == 0
+        assert conn.closed_by_server()
+    assert not daemon.socket.exists()
+    log = daemon.log()
+    assert "stopping (SIGTERM)" in log and "scvd stopped" in log
+    clean_log(log)
+
+
+def test_sigterm_cancels_calls_in_flight(make_wrapped, workspace):
+    d = make_wrapped()
+    with RawConn(d.socket) as conn:
+        conn.hello()
+        call_id = start_call(conn, workspace, "test_sleep", seconds=3600)
+        d.proc.send_signal(signal.SIGTERM)
+        done = conn.frame()
+        assert isinstance(done, p.CallCompleted) and done.call_id == call_id
+        assert not done.ok and done.error.kind == "cancelled"
+        assert conn.closed_by_server()
+    assert d.proc.wait(15) == 0
+    assert (workspace / f"cancelled-{call_id}").exists()  # the tool's cleanup ran
+    assert not d.socket.exists()
+    clean_log(d.log())
+
+
+def test_a_tool_ignoring_cancellation_cannot_hold_the_exit(make_wrapped, workspace):
+    d = make_wrapped(STUBBORN_CONFIG.format(grace=0.3))
+    with RawConn(d.socket) as conn:
+        conn.hello()
+        start_call(conn, workspace, "test_stubborn")
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(10) == 0
+    assert not d.socket.exists()
+    assert "did not stop within server.shutdown_grace_seconds" in d.log()
+
+
+def test_no_new_calls_while_stopping_and_second_sigint_forces_exit(make_wrapped, workspace):
+    d = make_wrapped(STUBBORN_CONFIG.format(grace=60))
+    with RawConn(d.socket) as busy, RawConn(d.socket) as late:
+        busy.hello()
+        late.hello()
+        start_call(busy, workspace, "test_stubborn")
+        session = late.request({"type": "session.open", "workspace": str(workspace)}).session
+        d.proc.send_signal(signal.SIGINT)
+        wait_until(lambda: "stopping (SIGINT)" in d.log(), what="the first SIGINT")
+        accepted = late.request({"type": "call", "session": session, "tool": "test_sleep",
+                                 "arguments": {"seconds": 0}})
+        done = late.frame()
+        assert isinstance(accepted, p.CallAccepted) and isinstance(done, p.CallCompleted)
+        assert done.error.kind == "cancelled" and "stopping" in done.error.message
+        assert d.proc.poll() is None  # still inside its 60 s grace period
+        d.proc.send_signal(signal.SIGINT)
+        assert d.proc.wait(10) == 1
+    assert "second SIGINT" in d.log()
+
+
+def test_disconnect_cancels_that_clients_calls(make_wrapped, workspace):
+    d = make_wrapped()
+    with RawConn(d.socket) as conn:
+        conn.hello()
+        call_id = start_call(conn, workspace, "test_sleep", seconds=3600)
+    wait_until((workspace / f"cancelled-{call_id}").exists, what="the call's cancellation")
+    with d.client() as c:
+        assert c.status().running_calls == 0 and c.status().sessions == 0
+
+
+# --- detaching ----------------------------------------------------------------------------
+
+
+def test_run_daemon_detaches(scv_home, tmp_path):
+    import conftest
+
+    env = conftest.base_env(scv_home)
+    with open(tmp_path / "detached.log", "wb") as log:
+        parent = subprocess.run([sys.executable, "-m", "scvd", "run", "--daemon"], env=env,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=30)
+    assert parent.returncode == 0
+    pid_file = scv_home / "state" / "scvd.pid"
+    wait_until(pid_file.exists, what="the pid file")
+    wait_until(lambda: pid_file.read_text().strip().isdigit(), what="a pid in the pid file")
+    pid = int(pid_file.read_text())
+    try:
+        conftest.wait_for_socket(scv_home / "run" / "scvd.sock")
+        with RawConn(scv_home / "run" / "scvd.sock") as conn:
+            conn.hello()
+            assert conn.status().pid == pid != parent.returncode
+        assert os.getsid(pid) != os.getsid(0)  # left our session: no controlling terminal
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: pid_gone(pid), what="the detached daemon's exit")
+    assert not (scv_home / "run" / "scvd.sock").exists()
+    assert not pid_file.exists()
+
+
+def run_detached(home: Path, log_path: Path) -> int:
+    import conftest
+
+    with open(log_path, "ab") as log:
+        return subprocess.run([sys.executable, "-m", "scvd", "run", "--daemon"], env=conftest.base_env(home),
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=30).returncode
+
+
+def test_run_daemon_refuses_before_detaching_when_running(daemon, tmp_path):
+    assert run_detached(daemon.home, tmp_path / "second.log") == 3
+    assert f"pid {daemon.proc.pid}" in (tmp_path / "second.log").read_text()
+    with daemon.client() as c:
+        assert c.status().pid == daemon.proc.pid
+
+
+def test_run_daemon_replaces_a_pid_file_left_by_a_crash(scv_home, tmp_path):
+    import conftest
+
+    assert run_detached(scv_home, tmp_path / "first.log") == 0
+    pid_file = scv_home / "state" / "scvd.pid"
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip().isdigit(), what="the pid file")
+    first = int(pid_file.read_text())
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: pid_gone(first), what="the crash")
+    assert pid_file.exists()  # left behind
+    assert run_detached(scv_home, tmp_path / "second.log") == 0
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() not in ("", str(first)),
+               what="a new pid file")
+    second = int(pid_file.read_text())
+    try:
+        conftest.wait_for_socket(scv_home / "run" / "scvd.sock")  # the crash left a stale file there
+        with RawConn(scv_home / "run" / "scvd.sock") as conn:
+            conn.hello()
+            assert conn.status().pid == second
+    finally:
+        os.kill(second, signal.SIGTERM)
+    wait_until(lambda: pid_gone(second), what="the second daemon's exit")
+    assert "removing stale pid file" in (tmp_path / "second.log").read_text()
+
+
+# --- socket activation --------------------------------------------------------------------
+
+
+@pytest.fixture
+def shared_dir():
+    """A 0755 directory outside pytest's 0700 tmp tree, so another uid can reach a socket in it."""
+    path = Path(tempfile.mkdtemp(prefix="scvd-act-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_socket_activation(make_wrapped, shared_dir, workspace):
+    with listening(shared_dir / "scvd.sock") as sock:
+        d = make_wrapped(activate=sock)
+        with d.client() as c:
+            assert c.status().pid == d.proc.pid
+            done = c.call(c.open_session(workspace), "test_env")
+        assert done.ok, done.error
+        assert not any(n.startswith("LISTEN_") for n in done.result["names"])
+        assert not [fd for fd in done.result["fds"] if fd.startswith("socket:")]
+        assert not (d.home / "run" / "scvd.sock").exists()  # it served the inherited one only
+        assert "socket activation: 1 inherited socket(s)" in d.log()
+        assert d.stop() == 0
+        assert (shared_dir / "scvd.sock").exists()  # the manager owns the file, not scvd
+
+
+def nobody_python() -> str | None:
+    """An interpreter uid 65534 may run (pyenv's lives under 0700 /root)."""
+    for exe in (sys.executable, "/usr/bin/python3"):
+        probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", exe, "-c", ""],
+                               capture_output=True)
+        if probe.returncode == 0:
+            return exe
+    return None
+
+
+PEER = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(10)
+s.connect(sys.argv[1])
+try:
+    s.sendall(b'{"type":"hello","id":1,"protocol":1,"client":{"name":"intruder"}}\n')
+except OSError:
+    pass
+data = b""
+while True:
+    try:
+        chunk = s.recv(65536)
+    except ConnectionResetError:  # the server closed with our hello unread
+        break
+    if not chunk:
+        break
+    data += chunk
+sys.stdout.buffer.write(data)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_peer_of_another_uid_is_refused(make_wrapped, shared_dir):
+    exe = nobody_python()
+    if exe is None:
+        pytest.skip("no python that uid 65534 can run")
+    path = shared_dir / "scvd.sock"
+    with listening(path) as sock:
+        path.chmod(0o666)  # only SO_PEERCRED stands between the other uid and scvd
+        d = make_wrapped(activate=sock)
+        peer = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", exe, "-c", PEER, str(path)],
+            capture_output=True, timeout=30, cwd="/")
+        assert peer.returncode == 0, peer.stderr.decode()
+        lines = peer.stdout.splitlines()
+        assert len(lines) == 1, lines  # one error, then the server closed the connection
+        frame = p.decode_server_frame(lines[0])
+        assert isinstance(frame, p.Error) and frame.code == "forbidden" and frame.fatal
+        assert "uid 65534" in frame.message
+        assert "refused peer" in d.log() and "uid=65534" in d.log()
+        with d.client() as c:  # our own uid is still served
+            assert c.status().pid == d.proc.pid
+        assert d.stop() == 0
+
+
+def test_client_library_sees_the_close(daemon):
+    c = daemon.client()
+    try:
+        daemon.proc.send_signal(signal.SIGTERM)
+        assert daemon.proc.wait(15) == 0
+        with pytest.raises((ConnectionClosed, ConnectionResetError, BrokenPipeError)):
+            c.status()
+    finally:
+        c.close()
+    time.sleep(0)

@@ -1,0 +1,135 @@
+"""The real daemon talking to a real datagram NOTIFY_SOCKET, as it would to systemd."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import NotifyListener, RawConn, make_wrapped  # noqa: F401 (fixture)
+
+
+@pytest.fixture
+def listener(tmp_path: Path):
+    lst = NotifyListener(tmp_path / "notify.sock")
+    yield lst
+    lst.close()
+
+
+def monotonic_usec() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+
+
+def test_lifecycle_messages_in_order(make_daemon, listener, workspace):
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)})
+    assert listener.recv() == "READY=1"
+    assert listener.recv() == "STATUS=sessions=0 pending_approvals=0 running_calls=0"
+
+    with d.client() as c:  # STATUS follows the sessions (connections may repeat it)
+        c.open_session(workspace)
+        listener.until(lambda m: m == "STATUS=sessions=1 pending_approvals=0 running_calls=0")
+    listener.until(lambda m: m == "STATUS=sessions=0 pending_approvals=0 running_calls=0")
+    time.sleep(0.1)  # let the STATUS of the dropped connection out before SIGHUP
+    while listener.pending():
+        assert listener.recv().startswith("STATUS=")
+
+    before = monotonic_usec()
+    d.proc.send_signal(signal.SIGHUP)
+    reloading = listener.recv()
+    after = monotonic_usec()
+    first, second = reloading.split("\n")  # one datagram, two assignments
+    assert first == "RELOADING=1"
+    name, _, usec = second.partition("=")
+    assert name == "MONOTONIC_USEC" and before <= int(usec) <= after
+    assert listener.recv() == "READY=1"
+    assert listener.recv().startswith("STATUS=")
+
+    d.proc.send_signal(signal.SIGTERM)
+    assert listener.recv() == "STOPPING=1"
+    assert d.proc.wait(15) == 0
+
+
+def test_reload_applies_config_to_new_sessions(make_daemon, listener):
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)})
+    listener.until(lambda m: m == "READY=1")
+    with d.client() as c:
+        assert c.status().policy == "on-risk"
+        (d.home / "config.toml").write_text('[approvals]\npolicy = "always"\n')
+        d.proc.send_signal(signal.SIGHUP)
+        listener.until(lambda m: m == "READY=1")
+        assert c.status().policy == "always"
+
+
+def test_broken_config_on_reload_keeps_the_old_one(make_daemon, listener):
+    d = make_daemon('[approvals]\npolicy = "always"\n', env={"NOTIFY_SOCKET": str(listener.path)})
+    listener.until(lambda m: m == "READY=1")
+    (d.home / "config.toml").write_text('[approvals]\npolicy = "sometimes"\n')
+    d.proc.send_signal(signal.SIGHUP)
+    seen = listener.until(lambda m: m == "READY=1")
+    others = [m.split("=")[0] for m in seen if not m.startswith("STATUS=")]
+    assert others == ["RELOADING", "READY"]
+    failed = [m for m in seen if m.startswith("STATUS=reload failed")]
+    assert failed and "approvals.policy" in failed[0]
+    with d.client() as c:
+        assert c.status().policy == "always"
+    assert d.stop() == 0
+    assert "reload failed, keeping the old configuration" in d.log()
+
+
+def test_watchdog_pings_when_asked(make_daemon, listener):
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path), "WATCHDOG_USEC": "100000"})
+    seen = listener.until(lambda m: m == "READY=1")
+    pings = 0
+    while pings < 3:
+        if listener.recv() == "WATCHDOG=1":
+            pings += 1
+    assert d.stop() == 0
+    assert seen == ["READY=1"]
+
+
+def test_no_watchdog_for_another_pid(make_daemon, listener):
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path), "WATCHDOG_USEC": "100000",
+                         "WATCHDOG_PID": "1"})
+    listener.until(lambda m: m == "READY=1")
+    time.sleep(0.5)  # five intervals: a ping would have come by now
+    d.proc.send_signal(signal.SIGTERM)
+    rest = listener.until(lambda m: m == "STOPPING=1")
+    assert "WATCHDOG=1" not in rest
+    assert d.proc.wait(15) == 0
+
+
+def test_children_do_not_inherit_the_manager_variables(make_wrapped, listener, workspace):
+    env = {"NOTIFY_SOCKET": str(listener.path), "WATCHDOG_USEC": "60000000", "SCVD_LOG_LEVEL": "info"}
+    d = make_wrapped(env=env)
+    listener.until(lambda m: m == "READY=1")
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "test_env")
+    assert done.ok, done.error
+    names = set(done.result["names"])
+    assert names.isdisjoint({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"})
+    assert "PATH" in names  # the rest of the environment is inherited
+    # scvd still notifies after scrubbing its own environment
+    d.proc.send_signal(signal.SIGTERM)
+    listener.until(lambda m: m == "STOPPING=1")
+    assert d.proc.wait(15) == 0
+
+
+def test_no_notify_socket_is_fine(daemon):
+    """Outside systemd nothing is sent and nothing is logged about it."""
+    with RawConn(daemon.socket) as conn:
+        conn.hello()
+        assert conn.status().pid == daemon.proc.pid
+    assert daemon.stop() == 0
+    assert "sd_notify" not in daemon.log()
+
+
+def test_unreachable_notify_socket_warns_once_and_runs(make_daemon, tmp_path):
+    d = make_daemon(env={"NOTIFY_SOCKET": str(tmp_path / "nobody-listens.sock"),
+                         "WATCHDOG_USEC": "50000"})
+    time.sleep(0.3)  # a few watchdog intervals that fail
+    with d.client() as c:
+        assert c.status().pid == d.proc.pid
+    assert d.stop() == 0
+    assert d.log().count("sd_notify disabled") == 1
