@@ -335,6 +335,9 @@ def test_write_onto_directory_or_workspace(ws: Workspace) -> None:
         ws.call("write", path="sub", content="x", mode="replace")
     with pytest.raises(InvalidArguments, match="workspace itself"):
         ws.call("write", path=".", content="x", mode="replace")
+    with pytest.raises(InvalidArguments, match="ends with '/'"):
+        ws.call("write", path="newdir/", content="x", mode="create")
+    assert sorted(p.name for p in ws.root.iterdir()) == ["sub"]
 
 
 def test_write_plan_summary_for_the_approver(ws: Workspace) -> None:

@@ -141,9 +141,7 @@ def write_file(
     dirfd: int, path: str, data: bytes, mode: str, expected_sha256: str | None = None, cancel: Any = NEVER
 ) -> dict:
     """Atomically create or replace a workspace file with `data`; see docs/tools.md#write."""
-    parts = containment.split(path)
-    if not parts:
-        raise InvalidArguments("path names the workspace itself; give a file inside it, e.g. 'notes.txt'")
+    parts = file_parts(path)
     parent = open_parent(dirfd, parts, path)
     try:
         existing = inspect_target(parent, parts, path, mode)
@@ -168,6 +166,16 @@ def write_file(
         "sha256": hashlib.sha256(data).hexdigest(),
         "created": mode == "create",
     }
+
+
+def file_parts(path: str) -> tuple[str, ...]:
+    """The components of a path that must name a file (not the workspace, not `dir/`)."""
+    parts = containment.split(path)
+    if not parts:
+        raise InvalidArguments("path names the workspace itself; give a file inside it, e.g. 'notes.txt'")
+    if path.endswith("/"):
+        raise InvalidArguments(f"path {show(path)} ends with '/', so it names a directory; give a file path")
+    return parts
 
 
 def open_parent(dirfd: int, parts: tuple[str, ...], path: str) -> int:
@@ -420,9 +428,7 @@ class WriteTool(Tool):
     Arguments = WriteArguments
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
-        parts = containment.split(args.path)
-        if not parts:
-            raise InvalidArguments("path names the workspace itself; give a file inside it, e.g. 'notes.txt'")
+        parts = file_parts(args.path)
         if args.expected_sha256 and args.mode == "create":
             raise InvalidArguments("expected_sha256 applies to mode='replace' only; a created file has no prior content")
         try:
