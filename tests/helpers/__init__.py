@@ -1,0 +1,1 @@
+"""Helpers shared by tests: small probe tools and event utilities."""

@@ -1,0 +1,317 @@
+"""Approvals over the real socket: routing, first decision wins, scopes, timeouts, drops, who may decide."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers.probe_tools import flush, requested, resolved, rig, wait_idle  # noqa: F401 (rig is a fixture)
+from scvd import errors, protocol as p
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def decide(client, approval_id: str, decision: str = "approve", **kw):
+    return client.request(p.ApprovalDecide, approval_id=approval_id, decision=decision, **kw)
+
+
+def test_request_reaches_owner_and_every_watcher_and_the_first_decision_wins(rig, workspace):
+    rg = rig()
+    w1, w2 = rg.watcher("w1"), rg.watcher("w2")
+    bystander = rg.client(name="bystander")
+    owner = rg.client(name="owner", approver=True)
+    session = owner.open_session(workspace)
+    call_id = owner.start_call(session, "probe_touch", {"path": "a.txt"})
+
+    seen = [requested(c, call_id) for c in (owner, w1, w2)]
+    assert len({r.approval_id for r in seen}) == 1
+    r = seen[0]
+    assert (r.tool, r.risk, r.session) == ("probe_touch", "filesystem", session)
+    assert r.workspace == os.path.realpath(workspace)
+    assert "probe_touch" in r.summary and r.details == {"arguments": {"path": "a.txt", "risk": "filesystem"}}
+    assert r.expires_at is not None
+
+    decide(w1, r.approval_id, "approve")
+    with pytest.raises(errors.ApprovalNotFound):
+        decide(w2, r.approval_id, "deny", reason="too late")
+    for c in (owner, w1, w2):
+        done = resolved(c, r.approval_id)
+        assert (done.state, done.decision, done.call_id) == ("approved", "approve", call_id)
+        assert "w1" in done.decided_by and f"pid {os.getpid()}" in done.decided_by
+    completed = owner.wait_call(call_id)
+    assert completed.ok, completed.error
+    assert (workspace / "a.txt").exists()
+    assert not [e for e in flush(bystander) if isinstance(e, (p.ApprovalRequested, p.ApprovalResolved))]
+
+
+def test_owner_that_is_not_an_approver_is_not_asked(rig, workspace):
+    rg = rig()
+    w = rg.watcher()
+    owner = rg.client(name="plain")
+    session = owner.open_session(workspace)
+    call_id = owner.start_call(session, "probe_touch", {"path": "a.txt"})
+    r = requested(w, call_id)
+    assert not [e for e in flush(owner) if isinstance(e, p.ApprovalRequested)]
+    decide(w, r.approval_id, "deny", reason="not in this repo")
+    done = owner.wait_call(call_id)
+    assert not done.ok and done.error.kind == "denied"
+    assert "not in this repo" in done.error.message and "denied" in done.error.message
+    assert not (workspace / "a.txt").exists()
+
+
+def test_approvals_list_shows_summary_and_details(rig, workspace):
+    rg = rig()
+    w = rg.watcher()
+    owner = rg.client()
+    session = owner.open_session(workspace)
+    call_id = owner.start_call(session, "probe_touch", {"path": "b.txt"})
+    r = requested(w, call_id)
+    listed = w.request(p.ApprovalsList).approvals
+    assert [(a.approval_id, a.summary, a.details) for a in listed] == [(r.approval_id, r.summary, r.details)]
+    decide(w, r.approval_id, "deny")
+    owner.wait_call(call_id)
+    assert w.request(p.ApprovalsList).approvals == []
+
+
+def ask_and(w, owner, session: str, tool: str, args: dict, decision: str, **kw) -> p.CallCompleted:
+    call_id = owner.start_call(session, tool, args)
+    r = requested(w, call_id)
+    decide(w, r.approval_id, decision, **kw)
+    return owner.wait_call(call_id)
+
+
+def runs_unasked(w, owner, session: str, tool: str, args: dict) -> p.CallCompleted:
+    done = owner.call(session, tool, args)
+    assert not [e for e in flush(w) if isinstance(e, p.ApprovalRequested)]
+    return done
+
+
+def test_session_grant_covers_that_tool_at_that_risk_in_that_session_only(rig, workspace):
+    rg = rig()
+    w = rg.watcher()
+    owner = rg.client()
+    session = owner.open_session(workspace)
+    assert ask_and(w, owner, session, "probe_touch", {"path": "a"}, "approve", scope="session").ok
+    flush(w)
+    # the same tool at the same risk now runs unasked in this session
+    assert runs_unasked(w, owner, session, "probe_touch", {"path": "b"}).ok
+    # the same tool at another risk asks
+    assert ask_and(w, owner, session, "probe_touch", {"path": "c", "risk": "process"}, "deny").error
+    # another tool asks
+    assert ask_and(w, owner, session, "probe_sleep", {"seconds": 0}, "deny").error.kind == "denied"
+    # another session of the same connection asks
+    other = owner.open_session(workspace)
+    assert ask_and(w, owner, other, "probe_touch", {"path": "d"}, "deny").error.kind == "denied"
+    # another connection's session asks
+    stranger = rg.client(name="stranger")
+    theirs = stranger.open_session(workspace)
+    assert ask_and(w, stranger, theirs, "probe_touch", {"path": "e"}, "deny").error.kind == "denied"
+    assert sorted(os.listdir(workspace)) == ["a", "b"]
+
+
+def test_a_denied_session_scope_grants_nothing(rig, workspace):
+    rg = rig()
+    w = rg.watcher()
+    owner = rg.client()
+    session = owner.open_session(workspace)
+    call_id = owner.start_call(session, "probe_touch", {"path": "a"})
+    r = requested(w, call_id)
+    decide(w, r.approval_id, "deny", scope="session")
+    assert resolved(w, r.approval_id).scope == "once"
+    owner.wait_call(call_id)
+    assert ask_and(w, owner, session, "probe_touch", {"path": "b"}, "deny").error.kind == "denied"
+
+
+def test_unanswered_request_expires_as_denied_with_the_reason(rig, workspace):
+    rg = rig("[approvals]\ntimeout_seconds = 0.5\n")
+    w = rg.watcher()
+    owner = rg.client()
+    session = owner.open_session(workspace)
+    call_id = owner.start_call(session, "probe_touch", {"path": "a"})
+    r = requested(w, call_id)
+    done = resolved(w, r.approval_id)
+    assert (done.state, done.decision, done.decided_by) == ("expired", "deny", "scvd")
+    assert "approvals.timeout_seconds" in done.reason
+    completed = owner.wait_call(call_id)
+    assert completed.error.kind == "denied" and "approvals.timeout_seconds" in completed.error.message
+    with pytest.raises(errors.ApprovalNotFound):
+        decide(w, r.approval_id, "approve")
+    assert not (workspace / "a").exists()
+
+
+def test_a_disconnecting_requester_drops_its_pending_approvals(rig, workspace):
+    rg = rig()
+    w = rg.watcher()
+    owner = rg.client(name="leaver")
+    session = owner.open_session(workspace)
+    ids = [owner.start_call(owner.open_session(workspace) if i else session, "probe_touch", {"path": f"{i}"})
+           for i in range(2)]
+    pending = [requested(w, call_id).approval_id for call_id in ids]
+    keeper = rg.client(name="keeper")
+    kept_call = keeper.start_call(keeper.open_session(workspace), "probe_touch", {"path": "kept"})
+    kept = requested(w, kept_call).approval_id
+    owner.close()
+    for approval_id in pending:
+        done = resolved(w, approval_id)
+        assert done.state == "dropped" and "disconnected" in done.reason
+    assert [a.approval_id for a in w.request(p.ApprovalsList).approvals] == [kept]
+    with pytest.raises(errors.ApprovalNotFound):
+        decide(w, pending[0], "approve")
+    decide(w, kept, "approve")
+    assert keeper.wait_call(kept_call).ok
+
+
+def test_cancel_while_pending_tells_the_watchers(rig, workspace):
+    rg = rig()
+    w = rg.watcher()
+    owner = rg.client()
+    call_id = owner.start_call(owner.open_session(workspace), "probe_touch", {"path": "a"})
+    r = requested(w, call_id)
+    owner.request(p.CallCancel, call_id=call_id)
+    assert resolved(w, r.approval_id).state == "cancelled"
+    assert owner.wait_call(call_id).error.kind == "cancelled"
+
+
+# --- policies --------------------------------------------------------------------
+
+
+def test_never_runs_read_only_and_denies_the_rest_without_asking(rig, workspace):
+    rg = rig('[approvals]\npolicy = "never"\n')
+    w = rg.watcher()
+    owner = rg.client(approver=True)
+    session = owner.open_session(workspace)
+    assert owner.call(session, "probe_echo", {"text": "hi"}).result == {"text": "hi"}
+    done = owner.call(session, "probe_touch", {"path": "a"})
+    assert done.error.kind == "denied" and "never" in done.error.message
+    assert not [e for e in flush(w) + flush(owner) if isinstance(e, p.ApprovalRequested)]
+    assert not (workspace / "a").exists()
+
+
+def test_always_asks_even_for_read_only_but_not_for_always_allow(rig, workspace):
+    rg = rig('[approvals]\npolicy = "always"\n')
+    w = rg.watcher()
+    owner = rg.client()
+    session = owner.open_session(workspace)
+    done = ask_and(w, owner, session, "probe_echo", {"text": "hi"}, "approve")
+    assert done.result == {"text": "hi"}
+    assert runs_unasked(w, owner, session, "probe_free", {"text": "x"}).ok
+
+
+def test_on_risk_runs_read_only_and_asks_for_the_rest(rig, workspace):
+    rg = rig()
+    w = rg.watcher()
+    owner = rg.client()
+    session = owner.open_session(workspace)
+    assert runs_unasked(w, owner, session, "probe_echo", {"text": "hi"}).ok
+    assert ask_and(w, owner, session, "probe_sleep", {"seconds": 0}, "approve").ok
+
+
+def test_sandbox_aware_without_a_sandbox_acts_as_on_risk_and_status_says_so(rig, workspace):
+    rg = rig('[approvals]\npolicy = "sandbox-aware"\n')
+    w = rg.watcher()
+    owner = rg.client()
+    status = owner.status()
+    assert status.policy == "sandbox-aware" and "on-risk" in status.policy_note
+    session = owner.open_session(workspace)
+    assert ask_and(w, owner, session, "probe_touch", {"path": "a"}, "approve").ok
+
+
+# --- who may decide ----------------------------------------------------------------
+
+DECIDE_SCRIPT = """
+import sys
+from scvctl.client import Client
+from scvd import protocol as p
+c = Client.connect(sys.argv[1], name="agent-child")
+try:
+    c.request(p.ApprovalDecide, approval_id=sys.argv[2], decision="approve")
+    print("accepted")
+except Exception as exc:
+    print(getattr(exc, "code", type(exc).__name__), exc)
+"""
+
+# connect, fork a holder of the socket, exit; the holder decides once the connector is gone
+FORK_SCRIPT = """
+import os, sys, time
+from scvctl.client import Client
+from scvd import protocol as p
+child = os.fork()
+if child:
+    os.waitpid(child, 0)  # reap the connector, so its pid is gone
+    sys.exit(0)
+c = Client.connect(sys.argv[1], name="connector")
+connector = os.getpid()
+if os.fork():
+    os._exit(0)
+while os.path.exists(f"/proc/{connector}"):
+    time.sleep(0.01)
+try:
+    c.request(p.ApprovalDecide, approval_id=sys.argv[2], decision="approve")
+    print("accepted", flush=True)
+except Exception as exc:
+    print(getattr(exc, "code", type(exc).__name__), exc, flush=True)
+"""
+
+
+def run_script(script: str, *args: str) -> str:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert not out.stderr, out.stderr
+    return out.stdout.strip()
+
+
+def test_a_child_process_of_the_daemon_may_not_decide(rig, workspace):
+    # in-process the daemon's pid is pytest's: a subprocess of pytest is a child of scvd
+    rg = rig()
+    w = rg.watcher()
+    owner = rg.client()
+    call_id = owner.start_call(owner.open_session(workspace), "probe_touch", {"path": "a"})
+    r = requested(w, call_id)
+    out = run_script(DECIDE_SCRIPT, str(rg.inproc.socket), r.approval_id)
+    assert out.startswith("forbidden"), out
+    assert "started by scvd" in out
+    assert [a.approval_id for a in w.request(p.ApprovalsList).approvals] == [r.approval_id]
+    decide(w, r.approval_id, "approve")  # the person still can
+    assert owner.wait_call(call_id).ok
+
+
+def test_a_socket_outliving_its_connecting_process_may_not_decide(rig, workspace):
+    rg = rig()
+    w = rg.watcher()
+    owner = rg.client()
+    call_id = owner.start_call(owner.open_session(workspace), "probe_touch", {"path": "a"})
+    r = requested(w, call_id)
+    out = run_script(FORK_SCRIPT, str(rg.inproc.socket), r.approval_id)
+    assert out.startswith("forbidden"), out
+    decide(w, r.approval_id, "deny")
+    owner.wait_call(call_id)
+
+
+def test_a_process_run_by_the_bash_tool_may_not_decide(daemon, workspace):
+    """The real daemon: a command run by its bash tool tries to approve another pending call."""
+    with daemon.client(name="owner", approver=True) as owner:
+        _bash_child_tries_to_decide(daemon, owner, workspace)
+
+
+def _bash_child_tries_to_decide(daemon, owner, workspace):
+    pending_call = owner.start_call(owner.open_session(workspace), "bash", {"command": "true"})
+    target = requested(owner, pending_call)
+    script = workspace / "decide.py"
+    script.write_text(DECIDE_SCRIPT)
+    command = f"PYTHONPATH={ROOT} {sys.executable} decide.py {daemon.socket} {target.approval_id}"
+    runner = owner.start_call(owner.open_session(workspace), "bash", {"command": command})
+    decide(owner, requested(owner, runner).approval_id, "approve")  # pytest is not scvd's child
+    done = owner.wait_call(runner)
+    assert done.ok, done.error
+    assert "forbidden" in done.result["output"], done.result
+    assert [a.approval_id for a in owner.request(p.ApprovalsList).approvals] == [target.approval_id]
+    assert "refused a decision" in daemon.log()
+    decide(owner, target.approval_id, "deny")
+    assert owner.wait_call(pending_call).error.kind == "denied"
+    wait_idle(owner)
