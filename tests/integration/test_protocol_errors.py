@@ -1,0 +1,163 @@
+"""Bad frames over a real socket: each gets its error code, and the connection keeps working.
+
+Only `version_mismatch` is fatal. Every answer is decoded with the protocol's own
+server-frame decoder, so a malformed answer fails the test too.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness import RawConn
+from scvd import protocol as p
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def conn(daemon):
+    with RawConn(daemon.socket) as c:
+        assert isinstance(c.hello(), p.Welcome)
+        yield c
+
+
+def assert_error(frame: object, code: str, request_id: object = None) -> p.Error:
+    assert isinstance(frame, p.Error), frame
+    assert frame.code == code, frame
+    assert frame.id == request_id and not frame.fatal, frame
+    assert frame.message
+    return frame
+
+
+BAD_FRAMES = [
+    # (raw line without its newline, expected code, id the error must echo)
+    pytest.param(b"not json", "invalid_json", None, id="not-json"),
+    pytest.param(b'{"type":"status","id":1', "invalid_json", None, id="truncated-json"),
+    pytest.param(b"\xff\xfe{}", "invalid_json", None, id="not-utf8"),
+    pytest.param(b"[1,2,3]", "invalid_request", None, id="json-array"),
+    pytest.param(b'"status"', "invalid_request", None, id="json-string"),
+    pytest.param(b'{"id":3}', "invalid_request", 3, id="no-type"),
+    pytest.param(b'{"type":"frobnicate","id":4}', "unknown_type", 4, id="unknown-type"),
+    pytest.param(b'{"type":42,"id":"x"}', "invalid_request", "x", id="type-not-a-string"),
+    pytest.param(b'{"type":"session.open","id":5}', "invalid_request", 5, id="missing-workspace"),
+    pytest.param(b'{"type":"call","id":6,"session":"s"}', "invalid_request", 6, id="missing-tool"),
+    pytest.param(b'{"type":"status","id":[1]}', "invalid_request", None, id="id-wrong-type"),
+    pytest.param(b'{"type":"status"}', "invalid_request", None, id="missing-id"),
+    pytest.param(b'{"type":"approval.decide","id":7,"approval_id":"a","decision":"maybe"}',
+                 "invalid_request", 7, id="bad-enum"),
+    pytest.param(b'{"type":"session.open","id":8,"workspace":"relative/dir"}', "invalid_request", 8,
+                 id="relative-workspace"),
+    pytest.param(b'{"type":"session.open","id":9,"workspace":"/nonexistent/scvd"}', "invalid_request", 9,
+                 id="missing-workspace-dir"),
+    pytest.param(b'{"type":"hello","id":10,"protocol":1,"client":{"name":"again"}}', "invalid_request", 10,
+                 id="second-hello"),
+    pytest.param(b'{"type":"session.close","id":11,"session":"nope"}', "session_not_found", 11,
+                 id="unknown-session"),
+    pytest.param(b'{"type":"call","id":12,"session":"nope","tool":"read"}', "session_not_found", 12,
+                 id="call-unknown-session"),
+    pytest.param(b'{"type":"call.cancel","id":13,"call_id":"nope"}', "call_not_found", 13,
+                 id="unknown-call"),
+    pytest.param(b'{"type":"approval.decide","id":14,"approval_id":"nope","decision":"deny"}',
+                 "approval_not_found", 14, id="unknown-approval"),
+]
+
+
+@pytest.mark.parametrize("line, code, request_id", BAD_FRAMES)
+def test_bad_frame_gets_its_code_and_the_connection_stays(conn, line, code, request_id):
+    conn.send_raw(line + b"\n")
+    assert_error(conn.frame(), code, request_id)
+    assert conn.status().protocol == p.PROTOCOL_VERSION
+
+
+def test_missing_field_is_named(conn):
+    conn.send_raw(b'{"type":"session.open","id":1}\n')
+    assert "`workspace`" in conn.frame().message
+    conn.send_raw(b'{"type":"frobnicate","id":2}\n')
+    message = conn.frame().message
+    assert "'frobnicate'" in message and "session.open" in message  # names it, lists the known ones
+
+
+def test_request_before_hello_is_not_initialized(daemon):
+    with RawConn(daemon.socket) as c:
+        c.send_raw(b'{"type":"status","id":"early"}\n')
+        err = assert_error(c.frame(), "not_initialized", "early")
+        assert '"type":"hello"' in err.message  # it says what to send
+        assert isinstance(c.hello(), p.Welcome)
+        assert c.status().pid == daemon.proc.pid
+
+
+def test_wrong_protocol_is_fatal_and_closes(daemon):
+    with RawConn(daemon.socket) as c:
+        c.send({"type": "hello", "id": 1, "protocol": 2, "client": {"name": "future"}})
+        err = c.frame()
+        assert isinstance(err, p.Error) and err.code == "version_mismatch" and err.fatal and err.id == 1
+        assert "protocol 1" in err.message and "2" in err.message
+        assert c.closed_by_server()
+    with RawConn(daemon.socket) as c:  # the daemon itself is fine
+        c.hello()
+        assert c.status().pid == daemon.proc.pid
+
+
+def test_two_mib_line_is_too_large_and_the_next_frame_is_read(conn):
+    conn.send_raw(b'{"type":"status","id":1,"pad":"' + b"x" * (2 * MiB) + b'"}\n{"type":"ping","id":2}\n')
+    assert_error(conn.frame(), "frame_too_large")
+    pong = conn.frame()
+    assert isinstance(pong, p.Pong) and pong.id == 2
+    assert conn.status().sessions == 0
+
+
+def test_limit_is_exact_and_configurable(make_daemon):
+    d = make_daemon("[server]\nclient_frame_bytes = 4096\n")
+    with RawConn(d.socket) as c:
+        welcome = c.hello()
+        assert welcome.limits.client_frame_bytes == 4096
+        head = b'{"type":"ping","id":1}'
+        c.send_raw(head + b" " * (4096 - len(head)) + b"\n")  # exactly the limit: read
+        assert isinstance(c.frame(), p.Pong)
+        c.send_raw(head + b" " * (4097 - len(head)) + b"\n")  # one byte more: refused
+        err = assert_error(c.frame(), "frame_too_large")
+        assert "4096" in err.message and "client_frame_bytes" in err.message
+        assert c.status().pid == d.proc.pid
+
+
+def test_oversized_line_split_across_many_writes(conn):
+    conn.send_raw(b'{"type":"ping","id":1,"pad":"')
+    for _ in range(40):
+        conn.send_raw(b"y" * 64 * 1024)
+        time.sleep(0.001)
+    conn.send_raw(b'"}\n')
+    assert_error(conn.frame(), "frame_too_large")
+    assert conn.status().pid > 0
+
+
+def test_pipelined_frames_are_answered_in_order(conn):
+    conn.send_raw(b"".join(b'{"type":"ping","id":%d}\n' % i for i in range(50)) + b"oops\n"
+                  + b'{"type":"ping","id":"last"}\n')
+    assert [conn.frame().id for _ in range(50)] == list(range(50))
+    assert_error(conn.frame(), "invalid_json")
+    assert conn.frame().id == "last"
+
+
+def test_frame_sent_one_byte_at_a_time(conn):
+    for byte in b'{"type":"ping","id":"slow"}\n':
+        conn.send_raw(bytes([byte]))
+    assert conn.frame().id == "slow"
+
+
+def test_blank_lines_and_unknown_fields_are_fine(conn):
+    conn.send_raw(b"\n  \n\r\n" + b'{"type":"status","id":"s","from_the_future":{"x":1}}\n')
+    answer = conn.frame()
+    assert isinstance(answer, p.StatusResult) and answer.id == "s"
+
+
+def test_peer_vanishing_mid_frame_leaves_the_daemon_serving(daemon):
+    for payload in (b'{"type":"status",', b'{"type":"status","pad":"' + b"z" * (2 * MiB)):
+        with RawConn(daemon.socket) as c:
+            c.hello()
+            c.send_raw(payload)
+    with RawConn(daemon.socket) as c:
+        c.hello()
+        assert c.status().sessions == 0
+    assert daemon.proc.poll() is None
