@@ -1,0 +1,77 @@
+"""read_skill over the socket: discovery at session.open, listing, reading, refusals, a swap after discovery."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from scvd import protocol as p
+
+
+def make_skill(parent: Path, name: str, description: str = "Does a thing.", body: str = "Step one.\n") -> Path:
+    d = parent / name
+    d.mkdir(parents=True)
+    (d / "SKILL.md").write_text(f"---\nname: {name}\ndescription: {description}\n---\n{body}")
+    return d
+
+
+def test_tools_list_shows_read_skill(client):
+    tools = {t.name: t for t in client.request(p.ToolsList).tools}
+    tool = tools["read_skill"]
+    assert tool.risk == "read_only" and tool.flags["concurrent"]
+    assert tool.input_schema["properties"]["name"]["default"] == ""
+
+
+def test_list_read_and_refuse_over_the_socket(daemon, client, workspace: Path, tmp_path: Path):
+    make_skill(daemon.home / "skills", "release-checks", "Checks a release.", "Run the suite.\n")
+    make_skill(workspace / "scv" / ".agents" / "skills", "feature-flow", "Lands a change.")
+    sid = client.open_session(workspace)  # discovery happens here
+
+    listed = client.call(sid, "read_skill", {})
+    assert listed.ok, listed.error
+    assert listed.result["skills"] == [{"name": "release-checks", "description": "Checks a release."}]
+    assert [s["name"] for s in listed.result["project_skills"]] == ["scv:feature-flow"]
+    assert "agent_" in listed.result["project_note"]
+
+    done = client.call(sid, "read_skill", {"name": "release-checks"})
+    assert done.ok and "Run the suite." in done.result["content"] and not done.result["truncated"]
+    project = client.call(sid, "read_skill", {"name": "scv:feature-flow"})
+    assert project.ok and project.result["cwd"] == "scv" and "cwd 'scv'" in project.result["note"]
+
+    unknown = client.call(sid, "read_skill", {"name": "nope"})
+    assert unknown.error.kind == "invalid_arguments" and "release-checks" in unknown.error.message
+    for bad in ({"name": "../x"}, {"name": str(daemon.home / "skills" / "release-checks")}, {"path": "/etc/passwd"}):
+        refused = client.call(sid, "read_skill", bad)
+        assert not refused.ok and refused.error.kind == "invalid_arguments", bad
+
+    # a skill added after session.open is not in this session's map, but is in a new session's
+    make_skill(daemon.home / "skills", "later")
+    assert client.call(sid, "read_skill", {"name": "later"}).error.kind == "invalid_arguments"
+    assert client.call(client.open_session(workspace), "read_skill", {"name": "later"}).ok
+
+
+def test_swap_after_discovery_refused(daemon, client, workspace: Path, tmp_path: Path):
+    outside = tmp_path / "outside"
+    make_skill(outside, "evil", body="OUTSIDE CONTENT\n")
+    skill = make_skill(workspace / ".agents" / "skills", "local")
+    sid = client.open_session(workspace)
+    name = f"{workspace.name}:local"
+    assert client.call(sid, "read_skill", {"name": name}).ok
+    skill.rename(skill.parent / ".moved")
+    os.symlink(outside / "evil", skill)
+    done = client.call(sid, "read_skill", {"name": name})
+    assert not done.ok and done.error.kind == "failed"
+    assert "OUTSIDE" not in done.error.message and "changed since the session opened" in done.error.message
+
+
+def test_limits_come_from_config(make_daemon, tmp_path: Path, workspace: Path):
+    home = tmp_path / "limited"
+    for n in ("a", "b", "c"):
+        make_skill(home / "skills", n, body="x" * 500)
+    d = make_daemon("[skills]\nmax_skills = 2\nmax_skill_bytes = 100\n", home=home)
+    with d.client(name="pytest") as client:
+        sid = client.open_session(workspace)
+        listed = client.call(sid, "read_skill", {}).result
+        assert [s["name"] for s in listed["skills"]] == ["a", "b"] and "max_skills" in listed["limit_reached"]
+        read = client.call(sid, "read_skill", {"name": "a"}).result
+        assert read["truncated"] and len(read["content"].encode()) == 100
