@@ -6,7 +6,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def decide(client, approval_id: str, decision: str = "approve", **kw):
     return client.request(p.ApprovalDecide, approval_id=approval_id, decision=decision, **kw)
+
+
+@dataclass
+class Pending:
+    """A watcher, an owner with a session, and the owner's probe_touch waiting for approval."""
+
+    w: Any
+    owner: Any
+    session: str
+    call_id: str
+    request: p.ApprovalRequested
+
+
+def pending_touch(rg, workspace, path: str = "a", name: str = "pytest") -> Pending:
+    w = rg.watcher()
+    owner = rg.client(name=name)
+    session = owner.open_session(workspace)
+    call_id = owner.start_call(session, "probe_touch", {"path": path})
+    return Pending(w, owner, session, call_id, requested(w, call_id))
 
 
 def test_request_reaches_owner_and_every_watcher_and_the_first_decision_wins(rig, workspace):
@@ -51,11 +72,8 @@ def test_request_reaches_owner_and_every_watcher_and_the_first_decision_wins(rig
 
 def test_owner_that_is_not_an_approver_is_not_asked(rig, workspace):
     rg = rig()
-    w = rg.watcher()
-    owner = rg.client(name="plain")
-    session = owner.open_session(workspace)
-    call_id = owner.start_call(session, "probe_touch", {"path": "a.txt"})
-    r = requested(w, call_id)
+    t = pending_touch(rg, workspace, "a.txt", name="plain")
+    w, owner, call_id, r = t.w, t.owner, t.call_id, t.request
     assert not [e for e in flush(owner) if isinstance(e, p.ApprovalRequested)]
     decide(w, r.approval_id, "deny", reason="not in this repo")
     done = owner.wait_call(call_id)
@@ -66,11 +84,8 @@ def test_owner_that_is_not_an_approver_is_not_asked(rig, workspace):
 
 def test_approvals_list_shows_summary_and_details(rig, workspace):
     rg = rig()
-    w = rg.watcher()
-    owner = rg.client()
-    session = owner.open_session(workspace)
-    call_id = owner.start_call(session, "probe_touch", {"path": "b.txt"})
-    r = requested(w, call_id)
+    t = pending_touch(rg, workspace, "b.txt")
+    w, owner, call_id, r = t.w, t.owner, t.call_id, t.request
     listed = w.request(p.ApprovalsList).approvals
     assert [(a.approval_id, a.summary, a.details) for a in listed] == [(r.approval_id, r.summary, r.details)]
     decide(w, r.approval_id, "deny")
@@ -116,11 +131,8 @@ def test_session_grant_covers_that_tool_at_that_risk_in_that_session_only(rig, w
 
 def test_a_denied_session_scope_grants_nothing(rig, workspace):
     rg = rig()
-    w = rg.watcher()
-    owner = rg.client()
-    session = owner.open_session(workspace)
-    call_id = owner.start_call(session, "probe_touch", {"path": "a"})
-    r = requested(w, call_id)
+    t = pending_touch(rg, workspace)
+    w, owner, session, call_id, r = t.w, t.owner, t.session, t.call_id, t.request
     decide(w, r.approval_id, "deny", scope="session")
     assert resolved(w, r.approval_id).scope == "once"
     owner.wait_call(call_id)
@@ -129,11 +141,8 @@ def test_a_denied_session_scope_grants_nothing(rig, workspace):
 
 def test_unanswered_request_expires_as_denied_with_the_reason(rig, workspace):
     rg = rig("[approvals]\ntimeout_seconds = 0.5\n")
-    w = rg.watcher()
-    owner = rg.client()
-    session = owner.open_session(workspace)
-    call_id = owner.start_call(session, "probe_touch", {"path": "a"})
-    r = requested(w, call_id)
+    t = pending_touch(rg, workspace)
+    w, owner, call_id, r = t.w, t.owner, t.call_id, t.request
     done = resolved(w, r.approval_id)
     assert (done.state, done.decision, done.decided_by) == ("expired", "deny", "scvd")
     assert "approvals.timeout_seconds" in done.reason
@@ -168,10 +177,8 @@ def test_a_disconnecting_requester_drops_its_pending_approvals(rig, workspace):
 
 def test_cancel_while_pending_tells_the_watchers(rig, workspace):
     rg = rig()
-    w = rg.watcher()
-    owner = rg.client()
-    call_id = owner.start_call(owner.open_session(workspace), "probe_touch", {"path": "a"})
-    r = requested(w, call_id)
+    t = pending_touch(rg, workspace)
+    w, owner, call_id, r = t.w, t.owner, t.call_id, t.request
     owner.request(p.CallCancel, call_id=call_id)
     assert resolved(w, r.approval_id).state == "cancelled"
     assert owner.wait_call(call_id).error.kind == "cancelled"
@@ -269,10 +276,8 @@ def run_script(script: str, *args: str) -> str:
 def test_a_child_process_of_the_daemon_may_not_decide(rig, workspace):
     # in-process the daemon's pid is pytest's: a subprocess of pytest is a child of scvd
     rg = rig()
-    w = rg.watcher()
-    owner = rg.client()
-    call_id = owner.start_call(owner.open_session(workspace), "probe_touch", {"path": "a"})
-    r = requested(w, call_id)
+    t = pending_touch(rg, workspace)
+    w, owner, call_id, r = t.w, t.owner, t.call_id, t.request
     out = run_script(DECIDE_SCRIPT, str(rg.inproc.socket), r.approval_id)
     assert out.startswith("forbidden"), out
     assert "started by scvd" in out
@@ -283,10 +288,8 @@ def test_a_child_process_of_the_daemon_may_not_decide(rig, workspace):
 
 def test_a_socket_outliving_its_connecting_process_may_not_decide(rig, workspace):
     rg = rig()
-    w = rg.watcher()
-    owner = rg.client()
-    call_id = owner.start_call(owner.open_session(workspace), "probe_touch", {"path": "a"})
-    r = requested(w, call_id)
+    t = pending_touch(rg, workspace)
+    w, owner, call_id, r = t.w, t.owner, t.call_id, t.request
     out = run_script(FORK_SCRIPT, str(rg.inproc.socket), r.approval_id)
     assert out.startswith("forbidden"), out
     decide(w, r.approval_id, "deny")
