@@ -133,14 +133,14 @@ PI = Adapter(
         "login": Command(
             (),
             "pi has no login command: this opens pi's own window with scvd's private home. "
-            "Type /login, pick a provider, finish its sign-in, then quit pi with Ctrl+C twice.",
+            "Type /login, pick a provider, finish its sign-in, then quit pi with /quit.",
         ),
         # pi has no status command; listing the models its sign-in unlocks is the nearest
         "status": Command(("--offline", "--list-models")),
         "logout": Command(
             (),
             "pi has no logout command: this opens pi's own window with scvd's private home. "
-            "Type /logout, then quit pi with Ctrl+C twice.",
+            "Type /logout, then quit pi with /quit.",
         ),
     },
     signin_hint=(
