@@ -456,8 +456,9 @@ def request_id(line: bytes) -> Id | None:
         value = msgspec.json.decode(line)
     except msgspec.DecodeError:
         return None
-    if isinstance(value, dict) and isinstance(value.get("id"), (int, str)):
-        return value["id"]
+    ident = value.get("id") if isinstance(value, dict) else None
+    if isinstance(ident, (int, str)) and not isinstance(ident, bool):  # JSON true is no Id
+        return ident
     return None
 
 
