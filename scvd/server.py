@@ -459,7 +459,7 @@ class Daemon:
         task = asyncio.ensure_future(self._run(conn, session, call_id, tool, frame, job_error))
         self.calls[call_id] = (session, task)
         session.calls[call_id] = task
-        task.add_done_callback(lambda _: self._call_done(session, call_id))
+        task.add_done_callback(lambda t: self._call_done(session, call_id, t))
         self._update_status()
         return p.CallAccepted(id=frame.id, call_id=call_id, background=background)
 
@@ -492,9 +492,12 @@ class Daemon:
                       timeout_override=frame.timeout_seconds, requester=conn.decider())
         await run_call(self, job)
 
-    def _call_done(self, session: Session, call_id: str) -> None:
+    def _call_done(self, session: Session, call_id: str, task: asyncio.Task[Any]) -> None:
         self.calls.pop(call_id, None)
         session.calls.pop(call_id, None)
+        if task.cancelled():  # cancelled before run_call could answer (e.g. call and cancel in one write)
+            error = p.ToolErrorInfo(kind="cancelled", message=f"call {call_id} was cancelled")
+            self.send_event(session.owner, p.CallCompleted(seq=0, call_id=call_id, ok=False, error=error))
         self._update_status()
 
     async def on_call_cancel(self, conn: Connection, frame: p.CallCancel) -> p.Frame:
