@@ -519,7 +519,8 @@ class Daemon:
             log.warning("refused a decision on %s from %s: a process started by scvd",
                         frame.approval_id, conn.label())
             raise errors.Forbidden(
-                "this client was started by scvd (a tool or agent); it may not decide approvals")
+                "this client was started by scvd (a tool or agent), or the process that connected has "
+                "exited; it may not decide approvals: decide from your own terminal (scvctl approvals)")
         self.gate.decide(frame.approval_id, frame.decision == "approve", decider=conn.decider(),
                          reason=frame.reason, scope=frame.scope)
         return p.Ok(id=frame.id)
