@@ -10,6 +10,7 @@ as a string).
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
@@ -129,32 +130,51 @@ def load(path: Path, env: Mapping[str, str] | None = None) -> Loaded:
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:
-        raise ConfigError(_explain(path, exc, sources)) from exc
-    _check(config, path)
+        raise ConfigError(_explain(path, exc, sources, raw)) from exc
+    _check(config, path, sources)
     return Loaded(config=config, path=str(path), sources=sources)
 
 
-def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str]) -> str:
-    text = str(exc)
-    if " - at `$." in text:
-        msg, _, where = text.rpartition(" - at `$.")
-        key = where.rstrip("`")
-        origin = sources.get(key, "file")
-        place = f"{path}" if origin == "file" else f"{origin} (over {path})"
-        return f"{place}: {key}: {msg}"
-    if "unknown field" in text:
-        return f"{path}: {text} at the top level"
-    return f"{path}: {text}"
+def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str],
+             raw: Mapping[str, Any]) -> str:
+    """`<file or env var>: <key path>: <what is wrong>` from msgspec's message."""
+    msg, sep, where = str(exc).rpartition(" - at `$.")
+    if not sep:
+        msg, where = str(exc), ""
+    key = where.rstrip("`")
+    unknown = re.fullmatch(r"Object contains unknown field `(.+)`", msg)
+    if unknown:  # msgspec names the table; the key path is more use
+        key = f"{key}.{unknown.group(1)}" if key else unknown.group(1)
+        msg = "unknown key (docs/configuration.md lists every key)"
+    if key.startswith("adapters[...]"):  # msgspec does not say which table of the dict
+        key = f"adapters.{_bad_adapter(raw)}" + key[len("adapters[...]"):]
+    return f"{_place(path, key, sources)}: {key}: {msg}"
 
 
-def _check(config: Config, path: Path) -> None:
+def _place(path: Path, key: str, sources: Mapping[str, str]) -> str:
+    """The file, or the environment variable that set `key` (or a key under it)."""
+    origin = sources.get(key) or next(
+        (src for k, src in sources.items() if k.startswith(key + ".") and src != "file"), "file")
+    return f"{path}" if origin == "file" else f"{origin} (over {path})"
+
+
+def _bad_adapter(raw: Mapping[str, Any]) -> str:
+    for name, table in (raw.get("adapters") or {}).items():
+        try:
+            msgspec.convert(table, AdapterConfig)
+        except msgspec.ValidationError:
+            return name
+    return "<name>"
+
+
+def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
     """Rules that span keys."""
     t = config.tools
     for key in ("command_timeout_seconds", "agent_timeout_seconds", "default_timeout_seconds"):
         if getattr(t, key) > t.max_timeout_seconds:
             raise ConfigError(
-                f"{path}: tools.{key}: {getattr(t, key)} is above tools.max_timeout_seconds "
-                f"({t.max_timeout_seconds}); lower it or raise the ceiling"
+                f"{_place(path, 'tools.' + key, sources)}: tools.{key}: {getattr(t, key)} is above "
+                f"tools.max_timeout_seconds ({t.max_timeout_seconds}); lower it or raise the ceiling"
             )
 
 
