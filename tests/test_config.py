@@ -1,0 +1,236 @@
+"""The configuration: defaults, sources, errors that name the file and the key, check-config, docs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from scvd import config
+from scvd.config import Config, load
+from scvd.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def cfg_file(tmp_path: Path):
+    path = tmp_path / "config.toml"
+
+    def write(text: str) -> Path:
+        path.write_text(text)
+        return path
+
+    return write
+
+
+def test_defaults_are_the_seeds(tmp_path):
+    loaded = load(tmp_path / "missing.toml", env={})
+    c = loaded.config
+    assert (c.tools.command_timeout_seconds, c.tools.max_timeout_seconds) == (120, 1800)
+    assert (c.tools.agent_timeout_seconds, c.tools.default_timeout_seconds) == (600, 900)
+    assert c.approvals.policy == "on-risk" and c.approvals.timeout_seconds == 900
+    assert c.sandbox.mode == "off" and c.log_level == "info"
+    assert (c.server.client_frame_bytes, c.server.server_frame_bytes) == (1 << 20, 8 << 20)
+    assert loaded.sources == {}
+    assert {source for _, _, source in config.effective(loaded)} == {"default"}
+
+
+def test_sources_default_file_env(cfg_file):
+    path = cfg_file('log_level = "debug"\n[tools]\ncommand_timeout_seconds = 60\n'
+                    'max_timeout_seconds = 600\n[adapters.codex]\nmodel_args = ["-m", "{model}"]\n')
+    env = {"SCVD_TOOLS__MAX_TIMEOUT_SECONDS": "900", "SCVD_APPROVALS__POLICY": "always",
+           "SCVD_SANDBOX__NETWORK": "true", "SCVD_UNRELATED": "x", "PATH": "/bin"}
+    loaded = load(path, env=env)
+    rows = {key: (value, source) for key, value, source in config.effective(loaded)}
+    assert rows["log_level"] == ("debug", "file")
+    assert rows["tools.command_timeout_seconds"] == (60, "file")
+    assert rows["tools.max_timeout_seconds"] == (900, "env:SCVD_TOOLS__MAX_TIMEOUT_SECONDS")  # env wins
+    assert rows["approvals.policy"] == ("always", "env:SCVD_APPROVALS__POLICY")
+    assert rows["sandbox.network"] == (True, "env:SCVD_SANDBOX__NETWORK")  # read as TOML: a bool
+    assert rows["sandbox.mode"] == ("off", "default")
+    assert rows["adapters.codex.model_args"] == (["-m", "{model}"], "file")
+    assert loaded.config.adapters["codex"].model_args == ["-m", "{model}"]
+
+
+def test_env_value_that_is_not_toml_is_a_string(cfg_file):
+    loaded = load(cfg_file(""), env={"SCVD_LOG_LEVEL": "warning", "SCVD_SANDBOX__BWRAP": "/opt/bwrap"})
+    assert loaded.config.log_level == "warning" and loaded.config.sandbox.bwrap == "/opt/bwrap"
+    assert loaded.sources["sandbox.bwrap"] == "env:SCVD_SANDBOX__BWRAP"
+
+
+ERRORS = [
+    # (file text, environment, the key path the message must name, a fragment of the reason)
+    pytest.param("[tools]\ncomand_timeout_seconds = 5\n", {}, "tools.comand_timeout_seconds", "unknown key",
+                 id="unknown-key"),
+    pytest.param("[toolz]\nx = 1\n", {}, "toolz", "unknown key", id="unknown-section"),
+    pytest.param("colour = 1\n", {}, "colour", "unknown key", id="unknown-top-level-key"),
+    pytest.param('[tools]\ncommand_timeout_seconds = "fast"\n', {}, "tools.command_timeout_seconds",
+                 "Expected `int`, got `str`", id="wrong-type"),
+    pytest.param("[tools]\ncommand_timeout_seconds = 0\n", {}, "tools.command_timeout_seconds", ">= 1",
+                 id="below-minimum"),
+    pytest.param("tools = 5\n", {}, "tools", "Expected `object`", id="section-not-a-table"),
+    pytest.param('[approvals]\npolicy = "sometimes"\n', {}, "approvals.policy", "'sometimes'",
+                 id="bad-policy"),
+    pytest.param('[sandbox]\nmode = "docker"\n', {}, "sandbox.mode", "'docker'", id="bad-sandbox-mode"),
+    pytest.param("[tools]\ncommand_timeout_seconds = 2000\n", {}, "tools.command_timeout_seconds",
+                 "above tools.max_timeout_seconds (1800)", id="cross-key-rule"),
+    pytest.param("[tools]\nmax_timeout_seconds = 300\n", {}, "tools.agent_timeout_seconds",
+                 "above tools.max_timeout_seconds (300)", id="cross-key-rule-lowered-ceiling"),
+    pytest.param('[adapters.codex]\nmodel_args = "-m {model}"\n', {}, "adapters.codex.model_args",
+                 "Expected `array | null`", id="adapter-wrong-type"),
+    pytest.param('[adapters.claude]\nmodel_args = []\n[adapters.pi]\nmodel_flag = []\n', {},
+                 "adapters.pi.model_flag", "unknown key", id="adapter-unknown-key"),
+]
+
+
+@pytest.mark.parametrize("text, env, key, reason", ERRORS)
+def test_file_errors_name_the_file_and_the_key(cfg_file, text, env, key, reason):
+    path = cfg_file(text)
+    with pytest.raises(ConfigError) as info:
+        load(path, env=env)
+    message = info.value.message
+    assert message.startswith(f"{path}: {key}: "), message
+    assert reason in message
+
+
+ENV_ERRORS = [
+    pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS": "abc"}, "tools.command_timeout_seconds",
+                 "Expected `int`, got `str`", id="env-wrong-type"),
+    pytest.param({"SCVD_APPROVALS__POLICY": "sometimes"}, "approvals.policy", "'sometimes'", id="env-bad-policy"),
+    pytest.param({"SCVD_TOOLS__NOPE": "1"}, "tools.nope", "unknown key", id="env-unknown-key"),
+    pytest.param({"SCVD_COLOUR__DEPTH": "1"}, "colour", "unknown key", id="env-unknown-section"),
+    pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS": "5000"}, "tools.command_timeout_seconds",
+                 "above tools.max_timeout_seconds", id="env-cross-key-rule"),
+]
+
+
+@pytest.mark.parametrize("env, key, reason", ENV_ERRORS)
+def test_env_errors_name_the_variable_and_the_key(cfg_file, env, key, reason):
+    path = cfg_file("[tools]\ncommand_timeout_seconds = 60\n")
+    (name,) = env
+    with pytest.raises(ConfigError) as info:
+        load(path, env=env)
+    message = info.value.message
+    assert message.startswith(f"env:{name} (over {path}): {key}: "), message
+    assert reason in message
+
+
+def test_invalid_toml_names_the_file_and_line(cfg_file):
+    path = cfg_file("[tools\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: not valid TOML: .*line 1"):
+        load(path, env={})
+
+
+def test_unreadable_bytes_name_the_file(cfg_file):
+    path = cfg_file("")
+    path.write_bytes(b"log_level = \"\xff\"\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: cannot read"):
+        load(path, env={})
+
+
+# --- scvd check-config ---------------------------------------------------------------------
+
+
+def check_config(home: Path, text: str | None, **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    home.mkdir(exist_ok=True)
+    if text is not None:
+        (home / "config.toml").write_text(text)
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SCV")}
+    full.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT), **env)
+    return subprocess.run([sys.executable, "-m", "scvd", "check-config"], env=full,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_check_config_prints_values_and_sources(tmp_path):
+    done = check_config(tmp_path / "home", "[tools]\ncommand_timeout_seconds = 60\n",
+                        SCVD_APPROVALS__POLICY="always")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert f"# config file: {tmp_path / 'home' / 'config.toml'}" in lines
+    assert "tools.command_timeout_seconds = 60  # file" in lines
+    assert "approvals.policy = 'always'  # env:SCVD_APPROVALS__POLICY" in lines
+    assert "tools.max_timeout_seconds = 1800  # default" in lines
+    assert f"# socket: {tmp_path / 'home' / 'run' / 'scvd.sock'}" in lines
+    assert any(line.startswith("# sandbox: off") for line in lines)
+    for key in leaf_keys():
+        if "<name>" not in key:
+            assert any(line.startswith(f"{key} = ") for line in lines), key
+
+
+def test_check_config_without_a_file_says_so(tmp_path):
+    done = check_config(tmp_path / "home", None)
+    assert done.returncode == 0, done.stderr
+    assert "(missing: defaults)" in done.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("text, env, fragment", [
+    ('[approvals]\npolicy = "sometimes"\n', {}, "config.toml: approvals.policy: Invalid enum value 'sometimes'"),
+    ("", {"SCVD_TOOLS__MAX_TIMEOUT_SECONDS": "ten"},
+     "env:SCVD_TOOLS__MAX_TIMEOUT_SECONDS (over "),
+])
+def test_check_config_exits_2_on_an_error(tmp_path, text, env, fragment):
+    done = check_config(tmp_path / "home", text, **env)
+    assert done.returncode == 2
+    assert fragment in done.stderr and "configuration error" in done.stderr
+    assert done.stdout == ""
+
+
+# --- docs/configuration.md cannot drift ----------------------------------------------------
+
+
+def leaf_keys(struct: type = Config, prefix: str = "") -> dict[str, Any]:
+    """Every key path of the config Structs with its default; dict tables as `<name>`."""
+    keys: dict[str, Any] = {}
+    hints = typing.get_type_hints(struct, include_extras=True)
+    for f in msgspec.structs.fields(struct):
+        name = prefix + f.encode_name
+        default = f.default_factory() if f.default is msgspec.NODEFAULT else f.default
+        kind = hints[f.name]
+        if isinstance(default, msgspec.Struct):
+            keys.update(leaf_keys(type(default), name + "."))
+        elif typing.get_origin(kind) is dict:
+            keys.update(leaf_keys(typing.get_args(kind)[1], name + ".<name>."))
+        else:
+            keys[name] = default
+    return keys
+
+
+def toml_default(value: Any) -> str:
+    if value is None:
+        return "unset"
+    return msgspec.json.encode(value).decode() if not isinstance(value, float) else repr(value)
+
+
+def documented_rows() -> dict[str, str]:
+    """`key -> default cell` of the table under "## Every key" in docs/configuration.md."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    section = text.split("\n## Every key\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        m = re.match(r"\| `([^`]+)` \| ([^|]+) \|", line)
+        if m:
+            rows[m.group(1)] = m.group(2)
+    return rows
+
+
+def test_every_config_key_is_documented_with_its_default():
+    rows = documented_rows()
+    keys = leaf_keys()
+    assert len(keys) >= 20
+    missing = sorted(set(keys) - set(rows))
+    stale = sorted(set(rows) - set(keys))
+    assert not missing, f"add these keys to docs/configuration.md: {missing}"
+    assert not stale, f"docs/configuration.md documents keys that do not exist: {stale}"
+    for key, default in keys.items():
+        want = toml_default(default)
+        cell = rows[key]
+        assert (f"`{want}`" in cell if want != "unset" else "unset" in cell), (key, want, cell)
