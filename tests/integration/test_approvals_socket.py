@@ -70,6 +70,19 @@ def test_request_reaches_owner_and_every_watcher_and_the_first_decision_wins(rig
     assert not [e for e in flush(bystander) if isinstance(e, (p.ApprovalRequested, p.ApprovalResolved))]
 
 
+def test_an_owner_that_also_watches_is_told_once(rig, workspace):
+    rg = rig()
+    owner = rg.client(approver=True)
+    owner.request(p.ApprovalsWatch)
+    call_id = owner.start_call(owner.open_session(workspace), "probe_touch", {"path": "a"})
+    r = requested(owner, call_id)
+    decide(owner, r.approval_id, "approve")
+    owner.wait_call(call_id)
+    events = flush(owner)
+    assert [type(e).__name__ for e in events if getattr(e, "approval_id", None) == r.approval_id] == \
+        ["ApprovalResolved"], "the request was consumed above; each event must come exactly once"
+
+
 def test_owner_that_is_not_an_approver_is_not_asked(rig, workspace):
     rg = rig()
     t = pending_touch(rg, workspace, "a.txt", name="plain")
