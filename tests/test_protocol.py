@@ -112,8 +112,11 @@ def test_reader_too_large_then_next_line_in_one_chunk():
     assert r.feed(b"123456\n12\n") == [p.FrameReader.TOO_LARGE, b"12"]
 
 
+LINES = st.one_of(st.binary(max_size=40), st.sampled_from([b"", b" ", b" " * 35, b"{}"]))
+
+
 @settings(max_examples=300, deadline=None)
-@given(lines=st.lists(st.one_of(st.binary(max_size=40), st.sampled_from([b"", b" ", b" " * 35, b"{}"])).map(lambda b: b.replace(b"\n", b"")), max_size=12),
+@given(lines=st.lists(LINES.map(lambda b: b.replace(b"\n", b"")), max_size=12),
        cuts=st.lists(st.integers(0, 600), max_size=10), limit=st.integers(1, 30))
 def test_reader_is_independent_of_chunking(lines, cuts, limit):
     """However the stream is cut, the reader yields the same lines, never buffering past the limit."""
