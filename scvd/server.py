@@ -123,6 +123,7 @@ class Daemon:
         self._server: asyncio.AbstractServer | None = None
         self._lock_fd: int | None = None
         self._owns_socket = False
+        self._last_status = ""
         self.listening_on = str(paths.socket)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handlers: dict[type, Callable[[Connection, Any], Awaitable[p.Frame]]] = {
@@ -237,7 +238,7 @@ class Daemon:
             await self._probe_sandbox()
             log.info("configuration reloaded from %s", loaded.path)
         self.notifier.ready()
-        self._update_status()
+        self._update_status(force=True)
 
     async def _watchdog(self) -> None:
         interval = self.notifier.watchdog_interval()
@@ -288,11 +289,14 @@ class Daemon:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _update_status(self) -> None:
-        self.notifier.status(
-            f"sessions={len(self.sessions)} pending_approvals={len(self.gate.pending)} "
-            f"running_calls={len(self.calls)}"
-        )
+    def _update_status(self, force: bool = False) -> None:
+        text = (f"sessions={len(self.sessions)} pending_approvals={len(self.gate.pending)} "
+                f"running_calls={len(self.calls)}")
+        # only changes: every connect and disconnect lands here, and a manager that reads
+        # slowly would make each datagram block the loop (notify.SEND_TIMEOUT)
+        if force or text != self._last_status:
+            self._last_status = text
+            self.notifier.status(text)
 
     # --- connections -------------------------------------------------------------
 
