@@ -133,3 +133,24 @@ def test_unreachable_notify_socket_warns_once_and_runs(make_daemon, tmp_path):
         assert c.status().pid == d.proc.pid
     assert d.stop() == 0
     assert d.log().count("sd_notify disabled") == 1
+
+
+def test_status_is_sent_only_when_it_changes(make_daemon, listener, workspace):
+    """Connections come and go all the time; a slow manager must not get a datagram for each."""
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)})
+    for _ in range(30):
+        with RawConn(d.socket) as conn:
+            conn.hello()
+            conn.status()
+    with d.client() as c:
+        c.open_session(workspace)
+        seen = listener.until(lambda m: "sessions=1" in m)
+    seen += listener.until(lambda m: "sessions=0" in m)
+    d.proc.send_signal(signal.SIGTERM)
+    seen += listener.until(lambda m: m == "STOPPING=1")
+    assert seen == ["READY=1",
+                    "STATUS=sessions=0 pending_approvals=0 running_calls=0",
+                    "STATUS=sessions=1 pending_approvals=0 running_calls=0",
+                    "STATUS=sessions=0 pending_approvals=0 running_calls=0",
+                    "STOPPING=1"]
+    assert d.proc.wait(15) == 0
