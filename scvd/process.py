@@ -15,6 +15,12 @@ Rules it keeps (seed 000, DESIGN.md "Process runner"):
 - Process group or pid 0 and 1, and scvd's own group, are never signalled.
 - Only pids the runner can attribute are reaped; the leader itself is reaped
   through its pidfd, without asyncio's child watcher.
+
+Consequence for the rest of scvd: a child that scvd starts *outside* this
+runner in a new session (start_new_session=True) looks exactly like an orphan
+of a call, and a call ending meanwhile would kill and reap it. Start such
+processes through `run_process` (it may run on another thread's loop) or
+without a new session.
 """
 
 from __future__ import annotations
@@ -197,10 +203,11 @@ class _Run:
     def _orphans(self, procs: Mapping[int, ProcStat]) -> set[int]:
         # re-parented to scvd, started after our leader, claimed by no other live run
         me, my_sid = os.getpid(), os.getsid(0)
+        others = [r for r in tuple(_RUNS) if r is not self]  # a copy: runs may start in other threads
         return {
             p.pid for p in procs.values()
             if p.ppid == me and p.alive and p.sid != my_sid and p.pid not in _LEADERS
-            and p.start >= self.start and not any(r.claims(p) for r in _RUNS if r is not self)
+            and p.start >= self.start and not any(r.claims(p) for r in others)
         }
 
     def claims(self, p: ProcStat) -> bool:

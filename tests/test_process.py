@@ -153,7 +153,7 @@ def test_reaping_leaves_other_children_of_ours_alone():
     proc = subprocess.Popen(["/bin/sh", "-c", "exit 7"])
     while (stat := read_stat(proc.pid)) is not None and stat.alive:
         time.sleep(0.01)
-    assert process.reap_orphans() == []  # same session as us: not the runner's
+    assert proc.pid not in process.reap_orphans()  # same session as us: not the runner's
     assert reap(os.getpid()) is False  # not a child
     assert proc.wait() == 7
 
@@ -231,6 +231,37 @@ def test_a_setsid_double_forked_orphan_is_killed_and_reaped(tmp_path, subreaper)
     assert read_stat(orphan) is None  # killed, and reaped by us: no zombie left
     assert not [p for p in process.scan_processes().values() if p.ppid == os.getpid()
                 and p.sid != os.getsid(0)]  # the `setsid -f` one is gone as well
+
+
+def test_an_orphan_claimed_by_one_call_survives_the_end_of_another(tmp_path, subreaper):
+    orphan_file, go_b, go_a = tmp_path / "orphan", tmp_path / "go-b", tmp_path / "go-a"
+    wait_for = "while [ ! -e {0} ]; do sleep 0.01; done"
+    a_script = (f"( setsid sh -c 'echo $$ > {orphan_file}; exec sleep 1000' & ); "
+                + wait_for.format(go_a))
+    b_script = wait_for.format(go_b)
+
+    def claimed(pid: int) -> bool:
+        return any(pid in r.tracked for r in tuple(process._RUNS))
+
+    async def scenario() -> tuple[int, bool]:
+        b = asyncio.ensure_future(run_process(["/bin/bash", "-c", b_script], cwd=tmp_path,
+                                              env=PATH_ONLY, timeout=60, output_limit=1024))
+        await asyncio.sleep(0.05)  # so the orphan starts after B did: a candidate for B too
+        a = asyncio.ensure_future(run_process(["/bin/bash", "-c", a_script], cwd=tmp_path,
+                                              env=PATH_ONLY, timeout=60, output_limit=1024))
+        orphan = int((await asyncio.to_thread(wait_file, orphan_file)).strip())
+        while not claimed(orphan):  # A's scans take it as its own
+            await asyncio.sleep(0.02)
+        go_b.touch()
+        await b
+        survived = not dead(orphan)
+        go_a.touch()
+        await a
+        return orphan, survived
+
+    orphan, survived = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert survived  # B did not take A's orphan ...
+    assert read_stat(orphan) is None  # ... and A killed and reaped it
 
 
 def test_cancel_sends_term_then_kill_to_a_descendant_that_ignores_term(tmp_path):
