@@ -13,7 +13,7 @@ import pytest
 from scvd import errors, paths as paths_mod
 from scvd.config import Config, SandboxConfig, ToolsConfig
 from scvd.proctree import read_stat
-from scvd.protocol import ApprovalDecide, ApprovalRequested, ApprovalsList, ToolsList
+from scvd.protocol import ApprovalDecide, ApprovalRequested, ApprovalsList, CallCancel, ToolsList
 from scvd.sandbox import ProbeResult, Sandbox, probe
 from scvd.tools import build_registry
 from scvd.tools.bash import SUMMARY_COMMAND_CHARS, Bash
@@ -288,6 +288,26 @@ def test_over_the_socket_an_approved_call_runs_and_cleans_up(daemon, workspace):
     # scvd is a subreaper: the orphan came back to it, was killed and reaped (no zombie)
     children = [p for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == daemon.proc.pid]
     assert children == []
+
+
+def test_over_the_socket_cancel_ends_the_whole_call(daemon, workspace):
+    with daemon.client(name="agent", approver=True) as c:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "bash", {"command": "sleep 1000 & echo $! > bg; wait"})
+        event = c.next_event()
+        while not isinstance(event, ApprovalRequested):
+            event = c.next_event()
+        c.request(ApprovalDecide, approval_id=event.approval_id, decision="approve")
+        bg = workspace / "bg"
+        give_up = time.monotonic() + 20
+        while not bg.exists() or not bg.read_text().endswith("\n"):
+            assert time.monotonic() < give_up, "the command did not start"
+            time.sleep(0.01)
+        c.request(CallCancel, call_id=call_id)
+        done = c.wait_call(call_id)
+    assert not done.ok and done.error.kind == "cancelled"
+    stat = read_stat(int(bg.read_text()))
+    assert stat is None or not stat.alive
 
 
 def _ppid(pid: str) -> int | None:
