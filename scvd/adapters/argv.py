@@ -17,6 +17,7 @@ from .spec import EFFORT, MODEL, Adapter
 MODEL_PATTERN = r"^[A-Za-z0-9._:/\[\]][A-Za-z0-9._:/@\[\]-]{0,127}$"
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 PROMPT_PATTERN = r"^[^-]"
+MAX_PROMPT_BYTES = 128 * 1024 - 1  # Linux MAX_ARG_STRLEN: one argument, NUL included
 
 _model_re = re.compile(MODEL_PATTERN)
 
@@ -43,6 +44,11 @@ def check_prompt(prompt: str) -> str:
         raise InvalidArguments("a prompt cannot start with '-' (it would read as a flag); reword it")
     if "\x00" in prompt:
         raise InvalidArguments("a prompt cannot contain a NUL character")
+    if len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
+        raise InvalidArguments(
+            f"the prompt is over {MAX_PROMPT_BYTES} bytes, the limit of one argument; write the "
+            f"instructions to a file in the workspace and ask the agent to read it"
+        )
     return prompt
 
 

@@ -27,7 +27,6 @@ from .signin import failure_hint
 Meta = msgspec.Meta
 PROMPT_SHOWN = 2000  # characters of the prompt an approver sees
 SUMMARY_SHOWN = 80
-MAX_PROMPT_BYTES = 128 * 1024 - 1  # Linux MAX_ARG_STRLEN: one argument, NUL included
 DELEGATE_WARNING = (
     "delegate risk: {title} acts on its own here; it may read and write files, run commands, "
     "use credentials it can reach, and send workspace content to its model provider"
@@ -86,14 +85,8 @@ class AgentTool(Tool):
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         timeout = self._timeout(args, ctx.config)
-        prompt = args.prompt
-        if len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
-            raise InvalidArguments(
-                f"the prompt is over {MAX_PROMPT_BYTES} bytes, the limit of one argument; "
-                f"write the instructions to a file in the workspace and ask the agent to read it"
-            )
         executable = resolve_executable(self.adapter, os.environ)
-        argv = build_argv(self.adapter, executable, prompt,
+        argv = build_argv(self.adapter, executable, args.prompt,
                           model=getattr(args, "model", None), effort=getattr(args, "effort", None))
         sandboxed = False
         if ctx.sandbox is not None:
