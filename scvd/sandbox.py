@@ -248,9 +248,10 @@ def locate(name: str, env: Mapping[str, str]) -> tuple[str | None, str | None]:
 def _run_probe(argv: list[str], env: Mapping[str, str]) -> str | None:
     """None when the probe command succeeded, else bwrap's complaint in one line."""
     try:
+        # no new session: the process runner takes scvd's children in other sessions for
+        # orphans of a call, and a call ending during a reload's probe would kill the probe
         done = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, env=env,
-            timeout=PROBE_TIMEOUT, start_new_session=True,
+            argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=PROBE_TIMEOUT,
         )
     except subprocess.TimeoutExpired:
         return f"bwrap did not finish /bin/true within {PROBE_TIMEOUT:g} s"
