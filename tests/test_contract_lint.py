@@ -227,3 +227,22 @@ def test_decode_names_the_field():
     with pytest.raises(Exception) as info:
         tool.decode({})
     assert "path" in info.value.message
+
+
+# --- the dispatch timeout a tool asks for (seed 003 timeout matrix) --------------------------
+
+
+def test_dispatch_timeout_default_flag_no_timeout_and_own_deadline():
+    from scvd.config import Config
+    from scvd.tools.contract import NO_TIMEOUT, TIMEOUT_GRACE_SECONDS
+
+    config = Config()
+    bare = Plan(risk=ToolRisk.READ_ONLY, summary="x")
+    assert make_tool().dispatch_timeout(bare, config) == config.tools.default_timeout_seconds == 900
+    assert make_tool(flags=ToolFlags(timeout=30)).dispatch_timeout(bare, config) == 30
+    waits_on_a_person = make_tool(flags=ToolFlags(timeout=NO_TIMEOUT))
+    assert waits_on_a_person.dispatch_timeout(bare, config) is None
+    assert waits_on_a_person.flags.as_dict()["no_timeout"] is True
+    assert waits_on_a_person.flags.as_dict()["timeout_seconds"] is None
+    own = Plan(risk=ToolRisk.PROCESS, summary="x", timeout=120)
+    assert make_tool(flags=ToolFlags(timeout=30)).dispatch_timeout(own, config) == 120 + TIMEOUT_GRACE_SECONDS
