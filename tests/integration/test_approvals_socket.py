@@ -286,27 +286,16 @@ def run_script(script: str, *args: str) -> str:
     return out.stdout.strip()
 
 
-def test_a_child_process_of_the_daemon_may_not_decide(rig, workspace):
+@pytest.mark.parametrize("script", [DECIDE_SCRIPT, FORK_SCRIPT], ids=["child", "socket-outlives-connector"])
+def test_a_child_process_of_the_daemon_may_not_decide(rig, workspace, script):
     # in-process the daemon's pid is pytest's: a subprocess of pytest is a child of scvd
     rg = rig()
     t = pending_touch(rg, workspace)
-    w, owner, call_id, r = t.w, t.owner, t.call_id, t.request
-    out = run_script(DECIDE_SCRIPT, str(rg.inproc.socket), r.approval_id)
-    assert out.startswith("forbidden"), out
-    assert "started by scvd" in out
-    assert [a.approval_id for a in w.request(p.ApprovalsList).approvals] == [r.approval_id]
-    decide(w, r.approval_id, "approve")  # the person still can
-    assert owner.wait_call(call_id).ok
-
-
-def test_a_socket_outliving_its_connecting_process_may_not_decide(rig, workspace):
-    rg = rig()
-    t = pending_touch(rg, workspace)
-    w, owner, call_id, r = t.w, t.owner, t.call_id, t.request
-    out = run_script(FORK_SCRIPT, str(rg.inproc.socket), r.approval_id)
-    assert out.startswith("forbidden"), out
-    decide(w, r.approval_id, "deny")
-    owner.wait_call(call_id)
+    out = run_script(script, str(rg.inproc.socket), t.request.approval_id)
+    assert out.startswith("forbidden") and "started by scvd" in out, out
+    assert [a.approval_id for a in t.w.request(p.ApprovalsList).approvals] == [t.request.approval_id]
+    decide(t.w, t.request.approval_id, "approve")  # the person still can
+    assert t.owner.wait_call(t.call_id).ok
 
 
 def test_a_process_run_by_the_bash_tool_may_not_decide(daemon, workspace):
