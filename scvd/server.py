@@ -656,3 +656,5 @@ async def _drain_close(writer: asyncio.StreamWriter) -> None:
         await writer.wait_closed()
     except (ConnectionError, OSError):
         pass
+    except asyncio.CancelledError:
+        pass  # the loop's teardown: the handler's last step, see _on_connect
