@@ -155,6 +155,33 @@ def test_no_new_calls_while_stopping_and_second_sigint_forces_exit(make_wrapped,
     assert "second SIGINT" in d.log()
 
 
+def next_of(client, kind: type):
+    while not isinstance(event := client.next_event(), kind):
+        pass
+    return event
+
+
+def test_sigterm_stops_a_running_bash_and_a_pending_approval(daemon, workspace):
+    """The real bash tool: its process dies with the stop, and a waiting approval is resolved."""
+    with daemon.client(approver=True) as c:
+        session = c.open_session(workspace)
+        running = c.start_call(session, "bash", {"command": "echo $$ > pid; exec sleep 1000"})
+        approval = next_of(c, p.ApprovalRequested)
+        c.request(p.ApprovalDecide, approval_id=approval.approval_id, decision="approve")
+        next_of(c, p.CallStarted)
+        wait_until(lambda: (workspace / "pid").exists() and (workspace / "pid").read_text().strip(),
+                   what="bash to start")
+        shell = int((workspace / "pid").read_text())
+        waiting = c.start_call(session, "bash", {"command": "true"})  # queued behind the first
+        daemon.proc.send_signal(signal.SIGTERM)
+        for call_id in (running, waiting):
+            done = c.wait_call(call_id)
+            assert not done.ok and done.error.kind == "cancelled", done
+    assert daemon.proc.wait(15) == 0
+    assert pid_gone(shell)
+    clean_log(daemon.log())
+
+
 def test_disconnect_cancels_that_clients_calls(make_wrapped, workspace):
     d = make_wrapped()
     with RawConn(d.socket) as conn:
