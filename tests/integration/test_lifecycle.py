@@ -161,8 +161,8 @@ def next_of(client, kind: type):
     return event
 
 
-def test_sigterm_stops_a_running_bash_and_a_pending_approval(daemon, workspace):
-    """The real bash tool: its process dies with the stop, and a waiting approval is resolved."""
+def test_sigterm_stops_a_running_bash_and_the_call_queued_behind_it(daemon, workspace):
+    """The real bash tool: its process dies with the stop; the queued call is cancelled too."""
     with daemon.client(approver=True) as c:
         session = c.open_session(workspace)
         running = c.start_call(session, "bash", {"command": "echo $$ > pid; exec sleep 1000"})
