@@ -26,6 +26,7 @@ from .approvals import Approval, ApprovalGate, Decider, policy_note, spawned_by_
 from .calls import CallJob, run_call
 from .config import Loaded, load
 from .paths import Paths, ensure_private_dir
+from .process import set_child_subreaper
 from .sessions import Session, new_session_id, open_workspace
 from .tools import build_registry
 from .tools.contract import Registry
@@ -47,6 +48,8 @@ class Connection:
         self.writer = writer
         self.frames = p.FrameReader(limit)
         self.pid, self.uid, self.gid = peer_credentials(writer.get_extra_info("socket"))
+        # checked now as well as at each decision: by then the pid may belong to someone else
+        self.spawned_by_daemon = spawned_by_daemon(self.pid)
         self.client = ""
         self.approver = False
         self.initialized = False
@@ -159,7 +162,8 @@ class Daemon:
         # 1. one daemon per instance: the lock names the pid that holds it
         self._lock_fd = acquire_lock(self.paths.lock_file)
         # 2. orphans of tools become our children, so they can be reaped and killed
-        _set_subreaper()
+        if not set_child_subreaper():
+            log.warning("cannot become a child subreaper; orphans of tools go to init")
         # 3. the audit log and the sandbox probe
         self.audit = _open_audit(self.paths, self.config)
         await self._probe_sandbox()
@@ -519,7 +523,7 @@ class Daemon:
         return p.Approvals(id=frame.id, approvals=self.gate.list())
 
     async def on_approval_decide(self, conn: Connection, frame: p.ApprovalDecide) -> p.Frame:
-        if spawned_by_daemon(conn.pid):
+        if conn.spawned_by_daemon or spawned_by_daemon(conn.pid):
             log.warning("refused a decision on %s from %s: a process started by scvd",
                         frame.approval_id, conn.label())
             raise errors.Forbidden(
@@ -629,14 +633,6 @@ def _socket_alive(path: Path) -> bool:
         return False
     finally:
         probe.close()
-
-
-def _set_subreaper() -> None:
-    try:
-        from .process import set_child_subreaper
-    except ImportError:  # the runner module lands with the process runner
-        return
-    set_child_subreaper()
 
 
 def _open_audit(paths: Paths, config: Any) -> AuditLog:
