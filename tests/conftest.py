@@ -20,8 +20,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from scvctl.client import Client
+
+# a loaded 2-core CI machine makes example generation slow; that is not a failure of ours
+settings.register_profile("scvd", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("scvd")
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_TIMEOUT = 15.0
