@@ -1,0 +1,100 @@
+"""The sandbox-aware policy end to end: a real daemon, real bwrap, real bash calls."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scvd import protocol as p
+
+from conftest import base_env
+
+pytestmark = pytest.mark.bwrap
+
+SANDBOXED = '[approvals]\npolicy = "sandbox-aware"\n[sandbox]\nmode = "bwrap"\n'
+
+
+def wait_pending(c, timeout: float = 15) -> p.ApprovalInfo:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = c.request(p.ApprovalsList).approvals
+        if pending:
+            return pending[0]
+        time.sleep(0.05)
+    raise AssertionError("no approval request arrived")
+
+
+def test_offline_sandboxed_bash_runs_unasked_and_stays_in_the_workspace(make_daemon, workspace: Path, tmp_path):
+    d = make_daemon(SANDBOXED)
+    outside = tmp_path / "outside.txt"
+    with d.client() as c:
+        status = c.status()
+        assert status.policy == "sandbox-aware" and status.policy_note == ""
+        assert status.sandbox.startswith("active: bwrap works")
+        sid = c.open_session(workspace)
+        done = c.call(sid, "bash", {"command": f"echo in > inside.txt; echo out > {outside} || echo refused"})
+        assert done.ok, done.error
+        assert c.request(p.ApprovalsList).approvals == []
+    assert "refused" in done.result["output"]
+    assert (workspace / "inside.txt").read_text() == "in\n"
+    assert not outside.exists()
+
+
+def test_with_network_the_sandboxed_call_still_asks_and_says_it_is_sandboxed(make_daemon, workspace: Path):
+    d = make_daemon(SANDBOXED + "network = true\n")
+    with d.client() as c, d.client(name="owner") as owner:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "bash", {"command": "echo hi"})
+        pending = wait_pending(owner)
+        assert pending.call_id == call_id and pending.sandboxed is True
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = c.wait_call(call_id)
+    # a login shell's profile may print its own lines first (pyenv does here)
+    assert done.ok and done.result["output"].endswith("hi\n")
+
+
+def test_on_risk_policy_asks_even_for_a_sandboxed_call(make_daemon, workspace: Path):
+    d = make_daemon('[sandbox]\nmode = "bwrap"\n')
+    with d.client() as c, d.client(name="owner") as owner:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "bash", {"command": "true"})
+        pending = wait_pending(owner)
+        assert pending.sandboxed is True and pending.tool == "bash"
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
+        assert c.wait_call(call_id).error.kind == "denied"
+
+
+def test_the_socket_is_not_reachable_from_a_sandboxed_call(make_daemon, workspace: Path):
+    d = make_daemon(SANDBOXED)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        done = c.call(sid, "bash", {"command": f"ls -a {d.socket.parent}; test -S {d.socket} && echo VISIBLE"})
+    assert done.ok
+    assert "VISIBLE" not in done.result["output"]
+
+
+def test_a_missing_bwrap_is_reported_and_refuses_sandboxed_calls_before_approval(make_daemon, workspace, tmp_path):
+    d = make_daemon(SANDBOXED.replace('mode = "bwrap"', f'mode = "bwrap"\nbwrap = "{tmp_path}/no-bwrap"'))
+    with d.client() as c:
+        assert "not" in c.status().sandbox.lower()
+        sid = c.open_session(workspace)
+        done = c.call(sid, "bash", {"command": "true"})
+        assert c.request(p.ApprovalsList).approvals == []
+    assert done.error.kind == "unavailable"
+    assert "no-bwrap" in done.error.message
+
+
+def test_status_and_check_config_show_the_probe_verdict(make_daemon, scv_home: Path):
+    d = make_daemon(SANDBOXED, home=scv_home)
+    st = subprocess.run([sys.executable, "-m", "scvctl", "status"], env=base_env(scv_home),
+                        capture_output=True, text=True, timeout=30)
+    line = next(x for x in st.stdout.splitlines() if x.startswith("sandbox: "))
+    cc = subprocess.run([sys.executable, "-m", "scvd", "check-config"], env=base_env(scv_home),
+                        capture_output=True, text=True, timeout=30)
+    assert cc.returncode == 0, cc.stderr
+    assert f"# sandbox: {line.removeprefix('sandbox: ')}" in cc.stdout
+    d.stop()
