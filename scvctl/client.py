@@ -150,7 +150,10 @@ class Client:
 
     def send(self, frame: p.Frame | type, **fields: Any) -> p.Frame:
         frame = self.core.build(frame, **fields)
-        self.sock.sendall(p.encode(frame))
+        try:
+            self.sock.sendall(p.encode(frame))
+        except ConnectionError as exc:  # EPIPE: scvd is gone; not scvctl's stdout closing
+            raise ConnectionClosed(f"scvd closed the connection ({exc.strerror or exc})") from None
         return frame
 
     def request(self, frame: p.Frame | type, **fields: Any) -> Any:
@@ -175,7 +178,10 @@ class Client:
             yield self.next_event()
 
     def _read(self) -> None:
-        data = self.sock.recv(1 << 16)
+        try:
+            data = self.sock.recv(1 << 16)
+        except ConnectionError as exc:  # a reset after scvd closed with our frames unread
+            raise ConnectionClosed(f"scvd closed the connection ({exc.strerror or exc})") from None
         if not data:
             raise ConnectionClosed("scvd closed the connection")
         self.core.feed(data)
