@@ -50,6 +50,19 @@ def wait_for_socket(path: Path, timeout: float = STARTUP_TIMEOUT, proc: subproce
     raise AssertionError(f"nothing listens on {path} after {timeout} s")
 
 
+def wait_pending(c: Client, count: int = 1, timeout: float = 15.0) -> list[Any]:
+    """Poll approvals.list until `count` requests are pending; return them."""
+    from scvd import protocol as p
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = c.request(p.ApprovalsList).approvals
+        if len(pending) >= count:
+            return pending
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} approval request(s) after {timeout} s")
+
+
 def base_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SCV", "NOTIFY_", "LISTEN_"))}
     env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")

@@ -10,7 +10,6 @@ call in flight in a real daemon process and look at its children's environment.
 from __future__ import annotations
 
 import asyncio
-import os
 import select
 import socket
 import sys

@@ -7,13 +7,12 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from adapters_support import make_fake_bin, read_log
-from conftest import DaemonProc, base_env
+from conftest import DaemonProc, base_env, wait_pending
 from scvd import protocol as p
 
 API_KEY = "sk-proj-INTEGRATIONSECRET42"
@@ -120,16 +119,6 @@ def test_unknown_agent_is_an_invalid_request(agent_daemon: DaemonProc) -> None:
         c.request(p.AgentsSpec, agent="gemini", action="login")
 
 
-def wait_approval(c, timeout: float = 15) -> p.ApprovalInfo:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pending = c.request(p.ApprovalsList).approvals
-        if pending:
-            return pending[0]
-        time.sleep(0.05)
-    raise AssertionError("no approval request arrived")
-
-
 def test_agent_call_over_the_socket_shows_details_and_hints(make_daemon, tmp_path: Path,
                                                            workspace: Path) -> None:
     fake_bin = make_fake_bin(tmp_path / "bin")
@@ -140,7 +129,7 @@ def test_agent_call_over_the_socket_shows_details_and_hints(make_daemon, tmp_pat
         sid = agent.open_session(workspace)
         call_id = agent.start_call(sid, "agent_claude", {"prompt": "Fix the bug.", "cwd": "proj",
                                                          "model": "sonnet", "timeout_seconds": 120})
-        pending = wait_approval(person)
+        pending = wait_pending(person)[0]
         assert pending.tool == "agent_claude" and pending.risk == "delegate"
         assert pending.workspace == str(workspace)
         details = pending.details

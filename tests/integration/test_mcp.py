@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from scvd import protocol as p
 
-from conftest import DaemonProc, base_env
+from conftest import DaemonProc, base_env, wait_pending
 
 
 class McpHost:
@@ -106,7 +105,7 @@ def test_write_waits_for_the_owner_and_a_denial_is_an_error_result(host, daemon,
     msg_id = host.request("tools/call", {"name": "write",
                                          "arguments": {"path": "n.txt", "content": "x", "mode": "create"}})
     with daemon.client(name="owner") as owner:
-        pending = _wait_pending(owner)
+        pending = wait_pending(owner)[0]
         owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny", reason="no")
     answer = host.read()
     assert answer["id"] == msg_id and answer["result"]["isError"]
@@ -118,7 +117,7 @@ def test_cancelled_notification_cancels_the_scvd_call(host, daemon):
     msg_id = host.request("tools/call", {"name": "write",
                                          "arguments": {"path": "c.txt", "content": "x", "mode": "create"}})
     with daemon.client(name="owner") as owner:
-        _wait_pending(owner)
+        wait_pending(owner)[0]
         host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": msg_id}})
         answer = host.read()
         assert answer["id"] == msg_id
@@ -141,13 +140,3 @@ def test_not_running_daemon_exits_3(tmp_path, workspace):
                          stdin=subprocess.DEVNULL)
     assert out.returncode == 3 and "scvd is not running" in out.stderr
     assert out.stdout == ""
-
-
-def _wait_pending(c, timeout: float = 15):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pending = c.request(p.ApprovalsList).approvals
-        if pending:
-            return pending[0]
-        time.sleep(0.05)
-    raise AssertionError("no approval request arrived")

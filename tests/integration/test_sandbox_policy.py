@@ -4,28 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from scvd import protocol as p
 
-from conftest import base_env
+from conftest import base_env, wait_pending
 
 pytestmark = pytest.mark.bwrap
 
 SANDBOXED = '[approvals]\npolicy = "sandbox-aware"\n[sandbox]\nmode = "bwrap"\n'
-
-
-def wait_pending(c, timeout: float = 15) -> p.ApprovalInfo:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pending = c.request(p.ApprovalsList).approvals
-        if pending:
-            return pending[0]
-        time.sleep(0.05)
-    raise AssertionError("no approval request arrived")
 
 
 def test_offline_sandboxed_bash_runs_unasked_and_stays_in_the_workspace(make_daemon, workspace: Path, tmp_path):
@@ -49,7 +38,7 @@ def test_with_network_the_sandboxed_call_still_asks_and_says_it_is_sandboxed(mak
     with d.client() as c, d.client(name="owner") as owner:
         sid = c.open_session(workspace)
         call_id = c.start_call(sid, "bash", {"command": "echo hi"})
-        pending = wait_pending(owner)
+        pending = wait_pending(owner)[0]
         assert pending.call_id == call_id and pending.sandboxed is True
         owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
         done = c.wait_call(call_id)
@@ -62,7 +51,7 @@ def test_on_risk_policy_asks_even_for_a_sandboxed_call(make_daemon, workspace: P
     with d.client() as c, d.client(name="owner") as owner:
         sid = c.open_session(workspace)
         call_id = c.start_call(sid, "bash", {"command": "true"})
-        pending = wait_pending(owner)
+        pending = wait_pending(owner)[0]
         assert pending.sandboxed is True and pending.tool == "bash"
         owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
         assert c.wait_call(call_id).error.kind == "denied"

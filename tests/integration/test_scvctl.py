@@ -12,7 +12,7 @@ import pytest
 
 from scvd import protocol as p
 
-from conftest import DaemonProc, base_env
+from conftest import DaemonProc, base_env, wait_pending
 
 
 def scvctl(daemon_or_home, *args: str, input: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -30,22 +30,16 @@ def popen_scvctl(daemon: DaemonProc, *args: str, **kw) -> subprocess.Popen:
     )
 
 
+def wait_for_one(daemon: DaemonProc) -> list[p.ApprovalInfo]:
+    with daemon.client() as c:
+        return wait_pending(c)
+
+
 def stop(proc: subprocess.Popen) -> None:
     """Kill if still running and close its pipes."""
     if proc.poll() is None:
         proc.kill()
     proc.communicate()
-
-
-def wait_pending(daemon: DaemonProc, count: int = 1, timeout: float = 15) -> list[p.ApprovalInfo]:
-    deadline = time.monotonic() + timeout
-    with daemon.client() as c:
-        while time.monotonic() < deadline:
-            pending = c.request(p.ApprovalsList).approvals
-            if len(pending) >= count:
-                return pending
-            time.sleep(0.05)
-    raise AssertionError(f"no {count} pending approval(s) after {timeout} s")
 
 
 def test_not_running_says_how_to_start_and_exits_3(tmp_path: Path):
@@ -121,7 +115,7 @@ def test_call_waits_for_approval_from_another_terminal(daemon: DaemonProc, works
     call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "write",
                         '{"path": "new.txt", "content": "x", "mode": "create"}')
     try:
-        (pending,) = wait_pending(daemon)
+        (pending,) = wait_for_one(daemon)
         assert pending.tool == "write" and pending.risk == "filesystem"
         assert pending.workspace == str(workspace)
         listed = scvctl(daemon, "approvals")
@@ -139,7 +133,7 @@ def test_call_denied_exits_1_with_the_reason(daemon: DaemonProc, workspace: Path
     call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "write",
                         '{"path": "no.txt", "content": "x", "mode": "create"}')
     try:
-        (pending,) = wait_pending(daemon)
+        (pending,) = wait_for_one(daemon)
         scvctl(daemon, "approvals", "deny", pending.approval_id, "--reason", "not today")
         _, err = call.communicate(timeout=20)
     finally:
