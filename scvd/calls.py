@@ -46,6 +46,21 @@ class CallJob:
     requester: Decider
 
 
+def refusal(session: Session, frame: Any, *, stopping: bool) -> errors.ToolError | None:
+    """Why a `call` frame is refused before it queues, or None."""
+    if stopping:
+        return errors.Cancelled("scvd is stopping; no new calls are accepted")
+    if session.registry.get(frame.tool) is None:
+        known = ", ".join(session.registry.names()) or "none"
+        return errors.UnknownTool(f"no tool named {frame.tool!r}; tools: {known}")
+    ceiling = session.config.tools.max_timeout_seconds
+    t = frame.timeout_seconds
+    if t is not None and not 0 < t <= ceiling:
+        return errors.InvalidArguments(
+            f"call timeout_seconds {t:g} must be above 0 and at most {ceiling} (tools.max_timeout_seconds)")
+    return None
+
+
 async def run_call(hub: Hub, job: CallJob) -> None:
     """The body of a call's task. Sends exactly one call.completed, whatever happens."""
     started = time.monotonic()

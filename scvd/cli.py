@@ -152,7 +152,7 @@ def _free_to_detach(paths: paths_mod.Paths, pid_file: Path) -> bool:
     When no scvd holds the instance lock, a pid file left by a crash is stale:
     python-daemon would refuse it forever, so it is removed.
     """
-    from .server import acquire_lock
+    from .instance import acquire_lock
 
     log = logging.getLogger("scvd")
     try:

@@ -8,97 +8,29 @@ sessions; a second SIGINT forces the exit.
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import itertools
 import logging
 import os
 import secrets
 import signal
 import socket
-import struct
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from . import __version__, errors, notify, protocol as p
 from .audit import AuditLog
-from .approvals import Approval, ApprovalGate, Decider, policy_note, spawned_by_daemon
-from .calls import CallJob, run_call
+from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
+from .calls import CallJob, refusal, run_call
 from .config import Loaded, load
-from .paths import Paths, ensure_private_dir
+from .connection import READ_CHUNK, Connection, drain_close
+from .instance import acquire_lock, bind_socket, socket_name, unlink
+from .paths import Paths
 from .process import set_child_subreaper
 from .sessions import Session, new_session_id, open_workspace
 from .tools import build_registry
 from .tools.contract import Registry
 
 log = logging.getLogger("scvd.server")
-
-READ_CHUNK = 64 * 1024
-WRITE_BUFFER_LIMIT = 64 << 20  # a peer that stops reading is cut off past this
-
-
-class Connection:
-    """One client connection: its peer, handshake state, sessions and event sequence."""
-
-    _ids = itertools.count(1)
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int) -> None:
-        self.id = next(self._ids)
-        self.reader = reader
-        self.writer = writer
-        self.frames = p.FrameReader(limit)
-        self.pid, self.uid, self.gid = peer_credentials(writer.get_extra_info("socket"))
-        # checked now as well as at each decision: by then the pid may belong to someone else
-        self.spawned_by_daemon = spawned_by_daemon(self.pid)
-        self.client = ""
-        self.approver = False
-        self.initialized = False
-        self.watcher = False
-        self.closed = False
-        self.sessions: dict[str, Session] = {}
-        self._seq = itertools.count(1)
-
-    def decider(self) -> Decider:
-        return Decider(pid=self.pid, uid=self.uid, client=self.client)
-
-    def send(self, frame: p.Frame, limit: int) -> None:
-        if self.closed:
-            return
-        data = p.encode(frame)
-        if len(data) > limit:
-            data = p.encode(_too_large(frame, len(data), limit))
-        if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
-            log.warning("client %s stopped reading; closing its connection", self.label())
-            self.close()
-            return
-        self.writer.write(data)
-
-    def next_seq(self) -> int:
-        return next(self._seq)
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.writer.close()
-
-    def label(self) -> str:
-        return f"#{self.id} {self.client or '?'} pid={self.pid}"
-
-
-def _too_large(frame: p.Frame, size: int, limit: int) -> p.Frame:
-    message = f"frame of {size} bytes exceeds server.server_frame_bytes ({limit})"
-    if isinstance(frame, p.CallCompleted):
-        error = p.ToolErrorInfo(kind="limit", message=f"result too large: {message}; ask for less output")
-        return p.CallCompleted(seq=frame.seq, call_id=frame.call_id, ok=False, error=error)
-    return p.Error(code="internal", message=message, id=getattr(frame, "id", None))
-
-
-def peer_credentials(sock: socket.socket | None) -> tuple[int, int, int]:
-    """(pid, uid, gid) of a Unix socket peer via SO_PEERCRED."""
-    if sock is None:
-        return 0, -1, -1
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)
 
 
 class Daemon:
@@ -165,11 +97,14 @@ class Daemon:
         if not set_child_subreaper():
             log.warning("cannot become a child subreaper; orphans of tools go to init")
         # 3. the audit log and the sandbox probe
-        self.audit = _open_audit(self.paths, self.config)
+        self.audit = AuditLog(self.paths.audit_log, self.config.audit.max_bytes, self.config.audit.keep)
         await self._probe_sandbox()
         # 4. the socket: inherited from systemd, or bound here (a stale file is replaced)
-        sock = inherited[0] if inherited else self._bind()
-        self.listening_on = _socket_name(sock)
+        if inherited:
+            sock = inherited[0]
+        else:
+            sock, self._owns_socket = bind_socket(self.paths), True
+        self.listening_on = socket_name(sock)
         limit = self.config.server.client_frame_bytes
         self._server = await asyncio.start_unix_server(self._on_connect, sock=sock, limit=limit)
         # 5. signals only set events
@@ -209,7 +144,7 @@ class Daemon:
             self._drop_connection(conn)
         # 4. remove our socket file and release the lock
         if self._owns_socket:
-            _unlink(self.paths.socket)
+            unlink(self.paths.socket)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
         for task in list(self._tasks):
@@ -264,30 +199,6 @@ class Daemon:
         self.sandbox_verdict = sandbox_mod.describe(result)
         (log.info if result.ok else log.warning)("sandbox: %s", self.sandbox_verdict)
 
-    def _bind(self) -> socket.socket:
-        path = self.paths.socket
-        if path.parent == self.paths.runtime_dir:
-            ensure_private_dir(path.parent)
-        elif not path.parent.is_dir():
-            path.parent.mkdir(mode=0o700, parents=True)
-        if path.exists() or path.is_symlink():
-            if _socket_alive(path):
-                raise errors.StartupError(
-                    f"another server answers on {path}; stop it, or set SCV_SOCKET to another path"
-                )
-            log.warning("replacing stale socket file %s", path)
-            path.unlink()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
-        try:
-            sock.bind(str(path))
-        finally:
-            os.umask(old)
-        os.chmod(path, 0o600)
-        sock.listen(128)
-        self._owns_socket = True
-        return sock
-
     def _spawn(self, fn: Callable[[], Awaitable[Any]]) -> None:
         task = asyncio.ensure_future(fn())
         self._tasks.add(task)
@@ -310,7 +221,7 @@ class Daemon:
             log.warning("refused peer pid=%d uid=%d: not our uid", conn.pid, conn.uid)
             self._send(conn, p.Error(code="forbidden", fatal=True, message=(
                 f"scvd runs as uid {os.getuid()}; peers of uid {conn.uid} may not connect")))
-            await _drain_close(writer)
+            await drain_close(writer)
             return
         self.connections.add(conn)
         try:
@@ -323,7 +234,7 @@ class Daemon:
             pass
         finally:
             self._drop_connection(conn)
-            await _drain_close(writer)
+            await drain_close(writer)
 
     async def _read_loop(self, conn: Connection) -> None:
         while not conn.closed:
@@ -463,27 +374,13 @@ class Daemon:
         tool = session.registry.get(frame.tool)
         background = bool(tool and tool.flags.background)
         session.call_count += 1
-        job_error = self._refusal(session, frame)
+        job_error = refusal(session, frame, stopping=self.stopping)
         task = asyncio.ensure_future(self._run(conn, session, call_id, tool, frame, job_error))
         self.calls[call_id] = (session, task)
         session.calls[call_id] = task
         task.add_done_callback(lambda t: self._call_done(session, call_id, t))
         self._update_status()
         return p.CallAccepted(id=frame.id, call_id=call_id, background=background)
-
-    def _refusal(self, session: Session, frame: p.Call) -> errors.ToolError | None:
-        """Why a call is refused before it queues, or None."""
-        if self.stopping:
-            return errors.Cancelled("scvd is stopping; no new calls are accepted")
-        if session.registry.get(frame.tool) is None:
-            known = ", ".join(session.registry.names()) or "none"
-            return errors.UnknownTool(f"no tool named {frame.tool!r}; tools: {known}")
-        ceiling = session.config.tools.max_timeout_seconds
-        t = frame.timeout_seconds
-        if t is not None and not 0 < t <= ceiling:
-            return errors.InvalidArguments(
-                f"call timeout_seconds {t:g} must be above 0 and at most {ceiling} (tools.max_timeout_seconds)")
-        return None
 
     async def _run(self, conn: Connection, session: Session, call_id: str, tool: Any,
                    frame: p.Call, refusal: errors.ToolError | None) -> None:
@@ -568,19 +465,8 @@ class Daemon:
         self._update_status()
 
     def _on_approval(self, kind: str, approval: Approval) -> None:
-        info = approval.info
-        if kind == "requested":
-            event: p.Frame = p.ApprovalRequested(
-                seq=0, approval_id=info.approval_id, session=info.session, call_id=info.call_id,
-                tool=info.tool, risk=info.risk, workspace=info.workspace, summary=info.summary,
-                details=info.details, sandboxed=info.sandboxed, expires_at=info.expires_at)
-        else:
-            decider = approval.decided_by
-            event = p.ApprovalResolved(
-                seq=0, approval_id=info.approval_id, call_id=info.call_id,
-                decision="approve" if approval.state.value == "approved" else "deny",
-                state=approval.state.value, reason=approval.reason, scope=approval.scope,
-                decided_by=decider.label() if decider else "scvd")
+        event = approval_event(kind, approval)
+        if kind == "resolved":
             self._audit_decision(approval)
         targets = [c for c in self.connections if c.watcher]
         if approval.owner.approver and approval.owner not in targets:
@@ -601,56 +487,3 @@ class Daemon:
                 decided_by={"pid": d.pid, "uid": d.uid, "client": d.client} if d else None)
         except OSError as exc:
             log.error("audit log write failed: %s", exc)
-
-
-def acquire_lock(path: Path) -> int:
-    """Hold an exclusive flock on the instance lock; refuse naming the pid that holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise errors.StartupError(
-            f"scvd is already running on this instance (pid {holder}, lock {path}); "
-            "stop it first (systemctl --user stop scvd, or kill that pid)") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def _socket_name(sock: socket.socket) -> str:
-    name = sock.getsockname()
-    return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
-
-
-def _socket_alive(path: Path) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
-
-
-def _open_audit(paths: Paths, config: Any) -> AuditLog:
-    return AuditLog(paths.audit_log, config.audit.max_bytes, config.audit.keep)
-
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-
-
-async def _drain_close(writer: asyncio.StreamWriter) -> None:
-    try:
-        writer.close()
-        await writer.wait_closed()
-    except (ConnectionError, OSError):
-        pass
-    except asyncio.CancelledError:
-        pass  # the loop's teardown: the handler's last step, see _on_connect

@@ -1,0 +1,92 @@
+"""One client connection: its peer's credentials, handshake state, sessions and event sequence."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import struct
+from typing import Any
+
+from . import protocol as p
+from .approvals import Decider, spawned_by_daemon
+
+log = logging.getLogger("scvd.server")
+
+READ_CHUNK = 64 * 1024
+WRITE_BUFFER_LIMIT = 64 << 20  # a peer that stops reading is cut off past this
+
+
+class Connection:
+    """One client connection: its peer, handshake state, sessions and event sequence."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int) -> None:
+        self.id = next(self._ids)
+        self.reader = reader
+        self.writer = writer
+        self.frames = p.FrameReader(limit)
+        self.pid, self.uid, self.gid = peer_credentials(writer.get_extra_info("socket"))
+        # checked now as well as at each decision: by then the pid may belong to someone else
+        self.spawned_by_daemon = spawned_by_daemon(self.pid)
+        self.client = ""
+        self.approver = False
+        self.initialized = False
+        self.watcher = False
+        self.closed = False
+        self.sessions: dict[str, Any] = {}
+        self._seq = itertools.count(1)
+
+    def decider(self) -> Decider:
+        return Decider(pid=self.pid, uid=self.uid, client=self.client)
+
+    def send(self, frame: p.Frame, limit: int) -> None:
+        if self.closed:
+            return
+        data = p.encode(frame)
+        if len(data) > limit:
+            data = p.encode(too_large(frame, len(data), limit))
+        if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
+            log.warning("client %s stopped reading; closing its connection", self.label())
+            self.close()
+            return
+        self.writer.write(data)
+
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.writer.close()
+
+    def label(self) -> str:
+        return f"#{self.id} {self.client or '?'} pid={self.pid}"
+
+
+def too_large(frame: p.Frame, size: int, limit: int) -> p.Frame:
+    message = f"frame of {size} bytes exceeds server.server_frame_bytes ({limit})"
+    if isinstance(frame, p.CallCompleted):
+        error = p.ToolErrorInfo(kind="limit", message=f"result too large: {message}; ask for less output")
+        return p.CallCompleted(seq=frame.seq, call_id=frame.call_id, ok=False, error=error)
+    return p.Error(code="internal", message=message, id=getattr(frame, "id", None))
+
+
+def peer_credentials(sock: socket.socket | None) -> tuple[int, int, int]:
+    """(pid, uid, gid) of a Unix socket peer via SO_PEERCRED."""
+    if sock is None:
+        return 0, -1, -1
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)
+
+
+async def drain_close(writer: asyncio.StreamWriter) -> None:
+    try:
+        writer.close()
+        await writer.wait_closed()
+    except (ConnectionError, OSError):
+        pass
+    except asyncio.CancelledError:
+        pass  # the loop's teardown: the handler's last step, see Daemon._on_connect

@@ -1,0 +1,78 @@
+"""What makes an instance exclusive: its lock file and its listening socket."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+from pathlib import Path
+
+from . import errors
+from .paths import Paths, ensure_private_dir
+
+log = logging.getLogger("scvd.server")
+
+
+def acquire_lock(path: Path) -> int:
+    """Hold an exclusive flock on the instance lock; refuse naming the pid that holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise errors.StartupError(
+            f"scvd is already running on this instance (pid {holder}, lock {path}); "
+            "stop it first (systemctl --user stop scvd, or kill that pid)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def bind_socket(paths: Paths) -> socket.socket:
+    """Listen on the instance's socket, 0600 from birth; replace a stale file, never a live one."""
+    path = paths.socket
+    if path.parent == paths.runtime_dir:
+        ensure_private_dir(path.parent)
+    elif not path.parent.is_dir():
+        path.parent.mkdir(mode=0o700, parents=True)
+    if path.exists() or path.is_symlink():
+        if socket_alive(path):
+            raise errors.StartupError(
+                f"another server answers on {path}; stop it, or set SCV_SOCKET to another path"
+            )
+        log.warning("replacing stale socket file %s", path)
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    return sock
+
+
+def socket_name(sock: socket.socket) -> str:
+    name = sock.getsockname()
+    return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+
+
+def socket_alive(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
