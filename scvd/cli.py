@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, config as config_mod, errors, notify, paths as paths_mod
+from .tools import build_registry
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_STARTUP = 0, 1, 2, 3
 LEFTOVER_SECONDS = 1.0  # after shutdown, how long tasks still running get to end
@@ -66,11 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     config_file = getattr(args, "config", None) or paths.config_file
     try:
         loaded = config_mod.load(config_file)
+        tools = len(build_registry(loaded.config, paths))  # tools check their own settings too
     except errors.ConfigError as exc:
-        print(f"scvd: configuration error: {exc.message}", file=sys.stderr)
+        where = "" if exc.message.startswith(str(config_file)) else f"{config_file}: "
+        print(f"scvd: configuration error: {where}{exc.message}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "check-config":
-        return check_config(loaded, paths)
+        return check_config(loaded, paths, tools)
     setup_logging("debug" if getattr(args, "verbose", False) else loaded.config.log_level)
     if getattr(args, "daemon", False):
         return run_detached(paths, loaded, args.pid_file or paths.pid_file)
@@ -166,7 +169,7 @@ def _free_to_detach(paths: paths_mod.Paths, pid_file: Path) -> bool:
     return True
 
 
-def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths) -> int:
+def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, tools: int) -> int:
     """Print every setting with its source, then the paths and the sandbox verdict."""
     print(f"# config file: {loaded.path}{'' if Path(loaded.path).exists() else ' (missing: defaults)'}")
     for key, value, source in config_mod.effective(loaded):
@@ -174,6 +177,7 @@ def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths) -> int:
     print(f"# socket: {paths.socket}")
     print(f"# state: {paths.state_dir}")
     print(f"# adapters: {paths.adapters_dir}")
+    print(f"# tools: {tools} registered")
     print(f"# sandbox: {sandbox_verdict(loaded.config, paths)}")
     return EXIT_OK
 

@@ -161,6 +161,7 @@ def test_check_config_prints_values_and_sources(tmp_path):
     assert "tools.max_timeout_seconds = 1800  # default" in lines
     assert f"# socket: {tmp_path / 'home' / 'run' / 'scvd.sock'}" in lines
     assert any(line.startswith("# sandbox: off") for line in lines)
+    assert "# tools: " in done.stdout
     for key in leaf_keys():
         if "<name>" not in key:
             assert any(line.startswith(f"{key} = ") for line in lines), key
@@ -176,6 +177,11 @@ def test_check_config_without_a_file_says_so(tmp_path):
     ('[approvals]\npolicy = "sometimes"\n', {}, "config.toml: approvals.policy: Invalid enum value 'sometimes'"),
     ("", {"SCVD_TOOLS__MAX_TIMEOUT_SECONDS": "ten"},
      "env:SCVD_TOOLS__MAX_TIMEOUT_SECONDS (over "),
+    # settings that tools check when they are built are checked here too, naming the file
+    ('[adapters.gemini]\nmodel_args = ["-m", "{model}"]\n', {},
+     "config.toml: adapters.gemini: no such agent; known agents: claude, codex, pi"),
+    ('[adapters.claude]\nmodel_args = ["--model"]\n', {},
+     "config.toml: adapters.claude.model_args: ['--model'] never uses {model}"),
 ])
 def test_check_config_exits_2_on_an_error(tmp_path, text, env, fragment):
     done = check_config(tmp_path / "home", text, **env)
