@@ -200,7 +200,8 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
      ("Credentials.yml", True), ("gcp_private_key.json", True), ("id_rsa.pub", True), ("id_rsa_work", True),
      ("cert.pem", True), ("k.Key", True), (".netrc", True), (".npmrc", True), (".pypirc", True),
      (".ssh/known_hosts", True), (".gnupg/pubring.kbx", True), ("a/.aws/x", True), ("secrets/db.yaml", True),
-     ("src/main.py", False), (".envrc", False), ("environment.py", False), ("keyboard.c", False),
+     (".envrc", True), ("deploy/client.p12", True), ("a.PFX", True), (".kube/config", True),
+     ("src/main.py", False), ("environment.py", False), ("keyboard.c", False),
      ("pem.md", False), ("ssh/config", False), ("README.md", False), ("key", False)],
 )
 def test_secret_rule(path: str, secret: bool) -> None:

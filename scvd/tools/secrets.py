@@ -18,11 +18,17 @@ SECRET_NAMES = {
     ".npmrc": "an npm config that may hold a token",
     ".pypirc": "a PyPI config that may hold a token",
     ".git-credentials": "a git credential store",
+    ".envrc": "a direnv file that usually exports tokens",
 }
-SECRET_DIRS = (".ssh", ".aws", ".gnupg")  # everything under these is secret-like
+SECRET_DIRS = (".ssh", ".aws", ".gnupg", ".kube")  # everything under these is secret-like
 SECRET_WORDS = ("credential", "secret", "private_key")
 SECRET_PREFIXES = {".env.": "a dotenv file", "id_rsa": "an SSH key"}
-SECRET_SUFFIXES = {".pem": "a PEM key or certificate", ".key": "a key file"}
+SECRET_SUFFIXES = {
+    ".pem": "a PEM key or certificate",
+    ".key": "a key file",
+    ".p12": "a PKCS#12 key store",
+    ".pfx": "a PKCS#12 key store",
+}
 
 
 def secret_reason(path: str | Iterable[str]) -> str | None:
