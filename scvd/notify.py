@@ -21,7 +21,7 @@ NOTIFY_VARS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 LISTEN_VARS = ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 MANAGER_VARS = NOTIFY_VARS + LISTEN_VARS
 LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed fd
-SEND_TIMEOUT = 2.0  # a stuck manager must not stall the event loop for long
+SEND_TIMEOUT = 0.25  # sends block the event loop: a stuck manager may stall it this long, no more
 
 
 def scrub_env() -> dict[str, str]:
