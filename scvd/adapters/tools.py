@@ -8,6 +8,7 @@ timeout ceiling as its `maximum`. Everything that can be refused is refused in
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -146,7 +147,8 @@ class AgentTool(Tool):
                 timeout=plan.timeout, output_limit=ctx.config.tools.output_limit_bytes,
             )
         finally:
-            repair_home(self.paths, self.adapter.name)  # the CLIs create 0755 folders
+            # the CLIs create 0755 folders; a home grows with sessions, so walk it off the loop
+            await asyncio.to_thread(repair_home, self.paths, self.adapter.name)
         return self._result(result, cwd)
 
     def _result(self, result: Any, cwd: Path) -> dict[str, Any]:
