@@ -50,7 +50,7 @@ class Connection:
             data = p.encode(too_large(frame, len(data), limit))
         if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
             log.warning("client %s stopped reading; closing its connection", self.label())
-            self.close()
+            self.abort()
             return
         self.writer.write(data)
 
@@ -61,6 +61,16 @@ class Connection:
         if not self.closed:
             self.closed = True
             self.writer.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping what the peer has not read.
+
+        close() waits for the buffer to flush, so a peer that never reads would
+        keep the connection, its sessions and the buffer alive for good.
+        """
+        if not self.closed:
+            self.closed = True
+            self.writer.transport.abort()
 
     def label(self) -> str:
         return f"#{self.id} {self.client or '?'} pid={self.pid}"

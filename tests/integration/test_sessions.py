@@ -83,3 +83,36 @@ def test_status_counts_sessions(client, workspace: Path):
     assert client.status().sessions == 0
     client.open_session(workspace)
     assert client.status().sessions == 1
+
+
+def test_a_client_that_stops_reading_is_cut_off_and_its_sessions_closed(daemon, workspace: Path):
+    """Past the write-buffer bound the connection goes at once: its sessions close, its buffer is freed."""
+    import socket
+
+    import msgspec
+
+    (workspace / "big.txt").write_text("a" * (1 << 20))
+
+    def frame(**fields: object) -> bytes:
+        return msgspec.json.encode(fields) + b"\n"
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as slow, daemon.client() as c:
+        slow.connect(str(daemon.socket))
+        slow.sendall(frame(type="hello", id=1, protocol=1, client={"name": "slow"}))
+        slow.sendall(frame(type="session.open", id=2, workspace=str(workspace)))
+        deadline = time.monotonic() + 5
+        while not c.request(p.SessionsList).sessions and time.monotonic() < deadline:
+            time.sleep(0.02)
+        sid = c.request(p.SessionsList).sessions[0].session
+        # 100 results of 1 MiB that this client never reads: more than the 64 MiB bound
+        slow.sendall(b"".join(frame(type="call", id=10 + i, session=sid, tool="read",
+                                    arguments={"path": "big.txt", "limit": 1 << 20}) for i in range(100)))
+        deadline = time.monotonic() + 20
+        while "stopped reading" not in daemon.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "stopped reading" in daemon.log()
+        deadline = time.monotonic() + 5
+        while c.status().sessions and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert c.status().sessions == 0, "the cut-off connection still holds its session"
+    assert "Traceback" not in daemon.log()
