@@ -79,6 +79,7 @@ class AuditLog:
         self.keep = keep
         self._lock = threading.Lock()  # tools may record from worker threads
         self._warned: set[str] = set()
+        self._closed = False
         ensure_private_dir(self.path.parent)
         self._fd: int | None = self._open()
 
@@ -103,8 +104,10 @@ class AuditLog:
             os.write(fd, line)
 
     def _writable_fd(self) -> int:
-        if self._fd is None:
+        if self._closed:
             raise ValueError(f"audit log {self.path} is closed")
+        if self._fd is None:  # a rotation failed half-way (OSError): open audit.log again
+            self._fd = self._open()
         return self._fd
 
     def _warn_dropped(self, event: str, dropped: list[str]) -> None:
@@ -136,6 +139,7 @@ class AuditLog:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None

@@ -173,3 +173,16 @@ def test_record_after_close_is_an_error(tmp_path):
     log.close()
     with pytest.raises(ValueError, match="closed"):
         log.record("decision")
+
+
+def test_a_failed_rotation_does_not_close_the_log_for_good(tmp_path):
+    """The file deleted under a running daemon: the rotation fails once, later records go to a new file."""
+    path = tmp_path / "audit.log"
+    with AuditLog(path, max_bytes=300, keep=2) as log:
+        log.record("completion", call_id="c0", reason="x" * 200)
+        path.unlink()  # e.g. an operator cleaning up the state directory
+        with pytest.raises(OSError):
+            log.record("completion", call_id="c1", reason="y" * 200)  # rotation: nothing to rename
+        log.record("completion", call_id="c2")
+    assert [r["call_id"] for r in lines(path)] == ["c2"]
+    assert mode(path) == 0o600

@@ -301,3 +301,16 @@ def test_tools_list_hides_system_use_unless_asked(rig):
     assert plain["probe_bg"].flags["background"] is True
     assert plain["probe_slow"].flags["timeout_seconds"] == 0.3
     assert plain["probe_free"].flags["always_allow"] is True
+
+
+def test_calls_still_complete_after_the_audit_log_failed_to_rotate(rig, workspace):
+    r = rig("[audit]\nmax_bytes = 1024\n")
+    c = r.inproc.client(name="pytest", timeout=10)
+    r.opened.append(c)
+    session = c.open_session(workspace)
+    assert c.call(session, "probe_echo", {"text": "first"}).ok
+    (r.inproc.home / "state" / "audit.log").unlink()  # the next rotation has nothing to rename
+    for i in range(12):  # well past max_bytes: one rotation fails, the others must not
+        done = c.call(session, "probe_echo", {"text": f"t{i}"})
+        assert done.ok and done.result == {"text": f"t{i}"}
+    assert completions(settled_events(c)) == collections.Counter()
