@@ -105,6 +105,10 @@ class Bridge:
             return
         msg_id, method = message.get("id"), message["method"]
         params = message.get("params") or {}
+        if not isinstance(params, dict):  # MCP's params are objects; a host waits for its answer
+            if msg_id is not None:
+                self._error(msg_id, INVALID_PARAMS, "`params` must be an object")
+            return
         if msg_id is None:
             await self._notification(method, params)
             return
@@ -114,6 +118,9 @@ class Bridge:
             self._error(msg_id, exc.code, exc.message)
         except errors.ScvError as exc:
             self._error(msg_id, INTERNAL, f"{exc.code}: {exc.message}")
+        except Exception as exc:  # a bug here must still answer: the host waits on this id
+            print(f"scvctl mcp: {method} failed: {exc!r}", file=sys.stderr)
+            self._error(msg_id, INTERNAL, f"internal error in scvctl mcp: {type(exc).__name__}")
         else:
             self.out.write({"jsonrpc": "2.0", "id": msg_id, "result": result})
 

@@ -134,6 +134,18 @@ def test_bad_messages_get_json_rpc_errors_and_the_server_goes_on(host):
     assert host.rpc("ping")["result"] == {}
 
 
+def test_params_that_are_not_an_object_get_an_error_answer(host):
+    """Every request gets its answer: a host waiting on one that never comes hangs."""
+    for method in ("tools/call", "initialize"):
+        host.send({"jsonrpc": "2.0", "id": f"bad-{method}", "method": method, "params": ["x"]})
+        ping = host.request("ping")  # answered at once; the bad request's answer must come first
+        answer = host.read()
+        assert answer["id"] == f"bad-{method}" and answer["error"]["code"] == -32602, answer
+        assert host.read()["id"] == ping
+    host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": ["x"]})
+    assert host.rpc("ping")["result"] == {}
+
+
 def test_not_running_daemon_exits_3(tmp_path, workspace):
     out = subprocess.run([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
                          env=base_env(tmp_path / "none"), capture_output=True, text=True, timeout=20,
