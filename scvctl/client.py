@@ -106,6 +106,11 @@ class ClientCore:
             else:
                 self.orphan_errors.append(frame)  # type: ignore[arg-type]
 
+    def welcomed(self, welcome: p.Welcome) -> p.Welcome:
+        """Read frames up to the size the server announced (its server_frame_bytes may be raised)."""
+        self._reader.limit = max(self._reader.limit, welcome.limits.server_frame_bytes)
+        return welcome
+
     def take_answer(self, request_id: Any) -> p.Frame | None:
         """The answer to `request_id` if it came; raises its error."""
         if self.orphan_errors:
@@ -136,7 +141,7 @@ class Client:
             sock.close()
             raise not_running(path, exc) from None
         client = cls(sock)
-        client.welcome = client.request(client.core.hello(name, approver))  # type: ignore[assignment]
+        client.welcome = client.core.welcomed(client.request(client.core.hello(name, approver)))
         return client
 
     def __enter__(self) -> Client:
@@ -236,7 +241,7 @@ class AsyncClient:
         except OSError as exc:
             raise not_running(path, exc) from None
         client = cls(reader, writer)
-        client.welcome = await client.request(client.core.hello(name, approver))
+        client.welcome = client.core.welcomed(await client.request(client.core.hello(name, approver)))
         return client
 
     async def close(self) -> None:
