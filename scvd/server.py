@@ -165,6 +165,7 @@ class Daemon:
     async def reload(self) -> None:
         """SIGHUP: read the config again; new sessions use it, open ones keep theirs."""
         self.notifier.reloading()
+        reloaded = False
         try:
             loaded = load(Path(self.loaded.path))
             registry = build_registry(loaded.config, self.paths, self.extra_tools)
@@ -176,8 +177,10 @@ class Daemon:
             self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
             await self._probe_sandbox()
             log.info("configuration reloaded from %s", loaded.path)
+            reloaded = True
         self.notifier.ready()
-        self._update_status(force=True)
+        if reloaded:  # after a failure, `reload failed: ...` stays the status line until the next change
+            self._update_status(force=True)
 
     async def _watchdog(self) -> None:
         interval = self.notifier.watchdog_interval()

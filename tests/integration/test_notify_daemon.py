@@ -72,6 +72,9 @@ def test_broken_config_on_reload_keeps_the_old_one(make_daemon, listener):
     assert others == ["RELOADING", "READY"]
     failed = [m for m in seen if m.startswith("STATUS=reload failed")]
     assert failed and "approvals.policy" in failed[0]
+    time.sleep(0.2)  # the failure stays the status line: nothing overwrites it after READY=1
+    later = [listener.recv() for _ in iter(listener.pending, False)]
+    assert not [m for m in later if m.startswith("STATUS=")], later
     with d.client() as c:
         assert c.status().policy == "always"
     assert d.stop() == 0
