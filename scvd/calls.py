@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
+
 from . import errors
 from .approvals import ApprovalGate, Decider, Verdict, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
@@ -71,7 +73,7 @@ async def run_call(hub: Hub, job: CallJob) -> None:
         ticket = await job.session.lane.enter(
             concurrent=tool.flags.concurrent, background=tool.flags.background
         )
-        result = await _plan_gate_run(hub, job)
+        result = _plain(tool, await _plan_gate_run(hub, job))
         outcome = (True, result, None)
     except asyncio.CancelledError:
         outcome = (False, None, errors.Cancelled(f"call {job.call_id} was cancelled"))
@@ -84,6 +86,15 @@ async def run_call(hub: Hub, job: CallJob) -> None:
         if ticket is not None:
             await job.session.lane.leave(ticket)
     _complete(hub, job, outcome, time.monotonic() - started)
+
+
+def _plain(tool: Tool, result: Any) -> Any:
+    """The result as JSON-ready data, so that encoding call.completed cannot fail after the fact."""
+    try:
+        return msgspec.to_builtins(result)
+    except (TypeError, ValueError) as exc:  # a tool bug: fail the call rather than never answer it
+        log.error("tool %s returned a result that cannot be encoded: %s", tool.name, exc)
+        raise errors.Failed(f"{tool.name} returned a result that cannot be encoded ({type(exc).__name__})") from None
 
 
 async def _plan_gate_run(hub: Hub, job: CallJob) -> Any:

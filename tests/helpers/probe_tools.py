@@ -251,8 +251,20 @@ class ProbeCrash(_ProbeTool):
         raise ValueError("probe bug")
 
 
+class ProbeBadResult(_ProbeTool):
+    name = "probe_bad_result"
+    description = ("Return a result that cannot be encoded as JSON.\n"
+                   "Use for checking a bad result still completes the call; probe_crash for raising.\n"
+                   "Precondition: none.")
+    Arguments = FreeArgs
+    risk = ToolRisk.READ_ONLY
+
+    async def run(self, args: FreeArgs, plan: Plan, ctx: CallContext) -> Any:
+        return {"handle": object()}  # a tool bug: not msgspec-encodable
+
+
 ALL = (ProbeEcho, ProbeFree, ProbeTouch, ProbeSleep, ProbeWait, ProbeBackground, ProbeSlow,
-       ProbeSystem, ProbeCrash)
+       ProbeSystem, ProbeCrash, ProbeBadResult)
 
 
 def probe_tools(probe: Probe) -> list[Tool]:

@@ -81,6 +81,17 @@ def test_a_crashing_tool_fails_its_call_and_the_daemon_goes_on(rig, workspace):
     assert owner.call(session, "probe_echo", {"text": "still here"}).ok
 
 
+def test_a_result_that_cannot_be_encoded_still_completes_the_call_once(rig, workspace):
+    rg = rig()
+    owner = rg.inproc.client(name="pytest", timeout=10)
+    rg.opened.append(owner)
+    session = owner.open_session(workspace)
+    done = owner.call(session, "probe_bad_result", {})
+    assert not done.ok and done.error.kind == "failed" and "probe_bad_result" in done.error.message
+    assert completions(settled_events(owner)) == collections.Counter()
+    assert owner.call(session, "probe_echo", {"text": "still here"}).ok
+
+
 def test_call_errors_on_the_request_itself(rig, workspace):
     rg = rig()
     owner = rg.client()
