@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapters_support import Harness, harness, fake_bin  # noqa: F401 - fixtures
-from scvd.errors import InvalidArguments, Unavailable
+from scvd.errors import InvalidArguments, Timeout, Unavailable
 
 WEIRD_PROMPT = "fix it; $(touch /tmp/pwned) `id` 'q' \"dq\" \\ *\n--model evil\n-p"
 
@@ -105,9 +105,12 @@ def test_timeout_ceiling_refused_before_approval(harness: Harness) -> None:
 def test_deadline_kills_the_agent(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_AGENT_MODE", "sleep")
     started = time.monotonic()
-    result = harness.call("pi", prompt="go", timeout_seconds=1)
-    assert result["timed_out"] is True and result["signal"] == "SIGKILL"
+    with pytest.raises(Timeout) as info:  # as bash reports a deadline (seed 000)
+        harness.call("pi", prompt="go", timeout_seconds=1)
     assert time.monotonic() - started < 10
+    assert info.value.kind == "timeout"
+    assert "agent_pi: the command ran past its timeout of 1 s" in info.value.message
+    assert "timeout_seconds (at most 1800)" in info.value.hint
 
 
 def test_cancel_terminates_and_repairs_home(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ import msgspec
 from .. import process
 from ..errors import InvalidArguments
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
+from ..tools.runs import result_dict, timeout_error
 from . import spec as specs
 from .argv import EFFORTS, MODEL_PATTERN, PROMPT_PATTERN, bounded, build_argv
 from .env import build_env
@@ -149,23 +150,16 @@ class AgentTool(Tool):
         finally:
             # the CLIs create 0755 folders; a home grows with sessions, so walk it off the loop
             await asyncio.to_thread(repair_home, self.paths, self.adapter.name)
-        return self._result(result, cwd)
+        return self._result(result, cwd, plan.timeout, ctx)
 
-    def _result(self, result: Any, cwd: Path) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "agent": self.adapter.name,
-            "cwd": str(cwd),
-            "exit_code": result.exit_code,
-            "signal": result.signal,
-            "timed_out": result.timed_out,
-            "output": result.output,
-            "truncated": result.truncated,
-            "bytes_seen": result.bytes_seen,
-            "bytes_kept": result.bytes_kept,
-            "duration_s": round(result.duration_s, 3),
-        }
-        failed = result.exit_code != 0
+    def _result(self, result: Any, cwd: Path, timeout: float, ctx: CallContext) -> dict[str, Any]:
+        failed = result.timed_out or result.exit_code != 0
         hint = failure_hint(self.adapter, result.output, failed)
+        if result.timed_out:  # like bash: a deadline is a `timeout` error carrying the output's end
+            ceiling = float(ctx.config.tools.max_timeout_seconds)
+            raise timeout_error(self.name, result, timeout, ceiling, hint=hint)
+        out: dict[str, Any] = {"agent": self.adapter.name, "cwd": str(cwd), **result_dict(result)}
+        out["duration_s"] = round(result.duration_s, 3)
         if hint:
             out["hint"] = hint
         return out

@@ -12,13 +12,13 @@ from typing import Annotated, Any, Mapping
 
 import msgspec
 
-from ..errors import Failed, InvalidArguments, Timeout
-from ..process import RunResult, child_env, run_process
+from ..errors import Failed, InvalidArguments
+from ..process import child_env, run_process
 from .contract import CallContext, Plan, Tool, ToolRisk
+from .runs import result_dict, timeout_error
 
 SHELL = "/bin/bash"
 SUMMARY_COMMAND_CHARS = 2000  # of the command shown to the approver
-TIMEOUT_OUTPUT_BYTES = 4096  # of the partial output carried by a timeout error
 
 DESCRIPTION = (
     "Run a command with /bin/bash -lc in the workspace; returns exit status and output.\n"
@@ -66,26 +66,6 @@ def summarize(command: str, timeout: float, *, sandboxed: bool, network: bool) -
     if len(shown) > SUMMARY_COMMAND_CHARS:
         shown = shown[:SUMMARY_COMMAND_CHARS] + f" ... ({len(command) - SUMMARY_COMMAND_CHARS} more chars)"
     return f"bash ({where}, timeout {timeout:g} s): {shown}"
-
-
-def result_dict(r: RunResult) -> dict[str, Any]:
-    return {
-        "exit_code": r.exit_code, "signal": r.signal, "output": r.output, "truncated": r.truncated,
-        "bytes_seen": r.bytes_seen, "bytes_kept": r.bytes_kept, "timed_out": r.timed_out,
-        "duration_s": r.duration_s,
-    }
-
-
-def timeout_error(r: RunResult, timeout: float, ceiling: float) -> Timeout:
-    """The deadline passed: say what happened and how to allow more time; carry the output's end."""
-    tail = r.output.encode()[-TIMEOUT_OUTPUT_BYTES:].decode("utf-8", "ignore")
-    note = "" if len(r.output.encode()) <= TIMEOUT_OUTPUT_BYTES else f"last {TIMEOUT_OUTPUT_BYTES} bytes of "
-    message = (
-        f"bash: the command ran past its timeout of {timeout:g} s and its process group was killed "
-        f"(SIGKILL); {r.bytes_seen} bytes of output, {note}output follows:\n{tail}"
-    )
-    hint = f"pass a larger timeout_seconds (at most {ceiling:g}) or run less per call"
-    return Timeout(message, hint=hint)
 
 
 class Bash(Tool):
@@ -147,7 +127,7 @@ class Bash(Tool):
         except OSError as exc:  # nothing started: a missing shell, bwrap or workspace
             raise Failed(f"bash: cannot start {plan.data[0]} in {ctx.workspace}: {exc.strerror or exc}") from exc
         if result.timed_out:
-            raise timeout_error(result, plan.timeout, float(tools.max_timeout_seconds))
+            raise timeout_error("bash", result, plan.timeout, float(tools.max_timeout_seconds))
         return result_dict(result)
 
 

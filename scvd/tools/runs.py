@@ -1,0 +1,36 @@
+"""What a tool that runs a process reports: one result shape, one deadline error (bash and agents alike).
+
+Seed 000: an agent's "output, timeout, cancellation, and process-group behavior
+match bash", so both build their answers here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import Timeout
+from ..process import RunResult
+
+TIMEOUT_OUTPUT_BYTES = 4096  # of the partial output carried by a timeout error
+
+
+def result_dict(r: RunResult) -> dict[str, Any]:
+    """A finished run as a call result: exit status or signal, bounded output, truncation."""
+    return {
+        "exit_code": r.exit_code, "signal": r.signal, "output": r.output, "truncated": r.truncated,
+        "bytes_seen": r.bytes_seen, "bytes_kept": r.bytes_kept, "timed_out": r.timed_out,
+        "duration_s": r.duration_s,
+    }
+
+
+def timeout_error(tool: str, r: RunResult, timeout: float, ceiling: float, *, hint: str | None = None) -> Timeout:
+    """The deadline passed: say what happened and how to allow more time; carry the output's end."""
+    data = r.output.encode()
+    tail = data[-TIMEOUT_OUTPUT_BYTES:].decode("utf-8", "ignore")
+    note = "" if len(data) <= TIMEOUT_OUTPUT_BYTES else f"last {TIMEOUT_OUTPUT_BYTES} bytes of "
+    message = (
+        f"{tool}: the command ran past its timeout of {timeout:g} s and its process group was killed "
+        f"(SIGKILL); {r.bytes_seen} bytes of output, {note}output follows:\n{tail}"
+    )
+    more_time = f"pass a larger timeout_seconds (at most {ceiling:g}) or run less per call"
+    return Timeout(message, hint=hint or more_time)
