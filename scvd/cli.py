@@ -74,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.command == "check-config":
         return check_config(loaded, paths, tools)
-    setup_logging("debug" if getattr(args, "verbose", False) else loaded.config.log_level)
+    level = "debug" if getattr(args, "verbose", False) else loaded.config.log_level
+    setup_logging(level)
     if getattr(args, "daemon", False):
-        return run_detached(paths, loaded, args.pid_file or paths.pid_file)
+        return run_detached(paths, loaded, args.pid_file or paths.pid_file, level)
     return run(paths, loaded)
 
 
@@ -120,7 +121,7 @@ def serve(daemon: Any, inherited: list[Any]) -> None:
         loop.close()
 
 
-def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Path) -> int:
+def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Path, level: str) -> int:
     """Detach with python-daemon (for hosts without systemd), keeping inherited sockets."""
     import daemon
     import daemon.pidfile
@@ -138,7 +139,7 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
         detach_process=True,
     )
     with context:
-        setup_logging(loaded.config.log_level)
+        setup_logging(level)
         from .server import Daemon
 
         try:

@@ -228,6 +228,25 @@ def run_detached(home: Path, log_path: Path) -> int:
                               stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=30).returncode
 
 
+def test_run_daemon_keeps_the_verbose_flag(scv_home, tmp_path):
+    import conftest
+
+    log_path = tmp_path / "daemon.log"
+    with open(log_path, "ab") as log:
+        assert subprocess.run([sys.executable, "-m", "scvd", "run", "--daemon", "-v"],
+                              env=conftest.base_env(scv_home), stdin=subprocess.DEVNULL, stdout=log,
+                              stderr=log, timeout=30).returncode == 0
+    pid_file = scv_home / "state" / "scvd.pid"
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip().isdigit(), what="the pid file")
+    pid = int(pid_file.read_text())
+    try:
+        wait_until(lambda: " ready on " in log_path.read_text(), what="the ready line")
+        assert " DEBUG " in log_path.read_text()  # -v is debug after detaching too
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: pid_gone(pid), what="the detached daemon's exit")
+
+
 def test_run_daemon_refuses_before_detaching_when_running(daemon, tmp_path):
     assert run_detached(daemon.home, tmp_path / "second.log") == 3
     assert f"pid {daemon.proc.pid}" in (tmp_path / "second.log").read_text()
