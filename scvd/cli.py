@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     paths = paths_mod.resolve()
-    config_file = getattr(args, "config", None) or paths.config_file
+    # absolute: --daemon changes to / before a reload reads the file again
+    config_file = (getattr(args, "config", None) or paths.config_file).absolute()
     try:
         loaded = config_mod.load(config_file)
         tools = len(build_registry(loaded.config, paths))  # tools check their own settings too
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     level = "debug" if getattr(args, "verbose", False) else loaded.config.log_level
     setup_logging(level)
     if getattr(args, "daemon", False):
-        return run_detached(paths, loaded, args.pid_file or paths.pid_file, level)
+        return run_detached(paths, loaded, (args.pid_file or paths.pid_file).absolute(), level)
     return run(paths, loaded)
 
 

@@ -247,6 +247,28 @@ def test_run_daemon_keeps_the_verbose_flag(scv_home, tmp_path):
     wait_until(lambda: pid_gone(pid), what="the detached daemon's exit")
 
 
+def test_run_daemon_resolves_relative_paths_before_detaching(scv_home, tmp_path):
+    """--daemon changes to /: a relative --config is still the file SIGHUP re-reads, a relative --pid-file lands here."""
+    import conftest
+
+    config, pid_file, log_path = tmp_path / "cfg.toml", tmp_path / "scvd.pid", tmp_path / "daemon.log"
+    config.write_text('[approvals]\npolicy = "always"\n')
+    with open(log_path, "ab") as log:
+        assert subprocess.run([sys.executable, "-m", "scvd", "run", "--daemon", "--config", "cfg.toml",
+                               "--pid-file", "scvd.pid"], cwd=tmp_path, env=conftest.base_env(scv_home),
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=30).returncode == 0
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip().isdigit(), what="the pid file")
+    pid = int(pid_file.read_text())
+    try:
+        wait_until(lambda: " ready on " in log_path.read_text(), what="the ready line")
+        os.kill(pid, signal.SIGHUP)
+        wait_until(lambda: "configuration reloaded from" in log_path.read_text(), what="the reload")
+        assert f"configuration reloaded from {config}\n" in log_path.read_text()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: pid_gone(pid), what="the detached daemon's exit")
+
+
 def test_run_daemon_refuses_before_detaching_when_running(daemon, tmp_path):
     assert run_detached(daemon.home, tmp_path / "second.log") == 3
     assert f"pid {daemon.proc.pid}" in (tmp_path / "second.log").read_text()
