@@ -128,7 +128,7 @@ async def _gate(hub: Hub, job: CallJob, plan: Plan) -> None:
         cfg.policy,
         plan,
         always_allow=tool.flags.always_allow,
-        granted=session.granted(tool.name, risk),
+        granted=session.granted(tool.name, risk, plan.sandboxed),
         sandbox_active=bool(hub.sandbox and hub.sandbox.active),
     )
     _audit(hub, "proposal", job, risk=risk, policy=cfg.policy, decision=verdict.value)
@@ -158,7 +158,7 @@ async def _gate(hub: Hub, job: CallJob, plan: Plan) -> None:
     if not approved:
         raise errors.Denied(_denial(approval))
     if approval.scope == "session":
-        session.grant(tool.name, risk)
+        session.grant(tool.name, risk, plan.sandboxed)
 
 
 def _denial(approval: Any) -> str:

@@ -89,17 +89,20 @@ class Session:
     registry: Any  # the tool registry built from that config
     opened_at: float = field(default_factory=time.time)
     lane: Lane = field(default_factory=Lane)
-    grants: set[tuple[str, str]] = field(default_factory=set)  # (tool, risk) granted for the session
+    # (tool, risk, sandboxed) granted for the session: a grant made for a sandboxed call does not
+    # cover the same tool unsandboxed (a reload may turn the sandbox off under an open session)
+    grants: set[tuple[str, str, bool]] = field(default_factory=set)
     calls: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     call_count: int = 0
     services: dict[str, Any] = field(default_factory=dict)
     closed: bool = False
 
-    def grant(self, tool: str, risk: str) -> None:
-        self.grants.add((tool, risk))
+    def grant(self, tool: str, risk: str, sandboxed: bool = False) -> None:
+        self.grants.add((tool, risk, sandboxed))
 
-    def granted(self, tool: str, risk: str) -> bool:
-        return (tool, risk) in self.grants
+    def granted(self, tool: str, risk: str, sandboxed: bool = False) -> bool:
+        """Whether a grant covers the call: one made unsandboxed covers it sandboxed too, not the reverse."""
+        return (tool, risk, False) in self.grants or (sandboxed and (tool, risk, True) in self.grants)
 
     def close(self) -> list[asyncio.Task[Any]]:
         """Cancel the session's calls and release the workspace fd; return the cancelled tasks."""

@@ -87,3 +87,32 @@ def test_status_and_check_config_show_the_probe_verdict(make_daemon, scv_home: P
     assert cc.returncode == 0, cc.stderr
     assert f"# sandbox: {line.removeprefix('sandbox: ')}" in cc.stdout
     d.stop()
+
+
+def test_a_session_grant_for_sandboxed_bash_does_not_cover_it_unsandboxed_after_a_reload(
+        make_daemon, workspace: Path, tmp_path):
+    """The person granted bash sandboxed; a reload that turns the sandbox off must ask again."""
+    import signal
+    import time
+
+    d = make_daemon('[sandbox]\nmode = "bwrap"\n')
+    outside = tmp_path / "outside.txt"
+    with d.client() as c, d.client(name="owner") as owner:
+        sid = c.open_session(workspace)
+        first = c.start_call(sid, "bash", {"command": "true"})
+        pending = wait_pending(owner)[0]
+        assert pending.sandboxed is True
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve", scope="session")
+        assert c.wait_call(first).ok
+        assert c.call(sid, "bash", {"command": "true"}).ok  # the grant covers the next sandboxed call
+        (d.home / "config.toml").write_text("")  # sandbox.mode back to off
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 15
+        while not c.status().sandbox.startswith("off") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        call_id = c.start_call(sid, "bash", {"command": f"echo escaped > {outside}"})
+        pending = wait_pending(owner, timeout=5)[0]
+        assert pending.call_id == call_id and pending.sandboxed is False
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
+        assert c.wait_call(call_id).error.kind == "denied"
+    assert not outside.exists()
