@@ -12,7 +12,7 @@ from scvd import paths as paths_mod
 from scvd.adapters import spec
 from scvd.adapters.env import build_env, is_removed
 from scvd.adapters.homes import ensure_home, repair_home
-from scvd.errors import InternalError
+from scvd.errors import Failed
 
 PLANTED = {
     "OPENAI_API_KEY": "sk-planted",
@@ -110,5 +110,5 @@ def test_symlinked_home_refused(paths: paths_mod.Paths, tmp_path: Path) -> None:
     paths.adapters_dir.mkdir(parents=True)
     (tmp_path / "elsewhere").mkdir()
     (paths.adapters_dir / "pi").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(InternalError, match="must be a directory"):
+    with pytest.raises(Failed, match="pi home .* must be a directory owned by scvd, not a link"):
         ensure_home(paths, "pi")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths as scv_paths
-from ..errors import InternalError
+from ..errors import Failed
 from .env import home_layout
 
 log = logging.getLogger("scvd.adapters")
@@ -27,8 +27,9 @@ def ensure_home(paths: Any, name: str) -> Path:
     home = home_dir(paths, name)
     scv_paths.ensure_private_dir(Path(paths.adapters_dir))
     if home.is_symlink() or (home.exists() and not home.is_dir()):
-        raise InternalError(
-            f"{home} must be a directory owned by scvd; move it away and retry"
+        raise Failed(
+            f"the {name} home {home} must be a directory owned by scvd, not a link or a file; "
+            "move it away and retry"
         )
     notes = []
     # parents first: mkdir(parents=True) would create `.local` with the umask's mode

@@ -203,6 +203,20 @@ def test_watch_json_streams_events(daemon: DaemonProc, workspace: Path):
         stop(watch)
 
 
+def test_watch_json_shows_requests_pending_before_it_started_as_events(daemon: DaemonProc, workspace: Path):
+    with daemon.client(name="agent") as c:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "write", {"path": "k.txt", "content": "1", "mode": "create"})
+        wait_pending(c)
+        watch = popen_scvctl(daemon, "--json", "approvals", "watch")
+        try:
+            event = json.loads(watch.stdout.readline())
+        finally:
+            stop(watch)
+    assert event["type"] == "approval.requested" and event["call_id"] == call_id
+    assert event["tool"] == "write" and event["summary"]
+
+
 def _has_tool(c, name: str) -> bool:
     return any(t.name == name for t in c.request(p.ToolsList).tools)
 
