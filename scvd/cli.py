@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded = config_mod.load(config_file)
         tools = len(build_registry(loaded.config, paths))  # tools check their own settings too
     except errors.ConfigError as exc:
-        where = "" if exc.message.startswith(str(config_file)) else f"{config_file}: "
+        where = "" if str(config_file) in exc.message else f"{config_file}: "
         print(f"scvd: configuration error: {where}{exc.message}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "check-config":

@@ -412,7 +412,12 @@ class Daemon:
         entry = self.calls.get(frame.call_id)
         if entry is None:
             raise errors.CallNotFound(f"no pending or running call {frame.call_id!r}; it may have completed")
-        entry[1].cancel("call.cancel")
+        session, task = entry
+        if session.owner is not conn and self._spawned(conn):
+            raise errors.Forbidden(
+                "a process started by scvd may cancel only its own session's calls; "
+                "cancel from your own terminal instead")
+        task.cancel("call.cancel")
         return p.Ok(id=frame.id)
 
     async def on_approvals_watch(self, conn: Connection, frame: p.ApprovalsWatch) -> p.Frame:
@@ -423,7 +428,7 @@ class Daemon:
         return p.Approvals(id=frame.id, approvals=self.gate.list())
 
     async def on_approval_decide(self, conn: Connection, frame: p.ApprovalDecide) -> p.Frame:
-        if conn.spawned_by_daemon or spawned_by_daemon(conn.pid):
+        if self._spawned(conn):
             log.warning("refused a decision on %s from %s: a process started by scvd",
                         frame.approval_id, conn.label())
             raise errors.Forbidden(
@@ -452,6 +457,10 @@ class Daemon:
         return p.AgentsImported(id=frame.id, agent=frame.agent, **report)
 
     # --- helpers -------------------------------------------------------------------
+
+    def _spawned(self, conn: Connection) -> bool:
+        """A tool's or agent's process (checked at connect and now: the pid may be reused)."""
+        return conn.spawned_by_daemon or spawned_by_daemon(conn.pid)
 
     def _own_session(self, conn: Connection, session_id: str) -> Session:
         session = conn.sessions.get(session_id)

@@ -240,3 +240,9 @@ def test_every_config_key_is_documented_with_its_default():
         want = toml_default(default)
         cell = rows[key]
         assert (f"`{want}`" in cell if want != "unset" else "unset" in cell), (key, want, cell)
+
+
+def test_an_environment_error_names_the_file_once(tmp_path):
+    done = check_config(tmp_path / "home", "", SCVD_TOOLS__MAX_TIMEOUT_SECONDS="ten")
+    assert done.returncode == 2
+    assert done.stderr.count(str(tmp_path / "home" / "config.toml")) == 1, done.stderr

@@ -320,3 +320,33 @@ def _bash_child_tries_to_decide(daemon, owner, workspace):
     decide(owner, target.approval_id, "deny")
     assert owner.wait_call(pending_call).error.kind == "denied"
     wait_idle(owner)
+
+
+CANCEL_SCRIPT = """
+import sys
+from scvctl.client import Client
+from scvd import protocol as p
+c = Client.connect(sys.argv[1], name="agent-child")
+try:
+    c.request(p.CallCancel, call_id=sys.argv[2])
+    print("accepted")
+except Exception as exc:
+    print(getattr(exc, "code", type(exc).__name__), exc)
+"""
+
+
+def test_a_process_run_by_the_bash_tool_may_not_cancel_other_calls(daemon, workspace):
+    with daemon.client(name="owner", approver=True) as owner:
+        victim = owner.start_call(owner.open_session(workspace), "bash", {"command": "true"})
+        target = requested(owner, victim)
+        (workspace / "cancel.py").write_text(CANCEL_SCRIPT)
+        command = f"PYTHONPATH={ROOT} {sys.executable} cancel.py {daemon.socket} {victim}"
+        runner = owner.start_call(owner.open_session(workspace), "bash", {"command": command})
+        decide(owner, requested(owner, runner).approval_id, "approve")
+        done = owner.wait_call(runner)
+        assert done.ok, done.error
+        assert done.result["output"].strip().splitlines()[-1].startswith("forbidden"), done.result
+        assert "may cancel only its own session's calls" in done.result["output"]
+        assert [a.approval_id for a in owner.request(p.ApprovalsList).approvals] == [target.approval_id]
+        decide(owner, target.approval_id, "deny")
+        assert owner.wait_call(victim).error.kind == "denied"
