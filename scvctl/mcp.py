@@ -146,7 +146,14 @@ class Bridge:
             done = await self.client.wait_call(accepted.call_id)
         finally:
             self.calls.pop(msg_id, None)
+            self._forget(accepted.call_id)
         return call_result(done)
+
+    def _forget(self, call_id: str) -> None:
+        """Drop the call's call.started / call.progress: nothing reads them, and a host's session is long."""
+        events = self.client.core.events
+        for event in [e for e in events if getattr(e, "call_id", None) == call_id]:
+            events.remove(event)
 
     async def _notification(self, method: str, params: dict[str, Any]) -> None:
         if method == "notifications/cancelled":

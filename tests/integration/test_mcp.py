@@ -152,3 +152,34 @@ def test_not_running_daemon_exits_3(tmp_path, workspace):
                          stdin=subprocess.DEVNULL)
     assert out.returncode == 3 and "scvd is not running" in out.stderr
     assert out.stdout == ""
+
+
+def test_the_bridge_keeps_no_events_of_calls_it_has_answered(daemon, workspace):
+    """A host's session lasts for days: call.started / call.progress of answered calls must not pile up."""
+    import asyncio
+
+    from scvctl.client import AsyncClient
+    from scvctl.mcp import Bridge
+
+    (workspace / "a.txt").write_text("hello\n")
+    answers: list[dict] = []
+
+    class Out:
+        def write(self, message: dict) -> None:
+            answers.append(message)
+
+    async def main() -> int:
+        client = await AsyncClient.connect(daemon.socket, name="test-bridge")
+        try:
+            bridge = Bridge(client, await client.open_session(workspace), Out())
+            for i in range(5):
+                await bridge.handle(json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+                    "name": "read", "arguments": {"path": "a.txt"}}}).encode())
+            await client.request(p.Ping)  # anything else the daemon sent has arrived by now
+            return len(client.core.events)
+        finally:
+            await client.close()
+
+    left = asyncio.run(main())
+    assert [a["result"]["isError"] for a in answers] == [False] * 5
+    assert left == 0
