@@ -136,6 +136,9 @@ def open_workspace(workspace: str) -> tuple[Path, int]:
         raise errors.InvalidRequest(f"workspace {workspace!r} is not a directory") from None
     except PermissionError:
         raise errors.InvalidRequest(f"workspace {workspace!r} is not readable by scvd") from None
+    except (OSError, ValueError) as exc:  # a NUL byte, a symlink loop, a name too long: the peer's path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise errors.InvalidRequest(f"workspace {workspace!r} cannot be opened: {reason}") from None
     real = Path(os.path.realpath(path))
     if not stat.S_ISDIR(os.fstat(fd).st_mode):  # pragma: no cover - O_DIRECTORY already ensures it
         os.close(fd)

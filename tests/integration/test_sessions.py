@@ -26,6 +26,15 @@ def test_open_needs_an_absolute_existing_directory(client, workspace: Path, tmp_
     assert client.status().sessions == 0  # the connection still works, nothing opened
 
 
+def test_unopenable_workspaces_are_the_peers_fault_not_internal(daemon, client, tmp_path: Path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for path in (str(tmp_path / "a\x00b"), str(tmp_path / "loop"), "/" + "x" * 5000):
+        with pytest.raises(errors.InvalidRequest):
+            client.request(p.SessionOpen, workspace=path)
+    assert client.status().sessions == 0
+    assert "Traceback" not in daemon.log()
+
+
 def test_a_symlinked_workspace_is_held_by_its_real_path(client, workspace: Path, tmp_path: Path):
     link = tmp_path / "link"
     link.symlink_to(workspace)
