@@ -455,11 +455,17 @@ class WriteTool(Tool):
 def write_summary(path: str, mode: str, content: str, data: bytes) -> str:
     """What the approver sees: mode, path, size and the first lines, bounded and made safe for a terminal."""
     lines = content.splitlines()
-    head = [f"  | {_printable(line[:SUMMARY_LINE_CHARS])}" for line in lines[:SUMMARY_LINES]]
+    head = [f"  | {_shown_line(line)}" for line in lines[:SUMMARY_LINES]]
     more = len(lines) - SUMMARY_LINES
     if more > 0:
         head.append(f"  | ... {more} more lines")
     return "\n".join([f"write ({mode}) {show(path)}: {len(data)} bytes, {len(lines)} lines", *head])
+
+
+def _shown_line(line: str) -> str:
+    """One line, cut to SUMMARY_LINE_CHARS with a note when cut: a hidden tail must not pass for the end."""
+    cut = len(line) - SUMMARY_LINE_CHARS
+    return _printable(line[:SUMMARY_LINE_CHARS]) + (f" ... ({cut} more chars)" if cut > 0 else "")
 
 
 def _printable(text: str) -> str:
