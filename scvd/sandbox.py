@@ -165,6 +165,19 @@ def hidden_paths(paths: Paths, env: Mapping[str, str]) -> list[Path]:
     return found
 
 
+# Unix sockets that lead out of a sandbox live here: tmux, screen, X11 and ssh-agent in
+# /tmp; docker, the D-Bus system bus and systemd in /run. --unshare-net does not cover
+# sockets reached by path, so an offline call (the kind the sandbox-aware policy may run
+# unasked) gets empty ones. Online calls keep them: resolv.conf often points into /run,
+# and agent CLIs may be installed under /tmp; they are always asked first.
+PRIVATE_OFFLINE = (Path("/tmp"), Path("/var/tmp"), Path("/run"))
+
+
+def private_dirs(network: bool) -> list[Path]:
+    """Host directories a sandboxed call sees empty (its own tmpfs instead)."""
+    return [] if network else list(PRIVATE_OFFLINE)
+
+
 def masked_files(paths: Paths) -> list[Path]:
     """A socket moved out of scvd's runtime dir (SCV_SOCKET) is masked by itself,
     rather than hiding whatever directory it sits in (/tmp, a home)."""
@@ -348,7 +361,7 @@ class Sandbox:
             inner,
             bwrap=self.probe.bwrap,
             workspace=real(workspace),
-            hide=_existing(self._hide),
+            hide=_existing([*self._hide, *private_dirs(network)]),
             network=network,
             rw_binds=[real(p) for p in rw_binds],
             proc=self.probe.proc,

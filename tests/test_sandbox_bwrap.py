@@ -59,11 +59,11 @@ def test_the_workspace_is_writable_and_the_rest_is_not(box, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     r = box.run(f"echo in > inside.txt && echo out > {outside}/escaped.txt")
-    assert r.returncode != 0
-    assert "Read-only file system" in r.stderr
+    assert r.returncode != 0  # outside is under the private /tmp: not even there
     assert (box.ws / "inside.txt").read_text() == "in\n"
     assert not (outside / "escaped.txt").exists()
-    assert box.run("touch /etc/scvd-probe-file").returncode != 0
+    r = box.run("touch /etc/scvd-probe-file")
+    assert r.returncode != 0 and "Read-only file system" in r.stderr
     assert not Path("/etc/scvd-probe-file").exists()
 
 
@@ -111,8 +111,8 @@ def test_scvd_socket_state_and_runtime_dirs_are_hidden(box):
 
 
 def test_a_socket_moved_by_scv_socket_is_masked_but_its_directory_stays(tmp_path):
-    shared = tmp_path / "shared"
-    shared.mkdir()
+    shared = tmp_path / "ws" / "shared"  # inside the workspace: /tmp as a whole is private
+    shared.mkdir(parents=True)
     (shared / "neighbour.txt").write_text("still here\n")
     box = Box(tmp_path, SCV_SOCKET=str(shared / "scvd.sock"))
     with socket.socket(socket.AF_UNIX) as listener:
@@ -124,6 +124,45 @@ def test_a_socket_moved_by_scv_socket_is_masked_but_its_directory_stays(tmp_path
         )
     assert r.stdout == "still here\n"
     assert "ConnectionRefusedError" in r.stderr
+
+
+def _listen(path: Path) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    s.listen(1)
+    return s
+
+
+CONNECT = "python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1]); print(\"REACHED\")' {}"
+
+
+def test_unix_sockets_in_tmp_do_not_lead_out_of_an_offline_sandbox(box, tmp_path):
+    """A tmux, X11 or ssh-agent socket in /tmp would run commands outside: /tmp is private."""
+    tmux_dir = tmp_path / "tmux-0"  # beside the workspace, as /tmp/tmux-UID would be
+    tmux_dir.mkdir()
+    marker = f"scvd-private-{uuid.uuid4().hex[:8]}"
+    with _listen(tmux_dir / "default"):
+        r = box.run(CONNECT.format(tmux_dir / "default") + f"; touch /tmp/{marker} && echo tmp-writable")
+        with socket.socket(socket.AF_UNIX) as c:
+            c.connect(str(tmux_dir / "default"))  # the socket works from outside
+    assert "REACHED" not in r.stdout and "FileNotFoundError" in r.stderr
+    assert "tmp-writable" in r.stdout  # a private, writable /tmp
+    assert not Path("/tmp", marker).exists()
+
+
+def test_run_is_private_for_offline_calls_only(box):
+    """/run holds docker's and the system bus's sockets; online calls keep it (DNS) and are asked."""
+    run_dir = Path("/run") / f"scvd-test-{uuid.uuid4().hex[:8]}"
+    run_dir.mkdir()
+    try:
+        with _listen(run_dir / "docker.sock"):
+            offline = box.run(CONNECT.format(run_dir / "docker.sock"))
+            online = box.run(CONNECT.format(run_dir / "docker.sock"), network=True)
+    finally:
+        (run_dir / "docker.sock").unlink(missing_ok=True)
+        run_dir.rmdir()
+    assert "REACHED" not in offline.stdout and "FileNotFoundError" in offline.stderr
+    assert "REACHED" in online.stdout, online.stderr
 
 
 def test_an_agent_home_inside_the_hidden_home_stays_writable(box):

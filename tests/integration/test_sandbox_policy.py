@@ -25,12 +25,14 @@ def test_offline_sandboxed_bash_runs_unasked_and_stays_in_the_workspace(make_dae
         assert status.policy == "sandbox-aware" and status.policy_note == ""
         assert status.sandbox.startswith("active: bwrap works")
         sid = c.open_session(workspace)
-        done = c.call(sid, "bash", {"command": f"echo in > inside.txt; echo out > {outside} || echo refused"})
+        done = c.call(sid, "bash", {"command": f"echo in > inside.txt; echo out > {outside}; "
+                                               "echo out > /etc/scvd-policy-probe || echo refused"})
         assert done.ok, done.error
         assert c.request(p.ApprovalsList).approvals == []
     assert "refused" in done.result["output"]
     assert (workspace / "inside.txt").read_text() == "in\n"
-    assert not outside.exists()
+    assert not outside.exists()  # it landed in the call's private /tmp, gone with it
+    assert not Path("/etc/scvd-policy-probe").exists()
 
 
 def test_with_network_the_sandboxed_call_still_asks_and_says_it_is_sandboxed(make_daemon, workspace: Path):
@@ -115,4 +117,5 @@ def test_a_session_grant_for_sandboxed_bash_does_not_cover_it_unsandboxed_after_
         assert pending.call_id == call_id and pending.sandboxed is False
         owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
         assert c.wait_call(call_id).error.kind == "denied"
-    assert not outside.exists()
+    assert not outside.exists()  # it landed in the call's private /tmp, gone with it
+    assert not Path("/etc/scvd-policy-probe").exists()
