@@ -84,7 +84,7 @@ async def run_call(hub: Hub, job: CallJob) -> None:
         outcome = (False, None, errors.Failed(f"{tool.name} failed unexpectedly: {type(exc).__name__}"))
     finally:
         if ticket is not None:
-            await job.session.lane.leave(ticket)
+            job.session.lane.leave(ticket)
     _complete(hub, job, outcome, time.monotonic() - started)
 
 

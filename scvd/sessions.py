@@ -30,36 +30,44 @@ class Ticket:
 
     concurrent: bool
     background: bool
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
     started: bool = False
 
 
 class Lane:
-    """Orders a session's calls: serial, with runs of concurrent calls together."""
+    """Orders a session's calls: serial, with runs of concurrent calls together.
+
+    Leaving is synchronous on purpose: it runs in `finally` blocks of cancelled
+    calls, where another await could be cancelled again and lose the wake-up.
+    """
 
     def __init__(self) -> None:
         self._tickets: list[Ticket] = []
-        self._changed = asyncio.Condition()
 
     async def enter(self, *, concurrent: bool, background: bool = False) -> Ticket:
         """Wait for this call's turn; the caller must `leave()` the ticket in a finally."""
         ticket = Ticket(concurrent=concurrent, background=background)
         self._tickets.append(ticket)
+        self._wake()
         try:
-            async with self._changed:
-                await self._changed.wait_for(lambda: self._may_start(ticket))
+            await ticket.ready.wait()
         except BaseException:
-            await self.leave(ticket)
+            self.leave(ticket)
             raise
         ticket.started = True
         if background:
-            await self.leave(ticket)  # a background call does not hold the lane
+            self.leave(ticket)  # a background call does not hold the lane
         return ticket
 
-    async def leave(self, ticket: Ticket) -> None:
+    def leave(self, ticket: Ticket) -> None:
         if ticket in self._tickets:
             self._tickets.remove(ticket)
-            async with self._changed:
-                self._changed.notify_all()
+            self._wake()
+
+    def _wake(self) -> None:
+        for ticket in self._tickets:
+            if not ticket.ready.is_set() and self._may_start(ticket):
+                ticket.ready.set()
 
     def _may_start(self, ticket: Ticket) -> bool:
         for other in self._tickets:

@@ -32,7 +32,7 @@ class Calls:
             await self.gates[name].wait()
             self.record.append(("end", name))
         finally:
-            await self.lane.leave(ticket)
+            self.lane.leave(ticket)
 
     def running(self) -> set[str]:
         started = {n for kind, n in self.record if kind == "start"}
@@ -199,10 +199,38 @@ def test_leave_twice_is_harmless():
     async def main():
         lane = Lane()
         ticket = await lane.enter(concurrent=False)
-        await lane.leave(ticket)
-        await lane.leave(ticket)
+        lane.leave(ticket)
+        lane.leave(ticket)
         assert lane.depth == 0
         again = await lane.enter(concurrent=False)
         assert again.started
+
+    run(main())
+
+
+def test_a_call_cancelled_twice_while_leaving_still_wakes_the_next():
+    async def main():
+        lane = Lane()
+
+        async def holder():
+            ticket = await lane.enter(concurrent=False)
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                try:
+                    await asyncio.sleep(0.01)  # cleanup that awaits, as a tool's may
+                finally:
+                    lane.leave(ticket)
+
+        first = asyncio.ensure_future(holder())
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(lane.enter(concurrent=False))
+        await asyncio.sleep(0)
+        first.cancel()
+        await asyncio.sleep(0)
+        first.cancel()  # a second call.cancel lands during the cleanup
+        ticket = await asyncio.wait_for(second, 5)
+        assert ticket.started
+        assert first.cancelled()
 
     run(main())
