@@ -442,8 +442,10 @@ class Daemon:
         from .adapters import service
 
         try:
-            spec = service.launch_spec(frame.agent, frame.action, list(frame.extra_args),
-                                       config=self.config, paths=self.paths, env=os.environ)
+            # it creates and repairs the agent's home: a tree walk, kept off the loop
+            spec = await asyncio.to_thread(
+                service.launch_spec, frame.agent, frame.action, list(frame.extra_args),
+                config=self.config, paths=self.paths, env=os.environ)
         except errors.Unavailable as exc:
             return p.AgentsLaunch(id=frame.id, agent=frame.agent, action=frame.action,
                                   unsupported=exc.message)

@@ -137,7 +137,7 @@ class AgentTool(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         cwd = resolve_cwd(ctx.workspace, args.cwd)  # resolved now, when the call runs
-        home = ensure_home(self.paths, self.adapter.name)
+        home = await asyncio.to_thread(ensure_home, self.paths, self.adapter.name)
         argv = plan.data["argv"]
         if plan.sandboxed:
             argv = ctx.sandbox.wrap(argv, workspace=Path(ctx.workspace), network=True,
