@@ -322,3 +322,17 @@ def test_tools_list_follows_the_configured_ceiling(make_daemon, workspace):
         tools = {t.name: t for t in c.request(ToolsList).tools}
     timeout = tools["bash"].input_schema["properties"]["timeout_seconds"]
     assert (timeout["maximum"], timeout["default"]) == (90, 30)
+
+
+@pytest.mark.parametrize("command, message", [
+    ("echo a\0b", "contains a NUL byte"),
+    ("echo " + "x" * (128 * 1024), "write a script into the workspace"),
+])
+def test_commands_the_kernel_would_refuse_are_refused_before_approval(ws, command, message):
+    tool = Bash(Config())
+    ctx = make_ctx(ws, Config(), None)
+    try:
+        with pytest.raises(errors.InvalidArguments, match=message):
+            tool.plan(tool.decode({"command": command}), ctx)  # plan() runs before approval
+    finally:
+        os.close(ctx.workspace_fd)

@@ -68,6 +68,20 @@ def summarize(command: str, timeout: float, *, sandboxed: bool, network: bool) -
     return f"bash ({where}, timeout {timeout:g} s): {shown}"
 
 
+MAX_ARG_BYTES = 128 * 1024 - 1  # Linux MAX_ARG_STRLEN: one argv string, NUL included
+
+
+def check_command(command: str) -> None:
+    """Refuse before approval what the kernel would refuse after it."""
+    if "\0" in command:
+        raise InvalidArguments("bash: the command contains a NUL byte, which no argument can carry; remove it")
+    size = len(command.encode())
+    if size > MAX_ARG_BYTES:
+        raise InvalidArguments(
+            f"bash: the command is {size} bytes, above the kernel's {MAX_ARG_BYTES} for one argument; "
+            "write a script into the workspace and run that")
+
+
 class Bash(Tool):
     """`bash`: one shell command per call."""
 
@@ -94,6 +108,7 @@ class Bash(Tool):
         if args.timeout_seconds > ceiling:
             raise InvalidArguments(ceiling_message(args.timeout_seconds, ceiling))
         timeout = float(args.timeout_seconds)
+        check_command(args.command)
         argv = [SHELL, "-lc", args.command]
         sandbox, network = ctx.sandbox, True
         sandboxed = sandbox is not None and sandbox.active
