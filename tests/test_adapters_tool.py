@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-import time
 from pathlib import Path
 
 import pytest
@@ -102,12 +101,11 @@ def test_timeout_ceiling_refused_before_approval(harness: Harness) -> None:
     assert t.plan(t.decode({"prompt": "go", "timeout_seconds": 1800}), harness.ctx()).timeout == 1800
 
 
+@pytest.mark.timeout(30)  # the fake agent sleeps for an hour: only the deadline kill ends it
 def test_deadline_kills_the_agent(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_AGENT_MODE", "sleep")
-    started = time.monotonic()
     with pytest.raises(Timeout) as info:  # as bash reports a deadline (seed 000)
         harness.call("pi", prompt="go", timeout_seconds=1)
-    assert time.monotonic() - started < 10
     assert info.value.kind == "timeout"
     assert "agent_pi: the command ran past its timeout of 1 s" in info.value.message
     assert "timeout_seconds (at most 1800)" in info.value.hint

@@ -151,10 +151,10 @@ def test_a_timeout_error_carries_only_the_end_of_a_long_output(ws):
     assert len(message) < 4096 + 400
 
 
+@pytest.mark.timeout(60)  # held open by the sleep, the call would last 1000 s
 def test_a_background_job_does_not_hold_the_call(ws):
-    started = time.monotonic()
     r = call(ws, {"command": "sleep 1000 & echo $!", "timeout_seconds": 600})
-    assert r["exit_code"] == 0 and time.monotonic() - started < 60  # a hang guard, not a benchmark
+    assert r["exit_code"] == 0 and not r["timed_out"]
     stat = read_stat(int(r["output"]))
     assert stat is None or not stat.alive
 

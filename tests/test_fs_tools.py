@@ -157,6 +157,7 @@ def test_read_binary_file(ws: Workspace) -> None:
     assert ws.call("read", path="b.bin", limit=7)["content"] == "GIF89a\x00"
 
 
+@pytest.mark.timeout(30)  # opening the fifo for reading would block forever
 def test_read_missing_directory_and_fifo(ws: Workspace) -> None:
     with pytest.raises(Failed, match="'nope.txt' does not exist"):
         ws.call("read", path="nope.txt")
@@ -166,10 +167,8 @@ def test_read_missing_directory_and_fifo(ws: Workspace) -> None:
     with pytest.raises(Failed, match="names the workspace itself"):
         ws.call("read", path=".")
     os.mkfifo(ws.root / "pipe")
-    started = time.monotonic()
     with pytest.raises(Failed, match="not a regular file"):
         ws.call("read", path="pipe")  # must not block waiting for a writer
-    assert time.monotonic() - started < 5
 
 
 def test_read_risk_is_read_only_for_ordinary_paths(ws: Workspace) -> None:
