@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .tools import containment
+
 log = logging.getLogger("scvd.skills")
 
 SKILL_FILE = "SKILL.md"
@@ -36,8 +38,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # Agent Skills names
 HEAD_BYTES = 16 * 1024  # the front matter must close within this many bytes
 MAX_DESCRIPTION = 1024  # the Agent Skills limit; longer ones are clipped
 MAX_ENTRIES = 1024  # directory entries looked at per root, and child projects per workspace
-OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+OPEN_ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+OPEN_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY  # open_raw adds O_NOFOLLOW and O_CLOEXEC
 
 
 class SkillError(Exception):
@@ -160,26 +162,29 @@ def within(path: str, root: str) -> bool:
 
 
 def open_skill_file(skill_file: str, root: Root) -> int:
-    """An fd of `skill_file` (canonical) opened component by component beneath `root`.
+    """An fd of `skill_file` (canonical) opened beneath `root` without following a symlink.
 
-    The root must still be the directory found at discovery (same dev/ino), and
-    no component below it may be a symlink (O_NOFOLLOW on each), so a directory
-    swapped for a symlink after discovery cannot redirect the read.
+    The root must still be the directory found at discovery (same dev/ino); below
+    it the file is opened by `containment.open_raw`, the resolver the file tools
+    use, which follows no symlink at any component, so a directory swapped for a
+    symlink after discovery cannot redirect the read.
     """
     parts = Path(os.path.relpath(skill_file, root.path)).parts
     if not parts or parts[0] == "..":
         raise SkillError(f"{skill_file} is not under its root {root.path}")
-    fd = _open(root.path, OPEN_DIR, None, root.path)
     try:
-        st = os.fstat(fd)
+        root_fd = os.open(root.path, OPEN_ROOT)
+    except OSError as exc:
+        raise _open_error(root.path, exc) from exc
+    try:
+        st = os.fstat(root_fd)
         if (st.st_dev, st.st_ino) != root.ident:
             raise SkillError(f"skill root {root.path} was replaced since the session opened")
-        for part in parts[:-1]:
-            fd, old = _open(part, OPEN_DIR, fd, skill_file), fd
-            os.close(old)
-        file_fd = _open(parts[-1], OPEN_FILE, fd, skill_file)
+        file_fd = containment.open_raw(root_fd, parts, OPEN_FILE)
+    except OSError as exc:
+        raise _open_error(skill_file, exc) from exc
     finally:
-        os.close(fd)
+        os.close(root_fd)
     try:
         _check_regular(os.fstat(file_fd), skill_file)
     except BaseException:
@@ -188,13 +193,10 @@ def open_skill_file(skill_file: str, root: Root) -> int:
     return file_fd
 
 
-def _open(name: str, flags: int, dir_fd: int | None, shown: str) -> int:
-    try:
-        return os.open(name, flags, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-            raise SkillError(f"{shown}: a path component is a symlink or not a directory") from exc
-        raise SkillError(f"{shown}: {exc.strerror}") from exc
+def _open_error(shown: str, exc: OSError) -> SkillError:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK, errno.EXDEV):
+        return SkillError(f"{shown}: a path component is a symlink or not a directory")
+    return SkillError(f"{shown}: {exc.strerror}")
 
 
 def _check_regular(st: os.stat_result, shown: str) -> None:

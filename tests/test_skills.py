@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from fs_support import backend  # noqa: F401  (fixture: the openat2 resolver and the component walk)
 
 from scvd import skills
 from scvd.config import Config, SkillsConfig
@@ -260,7 +261,7 @@ def test_skill_dir_swapped_for_symlink_after_discovery_refused(env: Env) -> None
     assert "OUTSIDE" not in str(exc.value)
 
 
-def test_skill_file_swapped_for_symlink_or_hard_link_refused(env: Env) -> None:
+def test_skill_file_swapped_for_symlink_or_hard_link_refused(env: Env, backend: str) -> None:
     d = make_skill(env.user_root, "fileswap")
     found = env.discover()
     (d / "SKILL.md").unlink()
@@ -273,7 +274,7 @@ def test_skill_file_swapped_for_symlink_or_hard_link_refused(env: Env) -> None:
         skills.read(found.skills["fileswap"], 1000)
 
 
-def test_open_walk_refuses_a_symlinked_component_on_its_own(env: Env) -> None:
+def test_open_walk_refuses_a_symlinked_component_on_its_own(env: Env, backend: str) -> None:
     """The O_NOFOLLOW walk holds even if the realpath check ran before a swap (the race)."""
     d = make_skill(env.ws / "p" / ".agents" / "skills", "race")
     skill = env.discover().skills["p:race"]
