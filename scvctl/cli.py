@@ -226,20 +226,14 @@ def terminal_safe(text: str) -> str:
 def cmd_watch(args: argparse.Namespace) -> int:
     with connect(args, timeout=None) as c:
         c.request(p.ApprovalsWatch)
-        for pending in c.request(p.ApprovalsList).approvals:
-            _on_request(c, args, as_requested(pending))
+        for pending in c.request(p.ApprovalsList).approvals:  # shaped like the event: one shape for bridges
+            _on_request(c, args, p.approval_requested(pending))
         for event in c.events():
             if isinstance(event, p.ApprovalRequested):
                 _on_request(c, args, event)
             elif isinstance(event, p.ApprovalResolved):
                 _on_resolved(args, event)
     return EXIT_OK  # pragma: no cover - events() only ends by an exception
-
-
-def as_requested(info: p.ApprovalInfo) -> p.ApprovalRequested:
-    """A request that was pending before we watched, shaped like the event (one shape for bridges)."""
-    fields = {f: getattr(info, f) for f in p.ApprovalRequested.__struct_fields__ if f != "seq"}
-    return p.ApprovalRequested(seq=0, **fields)
 
 
 def _on_request(c: Client, args: argparse.Namespace, event: Any) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import errors
-from .protocol import ApprovalInfo, ApprovalRequested, ApprovalResolved, Frame
+from .protocol import ApprovalInfo, ApprovalResolved, Frame, approval_requested
 from .tools.contract import Plan, ToolRisk
 
 POLICIES = ("on-risk", "always", "never", "sandbox-aware")
@@ -200,10 +200,7 @@ def approval_event(kind: str, approval: Approval) -> Frame:
     """The event a gate change becomes on the wire (`seq` is stamped per connection)."""
     info = approval.info
     if kind == "requested":
-        return ApprovalRequested(
-            seq=0, approval_id=info.approval_id, session=info.session, call_id=info.call_id,
-            tool=info.tool, risk=info.risk, workspace=info.workspace, summary=info.summary,
-            details=info.details, sandboxed=info.sandboxed, expires_at=info.expires_at)
+        return approval_requested(info)
     decider = approval.decided_by
     return ApprovalResolved(
         seq=0, approval_id=info.approval_id, call_id=info.call_id,

@@ -388,6 +388,14 @@ class ApprovalResolved(Frame, tag="approval.resolved"):
     decided_by: str = ""
 
 
+_REQUESTED_FIELDS = tuple(f for f in ApprovalRequested.__struct_fields__ if f != "seq")
+
+
+def approval_requested(info: ApprovalInfo) -> ApprovalRequested:
+    """A pending approval as the event that announces it (`seq` is stamped per connection)."""
+    return ApprovalRequested(seq=0, **{f: getattr(info, f) for f in _REQUESTED_FIELDS})
+
+
 Response = Union[
     Welcome,
     Ok,
