@@ -16,13 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from scvd import paths as paths_mod, protocol as p
 from scvd.adapters import spec as specs
 from scvd.adapters.service import default_codex_home
 from scvd.adapters.signin import classify_status
 
+from .cli import connect, emit_json
 from .client import Client
 
 STATUS_TIMEOUT = 60.0  # one agent's status command, when listing all of them
@@ -53,17 +52,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd.set_defaults(handler=cmd_import)
 
 
-def _connect(args: argparse.Namespace) -> Client:
-    return Client.connect(getattr(args, "socket", None), name="scvctl")
-
-
 def _launch(client: Client, agent: str, action: str, extra: list[str]) -> p.AgentsLaunch:
     return client.request(p.AgentsSpec, agent=agent, action=action, extra_args=list(extra))
 
 
 def cmd_attached(args: argparse.Namespace) -> int:
     """login / logout / status AGENT: the agent's own command with this terminal."""
-    with _connect(args) as client:
+    with connect(args) as client:
         answer = _launch(client, args.agent, args.action, args.extra)
     if answer.spec is None:
         print(f"{args.agent}: {answer.unsupported}", file=sys.stderr)
@@ -99,11 +94,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.agent:
         return cmd_attached(args)
     rows = []
-    with _connect(args) as client:
+    with connect(args) as client:
         for name in specs.ADAPTERS:
             rows.append((name, _status_line(client, name)))
-    if getattr(args, "json", False):
-        _emit_json([{"agent": name, "state": state} for name, state in rows])
+    if args.json:
+        emit_json([{"agent": name, "state": state} for name, state in rows])
     else:
         width = max(len(name) for name, _ in rows)
         for name, state in rows:
@@ -132,10 +127,10 @@ def _status_line(client: Client, name: str) -> str:
 def cmd_import(args: argparse.Namespace) -> int:
     source = args.source if args.source is not None else default_codex_home(os.environ)
     source = os.path.abspath(os.path.expanduser(str(source)))
-    with _connect(args) as client:
+    with connect(args) as client:
         answer = client.request(p.AgentsImport, agent=args.agent, source=source)
-    if getattr(args, "json", False):
-        _emit_json(answer)
+    if args.json:
+        emit_json(answer)
         return 0
     print(f"imported {', '.join(answer.copied)} from {source} into scvd's {answer.agent}")
     for key, value in answer.report.items():
@@ -143,8 +138,3 @@ def cmd_import(args: argparse.Namespace) -> int:
     for warning in answer.warnings:
         print(f"warning: {warning}")
     return 0
-
-
-def _emit_json(value: Any) -> None:
-    sys.stdout.write(msgspec.json.encode(value).decode() + "\n")
-    sys.stdout.flush()

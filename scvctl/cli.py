@@ -46,9 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.set_defaults(handler=cmd_tools)
     _add_approvals(sub, common)
     _add_call(sub, common)
-    for module in ("agents", "service", "mcp"):
-        if _exists(module):
-            _mount(module, sub, common)
+    from . import agents, mcp, service  # here: they import this module's helpers
+
+    for module in (agents, service, mcp):
+        module.add_parser(sub, common)
     return parser
 
 
@@ -79,22 +80,6 @@ def _add_call(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd.add_argument("tool")
     cmd.add_argument("arguments", nargs="?", default="{}", help="the arguments as a JSON object")
     cmd.set_defaults(handler=cmd_call)
-
-
-def _mount(module: str, sub: Any, common: argparse.ArgumentParser) -> None:
-    """Mount `scvctl <module>` from scvctl/<module>.py, which defines add_parser(sub, common)."""
-    import importlib
-    import inspect
-
-    mod = importlib.import_module(f"scvctl.{module}")
-    if len(inspect.signature(mod.add_parser).parameters) >= 2:
-        mod.add_parser(sub, common)
-    else:
-        mod.add_parser(sub)
-
-
-def _exists(module: str) -> bool:
-    return (Path(__file__).parent / f"{module}.py").exists()
 
 
 def main(argv: list[str] | None = None) -> int:
