@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from .notify import MANAGER_VARS
 from .proctree import (  # noqa: F401 - set_child_subreaper and friends are re-exported for the server
     ProcStat,
     descendants,
@@ -56,7 +57,9 @@ SCAN_FIRST, SCAN_MAX = 0.05, 2.0  # descendant scans back off from first to max
 READ_CHUNK = 1 << 20
 PIPE_SIZE = 1 << 20  # a larger pipe means fewer wake-ups for a flood
 
-ALWAYS_REMOVED = ("NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "SCV_SOCKET")
+# no child sees the service manager's variables (it would notify or listen in scvd's name;
+# notify.py drops them from os.environ at start, this covers an env handed in) nor scvd's own
+ALWAYS_REMOVED = MANAGER_VARS
 ALWAYS_REMOVED_PREFIXES = ("SCV_", "SCVD_")
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from ..process import child_env
+from ..process import ALWAYS_REMOVED, ALWAYS_REMOVED_PREFIXES, child_env
 from .spec import Adapter
 
-# Removed whole families: SCV selectors, systemd's, the agent CLIs' and the providers' own.
+# On top of what child_env() keeps from every child (systemd's variables, SCV_*, SCVD_*),
+# whole families: socket activation's, the agent CLIs' and the providers' own.
 REMOVE_PREFIXES = (
-    "SCV_",
-    "SCVD_",
     "LISTEN_",
     "ANTHROPIC_",
     "OPENAI_",
@@ -27,16 +26,17 @@ REMOVE_PREFIXES = (
     "PI_",  # PI_CODING_AGENT_DIR would point pi at the user's own sign-in
 )
 REMOVE_SUFFIXES = ("_API_KEY", "_AUTH_TOKEN", "_OAUTH_TOKEN")
-REMOVE_NAMES = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "AWS_BEARER_TOKEN_BEDROCK",
-                          "PWD", "OLDPWD"})
+REMOVE_NAMES = frozenset({"AWS_BEARER_TOKEN_BEDROCK", "PWD", "OLDPWD"})
+_NAMES = REMOVE_NAMES | frozenset(ALWAYS_REMOVED)
+_PREFIXES = REMOVE_PREFIXES + ALWAYS_REMOVED_PREFIXES
 
 
 def is_removed(name: str) -> bool:
-    """True for a variable a delegated agent must not see."""
+    """True for a variable a delegated agent must not see (child_env's own rule included)."""
     upper = name.upper()
     return (
-        upper in REMOVE_NAMES
-        or upper.startswith(REMOVE_PREFIXES)
+        upper in _NAMES
+        or upper.startswith(_PREFIXES)
         or upper.endswith(REMOVE_SUFFIXES)
     )
 
