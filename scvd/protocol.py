@@ -502,7 +502,7 @@ class FrameReader:
             if nl < 0:
                 return out
             start = nl + 1
-            if not self._skipping and self._buf.strip():
+            if not self._skipping and self._buf and not self._buf.isspace():  # no copy, unlike strip()
                 out.append(bytes(self._buf))
             self._buf.clear()
             self._skipping = False
