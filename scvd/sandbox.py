@@ -320,12 +320,9 @@ class Sandbox:
     that would run sandboxed. With mode `auto` they run unsandboxed.
     """
 
-    def __init__(self, probe: ProbeResult, config: Any, paths: Paths,
-                 env: Mapping[str, str] | None = None) -> None:
-        sandbox_config = getattr(config, "sandbox", config)  # a Config or its SandboxConfig
+    def __init__(self, probe: ProbeResult, paths: Paths, env: Mapping[str, str] | None = None) -> None:
+        # no network setting here: each call passes its session's sandbox.network to wrap()
         self.probe = probe
-        self.mode = probe.mode
-        self.network = bool(sandbox_config.network)
         self.active = probe.mode != "off" and probe.ok
         self.required = probe.mode == "bwrap"
         self._hide = hidden_paths(paths, os.environ if env is None else env)

@@ -198,7 +198,7 @@ class Daemon:
         from . import sandbox as sandbox_mod
 
         result = await asyncio.to_thread(sandbox_mod.probe, self.config.sandbox, self.paths)
-        self.sandbox = sandbox_mod.Sandbox(result, self.config, self.paths)
+        self.sandbox = sandbox_mod.Sandbox(result, self.paths)
         self.sandbox_verdict = sandbox_mod.describe(result)
         (log.info if result.ok else log.warning)("sandbox: %s", self.sandbox_verdict)
 

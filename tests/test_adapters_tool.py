@@ -193,7 +193,7 @@ def test_sandboxed_run_sees_its_home_but_not_the_instance(harness: Harness,
     config = SandboxConfig(mode="bwrap")
     result = probe(config, harness.paths, os.environ)
     assert result.ok, result.verdict
-    harness.sandbox = Sandbox(result, config, harness.paths)
+    harness.sandbox = Sandbox(result, harness.paths)
     harness.log = harness.workspace / ".agent-log"  # the one place besides its home it may write
     monkeypatch.setenv("FAKE_AGENT_LOG", str(harness.log))
     harness.paths.config_file.write_text("# instance config\n")

@@ -183,7 +183,7 @@ def test_progress_reaches_the_calls_hook(ws):
 def sandbox_for(tmp_path: Path, mode: str, ok: bool, bwrap: str | None = None) -> Sandbox:
     paths = paths_mod.resolve({"SCV_HOME": str(tmp_path / "home")})
     result = ProbeResult(mode, ok, "test verdict", True, bwrap)
-    return Sandbox(result, SandboxConfig(mode=mode), paths, {"XDG_RUNTIME_DIR": str(tmp_path / "xdg")})
+    return Sandbox(result, paths, {"XDG_RUNTIME_DIR": str(tmp_path / "xdg")})
 
 
 def test_a_required_sandbox_that_failed_its_probe_refuses_before_approval(tmp_path, ws):
@@ -210,7 +210,7 @@ def real_sandbox(tmp_path: Path) -> Sandbox:
     result = probe(config, paths, env)
     if not result.ok:
         pytest.skip(f"bwrap does not work here: {result.verdict}")
-    return Sandbox(result, config, paths, env)
+    return Sandbox(result, paths, env)
 
 
 @pytest.mark.bwrap

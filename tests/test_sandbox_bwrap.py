@@ -39,7 +39,7 @@ class Box:
         config = SandboxConfig(mode="bwrap")
         result = probe(config, self.paths, self.env)
         assert result.ok, result.verdict
-        self.sandbox = Sandbox(result, config, self.paths, self.env)
+        self.sandbox = Sandbox(result, self.paths, self.env)
 
     def argv(self, script: str, *, network: bool = False, rw_binds=()) -> list[str]:
         return self.sandbox.wrap(["/bin/bash", "-c", script], workspace=self.ws,

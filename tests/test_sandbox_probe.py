@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from scvd import paths as paths_mod
-from scvd.config import Config, SandboxConfig
+from scvd.config import SandboxConfig
 from scvd.errors import Unavailable
 from scvd.sandbox import Sandbox, build_argv, describe, probe
 
@@ -139,7 +139,7 @@ exec {REAL_BWRAP} "$@" """)
     assert r.ok and not r.proc
     v = one_line(r.verdict)
     assert PROC_ERROR in v and "empty /proc" in v and "systempaths=unconfined" in v
-    sb = Sandbox(r, Config(sandbox=SandboxConfig(mode="auto")), p, env)
+    sb = Sandbox(r, p, env)
     ws = tmp_path / "ws"
     ws.mkdir()
     argv = sb.wrap(["/bin/sh", "-c", "ls -A /proc | wc -l"], workspace=ws, network=False)
@@ -194,7 +194,7 @@ def test_required_sandbox_that_failed_refuses_calls_but_describes_itself(instanc
     p, env = instance
     fake = failing(tmp_path, USERNS_ERRORS[2])
     r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
-    sb = Sandbox(r, Config(sandbox=SandboxConfig(mode="bwrap", bwrap=str(fake))), p, env)
+    sb = Sandbox(r, p, env)
     assert not sb.active and sb.required
     d = one_line(sb.describe())
     assert d.startswith("unavailable (sandbox.mode = bwrap") and "uid map" in d
@@ -209,7 +209,7 @@ def test_auto_sandbox_that_failed_runs_unsandboxed(instance, tmp_path):
     p, env = instance
     fake = failing(tmp_path, USERNS_ERRORS[0])
     r = probe(SandboxConfig(mode="auto", bwrap=str(fake)), p, env)
-    sb = Sandbox(r, SandboxConfig(mode="auto"), p, env)
+    sb = Sandbox(r, p, env)
     assert not sb.active and not sb.required
     sb.check()
     assert sb.wrap(["true"], workspace=tmp_path, network=False) == ["true"]
@@ -220,7 +220,7 @@ def test_active_sandbox_wraps_with_real_paths(instance, tmp_path):
     p, env = instance
     fake = fake_bwrap(tmp_path, "exit 0")
     r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
-    sb = Sandbox(r, Config(sandbox=SandboxConfig(mode="bwrap", bwrap=str(fake))), p, env)
+    sb = Sandbox(r, p, env)
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "link").symlink_to(real)
