@@ -337,9 +337,7 @@ class Daemon:
         session = Session(id=new_session_id(), workspace=workspace, workspace_fd=fd, owner=conn,
                           config=self.config, registry=self.registry)
         try:
-            for tool in self.registry.visible(include_system=True):
-                session.services.update(
-                    await asyncio.to_thread(tool.session_services, workspace, self.config, self.paths))
+            session.services.update(await asyncio.to_thread(self._session_services, session))
         except BaseException:
             session.close()
             raise
@@ -470,6 +468,14 @@ class Daemon:
             raise errors.SessionNotFound(
                 f"this connection holds no session {session_id!r}; open one with session.open")
         return session
+
+    def _session_services(self, session: Session) -> dict[str, Any]:
+        """What the session's tools prepare once (a tree walk for skills): from its own snapshot,
+        which a reload during the walk does not change."""
+        services: dict[str, Any] = {}
+        for tool in session.registry.visible(include_system=True):
+            services.update(tool.session_services(session.workspace, session.config, self.paths))
+        return services
 
     def _close_session(self, session: Session) -> None:
         session.close()
