@@ -7,7 +7,8 @@ Rules:
   call's cancellation, or its requester's disconnect. Later decisions get
   `approval_not_found`. Every change is reported through `on_event`, which the
   server routes to the owner connection (if it approves) and all watchers.
-- A `session` grant covers one tool at one risk for the rest of one session.
+- A `session` grant covers one tool at one risk for the rest of one session;
+  one given to a sandboxed call covers only sandboxed calls of that tool.
 """
 
 from __future__ import annotations

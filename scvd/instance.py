@@ -69,10 +69,3 @@ def socket_alive(path: Path) -> bool:
         return False
     finally:
         probe.close()
-
-
-def unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass

@@ -152,12 +152,7 @@ _RUNS: set["_Run"] = set()
 
 
 def reap_orphans(procs: Mapping[int, ProcStat] | None = None) -> list[int]:
-    """Reap zombie children of scvd that no run waits for (the server may call it any time).
-
-    Only zombies outside scvd's own session are touched: those descend from a
-    runner child (which always leads a new session), never from a subprocess
-    something else in scvd started.
-    """
+    """Reap zombie children of scvd that no run waits for (see `reap_zombies`); callable any time."""
     return reap_zombies(procs, keep=_LEADERS)
 
 

@@ -23,7 +23,7 @@ from .approvals import Approval, ApprovalGate, approval_event, policy_note, spaw
 from .calls import CallJob, refusal, run_call
 from .config import Loaded, load
 from .connection import READ_CHUNK, Connection, drain_close
-from .instance import acquire_lock, bind_socket, socket_name, unlink
+from .instance import acquire_lock, bind_socket, socket_name
 from .paths import Paths
 from .process import set_child_subreaper
 from .sessions import Session, new_session_id, open_workspace
@@ -144,7 +144,7 @@ class Daemon:
             self._drop_connection(conn)
         # 4. remove our socket file and release the lock
         if self._owns_socket:
-            unlink(self.paths.socket)
+            self.paths.socket.unlink(missing_ok=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
         for task in list(self._tasks):

@@ -15,7 +15,6 @@ import asyncio
 import itertools
 import os
 import secrets
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,11 +146,7 @@ def open_workspace(workspace: str) -> tuple[Path, int]:
     except (OSError, ValueError) as exc:  # a NUL byte, a symlink loop, a name too long: the peer's path
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise errors.InvalidRequest(f"workspace {workspace!r} cannot be opened: {reason}") from None
-    real = Path(os.path.realpath(path))
-    if not stat.S_ISDIR(os.fstat(fd).st_mode):  # pragma: no cover - O_DIRECTORY already ensures it
-        os.close(fd)
-        raise errors.InvalidRequest(f"workspace {workspace!r} is not a directory")
-    return real, fd
+    return Path(os.path.realpath(path)), fd
 
 
 def new_session_id() -> str:

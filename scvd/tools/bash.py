@@ -1,8 +1,8 @@
 """The `bash` tool of seed 000: `/bin/bash -lc COMMAND` in the workspace, through the process runner.
 
 The argument Struct is built per configuration, so the timeout ceiling
-(`tools.max_timeout_seconds`) is the schema's `maximum` and the check in one
-place. With an active sandbox the command runs inside bubblewrap.
+(`tools.max_timeout_seconds`) is at once the schema's `maximum` and what
+decoding refuses. With an active sandbox the command runs inside bubblewrap.
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ class Bash(Tool):
             raise
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
-        ceiling = float(ctx.config.tools.max_timeout_seconds)  # the session's snapshot may be lower
+        # the daemon builds a session's tools from its own config; an embedder may not: hold the session's
+        ceiling = float(ctx.config.tools.max_timeout_seconds)
         if args.timeout_seconds > ceiling:
             raise InvalidArguments(ceiling_message(args.timeout_seconds, ceiling))
         timeout = float(args.timeout_seconds)

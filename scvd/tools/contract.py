@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import abc
 import enum
-import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,7 +93,6 @@ class CallContext:
     paths: Any  # scvd.paths.Paths
     sandbox: Any = None  # scvd.sandbox.Sandbox, or None when off
     services: dict[str, Any] = field(default_factory=dict)  # shared helpers (skills map, ...)
-    log: logging.Logger = field(default_factory=lambda: logging.getLogger("scvd.tools"))
     progress: Callable[[str], None] | None = None
 
 
