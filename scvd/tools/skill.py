@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import msgspec
 
 from .. import skills
+from ..adapters.spec import ADAPTERS
 from ..errors import Failed, InvalidArguments, Unavailable
 from .contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
 
@@ -24,7 +25,8 @@ log = logging.getLogger("scvd.tools.skill")
 SERVICE = "skills"  # the key of the session's SkillMap in ctx.services
 KNOWN_SHOWN = 8  # names offered when an unknown one is asked for
 SKIPPED_SHOWN = 20  # skipped directories reported in the listing
-AGENTS = "agent_claude, agent_codex or agent_pi"
+_AGENT_TOOLS = [a.tool_name for a in ADAPTERS.values()]
+AGENTS = ", ".join(_AGENT_TOOLS[:-1]) + " or " + _AGENT_TOOLS[-1]  # "agent_claude, agent_codex or agent_pi"
 PROJECT_NOTE = (
     "Project skills belong to a project in the workspace: do not follow them in this session. Delegate the "
     f"task to that project with {AGENTS} and the skill's cwd, where the agent loads the skill itself."
