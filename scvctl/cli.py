@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from scvd import __version__, errors, protocol as p
+from scvd.text import printable
 
 from .client import Client, DaemonNotRunning
 
@@ -199,13 +200,7 @@ def format_request(a: Any) -> str:
     for key, value in (a.details or {}).items():
         text = value if isinstance(value, str) else json.dumps(value)
         lines.append(f"  {key}: {text}")
-    return "\n".join(terminal_safe(line) for line in lines)
-
-
-def terminal_safe(text: str) -> str:
-    """`text` with control and format characters escaped (carriage returns, ANSI escapes, bidi
-    overrides): what an agent wrote into a command or prompt must not repaint the approver's screen."""
-    return "".join(c if c.isprintable() or c in "\n\t" else ascii(c)[1:-1] for c in text)
+    return "\n".join(printable(line) for line in lines)
 
 
 def cmd_watch(args: argparse.Namespace) -> int:

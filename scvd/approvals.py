@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import errors
+from .text import printable, printable_data
 from .protocol import ApprovalInfo, ApprovalResolved, Frame, approval_requested
 from .tools.contract import Plan, ToolRisk
 
@@ -137,6 +138,9 @@ class ApprovalGate:
         loop = asyncio.get_running_loop()
         now = time.time()
         approval_id = f"a{next(self._counter)}-{secrets.token_hex(3)}"
+        # every tool's summary and details, escaped here once, for scvctl and chat bridges alike
+        info["summary"] = printable(info.get("summary", ""))
+        info["details"] = printable_data(info.get("details", {}))
         record = ApprovalInfo(
             approval_id=approval_id, requested_at=now, expires_at=now + self.timeout_seconds, **info
         )

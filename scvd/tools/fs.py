@@ -21,6 +21,7 @@ from typing import Annotated, Any, Callable, Literal
 import msgspec
 
 from ..errors import Cancelled, Failed, InvalidArguments
+from ..text import printable
 from . import containment
 from .containment import show
 from .contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
@@ -465,12 +466,7 @@ def write_summary(path: str, mode: str, content: str, data: bytes) -> str:
 def _shown_line(line: str) -> str:
     """One line, cut to SUMMARY_LINE_CHARS with a note when cut: a hidden tail must not pass for the end."""
     cut = len(line) - SUMMARY_LINE_CHARS
-    return _printable(line[:SUMMARY_LINE_CHARS]) + (f" ... ({cut} more chars)" if cut > 0 else "")
-
-
-def _printable(text: str) -> str:
-    """Escape control and format characters (ANSI escapes, bidi overrides) so they cannot fool a terminal."""
-    return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in text)
+    return printable(line[:SUMMARY_LINE_CHARS], keep="\t") + (f" ... ({cut} more chars)" if cut > 0 else "")
 
 
 def tools(config: Any, paths: Any) -> list[Tool]:

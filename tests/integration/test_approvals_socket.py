@@ -350,3 +350,17 @@ def test_a_process_run_by_the_bash_tool_may_not_cancel_other_calls(daemon, works
         assert [a.approval_id for a in owner.request(p.ApprovalsList).approvals] == [target.approval_id]
         decide(owner, target.approval_id, "deny")
         assert owner.wait_call(victim).error.kind == "denied"
+
+
+def test_approval_requests_reach_bridges_with_control_characters_escaped(daemon, workspace):
+    """A command that would repaint a terminal or reorder a chat line is shown escaped, for every tool."""
+    command = "echo safe\r\x1b[2Krm -rf ~ \u202e"
+    with daemon.client(name="bridge", approver=True) as bridge:
+        sid = bridge.open_session(workspace)
+        call_id = bridge.start_call(sid, "bash", {"command": command})
+        event = requested(bridge, call_id)
+        assert "\r" not in event.summary and "\x1b" not in event.summary and "\u202e" not in event.summary
+        assert "\\r\\x1b[2Krm -rf ~ \\u202e" in event.summary
+        assert event.details["command"] == "echo safe\\r\\x1b[2Krm -rf ~ \\u202e"
+        bridge.request(p.CallCancel, call_id=call_id)
+        assert bridge.wait_call(call_id).error.kind == "cancelled"

@@ -1,0 +1,27 @@
+"""Text a person will read: escape what could fool a terminal or a chat client.
+
+An agent chooses commands, prompts and file contents; shown raw, a carriage
+return, an ANSI escape or a bidi override could repaint what an approver sees.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def printable(text: str, keep: str = "\n\t") -> str:
+    """`text` with control and format characters escaped (`\\x1b`, `\\u202e`), except those in `keep`."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else ascii(c)[1:-1] for c in text)
+
+
+def printable_data(value: Any) -> Any:
+    """`printable()` applied to every string in JSON-like data (keys too)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_data(k): printable_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable_data(v) for v in value]
+    return value
