@@ -209,6 +209,8 @@ def real_sandbox(tmp_path: Path) -> Sandbox:
     config = SandboxConfig(mode="bwrap")
     result = probe(config, paths, env)
     if not result.ok:
+        if os.environ.get("CI"):  # .ci/setup installs bwrap: on CI this must run
+            pytest.fail(f"bwrap does not work on CI: {result.verdict}")
         pytest.skip(f"bwrap does not work here: {result.verdict}")
     return Sandbox(result, paths, env)
 
