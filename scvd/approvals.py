@@ -130,11 +130,16 @@ class ApprovalGate:
 
     timeout_seconds: float
     on_event: EventSink
+    max_pending: int = 256
     pending: dict[str, Approval] = field(default_factory=dict)
     _counter: Any = field(default_factory=lambda: itertools.count(1))
 
     def request(self, owner: Any, **info: Any) -> Approval:
         """Open a request; the caller awaits `approval.future` (True = approved)."""
+        if len(self.pending) >= self.max_pending:
+            raise errors.Denied(
+                f"{len(self.pending)} approvals are already waiting (approvals.max_pending); "
+                "this call was refused without asking: decide the pending ones first")
         loop = asyncio.get_running_loop()
         now = time.time()
         approval_id = f"a{next(self._counter)}-{secrets.token_hex(3)}"

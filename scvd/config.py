@@ -61,6 +61,7 @@ class ApprovalsConfig(Section):
 
     policy: Literal["on-risk", "always", "never", "sandbox-aware"] = "on-risk"
     timeout_seconds: PositiveFloat = 900.0
+    max_pending: PositiveInt = 256  # more is a runaway client; also keeps approvals.list within a frame
 
 
 class SandboxConfig(Section):

@@ -43,7 +43,8 @@ class Daemon:
         self.extra_tools = list(extra_tools or [])  # embedders and tests add their own tools
         self.install_signals = install_signals  # only the main thread may install handlers
         self.registry: Registry = build_registry(loaded.config, paths, self.extra_tools)
-        self.gate = ApprovalGate(loaded.config.approvals.timeout_seconds, self._on_approval)
+        approvals = loaded.config.approvals
+        self.gate = ApprovalGate(approvals.timeout_seconds, self._on_approval, approvals.max_pending)
         self.sandbox: Any = None
         self.sandbox_verdict = "off"
         self.audit: Any = None
@@ -175,6 +176,7 @@ class Daemon:
         else:
             self.loaded, self.registry = loaded, registry
             self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
+            self.gate.max_pending = loaded.config.approvals.max_pending
             await self._probe_sandbox()
             log.info("configuration reloaded from %s", loaded.path)
             reloaded = True

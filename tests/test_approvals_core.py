@@ -329,3 +329,18 @@ def test_cgroup_rule_reads_the_systemd_line_of_cgroup_v1(tmp_path):
     fake_proc(tmp_path, 300, 1, v1.format("/", "/user.slice/other.service"))
     assert spawned_by_daemon(200, 100, proc=str(tmp_path))
     assert not spawned_by_daemon(300, 100, proc=str(tmp_path))
+
+
+def test_a_full_gate_refuses_without_asking():
+    async def main():
+        events = []
+        gate = ApprovalGate(60, lambda kind, a: events.append(kind), max_pending=2)
+        first, second = new_request(gate), new_request(gate)
+        with pytest.raises(errors.Denied, match=r"2 approvals are already waiting \(approvals.max_pending\)"):
+            new_request(gate)
+        assert events == ["requested", "requested"]  # nobody is asked about the third
+        gate.cancel(first.id, "done")
+        assert new_request(gate).state.value == "pending"  # room again
+        assert second.state.value == "pending"
+
+    asyncio.run(main())
