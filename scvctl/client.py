@@ -277,6 +277,18 @@ class AsyncClient:
 
         return await self._wait(find)
 
+    async def next_call_event(self, call_id: str) -> Any:
+        """The next event of one call (started, progress, completed), taken off the queue."""
+
+        def find() -> Any:
+            for event in self.core.events:
+                if getattr(event, "call_id", None) == call_id:
+                    self.core.events.remove(event)
+                    return event
+            return None
+
+        return await self._wait(find)
+
     async def open_session(self, workspace: str | os.PathLike[str]) -> str:
         return (await self.request(p.SessionOpen, workspace=str(workspace))).session
 

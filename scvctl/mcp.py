@@ -140,20 +140,27 @@ class Bridge:
         name, arguments = params.get("name"), params.get("arguments") or {}
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise _RpcError(INVALID_PARAMS, "tools/call needs `name` (string) and `arguments` (object)")
+        meta = params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
         accepted = await self.client.request(p.Call, session=self.session, tool=name, arguments=arguments)
         self.calls[msg_id] = accepted.call_id
         try:
-            done = await self.client.wait_call(accepted.call_id)
+            while True:  # every event of this call is taken, so none piles up in a long host session
+                event = await self.client.next_call_event(accepted.call_id)
+                if isinstance(event, p.CallCompleted):
+                    return call_result(event)
+                if isinstance(event, p.CallProgress) and token is not None:
+                    self._progress(token, event)
         finally:
             self.calls.pop(msg_id, None)
-            self._forget(accepted.call_id)
-        return call_result(done)
 
-    def _forget(self, call_id: str) -> None:
-        """Drop the call's call.started / call.progress: nothing reads them, and a host's session is long."""
-        events = self.client.core.events
-        for event in [e for e in events if getattr(e, "call_id", None) == call_id]:
-            events.remove(event)
+    def _progress(self, token: Any, event: p.CallProgress) -> None:
+        """scvd's call.progress as MCP's notifications/progress, for hosts that asked (progressToken)."""
+        params: dict[str, Any] = {"progressToken": token, "progress": event.elapsed_s,
+                                  "message": f"still running after {event.elapsed_s:.0f} s"}
+        if event.timeout_s:
+            params["total"] = event.timeout_s
+        self.out.write({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
 
     async def _notification(self, method: str, params: dict[str, Any]) -> None:
         if method == "notifications/cancelled":

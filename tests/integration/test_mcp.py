@@ -183,3 +183,24 @@ def test_the_bridge_keeps_no_events_of_calls_it_has_answered(daemon, workspace):
     left = asyncio.run(main())
     assert [a["result"]["isError"] for a in answers] == [False] * 5
     assert left == 0
+
+
+def test_progress_reaches_a_host_that_asked_for_it(make_daemon, workspace):
+    d = make_daemon("[tools]\nprogress_interval_seconds = 0.2\n")
+    h = McpHost(d, workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}})
+        msg_id = h.request("tools/call", {"name": "bash", "arguments": {"command": "sleep 1; echo done"},
+                                          "_meta": {"progressToken": "tok-1"}})
+        with d.client(name="owner") as owner:
+            owner.request(p.ApprovalDecide, approval_id=wait_pending(owner)[0].approval_id, decision="approve")
+        messages = []
+        while not messages or messages[-1].get("id") != msg_id:
+            messages.append(h.read())
+    finally:
+        h.close()
+    progress = [m["params"] for m in messages if m.get("method") == "notifications/progress"]
+    assert progress and all(m["progressToken"] == "tok-1" for m in progress)
+    assert [m["progress"] for m in progress] == sorted(m["progress"] for m in progress)
+    assert progress[0]["total"] == 125.0  # bash's 120 s default plus the dispatch grace
+    assert messages[-1]["result"]["structuredContent"]["output"].endswith("done\n")
