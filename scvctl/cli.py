@@ -142,13 +142,17 @@ def cmd_ping(args: argparse.Namespace) -> int:
 def cmd_sessions(args: argparse.Namespace) -> int:
     with connect(args) as c:
         sessions = c.request(p.SessionsList).sessions
+    return _listing(args, sessions, "no open sessions", lambda s: (
+        f"{s.session}  {s.workspace}  client={s.client or '?'}  calls={s.calls}  "
+        f"open {_duration(time.time() - s.opened_at)}"))
+
+
+def _listing(args: argparse.Namespace, items: list[Any], empty: str, row: Any) -> int:
+    """Items as JSON, one formatted row each, or a line saying there are none."""
     if args.json:
-        emit_json(sessions)
-    elif not sessions:
-        print("no open sessions")
-    for s in [] if args.json else sessions:
-        print(f"{s.session}  {s.workspace}  client={s.client or '?'}  calls={s.calls}  "
-              f"open {_duration(time.time() - s.opened_at)}")
+        emit_json(items)
+    else:
+        print("\n".join(row(item) for item in items) if items else empty)
     return EXIT_OK
 
 
@@ -166,13 +170,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
 def cmd_approvals_list(args: argparse.Namespace) -> int:
     with connect(args) as c:
         pending = c.request(p.ApprovalsList).approvals
-    if args.json:
-        emit_json(pending)
-    elif not pending:
-        print("no pending approvals")
-    for a in [] if args.json else pending:
-        print(format_request(a))
-    return EXIT_OK
+    return _listing(args, pending, "no pending approvals", format_request)
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
