@@ -46,6 +46,7 @@ class CallJob:
     args: Any
     timeout_override: float | None
     requester: Decider
+    turn: str | None = None
 
 
 def refusal(session: Session, frame: Any, *, stopping: bool) -> errors.ToolError | None:
@@ -192,6 +193,7 @@ def _context(hub: Hub, job: CallJob) -> CallContext:
         paths=hub.paths,
         sandbox=hub.sandbox,
         services=session.services,
+        turn=job.turn,
     )
 
 

@@ -154,6 +154,7 @@ class Call(Frame, tag="call"):
     arguments: dict[str, Any] = {}
     call_id: str | None = None
     timeout_seconds: float | None = None
+    turn: str | None = None  # the chat turn this call belongs to; per-turn limits count by it
 
 
 class CallCancel(Frame, tag="call.cancel"):

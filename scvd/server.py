@@ -397,7 +397,7 @@ class Daemon:
             self.send_event(conn, p.CallCompleted(seq=0, call_id=call_id, ok=False, error=info))
             return
         job = CallJob(session=session, call_id=call_id, tool=tool, args=args,
-                      timeout_override=frame.timeout_seconds, requester=conn.decider())
+                      timeout_override=frame.timeout_seconds, requester=conn.decider(), turn=frame.turn)
         await run_call(self, job)
 
     def _call_done(self, session: Session, call_id: str, task: asyncio.Task[Any]) -> None:

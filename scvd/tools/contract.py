@@ -93,6 +93,7 @@ class CallContext:
     paths: Any  # scvd.paths.Paths
     sandbox: Any = None  # scvd.sandbox.Sandbox, or None when off
     services: dict[str, Any] = field(default_factory=dict)  # shared helpers (skills map, ...)
+    turn: str | None = None  # the chat turn of the call, when it has one
     progress: Callable[[str], None] | None = None
 
 
