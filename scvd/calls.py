@@ -1,95 +1,389 @@
-"""The call pipeline: plan -> approval gate -> run, with exactly one `call.completed` per call.
+"""The calls registry: the one owner of a call's life, for socket clients and in-daemon callers alike.
 
 Nothing here knows a tool by name: tools are reached only through the contract
-(`decode`, `plan`, `run`, `flags`, `dispatch_timeout`). Arguments are decoded by
-the server when the call arrives, so invalid input is refused before the call
-even queues; everything else happens here, in the session's lane.
+(`decode`, `plan`, `run`, `flags`, `dispatch_timeout`), and the tool is looked
+up once, when the call is submitted.
+
+The API (the server and the chat loop use the same):
+
+    calls = CallRegistry(hub)
+    handle = calls.submit(session, "read", {"path": "a"}, requester=decider,
+                          call_id=None, timeout_seconds=None, turn=None)
+    handle.call_id, handle.background
+    ok, result, error = await handle.outcome   # error: ToolErrorInfo | None
+    calls.cancel(handle.call_id, "the turn was interrupted")
+
+`submit()` raises only for a `call_id` already in use (`InvalidRequest`). Every
+other problem (stopping, an unknown tool, a bad timeout, undecodable arguments)
+becomes the call's outcome. `cancel()` raises `CallNotFound` for a call that
+is not in the table (never was, or already completed).
+
+Rules of a call's life:
+- One table (`CallRegistry.table`) holds every call from submit to completion.
+- Order: refusal checks and decoding -> the session's lane -> `plan()` -> the
+  approval gate -> `call.started` (only if the call waited) -> `run()` under
+  the dispatch timeout -> completion.
+- `_complete()` is the only place that sends `call.completed`, resolves the
+  handle's outcome and writes the completion audit line: exactly once per call,
+  on every path. `_audit()` is the only writer of audit lines (proposal,
+  completion, and the gate's decisions through `record_decision()`).
+- A call's first step runs on a later loop turn than `submit()`, so the
+  server's `call.accepted` always goes out before any event of the call.
+- A running call has one timer (`loop.call_at`): it sends `call.progress`
+  every `tools.progress_interval_seconds` and enforces the dispatch timeout.
+  A call that finishes before either costs one timer, cancelled at completion,
+  and no task besides its own.
+- Events (`call.started`, `call.progress`, `call.completed`) go to the session's
+  owner through the hub and carry the call's `turn`, when it has one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import secrets
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import msgspec
 
 from . import errors
-from .approvals import ApprovalGate, Decider, Verdict, policy_verdict
+from .approvals import Approval, ApprovalGate, Decider, Verdict, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Session
 from .tools.contract import CallContext, Plan, Tool
 
+if TYPE_CHECKING:
+    from .paths import Paths
+    from .sandbox import Sandbox
+
 log = logging.getLogger("scvd.calls")
 
 
+class AuditSink(Protocol):
+    """Where audit lines go (scvd.audit.AuditLog)."""
+
+    def record(self, event: str, **fields: object) -> None: ...
+
+
 class Hub(Protocol):
-    """What the pipeline needs from the server around it."""
+    """What the registry needs from the daemon around it."""
 
     gate: ApprovalGate
-    paths: Any
-    sandbox: Any
-    audit: Any
+    paths: Paths
+    sandbox: Sandbox | None
+    audit: AuditSink | None
 
-    def send_event(self, connection: Any, event: Frame) -> None: ...
+    def send_event(self, owner: object, event: Frame) -> None:
+        """Push an event to a session's owner (the connection stamps `seq`)."""
+
+    def calls_changed(self) -> None:
+        """The number of calls in the table changed."""
 
 
-@dataclass
-class CallJob:
-    """One accepted call."""
+class Outcome(NamedTuple):
+    """How a call ended: `ok` with a JSON-ready result, or an error."""
 
-    session: Session
+    ok: bool
+    result: object
+    error: ToolErrorInfo | None
+
+
+@dataclass(frozen=True)
+class CallHandle:
+    """What `submit()` returns: the call's id, and its outcome to await."""
+
     call_id: str
-    tool: Tool
-    args: Any
-    timeout_override: float | None
+    background: bool
+    outcome: asyncio.Future[Outcome]
+
+
+@dataclass(eq=False)
+class Call:
+    """One call from submit to completion: the registry's only record of it."""
+
+    call_id: str
+    session: Session
+    tool_name: str
+    tool: Tool | None  # None: no such tool (refused on the first step)
+    arguments: object
     requester: Decider
-    turn: str | None = None
+    timeout_override: float | None
+    turn: str | None
+    outcome: asyncio.Future[Outcome]
+    task: asyncio.Task[None] | None = None
+    submitted: float = field(default_factory=time.monotonic)
+    begun: bool = False  # the task's first step ran
+    cancel_reason: str | None = None
+    timer: asyncio.TimerHandle | None = None
+    timeout: float | None = None  # the dispatch timeout, once known
+    started_at: float = 0.0  # loop time when run() began
+    next_progress: float = 0.0
+    timed_out: bool = False
+    done: bool = False
 
 
-def refusal(session: Session, frame: Any, *, stopping: bool) -> errors.ToolError | None:
-    """Why a `call` frame is refused before it queues, or None."""
-    if stopping:
-        return errors.Cancelled("scvd is stopping; no new calls are accepted")
-    if session.registry.get(frame.tool) is None:
-        known = ", ".join(session.registry.names()) or "none"
-        return errors.UnknownTool(f"no tool named {frame.tool!r}; tools: {known}")
-    ceiling = session.config.tools.max_timeout_seconds
-    t = frame.timeout_seconds
-    if t is not None and not 0 < t <= ceiling:
-        return errors.InvalidArguments(
-            f"call timeout_seconds {t:g} must be above 0 and at most {ceiling} (tools.max_timeout_seconds)")
-    return None
+class CallRegistry:
+    """Every call of the daemon: submit, cancel, stop; one table, one completion."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.table: dict[str, Call] = {}
+        self.stopping = False
+        self._ids = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def get(self, call_id: str) -> Call | None:
+        return self.table.get(call_id)
+
+    # --- the API ----------------------------------------------------------------
+
+    def submit(self, session: Session, tool_name: str, arguments: object, *, requester: Decider,
+               call_id: str | None = None, timeout_seconds: float | None = None,
+               turn: str | None = None) -> CallHandle:
+        """Accept a call; its outcome comes through the handle and `call.completed`."""
+        if call_id is None:
+            call_id = f"c{next(self._ids)}-{secrets.token_hex(4)}"
+        elif call_id in self.table:
+            raise errors.InvalidRequest(f"call_id {call_id!r} is already in use; choose another")
+        loop = asyncio.get_running_loop()
+        tool = session.registry.get(tool_name)
+        call = Call(call_id=call_id, session=session, tool_name=tool_name, tool=tool,
+                    arguments=arguments, requester=requester, timeout_override=timeout_seconds,
+                    turn=turn, outcome=loop.create_future())
+        session.call_count += 1
+        self.table[call_id] = call
+        call.task = loop.create_task(self._life(call))
+        self.hub.calls_changed()
+        background = bool(tool is not None and tool.flags.background)
+        return CallHandle(call_id, background, call.outcome)
+
+    def cancel(self, call_id: str, reason: str) -> None:
+        """Cancel a queued, waiting or running call; it completes as `cancelled`."""
+        call = self.table.get(call_id)
+        if call is None:
+            raise errors.CallNotFound(f"no pending or running call {call_id!r}; it may have completed")
+        self._cancel(call, reason)
+
+    def cancel_session(self, session: Session, reason: str) -> None:
+        for call in [c for c in self.table.values() if c.session is session]:
+            self._cancel(call, reason)
+
+    async def stop(self, grace: float) -> int:
+        """Refuse new calls, cancel every call, wait up to `grace`; return how many did not stop."""
+        self.stopping = True
+        calls = list(self.table.values())
+        for call in calls:
+            self._cancel(call, "scvd is stopping")
+        tasks = [c.task for c in calls if c.task is not None]
+        if not tasks:
+            return 0
+        _, stuck = await asyncio.wait(tasks, timeout=grace)
+        return len(stuck)
+
+    def record_decision(self, approval: Approval) -> None:
+        """The audit line of a gate decision (approved, denied, expired, cancelled, dropped)."""
+        d = approval.decided_by
+        info = approval.info
+        self._write_audit(
+            "decision", approval_id=approval.id, call_id=info.call_id, tool=info.tool,
+            session=info.session, risk=info.risk, decision=approval.state.value, reason=approval.reason,
+            decided_by={"pid": d.pid, "uid": d.uid, "client": d.client} if d else None)
+
+    # --- a call's life ------------------------------------------------------------
+
+    def _cancel(self, call: Call, reason: str) -> None:
+        if call.done or call.cancel_reason is not None or call.timed_out:
+            return
+        call.cancel_reason = reason
+        if call.begun and call.task is not None:
+            call.task.cancel(reason)
+        # not begun: the first step sees cancel_reason and completes the call as cancelled
+
+    async def _life(self, call: Call) -> None:
+        call.begun = True
+        ticket = None
+        try:
+            tool, args = self._admit(call)
+            ticket = await call.session.lane.enter(
+                concurrent=tool.flags.concurrent, background=tool.flags.background)
+            result = await self._plan_gate_run(call, tool, args, waited=ticket.waited)
+            outcome = Outcome(True, _plain(tool, result), None)
+        except asyncio.CancelledError:
+            outcome = _failure(self._stopped_why(call))
+        except errors.ToolError as exc:
+            outcome = _failure(exc)
+        except Exception as exc:  # a bug in a tool must not kill the daemon or lose the answer
+            log.exception("tool %s crashed on call %s", call.tool_name, call.call_id)
+            outcome = _failure(errors.Failed(f"{call.tool_name} failed unexpectedly: {type(exc).__name__}"))
+        finally:
+            if call.timer is not None:
+                call.timer.cancel()
+            if ticket is not None:
+                call.session.lane.leave(ticket)
+        self._complete(call, outcome)
+
+    def _admit(self, call: Call) -> tuple[Tool, object]:
+        """The refusals before a call queues, then its decoded arguments."""
+        if call.cancel_reason is not None:  # cancelled before its first step
+            raise errors.Cancelled(f"call {call.call_id} was cancelled: {call.cancel_reason}")
+        if self.stopping:
+            raise errors.Cancelled("scvd is stopping; no new calls are accepted")
+        session, tool = call.session, call.tool
+        if tool is None:
+            known = ", ".join(session.registry.names()) or "none"
+            raise errors.UnknownTool(f"no tool named {call.tool_name!r}; tools: {known}")
+        check_timeout(call.timeout_override, session.config.tools.max_timeout_seconds, "call timeout_seconds")
+        return tool, tool.decode(call.arguments)
+
+    async def _plan_gate_run(self, call: Call, tool: Tool, args: object, *, waited: bool) -> object:
+        ctx = self._context(call)
+        plan = tool.plan(args, ctx)
+        asked = await self._gate(call, tool, plan)
+        timeout = tool.dispatch_timeout(plan, call.session.config)
+        if call.timeout_override is not None:
+            timeout = call.timeout_override if timeout is None else min(timeout, call.timeout_override)
+        if waited or asked:  # a call that started at once is running since call.accepted
+            self.hub.send_event(call.session.owner, CallStarted(
+                seq=0, call_id=call.call_id, session=call.session.id, tool=tool.name, turn=call.turn))
+        self._arm(call, timeout)
+        return await tool.run(args, plan, ctx)
+
+    async def _gate(self, call: Call, tool: Tool, plan: Plan) -> bool:
+        """Run, ask or deny under the policy; True if a person was asked (and approved)."""
+        session = call.session
+        cfg = session.config.approvals
+        risk = plan.risk.value
+        sandbox = self.hub.sandbox
+        verdict = policy_verdict(
+            cfg.policy, plan, always_allow=tool.flags.always_allow,
+            granted=session.granted(tool.name, risk, plan.sandboxed),
+            sandbox_active=bool(sandbox and sandbox.active))
+        self._audit("proposal", call, risk=risk, policy=cfg.policy, decision=verdict.value)
+        if verdict is Verdict.RUN:
+            return False
+        if verdict is Verdict.DENY:
+            raise errors.Denied(
+                f"approvals.policy is 'never': {risk} calls are refused without asking "
+                "(change approvals.policy to on-risk to be asked)")
+        approval = self.hub.gate.request(
+            session.owner, session=session.id, call_id=call.call_id, tool=tool.name, risk=risk,
+            workspace=str(session.workspace), summary=plan.summary, details=plan.details,
+            sandboxed=plan.sandboxed)
+        try:
+            approved = await asyncio.shield(approval.future)
+        except asyncio.CancelledError:
+            self.hub.gate.cancel(approval.id, "the call was cancelled")
+            raise
+        if not approved:
+            raise errors.Denied(_denial(approval))
+        if approval.scope == "session":
+            session.grant(tool.name, risk, plan.sandboxed)
+        return True
+
+    def _stopped_why(self, call: Call) -> errors.ToolError:
+        task = call.task
+        if task is not None:
+            task.uncancel()  # the cancel is answered here; nothing above this task waits on it
+        if call.timed_out:
+            return errors.Timeout(
+                f"{call.tool_name} ran past its dispatch timeout of {call.timeout:g} s and was stopped")
+        why = call.cancel_reason or "cancelled"
+        return errors.Cancelled(f"call {call.call_id} was cancelled: {why}")
+
+    # --- the one timer of a running call ---------------------------------------------
+
+    def _arm(self, call: Call, timeout: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        call.timeout = timeout
+        call.started_at = loop.time()
+        call.next_progress = call.started_at + call.session.config.tools.progress_interval_seconds
+        self._schedule(call, loop)
+
+    def _schedule(self, call: Call, loop: asyncio.AbstractEventLoop) -> None:
+        when = call.next_progress
+        if call.timeout is not None:
+            when = min(when, call.started_at + call.timeout)
+        call.timer = loop.call_at(when, self._tick, call)
+
+    def _tick(self, call: Call) -> None:
+        if call.done:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        elapsed = now - call.started_at
+        if call.timeout is not None and elapsed >= call.timeout:
+            if call.cancel_reason is None and call.task is not None:
+                call.timed_out = True
+                call.task.cancel("dispatch timeout")
+            return
+        if now >= call.next_progress:
+            self._progress(call, elapsed)
+            call.next_progress += call.session.config.tools.progress_interval_seconds
+        self._schedule(call, loop)
+
+    def _progress(self, call: Call, elapsed: float) -> None:
+        timeout = call.timeout
+        limit = f"{timeout:.0f}s" if timeout else "none"
+        log.info("running name=%s call=%s elapsed=%.0fs/%s", call.tool_name, call.call_id, elapsed, limit)
+        self.hub.send_event(call.session.owner, CallProgress(
+            seq=0, call_id=call.call_id, elapsed_s=round(elapsed, 1), timeout_s=timeout, turn=call.turn))
+
+    # --- completion and audit: the only places ----------------------------------------
+
+    def _complete(self, call: Call, outcome: Outcome) -> None:
+        if call.done:  # pragma: no cover - _life completes once; kept as the rule's guard
+            return
+        call.done = True
+        self.table.pop(call.call_id, None)
+        error = outcome.error
+        self._audit("completion", call, outcome="ok" if outcome.ok else "error",
+                    error_kind=error.kind if error else None,
+                    duration_s=round(time.monotonic() - call.submitted, 3))
+        self.hub.send_event(call.session.owner, CallCompleted(
+            seq=0, call_id=call.call_id, ok=outcome.ok, result=outcome.result, error=error, turn=call.turn))
+        if not call.outcome.done():
+            call.outcome.set_result(outcome)
+        self.hub.calls_changed()
+
+    def _audit(self, event: str, call: Call, **fields: object) -> None:
+        self._write_audit(event, tool=call.tool_name, session=call.session.id, call_id=call.call_id,
+                          **fields)
+
+    def _write_audit(self, event: str, **fields: object) -> None:
+        audit = self.hub.audit
+        if audit is None:
+            return
+        try:
+            audit.record(event, **fields)
+        except OSError as exc:  # a full disk must not stop calls; say so in the log
+            log.error("audit log write failed: %s", exc)
+
+    def _context(self, call: Call) -> CallContext:
+        session = call.session
+        return CallContext(
+            call_id=call.call_id, session_id=session.id, workspace=session.workspace,
+            workspace_fd=session.workspace_fd, config=session.config, paths=self.hub.paths,
+            sandbox=self.hub.sandbox, services=session.services, turn=call.turn)
 
 
-async def run_call(hub: Hub, job: CallJob) -> None:
-    """The body of a call's task. Sends exactly one call.completed, whatever happens."""
-    started = time.monotonic()
-    tool = job.tool
-    ticket = None
-    outcome: tuple[bool, Any, errors.ToolError | None]
-    try:
-        ticket = await job.session.lane.enter(
-            concurrent=tool.flags.concurrent, background=tool.flags.background
-        )
-        result = _plain(tool, await _plan_gate_run(hub, job))
-        outcome = (True, result, None)
-    except asyncio.CancelledError:
-        outcome = (False, None, errors.Cancelled(f"call {job.call_id} was cancelled"))
-    except errors.ToolError as exc:
-        outcome = (False, None, exc)
-    except Exception as exc:  # a bug in a tool must not kill the daemon or lose the answer
-        log.exception("tool %s crashed on call %s", tool.name, job.call_id)
-        outcome = (False, None, errors.Failed(f"{tool.name} failed unexpectedly: {type(exc).__name__}"))
-    finally:
-        if ticket is not None:
-            job.session.lane.leave(ticket)
-    _complete(hub, job, outcome, time.monotonic() - started)
+def check_timeout(seconds: float | None, ceiling: float, what: str) -> None:
+    """The one timeout ceiling check: above 0 and at most tools.max_timeout_seconds."""
+    if seconds is not None and not 0 < seconds <= ceiling:
+        raise errors.InvalidArguments(
+            f"{what} {seconds:g} must be above 0 and at most {ceiling:g} (tools.max_timeout_seconds); "
+            f"ask for at most {ceiling:g}, or raise tools.max_timeout_seconds in config.toml")
 
 
-def _plain(tool: Tool, result: Any) -> Any:
+def _failure(exc: errors.ToolError) -> Outcome:
+    return Outcome(False, None, ToolErrorInfo(kind=exc.kind, message=exc.message, hint=exc.hint))
+
+
+def _plain(tool: Tool, result: object) -> object:
     """The result as JSON-ready data, so that encoding call.completed cannot fail after the fact."""
     try:
         return msgspec.to_builtins(result)
@@ -98,128 +392,7 @@ def _plain(tool: Tool, result: Any) -> Any:
         raise errors.Failed(f"{tool.name} returned a result that cannot be encoded ({type(exc).__name__})") from None
 
 
-async def _plan_gate_run(hub: Hub, job: CallJob) -> Any:
-    ctx = _context(hub, job)
-    plan = job.tool.plan(job.args, ctx)
-    await _gate(hub, job, plan)
-    timeout = job.tool.dispatch_timeout(plan, job.session.config)
-    if job.timeout_override is not None:
-        timeout = job.timeout_override if timeout is None else min(timeout, job.timeout_override)
-    hub.send_event(
-        job.session.owner,
-        CallStarted(seq=0, call_id=job.call_id, session=job.session.id, tool=job.tool.name),
-    )
-    progress = asyncio.create_task(_progress(hub, job, timeout))
-    try:
-        async with asyncio.timeout(timeout):
-            return await job.tool.run(job.args, plan, ctx)
-    except TimeoutError:
-        raise errors.Timeout(
-            f"{job.tool.name} ran past its dispatch timeout of {timeout:g} s and was stopped"
-        ) from None
-    finally:
-        progress.cancel()
-
-
-async def _gate(hub: Hub, job: CallJob, plan: Plan) -> None:
-    session, tool = job.session, job.tool
-    cfg = session.config.approvals
-    risk = plan.risk.value
-    verdict = policy_verdict(
-        cfg.policy,
-        plan,
-        always_allow=tool.flags.always_allow,
-        granted=session.granted(tool.name, risk, plan.sandboxed),
-        sandbox_active=bool(hub.sandbox and hub.sandbox.active),
-    )
-    _audit(hub, "proposal", job, risk=risk, policy=cfg.policy, decision=verdict.value)
-    if verdict is Verdict.RUN:
-        return
-    if verdict is Verdict.DENY:
-        raise errors.Denied(
-            f"approvals.policy is 'never': {risk} calls are refused without asking "
-            "(change approvals.policy to on-risk to be asked)"
-        )
-    approval = hub.gate.request(
-        session.owner,
-        session=session.id,
-        call_id=job.call_id,
-        tool=tool.name,
-        risk=risk,
-        workspace=str(session.workspace),
-        summary=plan.summary,
-        details=plan.details,
-        sandboxed=plan.sandboxed,
-    )
-    try:
-        approved = await asyncio.shield(approval.future)
-    except asyncio.CancelledError:
-        hub.gate.cancel(approval.id, "the call was cancelled")
-        raise
-    if not approved:
-        raise errors.Denied(_denial(approval))
-    if approval.scope == "session":
-        session.grant(tool.name, risk, plan.sandboxed)
-
-
-def _denial(approval: Any) -> str:
+def _denial(approval: Approval) -> str:
     who = f" by {approval.decided_by.label()}" if approval.decided_by else ""
     why = f": {approval.reason}" if approval.reason else ""
     return f"approval {approval.id} was {approval.state.value}{who}{why}"
-
-
-async def _progress(hub: Hub, job: CallJob, timeout: float | None) -> None:
-    interval = job.session.config.tools.progress_interval_seconds
-    started = time.monotonic()
-    while True:
-        await asyncio.sleep(interval)
-        elapsed = time.monotonic() - started
-        limit = f"{timeout:.0f}s" if timeout else "none"
-        log.info("running name=%s call=%s elapsed=%.0fs/%s", job.tool.name, job.call_id, elapsed, limit)
-        hub.send_event(
-            job.session.owner,
-            CallProgress(seq=0, call_id=job.call_id, elapsed_s=round(elapsed, 1), timeout_s=timeout),
-        )
-
-
-def _context(hub: Hub, job: CallJob) -> CallContext:
-    session = job.session
-    return CallContext(
-        call_id=job.call_id,
-        session_id=session.id,
-        workspace=session.workspace,
-        workspace_fd=session.workspace_fd,
-        config=session.config,
-        paths=hub.paths,
-        sandbox=hub.sandbox,
-        services=session.services,
-        turn=job.turn,
-    )
-
-
-def _complete(hub: Hub, job: CallJob, outcome: tuple[bool, Any, Any], duration: float) -> None:
-    ok, result, error = outcome
-    info = None
-    if error is not None:
-        info = ToolErrorInfo(kind=error.kind, message=error.message, hint=error.hint)
-    _audit(
-        hub,
-        "completion",
-        job,
-        outcome="ok" if ok else "error",
-        error_kind=error.kind if error else None,
-        duration_s=round(duration, 3),
-    )
-    frame = CallCompleted(seq=0, call_id=job.call_id, ok=ok, result=result, error=info)
-    hub.send_event(job.session.owner, frame)
-
-
-def _audit(hub: Hub, event: str, job: CallJob, **fields: Any) -> None:
-    if hub.audit is None:
-        return
-    try:
-        hub.audit.record(
-            event, tool=job.tool.name, session=job.session.id, call_id=job.call_id, **fields
-        )
-    except OSError as exc:  # a full disk must not stop calls; say so in the log
-        log.error("audit log write failed: %s", exc)

@@ -80,7 +80,7 @@ def too_large(frame: p.Frame, size: int, limit: int) -> p.Frame:
     message = f"frame of {size} bytes exceeds server.server_frame_bytes ({limit})"
     if isinstance(frame, p.CallCompleted):
         error = p.ToolErrorInfo(kind="limit", message=f"result too large: {message}; ask for less output")
-        return p.CallCompleted(seq=frame.seq, call_id=frame.call_id, ok=False, error=error)
+        return p.CallCompleted(seq=frame.seq, call_id=frame.call_id, ok=False, error=error, turn=frame.turn)
     return p.Error(code="internal", message=message, id=getattr(frame, "id", None))
 
 

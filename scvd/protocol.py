@@ -333,12 +333,15 @@ class Error(Frame, tag="error"):
 
 
 class CallStarted(Frame, tag="call.started"):
-    """The call passed its approval and is running."""
+    """A call that waited (for an approval or its turn in the lane) is now running.
+
+    A call that starts at once sends none: it runs from `call.accepted` on."""
 
     seq: int
     call_id: str
     session: str
     tool: str
+    turn: str | None = None
 
 
 class CallProgress(Frame, tag="call.progress"):
@@ -348,6 +351,7 @@ class CallProgress(Frame, tag="call.progress"):
     call_id: str
     elapsed_s: float
     timeout_s: float | None = None
+    turn: str | None = None
 
 
 class CallCompleted(Frame, tag="call.completed"):
@@ -358,6 +362,7 @@ class CallCompleted(Frame, tag="call.completed"):
     ok: bool
     result: Any = None
     error: ToolErrorInfo | None = None
+    turn: str | None = None
 
 
 class ApprovalRequested(Frame, tag="approval.requested"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
 import signal
 import socket
 import time
@@ -20,7 +19,7 @@ from typing import Any, Awaitable, Callable
 from . import __version__, errors, notify, protocol as p
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
-from .calls import CallJob, refusal, run_call
+from .calls import CallRegistry
 from .config import Loaded, load
 from .connection import READ_CHUNK, Connection, drain_close
 from .instance import acquire_lock, bind_socket, socket_name
@@ -51,10 +50,9 @@ class Daemon:
         self.notifier = notifier or notify.Notifier({})
         self.connections: set[Connection] = set()
         self.sessions: dict[str, Session] = {}
-        self.calls: dict[str, tuple[Session, asyncio.Task[Any]]] = {}
+        self.calls = CallRegistry(self)
         self.started = time.time()
         self.stop_event = asyncio.Event()
-        self.stopping = False
         self.force_exit = False
         self._server: asyncio.AbstractServer | None = None
         self._lock_fd: int | None = None
@@ -126,20 +124,15 @@ class Daemon:
 
     async def shutdown(self) -> None:
         grace = self.config.server.shutdown_grace_seconds
-        # 1. tell systemd, refuse new calls, stop accepting connections
+        # 1. tell systemd, stop accepting connections
         self.notifier.stopping()
-        self.stopping = True
         if self._server:
             self._server.close()
-        # 2. cancel in-flight calls and give them the grace period to clean up
-        tasks = [task for _, task in self.calls.values()]
-        for task in tasks:
-            task.cancel("scvd is stopping")
-        if tasks:
-            _, stuck = await asyncio.wait(tasks, timeout=grace)
-            if stuck:
-                log.warning("%d call(s) did not stop within server.shutdown_grace_seconds (%g s); "
-                            "leaving them behind", len(stuck), grace)
+        # 2. refuse new calls, cancel in-flight ones and give them the grace period to clean up
+        stuck = await self.calls.stop(grace)
+        if stuck:
+            log.warning("%d call(s) did not stop within server.shutdown_grace_seconds (%g s); "
+                        "leaving them behind", stuck, grace)
         # 3. close every client and session
         for conn in list(self.connections):
             self._drop_connection(conn)
@@ -299,11 +292,14 @@ class Daemon:
         if fatal:
             conn.close()
 
-    def send_event(self, conn: Connection, event: p.Frame) -> None:
+    def send_event(self, conn: object, event: p.Frame) -> None:
         """Push an event; the connection stamps its own sequence number."""
-        if not conn.closed:
+        if isinstance(conn, Connection) and not conn.closed:
             event.seq = conn.next_seq()
             self._send(conn, event)
+
+    def calls_changed(self) -> None:
+        self._update_status()
 
     # --- handlers ------------------------------------------------------------------
 
@@ -371,53 +367,18 @@ class Daemon:
 
     async def on_call(self, conn: Connection, frame: p.Call) -> p.Frame:
         session = self._own_session(conn, frame.session)
-        call_id = frame.call_id or f"c{len(self.calls) + session.call_count + 1}-{secrets.token_hex(4)}"
-        if call_id in self.calls:
-            raise errors.InvalidRequest(f"call_id {call_id!r} is already in use; choose another")
-        tool = session.registry.get(frame.tool)
-        background = bool(tool and tool.flags.background)
-        session.call_count += 1
-        job_error = refusal(session, frame, stopping=self.stopping)
-        task = asyncio.ensure_future(self._run(conn, session, call_id, tool, frame, job_error))
-        self.calls[call_id] = (session, task)
-        session.calls[call_id] = task
-        task.add_done_callback(lambda t: self._call_done(session, call_id, t))
-        self._update_status()
-        return p.CallAccepted(id=frame.id, call_id=call_id, background=background)
-
-    async def _run(self, conn: Connection, session: Session, call_id: str, tool: Any,
-                   frame: p.Call, refusal: errors.ToolError | None) -> None:
-        await asyncio.sleep(0)  # let call.accepted go out before any event of this call
-        try:
-            if refusal is not None:
-                raise refusal
-            args = tool.decode(frame.arguments)
-        except errors.ToolError as exc:
-            info = p.ToolErrorInfo(kind=exc.kind, message=exc.message, hint=exc.hint)
-            self.send_event(conn, p.CallCompleted(seq=0, call_id=call_id, ok=False, error=info))
-            return
-        job = CallJob(session=session, call_id=call_id, tool=tool, args=args,
-                      timeout_override=frame.timeout_seconds, requester=conn.decider(), turn=frame.turn)
-        await run_call(self, job)
-
-    def _call_done(self, session: Session, call_id: str, task: asyncio.Task[Any]) -> None:
-        self.calls.pop(call_id, None)
-        session.calls.pop(call_id, None)
-        if task.cancelled():  # cancelled before run_call could answer (e.g. call and cancel in one write)
-            error = p.ToolErrorInfo(kind="cancelled", message=f"call {call_id} was cancelled")
-            self.send_event(session.owner, p.CallCompleted(seq=0, call_id=call_id, ok=False, error=error))
-        self._update_status()
+        handle = self.calls.submit(
+            session, frame.tool, frame.arguments, requester=conn.decider(), call_id=frame.call_id,
+            timeout_seconds=frame.timeout_seconds, turn=frame.turn)
+        return p.CallAccepted(id=frame.id, call_id=handle.call_id, background=handle.background)
 
     async def on_call_cancel(self, conn: Connection, frame: p.CallCancel) -> p.Frame:
-        entry = self.calls.get(frame.call_id)
-        if entry is None:
-            raise errors.CallNotFound(f"no pending or running call {frame.call_id!r}; it may have completed")
-        session, task = entry
-        if session.owner is not conn and self._spawned(conn):
+        call = self.calls.get(frame.call_id)
+        if call is not None and call.session.owner is not conn and self._spawned(conn):
             raise errors.Forbidden(
                 "a process started by scvd may cancel only its own session's calls; "
                 "cancel from your own terminal instead")
-        task.cancel("call.cancel")
+        self.calls.cancel(frame.call_id, f"call.cancel from {conn.label()}")
         return p.Ok(id=frame.id)
 
     async def on_approvals_watch(self, conn: Connection, frame: p.ApprovalsWatch) -> p.Frame:
@@ -480,6 +441,7 @@ class Daemon:
         return services
 
     def _close_session(self, session: Session) -> None:
+        self.calls.cancel_session(session, "its session was closed")
         session.close()
         session.owner.sessions.pop(session.id, None)
         self.sessions.pop(session.id, None)
@@ -489,23 +451,10 @@ class Daemon:
     def _on_approval(self, kind: str, approval: Approval) -> None:
         event = approval_event(kind, approval)
         if kind == "resolved":
-            self._audit_decision(approval)
+            self.calls.record_decision(approval)
         targets = [c for c in self.connections if c.watcher]
         if approval.owner.approver and approval.owner not in targets:
             targets.append(approval.owner)
         for conn in targets:
             self.send_event(conn, event)
         self._update_status()
-
-    def _audit_decision(self, approval: Approval) -> None:
-        if self.audit is None:
-            return
-        d = approval.decided_by
-        try:
-            self.audit.record(
-                "decision", approval_id=approval.id, call_id=approval.info.call_id,
-                tool=approval.info.tool, session=approval.info.session, risk=approval.info.risk,
-                decision=approval.state.value, reason=approval.reason,
-                decided_by={"pid": d.pid, "uid": d.uid, "client": d.client} if d else None)
-        except OSError as exc:
-            log.error("audit log write failed: %s", exc)

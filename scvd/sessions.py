@@ -31,6 +31,7 @@ class Ticket:
     background: bool
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     started: bool = False
+    waited: bool = False  # it could not start at once: someone held the lane
 
 
 class Lane:
@@ -48,6 +49,7 @@ class Lane:
         ticket = Ticket(concurrent=concurrent, background=background)
         self._tickets.append(ticket)
         self._wake()
+        ticket.waited = not ticket.ready.is_set()
         try:
             await ticket.ready.wait()
         except BaseException:
@@ -99,7 +101,6 @@ class Session:
     # (tool, risk, sandboxed) granted for the session: a grant made for a sandboxed call does not
     # cover the same tool unsandboxed (a reload may turn the sandbox off under an open session)
     grants: set[tuple[str, str, bool]] = field(default_factory=set)
-    calls: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     call_count: int = 0
     services: dict[str, Any] = field(default_factory=dict)
     closed: bool = False
@@ -111,19 +112,15 @@ class Session:
         """Whether a grant covers the call: one made unsandboxed covers it sandboxed too, not the reverse."""
         return (tool, risk, False) in self.grants or (sandboxed and (tool, risk, True) in self.grants)
 
-    def close(self) -> list[asyncio.Task[Any]]:
-        """Cancel the session's calls and release the workspace fd; return the cancelled tasks."""
+    def close(self) -> None:
+        """Release the workspace fd (the calls registry cancels the session's calls first)."""
         if self.closed:
-            return []
+            return
         self.closed = True
-        tasks = [t for t in self.calls.values() if not t.done()]
-        for task in tasks:
-            task.cancel("session closed")
         try:
             os.close(self.workspace_fd)
         except OSError:
             pass
-        return tasks
 
 
 def open_workspace(workspace: str) -> tuple[Path, int]:

@@ -257,7 +257,8 @@ class SleepTool(_HarnessTool):
     summary = "sleep"
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
-        try:
+        (ctx.workspace / f"started-{ctx.call_id}").write_text("started\n")  # a call that starts at once
+        try:                                                                 # sends no call.started
             await asyncio.sleep(args.seconds)
         except asyncio.CancelledError:
             (ctx.workspace / f"cancelled-{ctx.call_id}").write_text("cancelled\n")
@@ -275,6 +276,7 @@ class StubbornTool(_HarnessTool):
     summary = "sleep forever"
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        (ctx.workspace / f"started-{ctx.call_id}").write_text("started\n")
         while True:
             try:
                 await asyncio.sleep(3600)

@@ -1,0 +1,426 @@
+"""The calls registry on its own, h11-style: an in-memory hub, no sockets, no daemon.
+
+Every path a call can take ends in exactly one `call.completed` and exactly one
+completion audit line; the tests count both once every outcome has resolved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import pytest
+
+from scvd import errors, protocol as p
+from scvd.approvals import ApprovalGate, Decider
+from scvd.calls import CallRegistry, Outcome
+from scvd.config import ApprovalsConfig, Config, ToolsConfig
+from scvd.sessions import Session
+from scvd.tools.contract import NO_TIMEOUT, CallContext, Plan, Registry, Tool, ToolFlags, ToolRisk
+
+ME = Decider(pid=os.getpid(), uid=os.getuid(), client="test")
+
+
+class Text(msgspec.Struct, forbid_unknown_fields=True):
+    text: Annotated[str, msgspec.Meta(description="Any text, e.g. 'hello'; echoed back")] = ""
+
+
+class _Tool(Tool):
+    Arguments = Text
+    risk = ToolRisk.READ_ONLY
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.gate = asyncio.Event()
+
+    def plan(self, args: Text, ctx: CallContext) -> Plan:
+        return Plan(risk=self.risk, summary=f"{self.name} {args.text}")
+
+    async def run(self, args: Text, plan: Plan, ctx: CallContext) -> Any:
+        self.ran.append(ctx.call_id)
+        return await self.body(args)
+
+    async def body(self, args: Text) -> Any:
+        return {"text": args.text}
+
+
+def _tool(name: str, risk: ToolRisk = ToolRisk.READ_ONLY, flags: ToolFlags = ToolFlags(),
+          body: Any = None) -> Tool:
+    desc = (f"Test tool {name} for the calls registry.\nUse for registry unit tests; nothing else.\n"
+            "Precondition: none.")
+    attrs: dict[str, Any] = {"name": name, "description": desc, "risk": risk, "flags": flags}
+    if body is not None:
+        attrs["body"] = body
+    return type(name.title(), (_Tool,), attrs)()
+
+
+async def _hold(self: _Tool, args: Text) -> Any:
+    await self.gate.wait()
+    return {"held": args.text}
+
+
+async def _fail(self: _Tool, args: Text) -> Any:
+    raise errors.Failed("fail: the thing broke; fix the thing")
+
+
+async def _crash(self: _Tool, args: Text) -> Any:
+    raise ValueError("an internal detail")
+
+
+async def _bad_result(self: _Tool, args: Text) -> Any:
+    return object()
+
+
+def tools() -> list[Tool]:
+    return [
+        _tool("echo"),
+        _tool("touch", ToolRisk.FILESYSTEM),
+        _tool("hold", body=_hold),
+        _tool("hold_forever", flags=ToolFlags(timeout=NO_TIMEOUT), body=_hold),
+        _tool("fail", body=_fail),
+        _tool("crash", body=_crash),
+        _tool("bad_result", body=_bad_result),
+    ]
+
+
+class FakeAudit:
+    def __init__(self) -> None:
+        self.lines: list[dict[str, Any]] = []
+
+    def record(self, event: str, **fields: object) -> None:
+        self.lines.append({"event": event, **fields})
+
+
+class FakeHub:
+    """The daemon as the registry sees it: a gate, an audit sink and an event list."""
+
+    def __init__(self) -> None:
+        self.gate = ApprovalGate(900.0, self._on_approval)
+        self.paths: Any = None
+        self.sandbox = None
+        self.audit = FakeAudit()
+        self.sent: list[tuple[object, p.Frame]] = []
+        self.requests: list[Any] = []
+        self.changes = 0
+        self.registry: CallRegistry | None = None
+
+    def send_event(self, owner: object, event: p.Frame) -> None:
+        self.sent.append((owner, event))
+
+    def calls_changed(self) -> None:
+        self.changes += 1
+
+    def _on_approval(self, kind: str, approval: Any) -> None:
+        if kind == "requested":
+            self.requests.append(approval)
+        elif self.registry is not None:
+            self.registry.record_decision(approval)
+
+
+def kinds(hub: FakeHub, call_id: str) -> list[str]:
+    return [type(e).__struct_config__.tag for _, e in hub.sent if getattr(e, "call_id", None) == call_id]
+
+
+SESSIONS: list[Session] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_sessions() -> Any:
+    yield
+    while SESSIONS:
+        SESSIONS.pop().close()
+
+
+def new_session(config: Config, owner: object = "owner", sid: str = "s1") -> Session:
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    session = Session(id=sid, workspace=Path("/"), workspace_fd=fd, owner=owner, config=config,
+                      registry=Registry(tools()))
+    SESSIONS.append(session)
+    return session
+
+
+def make(policy: str = "on-risk", **tools_cfg: Any) -> tuple[FakeHub, CallRegistry, Session]:
+    hub = FakeHub()
+    registry = CallRegistry(hub)
+    hub.registry = registry
+    config = Config(approvals=ApprovalsConfig(policy=policy), tools=ToolsConfig(**tools_cfg))
+    return hub, registry, new_session(config)
+
+
+def tool(session: Session, name: str) -> Any:
+    return session.registry.get(name)
+
+
+def assert_once_each(hub: FakeHub, call_ids: list[str]) -> None:
+    """Exactly one call.completed and one completion audit line per call, nothing for others."""
+    sent = collections.Counter(e.call_id for _, e in hub.sent if isinstance(e, p.CallCompleted))
+    audited = collections.Counter(line["call_id"] for line in hub.audit.lines if line["event"] == "completion")
+    expected = collections.Counter(call_ids)
+    assert sent == expected, hub.sent
+    assert audited == expected, hub.audit.lines
+
+
+def completed(hub: FakeHub, call_id: str) -> p.CallCompleted:
+    return next(e for _, e in hub.sent if isinstance(e, p.CallCompleted) and e.call_id == call_id)
+
+
+def audit(hub: FakeHub, call_id: str) -> list[dict[str, Any]]:
+    return [line for line in hub.audit.lines if line.get("call_id") == call_id]
+
+
+async def until(predicate: Any) -> None:
+    while not predicate():
+        await asyncio.sleep(0)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# --- refusals: one completion and one audit line, no proposal ------------------------------
+
+
+@pytest.mark.parametrize("name,arguments,timeout,kind,needle", [
+    ("nope", {}, None, "unknown_tool", "no tool named 'nope'; tools: echo, touch"),
+    ("echo", {}, 99999.0, "invalid_arguments", "tools.max_timeout_seconds"),
+    ("echo", {}, 0.0, "invalid_arguments", "must be above 0"),
+    ("echo", {"text": 3}, None, "invalid_arguments", "`text`"),
+    ("echo", {"bogus": 1}, None, "invalid_arguments", "`bogus`"),
+])
+def test_refused_and_undecodable_calls_complete_once_before_the_lane(name, arguments, timeout, kind, needle):
+    async def main() -> None:
+        hub, calls, session = make(policy="always")
+        handle = calls.submit(session, name, arguments, requester=ME, timeout_seconds=timeout)
+        ok, result, error = await handle.outcome
+        assert not ok and result is None and error.kind == kind and needle in error.message, error
+        assert kinds(hub, handle.call_id) == ["call.completed"]
+        assert [line["event"] for line in audit(hub, handle.call_id)] == ["completion"]
+        assert audit(hub, handle.call_id)[0]["error_kind"] == kind
+        assert audit(hub, handle.call_id)[0]["tool"] == name
+        assert not hub.requests and len(calls) == 0
+        assert_once_each(hub, [handle.call_id])
+
+    run(main())
+
+
+def test_a_stopping_registry_refuses_new_calls_and_cancels_running_ones():
+    async def main() -> None:
+        hub, calls, session = make()
+        held = calls.submit(session, "hold", {"text": "x"}, requester=ME)
+        await until(lambda: tool(session, "hold").ran)
+        assert await calls.stop(grace=5) == 0
+        late = calls.submit(session, "echo", {}, requester=ME)
+        running, refused = await held.outcome, await late.outcome
+        assert running.error.kind == "cancelled" and "scvd is stopping" in running.error.message
+        assert refused.error.kind == "cancelled" and "no new calls are accepted" in refused.error.message
+        assert_once_each(hub, [held.call_id, late.call_id])
+
+    run(main())
+
+
+# --- cancellation ---------------------------------------------------------------------------
+
+
+def test_cancel_before_the_first_step_completes_once_and_never_runs_the_tool():
+    async def main() -> None:
+        hub, calls, session = make()
+        handle = calls.submit(session, "echo", {"text": "x"}, requester=ME, call_id="pipelined")
+        calls.cancel("pipelined", "call.cancel")  # the same loop turn: a call and its cancel in one write
+        ok, _, error = await handle.outcome
+        assert not ok and error.kind == "cancelled" and "call.cancel" in error.message
+        assert tool(session, "echo").ran == []
+        assert kinds(hub, "pipelined") == ["call.completed"]
+        assert_once_each(hub, ["pipelined"])
+        with pytest.raises(errors.CallNotFound):
+            calls.cancel("pipelined", "again")
+
+    run(main())
+
+
+def test_cancel_while_queued_waiting_for_approval_or_running_each_completes_once():
+    async def main() -> None:
+        hub, calls, session = make()
+        running = calls.submit(session, "hold", {}, requester=ME)
+        await until(lambda: tool(session, "hold").ran)
+        queued = calls.submit(session, "echo", {}, requester=ME)
+        other = new_session(session.config, sid="s2")
+        waiting = calls.submit(other, "touch", {}, requester=ME)
+        await until(lambda: hub.requests)
+        for handle in (queued, waiting, running):
+            calls.cancel(handle.call_id, "test")
+        outcomes = [await h.outcome for h in (queued, waiting, running)]
+        assert [o.error.kind for o in outcomes] == ["cancelled"] * 3
+        assert hub.requests[0].state.value == "cancelled" and not hub.gate.pending
+        assert tool(session, "echo").ran == [] and tool(other, "touch").ran == []
+        assert_once_each(hub, [queued.call_id, waiting.call_id, running.call_id])
+
+    run(main())
+
+
+def test_closing_a_session_cancels_only_its_calls():
+    async def main() -> None:
+        hub, calls, session = make()
+        mine = calls.submit(session, "hold", {}, requester=ME)
+        other = new_session(session.config, owner="other", sid="s2")
+        theirs = calls.submit(other, "hold", {}, requester=ME)
+        await until(lambda: tool(session, "hold").ran and tool(other, "hold").ran)
+        calls.cancel_session(session, "its session was closed")
+        assert (await mine.outcome).error.kind == "cancelled"
+        assert calls.get(theirs.call_id) is not None
+        tool(other, "hold").gate.set()
+        assert (await theirs.outcome).ok
+
+    run(main())
+
+
+# --- the approval gate -------------------------------------------------------------------------
+
+
+def test_denied_by_a_person_audits_proposal_decision_and_completion():
+    async def main() -> None:
+        hub, calls, session = make()
+        handle = calls.submit(session, "touch", {"text": "a"}, requester=ME)
+        await until(lambda: hub.requests)
+        hub.gate.decide(hub.requests[0].id, False, decider=ME, reason="not today", scope="once")
+        ok, _, error = await handle.outcome
+        assert not ok and error.kind == "denied" and "not today" in error.message
+        assert [line["event"] for line in audit(hub, handle.call_id)] == ["proposal", "decision", "completion"]
+        assert audit(hub, handle.call_id)[0]["decision"] == "ask"
+        assert kinds(hub, handle.call_id) == ["call.completed"]
+        assert tool(session, "touch").ran == []
+        assert_once_each(hub, [handle.call_id])
+
+    run(main())
+
+
+def test_denied_by_policy_never_asks_nobody():
+    async def main() -> None:
+        hub, calls, session = make(policy="never")
+        handle = calls.submit(session, "touch", {}, requester=ME)
+        error = (await handle.outcome).error
+        assert error.kind == "denied" and "approvals.policy is 'never'" in error.message
+        assert not hub.requests
+        assert [line["event"] for line in audit(hub, handle.call_id)] == ["proposal", "completion"]
+        assert_once_each(hub, [handle.call_id])
+
+    run(main())
+
+
+def test_an_approved_call_says_started_then_completes():
+    async def main() -> None:
+        hub, calls, session = make()
+        handle = calls.submit(session, "touch", {"text": "a"}, requester=ME, turn="t1")
+        await until(lambda: hub.requests)
+        hub.gate.decide(hub.requests[0].id, True, decider=ME, reason=None, scope="once")
+        assert (await handle.outcome).ok
+        assert kinds(hub, handle.call_id) == ["call.started", "call.completed"]
+        assert {e.turn for _, e in hub.sent} == {"t1"}
+        assert_once_each(hub, [handle.call_id])
+
+    run(main())
+
+
+# --- running: ok, failed, crashed, timed out -----------------------------------------------------
+
+
+def test_a_fast_call_sends_only_its_completion_and_leaves_no_timer():
+    async def main() -> None:
+        hub, calls, session = make()
+        handle = calls.submit(session, "echo", {"text": "hi"}, requester=ME, turn="t9")
+        call = calls.get(handle.call_id)
+        outcome = await handle.outcome
+        assert outcome == Outcome(True, {"text": "hi"}, None)
+        assert kinds(hub, handle.call_id) == ["call.completed"]
+        assert completed(hub, handle.call_id).turn == "t9"
+        assert call.timer is not None and call.timer.cancelled()
+        assert [line["event"] for line in audit(hub, handle.call_id)] == ["proposal", "completion"]
+        assert audit(hub, handle.call_id)[1]["outcome"] == "ok"
+        assert hub.changes == 2 and len(calls) == 0  # submitted, completed
+        assert_once_each(hub, [handle.call_id])
+
+    run(main())
+
+
+def test_a_call_that_waited_in_the_lane_says_started():
+    async def main() -> None:
+        hub, calls, session = make()
+        first = calls.submit(session, "hold", {}, requester=ME)
+        second = calls.submit(session, "echo", {}, requester=ME)
+        await until(lambda: tool(session, "hold").ran)
+        tool(session, "hold").gate.set()
+        await first.outcome, await second.outcome
+        assert kinds(hub, first.call_id) == ["call.completed"]
+        assert kinds(hub, second.call_id) == ["call.started", "call.completed"]
+
+    run(main())
+
+
+@pytest.mark.parametrize("name,kind,needle", [
+    ("fail", "failed", "the thing broke"),
+    ("crash", "failed", "crash failed unexpectedly: ValueError"),
+    ("bad_result", "failed", "bad_result returned a result that cannot be encoded"),
+])
+def test_failing_and_crashing_tools_complete_once(name, kind, needle):
+    async def main() -> None:
+        hub, calls, session = make()
+        handle = calls.submit(session, name, {}, requester=ME)
+        error = (await handle.outcome).error
+        assert error.kind == kind and needle in error.message, error
+        assert "an internal detail" not in error.message
+        assert audit(hub, handle.call_id)[-1]["error_kind"] == kind
+        assert_once_each(hub, [handle.call_id])
+        ok = calls.submit(session, "echo", {}, requester=ME)  # the registry goes on
+        assert (await ok.outcome).ok
+
+    run(main())
+
+
+def test_the_dispatch_timeout_stops_a_call_and_names_the_limit():
+    async def main() -> None:
+        hub, calls, session = make()
+        handle = calls.submit(session, "hold", {}, requester=ME, timeout_seconds=0.05)
+        ok, _, error = await handle.outcome
+        assert not ok and error.kind == "timeout" and "dispatch timeout of 0.05 s" in error.message
+        assert audit(hub, handle.call_id)[-1]["error_kind"] == "timeout"
+        assert_once_each(hub, [handle.call_id])
+
+    run(main())
+
+
+def test_progress_comes_only_from_a_call_running_past_the_interval():
+    async def main() -> None:
+        hub, calls, session = make(progress_interval_seconds=0.01)
+        handle = calls.submit(session, "hold_forever", {}, requester=ME, turn="t2")
+        await until(lambda: len([e for _, e in hub.sent if isinstance(e, p.CallProgress)]) >= 2)
+        assert len(asyncio.all_tasks()) == 2  # this test and the call: no progress task
+        tool(session, "hold_forever").gate.set()
+        assert (await handle.outcome).ok
+        progress = [e for _, e in hub.sent if isinstance(e, p.CallProgress)]
+        assert all(e.timeout_s is None and e.turn == "t2" for e in progress)
+        assert [e.elapsed_s for e in progress] == sorted(e.elapsed_s for e in progress)
+        assert_once_each(hub, [handle.call_id])
+
+    run(main())
+
+
+# --- the request itself ---------------------------------------------------------------------------
+
+
+def test_a_call_id_in_use_is_refused_and_reusable_once_done():
+    async def main() -> None:
+        hub, calls, session = make()
+        first = calls.submit(session, "hold", {}, requester=ME, call_id="mine")
+        with pytest.raises(errors.InvalidRequest, match="already in use"):
+            calls.submit(session, "echo", {}, requester=ME, call_id="mine")
+        tool(session, "hold").gate.set()
+        await first.outcome
+        again = calls.submit(session, "echo", {}, requester=ME, call_id="mine")
+        assert (await again.outcome).ok
+        with pytest.raises(errors.CallNotFound):
+            calls.cancel("never-was", "test")
+
+    run(main())
