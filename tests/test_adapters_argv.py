@@ -23,7 +23,7 @@ def test_default_contracts_are_the_seed_table() -> None:
     assert build_argv(spec.CLAUDE, "/x/claude", "fix it", model="sonnet", effort="medium") == [
         "/x/claude", "-p", "--model", "sonnet", "--effort", "medium", "fix it"]
     assert build_argv(spec.CODEX, "/x/codex", "fix it", model="gpt-5", effort="high") == [
-        "/x/codex", "exec", "-m", "gpt-5", "-c", 'model_reasoning_effort="high"', "fix it"]
+        "/x/codex", "exec", "--skip-git-repo-check", "-m", "gpt-5", "-c", 'model_reasoning_effort="high"', "fix it"]
     assert build_argv(spec.PI, "/x/pi", "fix it") == ["/x/pi", "-p", "fix it"]
     assert build_argv(spec.CLAUDE, "/x/claude", "fix it") == ["/x/claude", "-p", "fix it"]
 

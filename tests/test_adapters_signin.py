@@ -107,8 +107,3 @@ def test_signin_hint_on_failure(output) -> None:
 @pytest.mark.parametrize("output", ["error: 3 tests failed", "line 401: syntax error", "done"])
 def test_no_hint_for_other_output(output) -> None:
     assert failure_hint(spec.CLAUDE, output, failed=True) is None
-
-
-def test_codex_untrusted_directory_hint() -> None:
-    out = "Not inside a trusted directory and --skip-git-repo-check was not specified."
-    assert "git repository" in failure_hint(spec.CODEX, out, failed=True)

@@ -26,7 +26,7 @@ def test_argv_boundaries_and_executable_from_path(harness: Harness, fake_bin: Pa
 def test_codex_effort_is_one_config_argument(harness: Harness) -> None:
     harness.call("codex", prompt="go", model="gpt-5.1-codex", effort="xhigh")
     argv, env, _ = harness.recorded()
-    assert argv == ["exec", "-m", "gpt-5.1-codex", "-c", 'model_reasoning_effort="xhigh"', "go"]
+    assert argv == ["exec", "--skip-git-repo-check", "-m", "gpt-5.1-codex", "-c", 'model_reasoning_effort="xhigh"', "go"]
     assert env["CODEX_HOME"] == str(harness.paths.adapters_dir / "codex")
 
 
@@ -50,6 +50,21 @@ def test_env_scrubbed_home_private(harness: Harness, monkeypatch: pytest.MonkeyP
     assert env["XDG_DATA_HOME"] == str(home / ".local/share")
     assert env["XDG_STATE_HOME"] == str(home / ".local/state")
     assert env["SCV_HOME"] == str(home / ".scv")
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
+def test_stdin_is_dev_null_not_scvds(harness: Harness, agent: str) -> None:
+    """codex reads "additional input" from a non-terminal stdin: scvd's own must never reach it."""
+    read_end, write_end = os.pipe()
+    saved = os.dup(0)
+    os.dup2(read_end, 0)  # scvd's stdin is now a pipe that would feed the agent
+    try:
+        harness.call(agent, prompt="go")
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, read_end, write_end):
+            os.close(fd)
+    assert harness.log.joinpath("stdin").read_text().strip() == "/dev/null"
 
 
 def test_runs_in_workspace_root_by_default(harness: Harness) -> None:
@@ -76,7 +91,7 @@ def test_cwd_outside_or_missing_launches_nothing(harness: Harness, tmp_path: Pat
     (harness.workspace / "file.txt").write_text("x")
     cwd = str(tmp_path) if cwd == "PARENT_ABS" else cwd
     with pytest.raises(InvalidArguments, match="cwd"):
-        harness.call("claude", prompt="go", cwd=cwd)
+        harness.plan("claude", prompt="go", cwd=cwd)  # refused by plan(), so before any approval
     assert not harness.log.exists()
 
 
@@ -166,11 +181,12 @@ def test_missing_executable_unavailable_before_approval(harness: Harness, monkey
 
 def test_approval_details(harness: Harness, fake_bin: Path) -> None:
     long_prompt = "Land the fix. " + "x" * 5000
+    (harness.workspace / "scv").mkdir()
     plan = harness.plan("codex", prompt=long_prompt, cwd="scv", timeout_seconds=900, model="gpt-5")
     d = plan.details
     assert plan.risk.value == "delegate" and plan.timeout == 900 and plan.network
     assert d["executable"] == str(fake_bin / "codex")
-    assert d["argv"][:4] == [str(fake_bin / "codex"), "exec", "-m", "gpt-5"]
+    assert d["argv"][:5] == [str(fake_bin / "codex"), "exec", "--skip-git-repo-check", "-m", "gpt-5"]
     assert d["argv"][-1] == d["prompt"] and len(d["prompt"]) < 2100 and "more characters" in d["prompt"]
     assert d["prompt_chars"] == len(long_prompt)
     assert d["cwd"] == "scv" and d["timeout_seconds"] == 900

@@ -30,12 +30,9 @@ SIGNIN_PATTERNS = re.compile(
 
 
 def failure_hint(adapter: specs.Adapter, output: str, failed: bool) -> str | None:
-    """The hint for a failed run's output: a missing sign-in, or another known failure."""
+    """The hint for a failed run's output that reads like a missing sign-in."""
     if not failed:
         return None
-    for pattern, hint in adapter.extra_hints:
-        if re.search(pattern, output):
-            return hint
     if SIGNIN_PATTERNS.search(output):
         return adapter.signin_hint
     return None

@@ -44,8 +44,6 @@ class Adapter:
     signin_hint: str = ""  # the tool result's hint when the output reads like a missing sign-in
     # (regex, verdict) pairs over the status command's output; first match wins
     status_rules: tuple[tuple[str, str], ...] = ()
-    # (regex, hint) pairs for other known failures of this CLI
-    extra_hints: tuple[tuple[str, str], ...] = ()
 
     @property
     def tool_name(self) -> str:
@@ -90,7 +88,8 @@ CODEX = Adapter(
     title="Codex",
     executable="codex",
     package="@openai/codex",
-    fixed_args=("exec",),
+    # scvd's approval is the trust decision, so codex's own git-repository check is skipped
+    fixed_args=("exec", "--skip-git-repo-check"),
     model_args=("-m", MODEL),
     effort_args=("-c", f'model_reasoning_effort="{EFFORT}"'),
     commands={
@@ -112,14 +111,6 @@ CODEX = Adapter(
         (r"(?i)api key configured|logged in using an api key", "signed in (API key)"),
         (r"(?i)logged in using chatgpt", "signed in (ChatGPT)"),
         (r"(?i)logged in", "signed in"),
-    ),
-    extra_hints=(
-        (
-            r"(?i)not inside a trusted directory",
-            "codex exec runs only in a git repository or a project trusted in its config.toml: "
-            "give a `cwd` inside a git repository, or import a config that trusts the project "
-            "(`scvctl agents import codex`)",
-        ),
     ),
 )
 

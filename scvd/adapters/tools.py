@@ -3,7 +3,8 @@
 The Arguments Struct is built per adapter and configuration, so the schema
 offers `model` / `effort` only where the adapter maps them and advertises the
 timeout ceiling as its `maximum`. Everything that can be refused is refused in
-`plan()`, before approval; `cwd` is resolved again when the call runs.
+`plan()`, before approval, `cwd` included; `cwd` is resolved again when the call runs, so a
+directory swapped for a symlink after approval is still caught.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def arguments_struct(adapter: specs.Adapter, config: Any) -> type[msgspec.Struct
 
 def describe(adapter: specs.Adapter) -> str:
     """The 3-line tool description (What / When / Precondition)."""
-    run = " ".join([adapter.executable, *adapter.fixed_args])
+    # the command without its flags: the description has 200 characters; the approval shows all
+    run = " ".join([adapter.executable, *(a for a in adapter.fixed_args if not a.startswith("-"))])
     return (
         f"Delegate a task to {adapter.title} ({run}) in the workspace or a project dir.\n"
         f"Use for multi-step work an agent should own; bash for one command.\n"
@@ -87,6 +89,7 @@ class AgentTool(Tool):
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         timeout = self._timeout(args, ctx.config)
+        resolve_cwd(ctx.workspace, args.cwd)  # refused here, before approval; resolved again in run()
         executable = resolve_executable(self.adapter, os.environ)
         argv = build_argv(self.adapter, executable, args.prompt,
                           model=getattr(args, "model", None), effort=getattr(args, "effort", None))

@@ -153,3 +153,30 @@ def test_too_long_timeout_refused_before_approval(agent_daemon: DaemonProc, work
     assert not done.ok and done.error.kind == "invalid_arguments"
     assert "1800" in done.error.message
     assert not agent_log(agent_daemon).exists()
+
+
+@pytest.mark.parametrize("cwd,needle", [
+    ("missing", "not an existing directory"),
+    ("notes.txt", "not an existing directory"),
+    ("..", "outside the workspace"),
+    ("/", "outside the workspace"),
+    ("escape", "outside the workspace"),  # a symlink leading out
+])
+def test_bad_cwd_refused_with_no_approval_request(make_daemon, tmp_path: Path,
+                                                  workspace: Path, cwd: str, needle: str) -> None:
+    # were a request sent, nobody answers it: the call ends `denied` after 5 s and the test fails
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    agent_daemon = make_daemon("[approvals]\ntimeout_seconds = 5\n", env={
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "FAKE_AGENT_LOG": str(tmp_path / "agent-log")})
+    (workspace / "notes.txt").write_text("x")
+    (workspace / "escape").symlink_to(tmp_path)
+    with agent_daemon.client(name="person") as watcher, agent_daemon.client(name="bridge") as c:
+        watcher.request(p.ApprovalsWatch)
+        sid = c.open_session(workspace)
+        done = c.call(sid, "agent_codex", {"prompt": "go", "cwd": cwd})
+        watcher.request(p.Ping)  # every event sent before this answer is now queued
+        seen = [e for e in [*watcher.core.events, *c.core.events] if isinstance(e, p.ApprovalRequested)]
+    assert not done.ok and done.error.kind == "invalid_arguments"
+    assert needle in done.error.message and "cwd" in done.error.message
+    assert seen == []
+    assert not agent_log(agent_daemon).exists()
