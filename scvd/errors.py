@@ -23,6 +23,7 @@
         ├── Timeout               timeout
         ├── LimitExceeded         limit
         ├── Failed                failed
+        │   └── PathMissing       failed, naming the first missing component of a workspace path
         ├── Unavailable           unavailable
         └── CredentialMissing     credential_missing
 
@@ -177,6 +178,14 @@ class Failed(ToolError):
     """The tool ran and failed."""
 
     kind = "failed"
+
+
+class PathMissing(Failed):
+    """A component of a workspace path does not exist; `missing` is the first missing prefix."""
+
+    def __init__(self, message: str, *, missing: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.missing = missing
 
 
 class Unavailable(ToolError):

@@ -1,7 +1,9 @@
-"""Containment of read/write: no absolute path, `..`, symlink, hard link or /proc trick leaves the workspace.
+"""Containment of read/write: no absolute path, `..`, symlink or /proc trick leaves the workspace.
 
 Every escape runs against both resolvers (openat2 and the O_NOFOLLOW walk) and
 through read, write create and write replace, with real symlinks and links.
+Symlinks that stay inside are followed, and hard-linked files are read and
+replaced (never written through).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Callable, Iterator
 import pytest
 
 from fs_support import Workspace, backend, ws  # noqa: F401  (fixtures)
-from scvd.errors import Failed, InvalidArguments, ToolError
+from scvd.errors import Failed, InvalidArguments, PathMissing, ToolError
 from scvd.tools import containment
 from scvd.tools.fs import read_file, write_file
 
@@ -114,9 +116,23 @@ def dangling_symlink(w: Workspace, mp: pytest.MonkeyPatch) -> str:
     return "secret.txt"
 
 
-def hard_link_out(w: Workspace, mp: pytest.MonkeyPatch) -> str:
-    os.link(w.outside / "secret.txt", w.root / "secret.txt")
-    return "secret.txt"
+def inside_link_then_out(w: Workspace, mp: pytest.MonkeyPatch) -> str:
+    (w.root / "real").mkdir()
+    os.symlink("real", w.root / "alias")  # followed: it stays inside
+    os.symlink("../../outside", w.root / "real" / "up")  # refused: from real/, ../.. is past the root
+    return "alias/up/secret.txt"
+
+
+def link_climbing_past_root(w: Workspace, mp: pytest.MonkeyPatch) -> str:
+    (w.root / "a").mkdir()
+    os.symlink("../../ws/../outside/secret.txt", w.root / "a" / "secret.txt")  # even if it came back in
+    return "a/secret.txt"
+
+
+def absolute_link_to_inside(w: Workspace, mp: pytest.MonkeyPatch) -> str:
+    (w.root / "secret.txt").write_text("in")
+    os.symlink(w.root / "secret.txt", w.root / "abs")  # absolute targets are refused, as RESOLVE_BENEATH does
+    return "abs"
 
 
 def proc_self_root(w: Workspace, mp: pytest.MonkeyPatch) -> str:
@@ -164,14 +180,15 @@ def proc_magic_link_in_tree(w: Workspace, mp: pytest.MonkeyPatch) -> str:
 
 ESCAPES: list[Case] = [
     absolute_outside, absolute_inside, dotdot, dotdot_inner, symlink_file_out, symlink_parent_out,
-    symlinked_subdir_out, relative_symlink_up, symlink_to_symlink, dangling_symlink, hard_link_out,
+    symlinked_subdir_out, relative_symlink_up, symlink_to_symlink, dangling_symlink, inside_link_then_out,
+    link_climbing_past_root, absolute_link_to_inside,
     proc_self_root, proc_self_cwd, symlink_to_proc_root, symlink_to_proc_cwd, symlink_to_proc_fd,
     workspace_root_symlink, symlink_loop, proc_magic_link_in_tree,
 ]
 
 
 # the trap is the workspace entry itself: create must try that very name
-LEAF_TRAPS = {symlink_file_out, symlink_to_symlink, dangling_symlink, hard_link_out}
+LEAF_TRAPS = {symlink_file_out, symlink_to_symlink, dangling_symlink, link_climbing_past_root}
 
 
 def _create_path(case: Case, path: str) -> str:
@@ -196,7 +213,7 @@ def test_escape_is_refused(ws: Workspace, backend: str, monkeypatch: pytest.Monk
     assert not (ws.outside / "new.txt").exists()
 
 
-@pytest.mark.parametrize("case", [symlink_parent_out, symlinked_subdir_out, dangling_symlink, hard_link_out],
+@pytest.mark.parametrize("case", [symlink_parent_out, symlinked_subdir_out, dangling_symlink, inside_link_then_out],
                          ids=lambda c: c.__name__)
 def test_run_checks_again_without_plan(ws: Workspace, backend: str, monkeypatch: pytest.MonkeyPatch, case: Case) -> None:
     """The tree can change between approval and run; run() must refuse on its own."""
@@ -218,23 +235,73 @@ def test_symlink_error_names_the_component(ws: Workspace, backend: str) -> None:
     assert str(ws.outside) in msg and "real path inside the workspace" in msg
 
 
-def test_inside_symlink_is_refused_but_worded_as_inside(ws: Workspace, backend: str) -> None:
-    (ws.root / "real").mkdir()
-    (ws.root / "real" / "f.txt").write_text("hi")
-    os.symlink("real", ws.root / "alias")
-    with pytest.raises(InvalidArguments, match="goes through symlink 'alias'"):
-        ws.call("read", path="alias/f.txt")
-    assert ws.call("read", path="real/f.txt")["content"] == "hi"
+@pytest.mark.parametrize("link, target, says", [
+    ("link", "../outside", "leaves the workspace via symlink 'link' (-> '../outside')"),
+    ("abs", "/etc/passwd", "leaves the workspace via symlink 'abs' (-> '/etc/passwd')"),
+])
+def test_links_leading_outside_are_refused_naming_them(ws: Workspace, backend: str, link: str, target: str,
+                                                       says: str) -> None:
+    os.symlink(target, ws.root / link)
+    path = link if target.startswith("/") else f"{link}/secret.txt"
+    for call in (lambda: ws.call("read", path=path),
+                 lambda: ws.call("write", path=path, content="x", mode="replace")):
+        with pytest.raises(InvalidArguments) as info:
+            call()
+        assert says in info.value.message and "real path inside the workspace" in info.value.message
+    assert ws.outside_listing() == {"secret.txt": b"TOP SECRET\n"}
 
 
-def test_hard_link_inside_the_workspace_is_refused_too(ws: Workspace, backend: str) -> None:
+def test_claude_md_linked_to_agents_md_reads_and_writes_the_target(ws: Workspace, backend: str) -> None:
+    (ws.root / "AGENTS.md").write_text("# Agents\n")
+    os.symlink("AGENTS.md", ws.root / "CLAUDE.md")
+    got = ws.call("read", path="CLAUDE.md")
+    assert got["content"] == "# Agents\n" and got["path"] == "CLAUDE.md" and got["resolved_path"] == "AGENTS.md"
+    plan = ws.plan("write", path="CLAUDE.md", content="# New\n", mode="replace")
+    assert plan.summary.startswith("write (replace) 'CLAUDE.md' (-> 'AGENTS.md'): 6 bytes")
+    done = ws.call("write", path="CLAUDE.md", content="# New\n", mode="replace",
+                   expected_sha256=got["sha256"])
+    assert done["resolved_path"] == "AGENTS.md" and done["replaced_link"] is False
+    assert os.readlink(ws.root / "CLAUDE.md") == "AGENTS.md"  # the link stays a link
+    assert (ws.root / "AGENTS.md").read_text() == "# New\n"
+
+
+def test_symlinked_directories_inside_are_followed(ws: Workspace, backend: str) -> None:
+    (ws.root / "pkg" / "docs").mkdir(parents=True)
+    (ws.root / "pkg" / "docs" / "a.md").write_text("A")
+    os.symlink("pkg/docs", ws.root / "docs")  # docs -> pkg/docs
+    os.symlink("../docs/a.md", ws.root / "pkg" / "b.md")  # .. inside a link's target, then a link again
+    assert ws.call("read", path="docs/a.md")["resolved_path"] == "pkg/docs/a.md"
+    assert ws.call("read", path="pkg/b.md")["content"] == "A"
+    ws.call("write", path="docs/new.md", content="N", mode="create")
+    assert (ws.root / "pkg" / "docs" / "new.md").read_text() == "N"
+
+
+def test_symlink_loop_is_refused(ws: Workspace, backend: str) -> None:
+    os.symlink("b", ws.root / "a")
+    os.symlink("a", ws.root / "b")
+    with pytest.raises(InvalidArguments, match="more than 40 symlinks"):
+        ws.call("read", path="a")
+
+
+def test_hard_linked_file_reads_and_a_write_replaces_only_its_own_name(ws: Workspace, backend: str) -> None:
+    """The other name is outside the workspace here: it is read, never written."""
+    os.link(ws.outside / "secret.txt", ws.root / "shared.txt")
+    got = ws.call("read", path="shared.txt")
+    assert got["content"] == "TOP SECRET\n"
+    assert ws.plan("write", path="shared.txt", content="mine\n", mode="replace").details["replaces_link"] is True
+    done = ws.call("write", path="shared.txt", content="mine\n", mode="replace", expected_sha256=got["sha256"])
+    assert done["replaced_link"] is True
+    assert (ws.root / "shared.txt").read_text() == "mine\n"
+    assert ws.outside_listing() == {"secret.txt": b"TOP SECRET\n"}  # the other link is unchanged
+    assert os.stat(ws.root / "shared.txt").st_nlink == 1
+
+
+def test_hard_link_inside_the_workspace(ws: Workspace, backend: str) -> None:
     (ws.root / "a.txt").write_text("a")
     os.link(ws.root / "a.txt", ws.root / "b.txt")
-    with pytest.raises(InvalidArguments, match="2 hard links"):
-        ws.call("read", path="a.txt")
-    with pytest.raises(InvalidArguments, match="hard links"):
-        ws.call("write", path="b.txt", content="x", mode="replace")
-    assert (ws.root / "a.txt").read_text() == "a"
+    assert ws.call("read", path="a.txt")["content"] == "a"
+    assert ws.call("write", path="b.txt", content="b", mode="replace")["replaced_link"] is True
+    assert (ws.root / "a.txt").read_text() == "a" and (ws.root / "b.txt").read_text() == "b"
 
 
 def test_file_used_as_directory(ws: Workspace, backend: str) -> None:
@@ -245,7 +312,7 @@ def test_file_used_as_directory(ws: Workspace, backend: str) -> None:
 
 def test_missing_component_is_named(ws: Workspace, backend: str) -> None:
     (ws.root / "a").mkdir()
-    with pytest.raises(containment.Missing) as info:
+    with pytest.raises(PathMissing) as info:
         containment.open_dir(ws.fd, ("a", "b", "c"), "a/b/c")
     assert info.value.missing == "a/b"
 
@@ -267,11 +334,11 @@ def test_resolution_uses_the_fd_not_the_path(ws: Workspace, backend: str, tmp_pa
 
 SWAPPER = """
 import os, sys, time
-root, outside, stop = sys.argv[1:]
+root, target, stop = sys.argv[1:]
 d, real = os.path.join(root, "d"), os.path.join(root, "d.real")
 while not os.path.exists(stop):
     os.rename(d, real)
-    os.symlink(outside, d)
+    os.symlink(target, d)
     time.sleep(0.0001)
     os.unlink(d)
     os.rename(real, d)
@@ -279,28 +346,42 @@ while not os.path.exists(stop):
 """
 
 
-def test_directory_swapped_for_symlink_in_a_loop(ws: Workspace, backend: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("swap_to", ["outside", "inside"])
+def test_directory_swapped_for_symlink_in_a_loop(ws: Workspace, backend: str, tmp_path: Path, swap_to: str) -> None:
+    """0 bytes outside, and the writes still succeed, through an in-workspace link (`lnk -> .`) too.
+
+    `outside`: d becomes a link out of the workspace, so some writes are refused.
+    `inside`: d becomes `d -> d.real`, the same directory renamed, so writes may follow it.
+    """
     (ws.root / "d").mkdir()
     (ws.root / "d" / "known.txt").write_text("inside")
     (ws.outside / "known.txt").write_text("OUTSIDE")
+    os.symlink(".", ws.root / "lnk")
     stop = tmp_path / "stop"
-    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(ws.root), str(ws.outside), str(stop)])
-    written, refused = set(), 0
+    target = str(ws.outside) if swap_to == "outside" else "d.real"
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(ws.root), target, str(stop)])
+    written, refused, via_swapped_link = set(), 0, 0
     try:
         deadline = time.monotonic() + 20
         for i in range(5000):
             try:
-                write_file(ws.fd, f"d/f{i}.txt", b"x", "create")
+                done = write_file(ws.fd, f"{'lnk/' if i % 2 else ''}d/f{i}.txt", b"x", "create")
                 written.add(f"f{i}.txt")
+                via_swapped_link += done.get("resolved_path", "").startswith("d.real/")
                 assert read_file(ws.fd, "d/known.txt")["content"] == "inside"
             except ToolError:
                 refused += 1
-            if (i >= 300 and written and refused) or time.monotonic() > deadline:
+            raced = refused if swap_to == "outside" else via_swapped_link
+            if (i >= 300 and written and raced) or time.monotonic() > deadline:
                 break
     finally:
         stop.touch()
         assert swapper.wait(timeout=10) == 0
     assert sorted(p.name for p in ws.outside.iterdir()) == ["known.txt", "secret.txt"]
     assert (ws.outside / "known.txt").read_text() == "OUTSIDE"
-    assert written and refused, (len(written), refused)  # the race really happened
+    assert written, "no write succeeded while the directory was being swapped"
+    if swap_to == "outside":
+        assert refused, "the swap never caught a write"  # the race really happened
+    else:
+        assert via_swapped_link, "no write followed the swapped-in link"
     assert {p.name for p in (ws.root / "d").iterdir()} == written | {"known.txt"}  # no temp file left

@@ -207,6 +207,17 @@ def test_secret_rule(path: str, secret: bool) -> None:
     assert (secret_reason(path) is not None) == secret
 
 
+def test_secret_rule_applies_to_where_a_symlink_leads(ws: Workspace) -> None:
+    (ws.root / ".env").write_text("API_KEY=abc\n")
+    os.symlink(".env", ws.root / "notes")
+    plan = ws.plan("read", path="notes")
+    assert plan.risk is ToolRisk.FILESYSTEM and plan.details["secret_like"] is True
+    assert plan.details["why"] == ("filesystem risk: the path looks secret-like: it resolves to '.env': "
+                                   "'.env' is a dotenv file")
+    assert plan.summary.startswith("read secret-like file 'notes' (-> '.env')")
+    assert ws.plan("write", path="notes", content="A=2\n", mode="replace").details["secret_like"] is True
+
+
 def test_concurrent_reads(ws: Workspace) -> None:
     for i in range(16):
         (ws.root / f"f{i}.txt").write_text(f"file {i}\n")
@@ -230,7 +241,8 @@ def test_create_new_file(ws: Workspace) -> None:
     (ws.root / "src").mkdir()
     result = ws.call("write", path="src/new.py", content="print('hi')\n", mode="create")
     data = b"print('hi')\n"
-    assert result == {"path": "src/new.py", "bytes_written": len(data), "sha256": sha(data), "created": True}
+    assert result == {"path": "src/new.py", "bytes_written": len(data), "sha256": sha(data), "created": True,
+                      "replaced_link": False}
     assert (ws.root / "src" / "new.py").read_bytes() == data
     assert stat.S_IMODE((ws.root / "src" / "new.py").stat().st_mode) == 0o600
     assert no_temp_files(ws.root)
@@ -352,7 +364,7 @@ def test_write_plan_summary_for_the_approver(ws: Workspace) -> None:
     assert len(lines) == 1 + 8 + 1 and lines[-1] == "  | ... 14 more lines"
     assert max(len(line) for line in lines) < 200
     assert plan.details == {"path": "notes.txt", "mode": "create", "bytes": len(content.encode()),
-                            "expected_sha256": None, "secret_like": False}
+                            "expected_sha256": None, "replaces_link": False, "secret_like": False}
 
 
 def test_a_cut_line_in_the_write_summary_says_it_was_cut(ws: Workspace) -> None:

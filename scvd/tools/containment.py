@@ -1,16 +1,20 @@
 """Opening a workspace-relative path without ever leaving the workspace.
 
 Rule: a path is resolved only from the session's directory fd, never as a
-string path. Absolute paths and `..` are refused before any syscall; no
-symlink is followed at any component, so one swapped in during a call cannot
-redirect it (and /proc magic links are symlinks too); a regular file with more
-than one hard link is refused, since its other name may be outside.
+string path. Absolute paths and `..` are refused before any syscall. A symlink
+is followed only while it stays inside the workspace: one that is absolute or
+climbs past the root with `..` is refused, and so are /proc magic links (their
+targets are absolute). Hard-linked files may be read; `write` replaces their
+directory entry, never writing through the link (fs.py).
 
-Where the kernel has openat2 (Linux 5.6+) one syscall does the resolution with
-RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS; elsewhere a walk
-opens one component at a time with O_NOFOLLOW|O_DIRECTORY, holding each fd.
-Both give the same answers; only the error text comes from a second look
-(`_diagnose`) that names the offending component.
+Two steps. `resolve()` finds the real path: one lstat per component from the
+session fd, expanding in-workspace symlinks itself (a `..` in a link's target
+drops a directory it holds, never asking the kernel for `..`). Then the real
+path is opened following no symlink at all: openat2 with RESOLVE_BENEATH|
+RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS where the kernel has it (Linux 5.6+),
+else a walk opening one component at a time with O_NOFOLLOW|O_DIRECTORY. A
+symlink swapped in between the two steps is therefore refused, never followed;
+both backends give the same answers.
 """
 
 from __future__ import annotations
@@ -19,11 +23,10 @@ import ctypes
 import errno
 import os
 import platform
-import posixpath
 import stat
 from dataclasses import dataclass
 
-from ..errors import Failed, InvalidArguments
+from ..errors import Failed, InvalidArguments, PathMissing
 
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
@@ -33,16 +36,9 @@ RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
 _OPENAT2_NR = 437
 _OPENAT2_ARCHES = {"x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "ppc64", "s390x", "loongarch64"}
 _EAGAIN_RETRIES = 8  # openat2 asks for a retry when a rename raced the lookup
+MAX_SYMLINKS = 40  # Linux's own limit on links followed in one lookup
 
 NOFOLLOW_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class Missing(Failed):
-    """A component of the path does not exist; `missing` is the first missing prefix."""
-
-    def __init__(self, message: str, *, missing: str, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.missing = missing
 
 
 # --- lexical checks (pure) ---------------------------------------------------
@@ -164,42 +160,74 @@ def open_raw(dirfd: int, parts: tuple[str, ...], flags: int, mode: int = 0o600) 
     return _walk(dirfd, parts, flags, mode)
 
 
-# --- errors that name the offending component ----------------------------------
+# --- following symlinks that stay inside ------------------------------------------
 
 
 @dataclass(frozen=True)
-class _Finding:
-    kind: str  # "symlink", "notdir" or "missing"
-    prefix: str  # the components up to and including the offending one
-    target: str = ""  # a symlink's target
+class _Link:
+    """The symlink a component came from: its real path in the workspace and its target."""
+
+    prefix: str
+    target: str
 
 
-def _diagnose(dirfd: int, parts: tuple[str, ...]) -> _Finding | None:
-    """Look again, one lstat per component, for the first symlink / non-directory / missing one."""
-    cur = dirfd
+def resolve(dirfd: int, parts: tuple[str, ...], path: str) -> tuple[str, ...]:
+    """The real components of `parts` beneath `dirfd`, following symlinks that stay inside.
+
+    A missing last component is kept (write may create it); a missing earlier one
+    raises PathMissing. Raises InvalidArguments for a symlink that leads outside.
+    """
+    todo: list[tuple[str, _Link | None]] = [(name, None) for name in reversed(parts)]
+    real: list[str] = []
+    held: list[int] = []  # an O_PATH fd of each directory in `real`
+    links = 0
     try:
-        for i, name in enumerate(parts):
-            prefix = join(parts[: i + 1])
+        while todo:
+            name, via = todo.pop()
+            if name == "..":
+                if not real:
+                    raise outside_error(path, via.prefix if via else ".", via.target if via else "..")
+                real.pop()
+                os.close(held.pop())
+                continue
+            cur = held[-1] if held else dirfd
             try:
                 st = os.stat(name, dir_fd=cur, follow_symlinks=False)
             except FileNotFoundError:
-                return _Finding("missing", prefix)
+                if todo:
+                    missing = join((*real, name))
+                    raise PathMissing(f"{show(missing)} does not exist (path {show(path)}); check the path",
+                                      missing=missing) from None
+                real.append(name)
+                break
             if stat.S_ISLNK(st.st_mode):
-                return _Finding("symlink", prefix, _readlink(name, cur))
-            if i == len(parts) - 1:
-                return None
+                links += 1
+                link = _Link(join((*real, name)), _readlink(name, cur))
+                _check_link(path, link, links)
+                todo.extend((p, link) for p in reversed(link.target.split("/")) if p not in ("", "."))
+                continue
+            real.append(name)
+            if not todo:
+                break
             if not stat.S_ISDIR(st.st_mode):
-                return _Finding("notdir", prefix)
-            nxt = os.open(name, os.O_PATH | os.O_DIRECTORY | NOFOLLOW_FLAGS, dir_fd=cur)
-            if cur != dirfd:
-                os.close(cur)
-            cur = nxt
-    except OSError:
-        return None  # it changed under us; the caller words a generic error
+                raise Failed(f"{show(join(tuple(real)))} in path {show(path)} is a file, not a directory; check the path")
+            held.append(os.open(name, os.O_PATH | os.O_DIRECTORY | NOFOLLOW_FLAGS, dir_fd=cur))
+    except OSError as exc:  # a component changed between lstat and open, or is unreadable
+        raise translate(dirfd, (), path, exc) from exc
     finally:
-        if cur != dirfd:
-            os.close(cur)
-    return None
+        for fd in held:
+            os.close(fd)
+    return tuple(real)
+
+
+def _check_link(path: str, link: _Link, count: int) -> None:
+    if count > MAX_SYMLINKS:
+        raise InvalidArguments(
+            f"path {show(path)} goes through more than {MAX_SYMLINKS} symlinks (a loop at "
+            f"{show(link.prefix)}?); name the file by its real path inside the workspace"
+        )
+    if link.target.startswith("/"):
+        raise outside_error(path, link.prefix, link.target)
 
 
 def _readlink(name: str, dirfd: int) -> str:
@@ -209,33 +237,32 @@ def _readlink(name: str, dirfd: int) -> str:
         return "?"
 
 
-def symlink_error(path: str, prefix: str, target: str) -> InvalidArguments:
-    """The refusal for a path that goes through a symlink."""
-    inside = not target.startswith("/") and not posixpath.normpath(
-        posixpath.join(posixpath.dirname(prefix), target)
-    ).startswith("..")
-    how = "goes through" if inside else "leaves the workspace via"
+def outside_error(path: str, prefix: str, target: str) -> InvalidArguments:
+    """The refusal for a path that leaves the workspace through a symlink."""
     return InvalidArguments(
-        f"path {show(path)} {how} symlink {show(prefix)} (-> {show(target)}); scvd does not follow "
-        "symlinks, so paths cannot leave the workspace: name the file by its real path inside the workspace"
+        f"path {show(path)} leaves the workspace via symlink {show(prefix)} (-> {show(target)}); scvd "
+        "follows symlinks only while they stay inside the workspace, so paths cannot leave it: name "
+        "the file by its real path inside the workspace"
     )
 
 
+def changed_error(path: str) -> InvalidArguments:
+    return InvalidArguments(
+        f"path {show(path)} changed while scvd resolved it (a directory became a symlink during the "
+        "call); scvd only follows paths inside the workspace: try again"
+    )
+
+
+# --- errors that name the offending component ----------------------------------
+
+
 def translate(dirfd: int, parts: tuple[str, ...], path: str, exc: OSError) -> Exception:
-    """Turn an OSError from resolving `parts` into the ToolError a caller should see."""
-    finding = _diagnose(dirfd, parts)
-    if finding and finding.kind == "symlink":
-        return symlink_error(path, finding.prefix, finding.target)
-    if finding and finding.kind == "notdir":
-        return Failed(f"{show(finding.prefix)} in path {show(path)} is a file, not a directory; check the path")
-    if finding and finding.kind == "missing" or exc.errno == errno.ENOENT:
-        missing = finding.prefix if finding else join(parts)
-        return Missing(f"{show(missing)} does not exist (path {show(path)}); check the path", missing=missing)
+    """Turn an OSError from opening the real `parts` (no symlinks) into the ToolError a caller should see."""
+    if exc.errno == errno.ENOENT:
+        missing = _first_missing(dirfd, parts)
+        return PathMissing(f"{show(missing)} does not exist (path {show(path)}); check the path", missing=missing)
     if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR):
-        return InvalidArguments(
-            f"path {show(path)} went through a symlink while scvd resolved it (it changed during the "
-            "call); scvd only follows paths inside the workspace"
-        )
+        return changed_error(path)  # resolve() saw no symlink or file here a moment ago
     if exc.errno in (errno.EACCES, errno.EPERM):
         return Failed(f"permission denied opening {show(path)}; scvd runs as your user and cannot open it")
     if exc.errno == errno.ENAMETOOLONG:
@@ -243,8 +270,20 @@ def translate(dirfd: int, parts: tuple[str, ...], path: str, exc: OSError) -> Ex
     return Failed(f"cannot open {show(path)}: {os.strerror(exc.errno or 0)}")
 
 
+def _first_missing(dirfd: int, parts: tuple[str, ...]) -> str:
+    """The shortest prefix of `parts` that does not exist (all of it when that cannot be told)."""
+    for i in range(1, len(parts)):
+        try:
+            os.stat(join(parts[:i]), dir_fd=dirfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return join(parts[:i])
+        except OSError:
+            break
+    return join(parts)
+
+
 def open_dir(dirfd: int, parts: tuple[str, ...], path: str) -> int:
-    """An O_RDONLY|O_DIRECTORY fd of the directory `parts` (fsync-able, usable as dir_fd)."""
+    """An O_RDONLY|O_DIRECTORY fd of the real directory `parts` (fsync-able, usable as dir_fd)."""
     try:
         return open_raw(dirfd, parts, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
@@ -252,34 +291,34 @@ def open_dir(dirfd: int, parts: tuple[str, ...], path: str) -> int:
 
 
 def check_regular(st: os.stat_result, path: str) -> None:
-    """Refuse anything but a regular file with one name."""
+    """Refuse anything but a regular file."""
     if stat.S_ISDIR(st.st_mode):
         raise Failed(f"{show(path)} is a directory; read and write take a file (list directories with bash ls)")
     if not stat.S_ISREG(st.st_mode):
         raise Failed(f"{show(path)} is not a regular file (a FIFO, socket or device); scvd only reads and writes files")
-    if st.st_nlink > 1:
-        raise InvalidArguments(
-            f"{show(path)} has {st.st_nlink} hard links; scvd refuses hard-linked files because another "
-            "name may be outside the workspace. If the file is yours, break the link (e.g. cp f f.new && mv f.new f)"
-        )
 
 
-def open_regular(dirfd: int, parts: tuple[str, ...], path: str, flags: int = os.O_RDONLY) -> tuple[int, os.stat_result]:
-    """Open an existing regular single-link file beneath `dirfd`; returns (fd, its fstat)."""
-    if not parts:
+def open_regular(dirfd: int, parts: tuple[str, ...], path: str,
+                 flags: int = os.O_RDONLY) -> tuple[int, os.stat_result, tuple[str, ...]]:
+    """Open an existing regular file beneath `dirfd`, following in-workspace symlinks.
+
+    Returns (fd, its fstat, its real components).
+    """
+    real = resolve(dirfd, parts, path)
+    if not real:
         raise Failed("path names the workspace itself; give a file inside it, e.g. 'README.md'")
     try:
         # O_NONBLOCK: opening a FIFO must not hang; it is refused right after by fstat
-        fd = open_raw(dirfd, parts, flags | os.O_NONBLOCK | os.O_NOCTTY)
+        fd = open_raw(dirfd, real, flags | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
-        raise translate(dirfd, parts, path, exc) from exc
+        raise translate(dirfd, real, path, exc) from exc
     try:
         st = os.fstat(fd)
         check_regular(st, path)
     except BaseException:
         os.close(fd)
         raise
-    return fd, st
+    return fd, st, real
 
 
 def lstat_entry(parent_fd: int, name: str) -> os.stat_result | None:

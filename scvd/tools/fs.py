@@ -1,6 +1,8 @@
 """The `read` and `write` tools of seed 000, and the blocking file work behind them.
 
-Rule: every path goes through `containment` from the session's directory fd.
+Rule: every path goes through `containment` from the session's directory fd,
+following symlinks only while they stay inside. A write replaces the directory
+entry (rename), so a hard link's other names keep their old content.
 The blocking work runs in its own thread on a duplicate of that fd and checks a
 cancel flag between chunks and before installing, so a cancelled or killed
 write leaves the old file whole. `read_file` and `write_file` are plain
@@ -20,7 +22,7 @@ from typing import Annotated, Any, Callable, Literal
 
 import msgspec
 
-from ..errors import Cancelled, Failed, InvalidArguments
+from ..errors import Cancelled, Failed, InvalidArguments, PathMissing
 from ..text import printable
 from . import containment
 from .containment import show
@@ -55,7 +57,7 @@ def _check_cancel(cancel: Any) -> None:
 def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_LIMIT, cancel: Any = NEVER) -> dict:
     """Read bytes [offset, offset+limit) of a workspace file as UTF-8, with the whole file's sha256."""
     parts = containment.split(path)
-    fd, _ = containment.open_regular(dirfd, parts, path)
+    fd, _, real = containment.open_regular(dirfd, parts, path)
     try:
         before, data, total, digest = _scan(fd, offset, limit, cancel)
     finally:
@@ -67,6 +69,7 @@ def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_
         raise Failed(problem)
     return {
         "path": containment.join(parts),
+        **_resolved(parts, real),
         "content": data.decode("utf-8"),
         "offset": offset,
         "length": len(data),
@@ -74,6 +77,11 @@ def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_
         "truncated": offset + len(data) < total,
         "sha256": digest,
     }
+
+
+def _resolved(parts: tuple[str, ...], real: tuple[str, ...]) -> dict[str, str]:
+    """`resolved_path` when a symlink was followed: the file's real path in the workspace."""
+    return {} if real == parts else {"resolved_path": containment.join(real)}
 
 
 def _scan(fd: int, offset: int, limit: int, cancel: Any) -> tuple[bytes, bytes, int, str]:
@@ -143,16 +151,17 @@ def write_file(
 ) -> dict:
     """Atomically create or replace a workspace file with `data`; see docs/tools.md#write."""
     parts = file_parts(path)
-    parent = open_parent(dirfd, parts, path)
+    real = resolve_file(dirfd, parts, path)
+    parent = open_parent(dirfd, real, path)
     try:
-        existing = inspect_target(parent, parts, path, mode)
+        existing = inspect_target(parent, real, path, mode)
         tmp = _write_temp(parent, data, existing, cancel)
         try:
             _check_cancel(cancel)
-            inspect_target(parent, parts, path, mode)  # again, right before install
+            inspect_target(parent, real, path, mode)  # again, right before install
             if expected_sha256:
-                _check_sha(parent, parts, path, expected_sha256)
-            _install(parent, tmp, parts[-1], path, mode)
+                _check_sha(parent, real, path, expected_sha256)
+            _install(parent, tmp, real[-1], path, mode)
         except BaseException:
             _unlink_quiet(parent, tmp)
             raise
@@ -163,9 +172,12 @@ def write_file(
         os.close(parent)
     return {
         "path": containment.join(parts),
+        **_resolved(parts, real),
         "bytes_written": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
         "created": mode == "create",
+        # the old file had other names: they keep its old content, only this entry was replaced
+        "replaced_link": existing is not None and existing.st_nlink > 1,
     }
 
 
@@ -179,23 +191,37 @@ def file_parts(path: str) -> tuple[str, ...]:
     return parts
 
 
-def open_parent(dirfd: int, parts: tuple[str, ...], path: str) -> int:
-    """The destination's directory as an fd; a missing one is an error saying to create it."""
+def resolve_file(dirfd: int, parts: tuple[str, ...], path: str) -> tuple[str, ...]:
+    """The real components of a file to write, symlinks inside the workspace followed."""
     try:
-        return containment.open_dir(dirfd, parts[:-1], path)
-    except containment.Missing as exc:
-        raise Failed(
+        real = containment.resolve(dirfd, parts, path)
+    except PathMissing as exc:
+        raise _missing_parent(exc, parts, path) from exc
+    if not real:
+        raise Failed(f"path {show(path)} resolves to the workspace itself; give a file inside it")
+    return real
+
+
+def open_parent(dirfd: int, real: tuple[str, ...], path: str) -> int:
+    """The destination's real directory as an fd; a missing one is an error saying to create it."""
+    try:
+        return containment.open_dir(dirfd, real[:-1], path)
+    except PathMissing as exc:
+        raise _missing_parent(exc, real, path) from exc
+
+
+def _missing_parent(exc: PathMissing, parts: tuple[str, ...], path: str) -> Failed:
+    return Failed(
             f"parent directory {show(exc.missing)} of {show(path)} does not exist; write does not create "
             f"directories: create it first (e.g. bash: mkdir -p {containment.join(parts[:-1])})"
-        ) from exc
+        )
 
 
 def inspect_target(parent: int, parts: tuple[str, ...], path: str, mode: str) -> os.stat_result | None:
-    """Check the destination entry against `mode`; return its lstat, or None when absent."""
+    """Check the real destination entry against `mode`; return its lstat, or None when absent."""
     st = containment.lstat_entry(parent, parts[-1])
     if st is not None and stat.S_ISLNK(st.st_mode):
-        target = os.readlink(parts[-1], dir_fd=parent)
-        raise containment.symlink_error(path, containment.join(parts), target)
+        raise containment.changed_error(path)  # resolve() followed every link; this one is new
     if st is not None:
         containment.check_regular(st, path)
     if mode == "create" and st is not None:
@@ -383,11 +409,20 @@ class WriteArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     )] = None
 
 
-def _secret_details(parts: tuple[str, ...]) -> dict[str, Any]:
+def _secret_details(parts: tuple[str, ...], real: tuple[str, ...]) -> dict[str, Any]:
+    """The secret-like rule on the requested path and on the one it resolves to (`notes -> .env`)."""
     reason = secret_reason(parts)
+    if reason is None and real != parts and (found := secret_reason(real)):
+        reason = f"it resolves to {show(containment.join(real))}: {found}"
     if reason is None:
         return {"secret_like": False}
     return {"secret_like": True, "why": f"filesystem risk: the path looks secret-like: {reason}"}
+
+
+def _shown_path(parts: tuple[str, ...], real: tuple[str, ...]) -> str:
+    """The path for an approver, with where a symlink leads."""
+    path = show(containment.join(parts))
+    return path if real == parts else f"{path} (-> {show(containment.join(real))})"
 
 
 class ReadTool(Tool):
@@ -395,7 +430,7 @@ class ReadTool(Tool):
     description = (
         "Read a UTF-8 text file in the workspace, whole or a byte range.\n"
         "Use for viewing files; write to change them, bash to list directories.\n"
-        "Path is workspace-relative; symlinks are not followed."
+        "Path is workspace-relative; in-workspace symlinks are followed."
     )
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(concurrent=True)
@@ -405,13 +440,14 @@ class ReadTool(Tool):
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         parts = containment.split(args.path)
-        fd, st = containment.open_regular(ctx.workspace_fd, parts, args.path)  # refuse escapes before approval
+        fd, st, real = containment.open_regular(ctx.workspace_fd, parts, args.path)  # refuse escapes before approval
         os.close(fd)
-        details = {"path": containment.join(parts), "offset": args.offset, "limit": args.limit,
-                   "size": st.st_size, **_secret_details(parts)}
+        details = {"path": containment.join(parts), **_resolved(parts, real), "offset": args.offset,
+                   "limit": args.limit, "size": st.st_size, **_secret_details(parts, real)}
         risk = ToolRisk.FILESYSTEM if details["secret_like"] else ToolRisk.READ_ONLY
         what = "read secret-like file" if details["secret_like"] else "read"
-        summary = f"{what} {show(details['path'])}, bytes {args.offset}..{args.offset + args.limit} of {st.st_size}"
+        summary = (f"{what} {_shown_path(parts, real)}, "
+                   f"bytes {args.offset}..{args.offset + args.limit} of {st.st_size}")
         return Plan(risk=risk, summary=summary, details=details, network=False, writes_confined=True)
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
@@ -422,8 +458,8 @@ class WriteTool(Tool):
     name = "write"
     description = (
         "Create or replace a UTF-8 text file in the workspace atomically.\n"
-        "Use for new files (create) or rewrites (replace); read gives the sha256.\n"
-        "Parent directory must exist; symlinks are not followed."
+        "Use for new files (create) or rewrites (replace); read gives sha256.\n"
+        "Parent directory must exist; in-workspace symlinks are followed."
     )
     risk = ToolRisk.FILESYSTEM
     Arguments = WriteArguments
@@ -436,15 +472,18 @@ class WriteTool(Tool):
             data = args.content.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise InvalidArguments(f"content is not valid UTF-8 text at character {exc.start}") from exc
-        parent = open_parent(ctx.workspace_fd, parts, args.path)  # fail before approval where we can
+        real = resolve_file(ctx.workspace_fd, parts, args.path)  # fail before approval where we can
+        parent = open_parent(ctx.workspace_fd, real, args.path)
         try:
-            inspect_target(parent, parts, args.path, args.mode)
+            existing = inspect_target(parent, real, args.path, args.mode)
         finally:
             os.close(parent)
+        linked = existing is not None and existing.st_nlink > 1
         return Plan(
-            risk=ToolRisk.FILESYSTEM, summary=write_summary(containment.join(parts), args.mode, args.content, data),
-            details={"path": containment.join(parts), "mode": args.mode, "bytes": len(data),
-                     "expected_sha256": args.expected_sha256, **_secret_details(parts)},
+            risk=ToolRisk.FILESYSTEM, summary=write_summary(_shown_path(parts, real), args.mode, args.content, data),
+            details={"path": containment.join(parts), **_resolved(parts, real), "mode": args.mode,
+                     "bytes": len(data), "expected_sha256": args.expected_sha256,
+                     "replaces_link": linked, **_secret_details(parts, real)},
             network=False, writes_confined=True, data=data,
         )
 
@@ -453,14 +492,14 @@ class WriteTool(Tool):
         return await run_blocking(write_file, ctx.workspace_fd, args.path, data, args.mode, args.expected_sha256)
 
 
-def write_summary(path: str, mode: str, content: str, data: bytes) -> str:
-    """What the approver sees: mode, path, size and the first lines, bounded and made safe for a terminal."""
+def write_summary(shown: str, mode: str, content: str, data: bytes) -> str:
+    """What the approver sees: mode, path (already quoted), size and the first lines, bounded and terminal-safe."""
     lines = content.splitlines()
     head = [f"  | {_shown_line(line)}" for line in lines[:SUMMARY_LINES]]
     more = len(lines) - SUMMARY_LINES
     if more > 0:
         head.append(f"  | ... {more} more lines")
-    return "\n".join([f"write ({mode}) {show(path)}: {len(data)} bytes, {len(lines)} lines", *head])
+    return "\n".join([f"write ({mode}) {shown}: {len(data)} bytes, {len(lines)} lines", *head])
 
 
 def _shown_line(line: str) -> str:

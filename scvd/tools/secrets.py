@@ -2,7 +2,8 @@
 
 Rule: purely lexical and case-insensitive, applied to every component of the
 path, so a file inside a directory named like a secret (`.ssh/config`,
-`secrets/db.yaml`) counts too. It raises a read's risk so a person sees it; it
+`secrets/db.yaml`) counts too. The file tools apply it to the requested path
+and to the one a symlink resolves to (`notes -> .env`). It raises a read's risk so a person sees it; it
 is a visibility aid, not a confidentiality boundary (seed 000): a shell or a
 delegated agent can still read the file, so isolation needs the OS sandbox.
 """

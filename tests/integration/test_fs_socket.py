@@ -87,13 +87,40 @@ def test_secret_like_read_asks_for_approval(owner: Client, ws: Path) -> None:
     assert done.ok and done.result["content"] == "API_KEY=abc\n"
 
 
+def test_links_inside_the_workspace(owner: Client, ws: Path) -> None:
+    """CLAUDE.md -> AGENTS.md reads; notes -> .env asks; a hard link is replaced, never written through."""
+    (ws / "AGENTS.md").write_text("# Agents\n")
+    os.symlink("AGENTS.md", ws / "CLAUDE.md")
+    (ws / ".env").write_text("API_KEY=abc\n")
+    os.symlink(".env", ws / "notes")
+    outside = ws.parent / "outside"
+    os.link(outside / "secret.txt", ws / "hard.txt")
+    sid = owner.open_session(ws)
+    done, _ = call(owner, sid, "read", path="CLAUDE.md")  # `call` fails the test if it asks
+    assert done.ok and done.result["content"] == "# Agents\n" and done.result["resolved_path"] == "AGENTS.md"
+    done, asked = call(owner, sid, "read", decide="deny", path="notes")
+    assert asked.risk == "filesystem" and asked.details["secret_like"] is True
+    assert "resolves to '.env'" in asked.details["why"] and asked.details["resolved_path"] == ".env"
+    assert "(-> '.env')" in asked.summary and not done.ok and done.error.kind == "denied"
+    done, _ = call(owner, sid, "read", path="hard.txt")
+    assert done.ok and done.result["content"] == "TOP SECRET\n"
+    done, asked = call(owner, sid, "write", decide="approve", path="hard.txt", content="mine\n", mode="replace")
+    assert asked.details["replaces_link"] is True
+    assert done.ok and done.result["replaced_link"] is True
+    assert (ws / "hard.txt").read_text() == "mine\n" and (outside / "secret.txt").read_text() == "TOP SECRET\n"
+    for path in ("link", "abs"):
+        os.symlink("../outside" if path == "link" else "/etc/passwd", ws / path)
+        done, _ = call(owner, sid, "read", path=f"{path}/secret.txt" if path == "link" else path)
+        assert done.error.kind == "invalid_arguments" and "leaves the workspace via symlink" in done.error.message
+
+
 def test_write_asks_and_shows_what_it_writes(owner: Client, ws: Path) -> None:
     sid = owner.open_session(ws)
     done, asked = call(owner, sid, "write", decide="approve", path="hello.py", content="print('hi')\n", mode="create")
     assert asked.risk == "filesystem"
     assert asked.summary.splitlines() == ["write (create) 'hello.py': 12 bytes, 1 lines", "  | print('hi')"]
     assert done.ok and done.result == {"path": "hello.py", "bytes_written": 12,
-                                       "sha256": sha(b"print('hi')\n"), "created": True}
+                                       "sha256": sha(b"print('hi')\n"), "created": True, "replaced_link": False}
     assert (ws / "hello.py").read_text() == "print('hi')\n"
 
 
@@ -127,10 +154,9 @@ def _escapes(ws: Path) -> list[str]:
     os.symlink(outside / "secret.txt", ws / "link.txt")
     (ws / "a").mkdir()
     os.symlink("../../outside", ws / "a" / "up")
-    os.link(outside / "secret.txt", ws / "hard.txt")
     os.symlink("/proc/self/root", ws / "root")
     return [str(outside / "secret.txt"), "../outside/secret.txt", "out/secret.txt", "link.txt",
-            "a/up/secret.txt", "hard.txt", "/proc/self/root" + str(outside / "secret.txt"),
+            "a/up/secret.txt", "/proc/self/root" + str(outside / "secret.txt"),
             "root" + str(outside / "secret.txt"), "/proc/self/cwd/secret.txt"]
 
 
