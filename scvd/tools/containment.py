@@ -37,6 +37,7 @@ _OPENAT2_NR = 437
 _OPENAT2_ARCHES = {"x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "ppc64", "s390x", "loongarch64"}
 _EAGAIN_RETRIES = 8  # openat2 asks for a retry when a rename raced the lookup
 MAX_SYMLINKS = 40  # Linux's own limit on links followed in one lookup
+_CHANGED = {errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EXDEV, errno.EINVAL}
 
 NOFOLLOW_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -202,7 +203,7 @@ def resolve(dirfd: int, parts: tuple[str, ...], path: str) -> tuple[str, ...]:
                 break
             if stat.S_ISLNK(st.st_mode):
                 links += 1
-                link = _Link(join((*real, name)), _readlink(name, cur))
+                link = _Link(join((*real, name)), os.readlink(name, dir_fd=cur))
                 _check_link(path, link, links)
                 todo.extend((p, link) for p in reversed(link.target.split("/")) if p not in ("", "."))
                 continue
@@ -212,7 +213,9 @@ def resolve(dirfd: int, parts: tuple[str, ...], path: str) -> tuple[str, ...]:
             if not stat.S_ISDIR(st.st_mode):
                 raise Failed(f"{show(join(tuple(real)))} in path {show(path)} is a file, not a directory; check the path")
             held.append(os.open(name, os.O_PATH | os.O_DIRECTORY | NOFOLLOW_FLAGS, dir_fd=cur))
-    except OSError as exc:  # a component changed between lstat and open, or is unreadable
+    except OSError as exc:
+        if exc.errno in _CHANGED:  # a component changed between lstat and readlink/open
+            raise changed_error(path) from exc
         raise translate(dirfd, (), path, exc) from exc
     finally:
         for fd in held:
@@ -228,13 +231,6 @@ def _check_link(path: str, link: _Link, count: int) -> None:
         )
     if link.target.startswith("/"):
         raise outside_error(path, link.prefix, link.target)
-
-
-def _readlink(name: str, dirfd: int) -> str:
-    try:
-        return os.readlink(name, dir_fd=dirfd)
-    except OSError:
-        return "?"
 
 
 def outside_error(path: str, prefix: str, target: str) -> InvalidArguments:
