@@ -47,9 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.set_defaults(handler=cmd_tools)
     _add_approvals(sub, common)
     _add_call(sub, common)
-    from . import agents, mcp, service  # here: they import this module's helpers
+    from . import agents, mcp, secrets, service  # here: they import this module's helpers
 
-    for module in (agents, service, mcp):
+    for module in (agents, secrets, service, mcp):
         module.add_parser(sub, common)
     return parser
 

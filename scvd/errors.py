@@ -195,7 +195,7 @@ class Unavailable(ToolError):
 
 
 class CredentialMissing(ToolError):
-    """A delegated agent is not signed in."""
+    """A credential is missing or was rejected: a secret a tool needs, or an agent's sign-in."""
 
     kind = "credential_missing"
 

@@ -38,6 +38,10 @@ class Paths:
         return self.config_dir / "config.toml"
 
     @property
+    def secrets_file(self) -> Path:
+        return self.config_dir / "secrets.toml"
+
+    @property
     def adapters_dir(self) -> Path:
         return self.data_dir / "adapters"
 
@@ -160,7 +164,7 @@ def prepare(paths: Paths) -> list[str]:
         note = ensure_private_dir(d)
         if note:
             notes.append(note)
-    for f in (paths.config_file, paths.audit_log, paths.lock_file, paths.pid_file):
+    for f in (paths.config_file, paths.secrets_file, paths.audit_log, paths.lock_file, paths.pid_file):
         notes += _fix_mode(str(f), FILE_MODE)
     notes += repair_tree(paths.adapters_dir)
     for note in notes:

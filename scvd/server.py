@@ -25,6 +25,7 @@ from .connection import READ_CHUNK, Connection, drain_close
 from .instance import acquire_lock, bind_socket, socket_name
 from .paths import Paths
 from .process import set_child_subreaper
+from .secrets import SecretStore
 from .sessions import Session, new_session_id, open_workspace
 from .tools import build_registry
 from .tools.contract import Registry
@@ -44,6 +45,7 @@ class Daemon:
         self.registry: Registry = build_registry(loaded.config, paths, self.extra_tools)
         approvals = loaded.config.approvals
         self.gate = ApprovalGate(approvals.timeout_seconds, self._on_approval, approvals.max_pending)
+        self.secrets = SecretStore(paths.secrets_file)  # blocking methods: call them in a thread
         self.sandbox: Any = None
         self.sandbox_verdict = "off"
         self.audit: Any = None

@@ -1,0 +1,99 @@
+"""`scvctl secrets`: set, list and delete the secrets script tools use, without the daemon.
+
+It works on the instance's store directly (the OS keyring when usable, else
+secrets.toml in the config dir), the same store the daemon reads on every call,
+so no reload is needed. Values are read with masked input on a terminal and from
+stdin otherwise (like `docker login --password-stdin`); they are never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from typing import Any
+
+from scvd import errors, paths as paths_mod
+from scvd.secrets import SecretStore, check_key
+
+from .cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit_json
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    secrets = sub.add_parser("secrets", parents=[common], help="set, list and delete secrets for tools",
+                             description="Secrets for script tools: the OS keyring (service scv) when "
+                                         "one is usable, else secrets.toml (0600) in the config dir; "
+                                         "scvd falls back to its own environment.")
+    secrets.set_defaults(handler=cmd_list)
+    ssub = secrets.add_subparsers(dest="secrets_command", metavar="ACTION")
+    cmd = ssub.add_parser("set", parents=[common],
+                          help="store a value: masked prompt on a terminal, else read from stdin")
+    cmd.add_argument("key", help="the name, e.g. GITHUB_TOKEN")
+    cmd.set_defaults(handler=cmd_set)
+    cmd = ssub.add_parser("list", parents=[common], help="names and where each is found (the default)")
+    cmd.set_defaults(handler=cmd_list)
+    cmd = ssub.add_parser("delete", parents=[common], help="remove a stored value")
+    cmd.add_argument("key")
+    cmd.set_defaults(handler=cmd_delete)
+
+
+def store() -> SecretStore:
+    return SecretStore(paths_mod.resolve().secrets_file,
+                       env_label="this shell's environment (scvd reads its own)")
+
+
+def read_value(key: str) -> str:
+    """Masked on a terminal; otherwise all of stdin, less one trailing newline."""
+    if sys.stdin.isatty():
+        return getpass.getpass(f"value for {key} (input hidden): ")
+    value = sys.stdin.read()
+    if value.endswith("\n"):
+        value = value[:-2] if value.endswith("\r\n") else value[:-1]
+    return value
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    try:
+        check_key(args.key)
+    except errors.InvalidRequest as exc:
+        print(f"usage: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    value = read_value(args.key)
+    if not value:
+        print(f"usage: no value given for {args.key}: type it at the prompt, or pipe it in "
+              f"(printf %s \"$TOKEN\" | scvctl secrets set {args.key})", file=sys.stderr)
+        return EXIT_USAGE
+    entry = store().set(args.key, value)
+    if args.json:
+        emit_json({"name": entry.name, "source": entry.source, "where": entry.where})
+    else:
+        print(f"stored {entry.name} in the {entry.source} ({entry.where})")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    entries = store().list()
+    if args.json:
+        emit_json([{"name": e.name, "source": e.source, "where": e.where} for e in entries])
+    elif not entries:
+        print("no secrets stored; add one with `scvctl secrets set KEY`")
+    else:
+        width = max(len(e.name) for e in entries)
+        for e in entries:
+            print(f"{e.name:<{width}}  {e.source:<7}  {e.where}")
+    return EXIT_OK
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    s = store()
+    removed = s.delete(args.key)
+    if removed:
+        print(f"deleted {args.key} from the {' and the '.join(removed)}")
+        return EXIT_OK
+    left = s.source(args.key)
+    if left.source == "env":
+        print(f"{args.key} is not stored; it comes from the environment, which scvctl cannot change",
+              file=sys.stderr)
+    else:
+        print(f"{args.key} is not stored", file=sys.stderr)
+    return EXIT_ERROR

@@ -1,0 +1,333 @@
+"""The secret store: named credentials for script tools, looked up in a fixed order.
+
+Lookup order (seed 003): the OS keyring through `keyring` (service `scv`, account =
+the key name) when a usable backend exists; then `secrets.toml` (0600) in the
+config dir; then the daemon's environment variable of that name. Writes go to the
+keyring when it is usable, else to the file.
+
+Rule: a value never leaves this module except as the return of `get`/`require`;
+nothing here logs, formats or raises with a value in it.
+
+A keyring backend is judged by its priority, never by calling it and waiting
+(a headless box usually has none): one chosen explicitly (PYTHON_KEYRING_BACKEND
+or keyringrc.cfg) is used when its priority is above 0; an auto-detected one only
+when keyring calls it recommended (priority >= 1). The keyring cannot list its
+entries, so the file keeps the names (not the values) stored there.
+
+Every method blocks (file I/O, D-Bus): the daemon calls them from a thread.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import tomllib
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from . import errors
+
+log = logging.getLogger("scvd.secrets")
+
+SERVICE = "scv"
+FILE_MODE = 0o600
+KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
+INDEX_TABLE = "keyring"  # the file's table of names held in the keyring; not a key name
+MAX_VALUE_CHARS = 65536
+
+SOURCES = ("keyring", "file", "env")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One known secret name and where its value is found."""
+
+    name: str
+    source: str  # keyring | file | env | missing
+    where: str  # the keyring backend, the file's path, or "environment"
+
+
+def check_key(key: str) -> str:
+    """A key is an environment-variable-like name: letters, digits, `_`; it starts with a letter."""
+    if not KEY_RE.fullmatch(key or "") or key == INDEX_TABLE:
+        raise errors.InvalidRequest(
+            f"secret name {key!r} is not valid: use letters, digits and _, starting with a letter "
+            f"(at most 128 characters), e.g. GITHUB_TOKEN; {INDEX_TABLE!r} is reserved")
+    return key
+
+
+def check_value(value: str) -> str:
+    if not value:
+        raise errors.InvalidRequest("a secret's value cannot be empty")
+    if len(value) > MAX_VALUE_CHARS:
+        raise errors.InvalidRequest(f"a secret's value is limited to {MAX_VALUE_CHARS} characters")
+    if "\x00" in value:
+        raise errors.InvalidRequest("a secret's value cannot hold a NUL character")
+    return value
+
+
+def missing_message(key: str) -> str:
+    """What a user or an agent reads when `key` is nowhere: how to store it (no value, ever)."""
+    return (f"the secret {key} is not set: store it with `scvctl secrets set {key}`, or let the agent "
+            f"call store_secret with key {key!r} so a person enters it in `scvctl approvals watch`")
+
+
+# --- keyring detection ------------------------------------------------------------
+
+
+def detect_keyring() -> tuple[Any | None, str]:
+    """The usable keyring backend and a line saying why, or (None, why not). Never calls it."""
+    try:
+        from keyring import backend, core
+    except ImportError:
+        return None, "the keyring package is not installed"
+    try:
+        chosen = core.load_env() or core.load_config()
+    except Exception as exc:  # a named backend that fails to import or is not viable here
+        return None, f"the configured keyring backend is not usable ({exc})"
+    if chosen is not None:
+        if _priority(chosen) > 0:
+            return chosen, f"keyring {_name(chosen)} (chosen in the keyring configuration)"
+        return None, f"the configured keyring backend {_name(chosen)} stores nothing"
+    from keyring.backends import chainer
+
+    found = [kr for kr in backend.get_all_keyring() if not isinstance(kr, chainer.ChainerBackend)]
+    best = max(found, key=_priority, default=None)
+    if best is None or _priority(best) < 1:
+        return None, "no recommended keyring backend (no Secret Service or KWallet here)"
+    return best, f"keyring {_name(best)}"
+
+
+def _priority(kr: Any) -> float:
+    try:
+        return float(kr.priority)
+    except Exception:  # a backend says "not here" by raising from its priority
+        return -1.0
+
+
+def _name(kr: Any) -> str:
+    cls = type(kr)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# --- the secrets file ---------------------------------------------------------------
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def render_file(values: Mapping[str, str], keyring_names: list[str]) -> str:
+    """The secrets file's text: values at the top, then the names held in the keyring."""
+    lines = ["# scv secrets: `scvctl secrets set KEY` writes here when no OS keyring is usable.",
+             "# Keep this file 0600. Keys are names like GITHUB_TOKEN; values are strings.", ""]
+    lines += [f"{key} = {_toml_string(values[key])}" for key in sorted(values)]
+    if keyring_names:
+        lines += ["", f"[{INDEX_TABLE}]", "# these names' values are in the OS keyring (service \"scv\")",
+                  "names = [" + ", ".join(_toml_string(n) for n in sorted(keyring_names)) + "]"]
+    return "\n".join(lines) + "\n"
+
+
+def parse_file(path: Path, text: str) -> tuple[dict[str, str], list[str]]:
+    """(values, keyring names) from the file's text; a wrong shape names the key, never a value."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise errors.ConfigError(f"{path}: not valid TOML ({exc}); fix or remove it") from None
+    index = data.pop(INDEX_TABLE, {})
+    names = index.get("names", []) if isinstance(index, dict) else None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise errors.ConfigError(f"{path}: [{INDEX_TABLE}] names must be a list of strings")
+    for key, value in data.items():
+        if not isinstance(value, str) or not KEY_RE.fullmatch(key):
+            raise errors.ConfigError(
+                f"{path}: {key!r} must be a name (letters, digits, _) set to a string")
+    return data, names
+
+
+class SecretStore:
+    """Keyring, then `secrets.toml`, then the environment; see the module docstring."""
+
+    def __init__(self, path: Path, env: Mapping[str, str] | None = None,
+                 *, use_keyring: bool = True, env_label: str = "environment") -> None:
+        self.path = path
+        self.env = os.environ if env is None else env
+        self.env_label = env_label
+        self._use_keyring = use_keyring
+        self._keyring: tuple[Any | None, str] | None = None
+
+    # keyring
+
+    def keyring(self) -> Any | None:
+        """The usable backend, detected once."""
+        return self._detect()[0]
+
+    def keyring_status(self) -> str:
+        """One line on the keyring: which backend, or why none is used."""
+        return self._detect()[1]
+
+    def _detect(self) -> tuple[Any | None, str]:
+        if self._keyring is None:
+            self._keyring = detect_keyring() if self._use_keyring else (None, "keyring turned off")
+            log.info("secret store: %s; file %s", self._keyring[1], self.path)
+        return self._keyring
+
+    def _keyring_get(self, key: str) -> str | None:
+        kr = self.keyring()
+        if kr is None:
+            return None
+        try:
+            return kr.get_password(SERVICE, key)
+        except Exception as exc:  # a locked or broken keyring: say so, fall through to the file
+            log.warning("keyring %s could not read %s (%s); trying %s", _name(kr), key,
+                        type(exc).__name__, self.path)
+            return None
+
+    # lookups
+
+    def lookup(self, key: str) -> tuple[str, str] | None:
+        """(value, source) for `key`, or None."""
+        check_key(key)
+        value = self._keyring_get(key)
+        if value:
+            return value, "keyring"
+        values, _ = self._read()
+        if values.get(key):
+            return values[key], "file"
+        value = self.env.get(key)
+        if value:
+            return value, "env"
+        return None
+
+    def get(self, key: str) -> str | None:
+        found = self.lookup(key)
+        return found[0] if found else None
+
+    def require(self, key: str) -> str:
+        """The value, or CredentialMissing naming the key and how to store it."""
+        value = self.get(key)
+        if value is None:
+            raise errors.CredentialMissing(missing_message(key),
+                                           hint=f"scvctl secrets set {key}  (or call store_secret)")
+        return value
+
+    def source(self, key: str) -> Entry:
+        found = self.lookup(key)
+        return self._entry(key, found[1] if found else "missing")
+
+    def list(self, also: list[str] | tuple[str, ...] = ()) -> list[Entry]:
+        """Every stored name, plus `also` (e.g. keys that tools declare), with its source."""
+        values, names = self._read()
+        keys = sorted(set(values) | set(names) | {k for k in also if KEY_RE.fullmatch(k)})
+        return [self.source(k) for k in keys]
+
+    def _entry(self, key: str, source: str) -> Entry:
+        where = {"keyring": self.keyring_status(), "file": str(self.path), "env": self.env_label,
+                 "missing": "not set"}[source]
+        return Entry(name=key, source=source, where=where)
+
+    # changes
+
+    def set(self, key: str, value: str) -> Entry:
+        """Store `key`: in the keyring when usable (and drop any copy in the file), else the file."""
+        check_key(key)
+        check_value(value)
+        kr = self.keyring()
+        with self._locked():
+            values, names = self._read()
+            if kr is not None:
+                try:
+                    kr.set_password(SERVICE, key, value)
+                except Exception as exc:
+                    raise errors.Unavailable(
+                        f"the keyring {_name(kr)} refused to store {key} ({type(exc).__name__}); "
+                        "unlock it, or set PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring "
+                        f"to keep secrets in {self.path}") from None
+                values.pop(key, None)
+                names = sorted(set(names) | {key})
+                source = "keyring"
+            else:
+                values[key] = value
+                source = "file"
+            self._write(values, names)
+        log.info("secret %s stored (%s)", key, source)
+        return self._entry(key, source)
+
+    def delete(self, key: str) -> list[str]:
+        """Remove `key` from the keyring and the file; return where it was removed from."""
+        check_key(key)
+        removed: list[str] = []
+        kr = self.keyring()
+        with self._locked():
+            values, names = self._read()
+            if kr is not None and self._keyring_get(key) is not None:
+                try:
+                    kr.delete_password(SERVICE, key)
+                    removed.append("keyring")
+                except Exception as exc:
+                    raise errors.Unavailable(
+                        f"the keyring {_name(kr)} refused to delete {key} ({type(exc).__name__})") from None
+            if key in values:
+                del values[key]
+                removed.append("file")
+            if key in names or removed:
+                self._write(values, [n for n in names if n != key])
+        if removed:
+            log.info("secret %s deleted (%s)", key, ", ".join(removed))
+        return removed
+
+    # the file
+
+    def _read(self) -> tuple[dict[str, str], list[str]]:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return {}, []
+        except OSError as exc:
+            raise errors.ConfigError(f"{self.path}: cannot read ({exc.strerror})") from None
+        with os.fdopen(fd, "rb") as f:
+            if os.fstat(fd).st_mode & 0o077:  # someone loosened it: a secrets file stays 0600
+                os.fchmod(fd, FILE_MODE)
+                log.warning("repaired permissions: %s was readable by others; now 0600", self.path)
+            text = f.read().decode("utf-8", "replace")
+        return parse_file(self.path, text)
+
+    def _write(self, values: Mapping[str, str], names: list[str]) -> None:
+        """Atomically: a 0600 temporary file in the same directory, then rename."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                os.fchmod(f.fileno(), FILE_MODE)
+                f.write(render_file(values, names))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One writer at a time (scvctl and the daemon): an flock on the directory."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)

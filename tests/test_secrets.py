@@ -1,0 +1,252 @@
+"""The secret store: keyring (a real file-backed backend from keyrings.alt), secrets.toml, environment.
+
+No mocks: the keyring path uses keyrings.alt's PlaintextKeyring writing under a
+temporary XDG_DATA_HOME, chosen the way a user chooses one (PYTHON_KEYRING_BACKEND
+or keyringrc.cfg); the file path writes a real 0600 file.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scvd import errors
+from scvd.secrets import SecretStore, detect_keyring, parse_file, render_file
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAINTEXT = "keyrings.alt.file.PlaintextKeyring"
+NO_KEYRING = "keyring.backends.null.Keyring"
+TRICKY = 'tok "en"\\ with\nnewline\ttab \x7f and ünïcode 🔑'
+
+
+@pytest.fixture
+def xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Private XDG dirs, so neither the user's keyringrc.cfg nor their keyring is touched."""
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME"):
+        d = tmp_path / name.lower()
+        d.mkdir()
+        monkeypatch.setenv(name, str(d))
+    monkeypatch.delenv("PYTHON_KEYRING_BACKEND", raising=False)
+    return tmp_path
+
+
+def file_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str] | None = None) -> SecretStore:
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING)
+    return SecretStore(tmp_path / "conf" / "secrets.toml", env=env or {})
+
+
+def test_file_store_round_trip_is_0600_and_reread(xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    store = file_store(xdg, monkeypatch)
+    assert store.keyring() is None
+    entry = store.set("API_TOKEN", TRICKY)
+    assert (entry.source, entry.where) == ("file", str(store.path))
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+    # a fresh store (another process, e.g. the daemon) reads the same value back
+    again = SecretStore(store.path, env={})
+    assert again.get("API_TOKEN") == TRICKY
+    assert again.require("API_TOKEN") == TRICKY
+    assert [(e.name, e.source) for e in again.list()] == [("API_TOKEN", "file")]
+    assert again.delete("API_TOKEN") == ["file"]
+    assert again.get("API_TOKEN") is None
+    assert again.delete("API_TOKEN") == []
+
+
+def test_a_loosened_file_is_tightened_on_read(xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    store = file_store(xdg, monkeypatch)
+    store.set("K", "v")
+    os.chmod(store.path, 0o644)
+    assert store.get("K") == "v"
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+
+
+def test_lookup_order_file_then_environment(xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    store = file_store(xdg, monkeypatch, env={"FROM_ENV": "e", "BOTH": "env-loses"})
+    store.set("BOTH", "file-wins")
+    assert store.lookup("BOTH") == ("file-wins", "file")
+    assert store.lookup("FROM_ENV") == ("e", "env")
+    assert store.source("NOWHERE").source == "missing"
+    listed = {e.name: e.source for e in store.list(also=["FROM_ENV", "NOWHERE"])}
+    assert listed == {"BOTH": "file", "FROM_ENV": "env", "NOWHERE": "missing"}
+
+
+def test_missing_key_is_credential_missing_naming_key_and_remedies(xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    store = file_store(xdg, monkeypatch)
+    with pytest.raises(errors.CredentialMissing) as info:
+        store.require("GITHUB_TOKEN")
+    assert info.value.kind == "credential_missing"
+    assert "GITHUB_TOKEN" in info.value.message
+    assert "scvctl secrets set GITHUB_TOKEN" in info.value.message
+    assert "store_secret" in info.value.message
+
+
+@pytest.mark.parametrize("key", ["", "1ABC", "A-B", "keyring", "A B", "x" * 129, "É"])
+def test_bad_names_are_refused_with_the_rule(xdg: Path, monkeypatch: pytest.MonkeyPatch, key: str):
+    store = file_store(xdg, monkeypatch)
+    with pytest.raises(errors.InvalidRequest, match="letters, digits and _"):
+        store.set(key, "v")
+
+
+def test_a_broken_file_names_the_file_but_never_a_value(tmp_path: Path):
+    path = tmp_path / "secrets.toml"
+    with pytest.raises(errors.ConfigError) as info:
+        parse_file(path, 'GOOD = "s3cr3t-value"\nBAD = 12\n')
+    assert str(path) in info.value.message and "'BAD'" in info.value.message
+    assert "s3cr3t" not in info.value.message
+    with pytest.raises(errors.ConfigError, match="not valid TOML"):
+        parse_file(path, 'X = "s3cr3t\n')
+
+
+def test_rendered_file_parses_back_exactly(tmp_path: Path):
+    values = {"A": TRICKY, "B": "plain"}
+    assert parse_file(tmp_path / "s", render_file(values, ["K1", "K2"])) == (values, ["K1", "K2"])
+
+
+# --- the keyring path, with a real file-backed backend ----------------------------------
+
+
+def in_keyring_file(xdg: Path, value: str) -> bool:
+    """PlaintextKeyring keeps base64 of the value under [scv] in its own file."""
+    text = (xdg / "xdg_data_home" / "python_keyring" / "keyring_pass.cfg").read_text()
+    return "[scv]" in text and base64.b64encode(value.encode()).decode() in text
+
+
+def test_keyring_chosen_by_environment_holds_the_value_and_the_file_only_the_name(
+        xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", PLAINTEXT)
+    store = SecretStore(xdg / "conf" / "secrets.toml", env={})
+    assert type(store.keyring()).__name__ == "PlaintextKeyring"
+    store.set("API_TOKEN", "s3cr3t-in-keyring")
+    assert store.lookup("API_TOKEN") == ("s3cr3t-in-keyring", "keyring")
+    # the value went to the keyring's own file; secrets.toml keeps only the name, for listing
+    assert in_keyring_file(xdg, "s3cr3t-in-keyring")
+    text = store.path.read_text()
+    assert "API_TOKEN" in text and "s3cr3t" not in text
+    assert [(e.name, e.source) for e in store.list()] == [("API_TOKEN", "keyring")]
+    assert store.delete("API_TOKEN") == ["keyring"]
+    assert store.get("API_TOKEN") is None
+    assert "API_TOKEN" not in store.path.read_text()
+
+
+def test_keyring_comes_before_the_file_and_setting_drops_the_file_copy(
+        xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    path = xdg / "conf" / "secrets.toml"
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING)
+    SecretStore(path, env={}).set("K", "old-file-value")
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", PLAINTEXT)
+    store = SecretStore(path, env={})
+    assert store.lookup("K") == ("old-file-value", "file")
+    store.set("K", "new-keyring-value")
+    assert store.lookup("K") == ("new-keyring-value", "keyring")
+    assert "old-file-value" not in path.read_text()
+
+
+def test_keyring_chosen_in_keyringrc_is_used(xdg: Path):
+    cfg = xdg / "xdg_config_home" / "python_keyring"
+    cfg.mkdir(parents=True)
+    (cfg / "keyringrc.cfg").write_text(f"[backend]\ndefault-keyring={PLAINTEXT}\n")
+    backend, why = detect_keyring()
+    assert type(backend).__name__ == "PlaintextKeyring", why
+    assert "chosen in the keyring configuration" in why
+
+
+def test_the_null_keyring_means_none(xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING)
+    backend, why = detect_keyring()
+    assert backend is None and "stores nothing" in why
+
+
+HANGING_BACKEND = '''
+import time
+from keyring.backend import KeyringBackend
+from keyring.compat import properties
+
+class Hanging(KeyringBackend):
+    """Not usable here (its priority says so), and would hang if anyone called it."""
+
+    @properties.classproperty
+    def priority(cls):
+        raise RuntimeError("no session bus")
+
+    def get_password(self, service, username):
+        time.sleep(3600)
+
+    def set_password(self, service, username, password):
+        time.sleep(3600)
+
+    def delete_password(self, service, username):
+        time.sleep(3600)
+'''
+
+
+def test_an_unusable_backend_is_judged_by_priority_never_called(xdg: Path, tmp_path: Path):
+    """A backend whose priority says "not here" is skipped without calling it (it would hang)."""
+    (tmp_path / "hanging_keyring.py").write_text(HANGING_BACKEND)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_KEYRING_BACKEND"}
+    env.update(PYTHON_KEYRING_BACKEND="hanging_keyring.Hanging", PYTHONPATH=f"{tmp_path}:{ROOT}",
+               XDG_CONFIG_HOME=str(xdg / "xdg_config_home"), XDG_DATA_HOME=str(xdg / "xdg_data_home"))
+    code = ("from pathlib import Path; from scvd.secrets import SecretStore\n"
+            f"s = SecretStore(Path({str(tmp_path / 's.toml')!r}), env={{}})\n"
+            "print(s.keyring_status()); s.set('K', 'v'); print(s.lookup('K')[1])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    status, source = out.stdout.splitlines()
+    assert "not usable" in status and "no session bus" in status
+    assert source == "file"
+
+
+# --- scvctl secrets -----------------------------------------------------------------------
+
+
+def scvctl(home: Path, xdg: Path, *args: str, input: str | None = None, backend: str = NO_KEYRING):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCV")}
+    env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT), PYTHON_KEYRING_BACKEND=backend,
+               XDG_CONFIG_HOME=str(xdg / "xdg_config_home"), XDG_DATA_HOME=str(xdg / "xdg_data_home"))
+    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=env, input=input,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_scvctl_secrets_set_from_stdin_list_delete(xdg: Path):
+    home = xdg / "home"
+    out = scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="s3cr3t-from-stdin\n")
+    assert out.returncode == 0, out.stderr
+    assert "stored API_TOKEN in the file" in out.stdout and "s3cr3t" not in out.stdout + out.stderr
+    secrets_file = home / "secrets.toml"
+    assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
+    assert SecretStore(secrets_file, env={}).get("API_TOKEN") == "s3cr3t-from-stdin"  # one newline dropped
+
+    listed = scvctl(home, xdg, "secrets", "list")
+    assert listed.returncode == 0
+    assert listed.stdout.split()[:2] == ["API_TOKEN", "file"]
+    assert "s3cr3t" not in listed.stdout
+
+    gone = scvctl(home, xdg, "secrets", "delete", "API_TOKEN")
+    assert gone.returncode == 0 and "deleted API_TOKEN from the file" in gone.stdout
+    again = scvctl(home, xdg, "secrets", "delete", "API_TOKEN")
+    assert again.returncode == 1 and "API_TOKEN is not stored" in again.stderr
+    assert "no secrets stored" in scvctl(home, xdg, "secrets").stdout
+
+
+def test_scvctl_secrets_set_into_a_keyring(xdg: Path):
+    home = xdg / "home"
+    out = scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="s3cr3t", backend=PLAINTEXT)
+    assert out.returncode == 0, out.stderr
+    assert "stored API_TOKEN in the keyring" in out.stdout
+    assert in_keyring_file(xdg, "s3cr3t")
+    assert "s3cr3t" not in (home / "secrets.toml").read_text()
+    listed = scvctl(home, xdg, "--json", "secrets", "list", backend=PLAINTEXT)
+    assert '"source":"keyring"' in listed.stdout
+
+
+def test_scvctl_secrets_set_refuses_an_empty_value_and_a_bad_name(xdg: Path):
+    home = xdg / "home"
+    empty = scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="")
+    assert empty.returncode == 2 and "no value given for API_TOKEN" in empty.stderr
+    bad = scvctl(home, xdg, "secrets", "set", "not-a-name", input="v")
+    assert bad.returncode == 2 and "letters, digits and _" in bad.stderr
+    assert not (home / "secrets.toml").exists()
