@@ -25,9 +25,9 @@ def meta(text: str) -> Any:
 
 class GoodArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     path: Annotated[str, meta("Workspace-relative path, e.g. 'src/main.py'")]
-    limit: Annotated[int, meta("Most bytes to return, e.g. 65536")] = 65536
-    mode: Annotated[Literal["text", "bytes"], meta("How to return it, e.g. 'text' for UTF-8")] = "text"
-    tags: Annotated[list[str], meta("Labels for the audit log, e.g. ['ci']")] = []
+    limit: Annotated[int, meta("Most bytes to return, e.g. 65536 (the default)")] = 65536
+    mode: Annotated[Literal["text", "bytes"], meta("How to return it, e.g. 'text' for UTF-8; default text")] = "text"
+    tags: Annotated[list[str], meta("Labels for the audit log when wanted, e.g. ['ci']")] = []
 
 
 def make_tool(name: str = "good_tool", description: str = GOOD_DESCRIPTION, arguments: type = GoodArgs,
@@ -71,7 +71,6 @@ def test_name_rule(name):
 
 @pytest.mark.parametrize("description", [
     "Read a text file from the workspace, use for reading source files; write for changing them.",
-    "Read a text file from the workspace.\nUse for reading source files; write for changing them.",
     GOOD_DESCRIPTION + "\nAnd one more line that has no business being here.",
     "Read a text file from the workspace.\n\nUse for reading source files; write for changing them.",
 ])
@@ -161,7 +160,7 @@ def test_non_trivial_parameter_needs_20_chars(annotation):
 
 def test_trivial_parameter_may_be_short():
     class Args(msgspec.Struct):
-        n: Annotated[int, meta("e.g. 3")]
+        n: Annotated[int, meta("Line count, e.g. 3")]
 
     lint(make_tool(arguments=Args))
 
@@ -169,7 +168,7 @@ def test_trivial_parameter_may_be_short():
 def test_optional_without_default_rule():
     # a Struct always gives optional fields a default; a hand-written schema may not
     schema = {"type": "object", "required": [], "properties": {
-        "path": {"type": "string", "description": "Path to read, e.g. 'a.txt'"}}}
+        "path": {"type": "string", "description": "Path to read when given, e.g. 'a.txt'"}}}
     err = broken_rule(make_tool(schema=schema))
     assert err.rule == "optional_default"
     assert "'path'" in str(err)
@@ -188,7 +187,7 @@ def test_risk_must_be_a_tool_risk():
 
 
 def test_error_names_tool_rule_and_text():
-    err = broken_rule(make_tool(name="named_tool", description=GOOD_DESCRIPTION.replace("\n", " ", 1)))
+    err = broken_rule(make_tool(name="named_tool", description=GOOD_DESCRIPTION.replace("\n", " ")))
     assert err.tool == "named_tool"
     assert "named_tool" in str(err) and "three_lines" in str(err)
 
@@ -246,3 +245,90 @@ def test_dispatch_timeout_default_flag_no_timeout_and_own_deadline():
     assert waits_on_a_person.flags.as_dict()["timeout_seconds"] is None
     own = Plan(risk=ToolRisk.PROCESS, summary="x", timeout=120)
     assert make_tool(flags=ToolFlags(timeout=30)).dispatch_timeout(own, config) == 120 + TIMEOUT_GRACE_SECONDS
+
+
+# --- the rules seed 003 adds beyond the first version ------------------------------------
+
+
+def test_the_precondition_line_may_be_omitted():
+    two = "Read a text file from the workspace.\nUse for reading source files; write for changing them."
+    lint(make_tool(description=two))
+
+
+@pytest.mark.parametrize("text", [
+    'Returns {"path": str, "size": int}.',
+    "Returns: path and size of the file.",
+    "Gives {path, size} back to the caller.",
+])
+def test_an_output_schema_dump_is_refused(text):
+    err = broken_rule(make_tool(description=GOOD_DESCRIPTION.replace("Precondition: the path is inside the workspace.", text)))
+    assert err.rule == "no_schema_dump"
+
+
+@pytest.mark.parametrize("word", ["simply", "Powerful", "seamlessly", "please", "very"])
+def test_filler_is_refused(word):
+    err = broken_rule(make_tool(description=GOOD_DESCRIPTION.replace("Read a text", f"Read {word} a text")))
+    assert err.rule == "no_filler"
+    assert word in str(err)
+
+
+@pytest.mark.parametrize("risk", [ToolRisk.FILESYSTEM, ToolRisk.PROCESS, ToolRisk.DELEGATE])
+def test_concurrent_requires_read_only(risk):
+    err = broken_rule(make_tool(risk=risk, flags=ToolFlags(concurrent=True)))
+    assert err.rule == "concurrent"
+    lint(make_tool(risk=ToolRisk.READ_ONLY, flags=ToolFlags(concurrent=True)))
+
+
+@pytest.mark.parametrize("timeout", [0, -5, 0.0])
+def test_timeout_must_be_positive(timeout):
+    err = broken_rule(make_tool(flags=ToolFlags(timeout=timeout)))
+    assert err.rule == "timeout"
+    assert repr(timeout) in str(err)
+
+
+def test_a_parameter_description_says_how_before_its_example():
+    class Args(msgspec.Struct):
+        path: Annotated[str, meta("e.g. 'src/main.py'")]
+
+    err = broken_rule(make_tool(arguments=Args))
+    assert err.rule == "param_how"
+
+
+def test_an_optional_parameter_says_when_or_its_default():
+    class Args(msgspec.Struct):
+        limit: Annotated[int, meta("Most bytes to return, e.g. 4096")] = 4096
+
+    err = broken_rule(make_tool(arguments=Args))
+    assert err.rule == "param_when"
+    assert "'limit'" in str(err)
+
+
+def test_findings_lists_every_broken_rule_in_order():
+    from scvd.tools.contract import findings
+
+    class Args(msgspec.Struct):
+        path: Annotated[str, meta("a path")]
+
+    tool = make_tool(description="Simply reads {things}.", risk=ToolRisk.PROCESS,
+                     flags=ToolFlags(concurrent=True), arguments=Args)
+    rules = [f.rule for f in findings(tool)]
+    assert rules == ["three_lines", "length", "no_schema_dump", "no_filler", "when_line", "concurrent",
+                     "param_example"]
+    assert findings(make_tool()) == []
+
+
+def test_third_party_tools_register_despite_findings_but_not_with_a_bad_name():
+    registry = Registry()
+    loose = make_tool(name="mcp_fs_read", description="Reads a file.")
+    registry.register(loose, enforce_lint=False)
+    assert registry.get("mcp_fs_read") is loose
+    with pytest.raises(ToolDefinitionError) as info:
+        registry.register(make_tool(name="Bad Name"), enforce_lint=False)
+    assert info.value.rule == "name"
+
+
+def test_load_errors_are_kept_for_the_tools_answer():
+    registry = Registry()
+    registry.add_error("/x/tool.json", "script_x", "rule 'length': too short")
+    assert [(e.source, e.name, e.message) for e in registry.load_errors] == [
+        ("/x/tool.json", "script_x", "rule 'length': too short")]

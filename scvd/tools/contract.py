@@ -179,63 +179,125 @@ class ToolDefinitionError(ScvError):
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{1,63}$")
 WHEN_RE = re.compile(r"\buse (for|when|to|it|this|instead)\b|\bwhen\b", re.IGNORECASE)
 EXAMPLE_RE = re.compile(r"\be\.g\.|\bexample\b|\bsuch as\b", re.IGNORECASE)
+# an optional parameter says when to pass it, or what happens without it
+PARAM_WHEN_RE = re.compile(
+    r"\b(default|defaults|omit|omitted|when|with|without|if|unless|only|after|for)\b", re.IGNORECASE)
+PARAM_HOW_CHARS = 8  # of text before the example: what the value is and how it is used
+SCHEMA_DUMP_RE = re.compile(r"[{}]|\breturns?\s*[:\[(]", re.IGNORECASE)
+FILLER_RE = re.compile(
+    r"\b(simply|basically|powerful|seamless(ly)?|awesome|amazing|robust|comprehensive|"
+    r"state[- ]of[- ]the[- ]art|easy[- ]to[- ]use|user[- ]friendly|feel free|please|note that|very|really)\b",
+    re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One broken design rule: the rule's name and what is wrong."""
+
+    rule: str
+    text: str
 
 
 def lint(tool: Tool) -> None:
     """Raise ToolDefinitionError for the first design rule `tool` breaks."""
+    found = findings(tool)
+    if found:
+        raise ToolDefinitionError(getattr(tool, "name", ""), found[0].rule, found[0].text)
+
+
+def findings(tool: Tool) -> list[Finding]:
+    """Every seed 003 rule `tool` breaks, in a fixed order (name, description, flags, parameters)."""
     name = getattr(tool, "name", "")
     if not NAME_RE.match(name or ""):
-        raise ToolDefinitionError(name, "name", f"{name!r} must be 2-64 chars of a-z, 0-9, _")
-    _lint_description(name, tool.description)
+        return [Finding("name", f"{name!r} must be 2-64 chars of a-z, 0-9, _")]
+    found = _description_findings(tool.description)
     if not isinstance(tool.risk, ToolRisk):
-        raise ToolDefinitionError(name, "risk", f"{tool.risk!r} is not a ToolRisk")
-    if tool.flags.always_allow and tool.risk is not ToolRisk.READ_ONLY:
-        raise ToolDefinitionError(name, "always_allow", "only read_only tools may skip approval")
-    _lint_parameters(name, tool.input_schema())
+        return found + [Finding("risk", f"{tool.risk!r} is not a ToolRisk")]
+    found += _flag_findings(tool)
+    found += _parameter_findings(tool.input_schema())
+    return found
 
 
-def _lint_description(name: str, text: str) -> None:
+def _description_findings(text: str) -> list[Finding]:
+    found: list[Finding] = []
     if not text.isascii():
         bad = "".join(sorted({c for c in text if not c.isascii()}))
-        raise ToolDefinitionError(name, "english", f"description has non-English text {bad!r}")
+        found.append(Finding("english", f"description has non-English text {bad!r}"))
     lines = text.split("\n")
-    if len(lines) != 3 or not all(line.strip() for line in lines):
-        raise ToolDefinitionError(
-            name, "three_lines", f"description must be 3 lines What/When/Precondition, got {len(lines)}"
-        )
+    if len(lines) not in (2, 3) or not all(line.strip() for line in lines):
+        found.append(Finding(
+            "three_lines",
+            f"description must be 3 lines What/When/Precondition (2 when there is no precondition), "
+            f"got {len(lines)}"))
     size = len(text)
     if not 60 <= size <= 200:
-        raise ToolDefinitionError(name, "length", f"description is {size} chars, must be 60-200")
+        found.append(Finding("length", f"description is {size} chars, must be 60-200"))
     if "**" in text:
-        raise ToolDefinitionError(name, "no_bold", "description must not use bold")
-    if not WHEN_RE.search(lines[1]):
-        raise ToolDefinitionError(
-            name, "when_line", f"line 2 must give a trigger such as 'use for X; Y for Z': {lines[1]!r}"
-        )
+        found.append(Finding("no_bold", "description must not use bold"))
+    if SCHEMA_DUMP_RE.search(text):
+        found.append(Finding("no_schema_dump",
+                             "description must not dump an output schema (braces, 'Returns {'); "
+                             "the caller sees the result"))
+    filler = FILLER_RE.search(text)
+    if filler:
+        found.append(Finding("no_filler", f"description has filler {filler.group(0)!r}; say what and when"))
+    if len(lines) < 2 or not WHEN_RE.search(lines[1]):
+        second = lines[1] if len(lines) > 1 else ""
+        found.append(Finding(
+            "when_line", f"line 2 must give a trigger such as 'use for X; Y for Z': {second!r}"))
+    return found
 
 
-def _lint_parameters(name: str, schema: dict[str, Any]) -> None:
+def _flag_findings(tool: Tool) -> list[Finding]:
+    found: list[Finding] = []
+    read_only = tool.risk is ToolRisk.READ_ONLY
+    if tool.flags.always_allow and not read_only:
+        found.append(Finding("always_allow", "only read_only tools may skip approval"))
+    if tool.flags.concurrent and not read_only:
+        found.append(Finding("concurrent", "only read_only tools may run concurrently (no side effects)"))
+    timeout = tool.flags.timeout
+    if timeout is not None and timeout is not NO_TIMEOUT and not timeout > 0:
+        found.append(Finding("timeout", f"timeout {timeout!r} must be a positive number of seconds"))
+    return found
+
+
+def _parameter_findings(schema: dict[str, Any]) -> list[Finding]:
+    found: list[Finding] = []
     required = set(schema.get("required", []))
     for param, prop in schema.get("properties", {}).items():
-        desc = prop.get("description", "")
-        if not desc:
-            raise ToolDefinitionError(name, "param_description", f"parameter {param!r} has no description")
-        if not desc.isascii():
-            raise ToolDefinitionError(name, "english", f"parameter {param!r} description is not English")
-        if not EXAMPLE_RE.search(desc):
-            raise ToolDefinitionError(
-                name, "param_example", f"parameter {param!r} description needs an example (e.g. ...): {desc!r}"
-            )
-        if _non_trivial(prop) and len(desc) < 20:
-            raise ToolDefinitionError(
-                name, "param_detail", f"parameter {param!r} is an object/array/enum; describe it in 20+ chars"
-            )
-        if param not in required and "default" not in prop:
-            raise ToolDefinitionError(name, "optional_default", f"optional parameter {param!r} has no default")
+        found += _one_parameter(param, prop if isinstance(prop, dict) else {}, param in required)
+    return found
+
+
+def _one_parameter(param: str, prop: dict[str, Any], required: bool) -> list[Finding]:
+    desc = prop.get("description", "")
+    if not isinstance(desc, str) or not desc:
+        return [Finding("param_description", f"parameter {param!r} has no description")]
+    found: list[Finding] = []
+    if not desc.isascii():
+        found.append(Finding("english", f"parameter {param!r} description is not English"))
+    example = EXAMPLE_RE.search(desc)
+    if not example:
+        found.append(Finding(
+            "param_example", f"parameter {param!r} description needs an example (e.g. ...): {desc!r}"))
+    if _non_trivial(prop) and len(desc) < 20:
+        found.append(Finding(
+            "param_detail", f"parameter {param!r} is an object/array/enum; describe it in 20+ chars"))
+    if example and len(desc[:example.start()].strip(" ,;:.")) < PARAM_HOW_CHARS:
+        found.append(Finding(
+            "param_how", f"parameter {param!r} description must say what the value is and how it is "
+                         f"used before its example: {desc!r}"))
+    if not required and not PARAM_WHEN_RE.search(desc):
+        found.append(Finding(
+            "param_when", f"optional parameter {param!r} description must say when to pass it or its "
+                          f"default: {desc!r}"))
+    if not required and "default" not in prop:
+        found.append(Finding("optional_default", f"optional parameter {param!r} has no default"))
+    return found
 
 
 def _non_trivial(prop: dict[str, Any]) -> bool:
-    kinds = [prop] + list(prop.get("anyOf", []))
+    kinds = [prop] + [k for k in prop.get("anyOf", []) if isinstance(k, dict)]
     # msgspec puts Enum classes and nested Structs under $defs: a $ref is always an enum or object
     return any("enum" in k or "$ref" in k or k.get("type") in ("object", "array") for k in kinds)
 
@@ -243,19 +305,39 @@ def _non_trivial(prop: dict[str, Any]) -> bool:
 # --- the registry -------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LoadError:
+    """A tool definition that was skipped: where it came from, its name, and why."""
+
+    source: str  # e.g. the tool.json path, or "mcp:<server>"
+    name: str
+    message: str
+
+
 class Registry:
     """Tools by name. Registration lints the definition and refuses duplicates."""
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self.load_errors: list[LoadError] = []
         for tool in tools:
             self.register(tool)
 
-    def register(self, tool: Tool) -> None:
-        lint(tool)
+    def register(self, tool: Tool, *, enforce_lint: bool = True) -> None:
+        """Add `tool`; a lint finding refuses it unless `enforce_lint` is off (third-party tools,
+        whose text we do not control: `scvctl tools --lint` still shows their findings)."""
+        if enforce_lint:
+            lint(tool)
+        elif not NAME_RE.match(getattr(tool, "name", "") or ""):
+            raise ToolDefinitionError(getattr(tool, "name", ""), "name", "a tool name must be 2-64 chars of a-z, 0-9, _")
         if tool.name in self._tools:
             raise ToolDefinitionError(tool.name, "unique_name", "a tool of this name is already registered")
         self._tools[tool.name] = tool
+
+    def add_error(self, source: str, name: str, message: str) -> None:
+        """A tool that could not be loaded (a bad tool.json, a failed MCP server): shown by
+        `scvctl tools --errors`."""
+        self.load_errors.append(LoadError(source=source, name=name, message=message))
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)

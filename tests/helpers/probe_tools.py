@@ -117,7 +117,7 @@ class ProbeEcho(_ProbeTool):
 
 
 class FreeArgs(msgspec.Struct, forbid_unknown_fields=True):
-    text: Annotated[str, _desc("Any text, e.g. 'x'; it is echoed back")] = ""
+    text: Annotated[str, _desc("Any text, e.g. 'x'; it is echoed back (default '')")] = ""
 
 
 class ProbeFree(_ProbeTool):
@@ -162,7 +162,7 @@ class ProbeTouch(_ProbeTool):
 
 class SleepArgs(msgspec.Struct, forbid_unknown_fields=True):
     seconds: Annotated[float, _desc("How long to sleep, e.g. 0.2")]
-    label: Annotated[str, _desc("Name in the probe log, e.g. 'c'")] = "sleep"
+    label: Annotated[str, _desc("Name in the probe log, e.g. 'c' (default 'sleep')")] = "sleep"
     risk: Annotated[Literal["read_only", "process"],
                     _desc("Risk to plan with, e.g. 'read_only' to run unasked")] = "process"
 
@@ -181,7 +181,7 @@ class ProbeSleep(_ProbeTool):
 
 class WaitArgs(msgspec.Struct, forbid_unknown_fields=True):
     label: Annotated[str, _desc("Gate to wait on and name in the log, e.g. 'a'")]
-    seconds: Annotated[float, _desc("Longest wait, e.g. 30")] = WAIT_LIMIT
+    seconds: Annotated[float, _desc("Longest wait, e.g. 30 (default: the wait limit)")] = WAIT_LIMIT
 
 
 class ProbeWait(_ProbeTool):
@@ -210,7 +210,7 @@ class ProbeBackground(ProbeWait):
 
 
 class SlowArgs(msgspec.Struct, forbid_unknown_fields=True):
-    seconds: Annotated[float, _desc("How long to sleep, e.g. 10")] = 10.0
+    seconds: Annotated[float, _desc("How long to sleep, e.g. 10 (default 10)")] = 10.0
 
 
 class ProbeSlow(_ProbeTool):

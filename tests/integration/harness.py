@@ -229,7 +229,7 @@ def make_wrapped(tmp_path: Path) -> Iterator[Callable[..., Any]]:
 
 
 class SleepArgs(msgspec.Struct, forbid_unknown_fields=True):
-    seconds: Annotated[float, msgspec.Meta(description="how long to sleep, e.g. 0.5")] = 3600.0
+    seconds: Annotated[float, msgspec.Meta(description="how long to sleep, e.g. 0.5 (default 3600)")] = 3600.0
 
 
 class NoArgs(msgspec.Struct, forbid_unknown_fields=True):
