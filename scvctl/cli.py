@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.set_defaults(handler=cmd_sessions)
     cmd = sub.add_parser("tools", parents=[common], help="the tools and their schemas")
     cmd.add_argument("--include-system", action="store_true", help="also list system tools")
+    cmd.add_argument("--errors", action="store_true",
+                     help="list the tools that could not be loaded (a bad tool.json, a failed MCP server)")
+    cmd.add_argument("--lint", action="store_true",
+                     help="print every tool's findings under the seed 003 design rules")
     cmd.set_defaults(handler=cmd_tools)
     _add_approvals(sub, common)
     _add_call(sub, common)
@@ -158,12 +162,22 @@ def _listing(args: argparse.Namespace, items: list[Any], empty: str, row: Any) -
 
 def cmd_tools(args: argparse.Namespace) -> int:
     with connect(args) as c:
-        tools = c.request(p.ToolsList, include_system=args.include_system).tools
+        answer = c.request(p.ToolsList, include_system=args.include_system or args.lint, lint=args.lint)
+    if args.errors:
+        return _listing(args, answer.errors, "no tool failed to load",
+                        lambda e: printable(f"{e.name or '?'}: {e.source}: {e.message}"))
     if args.json:
-        emit_json(tools)
+        emit_json(answer.tools)
         return EXIT_OK
-    for t in tools:
-        print(f"{t.name} [{t.risk}]: {t.description.splitlines()[0]}")
+    for t in answer.tools:
+        if args.lint:
+            print(printable(f"{t.name}: " + ("ok" if not t.lint else f"{len(t.lint)} finding(s)")))
+            for finding in t.lint:
+                print(printable(f"  {finding}"))
+        else:
+            print(printable(f"{t.name} [{t.risk}]: {t.description.splitlines()[0]}"))
+    if answer.errors and not args.lint:
+        print(f"({len(answer.errors)} tool(s) failed to load: scvctl tools --errors)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -211,6 +225,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 _on_request(c, args, event)
             elif isinstance(event, p.ApprovalResolved):
                 _on_resolved(args, event)
+            elif isinstance(event, p.SecretRequested):
+                _on_secret(c, args, event)
+            elif isinstance(event, p.SecretResolved) and not args.json:
+                print(f"  {event.request_id} ({event.key}) {event.state}"
+                      + (f" by {event.decided_by}" if event.decided_by else ""), flush=True)
+            elif args.json and isinstance(event, p.SecretResolved):
+                emit_json(event)
     return EXIT_OK  # pragma: no cover - events() only ends by an exception
 
 
@@ -236,6 +257,39 @@ def _on_resolved(args: argparse.Namespace, event: p.ApprovalResolved) -> None:
         return
     why = f": {event.reason}" if event.reason else ""
     print(f"  {event.approval_id} {event.state} by {event.decided_by}{why}", flush=True)
+
+
+def _on_secret(c: Client, args: argparse.Namespace, event: p.SecretRequested) -> None:
+    """A tool asks for a secret: read it masked (getpass) on a terminal, else one line of stdin."""
+    if args.json:  # a program reading JSON answers with secret.provide itself
+        emit_json(event)
+        return
+    print(printable(f"[{event.request_id}] secret {event.key} for {event.tool or '?'} "
+                    f"(session {event.session}): {event.question}"), flush=True)
+    value = _read_secret(f"value for {event.key} (input hidden; empty to decline): ")
+    if value is None:
+        raise KeyboardInterrupt
+    try:
+        if value:
+            c.request(p.SecretProvide, request_id=event.request_id, value=value)
+        else:
+            c.request(p.SecretDecline, request_id=event.request_id, reason="declined at the prompt")
+    except errors.ApprovalNotFound:
+        print(f"  {event.request_id} was already answered elsewhere", flush=True)
+
+
+def _read_secret(prompt: str) -> str | None:
+    if sys.stdin.isatty():
+        import getpass
+
+        try:
+            return getpass.getpass(prompt)
+        except EOFError:
+            return None
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    return line.rstrip("\r\n") if line else None
 
 
 def _ask(prompt: str, choices: set[str]) -> str | None:

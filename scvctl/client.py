@@ -25,7 +25,7 @@ import msgspec
 
 from scvd import __version__, errors, paths as paths_mod, protocol as p
 
-EVENT_TYPES = (p.CallStarted, p.CallProgress, p.CallCompleted, p.ApprovalRequested, p.ApprovalResolved)
+EVENT_TYPES = tuple(p.Event.__args__)  # every pushed event the protocol defines
 
 
 class DaemonNotRunning(errors.ScvError):

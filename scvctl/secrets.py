@@ -72,11 +72,13 @@ def cmd_set(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    entries = store().list()
+    from scvd.tools.script_defs import declared_secrets
+
+    entries = store().list(also=declared_secrets(paths_mod.resolve()))  # a declared key may be missing
     if args.json:
         emit_json([{"name": e.name, "source": e.source, "where": e.where} for e in entries])
     elif not entries:
-        print("no secrets stored; add one with `scvctl secrets set KEY`")
+        print("no secrets stored and none declared by a script tool; add one with `scvctl secrets set KEY`")
     else:
         width = max(len(e.name) for e in entries)
         for e in entries:

@@ -1,10 +1,12 @@
 """The one process runner: every tool that starts a process goes through `run_process()`.
 
 Rules it keeps (seed 000, DESIGN.md "Process runner"):
-- The child leads a new session and process group, reads /dev/null, and gets an
-  explicit environment (`child_env()`, a pure function).
+- The child leads a new session and process group, reads /dev/null (or the
+  caller's `input` bytes, from an in-memory file), and gets an explicit
+  environment (`child_env()`, a pure function).
 - stdout and stderr share one pipe read into one byte cap that keeps the head and
-  the tail; memory stays bounded whatever the child writes.
+  the tail; memory stays bounded whatever the child writes. With `stderr_limit`,
+  stderr gets its own pipe and cap (script tools: stdout is the result).
 - Deadline: SIGKILL to everything of the call at once. Cancel: SIGTERM, up to
   2 s, then SIGKILL. After the leader exits, whatever is left is killed and the
   pipe is drained for at most `DRAIN_SECONDS`, so `sleep 1000 &` cannot hold a
@@ -171,6 +173,7 @@ class RunResult:
     truncated: bool
     timed_out: bool
     duration_s: float
+    stderr: str = ""  # only with run_process(stderr_limit=...); else stderr is in `output`
 
 
 @dataclass(eq=False)
@@ -236,30 +239,54 @@ class _Run:
                 del self.tracked[pid]
 
 
-def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str]) -> tuple[_Run, int]:
-    """Start the leader in a new session; returns the run and the pipe's read end."""
+def _pipe() -> tuple[int, int]:
     read_fd, write_fd = os.pipe()
     try:
-        try:
-            fcntl.fcntl(read_fd, 1031, PIPE_SIZE)  # F_SETPIPE_SZ; only a speed-up
-        except OSError:
-            pass
-        os.set_blocking(read_fd, False)
+        fcntl.fcntl(read_fd, 1031, PIPE_SIZE)  # F_SETPIPE_SZ; only a speed-up
+    except OSError:
+        pass
+    os.set_blocking(read_fd, False)
+    return read_fd, write_fd
+
+
+def _input_file(data: bytes) -> int:
+    """An in-memory file holding `data`, positioned at its start: stdin that never blocks us."""
+    fd = os.memfd_create("scvd-input", os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: bytes | None = None,
+           split_stderr: bool = False) -> tuple[_Run, int, int | None]:
+    """Start the leader in a new session; returns the run and the pipes' read ends (stderr's or None)."""
+    read_fd, write_fd = _pipe()
+    err_read, err_write = _pipe() if split_stderr else (None, write_fd)
+    stdin_fd = None if input is None else _input_file(input)
+    try:
         popen = subprocess.Popen(
-            argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=write_fd,
-            stderr=write_fd, start_new_session=True, close_fds=True,
+            argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
+            stdout=write_fd, stderr=err_write, start_new_session=True, close_fds=True,
         )
     except BaseException:
         os.close(read_fd)
+        if err_read is not None:
+            os.close(err_read)
         raise
     finally:
         os.close(write_fd)
+        if split_stderr:
+            os.close(err_write)
+        if stdin_fd is not None:
+            os.close(stdin_fd)
     # registered before the next await, so no other run can take the leader for an orphan
     _LEADERS.add(popen.pid)
     stat = read_stat(popen.pid)
     run = _Run(popen, stat.start if stat else 0)
     _RUNS.add(run)
-    return run, read_fd
+    return run, read_fd, err_read
 
 
 class _PipeReader:
@@ -327,27 +354,36 @@ async def run_process(
     output_limit: int,
     progress: Callable[[float], None] | None = None,
     progress_interval: float = 30.0,
+    input: bytes | None = None,  # noqa: A002 - subprocess's name for it
+    stderr_limit: int | None = None,
 ) -> RunResult:
     """Run `argv` to the end under the rules in this module's docstring."""
     loop = asyncio.get_running_loop()
     out = CappedOutput(output_limit)
+    err = CappedOutput(stderr_limit) if stderr_limit is not None else None
     started = time.monotonic()
-    run, read_fd = _spawn(argv, cwd, env)
-    reader = _PipeReader(loop, read_fd, out)
+    run, read_fd, err_fd = _spawn(argv, cwd, env, input=input, split_stderr=err is not None)
+    readers = [_PipeReader(loop, read_fd, out)]
+    if err is not None and err_fd is not None:
+        readers.append(_PipeReader(loop, err_fd, err))
     exit_task = loop.create_task(_wait_exit(run.popen))
     try:
         timed_out = await _supervise(run, exit_task, started, timeout, progress, progress_interval)
         # the leader is gone: kill what is left, read what is buffered, both bounded
         if run.signal_all(signal.SIGKILL):
             await _settle(run, exit_task, DRAIN_SECONDS)
-        await reader.drain(DRAIN_SECONDS)
+        await asyncio.gather(*(reader.drain(DRAIN_SECONDS) for reader in readers))
     except asyncio.CancelledError:
         await _terminate(run, exit_task)
         raise
     finally:
-        reader.close()
+        for reader in readers:
+            reader.close()
         _release(run, exit_task)
-    return _result(run.popen.returncode, out, timed_out, time.monotonic() - started)
+    result = _result(run.popen.returncode, out, timed_out, time.monotonic() - started)
+    if err is not None:
+        result.stderr = err.text()
+    return result
 
 
 async def _supervise(

@@ -9,7 +9,7 @@ defaults. `FrameReader` splits a byte stream into lines with a bounded buffer.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
@@ -67,6 +67,15 @@ class ToolInfo(msgspec.Struct, omit_defaults=True):
     input_schema: dict[str, Any]
     risk: str
     flags: dict[str, Any] = {}
+    lint: list[str] = []  # seed 003 findings ("rule: text"), only when tools.list asked with lint
+
+
+class ToolLoadError(msgspec.Struct, omit_defaults=True):
+    """A tool that could not be loaded: a bad tool.json, a failed MCP server, ..."""
+
+    source: str  # e.g. the tool.json path
+    name: str
+    message: str
 
 
 class ApprovalInfo(msgspec.Struct, omit_defaults=True):
@@ -139,10 +148,11 @@ class SessionsList(Frame, tag="sessions.list"):
 
 
 class ToolsList(Frame, tag="tools.list"):
-    """List the tools; `system_use` tools only with `include_system`."""
+    """List the tools; `system_use` tools only with `include_system`; `lint` adds each tool's findings."""
 
     id: Id
     include_system: bool = False
+    lint: bool = False
 
 
 class Call(Frame, tag="call"):
@@ -186,6 +196,22 @@ class ApprovalDecide(Frame, tag="approval.decide"):
     scope: Literal["once", "session"] = "once"
 
 
+class SecretProvide(Frame, tag="secret.provide"):
+    """Answer a `secret.requested` with the value; scvd stores it and tells the tool only that it did."""
+
+    id: Id
+    request_id: str
+    value: Annotated[str, msgspec.Meta(min_length=1, max_length=65536)]
+
+
+class SecretDecline(Frame, tag="secret.decline"):
+    """Refuse a `secret.requested`; the store_secret call fails with the reason."""
+
+    id: Id
+    request_id: str
+    reason: str | None = None
+
+
 class AgentsSpec(Frame, tag="agents.spec"):
     """Ask how to run an agent's login, status or logout command; answered with `agents.launch`."""
 
@@ -216,6 +242,8 @@ Request = Union[
     ApprovalsWatch,
     ApprovalsList,
     ApprovalDecide,
+    SecretProvide,
+    SecretDecline,
     AgentsSpec,
     AgentsImport,
 ]
@@ -279,10 +307,11 @@ class Sessions(Frame, tag="sessions"):
 
 
 class Tools(Frame, tag="tools"):
-    """Answer to `tools.list`."""
+    """Answer to `tools.list`; `errors` lists tools that could not be loaded."""
 
     id: Id
     tools: list[ToolInfo]
+    errors: list[ToolLoadError] = []
 
 
 class CallAccepted(Frame, tag="call.accepted"):
@@ -394,6 +423,31 @@ class ApprovalResolved(Frame, tag="approval.resolved"):
     decided_by: str = ""
 
 
+class SecretRequested(Frame, tag="secret.requested"):
+    """store_secret asks a person for a secret's value: answer `secret.provide` (masked input) or
+    `secret.decline`. Sent to approvers only; the value never goes back to the requester."""
+
+    seq: int
+    request_id: str
+    session: str
+    call_id: str
+    key: str
+    question: str
+    tool: str = ""  # the tool that needs the key and will be called again
+    expires_at: float | None = None
+
+
+class SecretResolved(Frame, tag="secret.resolved"):
+    """A secret request ended: stored, declined, timed_out or cancelled; the first answer wins."""
+
+    seq: int
+    request_id: str
+    key: str
+    state: str
+    reason: str | None = None
+    decided_by: str = ""
+
+
 _REQUESTED_FIELDS = tuple(f for f in ApprovalRequested.__struct_fields__ if f != "seq")
 
 
@@ -416,7 +470,8 @@ Response = Union[
     AgentsImported,
     Error,
 ]
-Event = Union[CallStarted, CallProgress, CallCompleted, ApprovalRequested, ApprovalResolved]
+Event = Union[CallStarted, CallProgress, CallCompleted, ApprovalRequested, ApprovalResolved, SecretRequested,
+              SecretResolved]
 ServerFrame = Union[Response, Event]
 
 REQUEST_TYPES = frozenset(t.__struct_config__.tag for t in Request.__args__)

@@ -347,6 +347,7 @@ class Sandbox:
         network: bool,
         rw_binds: Sequence[Path] = (),
         chdir: Path | None = None,
+        ro_binds: Sequence[Path] = (),
     ) -> list[str]:
         """`inner` wrapped in bwrap when active; unchanged in auto mode when not; else raises."""
         self.check()
@@ -361,6 +362,7 @@ class Sandbox:
             hide=_existing([*self._hide, *private_dirs(network)]),
             network=network,
             rw_binds=[real(p) for p in rw_binds],
+            ro_binds=[real(p) for p in ro_binds],  # e.g. a script tool's folder, inside hidden SCV_HOME
             proc=self.probe.proc,
             chdir=real(chdir) if chdir is not None else None,
             mask=_present(self._mask),

@@ -25,10 +25,11 @@ from .connection import READ_CHUNK, Connection, drain_close
 from .instance import acquire_lock, bind_socket, socket_name
 from .paths import Paths
 from .process import set_child_subreaper
+from .secret_requests import SecretRequests
 from .secrets import SecretStore
 from .sessions import Session, new_session_id, open_workspace
 from .tools import build_registry
-from .tools.contract import Registry
+from .tools.contract import Registry, findings
 
 log = logging.getLogger("scvd.server")
 
@@ -46,6 +47,11 @@ class Daemon:
         approvals = loaded.config.approvals
         self.gate = ApprovalGate(approvals.timeout_seconds, self._on_approval, approvals.max_pending)
         self.secrets = SecretStore(paths.secrets_file)  # blocking methods: call them in a thread
+        self.secret_requests = SecretRequests(
+            self.secrets, approvers=self._approvers_of, send=self.send_event,
+            timeout=lambda: self.config.approvals.timeout_seconds, audit=self._audit_line)
+        # what every session's tools reach through ctx.services, beside what the tools prepare
+        self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests}
         self.sandbox: Any = None
         self.sandbox_verdict = "off"
         self.audit: Any = None
@@ -74,6 +80,8 @@ class Daemon:
             p.ApprovalsWatch: self.on_approvals_watch,
             p.ApprovalsList: self.on_approvals_list,
             p.ApprovalDecide: self.on_approval_decide,
+            p.SecretProvide: self.on_secret_provide,
+            p.SecretDecline: self.on_secret_decline,
             p.AgentsSpec: self.on_agents_spec,
             p.AgentsImport: self.on_agents_import,
         }
@@ -281,6 +289,7 @@ class Daemon:
         for session in list(conn.sessions.values()):
             self._close_session(session)
         self.gate.drop_owner(conn)
+        self.secret_requests.drop_connection(conn)
         conn.close()
         self._update_status()
 
@@ -362,10 +371,13 @@ class Daemon:
     async def on_tools_list(self, conn: Connection, frame: p.ToolsList) -> p.Frame:
         tools = [
             p.ToolInfo(name=t.name, description=t.description, input_schema=t.input_schema(),
-                       risk=t.risk.value, flags=t.flags.as_dict())
+                       risk=t.risk.value, flags=t.flags.as_dict(),
+                       lint=[f"{f.rule}: {f.text}" for f in findings(t)] if frame.lint else [])
             for t in self.registry.visible(frame.include_system)
         ]
-        return p.Tools(id=frame.id, tools=tools)
+        load_errors = [p.ToolLoadError(source=e.source, name=e.name, message=e.message)
+                       for e in self.registry.load_errors]
+        return p.Tools(id=frame.id, tools=tools, errors=load_errors)
 
     async def on_call(self, conn: Connection, frame: p.Call) -> p.Frame:
         session = self._own_session(conn, frame.session)
@@ -400,6 +412,42 @@ class Daemon:
         self.gate.decide(frame.approval_id, frame.decision == "approve", decider=conn.decider(),
                          reason=frame.reason, scope=frame.scope)
         return p.Ok(id=frame.id)
+
+    async def on_secret_provide(self, conn: Connection, frame: p.SecretProvide) -> p.Frame:
+        self._may_answer_secrets(conn, frame.request_id)
+        await self.secret_requests.provide(frame.request_id, frame.value, decided_by=conn.decider().label())
+        return p.Ok(id=frame.id)
+
+    async def on_secret_decline(self, conn: Connection, frame: p.SecretDecline) -> p.Frame:
+        self._may_answer_secrets(conn, frame.request_id)
+        self.secret_requests.decline(frame.request_id, frame.reason, decided_by=conn.decider().label())
+        return p.Ok(id=frame.id)
+
+    def _may_answer_secrets(self, conn: Connection, request_id: str) -> None:
+        """The approvals rule: a process started by scvd may not answer (it could plant a credential)."""
+        if self._spawned(conn):
+            log.warning("refused an answer to secret request %s from %s: a process started by scvd",
+                        request_id, conn.label())
+            raise errors.Forbidden(
+                "this client was started by scvd (a tool or agent), or the process that connected has "
+                "exited; it may not answer secret requests: answer from your own terminal "
+                "(scvctl approvals watch)")
+
+    def _approvers_of(self, session_id: str) -> list[Connection]:
+        """Who is asked for a session: every watcher, and the session's own connection if it approves."""
+        targets = [c for c in self.connections if c.watcher]
+        session = self.sessions.get(session_id)
+        if session is not None and session.owner.approver and session.owner not in targets:
+            targets.append(session.owner)
+        return targets
+
+    def _audit_line(self, event: str, **fields: Any) -> None:
+        if self.audit is None:
+            return
+        try:
+            self.audit.record(event, **fields)
+        except OSError as exc:
+            log.error("audit log write failed: %s", exc)
 
     async def on_agents_spec(self, conn: Connection, frame: p.AgentsSpec) -> p.Frame:
         from .adapters import service
@@ -437,7 +485,7 @@ class Daemon:
     def _session_services(self, session: Session) -> dict[str, Any]:
         """What the session's tools prepare once (a tree walk for skills): from its own snapshot,
         which a reload during the walk does not change."""
-        services: dict[str, Any] = {}
+        services: dict[str, Any] = dict(self.services)
         for tool in session.registry.visible(include_system=True):
             services.update(tool.session_services(session.workspace, session.config, self.paths))
         return services

@@ -102,6 +102,7 @@ def test_allow_list_is_the_documented_one():
     assert FIELDS == {
         "tool", "session", "call_id", "risk", "decision", "decided_by", "duration_s",
         "outcome", "error_kind", "approval_id", "policy", "workspace", "reason",
+        "request_id", "key", "state", "source",
     }
 
 

@@ -232,6 +232,18 @@ def test_scvctl_secrets_set_from_stdin_list_delete(xdg: Path):
     assert "no secrets stored" in scvctl(home, xdg, "secrets").stdout
 
 
+def test_scvctl_secrets_list_shows_keys_script_tools_declare_even_when_missing(xdg: Path):
+    home = xdg / "home"
+    folder = home / "tools" / "script" / "gh"
+    folder.mkdir(parents=True)
+    (folder / "tool.json").write_text('{"description": "x", "secrets": ["GH_TOKEN", "GH_HOST"]}')
+    (folder / "run").write_text("#!/bin/sh\n")
+    (folder / "run").chmod(0o700)
+    scvctl(home, xdg, "secrets", "set", "GH_TOKEN", input="t")
+    rows = [line.split()[:2] for line in scvctl(home, xdg, "secrets", "list").stdout.splitlines()]
+    assert rows == [["GH_HOST", "missing"], ["GH_TOKEN", "file"]]
+
+
 def test_scvctl_secrets_set_into_a_keyring(xdg: Path):
     home = xdg / "home"
     out = scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="s3cr3t", backend=PLAINTEXT)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import bash, fs, skill
+from . import bash, fs, skill, store_secret
 from ..adapters import tools as agent_tools
 from .contract import Registry, Tool
 
@@ -17,9 +17,16 @@ def builtin_tools(config: Any, paths: Any) -> list[Tool]:
     tools += skill.tools(config, paths)
     tools += bash.tools(config, paths)
     tools += agent_tools.tools(config, paths)
+    tools += store_secret.tools(config, paths)
     return tools
 
 
 def build_registry(config: Any, paths: Any, extra: list[Tool] | None = None) -> Registry:
-    """A registry of the built-in tools plus `extra` (tests add their own)."""
-    return Registry(builtin_tools(config, paths) + list(extra or []))
+    """A registry of the built-in tools plus `extra` (tests add their own), then the user's
+    script tools; a script tool that fails to load is kept in `registry.load_errors`."""
+    registry = Registry(builtin_tools(config, paths) + list(extra or []))
+    if paths is not None:
+        from .script import register_scripts
+
+        register_scripts(registry, paths)
+    return registry

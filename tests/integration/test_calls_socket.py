@@ -302,7 +302,7 @@ def test_tools_list_hides_system_use_unless_asked(rig):
     plain = {t.name: t for t in c.request(p.ToolsList).tools}
     every = {t.name: t for t in c.request(p.ToolsList, include_system=True).tools}
     assert "probe_system" not in plain and "probe_system" in every
-    assert set(every) - set(plain) == {"probe_system"}
+    assert set(every) - set(plain) == {"probe_system", "store_secret"}
     assert every["probe_system"].flags["system_use"] is True
     touch = plain["probe_touch"]
     assert touch.risk == "filesystem" and touch.input_schema["required"] == ["path"]

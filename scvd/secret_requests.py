@@ -1,0 +1,162 @@
+"""Secret requests: a call asks approvers for a secret's value, the first answer is stored.
+
+Rules:
+- A request goes to the same connections an approval would (every
+  `approvals.watch` connection, and the session's own if it said it can
+  approve); with none connected it fails at once, naming `scvctl secrets set KEY`
+  and `scvctl approvals watch`.
+- Who may answer is checked by the server (a process scvd spawned may not).
+- The value goes from `secret.provide` straight into the secret store, in a
+  thread. It is never logged, audited, put in an event, or handed back to the
+  call: the call learns only the key and where it was stored.
+- A request ends once: stored, declined, timed_out (approvals.timeout_seconds)
+  or cancelled (the call went away); every approver hears `secret.resolved`.
+Nothing here knows a tool by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import errors, protocol as p
+from .secrets import SecretStore, check_key
+
+log = logging.getLogger("scvd.secrets")
+
+MAX_QUESTION_CHARS = 500
+
+
+@dataclass(eq=False)
+class SecretRequest:
+    """One pending request; `future` gets the stored entry or an exception."""
+
+    id: str
+    session: str
+    call_id: str
+    key: str
+    question: str
+    tool: str
+    targets: list[Any]
+    expires_at: float | None
+    future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class SecretRequests:
+    """Pending secret requests of a daemon.
+
+    `approvers(session_id)` lists the connections to ask; `send(conn, event)` pushes
+    an event; `timeout()` is approvals.timeout_seconds now; `audit(event, **fields)`
+    writes an audit line (never a value).
+    """
+
+    def __init__(self, store: SecretStore, *, approvers: Callable[[str], list[Any]],
+                 send: Callable[[Any, p.Frame], None], timeout: Callable[[], float | None],
+                 audit: Callable[..., None]) -> None:
+        self.store = store
+        self._approvers = approvers
+        self._send = send
+        self._timeout = timeout
+        self._audit = audit
+        self.pending: dict[str, SecretRequest] = {}
+
+    async def ask(self, *, session: str, call_id: str, key: str, question: str, tool: str) -> Any:
+        """Ask, wait for the answer, return the stored entry; raises a ToolError otherwise."""
+        check_key(key)
+        targets = self.check_approvers(session, key)
+        timeout = self._timeout()
+        request = SecretRequest(
+            id=f"s-{secrets.token_hex(6)}", session=session, call_id=call_id, key=key,
+            question=(question or f"{tool or 'a tool'} needs the secret {key}")[:MAX_QUESTION_CHARS],
+            tool=tool, targets=targets, expires_at=time.time() + timeout if timeout else None)
+        self.pending[request.id] = request
+        log.info("secret request %s: %s for %s (session %s), asked %d approver(s)",
+                 request.id, key, tool or "?", session, len(targets))
+        self._audit("secret_request", request_id=request.id, key=key, session=session, call_id=call_id,
+                    tool=tool)
+        event = p.SecretRequested(seq=0, request_id=request.id, session=session, call_id=call_id, key=key,
+                                  question=request.question, tool=tool, expires_at=request.expires_at)
+        for conn in targets:
+            self._send(conn, event)
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(request.future)
+        except TimeoutError:
+            self._finish(request, "timed_out", None,
+                         errors.Denied(f"nobody entered {key} within approvals.timeout_seconds ({timeout:g} s); "
+                                       f"store it with `scvctl secrets set {key}` and call again"))
+            raise request.future.exception() from None  # type: ignore[misc]
+        except asyncio.CancelledError:
+            self._finish(request, "cancelled", None, errors.Cancelled("the call was cancelled"))
+            raise
+
+    def check_approvers(self, session: str, key: str) -> list[Any]:
+        """The connections to ask, or Unavailable at once when there are none."""
+        targets = [c for c in self._approvers(session) if not c.closed]
+        if not targets:
+            raise errors.Unavailable(
+                f"no approver is connected to enter {key}: run `scvctl approvals watch` in a terminal and "
+                f"call again, or store it yourself with `scvctl secrets set {key}`",
+                hint=f"scvctl secrets set {key}")
+        return targets
+
+    async def provide(self, request_id: str, value: str, decided_by: str) -> None:
+        """Store the value for a pending request (first answer wins)."""
+        request = self._get(request_id)
+        del self.pending[request.id]  # taken: a second answer while storing finds nothing
+        try:
+            entry = await asyncio.to_thread(self.store.set, request.key, value)
+        except errors.ScvError as exc:
+            self._finish(request, "failed", decided_by, errors.Failed(
+                f"{request.key} could not be stored: {exc.message}"), reason=exc.message)
+            raise
+        self._finish(request, "stored", decided_by, None, entry=entry)
+
+    def decline(self, request_id: str, reason: str | None, decided_by: str) -> None:
+        request = self._get(request_id)
+        why = f": {reason}" if reason else ""
+        self._finish(request, "declined", decided_by,
+                     errors.Denied(f"{decided_by or 'the approver'} declined to enter {request.key}{why}"),
+                     reason=reason)
+
+    def drop_connection(self, conn: Any) -> None:
+        """A connection left: it is no longer asked; a request nobody is left to answer fails."""
+        for request in list(self.pending.values()):
+            if conn in request.targets:
+                request.targets.remove(conn)
+                if not request.targets:
+                    self._finish(request, "cancelled_no_approver", None, errors.Unavailable(
+                        f"every approver asked for {request.key} disconnected; run `scvctl approvals watch` "
+                        f"and call again, or `scvctl secrets set {request.key}`"))
+
+    def _get(self, request_id: str) -> SecretRequest:
+        request = self.pending.get(request_id)
+        if request is None:
+            raise errors.ApprovalNotFound(
+                f"no pending secret request {request_id!r}; it may have been answered, declined or timed out")
+        return request
+
+    def _finish(self, request: SecretRequest, state: str, decided_by: str | None, error: BaseException | None,
+                *, reason: str | None = None, entry: Any = None) -> None:
+        self.pending.pop(request.id, None)
+        if request.future.done():
+            return
+        if error is None:
+            request.future.set_result(entry)
+        elif state == "cancelled":
+            request.future.cancel()  # nobody waits for it any more
+        else:
+            request.future.set_exception(error)
+        log.info("secret request %s: %s %s%s", request.id, request.key, state,
+                 f" by {decided_by}" if decided_by else "")
+        self._audit("secret_resolved", request_id=request.id, key=request.key, session=request.session,
+                    call_id=request.call_id, state=state, decided_by=decided_by,
+                    source=entry.source if entry is not None else None)
+        event = p.SecretResolved(seq=0, request_id=request.id, key=request.key, state=state, reason=reason,
+                                 decided_by=decided_by or "")
+        for conn in request.targets:
+            self._send(conn, event)

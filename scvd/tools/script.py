@@ -1,0 +1,169 @@
+"""Script tools: a folder with a tool.json and an executable becomes the tool `script_<name>`.
+
+The arguments are checked against the tool.json `parameters` JSON Schema (jsonschema,
+imported only when a script tool exists) before any approval, then arrive on the
+script's stdin as one JSON object. stdout is the result: JSON when it parses, else
+text. A non-zero exit fails the call with the tail of stderr; exit 77 means "a
+credential was rejected", which is `credential_missing` naming the declared keys.
+
+The script runs through the one process runner, in the workspace, inside the
+sandbox when it is on (its folder bound read-only), with an environment scrubbed
+like a delegated agent's plus its declared secrets, fetched from the secret store
+just before it starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from typing import Any, ClassVar
+
+from ..adapters.env import is_removed
+from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout
+from ..process import child_env, run_process
+from ..secrets import SecretStore, missing_message
+from .contract import (
+    DEFAULT_DISPATCH_TIMEOUT, CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk,
+)
+from .script_defs import ScriptDef, load_all
+
+log = logging.getLogger("scvd.tools.script")
+
+CREDENTIAL_REJECTED = 77  # a script's exit code for "the credential was refused (401/403/expired)"
+STDERR_LIMIT = 64 * 1024  # kept of stderr (head and tail)
+STDERR_TAIL_CHARS = 2000  # of stderr quoted in an error
+SUMMARY_ARGUMENT_CHARS = 2000  # of the arguments' JSON shown to the approver
+SECRETS_SERVICE = "secrets"  # ctx.services key of the daemon's SecretStore
+
+
+class ScriptTool(Tool):
+    """One script tool, built from its definition."""
+
+    Arguments: ClassVar[type] = dict
+
+    def __init__(self, definition: ScriptDef) -> None:
+        spec = definition.spec
+        self.definition = definition
+        self.name = definition.name  # type: ignore[misc]
+        self.description = spec.description  # type: ignore[misc]
+        self.risk = ToolRisk(spec.risk)  # type: ignore[misc]
+        self.flags = ToolFlags(always_allow=spec.always_allow, concurrent=spec.concurrent,
+                               system_use=spec.system_use, timeout=spec.timeout)
+        self._validator: Any = None
+
+    def deadline(self, config: Any) -> float:
+        """tool.json's timeout, else the dispatch default (seed 003: 15 minutes)."""
+        if self.definition.spec.timeout is not None:
+            return float(self.definition.spec.timeout)
+        return float(getattr(config.tools, "default_timeout_seconds", DEFAULT_DISPATCH_TIMEOUT))
+
+    def input_schema(self) -> dict[str, Any]:
+        return self.definition.spec.parameters
+
+    def decode(self, arguments: Any) -> Any:
+        """Validate against the tool.json schema; the first error names the field."""
+        import jsonschema
+
+        if self._validator is None:
+            schema = self.definition.spec.parameters
+            self._validator = jsonschema.validators.validator_for(schema)(schema)
+        problems = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if problems:
+            first = problems[0]
+            where = ".".join(str(p) for p in first.absolute_path)
+            field = f"argument `{where}`" if where else "arguments"
+            raise InvalidArguments(f"{self.name}: {field}: {first.message}")
+        return arguments
+
+    def plan(self, args: Any, ctx: CallContext) -> Plan:
+        d = self.definition
+        timeout = self.deadline(ctx.config)
+        argv = [str(d.executable)]
+        sandbox, network = ctx.sandbox, True
+        sandboxed = sandbox is not None and sandbox.active
+        if sandbox is not None:
+            sandbox.check()
+        if sandboxed:
+            network = bool(ctx.config.sandbox.network)
+            argv = sandbox.wrap(argv, workspace=ctx.workspace, network=network, ro_binds=[d.folder])
+        shown = json.dumps(args, ensure_ascii=False)
+        if len(shown) > SUMMARY_ARGUMENT_CHARS:
+            shown = shown[:SUMMARY_ARGUMENT_CHARS] + f" ... ({len(shown) - SUMMARY_ARGUMENT_CHARS} more chars)"
+        where = ("sandboxed, " + ("with network" if network else "no network")) if sandboxed else "unsandboxed"
+        secrets = list(d.spec.secrets)
+        summary = f"{self.name} ({where}, timeout {timeout:g} s): {d.spec.command} {shown}"
+        return Plan(
+            risk=self.risk, summary=summary,
+            details={"folder": str(d.folder), "command": str(d.executable), "arguments": shown,
+                     "secrets": secrets, "cwd": str(ctx.workspace), "timeout_seconds": timeout,
+                     "sandboxed": sandboxed, "network": network},
+            sandboxed=sandboxed, network=network, writes_confined=sandboxed,
+            timeout=timeout, data=argv,
+        )
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        secrets = await asyncio.to_thread(self._secrets, ctx)
+        env = child_env(os.environ, remove=[k for k in os.environ if is_removed(k)],
+                        set={**secrets, "SCV_TOOL_DIR": str(self.definition.folder)})
+        tools = ctx.config.tools
+        try:
+            result = await run_process(
+                plan.data, cwd=ctx.workspace, env=env, timeout=plan.timeout,
+                output_limit=tools.output_limit_bytes, input=json.dumps(args).encode(),
+                stderr_limit=STDERR_LIMIT,
+            )
+        except OSError as exc:
+            raise Failed(f"{self.name}: cannot start {self.definition.executable}: {exc.strerror or exc}") from exc
+        return self._answer(result, plan)
+
+    def _secrets(self, ctx: CallContext) -> dict[str, str]:
+        """The declared secrets' values, or CredentialMissing for the first missing key."""
+        store = ctx.services.get(SECRETS_SERVICE) or SecretStore(ctx.paths.secrets_file)
+        values: dict[str, str] = {}
+        for key in self.definition.spec.secrets:
+            value = store.get(key)
+            if value is None:
+                raise CredentialMissing(f"{self.name}: {missing_message(key)}",
+                                        hint=f"scvctl secrets set {key}")
+            values[key] = value
+        return values
+
+    def _answer(self, result: Any, plan: Plan) -> Any:
+        tail = result.stderr[-STDERR_TAIL_CHARS:].strip()
+        said = f"; stderr: {tail}" if tail else ""
+        if result.timed_out:
+            raise Timeout(
+                f"{self.name} ran past its timeout of {plan.timeout:g} s (tool.json) and its process group "
+                f"was killed (SIGKILL){said}",
+                hint=f"raise \"timeout\" in {self.definition.folder / 'tool.json'}, or ask for less per call")
+        if result.exit_code == CREDENTIAL_REJECTED:
+            keys = ", ".join(self.definition.spec.secrets) or "(it declares no secrets)"
+            first = self.definition.spec.secrets[0] if self.definition.spec.secrets else "KEY"
+            raise CredentialMissing(
+                f"{self.name} reported a rejected credential (exit {CREDENTIAL_REJECTED}); its secrets: {keys}; "
+                f"store a new value with store_secret (key {first!r}) or `scvctl secrets set {first}`, "
+                f"then call the tool again{said}", hint=f"scvctl secrets set {first}")
+        if result.exit_code != 0:
+            how = f"exit {result.exit_code}" if result.exit_code is not None else f"signal {result.signal}"
+            raise Failed(f"{self.name} failed ({how}){said}")
+        if not result.truncated:
+            try:
+                return json.loads(result.output)
+            except ValueError:
+                pass
+        return result.output
+
+
+def register_scripts(registry: Registry, paths: Any) -> None:
+    """Add every valid script tool to `registry`; a bad one is logged once and kept as a load error."""
+    definitions, failed = load_all(paths)
+    for d in definitions:
+        try:
+            registry.register(ScriptTool(d))
+        except ScvError as exc:  # a lint rule or a duplicate name: skip this one, keep the rest
+            failed.append(LoadError(str(d.folder / "tool.json"), d.name, exc.message))
+    for error in failed:
+        log.warning("skipping script tool %s: %s", error.source, error.message)
+        registry.add_error(error.source, error.name, error.message)

@@ -1,0 +1,82 @@
+"""`store_secret` (seed 003 credential auto-heal): a person types a secret's value, the agent never sees it.
+
+The call sends `secret.requested` to the approvers; the value comes back in
+`secret.provide` and goes straight into the secret store. The result says only
+that the key is stored. A turn may ask at most `MAX_ROUNDS` times for one tool
+(counted per session and `call.turn`; a call without a turn counts under the
+session as one turn), so a credential that keeps failing cannot loop on a person.
+The masked prompt is the approval: the tool is read_only and always_allow.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated, Any
+
+import msgspec
+
+from ..errors import LimitExceeded, Unavailable
+from ..secrets import KEY_RE
+from .contract import NO_TIMEOUT, CallContext, Plan, Tool, ToolFlags, ToolRisk
+
+MAX_ROUNDS = 2  # per tool per turn (seed 003)
+REQUESTS_SERVICE = "secret_requests"  # ctx.services key of the daemon's SecretRequests
+ROUNDS_SERVICE = "store_secret_rounds"  # ctx.services key of this session's round counter
+
+DESCRIPTION = (
+    "Ask a person to type secret key, masked; read from OS keyring, secrets.toml, then env.\n"
+    "Use when a tool fails with credential_missing/401/403; then call that tool again.\n"
+    "Max 2 rounds per tool per turn."
+)
+
+
+class Arguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    key: Annotated[str, msgspec.Meta(
+        pattern=f"^{KEY_RE.pattern}$",
+        description="The secret's name as the failing tool's error gives it, e.g. 'GITHUB_TOKEN'; values are "
+                    "never exported to you, so an empty printenv proves nothing.")]
+    tool: Annotated[str, msgspec.Meta(
+        min_length=1, max_length=64,
+        description="The tool that failed for want of it, to call again after, e.g. 'script_gh_issues'.")]
+    question: Annotated[str, msgspec.Meta(
+        max_length=500,
+        description="What the person reads when asked, e.g. 'The token was rejected (401)'; "
+                    "default: a line naming key and tool.")] = ""
+
+
+class StoreSecret(Tool):
+    name = "store_secret"
+    description = DESCRIPTION
+    Arguments = Arguments
+    risk = ToolRisk.READ_ONLY
+    flags = ToolFlags(always_allow=True, system_use=True, timeout=NO_TIMEOUT)  # waits on a person
+
+    def session_services(self, workspace: Any, config: Any, paths: Any) -> dict[str, Any]:
+        return {ROUNDS_SERVICE: Counter()}
+
+    def plan(self, args: Any, ctx: CallContext) -> Plan:
+        return Plan(risk=ToolRisk.READ_ONLY, summary=f"ask a person to enter {args.key} for {args.tool}",
+                    details={"key": args.key, "tool": args.tool})
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        requests = ctx.services.get(REQUESTS_SERVICE)
+        if requests is None:
+            raise Unavailable("store_secret needs the scvd daemon's approvers; use `scvctl secrets set "
+                              f"{args.key}`")
+        rounds = ctx.services.setdefault(ROUNDS_SERVICE, Counter())
+        counted = (ctx.turn, args.tool)
+        if rounds[counted] >= MAX_ROUNDS:
+            raise LimitExceeded(
+                f"store_secret already asked twice for {args.tool} in this turn (at most {MAX_ROUNDS} per tool "
+                f"per turn): the credential keeps failing; stop and tell the user to check {args.key} "
+                f"(`scvctl secrets set {args.key}`)")
+        requests.check_approvers(ctx.session_id, args.key)  # none: fail at once, not a round
+        rounds[counted] += 1
+        entry = await requests.ask(session=ctx.session_id, call_id=ctx.call_id, key=args.key,
+                                   question=args.question, tool=args.tool)
+        return {"key": args.key, "stored": True, "where": entry.source,
+                "next": f"call {args.tool} again"}
+
+
+def tools(config: Any, paths: Any) -> list[Tool]:
+    return [StoreSecret()]

@@ -1,0 +1,251 @@
+"""Script tools through the real daemon, its socket and real subprocesses.
+
+Each tool is a folder under $SCV_HOME/tools/script/ with a tool.json and a shell
+script, written before the daemon starts (or before SIGHUP), so no test executes
+a file it is still writing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import pid_gone, wait_until
+from scvd import protocol as p
+
+from conftest import base_env, wait_pending
+
+DESCRIPTION = ("Count the words in a text given as argument.\n"
+               "Use for quick statistics; bash for anything else.")
+PARAMETERS = {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
+    "text": {"type": "string", "maxLength": 100, "description": "The text to count, e.g. 'a b c'."}}}
+# reads the arguments from stdin, answers JSON on stdout, talks on stderr
+WORDS = """#!/bin/bash
+args=$(cat)
+echo "counting" >&2
+python3 -c 'import json,sys; a=json.loads(sys.argv[1]); print(json.dumps({"words": len(a["text"].split()), "cwd": __import__("os").getcwd()}))' "$args"
+"""
+
+
+def make_tool(home: Path, name: str, script: str, **spec: Any) -> Path:
+    folder = home / "tools" / "script" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    body = {"description": DESCRIPTION, "parameters": PARAMETERS, **spec}
+    (folder / "tool.json").write_text(json.dumps(body))
+    run = folder / "run"
+    run.write_text(script)
+    run.chmod(0o700)
+    return folder
+
+
+def approve(owner: Any, call_id: str) -> p.ApprovalInfo:
+    pending = [a for a in wait_pending(owner) if a.call_id == call_id][0]
+    owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+    return pending
+
+
+def test_registered_as_script_name_with_its_schema_and_run_after_approval(make_daemon, scv_home, workspace):
+    folder = make_tool(scv_home, "words", WORDS)
+    d = make_daemon(home=scv_home)
+    with d.client() as c, d.client(name="owner") as owner:
+        tools = {t.name: t for t in c.request(p.ToolsList).tools}
+        info = tools["script_words"]
+        assert info.input_schema == PARAMETERS and info.risk == "process"
+        assert info.description == DESCRIPTION and info.flags["timeout_seconds"] is None
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "script_words", {"text": "one two three"})
+        pending = approve(owner, call_id)
+        done = c.wait_call(call_id)
+    assert done.ok, done.error
+    assert done.result == {"words": 3, "cwd": str(workspace.resolve())}  # stdout JSON is the result
+    # the approver saw the folder, the command, the arguments and the declared secrets
+    assert pending.tool == "script_words" and pending.risk == "process"
+    assert pending.details["folder"] == str(folder) and pending.details["command"] == str(folder / "run")
+    assert json.loads(pending.details["arguments"]) == {"text": "one two three"}
+    assert pending.details["secrets"] == []
+
+
+def test_a_bad_argument_is_refused_before_approval_naming_the_field(make_daemon, scv_home, workspace):
+    make_tool(scv_home, "words", WORDS)
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        done = c.call(sid, "script_words", {"text": 42})
+        assert done.error.kind == "invalid_arguments"
+        assert "`text`" in done.error.message and "42 is not of type 'string'" in done.error.message
+        assert c.request(p.ApprovalsList).approvals == []
+
+
+def test_approval_follows_the_declared_risk(make_daemon, scv_home, workspace):
+    make_tool(scv_home, "peek", "#!/bin/bash\necho plain text, not JSON\n", risk="read_only")
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        done = c.call(sid, "script_peek", {"text": "x"})  # read_only under on-risk: no approval
+    assert done.ok and done.result == "plain text, not JSON\n"
+
+
+def test_a_failing_script_reports_its_exit_and_the_tail_of_stderr(make_daemon, scv_home, workspace):
+    make_tool(scv_home, "fails", "#!/bin/bash\necho partial\necho 'upstream said: 500' >&2\nexit 3\n",
+              risk="read_only")
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_fails", {"text": "x"})
+    assert done.error.kind == "failed"
+    assert "exit 3" in done.error.message and "upstream said: 500" in done.error.message
+
+
+SLEEPER = """#!/bin/bash
+sleep 1000 &
+echo $! > "$SCV_TOOL_PIDFILE_DIR/child.pid"
+echo started
+sleep 1000
+"""
+
+
+def test_killed_at_its_own_tool_json_timeout_with_no_process_left(make_daemon, scv_home, workspace, tmp_path):
+    make_tool(scv_home, "sleeper", SLEEPER.replace("$SCV_TOOL_PIDFILE_DIR", str(tmp_path)),
+              risk="read_only", timeout=1)
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        info = {t.name: t for t in c.request(p.ToolsList).tools}["script_sleeper"]
+        assert info.flags["timeout_seconds"] == 1
+        done = c.call(c.open_session(workspace), "script_sleeper", {"text": "x"})
+    assert done.error.kind == "timeout"
+    assert "timeout of 1 s (tool.json)" in done.error.message and "tool.json" in done.error.hint
+    child = int((tmp_path / "child.pid").read_text())
+    wait_until(lambda: pid_gone(child), what="the script's background child to be gone")
+
+
+@pytest.mark.bwrap
+def test_sandboxed_when_the_sandbox_is_on(make_daemon, scv_home, workspace):
+    probe = ("#!/bin/bash\ncat >/dev/null\n"
+             "test -e \"$SCV_SOCKET_PATH\" && echo socket-visible || echo socket-hidden\n"
+             "touch /etc/scv-script-probe 2>/dev/null && echo wrote-etc || echo etc-read-only\n"
+             "echo in > inside.txt && echo wrote-workspace\n")
+    folder = make_tool(scv_home, "probe", probe.replace("$SCV_SOCKET_PATH", str(scv_home / "run" / "scvd.sock")))
+    d = make_daemon('[sandbox]\nmode = "bwrap"\n', home=scv_home)
+    with d.client() as c, d.client(name="owner") as owner:
+        call_id = c.start_call(c.open_session(workspace), "script_probe", {"text": "x"})
+        pending = approve(owner, call_id)
+        done = c.wait_call(call_id)
+    assert pending.sandboxed is True and pending.details["sandboxed"] is True
+    assert done.ok, done.error
+    assert done.result.split() == ["socket-hidden", "etc-read-only", "wrote-workspace"]
+    assert (workspace / "inside.txt").read_text() == "in\n"
+    assert folder.is_dir()
+
+
+def scvctl(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=base_env(home),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_bad_tool_json_is_listed_by_scvctl_tools_errors(make_daemon, scv_home):
+    make_tool(scv_home, "words", WORDS)
+    bad = make_tool(scv_home, "broken", WORDS, timeout=-1)
+    d = make_daemon(home=scv_home)
+    out = scvctl(scv_home, "tools", "--errors")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (f"script_broken: {bad / 'tool.json'}: rule 'timeout': "
+                                  "timeout -1 must be a positive number of seconds")
+    listing = scvctl(scv_home, "tools")
+    assert "script_words [process]" in listing.stdout and "script_broken" not in listing.stdout
+    assert "1 tool(s) failed to load: scvctl tools --errors" in listing.stderr
+    assert f"skipping script tool {bad / 'tool.json'}: rule 'timeout'" in d.log()
+    as_json = json.loads(scvctl(scv_home, "--json", "tools", "--errors").stdout)
+    assert as_json == [{"source": str(bad / "tool.json"), "name": "script_broken",
+                        "message": "rule 'timeout': timeout -1 must be a positive number of seconds"}]
+
+
+def test_scvctl_tools_lint_prints_findings_for_every_tool(make_daemon, scv_home):
+    d = make_daemon(home=scv_home)
+    out = scvctl(d.home, "tools", "--lint")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "bash: ok" in lines and "store_secret: ok" in lines  # system tools too
+
+
+def test_sighup_reloads_the_definitions_and_a_workspace_cannot_add_tools(make_daemon, scv_home, workspace):
+    make_tool(workspace, "planted", WORDS)  # a workspace's own tools/script/ is never read
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        names = {t.name for t in c.request(p.ToolsList).tools}
+        assert not {n for n in names if n.startswith("script_")}
+        make_tool(scv_home, "words", WORDS)
+        d.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "script_words" in {t.name for t in c.request(p.ToolsList).tools},
+                   what="script_words after SIGHUP")
+        assert "script_planted" not in {t.name for t in c.request(p.ToolsList).tools}
+        (scv_home / "tools" / "script" / "words" / "tool.json").write_text("{broken")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: c.request(p.ToolsList).errors, what="the broken definition after SIGHUP")
+        assert "script_words" not in {t.name for t in c.request(p.ToolsList).tools}
+
+
+# --- secrets in script tools ------------------------------------------------------------------
+
+SHOWS_TOKEN = """#!/bin/bash
+cat >/dev/null
+python3 -c 'import hashlib,json,os; v=os.environ.get("API_TOKEN"); print(json.dumps({"sha256": v and hashlib.sha256(v.encode()).hexdigest(), "leaked": sorted(k for k in os.environ if k.endswith("_API_KEY") or k.startswith(("SCV_HOME","OPENAI_")))}))'
+"""
+
+
+def test_scvctl_secrets_set_then_the_script_gets_it_in_its_environment(make_daemon, scv_home, workspace):
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env={"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring",
+                                        "OPENAI_API_KEY": "daemon-only", "OTHER_API_KEY": "daemon-only"})
+    env = dict(d.env)
+    out = subprocess.run([sys.executable, "-m", "scvctl", "secrets", "set", "API_TOKEN"], env=env,
+                         input="tok-123\n", capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_token", {"text": "x"})
+    assert done.ok, done.error
+    assert done.result["sha256"] == hashlib.sha256(b"tok-123").hexdigest()
+    assert done.result["leaked"] == []  # scrubbed like an agent's environment
+
+
+def test_a_missing_secret_is_credential_missing_before_the_script_starts(make_daemon, scv_home, workspace, tmp_path):
+    marker = tmp_path / "ran"
+    make_tool(scv_home, "token", f"#!/bin/bash\ntouch {marker}\n", risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env={"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_token", {"text": "x"})
+    assert done.error.kind == "credential_missing"
+    assert "API_TOKEN" in done.error.message and "scvctl secrets set API_TOKEN" in done.error.message
+    assert "store_secret" in done.error.message
+    assert not marker.exists()
+
+
+def test_exit_77_is_a_rejected_credential_naming_its_key(make_daemon, scv_home, workspace):
+    make_tool(scv_home, "token", "#!/bin/bash\necho '401 Unauthorized' >&2\nexit 77\n", risk="read_only",
+              secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env={"API_TOKEN": "stale", "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_token", {"text": "x"})
+    assert done.error.kind == "credential_missing"
+    assert "rejected credential (exit 77)" in done.error.message and "API_TOKEN" in done.error.message
+    assert "store_secret" in done.error.message and "401 Unauthorized" in done.error.message
+
+
+def test_the_example_tool_works(make_daemon, scv_home, workspace):
+    """examples/tools/ holds a working script tool: copy it in and call it."""
+    import shutil
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "tools" / "script" / "word_count"
+    shutil.copytree(example, scv_home / "tools" / "script" / "word_count")
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        assert not c.request(p.ToolsList).errors
+        done = c.call(c.open_session(workspace), "script_word_count", {"text": "to be or not to be"})
+    assert done.ok, done.error
+    assert done.result == {"words": 6, "unique": 4}

@@ -1,0 +1,178 @@
+"""store_secret end to end: a real daemon, a requester, and a real approver answering secret.provide.
+
+The value must reach the secret store and the script tool, and nothing else: not
+a frame the requester got, not the daemon log, not the audit log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.probe_tools import wait_event
+from scvd import protocol as p
+
+from conftest import wait_pending
+from test_script_tools import SHOWS_TOKEN, make_tool
+
+ROOT = Path(__file__).resolve().parents[2]
+VALUE = "sup3r-s3cret-VALUE-9f1c"
+NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
+
+
+def recording(client: Any) -> list[bytes]:
+    """Every byte the daemon sends this client, kept as it arrives."""
+    seen: list[bytes] = []
+    feed = client.core.feed
+
+    def keep(data: bytes) -> None:
+        seen.append(bytes(data))
+        feed(data)
+
+    client.core.feed = keep
+    return seen
+
+
+def secret_requested(watcher: Any, key: str) -> p.SecretRequested:
+    return wait_event(watcher, lambda e: isinstance(e, p.SecretRequested) and e.key == key)
+
+
+@pytest.fixture
+def setup(make_daemon, scv_home, workspace):
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env=NO_KEYRING)
+    return d
+
+
+def test_the_store_secret_flow_end_to_end_and_the_value_goes_nowhere_else(setup, workspace):
+    d = setup
+    with d.client(name="agent") as agent, d.client(name="person") as watcher:
+        raw = recording(agent)
+        watcher.request(p.ApprovalsWatch)
+        sid = agent.open_session(workspace)
+        first = agent.call(sid, "script_token", {"text": "x"})
+        assert first.error.kind == "credential_missing" and "API_TOKEN" in first.error.message
+        # the agent asks; a person enters the value; the agent hears only that it is stored
+        call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token",
+                                                         "question": "The API token is missing"}, turn="t1")
+        request = secret_requested(watcher, "API_TOKEN")
+        assert (request.session, request.call_id, request.tool) == (sid, call_id, "script_token")
+        assert request.question == "The API token is missing"
+        assert watcher.request(p.SecretProvide, request_id=request.request_id, value=VALUE).__class__ is p.Ok
+        done = agent.wait_call(call_id)
+        assert done.ok, done.error
+        assert done.result == {"key": "API_TOKEN", "stored": True, "where": "file",
+                               "next": "call script_token again"}
+        resolved = wait_event(watcher, lambda e: isinstance(e, p.SecretResolved))
+        assert (resolved.request_id, resolved.state) == (request.request_id, "stored")
+        again = agent.call(sid, "script_token", {"text": "x"})
+        assert again.ok and again.result["sha256"] == hashlib.sha256(VALUE.encode()).hexdigest()
+        agent.request(p.Status)
+    assert VALUE in (d.home / "secrets.toml").read_text()  # stored (no keyring here)
+    assert VALUE.encode() not in b"".join(raw)
+    assert VALUE not in d.log()
+    audit = (d.home / "state" / "audit.log").read_text()
+    assert "secret_resolved" in audit and "API_TOKEN" in audit and VALUE not in audit
+
+
+def test_the_third_round_in_a_turn_is_refused_and_a_new_turn_may_ask(setup, workspace):
+    d = setup
+    with d.client(name="agent") as agent, d.client(name="person") as watcher:
+        watcher.request(p.ApprovalsWatch)
+        sid = agent.open_session(workspace)
+        args = {"key": "API_TOKEN", "tool": "script_token"}
+        for n in range(2):
+            call_id = agent.start_call(sid, "store_secret", args, turn="t1")
+            request = secret_requested(watcher, "API_TOKEN")
+            watcher.request(p.SecretProvide, request_id=request.request_id, value=f"{VALUE}-{n}")
+            assert agent.wait_call(call_id).ok
+        third = agent.call(sid, "store_secret", args, turn="t1")
+        assert third.error.kind == "limit"
+        assert "asked twice for script_token in this turn" in third.error.message
+        assert "at most 2 per tool per turn" in third.error.message
+        # another tool in the same turn, or the same tool in the next turn, may ask again
+        call_id = agent.start_call(sid, "store_secret", args, turn="t2")
+        request = secret_requested(watcher, "API_TOKEN")
+        watcher.request(p.SecretDecline, request_id=request.request_id, reason="not now")
+        declined = agent.wait_call(call_id)
+        assert declined.error.kind == "denied" and "not now" in declined.error.message
+
+
+def test_no_approver_connected_fails_at_once_naming_both_ways_out(setup, workspace):
+    d = setup
+    with d.client(name="agent") as agent:
+        sid = agent.open_session(workspace)
+        started = time.monotonic()
+        done = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+        assert time.monotonic() - started < 10  # not an approval timeout of 900 s
+    assert done.error.kind == "unavailable"
+    assert "no approver is connected" in done.error.message
+    assert "scvctl secrets set API_TOKEN" in done.error.message
+    assert "scvctl approvals watch" in done.error.message
+
+
+PROVIDE_SCRIPT = """
+import sys
+from scvctl.client import Client
+from scvd import protocol as p
+c = Client.connect(sys.argv[1], name="agent-child")
+try:
+    c.request(p.SecretProvide, request_id=sys.argv[2], value="planted-by-a-child")
+    print("accepted")
+except Exception as exc:
+    print(getattr(exc, "code", type(exc).__name__), exc)
+"""
+
+
+def test_a_process_spawned_by_scvd_cannot_provide_a_secret(setup, workspace):
+    d = setup
+    with d.client(name="agent") as agent, d.client(name="person", approver=True) as person:
+        person.request(p.ApprovalsWatch)
+        call_id = agent.start_call(agent.open_session(workspace), "store_secret",
+                                   {"key": "API_TOKEN", "tool": "script_token"})
+        request = secret_requested(person, "API_TOKEN")
+        (workspace / "provide.py").write_text(PROVIDE_SCRIPT)
+        command = f"PYTHONPATH={ROOT} {sys.executable} provide.py {d.socket} {request.request_id}"
+        runner = person.start_call(person.open_session(workspace), "bash", {"command": command})
+        pending = [a for a in wait_pending(person) if a.call_id == runner][0]
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        ran = person.wait_call(runner)
+        assert ran.ok, ran.error
+        assert ran.result["output"].strip().splitlines()[-1].startswith("forbidden"), ran.result
+        assert "may not answer secret requests" in ran.result["output"]
+        assert "refused an answer to secret request" in d.log()
+        person.request(p.SecretProvide, request_id=request.request_id, value=VALUE)  # the person still can
+        assert agent.wait_call(call_id).ok
+    assert "planted-by-a-child" not in (d.home / "secrets.toml").read_text()
+
+
+def test_scvctl_approvals_watch_asks_for_the_value_and_never_prints_it(setup, workspace):
+    d = setup
+    watch = subprocess.Popen([sys.executable, "-m", "scvctl", "approvals", "watch"], env=d.env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        watch.stdin.write(f"{VALUE}\n")  # the answer to the prompt, waiting in the pipe (not a terminal)
+        watch.stdin.flush()
+        with d.client(name="agent") as agent:
+            sid = agent.open_session(workspace)
+            deadline = time.monotonic() + 30
+            while True:  # until the watcher has connected: before that, no approver is there
+                done = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+                if done.ok or done.error.kind != "unavailable":
+                    break
+                assert time.monotonic() < deadline, "scvctl approvals watch never connected"
+                time.sleep(0.1)
+            assert done.ok, done.error
+    finally:
+        watch.terminate()
+        out, err = watch.communicate(timeout=15)
+    assert "secret API_TOKEN for script_token" in out and "input hidden" in out
+    assert VALUE not in out + err
+    assert VALUE in (d.home / "secrets.toml").read_text()

@@ -1,0 +1,146 @@
+"""Script tool definitions: what a tool.json may say, and how a bad one is skipped and reported."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scvd import errors, paths as paths_mod
+from scvd.config import Config
+from scvd.tools import build_registry
+from scvd.tools.script import ScriptTool
+from scvd.tools.script_defs import declared_secrets, load_all
+
+DESCRIPTION = ("Count the words in a text given as argument.\n"
+               "Use for quick statistics; bash for anything else.")
+PARAMETERS = {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
+    "text": {"type": "string", "maxLength": 100, "description": "The text to count, e.g. 'a b c'."},
+    "unique": {"type": "boolean", "default": False,
+               "description": "Count each word once when true, e.g. true; default false."}}}
+
+
+def make_tool(home: Path, name: str = "words", *, spec: dict[str, Any] | None = None, raw: str | None = None,
+              script: str = "#!/bin/sh\necho 1\n", command: str = "run") -> Path:
+    folder = home / "tools" / "script" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    body = {"description": DESCRIPTION, "parameters": PARAMETERS, **(spec or {})}
+    (folder / "tool.json").write_text(raw if raw is not None else json.dumps(body))
+    run = folder / command
+    run.write_text(script)
+    run.chmod(0o700)
+    return folder
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "scvhome"
+
+
+def paths(home: Path) -> Any:
+    return paths_mod.resolve({"SCV_HOME": str(home)})
+
+
+def only_error(home: Path) -> Any:
+    defs, failed = load_all(paths(home))
+    assert defs == [] and len(failed) == 1, (defs, failed)
+    return failed[0]
+
+
+def test_a_valid_definition_loads_with_its_defaults(home: Path):
+    folder = make_tool(home)
+    (d,), failed = load_all(paths(home))
+    assert failed == []
+    assert d.name == "script_words" and d.folder == folder and d.executable == (folder / "run").resolve()
+    assert (d.spec.risk, d.spec.timeout, d.spec.secrets, d.spec.command) == ("process", None, [], "./run")
+    tool = ScriptTool(d)
+    assert tool.input_schema() == PARAMETERS and tool.risk.value == "process"
+
+
+def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
+    assert load_all(paths(home)) == ([], [])
+
+
+@pytest.mark.parametrize("spec,raw,rule,text", [
+    ({}, "{not json", "tool.json", "malformed"),
+    ({"descripton": "typo"}, None, "tool.json", "descripton"),
+    ({"risk": "root"}, None, "tool.json", "risk"),
+    ({"parameters": {"type": "string"}}, None, "parameters", '"type": "object"'),
+    ({"parameters": {"type": "object", "properties": {"a": {"type": "nope"}}}}, None, "parameters",
+     "properties/a/type"),
+    ({"timeout": 0}, None, "timeout", "positive"),
+    ({"timeout": -3}, None, "timeout", "positive"),
+    ({"secrets": ["not-a-name"]}, None, "secrets", "letters, digits and _"),
+    ({"command": "/bin/true"}, None, "command", "must be a path inside"),
+    ({"command": "../../escape"}, None, "command", "leads outside"),
+    ({"command": "./missing"}, None, "command", "does not exist"),
+], ids=["json", "unknown-field", "risk", "not-object", "bad-schema", "timeout-0", "timeout-negative",
+        "secret-name", "absolute-command", "escaping-command", "missing-command"])
+def test_a_bad_definition_names_the_file_and_the_rule(home: Path, spec, raw, rule, text):
+    folder = make_tool(home, spec=spec, raw=raw)
+    error = only_error(home)
+    assert error.source.endswith("tool.json") and str(folder) in error.source
+    assert error.name == "script_words"
+    assert f"rule {rule!r}" in error.message and text in error.message, error.message
+
+
+def test_a_command_that_is_not_executable_says_how_to_fix_it(home: Path):
+    folder = make_tool(home)
+    (folder / "run").chmod(0o600)
+    assert "chmod +x" in only_error(home).message
+
+
+def test_a_folder_name_that_makes_no_tool_name_is_refused(home: Path):
+    make_tool(home, name="Bad-Name")
+    error = only_error(home)
+    assert "rule 'name'" in error.message and "Bad-Name" in error.message
+
+
+def test_lint_failures_and_good_tools_side_by_side_in_the_registry(home: Path, caplog):
+    make_tool(home, "good")
+    make_tool(home, "one_line", spec={"description": "Counts words."})
+    make_tool(home, "fanout", spec={"concurrent": True})  # process risk: concurrent needs read_only
+    make_tool(home, "allow", spec={"always_allow": True})
+    with caplog.at_level(logging.WARNING, logger="scvd.tools.script"):
+        registry = build_registry(Config(), paths(home))
+    assert "script_good" in registry.names()
+    errors_by_name = {e.name: e.message for e in registry.load_errors}
+    assert set(errors_by_name) == {"script_one_line", "script_fanout", "script_allow"}
+    assert "'three_lines'" in errors_by_name["script_one_line"]
+    assert "'concurrent'" in errors_by_name["script_fanout"]
+    assert "'always_allow'" in errors_by_name["script_allow"]
+    # one log line per skipped definition, naming the file and the rule
+    lines = [r.getMessage() for r in caplog.records if "skipping script tool" in r.getMessage()]
+    assert len(lines) == 3 and all("tool.json" in line and "rule '" in line for line in lines)
+
+
+def test_arguments_are_validated_by_the_schema_naming_the_field(home: Path):
+    make_tool(home)
+    (d,), _ = load_all(paths(home))
+    tool = ScriptTool(d)
+    assert tool.decode({"text": "a b"}) == {"text": "a b"}
+    for bad, field in (({"text": 3}, "`text`"), ({"text": "x" * 101}, "`text`"),
+                       ({"text": "a", "unique": "yes"}, "`unique`"), ({}, "arguments"),
+                       ({"text": "a", "extra": 1}, "arguments")):
+        with pytest.raises(errors.InvalidArguments) as info:
+            tool.decode(bad)
+        assert info.value.kind == "invalid_arguments" and field in info.value.message, info.value.message
+        assert info.value.message.startswith("script_words: ")
+
+
+def test_declared_secrets_across_tools(home: Path):
+    make_tool(home, "a", spec={"secrets": ["B_TOKEN", "A_TOKEN"]})
+    make_tool(home, "b", spec={"secrets": ["A_TOKEN"]})
+    make_tool(home, "broken", raw="{")
+    assert declared_secrets(paths(home)) == ["A_TOKEN", "B_TOKEN"]
+
+
+def test_a_symlinked_command_inside_the_folder_is_fine(home: Path):
+    folder = make_tool(home, command="real")
+    os.symlink("real", folder / "run")
+    (d,), _ = load_all(paths(home))
+    assert d.executable == (folder / "real").resolve()
