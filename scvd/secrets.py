@@ -14,7 +14,8 @@ or keyringrc.cfg) is used when its priority is above 0; an auto-detected one onl
 when keyring calls it recommended (priority >= 1). The keyring cannot list its
 entries, so the file keeps the names (not the values) stored there.
 
-Every method blocks (file I/O, D-Bus): the daemon calls them from a thread.
+Every method blocks (file I/O, D-Bus): the daemon calls them from a thread, or uses
+`get_async` / `require_async`, which do.
 """
 
 from __future__ import annotations
@@ -224,6 +225,18 @@ class SecretStore:
             raise errors.CredentialMissing(missing_message(key),
                                            hint=f"scvctl secrets set {key}  (or call store_secret)")
         return value
+
+    async def get_async(self, key: str) -> str | None:
+        """`get` from a thread, for callers on the event loop (the keyring may talk D-Bus)."""
+        import asyncio
+
+        return await asyncio.to_thread(self.get, key)
+
+    async def require_async(self, key: str) -> str:
+        """`require` from a thread, for callers on the event loop."""
+        import asyncio
+
+        return await asyncio.to_thread(self.require, key)
 
     def source(self, key: str) -> Entry:
         found = self.lookup(key)

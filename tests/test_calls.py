@@ -26,7 +26,7 @@ ME = Decider(pid=os.getpid(), uid=os.getuid(), client="test")
 
 
 class Text(msgspec.Struct, forbid_unknown_fields=True):
-    text: Annotated[str, msgspec.Meta(description="Any text, e.g. 'hello'; echoed back")] = ""
+    text: Annotated[str, msgspec.Meta(description="Any text, e.g. 'hello'; echoed back (default '')")] = ""
 
 
 class _Tool(Tool):

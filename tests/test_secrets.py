@@ -7,6 +7,7 @@ or keyringrc.cfg); the file path writes a real 0600 file.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import stat
@@ -77,6 +78,11 @@ def test_lookup_order_file_then_environment(xdg: Path, monkeypatch: pytest.Monke
 
 def test_missing_key_is_credential_missing_naming_key_and_remedies(xdg: Path, monkeypatch: pytest.MonkeyPatch):
     store = file_store(xdg, monkeypatch)
+    with pytest.raises(errors.CredentialMissing, match="GITHUB_TOKEN"):
+        asyncio.run(store.require_async("GITHUB_TOKEN"))
+    store.set("GITHUB_TOKEN", "t")
+    assert asyncio.run(store.get_async("GITHUB_TOKEN")) == asyncio.run(store.require_async("GITHUB_TOKEN")) == "t"
+    store.delete("GITHUB_TOKEN")
     with pytest.raises(errors.CredentialMissing) as info:
         store.require("GITHUB_TOKEN")
     assert info.value.kind == "credential_missing"
