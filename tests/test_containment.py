@@ -20,7 +20,7 @@ import pytest
 from fs_support import Workspace, backend, ws  # noqa: F401  (fixtures)
 from scvd.errors import Failed, InvalidArguments, PathMissing, ToolError
 from scvd.tools import containment
-from scvd.tools.fs import read_file, write_file
+from scvd.tools.fs import inspect_target, read_file, write_file
 
 # --- lexical ------------------------------------------------------------------
 
@@ -302,6 +302,22 @@ def test_hard_link_inside_the_workspace(ws: Workspace, backend: str) -> None:
     assert ws.call("read", path="a.txt")["content"] == "a"
     assert ws.call("write", path="b.txt", content="b", mode="replace")["replaced_link"] is True
     assert (ws.root / "a.txt").read_text() == "a" and (ws.root / "b.txt").read_text() == "b"
+
+
+def test_link_swapped_in_after_resolution_is_refused_as_changed(ws: Workspace, backend: str) -> None:
+    """What the second step sees when a directory resolve() found becomes a symlink before the open."""
+    (ws.root / "real").mkdir()
+    os.symlink("real", ws.root / "d")  # inside, but resolve() said `d` was a directory
+    os.symlink("real", ws.root / "f")
+    with pytest.raises(InvalidArguments) as info:
+        containment.open_dir(ws.fd, ("d",), "d/x.txt")
+    assert info.value.message.startswith("path 'd/x.txt' changed while scvd resolved it")
+    parent = containment.open_dir(ws.fd, (), "f")
+    try:
+        with pytest.raises(InvalidArguments, match="'f' changed while scvd resolved it"):
+            inspect_target(parent, ("f",), "f", "replace")
+    finally:
+        os.close(parent)
 
 
 def test_file_used_as_directory(ws: Workspace, backend: str) -> None:
