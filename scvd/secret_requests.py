@@ -78,10 +78,8 @@ class SecretRequests:
                  request.id, key, tool or "?", session, len(targets))
         self._audit("secret_request", request_id=request.id, key=key, session=session, call_id=call_id,
                     tool=tool)
-        event = p.SecretRequested(seq=0, request_id=request.id, session=session, call_id=call_id, key=key,
-                                  question=request.question, tool=tool, expires_at=request.expires_at)
         for conn in targets:
-            self._send(conn, event)
+            self._send(conn, _requested(request))
         try:
             async with asyncio.timeout(timeout):
                 return await asyncio.shield(request.future)
@@ -123,6 +121,13 @@ class SecretRequests:
                      errors.Denied(f"{decided_by or 'the approver'} declined to enter {request.key}{why}"),
                      reason=reason)
 
+    def watching(self, conn: Any) -> None:
+        """A connection started watching: it is asked too, for every request still pending."""
+        for request in list(self.pending.values()):
+            if conn not in request.targets and not conn.closed:
+                request.targets.append(conn)
+                self._send(conn, _requested(request))
+
     def drop_connection(self, conn: Any) -> None:
         """A connection left: it is no longer asked; a request nobody is left to answer fails."""
         for request in list(self.pending.values()):
@@ -160,3 +165,9 @@ class SecretRequests:
                                  decided_by=decided_by or "")
         for conn in request.targets:
             self._send(conn, event)
+
+
+def _requested(request: SecretRequest) -> p.SecretRequested:
+    return p.SecretRequested(seq=0, request_id=request.id, session=request.session, call_id=request.call_id,
+                             key=request.key, question=request.question, tool=request.tool,
+                             expires_at=request.expires_at)

@@ -397,6 +397,8 @@ class Daemon:
 
     async def on_approvals_watch(self, conn: Connection, frame: p.ApprovalsWatch) -> p.Frame:
         conn.watcher = True
+        # after this `ok` goes out: the secret requests already pending, as events
+        asyncio.get_running_loop().call_soon(self.secret_requests.watching, conn)
         return p.Ok(id=frame.id)
 
     async def on_approvals_list(self, conn: Connection, frame: p.ApprovalsList) -> p.Frame:

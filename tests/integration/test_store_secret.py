@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from helpers.probe_tools import wait_event
-from scvd import protocol as p
+from scvd import errors, protocol as p
 
 from conftest import wait_pending
 from test_script_tools import SHOWS_TOKEN, make_tool
@@ -121,7 +121,7 @@ def test_no_approver_connected_fails_at_once_naming_both_ways_out(setup, workspa
 PROVIDE_SCRIPT = """
 import sys
 from scvctl.client import Client
-from scvd import protocol as p
+from scvd import errors, protocol as p
 c = Client.connect(sys.argv[1], name="agent-child")
 try:
     c.request(p.SecretProvide, request_id=sys.argv[2], value="planted-by-a-child")
@@ -176,3 +176,20 @@ def test_scvctl_approvals_watch_asks_for_the_value_and_never_prints_it(setup, wo
     assert "secret API_TOKEN for script_token" in out and "input hidden" in out
     assert VALUE not in out + err
     assert VALUE in (d.home / "secrets.toml").read_text()
+
+
+def test_a_watcher_that_arrives_later_is_asked_too_and_the_first_answer_wins(setup, workspace):
+    d = setup
+    with d.client(name="agent") as agent, d.client(name="early") as early, d.client(name="late") as late:
+        early.request(p.ApprovalsWatch)
+        call_id = agent.start_call(agent.open_session(workspace), "store_secret",
+                                   {"key": "API_TOKEN", "tool": "script_token"})
+        first = secret_requested(early, "API_TOKEN")
+        late.request(p.ApprovalsWatch)
+        assert secret_requested(late, "API_TOKEN").request_id == first.request_id
+        late.request(p.SecretProvide, request_id=first.request_id, value=VALUE)
+        assert agent.wait_call(call_id).ok
+        with pytest.raises(errors.ApprovalNotFound, match="no pending secret request"):
+            early.request(p.SecretProvide, request_id=first.request_id, value="too late")
+        told = wait_event(early, lambda e: isinstance(e, p.SecretResolved))
+        assert told.state == "stored" and "late" in told.decided_by

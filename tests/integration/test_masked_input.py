@@ -1,0 +1,111 @@
+"""Masked input on a real terminal: `scvctl secrets set` and `scvctl approvals watch` under a pty.
+
+The value is typed into the pty's master side; a terminal that echoed it would
+send it back on the master. Neither command may let it show.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scvd.secrets import SecretStore
+
+from conftest import base_env
+from test_script_tools import SHOWS_TOKEN, make_tool
+
+TYPED = "typed-s3cr3t-4242"
+NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
+
+
+class Terminal:
+    """A child process whose stdin, stdout and stderr are a pty; we hold the master side."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.master, slave = os.openpty()
+        self.proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave,
+                                     start_new_session=True)
+        os.close(slave)
+        self.seen = b""
+
+    def read_until(self, text: bytes, timeout: float = 30.0) -> bytes:
+        deadline = time.monotonic() + timeout
+        while text not in self.seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {text!r} on the terminal; it showed {self.seen!r}"
+            if not self._read(min(left, 0.5)):
+                assert self.proc.poll() is None, f"exited {self.proc.returncode}: {self.seen!r}"
+        return self.seen
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def finish(self, timeout: float = 30.0) -> bytes:
+        """Everything up to the child's end (EIO on the master once the slave is gone)."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None or self._read(0.1):
+            assert time.monotonic() < deadline, f"still running: {self.seen!r}"
+        return self.seen
+
+    def _read(self, wait: float) -> bool:
+        ready, _, _ = select.select([self.master], [], [], wait)
+        if not ready:
+            return False
+        try:
+            data = os.read(self.master, 4096)
+        except OSError as exc:
+            if exc.errno == errno.EIO:
+                return False
+            raise
+        self.seen += data
+        return bool(data)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(15)
+        os.close(self.master)
+
+
+def test_scvctl_secrets_set_on_a_terminal_reads_without_echo(tmp_path: Path):
+    home = tmp_path / "home"
+    term = Terminal([sys.executable, "-m", "scvctl", "secrets", "set", "API_TOKEN"], base_env(home, **NO_KEYRING))
+    try:
+        term.read_until(b"value for API_TOKEN (input hidden): ")
+        term.type(TYPED + "\n")
+        shown = term.finish()
+    finally:
+        term.close()
+    assert term.proc.returncode == 0, shown
+    assert b"stored API_TOKEN in the file" in shown
+    assert TYPED.encode() not in shown
+    assert SecretStore(home / "secrets.toml", env={}).get("API_TOKEN") == TYPED
+
+
+def test_scvctl_approvals_watch_asks_for_a_secret_without_echo(make_daemon, scv_home: Path, workspace: Path):
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env=NO_KEYRING)
+    term = Terminal([sys.executable, "-m", "scvctl", "approvals", "watch"], d.env)
+    try:
+        with d.client(name="agent") as agent:
+            sid = agent.open_session(workspace)
+            # a request shown on the terminal proves the watcher is connected; deny it
+            bash = agent.start_call(sid, "bash", {"command": "true"})
+            term.read_until(b"approve? [y]es / [n]o / [s]ession: ")
+            term.type("n\n")
+            assert agent.wait_call(bash).error.kind == "denied"
+            call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+            term.read_until(b"value for API_TOKEN (input hidden; empty to decline): ")
+            term.type(TYPED + "\n")
+            done = agent.wait_call(call_id)
+            assert done.ok, done.error
+            term.read_until(b"(API_TOKEN) stored by scvctl")
+    finally:
+        term.close()
+    assert TYPED.encode() not in term.seen
+    assert SecretStore(scv_home / "secrets.toml", env={}).get("API_TOKEN") == TYPED
