@@ -4,9 +4,11 @@ Rules:
 - `policy_verdict()` decides from the policy, the call's planned risk and
   isolation and the session's grants whether a call runs, asks, or is denied.
 - A request is PENDING until the first of: a decision, its timeout (denied), the
-  call's cancellation, or its requester's disconnect. Later decisions get
-  `approval_not_found`. Every change is reported through `on_event`, which the
-  server routes to the owner connection (if it approves) and all watchers.
+  call's cancellation, or its requester's disconnect. `TRANSITIONS` is the whole
+  state machine: every move goes through `Approval.move(event)`, and a move the
+  table lacks raises `approval_not_found` naming the state and the event (a late
+  decision gets exactly that). Every change is reported through `on_event`,
+  which the server routes to the owner connection (if it approves) and all watchers.
 - A `session` grant covers one tool at one risk for the rest of one session;
   one given to a sandboxed call covers only sandboxed calls of that tool.
 """
@@ -45,9 +47,22 @@ class ApprovalState(str, enum.Enum):
     DROPPED = "dropped"  # the requester disconnected
 
 
-# transitions are data: only PENDING moves, and only once
-TRANSITIONS: dict[ApprovalState, frozenset[ApprovalState]] = {
-    ApprovalState.PENDING: frozenset(s for s in ApprovalState if s is not ApprovalState.PENDING),
+class ApprovalEvent(str, enum.Enum):
+    APPROVE = "approve"  # a person approved
+    DENY = "deny"  # a person denied
+    EXPIRE = "expire"  # approvals.timeout_seconds passed
+    CANCEL = "cancel"  # the call was cancelled (call.cancel, session close, shutdown)
+    DROP = "drop"  # the requesting client disconnected
+
+
+_S, _E = ApprovalState, ApprovalEvent
+# (state, event) -> next state; only PENDING moves, and only once
+TRANSITIONS: dict[tuple[ApprovalState, ApprovalEvent], ApprovalState] = {
+    (_S.PENDING, _E.APPROVE): _S.APPROVED,
+    (_S.PENDING, _E.DENY): _S.DENIED,
+    (_S.PENDING, _E.EXPIRE): _S.EXPIRED,
+    (_S.PENDING, _E.CANCEL): _S.CANCELLED,
+    (_S.PENDING, _E.DROP): _S.DROPPED,
 }
 
 
@@ -113,12 +128,16 @@ class Approval:
     def id(self) -> str:
         return self.info.approval_id
 
-    def move(self, new: ApprovalState) -> None:
-        if new not in TRANSITIONS.get(self.state, frozenset()):
+    def move(self, event: ApprovalEvent) -> ApprovalState:
+        """Take `event` per TRANSITIONS; a move the table lacks raises, naming state and event."""
+        new = TRANSITIONS.get((self.state, event))
+        if new is None:
             raise errors.ApprovalNotFound(
-                f"approval {self.id} is already {self.state.value}; it cannot become {new.value}"
+                f"approval {self.id} is {self.state.value}; it cannot take {event.value!r} "
+                "(only a pending approval moves, once)"
             )
         self.state = new
+        return new
 
 
 EventSink = Callable[[str, Approval], None]  # ("requested" | "resolved", approval)
@@ -162,19 +181,18 @@ class ApprovalGate:
         approval = self._get(approval_id)
         approval.decided_by = decider
         approval.scope = scope if approve else "once"
-        state = ApprovalState.APPROVED if approve else ApprovalState.DENIED
-        return self._resolve(approval, state, reason)
+        return self._resolve(approval, ApprovalEvent.APPROVE if approve else ApprovalEvent.DENY, reason)
 
     def cancel(self, approval_id: str, reason: str) -> None:
         """The call went away while waiting (cancel or session close)."""
         if approval_id in self.pending:
-            self._resolve(self.pending[approval_id], ApprovalState.CANCELLED, reason)
+            self._resolve(self.pending[approval_id], ApprovalEvent.CANCEL, reason)
 
     def drop_owner(self, owner: Any) -> list[Approval]:
         """The requester disconnected: drop all its pending approvals."""
         mine = [a for a in self.pending.values() if a.owner is owner]
         for approval in mine:
-            self._resolve(approval, ApprovalState.DROPPED, "the requesting client disconnected")
+            self._resolve(approval, ApprovalEvent.DROP, "the requesting client disconnected")
         return mine
 
     def list(self) -> list[ApprovalInfo]:
@@ -183,7 +201,7 @@ class ApprovalGate:
     def _expire(self, approval_id: str) -> None:
         if approval_id in self.pending:
             reason = f"no decision within {self.timeout_seconds:g} s (approvals.timeout_seconds); denied"
-            self._resolve(self.pending[approval_id], ApprovalState.EXPIRED, reason)
+            self._resolve(self.pending[approval_id], ApprovalEvent.EXPIRE, reason)
 
     def _get(self, approval_id: str) -> Approval:
         approval = self.pending.get(approval_id)
@@ -194,8 +212,8 @@ class ApprovalGate:
             )
         return approval
 
-    def _resolve(self, approval: Approval, state: ApprovalState, reason: str | None) -> Approval:
-        approval.move(state)
+    def _resolve(self, approval: Approval, event: ApprovalEvent, reason: str | None) -> Approval:
+        state = approval.move(event)
         approval.reason = reason
         if approval.timer:
             approval.timer.cancel()

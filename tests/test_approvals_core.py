@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import subprocess
 import sys
@@ -13,8 +12,8 @@ import pytest
 
 from scvd import errors
 from scvd.approvals import (
-    POLICIES, ApprovalGate, ApprovalState, Decider, Verdict, contained, is_descendant, policy_note,
-    policy_verdict, spawned_by_daemon,
+    POLICIES, TRANSITIONS, ApprovalEvent, ApprovalGate, ApprovalState, Decider, Verdict, contained,
+    is_descendant, policy_note, policy_verdict, spawned_by_daemon,
 )
 from scvd.tools.contract import Plan, ToolRisk
 
@@ -25,50 +24,52 @@ PERSON = Decider(pid=4242, uid=1000, client="scvctl")
 # --- policy_verdict -------------------------------------------------------------
 
 
-def expected(policy: str, risk: ToolRisk, always_allow: bool, granted: bool, sandbox: bool,
-             isolated: bool) -> Verdict:
-    """The policies as docs/security.md states them."""
-    if risk is ToolRisk.READ_ONLY and (policy != "always" or always_allow):
-        return RUN  # read_only runs unasked, except that `always` asks for it too
-    if policy == "never":
-        return DENY  # never: read_only runs, the rest is refused without asking
-    if granted:
-        return RUN  # a session grant for this tool at this risk
-    if policy == "sandbox-aware" and sandbox and isolated:
-        return RUN  # inside bwrap, offline, writes confined to the workspace
-    return ASK
-
-
 def plan(risk: ToolRisk, isolated: bool) -> Plan:
     return Plan(risk=risk, summary="s", sandboxed=isolated, network=not isolated, writes_confined=isolated)
 
 
-# always_allow on a tool that is not read_only cannot exist: the lint refuses it
-CASES = [c for c in itertools.product(POLICIES, list(ToolRisk), [False, True], [False, True], [False, True],
-                                      [False, True]) if not (c[2] and c[1] is not ToolRisk.READ_ONLY)]
+# The policies as docs/security.md states them, written out. A column is a situation:
+# (read_only?, always_allow, granted, sandbox active, call isolated). `isolated` means
+# sandboxed, offline and writes confined to the workspace. The other-risk columns hold for
+# filesystem, process and delegate alike; always_allow exists only on read_only tools (the lint).
+COLUMNS = {
+    "ro":            (True, False, False, False, False),
+    "ro allow":      (True, True, False, False, False),
+    "ro granted":    (True, False, True, False, False),
+    "ro contained":  (True, False, False, True, True),
+    "other":         (False, False, False, False, False),
+    "granted":       (False, False, True, False, False),
+    "contained":     (False, False, False, True, True),
+    "no sandbox":    (False, False, False, False, True),   # isolated, but the sandbox is not active
+    "not isolated":  (False, False, False, True, False),   # the sandbox is active, the call is not isolated
+    "both":          (False, False, True, True, True),
+}
+VERDICTS = {
+    #                 ro   ro allow ro granted ro contained other granted contained no sandbox not isolated both
+    "on-risk":       (RUN, RUN,     RUN,       RUN,         ASK,  RUN,    ASK,      ASK,       ASK,         RUN),
+    "always":        (ASK, RUN,     RUN,       ASK,         ASK,  RUN,    ASK,      ASK,       ASK,         RUN),
+    "never":         (RUN, RUN,     RUN,       RUN,         DENY, DENY,   DENY,     DENY,      DENY,        DENY),
+    "sandbox-aware": (RUN, RUN,     RUN,       RUN,         ASK,  RUN,    RUN,      ASK,       ASK,         RUN),
+}
+OTHER_RISKS = [ToolRisk.FILESYSTEM, ToolRisk.PROCESS, ToolRisk.DELEGATE]
+CASES = [
+    (policy, column, risk)
+    for policy in POLICIES
+    for column, (read_only, *_) in COLUMNS.items()
+    for risk in ([ToolRisk.READ_ONLY] if read_only else OTHER_RISKS)
+]
 
 
-@pytest.mark.parametrize("policy,risk,always_allow,granted,sandbox,isolated", CASES)
-def test_policy_verdict_table(policy, risk, always_allow, granted, sandbox, isolated):
+def test_the_table_covers_every_policy():
+    assert set(VERDICTS) == set(POLICIES) and all(len(row) == len(COLUMNS) for row in VERDICTS.values())
+
+
+@pytest.mark.parametrize("policy,column,risk", CASES)
+def test_policy_verdict_table(policy, column, risk):
+    _, always_allow, granted, sandbox, isolated = COLUMNS[column]
     got = policy_verdict(policy, plan(risk, isolated), always_allow=always_allow, granted=granted,
                          sandbox_active=sandbox)
-    assert got is expected(policy, risk, always_allow, granted, sandbox, isolated)
-
-
-@pytest.mark.parametrize("policy,risk,granted,sandbox,verdict", [
-    ("on-risk", ToolRisk.READ_ONLY, False, False, RUN),
-    ("on-risk", ToolRisk.FILESYSTEM, False, False, ASK),
-    ("on-risk", ToolRisk.DELEGATE, True, False, RUN),
-    ("always", ToolRisk.READ_ONLY, False, False, ASK),
-    ("never", ToolRisk.READ_ONLY, False, False, RUN),
-    ("never", ToolRisk.PROCESS, True, True, DENY),
-    ("sandbox-aware", ToolRisk.PROCESS, False, True, RUN),
-    ("sandbox-aware", ToolRisk.PROCESS, False, False, ASK),
-])
-def test_policy_verdict_named_rows(policy, risk, granted, sandbox, verdict):
-    """A few rows spelled out, so the table above is not only checked against itself."""
-    got = policy_verdict(policy, plan(risk, True), always_allow=False, granted=granted, sandbox_active=sandbox)
-    assert got is verdict
+    assert got is VERDICTS[policy][list(COLUMNS).index(column)]
 
 
 @pytest.mark.parametrize("field", ["sandboxed", "network", "writes_confined"])
@@ -205,15 +206,34 @@ def test_cancel_of_a_decided_request_is_a_no_op():
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("done", [s for s in ApprovalState if s is not ApprovalState.PENDING])
-def test_only_pending_moves(done):
+@pytest.mark.parametrize("first", list(ApprovalEvent))
+def test_only_pending_moves_and_an_illegal_move_names_state_and_event(first):
     async def main():
         a = new_request(ApprovalGate(60, Sink()))
-        a.move(done)
-        for target in ApprovalState:
+        assert a.move(first) is TRANSITIONS[(ApprovalState.PENDING, first)]
+        for event in ApprovalEvent:
             with pytest.raises(errors.ApprovalNotFound) as info:
-                a.move(target)
-            assert done.value in info.value.message
+                a.move(event)
+            assert f"is {a.state.value}" in info.value.message and repr(event.value) in info.value.message
+
+    asyncio.run(main())
+
+
+def test_every_move_of_the_gate_is_a_row_of_the_table():
+    """Decide, deny, expire, cancel and drop each take their own row; nothing else moves."""
+    async def main():
+        gate = ApprovalGate(0.01, Sink())
+        approved, denied, cancelled, dropped = (new_request(gate, call_id=f"c{i}") for i in range(4))
+        expired = new_request(gate, owner="other", call_id="c5")
+        gate.decide(approved.id, True, decider=PERSON, reason=None, scope="once")
+        gate.decide(denied.id, False, decider=PERSON, reason=None, scope="once")
+        gate.cancel(cancelled.id, "the call was cancelled")
+        gate.drop_owner("owner")
+        await expired.future
+        states = [a.state for a in (approved, denied, cancelled, dropped, expired)]
+        assert states == [ApprovalState.APPROVED, ApprovalState.DENIED, ApprovalState.CANCELLED,
+                          ApprovalState.DROPPED, ApprovalState.EXPIRED]
+        assert set(states) == set(TRANSITIONS.values())
 
     asyncio.run(main())
 
