@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from . import errors
 from .text import printable, printable_data
+from .proctree import read_stat
 from .protocol import ApprovalInfo, ApprovalResolved, Frame, approval_requested
 from .tools.contract import Plan, ToolRisk
 
@@ -247,18 +248,9 @@ def is_descendant(pid: int, ancestor: int, proc: str = "/proc") -> bool:
         if pid == ancestor:
             return True
         seen.add(pid)
-        pid = _ppid(pid, proc)
+        stat = read_stat(pid, proc)
+        pid = stat.ppid if stat else 0
     return False
-
-
-def _ppid(pid: int, proc: str) -> int:
-    try:
-        with open(f"{proc}/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return 0
-    # the command name may hold spaces and parentheses: split after the last ')'
-    return int(stat[stat.rindex(b")") + 2 :].split()[1])
 
 
 def cgroup_of(pid: int, proc: str = "/proc") -> str:

@@ -53,7 +53,7 @@ from . import errors
 from .approvals import Approval, ApprovalGate, Decider, Verdict, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Session
-from .tools.contract import CallContext, Plan, Tool
+from .tools.contract import CallContext, Plan, Tool, check_timeout
 
 if TYPE_CHECKING:
     from .paths import Paths
@@ -369,14 +369,6 @@ class CallRegistry:
             call_id=call.call_id, session_id=session.id, workspace=session.workspace,
             workspace_fd=session.workspace_fd, config=session.config, paths=self.hub.paths,
             sandbox=self.hub.sandbox, services=session.services, turn=call.turn)
-
-
-def check_timeout(seconds: float | None, ceiling: float, what: str) -> None:
-    """The one timeout ceiling check: above 0 and at most tools.max_timeout_seconds."""
-    if seconds is not None and not 0 < seconds <= ceiling:
-        raise errors.InvalidArguments(
-            f"{what} {seconds:g} must be above 0 and at most {ceiling:g} (tools.max_timeout_seconds); "
-            f"ask for at most {ceiling:g}, or raise tools.max_timeout_seconds in config.toml")
 
 
 def _failure(exc: errors.ToolError) -> Outcome:

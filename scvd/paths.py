@@ -170,3 +170,8 @@ def prepare(paths: Paths) -> list[str]:
     for note in notes:
         log.warning("repaired permissions: %s", note)
     return notes
+
+
+def within(path: str, root: str) -> bool:
+    """True when `path` is `root` or below it; both absolute and normalized (the one such check)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")

@@ -36,7 +36,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from .notify import MANAGER_VARS
 from .proctree import (  # noqa: F401 - set_child_subreaper and friends are re-exported for the server
@@ -52,6 +52,7 @@ from .proctree import (  # noqa: F401 - set_child_subreaper and friends are re-e
     signal_pid,
 )
 
+MAX_ARG_BYTES = 128 * 1024 - 1  # Linux MAX_ARG_STRLEN: one argv string, NUL included
 TERM_GRACE_SECONDS = 2.0  # cancel: SIGTERM, this long, then SIGKILL
 DRAIN_SECONDS = 0.5  # after the leader exits, read leftovers at most this long
 POLL_SECONDS = 0.05  # how often the cancel grace looks whether all are gone
@@ -352,8 +353,6 @@ async def run_process(
     env: Mapping[str, str],
     timeout: float | None,
     output_limit: int,
-    progress: Callable[[float], None] | None = None,
-    progress_interval: float = 30.0,
     input: bytes | None = None,  # noqa: A002 - subprocess's name for it
     stderr_limit: int | None = None,
 ) -> RunResult:
@@ -368,7 +367,7 @@ async def run_process(
         readers.append(_PipeReader(loop, err_fd, err))
     exit_task = loop.create_task(_wait_exit(run.popen))
     try:
-        timed_out = await _supervise(run, exit_task, started, timeout, progress, progress_interval)
+        timed_out = await _supervise(run, exit_task, started, timeout)
         # the leader is gone: kill what is left, read what is buffered, both bounded
         if run.signal_all(signal.SIGKILL):
             await _settle(run, exit_task, DRAIN_SECONDS)
@@ -386,13 +385,9 @@ async def run_process(
     return result
 
 
-async def _supervise(
-    run: _Run, exit_task: asyncio.Task, started: float, timeout: float | None,
-    progress: Callable[[float], None] | None, interval: float,
-) -> bool:
-    """Wait for the leader; track descendants, report progress, enforce the deadline."""
+async def _supervise(run: _Run, exit_task: asyncio.Task, started: float, timeout: float | None) -> bool:
+    """Wait for the leader; track descendants, enforce the deadline."""
     deadline = None if timeout is None else started + timeout
-    next_progress = started + interval if progress else None
     gap = SCAN_FIRST
     next_scan = started + gap
     while True:
@@ -401,14 +396,11 @@ async def _supervise(
             run.signal_all(signal.SIGKILL)
             await asyncio.shield(exit_task)
             return True
-        wake = min(t for t in (deadline, next_progress, next_scan) if t is not None)
+        wake = next_scan if deadline is None else min(deadline, next_scan)
         await asyncio.wait([exit_task], timeout=max(0.0, wake - now))
         if exit_task.done():
             return False
         now = time.monotonic()
-        if next_progress is not None and now >= next_progress:
-            progress(now - started)
-            next_progress += interval
         if now >= next_scan:
             run.track(scan_processes())
             gap = min(gap * 2, SCAN_MAX)

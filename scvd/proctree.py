@@ -32,10 +32,10 @@ class ProcStat:
         return self.state not in ("Z", "X")
 
 
-def read_stat(pid: int) -> ProcStat | None:
-    """Parse /proc/PID/stat, or None if the process is gone."""
+def read_stat(pid: int, proc: str = "/proc") -> ProcStat | None:
+    """Parse /proc/PID/stat (the one parser of it), or None if the process is gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
             raw = f.read()
     except OSError:
         return None

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import Unavailable
-from .paths import Paths, runtime_base
+from .paths import Paths, runtime_base, within
 
 PROBE_TIMEOUT = 10.0
 PROBE_COMMAND = ["/bin/true"]
@@ -121,14 +121,10 @@ def _mounts(
 def _already_hidden(path: str, hides: list[str], binds: list[str]) -> bool:
     """True if a hide above `path` covers it with no bind in between re-exposing it."""
     for above in hides:
-        if above != path and _within(path, above):
-            if not any(_within(b, above) and _within(path, b) for b in binds):
+        if above != path and within(path, above):
+            if not any(within(b, above) and within(path, b) for b in binds):
                 return True
     return False
-
-
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _abs(p: Path | str) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .paths import within
 from .tools import containment
 
 log = logging.getLogger("scvd.skills")
@@ -151,11 +152,6 @@ def clean_text(text: str, limit: int) -> str:
 
 def project_key(project: str, name: str) -> str:
     return f"{project}:{name}"
-
-
-def within(path: str, root: str) -> bool:
-    """True when canonical `path` is `root` or below it."""
-    return os.path.commonpath([path, root]) == root
 
 
 # --- opening without following symlinks ------------------------------------------

@@ -314,7 +314,8 @@ UNIT = "/user.slice/user-1000.slice/user@1000.service/app.slice/scvd.service"
 def fake_proc(root: Path, pid: int, ppid: int, cgroup: str, comm: str = "python3") -> None:
     d = root / str(pid)
     d.mkdir()
-    (d / "stat").write_text(f"{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 4194560 0 0\n")
+    rest = [ppid, pid, pid, 0, -1, 4194560, *[0] * 13, 12345, *[0] * 32]  # the kernel's 52 fields
+    (d / "stat").write_text(f"{pid} ({comm}) S {' '.join(map(str, rest))}\n")
     (d / "cgroup").write_text(cgroup)
 
 

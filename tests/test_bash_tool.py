@@ -20,11 +20,11 @@ from scvd.tools.bash import SUMMARY_COMMAND_CHARS, Bash
 from scvd.tools.contract import CallContext, ToolRisk, lint
 
 
-def make_ctx(ws: Path, config: Config | None = None, sandbox=None, progress=None) -> CallContext:
+def make_ctx(ws: Path, config: Config | None = None, sandbox=None) -> CallContext:
     config = config or Config()
     fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
     return CallContext(call_id="c1", session_id="s1", workspace=ws, workspace_fd=fd, config=config,
-                       paths=None, sandbox=sandbox, progress=progress)
+                       paths=None, sandbox=sandbox)
 
 
 @pytest.fixture
@@ -34,11 +34,11 @@ def ws(tmp_path: Path) -> Path:
     return path
 
 
-def call(ws: Path, arguments: dict, *, config: Config | None = None, env=None, sandbox=None, **kw):
+def call(ws: Path, arguments: dict, *, config: Config | None = None, env=None, sandbox=None):
     """decode -> plan -> run, as the pipeline does (without the approval in between)."""
     config = config or Config()
     tool = Bash(config, env=env)
-    ctx = make_ctx(ws, config, sandbox, **kw)
+    ctx = make_ctx(ws, config, sandbox)
     try:
         args = tool.decode(arguments)
         plan = tool.plan(args, ctx)
@@ -168,13 +168,6 @@ def test_a_missing_workspace_is_a_failed_call(tmp_path, ws):
     with pytest.raises(errors.Failed, match="cannot start /bin/bash"):
         asyncio.run(tool.run(args, plan, ctx))
     os.close(ctx.workspace_fd)
-
-
-def test_progress_reaches_the_calls_hook(ws):
-    seen: list[str] = []
-    config = Config(tools=ToolsConfig(progress_interval_seconds=0.1))
-    call(ws, {"command": "sleep 0.4"}, config=config, progress=seen.append)
-    assert seen and seen[0].startswith("bash running for ")
 
 
 # --- sandbox ------------------------------------------------------------------------

@@ -302,13 +302,6 @@ def test_cancel_of_a_polite_command_does_not_wait_out_the_grace(tmp_path, monkey
     asyncio.run(scenario())
 
 
-def test_progress_is_called_with_the_elapsed_time(tmp_path):
-    seen: list[float] = []
-    r = run("sleep 0.5", tmp_path, progress=seen.append, progress_interval=0.1)
-    assert r.exit_code == 0 and seen
-    assert seen == sorted(seen) and 0 < seen[0] <= r.duration_s
-
-
 def test_concurrent_runs_keep_their_own_output(tmp_path):
     async def both():
         argv = lambda word: ["/bin/bash", "-c", f"for i in 1 2 3; do echo {word}; sleep 0.05; done"]  # noqa: E731

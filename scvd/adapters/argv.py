@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 
 from ..errors import InvalidArguments
+from ..process import MAX_ARG_BYTES as MAX_PROMPT_BYTES  # one argument, the kernel's limit
 from .spec import EFFORT, MODEL, Adapter
 
 # 1-128 letters, digits or ._:/@[]-, not starting with '-' or '@'
 MODEL_PATTERN = r"^[A-Za-z0-9._:/\[\]][A-Za-z0-9._:/@\[\]-]{0,127}$"
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 PROMPT_PATTERN = r"^[^-]"
-MAX_PROMPT_BYTES = 128 * 1024 - 1  # Linux MAX_ARG_STRLEN: one argument, NUL included
 
 _model_re = re.compile(MODEL_PATTERN)
 

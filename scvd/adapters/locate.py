@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import InvalidArguments, Unavailable
+from ..paths import within
 from .spec import Adapter
 
 
@@ -31,7 +32,7 @@ def resolve_cwd(workspace: Path, cwd: str | None) -> Path:
     if "\x00" in cwd:
         raise InvalidArguments("cwd contains a NUL character")
     target = Path(os.path.realpath(root / cwd))  # an absolute cwd replaces root here
-    if target != root and root not in target.parents:
+    if not within(str(target), str(root)):
         raise InvalidArguments(
             f"cwd {cwd!r} resolves to {target}, outside the workspace {root}; "
             f"give a directory inside the workspace"

@@ -17,8 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from .. import process
-from ..errors import InvalidArguments
-from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
+from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout
 from ..tools.runs import result_dict, timeout_error
 from . import spec as specs
 from .argv import EFFORTS, MODEL_PATTERN, PROMPT_PATTERN, bounded, build_argv
@@ -109,12 +108,7 @@ class AgentTool(Tool):
         )
 
     def _timeout(self, args: Any, config: Any) -> int:
-        ceiling = config.tools.max_timeout_seconds
-        if args.timeout_seconds > ceiling:
-            raise InvalidArguments(
-                f"timeout_seconds {args.timeout_seconds} is above the ceiling "
-                f"tools.max_timeout_seconds ({ceiling})"
-            )
+        check_timeout(args.timeout_seconds, config.tools.max_timeout_seconds, f"{self.name}: timeout_seconds")
         return args.timeout_seconds
 
     def _summary(self, args: Any, timeout: int) -> str:

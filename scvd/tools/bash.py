@@ -13,8 +13,8 @@ from typing import Annotated, Any, Mapping
 import msgspec
 
 from ..errors import Failed, InvalidArguments
-from ..process import child_env, run_process
-from .contract import CallContext, Plan, Tool, ToolRisk
+from ..process import MAX_ARG_BYTES, child_env, run_process
+from .contract import CallContext, Plan, Tool, ToolRisk, check_timeout
 from .runs import result_dict, timeout_error
 
 SHELL = "/bin/bash"
@@ -51,14 +51,6 @@ def make_arguments(tools_config: Any) -> type[msgspec.Struct]:
     )
 
 
-def ceiling_message(requested: float, ceiling: float) -> str:
-    return (
-        f"bash: timeout_seconds {requested:g} is above the ceiling of {ceiling:g} s "
-        f"(tools.max_timeout_seconds); ask for at most {ceiling:g}, or raise "
-        f"tools.max_timeout_seconds in config.toml"
-    )
-
-
 def summarize(command: str, timeout: float, *, sandboxed: bool, network: bool) -> str:
     """The approver's one look at the call: where it runs, its deadline, the command (bounded)."""
     where = ("sandboxed, " + ("with network" if network else "no network")) if sandboxed else "unsandboxed"
@@ -66,9 +58,6 @@ def summarize(command: str, timeout: float, *, sandboxed: bool, network: bool) -
     if len(shown) > SUMMARY_COMMAND_CHARS:
         shown = shown[:SUMMARY_COMMAND_CHARS] + f" ... ({len(command) - SUMMARY_COMMAND_CHARS} more chars)"
     return f"bash ({where}, timeout {timeout:g} s): {shown}"
-
-
-MAX_ARG_BYTES = 128 * 1024 - 1  # Linux MAX_ARG_STRLEN: one argv string, NUL included
 
 
 def check_command(command: str) -> None:
@@ -97,17 +86,15 @@ class Bash(Tool):
     def decode(self, arguments: Any) -> Any:
         try:
             return super().decode(arguments)
-        except InvalidArguments as exc:
+        except InvalidArguments:
             requested = arguments.get("timeout_seconds") if isinstance(arguments, dict) else None
-            if isinstance(requested, (int, float)) and requested > self.ceiling:
-                raise InvalidArguments(ceiling_message(requested, self.ceiling)) from exc
+            if isinstance(requested, (int, float)) and not isinstance(requested, bool):
+                check_timeout(requested, self.ceiling, "bash: timeout_seconds")  # its message names the setting
             raise
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         # the daemon builds a session's tools from its own config; an embedder may not: hold the session's
-        ceiling = float(ctx.config.tools.max_timeout_seconds)
-        if args.timeout_seconds > ceiling:
-            raise InvalidArguments(ceiling_message(args.timeout_seconds, ceiling))
+        check_timeout(args.timeout_seconds, ctx.config.tools.max_timeout_seconds, "bash: timeout_seconds")
         timeout = float(args.timeout_seconds)
         check_command(args.command)
         argv = [SHELL, "-lc", args.command]
@@ -131,14 +118,11 @@ class Bash(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         tools = ctx.config.tools
-        report = ctx.progress
-        hook = None if report is None else (lambda s: report(f"bash running for {s:.0f} s"))
         env = child_env(os.environ if self._env is None else self._env)
         try:
             result = await run_process(
                 plan.data, cwd=ctx.workspace, env=env, timeout=plan.timeout,
-                output_limit=tools.output_limit_bytes, progress=hook,
-                progress_interval=tools.progress_interval_seconds,
+                output_limit=tools.output_limit_bytes,
             )
         except OSError as exc:  # nothing started: a missing shell, bwrap or workspace
             raise Failed(f"bash: cannot start {plan.data[0]} in {ctx.workspace}: {exc.strerror or exc}") from exc

@@ -18,13 +18,12 @@ import enum
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable
+from typing import Any, ClassVar, Iterable
 
 import msgspec
 
 from ..errors import InvalidArguments, ScvError
 
-DEFAULT_DISPATCH_TIMEOUT = 15 * 60  # seed 003: DEFAULT_TOOL_TIMEOUT
 TIMEOUT_GRACE_SECONDS = 5.0  # a tool with its own deadline gets this much on top of it
 
 
@@ -94,7 +93,6 @@ class CallContext:
     sandbox: Any = None  # scvd.sandbox.Sandbox, or None when off
     services: dict[str, Any] = field(default_factory=dict)  # shared helpers (skills map, ...)
     turn: str | None = None  # the chat turn of the call, when it has one
-    progress: Callable[[str], None] | None = None
 
 
 class Tool(abc.ABC):
@@ -137,7 +135,19 @@ class Tool(abc.ABC):
             return None
         if self.flags.timeout is not None:
             return float(self.flags.timeout)
-        return float(getattr(config.tools, "default_timeout_seconds", DEFAULT_DISPATCH_TIMEOUT))
+        return float(config.tools.default_timeout_seconds)  # seed 003's DEFAULT_TOOL_TIMEOUT, 900 s
+
+
+def check_timeout(seconds: float | None, ceiling: float, what: str) -> None:
+    """The one timeout ceiling check (a call's, bash's, an agent's): above 0, at most tools.max_timeout_seconds."""
+    if seconds is None:
+        return
+    if not seconds > 0:
+        raise InvalidArguments(f"{what} {seconds:g} must be above 0 (e.g. 60)")
+    if seconds > ceiling:
+        raise InvalidArguments(
+            f"{what} {seconds:g} is above the ceiling of {ceiling:g} s (tools.max_timeout_seconds); "
+            f"ask for at most {ceiling:g}, or raise tools.max_timeout_seconds in config.toml")
 
 
 def _explain(exc: msgspec.ValidationError) -> str:
