@@ -445,7 +445,9 @@ def _release(run: _Run, exit_task: asyncio.Task) -> None:
         run.signal_all(signal.SIGKILL)
         _PENDING.add(exit_task)
         exit_task.add_done_callback(lambda t: (_PENDING.discard(t), _LEADERS.discard(run.pid)))
-    reap_orphans(run.last_scan)  # a slightly old scan is fine: WNOHANG on a live child is a no-op
+    # a fresh scan, not the run's last one: a process killed since that scan (an agent's helper,
+    # bwrap's child) is a zombie of ours by now and is reaped with its call, not at the next one
+    reap_orphans()
 
 
 _PENDING: set[asyncio.Task] = set()  # exit tasks that outlived their run (kept from GC)
