@@ -24,9 +24,7 @@ from ..adapters.env import is_removed
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout
 from ..process import child_env, run_process
 from ..secrets import SecretStore, missing_message
-from .contract import (
-    DEFAULT_DISPATCH_TIMEOUT, CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk,
-)
+from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk
 from .script_defs import ScriptDef, load_all
 
 log = logging.getLogger("scvd.tools.script")
@@ -57,7 +55,7 @@ class ScriptTool(Tool):
         """tool.json's timeout, else the dispatch default (seed 003: 15 minutes)."""
         if self.definition.spec.timeout is not None:
             return float(self.definition.spec.timeout)
-        return float(getattr(config.tools, "default_timeout_seconds", DEFAULT_DISPATCH_TIMEOUT))
+        return float(config.tools.default_timeout_seconds)
 
     def input_schema(self) -> dict[str, Any]:
         return self.definition.spec.parameters
