@@ -35,8 +35,13 @@ def ws(tmp_path: Path) -> Path:
 
 
 def call(ws: Path, arguments: dict, *, config: Config | None = None, env=None, sandbox=None):
-    """decode -> plan -> run, as the pipeline does (without the approval in between)."""
+    """decode -> plan -> run, as the pipeline does (without the approval in between).
+
+    The login shell gets a home without a profile unless `env` says otherwise: what this
+    machine's ~/.profile prints, or how long it takes, is not the tool's behaviour."""
     config = config or Config()
+    if env is None:
+        env = {**os.environ, "HOME": str(ws.parent)}
     tool = Bash(config, env=env)
     ctx = make_ctx(ws, config, sandbox)
     try:
