@@ -50,6 +50,7 @@ class ScriptTool(Tool):
         self.flags = ToolFlags(always_allow=spec.always_allow, concurrent=spec.concurrent,
                                system_use=spec.system_use, timeout=spec.timeout)
         self._validator: Any = None
+        self.withheld: frozenset[str] = frozenset()  # keys other script tools declare: never inherited
 
     def deadline(self, config: Any) -> float:
         """tool.json's timeout, else the dispatch default (seed 003: 15 minutes)."""
@@ -103,8 +104,8 @@ class ScriptTool(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         secrets = await asyncio.to_thread(self._secrets, ctx)
-        env = child_env(os.environ, remove=[k for k in os.environ if is_removed(k)],
-                        set={**secrets, "SCV_TOOL_DIR": str(self.definition.folder)})
+        remove = [k for k in os.environ if is_removed(k) or k in self.withheld]
+        env = child_env(os.environ, remove=remove, set={**secrets, "SCV_TOOL_DIR": str(self.definition.folder)})
         tools = ctx.config.tools
         try:
             result = await run_process(
@@ -157,9 +158,12 @@ class ScriptTool(Tool):
 def register_scripts(registry: Registry, paths: Any) -> None:
     """Add every valid script tool to `registry`; a bad one is logged once and kept as a load error."""
     definitions, failed = load_all(paths)
+    declared = frozenset(key for d in definitions for key in d.spec.secrets)
     for d in definitions:
+        tool = ScriptTool(d)
+        tool.withheld = declared - set(d.spec.secrets)  # another tool's secret in scvd's env stays there
         try:
-            registry.register(ScriptTool(d))
+            registry.register(tool)
         except ScvError as exc:  # a lint rule or a duplicate name: skip this one, keep the rest
             failed.append(LoadError(str(d.folder / "tool.json"), d.name, exc.message))
     for error in failed:

@@ -193,6 +193,7 @@ def test_sighup_reloads_the_definitions_and_a_workspace_cannot_add_tools(make_da
 
 # --- secrets in script tools ------------------------------------------------------------------
 
+NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
 SHOWS_TOKEN = """#!/bin/bash
 cat >/dev/null
 python3 -c 'import hashlib,json,os; v=os.environ.get("API_TOKEN"); print(json.dumps({"sha256": v and hashlib.sha256(v.encode()).hexdigest(), "leaked": sorted(k for k in os.environ if k.endswith("_API_KEY") or k.startswith(("SCV_HOME","OPENAI_")))}))'
@@ -212,6 +213,18 @@ def test_scvctl_secrets_set_then_the_script_gets_it_in_its_environment(make_daem
     assert done.ok, done.error
     assert done.result["sha256"] == hashlib.sha256(b"tok-123").hexdigest()
     assert done.result["leaked"] == []  # scrubbed like an agent's environment
+
+
+def test_a_secret_another_tool_declares_is_not_inherited_from_scvds_environment(make_daemon, scv_home, workspace):
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only")  # declares nothing
+    make_tool(scv_home, "other", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env={"API_TOKEN": "for-other-only", **NO_KEYRING})
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        mine = c.call(sid, "script_token", {"text": "x"})
+        theirs = c.call(sid, "script_other", {"text": "x"})
+    assert mine.ok and mine.result["sha256"] is None
+    assert theirs.ok and theirs.result["sha256"] == hashlib.sha256(b"for-other-only").hexdigest()
 
 
 def test_a_missing_secret_is_credential_missing_before_the_script_starts(make_daemon, scv_home, workspace, tmp_path):
