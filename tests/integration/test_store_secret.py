@@ -193,3 +193,25 @@ def test_a_watcher_that_arrives_later_is_asked_too_and_the_first_answer_wins(set
             early.request(p.SecretProvide, request_id=first.request_id, value="too late")
         told = wait_event(early, lambda e: isinstance(e, p.SecretResolved))
         assert told.state == "stored" and "late" in told.decided_by
+
+
+def test_with_a_keyring_the_daemon_stores_there_and_the_script_reads_it_back(make_daemon, scv_home, workspace,
+                                                                              tmp_path):
+    """keyrings.alt's file backend, chosen as a user would (PYTHON_KEYRING_BACKEND): no mocks."""
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    data = tmp_path / "xdg-data"
+    d = make_daemon(home=scv_home, env={"PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring",
+                                        "XDG_DATA_HOME": str(data), "XDG_CONFIG_HOME": str(tmp_path / "xdg-config")})
+    with d.client(name="agent") as agent, d.client(name="person") as watcher:
+        watcher.request(p.ApprovalsWatch)
+        sid = agent.open_session(workspace)
+        call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+        watcher.request(p.SecretProvide, request_id=secret_requested(watcher, "API_TOKEN").request_id, value=VALUE)
+        done = agent.wait_call(call_id)
+        assert done.ok and done.result["where"] == "keyring", done
+        again = agent.call(sid, "script_token", {"text": "x"})
+        assert again.ok and again.result["sha256"] == hashlib.sha256(VALUE.encode()).hexdigest()
+    assert (data / "python_keyring" / "keyring_pass.cfg").exists()
+    index = (d.home / "secrets.toml").read_text()
+    assert "API_TOKEN" in index and VALUE not in index  # only the name, for `scvctl secrets list`
+    assert "secret store: keyring keyrings.alt.file.PlaintextKeyring" in d.log()
