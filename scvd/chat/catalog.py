@@ -1,0 +1,107 @@
+"""The tools a conversation offers the model, and the loop's own two: find_tools and ask_user.
+
+Seed 003's lazy schemas: the model gets full schemas only for a fixed core
+(find_tools, ask_user) and for tools this conversation already loaded; every
+other tool appears by name in the instructions. find_tools answers from the
+catalog here, with no call through the pipeline: it only reads the tool list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Iterable, Literal
+
+import msgspec
+
+from ..tools.contract import inline_schema
+from .items import ToolSpec
+
+FIND_TOOLS = "find_tools"
+ASK_USER = "ask_user"
+SEARCH_LIMIT = 8  # schemas one search loads at most; the rest stay names
+
+
+class FindToolsArgs(msgspec.Struct, forbid_unknown_fields=True):
+    query: Annotated[str, msgspec.Meta(
+        description="Words to match in tool names and descriptions, e.g. 'write file'")] = ""
+    mode: Annotated[Literal["list", "search"], msgspec.Meta(
+        description="search loads the schemas of the best matches; list only names tools, e.g. list")] = "search"
+    include_system: Annotated[bool, msgspec.Meta(
+        description="Also show internal bookkeeping tools, e.g. true when looking for store_secret")] = False
+
+
+class AskUserArgs(msgspec.Struct, forbid_unknown_fields=True):
+    question: Annotated[str, msgspec.Meta(
+        description="The question for the person, e.g. 'Which branch should I deploy?'")]
+
+
+CORE = (
+    ToolSpec(FIND_TOOLS, "Find tools by name or purpose and load their schemas.\n"
+             "Use when a tool is listed by name only, before calling it; ask_user for questions.\n"
+             "Precondition: none.", inline_schema(FindToolsArgs)),
+    ToolSpec(ASK_USER, "Ask the person a question and wait for the answer.\n"
+             "Use when a choice or a fact only the person knows blocks the work.\n"
+             "Precondition: none; it waits without a time limit.", inline_schema(AskUserArgs)),
+)
+CORE_NAMES = frozenset(spec.name for spec in CORE)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One tool of the session's registry, as the loop needs it."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    system_use: bool = False
+    background: bool = False
+
+
+class Catalog:
+    """The tools one conversation may use (all, or the names chat.open allowed)."""
+
+    def __init__(self, entries: Iterable[Entry]) -> None:
+        self.entries = {e.name: e for e in entries if e.name not in CORE_NAMES}
+
+    @classmethod
+    def from_registry(cls, registry: Any, allowed: str | list[str] = "all") -> Catalog:
+        tools = registry.visible(include_system=True)
+        if allowed != "all":
+            tools = [t for t in tools if t.name in set(allowed)]
+        return cls(Entry(t.name, t.description, t.input_schema(), t.flags.system_use, t.flags.background)
+                   for t in tools)
+
+    def specs(self, loaded: set[str]) -> list[ToolSpec]:
+        """Full schemas: the core, then the loaded tools in name order (a stable request)."""
+        return list(CORE) + [ToolSpec(e.name, e.description, e.schema)
+                             for n, e in sorted(self.entries.items()) if n in loaded]
+
+    def by_name(self, loaded: set[str]) -> list[str]:
+        """Tools the model sees only by name."""
+        return sorted(n for n, e in self.entries.items() if n not in loaded and not e.system_use)
+
+    def find(self, args: FindToolsArgs) -> tuple[list[dict[str, str]], list[str]]:
+        """Matches as {name, description}, and the names whose schemas this loads."""
+        pool = [e for e in self.entries.values() if args.include_system or not e.system_use]
+        words = args.query.lower().split()
+        if words:
+            scored = [(_score(e, words), e.name, e) for e in pool]
+            pool = [e for score, _, e in sorted(scored, key=lambda s: (-s[0], s[1])) if score > 0]
+        else:
+            pool.sort(key=lambda e: e.name)
+        found = [{"name": e.name, "description": e.description} for e in pool]
+        load = [] if args.mode == "list" else [e.name for e in pool[:SEARCH_LIMIT]]
+        return found, load
+
+
+def _score(entry: Entry, words: list[str]) -> int:
+    name, text = entry.name.lower(), entry.description.lower()
+    return sum(10 if w == name else 3 if w in name else 1 if w in text else 0 for w in words)
+
+
+def instructions(system_prompt: str, names: list[str]) -> str:
+    """The system prompt plus the per-turn list of tools the model knows only by name."""
+    listing = ", ".join(names) if names else "none"
+    tail = (f"Tools available by name only: {listing}. Call {FIND_TOOLS} to load a tool's schema "
+            "before calling it; a call without a loaded schema only loads it.")
+    return f"{system_prompt.rstrip()}\n\n{tail}" if system_prompt.strip() else tail

@@ -1,0 +1,304 @@
+"""The turn engine: model replies and tool results in, the next actions out. No I/O.
+
+A `Conversation` is the state across turns (history, loaded schemas); a `Turn`
+drives one turn of it. The caller (service.py) performs the actions and feeds
+back what happened:
+
+    turn.start(text)              -> [CallModel]
+    turn.on_reply(text, calls, u) -> [RunTool..., AskUser...] | [CallModel] | [Finish] | [Fail]
+    turn.on_result(call_id, ...)  -> [] until the step's last result, then [CallModel] | [Fail]
+    turn.on_answer(call_id, text) -> the same as on_result
+    turn.cancel(reason)           -> the turn ends; unanswered calls get a cancelled output
+
+Rules:
+- A step's outputs are appended together, in the order of the calls, once the
+  last one is in, so a call and its output are never apart in the history.
+- find_tools, a call to a tool whose schema is not loaded, bad JSON arguments
+  and tools outside the conversation's set are answered here, not run.
+- A `background` tool's output is a placeholder; its result becomes a user-side
+  note before the next request (of this turn, or the next turn).
+- At most `max_steps` model requests per turn; then the turn fails (step_limit).
+- Each request is trimmed to `context_tokens`; if it cannot fit: context_limit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from . import catalog as cat, trim as trim_mod
+from .items import (AssistantReply, Cleared, ModelRequest, Opened, Record, SchemasLoaded, ToolCall,
+                    ToolOutput, TurnEnded, Usage, UserText)
+
+BACKGROUND_NOTE = "started in the background; its result will be handed to you when it arrives"
+
+
+# --- actions --------------------------------------------------------------------------
+
+
+@dataclass
+class CallModel:
+    request: ModelRequest
+
+
+@dataclass
+class RunTool:
+    call: ToolCall
+    arguments: dict[str, Any]
+    background: bool = False  # its result goes to Conversation.background_result, not on_result
+
+
+@dataclass
+class AskUser:
+    call_id: str
+    question: str
+
+
+@dataclass
+class Finish:
+    text: str
+    usage: dict[str, int]
+
+
+@dataclass
+class Fail:
+    reason: str  # provider_error | auth | step_limit | context_limit | cancelled_by_shutdown
+    message: str
+    hint: str | None = None
+
+
+# --- state ------------------------------------------------------------------------------
+
+
+@dataclass
+class Conversation:
+    """A conversation's history and loaded schemas; `records` collects what to append to disk."""
+
+    settings: Opened
+    history: list[Any] = field(default_factory=list)
+    loaded: set[str] = field(default_factory=set)
+    notes: list[UserText] = field(default_factory=list)  # background results not yet in history
+    records: list[Record] = field(default_factory=list)
+
+    @classmethod
+    def replay(cls, records: list[Any]) -> Conversation:
+        """Rebuild from a transcript; a call left without output (a crash) gets a cancelled one."""
+        opened = next((r for r in records if isinstance(r, Opened)), None)
+        if opened is None:
+            raise ValueError("transcript has no `open` record")
+        conv = cls(settings=opened)
+        for rec in records:
+            if isinstance(rec, Cleared):
+                conv.history, conv.loaded = [], set()
+            elif isinstance(rec, SchemasLoaded):
+                conv.loaded.update(rec.names)
+            elif isinstance(rec, (UserText, AssistantReply, ToolOutput)):
+                conv.history.append(rec)
+        conv.close_open_calls("scvd stopped before this call finished")
+        return conv
+
+    def append(self, record: Record) -> None:
+        if isinstance(record, (UserText, AssistantReply, ToolOutput)):
+            self.history.append(record)
+        self.records.append(record)
+
+    def take_records(self) -> list[Record]:
+        taken, self.records = self.records, []
+        return taken
+
+    def load(self, names: list[str]) -> None:
+        new = sorted(set(names) - self.loaded)
+        if new:
+            self.loaded.update(new)
+            self.append(SchemasLoaded(names=new))
+
+    def clear(self) -> None:
+        self.history, self.loaded, self.notes = [], set(), []
+        self.records.append(Cleared())
+
+    def background_result(self, call: ToolCall, output: str) -> None:
+        """A background call finished: the model reads it before its next request."""
+        self.notes.append(UserText(text=f"[result of background call {call.call_id} ({call.name})]: {output}"))
+
+    def flush_notes(self, turn: str) -> None:
+        for note in self.notes:
+            self.append(UserText(text=note.text, turn=turn))
+        self.notes = []
+
+    def close_open_calls(self, why: str, turn: str = "") -> None:
+        """Give every call without an output a cancelled one, so the history stays well-formed."""
+        answered = {i.call_id for i in self.history if isinstance(i, ToolOutput)}
+        for item in list(self.history):
+            if isinstance(item, AssistantReply):
+                for call in item.calls:
+                    if call.call_id not in answered:
+                        self.append(ToolOutput(call_id=call.call_id, name=call.name,
+                                               output=error_output("cancelled", why), turn=turn))
+
+
+def ok_output(result: Any) -> str:
+    return msgspec.json.encode({"ok": True, "result": result}).decode()
+
+
+def error_output(kind: str, message: str, hint: str | None = None) -> str:
+    error = {"kind": kind, "message": message, **({"hint": hint} if hint else {})}
+    return msgspec.json.encode({"ok": False, "error": error}).decode()
+
+
+# --- one turn -----------------------------------------------------------------------------
+
+
+class Turn:
+    """One turn of a conversation; see the module docstring for the protocol."""
+
+    def __init__(self, conv: Conversation, catalog: cat.Catalog, turn_id: str, *,
+                 max_steps: int, context_tokens: int) -> None:
+        self.conv, self.catalog, self.id = conv, catalog, turn_id
+        self.max_steps, self.context_tokens = max_steps, context_tokens
+        self.steps = 0
+        self.usage = Usage()
+        self.outputs: dict[str, str | None] = {}  # this step's call_id -> output (None: waiting)
+        self.calls: dict[str, ToolCall] = {}
+        self.done = False
+
+    def start(self, text: str) -> list[Any]:
+        self.conv.append(UserText(text=text, turn=self.id))
+        return self._next_request()
+
+    def on_reply(self, text: str, calls: list[ToolCall], usage: Usage) -> list[Any]:
+        self.usage = Usage(self.usage.input_tokens + usage.input_tokens,
+                           self.usage.output_tokens + usage.output_tokens)
+        self.conv.append(AssistantReply(text=text, calls=calls, turn=self.id))
+        if not calls:
+            return self._end(Finish(text=text, usage=self.usage_dict()), "completed")
+        self.outputs = {c.call_id: None for c in calls}
+        self.calls = {c.call_id: c for c in calls}
+        actions: list[Any] = []
+        for call in calls:
+            actions += self._dispatch(call)
+        return actions + self._step_done()
+
+    def on_result(self, call_id: str, ok: bool, result: Any = None, error: Any = None) -> list[Any]:
+        if error is not None:
+            output = error_output(error.kind, error.message, getattr(error, "hint", None))
+        else:
+            output = ok_output(result)
+        return self._answer(call_id, output)
+
+    def on_answer(self, call_id: str, answer: str) -> list[Any]:
+        return self._answer(call_id, ok_output({"answer": answer}))
+
+    def cancel(self, why: str) -> None:
+        """The turn stops here (turn.cancel, shutdown): unanswered calls get a cancelled output."""
+        self._stop(why, "cancelled", "")
+
+    def fail(self, reason: str, message: str, hint: str | None = None) -> Fail:
+        """The turn cannot go on (the provider failed, a limit): it ends with `reason`."""
+        self._stop(message, "failed", reason)
+        return Fail(reason, message, hint)
+
+    def usage_dict(self) -> dict[str, int]:
+        u = self.usage
+        return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+                "total_tokens": u.input_tokens + u.output_tokens, "requests": self.steps}
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _dispatch(self, call: ToolCall) -> list[Any]:
+        """What one requested call becomes: an action, or an answer given here at once."""
+        try:
+            args = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            args = exc
+        if not isinstance(args, dict):
+            return self._local(call, error_output(
+                "invalid_arguments", f"arguments of {call.name} must be a JSON object; got {call.arguments[:200]!r}"))
+        if call.name == cat.FIND_TOOLS:
+            return self._find_tools(call, args)
+        if call.name == cat.ASK_USER:
+            try:
+                question = msgspec.convert(args, cat.AskUserArgs).question
+            except msgspec.ValidationError as exc:
+                return self._local(call, error_output("invalid_arguments", f"ask_user: {exc}"))
+            return [AskUser(call.call_id, question)]
+        entry = self.catalog.entries.get(call.name)
+        if entry is None:
+            known = ", ".join(sorted(self.catalog.entries)) or "none"
+            return self._local(call, error_output(
+                "unknown_tool", f"no tool named {call.name!r} in this conversation; tools: {known}"))
+        if call.name not in self.conv.loaded:
+            self.conv.load([call.name])
+            return self._local(call, ok_output({"schema_loaded": call.name,
+                                                "note": "the schema is loaded now; call the tool again"}))
+        if entry.background:
+            self.outputs[call.call_id] = ok_output({"background": True, "status": BACKGROUND_NOTE})
+        return [RunTool(call, args, entry.background)]
+
+    def _find_tools(self, call: ToolCall, args: dict[str, Any]) -> list[Any]:
+        try:
+            parsed = msgspec.convert(args, cat.FindToolsArgs)
+        except msgspec.ValidationError as exc:
+            return self._local(call, error_output("invalid_arguments", f"find_tools: {exc}"))
+        found, load = self.catalog.find(parsed)
+        self.conv.load(load)
+        return self._local(call, ok_output({"tools": found, "schemas_loaded": load}))
+
+    def _local(self, call: ToolCall, output: str) -> list[Any]:
+        self.outputs[call.call_id] = output
+        return []
+
+    def _answer(self, call_id: str, output: str) -> list[Any]:
+        if self.done or self.outputs.get(call_id, "") is not None:  # not waited for (any more)
+            return []
+        self.outputs[call_id] = output
+        return self._step_done()
+
+    def _step_done(self) -> list[Any]:
+        if any(o is None for o in self.outputs.values()):
+            return []
+        self._flush_outputs()
+        return self._next_request()
+
+    def _flush_outputs(self) -> None:
+        for call_id, output in self.outputs.items():
+            if output is not None and not self._has_output(call_id):
+                call = self.calls[call_id]
+                self.conv.append(ToolOutput(call_id=call_id, name=call.name, output=output, turn=self.id))
+
+    def _has_output(self, call_id: str) -> bool:
+        return any(isinstance(i, ToolOutput) and i.call_id == call_id for i in reversed(self.conv.history))
+
+    def _next_request(self) -> list[Any]:
+        if self.steps >= self.max_steps:
+            return [self.fail("step_limit", f"the model asked for tools after {self.steps} requests in one turn "
+                              "(chat.max_steps); the turn stopped", "raise chat.max_steps or split the task")]
+        self.conv.flush_notes(self.id)
+        tools = self.catalog.specs(self.conv.loaded)
+        instructions = cat.instructions(self.conv.settings.system_prompt, self.catalog.by_name(self.conv.loaded))
+        budget = self.context_tokens - trim_mod.estimate(instructions) - trim_mod.estimate(tools)
+        items = trim_mod.trim(self.conv.history, budget)
+        if items is None:
+            return [self.fail("context_limit", f"the conversation does not fit chat.context_tokens "
+                              f"({self.context_tokens}) even after trimming", "start a new conversation "
+                              "(chat.clear or /clear) or raise chat.context_tokens")]
+        self.steps += 1
+        return [CallModel(ModelRequest(instructions=instructions, items=items, tools=tools))]
+
+    def _stop(self, why: str, status: str, reason: str) -> None:
+        if self.done:
+            return
+        for call_id, output in self.outputs.items():
+            if output is None:
+                self.outputs[call_id] = error_output("cancelled", why)
+        self._flush_outputs()
+        self.conv.close_open_calls(why, self.id)
+        self.done = True
+        self.conv.append(TurnEnded(turn=self.id, status=status, usage=self.usage_dict(), reason=reason))
+
+    def _end(self, action: Any, status: str) -> list[Any]:
+        self.done = True
+        self.conv.append(TurnEnded(turn=self.id, status=status, usage=self.usage_dict()))
+        return [action]

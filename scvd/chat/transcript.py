@@ -1,0 +1,73 @@
+"""A conversation's transcript: append-only JSON lines, 0600, under `<state dir>/chat/`.
+
+One file per conversation, named by its id. Lines are the Records of items.py;
+nothing is ever rewritten (chat.clear appends a `clear` record). A torn last
+line (scvd killed mid-write) is skipped when the file is read back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import Any, Iterable
+
+import msgspec
+
+from .. import errors
+from ..paths import FILE_MODE, ensure_private_dir
+from .items import AnyRecord
+
+log = logging.getLogger("scvd.chat")
+
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(AnyRecord)
+
+
+def new_id() -> str:
+    return f"k{secrets.token_hex(8)}"
+
+
+class Transcripts:
+    """The directory of transcripts."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, conversation: str) -> Path:
+        if not ID_RE.match(conversation):
+            raise errors.InvalidRequest(
+                f"conversation {conversation[:80]!r} is not an id scvd gave out (letters, digits, _ and -)")
+        return self.root / f"{conversation}.jsonl"
+
+    def exists(self, conversation: str) -> bool:
+        return self.path(conversation).is_file()
+
+    def append(self, conversation: str, records: Iterable[Any]) -> None:
+        data = b"".join(_encoder.encode(r) + b"\n" for r in records)
+        if not data:
+            return
+        ensure_private_dir(self.root)
+        fd = os.open(self.path(conversation), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            os.write(fd, data)  # one write per batch: a crash tears at most the last line
+        finally:
+            os.close(fd)
+
+    def read(self, conversation: str) -> list[Any]:
+        path = self.path(conversation)
+        try:
+            lines = path.read_bytes().splitlines()
+        except FileNotFoundError:
+            raise errors.InvalidRequest(
+                f"no conversation {conversation!r}; open one without `conversation` to start it") from None
+        records = []
+        for number, line in enumerate(lines, 1):
+            try:
+                records.append(_decoder.decode(line))
+            except msgspec.DecodeError:
+                log.warning("%s line %d is unreadable; skipped", path, number)
+        return records

@@ -1,0 +1,176 @@
+"""The turn engine without HTTP or sockets: model replies and tool results in, actions out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scvd.chat import catalog as cat
+from scvd.chat.engine import (AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn)
+from scvd.chat.items import AssistantReply, Opened, ToolCall, ToolOutput, TurnEnded, Usage, UserText
+from scvd.errors import Denied
+from scvd.tools.contract import ToolFlags, ToolRisk, lint
+
+
+def catalog() -> cat.Catalog:
+    return cat.Catalog([
+        cat.Entry("read", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}}),
+        cat.Entry("write", "Write a file.", {"type": "object"}),
+        cat.Entry("store_secret", "Store a secret.", {"type": "object"}, system_use=True),
+        cat.Entry("watch", "Watch in the background.", {"type": "object"}, background=True),
+    ])
+
+
+def turn(conv: Conversation | None = None, **kw) -> Turn:
+    conv = conv or Conversation(settings=Opened(workspace="/ws", system_prompt="Be brief."))
+    return Turn(conv, catalog(), "t1", max_steps=kw.pop("max_steps", 8),
+                context_tokens=kw.pop("context_tokens", 100_000))
+
+
+def call(call_id: str, name: str, **args) -> ToolCall:
+    return ToolCall(call_id=call_id, name=name, arguments=json.dumps(args))
+
+
+def output(t: Turn, call_id: str) -> dict:
+    item = next(i for i in t.conv.history if isinstance(i, ToolOutput) and i.call_id == call_id)
+    return json.loads(item.output)
+
+
+def test_text_only_reply_finishes_with_usage():
+    t = turn()
+    [first] = t.start("hi")
+    assert isinstance(first, CallModel)
+    assert [s.name for s in first.request.tools] == ["find_tools", "ask_user"]
+    assert "read, watch, write" in first.request.instructions and "store_secret" not in first.request.instructions
+    assert first.request.instructions.startswith("Be brief.")
+    [done] = t.on_reply("hello", [], Usage(10, 2))
+    assert done == Finish("hello", {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12, "requests": 1})
+    assert isinstance(t.conv.records[-1], TurnEnded) and t.conv.records[-1].status == "completed"
+
+
+def test_unloaded_tool_loads_its_schema_and_asks_for_a_second_call():
+    t = turn()
+    t.start("read it")
+    [again] = t.on_reply("", [call("c1", "read", path="a")], Usage())
+    assert output(t, "c1")["result"]["schema_loaded"] == "read"
+    assert "read" in [s.name for s in again.request.tools]
+    [run] = t.on_reply("", [call("c2", "read", path="a")], Usage())
+    assert isinstance(run, RunTool) and run.arguments == {"path": "a"}
+    [final] = t.on_result("c2", True, {"text": "A"})
+    assert isinstance(final, CallModel)
+    assert output(t, "c2") == {"ok": True, "result": {"text": "A"}}
+
+
+def test_find_tools_search_loads_matches_and_list_loads_nothing():
+    t = turn()
+    t.start("x")
+    [nxt] = t.on_reply("", [call("c1", "find_tools", query="write", mode="list")], Usage())
+    assert output(t, "c1")["result"]["tools"][0]["name"] == "write"
+    assert t.conv.loaded == set()
+    [nxt] = t.on_reply("", [call("c2", "find_tools", query="write file")], Usage())
+    assert output(t, "c2")["result"]["schemas_loaded"][0] == "write"
+    assert "write" in [s.name for s in nxt.request.tools]
+    hidden = t.catalog.find(cat.FindToolsArgs(query="secret"))[0]
+    shown = t.catalog.find(cat.FindToolsArgs(query="secret", include_system=True))[0]
+    assert hidden == [] and shown[0]["name"] == "store_secret"
+
+
+def test_a_denial_goes_back_to_the_model_with_its_kind():
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"write"})
+    t = turn(conv)
+    t.start("write it")
+    [run] = t.on_reply("", [call("c1", "write")], Usage())
+    [nxt] = t.on_result("c1", False, error=Denied("approval a1 was denied by me"))
+    body = [i for i in nxt.request.items if isinstance(i, ToolOutput)][-1]
+    assert json.loads(body.output)["error"] == {"kind": "denied", "message": "approval a1 was denied by me"}
+
+
+def test_all_calls_of_a_step_run_and_outputs_keep_call_order():
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"read"})
+    t = turn(conv)
+    t.start("x")
+    actions = t.on_reply("", [call("c1", "read", path="1"), call("c2", "read", path="2")], Usage())
+    assert [a.call.call_id for a in actions] == ["c1", "c2"]
+    assert t.on_result("c2", True, 2) == []
+    [nxt] = t.on_result("c1", True, 1)
+    outputs = [i.call_id for i in nxt.request.items if isinstance(i, ToolOutput)]
+    assert outputs == ["c1", "c2"]
+
+
+def test_ask_user_waits_for_the_answer():
+    t = turn()
+    t.start("x")
+    [ask] = t.on_reply("", [call("q1", "ask_user", question="which?")], Usage())
+    assert ask == AskUser("q1", "which?")
+    [nxt] = t.on_answer("q1", "the blue one")
+    assert output(t, "q1")["result"] == {"answer": "the blue one"}
+
+
+def test_background_result_becomes_a_note_before_the_next_request():
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"watch"})
+    t = turn(conv)
+    t.start("x")
+    run, nxt = t.on_reply("", [call("b1", "watch")], Usage())
+    assert run.background and isinstance(nxt, CallModel)
+    assert output(t, "b1")["result"]["background"] is True
+    conv.background_result(run.call, '{"ok": true}')
+    [again] = t.on_reply("", [call("c9", "find_tools", query="x", mode="list")], Usage())
+    assert any(isinstance(i, UserText) and "background call b1" in i.text for i in again.request.items)
+
+
+def test_step_limit_fails_the_turn_and_closes_its_calls():
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"read"})
+    t = turn(conv, max_steps=2)
+    t.start("x")
+    t.on_reply("", [call("c1", "read")], Usage())
+    [nxt] = t.on_result("c1", True, 1)
+    t.on_reply("", [call("c2", "read")], Usage())
+    [fail] = t.on_result("c2", True, 2)
+    assert isinstance(fail, Fail) and fail.reason == "step_limit" and "chat.max_steps" in fail.message
+    assert conv.records[-1].status == "failed" and conv.records[-1].reason == "step_limit"
+
+
+def test_cancel_gives_waiting_calls_a_cancelled_output():
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"read"})
+    t = turn(conv)
+    t.start("x")
+    t.on_reply("", [call("c1", "read")], Usage())
+    t.cancel("turn.cancel")
+    assert output(t, "c1")["error"]["kind"] == "cancelled"
+    assert t.on_result("c1", True, 1) == []  # a late result is ignored
+
+
+def test_bad_arguments_and_unknown_tools_are_answered_without_running():
+    t = turn()
+    t.start("x")
+    actions = t.on_reply("", [ToolCall("c1", "read", "{nope"), call("c2", "rm_rf")], Usage())
+    assert all(isinstance(a, CallModel) for a in actions)
+    assert output(t, "c1")["error"]["kind"] == "invalid_arguments"
+    assert output(t, "c2")["error"]["kind"] == "unknown_tool"
+
+
+def test_context_limit_fails_when_nothing_fits():
+    t = turn(context_tokens=50)
+    [fail] = t.start("x" * 4000)
+    assert isinstance(fail, Fail) and fail.reason == "context_limit"
+
+
+def test_replay_rebuilds_and_closes_calls_a_crash_left_open():
+    records = [Opened(workspace="/ws"), UserText(text="hi"), AssistantReply(calls=[ToolCall("c1", "read")])]
+    conv = Conversation.replay(records)
+    assert json.loads(conv.history[-1].output)["error"]["kind"] == "cancelled"
+
+
+def test_the_loops_own_tools_follow_the_design_rules():
+    class Spec:
+        risk, flags = ToolRisk.READ_ONLY, ToolFlags()
+
+        def __init__(self, spec):
+            self.name, self.description, self.schema = spec.name, spec.description, spec.parameters
+
+        def input_schema(self):
+            return self.schema
+
+    for spec in cat.CORE:
+        lint(Spec(spec))  # raises naming the rule broken
