@@ -90,6 +90,27 @@ class AdapterConfig(Section):
     effort_args: list[str] | None = None
 
 
+class ProviderConfig(Section):
+    """A model provider for chat turns (`[providers.NAME]`)."""
+
+    model: str
+    base_url: str = ""  # empty: https://api.openai.com/v1
+    wire_api: Literal["responses", "chat"] = "responses"
+    api_key_secret: str | None = None  # a key in the secret store (`scvctl secrets set KEY`)
+    api_key_env: str | None = None  # else a variable of scvd's environment
+    timeout_seconds: PositiveFloat = 600.0
+    max_output_tokens: PositiveInt | None = None
+
+
+class ChatConfig(Section):
+    """Chat turns: the default provider and the loop's limits."""
+
+    provider: str = "codex"  # a [providers.NAME], or "codex": the imported Codex setup
+    max_steps: PositiveInt = 32
+    context_tokens: Annotated[int, msgspec.Meta(ge=1000)] = 128_000
+    system_prompt: str = ""
+
+
 class Config(Section):
     """The whole configuration of an instance."""
 
@@ -101,6 +122,8 @@ class Config(Section):
     sandbox: SandboxConfig = msgspec.field(default_factory=SandboxConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     adapters: dict[str, AdapterConfig] = {}
+    providers: dict[str, ProviderConfig] = {}
+    chat: ChatConfig = msgspec.field(default_factory=ChatConfig)
 
 
 class Loaded(msgspec.Struct):
@@ -147,8 +170,9 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
     if unknown:  # msgspec names the table; the key path is more use
         key = f"{key}.{unknown.group(1)}" if key else unknown.group(1)
         msg = "unknown key (docs/configuration.md lists every key)"
-    if key.startswith("adapters[...]"):  # msgspec does not say which table of the dict
-        key = f"adapters.{_bad_adapter(raw)}" + key[len("adapters[...]"):]
+    for table, struct in (("adapters", AdapterConfig), ("providers", ProviderConfig)):
+        if key.startswith(f"{table}[...]"):  # msgspec does not say which table of the dict
+            key = f"{table}.{_bad_table(raw, table, struct)}" + key[len(table) + 5:]
     return f"{_place(path, key, sources)}: {key}: {msg}"
 
 
@@ -159,10 +183,10 @@ def _place(path: Path, key: str, sources: Mapping[str, str]) -> str:
     return f"{path}" if origin == "file" else f"{origin} (over {path})"
 
 
-def _bad_adapter(raw: Mapping[str, Any]) -> str:
-    for name, table in (raw.get("adapters") or {}).items():
+def _bad_table(raw: Mapping[str, Any], section: str, struct: type) -> str:
+    for name, table in (raw.get(section) or {}).items():
         try:
-            msgspec.convert(table, AdapterConfig)
+            msgspec.convert(table, struct)
         except msgspec.ValidationError:
             return name
     return "<name>"

@@ -1,0 +1,169 @@
+"""The real providers: the official `openai` client over the Responses API or Chat Completions.
+
+The client does the HTTP, the SSE parsing and the retries (429, 5xx and lost
+connections, with backoff, honouring Retry-After); this module only translates
+history items to the wire API and stream events back, and maps errors to
+ProviderFailure. Imported only when a turn runs, so the idle daemon never loads openai.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+import openai
+
+from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
+from .provider import ProviderFailure, Settings
+
+
+class _Base:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        s = self.settings
+        try:
+            # a client per request: nothing stays open between requests or after a cancel
+            async with openai.AsyncOpenAI(api_key=s.api_key, base_url=s.base_url, timeout=s.timeout_seconds,
+                                          max_retries=s.max_retries) as client:
+                async for event in self._events(client, request):
+                    yield event
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise ProviderFailure("auth", f"{self._where()} refused the API key ({exc.status_code}): "
+                                  f"{_detail(exc)}", self.settings.auth_hint()) from None
+        except openai.APIStatusError as exc:
+            raise ProviderFailure("provider_error", f"{self._where()} answered {exc.status_code}: "
+                                  f"{_detail(exc)}") from None
+        except openai.APITimeoutError:
+            raise ProviderFailure("provider_error", f"{self._where()} did not answer within "
+                                  f"{self.settings.timeout_seconds:g} s (timeout_seconds)") from None
+        except openai.APIConnectionError as exc:
+            raise ProviderFailure("provider_error", f"cannot reach {self._where()}: {exc}",
+                                  f"check providers.{self.settings.name}.base_url") from None
+        except openai.APIError as exc:  # an error event inside the stream
+            raise ProviderFailure("provider_error", f"{self._where()} failed mid-answer: {exc.message}") from None
+
+    def _where(self) -> str:
+        return f"provider {self.settings.name!r} ({self.settings.base_url})"
+
+    def _events(self, client: openai.AsyncOpenAI, request: ModelRequest) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+
+def _detail(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        body = body.get("error", body)
+        if isinstance(body, dict):
+            return str(body.get("message") or body)[:300]
+    return str(exc.message)[:300]
+
+
+class ResponsesProvider(_Base):
+    """`wire_api = "responses"`."""
+
+    async def _events(self, client: openai.AsyncOpenAI, request: ModelRequest) -> AsyncIterator[Any]:
+        s = self.settings
+        extra = {"max_output_tokens": s.max_output_tokens} if s.max_output_tokens else {}
+        stream = await client.responses.create(
+            model=s.model, instructions=request.instructions, input=responses_input(request.items),
+            tools=[{"type": "function", "name": t.name, "description": t.description,
+                    "parameters": t.parameters, "strict": False} for t in request.tools],
+            stream=True, store=False, **extra)
+        try:
+            async for event in stream:
+                kind = event.type
+                if kind == "response.output_text.delta":
+                    yield TextDelta(event.delta)
+                elif kind == "response.output_item.done" and event.item.type == "function_call":
+                    item = event.item
+                    yield CallRequested(ToolCall(item.call_id, item.name, item.arguments or "{}"))
+                elif kind == "response.completed":
+                    u = event.response.usage
+                    yield ReplyDone(Usage(u.input_tokens, u.output_tokens) if u else Usage())
+                    return
+                elif kind in ("response.failed", "response.incomplete", "error"):
+                    raise ProviderFailure("provider_error", f"{self._where()} ended the answer: {_why(event)}")
+        finally:
+            await stream.close()
+
+
+def _why(event: Any) -> str:
+    response = getattr(event, "response", None)
+    error = getattr(response, "error", None) or getattr(event, "message", None)
+    details = getattr(response, "incomplete_details", None)
+    return str(getattr(error, "message", error) or getattr(details, "reason", None) or event.type)
+
+
+def responses_input(items: list[Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, AssistantReply):
+            if item.text:
+                out.append({"role": "assistant", "content": item.text})
+            out += [{"type": "function_call", "call_id": c.call_id, "name": c.name, "arguments": c.arguments}
+                    for c in item.calls]
+        elif isinstance(item, ToolOutput):
+            out.append({"type": "function_call_output", "call_id": item.call_id, "output": item.output})
+        else:
+            out.append({"role": "user", "content": item.text})
+    return out
+
+
+class ChatProvider(_Base):
+    """`wire_api = "chat"`: Chat Completions, for OpenAI-compatible servers (vLLM, llama.cpp, Ollama)."""
+
+    async def _events(self, client: openai.AsyncOpenAI, request: ModelRequest) -> AsyncIterator[Any]:
+        s = self.settings
+        extra: dict[str, Any] = {"max_tokens": s.max_output_tokens} if s.max_output_tokens else {}
+        if request.tools:
+            extra["tools"] = [{"type": "function", "function": {
+                "name": t.name, "description": t.description, "parameters": t.parameters}} for t in request.tools]
+        stream = await client.chat.completions.create(
+            model=s.model, messages=chat_messages(request.instructions, request.items), stream=True,
+            stream_options={"include_usage": True}, **extra)
+        calls: dict[int, dict[str, str]] = {}
+        usage = Usage()
+        try:
+            async for chunk in stream:
+                if chunk.usage:
+                    usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
+                for choice in chunk.choices or []:
+                    delta = choice.delta
+                    if delta and delta.content:
+                        yield TextDelta(delta.content)
+                    for part in (delta.tool_calls if delta else None) or []:
+                        _merge_call(calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""}), part)
+        finally:
+            await stream.close()
+        for index in sorted(calls):
+            c = calls[index]
+            yield CallRequested(ToolCall(c["id"] or f"call_{index}", c["name"], c["arguments"] or "{}"))
+        yield ReplyDone(usage)
+
+
+def _merge_call(acc: dict[str, str], part: Any) -> None:
+    """Tool calls stream in pieces by index: the id and name once, the arguments in fragments."""
+    if part.id:
+        acc["id"] = part.id
+    fn = part.function
+    if fn is not None:
+        acc["name"] = acc["name"] or fn.name or ""
+        acc["arguments"] += fn.arguments or ""
+
+
+def chat_messages(instructions: str, items: list[Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "system", "content": instructions}]
+    for item in items:
+        if isinstance(item, AssistantReply):
+            message: dict[str, Any] = {"role": "assistant", "content": item.text or None}
+            if item.calls:
+                message["tool_calls"] = [{"id": c.call_id, "type": "function",
+                                          "function": {"name": c.name, "arguments": c.arguments}}
+                                         for c in item.calls]
+            out.append(message)
+        elif isinstance(item, ToolOutput):
+            out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+        else:
+            out.append({"role": "user", "content": item.text})
+    return out

@@ -1,0 +1,126 @@
+"""The model provider: a narrow seam (one method that streams a request's events) and its settings.
+
+    class Provider(Protocol):
+        def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]
+
+The real providers (openai_api.py) wrap the official `openai` client, imported
+only when a turn needs one. `resolve()` turns `[providers.NAME]` (or the
+imported Codex setup for `provider = "codex"`) and the secret store into
+settings; a missing key is a `ProviderFailure(reason="auth")` naming the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Mapping, Protocol
+
+from .items import ModelEvent, ModelRequest
+
+CODEX = "codex"
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+
+
+class ProviderFailure(Exception):
+    """The model could not answer; `reason` is turn.failed's (auth or provider_error)."""
+
+    def __init__(self, reason: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.reason, self.message, self.hint = reason, message, hint
+
+
+class Provider(Protocol):
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]: ...
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a provider needs for one turn."""
+
+    name: str
+    model: str
+    base_url: str
+    wire_api: str  # responses | chat
+    api_key: str
+    key_source: str  # for hints: `secret KEY`, `env NAME`, a file, or "" (no key configured)
+    timeout_seconds: float = 600.0
+    max_output_tokens: int | None = None
+    max_retries: int = 2
+
+    def auth_hint(self) -> str:
+        if self.key_source.startswith("secret "):
+            key = self.key_source.split(" ", 1)[1]
+            return f"store a valid key with `scvctl secrets set {key}`"
+        if self.key_source.startswith("env "):
+            return f"set a valid key in {self.key_source.split(' ', 1)[1]} in scvd's environment"
+        if self.key_source:
+            return f"the key comes from {self.key_source}: run `scvctl agents import codex` again"
+        return (f"configure providers.{self.name}.api_key_secret and store the key with "
+                "`scvctl secrets set KEY`")
+
+
+def resolve(name: str, config: Any, adapters_dir: Path, secrets: Any = None,
+            env: Mapping[str, str] | None = None) -> Settings:
+    """The settings of provider `name`; raises ProviderFailure when it cannot be used."""
+    env = os.environ if env is None else env
+    table = config.providers.get(name)
+    if table is None and name == CODEX:
+        return codex_settings(adapters_dir / CODEX)
+    if table is None:
+        known = ", ".join(sorted(config.providers)) or "none"
+        raise ProviderFailure("provider_error", f"no provider {name!r} is configured (providers: {known})",
+                              f"add [providers.{name}] to config.toml, or run `scvctl agents import codex` "
+                              "and use provider \"codex\"")
+    key, source = "unused", ""
+    if table.api_key_secret:
+        source = f"secret {table.api_key_secret}"
+        key = _secret(secrets, env, table.api_key_secret)
+    elif table.api_key_env:
+        source = f"env {table.api_key_env}"
+        key = env.get(table.api_key_env, "")
+    settings = Settings(name=name, model=table.model, base_url=table.base_url or OPENAI_BASE_URL,
+                        wire_api=table.wire_api, api_key=key, key_source=source,
+                        timeout_seconds=table.timeout_seconds, max_output_tokens=table.max_output_tokens)
+    if not key:
+        raise ProviderFailure("auth", f"provider {name!r} has no API key ({source} is not set)",
+                              settings.auth_hint())
+    return settings
+
+
+def _secret(secrets: Any, env: Mapping[str, str], key: str) -> str:
+    """From the daemon's secret store when it has one, else its environment (the store's last source)."""
+    if secrets is not None:
+        return secrets.get(key) or ""
+    return env.get(key, "")
+
+
+def codex_settings(home: Path) -> Settings:
+    """The model, provider and API key of an imported Codex setup (`scvctl agents import codex`)."""
+    hint = "run `scvctl agents import codex` (a Codex setup with an API key), or configure [providers.NAME]"
+    try:
+        config = tomllib.loads((home / "config.toml").read_text(encoding="utf-8"))
+        auth = json.loads((home / "auth.json").read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ProviderFailure("auth", f"no imported Codex setup ({exc.filename} is missing)", hint) from None
+    except (OSError, ValueError) as exc:
+        raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}", hint) from None
+    provider_id = config.get("model_provider", "openai")
+    table = (config.get("model_providers") or {}).get(provider_id, {})
+    key = auth.get("OPENAI_API_KEY") if isinstance(auth, dict) else None
+    if not key:
+        raise ProviderFailure("auth", "the imported Codex setup holds no API key (auth.json)", hint)
+    return Settings(name=CODEX, model=str(config.get("model") or "gpt-5"),
+                    base_url=str(table.get("base_url") or OPENAI_BASE_URL),
+                    wire_api=str(table.get("wire_api") or "responses"), api_key=str(key),
+                    key_source=str(home / "auth.json"))
+
+
+def make(settings: Settings) -> Provider:
+    """The real provider for `settings` (this is where `openai` is first imported)."""
+    from . import openai_api
+
+    cls = openai_api.ChatProvider if settings.wire_api == "chat" else openai_api.ResponsesProvider
+    return cls(settings)

@@ -1,0 +1,198 @@
+"""A loopback HTTP server that plays a model, for both wire APIs, with real SSE.
+
+Each request takes the next step of a script (a step may also be a function of
+the request body). Every request body is kept, so tests can check what the model
+was told. Steps:
+
+    Text("hi")                         a streamed text answer
+    Calls(("read", {"path": "a"}), ...) tool calls (with optional text before them)
+    Status(429, retry_after_ms=10)     an HTTP error
+    Hang("partial")                    a delta, then hold the stream until the client hangs up
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+@dataclass
+class Text:
+    text: str
+    chunks: int = 2
+
+
+@dataclass
+class Calls:
+    calls: tuple[tuple[str, dict[str, Any]], ...]
+    text: str = ""
+
+    def __init__(self, *calls: tuple[str, dict[str, Any]], text: str = "") -> None:
+        self.calls, self.text = calls, text
+
+
+@dataclass
+class Status:
+    status: int
+    message: str = "nope"
+    retry_after_ms: int | None = None
+
+
+@dataclass
+class Hang:
+    text: str = "partial"
+
+
+@dataclass
+class ScriptedModel:
+    steps: list[Any]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    hung: threading.Event = field(default_factory=threading.Event)
+    hung_up: threading.Event = field(default_factory=threading.Event)
+    _count: int = 0
+
+    def __post_init__(self) -> None:
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+                model.requests.append(body)
+                model.paths.append(self.path)
+                step = model.next_step(body)
+                if callable(step):
+                    step = step(body)
+                serve(self, step, chat=self.path.endswith("/chat/completions"), model=model)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def next_step(self, body: dict[str, Any]) -> Any:
+        if self._count >= len(self.steps):
+            return Text("(script over)")
+        self._count += 1
+        return self.steps[self._count - 1]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def outputs(self, index: int) -> list[str]:
+        """The tool outputs the model was given in request `index`, for either wire API."""
+        body = self.requests[index]
+        if "messages" in body:
+            return [m["content"] for m in body["messages"] if m.get("role") == "tool"]
+        return [i["output"] for i in body["input"] if i.get("type") == "function_call_output"]
+
+    def tool_names(self, index: int) -> list[str]:
+        tools = self.requests[index].get("tools") or []
+        return [t.get("name") or t["function"]["name"] for t in tools]
+
+
+def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedModel) -> None:
+    if isinstance(step, Status):
+        body = json.dumps({"error": {"message": step.message, "type": "test", "code": None}}).encode()
+        h.send_response(step.status)
+        h.send_header("content-type", "application/json")
+        h.send_header("content-length", str(len(body)))
+        if step.retry_after_ms is not None:
+            h.send_header("retry-after-ms", str(step.retry_after_ms))
+        h.end_headers()
+        h.wfile.write(body)
+        return
+    h.send_response(200)
+    h.send_header("content-type", "text/event-stream")
+    h.send_header("connection", "close")
+    h.end_headers()
+    h.close_connection = True
+    events = chat_events(step) if chat else responses_events(step)
+    for name, data in events:
+        prefix = f"event: {name}\n" if name else ""
+        h.wfile.write(f"{prefix}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode())
+        h.wfile.flush()
+    if isinstance(step, Hang):
+        model.hung.set()
+        if _wait_hangup(h, 30):
+            model.hung_up.set()
+
+
+def _wait_hangup(h: BaseHTTPRequestHandler, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([h.connection], [], [], 0.1)
+        if r and not h.connection.recv(1):
+            return True
+    return False
+
+
+def _split(text: str, n: int) -> list[str]:
+    size = max(1, -(-len(text) // max(n, 1)))
+    return [text[i:i + size] for i in range(0, len(text), size)] or []
+
+
+def responses_events(step: Any) -> list[tuple[str, Any]]:
+    seq = iter(range(10**6))
+    resp = {"id": "resp_1", "object": "response", "created_at": 0, "model": "m", "status": "in_progress",
+            "output": []}
+    out: list[tuple[str, Any]] = [("response.created", {"type": "response.created", "sequence_number": next(seq),
+                                                        "response": resp})]
+    text = step.text
+    for piece in _split(text, getattr(step, "chunks", 2)):
+        out.append(("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "msg_1",
+                                                   "output_index": 0, "content_index": 0, "delta": piece,
+                                                   "sequence_number": next(seq), "logprobs": []}))
+    if isinstance(step, Hang):
+        return out
+    for i, (name, args) in enumerate(getattr(step, "calls", ())):
+        item = {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}_{name}", "name": name,
+                "arguments": json.dumps(args), "status": "completed"}
+        out.append(("response.output_item.done", {"type": "response.output_item.done", "output_index": i + 1,
+                                                  "item": item, "sequence_number": next(seq)}))
+    usage = {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18,
+             "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
+    done = dict(resp, status="completed", usage=usage)
+    out.append(("response.completed", {"type": "response.completed", "response": done,
+                                       "sequence_number": next(seq)}))
+    return out
+
+
+def chat_events(step: Any) -> list[tuple[str, Any]]:
+    def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> tuple[str, Any]:
+        choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
+        return "", {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                    "choices": choices, "usage": usage}
+
+    out = [chunk({"role": "assistant", "content": piece}) for piece in _split(step.text, getattr(step, "chunks", 2))]
+    if isinstance(step, Hang):
+        return out
+    calls = getattr(step, "calls", ())
+    for i, (name, args) in enumerate(calls):
+        text = json.dumps(args)
+        half = len(text) // 2
+        out.append(chunk({"tool_calls": [{"index": i, "id": f"call_{i}_{name}", "type": "function",
+                                          "function": {"name": name, "arguments": text[:half]}}]}))
+        out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": text[half:]}}]}))
+    out.append(chunk({}, "tool_calls" if calls else "stop"))
+    out.append(chunk(None, usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}))
+    out.append(("", "[DONE]"))
+    return out
+
+
+Script = Callable[[dict[str, Any]], Any]
