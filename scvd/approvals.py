@@ -151,11 +151,16 @@ class ApprovalGate:
     timeout_seconds: float
     on_event: EventSink
     max_pending: int = 256
+    # called with (owner, info) before a request opens; may raise Denied (the chat loop refuses
+    # a turn's request that no connection could decide, rather than let it wait unseen)
+    screen: Callable[[Any, dict[str, Any]], None] | None = None
     pending: dict[str, Approval] = field(default_factory=dict)
     _counter: Any = field(default_factory=lambda: itertools.count(1))
 
     def request(self, owner: Any, **info: Any) -> Approval:
         """Open a request; the caller awaits `approval.future` (True = approved)."""
+        if self.screen is not None:
+            self.screen(owner, info)
         if len(self.pending) >= self.max_pending:
             raise errors.Denied(
                 f"{len(self.pending)} approvals are already waiting (approvals.max_pending); "

@@ -156,6 +156,7 @@ def load(path: Path, env: Mapping[str, str] | None = None) -> Loaded:
     except msgspec.ValidationError as exc:
         raise ConfigError(_explain(path, exc, sources, raw)) from exc
     _check(config, path, sources)
+    _check_chat(config, path, sources)
     return Loaded(config=config, path=str(path), sources=sources)
 
 
@@ -201,6 +202,14 @@ def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
                 f"{_place(path, 'tools.' + key, sources)}: tools.{key}: {getattr(t, key)} is above "
                 f"tools.max_timeout_seconds ({t.max_timeout_seconds}); lower it or raise the ceiling"
             )
+
+
+def _check_chat(config: Config, path: Path, sources: Mapping[str, str]) -> None:
+    name = config.chat.provider
+    if name != "codex" and name not in config.providers:
+        known = ", ".join(sorted(config.providers) + ["codex"])
+        raise ConfigError(f"{_place(path, 'chat.provider', sources)}: chat.provider: no provider {name!r} "
+                          f"(configured: {known}); add [providers.{name}] or pick one of those")
 
 
 def _leaf_keys(raw: Mapping[str, Any], prefix: str = "") -> list[str]:

@@ -229,6 +229,56 @@ class AgentsImport(Frame, tag="agents.import"):
     source: str | None = None
 
 
+class ChatOpen(Frame, tag="chat.open"):
+    """Open a chat session on a workspace; `conversation` resumes an earlier one from its transcript."""
+
+    id: Id
+    workspace: str
+    conversation: str | None = None
+    provider: str | None = None  # a [providers.NAME], or "codex"; default chat.provider
+    system_prompt: str | None = None
+    tools: Union[Literal["all"], list[str]] = "all"
+
+
+class TurnStart(Frame, tag="turn.start"):
+    """Send the person's text; the model answers in events of a new turn."""
+
+    id: Id
+    session: str
+    text: str
+
+
+class TurnCancel(Frame, tag="turn.cancel"):
+    """Stop a running turn: its model request and tool calls are cancelled."""
+
+    id: Id
+    session: str
+    turn: str
+
+
+class ChatHistory(Frame, tag="chat.history"):
+    """The conversation's transcript since it was last cleared; answered with `chat.transcript`."""
+
+    id: Id
+    session: str
+
+
+class ChatClear(Frame, tag="chat.clear"):
+    """Forget the conversation's history (the transcript keeps a `clear` record)."""
+
+    id: Id
+    session: str
+
+
+class QuestionAnswer(Frame, tag="question.answer"):
+    """Answer an `ask_user` question of this connection's chat session."""
+
+    id: Id
+    session: str
+    question_id: str
+    answer: str
+
+
 Request = Union[
     Hello,
     Ping,
@@ -246,6 +296,12 @@ Request = Union[
     SecretDecline,
     AgentsSpec,
     AgentsImport,
+    ChatOpen,
+    TurnStart,
+    TurnCancel,
+    ChatHistory,
+    ChatClear,
+    QuestionAnswer,
 ]
 
 
@@ -349,6 +405,32 @@ class AgentsImported(Frame, tag="agents.imported"):
     warnings: list[str] = []
 
 
+class ChatOpened(Frame, tag="chat.opened"):
+    """Answer to `chat.open`: the session for turns, and the conversation id to resume it later."""
+
+    id: Id
+    session: str
+    conversation: str
+    workspace: str
+    provider: str
+    resumed: bool = False
+
+
+class TurnAccepted(Frame, tag="turn.accepted"):
+    """Answer to `turn.start`; the turn's events follow."""
+
+    id: Id
+    turn: str
+
+
+class ChatTranscript(Frame, tag="chat.transcript"):
+    """Answer to `chat.history`: the transcript's records since the last clear, oldest first."""
+
+    id: Id
+    conversation: str
+    records: list[dict[str, Any]]
+
+
 class Error(Frame, tag="error"):
     """A request failed, or a frame could not be read. `fatal` means the server closes."""
 
@@ -446,6 +528,69 @@ class SecretResolved(Frame, tag="secret.resolved"):
     state: str
     reason: str | None = None
     decided_by: str = ""
+class TurnStarted(Frame, tag="turn.started"):
+    """A turn began."""
+
+    seq: int
+    session: str
+    turn: str
+
+
+class AssistantDelta(Frame, tag="assistant.delta"):
+    """Part of the model's answer, as it streams."""
+
+    seq: int
+    session: str
+    turn: str
+    text: str
+
+
+class AssistantCompleted(Frame, tag="assistant.completed"):
+    """One whole model reply's text (a turn with tool calls may have several)."""
+
+    seq: int
+    session: str
+    turn: str
+    text: str
+
+
+class TurnCompleted(Frame, tag="turn.completed"):
+    """The turn ended with the model's answer; `usage` sums its requests' tokens."""
+
+    seq: int
+    session: str
+    turn: str
+    usage: dict[str, int] = {}
+
+
+class TurnCancelled(Frame, tag="turn.cancelled"):
+    """The turn was cancelled (turn.cancel, or its session closed)."""
+
+    seq: int
+    session: str
+    turn: str
+    reason: str = ""
+
+
+class TurnFailed(Frame, tag="turn.failed"):
+    """The turn could not finish: provider_error, auth, step_limit, context_limit or cancelled_by_shutdown."""
+
+    seq: int
+    session: str
+    turn: str
+    reason: Literal["provider_error", "auth", "step_limit", "context_limit", "cancelled_by_shutdown"]
+    message: str
+    hint: str | None = None
+
+
+class QuestionAsked(Frame, tag="question.asked"):
+    """The model asks the person (ask_user); answer with `question.answer`. It waits without a limit."""
+
+    seq: int
+    session: str
+    turn: str
+    question_id: str
+    question: str
 
 
 _REQUESTED_FIELDS = tuple(f for f in ApprovalRequested.__struct_fields__ if f != "seq")
@@ -468,10 +613,14 @@ Response = Union[
     Approvals,
     AgentsLaunch,
     AgentsImported,
+    ChatOpened,
+    TurnAccepted,
+    ChatTranscript,
     Error,
 ]
 Event = Union[CallStarted, CallProgress, CallCompleted, ApprovalRequested, ApprovalResolved, SecretRequested,
-              SecretResolved]
+              SecretResolved, TurnStarted, AssistantDelta, AssistantCompleted, TurnCompleted, TurnCancelled,
+              TurnFailed, QuestionAsked]
 ServerFrame = Union[Response, Event]
 
 REQUEST_TYPES = frozenset(t.__struct_config__.tag for t in Request.__args__)

@@ -20,6 +20,7 @@ from . import __version__, errors, notify, protocol as p
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
+from .chat.service import ChatService
 from .config import Loaded, load
 from .connection import READ_CHUNK, Connection, drain_close
 from .instance import acquire_lock, bind_socket, socket_name
@@ -68,6 +69,7 @@ class Daemon:
         self._last_status = ""
         self.listening_on = str(paths.socket)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.chat = ChatService(self)
         self._handlers: dict[type, Callable[[Connection, Any], Awaitable[p.Frame]]] = {
             p.Ping: self.on_ping,
             p.Status: self.on_status,
@@ -84,6 +86,12 @@ class Daemon:
             p.SecretDecline: self.on_secret_decline,
             p.AgentsSpec: self.on_agents_spec,
             p.AgentsImport: self.on_agents_import,
+            p.ChatOpen: self.chat.open,
+            p.TurnStart: self.chat.start_turn,
+            p.TurnCancel: self.chat.cancel_turn,
+            p.ChatHistory: self.chat.history,
+            p.ChatClear: self.chat.clear,
+            p.QuestionAnswer: self.chat.answer,
         }
 
     @property
@@ -138,11 +146,15 @@ class Daemon:
         self.notifier.stopping()
         if self._server:
             self._server.close()
-        # 2. refuse new calls, cancel in-flight ones and give them the grace period to clean up
+        # 2. end chat turns (they say cancelled_by_shutdown), refuse new calls, cancel in-flight ones,
+        #    and give them the grace period to clean up
+        turns = self.chat.stop()
         stuck = await self.calls.stop(grace)
         if stuck:
             log.warning("%d call(s) did not stop within server.shutdown_grace_seconds (%g s); "
                         "leaving them behind", stuck, grace)
+        if turns:
+            await asyncio.wait(turns, timeout=grace)
         # 3. close every client and session
         for conn in list(self.connections):
             self._drop_connection(conn)
@@ -493,6 +505,7 @@ class Daemon:
         return services
 
     def _close_session(self, session: Session) -> None:
+        self.chat.session_closed(session)
         self.calls.cancel_session(session, "its session was closed")
         session.close()
         session.owner.sessions.pop(session.id, None)

@@ -18,7 +18,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+import pytest
 
 
 @dataclass
@@ -77,7 +79,7 @@ class ScriptedModel:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     @property
@@ -195,4 +197,15 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
     return out
 
 
-Script = Callable[[dict[str, Any]], Any]
+@pytest.fixture
+def model() -> Iterator[Callable[..., ScriptedModel]]:
+    """Start scripted models; all are shut down after the test. Import it into a test module."""
+    models: list[ScriptedModel] = []
+
+    def start(*steps: Any) -> ScriptedModel:
+        models.append(ScriptedModel(list(steps)))
+        return models[-1]
+
+    yield start
+    for m in models:
+        m.close()

@@ -6,24 +6,12 @@ import asyncio
 
 import pytest
 
+from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Hang, ScriptedModel, Status, Text
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.provider import ProviderFailure, Settings, make
 
 WIRE_APIS = ["responses", "chat"]
-
-
-@pytest.fixture
-def model():
-    models: list[ScriptedModel] = []
-
-    def start(*steps):
-        models.append(ScriptedModel(list(steps)))
-        return models[-1]
-
-    yield start
-    for m in models:
-        m.close()
 
 
 def provider(m: ScriptedModel, wire_api: str, **kw):

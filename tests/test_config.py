@@ -87,6 +87,12 @@ ERRORS = [
                  "Expected `array | null`", id="adapter-wrong-type"),
     pytest.param('[adapters.claude]\nmodel_args = []\n[adapters.pi]\nmodel_flag = []\n', {},
                  "adapters.pi.model_flag", "unknown key", id="adapter-unknown-key"),
+    pytest.param('[providers.local]\nmodel = "m"\nwire_api = "grpc"\n', {}, "providers.local.wire_api",
+                 "'grpc'", id="provider-bad-wire-api"),
+    pytest.param('[providers.local]\nbase_url = "http://x"\n', {}, "providers.local",
+                 "missing required field `model`", id="provider-no-model"),
+    pytest.param('[chat]\nprovider = "local"\n', {}, "chat.provider",
+                 "no provider 'local' (configured: codex)", id="chat-unknown-provider"),
 ]
 
 
@@ -199,6 +205,9 @@ def leaf_keys(struct: type = Config, prefix: str = "") -> dict[str, Any]:
     hints = typing.get_type_hints(struct, include_extras=True)
     for f in msgspec.structs.fields(struct):
         name = prefix + f.encode_name
+        if f.required:  # a key of a table that has no default (providers.<name>.model)
+            keys[name] = REQUIRED
+            continue
         default = f.default_factory() if f.default is msgspec.NODEFAULT else f.default
         kind = hints[f.name]
         if isinstance(default, msgspec.Struct):
@@ -210,9 +219,14 @@ def leaf_keys(struct: type = Config, prefix: str = "") -> dict[str, Any]:
     return keys
 
 
+REQUIRED = object()
+
+
 def toml_default(value: Any) -> str:
     if value is None:
         return "unset"
+    if value is REQUIRED:
+        return "required"
     return msgspec.json.encode(value).decode() if not isinstance(value, float) else repr(value)
 
 
@@ -239,7 +253,7 @@ def test_every_config_key_is_documented_with_its_default():
     for key, default in keys.items():
         want = toml_default(default)
         cell = rows[key]
-        assert (f"`{want}`" in cell if want != "unset" else "unset" in cell), (key, want, cell)
+        assert (f"`{want}`" in cell if want not in ("unset", "required") else want in cell), (key, want, cell)
 
 
 def test_an_environment_error_names_the_file_once(tmp_path):

@@ -1,0 +1,45 @@
+"""A turn's tool call: submitted to the daemon's calls registry exactly as a socket `call` is.
+
+The registry owns the call's life (refusals, lane, plan, approval gate,
+dispatch timeout, cancellation, one `call.completed`); the call carries the
+turn id, so its events do and per-turn limits count by it.
+
+One rule is the turn's own: a call of a turn that needs a person while nobody
+could decide (no `approvals.watch` is open and the chat's connection is no
+approver) is denied at once instead of waiting out approvals.timeout_seconds,
+so a headless turn never hangs. `screen()` is hooked into the approval gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .. import errors
+
+NO_APPROVER = ("nobody can approve this call: no `scvctl approvals watch` is running and this client does not "
+               "approve its own calls; run `scvctl exec --yes` to approve them yourself, or start "
+               "`scvctl approvals watch` in another terminal")
+
+
+def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:
+    """The gate's hook: refuse a turn's request that no connection could decide."""
+    call = daemon.calls.get(info.get("call_id", ""))
+    if call is None or not call.turn:
+        return
+    if not (owner.approver or any(c.watcher and not c.closed for c in daemon.connections)):
+        raise errors.Denied(NO_APPROVER)
+
+
+async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any], *,
+                 turn: str) -> tuple[bool, Any, Any]:
+    """Run one call of `turn` to its end; (ok, result, error: ToolErrorInfo | None)."""
+    call_id = f"{turn}-c{session.call_count + 1}"
+    handle = daemon.calls.submit(session, tool, arguments, requester=session.owner.decider(),
+                                 call_id=call_id, turn=turn)
+    try:
+        return tuple(await asyncio.shield(handle.outcome))
+    except asyncio.CancelledError:
+        if daemon.calls.get(handle.call_id) is not None:
+            daemon.calls.cancel(handle.call_id, "the turn was cancelled")
+        raise

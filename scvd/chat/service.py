@@ -1,0 +1,286 @@
+"""The daemon side of chat: conversations on sessions, turns as tasks, tool calls through the pipeline.
+
+The server hands chat frames here and knows nothing else of chat. A turn is one
+task that performs the engine's actions: it streams the model's reply (deltas go
+out as `assistant.delta`), submits tool calls to the same pipeline as socket
+calls (lint-checked tools, the approval gate, dispatch timeouts, cancellation;
+the call's `turn` is the turn id), asks questions, and sends exactly one of
+turn.completed / turn.cancelled / turn.failed. Every record the engine appends
+goes to the transcript before the turn's events say it ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import itertools
+import logging
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from .. import errors, protocol as p
+from . import provider as provider_mod
+from .catalog import Catalog
+from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
+from .items import CallRequested, Cleared, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall, Usage
+from .pipeline import screen, submit
+from .transcript import Transcripts, new_id
+
+log = logging.getLogger("scvd.chat")
+
+
+@dataclass(eq=False)
+class Chat:
+    """One chat session: a conversation on a session, and its running turn."""
+
+    session: Any
+    conversation: str
+    conv: Conversation
+    catalog: Catalog
+    provider: str
+    turn: Turn | None = None
+    task: asyncio.Task[Any] | None = None
+    results: asyncio.Queue[tuple[str, str, Any]] = field(default_factory=asyncio.Queue)
+    questions: dict[str, str] = field(default_factory=dict)  # question_id -> the engine's call id
+    background: set[asyncio.Task[Any]] = field(default_factory=set)  # outlive their turn
+
+
+class ChatService:
+    """Every open chat of the daemon, by session id."""
+
+    def __init__(self, daemon: Any) -> None:
+        self.daemon = daemon
+        self.transcripts = Transcripts(daemon.paths.state_dir / "chat")
+        self.chats: dict[str, Chat] = {}
+        self.stopping = False
+        self._turns = itertools.count(1)
+        daemon.gate.screen = lambda owner, info: screen(daemon, owner, info)
+
+    # --- requests -----------------------------------------------------------------------
+
+    async def open(self, conn: Any, frame: p.ChatOpen) -> p.Frame:
+        config = self.daemon.config
+        provider = frame.provider or None
+        records: list[Any] = []
+        if frame.conversation:
+            if any(c.conversation == frame.conversation for c in self.chats.values()):
+                raise errors.InvalidRequest(f"conversation {frame.conversation!r} is open in another session; "
+                                            "close that session first")
+            records = await asyncio.to_thread(self.transcripts.read, frame.conversation)
+        stored = next((r for r in records if isinstance(r, Opened)), None)
+        name = provider or (stored.provider if stored else "") or config.chat.provider
+        if name not in config.providers and name != provider_mod.CODEX:
+            known = ", ".join(sorted(config.providers) + [provider_mod.CODEX])
+            raise errors.InvalidRequest(f"no provider {name!r}; configured: {known} ([providers.NAME] in config.toml)")
+        tools = frame.tools if frame.tools != "all" or stored is None else stored.tools
+        unknown = sorted(set(tools) - set(self.daemon.registry.names())) if tools != "all" else []
+        if unknown:
+            raise errors.InvalidRequest(f"chat.open tools: no tool named {', '.join(unknown)}; "
+                                        f"tools: {', '.join(self.daemon.registry.names())}")
+        opened = await self.daemon.on_session_open(conn, p.SessionOpen(id=frame.id, workspace=frame.workspace))
+        session = conn.sessions[opened.session]
+        settings = Opened(workspace=str(session.workspace), provider=name, tools=tools,
+                          system_prompt=frame.system_prompt if frame.system_prompt is not None else
+                          (stored.system_prompt if stored else config.chat.system_prompt))
+        conversation = frame.conversation or new_id()
+        conv = Conversation.replay(records) if records else Conversation(settings=settings)
+        conv.settings = settings
+        if not records or settings != stored:
+            conv.records.append(settings)
+        chat = Chat(session=session, conversation=conversation, conv=conv, provider=name,
+                    catalog=Catalog.from_registry(session.registry, tools))
+        self.chats[session.id] = chat
+        self._save(chat)
+        return p.ChatOpened(id=frame.id, session=session.id, conversation=conversation,
+                            workspace=str(session.workspace), provider=name, resumed=bool(records))
+
+    async def start_turn(self, conn: Any, frame: p.TurnStart) -> p.Frame:
+        chat = self._own(conn, frame.session)
+        if chat.task is not None and not chat.task.done():
+            raise errors.InvalidRequest(f"turn {chat.turn.id if chat.turn else '?'} is still running; "
+                                        "wait for it or send turn.cancel")
+        if self.stopping:
+            raise errors.InvalidRequest("scvd is stopping; no new turns are accepted")
+        cfg = chat.session.config.chat
+        turn_id = f"t{next(self._turns)}-{secrets.token_hex(3)}"
+        chat.turn = Turn(chat.conv, chat.catalog, turn_id, max_steps=cfg.max_steps,
+                         context_tokens=cfg.context_tokens)
+        chat.results = asyncio.Queue()
+        chat.task = asyncio.ensure_future(self._run(chat, chat.turn, frame.text))
+        return p.TurnAccepted(id=frame.id, turn=turn_id)
+
+    async def cancel_turn(self, conn: Any, frame: p.TurnCancel) -> p.Frame:
+        chat = self._own(conn, frame.session)
+        if chat.turn is None or chat.turn.id != frame.turn or chat.task is None or chat.task.done():
+            raise errors.InvalidRequest(f"turn {frame.turn!r} is not running in session {frame.session}")
+        chat.task.cancel("turn.cancel")
+        return p.Ok(id=frame.id)
+
+    async def history(self, conn: Any, frame: p.ChatHistory) -> p.Frame:
+        chat = self._own(conn, frame.session)
+        records = await asyncio.to_thread(self.transcripts.read, chat.conversation)
+        start = max((i + 1 for i, r in enumerate(records) if isinstance(r, Cleared)), default=0)
+        shown = [msgspec.to_builtins(r) for r in records[start:] if not isinstance(r, (Opened, SchemasLoaded))]
+        return p.ChatTranscript(id=frame.id, conversation=chat.conversation, records=shown)
+
+    async def clear(self, conn: Any, frame: p.ChatClear) -> p.Frame:
+        chat = self._own(conn, frame.session)
+        if chat.task is not None and not chat.task.done():
+            raise errors.InvalidRequest("a turn is running; cancel it (turn.cancel) before chat.clear")
+        chat.conv.clear()
+        self._save(chat)
+        return p.Ok(id=frame.id)
+
+    async def answer(self, conn: Any, frame: p.QuestionAnswer) -> p.Frame:
+        chat = self._own(conn, frame.session)
+        call_id = chat.questions.pop(frame.question_id, None)
+        if call_id is None:
+            raise errors.InvalidRequest(f"no open question {frame.question_id!r} in session {frame.session}")
+        chat.results.put_nowait(("answer", call_id, frame.answer))
+        return p.Ok(id=frame.id)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def session_closed(self, session: Any) -> None:
+        chat = self.chats.pop(session.id, None)
+        if chat is None:
+            return
+        for task in [chat.task, *chat.background]:
+            if task is not None:
+                task.cancel("session closed")
+
+    def stop(self) -> list[asyncio.Task[Any]]:
+        """Shutdown: cancel every running turn (they end with cancelled_by_shutdown)."""
+        self.stopping = True
+        tasks = [c.task for c in self.chats.values() if c.task is not None and not c.task.done()]
+        for task in tasks:
+            task.cancel("scvd is stopping")
+        return tasks
+
+    # --- one turn ---------------------------------------------------------------------------
+
+    async def _run(self, chat: Chat, turn: Turn, text: str) -> None:
+        self._event(chat, p.TurnStarted(seq=0, session=chat.session.id, turn=turn.id))
+        calls: dict[str, asyncio.Task[Any]] = {}
+        end: p.Frame
+        try:
+            model = await self._provider(chat)
+            end = await self._drive(chat, turn, model, turn.start(text), calls)
+        except provider_mod.ProviderFailure as exc:
+            fail = turn.fail(exc.reason, exc.message, exc.hint)
+            end = self._failed(chat, turn, fail)
+        except asyncio.CancelledError:
+            if self.stopping:
+                fail = turn.fail("cancelled_by_shutdown", "scvd stopped during the turn", "send the text again")
+                end = self._failed(chat, turn, fail)
+            else:
+                turn.cancel("the turn was cancelled")
+                end = p.TurnCancelled(seq=0, session=chat.session.id, turn=turn.id, reason="cancelled")
+        except Exception:  # a bug must still end the turn, once
+            log.exception("turn %s crashed", turn.id)
+            end = self._failed(chat, turn, turn.fail("provider_error", "the turn failed inside scvd; see its log"))
+        finally:
+            for task in calls.values():
+                task.cancel("the turn ended")
+            chat.questions.clear()
+        self._save(chat)
+        self._event(chat, end)
+
+    async def _drive(self, chat: Chat, turn: Turn, model: Any, work: list[Any],
+                     calls: dict[str, asyncio.Task[Any]]) -> p.Frame:
+        while True:
+            while work:
+                action = work.pop(0)
+                if isinstance(action, CallModel):
+                    work += await self._model_step(chat, turn, model, action)
+                elif isinstance(action, RunTool) and action.background:
+                    task = asyncio.ensure_future(self._tool(chat, turn, action))
+                    chat.background.add(task)
+                    task.add_done_callback(chat.background.discard)
+                elif isinstance(action, RunTool):
+                    calls[action.call.call_id] = asyncio.ensure_future(self._tool(chat, turn, action))
+                elif isinstance(action, AskUser):
+                    self._ask(chat, turn, action)
+                elif isinstance(action, Finish):
+                    return p.TurnCompleted(seq=0, session=chat.session.id, turn=turn.id, usage=action.usage)
+                elif isinstance(action, Fail):
+                    return self._failed(chat, turn, action)
+            self._save(chat)
+            kind, call_id, value = await chat.results.get()
+            if kind == "answer":
+                work += turn.on_answer(call_id, value)
+            else:
+                calls.pop(call_id, None)
+                ok, result, error = value
+                work += turn.on_result(call_id, ok, result, error)
+
+    async def _model_step(self, chat: Chat, turn: Turn, model: Any, action: CallModel) -> list[Any]:
+        self._save(chat)
+        parts: list[str] = []
+        calls: list[ToolCall] = []
+        usage = Usage()
+        async for event in model.stream(action.request):
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+                self._event(chat, p.AssistantDelta(seq=0, session=chat.session.id, turn=turn.id, text=event.text))
+            elif isinstance(event, CallRequested):
+                calls.append(event.call)
+            elif isinstance(event, ReplyDone):
+                usage = event.usage
+        text = "".join(parts)
+        if text or not calls:
+            self._event(chat, p.AssistantCompleted(seq=0, session=chat.session.id, turn=turn.id, text=text))
+        return turn.on_reply(text, calls, usage)
+
+    async def _tool(self, chat: Chat, turn: Turn, action: RunTool) -> None:
+        outcome = await submit(self.daemon, chat.session, action.call.name, action.arguments, turn=turn.id)
+        if action.background:
+            chat.conv.background_result(action.call, _output(outcome))
+            self._save(chat)
+        else:
+            chat.results.put_nowait(("result", action.call.call_id, outcome))
+
+    def _ask(self, chat: Chat, turn: Turn, action: AskUser) -> None:
+        question_id = f"q{secrets.token_hex(4)}"
+        chat.questions[question_id] = action.call_id
+        self._event(chat, p.QuestionAsked(seq=0, session=chat.session.id, turn=turn.id,
+                                          question_id=question_id, question=action.question))
+
+    async def _provider(self, chat: Chat) -> Any:
+        # resolving reads files and the first use imports openai: both kept off the loop
+        await asyncio.to_thread(importlib.import_module, "scvd.chat.openai_api")
+        settings = await asyncio.to_thread(
+            provider_mod.resolve, chat.provider, chat.session.config, self.daemon.paths.adapters_dir,
+            getattr(self.daemon, "secrets", None))
+        return provider_mod.make(settings)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _failed(self, chat: Chat, turn: Turn, fail: Fail) -> p.Frame:
+        log.info("turn %s failed (%s): %s", turn.id, fail.reason, fail.message)
+        return p.TurnFailed(seq=0, session=chat.session.id, turn=turn.id, reason=fail.reason,
+                            message=fail.message, hint=fail.hint)
+
+    def _own(self, conn: Any, session_id: str) -> Chat:
+        chat = self.chats.get(session_id)
+        if chat is None or chat.session.owner is not conn:
+            raise errors.SessionNotFound(f"this connection holds no chat session {session_id!r}; "
+                                         "open one with chat.open")
+        return chat
+
+    def _event(self, chat: Chat, frame: p.Frame) -> None:
+        self.daemon.send_event(chat.session.owner, frame)
+
+    def _save(self, chat: Chat) -> None:
+        try:
+            self.transcripts.append(chat.conversation, chat.conv.take_records())
+        except OSError as exc:  # a full disk must not kill the turn; the log says what was lost
+            log.error("transcript of %s not written: %s", chat.conversation, exc)
+
+
+def _output(outcome: tuple[bool, Any, Any]) -> str:
+    ok, result, error = outcome
+    return ok_output(result) if ok else error_output(error.kind, error.message, error.hint)

@@ -1,0 +1,104 @@
+"""A real `scvd run` process: the transcript survives a restart, shutdown ends a turn, openai stays unloaded."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chat_model import model  # noqa: F401 (a fixture)
+from chat_model import Hang, ScriptedModel, Text
+from scvd import protocol as p
+
+ROOT = Path(__file__).resolve().parents[2]
+END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
+
+
+def config(m: ScriptedModel) -> str:
+    return (f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "chat"\n'
+            'api_key_env = "SCVD_TEST_MODEL_KEY"\n[chat]\nprovider = "test"\n')
+
+
+def until_end(c) -> list:
+    events = [c.next_event()]
+    while not isinstance(events[-1], END):
+        events.append(c.next_event())
+    return events
+
+
+def test_the_transcript_survives_a_daemon_restart(make_daemon, model, scv_home, workspace):
+    m = model(Text("I will remember 42"), Text("you said 42"))
+    env = {"SCVD_TEST_MODEL_KEY": "sk-test"}
+    d = make_daemon(config(m), home=scv_home, env=env)
+    with d.client(name="pytest") as c:
+        opened = c.request(p.ChatOpen, workspace=str(workspace))
+        c.request(p.TurnStart, session=opened.session, text="remember 42")
+        until_end(c)
+    assert d.stop() == 0
+    transcript = scv_home / "state" / "chat" / f"{opened.conversation}.jsonl"
+    assert stat.S_IMODE(transcript.stat().st_mode) == 0o600
+
+    d2 = make_daemon(home=scv_home, env=env)
+    with d2.client(name="pytest") as c:
+        again = c.request(p.ChatOpen, workspace=str(workspace), conversation=opened.conversation)
+        assert again.resumed and again.conversation == opened.conversation
+        history = c.request(p.ChatHistory, session=again.session).records
+        assert [r.get("text") for r in history if r["kind"] in ("user", "assistant")] == \
+            ["remember 42", "I will remember 42"]
+        c.request(p.TurnStart, session=again.session, text="what did I say?")
+        assert isinstance(until_end(c)[-1], p.TurnCompleted)
+    said = [msg["content"] for msg in m.requests[1]["messages"][1:]]
+    assert said == ["remember 42", "I will remember 42", "what did I say?"]
+
+
+def test_shutdown_mid_turn_fails_it_with_cancelled_by_shutdown(make_daemon, model, scv_home, workspace):
+    m = model(Hang("hmm"))
+    d = make_daemon(config(m), home=scv_home, env={"SCVD_TEST_MODEL_KEY": "sk-test"})
+    with d.client(name="pytest") as c:
+        session = c.request(p.ChatOpen, workspace=str(workspace)).session
+        c.request(p.TurnStart, session=session, text="think")
+        assert m.hung.wait(15)
+        d.proc.terminate()
+        end = until_end(c)[-1]
+    assert isinstance(end, p.TurnFailed) and end.reason == "cancelled_by_shutdown"
+    assert d.proc.wait(15) == 0
+
+
+IDLE = textwrap.dedent("""
+    import asyncio, sys
+    from scvd import config, paths as paths_mod, protocol as p
+    from scvd.server import Daemon
+    from scvctl.client import AsyncClient
+
+    async def main():
+        paths = paths_mod.resolve({"SCV_HOME": sys.argv[1]})
+        paths_mod.prepare(paths)
+        daemon = Daemon(paths, config.load(paths.config_file, env={}), install_signals=False)
+        await daemon.startup([])
+        c = await AsyncClient.connect(paths.socket, name="probe")
+        opened = await c.request(p.ChatOpen, workspace=sys.argv[2])
+        print("after chat.open:", "openai" in sys.modules, flush=True)
+        await c.request(p.TurnStart, session=opened.session, text="hi")
+        while not isinstance(await c.next_event(), p.TurnCompleted):
+            pass
+        print("after a turn:", "openai" in sys.modules, flush=True)
+        await c.close()
+        daemon.request_stop()
+        await daemon.shutdown()
+
+    asyncio.run(main())
+""")
+
+
+def test_the_idle_daemon_does_not_import_openai(model, scv_home, workspace):
+    m = model(Text("hi"))
+    (scv_home / "config.toml").write_text(config(m))
+    env = {**os.environ, "SCVD_TEST_MODEL_KEY": "sk-test", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", IDLE, str(scv_home), str(workspace)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.splitlines() == ["after chat.open: False", "after a turn: True"], out.stderr

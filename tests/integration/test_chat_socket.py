@@ -1,0 +1,269 @@
+"""Chat turns over the real socket, against a scripted model over real HTTP through the real openai client.
+
+The daemon runs in-process (real Unix socket) with two test tools: `chat_gather`
+(concurrent: each call waits until two run at once, so a serial lane would
+answer `together: false`) and the built-in read/write for the pipeline itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import pytest
+
+from chat_model import model  # noqa: F401 (a fixture)
+from chat_model import Calls, Hang, Status, Text
+from scvd import protocol as p
+from scvd.chat.pipeline import NO_APPROVER
+from scvd.tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
+
+WIRE_APIS = ["responses", "chat"]
+END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
+
+
+class GatherArgs(msgspec.Struct, forbid_unknown_fields=True):
+    label: Annotated[str, msgspec.Meta(description="a label to echo back, e.g. a")] = ""
+
+
+class GatherTool(Tool):
+    name = "chat_gather"
+    description = ("Wait until two calls run at once, then return.\nUse for checking fan-out; "
+                   "read for files.\nPrecondition: none.")
+    Arguments = GatherArgs
+    risk = ToolRisk.READ_ONLY
+    flags = ToolFlags(always_allow=True, concurrent=True)
+
+    def __init__(self) -> None:
+        self.arrived = 0  # never decreases: the first call cannot miss the second
+    def plan(self, args: Any, ctx: CallContext) -> Plan:
+        return Plan(risk=self.risk, summary="gather")
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        self.arrived += 1
+        try:
+            async with asyncio.timeout(10):
+                while self.arrived < 2:
+                    await asyncio.sleep(0.01)
+            together = True
+        except TimeoutError:  # a serial lane: the second call starts only after this one gives up
+            together = False
+        return {"label": args.label, "together": together}
+
+
+def load(*names: str) -> Calls:
+    """The model's first move for a tool known by name only: find_tools, which loads its schema."""
+    return Calls(*[("find_tools", {"query": n}) for n in names])
+
+
+@pytest.fixture
+def chat_rig(make_inproc, monkeypatch, model):
+    monkeypatch.setenv("SCVD_TEST_MODEL_KEY", "sk-test")
+    start_model = model
+
+    def start(*steps: Any, wire_api: str = "responses", extra: str = "", key: str = "SCVD_TEST_MODEL_KEY"):
+        model = start_model(*steps)
+        config = (f'[providers.test]\nmodel = "m"\nbase_url = "{model.base_url}"\nwire_api = "{wire_api}"\n'
+                  f'api_key_secret = "{key}"\n[chat]\nprovider = "test"\n{extra}')
+        inproc = make_inproc(config, tools=[GatherTool()])
+        return model, inproc
+
+    return start
+
+
+def open_chat(c, workspace: Path, **fields: Any) -> p.ChatOpened:
+    return c.request(p.ChatOpen, workspace=str(workspace), **fields)
+
+
+def run_turn(c, session: str, text: str, on_event=None) -> tuple[list[Any], Any]:
+    turn = c.request(p.TurnStart, session=session, text=text).turn
+    events = []
+    while True:
+        event = c.next_event()
+        events.append(event)
+        if on_event:
+            on_event(event)
+        if isinstance(event, END) and event.turn == turn:
+            return events, event
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_tool_call_its_result_then_the_final_text(chat_rig, workspace, wire_api):
+    (workspace / "a.txt").write_text("hello from a\n")
+    model, d = chat_rig(load("read"), Calls(("read", {"path": "a.txt"})), Text("it says hello", chunks=3),
+                        wire_api=wire_api)
+    with d.client(name="pytest", approver=True) as c:
+        chat = open_chat(c, workspace)
+        events, end = run_turn(c, chat.session, "what is in a.txt?")
+    kinds = [type(e).__name__ for e in events]
+    assert kinds[0] == "TurnStarted" and kinds[-2:] == ["AssistantCompleted", "TurnCompleted"]
+    assert kinds.index("CallStarted") < kinds.index("CallCompleted") < kinds.index("AssistantDelta")
+    done = next(e for e in events if isinstance(e, p.CallCompleted))
+    assert done.ok and done.turn == end.turn
+    assert next(e for e in events if isinstance(e, p.CallStarted)).turn == end.turn
+    assert "".join(e.text for e in events if isinstance(e, p.AssistantDelta)) == "it says hello"
+    assert end.usage["input_tokens"] == 33 and end.usage["requests"] == 3
+    # lazy schemas: the first request had the core only; find_tools loaded read for the rest
+    assert model.tool_names(0) == ["find_tools", "ask_user"]
+    assert "read" in model.tool_names(1)
+    assert "hello from a" in model.outputs(2)[-1]
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_concurrent_calls_run_together(chat_rig, workspace, wire_api):
+    model, d = chat_rig(load("chat_gather"),
+                        Calls(("chat_gather", {"label": "a"}), ("chat_gather", {"label": "b"})), Text("both"),
+                        wire_api=wire_api)
+    with d.client(name="pytest") as c:
+        chat = open_chat(c, workspace)
+        events, end = run_turn(c, chat.session, "gather")
+    assert isinstance(end, p.TurnCompleted)
+    results = [json.loads(o)["result"] for o in model.outputs(2)[-2:]]
+    assert results == [{"label": "a", "together": True}, {"label": "b", "together": True}]
+
+
+def test_a_429_is_retried_then_the_turn_completes(chat_rig, workspace):
+    model, d = chat_rig(Status(429, "slow down", retry_after_ms=10), Text("fine"))
+    with d.client(name="pytest") as c:
+        events, end = run_turn(c, open_chat(c, workspace).session, "hi")
+    assert isinstance(end, p.TurnCompleted) and len(model.requests) == 2
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_401_fails_the_turn_with_reason_auth(chat_rig, workspace, wire_api):
+    model, d = chat_rig(Status(401, "invalid api key"), wire_api=wire_api)
+    with d.client(name="pytest") as c:
+        events, end = run_turn(c, open_chat(c, workspace).session, "hi")
+    assert isinstance(end, p.TurnFailed) and end.reason == "auth"
+    assert "invalid api key" in end.message
+    assert end.hint == "store a valid key with `scvctl secrets set SCVD_TEST_MODEL_KEY`"
+
+
+def test_a_missing_key_fails_the_turn_naming_the_secret(chat_rig, workspace):
+    model, d = chat_rig(Text("never"), key="SCVD_TEST_NO_SUCH_KEY")
+    with d.client(name="pytest") as c:
+        events, end = run_turn(c, open_chat(c, workspace).session, "hi")
+    assert end.reason == "auth" and "SCVD_TEST_NO_SUCH_KEY" in end.message
+    assert "scvctl secrets set SCVD_TEST_NO_SUCH_KEY" in end.hint and model.requests == []
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_cancel_mid_stream(chat_rig, workspace, wire_api):
+    model, d = chat_rig(Hang("thinking"), Text("after"), wire_api=wire_api)
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        turn = c.request(p.TurnStart, session=session, text="hi").turn
+        while not isinstance(c.next_event(), p.AssistantDelta):
+            pass
+        c.request(p.TurnCancel, session=session, turn=turn)
+        events = []
+        while not isinstance(events[-1:] and events[-1], END):
+            events.append(c.next_event())
+        assert isinstance(events[-1], p.TurnCancelled)
+        assert model.hung_up.wait(10), "the provider's connection stayed open after the cancel"
+        # the conversation goes on: the next turn works
+        _, end = run_turn(c, session, "again")
+    assert isinstance(end, p.TurnCompleted)
+
+
+def test_the_step_limit_fails_the_turn(chat_rig, workspace):
+    model, d = chat_rig(load("read"), load("read"), load("read"), extra="max_steps = 2\n")
+    with d.client(name="pytest") as c:
+        events, end = run_turn(c, open_chat(c, workspace).session, "loop")
+    assert isinstance(end, p.TurnFailed) and end.reason == "step_limit"
+    assert "chat.max_steps" in end.message and len(model.requests) == 2
+
+
+def test_an_approval_inside_a_turn(chat_rig, workspace):
+    model, d = chat_rig(load("write"), Calls(("write", {"path": "new.txt", "content": "hi\n", "mode": "create"})),
+                        Text("written"))
+
+    with d.client(name="pytest", approver=True) as c:
+        session = open_chat(c, workspace).session
+
+        def approve(event: Any) -> None:
+            if isinstance(event, p.ApprovalRequested):
+                c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="approve")
+
+        events, end = run_turn(c, session, "write new.txt", approve)
+    assert isinstance(end, p.TurnCompleted)
+    asked = next(e for e in events if isinstance(e, p.ApprovalRequested))
+    assert asked.tool == "write" and asked.call_id.startswith(end.turn)
+    assert (workspace / "new.txt").read_text() == "hi\n"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_denied_call_reaches_the_model_as_a_denial(chat_rig, workspace, wire_api):
+    model, d = chat_rig(load("write"), Calls(("write", {"path": "x.txt", "content": "x", "mode": "create"})),
+                        Text("ok, I will not"), wire_api=wire_api)
+    with d.client(name="pytest", approver=True) as c:
+        session = open_chat(c, workspace).session
+
+        def deny(event: Any) -> None:
+            if isinstance(event, p.ApprovalRequested):
+                c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="deny", reason="not today")
+
+        events, end = run_turn(c, session, "write x", deny)
+    assert isinstance(end, p.TurnCompleted)
+    error = json.loads(model.outputs(2)[-1])["error"]
+    assert error["kind"] == "denied" and "not today" in error["message"]
+    assert not (workspace / "x.txt").exists()
+
+
+def test_without_an_approver_a_call_is_denied_at_once(chat_rig, workspace):
+    model, d = chat_rig(load("write"), Calls(("write", {"path": "x.txt", "content": "x", "mode": "create"})),
+                        Text("understood"))
+    with d.client(name="pytest") as c:  # not an approver, and nobody watches
+        events, end = run_turn(c, open_chat(c, workspace).session, "write x")
+    assert not any(isinstance(e, p.ApprovalRequested) for e in events)
+    error = json.loads(model.outputs(2)[-1])["error"]
+    assert error == {"kind": "denied", "message": NO_APPROVER}
+    assert "--yes" in NO_APPROVER and "scvctl approvals watch" in NO_APPROVER
+
+
+def test_ask_user_asks_the_chat_and_the_answer_reaches_the_model(chat_rig, workspace):
+    model, d = chat_rig(Calls(("ask_user", {"question": "which colour?"})), Text("blue it is"))
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+
+        def answer(event: Any) -> None:
+            if isinstance(event, p.QuestionAsked):
+                c.request(p.QuestionAnswer, session=session, question_id=event.question_id, answer="blue")
+
+        events, end = run_turn(c, session, "paint it", answer)
+    assert next(e for e in events if isinstance(e, p.QuestionAsked)).question == "which colour?"
+    assert json.loads(model.outputs(1)[-1])["result"] == {"answer": "blue"}
+
+
+def test_history_clear_and_a_second_turn_remembering_the_first(chat_rig, workspace):
+    model, d = chat_rig(Text("first answer"), Text("second answer"), Text("fresh"))
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        run_turn(c, session, "first")
+        run_turn(c, session, "second")
+        user_texts = [m["content"] for m in model.requests[1]["input"] if m.get("role") == "user"]
+        assert user_texts == ["first", "second"]
+        history = c.request(p.ChatHistory, session=session).records
+        assert [r["kind"] for r in history] == ["user", "assistant", "turn", "user", "assistant", "turn"]
+        assert history[2]["usage"]["output_tokens"] == 7
+        c.request(p.ChatClear, session=session)
+        run_turn(c, session, "third")
+        assert [m["content"] for m in model.requests[2]["input"]] == ["third"]
+
+
+def test_chat_open_refusals(chat_rig, workspace):
+    model, d = chat_rig()
+    from scvd import errors
+
+    with d.client(name="pytest") as c:
+        with pytest.raises(errors.InvalidRequest, match="no provider 'nope'"):
+            open_chat(c, workspace, provider="nope")
+        with pytest.raises(errors.InvalidRequest, match="no tool named zap"):
+            open_chat(c, workspace, tools=["read", "zap"])
+        with pytest.raises(errors.InvalidRequest, match="not an id"):
+            open_chat(c, workspace, conversation="../etc")
+        with pytest.raises(errors.SessionNotFound, match="open one with chat.open"):
+            c.request(p.TurnStart, session="s0-none", text="hi")
