@@ -1,4 +1,4 @@
-"""The `scvctl` command: status, sessions, approvals, one-off calls, agents and the service.
+"""The `scvctl` command: status, sessions, approvals, one-off calls, chat and exec, agents and the service.
 
 Exit codes: 0 success; 1 scvd answered with an error, or the call failed;
 2 bad usage; 3 scvd is not running. Errors print as `code: message`.
@@ -51,9 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.set_defaults(handler=cmd_tools)
     _add_approvals(sub, common)
     _add_call(sub, common)
-    from . import agents, mcp, secrets, service  # here: they import this module's helpers
+    from . import agents, chat, mcp, secrets, service  # here: they import this module's helpers
 
-    for module in (agents, secrets, service, mcp):
+    for module in (agents, secrets, service, mcp, chat):
         module.add_parser(sub, common)
     return parser
 

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""A small chat bridge for scvd: run it, type as if from a chat app, and the agent works on this machine.
+
+The "chat app" is this terminal, so the bridge runs anywhere; a real bridge swaps
+`Console` for Slack, Telegram or Feishu and keeps the rest. Input lines:
+
+    CHAT: text              a message in remote chat CHAT (one conversation per chat)
+    owner: /approve ID      the owner decides an approval (also /deny ID [reason], /session ID)
+    owner: /answer ID text  the owner answers the model's question
+
+Approvals and questions go to the owner only, never to the chat they came from.
+Conversation ids are kept in a JSON file, so a restart or a reconnect resumes
+every chat where it was.
+
+    python examples/bridge/bridge.py --workspace ~/project [--state bridge.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from scvctl.client import AsyncClient, ConnectionClosed, DaemonNotRunning
+from scvd import protocol as p
+
+OWNER = "owner"
+
+
+class Console:
+    """The chat app: lines in on stdin, messages out on stdout."""
+
+    async def messages(self):
+        loop = asyncio.get_running_loop()
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            chat, sep, text = line.partition(":")
+            if sep and text.strip():
+                yield chat.strip(), text.strip()
+
+    def send(self, chat: str, text: str) -> None:
+        print(f"[{chat}] {text}", flush=True)
+
+
+class Bridge:
+    def __init__(self, app: Console, workspace: str, state: Path) -> None:
+        self.app, self.workspace, self.state = app, workspace, state
+        self.conversations: dict[str, str] = json.loads(state.read_text()) if state.exists() else {}
+        self.sessions: dict[str, str] = {}  # chat -> session, for this connection
+        self.chats: dict[str, str] = {}  # session -> chat
+        self.client: AsyncClient | None = None
+        self.running: set[str] = set()  # turns not yet ended
+        self.idle = asyncio.Event()
+
+    async def connect(self) -> None:
+        """(Re)connect; sessions belong to a connection, so chats are reopened lazily."""
+        delay = 0.5
+        while True:
+            try:
+                self.client = await AsyncClient.connect(name="example-bridge", approver=True)
+                self.sessions, self.chats = {}, {}
+                return
+            except DaemonNotRunning as exc:
+                print(f"waiting for scvd: {exc.message}", file=sys.stderr)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30)
+
+    async def session(self, chat: str) -> str:
+        if chat not in self.sessions:
+            fields = {"conversation": self.conversations[chat]} if chat in self.conversations else {}
+            opened = await self.client.request(p.ChatOpen, workspace=self.workspace, **fields)
+            self.sessions[chat], self.chats[opened.session] = opened.session, chat
+            self.conversations[chat] = opened.conversation
+            self.state.write_text(json.dumps(self.conversations))
+        return self.sessions[chat]
+
+    async def on_message(self, chat: str, text: str) -> None:
+        if chat == OWNER and text.startswith("/"):
+            await self.owner_command(text)
+            return
+        session = await self.session(chat)
+        turn = (await self.client.request(p.TurnStart, session=session, text=text)).turn
+        self.running.add(turn)
+        self.idle.clear()
+
+    async def owner_command(self, text: str) -> None:
+        verb, _, rest = text[1:].partition(" ")
+        ident, _, extra = rest.partition(" ")
+        try:
+            if verb in ("approve", "session", "deny"):
+                await self.client.request(p.ApprovalDecide, approval_id=ident, reason=extra or None,
+                                          decision="deny" if verb == "deny" else "approve",
+                                          scope="session" if verb == "session" else "once")
+            elif verb == "answer":
+                session, question = ident.split("/", 1)
+                await self.client.request(p.QuestionAnswer, session=session, question_id=question, answer=extra)
+            else:
+                self.app.send(OWNER, "commands: /approve ID, /session ID, /deny ID [reason], /answer ID text")
+        except Exception as exc:  # a typo in an id must not stop the bridge
+            self.app.send(OWNER, f"{type(exc).__name__}: {getattr(exc, 'message', exc)}")
+
+    async def events(self) -> None:
+        """Relay the daemon's events: text to the chat it belongs to, decisions to the owner only."""
+        partial: dict[str, list[str]] = {}
+        while True:
+            event = await self.client.next_event()
+            chat = self.chats.get(getattr(event, "session", ""), "?")
+            if isinstance(event, (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)):
+                self.running.discard(event.turn)
+                if not self.running:
+                    self.idle.set()
+            if isinstance(event, p.AssistantDelta):
+                partial.setdefault(event.turn, []).append(event.text)  # a chat app would edit one message
+            elif isinstance(event, p.AssistantCompleted) and event.text:
+                partial.pop(event.turn, None)
+                self.app.send(chat, event.text)
+            elif isinstance(event, p.TurnFailed):
+                self.app.send(chat, f"(failed: {event.message})")
+                if event.hint:
+                    self.app.send(OWNER, f"{chat}: {event.hint}")
+            elif isinstance(event, p.ApprovalRequested):
+                self.app.send(OWNER, f"{chat} wants {event.tool} ({event.risk}): {event.summary} "
+                                     f"-> /approve {event.approval_id} or /deny {event.approval_id}")
+            elif isinstance(event, p.QuestionAsked):
+                self.app.send(OWNER, f"{chat} asks: {event.question} -> /answer {event.session}/"
+                                     f"{event.question_id} your answer")
+
+    async def run(self) -> None:
+        await self.connect()
+        relay = asyncio.ensure_future(self.events())
+        async for chat, text in self.app.messages():
+            try:
+                await self.on_message(chat, text)
+            except ConnectionClosed:
+                relay.cancel()
+                await self.connect()
+                relay = asyncio.ensure_future(self.events())
+                await self.on_message(chat, text)
+        if self.running:  # stdin closed: let the running turns finish, then stop
+            await self.idle.wait()
+        relay.cancel()
+        await self.client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workspace", type=Path, default=Path.cwd())
+    parser.add_argument("--state", type=Path, default=Path("bridge-conversations.json"))
+    args = parser.parse_args()
+    asyncio.run(Bridge(Console(), str(args.workspace.resolve()), args.state).run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""`scvctl chat` (a terminal chat, the reference bridge) and `scvctl exec` (one headless turn).
+
+Both use only the public client library and the chat frames: whatever they do,
+a bridge can do. `chat` streams the answer, asks approvals and the model's
+questions inline, and turns Ctrl-C into `turn.cancel`. `exec` prints the answer
+on stdout and exits 1 when the turn fails; `--yes` makes it approve its own
+turn's calls (the person who ran it is the approver).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from scvd import errors, protocol as p
+from scvd.text import printable
+
+from .cli import EXIT_ERROR, EXIT_OK, _ask, connect, emit_json, format_request
+
+END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
+HEADLESS_ANSWER = "(no answer: scvctl exec runs without a person at the terminal; go on without one)"
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    cmd = sub.add_parser("chat", parents=[common], help="chat with the model in this terminal; tools run here")
+    cmd.add_argument("--workspace", type=Path, default=Path.cwd(), help="the workspace (default: here)")
+    cmd.add_argument("--conversation", help="resume a conversation by its id")
+    cmd.add_argument("--provider", help="a [providers.NAME] or codex (default: chat.provider)")
+    cmd.set_defaults(handler=cmd_chat)
+    cmd = sub.add_parser("exec", parents=[common], help="one headless turn; the answer goes to stdout")
+    cmd.add_argument("--workspace", type=Path, default=Path.cwd(), help="the workspace (default: here)")
+    cmd.add_argument("--provider", help="a [providers.NAME] or codex (default: chat.provider)")
+    cmd.add_argument("--yes", action="store_true", help="approve this turn's calls yourself, without asking")
+    cmd.add_argument("prompt")
+    cmd.set_defaults(handler=cmd_exec)
+
+
+def _open(c: Any, args: argparse.Namespace, **fields: Any) -> p.ChatOpened:
+    if args.provider:
+        fields["provider"] = args.provider
+    return c.request(p.ChatOpen, workspace=str(args.workspace.resolve()), **fields)
+
+
+def follow(c: Any, session: str, turn: str, on_event: Callable[[Any], None]) -> Any:
+    """Hand each event of the turn to `on_event` until its end; Ctrl-C cancels the turn once."""
+    cancelled = False
+    while True:
+        try:
+            event = c.next_event()
+        except KeyboardInterrupt:
+            if cancelled:
+                raise
+            cancelled = True
+            c.request(p.TurnCancel, session=session, turn=turn)
+            continue
+        on_event(event)
+        if isinstance(event, END) and event.turn == turn:
+            return event
+
+
+# --- exec -------------------------------------------------------------------------------
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    with connect(args, approver=args.yes, timeout=None) as c:
+        chat = _open(c, args)
+        turn = c.request(p.TurnStart, session=chat.session, text=args.prompt).turn
+        state: dict[str, Any] = {"text": "", "calls": []}
+        end = follow(c, chat.session, turn, lambda e: _exec_event(c, args, chat.session, e, state))
+    if args.json:
+        emit_json(_exec_summary(chat, end, state))
+    elif isinstance(end, p.TurnCompleted):
+        sys.stdout.write("\n" if state["text"] and not state["text"].endswith("\n") else "")
+    else:
+        _print_end(end)
+    return EXIT_OK if isinstance(end, p.TurnCompleted) else EXIT_ERROR
+
+
+def _exec_event(c: Any, args: argparse.Namespace, session: str, event: Any, state: dict[str, Any]) -> None:
+    if isinstance(event, p.AssistantDelta) and not args.json:
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
+    elif isinstance(event, p.AssistantCompleted):
+        state["text"] = event.text
+    elif isinstance(event, p.ApprovalRequested) and event.session == session and args.yes:
+        c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="approve")
+    elif isinstance(event, p.QuestionAsked):
+        c.request(p.QuestionAnswer, session=session, question_id=event.question_id, answer=HEADLESS_ANSWER)
+    elif isinstance(event, p.CallCompleted):
+        state["calls"].append({"call_id": event.call_id, "ok": event.ok,
+                               **({"error": event.error} if event.error else {})})
+        if not event.ok and not args.json:
+            print(f"[{event.call_id}] {event.error.kind}: {printable(event.error.message)}", file=sys.stderr)
+
+
+def _exec_summary(chat: p.ChatOpened, end: Any, state: dict[str, Any]) -> dict[str, Any]:
+    status = {p.TurnCompleted: "completed", p.TurnCancelled: "cancelled"}.get(type(end), "failed")
+    summary: dict[str, Any] = {"conversation": chat.conversation, "session": chat.session, "turn": end.turn,
+                               "status": status, "text": state["text"], "calls": state["calls"]}
+    if isinstance(end, p.TurnCompleted):
+        summary["usage"] = end.usage
+    if isinstance(end, p.TurnFailed):
+        summary.update(reason=end.reason, message=end.message, hint=end.hint)
+    return summary
+
+
+def _print_end(end: Any) -> None:
+    if isinstance(end, p.TurnFailed):
+        print(f"\nturn failed ({end.reason}): {printable(end.message)}", file=sys.stderr)
+        if end.hint:
+            print(f"hint: {printable(end.hint)}", file=sys.stderr)
+    elif isinstance(end, p.TurnCancelled):
+        print("\n(turn cancelled)", file=sys.stderr)
+
+
+# --- chat -------------------------------------------------------------------------------
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    with connect(args, approver=True, timeout=None) as c:
+        fields = {"conversation": args.conversation} if args.conversation else {}
+        chat = _open(c, args, **fields)
+        verb = "resumed" if chat.resumed else "started"
+        print(f"{verb} conversation {chat.conversation} with {chat.provider} in {chat.workspace}\n"
+              f"(resume it with --conversation {chat.conversation}; /clear forgets, /exit leaves, "
+              "Ctrl-C stops a turn)", flush=True)
+        while True:
+            text = _prompt()
+            if text is None or text.strip() == "/exit":
+                return EXIT_OK
+            if text.strip() == "/clear":
+                c.request(p.ChatClear, session=chat.session)
+                print("(history cleared)", flush=True)
+            elif text.strip():
+                _chat_turn(c, chat.session, text)
+
+
+def _prompt() -> str | None:
+    while True:
+        try:
+            sys.stdout.write("you> ")
+            sys.stdout.flush()
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            print("\n(no turn is running; /exit leaves)", flush=True)
+            continue
+        return line.rstrip("\n") if line else None
+
+
+def _chat_turn(c: Any, session: str, text: str) -> None:
+    try:
+        turn = c.request(p.TurnStart, session=session, text=text).turn
+    except errors.InvalidRequest as exc:
+        print(f"invalid_request: {exc.message}", flush=True)
+        return
+    sys.stdout.write("model> ")
+    sys.stdout.flush()
+    end = follow(c, session, turn, lambda e: _chat_event(c, session, e))
+    if isinstance(end, p.TurnCompleted):
+        print(flush=True)
+    else:
+        _print_end(end)
+
+
+def _chat_event(c: Any, session: str, event: Any) -> None:
+    if isinstance(event, p.AssistantDelta):
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
+    elif isinstance(event, p.ApprovalRequested) and event.session == session:
+        print(f"\n{format_request(event)}", flush=True)
+        answer = _ask("approve? [y]es / [n]o / [s]ession: ", {"y", "n", "s"}) or "n"
+        try:
+            c.request(p.ApprovalDecide, approval_id=event.approval_id,
+                      decision="deny" if answer == "n" else "approve", scope="session" if answer == "s" else "once")
+        except errors.ApprovalNotFound:
+            print(f"  {event.approval_id} was already decided elsewhere", flush=True)
+    elif isinstance(event, p.QuestionAsked):
+        print(f"\nquestion: {printable(event.question)}", flush=True)
+        sys.stdout.write("answer> ")
+        sys.stdout.flush()
+        answer = sys.stdin.readline().rstrip("\n")
+        c.request(p.QuestionAnswer, session=session, question_id=event.question_id, answer=answer)
+    elif isinstance(event, p.CallStarted):
+        print(f"\n  [{event.tool}] running", flush=True)
+    elif isinstance(event, p.CallCompleted):
+        status = "ok" if event.ok else f"{event.error.kind}: {printable(event.error.message)}"
+        print(f"  [{event.call_id}] {status}", flush=True)

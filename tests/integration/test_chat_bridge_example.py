@@ -1,0 +1,53 @@
+"""examples/bridge/bridge.py runs: a chat's message becomes a turn, the owner approves, the chat resumes later."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from chat_model import model  # noqa: F401 (a fixture)
+from chat_model import Calls, Text
+
+ROOT = Path(__file__).resolve().parents[2]
+BRIDGE = ROOT / "examples" / "bridge" / "bridge.py"
+
+
+def read_until(proc: subprocess.Popen, pattern: str) -> str:
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if re.search(pattern, line):
+            return line
+    raise AssertionError(f"{pattern!r} never came; the bridge said: {''.join(seen)}")
+
+
+def test_the_example_bridge(make_daemon, model, scv_home, workspace, tmp_path):
+    m = model(Calls(("find_tools", {"query": "write"})),
+              Calls(("write", {"path": "hi.txt", "content": "hi\n", "mode": "create"})), Text("wrote hi.txt"),
+              Text("yes, hi.txt"))
+    config = (f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "chat"\n'
+              '[chat]\nprovider = "test"\n')
+    d = make_daemon(config, home=scv_home)
+    argv = [sys.executable, str(BRIDGE), "--workspace", str(workspace), "--state", str(tmp_path / "b.json")]
+    with subprocess.Popen(argv, env=d.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        proc.stdin.write("alice: write hi.txt please\n")
+        proc.stdin.flush()
+        ask = read_until(proc, r"^\[owner\] alice wants write")
+        approval = re.search(r"/approve (\S+)", ask).group(1)
+        proc.stdin.write(f"owner: /approve {approval}\n")
+        proc.stdin.flush()
+        assert read_until(proc, r"^\[alice\] ") == "[alice] wrote hi.txt\n"
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+    assert (workspace / "hi.txt").read_text() == "hi\n"
+    # a second run resumes alice's conversation from the state file
+    with subprocess.Popen(argv, env=d.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        proc.stdin.write("alice: did you?\n")
+        proc.stdin.flush()
+        assert read_until(proc, r"^\[alice\] ") == "[alice] yes, hi.txt\n"
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+    said = [msg["content"] for msg in m.requests[-1]["messages"] if msg["role"] == "user"]
+    assert said == ["write hi.txt please", "did you?"]

@@ -1,0 +1,144 @@
+"""`scvctl exec` and `scvctl chat` as a person runs them: real processes, a real daemon, a scripted model."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chat_model import model  # noqa: F401 (a fixture)
+from chat_model import Calls, Status, Text
+from scvd.chat.pipeline import NO_APPROVER
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def config(m) -> str:
+    return (f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "responses"\n'
+            'api_key_secret = "SCVD_TEST_MODEL_KEY"\n[chat]\nprovider = "test"\n')
+
+
+def scvctl(d, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=d.env, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+WRITE = Calls(("write", {"path": "out.txt", "content": "done\n", "mode": "create"}))
+
+
+@pytest.fixture
+def chat_daemon(make_daemon, scv_home):
+    def start(m):
+        return make_daemon(config(m), home=scv_home, env={"SCVD_TEST_MODEL_KEY": "sk-test"})
+    return start
+
+
+def test_exec_prints_the_answer(chat_daemon, model, workspace):
+    m = model(Text("forty-two", chunks=3))
+    out = scvctl(chat_daemon(m), "exec", "--workspace", str(workspace), "what is the answer?")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "forty-two\n"
+
+
+def test_exec_json_with_yes_approves_its_own_calls(chat_daemon, model, workspace):
+    m = model(Calls(("find_tools", {"query": "write"})), WRITE, Text("written"))
+    out = scvctl(chat_daemon(m), "exec", "--json", "--yes", "--workspace", str(workspace), "write it")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["status"] == "completed" and summary["text"] == "written"
+    assert summary["usage"]["requests"] == 3 and summary["conversation"].startswith("k")
+    assert [c["ok"] for c in summary["calls"]] == [True]
+    assert (workspace / "out.txt").read_text() == "done\n"
+
+
+def test_exec_without_yes_is_denied_at_once_naming_the_way_out(chat_daemon, model, workspace):
+    m = model(Calls(("find_tools", {"query": "write"})), WRITE, Text("could not write"))
+    out = scvctl(chat_daemon(m), "exec", "--workspace", str(workspace), "write it")
+    assert out.returncode == 0, out.stderr  # the turn itself completed: the model heard the denial
+    assert f"denied: {NO_APPROVER}" in out.stderr
+    assert "--yes" in out.stderr and "scvctl approvals watch" in out.stderr
+    assert out.stdout == "could not write\n" and not (workspace / "out.txt").exists()
+
+
+def test_exec_exits_1_on_turn_failed(chat_daemon, model, workspace):
+    m = model(Status(401, "bad key"))
+    out = scvctl(chat_daemon(m), "exec", "--workspace", str(workspace), "hi")
+    assert out.returncode == 1
+    assert "turn failed (auth):" in out.stderr and "bad key" in out.stderr
+    assert "hint: store a valid key with `scvctl secrets set SCVD_TEST_MODEL_KEY`" in out.stderr
+
+
+
+
+# --- scvctl chat in tmux --------------------------------------------------------------------
+
+
+class Tmux:
+    """A private tmux server (its own socket) running one command; the pane is read as a person sees it."""
+
+    def __init__(self, tmp: Path, command: list[str], env: dict[str, str]) -> None:
+        self.sock = str(tmp / "tmux.sock")
+        cmdline = " ".join(f"'{a}'" for a in command)
+        exports = " ".join(f"{k}='{v}'" for k, v in env.items() if k.startswith(("SCV", "PYTHON", "PATH")))
+        self.run("new-session", "-d", "-x", "160", "-y", "50", f"env {exports} {cmdline}; sleep 60")
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-S", self.sock, *args], check=True, capture_output=True, text=True,
+                              timeout=15).stdout
+
+    def send(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "0", *keys)
+
+    def pane(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "0", "-S", "-100")
+
+    def wait_for(self, text: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pane = self.pane()
+            if text in pane:
+                return pane
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} never appeared; the pane:\n{self.pane()}")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-S", self.sock, "kill-server"], capture_output=True, timeout=15)
+
+
+@pytest.fixture
+def tmux(tmp_path):
+    assert shutil.which("tmux"), "tmux is missing: .ci/setup installs it"
+    started: list[Tmux] = []
+
+    def start(command: list[str], env: dict[str, str]) -> Tmux:
+        started.append(Tmux(tmp_path, command, env))
+        return started[-1]
+
+    yield start
+    for t in started:
+        t.close()
+
+
+def test_chat_in_tmux_prompt_inline_approval_and_streamed_answer(chat_daemon, model, tmux, workspace):
+    m = model(Calls(("find_tools", {"query": "write"})), WRITE, Text("I wrote out.txt for you", chunks=4))
+    d = chat_daemon(m)
+    t = tmux([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)], d.env)
+    t.wait_for("you>")
+    t.send("please write out.txt", "Enter")
+    t.wait_for("approve? [y]es / [n]o / [s]ession:")
+    t.send("y", "Enter")
+    pane = t.wait_for("I wrote out.txt for you")
+    assert "started conversation k" in pane
+    assert "you> please write out.txt" in pane
+    assert "write (filesystem) in" in pane and "write (create) 'out.txt'" in pane, pane
+    assert "approve? [y]es / [n]o / [s]ession: y" in pane
+    assert "\nmodel>" in pane
+    assert (workspace / "out.txt").read_text() == "done\n"
+    t.wait_for("you>", 10)
+    t.send("/exit", "Enter")
