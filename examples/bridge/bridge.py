@@ -121,7 +121,8 @@ class Bridge:
                 if event.hint:
                     self.app.send(OWNER, f"{chat}: {event.hint}")
             elif isinstance(event, p.ApprovalRequested):
-                self.app.send(OWNER, f"{chat} wants {event.tool} ({event.risk}): {event.summary} "
+                summary = event.summary.splitlines()[0] if event.summary else ""
+                self.app.send(OWNER, f"{chat} wants {event.tool} ({event.risk}): {summary} "
                                      f"-> /approve {event.approval_id} or /deny {event.approval_id}")
             elif isinstance(event, p.QuestionAsked):
                 self.app.send(OWNER, f"{chat} asks: {event.question} -> /answer {event.session}/"
