@@ -23,11 +23,11 @@ SEARCH_LIMIT = 8  # schemas one search loads at most; the rest stay names
 
 class FindToolsArgs(msgspec.Struct, forbid_unknown_fields=True):
     query: Annotated[str, msgspec.Meta(
-        description="Words to match in tool names and descriptions, e.g. 'write file'")] = ""
+        description="Words to match in tool names and descriptions; omit to get all, e.g. 'write file'")] = ""
     mode: Annotated[Literal["list", "search"], msgspec.Meta(
-        description="search loads the schemas of the best matches; list only names tools, e.g. list")] = "search"
+        description="search (the default) loads the schemas of the best matches; list only names tools, e.g. list")] = "search"
     include_system: Annotated[bool, msgspec.Meta(
-        description="Also show internal bookkeeping tools, e.g. true when looking for store_secret")] = False
+        description="Also show internal bookkeeping tools when true, e.g. true to find store_secret")] = False
 
 
 class AskUserArgs(msgspec.Struct, forbid_unknown_fields=True):

@@ -26,7 +26,7 @@ END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
 
 
 class GatherArgs(msgspec.Struct, forbid_unknown_fields=True):
-    label: Annotated[str, msgspec.Meta(description="a label to echo back, e.g. a")] = ""
+    label: Annotated[str, msgspec.Meta(description="a label to echo back; empty by default, e.g. a")] = ""
 
 
 class GatherTool(Tool):
