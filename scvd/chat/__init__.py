@@ -5,8 +5,9 @@
     catalog.py     the loop's own tools (find_tools, ask_user) and lazy schemas
     trim.py        deterministic trimming of a request to chat.context_tokens
     transcript.py  the append-only JSONL transcript of a conversation (0600, state dir)
-    provider.py    the provider seam (one method) and its config; openai.py the real providers
-    service.py     the daemon side: conversations, turns, and tool calls through the call pipeline
+    provider.py    the provider seam (one method) and its settings; openai_api.py the real providers
+    service.py     the daemon side: chat.* / turn.* requests, a turn as a task, its events
+    pipeline.py    a turn's tool call through the calls registry, and the no-approver rule
 
 Nothing outside this package knows find_tools or ask_user by name.
 """

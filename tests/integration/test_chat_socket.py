@@ -268,3 +268,27 @@ def test_chat_open_refusals(chat_rig, workspace):
             open_chat(c, workspace, conversation="../etc")
         with pytest.raises(errors.SessionNotFound, match="open one with chat.open"):
             c.request(p.TurnStart, session="s0-none", text="hi")
+
+
+def test_provider_codex_reuses_the_imported_codex_setup(chat_rig, workspace):
+    model, d = chat_rig(Text("hello from codex's provider"))
+    codex = d.home / "adapters" / "codex"
+    codex.mkdir(parents=True, exist_ok=True)
+    (codex / "config.toml").write_text(
+        f'model = "gpt-test"\nmodel_provider = "relay"\n[model_providers.relay]\nname = "relay"\n'
+        f'base_url = "{model.base_url}"\nwire_api = "responses"\nrequires_openai_auth = true\n')
+    (codex / "auth.json").write_text('{"OPENAI_API_KEY": "sk-codex"}')
+    with d.client(name="pytest") as c:
+        opened = open_chat(c, workspace, provider="codex")
+        assert opened.provider == "codex"
+        events, end = run_turn(c, opened.session, "hi")
+    assert isinstance(end, p.TurnCompleted)
+    assert model.requests[0]["model"] == "gpt-test"
+
+
+def test_provider_codex_without_an_import_says_how_to_get_one(chat_rig, workspace):
+    model, d = chat_rig()
+    with d.client(name="pytest") as c:
+        events, end = run_turn(c, open_chat(c, workspace, provider="codex").session, "hi")
+    assert end.reason == "auth" and "no imported Codex setup" in end.message
+    assert "scvctl agents import codex" in end.hint

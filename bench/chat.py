@@ -1,0 +1,99 @@
+"""Benchmark of chat's footprint: the daemon's RSS idle, with a chat open, and after one turn; prints JSON.
+
+The turn runs against a loopback scripted model (tests/chat_model.py) over real
+HTTP through the real openai client, so the figure after the turn includes the
+lazily imported openai stack. Also: the turn's wall time (turn.start sent to
+turn.completed), over --turns turns.
+
+Usage: python bench/chat.py [--turns 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from calls import machine  # noqa: E402  (bench/calls.py, next to this file)
+from chat_model import ScriptedModel, Text  # noqa: E402
+from scvctl.client import Client  # noqa: E402
+from scvd import protocol as p  # noqa: E402
+
+
+def rss_mib(pid: int) -> dict[str, float]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = round(int(value.split()[0]) / 1024, 1)
+    return fields
+
+
+def wait_socket(path: Path, proc: subprocess.Popen) -> None:
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise SystemExit(f"scvd exited with {proc.returncode}")
+        try:
+            Client.connect(path, timeout=2).close()
+            return
+        except Exception:
+            time.sleep(0.05)
+    raise SystemExit("scvd did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=20)
+    args = parser.parse_args()
+    model = ScriptedModel([Text("a short answer")] * (args.turns + 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        home, ws = Path(tmp) / "home", Path(tmp) / "ws"
+        home.mkdir(mode=0o700)
+        ws.mkdir()
+        (home / "config.toml").write_text(
+            f'[providers.bench]\nmodel = "m"\nbase_url = "{model.base_url}"\nwire_api = "responses"\n'
+            '[chat]\nprovider = "bench"\n')
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SCV")}
+        env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT))
+        proc = subprocess.Popen([sys.executable, "-m", "scvd", "run"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            sock = home / "run" / "scvd.sock"
+            wait_socket(sock, proc)
+            time.sleep(0.5)
+            idle = rss_mib(proc.pid)
+            with Client.connect(sock, name="bench", timeout=60) as c:
+                session = c.request(p.ChatOpen, workspace=str(ws)).session
+                chat_open = rss_mib(proc.pid)
+                times = []
+                for _ in range(args.turns):
+                    started = time.perf_counter()
+                    c.request(p.TurnStart, session=session, text="hi")
+                    while not isinstance(c.next_event(), (p.TurnCompleted, p.TurnFailed)):
+                        pass
+                    times.append((time.perf_counter() - started) * 1000)
+                after = rss_mib(proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(15)
+            model.close()
+    print(json.dumps({
+        "machine": machine(),
+        "rss_mib": {"idle": idle, "chat_open_no_turn": chat_open, f"after_{args.turns}_turns": after},
+        "turn_ms": {"first": round(times[0], 1), "median_rest": round(statistics.median(times[1:]), 1)
+                    if len(times) > 1 else None},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
