@@ -266,16 +266,21 @@ def _on_secret(c: Client, args: argparse.Namespace, event: p.SecretRequested) ->
         return
     print(printable(f"[{event.request_id}] secret {event.key} for {event.tool or '?'} "
                     f"(session {event.session}): {event.question}"), flush=True)
-    value = _read_secret(f"value for {event.key} (input hidden; empty to decline): ")
-    if value is None:
-        raise KeyboardInterrupt
-    try:
-        if value:
-            c.request(p.SecretProvide, request_id=event.request_id, value=value)
-        else:
-            c.request(p.SecretDecline, request_id=event.request_id, reason="declined at the prompt")
-    except errors.ApprovalNotFound:
-        print(f"  {event.request_id} was already answered elsewhere", flush=True)
+    while True:
+        value = _read_secret(f"value for {event.key} (input hidden; empty to decline): ")
+        if value is None:
+            raise KeyboardInterrupt
+        try:
+            if value:
+                c.request(p.SecretProvide, request_id=event.request_id, value=value)
+            else:
+                c.request(p.SecretDecline, request_id=event.request_id, reason="declined at the prompt")
+            return
+        except errors.ApprovalNotFound:
+            print(f"  {event.request_id} was already answered elsewhere", flush=True)
+            return
+        except errors.InvalidRequest as exc:  # e.g. too long: the request is still pending
+            print(f"  not stored: {exc.message}; enter it again", flush=True)
 
 
 def _read_secret(prompt: str) -> str | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import errors, protocol as p
-from .secrets import SecretStore, check_key
+from .secrets import SecretStore, check_key, check_value
 
 log = logging.getLogger("scvd.secrets")
 
@@ -105,6 +105,7 @@ class SecretRequests:
     async def provide(self, request_id: str, value: str, decided_by: str) -> None:
         """Store the value for a pending request (first answer wins)."""
         request = self._get(request_id)
+        check_value(value)  # a bad value is the approver's to fix: the request stays pending
         del self.pending[request.id]  # taken: a second answer while storing finds nothing
         try:
             entry = await asyncio.to_thread(self.store.set, request.key, value)

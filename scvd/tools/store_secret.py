@@ -15,8 +15,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from ..errors import LimitExceeded, Unavailable
-from ..secrets import KEY_RE
+from ..errors import InvalidArguments, LimitExceeded, ScvError, Unavailable
+from ..secrets import KEY_RE, check_key
 from .contract import NO_TIMEOUT, CallContext, Plan, Tool, ToolFlags, ToolRisk
 
 MAX_ROUNDS = 2  # per tool per turn (seed 003)
@@ -55,6 +55,10 @@ class StoreSecret(Tool):
         return {ROUNDS_SERVICE: Counter()}
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
+        try:
+            check_key(args.key)
+        except ScvError as exc:  # the reserved name; the schema's pattern covers the rest
+            raise InvalidArguments(f"store_secret: {exc.message}") from None
         return Plan(risk=ToolRisk.READ_ONLY, summary=f"ask a person to enter {args.key} for {args.tool}",
                     details={"key": args.key, "tool": args.tool})
 

@@ -105,6 +105,22 @@ def test_the_third_round_in_a_turn_is_refused_and_a_new_turn_may_ask(setup, work
         assert declined.error.kind == "denied" and "not now" in declined.error.message
 
 
+def test_a_bad_key_or_value_is_refused_and_the_request_stays_pending(setup, workspace):
+    d = setup
+    with d.client(name="agent") as agent, d.client(name="person") as watcher:
+        watcher.request(p.ApprovalsWatch)
+        sid = agent.open_session(workspace)
+        for key in ("keyring", "not-a-name"):
+            bad = agent.call(sid, "store_secret", {"key": key, "tool": "script_token"})
+            assert bad.error.kind == "invalid_arguments" and "key" in bad.error.message
+        call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+        request = secret_requested(watcher, "API_TOKEN")
+        with pytest.raises(errors.InvalidRequest, match="NUL"):
+            watcher.request(p.SecretProvide, request_id=request.request_id, value="a\x00b")
+        watcher.request(p.SecretProvide, request_id=request.request_id, value=VALUE)
+        assert agent.wait_call(call_id).ok
+
+
 def test_no_approver_connected_fails_at_once_naming_both_ways_out(setup, workspace):
     d = setup
     with d.client(name="agent") as agent:
