@@ -528,6 +528,8 @@ class SecretResolved(Frame, tag="secret.resolved"):
     state: str
     reason: str | None = None
     decided_by: str = ""
+
+
 class TurnStarted(Frame, tag="turn.started"):
     """A turn began."""
 

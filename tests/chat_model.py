@@ -12,6 +12,7 @@ was told. Steps:
 
 from __future__ import annotations
 
+import itertools
 import json
 import select
 import threading
@@ -149,6 +150,9 @@ def _split(text: str, n: int) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), size)] or []
 
 
+_call_ids = itertools.count(1)  # unique across requests, as a real model's are
+
+
 def responses_events(step: Any) -> list[tuple[str, Any]]:
     seq = iter(range(10**6))
     resp = {"id": "resp_1", "object": "response", "created_at": 0, "model": "m", "status": "in_progress",
@@ -163,7 +167,7 @@ def responses_events(step: Any) -> list[tuple[str, Any]]:
     if isinstance(step, Hang):
         return out
     for i, (name, args) in enumerate(getattr(step, "calls", ())):
-        item = {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}_{name}", "name": name,
+        item = {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{next(_call_ids)}_{name}", "name": name,
                 "arguments": json.dumps(args), "status": "completed"}
         out.append(("response.output_item.done", {"type": "response.output_item.done", "output_index": i + 1,
                                                   "item": item, "sequence_number": next(seq)}))
@@ -188,7 +192,7 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
     for i, (name, args) in enumerate(calls):
         text = json.dumps(args)
         half = len(text) // 2
-        out.append(chunk({"tool_calls": [{"index": i, "id": f"call_{i}_{name}", "type": "function",
+        out.append(chunk({"tool_calls": [{"index": i, "id": f"call_{next(_call_ids)}_{name}", "type": "function",
                                           "function": {"name": name, "arguments": text[:half]}}]}))
         out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": text[half:]}}]}))
     out.append(chunk({}, "tool_calls" if calls else "stop"))

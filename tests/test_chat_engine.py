@@ -174,3 +174,14 @@ def test_the_loops_own_tools_follow_the_design_rules():
 
     for spec in cat.CORE:
         lint(Spec(spec))  # raises naming the rule broken
+
+
+def test_a_call_id_the_model_reuses_in_a_later_step_still_gets_its_output():
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"read"})
+    t = turn(conv)
+    t.start("x")
+    t.on_reply("", [call("same", "read")], Usage())
+    t.on_result("same", True, 1)
+    t.on_reply("", [call("same", "read")], Usage())
+    [nxt] = t.on_result("same", True, 2)
+    assert [json.loads(i.output)["result"] for i in nxt.request.items if isinstance(i, ToolOutput)] == [1, 2]

@@ -44,3 +44,11 @@ def test_ids_that_are_not_ours_are_refused(tmp_path, bad):
 def test_unknown_conversation_says_how_to_start_one(tmp_path):
     with pytest.raises(errors.InvalidRequest, match="open one without `conversation`"):
         Transcripts(tmp_path).read("k404")
+
+
+def test_the_latest_settings_win(tmp_path):
+    t = Transcripts(tmp_path)
+    t.append("k3", [Opened(workspace="/a", system_prompt="old"), UserText(text="hi"),
+                    Opened(workspace="/b", system_prompt="new")])
+    conv = Conversation.replay(t.read("k3"))
+    assert conv.settings.system_prompt == "new" and [i.text for i in conv.history] == ["hi"]

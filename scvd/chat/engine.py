@@ -86,7 +86,7 @@ class Conversation:
     @classmethod
     def replay(cls, records: list[Any]) -> Conversation:
         """Rebuild from a transcript; a call left without output (a crash) gets a cancelled one."""
-        opened = next((r for r in records if isinstance(r, Opened)), None)
+        opened = next((r for r in reversed(records) if isinstance(r, Opened)), None)  # the latest settings
         if opened is None:
             raise ValueError("transcript has no `open` record")
         conv = cls(settings=opened)
@@ -129,14 +129,19 @@ class Conversation:
         self.notes = []
 
     def close_open_calls(self, why: str, turn: str = "") -> None:
-        """Give every call without an output a cancelled one, so the history stays well-formed."""
-        answered = {i.call_id for i in self.history if isinstance(i, ToolOutput)}
-        for item in list(self.history):
-            if isinstance(item, AssistantReply):
-                for call in item.calls:
-                    if call.call_id not in answered:
-                        self.append(ToolOutput(call_id=call.call_id, name=call.name,
-                                               output=error_output("cancelled", why), turn=turn))
+        """Give the last reply's calls without an output a cancelled one, so the history stays well-formed.
+
+        Outputs are appended per step, right after their reply, so only the last reply can lack them.
+        """
+        last = next((i for i in range(len(self.history) - 1, -1, -1)
+                     if isinstance(self.history[i], AssistantReply)), None)
+        if last is None:
+            return
+        answered = {i.call_id for i in self.history[last + 1:] if isinstance(i, ToolOutput)}
+        for call in self.history[last].calls:
+            if call.call_id not in answered:
+                self.append(ToolOutput(call_id=call.call_id, name=call.name,
+                                       output=error_output("cancelled", why), turn=turn))
 
 
 def ok_output(result: Any) -> str:
@@ -162,6 +167,7 @@ class Turn:
         self.usage = Usage()
         self.outputs: dict[str, str | None] = {}  # this step's call_id -> output (None: waiting)
         self.calls: dict[str, ToolCall] = {}
+        self.flushed = False  # this step's outputs are in the history
         self.done = False
 
     def start(self, text: str) -> list[Any]:
@@ -176,6 +182,7 @@ class Turn:
             return self._end(Finish(text=text, usage=self.usage_dict()), "completed")
         self.outputs = {c.call_id: None for c in calls}
         self.calls = {c.call_id: c for c in calls}
+        self.flushed = False
         actions: list[Any] = []
         for call in calls:
             actions += self._dispatch(call)
@@ -263,13 +270,12 @@ class Turn:
         return self._next_request()
 
     def _flush_outputs(self) -> None:
+        if self.flushed or not self.outputs:
+            return
+        self.flushed = True
         for call_id, output in self.outputs.items():
-            if output is not None and not self._has_output(call_id):
-                call = self.calls[call_id]
-                self.conv.append(ToolOutput(call_id=call_id, name=call.name, output=output, turn=self.id))
-
-    def _has_output(self, call_id: str) -> bool:
-        return any(isinstance(i, ToolOutput) and i.call_id == call_id for i in reversed(self.conv.history))
+            call = self.calls[call_id]
+            self.conv.append(ToolOutput(call_id=call_id, name=call.name, output=output or "", turn=self.id))
 
     def _next_request(self) -> list[Any]:
         if self.steps >= self.max_steps:

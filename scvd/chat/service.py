@@ -70,7 +70,7 @@ class ChatService:
                 raise errors.InvalidRequest(f"conversation {frame.conversation!r} is open in another session; "
                                             "close that session first")
             records = await asyncio.to_thread(self.transcripts.read, frame.conversation)
-        stored = next((r for r in records if isinstance(r, Opened)), None)
+        stored = next((r for r in reversed(records) if isinstance(r, Opened)), None)  # the latest settings
         name = provider or (stored.provider if stored else "") or config.chat.provider
         if name not in config.providers and name != provider_mod.CODEX:
             known = ", ".join(sorted(config.providers) + [provider_mod.CODEX])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Status, Text
+from chat_model import Calls, Hang, Status, Text
 from scvd.chat.pipeline import NO_APPROVER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,4 +141,24 @@ def test_chat_in_tmux_prompt_inline_approval_and_streamed_answer(chat_daemon, mo
     assert "\nmodel>" in pane
     assert (workspace / "out.txt").read_text() == "done\n"
     t.wait_for("you>", 10)
+    t.send("/exit", "Enter")
+
+
+def test_chat_ctrl_c_cancels_the_turn_not_the_program_and_clear_forgets(chat_daemon, model, tmux, workspace):
+    m = model(Hang("thinking about it"), Text("still here"), Text("fresh start"))
+    d = chat_daemon(m)
+    t = tmux([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)], d.env)
+    t.wait_for("you>")
+    t.send("think hard", "Enter")
+    t.wait_for("thinking about it")
+    t.send("C-c")
+    t.wait_for("(turn cancelled)")
+    assert m.hung_up.wait(15), "the model's stream stayed open after Ctrl-C"
+    t.send("are you there?", "Enter")
+    t.wait_for("still here")
+    t.send("/clear", "Enter")
+    t.wait_for("(history cleared)")
+    t.send("hello again", "Enter")
+    t.wait_for("fresh start")
+    assert [i["content"] for i in m.requests[-1]["input"]] == ["hello again"]
     t.send("/exit", "Enter")

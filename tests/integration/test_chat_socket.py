@@ -292,3 +292,24 @@ def test_provider_codex_without_an_import_says_how_to_get_one(chat_rig, workspac
         events, end = run_turn(c, open_chat(c, workspace, provider="codex").session, "hi")
     assert end.reason == "auth" and "no imported Codex setup" in end.message
     assert "scvctl agents import codex" in end.hint
+
+
+def test_store_secret_asks_at_most_twice_per_tool_per_turn(chat_rig, workspace):
+    ask = ("store_secret", {"key": "GH_TOKEN", "tool": "script_gh"})
+    model, d = chat_rig(Calls(("find_tools", {"query": "store_secret", "include_system": True})),
+                        Calls(ask), Calls(ask), Calls(ask), Text("giving up"),
+                        Calls(ask), Text("asked once more"))
+    with d.client(name="pytest", approver=True) as c:
+        session = open_chat(c, workspace).session
+
+        def decline(event: Any) -> None:
+            if isinstance(event, p.SecretRequested):
+                c.request(p.SecretDecline, request_id=event.request_id, reason="not now")
+
+        events, end = run_turn(c, session, "use gh", decline)
+        assert isinstance(end, p.TurnCompleted)
+        assert len([e for e in events if isinstance(e, p.SecretRequested)]) == 2
+        third = json.loads(model.outputs(4)[-1])["error"]
+        assert third["kind"] == "limit" and "at most 2 per tool per turn" in third["message"]
+        events, end = run_turn(c, session, "try again", decline)  # a new turn: a new count
+        assert len([e for e in events if isinstance(e, p.SecretRequested)]) == 1
