@@ -17,6 +17,7 @@ from chat_model import Calls, Hang, Status, Text
 from scvd.chat.pipeline import NO_APPROVER
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # real scvctl processes and a terminal: about a minute in all
 
 
 def config(m) -> str:
