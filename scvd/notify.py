@@ -3,17 +3,26 @@
 Rule: read the manager's variables once at start, then remove them from
 `os.environ`, so no child (a tool's process, an agent) inherits them and
 notifies or listens in scvd's name. Outside systemd everything here is a no-op.
+
+Rule: a send never blocks the event loop. Datagrams go out with MSG_DONTWAIT;
+when the manager's socket is full, READY=1, RELOADING=1, STOPPING=1 and
+WATCHDOG=1 wait in order for room (the loop is told when the socket becomes
+writable), while STATUS= keeps only its newest text. STATUS= goes out at most
+once per STATUS_INTERVAL and only when it changed. The protocol is one
+`send()` of newline-separated assignments: sd_notify(3) in a few lines, so
+no library stands in for it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import logging
+import math
 import os
 import socket
 import time
 from typing import Mapping
-
-from sdnotify import SystemdNotifier
 
 log = logging.getLogger("scvd.notify")
 
@@ -21,7 +30,8 @@ NOTIFY_VARS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 LISTEN_VARS = ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 MANAGER_VARS = NOTIFY_VARS + LISTEN_VARS
 LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed fd
-SEND_TIMEOUT = 0.25  # sends block the event loop: a stuck manager may stall it this long, no more
+STATUS_INTERVAL = 1.0  # seconds between two STATUS= datagrams, at least
+SENT, FULL, FAILED = "sent", "full", "failed"
 
 
 def scrub_env() -> dict[str, str]:
@@ -38,42 +48,29 @@ def _notify_address(value: str) -> str | None:
     return None  # e.g. vsock: addresses, which a user manager never hands out
 
 
-class _Transport(SystemdNotifier):
-    """sdnotify's notifier, connected to an address we read ourselves.
-
-    sdnotify reads NOTIFY_SOCKET from os.environ in its constructor, which
-    scrub_env() may already have emptied, hides every error unless debug=True,
-    and encodes latin-1 (a STATUS= naming a non-latin-1 path would raise);
-    so connect here, send UTF-8, and let errors reach Notifier.
-    """
-
-    def __init__(self, address: str) -> None:
-        self.debug = True
-        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            self.socket.settimeout(SEND_TIMEOUT)
-            self.socket.connect(address)
-        except OSError:
-            self.socket.close()
-            raise
-
-    def notify(self, state: str) -> None:
-        self.socket.sendall(state.encode("utf-8", "replace"))
-
-
 class Notifier:
     """sd_notify(3) messages for scvd's lifecycle; a no-op when NOTIFY_SOCKET is unset.
 
-    Failures are logged once (a warning), then quietly until a message gets
-    through again, so a broken socket cannot flood the log with watchdog pings.
+    Each method returns True when its datagram went out now. Failures other
+    than a full socket are logged once (a warning), then quietly until a
+    message gets through again, so a broken socket cannot flood the log.
     """
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, *,
+                 status_interval: float = STATUS_INTERVAL) -> None:
         env = os.environ if env is None else env
         self.socket_name = env.get("NOTIFY_SOCKET") or None
+        self.status_interval = status_interval
         self._watchdog_usec = _watchdog_usec(env)
-        self._transport: _Transport | None = None
+        self._sock: socket.socket | None = None
         self._failing = False
+        self._queue: collections.deque[str] = collections.deque()  # waiting for room, oldest first
+        self._status_pending: str | None = None  # the newest STATUS= not sent yet
+        self._status_sent: str | None = None
+        self._status_at = -math.inf
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiting: asyncio.AbstractEventLoop | None = None  # loop watching for room
+        self._last = FAILED  # what the newest send attempt gave
         if self.socket_name:
             self._connect(self.socket_name)
 
@@ -82,15 +79,160 @@ class Notifier:
         """True when a notify socket was named (even if sending to it fails)."""
         return self.socket_name is not None
 
+    @property
+    def queued(self) -> list[str]:
+        """Messages waiting for room in a full socket, oldest first."""
+        return list(self._queue)
+
+    # --- the messages -----------------------------------------------------------------
+
+    def ready(self) -> bool:
+        self._status_sent = None  # the manager hears the current status after each READY=1
+        return self._lifecycle("READY=1")
+
+    def reloading(self) -> bool:
+        """RELOADING=1 with the MONOTONIC_USEC that systemd requires next to it."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        return self._lifecycle(f"RELOADING=1\nMONOTONIC_USEC={usec}")
+
+    def stopping(self) -> bool:
+        return self._lifecycle("STOPPING=1")
+
+    def watchdog(self) -> bool:
+        if "WATCHDOG=1" in self._queue:
+            return False  # one ping waiting for room says as much as two
+        return self._lifecycle("WATCHDOG=1")
+
+    def status(self, text: str) -> bool:
+        """Say `text` as STATUS=, unless unchanged; at most once per status_interval."""
+        # one datagram is newline-separated assignments: a newline would start a new one
+        message = "STATUS=" + " ".join(text.splitlines())
+        if self._queue and self._queue[-1].startswith("STATUS="):
+            self._queue[-1] = message  # not out yet: the newest text takes its place
+            return False
+        self._status_pending = None if message == self._status_sent else message
+        return self._send_status()
+
+    def send(self, *lines: str) -> bool:
+        """Send the lines as one datagram now, or not at all; False if it did not go out."""
+        return self._send("\n".join(lines)) == SENT
+
+    def watchdog_interval(self) -> float | None:
+        """Seconds between WATCHDOG=1 pings (half of WATCHDOG_USEC), or None when not asked."""
+        if self._watchdog_usec is None or self.socket_name is None:
+            return None
+        return self._watchdog_usec / 2 / 1_000_000
+
+    # --- delivery ---------------------------------------------------------------------
+
+    def _lifecycle(self, message: str) -> bool:
+        """Deliver `message` now or, when the socket is full, as soon as it has room."""
+        if self.socket_name is None:
+            return False
+        if self._status_pending is not None:  # an older status goes first, whatever the interval
+            self._queue.append(self._status_pending)
+            self._status_pending = None
+        self._queue.append(message)
+        before = len(self._queue)
+        sent = self._flush()
+        return sent >= before and self._last == SENT
+
+    def _flush(self) -> int:
+        """Send what waits, in order; stop at a full socket and wait for room. Returns how many left."""
+        if self._waiting is not None:
+            return 0  # the loop calls _on_room when there is room
+        done = 0
+        while self._queue:
+            self._last = self._send(self._queue[0])
+            if self._last == FULL:
+                self._wait_for_room()
+                return done
+            self._queue.popleft()  # sent, or failed for a reason waiting cannot fix (logged)
+            done += 1
+        self._send_status()
+        return done
+
+    def _send_status(self) -> bool:
+        message = self._status_pending
+        if message is None or self._queue or self._waiting is not None:
+            return False
+        wait = self._status_at + self.status_interval - time.monotonic()
+        if wait > 0:
+            self._call_later(wait)
+            return False
+        result = self._send(message)
+        if result == FULL:
+            self._wait_for_room()
+            return False
+        self._status_pending = None
+        return result == SENT
+
+    def _send(self, message: str) -> str:
+        if self.socket_name is None:
+            return FAILED
+        if self._sock is None:
+            self._connect(self.socket_name)  # the manager may have come back
+            if self._sock is None:
+                return FAILED
+        try:
+            self._sock.send(message.encode("utf-8", "replace"), socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return FULL
+        except OSError as exc:
+            self._disconnect()  # reconnect next time: the manager may rebind its socket
+            self._fail(f"sending {message.split('=')[0]} to {self.socket_name} failed: {exc}")
+            return FAILED
+        if message.startswith("STATUS="):
+            self._status_sent, self._status_at = message, time.monotonic()
+        if self._failing:
+            log.info("sd_notify works again")
+            self._failing = False
+        return SENT
+
+    # --- waiting, on the running event loop -----------------------------------------------
+
+    def _wait_for_room(self) -> None:
+        """Have the loop call back when the socket is writable; without a loop, the next call retries."""
+        loop = _running_loop()
+        if loop is None or self._sock is None or self._waiting is not None:
+            return
+        loop.add_writer(self._sock.fileno(), self._on_room)
+        self._waiting = loop
+
+    def _on_room(self) -> None:
+        self._stop_waiting()
+        self._flush()
+
+    def _stop_waiting(self) -> None:
+        if self._waiting is not None:
+            if self._sock is not None and not self._waiting.is_closed():
+                self._waiting.remove_writer(self._sock.fileno())
+            self._waiting = None
+
+    def _call_later(self, delay: float) -> None:
+        loop = _running_loop()
+        if loop is not None and self._timer is None:
+            self._timer = loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._send_status()
+
+    # --- the socket ---------------------------------------------------------------------
+
     def _connect(self, value: str) -> None:
         address = _notify_address(value)
         if address is None:
             self._fail(f"NOTIFY_SOCKET={value!r} is not an AF_UNIX address")
             return
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
         try:
-            self._transport = _Transport(address)
+            sock.connect(address)
         except OSError as exc:
+            sock.close()
             self._fail(f"cannot connect to NOTIFY_SOCKET={value}: {exc}")
+            return
+        self._sock = sock
 
     def _fail(self, reason: str) -> None:
         if not self._failing:
@@ -99,59 +241,37 @@ class Notifier:
             log.debug("sd_notify failed again: %s", reason)
         self._failing = True
 
-    def send(self, *lines: str) -> bool:
-        """Send the lines as one datagram; False if it did not reach the manager."""
-        if self.socket_name is None:
-            return False
-        if self._transport is None:
-            self._connect(self.socket_name)  # the manager may have come back
-            if self._transport is None:
-                return False
-        try:
-            self._transport.notify("\n".join(lines))
-        except OSError as exc:
-            self.close()  # reconnect next time: the manager may rebind its socket
-            self._fail(f"sending {lines[0].split('=')[0]} to {self.socket_name} failed: {exc}")
-            return False
-        if self._failing:
-            log.info("sd_notify works again")
-            self._failing = False
-        return True
-
-    def ready(self) -> bool:
-        return self.send("READY=1")
-
-    def status(self, text: str) -> bool:
-        # one datagram is newline-separated assignments: a newline would start a new one
-        return self.send("STATUS=" + " ".join(text.splitlines()))
-
-    def reloading(self) -> bool:
-        """RELOADING=1 with the MONOTONIC_USEC that systemd requires next to it."""
-        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
-        return self.send("RELOADING=1", f"MONOTONIC_USEC={usec}")
-
-    def stopping(self) -> bool:
-        return self.send("STOPPING=1")
-
-    def watchdog(self) -> bool:
-        return self.send("WATCHDOG=1")
-
-    def watchdog_interval(self) -> float | None:
-        """Seconds between WATCHDOG=1 pings (half of WATCHDOG_USEC), or None when not asked."""
-        if self._watchdog_usec is None or self.socket_name is None:
-            return None
-        return self._watchdog_usec / 2 / 1_000_000
+    def _disconnect(self) -> None:
+        self._stop_waiting()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
     def close(self) -> None:
-        if self._transport is not None:
-            self._transport.socket.close()
-            self._transport = None
+        """Stop waiting; what a full socket still held is tried once more, then dropped."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._stop_waiting()
+        while self._queue and self._send(self._queue[0]) != FULL:
+            self._queue.popleft()
+        if self._queue:
+            log.debug("sd_notify: dropped at close (socket full): %s", ", ".join(self._queue))
+            self._queue.clear()
+        self._disconnect()
 
     def __enter__(self) -> Notifier:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _watchdog_usec(env: Mapping[str, str]) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -326,3 +327,110 @@ def test_systemd_socket_activate(tmp_path):
         assert report["count"] == 1 and report["fds"] == [3] and report["cloexec"] == [True]
         assert report["left"] == []
         assert proc.wait(10) == 0
+
+
+# A manager that stops reading: sends never block, lifecycle messages wait for room in
+# order, STATUS= keeps only its newest text. The socket is full for real (its queue of
+# datagrams is bounded by net.unix.max_dgram_qlen), never faked.
+
+
+def fill(n: Notifier) -> int:
+    """Send until the listener's queue is full; return how many datagrams went in."""
+    count = 0
+    while n.send(f"X_FILL={count}"):
+        count += 1
+        assert count < 100_000, "the datagram queue never filled"
+    return count
+
+
+def drain(sock: socket.socket) -> list[str]:
+    out = []
+    sock.setblocking(False)
+    try:
+        while True:
+            out.append(sock.recv(65536).decode())
+    except BlockingIOError:
+        pass
+    finally:
+        sock.settimeout(5)
+    return out
+
+
+async def recv_until(sock: socket.socket, predicate, timeout: float = 10.0) -> list[str]:
+    """Datagrams as the loop lets the notifier send them, until one satisfies `predicate`."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen += drain(sock)
+        if any(predicate(m) for m in seen):
+            return seen
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no matching message in {timeout} s: {seen}")
+
+
+def test_full_socket_queues_lifecycle_messages_in_order(listener, run_loop):
+    sock, path = listener
+
+    async def main() -> list[str]:
+        with Notifier({"NOTIFY_SOCKET": path}, status_interval=0.05) as n:
+            filled = fill(n)
+            assert n.status("one") is False and n.status("two") is False  # newest only
+            assert n.reloading() is False and n.ready() is False
+            assert n.watchdog() is False and n.watchdog() is False  # one ping waits, not two
+            assert n.stopping() is False
+            assert [m.split("=")[0] for m in n.queued] == ["STATUS", "RELOADING", "READY", "WATCHDOG", "STOPPING"]
+            n.status("three")  # after the lifecycle messages, under the interval
+            await asyncio.sleep(0.1)  # nothing reads: nothing moves, nothing blocks
+            assert len(n.queued) == 5
+            seen = await recv_until(sock, lambda m: m == "STATUS=three")
+            return seen[filled:]
+
+    rest = run_loop(main())
+    assert rest[0] == "STATUS=two"
+    assert rest[1].startswith("RELOADING=1\nMONOTONIC_USEC=")
+    assert rest[2:] == ["READY=1", "WATCHDOG=1", "STOPPING=1", "STATUS=three"]
+
+
+def test_full_socket_keeps_the_newest_status(listener, run_loop):
+    sock, path = listener
+
+    async def main() -> list[str]:
+        with Notifier({"NOTIFY_SOCKET": path}, status_interval=0.05) as n:
+            filled = fill(n)
+            for i in range(50):
+                assert n.status(f"running_calls={i}") is False
+            seen = await recv_until(sock, lambda m: m == "STATUS=running_calls=49")
+            await asyncio.sleep(0.2)
+            return (seen + drain(sock))[filled:]
+
+    assert run_loop(main()) == ["STATUS=running_calls=49"]
+
+
+def test_status_is_coalesced_and_sent_only_when_changed(listener, run_loop):
+    sock, path = listener
+
+    async def main() -> list[str]:
+        with Notifier({"NOTIFY_SOCKET": path}, status_interval=0.3) as n:
+            assert n.status("a") is True  # the first goes out at once
+            assert n.status("a") is False  # unchanged: nothing to say
+            assert n.status("b") is False and n.status("c") is False  # within the interval
+            seen = await recv_until(sock, lambda m: m == "STATUS=c")
+            n.status("c")
+            await asyncio.sleep(0.4)
+            return seen + drain(sock)
+
+    assert run_loop(main()) == ["STATUS=a", "STATUS=c"]
+
+
+def test_status_before_a_lifecycle_message_is_not_held_back(listener, run_loop):
+    """A status set just before READY=1 reaches the manager before it, whatever the interval."""
+    sock, path = listener
+
+    async def main() -> None:
+        with Notifier({"NOTIFY_SOCKET": path}, status_interval=60) as n:
+            assert n.status("first")
+            assert n.status("reload failed: x") is False
+            assert n.ready()
+
+    run_loop(main())
+    assert drain(sock) == ["STATUS=first", "STATUS=reload failed: x", "READY=1"]

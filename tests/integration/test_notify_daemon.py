@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import socket
 import time
 from pathlib import Path
 
 import pytest
+
+from scvctl.client import AsyncClient
 
 from harness import NotifyListener, RawConn, make_wrapped  # noqa: F401 (fixture)
 
@@ -156,4 +160,53 @@ def test_status_is_sent_only_when_it_changes(make_daemon, listener, workspace):
                     "STATUS=sessions=1 pending_approvals=0 running_calls=0",
                     "STATUS=sessions=0 pending_approvals=0 running_calls=0",
                     "STOPPING=1"]
+    assert d.proc.wait(15) == 0
+
+
+def fill_datagram_queue(path: Path) -> int:
+    """Send to `path` until its queue is full (EAGAIN): a manager that stopped reading."""
+    sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sender.connect(str(path))
+    sender.setblocking(False)
+    count = 0
+    try:
+        while True:
+            sender.send(b"X_FILL=1")
+            count += 1
+            assert count < 100_000
+    except BlockingIOError:
+        return count
+    finally:
+        sender.close()
+
+
+@pytest.mark.slow
+def test_a_notify_socket_nobody_reads_does_not_stall_sessions_or_calls(make_daemon, listener, workspace):
+    """Full before scvd starts and never read while 16 clients open sessions and call:
+    every send would block the loop if sends could block. READY=1 is not lost: it
+    arrives once the manager reads again."""
+    filled = fill_datagram_queue(listener.path)
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)})
+    (workspace / "notes.txt").write_text("hello\n")
+
+    async def one_client(i: int) -> int:
+        c = await AsyncClient.connect(d.socket, name=f"flood{i}")
+        try:
+            session = await c.open_session(workspace)
+            ok = 0
+            for _ in range(25):
+                ok += (await c.call(session, "read", {"path": "notes.txt"})).ok
+            return ok
+        finally:
+            await c.close()
+
+    async def flood() -> list[int]:
+        return await asyncio.gather(*(one_client(i) for i in range(16)))
+
+    assert asyncio.run(flood()) == [25] * 16
+    assert listener.pending()  # nothing was read meanwhile: the queue is still full
+    seen = listener.until(lambda m: m == "READY=1")  # retried once there was room, not dropped
+    assert len(seen) == filled + 1 and not [m for m in seen[:-1] if not m.startswith("X_FILL")]
+    d.proc.send_signal(signal.SIGTERM)
+    assert "STOPPING=1" in listener.until(lambda m: m == "STOPPING=1")
     assert d.proc.wait(15) == 0
