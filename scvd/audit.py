@@ -4,13 +4,19 @@ Rule: what a call read, wrote or printed never reaches this file, nor any
 secret. `record()` keeps only the allow-listed field names below and drops
 the rest, so a caller cannot leak a file's content by passing it along; each
 value must be a scalar (strings are capped), so no structure smuggles it in.
-Each record is one os.write() on an O_APPEND fd: flushed per record, and never
-interleaved with another writer's line. The file is 0600 and rotated by size
-(audit.log -> audit.log.1 -> ... -> audit.log.<keep>).
+Rule: a call never waits on the file. On the event loop's thread, records are
+buffered and written within FLUSH_SECONDS (or once BUFFER_BYTES pile up);
+decisions and denials are written at once, and so is every record made with
+no running loop (a worker thread, a script). Writes are whole lines on an
+O_APPEND fd, never interleaved with another writer's; close() writes what is
+buffered, and the server's shutdown calls unbuffer(), so a clean stop
+(SIGTERM) loses nothing. The file is 0600 and
+rotated by size (audit.log -> audit.log.1 -> ... -> audit.log.<keep>).
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import os
@@ -36,8 +42,16 @@ DECIDED_BY_FIELDS = frozenset({"pid", "uid", "client"})
 MAX_STRING = 512  # a deny reason is typed by a person; keep a line a line, not a document
 EVENT_RE = re.compile(r"[a-z][a-z0-9_.]{0,63}")
 
+FLUSH_SECONDS = 0.5  # the longest a buffered record waits in memory
+BUFFER_BYTES = 64 << 10  # or this much, whichever comes first
+
 _encoder = msgspec.json.Encoder()
 _DROP = object()
+
+
+def urgent(event: str, fields: dict[str, Any]) -> bool:
+    """Decisions and denials: written at once, before the caller hears of them."""
+    return event == "decision" or fields.get("decision") == "deny" or fields.get("error_kind") == "denied"
 
 
 def redact(fields: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -81,34 +95,89 @@ class AuditLog:
         self._lock = threading.Lock()  # tools may record from worker threads
         self._warned: set[str] = set()
         self._closed = False
+        self._buffer: list[bytes] = []
+        self._buffered = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._direct = False  # set by unbuffer(): write each record at once
         ensure_private_dir(self.path.parent)
-        self._fd: int | None = self._open()
+        self._fd: int | None = None
+        self._size = 0
+        self._open()
 
     def _open(self) -> int:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         fd = os.open(self.path, flags, FILE_MODE)
-        if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
+        st = os.fstat(fd)
+        if stat.S_IMODE(st.st_mode) != FILE_MODE:
             os.fchmod(fd, FILE_MODE)  # an older file, or one made under another umask
+        self._fd, self._size = fd, st.st_size
         return fd
 
     def record(self, event: str, **fields: Any) -> None:
-        """Append one line {ts, event, <allowed fields>}; raises OSError when the write fails."""
+        """Append one line {ts, event, <allowed fields>}; raises OSError when a write at once fails."""
         if not EVENT_RE.fullmatch(event):
             raise ValueError(f"audit event name {event!r} must match {EVENT_RE.pattern}")
         kept, dropped = redact(fields)
         self._warn_dropped(event, dropped)
         line = _encoder.encode({"ts": _timestamp(), "event": event, **kept}) + b"\n"
         with self._lock:
+            if self._closed:
+                raise ValueError(f"audit log {self.path} is closed")
+            self._buffer.append(line)
+            self._buffered += len(line)
+            if urgent(event, kept) or self._buffered >= BUFFER_BYTES or not self._flush_later():
+                self._flush_locked()
+
+    def flush(self) -> None:
+        """Write every buffered record now; raises OSError when that fails (they stay buffered)."""
+        with self._lock:
+            self._flush_locked()
+
+    def unbuffer(self) -> None:
+        """Write what is buffered, and every later record at once (shutdown: no timer may run again)."""
+        with self._lock:
+            self._direct = True
+            self._flush_locked()
+
+    def _flush_later(self) -> bool:
+        """Have this thread's running loop flush within FLUSH_SECONDS; False without one."""
+        if self._direct:
+            return False
+        if self._timer is not None:
+            return True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        self._timer = loop.call_later(FLUSH_SECONDS, self._on_timer)
+        return True
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        try:
+            self.flush()
+        except (OSError, ValueError) as exc:  # a full disk must not stop calls; say so in the log
+            log.error("audit log write failed: %s", exc)
+
+    def _flush_locked(self) -> None:
+        """Write the buffer in as few whole-line writes as rotation allows; what fails stays buffered."""
+        while self._buffer:
             fd = self._writable_fd()
-            if self.max_bytes and os.fstat(fd).st_size + len(line) > self.max_bytes:
-                fd = self._rotate()
-            os.write(fd, line)
+            if self.max_bytes and self._size and self._size + len(self._buffer[0]) > self.max_bytes:
+                fd = self._rotate()  # one line larger than max_bytes still goes into a fresh file
+            count = size = 0
+            for line in self._buffer:
+                if count and self.max_bytes and self._size + size + len(line) > self.max_bytes:
+                    break
+                count, size = count + 1, size + len(line)
+            _write_all(fd, b"".join(self._buffer[:count]))
+            self._size += size
+            del self._buffer[:count]
+            self._buffered -= size
 
     def _writable_fd(self) -> int:
-        if self._closed:
-            raise ValueError(f"audit log {self.path} is closed")
         if self._fd is None:  # a rotation failed half-way (OSError): open audit.log again
-            self._fd = self._open()
+            return self._open()
         return self._fd
 
     def _warn_dropped(self, event: str, dropped: list[str]) -> None:
@@ -120,8 +189,6 @@ class AuditLog:
     def _rotate(self) -> int:
         """audit.log.(keep-1) -> .keep, ..., audit.log -> .1; a fresh audit.log."""
         assert self._fd is not None
-        if os.fstat(self._fd).st_size == 0:
-            return self._fd  # one line larger than max_bytes still goes in
         os.close(self._fd)
         self._fd = None
         if self.keep == 0:
@@ -132,24 +199,37 @@ class AuditLog:
                 os.replace(older, self._numbered(i + 1))
         if self.keep > 0:
             os.replace(self.path, self._numbered(1))
-        self._fd = self._open()
-        return self._fd
+        return self._open()
 
     def _numbered(self, i: int) -> Path:
         return self.path.with_name(f"{self.path.name}.{i}")
 
     def close(self) -> None:
+        """Write what is buffered, then close; records after this raise ValueError."""
         with self._lock:
-            self._closed = True
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            try:
+                if not self._closed:
+                    self._flush_locked()
+            finally:
+                self._closed = True
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
 
     def __enter__(self) -> AuditLog:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _timestamp() -> str:

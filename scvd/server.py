@@ -155,9 +155,10 @@ class Daemon:
                         "leaving them behind", stuck, grace)
         if turns:
             await asyncio.wait(turns, timeout=grace)
-        # 3. close every client and session
+        # 3. close every client and session; the audit log writes what it buffered
         for conn in list(self.connections):
             self._drop_connection(conn)
+        self._flush_audit()
         # 4. remove our socket file and release the lock
         if self._owns_socket:
             self.paths.socket.unlink(missing_ok=True)
@@ -175,6 +176,7 @@ class Daemon:
     def _on_sigint(self) -> None:
         if self.stop_event.is_set():
             log.warning("second SIGINT: exiting at once")
+            self._flush_audit()
             os._exit(1)
         self.request_stop("SIGINT")
 
@@ -241,6 +243,7 @@ class Daemon:
             log.warning("refused peer pid=%d uid=%d: not our uid", conn.pid, conn.uid)
             self._send(conn, p.Error(code="forbidden", fatal=True, message=(
                 f"scvd runs as uid {os.getuid()}; peers of uid {conn.uid} may not connect")))
+            conn.close()  # sends the error first
             await drain_close(writer)
             return
         self.connections.add(conn)
@@ -523,3 +526,11 @@ class Daemon:
         for conn in targets:
             self.send_event(conn, event)
         self._update_status()
+
+    def _flush_audit(self) -> None:
+        if self.audit is not None:
+            try:
+                self.audit.unbuffer()  # and later records (calls past the grace period) at once
+            except OSError as exc:
+                log.error("audit log write failed: %s", exc)
+

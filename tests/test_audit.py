@@ -1,7 +1,8 @@
-"""The audit log: allow-listed fields only, 0600, one flushed line per record, rotation by size."""
+"""The audit log: allow-listed fields only, 0600, buffered on the loop but never lost, rotation by size."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import stat
@@ -11,6 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from scvd import audit as audit_mod
 from scvd.audit import FIELDS, MAX_STRING, AuditLog
 from scvd.tools.contract import ToolRisk
 
@@ -186,4 +188,96 @@ def test_a_failed_rotation_does_not_close_the_log_for_good(tmp_path):
             log.record("completion", call_id="c1", reason="y" * 200)  # rotation: nothing to rename
         log.record("completion", call_id="c2")
     assert [r["call_id"] for r in lines(path)] == ["c2"]
+    # the record whose write failed stayed buffered and went out with the next one: not lost
+    assert [r["call_id"] for r in lines(path.with_name("audit.log.1"))] == ["c1"]
     assert mode(path) == 0o600
+
+
+# On the event loop: records wait in memory (a call never waits on the file), decisions
+# and denials do not, and nothing buffered is lost at close.
+
+
+def events(path: Path) -> list[str]:
+    return [f"{r['event']}:{r.get('call_id', '')}" for r in lines(path)] if path.exists() else []
+
+
+def test_on_the_loop_records_are_buffered_then_written_within_the_interval(audit, run_loop):
+    async def main() -> None:
+        audit.record("proposal", call_id="c1", decision="run")
+        audit.record("completion", call_id="c1", outcome="ok")
+        assert events(audit.path) == []  # nothing written while the call answers
+        for _ in range(1000):
+            if events(audit.path):
+                break
+            await asyncio.sleep(0.01)
+        assert events(audit.path) == ["proposal:c1", "completion:c1"]
+
+    run_loop(main())
+
+
+@pytest.mark.parametrize("event, fields", [
+    ("decision", {"decision": "approved"}),
+    ("proposal", {"decision": "deny"}),
+    ("completion", {"error_kind": "denied", "outcome": "error"}),
+])
+def test_decisions_and_denials_are_written_at_once_after_what_came_before(audit, run_loop, event, fields):
+    async def main() -> None:
+        audit.record("proposal", call_id="c1", decision="ask")
+        audit.record(event, call_id="c2", **fields)
+        assert events(audit.path) == ["proposal:c1", f"{event}:c2"]
+
+    run_loop(main())
+
+
+def test_close_writes_what_is_buffered(tmp_path, run_loop):
+    log = AuditLog(tmp_path / "audit.log", 1 << 20, 1)
+
+    async def main() -> None:
+        for i in range(5):
+            log.record("completion", call_id=f"c{i}", outcome="ok")
+        assert events(log.path) == []
+        log.close()  # what shutdown does on SIGTERM
+
+    run_loop(main())
+    assert events(log.path) == [f"completion:c{i}" for i in range(5)]
+
+
+def test_a_full_buffer_is_written_without_waiting(audit, run_loop):
+    async def main() -> int:
+        count = 0
+        while not events(audit.path):
+            audit.record("completion", call_id=f"c{count}", reason="r" * 400)
+            count += 1
+            assert count < 10_000
+        return count
+
+    count = run_loop(main())
+    assert count > 1 and audit.path.stat().st_size >= audit_mod.BUFFER_BYTES  # held until full
+
+
+def test_rotation_applies_to_buffered_records_line_by_line(tmp_path, run_loop):
+    path = tmp_path / "audit.log"
+    log = AuditLog(path, max_bytes=500, keep=5)
+
+    async def main() -> None:
+        for i in range(40):
+            log.record("completion", call_id=f"c{i:03d}", outcome="ok")
+        log.close()
+
+    run_loop(main())
+    files = [path] + [path.with_name(f"audit.log.{i}") for i in range(1, 6)]
+    assert all(f.stat().st_size <= 500 for f in files if f.exists())
+    kept = [r["call_id"] for f in reversed(files) if f.exists() for r in lines(f)]
+    assert kept == [f"c{i:03d}" for i in range(40)][-len(kept):]  # oldest files dropped, order kept
+
+
+def test_unbuffer_writes_the_buffer_and_every_later_record_at_once(audit, run_loop):
+    async def main() -> None:
+        audit.record("completion", call_id="c1", outcome="ok")
+        assert events(audit.path) == []
+        audit.unbuffer()
+        assert events(audit.path) == ["completion:c1"]
+        audit.record("completion", call_id="c2", outcome="ok")
+        assert events(audit.path) == ["completion:c1", "completion:c2"]
+
+    run_loop(main())
