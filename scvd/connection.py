@@ -1,4 +1,9 @@
-"""One client connection: its peer's credentials, handshake state, sessions and event sequence."""
+"""One client connection: its peer's credentials, handshake state, sessions and event sequence.
+
+Rule: frames are written once per loop turn, in order: a call that completes in
+the turn that accepted it reaches the peer as one write (one wake-up), not one
+write per frame. The peer that stops reading is cut off past WRITE_BUFFER_LIMIT.
+"""
 
 from __future__ import annotations
 
@@ -38,6 +43,8 @@ class Connection:
         self.closed = False
         self.sessions: dict[str, Any] = {}
         self._seq = itertools.count(1)
+        self._out: list[bytes] = []  # frames of this loop turn, written together by _flush()
+        self._loop = asyncio.get_running_loop()
 
     def decider(self) -> Decider:
         return Decider(pid=self.pid, uid=self.uid, client=self.client)
@@ -52,13 +59,22 @@ class Connection:
             log.warning("client %s stopped reading; closing its connection", self.label())
             self.abort()
             return
-        self.writer.write(data)
+        self._out.append(data)
+        if len(self._out) == 1:
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write what this loop turn produced at once: one wake-up of the peer, not one per frame."""
+        if self._out and not self.closed:
+            out, self._out = self._out, []
+            self.writer.write(out[0] if len(out) == 1 else b"".join(out))
 
     def next_seq(self) -> int:
         return next(self._seq)
 
     def close(self) -> None:
         if not self.closed:
+            self._flush()
             self.closed = True
             self.writer.close()
 

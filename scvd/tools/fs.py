@@ -3,7 +3,8 @@
 Rule: every path goes through `containment` from the session's directory fd,
 following symlinks only while they stay inside. A write replaces the directory
 entry (rename), so a hard link's other names keep their old content.
-The blocking work runs in its own thread on a duplicate of that fd and checks a
+Blocking work runs on a pool thread (`workers`) on a duplicate of that fd (a small
+file on a local filesystem is read on the loop: cheaper than the hop) and checks a
 cancel flag between chunks and before installing, so a cancelled or killed
 write leaves the old file whole. `read_file` and `write_file` are plain
 functions so scripts and tests can use exactly what the tools use.
@@ -11,19 +12,18 @@ functions so scripts and tests can use exactly what the tools use.
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import errno
 import hashlib
 import os
 import stat
-import threading
 from typing import Annotated, Any, Callable, Literal
 
 import msgspec
 
 from ..errors import Cancelled, Failed, InvalidArguments, PathMissing
 from ..text import printable
+from ..workers import inline_ok, run_blocking
 from . import containment
 from .containment import show
 from .contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
@@ -54,10 +54,17 @@ def _check_cancel(cancel: Any) -> None:
 # --- reading -------------------------------------------------------------------
 
 
-def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_LIMIT, cancel: Any = NEVER) -> dict:
-    """Read bytes [offset, offset+limit) of a workspace file as UTF-8, with the whole file's sha256."""
+def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_LIMIT, cancel: Any = NEVER,
+              *, small_only: bool = False) -> Any:
+    """Read bytes [offset, offset+limit) of a workspace file as UTF-8, with the whole file's sha256.
+
+    With small_only, None unless the file is small enough to read on the event loop (`inline_ok`).
+    """
     parts = containment.split(path)
-    fd, _, real = containment.open_regular(dirfd, parts, path)
+    fd, st, real = containment.open_regular(dirfd, parts, path)
+    if small_only and not inline_ok(fd, st):
+        os.close(fd)
+        return None
     try:
         before, data, total, digest = _scan(fd, offset, limit, cancel)
     finally:
@@ -332,48 +339,6 @@ def _unlink_quiet(parent: int, name: str) -> None:
         pass
 
 
-# --- running blocking work off the event loop ------------------------------------
-
-
-async def run_blocking(fn: Callable[..., Any], workspace_fd: int, *args: Any) -> Any:
-    """Run fn(dup_of_workspace_fd, *args, cancel=flag) in its own thread.
-
-    The thread owns a duplicate of the fd (closing the session cannot pull it
-    away mid-call) and always runs to its end; on cancellation the flag makes it
-    stop at the next chunk and before any install.
-    """
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future = loop.create_future()
-    cancel = threading.Event()
-    fd = os.dup(workspace_fd)
-
-    def settle(outcome: tuple[bool, Any]) -> None:
-        if not done.done():
-            done.set_result(outcome)
-
-    def work() -> None:
-        try:
-            outcome = (True, fn(fd, *args, cancel=cancel))
-        except BaseException as exc:  # handed to the awaiting task
-            outcome = (False, exc)
-        finally:
-            os.close(fd)
-        try:
-            loop.call_soon_threadsafe(settle, outcome)
-        except RuntimeError:
-            pass  # the loop is gone (shutdown); nobody waits for this result
-
-    threading.Thread(target=work, name="scvd-fs", daemon=True).start()
-    try:
-        ok, value = await done
-    except asyncio.CancelledError:
-        cancel.set()
-        raise
-    if ok:
-        return value
-    raise value
-
-
 # --- the tools -------------------------------------------------------------------
 
 
@@ -451,6 +416,9 @@ class ReadTool(Tool):
         return Plan(risk=risk, summary=summary, details=details, network=False, writes_confined=True)
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        small = read_file(ctx.workspace_fd, args.path, args.offset, args.limit, small_only=True)
+        if small is not None:  # plan() opened it on the loop already; reading it there is cheaper than a thread
+            return small
         return await run_blocking(read_file, ctx.workspace_fd, args.path, args.offset, args.limit)
 
 

@@ -1,0 +1,147 @@
+"""The bounded pool of threads that runs blocking work (file I/O) off the event loop.
+
+Rule: threads are made once and reused, never one per call: at most
+MAX_WORKERS, started only when no idle one is free; past that, work waits its
+turn in arrival order. Threads are daemonic, so a read stuck on a hung
+filesystem cannot keep the process from exiting.
+
+Rule: a small regular file on a local filesystem is read on the loop itself
+(`inline_ok`): reading and hashing INLINE_BYTES costs less than the hop to a
+thread and back (two wake-ups, measured in docs/performance.md). Network and
+FUSE filesystems, where a read may hang, always go to the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+import os
+import queue
+import stat
+import threading
+from typing import Any, Callable
+
+log = logging.getLogger("scvd.workers")
+
+MAX_WORKERS = 16  # a few huge reads hashing whole files must not hold back every small one
+INLINE_BYTES = 64 << 10  # hashed in well under 100 us: less than the thread hop it saves
+# statfs(2) f_type of local, in-kernel filesystems: ext2/3/4, xfs, btrfs, tmpfs, overlay,
+# zfs, f2fs, bcachefs, ramfs. Anything else (nfs, cifs, fuse, 9p, ...) may block: pool.
+LOCAL_FILESYSTEMS = frozenset({
+    0xEF53, 0x58465342, 0x9123683E, 0x01021994, 0x794C7630, 0x2FC12FC1, 0xF2F52010, 0xCA451A4E, 0x858458F6,
+})
+
+
+class Pool:
+    """Up to `size` daemon threads taking jobs from one queue."""
+
+    def __init__(self, size: int = MAX_WORKERS, name: str = "scvd-worker") -> None:
+        self.size = size
+        self.name = name
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0  # threads waiting for a job and not yet promised one
+
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run `job()` on a pool thread; it must catch its own exceptions."""
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                spawn = False
+            else:
+                spawn = self._threads < self.size
+                self._threads += spawn
+        self._jobs.put(job)
+        if spawn:
+            threading.Thread(target=self._work, name=f"{self.name}-{self._threads}", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except BaseException:  # a job's own bug: keep the thread for the next one
+                log.exception("a blocking job raised past its own handler")
+            with self._lock:
+                self._idle += 1
+
+
+_pool = Pool()
+
+
+async def run_blocking(fn: Callable[..., Any], workspace_fd: int, *args: Any) -> Any:
+    """Run fn(dup_of_workspace_fd, *args, cancel=flag) on a pool thread.
+
+    The job owns a duplicate of the fd (closing the session cannot pull it
+    away mid-call) and always runs to its end; on cancellation the flag makes
+    it stop at the next chunk and before any install.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+    cancel = threading.Event()
+    fd = os.dup(workspace_fd)
+
+    def settle(outcome: tuple[bool, Any]) -> None:
+        if not done.done():
+            done.set_result(outcome)
+
+    def work() -> None:
+        try:
+            outcome = (True, fn(fd, *args, cancel=cancel))
+        except BaseException as exc:  # handed to the awaiting task
+            outcome = (False, exc)
+        finally:
+            os.close(fd)
+        try:
+            loop.call_soon_threadsafe(settle, outcome)
+        except RuntimeError:
+            pass  # the loop is gone (shutdown); nobody waits for this result
+
+    _pool.submit(work)
+    try:
+        ok, value = await done
+    except asyncio.CancelledError:
+        cancel.set()
+        raise
+    if ok:
+        return value
+    raise value
+
+
+# --- small local files, read inline ----------------------------------------------------------
+
+_local_devices: dict[int, bool] = {}
+_libc: ctypes.CDLL | None | bool = None  # None: not looked up; False: unusable
+
+
+def inline_ok(fd: int, st: os.stat_result) -> bool:
+    """True for a regular file of at most INLINE_BYTES on a local filesystem (cached per device)."""
+    if not stat.S_ISREG(st.st_mode) or st.st_size > INLINE_BYTES:
+        return False
+    local = _local_devices.get(st.st_dev)
+    if local is None:
+        local = _local_devices[st.st_dev] = _fs_type(fd) in LOCAL_FILESYSTEMS
+    return local
+
+
+def _fs_type(fd: int) -> int | None:
+    """statfs(2) f_type of the filesystem holding `fd`, or None when it cannot be asked."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        except OSError:
+            _libc = False
+    if not _libc:
+        return None
+    buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux; f_type comes first
+    if _libc.fstatfs(fd, buf) != 0:
+        return None
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF

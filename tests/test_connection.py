@@ -1,0 +1,80 @@
+"""A connection writes each loop turn's frames together and in order, and close() sends what is pending."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from scvd import protocol as p
+from scvd.connection import Connection
+
+LIMIT = 1 << 20
+
+
+async def connection_pair() -> tuple[Connection, socket.socket]:
+    ours, peer = socket.socketpair()
+    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    peer.setblocking(False)
+    return Connection(reader, writer, LIMIT), peer
+
+
+def available(peer: socket.socket) -> bytes:
+    try:
+        return peer.recv(1 << 20)
+    except BlockingIOError:
+        return b""
+
+
+def ids(data: bytes) -> list[int]:
+    return [p.decode_server_frame(line).id for line in data.splitlines()]
+
+
+def test_frames_of_one_turn_go_out_together_in_order(run_loop):
+    async def main() -> None:
+        conn, peer = await connection_pair()
+        for i in range(3):
+            conn.send(p.Pong(id=i, time=0.0), LIMIT)
+        assert available(peer) == b""  # nothing yet: the turn may add more
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert ids(available(peer)) == [0, 1, 2]
+        conn.send(p.Pong(id=3, time=0.0), LIMIT)
+        await asyncio.sleep(0.01)
+        assert ids(available(peer)) == [3]
+        conn.close()
+        peer.close()
+
+    run_loop(main())
+
+
+def test_close_sends_the_pending_frames_first(run_loop):
+    async def main() -> None:
+        conn, peer = await connection_pair()
+        conn.send(p.Error(code="version_mismatch", message="bye", fatal=True), LIMIT)
+        conn.close()
+        await asyncio.sleep(0.01)
+        peer.setblocking(True)
+        peer.settimeout(5)
+        data = b""
+        while chunk := peer.recv(1 << 16):
+            data += chunk
+        assert p.decode_server_frame(data.strip()).code == "version_mismatch"
+        conn.send(p.Pong(id=9, time=0.0), LIMIT)  # after close: dropped, no error
+        peer.close()
+
+    run_loop(main())
+
+
+def test_abort_drops_what_is_pending(run_loop):
+    async def main() -> None:
+        conn, peer = await connection_pair()
+        conn.send(p.Pong(id=1, time=0.0), LIMIT)
+        conn.abort()
+        await asyncio.sleep(0.01)
+        peer.setblocking(True)
+        peer.settimeout(5)
+        assert peer.recv(1 << 16) == b""  # end of stream, and the frame never went out
+        peer.close()
+
+    run_loop(main())
+

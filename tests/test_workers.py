@@ -1,0 +1,95 @@
+"""The bounded worker pool: threads are reused, never more than its size, work runs in order."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+from scvd import workers
+from scvd.workers import Pool, run_blocking
+
+
+def test_threads_are_reused_between_jobs():
+    pool = Pool(size=4, name="t-reuse")
+    for _ in range(20):
+        done = threading.Event()
+        pool.submit(done.set)
+        assert done.wait(10)
+    assert pool.threads == 1
+
+
+def test_never_more_threads_than_the_size_and_every_job_runs():
+    pool = Pool(size=2, name="t-bound")
+    gate = threading.Event()
+    finished: list[int] = []
+    lock = threading.Lock()
+
+    def job(i: int) -> None:
+        gate.wait(10)
+        with lock:
+            finished.append(i)
+
+    for i in range(6):
+        pool.submit(lambda i=i: job(i))
+    assert pool.threads == 2
+    assert sum(t.name.startswith("t-bound") for t in threading.enumerate()) == 2
+    gate.set()
+    for _ in range(1000):
+        with lock:
+            if len(finished) == 6:
+                break
+        threading.Event().wait(0.01)
+    assert sorted(finished) == list(range(6))
+    assert pool.threads == 2
+
+
+def test_a_job_that_raises_keeps_its_thread(caplog):
+    pool = Pool(size=1, name="t-raise")
+    pool.submit(lambda: 1 / 0)
+    done = threading.Event()
+    pool.submit(done.set)
+    assert done.wait(10)
+    assert pool.threads == 1
+    assert "raised past its own handler" in caplog.text
+
+
+def test_run_blocking_many_calls_use_the_bounded_pool(tmp_path, run_loop):
+    """Hundreds of calls, 64 at a time: every one answers, on at most MAX_WORKERS threads."""
+    dirfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    (tmp_path / "f").write_text("x")
+
+    def read(fd: int, name: str, cancel) -> str:
+        with open(os.open(name, os.O_RDONLY, dir_fd=fd)) as f:
+            return f.read()
+
+    async def main() -> list[str]:
+        out: list[str] = []
+        for _ in range(5):
+            out += await asyncio.gather(*(run_blocking(read, dirfd, "f") for _ in range(64)))
+        return out
+
+    try:
+        assert run_loop(main()) == ["x"] * 320
+    finally:
+        os.close(dirfd)
+    assert workers._pool.threads <= workers.MAX_WORKERS
+
+
+def test_run_blocking_raises_the_jobs_exception_and_closes_its_fd(tmp_path, run_loop):
+    dirfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    seen: list[int] = []
+
+    def fail(fd: int, cancel) -> None:
+        seen.append(fd)
+        raise FileNotFoundError("nope")
+
+    try:
+        with pytest.raises(FileNotFoundError):
+            run_loop(run_blocking(fail, dirfd))
+    finally:
+        os.close(dirfd)
+    with pytest.raises(OSError):
+        os.fstat(seen[0])  # the duplicate was closed by the job
