@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__, config as config_mod, errors, notify, paths as paths_mod
+from . import __version__, config as config_mod, errors, eventloop, notify, paths as paths_mod
 from .tools import build_registry
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_STARTUP = 0, 1, 2, 3
@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         loaded = config_mod.load(config_file)
         tools = len(build_registry(loaded.config, paths))  # tools check their own settings too
+        eventloop.check(loaded.config.server.event_loop)
     except errors.ConfigError as exc:
         where = "" if str(config_file) in exc.message else f"{config_file}: "
         print(f"scvd: configuration error: {where}{exc.message}", file=sys.stderr)
@@ -107,7 +108,8 @@ def serve(daemon: Any, inherited: list[Any]) -> None:
     The server already gave in-flight calls their grace period; a tool that
     ignores cancellation must not keep the process from exiting.
     """
-    loop = asyncio.new_event_loop()
+    loop = eventloop.new_event_loop(daemon.config.server.event_loop)
+    logging.getLogger("scvd").debug("event loop: %s", eventloop.name(loop))
     asyncio.set_event_loop(loop)
     try:
         loop.run_until_complete(daemon.serve(inherited))

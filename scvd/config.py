@@ -35,6 +35,7 @@ class ServerConfig(Section):
     client_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_CLIENT_FRAME_LIMIT
     server_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_SERVER_FRAME_LIMIT
     shutdown_grace_seconds: PositiveFloat = 5.0
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"  # auto: uvloop when installed
 
 
 class ToolsConfig(Section):

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from scvctl.client import Client
+from scvd import eventloop
 
 # a loaded 2-core CI machine makes example generation slow; that is not a failure of ours
 settings.register_profile("scvd", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -30,6 +31,9 @@ settings.load_profile("scvd")
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_TIMEOUT = 15.0
+LOOPS = ("asyncio", "uvloop")
+# the loop every daemon of this run uses: .ci/test runs the daemon-level tests once per loop
+DAEMON_LOOP = os.environ.get("SCVD_SERVER__EVENT_LOOP", "auto")
 
 
 def wait_for_socket(path: Path, timeout: float = STARTUP_TIMEOUT, proc: subprocess.Popen | None = None) -> None:
@@ -65,7 +69,8 @@ def wait_pending(c: Client, count: int = 1, timeout: float = 15.0) -> list[Any]:
 
 def base_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SCV", "NOTIFY_", "LISTEN_"))}
-    env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
+               SCVD_SERVER__EVENT_LOOP=DAEMON_LOOP)
     env.update(extra)
     return env
 
@@ -194,7 +199,7 @@ def make_inproc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cal
         paths = paths_mod.resolve({"SCV_HOME": str(home)})
         paths_mod.prepare(paths)
         loaded = config_mod.load(paths.config_file, env={})
-        loop = asyncio.new_event_loop()
+        loop = eventloop.new_event_loop(DAEMON_LOOP)
         daemon = Daemon(paths, loaded, extra_tools=tools, install_signals=False)
         handle = InProc(daemon=daemon, loop=loop, thread=None, socket=paths.socket, home=home)  # type: ignore[arg-type]
 
@@ -219,3 +224,18 @@ def make_inproc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cal
         h.thread.join(15)
         assert not h.thread.is_alive(), "in-process daemon did not stop"
         assert not h.errors, h.errors
+
+
+@pytest.fixture(params=LOOPS)
+def run_loop(request: pytest.FixtureRequest) -> Callable[[Any], Any]:
+    """Run a coroutine to its end on a new loop, once per kind (asyncio and uvloop)."""
+
+    def run(coro: Any) -> Any:
+        loop = eventloop.new_event_loop(request.param)
+        assert eventloop.name(loop) == request.param
+        try:
+            return loop.run_until_complete(coro)
+        finally:
+            loop.close()
+
+    return run
