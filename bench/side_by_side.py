@@ -1,0 +1,568 @@
+"""scvd side by side with the MCP reference server and a bare event-loop floor; prints one JSON object.
+
+One run, interleaved rounds, one client, a 4 KiB file (the issue 9 goals):
+
+- latency_us: p50 / p99 / mean of one round trip, blocking client, for
+  - scvd_socket: `call` of `read` to `call.completed` on scvd's socket (default loop);
+  - scvd_socket_asyncio: the same against a daemon started with SCVD_LOOP=asyncio;
+  - scvctl_mcp: `tools/call read` through a real `scvctl mcp` subprocess (MCP stdio);
+  - reference_mcp: `tools/call read_text_file` on the pinned reference server
+    `@modelcontextprotocol/server-filesystem` over stdio (.ci/install-mcp-servers);
+  - echo_asyncio / echo_uvloop: a bare JSON-lines echo server (msgspec decode and
+    encode of each line) on a Unix socket: the floor for any Python daemon;
+- calls_per_s: `read` calls completed per second by 1 and by 32 clients (own
+  connection and session each, one call in flight each);
+- notify_stall: 64 clients x 100 reads against a daemon whose NOTIFY_SOCKET is
+  drained and one whose NOTIFY_SOCKET is full and never read;
+- start_ms: spawn to READY=1 on a real datagram NOTIFY_SOCKET, against
+  `python -c "import msgspec"` to exit, interleaved;
+- rss_mib: the daemon idle after start and after the load; what importing the
+  heavy optional dependencies (openai, mcp, jsonschema, keyring) would add.
+
+Usage: python bench/side_by_side.py [--rounds 20] [--per-round 100] [--seconds 3]
+Needs .ci/install-mcp-servers (node and the pinned servers) for reference_mcp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import msgspec
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+FILE = "four_k.txt"
+REFERENCE = ROOT / ".mcp-servers" / "node_modules" / ".bin" / "mcp-server-filesystem"
+HEAVY = ("openai", "mcp", "jsonschema", "keyring")
+CALL_SIZED = {"type": "call", "id": 0, "session": "s" * 16, "tool": "read", "arguments": {"path": FILE}}
+
+
+# --- processes ----------------------------------------------------------------------------
+
+
+def daemon_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SCV_", "NOTIFY_", "LISTEN_"))}
+    env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT))
+    env.update(extra)
+    return env
+
+
+class Daemon:
+    """A real `python -m scvd run` on its own SCV_HOME, optionally with a NOTIFY_SOCKET."""
+
+    def __init__(self, base: Path, name: str, notify: str | None = None, **env: str) -> None:
+        self.home = base / name
+        self.home.mkdir(mode=0o700)
+        extra = dict(env, **({"NOTIFY_SOCKET": notify} if notify else {}))
+        self.socket = self.home / "run" / "scvd.sock"
+        self.log = open(base / f"{name}.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "scvd", "run"], env=daemon_env(self.home, **extra),
+                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_connectable(self.socket, self.proc)
+
+    def rss_mib(self) -> float:
+        return rss_mib(self.proc.pid)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(20)
+        self.log.close()
+
+
+def wait_connectable(path: Path, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{proc.args} exited with {proc.returncode} before listening on {path}")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(str(path))
+            return
+        except OSError:
+            time.sleep(0.02)
+        finally:
+            s.close()
+    raise SystemExit(f"nothing listens on {path} after {timeout} s")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+# --- blocking line peers (the one-client latency) -------------------------------------------
+
+
+class Lines:
+    """A blocking JSON-lines peer over a socket or a subprocess's pipes."""
+
+    def __init__(self, write_fd: int, read_fd: int) -> None:
+        self.wfd, self.rfd = write_fd, read_fd
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.wfd, view):]
+
+    def line(self) -> bytes:
+        while True:
+            nl = self.buf.find(b"\n")
+            if nl >= 0:
+                line, self.buf = self.buf[:nl], self.buf[nl + 1:]
+                return line
+            chunk = os.read(self.rfd, 1 << 20)
+            if not chunk:
+                raise SystemExit("peer closed the stream")
+            self.buf += chunk
+
+    def ask(self, data: bytes, done: Callable[[bytes], bool]) -> bytes:
+        self.send(data)
+        while True:
+            line = self.line()
+            if done(line):
+                return line
+
+
+def unix_lines(path: Path) -> tuple[Lines, socket.socket]:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(path))
+    return Lines(s.fileno(), s.fileno()), s
+
+
+class System:
+    """One thing measured: `trip()` does one round trip; `close()` ends it."""
+
+    def __init__(self, name: str, trip: Callable[[], None], close: Callable[[], None]) -> None:
+        self.name, self.trip, self.close = name, trip, close
+        self.samples: list[float] = []
+
+
+def scvd_system(name: str, d: Daemon, workspace: Path) -> System:
+    peer, sock = unix_lines(d.socket)
+    session = scvd_open(peer, workspace)
+    frame = msgspec.json.encode({"type": "call", "id": 7, "session": session, "tool": "read",
+                                 "arguments": {"path": FILE}}) + b"\n"
+    first = msgspec.json.decode(peer.ask(frame, lambda line: b'"call.completed"' in line))
+    assert first["ok"] and len(first["result"]["content"]) == 4096, first
+
+    def trip() -> None:
+        peer.ask(frame, lambda line: b'"call.completed"' in line)
+
+    return System(name, trip, sock.close)
+
+
+def scvd_open(peer: Lines, workspace: Path) -> str:
+    peer.ask(b'{"type":"hello","id":1,"protocol":1,"client":{"name":"bench"}}\n', lambda line: b'"welcome"' in line)
+    opened = peer.ask(msgspec.json.encode({"type": "session.open", "id": 2, "workspace": str(workspace)}) + b"\n",
+                      lambda line: b'"session.opened"' in line)
+    return msgspec.json.decode(opened)["session"]
+
+
+def mcp_system(name: str, argv: list[str], env: dict[str, str], tool: str, path: str) -> System:
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, cwd=str(ROOT))
+    assert proc.stdin and proc.stdout
+    peer = Lines(proc.stdin.fileno(), proc.stdout.fileno())
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
+    peer.ask(msgspec.json.encode(init) + b"\n", lambda line: b'"id":1' in line)
+    peer.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    frame = msgspec.json.encode({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                                 "params": {"name": tool, "arguments": {"path": path}}}) + b"\n"
+    first = msgspec.json.decode(peer.ask(frame, lambda line: b'"id":9' in line))
+    text = first["result"]["content"][0]["text"]
+    assert not first["result"].get("isError") and "x" * 100 in text, first
+
+    def trip() -> None:
+        peer.ask(frame, lambda line: b'"id":9' in line)
+
+    def close() -> None:
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+    return System(name, trip, close)
+
+
+def echo_system(name: str, base: Path, loop: str) -> System:
+    path = base / f"echo-{loop}.sock"
+    proc = subprocess.Popen([sys.executable, __file__, "--echo-server", str(path), "--loop", loop])
+    wait_connectable(path, proc)
+    peer, sock = unix_lines(path)
+    frame = msgspec.json.encode(CALL_SIZED) + b"\n"
+
+    def trip() -> None:
+        peer.send(frame)
+        peer.line()
+
+    def close() -> None:
+        sock.close()
+        proc.terminate()
+        proc.wait(10)
+
+    return System(name, trip, close)
+
+
+def measure_latency(systems: list[System], rounds: int, per_round: int) -> dict[str, Any]:
+    for s in systems:  # warm up: imports, caches, JIT of the Node server
+        for _ in range(per_round):
+            s.trip()
+    for r in range(rounds):
+        order = systems if r % 2 == 0 else systems[::-1]  # neither side always goes first
+        for s in order:
+            for _ in range(per_round):
+                t0 = time.perf_counter_ns()
+                s.trip()
+                s.samples.append((time.perf_counter_ns() - t0) / 1000)
+    return {s.name: summary_us(s.samples) for s in systems}
+
+
+def summary_us(samples: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(samples, n=100)
+    return {"p50": round(statistics.median(samples), 1), "p99": round(q[98], 1),
+            "mean": round(statistics.fmean(samples), 1), "n": len(samples)}
+
+
+# --- many clients (asyncio, one process) --------------------------------------------------------
+
+
+async def async_client(path: Path, workspace: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    reader, writer = await asyncio.open_unix_connection(str(path), limit=1 << 24)
+    writer.write(b'{"type":"hello","id":1,"protocol":1,"client":{"name":"bench"}}\n')
+    await reader.readline()
+    writer.write(msgspec.json.encode({"type": "session.open", "id": 2, "workspace": str(workspace)}) + b"\n")
+    session = msgspec.json.decode(await reader.readline())["session"]
+    frame = msgspec.json.encode({"type": "call", "id": 3, "session": session, "tool": "read",
+                                 "arguments": {"path": FILE}}) + b"\n"
+    return reader, writer, frame
+
+
+async def one_call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes) -> None:
+    writer.write(frame)
+    while b'"call.completed"' not in (line := await reader.readline()):
+        if not line:
+            raise SystemExit("scvd closed a bench connection")
+
+
+async def for_seconds(path: Path, workspace: Path, clients: int, seconds: float) -> float:
+    conns = [await async_client(path, workspace) for _ in range(clients)]
+    stop = time.perf_counter() + seconds
+    counts = [0] * clients
+
+    async def run(i: int) -> None:
+        reader, writer, frame = conns[i]
+        while time.perf_counter() < stop:
+            await one_call(reader, writer, frame)
+            counts[i] += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(run(i) for i in range(clients)))
+    elapsed = time.perf_counter() - t0
+    for _, writer, _ in conns:
+        writer.close()
+    return sum(counts) / elapsed
+
+
+async def fixed_calls(path: Path, workspace: Path, clients: int, calls: int) -> float:
+    """`clients` connections opened at once, `calls` reads each; calls per second over the whole."""
+    t0 = time.perf_counter()
+    conns = await asyncio.gather(*(async_client(path, workspace) for _ in range(clients)))
+
+    async def run(reader: Any, writer: Any, frame: bytes) -> None:
+        for _ in range(calls):
+            await one_call(reader, writer, frame)
+        writer.close()
+
+    await asyncio.gather(*(run(*c) for c in conns))
+    return clients * calls / (time.perf_counter() - t0)
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    from scvd import eventloop
+
+    return eventloop.new_event_loop()  # the bench's clients use the fastest loop too
+
+
+def throughput(d: Daemon, workspace: Path, seconds: float, runs: int = 2) -> dict[str, Any]:
+    loop = new_loop()
+    try:
+        out: dict[str, list[float]] = {"1": [], "32": []}
+        for _ in range(runs):
+            for clients in (1, 32):
+                out[str(clients)].append(round(loop.run_until_complete(
+                    for_seconds(d.socket, workspace, clients, seconds))))
+    finally:
+        loop.close()
+    return {f"clients_{k}": {"median": statistics.median(v), "runs": v} for k, v in out.items()}
+
+
+# --- sd_notify: drained against full ---------------------------------------------------------------
+
+
+class NotifyDrain:
+    """A NOTIFY_SOCKET read by a thread as fast as messages come (a healthy manager)."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.messages = 0
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped:
+            try:
+                self.sock.recv(4096)
+                self.messages += 1
+            except (TimeoutError, OSError):
+                pass
+
+    def close(self) -> None:
+        self.stopped = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def full_notify_socket(path: Path) -> tuple[socket.socket, int]:
+    """A NOTIFY_SOCKET whose queue is full and that nobody reads (a stuck manager)."""
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sender.connect(str(path))
+    sender.setblocking(False)
+    count = 0
+    try:
+        while True:
+            sender.send(b"X_FILL=1")
+            count += 1
+    except BlockingIOError:
+        pass
+    sender.close()
+    return sink, count
+
+
+def notify_stall(base: Path, workspace: Path, clients: int, calls: int, runs: int = 2) -> dict[str, Any]:
+    drain = NotifyDrain(base / "drained.notify")
+    sink, filled = full_notify_socket(base / "full.notify")
+    drained_d = Daemon(base, "notify-drained", notify=str(base / "drained.notify"))
+    full_d = Daemon(base, "notify-full", notify=str(base / "full.notify"))
+    loop = new_loop()
+    out: dict[str, list[float]] = {"drained": [], "full": []}
+    try:
+        for r in range(runs):
+            pairs = [("drained", drained_d), ("full", full_d)]
+            for name, d in pairs if r % 2 == 0 else pairs[::-1]:
+                out[name].append(round(loop.run_until_complete(fixed_calls(d.socket, workspace, clients, calls))))
+    finally:
+        loop.close()
+        drained_d.stop()
+        full_d.stop()
+        drain.close()
+        sink.close()
+    drained, full = statistics.median(out["drained"]), statistics.median(out["full"])
+    return {"clients": clients, "calls_each": calls, "datagrams_filling_the_socket": filled,
+            "calls_per_s_drained": out["drained"], "calls_per_s_full": out["full"],
+            "full_vs_drained": round(full / drained, 3), "messages_the_drained_manager_got": drain.messages}
+
+
+# --- start and memory ------------------------------------------------------------------------------
+
+
+def start_times(base: Path, runs: int) -> dict[str, Any]:
+    ready, bare = [], []
+    for i in range(runs):
+        bare.append(time_msgspec())
+        ready.append(time_ready(base, i))
+    r, b = statistics.median(ready), statistics.median(bare)
+    return {"ready_ms": summary_ms(ready), "python_import_msgspec_ms": summary_ms(bare),
+            "ready_vs_msgspec": round(r / b, 2)}
+
+
+def time_msgspec() -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import msgspec"], check=True)
+    return (time.perf_counter() - t0) * 1000
+
+
+def time_ready(base: Path, i: int) -> float:
+    listen = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = base / f"ready{i}.notify"
+    listen.bind(str(path))
+    listen.settimeout(30)
+    home = base / f"ready{i}"
+    home.mkdir(mode=0o700)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "scvd", "run"], env=daemon_env(home, NOTIFY_SOCKET=str(path)),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while listen.recv(4096) != b"READY=1":
+            pass
+        return (time.perf_counter() - t0) * 1000
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        listen.close()
+
+
+def summary_ms(samples: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(samples), 1), "min": round(min(samples), 1),
+            "max": round(max(samples), 1)}
+
+
+HEAVY_PROBE = r"""
+import json, sys
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+import scvd.cli, scvd.server, scvd.tools  # what `scvd run` imports before it serves
+out = {"daemon_imports": rss(), "heavy_loaded_by_daemon_imports": [m for m in %r if m in sys.modules]}
+for name in %r:
+    __import__(name)
+    out["after_" + name] = rss()
+print(json.dumps(out))
+"""
+
+
+def heavy_imports() -> dict[str, Any]:
+    code = HEAVY_PROBE % (HEAVY, HEAVY)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return json.loads(out.stdout)
+
+
+# --- the echo floor (this script in server mode) ---------------------------------------------------
+
+
+def echo_server(path: str, loop_kind: str) -> None:
+    decoder, encoder = msgspec.json.Decoder(), msgspec.json.Encoder()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            writer.write(encoder.encode(decoder.decode(line)) + b"\n")
+            await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_unix_server(handle, path)
+        async with server:
+            await server.serve_forever()
+
+    if loop_kind == "uvloop":
+        import uvloop
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(),
+            "kernel": platform.release(), "msgspec": msgspec.__version__, "load_1m": os.getloadavg()[0]}
+
+
+def goals(lat: dict[str, Any], tput: dict[str, Any], start: dict[str, Any], rss: dict[str, Any],
+          stall: dict[str, Any]) -> dict[str, Any]:
+    scvd, mcp, ref = lat["scvd_socket"], lat["scvctl_mcp"], lat.get("reference_mcp")
+    rows = {
+        "scvd_p50_vs_echo_asyncio_p50": (scvd["p50"] / lat["echo_asyncio"]["p50"], "<=", 2.0),
+        "scvd_p99_ms": (scvd["p99"] / 1000, "<=", 1.0),
+        "calls_per_s_32_clients": (tput["clients_32"]["median"], ">=", 5000),
+        "ready_vs_python_import_msgspec": (start["ready_vs_msgspec"], "<=", 1.5),
+        "idle_rss_mib": (rss["daemon_idle_after_start"], "<=", 30),
+        "notify_full_vs_drained": (stall["full_vs_drained"], ">=", 0.8),
+    }
+    if ref:
+        rows["reference_p50_vs_scvd_p50"] = (ref["p50"] / scvd["p50"], ">=", 3.0)
+        rows["reference_p50_vs_scvctl_mcp_p50"] = (ref["p50"] / mcp["p50"], ">=", 1.5)
+    return {name: {"value": round(v, 3), "goal": f"{op} {target}", "met": v <= target if op == "<=" else v >= target}
+            for name, (v, op, target) in rows.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--per-round", type=int, default=100)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--starts", type=int, default=7)
+    ap.add_argument("--stall-clients", type=int, default=64)
+    ap.add_argument("--stall-calls", type=int, default=100)
+    ap.add_argument("--echo-server", help=argparse.SUPPRESS)
+    ap.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.echo_server:
+        return echo_server(args.echo_server, args.loop)
+
+    result: dict[str, Any] = {"machine": machine()}
+    with tempfile.TemporaryDirectory(prefix="scvd-side-") as tmp:
+        base = Path(tmp)
+        workspace = base / "ws"
+        workspace.mkdir()
+        (workspace / FILE).write_bytes(b"x" * 4095 + b"\n")
+        d = Daemon(base, "main")
+        d_asyncio = Daemon(base, "main-asyncio", SCVD_LOOP="asyncio")
+        rss: dict[str, Any] = {"daemon_idle_after_start": d.rss_mib()}
+        systems = [
+            scvd_system("scvd_socket", d, workspace),
+            scvd_system("scvd_socket_asyncio", d_asyncio, workspace),
+            mcp_system("scvctl_mcp", [sys.executable, "-m", "scvctl", "--socket", str(d.socket), "mcp",
+                                      "--workspace", str(workspace)], daemon_env(d.home), "read", FILE),
+            echo_system("echo_asyncio", base, "asyncio"),
+            echo_system("echo_uvloop", base, "uvloop"),
+        ]
+        if REFERENCE.exists():
+            systems.append(mcp_system("reference_mcp", [str(REFERENCE), str(workspace)], dict(os.environ),
+                                      "read_text_file", str(workspace / FILE)))
+        else:
+            result["reference_mcp_missing"] = f"{REFERENCE} not found: run bash .ci/install-mcp-servers"
+        try:
+            result["latency_us"] = measure_latency(systems, args.rounds, args.per_round)
+        finally:
+            for s in systems:
+                s.close()
+        result["calls_per_s"] = throughput(d, workspace, args.seconds)
+        rss["daemon_idle_after_load"] = d.rss_mib()
+        d.stop()
+        d_asyncio.stop()
+        rss["imports"] = heavy_imports()
+        result["rss_mib"] = rss
+        result["notify_stall"] = notify_stall(base, workspace, args.stall_clients, args.stall_calls)
+        result["start_ms"] = start_times(base, args.starts)
+    result["goals"] = goals(result["latency_us"], result["calls_per_s"], result["start_ms"], rss,
+                            result["notify_stall"])
+    result["machine"]["load_1m_after"] = os.getloadavg()[0]
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
