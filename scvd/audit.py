@@ -72,8 +72,16 @@ def redact(fields: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return kept, dropped
 
 
+_PLAIN = frozenset({type(None), bool, int, float})
+
+
 def _scalar(value: Any) -> Any:
     """A JSON scalar for `value`, or _DROP: containers and unknown objects never pass."""
+    kind = type(value)  # exact types first: every call records a few of these
+    if kind is str:
+        return value if len(value) <= MAX_STRING else value[:MAX_STRING] + "..."
+    if kind in _PLAIN:
+        return value
     if isinstance(value, enum.Enum):
         value = value.value
     elif isinstance(value, os.PathLike):
@@ -232,7 +240,14 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+_second: tuple[int, str] = (-1, "")  # the formatted second, reused by every record within it
+
+
 def _timestamp() -> str:
     """UTC, millisecond precision, sortable: 2025-01-31T12:00:00.123Z."""
+    global _second
     now = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+    second = int(now)
+    if _second[0] != second:
+        _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{_second[1]}.{int(now % 1 * 1000):03d}Z"
