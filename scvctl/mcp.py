@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from scvd import __version__, errors, protocol as p
+from scvd import __version__, errors, eventloop, protocol as p
 
 from .client import AsyncClient
 
@@ -37,7 +37,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    return asyncio.run(serve(args.socket, args.workspace.resolve()))
+    return eventloop.run(serve(args.socket, args.workspace.resolve()))  # uvloop when installed
 
 
 async def serve(socket: Path | None, workspace: Path) -> int:

@@ -8,8 +8,11 @@ configuration error, not a silent fallback.
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Coroutine, TypeVar
 
 from . import errors
+
+T = TypeVar("T")
 
 
 def check(kind: str) -> None:
@@ -28,6 +31,12 @@ def new_event_loop(kind: str = "auto") -> asyncio.AbstractEventLoop:
         if uvloop is not None:
             return uvloop.new_event_loop()
     return asyncio.new_event_loop()
+
+
+def run(main: Coroutine[Any, Any, T], kind: str = "auto") -> T:
+    """asyncio.run() on a loop of `kind`: what short-lived clients (scvctl mcp) use."""
+    with asyncio.Runner(loop_factory=lambda: new_event_loop(kind)) as runner:
+        return runner.run(main)
 
 
 def name(loop: asyncio.AbstractEventLoop) -> str:
