@@ -15,7 +15,8 @@ One run, interleaved rounds, one client, a 4 KiB file (the issue 9 goals):
 - notify_stall: 64 clients x 100 reads against a daemon whose NOTIFY_SOCKET is
   drained and one whose NOTIFY_SOCKET is full and never read;
 - start_ms: spawn to READY=1 on a real datagram NOTIFY_SOCKET, against
-  `python -c "import msgspec"` to exit, interleaved;
+  `python -c "import msgspec"` to exit, interleaved (scvd's byte-code compiled
+  first, as an installed package has it);
 - rss_mib: the daemon idle after start and after the load; what importing the
   heavy optional dependencies (openai, mcp, jsonschema, keyring) would add.
 
@@ -523,6 +524,10 @@ def main() -> None:
     if args.echo_server:
         return echo_server(args.echo_server, args.loop)
 
+    # byte-code as an installed package has it: with PYTHONDONTWRITEBYTECODE set (as on CI) an
+    # editable checkout would otherwise compile every module at every start
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "scvd", "scvctl"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
     result: dict[str, Any] = {"machine": machine()}
     with tempfile.TemporaryDirectory(prefix="scvd-side-") as tmp:
         base = Path(tmp)
