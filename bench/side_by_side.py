@@ -4,7 +4,7 @@ One run, interleaved rounds, one client, a 4 KiB file (the issue 9 goals):
 
 - latency_us: p50 / p99 / mean of one round trip, blocking client, for
   - scvd_socket: `call` of `read` to `call.completed` on scvd's socket (default loop);
-  - scvd_socket_asyncio: the same against a daemon started with SCVD_LOOP=asyncio;
+  - scvd_socket_asyncio: the same against a daemon started with `server.event_loop = asyncio`;
   - scvctl_mcp: `tools/call read` through a real `scvctl mcp` subprocess (MCP stdio);
   - reference_mcp: `tools/call read_text_file` on the pinned reference server
     `@modelcontextprotocol/server-filesystem` over stdio (.ci/install-mcp-servers);
@@ -56,9 +56,9 @@ CALL_SIZED = {"type": "call", "id": 0, "session": "s" * 16, "tool": "read", "arg
 # --- processes ----------------------------------------------------------------------------
 
 
-def daemon_env(home: Path, **extra: str) -> dict[str, str]:
+def daemon_env(home: Path, root: Path = ROOT, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SCV_", "NOTIFY_", "LISTEN_"))}
-    env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT))
+    env.update(SCV_HOME=str(home), PYTHONPATH=str(root))
     env.update(extra)
     return env
 
@@ -66,14 +66,14 @@ def daemon_env(home: Path, **extra: str) -> dict[str, str]:
 class Daemon:
     """A real `python -m scvd run` on its own SCV_HOME, optionally with a NOTIFY_SOCKET."""
 
-    def __init__(self, base: Path, name: str, notify: str | None = None, **env: str) -> None:
+    def __init__(self, base: Path, name: str, notify: str | None = None, root: Path = ROOT, **env: str) -> None:
         self.home = base / name
         self.home.mkdir(mode=0o700)
         extra = dict(env, **({"NOTIFY_SOCKET": notify} if notify else {}))
         self.socket = self.home / "run" / "scvd.sock"
         self.log = open(base / f"{name}.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "scvd", "run"], env=daemon_env(self.home, **extra),
-                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([sys.executable, "-m", "scvd", "run"], env=daemon_env(self.home, root, **extra),
+                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, cwd=str(root))
         wait_connectable(self.socket, self.proc)
 
     def rss_mib(self) -> float:
@@ -302,22 +302,27 @@ async def fixed_calls(path: Path, workspace: Path, clients: int, calls: int) -> 
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
-    from scvd import eventloop
-
-    return eventloop.new_event_loop()  # the bench's clients use the fastest loop too
-
-
-def throughput(d: Daemon, workspace: Path, seconds: float, runs: int = 2) -> dict[str, Any]:
-    loop = new_loop()
+    """The bench's own clients run on uvloop when it is installed, as scvd does."""
     try:
-        out: dict[str, list[float]] = {"1": [], "32": []}
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def throughput(daemons: dict[str, Daemon], workspace: Path, seconds: float, runs: int = 2) -> dict[str, Any]:
+    """calls/s of each daemon with 1 and 32 clients, the daemons taking turns."""
+    loop = new_loop()
+    out: dict[str, list[float]] = {}
+    try:
         for _ in range(runs):
             for clients in (1, 32):
-                out[str(clients)].append(round(loop.run_until_complete(
-                    for_seconds(d.socket, workspace, clients, seconds))))
+                for name, d in daemons.items():
+                    out.setdefault(f"{name}clients_{clients}", []).append(round(loop.run_until_complete(
+                        for_seconds(d.socket, workspace, clients, seconds))))
     finally:
         loop.close()
-    return {f"clients_{k}": {"median": statistics.median(v), "runs": v} for k, v in out.items()}
+    return {k: {"median": statistics.median(v), "runs": v} for k, v in out.items()}
 
 
 # --- sd_notify: drained against full ---------------------------------------------------------------
@@ -518,6 +523,10 @@ def main() -> None:
     ap.add_argument("--starts", type=int, default=7)
     ap.add_argument("--stall-clients", type=int, default=64)
     ap.add_argument("--stall-calls", type=int, default=100)
+    ap.add_argument("--no-asyncio-daemon", action="store_true",
+                    help="skip scvd_socket_asyncio (a checkout older than server.event_loop)")
+    ap.add_argument("--before", type=Path, metavar="CHECKOUT",
+                    help="also measure the daemon of another checkout (scvd_socket_before, before_clients_N)")
     ap.add_argument("--echo-server", help=argparse.SUPPRESS)
     ap.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -535,11 +544,14 @@ def main() -> None:
         workspace.mkdir()
         (workspace / FILE).write_bytes(b"x" * 4095 + b"\n")
         d = Daemon(base, "main")
-        d_asyncio = Daemon(base, "main-asyncio", SCVD_LOOP="asyncio")
+        d_asyncio = None if args.no_asyncio_daemon else \
+            Daemon(base, "main-asyncio", SCVD_SERVER__EVENT_LOOP="asyncio")
+        d_before = Daemon(base, "before", root=args.before.resolve()) if args.before else None
         rss: dict[str, Any] = {"daemon_idle_after_start": d.rss_mib()}
         systems = [
             scvd_system("scvd_socket", d, workspace),
-            scvd_system("scvd_socket_asyncio", d_asyncio, workspace),
+            *([scvd_system("scvd_socket_asyncio", d_asyncio, workspace)] if d_asyncio else []),
+            *([scvd_system("scvd_socket_before", d_before, workspace)] if d_before else []),
             mcp_system("scvctl_mcp", [sys.executable, "-m", "scvctl", "--socket", str(d.socket), "mcp",
                                       "--workspace", str(workspace)], daemon_env(d.home), "read", FILE),
             echo_system("echo_asyncio", base, "asyncio"),
@@ -555,10 +567,13 @@ def main() -> None:
         finally:
             for s in systems:
                 s.close()
-        result["calls_per_s"] = throughput(d, workspace, args.seconds)
+        result["calls_per_s"] = throughput({"": d, **({"before_": d_before} if d_before else {})},
+                                           workspace, args.seconds)
         rss["daemon_idle_after_load"] = d.rss_mib()
         d.stop()
-        d_asyncio.stop()
+        for other in (d_asyncio, d_before):
+            if other:
+                other.stop()
         rss["imports"] = heavy_imports()
         result["rss_mib"] = rss
         result["notify_stall"] = notify_stall(base, workspace, args.stall_clients, args.stall_calls)
