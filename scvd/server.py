@@ -229,8 +229,8 @@ class Daemon:
     def _update_status(self, force: bool = False) -> None:
         text = (f"sessions={len(self.sessions)} pending_approvals={len(self.gate.pending)} "
                 f"running_calls={len(self.calls)}")
-        # only changes: every connect and disconnect lands here, and a manager that reads
-        # slowly would make each datagram block the loop (notify.SEND_TIMEOUT)
+        # only changes: every connect and disconnect lands here (the notifier itself sends
+        # at most one STATUS= a second, never blocking)
         if force or text != self._last_status:
             self._last_status = text
             self.notifier.status(text)
