@@ -49,9 +49,12 @@ _encoder = msgspec.json.Encoder()
 _DROP = object()
 
 
+DECISION_EVENTS = frozenset({"decision", "secret_resolved"})  # what a person decided
+
+
 def urgent(event: str, fields: dict[str, Any]) -> bool:
     """Decisions and denials: written at once, before the caller hears of them."""
-    return event == "decision" or fields.get("decision") == "deny" or fields.get("error_kind") == "denied"
+    return event in DECISION_EVENTS or fields.get("decision") == "deny" or fields.get("error_kind") == "denied"
 
 
 def redact(fields: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

@@ -217,6 +217,7 @@ def test_on_the_loop_records_are_buffered_then_written_within_the_interval(audit
 
 @pytest.mark.parametrize("event, fields", [
     ("decision", {"decision": "approved"}),
+    ("secret_resolved", {}),
     ("proposal", {"decision": "deny"}),
     ("completion", {"error_kind": "denied", "outcome": "error"}),
 ])
