@@ -11,7 +11,8 @@ One run, interleaved rounds, one client, a 4 KiB file (the issue 9 goals):
   - echo_asyncio / echo_uvloop: a bare JSON-lines echo server (msgspec decode and
     encode of each line) on a Unix socket: the floor for any Python daemon;
 - calls_per_s: `read` calls completed per second by 1 and by 32 clients (own
-  connection and session each, one call in flight each);
+  connection and session each, one call in flight each), and the daemon's CPU
+  time per call (utime + stime);
 - notify_stall: 64 clients x 100 reads against a daemon whose NOTIFY_SOCKET is
   drained and one whose NOTIFY_SOCKET is full and never read;
 - start_ms: spawn to READY=1 on a real datagram NOTIFY_SOCKET, against
@@ -268,7 +269,13 @@ async def one_call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, f
             raise SystemExit("scvd closed a bench connection")
 
 
-async def for_seconds(path: Path, workspace: Path, clients: int, seconds: float) -> float:
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def for_seconds(path: Path, workspace: Path, clients: int, seconds: float) -> tuple[float, int]:
     conns = [await async_client(path, workspace) for _ in range(clients)]
     stop = time.perf_counter() + seconds
     counts = [0] * clients
@@ -284,7 +291,7 @@ async def for_seconds(path: Path, workspace: Path, clients: int, seconds: float)
     elapsed = time.perf_counter() - t0
     for _, writer, _ in conns:
         writer.close()
-    return sum(counts) / elapsed
+    return sum(counts) / elapsed, sum(counts)
 
 
 async def fixed_calls(path: Path, workspace: Path, clients: int, calls: int) -> float:
@@ -314,15 +321,20 @@ def throughput(daemons: dict[str, Daemon], workspace: Path, seconds: float, runs
     """calls/s of each daemon with 1 and 32 clients, the daemons taking turns."""
     loop = new_loop()
     out: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     try:
         for _ in range(runs):
             for clients in (1, 32):
                 for name, d in daemons.items():
-                    out.setdefault(f"{name}clients_{clients}", []).append(round(loop.run_until_complete(
-                        for_seconds(d.socket, workspace, clients, seconds))))
+                    key = f"{name}clients_{clients}"
+                    before = cpu_seconds(d.proc.pid)
+                    rate, calls = loop.run_until_complete(for_seconds(d.socket, workspace, clients, seconds))
+                    out.setdefault(key, []).append(round(rate))
+                    cpu.setdefault(key, []).append((cpu_seconds(d.proc.pid) - before) / calls * 1e6)
     finally:
         loop.close()
-    return {k: {"median": statistics.median(v), "runs": v} for k, v in out.items()}
+    return {k: {"median": statistics.median(v), "runs": v,
+                "daemon_cpu_us_per_call": round(statistics.median(cpu[k]))} for k, v in out.items()}
 
 
 # --- sd_notify: drained against full ---------------------------------------------------------------

@@ -138,7 +138,7 @@ class Notifier:
         return sent >= before and self._last == SENT
 
     def _flush(self) -> int:
-        """Send what waits, in order; stop at a full socket and wait for room. Returns how many left."""
+        """Send what waits, in order; stop at a full socket and wait for room. Returns how many went."""
         if self._waiting is not None:
             return 0  # the loop calls _on_room when there is room
         done = 0
