@@ -46,5 +46,12 @@ def test_same_input_same_output():
     assert trim(history(), 600) == trim(history(), 600)
 
 
+def test_the_newest_output_goes_last_when_nothing_else_is_left():
+    items = [UserText(text="q"), AssistantReply(calls=[ToolCall("c1", "read")]),
+             ToolOutput(call_id="c1", name="read", output="y" * 8000)]
+    out = trim(items, 100)
+    assert out is not None and out[2].output == TRIMMED and out[:2] == items[:2]
+
+
 def test_cannot_fit_is_none():
     assert trim(history(), 10) is None

@@ -1,12 +1,13 @@
 """Fit a request's history into `chat.context_tokens`, the same way every time.
 
 Rules, in order, until the estimate fits:
-1. Replace tool outputs with a short marker, oldest first. The newest step's
-   outputs (those after the last assistant reply with calls) are kept.
+1. Replace tool outputs with a short marker, oldest first, except the newest
+   step's (those after the last assistant reply with calls).
 2. Drop whole exchanges, oldest first: an exchange is a user message, or an
    assistant reply together with the outputs of its calls, so a call is never
    separated from its result. The last user message and what follows it stay.
-3. Still too big: the caller fails the turn with reason context_limit.
+3. Replace the newest step's outputs too (the model hears they were too big).
+4. Still too big: the caller fails the turn with reason context_limit.
 
 Tokens are estimated as bytes of JSON / 4, rounded up: no tokenizer, no I/O.
 """
@@ -34,21 +35,31 @@ def trim(items: Sequence[Any], budget: int) -> list[Any] | None:
     out = list(items)
     if _total(out) <= budget:
         return out
-    keep_from = _last_step(out)
-    for i, item in enumerate(out[:keep_from]):
-        if isinstance(item, ToolOutput) and item.output != TRIMMED:
-            out[i] = ToolOutput(call_id=item.call_id, name=item.name, output=TRIMMED, turn=item.turn)
-            if _total(out) <= budget:
-                return out
+    newest = _last_step(out)
+    if _blank_outputs(out, range(newest), budget):
+        return out
     groups = _exchanges(out)
     protected = _last_user(out)
     while groups and groups[0][0] < protected and _total(out) > budget:
         start, end = groups.pop(0)
         drop = end - start
         out = out[:start] + out[end:]
-        protected -= drop
+        protected, newest = protected - drop, newest - drop
         groups = [(s - drop, e - drop) for s, e in groups]
-    return out if _total(out) <= budget else None
+    if _total(out) <= budget or _blank_outputs(out, range(max(newest, 0), len(out)), budget):
+        return out
+    return None
+
+
+def _blank_outputs(out: list[Any], indices: range, budget: int) -> bool:
+    """Replace the outputs at `indices` in order until `out` fits; True once it does."""
+    for i in indices:
+        item = out[i]
+        if isinstance(item, ToolOutput) and item.output != TRIMMED:
+            out[i] = ToolOutput(call_id=item.call_id, name=item.name, output=TRIMMED, turn=item.turn)
+            if _total(out) <= budget:
+                return True
+    return False
 
 
 def _total(items: Sequence[Any]) -> int:

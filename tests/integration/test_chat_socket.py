@@ -313,3 +313,19 @@ def test_store_secret_asks_at_most_twice_per_tool_per_turn(chat_rig, workspace):
         assert third["kind"] == "limit" and "at most 2 per tool per turn" in third["message"]
         events, end = run_turn(c, session, "try again", decline)  # a new turn: a new count
         assert len([e for e in events if isinstance(e, p.SecretRequested)]) == 1
+
+
+def test_a_long_tool_output_is_trimmed_from_later_requests_the_same_way(chat_rig, workspace):
+    (workspace / "big.txt").write_text("x" * 16_000)  # ~4000 tokens: request 2 fits with it whole
+    (workspace / "medium.txt").write_text("m" * 6_000)  # request 3 does not fit with both
+    model, d = chat_rig(load("read"), Calls(("read", {"path": "big.txt"})), Calls(("read", {"path": "medium.txt"})),
+                        Text("done"), extra="context_tokens = 6000\n")
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace, tools=["read"]).session
+        events, end = run_turn(c, session, "read both")
+    assert isinstance(end, p.TurnCompleted)
+    assert "x" * 1000 in model.outputs(2)[-1]  # the newest step's output is whole
+    later = model.outputs(3)
+    assert json.loads(later[-2]) == {"trimmed": "output dropped to fit chat.context_tokens"}
+    assert "m" * 6000 in later[-1]
+    assert model.tool_names(3) == ["find_tools", "ask_user", "read"]  # tools=["read"]: nothing else
