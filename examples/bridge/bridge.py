@@ -105,7 +105,11 @@ class Bridge:
         """Relay the daemon's events: text to the chat it belongs to, decisions to the owner only."""
         partial: dict[str, list[str]] = {}
         while True:
-            event = await self.client.next_event()
+            try:
+                event = await self.client.next_event()
+            except ConnectionClosed:  # scvd restarted: the next message reconnects
+                print("scvd closed the connection; reconnecting with the next message", file=sys.stderr)
+                return
             chat = self.chats.get(getattr(event, "session", ""), "?")
             if isinstance(event, (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)):
                 self.running.discard(event.turn)
