@@ -31,6 +31,8 @@ Rules of a call's life:
   server's `call.accepted` always goes out before any event of the call.
 - A running call has one timer (`loop.call_at`): it sends `call.progress`
   every `tools.progress_interval_seconds` and enforces the dispatch timeout.
+  A tool may report progress itself through `ctx.progress(message)`: a
+  `call.progress` with that message, which stands in for the timer's next one.
   A call that finishes before either costs one timer, cancelled at completion,
   and no task besides its own.
 - Events (`call.started`, `call.progress`, `call.completed`) go to the session's
@@ -251,6 +253,7 @@ class CallRegistry:
             self.hub.send_event(call.session.owner, CallStarted(
                 seq=0, call_id=call.call_id, session=call.session.id, tool=tool.name, turn=call.turn))
         self._arm(call, timeout)
+        ctx.progress = lambda message: self._report(call, message)
         return await tool.run(args, plan, ctx)
 
     async def _gate(self, call: Call, tool: Tool, plan: Plan) -> bool:
@@ -326,12 +329,22 @@ class CallRegistry:
             call.next_progress += call.session.config.tools.progress_interval_seconds
         self._schedule(call, loop)
 
-    def _progress(self, call: Call, elapsed: float) -> None:
+    def _progress(self, call: Call, elapsed: float, message: str | None = None) -> None:
         timeout = call.timeout
-        limit = f"{timeout:.0f}s" if timeout else "none"
-        log.info("running name=%s call=%s elapsed=%.0fs/%s", call.tool_name, call.call_id, elapsed, limit)
+        if message is None:
+            limit = f"{timeout:.0f}s" if timeout else "none"
+            log.info("running name=%s call=%s elapsed=%.0fs/%s", call.tool_name, call.call_id, elapsed, limit)
         self.hub.send_event(call.session.owner, CallProgress(
-            seq=0, call_id=call.call_id, elapsed_s=round(elapsed, 1), timeout_s=timeout, turn=call.turn))
+            seq=0, call_id=call.call_id, elapsed_s=round(elapsed, 1), timeout_s=timeout, turn=call.turn,
+            message=message))
+
+    def _report(self, call: Call, message: str) -> None:
+        """A tool's own progress (ctx.progress): sent now, and it stands in for the timer's next frame."""
+        if call.done:
+            return
+        now = asyncio.get_running_loop().time()
+        self._progress(call, now - call.started_at, message)
+        call.next_progress = now + call.session.config.tools.progress_interval_seconds
 
     # --- completion and audit: the only places ----------------------------------------
 

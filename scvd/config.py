@@ -112,6 +112,37 @@ class ChatConfig(Section):
     system_prompt: str = ""
 
 
+class SecretRef(Section):
+    """`{secret = "KEY"}`: the value comes from scvd's secret store (`scvctl secrets set KEY`)."""
+
+    secret: Annotated[str, msgspec.Meta(min_length=1)]
+
+
+RiskName = Literal["read_only", "filesystem", "process", "delegate"]
+
+
+class McpServerConfig(Section):
+    """One MCP server whose tools become `mcp__NAME__TOOL`: stdio (`command`) or streamable HTTP (`url`)."""
+
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str | SecretRef] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str | SecretRef] = {}
+    risk: RiskName = "process"  # of every tool the user has not vouched for in tool_risk
+    tool_risk: dict[str, RiskName] = {}
+    timeout_seconds: PositiveFloat | None = None  # None: tools.default_timeout_seconds
+    enabled: bool = True
+    sandbox: bool = True  # false: a stdio server runs outside bubblewrap even when it is on
+
+
+class McpConfig(Section):
+    """MCP servers scvd consumes."""
+
+    servers: dict[str, McpServerConfig] = {}
+
+
 class Config(Section):
     """The whole configuration of an instance."""
 
@@ -125,6 +156,7 @@ class Config(Section):
     adapters: dict[str, AdapterConfig] = {}
     providers: dict[str, ProviderConfig] = {}
     chat: ChatConfig = msgspec.field(default_factory=ChatConfig)
+    mcp: McpConfig = msgspec.field(default_factory=McpConfig)
 
 
 class Loaded(msgspec.Struct):
@@ -175,6 +207,9 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
     for table, struct in (("adapters", AdapterConfig), ("providers", ProviderConfig)):
         if key.startswith(f"{table}[...]"):  # msgspec does not say which table of the dict
             key = f"{table}.{_bad_table(raw, table, struct)}" + key[len(table) + 5:]
+    if key.startswith("mcp.servers[...]"):
+        servers = f"mcp.servers.{_bad_table(raw.get('mcp') or {}, 'servers', McpServerConfig)}"
+        key = servers + key[len("mcp.servers[...]"):]
     return f"{_place(path, key, sources)}: {key}: {msg}"
 
 
@@ -203,6 +238,29 @@ def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
                 f"{_place(path, 'tools.' + key, sources)}: tools.{key}: {getattr(t, key)} is above "
                 f"tools.max_timeout_seconds ({t.max_timeout_seconds}); lower it or raise the ceiling"
             )
+    for name, server in config.mcp.servers.items():
+        problem = _mcp_problem(name, server)
+        if problem:
+            key = f"mcp.servers.{name}"
+            raise ConfigError(f"{_place(path, key, sources)}: {key}: {problem}")
+
+
+MCP_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9]|_(?!_))*$")
+
+
+def _mcp_problem(name: str, server: McpServerConfig) -> str | None:
+    """What is wrong with one [mcp.servers.NAME] table, or None."""
+    if not MCP_NAME_RE.match(name) or name.endswith("_") or len(name) > 32:
+        return "a server name is 1-32 chars of a-z, 0-9 and single _ (its tools are mcp__NAME__TOOL)"
+    if (server.command is None) == (server.url is None):
+        return "set exactly one of `command` (a stdio server) or `url` (a streamable HTTP server)"
+    if server.url is not None and not server.url.startswith(("http://", "https://")):
+        return f"url {server.url!r} must start with http:// or https://"
+    if server.url is not None and (server.args or server.env or server.cwd):
+        return "`args`, `env` and `cwd` are for stdio servers; an HTTP server takes `headers`"
+    if server.command is not None and server.headers:
+        return "`headers` are for HTTP servers; a stdio server takes `env`"
+    return None
 
 
 def _check_chat(config: Config, path: Path, sources: Mapping[str, str]) -> None:

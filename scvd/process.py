@@ -453,6 +453,37 @@ def _release(run: _Run, exit_task: asyncio.Task) -> None:
 _PENDING: set[asyncio.Task] = set()  # exit tasks that outlived their run (kept from GC)
 
 
+# --- long-lived children (MCP stdio servers) ---------------------------------------
+
+
+def spawn_service(argv: list[str], cwd: str | Path, env: Mapping[str, str]) -> subprocess.Popen:
+    """A long-lived child on pipes (stdin, stdout, stderr), leading its own session and group.
+
+    It counts as a leader from the moment it exists, so no call's orphan sweep
+    takes it for its own; `wait_service()` reaps it and forgets it.
+    """
+    popen = subprocess.Popen(
+        argv, cwd=cwd, env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+    )
+    _LEADERS.add(popen.pid)
+    return popen
+
+
+async def wait_service(popen: subprocess.Popen) -> int:
+    """Its exit status, once it has exited (reaped through its pidfd)."""
+    try:
+        return await _wait_exit(popen)
+    finally:
+        _LEADERS.discard(popen.pid)
+
+
+def signal_service(popen: subprocess.Popen, sig: int) -> None:
+    """Signal its whole process group while the leader is not reaped (the group id is still ours)."""
+    if popen.returncode is None:
+        signal_group(popen.pid, sig)
+
+
 def _result(code: int | None, out: CappedOutput, timed_out: bool, duration: float) -> RunResult:
     sig = None
     if code is not None and code < 0:

@@ -78,6 +78,17 @@ class ToolLoadError(msgspec.Struct, omit_defaults=True):
     message: str
 
 
+class McpServerStatus(msgspec.Struct, omit_defaults=True):
+    """One configured MCP server as `status` shows it."""
+
+    name: str
+    transport: str  # stdio or http
+    state: str  # starting, ready, down, stopped
+    tools: int = 0
+    error: str | None = None  # why it is down, with its stderr tail or the HTTP status
+    restarts: int = 0
+
+
 class ApprovalInfo(msgspec.Struct, omit_defaults=True):
     """A pending approval, as `approval.requested` and `approvals.list` show it."""
 
@@ -345,6 +356,7 @@ class StatusResult(Frame, tag="status.result"):
     policy_note: str = ""
     sandbox: str = ""
     socket: str = ""
+    mcp_servers: list[McpServerStatus] = []
 
 
 class SessionOpened(Frame, tag="session.opened"):
@@ -463,6 +475,7 @@ class CallProgress(Frame, tag="call.progress"):
     elapsed_s: float
     timeout_s: float | None = None
     turn: str | None = None
+    message: str | None = None  # what the tool itself reported, e.g. an MCP server's progress
 
 
 class CallCompleted(Frame, tag="call.completed"):

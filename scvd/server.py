@@ -24,6 +24,7 @@ from .chat.service import ChatService
 from .config import Loaded, load
 from .connection import READ_CHUNK, Connection, drain_close
 from .instance import acquire_lock, bind_socket, socket_name
+from .mcp.manager import McpServers
 from .paths import Paths
 from .process import set_child_subreaper
 from .secret_requests import SecretRequests
@@ -70,6 +71,7 @@ class Daemon:
         self.listening_on = str(paths.socket)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.chat = ChatService(self)
+        self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
         self._handlers: dict[type, Callable[[Connection, Any], Awaitable[p.Frame]]] = {
             p.Ping: self.on_ping,
             p.Status: self.on_status,
@@ -134,6 +136,8 @@ class Daemon:
         self.notifier.ready()
         self._update_status()
         self._spawn(self._watchdog)
+        # 7. MCP servers start in the background: a slow or broken one never delays READY=1
+        await self.mcp.apply(self.config)
         log.info(
             "scvd %s ready on %s (pid %d, policy %s, sandbox %s, %d tools)",
             __version__, self.listening_on, os.getpid(), self.config.approvals.policy,
@@ -155,7 +159,9 @@ class Daemon:
                         "leaving them behind", stuck, grace)
         if turns:
             await asyncio.wait(turns, timeout=grace)
-        # 3. close every client and session; the audit log writes what it buffered
+        # 3. stop the MCP servers (each with its process group), close every client and session;
+        #    the audit log writes what it buffered
+        await self.mcp.close()
         for conn in list(self.connections):
             self._drop_connection(conn)
         self._flush_audit()
@@ -191,10 +197,12 @@ class Daemon:
             log.error("reload failed, keeping the old configuration: %s", exc.message)
             self.notifier.status(f"reload failed: {exc.message}")
         else:
+            self.mcp.register_into(registry)  # servers left running keep their tools
             self.loaded, self.registry = loaded, registry
             self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
             self.gate.max_pending = loaded.config.approvals.max_pending
             await self._probe_sandbox()
+            await self.mcp.apply(loaded.config)  # added, removed and changed servers only
             log.info("configuration reloaded from %s", loaded.path)
             reloaded = True
         self.notifier.ready()
@@ -354,7 +362,7 @@ class Daemon:
             uptime_seconds=round(time.time() - self.started, 3), sessions=len(self.sessions),
             pending_approvals=len(self.gate.pending), running_calls=len(self.calls), policy=policy,
             policy_note=policy_note(policy, active), sandbox=self.sandbox_verdict,
-            socket=self.listening_on)
+            socket=self.listening_on, mcp_servers=self.mcp.status())
 
     async def on_session_open(self, conn: Connection, frame: p.SessionOpen) -> p.Frame:
         workspace, fd = open_workspace(frame.workspace)
@@ -392,7 +400,7 @@ class Daemon:
         ]
         load_errors = [p.ToolLoadError(source=e.source, name=e.name, message=e.message)
                        for e in self.registry.load_errors]
-        return p.Tools(id=frame.id, tools=tools, errors=load_errors)
+        return p.Tools(id=frame.id, tools=tools, errors=load_errors + self.mcp.load_errors())
 
     async def on_call(self, conn: Connection, frame: p.Call) -> p.Frame:
         session = self._own_session(conn, frame.session)

@@ -212,7 +212,7 @@ def leaf_keys(struct: type = Config, prefix: str = "") -> dict[str, Any]:
         kind = hints[f.name]
         if isinstance(default, msgspec.Struct):
             keys.update(leaf_keys(type(default), name + "."))
-        elif typing.get_origin(kind) is dict:
+        elif typing.get_origin(kind) is dict and _is_struct(typing.get_args(kind)[1]):
             keys.update(leaf_keys(typing.get_args(kind)[1], name + ".<name>."))
         else:
             keys[name] = default
@@ -220,6 +220,10 @@ def leaf_keys(struct: type = Config, prefix: str = "") -> dict[str, Any]:
 
 
 REQUIRED = object()
+
+
+def _is_struct(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, msgspec.Struct)
 
 
 def toml_default(value: Any) -> str:

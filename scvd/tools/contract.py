@@ -103,6 +103,8 @@ class Tool(abc.ABC):
     Arguments: type[msgspec.Struct]
     risk: ClassVar[ToolRisk]
     flags: ToolFlags = ToolFlags()
+    source: str = "builtin"  # where the definition came from, e.g. "mcp:fs"; Registry.replace_source swaps by it
+    third_party: bool = False  # written by someone else (an MCP server): the lint reports, never blocks
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema of the arguments, generated from the Struct."""
@@ -348,6 +350,17 @@ class Registry:
         """A tool that could not be loaded (a bad tool.json, a failed MCP server): shown by
         `scvctl tools --errors`."""
         self.load_errors.append(LoadError(source=source, name=name, message=message))
+    def replace_source(self, source: str, tools: Iterable[Tool]) -> list[ToolDefinitionError]:
+        """Swap every tool from `source` for `tools`; returns the ones refused (a duplicate name)."""
+        for name in [n for n, t in self._tools.items() if t.source == source]:
+            del self._tools[name]
+        refused = []
+        for tool in tools:
+            try:
+                self.register(tool, enforce_lint=not tool.third_party)
+            except ToolDefinitionError as exc:
+                refused.append(exc)
+        return refused
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)

@@ -1,0 +1,247 @@
+"""The connection to one MCP server, kept alive: start, list tools, call, restart with backoff.
+
+Imports the MCP SDK (`mcp`, pinned >=2,<3); the manager imports this module only
+when a server is configured. The link runs as one asyncio task: connect ->
+initialize -> list tools -> wait until the connection is lost -> back off ->
+again. While it is down, calls fail at once with `unavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+import mcp_types as types
+from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
+
+from .. import __version__
+from ..config import McpServerConfig
+from ..errors import Failed, ScvError, ToolError, Unavailable
+from . import spec
+from .tool import CallOutcome, ToolSpec
+
+log = logging.getLogger("scvd.mcp")
+
+BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0  # seconds between restarts: doubles per failure, up to the max
+CONNECT_TIMEOUT = 60.0  # for initialize and the first tools/list
+STATUS_HTTP = "http"
+
+
+class ServerLink:
+    """One configured server: its state for `scvctl status`, its tools, its calls."""
+
+    def __init__(self, name: str, cfg: McpServerConfig, *, launch: Callable[[], Any],
+                 on_tools: Callable[["ServerLink", list[ToolSpec]], None]) -> None:
+        self.name, self.cfg = name, cfg
+        self._launch = launch  # builds the StdioLaunch or the headers; may raise (a missing secret)
+        self._on_tools = on_tools
+        self.state = "starting"  # starting -> ready -> down (-> starting again) ; stopped at the end
+        self.error: str | None = None  # why it is down (or why the last start failed)
+        self.failures = 0
+        self.retry_at: float | None = None
+        self.session: ClientSession | None = None
+        self._lost: asyncio.Event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._http_status: int | None = None
+        self._proc: Any = None
+        self._was_ready = False
+
+    # --- life ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"mcp:{self.name}")
+
+    async def stop(self) -> None:
+        self.state = "stopped"
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    async def _run(self) -> None:
+        delay = BACKOFF_FIRST
+        while True:
+            self.state, self._lost, self._was_ready = "starting", asyncio.Event(), False
+            self._proc, self._http_status = None, None
+            try:
+                await self._connect_once()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # every failure of a server is reported, none ends the daemon
+                self._record(exc)
+            self.state, self.session = "down", None
+            self.failures += 1
+            if self._was_ready:  # it ran for a while: the next start is a fresh one
+                delay = BACKOFF_FIRST
+            self.retry_at = time.time() + delay
+            log.warning("mcp server %s is down: %s; restarting in %g s", self.name, self.error, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _connect_once(self) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            read, write = await self._transport(stack)
+            session = ClientSession(
+                read, write, message_handler=self._on_message,
+                client_info=types.Implementation(name="scvd", version=__version__),
+            )
+            await stack.enter_async_context(session)
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                await session.initialize()
+                tools = await self._list(session)
+            self.session, self.state, self.error, self.retry_at = session, "ready", None, None
+            self._was_ready = True
+            log.info("mcp server %s ready: %d tool(s)", self.name, len(tools))
+            self._on_tools(self, tools)
+            exited = self._proc.exited if self._proc is not None else None
+            waits = [asyncio.ensure_future(self._lost.wait())] + ([exited] if exited else [])
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waits[0].cancel()
+            self.session = None
+            self.error = self._why_lost()
+        raise _Lost(self.error)
+
+    async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+        target = self._launch()
+        if isinstance(target, spec.StdioLaunch):
+            from .stdio import open_stdio
+
+            read, write, self._proc = await stack.enter_async_context(open_stdio(target))
+            return read, write
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        self._proc, self._http_status = None, None
+        client = create_mcp_http_client(headers=target)
+        client.event_hooks["response"].append(self._on_response)
+        await stack.enter_async_context(client)
+        read, write = await stack.enter_async_context(
+            streamable_http_client(self.cfg.url or "", http_client=client))
+        return read, write
+
+    async def _on_response(self, response: Any) -> None:
+        if response.status_code >= 400:
+            self._http_status = response.status_code
+
+    def _why_lost(self) -> str:
+        if self._proc is not None and self._proc.exited.done():
+            code = self._proc.exited.result()
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            return _with_tail(f"the server process {how}", self._proc)
+        if self._http_status is not None:
+            return f"HTTP status {self._http_status} from {self.cfg.url}"
+        return "the connection was lost"
+
+    def _record(self, exc: BaseException) -> None:
+        if isinstance(exc, _Lost):
+            return
+        if isinstance(exc, ToolError):
+            self.error = f"{exc.kind}: {exc.message}"
+        elif isinstance(exc, ScvError):
+            self.error = exc.message
+        elif self._proc is not None and self._proc.exited.done():
+            self.error = self._why_lost()  # it died while starting: its exit and stderr say why
+            return
+        elif isinstance(exc, TimeoutError):
+            self.error = f"no answer to initialize within {CONNECT_TIMEOUT:g} s"
+        else:
+            self.error = _describe(exc)
+        if self._proc is not None:
+            self.error = _with_tail(self.error, self._proc)
+        if self._http_status is not None and "HTTP status" not in self.error:
+            self.error = f"HTTP status {self._http_status} from {self.cfg.url}: {self.error}"
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            session = self.session
+            if session is not None:
+                asyncio.get_running_loop().create_task(self._relist(session))
+        elif isinstance(message, Exception) and self._http_status is not None:
+            self._lost.set()
+
+    async def _relist(self, session: ClientSession) -> None:
+        try:
+            tools = await self._list(session)
+        except Exception as exc:
+            log.warning("mcp server %s: tools/list after list_changed failed: %s", self.name, _describe(exc))
+            return
+        if self.session is session:
+            self._on_tools(self, tools)
+
+    async def _list(self, session: ClientSession) -> list[ToolSpec]:
+        tools: list[ToolSpec] = []
+        cursor = None
+        while True:
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            tools += [_spec(t) for t in page.tools]
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+    # --- calls ----------------------------------------------------------------------
+
+    async def call(self, tool: str, arguments: dict[str, Any],
+                   progress: Callable[[float, float | None, str | None], Awaitable[None]]) -> CallOutcome:
+        session = self.session
+        if session is None or self.state != "ready":
+            raise Unavailable(self.down_message())
+        try:
+            result = await session.call_tool(tool, arguments, progress_callback=progress)
+        except MCPError as exc:
+            if self._http_status is not None:
+                self._lost.set()
+            raise Failed(f"mcp server {self.name}: {tool}: {exc.error.message}") from None
+        except (asyncio.CancelledError, ScvError):
+            raise
+        except Exception as exc:  # the connection broke under the call
+            self._lost.set()
+            raise Unavailable(f"mcp server {self.name} failed during the call: {_describe(exc)}") from None
+        dumped = result.model_dump(mode="json", exclude_none=True)
+        return CallOutcome(is_error=bool(getattr(result, "is_error", False)),
+                           content=dumped.get("content") or [], structured=dumped.get("structured_content"))
+
+    def down_message(self) -> str:
+        why = f": {self.error}" if self.error else ""
+        if self.state == "starting":
+            return f"mcp server {self.name} is starting{why}; try again in a moment"
+        when = ""
+        if self.retry_at is not None:
+            when = f"; scvd restarts it in {max(0.0, self.retry_at - time.time()):.0f} s"
+        return f"mcp server {self.name} is down{why}{when} (see `scvctl status`)"
+
+
+class _Lost(Exception):
+    """The connection ended after it was up; `error` already says why."""
+
+
+def _spec(tool: Any) -> ToolSpec:
+    notes = tool.annotations
+    return ToolSpec(
+        name=tool.name,
+        description=tool.description or tool.title or tool.name,
+        input_schema=tool.input_schema,
+        read_only_hint=notes.read_only_hint if notes else None,
+        destructive_hint=notes.destructive_hint if notes else None,
+    )
+
+
+def _with_tail(message: str, proc: Any) -> str:
+    tail = proc.stderr_tail().strip()
+    return f"{message}; stderr: {tail[-1000:]}" if tail else message
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    if isinstance(exc, MCPError):
+        return exc.error.message
+    if isinstance(exc, FileNotFoundError | PermissionError):
+        return f"cannot start the server: {exc.strerror}: {exc.filename}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

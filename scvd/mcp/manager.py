@@ -1,0 +1,123 @@
+"""The daemon's MCP servers: start, stop and replace links as the configuration says, and keep
+their tools in the registry.
+
+No MCP SDK here: `link.py` (which imports it) is imported only once a server is
+enabled, so an idle daemon without servers never loads it. A server starts in
+the background; the daemon never waits for one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any, Protocol
+
+from ..config import Config, McpServerConfig
+from ..protocol import McpServerStatus, ToolLoadError
+from ..tools.contract import Registry, ToolRisk
+from . import spec
+from .tool import McpTool, ToolSpec
+
+log = logging.getLogger("scvd.mcp")
+
+
+class Host(Protocol):
+    """What the manager needs from the daemon."""
+
+    registry: Registry
+    sandbox: Any
+    paths: Any
+
+    @property
+    def config(self) -> Config: ...
+
+
+class McpServers:
+    """Links by server name; the tools each one listed last."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.links: dict[str, Any] = {}  # name -> link.ServerLink
+        self.tools: dict[str, list[McpTool]] = {}
+        self.refused: dict[str, list[str]] = {}  # name -> tools the registry refused (duplicate names)
+
+    async def apply(self, config: Config) -> None:
+        """Start added servers, stop removed ones, restart changed ones; leave the rest alone."""
+        wanted = {n: c for n, c in config.mcp.servers.items() if c.enabled}
+        for name in [n for n, link in self.links.items() if wanted.get(n) != link.cfg]:
+            await self._remove(name)
+        for name, cfg in wanted.items():
+            if name not in self.links:
+                self._add(name, cfg)
+
+    def _add(self, name: str, cfg: McpServerConfig) -> None:
+        from .link import ServerLink  # the MCP SDK, only now that a server is configured
+
+        link = ServerLink(name, cfg, launch=lambda: self._launch(name, cfg), on_tools=self._on_tools)
+        self.links[name] = link
+        link.start()
+        log.info("mcp server %s: starting (%s)", name, "stdio" if cfg.command else cfg.url)
+
+    async def _remove(self, name: str) -> None:
+        link = self.links.pop(name)
+        self.tools.pop(name, None)
+        self.refused.pop(name, None)
+        self.host.registry.replace_source(f"mcp:{name}", [])
+        await link.stop()
+        log.info("mcp server %s: stopped", name)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(link.stop() for link in self.links.values()), return_exceptions=True)
+
+    def _launch(self, name: str, cfg: McpServerConfig) -> Any:
+        """Built at each start, so a secret stored since the last one is picked up."""
+        secrets = getattr(self.host, "secrets", None)
+        if cfg.url is not None:
+            return spec.http_headers(name, cfg, secrets)
+        home = self.host.paths.data_dir / "mcp" / name  # its default cwd: a private dir of its own
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return spec.stdio_launch(
+            name, cfg, secrets=secrets, sandbox=self.host.sandbox,
+            network=bool(self.host.config.sandbox.network), base_env=os.environ, home=home)
+
+    def _on_tools(self, link: Any, specs: list[ToolSpec]) -> None:
+        if self.links.get(link.name) is not link:
+            return  # a link being replaced reported late
+        self.tools[link.name] = [self._tool(link, s) for s in specs]
+        self._register(self.host.registry, link.name)
+
+    def _tool(self, link: Any, s: ToolSpec) -> McpTool:
+        cfg: McpServerConfig = link.cfg
+        if s.name in cfg.tool_risk:
+            risk, source = cfg.tool_risk[s.name], f"mcp.servers.{link.name}.tool_risk"
+        else:
+            risk, source = cfg.risk, f"mcp.servers.{link.name}.risk"
+        return McpTool(link, s, risk=ToolRisk(risk), risk_from=source, timeout=cfg.timeout_seconds)
+
+    def _register(self, registry: Registry, name: str) -> None:
+        refused = registry.replace_source(f"mcp:{name}", self.tools.get(name, []))
+        self.refused[name] = [exc.message for exc in refused]
+
+    def register_into(self, registry: Registry) -> None:
+        """Put every server's current tools into a registry built afresh (a reload)."""
+        for name in self.tools:
+            self._register(registry, name)
+
+    def status(self) -> list[McpServerStatus]:
+        return [
+            McpServerStatus(
+                name=name, transport="stdio" if link.cfg.command else "http", state=link.state,
+                tools=len(self.tools.get(name, [])), error=link.error, restarts=link.failures)
+            for name, link in sorted(self.links.items())
+        ]
+
+    def load_errors(self) -> list[ToolLoadError]:
+        errors = []
+        for name, link in sorted(self.links.items()):
+            if link.error and link.state != "ready":
+                errors.append(ToolLoadError(source=f"mcp:{name}", name=name,
+                                            message=f"{link.state}: {link.error}"))
+            errors += [ToolLoadError(source=f"mcp:{name}", name=name, message=m)
+                       for m in self.refused.get(name, [])]
+        return errors

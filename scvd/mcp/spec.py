@@ -1,0 +1,84 @@
+"""What a configured MCP server becomes, as data: argv, environment, headers, tool names.
+
+Pure functions of the configuration, the secret store and the sandbox; no I/O
+beyond looking the command up on PATH, and no MCP SDK.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..config import McpServerConfig, SecretRef
+from ..errors import CredentialMissing, Unavailable
+from ..process import child_env
+
+PREFIX = "mcp__"
+# a stdio server starts from this much of scvd's environment, plus its own `env`
+KEPT_ENV = ("HOME", "LOGNAME", "USER", "PATH", "SHELL", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+_UNSAFE = re.compile(r"[^a-z0-9_]")
+NAME_LIMIT = 64  # the registry's rule for every tool name
+
+
+@dataclass(frozen=True)
+class StdioLaunch:
+    """How to start a stdio server."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    sandboxed: bool
+
+
+def tool_name(server: str, tool: str) -> str:
+    """`mcp__NAME__TOOL` in the registry's alphabet (a-z, 0-9, _): `get-sum` becomes `get_sum`.
+
+    Cut at 64 characters; two tools that end up with one name are a load error for the second.
+    """
+    return f"{PREFIX}{server}__{_UNSAFE.sub('_', tool.lower())}"[:NAME_LIMIT]
+
+
+def resolve(values: Mapping[str, str | SecretRef], secrets: Any, what: str) -> dict[str, str]:
+    """`values` with every `{secret = "KEY"}` read from the store; a missing key is credential_missing."""
+    out: dict[str, str] = {}
+    for name, value in values.items():
+        if isinstance(value, SecretRef):
+            found = secrets.get(value.secret) if secrets is not None else os.environ.get(value.secret)
+            if found is None:
+                raise CredentialMissing(
+                    f"{what} {name} needs the secret {value.secret}, which is not set; "
+                    f"store it with `scvctl secrets set {value.secret}`, then `systemctl --user reload scvd`")
+            out[name] = found
+        else:
+            out[name] = value
+    return out
+
+
+def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any, network: bool,
+                 base_env: Mapping[str, str], home: Path) -> StdioLaunch:
+    """argv, environment and cwd of a stdio server; wrapped in bubblewrap when it is on and not opted out."""
+    assert cfg.command is not None
+    command = cfg.command
+    if "/" not in command:
+        found = shutil.which(command, path=base_env.get("PATH"))
+        if found is None:
+            raise Unavailable(f"mcp server {name}: command {command!r} is not on scvd's PATH; "
+                              "give its full path in mcp.servers.%s.command" % name)
+        command = found
+    cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else str(home)
+    own = resolve(cfg.env, secrets, f"mcp.servers.{name}.env")
+    kept = {k: v for k, v in base_env.items() if k in KEPT_ENV}
+    env = child_env(kept, set=own)
+    argv = [command, *cfg.args]
+    sandboxed = bool(cfg.sandbox and sandbox is not None and sandbox.active)
+    if cfg.sandbox and sandbox is not None:
+        argv = sandbox.wrap(argv, workspace=Path(cwd), network=network)
+    return StdioLaunch(argv=argv, env=env, cwd=cwd, sandboxed=sandboxed)
+
+
+def http_headers(name: str, cfg: McpServerConfig, secrets: Any) -> dict[str, str]:
+    return resolve(cfg.headers, secrets, f"mcp.servers.{name}.headers")

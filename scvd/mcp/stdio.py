@@ -1,0 +1,146 @@
+"""The stdio transport of an MCP server, on scvd's process runner (imports the MCP SDK).
+
+The SDK's own `stdio_client` starts the server with anyio and hides the process;
+scvd needs it as one of its own children: leading its own process group (so
+no call's orphan sweep takes it, see process.py), with stderr kept as a
+bounded tail for `scvctl status`, and killed with its group when it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import deque
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+import anyio
+import mcp_types as types
+from mcp.shared.message import SessionMessage
+
+from ..process import scan_processes, signal_group, signal_service, spawn_service, wait_service
+from .spec import StdioLaunch
+
+LINE_LIMIT = 64 << 20  # one JSON-RPC message from the server; a larger one ends the connection
+STDERR_TAIL_LINES = 20
+STDIN_CLOSE_GRACE = 2.0  # MCP's shutdown: close stdin, wait, then SIGTERM, wait, then SIGKILL
+TERM_GRACE = 2.0
+
+
+@dataclass
+class ServerProcess:
+    """The running server: its process, the exit future and the tail of its stderr."""
+
+    popen: Any
+    exited: asyncio.Task[int]
+    stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_LINES))
+
+    def stderr_tail(self) -> str:
+        return "\n".join(self.stderr)
+
+
+@asynccontextmanager
+async def open_stdio(launch: StdioLaunch) -> AsyncIterator[tuple[Any, Any, ServerProcess]]:
+    """Start the server; yield the SDK's stream pair and the process; stop it on exit."""
+    loop = asyncio.get_running_loop()
+    popen = spawn_service(launch.argv, launch.cwd, launch.env)
+    proc = ServerProcess(popen, loop.create_task(wait_service(popen)))
+    out = asyncio.StreamReader(limit=LINE_LIMIT)
+    err = asyncio.StreamReader(limit=LINE_LIMIT)
+    transports: list[Any] = []
+    try:
+        for reader, pipe in ((out, popen.stdout), (err, popen.stderr)):
+            transport, _ = await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r), pipe)
+            transports.append(transport)
+        wtransport, wproto = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, popen.stdin)
+        transports.append(wtransport)
+        stdin = asyncio.StreamWriter(wtransport, wproto, None, loop)
+    except BaseException:
+        await _stop(proc)
+        _close(transports, popen)
+        raise
+    read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+    pumps = [
+        loop.create_task(_read_stdout(out, read_send)),
+        loop.create_task(_read_stderr(err, proc)),
+        loop.create_task(_write_stdin(write_recv, stdin)),
+    ]
+    try:
+        yield read_recv, write_send, proc
+    finally:
+        stdin.close()  # MCP's shutdown begins by closing the server's stdin
+        await _stop(proc)
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        _close(transports, popen)
+        for stream in (read_send, read_recv, write_send, write_recv):
+            stream.close()
+
+
+async def _read_stdout(out: asyncio.StreamReader, send: Any) -> None:
+    async with send:  # closing it tells the session the connection ended
+        while True:
+            try:
+                line = await out.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                await send.send(ValueError(f"the server wrote a message above {LINE_LIMIT} bytes"))
+                return
+            if not line:
+                return
+            if not line.strip():
+                continue
+            try:
+                message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+            except ValueError as exc:
+                await send.send(exc)
+                continue
+            await send.send(SessionMessage(message))
+
+
+async def _read_stderr(err: asyncio.StreamReader, proc: ServerProcess) -> None:
+    while True:
+        try:
+            line = await err.readline()
+        except (ValueError, asyncio.LimitOverrunError):
+            continue
+        if not line:
+            return
+        proc.stderr.append(line.decode("utf-8", "replace").rstrip()[:500])
+
+
+async def _write_stdin(recv: Any, stdin: asyncio.StreamWriter) -> None:
+    try:
+        async with recv:
+            async for message in recv:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                stdin.write(data.encode() + b"\n")
+                await stdin.drain()
+    except (ConnectionError, OSError):
+        pass  # the server is gone; the stdout side reports it
+
+
+async def _stop(proc: ServerProcess) -> None:
+    """Close stdin, give it a moment, then SIGTERM and at last SIGKILL to its whole group."""
+    for sig, grace in ((None, STDIN_CLOSE_GRACE), (signal.SIGTERM, TERM_GRACE), (signal.SIGKILL, TERM_GRACE)):
+        if proc.exited.done():
+            break
+        if sig is not None:
+            signal_service(proc.popen, sig)
+        await asyncio.wait([proc.exited], timeout=grace)
+    # members the leader left behind (its group outlives it only while one is alive)
+    pgid = proc.popen.pid
+    if any(p.pgid == pgid and p.alive for p in scan_processes().values()):
+        signal_group(pgid, signal.SIGKILL)
+
+
+def _close(transports: list[Any], popen: Any) -> None:
+    for transport in transports:
+        transport.close()
+    for pipe in (popen.stdin, popen.stdout, popen.stderr):
+        try:
+            pipe.close()
+        except OSError:
+            pass

@@ -1,0 +1,157 @@
+"""One MCP server tool as an scvd `Tool`: the server's schema and description, scvd's risk.
+
+The risk is the user's (`tool_risk`, else the server's `risk`): a server's own
+`readOnlyHint` is shown to the approver but never trusted. Arguments are checked
+against the server's JSON Schema before any approval. No MCP SDK here: the link
+(`link.py`) hands over plain data and does the calling.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import Failed, InvalidArguments
+from ..process import CappedOutput
+from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
+from .spec import tool_name
+
+OUTPUT_LIMIT = 1 << 20  # of a result's text; more is cut in the middle with a marker
+DESCRIPTION_LIMIT = 4096
+SUMMARY_ARGS_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as the server listed it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """A tools/call result as plain data."""
+
+    is_error: bool
+    content: list[dict[str, Any]]
+    structured: Any = None
+
+
+class Link(Protocol):
+    """What a tool needs from its server's connection."""
+
+    name: str
+
+    async def call(self, tool: str, arguments: dict[str, Any], progress: Any) -> CallOutcome: ...
+
+
+class McpTool(Tool):
+    """`mcp__SERVER__TOOL`: forwards a call to the server once scvd's gate let it through."""
+
+    third_party = True
+
+    def __init__(self, link: Link, spec: ToolSpec, *, risk: ToolRisk, risk_from: str,
+                 timeout: float | None) -> None:
+        self.link, self.spec = link, spec
+        self.name = tool_name(link.name, spec.name)  # type: ignore[misc]
+        self.description = spec.description[:DESCRIPTION_LIMIT]  # type: ignore[misc]
+        self.risk = risk  # type: ignore[misc]
+        self.risk_from = risk_from
+        self.source = f"mcp:{link.name}"
+        self.flags = ToolFlags(timeout=timeout)
+        self._validator: Any = None
+
+    def input_schema(self) -> dict[str, Any]:
+        return self.spec.input_schema
+
+    def decode(self, arguments: Any) -> Any:
+        if not isinstance(arguments, dict):
+            raise InvalidArguments(f"{self.name}: arguments must be an object")
+        error = self._first_error(arguments)
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path)
+            at = f"argument `{where}`: " if where else ""
+            raise InvalidArguments(f"{self.name}: {at}{error.message}")
+        return arguments
+
+    def _first_error(self, arguments: dict[str, Any]) -> Any:
+        if self._validator is None:
+            import jsonschema  # only when a server is configured, like the SDK
+
+            cls = jsonschema.validators.validator_for(self.spec.input_schema, jsonschema.Draft202012Validator)
+            try:
+                self._validator = cls(self.spec.input_schema)
+            except Exception:  # a broken schema from the server: let the server judge its own arguments
+                self._validator = False
+        if self._validator is False:
+            return None
+        try:
+            return next(iter(self._validator.iter_errors(arguments)), None)
+        except Exception:
+            return None
+
+    def plan(self, args: Any, ctx: CallContext) -> Plan:
+        shown = json.dumps(args, ensure_ascii=False)
+        if len(shown) > SUMMARY_ARGS_CHARS:
+            shown = shown[:SUMMARY_ARGS_CHARS] + f" ... ({len(shown) - SUMMARY_ARGS_CHARS} more chars)"
+        hint = {True: "read-only", False: "not read-only", None: "says nothing"}[self.spec.read_only_hint]
+        return Plan(
+            risk=self.risk,
+            summary=f"MCP server {self.link.name}: {self.spec.name} {shown}",
+            details={
+                "server": self.link.name, "tool": self.spec.name, "arguments": shown,
+                "risk_from": self.risk_from,
+                "server_says": f"{hint} (a server's hint, not trusted by scvd)",
+            },
+        )
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        report = ctx.progress
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            if report is not None:
+                of = f"/{total:g}" if total else ""
+                report(f"{self.name}: {done:g}{of}" + (f" {message}" if message else ""))
+
+        outcome = await self.link.call(self.spec.name, args, progress)
+        text, items = render(outcome.content)
+        if outcome.is_error:
+            raise Failed(f"{self.name}: {text.strip() or 'the server reported an error without text'}")
+        result: dict[str, Any] = {"text": text}
+        if items:
+            result["content"] = items
+        if outcome.structured is not None:
+            size = len(json.dumps(outcome.structured, ensure_ascii=False).encode())
+            if size + len(text.encode()) <= OUTPUT_LIMIT:
+                result["structured_content"] = outcome.structured
+            else:
+                result["structured_content_omitted"] = f"{size} bytes, above the {OUTPUT_LIMIT}-byte output cap"
+        return result
+
+
+def render(content: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """The text of a result (capped at OUTPUT_LIMIT with a marker) and a note per non-text item."""
+    out = CappedOutput(OUTPUT_LIMIT)
+    items: list[dict[str, Any]] = []
+    first = True
+    for block in content:
+        kind = block.get("type")
+        text = block.get("text")
+        resource = block.get("resource") if kind == "resource" else None
+        if isinstance(resource, dict) and isinstance(resource.get("text"), str):
+            text = resource["text"]
+        if isinstance(text, str):
+            out.feed(("" if first else "\n").encode() + text.encode())
+            first = False
+            continue
+        note = {k: v for k, v in block.items() if k in ("type", "mime_type", "uri", "name")}
+        data = block.get("data") or (resource or {}).get("blob")
+        if isinstance(data, str):
+            note["base64_chars"] = len(data)  # binary is not relayed, only described
+        items.append(note)
+    return out.text(), items

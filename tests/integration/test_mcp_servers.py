@@ -1,0 +1,230 @@
+"""MCP servers as scvd tools: the real npm reference servers behind scvd's gate, on a real daemon."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from scvd import protocol as p
+
+from conftest import ROOT, DaemonProc, wait_pending
+
+pytestmark = pytest.mark.slow
+
+BIN = ROOT / ".mcp-servers" / "node_modules" / ".bin"
+FS, EVERYTHING = BIN / "mcp-server-filesystem", BIN / "mcp-server-everything"
+
+
+def fs_table(workspace: Path, name: str = "fs") -> str:
+    return (f'[mcp.servers.{name}]\ncommand = "{FS}"\nargs = ["{workspace}"]\n'
+            f'tool_risk = {{read_text_file = "read_only", list_directory = "read_only"}}\n')
+
+
+EVERYTHING_TABLE = f'[mcp.servers.every]\ncommand = "{EVERYTHING}"\n'
+
+
+def server(c, name: str, state: str = "ready", timeout: float = 30.0) -> p.McpServerStatus:
+    """Poll status until server `name` is in `state`."""
+    deadline = time.monotonic() + timeout
+    seen = None
+    while time.monotonic() < deadline:
+        seen = next((s for s in c.request(p.Status).mcp_servers if s.name == name), None)
+        if seen is not None and seen.state == state:
+            return seen
+        time.sleep(0.1)
+    raise AssertionError(f"mcp server {name} not {state} after {timeout} s: {seen}")
+
+
+def server_pid(name_part: str) -> int:
+    """The pid of the node process whose command line has `name_part` (a path unique to this test)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if name_part in cmdline and "node" in cmdline:
+                return int(entry.name)
+    raise AssertionError(f"no process runs {name_part}")
+
+
+@pytest.fixture
+def fs_daemon(make_daemon, workspace) -> DaemonProc:
+    (workspace / "notes.txt").write_text("hello from the workspace\n")
+    return make_daemon(fs_table(workspace))
+
+
+def test_filesystem_tools_appear_and_a_read_runs_through_the_gate(fs_daemon, workspace):
+    with fs_daemon.client(name="t") as c:
+        status = server(c, "fs")
+        names = [t.name for t in c.request(p.ToolsList).tools]
+        assert status.tools >= 10 and "mcp__fs__read_text_file" in names and "mcp__fs__write_file" in names
+        info = next(t for t in c.request(p.ToolsList).tools if t.name == "mcp__fs__write_file")
+        assert info.risk == "process" and "path" in info.input_schema["properties"]
+        session = c.open_session(workspace)
+        done = c.call(session, "mcp__fs__read_text_file", {"path": str(workspace / "notes.txt")})
+        assert done.ok, done.error
+        assert done.result["text"] == "hello from the workspace\n"
+        assert c.request(p.ApprovalsList).approvals == []  # read_only by tool_risk: nobody was asked
+        bad = c.call(session, "mcp__fs__read_text_file", {"path": 3})
+        assert bad.error.kind == "invalid_arguments" and "path" in bad.error.message
+
+
+def test_a_write_asks_for_approval_and_runs_once_approved(fs_daemon, workspace):
+    target = workspace / "out.txt"
+    with fs_daemon.client(name="agent") as c, fs_daemon.client(name="me") as me:
+        server(c, "fs")
+        session = c.open_session(workspace)
+        call_id = c.start_call(session, "mcp__fs__write_file", {"path": str(target), "content": "written"})
+        (request,) = wait_pending(me)
+        assert request.tool == "mcp__fs__write_file" and request.risk == "process"
+        assert "MCP server fs: write_file" in request.summary and str(target) in request.summary
+        assert "not trusted" in request.details["server_says"]
+        assert not target.exists()
+        me.request(p.ApprovalDecide, approval_id=request.approval_id, decision="approve")
+        done = c.wait_call(call_id)
+        assert done.ok, done.error
+        assert target.read_text() == "written"
+
+
+def test_a_denied_write_never_reaches_the_server(fs_daemon, workspace):
+    target = workspace / "denied.txt"
+    with fs_daemon.client(name="agent") as c, fs_daemon.client(name="me") as me:
+        server(c, "fs")
+        call_id = c.start_call(c.open_session(workspace), "mcp__fs__write_file",
+                               {"path": str(target), "content": "x"})
+        (request,) = wait_pending(me)
+        me.request(p.ApprovalDecide, approval_id=request.approval_id, decision="deny", reason="no")
+        done = c.wait_call(call_id)
+        assert done.error.kind == "denied" and not target.exists()
+
+
+def test_progress_notifications_reach_call_progress(make_daemon, workspace):
+    d = make_daemon(EVERYTHING_TABLE + 'tool_risk = {trigger-long-running-operation = "read_only"}\n')
+    with d.client(name="t") as c:
+        server(c, "every")
+        call_id = c.start_call(c.open_session(workspace), "mcp__every__trigger-long-running-operation",
+                               {"duration": 2, "steps": 4})
+        events = []
+        while True:
+            event = c.next_event()
+            events.append(event)
+            if isinstance(event, p.CallCompleted) and event.call_id == call_id:
+                break
+        assert event.ok, event.error
+        messages = [e.message for e in events if isinstance(e, p.CallProgress) and e.message]
+        assert len(messages) >= 3, events
+        assert messages[0].startswith("mcp__every__trigger-long-running-operation: 1/4"), messages
+
+
+def test_a_long_call_is_cancelled_and_the_server_stays_usable(make_daemon, workspace):
+    d = make_daemon(EVERYTHING_TABLE + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        server(c, "every")
+        session = c.open_session(workspace)
+        call_id = c.start_call(session, "mcp__every__trigger-long-running-operation",
+                               {"duration": 60, "steps": 60})
+        while not isinstance(event := c.next_event(), p.CallProgress):
+            pass
+        c.request(p.CallCancel, call_id=call_id)
+        done = c.wait_call(call_id)
+        assert done.error.kind == "cancelled"
+        again = c.call(session, "mcp__every__echo", {"message": "still here"})
+        assert again.ok and "still here" in again.result["text"]
+    assert "notifications/cancelled" not in d.log()  # sent quietly; a failure to send would be logged
+
+
+def test_an_error_result_becomes_failed_with_the_servers_text(make_daemon, workspace):
+    d = make_daemon(EVERYTHING_TABLE + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        server(c, "every")
+        done = c.call(c.open_session(workspace), "mcp__every__gzip-file-as-resource",
+                      {"name": "x.gz", "data": "http://127.0.0.1:9/nothing"})
+        assert done.error.kind == "failed"
+        assert done.error.message == "mcp__every__gzip-file-as-resource: fetch failed"
+
+
+def test_a_killed_server_is_reported_unavailable_and_restarted(fs_daemon, workspace):
+    with fs_daemon.client(name="t") as c:
+        server(c, "fs")
+        session = c.open_session(workspace)
+        pid = server_pid(str(workspace))
+        os.kill(pid, signal.SIGKILL)
+        down = server(c, "fs", "down")
+        assert "the server process was killed by signal 9" in down.error
+        errors = c.request(p.ToolsList).errors
+        assert any(e.source == "mcp:fs" and "killed by signal 9" in e.message for e in errors), errors
+        done = c.call(session, "mcp__fs__read_text_file", {"path": str(workspace / "notes.txt")})
+        assert done.error.kind == "unavailable"
+        assert "mcp server fs is down: the server process was killed by signal 9" in done.error.message
+        back = server(c, "fs")
+        assert back.restarts == 1 and server_pid(str(workspace)) != pid
+        assert c.call(session, "mcp__fs__read_text_file", {"path": str(workspace / "notes.txt")}).ok
+
+
+def test_a_server_that_cannot_start_shows_its_stderr(make_daemon, workspace):
+    d = make_daemon(f'[mcp.servers.fs]\ncommand = "{FS}"\nargs = ["{workspace}/missing"]\n')
+    with d.client(name="t") as c:
+        down = server(c, "fs", "down")
+        assert "exited with status 1" in down.error and "stderr:" in down.error, down.error
+        assert str(workspace / "missing") in down.error
+        (error,) = c.request(p.ToolsList).errors
+        assert error.source == "mcp:fs" and error.message.startswith("down: ")
+
+
+def test_the_server_runs_in_its_own_group_with_a_scrubbed_environment(make_daemon, workspace):
+    d = make_daemon(EVERYTHING_TABLE + 'risk = "read_only"\nenv = {FROM_CONFIG = "yes"}\n',
+                    env={"SECRET_OF_THE_DAEMON": "leak", "OPENAI_API_KEY": "sk-leak"})
+    with d.client(name="t") as c:
+        server(c, "every")
+        done = c.call(c.open_session(workspace), "mcp__every__get-env", {})
+        assert done.ok, done.error
+        assert '"FROM_CONFIG": "yes"' in done.result["text"]
+        assert "leak" not in done.result["text"] and "SCV_HOME" not in done.result["text"]
+        pid = server_pid(str(EVERYTHING))
+        assert os.getpgid(pid) == pid != os.getpgid(d.proc.pid)
+    assert d.stop() == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # stopped with the daemon
+
+
+def test_sighup_applies_added_removed_and_changed_servers_only(make_daemon, workspace, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    d = make_daemon(fs_table(workspace) + fs_table(other, "gone"))
+    with d.client(name="t") as c:
+        server(c, "fs")
+        server(c, "gone")
+        kept, gone = server_pid(str(workspace)), server_pid(str(other))
+        (d.home / "config.toml").write_text(fs_table(workspace) + EVERYTHING_TABLE)
+        d.proc.send_signal(signal.SIGHUP)
+        server(c, "every")
+        deadline = time.monotonic() + 15
+        while any(s.name == "gone" for s in c.request(p.Status).mcp_servers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        names = [t.name for t in c.request(p.ToolsList).tools]
+        assert "mcp__every__echo" in names and "mcp__fs__read_text_file" in names
+        assert not any(n.startswith("mcp__gone__") for n in names)
+        assert server_pid(str(workspace)) == kept  # untouched
+        with pytest.raises(ProcessLookupError):
+            os.kill(gone, 0)
+        # a changed table restarts that server only
+        (d.home / "config.toml").write_text(fs_table(workspace) + EVERYTHING_TABLE + 'risk = "read_only"\n')
+        every = server_pid(str(EVERYTHING))
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                if server_pid(str(EVERYTHING)) != every:
+                    break
+            except AssertionError:
+                pass
+            time.sleep(0.1)
+        server(c, "every")
+        info = next(t for t in c.request(p.ToolsList).tools if t.name == "mcp__every__echo")
+        assert info.risk == "read_only"
+        assert server_pid(str(workspace)) == kept

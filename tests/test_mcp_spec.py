@@ -1,0 +1,127 @@
+"""What a configured MCP server becomes, as data: names, environment, sandbox argv, secrets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from scvd.config import ConfigError, McpServerConfig, SecretRef, load
+from scvd.errors import CredentialMissing, Unavailable
+from scvd.mcp import spec
+from scvd.mcp.tool import OUTPUT_LIMIT, render
+
+from conftest import ROOT
+
+
+class Secrets:
+    def __init__(self, **values: str) -> None:
+        self.values = values
+
+    def get(self, key: str) -> str | None:
+        return self.values.get(key)
+
+
+class FakeSandbox:
+    active = True
+
+    def wrap(self, argv, *, workspace, network):
+        return ["bwrap", "--bind", str(workspace), str(workspace), *(["--share-net"] if network else []), "--", *argv]
+
+
+def launch(cfg: McpServerConfig, **kw):
+    args = dict(secrets=Secrets(), sandbox=None, network=False, home=Path("/srv/own"),
+                base_env={"PATH": "/usr/bin:/bin", "HOME": "/home/u", "OPENAI_API_KEY": "sk", "SCV_HOME": "/x",
+                          "NOTIFY_SOCKET": "/run/n", "LANG": "C.UTF-8"})
+    args.update(kw)
+    return spec.stdio_launch("fs", cfg, **args)
+
+
+def test_tool_names_carry_the_server_and_stay_usable_as_function_names():
+    assert spec.tool_name("fs", "read_text_file") == "mcp__fs__read_text_file"
+    assert spec.tool_name("every", "get-sum") == "mcp__every__get-sum"
+    assert spec.tool_name("x", "a.b c/d") == "mcp__x__a_b_c_d"
+
+
+def test_a_stdio_server_gets_a_scrubbed_environment_plus_its_own():
+    cfg = McpServerConfig(command="/bin/cat", args=["-u"], env={"MODE": "x", "TOKEN": SecretRef(secret="TOK")})
+    got = launch(cfg, secrets=Secrets(TOK="t0k"))
+    assert got.argv == ["/bin/cat", "-u"] and got.cwd == "/srv/own" and not got.sandboxed
+    assert got.env == {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "MODE": "x", "TOKEN": "t0k"}
+
+
+def test_a_command_is_looked_up_on_scvds_path_and_a_missing_one_is_unavailable():
+    assert launch(McpServerConfig(command="cat")).argv[0] in ("/usr/bin/cat", "/bin/cat")
+    with pytest.raises(Unavailable, match="command 'no-such-mcp' is not on scvd's PATH"):
+        launch(McpServerConfig(command="no-such-mcp"))
+
+
+def test_a_missing_secret_is_credential_missing_naming_the_key():
+    cfg = McpServerConfig(url="http://127.0.0.1:1/mcp", headers={"Authorization": SecretRef(secret="GH_TOKEN")})
+    with pytest.raises(CredentialMissing, match=r"headers Authorization needs the secret GH_TOKEN.*scvctl secrets set GH_TOKEN"):
+        spec.http_headers("gh", cfg, Secrets())
+    assert spec.http_headers("gh", cfg, Secrets(GH_TOKEN="abc")) == {"Authorization": "abc"}
+
+
+def test_the_sandbox_wraps_a_server_unless_it_opts_out():
+    wrapped = launch(McpServerConfig(command="/bin/cat", cwd="/data"), sandbox=FakeSandbox())
+    assert wrapped.argv == ["bwrap", "--bind", "/data", "/data", "--", "/bin/cat"] and wrapped.sandboxed
+    plain = launch(McpServerConfig(command="/bin/cat", sandbox=False), sandbox=FakeSandbox())
+    assert plain.argv == ["/bin/cat"] and not plain.sandboxed
+
+
+@pytest.mark.parametrize("table, message", [
+    ('[mcp.servers.fs]\nargs = ["x"]\n', "set exactly one of `command`"),
+    ('[mcp.servers.fs]\ncommand = "a"\nurl = "http://h/"\n', "set exactly one of `command`"),
+    ('[mcp.servers.web]\nurl = "ftp://h/"\n', "must start with http:// or https://"),
+    ('[mcp.servers.web]\nurl = "http://h/"\nenv = {A = "b"}\n', "`args`, `env` and `cwd` are for stdio servers"),
+    ('[mcp.servers.a__b]\ncommand = "x"\n', "a server name is 1-32 chars"),
+    ('[mcp.servers.fs]\ncommand = "x"\nrisk = "none"\n', "mcp.servers.fs.risk: Invalid enum value 'none'"),
+    ('[mcp.servers.fs]\ncommand = "x"\nenv = {A = {key = "B"}}\n', "mcp.servers.fs.env"),
+])
+def test_a_wrong_server_table_names_the_key(tmp_path, table, message):
+    path = tmp_path / "config.toml"
+    path.write_text(table)
+    with pytest.raises(ConfigError, match=".*") as caught:
+        load(path, env={})
+    assert message in caught.value.message and str(path) in caught.value.message
+
+
+def test_output_is_capped_at_one_mib_with_a_marker():
+    text, items = render([{"type": "text", "text": "a" * (OUTPUT_LIMIT + 10)},
+                          {"type": "image", "data": "QUJD", "mime_type": "image/png"}])
+    assert len(text.encode()) < OUTPUT_LIMIT + 100 and "bytes omitted" in text
+    assert items == [{"type": "image", "mime_type": "image/png", "base64_chars": 4}]
+
+
+IDLE = """
+import asyncio, sys
+from pathlib import Path
+from scvd import config, paths as paths_mod
+from scvd.server import Daemon
+home = Path(sys.argv[1])
+paths = paths_mod.resolve({"SCV_HOME": str(home)}); paths_mod.prepare(paths)
+async def main():
+    d = Daemon(paths, config.load(paths.config_file, env={}), install_signals=False)
+    await d.startup([])
+    loaded = sorted(m for m in ("mcp", "mcp_types", "pydantic", "anyio", "jsonschema") if m in sys.modules)
+    d.request_stop(); await d.shutdown()
+    print(",".join(loaded))
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_the_mcp_sdk_is_imported_only_when_a_server_is_configured(tmp_path, configured):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    if configured:
+        (home / "config.toml").write_text('[mcp.servers.x]\ncommand = "/bin/false"\n')
+    done = subprocess.run([sys.executable, "-c", IDLE, str(home)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.strip()
+    assert (loaded == "") if not configured else ("mcp" in loaded.split(",")), loaded
