@@ -131,6 +131,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"sessions: {st.sessions}  running calls: {st.running_calls}  pending approvals: {st.pending_approvals}")
     print(f"approval policy: {st.policy}" + (f" ({st.policy_note})" if st.policy_note else ""))
     print(f"sandbox: {st.sandbox}")
+    for m in st.mcp_servers:
+        line = f"mcp server {m.name} ({m.transport}): {m.state}, {m.tools} tool(s)"
+        line += f", restarted {m.restarts}x" if m.restarts else ""
+        print(printable(line) + (f"\n  {printable(m.error)}" if m.error else ""))
     return EXIT_OK
 
 

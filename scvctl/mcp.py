@@ -157,7 +157,7 @@ class Bridge:
     def _progress(self, token: Any, event: p.CallProgress) -> None:
         """scvd's call.progress as MCP's notifications/progress, for hosts that asked (progressToken)."""
         params: dict[str, Any] = {"progressToken": token, "progress": event.elapsed_s,
-                                  "message": f"still running after {event.elapsed_s:.0f} s"}
+                                  "message": event.message or f"still running after {event.elapsed_s:.0f} s"}
         if event.timeout_s:
             params["total"] = event.timeout_s
         self.out.write({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})

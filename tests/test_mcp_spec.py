@@ -42,8 +42,9 @@ def launch(cfg: McpServerConfig, **kw):
 
 def test_tool_names_carry_the_server_and_stay_usable_as_function_names():
     assert spec.tool_name("fs", "read_text_file") == "mcp__fs__read_text_file"
-    assert spec.tool_name("every", "get-sum") == "mcp__every__get-sum"
-    assert spec.tool_name("x", "a.b c/d") == "mcp__x__a_b_c_d"
+    assert spec.tool_name("every", "get-sum") == "mcp__every__get_sum"
+    assert spec.tool_name("x", "A.b c/d") == "mcp__x__a_b_c_d"
+    assert len(spec.tool_name("x", "t" * 100)) == 64
 
 
 def test_a_stdio_server_gets_a_scrubbed_environment_plus_its_own():

@@ -71,7 +71,8 @@ def test_filesystem_tools_appear_and_a_read_runs_through_the_gate(fs_daemon, wor
         assert done.result["text"] == "hello from the workspace\n"
         assert c.request(p.ApprovalsList).approvals == []  # read_only by tool_risk: nobody was asked
         bad = c.call(session, "mcp__fs__read_text_file", {"path": 3})
-        assert bad.error.kind == "invalid_arguments" and "path" in bad.error.message
+        assert bad.error.kind == "invalid_arguments"
+        assert bad.error.message == "mcp__fs__read_text_file: argument `path`: 3 is not of type 'string'"
 
 
 def test_a_write_asks_for_approval_and_runs_once_approved(fs_daemon, workspace):
@@ -107,7 +108,7 @@ def test_progress_notifications_reach_call_progress(make_daemon, workspace):
     d = make_daemon(EVERYTHING_TABLE + 'tool_risk = {trigger-long-running-operation = "read_only"}\n')
     with d.client(name="t") as c:
         server(c, "every")
-        call_id = c.start_call(c.open_session(workspace), "mcp__every__trigger-long-running-operation",
+        call_id = c.start_call(c.open_session(workspace), "mcp__every__trigger_long_running_operation",
                                {"duration": 2, "steps": 4})
         events = []
         while True:
@@ -118,7 +119,7 @@ def test_progress_notifications_reach_call_progress(make_daemon, workspace):
         assert event.ok, event.error
         messages = [e.message for e in events if isinstance(e, p.CallProgress) and e.message]
         assert len(messages) >= 3, events
-        assert messages[0].startswith("mcp__every__trigger-long-running-operation: 1/4"), messages
+        assert messages[0].startswith("mcp__every__trigger_long_running_operation: 1/4"), messages
 
 
 def test_a_long_call_is_cancelled_and_the_server_stays_usable(make_daemon, workspace):
@@ -126,7 +127,7 @@ def test_a_long_call_is_cancelled_and_the_server_stays_usable(make_daemon, works
     with d.client(name="t") as c:
         server(c, "every")
         session = c.open_session(workspace)
-        call_id = c.start_call(session, "mcp__every__trigger-long-running-operation",
+        call_id = c.start_call(session, "mcp__every__trigger_long_running_operation",
                                {"duration": 60, "steps": 60})
         while not isinstance(event := c.next_event(), p.CallProgress):
             pass
@@ -142,10 +143,10 @@ def test_an_error_result_becomes_failed_with_the_servers_text(make_daemon, works
     d = make_daemon(EVERYTHING_TABLE + 'risk = "read_only"\n')
     with d.client(name="t") as c:
         server(c, "every")
-        done = c.call(c.open_session(workspace), "mcp__every__gzip-file-as-resource",
+        done = c.call(c.open_session(workspace), "mcp__every__gzip_file_as_resource",
                       {"name": "x.gz", "data": "http://127.0.0.1:9/nothing"})
         assert done.error.kind == "failed"
-        assert done.error.message == "mcp__every__gzip-file-as-resource: fetch failed"
+        assert done.error.message == "mcp__every__gzip_file_as_resource: fetch failed"
 
 
 def test_a_killed_server_is_reported_unavailable_and_restarted(fs_daemon, workspace):
@@ -167,13 +168,16 @@ def test_a_killed_server_is_reported_unavailable_and_restarted(fs_daemon, worksp
 
 
 def test_a_server_that_cannot_start_shows_its_stderr(make_daemon, workspace):
-    d = make_daemon(f'[mcp.servers.fs]\ncommand = "{FS}"\nargs = ["{workspace}/missing"]\n')
+    d = make_daemon(f'[mcp.servers.fs]\ncommand = "{FS}"\nargs = ["{workspace}/missing"]\n'
+                    f'[mcp.servers.nofile]\ncommand = "{workspace}/no-server"\n')
     with d.client(name="t") as c:
+        nofile = server(c, "nofile", "down")
+        assert nofile.error == f"cannot start the server: No such file or directory: {workspace}/no-server"
         down = server(c, "fs", "down")
         assert "exited with status 1" in down.error and "stderr:" in down.error, down.error
         assert str(workspace / "missing") in down.error
-        (error,) = c.request(p.ToolsList).errors
-        assert error.source == "mcp:fs" and error.message.startswith("down: ")
+        errors = {e.source: e.message for e in c.request(p.ToolsList).errors}
+        assert errors["mcp:fs"].startswith("down: the server process exited with status 1; stderr: ")
 
 
 def test_the_server_runs_in_its_own_group_with_a_scrubbed_environment(make_daemon, workspace):
@@ -181,7 +185,7 @@ def test_the_server_runs_in_its_own_group_with_a_scrubbed_environment(make_daemo
                     env={"SECRET_OF_THE_DAEMON": "leak", "OPENAI_API_KEY": "sk-leak"})
     with d.client(name="t") as c:
         server(c, "every")
-        done = c.call(c.open_session(workspace), "mcp__every__get-env", {})
+        done = c.call(c.open_session(workspace), "mcp__every__get_env", {})
         assert done.ok, done.error
         assert '"FROM_CONFIG": "yes"' in done.result["text"]
         assert "leak" not in done.result["text"] and "SCV_HOME" not in done.result["text"]
