@@ -108,7 +108,7 @@ class ServerLink:
         raise _Lost(self.error)
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
-        target = self._launch()
+        target = await asyncio.to_thread(self._launch)  # the secret store may talk to a keyring
         if isinstance(target, spec.StdioLaunch):
             from .stdio import open_stdio
 

@@ -232,3 +232,98 @@ def test_sighup_applies_added_removed_and_changed_servers_only(make_daemon, work
         info = next(t for t in c.request(p.ToolsList).tools if t.name == "mcp__every__echo")
         assert info.risk == "read_only"
         assert server_pid(str(workspace)) == kept
+
+
+# --- a streamable HTTP server, written with the SDK's own server class ------------------------
+
+HTTP_SERVER = ROOT / "tests" / "helpers" / "mcp_http_server.py"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def http_server():
+    import subprocess
+    import sys
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(HTTP_SERVER), str(port), "s3cret"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    import socket
+
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.terminate()
+    proc.wait(10)
+    proc.stderr.close()
+
+
+def http_table(url: str) -> str:
+    return (f'[mcp.servers.notes]\nurl = "{url}"\nheaders = {{Authorization = {{secret = "NOTES_TOKEN"}}}}\n'
+            'tool_risk = {add = "read_only"}\n')
+
+
+def store_secret(d: DaemonProc, key: str, value: str) -> None:
+    from scvd.paths import resolve
+    from scvd.secrets import SecretStore
+
+    SecretStore(resolve({"SCV_HOME": str(d.home)}).secrets_file, env={}).set(key, value)
+
+
+NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
+
+
+def test_an_http_server_is_consumed_with_a_header_secret(make_daemon, workspace, http_server, monkeypatch):
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
+    d = make_daemon(http_table(http_server), env=NO_KEYRING, wait=False)
+    store_secret(d, "NOTES_TOKEN", "Bearer s3cret")
+    from conftest import wait_for_socket
+
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="t") as c:
+        status = server(c, "notes")
+        assert status.transport == "http" and status.tools == 2
+        session = c.open_session(workspace)
+        done = c.call(session, "mcp__notes__add", {"a": 2, "b": 3})
+        assert done.ok, done.error
+        assert done.result["text"] == "2 + 3 = 5"
+        assert c.request(p.ApprovalsList).approvals == []
+        call_id = c.start_call(session, "mcp__notes__fail", {"reason": "out of paper"})
+        (request,) = wait_pending(c)  # risk "process" by default: it asks
+        c.request(p.ApprovalDecide, approval_id=request.approval_id, decision="approve")
+        failed = c.wait_call(call_id)
+        assert (failed.error.kind, failed.error.message) == ("failed", "mcp__notes__fail: Error executing tool fail")
+
+
+def test_a_missing_header_secret_is_credential_missing_naming_the_key(make_daemon, http_server):
+    d = make_daemon(http_table(http_server), env=NO_KEYRING)
+    with d.client(name="t") as c:
+        down = server(c, "notes", "down")
+        assert down.error.startswith("credential_missing: mcp.servers.notes.headers Authorization needs "
+                                     "the secret NOTES_TOKEN, which is not set; store it with "
+                                     "`scvctl secrets set NOTES_TOKEN`"), down.error
+
+
+def test_a_wrong_header_secret_shows_the_http_status(make_daemon, http_server, monkeypatch):
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
+    d = make_daemon(http_table(http_server), env=NO_KEYRING, wait=False)
+    store_secret(d, "NOTES_TOKEN", "Bearer wrong")
+    from conftest import wait_for_socket
+
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="t") as c:
+        down = server(c, "notes", "down")
+        assert down.error.startswith(f"HTTP status 401 from {http_server}"), down.error

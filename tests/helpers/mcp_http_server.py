@@ -1,0 +1,45 @@
+"""A streamable-HTTP MCP server built with the SDK's own server class, for tests.
+
+`python mcp_http_server.py PORT TOKEN`: serves on 127.0.0.1:PORT at /mcp and
+answers 401 to any request without `Authorization: Bearer TOKEN`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("notes")
+
+
+@server.tool()
+def add(a: int, b: int) -> str:
+    """Add two integers."""
+    return f"{a} + {b} = {a + b}"
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Always fails with the reason."""
+    raise ValueError(reason)
+
+
+def guarded(app, token: str):
+    async def asgi(scope, receive, send):
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            if headers.get(b"authorization") != f"Bearer {token}".encode():
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain")]})
+                await send({"type": "http.response.body", "body": b"no"})
+                return
+        await app(scope, receive, send)
+    return asgi
+
+
+if __name__ == "__main__":
+    port, token = int(sys.argv[1]), sys.argv[2]
+    app = guarded(server.streamable_http_app(), token)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
