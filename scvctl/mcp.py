@@ -3,14 +3,17 @@
 The host starts `scvctl mcp --workspace DIR`; this process opens one scvd
 session on DIR and maps `tools/list` to `tools.list` and `tools/call` to `call`.
 Approvals stay with scvd: calls that need one wait until a person decides
-(`scvctl approvals watch` in a terminal, or a chat bridge). stdout carries only
-JSON-RPC; diagnostics go to stderr.
+(`scvctl approvals watch` in a terminal, or a chat bridge). A host that declares
+the elicitation capability is asked too, through `elicitation/create`; its answer
+becomes an `approval.decide` from this bridge, and the first decision wins.
+stdout carries only JSON-RPC; diagnostics go to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -41,7 +44,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 async def serve(socket: Path | None, workspace: Path) -> int:
-    client = await AsyncClient.connect(socket, name="scvctl-mcp")
+    # an approver, so the session's own approval requests reach us (used only for hosts that elicit)
+    client = await AsyncClient.connect(socket, name="scvctl-mcp", approver=True)
     try:
         session = await client.open_session(workspace)
         bridge = Bridge(client, session, _StdoutWriter())
@@ -71,6 +75,10 @@ class Bridge:
         self.client, self.session, self.out = client, session, out
         self.calls: dict[Any, str] = {}  # JSON-RPC id -> scvd call_id, for notifications/cancelled
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.elicit = False  # the host declared the elicitation capability (form mode)
+        self.asked: dict[str, asyncio.Future[dict[str, Any]]] = {}  # our requests to the host, by id
+        self.asking: dict[str, str] = {}  # approval_id -> id of the elicitation/create about it
+        self._ids = itertools.count(1)
 
     async def run(self, reader: asyncio.StreamReader) -> None:
         while True:
@@ -87,7 +95,10 @@ class Bridge:
             await asyncio.wait(self.tasks)
 
     def _start(self, line: bytes) -> None:
-        task = asyncio.ensure_future(self.handle(line))
+        self._start_task(self.handle(line))
+
+    def _start_task(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -99,7 +110,10 @@ class Bridge:
             return
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
             if isinstance(message, dict) and ("result" in message or "error" in message):
-                return  # an answer to nothing we asked: ignore
+                waiting = self.asked.pop(str(message.get("id")), None)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(message)
+                return  # else an answer to nothing we asked: ignore
             self._error(message.get("id") if isinstance(message, dict) else None, INVALID_REQUEST,
                         "expected a JSON-RPC request object with a method")
             return
@@ -126,6 +140,7 @@ class Bridge:
 
     async def _request(self, method: str, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
         if method == "initialize":
+            self.elicit = can_elicit(params.get("capabilities"))
             return initialize_result(params)
         if method == "ping":
             return {}
@@ -144,6 +159,7 @@ class Bridge:
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         accepted = await self.client.request(p.Call, session=self.session, tool=name, arguments=arguments)
         self.calls[msg_id] = accepted.call_id
+        asked: list[str] = []
         try:
             while True:  # every event of this call is taken, so none piles up in a long host session
                 event = await self.client.next_call_event(accepted.call_id)
@@ -151,8 +167,48 @@ class Bridge:
                     return call_result(event)
                 if isinstance(event, p.CallProgress) and token is not None:
                     self._progress(token, event)
+                elif isinstance(event, p.ApprovalRequested) and self.elicit:
+                    asked.append(event.approval_id)
+                    self._start_task(self._ask_host(event))
+                elif isinstance(event, p.ApprovalResolved):
+                    self._withdraw(event.approval_id, "decided elsewhere")
         finally:
             self.calls.pop(msg_id, None)
+            for approval_id in asked:
+                self._withdraw(approval_id, "the call ended")
+
+    async def _ask_host(self, event: p.ApprovalRequested) -> None:
+        """elicitation/create for one approval request; the host's answer is our approval.decide."""
+        request_id = f"scvd-elicit-{next(self._ids)}"
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.asked[request_id], self.asking[event.approval_id] = answer, request_id
+        self.out.write({"jsonrpc": "2.0", "id": request_id, "method": "elicitation/create",
+                        "params": elicitation_params(event)})
+        try:
+            reply = await answer
+        finally:
+            self.asked.pop(request_id, None)
+            self.asking.pop(event.approval_id, None)
+        choice = decision_of(reply)
+        if choice is None:
+            return  # cancelled or unreadable: the request stays pending for the watchers
+        decision, scope = choice
+        try:
+            await self.client.request(p.ApprovalDecide, approval_id=event.approval_id, decision=decision,
+                                      scope=scope, reason="decided in the MCP host")
+        except errors.ApprovalNotFound:
+            pass  # decided elsewhere first: the first decision wins
+
+    def _withdraw(self, approval_id: str, reason: str) -> None:
+        """The approval was settled without the host: take our question back."""
+        request_id = self.asking.pop(approval_id, None)
+        if request_id is None:
+            return
+        waiting = self.asked.pop(request_id, None)
+        if waiting is not None and not waiting.done():
+            waiting.cancel()
+        self.out.write({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": request_id, "reason": reason}})
 
     def _progress(self, token: Any, event: p.CallProgress) -> None:
         """scvd's call.progress as MCP's notifications/progress, for hosts that asked (progressToken)."""
@@ -191,6 +247,50 @@ def initialize_result(params: dict[str, Any]) -> dict[str, Any]:
         "serverInfo": {"name": "scvd", "version": __version__},
         "instructions": INSTRUCTIONS,
     }
+
+
+CHOICES = {"approve": ("approve", "once"), "approve_session": ("approve", "session"), "deny": ("deny", "once")}
+
+
+def can_elicit(capabilities: Any) -> bool:
+    """The host can show a form: `elicitation` declared, with `form` or (before 2025-11-25) as `{}`."""
+    if not isinstance(capabilities, dict) or not isinstance(capabilities.get("elicitation"), dict):
+        return False
+    declared = capabilities["elicitation"]
+    return not declared or "form" in declared
+
+
+def elicitation_params(event: p.ApprovalRequested) -> dict[str, Any]:
+    """The approval request as an elicitation form: the summary, and one choice of three."""
+    where = "sandboxed" if event.sandboxed else "unsandboxed"
+    message = (f"scvd asks for your approval: {event.tool} ({event.risk}, {where}) in {event.workspace}\n"
+               f"{event.summary}")
+    return {
+        "message": message,
+        "requestedSchema": {
+            "type": "object",
+            "properties": {"decision": {
+                "type": "string", "title": "Decision",
+                "description": "approve once, approve this tool at this risk for the session, or deny",
+                "enum": list(CHOICES),
+                "enumNames": ["Approve", "Approve for this session", "Deny"],
+            }},
+            "required": ["decision"],
+        },
+    }
+
+
+def decision_of(reply: dict[str, Any]) -> tuple[str, str] | None:
+    """(decision, scope) from the host's answer; None leaves the request to other approvers."""
+    result = reply.get("result")
+    if not isinstance(result, dict):
+        return None
+    if result.get("action") == "decline":
+        return ("deny", "once")
+    content = result.get("content")
+    if result.get("action") == "accept" and isinstance(content, dict):
+        return CHOICES.get(content.get("decision"))  # type: ignore[arg-type]
+    return None
 
 
 def mcp_tool(tool: p.ToolInfo) -> dict[str, Any]:

@@ -126,3 +126,29 @@ def test_the_mcp_sdk_is_imported_only_when_a_server_is_configured(tmp_path, conf
     assert done.returncode == 0, done.stderr
     loaded = done.stdout.strip()
     assert (loaded == "") if not configured else ("mcp" in loaded.split(",")), loaded
+
+
+# --- scvctl mcp's elicitation, as data -----------------------------------------------------
+
+from scvctl.mcp import can_elicit, decision_of  # noqa: E402
+
+
+@pytest.mark.parametrize("capabilities, expected", [
+    ({}, False), ({"elicitation": {}}, True), ({"elicitation": {"form": {}}}, True),
+    ({"elicitation": {"url": {}}}, False), ({"elicitation": True}, False), (None, False),
+])
+def test_a_host_elicits_when_it_can_show_a_form(capabilities, expected):
+    assert can_elicit(capabilities) is expected
+
+
+@pytest.mark.parametrize("reply, expected", [
+    ({"result": {"action": "accept", "content": {"decision": "approve"}}}, ("approve", "once")),
+    ({"result": {"action": "accept", "content": {"decision": "approve_session"}}}, ("approve", "session")),
+    ({"result": {"action": "accept", "content": {"decision": "deny"}}}, ("deny", "once")),
+    ({"result": {"action": "decline"}}, ("deny", "once")),
+    ({"result": {"action": "cancel"}}, None),
+    ({"result": {"action": "accept", "content": {"decision": "maybe"}}}, None),
+    ({"error": {"code": -32600, "message": "no"}}, None),
+])
+def test_the_hosts_answer_becomes_a_decision_or_none(reply, expected):
+    assert decision_of(reply) == expected

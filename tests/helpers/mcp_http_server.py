@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("notes")
 
@@ -24,6 +24,17 @@ def add(a: int, b: int) -> str:
 def fail(reason: str) -> str:
     """Always fails with the reason."""
     raise ValueError(reason)
+
+
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Adds a tool called `name` and says so with notifications/tools/list_changed."""
+    def extra() -> str:
+        return f"I am {name}"
+
+    server.add_tool(extra, name=name, description="added at run time")
+    await ctx.session.send_tool_list_changed()
+    return "grown"
 
 
 def guarded(app, token: str):

@@ -273,7 +273,7 @@ def http_server():
 
 def http_table(url: str) -> str:
     return (f'[mcp.servers.notes]\nurl = "{url}"\nheaders = {{Authorization = {{secret = "NOTES_TOKEN"}}}}\n'
-            'tool_risk = {add = "read_only"}\n')
+            'tool_risk = {add = "read_only", grow = "read_only", extra_tool = "read_only"}\n')
 
 
 def store_secret(d: DaemonProc, key: str, value: str) -> None:
@@ -286,16 +286,22 @@ def store_secret(d: DaemonProc, key: str, value: str) -> None:
 NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
 
 
-def test_an_http_server_is_consumed_with_a_header_secret(make_daemon, workspace, http_server, monkeypatch):
-    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
-    d = make_daemon(http_table(http_server), env=NO_KEYRING, wait=False)
-    store_secret(d, "NOTES_TOKEN", "Bearer s3cret")
+def http_daemon(make_daemon, url: str, token: str, monkeypatch) -> DaemonProc:
+    """A daemon consuming the HTTP server, with `token` stored (in secrets.toml) before it starts."""
     from conftest import wait_for_socket
 
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
+    d = make_daemon(http_table(url), env=NO_KEYRING, wait=False)
+    store_secret(d, "NOTES_TOKEN", token)
     wait_for_socket(d.socket, proc=d.proc)
+    return d
+
+
+def test_an_http_server_is_consumed_with_a_header_secret(make_daemon, workspace, http_server, monkeypatch):
+    d = http_daemon(make_daemon, http_server, "Bearer s3cret", monkeypatch)
     with d.client(name="t") as c:
         status = server(c, "notes")
-        assert status.transport == "http" and status.tools == 2
+        assert status.transport == "http" and status.tools == 3
         session = c.open_session(workspace)
         done = c.call(session, "mcp__notes__add", {"a": 2, "b": 3})
         assert done.ok, done.error
@@ -318,12 +324,62 @@ def test_a_missing_header_secret_is_credential_missing_naming_the_key(make_daemo
 
 
 def test_a_wrong_header_secret_shows_the_http_status(make_daemon, http_server, monkeypatch):
-    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
-    d = make_daemon(http_table(http_server), env=NO_KEYRING, wait=False)
-    store_secret(d, "NOTES_TOKEN", "Bearer wrong")
-    from conftest import wait_for_socket
-
-    wait_for_socket(d.socket, proc=d.proc)
+    d = http_daemon(make_daemon, http_server, "Bearer wrong", monkeypatch)
     with d.client(name="t") as c:
         down = server(c, "notes", "down")
         assert down.error.startswith(f"HTTP status 401 from {http_server}"), down.error
+
+
+def test_tools_list_changed_updates_the_registry(make_daemon, workspace, http_server, monkeypatch):
+    d = http_daemon(make_daemon, http_server, "Bearer s3cret", monkeypatch)
+    with d.client(name="t") as c:
+        server(c, "notes")
+        session = c.open_session(workspace)
+        assert c.call(session, "mcp__notes__grow", {"name": "extra_tool"}).ok
+        deadline = time.monotonic() + 15
+        while "mcp__notes__extra_tool" not in [t.name for t in c.request(p.ToolsList).tools]:
+            assert time.monotonic() < deadline, "the new tool never appeared"
+            time.sleep(0.1)
+        done = c.call(session, "mcp__notes__extra_tool", {})
+        assert done.ok and done.result["text"] == "I am extra_tool"
+        lint = {t.name: t.lint for t in c.request(p.ToolsList, lint=True).tools}
+        assert lint["mcp__notes__extra_tool"], "a third-party description is registered, and its findings shown"
+
+
+@pytest.mark.bwrap
+def test_a_stdio_server_runs_in_the_sandbox_unless_it_opts_out(make_daemon, workspace, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    d = make_daemon('[sandbox]\nmode = "bwrap"\n'
+                    f'[mcp.servers.boxed]\ncommand = "{FS}"\nargs = ["{workspace}", "{outside}"]\ncwd = "{workspace}"\n'
+                    'risk = "read_only"\n'
+                    f'[mcp.servers.free]\ncommand = "{EVERYTHING}"\nsandbox = false\n')
+    with d.client(name="t") as c:
+        server(c, "boxed")
+        server(c, "free")
+        boxed, free = server_pid(str(outside)), server_pid(str(EVERYTHING))
+        parent = lambda pid: Path(f"/proc/{Path(f'/proc/{pid}/stat').read_text().split()[3]}/cmdline").read_bytes()  # noqa: E731
+        assert b"bwrap" in parent(boxed) or b"bwrap" in Path(f"/proc/{boxed}/cmdline").read_bytes()
+        assert Path(f"/proc/{free}/stat").read_text().split()[3] == str(d.proc.pid)  # a plain child of scvd
+        session = c.open_session(workspace)
+        inside = c.call(session, "mcp__boxed__write_file", {"path": str(workspace / "in.txt"), "content": "ok"})
+        assert inside.ok, inside.error
+        out = c.call(session, "mcp__boxed__write_file", {"path": str(outside / "out.txt"), "content": "no"})
+        # `outside` was on its command line, but the sandbox (a private /tmp) never showed it to the server
+        assert out.error.kind == "failed" and f"outside allowed directories: {outside}/out.txt not in {workspace}" \
+            in out.error.message, out.error
+        assert not (outside / "out.txt").exists()
+
+
+def test_a_servers_timeout_is_the_dispatch_timeout(make_daemon, workspace):
+    d = make_daemon(EVERYTHING_TABLE + 'risk = "read_only"\ntimeout_seconds = 1.5\n')
+    with d.client(name="t") as c:
+        server(c, "every")
+        info = next(t for t in c.request(p.ToolsList).tools if t.name == "mcp__every__echo")
+        assert info.flags["timeout_seconds"] == 1.5
+        session = c.open_session(workspace)
+        done = c.call(session, "mcp__every__trigger_long_running_operation", {"duration": 30, "steps": 30})
+        assert done.error.kind == "timeout"
+        assert done.error.message.startswith("mcp__every__trigger_long_running_operation ran past its dispatch "
+                                             "timeout of 1.5 s"), done.error
+        assert c.call(session, "mcp__every__echo", {"message": "after"}).ok

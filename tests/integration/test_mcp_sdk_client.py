@@ -1,0 +1,178 @@
+"""The official MCP SDK's client (`ClientSession` over `stdio_client`) against `scvctl mcp` as a real
+subprocess: list and read, writes approved and denied through elicitation, a host without
+elicitation decided from `scvctl approvals approve`, and cancellation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from scvd import protocol as p
+
+from conftest import ROOT, DaemonProc, base_env, wait_pending
+
+pytestmark = pytest.mark.slow
+
+
+def params(d: DaemonProc, workspace: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "scvctl", "mcp", "--workspace", str(workspace)],
+                                 env=base_env(d.home), cwd=str(ROOT))
+
+
+async def session_of(d: DaemonProc, workspace: Path, body, *, elicitation=None):
+    async with stdio_client(params(d, workspace)) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=elicitation) as s:
+            await s.initialize()
+            return await body(s)
+
+
+def answering(*answers: types.ElicitResult | None, seen: list | None = None):
+    """An elicitation callback giving `answers` in turn (None: wait until cancelled)."""
+    queue = list(answers)
+
+    async def callback(context, request):
+        if seen is not None:
+            seen.append(request)
+        answer = queue.pop(0)
+        if answer is None:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                seen.append("cancelled")
+        return answer
+
+    return callback
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def test_list_and_read(daemon, workspace):
+    (workspace / "notes.txt").write_text("read me\n")
+
+    async def body(s):
+        names = [t.name for t in (await s.list_tools()).tools]
+        return names, await s.call_tool("read", {"path": "notes.txt"})
+
+    names, result = anyio.run(session_of, daemon, workspace, body)
+    assert {"read", "write", "bash"} <= set(names)
+    assert not result.is_error and "read me" in text_of(result)
+
+
+def test_a_write_approved_through_elicitation(daemon, workspace):
+    seen: list = []
+    approve = types.ElicitResult(action="accept", content={"decision": "approve"})
+    with daemon.client(name="watcher") as watcher:
+        watcher.request(p.ApprovalsWatch)
+
+        async def body(s):
+            return await s.call_tool("write", {"path": "out.txt", "content": "from the host", "mode": "create"})
+
+        result = anyio.run(lambda: session_of(daemon, workspace, body, elicitation=answering(approve, seen=seen)))
+        events = [watcher.next_event(), watcher.next_event()]
+    assert not result.is_error, text_of(result)
+    assert (workspace / "out.txt").read_text() == "from the host"
+    (request,) = seen
+    assert request.message.startswith(f"scvd asks for your approval: write (filesystem, unsandboxed) in {workspace}")
+    assert request.requested_schema["properties"]["decision"]["enum"] == ["approve", "approve_session", "deny"]
+    requested, resolved = events  # the watchers saw it too, and who decided
+    assert isinstance(requested, p.ApprovalRequested) and requested.tool == "write"
+    assert isinstance(resolved, p.ApprovalResolved) and resolved.decision == "approve"
+    assert "scvctl-mcp" in resolved.decided_by and resolved.reason == "decided in the MCP host"
+
+
+def test_a_write_denied_through_elicitation(daemon, workspace):
+    async def body(s):
+        return await s.call_tool("write", {"path": "out.txt", "content": "x", "mode": "create"})
+
+    deny = types.ElicitResult(action="decline")
+    result = anyio.run(lambda: session_of(daemon, workspace, body, elicitation=answering(deny)))
+    assert result.is_error and text_of(result).startswith("denied: approval ")
+    assert "decided in the MCP host" in text_of(result)
+    assert not (workspace / "out.txt").exists()
+
+
+def test_approve_for_this_session_covers_the_next_write(daemon, workspace):
+    seen: list = []
+    once = types.ElicitResult(action="accept", content={"decision": "approve_session"})
+
+    async def body(s):
+        first = await s.call_tool("write", {"path": "a.txt", "content": "1", "mode": "create"})
+        second = await s.call_tool("write", {"path": "b.txt", "content": "2", "mode": "create"})
+        return first, second
+
+    first, second = anyio.run(lambda: session_of(daemon, workspace, body, elicitation=answering(once, seen=seen)))
+    assert not first.is_error and not second.is_error and len(seen) == 1
+
+
+def test_a_decision_from_a_watcher_wins_and_the_hosts_question_is_withdrawn(daemon, workspace):
+    seen: list = []
+
+    async def body(s):
+        return await s.call_tool("write", {"path": "out.txt", "content": "watcher said yes", "mode": "create"})
+
+    def decide():
+        with daemon.client(name="me") as me:
+            (request,) = wait_pending(me)
+            subprocess.run([sys.executable, "-m", "scvctl", "approvals", "approve", request.approval_id],
+                           env=base_env(daemon.home), check=True, capture_output=True, timeout=30)
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, decide)
+            return await session_of(daemon, workspace, body, elicitation=answering(None, seen=seen))
+
+    result = anyio.run(main)
+    assert not result.is_error, text_of(result)
+    assert (workspace / "out.txt").read_text() == "watcher said yes"
+    deadline = time.monotonic() + 10
+    while "cancelled" not in seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert seen[-1] == "cancelled"  # scvctl mcp sent notifications/cancelled for its elicitation
+
+
+def test_a_host_without_elicitation_waits_for_scvctl_approvals_approve(daemon, workspace):
+    def decide():
+        with daemon.client(name="me") as me:
+            (request,) = wait_pending(me)
+        done = subprocess.run([sys.executable, "-m", "scvctl", "approvals", "approve", request.approval_id],
+                              env=base_env(daemon.home), capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+
+    async def body(s):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, decide)
+            return await s.call_tool("write", {"path": "out.txt", "content": "approved in a terminal", "mode": "create"})
+
+    result = anyio.run(session_of, daemon, workspace, body)
+    assert not result.is_error, text_of(result)
+    assert (workspace / "out.txt").read_text() == "approved in a terminal"
+
+
+def test_cancellation_reaches_scvd(daemon, workspace):
+    approve = types.ElicitResult(action="accept", content={"decision": "approve"})
+
+    def running_calls_after_cancel() -> int:
+        with daemon.client(name="me") as me:
+            deadline = time.monotonic() + 15
+            while me.status().running_calls and time.monotonic() < deadline:
+                time.sleep(0.1)
+            return me.status().running_calls
+
+    async def body(s):
+        with anyio.move_on_after(2) as scope:
+            await s.call_tool("bash", {"command": "sleep 60"})
+        # the host's session is still open: only notifications/cancelled can have stopped the call
+        return scope.cancelled_caught, await anyio.to_thread.run_sync(running_calls_after_cancel)
+
+    cancelled, running = anyio.run(lambda: session_of(daemon, workspace, body, elicitation=answering(approve)))
+    assert cancelled and running == 0
