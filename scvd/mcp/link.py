@@ -14,7 +14,9 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
+import httpx2
 import mcp_types as types
+from mcp_types.jsonrpc import CONNECTION_CLOSED
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
@@ -151,7 +153,7 @@ class ServerLink:
         elif isinstance(exc, TimeoutError):
             self.error = f"no answer to initialize within {CONNECT_TIMEOUT:g} s"
         else:
-            self.error = _describe(exc)
+            self.error = _describe(exc, self.cfg.url)
         if self._proc is not None:
             self.error = _with_tail(self.error, self._proc)
         if self._http_status is not None and "HTTP status" not in self.error:
@@ -195,6 +197,10 @@ class ServerLink:
         try:
             result = await session.call_tool(tool, arguments, progress_callback=progress)
         except MCPError as exc:
+            if exc.error.code == CONNECTION_CLOSED:  # the server went away under the call
+                self._lost.set()
+                raise Unavailable(f"mcp server {self.name} went away during the call ({tool}); "
+                                  "scvd restarts it (see `scvctl status`)") from None
             if self._http_status is not None:
                 self._lost.set()
             raise Failed(f"mcp server {self.name}: {tool}: {exc.error.message}") from None
@@ -237,9 +243,11 @@ def _with_tail(message: str, proc: Any) -> str:
     return f"{message}; stderr: {tail[-1000:]}" if tail else message
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, url: str | None = None) -> str:
     if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in exc.exceptions)
+        return "; ".join(_describe(e, url) for e in exc.exceptions)
+    if isinstance(exc, httpx2.ConnectError):
+        return f"cannot connect to {url}: {exc}"
     if isinstance(exc, MCPError):
         return exc.error.message
     if isinstance(exc, FileNotFoundError | PermissionError):

@@ -383,3 +383,46 @@ def test_a_servers_timeout_is_the_dispatch_timeout(make_daemon, workspace):
         assert done.error.message.startswith("mcp__every__trigger_long_running_operation ran past its dispatch "
                                              "timeout of 1.5 s"), done.error
         assert c.call(session, "mcp__every__echo", {"message": "after"}).ok
+
+
+def test_an_http_server_that_goes_away_is_reported_and_reconnected(make_daemon, workspace, monkeypatch):
+    import subprocess
+    import sys
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, str(HTTP_SERVER), str(port), "s3cret"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import socket
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return proc
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("the HTTP server did not start")
+
+    web = start()
+    try:
+        d = http_daemon(make_daemon, url, "Bearer s3cret", monkeypatch)
+        with d.client(name="t") as c:
+            server(c, "notes")
+            session = c.open_session(workspace)
+            web.kill()
+            web.wait(10)
+            done = c.call(session, "mcp__notes__add", {"a": 1, "b": 1})
+            assert done.error.kind == "unavailable", done.error
+            assert done.error.message.startswith("mcp server notes went away during the call (add)")
+            down = server(c, "notes", "down")
+            assert down.error == f"cannot connect to {url}: All connection attempts failed", down.error
+            assert any(e.source == "mcp:notes" for e in c.request(p.ToolsList).errors)
+            web = start()
+            server(c, "notes", timeout=60)
+            assert c.call(session, "mcp__notes__add", {"a": 1, "b": 1}).result["text"] == "1 + 1 = 2"
+    finally:
+        web.kill()
+        web.wait(10)
