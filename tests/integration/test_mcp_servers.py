@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -240,35 +243,38 @@ HTTP_SERVER = ROOT / "tests" / "helpers" / "mcp_http_server.py"
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def http_server():
-    import subprocess
-    import sys
-
-    port = free_port()
+def start_http_server(port: int) -> subprocess.Popen:
+    """tests/helpers/mcp_http_server.py on 127.0.0.1:`port`, once it accepts connections."""
     proc = subprocess.Popen([sys.executable, str(HTTP_SERVER), str(port), "s3cret"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
-    import socket
-
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
+            return proc
         except OSError:
             assert proc.poll() is None, proc.stderr.read().decode()
             time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
+    raise AssertionError("the HTTP server did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.kill()
     proc.wait(10)
     proc.stderr.close()
+
+
+@pytest.fixture
+def http_server():
+    port = free_port()
+    proc = start_http_server(port)
+    yield f"http://127.0.0.1:{port}/mcp"
+    stop(proc)
 
 
 def http_table(url: str) -> str:
@@ -386,43 +392,23 @@ def test_a_servers_timeout_is_the_dispatch_timeout(make_daemon, workspace):
 
 
 def test_an_http_server_that_goes_away_is_reported_and_reconnected(make_daemon, workspace, monkeypatch):
-    import subprocess
-    import sys
-
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-
-    def start() -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, str(HTTP_SERVER), str(port), "s3cret"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        import socket
-
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                return proc
-            except OSError:
-                time.sleep(0.1)
-        raise AssertionError("the HTTP server did not start")
-
-    web = start()
+    web = start_http_server(port)
     try:
         d = http_daemon(make_daemon, url, "Bearer s3cret", monkeypatch)
         with d.client(name="t") as c:
             server(c, "notes")
             session = c.open_session(workspace)
-            web.kill()
-            web.wait(10)
+            stop(web)
             done = c.call(session, "mcp__notes__add", {"a": 1, "b": 1})
             assert done.error.kind == "unavailable", done.error
             assert done.error.message.startswith("mcp server notes went away during the call (add)")
             down = server(c, "notes", "down")
             assert down.error == f"cannot connect to {url}: All connection attempts failed", down.error
             assert any(e.source == "mcp:notes" for e in c.request(p.ToolsList).errors)
-            web = start()
+            web = start_http_server(port)
             server(c, "notes", timeout=60)
             assert c.call(session, "mcp__notes__add", {"a": 1, "b": 1}).result["text"] == "1 + 1 = 2"
     finally:
-        web.kill()
-        web.wait(10)
+        stop(web)
