@@ -6,7 +6,7 @@
   gate (call sent to call.completed), against the same read straight from the SDK
   client to the server, so the gate's cost shows.
 
-Usage: python bench/mcp.py [--calls 300]
+Usage: python bench/mcp_servers.py [--calls 300]
 """
 
 from __future__ import annotations
