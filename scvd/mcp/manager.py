@@ -115,9 +115,8 @@ class McpServers:
     def load_errors(self) -> list[ToolLoadError]:
         errors = []
         for name, link in sorted(self.links.items()):
-            if link.error and link.state != "ready":
-                errors.append(ToolLoadError(source=f"mcp:{name}", name=name,
-                                            message=f"{link.state}: {link.error}"))
+            if link.error and link.state != "ready":  # down, or starting again after a failure
+                errors.append(ToolLoadError(source=f"mcp:{name}", name=name, message=link.error))
             errors += [ToolLoadError(source=f"mcp:{name}", name=name, message=m)
                        for m in self.refused.get(name, [])]
         return errors
