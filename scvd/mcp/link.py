@@ -51,6 +51,7 @@ class ServerLink:
         self._http_status: int | None = None
         self._proc: Any = None
         self._was_ready = False
+        self._relists: set[asyncio.Task[None]] = set()
 
     # --- life ---------------------------------------------------------------------
 
@@ -163,7 +164,9 @@ class ServerLink:
         if isinstance(message, types.ToolListChangedNotification):
             session = self.session
             if session is not None:
-                asyncio.get_running_loop().create_task(self._relist(session))
+                task = asyncio.get_running_loop().create_task(self._relist(session))
+                self._relists.add(task)  # held: the loop keeps only a weak reference
+                task.add_done_callback(self._relists.discard)
         elif isinstance(message, Exception) and self._http_status is not None:
             self._lost.set()
 
