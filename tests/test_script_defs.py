@@ -144,3 +144,37 @@ def test_a_symlinked_command_inside_the_folder_is_fine(home: Path):
     os.symlink("real", folder / "run")
     (d,), _ = load_all(paths(home))
     assert d.executable == (folder / "real").resolve()
+
+
+LAZY = """
+import sys
+from pathlib import Path
+from scvd import config, paths
+from scvd.server import Daemon
+p = paths.resolve({"SCV_HOME": sys.argv[1]})
+paths.prepare(p)
+daemon = Daemon(p, config.load(p.config_file, env={}), install_signals=False)
+print(len(daemon.registry), "jsonschema" in sys.modules, "keyring" in sys.modules)
+"""
+
+
+def test_jsonschema_and_keyring_are_imported_only_when_used(home: Path):
+    """An idle daemon without script tools imports neither; a script tool brings jsonschema only."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(root)}
+
+    def started() -> list[str]:
+        out = subprocess.run([sys.executable, "-c", LAZY, str(home)], env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    home.mkdir(parents=True)
+    count, jsonschema, keyring = started()
+    assert (jsonschema, keyring) == ("False", "False")
+    make_tool(home)
+    more, jsonschema, keyring = started()
+    assert int(more) == int(count) + 1 and (jsonschema, keyring) == ("True", "False")
