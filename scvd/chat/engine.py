@@ -171,6 +171,7 @@ class Turn:
         self.done = False
 
     def start(self, text: str) -> list[Any]:
+        self.conv.flush_notes(self.id)  # background results that came between turns came first
         self.conv.append(UserText(text=text, turn=self.id))
         return self._next_request()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -329,3 +330,43 @@ def test_a_long_tool_output_is_trimmed_from_later_requests_the_same_way(chat_rig
     assert json.loads(later[-2]) == {"trimmed": "output dropped to fit chat.context_tokens"}
     assert "m" * 6000 in later[-1]
     assert model.tool_names(3) == ["find_tools", "ask_user", "read"]  # tools=["read"]: nothing else
+
+
+class BackgroundTool(Tool):
+    name = "chat_background"
+    description = ("Start slow work in the background and report later.\nUse for checking background "
+                   "results; chat_gather for fan-out.\nPrecondition: none.")
+    Arguments = GatherArgs
+    risk = ToolRisk.READ_ONLY
+    flags = ToolFlags(always_allow=True, background=True)
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def plan(self, args: Any, ctx: CallContext) -> Plan:
+        return Plan(risk=self.risk, summary="background")
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        await asyncio.to_thread(self.release.wait, 30)
+        return {"label": args.label, "finished": True}
+
+
+def test_a_background_result_reaches_the_model_when_it_arrives(make_inproc, monkeypatch, model, workspace):
+    monkeypatch.setenv("SCVD_TEST_MODEL_KEY", "sk-test")
+    m = model(Calls(("find_tools", {"query": "chat_background"})), Calls(("chat_background", {"label": "job"})),
+              Text("started it"), Text("it finished"))
+    tool = BackgroundTool()
+    d = make_inproc(f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\napi_key_env = "SCVD_TEST_MODEL_KEY"\n'
+                    '[chat]\nprovider = "test"\n', tools=[tool])
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        events, end = run_turn(c, session, "start the job")
+        assert isinstance(end, p.TurnCompleted)  # the turn did not wait for the background call
+        assert json.loads(m.outputs(2)[-1])["result"]["background"] is True
+        tool.release.set()
+        while not isinstance(c.next_event(), p.CallCompleted):
+            pass
+        run_turn(c, session, "any news?")
+    notes = [i["content"] for i in m.requests[3]["input"] if i.get("role") == "user"]
+    assert notes[-2].startswith("[result of background call") and '"finished":true' in notes[-2]
+    assert notes[-1] == "any news?"
