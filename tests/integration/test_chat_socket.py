@@ -18,7 +18,7 @@ import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Hang, Status, Text
-from scvd import protocol as p
+from scvd import errors, protocol as p
 from scvd.chat.pipeline import NO_APPROVER
 from scvd.tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
 
@@ -158,6 +158,10 @@ def test_cancel_mid_stream(chat_rig, workspace, wire_api):
         turn = c.request(p.TurnStart, session=session, text="hi").turn
         while not isinstance(c.next_event(), p.AssistantDelta):
             pass
+        with pytest.raises(errors.InvalidRequest, match=f"turn {turn} is still running"):
+            c.request(p.TurnStart, session=session, text="and another")
+        with pytest.raises(errors.InvalidRequest, match="cancel it"):
+            c.request(p.ChatClear, session=session)
         c.request(p.TurnCancel, session=session, turn=turn)
         events = []
         while not isinstance(events[-1:] and events[-1], END):
@@ -258,8 +262,6 @@ def test_history_clear_and_a_second_turn_remembering_the_first(chat_rig, workspa
 
 def test_chat_open_refusals(chat_rig, workspace):
     model, d = chat_rig()
-    from scvd import errors
-
     with d.client(name="pytest") as c:
         with pytest.raises(errors.InvalidRequest, match="no provider 'nope'"):
             open_chat(c, workspace, provider="nope")
