@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from scvd import paths as paths_mod
+
 EXEC_PLACEHOLDER = "ExecStart=%h/.local/bin/scvd run"
 SERVICE = "scvd.service"
 SOCKET = "scvd.socket"
@@ -76,10 +78,9 @@ WantedBy=sockets.target
 UNITS = {SERVICE: SERVICE_UNIT, SOCKET: SOCKET_UNIT}
 
 
-def unit_dir(env: Mapping[str, str] = os.environ) -> Path:
-    """The user unit directory systemd reads: $XDG_CONFIG_HOME/systemd/user."""
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or str(Path.home()), ".config")
-    return Path(base) / "systemd" / "user"
+def unit_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The user unit directory systemd reads: $XDG_CONFIG_HOME/systemd/user (platformdirs)."""
+    return Path(paths_mod.user_dirs(env).config_home) / "systemd" / "user"
 
 
 def scvd_command() -> list[str]:

@@ -2,13 +2,18 @@
 
 With `SCV_HOME` set, everything of the instance lives under it. Without it the
 XDG layout from platformdirs is used. `SCV_SOCKET` overrides the socket path.
+Every directory comes from the environment `resolve()` is given.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
+import subprocess
+import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -20,6 +25,7 @@ log = logging.getLogger("scvd.paths")
 APP = "scv"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+LOOKUP_TIMEOUT = 30.0  # the child that asks platformdirs in another environment
 
 
 @dataclass(frozen=True)
@@ -78,19 +84,70 @@ class Paths:
 
 
 def runtime_base(env: Mapping[str, str]) -> Path:
-    """XDG_RUNTIME_DIR, else /run/user/<uid> as platformdirs does (MCP hosts may not set it)."""
+    """XDG_RUNTIME_DIR, else /run/user/<uid>: what the sandbox hides whole, usable or not."""
     value = env.get("XDG_RUNTIME_DIR")
     if value:
         return Path(value)
     return Path(f"/run/user/{os.getuid()}")
 
 
+@dataclass(frozen=True)
+class UserDirs:
+    """platformdirs' answers for one environment."""
+
+    config_home: str  # XDG_CONFIG_HOME or ~/.config (systemd's user units live below it)
+    config: str
+    data: str
+    state: str
+    runtime: str | None  # None: no usable runtime dir
+
+
+def user_dirs(env: Mapping[str, str] | None = None) -> UserDirs:
+    """platformdirs' answers in `env` (default: os.environ).
+
+    platformdirs reads only os.environ, so another environment is asked of a
+    child process that has it; os.environ is never changed for it.
+    """
+    if env is None or env is os.environ or dict(env) == dict(os.environ):
+        return _platform_dirs()
+    code = "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); " \
+        "from dataclasses import asdict; from scvd.paths import _platform_dirs; " \
+        "print(json.dumps(asdict(_platform_dirs())))"
+    done = subprocess.run([sys.executable, "-I", "-c", code, json.dumps(sys.path)], env=dict(env),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=LOOKUP_TIMEOUT)
+    if done.returncode != 0:
+        raise OSError(f"cannot look up the XDG directories: {done.stderr.strip().splitlines()[-1:]}")
+    return UserDirs(**json.loads(done.stdout))
+
+
+def _platform_dirs() -> UserDirs:
+    dirs = platformdirs.PlatformDirs(APP)
+    return UserDirs(config_home=platformdirs.user_config_dir(), config=dirs.user_config_dir,
+                    data=dirs.user_data_dir, state=dirs.user_state_dir, runtime=_runtime_dir(dirs))
+
+
+def _runtime_dir(dirs: platformdirs.PlatformDirs) -> str | None:
+    """platformdirs' runtime dir when it lies in XDG_RUNTIME_DIR or /run/user/<uid> (DESIGN.md),
+    which must exist; None otherwise (its own last resort, /tmp/runtime-<uid>, is not used)."""
+    with warnings.catch_warnings():
+        # it warns when XDG_RUNTIME_DIR is unset or unsafe; MCP hosts start clients without it
+        warnings.simplefilter("ignore", platformdirs.RuntimeDirWarning)
+        try:
+            runtime = Path(dirs.user_runtime_dir)
+        except (PermissionError, RuntimeError):
+            return None
+    accepted = {Path(f"/run/user/{os.getuid()}")}
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        accepted.add(Path(os.environ["XDG_RUNTIME_DIR"]))
+    return str(runtime) if runtime.parent in accepted and runtime.parent.is_dir() else None
+
+
 def resolve(env: Mapping[str, str] | None = None) -> Paths:
-    """The instance's paths from SCV_HOME / SCV_SOCKET / XDG."""
+    """The instance's paths from SCV_HOME / SCV_SOCKET / XDG in `env` (default: os.environ)."""
     env = os.environ if env is None else env
     home = env.get("SCV_HOME")
     if home:
-        root = Path(home).expanduser().absolute()
+        root = _absolute(home, env)
         paths = dict(
             home=root,
             config_dir=root,
@@ -99,19 +156,25 @@ def resolve(env: Mapping[str, str] | None = None) -> Paths:
             runtime_dir=root / "run",
         )
     else:
-        base = runtime_base(env)
-        state = Path(platformdirs.user_state_dir(APP))
-        runtime = base / APP if base.is_dir() else state / "run"
+        dirs = user_dirs(env)
         paths = dict(
             home=None,
-            config_dir=Path(platformdirs.user_config_dir(APP)),
-            data_dir=Path(platformdirs.user_data_dir(APP)),
-            state_dir=state,
-            runtime_dir=runtime,
+            config_dir=Path(dirs.config),
+            data_dir=Path(dirs.data),
+            state_dir=Path(dirs.state),
+            # no usable runtime dir at all: a private one under the state dir
+            runtime_dir=Path(dirs.runtime) if dirs.runtime else Path(dirs.state) / "run",
         )
     sock = env.get("SCV_SOCKET")
-    socket = Path(sock).expanduser().absolute() if sock else paths["runtime_dir"] / "scvd.sock"
+    socket = _absolute(sock, env) if sock else paths["runtime_dir"] / "scvd.sock"
     return Paths(socket=socket, **paths)
+
+
+def _absolute(value: str, env: Mapping[str, str]) -> Path:
+    """`~` from env's HOME, then absolute against the working directory."""
+    if value.startswith("~") and env.get("HOME") and (value == "~" or value.startswith("~/")):
+        value = env["HOME"] + value[1:]
+    return Path(value).expanduser().absolute()
 
 
 def ensure_private_dir(path: Path) -> str | None:

@@ -181,3 +181,45 @@ def test_daemon_start_repairs_and_logs(make_daemon, tmp_path):
     log = d.log()
     assert f"repaired permissions: tightened {home} from 0755 to 0700" in log
     assert f"repaired permissions: tightened {home / 'config.toml'} from 0644 to 0600" in log
+
+
+# --- the environment given, not os.environ -------------------------------------------------
+
+
+def test_resolve_honours_the_env_it_is_given_for_every_directory(tmp_path):
+    before = dict(os.environ)
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    plain = resolve({"HOME": str(tmp_path / "a")})
+    xdg = resolve({"HOME": str(tmp_path / "b"), "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+                   "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_STATE_HOME": str(tmp_path / "state"),
+                   "XDG_RUNTIME_DIR": str(runtime)})
+    assert os.environ == before
+    assert (plain.config_dir, plain.data_dir, plain.state_dir) == (
+        tmp_path / "a/.config/scv", tmp_path / "a/.local/share/scv", tmp_path / "a/.local/state/scv")
+    if not Path(f"/run/user/{os.getuid()}").is_dir():
+        assert plain.socket == tmp_path / "a/.local/state/scv/run/scvd.sock"
+    assert (xdg.config_file, xdg.adapters_dir, xdg.audit_log, xdg.socket) == (
+        tmp_path / "cfg/scv/config.toml", tmp_path / "data/scv/adapters", tmp_path / "state/scv/audit.log",
+        runtime / "scv" / "scvd.sock")
+
+
+def test_a_runtime_dir_others_may_enter_is_not_used(xdg, tmp_path, monkeypatch):
+    """platformdirs' check: XDG_RUNTIME_DIR must be ours and 0700, or the socket goes elsewhere."""
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o755)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(loose))
+    assert resolve().runtime_dir != loose / "scv"
+    loose.chmod(0o700)
+    assert resolve().runtime_dir == loose / "scv"
+
+
+def test_unit_dir_follows_xdg_config_home(tmp_path):
+    from scvctl.service import unit_dir
+
+    assert unit_dir({"HOME": str(tmp_path)}) == tmp_path / ".config/systemd/user"
+    assert unit_dir({"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "c")}) == \
+        tmp_path / "c/systemd/user"
+    assert unit_dir({"HOME": str(tmp_path), "XDG_CONFIG_HOME": "relative"}) == \
+        tmp_path / ".config/systemd/user"  # the XDG spec ignores a relative value

@@ -56,6 +56,8 @@ def fake_scvd(env: dict[str, str]) -> None:
 
 
 def run_service(env: dict[str, str], *args: str, python: str = sys.executable) -> subprocess.CompletedProcess:
+    if python != sys.executable:  # an interpreter outside the venv still finds its packages
+        env = {**env, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     return subprocess.run([python, "-m", "scvctl.service", *args], env=env,
                           capture_output=True, text=True, timeout=60)
 
