@@ -28,31 +28,48 @@ from scvd import __version__, errors, paths as paths_mod, protocol as p
 EVENT_TYPES = tuple(p.Event.__args__)  # every pushed event the protocol defines
 
 
-class DaemonNotRunning(errors.ScvError):
-    """Nothing answers on the socket."""
+# the client's side of the error tree (both live in scvd.errors, re-exported here)
+DaemonNotRunning = errors.DaemonNotRunning
+ConnectionClosed = errors.ConnectionClosed
 
-    code = "not_running"
-
-
-class ConnectionClosed(errors.ScvError):
-    """The daemon closed the connection."""
-
-    code = "connection_closed"
-
-
-_BY_CODE: dict[str, type[errors.ScvError]] = {
-    cls.code: cls
-    for cls in (
-        errors.InvalidJSON, errors.FrameTooLarge, errors.NotInitialized, errors.VersionMismatch,
-        errors.UnknownType, errors.InvalidRequest, errors.SessionNotFound, errors.CallNotFound,
-        errors.ApprovalNotFound, errors.Forbidden, errors.InternalError,
-    )
+# Every wire code, and every tool error kind, as the exception the client raises.
+# Written out: tests/test_errors.py fails for a code or kind the server may send
+# that is missing here.
+BY_CODE: dict[str, type[errors.ScvError]] = {
+    "invalid_json": errors.InvalidJSON,
+    "frame_too_large": errors.FrameTooLarge,
+    "not_initialized": errors.NotInitialized,
+    "version_mismatch": errors.VersionMismatch,
+    "unknown_type": errors.UnknownType,
+    "invalid_request": errors.InvalidRequest,
+    "session_not_found": errors.SessionNotFound,
+    "call_not_found": errors.CallNotFound,
+    "approval_not_found": errors.ApprovalNotFound,
+    "forbidden": errors.Forbidden,
+    "internal": errors.InternalError,
+    "failed": errors.Failed,
+}
+BY_KIND: dict[str, type[errors.ToolError]] = {
+    "invalid_arguments": errors.InvalidArguments,
+    "unknown_tool": errors.UnknownTool,
+    "denied": errors.Denied,
+    "cancelled": errors.Cancelled,
+    "timeout": errors.Timeout,
+    "limit": errors.LimitExceeded,
+    "failed": errors.Failed,
+    "unavailable": errors.Unavailable,
+    "credential_missing": errors.CredentialMissing,
 }
 
 
 def error_from_frame(frame: p.Error) -> errors.ScvError:
-    """The exception for an `error` frame; unknown codes keep their code."""
-    cls = _BY_CODE.get(frame.code)
+    """The exception for an `error` frame: by the tool error's kind, else by code.
+
+    A code or kind from a newer server is kept on a plain ScvError.
+    """
+    if frame.kind is not None and frame.kind in BY_KIND:
+        return BY_KIND[frame.kind](frame.message)
+    cls = BY_CODE.get(frame.code)
     if cls is None:
         exc = errors.ScvError(frame.message)
         exc.code = frame.code

@@ -128,8 +128,8 @@ class Bridge:
             return
         try:
             result = await self._request(method, params, msg_id)
-        except _RpcError as exc:
-            self._error(msg_id, exc.code, exc.message)
+        except errors.JsonRpcError as exc:
+            self._error(msg_id, exc.rpc_code, exc.message)
         except errors.ScvError as exc:
             self._error(msg_id, INTERNAL, f"{exc.code}: {exc.message}")
         except Exception as exc:  # a bug here must still answer: the host waits on this id
@@ -149,12 +149,12 @@ class Bridge:
             return {"tools": [mcp_tool(t) for t in tools]}
         if method == "tools/call":
             return await self._call(params, msg_id)
-        raise _RpcError(METHOD_NOT_FOUND, f"method {method!r} is not supported")
+        raise errors.JsonRpcError(METHOD_NOT_FOUND, f"method {method!r} is not supported")
 
     async def _call(self, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
         name, arguments = params.get("name"), params.get("arguments") or {}
         if not isinstance(name, str) or not isinstance(arguments, dict):
-            raise _RpcError(INVALID_PARAMS, "tools/call needs `name` (string) and `arguments` (object)")
+            raise errors.JsonRpcError(INVALID_PARAMS, "tools/call needs `name` (string) and `arguments` (object)")
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         accepted = await self.client.request(p.Call, session=self.session, tool=name, arguments=arguments)
@@ -229,12 +229,6 @@ class Bridge:
 
     def _error(self, msg_id: Any, code: int, message: str) -> None:
         self.out.write({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
-
-
-class _RpcError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
 
 
 def initialize_result(params: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Every error scvd raises on purpose, in one tree.
+"""Every error scvd and scvctl raise on purpose, in one tree.
 
     ScvError                      base; `code` is the wire code, `message` says what to do
     ├── ProtocolError             the peer sent something wrong: an `error` frame, connection stays
@@ -13,22 +13,31 @@
     │   ├── ApprovalNotFound      approval_not_found
     │   └── Forbidden             forbidden
     ├── InternalError             internal: our fault, never the peer's
-    ├── ConfigError               a config file or value is wrong (names the file and key)
-    ├── StartupError              the daemon cannot start (lock held, socket in use, ...)
-    └── ToolError                 a call failed; `kind` goes into `call.completed.error`
-        ├── InvalidArguments      invalid_arguments
-        ├── UnknownTool           unknown_tool
-        ├── Denied                denied
-        ├── Cancelled             cancelled
-        ├── Timeout               timeout
-        ├── LimitExceeded         limit
-        ├── Failed                failed
-        │   └── PathMissing       failed, naming the first missing component of a workspace path
-        ├── Unavailable           unavailable
-        └── CredentialMissing     credential_missing
+    ├── ToolError                 a call failed; `kind` goes into `call.completed.error`
+    │   │                         (raised by a request outside a call: code `failed` plus `kind`)
+    │   ├── InvalidArguments      invalid_arguments (outside a call: code invalid_request)
+    │   ├── UnknownTool           unknown_tool (outside a call: code invalid_request)
+    │   ├── Denied                denied
+    │   ├── Cancelled             cancelled
+    │   ├── Timeout               timeout
+    │   ├── LimitExceeded         limit
+    │   ├── Failed                failed
+    │   │   ├── PathMissing       failed, naming the first missing component of a workspace path
+    │   │   └── SkillError        a skill directory is not a valid skill, or changed
+    │   ├── Unavailable           unavailable
+    │   └── CredentialMissing     credential_missing
+    └── LocalError                never sent on the wire
+        ├── ConfigError           a config file or value is wrong (names the file and key)
+        ├── StartupError          the daemon cannot start (lock held, socket in use, ...)
+        ├── ToolDefinitionError   a tool definition breaks a design rule (seed 003)
+        ├── DaemonNotRunning      client side: nothing answers on the socket
+        ├── ConnectionClosed      client side: the daemon closed the connection
+        └── JsonRpcError          `scvctl mcp`: a JSON-RPC error answered to the MCP host
 
-`error_frame()` turns any exception into the `error` frame a peer sees; an
-exception that is not an ScvError becomes `internal` with no detail leaked.
+`error_code()` and `public_message()` turn any exception into the `error` frame a
+peer sees; an exception that is not an ScvError (or is a LocalError) becomes
+`internal` with no detail leaked. The client turns each wire code (and a tool
+error's kind) back into the class here: see scvctl/client.py.
 """
 
 from __future__ import annotations
@@ -116,21 +125,10 @@ class InternalError(ScvError):
     code = "internal"
 
 
-class ConfigError(ScvError):
-    """The configuration is wrong; the message names the file and the key path."""
-
-    code = "config"
-
-
-class StartupError(ScvError):
-    """The daemon cannot start; the message says why and what to do."""
-
-    code = "startup"
-
-
 class ToolError(ScvError):
     """A tool call failed; `kind` is the error kind in `call.completed`."""
 
+    code = "failed"
     kind = "failed"
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
@@ -141,12 +139,14 @@ class ToolError(ScvError):
 class InvalidArguments(ToolError):
     """The arguments do not fit the tool's schema or limits; refused before approval."""
 
+    code = "invalid_request"
     kind = "invalid_arguments"
 
 
 class UnknownTool(ToolError):
     """No tool of that name is registered."""
 
+    code = "invalid_request"
     kind = "unknown_tool"
 
 
@@ -188,6 +188,14 @@ class PathMissing(Failed):
         self.missing = missing
 
 
+class SkillError(Failed):
+    """A skill directory is not a valid skill, or a mapped skill changed; `reason` says why."""
+
+    @property
+    def reason(self) -> str:
+        return self.message
+
+
 class Unavailable(ToolError):
     """Something the tool needs is missing (an executable, bwrap, ...)."""
 
@@ -200,13 +208,71 @@ class CredentialMissing(ToolError):
     kind = "credential_missing"
 
 
+class LocalError(ScvError):
+    """Raised and handled on one side; never sent as an `error` frame (if one is, it is our bug)."""
+
+
+class ConfigError(LocalError):
+    """The configuration is wrong; the message names the file and the key path."""
+
+    code = "config"
+
+
+class StartupError(LocalError):
+    """The daemon cannot start; the message says why and what to do."""
+
+    code = "startup"
+
+
+class ToolDefinitionError(LocalError):
+    """A tool definition breaks one of the tool design rules; names the tool and the rule."""
+
+    code = "tool_definition"
+
+    def __init__(self, tool: str, rule: str, text: str) -> None:
+        super().__init__(f"tool {tool!r} breaks rule {rule!r}: {text}")
+        self.tool = tool
+        self.rule = rule
+
+
+class DaemonNotRunning(LocalError):
+    """Nothing answers on the socket."""
+
+    code = "not_running"
+
+
+class ConnectionClosed(LocalError):
+    """The daemon closed the connection."""
+
+    code = "connection_closed"
+
+
+class JsonRpcError(LocalError):
+    """A JSON-RPC error for the MCP host; `rpc_code` is its integer code."""
+
+    code = "jsonrpc"
+
+    def __init__(self, rpc_code: int, message: str) -> None:
+        super().__init__(message)
+        self.rpc_code = rpc_code
+
+
+def _on_wire(exc: BaseException) -> bool:
+    return isinstance(exc, ScvError) and not isinstance(exc, LocalError)
+
+
 def error_code(exc: BaseException) -> str:
     """The wire code for an exception; anything unexpected is `internal`."""
-    return exc.code if isinstance(exc, ScvError) else "internal"
+    return exc.code if _on_wire(exc) else "internal"  # type: ignore[attr-defined]
+
+
+def error_kind(exc: BaseException) -> str | None:
+    """A tool error's kind, which the `error` frame carries next to its code."""
+    return exc.kind if isinstance(exc, ToolError) else None
 
 
 def public_message(exc: BaseException) -> str:
     """What a peer may read: our own message, or a generic line for a bug."""
-    if isinstance(exc, ScvError):
-        return exc.message
+    if _on_wire(exc):
+        return exc.message  # type: ignore[attr-defined]
     return "internal error in scvd; see the daemon log (journalctl --user -u scvd)"

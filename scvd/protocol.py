@@ -444,12 +444,17 @@ class ChatTranscript(Frame, tag="chat.transcript"):
 
 
 class Error(Frame, tag="error"):
-    """A request failed, or a frame could not be read. `fatal` means the server closes."""
+    """A request failed, or a frame could not be read. `fatal` means the server closes.
+
+    `kind` is set when a tool error failed the request (code `failed` or
+    `invalid_request`): one of call.completed's error kinds.
+    """
 
     code: str
     message: str
     id: Id | None = None
     fatal: bool = False
+    kind: str | None = None
 
 
 # --- events (carry seq) -------------------------------------------------------

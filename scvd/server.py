@@ -322,7 +322,8 @@ class Daemon:
     def _send_error(self, conn: Connection, exc: BaseException, request_id: Any = None) -> None:
         fatal = getattr(exc, "fatal", False)
         self._send(conn, p.Error(
-            code=errors.error_code(exc), message=errors.public_message(exc), id=request_id, fatal=fatal))
+            code=errors.error_code(exc), message=errors.public_message(exc), id=request_id, fatal=fatal,
+            kind=errors.error_kind(exc)))
         if fatal:
             conn.close()
 

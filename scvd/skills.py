@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .errors import SkillError
 from .paths import within
 from .tools import containment
 
@@ -41,14 +42,6 @@ MAX_DESCRIPTION = 1024  # the Agent Skills limit; longer ones are clipped
 MAX_ENTRIES = 1024  # directory entries looked at per root, and child projects per workspace
 OPEN_ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 OPEN_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY  # open_raw adds O_NOFOLLOW and O_CLOEXEC
-
-
-class SkillError(Exception):
-    """A skill directory is not a valid skill, or a mapped skill changed; `reason` says why."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Iterable
 
 import msgspec
 
-from ..errors import InvalidArguments, ScvError
+from ..errors import InvalidArguments, ToolDefinitionError
 
 TIMEOUT_GRACE_SECONDS = 5.0  # a tool with its own deadline gets this much on top of it
 
@@ -175,17 +175,6 @@ def inline_schema(struct: type) -> dict[str, Any]:
 
 
 # --- the design-rule lint (seed 003) ------------------------------------------
-
-
-class ToolDefinitionError(ScvError):
-    """A tool definition breaks one of the tool design rules."""
-
-    code = "tool_definition"
-
-    def __init__(self, tool: str, rule: str, text: str) -> None:
-        super().__init__(f"tool {tool!r} breaks rule {rule!r}: {text}")
-        self.tool = tool
-        self.rule = rule
 
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{1,63}$")

@@ -112,6 +112,26 @@ def test_import_errors_exit_1_with_what_to_do(agent_daemon: DaemonProc, tmp_path
     assert out.stderr.startswith("invalid_request: ") and "not valid TOML" in out.stderr
 
 
+def test_a_tool_error_outside_a_call_reaches_the_client_as_itself(agent_daemon: DaemonProc,
+                                                                  tmp_path: Path) -> None:
+    """agents.spec / agents.import raise tool errors (a broken home): code `failed`, never `internal`."""
+    from scvd.errors import Failed
+
+    home = agent_daemon.home / "adapters" / "codex"
+    if home.is_dir():
+        home.rmdir()
+    home.write_text("not a directory")
+    with agent_daemon.client() as c:
+        with pytest.raises(Failed, match="must be a directory owned by scvd"):
+            c.request(p.AgentsSpec, agent="codex", action="login")
+        with pytest.raises(Failed, match="must be a directory owned by scvd"):
+            c.request(p.AgentsImport, agent="codex", source=str(tmp_path))
+    out = scvctl(agent_daemon, "agents", "login", "codex")
+    assert out.returncode == 1
+    assert out.stderr.startswith(f"failed: the codex home {home} must be a directory owned by scvd"), out.stderr
+    assert "internal error" not in agent_daemon.log()
+
+
 def test_unknown_agent_is_an_invalid_request(agent_daemon: DaemonProc) -> None:
     from scvd.errors import InvalidRequest
 
