@@ -72,6 +72,8 @@ class Daemon:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.chat = ChatService(self)
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
+        self._reload_lock = asyncio.Lock()
+        self._reload_waiting = False  # a reload waits for the running one; later SIGHUPs merge into it
         self._handlers: dict[type, Callable[[Connection, Any], Awaitable[p.Frame]]] = {
             p.Ping: self.on_ping,
             p.Status: self.on_status,
@@ -110,6 +112,19 @@ class Daemon:
             await self.shutdown()
 
     async def startup(self, inherited: list[socket.socket]) -> None:
+        try:
+            await self._start(inherited)
+        except BaseException:
+            # nothing may stay behind a failed start: not the socket file, not the lock
+            self._release()
+            raise
+        log.info(
+            "scvd %s ready on %s (pid %d, policy %s, sandbox %s, %d tools)",
+            __version__, self.listening_on, os.getpid(), self.config.approvals.policy,
+            self.sandbox_verdict, len(self.registry),
+        )
+
+    async def _start(self, inherited: list[socket.socket]) -> None:
         # 1. one daemon per instance: the lock names the pid that holds it
         self._lock_fd = acquire_lock(self.paths.lock_file)
         # 2. orphans of tools become our children, so they can be reaped and killed
@@ -117,7 +132,7 @@ class Daemon:
             log.warning("cannot become a child subreaper; orphans of tools go to init")
         # 3. the audit log and the sandbox probe
         self.audit = AuditLog(self.paths.audit_log, self.config.audit.max_bytes, self.config.audit.keep)
-        await self._probe_sandbox()
+        self.sandbox, self.sandbox_verdict = await self._probe_sandbox(self.config)
         # 4. the socket: inherited from systemd, or bound here (a stale file is replaced)
         if inherited:
             sock = inherited[0]
@@ -126,7 +141,7 @@ class Daemon:
         self.listening_on = socket_name(sock)
         limit = self.config.server.client_frame_bytes
         self._server = await asyncio.start_unix_server(self._on_connect, sock=sock, limit=limit)
-        # 5. signals only set events
+        # 5. signals only set events (SIGHUP starts a reload, which serialises itself)
         if self.install_signals:
             loop = asyncio.get_running_loop()
             loop.add_signal_handler(signal.SIGTERM, self.request_stop, "SIGTERM")
@@ -138,11 +153,17 @@ class Daemon:
         self._spawn(self._watchdog)
         # 7. MCP servers start in the background: a slow or broken one never delays READY=1
         await self.mcp.apply(self.config)
-        log.info(
-            "scvd %s ready on %s (pid %d, policy %s, sandbox %s, %d tools)",
-            __version__, self.listening_on, os.getpid(), self.config.approvals.policy,
-            self.sandbox_verdict, len(self.registry),
-        )
+
+    def _release(self) -> None:
+        """Close the listener, remove our socket file, release the lock (each at most once)."""
+        if self._server is not None:
+            self._server.close()
+        if self._owns_socket:
+            self.paths.socket.unlink(missing_ok=True)
+            self._owns_socket = False
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     async def shutdown(self) -> None:
         grace = self.config.server.shutdown_grace_seconds
@@ -166,10 +187,7 @@ class Daemon:
             self._drop_connection(conn)
         self._flush_audit()
         # 4. remove our socket file and release the lock
-        if self._owns_socket:
-            self.paths.socket.unlink(missing_ok=True)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
+        self._release()
         for task in list(self._tasks):
             task.cancel()
         log.info("scvd stopped")
@@ -187,27 +205,48 @@ class Daemon:
         self.request_stop("SIGINT")
 
     async def reload(self) -> None:
-        """SIGHUP: read the config again; new sessions use it, open ones keep theirs."""
-        self.notifier.reloading()
-        reloaded = False
+        """SIGHUP: read the config again; new sessions use it, open ones keep theirs.
+
+        One reload runs at a time. A SIGHUP during one waits for it; further
+        SIGHUPs meanwhile merge into that waiting one, which reads the file last.
+        """
+        if self._reload_waiting:
+            log.info("reload requested again; merged into the one waiting to run")
+            return
+        if self._reload_lock.locked():
+            log.info("reload requested while one runs; it runs when that one ends")
+        self._reload_waiting = True
+        async with self._reload_lock:
+            self._reload_waiting = False
+            self.notifier.reloading()
+            try:
+                reloaded = await self._reload_once()
+            finally:
+                self.notifier.ready()
+        if reloaded:  # after a failure, `reload failed: ...` stays the status line until the next change
+            self._update_status(force=True)
+
+    async def _reload_once(self) -> bool:
         try:
             loaded = load(Path(self.loaded.path))
             registry = build_registry(loaded.config, self.paths, self.extra_tools)
+            sandbox, verdict = await self._probe_sandbox(loaded.config)
         except errors.ScvError as exc:
             log.error("reload failed, keeping the old configuration: %s", exc.message)
             self.notifier.status(f"reload failed: {exc.message}")
-        else:
-            self.mcp.register_into(registry)  # servers left running keep their tools
-            self.loaded, self.registry = loaded, registry
-            self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
-            self.gate.max_pending = loaded.config.approvals.max_pending
-            await self._probe_sandbox()
-            await self.mcp.apply(loaded.config)  # added, removed and changed servers only
-            log.info("configuration reloaded from %s", loaded.path)
-            reloaded = True
-        self.notifier.ready()
-        if reloaded:  # after a failure, `reload failed: ...` stays the status line until the next change
-            self._update_status(force=True)
+            return False
+        except Exception as exc:
+            log.exception("reload failed, keeping the old configuration")
+            self.notifier.status(f"reload failed: {exc}")
+            return False
+        self.mcp.register_into(registry)  # servers left running keep their tools
+        # all at once, after the probe: the new config never runs with the old probe's result
+        self.loaded, self.registry, self.sandbox, self.sandbox_verdict = loaded, registry, sandbox, verdict
+        self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
+        self.gate.max_pending = loaded.config.approvals.max_pending
+        await self.mcp.apply(loaded.config)  # added, removed and changed servers only
+        log.info("configuration reloaded from %s", loaded.path)
+        return True
 
     async def _watchdog(self) -> None:
         interval = self.notifier.watchdog_interval()
@@ -217,17 +256,16 @@ class Daemon:
             self.notifier.watchdog()
             await asyncio.sleep(interval)
 
-    async def _probe_sandbox(self) -> None:
-        mode = self.config.sandbox.mode
-        if mode == "off":
-            self.sandbox, self.sandbox_verdict = None, "off"
-            return
+    async def _probe_sandbox(self, config: Any) -> tuple[Any, str]:
+        """The Sandbox and its verdict for `config`; the caller installs both with that config."""
+        if config.sandbox.mode == "off":
+            return None, "off"
         from . import sandbox as sandbox_mod
 
-        result = await asyncio.to_thread(sandbox_mod.probe, self.config.sandbox, self.paths)
-        self.sandbox = sandbox_mod.Sandbox(result, self.paths)
-        self.sandbox_verdict = sandbox_mod.describe(result)
-        (log.info if result.ok else log.warning)("sandbox: %s", self.sandbox_verdict)
+        result = await asyncio.to_thread(sandbox_mod.probe, config.sandbox, self.paths)
+        verdict = sandbox_mod.describe(result)
+        (log.info if result.ok else log.warning)("sandbox: %s", verdict)
+        return sandbox_mod.Sandbox(result, self.paths), verdict
 
     def _spawn(self, fn: Callable[[], Awaitable[Any]]) -> None:
         task = asyncio.ensure_future(fn())
@@ -478,22 +516,16 @@ class Daemon:
     async def on_agents_spec(self, conn: Connection, frame: p.AgentsSpec) -> p.Frame:
         from .adapters import service
 
-        try:
-            # it creates and repairs the agent's home: a tree walk, kept off the loop
-            spec = await asyncio.to_thread(
-                service.launch_spec, frame.agent, frame.action, list(frame.extra_args),
-                config=self.config, paths=self.paths, env=os.environ)
-        except errors.Unavailable as exc:
-            return p.AgentsLaunch(id=frame.id, agent=frame.agent, action=frame.action,
-                                  unsupported=exc.message)
-        return p.AgentsLaunch(id=frame.id, agent=frame.agent, action=frame.action, spec=spec)
+        # it creates and repairs the agent's home: a tree walk, kept off the loop
+        return await asyncio.to_thread(
+            service.answer_spec, frame.agent, frame.action, list(frame.extra_args),
+            config=self.config, paths=self.paths, env=os.environ, id=frame.id)
 
     async def on_agents_import(self, conn: Connection, frame: p.AgentsImport) -> p.Frame:
         from .adapters import service
 
-        report = await asyncio.to_thread(
-            service.import_setup, frame.agent, frame.source, paths=self.paths, env=os.environ)
-        return p.AgentsImported(id=frame.id, agent=frame.agent, **report)
+        return await asyncio.to_thread(
+            service.answer_import, frame.agent, frame.source, paths=self.paths, env=os.environ, id=frame.id)
 
     # --- helpers -------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import RawConn, make_wrapped, pid_gone, wait_until  # noqa: F401 (fixture)
+from harness import RawConn, make_wrapped, pid_gone, wait_ready, wait_until  # noqa: F401 (fixture)
 from scvd import protocol as p
 from scvctl.client import Client, ConnectionClosed
 from scvd import errors
@@ -411,3 +411,74 @@ def test_client_library_reads_a_fatal_error_then_sees_the_close(daemon):
                 c._read()
         with pytest.raises(ConnectionClosed):
             c.request(p.Ping)
+
+
+# --- reload and failed starts ------------------------------------------------------------------
+
+FAKE_BWRAP = Path(__file__).resolve().parents[1] / "helpers" / "fake-bwrap"
+
+
+def test_sighups_during_a_reload_wait_and_merge_and_the_probe_matches_the_config(make_daemon, tmp_path):
+    """SIGHUP 1 probes config A (held); 2 and 3 come meanwhile. No second probe runs alongside,
+    2 and 3 become one reload of the newest file, and its probe is the one that stays."""
+    runs_dir = tmp_path / "bwrap-log"
+    runs_dir.mkdir()
+    runs = runs_dir / "runs"
+    bwrap_b = tmp_path / "bwrap-b"
+    bwrap_b.symlink_to(FAKE_BWRAP)
+    d = make_daemon('[sandbox]\nmode = "off"\n', env={"FAKE_BWRAP_LOG": str(runs_dir)})
+    wait_ready(d)  # it answers only once its signal handlers are in place
+    config = d.home / "config.toml"
+
+    config.write_text(f'[sandbox]\nmode = "auto"\nbwrap = "{FAKE_BWRAP}"\n')
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: runs.exists() and "start" in runs.read_text(), what="the first probe")
+    config.write_text(f'[sandbox]\nmode = "auto"\nbwrap = "{bwrap_b}"\n')
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "it runs when that one ends" in d.log() or runs.read_text().count("start") > 1,
+               what="the second SIGHUP handled")
+    assert runs.read_text().count("start") == 1, "a second reload ran alongside the first"
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "merged into the one waiting to run" in d.log(), what="the third SIGHUP merged")
+
+    (runs_dir / "released").touch()
+    wait_until(lambda: d.log().count("configuration reloaded from") == 2, what="both reloads")
+    lines = [line.split()[0] for line in runs.read_text().splitlines()]
+    assert lines == ["start", "end", "start", "end"]  # one probe at a time, two in all
+    with d.client() as c:
+        verdict = c.status().sandbox
+    assert f"bwrap works at {bwrap_b}" in verdict, verdict
+    assert d.stop() == 0
+    clean_log(d.log())
+
+
+def test_a_failed_start_after_the_bind_leaves_no_socket_and_no_lock(tmp_path):
+    """Signal handlers can be installed only from the main thread: a real failure after the bind."""
+    import asyncio
+    import threading
+
+    from scvd import config as config_mod, paths as paths_mod
+    from scvd.instance import acquire_lock
+    from scvd.server import Daemon
+
+    paths = paths_mod.resolve({"SCV_HOME": str(tmp_path / "home")})
+    paths_mod.prepare(paths)
+    daemon = Daemon(paths, config_mod.load(paths.config_file, env={}), install_signals=True)
+    failures: list[BaseException] = []
+
+    def main() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(daemon.startup([]))
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=main)
+    thread.start()
+    thread.join(30)
+    assert len(failures) == 1 and "main thread" in str(failures[0]), failures
+    assert daemon.listening_on == str(paths.socket)  # it did bind
+    assert not paths.socket.exists()
+    os.close(acquire_lock(paths.lock_file))  # and let go of the lock
