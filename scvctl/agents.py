@@ -5,19 +5,24 @@ the agent's own command from it with this terminal attached, so the command sees
 exactly the private home and cleaned environment the daemon's agent_* tools use.
 `import codex` is done by the daemon (`agents.import`); this side only resolves
 the source directory against the user's shell and prints the report.
+
+With no daemon running, the same answers are computed here by the same code
+(scvd.adapters.service) from the same config.toml and paths, with this shell's
+environment in place of the daemon's: a user signs agents in before the first start.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Protocol
 
-from scvd import paths as paths_mod, protocol as p
-from scvd.adapters import spec as specs
+from scvd import config as config_mod, errors, paths as paths_mod, protocol as p
+from scvd.adapters import service, spec as specs
 from scvd.adapters.service import default_codex_home
 from scvd.adapters.signin import classify_status
 
@@ -52,14 +57,61 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd.set_defaults(handler=cmd_import)
 
 
-def _launch(client: Client, agent: str, action: str, extra: list[str]) -> p.AgentsLaunch:
-    return client.request(p.AgentsSpec, agent=agent, action=action, extra_args=list(extra))
+class Answers(Protocol):
+    """Where the answers to agents.spec / agents.import come from."""
+
+    def spec(self, agent: str, action: str, extra: list[str]) -> p.AgentsLaunch: ...
+
+    def import_setup(self, agent: str, source: str) -> p.AgentsImported: ...
+
+
+class FromDaemon:
+    """The running daemon answers, from its own environment."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def spec(self, agent: str, action: str, extra: list[str]) -> p.AgentsLaunch:
+        return self.client.request(p.AgentsSpec, agent=agent, action=action, extra_args=list(extra))
+
+    def import_setup(self, agent: str, source: str) -> p.AgentsImported:
+        return self.client.request(p.AgentsImport, agent=agent, source=source)
+
+
+class Here:
+    """No daemon: the same code answers here, from the instance's config.toml and this environment."""
+
+    def __init__(self) -> None:
+        self.paths = paths_mod.resolve()
+        self.config = config_mod.load(self.paths.config_file).config
+
+    def spec(self, agent: str, action: str, extra: list[str]) -> p.AgentsLaunch:
+        return service.answer_spec(agent, action, list(extra), config=self.config, paths=self.paths,
+                                   env=os.environ)
+
+    def import_setup(self, agent: str, source: str) -> p.AgentsImported:
+        return service.answer_import(agent, source, paths=self.paths, env=os.environ)
+
+
+@contextlib.contextmanager
+def answers(args: argparse.Namespace) -> Iterator[Answers]:
+    """The daemon when it runs, else this process, saying so on stderr."""
+    try:
+        client = connect(args)
+    except errors.DaemonNotRunning:
+        here = Here()
+        print(f"scvd is not running; working on {here.paths.adapters_dir} directly, with this "
+              "shell's environment cleaned as scvd cleans it", file=sys.stderr)
+        yield here
+        return
+    with client:
+        yield FromDaemon(client)
 
 
 def cmd_attached(args: argparse.Namespace) -> int:
     """login / logout / status AGENT: the agent's own command with this terminal."""
-    with connect(args) as client:
-        answer = _launch(client, args.agent, args.action, args.extra)
+    with answers(args) as side:
+        answer = side.spec(args.agent, args.action, args.extra)
     if answer.spec is None:
         print(f"{args.agent}: {answer.unsupported}", file=sys.stderr)
         return 1
@@ -94,9 +146,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.agent:
         return cmd_attached(args)
     rows = []
-    with connect(args) as client:
+    with answers(args) as side:
         for name in specs.ADAPTERS:
-            rows.append((name, _status_line(client, name)))
+            rows.append((name, _status_line(side, name)))
     if args.json:
         emit_json([{"agent": name, "state": state} for name, state in rows])
     else:
@@ -106,8 +158,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status_line(client: Client, name: str) -> str:
-    answer = _launch(client, name, "status", [])
+def _status_line(side: Answers, name: str) -> str:
+    answer = side.spec(name, "status", [])
     if answer.spec is None:
         return answer.unsupported or "unavailable"
     launch = answer.spec
@@ -127,8 +179,8 @@ def _status_line(client: Client, name: str) -> str:
 def cmd_import(args: argparse.Namespace) -> int:
     source = args.source if args.source is not None else default_codex_home(os.environ)
     source = os.path.abspath(os.path.expanduser(str(source)))
-    with connect(args) as client:
-        answer = client.request(p.AgentsImport, agent=args.agent, source=source)
+    with answers(args) as side:
+        answer = side.import_setup(args.agent, source)
     if args.json:
         emit_json(answer)
         return 0

@@ -1,4 +1,9 @@
-"""The two entry points the server calls for `agents.spec` and `agents.import`."""
+"""The answers to `agents.spec` and `agents.import`: the daemon's, and scvctl's when no daemon runs.
+
+Both sides call the same functions with the same config, paths and code, so a
+sign-in done before scvd's first start lands in the very home, with the very
+environment, that the agent_* tools use later.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import InvalidRequest
-from ..protocol import LaunchSpec
+from ..errors import InvalidRequest, Unavailable
+from ..protocol import AgentsImported, AgentsLaunch, Id, LaunchSpec
 from . import signin
 from .codex_import import import_codex
 from .homes import ensure_home, repair_home
@@ -19,7 +24,25 @@ def launch_spec(
     agent: str, action: str, extra_args: list[str], *, config: Any, paths: Any, env: Mapping[str, str]
 ) -> LaunchSpec:
     """How to run `agent`'s own login / status / logout exactly as the agent_* tool would."""
-    return signin.launch_spec(agent, action, list(extra_args), paths=paths, env=env)
+    return signin.launch_spec(agent, action, list(extra_args), config=config, paths=paths, env=env)
+
+
+def answer_spec(
+    agent: str, action: str, extra_args: list[str], *, config: Any, paths: Any, env: Mapping[str, str],
+    id: Id | None = None,
+) -> AgentsLaunch:
+    """The `agents.launch` answer: a spec, or why this agent has no such command. Blocking."""
+    try:
+        spec = launch_spec(agent, action, extra_args, config=config, paths=paths, env=env)
+    except Unavailable as exc:
+        return AgentsLaunch(id=id, agent=agent, action=action, unsupported=exc.message)
+    return AgentsLaunch(id=id, agent=agent, action=action, spec=spec)
+
+
+def answer_import(agent: str, source: str | None, *, paths: Any, env: Mapping[str, str],
+                  id: Id | None = None) -> AgentsImported:
+    """The `agents.imported` answer. Blocking."""
+    return AgentsImported(id=id, agent=agent, **import_setup(agent, source, paths=paths, env=env))
 
 
 def import_setup(agent: str, source: str | None, *, paths: Any, env: Mapping[str, str]) -> dict[str, Any]:

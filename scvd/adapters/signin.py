@@ -1,8 +1,9 @@
 """Signing delegated agents in: launch specs for their own commands, and reading their output.
 
-`scvctl agents login|status|logout` asks the daemon for a launch spec and runs it
-with the terminal attached, so the command sees exactly the private home and the
-cleaned environment that the agent_* tools use. This module also recognises
+`scvctl agents login|status|logout` asks the daemon for a launch spec (or, with no
+daemon running, computes the same one itself) and runs it with the terminal
+attached, so the command sees exactly the private home and the cleaned
+environment that the agent_* tools use. This module also recognises
 output that reads like a missing sign-in and turns it into a hint a remote chat
 can act on.
 """
@@ -54,10 +55,10 @@ def adapter_or_error(agent: str) -> specs.Adapter:
 
 
 def launch_spec(
-    agent: str, action: str, extra_args: list[str], *, paths: Any, env: Mapping[str, str]
+    agent: str, action: str, extra_args: list[str], *, config: Any, paths: Any, env: Mapping[str, str]
 ) -> LaunchSpec:
     """argv, env and cwd to run `agent`'s own `action` command in its private home."""
-    adapter = adapter_or_error(agent)
+    adapter = specs.configured(adapter_or_error(agent), config)
     if action not in specs.ACTIONS:
         raise InvalidRequest(f"no action {action!r}; use one of {', '.join(specs.ACTIONS)}")
     command = adapter.commands.get(action)

@@ -200,3 +200,99 @@ def test_bad_cwd_refused_with_no_approval_request(make_daemon, tmp_path: Path,
     assert needle in done.error.message and "cwd" in done.error.message
     assert seen == []
     assert not agent_log(agent_daemon).exists()
+
+
+# --- no daemon running: the same spec, computed by scvctl ----------------------------------
+
+
+def daemonless_env(home: Path, tmp_path: Path) -> dict[str, str]:
+    """What agent_daemon's daemon gets, for a scvctl with no daemon at all."""
+    fake_bin = tmp_path / "bin"
+    if not fake_bin.exists():
+        make_fake_bin(fake_bin)
+    return base_env(home, PATH=f"{fake_bin}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+                    FAKE_AGENT_LOG=str(tmp_path / "agent-log"), OPENAI_API_KEY="sk-planted-in-shell",
+                    CLAUDE_CODE_OAUTH_TOKEN="planted-oauth-in-shell")
+
+
+def scvctl_alone(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=env, cwd=cwd,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+
+
+NOT_RUNNING = "scvd is not running; working on {adapters} directly, with this shell's environment " \
+    "cleaned as scvd cleans it"
+
+
+def test_login_without_the_daemon_uses_the_same_home_and_env(tmp_path: Path) -> None:
+    home = tmp_path / "scv"  # never started: a user signs in before the first start
+    env = daemonless_env(home, tmp_path)
+    out = scvctl_alone(env, "agents", "login", "codex", "--", "--device-auth")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines()[0] == NOT_RUNNING.format(adapters=home / "adapters")
+    assert "--device-auth" in out.stderr  # the same note for headless hosts
+    argv, agent_env, cwd = read_log(tmp_path / "agent-log")
+    codex_home = home / "adapters" / "codex"
+    assert argv == ["login", "--device-auth"]
+    assert agent_env["HOME"] == agent_env["CODEX_HOME"] == cwd == str(codex_home)
+    assert not any("planted" in v for v in agent_env.values())
+    assert not any(k.startswith("SCV_") and k != "SCV_HOME" for k in agent_env)
+    assert stat.S_IMODE(codex_home.stat().st_mode) == 0o700
+    assert not (home / "run" / "scvd.sock").exists()
+
+
+def test_the_daemon_and_scvctl_alone_launch_the_same_command(make_daemon, tmp_path: Path) -> None:
+    """Same config, same environment: what the fake agent records is identical both ways."""
+    home = tmp_path / "scv"
+    env = daemonless_env(home, tmp_path)
+    recorded = []
+    for running in (False, True):
+        d = make_daemon(home=home, env={k: env[k] for k in ("PATH", "FAKE_AGENT_LOG", "OPENAI_API_KEY")}) \
+            if running else None
+        out = scvctl_alone(env, "agents", "logout", "claude")
+        assert (NOT_RUNNING.split(";")[0] in out.stderr) is not running
+        recorded.append(read_log(tmp_path / "agent-log"))
+        if d:
+            d.stop()
+    (argv0, env0, cwd0), (argv1, env1, cwd1) = recorded
+    assert argv0 == argv1 == ["auth", "logout"] and cwd0 == cwd1
+    assert {k: v for k, v in env0.items() if k != "CLAUDE_CODE_OAUTH_TOKEN"} == \
+        {k: v for k, v in env1.items() if k != "CLAUDE_CODE_OAUTH_TOKEN"}
+    assert "CLAUDE_CODE_OAUTH_TOKEN" not in env0 | env1
+
+
+def test_status_and_import_without_the_daemon(tmp_path: Path) -> None:
+    home = tmp_path / "scv"
+    env = daemonless_env(home, tmp_path)
+    out = scvctl_alone(env, "agents", "status")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["claude  not signed in", "codex   not signed in", "pi      not signed in"]
+    assert out.stderr.strip() == NOT_RUNNING.format(adapters=home / "adapters")
+    listed = json.loads(scvctl_alone(env, "agents", "status", "--json").stdout)
+    assert [row["state"] for row in listed] == ["not signed in"] * 3
+
+    src = tmp_path / "user-codex"
+    src.mkdir()
+    (src / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    out = scvctl_alone(env, "agents", "import", "codex", "--from", str(src))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"imported auth.json from {src} into scvd's codex")
+    assert json.loads((home / "adapters" / "codex" / "auth.json").read_text()) == {"OPENAI_API_KEY": API_KEY}
+    assert API_KEY not in out.stdout + out.stderr
+
+
+def test_errors_without_the_daemon_read_as_with_it(tmp_path: Path) -> None:
+    home = tmp_path / "scv"
+    env = daemonless_env(home, tmp_path)
+    out = scvctl_alone({**env, "PATH": str(tmp_path / "nothing")}, "agents", "login", "claude")
+    assert out.returncode == 1
+    assert "claude: claude is not installed: npm install -g @anthropic-ai/claude-code" in out.stderr
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.toml").write_text("model = \n")
+    out = scvctl_alone(env, "agents", "import", "codex", "--from", str(broken))
+    assert out.returncode == 1 and "invalid_request: " in out.stderr and "not valid TOML" in out.stderr
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text('[approvals]\npolicy = "sometimes"\n')
+    out = scvctl_alone(env, "agents", "status")
+    assert out.returncode == 1 and out.stderr.startswith("config: ") and "approvals.policy" in out.stderr
