@@ -116,7 +116,8 @@ def user_dirs(env: Mapping[str, str] | None = None) -> UserDirs:
     done = subprocess.run([sys.executable, "-I", "-c", code, json.dumps(sys.path)], env=dict(env),
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=LOOKUP_TIMEOUT)
     if done.returncode != 0:
-        raise OSError(f"cannot look up the XDG directories: {done.stderr.strip().splitlines()[-1:]}")
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise OSError(f"cannot look up the XDG directories in the given environment: {why}")
     return UserDirs(**json.loads(done.stdout))
 
 
