@@ -30,6 +30,7 @@
         ├── ConfigError           a config file or value is wrong (names the file and key)
         ├── StartupError          the daemon cannot start (lock held, socket in use, ...)
         ├── ToolDefinitionError   a tool definition breaks a design rule (seed 003)
+        ├── ScriptDefinitionError a script tool's tool.json breaks a rule (listed as a load error)
         ├── DaemonNotRunning      client side: nothing answers on the socket
         ├── ConnectionClosed      client side: the daemon closed the connection
         └── JsonRpcError          `scvctl mcp`: a JSON-RPC error answered to the MCP host
@@ -41,6 +42,8 @@ error's kind) back into the class here: see scvctl/client.py.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 class ScvError(Exception):
@@ -232,6 +235,17 @@ class ToolDefinitionError(LocalError):
     def __init__(self, tool: str, rule: str, text: str) -> None:
         super().__init__(f"tool {tool!r} breaks rule {rule!r}: {text}")
         self.tool = tool
+        self.rule = rule
+
+
+class ScriptDefinitionError(LocalError):
+    """A script tool's tool.json breaks a rule; names the rule, `source` the file. A load error."""
+
+    code = "tool_definition"
+
+    def __init__(self, source: Path | str, rule: str, text: str) -> None:
+        super().__init__(f"rule {rule!r}: {text}")
+        self.source = str(source)
         self.rule = rule
 
 

@@ -100,6 +100,23 @@ def test_local_errors_and_bugs_are_internal_with_no_detail():
         assert "secret" not in frame.message and "daemon log" in frame.message
 
 
+def test_every_error_class_is_defined_in_scvd_errors():
+    """The tree is one module: an error class kept elsewhere fails here (every module imported)."""
+    import importlib
+    import pkgutil
+
+    import scvctl
+    import scvd
+
+    for package in (scvd, scvctl):
+        for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if not module.name.endswith("__main__"):
+                importlib.import_module(module.name)
+    elsewhere = [f"{c.__module__}.{c.__qualname__}" for c in all_subclasses(errors.ScvError)
+                 if c.__module__ != "scvd.errors" and not c.__module__.startswith(("tests", "test_"))]
+    assert not elsewhere, f"move these into scvd/errors.py: {elsewhere}"
+
+
 def test_every_scvd_exception_class_is_in_the_tree():
     """No module keeps its own exception outside scvd.errors."""
     own = re.compile(r"^class (\w+)\((?:\w+\.)?(Exception|ValueError|RuntimeError|OSError)\)", re.M)

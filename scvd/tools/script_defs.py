@@ -78,15 +78,7 @@ def load_all(paths: Any) -> tuple[list[ScriptDef], list[LoadError]]:
     return defs, failed
 
 
-class DefinitionError(errors.ScvError):
-    """A tool.json that breaks a rule; the message names the rule."""
-
-    code = "tool_definition"
-
-    def __init__(self, source: Path | str, rule: str, text: str) -> None:
-        super().__init__(f"rule {rule!r}: {text}")
-        self.source = str(source)
-        self.rule = rule
+DefinitionError = errors.ScriptDefinitionError  # in the one error tree
 
 
 def load_one(folder: Path) -> ScriptDef:
