@@ -31,6 +31,7 @@
         ├── StartupError          the daemon cannot start (lock held, socket in use, ...)
         ├── ToolDefinitionError   a tool definition breaks a design rule (seed 003)
         ├── ScriptDefinitionError a script tool's tool.json breaks a rule (listed as a load error)
+        ├── ProviderFailure       a chat turn's model could not answer (a turn.failed event)
         ├── DaemonNotRunning      client side: nothing answers on the socket
         ├── ConnectionClosed      client side: the daemon closed the connection
         └── JsonRpcError          `scvctl mcp`: a JSON-RPC error answered to the MCP host
@@ -247,6 +248,16 @@ class ScriptDefinitionError(LocalError):
         super().__init__(f"rule {rule!r}: {text}")
         self.source = str(source)
         self.rule = rule
+
+
+class ProviderFailure(LocalError):
+    """The model could not answer a chat turn; `reason` is turn.failed's (auth or provider_error)."""
+
+    code = "provider"
+
+    def __init__(self, reason: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.reason, self.hint = reason, hint
 
 
 class DaemonNotRunning(LocalError):

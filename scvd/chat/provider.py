@@ -18,18 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol
 
+from .. import errors
 from .items import ModelEvent, ModelRequest
 
 CODEX = "codex"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 
-class ProviderFailure(Exception):
-    """The model could not answer; `reason` is turn.failed's (auth or provider_error)."""
-
-    def __init__(self, reason: str, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.reason, self.message, self.hint = reason, message, hint
+ProviderFailure = errors.ProviderFailure  # in the one error tree
 
 
 class Provider(Protocol):
