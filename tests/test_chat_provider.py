@@ -112,3 +112,18 @@ def test_unreachable_base_url_names_it(model):
         asyncio.run(collect(make(s)))
     assert info.value.reason == "provider_error" and "127.0.0.1:9" in info.value.message
     assert "providers.gone.base_url" in info.value.hint
+
+
+def test_codex_settings_from_an_imported_setup(tmp_path):
+    from scvd.chat.provider import codex_settings
+
+    (tmp_path / "config.toml").write_text('model = "o4"\nmodel_provider = "relay"\n[model_providers.relay]\n'
+                                          'base_url = "http://relay/v1"\nwire_api = "chat"\nenv_key = "RELAY_KEY"\n')
+    with pytest.raises(ProviderFailure) as info:
+        codex_settings(tmp_path, env={})
+    assert info.value.reason == "auth" and "scvctl agents import codex" in info.value.hint
+    s = codex_settings(tmp_path, env={"RELAY_KEY": "k1"})
+    assert (s.model, s.base_url, s.wire_api, s.api_key, s.key_source) == ("o4", "http://relay/v1", "chat", "k1",
+                                                                           "env RELAY_KEY")
+    (tmp_path / "auth.json").write_text('{"OPENAI_API_KEY": "k2"}')
+    assert codex_settings(tmp_path, env={"RELAY_KEY": "k1"}).api_key == "k2"

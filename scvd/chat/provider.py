@@ -93,25 +93,38 @@ def _secret(secrets: Any, env: Mapping[str, str], key: str) -> str:
     return env.get(key, "")
 
 
-def codex_settings(home: Path) -> Settings:
-    """The model, provider and API key of an imported Codex setup (`scvctl agents import codex`)."""
+def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings:
+    """The model, provider and API key of an imported Codex setup (`scvctl agents import codex`).
+
+    The key is auth.json's OPENAI_API_KEY, else the variable the provider's `env_key` names.
+    """
+    env = os.environ if env is None else env
     hint = "run `scvctl agents import codex` (a Codex setup with an API key), or configure [providers.NAME]"
     try:
         config = tomllib.loads((home / "config.toml").read_text(encoding="utf-8"))
-        auth = json.loads((home / "auth.json").read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ProviderFailure("auth", f"no imported Codex setup ({exc.filename} is missing)", hint) from None
     except (OSError, ValueError) as exc:
         raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}", hint) from None
     provider_id = config.get("model_provider", "openai")
     table = (config.get("model_providers") or {}).get(provider_id, {})
-    key = auth.get("OPENAI_API_KEY") if isinstance(auth, dict) else None
+    key, source = _codex_key(home / "auth.json"), str(home / "auth.json")
+    if not key and table.get("env_key"):
+        key, source = env.get(str(table["env_key"]), ""), f"env {table['env_key']}"
     if not key:
-        raise ProviderFailure("auth", "the imported Codex setup holds no API key (auth.json)", hint)
+        raise ProviderFailure("auth", "the imported Codex setup holds no API key (auth.json, or the provider's "
+                              "env_key in scvd's environment)", hint)
     return Settings(name=CODEX, model=str(config.get("model") or "gpt-5"),
                     base_url=str(table.get("base_url") or OPENAI_BASE_URL),
-                    wire_api=str(table.get("wire_api") or "responses"), api_key=str(key),
-                    key_source=str(home / "auth.json"))
+                    wire_api=str(table.get("wire_api") or "responses"), api_key=str(key), key_source=source)
+
+
+def _codex_key(path: Path) -> str:
+    try:
+        auth = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return str(auth.get("OPENAI_API_KEY") or "") if isinstance(auth, dict) else ""
 
 
 def make(settings: Settings) -> Provider:
