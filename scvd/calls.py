@@ -135,6 +135,9 @@ class CallRegistry:
         self.table: dict[str, Call] = {}
         self.stopping = False
         self._ids = itertools.count(1)
+        # one random tag per daemon keeps ids unique across restarts (the audit log outlives a run);
+        # a getrandom per call cost more than the rest of the id
+        self._tag = secrets.token_hex(4)
 
     def __len__(self) -> int:
         return len(self.table)
@@ -149,7 +152,7 @@ class CallRegistry:
                turn: str | None = None) -> CallHandle:
         """Accept a call; its outcome comes through the handle and `call.completed`."""
         if call_id is None:
-            call_id = f"c{next(self._ids)}-{secrets.token_hex(4)}"
+            call_id = f"c{next(self._ids)}-{self._tag}"
         elif call_id in self.table:
             raise errors.InvalidRequest(f"call_id {call_id!r} is already in use; choose another")
         loop = asyncio.get_running_loop()
@@ -245,16 +248,20 @@ class CallRegistry:
     async def _plan_gate_run(self, call: Call, tool: Tool, args: object, *, waited: bool) -> object:
         ctx = self._context(call)
         plan = tool.plan(args, ctx)
-        asked = await self._gate(call, tool, plan)
-        timeout = tool.dispatch_timeout(plan, call.session.config)
-        if call.timeout_override is not None:
-            timeout = call.timeout_override if timeout is None else min(timeout, call.timeout_override)
-        if waited or asked:  # a call that started at once is running since call.accepted
-            self.hub.send_event(call.session.owner, CallStarted(
-                seq=0, call_id=call.call_id, session=call.session.id, tool=tool.name, turn=call.turn))
-        self._arm(call, timeout)
-        ctx.progress = lambda message: self._report(call, message)
-        return await tool.run(args, plan, ctx)
+        try:
+            asked = await self._gate(call, tool, plan)
+            timeout = tool.dispatch_timeout(plan, call.session.config)
+            if call.timeout_override is not None:
+                timeout = call.timeout_override if timeout is None else min(timeout, call.timeout_override)
+            if waited or asked:  # a call that started at once is running since call.accepted
+                self.hub.send_event(call.session.owner, CallStarted(
+                    seq=0, call_id=call.call_id, session=call.session.id, tool=tool.name, turn=call.turn))
+            self._arm(call, timeout)
+            ctx.progress = lambda message: self._report(call, message)
+            return await tool.run(args, plan, ctx)
+        finally:
+            if plan.release is not None:  # denied, cancelled or done: what plan() held is freed
+                plan.release()
 
     async def _gate(self, call: Call, tool: Tool, plan: Plan) -> bool:
         """Run, ask or deny under the policy; True if a person was asked (and approved)."""
