@@ -424,3 +424,46 @@ def test_a_call_id_in_use_is_refused_and_reusable_once_done():
             calls.cancel("never-was", "test")
 
     run(main())
+
+
+# --- what plan() holds for run() is freed on every path ----------------------------------
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny", "cancel"])
+def test_read_reads_the_file_plan_opened_and_frees_it_on_every_path(tmp_path: Path, decision: str):
+    """A secret-like read waits for a person: the path is swapped meanwhile, and the approved file is what is read."""
+    from scvd.tools.fs import ReadTool
+
+    (tmp_path / ".env").write_text("APPROVED\n")
+    (tmp_path / "other").write_text("SWAPPED IN\n")
+
+    async def main() -> None:
+        hub = FakeHub()
+        calls = CallRegistry(hub)
+        hub.registry = calls
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        session = Session(id="s1", workspace=tmp_path, workspace_fd=fd, owner="owner",
+                          config=Config(), registry=Registry([ReadTool(65536)]))
+        SESSIONS.append(session)
+        before = _fds()
+        handle = calls.submit(session, "read", {"path": ".env"}, requester=ME)
+        await until(lambda: hub.requests)
+        assert _fds() == before + 1  # plan() holds the file it showed the approver
+        os.replace(tmp_path / "other", tmp_path / ".env")
+        if decision == "cancel":
+            calls.cancel(handle.call_id, "changed my mind")
+        else:
+            hub.gate.decide(hub.requests[0].id, decision == "approve", decider=ME, reason="", scope="once")
+        ok, result, error = await handle.outcome
+        if decision == "approve":
+            assert ok and result["content"] == "APPROVED\n", error
+        else:
+            assert not ok and error.kind == ("denied" if decision == "deny" else "cancelled")
+        assert _fds() == before
+        assert_once_each(hub, [handle.call_id])
+
+    run(main())

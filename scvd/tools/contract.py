@@ -18,7 +18,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable
 
 import msgspec
 
@@ -78,6 +78,7 @@ class Plan:
     writes_confined: bool = False  # can write only inside the workspace
     timeout: float | None = None  # the tool's own deadline, enforced by the tool
     data: Any = None  # anything run() needs, computed once here
+    release: Callable[[], None] | None = None  # frees what `data` holds (an fd); called once the call ends
 
 
 @dataclass

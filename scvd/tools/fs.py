@@ -66,9 +66,15 @@ def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_
         os.close(fd)
         return None
     try:
-        before, data, total, digest = _scan(fd, offset, limit, cancel)
+        return read_open(fd, path, parts, real, offset, limit, cancel)
     finally:
         os.close(fd)
+
+
+def read_open(fd: int, path: str, parts: tuple[str, ...], real: tuple[str, ...], offset: int, limit: int,
+              cancel: Any = NEVER) -> dict[str, Any]:
+    """`read_file` on a file already opened by `containment.open_regular` (fd at offset 0, not closed here)."""
+    before, data, total, digest = _scan(fd, offset, limit, cancel)
     if offset > total:
         raise Failed(f"offset {offset} is past the end of {show(path)} (total_bytes {total}); use an offset from 0 to {total}")
     problem = utf8_problem(path, data, offset, total, before)
@@ -406,20 +412,44 @@ class ReadTool(Tool):
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         parts = containment.split(args.path)
         fd, st, real = containment.open_regular(ctx.workspace_fd, parts, args.path)  # refuse escapes before approval
-        os.close(fd)
+        held: _Held | None = None
+        if inline_ok(fd, st):
+            held = _Held(fd, parts, real)
+        else:
+            os.close(fd)
         details = {"path": containment.join(parts), **_resolved(parts, real), "offset": args.offset,
                    "limit": args.limit, "size": st.st_size, **_secret_details(parts, real)}
         risk = ToolRisk.FILESYSTEM if details["secret_like"] else ToolRisk.READ_ONLY
         what = "read secret-like file" if details["secret_like"] else "read"
         summary = (f"{what} {_shown_path(parts, real)}, "
                    f"bytes {args.offset}..{args.offset + args.limit} of {st.st_size}")
-        return Plan(risk=risk, summary=summary, details=details, network=False, writes_confined=True)
+        return Plan(risk=risk, summary=summary, details=details, network=False, writes_confined=True,
+                    data=held, release=held.close if held else None)
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
-        small = read_file(ctx.workspace_fd, args.path, args.offset, args.limit, small_only=True)
-        if small is not None:  # plan() opened it on the loop already; reading it there is cheaper than a thread
-            return small
+        held = plan.data
+        # The file plan() opened (and the approver saw) is read on the loop: no second resolution,
+        # no thread hop. It may have grown since: fstat again, and hand a big one to the pool.
+        if held is not None and held.fd >= 0 and inline_ok(held.fd, os.fstat(held.fd)):
+            try:
+                return read_open(held.fd, args.path, held.parts, held.real, args.offset, args.limit)
+            finally:
+                held.close()
         return await run_blocking(read_file, ctx.workspace_fd, args.path, args.offset, args.limit)
+
+
+class _Held:
+    """The fd of a small local file opened by read's plan(), owned until run() or the call's end."""
+
+    __slots__ = ("fd", "parts", "real")
+
+    def __init__(self, fd: int, parts: tuple[str, ...], real: tuple[str, ...]) -> None:
+        self.fd, self.parts, self.real = fd, parts, real
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 class WriteTool(Tool):
