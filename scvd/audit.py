@@ -47,6 +47,7 @@ BUFFER_BYTES = 64 << 10  # or this much, whichever comes first
 
 _encoder = msgspec.json.Encoder()
 _DROP = object()
+_EVENTS_SEEN: set[str] = set()
 
 
 DECISION_EVENTS = frozenset({"decision", "secret_resolved"})  # what a person decided
@@ -62,7 +63,10 @@ def redact(fields: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     kept: dict[str, Any] = {}
     dropped: list[str] = []
     for name, value in fields.items():
-        if name not in FIELDS:
+        kind = type(value)  # the common case inline: an allowed field with a short str or a plain scalar
+        if (kind is str and len(value) <= MAX_STRING or kind in _PLAIN) and name in FIELDS:
+            kept[name] = value
+        elif name not in FIELDS:
             dropped.append(name)
         elif name == "decided_by" and isinstance(value, dict):
             inner = {k: _scalar(v) for k, v in value.items() if k in DECIDED_BY_FIELDS}
@@ -126,8 +130,10 @@ class AuditLog:
 
     def record(self, event: str, **fields: Any) -> None:
         """Append one line {ts, event, <allowed fields>}; raises OSError when a write at once fails."""
-        if not EVENT_RE.fullmatch(event):
-            raise ValueError(f"audit event name {event!r} must match {EVENT_RE.pattern}")
+        if event not in _EVENTS_SEEN:
+            if not EVENT_RE.fullmatch(event):
+                raise ValueError(f"audit event name {event!r} must match {EVENT_RE.pattern}")
+            _EVENTS_SEEN.add(event)  # a handful of names: checked once each, not per record
         kept, dropped = redact(fields)
         self._warn_dropped(event, dropped)
         line = _encoder.encode({"ts": _timestamp(), "event": event, **kept}) + b"\n"
