@@ -113,6 +113,10 @@ class Notifier:
         self._status_pending = None if message == self._status_sent else message
         return self._send_status()
 
+    def status_wait(self) -> float:
+        """Seconds until a STATUS= line may go out (0 now): a caller renders its text no sooner."""
+        return max(0.0, self._status_at + self.status_interval - time.monotonic())
+
     def send(self, *lines: str) -> bool:
         """Send the lines as one datagram now, or not at all; False if it did not go out."""
         return self._send("\n".join(lines)) == SENT

@@ -68,6 +68,7 @@ class Daemon:
         self._lock_fd: int | None = None
         self._owns_socket = False
         self._last_status = ""
+        self._status_soon: asyncio.TimerHandle | None = None
         self.listening_on = str(paths.socket)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.chat = ChatService(self)
@@ -168,6 +169,9 @@ class Daemon:
     async def shutdown(self) -> None:
         grace = self.config.server.shutdown_grace_seconds
         # 1. tell systemd, stop accepting connections
+        if self._status_soon is not None:  # no status line after STOPPING=1
+            self._status_soon.cancel()
+            self._status_soon = None
         self.notifier.stopping()
         if self._server:
             self._server.close()
@@ -273,6 +277,21 @@ class Daemon:
         task.add_done_callback(self._tasks.discard)
 
     def _update_status(self, force: bool = False) -> None:
+        """Schedule the STATUS= line: once for every change within the notifier's interval."""
+        if force or self._status_soon is None and self.notifier.socket_name is not None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._status_now(force)
+                return
+            if force:
+                self._status_now(True)
+            else:  # every call changes the count twice: render the line once per interval, not per change
+                self._status_soon = loop.call_later(self.notifier.status_wait(), self._status_now)
+
+    def _status_now(self, force: bool = False) -> None:
+        if not force:
+            self._status_soon = None
         text = (f"sessions={len(self.sessions)} pending_approvals={len(self.gate.pending)} "
                 f"running_calls={len(self.calls)}")
         # only changes: every connect and disconnect lands here (the notifier itself sends
