@@ -68,23 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     config_file = (getattr(args, "config", None) or paths.config_file).absolute()
     try:
         loaded = config_mod.load(config_file)
-        tools = len(build_registry(loaded.config, paths))  # tools check their own settings too
+        registry = build_registry(loaded.config, paths)  # tools check their own settings too
         eventloop.check(loaded.config.server.event_loop)
     except errors.ConfigError as exc:
         where = "" if str(config_file) in exc.message else f"{config_file}: "
         print(f"scvd: configuration error: {where}{exc.message}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "check-config":
-        return check_config(loaded, paths, tools)
+        return check_config(loaded, paths, len(registry))
     level = "debug" if getattr(args, "verbose", False) else loaded.config.log_level
     setup_logging(level)
     if getattr(args, "daemon", False):
         return run_detached(paths, loaded, (args.pid_file or paths.pid_file).absolute(), level)
-    return run(paths, loaded)
+    return run(paths, loaded, registry)
 
 
-def run(paths: paths_mod.Paths, loaded: config_mod.Loaded) -> int:
-    """Run in the foreground until SIGTERM/SIGINT."""
+def run(paths: paths_mod.Paths, loaded: config_mod.Loaded, registry: Any = None) -> int:
+    """Run in the foreground until SIGTERM/SIGINT; `registry`: the one main() built to check the config."""
     from .server import Daemon
 
     log = logging.getLogger("scvd")
@@ -92,7 +92,7 @@ def run(paths: paths_mod.Paths, loaded: config_mod.Loaded) -> int:
     inherited = notify.inherited_sockets(manager_env)
     try:
         paths_mod.prepare(paths)
-        serve(Daemon(paths, loaded, notify.Notifier(manager_env)), inherited)
+        serve(Daemon(paths, loaded, notify.Notifier(manager_env), registry=registry), inherited)
     except errors.StartupError as exc:
         log.error("cannot start: %s", exc.message)
         return EXIT_STARTUP

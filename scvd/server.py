@@ -40,12 +40,14 @@ class Daemon:
     """The running service: configuration, registry, sessions, approvals, connections."""
 
     def __init__(self, paths: Paths, loaded: Loaded, notifier: notify.Notifier | None = None,
-                 *, extra_tools: list[Any] | None = None, install_signals: bool = True) -> None:
+                 *, extra_tools: list[Any] | None = None, install_signals: bool = True,
+                 registry: Registry | None = None) -> None:
         self.paths = paths
         self.loaded = loaded
         self.extra_tools = list(extra_tools or [])  # embedders and tests add their own tools
         self.install_signals = install_signals  # only the main thread may install handlers
-        self.registry: Registry = build_registry(loaded.config, paths, self.extra_tools)
+        # the caller's, when it already built one from the same configuration (a start builds one, not two)
+        self.registry: Registry = registry or build_registry(loaded.config, paths, self.extra_tools)
         approvals = loaded.config.approvals
         self.gate = ApprovalGate(approvals.timeout_seconds, self._on_approval, approvals.max_pending)
         self.secrets = SecretStore(paths.secrets_file)  # blocking methods: call them in a thread
