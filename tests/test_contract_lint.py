@@ -332,3 +332,17 @@ def test_load_errors_are_kept_for_the_tools_answer():
     registry.add_error("/x/tool.json", "script_x", "rule 'length': too short")
     assert [(e.source, e.name, e.message) for e in registry.load_errors] == [
         ("/x/tool.json", "script_x", "rule 'length': too short")]
+
+
+@pytest.mark.parametrize("limit", [1024, 1 << 20, 1 << 24])
+def test_every_builtin_tool_passes_the_lint(limit: int) -> None:
+    """build_registry() skips the lint for built-ins at start (it costs schema generation): this is their check."""
+    from scvd.config import Config, ToolsConfig
+    from scvd.tools import builtin_tools
+
+    from scvd.tools.contract import findings
+
+    tools = builtin_tools(Config(tools=ToolsConfig(read_limit_bytes=limit)), None)
+    assert len(tools) >= 8
+    for tool in tools:
+        assert findings(tool) == [], tool.name

@@ -24,7 +24,13 @@ def builtin_tools(config: Any, paths: Any) -> list[Tool]:
 def build_registry(config: Any, paths: Any, extra: list[Tool] | None = None) -> Registry:
     """A registry of the built-in tools plus `extra` (tests add their own), then the user's
     script tools; a script tool that fails to load is kept in `registry.load_errors`."""
-    registry = Registry(builtin_tools(config, paths) + list(extra or []))
+    registry = Registry()
+    for tool in builtin_tools(config, paths):
+        # built-ins are linted by tests/test_contract_lint.py, not at every start: the lint
+        # generates each tool's JSON schema, a few ms per start for a result fixed in the code
+        registry.register(tool, enforce_lint=False)
+    for tool in extra or ():
+        registry.register(tool)
     if paths is not None:
         from .script import register_scripts
 
