@@ -7,7 +7,6 @@ Wire Structs tolerate unknown fields so peers can evolve; new fields always get
 defaults. `FrameReader` splits a byte stream into lines with a bounded buffer.
 """
 
-from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
