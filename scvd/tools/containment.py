@@ -304,14 +304,25 @@ def open_regular(dirfd: int, parts: tuple[str, ...], path: str,
 
     Returns (fd, its fstat, its real components).
     """
-    real = resolve(dirfd, parts, path)
-    if not real:
-        raise Failed("path names the workspace itself; give a file inside it, e.g. 'README.md'")
-    try:
-        # O_NONBLOCK: opening a FIFO must not hang; it is refused right after by fstat
-        fd = open_raw(dirfd, real, flags | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError as exc:
-        raise translate(dirfd, real, path, exc) from exc
+    # O_NONBLOCK: opening a FIFO must not hang; it is refused right after by fstat
+    flags |= os.O_NONBLOCK | os.O_NOCTTY
+    fd = -1
+    if parts and ".." not in parts:
+        # Most paths hold no symlink: then one open that follows none (open_raw, as below) is the
+        # whole resolution and `real` is `parts`. Anything else (a symlink on the way, a missing
+        # component) fails it, and the walk below finds the real path or says what is wrong.
+        try:
+            fd, real = open_raw(dirfd, parts, flags), parts
+        except OSError:
+            fd = -1
+    if fd < 0:
+        real = resolve(dirfd, parts, path)
+        if not real:
+            raise Failed("path names the workspace itself; give a file inside it, e.g. 'README.md'")
+        try:
+            fd = open_raw(dirfd, real, flags)
+        except OSError as exc:
+            raise translate(dirfd, real, path, exc) from exc
     try:
         st = os.fstat(fd)
         check_regular(st, path)
