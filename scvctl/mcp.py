@@ -198,6 +198,9 @@ class Bridge:
                                       scope=scope, reason="decided in the MCP host")
         except errors.ApprovalNotFound:
             pass  # decided elsewhere first: the first decision wins
+        except errors.ScvError as exc:  # e.g. forbidden: this host was started by scvd itself
+            print(f"scvctl mcp: the host's decision on {event.approval_id} was refused: "
+                  f"{exc.code}: {exc.message}", file=sys.stderr)
 
     def _withdraw(self, approval_id: str, reason: str) -> None:
         """The approval was settled without the host: take our question back."""
