@@ -69,7 +69,11 @@ def wait_pending(c: Client, count: int = 1, timeout: float = 15.0) -> list[Any]:
 
 def base_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SCV", "NOTIFY_", "LISTEN_"))}
-    env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
+    # a HOME with no profile: bash -l would otherwise run this machine's ~/.profile (pyenv init
+    # waits on a lock under load), which is not the daemon's behaviour under test
+    user_home = home.parent / f"{home.name}-user-home"
+    user_home.mkdir(parents=True, exist_ok=True)
+    env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", HOME=str(user_home),
                SCVD_SERVER__EVENT_LOOP=DAEMON_LOOP)
     env.update(extra)
     return env
