@@ -25,8 +25,9 @@ Rules of a call's life:
   the dispatch timeout -> completion.
 - `_complete()` is the only place that sends `call.completed`, resolves the
   handle's outcome and writes the completion audit line: exactly once per call,
-  on every path. `_audit()` is the only writer of audit lines (proposal,
-  completion, and the gate's decisions through `record_decision()`).
+  on every path. `write_audit()` is the daemon's only writer of audit lines
+  (proposal, completion, the gate's decisions through `record_decision()`, and
+  the server's other records).
 - A call's first step runs on a later loop turn than `submit()`, so the
   server's `call.accepted` always goes out before any event of the call.
 - A running call has one timer (`loop.call_at`): it sends `call.progress`
@@ -54,7 +55,7 @@ import msgspec
 from . import errors
 from .approvals import Approval, ApprovalGate, Decider, Verdict, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
-from .sessions import Session
+from .sessions import Owner, Session
 from .tools.contract import CallContext, Plan, Tool, check_timeout
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class Hub(Protocol):
     sandbox: Sandbox | None
     audit: AuditSink | None
 
-    def send_event(self, owner: object, event: Frame) -> None:
+    def send_event(self, owner: Owner, event: Frame) -> None:
         """Push an event to a session's owner (the connection stamps `seq`)."""
 
     def calls_changed(self) -> None:
@@ -194,7 +195,7 @@ class CallRegistry:
         """The audit line of a gate decision (approved, denied, expired, cancelled, dropped)."""
         d = approval.decided_by
         info = approval.info
-        self._write_audit(
+        self.write_audit(
             "decision", approval_id=approval.id, call_id=info.call_id, tool=info.tool,
             session=info.session, risk=info.risk, decision=approval.state.value, reason=approval.reason,
             decided_by={"pid": d.pid, "uid": d.uid, "client": d.client} if d else None)
@@ -371,10 +372,10 @@ class CallRegistry:
         self.hub.calls_changed()
 
     def _audit(self, event: str, call: Call, **fields: object) -> None:
-        self._write_audit(event, tool=call.tool_name, session=call.session.id, call_id=call.call_id,
-                          **fields)
+        self.write_audit(event, tool=call.tool_name, session=call.session.id, call_id=call.call_id, **fields)
 
-    def _write_audit(self, event: str, **fields: object) -> None:
+    def write_audit(self, event: str, **fields: object) -> None:
+        """Append one audit line; a failed write is logged, never raised (a full disk must not stop calls)."""
         audit = self.hub.audit
         if audit is None:
             return

@@ -29,7 +29,7 @@ from .paths import Paths
 from .process import set_child_subreaper
 from .secret_requests import SecretRequests
 from .secrets import SecretStore
-from .sessions import Session, new_session_id, open_workspace
+from .sessions import Owner, Session, new_session_id, open_workspace
 from .tools import build_registry
 from .tools.contract import Registry, findings
 
@@ -386,7 +386,7 @@ class Daemon:
         if fatal:
             conn.close()
 
-    def send_event(self, conn: object, event: p.Frame) -> None:
+    def send_event(self, conn: Owner, event: p.Frame) -> None:
         """Push an event; the connection stamps its own sequence number."""
         if isinstance(conn, Connection) and not conn.closed:
             event.seq = conn.next_seq()
@@ -527,12 +527,7 @@ class Daemon:
         return targets
 
     def _audit_line(self, event: str, **fields: Any) -> None:
-        if self.audit is None:
-            return
-        try:
-            self.audit.record(event, **fields)
-        except OSError as exc:
-            log.error("audit log write failed: %s", exc)
+        self.calls.write_audit(event, **fields)  # the one writer of audit lines
 
     async def on_agents_spec(self, conn: Connection, frame: p.AgentsSpec) -> p.Frame:
         from .adapters import service

@@ -18,9 +18,13 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import errors
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .tools.contract import Registry
 
 
 @dataclass(eq=False)
@@ -86,6 +90,14 @@ class Lane:
 _session_counter = itertools.count(1)
 
 
+class Owner(Protocol):
+    """Who holds sessions: a client connection, or an in-daemon caller (e.g. the chat loop)."""
+
+    client: str  # a name for listings
+    approver: bool  # whether its calls' approval requests go to it
+    sessions: dict[str, Any]  # its open sessions, by id
+
+
 @dataclass(eq=False)
 class Session:
     """A workspace held open by one connection, with its own lane, grants and config."""
@@ -93,9 +105,9 @@ class Session:
     id: str
     workspace: Path
     workspace_fd: int
-    owner: Any  # the connection that opened it
-    config: Any  # the config snapshot in force when it opened
-    registry: Any  # the tool registry built from that config
+    owner: Owner  # the connection that opened it: the session's events go to it
+    config: Config  # the config snapshot in force when it opened
+    registry: Registry  # the tool registry built from that config
     opened_at: float = field(default_factory=time.time)
     lane: Lane = field(default_factory=Lane)
     # (tool, risk, sandboxed) granted for the session: a grant made for a sandboxed call does not

@@ -128,6 +128,13 @@ def kinds(hub: FakeHub, call_id: str) -> list[str]:
 SESSIONS: list[Session] = []
 
 
+class FakeOwner:
+    """A session's owner as the registry sees it (scvd.sessions.Owner)."""
+
+    def __init__(self, client: str) -> None:
+        self.client, self.approver, self.sessions = client, True, {}
+
+
 @pytest.fixture(autouse=True)
 def _close_sessions() -> Any:
     yield
@@ -135,9 +142,9 @@ def _close_sessions() -> Any:
         SESSIONS.pop().close()
 
 
-def new_session(config: Config, owner: object = "owner", sid: str = "s1") -> Session:
+def new_session(config: Config, owner: str = "owner", sid: str = "s1") -> Session:
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
-    session = Session(id=sid, workspace=Path("/"), workspace_fd=fd, owner=owner, config=config,
+    session = Session(id=sid, workspace=Path("/"), workspace_fd=fd, owner=FakeOwner(owner), config=config,
                       registry=Registry(tools()))
     SESSIONS.append(session)
     return session
@@ -336,6 +343,7 @@ def test_a_fast_call_sends_only_its_completion_and_leaves_no_timer():
         assert outcome == Outcome(True, {"text": "hi"}, None)
         assert kinds(hub, handle.call_id) == ["call.completed"]
         assert completed(hub, handle.call_id).turn == "t9"
+        assert [owner for owner, _ in hub.sent] == [session.owner]  # events go to the session's owner
         assert call.timer is not None and call.timer.cancelled()
         assert [line["event"] for line in audit(hub, handle.call_id)] == ["proposal", "completion"]
         assert audit(hub, handle.call_id)[1]["outcome"] == "ok"
