@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,8 +103,8 @@ class Bridge:
 
     async def handle(self, line: bytes) -> None:
         try:
-            message = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            message = msgspec.json.decode(line)  # several times faster than json.loads on a 4 KiB result
+        except msgspec.DecodeError as exc:
             self._error(None, PARSE_ERROR, f"not JSON: {exc}")
             return
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
@@ -305,7 +304,7 @@ def call_result(done: p.CallCompleted) -> dict[str, Any]:
     """A call.completed as an MCP tool result: text for every host, structured where it is an object."""
     if done.ok:
         payload = msgspec.to_builtins(done.result)
-        text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+        text = payload if isinstance(payload, str) else msgspec.json.encode(payload).decode("utf-8")
         result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
         if isinstance(payload, dict):
             result["structuredContent"] = payload
