@@ -22,7 +22,8 @@ Rules of a call's life:
 - One table (`CallRegistry.table`) holds every call from submit to completion.
 - Order: refusal checks and decoding -> the session's lane -> `plan()` -> the
   approval gate -> `call.started` (only if the call waited) -> `run()` under
-  the dispatch timeout -> completion.
+  the dispatch timeout -> completion. A plan's `release` (what `plan()` holds
+  for `run()`, e.g. an fd) is called once, however the call ends after `plan()`.
 - `_complete()` is the only place that sends `call.completed`, resolves the
   handle's outcome and writes the completion audit line: exactly once per call,
   on every path. `write_audit()` is the daemon's only writer of audit lines
