@@ -5,6 +5,8 @@ imported only when a script tool exists) before any approval, then arrive on the
 script's stdin as one JSON object. stdout is the result: JSON when it parses, else
 text. A non-zero exit fails the call with the tail of stderr; exit 77 means "a
 credential was rejected", which is `credential_missing` naming the declared keys.
+A declared secret's value never comes back: wherever the script printed it
+(stdout or stderr, plain or JSON-escaped) it reads `[secret KEY]`.
 
 The script runs through the one process runner, in the workspace, inside the
 sandbox when it is on (its folder bound read-only), with an environment scrubbed
@@ -115,7 +117,7 @@ class ScriptTool(Tool):
             )
         except OSError as exc:
             raise Failed(f"{self.name}: cannot start {self.definition.executable}: {exc.strerror or exc}") from exc
-        return self._answer(result, plan)
+        return self._answer(redacted(result, secrets), plan)
 
     def _secrets(self, ctx: CallContext) -> dict[str, str]:
         """The declared secrets' values, or CredentialMissing for the first missing key."""
@@ -153,6 +155,25 @@ class ScriptTool(Tool):
             except ValueError:
                 pass
         return result.output
+
+
+def redact(text: str, secrets: dict[str, str]) -> str:
+    """`text` with every form of each secret's value (as printed, or JSON-escaped) as `[secret KEY]`."""
+    forms = {}
+    for key, value in secrets.items():
+        for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
+            forms[form] = f"[secret {key}]"
+    for form in sorted(forms, key=len, reverse=True):  # a value inside a longer one goes with it
+        text = text.replace(form, forms[form])
+    return text
+
+
+def redacted(result: Any, secrets: dict[str, str]) -> Any:
+    """The run's output and stderr with the secrets' values taken out (before any slicing or parsing)."""
+    if secrets:
+        result.output = redact(result.output, secrets)
+        result.stderr = redact(result.stderr, secrets)
+    return result
 
 
 def register_scripts(registry: Registry, paths: Any) -> None:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from harness import pid_gone, wait_until
@@ -262,3 +263,51 @@ def test_the_example_tool_works(make_daemon, scv_home, workspace):
         done = c.call(c.open_session(workspace), "script_word_count", {"text": "to be or not to be"})
     assert done.ok, done.error
     assert done.result == {"words": 6, "unique": 4}
+
+
+# prints its secret every way a careless script might: a JSON result, plain text, stderr, with quoting
+ECHOES_TOKEN = """#!/bin/bash
+cat >/dev/null
+python3 - <<'PY'
+import json, os, sys
+v = os.environ["API_TOKEN"]
+print("debug: Authorization: Bearer " + v, file=sys.stderr)
+if os.environ.get("SCV_TOOL_DIR", "").endswith("as_text"):
+    print("token=" + v)
+else:
+    print(json.dumps({"echo": v, "n": 1}))  # escaped: \\" and \\u00e9
+sys.exit(1 if os.environ.get("SCV_TOOL_DIR", "").endswith("fails") else 0)
+PY
+"""
+
+
+def test_a_script_that_prints_its_secret_never_hands_the_value_back(make_daemon, scv_home, workspace):
+    """A declared secret's value is replaced by [secret KEY] in the result and in the error."""
+    value = 'tok-"quoted"\\é-123'
+    for name in ("as_json", "as_text", "fails"):
+        make_tool(scv_home, name, ECHOES_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env={"API_TOKEN": value,
+                                        "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        as_json = c.call(sid, "script_as_json", {"text": "x"})
+        as_text = c.call(sid, "script_as_text", {"text": "x"})
+        fails = c.call(sid, "script_fails", {"text": "x"})
+    assert as_json.result["echo"] == "[secret API_TOKEN]" and as_json.result["n"] == 1
+    assert as_text.result == "token=[secret API_TOKEN]\n"
+    assert fails.error.kind == "failed" and "Bearer [secret API_TOKEN]" in fails.error.message
+    texts = list(strings(msgspec.to_builtins([as_json, as_text, fails])))
+    assert texts and not [t for t in texts if "tok-" in t]  # no form of the value, escaped or not
+
+
+def strings(value: Any) -> Any:
+    """Every string in a decoded frame, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings(v)
