@@ -6,12 +6,14 @@ that the key is stored. A turn may ask at most `MAX_ROUNDS` times for one tool
 (counted per session and `call.turn`; a call without a turn counts under the
 session as one turn), so a credential that keeps failing cannot loop on a person.
 The masked prompt is the approval: the tool is read_only and always_allow.
+`tool` must name a tool of the registry the call came through (`known`), so an
+invented name cannot open a fresh count.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 import msgspec
 
@@ -51,6 +53,9 @@ class StoreSecret(Tool):
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(always_allow=True, system_use=True, timeout=NO_TIMEOUT)  # waits on a person
 
+    def __init__(self) -> None:
+        self.known: Callable[[str], Any] | None = None  # the registry's get(), set by build_registry
+
     def session_services(self, workspace: Any, config: Any, paths: Any) -> dict[str, Any]:
         return {ROUNDS_SERVICE: Counter()}
 
@@ -59,6 +64,10 @@ class StoreSecret(Tool):
             check_key(args.key)
         except ScvError as exc:  # the reserved name; the schema's pattern covers the rest
             raise InvalidArguments(f"store_secret: {exc.message}") from None
+        if self.known is not None and (args.tool == self.name or self.known(args.tool) is None):
+            raise InvalidArguments(
+                f"tool {args.tool!r} is not a tool scvd has: give the name of the tool that failed for want "
+                f"of {args.key}, as you called it (e.g. 'script_gh_issues')")
         return Plan(risk=ToolRisk.READ_ONLY, summary=f"ask a person to enter {args.key} for {args.tool}",
                     details={"key": args.key, "tool": args.tool})
 

@@ -121,6 +121,21 @@ def test_a_bad_key_or_value_is_refused_and_the_request_stays_pending(setup, work
         assert agent.wait_call(call_id).ok
 
 
+def test_the_round_limit_cannot_be_dodged_by_naming_a_tool_that_does_not_exist(setup, workspace):
+    """`tool` must name a registered tool: an invented name (a fresh count) is refused, nobody is asked."""
+    d = setup
+    with d.client(name="agent") as agent, d.client(name="person") as watcher:
+        watcher.request(p.ApprovalsWatch)
+        sid = agent.open_session(workspace)
+        for tool in ("script_token_2", "store_secret"):
+            done = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": tool}, turn="t1")
+            assert done.error.kind == "invalid_arguments"
+            assert f"tool {tool!r} is not a tool" in done.error.message
+            assert "the tool that failed for want of API_TOKEN" in done.error.message
+        watcher.request(p.Ping)
+        assert not [e for e in watcher.core.events if isinstance(e, p.SecretRequested)]
+
+
 def test_no_approver_connected_fails_at_once_naming_both_ways_out(setup, workspace):
     d = setup
     with d.client(name="agent") as agent:
