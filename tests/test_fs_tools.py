@@ -22,7 +22,7 @@ from scvd.config import Config
 from scvd.errors import Cancelled, Failed, InvalidArguments
 from scvd.tools import build_registry, fs
 from scvd.tools.contract import ToolRisk
-from scvd.tools.secrets import secret_reason
+from scvd.tools.secret_paths import secret_reason
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,7 @@ from ..workers import inline_ok, run_blocking
 from . import containment
 from .containment import show
 from .contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
-from .secrets import secret_reason
+from .secret_paths import secret_reason
 
 CHUNK = 1 << 20
 DEFAULT_READ_LIMIT = 65536
