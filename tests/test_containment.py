@@ -8,6 +8,7 @@ replaced (never written through).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from fs_support import Workspace, backend, ws  # noqa: F401  (fixtures)
+from fs_support import TOOLS, Workspace, backend, ws  # noqa: F401  (fixtures)
 from scvd.errors import Failed, InvalidArguments, PathMissing, ToolError
 from scvd.tools import containment
 from scvd.tools.fs import inspect_target, read_file, write_file
@@ -223,6 +224,35 @@ def test_run_checks_again_without_plan(ws: Workspace, backend: str, monkeypatch:
     with pytest.raises(ToolError):
         ws.run_only("write", path=_create_path(case, path), content="x", mode="create")
     assert ws.outside_listing() == {"secret.txt": b"TOP SECRET\n"}
+
+
+@pytest.mark.parametrize("change", ["retarget", "new_link", "dir_to_link"])
+def test_a_write_lands_only_where_it_was_approved(ws: Workspace, backend: str, change: str) -> None:
+    """A link retargeted, or one that appears, between plan (the approval) and run: nothing is written."""
+    (ws.root / "a.txt").write_text("a")
+    (ws.root / "b.txt").write_text("b")
+    (ws.root / "d").mkdir()
+    os.symlink("a.txt", ws.root / "notes")
+    path = {"retarget": "notes", "new_link": "a.txt", "dir_to_link": "d/a.txt"}[change]
+    if change == "dir_to_link":
+        (ws.root / "d" / "a.txt").write_text("d")
+    t = TOOLS["write"]
+    args = t.decode({"path": path, "content": "new", "mode": "replace"})
+    plan = t.plan(args, ws.ctx)  # what the approver saw
+    if change == "retarget":
+        os.replace(ws.root / "notes", ws.root / "notes.old")
+        os.symlink("b.txt", ws.root / "notes")
+    elif change == "new_link":
+        os.replace(ws.root / "a.txt", ws.root / "a.old")
+        os.symlink("b.txt", ws.root / "a.txt")
+    else:
+        os.rename(ws.root / "d", ws.root / "d.real")
+        os.symlink(".", ws.root / "d")  # d/a.txt is now the top-level a.txt
+    with pytest.raises(InvalidArguments) as info:
+        asyncio.run(t.run(args, plan, ws.ctx))
+    assert f"path {path!r} changed since it was approved" in info.value.message
+    assert "nothing was written" in info.value.message
+    assert (ws.root / "b.txt").read_text() == "b" and not (ws.root / "a.txt").read_text() == "new"
 
 
 def test_symlink_error_names_the_component(ws: Workspace, backend: str) -> None:

@@ -160,11 +160,19 @@ def utf8_problem(path: str, data: bytes, offset: int, total: int, before: bytes)
 
 
 def write_file(
-    dirfd: int, path: str, data: bytes, mode: str, expected_sha256: str | None = None, cancel: Any = NEVER
+    dirfd: int, path: str, data: bytes, mode: str, expected_sha256: str | None = None,
+    approved: tuple[str, ...] | None = None, cancel: Any = NEVER,
 ) -> dict:
-    """Atomically create or replace a workspace file with `data`; see docs/tools.md#write."""
+    """Atomically create or replace a workspace file with `data`; see docs/tools.md#write.
+
+    `approved`: the real components the approver was shown; a path that leads elsewhere now is refused.
+    """
     parts = file_parts(path)
     real = resolve_file(dirfd, parts, path)
+    if approved is not None and real != approved:
+        raise InvalidArguments(
+            f"path {show(path)} changed since it was approved: it led to {show(containment.join(approved))}, "
+            f"now to {show(containment.join(real))} (a symlink changed); nothing was written: call again")
     parent = open_parent(dirfd, real, path)
     try:
         existing = inspect_target(parent, real, path, mode)
@@ -487,7 +495,10 @@ class WriteTool(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         data = plan.data if plan.data is not None else args.content.encode("utf-8")
-        return await run_blocking(write_file, ctx.workspace_fd, args.path, data, args.mode, args.expected_sha256)
+        shown = plan.details.get("resolved_path", plan.details.get("path"))  # the file the approver saw
+        approved = containment.split(shown) if shown else None
+        return await run_blocking(write_file, ctx.workspace_fd, args.path, data, args.mode, args.expected_sha256,
+                                  approved)
 
 
 def write_summary(shown: str, mode: str, content: str, data: bytes) -> str:
