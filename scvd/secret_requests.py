@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from . import errors, protocol as p
 from .secrets import SecretStore, check_key, check_value
+from .text import printable
 
 log = logging.getLogger("scvd.secrets")
 
@@ -71,7 +72,8 @@ class SecretRequests:
         timeout = self._timeout()
         request = SecretRequest(
             id=f"s-{secrets.token_hex(6)}", session=session, call_id=call_id, key=key,
-            question=(question or f"{tool or 'a tool'} needs the secret {key}")[:MAX_QUESTION_CHARS],
+            # the agent wrote it: escaped like an approval's summary, for terminals and chat bridges alike
+            question=printable((question or f"{tool or 'a tool'} needs the secret {key}")[:MAX_QUESTION_CHARS]),
             tool=tool, targets=targets, expires_at=time.time() + timeout if timeout else None)
         self.pending[request.id] = request
         log.info("secret request %s: %s for %s (session %s), asked %d approver(s)",

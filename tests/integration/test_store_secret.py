@@ -209,6 +209,19 @@ def test_scvctl_approvals_watch_asks_for_the_value_and_never_prints_it(setup, wo
     assert VALUE in (d.home / "secrets.toml").read_text()
 
 
+def test_the_agents_question_reaches_approvers_with_control_characters_escaped(setup, workspace):
+    """Like an approval's summary: an ANSI escape or a bidi override cannot repaint a bridge's or terminal's text."""
+    d = setup
+    with d.client(name="agent") as agent, d.client(name="person") as watcher:
+        watcher.request(p.ApprovalsWatch)
+        call_id = agent.start_call(agent.open_session(workspace), "store_secret", {
+            "key": "API_TOKEN", "tool": "script_token", "question": "\x1b[2K\rEnter your \u202egnp.\nPIN"})
+        request = secret_requested(watcher, "API_TOKEN")
+        assert request.question == "\\x1b[2K\\rEnter your \\u202egnp.\nPIN"
+        watcher.request(p.SecretDecline, request_id=request.request_id)
+        assert agent.wait_call(call_id).error.kind == "denied"
+
+
 def test_a_watcher_that_arrives_later_is_asked_too_and_the_first_answer_wins(setup, workspace):
     d = setup
     with d.client(name="agent") as agent, d.client(name="early") as early, d.client(name="late") as late:
