@@ -111,9 +111,10 @@ class SecretRequests:
         del self.pending[request.id]  # taken: a second answer while storing finds nothing
         try:
             entry = await asyncio.to_thread(self.store.set, request.key, value)
-        except errors.ScvError as exc:
+        except Exception as exc:  # whatever it is, the call ends now, not at the timeout
+            why = exc.message if isinstance(exc, errors.ScvError) else type(exc).__name__
             self._finish(request, "failed", decided_by, errors.Failed(
-                f"{request.key} could not be stored: {exc.message}"), reason=exc.message)
+                f"{request.key} could not be stored: {why}"), reason=why)
             raise
         self._finish(request, "stored", decided_by, None, entry=entry)
 

@@ -312,17 +312,23 @@ class SecretStore:
             return {}, []
         except OSError as exc:
             raise errors.ConfigError(f"{self.path}: cannot read ({exc.strerror})") from None
-        with os.fdopen(fd, "rb") as f:
-            if os.fstat(fd).st_mode & 0o077:  # someone loosened it: a secrets file stays 0600
-                os.fchmod(fd, FILE_MODE)
-                log.warning("repaired permissions: %s was readable by others; now 0600", self.path)
-            text = f.read().decode("utf-8", "replace")
+        try:
+            with os.fdopen(fd, "rb") as f:
+                if os.fstat(fd).st_mode & 0o077:  # someone loosened it: a secrets file stays 0600
+                    os.fchmod(fd, FILE_MODE)
+                    log.warning("repaired permissions: %s was readable by others; now 0600", self.path)
+                text = f.read().decode("utf-8", "replace")
+        except OSError as exc:  # e.g. a directory in its place
+            raise errors.ConfigError(f"{self.path}: cannot read ({exc.strerror}); fix or remove it") from None
         return parse_file(self.path, text)
 
     def _write(self, values: Mapping[str, str], names: list[str]) -> None:
         """Atomically: a 0600 temporary file in the same directory, then rename."""
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        except OSError as exc:
+            raise errors.ConfigError(f"{self.path}: cannot write ({exc.strerror} on {tmp})") from None
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 os.fchmod(f.fileno(), FILE_MODE)
@@ -330,6 +336,9 @@ class SecretStore:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
+        except OSError as exc:  # a full disk, a directory in the file's place
+            tmp.unlink(missing_ok=True)
+            raise errors.ConfigError(f"{self.path}: cannot write ({exc.strerror})") from None
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

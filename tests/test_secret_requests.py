@@ -1,0 +1,62 @@
+"""SecretRequests without sockets (h11-style): a real SecretStore, connections as plain objects.
+
+A request must end once and at once whatever storing the value does: an answer
+that cannot be stored fails the call now, never leaves it waiting for a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scvd import errors, protocol as p
+from scvd.secret_requests import SecretRequests
+from scvd.secrets import SecretStore
+
+
+class Conn:
+    closed = False
+
+
+def requests_for(store: SecretStore, sent: list[tuple[Any, p.Frame]], audit: list[dict]) -> SecretRequests:
+    conn = Conn()
+    return SecretRequests(store, approvers=lambda session: [conn], send=lambda c, e: sent.append((c, e)),
+                          timeout=lambda: 3600, audit=lambda event, **f: audit.append({"event": event, **f}))
+
+
+def test_an_answer_that_cannot_be_stored_fails_the_call_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
+    path = tmp_path / "conf" / "secrets.toml"
+    path.mkdir(parents=True)  # a directory where the file belongs: reading and writing it fail
+    sent: list[tuple[Any, p.Frame]] = []
+    audit: list[dict] = []
+    requests = requests_for(SecretStore(path, env={}), sent, audit)
+
+    async def scenario() -> tuple[BaseException | None, BaseException | None]:
+        ask = asyncio.create_task(requests.ask(session="s1", call_id="c1", key="API_TOKEN", question="", tool="t"))
+        while not sent:
+            await asyncio.sleep(0)
+        request_id = sent[0][1].request_id
+        provided = None
+        try:
+            await requests.provide(request_id, "typed-value-77", decided_by="person")
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            provided = exc
+        for _ in range(3):
+            await asyncio.sleep(0)
+        if not ask.done():  # it would wait for the 3600 s timeout
+            ask.cancel()
+            return provided, None
+        return provided, ask.exception()
+
+    provided, asked = asyncio.run(scenario())
+    assert isinstance(provided, errors.ConfigError) and str(path) in provided.message
+    assert isinstance(asked, errors.Failed) and "API_TOKEN could not be stored" in asked.message
+    assert str(path) in asked.message and "typed-value-77" not in asked.message
+    resolved = [e for _, e in sent if isinstance(e, p.SecretResolved)]
+    assert [e.state for e in resolved] == ["failed"] and not requests.pending
+    assert [a["state"] for a in audit if a["event"] == "secret_resolved"] == ["failed"]
+    assert "typed-value-77" not in repr(sent) + repr(audit)
