@@ -78,14 +78,29 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     ({"command": "/bin/true"}, None, "command", "must be a path inside"),
     ({"command": "../../escape"}, None, "command", "leads outside"),
     ({"command": "./missing"}, None, "command", "does not exist"),
+    # jsonschema would fetch it, on the event loop, every call: never
+    ({"parameters": {"type": "object", "properties": {"a": {"$ref": "https://example.invalid/a.json"}}}},
+     None, "parameters", "$ref 'https://example.invalid/a.json' at properties/a points outside tool.json"),
+    ({"parameters": {"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}}},
+     None, "parameters", "$ref '#/$defs/nope' at properties/a leads nowhere in parameters"),
 ], ids=["json", "unknown-field", "risk", "not-object", "bad-schema", "timeout-0", "timeout-negative",
-        "secret-name", "absolute-command", "escaping-command", "missing-command"])
+        "secret-name", "absolute-command", "escaping-command", "missing-command", "remote-ref", "broken-ref"])
 def test_a_bad_definition_names_the_file_and_the_rule(home: Path, spec, raw, rule, text):
     folder = make_tool(home, spec=spec, raw=raw)
     error = only_error(home)
     assert error.source.endswith("tool.json") and str(folder) in error.source
     assert error.name == "script_words"
     assert f"rule {rule!r}" in error.message and text in error.message, error.message
+
+
+def test_a_local_ref_is_fine_and_validates(home: Path):
+    params = {"type": "object", "$defs": {"n": {"type": "integer"}}, "properties": {
+        "count": {"$ref": "#/$defs/n", "default": 1, "description": "How many to count, e.g. 3; default 1."}}}
+    make_tool(home, spec={"parameters": params})
+    (d,), failed = load_all(paths(home))
+    assert failed == []
+    with pytest.raises(errors.InvalidArguments, match="argument `count`: 'x' is not of type 'integer'"):
+        ScriptTool(d).decode({"count": "x"})
 
 
 def test_a_command_that_is_not_executable_says_how_to_fix_it(home: Path):

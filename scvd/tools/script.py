@@ -66,11 +66,18 @@ class ScriptTool(Tool):
     def decode(self, arguments: Any) -> Any:
         """Validate against the tool.json schema; the first error names the field."""
         import jsonschema
+        import referencing
+        from referencing.exceptions import Unresolvable
 
         if self._validator is None:
             schema = self.definition.spec.parameters
-            self._validator = jsonschema.validators.validator_for(schema)(schema)
-        problems = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+            # an empty registry: a $ref is looked up in the schema, never fetched (script_defs refuses others)
+            self._validator = jsonschema.validators.validator_for(schema)(schema, registry=referencing.Registry())
+        try:
+            problems = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        except Unresolvable as exc:
+            raise Failed(f"{self.name}: a $ref in its parameters cannot be resolved ({exc}); fix "
+                         f"{self.definition.folder / 'tool.json'}") from None
         if problems:
             first = problems[0]
             where = ".".join(str(p) for p in first.absolute_path)

@@ -127,6 +127,38 @@ def _check_parameters(path: Path, schema: dict[str, Any]) -> None:
     except jsonschema.SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
         raise DefinitionError(path, "parameters", f"not a valid JSON Schema at {where}: {exc.message}") from None
+    for where, ref in _refs(schema, ()):
+        _check_ref(path, schema, "/".join(where) or "(top)", ref)
+
+
+def _refs(node: Any, where: tuple[str, ...]) -> Any:
+    """(where, target) of every `$ref` in a schema."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield where, value
+            else:
+                yield from _refs(value, (*where, str(key)))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _refs(value, (*where, str(i)))
+
+
+def _check_ref(path: Path, schema: dict[str, Any], where: str, ref: str) -> None:
+    """Only a pointer into `parameters` itself: jsonschema would fetch any other, on every call."""
+    if not ref.startswith("#"):
+        raise DefinitionError(path, "parameters", f"$ref {ref!r} at {where} points outside tool.json; scvd "
+                                                  "never fetches schemas: put it under $defs, as '#/$defs/NAME'")
+    if ref.startswith("#/") or ref == "#":
+        node: Any = schema
+        for part in ref[2:].split("/") if ref != "#" else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                raise DefinitionError(path, "parameters", f"$ref {ref!r} at {where} leads nowhere in parameters")
 
 
 def _executable(path: Path, folder: Path, command: str) -> Path:
