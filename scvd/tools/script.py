@@ -131,7 +131,10 @@ class ScriptTool(Tool):
         store = ctx.services.get(SECRETS_SERVICE) or SecretStore(ctx.paths.secrets_file)
         values: dict[str, str] = {}
         for key in self.definition.spec.secrets:
-            value = store.get(key)
+            try:
+                value = store.get(key)
+            except ScvError as exc:  # a broken secrets.toml: its message names the file and the fix
+                raise Failed(f"{self.name}: cannot look up its secret {key}: {exc.message}") from None
             if value is None:
                 raise CredentialMissing(f"{self.name}: {missing_message(key)}",
                                         hint=f"scvctl secrets set {key}")

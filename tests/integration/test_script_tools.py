@@ -240,6 +240,21 @@ def test_a_missing_secret_is_credential_missing_before_the_script_starts(make_da
     assert not marker.exists()
 
 
+def test_a_broken_secrets_file_fails_the_call_saying_which_file_and_why(make_daemon, scv_home, workspace,
+                                                                         tmp_path):
+    marker = tmp_path / "ran"
+    make_tool(scv_home, "token", f"#!/bin/bash\ntouch {marker}\n", risk="read_only", secrets=["API_TOKEN"])
+    (scv_home / "secrets.toml").write_text("API_TOKEN = 5\n")
+    (scv_home / "secrets.toml").chmod(0o600)
+    d = make_daemon(home=scv_home, env={"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_token", {"text": "x"})
+    assert done.error.kind == "failed"
+    assert "script_token: cannot look up its secret API_TOKEN" in done.error.message
+    assert f"{scv_home / 'secrets.toml'}: 'API_TOKEN' must be a name" in done.error.message
+    assert not marker.exists()
+
+
 def test_exit_77_is_a_rejected_credential_naming_its_key(make_daemon, scv_home, workspace):
     make_tool(scv_home, "token", "#!/bin/bash\necho '401 Unauthorized' >&2\nexit 77\n", risk="read_only",
               secrets=["API_TOKEN"])
