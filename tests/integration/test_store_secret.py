@@ -140,9 +140,8 @@ def test_no_approver_connected_fails_at_once_naming_both_ways_out(setup, workspa
     d = setup
     with d.client(name="agent") as agent:
         sid = agent.open_session(workspace)
-        started = time.monotonic()
+        # no timing: were it to wait for an approver, the 900 s approvals timeout would outlast pytest's
         done = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
-        assert time.monotonic() - started < 10  # not an approval timeout of 900 s
     assert done.error.kind == "unavailable"
     assert "no approver is connected" in done.error.message
     assert "scvctl secrets set API_TOKEN" in done.error.message
