@@ -255,6 +255,28 @@ def test_a_write_lands_only_where_it_was_approved(ws: Workspace, backend: str, c
     assert (ws.root / "b.txt").read_text() == "b" and not (ws.root / "a.txt").read_text() == "new"
 
 
+@pytest.mark.parametrize("size", ["small", "big"])  # read on the loop, or on a pool thread
+def test_a_read_judged_not_secret_like_cannot_read_where_a_link_leads_later(ws: Workspace, backend: str,
+                                                                            size: str) -> None:
+    """plan() decided read_only for notes -> README.md; after a swap to notes -> .env, run() never reads .env."""
+    body = "x" * (10 << 20 if size == "big" else 10)
+    (ws.root / "README.md").write_text(body)
+    (ws.root / ".env").write_text("API_KEY=" + body)
+    os.symlink("README.md", ws.root / "notes")
+    t = TOOLS["read"]
+    args = t.decode({"path": "notes"})
+    plan = t.plan(args, ws.ctx)
+    assert plan.risk.value == "read_only"
+    os.replace(ws.root / "notes", ws.root / "notes.old")
+    os.symlink(".env", ws.root / "notes")
+    if size == "small":  # plan() held it open: run() reads that very file
+        assert asyncio.run(t.run(args, plan, ws.ctx))["content"] == body
+        return
+    with pytest.raises(InvalidArguments) as info:  # resolved again on the pool: refused
+        asyncio.run(t.run(args, plan, ws.ctx))
+    assert "path 'notes' changed since scvd checked it: it led to 'README.md', now to '.env'" in info.value.message
+
+
 def test_symlink_error_names_the_component(ws: Workspace, backend: str) -> None:
     (ws.root / "a").mkdir()
     os.symlink(ws.outside, ws.root / "a" / "b")

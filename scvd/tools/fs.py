@@ -54,14 +54,18 @@ def _check_cancel(cancel: Any) -> None:
 # --- reading -------------------------------------------------------------------
 
 
-def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_LIMIT, cancel: Any = NEVER,
-              *, small_only: bool = False) -> Any:
+def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_LIMIT,
+              approved: tuple[str, ...] | None = None, cancel: Any = NEVER, *, small_only: bool = False) -> Any:
     """Read bytes [offset, offset+limit) of a workspace file as UTF-8, with the whole file's sha256.
 
     With small_only, None unless the file is small enough to read on the event loop (`inline_ok`).
+    `approved`: the real components plan() judged (secret-like or not); a path leading elsewhere now is refused.
     """
     parts = containment.split(path)
     fd, st, real = containment.open_regular(dirfd, parts, path)
+    if approved is not None and real != approved:
+        os.close(fd)
+        raise moved_error(path, approved, real, "since scvd checked it", "nothing was read")
     if small_only and not inline_ok(fd, st):
         os.close(fd)
         return None
@@ -90,6 +94,19 @@ def read_open(fd: int, path: str, parts: tuple[str, ...], real: tuple[str, ...],
         "truncated": offset + len(data) < total,
         "sha256": digest,
     }
+
+
+def moved_error(path: str, planned: tuple[str, ...], real: tuple[str, ...], since: str, done: str) -> InvalidArguments:
+    """A path that now leads to another file than plan() judged (a symlink retargeted or swapped in)."""
+    return InvalidArguments(
+        f"path {show(path)} changed {since}: it led to {show(containment.join(planned))}, now to "
+        f"{show(containment.join(real))} (a symlink changed); {done}: call again")
+
+
+def planned_real(plan: Plan) -> tuple[str, ...] | None:
+    """The real components plan() resolved the path to (None for a plan without them)."""
+    shown = plan.details.get("resolved_path", plan.details.get("path"))
+    return containment.split(shown) if shown else None
 
 
 def _resolved(parts: tuple[str, ...], real: tuple[str, ...]) -> dict[str, str]:
@@ -170,9 +187,7 @@ def write_file(
     parts = file_parts(path)
     real = resolve_file(dirfd, parts, path)
     if approved is not None and real != approved:
-        raise InvalidArguments(
-            f"path {show(path)} changed since it was approved: it led to {show(containment.join(approved))}, "
-            f"now to {show(containment.join(real))} (a symlink changed); nothing was written: call again")
+        raise moved_error(path, approved, real, "since it was approved", "nothing was written")
     parent = open_parent(dirfd, real, path)
     try:
         existing = inspect_target(parent, real, path, mode)
@@ -443,7 +458,8 @@ class ReadTool(Tool):
                 return read_open(held.fd, args.path, held.parts, held.real, args.offset, args.limit)
             finally:
                 held.close()
-        return await run_blocking(read_file, ctx.workspace_fd, args.path, args.offset, args.limit)
+        # resolved again there: it must still lead to the file whose risk plan() judged
+        return await run_blocking(read_file, ctx.workspace_fd, args.path, args.offset, args.limit, planned_real(plan))
 
 
 class _Held:
@@ -495,10 +511,8 @@ class WriteTool(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         data = plan.data if plan.data is not None else args.content.encode("utf-8")
-        shown = plan.details.get("resolved_path", plan.details.get("path"))  # the file the approver saw
-        approved = containment.split(shown) if shown else None
         return await run_blocking(write_file, ctx.workspace_fd, args.path, data, args.mode, args.expected_sha256,
-                                  approved)
+                                  planned_real(plan))  # the file the approver saw
 
 
 def write_summary(shown: str, mode: str, content: str, data: bytes) -> str:
