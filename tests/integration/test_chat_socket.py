@@ -298,7 +298,7 @@ def test_provider_codex_without_an_import_says_how_to_get_one(chat_rig, workspac
 
 
 def test_store_secret_asks_at_most_twice_per_tool_per_turn(chat_rig, workspace):
-    ask = ("store_secret", {"key": "GH_TOKEN", "tool": "script_gh"})
+    ask = ("store_secret", {"key": "GH_TOKEN", "tool": "bash"})
     model, d = chat_rig(Calls(("find_tools", {"query": "store_secret", "include_system": True})),
                         Calls(ask), Calls(ask), Calls(ask), Text("giving up"),
                         Calls(ask), Text("asked once more"))
