@@ -234,8 +234,9 @@ class Daemon:
 
     async def _reload_once(self) -> bool:
         try:
-            loaded = load(Path(self.loaded.path))
-            registry = build_registry(loaded.config, self.paths, self.extra_tools)
+            # reading tool.json files (and the first jsonschema import) stays off the loop
+            loaded = await asyncio.to_thread(load, Path(self.loaded.path))
+            registry = await asyncio.to_thread(build_registry, loaded.config, self.paths, self.extra_tools)
             sandbox, verdict = await self._probe_sandbox(loaded.config)
         except errors.ScvError as exc:
             log.error("reload failed, keeping the old configuration: %s", exc.message)
