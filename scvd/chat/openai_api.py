@@ -8,6 +8,7 @@ ProviderFailure. Imported only when a turn runs, so the idle daemon never loads 
 
 from __future__ import annotations
 
+import abc
 from typing import Any, AsyncIterator
 
 import openai
@@ -16,7 +17,9 @@ from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextD
 from .provider import ProviderFailure, Settings
 
 
-class _Base:
+class _Base(abc.ABC):
+    """Error mapping and the client's life; a subclass speaks one wire API in `_events`."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
@@ -46,8 +49,9 @@ class _Base:
     def _where(self) -> str:
         return f"provider {self.settings.name!r} ({self.settings.base_url})"
 
+    @abc.abstractmethod
     def _events(self, client: openai.AsyncOpenAI, request: ModelRequest) -> AsyncIterator[Any]:
-        raise NotImplementedError
+        """The wire API's stream, translated into the engine's events."""
 
 
 def _detail(exc: openai.APIStatusError) -> str:
