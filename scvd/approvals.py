@@ -11,6 +11,9 @@ Rules:
   which the server routes to the owner connection (if it approves) and all watchers.
 - A `session` grant covers one tool at one risk for the rest of one session;
   one given to a sandboxed call covers only sandboxed calls of that tool.
+- A call that always asks (a sensitive target, `always_ask.py`) is asked whatever
+  grant or policy would run it, and its request is approved once only: a
+  `session` scope given to it is recorded as `once`.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ def policy_verdict(
     always_allow: bool,
     granted: bool,
     sandbox_active: bool,
+    always_asks: bool = False,
 ) -> Verdict:
     """Whether a planned call runs, asks, or is denied under `policy`."""
     read_only = plan.risk is ToolRisk.READ_ONLY
@@ -81,6 +85,8 @@ def policy_verdict(
         return Verdict.RUN
     if policy == "never":
         return Verdict.DENY
+    if always_asks:
+        return Verdict.ASK
     if granted:
         return Verdict.RUN
     if policy == "sandbox-aware" and sandbox_active and contained(plan):
@@ -186,7 +192,7 @@ class ApprovalGate:
         """Apply a person's decision; the first one wins."""
         approval = self._get(approval_id)
         approval.decided_by = decider
-        approval.scope = scope if approve else "once"
+        approval.scope = scope if approve and not approval.info.always_ask else "once"
         return self._resolve(approval, ApprovalEvent.APPROVE if approve else ApprovalEvent.DENY, reason)
 
     def cancel(self, approval_id: str, reason: str) -> None:

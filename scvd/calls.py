@@ -54,10 +54,11 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 import msgspec
 
 from . import errors
+from .always_ask import always_ask_reason
 from .approvals import Approval, ApprovalGate, Decider, Verdict, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Owner, Session
-from .tools.contract import CallContext, Plan, Tool, check_timeout
+from .tools.contract import CallContext, Plan, Tool, ToolRisk, check_timeout
 
 if TYPE_CHECKING:
     from .paths import Paths
@@ -271,10 +272,13 @@ class CallRegistry:
         cfg = session.config.approvals
         risk = plan.risk.value
         sandbox = self.hub.sandbox
+        # only calls that are not read-only: reading .git is harmless, a secret-like read is filesystem
+        always = (always_ask_reason(plan.targets, cfg.always_ask)
+                  if plan.targets and plan.risk is not ToolRisk.READ_ONLY else None)
         verdict = policy_verdict(
             cfg.policy, plan, always_allow=tool.flags.always_allow,
             granted=session.granted(tool.name, risk, plan.sandboxed),
-            sandbox_active=bool(sandbox and sandbox.active))
+            sandbox_active=bool(sandbox and sandbox.active), always_asks=always is not None)
         self._audit("proposal", call, risk=risk, policy=cfg.policy, decision=verdict.value)
         if verdict is Verdict.RUN:
             return False
@@ -285,7 +289,7 @@ class CallRegistry:
         approval = self.hub.gate.request(
             session.owner, session=session.id, call_id=call.call_id, tool=tool.name, risk=risk,
             workspace=str(session.workspace), summary=plan.summary, details=plan.details,
-            sandboxed=plan.sandboxed)
+            sandboxed=plan.sandboxed, always_ask=always)
         try:
             approved = await asyncio.shield(approval.future)
         except asyncio.CancelledError:
@@ -293,7 +297,7 @@ class CallRegistry:
             raise
         if not approved:
             raise errors.Denied(_denial(approval))
-        if approval.scope == "session":
+        if approval.scope == "session" and always is None:
             session.grant(tool.name, risk, plan.sandboxed)
         return True
 

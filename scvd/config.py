@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, Mapping
 
 import msgspec
 
+from .always_ask import DEFAULT_ALWAYS_ASK, glob_problem
 from .errors import ConfigError
 from .protocol import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
 
@@ -63,6 +64,8 @@ class ApprovalsConfig(Section):
     policy: Literal["on-risk", "always", "never", "sandbox-aware"] = "on-risk"
     timeout_seconds: PositiveFloat = 900.0
     max_pending: PositiveInt = 256  # more is a runaway client; also keeps approvals.list within a frame
+    # workspace paths whose writes always ask, whatever grant or policy (always_ask.py; secret-like too)
+    always_ask: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_ALWAYS_ASK))
 
 
 class SandboxConfig(Section):
@@ -238,6 +241,11 @@ def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
                 f"{_place(path, 'tools.' + key, sources)}: tools.{key}: {getattr(t, key)} is above "
                 f"tools.max_timeout_seconds ({t.max_timeout_seconds}); lower it or raise the ceiling"
             )
+    for glob in config.approvals.always_ask:
+        problem = glob_problem(glob)
+        if problem:
+            key = "approvals.always_ask"
+            raise ConfigError(f"{_place(path, key, sources)}: {key}: {problem}")
     for name, server in config.mcp.servers.items():
         problem = _mcp_problem(name, server)
         if problem:

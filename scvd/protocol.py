@@ -102,6 +102,7 @@ class ApprovalInfo(msgspec.Struct, omit_defaults=True):
     sandboxed: bool = False
     requested_at: float = 0.0
     expires_at: float | None = None
+    always_ask: str | None = None  # why it asked whatever grant exists; then approved once only
 
 
 class LaunchSpec(msgspec.Struct, omit_defaults=True):
@@ -507,6 +508,7 @@ class ApprovalRequested(Frame, tag="approval.requested"):
     details: dict[str, Any] = {}
     sandboxed: bool = False
     expires_at: float | None = None
+    always_ask: str | None = None  # why it asked whatever grant exists; then approved once only
 
 
 class ApprovalResolved(Frame, tag="approval.resolved"):

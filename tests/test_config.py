@@ -36,6 +36,7 @@ def test_defaults_are_the_seeds(tmp_path):
     assert (c.tools.command_timeout_seconds, c.tools.max_timeout_seconds) == (120, 1800)
     assert (c.tools.agent_timeout_seconds, c.tools.default_timeout_seconds) == (600, 900)
     assert c.approvals.policy == "on-risk" and c.approvals.timeout_seconds == 900
+    assert c.approvals.always_ask == [".git/**", ".envrc", ".vscode/**", ".github/workflows/**", ".gitlab-ci.yml"]
     assert c.sandbox.mode == "off" and c.log_level == "info"
     assert (c.server.client_frame_bytes, c.server.server_frame_bytes) == (1 << 20, 8 << 20)
     assert loaded.sources == {}
@@ -79,6 +80,13 @@ ERRORS = [
     pytest.param('[approvals]\npolicy = "sometimes"\n', {}, "approvals.policy", "'sometimes'",
                  id="bad-policy"),
     pytest.param('[sandbox]\nmode = "docker"\n', {}, "sandbox.mode", "'docker'", id="bad-sandbox-mode"),
+    pytest.param('[approvals]\nalways_ask = [".git/**", "../outside/**"]\n', {}, "approvals.always_ask",
+                 "'../outside/**' has a '.' or '..' component; globs name paths inside the workspace",
+                 id="always-ask-dotdot"),
+    pytest.param('[approvals]\nalways_ask = ["/"]\n', {}, "approvals.always_ask",
+                 "'/' names no path; give a glob such as '.git/**'", id="always-ask-empty-glob"),
+    pytest.param('[approvals]\nalways_ask = ".envrc"\n', {}, "approvals.always_ask",
+                 "Expected `array`", id="always-ask-not-a-list"),
     pytest.param("[tools]\ncommand_timeout_seconds = 2000\n", {}, "tools.command_timeout_seconds",
                  "above tools.max_timeout_seconds (1800)", id="cross-key-rule"),
     pytest.param("[tools]\nmax_timeout_seconds = 300\n", {}, "tools.agent_timeout_seconds",
@@ -188,6 +196,8 @@ def test_check_config_without_a_file_says_so(tmp_path):
      "config.toml: adapters.gemini: no such agent; known agents: claude, codex, pi"),
     ('[adapters.claude]\nmodel_args = ["--model"]\n', {},
      "config.toml: adapters.claude.model_args: ['--model'] never uses {model}"),
+    ("", {"SCVD_APPROVALS__ALWAYS_ASK": '["./.envrc"]'},
+     "env:SCVD_APPROVALS__ALWAYS_ASK (over "),
 ])
 def test_check_config_exits_2_on_an_error(tmp_path, text, env, fragment):
     done = check_config(tmp_path / "home", text, **env)

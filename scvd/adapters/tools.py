@@ -73,6 +73,14 @@ def describe(adapter: specs.Adapter) -> str:
     )
 
 
+def cwd_targets(workspace: Path, asked: str | None, cwd: Path) -> tuple[str, ...]:
+    """Plan.targets of a run: its directory as asked (when relative) and as resolved. Only the
+    directory: the agent itself may go anywhere, so a grant for it covers whatever it does."""
+    found = [os.path.normpath(asked)] if asked and not os.path.isabs(asked) else []
+    found.append(os.path.relpath(cwd, os.path.realpath(workspace)))
+    return tuple(dict.fromkeys(t for t in found if t != "." and t.split("/")[0] != ".."))
+
+
 class AgentTool(Tool):
     """agent_<name>: run one native agent CLI on a prompt, with its private home."""
 
@@ -88,7 +96,7 @@ class AgentTool(Tool):
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         timeout = self._timeout(args, ctx.config)
-        resolve_cwd(ctx.workspace, args.cwd)  # refused here, before approval; resolved again in run()
+        cwd = resolve_cwd(ctx.workspace, args.cwd)  # refused here, before approval; resolved again in run()
         executable = resolve_executable(self.adapter, os.environ)
         argv = build_argv(self.adapter, executable, args.prompt,
                           model=getattr(args, "model", None), effort=getattr(args, "effort", None))
@@ -103,6 +111,7 @@ class AgentTool(Tool):
             sandboxed=sandboxed,
             network=True,
             writes_confined=False,
+            targets=cwd_targets(ctx.workspace, args.cwd, cwd),
             timeout=float(timeout),
             data={"argv": argv},
         )

@@ -76,6 +76,10 @@ class Plan:
     sandboxed: bool = False  # runs inside bubblewrap
     network: bool = True  # has network access where it runs
     writes_confined: bool = False  # can write only inside the workspace
+    # workspace-relative paths the call reads or writes, as asked and as resolved (a symlink followed):
+    # the gate asks for one that approvals.always_ask or the secret-like rule names, whatever grant
+    # exists. Empty: none known (bash, scripts and MCP tools can touch any path).
+    targets: tuple[str, ...] = ()
     timeout: float | None = None  # the tool's own deadline, enforced by the tool
     data: Any = None  # anything run() needs, computed once here
     release: Callable[[], None] | None = None  # frees what `data` holds (an fd); called once the call ends

@@ -413,6 +413,12 @@ def _secret_details(parts: tuple[str, ...], real: tuple[str, ...]) -> dict[str, 
     return {"secret_like": True, "why": f"filesystem risk: the path looks secret-like: {reason}"}
 
 
+def _targets(parts: tuple[str, ...], real: tuple[str, ...]) -> tuple[str, ...]:
+    """Plan.targets: the path as asked and, when a symlink led elsewhere, where it leads."""
+    asked = containment.join(parts)
+    return (asked,) if real == parts else (asked, containment.join(real))
+
+
 def _shown_path(parts: tuple[str, ...], real: tuple[str, ...]) -> str:
     """The path for an approver, with where a symlink leads."""
     path = show(containment.join(parts))
@@ -447,7 +453,7 @@ class ReadTool(Tool):
         summary = (f"{what} {_shown_path(parts, real)}, "
                    f"bytes {args.offset}..{args.offset + args.limit} of {st.st_size}")
         return Plan(risk=risk, summary=summary, details=details, network=False, writes_confined=True,
-                    data=held, release=held.close if held else None)
+                    targets=_targets(parts, real), data=held, release=held.close if held else None)
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         held = plan.data
@@ -506,7 +512,7 @@ class WriteTool(Tool):
             details={"path": containment.join(parts), **_resolved(parts, real), "mode": args.mode,
                      "bytes": len(data), "expected_sha256": args.expected_sha256,
                      "replaces_link": linked, **_secret_details(parts, real)},
-            network=False, writes_confined=True, data=data,
+            network=False, writes_confined=True, targets=_targets(parts, real), data=data,
         )
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:

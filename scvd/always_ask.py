@@ -1,0 +1,120 @@
+"""Which planned targets always ask, whatever session grant or policy would run the call unasked.
+
+Rule: a call that is not read-only and whose `Plan.targets` (the workspace paths
+it reads or writes, as asked and as resolved) include one named by an
+`approvals.always_ask` glob or by the secret-like rule is put to a person, and
+that request is approved once only. Pure functions on path strings; nothing
+here knows a tool.
+
+Globs: `/`-separated and case-insensitive (on a case-insensitive filesystem
+`.GIT/hooks/x` is `.git/hooks/x`). `*`, `?` and `[...]` match within one
+component, `**` any number of components (none too, so `.git/**` names a `.git`
+file as well), and a trailing `/` means `/**`. A glob matches at any depth
+(`.envrc` names `sub/.envrc`, which direnv runs on `cd sub`) unless it starts
+with `/`, which anchors it at the workspace root.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Iterable, Sequence
+
+from .tools.secret_paths import secret_reason
+
+# git metadata (hooks, config, a `.git` file pointing elsewhere), direnv, editor and CI run files
+DEFAULT_ALWAYS_ASK = (".git/**", ".envrc", ".vscode/**", ".github/workflows/**", ".gitlab-ci.yml")
+ANY = "**"
+
+
+@dataclass(frozen=True)
+class Glob:
+    """One `approvals.always_ask` entry: its text, and its lower-cased components."""
+
+    text: str
+    parts: tuple[str, ...]  # starts with `**` unless the glob is anchored
+
+
+def glob_problem(text: str) -> str | None:
+    """What is wrong with one glob, for the configuration error; None when it is fine."""
+    if not isinstance(text, str) or not text.strip("/"):
+        return f"{text!r} names no path; give a glob such as '.git/**' or '/Makefile'"
+    if "\x00" in text:
+        return f"{text!r} contains a NUL byte"
+    if any(part in (".", "..") for part in text.strip("/").split("/")):
+        return (f"{text!r} has a '.' or '..' component; globs name paths inside the workspace: "
+                "'.envrc' (at any depth) or '/.envrc' (at the root only)")
+    return None
+
+
+def parse(text: str) -> Glob:
+    """A checked glob as components (raises ValueError with `glob_problem`'s text)."""
+    problem = glob_problem(text)
+    if problem:
+        raise ValueError(problem)
+    anchored = text.startswith("/")
+    body = text.strip("/") + ("/**" if text.endswith("/") else "")
+    parts = tuple(p for p in body.lower().split("/") if p)
+    return Glob(text, parts if anchored else (ANY, *parts))
+
+
+@functools.lru_cache(maxsize=16)
+def compile_globs(texts: tuple[str, ...]) -> tuple[Glob, ...]:
+    """The globs of one configuration, parsed once (a session's config is frozen)."""
+    return tuple(parse(t) for t in texts)
+
+
+def matches(glob: Glob, path: Sequence[str]) -> bool:
+    """Whether the components `path` match `glob`: a set of positions in the glob, stepped per component."""
+    pattern, n = glob.parts, len(glob.parts)
+    states = _skip_any(pattern, {0})
+    for name in path:
+        name = name.lower()
+        step = set()
+        for i in states:
+            if i == n:
+                continue
+            if pattern[i] == ANY:
+                step.add(i)  # `**` takes this component and may take more
+            elif fnmatchcase(name, pattern[i]):
+                step.add(i + 1)
+        if not step:
+            return False
+        states = _skip_any(pattern, step)
+    return n in states
+
+
+def _skip_any(pattern: tuple[str, ...], states: set[int]) -> set[int]:
+    """`states` plus the positions reached by letting each `**` match nothing."""
+    out = set(states)
+    for i in sorted(states):
+        while i < len(pattern) and pattern[i] == ANY:
+            i += 1
+            out.add(i)
+    return out
+
+
+def split(target: str) -> tuple[str, ...]:
+    return tuple(p for p in target.split("/") if p not in ("", "."))
+
+
+def always_ask_reason(targets: Iterable[str], globs: Sequence[str]) -> str | None:
+    """Why a call with these targets always asks (the first target that is sensitive), or None."""
+    compiled = compile_globs(tuple(globs))
+    for target in targets:
+        parts = split(target)
+        if not parts:
+            continue
+        for glob in compiled:
+            if matches(glob, parts):
+                return f"{_show(target)} matches approvals.always_ask {glob.text!r}"
+        secret = secret_reason(parts)
+        if secret:
+            return f"{_show(target)} is secret-like ({secret})"
+    return None
+
+
+def _show(path: str) -> str:
+    """A path quoted for an approver, control and bidi characters escaped."""
+    return repr(path) if path.isprintable() else ascii(path)

@@ -1,0 +1,130 @@
+"""Sensitive targets over the socket of a real `scvd run`: a session grant never covers them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from scvd import protocol as p
+from scvctl.client import Client
+
+SENSITIVE = [
+    (".git/hooks/post-checkout", "'.git/hooks/post-checkout' matches approvals.always_ask '.git/**'"),
+    (".envrc", "'.envrc' matches approvals.always_ask '.envrc'"),
+    (".github/workflows/ci.yml", "'.github/workflows/ci.yml' matches approvals.always_ask '.github/workflows/**'"),
+    (".env", "'.env' is secret-like ('.env' is a dotenv file)"),
+    ("hooks/pre-commit", "'.git/hooks/pre-commit' matches approvals.always_ask '.git/**'"),  # hooks -> .git/hooks
+]
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / ".git" / "hooks").mkdir(parents=True)
+    (root / ".github" / "workflows").mkdir(parents=True)
+    os.symlink(".git/hooks", root / "hooks")
+    return root
+
+
+@pytest.fixture
+def owner(daemon) -> Client:
+    with daemon.client(name="pytest-owner", approver=True) as c:
+        yield c
+
+
+def write(c: Client, sid: str, path: str, content: str = "echo planted\n") -> str:
+    return c.start_call(sid, "write", {"path": path, "content": content, "mode": "create"})
+
+
+def next_of(c: Client, call_id: str) -> p.ApprovalRequested | p.CallCompleted:
+    """The call's approval request, or its completion when it ran unasked."""
+    while True:
+        event = c.next_event()
+        if isinstance(event, (p.ApprovalRequested, p.CallCompleted)) and event.call_id == call_id:
+            return event
+
+
+def resolved(c: Client, approval_id: str) -> p.ApprovalResolved:
+    while True:
+        event = c.next_event()
+        if isinstance(event, p.ApprovalResolved) and event.approval_id == approval_id:
+            return event
+
+
+def grant_writes(c: Client, sid: str) -> None:
+    """Approve one harmless write for the rest of the session."""
+    call_id = write(c, sid, "notes.txt", "hello\n")
+    asked = next_of(c, call_id)
+    assert isinstance(asked, p.ApprovalRequested) and asked.always_ask is None
+    c.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="approve", scope="session")
+    assert resolved(c, asked.approval_id).scope == "session"
+    assert c.wait_call(call_id).ok
+
+
+def test_a_session_grant_for_write_does_not_cover_sensitive_targets(owner: Client, ws: Path) -> None:
+    sid = owner.open_session(ws)
+    grant_writes(owner, sid)
+    done = next_of(owner, write(owner, sid, "other.txt"))  # the grant works for harmless writes
+    assert isinstance(done, p.CallCompleted) and done.ok and (ws / "other.txt").exists()
+
+    for path, why in SENSITIVE:
+        call_id = write(owner, sid, path)
+        asked = next_of(owner, call_id)
+        assert isinstance(asked, p.ApprovalRequested), f"{path} ran unasked under a session grant"
+        assert asked.always_ask == why
+        assert not (ws / path).exists(), f"{path} was written before anyone approved it"
+        # approving it "for the session" approves this call only
+        owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="approve", scope="session")
+        assert resolved(owner, asked.approval_id).scope == "once"
+        assert owner.wait_call(call_id).ok
+        assert (ws / path).read_text() == "echo planted\n"
+
+    # so the next sensitive write asks again, and a denial writes nothing
+    call_id = write(owner, sid, ".git/hooks/pre-push")
+    asked = next_of(owner, call_id)
+    assert isinstance(asked, p.ApprovalRequested) and "'.git/**'" in asked.always_ask
+    owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny", reason="no hooks")
+    done = owner.wait_call(call_id)
+    assert done.error.kind == "denied" and not (ws / ".git" / "hooks" / "pre-push").exists()
+    # and the grant still covers harmless writes
+    done = next_of(owner, write(owner, sid, "more.txt"))
+    assert isinstance(done, p.CallCompleted) and done.ok
+
+
+def test_a_watcher_sees_why_and_the_audit_log_records_the_ask(daemon, owner: Client, ws: Path) -> None:
+    sid = owner.open_session(ws)
+    grant_writes(owner, sid)
+    with daemon.client(name="watcher") as w:
+        w.request(p.ApprovalsWatch)
+        call_id = write(owner, sid, ".vscode-not-yet")  # harmless: runs on the grant
+        assert owner.wait_call(call_id).ok
+        (ws / ".vscode").mkdir()
+        call_id = write(owner, sid, ".vscode/tasks.json", '{"tasks": []}\n')
+        asked = next_of(w, call_id)
+        assert asked.always_ask == "'.vscode/tasks.json' matches approvals.always_ask '.vscode/**'"
+        listed = w.request(p.ApprovalsList).approvals
+        assert [a.always_ask for a in listed] == [asked.always_ask]
+        w.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
+        assert owner.wait_call(call_id).error.kind == "denied"
+    records = [json.loads(line) for line in (daemon.home / "state" / "audit.log").read_text().splitlines()]
+    proposal = [r for r in records if r["event"] == "proposal" and r["call_id"] == call_id]
+    assert [r["decision"] for r in proposal] == ["ask"]
+
+
+def test_the_list_is_configurable(make_daemon, tmp_path: Path, ws: Path) -> None:
+    daemon = make_daemon('[approvals]\nalways_ask = ["/Makefile"]\n')
+    with daemon.client(name="pytest-owner", approver=True) as owner:
+        sid = owner.open_session(ws)
+        grant_writes(owner, sid)
+        asked = next_of(owner, write(owner, sid, "Makefile"))
+        assert asked.always_ask == "'Makefile' matches approvals.always_ask '/Makefile'"
+        owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
+        # `.envrc` is off this list but secret-like, so it still asks; `.github/workflows` is off it
+        asked = next_of(owner, write(owner, sid, ".envrc"))
+        assert "is secret-like" in asked.always_ask
+        owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
+        done = next_of(owner, write(owner, sid, ".github/workflows/ci.yml"))
+        assert isinstance(done, p.CallCompleted) and done.ok

