@@ -213,6 +213,8 @@ def format_request(a: Any) -> str:
     """A pending request in a few lines a person can decide on."""
     lines = [f"[{a.approval_id}] {a.tool} ({a.risk}{', sandboxed' if a.sandboxed else ''}) "
              f"in {a.workspace}", f"  {a.summary}"]
+    if getattr(a, "always_ask", None):
+        lines.append(f"  always asks, approved once only: {a.always_ask}")
     for key, value in (a.details or {}).items():
         text = value if isinstance(value, str) else json.dumps(value)
         lines.append(f"  {key}: {text}")
@@ -244,7 +246,7 @@ def _on_request(c: Client, args: argparse.Namespace, event: Any) -> None:
         emit_json(event)
         return
     print(format_request(event), flush=True)
-    answer = _ask("approve? [y]es / [n]o / [s]ession: ", {"y", "n", "s"})
+    answer = _ask(*approve_question(event))
     if answer is None:
         raise KeyboardInterrupt
     decision = "deny" if answer == "n" else "approve"
@@ -299,6 +301,13 @@ def _read_secret(prompt: str) -> str | None:
     sys.stdout.flush()
     line = sys.stdin.readline()
     return line.rstrip("\r\n") if line else None
+
+
+def approve_question(event: Any) -> tuple[str, set[str]]:
+    """The one-key question; a request that always asks is approved once only: no [s]ession."""
+    if getattr(event, "always_ask", None):
+        return "approve once? [y]es / [n]o: ", {"y", "n"}
+    return "approve? [y]es / [n]o / [s]ession: ", {"y", "n", "s"}
 
 
 def _ask(prompt: str, choices: set[str]) -> str | None:

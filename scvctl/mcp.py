@@ -261,15 +261,20 @@ def elicitation_params(event: p.ApprovalRequested) -> dict[str, Any]:
     where = "sandboxed" if event.sandboxed else "unsandboxed"
     message = (f"scvd asks for your approval: {event.tool} ({event.risk}, {where}) in {event.workspace}\n"
                f"{event.summary}")
+    choices = dict(zip(CHOICES, ["Approve", "Approve for this session", "Deny"]))
+    if event.always_ask:  # approved once only: a session scope would be recorded as once
+        message += f"\nalways asks, approved once only: {event.always_ask}"
+        del choices["approve_session"]
     return {
         "message": message,
         "requestedSchema": {
             "type": "object",
             "properties": {"decision": {
                 "type": "string", "title": "Decision",
-                "description": "approve once, approve this tool at this risk for the session, or deny",
-                "enum": list(CHOICES),
-                "enumNames": ["Approve", "Approve for this session", "Deny"],
+                "description": ("approve once, or deny" if event.always_ask else
+                                "approve once, approve this tool at this risk for the session, or deny"),
+                "enum": list(choices),
+                "enumNames": list(choices.values()),
             }},
             "required": ["decision"],
         },

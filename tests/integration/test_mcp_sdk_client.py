@@ -101,17 +101,23 @@ def test_a_write_denied_through_elicitation(daemon, workspace):
     assert not (workspace / "out.txt").exists()
 
 
-def test_approve_for_this_session_covers_the_next_write(daemon, workspace):
+def test_approve_for_this_session_covers_the_next_write_but_not_a_sensitive_one(daemon, workspace):
     seen: list = []
-    once = types.ElicitResult(action="accept", content={"decision": "approve_session"})
+    session = types.ElicitResult(action="accept", content={"decision": "approve_session"})
+    approve = types.ElicitResult(action="accept", content={"decision": "approve"})
 
     async def body(s):
         first = await s.call_tool("write", {"path": "a.txt", "content": "1", "mode": "create"})
         second = await s.call_tool("write", {"path": "b.txt", "content": "2", "mode": "create"})
-        return first, second
+        third = await s.call_tool("write", {"path": ".envrc", "content": "export A=1\n", "mode": "create"})
+        return first, second, third
 
-    first, second = anyio.run(lambda: session_of(daemon, workspace, body, elicitation=answering(once, seen=seen)))
-    assert not first.is_error and not second.is_error and len(seen) == 1
+    results = anyio.run(lambda: session_of(daemon, workspace, body,
+                                           elicitation=answering(session, approve, seen=seen)))
+    assert not any(r.is_error for r in results) and len(seen) == 2
+    envrc = seen[1]  # the grant did not cover it, and the host is not offered a session scope for it
+    assert "always asks, approved once only: '.envrc' matches approvals.always_ask '.envrc'" in envrc.message
+    assert envrc.requested_schema["properties"]["decision"]["enum"] == ["approve", "deny"]
 
 
 def test_a_decision_from_a_watcher_wins_and_the_hosts_question_is_withdrawn(daemon, workspace):

@@ -187,6 +187,29 @@ def test_watch_answers_y_n_s(daemon: DaemonProc, workspace: Path):
     assert (workspace / "two.txt").read_text() == "2"
 
 
+def test_watch_offers_no_session_scope_for_a_sensitive_write(daemon: DaemonProc, workspace: Path):
+    watch = popen_scvctl(daemon, "approvals", "watch", stdin=subprocess.PIPE)
+    try:
+        with daemon.client(name="agent") as c:
+            sid = c.open_session(workspace)
+            call_id = c.start_call(sid, "write", {"path": ".envrc", "content": "export A=1\n", "mode": "create"})
+            _read_until(watch, "write (filesystem")
+            assert "always asks, approved once only: '.envrc' matches approvals.always_ask '.envrc'" in \
+                _read_until(watch, "always asks")
+            watch.stdin.write("s\ny\n")  # `s` is not offered: asked again, then approved once
+            watch.stdin.flush()
+            assert c.wait_call(call_id).ok
+            assert _read_until(watch, " approved by ").startswith("approve once? [y]es / [n]o: " * 2)
+            asked = c.start_call(sid, "write", {"path": ".envrc", "content": "x", "mode": "replace"})
+            _read_until(watch, "always asks")  # no grant came of it: asked again
+            watch.stdin.write("n\n")
+            watch.stdin.flush()
+            assert c.wait_call(asked).error.kind == "denied"
+    finally:
+        stop(watch)
+    assert (workspace / ".envrc").read_text() == "export A=1\n"
+
+
 def test_watch_json_streams_events(daemon: DaemonProc, workspace: Path):
     watch = popen_scvctl(daemon, "--json", "approvals", "watch")
     try:
