@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters_support import Harness, fake_bin, harness  # noqa: F401 (fixtures)
 from fs_support import ws  # noqa: F401 (fixture)
 from scvd.adapters.tools import cwd_targets
 from scvd.always_ask import DEFAULT_ALWAYS_ASK, always_ask_reason, glob_problem, matches, parse, split
@@ -134,6 +135,15 @@ def test_an_agent_plans_its_directory_as_asked_and_resolved(tmp_path: Path):
     assert cwd_targets(root, "editor", root / ".vscode") == ("editor", ".vscode")
     assert cwd_targets(root, str(root / ".vscode"), root / ".vscode") == (".vscode",)
     assert cwd_targets(root, None, root) == ()
+
+
+def test_an_agent_plan_carries_its_directory(harness: Harness) -> None:
+    (harness.workspace / ".vscode").mkdir()
+    os.symlink(".vscode", harness.workspace / "editor")
+    plan = harness.plan("claude", prompt="go", cwd="editor")
+    assert plan.targets == ("editor", ".vscode")
+    assert always_ask_reason(plan.targets, DEFAULTS) == "'.vscode' matches approvals.always_ask '.vscode/**'"
+    assert harness.plan("claude", prompt="go").targets == ()
 
 
 # --- the verdict -------------------------------------------------------------------------------
