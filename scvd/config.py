@@ -39,6 +39,12 @@ class ServerConfig(Section):
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"  # auto: uvloop when installed
 
 
+class ScriptToolConfig(Section):
+    """`[tools.script.NAME]`: what the instance grants the script tool `script_NAME`."""
+
+    pass_env: list[str] = []  # names of scvd's environment it gets besides the allow-list
+
+
 class ToolsConfig(Section):
     """Timeouts and output limits shared by the tools."""
 
@@ -49,6 +55,7 @@ class ToolsConfig(Section):
     output_limit_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 256 * 1024
     read_limit_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1 << 20
     progress_interval_seconds: PositiveFloat = 30.0
+    script: dict[str, ScriptToolConfig] = {}
 
 
 class SkillsConfig(Section):
@@ -84,14 +91,16 @@ class AuditConfig(Section):
 
 
 class AdapterConfig(Section):
-    """Per-agent overrides: how a chosen model and effort become CLI arguments.
+    """Per-agent overrides: how a chosen model and effort become CLI arguments, and extra variables.
 
     `{model}` and `{effort}` in the lists are replaced by the chosen value, one
-    argument each. An empty list turns the option off.
+    argument each. An empty list turns the option off. `pass_env` names
+    variables of scvd's environment the agent gets besides the allow-list.
     """
 
     model_args: list[str] | None = None
     effort_args: list[str] | None = None
+    pass_env: list[str] = []
 
 
 class ProviderConfig(Section):
@@ -210,6 +219,9 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
     for table, struct in (("adapters", AdapterConfig), ("providers", ProviderConfig)):
         if key.startswith(f"{table}[...]"):  # msgspec does not say which table of the dict
             key = f"{table}.{_bad_table(raw, table, struct)}" + key[len(table) + 5:]
+    if key.startswith("tools.script[...]"):
+        scripts = f"tools.script.{_bad_table(raw.get('tools') or {}, 'script', ScriptToolConfig)}"
+        key = scripts + key[len("tools.script[...]"):]
     if key.startswith("mcp.servers[...]"):
         servers = f"mcp.servers.{_bad_table(raw.get('mcp') or {}, 'servers', McpServerConfig)}"
         key = servers + key[len("mcp.servers[...]"):]
@@ -251,6 +263,31 @@ def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
         if problem:
             key = f"mcp.servers.{name}"
             raise ConfigError(f"{_place(path, key, sources)}: {key}: {problem}")
+    _check_pass_env(config, path, sources)
+
+
+SCRIPT_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,55}")  # a script tool's folder (tools/script_defs.py)
+
+
+def _check_pass_env(config: Config, path: Path, sources: Mapping[str, str]) -> None:
+    """Every `pass_env` entry is a variable name that scvd does not own or set itself."""
+    lists = [(f"adapters.{name}.pass_env", a.pass_env, "agent") for name, a in config.adapters.items()]
+    for name, script in config.tools.script.items():
+        if not SCRIPT_NAME_RE.fullmatch(name):
+            key = f"tools.script.{name}"
+            raise ConfigError(f"{_place(path, key, sources)}: {key}: a script tool's folder name is 1-56 chars "
+                              f"of a-z, 0-9 and _, starting with a letter (the tool is script_<name>)")
+        lists.append((f"tools.script.{name}.pass_env", script.pass_env, "script"))
+    if not any(names for _, names, _ in lists):
+        return
+    from .adapters.env import PRIVATE_HOME_NAMES
+    from .passenv import name_problem
+
+    for key, names, kind in lists:
+        for entry in names:
+            problem = name_problem(entry, PRIVATE_HOME_NAMES if kind == "agent" else ())
+            if problem:
+                raise ConfigError(f"{_place(path, key, sources)}: {key}: {problem}")
 
 
 MCP_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9]|_(?!_))*$")

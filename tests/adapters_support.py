@@ -2,7 +2,9 @@
 
 The fake agent (tests/fake_agent/fake-agent) is never written by a test: symlinks
 named claude / codex / pi point at it, so the daemon's PATH lookup finds it and
-bash runs it. It records its argv, env and cwd under FAKE_AGENT_LOG.
+bash runs it. It records its argv, env and cwd under FAKE_AGENT_LOG. Agents get
+only an allow-list of scvd's environment, so FAKE_AGENT_CONFIG passes the fake
+agent's own variables on purpose, as a user's config.toml would.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from scvd.tools.contract import CallContext, Plan
 
 FAKE_AGENT = Path(__file__).resolve().parent / "fake_agent" / "fake-agent"
 AGENTS = ("claude", "codex", "pi")
+FAKE_AGENT_VARS = ("FAKE_AGENT_LOG", "FAKE_AGENT_MODE", "FAKE_AGENT_READ", "FAKE_AGENT_SLEEP")
+FAKE_AGENT_CONFIG = "".join(f"[adapters.{name}]\npass_env = {list(FAKE_AGENT_VARS)!r}\n".replace("'", '"')
+                            for name in AGENTS)
 
 
 def make_fake_bin(directory: Path) -> Path:
@@ -99,5 +104,5 @@ def harness(tmp_path: Path, fake_bin: Path, monkeypatch: pytest.MonkeyPatch) -> 
     paths = paths_mod.resolve({"SCV_HOME": str(home)})
     paths_mod.prepare(paths)
     fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
-    yield Harness(workspace=ws.resolve(), home=home, log=log, paths=paths, config=load_config(), fd=fd)
+    yield Harness(workspace=ws.resolve(), home=home, log=log, paths=paths, config=load_config(FAKE_AGENT_CONFIG), fd=fd)
     os.close(fd)

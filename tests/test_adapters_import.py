@@ -94,7 +94,7 @@ def test_env_key_provider_flagged(paths, source) -> None:
     out = run_import(paths, source)
     flagged = [w for w in out["warnings"] if "env_key" in w]
     assert len(flagged) == 1 and "'envy'" in flagged[0] and "OPENAI_API_KEY" in flagged[0]
-    assert "scvd removes OPENAI_API_KEY" in flagged[0]
+    assert "delegated agents get OPENAI_API_KEY only when adapters.codex.pass_env lists it" in flagged[0]
 
 
 def test_chatgpt_signin_never_copied(paths, source, caplog) -> None:

@@ -101,6 +101,21 @@ ERRORS = [
                  "missing required field `model`", id="provider-no-model"),
     pytest.param('[chat]\nprovider = "local"\n', {}, "chat.provider",
                  "no provider 'local' (configured: codex)", id="chat-unknown-provider"),
+    pytest.param('[adapters.claude]\npass_env = "GH_TOKEN"\n', {}, "adapters.claude.pass_env",
+                 "Expected `array`, got `str`", id="pass-env-not-a-list"),
+    pytest.param('[adapters.codex]\npass_env = ["AWS_PROFILE", "AWS-REGION"]\n', {}, "adapters.codex.pass_env",
+                 "'AWS-REGION' is not an environment variable name (1-128 letters, digits and _, "
+                 "not starting with a digit)", id="pass-env-bad-name"),
+    pytest.param('[adapters.codex]\npass_env = ["CODEX_HOME"]\n', {}, "adapters.codex.pass_env",
+                 "CODEX_HOME is set by scvd itself (the agent's private home); remove it", id="pass-env-private-home"),
+    pytest.param('[adapters.pi]\npass_env = ["SCV_SOCKET"]\n', {}, "adapters.pi.pass_env",
+                 "SCV_SOCKET is scvd's own or systemd's variable, which no child gets", id="pass-env-scvd-own"),
+    pytest.param('[tools.script.gh]\npass_env = ["GH_HOST", 5]\n', {}, "tools.script.gh.pass_env[1]",
+                 "Expected `str`, got `int`", id="script-pass-env-not-names"),
+    pytest.param('[tools.script.gh]\npass_env = ["NOTIFY_SOCKET"]\n', {}, "tools.script.gh.pass_env",
+                 "NOTIFY_SOCKET is scvd's own or systemd's variable", id="script-pass-env-systemd"),
+    pytest.param('[tools.script.Gh-cli]\npass_env = []\n', {}, "tools.script.Gh-cli",
+                 "a script tool's folder name is 1-56 chars", id="script-pass-env-bad-tool-name"),
 ]
 
 
@@ -122,6 +137,8 @@ ENV_ERRORS = [
     pytest.param({"SCVD_COLOUR__DEPTH": "1"}, "colour", "unknown key", id="env-unknown-section"),
     pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS": "5000"}, "tools.command_timeout_seconds",
                  "above tools.max_timeout_seconds", id="env-cross-key-rule"),
+    pytest.param({"SCVD_ADAPTERS__CODEX__PASS_ENV": '["HOME"]'}, "adapters.codex.pass_env",
+                 "HOME is set by scvd itself", id="env-pass-env-private-home"),
 ]
 
 
@@ -198,6 +215,10 @@ def test_check_config_without_a_file_says_so(tmp_path):
      "config.toml: adapters.claude.model_args: ['--model'] never uses {model}"),
     ("", {"SCVD_APPROVALS__ALWAYS_ASK": '["./.envrc"]'},
      "env:SCVD_APPROVALS__ALWAYS_ASK (over "),
+    ('[adapters.claude]\npass_env = ["GH TOKEN"]\n', {},
+     "config.toml: adapters.claude.pass_env: 'GH TOKEN' is not an environment variable name"),
+    ("", {"SCVD_ADAPTERS__CODEX__PASS_ENV": '["HOME"]'},
+     "env:SCVD_ADAPTERS__CODEX__PASS_ENV (over "),
 ])
 def test_check_config_exits_2_on_an_error(tmp_path, text, env, fragment):
     done = check_config(tmp_path / "home", text, **env)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRequest
-from .env import is_removed
 
 log = logging.getLogger("scvd.adapters")
 
@@ -150,13 +149,11 @@ def _env_key_warnings(config: dict[str, Any]) -> list[str]:
         var = provider.get("env_key")
         if not isinstance(var, str) or not var:
             continue
-        if is_removed(var):
-            why = f"scvd removes {var} from delegated agents"
-        else:
-            why = f"{var} must be set in scvd's own environment (systemctl --user edit scvd)"
         warnings.append(
-            f"provider {name!r} reads its key through env_key {var}: {why}, and the user service "
-            f"does not load your shell profile; prefer experimental_bearer_token or an API-key {AUTH}"
+            f"provider {name!r} reads its key through env_key {var}: delegated agents get {var} only "
+            f"when adapters.codex.pass_env lists it and scvd's own environment has it (systemctl "
+            f"--user edit scvd; the user service does not load your shell profile); prefer "
+            f"experimental_bearer_token or an API-key {AUTH}"
         )
     return warnings
 

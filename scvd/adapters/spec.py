@@ -5,7 +5,7 @@ argument vector, how a model and an effort become arguments, the sign-in
 commands, the extra variables the agent needs, and the text of its hints.
 Generic code (argv.py, env.py, tools.py, signin.py) turns a record into a tool
 or a launch spec. Project files never reach these records; only the instance
-config may change `model_args` / `effort_args`.
+config may change `model_args` / `effort_args` and add `pass_env`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class Adapter:
     effort_args: tuple[str, ...] = ()  # `{effort}` likewise
     commands: Mapping[str, Command] = field(default_factory=dict)  # login / status / logout
     set_env: Mapping[str, str] = field(default_factory=dict)  # `{home}` is the private home
+    pass_env: tuple[str, ...] = ()  # names of scvd's environment passed on purpose (config only)
     signin_hint: str = ""  # the tool result's hint when the output reads like a missing sign-in
     # (regex, verdict) pairs over the status command's output; first match wins
     status_rules: tuple[tuple[str, str], ...] = ()
@@ -161,7 +162,7 @@ def configured(adapter: Adapter, config: Any) -> Adapter:
     over = overrides.get(adapter.name)
     if over is None:
         return adapter
-    changes: dict[str, tuple[str, ...]] = {}
+    changes: dict[str, tuple[str, ...]] = {"pass_env": tuple(over.pass_env)}  # checked by config.load
     for key, placeholder in (("model_args", MODEL), ("effort_args", EFFORT)):
         value = getattr(over, key)
         if value is None:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .. import process
+from .. import passenv, process
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout
 from ..tools.runs import result_dict, timeout_error
 from . import spec as specs
@@ -138,6 +138,7 @@ class AgentTool(Tool):
             "workspace": str(ctx.workspace),
             "home": str(home_dir(self.paths, self.adapter.name)),
             "sandboxed": sandboxed,
+            "pass_env": passenv.passed(os.environ, self.adapter.pass_env),  # names only, never values
             "warning": DELEGATE_WARNING.format(title=self.adapter.title),
         }
 

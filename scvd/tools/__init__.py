@@ -34,7 +34,7 @@ def build_registry(config: Any, paths: Any, extra: list[Tool] | None = None) -> 
     if paths is not None:
         from .script import register_scripts
 
-        register_scripts(registry, paths)
+        register_scripts(registry, paths, granted=config.tools.script)
     asker = registry.get(store_secret.StoreSecret.name)
     if isinstance(asker, store_secret.StoreSecret):
         asker.known = registry.get  # its `tool` argument must name a tool of this registry

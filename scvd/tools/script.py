@@ -9,9 +9,11 @@ A declared secret's value never comes back: wherever the script printed it
 (stdout or stderr, plain or JSON-escaped) it reads `[secret KEY]`.
 
 The script runs through the one process runner, in the workspace, inside the
-sandbox when it is on (its folder bound read-only), with an environment scrubbed
-like a delegated agent's plus its declared secrets, fetched from the secret store
-just before it starts.
+sandbox when it is on (its folder bound read-only). Its environment is the
+allow-list of scvd/passenv.py, the user's HOME, the names its
+`tools.script.<name>.pass_env` lists in config.toml (not in tool.json, which
+often comes from elsewhere), and its declared secrets, fetched from the secret
+store just before it starts.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ import logging
 import os
 from typing import Any, ClassVar
 
-from ..adapters.env import is_removed
+from .. import passenv
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout
-from ..process import child_env, run_process
+from ..process import run_process
 from ..secrets import SecretStore, missing_message
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk
-from .script_defs import ScriptDef, load_all
+from .script_defs import ScriptDef, load_all, script_root
 
 log = logging.getLogger("scvd.tools.script")
 
@@ -36,6 +38,7 @@ STDERR_LIMIT = 64 * 1024  # kept of stderr (head and tail)
 STDERR_TAIL_CHARS = 2000  # of stderr quoted in an error
 SUMMARY_ARGUMENT_CHARS = 2000  # of the arguments' JSON shown to the approver
 SECRETS_SERVICE = "secrets"  # ctx.services key of the daemon's SecretStore
+KEPT = ("HOME",)  # besides the allow-list: a script has no private home, so it keeps the user's
 
 
 class ScriptTool(Tool):
@@ -52,13 +55,17 @@ class ScriptTool(Tool):
         self.flags = ToolFlags(always_allow=spec.always_allow, concurrent=spec.concurrent,
                                system_use=spec.system_use, timeout=spec.timeout)
         self._validator: Any = None
-        self.withheld: frozenset[str] = frozenset()  # keys other script tools declare: never inherited
 
     def deadline(self, config: Any) -> float:
         """tool.json's timeout, else the dispatch default (seed 003: 15 minutes)."""
         if self.definition.spec.timeout is not None:
             return float(self.definition.spec.timeout)
         return float(config.tools.default_timeout_seconds)
+
+    def pass_env(self, config: Any) -> list[str]:
+        """The names `tools.script.<folder>.pass_env` grants this tool."""
+        granted = config.tools.script.get(self.definition.folder.name)
+        return list(granted.pass_env) if granted is not None else []
 
     def input_schema(self) -> dict[str, Any]:
         return self.definition.spec.parameters
@@ -105,7 +112,8 @@ class ScriptTool(Tool):
         return Plan(
             risk=self.risk, summary=summary,
             details={"folder": str(d.folder), "command": str(d.executable), "arguments": shown,
-                     "secrets": secrets, "cwd": str(ctx.workspace), "timeout_seconds": timeout,
+                     "secrets": secrets, "pass_env": passenv.passed(os.environ, self.pass_env(ctx.config)),
+                     "cwd": str(ctx.workspace), "timeout_seconds": timeout,
                      "sandboxed": sandboxed, "network": network},
             sandboxed=sandboxed, network=network, writes_confined=sandboxed,
             timeout=timeout, data=argv,
@@ -113,8 +121,8 @@ class ScriptTool(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         secrets = await asyncio.to_thread(self._secrets, ctx)
-        remove = [k for k in os.environ if is_removed(k) or k in self.withheld]
-        env = child_env(os.environ, remove=remove, set={**secrets, "SCV_TOOL_DIR": str(self.definition.folder)})
+        env = passenv.build(os.environ, [*KEPT, *self.pass_env(ctx.config)],
+                            set={**secrets, "SCV_TOOL_DIR": str(self.definition.folder)})
         tools = ctx.config.tools
         try:
             result = await run_process(
@@ -186,13 +194,16 @@ def redacted(result: Any, secrets: dict[str, str]) -> Any:
     return result
 
 
-def register_scripts(registry: Registry, paths: Any) -> None:
-    """Add every valid script tool to `registry`; a bad one is logged once and kept as a load error."""
+def register_scripts(registry: Registry, paths: Any, granted: Any = ()) -> None:
+    """Add every valid script tool to `registry`; a bad one is logged once and kept as a load error,
+    and so is a `tools.script.<name>` table (`granted`) that names no script tool folder."""
     definitions, failed = load_all(paths)
-    declared = frozenset(key for d in definitions for key in d.spec.secrets)
+    folders = {d.folder.name for d in definitions} | {e.name[len("script_"):] for e in failed}
+    for name in sorted(set(granted) - folders):
+        failed.append(LoadError("config.toml", f"script_{name}", f"tools.script.{name}: no script tool folder "
+                                f"{name} in {script_root(paths)}, so its pass_env goes to nothing; fix the name"))
     for d in definitions:
         tool = ScriptTool(d)
-        tool.withheld = declared - set(d.spec.secrets)  # another tool's secret in scvd's env stays there
         try:
             registry.register(tool)
         except ScvError as exc:  # a lint rule or a duplicate name: skip this one, keep the rest

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters_support import make_fake_bin
+from adapters_support import FAKE_AGENT_CONFIG, make_fake_bin
 from conftest import DaemonProc
 from harness import wait_until
 from scvd import protocol as p
@@ -20,7 +20,7 @@ def tree_daemon(make_daemon, tmp_path: Path) -> DaemonProc:
     """A daemon whose fake agents start a tree of helpers that ignore SIGTERM."""
     fake_bin = make_fake_bin(tmp_path / "bin")
     (tmp_path / "agent-log").mkdir()
-    return make_daemon(env={
+    return make_daemon(FAKE_AGENT_CONFIG, env={
         "PATH": f"{fake_bin}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
         "FAKE_AGENT_LOG": str(tmp_path / "agent-log"), "FAKE_AGENT_MODE": "tree",
     })

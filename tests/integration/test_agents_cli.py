@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters_support import make_fake_bin, read_log
+from adapters_support import FAKE_AGENT_CONFIG, make_fake_bin, read_log
 from conftest import DaemonProc, base_env, wait_pending
 from scvd import protocol as p
 
@@ -22,7 +22,7 @@ API_KEY = "sk-proj-INTEGRATIONSECRET42"
 def agent_daemon(make_daemon, tmp_path: Path) -> DaemonProc:
     """A daemon whose PATH finds the fake claude / codex / pi, with keys planted in its env."""
     fake_bin = make_fake_bin(tmp_path / "bin")
-    return make_daemon(env={
+    return make_daemon(FAKE_AGENT_CONFIG, env={
         "PATH": f"{fake_bin}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
         "FAKE_AGENT_LOG": str(tmp_path / "agent-log"),
         "OPENAI_API_KEY": "sk-planted-in-daemon",
@@ -142,8 +142,8 @@ def test_unknown_agent_is_an_invalid_request(agent_daemon: DaemonProc) -> None:
 def test_agent_call_over_the_socket_shows_details_and_hints(make_daemon, tmp_path: Path,
                                                            workspace: Path) -> None:
     fake_bin = make_fake_bin(tmp_path / "bin")
-    d = make_daemon(env={"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
-                         "FAKE_AGENT_LOG": str(tmp_path / "agent-log"), "FAKE_AGENT_MODE": "signin"})
+    d = make_daemon(FAKE_AGENT_CONFIG, env={"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
+                                            "FAKE_AGENT_LOG": str(tmp_path / "agent-log"), "FAKE_AGENT_MODE": "signin"})
     (workspace / "proj").mkdir()
     with d.client(name="bridge") as agent, d.client(name="person") as person:
         sid = agent.open_session(workspace)
@@ -186,7 +186,7 @@ def test_bad_cwd_refused_with_no_approval_request(make_daemon, tmp_path: Path,
                                                   workspace: Path, cwd: str, needle: str) -> None:
     # were a request sent, nobody answers it: the call ends `denied` after 5 s and the test fails
     fake_bin = make_fake_bin(tmp_path / "bin")
-    agent_daemon = make_daemon("[approvals]\ntimeout_seconds = 5\n", env={
+    agent_daemon = make_daemon(FAKE_AGENT_CONFIG + "[approvals]\ntimeout_seconds = 5\n", env={
         "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "FAKE_AGENT_LOG": str(tmp_path / "agent-log")})
     (workspace / "notes.txt").write_text("x")
     (workspace / "escape").symlink_to(tmp_path)
@@ -210,6 +210,8 @@ def daemonless_env(home: Path, tmp_path: Path) -> dict[str, str]:
     fake_bin = tmp_path / "bin"
     if not fake_bin.exists():
         make_fake_bin(fake_bin)
+    home.mkdir(mode=0o700, exist_ok=True)
+    (home / "config.toml").write_text(FAKE_AGENT_CONFIG)
     return base_env(home, PATH=f"{fake_bin}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
                     FAKE_AGENT_LOG=str(tmp_path / "agent-log"), OPENAI_API_KEY="sk-planted-in-shell",
                     CLAUDE_CODE_OAUTH_TOKEN="planted-oauth-in-shell")

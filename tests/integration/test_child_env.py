@@ -1,0 +1,160 @@
+"""Delegated agents and script tools get an allow-list of scvd's environment, through the real daemon.
+
+The daemon's environment holds what a developer's shell usually holds: cloud
+keys, git tokens, a database URL, the ssh agent, provider keys. A fake agent and
+a script tool, both dumping the environment they were given, see none of it,
+but do see a name that config.toml's `pass_env` lists; the approval request
+names it and never carries its value. `bash` keeps the inherited environment
+(seed 000).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from adapters_support import make_fake_bin, read_log
+from conftest import DaemonProc, wait_pending
+from scvd import protocol as p
+
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AKIAPLANTED000000000",
+    "AWS_SECRET_ACCESS_KEY": "planted-aws-secret-key",
+    "AWS_SESSION_TOKEN": "planted-aws-session-token",
+    "GH_TOKEN": "ghp_planted0000",
+    "GITHUB_TOKEN": "ghs_planted0000",
+    "DATABASE_URL": "postgres://app:planted-db-password@db.internal/app",
+    "SSH_AUTH_SOCK": "/tmp/ssh-planted/agent.4242",
+    "OPENAI_API_KEY": "sk-planted-openai",
+    "ANTHROPIC_API_KEY": "sk-ant-planted",
+    "CLAUDE_CODE_OAUTH_TOKEN": "planted-claude-oauth",
+}
+PASSED = {"AWS_PROFILE": "work-profile-7c1f"}  # named in pass_env: passed on purpose
+
+
+def assert_clean(env: dict[str, str]) -> None:
+    assert not set(CREDENTIALS) & set(env), sorted(set(CREDENTIALS) & set(env))
+    assert not [k for k, v in env.items() if any(secret in v for secret in CREDENTIALS.values())]
+
+
+def shows_no_value(frame: msgspec.Struct) -> bool:
+    """True when no passed or planted value appears anywhere in a frame, keys and details included."""
+    data = msgspec.json.encode(frame).decode()
+    return not any(v in data for v in (*CREDENTIALS.values(), *PASSED.values()))
+
+
+def approve(person, call_id: str) -> p.ApprovalInfo:
+    pending = [a for a in wait_pending(person) if a.call_id == call_id][0]
+    person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+    return pending
+
+
+def test_an_agent_sees_no_planted_credential_but_its_pass_env_name(make_daemon, tmp_path: Path,
+                                                                   workspace: Path) -> None:
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    log = tmp_path / "agent-log"
+    d: DaemonProc = make_daemon(
+        '[adapters.claude]\npass_env = ["FAKE_AGENT_LOG", "AWS_PROFILE", "NOT_IN_SCVDS_ENV"]\n',
+        env={"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "FAKE_AGENT_LOG": str(log),
+             "https_proxy": "http://127.0.0.1:3128", "LC_ALL": "C.UTF-8", **CREDENTIALS, **PASSED})
+    with d.client(name="bridge") as agent, d.client(name="person") as person:
+        call_id = agent.start_call(agent.open_session(workspace), "agent_claude", {"prompt": "go"})
+        pending = approve(person, call_id)
+        done = agent.wait_call(call_id)
+    assert done.ok and done.result["exit_code"] == 0, done
+    # the approver saw which names pass (those set in scvd's environment), never a value
+    assert pending.details["pass_env"] == ["FAKE_AGENT_LOG", "AWS_PROFILE"]
+    assert shows_no_value(pending)
+    _, env, _ = read_log(log)
+    assert_clean(env)
+    assert env["AWS_PROFILE"] == PASSED["AWS_PROFILE"] and "NOT_IN_SCVDS_ENV" not in env
+    assert env["https_proxy"] == "http://127.0.0.1:3128" and env["LC_ALL"] == "C.UTF-8"  # the allow-list
+    assert env["HOME"] == str(d.home / "adapters" / "claude")
+
+
+def test_an_agent_without_pass_env_gets_the_allow_list_only(make_daemon, tmp_path: Path,
+                                                            workspace: Path) -> None:
+    """Without pass_env even the fake agent's own log variable stays behind: it records nothing."""
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    log = tmp_path / "agent-log"
+    d = make_daemon(env={"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "FAKE_AGENT_LOG": str(log),
+                         **CREDENTIALS})
+    with d.client(name="bridge") as agent, d.client(name="person") as person:
+        call_id = agent.start_call(agent.open_session(workspace), "agent_pi", {"prompt": "go"})
+        pending = approve(person, call_id)
+        done = agent.wait_call(call_id)
+    assert done.ok and "fake agent done" in done.result["output"]
+    assert pending.details["pass_env"] == []
+    assert not log.exists()
+
+
+# prints its whole environment as the JSON result
+DUMPS_ENV = """#!/bin/bash
+cat >/dev/null
+exec python3 -c 'import json, os; print(json.dumps(dict(os.environ)))'
+"""
+
+
+def make_tool(home: Path, name: str, **spec: object) -> Path:
+    folder = home / "tools" / "script" / name
+    folder.mkdir(parents=True)
+    (folder / "tool.json").write_text(json.dumps({
+        "description": "Print the environment this script tool was started with.\n"
+                       "Use for checking what a script tool sees; bash for anything else.", **spec}))
+    (folder / "run").write_text(DUMPS_ENV)
+    (folder / "run").chmod(0o700)
+    return folder
+
+
+def test_a_script_tool_sees_no_planted_credential_but_its_pass_env_name_and_secret(
+        make_daemon, scv_home: Path, workspace: Path) -> None:
+    make_tool(scv_home, "envdump", secrets=["API_TOKEN"])
+    make_tool(scv_home, "plain")
+    d = make_daemon('[tools.script.envdump]\npass_env = ["AWS_PROFILE"]\n', home=scv_home, env={
+        **CREDENTIALS, **PASSED, "API_TOKEN": "tok-declared-secret",
+        "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    with d.client(name="bridge") as c, d.client(name="person") as person:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "script_envdump", {})
+        pending = approve(person, call_id)
+        done = c.wait_call(call_id)
+        other = c.start_call(sid, "script_plain", {})
+        other_pending = approve(person, other)
+        plain = c.wait_call(other)
+    assert done.ok and plain.ok, (done, plain)
+    assert pending.details["pass_env"] == ["AWS_PROFILE"] and pending.details["secrets"] == ["API_TOKEN"]
+    assert shows_no_value(pending)
+    env = done.result
+    assert_clean(env)
+    assert env["AWS_PROFILE"] == PASSED["AWS_PROFILE"]
+    assert env["API_TOKEN"] == "[secret API_TOKEN]"  # its declared secret reached it (redacted in the result)
+    assert env["HOME"] == d.env["HOME"]  # a script has no private home: it keeps the user's
+    # pass_env is per tool: the other script gets neither the name nor the secret
+    assert other_pending.details["pass_env"] == []
+    assert_clean(plain.result)
+    assert "AWS_PROFILE" not in plain.result and "API_TOKEN" not in plain.result
+
+
+def test_a_pass_env_table_for_no_script_tool_is_a_listed_load_error(make_daemon, scv_home: Path) -> None:
+    make_tool(scv_home, "envdump")
+    d = make_daemon('[tools.script.evndump]\npass_env = ["AWS_PROFILE"]\n', home=scv_home)
+    with d.client() as c:
+        errors = c.request(p.ToolsList).errors
+    assert [(e.name, e.message) for e in errors] == [(
+        "script_evndump", f"tools.script.evndump: no script tool folder evndump in "
+                          f"{scv_home / 'tools' / 'script'}, so its pass_env goes to nothing; fix the name")]
+
+
+@pytest.mark.parametrize("name", ["GH_TOKEN", "SSH_AUTH_SOCK"])
+def test_bash_keeps_the_inherited_environment(make_daemon, workspace: Path, name: str) -> None:
+    """Seed 000: bash is the user's shell, unsandboxed unless the sandbox is on; only an approval stands."""
+    d = make_daemon(env=CREDENTIALS)
+    with d.client(name="bridge") as c, d.client(name="person") as person:
+        call_id = c.start_call(c.open_session(workspace), "bash", {"command": f"printenv {name}"})
+        approve(person, call_id)
+        done = c.wait_call(call_id)
+    assert done.ok and done.result["output"].strip() == CREDENTIALS[name]

@@ -1,0 +1,59 @@
+"""The allow-listed environment of delegated agents and script tools (pure: no processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scvd import passenv
+
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AKIA0000", "AWS_SECRET_ACCESS_KEY": "s3cr3t", "AWS_SESSION_TOKEN": "sess",
+    "GH_TOKEN": "ghp_x", "GITHUB_TOKEN": "ghs_x", "DATABASE_URL": "postgres://u:p@h/db",
+    "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1", "OPENAI_API_KEY": "sk-x", "NPM_TOKEN": "npm_x",
+    "KUBECONFIG": "/home/me/.kube/config", "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/1/bus",
+}
+RUNNING = {
+    "PATH": "/usr/bin", "LANG": "C.UTF-8", "LANGUAGE": "en", "LC_ALL": "C.UTF-8", "LC_TIME": "C",
+    "TERM": "xterm", "TZ": "UTC", "TMPDIR": "/tmp/me", "USER": "me", "LOGNAME": "me", "SHELL": "/bin/bash",
+    "http_proxy": "http://p:3128", "HTTPS_PROXY": "http://p:3128", "no_proxy": "localhost",
+    "ALL_PROXY": "socks5://p:1080", "SSL_CERT_FILE": "/etc/ca.pem", "SSL_CERT_DIR": "/etc/ssl/certs",
+    "REQUESTS_CA_BUNDLE": "/etc/ca.pem", "CURL_CA_BUNDLE": "/etc/ca.pem", "NODE_EXTRA_CA_CERTS": "/etc/ca.pem",
+}
+
+
+def test_only_the_allow_list_passes() -> None:
+    assert passenv.build({**CREDENTIALS, **RUNNING, "HOME": "/home/me", "EDITOR": "vi"}) == RUNNING
+
+
+def test_pass_env_names_pass_and_set_wins() -> None:
+    env = passenv.build({**CREDENTIALS, **RUNNING}, ["GH_TOKEN", "MISSING"], set={"PATH": "/own", "X": "1"})
+    assert env == {**RUNNING, "GH_TOKEN": "ghp_x", "PATH": "/own", "X": "1"}
+
+
+def test_scvd_and_systemd_variables_never_pass_even_when_listed() -> None:
+    base = {"SCV_SOCKET": "/s", "SCVD_LOG_LEVEL": "debug", "NOTIFY_SOCKET": "/n", "LISTEN_FDS": "1"}
+    assert passenv.build(base, list(base)) == {}
+
+
+def test_names_are_case_sensitive() -> None:
+    assert passenv.build({"path": "/x", "Lc_ALL": "C", "Http_Proxy": "h"}) == {}
+
+
+def test_passed_lists_the_set_names_in_config_order() -> None:
+    assert passenv.passed(CREDENTIALS, ["GITHUB_TOKEN", "AWS_PROFILE", "GH_TOKEN"]) == ["GITHUB_TOKEN", "GH_TOKEN"]
+
+
+@pytest.mark.parametrize("name,problem", [
+    ("AWS_PROFILE", None),
+    ("_x9", None),
+    ("AWS-PROFILE", "'AWS-PROFILE' is not an environment variable name"),
+    ("9LIVES", "'9LIVES' is not an environment variable name"),
+    ("", "'' is not an environment variable name"),
+    ("A=B", "'A=B' is not an environment variable name"),
+    ("SCV_SOCKET", "SCV_SOCKET is scvd's own or systemd's variable, which no child gets"),
+    ("NOTIFY_SOCKET", "NOTIFY_SOCKET is scvd's own or systemd's variable"),
+    ("HOME", "HOME is set by scvd itself (the agent's private home)"),
+])
+def test_name_problem(name: str, problem: str | None) -> None:
+    found = passenv.name_problem(name, reserved={"HOME"})
+    assert (found is None) if problem is None else (found is not None and found.startswith(problem))
