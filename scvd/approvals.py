@@ -95,14 +95,26 @@ def policy_verdict(
 
 
 def contained(plan: Plan) -> bool:
-    """A call the sandbox-aware policy may run unasked: sandboxed, offline, writes in the workspace."""
+    """A call the sandbox-aware policy may run unasked: sandboxed, offline, writes in the workspace.
+
+    Such a call gets the workspace's git metadata read-only (sandbox.build_argv), but can
+    still change workspace files that other tools run later (.envrc, .vscode/, build scripts).
+    """
     return plan.sandboxed and not plan.network and plan.writes_confined
+
+
+SANDBOX_AWARE_LEAVES = (
+    "unasked sandboxed calls keep git metadata read-only but can still change workspace files "
+    "that tools run later (.envrc, .vscode/, build scripts)"
+)
 
 
 def policy_note(policy: str, sandbox_active: bool) -> str:
     """A line for `status` when a policy does less than its name says."""
     if policy == "sandbox-aware" and not sandbox_active:
         return "sandbox-aware acts as on-risk: the sandbox is not active (set sandbox.mode)"
+    if policy == "sandbox-aware":
+        return SANDBOX_AWARE_LEAVES
     return ""
 
 

@@ -253,6 +253,7 @@ class CallRegistry:
         plan = tool.plan(args, ctx)
         try:
             asked = await self._gate(call, tool, plan)
+            ctx.approved = asked
             timeout = tool.dispatch_timeout(plan, call.session.config)
             if call.timeout_override is not None:
                 timeout = call.timeout_override if timeout is None else min(timeout, call.timeout_override)

@@ -2,7 +2,8 @@
 
 Rule: `build_argv()` is pure (paths in, a list out, no I/O). `probe()` is the
 only code here that runs anything, once at start, and `Sandbox` only resolves
-and filters paths before calling `build_argv()`. Nothing here knows tool names.
+and filters paths (and finds git metadata, gitmeta.py) before calling
+`build_argv()`. Nothing here knows tool names.
 
 Mount order: bwrap mounts in argv order and a later mount covers the earlier
 ones at and below its path. So mounts are sorted by depth (a parent before its
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import gitmeta
 from .errors import Unavailable
 from .paths import Paths, runtime_base, within
 
@@ -77,6 +79,8 @@ def build_argv(
     proc: bool = True,
     chdir: Path | None = None,
     mask: Sequence[Path] = (),
+    approved: bool = False,
+    git: Sequence[Path] = (),
 ) -> list[str]:
     """The bwrap argv that runs `inner` confined to `workspace`. Pure: touches no file.
 
@@ -85,6 +89,11 @@ def build_argv(
     outside scvd's own directories) gets /dev/null bound over it; `rw_binds`
     (agent homes) stay writable; `ro_binds` are visible read-only. `proc=False`
     mounts an empty tmpfs on /proc, for hosts where procfs cannot be mounted.
+    `approved`: a person approved this very call, which keeps only WS/.git/hooks
+    and WS/.git/config read-only. Otherwise WS/.git and every `git` path (git
+    metadata found by gitmeta.find()) that would be writable is read-only, and
+    the directories between it and its writable bind are pinned (bound onto
+    themselves) so that none can be renamed away and replaced.
     """
     ws = _abs(workspace)
     argv = [bwrap, "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid"]
@@ -92,14 +101,18 @@ def build_argv(
         argv.append("--unshare-net")
     argv += ["--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev"]
     argv += ["--proc", "/proc"] if proc else ["--tmpfs", "/proc"]
-    for op, src, path in _mounts(ws, hide, rw_binds, ro_binds, mask):
+    for op, src, path in _mounts(ws, hide, rw_binds, ro_binds, mask, approved=approved, git=git):
         argv += [op, path] if op == "--tmpfs" else [op, src, path]
     argv += ["--chdir", _abs(chdir) if chdir is not None else ws, "--", *inner]
     return argv
 
 
+_Mount = tuple[int, str, str, str]  # (rank, option, source, path)
+
+
 def _mounts(
-    ws: str, hide: Iterable[Path], rw: Iterable[Path], ro: Iterable[Path], mask: Iterable[Path]
+    ws: str, hide: Iterable[Path], rw: Iterable[Path], ro: Iterable[Path], mask: Iterable[Path],
+    *, approved: bool = False, git: Iterable[Path] = (),
 ) -> list[tuple[str, str, str]]:
     """(option, source, path), parents before children, hide < rw < ro < mask at equal depth."""
     binds = [ws] + [_abs(p) for p in rw] + [_abs(p) for p in ro]
@@ -107,15 +120,58 @@ def _mounts(
     wanted = [(_TMPFS, "--tmpfs", h, h) for h in hides if not _already_hidden(h, hides, binds)]
     wanted += [(_RW, "--bind", p, p) for p in [ws] + [_abs(p) for p in rw]]
     wanted += [(_RO, "--ro-bind", p, p) for p in map(_abs, ro)]
-    # the workspace's git hooks and config stay read-only: a hook or a core.fsmonitor
-    # planted there would run outside the sandbox the next time the user runs git
-    for name in (".git/hooks", ".git/config"):
-        wanted.append((_RO, "--ro-bind-try", os.path.join(ws, name), os.path.join(ws, name)))
     masks = [_abs(p) for p in mask]
     wanted += [(_MASK, "--ro-bind", "/dev/null", m) for m in masks if not _already_hidden(m, hides, binds)]
-    unique = list(dict.fromkeys(wanted))
-    unique.sort(key=lambda m: (_depth(m[3]), m[0]))
-    return [(op, src, path) for _, op, src, path in unique]
+    # git metadata stays read-only: a hook or a core.fsmonitor planted there would run
+    # outside the sandbox the next time the user runs git
+    if approved:
+        wanted += [(_RO, "--ro-bind-try", p, p) for p in (ws + "/.git/hooks", ws + "/.git/config")]
+    else:
+        wanted += _git_guard([ws + "/.git", *map(_abs, git)], _sorted(wanted))
+    return [(op, src, path) for _, op, src, path in _sorted(wanted)]
+
+
+def _sorted(mounts: Iterable[_Mount]) -> list[_Mount]:
+    return sorted(dict.fromkeys(mounts), key=lambda m: (_depth(m[3]), m[0]))
+
+
+def _git_guard(paths: Iterable[str], mounts: list[_Mount]) -> list[_Mount]:
+    """Read-only binds over the git paths that would be writable, and pins above them.
+
+    A read-only bind alone is not enough: its mount point cannot be renamed, but a
+    directory above it can, and the host then sees the attacker's copy at the old
+    name. So each directory above it that lies inside a writable bind is bound onto
+    itself, which makes it a mount point too (rename: EBUSY). A tmpfs above is
+    private to the sandbox: what moves there never reaches the host.
+    """
+    kept: list[str] = []
+    for path in sorted(dict.fromkeys(paths), key=_depth):
+        top = _cover(path, mounts)
+        if top is None or top[1] != "--bind":
+            continue  # hidden or already read-only
+        if any(within(path, k) and (top[3] == k or not within(top[3], k)) for k in kept):
+            continue  # inside a git path kept before, with no writable bind in between
+        kept.append(path)
+    out: list[_Mount] = []
+    for path in kept:
+        out.append((_RO, "--ro-bind-try", path, path))
+        for d in _ancestors(path):  # up through the workspace too, should it sit in an agent home
+            top = _cover(d, mounts)
+            if top is not None and top[1] == "--bind" and top[3] != d:
+                out.append((_RW, "--bind-try", d, d))
+    return out
+
+
+def _cover(path: str, mounts: list[_Mount]) -> _Mount | None:
+    """The mount `path` ends up on: the last one at or above it in (sorted) mount order."""
+    found = [m for m in mounts if within(path, m[3])]
+    return found[-1] if found else None
+
+
+def _ancestors(path: str) -> list[str]:
+    """The directories strictly above `path`, but `/`, top down."""
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _already_hidden(path: str, hides: list[str], binds: list[str]) -> bool:
@@ -344,17 +400,24 @@ class Sandbox:
         rw_binds: Sequence[Path] = (),
         chdir: Path | None = None,
         ro_binds: Sequence[Path] = (),
+        approved: bool = False,
     ) -> list[str]:
-        """`inner` wrapped in bwrap when active; unchanged in auto mode when not; else raises."""
+        """`inner` wrapped in bwrap when active; unchanged in auto mode when not; else raises.
+
+        `approved`: a person approved this very call (CallContext.approved). Any
+        other call, or a process that serves many calls, gets the workspace's git
+        metadata read-only (build_argv).
+        """
         self.check()
         if not self.active:
             return list(inner)
         assert self.probe.bwrap is not None
         real = lambda p: Path(os.path.realpath(p))  # noqa: E731
+        ws = real(workspace)
         return build_argv(
             inner,
             bwrap=self.probe.bwrap,
-            workspace=real(workspace),
+            workspace=ws,
             hide=_existing([*self._hide, *private_dirs(network)]),
             network=network,
             rw_binds=[real(p) for p in rw_binds],
@@ -362,4 +425,6 @@ class Sandbox:
             proc=self.probe.proc,
             chdir=real(chdir) if chdir is not None else None,
             mask=_present(self._mask),
+            approved=approved,
+            git=[] if approved else [Path(p) for p in gitmeta.find(str(ws))],
         )

@@ -248,7 +248,11 @@ def test_sandbox_network_setting_reaches_the_plan(ws, real_sandbox):
     tool = Bash(Config(sandbox=SandboxConfig(mode="bwrap", network=True)))
     ctx = make_ctx(ws, config=Config(sandbox=SandboxConfig(mode="bwrap", network=True)), sandbox=real_sandbox)
     plan = tool.plan(tool.decode({"command": "true"}), ctx)
-    assert plan.sandboxed and plan.network and "--unshare-net" not in plan.data
+    assert plan.sandboxed and plan.network
+    # the sandbox shares the host's network namespace: more interfaces than a fresh loopback
+    r = call(ws, {"command": "tail -n +3 /proc/net/dev | wc -l"}, config=ctx.config, sandbox=real_sandbox)
+    host = len(Path("/proc/net/dev").read_text().splitlines()) - 2
+    assert int(r["output"].split()[-1]) == host
 
 
 # --- over the socket ----------------------------------------------------------------

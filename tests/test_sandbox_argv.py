@@ -32,7 +32,7 @@ def mounts(args: list[str]) -> list[tuple[str, str]]:
         if op == "--ro-bind" and args[i + 1] == "/dev/null":
             out.append(("mask", args[i + 2]))
             i += 3
-        elif op in ("--bind", "--ro-bind", "--ro-bind-try"):
+        elif op in ("--bind", "--ro-bind", "--ro-bind-try", "--bind-try"):
             out.append((op, args[i + 2]))
             i += 3
         elif op in ("--tmpfs", "--dev", "--proc"):
@@ -41,6 +41,11 @@ def mounts(args: list[str]) -> list[tuple[str, str]]:
         else:
             i += 1
     return out
+
+
+def ancestors(path: str) -> list[str]:
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def within(path: str, root: str) -> bool:
@@ -85,11 +90,53 @@ def test_inner_argv_follows_a_double_dash_verbatim():
     assert ("--bind", "/") not in mounts(a)
 
 
-def test_git_hooks_and_config_are_read_only_again():
-    a = argv()
+def test_an_approved_call_keeps_only_git_hooks_and_config_read_only():
+    a = argv(approved=True, git=[WS / "child/.git"])
     assert visible(a, "/srv/ws/.git/hooks/pre-commit") == ("--ro-bind-try", "/srv/ws/.git/hooks")
     assert visible(a, "/srv/ws/.git/config") == ("--ro-bind-try", "/srv/ws/.git/config")
-    assert visible(a, "/srv/ws/.git/HEAD") == ("--bind", "/srv/ws")
+    assert visible(a, "/srv/ws/.git/HEAD") == ("--bind", "/srv/ws")  # git commit works
+    assert visible(a, "/srv/ws/child/.git/config") == ("--bind", "/srv/ws")
+
+
+def test_an_unasked_call_gets_the_whole_git_dir_read_only_by_default():
+    a = argv()
+    for inside in ("/srv/ws/.git", "/srv/ws/.git/HEAD", "/srv/ws/.git/hooks/pre-commit", "/srv/ws/.git/config"):
+        assert visible(a, inside) == ("--ro-bind-try", "/srv/ws/.git")
+    assert visible(a, "/srv/ws/src/main.py") == ("--bind", "/srv/ws")
+
+
+def test_a_child_projects_git_is_read_only_and_its_parent_cannot_be_renamed():
+    a = argv(git=[WS / "app/.git", WS / "libs/core/.git"])
+    assert visible(a, "/srv/ws/app/.git/config") == ("--ro-bind-try", "/srv/ws/app/.git")
+    assert visible(a, "/srv/ws/libs/core/.git/hooks/x") == ("--ro-bind-try", "/srv/ws/libs/core/.git")
+    # `mv app app2` would carry the mount away and let a planted copy take the old name
+    for pinned in ("/srv/ws/app", "/srv/ws/libs", "/srv/ws/libs/core"):
+        assert visible(a, pinned) == ("--bind-try", pinned)
+    assert visible(a, "/srv/ws/app/src.py") == ("--bind-try", "/srv/ws/app")  # still writable
+
+
+def test_a_worktree_git_file_and_the_dirs_it_points_to_are_read_only_where_writable():
+    main = "/srv/ws/main/.git"
+    a = argv(git=[WS / ".git", Path(main + "/worktrees/wt"), Path(main), Path("/elsewhere/.git")])
+    assert visible(a, "/srv/ws/.git") == ("--ro-bind-try", "/srv/ws/.git")  # the file itself
+    assert visible(a, main + "/worktrees/wt/HEAD") == ("--ro-bind-try", main)  # inside the common dir
+    assert ("--ro-bind-try", main + "/worktrees/wt") not in mounts(a)
+    assert ("--ro-bind-try", "/elsewhere/.git") not in mounts(a)  # already read-only under /
+    assert visible(a, "/elsewhere/.git/config") == ("--ro-bind", "/")
+
+
+def test_git_paths_that_are_hidden_or_read_only_stay_as_they_are():
+    a = argv(hide=[WS / ".scv"], ro_binds=[WS / "tools"], git=[WS / ".scv/r/.git", WS / "tools/r/.git"])
+    assert visible(a, "/srv/ws/.scv/r/.git/config") == ("--tmpfs", "/srv/ws/.scv")  # not shown again
+    assert visible(a, "/srv/ws/tools/r/.git/config") == ("--ro-bind", "/srv/ws/tools")
+    assert ("--bind-try", "/srv/ws/.scv") not in mounts(a)
+
+
+def test_a_git_path_in_an_agent_home_is_guarded_like_one_in_the_workspace():
+    home = Path("/h/scv/adapters/codex")
+    a = argv(hide=[Path("/h/scv")], rw_binds=[home], git=[home / "repo/.git"])
+    assert visible(a, str(home / "repo/.git/x")) == ("--ro-bind-try", str(home / "repo/.git"))
+    assert visible(a, str(home / "repo")) == ("--bind-try", str(home / "repo"))
 
 
 def test_proc_false_mounts_an_empty_tmpfs_instead():
@@ -111,7 +158,7 @@ def test_a_hidden_dir_containing_the_workspace_and_an_agent_home_does_not_hide_t
     assert visible(a, "/home/u/scv/adapters/codex/auth.json") == ("--bind", "/home/u/scv/adapters/codex")
     assert visible(a, "/home/u/scv/adapters/claude/x") == ("--tmpfs", "/home/u/scv")
     assert visible(a, "/home/u/scv/run/scvd.sock") == ("--tmpfs", "/home/u/scv")
-    assert visible(a, "/home/u/scv/ws/.git/hooks/x") == ("--ro-bind-try", "/home/u/scv/ws/.git/hooks")
+    assert visible(a, "/home/u/scv/ws/.git/hooks/x") == ("--ro-bind-try", "/home/u/scv/ws/.git")
 
 
 def test_a_hidden_dir_inside_the_workspace_stays_hidden():
@@ -173,19 +220,32 @@ segment = st.sampled_from(["a", "b", "ws", ".git", "hooks"])
 tree_path = st.lists(segment, min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
 
 
-@settings(max_examples=300, deadline=None)
+WRITABLE = ("--bind", "--bind-try")
+
+
+@settings(max_examples=400, deadline=None)
 @given(ws=tree_path, hide=st.lists(tree_path, max_size=4), rw=st.lists(tree_path, max_size=3),
-       ro=st.lists(tree_path, max_size=2), mask=st.lists(tree_path, max_size=2))
-def test_every_bind_stays_visible_and_every_other_hidden_path_stays_hidden(ws, hide, rw, ro, mask):
+       ro=st.lists(tree_path, max_size=2), mask=st.lists(tree_path, max_size=2),
+       approved=st.booleans(), found=st.lists(tree_path, max_size=3))
+def test_every_bind_stays_visible_and_every_other_hidden_path_stays_hidden(ws, hide, rw, ro, mask,
+                                                                          approved, found):
     a = build_argv(["true"], bwrap="bwrap", workspace=Path(ws), hide=[Path(h) for h in hide],
                    network=False, rw_binds=[Path(p) for p in rw], ro_binds=[Path(p) for p in ro],
-                   mask=[Path(m) for m in mask])
+                   mask=[Path(m) for m in mask], approved=approved, git=[Path(g) for g in found])
     # a mask is a file: nothing lies below it
-    assume(not any(p != m and within(p, m) for m in mask for p in [ws, *hide, *rw, *ro]))
+    assume(not any(p != m and within(p, m) for m in mask for p in [ws, *hide, *rw, *ro, *found]))
     for m in mask:
         assert visible(a, m)[0] in ("mask", "--tmpfs")
-    git = {ws + "/.git/hooks", ws + "/.git/config"}  # always re-bound read-only
+    git = {ws + "/.git/hooks", ws + "/.git/config"} if approved else {ws + "/.git", *found}
     covered = git | set(mask)
+    if not approved:  # no git path is writable (but a bind given inside it), nor can one be moved
+        for g in git:
+            op, at = visible(a, g + "/zz")
+            assert op not in WRITABLE or (at != g and within(at, g)), (g, op, at)
+            if visible(a, g) == ("--ro-bind-try", g):  # guarded: nothing above it inside a bind can move
+                for d in ancestors(g):
+                    op, at = visible(a, d)
+                    assert op not in WRITABLE or at == d, (g, d, op, at)
     for p in set(ro) - covered:
         assert visible(a, p) == ("--ro-bind", p)
     for p in {ws, *rw} - set(ro) - covered:

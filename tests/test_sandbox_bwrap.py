@@ -41,9 +41,9 @@ class Box:
         assert result.ok, result.verdict
         self.sandbox = Sandbox(result, self.paths, self.env)
 
-    def argv(self, script: str, *, network: bool = False, rw_binds=()) -> list[str]:
+    def argv(self, script: str, *, network: bool = False, rw_binds=(), approved: bool = False) -> list[str]:
         return self.sandbox.wrap(["/bin/bash", "-c", script], workspace=self.ws,
-                                 network=network, rw_binds=rw_binds)
+                                 network=network, rw_binds=rw_binds, approved=approved)
 
     def run(self, script: str, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(script, **kw), cwd=self.ws, env=self.env, text=True,
@@ -67,12 +67,19 @@ def test_the_workspace_is_writable_and_the_rest_is_not(box, tmp_path):
     assert not Path("/etc/scvd-probe-file").exists()
 
 
-def test_git_hooks_and_config_are_read_only(box):
-    r = box.run("echo evil > .git/hooks/post-checkout; echo x >> .git/config; echo ok > .git/HEAD")
+def test_an_approved_call_keeps_git_hooks_and_config_read_only(box):
+    r = box.run("echo evil > .git/hooks/post-checkout; echo x >> .git/config; echo ok > .git/HEAD",
+                approved=True)
     assert r.stderr.count("Read-only file system") == 2, r.stderr
     assert not (box.ws / ".git/hooks/post-checkout").exists()
     assert (box.ws / ".git/config").read_text() == "[core]\n"
     assert (box.ws / ".git/HEAD").read_text() == "ok\n"  # the rest of .git stays usable
+
+
+def test_an_unasked_call_cannot_write_anywhere_in_git(box):
+    r = box.run("echo evil > .git/hooks/post-checkout; echo x >> .git/config; echo ok > .git/HEAD")
+    assert r.stderr.count("Read-only file system") == 3, r.stderr
+    assert not (box.ws / ".git/HEAD").exists()
 
 
 def test_the_network_is_unreachable_unless_allowed(box):

@@ -148,7 +148,7 @@ class AgentTool(Tool):
         argv = plan.data["argv"]
         if plan.sandboxed:
             argv = ctx.sandbox.wrap(argv, workspace=Path(ctx.workspace), network=True,
-                                    rw_binds=[home], chdir=cwd)
+                                    rw_binds=[home], chdir=cwd, approved=ctx.approved)
         try:
             result = await process.run_process(
                 argv, cwd=cwd, env=build_env(os.environ, self.adapter, home),

@@ -104,7 +104,6 @@ class Bash(Tool):
             sandbox.check()  # sandbox.mode = bwrap with a failed probe: refuse before approval
         if sandboxed:
             network = bool(ctx.config.sandbox.network)
-            argv = sandbox.wrap(argv, workspace=ctx.workspace, network=network)
         return Plan(
             risk=ToolRisk.PROCESS,
             summary=summarize(args.command, timeout, sandboxed=sandboxed, network=network),
@@ -119,13 +118,16 @@ class Bash(Tool):
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         tools = ctx.config.tools
         env = child_env(os.environ if self._env is None else self._env)
+        argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
+        if plan.sandboxed:
+            argv = ctx.sandbox.wrap(argv, workspace=ctx.workspace, network=plan.network, approved=ctx.approved)
         try:
             result = await run_process(
-                plan.data, cwd=ctx.workspace, env=env, timeout=plan.timeout,
+                argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,
                 output_limit=tools.output_limit_bytes,
             )
         except OSError as exc:  # nothing started: a missing shell, bwrap or workspace
-            raise Failed(f"bash: cannot start {plan.data[0]} in {ctx.workspace}: {exc.strerror or exc}") from exc
+            raise Failed(f"bash: cannot start {argv[0]} in {ctx.workspace}: {exc.strerror or exc}") from exc
         if result.timed_out:
             raise timeout_error("bash", result, plan.timeout, float(tools.max_timeout_seconds))
         return result_dict(result)

@@ -98,6 +98,9 @@ class CallContext:
     sandbox: Any = None  # scvd.sandbox.Sandbox, or None when off
     services: dict[str, Any] = field(default_factory=dict)  # shared helpers (skills map, ...)
     turn: str | None = None  # the chat turn of the call, when it has one
+    # a person approved this very call (set after the gate; a session grant or the policy
+    # running it unasked does not count): sandbox.wrap(approved=...) relaxes the git guard
+    approved: bool = False
 
 
 class Tool(abc.ABC):

@@ -102,7 +102,6 @@ class ScriptTool(Tool):
             sandbox.check()
         if sandboxed:
             network = bool(ctx.config.sandbox.network)
-            argv = sandbox.wrap(argv, workspace=ctx.workspace, network=network, ro_binds=[d.folder])
         shown = json.dumps(args, ensure_ascii=False)
         if len(shown) > SUMMARY_ARGUMENT_CHARS:
             shown = shown[:SUMMARY_ARGUMENT_CHARS] + f" ... ({len(shown) - SUMMARY_ARGUMENT_CHARS} more chars)"
@@ -124,9 +123,13 @@ class ScriptTool(Tool):
         env = passenv.build(os.environ, [*KEPT, *self.pass_env(ctx.config)],
                             set={**secrets, "SCV_TOOL_DIR": str(self.definition.folder)})
         tools = ctx.config.tools
+        argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
+        if plan.sandboxed:
+            argv = ctx.sandbox.wrap(argv, workspace=ctx.workspace, network=plan.network,
+                                    ro_binds=[self.definition.folder], approved=ctx.approved)
         try:
             result = await run_process(
-                plan.data, cwd=ctx.workspace, env=env, timeout=plan.timeout,
+                argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,
                 output_limit=tools.output_limit_bytes, input=json.dumps(args).encode(),
                 stderr_limit=STDERR_LIMIT,
             )

@@ -22,7 +22,8 @@ def test_offline_sandboxed_bash_runs_unasked_and_stays_in_the_workspace(make_dae
     outside = tmp_path / "outside.txt"
     with d.client() as c:
         status = c.status()
-        assert status.policy == "sandbox-aware" and status.policy_note == ""
+        assert status.policy == "sandbox-aware"
+        assert status.policy_note.startswith("unasked sandboxed calls keep git metadata read-only")
         assert status.sandbox.startswith("active: bwrap works")
         sid = c.open_session(workspace)
         done = c.call(sid, "bash", {"command": f"echo in > inside.txt; echo out > {outside}; "

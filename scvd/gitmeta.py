@@ -1,0 +1,73 @@
+"""Where a workspace's git metadata lives, for the sandbox to keep read-only.
+
+Rule: `find()` only looks (lstat, a bounded listing, two small reads); it never
+runs git. It reports the `.git` of the workspace and of each direct
+subdirectory (child projects), and for a `.git` file (a linked worktree or a
+submodule: `gitdir: PATH`) the git dir it names and that dir's `commondir` (the
+main repository's git dir, where config and hooks are read). Paths are real
+paths (symlinks resolved) and may lie anywhere; sandbox.build_argv() decides
+which of them need a read-only bind.
+"""
+
+from __future__ import annotations
+
+import os
+
+MAX_CHILDREN = 1024  # directory entries of the workspace looked at (as skills.py's child projects)
+MAX_POINTER_BYTES = 4096  # a `.git` file or a `commondir` file is one short line
+
+
+def find(workspace: str) -> list[str]:
+    """The git metadata of `workspace` (a real path) and its direct subdirectories that exist now."""
+    found: list[str] = []
+    for root in [workspace, *_children(workspace)]:
+        for path in _metadata(os.path.join(root, ".git")):
+            if path not in found:
+                found.append(path)
+    return found
+
+
+def _children(workspace: str) -> list[str]:
+    out: list[str] = []
+    try:
+        with os.scandir(workspace) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_CHILDREN:
+                    break
+                if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
+                    out.append(entry.path)
+    except OSError:
+        return []
+    return out
+
+
+def _metadata(entry: str) -> list[str]:
+    """`entry` (a `.git`) resolved, plus the git dir a `.git` file names and its commondir."""
+    if not os.path.lexists(entry):
+        return []
+    real = os.path.realpath(entry)
+    if os.path.isdir(real):
+        return [real, *_pointer(real, "commondir", relative_to=real)]
+    if not os.path.isfile(real):
+        return []
+    gitdir = _pointer(real, None, relative_to=os.path.dirname(real))
+    return [real, *gitdir, *(p for g in gitdir for p in _pointer(g, "commondir", relative_to=g))]
+
+
+def _pointer(where: str, name: str | None, *, relative_to: str) -> list[str]:
+    """The existing directory named by the file `where/name` (or the `.git` file `where`)."""
+    path = os.path.join(where, name) if name else where
+    try:
+        with open(path, "rb") as f:
+            text = f.read(MAX_POINTER_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return []
+    line = text.splitlines()[0].strip() if text.strip() else ""
+    if name is None:  # a .git file: "gitdir: PATH"
+        if not line.startswith("gitdir:"):
+            return []
+        line = line.removeprefix("gitdir:").strip()
+    if not line:
+        return []
+    target = os.path.realpath(os.path.join(relative_to, line))
+    return [target] if os.path.isdir(target) else []

@@ -1,0 +1,102 @@
+"""Unasked sandboxed calls cannot plant code that the host's git runs later (issue 13 §2).
+
+A real daemon, real bubblewrap, real bash calls and real git. An unasked call
+(sandbox-aware policy, or a session grant) gets the workspace's whole git
+metadata read-only; a call a person approved keeps today's binds and can commit.
+Afterwards git runs on the host, as the user would; a planted command would
+touch a marker file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scvd import protocol as p
+
+from conftest import wait_pending
+from git_support import IDENTITY, git, repo
+
+pytestmark = pytest.mark.bwrap
+
+UNASKED = '[approvals]\npolicy = "sandbox-aware"\n[sandbox]\nmode = "bwrap"\n'
+ASKED = '[sandbox]\nmode = "bwrap"\n'  # on-risk: every bash call asks
+host_git = git  # git run on the host, as the user would
+
+
+def plants(marker: Path) -> list[str]:
+    plant = f"touch {marker}"
+    return [
+        f"mv .git .git-moved && cp -a .git-moved .git && git config core.fsmonitor {plant!r}",
+        f"git config core.fsmonitor {plant!r}",
+        f"printf '#!/bin/sh\\n%s\\n' {plant!r} > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit",
+    ]
+
+
+def test_unasked_bash_cannot_rename_replace_or_edit_git_and_host_git_runs_nothing(
+        make_daemon, workspace: Path, tmp_path: Path):
+    repo(workspace)
+    marker = tmp_path / "planted-ran"
+    d = make_daemon(UNASKED, env=IDENTITY)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        results = [c.call(sid, "bash", {"command": attack}) for attack in plants(marker)]
+        assert c.request(p.ApprovalsList).approvals == []  # none of them was asked
+    for done in results:
+        assert done.ok and done.result["exit_code"] != 0, done
+    assert "Device or resource busy" in results[0].result["output"]
+    assert "Read-only file system" in results[1].result["output"] + results[2].result["output"]
+    assert not (workspace / ".git-moved").exists() and not (workspace / ".git/hooks/pre-commit").exists()
+    assert host_git(workspace, "status").returncode == 0
+    host_git(workspace, "commit", "-q", "--allow-empty", "-m", "by the user")
+    assert not marker.exists()
+
+
+def test_unasked_bash_cannot_retarget_a_worktree(make_daemon, workspace: Path, tmp_path: Path):
+    main = repo(workspace / "main")
+    git(main, "worktree", "add", "-q", str(workspace / "wt"))
+    marker = tmp_path / "planted-ran"
+    d = make_daemon(UNASKED, env=IDENTITY)
+    attack = (f"cd wt && git init -q ../evil && git -C ../evil config core.fsmonitor 'touch {marker}'; "
+              "echo 'gitdir: ../evil/.git' > .git; mv .git .git-old; "
+              f"git config core.fsmonitor 'touch {marker}'; echo tried")
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        done = c.call(sid, "bash", {"command": attack})
+    assert done.ok and done.result["output"].endswith("tried\n"), done
+    assert (workspace / "wt/.git").read_text().startswith("gitdir: ")
+    assert "evil" not in (workspace / "wt/.git").read_text()
+    assert host_git(workspace / "wt", "status").returncode == 0
+    assert not marker.exists()
+
+
+def test_a_session_grant_is_not_an_approval_of_git_writes(make_daemon, workspace: Path, tmp_path: Path):
+    repo(workspace)
+    marker = tmp_path / "planted-ran"
+    d = make_daemon(ASKED, env=IDENTITY)
+    with d.client() as c, d.client(name="owner") as owner:
+        sid = c.open_session(workspace)
+        first = c.start_call(sid, "bash", {"command": "git status --short"})
+        owner.request(p.ApprovalDecide, approval_id=wait_pending(owner)[0].approval_id,
+                      decision="approve", scope="session")
+        assert c.wait_call(first).ok
+        done = c.call(sid, "bash", {"command": plants(marker)[1]})  # runs unasked, under the grant
+    assert done.ok and "Read-only file system" in done.result["output"], done
+    host_git(workspace, "status")
+    assert not marker.exists()
+
+
+def test_an_approved_bash_can_still_commit(make_daemon, workspace: Path):
+    repo(workspace)
+    d = make_daemon(ASKED, env=IDENTITY)
+    with d.client() as c, d.client(name="owner") as owner:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "bash", {"command": "echo hi > f.txt && git add f.txt && "
+                                                        "git commit -q -m 'approved commit' && echo committed"})
+        pending = wait_pending(owner)[0]
+        assert pending.sandboxed is True
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = c.wait_call(call_id)
+    assert done.ok and done.result["output"].endswith("committed\n"), done
+    assert "approved commit" in host_git(workspace, "log", "--oneline").stdout

@@ -1,0 +1,130 @@
+"""Real bubblewrap, real git: an unasked call cannot plant code that the host's git runs later.
+
+Each attack runs inside Sandbox.wrap()'s argv; then git runs on the host, as the
+user would, and a planted command would touch a marker file. The approved-call
+controls show that the same attack does plant (today's binds), so the markers
+can appear and the unasked checks are not vacuous.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from git_support import IDENTITY, git, repo
+from test_sandbox_bwrap import Box
+
+pytestmark = pytest.mark.bwrap
+
+# the attack from issue 13, then the direct ways to plant
+MOVE_AND_COPY = "mv .git .git-moved && cp -a .git-moved .git && git config core.fsmonitor {plant!r}"
+DIRECT = ("git config core.fsmonitor {plant!r}; "
+          "printf '#!/bin/sh\\n%s\\n' {plant!r} > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; "
+          "printf '[core]\\n\\tfsmonitor = %s\\n' {plant!r} >> .git/config")
+
+
+class GitBox(Box):
+    """A Box whose workspace is a real repository with one commit."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path, **IDENTITY)
+        shutil.rmtree(self.ws / ".git")
+        repo(self.ws)
+        self.marker = tmp_path / "planted-ran"
+
+    @property
+    def plant(self) -> str:
+        return f"touch {self.marker}"
+
+    def host_git(self, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+        return git(cwd, *args)
+
+
+@pytest.fixture
+def gbox(tmp_path):
+    return GitBox(tmp_path)
+
+
+def test_the_move_and_copy_attack_plants_under_an_approved_call_as_before(gbox):
+    """The control: with today's binds (hooks and config only) the attack works."""
+    r = gbox.run(MOVE_AND_COPY.format(plant=gbox.plant), approved=True)
+    assert r.returncode == 0, r.stderr
+    gbox.host_git(gbox.ws, "status")
+    assert gbox.marker.exists()
+
+
+def test_an_unasked_call_cannot_move_replace_or_edit_git(gbox):
+    head = (gbox.ws / ".git/HEAD").read_text()
+    r = gbox.run(MOVE_AND_COPY.format(plant=gbox.plant) + "; echo rc=$?; " + DIRECT.format(plant=gbox.plant)
+                 + "; rm -rf .git; echo gitdir: /tmp/x > .git; ln -sfn .git-moved .git; ls -A")
+    assert "Device or resource busy" in r.stderr  # the mount point cannot be renamed or removed
+    assert "Read-only file system" in r.stderr
+    assert not (gbox.ws / ".git-moved").exists()
+    assert (gbox.ws / ".git").is_dir() and (gbox.ws / ".git/HEAD").read_text() == head
+    assert not (gbox.ws / ".git/hooks/pre-commit").exists()
+    status = gbox.host_git(gbox.ws, "status")
+    assert status.returncode == 0, status.stderr
+    gbox.host_git(gbox.ws, "commit", "--allow-empty", "-m", "after")  # runs pre-commit, were it there
+    assert not gbox.marker.exists()
+
+
+def test_an_unasked_call_cannot_rename_a_child_project_to_replace_its_git(gbox):
+    child = repo(gbox.ws / "app")
+    (child / "src.txt").write_text("v1\n")
+    attack = (f"cd app && echo v2 > src.txt && cd .. && mv app app-old; cp -a app-old app2; "
+              f"git -C app2 config core.fsmonitor {gbox.plant!r} && rm -rf app && mv app2 app; ls")
+    r = gbox.run(attack)
+    assert "Device or resource busy" in r.stderr, r.stderr
+    assert (child / "src.txt").read_text() == "v2\n"  # the child project itself stays writable
+    gbox.host_git(child, "status")
+    assert not gbox.marker.exists()
+
+
+def test_a_worktree_git_file_and_its_common_dir_inside_the_workspace_are_read_only(gbox):
+    main = repo(gbox.ws / "main")
+    git(main, "worktree", "add", "-q", str(gbox.ws / "wt"))
+    pointer = (gbox.ws / "wt/.git").read_text()
+    attack = (f"cd wt; git config core.fsmonitor {gbox.plant!r}; "
+              f"git config --worktree core.fsmonitor {gbox.plant!r}; "
+              f"echo 'gitdir: ../evil' > .git; mv .git .git-old; "
+              f"printf '#!/bin/sh\\n%s\\n' {gbox.plant!r} > ../main/.git/hooks/post-checkout; "
+              f"mv ../main ../main-old; echo done")
+    r = gbox.run(attack)
+    assert r.stdout.strip().endswith("done")
+    assert r.stderr.count("Read-only file system") >= 3 and "Device or resource busy" in r.stderr, r.stderr
+    assert (gbox.ws / "wt/.git").read_text() == pointer and (gbox.ws / "main/.git").is_dir()
+    gbox.host_git(gbox.ws / "wt", "status")
+    gbox.host_git(gbox.ws / "wt", "checkout", "-q", "-b", "other")  # runs post-checkout, were it there
+    assert not gbox.marker.exists()
+
+
+def test_a_worktree_whose_common_dir_is_outside_the_workspace_stays_intact(gbox, tmp_path):
+    main = repo(tmp_path / "elsewhere" / "main")
+    wt = gbox.ws / "wt"
+    git(main, "worktree", "add", "-q", str(wt))
+    gbox.ws = wt  # the worktree is the workspace
+    pointer = (wt / ".git").read_text()
+    r = gbox.run(f"rm -f .git; echo 'gitdir: {wt}/evil' > .git; mkdir -p evil; "
+                f"git init -q evil2 && mv evil2/.git .git; echo done")
+    assert "Device or resource busy" in r.stderr or "Read-only file system" in r.stderr, r.stderr
+    assert (wt / ".git").read_text() == pointer
+    gbox.host_git(wt, "status")
+    assert not gbox.marker.exists()
+
+
+def test_an_approved_call_can_still_commit(gbox):
+    r = gbox.run("echo hi > f.txt && git add f.txt && git commit -q -m 'from the sandbox' && git log --oneline",
+                 approved=True)
+    assert r.returncode == 0, r.stderr
+    assert "from the sandbox" in gbox.host_git(gbox.ws, "log", "--oneline").stdout
+
+
+def test_an_unasked_commit_fails_and_says_why(gbox):
+    r = gbox.run("echo hi > f.txt && git add f.txt")
+    assert r.returncode != 0 and "Read-only file system" in r.stderr
+    assert (gbox.ws / "f.txt").read_text() == "hi\n"
+    assert os.path.isdir(gbox.ws / ".git")
