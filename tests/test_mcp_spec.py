@@ -47,11 +47,16 @@ def test_tool_names_carry_the_server_and_stay_usable_as_function_names():
     assert len(spec.tool_name("x", "t" * 100)) == 64
 
 
-def test_a_stdio_server_gets_a_scrubbed_environment_plus_its_own():
+def test_a_stdio_server_gets_the_allow_listed_environment_plus_its_own():
     cfg = McpServerConfig(command="/bin/cat", args=["-u"], env={"MODE": "x", "TOKEN": SecretRef(secret="TOK")})
-    got = launch(cfg, secrets=Secrets(TOK="t0k"))
+    planted = {"AWS_SECRET_ACCESS_KEY": "aws", "GH_TOKEN": "gh", "SSH_AUTH_SOCK": "/run/ssh",
+               "HTTPS_PROXY": "http://proxy:3128", "SSL_CERT_FILE": "/etc/ca.pem"}
+    base = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "OPENAI_API_KEY": "sk", "SCV_HOME": "/x",
+            "NOTIFY_SOCKET": "/run/n", "LANG": "C.UTF-8", **planted}
+    got = launch(cfg, secrets=Secrets(TOK="t0k"), base_env=base)
     assert got.argv == ["/bin/cat", "-u"] and got.cwd == "/srv/own" and not got.sandboxed
-    assert got.env == {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "MODE": "x", "TOKEN": "t0k"}
+    assert got.env == {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "MODE": "x", "TOKEN": "t0k",
+                       "HTTPS_PROXY": "http://proxy:3128", "SSL_CERT_FILE": "/etc/ca.pem"}
 
 
 def test_a_command_is_looked_up_on_scvds_path_and_a_missing_one_is_unavailable():

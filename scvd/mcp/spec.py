@@ -15,11 +15,12 @@ from typing import Any, Mapping
 
 from ..config import McpServerConfig, SecretRef
 from ..errors import CredentialMissing, Unavailable
-from ..process import child_env
+from ..passenv import build as allowed_env
 
 PREFIX = "mcp__"
-# a stdio server starts from this much of scvd's environment, plus its own `env`
-KEPT_ENV = ("HOME", "LOGNAME", "USER", "PATH", "SHELL", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+# a stdio server starts from the agents' allow-list (proxies and CA bundles included) and the
+# user's HOME (npm and uv caches live there), plus its own `env`
+KEPT_ENV = ("HOME",)
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 NAME_LIMIT = 64  # the registry's rule for every tool name
 
@@ -71,8 +72,7 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
         command = found
     cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else str(home)
     own = resolve(cfg.env, secrets, f"mcp.servers.{name}.env")
-    kept = {k: v for k, v in base_env.items() if k in KEPT_ENV}
-    env = child_env(kept, set=own)
+    env = allowed_env(base_env, KEPT_ENV, set=own)
     argv = [command, *cfg.args]
     sandboxed = bool(cfg.sandbox and sandbox is not None and sandbox.active)
     if cfg.sandbox and sandbox is not None:
