@@ -92,8 +92,8 @@ def build_argv(
     `approved`: a person approved this very call, which keeps only WS/.git/hooks
     and WS/.git/config read-only. Otherwise WS/.git and every `git` path (git
     metadata found by gitmeta.find()) that would be writable is read-only, and
-    the directories between it and its writable bind are pinned (bound onto
-    themselves) so that none can be renamed away and replaced.
+    every directory above it inside a writable bind is pinned (bound onto
+    itself) so that none can be renamed away and replaced.
     """
     ws = _abs(workspace)
     argv = [bwrap, "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid"]

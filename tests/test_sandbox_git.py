@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,39 @@ def test_an_unasked_commit_fails_and_says_why(gbox):
     assert r.returncode != 0 and "Read-only file system" in r.stderr
     assert (gbox.ws / "f.txt").read_text() == "hi\n"
     assert os.path.isdir(gbox.ws / ".git")
+
+
+# unshare(CLONE_NEWUSER | CLONE_NEWNS) gives the call every capability in a namespace of its own;
+# then it tries to take the guard off: unmount it, remount it read-write, bind the workspace
+# elsewhere without the mounts below it
+UNDO = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def tried(name, result):
+    print(name, "ok" if result == 0 else os.strerror(ctypes.get_errno()))
+ws = os.getcwd().encode()
+tried("unshare", libc.unshare(0x10000000 | 0x00020000))
+tried("umount", libc.umount2(ws + b"/.git", 2))
+tried("remount", libc.mount(None, ws + b"/.git", None, 32 | 4096, None))
+os.makedirs("/tmp/view", exist_ok=True)
+tried("bind", libc.mount(ws, b"/tmp/view", None, 4096, None))
+for target in (ws + b"/.git/config", b"/tmp/view/.git/config"):
+    try:
+        open(target, "ab").write(b"[core]\\n\\tfsmonitor = touch " + sys.argv[1].encode() + b"\\n")
+        print("WROTE", target)
+    except OSError as exc:
+        print("write", exc.strerror)
+"""
+
+
+def test_a_nested_namespace_cannot_take_the_guard_off(gbox):
+    config = (gbox.ws / ".git/config").read_text()
+    r = gbox.run(f"{sys.executable} -c '{UNDO}' {gbox.marker}")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "unshare ok" in lines, r.stdout  # the attempt is real: the call holds every capability
+    assert "umount Invalid argument" in lines and "remount Operation not permitted" in lines
+    assert "bind Invalid argument" in lines  # a bind without what lies below would show .git writable
+    assert "WROTE" not in r.stdout and (gbox.ws / ".git/config").read_text() == config
+    gbox.host_git(gbox.ws, "status")
+    assert not gbox.marker.exists()
