@@ -14,6 +14,8 @@ Rules:
 - A call that always asks (a sensitive target, `always_ask.py`) is asked whatever
   grant or policy would run it, and its request is approved once only: a
   `session` scope given to it is recorded as `once`.
+- Every pending request, and all of them together (`approvals.list`), fit in
+  one server frame: an approver is shown a request whole or it never opens.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any, Callable
 from . import errors
 from .text import printable, printable_data
 from .proctree import read_stat
-from .protocol import ApprovalInfo, ApprovalResolved, Frame, approval_requested
+from .protocol import DEFAULT_SERVER_FRAME_LIMIT, ApprovalInfo, ApprovalResolved, Frame, approval_requested, encode
 from .tools.contract import Plan, ToolRisk
 
 POLICIES = ("on-risk", "always", "never", "sandbox-aware")
@@ -60,6 +62,7 @@ class ApprovalEvent(str, enum.Enum):
 
 
 _S, _E = ApprovalState, ApprovalEvent
+FRAME_ENVELOPE = 1024  # of a frame beside its requests: type, id or seq, brackets
 # (state, event) -> next state; only PENDING moves, and only once
 TRANSITIONS: dict[tuple[ApprovalState, ApprovalEvent], ApprovalState] = {
     (_S.PENDING, _E.APPROVE): _S.APPROVED,
@@ -142,6 +145,7 @@ class Approval:
     scope: str = "once"
     decided_by: Decider | None = None
     timer: asyncio.TimerHandle | None = None
+    size: int = 0  # bytes of `info` on the wire
 
     @property
     def id(self) -> str:
@@ -169,6 +173,7 @@ class ApprovalGate:
     timeout_seconds: float
     on_event: EventSink
     max_pending: int = 256
+    max_bytes: int = DEFAULT_SERVER_FRAME_LIMIT  # server.server_frame_bytes: what one frame may carry
     # called with (owner, info) before a request opens; may raise Denied (the chat loop refuses
     # a turn's request that no connection could decide, rather than let it wait unseen)
     screen: Callable[[Any, dict[str, Any]], None] | None = None
@@ -192,7 +197,9 @@ class ApprovalGate:
         record = ApprovalInfo(
             approval_id=approval_id, requested_at=now, expires_at=now + self.timeout_seconds, **info
         )
-        approval = Approval(info=record, owner=owner, future=loop.create_future())
+        size = len(encode(record))
+        self._check_room(size)
+        approval = Approval(info=record, owner=owner, future=loop.create_future(), size=size)
         approval.timer = loop.call_later(self.timeout_seconds, self._expire, approval_id)
         self.pending[approval_id] = approval
         self.on_event("requested", approval)
@@ -218,6 +225,21 @@ class ApprovalGate:
         for approval in mine:
             self._resolve(approval, ApprovalEvent.DROP, "the requesting client disconnected")
         return mine
+
+    def _check_room(self, size: int) -> None:
+        """Refuse a request that one frame could not carry whole, alone or with those already waiting."""
+        room = self.max_bytes - FRAME_ENVELOPE
+        if size > room:
+            raise errors.LimitExceeded(
+                f"this call's approval request is {size:,} bytes, above what one frame carries "
+                f"(server.server_frame_bytes = {self.max_bytes:,}), so no approver could see it whole; "
+                "send less (split the write or the arguments), or raise server.server_frame_bytes")
+        waiting = sum(a.size + 1 for a in self.pending.values())
+        if waiting + size > room:
+            raise errors.Denied(
+                f"the approval requests already waiting take {waiting:,} bytes, and with this one's {size:,} "
+                f"they would not fit in one approvals.list frame (server.server_frame_bytes = {self.max_bytes:,}); "
+                "this call was refused without asking: decide the pending ones first")
 
     def list(self) -> list[ApprovalInfo]:
         return [a.info for a in self.pending.values()]

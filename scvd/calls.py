@@ -290,7 +290,7 @@ class CallRegistry:
         approval = self.hub.gate.request(
             session.owner, session=session.id, call_id=call.call_id, tool=tool.name, risk=risk,
             workspace=str(session.workspace), summary=plan.summary, details=plan.details,
-            sandboxed=plan.sandboxed, always_ask=always)
+            sandboxed=plan.sandboxed, always_ask=always, requester=call.requester.label())
         try:
             approved = await asyncio.shield(approval.future)
         except asyncio.CancelledError:

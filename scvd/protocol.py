@@ -97,12 +97,13 @@ class ApprovalInfo(msgspec.Struct, omit_defaults=True):
     tool: str
     risk: str
     workspace: str
-    summary: str
-    details: dict[str, Any] = {}
+    summary: str  # its first line says `[cut: N more chars; see details]` when it does not show everything
+    details: dict[str, Any] = {}  # whole: the command, prompt, arguments or content the call will use
     sandboxed: bool = False
     requested_at: float = 0.0
     expires_at: float | None = None
     always_ask: str | None = None  # why it asked whatever grant exists; then approved once only
+    requester: str = ""  # the client that sent the call: `<client> (pid N, uid N)`
 
 
 class LaunchSpec(msgspec.Struct, omit_defaults=True):
@@ -509,6 +510,7 @@ class ApprovalRequested(Frame, tag="approval.requested"):
     sandboxed: bool = False
     expires_at: float | None = None
     always_ask: str | None = None  # why it asked whatever grant exists; then approved once only
+    requester: str = ""
 
 
 class ApprovalResolved(Frame, tag="approval.resolved"):

@@ -49,7 +49,8 @@ class Daemon:
         # the caller's, when it already built one from the same configuration (a start builds one, not two)
         self.registry: Registry = registry or build_registry(loaded.config, paths, self.extra_tools)
         approvals = loaded.config.approvals
-        self.gate = ApprovalGate(approvals.timeout_seconds, self._on_approval, approvals.max_pending)
+        self.gate = ApprovalGate(approvals.timeout_seconds, self._on_approval, approvals.max_pending,
+                                 loaded.config.server.server_frame_bytes)
         self.secrets = SecretStore(paths.secrets_file)  # blocking methods: call them in a thread
         self.secret_requests = SecretRequests(
             self.secrets, approvers=self._approvers_of, send=self.send_event,
@@ -251,6 +252,7 @@ class Daemon:
         self.loaded, self.registry, self.sandbox, self.sandbox_verdict = loaded, registry, sandbox, verdict
         self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
         self.gate.max_pending = loaded.config.approvals.max_pending
+        self.gate.max_bytes = loaded.config.server.server_frame_bytes
         await self.mcp.apply(loaded.config)  # added, removed and changed servers only
         log.info("configuration reloaded from %s", loaded.path)
         return True

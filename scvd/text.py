@@ -25,3 +25,19 @@ def printable_data(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [printable_data(v) for v in value]
     return value
+
+
+SHOWN_CHARS = 2000  # of a command, prompt or arguments that a summary shows; details carry them whole
+
+
+def cut_note(more: int) -> str:
+    """What a summary's first line says when it does not show everything: the rest is in details."""
+    return f"[cut: {more:,} more chars; see details]"
+
+
+def excerpt(text: str, limit: int = SHOWN_CHARS) -> tuple[str, str]:
+    """(`text` cut to `limit` characters, " " + the cut note or ""): the note goes on the summary's first line."""
+    more = len(text) - limit
+    if more <= 0:
+        return text, ""
+    return text[:limit] + " ...", " " + cut_note(more)

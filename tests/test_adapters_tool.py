@@ -187,12 +187,16 @@ def test_approval_details(harness: Harness, fake_bin: Path) -> None:
     assert plan.risk.value == "delegate" and plan.timeout == 900 and plan.network
     assert d["executable"] == str(fake_bin / "codex")
     assert d["argv"][:5] == [str(fake_bin / "codex"), "exec", "--skip-git-repo-check", "-m", "gpt-5"]
-    assert d["argv"][-1] == d["prompt"] and len(d["prompt"]) < 2100 and "more characters" in d["prompt"]
+    assert d["prompt"] == long_prompt  # whole: the approver can read all of it
+    assert len(d["argv"][-1]) < 2100 and "more characters" in d["argv"][-1]
     assert d["prompt_chars"] == len(long_prompt)
     assert d["cwd"] == "scv" and d["timeout_seconds"] == 900
     assert d["workspace"] == str(harness.workspace)
     assert "delegate risk" in d["warning"]
-    assert plan.summary.startswith("agent_codex in scv (900s): Land the fix.")
+    assert plan.summary.startswith("agent_codex in scv (900s) [cut: 3,014 more chars; see details]: Land the fix.")
+    assert plan.summary.endswith("x ...") and len(plan.summary) < 2100
+    short = harness.plan("claude", prompt="Fix it.\nThen run the tests.")
+    assert short.summary == "agent_claude in . (600s): Fix it.\nThen run the tests."
 
 
 def test_oversized_prompt_refused(harness: Harness) -> None:

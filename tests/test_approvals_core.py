@@ -118,6 +118,31 @@ def test_request_carries_summary_details_and_expiry():
     asyncio.run(main())
 
 
+def test_a_request_too_big_for_one_frame_never_opens_and_the_pending_ones_fit_a_list_frame():
+    """An approver is shown a request whole or not at all: the frame limit bounds one, and all together."""
+    async def main():
+        sink = Sink()
+        gate = ApprovalGate(60, sink, max_bytes=64 * 1024)
+        ask = lambda size, call_id: gate.request(  # noqa: E731
+            "owner", session="s1", call_id=call_id, tool="bash", risk="process", workspace="/ws",
+            summary="bash", details={"command": "x" * size})
+        with pytest.raises(errors.LimitExceeded) as info:
+            ask(64 * 1024, "c0")
+        assert "above what one frame carries (server.server_frame_bytes = 65,536)" in info.value.message
+        assert "raise server.server_frame_bytes" in info.value.message and info.value.kind == "limit"
+        first = ask(40 * 1024, "c1")
+        with pytest.raises(errors.Denied) as info:
+            ask(30 * 1024, "c2")
+        assert "decide the pending ones first" in info.value.message
+        assert sink.events == [("requested", first.id, ApprovalState.PENDING)] and list(gate.pending) == [first.id]
+        gate.cancel(first.id, "done")
+        ask(30 * 1024, "c3")  # room again once the first one ended
+        for a in list(gate.pending.values()):
+            gate.cancel(a.id, "test over")
+
+    asyncio.run(main())
+
+
 def test_first_decision_wins_and_a_later_one_is_not_found():
     async def main():
         sink = Sink()

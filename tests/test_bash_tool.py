@@ -16,7 +16,8 @@ from scvd.proctree import read_stat
 from scvd.protocol import ApprovalDecide, ApprovalRequested, ApprovalsList, CallCancel, ToolsList
 from scvd.sandbox import ProbeResult, Sandbox, probe
 from scvd.tools import build_registry
-from scvd.tools.bash import SUMMARY_COMMAND_CHARS, Bash
+from scvd.text import SHOWN_CHARS
+from scvd.tools.bash import Bash
 from scvd.tools.contract import CallContext, ToolRisk, lint
 
 
@@ -96,7 +97,7 @@ def test_bad_arguments_are_refused_before_anything_runs(arguments):
         Bash(Config()).decode(arguments)
 
 
-def test_the_plan_shows_the_command_bounded_and_the_timeout(ws):
+def test_the_plan_shows_the_command_and_the_timeout_and_a_cut_summary_says_so(ws):
     tool = Bash(Config())
     ctx = make_ctx(ws)
     plan = tool.plan(tool.decode({"command": "cargo test"}), ctx)
@@ -104,9 +105,15 @@ def test_the_plan_shows_the_command_bounded_and_the_timeout(ws):
     assert "cargo test" in plan.summary and "timeout 120 s" in plan.summary
     assert (plan.sandboxed, plan.network, plan.writes_confined) == (False, True, False)
     assert plan.data == ["/bin/bash", "-lc", "cargo test"]
-    long = tool.plan(tool.decode({"command": "x" * 10_000, "timeout_seconds": 5}), ctx)
-    assert len(long.summary) < SUMMARY_COMMAND_CHARS + 200 and "8000 more chars" in long.summary
-    assert long.timeout == 5 and long.data[2] == "x" * 10_000  # only the display is bounded
+    assert "[cut" not in plan.summary and plan.details["command"] == "cargo test"
+    command = "echo fine " + "x" * 10_000 + "; touch pwned"
+    long = tool.plan(tool.decode({"command": command, "timeout_seconds": 5}), ctx)
+    first = long.summary.splitlines()[0]
+    assert first.startswith(f"bash (unsandboxed, timeout 5 s) [cut: {len(command) - SHOWN_CHARS:,} more chars; "
+                            "see details]: echo fine xxx")
+    assert len(long.summary) < SHOWN_CHARS + 200 and "touch pwned" not in long.summary
+    assert long.details["command"] == command  # the approver can see the tail
+    assert long.timeout == 5 and long.data[2] == command
 
 
 # --- running ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from .. import passenv, process
+from ..text import excerpt
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout
 from ..tools.runs import result_dict, timeout_error
 from . import spec as specs
@@ -27,8 +28,7 @@ from .locate import resolve_cwd, resolve_executable
 from .signin import failure_hint
 
 Meta = msgspec.Meta
-PROMPT_SHOWN = 2000  # characters of the prompt an approver sees
-SUMMARY_SHOWN = 80
+PROMPT_SHOWN = 2000  # characters of the prompt in the summary and in argv; details.prompt has it whole
 DELEGATE_WARNING = (
     "delegate risk: {title} acts on its own here; it may read and write files, run commands, "
     "use credentials it can reach, and send workspace content to its model provider"
@@ -121,17 +121,15 @@ class AgentTool(Tool):
         return args.timeout_seconds
 
     def _summary(self, args: Any, timeout: int) -> str:
-        first = args.prompt.strip().splitlines()[0] if args.prompt.strip() else ""
-        return (f"{self.name} in {args.cwd or '.'} ({timeout}s): "
-                f"{bounded(first, SUMMARY_SHOWN)}")
+        shown, note = excerpt(args.prompt, PROMPT_SHOWN)
+        return f"{self.name} in {args.cwd or '.'} ({timeout}s){note}: {shown}"
 
     def _details(self, argv: list[str], args: Any, timeout: int, ctx: CallContext,
                  sandboxed: bool) -> dict[str, Any]:
-        shown = bounded(args.prompt, PROMPT_SHOWN)
         return {
             "executable": argv[0],
-            "argv": [*argv[:-1], shown],
-            "prompt": shown,
+            "argv": [*argv[:-1], bounded(args.prompt, PROMPT_SHOWN)],  # the prompt once whole is enough
+            "prompt": args.prompt,  # whole: at most MAX_PROMPT_BYTES, the kernel's limit for one argument
             "prompt_chars": len(args.prompt),
             "cwd": args.cwd or ".",
             "timeout_seconds": timeout,

@@ -14,12 +14,12 @@ from typing import Any, Protocol
 
 from ..errors import Failed, InvalidArguments
 from ..process import CappedOutput
+from ..text import excerpt
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
 from .spec import tool_name
 
 OUTPUT_LIMIT = 1 << 20  # of a result's text; more is cut in the middle with a marker
 DESCRIPTION_LIMIT = 4096
-SUMMARY_ARGS_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -96,15 +96,14 @@ class McpTool(Tool):
             return None
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
-        shown = json.dumps(args, ensure_ascii=False)
-        if len(shown) > SUMMARY_ARGS_CHARS:
-            shown = shown[:SUMMARY_ARGS_CHARS] + f" ... ({len(shown) - SUMMARY_ARGS_CHARS} more chars)"
+        arguments = json.dumps(args, ensure_ascii=False)
+        shown, note = excerpt(arguments)
         hint = {True: "read-only", False: "not read-only", None: "says nothing"}[self.spec.read_only_hint]
         return Plan(
             risk=self.risk,
-            summary=f"MCP server {self.link.name}: {self.spec.name} {shown}",
+            summary=f"MCP server {self.link.name}{note}: {self.spec.name} {shown}",
             details={
-                "server": self.link.name, "tool": self.spec.name, "arguments": shown,
+                "server": self.link.name, "tool": self.spec.name, "arguments": arguments,
                 "risk_from": self.risk_from,
                 "server_says": f"{hint} (a server's hint, not trusted by scvd)",
             },

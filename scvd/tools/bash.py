@@ -14,11 +14,11 @@ import msgspec
 
 from ..errors import Failed, InvalidArguments
 from ..process import MAX_ARG_BYTES, child_env, run_process
+from ..text import excerpt
 from .contract import CallContext, Plan, Tool, ToolRisk, check_timeout
 from .runs import result_dict, timeout_error
 
 SHELL = "/bin/bash"
-SUMMARY_COMMAND_CHARS = 2000  # of the command shown to the approver
 
 DESCRIPTION = (
     "Run a command with /bin/bash -lc in the workspace; returns exit status and output.\n"
@@ -52,12 +52,10 @@ def make_arguments(tools_config: Any) -> type[msgspec.Struct]:
 
 
 def summarize(command: str, timeout: float, *, sandboxed: bool, network: bool) -> str:
-    """The approver's one look at the call: where it runs, its deadline, the command (bounded)."""
+    """The approver's first look: where it runs, its deadline, the command (its head; details has it whole)."""
     where = ("sandboxed, " + ("with network" if network else "no network")) if sandboxed else "unsandboxed"
-    shown = command
-    if len(shown) > SUMMARY_COMMAND_CHARS:
-        shown = shown[:SUMMARY_COMMAND_CHARS] + f" ... ({len(command) - SUMMARY_COMMAND_CHARS} more chars)"
-    return f"bash ({where}, timeout {timeout:g} s): {shown}"
+    shown, note = excerpt(command)
+    return f"bash ({where}, timeout {timeout:g} s){note}: {shown}"
 
 
 def check_command(command: str) -> None:
@@ -108,7 +106,7 @@ class Bash(Tool):
             risk=ToolRisk.PROCESS,
             summary=summarize(args.command, timeout, sandboxed=sandboxed, network=network),
             details={
-                "command": args.command[:SUMMARY_COMMAND_CHARS], "timeout_seconds": timeout,
+                "command": args.command, "timeout_seconds": timeout,  # whole: at most MAX_ARG_BYTES
                 "cwd": str(ctx.workspace), "sandboxed": sandboxed, "network": network,
             },
             sandboxed=sandboxed, network=network, writes_confined=sandboxed,

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Callable, Literal
 import msgspec
 
 from ..errors import Cancelled, Failed, InvalidArguments, PathMissing
-from ..text import printable
+from ..text import cut_note, printable
 from ..workers import inline_ok, run_blocking
 from . import containment
 from .containment import show
@@ -510,7 +510,8 @@ class WriteTool(Tool):
         return Plan(
             risk=ToolRisk.FILESYSTEM, summary=write_summary(_shown_path(parts, real), args.mode, args.content, data),
             details={"path": containment.join(parts), **_resolved(parts, real), "mode": args.mode,
-                     "bytes": len(data), "expected_sha256": args.expected_sha256,
+                     "bytes": len(data), "content": args.content,  # whole: the approver sees what lands
+                     "expected_sha256": args.expected_sha256,
                      "replaces_link": linked, **_secret_details(parts, real)},
             network=False, writes_confined=True, targets=_targets(parts, real), data=data,
         )
@@ -522,13 +523,22 @@ class WriteTool(Tool):
 
 
 def write_summary(shown: str, mode: str, content: str, data: bytes) -> str:
-    """What the approver sees: mode, path (already quoted), size and the first lines, bounded and terminal-safe."""
-    lines = content.splitlines()
-    head = [f"  | {_shown_line(line)}" for line in lines[:SUMMARY_LINES]]
+    """What the approver sees first: mode, path (already quoted), size and the first lines, bounded and
+    terminal-safe; when that is not all of it, the first line says so (details.content has it whole)."""
+    lines = content.splitlines(keepends=True)
+    head = [f"  | {_shown_line(line.splitlines()[0])}" for line in lines[:SUMMARY_LINES]]
     more = len(lines) - SUMMARY_LINES
     if more > 0:
         head.append(f"  | ... {more} more lines")
-    return "\n".join([f"write ({mode}) {shown}: {len(data)} bytes, {len(lines)} lines", *head])
+    hidden = len(content) - sum(_shown_chars(line) for line in lines[:SUMMARY_LINES])
+    note = f" {cut_note(hidden)}" if hidden > 0 else ""
+    return "\n".join([f"write ({mode}) {shown}: {len(data)} bytes, {len(lines)} lines{note}", *head])
+
+
+def _shown_chars(line: str) -> int:
+    """Characters of one line (its break included) that the summary shows."""
+    body = line.splitlines()[0]
+    return min(len(body), SUMMARY_LINE_CHARS) + len(line) - len(body)
 
 
 def _shown_line(line: str) -> str:

@@ -28,6 +28,7 @@ from .. import passenv
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout
 from ..process import run_process
 from ..secrets import SecretStore, missing_message
+from ..text import excerpt
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk
 from .script_defs import ScriptDef, load_all, script_root
 
@@ -36,7 +37,6 @@ log = logging.getLogger("scvd.tools.script")
 CREDENTIAL_REJECTED = 77  # a script's exit code for "the credential was refused (401/403/expired)"
 STDERR_LIMIT = 64 * 1024  # kept of stderr (head and tail)
 STDERR_TAIL_CHARS = 2000  # of stderr quoted in an error
-SUMMARY_ARGUMENT_CHARS = 2000  # of the arguments' JSON shown to the approver
 SECRETS_SERVICE = "secrets"  # ctx.services key of the daemon's SecretStore
 KEPT = ("HOME",)  # besides the allow-list: a script has no private home, so it keeps the user's
 
@@ -102,15 +102,14 @@ class ScriptTool(Tool):
             sandbox.check()
         if sandboxed:
             network = bool(ctx.config.sandbox.network)
-        shown = json.dumps(args, ensure_ascii=False)
-        if len(shown) > SUMMARY_ARGUMENT_CHARS:
-            shown = shown[:SUMMARY_ARGUMENT_CHARS] + f" ... ({len(shown) - SUMMARY_ARGUMENT_CHARS} more chars)"
+        arguments = json.dumps(args, ensure_ascii=False)
+        shown, note = excerpt(arguments)
         where = ("sandboxed, " + ("with network" if network else "no network")) if sandboxed else "unsandboxed"
         secrets = list(d.spec.secrets)
-        summary = f"{self.name} ({where}, timeout {timeout:g} s): {d.spec.command} {shown}"
+        summary = f"{self.name} ({where}, timeout {timeout:g} s){note}: {d.spec.command} {shown}"
         return Plan(
             risk=self.risk, summary=summary,
-            details={"folder": str(d.folder), "command": str(d.executable), "arguments": shown,
+            details={"folder": str(d.folder), "command": str(d.executable), "arguments": arguments,
                      "secrets": secrets, "pass_env": passenv.passed(os.environ, self.pass_env(ctx.config)),
                      "cwd": str(ctx.workspace), "timeout_seconds": timeout,
                      "sandboxed": sandboxed, "network": network},
