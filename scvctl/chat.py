@@ -17,7 +17,7 @@ from typing import Any, Callable
 from scvd import errors, protocol as p
 from scvd.text import printable
 
-from .cli import EXIT_ERROR, EXIT_OK, _ask, approve_question, connect, emit_json, format_request
+from .cli import EXIT_ERROR, EXIT_OK, ask_request, connect, emit_json
 
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
 HEADLESS_ANSWER = "(no answer: scvctl exec runs without a person at the terminal; go on without one)"
@@ -169,8 +169,8 @@ def _chat_event(c: Any, session: str, event: Any) -> None:
         sys.stdout.write(event.text)
         sys.stdout.flush()
     elif isinstance(event, p.ApprovalRequested) and event.session == session:
-        print(f"\n{format_request(event)}", flush=True)
-        answer = _ask(*approve_question(event)) or "n"
+        print(flush=True)
+        answer = ask_request(event) or "n"
         try:
             c.request(p.ApprovalDecide, approval_id=event.approval_id,
                       decision="deny" if answer == "n" else "approve", scope="session" if answer == "s" else "once")

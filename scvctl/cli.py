@@ -19,6 +19,7 @@ import msgspec
 from scvd import __version__, errors, protocol as p
 from scvd.text import printable
 
+from .approval_view import first_lines, format_request, present
 from .client import Client, DaemonNotRunning
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
@@ -64,6 +65,9 @@ def _add_approvals(sub: Any, common: argparse.ArgumentParser) -> None:
     asub = approvals.add_subparsers(dest="approvals_command", metavar="ACTION")
     cmd = asub.add_parser("list", parents=[common], help="pending approvals (the default)")
     cmd.set_defaults(handler=cmd_approvals_list)
+    cmd = asub.add_parser("show", parents=[common], help="one pending request whole (paged on a terminal)")
+    cmd.add_argument("approval_id")
+    cmd.set_defaults(handler=cmd_approvals_show)
     cmd = asub.add_parser("approve", parents=[common], help="approve one request")
     cmd.add_argument("approval_id")
     cmd.add_argument("--session", action="store_true",
@@ -191,6 +195,20 @@ def cmd_approvals_list(args: argparse.Namespace) -> int:
     return _listing(args, pending, "no pending approvals", format_request)
 
 
+def cmd_approvals_show(args: argparse.Namespace) -> int:
+    with connect(args) as c:
+        pending = c.request(p.ApprovalsList).approvals  # the gate keeps them all within one frame
+    found = next((a for a in pending if a.approval_id == args.approval_id), None)
+    if found is None:
+        raise errors.ApprovalNotFound(f"no pending approval {args.approval_id!r}; it was decided, expired or "
+                                      "withdrawn (scvctl approvals lists the pending ones)")
+    if args.json:
+        emit_json(found)
+    else:
+        present(format_request(found))
+    return EXIT_OK
+
+
 def cmd_approve(args: argparse.Namespace) -> int:
     return _decide(args, "approve", scope="session" if args.session else "once")
 
@@ -207,18 +225,6 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> int:
     else:
         print(f"{decision}d {args.approval_id}" if decision == "approve" else f"denied {args.approval_id}")
     return EXIT_OK
-
-
-def format_request(a: Any) -> str:
-    """A pending request in a few lines a person can decide on."""
-    lines = [f"[{a.approval_id}] {a.tool} ({a.risk}{', sandboxed' if a.sandboxed else ''}) "
-             f"in {a.workspace}", f"  {a.summary}"]
-    if getattr(a, "always_ask", None):
-        lines.append(f"  always asks, approved once only: {a.always_ask}")
-    for key, value in (a.details or {}).items():
-        text = value if isinstance(value, str) else json.dumps(value)
-        lines.append(f"  {key}: {text}")
-    return "\n".join(printable(line) for line in lines)
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -245,8 +251,7 @@ def _on_request(c: Client, args: argparse.Namespace, event: Any) -> None:
     if args.json:
         emit_json(event)
         return
-    print(format_request(event), flush=True)
-    answer = _ask(*approve_question(event))
+    answer = ask_request(event)
     if answer is None:
         raise KeyboardInterrupt
     decision = "deny" if answer == "n" else "approve"
@@ -255,6 +260,13 @@ def _on_request(c: Client, args: argparse.Namespace, event: Any) -> None:
                   scope="session" if answer == "s" else "once")
     except errors.ApprovalNotFound:
         print(f"  {event.approval_id} was already decided elsewhere", flush=True)
+
+
+def ask_request(event: Any) -> str | None:
+    """Show a request whole (paged when taller than the terminal), then ask: y, n, s or None at EOF."""
+    if present(format_request(event)):  # the pager has closed: say what the prompt is about
+        print(f"{first_lines(event)}\n  (the whole request was shown in the pager)", flush=True)
+    return _ask(*approve_question(event))
 
 
 def _on_resolved(args: argparse.Namespace, event: p.ApprovalResolved) -> None:

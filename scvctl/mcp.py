@@ -257,13 +257,15 @@ def can_elicit(capabilities: Any) -> bool:
 
 
 def elicitation_params(event: p.ApprovalRequested) -> dict[str, Any]:
-    """The approval request as an elicitation form: the summary, and one choice of three."""
+    """The approval request as an elicitation form: the request whole (a host shows a summary's cut
+    note, so the details it points to come too), and one choice of three."""
+    from .approval_view import format_request  # only for hosts that elicit: startup stays light
+
     where = "sandboxed" if event.sandboxed else "unsandboxed"
-    message = (f"scvd asks for your approval: {event.tool} ({event.risk}, {where}) in {event.workspace}\n"
-               f"{event.summary}")
+    whole = format_request(event).split("\n", 1)[1]  # below our own first line; always_ask included
+    message = f"scvd asks for your approval: {event.tool} ({event.risk}, {where}) in {event.workspace}\n{whole}"
     choices = dict(zip(CHOICES, ["Approve", "Approve for this session", "Deny"]))
     if event.always_ask:  # approved once only: a session scope would be recorded as once
-        message += f"\nalways asks, approved once only: {event.always_ask}"
         del choices["approve_session"]
     return {
         "message": message,

@@ -1,0 +1,82 @@
+"""How a person sees an approval request: every line of it, paged when it is taller than the terminal.
+
+Rule: what a person can approve with one key is shown whole first (issue 13). A
+request's summary may be cut (its first line then says `[cut: ...]`); its
+details carry the command, prompt, arguments or content whole, and they are
+printed too. Every line is indented under the request's header and escaped, so
+an agent's text cannot pass for another request or for the prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+from scvd.text import printable
+
+DEFAULT_PAGER = "less"
+LESS_OPTIONS = "-X"  # leave the last page on the screen above the prompt
+
+
+def format_request(a: Any) -> str:
+    """A pending request (`approval.requested` or an `approvals.list` entry) whole, in lines a person reads."""
+    header = (f"[{a.approval_id}] {a.tool} ({a.risk}{', sandboxed' if a.sandboxed else ''}) "
+              f"in {a.workspace}")
+    lines = [header, *(f"  {line}" for line in a.summary.split("\n"))]
+    if getattr(a, "always_ask", None):
+        lines.append(f"  always asks, approved once only: {a.always_ask}")
+    for key, value in (a.details or {}).items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if "\n" in text:  # a block, each line marked, so its end is plain to see
+            lines.append(f"  {key}: ({len(text):,} chars, {text.count(chr(10)) + 1} lines)")
+            lines.extend(f"    | {line}" for line in text.split("\n"))
+        else:
+            lines.append(f"  {key}: {text}")
+    lines.append(f"  requested by {getattr(a, 'requester', '') or '?'} in session {a.session}, call {a.call_id}"
+                 + (f"; expires {time.strftime('%H:%M:%S', time.localtime(a.expires_at))}"
+                    if a.expires_at else ""))
+    return "\n".join(printable(line) for line in lines)
+
+
+def first_lines(a: Any) -> str:
+    """The header and the summary's first line: what the prompt is about, after a pager closed."""
+    return "\n".join(format_request(a).split("\n")[:2])
+
+
+def present(text: str) -> bool:
+    """Print `text` whole; on a terminal, text taller than the screen goes through the pager instead (True)."""
+    if _on_terminal() and _rows(text) > shutil.get_terminal_size().lines - 2 and _page(text):
+        return True
+    print(text, flush=True)
+    return False
+
+
+def _on_terminal() -> bool:
+    return sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def _rows(text: str) -> int:
+    """Terminal rows `text` takes, long lines wrapped."""
+    width = max(shutil.get_terminal_size().columns, 1)
+    return sum(max(1, -(-len(line) // width)) for line in text.split("\n"))
+
+
+def _page(text: str) -> bool:
+    """Show `text` in $PAGER (default less); False when there is no pager to run, so the caller prints it."""
+    argv = shlex.split(os.environ.get("PAGER") or DEFAULT_PAGER)
+    if not argv or shutil.which(argv[0]) is None:
+        return False
+    env = dict(os.environ)
+    env.setdefault("LESS", LESS_OPTIONS)
+    sys.stdout.flush()
+    try:
+        subprocess.run(argv, input=text + "\n", text=True, env=env, check=False)
+    except OSError:
+        return False
+    return True
