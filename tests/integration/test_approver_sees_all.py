@@ -20,16 +20,15 @@ import pytest
 from adapters_support import make_fake_bin
 from conftest import DaemonProc, base_env, wait_pending
 from scvd import protocol as p
-from test_chat_cli import Tmux, tmux  # noqa: F401 (a fixture)
+from test_chat_cli import tmux  # noqa: F401 (a fixture)
 
 PAD = "echo harmless; : " + "lorem ipsum " * 200  # 2,417 characters: the summary shows 2,000
 HIDDEN = "touch pwned"
 LONG = f"{PAD}; {HIDDEN}"
 
 
-def scvctl(d: DaemonProc, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=base_env(d.home), input=stdin,
-                          stdin=None if stdin is not None else subprocess.DEVNULL,
+def scvctl(d: DaemonProc, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=base_env(d.home), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -101,7 +100,9 @@ def test_watch_on_a_terminal_pages_a_tall_request_before_asking(daemon: DaemonPr
         sid = agent.open_session(workspace)
         call_id = agent.start_call(sid, "bash", {"command": command})
         wait_pending(agent)  # watch shows the pending ones first, the same way as new ones
-        t = tmux([sys.executable, "-m", "scvctl", "approvals", "watch"], base_env(daemon.home))
+        # the default pager, whatever this machine's PAGER and LESS say
+        t = tmux(["env", "-u", "PAGER", "-u", "LESS", sys.executable, "-m", "scvctl", "approvals", "watch"],
+                 base_env(daemon.home))
         pane = t.wait_for("padding line 3")
         assert "approve?" not in pane and HIDDEN not in pane  # less shows the first page and waits
         t.send("G")  # to the end, as a person scrolls
