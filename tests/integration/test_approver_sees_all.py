@@ -116,6 +116,22 @@ def test_watch_on_a_terminal_pages_a_tall_request_before_asking(daemon: DaemonPr
     assert not (workspace / "pwned").exists()
 
 
+@pytest.mark.slow
+def test_watch_on_a_terminal_without_a_pager_prints_the_tall_request_whole(daemon: DaemonProc, workspace: Path,
+                                                                             tmux):
+    command = "echo harmless\n" + "".join(f": padding line {i}\n" for i in range(60)) + HIDDEN
+    with daemon.client(name="agent") as agent:
+        sid = agent.open_session(workspace)
+        call_id = agent.start_call(sid, "bash", {"command": command})
+        wait_pending(agent)
+        t = tmux(["env", "PAGER=/nonexistent/pager", sys.executable, "-m", "scvctl", "approvals", "watch"],
+                 base_env(daemon.home))
+        pane = t.wait_for("approve? [y]es / [n]o / [s]ession:")
+        assert f"    | {HIDDEN}" in pane  # printed whole, into the scrollback, before the prompt
+        t.send("n", "Enter")
+        assert agent.wait_call(call_id).error.kind == "denied"
+
+
 def test_a_long_agent_prompt_is_whole_in_details_and_show(make_daemon, tmp_path: Path, workspace: Path):
     fake_bin = make_fake_bin(tmp_path / "bin")
     d = make_daemon(env={"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
