@@ -7,15 +7,15 @@ usage, 3 the daemon could not start (already running, socket in use, ...).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__, config as config_mod, errors, eventloop, notify, paths as paths_mod
-from .tools import build_registry
+from . import __version__, config as config_mod, errors, eventloop, instance, notify, paths as paths_mod
+from . import tools
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_STARTUP = 0, 1, 2, 3
 LEFTOVER_SECONDS = 1.0  # after shutdown, how long tasks still running get to end
@@ -66,40 +66,67 @@ def main(argv: list[str] | None = None) -> int:
     paths = paths_mod.resolve()
     # absolute: --daemon changes to / before a reload reads the file again
     config_file = (getattr(args, "config", None) or paths.config_file).absolute()
+    foreground = args.command != "check-config" and not getattr(args, "daemon", False)
     try:
         loaded = config_mod.load(config_file)
-        registry = build_registry(loaded.config, paths)  # tools check their own settings too
         eventloop.check(loaded.config.server.event_loop)
+        # the foreground start builds the registry after READY=1 (run()); what it would refuse, this does
+        registry = None if foreground else tools.build_registry(loaded.config, paths)
+        tools.check_config(loaded.config)
     except errors.ConfigError as exc:
-        where = "" if str(config_file) in exc.message else f"{config_file}: "
-        print(f"scvd: configuration error: {where}{exc.message}", file=sys.stderr)
-        return EXIT_CONFIG
+        return _config_error(config_file, exc)
     if args.command == "check-config":
         return check_config(loaded, paths, len(registry))
     level = "debug" if getattr(args, "verbose", False) else loaded.config.log_level
     setup_logging(level)
-    if getattr(args, "daemon", False):
+    if not foreground:
         return run_detached(paths, loaded, (args.pid_file or paths.pid_file).absolute(), level)
-    return run(paths, loaded, registry)
+    return run(paths, loaded, config_file)
 
 
-def run(paths: paths_mod.Paths, loaded: config_mod.Loaded, registry: Any = None) -> int:
-    """Run in the foreground until SIGTERM/SIGINT; `registry`: the one main() built to check the config."""
-    from .server import Daemon
+def _config_error(config_file: Path, exc: errors.ConfigError) -> int:
+    where = "" if str(config_file) in exc.message else f"{config_file}: "
+    print(f"scvd: configuration error: {where}{exc.message}", file=sys.stderr)
+    return EXIT_CONFIG
 
-    log = logging.getLogger("scvd")
+
+def run(paths: paths_mod.Paths, loaded: config_mod.Loaded, config_file: Path) -> int:
+    """Run in the foreground until SIGTERM/SIGINT.
+
+    The lock and the socket are claimed and READY=1 is sent before the server, the tools and
+    asyncio are imported: a client that connects meanwhile waits in the socket's backlog, as with
+    socket activation. Signals that arrive before the loop runs are kept and handled then.
+    """
     manager_env = notify.scrub_env()  # children must never inherit the manager's variables
     inherited = notify.inherited_sockets(manager_env)
+    notifier = notify.Notifier(manager_env)
     try:
         paths_mod.prepare(paths)
-        serve(Daemon(paths, loaded, notify.Notifier(manager_env), registry=registry), inherited)
-    except errors.StartupError as exc:
-        log.error("cannot start: %s", exc.message)
-        return EXIT_STARTUP
-    except OSError as exc:
-        log.error("cannot start: %s", exc)
+        held = instance.claim(paths, inherited)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda signum, _frame: held.signals.append(signum))
+        notifier.ready()  # queued if the manager's socket is full: the daemon's loop sends it then
+        held.ready_sent = True
+        serve(_daemon(paths, loaded, notifier, held), [])
+    except errors.ConfigError as exc:  # tools.check_config missed it: said after READY=1, still exit 2
+        return _config_error(config_file, exc)
+    except (errors.StartupError, OSError) as exc:
+        logging.getLogger("scvd").error(
+            "cannot start: %s", exc.message if isinstance(exc, errors.StartupError) else exc)
         return EXIT_STARTUP
     return EXIT_OK
+
+
+def _daemon(paths: paths_mod.Paths, loaded: config_mod.Loaded, notifier: notify.Notifier,
+            held: instance.Claim) -> Any:
+    """The Daemon, imported only now; the claim is released if it cannot be built."""
+    try:
+        from .server import Daemon
+
+        return Daemon(paths, loaded, notifier, claim=held)
+    except BaseException:
+        instance.release(held, paths.socket)
+        raise
 
 
 def serve(daemon: Any, inherited: list[Any]) -> None:
@@ -108,6 +135,8 @@ def serve(daemon: Any, inherited: list[Any]) -> None:
     The server already gave in-flight calls their grace period; a tool that
     ignores cancellation must not keep the process from exiting.
     """
+    import asyncio
+
     loop = eventloop.new_event_loop(daemon.config.server.event_loop)
     logging.getLogger("scvd").debug("event loop: %s", eventloop.name(loop))
     asyncio.set_event_loop(loop)

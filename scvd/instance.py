@@ -6,12 +6,48 @@ import fcntl
 import logging
 import os
 import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import errors
 from .paths import Paths, ensure_private_dir
 
 log = logging.getLogger("scvd.server")
+
+
+@dataclass
+class Claim:
+    """What makes this process the instance's daemon: the held lock and the listening socket.
+
+    `cli.run` claims them before it imports the server, so READY=1 goes out as soon as the socket
+    accepts (the kernel queues connections until the loop serves them, as with socket activation).
+    """
+
+    lock_fd: int
+    sock: socket.socket
+    owns_socket: bool  # bound here, so removed at exit; False: inherited from systemd
+    ready_sent: bool = False  # READY=1 already said: the daemon only retries a queued one
+    signals: list[int] = field(default_factory=list)  # SIGTERM/SIGINT/SIGHUP that came before the loop
+
+
+def claim(paths: Paths, inherited: list[socket.socket]) -> Claim:
+    """Take the instance lock, then the inherited socket or a newly bound one."""
+    lock_fd = acquire_lock(paths.lock_file)
+    try:
+        if inherited:
+            return Claim(lock_fd, inherited[0], owns_socket=False)
+        return Claim(lock_fd, bind_socket(paths), owns_socket=True)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+
+
+def release(held: Claim, path: Path) -> None:
+    """Undo `claim()` for a start that failed before a daemon took the claim over."""
+    held.sock.close()
+    if held.owns_socket:
+        path.unlink(missing_ok=True)
+    os.close(held.lock_fd)
 
 
 def acquire_lock(path: Path) -> int:

@@ -15,14 +15,17 @@ no library stands in for it.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import math
 import os
 import socket
+import sys
 import time
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("scvd.notify")
 
@@ -120,6 +123,10 @@ class Notifier:
     def send(self, *lines: str) -> bool:
         """Send the lines as one datagram now, or not at all; False if it did not go out."""
         return self._send("\n".join(lines)) == SENT
+
+    def retry(self) -> None:
+        """Send what waited for room (READY=1 said before any loop could watch the socket)."""
+        self._flush()
 
     def watchdog_interval(self) -> float | None:
         """Seconds between WATCHDOG=1 pings (half of WATCHDOG_USEC), or None when not asked."""
@@ -272,6 +279,10 @@ class Notifier:
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
+    # READY=1 may go out before asyncio is imported (cli.run): then no loop runs
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
     try:
         return asyncio.get_running_loop()
     except RuntimeError:

@@ -7,18 +7,16 @@ Every directory comes from the environment `resolve()` is given.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import stat
-import subprocess
 import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-import platformdirs
+if TYPE_CHECKING:
+    import platformdirs
 
 log = logging.getLogger("scvd.paths")
 
@@ -110,6 +108,9 @@ def user_dirs(env: Mapping[str, str] | None = None) -> UserDirs:
     """
     if env is None or env is os.environ or dict(env) == dict(os.environ):
         return _platform_dirs()
+    import json
+    import subprocess
+
     code = "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); " \
         "from dataclasses import asdict; from scvd.paths import _platform_dirs; " \
         "print(json.dumps(asdict(_platform_dirs())))"
@@ -122,6 +123,8 @@ def user_dirs(env: Mapping[str, str] | None = None) -> UserDirs:
 
 
 def _platform_dirs() -> UserDirs:
+    import platformdirs  # only without SCV_HOME: it costs a start some ms (tempfile, shutil)
+
     dirs = platformdirs.PlatformDirs(APP)
     return UserDirs(config_home=platformdirs.user_config_dir(), config=dirs.user_config_dir,
                     data=dirs.user_data_dir, state=dirs.user_state_dir, runtime=_runtime_dir(dirs))
@@ -130,6 +133,10 @@ def _platform_dirs() -> UserDirs:
 def _runtime_dir(dirs: platformdirs.PlatformDirs) -> str | None:
     """platformdirs' runtime dir when it lies in XDG_RUNTIME_DIR or /run/user/<uid> (DESIGN.md),
     which must exist; None otherwise (its own last resort, /tmp/runtime-<uid>, is not used)."""
+    import warnings
+
+    import platformdirs
+
     with warnings.catch_warnings():
         # it warns when XDG_RUNTIME_DIR is unset or unsafe; MCP hosts start clients without it
         warnings.simplefilter("ignore", platformdirs.RuntimeDirWarning)

@@ -23,7 +23,7 @@ from .calls import CallRegistry
 from .chat.service import ChatService
 from .config import Loaded, load
 from .connection import READ_CHUNK, Connection, drain_close
-from .instance import acquire_lock, bind_socket, socket_name
+from .instance import Claim, claim, socket_name
 from .mcp.manager import McpServers
 from .paths import Paths
 from .process import set_child_subreaper
@@ -41,7 +41,7 @@ class Daemon:
 
     def __init__(self, paths: Paths, loaded: Loaded, notifier: notify.Notifier | None = None,
                  *, extra_tools: list[Any] | None = None, install_signals: bool = True,
-                 registry: Registry | None = None) -> None:
+                 registry: Registry | None = None, claim: Claim | None = None) -> None:
         self.paths = paths
         self.loaded = loaded
         self.extra_tools = list(extra_tools or [])  # embedders and tests add their own tools
@@ -68,8 +68,9 @@ class Daemon:
         self.stop_event = asyncio.Event()
         self.force_exit = False
         self._server: asyncio.AbstractServer | None = None
-        self._lock_fd: int | None = None
-        self._owns_socket = False
+        self._claim = claim  # the lock and socket cli.run took before READY=1, else taken in _start
+        self._lock_fd: int | None = claim.lock_fd if claim else None
+        self._owns_socket = claim.owns_socket if claim else False
         self._last_status = ""
         self._status_soon: asyncio.TimerHandle | None = None
         self.listening_on = str(paths.socket)
@@ -129,30 +130,39 @@ class Daemon:
         )
 
     async def _start(self, inherited: list[socket.socket]) -> None:
-        # 1. one daemon per instance: the lock names the pid that holds it
-        self._lock_fd = acquire_lock(self.paths.lock_file)
+        # 1. one daemon per instance: the lock names the pid that holds it; then the socket,
+        #    inherited from systemd or bound here (a stale file is replaced)
+        held = self._claim or claim(self.paths, inherited)
+        self._lock_fd, self._owns_socket = held.lock_fd, held.owns_socket
         # 2. orphans of tools become our children, so they can be reaped and killed
         if not set_child_subreaper():
             log.warning("cannot become a child subreaper; orphans of tools go to init")
         # 3. the audit log and the sandbox probe
         self.audit = AuditLog(self.paths.audit_log, self.config.audit.max_bytes, self.config.audit.keep)
         self.sandbox, self.sandbox_verdict = await self._probe_sandbox(self.config)
-        # 4. the socket: inherited from systemd, or bound here (a stale file is replaced)
-        if inherited:
-            sock = inherited[0]
-        else:
-            sock, self._owns_socket = bind_socket(self.paths), True
-        self.listening_on = socket_name(sock)
+        # 4. serve the socket
+        self.listening_on = socket_name(held.sock)
         limit = self.config.server.client_frame_bytes
-        self._server = await asyncio.start_unix_server(self._on_connect, sock=sock, limit=limit)
+        self._server = await asyncio.start_unix_server(self._on_connect, sock=held.sock, limit=limit)
         # 5. signals only set events (SIGHUP starts a reload, which serialises itself)
         if self.install_signals:
             loop = asyncio.get_running_loop()
-            loop.add_signal_handler(signal.SIGTERM, self.request_stop, "SIGTERM")
-            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-            loop.add_signal_handler(signal.SIGHUP, self._spawn, self.reload)
-        # 6. tell systemd we are ready, and keep its watchdog fed
-        self.notifier.ready()
+            handlers: dict[int, tuple[Any, ...]] = {
+                signal.SIGTERM: (self.request_stop, "SIGTERM"),
+                signal.SIGINT: (self._on_sigint,),
+                signal.SIGHUP: (self._spawn, self.reload),
+            }
+            for signum, (handler, *args) in handlers.items():
+                loop.add_signal_handler(signum, handler, *args)
+            for signum in held.signals:  # came before the loop ran (cli.run sent READY=1 early)
+                handler, *args = handlers[signum]
+                handler(*args)
+        # 6. tell systemd we are ready (unless cli.run did: then send it if it waited for room),
+        #    and keep its watchdog fed
+        if held.ready_sent:
+            self.notifier.retry()
+        else:
+            self.notifier.ready()
         self._update_status()
         self._spawn(self._watchdog)
         # 7. MCP servers start in the background: a slow or broken one never delays READY=1

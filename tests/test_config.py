@@ -227,6 +227,24 @@ def test_check_config_exits_2_on_an_error(tmp_path, text, env, fragment):
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize("text", [
+    '[adapters.gemini]\nmodel_args = ["-m", "{model}"]\n',
+    '[adapters.claude]\nmodel_args = ["--model"]\n',
+    '[adapters.codex]\neffort_args = ["--effort"]\n',
+])
+def test_the_start_refuses_before_ready_what_building_the_tools_refuses(tmp_path, text):
+    """`scvd run` checks tools.check_config before READY=1 and builds the registry after it."""
+    from scvd import paths as paths_mod, tools
+
+    (tmp_path / "config.toml").write_text(text)
+    cfg = load(tmp_path / "config.toml", env={}).config
+    with pytest.raises(ConfigError) as built:
+        tools.build_registry(cfg, paths_mod.resolve({"SCV_HOME": str(tmp_path)}))
+    with pytest.raises(ConfigError) as checked:
+        tools.check_config(cfg)
+    assert checked.value.message == built.value.message
+
+
 # --- docs/configuration.md cannot drift ----------------------------------------------------
 
 

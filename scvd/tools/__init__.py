@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import bash, fs, skill, store_secret
-from ..adapters import tools as agent_tools
-from .contract import Registry, Tool
+if TYPE_CHECKING:
+    from .contract import Registry, Tool
+
+
+def check_config(config: Any) -> None:
+    """Raise ConfigError for a setting that `build_registry` would refuse; imports no tool module.
+
+    The start checks this before READY=1 and builds the registry after it (the tool modules
+    import asyncio, the process runner and the sandbox: tens of ms).
+    """
+    from ..adapters import spec
+
+    spec.check_config(config)
+    for adapter in spec.ADAPTERS.values():
+        spec.configured(adapter, config)
 
 
 def builtin_tools(config: Any, paths: Any) -> list[Tool]:
     """Every built-in tool, built for this configuration (some schemas depend on it)."""
+    from . import bash, fs, skill, store_secret
+    from ..adapters import tools as agent_tools
+
     tools: list[Tool] = []
     # one line per tool module; each module exposes tools(config, paths) -> list[Tool]
     tools += fs.tools(config, paths)
@@ -24,6 +39,9 @@ def builtin_tools(config: Any, paths: Any) -> list[Tool]:
 def build_registry(config: Any, paths: Any, extra: list[Tool] | None = None) -> Registry:
     """A registry of the built-in tools plus `extra` (tests add their own), then the user's
     script tools; a script tool that fails to load is kept in `registry.load_errors`."""
+    from . import store_secret
+    from .contract import Registry
+
     registry = Registry()
     for tool in builtin_tools(config, paths):
         # built-ins are linted by tests/test_contract_lint.py, not at every start: the lint

@@ -123,6 +123,60 @@ def test_children_do_not_inherit_the_manager_variables(make_wrapped, listener, w
     assert d.proc.wait(15) == 0
 
 
+# READY=1 goes out once the socket accepts, before the server is imported (cli.run): whoever
+# acts on it at once (a client, systemd's stop or reload) is served when the loop runs.
+
+
+def test_a_client_connecting_at_ready_is_answered(make_daemon, listener):
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)}, wait=False)
+    assert listener.recv() == "READY=1"
+    with RawConn(d.socket) as conn:  # no retry: the socket accepts by the time READY=1 is out
+        conn.hello()
+        assert conn.status().pid == d.proc.pid
+    assert d.stop() == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_right_after_ready_is_a_clean_stop(make_daemon, listener, sig):
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)}, wait=False)
+    assert listener.recv() == "READY=1"
+    d.proc.send_signal(sig)
+    listener.until(lambda m: m == "STOPPING=1")
+    assert d.proc.wait(15) == 0
+    assert not d.socket.exists()
+    assert "scvd stopped" in d.log()
+
+
+def test_a_reload_right_after_ready_reloads(make_daemon, listener):
+    d = make_daemon('[approvals]\npolicy = "always"\n', env={"NOTIFY_SOCKET": str(listener.path)}, wait=False)
+    assert listener.recv() == "READY=1"
+    (d.home / "config.toml").write_text('[approvals]\npolicy = "never"\n')
+    d.proc.send_signal(signal.SIGHUP)
+    listener.until(lambda m: m.startswith("RELOADING=1"))
+    listener.until(lambda m: m == "READY=1")
+    with RawConn(d.socket) as conn:
+        conn.hello()
+        assert conn.status().policy == "never"
+    assert d.stop() == 0
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('[adapters.gemini]\nmodel_args = ["-m", "{model}"]\n', "adapters.gemini: no such agent"),
+    ('[adapters.claude]\nmodel_args = ["--model"]\n', "adapters.claude.model_args: ['--model'] never uses {model}"),
+    ('[server]\nevent_loop = "uvloop"\n', None),  # valid here (uvloop is installed): starts
+])
+def test_settings_the_tools_refuse_fail_the_start_before_ready(make_daemon, listener, text, fragment):
+    d = make_daemon(text, env={"NOTIFY_SOCKET": str(listener.path)}, wait=False)
+    if fragment is None:
+        assert listener.recv() == "READY=1"
+        assert d.stop() == 0
+        return
+    assert d.proc.wait(15) == 2
+    assert fragment in d.log() and "configuration error" in d.log()
+    assert not listener.pending()  # systemd never heard READY=1
+    assert not d.socket.exists()
+
+
 def test_no_notify_socket_is_fine(daemon):
     """Outside systemd nothing is sent and nothing is logged about it."""
     with RawConn(daemon.socket) as conn:
