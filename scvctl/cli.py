@@ -230,11 +230,15 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     with connect(args, timeout=None) as c:
         c.request(p.ApprovalsWatch)
-        for pending in c.request(p.ApprovalsList).approvals:  # shaped like the event: one shape for bridges
+        listed = c.request(p.ApprovalsList).approvals
+        for pending in listed:  # shaped like the event: one shape for bridges
             _on_request(c, args, p.approval_requested(pending))
+        # one that came between watch and list is also an event: shown once
+        shown = {pending.approval_id for pending in listed}
         for event in c.events():
             if isinstance(event, p.ApprovalRequested):
-                _on_request(c, args, event)
+                if event.approval_id not in shown:
+                    _on_request(c, args, event)
             elif isinstance(event, p.ApprovalResolved):
                 _on_resolved(args, event)
             elif isinstance(event, p.SecretRequested):

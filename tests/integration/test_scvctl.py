@@ -251,3 +251,45 @@ def _read_until(proc: subprocess.Popen, text: str) -> str:
             pytest.fail(f"watch ended before showing {text!r}")
         if text in line:
             return line
+
+
+def test_watch_shows_a_request_once_when_it_comes_between_watch_and_list(tmp_path: Path):
+    """The approval arrives after `approvals.watch` and before `approvals.list`: it is both an event
+    and a list entry, and the watcher shows (and asks about) it once. A scripted server plays scvd."""
+    import socket
+    import threading
+
+    info = p.ApprovalInfo(approval_id="a1-race", session="s1", call_id="c1", tool="write", risk="write",
+                          workspace=str(tmp_path), summary="write k.txt")
+    path = tmp_path / "fake.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn, conn.makefile("rb") as lines:
+            for line in lines:
+                frame = p.decode_request(line)
+                if isinstance(frame, p.Hello):
+                    answer: list[p.Frame] = [p.Welcome(
+                        id=frame.id, protocol=p.PROTOCOL_VERSION, server=p.PeerInfo(name="scvd", version="0"),
+                        limits=p.Limits(client_frame_bytes=1 << 20, server_frame_bytes=1 << 20))]
+                elif isinstance(frame, p.ApprovalsWatch):
+                    answer = [p.Ok(id=frame.id), p.approval_requested(info)]
+                elif isinstance(frame, p.ApprovalsList):
+                    conn.sendall(p.encode(p.Approvals(id=frame.id, approvals=[info])))
+                    return  # closed: the watcher shows what it has, then says scvd closed it
+                else:
+                    return
+                conn.sendall(b"".join(p.encode(f) for f in answer))
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    env = dict(base_env(tmp_path / "home"), SCV_SOCKET=str(path))
+    watch = subprocess.run([sys.executable, "-m", "scvctl", "--json", "approvals", "watch"], env=env,
+                           capture_output=True, text=True, timeout=30)
+    server.join(10)
+    listener.close()
+    shown = [json.loads(line) for line in watch.stdout.splitlines()]
+    assert [(e["type"], e["approval_id"]) for e in shown] == [("approval.requested", "a1-race")], watch.stdout
