@@ -238,41 +238,90 @@ class Client:
         return self.wait_call(self.start_call(session, tool, arguments, **fields))
 
 
-class AsyncClient:
-    """The same client over asyncio; one reader task, so many coroutines may use it at once."""
+class _Link(asyncio.Protocol):
+    """The socket as a protocol: each chunk is handed over as it arrives (no reader task,
+    so an answer reaches its waiting coroutine in one turn of the loop), with write flow control."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+    def __init__(self, on_data: Any, on_lost: Any) -> None:
+        self.on_data, self.on_lost = on_data, on_lost
+        self.transport: asyncio.WriteTransport | None = None
+        self._paused = False
+        self._drained: list[asyncio.Future[None]] = []
+        self._lost: BaseException | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.on_data(data)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = ConnectionClosed(f"connection lost: {exc}") if exc else ConnectionClosed("scvd closed the connection")
+        self.resume_writing()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.on_lost(self._lost)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        for waiter in self._drained:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drained.clear()
+
+    async def drain(self) -> None:
+        if self._lost is not None:
+            raise self._lost
+        if self._paused:
+            waiter = asyncio.get_running_loop().create_future()
+            self._drained.append(waiter)
+            await waiter
+            if self._lost is not None:
+                raise self._lost
+
+
+class AsyncClient:
+    """The same client over asyncio; many coroutines may use it at once."""
+
+    def __init__(self) -> None:  # connect() makes one
+        self.transport: asyncio.WriteTransport
+        self.link: _Link
         self.core = ClientCore()
         self.welcome: p.Welcome | None = None
-        self._changed = asyncio.Condition()
         self._failure: errors.ScvError | None = None
-        self._pump_task = asyncio.ensure_future(self._pump())
+        self._waiting: list[asyncio.Future[None]] = []  # coroutines waiting for frames to arrive
 
     @classmethod
     async def connect(cls, path: Path | str | None = None, *, name: str = "scvctl",
                       approver: bool = False) -> AsyncClient:
         path = Path(path) if path else default_socket()
+        client = cls()
+        link = _Link(client._on_data, client._fail)
         try:
-            reader, writer = await asyncio.open_unix_connection(str(path))
+            transport, _ = await asyncio.get_running_loop().create_unix_connection(lambda: link, str(path))
         except OSError as exc:
             raise not_running(path, exc) from None
-        client = cls(reader, writer)
+        client.transport, client.link = transport, link  # type: ignore[assignment]
         client.welcome = client.core.welcomed(await client.request(client.core.hello(name, approver)))
         return client
 
     async def close(self) -> None:
-        self._pump_task.cancel()
-        self.writer.close()
-        try:
-            await self.writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
+        self.transport.close()  # writes what is buffered first
+        await self.link.closed
 
     async def send(self, frame: p.Frame | type, **fields: Any) -> p.Frame:
         frame = self.core.build(frame, **fields)
-        self.writer.write(p.encode(frame))
-        await self.writer.drain()
+        if self._failure is not None:
+            raise self._failure
+        self.transport.write(p.encode(frame))
+        await self.link.drain()
         return frame
 
     async def request(self, frame: p.Frame | type, **fields: Any) -> Any:
@@ -316,26 +365,39 @@ class AsyncClient:
         return await self.wait_call(call_id)
 
     async def _wait(self, ready: Any) -> Any:
-        async with self._changed:
-            while True:
-                value = ready()
-                if value is not None:
-                    return value
-                if self._failure is not None:
-                    raise self._failure
-                await self._changed.wait()
+        """Until `ready()` gives something; it runs in the waiting coroutine, so nothing it
+        takes off a queue is lost when that coroutine is cancelled."""
+        while True:
+            value = ready()
+            if value is not None:
+                return value
+            if self._failure is not None:
+                raise self._failure
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter in self._waiting:
+                    self._waiting.remove(waiter)
+                raise
 
-    async def _pump(self) -> None:
+    def _wake(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _on_data(self, data: bytes) -> None:
         try:
-            while True:
-                data = await self.reader.read(1 << 16)
-                if not data:
-                    raise ConnectionClosed("scvd closed the connection")
-                self.core.feed(data)
-                async with self._changed:
-                    self._changed.notify_all()
-        except (errors.ScvError, OSError, msgspec.DecodeError) as exc:
-            failure = exc if isinstance(exc, errors.ScvError) else ConnectionClosed(f"connection lost: {exc}")
+            self.core.feed(data)
+        except (errors.ScvError, msgspec.DecodeError) as exc:
+            self._fail(exc if isinstance(exc, errors.ScvError) else ConnectionClosed(f"connection lost: {exc}"))
+            self.transport.close()
+            return
+        self._wake()
+
+    def _fail(self, failure: errors.ScvError) -> None:
+        if self._failure is None:
             self._failure = failure
-            async with self._changed:
-                self._changed.notify_all()
+        self._wake()

@@ -48,7 +48,7 @@ async def serve(socket: Path | None, workspace: Path) -> int:
     try:
         session = await client.open_session(workspace)
         bridge = Bridge(client, session, _StdoutWriter())
-        await bridge.run(await _stdin_reader())
+        await bridge.run(sys.stdin)
     finally:
         await client.close()
     return 0
@@ -60,11 +60,43 @@ class _StdoutWriter:
         sys.stdout.buffer.flush()
 
 
-async def _stdin_reader() -> asyncio.StreamReader:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=p.DEFAULT_CLIENT_FRAME_LIMIT)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    return reader
+class _Lines(asyncio.Protocol):
+    """stdin as a protocol: each whole line is handed over as it arrives (no reader loop, so a
+    request starts one turn of the loop sooner). A line over `limit` is dropped whole, once said."""
+
+    def __init__(self, on_line: Any, on_too_large: Any, limit: int) -> None:
+        self.on_line, self.on_too_large, self.limit = on_line, on_too_large, limit
+        self.buffer = bytearray()
+        self.skipping = False  # inside a line over the limit: drop up to its newline
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        start = 0
+        while (end := self.buffer.find(b"\n", start)) >= 0:
+            if self.skipping:
+                self.skipping = False
+            elif end + 1 - start > self.limit:
+                self.on_too_large()
+            else:
+                self.on_line(bytes(self.buffer[start:end + 1]))
+            start = end + 1
+        del self.buffer[:start]
+        if len(self.buffer) > self.limit:
+            self.buffer.clear()
+            if not self.skipping:
+                self.skipping = True
+                self.on_too_large()
+
+    def eof_received(self) -> bool:
+        if self.buffer and not self.skipping:
+            self.on_line(bytes(self.buffer))  # a last line without its newline
+        self.buffer.clear()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
 
 
 class Bridge:
@@ -79,22 +111,21 @@ class Bridge:
         self.asking: dict[str, str] = {}  # approval_id -> id of the elicitation/create about it
         self._ids = itertools.count(1)
 
-    async def run(self, reader: asyncio.StreamReader) -> None:
-        while True:
-            try:
-                line = await reader.readline()
-            except ValueError:  # a line over the limit
-                self._error(None, INVALID_REQUEST, "message too large")
-                continue
-            if not line:
-                break
-            if line.strip():
-                self._start(line)
+    async def run(self, stdin: Any) -> None:
+        """Serve the host's messages from `stdin` (a pipe or file) until it closes."""
+        lines = _Lines(self._start, lambda: self._error(None, INVALID_REQUEST, "message too large"),
+                       p.DEFAULT_CLIENT_FRAME_LIMIT)
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(lambda: lines, stdin)
+        try:
+            await lines.done
+        finally:
+            transport.close()
         if self.tasks:
             await asyncio.wait(self.tasks)
 
     def _start(self, line: bytes) -> None:
-        self._start_task(self.handle(line))
+        if line.strip():
+            self._start_task(self.handle(line))
 
     def _start_task(self, work: Any) -> None:
         task = asyncio.ensure_future(work)

@@ -134,6 +134,23 @@ def test_bad_messages_get_json_rpc_errors_and_the_server_goes_on(host):
     assert host.rpc("ping")["result"] == {}
 
 
+def test_a_message_over_the_limit_is_refused_whole_and_the_next_one_is_answered(host):
+    big = json.dumps({"jsonrpc": "2.0", "id": "big", "method": "ping", "params": {"pad": "x" * (1 << 20)}})
+    for cut in (4096, len(big) // 2):  # arrives in pieces, as through a pipe
+        host.proc.stdin.write(big[:cut])
+        host.proc.stdin.flush()
+        big = big[cut:]
+    host.proc.stdin.write(big + "\n")
+    host.proc.stdin.flush()
+    refused = host.read()
+    assert refused["id"] is None and refused["error"] == {"code": -32600, "message": "message too large"}
+    assert host.rpc("ping")["result"] == {}  # nothing of the long line was taken for a message
+    host.send({"jsonrpc": "2.0", "id": "last", "method": "ping"})
+    host.proc.stdin.close()  # a host that ends: what it sent is still answered
+    assert host.read() == {"jsonrpc": "2.0", "id": "last", "result": {}}
+    assert host.close() == 0
+
+
 def test_params_that_are_not_an_object_get_an_error_answer(host):
     """Every request gets its answer: a host waiting on one that never comes hangs."""
     for method in ("tools/call", "initialize"):
