@@ -4,8 +4,10 @@ Rule: what a call read, wrote or printed never reaches this file, nor any
 secret. `record()` keeps only the allow-listed field names below and drops
 the rest, so a caller cannot leak a file's content by passing it along; each
 value must be a scalar (strings are capped), so no structure smuggles it in.
-Rule: a call never waits on the file. On the event loop's thread, records are
-buffered and written within FLUSH_SECONDS (or once BUFFER_BYTES pile up);
+Rule: a call never waits on the file, nor on formatting its records. On the event
+loop's thread, a record is kept as it was given and formatted in the loop's next
+turn (after the call's answer went out), then buffered and written within
+FLUSH_SECONDS (or once BUFFER_BYTES pile up);
 decisions and denials are written at once, and so is every record made with
 no running loop (a worker thread, a script). Writes are whole lines on an
 O_APPEND fd, never interleaved with another writer's; close() writes what is
@@ -44,6 +46,7 @@ EVENT_RE = re.compile(r"[a-z][a-z0-9_.]{0,63}")
 
 FLUSH_SECONDS = 0.5  # the longest a buffered record waits in memory
 BUFFER_BYTES = 64 << 10  # or this much, whichever comes first
+UNFORMATTED_MAX = 256  # records kept unformatted before one is formatted at once (a loop that never yields)
 
 _encoder = msgspec.json.Encoder()
 _DROP = object()
@@ -110,6 +113,8 @@ class AuditLog:
         self._lock = threading.Lock()  # tools may record from worker threads
         self._warned: set[str] = set()
         self._closed = False
+        self._unformatted: list[tuple[float, str, dict[str, Any]]] = []  # (time, event, fields), in order
+        self._format_soon = False  # the loop's next turn formats them
         self._buffer: list[bytes] = []
         self._buffered = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -134,26 +139,58 @@ class AuditLog:
             if not EVENT_RE.fullmatch(event):
                 raise ValueError(f"audit event name {event!r} must match {EVENT_RE.pattern}")
             _EVENTS_SEEN.add(event)  # a handful of names: checked once each, not per record
-        kept, dropped = redact(fields)
-        self._warn_dropped(event, dropped)
-        line = _encoder.encode({"ts": _timestamp(), "event": event, **kept}) + b"\n"
+        now = time.time()
         with self._lock:
             if self._closed:
                 raise ValueError(f"audit log {self.path} is closed")
-            self._buffer.append(line)
-            self._buffered += len(line)
-            if urgent(event, kept) or self._buffered >= BUFFER_BYTES or not self._flush_later():
+            if urgent(event, fields) or not self._flush_later():
+                self._format_locked()  # what came before goes first
+                self._buffer_line(now, event, fields)
                 self._flush_locked()
+                return
+            # `fields` is this call's own dict (**fields); its values are scalars or dropped
+            self._unformatted.append((now, event, fields))
+            if len(self._unformatted) >= UNFORMATTED_MAX:
+                self._format_locked()
+            elif not self._format_soon:
+                self._format_soon = True
+                asyncio.get_running_loop().call_soon(self._on_format)
+            if self._buffered >= BUFFER_BYTES:
+                self._flush_locked()
+
+    def _buffer_line(self, now: float, event: str, fields: dict[str, Any]) -> None:
+        kept, dropped = redact(fields)
+        self._warn_dropped(event, dropped)
+        line = _encoder.encode({"ts": _timestamp(now), "event": event, **kept}) + b"\n"
+        self._buffer.append(line)
+        self._buffered += len(line)
+
+    def _format_locked(self) -> None:
+        pending, self._unformatted = self._unformatted, []
+        for now, event, fields in pending:
+            self._buffer_line(now, event, fields)
+
+    def _on_format(self) -> None:
+        with self._lock:
+            self._format_soon = False
+            self._format_locked()
+            if self._buffered >= BUFFER_BYTES:
+                try:
+                    self._flush_locked()
+                except OSError as exc:  # a full disk must not stop calls; say so in the log
+                    log.error("audit log write failed: %s", exc)
 
     def flush(self) -> None:
         """Write every buffered record now; raises OSError when that fails (they stay buffered)."""
         with self._lock:
+            self._format_locked()
             self._flush_locked()
 
     def unbuffer(self) -> None:
         """Write what is buffered, and every later record at once (shutdown: no timer may run again)."""
         with self._lock:
             self._direct = True
+            self._format_locked()
             self._flush_locked()
 
     def _flush_later(self) -> bool:
@@ -229,6 +266,7 @@ class AuditLog:
                 self._timer = None
             try:
                 if not self._closed:
+                    self._format_locked()
                     self._flush_locked()
             finally:
                 self._closed = True
@@ -252,10 +290,9 @@ def _write_all(fd: int, data: bytes) -> None:
 _second: tuple[int, str] = (-1, "")  # the formatted second, reused by every record within it
 
 
-def _timestamp() -> str:
+def _timestamp(now: float) -> str:
     """UTC, millisecond precision, sortable: 2025-01-31T12:00:00.123Z."""
     global _second
-    now = time.time()
     second = int(now)
     if _second[0] != second:
         _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import os
 import stat
 import threading
+import time
 from pathlib import Path
 
 import msgspec
@@ -282,3 +284,22 @@ def test_unbuffer_writes_the_buffer_and_every_later_record_at_once(audit, run_lo
         assert events(audit.path) == ["completion:c1", "completion:c2"]
 
     run_loop(main())
+
+
+def test_a_record_formatted_later_keeps_the_time_it_was_made(audit, run_loop):
+    """On the loop a record is formatted in the next turn, after the call's answer went out;
+    its `ts` is still when record() was called."""
+    async def main() -> tuple[float, float]:
+        before = time.time()
+        audit.record("completion", call_id="c1", outcome="ok")
+        after = time.time()
+        time.sleep(0.3)  # this turn goes on for a while before the loop formats the record
+        await asyncio.sleep(0)
+        audit.flush()
+        return before, after
+
+    before, after = run_loop(main())
+    [record] = lines(audit.path)
+    ts = datetime.datetime.strptime(record["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+    assert int(before * 1000) <= round(ts * 1000) <= int(after * 1000) + 1
