@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
+from . import errors  # imports nothing of scvd: no cycle
+
 PROTOCOL_VERSION = 1
 DEFAULT_CLIENT_FRAME_LIMIT = 1 << 20  # 1 MiB
 DEFAULT_SERVER_FRAME_LIMIT = 8 << 20  # 8 MiB
@@ -660,8 +662,6 @@ def encode(frame: Frame) -> bytes:
 
 def decode_request(line: bytes) -> Request:
     """Decode a client frame; raise the ProtocolError a peer should see."""
-    from . import errors
-
     try:
         return _request_decoder.decode(line)
     except msgspec.ValidationError as exc:
