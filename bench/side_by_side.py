@@ -184,9 +184,10 @@ def scvd_open(peer: Lines, workspace: Path) -> str:
     return msgspec.json.decode(opened)["session"]
 
 
-def mcp_system(name: str, argv: list[str], env: dict[str, str], tool: str, path: str) -> System:
+def mcp_system(name: str, argv: list[str], env: dict[str, str], tool: str, path: str,
+               cwd: Path = ROOT) -> System:
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, cwd=str(ROOT))
+                            stderr=subprocess.DEVNULL, cwd=str(cwd))
     assert proc.stdin and proc.stdout
     peer = Lines(proc.stdin.fileno(), proc.stdout.fileno())
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -416,17 +417,25 @@ def notify_stall(base: Path, workspace: Path, clients: int, calls: int, runs: in
 # --- start and memory ------------------------------------------------------------------------------
 
 
-def start_times(base: Path, runs: int) -> dict[str, Any]:
-    ready, answered, bare = [], [], []
+def start_times(base: Path, runs: int, before: Path | None = None) -> dict[str, Any]:
+    ready, answered, bare, before_ready, before_answered = [], [], [], [], []
     for i in range(runs):
         bare.append(time_msgspec())
-        r, a = time_ready(base, i)
+        r, a = time_ready(base, f"{i}")
         ready.append(r)
         answered.append(a)
+        if before:
+            r, a = time_ready(base, f"before{i}", before)
+            before_ready.append(r)
+            before_answered.append(a)
     r, b = statistics.median(ready), statistics.median(bare)
-    return {"ready_ms": summary_ms(ready), "first_answer_ms": summary_ms(answered),
-            "python_import_msgspec_ms": summary_ms(bare), "ready_vs_msgspec": round(r / b, 2),
-            "first_answer_vs_msgspec": round(statistics.median(answered) / b, 2)}
+    out = {"ready_ms": summary_ms(ready), "first_answer_ms": summary_ms(answered),
+           "python_import_msgspec_ms": summary_ms(bare), "ready_vs_msgspec": round(r / b, 2),
+           "first_answer_vs_msgspec": round(statistics.median(answered) / b, 2)}
+    if before:
+        out.update(before_ready_ms=summary_ms(before_ready), before_first_answer_ms=summary_ms(before_answered),
+                   before_ready_vs_msgspec=round(statistics.median(before_ready) / b, 2))
+    return out
 
 
 def time_msgspec() -> float:
@@ -435,7 +444,7 @@ def time_msgspec() -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-def time_ready(base: Path, i: int) -> tuple[float, float]:
+def time_ready(base: Path, i: str, root: Path = ROOT) -> tuple[float, float]:
     """Spawn to READY=1, and spawn to the answer of a `ping` sent the moment READY=1 came."""
     listen = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     path = base / f"ready{i}.notify"
@@ -444,7 +453,8 @@ def time_ready(base: Path, i: int) -> tuple[float, float]:
     home = base / f"ready{i}"
     home.mkdir(mode=0o700)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "scvd", "run"], env=daemon_env(home, NOTIFY_SOCKET=str(path)),
+    proc = subprocess.Popen([sys.executable, "-m", "scvd", "run"],
+                            env=daemon_env(home, root, NOTIFY_SOCKET=str(path)), cwd=str(root),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while listen.recv(4096) != b"READY=1":
@@ -554,7 +564,7 @@ def main() -> None:
     ap.add_argument("--no-asyncio-daemon", action="store_true",
                     help="skip scvd_socket_asyncio (a checkout older than server.event_loop)")
     ap.add_argument("--before", type=Path, metavar="CHECKOUT",
-                    help="also measure the daemon of another checkout (scvd_socket_before, before_clients_N)")
+                    help="also measure another checkout: its daemon, scvctl mcp and start (scvd_socket_before, scvctl_mcp_before, before_clients_N, before_ready_ms)")
     ap.add_argument("--echo-server", help=argparse.SUPPRESS)
     ap.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -563,8 +573,9 @@ def main() -> None:
 
     # byte-code as an installed package has it: with PYTHONDONTWRITEBYTECODE set (as on CI) an
     # editable checkout would otherwise compile every module at every start
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "scvd", "scvctl"], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL)
+    for root in (ROOT, *([args.before.resolve()] if args.before else [])):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "scvd", "scvctl"], cwd=root, check=True,
+                       stdout=subprocess.DEVNULL)
     result: dict[str, Any] = {"machine": machine()}
     with tempfile.TemporaryDirectory(prefix="scvd-side-") as tmp:
         base = Path(tmp)
@@ -582,6 +593,10 @@ def main() -> None:
             *([scvd_system("scvd_socket_before", d_before, workspace)] if d_before else []),
             mcp_system("scvctl_mcp", [sys.executable, "-m", "scvctl", "--socket", str(d.socket), "mcp",
                                       "--workspace", str(workspace)], daemon_env(d.home), "read", FILE),
+            *([mcp_system("scvctl_mcp_before", [sys.executable, "-m", "scvctl", "--socket", str(d_before.socket),
+                                                "mcp", "--workspace", str(workspace)],
+                          daemon_env(d_before.home, args.before.resolve()), "read", FILE, args.before.resolve())]
+              if d_before else []),
             echo_system("echo_asyncio", base, "asyncio"),
             echo_system("echo_uvloop", base, "uvloop"),
         ]
@@ -605,7 +620,7 @@ def main() -> None:
         rss["imports"] = heavy_imports()
         result["rss_mib"] = rss
         result["notify_stall"] = notify_stall(base, workspace, args.stall_clients, args.stall_calls)
-        result["start_ms"] = start_times(base, args.starts)
+        result["start_ms"] = start_times(base, args.starts, args.before.resolve() if args.before else None)
     result["goals"] = goals(result["latency_us"], result["calls_per_s"], result["start_ms"], rss,
                             result["notify_stall"])
     result["machine"]["load_1m_after"] = os.getloadavg()[0]
