@@ -244,14 +244,10 @@ class _Link(asyncio.Protocol):
 
     def __init__(self, on_data: Any, on_lost: Any) -> None:
         self.on_data, self.on_lost = on_data, on_lost
-        self.transport: asyncio.WriteTransport | None = None
         self._paused = False
         self._drained: list[asyncio.Future[None]] = []
         self._lost: BaseException | None = None
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         self.on_data(data)
@@ -260,7 +256,7 @@ class _Link(asyncio.Protocol):
         return False  # close our side too; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = ConnectionClosed(f"connection lost: {exc}") if exc else ConnectionClosed("scvd closed the connection")
+        self._lost = ConnectionClosed(f"connection lost: {exc}" if exc else "scvd closed the connection")
         self.resume_writing()
         if not self.closed.done():
             self.closed.set_result(None)
