@@ -398,6 +398,30 @@ def test_client_library_sees_the_close(daemon):
         c.close()
 
 
+def test_async_client_waiting_for_an_event_sees_the_close(daemon):
+    """AsyncClient reads through a protocol: a coroutine waiting on it hears scvd close the connection."""
+    import asyncio
+
+    from scvctl.client import AsyncClient
+
+    async def main() -> None:
+        c = await AsyncClient.connect(daemon.socket, name="waiter")
+        try:
+            waiting = asyncio.ensure_future(c.next_event())
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            daemon.proc.send_signal(signal.SIGTERM)
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(waiting, 15)
+            with pytest.raises(ConnectionClosed):
+                await c.request(p.Ping)
+        finally:
+            await c.close()
+
+    asyncio.run(main())
+    assert daemon.proc.wait(15) == 0
+
+
 def test_client_library_reads_a_fatal_error_then_sees_the_close(daemon):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(10)
