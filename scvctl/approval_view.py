@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
-import subprocess
 import sys
 import time
 from typing import Any
@@ -51,24 +49,25 @@ def first_lines(a: Any) -> str:
 
 def present(text: str) -> bool:
     """Print `text` whole; on a terminal, text taller than the screen goes through the pager instead (True)."""
-    if _on_terminal() and _rows(text) > shutil.get_terminal_size().lines - 2 and _page(text):
-        return True
+    if sys.stdout.isatty() and sys.stdin.isatty():
+        size = shutil.get_terminal_size()  # a pty that reports 0 x 0 counts as 80 x 24
+        if _rows(text, size.columns) > size.lines - 2 and _page(text):
+            return True
     print(text, flush=True)
     return False
 
 
-def _on_terminal() -> bool:
-    return sys.stdout.isatty() and sys.stdin.isatty()
-
-
-def _rows(text: str) -> int:
+def _rows(text: str, width: int) -> int:
     """Terminal rows `text` takes, long lines wrapped."""
-    width = max(shutil.get_terminal_size().columns, 1)
+    width = max(width, 1)
     return sum(max(1, -(-len(line) // width)) for line in text.split("\n"))
 
 
 def _page(text: str) -> bool:
     """Show `text` in $PAGER (default less); False when there is no pager to run, so the caller prints it."""
+    import shlex  # only on a terminal, for a tall request: every scvctl command imports this module
+    import subprocess
+
     argv = shlex.split(os.environ.get("PAGER") or DEFAULT_PAGER)
     if not argv or shutil.which(argv[0]) is None:
         return False

@@ -390,3 +390,20 @@ def test_a_full_gate_refuses_without_asking():
         assert second.state.value == "pending"
 
     asyncio.run(main())
+
+
+def test_the_largest_bash_command_fits_a_default_frame_even_escaped():
+    """A command is one argv string (MAX_ARG_BYTES); DEL escapes to `\\x7f` (5 bytes in JSON) and still fits."""
+    from scvd.process import MAX_ARG_BYTES
+    from scvd.tools.bash import summarize
+
+    async def main():
+        gate = ApprovalGate(60, Sink())  # server.server_frame_bytes at its default, 8 MiB
+        command = "\x7f" * MAX_ARG_BYTES
+        a = gate.request("owner", session="s1", call_id="c1", tool="bash", risk="process", workspace="/ws",
+                         summary=summarize(command, 120, sandboxed=False, network=True),
+                         details={"command": command})
+        assert a.info.details["command"] == "\\x7f" * MAX_ARG_BYTES and a.size > 5 * MAX_ARG_BYTES
+        gate.cancel(a.id, "test over")
+
+    asyncio.run(main())
