@@ -158,7 +158,10 @@ def _git_guard(paths: Iterable[str], mounts: list[_Mount]) -> list[_Mount]:
         for d in _ancestors(path):  # up through the workspace too, should it sit in an agent home
             top = _cover(d, mounts)
             if top is not None and top[1] == "--bind" and top[3] != d:
-                out.append((_RW, "--bind-try", d, d))
+                # a pin inside a guarded path must stay read-only: a writable one would
+                # bind the host directory back over the guard
+                inside = any(within(d, k) for k in kept)
+                out.append((_RO, "--ro-bind-try", d, d) if inside else (_RW, "--bind-try", d, d))
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from scvd.sandbox import build_argv
@@ -227,6 +227,8 @@ WRITABLE = ("--bind", "--bind-try")
 @given(ws=tree_path, hide=st.lists(tree_path, max_size=4), rw=st.lists(tree_path, max_size=3),
        ro=st.lists(tree_path, max_size=2), mask=st.lists(tree_path, max_size=2),
        approved=st.booleans(), found=st.lists(tree_path, max_size=3))
+# found once: a pin above a guarded path, inside another guarded path, left that one writable
+@example(ws="/a", hide=[], rw=["/a/.git/.git"], ro=[], mask=[], approved=False, found=["/a", "/a/.git/.git"])
 def test_every_bind_stays_visible_and_every_other_hidden_path_stays_hidden(ws, hide, rw, ro, mask,
                                                                           approved, found):
     a = build_argv(["true"], bwrap="bwrap", workspace=Path(ws), hide=[Path(h) for h in hide],
