@@ -175,8 +175,19 @@ class Client:
         try:
             self.sock.sendall(p.encode(frame))
         except ConnectionError as exc:  # EPIPE: scvd is gone; not scvctl's stdout closing
+            self._raise_parting_error()
             raise ConnectionClosed(f"scvd closed the connection ({exc.strerror or exc})") from None
         return frame
+
+    def _raise_parting_error(self) -> None:
+        """Raise the error scvd sent before it closed (e.g. a refused connection), if it is still unread."""
+        try:
+            while data := self.sock.recv(1 << 16, socket.MSG_DONTWAIT):
+                self.core.feed(data)
+        except OSError:
+            pass
+        if self.core.orphan_errors:
+            raise error_from_frame(self.core.orphan_errors.popleft())
 
     def request(self, frame: p.Frame | type, **fields: Any) -> Any:
         """Send a request and wait for its answer; error frames raise."""

@@ -225,6 +225,10 @@ class CallRegistry:
             outcome = _failure(self._stopped_why(call))
         except errors.ToolError as exc:
             outcome = _failure(exc)
+        except RecursionError:  # the peer's arguments nest deeper than a checker (e.g. jsonschema) recurses
+            log.warning("call %s of %s: its arguments nest too deeply", call.call_id, call.tool_name)
+            outcome = _failure(errors.InvalidArguments(
+                f"{call.tool_name}: the arguments nest arrays or objects too deeply to check; send flatter JSON"))
         except Exception as exc:  # a bug in a tool must not kill the daemon or lose the answer
             log.exception("tool %s crashed on call %s", call.tool_name, call.call_id)
             outcome = _failure(errors.Failed(f"{call.tool_name} failed unexpectedly: {type(exc).__name__}"))

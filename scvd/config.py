@@ -37,6 +37,8 @@ class ServerConfig(Section):
     server_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_SERVER_FRAME_LIMIT
     shutdown_grace_seconds: PositiveFloat = 5.0
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"  # auto: uvloop when installed
+    max_sessions_per_connection: PositiveInt = 64  # one peer cannot hold every fd (see limits.py)
+    max_connections_per_uid: Annotated[int, msgspec.Meta(ge=32)] = 256  # above limits.HEADROOM twice
 
 
 class ScriptToolConfig(Section):

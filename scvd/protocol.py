@@ -651,6 +651,7 @@ ServerFrame = Union[Response, Event]
 REQUEST_TYPES = frozenset(t.__struct_config__.tag for t in Request.__args__)
 
 _encoder = msgspec.json.Encoder()
+TOO_DEEP = "frame nests arrays or objects too deeply to decode; send flatter JSON (a few hundred levels at most)"
 _request_decoder = msgspec.json.Decoder(Request)
 _server_decoder = msgspec.json.Decoder(ServerFrame)
 
@@ -676,6 +677,8 @@ def decode_request(line: bytes) -> Request:
         raise errors.InvalidRequest(f"invalid frame: {text}") from exc
     except msgspec.DecodeError as exc:
         raise errors.InvalidJSON(f"frame is not valid JSON: {exc}") from exc
+    except RecursionError:  # msgspec decodes nested values recursively, to Python's recursion limit
+        raise errors.InvalidRequest(TOO_DEEP) from None
 
 
 def decode_server_frame(line: bytes) -> ServerFrame:
@@ -686,7 +689,7 @@ def decode_server_frame(line: bytes) -> ServerFrame:
 def _peek_type(line: bytes) -> str | None:
     try:
         value = msgspec.json.decode(line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     return value.get("type") if isinstance(value, dict) else None
 
@@ -695,7 +698,7 @@ def request_id(line: bytes) -> Id | None:
     """The `id` of a frame that failed to decode, so the error can echo it."""
     try:
         value = msgspec.json.decode(line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     ident = value.get("id") if isinstance(value, dict) else None
     if isinstance(ident, (int, str)) and not isinstance(ident, bool):  # JSON true is no Id

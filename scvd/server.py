@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from . import __version__, errors, notify, protocol as p
+from . import __version__, errors, limits, notify, protocol as p
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
@@ -75,6 +75,9 @@ class Daemon:
         self._status_soon: asyncio.TimerHandle | None = None
         self.listening_on = str(paths.socket)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.budget = limits.FdBudget(limit=1024, base=0)  # measured at start, once the listener is open
+        self._opening = 0  # session.open requests between their budget check and their session
+        self._refusals = limits.RefusalLog()
         self.chat = ChatService(self)
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
         self._reload_lock = asyncio.Lock()
@@ -131,9 +134,10 @@ class Daemon:
 
     async def _start(self, inherited: list[socket.socket]) -> None:
         # 1. one daemon per instance: the lock names the pid that holds it; then the socket,
-        #    inherited from systemd or bound here (a stale file is replaced)
+        #    inherited from systemd or bound here (a stale file is replaced); every fd the hard limit allows
         held = self._claim or claim(self.paths, inherited)
         self._lock_fd, self._owns_socket = held.lock_fd, held.owns_socket
+        before, now = limits.raise_nofile()
         # 2. orphans of tools become our children, so they can be reaped and killed
         if not set_child_subreaper():
             log.warning("cannot become a child subreaper; orphans of tools go to init")
@@ -144,6 +148,8 @@ class Daemon:
         self.listening_on = socket_name(held.sock)
         limit = self.config.server.client_frame_bytes
         self._server = await asyncio.start_unix_server(self._on_connect, sock=held.sock, limit=limit)
+        self.budget = limits.measure()
+        log.info("open-file limit %d (was %d): %s", now, before, self.budget.describe())
         # 5. signals only set events (SIGHUP starts a reload, which serialises itself)
         if self.install_signals:
             loop = asyncio.get_running_loop()
@@ -326,6 +332,15 @@ class Daemon:
             conn.close()  # sends the error first
             await drain_close(writer)
             return
+        refusal = limits.refuse_connection(
+            self.budget, self._fds_held(), len(self.connections),  # every connection held is of our uid
+            self.config.server.max_connections_per_uid, self._spawned(conn))
+        if refusal is not None:
+            self._refusals.refused(f"a connection from {conn.label()}: {refusal}", time.monotonic())
+            self._send(conn, p.Error(code="failed", kind="limit", fatal=True, message=refusal))
+            conn.close()
+            await drain_close(writer)
+            return
         self.connections.add(conn)
         try:
             await self._read_loop(conn)
@@ -438,14 +453,22 @@ class Daemon:
             socket=self.listening_on, mcp_servers=self.mcp.status())
 
     async def on_session_open(self, conn: Connection, frame: p.SessionOpen) -> p.Frame:
+        refusal = limits.refuse_session(self.budget, self._fds_held(), len(conn.sessions),
+                                        self.config.server.max_sessions_per_connection)
+        if refusal is not None:
+            self._refusals.refused(f"a session for {conn.label()}: {refusal}", time.monotonic())
+            raise errors.LimitExceeded(refusal)
         workspace, fd = open_workspace(frame.workspace)
         session = Session(id=new_session_id(), workspace=workspace, workspace_fd=fd, owner=conn,
                           config=self.config, registry=self.registry)
+        self._opening += 1  # counted from its fd on, so opens waiting below cannot overrun the budget
         try:
             session.services.update(await asyncio.to_thread(self._session_services, session))
         except BaseException:
             session.close()
             raise
+        finally:
+            self._opening -= 1
         conn.sessions[session.id] = session
         self.sessions[session.id] = session
         log.info("session %s opened on %s by %s", session.id, workspace, conn.label())
@@ -492,12 +515,23 @@ class Daemon:
         return p.Ok(id=frame.id)
 
     async def on_approvals_watch(self, conn: Connection, frame: p.ApprovalsWatch) -> p.Frame:
+        if self._spawned(conn):
+            # a tool's process (e.g. `scvctl call` run by an agent) hears about its own sessions' requests,
+            # as the approver of its own sessions would, and nobody else's: it cannot decide them anyway
+            conn.approver = True
+            return p.Ok(id=frame.id)
         conn.watcher = True
         # after this `ok` goes out: the secret requests already pending, as events
         asyncio.get_running_loop().call_soon(self.secret_requests.watching, conn)
         return p.Ok(id=frame.id)
 
     async def on_approvals_list(self, conn: Connection, frame: p.ApprovalsList) -> p.Frame:
+        if self._spawned(conn):
+            log.warning("refused approvals.list from %s: a process started by scvd", conn.label())
+            raise errors.Forbidden(
+                "this client was started by scvd (a tool or agent), or the process that connected has "
+                "exited; it may not list approvals (their summaries are for the person deciding): "
+                "list them from your own terminal (scvctl approvals)")
         return p.Approvals(id=frame.id, approvals=self.gate.list())
 
     async def on_approval_decide(self, conn: Connection, frame: p.ApprovalDecide) -> p.Frame:
@@ -561,6 +595,10 @@ class Daemon:
     def _spawned(self, conn: Connection) -> bool:
         """A tool's or agent's process (checked at connect and now: the pid may be reused)."""
         return conn.spawned_by_daemon or spawned_by_daemon(conn.pid)
+
+    def _fds_held(self) -> int:
+        """Connections and sessions held (one fd each): what the fd budget counts."""
+        return len(self.connections) + len(self.sessions) + self._opening
 
     def _own_session(self, conn: Connection, session_id: str) -> Session:
         session = conn.sessions.get(session_id)

@@ -1,0 +1,297 @@
+"""One peer cannot starve the others: session and connection caps, the fd budget, the rlimit raise.
+
+Every test drives the real daemon over its socket, and checks that a person's
+own `scvctl status` (a real subprocess) still gets through while a peer sits at a cap.
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from conftest import ROOT, DaemonProc, wait_pending
+from harness import RawConn, wait_until
+from scvd import errors, protocol as p
+
+
+def scvctl(d: DaemonProc, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=d.env, capture_output=True, text=True,
+                          timeout=30)
+
+
+def assert_status_works(d: DaemonProc) -> None:
+    done = scvctl(d, "status")
+    assert done.returncode == 0, done.stderr
+    assert f"pid {d.proc.pid}" in done.stdout
+
+
+def welcomed(d: DaemonProc) -> RawConn:
+    """A connection past hello: the start-up probe's connection may not be dropped yet, so retry."""
+    for _ in range(200):
+        conn = RawConn(d.socket)
+        try:
+            if isinstance(conn.hello(), p.Welcome):
+                return conn
+        except OSError:
+            pass
+        conn.close()
+        time.sleep(0.05)
+    raise AssertionError("no connection was welcomed")
+
+
+def open_until_refused(c: Any, workspace: Path) -> tuple[list[str], errors.ScvError]:
+    opened: list[str] = []
+    while True:
+        try:
+            opened.append(c.open_session(workspace))
+        except errors.LimitExceeded as exc:
+            return opened, exc
+        assert len(opened) < 10_000, "no session was ever refused"
+
+
+def test_a_connection_stops_at_its_session_cap_and_others_still_get_status(daemon, workspace):
+    with daemon.client(name="greedy") as greedy:
+        opened, refusal = open_until_refused(greedy, workspace)
+        assert len(opened) == 64  # server.max_sessions_per_connection's default
+        assert refusal.message.startswith("this connection already holds 64 sessions "
+                                          "(server.max_sessions_per_connection); close one with session.close")
+        assert_status_works(daemon)
+        with daemon.client(name="other") as other:  # another connection has its own 64
+            other.open_session(workspace)
+        greedy.request(p.SessionClose, session=opened[0])
+        greedy.open_session(workspace)  # a closed session frees its place
+        assert greedy.status().sessions == 64
+    assert "refused a session for" in daemon.log()
+
+
+def test_a_connection_beyond_the_per_uid_cap_is_refused_with_what_to_do(make_daemon):
+    d = make_daemon("[server]\nmax_connections_per_uid = 32\n")
+    held = [welcomed(d) for _ in range(32)]
+    try:
+        with RawConn(d.socket) as extra:
+            refused = extra.frame()  # sent at once, before any hello
+            assert isinstance(refused, p.Error) and refused.fatal
+            assert (refused.code, refused.kind) == ("failed", "limit")
+            assert "your uid already holds 32 connections to scvd (server.max_connections_per_uid = 32)" \
+                in refused.message
+            assert extra.closed_by_server()
+        done = scvctl(d, "status")  # the person's own client is told the same, not left hanging
+        assert done.returncode == 1 and "server.max_connections_per_uid = 32" in done.stderr
+    finally:
+        held.pop().close()
+    wait_until(lambda: scvctl(d, "status").returncode == 0, what="status after one client left")
+    for conn in held:
+        conn.close()
+    assert "refused a connection from" in d.log()
+
+
+HOLD_SCRIPT = """
+import socket, sys, time
+from pathlib import Path
+from scvctl.client import Client
+held = []
+while True:
+    try:
+        held.append(Client.connect(sys.argv[1], name="flood"))
+    except Exception as exc:
+        Path("flood.txt").write_text(f"{len(held)}\\n{getattr(exc, 'kind', '?')}: {exc}\\n")
+        break
+for _ in range(600):  # hold them until the test has checked that a person still connects
+    if Path("release").exists():
+        break
+    time.sleep(0.05)
+"""
+
+
+def test_processes_started_by_scvd_leave_connections_for_the_persons_clients(make_daemon, workspace):
+    d = make_daemon("[server]\nmax_connections_per_uid = 32\n")
+    (workspace / "flood.py").write_text(HOLD_SCRIPT)
+    with d.client(name="person") as person:
+        sid = person.open_session(workspace)
+        command = f"PYTHONPATH={ROOT} {sys.executable} flood.py {d.socket}"
+        call_id = person.start_call(sid, "bash", {"command": command})
+        pending = [a for a in wait_pending(person) if a.call_id == call_id][0]
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        wait_until(lambda: (workspace / "flood.txt").exists(), timeout=60, what="the flood to be refused")
+        count, message = (workspace / "flood.txt").read_text().split("\n", 1)
+        assert int(count) == 32 - 16 - 1  # less the headroom, less the person's own connection
+        assert message.startswith("limit: your uid already holds 16 connections")
+        assert "less 16 kept for clients that scvd did not start" in message
+        assert_status_works(d)  # while the tool's process still holds every connection it got
+        with d.client(name="second person") as second:
+            assert second.status().pid == d.proc.pid
+        (workspace / "release").write_text("")
+        assert person.wait_call(call_id).ok
+
+
+def limited(soft: int, hard: int) -> Any:
+    def set_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return set_limit
+
+
+def open_files_limit(pid: int) -> tuple[int, int]:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return int(soft), int(hard)
+    raise AssertionError("no open-files line in /proc/PID/limits")
+
+
+def test_scvd_raises_its_soft_open_file_limit_to_the_hard_one(make_daemon):
+    d = make_daemon(preexec_fn=limited(100, 300))
+    assert open_files_limit(d.proc.pid) == (300, 300)
+    wait_until(lambda: "open-file limit 300 (was 100)" in d.log(), what="the log line")
+
+
+def test_sessions_stop_at_the_fd_budget_and_a_person_still_connects(make_daemon, workspace):
+    d = make_daemon(preexec_fn=limited(256, 256))
+    clients = [d.client(name=f"greedy{i}") for i in range(4)]
+    try:
+        refusal = None
+        for c in clients:  # 64 sessions each would pass the budget of 256 fds
+            opened, refusal = open_until_refused(c, workspace)
+            if "open-file budget" in refusal.message:
+                break
+        assert refusal is not None and refusal.message.startswith(
+            "scvd is at its open-file budget for sessions")
+        assert "RLIMIT_NOFILE 256" in refusal.message and "raise LimitNOFILE=" in refusal.message
+        # the slots kept back: several people can still connect and ask
+        people = [d.client(name=f"person{i}") for i in range(8)]
+        for person in people:
+            assert person.status().pid == d.proc.pid
+            person.close()
+        assert_status_works(d)
+    finally:
+        for c in clients:
+            c.close()
+    with d.client(name="later") as later:  # the budget comes back when the sessions close
+        wait_until(lambda: later.status().sessions == 0, what="sessions to close")
+        later.open_session(workspace)
+
+
+def test_deep_nesting_is_the_peers_invalid_request_and_leaves_no_traceback(daemon, workspace):
+    with RawConn(daemon.socket) as conn:
+        conn.hello()
+        nested = b"[" * 100_000 + b"]" * 100_000
+        conn.send_raw(b'{"type":"ping","id":1,"pad":' + nested + b"}\n")
+        answer = conn.frame()
+        assert isinstance(answer, p.Error) and answer.code == "invalid_request" and not answer.fatal
+        assert "nests arrays or objects too deeply" in answer.message
+        conn.send_raw(nested + b"\n")  # not even an object
+        assert conn.frame().code == "invalid_request"
+        assert conn.status().pid == daemon.proc.pid  # the connection stays
+    log = daemon.log()
+    assert "Traceback" not in log and "internal error" not in log
+
+
+TAGS_TOOL = """{
+  "description": "Count the distinct tags of a list of tags.\\nUse for tag statistics; bash for anything bigger.",
+  "parameters": {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": true,
+    "default": [], "description": "The tags to count, e.g. [\\"a\\"]; default [] counts none."}}},
+  "risk": "read_only"
+}"""
+
+
+def test_arguments_nested_too_deeply_for_the_schema_check_are_invalid_arguments(make_daemon, tmp_path, workspace):
+    home = tmp_path / "tagshome"
+    tool = home / "tools" / "script" / "tags"
+    tool.mkdir(parents=True)
+    (tool / "tool.json").write_text(TAGS_TOOL)
+    (tool / "run").write_text("#!/bin/sh\necho '{}'\n")
+    (tool / "run").chmod(0o755)
+    d = make_daemon(home=home)
+    with RawConn(d.socket) as conn:
+        conn.hello()
+        sid = conn.request({"type": "session.open", "workspace": str(workspace)}).session
+        nested = b"[" * 400 + b"]" * 400  # decodes, but jsonschema's uniqueItems compares it recursively
+        conn.send_raw(b'{"type":"call","id":1,"session":"%s","tool":"script_tags","arguments":{"tags":[%s,%s]}}\n'
+                      % (sid.encode(), nested, nested))
+        assert isinstance(conn.frame(), p.CallAccepted)
+        done = conn.frame()
+        assert isinstance(done, p.CallCompleted) and not done.ok
+        assert done.error.kind == "invalid_arguments"
+        assert "nest arrays or objects too deeply" in done.error.message
+    assert "Traceback" not in d.log()
+
+
+LIST_SCRIPT = """
+import subprocess, sys
+from scvctl.client import Client
+from scvd import protocol as p
+c = Client.connect(sys.argv[1], name="agent-child")
+try:
+    print("listed", len(c.request(p.ApprovalsList).approvals))
+except Exception as exc:
+    print(getattr(exc, "code", type(exc).__name__), exc)
+done = subprocess.run([sys.executable, "-m", "scvctl", "--socket", sys.argv[1], "approvals"],
+                      capture_output=True, text=True)
+print("scvctl exit", done.returncode, done.stdout.strip(), done.stderr.strip())
+"""
+
+
+def test_a_process_started_by_scvd_cannot_list_approvals(daemon, workspace):
+    d = daemon
+    (workspace / "list.py").write_text(LIST_SCRIPT)
+    with d.client(name="person") as person:
+        sid = person.open_session(workspace)
+        secret_call = person.start_call(sid, "write", {"path": "plan.txt", "content": "the secret plan", "mode": "create"})
+        wait_pending(person)
+        command = f"PYTHONPATH={ROOT} {sys.executable} list.py {d.socket}"
+        runner = person.start_call(person.open_session(workspace), "bash", {"command": command})
+        pending = [a for a in wait_pending(person, 2) if a.call_id == runner][0]
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        ran = person.wait_call(runner)
+        assert ran.ok, ran.error
+        out = ran.result["output"]
+        assert "forbidden this client was started by scvd" in out and "may not list approvals" in out
+        assert "scvctl exit 1" in out and "forbidden: this client was started by scvd" in out
+        assert "plan.txt" not in out and "listed" not in out
+        assert len(person.request(p.ApprovalsList).approvals) == 1  # the person still can
+        person.request(p.CallCancel, call_id=secret_call)
+    assert "refused approvals.list from" in d.log()
+
+
+WATCH_SCRIPT = """
+import sys, time
+from pathlib import Path
+from scvctl.client import Client
+from scvd import protocol as p
+c = Client.connect(sys.argv[1], name="agent-child")
+c.request(p.ApprovalsWatch)
+Path("watching").write_text("")
+while not Path("go").exists():
+    time.sleep(0.05)
+own = c.start_call(c.open_session(sys.argv[2]), "write", {"path": "mine.txt", "content": "x", "mode": "create"})
+while True:
+    event = c.next_event()
+    if isinstance(event, p.ApprovalRequested):
+        print("saw", event.call_id, "own" if event.call_id == own else "other")
+        if event.call_id == own:
+            break
+"""
+
+
+def test_a_process_started_by_scvd_watches_only_its_own_sessions_requests(daemon, workspace):
+    d = daemon
+    (workspace / "watch.py").write_text(WATCH_SCRIPT)
+    with d.client(name="person") as person:
+        person.request(p.ApprovalsWatch)
+        command = f"PYTHONPATH={ROOT} {sys.executable} watch.py {d.socket} {workspace}"
+        runner = person.start_call(person.open_session(workspace), "bash", {"command": command})
+        pending = [a for a in wait_pending(person) if a.call_id == runner][0]
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        wait_until(lambda: (workspace / "watching").exists(), timeout=60, what="the child to watch")
+        other = person.start_call(person.open_session(workspace), "write", {"path": "plan.txt", "content": "y", "mode": "create"})
+        wait_until(lambda: any(a.call_id == other for a in person.request(p.ApprovalsList).approvals),
+                   what="the person's request")
+        (workspace / "go").write_text("")
+        ran = person.wait_call(runner)
+        assert ran.ok, ran.error
+        lines = ran.result["output"].strip().splitlines()
+        assert len(lines) == 1 and lines[0].endswith(" own"), lines  # the person's request never reached it
+        person.request(p.CallCancel, call_id=other)
