@@ -24,6 +24,7 @@ from .chat.service import ChatService
 from .config import Loaded, load
 from .connection import READ_CHUNK, Connection, drain_close
 from .instance import Claim, claim, socket_name
+from .listener import Listener
 from .mcp.manager import McpServers
 from .paths import Paths
 from .process import set_child_subreaper
@@ -67,7 +68,7 @@ class Daemon:
         self.started = time.time()
         self.stop_event = asyncio.Event()
         self.force_exit = False
-        self._server: asyncio.AbstractServer | None = None
+        self._listener: Listener | None = None
         self._claim = claim  # the lock and socket cli.run took before READY=1, else taken in _start
         self._lock_fd: int | None = claim.lock_fd if claim else None
         self._owns_socket = claim.owns_socket if claim else False
@@ -146,8 +147,8 @@ class Daemon:
         self.sandbox, self.sandbox_verdict = await self._probe_sandbox(self.config)
         # 4. serve the socket
         self.listening_on = socket_name(held.sock)
-        limit = self.config.server.client_frame_bytes
-        self._server = await asyncio.start_unix_server(self._on_connect, sock=held.sock, limit=limit)
+        self._listener = Listener(held.sock, self._accepted, self._accept_failed, self._out_of_fds)
+        self._listener.start()
         self.budget = limits.measure()
         log.info("open-file limit %d (was %d): %s", now, before, self.budget.describe())
         # 5. signals only set events (SIGHUP starts a reload, which serialises itself)
@@ -176,8 +177,8 @@ class Daemon:
 
     def _release(self) -> None:
         """Close the listener, remove our socket file, release the lock (each at most once)."""
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         if self._owns_socket:
             self.paths.socket.unlink(missing_ok=True)
             self._owns_socket = False
@@ -192,8 +193,8 @@ class Daemon:
             self._status_soon.cancel()
             self._status_soon = None
         self.notifier.stopping()
-        if self._server:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         # 2. end chat turns (they say cancelled_by_shutdown), refuse new calls, cancel in-flight ones,
         #    and give them the grace period to clean up
         turns = self.chat.stop()
@@ -322,6 +323,32 @@ class Daemon:
             self.notifier.status(text)
 
     # --- connections -------------------------------------------------------------
+
+    def _accepted(self, client: socket.socket) -> None:
+        self._spawn(lambda: self._serve_client(client))
+
+    async def _serve_client(self, client: socket.socket) -> None:
+        """What start_unix_server would do: a StreamReader and StreamWriter over the accepted socket."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=self.config.server.client_frame_bytes, loop=loop)
+        try:
+            transport, protocol = await loop.connect_accepted_socket(
+                lambda: asyncio.StreamReaderProtocol(reader, loop=loop), client)
+        except OSError:
+            client.close()
+            return
+        await self._on_connect(reader, asyncio.StreamWriter(transport, protocol, reader, loop))
+
+    def _accept_failed(self, exc: OSError, told: bool, pause: float) -> None:
+        outcome = "told the client why and closed it" if told else "clients wait"
+        self._refusals.refused(f"connections: accept() failed ({exc.strerror or exc}); {outcome}; "
+                               f"accepting again in {pause:g} s", time.monotonic())
+
+    def _out_of_fds(self) -> bytes:
+        return p.encode(p.Error(code="failed", kind="limit", fatal=True, message=(
+            f"scvd has no file descriptor left for this connection (RLIMIT_NOFILE {self.budget.limit}); "
+            "it accepts again once calls or clients release some: close sessions you no longer use, "
+            "or raise LimitNOFILE= of the scvd unit")))
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(reader, writer, self.config.server.client_frame_bytes)

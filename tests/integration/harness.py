@@ -163,7 +163,7 @@ os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
 
 def start_wrapped(home: Path, config: str = "", *, env: dict[str, str] | None = None,
                   activate: socket.socket | None = None, args: list[str] | None = None,
-                  wait: bool = True) -> Any:
+                  wait: bool = True, **popen: Any) -> Any:
     """The real `scvd run` with the test tools, optionally socket-activated with `activate`."""
     import subprocess
 
@@ -181,7 +181,7 @@ def start_wrapped(home: Path, config: str = "", *, env: dict[str, str] | None = 
     log_path = home.parent / f"{home.name}-scvd.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, pass_fds=fds)
+                                stderr=subprocess.STDOUT, pass_fds=fds, **popen)
     sock = Path(activate.getsockname()) if activate is not None else \
         Path(full_env.get("SCV_SOCKET") or home / "run" / "scvd.sock")
     handle = conftest.DaemonProc(home=home, socket=sock, proc=proc, env=full_env, log_path=log_path)
@@ -308,8 +308,37 @@ class EnvTool(_HarnessTool):
         return {"names": names, "fds": fds.decode().split()}
 
 
+class FdHogTool(_HarnessTool):
+    """Opens fds until the daemon has none left and holds them until cancelled: a leak in a tool."""
+
+    name = "test_fd_hog"
+    description = ("Open files until the daemon runs out of descriptors.\nUse for fd exhaustion checks; "
+                   "test_sleep for waiting.\nPrecondition: none.")
+    Arguments = NoArgs
+    summary = "hog fds"
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        import os
+
+        held: list[int] = []
+        try:
+            while True:
+                try:
+                    held.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+                except OSError:
+                    break
+            os.close(held.pop())  # one back, for the marker file
+            (ctx.workspace / f"started-{ctx.call_id}").write_bytes(b"")
+            held.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+            await asyncio.sleep(3600)
+        finally:
+            for fd in held:
+                os.close(fd)
+        return {"held": len(held)}
+
+
 def harness_tools() -> list[Tool]:
-    return [SleepTool(), StubbornTool(), EnvTool()]
+    return [SleepTool(), StubbornTool(), EnvTool(), FdHogTool()]
 
 
 def _main(argv: list[str]) -> int:

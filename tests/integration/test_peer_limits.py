@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import ROOT, DaemonProc, wait_pending
-from harness import RawConn, wait_until
+from harness import RawConn, make_wrapped, wait_until  # noqa: F401 (a fixture)
 from scvd import errors, protocol as p
 
 
@@ -295,3 +295,27 @@ def test_a_process_started_by_scvd_watches_only_its_own_sessions_requests(daemon
         lines = ran.result["output"].strip().splitlines()
         assert len(lines) == 1 and lines[0].endswith(" own"), lines  # the person's request never reached it
         person.request(p.CallCancel, call_id=other)
+
+
+def test_with_no_fd_left_a_client_is_told_why_and_accepting_resumes(make_wrapped, workspace):
+    d = make_wrapped(preexec_fn=limited(256, 256))
+    with d.client(name="person") as person:
+        sid = person.open_session(workspace)
+        hog = person.start_call(sid, "test_fd_hog")
+        wait_until(lambda: (workspace / f"started-{hog}").exists(), what="the tool to take every fd")
+        with RawConn(d.socket) as late:
+            refused = late.frame()
+            assert isinstance(refused, p.Error) and refused.fatal and refused.kind == "limit"
+            assert refused.message.startswith("scvd has no file descriptor left for this connection "
+                                              "(RLIMIT_NOFILE 256)")
+            assert late.closed_by_server()
+        done = scvctl(d, "status")
+        assert done.returncode == 1 and "no file descriptor left" in done.stderr
+        assert person.status().pid == d.proc.pid  # connections already made go on
+        person.request(p.CallCancel, call_id=hog)
+        assert person.wait_call(hog).error.kind == "cancelled"
+    wait_until(lambda: scvctl(d, "status").returncode == 0, what="accepting again")
+    failures = [line for line in d.log().splitlines() if "accept() failed" in line]
+    assert failures and "Too many open files" in failures[0] and "told the client why" in failures[0]
+    assert len(failures) <= 2, failures  # paused and logged once per 10 s, not a line per retry
+    assert "Traceback" not in d.log()
