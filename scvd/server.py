@@ -361,7 +361,7 @@ class Daemon:
             return
         refusal = limits.refuse_connection(
             self.budget, self._fds_held(), len(self.connections),  # every connection held is of our uid
-            self.config.server.max_connections_per_uid, self._spawned(conn))
+            self.config.server.max_connections_per_uid, conn.spawned_by_daemon)  # just checked
         if refusal is not None:
             self._refusals.refused(f"a connection from {conn.label()}: {refusal}", time.monotonic())
             self._send(conn, p.Error(code="failed", kind="limit", fatal=True, message=refusal))
