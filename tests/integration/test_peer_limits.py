@@ -144,8 +144,8 @@ def open_files_limit(pid: int) -> tuple[int, int]:
 
 def test_scvd_raises_its_soft_open_file_limit_to_the_hard_one(make_daemon):
     d = make_daemon(preexec_fn=limited(100, 300))
-    assert open_files_limit(d.proc.pid) == (300, 300)
     wait_until(lambda: "open-file limit 300 (was 100)" in d.log(), what="the log line")
+    assert open_files_limit(d.proc.pid) == (300, 300)
 
 
 def test_sessions_stop_at_the_fd_budget_and_a_person_still_connects(make_daemon, workspace):
