@@ -507,10 +507,12 @@ class Daemon:
         return p.Ok(id=frame.id)
 
     async def on_sessions_list(self, conn: Connection, frame: p.SessionsList) -> p.Frame:
+        # a tool's process sees its own connection's sessions only, as it hears only their approvals
+        own_only = self._spawned(conn)
         infos = [
             p.SessionInfo(session=s.id, workspace=str(s.workspace), client=s.owner.client,
                           opened_at=s.opened_at, calls=s.call_count)
-            for s in self.sessions.values()
+            for s in self.sessions.values() if not own_only or s.owner is conn
         ]
         return p.Sessions(id=frame.id, sessions=infos)
 

@@ -319,3 +319,34 @@ def test_with_no_fd_left_a_client_is_told_why_and_accepting_resumes(make_wrapped
     assert failures and "Too many open files" in failures[0] and "told the client why" in failures[0]
     assert len(failures) <= 2, failures  # paused and logged once per 10 s, not a line per retry
     assert "Traceback" not in d.log()
+
+
+SESSIONS_SCRIPT = """
+import sys
+from scvctl.client import Client
+from scvd import protocol as p
+c = Client.connect(sys.argv[1], name="agent-child")
+own = c.open_session(sys.argv[2])
+for s in c.request(p.SessionsList).sessions:
+    print("own" if s.session == own else "other", s.client, s.workspace)
+"""
+
+
+def test_a_process_started_by_scvd_lists_only_its_own_sessions(daemon, workspace, tmp_path):
+    d = daemon
+    private = tmp_path / "the-persons-other-project"
+    private.mkdir()
+    (workspace / "sessions.py").write_text(SESSIONS_SCRIPT)
+    with d.client(name="person") as person:
+        person.open_session(private)
+        command = f"PYTHONPATH={ROOT} {sys.executable} sessions.py {d.socket} {workspace}"
+        runner = person.start_call(person.open_session(workspace), "bash", {"command": command})
+        pending = [a for a in wait_pending(person) if a.call_id == runner][0]
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        ran = person.wait_call(runner)
+        assert ran.ok, ran.error
+        lines = ran.result["output"].strip().splitlines()
+        assert lines == [f"own agent-child {workspace}"], lines
+        assert "the-persons-other-project" not in ran.result["output"]
+        listed = person.request(p.SessionsList).sessions
+        assert any(s.workspace == str(private) for s in listed)  # the person still sees every session
