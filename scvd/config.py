@@ -19,7 +19,7 @@ import msgspec
 
 from .always_ask import DEFAULT_ALWAYS_ASK, glob_problem
 from .errors import ConfigError
-from .protocol import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
+from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
 
 ENV_PREFIX = "SCVD_"
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]

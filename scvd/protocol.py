@@ -13,10 +13,9 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 
 from . import errors  # imports nothing of scvd: no cycle
+from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT  # noqa: F401 (part of the contract)
 
 PROTOCOL_VERSION = 1
-DEFAULT_CLIENT_FRAME_LIMIT = 1 << 20  # 1 MiB
-DEFAULT_SERVER_FRAME_LIMIT = 8 << 20  # 8 MiB
 
 Id = Union[int, str]
 
