@@ -6,16 +6,19 @@ usage, 3 the daemon could not start (already running, socket in use, ...).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 from . import __version__, config as config_mod, errors, eventloop, instance, notify, paths as paths_mod
 from . import tools
+
+if TYPE_CHECKING:
+    import argparse
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_STARTUP = 0, 1, 2, 3
 LEFTOVER_SECONDS = 1.0  # after shutdown, how long tasks still running get to end
@@ -45,6 +48,8 @@ def setup_logging(level: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, default=argparse.SUPPRESS,
                         help="config file (default: the instance's config.toml)")
@@ -61,8 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The service's own command lines, parsed without building the parser (argparse and its
+# help formatters cost a start some ms before READY=1); tests/test_cli_args.py holds them equal.
+PLAIN_RUN = {(): {"command": None}, ("run",): {"command": "run", "daemon": False, "pid_file": None}}
+
+
+def parse_args(argv: list[str] | None = None) -> Any:
+    argv = sys.argv[1:] if argv is None else argv
+    plain = PLAIN_RUN.get(tuple(argv))
+    return SimpleNamespace(**plain) if plain is not None else build_parser().parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     paths = paths_mod.resolve()
     # absolute: --daemon changes to / before a reload reads the file again
     config_file = (getattr(args, "config", None) or paths.config_file).absolute()

@@ -1,0 +1,28 @@
+"""`scvd`'s command line: the service's plain `scvd run` skips building the parser, with the same result."""
+
+from __future__ import annotations
+
+import pytest
+
+from scvd import cli
+
+
+@pytest.mark.parametrize("argv", [[], ["run"]])
+def test_the_plain_run_command_lines_parse_as_argparse_would(argv):
+    assert vars(cli.parse_args(argv)) == vars(cli.build_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run", "-v"], {"command": "run", "daemon": False, "pid_file": None, "verbose": True}),
+    (["run", "--daemon"], {"command": "run", "daemon": True, "pid_file": None}),
+    (["check-config"], {"command": "check-config"}),
+])
+def test_every_other_command_line_goes_through_the_parser(argv, expected):
+    assert vars(cli.parse_args(argv)) == expected
+
+
+def test_a_bad_command_line_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(["run", "--no-such-option"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
