@@ -1,7 +1,10 @@
 """Where a workspace's git metadata lives, for the sandbox to keep read-only.
 
-Rule: `find()` only looks (lstat, a bounded listing, two small reads); it never
-runs git. It reports the `.git` of the workspace and of each direct
+Rule: `find()` only looks (a listing, an lstat per subdirectory, two small
+reads); it never runs git. The listing has no cap: the workspace's entries
+are the agent's to add, and a cap let a call push an existing child project
+past it with a few thousand empty directories, leaving its `.git` writable to
+the next unasked call. It reports the `.git` of the workspace and of each direct
 subdirectory (child projects), and for a `.git` file (a linked worktree or a
 submodule: `gitdir: PATH`) the git dir it names and that dir's `commondir` (the
 main repository's git dir, where config and hooks are read). Paths are real
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import os
 
-MAX_CHILDREN = 1024  # directory entries of the workspace looked at (as skills.py's child projects)
 MAX_POINTER_BYTES = 4096  # a `.git` file or a `commondir` file is one short line
 
 
@@ -31,9 +33,7 @@ def _children(workspace: str) -> list[str]:
     out: list[str] = []
     try:
         with os.scandir(workspace) as entries:
-            for n, entry in enumerate(entries):
-                if n >= MAX_CHILDREN:
-                    break
+            for entry in entries:
                 if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
                     out.append(entry.path)
     except OSError:

@@ -9,6 +9,7 @@ touch a marker file.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,25 @@ def test_an_approved_bash_can_still_commit(make_daemon, workspace: Path):
         done = c.wait_call(call_id)
     assert done.ok and done.result["output"].endswith("committed\n"), done
     assert "approved commit" in host_git(workspace, "log", "--oneline").stdout
+
+
+def test_unasked_bash_cannot_push_a_child_project_out_of_the_scan(make_daemon, workspace: Path, tmp_path: Path):
+    # the attacker adds empty directories until a child project's entry lies past the first
+    # 1,024 of the listing (`ls -U` is the kernel's order, as scandir's), then plants in it
+    for n in range(5):
+        repo(workspace / f"app{n}")
+    marker = tmp_path / "planted-ran"
+    d = make_daemon(UNASKED, env=IDENTITY)
+    flood = ("for batch in $(seq 1 30); do "
+             "  pos=$(ls -U | grep -nx 'app[0-9]' | cut -d: -f1 | sort -n | tail -1); "
+             "  [ \"$pos\" -gt 1100 ] && break; mkdir $(seq -f \"f$batch-%g\" 1 2000); "
+             "done; app=$(ls -U | grep -x 'app[0-9]' | tail -1); echo $app")
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        flooded = c.call(sid, "bash", {"command": flood})
+        app = flooded.result["output"].strip()
+        assert [e.name for e in os.scandir(workspace)].index(app) > 1024, flooded
+        done = c.call(sid, "bash", {"command": f"cd {app} && git config core.fsmonitor 'touch {marker}'"})
+    assert done.ok and "Read-only file system" in done.result["output"], done
+    assert host_git(workspace / app, "status").returncode == 0
+    assert not marker.exists()
