@@ -51,7 +51,7 @@ def present(text: str) -> bool:
     """Print `text` whole; on a terminal, text taller than the screen goes through the pager instead (True)."""
     if sys.stdout.isatty() and sys.stdin.isatty():
         size = shutil.get_terminal_size()  # a pty that reports 0 x 0 counts as 80 x 24
-        if _rows(text, size.columns) > size.lines - 2 and _page(text):
+        if _rows(text, size.columns) > size.lines - 2 and _page(fold(text, size.columns)):
             return True
     print(text, flush=True)
     return False
@@ -61,6 +61,28 @@ def _rows(text: str, width: int) -> int:
     """Terminal rows `text` takes, long lines wrapped."""
     width = max(width, 1)
     return sum(max(1, -(-len(line) // width)) for line in text.split("\n"))
+
+
+def fold(text: str, width: int) -> str:
+    """Every line cut into rows of at most `width` terminal cells: a pager that chops long
+    lines (LESS=-S, most) would otherwise hide a line's tail past the screen's edge."""
+    import unicodedata  # only for a tall request on a terminal
+
+    width = max(width, 2)
+    rows: list[str] = []
+    for line in text.split("\n"):
+        if len(line) * 2 <= width:  # fits whatever its characters are
+            rows.append(line)
+            continue
+        row, cells = "", 0
+        for c in line:
+            w = 2 if unicodedata.east_asian_width(c) in "WF" else 1
+            if cells + w > width:
+                rows.append(row)
+                row, cells = "", 0
+            row, cells = row + c, cells + w
+        rows.append(row)
+    return "\n".join(rows)
 
 
 def _page(text: str) -> bool:

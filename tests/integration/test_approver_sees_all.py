@@ -117,6 +117,28 @@ def test_watch_on_a_terminal_pages_a_tall_request_before_asking(daemon: DaemonPr
 
 
 @pytest.mark.slow
+def test_a_pager_that_chops_long_lines_still_shows_a_long_lines_tail(daemon: DaemonProc, workspace: Path, tmux):
+    # LESS=-S (a common setting) cuts lines at the screen's edge: a tail past column 160
+    # of a tall request would be off screen, with nothing saying so
+    command = "echo harmless\n" + "".join(f": padding line {i}\n" for i in range(60)) + \
+        "echo ok" + " " * 200 + "; " + HIDDEN + "\n: the end"
+    with daemon.client(name="agent") as agent:
+        sid = agent.open_session(workspace)
+        call_id = agent.start_call(sid, "bash", {"command": command})
+        wait_pending(agent)
+        t = tmux(["env", "-u", "PAGER", "LESS=-S", sys.executable, "-m", "scvctl", "approvals", "watch"],
+                 base_env(daemon.home))
+        t.wait_for("padding line 3")
+        t.send("G")
+        pane = t.wait_for("| : the end")
+        assert f"; {HIDDEN}" in pane, pane  # folded onto the next row, not cut
+        t.send("q")
+        t.wait_for("approve? [y]es / [n]o / [s]ession:")
+        t.send("n", "Enter")
+        assert agent.wait_call(call_id).error.kind == "denied"
+
+
+@pytest.mark.slow
 def test_watch_on_a_terminal_without_a_pager_prints_the_tall_request_whole(daemon: DaemonProc, workspace: Path,
                                                                              tmux):
     command = "echo harmless\n" + "".join(f": padding line {i}\n" for i in range(60)) + HIDDEN
