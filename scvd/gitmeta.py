@@ -15,18 +15,59 @@ which of them need a read-only bind.
 from __future__ import annotations
 
 import os
+import re
 
 MAX_POINTER_BYTES = 4096  # a `.git` file or a `commondir` file is one short line
+MAX_GITMODULES_BYTES = 1 << 20
+MAX_SUBMODULES = 4096  # looked into; only a person's call can add one (.gitmodules is guarded)
+_PATH_LINE = re.compile(r"^\s*path\s*=(.*)$", re.MULTILINE)
 
 
 def find(workspace: str) -> list[str]:
-    """The git metadata of `workspace` (a real path) and its direct subdirectories that exist now."""
+    """The git metadata of `workspace` (a real path) and its direct subdirectories that exist now,
+    and of every submodule their `.gitmodules` list (recursively)."""
     found: list[str] = []
-    for root in [workspace, *_children(workspace)]:
-        for path in _metadata(os.path.join(root, ".git")):
+    roots = [workspace, *_children(workspace)]
+    seen, submodules = set(roots), 0
+    for root in roots:  # grows: a submodule with a `.git` is looked into in turn
+        meta = _metadata(os.path.join(root, ".git"))
+        listed, populated = _submodules(root, workspace) if meta else ([], [])
+        for sub in populated:
+            if sub not in seen and submodules < MAX_SUBMODULES:
+                seen.add(sub)
+                roots.append(sub)
+                submodules += 1
+        for path in meta + listed:
             if path not in found:
                 found.append(path)
     return found
+
+
+def _submodules(repo: str, workspace: str) -> tuple[list[str], list[str]]:
+    """(`repo`'s `.gitmodules` and the submodule directories it names that have no `.git` yet,
+    the ones that have one).
+
+    `git status` in `repo` runs git inside every submodule that has a `.git`, with that
+    `.git`'s config (core.fsmonitor), so an unasked call must not create one in an empty
+    (not initialised) submodule directory: that directory is kept read-only whole. One
+    that has a `.git` is guarded like a child project. `.gitmodules` itself is kept
+    read-only, so a call cannot hide an entry from the next call's look (git finds
+    submodules in the index, which is guarded).
+    """
+    listing = os.path.join(repo, ".gitmodules")
+    try:
+        with open(listing, "rb") as f:
+            text = f.read(MAX_GITMODULES_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return [], []
+    empty, populated = [os.path.realpath(listing)], []
+    for match in _PATH_LINE.finditer(text):
+        name = match.group(1).strip().strip('"')
+        sub = os.path.realpath(os.path.join(repo, name))
+        if not name or os.path.isabs(name) or not sub.startswith(workspace + os.sep) or not os.path.isdir(sub):
+            continue
+        (populated if os.path.lexists(os.path.join(sub, ".git")) else empty).append(sub)
+    return empty, populated
 
 
 def _children(workspace: str) -> list[str]:

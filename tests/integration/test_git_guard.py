@@ -123,3 +123,37 @@ def test_unasked_bash_cannot_push_a_child_project_out_of_the_scan(make_daemon, w
     assert done.ok and "Read-only file system" in done.result["output"], done
     assert host_git(workspace / app, "status").returncode == 0
     assert not marker.exists()
+
+
+def test_unasked_bash_cannot_plant_a_submodule_that_host_git_status_runs(make_daemon, workspace: Path,
+                                                                         tmp_path: Path):
+    # `git status` at the root runs git inside each submodule that has a `.git`, with its config:
+    # a repository planted in an empty (not initialised) submodule directory, or a deep submodule's
+    # `.git` file pointed at one, would run its core.fsmonitor on the user's next `git status`
+    upstream = tmp_path / "upstream"
+    sub = repo(upstream / "sub")
+    main = repo(upstream / "main")
+    for path in ("vendor/lib", "deps/x"):
+        assert git(main, "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(sub), path).returncode == 0
+    git(main, "commit", "-q", "-m", "submodules")
+    workspace.rmdir()
+    assert git(tmp_path, "clone", "-q", str(main), str(workspace)).returncode == 0
+    assert git(workspace, "-c", "protocol.file.allow=always", "submodule", "-q", "update", "--init",
+               "deps/x").returncode == 0
+    assert (workspace / "vendor/lib").is_dir() and not any((workspace / "vendor/lib").iterdir())
+    marker = tmp_path / "planted-ran"
+    plant = f"git config core.fsmonitor 'touch {marker}'"
+    attacks = [f"cd vendor/lib && git init -q && {plant}",
+               "printf '' > .gitmodules",
+               f"git init -q evil && git -C evil {plant} && echo 'gitdir: ../../evil/.git' > deps/x/.git",
+               "mv deps deps-old"]
+    d = make_daemon(UNASKED, env=IDENTITY)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        results = [c.call(sid, "bash", {"command": attack}) for attack in attacks]
+    for done in results:
+        assert done.ok and done.result["exit_code"] != 0, done
+    assert not (workspace / "vendor/lib/.git").exists() and "[submodule" in (workspace / ".gitmodules").read_text()
+    assert "evil" not in (workspace / "deps/x/.git").read_text()
+    assert host_git(workspace, "status").returncode == 0
+    assert not marker.exists()
