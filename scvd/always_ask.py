@@ -23,8 +23,9 @@ from typing import Iterable, Sequence
 
 from .tools.secret_paths import secret_reason
 
-# git metadata (hooks, config, a `.git` file pointing elsewhere), direnv, editor and CI run files
-DEFAULT_ALWAYS_ASK = (".git/**", ".envrc", ".vscode/**", ".github/workflows/**", ".gitlab-ci.yml")
+# git metadata (hooks, config, a `.git` file pointing elsewhere; `.gitmodules`, which says what
+# the sandbox's git guard covers), direnv, editor and CI run files
+DEFAULT_ALWAYS_ASK = (".git/**", ".gitmodules", ".envrc", ".vscode/**", ".github/workflows/**", ".gitlab-ci.yml")
 ANY = "**"
 
 

@@ -36,7 +36,8 @@ def test_defaults_are_the_seeds(tmp_path):
     assert (c.tools.command_timeout_seconds, c.tools.max_timeout_seconds) == (120, 1800)
     assert (c.tools.agent_timeout_seconds, c.tools.default_timeout_seconds) == (600, 900)
     assert c.approvals.policy == "on-risk" and c.approvals.timeout_seconds == 900
-    assert c.approvals.always_ask == [".git/**", ".envrc", ".vscode/**", ".github/workflows/**", ".gitlab-ci.yml"]
+    assert c.approvals.always_ask == [".git/**", ".gitmodules", ".envrc", ".vscode/**", ".github/workflows/**",
+                                     ".gitlab-ci.yml"]
     assert c.sandbox.mode == "off" and c.log_level == "info"
     assert (c.server.client_frame_bytes, c.server.server_frame_bytes) == (1 << 20, 8 << 20)
     assert loaded.sources == {}

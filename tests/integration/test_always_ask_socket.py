@@ -16,6 +16,9 @@ SENSITIVE = [
     (".envrc", "'.envrc' matches approvals.always_ask '.envrc'"),
     (".github/workflows/ci.yml", "'.github/workflows/ci.yml' matches approvals.always_ask '.github/workflows/**'"),
     (".env", "'.env' is secret-like ('.env' is a dotenv file)"),
+    # which submodules the git guard keeps read-only: emptied under a grant, an unasked bash
+    # could plant a repository in a submodule directory that `git status` runs git in
+    (".gitmodules", "'.gitmodules' matches approvals.always_ask '.gitmodules'"),
     ("hooks/pre-commit", "'.git/hooks/pre-commit' matches approvals.always_ask '.git/**'"),  # hooks -> .git/hooks
 ]
 
