@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import itertools
 import os
 import secrets
@@ -95,6 +96,23 @@ def policy_verdict(
     if policy == "sandbox-aware" and sandbox_active and contained(plan):
         return Verdict.RUN
     return Verdict.ASK
+
+
+def holds_home(workspace: str, home: str | None = None) -> bool:
+    """True when `workspace` is the user's home or a directory above it (`/`, `/home`).
+
+    Its dotfiles run code outside any sandbox later (`.bashrc` at the next shell,
+    `.gitconfig`'s core.fsmonitor at every git call, `.config/systemd/user`), so
+    sandbox-aware asks for every call there, as the policy does without a sandbox.
+    """
+    home = _real(home or os.environ.get("HOME") or os.path.expanduser("~"))
+    ws = workspace.rstrip("/") or "/"  # a session's workspace is a real path already
+    return home == ws or home.startswith(ws.rstrip("/") + "/")
+
+
+@functools.lru_cache(maxsize=4)  # the daemon's HOME: one lookup, not one per call
+def _real(path: str) -> str:
+    return os.path.realpath(path)
 
 
 def contained(plan: Plan) -> bool:

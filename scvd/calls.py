@@ -55,7 +55,7 @@ import msgspec
 
 from . import errors
 from .always_ask import always_ask_reason
-from .approvals import Approval, ApprovalGate, Decider, Verdict, policy_verdict
+from .approvals import Approval, ApprovalGate, Decider, Verdict, holds_home, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Owner, Session
 from .tools.contract import CallContext, Plan, Tool, ToolRisk, check_timeout
@@ -283,7 +283,8 @@ class CallRegistry:
         verdict = policy_verdict(
             cfg.policy, plan, always_allow=tool.flags.always_allow,
             granted=session.granted(tool.name, risk, plan.sandboxed),
-            sandbox_active=bool(sandbox and sandbox.active), always_asks=always is not None)
+            sandbox_active=bool(sandbox and sandbox.active) and not holds_home(str(session.workspace)),
+            always_asks=always is not None)
         self._audit("proposal", call, risk=risk, policy=cfg.policy, decision=verdict.value)
         if verdict is Verdict.RUN:
             return False

@@ -13,7 +13,7 @@ import pytest
 from scvd import errors
 from scvd.approvals import (
     POLICIES, TRANSITIONS, ApprovalEvent, ApprovalGate, ApprovalState, Decider, Verdict, contained,
-    is_descendant, policy_note, policy_verdict, spawned_by_daemon,
+    holds_home, is_descendant, policy_note, policy_verdict, spawned_by_daemon,
 )
 from scvd.tools.contract import Plan, ToolRisk
 
@@ -407,3 +407,11 @@ def test_the_largest_bash_command_fits_a_default_frame_even_escaped():
         gate.cancel(a.id, "test over")
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(("workspace", "holds"), [
+    ("/home/u", True), ("/home", True), ("/", True), ("/home/u/project", False),
+    ("/home/u2", False), ("/home/u/", True), ("/srv", False),
+])
+def test_a_workspace_holds_the_home_when_it_is_the_home_or_above_it(workspace: str, holds: bool):
+    assert holds_home(workspace, "/home/u") is holds

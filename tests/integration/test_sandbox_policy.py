@@ -120,3 +120,24 @@ def test_a_session_grant_for_sandboxed_bash_does_not_cover_it_unsandboxed_after_
         assert c.wait_call(call_id).error.kind == "denied"
     assert not outside.exists()  # it landed in the call's private /tmp, gone with it
     assert not Path("/etc/scvd-policy-probe").exists()
+
+
+def test_a_workspace_that_holds_the_users_home_asks_for_every_call(make_daemon, tmp_path: Path):
+    # unasked, bash would append to ~/.bashrc (or ~/.gitconfig, ~/.config/systemd/user),
+    # which runs outside any sandbox at the user's next shell, git call or login
+    d = make_daemon(SANDBOXED)
+    home = tmp_path / "scvhome0-user-home"  # the daemon's HOME (conftest.base_env)
+    (home / "project").mkdir(parents=True)
+    attack = "echo 'touch ~/pwned' >> ~/.bashrc"
+    with d.client() as c:
+        for where in (home, tmp_path):  # the home itself, a directory above it
+            sid = c.open_session(where)
+            call_id = c.start_call(sid, "bash", {"command": attack})
+            pending = wait_pending(c)[0]
+            assert pending.call_id == call_id and pending.sandboxed is True
+            c.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
+            assert c.wait_call(call_id).error.kind == "denied"
+        sid = c.open_session(home / "project")  # a project inside the home still runs unasked
+        assert c.call(sid, "bash", {"command": "echo inside > f.txt"}).ok
+        assert c.request(p.ApprovalsList).approvals == []
+    assert not (home / ".bashrc").exists() and (home / "project/f.txt").exists()
