@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 MAX_POINTER_BYTES = 4096  # a `.git` file or a `commondir` file is one short line
 MAX_GITMODULES_BYTES = 1 << 20
@@ -55,10 +56,8 @@ def _submodules(repo: str, workspace: str) -> tuple[list[str], list[str]]:
     submodules in the index, which is guarded).
     """
     listing = os.path.join(repo, ".gitmodules")
-    try:
-        with open(listing, "rb") as f:
-            text = f.read(MAX_GITMODULES_BYTES).decode("utf-8", "replace")
-    except OSError:
+    text = _head(listing, MAX_GITMODULES_BYTES)
+    if text is None:
         return [], []
     empty, populated = [os.path.realpath(listing)], []
     for match in _PATH_LINE.finditer(text):
@@ -98,10 +97,8 @@ def _metadata(entry: str) -> list[str]:
 def _pointer(where: str, name: str | None, *, relative_to: str) -> list[str]:
     """The existing directory named by the file `where/name` (or the `.git` file `where`)."""
     path = os.path.join(where, name) if name else where
-    try:
-        with open(path, "rb") as f:
-            text = f.read(MAX_POINTER_BYTES).decode("utf-8", "replace")
-    except OSError:
+    text = _head(path, MAX_POINTER_BYTES)
+    if text is None:
         return []
     line = text.splitlines()[0].strip() if text.strip() else ""
     if name is None:  # a .git file: "gitdir: PATH"
@@ -112,3 +109,20 @@ def _pointer(where: str, name: str | None, *, relative_to: str) -> list[str]:
         return []
     target = os.path.realpath(os.path.join(relative_to, line))
     return [target] if os.path.isdir(target) else []
+
+
+def _head(path: str, limit: int) -> str | None:
+    """The first `limit` bytes of a regular file, or None. Never blocks: an unasked call may
+    have left a FIFO there, and this runs on scvd's loop before each such call."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -157,3 +157,19 @@ def test_unasked_bash_cannot_plant_a_submodule_that_host_git_status_runs(make_da
     assert "evil" not in (workspace / "deps/x/.git").read_text()
     assert host_git(workspace, "status").returncode == 0
     assert not marker.exists()
+
+
+def test_a_fifo_where_the_guard_reads_does_not_hang_scvd(make_daemon, workspace: Path):
+    # the guard reads `.gitmodules`, `.git` files and `commondir` before each unasked call, on
+    # scvd's loop: a FIFO there would block that read, and every session and approver with it
+    repo(workspace)
+    d = make_daemon(UNASKED, env=IDENTITY)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        planted = c.call(sid, "bash", {"command": "mkfifo .gitmodules && mkdir app x && "
+                                                  "echo 'gitdir: ../x' > app/.git && mkfifo x/commondir"})
+        assert planted.ok and planted.result["exit_code"] == 0, planted
+        done = c.call(sid, "bash", {"command": "echo alive"})
+        assert done.ok and done.result["output"] == "alive\n", done
+    with d.client() as other:
+        assert other.status().sessions >= 0
