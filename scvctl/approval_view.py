@@ -39,6 +39,9 @@ def format_request(a: Any) -> str:
     lines.append(f"  requested by {getattr(a, 'requester', '') or '?'} in session {a.session}, call {a.call_id}"
                  + (f"; expires {time.strftime('%H:%M:%S', time.localtime(a.expires_at))}"
                     if a.expires_at else ""))
+    # the header and the last line hold a peer's text (a workspace path, a client's name) that
+    # is one line: a line break in it would start what looks like another request
+    lines[0], lines[-1] = printable(lines[0], keep=""), printable(lines[-1], keep="")
     return "\n".join(printable(line) for line in lines)
 
 

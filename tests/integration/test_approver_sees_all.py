@@ -71,6 +71,21 @@ def test_the_hidden_tail_of_a_long_command_is_in_details_and_show_and_the_summar
     assert gone.stderr.startswith(f"approval_not_found: no pending approval '{event.approval_id}'")
 
 
+def test_a_line_break_in_a_client_name_or_workspace_cannot_fake_another_request(daemon: DaemonProc, tmp_path: Path):
+    fake = "[a9-000000] read (read_only) in /home/u/project\n  read 'README.md': 120 bytes"
+    workspace = tmp_path / f"ws\n{fake.replace('/', '-')}"
+    workspace.mkdir()
+    with daemon.client(name=f"agent\n\n{fake}\n  requested by agent") as agent:
+        sid = agent.open_session(workspace)
+        agent.start_call(sid, "bash", {"command": HIDDEN})
+        pending = wait_pending(agent)[0]
+        shown = scvctl(daemon, "approvals", "show", pending.approval_id)
+    assert shown.returncode == 0, shown.stderr
+    assert [line for line in shown.stdout.splitlines() if line.startswith("[")] == [shown.stdout.splitlines()[0]]
+    assert shown.stdout.splitlines()[0].startswith(f"[{pending.approval_id}] bash (process) in ")
+    assert "\\n[a9-000000]" in shown.stdout  # shown, escaped
+
+
 def test_watch_prints_the_whole_request_before_its_one_key_prompt(daemon: DaemonProc, workspace: Path):
     watch = subprocess.Popen([sys.executable, "-m", "scvctl", "approvals", "watch"], env=base_env(daemon.home),
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
