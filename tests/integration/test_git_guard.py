@@ -105,7 +105,11 @@ def test_an_approved_bash_can_still_commit(make_daemon, workspace: Path):
 
 def test_unasked_bash_cannot_push_a_child_project_out_of_the_scan(make_daemon, workspace: Path, tmp_path: Path):
     # the attacker adds empty directories until a child project's entry lies past the first
-    # 1,024 of the listing (`ls -U` is the kernel's order, as scandir's), then plants in it
+    # 1,024 of the listing (`ls -U` is the kernel's order, as scandir's), then plants in it;
+    # the workspace already has 1,100 entries older than the projects, so that on a filesystem
+    # that lists in creation order (btrfs) they lie past it from the start
+    for n in range(1100):
+        (workspace / f"old{n}").mkdir()
     for n in range(5):
         repo(workspace / f"app{n}")
     marker = tmp_path / "planted-ran"
