@@ -16,22 +16,27 @@ from typing import Iterable, Mapping
 
 from .process import ALWAYS_REMOVED, ALWAYS_REMOVED_PREFIXES, child_env
 
+# the locale's categories by name, not `LC_*`: any name can start with LC_ (Debian's ssh
+# sends and accepts LC_*, so it is used to carry other values, tokens included)
+LOCALE_CATEGORIES = (
+    "LC_ALL", "LC_CTYPE", "LC_COLLATE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME",
+    "LC_ADDRESS", "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_NAME", "LC_PAPER", "LC_TELEPHONE",
+)
 _PROXIES = ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "ftp_proxy")
 ALLOWED = frozenset({
     "PATH", "TERM", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL",
-    "LANG", "LANGUAGE",  # and LC_* below
+    "LANG", "LANGUAGE", *LOCALE_CATEGORIES,
     *_PROXIES, *(name.upper() for name in _PROXIES),
     "NODE_USE_ENV_PROXY",  # makes Node's own fetch honour the proxy variables
     "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
     "GIT_SSL_CAINFO",
 })
-ALLOWED_PREFIXES = ("LC_",)
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 def is_allowed(name: str) -> bool:
     """True for a name every such child gets (names are case-sensitive, as the kernel's are)."""
-    return name in ALLOWED or name.startswith(ALLOWED_PREFIXES)
+    return name in ALLOWED
 
 
 def build(base: Mapping[str, str], pass_env: Iterable[str] = (),

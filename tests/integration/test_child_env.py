@@ -32,6 +32,7 @@ CREDENTIALS = {
     "OPENAI_API_KEY": "sk-planted-openai",
     "ANTHROPIC_API_KEY": "sk-ant-planted",
     "CLAUDE_CODE_OAUTH_TOKEN": "planted-claude-oauth",
+    "LC_DEPLOY_TOKEN": "planted-lc-token",  # a locale-like name is not a locale
 }
 PASSED = {"AWS_PROFILE": "work-profile-7c1f"}  # named in pass_env: passed on purpose
 
