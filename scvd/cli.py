@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     except errors.ConfigError as exc:
         return _config_error(config_file, exc)
     if args.command == "check-config":
-        return check_config(loaded, paths, len(registry))
+        return check_config(loaded, paths, registry)
     level = "debug" if getattr(args, "verbose", False) else loaded.config.log_level
     setup_logging(level)
     if not foreground:
@@ -218,15 +218,22 @@ def _free_to_detach(paths: paths_mod.Paths, pid_file: Path) -> bool:
     return True
 
 
-def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, tools: int) -> int:
-    """Print every setting with its source, then the paths and the sandbox verdict."""
+def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: Any) -> int:
+    """Print every setting with its source, then the paths, the tools and the sandbox verdict.
+
+    A script tool that fails to load does not fail the check (the daemon starts without it),
+    but each one is printed with why, as `scvctl tools --errors` would show it.
+    """
     print(f"# config file: {loaded.path}{'' if Path(loaded.path).exists() else ' (missing: defaults)'}")
     for key, value, source in config_mod.effective(loaded):
         print(f"{key} = {value!r}  # {source}")
     print(f"# socket: {paths.socket}")
     print(f"# state: {paths.state_dir}")
     print(f"# adapters: {paths.adapters_dir}")
-    print(f"# tools: {tools} registered")
+    skipped = registry.load_errors
+    print(f"# tools: {len(registry)} registered" + (f", {len(skipped)} skipped:" if skipped else ""))
+    for e in skipped:
+        print(f"#   {e.name}: {e.source}: {e.message}")
     print(f"# sandbox: {sandbox_verdict(loaded.config, paths)}")
     return EXIT_OK
 

@@ -167,6 +167,18 @@ def test_a_bad_tool_json_is_listed_by_scvctl_tools_errors(make_daemon, scv_home)
                         "message": "rule 'timeout': timeout -1 must be a positive number of seconds"}]
 
 
+def test_scvd_check_config_prints_a_script_tool_that_fails_to_load(scv_home):
+    make_tool(scv_home, "words", WORDS)
+    bad = make_tool(scv_home, "broken", WORDS, timeout=-1)
+    done = subprocess.run([sys.executable, "-m", "scvd", "check-config"], env=base_env(scv_home),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr  # the daemon would start, without that tool
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("# tools: ") and line.endswith(", 1 skipped:") for line in lines), lines
+    assert (f"#   script_broken: {bad / 'tool.json'}: rule 'timeout': "
+            "timeout -1 must be a positive number of seconds") in lines
+
+
 def test_scvctl_tools_lint_prints_findings_for_every_tool(make_daemon, scv_home):
     d = make_daemon(home=scv_home)
     out = scvctl(d.home, "tools", "--lint")
