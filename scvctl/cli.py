@@ -244,8 +244,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
             elif isinstance(event, p.SecretRequested):
                 _on_secret(c, args, event)
             elif isinstance(event, p.SecretResolved) and not args.json:
-                print(f"  {event.request_id} ({event.key}) {event.state}"
-                      + (f" by {event.decided_by}" if event.decided_by else ""), flush=True)
+                print(printable(f"  {event.request_id} ({event.key}) {event.state}"
+                                + (f" by {event.decided_by}" if event.decided_by else ""), keep=""), flush=True)
             elif args.json and isinstance(event, p.SecretResolved):
                 emit_json(event)
     return EXIT_OK  # pragma: no cover - events() only ends by an exception
@@ -277,8 +277,8 @@ def _on_resolved(args: argparse.Namespace, event: p.ApprovalResolved) -> None:
     if args.json:
         emit_json(event)
         return
-    why = f": {event.reason}" if event.reason else ""
-    print(f"  {event.approval_id} {event.state} by {event.decided_by}{why}", flush=True)
+    why = f": {event.reason}" if event.reason else ""  # another peer's text: one line, escaped
+    print(printable(f"  {event.approval_id} {event.state} by {event.decided_by}{why}", keep=""), flush=True)
 
 
 def _on_secret(c: Client, args: argparse.Namespace, event: p.SecretRequested) -> None:

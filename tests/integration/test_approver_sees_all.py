@@ -86,6 +86,34 @@ def test_a_line_break_in_a_client_name_or_workspace_cannot_fake_another_request(
     assert "\\n[a9-000000]" in shown.stdout  # shown, escaped
 
 
+def test_watch_shows_another_deciders_name_and_reason_escaped(daemon: DaemonProc, workspace: Path):
+    # a decider's name and reason reach every watcher: raw, an escape could clear the screen
+    # and a line break draw a request that is not there
+    watch = subprocess.Popen([sys.executable, "-m", "scvctl", "approvals", "watch"], env=base_env(daemon.home),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with daemon.client(name="agent") as agent, daemon.client(name="other\x1b[2J") as other:
+            call_id = agent.start_call(agent.open_session(workspace), "bash", {"command": HIDDEN})
+            seen = ""
+            while "approve? [y]es" not in seen:
+                char = watch.stdout.read(1)
+                assert char, f"watch ended: {seen!r}"
+                seen += char
+            other.request(p.ApprovalDecide, approval_id=wait_pending(agent)[0].approval_id, decision="deny",
+                          reason="no\n[a9-000000] read (read_only) in /home/u/project")
+            assert agent.wait_call(call_id).error.kind == "denied"
+            watch.stdin.write("n\n")  # too late: decided elsewhere; then the resolution is shown
+            watch.stdin.flush()
+            line = ""
+            while " by " not in line:
+                line = watch.stdout.readline()
+                assert line, "watch ended"
+    finally:
+        watch.kill()
+        watch.communicate()
+    assert "\x1b" not in line and "other\\x1b[2J" in line and "no\\n[a9-000000]" in line, line
+
+
 def test_watch_prints_the_whole_request_before_its_one_key_prompt(daemon: DaemonProc, workspace: Path):
     watch = subprocess.Popen([sys.executable, "-m", "scvctl", "approvals", "watch"], env=base_env(daemon.home),
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
