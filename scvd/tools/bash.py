@@ -7,6 +7,7 @@ decoding refuses. With an active sandbox the command runs inside bubblewrap.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Annotated, Any, Mapping
 
@@ -118,7 +119,9 @@ class Bash(Tool):
         env = child_env(os.environ if self._env is None else self._env)
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
-            argv = ctx.sandbox.wrap(argv, workspace=ctx.workspace, network=plan.network, approved=ctx.approved)
+            # off the loop: an unasked call's git guard lists the whole workspace (gitmeta.find)
+            argv = await asyncio.to_thread(ctx.sandbox.wrap, argv, workspace=ctx.workspace,
+                                           network=plan.network, approved=ctx.approved)
         try:
             result = await run_process(
                 argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,
