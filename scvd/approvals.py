@@ -98,6 +98,7 @@ def policy_verdict(
     return Verdict.ASK
 
 
+@functools.lru_cache(maxsize=256)  # asked at every call: one answer per workspace, not a realpath each time
 def holds_home(workspace: str, home: str | None = None) -> bool:
     """True when `workspace` is the user's home or a directory above it (`/`, `/home`).
 
@@ -105,14 +106,9 @@ def holds_home(workspace: str, home: str | None = None) -> bool:
     `.gitconfig`'s core.fsmonitor at every git call, `.config/systemd/user`), so
     sandbox-aware asks for every call there, as the policy does without a sandbox.
     """
-    home = _real(home or os.environ.get("HOME") or os.path.expanduser("~"))
+    home = os.path.realpath(home or os.environ.get("HOME") or os.path.expanduser("~"))
     ws = workspace.rstrip("/") or "/"  # a session's workspace is a real path already
     return home == ws or home.startswith(ws.rstrip("/") + "/")
-
-
-@functools.lru_cache(maxsize=4)  # the daemon's HOME: one lookup, not one per call
-def _real(path: str) -> str:
-    return os.path.realpath(path)
 
 
 def contained(plan: Plan) -> bool:
