@@ -404,12 +404,14 @@ class Sandbox:
         chdir: Path | None = None,
         ro_binds: Sequence[Path] = (),
         approved: bool = False,
+        git: Sequence[str] | None = None,
     ) -> list[str]:
         """`inner` wrapped in bwrap when active; unchanged in auto mode when not; else raises.
 
         `approved`: a person approved this very call (CallContext.approved). Any
         other call, or a process that serves many calls, gets the workspace's git
-        metadata read-only (build_argv).
+        metadata read-only (build_argv): `git` as found by gitmeta.find(), found
+        here when not given.
         """
         self.check()
         if not self.active:
@@ -429,5 +431,19 @@ class Sandbox:
             chdir=real(chdir) if chdir is not None else None,
             mask=_present(self._mask),
             approved=approved,
-            git=[] if approved else [Path(p) for p in gitmeta.find(str(ws))],
+            git=[] if approved else [Path(p) for p in (gitmeta.find(str(ws)) if git is None else git)],
         )
+
+    async def wrap_call(self, inner: list[str], *, workspace: Path, network: bool, approved: bool,
+                        **binds: Any) -> list[str]:
+        """wrap() for a tool call: an unasked call's git metadata is found on a worker thread.
+
+        gitmeta.find() lists every workspace entry (uncapped: a cap let a call hide a child
+        project), which in a big workspace would hold the loop for every other client.
+        """
+        git = None
+        if self.active and not approved:
+            import asyncio
+
+            git = await asyncio.to_thread(gitmeta.find, os.path.realpath(workspace))
+        return self.wrap(inner, workspace=workspace, network=network, approved=approved, git=git, **binds)

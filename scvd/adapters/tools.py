@@ -145,9 +145,8 @@ class AgentTool(Tool):
         home = await asyncio.to_thread(ensure_home, self.paths, self.adapter.name)
         argv = plan.data["argv"]
         if plan.sandboxed:
-            # off the loop: an unasked call's git guard lists the whole workspace (gitmeta.find)
-            argv = await asyncio.to_thread(ctx.sandbox.wrap, argv, workspace=Path(ctx.workspace), network=True,
-                                           rw_binds=[home], chdir=cwd, approved=ctx.approved)
+            argv = await ctx.sandbox.wrap_call(argv, workspace=Path(ctx.workspace), network=True,
+                                               rw_binds=[home], chdir=cwd, approved=ctx.approved)
         try:
             result = await process.run_process(
                 argv, cwd=cwd, env=build_env(os.environ, self.adapter, home),

@@ -7,7 +7,6 @@ decoding refuses. With an active sandbox the command runs inside bubblewrap.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Annotated, Any, Mapping
 
@@ -119,9 +118,8 @@ class Bash(Tool):
         env = child_env(os.environ if self._env is None else self._env)
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
-            # off the loop: an unasked call's git guard lists the whole workspace (gitmeta.find)
-            argv = await asyncio.to_thread(ctx.sandbox.wrap, argv, workspace=ctx.workspace,
-                                           network=plan.network, approved=ctx.approved)
+            argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, network=plan.network,
+                                               approved=ctx.approved)
         try:
             result = await run_process(
                 argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,

@@ -124,9 +124,8 @@ class ScriptTool(Tool):
         tools = ctx.config.tools
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
-            # off the loop: an unasked call's git guard lists the whole workspace (gitmeta.find)
-            argv = await asyncio.to_thread(ctx.sandbox.wrap, argv, workspace=ctx.workspace, network=plan.network,
-                                           ro_binds=[self.definition.folder], approved=ctx.approved)
+            argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, network=plan.network,
+                                               ro_binds=[self.definition.folder], approved=ctx.approved)
         try:
             result = await run_process(
                 argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,
