@@ -10,6 +10,10 @@ One run, interleaved rounds, one client, a 4 KiB file (the issue 9 goals):
     `@modelcontextprotocol/server-filesystem` over stdio (.ci/install-mcp-servers);
   - echo_asyncio / echo_uvloop: a bare JSON-lines echo server (msgspec decode and
     encode of each line) on a Unix socket: the floor for any Python daemon;
+- latency_one_cpu_us and one_cpu_ratios (--one-cpu): the same rounds again with the
+  client and every server pinned to CPU 0. Unpinned, each hop between two processes
+  costs ~25 µs more when the kernel runs them on different CPUs, which it does more
+  for a busier server; pinned, the figures show what each side's own work costs;
 - calls_per_s: `read` calls completed per second by 1 and by 32 clients (own
   connection and session each, one call in flight each), and the daemon's CPU
   time per call (utime + stime);
@@ -23,7 +27,7 @@ One run, interleaved rounds, one client, a 4 KiB file (the issue 9 goals):
 - rss_mib: the daemon idle after start and after the load; what importing the
   heavy optional dependencies (openai, mcp, jsonschema, keyring) would add.
 
-Usage: python bench/side_by_side.py [--rounds 20] [--per-round 100] [--seconds 3]
+Usage: python bench/side_by_side.py [--rounds 20] [--per-round 100] [--seconds 3] [--one-cpu]
 Needs .ci/install-mcp-servers (node and the pinned servers) for reference_mcp.
 """
 
@@ -155,8 +159,9 @@ def unix_lines(path: Path) -> tuple[Lines, socket.socket]:
 class System:
     """One thing measured: `trip()` does one round trip; `close()` ends it."""
 
-    def __init__(self, name: str, trip: Callable[[], None], close: Callable[[], None]) -> None:
-        self.name, self.trip, self.close = name, trip, close
+    def __init__(self, name: str, trip: Callable[[], None], close: Callable[[], None],
+                 pids: tuple[int, ...] = ()) -> None:
+        self.name, self.trip, self.close, self.pids = name, trip, close, pids  # pids: the server side
         self.samples: list[float] = []
 
 
@@ -171,7 +176,7 @@ def scvd_system(name: str, d: Daemon, workspace: Path) -> System:
     def trip() -> None:
         peer.ask(frame, lambda line: b'"call.completed"' in line)
 
-    return System(name, trip, sock.close)
+    return System(name, trip, sock.close, (d.proc.pid,))
 
 
 HELLO = b'{"type":"hello","id":1,"protocol":1,"client":{"name":"bench"}}\n'
@@ -212,7 +217,7 @@ def mcp_system(name: str, argv: list[str], env: dict[str, str], tool: str, path:
             proc.wait()
         proc.stdout.close()
 
-    return System(name, trip, close)
+    return System(name, trip, close, (proc.pid,))
 
 
 def echo_system(name: str, base: Path, loop: str) -> System:
@@ -231,7 +236,7 @@ def echo_system(name: str, base: Path, loop: str) -> System:
         proc.terminate()
         proc.wait(10)
 
-    return System(name, trip, close)
+    return System(name, trip, close, (proc.pid,))
 
 
 def measure_latency(systems: list[System], rounds: int, per_round: int) -> dict[str, Any]:
@@ -246,6 +251,33 @@ def measure_latency(systems: list[System], rounds: int, per_round: int) -> dict[
                 s.trip()
                 s.samples.append((time.perf_counter_ns() - t0) / 1000)
     return {s.name: summary_us(s.samples) for s in systems}
+
+
+def pin(pids: list[int], cpus: set[int]) -> None:
+    """Every thread of `pids` onto `cpus` (Node and the daemon have more than one)."""
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except (ProcessLookupError, PermissionError):
+                pass  # a thread that just ended
+
+
+def one_cpu_latency(systems: list[System], rounds: int, per_round: int) -> dict[str, Any]:
+    """The same rounds with the client and every server on CPU 0: no cross-CPU wake-ups.
+
+    Unpinned, a round trip costs ~25 µs more per hop when the kernel puts the two
+    processes on different CPUs, which it does more for a busier server; pinned, what
+    remains is each side's own work and the context switches."""
+    everyone = set(range(os.cpu_count() or 1))
+    servers = [pid for s in systems for pid in s.pids]
+    for s in systems:
+        s.samples = []
+    pin([os.getpid(), *servers], {0})
+    try:
+        return measure_latency(systems, rounds, per_round)
+    finally:
+        pin([os.getpid(), *servers], everyone)
 
 
 def summary_us(samples: list[float]) -> dict[str, float]:
@@ -553,6 +585,16 @@ def goals(lat: dict[str, Any], tput: dict[str, Any], start: dict[str, Any], rss:
             for name, (v, op, target) in rows.items()}
 
 
+def one_cpu_ratios(lat: dict[str, Any]) -> dict[str, float]:
+    """The goals' latency ratios on one CPU: what the code costs, without the scheduler's placement."""
+    scvd, ref = lat["scvd_socket"]["p50"], lat.get("reference_mcp", {}).get("p50")
+    out = {"scvd_p50_vs_echo_asyncio_p50": round(scvd / lat["echo_asyncio"]["p50"], 3)}
+    if ref:
+        out["reference_p50_vs_scvd_p50"] = round(ref / scvd, 3)
+        out["reference_p50_vs_scvctl_mcp_p50"] = round(ref / lat["scvctl_mcp"]["p50"], 3)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
@@ -565,6 +607,8 @@ def main() -> None:
                     help="skip scvd_socket_asyncio (a checkout older than server.event_loop)")
     ap.add_argument("--before", type=Path, metavar="CHECKOUT",
                     help="also measure another checkout: its daemon, scvctl mcp and start (scvd_socket_before, scvctl_mcp_before, before_clients_N, before_ready_ms)")
+    ap.add_argument("--one-cpu", action="store_true",
+                    help="also measure the latencies with the client and every server pinned to CPU 0 (latency_one_cpu_us)")
     ap.add_argument("--echo-server", help=argparse.SUPPRESS)
     ap.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -607,6 +651,9 @@ def main() -> None:
             result["reference_mcp_missing"] = f"{REFERENCE} not found: run bash .ci/install-mcp-servers"
         try:
             result["latency_us"] = measure_latency(systems, args.rounds, args.per_round)
+            if args.one_cpu:
+                one = result["latency_one_cpu_us"] = one_cpu_latency(systems, args.rounds, args.per_round)
+                result["one_cpu_ratios"] = one_cpu_ratios(one)
         finally:
             for s in systems:
                 s.close()
