@@ -192,8 +192,12 @@ class Client:
     def request(self, frame: p.Frame | type, **fields: Any) -> Any:
         """Send a request and wait for its answer; error frames raise."""
         sent = self.send(frame, **fields)
+        return self.wait_answer(sent.id)  # type: ignore[attr-defined]
+
+    def wait_answer(self, request_id: Any) -> Any:
+        """The (next) answer to a request already sent; error frames raise."""
         while True:
-            answer = self.core.take_answer(sent.id)  # type: ignore[attr-defined]
+            answer = self.core.take_answer(request_id)
             if answer is not None:
                 return answer
             self._read()

@@ -69,6 +69,17 @@ class Connection:
             out, self._out = self._out, []
             self.writer.write(out[0] if len(out) == 1 else b"".join(out))
 
+    def pause_reading(self) -> None:
+        """Take no bytes off the socket until resume_reading(): `mcp.attach`'s fds come next."""
+        self.writer.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if not self.closed and not self.writer.transport.is_closing():
+            self.writer.transport.resume_reading()
+
+    def fileno(self) -> int:
+        return self.writer.get_extra_info("socket").fileno()
+
     def next_seq(self) -> int:
         return next(self._seq)
 

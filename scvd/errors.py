@@ -8,6 +8,7 @@
     │   ├── VersionMismatch       version_mismatch (fatal: the connection is closed)
     │   ├── UnknownType           unknown_type
     │   ├── InvalidRequest        invalid_request
+    │   │   └── HandoffFailed     invalid_request (fatal): `mcp.attach`'s fds did not come as they should
     │   ├── SessionNotFound       session_not_found
     │   ├── CallNotFound          call_not_found
     │   ├── ApprovalNotFound      approval_not_found
@@ -34,7 +35,7 @@
         ├── ProviderFailure       a chat turn's model could not answer (a turn.failed event)
         ├── DaemonNotRunning      client side: nothing answers on the socket
         ├── ConnectionClosed      client side: the daemon closed the connection
-        └── JsonRpcError          `scvctl mcp`: a JSON-RPC error answered to the MCP host
+        └── JsonRpcError          `scvctl mcp`'s server in scvd: a JSON-RPC error answered to the MCP host
 
 `error_code()` and `public_message()` turn any exception into the `error` frame a
 peer sees; an exception that is not an ScvError (or is a LocalError) becomes
@@ -97,6 +98,13 @@ class InvalidRequest(ProtocolError):
     """A well-formed frame whose fields are wrong."""
 
     code = "invalid_request"
+
+
+class HandoffFailed(InvalidRequest):
+    """`mcp.attach`: the fds did not come, or not two of them. Fatal: what the peer sends next
+    could be a late fd message, which the frame reader would read as bytes and lose the fds."""
+
+    fatal = True
 
 
 class SessionNotFound(ProtocolError):

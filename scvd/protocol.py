@@ -292,6 +292,15 @@ class QuestionAnswer(Frame, tag="question.answer"):
     answer: str
 
 
+class McpAttach(Frame, tag="mcp.attach"):
+    """Hand an MCP host's stdio to scvd (`scvctl mcp`): scvd answers `ok` once it has stopped reading
+    this connection; the client then sends its stdin and stdout fds (SCM_RIGHTS, one data byte), and
+    scvd serves MCP on them in a session on `workspace`, answering `mcp.attached`."""
+
+    id: Id
+    workspace: str
+
+
 Request = Union[
     Hello,
     Ping,
@@ -315,6 +324,7 @@ Request = Union[
     ChatHistory,
     ChatClear,
     QuestionAnswer,
+    McpAttach,
 ]
 
 
@@ -443,6 +453,14 @@ class ChatTranscript(Frame, tag="chat.transcript"):
     id: Id
     conversation: str
     records: list[dict[str, Any]]
+
+
+class McpAttached(Frame, tag="mcp.attached"):
+    """Answer to `mcp.attach`, after the fds: scvd now serves MCP on them, in this session."""
+
+    id: Id
+    session: str
+    workspace: str
 
 
 class Error(Frame, tag="error"):
@@ -617,6 +635,17 @@ class QuestionAsked(Frame, tag="question.asked"):
     question: str
 
 
+class McpDetached(Frame, tag="mcp.detached"):
+    """The MCP host handed over by `mcp.attach` is served no more; scvd closes the connection next.
+
+    `ok`: the host closed its stdin and every request was answered; otherwise `reason` says what ended it."""
+
+    seq: int
+    session: str
+    ok: bool
+    reason: str
+
+
 _REQUESTED_FIELDS = tuple(f for f in ApprovalRequested.__struct_fields__ if f != "seq")
 
 
@@ -640,11 +669,12 @@ Response = Union[
     ChatOpened,
     TurnAccepted,
     ChatTranscript,
+    McpAttached,
     Error,
 ]
 Event = Union[CallStarted, CallProgress, CallCompleted, ApprovalRequested, ApprovalResolved, SecretRequested,
               SecretResolved, TurnStarted, AssistantDelta, AssistantCompleted, TurnCompleted, TurnCancelled,
-              TurnFailed, QuestionAsked]
+              TurnFailed, QuestionAsked, McpDetached]
 ServerFrame = Union[Response, Event]
 
 REQUEST_TYPES = frozenset(t.__struct_config__.tag for t in Request.__args__)

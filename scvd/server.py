@@ -26,6 +26,7 @@ from .connection import READ_CHUNK, Connection, drain_close
 from .instance import Claim, claim, socket_name
 from .listener import Listener
 from .mcp.manager import McpServers
+from .mcp_host.service import McpHosts
 from .paths import Paths
 from .process import set_child_subreaper
 from .secret_requests import SecretRequests
@@ -81,6 +82,7 @@ class Daemon:
         self._refusals = limits.RefusalLog()
         self.chat = ChatService(self)
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
+        self.mcp_hosts = McpHosts(self)  # MCP hosts whose stdio `scvctl mcp` handed over
         self._reload_lock = asyncio.Lock()
         self._reload_waiting = False  # a reload waits for the running one; later SIGHUPs merge into it
         self._handlers: dict[type, Callable[[Connection, Any], Awaitable[p.Frame]]] = {
@@ -105,6 +107,7 @@ class Daemon:
             p.ChatHistory: self.chat.history,
             p.ChatClear: self.chat.clear,
             p.QuestionAnswer: self.chat.answer,
+            p.McpAttach: self.mcp_hosts.attach,
         }
 
     @property
@@ -419,10 +422,19 @@ class Daemon:
                                         "\"client\":{\"name\":\"me\"}}")
         return await self._handlers[type(frame)](conn, frame)
 
+    async def dispatch(self, conn: Connection, frame: Any) -> p.Frame:
+        """One request from an in-daemon client (an MCP host's): the socket's path without the bytes."""
+        return await self._dispatch(conn, frame)
+
     def _drop_connection(self, conn: Connection) -> None:
         if conn not in self.connections:
             return
         self.connections.discard(conn)
+        self.mcp_hosts.connection_dropped(conn)  # an MCP host it handed over goes with it
+        self.drop_owner(conn)
+
+    def drop_owner(self, conn: Connection) -> None:
+        """Close a connection's sessions (their calls cancelled), approvals and secret requests, then it."""
         for session in list(conn.sessions.values()):
             self._close_session(session)
         self.gate.drop_owner(conn)
@@ -627,7 +639,7 @@ class Daemon:
 
     def _fds_held(self) -> int:
         """Connections and sessions held (one fd each): what the fd budget counts."""
-        return len(self.connections) + len(self.sessions) + self._opening
+        return len(self.connections) + len(self.sessions) + self._opening + self.mcp_hosts.fds_held()
 
     def _own_session(self, conn: Connection, session_id: str) -> Session:
         session = conn.sessions.get(session_id)

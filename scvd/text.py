@@ -6,6 +6,8 @@ return, an ANSI escape or a bidi override could repaint what an approver sees.
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 
@@ -41,3 +43,26 @@ def excerpt(text: str, limit: int = SHOWN_CHARS) -> tuple[str, str]:
     if more <= 0:
         return text, ""
     return text[:limit] + " ...", " " + cut_note(more)
+
+
+def format_request(a: Any) -> str:
+    """A pending request (`approval.requested` or an `approvals.list` entry) whole, in lines a person reads."""
+    header = (f"[{a.approval_id}] {a.tool} ({a.risk}{', sandboxed' if a.sandboxed else ''}) "
+              f"in {a.workspace}")
+    lines = [header, *(f"  {line}" for line in a.summary.split("\n"))]
+    if getattr(a, "always_ask", None):
+        lines.append(f"  always asks, approved once only: {a.always_ask}")
+    for key, value in (a.details or {}).items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if "\n" in text:  # a block, each line marked, so its end is plain to see
+            lines.append(f"  {key}: ({len(text):,} chars, {text.count(chr(10)) + 1} lines)")
+            lines.extend(f"    | {line}" for line in text.split("\n"))
+        else:
+            lines.append(f"  {key}: {text}")
+    lines.append(f"  requested by {getattr(a, 'requester', '') or '?'} in session {a.session}, call {a.call_id}"
+                 + (f"; expires {time.strftime('%H:%M:%S', time.localtime(a.expires_at))}"
+                    if a.expires_at else ""))
+    # the header and the last line hold a peer's text (a workspace path, a client's name) that
+    # is one line: a line break in it would start what looks like another request
+    lines[0], lines[-1] = printable(lines[0], keep=""), printable(lines[-1], keep="")
+    return "\n".join(printable(line) for line in lines)

@@ -135,7 +135,7 @@ def test_the_mcp_sdk_is_imported_only_when_a_server_is_configured(tmp_path, conf
 
 # --- scvctl mcp's elicitation, as data -----------------------------------------------------
 
-from scvctl.mcp import can_elicit, decision_of  # noqa: E402
+from scvd.mcp_host.jsonrpc import can_elicit, decision_of  # noqa: E402
 
 
 @pytest.mark.parametrize("capabilities, expected", [

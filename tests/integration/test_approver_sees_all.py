@@ -250,7 +250,7 @@ def test_a_request_too_big_for_one_frame_is_refused_not_shown_cut(make_daemon, w
 
 def test_an_mcp_host_is_asked_with_the_whole_request():
     """scvctl mcp's elicitation carries the details too: a host's one-click approve sees the tail."""
-    from scvctl.mcp import elicitation_params
+    from scvd.mcp_host.jsonrpc import elicitation_params
 
     event = p.ApprovalRequested(seq=1, approval_id="a1-x", session="s1", call_id="c1", tool="bash",
                                 risk="process", workspace="/ws", summary="bash [cut: 417 more chars; see details]: echo",

@@ -171,35 +171,19 @@ def test_not_running_daemon_exits_3(tmp_path, workspace):
     assert out.stdout == ""
 
 
-def test_the_bridge_keeps_no_events_of_calls_it_has_answered(daemon, workspace):
+def test_the_host_keeps_no_events_of_calls_it_has_answered(make_inproc, workspace):
     """A host's session lasts for days: call.started / call.progress of answered calls must not pile up."""
-    import asyncio
-
-    from scvctl.client import AsyncClient
-    from scvctl.mcp import Bridge
-
+    d = make_inproc()
     (workspace / "a.txt").write_text("hello\n")
-    answers: list[dict] = []
-
-    class Out:
-        def write(self, message: dict) -> None:
-            answers.append(message)
-
-    async def main() -> int:
-        client = await AsyncClient.connect(daemon.socket, name="test-bridge")
-        try:
-            bridge = Bridge(client, await client.open_session(workspace), Out())
-            for i in range(5):
-                await bridge.handle(json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
-                    "name": "read", "arguments": {"path": "a.txt"}}}).encode())
-            await client.request(p.Ping)  # anything else the daemon sent has arrived by now
-            return len(client.core.events)
-        finally:
-            await client.close()
-
-    left = asyncio.run(main())
-    assert [a["result"]["isError"] for a in answers] == [False] * 5
-    assert left == 0
+    h = McpHost(d, workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}})
+        for _ in range(5):
+            assert h.rpc("tools/call", {"name": "read", "arguments": {"path": "a.txt"}})["result"]["isError"] is False
+        [host] = d.daemon.mcp_hosts.hosts.values()
+        assert host.client.calls == {}  # the daemon's side of the host holds nothing of answered calls
+    finally:
+        assert h.close() == 0
 
 
 def test_progress_reaches_a_host_that_asked_for_it(make_daemon, workspace):

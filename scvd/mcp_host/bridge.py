@@ -1,0 +1,187 @@
+"""An MCP server over the host's pipes: JSON-RPC messages in, scvd requests out, answers back.
+
+The host's messages are read by pipes.Lines and handled here, each request in its
+own task; what they mean for scvd is in jsonrpc.py. The client is anything with
+`request(frame_type, **fields)` and `next_call_event(call_id)` (local.LocalClient
+in scvd); `out` anything with `write(message)`. Diagnostics go to the daemon's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+import msgspec
+
+from .. import errors, protocol as p
+from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, call_result,
+                      can_elicit, decision_of, elicitation_params, initialize_result, mcp_tool)
+from .pipes import Lines
+
+log = logging.getLogger("scvd.mcp_host")
+
+
+class Bridge:
+    """JSON-RPC messages in, scvd frames out; each request handled in its own task."""
+
+    def __init__(self, client: Any, session: str, out: Any) -> None:
+        self.client, self.session, self.out = client, session, out
+        self.calls: dict[Any, str] = {}  # JSON-RPC id -> scvd call_id, for notifications/cancelled
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.elicit = False  # the host declared the elicitation capability (form mode)
+        self.asked: dict[str, asyncio.Future[dict[str, Any]]] = {}  # our requests to the host, by id
+        self.asking: dict[str, str] = {}  # approval_id -> id of the elicitation/create about it
+        self._ids = itertools.count(1)
+
+    def lines(self) -> Lines:
+        """The protocol to read the host's stdin into: each line is one message."""
+        return Lines(self._start, lambda: self._error(None, INVALID_REQUEST, "message too large"),
+                     p.DEFAULT_CLIENT_FRAME_LIMIT)
+
+    async def run(self, lines: Lines) -> None:
+        """Until the host's stdin (read into `lines`) ends and every request is answered."""
+        await lines.done
+        while self.tasks:
+            await asyncio.wait(self.tasks)
+
+    def _start(self, line: bytes) -> None:
+        if line.strip():
+            self._start_task(self.handle(line))
+
+    def _start_task(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def handle(self, line: bytes) -> None:
+        try:
+            message = msgspec.json.decode(line)  # several times faster than json.loads on a 4 KiB result
+        except msgspec.DecodeError as exc:
+            self._error(None, PARSE_ERROR, f"not JSON: {exc}")
+            return
+        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+            if isinstance(message, dict) and ("result" in message or "error" in message):
+                waiting = self.asked.pop(str(message.get("id")), None)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(message)
+                return  # else an answer to nothing we asked: ignore
+            self._error(message.get("id") if isinstance(message, dict) else None, INVALID_REQUEST,
+                        "expected a JSON-RPC request object with a method")
+            return
+        msg_id, method = message.get("id"), message["method"]
+        params = message.get("params") or {}
+        if not isinstance(params, dict):  # MCP's params are objects; a host waits for its answer
+            if msg_id is not None:
+                self._error(msg_id, INVALID_PARAMS, "`params` must be an object")
+            return
+        if msg_id is None:
+            await self._notification(method, params)
+            return
+        try:
+            result = await self._request(method, params, msg_id)
+        except errors.JsonRpcError as exc:
+            self._error(msg_id, exc.rpc_code, exc.message)
+        except errors.ScvError as exc:
+            self._error(msg_id, INTERNAL, f"{exc.code}: {exc.message}")
+        except Exception as exc:  # a bug here must still answer: the host waits on this id
+            log.exception("MCP host of session %s: %s failed", self.session, method)
+            self._error(msg_id, INTERNAL, f"internal error in scvctl mcp: {type(exc).__name__}")
+        else:
+            self.out.write({"jsonrpc": "2.0", "id": msg_id, "result": result})
+
+    async def _request(self, method: str, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
+        if method == "initialize":
+            self.elicit = can_elicit(params.get("capabilities"))
+            return initialize_result(params)
+        if method == "ping":
+            return {}
+        if method == "tools/list":
+            tools = (await self.client.request(p.ToolsList)).tools
+            return {"tools": [mcp_tool(t) for t in tools]}
+        if method == "tools/call":
+            return await self._call(params, msg_id)
+        raise errors.JsonRpcError(METHOD_NOT_FOUND, f"method {method!r} is not supported")
+
+    async def _call(self, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
+        name, arguments = params.get("name"), params.get("arguments") or {}
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            raise errors.JsonRpcError(INVALID_PARAMS, "tools/call needs `name` (string) and `arguments` (object)")
+        meta = params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        accepted = await self.client.request(p.Call, session=self.session, tool=name, arguments=arguments)
+        self.calls[msg_id] = accepted.call_id
+        asked: list[str] = []
+        try:
+            while True:  # every event of this call is taken, so none piles up in a long host session
+                event = await self.client.next_call_event(accepted.call_id)
+                if isinstance(event, p.CallCompleted):
+                    return call_result(event)
+                if isinstance(event, p.CallProgress) and token is not None:
+                    self._progress(token, event)
+                elif isinstance(event, p.ApprovalRequested) and self.elicit:
+                    asked.append(event.approval_id)
+                    self._start_task(self._ask_host(event))
+                elif isinstance(event, p.ApprovalResolved):
+                    self._withdraw(event.approval_id, "decided elsewhere")
+        finally:
+            self.calls.pop(msg_id, None)
+            for approval_id in asked:
+                self._withdraw(approval_id, "the call ended")
+
+    async def _ask_host(self, event: p.ApprovalRequested) -> None:
+        """elicitation/create for one approval request; the host's answer is our approval.decide."""
+        request_id = f"scvd-elicit-{next(self._ids)}"
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.asked[request_id], self.asking[event.approval_id] = answer, request_id
+        self.out.write({"jsonrpc": "2.0", "id": request_id, "method": "elicitation/create",
+                        "params": elicitation_params(event)})
+        try:
+            reply = await answer
+        finally:
+            self.asked.pop(request_id, None)
+            self.asking.pop(event.approval_id, None)
+        choice = decision_of(reply)
+        if choice is None:
+            return  # cancelled or unreadable: the request stays pending for the watchers
+        decision, scope = choice
+        try:
+            await self.client.request(p.ApprovalDecide, approval_id=event.approval_id, decision=decision,
+                                      scope=scope, reason="decided in the MCP host")
+        except errors.ApprovalNotFound:
+            pass  # decided elsewhere first: the first decision wins
+        except errors.ScvError as exc:  # e.g. forbidden: this host was started by scvd itself
+            log.warning("MCP host of session %s: its decision on %s was refused: %s: %s",
+                        self.session, event.approval_id, exc.code, exc.message)
+
+    def _withdraw(self, approval_id: str, reason: str) -> None:
+        """The approval was settled without the host: take our question back."""
+        request_id = self.asking.pop(approval_id, None)
+        if request_id is None:
+            return
+        waiting = self.asked.pop(request_id, None)
+        if waiting is not None and not waiting.done():
+            waiting.cancel()
+        self.out.write({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": request_id, "reason": reason}})
+
+    def _progress(self, token: Any, event: p.CallProgress) -> None:
+        """scvd's call.progress as MCP's notifications/progress, for hosts that asked (progressToken)."""
+        params: dict[str, Any] = {"progressToken": token, "progress": event.elapsed_s,
+                                  "message": event.message or f"still running after {event.elapsed_s:.0f} s"}
+        if event.timeout_s:
+            params["total"] = event.timeout_s
+        self.out.write({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+
+    async def _notification(self, method: str, params: dict[str, Any]) -> None:
+        if method == "notifications/cancelled":
+            call_id = self.calls.get(params.get("requestId"))
+            if call_id:
+                try:
+                    await self.client.request(p.CallCancel, call_id=call_id)
+                except errors.CallNotFound:
+                    pass  # it finished first
+
+    def _error(self, msg_id: Any, code: int, message: str) -> None:
+        self.out.write({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})

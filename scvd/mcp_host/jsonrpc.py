@@ -1,0 +1,115 @@
+"""The MCP side of `scvctl mcp` as data: JSON-RPC answers built from scvd frames, no I/O.
+
+What an MCP host sees of scvd's tools, results, approvals and errors is decided
+here; bridge.py moves it over the host's pipes. Nothing here names a tool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .. import __version__, protocol as p
+from ..text import format_request
+
+SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL = -32700, -32600, -32601, -32602, -32603
+INSTRUCTIONS = (
+    "Tools run on the user's machine through scvd. Calls that are not read-only wait for the "
+    "user's approval; a denied call returns an error saying so."
+)
+
+
+def initialize_result(params: dict[str, Any]) -> dict[str, Any]:
+    """Answer `initialize`: the client's protocol version if we know it, else our newest."""
+    asked = params.get("protocolVersion")
+    version = asked if asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[-1]
+    return {
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": {"name": "scvd", "version": __version__},
+        "instructions": INSTRUCTIONS,
+    }
+
+
+CHOICES = {"approve": ("approve", "once"), "approve_session": ("approve", "session"), "deny": ("deny", "once")}
+
+
+def can_elicit(capabilities: Any) -> bool:
+    """The host can show a form: `elicitation` declared, with `form` or (before 2025-11-25) as `{}`."""
+    if not isinstance(capabilities, dict) or not isinstance(capabilities.get("elicitation"), dict):
+        return False
+    declared = capabilities["elicitation"]
+    return not declared or "form" in declared
+
+
+def elicitation_params(event: p.ApprovalRequested) -> dict[str, Any]:
+    """The approval request as an elicitation form: the request whole (a host shows a summary's cut
+    note, so the details it points to come too), and one choice of three."""
+    where = "sandboxed" if event.sandboxed else "unsandboxed"
+    whole = format_request(event).split("\n", 1)[1]  # below our own first line; always_ask included
+    message = f"scvd asks for your approval: {event.tool} ({event.risk}, {where}) in {event.workspace}\n{whole}"
+    choices = dict(zip(CHOICES, ["Approve", "Approve for this session", "Deny"]))
+    if event.always_ask:  # approved once only: a session scope would be recorded as once
+        del choices["approve_session"]
+    return {
+        "message": message,
+        "requestedSchema": {
+            "type": "object",
+            "properties": {"decision": {
+                "type": "string", "title": "Decision",
+                "description": ("approve once, or deny" if event.always_ask else
+                                "approve once, approve this tool at this risk for the session, or deny"),
+                "enum": list(choices),
+                "enumNames": list(choices.values()),
+            }},
+            "required": ["decision"],
+        },
+    }
+
+
+def decision_of(reply: dict[str, Any]) -> tuple[str, str] | None:
+    """(decision, scope) from the host's answer; None leaves the request to other approvers."""
+    result = reply.get("result")
+    if not isinstance(result, dict):
+        return None
+    if result.get("action") == "decline":
+        return ("deny", "once")
+    content = result.get("content")
+    if result.get("action") == "accept" and isinstance(content, dict):
+        return CHOICES.get(content.get("decision"))  # type: ignore[arg-type]
+    return None
+
+
+def mcp_tool(tool: p.ToolInfo) -> dict[str, Any]:
+    """An scvd tool as MCP lists it."""
+    read_only = tool.risk == "read_only"
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "inputSchema": tool.input_schema,
+        "annotations": {"readOnlyHint": read_only, "destructiveHint": not read_only},
+    }
+
+
+def call_result(done: p.CallCompleted) -> dict[str, Any]:
+    """A call.completed as an MCP tool result: text for every host, structured where it is an object."""
+    if done.ok:
+        payload = msgspec.to_builtins(done.result)
+        text = payload if isinstance(payload, str) else msgspec.json.encode(payload).decode("utf-8")
+        result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
+        if isinstance(payload, dict):
+            result["structuredContent"] = payload
+        return result
+    err = done.error
+    text = f"{err.kind}: {err.message}" + (f"\nhint: {err.hint}" if err.hint else "")
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def too_large(message: dict[str, Any], size: int, limit: int) -> dict[str, Any]:
+    """A tool result over server.server_frame_bytes, as the `limit` error a socket client gets for it."""
+    text = (f"limit: result too large: frame of {size} bytes exceeds server.server_frame_bytes ({limit}); "
+            "ask for less output")
+    return {"jsonrpc": "2.0", "id": message.get("id"),
+            "result": {"content": [{"type": "text", "text": text}], "isError": True}}

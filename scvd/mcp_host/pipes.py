@@ -1,0 +1,204 @@
+"""The MCP host's stdio in scvd: the fds handed over a client socket, and reading and writing them.
+
+Rules:
+- The fds arrive with SCM_RIGHTS on a dup of the client's socket, whose transport
+  is paused first: a plain recv by the frame reader would drop them silently.
+  Exactly two are taken (stdin, stdout); any other count is refused and every fd
+  that came is closed. No fd message within the timeout is refused too.
+- Nothing blocks the loop: stdin and stdout are read and written through pipe
+  transports (O_NONBLOCK). A host that stops reading stdout is cut off once
+  WRITE_BUFFER_LIMIT bytes wait for it.
+- The fds' file status flags are put back as they came once the transports are
+  done with them: a terminal shared with a shell must not stay non-blocking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import socket
+from typing import Any, Callable
+
+import msgspec
+
+from .. import errors
+from ..connection import WRITE_BUFFER_LIMIT
+from .jsonrpc import too_large
+
+log = logging.getLogger("scvd.mcp_host")
+
+MAX_FDS = 8  # room to see (and close) a few fds too many; beyond it the kernel truncates
+
+
+async def receive_fds(fileno: int, timeout: float) -> tuple[int, int]:
+    """The (stdin, stdout) fds of one SCM_RIGHTS message on socket `fileno`, close-on-exec.
+
+    The caller has paused the socket's transport; this reads on a dup of it (a
+    transport's fd cannot be watched twice), one data byte and its fds.
+    """
+    loop = asyncio.get_running_loop()
+    with socket.fromfd(fileno, socket.AF_UNIX, socket.SOCK_STREAM) as dup:
+        readable: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(dup.fileno(), lambda: readable.done() or readable.set_result(None))
+        try:
+            await asyncio.wait_for(readable, timeout)
+        except TimeoutError:
+            raise errors.HandoffFailed(
+                f"mcp.attach: no fds came within {timeout:g} s (server.handoff_timeout_seconds); after `ok`, "
+                "send stdin and stdout with SCM_RIGHTS and one data byte") from None
+        finally:
+            loop.remove_reader(dup.fileno())
+        try:
+            data, fds, flags, _ = socket.recv_fds(dup, 1, MAX_FDS, socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT)
+        except OSError as exc:
+            raise errors.HandoffFailed(f"mcp.attach: reading the fds failed: {exc.strerror or exc}") from None
+    if len(fds) == 2 and not flags & socket.MSG_CTRUNC:
+        return fds[0], fds[1]
+    for fd in fds:
+        os.close(fd)
+    if not data:
+        raise errors.HandoffFailed("mcp.attach: the connection closed before the fds came")
+    got = f"more than {MAX_FDS}" if flags & socket.MSG_CTRUNC else str(len(fds))
+    raise errors.HandoffFailed(f"mcp.attach: send exactly 2 fds, stdin then stdout; {got} came")
+
+
+class Lines(asyncio.Protocol):
+    """stdin as a protocol: each whole line is handed over as it arrives (no reader loop, so a
+    request starts one turn of the loop sooner). A line over `limit` is dropped whole, once said."""
+
+    def __init__(self, on_line: Any, on_too_large: Any, limit: int) -> None:
+        self.on_line, self.on_too_large, self.limit = on_line, on_too_large, limit
+        self.buffer = bytearray()
+        self.skipping = False  # inside a line over the limit: drop up to its newline
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        start = 0
+        while (end := self.buffer.find(b"\n", start)) >= 0:
+            if self.skipping:
+                self.skipping = False
+            elif end + 1 - start > self.limit:
+                self.on_too_large()
+            else:
+                self.on_line(bytes(self.buffer[start:end + 1]))
+            start = end + 1
+        del self.buffer[:start]
+        if len(self.buffer) > self.limit:
+            self.buffer.clear()
+            if not self.skipping:
+                self.skipping = True
+                self.on_too_large()
+
+    def eof_received(self) -> bool:
+        if self.buffer and not self.skipping:
+            self.on_line(bytes(self.buffer))  # a last line without its newline
+        self.buffer.clear()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+class _Out(asyncio.Protocol):
+    """stdout's protocol: knows when the transport has let go of its fd."""
+
+    def __init__(self) -> None:
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            log.info("the MCP host's stdout closed: %s", exc)
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+
+class HostPipes:
+    """The host's stdin and stdout: one transport each, on dups of the fds handed over; the
+    originals are kept only to put their file status flags back."""
+
+    def __init__(self, stdin_fd: int, stdout_fd: int, on_cut_off: Callable[[], None]) -> None:
+        self.fds = (stdin_fd, stdout_fd)
+        self.flags = tuple(fcntl.fcntl(fd, fcntl.F_GETFL) for fd in self.fds)
+        self.on_cut_off = on_cut_off
+        self.reader: asyncio.ReadTransport | None = None
+        self.writer: asyncio.WriteTransport | None = None
+        self.out: _Out | None = None
+        self.released = False
+
+    async def connect(self, lines: Lines) -> None:
+        """Start reading stdin into `lines`; stdout is writable from now on."""
+        loop = asyncio.get_running_loop()
+        try:
+            self.out = _Out()
+            self.writer, _ = await loop.connect_write_pipe(lambda: self.out, _dup_file(self.fds[1], "wb"))
+            self.reader, _ = await loop.connect_read_pipe(lambda: lines, _dup_file(self.fds[0], "rb"))
+        except (OSError, ValueError) as exc:
+            self.abort()
+            raise errors.InvalidRequest(
+                f"mcp.attach: the host's stdin and stdout must be pipes, sockets or terminals ({exc})") from None
+
+    def write(self, data: bytes) -> None:
+        writer = self.writer
+        if writer is None or writer.is_closing():
+            return
+        if writer.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
+            log.warning("the MCP host stopped reading its stdout (%d bytes waiting); cutting it off",
+                        writer.get_write_buffer_size())
+            self.abort()
+            self.on_cut_off()
+            return
+        writer.write(data)
+
+    def stop_reading(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+
+    async def close(self, grace: float) -> None:
+        """Stop reading, let stdout drain for up to `grace` seconds, then let go of both."""
+        self.stop_reading()
+        if self.writer is not None and self.out is not None:
+            self.writer.close()
+            try:
+                await asyncio.wait_for(asyncio.shield(self.out.lost), grace)
+            except TimeoutError:
+                log.warning("the MCP host did not read the last %g s of its stdout; closing it", grace)
+        self.abort()
+
+    def abort(self) -> None:
+        """Let go at once: no transport writes any more, the flags are put back, our fds are closed."""
+        if self.reader is not None:
+            self.reader.close()  # each transport closes its own dup
+        if self.writer is not None:
+            self.writer.abort()  # no write after this, whatever was waiting
+        if self.released:
+            return
+        self.released = True
+        for fd, flags in zip(self.fds, self.flags):
+            try:
+                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+            except OSError:
+                pass
+            os.close(fd)
+
+
+def _dup_file(fd: int, mode: str) -> Any:
+    """A file on a dup of `fd`, for a pipe transport to own and close."""
+    return os.fdopen(os.dup(fd), mode, buffering=0)
+
+
+class MessageWriter:
+    """The bridge's `out`: one JSON-RPC message a line on the host's stdout. A tool result over
+    `limit` (server.server_frame_bytes) becomes the `limit` error a socket client gets for it."""
+
+    def __init__(self, pipes: HostPipes, limit: int) -> None:
+        self.pipes, self.limit = pipes, limit
+
+    def write(self, message: dict[str, Any]) -> None:
+        data = msgspec.json.encode(message) + b"\n"
+        if len(data) > self.limit and isinstance(message.get("result"), dict) and "content" in message["result"]:
+            data = msgspec.json.encode(too_large(message, len(data), self.limit)) + b"\n"
+        self.pipes.write(data)

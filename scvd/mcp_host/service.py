@@ -1,0 +1,149 @@
+"""`mcp.attach`: `scvctl mcp` hands its MCP host's stdio to scvd, which serves MCP on it.
+
+The handoff (docs/protocol.md): `mcp.attach {workspace}` -> scvd stops reading
+the connection and answers `ok` -> the client sends stdin and stdout with
+SCM_RIGHTS -> scvd reads on again, opens the session for a LocalConnection with
+the peer's credentials, connects the pipes -> `mcp.attached {session}`.
+
+Rules of a host's end (one `_end()` per host, whichever comes first):
+- the host closes its stdin: what is in flight is answered, then the host is
+  dropped; its scvctl connection gets `mcp.detached ok=true` and is closed;
+- the scvctl connection closes first (the process was killed, scvd stops): the
+  host's calls are cancelled, their answers written, stdout closed;
+- the host stops reading its stdout: it is cut off, `mcp.detached ok=false`.
+Dropping a host is the daemon's `drop_owner()` on its LocalConnection (sessions
+closed, calls cancelled, approvals withdrawn) and its pipes let go, with their
+file status flags put back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import errors, protocol as p
+from ..connection import Connection
+from .bridge import Bridge
+from .local import LocalClient, LocalConnection
+from .pipes import HostPipes, Lines, MessageWriter, receive_fds
+
+log = logging.getLogger("scvd.mcp_host")
+
+GRACE = 2.0  # seconds a detached host's last answers may take to be written and read
+
+
+@dataclass(eq=False)
+class Host:
+    """One MCP host served on its own pipes."""
+
+    conn: Connection  # the scvctl connection it came through
+    client: LocalClient
+    pipes: HostPipes
+    session: str = ""
+    workspace: str = ""
+    bridge: Bridge | None = None
+    task: asyncio.Task[None] | None = None  # serves until the host's stdin ends
+    ended: bool = False
+
+
+@dataclass(eq=False)
+class McpHosts:
+    """Every attached MCP host, by the connection that handed it over."""
+
+    daemon: Any
+    hosts: dict[Connection, Host] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def fds_held(self) -> int:
+        return 2 * len(self.hosts)  # each host's stdin and stdout
+
+    async def attach(self, conn: Connection, frame: p.McpAttach) -> p.Frame:
+        if conn in self.hosts or isinstance(conn, LocalConnection):
+            raise errors.InvalidRequest("this connection already handed over an MCP host's stdio; "
+                                        "connect again for another")
+        stdin_fd, stdout_fd = await self._receive(conn, frame)
+        host = Host(conn=conn, client=LocalClient(self.daemon, conn), pipes=HostPipes(stdin_fd, stdout_fd, None))
+        host.pipes.on_cut_off = lambda: self._end_soon(host, "the MCP host stopped reading its stdout")
+        try:
+            lines = await self._open(host, frame.workspace)
+        except BaseException:
+            self._drop(host)
+            host.pipes.abort()
+            raise
+        self.hosts[conn] = host
+        host.task = asyncio.ensure_future(self._serve(host, lines))
+        log.info("MCP host attached by %s: session %s", conn.label(), host.session)
+        return p.McpAttached(id=frame.id, session=host.session, workspace=host.workspace)
+
+    async def _receive(self, conn: Connection, frame: p.McpAttach) -> tuple[int, int]:
+        """Stop reading the connection, say `ok`, take the fds, read on."""
+        conn.pause_reading()
+        try:
+            conn.send(p.Ok(id=frame.id), self.daemon.config.server.server_frame_bytes)
+            return await receive_fds(conn.fileno(), self.daemon.config.server.handoff_timeout_seconds)
+        finally:
+            conn.resume_reading()
+
+    async def _open(self, host: Host, workspace: str) -> Lines:
+        """The session and the pipes; the bridge reads from the next loop turn on."""
+        opened = await self.daemon.on_session_open(host.client.conn, p.SessionOpen(id=0, workspace=workspace))
+        host.session, host.workspace = opened.session, opened.workspace
+        host.bridge = Bridge(host.client, host.session,
+                             MessageWriter(host.pipes, self.daemon.config.server.server_frame_bytes))
+        lines = host.bridge.lines()
+        await host.pipes.connect(lines)
+        if host.conn.closed:  # the scvctl process went while the session opened
+            raise errors.ConnectionClosed("the scvctl connection closed during mcp.attach")
+        return lines
+
+    async def _serve(self, host: Host, lines: Lines) -> None:
+        assert host.bridge is not None
+        await host.bridge.run(lines)
+        await self._end(host, ok=True, reason="the MCP host closed its stdin")
+
+    def connection_dropped(self, conn: Connection) -> None:
+        """The scvctl connection is gone: its host goes too (at once when scvd stops)."""
+        host = self.hosts.get(conn)
+        if host is None:
+            return
+        if self.daemon.stop_event.is_set():
+            self._drop(host)
+            host.pipes.abort()
+            return
+        self._end_soon(host, "the scvctl mcp process closed its connection")
+
+    def _end_soon(self, host: Host, reason: str) -> None:
+        if host.ended:  # already ending (e.g. cut off while its last answers drain)
+            return
+        if host.task is not None:
+            host.task.cancel()
+        task = asyncio.ensure_future(self._end(host, ok=False, reason=reason))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _end(self, host: Host, ok: bool, reason: str) -> None:
+        if host.ended:
+            return
+        self._drop(host)
+        # the cancelled calls' answers and withdrawn elicitations reach the host before stdout closes
+        pending = set(host.bridge.tasks) if host.bridge else set()
+        if pending:
+            await asyncio.wait(pending, timeout=GRACE)
+            for task in pending:
+                task.cancel()
+        await host.pipes.close(GRACE)
+        (log.info if ok else log.warning)("MCP host of session %s detached: %s", host.session, reason)
+        if not host.conn.closed:
+            self.daemon.send_event(host.conn, p.McpDetached(seq=0, session=host.session, ok=ok, reason=reason))
+            host.conn.close()  # its read loop ends and drops it
+
+    def _drop(self, host: Host) -> None:
+        """No more requests from the host; its sessions, calls and approvals go."""
+        host.ended = True
+        if self.hosts.get(host.conn) is host:
+            del self.hosts[host.conn]
+        host.pipes.stop_reading()
+        self.daemon.drop_owner(host.client.conn)
+        host.client.close()
