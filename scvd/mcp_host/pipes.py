@@ -172,8 +172,8 @@ class HostPipes:
         """Let go at once: no transport writes any more, the flags are put back, our fds are closed."""
         if self.reader is not None:
             self.reader.close()  # each transport closes its own dup
-        if self.writer is not None:
-            self.writer.abort()  # no write after this, whatever was waiting
+        if self.writer is not None and self.out is not None and not self.out.lost.done():
+            self.writer.abort()  # no write after this, whatever was waiting (asyncio's fails once closed)
         if self.released:
             return
         self.released = True

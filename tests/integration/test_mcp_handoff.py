@@ -1,0 +1,190 @@
+"""`scvctl mcp` hands the host's stdio to scvd (`mcp.attach`): how the handoff ends, and how it is refused."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scvd import errors, protocol as p
+
+from conftest import base_env, wait_pending
+from test_mcp import McpHost
+
+INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test-host"}}
+
+
+def sessions_of(d, client_name: str = "scvctl-mcp") -> list:
+    with d.client(name="lister") as c:
+        return [s for s in c.request(p.SessionsList).sessions if s.client == client_name]
+
+
+def until(check, timeout: float = 15.0):
+    """Poll `check()` until it is truthy (a state to reach, not a speed)."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, "state not reached"
+        time.sleep(0.02)
+    return value
+
+
+def test_the_host_closing_stdin_ends_scvctl_with_0_and_drops_the_session(daemon, workspace):
+    h = McpHost(daemon, workspace)
+    h.rpc("initialize", INIT)
+    [session] = sessions_of(daemon)
+    assert session.workspace == str(workspace.resolve())
+    assert h.close() == 0
+    assert sessions_of(daemon) == []
+
+
+def test_killing_scvctl_mcp_drops_the_session_and_cancels_its_running_call(daemon, workspace):
+    h = McpHost(daemon, workspace)
+    h.rpc("initialize", INIT)
+    msg_id = h.request("tools/call", {"name": "bash", "arguments": {"command": "sleep 60; touch done"}})
+    with daemon.client(name="owner") as owner:
+        owner.request(p.ApprovalDecide, approval_id=wait_pending(owner)[0].approval_id, decision="approve")
+        until(lambda: owner.status().running_calls == 1)
+        h.proc.send_signal(signal.SIGTERM)
+        assert h.proc.wait(10) == -signal.SIGTERM
+        until(lambda: sessions_of(daemon) == [])
+        until(lambda: owner.status().running_calls == 0)
+    rest = h.proc.stdout.read()  # scvd let go of the host's stdout: it ends (after what was answered)
+    assert all(json.loads(line).get("id") == msg_id for line in rest.splitlines())
+    assert not (workspace / "done").exists()
+    h.proc.stdout.close()
+    h.proc.stderr.close()
+    h.proc.stdin.close()
+
+
+def test_the_fds_restored_to_their_flags_after_the_host_leaves(daemon, workspace):
+    """scvd makes the host's pipes non-blocking while it serves them; a terminal shared with a shell
+    must not stay so: the flags are put back when the host detaches."""
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    scvd_in, scvd_out = os.dup(in_r), os.dup(out_w)  # the ends scvd holds, seen through our own fds
+    proc = subprocess.Popen([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
+                            env=base_env(daemon.home), stdin=in_r, stdout=out_w, stderr=subprocess.PIPE)
+    os.close(in_r)
+    os.close(out_w)
+    host_in, host_out = os.fdopen(in_w, "w"), os.fdopen(out_r)
+    try:
+        host_in.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}) + "\n")
+        host_in.flush()
+        assert json.loads(host_out.readline())["id"] == 1  # served: scvd holds the pipes
+        assert all(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK for fd in (scvd_in, scvd_out))
+        host_in.close()
+        assert proc.wait(10) == 0
+        assert not any(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK for fd in (scvd_in, scvd_out))
+    finally:
+        for f in (host_in, host_out, proc.stderr):
+            f.close()
+        os.close(scvd_in)
+        os.close(scvd_out)
+
+
+def test_attach_without_fds_is_refused_after_the_timeout_and_the_connection_closed(make_daemon, workspace):
+    d = make_daemon("[server]\nhandoff_timeout_seconds = 0.3\n")
+    with d.client(name="no-fds") as c:
+        cue = c.request(p.McpAttach, workspace=str(workspace))
+        assert isinstance(cue, p.Ok)
+        with pytest.raises(errors.InvalidRequest, match=r"no fds came within 0\.3 s \(server\.handoff_timeout_seconds\)"):
+            c.wait_answer(cue.id)
+        with pytest.raises(errors.ConnectionClosed):
+            c.request(p.Ping)
+    with d.client(name="other") as other:
+        assert isinstance(other.request(p.Ping), p.Pong)
+    assert sessions_of(d, "no-fds") == []
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_number_of_fds_other_than_2_is_refused_and_each_one_closed(daemon, workspace, count):
+    pipes = [os.pipe() for _ in range(count)]
+    with daemon.client(name="odd-fds") as c:
+        cue = c.request(p.McpAttach, workspace=str(workspace))
+        socket.send_fds(c.sock, [b"\0"], [w for _, w in pipes])
+        with pytest.raises(errors.InvalidRequest, match=f"send exactly 2 fds, stdin then stdout; {count} came"):
+            c.wait_answer(cue.id)
+    for r, w in pipes:
+        os.close(w)
+        assert os.read(r, 1) == b""  # scvd holds no copy of the write end: it closed what came
+        os.close(r)
+    assert sessions_of(daemon, "odd-fds") == []
+
+
+def test_a_bad_workspace_is_refused_as_session_open_refuses_it(daemon, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(tmp_path / "missing")],
+                         env=base_env(daemon.home), capture_output=True, text=True, timeout=20,
+                         stdin=subprocess.PIPE)
+    assert out.returncode == 1 and "invalid_request: workspace" in out.stderr and "does not exist" in out.stderr
+    assert out.stdout == ""
+
+
+def test_a_host_that_never_reads_stdout_does_not_stall_other_clients(daemon, workspace):
+    (workspace / "big.txt").write_text("x" * 200_000 + "\n")
+    h = McpHost(daemon, workspace)  # its stdout is never read until the end: 64 KiB of pipe fill up
+    read = {"name": "read", "arguments": {"path": "big.txt"}}
+    for _ in range(10):
+        h.request("tools/call", read)
+    with daemon.client(name="other") as other:
+        session = other.open_session(workspace)
+        for _ in range(3):
+            assert other.call(session, "read", {"path": "big.txt"}).ok
+        assert isinstance(other.request(p.Ping), p.Pong)
+    answers = [json.loads(h.proc.stdout.readline()) for _ in range(10)]
+    assert sorted(a["id"] for a in answers) == list(range(1, 11)) and not any(a["result"]["isError"] for a in answers)
+    assert h.close() == 0
+
+
+def test_a_host_that_stops_reading_is_cut_off(make_inproc, monkeypatch, workspace):
+    from scvd.mcp_host import pipes
+
+    monkeypatch.setattr(pipes, "WRITE_BUFFER_LIMIT", 256 * 1024)  # the in-process daemon's bound
+    d = make_inproc()
+    (workspace / "big.txt").write_text("x" * 100_000 + "\n")
+    h = McpHost(d, workspace)
+    for _ in range(40):
+        h.request("tools/call", {"name": "read", "arguments": {"path": "big.txt"}})
+    assert h.proc.wait(20) == 1
+    assert "stopped reading its stdout" in h.proc.stderr.read()
+    assert sessions_of(d) == []
+    for f in (h.proc.stdin, h.proc.stdout, h.proc.stderr):
+        try:
+            f.close()
+        except BrokenPipeError:
+            pass
+
+
+def test_a_second_attach_on_the_same_connection_is_refused(daemon, workspace):
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    with daemon.client(name="twice") as c:
+        cue = c.request(p.McpAttach, workspace=str(workspace))
+        socket.send_fds(c.sock, [b"\0"], [in_r, out_w])
+        assert isinstance(c.wait_answer(cue.id), p.McpAttached)
+        with pytest.raises(errors.InvalidRequest, match="already handed over"):
+            c.request(p.McpAttach, workspace=str(workspace))
+        os.close(in_w)  # the host ends: scvd says so, then closes the connection
+        event = c.next_event()
+        assert isinstance(event, p.McpDetached) and event.ok and event.reason == "the MCP host closed its stdin"
+    for fd in (in_r, out_r, out_w):
+        os.close(fd)
+
+
+def test_scvd_stopping_ends_scvctl_mcp_with_a_message(make_daemon, workspace):
+    d = make_daemon()
+    h = McpHost(d, workspace)
+    h.rpc("initialize", INIT)
+    d.stop()
+    assert h.proc.wait(10) == 1
+    assert "scvd closed the connection while serving session" in h.proc.stderr.read()
+    h.proc.stdin.close()
+    h.proc.stdout.close()
+    h.proc.stderr.close()
