@@ -212,6 +212,7 @@ class Daemon:
         await self.mcp.close()
         for conn in list(self.connections):
             self._drop_connection(conn)
+        self.mcp_hosts.close()  # hosts still ending let go of their pipes (and put their flags back)
         self._flush_audit()
         # 4. remove our socket file and release the lock
         self._release()

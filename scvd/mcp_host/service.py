@@ -54,10 +54,11 @@ class McpHosts:
 
     daemon: Any
     hosts: dict[Connection, Host] = field(default_factory=dict)
+    ending: set[Host] = field(default_factory=set)  # dropped, their pipes not let go of yet
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     def fds_held(self) -> int:
-        return 2 * len(self.hosts)  # each host's stdin and stdout
+        return 2 * (len(self.hosts) + len(self.ending))  # each host's stdin and stdout
 
     async def attach(self, conn: Connection, frame: p.McpAttach) -> p.Frame:
         if conn in self.hosts or isinstance(conn, LocalConnection):
@@ -114,6 +115,14 @@ class McpHosts:
             return
         self._end_soon(host, "the scvctl mcp process closed its connection")
 
+    def close(self) -> None:
+        """scvd stops: every host, attached or still ending, lets go of its pipes now."""
+        for host in [*self.hosts.values(), *self.ending]:
+            if not host.ended:
+                self._drop(host)
+            host.pipes.abort()
+        self.ending.clear()
+
     def _end_soon(self, host: Host, reason: str) -> None:
         if host.ended:  # already ending (e.g. cut off while its last answers drain)
             return
@@ -127,23 +136,28 @@ class McpHosts:
         if host.ended:
             return
         self._drop(host)
-        # the cancelled calls' answers and withdrawn elicitations reach the host before stdout closes
-        pending = set(host.bridge.tasks) if host.bridge else set()
-        if pending:
-            await asyncio.wait(pending, timeout=GRACE)
-            for task in pending:
-                task.cancel()
-        await host.pipes.close(GRACE)
-        (log.info if ok else log.warning)("MCP host of session %s detached: %s", host.session, reason)
-        if not host.conn.closed:
-            self.daemon.send_event(host.conn, p.McpDetached(seq=0, session=host.session, ok=ok, reason=reason))
-            host.conn.close()  # its read loop ends and drops it
+        try:
+            # the host's open requests are answered (detached: an error) before its stdout closes
+            pending = set(host.bridge.tasks) if host.bridge else set()
+            if pending:
+                await asyncio.wait(pending, timeout=GRACE)
+                for task in pending:
+                    task.cancel()
+            await host.pipes.close(GRACE)
+        finally:
+            host.pipes.abort()
+            self.ending.discard(host)
+            (log.info if ok else log.warning)("MCP host of session %s detached: %s", host.session, reason)
+            if not host.conn.closed:  # scvctl mcp exits when it reads this and the connection closes
+                self.daemon.send_event(host.conn, p.McpDetached(seq=0, session=host.session, ok=ok, reason=reason))
+                host.conn.close()
 
     def _drop(self, host: Host) -> None:
         """No more requests from the host; its sessions, calls and approvals go."""
         host.ended = True
         if self.hosts.get(host.conn) is host:
             del self.hosts[host.conn]
+            self.ending.add(host)
         host.pipes.stop_reading()
         self.daemon.drop_owner(host.client.conn)
         host.client.close()
