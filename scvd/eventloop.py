@@ -8,14 +8,13 @@ configuration error, not a silent fallback.
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING, Any, Coroutine, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from . import errors
 
 if TYPE_CHECKING:
     import asyncio
 
-T = TypeVar("T")
 NO_UVLOOP = ("server.event_loop = \"uvloop\" but uvloop is not installed: pip install uvloop, "
              "or set server.event_loop = \"auto\" to fall back to asyncio")
 
@@ -38,14 +37,6 @@ def new_event_loop(kind: str = "auto") -> asyncio.AbstractEventLoop:
         if kind == "uvloop":
             raise errors.ConfigError(NO_UVLOOP)
     return asyncio.new_event_loop()
-
-
-def run(main: Coroutine[Any, Any, T], kind: str = "auto") -> T:
-    """asyncio.run() on a loop of `kind`: what short-lived clients (scvctl mcp) use."""
-    import asyncio
-
-    with asyncio.Runner(loop_factory=lambda: new_event_loop(kind)) as runner:
-        return runner.run(main)
 
 
 def name(loop: asyncio.AbstractEventLoop) -> str:
