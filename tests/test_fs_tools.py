@@ -78,6 +78,36 @@ def test_read_offset_and_limit(ws: Workspace) -> None:
     assert (exact["length"], exact["truncated"]) == (10, False)
 
 
+def _plan_then_run(ws: Workspace, path: str, between) -> dict:
+    """plan(), then `between()` (what may happen while an approver looks), then run()."""
+    tool = TOOLS["read"]
+    args = tool.decode({"path": path})
+    plan = tool.plan(args, ws.ctx)
+    between()
+    try:
+        return asyncio.run(tool.run(args, plan, ws.ctx))
+    finally:
+        if plan.release is not None:
+            plan.release()
+
+
+def test_read_of_a_file_that_grew_after_plan_returns_all_of_it(ws: Workspace) -> None:
+    (ws.root / "g.txt").write_bytes(b"a" * 100)
+    grown = b"a" * 100 + b"b" * 200_000  # past what is read on the loop: the pool reads it
+    result = _plan_then_run(ws, "g.txt", lambda: (ws.root / "g.txt").write_bytes(grown))
+    assert (result["total_bytes"], result["sha256"]) == (len(grown), sha(grown))
+    small = b"c" * 150  # grew, still small
+    (ws.root / "s.txt").write_bytes(b"c" * 100)
+    result = _plan_then_run(ws, "s.txt", lambda: (ws.root / "s.txt").write_bytes(small))
+    assert (result["content"], result["total_bytes"], result["sha256"]) == (small.decode(), 150, sha(small))
+
+
+def test_read_of_a_file_that_shrank_after_plan_returns_what_is_there(ws: Workspace) -> None:
+    (ws.root / "t.txt").write_bytes(b"x" * 100)
+    result = _plan_then_run(ws, "t.txt", lambda: (ws.root / "t.txt").write_bytes(b"y" * 10))
+    assert (result["content"], result["total_bytes"], result["sha256"]) == ("y" * 10, 10, sha(b"y" * 10))
+
+
 def test_read_default_limit_and_continuation(ws: Workspace) -> None:
     data = b"x" * 70000
     (ws.root / "big.txt").write_bytes(data)

@@ -78,16 +78,35 @@ def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_
 def read_open(fd: int, path: str, parts: tuple[str, ...], real: tuple[str, ...], offset: int, limit: int,
               cancel: Any = NEVER) -> dict[str, Any]:
     """`read_file` on a file already opened by `containment.open_regular` (fd at offset 0, not closed here)."""
-    before, data, total, digest = _scan(fd, offset, limit, cancel)
+    return _answer(path, parts, real, offset, *_scan(fd, offset, limit, cancel))
+
+
+def read_small(fd: int, size: int, path: str, parts: tuple[str, ...], real: tuple[str, ...], offset: int,
+               limit: int) -> dict[str, Any] | None:
+    """`read_open` of a file fstat said holds `size` bytes, in one read(2) of size + 1 bytes; None
+    (fd consumed) when it holds more by now: the caller reads it again where a big file may be read."""
+    buf = os.read(fd, size + 1)  # a short count is the end of a regular file; one more byte says it grew
+    total = len(buf)
+    if total > size:
+        return None
+    lo, hi = max(0, offset - 3), offset + limit
+    start = min(offset, total)
+    data = buf if start == 0 and hi >= total else buf[start:hi]
+    return _answer(path, parts, real, offset, buf[lo:start], data, total, hashlib.sha256(buf).hexdigest())
+
+
+def _answer(path: str, parts: tuple[str, ...], real: tuple[str, ...], offset: int,
+            before: bytes, data: bytes, total: int, digest: str) -> dict[str, Any]:
     if offset > total:
         raise Failed(f"offset {offset} is past the end of {show(path)} (total_bytes {total}); use an offset from 0 to {total}")
-    problem = utf8_problem(path, data, offset, total, before)
-    if problem:
-        raise Failed(problem)
+    try:
+        content = data.decode("utf-8")  # decoded once: utf8_problem only says what is wrong
+    except UnicodeDecodeError:
+        raise Failed(utf8_problem(path, data, offset, total, before) or "not valid UTF-8") from None
     return {
         "path": containment.join(parts),
         **_resolved(parts, real),
-        "content": data.decode("utf-8"),
+        "content": content,
         "offset": offset,
         "length": len(data),
         "total_bytes": total,
@@ -443,7 +462,7 @@ class ReadTool(Tool):
         fd, st, real = containment.open_regular(ctx.workspace_fd, parts, args.path)  # refuse escapes before approval
         held: _Held | None = None
         if inline_ok(fd, st):
-            held = _Held(fd, parts, real)
+            held = _Held(fd, st.st_size, parts, real)
         else:
             os.close(fd)
         details = {"path": containment.join(parts), **_resolved(parts, real), "offset": args.offset,
@@ -458,12 +477,15 @@ class ReadTool(Tool):
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         held = plan.data
         # The file plan() opened (and the approver saw) is read on the loop: no second resolution,
-        # no thread hop. It may have grown since: fstat again, and hand a big one to the pool.
-        if held is not None and held.fd >= 0 and inline_ok(held.fd, os.fstat(held.fd)):
+        # no thread hop. One read(2) of one byte more than plan()'s fstat saw tells whether it grew
+        # since (then the pool reads it, as a big one), without a second fstat.
+        if held is not None and held.fd >= 0:
             try:
-                return read_open(held.fd, args.path, held.parts, held.real, args.offset, args.limit)
+                result = read_small(held.fd, held.size, args.path, held.parts, held.real, args.offset, args.limit)
             finally:
                 held.close()
+            if result is not None:
+                return result
         # resolved again there: it must still lead to the file whose risk plan() judged
         return await run_blocking(read_file, ctx.workspace_fd, args.path, args.offset, args.limit, planned_real(plan))
 
@@ -471,10 +493,10 @@ class ReadTool(Tool):
 class _Held:
     """The fd of a small local file opened by read's plan(), owned until run() or the call's end."""
 
-    __slots__ = ("fd", "parts", "real")
+    __slots__ = ("fd", "size", "parts", "real")
 
-    def __init__(self, fd: int, parts: tuple[str, ...], real: tuple[str, ...]) -> None:
-        self.fd, self.parts, self.real = fd, parts, real
+    def __init__(self, fd: int, size: int, parts: tuple[str, ...], real: tuple[str, ...]) -> None:
+        self.fd, self.size, self.parts, self.real = fd, size, parts, real
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1
