@@ -19,7 +19,6 @@ from .approvals import Decider, spawned_by_daemon
 
 log = logging.getLogger("scvd.server")
 
-READ_CHUNK = 64 * 1024
 WRITE_BUFFER_LIMIT = 64 << 20  # a peer that stops reading is cut off past this
 
 
@@ -28,12 +27,11 @@ class Connection:
 
     _ids = itertools.count(1)
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int) -> None:
+    def __init__(self, transport: asyncio.Transport, limit: int) -> None:
         self.id = next(self._ids)
-        self.reader = reader
-        self.writer = writer
+        self.transport = transport  # frames come in through client_protocol.ClientProtocol
         self.frames = p.FrameReader(limit)
-        self.pid, self.uid, self.gid = peer_credentials(writer.get_extra_info("socket"))
+        self.pid, self.uid, self.gid = peer_credentials(transport.get_extra_info("socket"))
         # checked now as well as at each decision: by then the pid may belong to someone else
         self.spawned_by_daemon = spawned_by_daemon(self.pid)
         self.client = ""
@@ -55,7 +53,7 @@ class Connection:
         data = p.encode(frame)
         if len(data) > limit:
             data = p.encode(too_large(frame, len(data), limit))
-        if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
+        if self.transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
             log.warning("client %s stopped reading; closing its connection", self.label())
             self.abort()
             return
@@ -67,18 +65,18 @@ class Connection:
         """Write what this loop turn produced at once: one wake-up of the peer, not one per frame."""
         if self._out and not self.closed:
             out, self._out = self._out, []
-            self.writer.write(out[0] if len(out) == 1 else b"".join(out))
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def pause_reading(self) -> None:
         """Take no bytes off the socket until resume_reading(): `mcp.attach`'s fds come next."""
-        self.writer.transport.pause_reading()
+        self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if not self.closed and not self.writer.transport.is_closing():
-            self.writer.transport.resume_reading()
+        if not self.closed and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def fileno(self) -> int:
-        return self.writer.get_extra_info("socket").fileno()
+        return self.transport.get_extra_info("socket").fileno()
 
     def next_seq(self) -> int:
         return next(self._seq)
@@ -87,7 +85,7 @@ class Connection:
         if not self.closed:
             self._flush()
             self.closed = True
-            self.writer.close()
+            self.transport.close()  # after what is buffered went out
 
     def abort(self) -> None:
         """Close at once, dropping what the peer has not read.
@@ -97,7 +95,7 @@ class Connection:
         """
         if not self.closed:
             self.closed = True
-            self.writer.transport.abort()
+            self.transport.abort()
 
     def label(self) -> str:
         return f"#{self.id} {self.client or '?'} pid={self.pid}"
@@ -117,13 +115,3 @@ def peer_credentials(sock: socket.socket | None) -> tuple[int, int, int]:
         return 0, -1, -1
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return struct.unpack("3i", creds)
-
-
-async def drain_close(writer: asyncio.StreamWriter) -> None:
-    try:
-        writer.close()
-        await writer.wait_closed()
-    except (ConnectionError, OSError):
-        pass
-    except asyncio.CancelledError:
-        pass  # the loop's teardown: the handler's last step, see Daemon._on_connect

@@ -22,7 +22,8 @@ from .approvals import Approval, ApprovalGate, approval_event, policy_note, spaw
 from .calls import CallRegistry
 from .chat.service import ChatService
 from .config import Loaded, load
-from .connection import READ_CHUNK, Connection, drain_close
+from .client_protocol import ClientProtocol
+from .connection import Connection
 from .instance import Claim, claim, socket_name
 from .listener import Listener
 from .mcp.manager import McpServers
@@ -85,7 +86,8 @@ class Daemon:
         self.mcp_hosts = McpHosts(self)  # MCP hosts whose stdio `scvctl mcp` handed over
         self._reload_lock = asyncio.Lock()
         self._reload_waiting = False  # a reload waits for the running one; later SIGHUPs merge into it
-        self._handlers: dict[type, Callable[[Connection, Any], Awaitable[p.Frame]]] = {
+        # a plain function answers in the turn its frame came; an async one runs as a task (client_protocol)
+        self._handlers: dict[type, Callable[[Connection, Any], p.Frame | Awaitable[p.Frame]]] = {
             p.Ping: self.on_ping,
             p.Status: self.on_status,
             p.SessionOpen: self.on_session_open,
@@ -332,16 +334,12 @@ class Daemon:
         self._spawn(lambda: self._serve_client(client))
 
     async def _serve_client(self, client: socket.socket) -> None:
-        """What start_unix_server would do: a StreamReader and StreamWriter over the accepted socket."""
+        """A ClientProtocol over the accepted socket: it hands each frame to handle_frame()."""
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=self.config.server.client_frame_bytes, loop=loop)
         try:
-            transport, protocol = await loop.connect_accepted_socket(
-                lambda: asyncio.StreamReaderProtocol(reader, loop=loop), client)
+            await loop.connect_accepted_socket(lambda: ClientProtocol(self), client)
         except OSError:
             client.close()
-            return
-        await self._on_connect(reader, asyncio.StreamWriter(transport, protocol, reader, loop))
 
     def _accept_failed(self, exc: OSError, told: bool, pause: float) -> None:
         outcome = "told the client why and closed it" if told else "clients wait"
@@ -354,15 +352,14 @@ class Daemon:
             "it accepts again once calls or clients release some: close sessions you no longer use, "
             "or raise LimitNOFILE= of the scvd unit")))
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(reader, writer, self.config.server.client_frame_bytes)
+    def open_connection(self, transport: asyncio.Transport) -> Connection | None:
+        conn = Connection(transport, self.config.server.client_frame_bytes)
         if conn.uid != os.getuid():
             log.warning("refused peer pid=%d uid=%d: not our uid", conn.pid, conn.uid)
             self._send(conn, p.Error(code="forbidden", fatal=True, message=(
                 f"scvd runs as uid {os.getuid()}; peers of uid {conn.uid} may not connect")))
             conn.close()  # sends the error first
-            await drain_close(writer)
-            return
+            return None
         refusal = limits.refuse_connection(
             self.budget, self._fds_held(), len(self.connections),  # every connection held is of our uid
             self.config.server.max_connections_per_uid, conn.spawned_by_daemon)  # just checked
@@ -370,62 +367,67 @@ class Daemon:
             self._refusals.refused(f"a connection from {conn.label()}: {refusal}", time.monotonic())
             self._send(conn, p.Error(code="failed", kind="limit", fatal=True, message=refusal))
             conn.close()
-            await drain_close(writer)
-            return
+            return None
         self.connections.add(conn)
-        try:
-            await self._read_loop(conn)
-        except (ConnectionError, OSError):
-            pass
-        except asyncio.CancelledError:
-            # only the loop's teardown cancels a handler; Python 3.11's StreamReaderProtocol
-            # would log a cancelled handler task as an ERROR with a traceback (fixed in 3.12)
-            pass
-        finally:
-            self._drop_connection(conn)
-            await drain_close(writer)
+        return conn
 
-    async def _read_loop(self, conn: Connection) -> None:
-        while not conn.closed:
-            data = await conn.reader.read(READ_CHUNK)
-            if not data:
-                return
-            for line in conn.frames.feed(data):
-                if line is p.FrameReader.TOO_LARGE:
-                    limit = conn.frames.limit
-                    self._send_error(conn, errors.FrameTooLarge(
-                        f"frame exceeds {limit} bytes (server.client_frame_bytes); split it or send less"))
-                    continue
-                await self._handle_line(conn, line)
-                if conn.closed:
-                    return
-            await conn.writer.drain()
+    def connection_done(self, conn: Connection) -> None:
+        self._drop_connection(conn)
 
-    async def _handle_line(self, conn: Connection, line: bytes) -> None:
+    def spawn_task(self, waiting: Awaitable[None]) -> asyncio.Future[Any]:
+        task = asyncio.ensure_future(waiting)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def frame_too_large(self, conn: Connection) -> None:
+        limit = conn.frames.limit
+        self._send_error(conn, errors.FrameTooLarge(
+            f"frame exceeds {limit} bytes (server.client_frame_bytes); split it or send less"))
+
+    def handle_frame(self, conn: Connection, line: bytes) -> Awaitable[None] | None:
+        """Answer one frame now, or return what answers it once the handler's wait is over."""
         request_id = None
         try:
             frame = p.decode_request(line)
             request_id = frame.id
-            answer = await self._dispatch(conn, frame)
+            answer = self._dispatch(conn, frame)
         except errors.ScvError as exc:
             self._send_error(conn, exc, request_id or p.request_id(line))
         except Exception as exc:
             log.exception("internal error handling a frame from %s", conn.label())
             self._send_error(conn, exc, request_id)
         else:
+            if isinstance(answer, p.Frame):
+                self._send(conn, answer)
+            else:
+                return self._answer_later(conn, answer, request_id)
+        return None
+
+    async def _answer_later(self, conn: Connection, waiting: Awaitable[p.Frame], request_id: Any) -> None:
+        try:
+            answer = await waiting
+        except errors.ScvError as exc:
+            self._send_error(conn, exc, request_id)
+        except Exception as exc:
+            log.exception("internal error handling a frame from %s", conn.label())
+            self._send_error(conn, exc, request_id)
+        else:
             self._send(conn, answer)
 
-    async def _dispatch(self, conn: Connection, frame: Any) -> p.Frame:
+    def _dispatch(self, conn: Connection, frame: Any) -> p.Frame | Awaitable[p.Frame]:
+        """The handler's answer: a frame, or an awaitable of one for handlers that wait (async ones)."""
         if isinstance(frame, p.Hello):
             return self.on_hello(conn, frame)
         if not conn.initialized:
             raise errors.NotInitialized("send `hello` first: {\"type\":\"hello\",\"id\":1,\"protocol\":1,"
                                         "\"client\":{\"name\":\"me\"}}")
-        return await self._handlers[type(frame)](conn, frame)
+        return self._handlers[type(frame)](conn, frame)
 
     async def dispatch(self, conn: Connection, frame: Any) -> p.Frame:
         """One request from an in-daemon client (an MCP host's): the socket's path without the bytes."""
-        return await self._dispatch(conn, frame)
+        answer = self._dispatch(conn, frame)
+        return answer if isinstance(answer, p.Frame) else await answer
 
     def _drop_connection(self, conn: Connection) -> None:
         if conn not in self.connections:
@@ -479,10 +481,10 @@ class Daemon:
             limits=p.Limits(client_frame_bytes=server.client_frame_bytes,
                             server_frame_bytes=server.server_frame_bytes))
 
-    async def on_ping(self, conn: Connection, frame: p.Ping) -> p.Frame:
+    def on_ping(self, conn: Connection, frame: p.Ping) -> p.Frame:
         return p.Pong(id=frame.id, time=time.time())
 
-    async def on_status(self, conn: Connection, frame: p.Status) -> p.Frame:
+    def on_status(self, conn: Connection, frame: p.Status) -> p.Frame:
         policy = self.config.approvals.policy
         active = bool(self.sandbox and self.sandbox.active)
         return p.StatusResult(
@@ -515,11 +517,11 @@ class Daemon:
         self._update_status()
         return p.SessionOpened(id=frame.id, session=session.id, workspace=str(workspace))
 
-    async def on_session_close(self, conn: Connection, frame: p.SessionClose) -> p.Frame:
+    def on_session_close(self, conn: Connection, frame: p.SessionClose) -> p.Frame:
         self._close_session(self._own_session(conn, frame.session))
         return p.Ok(id=frame.id)
 
-    async def on_sessions_list(self, conn: Connection, frame: p.SessionsList) -> p.Frame:
+    def on_sessions_list(self, conn: Connection, frame: p.SessionsList) -> p.Frame:
         # a tool's process sees its own connection's sessions only, as it hears only their approvals
         own_only = self._spawned(conn)
         infos = [
@@ -529,7 +531,7 @@ class Daemon:
         ]
         return p.Sessions(id=frame.id, sessions=infos)
 
-    async def on_tools_list(self, conn: Connection, frame: p.ToolsList) -> p.Frame:
+    def on_tools_list(self, conn: Connection, frame: p.ToolsList) -> p.Frame:
         tools = [
             p.ToolInfo(name=t.name, description=t.description, input_schema=t.input_schema(),
                        risk=t.risk.value, flags=t.flags.as_dict(),
@@ -540,14 +542,14 @@ class Daemon:
                        for e in self.registry.load_errors]
         return p.Tools(id=frame.id, tools=tools, errors=load_errors + self.mcp.load_errors())
 
-    async def on_call(self, conn: Connection, frame: p.Call) -> p.Frame:
+    def on_call(self, conn: Connection, frame: p.Call) -> p.Frame:
         session = self._own_session(conn, frame.session)
         handle = self.calls.submit(
             session, frame.tool, frame.arguments, requester=conn.decider(), call_id=frame.call_id,
             timeout_seconds=frame.timeout_seconds, turn=frame.turn)
         return p.CallAccepted(id=frame.id, call_id=handle.call_id, background=handle.background)
 
-    async def on_call_cancel(self, conn: Connection, frame: p.CallCancel) -> p.Frame:
+    def on_call_cancel(self, conn: Connection, frame: p.CallCancel) -> p.Frame:
         call = self.calls.get(frame.call_id)
         if call is not None and call.session.owner is not conn and self._spawned(conn):
             raise errors.Forbidden(
@@ -556,7 +558,7 @@ class Daemon:
         self.calls.cancel(frame.call_id, f"call.cancel from {conn.label()}")
         return p.Ok(id=frame.id)
 
-    async def on_approvals_watch(self, conn: Connection, frame: p.ApprovalsWatch) -> p.Frame:
+    def on_approvals_watch(self, conn: Connection, frame: p.ApprovalsWatch) -> p.Frame:
         if self._spawned(conn):
             # a tool's process (e.g. `scvctl call` run by an agent) hears about its own sessions' requests,
             # as the approver of its own sessions would, and nobody else's: it cannot decide them anyway
@@ -567,7 +569,7 @@ class Daemon:
         asyncio.get_running_loop().call_soon(self.secret_requests.watching, conn)
         return p.Ok(id=frame.id)
 
-    async def on_approvals_list(self, conn: Connection, frame: p.ApprovalsList) -> p.Frame:
+    def on_approvals_list(self, conn: Connection, frame: p.ApprovalsList) -> p.Frame:
         if self._spawned(conn):
             log.warning("refused approvals.list from %s: a process started by scvd", conn.label())
             raise errors.Forbidden(
@@ -576,7 +578,7 @@ class Daemon:
                 "list them from your own terminal (scvctl approvals)")
         return p.Approvals(id=frame.id, approvals=self.gate.list())
 
-    async def on_approval_decide(self, conn: Connection, frame: p.ApprovalDecide) -> p.Frame:
+    def on_approval_decide(self, conn: Connection, frame: p.ApprovalDecide) -> p.Frame:
         if self._spawned(conn):
             log.warning("refused a decision on %s from %s: a process started by scvd",
                         frame.approval_id, conn.label())
@@ -592,7 +594,7 @@ class Daemon:
         await self.secret_requests.provide(frame.request_id, frame.value, decided_by=conn.decider().label())
         return p.Ok(id=frame.id)
 
-    async def on_secret_decline(self, conn: Connection, frame: p.SecretDecline) -> p.Frame:
+    def on_secret_decline(self, conn: Connection, frame: p.SecretDecline) -> p.Frame:
         self._may_answer_secrets(conn, frame.request_id)
         self.secret_requests.decline(frame.request_id, frame.reason, decided_by=conn.decider().label())
         return p.Ok(id=frame.id)

@@ -13,9 +13,9 @@ LIMIT = 1 << 20
 
 async def connection_pair() -> tuple[Connection, socket.socket]:
     ours, peer = socket.socketpair()
-    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    transport, _ = await asyncio.get_running_loop().create_unix_connection(asyncio.Protocol, sock=ours)
     peer.setblocking(False)
-    return Connection(reader, writer, LIMIT), peer
+    return Connection(transport, LIMIT), peer
 
 
 def available(peer: socket.socket) -> bytes:

@@ -1,0 +1,152 @@
+"""A client's incoming frames: split where they arrive and handled in order, most without a task.
+
+Rules:
+- Frames are split in `data_received` (the frame limit and `frame_too_large` as before,
+  `protocol.FrameReader`) and handed to the server one at a time, in order.
+- A handler that answers without waiting answers at once, in the same loop turn: no reader
+  task, no wake-up of one. A handler that waits (an awaitable) runs as a task, and the frames
+  after it, and further reading, wait until it is done: answers keep their frames' order.
+- Backpressure: reading pauses while the peer does not read its answers (`pause_writing`)
+  and while a handler waits; `Connection.send` still cuts off a peer past WRITE_BUFFER_LIMIT.
+- End of stream: frames that came before it are handled first, then the connection is
+  dropped (its sessions closed). A lost connection drops what it had not handled; a
+  handler running then finishes first (a session it opens is closed with the rest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any, Awaitable, Protocol
+
+from . import protocol as p
+from .connection import Connection
+
+
+class Server(Protocol):
+    """What a client's protocol needs from the daemon."""
+
+    def open_connection(self, transport: asyncio.Transport) -> Connection | None:
+        """A Connection for a new client, or None when it was refused (told why and closed)."""
+
+    def handle_frame(self, conn: Connection, line: bytes) -> Awaitable[None] | None:
+        """Answer one frame; an awaitable when the answer has to wait."""
+
+    def frame_too_large(self, conn: Connection) -> None: ...
+
+    def connection_done(self, conn: Connection) -> None:
+        """The peer is gone or ended its stream: drop the connection and its sessions."""
+
+    def spawn_task(self, waiting: Awaitable[None]) -> asyncio.Future[Any]:
+        """Run a handler that waits; the daemon cancels it at shutdown."""
+
+
+class ClientProtocol(asyncio.Protocol):
+    """One client socket: frames in, to `server`, in order."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.conn: Connection | None = None
+        self.transport: asyncio.Transport | None = None
+        self._lines: deque[Any] = deque()  # frames read but not handled yet (behind a waiting one)
+        self._waiting: asyncio.Future[Any] | None = None  # the handler that waits
+        self._write_paused = False
+        self._reading = True
+        self._ended = False  # end of stream or connection lost: drop once the handled frames are done
+        self._done = False
+
+    # --- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:  # uvloop's transports are no asyncio.Transport
+        self.transport = transport
+        self.conn = self.server.open_connection(transport)
+        if self.conn is None:
+            self._done = True
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None or conn.closed or self._done:
+            return
+        lines = conn.frames.feed(data)
+        if self._waiting is None and not self._lines:
+            self._handle(lines)  # the common case: no deque in between
+        else:
+            self._lines.extend(lines)
+
+    def eof_received(self) -> bool:
+        self._ended = True
+        if self._waiting is None and not self._lines:
+            self._finish()
+        return True  # keep the transport for the answers still to go out; _finish closes it
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended = True
+        self._lines.clear()  # nobody hears their answers
+        if self._waiting is None:
+            self._finish()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    # --- frames in order -----------------------------------------------------------------
+
+    def _handle(self, lines: list[Any]) -> None:
+        """Handle `lines` in order; the rest waits in the deque behind a handler that waits."""
+        conn, server = self.conn, self.server
+        assert conn is not None
+        for i, line in enumerate(lines):
+            if conn.closed:
+                return
+            if line is p.FrameReader.TOO_LARGE:
+                server.frame_too_large(conn)
+                continue
+            waiting = server.handle_frame(conn, line)
+            if waiting is not None:
+                self._lines.extend(lines[i + 1:])
+                self._wait_for(waiting)
+                return
+
+    def _wait_for(self, waiting: Awaitable[None]) -> None:
+        self._waiting = self.server.spawn_task(waiting)
+        self._waiting.add_done_callback(self._waited)
+        self._update_reading()
+
+    def _waited(self, _: asyncio.Future[Any]) -> None:
+        self._waiting = None
+        if self._done:
+            return
+        while self._lines and self._waiting is None:
+            batch = list(self._lines)
+            self._lines.clear()
+            self._handle(batch)
+        if self._waiting is not None:
+            return
+        if self._ended:
+            self._finish()
+        else:
+            self._update_reading()
+
+    def _update_reading(self) -> None:
+        """Read while the peer reads its answers and no handler waits."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        want = not self._write_paused and self._waiting is None
+        if want != self._reading:
+            self._reading = want
+            if want:
+                transport.resume_reading()
+            else:
+                transport.pause_reading()
+
+    def _finish(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        if self.conn is not None:
+            self.server.connection_done(self.conn)

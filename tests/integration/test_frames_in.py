@@ -1,0 +1,111 @@
+"""How scvd takes a client's frames: many in one write, a handler that waits, end of stream, a lost peer.
+
+Frames are handled as they arrive (scvd/client_protocol.py): these pin what a peer sees of it.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from harness import RawConn
+from scvd import protocol as p
+
+
+def frame(**fields: Any) -> bytes:
+    return msgspec.json.encode(fields) + b"\n"
+
+
+HELLO = frame(type="hello", id="h", protocol=1, client={"name": "pipeliner"})
+
+
+def answers(conn: RawConn, count: int) -> list[Any]:
+    """The next `count` answers (frames with an id), skipping events."""
+    out: list[Any] = []
+    while len(out) < count:
+        f = conn.frame()
+        if getattr(f, "id", None) is not None:
+            out.append(f)
+    return out
+
+
+def wait_no_sessions(client: Any) -> None:
+    deadline = time.monotonic() + 10
+    while client.status().sessions and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.status().sessions == 0, "the connection's session is still open"
+
+
+def test_frames_sent_in_one_write_are_answered_in_order_behind_a_handler_that_waits(daemon, workspace: Path):
+    """session.open waits (a thread); the frames after it in the same write are answered after it."""
+    pings = b"".join(frame(type="ping", id=i) for i in range(200))
+    with RawConn(daemon.socket) as conn:
+        conn.send_raw(HELLO + frame(type="session.open", id="o", workspace=str(workspace))
+                      + frame(type="sessions.list", id="l") + b"x" * (2 << 20) + b"\n" + pings)
+        welcome, opened, listed = answers(conn, 3)
+        assert isinstance(welcome, p.Welcome) and isinstance(opened, p.SessionOpened)
+        assert [s.session for s in listed.sessions] == [opened.session]  # handled after the open
+        too_large = conn.frame()
+        assert isinstance(too_large, p.Error) and too_large.code == "frame_too_large"
+        assert [a.id for a in answers(conn, 200)] == list(range(200))
+
+
+def test_calls_sent_in_one_write_are_accepted_in_order_and_all_complete(daemon, workspace: Path):
+    (workspace / "a.txt").write_text("hello\n")
+    with RawConn(daemon.socket) as conn:
+        conn.send_raw(HELLO + frame(type="session.open", id="o", workspace=str(workspace)))
+        _, opened = answers(conn, 2)
+        calls = b"".join(frame(type="call", id=i, session=opened.session, tool="read",
+                               arguments={"path": "a.txt"}, call_id=f"k{i}") for i in range(100))
+        conn.send_raw(calls + frame(type="ping", id="last"))
+        accepted: list[Any] = []
+        completed: dict[str, Any] = {}
+        while len(completed) < 100 or len(accepted) < 101:
+            f = conn.frame()
+            if isinstance(f, p.CallCompleted):
+                known = {a.call_id for a in accepted if isinstance(a, p.CallAccepted)}
+                assert f.call_id in known, "an event came before its call.accepted"
+                completed[f.call_id] = f
+            elif getattr(f, "id", None) is not None:
+                accepted.append(f)
+        assert [a.id for a in accepted] == [*range(100), "last"]
+        assert all(isinstance(a, p.CallAccepted) for a in accepted[:100])
+        assert all(c.ok and c.result["content"] == "hello\n" for c in completed.values())
+
+
+def test_a_call_cancelled_in_the_same_write_that_submits_it_completes_as_cancelled(daemon, workspace: Path):
+    (workspace / "a.txt").write_text("hello\n")
+    with RawConn(daemon.socket) as conn:
+        conn.send_raw(HELLO + frame(type="session.open", id="o", workspace=str(workspace)))
+        _, opened = answers(conn, 2)
+        conn.send_raw(frame(type="call", id=1, session=opened.session, tool="read", arguments={"path": "a.txt"},
+                            call_id="gone") + frame(type="call.cancel", id=2, call_id="gone"))
+        accepted, cancelled = answers(conn, 2)
+        assert isinstance(accepted, p.CallAccepted) and isinstance(cancelled, p.Ok)
+        done = conn.frame()
+        assert isinstance(done, p.CallCompleted) and done.call_id == "gone"
+        assert not done.ok and done.error.kind == "cancelled"
+
+
+def test_frames_before_the_end_of_stream_are_all_answered_then_the_connection_goes(daemon, client, workspace: Path):
+    pings = b"".join(frame(type="ping", id=i) for i in range(50))
+    with RawConn(daemon.socket) as conn:
+        conn.send_raw(HELLO + frame(type="session.open", id="o", workspace=str(workspace)) + pings)
+        conn.sock.shutdown(socket.SHUT_WR)
+        got = answers(conn, 52)
+        assert isinstance(got[1], p.SessionOpened)
+        assert [a.id for a in got[2:]] == list(range(50))
+        assert conn.closed_by_server()
+    wait_no_sessions(client)
+
+
+def test_a_peer_gone_while_its_session_opens_leaves_no_session_behind(daemon, client, workspace: Path):
+    for _ in range(5):
+        with RawConn(daemon.socket) as conn:
+            conn.send_raw(HELLO + frame(type="session.open", id="o", workspace=str(workspace)))
+    wait_no_sessions(client)
+    assert client.request(p.Ping).time > 0  # still serving
