@@ -383,7 +383,14 @@ class CallRegistry:
         self.hub.calls_changed()
 
     def _audit(self, event: str, call: Call, **fields: object) -> None:
-        self.write_audit(event, tool=call.tool_name, session=call.session.id, call_id=call.call_id, **fields)
+        """write_audit() for a call's own records, without passing the fields on once more."""
+        audit = self.hub.audit
+        if audit is None:
+            return
+        try:
+            audit.record(event, tool=call.tool_name, session=call.session.id, call_id=call.call_id, **fields)
+        except OSError as exc:  # a full disk must not stop calls; say so in the log
+            log.error("audit log write failed: %s", exc)
 
     def write_audit(self, event: str, **fields: object) -> None:
         """Append one audit line; a failed write is logged, never raised (a full disk must not stop calls)."""

@@ -303,3 +303,11 @@ def test_a_record_formatted_later_keeps_the_time_it_was_made(audit, run_loop):
     ts = datetime.datetime.strptime(record["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
         tzinfo=datetime.timezone.utc).timestamp()
     assert int(before * 1000) <= round(ts * 1000) <= int(after * 1000) + 1
+
+
+def test_timestamps_are_utc_to_the_millisecond():
+    from scvd.audit import _timestamp
+
+    assert _timestamp(1700000000.123) == "2023-11-14T22:13:20.123Z"
+    assert _timestamp(1700000000.0) == "2023-11-14T22:13:20.000Z"
+    assert _timestamp(1700000001.9999) == "2023-11-14T22:13:21.999Z"
