@@ -37,6 +37,11 @@ Rules of a call's life:
   `call.progress` with that message, which stands in for the timer's next one.
   A call that finishes before either costs one timer, cancelled at completion,
   and no task besides its own.
+- A tool that can often finish without waiting (`Tool.run_now`, e.g. `read` of a
+  small local file) has its call's first step run in a callback, not a task: when
+  the lane admits it at once, the policy runs it unasked and `run_now()` answers,
+  it completes there with no task and no timer. At the first thing that waits
+  (the lane, an approval, a denial, `run()`), a task goes on from there.
 - Events (`call.started`, `call.progress`, `call.completed`) go to the session's
   owner through the hub and carry the call's `turn`, when it has one.
 """
@@ -57,8 +62,8 @@ from . import errors
 from .always_ask import always_ask_reason
 from .approvals import Approval, ApprovalGate, Decider, Verdict, holds_home, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
-from .sessions import Owner, Session
-from .tools.contract import CallContext, Plan, Tool, ToolRisk, check_timeout
+from .sessions import Owner, Session, Ticket
+from .tools.contract import NOT_NOW, CallContext, Plan, Tool, ToolRisk, check_timeout
 
 if TYPE_CHECKING:
     from .paths import Paths
@@ -103,6 +108,17 @@ class CallHandle:
     call_id: str
     background: bool
     outcome: asyncio.Future[Outcome]
+
+
+class _Begun(NamedTuple):
+    """What a call's first step without a task (`_begin`) hands to the task that goes on with it."""
+
+    tool: Tool
+    args: object
+    ticket: Ticket | None = None
+    ctx: CallContext | None = None
+    plan: Plan | None = None
+    judged: tuple[Verdict, str | None] | None = None
 
 
 @dataclass(eq=False)
@@ -165,7 +181,10 @@ class CallRegistry:
                     turn=turn, outcome=loop.create_future())
         session.call_count += 1
         self.table[call_id] = call
-        call.task = loop.create_task(self._life(call))
+        if tool is not None and tool.runs_now:
+            loop.call_soon(self._begin, call)  # a task only once something waits
+        else:
+            call.task = loop.create_task(self._life(call))
         self.hub.calls_changed()
         background = bool(tool is not None and tool.flags.background)
         return CallHandle(call_id, background, call.outcome)
@@ -187,6 +206,8 @@ class CallRegistry:
         calls = list(self.table.values())
         for call in calls:
             self._cancel(call, "scvd is stopping")
+        if any(c.task is None for c in calls):
+            await asyncio.sleep(0)  # first steps not taken yet (_begin) take it now: they end as cancelled
         tasks = [c.task for c in calls if c.task is not None]
         if not tasks:
             return 0
@@ -212,39 +233,87 @@ class CallRegistry:
             call.task.cancel(reason)
         # not begun: the first step sees cancel_reason and completes the call as cancelled
 
-    async def _life(self, call: Call) -> None:
-        call.begun = True
-        ticket = None
+    def _begin(self, call: Call) -> None:
+        """The first step of a call whose tool may finish without waiting (`Tool.run_now`), in a
+        callback rather than a task: admitted, in the lane, planned, judged and run, then completed.
+        At the first thing that has to wait (the lane, an approval, a denial, `run()`), the call
+        goes on in a task (`_life`) from there, with what this step made."""
+        ticket = plan = None
         try:
             tool, args = self._admit(call)
-            ticket = await call.session.lane.enter(
-                concurrent=tool.flags.concurrent, background=tool.flags.background)
-            result = await self._plan_gate_run(call, tool, args, waited=ticket.waited)
+            if not tool.flags.background:  # a background call leaves the lane as it starts: enter() does that
+                ticket = call.session.lane.try_enter(concurrent=tool.flags.concurrent)
+            if ticket is None:
+                return self._go_on(call, _Begun(tool, args))
+            ctx = self._context(call)
+            plan = tool.plan(args, ctx)
+            judged = self._judge(call, tool, plan)
+            result = tool.run_now(args, plan, ctx) if judged[0] is Verdict.RUN else NOT_NOW
+            if result is NOT_NOW:
+                begun = _Begun(tool, args, ticket, ctx, plan, judged)
+                ticket = plan = None  # the task's now
+                return self._go_on(call, begun)
+            outcome = Outcome(True, _plain(tool, result), None)
+        except Exception as exc:
+            outcome = self._failed(call, exc)
+        finally:
+            if plan is not None and plan.release is not None:
+                plan.release()
+            if ticket is not None:
+                call.session.lane.leave(ticket)
+        self._complete(call, outcome)
+
+    def _go_on(self, call: Call, begun: _Begun) -> None:
+        call.task = asyncio.get_running_loop().create_task(self._life(call, begun))
+
+    async def _life(self, call: Call, begun: _Begun | None = None) -> None:
+        call.begun = True
+        ticket = plan = None
+        try:
+            if begun is None:
+                tool, args = self._admit(call)
+                judged = ctx = None
+            else:  # from _begin(), which may have entered the lane, planned and judged
+                self._still_wanted(call)
+                tool, args, ticket, ctx, plan, judged = begun
+            if ticket is None:
+                ticket = await call.session.lane.enter(
+                    concurrent=tool.flags.concurrent, background=tool.flags.background)
+            if ctx is None:
+                ctx = self._context(call)
+            if plan is None:
+                plan = tool.plan(args, ctx)
+            asked = await self._gate(call, tool, plan, judged)
+            result = await self._run(call, tool, args, plan, ctx, waited=ticket.waited, asked=asked)
             outcome = Outcome(True, _plain(tool, result), None)
         except asyncio.CancelledError:
             outcome = _failure(self._stopped_why(call))
-        except errors.ToolError as exc:
-            outcome = _failure(exc)
-        except RecursionError:  # the peer's arguments nest deeper than a checker (e.g. jsonschema) recurses
-            log.warning("call %s of %s: its arguments nest too deeply", call.call_id, call.tool_name)
-            outcome = _failure(errors.InvalidArguments(
-                f"{call.tool_name}: the arguments nest arrays or objects too deeply to check; send flatter JSON"))
-        except Exception as exc:  # a bug in a tool must not kill the daemon or lose the answer
-            log.exception("tool %s crashed on call %s", call.tool_name, call.call_id)
-            outcome = _failure(errors.Failed(f"{call.tool_name} failed unexpectedly: {type(exc).__name__}"))
+        except Exception as exc:
+            outcome = self._failed(call, exc)
         finally:
+            if plan is not None and plan.release is not None:  # denied, cancelled or done: freed
+                plan.release()
             if call.timer is not None:
                 call.timer.cancel()
             if ticket is not None:
                 call.session.lane.leave(ticket)
         self._complete(call, outcome)
 
+    def _failed(self, call: Call, exc: Exception) -> Outcome:
+        """The outcome of a call that raised `exc` (anything but a cancellation)."""
+        if isinstance(exc, errors.ToolError):
+            return _failure(exc)
+        if isinstance(exc, RecursionError):  # the peer's arguments nest deeper than a checker recurses
+            log.warning("call %s of %s: its arguments nest too deeply", call.call_id, call.tool_name)
+            return _failure(errors.InvalidArguments(
+                f"{call.tool_name}: the arguments nest arrays or objects too deeply to check; send flatter JSON"))
+        # a bug in a tool must not kill the daemon or lose the answer
+        log.error("tool %s crashed on call %s", call.tool_name, call.call_id, exc_info=exc)
+        return _failure(errors.Failed(f"{call.tool_name} failed unexpectedly: {type(exc).__name__}"))
+
     def _admit(self, call: Call) -> tuple[Tool, object]:
         """The refusals before a call queues, then its decoded arguments."""
-        if call.cancel_reason is not None:  # cancelled before its first step
-            raise errors.Cancelled(f"call {call.call_id} was cancelled: {call.cancel_reason}")
-        if self.stopping:
-            raise errors.Cancelled("scvd is stopping; no new calls are accepted")
+        self._still_wanted(call)
         session, tool = call.session, call.tool
         if tool is None:
             known = ", ".join(session.registry.names()) or "none"
@@ -252,27 +321,27 @@ class CallRegistry:
         check_timeout(call.timeout_override, session.config.tools.max_timeout_seconds, "call timeout_seconds")
         return tool, tool.decode(call.arguments)
 
-    async def _plan_gate_run(self, call: Call, tool: Tool, args: object, *, waited: bool) -> object:
-        ctx = self._context(call)
-        plan = tool.plan(args, ctx)
-        try:
-            asked = await self._gate(call, tool, plan)
-            ctx.approved = asked
-            timeout = tool.dispatch_timeout(plan, call.session.config)
-            if call.timeout_override is not None:
-                timeout = call.timeout_override if timeout is None else min(timeout, call.timeout_override)
-            if waited or asked:  # a call that started at once is running since call.accepted
-                self.hub.send_event(call.session.owner, CallStarted(
-                    seq=0, call_id=call.call_id, session=call.session.id, tool=tool.name, turn=call.turn))
-            self._arm(call, timeout)
-            ctx.progress = lambda message: self._report(call, message)
-            return await tool.run(args, plan, ctx)
-        finally:
-            if plan.release is not None:  # denied, cancelled or done: what plan() held is freed
-                plan.release()
+    def _still_wanted(self, call: Call) -> None:
+        if call.cancel_reason is not None:  # cancelled before its first step
+            raise errors.Cancelled(f"call {call.call_id} was cancelled: {call.cancel_reason}")
+        if self.stopping:
+            raise errors.Cancelled("scvd is stopping; no new calls are accepted")
 
-    async def _gate(self, call: Call, tool: Tool, plan: Plan) -> bool:
-        """Run, ask or deny under the policy; True if a person was asked (and approved)."""
+    async def _run(self, call: Call, tool: Tool, args: object, plan: Plan, ctx: CallContext, *,
+                   waited: bool, asked: bool) -> object:
+        ctx.approved = asked
+        timeout = tool.dispatch_timeout(plan, call.session.config)
+        if call.timeout_override is not None:
+            timeout = call.timeout_override if timeout is None else min(timeout, call.timeout_override)
+        if waited or asked:  # a call that started at once is running since call.accepted
+            self.hub.send_event(call.session.owner, CallStarted(
+                seq=0, call_id=call.call_id, session=call.session.id, tool=tool.name, turn=call.turn))
+        self._arm(call, timeout)
+        ctx.progress = lambda message: self._report(call, message)
+        return await tool.run(args, plan, ctx)
+
+    def _judge(self, call: Call, tool: Tool, plan: Plan) -> tuple[Verdict, str | None]:
+        """The policy's verdict on a planned call and the always_ask reason; audited as its proposal."""
         session = call.session
         cfg = session.config.approvals
         risk = plan.risk.value
@@ -286,6 +355,15 @@ class CallRegistry:
             sandbox_active=bool(sandbox and sandbox.active) and not holds_home(str(session.workspace)),
             always_asks=always is not None)
         self._audit("proposal", call, risk=risk, policy=cfg.policy, decision=verdict.value)
+        return verdict, always
+
+    async def _gate(self, call: Call, tool: Tool, plan: Plan,
+                    judged: tuple[Verdict, str | None] | None = None) -> bool:
+        """Run, ask or deny under the policy (judged now unless `judged`); True if a person was
+        asked (and approved)."""
+        verdict, always = judged or self._judge(call, tool, plan)
+        session = call.session
+        risk = plan.risk.value
         if verdict is Verdict.RUN:
             return False
         if verdict is Verdict.DENY:

@@ -33,7 +33,7 @@ class Ticket:
 
     concurrent: bool
     background: bool
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event | None = None  # what enter() waits on; None for a ticket that started at once
     started: bool = False
     waited: bool = False  # it could not start at once: someone held the lane
 
@@ -50,18 +50,28 @@ class Lane:
 
     async def enter(self, *, concurrent: bool, background: bool = False) -> Ticket:
         """Wait for this call's turn; the caller must `leave()` the ticket in a finally."""
-        ticket = Ticket(concurrent=concurrent, background=background)
+        ticket = Ticket(concurrent=concurrent, background=background, ready=asyncio.Event())
         self._tickets.append(ticket)
         self._wake()
-        ticket.waited = not ticket.ready.is_set()
+        ticket.waited = not ticket.ready.is_set()  # type: ignore[union-attr]
         try:
-            await ticket.ready.wait()
+            await ticket.ready.wait()  # type: ignore[union-attr]
         except BaseException:
             self.leave(ticket)
             raise
         ticket.started = True
         if background:
             self.leave(ticket)  # a background call does not hold the lane
+        return ticket
+
+    def try_enter(self, *, concurrent: bool) -> Ticket | None:
+        """enter() for a call that can start at once (not a background one): its ticket, else None
+        (and nothing changed: the caller enters, and waits, later)."""
+        for other in self._tickets:
+            if not (concurrent and other.concurrent):
+                return None
+        ticket = Ticket(concurrent=concurrent, background=False, started=True)
+        self._tickets.append(ticket)
         return ticket
 
     def leave(self, ticket: Ticket) -> None:
@@ -71,8 +81,9 @@ class Lane:
 
     def _wake(self) -> None:
         for ticket in self._tickets:
-            if not ticket.ready.is_set() and self._may_start(ticket):
-                ticket.ready.set()
+            ready = ticket.ready
+            if ready is not None and not ready.is_set() and self._may_start(ticket):
+                ready.set()
 
     def _may_start(self, ticket: Ticket) -> bool:
         for other in self._tickets:

@@ -20,7 +20,7 @@ from scvd.approvals import ApprovalGate, Decider
 from scvd.calls import CallRegistry, Outcome
 from scvd.config import ApprovalsConfig, Config, ToolsConfig
 from scvd.sessions import Session
-from scvd.tools.contract import NO_TIMEOUT, CallContext, Plan, Registry, Tool, ToolFlags, ToolRisk
+from scvd.tools.contract import NO_TIMEOUT, NOT_NOW, CallContext, Plan, Registry, Tool, ToolFlags, ToolRisk
 
 ME = Decider(pid=os.getpid(), uid=os.getuid(), client="test")
 
@@ -472,6 +472,140 @@ def test_read_reads_the_file_plan_opened_and_frees_it_on_every_path(tmp_path: Pa
         else:
             assert not ok and error.kind == ("denied" if decision == "deny" else "cancelled")
         assert _fds() == before
+        assert_once_each(hub, [handle.call_id])
+
+    run(main())
+
+
+# --- tools that may finish without waiting (Tool.run_now): no task unless something waits -------
+
+
+class _Now(_Tool):
+    """run_now() answers at once, unless the text says 'later' (then run() does, in a task)."""
+
+    name = "now"
+    description = ("Test tool now for the calls registry.\nUse for registry unit tests; nothing else.\n"
+                   "Precondition: none.")
+    risk = ToolRisk.READ_ONLY
+    flags = ToolFlags(concurrent=True)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = 0
+        self.ran_now: list[str] = []
+
+    def plan(self, args: Text, ctx: CallContext) -> Plan:
+        risk = ToolRisk.FILESYSTEM if args.text == "ask" else self.risk
+        return Plan(risk=risk, summary=f"now {args.text}", release=self._release)
+
+    def _release(self) -> None:
+        self.released += 1
+
+    def run_now(self, args: Text, plan: Plan, ctx: CallContext) -> Any:
+        self.ran_now.append(ctx.call_id)
+        if args.text == "boom":
+            raise errors.Failed("now: it broke; fix it")
+        return NOT_NOW if args.text == "later" else {"now": args.text}
+
+
+def make_now(policy: str = "on-risk") -> tuple[FakeHub, CallRegistry, Session]:
+    hub, calls, session = make(policy)
+    session.registry = Registry([*tools(), _Now()])
+    return hub, calls, session
+
+
+def test_a_call_its_tool_finishes_at_once_runs_without_a_task_or_timer():
+    async def main() -> None:
+        hub, calls, session = make_now()
+        handle = calls.submit(session, "now", {"text": "hi"}, requester=ME)
+        call = calls.get(handle.call_id)
+        assert await handle.outcome == Outcome(True, {"now": "hi"}, None)
+        assert call.task is None and call.timer is None
+        assert kinds(hub, handle.call_id) == ["call.completed"]
+        assert [line["event"] for line in audit(hub, handle.call_id)] == ["proposal", "completion"]
+        assert tool(session, "now").released == 1 and tool(session, "now").ran == []
+        assert session.lane.depth == 0
+        assert_once_each(hub, [handle.call_id])
+
+    run(main())
+
+
+def test_a_call_its_tool_cannot_finish_at_once_goes_on_in_a_task_under_the_timer():
+    async def main() -> None:
+        hub, calls, session = make_now()
+        handle = calls.submit(session, "now", {"text": "later"}, requester=ME)
+        call = calls.get(handle.call_id)
+        assert await handle.outcome == Outcome(True, {"text": "later"}, None)  # run()'s answer
+        assert call.task is not None and call.timer is not None and call.timer.cancelled()
+        now = tool(session, "now")
+        assert now.ran_now == now.ran == [handle.call_id] and now.released == 1
+        assert [line["event"] for line in audit(hub, handle.call_id)] == ["proposal", "completion"]
+        assert kinds(hub, handle.call_id) == ["call.completed"] and session.lane.depth == 0
+
+    run(main())
+
+
+def test_a_call_that_waits_for_its_lane_or_a_person_then_runs_says_started():
+    async def main() -> None:
+        hub, calls, session = make_now()
+        first = calls.submit(session, "hold", {}, requester=ME)  # serial: holds the lane
+        queued = calls.submit(session, "now", {"text": "q"}, requester=ME)
+        asked = calls.submit(session, "now", {"text": "ask"}, requester=ME)
+        await until(lambda: tool(session, "hold").ran)
+        tool(session, "hold").gate.set()
+        await until(lambda: hub.requests)
+        hub.gate.decide(hub.requests[0].id, True, decider=ME, reason="", scope="once")
+        outcomes = [await h.outcome for h in (first, queued, asked)]
+        assert [o.result for o in outcomes] == [{"held": ""}, {"text": "q"}, {"text": "ask"}]  # run(), in a task
+        assert kinds(hub, queued.call_id) == kinds(hub, asked.call_id) == ["call.started", "call.completed"]
+        assert [line["event"] for line in audit(hub, asked.call_id)] == ["proposal", "decision", "completion"]
+        assert tool(session, "now").released == 2 and session.lane.depth == 0
+        assert_once_each(hub, [first.call_id, queued.call_id, asked.call_id])
+
+    run(main())
+
+
+def test_calls_of_a_tool_that_finishes_at_once_cancelled_before_their_first_step_or_in_the_lane():
+    async def main() -> None:
+        hub, calls, session = make_now()
+        early = calls.submit(session, "now", {"text": "x"}, requester=ME)
+        calls.cancel(early.call_id, "call.cancel")  # in the turn that accepted it
+        first = calls.submit(session, "hold", {}, requester=ME)
+        queued = calls.submit(session, "now", {"text": "q"}, requester=ME)
+        await until(lambda: tool(session, "hold").ran)
+        await asyncio.sleep(0)
+        calls.cancel(queued.call_id, "test")  # waiting in the lane behind `hold`
+        tool(session, "hold").gate.set()
+        outcomes = [await h.outcome for h in (early, first, queued)]
+        assert [o.ok for o in outcomes] == [False, True, False]
+        assert outcomes[0].error.kind == outcomes[2].error.kind == "cancelled"
+        assert tool(session, "now").ran_now == [] and session.lane.depth == 0
+        assert_once_each(hub, [early.call_id, first.call_id, queued.call_id])
+
+    run(main())
+
+
+def test_a_tool_that_fails_at_once_or_a_denial_by_policy_completes_once_and_frees_its_plan():
+    async def main() -> None:
+        hub, calls, session = make_now(policy="never")
+        boom = calls.submit(session, "now", {"text": "boom"}, requester=ME)
+        denied = calls.submit(session, "now", {"text": "ask"}, requester=ME)
+        failed, refused = await boom.outcome, await denied.outcome
+        assert failed.error.kind == "failed" and "it broke" in failed.error.message
+        assert refused.error.kind == "denied" and not hub.requests
+        assert tool(session, "now").released == 2 and session.lane.depth == 0
+        assert_once_each(hub, [boom.call_id, denied.call_id])
+
+    run(main())
+
+
+def test_stopping_completes_calls_that_have_not_taken_their_first_step():
+    async def main() -> None:
+        hub, calls, session = make_now()
+        handle = calls.submit(session, "now", {"text": "x"}, requester=ME)
+        assert await calls.stop(grace=5) == 0
+        assert handle.outcome.done() and handle.outcome.result().error.kind == "cancelled"
+        assert tool(session, "now").ran_now == []
         assert_once_each(hub, [handle.call_id])
 
     run(main())

@@ -42,6 +42,7 @@ class _NoTimeout:
 
 
 NO_TIMEOUT: Any = _NoTimeout()  # for tools that wait on a person
+NOT_NOW: Any = object()  # Tool.run_now: this call has to wait; run() does it
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,18 @@ class Tool(abc.ABC):
     @abc.abstractmethod
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         """Do the work; return a msgspec-encodable result or raise a ToolError."""
+
+    # optional: a tool that can often finish without waiting overrides run_now (runs_now is then True)
+    runs_now: ClassVar[bool] = False
+
+    def run_now(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        """run() without waiting, for a call that waited for nothing (no lane, no approval): the
+        result, or NOT_NOW to have run() do it. It must not block: it runs on the event loop."""
+        return NOT_NOW
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.runs_now = cls.run_now is not Tool.run_now
 
     def session_services(self, workspace: Path, config: Any, paths: Any) -> dict[str, Any]:
         """Data this tool prepares once when a session opens (e.g. a skill map); put in ctx.services."""

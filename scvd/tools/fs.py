@@ -26,7 +26,7 @@ from ..text import cut_note, printable
 from ..workers import inline_ok, run_blocking
 from . import containment
 from .containment import show
-from .contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
+from .contract import NOT_NOW, CallContext, Plan, Tool, ToolFlags, ToolRisk
 from .secret_paths import secret_reason
 
 CHUNK = 1 << 20
@@ -474,18 +474,23 @@ class ReadTool(Tool):
         return Plan(risk=risk, summary=summary, details=details, network=False, writes_confined=True,
                     targets=_targets(parts, real), data=held, release=held.close if held else None)
 
-    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+    def run_now(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         held = plan.data
         # The file plan() opened (and the approver saw) is read on the loop: no second resolution,
         # no thread hop. One read(2) of one byte more than plan()'s fstat saw tells whether it grew
         # since (then the pool reads it, as a big one), without a second fstat.
-        if held is not None and held.fd >= 0:
-            try:
-                result = read_small(held.fd, held.size, args.path, held.parts, held.real, args.offset, args.limit)
-            finally:
-                held.close()
-            if result is not None:
-                return result
+        if held is None or held.fd < 0:
+            return NOT_NOW
+        try:
+            result = read_small(held.fd, held.size, args.path, held.parts, held.real, args.offset, args.limit)
+        finally:
+            held.close()
+        return NOT_NOW if result is None else result
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        result = self.run_now(args, plan, ctx)
+        if result is not NOT_NOW:
+            return result
         # resolved again there: it must still lead to the file whose risk plan() judged
         return await run_blocking(read_file, ctx.workspace_fd, args.path, args.offset, args.limit, planned_real(plan))
 
