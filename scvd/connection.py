@@ -26,6 +26,7 @@ class Connection:
     """One client connection: its peer, handshake state, sessions and event sequence."""
 
     _ids = itertools.count(1)
+    _decider: Decider | None = None  # decider()'s, made on first use (a subclass may skip __init__)
 
     def __init__(self, transport: asyncio.Transport, limit: int) -> None:
         self.id = next(self._ids)
@@ -45,7 +46,10 @@ class Connection:
         self._loop = asyncio.get_running_loop()
 
     def decider(self) -> Decider:
-        return Decider(pid=self.pid, uid=self.uid, client=self.client)
+        decider = self._decider  # one per connection (every call carries it), made again if hello renamed it
+        if decider is None or decider.client != self.client:
+            decider = self._decider = Decider(pid=self.pid, uid=self.uid, client=self.client)
+        return decider
 
     def send(self, frame: p.Frame, limit: int) -> None:
         if self.closed:

@@ -750,6 +750,9 @@ class FrameReader:
         self._skipping = False
 
     def feed(self, data: bytes) -> list[Any]:
+        if not self._buf and not self._skipping and data[-1:] == b"\n" and len(data) <= self.limit:
+            # whole lines, none of them near the limit (the common case): no copy through the buffer
+            return [line for line in data[:-1].split(b"\n") if line and not line.isspace()]
         out: list[Any] = []
         start = 0
         while True:

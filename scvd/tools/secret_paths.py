@@ -49,8 +49,23 @@ def is_secret_like(path: str | Iterable[str]) -> bool:
     return secret_reason(path) is not None
 
 
+_kinds: dict[str, str | None] = {}  # component -> _component_kind: a read looks up the same few names again
+_KINDS_MAX = 4096
+
+
 def _component_kind(name: str) -> str | None:
-    """What a single lower-cased path component looks like, if secret-like."""
+    """What a single lower-cased path component looks like, if secret-like (remembered per name)."""
+    try:
+        return _kinds[name]
+    except KeyError:
+        pass
+    if len(_kinds) >= _KINDS_MAX:
+        _kinds.clear()
+    kind = _kinds[name] = _kind_of(name)
+    return kind
+
+
+def _kind_of(name: str) -> str | None:
     if name in SECRET_NAMES:
         return SECRET_NAMES[name]
     if name in SECRET_DIRS:
