@@ -43,6 +43,7 @@ class Connection:
         self.sessions: dict[str, Any] = {}
         self._seq = itertools.count(1)
         self._out: list[bytes] = []  # frames of this loop turn, written together by _flush()
+        self._out_bytes = 0
         self._loop = asyncio.get_running_loop()
 
     def decider(self) -> Decider:
@@ -57,18 +58,20 @@ class Connection:
         data = p.encode(frame)
         if len(data) > limit:
             data = p.encode(too_large(frame, len(data), limit))
-        if self.transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
+        # what this turn holds back counts too: many answers may complete in one turn
+        if self.transport.get_write_buffer_size() + self._out_bytes > WRITE_BUFFER_LIMIT:
             log.warning("client %s stopped reading; closing its connection", self.label())
             self.abort()
             return
         self._out.append(data)
+        self._out_bytes += len(data)
         if len(self._out) == 1:
             self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         """Write what this loop turn produced at once: one wake-up of the peer, not one per frame."""
         if self._out and not self.closed:
-            out, self._out = self._out, []
+            out, self._out, self._out_bytes = self._out, [], 0
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def pause_reading(self) -> None:

@@ -78,3 +78,19 @@ def test_abort_drops_what_is_pending(run_loop):
 
     run_loop(main())
 
+
+
+def test_answers_held_back_in_one_turn_count_toward_the_cut_off(run_loop, monkeypatch):
+    """Many answers completing in one turn: what waits for the turn's write counts as unread."""
+    import scvd.connection
+
+    monkeypatch.setattr(scvd.connection, "WRITE_BUFFER_LIMIT", 100_000)
+
+    async def main() -> None:
+        conn, peer = await connection_pair()
+        for i in range(20):
+            conn.send(p.Error(code="failed", message="x" * 10_000, id=i), LIMIT)
+        assert conn.closed  # before the turn's write: the peer never gets 200 kB it does not read
+        peer.close()
+
+    run_loop(main())
