@@ -8,6 +8,9 @@ Rules:
   after it, and further reading, wait until it is done: answers keep their frames' order.
 - Backpressure: reading pauses while the peer does not read its answers (`pause_writing`)
   and while a handler waits; `Connection.send` still cuts off a peer past WRITE_BUFFER_LIMIT.
+- Fairness: at most FRAMES_PER_TURN frames of one connection are handled in one loop turn;
+  the rest wait for the next (reading paused), so a peer that pipelines a flood does not hold
+  the loop from every other client.
 - End of stream: frames that came before it are handled first, then the connection is
   dropped (its sessions closed). A lost connection drops what it had not handled; a
   handler running then finishes first (a session it opens is closed with the rest).
@@ -22,6 +25,7 @@ from typing import Any, Awaitable, Protocol
 from . import protocol as p
 from .connection import Connection
 
+FRAMES_PER_TURN = 1024
 
 class Server(Protocol):
     """What a client's protocol needs from the daemon."""
@@ -50,6 +54,7 @@ class ClientProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._lines: deque[Any] = deque()  # frames read but not handled yet (behind a waiting one)
         self._waiting: asyncio.Future[Any] | None = None  # the handler that waits
+        self._next_turn = False  # FRAMES_PER_TURN were handled: the rest in the next turn
         self._write_paused = False
         self._reading = True
         self._ended = False  # end of stream or connection lost: drop once the handled frames are done
@@ -68,14 +73,14 @@ class ClientProtocol(asyncio.Protocol):
         if conn is None or conn.closed or self._done:
             return
         lines = conn.frames.feed(data)
-        if self._waiting is None and not self._lines:
+        if self._idle():
             self._handle(lines)  # the common case: no deque in between
         else:
             self._lines.extend(lines)
 
     def eof_received(self) -> bool:
         self._ended = True
-        if self._waiting is None and not self._lines:
+        if self._idle():
             self._finish()
         return True  # keep the transport for the answers still to go out; _finish closes it
 
@@ -95,12 +100,22 @@ class ClientProtocol(asyncio.Protocol):
 
     # --- frames in order -----------------------------------------------------------------
 
+    def _idle(self) -> bool:
+        return self._waiting is None and not self._next_turn and not self._lines
+
     def _handle(self, lines: list[Any]) -> None:
-        """Handle `lines` in order; the rest waits in the deque behind a handler that waits."""
+        """Handle `lines` in order; the rest waits in the deque behind a handler that waits, or
+        for the next turn after FRAMES_PER_TURN."""
         conn, server = self.conn, self.server
         assert conn is not None
         for i, line in enumerate(lines):
             if conn.closed:
+                return
+            if i == FRAMES_PER_TURN:
+                self._lines.extend(lines[i:])
+                self._next_turn = True
+                asyncio.get_running_loop().call_soon(self._go_on)
+                self._update_reading()
                 return
             if line is p.FrameReader.TOO_LARGE:
                 server.frame_too_large(conn)
@@ -118,13 +133,21 @@ class ClientProtocol(asyncio.Protocol):
 
     def _waited(self, _: asyncio.Future[Any]) -> None:
         self._waiting = None
+        self._drain()
+
+    def _go_on(self) -> None:
+        self._next_turn = False
+        self._drain()
+
+    def _drain(self) -> None:
+        """Handle the frames that waited, then read again (or finish after the end of stream)."""
         if self._done:
             return
-        while self._lines and self._waiting is None:
+        if self._lines and self._waiting is None and not self._next_turn:
             batch = list(self._lines)
             self._lines.clear()
             self._handle(batch)
-        if self._waiting is not None:
+        if self._waiting is not None or self._next_turn:
             return
         if self._ended:
             self._finish()
@@ -136,7 +159,7 @@ class ClientProtocol(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        want = not self._write_paused and self._waiting is None
+        want = not self._write_paused and self._waiting is None and not self._next_turn
         if want != self._reading:
             self._reading = want
             if want:

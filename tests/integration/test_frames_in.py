@@ -41,8 +41,9 @@ def wait_no_sessions(client: Any) -> None:
 
 
 def test_frames_sent_in_one_write_are_answered_in_order_behind_a_handler_that_waits(daemon, workspace: Path):
-    """session.open waits (a thread); the frames after it in the same write are answered after it."""
-    pings = b"".join(frame(type="ping", id=i) for i in range(200))
+    """session.open waits (a thread); the frames after it in the same write are answered after it,
+    more than one loop turn handles (client_protocol.FRAMES_PER_TURN) included."""
+    pings = b"".join(frame(type="ping", id=i) for i in range(3000))
     with RawConn(daemon.socket) as conn:
         conn.send_raw(HELLO + frame(type="session.open", id="o", workspace=str(workspace))
                       + frame(type="sessions.list", id="l") + b"x" * (2 << 20) + b"\n" + pings)
@@ -51,7 +52,7 @@ def test_frames_sent_in_one_write_are_answered_in_order_behind_a_handler_that_wa
         assert [s.session for s in listed.sessions] == [opened.session]  # handled after the open
         too_large = conn.frame()
         assert isinstance(too_large, p.Error) and too_large.code == "frame_too_large"
-        assert [a.id for a in answers(conn, 200)] == list(range(200))
+        assert [a.id for a in answers(conn, 3000)] == list(range(3000))
 
 
 def test_calls_sent_in_one_write_are_accepted_in_order_and_all_complete(daemon, workspace: Path):
