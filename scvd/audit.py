@@ -5,8 +5,10 @@ secret. `record()` keeps only the allow-listed field names below and drops
 the rest, so a caller cannot leak a file's content by passing it along; each
 value must be a scalar (strings are capped), so no structure smuggles it in.
 Rule: a call never waits on the file, nor on formatting its records. On the event
-loop's thread, a record is kept as it was given and formatted in the loop's next
-turn (after the call's answer went out), then buffered and written within
+loop's thread, a record is kept as it was given and formatted later, in a turn of
+its own with the records of the other calls answered meanwhile: at the flush, or
+once FORMAT_BATCH records wait (a turn per call cost a client that shares the
+daemon's CPU a few us per call); then buffered and written within
 FLUSH_SECONDS (or once BUFFER_BYTES pile up);
 decisions and denials are written at once, and so is every record made with
 no running loop (a worker thread, a script). Writes are whole lines on an
@@ -46,6 +48,7 @@ EVENT_RE = re.compile(r"[a-z][a-z0-9_.]{0,63}")
 
 FLUSH_SECONDS = 0.5  # the longest a buffered record waits in memory
 BUFFER_BYTES = 64 << 10  # or this much, whichever comes first
+FORMAT_BATCH = 64  # records kept unformatted before a turn of their own formats them (else the flush does)
 UNFORMATTED_MAX = 256  # records kept unformatted before one is formatted at once (a loop that never yields)
 
 _encoder = msgspec.json.Encoder()
@@ -121,7 +124,7 @@ class AuditLog:
         self._warned: set[str] = set()
         self._closed = False
         self._unformatted: list[tuple[float, str, dict[str, Any]]] = []  # (time, event, fields), in order
-        self._format_soon = False  # the loop's next turn formats them
+        self._format_soon = False  # a turn of their own formats them (FORMAT_BATCH waited)
         self._buffer: list[bytes] = []
         self._buffered = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -159,9 +162,10 @@ class AuditLog:
                 return
             # `fields` is this call's own dict (**fields); its values are scalars or dropped
             self._unformatted.append((now, event, fields))
-            if len(self._unformatted) >= UNFORMATTED_MAX:
+            waiting = len(self._unformatted)
+            if waiting >= UNFORMATTED_MAX:
                 self._format_locked()
-            elif not self._format_soon:
+            elif waiting >= FORMAT_BATCH and not self._format_soon:
                 self._format_soon = True
                 asyncio.get_running_loop().call_soon(self._on_format)
             if self._buffered >= BUFFER_BYTES:

@@ -287,8 +287,8 @@ def test_unbuffer_writes_the_buffer_and_every_later_record_at_once(audit, run_lo
 
 
 def test_a_record_formatted_later_keeps_the_time_it_was_made(audit, run_loop):
-    """On the loop a record is formatted in the next turn, after the call's answer went out;
-    its `ts` is still when record() was called."""
+    """On the loop a record is formatted later, after the call's answer went out (here: by the
+    flush); its `ts` is still when record() was called."""
     async def main() -> tuple[float, float]:
         before = time.time()
         audit.record("completion", call_id="c1", outcome="ok")
@@ -311,3 +311,16 @@ def test_timestamps_are_utc_to_the_millisecond():
     assert _timestamp(1700000000.123) == "2023-11-14T22:13:20.123Z"
     assert _timestamp(1700000000.0) == "2023-11-14T22:13:20.000Z"
     assert _timestamp(1700000001.9999) == "2023-11-14T22:13:21.999Z"
+
+
+def test_records_made_on_the_loop_are_written_in_order_by_the_flush(audit, run_loop):
+    """Formatted in batches of their own (FORMAT_BATCH, or the flush): none lost, none reordered."""
+    async def main() -> None:
+        for i in range(300):
+            audit.record("completion", call_id=f"c{i}", outcome="ok")
+            if i % 7 == 0:
+                await asyncio.sleep(0)
+        audit.flush()
+
+    run_loop(main())
+    assert [r["call_id"] for r in lines(audit.path)] == [f"c{i}" for i in range(300)]
