@@ -272,9 +272,9 @@ class CallRegistry:
             if begun is None:
                 tool, args = self._admit(call)
                 judged = ctx = None
-            else:  # from _begin(), which may have entered the lane, planned and judged
-                self._still_wanted(call)
+            else:  # from _begin(), which may have entered the lane, planned and judged: ours to free
                 tool, args, ticket, ctx, plan, judged = begun
+                self._still_wanted(call)  # cancelled (or scvd stopping) since that step
             if ticket is None:
                 ticket = await call.session.lane.enter(
                     concurrent=tool.flags.concurrent, background=tool.flags.background)

@@ -609,3 +609,23 @@ def test_stopping_completes_calls_that_have_not_taken_their_first_step():
         assert_once_each(hub, [handle.call_id])
 
     run(main())
+
+
+def test_a_call_cancelled_between_its_first_step_and_its_task_frees_its_lane_slot_and_plan():
+    """The first step entered the lane and planned, then handed over to a task (run_now said not
+    now); a cancel that lands before that task's first step must still let go of both."""
+    async def main() -> None:
+        hub, calls, session = make_now()
+        handle = calls.submit(session, "now", {"text": "later"}, requester=ME)
+        await asyncio.sleep(0)  # the first step runs, and makes the task
+        call = calls.get(handle.call_id)
+        assert call.task is not None and not call.begun
+        calls.cancel(handle.call_id, "call.cancel")
+        outcome = await handle.outcome
+        assert outcome.error.kind == "cancelled"
+        assert tool(session, "now").released == 1 and session.lane.depth == 0
+        after = calls.submit(session, "echo", {"text": "next"}, requester=ME)  # serial: needs an empty lane
+        assert (await asyncio.wait_for(after.outcome, 5)).result == {"text": "next"}
+        assert_once_each(hub, [handle.call_id, after.call_id])
+
+    run(main())
