@@ -6,8 +6,9 @@ Rules:
   Exactly two are taken (stdin, stdout); any other count is refused and every fd
   that came is closed. No fd message within the timeout is refused too.
 - Nothing blocks the loop: stdin and stdout are read and written through pipe
-  transports (O_NONBLOCK). A host that stops reading stdout is cut off once
-  WRITE_BUFFER_LIMIT bytes wait for it.
+  transports (O_NONBLOCK). Only pipes, sockets and terminals are taken: epoll
+  refuses regular files and other devices (/dev/null), and uvloop aborts on them.
+  A host that stops reading stdout is cut off once WRITE_BUFFER_LIMIT bytes wait for it.
 - The fds' file status flags are put back as they came once the transports are
   done with them: a terminal shared with a shell must not stay non-blocking.
 """
@@ -19,6 +20,7 @@ import fcntl
 import logging
 import os
 import socket
+import stat
 from typing import Any, Callable
 
 import msgspec
@@ -129,6 +131,15 @@ class HostPipes:
         self.out: _Out | None = None
         self.released = False
 
+    def check(self) -> None:
+        """Refuse what the loop cannot watch, before any transport is made on it."""
+        for name, fd in zip(("stdin", "stdout"), self.fds):
+            kind = _unwatchable(fd)
+            if kind:
+                raise errors.InvalidRequest(
+                    f"mcp.attach: the host's stdin and stdout must be pipes, sockets or terminals; its {name} "
+                    f"is {kind}: let an MCP host start `scvctl mcp` (it gives it pipes)")
+
     async def connect(self, lines: Lines) -> None:
         """Start reading stdin into `lines`; stdout is writable from now on."""
         loop = asyncio.get_running_loop()
@@ -172,8 +183,12 @@ class HostPipes:
         """Let go at once: no transport writes any more, the flags are put back, our fds are closed."""
         if self.reader is not None:
             self.reader.close()  # each transport closes its own dup
-        if self.writer is not None and self.out is not None and not self.out.lost.done():
-            self.writer.abort()  # no write after this, whatever was waiting (asyncio's fails once closed)
+        writer = self.writer
+        if writer is not None and self.out is not None and not self.out.lost.done() and (
+                not writer.is_closing() or writer.get_write_buffer_size()):
+            # no write after this, whatever was waiting; asyncio's would call connection_lost twice
+            # if aborted again, or after a close() that had nothing left to write
+            writer.abort()
         if self.released:
             return
         self.released = True
@@ -187,7 +202,24 @@ class HostPipes:
 
 def _dup_file(fd: int, mode: str) -> Any:
     """A file on a dup of `fd`, for a pipe transport to own and close."""
-    return os.fdopen(os.dup(fd), mode, buffering=0)
+    dup = os.dup(fd)
+    try:
+        return os.fdopen(dup, mode, buffering=0)
+    except BaseException:
+        os.close(dup)  # fdopen does not close an fd it refused
+        raise
+
+
+def _unwatchable(fd: int) -> str | None:
+    """What `fd` is when epoll cannot watch it; None for a pipe, a socket or a terminal."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and os.isatty(fd)):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return "a device that is not a terminal (such as /dev/null)"
 
 
 class MessageWriter:
