@@ -71,6 +71,9 @@ class Bridge:
                         "expected a JSON-RPC request object with a method")
             return
         msg_id, method = message.get("id"), message["method"]
+        if msg_id is not None and not is_id(msg_id):  # it would key our tables: refused before anything runs
+            self._error(None, INVALID_REQUEST, "a request's id must be a string or a number")
+            return
         params = message.get("params") or {}
         if not isinstance(params, dict):  # MCP's params are objects; a host waits for its answer
             if msg_id is not None:
@@ -176,12 +179,18 @@ class Bridge:
 
     async def _notification(self, method: str, params: dict[str, Any]) -> None:
         if method == "notifications/cancelled":
-            call_id = self.calls.get(params.get("requestId"))
+            request_id = params.get("requestId")
+            call_id = self.calls.get(request_id) if is_id(request_id) else None
             if call_id:
                 try:
                     await self.client.request(p.CallCancel, call_id=call_id)
-                except errors.CallNotFound:
-                    pass  # it finished first
+                except (errors.CallNotFound, errors.ConnectionClosed):
+                    pass  # it finished first, or the host was detached (its calls are cancelled then)
 
     def _error(self, msg_id: Any, code: int, message: str) -> None:
         self.out.write({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
+
+
+def is_id(value: Any) -> bool:
+    """A JSON-RPC request id: a string or a number (not a boolean, which JSON keeps apart)."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)

@@ -188,3 +188,81 @@ def test_scvd_stopping_ends_scvctl_mcp_with_a_message(make_daemon, workspace):
     h.proc.stdin.close()
     h.proc.stdout.close()
     h.proc.stderr.close()
+
+
+def open_fds(d) -> int:
+    return len(os.listdir(f"/proc/{d.proc.pid}/fd"))
+
+
+def attach_fds(d, workspace: Path, stdin_fd: int, stdout_fd: int, name: str = "handed"):
+    """A client that hands these two fds over as a host's stdin and stdout; its answer (or error)."""
+    c = d.client(name=name)
+    cue = c.request(p.McpAttach, workspace=str(workspace))
+    socket.send_fds(c.sock, [b"\0"], [stdin_fd, stdout_fd])
+    return c, cue.id
+
+
+@pytest.mark.parametrize("kind", ["/dev/null", "a regular file", "a directory"])
+def test_stdio_the_loop_cannot_watch_is_refused_and_scvd_lives_on(daemon, workspace, tmp_path, kind):
+    """/dev/null and regular files cannot be polled (uvloop aborted the whole daemon on them); a
+    directory cannot be read: each is refused, every fd that came is closed, scvd serves on."""
+    path = {"/dev/null": os.devnull, "a regular file": tmp_path / "f", "a directory": tmp_path}[kind]
+    fd = os.open(path, os.O_RDONLY | (os.O_CREAT if kind == "a regular file" else 0))
+    with daemon.client(name="warm") as warm:  # the first session opens what sessions share
+        warm.open_session(workspace)
+    before = open_fds(daemon)
+    for _ in range(3):
+        c, cue_id = attach_fds(daemon, workspace, fd, fd)
+        with c, pytest.raises(errors.InvalidRequest, match="stdin and stdout must be pipes, sockets or terminals"):
+            c.wait_answer(cue_id)
+    os.close(fd)
+    with daemon.client(name="other") as other:
+        assert isinstance(other.request(p.Ping), p.Pong)
+    until(lambda: open_fds(daemon) <= before)  # nothing of the refused handoffs is held
+    assert sessions_of(daemon, "handed") == []
+
+
+def test_a_terminal_is_served_and_left_blocking(daemon, workspace):
+    import pty
+
+    master, tty = pty.openpty()
+    try:
+        c, cue_id = attach_fds(daemon, workspace, tty, tty)
+        with c:
+            assert isinstance(c.wait_answer(cue_id), p.McpAttached)
+            os.write(master, json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"}).encode() + b"\n")
+            seen = b""
+            while b'"id":7' not in seen:
+                seen += os.read(master, 4096)
+            assert fcntl.fcntl(tty, fcntl.F_GETFL) & os.O_NONBLOCK
+        until(lambda: not fcntl.fcntl(tty, fcntl.F_GETFL) & os.O_NONBLOCK)  # scvctl's connection went
+    finally:
+        os.close(master)
+        os.close(tty)
+
+
+def test_a_request_id_that_is_not_a_string_or_number_is_refused_before_anything_runs(daemon, workspace):
+    """JSON-RPC ids are strings or numbers: an object id must not start a call the host is then told failed."""
+    h = McpHost(daemon, workspace)
+    h.rpc("initialize", INIT)
+    call = {"name": "bash", "arguments": {"command": "touch made"}}
+    h.send({"jsonrpc": "2.0", "id": {"x": 1}, "method": "tools/call", "params": call})
+    answer = h.read()
+    assert answer["id"] is None and answer["error"]["code"] == -32600 and "string or a number" in answer["error"]["message"]
+    h.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": [1]}})
+    assert h.rpc("ping")["result"] == {}
+    with daemon.client(name="watcher") as w:
+        assert w.request(p.ApprovalsList).approvals == []
+    assert h.close() == 0
+    assert "Traceback" not in daemon.log()
+
+
+def test_scvd_stopping_with_a_host_attached_logs_no_error(make_daemon, workspace):
+    d = make_daemon()
+    h = McpHost(d, workspace)
+    h.rpc("initialize", INIT)
+    assert d.stop() == 0
+    assert h.proc.wait(10) == 1
+    assert " ERROR " not in d.log()
+    for f in (h.proc.stdin, h.proc.stdout, h.proc.stderr):
+        f.close()
