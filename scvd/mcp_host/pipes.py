@@ -149,8 +149,8 @@ class HostPipes:
             self.reader, _ = await loop.connect_read_pipe(lambda: lines, _dup_file(self.fds[0], "rb"))
         except (OSError, ValueError) as exc:
             self.abort()
-            raise errors.InvalidRequest(
-                f"mcp.attach: the host's stdin and stdout must be pipes, sockets or terminals ({exc})") from None
+            raise errors.InvalidRequest(  # check() took their kind: what is left is the system's say
+                f"mcp.attach: scvd could not watch the host's stdin and stdout ({exc}); see its log") from None
 
     def write(self, data: bytes) -> None:
         writer = self.writer

@@ -32,6 +32,7 @@ from .pipes import HostPipes, Lines, MessageWriter, receive_fds
 log = logging.getLogger("scvd.mcp_host")
 
 GRACE = 2.0  # seconds a detached host's last answers may take to be written and read
+FDS_PER_HOST = 4  # stdin and stdout as handed over (kept to put their flags back), and a dup of each per transport
 
 
 @dataclass(eq=False)
@@ -55,24 +56,29 @@ class McpHosts:
     daemon: Any
     hosts: dict[Connection, Host] = field(default_factory=dict)
     ending: set[Host] = field(default_factory=set)  # dropped, their pipes not let go of yet
+    arriving: int = 0  # hosts between `mcp.attach` and being served: their session's budget check counts them
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     def fds_held(self) -> int:
-        return 2 * (len(self.hosts) + len(self.ending))  # each host's stdin and stdout
+        return FDS_PER_HOST * (len(self.hosts) + len(self.ending) + self.arriving)
 
     async def attach(self, conn: Connection, frame: p.McpAttach) -> p.Frame:
         if conn in self.hosts or isinstance(conn, LocalConnection):
             raise errors.InvalidRequest("this connection already handed over an MCP host's stdio; "
                                         "connect again for another")
-        stdin_fd, stdout_fd = await self._receive(conn, frame)
-        host = Host(conn=conn, client=LocalClient(self.daemon, conn), pipes=HostPipes(stdin_fd, stdout_fd, None))
-        host.pipes.on_cut_off = lambda: self._end_soon(host, "the MCP host stopped reading its stdout")
+        self.arriving += 1  # from before the fds come: session.open's budget check then counts them
         try:
-            lines = await self._open(host, frame.workspace)
-        except BaseException:
-            self._drop(host)
-            host.pipes.abort()
-            raise
+            stdin_fd, stdout_fd = await self._receive(conn, frame)
+            host = Host(conn=conn, client=LocalClient(self.daemon, conn), pipes=HostPipes(stdin_fd, stdout_fd, None))
+            host.pipes.on_cut_off = lambda: self._end_soon(host, "the MCP host stopped reading its stdout")
+            try:
+                lines = await self._open(host, frame.workspace)
+            except BaseException:
+                self._drop(host)
+                host.pipes.abort()
+                raise
+        finally:
+            self.arriving -= 1
         self.hosts[conn] = host
         host.task = asyncio.ensure_future(self._serve(host, lines))
         log.info("MCP host attached by %s: session %s", conn.label(), host.session)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from scvd import errors, protocol as p
+from scvd import errors, limits, protocol as p
 
 from conftest import base_env, wait_pending
 from test_mcp import McpHost
@@ -266,3 +266,37 @@ def test_scvd_stopping_with_a_host_attached_logs_no_error(make_daemon, workspace
     assert " ERROR " not in d.log()
     for f in (h.proc.stdin, h.proc.stdout, h.proc.stderr):
         f.close()
+
+
+def test_attached_hosts_stop_at_the_open_file_budget_and_leave_its_reserve(make_daemon, workspace):
+    """Each host holds four fds (the two handed over and a dup of each for its transport): counted as
+    two, hosts ate the reserve kept for tools' pipes until an attach itself failed with EMFILE."""
+    import resource
+
+    limit = 256
+    d = make_daemon(preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+    hosts = []
+    try:
+        while True:
+            in_r, in_w = os.pipe()
+            out_r, out_w = os.pipe()
+            c, cue_id = attach_fds(d, workspace, in_r, out_w)
+            os.close(in_r)
+            os.close(out_w)
+            hosts.append((c, in_w, out_r))
+            try:
+                c.wait_answer(cue_id)
+            except errors.ScvError as exc:
+                refusal = exc
+                break
+            assert len(hosts) < limit, "never refused"
+        assert "open-file budget" in str(refusal), refusal
+        reserve = limits.FdBudget(limit=limit, base=0).reserve
+        assert open_fds(d) <= limit - reserve  # the reserve for tools' pipes and one more accept is whole
+        with d.client(name="approver") as other:  # and the headroom for a person's client
+            assert isinstance(other.request(p.Ping), p.Pong)
+    finally:
+        for c, in_w, out_r in hosts:
+            c.close()
+            os.close(in_w)
+            os.close(out_r)
