@@ -34,11 +34,25 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    closed = [name for fd, name in ((0, "stdin"), (1, "stdout")) if not _is_open(fd)]
+    if closed:
+        print(f"usage: scvctl mcp speaks MCP on its stdin and stdout, but its {' and '.join(closed)} "
+              f"{'is' if len(closed) == 1 else 'are'} closed: let the MCP host start it (with pipes on both)",
+              file=sys.stderr)
+        return 2  # the usage exit, as cli.EXIT_USAGE
     # an approver, so the session's own approval requests reach the host (used only for hosts that elicit)
     with Client.connect(args.socket, name="scvctl-mcp", approver=True) as client:
         attached = hand_over(client, args.workspace.resolve())
         stop_writing_stdio()
         return wait_detached(client, attached.session)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def hand_over(client: Client, workspace: Path) -> p.McpAttached:
@@ -48,7 +62,7 @@ def hand_over(client: Client, workspace: Path) -> p.McpAttached:
     except errors.UnknownType:
         raise errors.Failed("this scvd is older than scvctl and cannot serve MCP hosts; restart it "
                             "(systemctl --user restart scvd)") from None
-    socket.send_fds(client.sock, [HANDOFF_BYTE], [sys.stdin.fileno(), sys.stdout.fileno()])
+    socket.send_fds(client.sock, [HANDOFF_BYTE], [0, 1])  # sys.stdin/stdout may be rebound; the fds are the host's
     return client.wait_answer(cue.id)
 
 

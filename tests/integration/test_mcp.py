@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -169,6 +170,16 @@ def test_not_running_daemon_exits_3(tmp_path, workspace):
                          stdin=subprocess.DEVNULL)
     assert out.returncode == 3 and "scvd is not running" in out.stderr
     assert out.stdout == ""
+
+
+@pytest.mark.parametrize("redirect,closed", [("<&-", "stdin"), (">&-", "stdout"), ("<&- >&-", "stdin and stdout")])
+def test_closed_stdio_is_a_usage_error_that_says_which(daemon, workspace, redirect, closed):
+    cmd = f"exec {shlex.quote(sys.executable)} -m scvctl mcp --workspace {shlex.quote(str(workspace))} {redirect}"
+    out = subprocess.run(["bash", "-c", cmd], env=daemon.env, capture_output=True, text=True,
+                         timeout=20)
+    assert out.returncode == 2, out.stderr
+    assert f"its {closed} " in out.stderr and "let the MCP host start it" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_the_host_keeps_no_events_of_calls_it_has_answered(make_inproc, workspace):
