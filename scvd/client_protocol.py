@@ -67,6 +67,8 @@ class ClientProtocol(asyncio.Protocol):
         self.conn = self.server.open_connection(transport)
         if self.conn is None:
             self._done = True
+        else:
+            self.conn.queued = self._lines.__len__
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn

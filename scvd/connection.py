@@ -12,7 +12,7 @@ import itertools
 import logging
 import socket
 import struct
-from typing import Any
+from typing import Any, Callable
 
 from . import protocol as p
 from .approvals import Decider, spawned_by_daemon
@@ -27,6 +27,7 @@ class Connection:
 
     _ids = itertools.count(1)
     _decider: Decider | None = None  # decider()'s, made on first use (a subclass may skip __init__)
+    queued: Callable[[], int] = staticmethod(lambda: 0)  # frames read, not yet handled (client_protocol's)
 
     def __init__(self, transport: asyncio.Transport, limit: int) -> None:
         self.id = next(self._ids)
@@ -81,6 +82,11 @@ class Connection:
     def resume_reading(self) -> None:
         if not self.closed and not self.transport.is_closing():
             self.transport.resume_reading()
+
+    def input_waiting(self) -> bool:
+        """True when bytes after the frame being handled were already read: whole frames that
+        wait their turn (client_protocol sets `queued`) or part of one."""
+        return self.queued() > 0 or self.frames.pending
 
     def fileno(self) -> int:
         return self.transport.get_extra_info("socket").fileno()

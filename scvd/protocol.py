@@ -776,6 +776,11 @@ class FrameReader:
             self._skipping = False
 
     @property
+    def pending(self) -> bool:
+        """True while part of a line (or of an oversized one) was read and its newline not yet."""
+        return bool(self._buf) or self._skipping
+
+    @property
     def overflowed(self) -> bool:
         """True while the rest of an oversized line is being discarded."""
         return self._skipping

@@ -62,6 +62,9 @@ async def receive_fds(fileno: int, timeout: float) -> tuple[int, int]:
         os.close(fd)
     if not data:
         raise errors.HandoffFailed("mcp.attach: the connection closed before the fds came")
+    if not fds:
+        raise errors.HandoffFailed("mcp.attach: bytes came after `ok` but no fds; send one data byte with "
+                                   "stdin and stdout as SCM_RIGHTS, and nothing else before mcp.attached")
     got = f"more than {MAX_FDS}" if flags & socket.MSG_CTRUNC else str(len(fds))
     raise errors.HandoffFailed(f"mcp.attach: send exactly 2 fds, stdin then stdout; {got} came")
 

@@ -88,6 +88,10 @@ class McpHosts:
         """Stop reading the connection, say `ok`, take the fds, read on."""
         conn.pause_reading()
         try:
+            if conn.input_waiting():  # read already: the fd message, behind them, could not be told apart
+                raise errors.HandoffFailed(
+                    "mcp.attach: more bytes came right after it; send nothing between mcp.attach and its fds "
+                    "(wait for `ok`, then one data byte with stdin and stdout as SCM_RIGHTS)")
             conn.send(p.Ok(id=frame.id), self.daemon.config.server.server_frame_bytes)
             return await receive_fds(conn.fileno(), self.daemon.config.server.handoff_timeout_seconds)
         finally:

@@ -3,7 +3,9 @@
 Each example opens a connection (said hello or not), sends one random line and
 then a `ping` with an id no generated frame uses. Everything the server sends
 until that `pong` is decoded with the protocol's own decoder, so a malformed
-answer fails; and a non-blank line must get exactly one answer.
+answer fails; and a non-blank line must get exactly one answer. An `mcp.attach`
+that decodes is refused then (fatal, the connection closed): the ping right
+behind it stands where its fds must come.
 """
 
 from __future__ import annotations
@@ -88,8 +90,10 @@ def check(path: Any, hello: bool, line: bytes) -> None:
         return
     assert len(answers) == 1, answers
     answer = answers[0]
-    if closed:  # only a fatal error may close the connection
-        assert isinstance(answer, p.Error) and answer.fatal and answer.code == "version_mismatch", answer
+    if closed:  # only a fatal error may close the connection: a protocol mismatch, or a refused handoff
+        assert isinstance(answer, p.Error) and answer.fatal, answer
+        assert answer.code == "version_mismatch" or (
+            answer.code == "invalid_request" and msgspec.json.decode(line)["type"] == "mcp.attach"), answer
     if isinstance(answer, p.Error):
         assert answer.code != "internal", (line, answer)
     else:

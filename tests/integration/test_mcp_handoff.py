@@ -17,6 +17,7 @@ import pytest
 from scvd import errors, limits, protocol as p
 
 from conftest import base_env, wait_pending
+from harness import RawConn
 from test_mcp import McpHost
 
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test-host"}}
@@ -102,6 +103,31 @@ def test_attach_without_fds_is_refused_after_the_timeout_and_the_connection_clos
     with d.client(name="other") as other:
         assert isinstance(other.request(p.Ping), p.Pong)
     assert sessions_of(d, "no-fds") == []
+
+
+def test_frames_sent_right_after_attach_are_refused_at_once_with_no_ok(daemon, workspace):
+    """A client that pipelines behind `mcp.attach` learns it at once, not after the handoff timeout."""
+    with RawConn(daemon.socket) as conn:
+        assert isinstance(conn.hello(), p.Welcome)
+        conn.send_raw(b'{"type":"mcp.attach","id":2,"workspace":"%s"}\n{"type":"ping","id":3}\n'
+                      % str(workspace).encode())
+        answer = conn.frame()
+        assert isinstance(answer, p.Error) and answer.id == 2 and answer.fatal and answer.code == "invalid_request"
+        assert "more bytes came right after it; send nothing between mcp.attach and its fds" in answer.message
+        assert conn.closed_by_server()
+    assert sessions_of(daemon, "raw") == []
+
+
+def test_a_frame_instead_of_the_fds_is_refused_at_once(daemon, workspace):
+    with daemon.client(name="no-fds") as c:
+        cue = c.request(p.McpAttach, workspace=str(workspace))
+        assert isinstance(cue, p.Ok)
+        c.sock.sendall(b'{"type":"ping","id":99}\n')
+        with pytest.raises(errors.InvalidRequest, match="bytes came after `ok` but no fds; send one data byte"):
+            c.wait_answer(cue.id)
+        with pytest.raises(errors.ConnectionClosed):
+            c.request(p.Ping)
+    assert sessions_of(daemon, "no-fds") == []
 
 
 @pytest.mark.parametrize("count", [1, 3])
