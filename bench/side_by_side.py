@@ -27,7 +27,8 @@ One run, interleaved rounds, one client, a 4 KiB file (the issue 9 goals):
 - rss_mib: the daemon idle after start and after the load; what importing the
   heavy optional dependencies (openai, mcp, jsonschema, keyring) would add.
 
-Usage: python bench/side_by_side.py [--rounds 20] [--per-round 100] [--seconds 3] [--one-cpu]
+Usage: python bench/side_by_side.py [--rounds 20] [--per-round 100] [--seconds 3] [--one-cpu] [--two-cpus]
+                                    [--before CHECKOUT] [--latency-only]
 Needs .ci/install-mcp-servers (node and the pinned servers) for reference_mcp.
 """
 
@@ -263,21 +264,26 @@ def pin(pids: list[int], cpus: set[int]) -> None:
                 pass  # a thread that just ended
 
 
-def one_cpu_latency(systems: list[System], rounds: int, per_round: int) -> dict[str, Any]:
-    """The same rounds with the client and every server on CPU 0: no cross-CPU wake-ups.
+def pinned_latency(systems: list[System], rounds: int, per_round: int, client: set[int],
+                   servers: set[int]) -> dict[str, Any]:
+    """The same rounds with the client on `client` and every server on `servers`.
 
-    Unpinned, a round trip costs ~25 µs more per hop when the kernel puts the two
-    processes on different CPUs, which it does more for a busier server; pinned, what
-    remains is each side's own work and the context switches."""
+    Unpinned, where the kernel puts two processes decides a round trip as much as their
+    code: on the same CPU a wake-up is a context switch, across CPUs it costs ~25-35 µs
+    per hop here (an idle vCPU is woken). The kernel keeps a light ping-pong (the echo
+    floor) on one CPU and spreads a busier one, so unpinned ratios mix the two. On one
+    CPU every system pays context switches only; on two (client on CPU 0, servers on
+    CPU 1) every hop crosses, as it does for an agent host and scvd on different cores."""
     everyone = set(range(os.cpu_count() or 1))
-    servers = [pid for s in systems for pid in s.pids]
+    pids = [pid for s in systems for pid in s.pids]
     for s in systems:
         s.samples = []
-    pin([os.getpid(), *servers], {0})
+    pin([os.getpid()], client)
+    pin(pids, servers)
     try:
         return measure_latency(systems, rounds, per_round)
     finally:
-        pin([os.getpid(), *servers], everyone)
+        pin([os.getpid(), *pids], everyone)
 
 
 def summary_us(samples: list[float]) -> dict[str, float]:
@@ -585,8 +591,8 @@ def goals(lat: dict[str, Any], tput: dict[str, Any], start: dict[str, Any], rss:
             for name, (v, op, target) in rows.items()}
 
 
-def one_cpu_ratios(lat: dict[str, Any]) -> dict[str, float]:
-    """The goals' latency ratios on one CPU: what the code costs, without the scheduler's placement."""
+def pinned_ratios(lat: dict[str, Any]) -> dict[str, float]:
+    """The goals' latency ratios with every process pinned: the same placement for every system."""
     scvd, ref = lat["scvd_socket"]["p50"], lat.get("reference_mcp", {}).get("p50")
     out = {"scvd_p50_vs_echo_asyncio_p50": round(scvd / lat["echo_asyncio"]["p50"], 3)}
     if ref:
@@ -609,6 +615,10 @@ def main() -> None:
                     help="also measure another checkout: its daemon, scvctl mcp and start (scvd_socket_before, scvctl_mcp_before, before_clients_N, before_ready_ms)")
     ap.add_argument("--one-cpu", action="store_true",
                     help="also measure the latencies with the client and every server pinned to CPU 0 (latency_one_cpu_us)")
+    ap.add_argument("--two-cpus", action="store_true",
+                    help="also measure them with the client on CPU 0 and every server on CPU 1 (latency_two_cpus_us)")
+    ap.add_argument("--latency-only", action="store_true",
+                    help="only the latency rounds and their ratios (no throughput, notify, start or RSS)")
     ap.add_argument("--echo-server", help=argparse.SUPPRESS)
     ap.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -652,11 +662,21 @@ def main() -> None:
         try:
             result["latency_us"] = measure_latency(systems, args.rounds, args.per_round)
             if args.one_cpu:
-                one = result["latency_one_cpu_us"] = one_cpu_latency(systems, args.rounds, args.per_round)
-                result["one_cpu_ratios"] = one_cpu_ratios(one)
+                one = result["latency_one_cpu_us"] = pinned_latency(systems, args.rounds, args.per_round, {0}, {0})
+                result["one_cpu_ratios"] = pinned_ratios(one)
+            if args.two_cpus and (os.cpu_count() or 1) >= 2:
+                two = result["latency_two_cpus_us"] = pinned_latency(systems, args.rounds, args.per_round, {0}, {1})
+                result["two_cpus_ratios"] = pinned_ratios(two)
         finally:
             for s in systems:
                 s.close()
+        if args.latency_only:
+            for daemon in (d, d_asyncio, d_before):
+                if daemon:
+                    daemon.stop()
+            result["ratios"] = pinned_ratios(result["latency_us"])
+            print(json.dumps(result, indent=2))
+            return
         result["calls_per_s"] = throughput({"": d, **({"before_": d_before} if d_before else {})},
                                            workspace, args.seconds)
         rss["daemon_idle_after_load"] = d.rss_mib()
