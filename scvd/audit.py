@@ -145,6 +145,10 @@ class AuditLog:
 
     def record(self, event: str, **fields: Any) -> None:
         """Append one line {ts, event, <allowed fields>}; raises OSError when a write at once fails."""
+        self.add(event, fields)
+
+    def add(self, event: str, fields: dict[str, Any]) -> None:
+        """record() with the fields as a dict made for this record alone: it is kept until formatted."""
         if event not in _EVENTS_SEEN:
             if not EVENT_RE.fullmatch(event):
                 raise ValueError(f"audit event name {event!r} must match {EVENT_RE.pattern}")
@@ -155,33 +159,36 @@ class AuditLog:
                 raise ValueError(f"audit log {self.path} is closed")
             # urgent(), inlined: every call makes two records
             if (event in DECISION_EVENTS or fields.get("decision") == "deny"
-                    or fields.get("error_kind") == "denied" or not self._flush_later()):
-                self._format_locked()  # what came before goes first
-                self._buffer_line(now, event, fields)
+                    or fields.get("error_kind") == "denied" or self._direct
+                    or self._timer is None and not self._flush_later()):
+                self._unformatted.append((now, event, fields))  # after what came before
+                self._format_locked()
                 self._flush_locked()
                 return
-            # `fields` is this call's own dict (**fields); its values are scalars or dropped
-            self._unformatted.append((now, event, fields))
-            waiting = len(self._unformatted)
-            if waiting >= UNFORMATTED_MAX:
-                self._format_locked()
-            elif waiting >= FORMAT_BATCH and not self._format_soon:
-                self._format_soon = True
-                asyncio.get_running_loop().call_soon(self._on_format)
+            unformatted = self._unformatted
+            unformatted.append((now, event, fields))
+            waiting = len(unformatted)
+            if waiting >= FORMAT_BATCH:
+                if waiting >= UNFORMATTED_MAX:
+                    self._format_locked()
+                elif not self._format_soon:
+                    self._format_soon = True
+                    asyncio.get_running_loop().call_soon(self._on_format)
             if self._buffered >= BUFFER_BYTES:
                 self._flush_locked()
 
-    def _buffer_line(self, now: float, event: str, fields: dict[str, Any]) -> None:
-        kept, dropped = redact(fields)
-        self._warn_dropped(event, dropped)
-        line = _encoder.encode({"ts": _timestamp(now), "event": event, **kept}) + b"\n"
-        self._buffer.append(line)
-        self._buffered += len(line)
-
     def _format_locked(self) -> None:
+        """The records that wait, as lines in the buffer, in order."""
         pending, self._unformatted = self._unformatted, []
+        buffer, encode, added = self._buffer, _encoder.encode, 0
         for now, event, fields in pending:
-            self._buffer_line(now, event, fields)
+            kept, dropped = redact(fields)
+            if dropped:
+                self._warn_dropped(event, dropped)
+            line = encode({"ts": _timestamp(now), "event": event, **kept}) + b"\n"
+            buffer.append(line)
+            added += len(line)
+        self._buffered += added
 
     def _on_format(self) -> None:
         with self._lock:

@@ -60,7 +60,7 @@ import msgspec
 
 from . import errors
 from .always_ask import always_ask_reason
-from .approvals import Approval, ApprovalGate, Decider, Verdict, holds_home, policy_verdict
+from .approvals import Approval, ApprovalGate, Decider, Verdict, holds_home, policy_verdict, read_only_runs
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Owner, Session, Ticket
 from .tools.contract import NOT_NOW, CallContext, Plan, Tool, ToolRisk, check_timeout
@@ -75,7 +75,8 @@ log = logging.getLogger("scvd.calls")
 class AuditSink(Protocol):
     """Where audit lines go (scvd.audit.AuditLog)."""
 
-    def record(self, event: str, **fields: object) -> None: ...
+    def add(self, event: str, fields: dict[str, object]) -> None:
+        """One record; `fields` is the caller's dict for it alone."""
 
 
 class Hub(Protocol):
@@ -343,17 +344,21 @@ class CallRegistry:
         """The policy's verdict on a planned call and the always_ask reason; audited as its proposal."""
         session = call.session
         cfg = session.config.approvals
-        risk = plan.risk.value
-        sandbox = self.hub.sandbox
-        # only calls that are not read-only: reading .git is harmless, a secret-like read is filesystem
-        always = (always_ask_reason(plan.targets, cfg.always_ask)
-                  if plan.targets and plan.risk is not ToolRisk.READ_ONLY else None)
-        verdict = policy_verdict(
-            cfg.policy, plan, always_allow=tool.flags.always_allow,
-            granted=session.granted(tool.name, risk, plan.sandboxed),
-            sandbox_active=bool(sandbox and sandbox.active) and not holds_home(str(session.workspace)),
-            always_asks=always is not None)
-        self._audit("proposal", call, risk=risk, policy=cfg.policy, decision=verdict.value)
+        risk = plan.risk._value_  # the documented sunder name: .value is two Python calls on 3.11
+        if read_only_runs(cfg.policy, plan, tool.flags.always_allow):  # most calls: no grant or sandbox to look at
+            verdict, always = Verdict.RUN, None
+        else:
+            sandbox = self.hub.sandbox
+            # only calls that are not read-only: reading .git is harmless, a secret-like read is filesystem
+            always = (always_ask_reason(plan.targets, cfg.always_ask)
+                      if plan.targets and plan.risk is not ToolRisk.READ_ONLY else None)
+            verdict = policy_verdict(
+                cfg.policy, plan, always_allow=tool.flags.always_allow,
+                granted=session.granted(tool.name, risk, plan.sandboxed),
+                sandbox_active=bool(sandbox and sandbox.active) and not holds_home(str(session.workspace)),
+                always_asks=always is not None)
+        self._audit("proposal", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
+                                 "risk": risk, "policy": cfg.policy, "decision": verdict._value_})
         return verdict, always
 
     async def _gate(self, call: Call, tool: Tool, plan: Plan,
@@ -362,7 +367,7 @@ class CallRegistry:
         asked (and approved)."""
         verdict, always = judged or self._judge(call, tool, plan)
         session = call.session
-        risk = plan.risk.value
+        risk = plan.risk._value_
         if verdict is Verdict.RUN:
             return False
         if verdict is Verdict.DENY:
@@ -450,32 +455,27 @@ class CallRegistry:
         call.done = True
         self.table.pop(call.call_id, None)
         error = outcome.error
-        self._audit("completion", call, outcome="ok" if outcome.ok else "error",
-                    error_kind=error.kind if error else None,
-                    duration_s=round(time.monotonic() - call.submitted, 3))
+        self._audit("completion", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
+                                   "outcome": "ok" if outcome.ok else "error",
+                                   "error_kind": error.kind if error else None,
+                                   "duration_s": round(time.monotonic() - call.submitted, 3)})
         self.hub.send_event(call.session.owner, CallCompleted(
             seq=0, call_id=call.call_id, ok=outcome.ok, result=outcome.result, error=error, turn=call.turn))
         if not call.outcome.done():
             call.outcome.set_result(outcome)
         self.hub.calls_changed()
 
-    def _audit(self, event: str, call: Call, **fields: object) -> None:
-        """write_audit() for a call's own records, without passing the fields on once more."""
-        audit = self.hub.audit
-        if audit is None:
-            return
-        try:
-            audit.record(event, tool=call.tool_name, session=call.session.id, call_id=call.call_id, **fields)
-        except OSError as exc:  # a full disk must not stop calls; say so in the log
-            log.error("audit log write failed: %s", exc)
-
     def write_audit(self, event: str, **fields: object) -> None:
         """Append one audit line; a failed write is logged, never raised (a full disk must not stop calls)."""
+        self._audit(event, fields)
+
+    def _audit(self, event: str, fields: dict[str, object]) -> None:
+        """write_audit() with the fields as a dict made for this record (a call's own two records)."""
         audit = self.hub.audit
         if audit is None:
             return
         try:
-            audit.record(event, **fields)
+            audit.add(event, fields)
         except OSError as exc:  # a full disk must not stop calls; say so in the log
             log.error("audit log write failed: %s", exc)
 

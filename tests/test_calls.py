@@ -91,7 +91,7 @@ class FakeAudit:
     def __init__(self) -> None:
         self.lines: list[dict[str, Any]] = []
 
-    def record(self, event: str, **fields: object) -> None:
+    def add(self, event: str, fields: dict[str, object]) -> None:
         self.lines.append({"event": event, **fields})
 
 
