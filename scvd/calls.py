@@ -41,7 +41,9 @@ Rules of a call's life:
   small local file) has its call's first step run in a callback, not a task: when
   the lane admits it at once, the policy runs it unasked and `run_now()` answers,
   it completes there with no task and no timer. At the first thing that waits
-  (the lane, an approval, a denial, `run()`), a task goes on from there.
+  (the lane, an approval, a denial, `run()`), a task goes on from there. A call
+  that has to wait for its lane joins it in that first step, so it keeps its
+  place ahead of the calls that arrived after it.
 - Events (`call.started`, `call.progress`, `call.completed`) go to the session's
   owner through the hub and carry the call's `turn`, when it has one.
 """
@@ -241,10 +243,14 @@ class CallRegistry:
         ticket = plan = None
         try:
             tool, args = self._admit(call)
-            if not tool.flags.background:  # a background call leaves the lane as it starts: enter() does that
-                ticket = call.session.lane.try_enter(concurrent=tool.flags.concurrent)
-            if ticket is None:
-                return self._go_on(call, _Begun(tool, args))
+            lane, flags = call.session.lane, tool.flags
+            if not flags.background:  # a background call leaves the lane as it starts: wait() does that
+                ticket = lane.try_enter(concurrent=flags.concurrent)
+            if ticket is None:  # its place in arrival order is taken now, in this step; the task waits
+                ticket = lane.join(concurrent=flags.concurrent, background=flags.background)
+                begun = _Begun(tool, args, ticket)
+                ticket = None  # the task's now
+                return self._go_on(call, begun)
             ctx = self._context(call)
             plan = tool.plan(args, ctx)
             judged = self._judge(call, tool, plan)
@@ -273,12 +279,14 @@ class CallRegistry:
             if begun is None:
                 tool, args = self._admit(call)
                 judged = ctx = None
-            else:  # from _begin(), which may have entered the lane, planned and judged: ours to free
+            else:  # from _begin(), which joined or entered the lane, maybe planned and judged: ours to free
                 tool, args, ticket, ctx, plan, judged = begun
                 self._still_wanted(call)  # cancelled (or scvd stopping) since that step
+            lane = call.session.lane
             if ticket is None:
-                ticket = await call.session.lane.enter(
-                    concurrent=tool.flags.concurrent, background=tool.flags.background)
+                ticket = lane.join(concurrent=tool.flags.concurrent, background=tool.flags.background)
+            if not ticket.started:
+                await lane.wait(ticket)
             if ctx is None:
                 ctx = self._context(call)
             if plan is None:

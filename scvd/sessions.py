@@ -50,23 +50,33 @@ class Lane:
 
     async def enter(self, *, concurrent: bool, background: bool = False) -> Ticket:
         """Wait for this call's turn; the caller must `leave()` the ticket in a finally."""
+        ticket = self.join(concurrent=concurrent, background=background)
+        await self.wait(ticket)
+        return ticket
+
+    def join(self, *, concurrent: bool, background: bool = False) -> Ticket:
+        """enter()'s first half, without waiting: the call's place in arrival order, taken now.
+        `wait()` it later; the caller must `leave()` it in a finally either way."""
         ticket = Ticket(concurrent=concurrent, background=background, ready=asyncio.Event())
         self._tickets.append(ticket)
         self._wake()
         ticket.waited = not ticket.ready.is_set()  # type: ignore[union-attr]
+        return ticket
+
+    async def wait(self, ticket: Ticket) -> None:
+        """enter()'s second half: until the joined `ticket` may start."""
         try:
             await ticket.ready.wait()  # type: ignore[union-attr]
         except BaseException:
             self.leave(ticket)
             raise
         ticket.started = True
-        if background:
+        if ticket.background:
             self.leave(ticket)  # a background call does not hold the lane
-        return ticket
 
     def try_enter(self, *, concurrent: bool) -> Ticket | None:
         """enter() for a call that can start at once (not a background one): its ticket, else None
-        (and nothing changed: the caller enters, and waits, later)."""
+        (and nothing changed: the caller joins now, to keep its place, and waits later)."""
         for other in self._tickets:
             if not (concurrent and other.concurrent):
                 return None

@@ -629,3 +629,25 @@ def test_a_call_cancelled_between_its_first_step_and_its_task_frees_its_lane_slo
         assert_once_each(hub, [handle.call_id, after.call_id])
 
     run(main())
+
+
+def test_a_call_that_can_finish_at_once_keeps_its_place_behind_a_busy_lane():
+    """`now` arrives before `echo` while `hold` holds the lane: `now` runs first, though its first
+    step (a callback) hands over to a task and `echo` had a task from the start."""
+    async def main() -> None:
+        hub, calls, session = make_now()
+        first = calls.submit(session, "hold", {}, requester=ME)
+        await until(lambda: tool(session, "hold").ran)
+        now = calls.submit(session, "now", {"text": "later"}, requester=ME)  # run_now says not now: run()
+        echo = calls.submit(session, "echo", {"text": "e"}, requester=ME)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        tool(session, "hold").gate.set()
+        for handle in (first, now, echo):
+            assert (await asyncio.wait_for(handle.outcome, 5)).ok
+        done = [e.call_id for _, e in hub.sent if isinstance(e, p.CallCompleted)]
+        assert done == [first.call_id, now.call_id, echo.call_id]
+        assert session.lane.depth == 0
+        assert_once_each(hub, [first.call_id, now.call_id, echo.call_id])
+
+    run(main())

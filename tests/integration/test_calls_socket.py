@@ -249,6 +249,30 @@ def test_cancel_sent_with_its_call_in_one_write_still_completes_once(rig, worksp
     assert completed_by_id(events)["pipelined"].error.kind == "cancelled"
 
 
+def test_a_read_pipelined_before_a_write_behind_a_busy_lane_reads_what_was_there(rig, workspace):
+    """Arrival order holds for a call that can finish at once (read) as for any other: sent in one
+    write before a write of the same file, while the lane is held, it runs first."""
+    rg = rig()
+    owner = rg.client(approver=True)
+    session = owner.open_session(workspace)
+    (workspace / "a.txt").write_text("old\n")
+    held = owner.start_call(session, "probe_sleep", {"seconds": 30, "risk": "read_only", "label": "held"})
+    rg.probe.wait_until("start", "held")  # a serial call: read, though concurrent, waits behind it
+    read = p.Call(id="r", session=session, tool="read", call_id="the-read", arguments={"path": "a.txt"})
+    write = p.Call(id="w", session=session, tool="write", call_id="the-write",
+                   arguments={"path": "a.txt", "content": "new\n", "mode": "replace"})
+    owner.sock.sendall(p.encode(read) + p.encode(write))
+    owner.request(p.Ping)  # both are in the lane now
+    owner.request(p.CallCancel, call_id=held)
+    asked = requested(owner, "the-write")
+    owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="approve")
+    events = settled_events(owner)
+    done = [e.call_id for e in events if isinstance(e, p.CallCompleted)]
+    assert done.index("the-read") < done.index("the-write"), done
+    assert completed_by_id(events)["the-read"].result["content"] == "old\n"
+    assert (workspace / "a.txt").read_text() == "new\n"
+
+
 def test_closing_a_session_cancels_its_running_and_queued_calls(rig, workspace):
     rg = rig()
     owner = rg.client()
