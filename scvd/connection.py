@@ -76,12 +76,8 @@ class Connection:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def pause_reading(self) -> None:
-        """Take no bytes off the socket until resume_reading(): `mcp.attach`'s fds come next."""
+        """Take no bytes off the socket (`mcp.attach`'s fds come next); client_protocol reads on."""
         self.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if not self.closed and not self.transport.is_closing():
-            self.transport.resume_reading()
 
     def input_waiting(self) -> bool:
         """True when bytes after the frame being handled were already read: whole frames that

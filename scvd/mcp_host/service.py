@@ -85,17 +85,18 @@ class McpHosts:
         return p.McpAttached(id=frame.id, session=host.session, workspace=host.workspace)
 
     async def _receive(self, conn: Connection, frame: p.McpAttach) -> tuple[int, int]:
-        """Stop reading the connection, say `ok`, take the fds, read on."""
+        """With the connection not read, say `ok` and take the fds.
+
+        ClientProtocol reads nothing while a handler waits (this one) and reads on once it
+        returns, whatever it returns; pausing here once more only says that the fds depend on it.
+        """
         conn.pause_reading()
-        try:
-            if conn.input_waiting():  # read already: the fd message, behind them, could not be told apart
-                raise errors.HandoffFailed(
-                    "mcp.attach: more bytes came right after it; send nothing between mcp.attach and its fds "
-                    "(wait for `ok`, then one data byte with stdin and stdout as SCM_RIGHTS)")
-            conn.send(p.Ok(id=frame.id), self.daemon.config.server.server_frame_bytes)
-            return await receive_fds(conn.fileno(), self.daemon.config.server.handoff_timeout_seconds)
-        finally:
-            conn.resume_reading()
+        if conn.input_waiting():  # read already: the fd message, behind them, could not be told apart
+            raise errors.HandoffFailed(
+                "mcp.attach: more bytes came right after it; send nothing between mcp.attach and its fds "
+                "(wait for `ok`, then one data byte with stdin and stdout as SCM_RIGHTS)")
+        conn.send(p.Ok(id=frame.id), self.daemon.config.server.server_frame_bytes)
+        return await receive_fds(conn.fileno(), self.daemon.config.server.handoff_timeout_seconds)
 
     async def _open(self, host: Host, workspace: str) -> Lines:
         """The session and the pipes; the bridge reads from the next loop turn on."""
