@@ -74,12 +74,6 @@ TRANSITIONS: dict[tuple[ApprovalState, ApprovalEvent], ApprovalState] = {
 }
 
 
-def read_only_runs(policy: str, plan: Plan, always_allow: bool) -> bool:
-    """policy_verdict's first rule, which needs no grant or sandbox state: a read-only call runs
-    unasked unless the policy is `always` (and the tool is not always_allow)."""
-    return plan.risk is ToolRisk.READ_ONLY and (always_allow or policy != "always")
-
-
 def policy_verdict(
     policy: str,
     plan: Plan,
@@ -90,7 +84,8 @@ def policy_verdict(
     always_asks: bool = False,
 ) -> Verdict:
     """Whether a planned call runs, asks, or is denied under `policy`."""
-    if read_only_runs(policy, plan, always_allow):
+    read_only = plan.risk is ToolRisk.READ_ONLY
+    if read_only and (always_allow or policy != "always"):
         return Verdict.RUN
     if policy == "never":
         return Verdict.DENY

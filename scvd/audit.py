@@ -157,23 +157,20 @@ class AuditLog:
         with self._lock:
             if self._closed:
                 raise ValueError(f"audit log {self.path} is closed")
+            # `fields` is this record's own dict; its values are scalars or dropped
+            self._unformatted.append((now, event, fields))  # behind what came before, urgent or not
             # urgent(), inlined: every call makes two records
             if (event in DECISION_EVENTS or fields.get("decision") == "deny"
-                    or fields.get("error_kind") == "denied" or self._direct
-                    or self._timer is None and not self._flush_later()):
-                self._unformatted.append((now, event, fields))  # after what came before
+                    or fields.get("error_kind") == "denied" or not self._flush_later()):
                 self._format_locked()
                 self._flush_locked()
                 return
-            unformatted = self._unformatted
-            unformatted.append((now, event, fields))
-            waiting = len(unformatted)
-            if waiting >= FORMAT_BATCH:
-                if waiting >= UNFORMATTED_MAX:
-                    self._format_locked()
-                elif not self._format_soon:
-                    self._format_soon = True
-                    asyncio.get_running_loop().call_soon(self._on_format)
+            waiting = len(self._unformatted)
+            if waiting >= UNFORMATTED_MAX:
+                self._format_locked()
+            elif waiting >= FORMAT_BATCH and not self._format_soon:
+                self._format_soon = True
+                asyncio.get_running_loop().call_soon(self._on_format)
             if self._buffered >= BUFFER_BYTES:
                 self._flush_locked()
 

@@ -62,7 +62,7 @@ import msgspec
 
 from . import errors
 from .always_ask import always_ask_reason
-from .approvals import Approval, ApprovalGate, Decider, Verdict, holds_home, policy_verdict, read_only_runs
+from .approvals import Approval, ApprovalGate, Decider, Verdict, holds_home, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Owner, Session, Ticket
 from .tools.contract import NOT_NOW, CallContext, Plan, Tool, ToolRisk, check_timeout
@@ -353,18 +353,15 @@ class CallRegistry:
         session = call.session
         cfg = session.config.approvals
         risk = plan.risk._value_  # the documented sunder name: .value is two Python calls on 3.11
-        if read_only_runs(cfg.policy, plan, tool.flags.always_allow):  # most calls: no grant or sandbox to look at
-            verdict, always = Verdict.RUN, None
-        else:
-            sandbox = self.hub.sandbox
-            # only calls that are not read-only: reading .git is harmless, a secret-like read is filesystem
-            always = (always_ask_reason(plan.targets, cfg.always_ask)
-                      if plan.targets and plan.risk is not ToolRisk.READ_ONLY else None)
-            verdict = policy_verdict(
-                cfg.policy, plan, always_allow=tool.flags.always_allow,
-                granted=session.granted(tool.name, risk, plan.sandboxed),
-                sandbox_active=bool(sandbox and sandbox.active) and not holds_home(str(session.workspace)),
-                always_asks=always is not None)
+        sandbox = self.hub.sandbox
+        # only calls that are not read-only: reading .git is harmless, a secret-like read is filesystem
+        always = (always_ask_reason(plan.targets, cfg.always_ask)
+                  if plan.targets and plan.risk is not ToolRisk.READ_ONLY else None)
+        verdict = policy_verdict(
+            cfg.policy, plan, always_allow=tool.flags.always_allow,
+            granted=session.granted(tool.name, risk, plan.sandboxed),
+            sandbox_active=bool(sandbox and sandbox.active) and not holds_home(str(session.workspace)),
+            always_asks=always is not None)
         self._audit("proposal", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
                                  "risk": risk, "policy": cfg.policy, "decision": verdict._value_})
         return verdict, always
