@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
 import re
 import shutil
 import socket
@@ -44,6 +43,9 @@ import msgspec
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from stages import MinimalRead  # noqa: E402
 
 FOUR_K = b"x" * 4095 + b"\n"
 SYSTEMS = ("echo_floor", "minimal_read", "sha256_4k", "scvd_ping", "scvd_unknown_tool", "scvd_read_4k")
@@ -99,36 +101,6 @@ class Echo(asyncio.Protocol):
             self.transport.write(self.encoder.encode(self.decoder.decode(line)) + b"\n")
 
 
-class _Call(msgspec.Struct, tag_field="type", tag="call"):
-    id: int
-    session: str
-    tool: str
-    arguments: dict[str, Any]
-
-
-class MinimalRead(Echo):
-    def __init__(self, workspace: Path) -> None:
-        super().__init__()
-        self.decoder = msgspec.json.Decoder(_Call)
-        self.dirfd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
-
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        while (nl := self.buf.find(b"\n")) >= 0:
-            line, self.buf = self.buf[:nl], self.buf[nl + 1:]
-            call = self.decoder.decode(line)
-            path = call.arguments["path"]
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dirfd)
-            try:
-                data_ = os.read(fd, os.fstat(fd).st_size + 1)
-            finally:
-                os.close(fd)
-            result = {"path": path, "content": data_.decode(), "offset": 0, "length": len(data_),
-                      "total_bytes": len(data_), "truncated": False, "sha256": hashlib.sha256(data_).hexdigest()}
-            self.transport.write(self.encoder.encode(
-                {"type": "call.completed", "call_id": "c1", "ok": True, "result": result}) + b"\n")
-
-
 CALL = {"type": "call", "id": 7, "session": "s" * 16, "tool": "read", "arguments": {"path": "four_k.txt"}}
 
 
@@ -136,7 +108,7 @@ async def floor(name: str, workspace: Path) -> Callable[[], Any]:
     """A round trip of a floor system, ready to repeat."""
     if name == "sha256_4k":
         return lambda: _done(hashlib.sha256(FOUR_K).hexdigest())
-    protocol: Echo = Echo() if name == "echo_floor" else MinimalRead(workspace)
+    protocol: asyncio.Protocol = Echo() if name == "echo_floor" else MinimalRead(workspace)
     transport = Transport(b"\n")
     protocol.connection_made(transport)
     line = msgspec.json.encode(CALL) + b"\n"

@@ -48,34 +48,39 @@ class _Call(msgspec.Struct, tag_field="type", tag="call"):
     arguments: dict[str, Any]
 
 
+class MinimalRead(asyncio.Protocol):
+    """The least a Python read server does for a `call` of `read` (bench/instructions.py counts it too)."""
+
+    def __init__(self, workspace: str | Path) -> None:
+        self.decoder, self.encoder = msgspec.json.Decoder(_Call), msgspec.json.Encoder()
+        self.dirfd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+        self.buf = b""
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while (nl := self.buf.find(b"\n")) >= 0:
+            line, self.buf = self.buf[:nl], self.buf[nl + 1:]
+            call = self.decoder.decode(line)
+            fd = os.open(call.arguments["path"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dirfd)
+            try:
+                data_ = os.read(fd, os.fstat(fd).st_size + 1)
+            finally:
+                os.close(fd)
+            result = {"path": call.arguments["path"], "content": data_.decode(), "offset": 0,
+                      "length": len(data_), "total_bytes": len(data_), "truncated": False,
+                      "sha256": hashlib.sha256(data_).hexdigest()}
+            self.transport.write(self.encoder.encode({"type": "call.completed", "call_id": "c1", "ok": True,
+                                                      "result": result}) + b"\n")
+
+
 def minimal_read_server(path: str, workspace: str) -> None:
     import uvloop
 
-    decoder, encoder = msgspec.json.Decoder(_Call), msgspec.json.Encoder()
-    dirfd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
-
-    class Serve(asyncio.Protocol):
-        def connection_made(self, transport: Any) -> None:
-            self.transport, self.buf = transport, b""
-
-        def data_received(self, data: bytes) -> None:
-            self.buf += data
-            while (nl := self.buf.find(b"\n")) >= 0:
-                line, self.buf = self.buf[:nl], self.buf[nl + 1:]
-                call = decoder.decode(line)
-                fd = os.open(call.arguments["path"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
-                try:
-                    data_ = os.read(fd, os.fstat(fd).st_size + 1)
-                finally:
-                    os.close(fd)
-                result = {"path": call.arguments["path"], "content": data_.decode(), "offset": 0,
-                          "length": len(data_), "total_bytes": len(data_), "truncated": False,
-                          "sha256": hashlib.sha256(data_).hexdigest()}
-                self.transport.write(encoder.encode({"type": "call.completed", "call_id": "c1", "ok": True,
-                                                     "result": result}) + b"\n")
-
     async def main() -> None:
-        server = await asyncio.get_running_loop().create_unix_server(Serve, path)
+        server = await asyncio.get_running_loop().create_unix_server(lambda: MinimalRead(workspace), path)
         async with server:
             await server.serve_forever()
 
