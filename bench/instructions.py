@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from stages import MinimalRead  # noqa: E402
+from stages import LineServer, MinimalRead  # noqa: E402
 
 FOUR_K = b"x" * 4095 + b"\n"
 SYSTEMS = ("echo_floor", "minimal_read", "sha256_4k", "scvd_ping", "scvd_unknown_tool", "scvd_read_4k")
@@ -87,20 +87,6 @@ async def ask(protocol: asyncio.Protocol, transport: Transport, line: bytes) -> 
     return await transport.waiting
 
 
-class Echo(asyncio.Protocol):
-    def __init__(self) -> None:
-        self.decoder, self.encoder, self.buf = msgspec.json.Decoder(), msgspec.json.Encoder(), b""
-
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        while (nl := self.buf.find(b"\n")) >= 0:
-            line, self.buf = self.buf[:nl], self.buf[nl + 1:]
-            self.transport.write(self.encoder.encode(self.decoder.decode(line)) + b"\n")
-
-
 CALL = {"type": "call", "id": 7, "session": "s" * 16, "tool": "read", "arguments": {"path": "four_k.txt"}}
 
 
@@ -108,7 +94,7 @@ async def floor(name: str, workspace: Path) -> Callable[[], Any]:
     """A round trip of a floor system, ready to repeat."""
     if name == "sha256_4k":
         return lambda: _done(hashlib.sha256(FOUR_K).hexdigest())
-    protocol: asyncio.Protocol = Echo() if name == "echo_floor" else MinimalRead(workspace)
+    protocol = LineServer() if name == "echo_floor" else MinimalRead(workspace)
     transport = Transport(b"\n")
     protocol.connection_made(transport)
     line = msgspec.json.encode(CALL) + b"\n"

@@ -48,13 +48,11 @@ class _Call(msgspec.Struct, tag_field="type", tag="call"):
     arguments: dict[str, Any]
 
 
-class MinimalRead(asyncio.Protocol):
-    """The least a Python read server does for a `call` of `read` (bench/instructions.py counts it too)."""
+class LineServer(asyncio.Protocol):
+    """A JSON-lines server in a Protocol: each whole line's answer() is written back."""
 
-    def __init__(self, workspace: str | Path) -> None:
-        self.decoder, self.encoder = msgspec.json.Decoder(_Call), msgspec.json.Encoder()
-        self.dirfd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
-        self.buf = b""
+    def __init__(self) -> None:
+        self.decoder, self.encoder, self.buf = msgspec.json.Decoder(), msgspec.json.Encoder(), b""
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -63,17 +61,31 @@ class MinimalRead(asyncio.Protocol):
         self.buf += data
         while (nl := self.buf.find(b"\n")) >= 0:
             line, self.buf = self.buf[:nl], self.buf[nl + 1:]
-            call = self.decoder.decode(line)
-            fd = os.open(call.arguments["path"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dirfd)
-            try:
-                data_ = os.read(fd, os.fstat(fd).st_size + 1)
-            finally:
-                os.close(fd)
-            result = {"path": call.arguments["path"], "content": data_.decode(), "offset": 0,
-                      "length": len(data_), "total_bytes": len(data_), "truncated": False,
-                      "sha256": hashlib.sha256(data_).hexdigest()}
-            self.transport.write(self.encoder.encode({"type": "call.completed", "call_id": "c1", "ok": True,
-                                                      "result": result}) + b"\n")
+            self.transport.write(self.answer(line) + b"\n")
+
+    def answer(self, line: bytes) -> bytes:
+        """The echo floor: decode, encode."""
+        return self.encoder.encode(self.decoder.decode(line))
+
+
+class MinimalRead(LineServer):
+    """The least a Python read server does for a `call` of `read` (bench/instructions.py counts it too)."""
+
+    def __init__(self, workspace: str | Path) -> None:
+        super().__init__()
+        self.decoder = msgspec.json.Decoder(_Call)
+        self.dirfd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+
+    def answer(self, line: bytes) -> bytes:
+        call = self.decoder.decode(line)
+        fd = os.open(call.arguments["path"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dirfd)
+        try:
+            data = os.read(fd, os.fstat(fd).st_size + 1)
+        finally:
+            os.close(fd)
+        result = {"path": call.arguments["path"], "content": data.decode(), "offset": 0, "length": len(data),
+                  "total_bytes": len(data), "truncated": False, "sha256": hashlib.sha256(data).hexdigest()}
+        return self.encoder.encode({"type": "call.completed", "call_id": "c1", "ok": True, "result": result})
 
 
 def minimal_read_server(path: str, workspace: str) -> None:
