@@ -8,6 +8,10 @@ was told. Steps:
     Calls(("read", {"path": "a"}), ...) tool calls (with optional text before them)
     Status(429, retry_after_ms=10)     an HTTP error
     Hang("partial")                    a delta, then hold the stream until the client hangs up
+
+Streams are chunked on a kept-alive connection, as a real provider's are (a Hang
+closes its connection): `peers` has each request's client address, `hung_up_peers`
+each connection the client closed.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ class ScriptedModel:
     paths: list[str] = field(default_factory=list)
     hung: threading.Event = field(default_factory=threading.Event)
     hung_up: threading.Event = field(default_factory=threading.Event)
+    peers: list[tuple[str, int]] = field(default_factory=list)  # each request's client address
+    hung_up_peers: list[tuple[str, int]] = field(default_factory=list)  # connections the client closed
     _count: int = 0
 
     def __post_init__(self) -> None:
@@ -70,6 +76,7 @@ class ScriptedModel:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
                 model.requests.append(body)
                 model.paths.append(self.path)
+                model.peers.append(self.client_address)
                 step = model.next_step(body)
                 if callable(step):
                     step = step(body)
@@ -78,7 +85,11 @@ class ScriptedModel:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            def finish(self) -> None:  # the connection is over: the client closed it (or a Hang did)
+                super().finish()
+                model.hung_up_peers.append(self.client_address)
+
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
@@ -109,6 +120,11 @@ class ScriptedModel:
         return [t.get("name") or t["function"]["name"] for t in tools]
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hangs up between requests (a reset) is no news; a test asserts on what it saw
+
+
 def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedModel) -> None:
     if isinstance(step, Status):
         body = json.dumps({"error": {"message": step.message, "type": "test", "code": None}}).encode()
@@ -120,20 +136,28 @@ def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedMo
         h.end_headers()
         h.wfile.write(body)
         return
+    hang = isinstance(step, Hang)
     h.send_response(200)
     h.send_header("content-type", "text/event-stream")
-    h.send_header("connection", "close")
+    if hang:
+        h.send_header("connection", "close")
+        h.close_connection = True
+    else:
+        h.send_header("transfer-encoding", "chunked")
     h.end_headers()
-    h.close_connection = True
     events = chat_events(step) if chat else responses_events(step)
     for name, data in events:
         prefix = f"event: {name}\n" if name else ""
-        h.wfile.write(f"{prefix}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode())
+        event = f"{prefix}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+        h.wfile.write(event if hang else b"%x\r\n%s\r\n" % (len(event), event))
         h.wfile.flush()
-    if isinstance(step, Hang):
+    if hang:
         model.hung.set()
         if _wait_hangup(h, 30):
             model.hung_up.set()
+    else:
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
 
 
 def _wait_hangup(h: BaseHTTPRequestHandler, timeout: float) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -26,8 +27,13 @@ REQUEST = ModelRequest(
     tools=[ToolSpec("read", "Read a file.", {"type": "object", "properties": {}})])
 
 
-async def collect(p, request=REQUEST):
-    return [e async for e in p.stream(request)]
+async def collect(p, request=REQUEST, close=True):
+    """The events of one request; the provider is closed after it, as a turn's end closes it."""
+    try:
+        return [e async for e in p.stream(request)]
+    finally:
+        if close:
+            await p.aclose()
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
@@ -85,8 +91,12 @@ def test_cancel_mid_stream_hangs_up(model, wire_api):
         got: list = []
 
         async def consume():
-            async for e in provider(m, wire_api).stream(REQUEST):
-                got.append(e)
+            p = provider(m, wire_api)
+            try:
+                async for e in p.stream(REQUEST):
+                    got.append(e)
+            finally:
+                await p.aclose()
 
         task = asyncio.ensure_future(consume())
         await asyncio.to_thread(m.hung.wait, 10)
@@ -103,6 +113,34 @@ def test_cancel_mid_stream_hangs_up(model, wire_api):
     got = asyncio.run(run())
     assert "".join(e.text for e in got) == "par"
     assert m.hung_up.wait(10), "the model server never saw the connection close"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_turns_requests_share_one_connection_until_aclose(model, wire_api):
+    m = model(Text("one"), Hang("tw"), Text("three"))
+
+    async def run():
+        p = provider(m, wire_api)
+        first = await collect(p, close=False)
+        task = asyncio.ensure_future(collect(p, close=False))  # cut off mid-stream: its connection is dropped
+        await asyncio.to_thread(m.hung.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        third = await collect(p, close=False)  # the same provider goes on, on a fresh connection
+        assert len(set(m.peers)) == 2 and m.peers[0] == m.peers[1] != m.peers[2]
+        assert m.peers[2] not in m.hung_up_peers
+        await p.aclose()
+        return first, third
+
+    first, third = asyncio.run(run())
+    assert "".join(e.text for e in first if isinstance(e, TextDelta)) == "one"
+    assert "".join(e.text for e in third if isinstance(e, TextDelta)) == "three"
+    for _ in range(1000):  # the server's thread sees the close a moment later
+        if m.peers[2] in m.hung_up_peers:
+            break
+        time.sleep(0.01)
+    assert m.peers[2] in m.hung_up_peers, "aclose() left the connection open"
 
 
 def test_unreachable_base_url_names_it(model):

@@ -18,19 +18,24 @@ from .provider import ProviderFailure, Settings
 
 
 class _Base(abc.ABC):
-    """Error mapping and the client's life; a subclass speaks one wire API in `_events`."""
+    """Error mapping and the client's life; a subclass speaks one wire API in `_events`.
+
+    One provider serves one turn: its requests share one client, so the steps of a
+    turn reuse its connection (no new TCP and TLS handshake per step); the turn's
+    end calls aclose(), so nothing stays open between turns."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._client: openai.AsyncOpenAI | None = None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         s = self.settings
         try:
-            # a client per request: nothing stays open between requests or after a cancel
-            async with openai.AsyncOpenAI(api_key=s.api_key, base_url=s.base_url, timeout=s.timeout_seconds,
-                                          max_retries=s.max_retries) as client:
-                async for event in self._events(client, request):
-                    yield event
+            if self._client is None:
+                self._client = openai.AsyncOpenAI(api_key=s.api_key, base_url=s.base_url,
+                                                  timeout=s.timeout_seconds, max_retries=s.max_retries)
+            async for event in self._events(self._client, request):
+                yield event
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise ProviderFailure("auth", f"{self._where()} refused the API key ({exc.status_code}): "
                                   f"{_detail(exc)}", self.settings.auth_hint()) from None
@@ -45,6 +50,12 @@ class _Base(abc.ABC):
                                   f"check providers.{self.settings.name}.base_url") from None
         except openai.APIError as exc:  # an error event inside the stream
             raise ProviderFailure("provider_error", f"{self._where()} failed mid-answer: {exc.message}") from None
+
+    async def aclose(self) -> None:
+        """Close the client and its connections (a stream cut off by a cancel closed its own)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
 
     def _where(self) -> str:
         return f"provider {self.settings.name!r} ({self.settings.base_url})"
@@ -74,9 +85,12 @@ class ResponsesProvider(_Base):
             tools=[{"type": "function", "name": t.name, "description": t.description,
                     "parameters": t.parameters, "strict": False} for t in request.tools],
             stream=True, store=False, **extra)
+        done = False
         try:
             async for event in stream:
                 kind = event.type
+                if done:  # after response.completed: read on to the stream's end, so its connection is reused
+                    continue
                 if kind == "response.output_text.delta":
                     yield TextDelta(event.delta)
                 elif kind == "response.output_item.done" and event.item.type == "function_call":
@@ -84,8 +98,8 @@ class ResponsesProvider(_Base):
                     yield CallRequested(ToolCall(item.call_id, item.name, item.arguments or "{}"))
                 elif kind == "response.completed":
                     u = event.response.usage
+                    done = True
                     yield ReplyDone(Usage(u.input_tokens, u.output_tokens) if u else Usage())
-                    return
                 elif kind in ("response.failed", "response.incomplete", "error"):
                     raise ProviderFailure("provider_error", f"{self._where()} ended the answer: {_why(event)}")
         finally:

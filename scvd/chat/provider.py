@@ -2,6 +2,7 @@
 
     class Provider(Protocol):
         def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]
+        async def aclose(self) -> None   # the turn is over: close its connections
 
 The real providers (openai_api.py) wrap the official `openai` client, imported
 only when a turn needs one. `resolve()` turns `[providers.NAME]` (or the
@@ -29,7 +30,11 @@ ProviderFailure = errors.ProviderFailure  # in the one error tree
 
 
 class Provider(Protocol):
+    """Made for one turn (`make()`); its requests may share connections until aclose()."""
+
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]: ...
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True)

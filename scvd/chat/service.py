@@ -166,6 +166,7 @@ class ChatService:
         self._event(chat, p.TurnStarted(seq=0, session=chat.session.id, turn=turn.id))
         calls: dict[str, asyncio.Task[Any]] = {}
         end: p.Frame
+        model: Any = None
         try:
             model = await self._provider(chat)
             end = await self._drive(chat, turn, model, turn.start(text), calls)
@@ -186,6 +187,8 @@ class ChatService:
             for task in calls.values():
                 task.cancel("the turn ended")
             chat.questions.clear()
+        if model is not None:
+            await _close(model)
         self._save(chat)
         self._event(chat, end)
 
@@ -279,6 +282,16 @@ class ChatService:
             self.transcripts.append(chat.conversation, chat.conv.take_records())
         except OSError as exc:  # a full disk must not kill the turn; the log says what was lost
             log.error("transcript of %s not written: %s", chat.conversation, exc)
+
+
+async def _close(model: Any) -> None:
+    """The turn's provider closes its connections; a failure there is logged, and the turn still ends."""
+    try:
+        await model.aclose()
+    except asyncio.CancelledError:  # a second cancel (shutdown) while closing: the turn still ends
+        pass
+    except Exception as exc:
+        log.warning("closing the provider's connections failed: %s", exc)
 
 
 def _output(outcome: tuple[bool, Any, Any]) -> str:

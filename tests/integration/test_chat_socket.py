@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -79,6 +80,15 @@ def open_chat(c, workspace: Path, **fields: Any) -> p.ChatOpened:
     return c.request(p.ChatOpen, workspace=str(workspace), **fields)
 
 
+def wait_for(check, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def run_turn(c, session: str, text: str, on_event=None) -> tuple[list[Any], Any]:
     turn = c.request(p.TurnStart, session=session, text=text).turn
     events = []
@@ -110,6 +120,9 @@ def test_a_tool_call_its_result_then_the_final_text(chat_rig, workspace, wire_ap
     assert model.tool_names(0) == ["find_tools", "ask_user"]
     assert "read" in model.tool_names(1)
     assert "hello from a" in model.outputs(2)[-1]
+    # the turn's three requests shared one connection (one handshake), closed when the turn ended
+    assert len(set(model.peers)) == 1
+    assert wait_for(lambda: model.peers[0] in model.hung_up_peers), "the turn left its connection open"
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
