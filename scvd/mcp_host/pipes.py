@@ -134,14 +134,20 @@ class HostPipes:
         self.out: _Out | None = None
         self.released = False
 
-    def check(self) -> None:
-        """Refuse what the loop cannot watch, before any transport is made on it."""
+    def check(self, scvd_address: str) -> None:
+        """Refuse what the loop cannot watch, and a socket back to scvd's own (`scvd_address`:
+        scvd would answer its own lines without end), before any transport is made on them."""
         for name, fd in zip(("stdin", "stdout"), self.fds):
             kind = _unwatchable(fd)
             if kind:
                 raise errors.InvalidRequest(
                     f"mcp.attach: the host's stdin and stdout must be pipes, sockets or terminals; its {name} "
                     f"is {kind}: let an MCP host start `scvctl mcp` (it gives it pipes)")
+            if _peer_address(fd) == scvd_address:
+                raise errors.InvalidRequest(
+                    f"mcp.attach: the host's {name} is a connection to scvd's own socket ({scvd_address}); "
+                    "scvd would answer itself without end: hand over an MCP host's stdio (let the host "
+                    "start `scvctl mcp`)")
 
     async def connect(self, lines: Lines) -> None:
         """Start reading stdin into `lines`; stdout is writable from now on."""
@@ -223,6 +229,27 @@ def _unwatchable(fd: int) -> str | None:
     if stat.S_ISREG(mode):
         return "a regular file"
     return "a device that is not a terminal (such as /dev/null)"
+
+
+def _peer_address(fd: int) -> str | None:
+    """The address a Unix socket `fd` is connected to (a listener's path), else None."""
+    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        return None
+    dup = os.dup(fd)
+    try:
+        sock = socket.socket(fileno=dup)  # the family is read off the fd; closing it closes the dup
+    except OSError:
+        os.close(dup)
+        return None
+    with sock:
+        if sock.family != socket.AF_UNIX:
+            return None
+        try:
+            name = sock.getpeername()
+        except OSError:  # not connected: nothing to compare
+            return None
+    name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+    return name or None  # a socketpair's end has no name
 
 
 class MessageWriter:

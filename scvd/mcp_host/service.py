@@ -100,7 +100,7 @@ class McpHosts:
 
     async def _open(self, host: Host, workspace: str) -> Lines:
         """The session and the pipes; the bridge reads from the next loop turn on."""
-        host.pipes.check()
+        host.pipes.check(self.daemon.listening_on)
         opened = await self.daemon.on_session_open(host.client.conn, p.SessionOpen(id=0, workspace=workspace))
         host.session, host.workspace = opened.session, opened.workspace
         host.bridge = Bridge(host.client, host.session,

@@ -248,6 +248,28 @@ def test_stdio_the_loop_cannot_watch_is_refused_and_scvd_lives_on(daemon, worksp
     assert sessions_of(daemon, "handed") == []
 
 
+def test_a_socket_back_to_scvd_itself_is_refused_and_scvd_lives_on(daemon, workspace):
+    """Handed over as the host's stdio, a connection to scvd's own socket would have scvd answer
+    its own lines for ever (a hot loop): refused, and scvd serves on."""
+    with daemon.client(name="warm") as warm:  # the daemon is up: what it holds from now on is counted
+        warm.request(p.Ping)
+    before = open_fds(daemon)
+    loop_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    loop_sock.connect(str(daemon.socket))
+    c, cue_id = attach_fds(daemon, workspace, loop_sock.fileno(), loop_sock.fileno())
+    with c, pytest.raises(errors.InvalidRequest) as info:
+        c.wait_answer(cue_id)
+    assert str(info.value) == (
+        f"mcp.attach: the host's stdin is a connection to scvd's own socket ({daemon.socket}); scvd would "
+        "answer itself without end: hand over an MCP host's stdio (let the host start `scvctl mcp`)")
+    loop_sock.close()
+    with daemon.client(name="other") as other:
+        assert isinstance(other.request(p.Ping), p.Pong)
+        until(lambda: other.status().sessions == 0)
+    until(lambda: open_fds(daemon) <= before)
+    assert sessions_of(daemon, "handed") == []
+
+
 def test_a_terminal_is_served_and_left_blocking(daemon, workspace):
     import pty
 
