@@ -116,6 +116,10 @@ class Daemon:
     def config(self) -> Any:
         return self.loaded.config
 
+    def session_registries(self) -> list[Registry]:
+        """The distinct registries of open sessions (those opened before a reload keep the old one)."""
+        return list({id(s.registry): s.registry for s in self.sessions.values()}.values())
+
     # --- lifecycle -------------------------------------------------------------
 
     async def serve(self, inherited: list[socket.socket] | None = None) -> None:

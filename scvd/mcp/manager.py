@@ -1,5 +1,5 @@
 """The daemon's MCP servers: start, stop and replace links as the configuration says, and keep
-their tools in the registry.
+their tools in the registry, and in the registries of open sessions.
 
 No MCP SDK here: `link.py` (which imports it) is imported only once a server is
 enabled, so an idle daemon without servers never loads it. A server starts in
@@ -32,6 +32,9 @@ class Host(Protocol):
     @property
     def config(self) -> Config: ...
 
+    def session_registries(self) -> list[Registry]:
+        """The registries open sessions hold (one opened before a reload keeps the old one)."""
+
 
 class McpServers:
     """Links by server name; the tools each one listed last."""
@@ -63,7 +66,7 @@ class McpServers:
         link = self.links.pop(name)
         self.tools.pop(name, None)
         self.refused.pop(name, None)
-        self.host.registry.replace_source(f"mcp:{name}", [])
+        self._register_everywhere(name)  # none left: gone from every session too
         await link.stop()
         log.info("mcp server %s: stopped", name)
 
@@ -85,7 +88,7 @@ class McpServers:
         if self.links.get(link.name) is not link:
             return  # a link being replaced reported late
         self.tools[link.name] = [self._tool(link, s) for s in specs]
-        self._register(self.host.registry, link.name)
+        self._register_everywhere(link.name)
 
     def _tool(self, link: Any, s: ToolSpec) -> McpTool:
         cfg: McpServerConfig = link.cfg
@@ -98,6 +101,15 @@ class McpServers:
     def _register(self, registry: Registry, name: str) -> None:
         refused = registry.replace_source(f"mcp:{name}", self.tools.get(name, []))
         self.refused[name] = [exc.message for exc in refused]
+
+    def _register_everywhere(self, name: str) -> None:
+        """A server's current tools into the daemon's registry and every open session's: its tools
+        follow the running server (a list_changed, a restart, a removal), whenever the session opened."""
+        current = self.host.registry
+        self._register(current, name)  # what status reports as refused is the current registry's
+        for registry in self.host.session_registries():
+            if registry is not current:
+                registry.replace_source(f"mcp:{name}", self.tools.get(name, []))
 
     def register_into(self, registry: Registry) -> None:
         """Put every server's current tools into a registry built afresh (a reload)."""

@@ -223,6 +223,8 @@ def test_sighup_applies_added_removed_and_changed_servers_only(make_daemon, work
     with d.client(name="t") as c:
         server(c, "fs")
         server(c, "gone")
+        before = c.open_session(workspace)  # keeps the registry of the config before the reload
+        assert c.call(before, "mcp__gone__list_directory", {"path": str(other)}).ok
         kept, gone = server_pid(str(workspace)), server_pid(str(other))
         (d.home / "config.toml").write_text(fs_table(workspace) + EVERYTHING_TABLE)
         d.proc.send_signal(signal.SIGHUP)
@@ -233,6 +235,12 @@ def test_sighup_applies_added_removed_and_changed_servers_only(make_daemon, work
         names = [t.name for t in c.request(p.ToolsList).tools]
         assert "mcp__every__echo" in names and "mcp__fs__read_text_file" in names
         assert not any(n.startswith("mcp__gone__") for n in names)
+        # MCP tools follow the running servers in a session opened before the reload too
+        removed = c.call(before, "mcp__gone__list_directory", {"path": str(other)})
+        assert removed.error.kind == "unknown_tool", removed.error
+        assert c.call(before, "mcp__fs__list_directory", {"path": str(workspace)}).ok
+        added = c.call(before, "mcp__every__echo", {})  # known: its arguments are checked (no message)
+        assert added.error.kind == "invalid_arguments", added.error
         assert server_pid(str(workspace)) == kept  # untouched
         with pytest.raises(ProcessLookupError):
             os.kill(gone, 0)
@@ -353,11 +361,16 @@ def test_a_wrong_header_secret_shows_the_http_status(make_daemon, http_server, m
         assert down.error.startswith(f"HTTP status 401 from {http_server}"), down.error
 
 
-def test_tools_list_changed_updates_the_registry(make_daemon, workspace, http_server, monkeypatch):
+def test_tools_list_changed_updates_the_registry_of_every_session(make_daemon, workspace, http_server, monkeypatch):
     d = http_daemon(make_daemon, http_server, "Bearer s3cret", monkeypatch)
     with d.client(name="t") as c:
         server(c, "notes")
         session = c.open_session(workspace)
+        d.proc.send_signal(signal.SIGHUP)  # the session keeps the registry of before the reload
+        deadline = time.monotonic() + 15
+        while "configuration reloaded from" not in d.log():
+            assert time.monotonic() < deadline, "the reload never ended"
+            time.sleep(0.05)
         assert c.call(session, "mcp__notes__grow", {"name": "extra_tool"}).ok
         deadline = time.monotonic() + 15
         while "mcp__notes__extra_tool" not in [t.name for t in c.request(p.ToolsList).tools]:
