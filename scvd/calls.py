@@ -277,7 +277,12 @@ class CallRegistry:
         ticket = plan = None
         try:
             if begun is None:
-                tool, args = self._admit(call)
+                tool = self._admitted(call)
+                if tool.decode_blocks:
+                    args = await asyncio.to_thread(tool.decode, call.arguments)
+                    self._still_wanted(call)  # cancelled (or scvd stopping) meanwhile
+                else:
+                    args = tool.decode(call.arguments)
                 judged = ctx = None
             else:  # from _begin(), which joined or entered the lane, maybe planned and judged: ours to free
                 tool, args, ticket, ctx, plan, judged = begun
@@ -321,13 +326,18 @@ class CallRegistry:
 
     def _admit(self, call: Call) -> tuple[Tool, object]:
         """The refusals before a call queues, then its decoded arguments."""
+        tool = self._admitted(call)
+        return tool, tool.decode(call.arguments)
+
+    def _admitted(self, call: Call) -> Tool:
+        """The refusals before a call's arguments are decoded; its tool."""
         self._still_wanted(call)
         session, tool = call.session, call.tool
         if tool is None:
             known = ", ".join(session.registry.names()) or "none"
             raise errors.UnknownTool(f"no tool named {call.tool_name!r}; tools: {known}")
         check_timeout(call.timeout_override, session.config.tools.max_timeout_seconds, "call timeout_seconds")
-        return tool, tool.decode(call.arguments)
+        return tool
 
     def _still_wanted(self, call: Call) -> None:
         if call.cancel_reason is not None:  # cancelled before its first step

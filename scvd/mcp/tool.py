@@ -54,6 +54,7 @@ class McpTool(Tool):
     """`mcp__SERVER__TOOL`: forwards a call to the server once scvd's gate let it through."""
 
     third_party = True
+    decode_blocks = True  # jsonschema over arguments of up to client_frame_bytes: seconds, off the loop
 
     def __init__(self, link: Link, spec: ToolSpec, *, risk: ToolRisk, risk_from: str,
                  timeout: float | None) -> None:

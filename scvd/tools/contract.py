@@ -136,6 +136,9 @@ class Tool(abc.ABC):
 
     # optional: a tool that can often finish without waiting overrides run_now (runs_now is then True)
     runs_now: ClassVar[bool] = False
+    # decode() may take long on large arguments (a JSON Schema check of whatever came): the calls
+    # registry runs it on a worker thread, so the loop goes on serving every other client
+    decode_blocks: ClassVar[bool] = False
 
     def run_now(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         """run() without waiting, for a call that waited for nothing (no lane, no approval): the

@@ -1,7 +1,8 @@
 """Script tools: a folder with a tool.json and an executable becomes the tool `script_<name>`.
 
 The arguments are checked against the tool.json `parameters` JSON Schema (jsonschema,
-imported only when a script tool exists) before any approval, then arrive on the
+imported only when a script tool exists) before any approval, on a worker thread
+(`decode_blocks`: a large argument takes seconds to check), then arrive on the
 script's stdin as one JSON object. stdout is the result: JSON when it parses, else
 text. A non-zero exit fails the call with the tail of stderr; exit 77 means "a
 credential was rejected", which is `credential_missing` naming the declared keys.
@@ -19,6 +20,7 @@ store just before it starts.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -38,6 +40,7 @@ CREDENTIAL_REJECTED = 77  # a script's exit code for "the credential was refused
 STDERR_LIMIT = 64 * 1024  # kept of stderr (head and tail)
 STDERR_TAIL_CHARS = 2000  # of stderr quoted in an error
 SECRETS_SERVICE = "secrets"  # ctx.services key of the daemon's SecretStore
+MAX_ERRORS_SORTED = 64  # of the arguments' schema errors, the first path among these is reported
 KEPT = ("HOME",)  # besides the allow-list: a script has no private home, so it keeps the user's
 
 
@@ -45,6 +48,7 @@ class ScriptTool(Tool):
     """One script tool, built from its definition."""
 
     Arguments: ClassVar[type] = dict
+    decode_blocks = True  # jsonschema over arguments of up to client_frame_bytes: seconds, off the loop
 
     def __init__(self, definition: ScriptDef) -> None:
         spec = definition.spec
@@ -81,7 +85,9 @@ class ScriptTool(Tool):
             # an empty registry: a $ref is looked up in the schema, never fetched (script_defs refuses others)
             self._validator = jsonschema.validators.validator_for(schema)(schema, registry=referencing.Registry())
         try:
-            problems = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+            # the first few only: a huge array of bad items would make (and sort) an error each
+            found = itertools.islice(self._validator.iter_errors(arguments), MAX_ERRORS_SORTED)
+            problems = sorted(found, key=lambda e: list(e.absolute_path))
         except Unresolvable as exc:
             raise Failed(f"{self.name}: a $ref in its parameters cannot be resolved ({exc}); fix "
                          f"{self.definition.folder / 'tool.json'}") from None

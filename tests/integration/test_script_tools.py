@@ -85,6 +85,36 @@ def test_a_bad_argument_is_refused_before_approval_naming_the_field(make_daemon,
         assert c.request(p.ApprovalsList).approvals == []
 
 
+COUNT_ROWS = """#!/bin/bash
+python3 -c 'import json, sys; print(len(json.load(sys.stdin)["rows"]))'
+"""
+ROWS = {"type": "object", "required": ["rows"], "properties": {"rows": {
+    "type": "array", "description": "The rows to count, e.g. [{\"a\": 1, \"b\": \"x\"}].", "items": {
+        "type": "object", "required": ["a", "b"],
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}}}}
+
+
+def test_checking_large_arguments_does_not_stall_other_clients(make_daemon, scv_home, workspace):
+    """jsonschema over a ~1 MiB argument takes about a second here: on a worker thread, so another
+    client's status is answered while it runs (on the loop, that status came only after the check,
+    with the call's approval already pending)."""
+    make_tool(scv_home, "rows", COUNT_ROWS, parameters=ROWS, risk="read_only")
+    d = make_daemon('[server]\nclient_frame_bytes = 4194304\n[approvals]\npolicy = "always"\n', home=scv_home)
+    rows = [{"a": i, "b": "x"} for i in range(80_000)]
+    with d.client() as c, d.client(name="other") as other, d.client(name="owner") as owner:
+        assert "script_rows" in [t.name for t in c.request(p.ToolsList).tools]
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "script_rows", {"rows": rows})
+        status = other.request(p.Status)  # answered while the arguments are being checked
+        assert status.running_calls == 1 and status.pending_approvals == 0
+        approve(owner, call_id)
+        done = c.wait_call(call_id)
+        assert done.ok and done.result == 80_000, done.error
+        bad = c.call(sid, "script_rows", {"rows": [*rows[:10], {"a": "one", "b": 2}, {"a": None}]})
+        assert bad.error.kind == "invalid_arguments"
+        assert bad.error.message == "script_rows: argument `rows.10.a`: 'one' is not of type 'integer'"
+
+
 def test_approval_follows_the_declared_risk(make_daemon, scv_home, workspace):
     make_tool(scv_home, "peek", "#!/bin/bash\necho plain text, not JSON\n", risk="read_only")
     d = make_daemon(home=scv_home)
