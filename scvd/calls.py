@@ -20,7 +20,8 @@ is not in the table (never was, or already completed).
 
 Rules of a call's life:
 - One table (`CallRegistry.table`) holds every call from submit to completion.
-- Order: refusal checks and decoding -> the session's lane -> `plan()` -> the
+- Order: refusal checks and decoding (on a worker thread for a tool whose
+  `decode_blocks`, a JSON Schema check) -> the session's lane -> `plan()` -> the
   approval gate -> `call.started` (only if the call waited) -> `run()` under
   the dispatch timeout -> completion. A plan's `release` (what `plan()` holds
   for `run()`, e.g. an fd) is called once, however the call ends after `plan()`.
