@@ -197,7 +197,7 @@ def load(path: Path, env: Mapping[str, str] | None = None) -> Loaded:
     for name, value in sorted(env.items()):
         if name.startswith(ENV_PREFIX) and "__" in name or name == ENV_PREFIX + "LOG_LEVEL":
             keys = name[len(ENV_PREFIX):].lower().split("__")
-            _set_path(raw, keys, _parse_env_value(value))
+            _set_path(raw, keys, _parse_env_value(value), f"env:{name} (over {path})")
             sources[".".join(keys)] = f"env:{name}"
     try:
         config = msgspec.convert(raw, Config)
@@ -327,12 +327,14 @@ def _leaf_keys(raw: Mapping[str, Any], prefix: str = "") -> list[str]:
     return keys
 
 
-def _set_path(raw: dict[str, Any], keys: list[str], value: Any) -> None:
+def _set_path(raw: dict[str, Any], keys: list[str], value: Any, origin: str) -> None:
     node = raw
-    for k in keys[:-1]:
+    for i, k in enumerate(keys[:-1]):
         node = node.setdefault(k, {})
         if not isinstance(node, dict):
-            raise ConfigError(f"environment override of {'.'.join(keys)}: {k} is not a table")
+            table = ".".join(keys[:i + 1])
+            raise ConfigError(f"{origin}: {'.'.join(keys)}: {table} is a value, not a table with keys; "
+                              "check the variable's name (`__` separates the parts of a key path)")
     node[keys[-1]] = value
 
 

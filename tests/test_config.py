@@ -140,6 +140,9 @@ ENV_ERRORS = [
                  "above tools.max_timeout_seconds", id="env-cross-key-rule"),
     pytest.param({"SCVD_ADAPTERS__CODEX__PASS_ENV": '["HOME"]'}, "adapters.codex.pass_env",
                  "HOME is set by scvd itself", id="env-pass-env-private-home"),
+    pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS__X": "1"}, "tools.command_timeout_seconds.x",
+                 "tools.command_timeout_seconds is a value, not a table with keys; check the variable's name",
+                 id="env-path-through-a-value"),
 ]
 
 
