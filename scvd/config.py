@@ -204,6 +204,7 @@ def load(path: Path, env: Mapping[str, str] | None = None) -> Loaded:
     except msgspec.ValidationError as exc:
         raise ConfigError(_explain(path, exc, sources, raw)) from exc
     _check(config, path, sources)
+    _check_adapters(config, path, sources)
     _check_chat(config, path, sources)
     return Loaded(config=config, path=str(path), sources=sources)
 
@@ -245,6 +246,19 @@ def _bad_table(raw: Mapping[str, Any], section: str, struct: type) -> str:
         except msgspec.ValidationError:
             return name
     return "<name>"
+
+
+def _check_adapters(config: Config, path: Path, sources: Mapping[str, str]) -> None:
+    """`adapters.<name>` names an agent, and its option lists use their placeholders."""
+    from .adapters import spec  # the agents as data: it needs nothing of scvd but errors
+
+    try:
+        spec.check_config(config)
+        for adapter in spec.ADAPTERS.values():
+            spec.configured(adapter, config)
+    except ConfigError as exc:  # its message starts with the key path; say where the value came from
+        key = exc.message.split(":", 1)[0]
+        raise ConfigError(f"{_place(path, key, sources)}: {exc.message}") from None
 
 
 def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:

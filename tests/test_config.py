@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 import typing
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,10 @@ ENV_ERRORS = [
     pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS__X": "1"}, "tools.command_timeout_seconds.x",
                  "tools.command_timeout_seconds is a value, not a table with keys; check the variable's name",
                  id="env-path-through-a-value"),
+    pytest.param({"SCVD_ADAPTERS__GEMINI__MODEL_ARGS": "[]"}, "adapters.gemini",
+                 "no such agent; known agents: claude, codex, pi", id="env-unknown-agent"),
+    pytest.param({"SCVD_ADAPTERS__CODEX__MODEL_ARGS": '["-m"]'}, "adapters.codex.model_args",
+                 "never uses {model}", id="env-model-args-without-placeholder"),
 ]
 
 
@@ -236,16 +241,21 @@ def test_check_config_exits_2_on_an_error(tmp_path, text, env, fragment):
     '[adapters.claude]\nmodel_args = ["--model"]\n',
     '[adapters.codex]\neffort_args = ["--effort"]\n',
 ])
-def test_the_start_refuses_before_ready_what_building_the_tools_refuses(tmp_path, text):
-    """`scvd run` checks tools.check_config before READY=1 and builds the registry after it."""
+def test_loading_refuses_what_building_the_tools_refuses(tmp_path, text):
+    """config.load (before READY=1) refuses the adapters that building the registry (after it)
+    would, naming where the value came from; a Config made without load() is checked there too."""
     from scvd import paths as paths_mod, tools
 
-    (tmp_path / "config.toml").write_text(text)
-    cfg = load(tmp_path / "config.toml", env={}).config
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as loaded:
+        load(path, env={})
+    cfg = msgspec.convert(tomllib.loads(text), Config)
     with pytest.raises(ConfigError) as built:
         tools.build_registry(cfg, paths_mod.resolve({"SCV_HOME": str(tmp_path)}))
     with pytest.raises(ConfigError) as checked:
         tools.check_config(cfg)
+    assert loaded.value.message == f"{path}: {built.value.message}"
     assert checked.value.message == built.value.message
 
 
