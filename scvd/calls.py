@@ -20,10 +20,11 @@ is not in the table (never was, or already completed).
 
 Rules of a call's life:
 - One table (`CallRegistry.table`) holds every call from submit to completion.
-- Order: refusal checks and decoding (on a worker thread for a tool whose
-  `decode_blocks`, a JSON Schema check) -> the session's lane -> `plan()` -> the
+- Order: refusal checks and decoding -> the session's lane -> `plan()` -> the
   approval gate -> `call.started` (only if the call waited) -> `run()` under
-  the dispatch timeout -> completion. A plan's `release` (what `plan()` holds
+  the dispatch timeout -> completion. A tool whose `decode_blocks` (a JSON
+  Schema check) joins its lane first, so it keeps its place in arrival order,
+  and decodes on a worker thread. A plan's `release` (what `plan()` holds
   for `run()`, e.g. an fd) is called once, however the call ends after `plan()`.
 - `_complete()` is the only place that sends `call.completed`, resolves the
   handle's outcome and writes the completion audit line: exactly once per call,
@@ -67,6 +68,7 @@ from .approvals import Approval, ApprovalGate, Decider, Verdict, holds_home, pol
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Owner, Session, Ticket
 from .tools.contract import NOT_NOW, CallContext, Plan, Tool, ToolRisk, check_timeout
+from .workers import run_check
 
 if TYPE_CHECKING:
     from .paths import Paths
@@ -184,7 +186,7 @@ class CallRegistry:
                     turn=turn, outcome=loop.create_future())
         session.call_count += 1
         self.table[call_id] = call
-        if tool is not None and tool.runs_now:
+        if tool is not None and tool.runs_now and not tool.decode_blocks:
             loop.call_soon(self._begin, call)  # a task only once something waits
         else:
             call.task = loop.create_task(self._life(call))
@@ -279,8 +281,10 @@ class CallRegistry:
         try:
             if begun is None:
                 tool = self._admitted(call)
-                if tool.decode_blocks:
-                    args = await asyncio.to_thread(tool.decode, call.arguments)
+                if tool.decode_blocks:  # its lane place first: calls sent later must not pass a slow check
+                    ticket = call.session.lane.join(concurrent=tool.flags.concurrent,
+                                                    background=tool.flags.background)
+                    args = await run_check(tool.decode, call.arguments)
                     self._still_wanted(call)  # cancelled (or scvd stopping) meanwhile
                 else:
                     args = tool.decode(call.arguments)

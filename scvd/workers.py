@@ -1,4 +1,5 @@
-"""The bounded pool of threads that runs blocking work (file I/O) off the event loop.
+"""The bounded pools of threads that run blocking work off the event loop: file I/O, and
+argument checks that may take seconds (`run_check`).
 
 Rule: threads are made once and reused, never one per call: at most
 MAX_WORKERS, started only when no idle one is free; past that, work waits its
@@ -26,6 +27,7 @@ from typing import Any, Callable
 log = logging.getLogger("scvd.workers")
 
 MAX_WORKERS = 16  # a few huge reads hashing whole files must not hold back every small one
+CHECK_WORKERS = 2  # argument checks (run_check): CPU-bound under the GIL, more threads would not help
 INLINE_BYTES = 64 << 10  # hashed in well under 100 us: less than the thread hop it saves
 # statfs(2) f_type of local, in-kernel filesystems: ext2/3/4, xfs, btrfs, tmpfs, overlay,
 # zfs, f2fs, bcachefs, ramfs. Anything else (nfs, cifs, fuse, 9p, ...) may block: pool.
@@ -74,6 +76,7 @@ class Pool:
 
 
 _pool = Pool()
+_check_pool = Pool(size=CHECK_WORKERS, name="scvd-check")
 
 
 async def run_blocking(fn: Callable[..., Any], workspace_fd: int, *args: Any) -> Any:
@@ -83,10 +86,33 @@ async def run_blocking(fn: Callable[..., Any], workspace_fd: int, *args: Any) ->
     away mid-call) and always runs to its end; on cancellation the flag makes
     it stop at the next chunk and before any install.
     """
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future = loop.create_future()
     cancel = threading.Event()
     fd = os.dup(workspace_fd)
+
+    def job() -> Any:
+        try:
+            return fn(fd, *args, cancel=cancel)
+        finally:
+            os.close(fd)
+
+    try:
+        return await _on(_pool, job)
+    except asyncio.CancelledError:
+        cancel.set()
+        raise
+
+
+async def run_check(fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args), a check of a call's arguments that may take seconds (a JSON Schema over a
+    large argument), on a small pool of its own: a client that sends many large arguments
+    queues behind itself, not in front of file reads. A cancel stops the wait, not the check."""
+    return await _on(_check_pool, lambda: fn(*args))
+
+
+async def _on(pool: Pool, job: Callable[[], Any]) -> Any:
+    """job() on a thread of `pool`: its result, or its exception raised here."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
 
     def settle(outcome: tuple[bool, Any]) -> None:
         if not done.done():
@@ -94,22 +120,16 @@ async def run_blocking(fn: Callable[..., Any], workspace_fd: int, *args: Any) ->
 
     def work() -> None:
         try:
-            outcome = (True, fn(fd, *args, cancel=cancel))
+            outcome = (True, job())
         except BaseException as exc:  # handed to the awaiting task
             outcome = (False, exc)
-        finally:
-            os.close(fd)
         try:
             loop.call_soon_threadsafe(settle, outcome)
         except RuntimeError:
             pass  # the loop is gone (shutdown); nobody waits for this result
 
-    _pool.submit(work)
-    try:
-        ok, value = await done
-    except asyncio.CancelledError:
-        cancel.set()
-        raise
+    pool.submit(work)
+    ok, value = await done
     if ok:
         return value
     raise value

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -649,5 +650,70 @@ def test_a_call_that_can_finish_at_once_keeps_its_place_behind_a_busy_lane():
         assert done == [first.call_id, now.call_id, echo.call_id]
         assert session.lane.depth == 0
         assert_once_each(hub, [first.call_id, now.call_id, echo.call_id])
+
+    run(main())
+
+
+class _SlowCheck(_Tool):
+    """Its arguments' check blocks (a JSON Schema over a large argument) until `checking` is set."""
+
+    name = "slow_check"
+    description = ("Test tool slow_check for the calls registry.\nUse for registry unit tests; nothing else.\n"
+                   "Precondition: none.")
+    decode_blocks = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checking = threading.Event()
+        self.threads: list[str] = []
+
+    def decode(self, arguments: Any) -> Any:
+        self.threads.append(threading.current_thread().name)
+        assert self.checking.wait(10), "the test never let the check finish"
+        return super().decode(arguments)
+
+
+def slow_check_then_echo() -> tuple[FakeHub, CallRegistry, Session, _SlowCheck, Any, Any]:
+    """A session with a call of slow_check (its check held) submitted, then one of echo."""
+    hub, calls, session = make()
+    slow = _SlowCheck()
+    session.registry.register(slow, enforce_lint=False)
+    first = calls.submit(session, "slow_check", {"text": "big"}, requester=ME)
+    echo = calls.submit(session, "echo", {"text": "e"}, requester=ME)
+    return hub, calls, session, slow, first, echo
+
+
+def test_a_call_whose_check_blocks_keeps_its_lane_place_and_checks_off_the_loop():
+    """`slow_check` arrives before `echo`: `echo` runs only after it, though its decode took the
+    loop no time; meanwhile the loop goes on (the check is on a worker thread)."""
+    async def main() -> None:
+        hub, calls, session, slow, first, echo = slow_check_then_echo()
+        for _ in range(20):  # turns of the loop pass while the check runs: it is not on the loop
+            await asyncio.sleep(0)
+        assert slow.threads and slow.threads[0].startswith("scvd-check")
+        assert not tool(session, "echo").ran and not first.outcome.done()
+        slow.checking.set()
+        for handle in (first, echo):
+            assert (await asyncio.wait_for(handle.outcome, 5)).ok
+        done = [e.call_id for _, e in hub.sent if isinstance(e, p.CallCompleted)]
+        assert done == [first.call_id, echo.call_id]
+        assert session.lane.depth == 0
+        assert_once_each(hub, [first.call_id, echo.call_id])
+
+    run(main())
+
+
+def test_a_call_cancelled_during_its_blocking_check_completes_once_and_frees_its_lane_place():
+    async def main() -> None:
+        hub, calls, session, slow, first, echo = slow_check_then_echo()
+        await until(lambda: slow.threads)
+        calls.cancel(first.call_id, "the client gave up")
+        outcome = await asyncio.wait_for(first.outcome, 5)
+        assert not outcome.ok and outcome.error.kind == "cancelled"
+        assert "the client gave up" in outcome.error.message
+        assert (await asyncio.wait_for(echo.outcome, 5)).ok  # the lane went on without waiting for the check
+        slow.checking.set()
+        assert not slow.ran and session.lane.depth == 0
+        assert_once_each(hub, [first.call_id, echo.call_id])
 
     run(main())
