@@ -19,6 +19,9 @@ from __future__ import annotations
 import itertools
 import json
 import select
+import socket
+import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ import pytest
 class Text:
     text: str
     chunks: int = 2
+    tail: str = ""  # after the last event: "hang" (SSE comments, never the body's end) or "reset" (RST)
 
 
 @dataclass
@@ -122,7 +126,9 @@ class ScriptedModel:
 
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that hangs up between requests (a reset) is no news; a test asserts on what it saw
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a client that hung up between requests (a reset) is no news
+        super().handle_error(request, client_address)  # a bug of the script: its traceback
 
 
 def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedModel) -> None:
@@ -151,10 +157,24 @@ def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedMo
         event = f"{prefix}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
         h.wfile.write(event if hang else b"%x\r\n%s\r\n" % (len(event), event))
         h.wfile.flush()
+    tail = getattr(step, "tail", "")
     if hang:
         model.hung.set()
         if _wait_hangup(h, 30):
             model.hung_up.set()
+    elif tail == "hang":  # keep the body open with comments until the client hangs up
+        h.close_connection = True
+        deadline = time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline and not select.select([h.connection], [], [], 0.1)[0]:
+                h.wfile.write(b"%x\r\n: ping\n\n\r\n" % len(b": ping\n\n"))
+                h.wfile.flush()
+        except OSError:
+            pass
+        model.hung_up.set()
+    elif tail == "reset":  # cut the connection off with a RST instead of the body's end
+        h.close_connection = True
+        h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     else:
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()

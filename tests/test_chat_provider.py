@@ -143,6 +143,29 @@ def test_a_turns_requests_share_one_connection_until_aclose(model, wire_api):
     assert m.peers[2] in m.hung_up_peers, "aclose() left the connection open"
 
 
+@pytest.mark.timeout(20)  # the server keeps a "hang" body open for 30 s: reading on until then fails
+@pytest.mark.parametrize("tail", ["hang", "reset"])
+def test_a_responses_stream_whose_end_never_comes_or_breaks_still_answers(model, tail):
+    """After response.completed the rest of the body is read for the connection's sake, for a
+    moment only: a body kept open (a proxy's comments) or cut off (a reset) loses nothing."""
+    m = model(Text("all of it", tail=tail), Text("next"))
+
+    async def run():
+        p = provider(m, "responses")
+        try:
+            first = await collect(p, close=False)
+            second = await collect(p, close=False)  # the provider goes on, on a fresh connection
+        finally:
+            await p.aclose()
+        return first, second
+
+    first, second = asyncio.run(run())
+    assert "".join(e.text for e in first if isinstance(e, TextDelta)) == "all of it"
+    assert isinstance(first[-1], ReplyDone) and first[-1].usage.input_tokens == 11
+    assert "".join(e.text for e in second if isinstance(e, TextDelta)) == "next"
+    assert m.peers[0] != m.peers[1]
+
+
 def test_unreachable_base_url_names_it(model):
     s = Settings(name="gone", model="m", base_url="http://127.0.0.1:9/v1", wire_api="chat", api_key="k",
                  key_source="", timeout_seconds=5, max_retries=0)

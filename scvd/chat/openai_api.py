@@ -9,6 +9,8 @@ ProviderFailure. Imported only when a turn runs, so the idle daemon never loads 
 from __future__ import annotations
 
 import abc
+import asyncio
+import logging
 from typing import Any, AsyncIterator
 
 import openai
@@ -16,13 +18,18 @@ import openai
 from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
 from .provider import ProviderFailure, Settings
 
+log = logging.getLogger("scvd.chat")
+
+DRAIN_SECONDS = 1.0  # how long the end of a completed stream may take to arrive
+
 
 class _Base(abc.ABC):
     """Error mapping and the client's life; a subclass speaks one wire API in `_events`.
 
     One provider serves one turn: its requests share one client, so the steps of a
-    turn reuse its connection (no new TCP and TLS handshake per step); the turn's
-    end calls aclose(), so nothing stays open between turns."""
+    turn reuse its connection (no new TCP and TLS handshake per step, unless it sat
+    idle past the client's keep-alive expiry); the turn's end calls aclose(), so
+    nothing stays open between turns."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -85,12 +92,9 @@ class ResponsesProvider(_Base):
             tools=[{"type": "function", "name": t.name, "description": t.description,
                     "parameters": t.parameters, "strict": False} for t in request.tools],
             stream=True, store=False, **extra)
-        done = False
         try:
             async for event in stream:
                 kind = event.type
-                if done:  # after response.completed: read on to the stream's end, so its connection is reused
-                    continue
                 if kind == "response.output_text.delta":
                     yield TextDelta(event.delta)
                 elif kind == "response.output_item.done" and event.item.type == "function_call":
@@ -98,12 +102,25 @@ class ResponsesProvider(_Base):
                     yield CallRequested(ToolCall(item.call_id, item.name, item.arguments or "{}"))
                 elif kind == "response.completed":
                     u = event.response.usage
-                    done = True
                     yield ReplyDone(Usage(u.input_tokens, u.output_tokens) if u else Usage())
+                    await _drain(stream)
+                    return
                 elif kind in ("response.failed", "response.incomplete", "error"):
                     raise ProviderFailure("provider_error", f"{self._where()} ended the answer: {_why(event)}")
         finally:
             await stream.close()
+
+
+async def _drain(stream: Any) -> None:
+    """Read what follows response.completed, normally only the end of the body, so that the
+    connection can carry the turn's next request. The answer is whole by now: a tail that goes on
+    past DRAIN_SECONDS (a proxy's keep-alive comments) or breaks only costs that connection."""
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in stream:
+                pass
+    except Exception as exc:  # TimeoutError, a reset: nothing of the answer is lost
+        log.debug("the end of a Responses stream was not read: %s", exc)
 
 
 def _why(event: Any) -> str:

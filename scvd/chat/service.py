@@ -57,6 +57,7 @@ class ChatService:
         self.chats: dict[str, Chat] = {}
         self.stopping = False
         self._turns = itertools.count(1)
+        self._closing: set[asyncio.Task[None]] = set()  # providers closing their connections
         daemon.gate.screen = lambda owner, info: screen(daemon, owner, info)
 
     # --- requests -----------------------------------------------------------------------
@@ -158,7 +159,7 @@ class ChatService:
         tasks = [c.task for c in self.chats.values() if c.task is not None and not c.task.done()]
         for task in tasks:
             task.cancel("scvd is stopping")
-        return tasks
+        return tasks + list(self._closing)
 
     # --- one turn ---------------------------------------------------------------------------
 
@@ -187,10 +188,12 @@ class ChatService:
             for task in calls.values():
                 task.cancel("the turn ended")
             chat.questions.clear()
-        if model is not None:
-            await _close(model)
         self._save(chat)
         self._event(chat, end)
+        if model is not None:  # after the end, in a task of its own: no turn.cancel can cut it short
+            task = asyncio.ensure_future(_close(model))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def _drive(self, chat: Chat, turn: Turn, model: Any, work: list[Any],
                      calls: dict[str, asyncio.Task[Any]]) -> p.Frame:
@@ -285,11 +288,9 @@ class ChatService:
 
 
 async def _close(model: Any) -> None:
-    """The turn's provider closes its connections; a failure there is logged, and the turn still ends."""
+    """A turn's provider closes its connections once the turn ended; a failure is only logged."""
     try:
         await model.aclose()
-    except asyncio.CancelledError:  # a second cancel (shutdown) while closing: the turn still ends
-        pass
     except Exception as exc:
         log.warning("closing the provider's connections failed: %s", exc)
 
