@@ -120,6 +120,11 @@ class Daemon:
         """The distinct registries of open sessions (those opened before a reload keep the old one)."""
         return list({id(s.registry): s.registry for s in self.sessions.values()}.values())
 
+    def revoke_grants(self, tools: set[str]) -> None:
+        """No open session keeps a grant of these tools (the MCP server behind them was replaced)."""
+        for session in self.sessions.values():
+            session.revoke(tools)
+
     # --- lifecycle -------------------------------------------------------------
 
     async def serve(self, inherited: list[socket.socket] | None = None) -> None:

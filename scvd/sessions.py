@@ -141,6 +141,10 @@ class Session:
     def grant(self, tool: str, risk: str, sandboxed: bool = False) -> None:
         self.grants.add((tool, risk, sandboxed))
 
+    def revoke(self, tools: set[str]) -> None:
+        """Drop the grants of these tools (their MCP server was replaced: another program now)."""
+        self.grants = {g for g in self.grants if g[0] not in tools}
+
     def granted(self, tool: str, risk: str, sandboxed: bool = False) -> bool:
         """Whether a grant covers the call: one made unsandboxed covers it sandboxed too, not the reverse."""
         return (tool, risk, False) in self.grants or (sandboxed and (tool, risk, True) in self.grants)

@@ -35,6 +35,9 @@ class Host(Protocol):
     def session_registries(self) -> list[Registry]:
         """The registries open sessions hold (one opened before a reload keeps the old one)."""
 
+    def revoke_grants(self, tools: set[str]) -> None:
+        """Drop open sessions' grants of these tools."""
+
 
 class McpServers:
     """Links by server name; the tools each one listed last."""
@@ -64,7 +67,8 @@ class McpServers:
 
     async def _remove(self, name: str) -> None:
         link = self.links.pop(name)
-        self.tools.pop(name, None)
+        # a grant was a person's trust in this server; a changed table may run another program
+        self.host.revoke_grants({t.name for t in self.tools.pop(name, [])})
         self.refused.pop(name, None)
         self._register_everywhere(name)  # none left: gone from every session too
         await link.stop()

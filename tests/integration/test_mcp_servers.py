@@ -56,6 +56,19 @@ def server_pid(name_part: str) -> int:
     raise AssertionError(f"no process runs {name_part}")
 
 
+def replaced(name_part: str, pid: int, timeout: float = 15.0) -> None:
+    """Wait until the server running `name_part` is another process than `pid` (a restart)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if server_pid(name_part) != pid:
+                return
+        except AssertionError:  # between the old one's end and the new one's start
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"the server running {name_part} was not restarted within {timeout:g} s")
+
+
 @pytest.fixture
 def fs_daemon(make_daemon, workspace) -> DaemonProc:
     (workspace / "notes.txt").write_text("hello from the workspace\n")
@@ -94,6 +107,31 @@ def test_a_write_asks_for_approval_and_runs_once_approved(fs_daemon, workspace):
         done = c.wait_call(call_id)
         assert done.ok, done.error
         assert target.read_text() == "written"
+
+
+def test_a_session_grant_ends_when_a_reload_replaces_the_server(make_daemon, workspace):
+    """A grant trusted the server as it was; a changed table may run another program, so a session
+    opened before the reload is asked again (its tools follow the new server)."""
+    d = make_daemon(EVERYTHING_TABLE)
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        server(c, "every")
+        session = c.open_session(workspace)
+        call_id = c.start_call(session, "mcp__every__echo", {"message": "one"})
+        (request,) = wait_pending(me)
+        me.request(p.ApprovalDecide, approval_id=request.approval_id, decision="approve", scope="session")
+        assert c.wait_call(call_id).ok
+        assert c.call(session, "mcp__every__echo", {"message": "granted"}).ok  # unasked: the grant
+        every = server_pid(str(EVERYTHING))
+        (d.home / "config.toml").write_text(EVERYTHING_TABLE + "timeout_seconds = 60\n")  # a changed table
+        d.proc.send_signal(signal.SIGHUP)
+        replaced(str(EVERYTHING), every)
+        server(c, "every")
+        call_id = c.start_call(session, "mcp__every__echo", {"message": "asked again"})
+        (request,) = wait_pending(me)
+        assert request.tool == "mcp__every__echo"
+        me.request(p.ApprovalDecide, approval_id=request.approval_id, decision="approve")
+        done = c.wait_call(call_id)
+        assert done.ok and "asked again" in done.result["text"], done.error
 
 
 def test_a_denied_write_never_reaches_the_server(fs_daemon, workspace):
@@ -248,14 +286,7 @@ def test_sighup_applies_added_removed_and_changed_servers_only(make_daemon, work
         (d.home / "config.toml").write_text(fs_table(workspace) + EVERYTHING_TABLE + 'risk = "read_only"\n')
         every = server_pid(str(EVERYTHING))
         d.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            try:
-                if server_pid(str(EVERYTHING)) != every:
-                    break
-            except AssertionError:
-                pass
-            time.sleep(0.1)
+        replaced(str(EVERYTHING), every)
         server(c, "every")
         info = next(t for t in c.request(p.ToolsList).tools if t.name == "mcp__every__echo")
         assert info.risk == "read_only"
