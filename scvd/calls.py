@@ -66,7 +66,7 @@ from . import errors
 from .always_ask import always_ask_reason
 from .approvals import Approval, ApprovalGate, Decider, Verdict, holds_home, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
-from .sessions import Owner, Session, Ticket
+from .sessions import Lane, Owner, Session, Ticket
 from .tools.contract import NOT_NOW, CallContext, Plan, Tool, ToolRisk, check_timeout
 from .workers import run_check
 
@@ -250,7 +250,7 @@ class CallRegistry:
             if not flags.background:  # a background call leaves the lane as it starts: wait() does that
                 ticket = lane.try_enter(concurrent=flags.concurrent)
             if ticket is None:  # its place in arrival order is taken now, in this step; the task waits
-                ticket = lane.join(concurrent=flags.concurrent, background=flags.background)
+                ticket = _join(lane, tool)
                 begun = _Begun(tool, args, ticket)
                 ticket = None  # the task's now
                 return self._go_on(call, begun)
@@ -279,11 +279,11 @@ class CallRegistry:
         call.begun = True
         ticket = plan = None
         try:
+            lane = call.session.lane
             if begun is None:
                 tool = self._admitted(call)
                 if tool.decode_blocks:  # its lane place first: calls sent later must not pass a slow check
-                    ticket = call.session.lane.join(concurrent=tool.flags.concurrent,
-                                                    background=tool.flags.background)
+                    ticket = _join(lane, tool)
                     args = await run_check(tool.decode, call.arguments)
                     self._still_wanted(call)  # cancelled (or scvd stopping) meanwhile
                 else:
@@ -292,9 +292,8 @@ class CallRegistry:
             else:  # from _begin(), which joined or entered the lane, maybe planned and judged: ours to free
                 tool, args, ticket, ctx, plan, judged = begun
                 self._still_wanted(call)  # cancelled (or scvd stopping) since that step
-            lane = call.session.lane
             if ticket is None:
-                ticket = lane.join(concurrent=tool.flags.concurrent, background=tool.flags.background)
+                ticket = _join(lane, tool)
             if not ticket.started:
                 await lane.wait(ticket)
             if ctx is None:
@@ -505,6 +504,11 @@ class CallRegistry:
             call_id=call.call_id, session_id=session.id, workspace=session.workspace,
             workspace_fd=session.workspace_fd, config=session.config, paths=self.hub.paths,
             sandbox=self.hub.sandbox, services=session.services, turn=call.turn)
+
+
+def _join(lane: Lane, tool: Tool) -> Ticket:
+    """The call's place in its session's lane, in arrival order (Lane.join)."""
+    return lane.join(concurrent=tool.flags.concurrent, background=tool.flags.background)
 
 
 def _failure(exc: errors.ToolError) -> Outcome:

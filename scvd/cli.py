@@ -86,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         loaded = config_mod.load(config_file)
         eventloop.check(loaded.config.server.event_loop)
-        # the foreground start builds the registry after READY=1 (run()); what it would refuse, this does
+        # the foreground start builds the registry after READY=1 (run()); what it would refuse,
+        # config.load refused already
         registry = None if foreground else tools.build_registry(loaded.config, paths)
-        tools.check_config(loaded.config)
     except errors.ConfigError as exc:
         return _config_error(config_file, exc)
     if args.command == "check-config":
@@ -124,7 +124,7 @@ def run(paths: paths_mod.Paths, loaded: config_mod.Loaded, config_file: Path) ->
         notifier.ready()  # queued if the manager's socket is full: the daemon's loop sends it then
         held.ready_sent = True
         serve(_daemon(paths, loaded, notifier, held), [])
-    except errors.ConfigError as exc:  # tools.check_config missed it: said after READY=1, still exit 2
+    except errors.ConfigError as exc:  # config.load missed it: said after READY=1, still exit 2
         return _config_error(config_file, exc)
     except (errors.StartupError, OSError) as exc:
         logging.getLogger("scvd").error(

@@ -8,19 +8,6 @@ if TYPE_CHECKING:
     from .contract import Registry, Tool
 
 
-def check_config(config: Any) -> None:
-    """Raise ConfigError for a setting that `build_registry` would refuse; imports no tool module.
-
-    The start checks this before READY=1 and builds the registry after it (the tool modules
-    import asyncio, the process runner and the sandbox: tens of ms).
-    """
-    from ..adapters import spec
-
-    spec.check_config(config)
-    for adapter in spec.ADAPTERS.values():
-        spec.configured(adapter, config)
-
-
 def builtin_tools(config: Any, paths: Any) -> list[Tool]:
     """Every built-in tool, built for this configuration (some schemas depend on it)."""
     from . import bash, fs, skill, store_secret
