@@ -145,13 +145,15 @@ def test_a_turns_requests_share_one_connection_until_aclose(model, wire_api):
 
 @pytest.mark.timeout(20)  # the server keeps a "hang" body open for 30 s: reading on until then fails
 @pytest.mark.parametrize("tail", ["hang", "reset"])
-def test_a_responses_stream_whose_end_never_comes_or_breaks_still_answers(model, tail):
-    """After response.completed the rest of the body is read for the connection's sake, for a
-    moment only: a body kept open (a proxy's comments) or cut off (a reset) loses nothing."""
+@pytest.mark.parametrize("wire_api", ["responses", "chat"])
+def test_a_stream_whose_end_never_comes_or_breaks_still_answers(model, tail, wire_api):
+    """After the answer's last event (response.completed; the usage chunk) the rest of the body is
+    read for the connection's sake, for a moment only: a body kept open (a proxy's comments) or cut
+    off (a reset) loses nothing."""
     m = model(Text("all of it", tail=tail), Text("next"))
 
     async def run():
-        p = provider(m, "responses")
+        p = provider(m, wire_api)
         try:
             first = await collect(p, close=False)
             second = await collect(p, close=False)  # the provider goes on, on a fresh connection
