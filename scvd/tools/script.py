@@ -140,7 +140,7 @@ class ScriptTool(Tool):
             )
         except OSError as exc:
             raise Failed(f"{self.name}: cannot start {self.definition.executable}: {exc.strerror or exc}") from exc
-        return self._answer(redacted(result, secrets), plan)
+        return self._answer(redacted(result, secrets), plan, secrets)
 
     def _secrets(self, ctx: CallContext) -> dict[str, str]:
         """The declared secrets' values, or CredentialMissing for the first missing key."""
@@ -157,7 +157,7 @@ class ScriptTool(Tool):
             values[key] = value
         return values
 
-    def _answer(self, result: Any, plan: Plan) -> Any:
+    def _answer(self, result: Any, plan: Plan, secrets: dict[str, str]) -> Any:
         tail = result.stderr[-STDERR_TAIL_CHARS:].strip()
         said = f"; stderr: {tail}" if tail else ""
         if result.timed_out:
@@ -177,9 +177,11 @@ class ScriptTool(Tool):
             raise Failed(f"{self.name} failed ({how}){said}")
         if not result.truncated:
             try:
-                return json.loads(result.output)
+                parsed = json.loads(result.output)
             except ValueError:
                 pass
+            else:  # decoding undid escapes redact() knows no form of (`\/`, `\u0026`, upper-case hex)
+                return redact_tree(parsed, secrets) if secrets else parsed
         return result.output
 
 
@@ -192,6 +194,17 @@ def redact(text: str, secrets: dict[str, str]) -> str:
     for form in sorted(forms, key=len, reverse=True):  # a value inside a longer one goes with it
         text = text.replace(form, forms[form])
     return text
+
+
+def redact_tree(value: Any, secrets: dict[str, str]) -> Any:
+    """A parsed JSON value with the secrets taken out of every string in it, keys included."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, list):
+        return [redact_tree(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {redact(k, secrets): redact_tree(v, secrets) for k, v in value.items()}
+    return value
 
 
 def redacted(result: Any, secrets: dict[str, str]) -> Any:

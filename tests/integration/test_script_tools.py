@@ -331,6 +331,9 @@ v = os.environ["API_TOKEN"]
 print("debug: Authorization: Bearer " + v, file=sys.stderr)
 if os.environ.get("SCV_TOOL_DIR", "").endswith("as_text"):
     print("token=" + v)
+elif os.environ.get("SCV_TOOL_DIR", "").endswith("as_go"):  # Go's and PHP's escapes: slash, upper-case hex
+    print('{"echo": "%s"}' % "".join("\\\\/" if ch == "/" else "\\\\u%04X" % ord(ch) if ord(ch) > 127 or ch in '<>&"\\\\'
+                                     else ch for ch in v))
 else:
     print(json.dumps({"echo": v, "n": 1}))  # escaped: \\" and \\u00e9
 sys.exit(1 if os.environ.get("SCV_TOOL_DIR", "").endswith("fails") else 0)
@@ -340,8 +343,8 @@ PY
 
 def test_a_script_that_prints_its_secret_never_hands_the_value_back(make_daemon, scv_home, workspace):
     """A declared secret's value is replaced by [secret KEY] in the result and in the error."""
-    value = 'tok-"quoted"\\é-123'
-    for name in ("as_json", "as_text", "fails"):
+    value = 'tok-"quoted"\\é/<&>-123'
+    for name in ("as_json", "as_text", "fails", "as_go"):
         make_tool(scv_home, name, ECHOES_TOKEN, risk="read_only", secrets=["API_TOKEN"])
     d = make_daemon(home=scv_home, env={"API_TOKEN": value,
                                         "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
@@ -350,10 +353,12 @@ def test_a_script_that_prints_its_secret_never_hands_the_value_back(make_daemon,
         as_json = c.call(sid, "script_as_json", {"text": "x"})
         as_text = c.call(sid, "script_as_text", {"text": "x"})
         fails = c.call(sid, "script_fails", {"text": "x"})
+        as_go = c.call(sid, "script_as_go", {"text": "x"})  # only decoding the JSON shows the value
     assert as_json.result["echo"] == "[secret API_TOKEN]" and as_json.result["n"] == 1
+    assert as_go.result == {"echo": "[secret API_TOKEN]"}
     assert as_text.result == "token=[secret API_TOKEN]\n"
     assert fails.error.kind == "failed" and "Bearer [secret API_TOKEN]" in fails.error.message
-    texts = list(strings(msgspec.to_builtins([as_json, as_text, fails])))
+    texts = list(strings(msgspec.to_builtins([as_json, as_text, fails, as_go])))
     assert texts and not [t for t in texts if "tok-" in t]  # no form of the value, escaped or not
 
 
