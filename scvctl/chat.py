@@ -1,8 +1,8 @@
 """`scvctl chat` (a terminal chat, the reference bridge) and `scvctl exec` (one headless turn).
 
 Both use only the public client library and the chat frames: whatever they do,
-a bridge can do. `chat` streams the answer, asks approvals and the model's
-questions inline, and turns Ctrl-C into `turn.cancel`. `exec` prints the answer
+a bridge can do. `chat` streams the answer, asks approvals, store_secret's
+values (masked) and the model's questions inline, and turns Ctrl-C into `turn.cancel`. `exec` prints the answer
 on stdout and exits 1 when the turn fails; `--yes` makes it approve its own
 turn's calls (the person who ran it is the approver).
 """
@@ -17,7 +17,7 @@ from typing import Any, Callable
 from scvd import errors, protocol as p
 from scvd.text import printable
 
-from .cli import EXIT_ERROR, EXIT_OK, ask_request, connect, emit_json
+from .cli import EXIT_ERROR, EXIT_OK, ask_request, connect, emit_json, on_secret
 
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
 HEADLESS_ANSWER = "(no answer: scvctl exec runs without a person at the terminal; go on without one)"
@@ -64,7 +64,8 @@ def follow(c: Any, session: str, turn: str, on_event: Callable[[Any], None]) -> 
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    with connect(args, approver=args.yes, timeout=None) as c:
+    # nobody types here: store_secret asks `scvctl approvals watch`, or fails at once naming the ways out
+    with connect(args, approver=args.yes, timeout=None, answers_secrets=False) as c:
         chat = _open(c, args)
         turn = c.request(p.TurnStart, session=chat.session, text=args.prompt).turn
         state: dict[str, Any] = {"text": "", "calls": []}
@@ -176,6 +177,9 @@ def _chat_event(c: Any, session: str, event: Any) -> None:
                       decision="deny" if answer == "n" else "approve", scope="session" if answer == "s" else "once")
         except errors.ApprovalNotFound:
             print(f"  {event.approval_id} was already decided elsewhere", flush=True)
+    elif isinstance(event, p.SecretRequested) and event.session == session:
+        print(flush=True)
+        on_secret(c, event)  # masked, as `scvctl approvals watch` asks
     elif isinstance(event, p.QuestionAsked):
         print(f"\nquestion: {printable(event.question)}", flush=True)
         sys.stdout.write("answer> ")

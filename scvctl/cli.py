@@ -112,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
 
-def connect(args: argparse.Namespace, *, approver: bool = False, timeout: float | None = 30.0) -> Client:
-    return Client.connect(args.socket, name="scvctl", approver=approver, timeout=timeout)
+def connect(args: argparse.Namespace, *, approver: bool = False, timeout: float | None = 30.0,
+            answers_secrets: bool = True) -> Client:
+    return Client.connect(args.socket, name="scvctl", approver=approver, timeout=timeout,
+                          answers_secrets=answers_secrets)
 
 
 def emit_json(value: Any) -> None:
@@ -242,7 +244,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             elif isinstance(event, p.ApprovalResolved):
                 _on_resolved(args, event)
             elif isinstance(event, p.SecretRequested):
-                _on_secret(c, args, event)
+                on_secret(c, event, as_json=args.json)
             elif isinstance(event, p.SecretResolved) and not args.json:
                 print(printable(f"  {event.request_id} ({event.key}) {event.state}"
                                 + (f" by {event.decided_by}" if event.decided_by else ""), keep=""), flush=True)
@@ -281,9 +283,9 @@ def _on_resolved(args: argparse.Namespace, event: p.ApprovalResolved) -> None:
     print(printable(f"  {event.approval_id} {event.state} by {event.decided_by}{why}", keep=""), flush=True)
 
 
-def _on_secret(c: Client, args: argparse.Namespace, event: p.SecretRequested) -> None:
+def on_secret(c: Client, event: p.SecretRequested, *, as_json: bool = False) -> None:
     """A tool asks for a secret: read it masked (getpass) on a terminal, else one line of stdin."""
-    if args.json:  # a program reading JSON answers with secret.provide itself
+    if as_json:  # a program reading JSON answers with secret.provide itself
         emit_json(event)
         return
     print(printable(f"[{event.request_id}] secret {event.key} for {event.tool or '?'} "

@@ -105,9 +105,9 @@ class ClientCore:
             return frame(id=next(self._ids), **fields)
         return frame
 
-    def hello(self, name: str, approver: bool) -> p.Frame:
-        return self.build(p.Hello, protocol=p.PROTOCOL_VERSION,
-                          client=p.PeerInfo(name=name, version=__version__), approver=approver)
+    def hello(self, name: str, approver: bool, answers_secrets: bool = True) -> p.Frame:
+        return self.build(p.Hello, protocol=p.PROTOCOL_VERSION, client=p.PeerInfo(name=name, version=__version__),
+                          approver=approver, answers_secrets=answers_secrets)
 
     def feed(self, data: bytes) -> None:
         """Sort incoming frames into answers (by id), events, and errors without an id."""
@@ -148,7 +148,7 @@ class Client:
 
     @classmethod
     def connect(cls, path: Path | str | None = None, *, name: str = "scvctl", approver: bool = False,
-                timeout: float | None = 30.0) -> Client:
+                timeout: float | None = 30.0, answers_secrets: bool = True) -> Client:
         path = Path(path) if path else default_socket()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
@@ -158,7 +158,7 @@ class Client:
             sock.close()
             raise not_running(path, exc) from None
         client = cls(sock)
-        client.welcome = client.core.welcomed(client.request(client.core.hello(name, approver)))
+        client.welcome = client.core.welcomed(client.request(client.core.hello(name, approver, answers_secrets)))
         return client
 
     def __enter__(self) -> Client:
@@ -311,7 +311,7 @@ class AsyncClient:
 
     @classmethod
     async def connect(cls, path: Path | str | None = None, *, name: str = "scvctl",
-                      approver: bool = False) -> AsyncClient:
+                      approver: bool = False, answers_secrets: bool = True) -> AsyncClient:
         path = Path(path) if path else default_socket()
         client = cls()
         link = _Link(client._on_data, client._fail)
@@ -320,7 +320,8 @@ class AsyncClient:
         except OSError as exc:
             raise not_running(path, exc) from None
         client.transport, client.link = transport, link  # type: ignore[assignment]
-        client.welcome = client.core.welcomed(await client.request(client.core.hello(name, approver)))
+        client.welcome = client.core.welcomed(
+            await client.request(client.core.hello(name, approver, answers_secrets)))
         return client
 
     async def close(self) -> None:

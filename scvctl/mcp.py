@@ -41,7 +41,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2  # the usage exit, as cli.EXIT_USAGE
     # an approver, so the session's own approval requests reach the host (used only for hosts that elicit)
-    with Client.connect(args.socket, name="scvctl-mcp", approver=True) as client:
+    # not for secrets: MCP forbids eliciting them, so store_secret asks the watchers or fails at once
+    with Client.connect(args.socket, name="scvctl-mcp", approver=True, answers_secrets=False) as client:
         attached = hand_over(client, args.workspace.resolve())
         stop_writing_stdio()
         return wait_detached(client, attached.session)

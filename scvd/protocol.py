@@ -120,12 +120,14 @@ class LaunchSpec(msgspec.Struct, omit_defaults=True):
 
 
 class Hello(Frame, tag="hello"):
-    """First frame of a connection. `approver` asks for this connection's own approvals."""
+    """First frame of a connection. `approver` asks for this connection's own approvals and, unless
+    `answers_secrets` is false (nobody types into this client), store_secret's requests for them."""
 
     id: Id
     protocol: int
     client: PeerInfo
     approver: bool = False
+    answers_secrets: bool = True
 
 
 class Ping(Frame, tag="ping"):

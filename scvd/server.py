@@ -56,7 +56,7 @@ class Daemon:
                                  loaded.config.server.server_frame_bytes)
         self.secrets = SecretStore(paths.secrets_file)  # blocking methods: call them in a thread
         self.secret_requests = SecretRequests(
-            self.secrets, approvers=self._approvers_of, send=self.send_event,
+            self.secrets, approvers=self._secret_answerers, send=self.send_event,
             timeout=lambda: self.config.approvals.timeout_seconds, audit=self._audit_line)
         # what every session's tools reach through ctx.services, beside what the tools prepare
         self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests}
@@ -484,6 +484,7 @@ class Daemon:
         if conn.initialized:
             raise errors.InvalidRequest("this connection already said hello")
         conn.initialized, conn.client, conn.approver = True, frame.client.name, frame.approver
+        conn.answers_secrets = frame.answers_secrets
         server = self.config.server
         return p.Welcome(
             id=frame.id, protocol=p.PROTOCOL_VERSION, server=p.PeerInfo(name="scvd", version=__version__),
@@ -625,6 +626,12 @@ class Daemon:
         if session is not None and session.owner.approver and session.owner not in targets:
             targets.append(session.owner)
         return targets
+
+    def _secret_answerers(self, session_id: str) -> list[Connection]:
+        """Who is asked for a secret: the approvers that may answer one (a process scvd started may
+        not) and have someone to type it (hello's answers_secrets; watchers do)."""
+        return [c for c in self._approvers_of(session_id)
+                if (c.watcher or c.answers_secrets) and not self._spawned(c)]
 
     def _audit_line(self, event: str, **fields: Any) -> None:
         self.calls.write_audit(event, **fields)  # the one writer of audit lines

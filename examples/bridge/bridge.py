@@ -59,7 +59,8 @@ class Bridge:
         delay = 0.5
         while True:
             try:
-                self.client = await AsyncClient.connect(name="example-bridge", approver=True)
+                # answers_secrets=False: a chat is no place to type a secret; store_secret asks the watchers
+                self.client = await AsyncClient.connect(name="example-bridge", approver=True, answers_secrets=False)
                 self.sessions, self.chats = {}, {}
                 return
             except DaemonNotRunning as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -65,6 +66,55 @@ def test_exec_without_yes_is_denied_at_once_naming_the_way_out(chat_daemon, mode
     assert f"denied: {NO_APPROVER}" in out.stderr
     assert "--yes" in out.stderr and "scvctl approvals watch" in out.stderr
     assert out.stdout == "could not write\n" and not (workspace / "out.txt").exists()
+
+
+STORE_TOKEN = [Calls(("find_tools", {"query": "store_secret", "include_system": True})),
+               Calls(("store_secret", {"key": "API_TOKEN", "tool": "script_token"}))]
+SECRET_VALUE = "tok-typed-at-the-prompt-77"
+
+
+@pytest.fixture
+def secret_daemon(make_daemon, scv_home):
+    from test_script_tools import SHOWS_TOKEN, make_tool
+
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+
+    def start(m):
+        return make_daemon(config(m), home=scv_home, env={
+            "SCVD_TEST_MODEL_KEY": "sk-test", "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    return start
+
+
+def test_exec_yes_has_nobody_to_type_a_secret_so_store_secret_fails_at_once(secret_daemon, model, workspace):
+    """Headless: the request is not sent to exec (it would wait out approvals.timeout_seconds,
+    900 s, unanswered); the model hears at once how the person can store it."""
+    m = model(*STORE_TOKEN, Text("ask the owner"))
+    out = scvctl(secret_daemon(m), "exec", "--json", "--yes", "--workspace", str(workspace), "fix the token")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["text"] == "ask the owner"
+    failed = summary["calls"][-1]
+    assert failed["ok"] is False and failed["error"]["kind"] == "unavailable"
+    assert "scvctl secrets set API_TOKEN" in failed["error"]["message"]
+    assert "scvctl approvals watch" in failed["error"]["message"]
+
+
+def test_chat_asks_for_a_secret_at_its_prompt_and_never_shows_it(secret_daemon, model, workspace):
+    """seed 003's credential auto-heal in the terminal chat: the person types the value there."""
+    use = Calls(("script_token", {"text": "x"}))  # the first call of a tool loads its schema
+    m = model(*STORE_TOKEN, use, use, Text("the token works"))
+    d = secret_daemon(m)
+    out = subprocess.run([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)], env=d.env,
+                         input=f"fix the token\n{SECRET_VALUE}\n/exit\n", capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "secret API_TOKEN for script_token" in out.stdout and "input hidden" in out.stdout
+    assert "the token works" in out.stdout
+    assert SECRET_VALUE not in out.stdout + out.stderr
+    assert SECRET_VALUE in (d.home / "secrets.toml").read_text()
+    sent = json.dumps(m.requests)
+    assert SECRET_VALUE not in sent  # the model heard "stored", then the script's answer
+    assert hashlib.sha256(SECRET_VALUE.encode()).hexdigest() in sent  # which had the typed value
 
 
 def test_exec_exits_1_on_turn_failed(chat_daemon, model, workspace):

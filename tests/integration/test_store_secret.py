@@ -148,6 +148,47 @@ def test_no_approver_connected_fails_at_once_naming_both_ways_out(setup, workspa
     assert "scvctl approvals watch" in done.error.message
 
 
+def test_an_approver_with_nobody_to_type_is_not_asked_a_watcher_is(setup, workspace):
+    """hello's answers_secrets: false (scvctl exec, scvctl mcp): the request is not sent there,
+    where it would wait out approvals.timeout_seconds; with a watcher, the watcher is asked."""
+    d = setup
+    with d.client(name="headless", approver=True, answers_secrets=False) as agent:
+        sid = agent.open_session(workspace)
+        done = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+        assert done.error.kind == "unavailable" and "no approver is connected" in done.error.message
+        with d.client(name="person") as watcher:
+            watcher.request(p.ApprovalsWatch)
+            call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+            request = secret_requested(watcher, "API_TOKEN")
+            watcher.request(p.SecretProvide, request_id=request.request_id, value=VALUE)
+            assert agent.wait_call(call_id).ok
+        assert not [e for e in agent.core.events if isinstance(e, p.SecretRequested)]
+
+
+STORE_FROM_A_CHILD = """
+import sys
+from scvctl.client import Client
+c = Client.connect(sys.argv[1], name="agent-child", approver=True)
+done = c.call(c.open_session(sys.argv[2]), "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+print(done.error.kind if done.error else "ok", done.error.message if done.error else "")
+"""
+
+
+def test_a_process_spawned_by_scvd_is_not_asked_for_its_own_secret_and_hears_so_at_once(setup, workspace):
+    """It may not answer (it could plant a credential), so it does not count as the approver there is:
+    with nobody else, its store_secret fails at once instead of waiting out the 900 s timeout."""
+    d = setup
+    with d.client(name="person", approver=True) as person:
+        (workspace / "store.py").write_text(STORE_FROM_A_CHILD)
+        command = f"PYTHONPATH={ROOT} {sys.executable} store.py {d.socket} {workspace}"
+        runner = person.start_call(person.open_session(workspace), "bash", {"command": command})
+        pending = [a for a in wait_pending(person) if a.call_id == runner][0]
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        ran = person.wait_call(runner)
+    assert ran.ok, ran.error
+    assert ran.result["output"].startswith("unavailable no approver is connected to enter API_TOKEN"), ran.result
+
+
 PROVIDE_SCRIPT = """
 import sys
 from scvctl.client import Client
