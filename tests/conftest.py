@@ -54,6 +54,18 @@ def wait_for_socket(path: Path, timeout: float = STARTUP_TIMEOUT, proc: subproce
     raise AssertionError(f"nothing listens on {path} after {timeout} s")
 
 
+def start_child_client(person: Client, workspace: Path, script: str, *args: Any) -> str:
+    """Run `python <script> <args>` (a client of scvd: a process scvd started) through an approved
+    bash call of `person`'s; return that call's id."""
+    from scvd import protocol as p
+
+    command = " ".join([f"PYTHONPATH={ROOT}", sys.executable, script, *map(str, args)])
+    runner = person.start_call(person.open_session(workspace), "bash", {"command": command})
+    pending = [a for a in wait_pending(person) if a.call_id == runner][0]
+    person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+    return runner
+
+
 def wait_pending(c: Client, count: int = 1, timeout: float = 15.0) -> list[Any]:
     """Poll approvals.list until `count` requests are pending; return them."""
     from scvd import protocol as p

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT, DaemonProc, wait_pending
+from conftest import ROOT, DaemonProc, start_child_client, wait_pending
 from harness import RawConn, make_wrapped, wait_until  # noqa: F401 (a fixture)
 from scvd import errors, protocol as p
 
@@ -281,10 +281,7 @@ def test_a_process_started_by_scvd_watches_only_its_own_sessions_requests(daemon
     (workspace / "watch.py").write_text(WATCH_SCRIPT)
     with d.client(name="person") as person:
         person.request(p.ApprovalsWatch)
-        command = f"PYTHONPATH={ROOT} {sys.executable} watch.py {d.socket} {workspace}"
-        runner = person.start_call(person.open_session(workspace), "bash", {"command": command})
-        pending = [a for a in wait_pending(person) if a.call_id == runner][0]
-        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        runner = start_child_client(person, workspace, "watch.py", d.socket, workspace)
         wait_until(lambda: (workspace / "watching").exists(), timeout=60, what="the child to watch")
         other = person.start_call(person.open_session(workspace), "write", {"path": "plan.txt", "content": "y", "mode": "create"})
         wait_until(lambda: any(a.call_id == other for a in person.request(p.ApprovalsList).approvals),
@@ -339,10 +336,7 @@ def test_a_process_started_by_scvd_lists_only_its_own_sessions(daemon, workspace
     (workspace / "sessions.py").write_text(SESSIONS_SCRIPT)
     with d.client(name="person") as person:
         person.open_session(private)
-        command = f"PYTHONPATH={ROOT} {sys.executable} sessions.py {d.socket} {workspace}"
-        runner = person.start_call(person.open_session(workspace), "bash", {"command": command})
-        pending = [a for a in wait_pending(person) if a.call_id == runner][0]
-        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        runner = start_child_client(person, workspace, "sessions.py", d.socket, workspace)
         ran = person.wait_call(runner)
         assert ran.ok, ran.error
         lines = ran.result["output"].strip().splitlines()

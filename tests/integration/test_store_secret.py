@@ -19,10 +19,9 @@ import pytest
 from helpers.probe_tools import wait_event
 from scvd import errors, protocol as p
 
-from conftest import wait_pending
+from conftest import start_child_client, wait_pending
 from test_script_tools import SHOWS_TOKEN, make_tool
 
-ROOT = Path(__file__).resolve().parents[2]
 VALUE = "sup3r-s3cret-VALUE-9f1c"
 NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
 
@@ -180,10 +179,7 @@ def test_a_process_spawned_by_scvd_is_not_asked_for_its_own_secret_and_hears_so_
     d = setup
     with d.client(name="person", approver=True) as person:
         (workspace / "store.py").write_text(STORE_FROM_A_CHILD)
-        command = f"PYTHONPATH={ROOT} {sys.executable} store.py {d.socket} {workspace}"
-        runner = person.start_call(person.open_session(workspace), "bash", {"command": command})
-        pending = [a for a in wait_pending(person) if a.call_id == runner][0]
-        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        runner = start_child_client(person, workspace, "store.py", d.socket, workspace)
         ran = person.wait_call(runner)
     assert ran.ok, ran.error
     assert ran.result["output"].startswith("unavailable no approver is connected to enter API_TOKEN"), ran.result
@@ -210,10 +206,7 @@ def test_a_process_spawned_by_scvd_cannot_provide_a_secret(setup, workspace):
                                    {"key": "API_TOKEN", "tool": "script_token"})
         request = secret_requested(person, "API_TOKEN")
         (workspace / "provide.py").write_text(PROVIDE_SCRIPT)
-        command = f"PYTHONPATH={ROOT} {sys.executable} provide.py {d.socket} {request.request_id}"
-        runner = person.start_call(person.open_session(workspace), "bash", {"command": command})
-        pending = [a for a in wait_pending(person) if a.call_id == runner][0]
-        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        runner = start_child_client(person, workspace, "provide.py", d.socket, request.request_id)
         ran = person.wait_call(runner)
         assert ran.ok, ran.error
         assert ran.result["output"].strip().splitlines()[-1].startswith("forbidden"), ran.result
