@@ -432,24 +432,43 @@ def test_cancel_before_install_changes_nothing(ws: Workspace) -> None:
     assert no_temp_files(ws.root)
 
 
-def test_task_cancellation_stops_a_large_write(ws: Workspace) -> None:
-    (ws.root / "big.txt").write_text("old")
+def cancel_once_writing(ws: Workspace, raw: dict, settle: float = 0.0) -> None:
+    """Run write, cancel its task `settle` s after its temp file appears, and wait for the pool thread
+    to end (it removes the temp file, or installs it)."""
     tool = TOOLS["write"]
-    args = tool.decode({"path": "big.txt", "content": "y" * (256 << 20), "mode": "replace"})
+    args = tool.decode(raw)
 
     async def cancel_mid_write() -> None:
         task = asyncio.create_task(tool.run(args, tool.plan(args, ws.ctx), ws.ctx))
         while no_temp_files(ws.root):
             await asyncio.sleep(0.001)
+        await asyncio.sleep(settle)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(cancel_mid_write())
-    deadline = time.monotonic() + 10
-    while not no_temp_files(ws.root) and time.monotonic() < deadline:  # the pool thread cleans up
+    deadline = time.monotonic() + 20
+    while not no_temp_files(ws.root) and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def test_task_cancellation_stops_a_large_write(ws: Workspace) -> None:
+    (ws.root / "big.txt").write_text("old")
+    cancel_once_writing(ws, {"path": "big.txt", "content": "y" * (256 << 20), "mode": "replace"})
     assert (ws.root / "big.txt").read_text() == "old"
+    assert no_temp_files(ws.root)
+
+
+def test_a_write_cancelled_while_it_checks_expected_sha256_is_not_installed(ws: Workspace) -> None:
+    """Hashing a big old file takes seconds; a call cancelled (or timed out) meanwhile must not land after."""
+    big = ws.root / "big.log"
+    with open(big, "wb") as f:
+        f.truncate(512 << 20)  # sparse: cheap to make, ~1 s to hash
+    seen = fs.read_file(ws.fd, "big.log", limit=0)["sha256"]
+    # the temp file (4 bytes) is written at once: 0.1 s later the old file's hash is under way
+    cancel_once_writing(ws, {"path": "big.log", "content": "new\n", "mode": "replace", "expected_sha256": seen}, 0.1)
+    assert big.stat().st_size == 512 << 20, "a cancelled write was installed"
     assert no_temp_files(ws.root)
 
 

@@ -215,7 +215,8 @@ def write_file(
             _check_cancel(cancel)
             inspect_target(parent, real, path, mode)  # again, right before install
             if expected_sha256:
-                _check_sha(parent, real, path, expected_sha256)
+                _check_sha(parent, real, path, expected_sha256, cancel)
+            _check_cancel(cancel)  # hashing a big file takes seconds: the call may have ended meanwhile
             _install(parent, tmp, real[-1], path, mode)
         except BaseException:
             _unlink_quiet(parent, tmp)
@@ -322,8 +323,8 @@ def _keep_metadata(fd: int, existing: os.stat_result | None) -> None:
             pass  # not root: the new file is ours, as any editor's would be
 
 
-def _check_sha(parent: int, parts: tuple[str, ...], path: str, expected: str) -> None:
-    """Compare the file as it is now with the sha256 the caller read."""
+def _check_sha(parent: int, parts: tuple[str, ...], path: str, expected: str, cancel: Any) -> None:
+    """Compare the file as it is now with the sha256 the caller read (stopping at a cancel)."""
     try:
         fd = containment.open_raw(parent, parts[-1:], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
@@ -332,6 +333,7 @@ def _check_sha(parent: int, parts: tuple[str, ...], path: str, expected: str) ->
         containment.check_regular(os.fstat(fd), path)
         digest = hashlib.sha256()
         while buf := os.read(fd, CHUNK):
+            _check_cancel(cancel)
             digest.update(buf)
     finally:
         os.close(fd)
