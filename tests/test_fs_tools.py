@@ -201,6 +201,20 @@ def test_read_missing_directory_and_fifo(ws: Workspace) -> None:
         ws.call("read", path="pipe")  # must not block waiting for a writer
 
 
+@pytest.mark.parametrize("path, tail", [("a.txt/", "'/'"), ("a.txt/.", "'/.'"), ("./a.txt//./", "'/'")])
+def test_a_file_path_with_a_directory_tail_is_refused(ws: Workspace, path: str, tail: str) -> None:
+    """POSIX gives ENOTDIR for `a.txt/` and `a.txt/.`; scvd must not quietly take them as `a.txt`."""
+    (ws.root / "a.txt").write_text("hello\n")
+    with pytest.raises(InvalidArguments, match=f"ends with {re.escape(tail)}, so it names a directory"):
+        ws.call("read", path=path)
+    with pytest.raises(InvalidArguments, match="names a directory"):
+        ws.call("write", path=path, content="clobbered\n", mode="replace")
+    with pytest.raises(InvalidArguments, match="names a directory"):
+        fs.read_file(ws.fd, path)
+    assert (ws.root / "a.txt").read_text() == "hello\n"
+    assert ws.call("read", path="./a.txt")["content"] == "hello\n"  # a leading `./` still means a.txt
+
+
 def test_read_risk_is_read_only_for_ordinary_paths(ws: Workspace) -> None:
     (ws.root / "main.py").write_text("print(1)\n")
     plan = ws.plan("read", path="main.py")

@@ -61,7 +61,7 @@ def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_
     With small_only, None unless the file is small enough to read on the event loop (`inline_ok`).
     `approved`: the real components plan() judged (secret-like or not); a path leading elsewhere now is refused.
     """
-    parts = containment.split(path)
+    parts = file_parts(path)
     fd, st, real = containment.open_regular(dirfd, parts, path)
     if approved is not None and real != approved:
         os.close(fd)
@@ -203,7 +203,7 @@ def write_file(
 
     `approved`: the real components the approver was shown; a path that leads elsewhere now is refused.
     """
-    parts = file_parts(path)
+    parts = write_parts(path)
     real = resolve_file(dirfd, parts, path)
     if approved is not None and real != approved:
         raise moved_error(path, approved, real, "since it was approved", "nothing was written")
@@ -238,12 +238,21 @@ def write_file(
 
 
 def file_parts(path: str) -> tuple[str, ...]:
-    """The components of a path that must name a file (not the workspace, not `dir/`)."""
+    """The components of a path that must name a file: not `dir/`, nor `a.txt/.` (POSIX says ENOTDIR;
+    `split` alone would drop the tail and name `a.txt`)."""
     parts = containment.split(path)
+    tail = "/" if path.endswith("/") else "/." if path.endswith("/.") else ""
+    if parts and tail:
+        raise InvalidArguments(
+            f"path {show(path)} ends with {tail!r}, so it names a directory; give a file path, without the {tail!r}")
+    return parts
+
+
+def write_parts(path: str) -> tuple[str, ...]:
+    """`file_parts` of a file to write: not the workspace itself either."""
+    parts = file_parts(path)
     if not parts:
         raise InvalidArguments("path names the workspace itself; give a file inside it, e.g. 'notes.txt'")
-    if path.endswith("/"):
-        raise InvalidArguments(f"path {show(path)} ends with '/', so it names a directory; give a file path")
     return parts
 
 
@@ -460,7 +469,7 @@ class ReadTool(Tool):
         self.Arguments = _read_arguments(max_limit)
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
-        parts = containment.split(args.path)
+        parts = file_parts(args.path)
         fd, st, real = containment.open_regular(ctx.workspace_fd, parts, args.path)  # refuse escapes before approval
         held: _Held | None = None
         if inline_ok(fd, st):
@@ -522,7 +531,7 @@ class WriteTool(Tool):
     Arguments = WriteArguments
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
-        parts = file_parts(args.path)
+        parts = write_parts(args.path)
         if args.expected_sha256 and args.mode == "create":
             raise InvalidArguments("expected_sha256 applies to mode='replace' only; a created file has no prior content")
         try:
