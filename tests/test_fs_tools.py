@@ -224,7 +224,9 @@ def test_read_risk_is_read_only_for_ordinary_paths(ws: Workspace) -> None:
 
 
 @pytest.mark.parametrize("path", [".env", "config/.env.production", ".ssh/config", "deploy/credentials.json",
-                                  "server.PEM", "tls/site.key", "home/.aws/config", "id_rsa", ".git-credentials"])
+                                  "server.PEM", "tls/site.key", "home/.aws/config", "id_rsa", ".git-credentials",
+                                  "id_ed25519", "prod.env", ".pgpass", "terraform.tfstate", ".vault-token",
+                                  ".docker/config.json"])
 def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -> None:
     target = ws.root / path
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -244,6 +246,11 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
      ("cert.pem", True), ("k.Key", True), (".netrc", True), (".npmrc", True), (".pypirc", True),
      (".ssh/known_hosts", True), (".gnupg/pubring.kbx", True), ("a/.aws/x", True), ("secrets/db.yaml", True),
      (".envrc", True), ("deploy/client.p12", True), ("a.PFX", True), (".kube/config", True),
+     ("id_ed25519", True), ("keys/id_ecdsa.pub", True), ("id_dsa", True), ("prod.env", True),
+     ("Example.ENV", True), (".env.example", True), (".pgpass", True), ("infra/terraform.tfstate", True),
+     ("terraform.tfstate.backup", True), (".vault-token", True), (".docker/config.json", True),
+     ("home/.Docker/Config.json", True),
+     ("config.json", False), (".docker/daemon.json", False), ("tfstate.md", False), (".venv/bin/python", False),
      ("src/main.py", False), ("environment.py", False), ("keyboard.c", False),
      ("pem.md", False), ("ssh/config", False), ("README.md", False), ("key", False)],
 )

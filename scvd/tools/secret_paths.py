@@ -2,7 +2,8 @@
 
 Rule: purely lexical and case-insensitive, applied to every component of the
 path, so a file inside a directory named like a secret (`.ssh/config`,
-`secrets/db.yaml`) counts too. The file tools apply it to the requested path
+`secrets/db.yaml`) counts too; a few common names count only in their
+directory (`.docker/config.json`). The file tools apply it to the requested path
 and to the one a symlink resolves to (`notes -> .env`). It raises a read's risk so a person sees it; it
 is a visibility aid, not a confidentiality boundary (seed 000): a shell or a
 delegated agent can still read the file, so isolation needs the OS sandbox.
@@ -20,15 +21,25 @@ SECRET_NAMES = {
     ".pypirc": "a PyPI config that may hold a token",
     ".git-credentials": "a git credential store",
     ".envrc": "a direnv file that usually exports tokens",
+    ".pgpass": "a PostgreSQL password file",
+    ".vault-token": "a HashiCorp Vault token",
 }
+# (directory, file name): names too common to flag anywhere else
+SECRET_FILES_IN = {(".docker", "config.json"): "a Docker config that may hold registry credentials"}
 SECRET_DIRS = (".ssh", ".aws", ".gnupg", ".kube")  # everything under these is secret-like
 SECRET_WORDS = ("credential", "secret", "private_key")
-SECRET_PREFIXES = {".env.": "a dotenv file", "id_rsa": "an SSH key"}
+SSH_KEY = "an SSH key"
+SECRET_PREFIXES = {".env.": "a dotenv file", "id_rsa": SSH_KEY, "id_ed25519": SSH_KEY, "id_ecdsa": SSH_KEY,
+                   "id_dsa": SSH_KEY}
+TFSTATE = "a Terraform state, which holds secrets in plain text"
 SECRET_SUFFIXES = {
     ".pem": "a PEM key or certificate",
     ".key": "a key file",
     ".p12": "a PKCS#12 key store",
     ".pfx": "a PKCS#12 key store",
+    ".env": "a dotenv file",  # prod.env; like .env.* it counts templates (example.env) too
+    ".tfstate": TFSTATE,
+    ".tfstate.backup": TFSTATE,
 }
 
 
@@ -37,6 +48,8 @@ def secret_reason(path: str | Iterable[str]) -> str | None:
     parts = path.split("/") if isinstance(path, str) else list(path)
     for index, part in enumerate(parts):
         kind = _component_kind(part.lower())
+        if kind is None and index:
+            kind = SECRET_FILES_IN.get((parts[index - 1].lower(), part.lower()))
         if kind is None:
             continue
         if index < len(parts) - 1:
