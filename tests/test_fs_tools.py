@@ -11,8 +11,11 @@ import stat
 import subprocess
 import sys
 import threading
+import tempfile
 import time
+import warnings
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import msgspec
 import pytest
@@ -491,6 +494,70 @@ def test_a_write_cancelled_while_it_checks_expected_sha256_is_not_installed(ws: 
     cancel_once_writing(ws, {"path": "big.log", "content": "new\n", "mode": "replace", "expected_sha256": seen}, 0.1)
     assert big.stat().st_size == 512 << 20, "a cancelled write was installed"
     assert no_temp_files(ws.root)
+
+
+# --- another user's files (root drops to uids that exist nowhere else) -------------------------
+
+ALICE, BOB, PROJECT = 4241, 4242, 4300
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files to other users")
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A 0755 directory outside pytest's 0700 tmp tree, so the other uids can reach it."""
+    path = Path(tempfile.mkdtemp(prefix="scvd-fs-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def run_as(uid: int, groups: list[int], fn: Callable[[], Any]) -> str:
+    """fn() in a forked child running as `uid` (group `uid`, supplementary `groups`): its result or error, as text."""
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() in a threaded process: the child only runs fn
+        pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups(groups)
+            os.setgid(uid)
+            os.setuid(uid)
+            out = f"ok: {fn()}"
+        except BaseException as exc:
+            out = f"{type(exc).__name__}: {exc}"
+        finally:
+            os.write(w, out.encode())
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read().decode()
+    os.waitpid(pid, 0)
+    return out
+
+
+def write_as(uid: int, groups: list[int], root: Path, path: str, data: bytes) -> str:
+    def write() -> Any:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        return fs.write_file(fd, path, data, "replace")
+    return run_as(uid, groups, write)
+
+
+@as_root
+def test_a_group_member_replacing_a_shared_file_keeps_its_group(shared_tmp: Path) -> None:
+    """bob edits alice's group-writable project file: it becomes bob's (as with any editor), but stays
+    in the project group, or the rest of the group could no longer read or write it."""
+    root = shared_tmp / "ws"
+    root.mkdir()
+    os.chown(root, ALICE, PROJECT)
+    root.chmod(0o775)  # a shared, group-writable project directory (no setgid bit)
+    shared = root / "shared.txt"
+    shared.write_text("v1\n")
+    os.chown(shared, ALICE, PROJECT)
+    shared.chmod(0o660)
+    assert write_as(BOB, [PROJECT], root, "shared.txt", b"v2\n").startswith("ok: ")
+    st = shared.stat()
+    assert shared.read_text() == "v2\n"
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (BOB, PROJECT, 0o660)
 
 
 # --- atomicity ----------------------------------------------------------------------

@@ -320,7 +320,7 @@ def _write_temp(parent: int, data: bytes, existing: os.stat_result | None, cance
 
 
 def _keep_metadata(fd: int, existing: os.stat_result | None) -> None:
-    """A replaced file keeps its permission bits (not setuid/setgid) and, where allowed, its owner."""
+    """A replaced file keeps its permission bits (not setuid/setgid) and, where allowed, its owner and group."""
     if existing is None:
         os.fchmod(fd, 0o600)  # the umask may have narrowed it; make it exact
         return
@@ -329,7 +329,17 @@ def _keep_metadata(fd: int, existing: os.stat_result | None) -> None:
         try:
             os.fchown(fd, existing.st_uid, existing.st_gid)
         except PermissionError:
-            pass  # not root: the new file is ours, as any editor's would be
+            _keep_group(fd, existing.st_gid)  # not root: the new file is ours, as any editor's would be
+
+
+def _keep_group(fd: int, gid: int) -> None:
+    """Give our new file the replaced one's group when we are a member: a shared 0660 file stays shared."""
+    if gid == os.getegid():
+        return
+    try:
+        os.fchown(fd, -1, gid)
+    except PermissionError:
+        pass  # not a member of that group
 
 
 def _check_sha(parent: int, parts: tuple[str, ...], path: str, expected: str, cancel: Any) -> None:
