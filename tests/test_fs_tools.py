@@ -560,6 +560,21 @@ def test_a_group_member_replacing_a_shared_file_keeps_its_group(shared_tmp: Path
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (BOB, PROJECT, 0o660)
 
 
+@as_root
+def test_a_writable_file_in_a_read_only_directory_says_the_directory_needs_write_permission(shared_tmp: Path) -> None:
+    root = shared_tmp / "ws"
+    (root / "conf").mkdir(parents=True)
+    app = root / "conf" / "app.ini"
+    app.write_text("a=1\n")
+    for p in (root, root / "conf", app):
+        os.chown(p, ALICE, ALICE)
+    (root / "conf").chmod(0o555)  # the file itself stays 0644: alice may write it, not its directory
+    out = write_as(ALICE, [], root, "conf/app.ini", b"a=2\n")
+    assert out.startswith("Failed: writing 'conf/app.ini' failed: Permission denied in its directory 'conf'"), out
+    assert "needs write permission on the directory" in out and "chmod u+w conf" in out and "bash" in out
+    assert app.read_text() == "a=1\n" and no_temp_files(root)
+
+
 # --- atomicity ----------------------------------------------------------------------
 
 

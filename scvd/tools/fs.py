@@ -222,6 +222,8 @@ def write_file(
             _unlink_quiet(parent, tmp)
             raise
         os.fsync(parent)
+    except PermissionError as exc:  # the temp file's create or its rename: both need the directory
+        raise _directory_denied(path, real, exc) from exc
     except OSError as exc:
         raise Failed(f"writing {show(path)} failed: {exc.strerror}; the old file, if any, is unchanged") from exc
     finally:
@@ -280,6 +282,17 @@ def _missing_parent(exc: PathMissing, parts: tuple[str, ...], path: str) -> Fail
             f"parent directory {show(exc.missing)} of {show(path)} does not exist; write does not create "
             f"directories: create it first (e.g. bash: mkdir -p {containment.join(parts[:-1])})"
         )
+
+
+def _directory_denied(path: str, real: tuple[str, ...], exc: OSError) -> Failed:
+    """A writable file in a directory we may not write (or a sticky one whose file is not ours)."""
+    where = containment.join(real[:-1])
+    return Failed(
+        f"writing {show(path)} failed: {exc.strerror} in its directory {show(where)}; write puts a temp file "
+        "beside the file and renames it over, so it needs write permission on the directory, not only on the "
+        f"file (and in a sticky directory, to own the file): make the directory writable (chmod u+w {where}), "
+        "or change the file in place with bash; the old file is unchanged"
+    )
 
 
 def inspect_target(parent: int, parts: tuple[str, ...], path: str, mode: str) -> os.stat_result | None:
