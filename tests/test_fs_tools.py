@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -216,6 +217,15 @@ def test_a_file_path_with_a_directory_tail_is_refused(ws: Workspace, path: str, 
         fs.read_file(ws.fd, path)
     assert (ws.root / "a.txt").read_text() == "hello\n"
     assert ws.call("read", path="./a.txt")["content"] == "hello\n"  # a leading `./` still means a.txt
+
+
+def test_read_of_a_unix_socket_says_it_is_not_a_regular_file(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ws.root)  # a relative bind: pytest's tmp paths can pass the 108-byte socket path limit
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind("agent.sock")
+        for tool, args in (("read", {}), ("write", {"content": "x", "mode": "replace"})):
+            with pytest.raises(Failed, match=r"^'agent.sock' is not a regular file \(a FIFO, socket or device\)"):
+                ws.call(tool, path="agent.sock", **args)
 
 
 def test_read_risk_is_read_only_for_ordinary_paths(ws: Workspace) -> None:

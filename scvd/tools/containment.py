@@ -265,6 +265,8 @@ def translate(dirfd: int, parts: tuple[str, ...], path: str, exc: OSError) -> Ex
         return changed_error(path)  # resolve() saw no symlink or file here a moment ago
     if exc.errno in (errno.EACCES, errno.EPERM):
         return Failed(f"permission denied opening {show(path)}; scvd runs as your user and cannot open it")
+    if exc.errno == errno.ENXIO:  # open(2) of a Unix socket, or of a FIFO with no reader
+        return not_regular_error(path)
     if exc.errno == errno.ENAMETOOLONG:
         return InvalidArguments(f"path {show(path)} is too long for the filesystem")
     return Failed(f"cannot open {show(path)}: {os.strerror(exc.errno or 0)}")
@@ -295,7 +297,11 @@ def check_regular(st: os.stat_result, path: str) -> None:
     if stat.S_ISDIR(st.st_mode):
         raise Failed(f"{show(path)} is a directory; read and write take a file (list directories with bash ls)")
     if not stat.S_ISREG(st.st_mode):
-        raise Failed(f"{show(path)} is not a regular file (a FIFO, socket or device); scvd only reads and writes files")
+        raise not_regular_error(path)
+
+
+def not_regular_error(path: str) -> Failed:
+    return Failed(f"{show(path)} is not a regular file (a FIFO, socket or device); scvd only reads and writes files")
 
 
 def open_regular(dirfd: int, parts: tuple[str, ...], path: str,
