@@ -13,7 +13,8 @@ The API (the server and the chat loop use the same):
     ok, result, error = await handle.outcome   # error: ToolErrorInfo | None
     calls.cancel(handle.call_id, "the turn was interrupted")
 
-`submit()` raises only for a `call_id` already in use (`InvalidRequest`). Every
+`submit()` raises only for a chosen `call_id` already in use (`InvalidRequest`); a
+generated one skips the ids in the table. Every
 other problem (stopping, an unknown tool, a bad timeout, undecodable arguments)
 becomes the call's outcome. `cancel()` raises `CallNotFound` for a call that
 is not in the table (never was, or already completed).
@@ -176,7 +177,7 @@ class CallRegistry:
                turn: str | None = None) -> CallHandle:
         """Accept a call; its outcome comes through the handle and `call.completed`."""
         if call_id is None:
-            call_id = f"c{next(self._ids)}-{self._tag}"
+            call_id = self._new_id()
         elif call_id in self.table:
             raise errors.InvalidRequest(f"call_id {call_id!r} is already in use; choose another")
         loop = asyncio.get_running_loop()
@@ -193,6 +194,12 @@ class CallRegistry:
         self.hub.calls_changed()
         background = bool(tool is not None and tool.flags.background)
         return CallHandle(call_id, background, call.outcome)
+
+    def _new_id(self) -> str:
+        """A generated call id not in the table (a client may have chosen the next one)."""
+        while (call_id := f"c{next(self._ids)}-{self._tag}") in self.table:
+            pass
+        return call_id
 
     def cancel(self, call_id: str, reason: str) -> None:
         """Cancel a queued, waiting or running call; it completes as `cancelled`."""

@@ -286,6 +286,21 @@ def test_closing_a_session_cancels_its_running_and_queued_calls(rig, workspace):
     assert {e.error.kind for e in completed_by_id(events).values()} == {"cancelled"}
 
 
+def test_a_generated_call_id_skips_one_a_client_chose_so_closing_cancels_both(rig, workspace):
+    rg = rig()
+    owner = rg.client()
+    session = owner.open_session(workspace)
+    n, tag = owner.start_call(session, "probe_echo", {"text": "x"})[1:].split("-")  # c<N>-<tag>
+    chosen = owner.start_call(session, "probe_wait", {"label": "A"}, call_id=f"c{int(n) + 1}-{tag}")
+    generated = owner.start_call(session, "probe_wait", {"label": "B"})  # the daemon's next id is taken
+    assert generated != chosen
+    rg.probe.wait_until("start", "A"), rg.probe.wait_until("start", "B")
+    assert owner.status().running_calls == 2
+    owner.request(p.SessionClose, session=session)
+    rg.probe.wait_until("cancelled", "A"), rg.probe.wait_until("cancelled", "B")
+    wait_idle(owner)
+
+
 def test_a_disconnect_cancels_the_clients_running_calls(rig, workspace):
     rg = rig()
     leaver = rg.client(name="leaver")
