@@ -34,12 +34,19 @@ def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:
 async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any], *,
                  turn: str) -> tuple[bool, Any, Any]:
     """Run one call of `turn` to its end; (ok, result, error: ToolErrorInfo | None)."""
-    call_id = f"{turn}-c{session.call_count + 1}"
     handle = daemon.calls.submit(session, tool, arguments, requester=session.owner.decider(),
-                                 call_id=call_id, turn=turn)
+                                 call_id=_call_id(daemon, session, turn), turn=turn)
     try:
         return tuple(await asyncio.shield(handle.outcome))
     except asyncio.CancelledError:
         if daemon.calls.get(handle.call_id) is not None:
             daemon.calls.cancel(handle.call_id, "the turn was cancelled")
         raise
+
+
+def _call_id(daemon: Any, session: Any, turn: str) -> str:
+    """`<turn>-c<N>`, with N past any id a client already chose for a call of its own."""
+    n = session.call_count + 1
+    while daemon.calls.get(call_id := f"{turn}-c{n}") is not None:
+        n += 1
+    return call_id

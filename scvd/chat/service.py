@@ -242,7 +242,11 @@ class ChatService:
         return turn.on_reply(text, calls, usage)
 
     async def _tool(self, chat: Chat, turn: Turn, action: RunTool) -> None:
-        outcome = await submit(self.daemon, chat.session, action.call.name, action.arguments, turn=turn.id)
+        try:
+            outcome = await submit(self.daemon, chat.session, action.call.name, action.arguments, turn=turn.id)
+        except Exception as exc:  # a bug must still answer the call: the turn waits for every result
+            log.exception("turn %s: call of %s crashed before its outcome", turn.id, action.call.name)
+            outcome = (False, None, p.ToolErrorInfo(kind="failed", message=errors.public_message(exc)))
         if action.background:
             chat.conv.background_result(action.call, _output(outcome))
             self._save(chat)

@@ -243,6 +243,40 @@ def test_without_an_approver_a_call_is_denied_at_once(chat_rig, workspace):
     assert "--yes" in NO_APPROVER and "scvctl approvals watch" in NO_APPROVER
 
 
+def test_a_turn_whose_call_id_a_client_took_still_runs_its_call_and_ends(chat_rig, workspace):
+    model, d = chat_rig(load("chat_gather"), Calls(("ask_user", {"question": "go?"})),
+                        Calls(("chat_gather", {"label": "a"})), Text("done"))
+    with d.client(name="pytest", timeout=15) as c, d.client(name="other") as o:
+        session = open_chat(c, workspace).session
+        taken = []
+
+        def take_then_answer(event: Any) -> None:  # another client's call takes the id the turn's call would get
+            if isinstance(event, p.QuestionAsked):
+                taken.append(o.start_call(o.open_session(str(workspace)), "chat_gather", {"label": "x"},
+                                          call_id=f"{event.turn}-c1"))
+                c.request(p.QuestionAnswer, session=session, question_id=event.question_id, answer="yes")
+
+        events, end = run_turn(c, session, "go", take_then_answer)
+    assert isinstance(end, p.TurnCompleted)
+    done = next(e for e in events if isinstance(e, p.CallCompleted))
+    assert done.ok and done.call_id not in taken and done.call_id.startswith(end.turn)
+    assert json.loads(model.outputs(3)[-1])["result"] == {"label": "a", "together": True}
+
+
+def test_a_call_that_fails_inside_scvd_reaches_the_model_and_the_turn_ends(chat_rig, workspace, monkeypatch):
+    model, d = chat_rig(load("read"), Calls(("read", {"path": "a.txt"})), Text("it broke"))
+
+    def broken(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("a bug in the registry")
+
+    monkeypatch.setattr(d.daemon.calls, "submit", broken)
+    with d.client(name="pytest", timeout=15) as c:
+        events, end = run_turn(c, open_chat(c, workspace).session, "read a.txt")
+    assert isinstance(end, p.TurnCompleted)
+    error = json.loads(model.outputs(2)[-1])["error"]
+    assert error["kind"] == "failed" and "see the daemon log" in error["message"]
+
+
 def test_ask_user_asks_the_chat_and_the_answer_reaches_the_model(chat_rig, workspace):
     model, d = chat_rig(Calls(("ask_user", {"question": "which colour?"})), Text("blue it is"))
     with d.client(name="pytest") as c:
