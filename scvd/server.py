@@ -477,12 +477,12 @@ class Daemon:
     # --- handlers ------------------------------------------------------------------
 
     def on_hello(self, conn: Connection, frame: p.Hello) -> p.Frame:
+        if conn.initialized:  # first: a second hello, whatever its protocol, must not end a live connection
+            raise errors.InvalidRequest("this connection already said hello")
         if frame.protocol != p.PROTOCOL_VERSION:
             raise errors.VersionMismatch(
                 f"this scvd speaks protocol {p.PROTOCOL_VERSION}, the client asked for {frame.protocol}; "
                 "upgrade the older side")
-        if conn.initialized:
-            raise errors.InvalidRequest("this connection already said hello")
         conn.initialized, conn.client, conn.approver = True, frame.client.name, frame.approver
         conn.answers_secrets = frame.answers_secrets
         server = self.config.server

@@ -53,6 +53,8 @@ BAD_FRAMES = [
                  id="missing-workspace-dir"),
     pytest.param(b'{"type":"hello","id":10,"protocol":1,"client":{"name":"again"}}', "invalid_request", 10,
                  id="second-hello"),
+    pytest.param(b'{"type":"hello","id":15,"protocol":2,"client":{"name":"again"}}', "invalid_request", 15,
+                 id="second-hello-other-protocol"),
     pytest.param(b'{"type":"session.close","id":11,"session":"nope"}', "session_not_found", 11,
                  id="unknown-session"),
     pytest.param(b'{"type":"call","id":12,"session":"nope","tool":"read"}', "session_not_found", 12,
