@@ -717,21 +717,31 @@ def decode_server_frame(line: bytes) -> ServerFrame:
     return _server_decoder.decode(line)
 
 
-def _peek_type(line: bytes) -> str | None:
+class _Head(msgspec.Struct):
+    """Only a frame's `type` and `id`: the other fields are skipped unparsed, so a bad value
+    there (a number out of range, 1e400) cannot hide these two from the error."""
+
+    type: Any = None
+    id: Any = None
+
+
+_head_decoder = msgspec.json.Decoder(_Head)
+
+
+def _head(line: bytes) -> _Head:
     try:
-        value = msgspec.json.decode(line)
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    return value.get("type") if isinstance(value, dict) else None
+        return _head_decoder.decode(line)
+    except (msgspec.DecodeError, RecursionError):  # not an object, or a bad `type` / `id` itself
+        return _Head()
+
+
+def _peek_type(line: bytes) -> object:
+    return _head(line).type
 
 
 def request_id(line: bytes) -> Id | None:
     """The `id` of a frame that failed to decode, so the error can echo it."""
-    try:
-        value = msgspec.json.decode(line)
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    ident = value.get("id") if isinstance(value, dict) else None
+    ident = _head(line).id
     if isinstance(ident, (int, str)) and not isinstance(ident, bool):  # JSON true is no Id
         return ident
     return None

@@ -80,6 +80,7 @@ def test_decode_errors_map_to_their_codes(line, exc, fragment):
 @pytest.mark.parametrize("line, expected", [
     (b'{"type":"x","id":7}', 7), (b'{"id":"a"}', "a"), (b'{"id":true}', None), (b'{"id":1.5}', None),
     (b'{"id":null}', None), (b"[1]", None), (b"not json", None), (b'{"id":[1]}', None),
+    (b'{"type":"call","x":1e400,"id":8}', 8), (b'{"id":1e400}', None),
 ])
 def test_request_id_of_a_bad_frame_is_only_a_valid_id(line, expected):
     assert p.request_id(line) == expected

@@ -55,6 +55,8 @@ BAD_FRAMES = [
                  id="second-hello"),
     pytest.param(b'{"type":"hello","id":15,"protocol":2,"client":{"name":"again"}}', "invalid_request", 15,
                  id="second-hello-other-protocol"),
+    pytest.param(b'{"type":"call","id":16,"session":"s","tool":"read","timeout_seconds":1e400}',
+                 "invalid_request", 16, id="number-out-of-range"),
     pytest.param(b'{"type":"session.close","id":11,"session":"nope"}', "session_not_found", 11,
                  id="unknown-session"),
     pytest.param(b'{"type":"call","id":12,"session":"nope","tool":"read"}', "session_not_found", 12,
