@@ -55,6 +55,7 @@ class ChatService:
         self.daemon = daemon
         self.transcripts = Transcripts(daemon.paths.state_dir / "chat")
         self.chats: dict[str, Chat] = {}
+        self._opening: set[str] = set()  # conversations a chat.open is resuming, not yet in chats
         self.stopping = False
         self._turns = itertools.count(1)
         self._closing: set[asyncio.Task[None]] = set()  # providers closing their connections
@@ -63,13 +64,22 @@ class ChatService:
     # --- requests -----------------------------------------------------------------------
 
     async def open(self, conn: Any, frame: p.ChatOpen) -> p.Frame:
+        conversation = frame.conversation
+        if conversation:
+            if conversation in self._opening or any(c.conversation == conversation for c in self.chats.values()):
+                raise errors.InvalidRequest(f"conversation {conversation!r} is open in another session; "
+                                            "close that session first")
+            self._opening.add(conversation)  # before the first await: a chat.open racing this one is refused
+        try:
+            return await self._open(conn, frame)
+        finally:
+            self._opening.discard(conversation)  # opened (now in self.chats) or failed
+
+    async def _open(self, conn: Any, frame: p.ChatOpen) -> p.Frame:
         config = self.daemon.config
         provider = frame.provider or None
         records: list[Any] = []
         if frame.conversation:
-            if any(c.conversation == frame.conversation for c in self.chats.values()):
-                raise errors.InvalidRequest(f"conversation {frame.conversation!r} is open in another session; "
-                                            "close that session first")
             records = await asyncio.to_thread(self.transcripts.read, frame.conversation)
         stored = next((r for r in reversed(records) if isinstance(r, Opened)), None)  # the latest settings
         name = provider or (stored.provider if stored else "") or config.chat.provider

@@ -19,6 +19,7 @@ import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Hang, Status, Text
+from harness import RawConn
 from scvd import errors, protocol as p
 from scvd.chat.pipeline import NO_APPROVER
 from scvd.tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
@@ -318,6 +319,23 @@ def test_chat_open_refusals(chat_rig, workspace):
             open_chat(c, workspace, conversation="../etc")
         with pytest.raises(errors.SessionNotFound, match="open one with chat.open"):
             c.request(p.TurnStart, session="s0-none", text="hi")
+
+
+def test_a_conversation_resumed_by_two_connections_at_once_opens_in_one(chat_rig, workspace):
+    model, d = chat_rig()
+    with d.client(name="pytest") as c:
+        conversation = open_chat(c, workspace).conversation
+    with RawConn(d.socket) as a, RawConn(d.socket) as b:
+        a.hello(), b.hello()
+        with pytest.raises(errors.InvalidRequest):  # a failed open releases the conversation
+            with d.client(name="pytest") as c:
+                open_chat(c, workspace, conversation=conversation, provider="nope")
+        frame = {"type": "chat.open", "id": 1, "workspace": str(workspace), "conversation": conversation}
+        a.send(frame), b.send(frame)
+        answers = [a.frame(), b.frame()]
+    assert sorted(type(f).__name__ for f in answers) == ["ChatOpened", "Error"]
+    refused = next(f for f in answers if isinstance(f, p.Error))
+    assert refused.code == "invalid_request" and "open in another session" in refused.message
 
 
 def test_provider_codex_reuses_the_imported_codex_setup(chat_rig, workspace):
