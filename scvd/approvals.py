@@ -4,7 +4,8 @@ Rules:
 - `policy_verdict()` decides from the policy, the call's planned risk and
   isolation and the session's grants whether a call runs, asks, or is denied.
 - A request is PENDING until the first of: a decision, its timeout (denied), the
-  call's cancellation, or its requester's disconnect. `TRANSITIONS` is the whole
+  call's cancellation, its requester's disconnect, or `screen` refusing it when a
+  connection that could decide left (`rescreen()`, denied as a new request would be). `TRANSITIONS` is the whole
   state machine: every move goes through `Approval.move(event)`, and a move the
   table lacks raises `approval_not_found` naming the state and the event (a late
   decision gets exactly that). Every change is reported through `on_event`,
@@ -29,6 +30,8 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+import msgspec
 
 from . import errors
 from .text import printable, printable_data
@@ -239,6 +242,19 @@ class ApprovalGate:
         for approval in mine:
             self._resolve(approval, ApprovalEvent.DROP, "the requesting client disconnected")
         return mine
+
+    def rescreen(self) -> list[Approval]:
+        """Deny the pending requests `screen` would refuse now (a connection that could decide left),
+        rather than let them wait out approvals.timeout_seconds; the screen's message is the reason."""
+        if self.screen is None:
+            return []
+        denied = []
+        for approval in list(self.pending.values()):
+            try:
+                self.screen(approval.owner, msgspec.structs.asdict(approval.info))
+            except errors.Denied as exc:
+                denied.append(self._resolve(approval, ApprovalEvent.DENY, exc.message))
+        return denied
 
     def _check_room(self, size: int) -> None:
         """Refuse a request that one frame could not carry whole, alone or with those already waiting."""

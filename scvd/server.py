@@ -452,6 +452,8 @@ class Daemon:
         self.gate.drop_owner(conn)
         self.secret_requests.drop_connection(conn)
         conn.close()
+        if conn.watcher:  # requests only it could have decided are denied now, not at their timeout
+            self.gate.rescreen()
         self._update_status()
 
     def _send(self, conn: Connection, frame: p.Frame) -> None:

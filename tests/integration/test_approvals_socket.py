@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from helpers.probe_tools import flush, requested, resolved, rig, wait_idle  # noqa: F401 (rig is a fixture)
 from scvd import errors, protocol as p
+from scvd.chat.pipeline import NO_APPROVER
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -186,6 +188,23 @@ def test_a_disconnecting_requester_drops_its_pending_approvals(rig, workspace):
         decide(w, pending[0], "approve")
     decide(w, kept, "approve")
     assert keeper.wait_call(kept_call).ok
+
+
+def test_a_turns_request_is_denied_once_the_last_watcher_leaves_and_a_plain_call_keeps_waiting(rig, workspace):
+    rg = rig()
+    first, last = rg.watcher(name="first"), rg.watcher(name="last")
+    owner = rg.client(name="bridge")  # not an approver: only the watchers could decide
+    turn_call = owner.start_call(owner.open_session(workspace), "probe_touch", {"path": "t"}, turn="t1")
+    plain_call = owner.start_call(owner.open_session(workspace), "probe_touch", {"path": "p"})
+    requested(last, turn_call), requested(last, plain_call)
+    first.close()  # `last` can still decide: both keep waiting
+    time.sleep(0.2)
+    assert len(last.request(p.ApprovalsList).approvals) == 2
+    last.close()
+    done = owner.wait_call(turn_call)
+    assert done.error.kind == "denied" and NO_APPROVER in done.error.message
+    assert owner.status().pending_approvals == 1  # a call without a turn waits for a watcher to come
+    assert not (workspace / "t").exists()
 
 
 def test_cancel_while_pending_tells_the_watchers(rig, workspace):
