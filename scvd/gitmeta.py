@@ -10,25 +10,37 @@ submodule: `gitdir: PATH`) the git dir it names and that dir's `commondir` (the
 main repository's git dir, where config and hooks are read). Paths are real
 paths (symlinks resolved) and may lie anywhere; sandbox.build_argv() decides
 which of them need a read-only bind.
+
+A place it cannot look into (EACCES, EPERM: an unasked call may `chmod 000 app`
+so that the next look misses `app/.git`) is reported as the directory that
+stopped the look, kept read-only whole: what `find()` cannot see is never less
+guarded than what it can. Other errors (not there, a symlink loop) mean nothing git
+could use either.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
+from collections.abc import Callable
 
 MAX_POINTER_BYTES = 4096  # a `.git` file or a `commondir` file is one short line
 MAX_GITMODULES_BYTES = 1 << 20
 MAX_SUBMODULES = 4096  # looked into; only a person's call can add one (.gitmodules is guarded)
 _PATH_LINE = re.compile(r"^\s*path\s*=(.*)$", re.MULTILINE)
+_DENIED = (errno.EACCES, errno.EPERM)
 
 
 def find(workspace: str) -> list[str]:
     """The git metadata of `workspace` (a real path) and its direct subdirectories that exist now,
     and of every submodule their `.gitmodules` list (recursively)."""
     found: list[str] = []
-    roots = [workspace, *_children(workspace)]
+    children = _children(workspace)
+    if children is None:
+        return [workspace]  # cannot be listed: a child project could hide in it
+    roots = [workspace, *children]
     seen, submodules = set(roots), 0
     for root in roots:  # grows: a submodule with a `.git` is looked into in turn
         meta = _metadata(os.path.join(root, ".git"))
@@ -63,32 +75,68 @@ def _submodules(repo: str, workspace: str) -> tuple[list[str], list[str]]:
     for match in _PATH_LINE.finditer(text):
         name = match.group(1).strip().strip('"')
         sub = os.path.realpath(os.path.join(repo, name))
-        if not name or os.path.isabs(name) or not sub.startswith(workspace + os.sep) or not os.path.isdir(sub):
+        if not name or os.path.isabs(name) or not sub.startswith(workspace + os.sep):
             continue
-        (populated if os.path.lexists(os.path.join(sub, ".git")) else empty).append(sub)
+        mode = _mode(sub, os.stat)
+        if isinstance(mode, str):
+            empty.append(mode)  # cannot be looked at: kept read-only, as an empty one is
+        elif mode is not None and stat.S_ISDIR(mode):
+            git = _mode(os.path.join(sub, ".git"), os.lstat)
+            (empty if git is None or isinstance(git, str) else populated).append(sub)
     return empty, populated
 
 
-def _children(workspace: str) -> list[str]:
+def _children(workspace: str) -> list[str] | None:
+    """The direct subdirectories of `workspace`; None if it exists but cannot be listed."""
     out: list[str] = []
     try:
         with os.scandir(workspace) as entries:
             for entry in entries:
-                if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
+                if entry.name != ".git" and _is_dir(entry):
                     out.append(entry.path)
-    except OSError:
-        return []
+    except OSError as exc:
+        return None if exc.errno in _DENIED else []
     return out
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return True  # cannot tell: looked into as a child project, which reports what stops it
+
+
+def _mode(path: str, how: Callable[[str], os.stat_result]) -> int | str | None:
+    """`path`'s st_mode by `how` (os.stat or os.lstat), or None; if permission is denied, the
+    directory that stopped the look (the deepest one above `path` that can be lstat'ed)."""
+    try:
+        return how(path).st_mode
+    except OSError as exc:
+        if exc.errno not in _DENIED:
+            return None
+    blocker = os.path.dirname(path)
+    while blocker != os.path.dirname(blocker):
+        try:
+            os.lstat(blocker)
+            break
+        except OSError:
+            blocker = os.path.dirname(blocker)
+    return blocker
 
 
 def _metadata(entry: str) -> list[str]:
     """`entry` (a `.git`) resolved, plus the git dir a `.git` file names and its commondir."""
-    if not os.path.lexists(entry):
+    if isinstance(there := _mode(entry, os.lstat), str):
+        return [there]
+    if there is None:
         return []
     real = os.path.realpath(entry)
-    if os.path.isdir(real):
+    mode = _mode(real, os.stat)
+    if isinstance(mode, str):
+        return [mode]
+    if mode is not None and stat.S_ISDIR(mode):
         return [real, *_pointer(real, "commondir", relative_to=real)]
-    if not os.path.isfile(real):
+    if mode is None or not stat.S_ISREG(mode):
         return []
     gitdir = _pointer(real, None, relative_to=os.path.dirname(real))
     return [real, *gitdir, *(p for g in gitdir for p in _pointer(g, "commondir", relative_to=g))]
@@ -108,7 +156,10 @@ def _pointer(where: str, name: str | None, *, relative_to: str) -> list[str]:
     if not line:
         return []
     target = os.path.realpath(os.path.join(relative_to, line))
-    return [target] if os.path.isdir(target) else []
+    mode = _mode(target, os.stat)
+    if isinstance(mode, str):
+        return [mode]
+    return [target] if mode is not None and stat.S_ISDIR(mode) else []
 
 
 def _head(path: str, limit: int) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from git_support import git, repo
+from git_support import find_unprivileged, git, repo
 from scvd import gitmeta
 
 
@@ -67,3 +67,39 @@ def test_broken_pointers_report_only_what_exists(tmp_path):
 
 def test_a_missing_workspace_finds_nothing(tmp_path):
     assert gitmeta.find(str(tmp_path / "gone")) == []
+
+
+def test_a_child_project_it_cannot_look_into_is_reported_whole(tmp_path):
+    """`chmod 000 app` (or 600: listable, not searchable) by one call must not hide app/.git
+    from the next call's look: app itself is then kept read-only."""
+    ws = tmp_path / "ws"
+    for name, mode in (("closed", 0o000), ("unsearchable", 0o600), ("open", 0o755)):
+        repo(ws / name).chmod(mode)
+    found = find_unprivileged(ws)
+    assert sorted(found) == sorted([real(ws / "closed"), real(ws / "unsearchable"), real(ws / "open/.git")])
+
+
+def test_a_workspace_it_cannot_list_is_reported_whole(tmp_path):
+    ws = tmp_path / "ws"
+    repo(ws / "app")
+    ws.chmod(0o300)  # searchable, not listable: app/.git cannot be found
+    assert find_unprivileged(ws) == [real(ws)]
+
+
+def test_a_git_dir_or_submodule_behind_a_closed_directory_reports_that_directory(tmp_path):
+    ws = repo(tmp_path / "ws")
+    main = repo(ws / "deep" / "er" / "main")
+    git(main, "worktree", "add", "-q", str(ws / "wt"))
+    (ws / ".gitmodules").write_text('[submodule "m"]\n\tpath = mods/in/lib\n')
+    repo(ws / "mods" / "in" / "lib")
+    for closed in (ws / "deep" / "er", ws / "mods" / "in"):
+        closed.chmod(0o000)
+    found = find_unprivileged(ws)
+    assert real(ws / "deep/er") in found and real(ws / "mods/in") in found, found
+
+
+def test_a_git_symlink_loop_is_nothing_to_guard(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "app").mkdir(parents=True)
+    (ws / "app" / ".git").symlink_to(ws / "app" / ".git")
+    assert find_unprivileged(ws) == []

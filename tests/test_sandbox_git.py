@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from git_support import IDENTITY, git, repo
+from git_support import IDENTITY, find_unprivileged, git, repo
 from test_sandbox_bwrap import Box
 
 pytestmark = pytest.mark.bwrap
@@ -82,6 +82,21 @@ def test_an_unasked_call_cannot_rename_a_child_project_to_replace_its_git(gbox):
     assert "Device or resource busy" in r.stderr, r.stderr
     assert (child / "src.txt").read_text() == "v2\n"  # the child project itself stays writable
     gbox.host_git(child, "status")
+    assert not gbox.marker.exists()
+
+
+def test_a_child_project_made_unreadable_stays_guarded_as_a_whole(gbox):
+    """One unasked call closes `app` (allowed: the workspace is writable); the next call's look
+    cannot see app/.git, so app is kept read-only whole and cannot be opened again to plant."""
+    child = repo(gbox.ws / "app")
+    closed = gbox.run("chmod 000 app && echo closed")
+    assert closed.stdout.strip() == "closed", closed.stderr
+    argv = gbox.sandbox.wrap(["/bin/bash", "-c", f"chmod 755 app; git -C app config core.fsmonitor {gbox.plant!r}"],
+                             workspace=gbox.ws, network=False, git=find_unprivileged(gbox.ws))
+    r = subprocess.run(argv, cwd=gbox.ws, env=gbox.env, text=True, capture_output=True, timeout=30)
+    assert "Read-only file system" in r.stderr, r.stderr
+    child.chmod(0o755)  # the user, on the host
+    assert gbox.host_git(child, "status").returncode == 0
     assert not gbox.marker.exists()
 
 
