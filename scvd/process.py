@@ -13,7 +13,8 @@ Rules it keeps (seed 000, DESIGN.md "Process runner"):
   call open.
 - "Everything of the call" is the leader's process group and session, the
   descendants seen by periodic /proc scans, and orphans re-parented to scvd (a
-  child subreaper, see `set_child_subreaper()`) that no other run claims.
+  child subreaper, see `set_child_subreaper()`) that no other run claims and that
+  are not in another leader's session or group (a service's helper).
 - Process group or pid 0 and 1, and scvd's own group, are never signalled.
 - Only pids the runner can attribute are reaped; the leader itself is reaped
   through its pidfd, without asyncio's child watcher.
@@ -203,12 +204,15 @@ class _Run:
                 self.tracked.setdefault(pid, procs[pid].start)
 
     def _orphans(self, procs: Mapping[int, ProcStat]) -> set[int]:
-        # re-parented to scvd, started after our leader, claimed by no other live run
+        # re-parented to scvd, started after our leader, claimed by no other live run, and not
+        # in another leader's session or group (an MCP server's helper: the server is no run)
         me, my_sid = os.getpid(), os.getsid(0)
         others = [r for r in tuple(_RUNS) if r is not self]  # a copy: runs may start in other threads
+        leaders = set(_LEADERS) - {self.pid}
         return {
             p.pid for p in procs.values()
             if p.ppid == me and p.alive and p.sid != my_sid and p.pid not in _LEADERS
+            and p.sid not in leaders and p.pgid not in leaders
             and p.start >= self.start and not any(r.claims(p) for r in others)
         }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -261,6 +262,34 @@ def test_an_orphan_claimed_by_one_call_survives_the_end_of_another(tmp_path, sub
     orphan, survived = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert survived  # B did not take A's orphan ...
     assert read_stat(orphan) is None  # ... and A killed and reaped it
+
+
+def stop_service(popen: subprocess.Popen) -> None:
+    process.signal_service(popen, signal.SIGKILL)
+    for pipe in (popen.stdin, popen.stdout, popen.stderr):
+        pipe.close()
+
+
+def test_an_mcp_servers_helper_survives_the_end_of_an_unrelated_call(tmp_path, subreaper, run_loop):
+    pid_file = tmp_path / "helper"
+    server = f"(sleep 1000 & echo $! > {pid_file}); exec cat"
+
+    async def scenario() -> tuple[int, bool]:
+        call = asyncio.ensure_future(run_process(["/bin/sleep", "1"], cwd=tmp_path, env=PATH_ONLY,
+                                                 timeout=30, output_limit=1024))
+        await asyncio.sleep(0.2)  # the helper starts after the call did: a candidate orphan of it
+        popen = process.spawn_service(["/bin/sh", "-c", server], tmp_path, PATH_ONLY)
+        waiter = asyncio.ensure_future(process.wait_service(popen))
+        helper = int((await asyncio.to_thread(wait_file, pid_file)).strip())
+        await call
+        alive = not dead(helper)
+        stop_service(popen)
+        await waiter
+        return helper, alive
+
+    helper, alive = run_loop(asyncio.wait_for(scenario(), 30))
+    assert alive  # the call's end took it for its orphan and killed it
+    signal_pid(helper, signal.SIGKILL)
 
 
 def test_cancel_sends_term_then_kill_to_a_descendant_that_ignores_term(tmp_path):
