@@ -17,7 +17,9 @@ Rules it keeps (seed 000, DESIGN.md "Process runner"):
   are not in another leader's session or group (a service's helper).
 - Process group or pid 0 and 1, and scvd's own group, are never signalled.
 - Only pids the runner can attribute are reaped; the leader itself is reaped
-  through its pidfd, without asyncio's child watcher.
+  through its pidfd, without asyncio's child watcher. Orphans exit at any time;
+  a call's end reaps them, and so does a service's waiter every REAP_SECONDS
+  (no SIGCHLD handler: uvloop's libuv needs SIGCHLD for its own subprocesses).
 
 Consequence for the rest of scvd: a child that scvd starts *outside* this
 runner in a new session (start_new_session=True) looks exactly like an orphan
@@ -58,6 +60,7 @@ TERM_GRACE_SECONDS = 2.0  # cancel: SIGTERM, this long, then SIGKILL
 DRAIN_SECONDS = 0.5  # after the leader exits, read leftovers at most this long
 POLL_SECONDS = 0.05  # how often the cancel grace looks whether all are gone
 SCAN_FIRST, SCAN_MAX = 0.05, 2.0  # descendant scans back off from first to max
+REAP_SECONDS = 1.0  # while a service runs, its exited orphans wait at most this long
 READ_CHUNK = 1 << 20
 PIPE_SIZE = 1 << 20  # a larger pipe means fewer wake-ups for a flood
 
@@ -475,11 +478,30 @@ def spawn_service(argv: list[str], cwd: str | Path, env: Mapping[str, str]) -> s
 
 
 async def wait_service(popen: subprocess.Popen) -> int:
-    """Its exit status, once it has exited (reaped through its pidfd)."""
+    """Its exit status, once it has exited (reaped through its pidfd).
+
+    Meanwhile its orphans come back to scvd (the subreaper) and no call's end may come
+    to reap them: every REAP_SECONDS, exited ones are reaped here.
+    """
+    exit_task = asyncio.ensure_future(_wait_exit(popen))
     try:
-        return await _wait_exit(popen)
+        while True:
+            await asyncio.wait([exit_task], timeout=REAP_SECONDS)
+            if _zombie_child():  # a scan only then: this runs every second per service
+                reap_orphans()
+            if exit_task.done():
+                return exit_task.result()
     finally:
+        exit_task.cancel()
         _LEADERS.discard(popen.pid)
+
+
+def _zombie_child() -> bool:
+    """Whether some child of scvd has exited and waits to be reaped; reaps none (WNOWAIT)."""
+    try:
+        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return False
 
 
 def signal_service(popen: subprocess.Popen, sig: int) -> None:

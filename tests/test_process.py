@@ -270,6 +270,30 @@ def stop_service(popen: subprocess.Popen) -> None:
         pipe.close()
 
 
+def zombies_of_ours() -> list[int]:
+    return [p.pid for p in process.scan_processes().values() if p.ppid == os.getpid() and not p.alive]
+
+
+def test_an_mcp_servers_exited_helpers_are_reaped_while_it_runs(tmp_path, subreaper, run_loop):
+    """A stdio MCP server's short-lived background helpers come back to scvd; none stays a
+    zombie until some call ends. asyncio's own subprocesses keep their exit status."""
+    server = "for i in $(seq 20); do (sleep 0.1 &); done; exec cat"
+
+    async def scenario() -> tuple[list[int], int | None]:
+        popen = process.spawn_service(["/bin/sh", "-c", server], tmp_path, PATH_ONLY)
+        waiter = asyncio.ensure_future(process.wait_service(popen))
+        await asyncio.sleep(2 * process.REAP_SECONDS)
+        left = zombies_of_ours()
+        child = await asyncio.create_subprocess_exec("/bin/sh", "-c", "sleep 0.2; exit 3")
+        code = await child.wait()
+        stop_service(popen)
+        await waiter
+        return left, code
+
+    left, code = run_loop(asyncio.wait_for(scenario(), 30))
+    assert left == [] and code == 3
+
+
 def test_an_mcp_servers_helper_survives_the_end_of_an_unrelated_call(tmp_path, subreaper, run_loop):
     pid_file = tmp_path / "helper"
     server = f"(sleep 1000 & echo $! > {pid_file}); exec cat"
