@@ -218,13 +218,14 @@ class Daemon:
                         "leaving them behind", stuck, grace)
         if turns:
             await asyncio.wait(turns, timeout=grace)
-        # 3. stop the MCP servers (each with its process group), close every client and session;
-        #    the audit log writes what it buffered
+        # 3. the audit log writes what it buffered (before anything that may wait: systemd's
+        #    TimeoutStopSec ends in SIGKILL), stop the MCP servers (each within its stop grace, with
+        #    its process group), close every client and session
+        self._flush_audit()
         await self.mcp.close()
         for conn in list(self.connections):
             self._drop_connection(conn)
         self.mcp_hosts.close()  # hosts still ending let go of their pipes (and put their flags back)
-        self._flush_audit()
         # 4. remove our socket file and release the lock
         self._release()
         for task in list(self._tasks):

@@ -30,6 +30,9 @@ log = logging.getLogger("scvd.mcp")
 
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0  # seconds between restarts: doubles per failure, up to the max
 CONNECT_TIMEOUT = 60.0  # for initialize and the first tools/list
+# how long a stopping link may take to close (a stdio server is SIGKILLed at 4 s); an HTTP server
+# that never answers the session DELETE would hold it for the SDK's 300 s read timeout
+STOP_GRACE = 5.0
 STATUS_HTTP = "http"
 
 
@@ -59,11 +62,17 @@ class ServerLink:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"mcp:{self.name}")
 
     async def stop(self) -> None:
+        """Cancel the link and give its transport STOP_GRACE to close; after that it is abandoned."""
         self.state = "stopped"
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        task = self._task
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.wait([task], timeout=STOP_GRACE)
+        if not task.done():
+            log.warning("mcp server %s did not close within %g s; abandoning its connection", self.name, STOP_GRACE)
+            task.cancel()  # the first cancel's cleanup (the session DELETE) is what waits: cut it short
+        task.add_done_callback(_quiet)
 
     async def _run(self) -> None:
         delay = BACKOFF_FIRST
@@ -224,6 +233,12 @@ class ServerLink:
         if self.retry_at is not None:
             when = f"; scvd restarts it in {max(0.0, self.retry_at - time.time()):.0f} s"
         return f"mcp server {self.name} is down{why}{when} (see `scvctl status`)"
+
+
+def _quiet(task: asyncio.Task[None]) -> None:
+    """Retrieve a stopped link's outcome: how its connection ended no longer matters."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _Lost(Exception):

@@ -296,6 +296,7 @@ def test_sighup_applies_added_removed_and_changed_servers_only(make_daemon, work
 # --- a streamable HTTP server, written with the SDK's own server class ------------------------
 
 HTTP_SERVER = ROOT / "tests" / "helpers" / "mcp_http_server.py"
+QUIRKS_SERVER = ROOT / "tests" / "helpers" / "mcp_http_quirks.py"  # GET 405; `hang-delete`
 
 
 def free_port() -> int:
@@ -304,9 +305,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_http_server(port: int) -> subprocess.Popen:
-    """tests/helpers/mcp_http_server.py on 127.0.0.1:`port`, once it accepts connections."""
-    proc = subprocess.Popen([sys.executable, str(HTTP_SERVER), str(port), "s3cret"],
+def start_http_server(port: int, script: Path = HTTP_SERVER, *args: str) -> subprocess.Popen:
+    """tests/helpers/mcp_http_server.py (token s3cret), or `script` with `args`, on 127.0.0.1:`port`,
+    once it accepts connections."""
+    proc = subprocess.Popen([sys.executable, str(script), str(port), *(args or ["s3cret"])],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -473,3 +475,36 @@ def test_an_http_server_that_goes_away_is_reported_and_reconnected(make_daemon, 
             assert c.call(session, "mcp__notes__add", {"a": 1, "b": 1}).result["text"] == "1 + 1 = 2"
     finally:
         stop(web)
+
+
+@pytest.fixture
+def quirks_table():
+    """A server answering GET with 405 and never answering the session DELETE; its config table."""
+    port = free_port()
+    proc = start_http_server(port, QUIRKS_SERVER, "hang-delete")
+    yield f'[mcp.servers.web]\nurl = "http://127.0.0.1:{port}/mcp"\n'
+    stop(proc)
+
+
+def reloaded(d: DaemonProc, config: str) -> None:
+    """Write the config, SIGHUP, and wait for the reload's end (unbounded: the test's timeout is the bound)."""
+    done = d.log().count("configuration reloaded from")
+    (d.home / "config.toml").write_text(config)
+    d.proc.send_signal(signal.SIGHUP)
+    while d.log().count("configuration reloaded from") == done:
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(60)  # the SDK waits 300 s for the DELETE's answer: held up by it, this test times out
+def test_a_server_that_never_answers_the_session_delete_holds_up_neither_a_reload_nor_the_stop(
+        make_daemon, quirks_table):
+    d = make_daemon(quirks_table)
+    with d.client(name="t") as c:
+        server(c, "web")
+        reloaded(d, "")  # removed: its link gives up on the DELETE after a few seconds
+        assert c.request(p.Status).mcp_servers == []
+        reloaded(d, quirks_table)
+        server(c, "web")
+    d.proc.terminate()
+    assert d.proc.wait() == 0  # unbounded here: held up by the DELETE, the test runs past its timeout
+    assert "did not close within 5 s; abandoning its connection" in d.log()

@@ -1,0 +1,46 @@
+"""A streamable-HTTP MCP server (the SDK's own server class) with the quirks real ones have, for tests.
+
+`python mcp_http_quirks.py PORT [hang-delete]`: serves on 127.0.0.1:PORT at /mcp; answers the
+optional GET stream with 405, as many servers do; with `hang-delete`, never answers the session
+DELETE. Its tool `strict` answers every call with a JSON-RPC error (-32602, invalid params).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+
+server = MCPServer("quirks")
+
+
+@server.tool()
+def hello(name: str) -> str:
+    """Say hello."""
+    return f"hello {name}"
+
+
+@server.tool()
+def strict(n: int) -> str:
+    """Refuses every n with a JSON-RPC error."""
+    raise MCPError(-32602, f"n out of range: {n}")
+
+
+def quirky(app, hang_delete: bool):
+    async def asgi(scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "GET":
+            await send({"type": "http.response.start", "status": 405, "headers": [(b"allow", b"POST, DELETE")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if scope["type"] == "http" and scope["method"] == "DELETE" and hang_delete:
+            await asyncio.sleep(3600)
+        await app(scope, receive, send)
+    return asgi
+
+
+if __name__ == "__main__":
+    app = quirky(server.streamable_http_app(), "hang-delete" in sys.argv[2:])
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="on")
