@@ -29,6 +29,8 @@ from .tool import CallOutcome, ToolSpec
 log = logging.getLogger("scvd.mcp")
 
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0  # seconds between restarts: doubles per failure, up to the max
+# a run ready this long resets the backoff; one that crashes soon after listing its tools does not
+STABLE_UPTIME = 30.0
 CONNECT_TIMEOUT = 60.0  # for initialize and the first tools/list
 # how long a stopping link may take to close (a stdio server is SIGKILLed at 4 s); an HTTP server
 # that never answers the session DELETE would hold it for the SDK's 300 s read timeout
@@ -53,7 +55,7 @@ class ServerLink:
         self._task: asyncio.Task[None] | None = None
         self._http_status: int | None = None
         self._proc: Any = None
-        self._was_ready = False
+        self._ready_at: float | None = None  # monotonic time this run became ready
         self._relists: set[asyncio.Task[None]] = set()
 
     # --- life ---------------------------------------------------------------------
@@ -77,7 +79,7 @@ class ServerLink:
     async def _run(self) -> None:
         delay = BACKOFF_FIRST
         while True:
-            self.state, self._lost, self._was_ready = "starting", asyncio.Event(), False
+            self.state, self._lost, self._ready_at = "starting", asyncio.Event(), None
             self._proc, self._http_status = None, None
             try:
                 await self._connect_once()
@@ -87,8 +89,8 @@ class ServerLink:
                 self._record(exc)
             self.state, self.session = "down", None
             self.failures += 1
-            if self._was_ready:  # it ran for a while: the next start is a fresh one
-                delay = BACKOFF_FIRST
+            if self._ready_at is not None and time.monotonic() - self._ready_at >= STABLE_UPTIME:
+                delay = BACKOFF_FIRST  # it ran for a while: the next start is a fresh one
             self.retry_at = time.time() + delay
             log.warning("mcp server %s is down: %s; restarting in %g s", self.name, self.error, delay)
             await asyncio.sleep(delay)
@@ -106,7 +108,7 @@ class ServerLink:
                 await session.initialize()
                 tools = await self._list(session)
             self.session, self.state, self.error, self.retry_at = session, "ready", None, None
-            self._was_ready = True
+            self._ready_at = time.monotonic()
             log.info("mcp server %s ready: %d tool(s)", self.name, len(tools))
             self._on_tools(self, tools)
             exited = self._proc.exited if self._proc is not None else None

@@ -229,6 +229,28 @@ def test_a_server_that_cannot_start_shows_its_stderr(make_daemon, workspace):
     assert "fs: mcp:fs: the server process exited with status 1; stderr: " in scvctl(d, "tools", "--errors")
 
 
+STDIO_QUIRKS = ROOT / "tests" / "helpers" / "mcp_stdio_quirks.py"
+
+
+def quirks_stdio_table(mode: str, starts: Path) -> str:
+    return (f'[mcp.servers.raw]\ncommand = "{sys.executable}"\n'
+            f'args = ["{STDIO_QUIRKS}", "{mode}", "{starts}"]\nsandbox = false\n')
+
+
+def test_a_server_that_dies_right_after_listing_its_tools_backs_off(make_daemon, tmp_path):
+    """Ready for a moment is not a start that lasted: the wait doubles (1, 2, 4 s), not 1 s forever."""
+    starts = tmp_path / "starts"
+    d = make_daemon(quirks_stdio_table("die-after-list", starts))
+    waits: list[str] = []
+    deadline = time.monotonic() + 60
+    while len(waits) < 3:
+        assert time.monotonic() < deadline, f"fewer than 3 restarts in 60 s: {waits}"
+        waits = re.findall(r"mcp server raw is down: .*; restarting in (\d+) s", d.log())
+        time.sleep(0.1)
+    assert waits[:3] == ["1", "2", "4"], waits
+    assert len(starts.read_text().splitlines()) == 3  # the fourth waits its 4 s
+
+
 def scvctl(d: DaemonProc, *args: str) -> str:
     from conftest import base_env
 

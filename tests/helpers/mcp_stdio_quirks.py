@@ -1,0 +1,45 @@
+"""A bare stdio MCP server (raw JSON-RPC lines) that misbehaves as argv says, for tests.
+
+`python mcp_stdio_quirks.py MODE [STARTS_FILE]`: appends a line to STARTS_FILE at each start.
+MODE `die-after-list` exits (status 3) right after answering tools/list; `huge-schema` also lists
+a tool `big` whose inputSchema is about 9 MB. Its tool `echo` answers with its arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+mode = sys.argv[1]
+if len(sys.argv) > 2:
+    with open(sys.argv[2], "a") as starts:
+        starts.write("start\n")
+
+tools = [{"name": "echo", "description": "Echo the arguments.", "inputSchema": {"type": "object"}}]
+if mode == "huge-schema":
+    values = [f"v{i:07d}" for i in range(900_000)]
+    tools.append({"name": "big", "description": "A huge schema.",
+                  "inputSchema": {"type": "object", "properties": {"x": {"enum": values}}}})
+
+
+def send(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, msg_id = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": msg_id, "result": {
+            "protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+            "serverInfo": {"name": "quirks", "version": "1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": msg_id, "result": {"tools": tools}})
+        if mode == "die-after-list":
+            sys.exit(3)
+    elif method == "tools/call":
+        text = json.dumps(msg["params"].get("arguments") or {})
+        send({"jsonrpc": "2.0", "id": msg_id, "result": {"content": [{"type": "text", "text": text}]}})
+    elif msg_id is not None:
+        send({"jsonrpc": "2.0", "id": msg_id, "result": {}})
