@@ -16,13 +16,13 @@ from typing import Any, Awaitable, Callable
 
 import httpx2
 import mcp_types as types
-from mcp_types.jsonrpc import CONNECTION_CLOSED
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_PARAMS
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
 from .. import __version__
 from ..config import McpServerConfig
-from ..errors import Failed, ScvError, ToolError, Unavailable
+from ..errors import Failed, InvalidArguments, ScvError, ToolError, Unavailable
 from . import spec
 from .tool import CallOutcome, ToolSpec
 
@@ -53,7 +53,8 @@ class ServerLink:
         self.session: ClientSession | None = None
         self._lost: asyncio.Event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._http_status: int | None = None
+        self._http_status: int | None = None  # the last error status that answered a POST
+        self._refused_posts = 0  # how many POSTs got an error status, ever
         self._proc: Any = None
         self._ready_at: float | None = None  # monotonic time this run became ready
         self._relists: set[asyncio.Task[None]] = set()
@@ -140,8 +141,10 @@ class ServerLink:
         return read, write
 
     async def _on_response(self, response: Any) -> None:
-        if response.status_code >= 400:
+        # the optional GET stream (405 from many servers) and the session DELETE are not the connection
+        if response.status_code >= 400 and response.request.method == "POST":
             self._http_status = response.status_code
+            self._refused_posts += 1
 
     def _why_lost(self) -> str:
         if self._proc is not None and self._proc.exited.done():
@@ -208,6 +211,7 @@ class ServerLink:
         session = self.session
         if session is None or self.state != "ready":
             raise Unavailable(self.down_message())
+        refused = self._refused_posts
         try:
             result = await session.call_tool(tool, arguments, progress_callback=progress)
         except MCPError as exc:
@@ -215,9 +219,9 @@ class ServerLink:
                 self._lost.set()
                 raise Unavailable(f"mcp server {self.name} went away during the call ({tool}); "
                                   "scvd restarts it (see `scvctl status`)") from None
-            if self._http_status is not None:
+            if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
                 self._lost.set()
-            raise Failed(f"mcp server {self.name}: {tool}: {exc.error.message}") from None
+            raise _call_error(f"mcp server {self.name}: {tool}: {exc.error.message}", exc.error.code) from None
         except (asyncio.CancelledError, ScvError):
             raise
         except Exception as exc:  # the connection broke under the call
@@ -245,6 +249,11 @@ def _quiet(task: asyncio.Task[None]) -> None:
 
 class _Lost(Exception):
     """The connection ended after it was up; `error` already says why."""
+
+
+def _call_error(message: str, code: int) -> ToolError:
+    """A JSON-RPC error answering one call: that call's failure, the connection stays."""
+    return InvalidArguments(message) if code == INVALID_PARAMS else Failed(message)
 
 
 def _spec(tool: Any) -> ToolSpec:

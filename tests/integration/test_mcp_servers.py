@@ -327,10 +327,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_http_server(port: int, script: Path = HTTP_SERVER, *args: str) -> subprocess.Popen:
-    """tests/helpers/mcp_http_server.py (token s3cret), or `script` with `args`, on 127.0.0.1:`port`,
-    once it accepts connections."""
-    proc = subprocess.Popen([sys.executable, str(script), str(port), *(args or ["s3cret"])],
+def start_http_server(port: int, script: Path = HTTP_SERVER, args: tuple[str, ...] = ("s3cret",)) -> subprocess.Popen:
+    """tests/helpers/mcp_http_server.py (its token), or `script`, on 127.0.0.1:`port`, once it accepts
+    connections."""
+    proc = subprocess.Popen([sys.executable, str(script), str(port), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -500,12 +500,22 @@ def test_an_http_server_that_goes_away_is_reported_and_reconnected(make_daemon, 
 
 
 @pytest.fixture
-def quirks_table():
-    """A server answering GET with 405 and never answering the session DELETE; its config table."""
-    port = free_port()
-    proc = start_http_server(port, QUIRKS_SERVER, "hang-delete")
-    yield f'[mcp.servers.web]\nurl = "http://127.0.0.1:{port}/mcp"\n'
-    stop(proc)
+def quirks_http():
+    """Starts tests/helpers/mcp_http_quirks.py (GET answered with 405) with its args; gives its table."""
+    started: list[subprocess.Popen] = []
+
+    def start(*args: str) -> str:
+        port = free_port()
+        started.append(start_http_server(port, QUIRKS_SERVER, args))
+        return f'[mcp.servers.web]\nurl = "http://127.0.0.1:{port}/mcp"\nrisk = "read_only"\n'
+    yield start
+    for proc in started:
+        stop(proc)
+
+
+@pytest.fixture
+def quirks_table(quirks_http):
+    return quirks_http("hang-delete")
 
 
 def reloaded(d: DaemonProc, config: str) -> None:
@@ -530,3 +540,15 @@ def test_a_server_that_never_answers_the_session_delete_holds_up_neither_a_reloa
     d.proc.terminate()
     assert d.proc.wait() == 0  # unbounded here: held up by the DELETE, the test runs past its timeout
     assert "did not close within 5 s; abandoning its connection" in d.log()
+
+
+def test_a_json_rpc_error_fails_that_call_only_beside_a_get_stream_answered_405(make_daemon, workspace, quirks_http):
+    d = make_daemon(quirks_http())
+    with d.client(name="t") as c:
+        server(c, "web")
+        session = c.open_session(workspace)
+        bad = c.call(session, "mcp__web__strict", {"n": 7})
+        done = c.call(session, "mcp__web__hello", {"name": "you"})  # the connection stayed
+        assert done.ok and done.result["text"] == "hello you", done.error
+        assert server(c, "web").restarts == 0
+        assert (bad.error.kind, bad.error.message) == ("invalid_arguments", "mcp server web: strict: n out of range: 7")
