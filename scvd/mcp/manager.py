@@ -17,7 +17,7 @@ from ..config import Config, McpServerConfig
 from ..protocol import McpServerStatus, ToolLoadError
 from ..tools.contract import Registry, ToolRisk
 from . import spec
-from .tool import McpTool, ToolSpec
+from .tool import McpTool, ToolSpec, schema_too_large
 
 log = logging.getLogger("scvd.mcp")
 
@@ -47,6 +47,7 @@ class McpServers:
         self.links: dict[str, Any] = {}  # name -> link.ServerLink
         self.tools: dict[str, list[McpTool]] = {}
         self.refused: dict[str, list[str]] = {}  # name -> tools the registry refused (duplicate names)
+        self.oversized: dict[str, list[str]] = {}  # name -> why tools it listed were left out
 
     async def apply(self, config: Config) -> None:
         """Start added servers, stop removed ones, restart changed ones; leave the rest alone."""
@@ -70,6 +71,7 @@ class McpServers:
         # a grant was a person's trust in this server; a changed table may run another program
         self.host.revoke_grants({t.name for t in self.tools.pop(name, [])})
         self.refused.pop(name, None)
+        self.oversized.pop(name, None)
         self._register_everywhere(name)  # none left: gone from every session too
         await link.stop()
         log.info("mcp server %s: stopped", name)
@@ -91,7 +93,9 @@ class McpServers:
     def _on_tools(self, link: Any, specs: list[ToolSpec]) -> None:
         if self.links.get(link.name) is not link:
             return  # a link being replaced reported late
-        self.tools[link.name] = [self._tool(link, s) for s in specs]
+        why = {s.name: schema_too_large(s) for s in specs}
+        self.oversized[link.name] = [w for w in why.values() if w]
+        self.tools[link.name] = [self._tool(link, s) for s in specs if not why[s.name]]
         self._register_everywhere(link.name)
 
     def _tool(self, link: Any, s: ToolSpec) -> McpTool:
@@ -134,5 +138,5 @@ class McpServers:
             if link.error and link.state != "ready":  # down, or starting again after a failure
                 errors.append(ToolLoadError(source=f"mcp:{name}", name=name, message=link.error))
             errors += [ToolLoadError(source=f"mcp:{name}", name=name, message=m)
-                       for m in self.refused.get(name, [])]
+                       for m in self.refused.get(name, []) + self.oversized.get(name, [])]
         return errors

@@ -20,6 +20,9 @@ from .spec import tool_name
 
 OUTPUT_LIMIT = 1 << 20  # of a result's text; more is cut in the middle with a marker
 DESCRIPTION_LIMIT = 4096
+# of a tool's inputSchema as JSON: a larger one is refused (a load error), or one server's tool
+# could push every client's tools.list past server.server_frame_bytes
+SCHEMA_LIMIT = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,15 @@ class Link(Protocol):
     name: str
 
     async def call(self, tool: str, arguments: dict[str, Any], progress: Any) -> CallOutcome: ...
+
+
+def schema_too_large(spec: ToolSpec) -> str | None:
+    """Why a tool is left out for the size of its inputSchema, or None when it fits."""
+    size = len(json.dumps(spec.input_schema, ensure_ascii=False).encode())
+    if size <= SCHEMA_LIMIT:
+        return None
+    return (f"{spec.name}: its inputSchema is {size} bytes of JSON, above scvd's limit of {SCHEMA_LIMIT}; "
+            "the tool is left out (its server's other tools are not): ask the server's author for a smaller schema")
 
 
 class McpTool(Tool):

@@ -251,6 +251,20 @@ def test_a_server_that_dies_right_after_listing_its_tools_backs_off(make_daemon,
     assert len(starts.read_text().splitlines()) == 3  # the fourth waits its 4 s
 
 
+def test_a_tool_with_a_huge_schema_is_a_load_error_and_the_rest_stay(make_daemon, workspace, tmp_path):
+    d = make_daemon(quirks_stdio_table("huge-schema", tmp_path / "starts") + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        assert server(c, "raw").tools == 1
+        listed = c.request(p.ToolsList)  # was `internal` for every client: a 9 MB schema in the frame
+        names = [t.name for t in listed.tools]
+        assert "mcp__raw__echo" in names and "mcp__raw__big" not in names
+        (error,) = [e for e in listed.errors if e.source == "mcp:raw"]
+        assert re.match(r"big: its inputSchema is \d+ bytes of JSON, above scvd's limit of 65536; the tool is "
+                        r"left out", error.message), error
+        assert c.call(c.open_session(workspace), "mcp__raw__echo", {"a": 1}).ok
+    assert "raw: mcp:raw: big: its inputSchema is " in scvctl(d, "tools", "--errors")
+
+
 def scvctl(d: DaemonProc, *args: str) -> str:
     from conftest import base_env
 
