@@ -163,11 +163,13 @@ class SessionsList(Frame, tag="sessions.list"):
 
 
 class ToolsList(Frame, tag="tools.list"):
-    """List the tools; `system_use` tools only with `include_system`; `lint` adds each tool's findings."""
+    """List the tools; `system_use` tools only with `include_system`; `lint` adds each tool's findings;
+    with `session` (one of this connection's), the tools that session calls, else the current ones."""
 
     id: Id
     include_system: bool = False
     lint: bool = False
+    session: str | None = None
 
 
 class Call(Frame, tag="call"):

@@ -545,14 +545,16 @@ class Daemon:
         return p.Sessions(id=frame.id, sessions=infos)
 
     def on_tools_list(self, conn: Connection, frame: p.ToolsList) -> p.Frame:
+        # a session keeps the registry of its opening (a reload since changes new sessions only)
+        registry = self._own_session(conn, frame.session).registry if frame.session else self.registry
         tools = [
             p.ToolInfo(name=t.name, description=t.description, input_schema=t.input_schema(),
                        risk=t.risk.value, flags=t.flags.as_dict(),
                        lint=[f"{f.rule}: {f.text}" for f in findings(t)] if frame.lint else [])
-            for t in self.registry.visible(frame.include_system)
+            for t in registry.visible(frame.include_system)
         ]
         load_errors = [p.ToolLoadError(source=e.source, name=e.name, message=e.message)
-                       for e in self.registry.load_errors]
+                       for e in registry.load_errors]
         return p.Tools(id=frame.id, tools=tools, errors=load_errors + self.mcp.load_errors())
 
     def on_call(self, conn: Connection, frame: p.Call) -> p.Frame:

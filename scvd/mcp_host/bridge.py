@@ -101,7 +101,7 @@ class Bridge:
         if method == "ping":
             return {}
         if method == "tools/list":
-            tools = (await self.client.request(p.ToolsList)).tools
+            tools = (await self.client.request(p.ToolsList, session=self.session)).tools  # what it calls
             return {"tools": [mcp_tool(t) for t in tools]}
         if method == "tools/call":
             return await self._call(params, msg_id)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from scvd import protocol as p
 
-from conftest import DaemonProc, base_env, wait_pending
+from conftest import ROOT, DaemonProc, base_env, wait_pending
 
 
 class McpHost:
@@ -216,3 +219,20 @@ def test_progress_reaches_a_host_that_asked_for_it(make_daemon, workspace):
     assert [m["progress"] for m in progress] == sorted(m["progress"] for m in progress)
     assert progress[0]["total"] == 125.0  # bash's 120 s default plus the dispatch grace
     assert messages[-1]["result"]["structuredContent"]["output"].endswith("done\n")
+
+
+def test_tools_list_is_the_sessions_own_after_a_reload(host, daemon, workspace):
+    """A host's session keeps the tools of its opening; tools/list shows those it can call."""
+    shutil.copytree(ROOT / "examples" / "tools" / "script" / "word_count",
+                    daemon.home / "tools" / "script" / "word_count")
+    daemon.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 15
+    while "configuration reloaded from" not in daemon.log():
+        assert time.monotonic() < deadline, "the reload never ended"
+        time.sleep(0.05)
+    with daemon.client(name="t") as c:
+        assert "script_word_count" in [t.name for t in c.request(p.ToolsList).tools]  # new sessions have it
+    listed = [t["name"] for t in host.rpc("tools/list")["result"]["tools"]]
+    assert "script_word_count" not in listed and "read" in listed
+    result = host.rpc("tools/call", {"name": "script_word_count", "arguments": {"text": "a b"}})["result"]
+    assert result["isError"] and result["content"][0]["text"].startswith("unknown_tool: "), result
