@@ -9,6 +9,7 @@ stdin otherwise (like `docker login --password-stdin`); they are never printed.
 from __future__ import annotations
 
 import argparse
+import functools
 import getpass
 import sys
 from typing import Any
@@ -37,6 +38,19 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd.set_defaults(handler=cmd_delete)
 
 
+def keyring_refusals(handler: Any) -> Any:
+    """A keyring that cannot be used (locked) reads `unavailable: ...`, its kind; the generic
+    handler in cli.py would print the wire code, `failed`, which says less."""
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except errors.Unavailable as exc:
+            print(f"{exc.kind}: {exc.message}", file=sys.stderr)
+            return EXIT_ERROR
+    return run
+
+
 def store() -> SecretStore:
     return SecretStore(paths_mod.resolve().secrets_file,
                        env_label="this shell's environment (scvd reads its own)")
@@ -52,6 +66,7 @@ def read_value(key: str) -> str:
     return value
 
 
+@keyring_refusals
 def cmd_set(args: argparse.Namespace) -> int:
     try:
         check_key(args.key)
@@ -71,6 +86,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@keyring_refusals
 def cmd_list(args: argparse.Namespace) -> int:
     from scvd.tools.script_defs import declared_secrets
 
@@ -86,6 +102,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@keyring_refusals
 def cmd_delete(args: argparse.Namespace) -> int:
     s = store()
     removed = s.delete(args.key)

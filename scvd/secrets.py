@@ -198,6 +198,22 @@ class SecretStore:
                         type(exc).__name__, self.path)
             return None
 
+    def _keyring_read(self, kr: Any, key: str) -> str | None:
+        """The keyring's value for `key`; Unavailable when it cannot be read (e.g. locked)."""
+        try:
+            return kr.get_password(SERVICE, key)
+        except Exception as exc:
+            raise self._refused(kr, "read", key, exc) from None
+
+    def _refused(self, kr: Any, verb: str, key: str, exc: Exception) -> errors.Unavailable:
+        """The keyring failed (locked, usually): which one, and the two ways on. Only the
+        exception's type is named: a backend's message might quote what it was given."""
+        return errors.Unavailable(
+            f"the keyring {_name(kr)} could not {verb} {key} ({type(exc).__name__}): unlock it (e.g. log "
+            "in to the desktop session, or open your keyring app) and try again, or set "
+            f"PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring to keep secrets in {self.path}",
+            hint=f"unlock the keyring {_name(kr)}, then try again")
+
     # lookups
 
     def lookup(self, key: str) -> tuple[str, str] | None:
@@ -266,10 +282,7 @@ class SecretStore:
                 try:
                     kr.set_password(SERVICE, key, value)
                 except Exception as exc:
-                    raise errors.Unavailable(
-                        f"the keyring {_name(kr)} refused to store {key} ({type(exc).__name__}); "
-                        "unlock it, or set PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring "
-                        f"to keep secrets in {self.path}") from None
+                    raise self._refused(kr, "store", key, exc) from None
                 values.pop(key, None)
                 names = sorted(set(names) | {key})
                 source = "keyring"
@@ -281,19 +294,20 @@ class SecretStore:
         return self._entry(key, source)
 
     def delete(self, key: str) -> list[str]:
-        """Remove `key` from the keyring and the file; return where it was removed from."""
+        """Remove `key` from the keyring and the file; return where it was removed from.
+        A keyring that cannot be read (locked) refuses the whole delete, so the name stays
+        listed as long as the keyring may hold its value."""
         check_key(key)
         removed: list[str] = []
         kr = self.keyring()
         with self._locked():
             values, names = self._read()
-            if kr is not None and self._keyring_get(key) is not None:
+            if kr is not None and self._keyring_read(kr, key) is not None:
                 try:
                     kr.delete_password(SERVICE, key)
                     removed.append("keyring")
                 except Exception as exc:
-                    raise errors.Unavailable(
-                        f"the keyring {_name(kr)} refused to delete {key} ({type(exc).__name__})") from None
+                    raise self._refused(kr, "delete", key, exc) from None
             if key in values:
                 del values[key]
                 removed.append("file")

@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers import lockable_keyring
 from scvd import errors
 from scvd.secrets import SecretStore, detect_keyring, parse_file, render_file
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAINTEXT = "keyrings.alt.file.PlaintextKeyring"
 NO_KEYRING = "keyring.backends.null.Keyring"
+LOCKABLE = lockable_keyring.BACKEND  # a file-backed keyring a test can lock
 TRICKY = 'tok "en"\\ with\nnewline\ttab \x7f and ünïcode 🔑'
 
 
@@ -211,8 +213,9 @@ def test_an_unusable_backend_is_judged_by_priority_never_called(xdg: Path, tmp_p
 
 def scvctl(home: Path, xdg: Path, *args: str, input: str | None = None, backend: str = NO_KEYRING):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCV")}
-    env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT), PYTHON_KEYRING_BACKEND=backend,
-               XDG_CONFIG_HOME=str(xdg / "xdg_config_home"), XDG_DATA_HOME=str(xdg / "xdg_data_home"))
+    env.update(SCV_HOME=str(home), PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", PYTHON_KEYRING_BACKEND=backend,
+               XDG_CONFIG_HOME=str(xdg / "xdg_config_home"), XDG_DATA_HOME=str(xdg / "xdg_data_home"),
+               LOCKABLE_KEYRING=str(xdg / "lockable.json"))
     return subprocess.run([sys.executable, "-m", "scvctl", *args], env=env, input=input,
                           capture_output=True, text=True, timeout=60)
 
@@ -268,3 +271,20 @@ def test_scvctl_secrets_set_refuses_an_empty_value_and_a_bad_name(xdg: Path):
     bad = scvctl(home, xdg, "secrets", "set", "not-a-name", input="v")
     assert bad.returncode == 2 and "letters, digits and _" in bad.stderr
     assert not (home / "secrets.toml").exists()
+
+
+def test_scvctl_secrets_delete_with_the_keyring_locked_refuses_and_keeps_the_name(xdg: Path):
+    """Deleting while locked used to drop the name from secrets.toml and leave the value in the keyring."""
+    home, kr = xdg / "home", xdg / "lockable.json"
+    assert scvctl(home, xdg, "secrets", "set", "GH_TOKEN", input="tok-123", backend=LOCKABLE).returncode == 0
+    lockable_keyring.lock(kr)
+    out = scvctl(home, xdg, "secrets", "delete", "GH_TOKEN", backend=LOCKABLE)
+    assert out.returncode == 1
+    assert out.stderr.startswith("unavailable: the keyring helpers.lockable_keyring.Keyring could not read "
+                                 "GH_TOKEN (KeyringLocked): unlock it"), out.stderr
+    assert "GH_TOKEN" in (home / "secrets.toml").read_text()
+    lockable_keyring.lock(kr, False)
+    assert scvctl(home, xdg, "secrets", "list", backend=LOCKABLE).stdout.split()[:2] == ["GH_TOKEN", "keyring"]
+    gone = scvctl(home, xdg, "secrets", "delete", "GH_TOKEN", backend=LOCKABLE)
+    assert gone.returncode == 0 and "deleted GH_TOKEN from the keyring" in gone.stdout
+    assert "tok-123" not in kr.read_text()
