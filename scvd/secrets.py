@@ -3,7 +3,9 @@
 Lookup order (seed 003): the OS keyring through `keyring` (service `scv`, account =
 the key name) when a usable backend exists; then `secrets.toml` (0600) in the
 config dir; then the daemon's environment variable of that name. Writes go to the
-keyring when it is usable, else to the file.
+keyring when it is usable, else to the file. A keyring that fails (locked) is
+passed over; a key then found nowhere else is `Unavailable` ("unlock it"), never
+"not set": storing it again would fail on the same lock.
 
 Rule: a value never leaves this module except as the return of `get`/`require`;
 nothing here logs, formats or raises with a value in it.
@@ -188,18 +190,11 @@ class SecretStore:
         return self._keyring
 
     def _keyring_get(self, key: str) -> str | None:
+        """The keyring's value for `key` (None with no keyring); Unavailable when it cannot be
+        read (e.g. locked)."""
         kr = self.keyring()
         if kr is None:
             return None
-        try:
-            return kr.get_password(SERVICE, key)
-        except Exception as exc:  # a locked or broken keyring: say so, fall through to the file
-            log.warning("keyring %s could not read %s (%s); trying %s", _name(kr), key,
-                        type(exc).__name__, self.path)
-            return None
-
-    def _keyring_read(self, kr: Any, key: str) -> str | None:
-        """The keyring's value for `key`; Unavailable when it cannot be read (e.g. locked)."""
         try:
             return kr.get_password(SERVICE, key)
         except Exception as exc:
@@ -217,9 +212,16 @@ class SecretStore:
     # lookups
 
     def lookup(self, key: str) -> tuple[str, str] | None:
-        """(value, source) for `key`, or None."""
+        """(value, source) for `key`, or None. A keyring that cannot be read (locked) is passed
+        over for the file and the environment; if neither has `key`, its Unavailable is raised:
+        the value may well be in the keyring, so "not set" (and storing it again) would mislead."""
         check_key(key)
-        value = self._keyring_get(key)
+        refused = None
+        try:
+            value = self._keyring_get(key)
+        except errors.Unavailable as exc:
+            refused, value = exc, None
+            log.warning("%s; trying %s, then the environment", exc.message.split(":")[0], self.path)
         if value:
             return value, "keyring"
         values, _ = self._read()
@@ -228,6 +230,8 @@ class SecretStore:
         value = self.env.get(key)
         if value:
             return value, "env"
+        if refused is not None:
+            raise refused
         return None
 
     def get(self, key: str) -> str | None:
@@ -235,7 +239,8 @@ class SecretStore:
         return found[0] if found else None
 
     def require(self, key: str) -> str:
-        """The value, or CredentialMissing naming the key and how to store it."""
+        """The value, or CredentialMissing naming the key and how to store it (Unavailable
+        when only a locked keyring could hold it)."""
         value = self.get(key)
         if value is None:
             raise errors.CredentialMissing(missing_message(key),
@@ -302,7 +307,7 @@ class SecretStore:
         kr = self.keyring()
         with self._locked():
             values, names = self._read()
-            if kr is not None and self._keyring_read(kr, key) is not None:
+            if self._keyring_get(key) is not None:
                 try:
                     kr.delete_password(SERVICE, key)
                     removed.append("keyring")

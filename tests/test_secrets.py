@@ -288,3 +288,18 @@ def test_scvctl_secrets_delete_with_the_keyring_locked_refuses_and_keeps_the_nam
     gone = scvctl(home, xdg, "secrets", "delete", "GH_TOKEN", backend=LOCKABLE)
     assert gone.returncode == 0 and "deleted GH_TOKEN from the keyring" in gone.stdout
     assert "tok-123" not in kr.read_text()
+
+
+def test_a_locked_keyring_is_passed_over_but_a_key_found_nowhere_else_is_unavailable(
+        xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", LOCKABLE)
+    monkeypatch.setenv("LOCKABLE_KEYRING", str(xdg / "lockable.json"))
+    store = SecretStore(xdg / "conf" / "secrets.toml", env={"FROM_ENV": "e"})
+    store.set("IN_KEYRING", "k")
+    lockable_keyring.lock(xdg / "lockable.json")
+    assert store.lookup("FROM_ENV") == ("e", "env")
+    with pytest.raises(errors.Unavailable, match=r"could not read IN_KEYRING \(KeyringLocked\): unlock it"):
+        store.require("IN_KEYRING")
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING)  # no keyring at all: plainly not set
+    with pytest.raises(errors.CredentialMissing, match="the secret IN_KEYRING is not set"):
+        SecretStore(store.path, env={}).require("IN_KEYRING")

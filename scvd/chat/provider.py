@@ -94,7 +94,11 @@ def resolve(name: str, config: Any, adapters_dir: Path, secrets: Any = None,
 def _secret(secrets: Any, env: Mapping[str, str], key: str) -> str:
     """From the daemon's secret store when it has one, else its environment (the store's last source)."""
     if secrets is not None:
-        return secrets.get(key) or ""
+        try:
+            return secrets.get(key) or ""
+        except errors.ScvError as exc:  # a locked keyring, a broken secrets.toml: fail the turn saying so
+            raise ProviderFailure("auth", f"the API key {key} cannot be read: {exc.message}",
+                                  getattr(exc, "hint", None)) from None
     return env.get(key, "")
 
 

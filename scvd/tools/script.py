@@ -27,7 +27,7 @@ import os
 from typing import Any, ClassVar
 
 from .. import passenv
-from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout
+from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import run_process
 from ..secrets import SecretStore, missing_message
 from ..text import excerpt
@@ -149,8 +149,10 @@ class ScriptTool(Tool):
         for key in self.definition.spec.secrets:
             try:
                 value = store.get(key)
-            except ScvError as exc:  # a broken secrets.toml: its message names the file and the fix
-                raise Failed(f"{self.name}: cannot look up its secret {key}: {exc.message}") from None
+            except ScvError as exc:  # a broken secrets.toml, a locked keyring: the message says what to do
+                kind = Unavailable if isinstance(exc, Unavailable) else Failed  # unlock it, not store_secret
+                raise kind(f"{self.name}: cannot look up its secret {key}: {exc.message}",
+                           hint=getattr(exc, "hint", None)) from None
             if value is None:
                 raise CredentialMissing(f"{self.name}: {missing_message(key)}",
                                         hint=f"scvctl secrets set {key}")

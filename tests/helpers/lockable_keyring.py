@@ -27,7 +27,8 @@ def lock(path: Path, locked: bool = True) -> None:
 
 
 class Keyring(KeyringBackend):
-    priority = 5  # type: ignore[assignment]
+    # used when chosen, never auto-detected (needs 1): importing this module must not change other tests
+    priority = 0.5  # type: ignore[assignment]
 
     def _entries(self) -> dict[str, str]:
         path = store_file()

@@ -20,6 +20,7 @@ import pytest
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Hang, Status, Text
 from harness import RawConn
+from helpers import lockable_keyring
 from scvd import errors, protocol as p
 from scvd.chat.pipeline import NO_APPROVER
 from scvd.tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
@@ -162,6 +163,18 @@ def test_a_missing_key_fails_the_turn_naming_the_secret(chat_rig, workspace):
         events, end = run_turn(c, open_chat(c, workspace).session, "hi")
     assert end.reason == "auth" and "SCVD_TEST_NO_SUCH_KEY" in end.message
     assert "scvctl secrets set SCVD_TEST_NO_SUCH_KEY" in end.hint and model.requests == []
+
+
+def test_a_locked_keyring_fails_the_turn_saying_to_unlock_it(chat_rig, workspace, monkeypatch, tmp_path):
+    """It used to end the turn as a bug (`internal`) or say the key is not set."""
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", lockable_keyring.BACKEND)
+    monkeypatch.setenv("LOCKABLE_KEYRING", str(tmp_path / "keyring.json"))
+    lockable_keyring.lock(tmp_path / "keyring.json")
+    model, d = chat_rig(Text("never"), key="SCVD_TEST_NO_SUCH_KEY")
+    with d.client(name="pytest") as c:
+        events, end = run_turn(c, open_chat(c, workspace).session, "hi")
+    assert end.reason == "auth" and "could not read SCVD_TEST_NO_SUCH_KEY (KeyringLocked): unlock it" in end.message
+    assert model.requests == []
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)

@@ -22,7 +22,8 @@ import pytest
 from harness import pid_gone, wait_until
 from scvd import protocol as p
 
-from conftest import base_env, wait_pending
+from conftest import ROOT, base_env, wait_pending
+from helpers import lockable_keyring
 
 DESCRIPTION = ("Count the words in a text given as argument.\n"
                "Use for quick statistics; bash for anything else.")
@@ -280,6 +281,30 @@ def test_a_missing_secret_is_credential_missing_before_the_script_starts(make_da
     assert "API_TOKEN" in done.error.message and "scvctl secrets set API_TOKEN" in done.error.message
     assert "store_secret" in done.error.message
     assert not marker.exists()
+
+
+def test_a_locked_keyring_is_unavailable_saying_to_unlock_it_not_a_missing_secret(make_daemon, scv_home, workspace,
+                                                                                  tmp_path):
+    """It used to read "not set", sending auto-heal to store_secret, whose set failed on the same lock."""
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    kr = tmp_path / "keyring.json"
+    d = make_daemon(home=scv_home, env={"PYTHON_KEYRING_BACKEND": lockable_keyring.BACKEND,
+                                        "LOCKABLE_KEYRING": str(kr), "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+    out = subprocess.run([sys.executable, "-m", "scvctl", "secrets", "set", "API_TOKEN"], env=dict(d.env),
+                         input="tok-123", capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "in the keyring" in out.stdout, out.stderr
+    lockable_keyring.lock(kr)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        locked = c.call(sid, "script_token", {"text": "x"})
+        lockable_keyring.lock(kr, False)
+        unlocked = c.call(sid, "script_token", {"text": "x"})
+    assert locked.error.kind == "unavailable", locked.error
+    assert locked.error.message.startswith(
+        "script_token: cannot look up its secret API_TOKEN: the keyring helpers.lockable_keyring.Keyring "
+        "could not read API_TOKEN (KeyringLocked): unlock it"), locked.error.message
+    assert "store_secret" not in locked.error.message
+    assert unlocked.ok and unlocked.result["sha256"] == hashlib.sha256(b"tok-123").hexdigest()
 
 
 def test_a_broken_secrets_file_fails_the_call_saying_which_file_and_why(make_daemon, scv_home, workspace,
