@@ -5,7 +5,8 @@ imported only when a script tool exists) before any approval, on a worker thread
 (`decode_blocks`: a large argument takes seconds to check), then arrive on the
 script's stdin as one JSON object. stdout is the result: JSON when it parses, else
 text. A non-zero exit fails the call with the tail of stderr; exit 77 means "a
-credential was rejected", which is `credential_missing` naming the declared keys.
+credential was rejected", which is `credential_missing` naming the key a stderr
+line `SCV_REJECTED=KEY` gives (a declared one), else the only key, else them all.
 A declared secret's value never comes back: wherever the script printed it
 (stdout or stderr, plain or JSON-escaped) it reads `[secret KEY]`.
 
@@ -37,6 +38,7 @@ from .script_defs import ScriptDef, load_all, script_root
 log = logging.getLogger("scvd.tools.script")
 
 CREDENTIAL_REJECTED = 77  # a script's exit code for "the credential was refused (401/403/expired)"
+REJECTED_MARK = "SCV_REJECTED="  # a stderr line `SCV_REJECTED=KEY` says which declared key was refused
 STDERR_LIMIT = 64 * 1024  # kept of stderr (head and tail)
 STDERR_TAIL_CHARS = 2000  # of stderr quoted in an error
 SECRETS_SERVICE = "secrets"  # ctx.services key of the daemon's SecretStore
@@ -168,12 +170,7 @@ class ScriptTool(Tool):
                 f"was killed (SIGKILL){said}",
                 hint=f"raise \"timeout\" in {self.definition.folder / 'tool.json'}, or ask for less per call")
         if result.exit_code == CREDENTIAL_REJECTED:
-            keys = ", ".join(self.definition.spec.secrets) or "(it declares no secrets)"
-            first = self.definition.spec.secrets[0] if self.definition.spec.secrets else "KEY"
-            raise CredentialMissing(
-                f"{self.name} reported a rejected credential (exit {CREDENTIAL_REJECTED}); its secrets: {keys}; "
-                f"store a new value with store_secret (key {first!r}) or `scvctl secrets set {first}`, "
-                f"then call the tool again{said}", hint=f"scvctl secrets set {first}")
+            raise self._rejected(result.stderr, said)
         if result.exit_code != 0:
             how = f"exit {result.exit_code}" if result.exit_code is not None else f"signal {result.signal}"
             raise Failed(f"{self.name} failed ({how}){said}")
@@ -185,6 +182,30 @@ class ScriptTool(Tool):
             else:  # decoding undid escapes redact() knows no form of (`\/`, `\u0026`, upper-case hex)
                 return redact_tree(parsed, secrets) if secrets else parsed
         return result.output
+
+
+    def _rejected(self, stderr: str, said: str) -> CredentialMissing:
+        """Exit 77: the key the script named (`SCV_REJECTED=KEY`), or its only one; with several
+        and no word which, all of them: guessing one would send store_secret after the wrong key."""
+        declared = self.definition.spec.secrets
+        key = rejected_key(stderr, declared) or (declared[0] if len(declared) == 1 else None)
+        head = f"{self.name} reported a rejected credential (exit {CREDENTIAL_REJECTED})"
+        if key is not None:
+            return CredentialMissing(
+                f"{head}: its secret {key}; store a new value with store_secret (key {key!r}) or "
+                f"`scvctl secrets set {key}`, then call the tool again{said}", hint=f"scvctl secrets set {key}")
+        keys = ", ".join(declared) or "(it declares no secrets)"
+        return CredentialMissing(
+            f"{head} and did not say which (a stderr line `{REJECTED_MARK}KEY` would); its secrets: {keys}; "
+            "store a new value for the rejected one with store_secret (its key) or `scvctl secrets set KEY`, "
+            f"then call the tool again{said}", hint=f"scvctl secrets set KEY  (one of: {keys})")
+
+
+def rejected_key(stderr: str, declared: list[str] | tuple[str, ...]) -> str | None:
+    """The last declared key a `SCV_REJECTED=KEY` line of stderr names; an undeclared one is no answer."""
+    named = [line.strip()[len(REJECTED_MARK):] for line in stderr.splitlines()
+             if line.strip().startswith(REJECTED_MARK)]
+    return next((key for key in reversed(named) if key in declared), None)
 
 
 def redact(text: str, secrets: dict[str, str]) -> str:

@@ -333,6 +333,29 @@ def test_exit_77_is_a_rejected_credential_naming_its_key(make_daemon, scv_home, 
     assert "store_secret" in done.error.message and "401 Unauthorized" in done.error.message
 
 
+def test_exit_77_with_several_keys_names_them_all_unless_a_stderr_line_says_which(make_daemon, scv_home,
+                                                                                 workspace):
+    """It used to name the first declared key, sending store_secret after GH_USER when GH_TOKEN was refused."""
+    says = "#!/bin/bash\necho '401 Bad credentials' >&2\n[ -n \"$WHICH\" ] && echo \"SCV_REJECTED=$WHICH\" >&2\nexit 77\n"
+    make_tool(scv_home, "gh", says.replace("$WHICH", ""), risk="read_only", secrets=["GH_USER", "GH_TOKEN"])
+    make_tool(scv_home, "gh_says", says.replace("$WHICH", "GH_TOKEN"), risk="read_only",
+              secrets=["GH_USER", "GH_TOKEN"])
+    make_tool(scv_home, "gh_lies", says.replace("$WHICH", "PATH"), risk="read_only", secrets=["GH_USER", "GH_TOKEN"])
+    d = make_daemon(home=scv_home, env={"GH_USER": "me", "GH_TOKEN": "stale", **NO_KEYRING})
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        silent, said, lied = (c.call(sid, f"script_{n}", {"text": "x"}) for n in ("gh", "gh_says", "gh_lies"))
+    for done in (silent, lied):  # an undeclared key named is no answer
+        assert done.error.kind == "credential_missing"
+        assert "did not say which (a stderr line `SCV_REJECTED=KEY` would); its secrets: GH_USER, GH_TOKEN" \
+            in done.error.message, done.error.message
+        assert "key 'GH_USER'" not in done.error.message and done.error.hint.startswith("scvctl secrets set KEY")
+    assert said.error.kind == "credential_missing"
+    assert "(exit 77): its secret GH_TOKEN; store a new value with store_secret (key 'GH_TOKEN')" \
+        in said.error.message, said.error.message
+    assert said.error.hint == "scvctl secrets set GH_TOKEN"
+
+
 def test_the_example_tool_works(make_daemon, scv_home, workspace):
     """examples/tools/ holds a working script tool: copy it in and call it."""
     import shutil
