@@ -68,6 +68,14 @@ class ScriptTool(Tool):
             return float(self.definition.spec.timeout)
         return float(config.tools.default_timeout_seconds)
 
+    def _deadline_source(self) -> tuple[str, str]:
+        """Where `deadline` came from, and how to raise it: the fix differs."""
+        tool_json = self.definition.folder / "tool.json"
+        if self.definition.spec.timeout is not None:
+            return "tool.json", f"raise \"timeout\" in {tool_json}"
+        return ("tools.default_timeout_seconds; tool.json sets no \"timeout\"",
+                f"set \"timeout\" in {tool_json}, or raise tools.default_timeout_seconds in config.toml")
+
     def pass_env(self, config: Any) -> list[str]:
         """The names `tools.script.<folder>.pass_env` grants this tool."""
         granted = config.tools.script.get(self.definition.folder.name)
@@ -165,10 +173,10 @@ class ScriptTool(Tool):
         tail = result.stderr[-STDERR_TAIL_CHARS:].strip()
         said = f"; stderr: {tail}" if tail else ""
         if result.timed_out:
+            source, fix = self._deadline_source()
             raise Timeout(
-                f"{self.name} ran past its timeout of {plan.timeout:g} s (tool.json) and its process group "
-                f"was killed (SIGKILL){said}",
-                hint=f"raise \"timeout\" in {self.definition.folder / 'tool.json'}, or ask for less per call")
+                f"{self.name} ran past its timeout of {plan.timeout:g} s ({source}) and its process group "
+                f"was killed (SIGKILL){said}", hint=f"{fix}, or ask for less per call")
         if result.exit_code == CREDENTIAL_REJECTED:
             raise self._rejected(result.stderr, said)
         if result.exit_code != 0:

@@ -157,6 +157,19 @@ def test_killed_at_its_own_tool_json_timeout_with_no_process_left(make_daemon, s
     wait_until(lambda: pid_gone(child), what="the script's background child to be gone")
 
 
+def test_a_timeout_from_the_default_names_tools_default_timeout_seconds_not_tool_json(make_daemon, scv_home,
+                                                                                     workspace, tmp_path):
+    """It used to blame tool.json, which sets no timeout, so the hint pointed at a field that was not there."""
+    make_tool(scv_home, "sleeper", SLEEPER.replace("$SCV_TOOL_PIDFILE_DIR", str(tmp_path)), risk="read_only")
+    d = make_daemon("[tools]\ndefault_timeout_seconds = 1\n", home=scv_home)
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_sleeper", {"text": "x"})
+    assert done.error.kind == "timeout"
+    assert "timeout of 1 s (tools.default_timeout_seconds; tool.json sets no \"timeout\")" in done.error.message
+    assert done.error.hint == (f"set \"timeout\" in {scv_home / 'tools/script/sleeper/tool.json'}, or raise "
+                               "tools.default_timeout_seconds in config.toml, or ask for less per call")
+
+
 @pytest.mark.bwrap
 def test_sandboxed_when_the_sandbox_is_on(make_daemon, scv_home, workspace):
     probe = ("#!/bin/bash\ncat >/dev/null\n"
