@@ -80,6 +80,17 @@ def test_three_lines_rule(description):
     assert "3 lines" in str(err)
 
 
+@pytest.mark.parametrize("description, said", [
+    (GOOD_DESCRIPTION + "\n", "it ends with a newline (an empty last line): remove it"),
+    (GOOD_DESCRIPTION + "\nOne more.", "it has 4"),
+    ("Read a text file from the workspace.\n\nUse for reading source files; write for it.", "line 2 is empty"),
+])
+def test_three_lines_rule_says_what_is_wrong(description, said):
+    """A trailing newline used to read "must be 3 lines ... got 3"."""
+    err = broken_rule(make_tool(description=description))
+    assert str(err).endswith(f"(2 when there is no precondition): {said}"), str(err)
+
+
 @pytest.mark.parametrize("description", [
     "Read a file.\nUse for reading.\nNone.",  # too short
     "Read a text file from the workspace " + "x" * 120 + ".\n"

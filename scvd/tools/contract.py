@@ -243,17 +243,32 @@ def findings(tool: Tool) -> list[Finding]:
     return found
 
 
+def _line_problems(lines: list[str]) -> list[str]:
+    """What breaks the three-lines rule, said plainly: a trailing newline counts as an empty
+    last line, and "got 3" would not tell anyone that."""
+    trailing = len(lines) > 1 and not lines[-1].strip()
+    body = lines[:-1] if trailing else lines
+    wrong = ["it ends with a newline (an empty last line): remove it"] if trailing else []
+    if len(body) not in (2, 3):
+        wrong.append(f"it has {len(body)}")
+    empty = [str(i) for i, line in enumerate(body, 1) if not line.strip()]
+    if empty:
+        wrong.append(f"line {', '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty")
+    return wrong
+
+
 def _description_findings(text: str) -> list[Finding]:
     found: list[Finding] = []
     if not text.isascii():
         bad = "".join(sorted({c for c in text if not c.isascii()}))
         found.append(Finding("english", f"description has non-English text {bad!r}"))
     lines = text.split("\n")
-    if len(lines) not in (2, 3) or not all(line.strip() for line in lines):
+    wrong = _line_problems(lines)
+    if wrong:
         found.append(Finding(
             "three_lines",
-            f"description must be 3 lines What/When/Precondition (2 when there is no precondition), "
-            f"got {len(lines)}"))
+            f"description must be 3 lines What/When/Precondition (2 when there is no precondition): "
+            f"{'; '.join(wrong)}"))
     size = len(text)
     if not 60 <= size <= 200:
         found.append(Finding("length", f"description is {size} chars, must be 60-200"))
