@@ -83,8 +83,16 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
      None, "parameters", "$ref 'https://example.invalid/a.json' at properties/a points outside tool.json"),
     ({"parameters": {"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}}},
      None, "parameters", "$ref '#/$defs/nope' at properties/a leads nowhere in parameters"),
+    # these loaded, then every call failed (an unresolvable reference; a required name no caller can know)
+    ({"parameters": {"type": "object", "properties": {"a": {"$ref": "#nope"}}}},
+     None, "parameters", "$ref '#nope' at properties/a leads nowhere in parameters (no $anchor 'nope')"),
+    ({"parameters": {"type": "object", "properties": {"a": {"$dynamicRef": "#/$defs/x"}}}},
+     None, "parameters", "$dynamicRef '#/$defs/x' at properties/a leads nowhere in parameters"),
+    ({"parameters": {**PARAMETERS, "required": ["text", "txt"]}},
+     None, "parameters", "required 'txt' at (top) is not a property (properties: text, unique)"),
 ], ids=["json", "unknown-field", "risk", "not-object", "bad-schema", "timeout-0", "timeout-negative",
-        "secret-name", "absolute-command", "escaping-command", "missing-command", "remote-ref", "broken-ref"])
+        "secret-name", "absolute-command", "escaping-command", "missing-command", "remote-ref", "broken-ref",
+        "anchor-nowhere", "dynamic-ref-nowhere", "required-not-a-property"])
 def test_a_bad_definition_names_the_file_and_the_rule(home: Path, spec, raw, rule, text):
     folder = make_tool(home, spec=spec, raw=raw)
     error = only_error(home)
@@ -101,6 +109,30 @@ def test_a_local_ref_is_fine_and_validates(home: Path):
     assert failed == []
     with pytest.raises(errors.InvalidArguments, match="argument `count`: 'x' is not of type 'integer'"):
         ScriptTool(d).decode({"count": "x"})
+
+
+def test_a_ref_key_in_const_or_enum_data_is_data_not_a_reference(home: Path):
+    """Such data used to be refused as a reference to fetch."""
+    params = {"type": "object", "properties": {"link": {
+        "enum": [{"$ref": "https://example.invalid/a.json"}, "none"],
+        "description": "A JSON Reference object to pass on, e.g. 'none'; default none.", "default": "none"}},
+        "not": {"const": {"$ref": "#nowhere"}}}
+    make_tool(home, spec={"parameters": params})
+    (d,), failed = load_all(paths(home))
+    assert failed == []
+    assert ScriptTool(d).decode({"link": {"$ref": "https://example.invalid/a.json"}})
+    with pytest.raises(errors.InvalidArguments, match="argument `link`"):
+        ScriptTool(d).decode({"link": {"$ref": "#elsewhere"}})
+
+
+def test_a_required_name_from_a_shared_ref_or_a_parent_is_fine(home: Path):
+    params = {"type": "object", "$defs": {"base": {"properties": {"text": PARAMETERS["properties"]["text"]}}},
+              "allOf": [{"$ref": "#/$defs/base"}], "properties": {"mode": {
+                  "enum": ["words", "lines"], "description": "What to count, e.g. 'lines'; default words.",
+                  "default": "words"}},
+              "oneOf": [{"required": ["text"]}, {"required": ["mode"]}]}
+    make_tool(home, spec={"parameters": params})
+    assert load_all(paths(home))[1] == []
 
 
 def test_a_command_that_is_not_executable_says_how_to_fix_it(home: Path):

@@ -3,6 +3,9 @@
 Only the user's tools dir is read (`Paths.tools_dir`: `$SCV_HOME/tools`, or the
 data dir's `tools/`); a workspace cannot add tools. A bad definition becomes a
 `LoadError` naming the file and the rule, never an exception: the others load.
+What would load and then fail every call is a load error too: a `$ref` or
+`$dynamicRef` leading outside `parameters` or nowhere, a `required` name that is
+no property.
 jsonschema is imported only here and in script.py, and only when a tool.json exists.
 """
 
@@ -127,38 +130,122 @@ def _check_parameters(path: Path, schema: dict[str, Any]) -> None:
     except jsonschema.SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
         raise DefinitionError(path, "parameters", f"not a valid JSON Schema at {where}: {exc.message}") from None
-    for where, ref in _refs(schema, ()):
-        _check_ref(path, schema, "/".join(where) or "(top)", ref)
+    _check_schema(path, schema)
 
 
-def _refs(node: Any, where: tuple[str, ...]) -> Any:
-    """(where, target) of every `$ref` in a schema."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "$ref" and isinstance(value, str):
-                yield where, value
-            else:
-                yield from _refs(value, (*where, str(key)))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _refs(value, (*where, str(i)))
+# keywords whose value is a schema, a list of them, or a map of them (drafts 4 to 2020-12); any
+# other value (const, enum, default, examples) is data, where a "$ref" key is no reference
+SCHEMA_ONE = {"additionalProperties", "additionalItems", "items", "contains", "propertyNames", "not", "if",
+              "then", "else", "unevaluatedItems", "unevaluatedProperties", "contentSchema"}
+SCHEMA_LIST = {"allOf", "anyOf", "oneOf", "prefixItems", "items"}
+SCHEMA_MAP = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
+SAME_INSTANCE = {"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "dependencies"}
+REF_KEYWORDS = ("$ref", "$dynamicRef")
 
 
-def _check_ref(path: Path, schema: dict[str, Any], where: str, ref: str) -> None:
-    """Only a pointer into `parameters` itself: jsonschema would fetch any other, on every call."""
+def _subschemas(node: dict[str, Any]) -> Any:
+    """(keyword, path below node, subschema) of each schema directly inside `node`."""
+    for key, value in node.items():
+        if key in SCHEMA_ONE and isinstance(value, dict):
+            yield key, (key,), value
+        elif key in SCHEMA_LIST and isinstance(value, list):
+            yield from ((key, (key, str(i)), v) for i, v in enumerate(value) if isinstance(v, dict))
+        elif key in SCHEMA_MAP and isinstance(value, dict):
+            yield from ((key, (key, str(k)), v) for k, v in value.items() if isinstance(v, dict))
+
+
+def _check_schema(path: Path, schema: dict[str, Any]) -> None:
+    """Every reference resolves inside `parameters`, then every `required` name is a property:
+    either would otherwise load fine and then fail every call."""
+    import referencing
+    from referencing.jsonschema import DRAFT202012, specification_with
+
+    spec = specification_with(str(schema.get("$schema", "")), default=DRAFT202012)
+    resolver = referencing.Registry().resolver_with_root(spec.create_resource(schema))
+    nodes = list(_walk(spec, schema, (), resolver, None))
+    for node, where, here, _ in nodes:
+        for keyword in REF_KEYWORDS:
+            if isinstance(node.get(keyword), str):
+                _check_ref(path, here, keyword, where, node[keyword])
+    for node, where, _, top in nodes:
+        if isinstance(node.get("required"), list):
+            _check_required(path, node["required"], where, *top)
+
+
+def _walk(spec: Any, node: dict[str, Any], where: tuple[str, ...], resolver: Any, top: Any) -> Any:
+    """(schema, where, its resolver, (the first schema on the way that applies to the same value,
+    its resolver)) for `node` and every schema inside it."""
+    if where:
+        resolver = resolver.in_subresource(spec.create_resource(node))  # a nested $id moves the base
+    top = top or (node, resolver)
+    yield node, "/".join(where) or "(top)", resolver, top
+    for keyword, below, sub in _subschemas(node):
+        yield from _walk(spec, sub, (*where, *below), resolver, top if keyword in SAME_INSTANCE else None)
+
+
+def _check_ref(path: Path, resolver: Any, keyword: str, where: str, ref: str) -> None:
+    """Only into `parameters` itself: jsonschema would fetch any other, on every call."""
+    from referencing.exceptions import Unresolvable
+
     if not ref.startswith("#"):
-        raise DefinitionError(path, "parameters", f"$ref {ref!r} at {where} points outside tool.json; scvd "
+        raise DefinitionError(path, "parameters", f"{keyword} {ref!r} at {where} points outside tool.json; scvd "
                                                   "never fetches schemas: put it under $defs, as '#/$defs/NAME'")
-    if ref.startswith("#/") or ref == "#":
-        node: Any = schema
-        for part in ref[2:].split("/") if ref != "#" else []:
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            elif isinstance(node, dict) and part in node:
-                node = node[part]
-            else:
-                raise DefinitionError(path, "parameters", f"$ref {ref!r} at {where} leads nowhere in parameters")
+    try:
+        resolver.lookup(ref)
+    except Unresolvable:
+        what = "nothing is at that pointer" if ref.startswith("#/") else f"no $anchor {ref[1:]!r}"
+        raise DefinitionError(path, "parameters", f"{keyword} {ref!r} at {where} leads nowhere in parameters "
+                                                  f"({what}); fix the reference or add it") from None
+
+
+def _check_required(path: Path, required: list[Any], where: str, top: dict[str, Any], resolver: Any) -> None:
+    """A required name must be a property of the value (the schemas applying to it, refs followed);
+    with no properties declared at all the object is free-form and anything goes."""
+    names, patterns = _declared(top, resolver, set())
+    if not names and not patterns:
+        return
+    for name in required:
+        if isinstance(name, str) and name not in names and not any(_matches(p, name) for p in patterns):
+            known = ", ".join(sorted(names)) or "none"
+            raise DefinitionError(path, "parameters", f"required {name!r} at {where} is not a property "
+                                                      f"(properties: {known}); define it under properties "
+                                                      "or drop it from required")
+
+
+def _declared(node: dict[str, Any], resolver: Any, seen: set[int]) -> tuple[set[str], list[str]]:
+    """The property names and patterns a value may have under `node`: its own, and those of the
+    schemas that apply to the same value (allOf, if/then, a $ref, ...)."""
+    if id(node) in seen:
+        return set(), []
+    seen.add(id(node))
+    from referencing.exceptions import Unresolvable
+
+    names, patterns = set(_keys(node, "properties")), _keys(node, "patternProperties")
+    subs = [sub for keyword, _, sub in _subschemas(node) if keyword in SAME_INSTANCE]
+    for keyword in REF_KEYWORDS:
+        if isinstance(node.get(keyword), str):
+            try:
+                subs.append(resolver.lookup(node[keyword]).contents)
+            except Unresolvable:  # resolves only from a nested $id's base: allow any name ("" matches all)
+                patterns.append("")
+    for sub in subs:
+        if isinstance(sub, dict):
+            more, more_patterns = _declared(sub, resolver, seen)
+            names |= more
+            patterns += more_patterns
+    return names, patterns
+
+
+def _keys(node: dict[str, Any], keyword: str) -> list[str]:
+    value = node.get(keyword)
+    return list(value) if isinstance(value, dict) else []
+
+
+def _matches(pattern: str, name: str) -> bool:
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:  # a pattern Python cannot read: give the name the benefit of the doubt
+        return True
 
 
 def _executable(path: Path, folder: Path, command: str) -> Path:
