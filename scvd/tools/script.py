@@ -191,7 +191,6 @@ class ScriptTool(Tool):
                 return redact_tree(parsed, secrets) if secrets else parsed
         return result.output
 
-
     def _rejected(self, stderr: str, said: str) -> CredentialMissing:
         """Exit 77: the key the script named (`SCV_REJECTED=KEY`), or its only one; with several
         and no word which, all of them: guessing one would send store_secret after the wrong key."""
