@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
 import socket
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,13 +75,7 @@ def bind_socket(paths: Paths) -> socket.socket:
         ensure_private_dir(path.parent)
     elif not path.parent.is_dir():
         path.parent.mkdir(mode=0o700, parents=True)
-    if path.exists() or path.is_symlink():
-        if socket_alive(path):
-            raise errors.StartupError(
-                f"another server answers on {path}; stop it, or set SCV_SOCKET to another path"
-            )
-        log.warning("replacing stale socket file %s", path)
-        path.unlink()
+    clear_stale(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
     try:
@@ -91,17 +87,48 @@ def bind_socket(paths: Paths) -> socket.socket:
     return sock
 
 
+def clear_stale(path: Path) -> None:
+    """Remove a socket file a crash left at `path`; refuse a live socket and anything not a socket."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):  # a typo'd SCV_SOCKET must never cost the user a file
+        raise errors.StartupError(
+            f"{path} exists and is {_kind(mode)}, not a socket; scvd leaves it alone: move it away, "
+            "or set SCV_SOCKET to another path")
+    failure = probe(path)
+    if failure is None:
+        raise errors.StartupError(
+            f"another server answers on {path}; stop it, or set SCV_SOCKET to another path")
+    if failure.errno == errno.ENOENT:  # gone since the lstat
+        return
+    if failure.errno != errno.ECONNREFUSED:  # not provably dead (EACCES: maybe someone else's)
+        raise errors.StartupError(
+            f"cannot tell whether {path} is in use ({failure.strerror or failure}); remove it if it is "
+            "stale, or set SCV_SOCKET to another path")
+    log.warning("replacing stale socket file %s", path)
+    path.unlink(missing_ok=True)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a directory" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode) else "a special file"
+
+
 def socket_name(sock: socket.socket) -> str:
     name = sock.getsockname()
     return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
 
 
-def socket_alive(path: Path) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def probe(path: Path) -> OSError | None:
+    """Connect to `path`: None when something accepts, else why it failed."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        probe.connect(str(path))
-        return True
-    except OSError:
-        return False
+        conn.connect(str(path))
+        return None
+    except OSError as exc:
+        return exc
     finally:
-        probe.close()
+        conn.close()

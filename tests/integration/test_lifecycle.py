@@ -78,6 +78,21 @@ def test_stale_socket_file_is_replaced(make_daemon, scv_home):
     assert "replacing stale socket file" in d.log()
 
 
+@pytest.mark.parametrize("kind", ["file", "directory", "symlink"])
+def test_a_path_that_is_not_a_socket_is_never_deleted(make_daemon, tmp_path, kind):
+    """A typo'd SCV_SOCKET naming the user's file: refused (exit 3), the file kept as it was."""
+    path, notes = tmp_path / "notes.txt", tmp_path / "target.txt"
+    notes.write_text("my notes")
+    {"file": lambda: path.write_text("my notes"), "directory": path.mkdir,
+     "symlink": lambda: path.symlink_to(notes)}[kind]()
+    d = make_daemon(home=tmp_path / "separate-home", env={"SCV_SOCKET": str(path)}, wait=False)
+    assert d.proc.wait(15) == 3
+    assert f"cannot start: {path} exists and is a" in d.log()
+    assert "not a socket; scvd leaves it alone: move it away, or set SCV_SOCKET" in d.log()
+    assert os.path.lexists(path) and notes.read_text() == "my notes"
+    assert kind != "file" or path.read_text() == "my notes"
+
+
 def test_live_socket_is_never_replaced(make_daemon, tmp_path):
     path = tmp_path / "other.sock"
     with listening(path) as other:
