@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     config_file = (getattr(args, "config", None) or paths.config_file).absolute()
     foreground = args.command != "check-config" and not getattr(args, "daemon", False)
     try:
-        loaded = config_mod.load(config_file)
+        named = (f"check the path given to --config (without it scvd reads {paths.config_file})"
+                 if getattr(args, "config", None) else "")
+        loaded = config_mod.load(config_file, missing=named)
         eventloop.check(loaded.config.server.event_loop)
         # the foreground start builds the registry after READY=1 (run()); what it would refuse,
         # config.load refused already
@@ -224,7 +226,7 @@ def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: An
     A script tool that fails to load does not fail the check (the daemon starts without it),
     but each one is printed with why, as `scvctl tools --errors` would show it.
     """
-    print(f"# config file: {loaded.path}{'' if Path(loaded.path).exists() else ' (missing: defaults)'}")
+    print(f"# config file: {loaded.path}{'' if loaded.file_read else ' (missing: defaults)'}")
     for key, value, source in config_mod.effective(loaded):
         print(f"{key} = {value!r}  # {source}")
     print(f"# socket: {paths.socket}")

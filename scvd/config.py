@@ -180,19 +180,20 @@ class Loaded(msgspec.Struct):
     config: Config
     path: str
     sources: dict[str, str]
+    file_read: bool  # False: there was no file, so the defaults (and overrides)
 
 
-def load(path: Path, env: Mapping[str, str] | None = None) -> Loaded:
-    """Read `path` (missing is fine: defaults), apply environment overrides, validate."""
+def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "") -> Loaded:
+    """Read `path`, apply environment overrides, validate.
+
+    A missing file means the defaults, unless `missing` says why it must exist (what to do
+    then): a file named by --config, or one a reload finds gone.
+    """
     env = os.environ if env is None else env
-    raw: dict[str, Any] = {}
-    if path.exists():
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    found = _read(path)
+    if found is None and missing:
+        raise ConfigError(f"{path}: no such file; {missing}")
+    raw = found or {}
     sources = {key: "file" for key in _leaf_keys(raw)}
     for name, value in sorted(env.items()):
         if name.startswith(ENV_PREFIX) and "__" in name or name == ENV_PREFIX + "LOG_LEVEL":
@@ -206,7 +207,19 @@ def load(path: Path, env: Mapping[str, str] | None = None) -> Loaded:
     _check(config, path, sources)
     _check_adapters(config, path, sources)
     _check_chat(config, path, sources)
-    return Loaded(config=config, path=str(path), sources=sources)
+    return Loaded(config=config, path=str(path), sources=sources, file_read=found is not None)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """The file's TOML, or None when there is no file."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
 
 
 def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str],

@@ -269,7 +269,7 @@ class Daemon:
     async def _reload_once(self) -> bool:
         try:
             # reading tool.json files (and the first jsonschema import) stays off the loop
-            loaded = await asyncio.to_thread(load, Path(self.loaded.path))
+            loaded = await asyncio.to_thread(load, Path(self.loaded.path), missing=self._gone_hint())
             registry = await asyncio.to_thread(build_registry, loaded.config, self.paths, self.extra_tools)
             sandbox, verdict = await self._probe_sandbox(loaded.config)
         except errors.ScvError as exc:
@@ -289,6 +289,12 @@ class Daemon:
         await self.mcp.apply(loaded.config)  # added, removed and changed servers only
         log.info("configuration reloaded from %s", loaded.path)
         return True
+
+    def _gone_hint(self) -> str:
+        """Why a reload refuses a missing file: the defaults would silently replace what it said."""
+        if not self.loaded.file_read:
+            return ""  # started without one: the defaults are what runs already
+        return "put it back, then reload again (without it every setting would fall back to its default)"
 
     async def _watchdog(self) -> None:
         interval = self.notifier.watchdog_interval()

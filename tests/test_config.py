@@ -178,7 +178,7 @@ def test_unreadable_bytes_name_the_file(cfg_file):
 # --- scvd check-config ---------------------------------------------------------------------
 
 
-def check_config(home: Path, text: str | None, **env: str) -> subprocess.CompletedProcess[str]:
+def check_config(home: Path, text: str | None, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     import os
 
     home.mkdir(exist_ok=True)
@@ -186,7 +186,7 @@ def check_config(home: Path, text: str | None, **env: str) -> subprocess.Complet
         (home / "config.toml").write_text(text)
     full = {k: v for k, v in os.environ.items() if not k.startswith("SCV")}
     full.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT), **env)
-    return subprocess.run([sys.executable, "-m", "scvd", "check-config"], env=full,
+    return subprocess.run([sys.executable, "-m", "scvd", *(args or ["check-config"])], env=full,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -211,6 +211,16 @@ def test_check_config_without_a_file_says_so(tmp_path):
     done = check_config(tmp_path / "home", None)
     assert done.returncode == 0, done.stderr
     assert "(missing: defaults)" in done.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("command", ["check-config", "run"])
+def test_a_config_file_named_by_option_must_exist(tmp_path, command):
+    """A misspelt --config is an error naming it, never a daemon quietly on the defaults."""
+    typo = tmp_path / "tset.toml"
+    done = check_config(tmp_path / "home", None, command, "--config", str(typo))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"scvd: configuration error: {typo}: no such file; check the path given to "
+                           f"--config (without it scvd reads {tmp_path / 'home' / 'config.toml'})\n")
 
 
 @pytest.mark.parametrize("text, env, fragment", [

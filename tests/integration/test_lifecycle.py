@@ -521,3 +521,28 @@ def test_a_failed_start_after_the_bind_leaves_no_socket_and_no_lock(tmp_path):
     assert daemon.listening_on == str(paths.socket)  # it did bind
     assert not paths.socket.exists()
     os.close(acquire_lock(paths.lock_file))  # and let go of the lock
+
+
+def test_a_reload_that_finds_the_config_file_gone_keeps_the_old_configuration(make_daemon):
+    """A moved config.toml at SIGHUP would have reset everything to defaults (policy always -> on-risk)."""
+    d = make_daemon('[approvals]\npolicy = "always"\n')
+    wait_ready(d)
+    config = d.home / "config.toml"
+    config.rename(d.home / "config.toml.moved")
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "reload failed" in d.log(), what="the reload")
+    assert (f"reload failed, keeping the old configuration: {config}: no such file; put it back, then "
+            "reload again (without it every setting would fall back to its default)") in d.log()
+    with d.client() as c:
+        assert c.status().policy == "always"
+
+
+def test_a_reload_without_a_config_file_at_start_or_now_runs_on_the_defaults(make_daemon):
+    d = make_daemon(env={"SCVD_APPROVALS__POLICY": "never"})
+    wait_ready(d)
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "configuration reloaded from" in d.log(), what="the reload")
+    with d.client() as c:
+        assert c.status().policy == "never"
+    assert d.stop() == 0
+    clean_log(d.log())
