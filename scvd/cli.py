@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         return check_config(loaded, paths, registry)
     level = "debug" if getattr(args, "verbose", False) else loaded.config.log_level
     setup_logging(level)
+    for warning in loaded.warnings:
+        logging.getLogger("scvd.config").warning("%s", warning)
     if not foreground:
         return run_detached(paths, loaded, (args.pid_file or paths.pid_file).absolute(), level)
     return run(paths, loaded, config_file)
@@ -227,6 +229,8 @@ def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: An
     but each one is printed with why, as `scvctl tools --errors` would show it.
     """
     print(f"# config file: {loaded.path}{'' if loaded.file_read else ' (missing: defaults)'}")
+    for warning in loaded.warnings:
+        print(f"# warning: {warning}")
     for key, value, source in config_mod.effective(loaded):
         print(f"{key} = {value!r}  # {source}")
     print(f"# socket: {paths.socket}")

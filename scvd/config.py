@@ -4,7 +4,8 @@ Config Structs forbid unknown fields, so a typo is an error naming the file and
 the key path. Every field has the documented default; `docs/configuration.md`
 lists them. Environment overrides look like `SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS=60`
 (section and key joined by a double underscore; the value is read as TOML, else
-as a string).
+as a string). Any other SCVD_* variable is a warning, not an error: it may be meant
+for something else (a secret's name, say).
 """
 
 from __future__ import annotations
@@ -181,6 +182,7 @@ class Loaded(msgspec.Struct):
     path: str
     sources: dict[str, str]
     file_read: bool  # False: there was no file, so the defaults (and overrides)
+    warnings: list[str] = []  # SCVD_* variables that set nothing: logged at start, printed by check-config
 
 
 def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "") -> Loaded:
@@ -196,7 +198,7 @@ def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "")
     raw = found or {}
     sources = {key: "file" for key in _leaf_keys(raw)}
     for name, value in sorted(env.items()):
-        if name.startswith(ENV_PREFIX) and "__" in name or name == ENV_PREFIX + "LOG_LEVEL":
+        if _is_override(name):
             keys = name[len(ENV_PREFIX):].lower().split("__")
             _set_path(raw, keys, _parse_env_value(value), f"env:{name} (over {path})")
             sources[".".join(keys)] = f"env:{name}"
@@ -207,7 +209,46 @@ def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "")
     _check(config, path, sources)
     _check_adapters(config, path, sources)
     _check_chat(config, path, sources)
-    return Loaded(config=config, path=str(path), sources=sources, file_read=found is not None)
+    return Loaded(config=config, path=str(path), sources=sources, file_read=found is not None,
+                  warnings=_stray_variables(env, config))
+
+
+def _is_override(name: str) -> bool:
+    return name.startswith(ENV_PREFIX) and "__" in name or name == ENV_PREFIX + "LOG_LEVEL"
+
+
+def _stray_variables(env: Mapping[str, str], config: Config) -> list[str]:
+    """A warning for each SCVD_* variable that sets no key: a typo, unless it is meant for something
+    else (a key's name may be one: tests name secrets SCVD_TEST_...), so not an error."""
+    named = _names_in(config)
+    return [_stray_message(name) for name in sorted(env)
+            if name.startswith(ENV_PREFIX) and not _is_override(name) and name not in named]
+
+
+def _stray_message(name: str) -> str:
+    tail = name[len(ENV_PREFIX):].lower()
+    meant = next((f"{ENV_PREFIX}{table.upper()}__{tail[len(table) + 1:].upper()}"
+                  for table, keys in _table_keys().items()
+                  if tail.startswith(table + "_") and tail[len(table) + 1:] in keys), None)
+    form = f"did you mean {meant}?" if meant else f"an override is {ENV_PREFIX}<TABLE>__<KEY>."
+    return (f"{name} sets no configuration key and is ignored; {form} (Two underscores between table "
+            "and key.) If it is meant for something else, ignore this")
+
+
+def _table_keys() -> dict[str, set[str]]:
+    """The keys of each fixed table of Config (`sandbox`: {"mode", "network", "bwrap"}, ...)."""
+    return {f.name: {k.name for k in msgspec.structs.fields(f.type)}
+            for f in msgspec.structs.fields(Config) if isinstance(f.type, type) and issubclass(f.type, Section)}
+
+
+def _names_in(config: Config) -> set[str]:
+    """Variable and secret names the configuration itself uses: SCVD_* ones are not typos."""
+    names = {n for a in config.adapters.values() for n in a.pass_env}
+    names |= {n for t in config.tools.script.values() for n in t.pass_env}
+    names |= {n for p in config.providers.values() for n in (p.api_key_env, p.api_key_secret) if n}
+    names |= {v.secret for m in config.mcp.servers.values() for v in (*m.env.values(), *m.headers.values())
+              if isinstance(v, SecretRef)}
+    return names
 
 
 def _read(path: Path) -> dict[str, Any] | None:

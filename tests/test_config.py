@@ -213,6 +213,28 @@ def test_check_config_without_a_file_says_so(tmp_path):
     assert "(missing: defaults)" in done.stdout.splitlines()[0]
 
 
+def test_a_misspelt_override_is_a_warning_with_the_name_it_probably_meant(tmp_path):
+    """SCVD_SANDBOX_MODE (one underscore) set nothing, silently; an SCVD_* name the file uses is fine."""
+    text = '[providers.p]\nmodel = "m"\napi_key_env = "SCVD_MY_KEY"\n'
+    done = check_config(tmp_path / "home", text, SCVD_SANDBOX_MODE="bwrap", SCVD_TOOLS="3", SCVD_MY_KEY="k")
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stdout.splitlines() if line.startswith("# warning: ")]
+    assert warnings == [
+        "# warning: SCVD_SANDBOX_MODE sets no configuration key and is ignored; did you mean "
+        "SCVD_SANDBOX__MODE? (Two underscores between table and key.) If it is meant for something else, "
+        "ignore this",
+        "# warning: SCVD_TOOLS sets no configuration key and is ignored; an override is SCVD_<TABLE>__<KEY>. "
+        "(Two underscores between table and key.) If it is meant for something else, ignore this"]
+
+
+def test_the_daemon_logs_a_misspelt_override_at_start(make_daemon):
+    d = make_daemon(env={"SCVD_APPROVALS_POLICY": "never"})
+    with d.client() as c:
+        assert c.status().policy == "on-risk"
+    assert ("WARNING scvd.config: SCVD_APPROVALS_POLICY sets no configuration key and is ignored; "
+            "did you mean SCVD_APPROVALS__POLICY?") in d.log()
+
+
 @pytest.mark.parametrize("command", ["check-config", "run"])
 def test_a_config_file_named_by_option_must_exist(tmp_path, command):
     """A misspelt --config is an error naming it, never a daemon quietly on the defaults."""
