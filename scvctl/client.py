@@ -158,7 +158,11 @@ class Client:
             sock.close()
             raise not_running(path, exc) from None
         client = cls(sock)
-        client.welcome = client.core.welcomed(client.request(client.core.hello(name, approver, answers_secrets)))
+        try:
+            client.welcome = client.core.welcomed(client.request(client.core.hello(name, approver, answers_secrets)))
+        except BaseException:  # refused, or no answer: the socket is ours to close
+            sock.close()
+            raise
         return client
 
     def __enter__(self) -> Client:
@@ -219,9 +223,20 @@ class Client:
             data = self.sock.recv(1 << 16)
         except ConnectionError as exc:  # a reset after scvd closed with our frames unread
             raise ConnectionClosed(f"scvd closed the connection ({exc.strerror or exc})") from None
+        except TimeoutError:
+            raise self._not_answering() from None
         if not data:
             raise ConnectionClosed("scvd closed the connection")
         self.core.feed(data)
+
+    def _not_answering(self) -> errors.DaemonNotAnswering:
+        try:
+            where = self.sock.getpeername() or "its socket"
+        except OSError:
+            where = "its socket"
+        return errors.DaemonNotAnswering(
+            f"scvd accepted the connection on {where} but sent nothing for {self.sock.gettimeout():g} s: "
+            "it may be hung, or a socket-activated scvd failed to start; see `journalctl --user -u scvd`")
 
     # --- conveniences -------------------------------------------------------------
 

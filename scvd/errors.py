@@ -34,6 +34,7 @@
         ├── ScriptDefinitionError a script tool's tool.json breaks a rule (listed as a load error)
         ├── ProviderFailure       a chat turn's model could not answer (a turn.failed event)
         ├── DaemonNotRunning      client side: nothing answers on the socket
+        │   └── DaemonNotAnswering  client side: the socket accepts, but no answer comes in time
         ├── ConnectionClosed      client side: the daemon closed the connection
         └── JsonRpcError          `scvctl mcp`'s server in scvd: a JSON-RPC error answered to the MCP host
 
@@ -272,6 +273,12 @@ class DaemonNotRunning(LocalError):
     """Nothing answers on the socket."""
 
     code = "not_running"
+
+
+class DaemonNotAnswering(DaemonNotRunning):
+    """The socket accepts, but scvd sends nothing within the client's timeout (hung, or not started)."""
+
+    code = "not_answering"
 
 
 class ConnectionClosed(LocalError):

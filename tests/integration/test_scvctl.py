@@ -50,6 +50,24 @@ def test_not_running_says_how_to_start_and_exits_3(tmp_path: Path):
     assert out.stderr.count("\n") == 1, "one line"
 
 
+def test_a_socket_that_accepts_but_never_answers_is_one_line_and_exit_3(tmp_path, monkeypatch, capsys):
+    """A hung scvd (or a socket-activated one that failed) was a TimeoutError traceback."""
+    import socket
+
+    from scvctl import cli
+
+    path = tmp_path / "silent.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(str(path))
+        silent.listen(8)  # accepts (the kernel's backlog), never reads or answers
+        real = cli.connect  # 30 s is the real timeout; the test does not wait that long
+        monkeypatch.setattr(cli, "connect", lambda args, **kw: real(args, **{**kw, "timeout": 0.3}))
+        assert cli.main(["--socket", str(path), "ping"]) == 3
+    err = capsys.readouterr().err
+    assert err == (f"scvd accepted the connection on {path} but sent nothing for 0.3 s: it may be hung, "
+                   "or a socket-activated scvd failed to start; see `journalctl --user -u scvd`\n")
+
+
 def test_status_human_and_json(daemon: DaemonProc):
     out = scvctl(daemon, "status")
     assert out.returncode == 0, out.stderr
