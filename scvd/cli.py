@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     except errors.ConfigError as exc:
         return _config_error(config_file, exc)
     if args.command == "check-config":
-        return check_config(loaded, paths, registry)
+        return _until_the_reader_leaves(lambda: check_config(loaded, paths, registry))
     level = "debug" if getattr(args, "verbose", False) else loaded.config.log_level
     setup_logging(level)
     for warning in loaded.warnings:
@@ -102,6 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     if not foreground:
         return run_detached(paths, loaded, (args.pid_file or paths.pid_file).absolute(), level)
     return run(paths, loaded, config_file)
+
+
+def _until_the_reader_leaves(print_all: Any) -> int:
+    """`scvd check-config | head -1`: a reader that left ends the output quietly, as for other Unix tools."""
+    try:
+        code = print_all()
+        sys.stdout.flush()  # the last lines may still be buffered: their EPIPE comes here, not at exit
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit must not fail again
+        return EXIT_OK
 
 
 def _config_error(config_file: Path, exc: errors.ConfigError) -> int:

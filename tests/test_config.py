@@ -207,6 +207,22 @@ def test_check_config_prints_values_and_sources(tmp_path):
             assert any(line.startswith(f"{key} = ") for line in lines), key
 
 
+def test_check_config_into_a_reader_that_left_exits_quietly(tmp_path):
+    """`scvd check-config | head -1` ended in a BrokenPipeError traceback (and exit 1)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCV")}
+    env.update(SCV_HOME=str(tmp_path), PYTHONPATH=str(ROOT))
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line: EPIPE on every write, deterministically
+    try:
+        done = subprocess.run([sys.executable, "-m", "scvd", "check-config"], env=env, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_check_config_without_a_file_says_so(tmp_path):
     done = check_config(tmp_path / "home", None)
     assert done.returncode == 0, done.stderr
