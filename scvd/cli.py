@@ -131,14 +131,26 @@ def run(paths: paths_mod.Paths, loaded: config_mod.Loaded, config_file: Path) ->
     manager_env = notify.scrub_env()  # children must never inherit the manager's variables
     inherited = notify.inherited_sockets(manager_env)
     notifier = notify.Notifier(manager_env)
-    try:
+
+    def start() -> None:
         paths_mod.prepare(paths)
         held = instance.claim(paths, inherited)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in KEPT_SIGNALS:
             signal.signal(sig, lambda signum, _frame: held.signals.append(signum))
         notifier.ready()  # queued if the manager's socket is full: the daemon's loop sends it then
         held.ready_sent = True
         serve(_daemon(paths, loaded, notifier, held), [])
+
+    return _guarded(config_file, start)
+
+
+KEPT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # before the loop runs: kept, handled then
+
+
+def _guarded(config_file: Path, start: Any) -> int:
+    """Run `start()`; a failure to start is one line, exit 2 (configuration) or 3 (anything else)."""
+    try:
+        start()
     except errors.ConfigError as exc:  # config.load missed it: said after READY=1, still exit 2
         return _config_error(config_file, exc)
     except (errors.StartupError, OSError) as exc:
@@ -193,6 +205,7 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
     paths_mod.prepare(paths)
     if not _free_to_detach(paths, pid_file):
         return EXIT_STARTUP
+    early: list[int] = []  # from the detach (before the pid file is written) until the loop's handlers
     context = daemon.DaemonContext(
         pidfile=daemon.pidfile.TimeoutPIDLockFile(str(pid_file)),
         files_preserve=[s.fileno() for s in inherited] + [sys.stderr.fileno()],
@@ -200,17 +213,19 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
         umask=0o077,
         working_directory="/",
         detach_process=True,
+        # a SIGHUP's default action would kill the daemon before its loop handles signals
+        signal_map={**daemon.daemon.make_default_signal_map(),
+                    **{sig: lambda signum, _frame: early.append(signum) for sig in KEPT_SIGNALS}},
     )
+
+    def start() -> None:
+        held = instance.claim(paths, inherited)
+        held.signals = early  # the same list: signals until the loop's handlers land in it
+        serve(_daemon(paths, loaded, notify.Notifier({}), held), [])
+
     with context:
         setup_logging(level)
-        from .server import Daemon
-
-        try:
-            serve(Daemon(paths, loaded), inherited)
-        except errors.StartupError as exc:
-            logging.getLogger("scvd").error("cannot start: %s", exc.message)
-            return EXIT_STARTUP
-    return EXIT_OK
+        return _guarded(Path(loaded.path), start)
 
 
 def _free_to_detach(paths: paths_mod.Paths, pid_file: Path) -> bool:

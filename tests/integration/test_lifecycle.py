@@ -284,6 +284,39 @@ def test_run_daemon_resolves_relative_paths_before_detaching(scv_home, tmp_path)
     wait_until(lambda: pid_gone(pid), what="the detached daemon's exit")
 
 
+def test_run_daemon_keeps_a_sighup_that_comes_during_its_start(scv_home, tmp_path):
+    """A SIGHUP as soon as the pid file names the daemon killed it (the default action) before its
+    loop handled signals; now it is kept, and is a reload once the daemon serves."""
+    log_path, pid_file = tmp_path / "daemon.log", scv_home / "state" / "scvd.pid"
+    assert run_detached(scv_home, log_path) == 0
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip().isdigit(), what="the pid file")
+    pid = int(pid_file.read_text())
+    os.kill(pid, signal.SIGHUP)
+    try:
+        wait_until(lambda: "configuration reloaded from" in log_path.read_text() or pid_gone(pid),
+                   what="the reload")
+        assert not pid_gone(pid), log_path.read_text()
+    finally:
+        if not pid_gone(pid):
+            os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: pid_gone(pid), what="the detached daemon's exit")
+
+
+def test_run_daemon_says_cannot_start_for_an_os_error_after_detaching(scv_home, tmp_path):
+    """A socket path too long for AF_UNIX fails only at the bind, after detaching: one line, no traceback."""
+    import conftest
+
+    log_path = tmp_path / "daemon.log"
+    env = conftest.base_env(scv_home, SCV_SOCKET=str(tmp_path / ("y" * 110) / "scvd.sock"))
+    with open(log_path, "ab") as log:
+        assert subprocess.run([sys.executable, "-m", "scvd", "run", "--daemon"], env=env, stdin=subprocess.DEVNULL,
+                              stdout=log, stderr=log, timeout=30).returncode == 0  # detached: the child fails
+    pid_file = scv_home / "state" / "scvd.pid"
+    wait_until(lambda: " ERROR " in log_path.read_text() and not pid_file.exists(), what="the failed start")
+    assert "ERROR scvd: cannot start: AF_UNIX path too long" in log_path.read_text()
+    assert "Traceback" not in log_path.read_text()
+
+
 def test_run_daemon_refuses_before_detaching_when_running(daemon, tmp_path):
     assert run_detached(daemon.home, tmp_path / "second.log") == 3
     assert f"pid {daemon.proc.pid}" in (tmp_path / "second.log").read_text()
