@@ -8,6 +8,9 @@ was told. Steps:
     Calls(("read", {"path": "a"}), ...) tool calls (with optional text before them)
     Status(429, retry_after_ms=10)     an HTTP error
     Hang("partial")                    a delta, then hold the stream until the client hangs up
+    Cut("partial")                     deltas, then the body ends cleanly without the closing events
+                                       (no response.completed; no finish_reason, usage or [DONE]);
+                                       Cut("partial", tail="reset") cuts the connection off instead
 
 Streams are chunked on a kept-alive connection, as a real provider's are (a Hang
 closes its connection): `peers` has each request's client address, `hung_up_peers`
@@ -57,6 +60,13 @@ class Status:
 @dataclass
 class Hang:
     text: str = "partial"
+
+
+@dataclass
+class Cut:
+    text: str = "partial"
+    chunks: int = 2
+    tail: str = ""  # "reset": a RST instead of the body's end
 
 
 @dataclass
@@ -208,7 +218,7 @@ def responses_events(step: Any) -> list[tuple[str, Any]]:
         out.append(("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "msg_1",
                                                    "output_index": 0, "content_index": 0, "delta": piece,
                                                    "sequence_number": next(seq), "logprobs": []}))
-    if isinstance(step, Hang):
+    if isinstance(step, (Hang, Cut)):
         return out
     for i, (name, args) in enumerate(getattr(step, "calls", ())):
         item = {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{next(_call_ids)}_{name}", "name": name,
@@ -230,7 +240,7 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
                     "choices": choices, "usage": usage}
 
     out = [chunk({"role": "assistant", "content": piece}) for piece in _split(step.text, getattr(step, "chunks", 2))]
-    if isinstance(step, Hang):
+    if isinstance(step, (Hang, Cut)):
         return out
     calls = getattr(step, "calls", ())
     for i, (name, args) in enumerate(calls):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Hang, ScriptedModel, Status, Text
+from chat_model import Calls, Cut, Hang, ScriptedModel, Status, Text
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.provider import ProviderFailure, Settings, make
 
@@ -166,6 +166,27 @@ def test_a_stream_whose_end_never_comes_or_breaks_still_answers(model, tail, wir
     assert isinstance(first[-1], ReplyDone) and first[-1].usage.input_tokens == 11
     assert "".join(e.text for e in second if isinstance(e, TextDelta)) == "next"
     assert m.peers[0] != m.peers[1]
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_stream_that_ends_before_the_answer_is_complete_fails(model, wire_api):
+    """No response.completed (Responses) or finish_reason (Chat Completions): the text so far is a
+    fragment, not the answer, even though the body ended cleanly."""
+    m = model(Cut("The answer is forty"))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert info.value.reason == "provider_error"
+    assert "the stream ended before the answer was complete" in info.value.message
+    assert info.value.hint == "send the text again"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_connection_reset_mid_answer_is_not_called_unreachable(model, wire_api):
+    m = model(Cut("The answer is", tail="reset"))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert info.value.message.startswith(f"the connection to provider 'test' ({m.base_url}) broke mid-answer: ")
+    assert "cannot reach" not in info.value.message and info.value.hint == "send the text again"
 
 
 def test_unreachable_base_url_names_it(model):

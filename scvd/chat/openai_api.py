@@ -24,7 +24,7 @@ DRAIN_SECONDS = 1.0  # how long the end of a completed stream may take to arrive
 
 
 class _Base(abc.ABC):
-    """Error mapping and the client's life; a subclass speaks one wire API in `_events`.
+    """Error mapping and the client's life; a subclass speaks one wire API (`_open`, `_read`).
 
     One provider serves one turn: its requests share one client, so the steps of a
     turn reuse its connection (no new TCP and TLS handshake per step, unless it sat
@@ -36,27 +36,42 @@ class _Base(abc.ABC):
         self._client: openai.AsyncOpenAI | None = None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
-        s = self.settings
+        response = None  # set once the provider answered: a connection lost after that broke mid-answer
         try:
-            if self._client is None:
-                self._client = openai.AsyncOpenAI(api_key=s.api_key, base_url=s.base_url,
-                                                  timeout=s.timeout_seconds, max_retries=s.max_retries)
-            async for event in self._events(self._client, request):
+            response = await self._open(self._connect(), request)
+            async for event in self._read(response):
                 yield event
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise ProviderFailure("auth", f"{self._where()} refused the API key ({exc.status_code}): "
-                                  f"{_detail(exc)}", self.settings.auth_hint()) from None
-        except openai.APIStatusError as exc:
-            raise ProviderFailure("provider_error", f"{self._where()} answered {exc.status_code}: "
-                                  f"{_detail(exc)}") from None
-        except openai.APITimeoutError:
-            raise ProviderFailure("provider_error", f"{self._where()} did not answer within "
-                                  f"{self.settings.timeout_seconds:g} s (timeout_seconds)") from None
-        except openai.APIConnectionError as exc:
-            raise ProviderFailure("provider_error", f"cannot reach {self._where()}: {exc}",
-                                  f"check providers.{self.settings.name}.base_url") from None
-        except openai.APIError as exc:  # an error event inside the stream
-            raise ProviderFailure("provider_error", f"{self._where()} failed mid-answer: {exc.message}") from None
+        except openai.APIError as exc:
+            raise self._failure(exc, reached=response is not None) from None
+        finally:
+            if response is not None:
+                await response.close()
+
+    def _connect(self) -> openai.AsyncOpenAI:
+        s = self.settings
+        if self._client is None:
+            self._client = openai.AsyncOpenAI(api_key=s.api_key, base_url=s.base_url,
+                                              timeout=s.timeout_seconds, max_retries=s.max_retries)
+        return self._client
+
+    def _failure(self, exc: openai.APIError, reached: bool) -> ProviderFailure:
+        """The client's error as the turn's failure, saying what to do."""
+        where, s = self._where(), self.settings
+        if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+            return ProviderFailure("auth", f"{where} refused the API key ({exc.status_code}): {_detail(exc)}",
+                                   s.auth_hint())
+        if isinstance(exc, openai.APIStatusError):
+            return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {_detail(exc)}")
+        if isinstance(exc, openai.APITimeoutError):
+            return ProviderFailure("provider_error", f"{where} did not answer within "
+                                   f"{s.timeout_seconds:g} s (timeout_seconds)")
+        if isinstance(exc, openai.APIConnectionError) and reached:
+            return ProviderFailure("provider_error", f"the connection to {where} broke mid-answer: "
+                                   f"{_cause(exc)}", "send the text again")
+        if isinstance(exc, openai.APIConnectionError):
+            return ProviderFailure("provider_error", f"cannot reach {where}: {exc}",
+                                   f"check providers.{s.name}.base_url")
+        return ProviderFailure("provider_error", f"{where} failed mid-answer: {exc.message}")  # an error event
 
     async def aclose(self) -> None:
         """Close the client and its connections (a stream cut off by a cancel closed its own)."""
@@ -68,8 +83,23 @@ class _Base(abc.ABC):
         return f"provider {self.settings.name!r} ({self.settings.base_url})"
 
     @abc.abstractmethod
-    def _events(self, client: openai.AsyncOpenAI, request: ModelRequest) -> AsyncIterator[Any]:
-        """The wire API's stream, translated into the engine's events."""
+    async def _open(self, client: openai.AsyncOpenAI, request: ModelRequest) -> Any:
+        """Send the request in the wire API's shape; the stream of its answer."""
+
+    @abc.abstractmethod
+    def _read(self, stream: Any) -> AsyncIterator[Any]:
+        """The answer's stream translated into the engine's events; raises if it ends cut short."""
+
+
+def _cause(exc: Exception) -> str:
+    """The lower error under the client's generic "Connection error." (a reset, an incomplete body)."""
+    cause = exc.__cause__ or exc.__context__
+    return str(cause or exc) or type(cause or exc).__name__
+
+
+def _cut_short(where: str, missing: str) -> ProviderFailure:
+    return ProviderFailure("provider_error", f"{where} stopped sending: the stream ended before the answer "
+                           f"was complete (no {missing})", "send the text again")
 
 
 def _detail(exc: openai.APIStatusError) -> str:
@@ -84,31 +114,31 @@ def _detail(exc: openai.APIStatusError) -> str:
 class ResponsesProvider(_Base):
     """`wire_api = "responses"`."""
 
-    async def _events(self, client: openai.AsyncOpenAI, request: ModelRequest) -> AsyncIterator[Any]:
+    async def _open(self, client: openai.AsyncOpenAI, request: ModelRequest) -> Any:
         s = self.settings
         extra = {"max_output_tokens": s.max_output_tokens} if s.max_output_tokens else {}
-        stream = await client.responses.create(
+        return await client.responses.create(
             model=s.model, instructions=request.instructions, input=responses_input(request.items),
             tools=[{"type": "function", "name": t.name, "description": t.description,
                     "parameters": t.parameters, "strict": False} for t in request.tools],
             stream=True, store=False, **extra)
-        try:
-            async for event in stream:
-                kind = event.type
-                if kind == "response.output_text.delta":
-                    yield TextDelta(event.delta)
-                elif kind == "response.output_item.done" and event.item.type == "function_call":
-                    item = event.item
-                    yield CallRequested(ToolCall(item.call_id, item.name, item.arguments or "{}"))
-                elif kind == "response.completed":
-                    u = event.response.usage
-                    yield ReplyDone(Usage(u.input_tokens, u.output_tokens) if u else Usage())
-                    await _drain(stream)
-                    return
-                elif kind in ("response.failed", "response.incomplete", "error"):
-                    raise ProviderFailure("provider_error", f"{self._where()} ended the answer: {_why(event)}")
-        finally:
-            await stream.close()
+
+    async def _read(self, stream: Any) -> AsyncIterator[Any]:
+        async for event in stream:
+            kind = event.type
+            if kind == "response.output_text.delta":
+                yield TextDelta(event.delta)
+            elif kind == "response.output_item.done" and event.item.type == "function_call":
+                item = event.item
+                yield CallRequested(ToolCall(item.call_id, item.name, item.arguments or "{}"))
+            elif kind == "response.completed":
+                u = event.response.usage
+                yield ReplyDone(Usage(u.input_tokens, u.output_tokens) if u else Usage())
+                await _drain(stream)
+                return
+            elif kind in ("response.failed", "response.incomplete", "error"):
+                raise ProviderFailure("provider_error", f"{self._where()} ended the answer: {_why(event)}")
+        raise _cut_short(self._where(), "response.completed")
 
 
 async def _drain(stream: Any) -> None:
@@ -148,29 +178,32 @@ def responses_input(items: list[Any]) -> list[dict[str, Any]]:
 class ChatProvider(_Base):
     """`wire_api = "chat"`: Chat Completions, for OpenAI-compatible servers (vLLM, llama.cpp, Ollama)."""
 
-    async def _events(self, client: openai.AsyncOpenAI, request: ModelRequest) -> AsyncIterator[Any]:
+    async def _open(self, client: openai.AsyncOpenAI, request: ModelRequest) -> Any:
         s = self.settings
         extra: dict[str, Any] = {"max_tokens": s.max_output_tokens} if s.max_output_tokens else {}
         if request.tools:
             extra["tools"] = [{"type": "function", "function": {
                 "name": t.name, "description": t.description, "parameters": t.parameters}} for t in request.tools]
-        stream = await client.chat.completions.create(
+        return await client.chat.completions.create(
             model=s.model, messages=chat_messages(request.instructions, request.items), stream=True,
             stream_options={"include_usage": True}, **extra)
+
+    async def _read(self, stream: Any) -> AsyncIterator[Any]:
         calls: dict[int, dict[str, str]] = {}
         usage = Usage()
-        try:
-            async for chunk in stream:
-                if chunk.usage:
-                    usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
-                for choice in chunk.choices or []:
-                    delta = choice.delta
-                    if delta and delta.content:
-                        yield TextDelta(delta.content)
-                    for part in (delta.tool_calls if delta else None) or []:
-                        _merge_call(calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""}), part)
-        finally:
-            await stream.close()
+        finished = False  # a finish_reason came: the answer is whole (the usage chunk may follow)
+        async for chunk in stream:
+            if chunk.usage:
+                usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
+            for choice in chunk.choices or []:
+                finished = finished or bool(choice.finish_reason)
+                delta = choice.delta
+                if delta and delta.content:
+                    yield TextDelta(delta.content)
+                for part in (delta.tool_calls if delta else None) or []:
+                    _merge_call(calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""}), part)
+        if not finished:
+            raise _cut_short(self._where(), "finish_reason")
         for index in sorted(calls):
             c = calls[index]
             yield CallRequested(ToolCall(c["id"] or f"call_{index}", c["name"], c["arguments"] or "{}"))

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Hang, Status, Text
+from chat_model import Calls, Cut, Hang, Status, Text
 from harness import RawConn
 from helpers import lockable_keyring
 from scvd import errors, protocol as p
@@ -198,6 +198,22 @@ def test_cancel_mid_stream(chat_rig, workspace, wire_api):
         # the conversation goes on: the next turn works
         _, end = run_turn(c, session, "again")
     assert isinstance(end, p.TurnCompleted)
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_answer_cut_short_fails_the_turn_and_is_not_kept_as_the_reply(chat_rig, workspace, wire_api):
+    model, d = chat_rig(Cut("The answer is forty"), Text("forty-two"), wire_api=wire_api)
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        events, end = run_turn(c, session, "q")
+        assert isinstance(end, p.TurnFailed) and end.reason == "provider_error"
+        assert "ended before the answer was complete" in end.message
+        assert not [e for e in events if isinstance(e, p.AssistantCompleted)]
+        history = c.request(p.ChatHistory, session=session).records
+        assert [(r["kind"], r.get("status")) for r in history] == [("user", None), ("turn", "failed")]
+        run_turn(c, session, "again")
+    told = model.requests[1].get("messages") or model.requests[1]["input"]
+    assert "forty" not in json.dumps(told)  # the fragment never reaches the model as its own answer
 
 
 def test_the_step_limit_fails_the_turn(chat_rig, workspace):
