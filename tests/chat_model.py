@@ -2,7 +2,8 @@
 
 Each request takes the next step of a script (a step may also be a function of
 the request body). Every request body is kept, so tests can check what the model
-was told. Steps:
+was told. Like a strict server, Chat Completions answers 400 to an assistant message
+with neither content nor tool_calls. Steps:
 
     Text("hi")                         a streamed text answer
     Calls(("read", {"path": "a"}), ...) tool calls (with optional text before them)
@@ -91,10 +92,11 @@ class ScriptedModel:
                 model.requests.append(body)
                 model.paths.append(self.path)
                 model.peers.append(self.client_address)
-                step = model.next_step(body)
+                chat = self.path.endswith("/chat/completions")
+                step = (chat and _refused_message(body)) or model.next_step(body)
                 if callable(step):
                     step = step(body)
-                serve(self, step, chat=self.path.endswith("/chat/completions"), model=model)
+                serve(self, step, chat=chat, model=model)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -139,6 +141,15 @@ class _Server(ThreadingHTTPServer):
         if isinstance(sys.exc_info()[1], ConnectionError):
             return  # a client that hung up between requests (a reset) is no news
         super().handle_error(request, client_address)  # a bug of the script: its traceback
+
+
+def _refused_message(body: dict[str, Any]) -> Status | None:
+    """The 400 a strict Chat Completions server answers to an assistant message with neither content
+    nor tool_calls (OpenAI's own wording); the script's step is not used up."""
+    for i, m in enumerate(body.get("messages") or []):
+        if m.get("role") == "assistant" and m.get("content") is None and not m.get("tool_calls"):
+            return Status(400, f"Invalid value for 'messages[{i}].content': expected a string, got null.")
+    return None
 
 
 def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedModel) -> None:

@@ -224,7 +224,9 @@ def chat_messages(instructions: str, items: list[Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"role": "system", "content": instructions}]
     for item in items:
         if isinstance(item, AssistantReply):
-            message: dict[str, Any] = {"role": "assistant", "content": item.text or None}
+            # content may be null only beside tool_calls: an empty reply is "", never dropped, so the
+            # roles still alternate for servers whose chat template requires it
+            message: dict[str, Any] = {"role": "assistant", "content": item.text or (None if item.calls else "")}
             if item.calls:
                 message["tool_calls"] = [{"id": c.call_id, "type": "function",
                                           "function": {"name": c.name, "arguments": c.arguments}}

@@ -200,20 +200,37 @@ def test_cancel_mid_stream(chat_rig, workspace, wire_api):
     assert isinstance(end, p.TurnCompleted)
 
 
-@pytest.mark.parametrize("wire_api", WIRE_APIS)
-def test_an_answer_cut_short_fails_the_turn_and_is_not_kept_as_the_reply(chat_rig, workspace, wire_api):
-    model, d = chat_rig(Cut("The answer is forty"), Text("forty-two"), wire_api=wire_api)
+def two_turns(chat_rig, workspace, *steps: Any, wire_api: str):
+    """Two turns of one chat: the model, each turn's (events, end), and the history after them."""
+    model, d = chat_rig(*steps, wire_api=wire_api)
     with d.client(name="pytest") as c:
         session = open_chat(c, workspace).session
-        events, end = run_turn(c, session, "q")
-        assert isinstance(end, p.TurnFailed) and end.reason == "provider_error"
-        assert "ended before the answer was complete" in end.message
-        assert not [e for e in events if isinstance(e, p.AssistantCompleted)]
-        history = c.request(p.ChatHistory, session=session).records
-        assert [(r["kind"], r.get("status")) for r in history] == [("user", None), ("turn", "failed")]
-        run_turn(c, session, "again")
+        first, second = run_turn(c, session, "first"), run_turn(c, session, "second")
+        return model, first, second, c.request(p.ChatHistory, session=session).records
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_answer_cut_short_fails_the_turn_and_is_not_kept_as_the_reply(chat_rig, workspace, wire_api):
+    model, (events, end), _, history = two_turns(chat_rig, workspace, Cut("The answer is forty"),
+                                                 Text("forty-two"), wire_api=wire_api)
+    assert isinstance(end, p.TurnFailed) and end.reason == "provider_error"
+    assert "ended before the answer was complete" in end.message
+    assert not [e for e in events if isinstance(e, p.AssistantCompleted)]
+    assert [(r["kind"], r.get("status")) for r in history][:2] == [("user", None), ("turn", "failed")]
     told = model.requests[1].get("messages") or model.requests[1]["input"]
     assert "forty" not in json.dumps(told)  # the fragment never reaches the model as its own answer
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_empty_reply_does_not_break_the_next_turn(chat_rig, workspace, wire_api):
+    model, (events, end), (_, second), history = two_turns(chat_rig, workspace, Text(""), Text("ok"),
+                                                           wire_api=wire_api)
+    assert isinstance(end, p.TurnCompleted)
+    assert next(e for e in events if isinstance(e, p.AssistantCompleted)).text == ""
+    assert isinstance(second, p.TurnCompleted), second
+    assert [r.get("text", "") for r in history if r["kind"] == "assistant"] == ["", "ok"]  # kept as it was
+    if wire_api == "chat":  # null content without tool_calls is refused by strict servers
+        assert {"role": "assistant", "content": ""} in model.requests[1]["messages"]
 
 
 def test_the_step_limit_fails_the_turn(chat_rig, workspace):
