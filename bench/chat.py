@@ -3,7 +3,8 @@
 The turn runs against a loopback scripted model (tests/chat_model.py) over real
 HTTP through the real openai client, so the figure after the turn includes the
 lazily imported openai stack. Also: the turn's wall time (turn.start sent to
-turn.completed), over --turns turns.
+turn.completed), over --turns turns, and how long trimming a 2000-turn history
+to 120,000 tokens takes (it runs before every model request).
 
 Usage: python bench/chat.py [--turns 20]
 """
@@ -28,6 +29,8 @@ from calls import machine  # noqa: E402  (bench/calls.py, next to this file)
 from chat_model import ScriptedModel, Text  # noqa: E402
 from scvctl.client import Client  # noqa: E402
 from scvd import protocol as p  # noqa: E402
+from scvd.chat import trim  # noqa: E402
+from scvd.chat.items import AssistantReply, ToolCall, ToolOutput, UserText  # noqa: E402
 
 
 def rss_mib(pid: int) -> dict[str, float]:
@@ -49,6 +52,19 @@ def wait_socket(path: Path, proc: subprocess.Popen) -> None:
         except Exception:
             time.sleep(0.05)
     raise SystemExit("scvd did not start")
+
+
+def trim_ms(turns: int = 2000) -> float:
+    """One read of a 4000-byte file per turn, then a short answer."""
+    items = []
+    for i in range(turns):
+        items += [UserText(text=f"please read file {i}"),
+                  AssistantReply(calls=[ToolCall(f"c{i}", "read", '{"path": "x"}')]),
+                  ToolOutput(call_id=f"c{i}", name="read", output="x" * 4000),
+                  AssistantReply(text="done " * 20)]
+    started = time.perf_counter()
+    trim.trim(items, 120_000)
+    return round((time.perf_counter() - started) * 1000, 1)
 
 
 def main() -> None:
@@ -92,6 +108,7 @@ def main() -> None:
         "rss_mib": {"idle": idle, "chat_open_no_turn": chat_open, f"after_{args.turns}_turns": after},
         "turn_ms": {"first": round(times[0], 1), "median_rest": round(statistics.median(times[1:]), 1)
                     if len(times) > 1 else None},
+        "trim_2000_turns_ms": trim_ms(),
     }, indent=2))
 
 

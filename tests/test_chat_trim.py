@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from scvd.chat.items import AssistantReply, ToolCall, ToolOutput, UserText
 from scvd.chat.trim import TRIMMED, estimate, trim
 
@@ -55,3 +59,78 @@ def test_the_newest_output_goes_last_when_nothing_else_is_left():
 
 def test_cannot_fit_is_none():
     assert trim(history(), 10) is None
+
+
+# --- a long conversation -------------------------------------------------------------------
+
+
+def long_history(turns: int, seed: int) -> list:
+    """Turns of one to three steps; a step asks for one to three calls; outputs of varied size."""
+    rng = random.Random(seed)
+    items: list = []
+    for t in range(turns):
+        items.append(UserText(text=f"question {t} " * rng.randint(1, 30), turn=f"t{t}"))
+        for s in range(rng.randint(0, 3)):
+            calls = [ToolCall(f"c{t}-{s}-{k}", "read", '{"path": "a"}') for k in range(rng.randint(1, 3))]
+            items.append(AssistantReply(text="looking " * rng.randint(0, 5), calls=calls, turn=f"t{t}"))
+            items += [ToolOutput(call_id=c.call_id, name="read", output="x" * rng.randint(0, 6000), turn=f"t{t}")
+                      for c in calls]
+        items.append(AssistantReply(text="done " * rng.randint(0, 40), turn=f"t{t}"))
+    return items
+
+
+def by_the_rules(items: list, budget: int) -> list | None:
+    """The module docstring's rules done the obvious way: re-estimate everything after each change."""
+    def total(xs):
+        return sum(estimate(x) for x in xs)
+
+    def blank(xs, indices):
+        for i in indices:
+            if isinstance(xs[i], ToolOutput) and xs[i].output != TRIMMED:
+                xs[i] = ToolOutput(call_id=xs[i].call_id, name=xs[i].name, output=TRIMMED, turn=xs[i].turn)
+                if total(xs) <= budget:
+                    return True
+        return False
+
+    out = list(items)
+    newest = next((i + 1 for i in range(len(out) - 1, -1, -1)
+                   if isinstance(out[i], AssistantReply) and out[i].calls), 0)
+    if total(out) <= budget or blank(out, range(newest)):
+        return out
+    protected = next((i for i in range(len(out) - 1, -1, -1) if isinstance(out[i], UserText)), len(out))
+    while protected > 0 and total(out) > budget:  # the oldest exchange starts at 0
+        end = 1
+        if isinstance(out[0], AssistantReply):
+            ids = {c.call_id for c in out[0].calls}
+            while end < len(out) and isinstance(out[end], ToolOutput) and out[end].call_id in ids:
+                end += 1
+        out, protected, newest = out[end:], protected - end, newest - end
+    return out if total(out) <= budget or blank(out, range(max(newest, 0), len(out))) else None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_long_history_trims_by_the_rules(seed):
+    items = long_history(30, seed)
+    whole = sum(estimate(i) for i in items)
+    for budget in (10, 500, 5_000, whole // 20, whole // 4, whole // 2, whole - 1, whole):
+        assert trim(items, budget) == by_the_rules(items, budget), budget
+    ends_with_a_step = items[:-1]  # the newest step's outputs are the last to go
+    for budget in (300, 3_000, whole // 10):
+        assert trim(ends_with_a_step, budget) == by_the_rules(ends_with_a_step, budget), budget
+
+
+def test_trimming_estimates_each_item_a_bounded_number_of_times(monkeypatch):
+    """Before every model request: a 2000-turn history once took 13 s (every change re-estimated all)."""
+    import scvd.chat.trim as trim_mod
+
+    items = long_history(400, 7)
+    counted = [0]
+
+    def counting(value):
+        counted[0] += 1
+        return estimate(value)
+
+    monkeypatch.setattr(trim_mod, "estimate", counting)
+    out = trim_mod.trim(items, 20_000)
+    assert out is not None and len(out) < len(items)
+    assert counted[0] <= 2 * len(items)

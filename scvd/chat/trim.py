@@ -32,38 +32,56 @@ def estimate(value: Any) -> int:
 
 def trim(items: Sequence[Any], budget: int) -> list[Any] | None:
     """`items` fitted into `budget` tokens by the rules above, or None when they cannot fit."""
-    out = list(items)
-    if _total(out) <= budget:
-        return out
-    newest = _last_step(out)
-    if _blank_outputs(out, range(newest), budget):
-        return out
-    groups = _exchanges(out)
-    protected = _last_user(out)
-    while groups and groups[0][0] < protected and _total(out) > budget:
-        start, end = groups.pop(0)
-        drop = end - start
-        out = out[:start] + out[end:]
-        protected, newest = protected - drop, newest - drop
-        groups = [(s - drop, e - drop) for s, e in groups]
-    if _total(out) <= budget or _blank_outputs(out, range(max(newest, 0), len(out)), budget):
-        return out
+    h = _Sized(items)
+    if h.total <= budget:
+        return h.items
+    newest = _last_step(h.items)
+    if h.blank_until(range(newest), budget):
+        return h.items
+    cut = _exchanges_to_drop(h, _last_user(h.items), budget)
+    h.drop_front(cut)
+    if h.total <= budget or h.blank_until(range(max(newest - cut, 0), len(h.items)), budget):
+        return h.items
     return None
 
 
-def _blank_outputs(out: list[Any], indices: range, budget: int) -> bool:
-    """Replace the outputs at `indices` in order until `out` fits; True once it does."""
-    for i in indices:
-        item = out[i]
-        if isinstance(item, ToolOutput) and item.output != TRIMMED:
-            out[i] = ToolOutput(call_id=item.call_id, name=item.name, output=TRIMMED, turn=item.turn)
-            if _total(out) <= budget:
-                return True
-    return False
+class _Sized:
+    """Items with their estimates and a running total, so each change costs only its own item:
+    trimming a long conversation stays linear (it runs before every model request)."""
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = list(items)
+        self.sizes = [estimate(item) for item in self.items]
+        self.total = sum(self.sizes)
+
+    def blank_until(self, indices: range, budget: int) -> bool:
+        """Replace the outputs at `indices` in order until the total fits; True once it does."""
+        for i in indices:
+            item = self.items[i]
+            if isinstance(item, ToolOutput) and item.output != TRIMMED:
+                self.items[i] = ToolOutput(call_id=item.call_id, name=item.name, output=TRIMMED, turn=item.turn)
+                size = estimate(self.items[i])
+                self.total += size - self.sizes[i]
+                self.sizes[i] = size
+                if self.total <= budget:
+                    return True
+        return False
+
+    def drop_front(self, count: int) -> None:
+        self.total -= sum(self.sizes[:count])
+        del self.items[:count], self.sizes[:count]
 
 
-def _total(items: Sequence[Any]) -> int:
-    return sum(estimate(item) for item in items)
+def _exchanges_to_drop(h: _Sized, protected: int, budget: int) -> int:
+    """How many leading items whole exchanges, oldest first, take until the rest fits; none at or
+    after the `protected` index go."""
+    total, cut = h.total, 0
+    for start, end in _exchanges(h.items):
+        if start >= protected or total <= budget:
+            break
+        total -= sum(h.sizes[start:end])
+        cut = end
+    return cut
 
 
 def _last_step(items: Sequence[Any]) -> int:
