@@ -12,7 +12,8 @@ import pytest
 
 from scvd import paths as paths_mod
 from scvd.adapters import service
-from scvd.errors import InvalidRequest
+from scvd.chat.provider import codex_settings
+from scvd.errors import InternalError, InvalidRequest, ProviderFailure
 
 API_KEY = "sk-proj-SECRETSECRETSECRET123"
 REFRESH = "rt-REFRESHSECRET456"
@@ -147,6 +148,53 @@ def test_reimport_replaces_config_and_keeps_existing_signin(paths, source) -> No
     assert (dest(paths) / "config.toml").read_text() == 'model = "two"\n'
     assert (dest(paths) / "auth.json").exists()
     assert any("already in scvd's codex home was kept" in w for w in out["warnings"])
+
+
+def openai_then_relay(source: Path, tmp_path: Path) -> Path:
+    """`source` set up with OpenAI and its key; returns a second setup for the relay, with its key."""
+    (source / "config.toml").write_text('model = "gpt-5"\n')
+    (source / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": "sk-OLD-openai"}))
+    relay = tmp_path / "relay-codex"
+    relay.mkdir()
+    (relay / "config.toml").write_text(RELAY_CONFIG)
+    (relay / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    return relay
+
+
+def test_a_failed_write_leaves_the_old_setup_whole(paths, source, tmp_path, monkeypatch) -> None:
+    """The disk fills between the two files: the old config and key stay, never the new config with
+    the old key (which would go to the new provider's base_url)."""
+    relay = openai_then_relay(source, tmp_path)
+    run_import(paths, source)
+    real_replace = os.replace
+
+    def full_disk(src, dst):
+        if Path(dst).name == "auth.json" and str(src).endswith(".tmp"):
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(InternalError, match="No space left on device.*left as it was"):
+        run_import(paths, relay)
+    monkeypatch.undo()
+    assert (dest(paths) / "config.toml").read_text() == 'model = "gpt-5"\n'
+    assert "sk-OLD-openai" in (dest(paths) / "auth.json").read_text()
+    assert not [p for p in dest(paths).iterdir() if p.name.endswith((".tmp", ".old"))]
+    run_import(paths, relay)  # with room again it goes through
+    assert API_KEY in (dest(paths) / "auth.json").read_text()
+
+
+def test_a_new_provider_without_auth_json_removes_the_old_key(paths, source, tmp_path) -> None:
+    relay = openai_then_relay(source, tmp_path)
+    run_import(paths, source)
+    (relay / "auth.json").unlink()
+    out = run_import(paths, relay)
+    assert out["copied"] == ["config.toml"] and not (dest(paths) / "auth.json").exists()
+    removed = [w for w in out["warnings"] if "was removed" in w]
+    assert len(removed) == 1 and "https://api.openai.com/v1" in removed[0]
+    assert "provider 'relay' (https://relay.example/v1)" in removed[0]
+    with pytest.raises(ProviderFailure, match="holds no API key"):  # chat sends no stale key either
+        codex_settings(dest(paths), env={})
 
 
 def test_default_source_is_codex_home_then_dot_codex(paths, source, tmp_path) -> None:

@@ -5,7 +5,11 @@ Rules (seed 000, "Signing in delegated agents"):
 - `auth.json` is copied only when it holds an API key. A ChatGPT sign-in (tokens)
   is never copied: its rotating refresh token must stay in one home.
 - A provider that reads its key through `env_key` is flagged.
-- Both files are validated before either is written; writes are atomic, 0600.
+- Without an auth.json in the source the one in scvd's codex home is kept,
+  unless it holds an API key and the new config sends requests to another
+  provider or base_url: then it is removed (that key is not the new provider's).
+- Both files are validated before either is written; the writes (and that
+  removal) happen all together or not at all, each file 0600.
 - Nothing read here is ever printed or logged except the reported settings.
 """
 
@@ -20,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidRequest
+from ..errors import InternalError, InvalidRequest
 
 log = logging.getLogger("scvd.adapters")
 
 MAX_FILE_BYTES = 1 << 20
+OPENAI_BASE_URL = "https://api.openai.com/v1"
 CONFIG = "config.toml"
 AUTH = "auth.json"
 REPORTED = ("model", "model_provider", "model_reasoning_effort", "sandbox_mode", "approval_policy")
@@ -34,7 +39,8 @@ REPORTED = ("model", "model_provider", "model_reasoning_effort", "sandbox_mode",
 class ImportPlan:
     """What an import will write, worked out completely before anything is written."""
 
-    files: dict[str, bytes] = field(default_factory=dict)
+    files: dict[str, bytes | None] = field(default_factory=dict)  # None: remove the file
+    config: dict[str, Any] | None = None  # the source's config.toml, parsed
     report: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -49,7 +55,7 @@ def plan_import(source: Path) -> ImportPlan:
     if config_raw is None and auth_raw is None:
         raise InvalidRequest(f"{source} has neither {CONFIG} nor {AUTH}; nothing to import")
     if config_raw is not None:
-        config = _parse_config(source / CONFIG, config_raw)
+        config = plan.config = _parse_config(source / CONFIG, config_raw)
         plan.files[CONFIG] = config_raw
         plan.report.update(_report(config))
         plan.warnings += _env_key_warnings(config)
@@ -158,8 +164,53 @@ def _env_key_warnings(config: dict[str, Any]) -> list[str]:
     return warnings
 
 
-def write_private(directory: Path, name: str, data: bytes) -> None:
-    """Write `directory/name` atomically with mode 0600 (temp file, fsync, rename)."""
+def _endpoint(config: dict[str, Any]) -> str:
+    """Where the config sends requests (and so its key): the provider and its base_url."""
+    provider_id = str(config.get("model_provider") or "openai")
+    base_url = _providers(config).get(provider_id, {}).get("base_url")
+    default = OPENAI_BASE_URL if provider_id == "openai" else "its default URL"
+    return f"provider {provider_id!r} ({base_url or default})"
+
+
+def _current_endpoint(home: Path) -> str | None:
+    """The endpoint of the config already in `home`; None when it cannot be read."""
+    try:
+        return _endpoint(tomllib.loads((home / CONFIG).read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return _endpoint({})  # codex's default provider
+    except (OSError, ValueError):
+        return None
+
+
+def _holds_api_key(path: Path) -> bool:
+    try:
+        auth = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(auth, dict) and _auth_verdict(auth)[0] == "api key"
+
+
+def _old_auth(plan: ImportPlan, home: Path) -> None:
+    """Keep the auth.json already in `home` when the source has none, unless its API key would
+    go to another endpoint than the one it was for: then the import removes it."""
+    if AUTH in plan.files or not (home / AUTH).exists():
+        return
+    if plan.config is not None and _holds_api_key(home / AUTH):
+        old, new = _current_endpoint(home), _endpoint(plan.config)
+        if old != new:
+            plan.files[AUTH] = None
+            plan.warnings.append(
+                f"the API key in the {AUTH} already in scvd's codex home was for {old or 'an unreadable config'}; "
+                f"the imported config sends requests to {new}, so that {AUTH} was removed: put the new "
+                f"provider's key in your {AUTH} (OPENAI_API_KEY) or its experimental_bearer_token, and "
+                "import again")
+            return
+    plan.warnings.append(f"the {AUTH} already in scvd's codex home was kept")
+
+
+def _stage(directory: Path, name: str, data: bytes) -> Path:
+    """`data` in a 0600 temp file beside `directory/name`, on disk (fsync), ready to be renamed
+    over it atomically."""
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
         os.fchmod(fd, 0o600)
@@ -167,13 +218,64 @@ def write_private(directory: Path, name: str, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, directory / name)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink(Path(tmp))
         raise
+    return Path(tmp)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
+    """Write (bytes) or remove (None) each of `files` in `directory`, all or none.
+
+    Every new file is staged first (a full disk fails here, with nothing changed). Each old
+    file is then kept under a hard link while the new ones are renamed into place; if one step
+    fails, the old files go back, so config.toml and auth.json never come from two imports."""
+    staged: dict[str, Path | None] = {}
+    kept: dict[str, Path | None] = {}  # name -> hard link of its old file (None: there was none)
+    settled = False  # done or undone; if undoing fails, the old files stay beside as .NAME.old
+    try:
+        for name, data in files.items():
+            staged[name] = None if data is None else _stage(directory, name, data)
+        for name, tmp in staged.items():
+            kept[name] = _keep(directory, name)
+            if tmp is not None:
+                os.replace(tmp, directory / name)
+            elif kept[name] is not None:
+                os.unlink(directory / name)
+        settled = True
+    except BaseException:
+        _restore(directory, kept)
+        settled = True
+        raise
+    finally:
+        for path in [*staged.values(), *(kept.values() if settled else ())]:
+            if path is not None:
+                _unlink(path)
+
+
+def _keep(directory: Path, name: str) -> Path | None:
+    link = directory / f".{name}.old"
+    _unlink(link)
+    try:
+        os.link(directory / name, link)
+    except FileNotFoundError:
+        return None
+    return link
+
+
+def _restore(directory: Path, kept: dict[str, Path | None]) -> None:
+    for name, link in kept.items():
+        if link is not None:
+            os.replace(link, directory / name)
+        else:
+            _unlink(directory / name)
 
 
 def import_codex(source: Path, home: Path) -> dict[str, Any]:
@@ -181,10 +283,12 @@ def import_codex(source: Path, home: Path) -> dict[str, Any]:
     if source.resolve() == home.resolve():
         raise InvalidRequest(f"{source} is scvd's own codex home; give your Codex home instead")
     plan = plan_import(source)
-    for name, data in plan.files.items():
-        write_private(home, name, data)
-    if AUTH not in plan.files and (home / AUTH).exists():
-        plan.warnings.append(f"the {AUTH} already in scvd's codex home was kept")
-    copied = list(plan.files)
+    _old_auth(plan, home)
+    try:
+        commit_files(home, plan.files)
+    except OSError as exc:
+        raise InternalError(f"cannot write scvd's codex home {home} ({exc.strerror or exc}); it was left as "
+                            "it was: free some space or fix its permissions, then import again") from exc
+    copied = [name for name, data in plan.files.items() if data is not None]
     log.info("imported codex setup from %s: copied %s", source, ", ".join(copied))
     return {"copied": copied, "report": plan.report, "warnings": plan.warnings}
