@@ -75,6 +75,7 @@ class ScriptedModel:
     steps: list[Any]
     requests: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    authorizations: list[str] = field(default_factory=list)  # each request's Authorization header
     hung: threading.Event = field(default_factory=threading.Event)
     hung_up: threading.Event = field(default_factory=threading.Event)
     peers: list[tuple[str, int]] = field(default_factory=list)  # each request's client address
@@ -91,6 +92,7 @@ class ScriptedModel:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
                 model.requests.append(body)
                 model.paths.append(self.path)
+                model.authorizations.append(self.headers.get("authorization", ""))
                 model.peers.append(self.client_address)
                 chat = self.path.endswith("/chat/completions")
                 step = (chat and _refused_message(body)) or model.next_step(body)

@@ -188,6 +188,7 @@ def test_a_new_provider_without_auth_json_removes_the_old_key(paths, source, tmp
     relay = openai_then_relay(source, tmp_path)
     run_import(paths, source)
     (relay / "auth.json").unlink()
+    (relay / "config.toml").write_text(RELAY_CONFIG.replace(f'experimental_bearer_token = "{BEARER}"', ""))
     out = run_import(paths, relay)
     assert out["copied"] == ["config.toml"] and not (dest(paths) / "auth.json").exists()
     removed = [w for w in out["warnings"] if "was removed" in w]

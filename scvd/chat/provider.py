@@ -105,7 +105,8 @@ def _secret(secrets: Any, env: Mapping[str, str], key: str) -> str:
 def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings:
     """The model, provider and API key of an imported Codex setup (`scvctl agents import codex`).
 
-    The key is auth.json's OPENAI_API_KEY, else the variable the provider's `env_key` names.
+    The key is the provider's `experimental_bearer_token` (it comes first, as in codex), else
+    auth.json's OPENAI_API_KEY, else the variable the provider's `env_key` names.
     """
     env = os.environ if env is None else env
     hint = "run `scvctl agents import codex` (a Codex setup with an API key), or configure [providers.NAME]"
@@ -117,12 +118,14 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
         raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}", hint) from None
     provider_id = config.get("model_provider", "openai")
     table = (config.get("model_providers") or {}).get(provider_id, {})
-    key, source = _codex_key(home / "auth.json"), str(home / "auth.json")
+    key, source = str(table.get("experimental_bearer_token") or ""), f"{home / 'config.toml'} (its bearer token)"
+    if not key:
+        key, source = _codex_key(home / "auth.json"), str(home / "auth.json")
     if not key and table.get("env_key"):
         key, source = env.get(str(table["env_key"]), ""), f"env {table['env_key']}"
     if not key:
-        raise ProviderFailure("auth", "the imported Codex setup holds no API key (auth.json, or the provider's "
-                              "env_key in scvd's environment)", hint)
+        raise ProviderFailure("auth", "the imported Codex setup holds no API key (the provider's "
+                              "experimental_bearer_token, auth.json, or its env_key in scvd's environment)", hint)
     return Settings(name=CODEX, model=str(config.get("model") or "gpt-5"),
                     base_url=str(table.get("base_url") or OPENAI_BASE_URL),
                     wire_api=str(table.get("wire_api") or "responses"), api_key=str(key), key_source=source)

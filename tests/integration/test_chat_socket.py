@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -398,6 +399,23 @@ def test_provider_codex_reuses_the_imported_codex_setup(chat_rig, workspace):
         events, end = run_turn(c, opened.session, "hi")
     assert isinstance(end, p.TurnCompleted)
     assert model.requests[0]["model"] == "gpt-test"
+
+
+def test_provider_codex_sends_the_imported_providers_bearer_token(chat_rig, workspace, caplog):
+    """`scvctl agents import codex` recommends experimental_bearer_token; provider codex uses it
+    (before auth.json, as codex does) and never shows it."""
+    model, d = chat_rig(Text("hello"))
+    codex = d.home / "adapters" / "codex"
+    codex.mkdir(parents=True, exist_ok=True)
+    (codex / "config.toml").write_text(
+        f'model = "m"\nmodel_provider = "corp"\n[model_providers.corp]\nbase_url = "{model.base_url}"\n'
+        'experimental_bearer_token = "tok-CORP-SECRET"\n')
+    (codex / "auth.json").write_text('{"OPENAI_API_KEY": "sk-other"}')
+    with caplog.at_level(logging.DEBUG), d.client(name="pytest") as c:
+        events, end = run_turn(c, open_chat(c, workspace, provider="codex").session, "hi")
+    assert isinstance(end, p.TurnCompleted)
+    assert model.authorizations == ["Bearer tok-CORP-SECRET"]
+    assert "tok-CORP-SECRET" not in caplog.text + repr(events)
 
 
 def test_provider_codex_without_an_import_says_how_to_get_one(chat_rig, workspace):
