@@ -270,8 +270,10 @@ def stop_service(popen: subprocess.Popen) -> None:
         pipe.close()
 
 
-def zombies_of_ours() -> list[int]:
-    return [p.pid for p in process.scan_processes().values() if p.ppid == os.getpid() and not p.alive]
+def zombies_of_ours(session: int) -> list[int]:
+    """Our exited children of that session (not another test's leftovers in pytest's own)."""
+    return [p.pid for p in process.scan_processes().values()
+            if p.ppid == os.getpid() and not p.alive and p.sid == session]
 
 
 def test_an_mcp_servers_exited_helpers_are_reaped_while_it_runs(tmp_path, subreaper, run_loop):
@@ -283,7 +285,7 @@ def test_an_mcp_servers_exited_helpers_are_reaped_while_it_runs(tmp_path, subrea
         popen = process.spawn_service(["/bin/sh", "-c", server], tmp_path, PATH_ONLY)
         waiter = asyncio.ensure_future(process.wait_service(popen))
         await asyncio.sleep(2 * process.REAP_SECONDS)
-        left = zombies_of_ours()
+        left = zombies_of_ours(popen.pid)
         child = await asyncio.create_subprocess_exec("/bin/sh", "-c", "sleep 0.2; exit 3")
         code = await child.wait()
         stop_service(popen)
