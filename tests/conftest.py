@@ -137,6 +137,15 @@ def start_daemon(home: Path, config: str = "", *, env: dict[str, str] | None = N
     return handle
 
 
+def reloaded(d: DaemonProc, config: str) -> None:
+    """Write the config, SIGHUP, and wait for the reload's end (unbounded: the test's timeout is the bound)."""
+    done = d.log().count("configuration reloaded from")
+    (d.home / "config.toml").write_text(config)
+    d.proc.send_signal(signal.SIGHUP)
+    while d.log().count("configuration reloaded from") == done:
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def scv_home(tmp_path: Path) -> Path:
     home = tmp_path / "scvhome"

@@ -29,6 +29,8 @@ class Bridge:
     def __init__(self, client: Any, session: str, out: Any) -> None:
         self.client, self.session, self.out = client, session, out
         self.calls: dict[Any, str] = {}  # JSON-RPC id -> scvd call_id, for notifications/cancelled
+        self.initialized = False  # `initialize` answered: from then on the host may hear of list changes
+        self._list_changed_due = False
         self.tasks: set[asyncio.Task[Any]] = set()
         self.elicit = False  # the host declared the elicitation capability (form mode)
         self.asked: dict[str, asyncio.Future[dict[str, Any]]] = {}  # our requests to the host, by id
@@ -96,7 +98,7 @@ class Bridge:
 
     async def _request(self, method: str, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
         if method == "initialize":
-            self.elicit = can_elicit(params.get("capabilities"))
+            self.elicit, self.initialized = can_elicit(params.get("capabilities")), True
             return initialize_result(params)
         if method == "ping":
             return {}
@@ -168,6 +170,17 @@ class Bridge:
             waiting.cancel()
         self.out.write({"jsonrpc": "2.0", "method": "notifications/cancelled",
                         "params": {"requestId": request_id, "reason": reason}})
+
+    def tools_changed(self) -> None:
+        """The session's tools changed (an MCP server's came or went): the host lists them again.
+        Changes in one loop turn (a server's restart, every registry it is in) make one notification."""
+        if self.initialized and not self._list_changed_due:
+            self._list_changed_due = True
+            asyncio.get_running_loop().call_soon(self._list_changed)
+
+    def _list_changed(self) -> None:
+        self._list_changed_due = False
+        self.out.write({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
 
     def _progress(self, token: Any, event: p.CallProgress) -> None:
         """scvd's call.progress as MCP's notifications/progress, for hosts that asked (progressToken)."""

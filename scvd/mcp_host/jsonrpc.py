@@ -27,7 +27,7 @@ def initialize_result(params: dict[str, Any]) -> dict[str, Any]:
     version = asked if asked in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[-1]
     return {
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": False}},
+        "capabilities": {"tools": {"listChanged": True}},  # MCP servers' tools come and go
         "serverInfo": {"name": "scvd", "version": __version__},
         "instructions": INSTRUCTIONS,
     }

@@ -11,6 +11,8 @@ Rules of a host's end (one `_end()` per host, whichever comes first):
 - the scvctl connection closes first (the process was killed, scvd stops): the
   host's calls are cancelled, their answers written, stdout closed;
 - the host stops reading its stdout: it is cut off, `mcp.detached ok=false`.
+While attached, a change of its session's tools (an MCP server's came or went)
+reaches the bridge, which tells the host (notifications/tools/list_changed).
 Dropping a host is the daemon's `drop_owner()` on its LocalConnection (sessions
 closed, calls cancelled, approvals withdrawn) and its pipes let go, with their
 file status flags put back.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .. import errors, protocol as p
 from ..connection import Connection
@@ -47,6 +49,7 @@ class Host:
     bridge: Bridge | None = None
     task: asyncio.Task[None] | None = None  # serves until the host's stdin ends
     ended: bool = False
+    unwatch: Callable[[], None] = lambda: None  # stops telling the bridge of its session's tool changes
 
 
 @dataclass(eq=False)
@@ -105,6 +108,8 @@ class McpHosts:
         host.session, host.workspace = opened.session, opened.workspace
         host.bridge = Bridge(host.client, host.session,
                              MessageWriter(host.pipes, self.daemon.config.server.server_frame_bytes))
+        # MCP servers' tools come and go in the session's registry: the host hears of it (list_changed)
+        host.unwatch = host.client.conn.sessions[host.session].registry.watch(host.bridge.tools_changed)
         lines = host.bridge.lines()
         await host.pipes.connect(lines)
         if host.conn.closed:  # the scvctl process went while the session opened
@@ -167,6 +172,7 @@ class McpHosts:
     def _drop(self, host: Host) -> None:
         """No more requests from the host; its sessions, calls and approvals go."""
         host.ended = True
+        host.unwatch()
         if self.hosts.get(host.conn) is host:
             del self.hosts[host.conn]
             self.ending.add(host)

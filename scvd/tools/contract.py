@@ -360,6 +360,7 @@ class Registry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self.load_errors: list[LoadError] = []
+        self._watchers: dict[object, Callable[[], None]] = {}  # see watch()
         for tool in tools:
             self.register(tool)
 
@@ -378,16 +379,29 @@ class Registry:
         """A tool that could not be loaded (a bad tool.json, a failed MCP server): shown by
         `scvctl tools --errors`."""
         self.load_errors.append(LoadError(source=source, name=name, message=message))
+
+    def watch(self, on_change: Callable[[], None]) -> Callable[[], None]:
+        """Have `on_change()` called after replace_source changed the tools (an MCP server's came,
+        went or were replaced), for those who show the list (an MCP host); returns the unwatch."""
+        key = object()
+        self._watchers[key] = on_change
+        return lambda: self._watchers.pop(key, None)
+
     def replace_source(self, source: str, tools: Iterable[Tool]) -> list[ToolDefinitionError]:
         """Swap every tool from `source` for `tools`; returns the ones refused (a duplicate name)."""
-        for name in [n for n, t in self._tools.items() if t.source == source]:
+        gone = [n for n, t in self._tools.items() if t.source == source]
+        for name in gone:
             del self._tools[name]
-        refused = []
+        refused, added = [], False
         for tool in tools:
             try:
                 self.register(tool, enforce_lint=not tool.third_party)
+                added = True
             except ToolDefinitionError as exc:
                 refused.append(exc)
+        if gone or added:
+            for on_change in list(self._watchers.values()):
+                on_change()
         return refused
 
     def get(self, name: str) -> Tool | None:

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from scvd import protocol as p
 
-from conftest import ROOT, DaemonProc, base_env, wait_pending
+from conftest import ROOT, DaemonProc, base_env, reloaded, wait_pending
 
 
 class McpHost:
@@ -42,6 +43,16 @@ class McpHost:
         line = self.proc.stdout.readline()
         assert line, f"scvctl mcp exited: {self.proc.stderr.read()}"
         return json.loads(line)
+
+    def read_within(self, seconds: float) -> dict:
+        """read(), failing after `seconds` instead of waiting on a message that never comes."""
+        got: list[str] = []  # the line only: a reader left behind must not fail once the host ends
+        reader = threading.Thread(target=lambda: got.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(seconds)
+        assert got, f"scvctl mcp wrote nothing within {seconds:g} s"
+        assert got[0], f"scvctl mcp exited: {self.proc.stderr.read()}"
+        return json.loads(got[0])
 
     def rpc(self, method: str, params: dict | None = None) -> dict:
         msg_id = self.request(method, params)
@@ -75,7 +86,7 @@ def test_initialize_offers_tools_and_falls_back_to_our_newest_version(daemon, wo
         result = h.rpc("initialize", {"protocolVersion": "1999-01-01", "capabilities": {},
                                       "clientInfo": {"name": "x"}})["result"]
         assert result["protocolVersion"] == "2025-11-25"
-        assert result["capabilities"] == {"tools": {"listChanged": False}}
+        assert result["capabilities"] == {"tools": {"listChanged": True}}
         assert result["serverInfo"]["name"] == "scvd"
     finally:
         assert h.close() == 0
@@ -219,6 +230,23 @@ def test_progress_reaches_a_host_that_asked_for_it(make_daemon, workspace):
     assert [m["progress"] for m in progress] == sorted(m["progress"] for m in progress)
     assert progress[0]["total"] == 125.0  # bash's 120 s default plus the dispatch grace
     assert messages[-1]["result"]["structuredContent"]["output"].endswith("done\n")
+
+
+QUIRKS = ROOT / "tests" / "helpers" / "mcp_stdio_quirks.py"
+
+
+def test_the_host_hears_when_an_mcp_servers_tools_come_and_go(host, daemon):
+    """A server started after attach (scvd starts them in the background) reaches the host's session."""
+    assert not [t for t in host.rpc("tools/list")["result"]["tools"] if t["name"].startswith("mcp__")]
+    reloaded(daemon, f'[mcp.servers.late]\ncommand = "{sys.executable}"\nargs = ["{QUIRKS}", "plain"]\n'
+                   'sandbox = false\nrisk = "read_only"\n')
+    assert host.read_within(10) == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+    assert "mcp__late__echo" in [t["name"] for t in host.rpc("tools/list")["result"]["tools"]]
+    result = host.rpc("tools/call", {"name": "mcp__late__echo", "arguments": {"a": 1}})["result"]
+    assert result["isError"] is False, result
+    reloaded(daemon, "")  # the server removed: its tools go from the open session too
+    assert host.read_within(10) == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+    assert "mcp__late__echo" not in [t["name"] for t in host.rpc("tools/list")["result"]["tools"]]
 
 
 def test_tools_list_is_the_sessions_own_after_a_reload(host, daemon, workspace):

@@ -17,7 +17,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from scvd import protocol as p
 
-from conftest import ROOT, DaemonProc, base_env, wait_pending
+from conftest import ROOT, DaemonProc, base_env, reloaded, wait_pending
 
 pytestmark = pytest.mark.slow
 
@@ -27,9 +27,9 @@ def params(d: DaemonProc, workspace: Path) -> StdioServerParameters:
                                  env=base_env(d.home), cwd=str(ROOT))
 
 
-async def session_of(d: DaemonProc, workspace: Path, body, *, elicitation=None):
+async def session_of(d: DaemonProc, workspace: Path, body, *, elicitation=None, on_message=None):
     async with stdio_client(params(d, workspace)) as (read, write):
-        async with ClientSession(read, write, elicitation_callback=elicitation) as s:
+        async with ClientSession(read, write, elicitation_callback=elicitation, message_handler=on_message) as s:
             await s.initialize()
             return await body(s)
 
@@ -182,3 +182,23 @@ def test_cancellation_reaches_scvd(daemon, workspace):
 
     cancelled, running = anyio.run(lambda: session_of(daemon, workspace, body, elicitation=answering(approve)))
     assert cancelled and running == 0
+
+
+def test_a_server_added_after_attach_is_announced_and_listed(daemon, workspace):
+    quirks = ROOT / "tests" / "helpers" / "mcp_stdio_quirks.py"
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    async def body(s):
+        before = [t.name for t in (await s.list_tools()).tools]
+        await anyio.to_thread.run_sync(reloaded, daemon, f'[mcp.servers.late]\ncommand = "{sys.executable}"\n'
+                                       f'args = ["{quirks}", "plain"]\nsandbox = false\n')
+        with anyio.fail_after(15):
+            await changed.wait()
+        return before, [t.name for t in (await s.list_tools()).tools]
+
+    before, after = anyio.run(lambda: session_of(daemon, workspace, body, on_message=on_message))
+    assert "mcp__late__echo" not in before and "mcp__late__echo" in after

@@ -15,7 +15,7 @@ import pytest
 
 from scvd import protocol as p
 
-from conftest import ROOT, DaemonProc, wait_pending
+from conftest import ROOT, DaemonProc, reloaded, wait_pending
 
 pytestmark = pytest.mark.slow
 
@@ -530,15 +530,6 @@ def quirks_http():
 @pytest.fixture
 def quirks_table(quirks_http):
     return quirks_http("hang-delete")
-
-
-def reloaded(d: DaemonProc, config: str) -> None:
-    """Write the config, SIGHUP, and wait for the reload's end (unbounded: the test's timeout is the bound)."""
-    done = d.log().count("configuration reloaded from")
-    (d.home / "config.toml").write_text(config)
-    d.proc.send_signal(signal.SIGHUP)
-    while d.log().count("configuration reloaded from") == done:
-        time.sleep(0.1)
 
 
 @pytest.mark.timeout(60)  # the SDK waits 300 s for the DELETE's answer: held up by it, this test times out
