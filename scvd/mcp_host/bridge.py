@@ -29,6 +29,7 @@ class Bridge:
     def __init__(self, client: Any, session: str, out: Any) -> None:
         self.client, self.session, self.out = client, session, out
         self.calls: dict[Any, str] = {}  # JSON-RPC id -> scvd call_id, for notifications/cancelled
+        self.cancelled: set[Any] = set()  # ids the host cancelled: MCP says their answer is not sent
         self.initialized = False  # `initialize` answered: from then on the host may hear of list changes
         self._list_changed_due = False
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -84,17 +85,23 @@ class Bridge:
         if msg_id is None:
             await self._notification(method, params)
             return
+        answer = await self._answer(method, params, msg_id)
+        if msg_id in self.cancelled:  # the host cancelled it while it ran: it waits for no answer
+            self.cancelled.discard(msg_id)
+            return
+        self.out.write(answer)
+
+    async def _answer(self, method: str, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
         try:
             result = await self._request(method, params, msg_id)
         except errors.JsonRpcError as exc:
-            self._error(msg_id, exc.rpc_code, exc.message)
+            return error_message(msg_id, exc.rpc_code, exc.message)
         except errors.ScvError as exc:
-            self._error(msg_id, INTERNAL, f"{exc.code}: {exc.message}")
+            return error_message(msg_id, INTERNAL, f"{exc.code}: {exc.message}")
         except Exception as exc:  # a bug here must still answer: the host waits on this id
             log.exception("MCP host of session %s: %s failed", self.session, method)
-            self._error(msg_id, INTERNAL, f"internal error in scvctl mcp: {type(exc).__name__}")
-        else:
-            self.out.write({"jsonrpc": "2.0", "id": msg_id, "result": result})
+            return error_message(msg_id, INTERNAL, f"internal error in scvctl mcp: {type(exc).__name__}")
+        return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
     async def _request(self, method: str, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
         if method == "initialize":
@@ -195,13 +202,18 @@ class Bridge:
             request_id = params.get("requestId")
             call_id = self.calls.get(request_id) if is_id(request_id) else None
             if call_id:
+                self.cancelled.add(request_id)  # still running, so not answered yet: it never will be
                 try:
                     await self.client.request(p.CallCancel, call_id=call_id)
                 except (errors.CallNotFound, errors.ConnectionClosed):
                     pass  # it finished first, or the host was detached (its calls are cancelled then)
 
     def _error(self, msg_id: Any, code: int, message: str) -> None:
-        self.out.write({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
+        self.out.write(error_message(msg_id, code, message))
+
+
+def error_message(msg_id: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
 
 
 def is_id(value: Any) -> bool:
