@@ -125,6 +125,17 @@ def test_a_ref_key_in_const_or_enum_data_is_data_not_a_reference(home: Path):
         ScriptTool(d).decode({"link": {"$ref": "#elsewhere"}})
 
 
+@pytest.mark.parametrize("params", [
+    {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]},  # open: b may come
+    {**PARAMETERS, "not": {"required": ["zzz"]}},  # "zzz must be absent", not a property to declare
+    {"type": "object", "unevaluatedProperties": False, "properties": {"text": PARAMETERS["properties"]["text"]},
+     "allOf": [{"properties": {"b": {"type": "string"}}}], "required": ["text", "b"]},
+], ids=["open-object", "required-under-not", "unevaluated-from-allof"])
+def test_a_required_name_that_arguments_can_satisfy_loads(home: Path, params):
+    make_tool(home, spec={"parameters": params})
+    assert load_all(paths(home))[1] == []
+
+
 def test_a_required_name_from_a_shared_ref_or_a_parent_is_fine(home: Path):
     params = {"type": "object", "$defs": {"base": {"properties": {"text": PARAMETERS["properties"]["text"]}}},
               "allOf": [{"$ref": "#/$defs/base"}], "properties": {"mode": {

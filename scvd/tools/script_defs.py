@@ -167,9 +167,9 @@ def _check_schema(path: Path, schema: dict[str, Any]) -> None:
         for keyword in REF_KEYWORDS:
             if isinstance(node.get(keyword), str):
                 _check_ref(path, here, keyword, where, node[keyword])
-    for node, where, _, top in nodes:
-        if isinstance(node.get("required"), list):
-            _check_required(path, node["required"], where, *top)
+    for node, where, _, (top, resolver) in nodes:
+        if isinstance(node.get("required"), list) and node is top:  # not one under not/anyOf/...: a branch
+            _check_required(path, node, where, resolver)
 
 
 def _walk(spec: Any, node: dict[str, Any], where: tuple[str, ...], resolver: Any, top: Any) -> Any:
@@ -198,13 +198,17 @@ def _check_ref(path: Path, resolver: Any, keyword: str, where: str, ref: str) ->
                                                   f"({what}); fix the reference or add it") from None
 
 
-def _check_required(path: Path, required: list[Any], where: str, top: dict[str, Any], resolver: Any) -> None:
-    """A required name must be a property of the value (the schemas applying to it, refs followed);
-    with no properties declared at all the object is free-form and anything goes."""
-    names, patterns = _declared(top, resolver, set())
-    if not names and not patterns:
+def _check_required(path: Path, node: dict[str, Any], where: str, resolver: Any) -> None:
+    """In a closed object, a required name must be a property, else no arguments can ever pass:
+    with additionalProperties false one of its own; with unevaluatedProperties false one of the
+    schemas applying to the value (refs followed). An open object may require any name."""
+    if node.get("additionalProperties") is False:
+        names, patterns = set(_keys(node, "properties")), _keys(node, "patternProperties")
+    elif node.get("unevaluatedProperties") is False:
+        names, patterns = _declared(node, resolver, set())
+    else:
         return
-    for name in required:
+    for name in node["required"]:
         if isinstance(name, str) and name not in names and not any(_matches(p, name) for p in patterns):
             known = ", ".join(sorted(names)) or "none"
             raise DefinitionError(path, "parameters", f"required {name!r} at {where} is not a property "
