@@ -38,8 +38,8 @@ def find(workspace: str) -> list[str]:
     and of every submodule their `.gitmodules` list (recursively)."""
     found: list[str] = []
     children = _children(workspace)
-    if children is None:
-        return [workspace]  # cannot be listed: a child project could hide in it
+    if children is None:  # cannot be listed: a child project could hide in it; and its own .git
+        found, children = [workspace], []  # may still name a git dir elsewhere (look into that below)
     roots = [workspace, *children]
     seen, submodules = set(roots), 0
     for root in roots:  # grows: a submodule with a `.git` is looked into in turn

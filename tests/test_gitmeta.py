@@ -86,6 +86,15 @@ def test_a_workspace_it_cannot_list_is_reported_whole(tmp_path):
     assert find_unprivileged(ws) == [real(ws)]
 
 
+def test_a_workspace_it_cannot_list_still_reports_the_git_dir_its_git_file_names(tmp_path):
+    ws = tmp_path / "ws"
+    gitdir = repo(tmp_path / "modules" / "sub") / ".git"
+    ws.mkdir()
+    (ws / ".git").write_text("gitdir: ../modules/sub/.git\n")
+    ws.chmod(0o300)  # an unasked call's chmod: the git dir outside must not lose its guard
+    assert find_unprivileged(ws) == [real(ws), real(ws / ".git"), real(gitdir)]
+
+
 def test_a_git_dir_or_submodule_behind_a_closed_directory_reports_that_directory(tmp_path):
     ws = repo(tmp_path / "ws")
     main = repo(ws / "deep" / "er" / "main")
