@@ -68,6 +68,26 @@ def test_a_socket_that_accepts_but_never_answers_is_one_line_and_exit_3(tmp_path
                    "or a socket-activated scvd failed to start; see `journalctl --user -u scvd`\n")
 
 
+def test_agents_import_does_not_work_on_the_homes_itself_while_a_hung_scvd_owns_them(tmp_path, monkeypatch,
+                                                                                    capsys):
+    """Not running means "work on the homes here"; accepting but not answering does not."""
+    import socket
+
+    from scvctl import agents, cli
+
+    path = tmp_path / "silent.sock"
+    monkeypatch.setenv("SCV_HOME", str(tmp_path / "home"))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(str(path))
+        silent.listen(8)
+        real = agents.connect
+        monkeypatch.setattr(agents, "connect", lambda args, **kw: real(args, **{**kw, "timeout": 0.3}))
+        assert cli.main(["agents", "import", "--socket", str(path), "codex", "--from", str(tmp_path / "src")]) == 3
+    err = capsys.readouterr().err
+    assert "sent nothing for 0.3 s" in err and "working on" not in err
+    assert not (tmp_path / "home" / "adapters").exists()
+
+
 def test_status_human_and_json(daemon: DaemonProc):
     out = scvctl(daemon, "status")
     assert out.returncode == 0, out.stderr
