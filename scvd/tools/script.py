@@ -188,7 +188,10 @@ class ScriptTool(Tool):
             except ValueError:
                 pass
             else:  # decoding undid escapes redact() knows no form of (`\/`, `\u0026`, upper-case hex)
-                return redact_tree(parsed, secrets) if secrets else parsed
+                try:
+                    return redact_tree(parsed, secrets) if secrets else parsed
+                except RecursionError:  # nested deeper than the walk goes: the text, redacted as printed
+                    return result.output
         return result.output
 
     def _rejected(self, stderr: str, said: str) -> CredentialMissing:

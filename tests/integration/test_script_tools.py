@@ -423,6 +423,23 @@ def test_a_script_that_prints_its_secret_never_hands_the_value_back(make_daemon,
     assert texts and not [t for t in texts if "tok-" in t]  # no form of the value, escaped or not
 
 
+DEEP_JSON = """#!/bin/bash
+cat >/dev/null
+python3 -c 'import os; print("[" * 600 + "\\"" + os.environ["API_TOKEN"] + "\\"" + "]" * 600)'
+"""
+
+
+def test_a_result_nested_deeper_than_the_redaction_walks_comes_back_as_redacted_text(make_daemon, scv_home,
+                                                                                     workspace):
+    """json.loads takes it; walking it for secrets would not: the call still answers (as text)."""
+    make_tool(scv_home, "deep", DEEP_JSON, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env={"API_TOKEN": "tok-deep-1", **NO_KEYRING})
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_deep", {"text": "x"})
+    assert done.ok, done.error
+    assert isinstance(done.result, str) and "[secret API_TOKEN]" in done.result and "tok-deep" not in done.result
+
+
 def strings(value: Any) -> Any:
     """Every string in a decoded frame, keys included."""
     if isinstance(value, str):
