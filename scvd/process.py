@@ -36,6 +36,7 @@ import fcntl
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,12 +156,15 @@ def _cut_partial_char_end(data: bytes) -> bytes:
 
 
 _LEADERS: set[int] = set()  # pids a running call reaps itself through its Popen
+_SPAWNING = threading.Lock()  # a Popen and its _LEADERS entry, against a reaper between them
 _RUNS: set["_Run"] = set()
 
 
 def reap_orphans(procs: Mapping[int, ProcStat] | None = None) -> list[int]:
-    """Reap zombie children of scvd that no run waits for (see `reap_zombies`); callable any time."""
-    return reap_zombies(procs, keep=_LEADERS)
+    """Reap zombie children of scvd that no run waits for (see `reap_zombies`); callable any time,
+    from any thread: a leader being started (another loop's) is in _LEADERS before it can be seen."""
+    with _SPAWNING:
+        return reap_zombies(procs, keep=_LEADERS)
 
 
 # --- one run ----------------------------------------------------------------------
@@ -274,10 +278,12 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
     err_read, err_write = _pipe() if split_stderr else (None, write_fd)
     stdin_fd = None if input is None else _input_file(input)
     try:
-        popen = subprocess.Popen(
-            argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
-            stdout=write_fd, stderr=err_write, start_new_session=True, close_fds=True,
-        )
+        with _SPAWNING:  # a leader that exits at once is a leader before any reaper can see it
+            popen = subprocess.Popen(
+                argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
+                stdout=write_fd, stderr=err_write, start_new_session=True, close_fds=True,
+            )
+            _LEADERS.add(popen.pid)  # so no other run takes it for an orphan, nor reaps it
     except BaseException:
         os.close(read_fd)
         if err_read is not None:
@@ -289,8 +295,6 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
             os.close(err_write)
         if stdin_fd is not None:
             os.close(stdin_fd)
-    # registered before the next await, so no other run can take the leader for an orphan
-    _LEADERS.add(popen.pid)
     stat = read_stat(popen.pid)
     run = _Run(popen, stat.start if stat else 0)
     _RUNS.add(run)
@@ -469,11 +473,12 @@ def spawn_service(argv: list[str], cwd: str | Path, env: Mapping[str, str]) -> s
     It counts as a leader from the moment it exists, so no call's orphan sweep
     takes it for its own; `wait_service()` reaps it and forgets it.
     """
-    popen = subprocess.Popen(
-        argv, cwd=cwd, env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-    )
-    _LEADERS.add(popen.pid)
+    with _SPAWNING:
+        popen = subprocess.Popen(
+            argv, cwd=cwd, env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+        )
+        _LEADERS.add(popen.pid)
     return popen
 
 
