@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from harness import wait_until
 from helpers.probe_tools import flush, requested, resolved, rig, wait_idle  # noqa: F401 (rig is a fixture)
 from scvd import errors, protocol as p
 from scvd.chat.pipeline import NO_APPROVER
@@ -190,6 +191,14 @@ def test_a_disconnecting_requester_drops_its_pending_approvals(rig, workspace):
     assert keeper.wait_call(kept_call).ok
 
 
+def watchers(daemon: Any) -> int:
+    """The daemon's open watching connections (read from the test's thread: a set the loop changes)."""
+    try:
+        return sum(c.watcher and not c.closed for c in list(daemon.connections))
+    except RuntimeError:  # changed size while copied
+        return -1
+
+
 def test_a_turns_request_is_denied_once_the_last_watcher_leaves_and_a_plain_call_keeps_waiting(rig, workspace):
     rg = rig()
     first, last = rg.watcher(name="first"), rg.watcher(name="last")
@@ -198,7 +207,7 @@ def test_a_turns_request_is_denied_once_the_last_watcher_leaves_and_a_plain_call
     plain_call = owner.start_call(owner.open_session(workspace), "probe_touch", {"path": "p"})
     requested(last, turn_call), requested(last, plain_call)
     first.close()  # `last` can still decide: both keep waiting
-    time.sleep(0.2)
+    wait_until(lambda: watchers(rg.inproc.daemon) == 1, timeout=10, what="the daemon to drop the first watcher")
     assert len(last.request(p.ApprovalsList).approvals) == 2
     last.close()
     done = owner.wait_call(turn_call)
