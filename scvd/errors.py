@@ -194,11 +194,13 @@ class Failed(ToolError):
 
 
 class PathMissing(Failed):
-    """A component of a workspace path does not exist; `missing` is the first missing prefix."""
+    """A component of a workspace path does not exist; `missing` is the first missing prefix and
+    `directory` the real directory the path's file would be in (symlinks followed), when known."""
 
-    def __init__(self, message: str, *, missing: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, missing: str, directory: str | None = None,
+                 hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
-        self.missing = missing
+        self.missing, self.directory = missing, directory
 
 
 class SkillError(Failed):

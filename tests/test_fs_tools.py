@@ -396,6 +396,12 @@ def test_expected_sha_with_create_is_invalid(ws: Workspace) -> None:
         TOOLS["write"].decode({"path": "a", "content": "x"})
 
 
+def test_write_through_a_dangling_link_names_the_directories_its_target_needs(ws: Workspace) -> None:
+    (ws.root / "log").symlink_to("build/out/log.txt")  # `build` does not exist yet
+    with pytest.raises(Failed, match=r"parent directory 'build' of 'log' does not exist.*mkdir -p build/out\)"):
+        ws.plan("write", path="log", content="x", mode="create")
+
+
 def test_write_needs_an_existing_parent(ws: Workspace) -> None:
     with pytest.raises(Failed, match="parent directory 'a' of 'a/b/c.txt' does not exist.*mkdir -p a/b"):
         ws.plan("write", path="a/b/c.txt", content="x", mode="create")

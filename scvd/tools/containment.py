@@ -201,8 +201,10 @@ def resolve(dirfd: int, parts: tuple[str, ...], path: str) -> tuple[str, ...]:
             except FileNotFoundError:
                 if todo:
                     missing = join((*real, name))
+                    rest = [n for n, _ in reversed(todo)][:-1]  # nothing beyond exists: no more links
+                    directory = None if ".." in rest else join((*real, name, *rest))
                     raise PathMissing(f"{show(missing)} does not exist (path {show(path)}); check the path",
-                                      missing=missing) from None
+                                      missing=missing, directory=directory) from None
                 real.append(name)
                 break
             if stat.S_ISLNK(st.st_mode):

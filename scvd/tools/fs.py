@@ -16,6 +16,7 @@ import ctypes
 import errno
 import hashlib
 import os
+import shlex
 import stat
 from typing import Annotated, Any, Callable, Literal
 
@@ -278,9 +279,11 @@ def open_parent(dirfd: int, real: tuple[str, ...], path: str) -> int:
 
 
 def _missing_parent(exc: PathMissing, parts: tuple[str, ...], path: str) -> Failed:
+    # through a symlink the directories to make are the link target's, not the path's
+    directory = exc.directory or containment.join(parts[:-1])
     return Failed(
             f"parent directory {show(exc.missing)} of {show(path)} does not exist; write does not create "
-            f"directories: create it first (e.g. bash: mkdir -p {containment.join(parts[:-1])})"
+            f"directories: create it first (e.g. bash: mkdir -p {shlex.quote(directory)})"
         )
 
 
