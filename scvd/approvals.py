@@ -11,7 +11,9 @@ Rules:
   decision gets exactly that). Every change is reported through `on_event`,
   which the server routes to the owner connection (if it approves) and all watchers.
 - A `session` grant covers one tool at one risk for the rest of one session;
-  one given to a sandboxed call covers only sandboxed calls of that tool.
+  one given to a sandboxed call covers only sandboxed calls of that tool. The
+  session's requests already waiting that it covers are approved with it
+  (`approve_covered()`), in the grant's decider's name.
 - A call that always asks (a sensitive target, `always_ask.py`) is asked whatever
   grant or policy would run it, and its request is approved once only: a
   `session` scope given to it is recorded as `once`.
@@ -230,6 +232,16 @@ class ApprovalGate:
         approval.decided_by = decider
         approval.scope = scope if approve and not approval.info.always_ask else "once"
         return self._resolve(approval, ApprovalEvent.APPROVE if approve else ApprovalEvent.DENY, reason)
+
+    def approve_covered(self, grant: Approval, covers: Callable[[Approval], bool]) -> list[Approval]:
+        """`grant` gave a `session` scope: approve its session's pending requests that `covers` (the
+        check a new request goes through) now lets run, as decided by `grant`'s decider."""
+        covered = [a for a in self.pending.values()
+                   if a.info.session == grant.info.session and not a.info.always_ask and covers(a)]
+        for approval in covered:
+            approval.decided_by, approval.scope = grant.decided_by, "session"
+            self._resolve(approval, ApprovalEvent.APPROVE, f"covered by the session grant of approval {grant.id}")
+        return covered
 
     def cancel(self, approval_id: str, reason: str) -> None:
         """The call went away while waiting (cancel or session close)."""

@@ -47,6 +47,8 @@ Rules of a call's life:
   (the lane, an approval, a denial, `run()`), a task goes on from there. A call
   that has to wait for its lane joins it in that first step, so it keeps its
   place ahead of the calls that arrived after it.
+- A `session` grant is judged again for each call of its session waiting at the
+  gate (`asking`), as a new call would be; those it now runs are approved with it.
 - Events (`call.started`, `call.progress`, `call.completed`) go to the session's
   owner through the hub and carry the call's `turn`, when it has one.
 """
@@ -158,6 +160,7 @@ class CallRegistry:
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
         self.table: dict[str, Call] = {}
+        self.asking: dict[str, tuple[Call, Tool, Plan]] = {}  # by approval id: the calls waiting at the gate
         self.stopping = False
         self._ids = itertools.count(1)
         # one random tag per daemon keeps ids unique across restarts (the audit log outlives a run);
@@ -371,6 +374,14 @@ class CallRegistry:
 
     def _judge(self, call: Call, tool: Tool, plan: Plan) -> tuple[Verdict, str | None]:
         """The policy's verdict on a planned call and the always_ask reason; audited as its proposal."""
+        verdict, always = self._verdict(call, tool, plan)
+        self._audit("proposal", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
+                                 "risk": plan.risk._value_, "policy": call.session.config.approvals.policy,
+                                 "decision": verdict._value_})
+        return verdict, always
+
+    def _verdict(self, call: Call, tool: Tool, plan: Plan) -> tuple[Verdict, str | None]:
+        """The policy's verdict on a planned call now, with the session's grants, and the always_ask reason."""
         session = call.session
         cfg = session.config.approvals
         risk = plan.risk._value_  # the documented sunder name: .value is two Python calls on 3.11
@@ -383,8 +394,6 @@ class CallRegistry:
             granted=session.granted(tool.name, risk, plan.sandboxed),
             sandbox_active=bool(sandbox and sandbox.active) and not holds_home(str(session.workspace)),
             always_asks=always is not None)
-        self._audit("proposal", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
-                                 "risk": risk, "policy": cfg.policy, "decision": verdict._value_})
         return verdict, always
 
     async def _gate(self, call: Call, tool: Tool, plan: Plan,
@@ -404,16 +413,25 @@ class CallRegistry:
             session.owner, session=session.id, call_id=call.call_id, tool=tool.name, risk=risk,
             workspace=str(session.workspace), summary=plan.summary, details=plan.details,
             sandboxed=plan.sandboxed, always_ask=always, requester=call.requester.label())
+        self.asking[approval.id] = (call, tool, plan)
         try:
             approved = await asyncio.shield(approval.future)
         except asyncio.CancelledError:
             self.hub.gate.cancel(approval.id, "the call was cancelled")
             raise
+        finally:
+            del self.asking[approval.id]
         if not approved:
             raise errors.Denied(_denial(approval))
         if approval.scope == "session" and always is None:
             session.grant(tool.name, risk, plan.sandboxed)
+            self.hub.gate.approve_covered(approval, self._covered)
         return True
+
+    def _covered(self, approval: Approval) -> bool:
+        """Whether the call waiting on `approval` would run unasked now (a grant came since it asked)."""
+        waiting = self.asking.get(approval.id)
+        return waiting is not None and self._verdict(*waiting)[0] is Verdict.RUN
 
     def _stopped_why(self, call: Call) -> errors.ToolError:
         task = call.task
