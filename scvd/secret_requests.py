@@ -11,6 +11,10 @@ Rules:
   call: the call learns only the key and where it was stored.
 - A request ends once: stored, declined, timed_out (approvals.timeout_seconds)
   or cancelled (the call went away); every approver hears `secret.resolved`.
+- Once a value is taken for storing, only the store ends the request (stored or
+  failed): the timeout no longer applies, and the call waits up to
+  STORE_SECONDS more for the store; a cancelled call leaves the store's outcome
+  to be recorded.
 Nothing here knows a tool by name.
 """
 
@@ -30,6 +34,7 @@ from .text import printable
 log = logging.getLogger("scvd.secrets")
 
 MAX_QUESTION_CHARS = 500
+STORE_SECONDS = 30.0  # past a D-Bus call's default reply timeout (25 s): a keyring that late is not answering
 
 
 @dataclass(eq=False)
@@ -44,6 +49,7 @@ class SecretRequest:
     tool: str
     targets: list[Any]
     expires_at: float | None
+    storing: bool = False  # a value was taken: the store, not the timeout, ends the request
     future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -83,16 +89,38 @@ class SecretRequests:
         for conn in targets:
             self._send(conn, _requested(request))
         try:
+            return await self._answer(request, timeout)
+        except TimeoutError:
+            self._finish(request, *self._late(request, timeout))
+            raise request.future.exception() from None  # type: ignore[misc]
+        except asyncio.CancelledError:
+            if request.storing:  # the store's outcome is still recorded; nobody waits for it
+                request.future.add_done_callback(lambda f: f.cancelled() or f.exception())
+            else:
+                self._finish(request, "cancelled", None, errors.Cancelled("the call was cancelled"))
+            raise
+
+    async def _answer(self, request: SecretRequest, timeout: float | None) -> Any:
+        """The stored entry; a value taken for storing before `timeout` gets STORE_SECONDS more."""
+        try:
             async with asyncio.timeout(timeout):
                 return await asyncio.shield(request.future)
         except TimeoutError:
-            self._finish(request, "timed_out", None,
-                         errors.Denied(f"nobody entered {key} within approvals.timeout_seconds ({timeout:g} s); "
-                                       f"store it with `scvctl secrets set {key}` and call again"))
-            raise request.future.exception() from None  # type: ignore[misc]
-        except asyncio.CancelledError:
-            self._finish(request, "cancelled", None, errors.Cancelled("the call was cancelled"))
-            raise
+            if not request.storing:
+                raise
+        async with asyncio.timeout(STORE_SECONDS):
+            return await asyncio.shield(request.future)
+
+    def _late(self, request: SecretRequest, timeout: float | None) -> tuple[str, None, errors.ToolError]:
+        """How a request that ran out of time ends: timed_out, or failed if the store never answered."""
+        key = request.key
+        if request.storing:
+            return "failed", None, errors.Timeout(
+                f"the secret store had not stored {key} {STORE_SECONDS:g} s after approvals.timeout_seconds ran "
+                f"out; it may be stored anyway: check `scvctl secrets list`, else `scvctl secrets set {key}`, then call again")
+        return "timed_out", None, errors.Denied(
+            f"nobody entered {key} within approvals.timeout_seconds ({timeout:g} s); "
+            f"store it with `scvctl secrets set {key}` and call again")
 
     def check_approvers(self, session: str, key: str) -> list[Any]:
         """The connections to ask, or Unavailable at once when there are none."""
@@ -109,6 +137,7 @@ class SecretRequests:
         request = self._get(request_id)
         check_value(value)  # a bad value is the approver's to fix: the request stays pending
         del self.pending[request.id]  # taken: a second answer while storing finds nothing
+        request.storing = True
         try:
             entry = await asyncio.to_thread(self.store.set, request.key, value)
         except Exception as exc:  # whatever it is, the call ends now, not at the timeout

@@ -7,6 +7,7 @@ that cannot be stored fails the call now, never leaves it waiting for a timeout.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,39 @@ def test_an_answer_that_cannot_be_stored_fails_the_call_at_once(tmp_path: Path, 
     assert [e.state for e in resolved] == ["failed"] and not requests.pending
     assert [a["state"] for a in audit if a["event"] == "secret_resolved"] == ["failed"]
     assert "typed-value-77" not in repr(sent) + repr(audit)
+
+
+class SlowStore(SecretStore):
+    """A real store whose `set` waits until the test lets it go on (a keyring answering late)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, env={}, use_keyring=False)
+        self.go_on = threading.Event()
+
+    def set(self, key: str, value: str) -> Any:
+        assert self.go_on.wait(10)
+        return super().set(key, value)
+
+
+def test_a_call_cancelled_while_its_value_is_stored_leaves_the_stored_outcome_recorded(tmp_path: Path):
+    store = SlowStore(tmp_path / "secrets.toml")
+    sent: list[tuple[Any, p.Frame]] = []
+    audit: list[dict] = []
+    requests = requests_for(store, sent, audit)
+
+    async def scenario() -> None:
+        ask = asyncio.create_task(requests.ask(session="s1", call_id="c1", key="API_TOKEN", question="", tool="t"))
+        while not sent:
+            await asyncio.sleep(0)
+        provide = asyncio.create_task(requests.provide(sent[0][1].request_id, "typed-value-77", decided_by="p"))
+        await asyncio.sleep(0.05)  # the value is in the store's hands
+        ask.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await ask
+        store.go_on.set()
+        await provide
+
+    asyncio.run(scenario())
+    assert "typed-value-77" in (tmp_path / "secrets.toml").read_text()
+    assert [a["state"] for a in audit if a["event"] == "secret_resolved"] == ["stored"]
+    assert [e.state for _, e in sent if isinstance(e, p.SecretResolved)] == ["stored"]

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
+from helpers import slow_keyring
 from helpers.probe_tools import wait_event
 from scvd import errors, protocol as p
 
-from conftest import start_child_client, wait_pending
+from conftest import ROOT, start_child_client, wait_pending
 from test_script_tools import SHOWS_TOKEN, make_tool
 
 VALUE = "sup3r-s3cret-VALUE-9f1c"
@@ -292,3 +293,24 @@ def test_with_a_keyring_the_daemon_stores_there_and_the_script_reads_it_back(mak
     index = (d.home / "secrets.toml").read_text()
     assert "API_TOKEN" in index and VALUE not in index  # only the name, for `scvctl secrets list`
     assert "secret store: keyring keyrings.alt.file.PlaintextKeyring" in d.log()
+
+
+def test_a_value_still_being_stored_when_the_timeout_comes_ends_stored_not_timed_out(make_daemon, scv_home,
+                                                                                       workspace, tmp_path):
+    """A keyring answering late used to leave the call `denied` (timed out) with the value stored anyway."""
+    d = make_daemon("[approvals]\ntimeout_seconds = 1\n", home=scv_home, env={
+        "PYTHON_KEYRING_BACKEND": slow_keyring.BACKEND, "LOCKABLE_KEYRING": str(tmp_path / "keyring.json"),
+        "SLOW_KEYRING_SECONDS": "2.5", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+    with d.client(name="agent") as agent, d.client(name="person") as watcher:
+        watcher.request(p.ApprovalsWatch)
+        sid = agent.open_session(workspace)
+        call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "bash"})
+        request = secret_requested(watcher, "API_TOKEN")
+        watcher.request(p.SecretProvide, request_id=request.request_id, value=VALUE)  # answers once stored
+        done = agent.wait_call(call_id)
+        assert done.ok and done.result["where"] == "keyring", done.error
+        told = wait_event(watcher, lambda e: isinstance(e, p.SecretResolved))
+        assert (told.request_id, told.state) == (request.request_id, "stored")
+    assert VALUE in (tmp_path / "keyring.json").read_text()
+    records = [json.loads(line) for line in (d.home / "state" / "audit.log").read_text().splitlines()]
+    assert [r["state"] for r in records if r["event"] == "secret_resolved"] == ["stored"]

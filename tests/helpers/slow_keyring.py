@@ -1,0 +1,20 @@
+"""A lockable keyring whose writes are slow, as a Secret Service answering late over D-Bus is.
+
+Chosen with PYTHON_KEYRING_BACKEND=helpers.slow_keyring.Keyring (tests/ on PYTHONPATH);
+LOCKABLE_KEYRING names the file, SLOW_KEYRING_SECONDS how long each set_password sleeps first.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from helpers import lockable_keyring
+
+BACKEND = "helpers.slow_keyring.Keyring"
+
+
+class Keyring(lockable_keyring.Keyring):
+    def set_password(self, service: str, username: str, password: str) -> None:
+        time.sleep(float(os.environ.get("SLOW_KEYRING_SECONDS", "2")))
+        super().set_password(service, username, password)
