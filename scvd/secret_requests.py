@@ -117,7 +117,8 @@ class SecretRequests:
         if request.storing:
             return "failed", None, errors.Timeout(
                 f"the secret store had not stored {key} {STORE_SECONDS:g} s after approvals.timeout_seconds ran "
-                f"out; it may be stored anyway: check `scvctl secrets list`, else `scvctl secrets set {key}`, then call again")
+                f"out; it may be stored anyway: check `scvctl secrets list`, else `scvctl secrets set {key}`, "
+                "then call again")
         return "timed_out", None, errors.Denied(
             f"nobody entered {key} within approvals.timeout_seconds ({timeout:g} s); "
             f"store it with `scvctl secrets set {key}` and call again")
