@@ -8,7 +8,8 @@ import pytest
 
 from scvd.chat import catalog as cat
 from scvd.chat.engine import (AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn)
-from scvd.chat.items import AssistantReply, Opened, ToolCall, ToolOutput, TurnEnded, Usage, UserText
+from scvd.chat.items import (AssistantReply, Cleared, NoteArrived, Opened, ToolCall, ToolOutput, TurnEnded, Usage,
+                             UserText)
 from scvd.errors import Denied
 from scvd.tools.contract import ToolFlags, ToolRisk, lint
 
@@ -160,6 +161,16 @@ def test_replay_rebuilds_and_closes_calls_a_crash_left_open():
     records = [Opened(workspace="/ws"), UserText(text="hi"), AssistantReply(calls=[ToolCall("c1", "read")])]
     conv = Conversation.replay(records)
     assert json.loads(conv.history[-1].output)["error"]["kind"] == "cancelled"
+
+
+def test_replay_hands_over_the_background_notes_the_model_has_not_read():
+    records = [Opened(workspace="/ws"), NoteArrived(call_id="b1", text="[result of b1]"),
+               UserText(text="[result of b1]", turn="t2", note="b1"), NoteArrived(call_id="b2", text="[result of b2]")]
+    conv = Conversation.replay(records)
+    assert [n.call_id for n in conv.notes] == ["b2"]  # b1 was handed over before the restart
+    conv.flush_notes("t3")
+    assert [(i.text, i.note) for i in conv.history] == [("[result of b1]", "b1"), ("[result of b2]", "b2")]
+    assert Conversation.replay([*records, Cleared()]).notes == []  # chat.clear forgets them, as in memory
 
 
 def test_the_loops_own_tools_follow_the_design_rules():

@@ -16,7 +16,9 @@ Rules:
 - find_tools, a call to a tool whose schema is not loaded, bad JSON arguments
   and tools outside the conversation's set are answered here, not run.
 - A `background` tool's output is a placeholder; its result becomes a user-side
-  note before the next request (of this turn, or the next turn).
+  note before the next request (of this turn, or the next turn). The note is a
+  record when it arrives, so a conversation reopened (or replayed after a
+  restart) still hands over the notes its model has not read.
 - At most `max_steps` model requests per turn; then the turn fails (step_limit).
 - Each request is trimmed to `context_tokens`; if it cannot fit: context_limit.
 """
@@ -30,8 +32,8 @@ from typing import Any
 import msgspec
 
 from . import catalog as cat, trim as trim_mod
-from .items import (AssistantReply, Cleared, ModelRequest, Opened, Record, SchemasLoaded, ToolCall,
-                    ToolOutput, TurnEnded, Usage, UserText)
+from .items import (AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, Record, SchemasLoaded,
+                    ToolCall, ToolOutput, TurnEnded, Usage, UserText)
 
 BACKGROUND_NOTE = "started in the background; its result will be handed to you when it arrives"
 
@@ -80,7 +82,7 @@ class Conversation:
     settings: Opened
     history: list[Any] = field(default_factory=list)
     loaded: set[str] = field(default_factory=set)
-    notes: list[UserText] = field(default_factory=list)  # background results not yet in history
+    notes: list[NoteArrived] = field(default_factory=list)  # background results not yet in history
     records: list[Record] = field(default_factory=list)
 
     @classmethod
@@ -92,11 +94,15 @@ class Conversation:
         conv = cls(settings=opened)
         for rec in records:
             if isinstance(rec, Cleared):
-                conv.history, conv.loaded = [], set()
+                conv.history, conv.loaded, conv.notes = [], set(), []
             elif isinstance(rec, SchemasLoaded):
                 conv.loaded.update(rec.names)
+            elif isinstance(rec, NoteArrived):
+                conv.notes.append(rec)
             elif isinstance(rec, (UserText, AssistantReply, ToolOutput)):
                 conv.history.append(rec)
+                if isinstance(rec, UserText) and rec.note:  # that note was handed over
+                    conv.notes = [n for n in conv.notes if n.call_id != rec.note]
         conv.close_open_calls("scvd stopped before this call finished")
         return conv
 
@@ -120,12 +126,15 @@ class Conversation:
         self.records.append(Cleared())
 
     def background_result(self, call: ToolCall, output: str) -> None:
-        """A background call finished: the model reads it before its next request."""
-        self.notes.append(UserText(text=f"[result of background call {call.call_id} ({call.name})]: {output}"))
+        """A background call finished: the model reads it before its next request (kept on disk till then)."""
+        note = NoteArrived(call_id=call.call_id,
+                           text=f"[result of background call {call.call_id} ({call.name})]: {output}")
+        self.notes.append(note)
+        self.records.append(note)
 
     def flush_notes(self, turn: str) -> None:
         for note in self.notes:
-            self.append(UserText(text=note.text, turn=turn))
+            self.append(UserText(text=note.text, turn=turn, note=note.call_id))
         self.notes = []
 
     def close_open_calls(self, why: str, turn: str = "") -> None:

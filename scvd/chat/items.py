@@ -29,6 +29,7 @@ class UserText(Record, tag="user"):
 
     text: str
     turn: str = ""
+    note: str = ""  # a handed-over background result: its call's id (the `note` record it takes up)
 
 
 class AssistantReply(Record, tag="assistant"):
@@ -46,6 +47,13 @@ class ToolOutput(Record, tag="tool"):
     name: str
     output: str
     turn: str = ""
+
+
+class NoteArrived(Record, tag="note"):
+    """A background call's result, waiting to be handed to the model as user text before its next request."""
+
+    call_id: str
+    text: str
 
 
 class SchemasLoaded(Record, tag="schemas"):
@@ -77,7 +85,7 @@ class Opened(Record, tag="open"):
 
 
 HistoryItem = Union[UserText, AssistantReply, ToolOutput]
-AnyRecord = Union[UserText, AssistantReply, ToolOutput, SchemasLoaded, TurnEnded, Cleared, Opened]
+AnyRecord = Union[UserText, AssistantReply, ToolOutput, NoteArrived, SchemasLoaded, TurnEnded, Cleared, Opened]
 
 
 # --- the provider seam's data ------------------------------------------------------------

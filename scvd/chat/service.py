@@ -25,11 +25,15 @@ from .. import errors, protocol as p
 from . import provider as provider_mod
 from .catalog import Catalog
 from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
-from .items import CallRequested, Cleared, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall, Usage
+from .items import (CallRequested, Cleared, NoteArrived, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall,
+                    Usage)
 from .pipeline import screen, submit
 from .transcript import Transcripts, new_id
 
 log = logging.getLogger("scvd.chat")
+
+BACKGROUND_STOPPED = ("its chat session closed (the client disconnected, or scvd stopped) before the call "
+                      "finished; call it again if its result is still needed")
 
 
 @dataclass(eq=False)
@@ -134,8 +138,9 @@ class ChatService:
         chat = self._own(conn, frame.session)
         records = await asyncio.to_thread(self.transcripts.read, chat.conversation)
         start = max((i + 1 for i, r in enumerate(records) if isinstance(r, Cleared)), default=0)
-        shown = [msgspec.to_builtins(r) for r in records[start:] if not isinstance(r, (Opened, SchemasLoaded))]
-        return p.ChatTranscript(id=frame.id, conversation=chat.conversation, records=shown)
+        shown = [r for r in records[start:] if not isinstance(r, (Opened, SchemasLoaded, NoteArrived))]
+        return p.ChatTranscript(id=frame.id, conversation=chat.conversation,
+                                records=[msgspec.to_builtins(r) for r in shown])
 
     async def clear(self, conn: Any, frame: p.ChatClear) -> p.Frame:
         chat = self._own(conn, frame.session)
@@ -254,14 +259,21 @@ class ChatService:
     async def _tool(self, chat: Chat, turn: Turn, action: RunTool) -> None:
         try:
             outcome = await submit(self.daemon, chat.session, action.call.name, action.arguments, turn=turn.id)
+        except asyncio.CancelledError:
+            if action.background:  # the model was promised this result: it learns the call stopped
+                self._note(chat, action.call, error_output("cancelled", BACKGROUND_STOPPED))
+            raise
         except Exception as exc:  # a bug must still answer the call: the turn waits for every result
             log.exception("turn %s: call of %s crashed before its outcome", turn.id, action.call.name)
             outcome = (False, None, p.ToolErrorInfo(kind="failed", message=errors.public_message(exc)))
         if action.background:
-            chat.conv.background_result(action.call, _output(outcome))
-            self._save(chat)
+            self._note(chat, action.call, _output(outcome))
         else:
             chat.results.put_nowait(("result", action.call.call_id, outcome))
+
+    def _note(self, chat: Chat, call: ToolCall, output: str) -> None:
+        chat.conv.background_result(call, output)
+        self._save(chat)  # on disk at once: a reopened conversation still hands it over
 
     def _ask(self, chat: Chat, turn: Turn, action: AskUser) -> None:
         question_id = f"q{secrets.token_hex(4)}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -501,3 +502,69 @@ def test_a_background_result_reaches_the_model_when_it_arrives(make_inproc, monk
     notes = [i["content"] for i in m.requests[3]["input"] if i.get("role") == "user"]
     assert notes[-2].startswith("[result of background call") and '"finished":true' in notes[-2]
     assert notes[-1] == "any news?"
+
+
+def background_config(m: Any, wire_api: str = "responses") -> str:
+    return (f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "{wire_api}"\n'
+            'api_key_env = "SCVD_TEST_MODEL_KEY"\n[chat]\nprovider = "test"\n')
+
+
+def start_in_background(make_inproc, monkeypatch, m: Any, workspace: Path, *, finish: bool) -> tuple[Any, str]:
+    """Turn 1 starts a background call and ends; the result arrives (or not); the connection closes."""
+    monkeypatch.setenv("SCVD_TEST_MODEL_KEY", "sk-test")
+    tool = BackgroundTool()
+    d = make_inproc(background_config(m), tools=[tool])
+    with d.client(name="pytest") as c:
+        opened = open_chat(c, workspace)
+        assert isinstance(run_turn(c, opened.session, "start the job")[1], p.TurnCompleted)
+        if finish:
+            tool.release.set()
+            while not isinstance(c.next_event(), p.CallCompleted):
+                pass
+    # the daemon has dropped the closed session and its calls (a cut-off call is cancelled with it)
+    assert wait_for(lambda: not d.daemon.chat.chats and len(d.daemon.calls) == 0)
+    tool.release.set()
+    return d, opened.conversation
+
+
+def user_texts(m: Any, index: int) -> list[str]:
+    return [i["content"] for i in m.requests[index]["input"] if i.get("role") == "user"]
+
+
+@pytest.mark.parametrize("finish", [True, False], ids=["result", "cut_off"])
+def test_a_background_result_between_turns_reaches_the_model_after_a_reconnect(make_inproc, monkeypatch, model,
+                                                                              workspace, finish):
+    m = model(load("chat_background"), Calls(("chat_background", {"label": "job"})), Text("started it"),
+              Text("here it is"), Text("nothing new"))
+    d, conversation = start_in_background(make_inproc, monkeypatch, m, workspace, finish=finish)
+    with d.client(name="pytest") as c:  # the bridge reconnects and resumes the conversation (bridges.md §5)
+        session = open_chat(c, workspace, conversation=conversation).session
+        run_turn(c, session, "is it done?")
+        run_turn(c, session, "and now?")
+        history = c.request(p.ChatHistory, session=session).records
+    note, asked = user_texts(m, 3)[-2:]
+    assert note.startswith("[result of background call") and asked == "is it done?"
+    if finish:
+        assert '"finished":true' in note
+    else:
+        assert '"kind":"cancelled"' in note and "chat session closed" in note
+    assert user_texts(m, 4).count(note) == 1  # handed over once, not again in the next turn
+    assert [r["text"] for r in history if r.get("note")] == [note]
+
+
+def test_a_background_result_between_turns_reaches_the_model_after_a_restart(make_inproc, make_daemon, monkeypatch,
+                                                                            model, workspace, tmp_path):
+    m = model(load("chat_background"), Calls(("chat_background", {"label": "job"})), Text("started it"),
+              Text("here it is"))
+    d, conversation = start_in_background(make_inproc, monkeypatch, m, workspace, finish=True)
+    # a new scvd process over the state the first one left on disk
+    home = tmp_path / "restarted"
+    (home / "state").mkdir(parents=True)
+    shutil.copytree(d.home / "state" / "chat", home / "state" / "chat")
+    d2 = make_daemon(background_config(m), home=home, env={"SCVD_TEST_MODEL_KEY": "sk-test"})
+    with d2.client(name="pytest") as c:
+        session = open_chat(c, workspace, conversation=conversation).session
+        assert isinstance(run_turn(c, session, "is it done?")[1], p.TurnCompleted)
+    note, asked = user_texts(m, 3)[-2:]
+    assert note.startswith("[result of background call") and '"finished":true' in note
+    assert asked == "is it done?"
