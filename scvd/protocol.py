@@ -274,10 +274,17 @@ class TurnCancel(Frame, tag="turn.cancel"):
 
 
 class ChatHistory(Frame, tag="chat.history"):
-    """The conversation's transcript since it was last cleared; answered with `chat.transcript`."""
+    """The conversation's transcript since it was last cleared; answered with `chat.transcript`.
+
+    Without `limit` and `before` the answer holds every record; a long conversation pages
+    back from the newest: `limit` records, then `before` = the last answer's `start`.
+    """
 
     id: Id
     session: str
+    limit: Annotated[int, msgspec.Meta(
+        ge=1, description="only the newest this many (of those before `before`)")] | None = None
+    before: Annotated[int, msgspec.Meta(ge=0, description="only records at positions below this one")] | None = None
 
 
 class ChatClear(Frame, tag="chat.clear"):
@@ -452,11 +459,17 @@ class TurnAccepted(Frame, tag="turn.accepted"):
 
 
 class ChatTranscript(Frame, tag="chat.transcript"):
-    """Answer to `chat.history`: the transcript's records since the last clear, oldest first."""
+    """Answer to `chat.history`: the transcript's records since the last clear, oldest first.
+
+    `start` is the first record's position (0 is the oldest since the clear); `more` says
+    older records exist: ask again with `before` = `start`.
+    """
 
     id: Id
     conversation: str
     records: list[dict[str, Any]]
+    start: int = 0
+    more: bool = False
 
 
 class McpAttached(Frame, tag="mcp.attached"):

@@ -139,8 +139,24 @@ class ChatService:
         records = await asyncio.to_thread(self.transcripts.read, chat.conversation)
         start = max((i + 1 for i, r in enumerate(records) if isinstance(r, Cleared)), default=0)
         shown = [r for r in records[start:] if not isinstance(r, (Opened, SchemasLoaded, NoteArrived))]
-        return p.ChatTranscript(id=frame.id, conversation=chat.conversation,
-                                records=[msgspec.to_builtins(r) for r in shown])
+        end = len(shown) if frame.before is None else min(frame.before, len(shown))
+        first = 0 if frame.limit is None else max(0, end - frame.limit)
+        answer = p.ChatTranscript(id=frame.id, conversation=chat.conversation, start=first, more=first > 0,
+                                  records=[msgspec.to_builtins(r) for r in shown[first:end]])
+        self._check_fits(answer)
+        return answer
+
+    def _check_fits(self, answer: p.ChatTranscript) -> None:
+        """A page one frame cannot carry is the asker's to shrink: `limit`, not `internal`."""
+        size, room = len(p.encode(answer)), self.daemon.config.server.server_frame_bytes
+        if size <= room:
+            return
+        one = len(answer.records) == 1
+        what = "one record alone makes" if one else f"{len(answer.records)} records make"
+        fix = ("raise server.server_frame_bytes to read it" if one else
+               "ask for fewer with a smaller `limit`, and page back with `before` set to each answer's `start`")
+        raise errors.LimitExceeded(f"chat.history: {what} a {size:,}-byte answer, more than one frame carries "
+                                   f"(server.server_frame_bytes = {room:,}); {fix}")
 
     async def clear(self, conn: Any, frame: p.ChatClear) -> p.Frame:
         chat = self._own(conn, frame.session)

@@ -568,3 +568,32 @@ def test_a_background_result_between_turns_reaches_the_model_after_a_restart(mak
     note, asked = user_texts(m, 3)[-2:]
     assert note.startswith("[result of background call") and '"finished":true' in note
     assert asked == "is it done?"
+
+
+def test_a_history_longer_than_one_frame_pages_through_whole(make_inproc, monkeypatch, model, workspace):
+    monkeypatch.setenv("SCVD_TEST_MODEL_KEY", "sk-test")
+    said = [f"message {n}: " + "x" * 300 for n in range(8)]
+    m = model(*[Text(f"answer {n}") for n in range(9)])
+    d = make_inproc("[server]\nserver_frame_bytes = 2048\n" + background_config(m))
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        for text in said:
+            run_turn(c, session, text)
+        with pytest.raises(errors.LimitExceeded, match="smaller `limit`"):  # whole, it is ~4 KB: not `internal`
+            c.request(p.ChatHistory, session=session)
+        pages, before = [], None
+        while True:
+            page = c.request(p.ChatHistory, session=session, limit=3, before=before)
+            pages.insert(0, page.records)
+            if not page.more:
+                break
+            before = page.start
+        records = [r for chunk in pages for r in chunk]
+        assert [r["text"] for r in records if r["kind"] == "user"] == said
+        assert [r["kind"] for r in records] == ["user", "assistant", "turn"] * 8
+        assert page.start == 0 and len(pages) == 8
+        run_turn(c, session, "z" * 3000)
+        newest = c.request(p.ChatHistory, session=session, limit=2)
+        assert [r["kind"] for r in newest.records] == ["assistant", "turn"] and newest.start == 25 and newest.more
+        with pytest.raises(errors.LimitExceeded, match="raise server.server_frame_bytes"):
+            c.request(p.ChatHistory, session=session, limit=1, before=newest.start)  # the 3,000-char message
