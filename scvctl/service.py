@@ -5,10 +5,12 @@ the two equal; `write_packaging()` regenerates them). The installer writes them
 into the user unit directory with ExecStart pointing at the scvd of this very
 Python environment, then drives `systemctl --user`. Where no user manager can
 be reached (a container, CI, an ssh session without lingering) it says so in
-one line and prints what it wrote.
+one line and prints what it wrote. SCV_HOME and SCV_SOCKET of the installing
+shell go into the units (Environment=, and the socket unit's ListenStream=),
+so the service serves the instance that shell's scvctl talks to.
 
 Exit codes: 0 done (or written while no user manager was reachable), 1 a
-systemctl step failed.
+systemctl step failed, or SCV_HOME / SCV_SOCKET cannot be written into a unit.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from scvd import paths as paths_mod
+from scvd import errors, paths as paths_mod
 
 EXEC_PLACEHOLDER = "ExecStart=%h/.local/bin/scvd run"
 SERVICE = "scvd.service"
 SOCKET = "scvd.socket"
 SYSTEMCTL_TIMEOUT = 60
+DEFAULT_LISTEN = "ListenStream=%t/scv/scvd.sock"
+INSTANCE_VARS = ("SCV_HOME", "SCV_SOCKET")  # they choose the instance (scvd/paths.py)
 
 SERVICE_UNIT = f"""\
 # scvd: runs an AI agent's tool calls behind approvals, as a systemd user service.
@@ -59,14 +63,14 @@ SyslogIdentifier=scvd
 WantedBy=default.target
 """
 
-SOCKET_UNIT = """\
+SOCKET_UNIT = f"""\
 # Socket activation for scvd: systemd listens, and starts scvd.service on the
 # first connection. Installed by `scvctl service install --socket-activated`.
 [Unit]
 Description=scvd socket
 
 [Socket]
-ListenStream=%t/scv/scvd.sock
+{DEFAULT_LISTEN}
 SocketMode=0600
 DirectoryMode=0700
 RemoveOnStop=yes
@@ -113,9 +117,46 @@ def exec_start_line(command: list[str]) -> str:
     return "ExecStart=" + " ".join(words)
 
 
-def render_units(command: list[str]) -> dict[str, str]:
-    """The unit files with ExecStart= set to `command`."""
-    return {SERVICE: SERVICE_UNIT.replace(EXEC_PLACEHOLDER, exec_start_line(command)), SOCKET: SOCKET_UNIT}
+@dataclass(frozen=True)
+class Instance:
+    """What the units carry of the installing shell: SCV_HOME / SCV_SOCKET as set, and the socket."""
+
+    env: dict[str, str]  # absolute, as scvd resolves them (against this cwd); {}: the default instance
+    socket: str | None = None  # where the socket unit listens; None: the default, %t/scv/scvd.sock
+
+    @classmethod
+    def of(cls, env: Mapping[str, str]) -> Instance:
+        if not any(env.get(name) for name in INSTANCE_VARS):
+            return cls({})
+        paths = paths_mod.resolve(env)
+        chosen = {"SCV_HOME": str(paths.home), "SCV_SOCKET": str(paths.socket)}
+        return cls({name: chosen[name] for name in INSTANCE_VARS if env.get(name)}, str(paths.socket))
+
+
+def unit_value(name: str, value: str) -> str:
+    """`value` for a unit file line, `%` doubled; a control character or an edge space cannot be written."""
+    if value != value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise errors.ConfigError(
+            f"{name}={value!r} cannot be written into a systemd unit (a control character, or a space at "
+            f"an end); choose another path, or install from a shell without {name}")
+    return value.replace("%", "%%")
+
+
+def environment_line(name: str, value: str) -> str:
+    """`Environment="NAME=value"`: quoted so spaces stay, backslash and quote escaped; `$` is literal there."""
+    text = unit_value(name, value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'Environment="{name}={text}"'
+
+
+def render_units(command: list[str], instance: Instance | None = None) -> dict[str, str]:
+    """The unit files with ExecStart= set to `command`, serving `instance` (default: the default one)."""
+    instance = instance or Instance({})
+    lines = [environment_line(name, value) for name, value in instance.env.items()]
+    service = SERVICE_UNIT.replace(EXEC_PLACEHOLDER, "\n".join([*lines, exec_start_line(command)]))
+    socket = SOCKET_UNIT
+    if instance.socket:  # systemd must listen where scvd and this shell's clients look
+        socket = socket.replace(DEFAULT_LISTEN, f"ListenStream={unit_value('SCV_SOCKET', instance.socket)}")
+    return {SERVICE: service, SOCKET: socket}
 
 
 def write_packaging(dest: Path | None = None) -> None:
@@ -148,6 +189,7 @@ class Report:
     wrote: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     exec_start: str | None = None
+    instance: dict[str, str] = field(default_factory=dict)  # SCV_HOME / SCV_SOCKET the units carry
     contents: dict[str, str] = field(default_factory=dict)  # dry run: the unit texts by path
     manager: bool | None = None  # None: not asked (dry run)
     manager_error: str | None = None
@@ -190,8 +232,10 @@ def _first_line(text: str) -> str:
 def install(*, socket_activated: bool, dry_run: bool) -> Report:
     directory = unit_dir()
     command = scvd_command()
-    units = render_units(command)
-    report = Report("install", dry_run, str(directory), exec_start=exec_start_line(command))
+    instance = Instance.of(os.environ)
+    units = render_units(command, instance)
+    report = Report("install", dry_run, str(directory), exec_start=exec_start_line(command),
+                    instance=instance.env)
     steps = install_steps(socket_activated)
     if dry_run:
         report.wrote = [str(directory / name) for name in units]
@@ -245,6 +289,11 @@ def print_report(report: Report, as_json: bool, out=sys.stdout) -> None:
         print(f"{would}remove {path}" if would else f"removed {path}", file=out)
     if report.exec_start and not report.dry_run:
         print(f"with {report.exec_start}", file=out)
+    if report.instance:
+        names = " and ".join(report.instance)
+        print(f"the units carry {names} of this shell, so the service is the instance this shell's scvctl "
+              f"talks to ({', '.join(f'{k}={v}' for k, v in report.instance.items())}); for the default "
+              f"instance, run install from a shell without {names}", file=out)
     for line in report.planned:
         print(f"would run: {line}", file=out)
     for step in report.ran:

@@ -239,3 +239,52 @@ def test_scvctl_mounts_the_service_commands(user_env):
     assert report["dry_run"] is True and report["manager"] is None
     assert report["planned"][-1] == "systemctl --user restart scvd.service"
     assert not any(p.exists() for p in installed(user_env))
+
+
+def unit_lines(path: Path, key: str) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line.startswith(key + "=")]
+
+
+@needs_analyze
+def test_install_carries_scv_home_of_this_shell_into_the_units(user_env, tmp_path):
+    # a relative SCV_HOME means this shell's cwd; under systemd the cwd is ~, so the unit gets it absolute
+    shell_cwd = tmp_path / "shell"
+    shell_cwd.mkdir()
+    user_env["SCV_HOME"] = "inst"
+    done = subprocess.run([sys.executable, "-m", "scvctl.service", "install", "--socket-activated"],
+                          env=user_env, cwd=shell_cwd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    home = shell_cwd / "inst"
+    service_unit, socket_unit = installed(user_env)
+    assert unit_lines(service_unit, "Environment") == [f'Environment="SCV_HOME={home}"']
+    assert unit_lines(socket_unit, "ListenStream") == [f"ListenStream={home}/run/scvd.sock"]
+    assert "the units carry SCV_HOME of this shell" in done.stdout and f"SCV_HOME={home}" in done.stdout
+    assert verify_problems(installed(user_env), user_env) == []
+
+
+@needs_analyze
+def test_install_escapes_an_odd_scv_home_and_scv_socket(user_env, tmp_path):
+    odd = tmp_path / 'my "scv" 50% $HOME \\x'
+    user_env.update(SCV_HOME=str(odd), SCV_SOCKET=str(tmp_path / "s %n.sock"))
+    done = run_service(user_env, "install", "--socket-activated")
+    assert done.returncode == 0, done.stderr
+    service_unit, socket_unit = installed(user_env)
+    quoted = str(odd).replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"')
+    assert unit_lines(service_unit, "Environment") == [
+        f'Environment="SCV_HOME={quoted}"', f'Environment="SCV_SOCKET={tmp_path}/s %%n.sock"']
+    assert unit_lines(socket_unit, "ListenStream") == [f"ListenStream={tmp_path}/s %%n.sock"]
+    assert verify_problems(installed(user_env), user_env) == []
+
+
+def test_install_refuses_an_scv_home_no_unit_can_hold(user_env):
+    user_env["SCV_HOME"] = "/tmp/line\nbreak"
+    done = subprocess.run([sys.executable, "-m", "scvctl", "service", "install", "--dry-run"],
+                          env=user_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "cannot be written into a systemd unit" in done.stderr
+    assert "install from a shell without SCV_HOME" in done.stderr
+
+
+def test_install_without_scv_home_keeps_the_default_instance(user_env):
+    done = run_service(user_env, "install", "--socket-activated", "--dry-run")
+    assert "Environment=" not in done.stdout and "carry" not in done.stdout
+    assert "    ListenStream=%t/scv/scvd.sock" in done.stdout
