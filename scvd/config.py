@@ -335,6 +335,29 @@ def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
             key = f"mcp.servers.{name}"
             raise ConfigError(f"{_place(path, key, sources)}: {key}: {problem}")
     _check_pass_env(config, path, sources)
+    _check_paths(config, path, sources)
+
+
+def _path_keys(config: Config) -> list[tuple[str, str | None, bool]]:
+    """(key, value, a bare name is looked up on PATH) of every path-valued key."""
+    keys: list[tuple[str, str | None, bool]] = [("sandbox.bwrap", config.sandbox.bwrap, True)]
+    for name, server in config.mcp.servers.items():
+        keys += [(f"mcp.servers.{name}.command", server.command, True), (f"mcp.servers.{name}.cwd", server.cwd, False)]
+    return keys
+
+
+def _check_paths(config: Config, path: Path, sources: Mapping[str, str]) -> None:
+    """A relative path would mean scvd's working directory, which differs by how scvd was started."""
+    for key, value, names_ok in _path_keys(config):
+        if value is None or value.startswith("/") or value == "~" or value.startswith("~/"):
+            continue
+        if names_ok and "/" not in value:
+            continue
+        bare = " (or a bare name, looked up on scvd's PATH)" if names_ok else ""
+        raise ConfigError(
+            f"{_place(path, key, sources)}: {key}: {value!r} is a relative path, which would mean scvd's "
+            f"working directory (the shell's in the foreground, / with --daemon, ~ under systemd); "
+            f"give an absolute path or ~/...{bare}")
 
 
 SCRIPT_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,55}")  # a script tool's folder (tools/script_defs.py)

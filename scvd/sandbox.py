@@ -293,7 +293,7 @@ def _explain(error: str, bwrap: str) -> str:
 def locate(name: str, env: Mapping[str, str]) -> tuple[str | None, str | None]:
     """(path, None) for a usable bwrap, else (path or None, a one-line verdict)."""
     if "/" in name:
-        path: str | None = os.path.abspath(name)
+        path: str | None = os.path.abspath(os.path.expanduser(name))  # config allows only / and ~/
         if not os.path.isfile(path):
             return path, f"bwrap not found at {path} (sandbox.bwrap): {INSTALL_HINT} or fix sandbox.bwrap"
     else:

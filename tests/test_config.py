@@ -118,6 +118,12 @@ ERRORS = [
                  "NOTIFY_SOCKET is scvd's own or systemd's variable", id="script-pass-env-systemd"),
     pytest.param('[tools.script.Gh-cli]\npass_env = []\n', {}, "tools.script.Gh-cli",
                  "a script tool's folder name is 1-56 chars", id="script-pass-env-bad-tool-name"),
+    pytest.param('[sandbox]\nbwrap = "relative/bwrap"\n', {}, "sandbox.bwrap",
+                 "'relative/bwrap' is a relative path, which would mean scvd's working directory", id="relative-bwrap"),
+    pytest.param('[mcp.servers.fs]\ncommand = "./bin/server"\n', {}, "mcp.servers.fs.command",
+                 "give an absolute path or ~/... (or a bare name, looked up on scvd's PATH)", id="relative-mcp-command"),
+    pytest.param('[mcp.servers.fs]\ncommand = "server"\ncwd = "work"\n', {}, "mcp.servers.fs.cwd",
+                 "'work' is a relative path", id="relative-mcp-cwd"),
 ]
 
 
@@ -148,6 +154,8 @@ ENV_ERRORS = [
                  "no such agent; known agents: claude, codex, pi", id="env-unknown-agent"),
     pytest.param({"SCVD_ADAPTERS__CODEX__MODEL_ARGS": '["-m"]'}, "adapters.codex.model_args",
                  "never uses {model}", id="env-model-args-without-placeholder"),
+    pytest.param({"SCVD_SANDBOX__BWRAP": "bin/bwrap"}, "sandbox.bwrap", "is a relative path",
+                 id="env-relative-bwrap"),
 ]
 
 
@@ -221,6 +229,18 @@ def test_check_config_into_a_reader_that_left_exits_quietly(tmp_path):
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_paths_in_config_are_absolute_or_under_home(tmp_path):
+    """A relative path meant the shell's cwd in the foreground but / with --daemon and ~ under systemd."""
+    text = '[sandbox]\nbwrap = "./bwrap"\n[mcp.servers.fs]\ncommand = "srv"\ncwd = "work"\n'
+    done = check_config(tmp_path / "home", text)
+    assert done.returncode == 2
+    assert "sandbox.bwrap: './bwrap' is a relative path" in done.stderr and "give an absolute path" in done.stderr
+    fine = '[sandbox]\nbwrap = "~/bin/bwrap"\n[mcp.servers.fs]\ncommand = "/usr/bin/srv"\ncwd = "~/work"\n' \
+        '[mcp.servers.gh]\ncommand = "gh-mcp"\ncwd = "/srv"\n'
+    done = check_config(tmp_path / "home", fine)
+    assert done.returncode == 0, done.stderr
 
 
 def test_check_config_without_a_file_says_so(tmp_path):

@@ -65,6 +65,12 @@ def test_a_command_is_looked_up_on_scvds_path_and_a_missing_one_is_unavailable()
         launch(McpServerConfig(command="no-such-mcp"))
 
 
+def test_a_command_and_cwd_under_home_mean_scvds_home(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/u")
+    got = launch(McpServerConfig(command="~/bin/srv", cwd="~/work"))
+    assert got.argv == ["/home/u/bin/srv"] and got.cwd == "/home/u/work"
+
+
 def test_a_missing_secret_is_credential_missing_naming_the_key():
     cfg = McpServerConfig(url="http://127.0.0.1:1/mcp", headers={"Authorization": SecretRef(secret="GH_TOKEN")})
     with pytest.raises(CredentialMissing, match=r"headers Authorization needs the secret GH_TOKEN.*scvctl secrets set GH_TOKEN"):

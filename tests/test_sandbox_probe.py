@@ -90,6 +90,15 @@ def test_a_missing_configured_path_names_it(instance, tmp_path):
     assert "apt install bubblewrap" in r.verdict
 
 
+def test_a_configured_path_under_home_is_found_there(instance, tmp_path, monkeypatch):
+    p, env = instance
+    monkeypatch.setenv("HOME", str(tmp_path))  # config allows ~/...: it means scvd's HOME, not a dir named ~
+    (tmp_path / "bin").mkdir()
+    fake_bwrap(tmp_path / "bin", "exit 0")
+    r = probe(SandboxConfig(mode="bwrap", bwrap="~/bin/bwrap"), p, env)
+    assert r.bwrap == str(tmp_path / "bin" / "bwrap")
+
+
 @pytest.mark.parametrize("message", USERNS_ERRORS)
 def test_user_namespace_refusals_name_the_sysctls(instance, tmp_path, message):
     p, env = instance

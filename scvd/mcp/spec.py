@@ -63,7 +63,7 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
                  base_env: Mapping[str, str], home: Path) -> StdioLaunch:
     """argv, environment and cwd of a stdio server; wrapped in bubblewrap when it is on and not opted out."""
     assert cfg.command is not None
-    command = cfg.command
+    command = os.path.expanduser(cfg.command)  # config allows a name, /... or ~/..., as for cwd
     if "/" not in command:
         found = shutil.which(command, path=base_env.get("PATH"))
         if found is None:
