@@ -336,6 +336,29 @@ def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
             raise ConfigError(f"{_place(path, key, sources)}: {key}: {problem}")
     _check_pass_env(config, path, sources)
     _check_paths(config, path, sources)
+    _check_result_limits(config, path, sources)
+
+
+ESCAPED_BYTE = 6  # the most one byte of a result takes in a JSON frame: a control byte becomes \u00XX
+RESULT_ROOM = 16 * 1024  # the rest of a call.completed frame: ids, the other fields, a marker line, a hint
+RESULT_LIMITS = ("tools.output_limit_bytes", "tools.read_limit_bytes", "skills.max_skill_bytes")
+
+
+def _check_result_limits(config: Config, path: Path, sources: Mapping[str, str]) -> None:
+    """Each result a limit lets through fits one server frame however its bytes escape, so no
+    call the limits allow ends with kind `limit` (connection.py's frame check)."""
+    frame = config.server.server_frame_bytes
+    most = (frame - RESULT_ROOM) // ESCAPED_BYTE
+    for key in RESULT_LIMITS:
+        table, name = key.split(".")
+        value = getattr(getattr(config, table), name)
+        if value > most:
+            culprit = key if key in sources else "server.server_frame_bytes"  # the one the user set
+            raise ConfigError(
+                f"{_place(path, culprit, sources)}: {key}: {value} bytes of result can take {value * ESCAPED_BYTE} "
+                f"in a JSON frame (a control byte becomes \\u00XX), more than server.server_frame_bytes "
+                f"({frame}) carries; set {key} to at most {most}, or server.server_frame_bytes to at least "
+                f"{value * ESCAPED_BYTE + RESULT_ROOM}")
 
 
 def _path_keys(config: Config) -> list[tuple[str, str | None, bool]]:

@@ -124,6 +124,14 @@ ERRORS = [
                  "give an absolute path or ~/... (or a bare name, looked up on scvd's PATH)", id="relative-mcp-command"),
     pytest.param('[mcp.servers.fs]\ncommand = "server"\ncwd = "work"\n', {}, "mcp.servers.fs.cwd",
                  "'work' is a relative path", id="relative-mcp-cwd"),
+    pytest.param("[tools]\nread_limit_bytes = 2097152\n", {}, "tools.read_limit_bytes",
+                 "2097152 bytes of result can take 12582912 in a JSON frame (a control byte becomes \\u00XX), "
+                 "more than server.server_frame_bytes (8388608) carries; set tools.read_limit_bytes to at most "
+                 "1395370, or server.server_frame_bytes to at least 12599296", id="read-limit-above-the-frame"),
+    pytest.param("[server]\nserver_frame_bytes = 1048576\n", {}, "tools.output_limit_bytes",
+                 "set tools.output_limit_bytes to at most 172032", id="frame-lowered-below-the-output-limit"),
+    pytest.param("[skills]\nmax_skill_bytes = 2000000\n", {}, "skills.max_skill_bytes",
+                 "more than server.server_frame_bytes (8388608) carries", id="skill-limit-above-the-frame"),
 ]
 
 
@@ -156,6 +164,8 @@ ENV_ERRORS = [
                  "never uses {model}", id="env-model-args-without-placeholder"),
     pytest.param({"SCVD_SANDBOX__BWRAP": "bin/bwrap"}, "sandbox.bwrap", "is a relative path",
                  id="env-relative-bwrap"),
+    pytest.param({"SCVD_SERVER__SERVER_FRAME_BYTES": "131072"}, "tools.output_limit_bytes",
+                 "more than server.server_frame_bytes (131072) carries", id="env-frame-below-the-output-limit"),
 ]
 
 
@@ -241,6 +251,24 @@ def test_paths_in_config_are_absolute_or_under_home(tmp_path):
         '[mcp.servers.gh]\ncommand = "gh-mcp"\ncwd = "/srv"\n'
     done = check_config(tmp_path / "home", fine)
     assert done.returncode == 0, done.stderr
+
+
+def test_result_limits_that_fit_one_frame_exactly_are_accepted(cfg_file):
+    most = (1 << 20) - 16 * 1024  # room for the rest of the frame
+    text = (f"[server]\nserver_frame_bytes = {1 << 20}\n[tools]\noutput_limit_bytes = {most // 6}\n"
+            f"read_limit_bytes = {most // 6}\n[skills]\nmax_skill_bytes = {most // 6}\n")
+    assert load(cfg_file(text), env={}).config.tools.read_limit_bytes == most // 6
+    with pytest.raises(ConfigError, match=f"tools.read_limit_bytes: {most // 6 + 1} bytes"):
+        load(cfg_file(text.replace(f"read_limit_bytes = {most // 6}", f"read_limit_bytes = {most // 6 + 1}")), env={})
+
+
+def test_a_daemon_whose_reads_could_not_fit_one_frame_does_not_start(tmp_path):
+    """It started, and a read of control bytes within read_limit_bytes then failed with kind `limit`."""
+    text = "[server]\nserver_frame_bytes = 131072\n[tools]\nread_limit_bytes = 65536\noutput_limit_bytes = 4096\n"
+    done = check_config(tmp_path / "home", text, "run")
+    assert done.returncode == 2
+    assert "tools.read_limit_bytes: 65536 bytes of result can take 393216 in a JSON frame" in done.stderr
+    assert "set tools.read_limit_bytes to at most 19114" in done.stderr
 
 
 def test_check_config_without_a_file_says_so(tmp_path):

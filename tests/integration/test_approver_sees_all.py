@@ -232,7 +232,9 @@ def test_a_long_write_shows_its_whole_content(daemon: DaemonProc, workspace: Pat
 
 
 def test_a_request_too_big_for_one_frame_is_refused_not_shown_cut(make_daemon, workspace: Path):
-    d = make_daemon("[server]\nserver_frame_bytes = 65536\n")
+    # results a limit lets through must fit the small frame too (config.py refuses a daemon otherwise)
+    d = make_daemon("[server]\nserver_frame_bytes = 65536\n[tools]\noutput_limit_bytes = 8192\n"
+                    "read_limit_bytes = 8192\n[skills]\nmax_skill_bytes = 8192\n")
     command = ": " + "x" * 70_000 + f"; {HIDDEN}"
     with d.client(name="person") as watcher, d.client(name="agent") as agent:
         watcher.request(p.ApprovalsWatch)

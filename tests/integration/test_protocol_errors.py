@@ -128,10 +128,11 @@ def test_limit_is_exact_and_configurable(make_daemon):
 
 def test_client_library_reads_frames_up_to_the_limit_welcome_announces(make_daemon, workspace):
     """A daemon configured for frames above the 8 MiB default: its answers still reach the client."""
-    d = make_daemon(f"[server]\nserver_frame_bytes = {32 * MiB}\n[tools]\nread_limit_bytes = {12 * MiB}\n")
+    # 64 MiB: a 10 MiB read fits one frame even if every byte were escaped (config.py's rule)
+    d = make_daemon(f"[server]\nserver_frame_bytes = {64 * MiB}\n[tools]\nread_limit_bytes = {10 * MiB}\n")
     (workspace / "big.txt").write_text("z" * (10 * MiB))
     with d.client() as c:
-        assert c.welcome.limits.server_frame_bytes == 32 * MiB
+        assert c.welcome.limits.server_frame_bytes == 64 * MiB
         done = c.call(c.open_session(workspace), "read", {"path": "big.txt", "limit": 10 * MiB})
     assert done.ok and done.result["length"] == 10 * MiB
 
