@@ -572,14 +572,16 @@ def test_a_background_result_between_turns_reaches_the_model_after_a_restart(mak
 
 def test_a_history_longer_than_one_frame_pages_through_whole(make_inproc, monkeypatch, model, workspace):
     monkeypatch.setenv("SCVD_TEST_MODEL_KEY", "sk-test")
-    said = [f"message {n}: " + "x" * 300 for n in range(8)]
+    said = [f"message {n}: " + "x" * 4000 for n in range(8)]
     m = model(*[Text(f"answer {n}") for n in range(9)])
-    d = make_inproc("[server]\nserver_frame_bytes = 2048\n" + background_config(m))
+    small = ("[server]\nserver_frame_bytes = 24576\n"  # about the smallest the least result limits allow
+             "[tools]\noutput_limit_bytes = 1024\nread_limit_bytes = 1024\n[skills]\nmax_skill_bytes = 1024\n")
+    d = make_inproc(small + background_config(m))
     with d.client(name="pytest") as c:
         session = open_chat(c, workspace).session
         for text in said:
             run_turn(c, session, text)
-        with pytest.raises(errors.LimitExceeded, match="smaller `limit`"):  # whole, it is ~4 KB: not `internal`
+        with pytest.raises(errors.LimitExceeded, match="smaller `limit`"):  # whole, it is ~33 KB: not `internal`
             c.request(p.ChatHistory, session=session)
         pages, before = [], None
         while True:
@@ -592,8 +594,8 @@ def test_a_history_longer_than_one_frame_pages_through_whole(make_inproc, monkey
         assert [r["text"] for r in records if r["kind"] == "user"] == said
         assert [r["kind"] for r in records] == ["user", "assistant", "turn"] * 8
         assert page.start == 0 and len(pages) == 8
-        run_turn(c, session, "z" * 3000)
+        run_turn(c, session, "z" * 30000)
         newest = c.request(p.ChatHistory, session=session, limit=2)
         assert [r["kind"] for r in newest.records] == ["assistant", "turn"] and newest.start == 25 and newest.more
         with pytest.raises(errors.LimitExceeded, match="raise server.server_frame_bytes"):
-            c.request(p.ChatHistory, session=session, limit=1, before=newest.start)  # the 3,000-char message
+            c.request(p.ChatHistory, session=session, limit=1, before=newest.start)  # the 30,000-char message
