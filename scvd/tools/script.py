@@ -185,13 +185,13 @@ class ScriptTool(Tool):
         if not result.truncated:
             try:
                 parsed = json.loads(result.output)
+                # decoding undid escapes redact() knows no form of (`\/`, `\u0026`, upper-case hex)
+                return redact_tree(parsed, secrets) if secrets else parsed
             except ValueError:
                 pass
-            else:  # decoding undid escapes redact() knows no form of (`\/`, `\u0026`, upper-case hex)
-                try:
-                    return redact_tree(parsed, secrets) if secrets else parsed
-                except RecursionError:  # nested deeper than the walk goes: the text, redacted as printed
-                    return result.output
+            except RecursionError:  # its escaped text could still hold a secret: not handed back
+                raise Failed(f"{self.name} printed JSON nested too deeply to check for its secrets; "
+                             "have it print flatter JSON") from None
         return result.output
 
     def _rejected(self, stderr: str, said: str) -> CredentialMissing:

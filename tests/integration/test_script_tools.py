@@ -425,19 +425,20 @@ def test_a_script_that_prints_its_secret_never_hands_the_value_back(make_daemon,
 
 DEEP_JSON = """#!/bin/bash
 cat >/dev/null
-python3 -c 'import os; print("[" * 600 + "\\"" + os.environ["API_TOKEN"] + "\\"" + "]" * 600)'
+python3 -c 'import os; v = os.environ["API_TOKEN"].replace("/", "\\\\/"); print("[" * 900 + "\\"" + v + "\\"" + "]" * 900)'
 """
 
 
-def test_a_result_nested_deeper_than_the_redaction_walks_comes_back_as_redacted_text(make_daemon, scv_home,
-                                                                                     workspace):
-    """json.loads takes it; walking it for secrets would not: the call still answers (as text)."""
+def test_a_result_nested_too_deeply_to_check_for_secrets_fails_saying_so(make_daemon, scv_home, workspace):
+    """json.loads takes it, walking it for secrets would not: the escaped text (`\\/`) could hold
+    the value, so it is not handed back, and the error blames the output, not the arguments."""
     make_tool(scv_home, "deep", DEEP_JSON, risk="read_only", secrets=["API_TOKEN"])
-    d = make_daemon(home=scv_home, env={"API_TOKEN": "tok-deep-1", **NO_KEYRING})
+    d = make_daemon(home=scv_home, env={"API_TOKEN": "tok/deep-1", **NO_KEYRING})
     with d.client() as c:
         done = c.call(c.open_session(workspace), "script_deep", {"text": "x"})
-    assert done.ok, done.error
-    assert isinstance(done.result, str) and "[secret API_TOKEN]" in done.result and "tok-deep" not in done.result
+    assert not done.ok and done.error.kind == "failed", done.error
+    assert "nested too deeply to check for its secrets" in done.error.message
+    assert "deep-1" not in done.error.message
 
 
 def strings(value: Any) -> Any:
