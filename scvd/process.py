@@ -215,10 +215,12 @@ class _Run:
         # in another leader's session or group (an MCP server's helper: the server is no run)
         me, my_sid = os.getpid(), os.getsid(0)
         others = [r for r in tuple(_RUNS) if r is not self]  # a copy: runs may start in other threads
-        leaders = set(_LEADERS) - {self.pid}
+        with _SPAWNING:  # a leader the scan saw mid-Popen (another thread's) is in _LEADERS once we hold it
+            every = set(_LEADERS)
+        leaders = every - {self.pid}
         return {
             p.pid for p in procs.values()
-            if p.ppid == me and p.alive and p.sid != my_sid and p.pid not in _LEADERS
+            if p.ppid == me and p.alive and p.sid != my_sid and p.pid not in every
             and p.sid not in leaders and p.pgid not in leaders
             and p.start >= self.start and not any(r.claims(p) for r in others)
         }
@@ -283,7 +285,7 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
                 argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
                 stdout=write_fd, stderr=err_write, start_new_session=True, close_fds=True,
             )
-            _LEADERS.add(popen.pid)  # so no other run takes it for an orphan, nor reaps it
+            _LEADERS.add(popen.pid)  # so no run's orphan sweep (see _orphans) nor reaper takes it
     except BaseException:
         os.close(read_fd)
         if err_read is not None:
