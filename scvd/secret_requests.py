@@ -91,6 +91,8 @@ class SecretRequests:
         try:
             return await self._answer(request, timeout)
         except TimeoutError:
+            if request.future.done():  # answered in the very turn the time ran out: that answer counts
+                return request.future.result()
             self._finish(request, *self._late(request, timeout))
             raise request.future.exception() from None  # type: ignore[misc]
         except asyncio.CancelledError:
