@@ -36,13 +36,17 @@ def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:
 
 async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any], *,
                  turn: str) -> tuple[bool, Any, Any]:
-    """Run one call of `turn` to its end; (ok, result, error: ToolErrorInfo | None)."""
+    """Run one call of `turn` to its end; (ok, result, error: ToolErrorInfo | None). Cancelled after
+    the call had ended (the same loop turn), the CancelledError carries that `outcome`."""
     handle = daemon.calls.submit(session, tool, arguments, requester=session.owner.decider(),
                                  call_id=_call_id(daemon, session, turn), turn=turn)
     try:
         return tuple(await asyncio.shield(handle.outcome))
-    except asyncio.CancelledError:
-        if daemon.calls.get(handle.call_id) is not None:
+    except asyncio.CancelledError as exc:
+        ended = handle.outcome
+        if ended.done() and not ended.cancelled() and ended.exception() is None:
+            exc.outcome = tuple(ended.result())  # type: ignore[attr-defined]
+        elif daemon.calls.get(handle.call_id) is not None:
             daemon.calls.cancel(handle.call_id, "the turn was cancelled")
         raise
 

@@ -275,9 +275,11 @@ class ChatService:
     async def _tool(self, chat: Chat, turn: Turn, action: RunTool) -> None:
         try:
             outcome = await submit(self.daemon, chat.session, action.call.name, action.arguments, turn=turn.id)
-        except asyncio.CancelledError:
-            if action.background:  # the model was promised this result: it learns the call stopped
-                self._note(chat, action.call, error_output("cancelled", BACKGROUND_STOPPED))
+        except asyncio.CancelledError as exc:
+            if action.background:  # the model was promised this result: it, or that the call stopped
+                ended = getattr(exc, "outcome", None)  # it had finished as the session closed
+                stopped = error_output("cancelled", BACKGROUND_STOPPED)
+                self._note(chat, action.call, _output(ended) if ended else stopped)
             raise
         except Exception as exc:  # a bug must still answer the call: the turn waits for every result
             log.exception("turn %s: call of %s crashed before its outcome", turn.id, action.call.name)
