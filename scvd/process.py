@@ -34,6 +34,7 @@ import asyncio
 import errno
 import fcntl
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -64,6 +65,7 @@ SCAN_FIRST, SCAN_MAX = 0.05, 2.0  # descendant scans back off from first to max
 REAP_SECONDS = 1.0  # while a service runs, its exited orphans wait at most this long
 READ_CHUNK = 1 << 20
 PIPE_SIZE = 1 << 20  # a larger pipe means fewer wake-ups for a flood
+CUT_MARKER = re.compile(r"\n\.\.\. \d+ bytes omitted \.\.\.\n")  # CappedOutput.text()'s, where it cut
 
 # no child sees the service manager's variables (it would notify or listen in scvd's name;
 # notify.py drops them from os.environ at start, this covers an env handed in) nor scvd's own
@@ -132,7 +134,7 @@ class CappedOutput:
         head = _cut_partial_char_end(bytes(self.head))
         tail = _cut_partial_char_start(bytes(self.tail))
         omitted = self.seen - len(head) - len(tail)
-        marker = f"\n... {omitted} bytes omitted ...\n"
+        marker = f"\n... {omitted} bytes omitted ...\n"  # CUT_MARKER finds it
         return head.decode("utf-8", "replace") + marker + tail.decode("utf-8", "replace")
 
 

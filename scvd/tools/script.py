@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from .. import passenv
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
-from ..process import run_process
+from ..process import CUT_MARKER, run_process
 from ..secrets import SecretStore, missing_message
 from ..text import excerpt
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk
@@ -43,6 +43,7 @@ STDERR_LIMIT = 64 * 1024  # kept of stderr (head and tail)
 STDERR_TAIL_CHARS = 2000  # of stderr quoted in an error
 SECRETS_SERVICE = "secrets"  # ctx.services key of the daemon's SecretStore
 MAX_ERRORS_SORTED = 64  # of the arguments' schema errors, the first path among these is reported
+CUT_PART_CHARS = 4  # of a secret cut in two by the output cap, a part this long is taken out
 KEPT = ("HOME",)  # besides the allow-list: a script has no private home, so it keeps the user's
 
 
@@ -184,15 +185,13 @@ class ScriptTool(Tool):
             raise Failed(f"{self.name} failed ({how}){said}")
         if not result.truncated:
             try:
-                parsed = json.loads(result.output)
-                # decoding undid escapes redact() knows no form of (`\/`, `\u0026`, upper-case hex)
-                return redact_tree(parsed, secrets) if secrets else parsed
+                return parse_redacted(result.output, secrets)
             except ValueError:
                 pass
             except RecursionError:  # its escaped text could still hold a secret: not handed back
                 raise Failed(f"{self.name} printed JSON nested too deeply to check for its secrets; "
                              "have it print flatter JSON") from None
-        return result.output
+        return redact_text(result.output, secrets)
 
     def _rejected(self, stderr: str, said: str) -> CredentialMissing:
         """Exit 77: the key the script named (`SCV_REJECTED=KEY`), or its only one; with several
@@ -220,13 +219,72 @@ def rejected_key(stderr: str, declared: list[str] | tuple[str, ...]) -> str | No
 
 def redact(text: str, secrets: dict[str, str]) -> str:
     """`text` with every form of each secret's value (as printed, or JSON-escaped) as `[secret KEY]`."""
-    forms = {}
-    for key, value in secrets.items():
-        for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
-            forms[form] = f"[secret {key}]"
+    forms = _forms(secrets)
     for form in sorted(forms, key=len, reverse=True):  # a value inside a longer one goes with it
         text = text.replace(form, forms[form])
     return text
+
+
+def _forms(secrets: dict[str, str]) -> dict[str, str]:
+    """Each secret's value as printed and JSON-escaped, mapped to its stand-in `[secret KEY]`."""
+    forms = {}
+    for key, value in secrets.items():
+        for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
+            if form:
+                forms[form] = f"[secret {key}]"
+    return forms
+
+
+def redact_text(text: str, secrets: dict[str, str]) -> str:
+    """`redact`, and where the output cap cut `text` (its marker line), a value's start before the cut
+    or its end after it. A script printing a marker of its own only costs it a few characters there."""
+    if not secrets:
+        return text
+    text = redact(text, secrets)
+    return _redact_cuts(text, _forms(secrets)) if CUT_MARKER.search(text) else text
+
+
+def _redact_cuts(text: str, forms: dict[str, str]) -> str:
+    pieces = CUT_MARKER.split(text)
+    marks = CUT_MARKER.findall(text)
+    for i in range(len(marks)):  # around each marker: what precedes it, what follows it
+        before, after = pieces[i], pieces[i + 1]
+        for form, standin in forms.items():
+            k = _cut_part(form, lambda n, f=form: before.endswith(f[:n]))
+            if k:
+                before = before[:-k] + standin
+            k = _cut_part(form, lambda n, f=form: after.startswith(f[-n:]))
+            if k:
+                after = standin + after[k:]
+        pieces[i], pieces[i + 1] = before, after
+    return "".join(p + m for p, m in itertools.zip_longest(pieces, marks, fillvalue=""))
+
+
+def _cut_part(form: str, present: Any) -> int:
+    """The longest proper part of `form` that `present(n)` finds, if long enough to matter: at least
+    CUT_PART_CHARS characters or half the value (a 1-character match would blot out ordinary text)."""
+    for n in range(len(form) - 1, 0, -1):
+        if n < CUT_PART_CHARS and 2 * n < len(form):
+            return 0
+        if present(n):
+            return n
+    return 0
+
+
+def parse_redacted(output: str, secrets: dict[str, str]) -> Any:
+    """stdout as JSON, the secrets taken out of each string and number once decoded (the undecoded text
+    is not redacted first: a short value such as a PIN would break the JSON around it). Raises ValueError
+    for text that is not JSON, RecursionError for JSON nested too deeply to walk."""
+    if not secrets:
+        return json.loads(output)
+
+    def number(literal: str) -> Any:  # as printed, so `1234.50` is matched as the script wrote it
+        hidden = redact(literal, secrets)
+        return hidden if hidden != literal else (float(literal) if any(c in literal for c in ".eE")
+                                                 else int(literal))
+
+    # decoding undoes escapes redact() knows no form of (`\/`, `\u0026`, upper-case hex)
+    return redact_tree(json.loads(output, parse_int=number, parse_float=number), secrets)
 
 
 def redact_tree(value: Any, secrets: dict[str, str]) -> Any:
@@ -241,10 +299,10 @@ def redact_tree(value: Any, secrets: dict[str, str]) -> Any:
 
 
 def redacted(result: Any, secrets: dict[str, str]) -> Any:
-    """The run's output and stderr with the secrets' values taken out (before any slicing or parsing)."""
+    """The run with the secrets' values taken out of its stderr (before any slicing); stdout waits for
+    `_answer`, which redacts it as JSON or as text."""
     if secrets:
-        result.output = redact(result.output, secrets)
-        result.stderr = redact(result.stderr, secrets)
+        result.stderr = redact_text(result.stderr, secrets)
     return result
 
 

@@ -423,6 +423,23 @@ def test_a_script_that_prints_its_secret_never_hands_the_value_back(make_daemon,
     assert texts and not [t for t in texts if "tok-" in t]  # no form of the value, escaped or not
 
 
+PRINTS_PIN = """#!/bin/bash
+cat >/dev/null
+python3 -c 'import json, os; print(json.dumps({"pin": int(os.environ["PIN"]), "ok": True, "note": "set " + os.environ["PIN"]}))'
+"""
+
+
+def test_a_short_secret_in_a_json_result_keeps_the_result_json(make_daemon, scv_home, workspace):
+    """A 4-digit PIN printed as a number: the agent gets the object with the PIN taken out, not a
+    string of JSON broken by the stand-in."""
+    make_tool(scv_home, "pin", PRINTS_PIN, risk="read_only", secrets=["PIN"])
+    d = make_daemon(home=scv_home, env={"PIN": "4711", **NO_KEYRING})
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_pin", {"text": "x"})
+    assert done.ok, done.error
+    assert done.result == {"pin": "[secret PIN]", "ok": True, "note": "set [secret PIN]"}
+
+
 DEEP_JSON = """#!/bin/bash
 cat >/dev/null
 python3 -c 'import os; v = os.environ["API_TOKEN"].replace("/", "\\\\/"); print("[" * 900 + "\\"" + v + "\\"" + "]" * 900)'

@@ -1,0 +1,58 @@
+"""What a script tool hands back of its declared secrets: nothing, however short the value or the output cut."""
+
+from __future__ import annotations
+
+import pytest
+
+from scvd.process import CappedOutput
+from scvd.tools.script import parse_redacted, redact_text
+
+PIN = {"PIN": "4711"}
+
+
+def test_a_short_secret_in_json_leaves_the_json_whole():
+    """Redacting the text first turned `{"pin": 4711}` into text that no longer parsed: the agent got a
+    string instead of the object. Decoded first, the number itself is what is taken out."""
+    got = parse_redacted('{"pin": 4711, "note": "pin 4711 set", "n": 1, "4711": [47110, 1.5]}', PIN)
+    assert got == {"pin": "[secret PIN]", "note": "pin [secret PIN] set", "n": 1,
+                   "[secret PIN]": ["[secret PIN]0", 1.5]}
+
+
+def test_a_number_is_matched_as_the_script_printed_it():
+    assert parse_redacted('{"amount": 1234.50, "e": 1e3}', {"K": "1234.50"}) == {"amount": "[secret K]", "e": 1000.0}
+    assert parse_redacted('[-7, 0.25]', {"K": "99"}) == [-7, 0.25]  # untouched keep their type
+
+
+def test_escapes_only_decoding_shows_are_still_caught():
+    assert parse_redacted('{"t": "a\\/b\\u0026c"}', {"T": "a/b&c"}) == {"t": "[secret T]"}
+
+
+def test_text_that_is_not_json_raises_for_the_text_path():
+    with pytest.raises(ValueError):
+        parse_redacted("pin=4711", PIN)
+    assert redact_text("pin=4711", PIN) == "pin=[secret PIN]"
+
+
+def cut(text: str, limit: int) -> str:
+    out = CappedOutput(limit)
+    out.feed(text.encode())
+    return out.text()
+
+
+def test_a_secret_cut_in_two_by_the_output_cap_shows_no_part():
+    """The cap keeps the head and the tail: a value that straddles either edge left its start before
+    the marker or its end after it, out of reach of a whole-value replace."""
+    token = "tok-0123456789abcdef"
+    text = "a" * 40 + token + "b" * 200 + token + "c" * 40
+    capped = cut(text, 100)  # head 50 bytes: 'a' * 40 + 10 of the token; the tail likewise
+    assert "tok-012345" in capped and "6789abcdef" in capped  # the cut fell inside both copies
+    shown = redact_text(capped, {"TOKEN": token})
+    assert "tok-" not in shown and "abcdef" not in shown
+    assert shown.startswith("a" * 40 + "[secret TOKEN]\n... ") and shown.endswith(" omitted ...\n[secret TOKEN]" + "c" * 40)
+
+
+def test_ordinary_text_at_the_cut_is_left_alone():
+    """Only a part long enough to matter is taken out, so a lone letter the value starts with stays."""
+    capped = cut("x" * 60 + "t" + "y" * 200, 122)
+    assert capped.split("\n")[0].endswith("t")
+    assert redact_text(capped, {"TOKEN": "tok-0123456789"}) == capped
