@@ -38,7 +38,7 @@ class Connection:
         self.spawned_by_daemon = spawned_by_daemon(self.pid)
         self.client = ""
         self.approver = False
-        self.answers_secrets = False  # hello's, for its own sessions; a watcher is always asked
+        self.answers_secrets = False  # hello's: whether store_secret's requests may be put to it
         self.initialized = False
         self.watcher = False
         self.closed = False

@@ -121,7 +121,8 @@ class LaunchSpec(msgspec.Struct, omit_defaults=True):
 
 class Hello(Frame, tag="hello"):
     """First frame of a connection. `approver` asks for this connection's own approvals and, unless
-    `answers_secrets` is false (nobody types into this client), store_secret's requests for them."""
+    `answers_secrets` is false (nobody types into this client), store_secret's requests for them;
+    false also keeps them from it when it sends approvals.watch."""
 
     id: Id
     protocol: int

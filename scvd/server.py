@@ -586,8 +586,8 @@ class Daemon:
             conn.approver = True
             return p.Ok(id=frame.id)
         conn.watcher = True
-        # after this `ok` goes out: the secret requests already pending, as events
-        asyncio.get_running_loop().call_soon(self.secret_requests.watching, conn)
+        if conn.answers_secrets:  # after this `ok` goes out: the secret requests already pending, as events
+            asyncio.get_running_loop().call_soon(self.secret_requests.watching, conn)
         return p.Ok(id=frame.id)
 
     def on_approvals_list(self, conn: Connection, frame: p.ApprovalsList) -> p.Frame:
@@ -640,9 +640,9 @@ class Daemon:
 
     def _secret_answerers(self, session_id: str) -> list[Connection]:
         """Who is asked for a secret: the approvers that may answer one (a process scvd started may
-        not) and have someone to type it (hello's answers_secrets; watchers do)."""
-        return [c for c in self._approvers_of(session_id)
-                if (c.watcher or c.answers_secrets) and not self._spawned(c)]
+        not) and have someone to type it (hello's answers_secrets, a watcher's too: a bridge that relays
+        approvals may still have nowhere private to take a secret)."""
+        return [c for c in self._approvers_of(session_id) if c.answers_secrets and not self._spawned(c)]
 
     def _audit_line(self, event: str, **fields: Any) -> None:
         self.calls.write_audit(event, **fields)  # the one writer of audit lines

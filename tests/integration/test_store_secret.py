@@ -165,6 +165,26 @@ def test_an_approver_with_nobody_to_type_is_not_asked_a_watcher_is(setup, worksp
         assert not [e for e in agent.core.events if isinstance(e, p.SecretRequested)]
 
 
+def test_a_watcher_that_says_nobody_types_here_is_not_asked(setup, workspace):
+    """A bridge relaying approvals has no private input for a secret: with answers_secrets false its
+    watch brings it approvals only, and with nobody else to ask, store_secret fails at once saying how."""
+    d = setup
+    with d.client(name="bridge", answers_secrets=False) as bridge:
+        bridge.request(p.ApprovalsWatch)
+        with d.client(name="agent") as agent:
+            sid = agent.open_session(workspace)
+            done = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+            assert done.error.kind == "unavailable" and "no approver is connected" in done.error.message
+            with d.client(name="person") as watcher:  # one that may answer: asked, and the bridge still not
+                watcher.request(p.ApprovalsWatch)
+                call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+                request = secret_requested(watcher, "API_TOKEN")
+                watcher.request(p.SecretProvide, request_id=request.request_id, value=VALUE)
+                assert agent.wait_call(call_id).ok
+        bridge.request(p.Ping)  # whatever it was sent has arrived
+        assert not [e for e in bridge.core.events if isinstance(e, p.SecretRequested)]
+
+
 STORE_FROM_A_CHILD = """
 import sys
 from scvctl.client import Client
