@@ -35,6 +35,7 @@ CONNECT_TIMEOUT = 60.0  # for initialize and the first tools/list
 # how long a stopping link may take to close (a stdio server is SIGKILLed at 4 s); an HTTP server
 # that never answers the session DELETE would hold it for the SDK's 300 s read timeout
 STOP_GRACE = 5.0
+SESSION_GONE = (401, 403, 404)  # a revoked token, a session the server forgot: connect again (5xx too)
 STATUS_HTTP = "http"
 
 
@@ -141,9 +142,11 @@ class ServerLink:
         return read, write
 
     async def _on_response(self, response: Any) -> None:
-        # the optional GET stream (405 from many servers) and the session DELETE are not the connection
-        if response.status_code >= 400 and response.request.method == "POST":
-            self._http_status = response.status_code
+        # the optional GET stream (405 from many servers) and the session DELETE are not the connection;
+        # once ready, a 400 or 422 (a JSON-RPC error in the body: bad params) fails that call only
+        status = response.status_code
+        if status >= 400 and response.request.method == "POST" and (self.state != "ready" or ends_session(status)):
+            self._http_status = status
             self._refused_posts += 1
 
     def _why_lost(self) -> str:
@@ -282,3 +285,8 @@ def _describe(exc: BaseException, url: str | None = None) -> str:
     if isinstance(exc, FileNotFoundError | PermissionError):
         return f"cannot start the server: {exc.strerror}: {exc.filename}"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def ends_session(status: int) -> bool:
+    """An HTTP status on a call's POST that means the connection must start over (and may not come back)."""
+    return status in SESSION_GONE or status >= 500

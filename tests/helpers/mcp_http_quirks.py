@@ -2,12 +2,14 @@
 
 `python mcp_http_quirks.py PORT [hang-delete]`: serves on 127.0.0.1:PORT at /mcp; answers the
 optional GET stream with 405, as many servers do; with `hang-delete`, never answers the session
-DELETE. Its tool `strict` answers every call with a JSON-RPC error (-32602, invalid params).
+DELETE. Its tool `strict` answers every call with a JSON-RPC error (-32602, invalid params);
+a call of `picky` is answered HTTP 400 with that error in the body, as the spec allows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 
 import uvicorn
@@ -29,8 +31,43 @@ def strict(n: int) -> str:
     raise MCPError(-32602, f"n out of range: {n}")
 
 
+@server.tool()
+def picky(n: int) -> str:
+    """Never reached: its calls are refused at the HTTP layer."""
+    return str(n)
+
+
+async def _body(receive) -> bytes:
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body, more = body + message.get("body", b""), message.get("more_body", False)
+    return body
+
+
 def quirky(app, hang_delete: bool):
     async def asgi(scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST":
+            body = await _body(receive)
+            request = json.loads(body or b"null")
+            if isinstance(request, dict) and request.get("method") == "tools/call" \
+                    and request.get("params", {}).get("name") == "picky":
+                error = {"jsonrpc": "2.0", "id": request.get("id"),
+                         "error": {"code": -32602, "message": "refused at the HTTP layer"}}
+                await send({"type": "http.response.start", "status": 400,
+                            "headers": [(b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": json.dumps(error).encode()})
+                return
+            replayed = False
+
+            async def replay():  # the app reads the body this wrapper already took
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await app(scope, replay, send)
+            return
         if scope["type"] == "http" and scope["method"] == "GET":
             await send({"type": "http.response.start", "status": 405, "headers": [(b"allow", b"POST, DELETE")]})
             await send({"type": "http.response.body", "body": b""})

@@ -557,3 +557,20 @@ def test_a_json_rpc_error_fails_that_call_only_beside_a_get_stream_answered_405(
         assert done.ok and done.result["text"] == "hello you", done.error
         assert server(c, "web").restarts == 0
         assert (bad.error.kind, bad.error.message) == ("invalid_arguments", "mcp server web: strict: n out of range: 7")
+
+
+def test_a_json_rpc_error_at_http_status_400_fails_that_call_only(make_daemon, workspace, quirks_http):
+    """A server may answer a bad call with 400 and the JSON-RPC error in the body: the call fails with
+    the server's message, and the connection stays (before, scvd took it for a lost session and
+    reconnected, so the next calls found the server down)."""
+    d = make_daemon(quirks_http())
+    with d.client(name="t") as c:
+        server(c, "web")
+        session = c.open_session(workspace)
+        bad = c.call(session, "mcp__web__picky", {"n": 7})
+        assert (bad.error.kind, bad.error.message) == ("invalid_arguments",
+                                                       "mcp server web: picky: refused at the HTTP layer")
+        done = c.call(session, "mcp__web__hello", {"name": "you"})
+        assert done.ok and done.result["text"] == "hello you", done.error
+        assert server(c, "web").restarts == 0
+
