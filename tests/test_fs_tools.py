@@ -445,7 +445,7 @@ def test_a_cut_line_in_the_write_summary_says_it_was_cut(ws: Workspace) -> None:
     first, shown = plan.summary.splitlines()
     assert shown.startswith("  | echo 'ok'")
     assert f"{len(line) - 160} more chars" in shown
-    assert first.endswith(f"1 lines [cut: {len(line) - 160} more chars; see details]")
+    assert first.endswith(f"1 line [cut: {len(line) - 160} more chars; see details]")
     assert plan.details["content"] == line + "\n"
 
 

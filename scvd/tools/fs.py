@@ -596,7 +596,8 @@ def write_summary(shown: str, mode: str, content: str, data: bytes) -> str:
         head.append(f"  | ... {more} more lines")
     hidden = len(content) - sum(_shown_chars(line) for line in lines[:SUMMARY_LINES])
     note = f" {cut_note(hidden)}" if hidden > 0 else ""
-    return "\n".join([f"write ({mode}) {shown}: {len(data)} bytes, {len(lines)} lines{note}", *head])
+    count = f"{len(lines)} line" if len(lines) == 1 else f"{len(lines)} lines"
+    return "\n".join([f"write ({mode}) {shown}: {len(data)} bytes, {count}{note}", *head])
 
 
 def _shown_chars(line: str) -> int:

@@ -118,7 +118,7 @@ def test_write_asks_and_shows_what_it_writes(owner: Client, ws: Path) -> None:
     sid = owner.open_session(ws)
     done, asked = call(owner, sid, "write", decide="approve", path="hello.py", content="print('hi')\n", mode="create")
     assert asked.risk == "filesystem"
-    assert asked.summary.splitlines() == ["write (create) 'hello.py': 12 bytes, 1 lines", "  | print('hi')"]
+    assert asked.summary.splitlines() == ["write (create) 'hello.py': 12 bytes, 1 line", "  | print('hi')"]
     assert done.ok and done.result == {"path": "hello.py", "bytes_written": 12,
                                        "sha256": sha(b"print('hi')\n"), "created": True, "replaced_link": False}
     assert (ws / "hello.py").read_text() == "print('hi')\n"
