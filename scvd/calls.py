@@ -32,8 +32,10 @@ Rules of a call's life:
   on every path. `write_audit()` is the daemon's only writer of audit lines
   (proposal, completion, the gate's decisions through `record_decision()`, and
   the server's other records).
-- A call's first step runs on a later loop turn than `submit()`, so the
-  server's `call.accepted` always goes out before any event of the call.
+- A call's first step runs after `submit()` returns, so the server's
+  `call.accepted` always goes out before any event of the call: on a later
+  loop turn, or, for a caller that passes `defer` (the server), when it calls
+  `start_due()` right after queueing `call.accepted`.
 - A running call has one timer (`loop.call_at`): it sends `call.progress`
   every `tools.progress_interval_seconds` and enforces the dispatch timeout.
   A tool may report progress itself through `ctx.progress(message)`: a
@@ -162,6 +164,8 @@ class CallRegistry:
         self.table: dict[str, Call] = {}
         self.asking: dict[str, tuple[Call, Tool, Plan]] = {}  # by approval id: the calls waiting at the gate
         self.stopping = False
+        self.due: list[Call] = []  # submitted with `defer`: first steps for the caller's start_due()
+        self.tasked = False  # a call submitted with `defer` since the last start_due() went on in a task
         self._ids = itertools.count(1)
         # one random tag per daemon keeps ids unique across restarts (the audit log outlives a run);
         # a getrandom per call cost more than the rest of the id
@@ -177,8 +181,12 @@ class CallRegistry:
 
     def submit(self, session: Session, tool_name: str, arguments: object, *, requester: Decider,
                call_id: str | None = None, timeout_seconds: float | None = None,
-               turn: str | None = None) -> CallHandle:
-        """Accept a call; its outcome comes through the handle and `call.completed`."""
+               turn: str | None = None, defer: bool = False) -> CallHandle:
+        """Accept a call; its outcome comes through the handle and `call.completed`.
+
+        With `defer`, the caller calls `start_due()` once its answer (`call.accepted`) is queued:
+        the first step of a call that may finish without waiting is taken there, in the same loop
+        turn, so a fast call costs the daemon one turn, not two."""
         if call_id is None:
             call_id = self._new_id()
         elif call_id in self.table:
@@ -190,13 +198,26 @@ class CallRegistry:
                     turn=turn, outcome=loop.create_future())
         session.call_count += 1
         self.table[call_id] = call
-        if tool is not None and tool.runs_now and not tool.decode_blocks:
-            loop.call_soon(self._begin, call)  # a task only once something waits
+        if tool is not None and tool.runs_now and not tool.decode_blocks:  # a task only once something waits
+            if defer:
+                self.due.append(call)
+            else:
+                loop.call_soon(self._begin, call)
         else:
             call.task = loop.create_task(self._life(call))
+            self.tasked = self.tasked or defer
         self.hub.calls_changed()
         background = bool(tool is not None and tool.flags.background)
         return CallHandle(call_id, background, call.outcome)
+
+    def start_due(self) -> bool:
+        """The first steps of the calls submitted with `defer`, in the order they came; True when
+        one of those calls went on in a task instead (its first step comes on the next loop turn)."""
+        due, self.due = self.due, []
+        tasked, self.tasked = self.tasked, False
+        for call in due:
+            self._begin(call)
+        return tasked
 
     def _new_id(self) -> str:
         """A generated call id not in the table (a client may have chosen the next one)."""
@@ -221,6 +242,7 @@ class CallRegistry:
         calls = list(self.table.values())
         for call in calls:
             self._cancel(call, "scvd is stopping")
+        self.start_due()  # they end as cancelled
         if any(c.task is None for c in calls):
             await asyncio.sleep(0)  # first steps not taken yet (_begin) take it now: they end as cancelled
         tasks = [c.task for c in calls if c.task is not None]

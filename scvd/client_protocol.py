@@ -4,7 +4,9 @@ Rules:
 - Frames are split in `data_received` (the frame limit and `frame_too_large` as before,
   `protocol.FrameReader`) and handed to the server one at a time, in order.
 - A handler that answers without waiting answers at once, in the same loop turn: no reader
-  task, no wake-up of one. A handler that waits (an awaitable) runs as a task, and the frames
+  task, no wake-up of one. The answers to the frames of one read go out in one write at its
+  end (`Connection.holding`), after the calls they submitted took their first step
+  (`frames_handled`): a fast call's `call.accepted` and `call.completed` leave together. A handler that waits (an awaitable) runs as a task, and the frames
   after it, and further reading, wait until it is done: answers keep their frames' order.
 - Backpressure: reading pauses while the peer does not read its answers (`pause_writing`)
   and while a handler waits; `Connection.send` still cuts off a peer past WRITE_BUFFER_LIMIT.
@@ -38,6 +40,10 @@ class Server(Protocol):
 
     def frame_too_large(self, conn: Connection) -> None: ...
 
+    def frames_handled(self) -> bool:
+        """A batch of frames was handled: what they started takes its first step now; True when
+        something goes on next turn (a call's task), whose answer should go out with theirs."""
+
     def connection_done(self, conn: Connection) -> None:
         """The peer is gone or ended its stream: drop the connection and its sessions."""
 
@@ -59,6 +65,7 @@ class ClientProtocol(asyncio.Protocol):
         self._reading = True
         self._ended = False  # end of stream or connection lost: drop once the handled frames are done
         self._done = False
+        self._later = False  # the last batch started a task whose answer may come next turn
 
     # --- asyncio.Protocol ------------------------------------------------------------
 
@@ -76,7 +83,12 @@ class ClientProtocol(asyncio.Protocol):
             return
         lines = conn.frames.feed(data)
         if self._idle():
-            self._handle(lines)  # the common case: no deque in between
+            conn.holding = True  # their answers go out together below, not a turn later
+            try:
+                self._handle(lines)  # the common case: no deque in between
+            finally:
+                conn.holding = False
+                conn.flush(soon=self._later)
         else:
             self._lines.extend(lines)
 
@@ -110,6 +122,12 @@ class ClientProtocol(asyncio.Protocol):
         for the next turn after FRAMES_PER_TURN."""
         conn, server = self.conn, self.server
         assert conn is not None
+        try:
+            self._handle_each(conn, server, lines)
+        finally:
+            self._later = server.frames_handled()
+
+    def _handle_each(self, conn: Connection, server: Server, lines: list[Any]) -> None:
         for i, line in enumerate(lines):
             if conn.closed:
                 return

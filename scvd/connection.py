@@ -2,7 +2,8 @@
 
 Rule: frames are written once per loop turn, in order: a call that completes in
 the turn that accepted it reaches the peer as one write (one wake-up), not one
-write per frame. The peer that stops reading is cut off past WRITE_BUFFER_LIMIT.
+write per frame. The answers to the frames of one read go out when they are
+handled (client_protocol's `holding`); other frames at the end of the turn. The peer that stops reading is cut off past WRITE_BUFFER_LIMIT.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class Connection:
         self._seq = itertools.count(1)
         self._out: list[bytes] = []  # frames of this loop turn, written together by _flush()
         self._out_bytes = 0
+        # set while client_protocol handles the frames of one read: it calls flush() at the end,
+        # so their answers go out in that turn, without a callback of their own
+        self.holding = False
         self._loop = asyncio.get_running_loop()
 
     def decider(self) -> Decider:
@@ -67,7 +71,15 @@ class Connection:
             return
         self._out.append(data)
         self._out_bytes += len(data)
-        if len(self._out) == 1:
+        if len(self._out) == 1 and not self.holding:
+            self._loop.call_soon(self._flush)
+
+    def flush(self, soon: bool = False) -> None:
+        """At the end of a batch of frames read (see `holding`): write what is held now, or with
+        `soon` at the end of the turn (a call's task may add its answer first)."""
+        if not soon:
+            self._flush()
+        elif self._out:
             self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:

@@ -396,6 +396,13 @@ class Daemon:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    def frames_handled(self) -> bool:
+        """After a batch of frames read at once: the first steps of the calls they submitted,
+        behind their `call.accepted` and any `call.cancel` in the same batch, in this turn.
+        True when one of them goes on in a task, next turn (hold the answers for it)."""
+        calls = self.calls
+        return calls.start_due() if calls.due or calls.tasked else False
+
     def frame_too_large(self, conn: Connection) -> None:
         limit = conn.frames.limit
         self._send_error(conn, errors.FrameTooLarge(
@@ -443,6 +450,8 @@ class Daemon:
     async def dispatch(self, conn: Connection, frame: Any) -> p.Frame:
         """One request from an in-daemon client (an MCP host's): the socket's path without the bytes."""
         answer = self._dispatch(conn, frame)
+        if self.calls.due or self.calls.tasked:  # after the caller has its call.accepted
+            asyncio.get_running_loop().call_soon(self.calls.start_due)
         return answer if isinstance(answer, p.Frame) else await answer
 
     def _drop_connection(self, conn: Connection) -> None:
@@ -567,7 +576,7 @@ class Daemon:
         session = self._own_session(conn, frame.session)
         handle = self.calls.submit(
             session, frame.tool, frame.arguments, requester=conn.decider(), call_id=frame.call_id,
-            timeout_seconds=frame.timeout_seconds, turn=frame.turn)
+            timeout_seconds=frame.timeout_seconds, turn=frame.turn, defer=True)
         return p.CallAccepted(id=frame.id, call_id=handle.call_id, background=handle.background)
 
     def on_call_cancel(self, conn: Connection, frame: p.CallCancel) -> p.Frame:
