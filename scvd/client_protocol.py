@@ -6,8 +6,9 @@ Rules:
 - A handler that answers without waiting answers at once, in the same loop turn: no reader
   task, no wake-up of one. The answers to the frames of one read go out in one write at its
   end (`Connection.holding`), after the calls they submitted took their first step
-  (`frames_handled`): a fast call's `call.accepted` and `call.completed` leave together. A handler that waits (an awaitable) runs as a task, and the frames
-  after it, and further reading, wait until it is done: answers keep their frames' order.
+  (`frames_handled`): a fast call's `call.accepted` and `call.completed` leave together.
+- A handler that waits (an awaitable) runs as a task, and the frames after it, and further
+  reading, wait until it is done: answers keep their frames' order.
 - Backpressure: reading pauses while the peer does not read its answers (`pause_writing`)
   and while a handler waits; `Connection.send` still cuts off a peer past WRITE_BUFFER_LIMIT.
 - Fairness: at most FRAMES_PER_TURN frames of one connection are handled in one loop turn;

@@ -2,8 +2,9 @@
 
 Rule: frames are written once per loop turn, in order: a call that completes in
 the turn that accepted it reaches the peer as one write (one wake-up), not one
-write per frame. The answers to the frames of one read go out when they are
-handled (client_protocol's `holding`); other frames at the end of the turn. The peer that stops reading is cut off past WRITE_BUFFER_LIMIT.
+write per frame. The answers to the frames of one read go out once they are
+handled (client_protocol's `holding`); other frames at the end of the turn.
+The peer that stops reading is cut off past WRITE_BUFFER_LIMIT.
 """
 
 from __future__ import annotations
