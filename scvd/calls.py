@@ -164,8 +164,7 @@ class CallRegistry:
         self.table: dict[str, Call] = {}
         self.asking: dict[str, tuple[Call, Tool, Plan]] = {}  # by approval id: the calls waiting at the gate
         self.stopping = False
-        self.due: list[Call] = []  # submitted with `defer`: first steps for the caller's start_due()
-        self.tasked = False  # a call submitted with `defer` since the last start_due() went on in a task
+        self.due: list[Call] = []  # submitted with `defer`: started by the caller's start_due()
         self._ids = itertools.count(1)
         # one random tag per daemon keeps ids unique across restarts (the audit log outlives a run);
         # a getrandom per call cost more than the rest of the id
@@ -184,9 +183,9 @@ class CallRegistry:
                turn: str | None = None, defer: bool = False) -> CallHandle:
         """Accept a call; its outcome comes through the handle and `call.completed`.
 
-        With `defer`, the caller calls `start_due()` once its answer (`call.accepted`) is queued:
-        the first step of a call that may finish without waiting is taken there, in the same loop
-        turn, so a fast call costs the daemon one turn, not two."""
+        With `defer`, the call starts when the caller calls `start_due()`, once its answer
+        (`call.accepted`) is queued: a call that may finish without waiting takes its first step
+        there, in the same loop turn, so a fast call costs the daemon one turn, not two."""
         if call_id is None:
             call_id = self._new_id()
         elif call_id in self.table:
@@ -198,25 +197,27 @@ class CallRegistry:
                     turn=turn, outcome=loop.create_future())
         session.call_count += 1
         self.table[call_id] = call
-        if tool is not None and tool.runs_now and not tool.decode_blocks:  # a task only once something waits
-            if defer:
-                self.due.append(call)
-            else:
-                loop.call_soon(self._begin, call)
+        if defer:
+            self.due.append(call)
+        elif _steps_now(tool):  # a task only once something waits
+            loop.call_soon(self._begin, call)
         else:
             call.task = loop.create_task(self._life(call))
-            self.tasked = self.tasked or defer
         self.hub.calls_changed()
         background = bool(tool is not None and tool.flags.background)
         return CallHandle(call_id, background, call.outcome)
 
     def start_due(self) -> bool:
         """The first steps of the calls submitted with `defer`, in the order they came; True when
-        one of those calls went on in a task instead (its first step comes on the next loop turn)."""
+        one of them goes on in a task instead (its first step comes on the next loop turn)."""
         due, self.due = self.due, []
-        tasked, self.tasked = self.tasked, False
+        tasked = False
         for call in due:
-            self._begin(call)
+            if _steps_now(call.tool):
+                self._begin(call)
+            else:
+                call.task = asyncio.get_running_loop().create_task(self._life(call))
+                tasked = True
         return tasked
 
     def _new_id(self) -> str:
@@ -551,6 +552,12 @@ class CallRegistry:
             call_id=call.call_id, session_id=session.id, workspace=session.workspace,
             workspace_fd=session.workspace_fd, config=session.config, paths=self.hub.paths,
             sandbox=self.hub.sandbox, services=session.services, turn=call.turn)
+
+
+def _steps_now(tool: Tool | None) -> bool:
+    """Whether a call's first step runs in a callback (`_begin`), not a task: its tool may finish
+    without waiting (`run_now`) and checks its arguments on the loop."""
+    return tool is not None and tool.runs_now and not tool.decode_blocks
 
 
 def _join(lane: Lane, tool: Tool) -> Ticket:

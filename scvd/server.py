@@ -400,8 +400,7 @@ class Daemon:
         """After a batch of frames read at once: the first steps of the calls they submitted,
         behind their `call.accepted` and any `call.cancel` in the same batch, in this turn.
         True when one of them goes on in a task, next turn (hold the answers for it)."""
-        calls = self.calls
-        return calls.start_due() if calls.due or calls.tasked else False
+        return self.calls.start_due() if self.calls.due else False
 
     def frame_too_large(self, conn: Connection) -> None:
         limit = conn.frames.limit
@@ -450,7 +449,7 @@ class Daemon:
     async def dispatch(self, conn: Connection, frame: Any) -> p.Frame:
         """One request from an in-daemon client (an MCP host's): the socket's path without the bytes."""
         answer = self._dispatch(conn, frame)
-        if self.calls.due or self.calls.tasked:  # after the caller has its call.accepted
+        if self.calls.due:  # after the caller has its call.accepted
             asyncio.get_running_loop().call_soon(self.calls.start_due)
         return answer if isinstance(answer, p.Frame) else await answer
 
