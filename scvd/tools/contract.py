@@ -67,23 +67,55 @@ class ToolFlags:
         }
 
 
-@dataclass
 class Plan:
-    """What a call will do, worked out before approval and shown to the approver."""
+    """What a call will do, worked out before approval and shown to the approver.
 
-    risk: ToolRisk
-    summary: str
-    details: dict[str, Any] = field(default_factory=dict)
-    sandboxed: bool = False  # runs inside bubblewrap
-    network: bool = True  # has network access where it runs
-    writes_confined: bool = False  # can write only inside the workspace
-    # workspace-relative paths the call reads or writes, as asked and as resolved (a symlink followed):
-    # the gate asks for one that approvals.always_ask or the secret-like rule names, whatever grant
-    # exists. Empty: none known (bash, scripts and MCP tools can touch any path).
-    targets: tuple[str, ...] = ()
-    timeout: float | None = None  # the tool's own deadline, enforced by the tool
-    data: Any = None  # anything run() needs, computed once here
-    release: Callable[[], None] | None = None  # frees what `data` holds (an fd); called once the call ends
+    `summary` and `details` are what the approver sees. A tool whose calls mostly run unasked
+    may pass `describe` instead: a function returning (summary, details), called the first time
+    either is read, so a call nobody is asked about does not build them."""
+
+    __slots__ = ("risk", "_summary", "_details", "_describe", "sandboxed", "network", "writes_confined",
+                 "targets", "timeout", "data", "release")
+
+    def __init__(self, risk: ToolRisk, summary: str = "", details: dict[str, Any] | None = None, *,
+                 sandboxed: bool = False, network: bool = True, writes_confined: bool = False,
+                 targets: tuple[str, ...] = (), timeout: float | None = None, data: Any = None,
+                 release: Callable[[], None] | None = None,
+                 describe: Callable[[], tuple[str, dict[str, Any]]] | None = None) -> None:
+        self.risk = risk
+        self._summary = summary
+        self._details = {} if details is None else details
+        self._describe = describe
+        self.sandboxed = sandboxed  # runs inside bubblewrap
+        self.network = network  # has network access where it runs
+        self.writes_confined = writes_confined  # can write only inside the workspace
+        # workspace-relative paths the call reads or writes, as asked and as resolved (a symlink followed):
+        # the gate asks for one that approvals.always_ask or the secret-like rule names, whatever grant
+        # exists. Empty: none known (bash, scripts and MCP tools can touch any path).
+        self.targets = targets
+        self.timeout = timeout  # the tool's own deadline, enforced by the tool
+        self.data = data  # anything run() needs, computed once here
+        self.release = release  # frees what `data` holds (an fd); called once the call ends
+
+    @property
+    def summary(self) -> str:
+        if self._describe is not None:
+            self._described()
+        return self._summary
+
+    @property
+    def details(self) -> dict[str, Any]:
+        if self._describe is not None:
+            self._described()
+        return self._details
+
+    def _described(self) -> None:
+        describe, self._describe = self._describe, None
+        assert describe is not None
+        self._summary, self._details = describe()
+
+    def __repr__(self) -> str:
+        return f"Plan(risk={self.risk!r}, summary={self.summary!r})"
 
 
 @dataclass

@@ -125,8 +125,7 @@ def moved_error(path: str, planned: tuple[str, ...], real: tuple[str, ...], sinc
 
 def planned_real(plan: Plan) -> tuple[str, ...] | None:
     """The real components plan() resolved the path to (None for a plan without them)."""
-    shown = plan.details.get("resolved_path", plan.details.get("path"))
-    return containment.split(shown) if shown else None
+    return containment.split(plan.targets[-1]) if plan.targets else None  # (asked, resolved) or (asked,)
 
 
 def _resolved(parts: tuple[str, ...], real: tuple[str, ...]) -> dict[str, str]:
@@ -459,11 +458,15 @@ class WriteArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     )] = None
 
 
-def _secret_details(parts: tuple[str, ...], real: tuple[str, ...]) -> dict[str, Any]:
+def _secret_reason(parts: tuple[str, ...], real: tuple[str, ...]) -> str | None:
     """The secret-like rule on the requested path and on the one it resolves to (`notes -> .env`)."""
     reason = secret_reason(parts)
     if reason is None and real != parts and (found := secret_reason(real)):
         reason = f"it resolves to {show(containment.join(real))}: {found}"
+    return reason
+
+
+def _secret_details(reason: str | None) -> dict[str, Any]:
     if reason is None:
         return {"secret_like": False}
     return {"secret_like": True, "why": f"filesystem risk: the path looks secret-like: {reason}"}
@@ -502,14 +505,18 @@ class ReadTool(Tool):
             held = _Held(fd, st.st_size, parts, real)
         else:
             os.close(fd)
-        details = {"path": containment.join(parts), **_resolved(parts, real), "offset": args.offset,
-                   "limit": args.limit, "size": st.st_size, **_secret_details(parts, real)}
-        risk = ToolRisk.FILESYSTEM if details["secret_like"] else ToolRisk.READ_ONLY
-        what = "read secret-like file" if details["secret_like"] else "read"
-        summary = (f"{what} {_shown_path(parts, real)}, "
-                   f"bytes {args.offset}..{args.offset + args.limit} of {st.st_size}")
-        return Plan(risk=risk, summary=summary, details=details, network=False, writes_confined=True,
-                    targets=_targets(parts, real), data=held, release=held.close if held else None)
+        secret = _secret_reason(parts, real)
+        size = st.st_size
+
+        def describe() -> tuple[str, dict[str, Any]]:  # what an approver sees, made only if one is asked
+            what = "read" if secret is None else "read secret-like file"
+            summary = f"{what} {_shown_path(parts, real)}, bytes {args.offset}..{args.offset + args.limit} of {size}"
+            return summary, {"path": containment.join(parts), **_resolved(parts, real), "offset": args.offset,
+                             "limit": args.limit, "size": size, **_secret_details(secret)}
+
+        return Plan(risk=ToolRisk.READ_ONLY if secret is None else ToolRisk.FILESYSTEM, describe=describe, network=False,
+                    writes_confined=True, targets=_targets(parts, real), data=held,
+                    release=held.close if held else None)
 
     def run_now(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         held = plan.data
@@ -576,7 +583,7 @@ class WriteTool(Tool):
             details={"path": containment.join(parts), **_resolved(parts, real), "mode": args.mode,
                      "bytes": len(data), "content": args.content,  # whole: the approver sees what lands
                      "expected_sha256": args.expected_sha256,
-                     "replaces_link": linked, **_secret_details(parts, real)},
+                     "replaces_link": linked, **_secret_details(_secret_reason(parts, real))},
             network=False, writes_confined=True, targets=_targets(parts, real), data=data,
         )
 
