@@ -514,8 +514,8 @@ class ReadTool(Tool):
             return summary, {"path": containment.join(parts), **_resolved(parts, real), "offset": args.offset,
                              "limit": args.limit, "size": size, **_secret_details(secret)}
 
-        return Plan(risk=ToolRisk.READ_ONLY if secret is None else ToolRisk.FILESYSTEM, describe=describe, network=False,
-                    writes_confined=True, targets=_targets(parts, real), data=held,
+        return Plan(risk=ToolRisk.READ_ONLY if secret is None else ToolRisk.FILESYSTEM, describe=describe,
+                    network=False, writes_confined=True, targets=_targets(parts, real), data=held,
                     release=held.close if held else None)
 
     def run_now(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
