@@ -350,8 +350,9 @@ def cmd_call(args: argparse.Namespace) -> int:
     if not isinstance(arguments, dict):
         print("usage: arguments must be a JSON object, e.g. '{\"path\": \"README.md\"}'", file=sys.stderr)
         return EXIT_USAGE
-    with connect(args, timeout=None) as c:
-        c.request(p.ApprovalsWatch)  # to say which approval the call waits for
+    # the approver of its own session only: it hears the approval its call waits for, to point at it,
+    # and no other session's requests or secrets (it never answers them; a watcher would be asked)
+    with connect(args, approver=True, timeout=None, answers_secrets=False) as c:
         session = c.open_session(args.workspace.resolve())
         fields = {"timeout_seconds": args.timeout} if args.timeout else {}
         call_id = c.start_call(session, args.tool, arguments, **fields)
