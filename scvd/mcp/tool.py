@@ -95,10 +95,13 @@ class McpTool(Tool):
     def _first_error(self, arguments: dict[str, Any]) -> Any:
         if self._validator is None:
             import jsonschema  # only when a server is configured, like the SDK
+            import referencing
 
             cls = jsonschema.validators.validator_for(self.spec.input_schema, jsonschema.Draft202012Validator)
             try:
-                self._validator = cls(self.spec.input_schema)
+                # an empty registry: a $ref is looked up in the schema, never fetched (jsonschema's default
+                # fetches any URL, before approval); one it cannot resolve leaves the check to the server
+                self._validator = cls(self.spec.input_schema, registry=referencing.Registry())
             except Exception:  # a broken schema from the server: let the server judge its own arguments
                 self._validator = False
         if self._validator is False:

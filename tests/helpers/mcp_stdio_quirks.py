@@ -2,7 +2,8 @@
 
 `python mcp_stdio_quirks.py MODE [STARTS_FILE]`: appends a line to STARTS_FILE at each start.
 MODE `die-after-list` exits (status 3) right after answering tools/list; `huge-schema` also lists
-a tool `big` whose inputSchema is about 9 MB. Its tool `echo` answers with its arguments.
+a tool `big` whose inputSchema is about 9 MB; `remote-ref=URL` also lists a tool `refd` whose
+argument `x` is `{"$ref": URL}`. Its tool `echo` answers with its arguments.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ if len(sys.argv) > 2:
         starts.write("start\n")
 
 tools = [{"name": "echo", "description": "Echo the arguments.", "inputSchema": {"type": "object"}}]
+if mode.startswith("remote-ref="):
+    tools.append({"name": "refd", "description": "A schema that points elsewhere.", "inputSchema": {
+        "type": "object", "properties": {"x": {"$ref": mode.partition("=")[2]}}}})
 if mode == "huge-schema":
     values = [f"v{i:07d}" for i in range(900_000)]
     tools.append({"name": "big", "description": "A huge schema.",

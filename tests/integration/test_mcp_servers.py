@@ -265,6 +265,43 @@ def test_a_tool_with_a_huge_schema_is_a_load_error_and_the_rest_stay(make_daemon
     assert "raw: mcp:raw: big: its inputSchema is " in scvctl(d, "tools", "--errors")
 
 
+def test_a_schema_ref_elsewhere_is_never_fetched(make_daemon, workspace, tmp_path):
+    """A server's inputSchema may point a $ref at any URL: checking arguments before approval
+    must not make scvd fetch it (a request from the user's machine that the server chose)."""
+    import http.server
+    import threading
+
+    fetched: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            fetched.append(self.path)
+            body = b'{"type": "string"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None: ...
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{web.server_address[1]}/schema.json"
+        d = make_daemon(quirks_stdio_table(f"remote-ref={url}", tmp_path / "starts") + 'risk = "read_only"\n')
+        with d.client(name="t") as c:
+            assert server(c, "raw").tools == 2
+            done = c.call(c.open_session(workspace), "mcp__raw__refd", {"x": 3})
+    finally:
+        web.shutdown()
+        web.server_close()
+    assert fetched == []
+    # the $ref cannot be resolved here, so the server judges its own arguments (echo answers)
+    assert done.ok, done.error
+    assert '"x": 3' in done.result["text"]
+
+
 def scvctl(d: DaemonProc, *args: str) -> str:
     from conftest import base_env
 
