@@ -255,7 +255,8 @@ class ChatOpen(Frame, tag="chat.open"):
     conversation: str | None = None
     provider: str | None = None  # a [providers.NAME], or "codex"; default chat.provider
     system_prompt: str | None = None
-    tools: Union[Literal["all"], list[str]] = "all"
+    # None (left out): a resumed conversation's own list, else "all"; "all" said widens a resumed one
+    tools: Union[Literal["all"], list[str], None] = None
 
 
 class TurnStart(Frame, tag="turn.start"):

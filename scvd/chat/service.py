@@ -90,7 +90,7 @@ class ChatService:
         if name not in config.providers and name != provider_mod.CODEX:
             known = ", ".join(sorted(config.providers) + [provider_mod.CODEX])
             raise errors.InvalidRequest(f"no provider {name!r}; configured: {known} ([providers.NAME] in config.toml)")
-        tools = frame.tools if frame.tools != "all" or stored is None else stored.tools
+        tools = frame.tools if frame.tools is not None else stored.tools if stored else "all"
         unknown = sorted(set(tools) - set(self.daemon.registry.names())) if tools != "all" else []
         if unknown:
             raise errors.InvalidRequest(f"chat.open tools: no tool named {', '.join(unknown)}; "

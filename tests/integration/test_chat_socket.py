@@ -464,6 +464,23 @@ def test_a_long_tool_output_is_trimmed_from_later_requests_the_same_way(chat_rig
     assert model.tool_names(3) == ["find_tools", "ask_user", "read"]  # tools=["read"]: nothing else
 
 
+def test_a_resumed_conversation_keeps_its_tools_unless_told_all(chat_rig, workspace):
+    """Left out, `tools` keeps what the conversation was opened with; `"all"` said widens it again."""
+    model, d = chat_rig(load("write"), Text("one"), load("write"), Text("two"), load("write"), Text("three"))
+    with d.client(name="pytest") as c:
+        opened = open_chat(c, workspace, tools=["read"])
+        assert isinstance(run_turn(c, opened.session, "hi")[1], p.TurnCompleted)
+    with d.client(name="pytest") as c:
+        again = open_chat(c, workspace, conversation=opened.conversation)
+        assert again.resumed and isinstance(run_turn(c, again.session, "and?")[1], p.TurnCompleted)
+    with d.client(name="pytest") as c:
+        widened = open_chat(c, workspace, conversation=opened.conversation, tools="all")
+        assert isinstance(run_turn(c, widened.session, "now?")[1], p.TurnCompleted)
+    # each turn's second request comes after find_tools("write"): it loads write only where it may be used
+    assert "write" not in model.tool_names(1) and "write" not in model.tool_names(3)
+    assert "write" in model.tool_names(5)
+
+
 class BackgroundTool(Tool):
     name = "chat_background"
     description = ("Start slow work in the background and report later.\nUse for checking background "
