@@ -229,10 +229,11 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
-def install(*, socket_activated: bool, dry_run: bool) -> Report:
+def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None = None) -> Report:
+    """`socket`: scvctl's --socket, which stands for SCV_SOCKET of this shell."""
     directory = unit_dir()
     command = scvd_command()
-    instance = Instance.of(os.environ)
+    instance = Instance.of(dict(os.environ, SCV_SOCKET=str(socket)) if socket else os.environ)
     units = render_units(command, instance)
     report = Report("install", dry_run, str(directory), exec_start=exec_start_line(command),
                     instance=instance.env)
@@ -308,7 +309,8 @@ def print_report(report: Report, as_json: bool, out=sys.stdout) -> None:
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
-    report = install(socket_activated=args.socket_activated, dry_run=args.dry_run)
+    report = install(socket_activated=args.socket_activated, dry_run=args.dry_run,
+                     socket=getattr(args, "socket", None))
     print_report(report, getattr(args, "json", False))
     return 1 if report.failed else 0
 

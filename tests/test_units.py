@@ -284,6 +284,15 @@ def test_install_refuses_an_scv_home_no_unit_can_hold(user_env):
     assert "install from a shell without SCV_HOME" in done.stderr
 
 
+def test_install_takes_the_socket_flag_as_scv_socket(user_env, tmp_path):
+    sock = tmp_path / "elsewhere.sock"
+    done = subprocess.run([sys.executable, "-m", "scvctl", "--socket", str(sock), "service", "install",
+                           "--socket-activated", "--dry-run"], env=user_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f'    Environment="SCV_SOCKET={sock}"' in done.stdout
+    assert f"    ListenStream={sock}" in done.stdout
+
+
 def test_install_without_scv_home_keeps_the_default_instance(user_env):
     done = run_service(user_env, "install", "--socket-activated", "--dry-run")
     assert "Environment=" not in done.stdout and "carry" not in done.stdout
