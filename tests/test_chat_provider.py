@@ -210,4 +210,15 @@ def test_codex_settings_from_an_imported_setup(tmp_path):
     assert (s.model, s.base_url, s.wire_api, s.api_key, s.key_source) == ("o4", "http://relay/v1", "chat", "k1",
                                                                            "env RELAY_KEY")
     (tmp_path / "auth.json").write_text('{"OPENAI_API_KEY": "k2"}')
+    # the OpenAI login's key never goes to another provider's base_url (codex does the same)
+    assert codex_settings(tmp_path, env={"RELAY_KEY": "k1"}).api_key == "k1"
+    with pytest.raises(ProviderFailure) as info:
+        codex_settings(tmp_path, env={})
+    assert "no API key for its provider 'relay'" in info.value.message
+    # ... unless the provider says it takes that login
+    config = (tmp_path / "config.toml").read_text() + "requires_openai_auth = true\n"
+    (tmp_path / "config.toml").write_text(config)
     assert codex_settings(tmp_path, env={"RELAY_KEY": "k1"}).api_key == "k2"
+    (tmp_path / "config.toml").write_text('model = "o4"\n')  # the built-in openai provider
+    s = codex_settings(tmp_path, env={})
+    assert (s.base_url, s.api_key, s.key_source) == ("https://api.openai.com/v1", "k2", str(tmp_path / "auth.json"))

@@ -106,7 +106,9 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     """The model, provider and API key of an imported Codex setup (`scvctl agents import codex`).
 
     The key is the provider's `experimental_bearer_token` (it comes first, as in codex), else
-    auth.json's OPENAI_API_KEY, else the variable the provider's `env_key` names.
+    auth.json's OPENAI_API_KEY for a provider that takes OpenAI's login (`openai`, or one that says
+    `requires_openai_auth`), else the variable the provider's `env_key` names. As in codex, the
+    OpenAI key never goes to another provider's base_url.
     """
     env = os.environ if env is None else env
     hint = "run `scvctl agents import codex` (a Codex setup with an API key), or configure [providers.NAME]"
@@ -119,13 +121,14 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     provider_id = config.get("model_provider", "openai")
     table = (config.get("model_providers") or {}).get(provider_id, {})
     key, source = str(table.get("experimental_bearer_token") or ""), f"{home / 'config.toml'} (its bearer token)"
-    if not key:
+    if not key and (provider_id == "openai" or table.get("requires_openai_auth") is True):
         key, source = _codex_key(home / "auth.json"), str(home / "auth.json")
     if not key and table.get("env_key"):
         key, source = env.get(str(table["env_key"]), ""), f"env {table['env_key']}"
     if not key:
-        raise ProviderFailure("auth", "the imported Codex setup holds no API key (the provider's "
-                              "experimental_bearer_token, auth.json, or its env_key in scvd's environment)", hint)
+        raise ProviderFailure("auth", f"the imported Codex setup holds no API key for its provider {provider_id!r} "
+                              "(its experimental_bearer_token, auth.json for OpenAI's own login, or its env_key in "
+                              "scvd's environment)", hint)
     return Settings(name=CODEX, model=str(config.get("model") or "gpt-5"),
                     base_url=str(table.get("base_url") or OPENAI_BASE_URL),
                     wire_api=str(table.get("wire_api") or "responses"), api_key=str(key), key_source=source)
