@@ -75,6 +75,8 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     ({"timeout": 0}, None, "timeout", "positive"),
     ({"timeout": -3}, None, "timeout", "positive"),
     ({"secrets": ["not-a-name"]}, None, "secrets", "letters, digits and _"),
+    ({"secrets": ["SCV_HOME"]}, None, "secrets", "SCV_HOME is scvd's own or systemd's variable"),
+    ({"secrets": ["NOTIFY_SOCKET"]}, None, "secrets", "NOTIFY_SOCKET is scvd's own or systemd's variable"),
     ({"command": "/bin/true"}, None, "command", "must be a path inside"),
     ({"command": "../../escape"}, None, "command", "leads outside"),
     ({"command": "./missing"}, None, "command", "does not exist"),
@@ -91,7 +93,7 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     ({"parameters": {**PARAMETERS, "required": ["text", "txt"]}},
      None, "parameters", "required 'txt' at (top) is not a property (properties: text, unique)"),
 ], ids=["json", "unknown-field", "risk", "not-object", "bad-schema", "timeout-0", "timeout-negative",
-        "secret-name", "absolute-command", "escaping-command", "missing-command", "remote-ref", "broken-ref",
+        "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command", "remote-ref", "broken-ref",
         "anchor-nowhere", "dynamic-ref-nowhere", "required-not-a-property"])
 def test_a_bad_definition_names_the_file_and_the_rule(home: Path, spec, raw, rule, text):
     folder = make_tool(home, spec=spec, raw=raw)

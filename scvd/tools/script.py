@@ -123,6 +123,12 @@ class ScriptTool(Tool):
         shown, note = excerpt(arguments)
         where = ("sandboxed, " + ("with network" if network else "no network")) if sandboxed else "unsandboxed"
         secrets = list(d.spec.secrets)
+        providers = _provider_keys(ctx.config)
+        for key in secrets:  # before approval: a provider's key goes to its base_url only, never to a tool
+            if key in providers:
+                raise Failed(f"{self.name}: its secret {key} is a chat provider's API key ({providers[key]}); "
+                             "scvd sends a provider's key to that provider only: store what the tool needs "
+                             "under another name (scvctl secrets set NAME) and declare that in its tool.json")
         summary = f"{self.name} ({where}, timeout {timeout:g} s){note}: {d.spec.command} {shown}"
         return Plan(
             risk=self.risk, summary=summary,
@@ -323,3 +329,14 @@ def register_scripts(registry: Registry, paths: Any, granted: Any = ()) -> None:
     for error in failed:
         log.warning("skipping script tool %s: %s", error.source, error.message)
         registry.add_error(error.source, error.name, error.message)
+
+
+def _provider_keys(config: Any) -> dict[str, str]:
+    """The names chat providers take their API keys from, each with where the config says so."""
+    found: dict[str, str] = {}
+    for name, provider in config.providers.items():
+        for field in ("api_key_secret", "api_key_env"):
+            key = getattr(provider, field)
+            if key:
+                found.setdefault(key, f"providers.{name}.{field}")
+    return found

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import msgspec
 
 from .. import errors
+from ..process import ALWAYS_REMOVED, ALWAYS_REMOVED_PREFIXES
 from ..secrets import check_key
 from .contract import LoadError
 
@@ -97,6 +98,9 @@ def load_one(folder: Path) -> ScriptDef:
             check_key(key)
         except errors.InvalidRequest as exc:
             raise DefinitionError(path, "secrets", exc.message) from None
+        if key in ALWAYS_REMOVED or key.startswith(ALWAYS_REMOVED_PREFIXES):  # else the environment's would do
+            raise DefinitionError(path, "secrets", f"{key} is scvd's own or systemd's variable, which no child "
+                                                   "gets; remove it")
     if spec.timeout is not None and not spec.timeout > 0:
         raise DefinitionError(path, "timeout", f"timeout {spec.timeout:g} must be a positive number of seconds")
     return ScriptDef(name=PREFIX + folder.name, folder=folder, executable=_executable(path, folder, spec.command),

@@ -284,6 +284,22 @@ def test_a_secret_another_tool_declares_is_not_inherited_from_scvds_environment(
     assert theirs.ok and theirs.result["sha256"] == hashlib.sha256(b"for-other-only").hexdigest()
 
 
+def test_a_chat_providers_key_is_no_script_secret(make_daemon, scv_home, workspace, tmp_path):
+    """Declaring the name a provider's key comes from would hand that key to the script (the
+    environment is the lookup's last source): refused before the script starts, value unsaid."""
+    marker = tmp_path / "ran"
+    make_tool(scv_home, "token", f"#!/bin/bash\ntouch {marker}\n", risk="read_only", secrets=["OPENAI_API_KEY"])
+    config = '[providers.work]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_env = "OPENAI_API_KEY"\n'
+    d = make_daemon(config, home=scv_home, env={"OPENAI_API_KEY": "sk-provider-only", **NO_KEYRING})
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_token", {"text": "x"})
+    assert not done.ok and done.error.kind == "failed", done.error
+    assert done.error.message.startswith(
+        "script_token: its secret OPENAI_API_KEY is a chat provider's API key (providers.work.api_key_env)")
+    assert "sk-provider-only" not in done.error.message
+    assert not marker.exists()
+
+
 def test_a_missing_secret_is_credential_missing_before_the_script_starts(make_daemon, scv_home, workspace, tmp_path):
     marker = tmp_path / "ran"
     make_tool(scv_home, "token", f"#!/bin/bash\ntouch {marker}\n", risk="read_only", secrets=["API_TOKEN"])
