@@ -64,7 +64,8 @@ def fold(text: str, width: int) -> str:
 
 
 def _page(text: str) -> bool:
-    """Show `text` in $PAGER (default less); False when there is no pager to run, so the caller prints it."""
+    """Show `text` in $PAGER (default less); False when there is no pager to run or it failed (it may
+    have shown nothing), so the caller prints it."""
     import shlex  # only on a terminal, for a tall request: every scvctl command imports this module
     import subprocess
 
@@ -75,7 +76,11 @@ def _page(text: str) -> bool:
     env.setdefault("LESS", LESS_OPTIONS)
     sys.stdout.flush()
     try:
-        subprocess.run(argv, input=text + "\n", text=True, env=env, check=False)
+        done = subprocess.run(argv, input=text + "\n", text=True, env=env, check=False)
     except OSError:
+        return False
+    if done.returncode != 0:  # less quit with q exits 0; anything else may have shown nothing
+        print(f"(the pager ({argv[0]}) exited with status {done.returncode}; the request follows whole)",
+              flush=True)
         return False
     return True

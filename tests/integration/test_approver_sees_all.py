@@ -197,6 +197,23 @@ def test_watch_on_a_terminal_without_a_pager_prints_the_tall_request_whole(daemo
         assert agent.wait_call(call_id).error.kind == "denied"
 
 
+def test_a_pager_that_fails_leaves_the_tall_request_printed_whole(daemon: DaemonProc, workspace: Path, tmux):
+    """A pager that exits nonzero may have shown nothing: the request is printed whole, never
+    "shown in the pager"."""
+    command = "echo harmless\n" + "".join(f": padding line {i}\n" for i in range(60)) + HIDDEN
+    with daemon.client(name="agent") as agent:
+        sid = agent.open_session(workspace)
+        call_id = agent.start_call(sid, "bash", {"command": command})
+        wait_pending(agent)
+        t = tmux(["env", "PAGER=false", sys.executable, "-m", "scvctl", "approvals", "watch"],
+                 base_env(daemon.home))
+        pane = t.wait_for("approve? [y]es / [n]o / [s]ession:")
+        assert f"    | {HIDDEN}" in pane and "shown in the pager" not in pane
+        assert "the pager (false) exited with status 1; the request follows whole" in t.pane()
+        t.send("n", "Enter")
+        assert agent.wait_call(call_id).error.kind == "denied"
+
+
 def test_a_long_agent_prompt_is_whole_in_details_and_show(make_daemon, tmp_path: Path, workspace: Path):
     fake_bin = make_fake_bin(tmp_path / "bin")
     d = make_daemon(env={"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
