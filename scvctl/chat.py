@@ -86,7 +86,12 @@ def _exec_event(c: Any, args: argparse.Namespace, session: str, event: Any, stat
     elif isinstance(event, p.AssistantCompleted):
         state["text"] = event.text
     elif isinstance(event, p.ApprovalRequested) and event.session == session and args.yes:
-        c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="approve")
+        if event.always_ask:  # no grant covers it, and --yes is no person looking at it
+            c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="deny", reason=(
+                f"scvctl exec --yes approves ordinary requests only; this one always asks a person "
+                f"({event.always_ask}): run exec without --yes while `scvctl approvals watch` runs"))
+        else:
+            c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="approve")
     elif isinstance(event, p.QuestionAsked):
         c.request(p.QuestionAnswer, session=session, question_id=event.question_id, answer=HEADLESS_ANSWER)
     elif isinstance(event, p.CallCompleted):

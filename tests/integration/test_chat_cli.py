@@ -59,6 +59,20 @@ def test_exec_json_with_yes_approves_its_own_calls(chat_daemon, model, workspace
     assert (workspace / "out.txt").read_text() == "done\n"
 
 
+def test_exec_yes_does_not_approve_what_always_asks_a_person(chat_daemon, model, workspace):
+    """--yes approves the turn's ordinary requests; one that always asks (approvals.always_ask:
+    .envrc here) is denied with the reason, never approved unseen."""
+    envrc = Calls(("write", {"path": ".envrc", "content": "export X=1\n", "mode": "create"}))
+    m = model(Calls(("find_tools", {"query": "write"})), envrc, WRITE, Text("one of two"))
+    out = scvctl(chat_daemon(m), "exec", "--json", "--yes", "--workspace", str(workspace), "write both")
+    assert out.returncode == 0, out.stderr
+    first, second = json.loads(out.stdout)["calls"]
+    assert first["error"]["kind"] == "denied" and second["ok"]
+    assert "always asks a person" in first["error"]["message"] and ".envrc" in first["error"]["message"]
+    assert "scvctl approvals watch" in first["error"]["message"]
+    assert not (workspace / ".envrc").exists() and (workspace / "out.txt").read_text() == "done\n"
+
+
 def test_exec_without_yes_is_denied_at_once_naming_the_way_out(chat_daemon, model, workspace):
     m = model(Calls(("find_tools", {"query": "write"})), WRITE, Text("could not write"))
     out = scvctl(chat_daemon(m), "exec", "--workspace", str(workspace), "write it")
