@@ -17,6 +17,7 @@ from typing import Any, Callable
 from scvd import errors, protocol as p
 from scvd.text import printable
 
+from . import usage
 from .cli import EXIT_ERROR, EXIT_OK, ask_request, connect, emit_json, on_secret
 
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
@@ -25,12 +26,12 @@ HEADLESS_ANSWER = "(no answer: scvctl exec runs without a person at the terminal
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd = sub.add_parser("chat", parents=[common], help="chat with the model in this terminal; tools run here")
-    cmd.add_argument("--workspace", type=Path, default=Path.cwd(), help="the workspace (default: here)")
+    cmd.add_argument("--workspace", type=Path, default=Path("."), help="the workspace (default: here)")
     cmd.add_argument("--conversation", help="resume a conversation by its id")
     cmd.add_argument("--provider", help="a [providers.NAME] or codex (default: chat.provider)")
     cmd.set_defaults(handler=cmd_chat)
     cmd = sub.add_parser("exec", parents=[common], help="one headless turn; the answer goes to stdout")
-    cmd.add_argument("--workspace", type=Path, default=Path.cwd(), help="the workspace (default: here)")
+    cmd.add_argument("--workspace", type=Path, default=Path("."), help="the workspace (default: here)")
     cmd.add_argument("--provider", help="a [providers.NAME] or codex (default: chat.provider)")
     cmd.add_argument("--yes", action="store_true", help="approve this turn's calls yourself, without asking")
     cmd.add_argument("prompt")
@@ -40,7 +41,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def _open(c: Any, args: argparse.Namespace, **fields: Any) -> p.ChatOpened:
     if args.provider:
         fields["provider"] = args.provider
-    return c.request(p.ChatOpen, workspace=str(args.workspace.resolve()), **fields)
+    return c.request(p.ChatOpen, workspace=str(usage.workspace(args.workspace)), **fields)
 
 
 def follow(c: Any, session: str, turn: str, on_event: Callable[[Any], None]) -> Any:

@@ -20,6 +20,7 @@ import msgspec
 from scvd import __version__, errors, protocol as p
 from scvd.text import printable
 
+from . import usage
 from .approval_view import first_lines, format_request, present
 from .client import Client, DaemonNotRunning
 
@@ -85,7 +86,7 @@ def _add_approvals(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _add_call(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd = sub.add_parser("call", parents=[common], help="run one tool call through the normal approval gate")
-    cmd.add_argument("--workspace", type=Path, default=Path.cwd(), help="the workspace (default: here)")
+    cmd.add_argument("--workspace", type=Path, default=Path("."), help="the workspace (default: here)")
     cmd.add_argument("--timeout", type=float, help="dispatch timeout in seconds")
     cmd.add_argument("tool")
     cmd.add_argument("arguments", nargs="?", default="{}", help="the arguments as a JSON object")
@@ -102,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     except DaemonNotRunning as exc:
         print(exc.message, file=sys.stderr)
         return EXIT_NOT_RUNNING
+    except usage.UsageError as exc:
+        print(f"usage: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except errors.ScvError as exc:
         print(f"{exc.code}: {exc.message}", file=sys.stderr)
         return EXIT_ERROR
@@ -353,8 +357,8 @@ def cmd_call(args: argparse.Namespace) -> int:
     # the approver of its own session only: it hears the approval its call waits for, to point at it,
     # and no other session's requests or secrets (it never answers them; a watcher would be asked)
     with connect(args, approver=True, timeout=None, answers_secrets=False) as c:
-        session = c.open_session(args.workspace.resolve())
-        fields = {"timeout_seconds": args.timeout} if args.timeout else {}
+        session = c.open_session(usage.workspace(args.workspace))
+        fields = {"timeout_seconds": args.timeout} if args.timeout is not None else {}  # 0 is scvd's to refuse
         call_id = c.start_call(session, args.tool, arguments, **fields)
         try:
             done = _follow(c, call_id, args)

@@ -22,6 +22,7 @@ from typing import Any
 
 from scvd import errors, protocol as p
 
+from . import usage
 from .client import Client
 
 HANDOFF_BYTE = b"\0"  # the one data byte that carries the fds
@@ -29,7 +30,7 @@ HANDOFF_BYTE = b"\0"  # the one data byte that carries the fds
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd = sub.add_parser("mcp", parents=[common], help="serve scvd's tools to an MCP host over stdio")
-    cmd.add_argument("--workspace", type=Path, default=Path.cwd(), help="the session's workspace (default: here)")
+    cmd.add_argument("--workspace", type=Path, default=Path("."), help="the session's workspace (default: here)")
     cmd.set_defaults(handler=cmd_mcp)
 
 
@@ -43,7 +44,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     # an approver, so the session's own approval requests reach the host (used only for hosts that elicit)
     # not for secrets: MCP forbids eliciting them, so store_secret asks the watchers or fails at once
     with Client.connect(args.socket, name="scvctl-mcp", approver=True, answers_secrets=False) as client:
-        attached = hand_over(client, args.workspace.resolve())
+        attached = hand_over(client, usage.workspace(args.workspace))
         stop_writing_stdio()
         return wait_detached(client, attached.session)
 

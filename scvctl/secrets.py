@@ -17,6 +17,7 @@ from typing import Any
 from scvd import errors, paths as paths_mod
 from scvd.secrets import SecretStore, check_key
 
+from . import usage
 from .cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit_json
 
 
@@ -59,8 +60,16 @@ def store() -> SecretStore:
 def read_value(key: str) -> str:
     """Masked on a terminal; otherwise all of stdin, less one trailing newline."""
     if sys.stdin.isatty():
-        return getpass.getpass(f"value for {key} (input hidden): ")
-    value = sys.stdin.read()
+        try:
+            return getpass.getpass(f"value for {key} (input hidden): ")
+        except EOFError:  # Ctrl-D: no value, said as for an empty one
+            print(file=sys.stderr)
+            return ""
+    try:
+        value = sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError as exc:  # never echo the bytes: they are the secret
+        raise usage.UsageError(f"the value piped in for {key} is not UTF-8 text; "
+                               "a secret is stored as text") from None
     if value.endswith("\n"):
         value = value[:-2] if value.endswith("\r\n") else value[:-1]
     return value

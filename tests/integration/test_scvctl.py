@@ -351,3 +351,65 @@ def test_watch_shows_a_request_once_when_it_comes_between_watch_and_list(tmp_pat
     listener.close()
     shown = [json.loads(line) for line in watch.stdout.splitlines()]
     assert [(e["type"], e["approval_id"]) for e in shown] == [("approval.requested", "a1-race")], watch.stdout
+
+
+def test_a_removed_current_directory_leaves_other_commands_working(daemon: DaemonProc, tmp_path: Path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env = base_env(daemon.home)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # `-m scvctl` no longer finds it from here
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        # a shell whose directory was removed under it (rm -rf of a build dir)
+        return subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone),
+                               sys.executable, "-m", "scvctl", *args], env=env, capture_output=True, text=True,
+                              timeout=30)
+
+    status = run("status")
+    assert status.returncode == 0 and "scvd 0.1.0" in status.stdout, status.stderr
+    gone.mkdir()
+    call = run("call", "read", '{"path": "a.txt"}')
+    assert call.returncode == 2 and "Traceback" not in call.stderr
+    assert call.stderr.startswith("usage: the current directory no longer exists, so --workspace . names nothing")
+
+
+def test_call_timeout_zero_is_refused_not_ignored(daemon: DaemonProc, workspace: Path):
+    out = scvctl(daemon, "call", "--workspace", str(workspace), "--timeout", "0", "read", '{"path": "a.txt"}')
+    assert out.returncode == 1
+    assert out.stderr.startswith("invalid_arguments: call timeout_seconds 0 must be above 0"), out.stderr
+
+
+def test_secrets_set_refuses_a_value_that_is_not_utf8_without_quoting_it(tmp_path: Path):
+    env = dict(base_env(tmp_path / "home"), PYTHON_KEYRING_BACKEND="keyring.backends.null.Keyring")
+    out = subprocess.run([sys.executable, "-m", "scvctl", "secrets", "set", "TOK"], env=env,
+                         input=b"ab\xffcd", capture_output=True, timeout=30)
+    err = out.stderr.decode()
+    assert out.returncode == 2 and "Traceback" not in err and "cd" not in err.replace("scvd", "")
+    assert err.startswith("usage: the value piped in for TOK is not UTF-8 text")
+    assert not (tmp_path / "home" / "secrets.toml").exists()
+
+
+def test_secrets_set_takes_ctrl_d_at_the_prompt_as_no_value(tmp_path: Path):
+    import os
+    import pty
+
+    env = dict(base_env(tmp_path / "home"), PYTHON_KEYRING_BACKEND="keyring.backends.null.Keyring")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: scvctl on a terminal, as a person runs it
+        os.execve(sys.executable, [sys.executable, "-m", "scvctl", "secrets", "set", "TOK"], env)
+    seen = b""
+    while b"input hidden" not in seen:
+        seen += os.read(fd, 1024)
+    os.write(fd, b"\x04")
+    while True:
+        try:
+            chunk = os.read(fd, 1024)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    _, status = os.waitpid(pid, 0)
+    text = seen.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 2, text
+    assert "usage: no value given for TOK" in text and "Traceback" not in text
