@@ -363,7 +363,10 @@ def cmd_call(args: argparse.Namespace) -> int:
         try:
             done = _follow(c, call_id, args)
         except KeyboardInterrupt:
-            c.request(p.CallCancel, call_id=call_id)
+            try:
+                c.request(p.CallCancel, call_id=call_id)
+            except errors.CallNotFound:
+                pass  # it completed meanwhile: its call.completed is on the way, print that
             done = _follow(c, call_id, args)
     return _print_completed(done, args)
 
