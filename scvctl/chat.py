@@ -45,18 +45,22 @@ def _open(c: Any, args: argparse.Namespace, **fields: Any) -> p.ChatOpened:
 
 
 def follow(c: Any, session: str, turn: str, on_event: Callable[[Any], None]) -> Any:
-    """Hand each event of the turn to `on_event` until its end; Ctrl-C cancels the turn once."""
+    """Hand each event of the turn to `on_event` until its end; Ctrl-C cancels the turn once, also
+    at a prompt that `on_event` shows (an approval, a question, a secret)."""
     cancelled = False
     while True:
+        event = None
         try:
             event = c.next_event()
+            on_event(event)
         except KeyboardInterrupt:
             if cancelled:
                 raise
             cancelled = True
-            c.request(p.TurnCancel, session=session, turn=turn)
-            continue
-        on_event(event)
+            print(flush=True)  # off the prompt's line
+            if not (isinstance(event, END) and event.turn == turn):  # else it ended already
+                c.request(p.TurnCancel, session=session, turn=turn)
+                continue
         if isinstance(event, END) and event.turn == turn:
             return event
 

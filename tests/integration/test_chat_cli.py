@@ -15,6 +15,7 @@ import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Hang, Status, Text
+from scvd import protocol as p
 from scvd.chat.pipeline import NO_APPROVER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,6 +207,24 @@ def test_chat_in_tmux_prompt_inline_approval_and_streamed_answer(chat_daemon, mo
     assert "\nmodel>" in pane
     assert (workspace / "out.txt").read_text() == "done\n"
     t.wait_for("you>", 10)
+    t.send("/exit", "Enter")
+
+
+def test_chat_ctrl_c_at_the_approval_prompt_cancels_the_turn_not_the_program(chat_daemon, model, tmux, workspace):
+    m = model(Calls(("find_tools", {"query": "write"})), WRITE, Text("still here"))
+    d = chat_daemon(m)
+    t = tmux([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)], d.env)
+    t.wait_for("you>")
+    t.send("please write out.txt", "Enter")
+    t.wait_for("approve? [y]es / [n]o / [s]ession:")
+    t.send("C-c")
+    t.wait_for("(turn cancelled)")
+    t.wait_for("you>", 15)
+    assert not (workspace / "out.txt").exists()
+    with d.client() as c:
+        assert c.request(p.ApprovalsList).approvals == []  # the cancelled call's request went with it
+    t.send("are you there?", "Enter")
+    t.wait_for("still here")
     t.send("/exit", "Enter")
 
 
