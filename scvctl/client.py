@@ -207,20 +207,28 @@ class Client:
             self._read()
 
     def next_event(self) -> Any:
-        """The next pushed event (blocks up to the socket timeout)."""
+        """The next pushed event, however long it takes: a call may wait for a person, and quiet
+        is no sign of a hung scvd (`timeout` bounds only the answers to requests)."""
         while not self.core.events:
             if self.core.orphan_errors:
                 raise error_from_frame(self.core.orphan_errors.popleft())
-            self._read()
+            self._read(answer=False)
         return self.core.events.popleft()
 
     def events(self) -> Iterator[Any]:
         while True:
             yield self.next_event()
 
-    def _read(self) -> None:
+    def _read(self, answer: bool = True) -> None:
+        """Take what scvd sent; waiting for an answer, at most the connection's timeout."""
+        timeout = self.sock.gettimeout()
         try:
-            data = self.sock.recv(1 << 16)
+            if not answer:
+                self.sock.settimeout(None)
+            try:
+                data = self.sock.recv(1 << 16)
+            finally:
+                self.sock.settimeout(timeout)
         except ConnectionError as exc:  # a reset after scvd closed with our frames unread
             raise ConnectionClosed(f"scvd closed the connection ({exc.strerror or exc})") from None
         except TimeoutError:

@@ -413,3 +413,29 @@ def test_secrets_set_takes_ctrl_d_at_the_prompt_as_no_value(tmp_path: Path):
     text = seen.decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 2, text
     assert "usage: no value given for TOK" in text and "Traceback" not in text
+
+
+def test_the_client_waits_for_a_call_however_long_a_person_takes(daemon: DaemonProc, workspace: Path):
+    """The connection's timeout bounds answers to requests, not the wait for a call's events:
+    a call waiting for approval past it is no sign of a hung scvd."""
+    import threading
+
+    from scvctl.client import Client
+
+    with Client.connect(daemon.socket, name="bridge", timeout=1.0) as c:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "write", {"path": "slow.txt", "content": "x", "mode": "create"})
+
+        def approve_later() -> None:
+            time.sleep(2.5)  # past the 1 s timeout
+            with daemon.client() as person:
+                (pending,) = wait_pending(person)
+                person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+
+        thread = threading.Thread(target=approve_later)
+        thread.start()
+        done = c.wait_call(call_id)
+        thread.join()
+        assert done.ok, done.error
+        assert c.status().running_calls == 0  # requests still answer within the timeout
+    assert (workspace / "slow.txt").read_text() == "x"
