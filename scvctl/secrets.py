@@ -116,7 +116,10 @@ def cmd_delete(args: argparse.Namespace) -> int:
     s = store()
     removed = s.delete(args.key)
     if removed:
-        print(f"deleted {args.key} from the {' and the '.join(removed)}")
+        if args.json:
+            emit_json({"name": args.key, "deleted_from": removed})
+        else:
+            print(f"deleted {args.key} from the {' and the '.join(removed)}")
         return EXIT_OK
     left = s.source(args.key)
     if left.source == "env":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import stat
 import subprocess
@@ -236,6 +237,9 @@ def test_scvctl_secrets_set_from_stdin_list_delete(xdg: Path):
 
     gone = scvctl(home, xdg, "secrets", "delete", "API_TOKEN")
     assert gone.returncode == 0 and "deleted API_TOKEN from the file" in gone.stdout
+    scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="again")
+    gone = scvctl(home, xdg, "secrets", "delete", "API_TOKEN", "--json")
+    assert gone.returncode == 0 and json.loads(gone.stdout) == {"name": "API_TOKEN", "deleted_from": ["file"]}
     again = scvctl(home, xdg, "secrets", "delete", "API_TOKEN")
     assert again.returncode == 1 and "API_TOKEN is not stored" in again.stderr
     assert "no secrets stored" in scvctl(home, xdg, "secrets").stdout
