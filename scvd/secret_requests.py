@@ -185,6 +185,11 @@ class SecretRequests:
                 *, reason: str | None = None, entry: Any = None) -> None:
         self.pending.pop(request.id, None)
         if request.future.done():
+            if state == "stored":  # after the call gave up waiting (it ended `failed`): stored all the same
+                log.info("secret request %s: %s stored late, after its call ended", request.id, request.key)
+                self._audit("secret_resolved", request_id=request.id, key=request.key, session=request.session,
+                            call_id=request.call_id, state="stored_late", decided_by=decided_by,
+                            source=entry.source if entry is not None else None)
             return
         if error is None:
             request.future.set_result(entry)

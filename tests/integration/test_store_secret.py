@@ -334,3 +334,31 @@ def test_a_value_still_being_stored_when_the_timeout_comes_ends_stored_not_timed
     assert VALUE in (tmp_path / "keyring.json").read_text()
     records = [json.loads(line) for line in (d.home / "state" / "audit.log").read_text().splitlines()]
     assert [r["state"] for r in records if r["event"] == "secret_resolved"] == ["stored"]
+
+
+@pytest.mark.slow
+def test_a_value_stored_after_its_call_gave_up_is_audited_as_stored_late(make_daemon, scv_home, workspace, tmp_path):
+    """The call ends `failed` (the store took past the timeout and 30 s more); when the store then
+    finishes, the audit log says the value is stored after all, not only that it failed."""
+    d = make_daemon("[approvals]\ntimeout_seconds = 1\n", home=scv_home, env={
+        "PYTHON_KEYRING_BACKEND": slow_keyring.BACKEND, "LOCKABLE_KEYRING": str(tmp_path / "keyring.json"),
+        "SLOW_KEYRING_SECONDS": "33", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+    with d.client(name="agent") as agent, d.client(name="person") as watcher:
+        watcher.request(p.ApprovalsWatch)
+        sid = agent.open_session(workspace)
+        call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "bash"})
+        request = secret_requested(watcher, "API_TOKEN")
+        watcher.send(p.SecretProvide, request_id=request.request_id, value=VALUE)  # its answer waits for the store
+        done = agent.wait_call(call_id)
+        assert not done.ok and "it may be stored anyway" in done.error.message, done
+        deadline = time.monotonic() + 30
+        keyring = tmp_path / "keyring.json"
+        while not (keyring.exists() and VALUE in keyring.read_text()):
+            assert time.monotonic() < deadline, "the slow keyring never stored the value"
+            time.sleep(0.1)
+    assert d.stop() == 0  # the audit log is flushed at exit
+    records = [json.loads(line) for line in (d.home / "state" / "audit.log").read_text().splitlines()]
+    states = [r["state"] for r in records if r["event"] == "secret_resolved"]
+    assert states == ["failed", "stored_late"], states
+    assert VALUE not in (d.home / "state" / "audit.log").read_text()
+
