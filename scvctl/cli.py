@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     except DaemonNotRunning as exc:
         print(exc.message, file=sys.stderr)
         return EXIT_NOT_RUNNING
-    except usage.UsageError as exc:
-        print(f"usage: {exc}", file=sys.stderr)
+    except errors.UsageError as exc:
+        print(f"usage: {exc.message}", file=sys.stderr)
         return EXIT_USAGE
     except errors.ScvError as exc:
         print(f"{exc.code}: {exc.message}", file=sys.stderr)

@@ -17,7 +17,6 @@ from typing import Any
 from scvd import errors, paths as paths_mod
 from scvd.secrets import SecretStore, check_key
 
-from . import usage
 from .cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit_json
 
 
@@ -68,8 +67,8 @@ def read_value(key: str) -> str:
     try:
         value = sys.stdin.buffer.read().decode("utf-8")
     except UnicodeDecodeError as exc:  # never echo the bytes: they are the secret
-        raise usage.UsageError(f"the value piped in for {key} is not UTF-8 text; "
-                               "a secret is stored as text") from None
+        raise errors.UsageError(f"the value piped in for {key} is not UTF-8 text; "
+                                "a secret is stored as text") from None
     if value.endswith("\n"):
         value = value[:-2] if value.endswith("\r\n") else value[:-1]
     return value

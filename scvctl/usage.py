@@ -1,12 +1,10 @@
-"""Usage errors of scvctl commands (exit 2), and the one that comes from the shell's directory."""
+"""The `--workspace` of scvctl's commands, whose default is the shell's directory (which may be gone)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-
-class UsageError(Exception):
-    """A command line that cannot work: scvctl prints `usage: <message>` and exits 2."""
+from scvd.errors import UsageError
 
 
 def workspace(path: Path) -> Path:

@@ -36,6 +36,7 @@
         ├── DaemonNotRunning      client side: nothing answers on the socket
         │   └── DaemonNotAnswering  client side: the socket accepts, but no answer comes in time
         ├── ConnectionClosed      client side: the daemon closed the connection
+        ├── UsageError            client side: a command line that cannot work (scvctl exits 2)
         └── JsonRpcError          `scvctl mcp`'s server in scvd: a JSON-RPC error answered to the MCP host
 
 `error_code()` and `public_message()` turn any exception into the `error` frame a
@@ -287,6 +288,12 @@ class ConnectionClosed(LocalError):
     """The daemon closed the connection."""
 
     code = "connection_closed"
+
+
+class UsageError(LocalError):
+    """Client side: a command line that cannot work (scvctl prints `usage: <message>`, exit 2)."""
+
+    code = "usage"
 
 
 class JsonRpcError(LocalError):
