@@ -35,6 +35,18 @@ def test_a_torn_last_line_is_skipped(tmp_path):
     assert len(t.read("k2")) == 2
 
 
+def test_what_is_written_after_a_torn_line_is_kept(tmp_path):
+    """The next record starts a line of its own: appended onto the torn one, it was lost too
+    (here a clear, silently undone)."""
+    t = Transcripts(tmp_path)
+    t.append("k3", [Opened(workspace="/ws"), UserText(text="hi")])
+    with open(t.path("k3"), "ab") as f:
+        f.write(b'{"kind":"user","te')
+    t.append("k3", [Cleared(), UserText(text="after")])
+    assert [type(r).__name__ for r in t.read("k3")] == ["Opened", "UserText", "Cleared", "UserText"]
+    assert [i.text for i in Conversation.replay(t.read("k3")).history] == ["after"]
+
+
 @pytest.mark.parametrize("bad", ["../x", "a/b", "", ".hidden", "x" * 65])
 def test_ids_that_are_not_ours_are_refused(tmp_path, bad):
     with pytest.raises(errors.InvalidRequest, match="not an id"):

@@ -2,7 +2,8 @@
 
 One file per conversation, named by its id. Lines are the Records of items.py;
 nothing is ever rewritten (chat.clear appends a `clear` record). A torn last
-line (scvd killed mid-write) is skipped when the file is read back.
+line (scvd killed mid-write) is skipped when the file is read back, and the
+next append ends it first, so what comes after it is kept.
 """
 
 from __future__ import annotations
@@ -51,9 +52,13 @@ class Transcripts:
         if not data:
             return
         ensure_private_dir(self.root)
-        fd = os.open(self.path(conversation), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        fd = os.open(self.path(conversation), os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         try:
-            os.write(fd, data)  # one write per batch: a crash tears at most the last line
+            if _torn(fd):  # a crash tore the last line: end it, so this batch starts a line of its own
+                data = b"\n" + data
+            view = memoryview(data)
+            while view:  # one write per batch (a crash tears at most the last line); a short one goes on
+                view = view[os.write(fd, view):]
         finally:
             os.close(fd)
 
@@ -71,3 +76,10 @@ class Transcripts:
             except msgspec.DecodeError:
                 log.warning("%s line %d is unreadable; skipped", path, number)
         return records
+
+
+def _torn(fd: int) -> bool:
+    """Whether the file ends inside a line (its last byte is no newline)."""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+
