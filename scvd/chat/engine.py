@@ -86,9 +86,10 @@ class Conversation:
     records: list[Record] = field(default_factory=list)
 
     @classmethod
-    def replay(cls, records: list[Any]) -> Conversation:
-        """Rebuild from a transcript; a call left without output (a crash) gets a cancelled one."""
-        opened = next((r for r in reversed(records) if isinstance(r, Opened)), None)  # the latest settings
+    def replay(cls, records: list[Any], settings: Opened | None = None) -> Conversation:
+        """Rebuild from a transcript; a call left without output (a crash) gets a cancelled one.
+        `settings` stand in when no `open` record is readable (its write failed or was torn)."""
+        opened = next((r for r in reversed(records) if isinstance(r, Opened)), settings)  # the latest settings
         if opened is None:
             raise ValueError("transcript has no `open` record")
         conv = cls(settings=opened)

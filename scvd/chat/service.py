@@ -91,7 +91,9 @@ class ChatService:
             known = ", ".join(sorted(config.providers) + [provider_mod.CODEX])
             raise errors.InvalidRequest(f"no provider {name!r}; configured: {known} ([providers.NAME] in config.toml)")
         tools = frame.tools if frame.tools is not None else stored.tools if stored else "all"
-        unknown = sorted(set(tools) - set(self.daemon.registry.names())) if tools != "all" else []
+        # only a list the client sends now: a stored one may name a tool not (yet) there, e.g. an MCP
+        # server's while it starts; the catalog leaves such a name out until it is
+        unknown = sorted(set(tools) - set(self.daemon.registry.names())) if frame.tools not in (None, "all") else []
         if unknown:
             raise errors.InvalidRequest(f"chat.open tools: no tool named {', '.join(unknown)}; "
                                         f"tools: {', '.join(self.daemon.registry.names())}")
@@ -101,7 +103,10 @@ class ChatService:
                           system_prompt=frame.system_prompt if frame.system_prompt is not None else
                           (stored.system_prompt if stored else config.chat.system_prompt))
         conversation = frame.conversation or new_id()
-        conv = Conversation.replay(records) if records else Conversation(settings=settings)
+        if records and stored is None:
+            log.warning("conversation %s has no readable open record; resuming it with this chat.open's settings",
+                        frame.conversation)
+        conv = Conversation.replay(records, settings) if records else Conversation(settings=settings)
         conv.settings = settings
         if not records or settings != stored:
             conv.records.append(settings)

@@ -481,6 +481,46 @@ def test_a_resumed_conversation_keeps_its_tools_unless_told_all(chat_rig, worksp
     assert "write" in model.tool_names(5)
 
 
+def test_resuming_with_a_stored_tool_that_is_gone_works_without_it(make_inproc, monkeypatch, model, workspace):
+    """The stored list may name a tool not there now (an MCP server still starting, a script
+    removed): the resume the bridge sends, with no `tools`, must not fail on it."""
+    monkeypatch.setenv("SCVD_TEST_MODEL_KEY", "sk-test")
+    m = model(Text("one"), Text("two"))
+    config = (f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "responses"\n'
+              'api_key_secret = "SCVD_TEST_MODEL_KEY"\n[chat]\nprovider = "test"\n')
+    first = make_inproc(config, tools=[GatherTool()])
+    with first.client(name="pytest") as c:
+        opened = open_chat(c, workspace, tools=["read", "chat_gather"])
+        assert isinstance(run_turn(c, opened.session, "hi")[1], p.TurnCompleted)
+    second = make_inproc(config)  # the same state, without chat_gather
+    shutil.rmtree(second.home / "state" / "chat", ignore_errors=True)
+    shutil.copytree(first.home / "state" / "chat", second.home / "state" / "chat")
+    with second.client(name="pytest") as c:
+        again = open_chat(c, workspace, conversation=opened.conversation)
+        assert again.resumed and isinstance(run_turn(c, again.session, "and?")[1], p.TurnCompleted)
+        with pytest.raises(errors.InvalidRequest, match="no tool named chat_gather"):
+            c.request(p.ChatOpen, workspace=str(workspace), tools=["chat_gather"])  # asked for now: refused
+
+
+def test_a_transcript_without_its_open_record_resumes_with_this_open(make_inproc, monkeypatch, model, workspace):
+    """Its first write failed (a full disk) or was torn: the rest is still the conversation."""
+    monkeypatch.setenv("SCVD_TEST_MODEL_KEY", "sk-test")
+    m = model(Text("one"), Text("two"))
+    config = (f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "responses"\n'
+              'api_key_secret = "SCVD_TEST_MODEL_KEY"\n[chat]\nprovider = "test"\n')
+    d = make_inproc(config)
+    with d.client(name="pytest") as c:
+        opened = open_chat(c, workspace)
+        assert isinstance(run_turn(c, opened.session, "remember 42")[1], p.TurnCompleted)
+    path = d.home / "state" / "chat" / f"{opened.conversation}.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(line for line in lines if b'"kind":"open"' not in line))
+    with d.client(name="pytest") as c:
+        again = open_chat(c, workspace, conversation=opened.conversation)  # was `internal`
+        assert again.resumed and isinstance(run_turn(c, again.session, "what was it?")[1], p.TurnCompleted)
+    assert "remember 42" in user_texts(m, 1)
+
+
 class BackgroundTool(Tool):
     name = "chat_background"
     description = ("Start slow work in the background and report later.\nUse for checking background "
