@@ -43,7 +43,6 @@ class Chat:
     session: Any
     conversation: str
     conv: Conversation
-    catalog: Catalog
     provider: str
     turn: Turn | None = None
     task: asyncio.Task[Any] | None = None
@@ -110,8 +109,7 @@ class ChatService:
         conv.settings = settings
         if not records or settings != stored:
             conv.records.append(settings)
-        chat = Chat(session=session, conversation=conversation, conv=conv, provider=name,
-                    catalog=Catalog.from_registry(session.registry, tools))
+        chat = Chat(session=session, conversation=conversation, conv=conv, provider=name)
         self.chats[session.id] = chat
         self._save(chat)
         return p.ChatOpened(id=frame.id, session=session.id, conversation=conversation,
@@ -126,8 +124,10 @@ class ChatService:
             raise errors.InvalidRequest("scvd is stopping; no new turns are accepted")
         cfg = chat.session.config.chat
         turn_id = f"t{next(self._turns)}-{secrets.token_hex(3)}"
-        chat.turn = Turn(chat.conv, chat.catalog, turn_id, max_steps=cfg.max_steps,
-                         context_tokens=cfg.context_tokens)
+        # the session's tools as they are now: an MCP server's come once it is up, a reload's or a
+        # restarted server's change (its registry follows them), so each turn takes them afresh
+        catalog = Catalog.from_registry(chat.session.registry, chat.conv.settings.tools)
+        chat.turn = Turn(chat.conv, catalog, turn_id, max_steps=cfg.max_steps, context_tokens=cfg.context_tokens)
         chat.results = asyncio.Queue()
         chat.task = asyncio.ensure_future(self._run(chat, chat.turn, frame.text))
         return p.TurnAccepted(id=frame.id, turn=turn_id)

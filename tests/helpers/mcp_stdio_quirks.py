@@ -3,7 +3,8 @@
 `python mcp_stdio_quirks.py MODE [STARTS_FILE]`: appends a line to STARTS_FILE at each start.
 MODE `die-after-list` exits (status 3) right after answering tools/list; `huge-schema` also lists
 a tool `big` whose inputSchema is about 9 MB; `remote-ref=URL` also lists a tool `refd` whose
-argument `x` is `{"$ref": URL}`. Its tool `echo` answers with its arguments.
+argument `x` is `{"$ref": URL}`; `slow-start=SECONDS` waits that long before it reads its first
+line (a server that takes a while to come up). Its tool `echo` answers with its arguments.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ if mode == "huge-schema":
     values = [f"v{i:07d}" for i in range(900_000)]
     tools.append({"name": "big", "description": "A huge schema.",
                   "inputSchema": {"type": "object", "properties": {"x": {"enum": values}}}})
+
+
+if mode.startswith("slow-start="):
+    import time
+
+    time.sleep(float(mode.partition("=")[2]))
 
 
 def send(message: dict) -> None:

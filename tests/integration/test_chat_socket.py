@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -519,6 +520,23 @@ def test_a_transcript_without_its_open_record_resumes_with_this_open(make_inproc
         again = open_chat(c, workspace, conversation=opened.conversation)  # was `internal`
         assert again.resumed and isinstance(run_turn(c, again.session, "what was it?")[1], p.TurnCompleted)
     assert "remember 42" in user_texts(m, 1)
+
+
+def test_a_tool_that_comes_after_chat_open_is_there_for_the_next_turn(chat_rig, workspace, tmp_path):
+    """An MCP server still starting when the chat opened (every daemon start): its tools reach the
+    chat's next turn, as they reach the session."""
+    quirks = Path(__file__).resolve().parents[1] / "helpers" / "mcp_stdio_quirks.py"
+    server = (f'[mcp.servers.raw]\ncommand = "{sys.executable}"\nargs = ["{quirks}", "slow-start=2", '
+              f'"{tmp_path / "starts"}"]\nsandbox = false\nrisk = "read_only"\n')
+    model, d = chat_rig(load("echo"), Text("none yet"), load("echo"), Text("there it is"), extra=server)
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        assert isinstance(run_turn(c, session, "echo?")[1], p.TurnCompleted)
+        assert wait_for(lambda: "mcp__raw__echo" in {t.name for t in c.request(p.ToolsList, session=session).tools},
+                        30)
+        assert isinstance(run_turn(c, session, "echo now?")[1], p.TurnCompleted)
+    assert "mcp__raw__echo" not in model.tool_names(1)
+    assert "mcp__raw__echo" in model.tool_names(3)
 
 
 class BackgroundTool(Tool):
