@@ -32,6 +32,8 @@ from .transcript import Transcripts, new_id
 
 log = logging.getLogger("scvd.chat")
 
+CALLS_END_SECONDS = 10.0  # how long an ended turn waits for its calls to stop (a process's kill grace)
+
 BACKGROUND_STOPPED = ("its chat session closed (the client disconnected, or scvd stopped) before the call "
                       "finished; call it again if its result is still needed")
 
@@ -224,12 +226,27 @@ class ChatService:
             for task in calls.values():
                 task.cancel("the turn ended")
             chat.questions.clear()
+        await self._calls_ended(turn.id, calls)
         self._save(chat)
         self._event(chat, end)
         if model is not None:  # after the end, in a task of its own: no turn.cancel can cut it short
             task = asyncio.ensure_future(_close(model))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
+
+    async def _calls_ended(self, turn_id: str, calls: dict[str, asyncio.Task[Any]]) -> None:
+        """Until the turn's cancelled calls completed (at most CALLS_END_SECONDS), so that their
+        call.completed come before the turn's end, as the protocol says, and the lane is free.
+        Its background calls go on: they outlive their turn."""
+        try:
+            if calls:
+                await asyncio.wait(calls.values(), timeout=CALLS_END_SECONDS)  # each cancels its call
+            left = [c.outcome for c in list(self.daemon.calls.table.values())
+                    if c.turn == turn_id and not c.outcome.done() and not (c.tool and c.tool.flags.background)]
+            if left:
+                await asyncio.wait(left, timeout=CALLS_END_SECONDS)
+        except asyncio.CancelledError:  # cancelled again (scvd stopping): the end still goes out, once
+            pass
 
     async def _drive(self, chat: Chat, turn: Turn, model: Any, work: list[Any],
                      calls: dict[str, asyncio.Task[Any]]) -> p.Frame:

@@ -180,6 +180,28 @@ def test_a_locked_keyring_fails_the_turn_saying_to_unlock_it(chat_rig, workspace
     assert model.requests == []
 
 
+def test_a_cancelled_turn_ends_after_its_calls(chat_rig, workspace):
+    """turn.cancelled is the turn's last event: the call waiting for approval completes (cancelled),
+    and its request is withdrawn, before it."""
+    write = Calls(("write", {"path": "out.txt", "content": "x", "mode": "create"}))
+    model, d = chat_rig(load("write"), write, Text("after"))
+    with d.client(name="pytest", approver=True) as c:
+        session = open_chat(c, workspace).session
+        turn = c.request(p.TurnStart, session=session, text="write it").turn
+        events = [c.next_event()]
+        while not isinstance(events[-1], p.ApprovalRequested):
+            events.append(c.next_event())
+        c.request(p.TurnCancel, session=session, turn=turn)
+        while not isinstance(events[-1], END):
+            events.append(c.next_event())
+        kinds = [type(e).__name__ for e in events]
+        assert kinds[-3:] == ["ApprovalResolved", "CallCompleted", "TurnCancelled"], kinds
+        done = events[-2]
+        assert done.turn == turn and done.error.kind == "cancelled"
+        _, end = run_turn(c, session, "again")  # the lane is free: the next turn runs
+    assert isinstance(end, p.TurnCompleted) and not (workspace / "out.txt").exists()
+
+
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_cancel_mid_stream(chat_rig, workspace, wire_api):
     model, d = chat_rig(Hang("thinking"), Text("after"), wire_api=wire_api)
