@@ -40,6 +40,8 @@ class Text:
     text: str
     chunks: int = 2
     tail: str = ""  # after the last event: "hang" (SSE comments, never the body's end) or "reset" (RST)
+    # Chat Completions only: the tail comes right after the finish_reason chunk, before usage and [DONE]
+    early: bool = False
 
 
 @dataclass
@@ -263,6 +265,8 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
                                           "function": {"name": name, "arguments": text[:half]}}]}))
         out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": text[half:]}}]}))
     out.append(chunk({}, "tool_calls" if calls else "stop"))
+    if getattr(step, "early", False):
+        return out
     out.append(chunk(None, usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}))
     out.append(("", "[DONE]"))
     return out

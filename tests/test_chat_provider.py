@@ -145,6 +145,26 @@ def test_a_turns_requests_share_one_connection_until_aclose(model, wire_api):
 
 @pytest.mark.timeout(20)  # the server keeps a "hang" body open for 30 s: reading on until then fails
 @pytest.mark.parametrize("tail", ["hang", "reset"])
+def test_a_chat_stream_cut_right_after_its_finish_reason_still_answers(model, tail):
+    """A finish_reason makes the answer whole; the usage chunk and [DONE] that may follow are waited
+    for a moment only: a body kept open or cut off after it loses nothing (it failed the turn)."""
+    m = model(Text("all of it", tail=tail, early=True), Text("next"))
+
+    async def run():
+        p = provider(m, "chat")
+        try:
+            return await collect(p, close=False), await collect(p, close=False)
+        finally:
+            await p.aclose()
+
+    first, second = asyncio.run(run())
+    assert "".join(e.text for e in first if isinstance(e, TextDelta)) == "all of it"
+    assert isinstance(first[-1], ReplyDone) and first[-1].usage.input_tokens == 0  # no usage chunk came
+    assert "".join(e.text for e in second if isinstance(e, TextDelta)) == "next"
+
+
+@pytest.mark.timeout(20)  # the server keeps a "hang" body open for 30 s: reading on until then fails
+@pytest.mark.parametrize("tail", ["hang", "reset"])
 @pytest.mark.parametrize("wire_api", ["responses", "chat"])
 def test_a_stream_whose_end_never_comes_or_breaks_still_answers(model, tail, wire_api):
     """After the answer's last event (response.completed; the usage chunk) the rest of the body is

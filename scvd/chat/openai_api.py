@@ -192,7 +192,21 @@ class ChatProvider(_Base):
         calls: dict[int, dict[str, str]] = {}
         usage = Usage()
         finished = False  # a finish_reason came: the answer is whole (the usage chunk may follow)
-        async for chunk in stream:
+        chunks, deadline = stream.__aiter__(), None
+        while True:
+            try:
+                if deadline is None:
+                    chunk = await chunks.__anext__()
+                else:  # the usage chunk and [DONE] are waited for a moment only, as _drain does
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                if deadline is None:
+                    raise
+                log.debug("the end of a Chat Completions stream was not read: %s", exc)  # nothing is lost
+                break
             if chunk.usage:
                 usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
             for choice in chunk.choices or []:
@@ -202,6 +216,8 @@ class ChatProvider(_Base):
                     yield TextDelta(delta.content)
                 for part in (delta.tool_calls if delta else None) or []:
                     _merge_call(calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""}), part)
+            if finished and deadline is None:
+                deadline = asyncio.get_running_loop().time() + DRAIN_SECONDS
         if not finished:
             raise _cut_short(self._where(), "finish_reason")
         for index in sorted(calls):
