@@ -95,9 +95,11 @@ def by_the_rules(items: list, budget: int) -> list | None:
     out = list(items)
     newest = next((i + 1 for i in range(len(out) - 1, -1, -1)
                    if isinstance(out[i], AssistantReply) and out[i].calls), 0)
+    protected = next((i for i in range(len(out) - 1, -1, -1) if isinstance(out[i], UserText)), len(out))
+    if newest <= protected:  # no step after the last user message: an earlier turn's outputs are old
+        newest = len(out)
     if total(out) <= budget or blank(out, range(newest)):
         return out
-    protected = next((i for i in range(len(out) - 1, -1, -1) if isinstance(out[i], UserText)), len(out))
     while protected > 0 and total(out) > budget:  # the oldest exchange starts at 0
         end = 1
         if isinstance(out[0], AssistantReply):
@@ -134,3 +136,18 @@ def test_trimming_estimates_each_item_a_bounded_number_of_times(monkeypatch):
     out = trim_mod.trim(items, 20_000)
     assert out is not None and len(out) < len(items)
     assert counted[0] <= 2 * len(items)
+
+
+def test_at_a_turns_first_request_the_last_turns_outputs_go_before_any_message():
+    """A new turn has no step of its own yet: the previous turn's big output is blanked first,
+    not kept while the person's earlier messages are dropped."""
+    items = [
+        UserText(text="please remember my name is Ada"),
+        AssistantReply(calls=[ToolCall("c1", "read")]),
+        ToolOutput(call_id="c1", name="read", output="x" * 4000),
+        AssistantReply(text="done reading; hello Ada"),
+        UserText(text="what is my name?"),
+    ]
+    blanked = [*items[:2], ToolOutput(call_id="c1", name="read", output=TRIMMED), *items[3:]]
+    out = trim(items, sum(estimate(i) for i in blanked) + 10)
+    assert out == blanked

@@ -2,7 +2,8 @@
 
 Rules, in order, until the estimate fits:
 1. Replace tool outputs with a short marker, oldest first, except the newest
-   step's (those after the last assistant reply with calls).
+   step's (those after the last assistant reply with calls, when it came after
+   the last user message: at a turn's first request, none are spared).
 2. Drop whole exchanges, oldest first: an exchange is a user message, or an
    assistant reply together with the outputs of its calls, so a call is never
    separated from its result. The last user message and what follows it stay.
@@ -36,6 +37,8 @@ def trim(items: Sequence[Any], budget: int) -> list[Any] | None:
     if h.total <= budget:
         return h.items
     newest = _last_step(h.items)
+    if newest <= _last_user(h.items):  # a turn's first request: the last step was an earlier turn's
+        newest = len(h.items)
     if h.blank_until(range(newest), budget):
         return h.items
     cut = _exchanges_to_drop(h, _last_user(h.items), budget)
