@@ -207,10 +207,12 @@ class _Run:
         if self.popen.returncode is None:
             members |= descendants(procs, [self.pid])
         members |= self._orphans(procs)
-        members |= descendants(procs, members | set(self.tracked))
+        # only tracked pids that are still the process we saw: a reused one is somebody else's,
+        # and so are its children
+        members |= descendants(procs, members | set(self.live(procs)))
         for pid in members - {self.pid}:
             if procs[pid].alive:
-                self.tracked.setdefault(pid, procs[pid].start)
+                self.tracked[pid] = procs[pid].start  # ours now, also where the pid was another's before
 
     def _orphans(self, procs: Mapping[int, ProcStat]) -> set[int]:
         # re-parented to scvd, started after our leader, claimed by no other live run, and not
@@ -246,12 +248,17 @@ class _Run:
         if self.popen.returncode is None or live:
             signal_group(self.pid, sig)
         for pid in live:
+            if procs[pid].pgid == pid:  # a group of its own (setsid): its newest forks are in it
+                signal_group(pid, sig)
             signal_pid(pid, sig)
         return len(live)
 
     def reap_tracked(self) -> None:
-        for pid in list(self.tracked):
-            if reap(pid):
+        for pid, start in list(self.tracked.items()):
+            now = read_stat(pid)
+            if now is None or now.start != start:  # gone, or the pid is another process's now: not ours
+                del self.tracked[pid]
+            elif reap(pid):
                 del self.tracked[pid]
 
 
@@ -385,7 +392,7 @@ async def run_process(
         timed_out = await _supervise(run, exit_task, started, timeout)
         # the leader is gone: kill what is left, read what is buffered, both bounded
         if run.signal_all(signal.SIGKILL):
-            await _settle(run, exit_task, DRAIN_SECONDS)
+            await _settle(run, exit_task, DRAIN_SECONDS, kill=True)
         await asyncio.gather(*(reader.drain(DRAIN_SECONDS) for reader in readers))
     except asyncio.CancelledError:
         await _terminate(run, exit_task)
@@ -422,13 +429,18 @@ async def _supervise(run: _Run, exit_task: asyncio.Task, started: float, timeout
             next_scan = now + gap
 
 
-async def _settle(run: _Run, exit_task: asyncio.Task, bound: float) -> bool:
-    """Reap the run's processes as they die; True once the leader and all tracked are gone."""
+async def _settle(run: _Run, exit_task: asyncio.Task, bound: float, *, kill: bool = False) -> bool:
+    """Reap the run's processes as they die; True once the leader and all tracked are gone.
+    With `kill`, SIGKILL again what each scan finds alive: a process that forked between the
+    last scan and the kill left a child that no signal reached yet."""
     give_up = time.monotonic() + bound
     while True:
         run.reap_tracked()
         procs = scan_processes()
-        run.track(procs)
+        if kill:
+            run.signal_all(signal.SIGKILL, procs)  # tracks them too
+        else:
+            run.track(procs)
         if exit_task.done() and not run.live(procs):
             run.reap_tracked()
             return True
@@ -445,7 +457,7 @@ async def _terminate(run: _Run, exit_task: asyncio.Task) -> None:
             return
     finally:
         run.signal_all(signal.SIGKILL)
-    await _settle(run, exit_task, DRAIN_SECONDS)
+    await _settle(run, exit_task, DRAIN_SECONDS, kill=True)
 
 
 def _release(run: _Run, exit_task: asyncio.Task) -> None:

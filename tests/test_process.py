@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -387,3 +388,35 @@ def test_a_gigabyte_of_output_stays_within_the_cap_and_memory_stays_bounded(tmp_
     got = json.loads(done.stdout)
     assert (got["seen"], got["kept"], got["truncated"], got["exit"]) == (1 << 30, 256 * 1024, True, 0)
     assert got["after_kib"] - got["before_kib"] < 32 * 1024  # a 1 GiB flood; the cap is 256 KiB
+
+
+def test_a_server_that_forks_as_it_is_killed_leaves_no_worker(tmp_path, subreaper):
+    """A daemon of its own session forking workers without pause: a child forked between the last
+    scan and the kill used to survive the call (no signal reached it)."""
+    sid_file = tmp_path / "sid"
+    script = (f"setsid bash -c 'echo $$ > {sid_file}; while :; do sleep 77 & sleep 0.002; done' "
+              "</dev/null >/dev/null 2>&1 & sleep 1; echo leader-exits")
+    r = run(script, tmp_path, timeout=10)
+    assert r.exit_code == 0 and r.output.strip() == "leader-exits"
+    sid = int(sid_file.read_text())
+    time.sleep(0.3)
+    left = [p.pid for p in process.scan_processes().values() if p.sid == sid and p.alive]
+    for pid in left:  # never leave them running, whatever the outcome
+        os.kill(pid, 9)
+    assert left == []
+
+
+def test_a_pid_reused_by_another_process_is_not_killed_with_the_call():
+    """A helper of the call exits and its pid goes to an unrelated process (forced through
+    ns_last_pid in a private pid namespace): the call's end must neither kill that process's
+    child nor reap the process."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        assert not os.environ.get("CI"), "CI runs as root with util-linux's unshare"
+        pytest.skip("needs root and unshare for a private pid namespace")
+    helper = Path(__file__).parent / "helpers" / "pid_reuse.py"
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, str(helper)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["reused"] and seen["call_output"] == "leader-done", seen
+    assert seen["other_alive"] and seen["child_alive"], seen
