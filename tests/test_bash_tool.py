@@ -155,6 +155,17 @@ def test_a_deadline_is_a_timeout_error_with_the_output_and_how_to_allow_more(ws)
     assert stat is None or not stat.alive  # the background sleep went with the group
 
 
+def test_a_timeout_at_the_ceiling_does_not_say_to_ask_for_more(ws):
+    from scvd.process import RunResult
+    from scvd.tools.runs import timeout_error
+
+    r = RunResult(exit_code=None, signal="SIGKILL", output="", truncated=False, bytes_seen=0, bytes_kept=0,
+                  timed_out=True, duration_s=1800.0)
+    assert "at most 1800" in timeout_error("bash", r, 600, 1800).hint
+    hint = timeout_error("bash", r, 1800, 1800).hint
+    assert "larger timeout_seconds" not in hint and "tools.max_timeout_seconds in config.toml" in hint
+
+
 def test_a_timeout_error_carries_only_the_end_of_a_long_output(ws):
     with pytest.raises(errors.Timeout) as caught:
         call(ws, {"command": "seq 1 100000; sleep 1000", "timeout_seconds": 1})
@@ -177,8 +188,8 @@ def test_a_missing_workspace_is_a_failed_call(tmp_path, ws):
     ctx = make_ctx(ws)
     plan = tool.plan(args, ctx)
     ws.rmdir()
-    with pytest.raises(errors.Failed, match="cannot start /bin/bash"):
-        asyncio.run(tool.run(args, plan, ctx))
+    with pytest.raises(errors.Failed, match=f"bash: the workspace {ws} is gone .*open a session on a directory"):
+        asyncio.run(tool.run(args, plan, ctx))  # not "cannot start /bin/bash" (or bwrap): the chdir failed
     os.close(ctx.workspace_fd)
 
 

@@ -126,6 +126,9 @@ class Bash(Tool):
                 output_limit=tools.output_limit_bytes,
             )
         except OSError as exc:  # nothing started: a missing shell, bwrap or workspace
+            if exc.filename is not None and os.fspath(exc.filename) == str(ctx.workspace):  # the chdir failed
+                raise Failed(f"bash: the workspace {ctx.workspace} is gone ({exc.strerror or exc}): open a "
+                             "session on a directory that exists") from exc
             raise Failed(f"bash: cannot start {argv[0]} in {ctx.workspace}: {exc.strerror or exc}") from exc
         if result.timed_out:
             raise timeout_error("bash", result, plan.timeout, float(tools.max_timeout_seconds))

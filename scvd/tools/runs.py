@@ -32,5 +32,6 @@ def timeout_error(tool: str, r: RunResult, timeout: float, ceiling: float, *, hi
         f"{tool}: the command ran past its timeout of {timeout:g} s and its process group was killed "
         f"(SIGKILL); {r.bytes_seen} bytes of output, {note}output follows:\n{tail}"
     )
-    more_time = f"pass a larger timeout_seconds (at most {ceiling:g}) or run less per call"
+    more_time = (f"pass a larger timeout_seconds (at most {ceiling:g}) or run less per call" if timeout < ceiling
+                 else f"run less per call: {ceiling:g} s is the ceiling (tools.max_timeout_seconds in config.toml)")
     return Timeout(message, hint=hint or more_time)
