@@ -81,6 +81,7 @@ def build_argv(
     mask: Sequence[Path] = (),
     approved: bool = False,
     git: Sequence[Path] = (),
+    tmpdir: str | None = None,
 ) -> list[str]:
     """The bwrap argv that runs `inner` confined to `workspace`. Pure: touches no file.
 
@@ -93,7 +94,9 @@ def build_argv(
     and WS/.git/config read-only. Otherwise WS/.git and every `git` path (git
     metadata found by gitmeta.find()) that would be writable is read-only, and
     every directory above it inside a writable bind is pinned (bound onto
-    itself) so that none can be renamed away and replaced.
+    itself) so that none can be renamed away and replaced. `tmpdir` (the child's TMPDIR) is
+    made, empty, when it lies in a directory the call sees empty (libpam-tmpdir's /tmp/user/UID):
+    else mktemp and compilers fail there with "No such file or directory".
     """
     ws = _abs(workspace)
     argv = [bwrap, "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid"]
@@ -103,8 +106,17 @@ def build_argv(
     argv += ["--proc", "/proc"] if proc else ["--tmpfs", "/proc"]
     for op, src, path in _mounts(ws, hide, rw_binds, ro_binds, mask, approved=approved, git=git):
         argv += [op, path] if op == "--tmpfs" else [op, src, path]
+    if tmpdir and os.path.isabs(tmpdir) and _emptied(os.path.normpath(tmpdir), hide, [ws, *rw_binds, *ro_binds]):
+        argv += ["--dir", os.path.normpath(tmpdir)]
     argv += ["--chdir", _abs(chdir) if chdir is not None else ws, "--", *inner]
     return argv
+
+
+def _emptied(path: str, hide: Iterable[Path], binds: Iterable[Path | str]) -> bool:
+    """Whether `path` lies in a hidden directory (a fresh tmpfs) and no bind brings it back."""
+    inside = lambda p, d: p.startswith(d.rstrip("/") + "/")  # noqa: E731 - below it: the tmpfs holds d itself
+    return (any(inside(path, _abs(h)) for h in hide)
+            and not any(path == _abs(b) or inside(path, _abs(b)) for b in binds))
 
 
 _Mount = tuple[int, str, str, str]  # (rank, option, source, path)
@@ -380,7 +392,9 @@ class Sandbox:
         self.probe = probe
         self.active = probe.mode != "off" and probe.ok
         self.required = probe.mode == "bwrap"
-        self._hide = hidden_paths(paths, os.environ if env is None else env)
+        env = os.environ if env is None else env
+        self._hide = hidden_paths(paths, env)
+        self._tmpdir = env.get("TMPDIR")  # what the children get (the allow-lists pass it on)
         self._mask = masked_files(paths)
 
     def describe(self) -> str:
@@ -432,6 +446,7 @@ class Sandbox:
             mask=_present(self._mask),
             approved=approved,
             git=[] if approved else [Path(p) for p in (gitmeta.find(str(ws)) if git is None else git)],
+            tmpdir=self._tmpdir,
         )
 
     async def wrap_call(self, inner: list[str], *, workspace: Path, network: bool, approved: bool,

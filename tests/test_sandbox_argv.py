@@ -256,3 +256,19 @@ def test_every_bind_stays_visible_and_every_other_hidden_path_stays_hidden(ws, h
         assert visible(a, h)[0] == "--tmpfs"
     for g in git:
         assert visible(a, g + "/x")[0] in ("--ro-bind-try", "--ro-bind", "--tmpfs", "mask")
+
+
+@pytest.mark.parametrize(("tmpdir", "made"), [
+    ("/tmp/user/1000", True),  # libpam-tmpdir's, in an offline call's private /tmp
+    ("/tmp/user/1000/", True),
+    ("/tmp", False),  # the tmpfs itself is there
+    (str(WS / "tmp"), False),  # the workspace is bound: it is there as it is
+    ("/var/cache/tmp", False),  # nothing hides it
+    ("relative/tmp", False),
+    (None, False),
+])
+def test_a_tmpdir_that_the_sandbox_empties_is_made(tmpdir, made):
+    a = build_argv(["true"], bwrap="bwrap", workspace=WS, hide=[Path("/tmp")], network=False, tmpdir=tmpdir)
+    assert (["--dir", "/tmp/user/1000"] == a[a.index("--dir"):a.index("--dir") + 2]) if made else "--dir" not in a
+    if made:
+        assert a.index("--tmpfs") < a.index("--dir") < a.index("--chdir")  # inside the fresh tmpfs

@@ -157,6 +157,19 @@ def test_unix_sockets_in_tmp_do_not_lead_out_of_an_offline_sandbox(box, tmp_path
     assert not Path("/tmp", marker).exists()
 
 
+def test_a_tmpdir_below_a_hidden_directory_is_there_empty(tmp_path):
+    """libpam-tmpdir's TMPDIR=/tmp/user/UID, or one under XDG_RUNTIME_DIR: the sandbox hides those
+    directories, so without this mktemp, compilers and builds fail inside only."""
+    tmpdir = tmp_path / "xdg" / "tmp"  # under the hidden runtime dir (and the private /tmp)
+    tmpdir.mkdir(parents=True)
+    (tmpdir / "host-file").write_text("not for the sandbox\n")
+    box = Box(tmp_path, TMPDIR=str(tmpdir))
+    r = box.run('f=$(mktemp) && echo "made $f"; ls -A "$TMPDIR"')
+    assert r.returncode == 0, r.stderr
+    made = r.stdout.splitlines()[0]
+    assert made.startswith(f"made {tmpdir}/tmp.") and "host-file" not in r.stdout
+
+
 def test_run_is_private_for_offline_calls_only(box):
     """/run holds docker's and the system bus's sockets; online calls keep it (DNS) and are asked."""
     run_dir = Path("/run") / f"scvd-test-{uuid.uuid4().hex[:8]}"
