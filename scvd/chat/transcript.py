@@ -82,4 +82,3 @@ def _torn(fd: int) -> bool:
     """Whether the file ends inside a line (its last byte is no newline)."""
     size = os.fstat(fd).st_size
     return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
-

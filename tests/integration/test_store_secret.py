@@ -361,4 +361,3 @@ def test_a_value_stored_after_its_call_gave_up_is_audited_as_stored_late(make_da
     states = [r["state"] for r in records if r["event"] == "secret_resolved"]
     assert states == ["failed", "stored_late"], states
     assert VALUE not in (d.home / "state" / "audit.log").read_text()
-
