@@ -347,6 +347,20 @@ def test_paths_are_never_accepted(env: Env, name: str) -> None:
         env.call(env.ctx(), name=name)
 
 
+def test_a_listed_name_that_starts_like_a_path_is_read(env: Env, tmp_path: Path) -> None:
+    """A workspace called .dotfiles or a project called ~backup: every listed name reads."""
+    env.ws = tmp_path / ".dotfiles"
+    make_skill(env.ws / ".agents" / "skills", "sync", body="SYNC BODY\n")
+    make_skill(env.ws / "~backup" / ".agents" / "skills", "restore", body="RESTORE BODY\n")
+    ctx = env.ctx()
+    listed = [s["name"] for s in env.call(ctx)["project_skills"]]
+    assert sorted(listed) == [".dotfiles:sync", "~backup:restore"]
+    assert "SYNC BODY" in env.call(ctx, name=".dotfiles:sync")["content"]
+    assert "RESTORE BODY" in env.call(ctx, name="~backup:restore")["content"]
+    with pytest.raises(InvalidArguments, match="never a path"):
+        env.call(ctx, name=".dotfiles:nope")
+
+
 def test_a_path_to_a_real_skill_is_not_a_name(env: Env) -> None:
     d = make_skill(env.user_root, "x")
     with pytest.raises(InvalidArguments, match="never a path"):

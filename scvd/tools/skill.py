@@ -95,13 +95,13 @@ def _skill_map(ctx: CallContext) -> skills.SkillMap:
 
 def lookup(found: skills.SkillMap, name: str, ctx: CallContext) -> skills.Skill:
     """The mapped skill called `name`, or InvalidArguments that names a few known ones."""
+    skill = found.skills.get(name)  # a key of the map is never a path (a `.dotfiles:sync` project skill)
+    if skill is not None:
+        return skill
     if any(c in name for c in "/\\\0") or name.startswith(".") or name.startswith("~"):
         raise InvalidArguments(
             f"read_skill takes a skill name, never a path ({skills.clean_text(name, 80)!r} looks like one); "
             "call read_skill with name '' to list the names; read opens workspace files")
-    skill = found.skills.get(name)
-    if skill is not None:
-        return skill
     known = list(found.skills)
     if not known:
         where = f"{ctx.paths.skills_dir}/<name>/SKILL.md" if ctx.paths is not None else "the user skill root"
