@@ -287,9 +287,11 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
 
 
 def _place(path: Path, key: str, sources: Mapping[str, str]) -> str:
-    """The file, or the environment variable that set `key` (or a key under it)."""
-    origin = sources.get(key) or next(
-        (src for k, src in sources.items() if k.startswith(key + ".") and src != "file"), "file")
+    """The file, or the environment variable that set `key`, a key under it or a value it is in."""
+    base = re.sub(r"\[[^\]]*\]", "", key)  # `model_args[1]`: the item of a list the variable set whole
+    parents = [".".join(base.split(".")[:n]) for n in range(base.count(".") + 1, 0, -1)]
+    origin = next((sources[k] for k in parents if k in sources), None) or next(
+        (src for k, src in sources.items() if k.startswith(base + ".") and src != "file"), "file")
     return f"{path}" if origin == "file" else f"{origin} (over {path})"
 
 

@@ -166,6 +166,10 @@ ENV_ERRORS = [
                  id="env-relative-bwrap"),
     pytest.param({"SCVD_SERVER__SERVER_FRAME_BYTES": "131072"}, "tools.output_limit_bytes",
                  "more than server.server_frame_bytes (131072) carries", id="env-frame-below-the-output-limit"),
+    pytest.param({"SCVD_ADAPTERS__CODEX__MODEL_ARGS": '["-m", 5]'}, "adapters.codex.model_args[1]",
+                 "Expected `str`, got `int`", id="env-list-item-of-the-wrong-type"),
+    pytest.param({"SCVD_APPROVALS__ALWAYS_ASK": "[1]"}, "approvals.always_ask[0]",
+                 "Expected `str`, got `int`", id="env-always-ask-item"),
 ]
 
 
