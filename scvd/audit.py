@@ -132,15 +132,19 @@ class AuditLog:
         ensure_private_dir(self.path.parent)
         self._fd: int | None = None
         self._size = 0
+        self._torn = False  # the buffer starts with the tail of a line the file has the head of
         self._open()
 
     def _open(self) -> int:
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         fd = os.open(self.path, flags, FILE_MODE)
         st = os.fstat(fd)
         if stat.S_IMODE(st.st_mode) != FILE_MODE:
             os.fchmod(fd, FILE_MODE)  # an older file, or one made under another umask
-        self._fd, self._size = fd, st.st_size
+        size = st.st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":  # a line cut short (a full disk, then exit)
+            size += os.write(fd, b"\n")  # end it, or the first record here would be glued to it
+        self._fd, self._size = fd, size
         return fd
 
     def record(self, event: str, **fields: Any) -> None:
@@ -234,17 +238,35 @@ class AuditLog:
         """Write the buffer in as few whole-line writes as rotation allows; what fails stays buffered."""
         while self._buffer:
             fd = self._writable_fd()
-            if self.max_bytes and self._size and self._size + len(self._buffer[0]) > self.max_bytes:
+            if (not self._torn and self.max_bytes and self._size
+                    and self._size + len(self._buffer[0]) > self.max_bytes):
                 fd = self._rotate()  # one line larger than max_bytes still goes into a fresh file
             count = size = 0
             for line in self._buffer:
                 if count and self.max_bytes and self._size + size + len(line) > self.max_bytes:
                     break
                 count, size = count + 1, size + len(line)
-            _write_all(fd, b"".join(self._buffer[:count]))
-            self._size += size
-            del self._buffer[:count]
-            self._buffered -= size
+            view = memoryview(b"".join(self._buffer[:count]))
+            try:
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                self._written(size - len(view))
+
+    def _written(self, size: int) -> None:
+        """Drop `size` written bytes from the buffer's head: a line cut by a full disk keeps its tail."""
+        self._size += size
+        self._buffered -= size
+        whole = 0
+        for line in self._buffer:
+            if size < len(line):
+                break
+            size -= len(line)
+            whole += 1
+        del self._buffer[:whole]
+        if size:  # the next write ends this line in the same file, so no record is torn or doubled
+            self._buffer[0] = self._buffer[0][size:]
+        self._torn = bool(size) or (self._torn and whole == 0)
 
     def _writable_fd(self) -> int:
         if self._fd is None:  # a rotation failed half-way (OSError): open audit.log again
@@ -296,12 +318,6 @@ class AuditLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 _second: tuple[int, str] = (-1, "")  # the formatted second, reused by every record within it

@@ -7,6 +7,8 @@ import datetime
 import logging
 import os
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -324,3 +326,47 @@ def test_records_made_on_the_loop_are_written_in_order_by_the_flush(audit, run_l
 
     run_loop(main())
     assert [r["call_id"] for r in lines(audit.path)] == [f"c{i}" for i in range(300)]
+
+
+# A full disk (here RLIMIT_FSIZE; Python ignores SIGXFSZ, so write() fails with EFBIG as with
+# ENOSPC) cuts a write short: the file then holds the head of a record.
+FULL_DISK = r"""
+import os, resource, sys
+from scvd.audit import AuditLog
+path, limit = sys.argv[1], int(sys.argv[2])
+with AuditLog(path, max_bytes=1 << 20, keep=1) as log:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    failed = 0
+    for i in range(8):
+        try:
+            log.record("completion", call_id=f"c{i}", reason="r" * 100)
+        except OSError:
+            failed += 1
+    assert failed and os.path.getsize(path) == limit, (failed, os.path.getsize(path))
+    if sys.argv[3] == "freed":
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        log.record("completion", call_id="c8")
+    else:
+        log._buffer.clear()  # the daemon killed: what was buffered is gone
+"""
+
+
+def test_a_write_cut_short_by_a_full_disk_is_ended_when_there_is_room(tmp_path):
+    path = tmp_path / "audit.log"
+    run = subprocess.run([sys.executable, "-c", FULL_DISK, str(path), "300", "freed"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    # every record once and whole: the cut one's tail went out first, nothing written twice
+    assert [r["call_id"] for r in lines(path)] == [f"c{i}" for i in range(9)]
+
+
+def test_a_line_left_cut_short_is_ended_before_the_next_record(tmp_path):
+    path = tmp_path / "audit.log"
+    run = subprocess.run([sys.executable, "-c", FULL_DISK, str(path), "300", "lost"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    torn = path.read_bytes().splitlines()[-1]
+    with AuditLog(path, max_bytes=1 << 20, keep=1) as log:  # the next start
+        log.record("completion", call_id="next")
+    raw = path.read_bytes().splitlines()
+    assert raw[-2] == torn and msgspec.json.decode(raw[-1])["call_id"] == "next"
