@@ -16,6 +16,8 @@ from .paths import Paths, ensure_private_dir
 
 log = logging.getLogger("scvd.server")
 
+MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its NUL
+
 
 @dataclass
 class Claim:
@@ -75,11 +77,20 @@ def bind_socket(paths: Paths) -> socket.socket:
         ensure_private_dir(path.parent)
     elif not path.parent.is_dir():
         path.parent.mkdir(mode=0o700, parents=True)
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise errors.StartupError(
+            f"the socket path {path} is {len(os.fsencode(path))} bytes, more than a Unix socket's "
+            f"{MAX_SOCKET_PATH}; set SCV_SOCKET to a shorter path (or a shorter SCV_HOME)")
     clear_stale(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
     try:
         sock.bind(str(path))
+    except OSError as exc:
+        sock.close()
+        raise errors.StartupError(
+            f"cannot listen on {path}: {exc.strerror or exc}; check that its directory is yours and "
+            "writable, or set SCV_SOCKET to another path") from exc
     finally:
         os.umask(old)
     os.chmod(path, 0o600)

@@ -93,6 +93,16 @@ def test_a_path_that_is_not_a_socket_is_never_deleted(make_daemon, tmp_path, kin
     assert kind != "file" or path.read_text() == "my notes"
 
 
+def test_a_socket_path_too_long_for_a_unix_socket_says_so(make_daemon, tmp_path):
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    path = deep / "scvd.sock"
+    d = make_daemon(home=tmp_path / "separate-home", env={"SCV_SOCKET": str(path)}, wait=False)
+    assert d.proc.wait(15) == 3
+    assert f"cannot start: the socket path {path} is {len(str(path))} bytes, more than a Unix socket's 107; " \
+        "set SCV_SOCKET to a shorter path" in d.log()
+
+
 def test_live_socket_is_never_replaced(make_daemon, tmp_path):
     path = tmp_path / "other.sock"
     with listening(path) as other:
@@ -302,8 +312,8 @@ def test_run_daemon_keeps_a_sighup_that_comes_during_its_start(scv_home, tmp_pat
     wait_until(lambda: pid_gone(pid), what="the detached daemon's exit")
 
 
-def test_run_daemon_says_cannot_start_for_an_os_error_after_detaching(scv_home, tmp_path):
-    """A socket path too long for AF_UNIX fails only at the bind, after detaching: one line, no traceback."""
+def test_run_daemon_says_cannot_start_for_an_error_after_detaching(scv_home, tmp_path):
+    """A socket path too long for AF_UNIX fails only at the claim, after detaching: one line, no traceback."""
     import conftest
 
     log_path = tmp_path / "daemon.log"
@@ -313,7 +323,8 @@ def test_run_daemon_says_cannot_start_for_an_os_error_after_detaching(scv_home, 
                               stdout=log, stderr=log, timeout=30).returncode == 0  # detached: the child fails
     pid_file = scv_home / "state" / "scvd.pid"
     wait_until(lambda: " ERROR " in log_path.read_text() and not pid_file.exists(), what="the failed start")
-    assert "ERROR scvd: cannot start: AF_UNIX path too long" in log_path.read_text()
+    assert "ERROR scvd: cannot start: the socket path " in log_path.read_text()
+    assert "set SCV_SOCKET to a shorter path" in log_path.read_text()
     assert "Traceback" not in log_path.read_text()
 
 
