@@ -211,13 +211,16 @@ class CallRegistry:
         """The first steps of the calls submitted with `defer`, in the order they came; True when
         one of them goes on in a task instead (its first step comes on the next loop turn)."""
         due, self.due = self.due, []
+        loop = asyncio.get_running_loop()
         tasked = False
         for call in due:
-            if _steps_now(call.tool):
-                self._begin(call)
-            else:
-                call.task = asyncio.get_running_loop().create_task(self._life(call))
+            if not _steps_now(call.tool):
+                call.task = loop.create_task(self._life(call))
                 tasked = True
+            elif tasked:  # after the task's first step, which takes its lane place: arrival order
+                loop.call_soon(self._begin, call)
+            else:
+                self._begin(call)
         return tasked
 
     def _new_id(self) -> str:

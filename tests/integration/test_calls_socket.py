@@ -273,6 +273,27 @@ def test_a_read_pipelined_before_a_write_behind_a_busy_lane_reads_what_was_there
     assert (workspace / "a.txt").read_text() == "new\n"
 
 
+def test_a_read_pipelined_after_a_write_waits_for_it_and_reads_what_it_wrote(rig, workspace):
+    """The other way round, with the lane free: a read sent in one write after a write of the same
+    file does not overtake it (the write goes on in a task, the read could finish at once)."""
+    rg = rig()
+    owner = rg.client(approver=True)
+    session = owner.open_session(workspace)
+    (workspace / "a.txt").write_text("old\n")
+    write = p.Call(id="w", session=session, tool="write", call_id="the-write",
+                   arguments={"path": "a.txt", "content": "new\n", "mode": "replace"})
+    read = p.Call(id="r", session=session, tool="read", call_id="the-read", arguments={"path": "a.txt"})
+    owner.sock.sendall(p.encode(write) + p.encode(read))
+    asked = requested(owner, "the-write")
+    before = flush(owner)
+    assert completions(before) == collections.Counter(), before  # the read waits behind the write
+    owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="approve")
+    events = settled_events(owner)
+    done = [e.call_id for e in before + events if isinstance(e, p.CallCompleted)]
+    assert done == ["the-write", "the-read"], done
+    assert completed_by_id(events)["the-read"].result["content"] == "new\n"
+
+
 def test_closing_a_session_cancels_its_running_and_queued_calls(rig, workspace):
     rg = rig()
     owner = rg.client()
