@@ -64,32 +64,42 @@ class Bridge:
         except msgspec.DecodeError as exc:
             self._error(None, PARSE_ERROR, f"not JSON: {exc}")
             return
+        if isinstance(message, list):  # a JSON-RPC batch (MCP 2025-03-26): one array of answers
+            if not message:
+                self._error(None, INVALID_REQUEST, "an empty batch; send at least one message")
+                return
+            answers = [a for a in await asyncio.gather(*map(self._message, message)) if a is not None]
+            if answers:  # notifications and answers to our requests get none
+                self.out.write(answers)
+            return
+        answer = await self._message(message)
+        if answer is not None:
+            self.out.write(answer)
+
+    async def _message(self, message: Any) -> dict[str, Any] | None:
+        """One message of the host's; what to answer it with, if anything."""
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
             if isinstance(message, dict) and ("result" in message or "error" in message):
                 waiting = self.asked.pop(str(message.get("id")), None)
                 if waiting is not None and not waiting.done():
                     waiting.set_result(message)
-                return  # else an answer to nothing we asked: ignore
-            self._error(message.get("id") if isinstance(message, dict) else None, INVALID_REQUEST,
-                        "expected a JSON-RPC request object with a method")
-            return
+                return None  # else an answer to nothing we asked: ignore
+            return error_message(message.get("id") if isinstance(message, dict) else None, INVALID_REQUEST,
+                                 "expected a JSON-RPC request object with a method")
         msg_id, method = message.get("id"), message["method"]
         if msg_id is not None and not is_id(msg_id):  # it would key our tables: refused before anything runs
-            self._error(None, INVALID_REQUEST, "a request's id must be a string or a number")
-            return
+            return error_message(None, INVALID_REQUEST, "a request's id must be a string or a number")
         params = message.get("params") or {}
         if not isinstance(params, dict):  # MCP's params are objects; a host waits for its answer
-            if msg_id is not None:
-                self._error(msg_id, INVALID_PARAMS, "`params` must be an object")
-            return
+            return error_message(msg_id, INVALID_PARAMS, "`params` must be an object") if msg_id is not None else None
         if msg_id is None:
             await self._notification(method, params)
-            return
+            return None
         answer = await self._answer(method, params, msg_id)
         if msg_id in self.cancelled:  # the host cancelled it while it ran: it waits for no answer
             self.cancelled.discard(msg_id)
-            return
-        self.out.write(answer)
+            return None
+        return answer
 
     async def _answer(self, method: str, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
         try:

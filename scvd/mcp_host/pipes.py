@@ -259,8 +259,17 @@ class MessageWriter:
     def __init__(self, pipes: HostPipes, limit: int) -> None:
         self.pipes, self.limit = pipes, limit
 
-    def write(self, message: dict[str, Any]) -> None:
-        data = msgspec.json.encode(message) + b"\n"
-        if len(data) > self.limit and isinstance(message.get("result"), dict) and "content" in message["result"]:
-            data = msgspec.json.encode(too_large(message, len(data), self.limit)) + b"\n"
-        self.pipes.write(data)
+    def write(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
+        """One message, or the answers to a batch (each result over `limit` cut down on its own)."""
+        if isinstance(message, list):
+            data = msgspec.json.encode([self._fitted(m, len(msgspec.json.encode(m)) + 1) for m in message])
+        else:
+            data = msgspec.json.encode(message)
+            if len(data) + 1 > self.limit:  # a line's size, as a socket client's frame counts it
+                data = msgspec.json.encode(self._fitted(message, len(data) + 1))
+        self.pipes.write(data + b"\n")
+
+    def _fitted(self, message: dict[str, Any], size: int) -> dict[str, Any]:
+        if size > self.limit and isinstance(message.get("result"), dict) and "content" in message["result"]:
+            return too_large(message, size, self.limit)
+        return message

@@ -170,6 +170,26 @@ def test_a_message_over_the_limit_is_refused_whole_and_the_next_one_is_answered(
     assert host.close() == 0
 
 
+def test_a_batch_is_answered_with_an_array_of_its_requests_answers(host, workspace):
+    """MCP 2025-03-26 (which scvd agrees to) has JSON-RPC batches: each request in one is answered,
+    in one array; a notification in it gets nothing, and an empty batch is refused."""
+    (workspace / "b.txt").write_text("batched\n")
+    host.send([{"jsonrpc": "2.0", "id": "p", "method": "ping"},
+               {"jsonrpc": "2.0", "method": "notifications/initialized"},
+               {"jsonrpc": "2.0", "id": "r", "method": "tools/call",
+                "params": {"name": "read", "arguments": {"path": "b.txt"}}},
+               {"jsonrpc": "2.0", "id": "x", "method": "no/such/method"}])
+    answers = {a["id"]: a for a in host.read_within(10)}
+    assert set(answers) == {"p", "r", "x"}, answers
+    assert answers["p"]["result"] == {}
+    assert answers["r"]["result"]["structuredContent"]["content"] == "batched\n"
+    assert answers["x"]["error"]["code"] == -32601
+    host.send([])
+    assert host.read_within(10)["error"] == {"code": -32600, "message": "an empty batch; send at least one message"}
+    host.send([{"jsonrpc": "2.0", "method": "notifications/initialized"}])  # nothing to answer
+    assert host.rpc("ping")["result"] == {}
+
+
 def test_params_that_are_not_an_object_get_an_error_answer(host):
     """Every request gets its answer: a host waiting on one that never comes hangs."""
     for method in ("tools/call", "initialize"):
