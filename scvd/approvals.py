@@ -331,9 +331,11 @@ def approval_event(kind: str, approval: Approval) -> Frame:
 def is_descendant(pid: int, ancestor: int, proc: str = "/proc") -> bool:
     """True if `pid` is `ancestor` or below it in the process tree (via /proc/PID/stat ppid)."""
     seen = set()
-    while pid > 1 and pid not in seen:
-        if pid == ancestor:
+    while pid > 0 and pid not in seen:  # 0: the parent is outside our pid namespace (docker exec)
+        if pid == ancestor:  # scvd may be pid 1 itself: a container's entry point
             return True
+        if pid == 1:
+            return False
         seen.add(pid)
         stat = read_stat(pid, proc)
         pid = stat.ppid if stat else 0

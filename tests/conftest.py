@@ -114,7 +114,9 @@ class DaemonProc:
 
 
 def start_daemon(home: Path, config: str = "", *, env: dict[str, str] | None = None,
-                 args: list[str] | None = None, wait: bool = True, **popen: Any) -> DaemonProc:
+                 args: list[str] | None = None, wait: bool = True, prefix: list[str] | None = None,
+                 **popen: Any) -> DaemonProc:
+    """`scvd run` on `home`; `prefix` runs it under another command (unshare, setpriv)."""
     home.mkdir(parents=True, exist_ok=True)
     if config:
         (home / "config.toml").write_text(config)
@@ -122,7 +124,7 @@ def start_daemon(home: Path, config: str = "", *, env: dict[str, str] | None = N
     log_path = home.parent / f"{home.name}-scvd.log"
     log_file = open(log_path, "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scvd", "run", *(args or [])],
+        [*(prefix or []), sys.executable, "-m", "scvd", "run", *(args or [])],
         env=full_env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, **popen,
     )
     log_file.close()

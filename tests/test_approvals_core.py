@@ -352,6 +352,19 @@ def test_fake_proc_ancestry_survives_odd_command_names(tmp_path):
     assert not is_descendant(100, 300, str(tmp_path))
 
 
+def test_with_scvd_as_pid_1_its_tools_are_spawned_and_a_process_entered_from_outside_is_not(tmp_path):
+    """scvd as a container's entry point: everything below pid 1 that it started is its own; a
+    `docker exec` process has parent 0 (outside the pid namespace), so it may decide."""
+    fake_proc(tmp_path, 1, 0, "0::/\n")
+    fake_proc(tmp_path, 40, 1, "0::/\n")  # bash, started by scvd
+    fake_proc(tmp_path, 41, 40, "0::/\n")  # scvctl approvals approve, run by that bash
+    fake_proc(tmp_path, 50, 0, "0::/\n")  # docker exec ... scvctl approvals approve
+    assert spawned_by_daemon(41, 1, proc=str(tmp_path))
+    assert spawned_by_daemon(40, 1, proc=str(tmp_path))
+    assert not spawned_by_daemon(50, 1, proc=str(tmp_path))
+    assert not is_descendant(1, 40, str(tmp_path))
+
+
 def test_cgroup_rule_catches_a_process_that_left_the_tree(tmp_path):
     fake_proc(tmp_path, 100, 1, f"0::{UNIT}\n")
     fake_proc(tmp_path, 200, 1, f"0::{UNIT}\n")  # reparented to init, still in scvd's unit

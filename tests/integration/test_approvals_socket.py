@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -329,6 +330,18 @@ def test_a_child_process_of_the_daemon_may_not_decide(rig, workspace, script):
 def test_a_process_run_by_the_bash_tool_may_not_decide(daemon, workspace):
     """The real daemon: a command run by its bash tool tries to approve another pending call."""
     with daemon.client(name="owner", approver=True) as owner:
+        _bash_child_tries_to_decide(daemon, owner, workspace)
+
+
+def test_with_scvd_as_pid_1_a_process_run_by_its_bash_tool_may_not_decide(make_daemon, workspace):
+    """scvd as a container's entry point (pid 1 of its pid namespace): what its tools run is still
+    its own, while a person's client from outside the namespace (pid 0 to scvd) may decide."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        assert not os.environ.get("CI"), "CI runs as root with util-linux's unshare"
+        pytest.skip("needs root and unshare for a private pid namespace")
+    daemon = make_daemon(prefix=["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM"])
+    with daemon.client(name="owner", approver=True) as owner:
+        assert owner.status().pid == 1
         _bash_child_tries_to_decide(daemon, owner, workspace)
 
 
