@@ -163,6 +163,7 @@ class Approval:
     reason: str | None = None
     scope: str = "once"
     decided_by: Decider | None = None
+    covered_by: str | None = None  # approved by another request's session grant: no person saw this one
     timer: asyncio.TimerHandle | None = None
     size: int = 0  # bytes of `info` on the wire
 
@@ -239,7 +240,7 @@ class ApprovalGate:
         covered = [a for a in self.pending.values()
                    if a.info.session == grant.info.session and not a.info.always_ask and covers(a)]
         for approval in covered:
-            approval.decided_by, approval.scope = grant.decided_by, "session"
+            approval.decided_by, approval.scope, approval.covered_by = grant.decided_by, "session", grant.id
             self._resolve(approval, ApprovalEvent.APPROVE, f"covered by the session grant of approval {grant.id}")
         return covered
 

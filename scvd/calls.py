@@ -336,8 +336,8 @@ class CallRegistry:
                 ctx = self._context(call)
             if plan is None:
                 plan = tool.plan(args, ctx)
-            asked = await self._gate(call, tool, plan, judged)
-            result = await self._run(call, tool, args, plan, ctx, waited=ticket.waited, asked=asked)
+            asked, approved = await self._gate(call, tool, plan, judged)
+            result = await self._run(call, tool, args, plan, ctx, waited=ticket.waited or asked, approved=approved)
             outcome = Outcome(True, _plain(tool, result), None)
         except asyncio.CancelledError:
             outcome = _failure(self._stopped_why(call))
@@ -386,12 +386,12 @@ class CallRegistry:
             raise errors.Cancelled("scvd is stopping; no new calls are accepted")
 
     async def _run(self, call: Call, tool: Tool, args: object, plan: Plan, ctx: CallContext, *,
-                   waited: bool, asked: bool) -> object:
-        ctx.approved = asked
+                   waited: bool, approved: bool) -> object:
+        ctx.approved = approved
         timeout = tool.dispatch_timeout(plan, call.session.config)
         if call.timeout_override is not None:
             timeout = call.timeout_override if timeout is None else min(timeout, call.timeout_override)
-        if waited or asked:  # a call that started at once is running since call.accepted
+        if waited:  # a call that started at once is running since call.accepted
             self.hub.send_event(call.session.owner, CallStarted(
                 seq=0, call_id=call.call_id, session=call.session.id, tool=tool.name, turn=call.turn))
         self._arm(call, timeout)
@@ -423,14 +423,14 @@ class CallRegistry:
         return verdict, always
 
     async def _gate(self, call: Call, tool: Tool, plan: Plan,
-                    judged: tuple[Verdict, str | None] | None = None) -> bool:
-        """Run, ask or deny under the policy (judged now unless `judged`); True if a person was
-        asked (and approved)."""
+                    judged: tuple[Verdict, str | None] | None = None) -> tuple[bool, bool]:
+        """Run, ask or deny under the policy (judged now unless `judged`): whether it waited for a
+        decision, and whether a person approved this very call (not another's grant covering it)."""
         verdict, always = judged or self._judge(call, tool, plan)
         session = call.session
         risk = plan.risk._value_
         if verdict is Verdict.RUN:
-            return False
+            return False, False
         if verdict is Verdict.DENY:
             raise errors.Denied(
                 f"approvals.policy is 'never': {risk} calls are refused without asking "
@@ -452,7 +452,7 @@ class CallRegistry:
         if approval.scope == "session" and always is None:
             session.grant(tool.name, risk, plan.sandboxed)
             self.hub.gate.approve_covered(approval, self._covered)
-        return True
+        return True, approval.covered_by is None  # covered: it runs as a call under the grant would
 
     def _covered(self, approval: Approval) -> bool:
         """Whether the call waiting on `approval` would run unasked now (a grant came since it asked)."""
