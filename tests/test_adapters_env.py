@@ -122,3 +122,28 @@ def test_symlinked_home_refused(paths: paths_mod.Paths, tmp_path: Path) -> None:
     (paths.adapters_dir / "pi").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(Failed, match="pi home .* must be a directory owned by scvd, not a link"):
         ensure_home(paths, "pi")
+
+
+def test_a_folder_linked_out_of_the_home_is_left_alone(paths: paths_mod.Paths, tmp_path: Path) -> None:
+    """A user's link (`.config` to a shared folder) is theirs: its target keeps its mode."""
+    home = ensure_home(paths, "codex")
+    shared = tmp_path / "shared-config"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    (home / ".config").rmdir()
+    (home / ".config").symlink_to(shared)
+    assert ensure_home(paths, "codex") == home
+    assert mode(shared) == 0o755 and not any(shared.iterdir())
+
+
+@pytest.mark.parametrize("what", ["a link to nothing", "not a directory"])
+def test_a_home_folder_that_is_no_directory_is_refused_saying_which(paths: paths_mod.Paths, tmp_path: Path,
+                                                                     what: str) -> None:
+    home = ensure_home(paths, "codex")
+    (home / ".cache").rmdir()
+    if what == "not a directory":
+        (home / ".cache").write_text("")
+    else:
+        (home / ".cache").symlink_to(tmp_path / "gone")
+    with pytest.raises(Failed, match=rf"\.cache in the codex home is {what}; move it away"):
+        ensure_home(paths, "codex")

@@ -32,8 +32,17 @@ def ensure_home(paths: Any, name: str) -> Path:
             "move it away and retry"
         )
     notes = []
+    linked: list[Path] = []  # folders the user linked elsewhere: theirs, neither made nor tightened
     # parents first: mkdir(parents=True) would create `.local` with the umask's mode
     for d in sorted({home, home / ".local", *home_layout(home).values()}):
+        if any(d.is_relative_to(link) for link in linked):
+            continue
+        if d.is_symlink() or (d.exists() and not d.is_dir()):
+            if d.is_symlink() and d.is_dir():
+                linked.append(d)
+                continue
+            what = "a link to nothing" if d.is_symlink() and not d.exists() else "not a directory"
+            raise Failed(f"{d} in the {name} home is {what}; move it away (or link it to a directory) and retry")
         note = scv_paths.ensure_private_dir(d)
         if note:
             notes.append(note)
