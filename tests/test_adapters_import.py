@@ -233,3 +233,49 @@ def test_files_are_read_through_symlinks_but_written_plain(paths, source, tmp_pa
     copied = dest(paths) / "config.toml"
     assert not copied.is_symlink() and copied.read_text() == 'model = "linked"\n'
     assert os.stat(real).st_mode & 0o777 != 0 and real.read_text() == 'model = "linked"\n'
+
+
+PROFILE_RELAY = """
+model = "gpt-5"
+profile = "work"
+[profiles.work]
+model = "relay-model"
+model_provider = "relay"
+[model_providers.relay]
+name = "relay"
+base_url = "https://relay.example/v1"
+requires_openai_auth = true
+"""
+
+
+def test_a_provider_a_profile_picks_is_seen_and_the_old_openai_key_is_removed(paths, source, tmp_path) -> None:
+    """codex runs the active profile's model_provider: the OpenAI key must not go to its relay."""
+    relay = openai_then_relay(source, tmp_path)
+    run_import(paths, source)
+    (relay / "auth.json").unlink()
+    (relay / "config.toml").write_text(PROFILE_RELAY)
+    out = run_import(paths, relay)
+    assert out["report"]["model_provider"] == "relay" and out["report"]["model"] == "relay-model"
+    assert out["report"]["profile"] == "work" and out["report"]["requires_openai_auth"] is True
+    assert not (dest(paths) / "auth.json").exists()
+    assert any("provider 'relay' (https://relay.example/v1)" in w and "was removed" in w for w in out["warnings"])
+    (dest(paths) / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    settings = codex_settings(dest(paths), env={})  # the chat loop reads the profile the same way
+    assert (settings.base_url, settings.model) == ("https://relay.example/v1", "relay-model")
+
+
+def test_a_new_key_without_a_config_removes_an_old_config_that_sends_it_elsewhere(paths, source, tmp_path) -> None:
+    (source / "config.toml").write_text(RELAY_CONFIG)
+    run_import(paths, source)
+    bare = tmp_path / "key-only"
+    bare.mkdir()
+    (bare / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    out = run_import(paths, bare)
+    assert out["copied"] == ["auth.json"] and not (dest(paths) / "config.toml").exists()
+    removed = [w for w in out["warnings"] if "config.toml was removed" in w]
+    assert len(removed) == 1 and "provider 'relay' (https://relay.example/v1)" in removed[0], out["warnings"]
+    (bare / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": "sk-second"}))
+    (dest(paths) / "config.toml").write_text('model = "gpt-5"\n')  # OpenAI's own: kept, and said so
+    out = run_import(paths, bare)
+    assert (dest(paths) / "config.toml").exists()
+    assert "the config.toml already in scvd's codex home was kept" in out["warnings"]

@@ -8,6 +8,9 @@ Rules (seed 000, "Signing in delegated agents"):
 - Without an auth.json in the source the one in scvd's codex home is kept,
   unless it holds an API key and the new config sends requests to another
   provider or base_url: then it is removed (that key is not the new provider's).
+  The other way round, a new API key without a config.toml is for the default
+  provider: a config.toml kept from before that points elsewhere is removed.
+- The provider is the active `profile`'s `model_provider` when it names one.
 - Both files are validated before either is written; the writes (and that
   removal) happen all together or not at all, each file 0600.
 - Nothing read here is ever printed or logged except the reported settings.
@@ -127,8 +130,18 @@ def _auth_verdict(auth: dict[str, Any]) -> tuple[str, str | None]:
     )
 
 
+def active_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings codex runs with: the top level, under the active `profile`'s (codex's own order)."""
+    profiles, name = config.get("profiles"), config.get("profile")
+    chosen = profiles.get(name) if isinstance(profiles, dict) and isinstance(name, str) else None
+    return {**config, **chosen} if isinstance(chosen, dict) else config
+
+
 def _report(config: dict[str, Any]) -> dict[str, Any]:
-    report = {k: config[k] for k in REPORTED if isinstance(config.get(k), (str, int, float, bool))}
+    active = active_settings(config)
+    report = {k: active[k] for k in REPORTED if isinstance(active.get(k), (str, int, float, bool))}
+    if isinstance(config.get("profile"), str):
+        report["profile"] = config["profile"]
     report.setdefault("model_provider", "openai")
     provider = _providers(config).get(report["model_provider"])
     if provider:
@@ -166,7 +179,7 @@ def _env_key_warnings(config: dict[str, Any]) -> list[str]:
 
 def _endpoint(config: dict[str, Any]) -> str:
     """Where the config sends requests (and so its key): the provider and its base_url."""
-    provider_id = str(config.get("model_provider") or "openai")
+    provider_id = str(active_settings(config).get("model_provider") or "openai")
     base_url = _providers(config).get(provider_id, {}).get("base_url")
     default = OPENAI_BASE_URL if provider_id == "openai" else "its default URL"
     return f"provider {provider_id!r} ({base_url or default})"
@@ -206,6 +219,22 @@ def _old_auth(plan: ImportPlan, home: Path) -> None:
                 "import again")
             return
     plan.warnings.append(f"the {AUTH} already in scvd's codex home was kept")
+
+
+def _old_config(plan: ImportPlan, home: Path) -> None:
+    """The mirror of `_old_auth`: a new API key without a config.toml is for codex's default
+    provider; a config.toml already in `home` that sends requests elsewhere is removed with it."""
+    if CONFIG in plan.files or not plan.files.get(AUTH) or not (home / CONFIG).exists():
+        return
+    old, new = _current_endpoint(home), _endpoint({})
+    if old == new:
+        plan.warnings.append(f"the {CONFIG} already in scvd's codex home was kept")
+        return
+    plan.files[CONFIG] = None
+    plan.warnings.append(
+        f"the {CONFIG} already in scvd's codex home sent requests to {old or 'an endpoint it cannot tell'}; "
+        f"the imported {AUTH} has no {CONFIG} beside it, so its key is for {new}, and that {CONFIG} was "
+        f"removed: import your {CONFIG} with it if the key is for another provider")
 
 
 def _stage(directory: Path, name: str, data: bytes) -> Path:
@@ -284,6 +313,7 @@ def import_codex(source: Path, home: Path) -> dict[str, Any]:
         raise InvalidRequest(f"{source} is scvd's own codex home; give your Codex home instead")
     plan = plan_import(source)
     _old_auth(plan, home)
+    _old_config(plan, home)
     try:
         commit_files(home, plan.files)
     except OSError as exc:

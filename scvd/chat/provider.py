@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol
 
 from .. import errors
+from ..adapters.codex_import import active_settings
 from .items import ModelEvent, ModelRequest
 
 CODEX = "codex"
@@ -118,6 +119,7 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
         raise ProviderFailure("auth", f"no imported Codex setup ({exc.filename} is missing)", hint) from None
     except (OSError, ValueError) as exc:
         raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}", hint) from None
+    config = active_settings(config)  # a `profile` picks the provider and model, as in codex
     provider_id = config.get("model_provider", "openai")
     table = (config.get("model_providers") or {}).get(provider_id, {})
     key, source = str(table.get("experimental_bearer_token") or ""), f"{home / 'config.toml'} (its bearer token)"
