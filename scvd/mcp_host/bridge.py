@@ -38,10 +38,11 @@ class Bridge:
         self.asking: dict[str, str] = {}  # approval_id -> id of the elicitation/create about it
         self._ids = itertools.count(1)
 
-    def lines(self) -> Lines:
-        """The protocol to read the host's stdin into: each line is one message."""
-        return Lines(self._start, lambda: self._error(None, INVALID_REQUEST, "message too large"),
-                     p.DEFAULT_CLIENT_FRAME_LIMIT)
+    def lines(self, limit: int = p.DEFAULT_CLIENT_FRAME_LIMIT) -> Lines:
+        """The protocol to read the host's stdin into: each line is one message, of at most
+        `limit` bytes (server.client_frame_bytes, as for a socket client's frame)."""
+        return Lines(self._start, lambda: self._error(None, INVALID_REQUEST, (
+            f"message too large: over {limit} bytes (server.client_frame_bytes); send less, or raise it")), limit)
 
     async def run(self, lines: Lines) -> None:
         """Until the host's stdin (read into `lines`) ends and every request is answered."""
@@ -87,7 +88,7 @@ class Bridge:
             return error_message(message.get("id") if isinstance(message, dict) else None, INVALID_REQUEST,
                                  "expected a JSON-RPC request object with a method")
         msg_id, method = message.get("id"), message["method"]
-        if msg_id is not None and not is_id(msg_id):  # it would key our tables: refused before anything runs
+        if "id" in message and not is_id(msg_id):  # it would key our tables (null too: MCP ids are never null)
             return error_message(None, INVALID_REQUEST, "a request's id must be a string or a number")
         params = message.get("params") or {}
         if not isinstance(params, dict):  # MCP's params are objects; a host waits for its answer

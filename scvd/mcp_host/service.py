@@ -110,7 +110,7 @@ class McpHosts:
                              MessageWriter(host.pipes, self.daemon.config.server.server_frame_bytes))
         # MCP servers' tools come and go in the session's registry: the host hears of it (list_changed)
         host.unwatch = host.client.conn.sessions[host.session].registry.watch(host.bridge.tools_changed)
-        lines = host.bridge.lines()
+        lines = host.bridge.lines(self.daemon.config.server.client_frame_bytes)
         await host.pipes.connect(lines)
         if host.conn.closed:  # the scvctl process went while the session opened
             raise errors.ConnectionClosed("the scvctl connection closed during mcp.attach")

@@ -162,7 +162,8 @@ def test_a_message_over_the_limit_is_refused_whole_and_the_next_one_is_answered(
     host.proc.stdin.write(big + "\n")
     host.proc.stdin.flush()
     refused = host.read()
-    assert refused["id"] is None and refused["error"] == {"code": -32600, "message": "message too large"}
+    assert refused["id"] is None and refused["error"] == {"code": -32600, "message": (
+        "message too large: over 1048576 bytes (server.client_frame_bytes); send less, or raise it")}
     assert host.rpc("ping")["result"] == {}  # nothing of the long line was taken for a message
     host.send({"jsonrpc": "2.0", "id": "last", "method": "ping"})
     host.proc.stdin.close()  # a host that ends: what it sent is still answered
@@ -188,6 +189,25 @@ def test_a_batch_is_answered_with_an_array_of_its_requests_answers(host, workspa
     assert host.read_within(10)["error"] == {"code": -32600, "message": "an empty batch; send at least one message"}
     host.send([{"jsonrpc": "2.0", "method": "notifications/initialized"}])  # nothing to answer
     assert host.rpc("ping")["result"] == {}
+
+
+def test_the_message_limit_is_server_client_frame_bytes(make_daemon, workspace):
+    """A user who raised the limit (to write a bigger file) has it for the MCP host too."""
+    d = make_daemon("[server]\nclient_frame_bytes = 4194304\n")
+    h = McpHost(d, workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x"}})
+        big = "x" * (2 << 20)
+        answer = h.rpc("tools/call", {"name": "read", "arguments": {"path": "none.txt"}, "pad": big})
+        assert answer["result"]["isError"] and "none.txt" in answer["result"]["content"][0]["text"], answer
+    finally:
+        assert h.close() == 0
+
+
+def test_a_request_whose_id_is_null_is_refused_not_taken_for_a_notification(host):
+    host.send({"jsonrpc": "2.0", "id": None, "method": "ping"})
+    assert host.read_within(10) == {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32600, "message": "a request's id must be a string or a number"}}
 
 
 def test_params_that_are_not_an_object_get_an_error_answer(host):
