@@ -288,9 +288,11 @@ class ApprovalGate:
         return [a.info for a in self.pending.values()]
 
     def _expire(self, approval_id: str) -> None:
-        if approval_id in self.pending:
-            reason = f"no decision within {self.timeout_seconds:g} s (approvals.timeout_seconds); denied"
-            self._resolve(self.pending[approval_id], ApprovalEvent.EXPIRE, reason)
+        approval = self.pending.get(approval_id)
+        if approval is not None:  # its own timeout: a reload since changes only later requests'
+            waited = round(approval.info.expires_at - approval.info.requested_at, 6)
+            reason = f"no decision within {waited:g} s (approvals.timeout_seconds); denied"
+            self._resolve(approval, ApprovalEvent.EXPIRE, reason)
 
     def _get(self, approval_id: str) -> Approval:
         approval = self.pending.get(approval_id)

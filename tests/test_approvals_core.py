@@ -263,6 +263,17 @@ def test_every_move_of_the_gate_is_a_row_of_the_table():
     asyncio.run(main())
 
 
+def test_an_expiry_names_the_timeout_the_request_was_made_under_not_a_reloaded_one():
+    async def main():
+        gate = ApprovalGate(0.05, Sink())
+        waiting = new_request(gate)
+        gate.timeout_seconds = 500  # a reload meanwhile: it applies to requests made after it
+        assert await waiting.future is False
+        assert waiting.reason == "no decision within 0.05 s (approvals.timeout_seconds); denied"
+
+    asyncio.run(main())
+
+
 def test_ids_are_unique():
     async def main():
         gate = ApprovalGate(60, Sink())
