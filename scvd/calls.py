@@ -320,7 +320,12 @@ class CallRegistry:
                 tool = self._admitted(call)
                 if tool.decode_blocks:  # its lane place first: calls sent later must not pass a slow check
                     ticket = _join(lane, tool)
-                    args = await run_check(tool.decode, call.arguments)
+                    try:
+                        args = await run_check(tool.decode, call.arguments)
+                    except errors.ToolError:
+                        if not ticket.started:  # refused in its place: once the calls ahead are done
+                            await lane.wait(ticket)
+                        raise
                     self._still_wanted(call)  # cancelled (or scvd stopping) meanwhile
                 else:
                     args = tool.decode(call.arguments)

@@ -86,6 +86,22 @@ def test_a_bad_argument_is_refused_before_approval_naming_the_field(make_daemon,
         assert c.request(p.ApprovalsList).approvals == []
 
 
+def test_a_bad_argument_is_refused_in_arrival_order_after_the_calls_ahead(make_daemon, scv_home, workspace):
+    """A schema check keeps its call's lane place: its refusal comes once the call ahead is done."""
+    make_tool(scv_home, "words", WORDS)
+    d = make_daemon(home=scv_home)
+    with d.client() as c, d.client(name="owner") as owner:
+        sid = c.open_session(workspace)
+        ahead = c.start_call(sid, "write", {"path": "n.txt", "content": "x", "mode": "create"})
+        pending = wait_pending(owner)[0]
+        bad = c.start_call(sid, "script_words", {"text": 42})
+        c.request(p.Ping)
+        assert not [e for e in c.core.events if isinstance(e, p.CallCompleted)], c.core.events
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
+        assert c.wait_call(ahead).error.kind == "denied"
+        assert c.wait_call(bad).error.kind == "invalid_arguments"
+
+
 COUNT_ROWS = """#!/bin/bash
 python3 -c 'import json, sys; print(len(json.load(sys.stdin)["rows"]))'
 """
