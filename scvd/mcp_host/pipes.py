@@ -252,6 +252,9 @@ def _peer_address(fd: int) -> str | None:
     return name or None  # a socketpair's end has no name
 
 
+FRAME_ENVELOPE = 512  # call.completed's fields around its result, and more
+
+
 class MessageWriter:
     """The bridge's `out`: one JSON-RPC message a line on the host's stdout. A tool result over
     `limit` (server.server_frame_bytes) becomes the `limit` error a socket client gets for it."""
@@ -270,6 +273,11 @@ class MessageWriter:
         self.pipes.write(data + b"\n")
 
     def _fitted(self, message: dict[str, Any], size: int) -> dict[str, Any]:
-        if size > self.limit and isinstance(message.get("result"), dict) and "content" in message["result"]:
-            return too_large(message, size, self.limit)
-        return message
+        result = message.get("result")
+        if size <= self.limit or not isinstance(result, dict) or not result.get("content"):
+            return message
+        # the MCP line carries a result twice (escaped in its text, and as structuredContent):
+        # measured as the call.completed a socket client gets, which the config's limits fit
+        payload = result["structuredContent"] if "structuredContent" in result else result["content"][0].get("text")
+        own = len(msgspec.json.encode(payload)) + FRAME_ENVELOPE
+        return message if own <= self.limit else too_large(message, own, self.limit)

@@ -210,6 +210,15 @@ def test_a_request_whose_id_is_null_is_refused_not_taken_for_a_notification(host
         "code": -32600, "message": "a request's id must be a string or a number"}}
 
 
+def test_a_read_that_fits_a_socket_clients_frame_fits_the_mcp_hosts_too(host, workspace):
+    """MCP sends a result twice (escaped text and structuredContent): a 1 MiB read of control
+    bytes, 6 bytes each in JSON, is well within the frame a socket client gets and must come whole."""
+    (workspace / "ctl.txt").write_bytes(b"\x01" * (1 << 20))
+    result = host.rpc("tools/call", {"name": "read", "arguments": {"path": "ctl.txt", "limit": 1 << 20}})["result"]
+    assert result["isError"] is False, result["content"][0]["text"][:300]
+    assert result["structuredContent"]["content"] == "\x01" * (1 << 20)
+
+
 def test_params_that_are_not_an_object_get_an_error_answer(host):
     """Every request gets its answer: a host waiting on one that never comes hangs."""
     for method in ("tools/call", "initialize"):
