@@ -92,7 +92,7 @@ def test_home_created_private(paths: paths_mod.Paths, caplog: pytest.LogCaptureF
         home = ensure_home(paths, "codex")
     assert "repaired" not in caplog.text  # created right, nothing to repair
     assert home == paths.adapters_dir / "codex"
-    for d in (paths.adapters_dir, home, home / ".config", home / ".local/share",
+    for d in (paths.data_dir, paths.adapters_dir, home, home / ".config", home / ".local/share",
               home / ".local/state", home / ".scv"):
         assert d.is_dir() and mode(d) == 0o700, d
 

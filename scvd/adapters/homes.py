@@ -25,7 +25,8 @@ def home_dir(paths: Any, name: str) -> Path:
 def ensure_home(paths: Any, name: str) -> Path:
     """Create the home and its XDG / SCV_HOME folders 0700, repair loose modes; return it."""
     home = home_dir(paths, name)
-    scv_paths.ensure_private_dir(Path(paths.adapters_dir))
+    for d in (Path(paths.data_dir), Path(paths.adapters_dir)):  # SCV_HOME too: scvctl may come before scvd
+        scv_paths.ensure_private_dir(d)
     if home.is_symlink() or (home.exists() and not home.is_dir()):
         raise Failed(
             f"the {name} home {home} must be a directory owned by scvd, not a link or a file; "
