@@ -279,3 +279,14 @@ def test_a_new_key_without_a_config_removes_an_old_config_that_sends_it_elsewher
     out = run_import(paths, bare)
     assert (dest(paths) / "config.toml").exists()
     assert "the config.toml already in scvd's codex home was kept" in out["warnings"]
+
+
+def test_a_new_config_with_its_own_bearer_token_is_not_told_to_add_one(paths, source, tmp_path) -> None:
+    relay = openai_then_relay(source, tmp_path)
+    run_import(paths, source)
+    (relay / "auth.json").unlink()  # RELAY_CONFIG's relay has experimental_bearer_token
+    out = run_import(paths, relay)
+    removed = [w for w in out["warnings"] if "was removed" in w]
+    assert len(removed) == 1 and removed[0].endswith(
+        "the imported config brings its own key (experimental_bearer_token)"), removed
+    assert BEARER not in json.dumps(out)

@@ -212,11 +212,15 @@ def _old_auth(plan: ImportPlan, home: Path) -> None:
         old, new = _current_endpoint(home), _endpoint(plan.config)
         if old != new:
             plan.files[AUTH] = None
+            active = active_settings(plan.config)
+            bearer = _providers(plan.config).get(str(active.get("model_provider") or "openai"), {}).get(
+                "experimental_bearer_token")
+            then = ("the imported config brings its own key (experimental_bearer_token)" if bearer else
+                    f"put the new provider's key in your {AUTH} (OPENAI_API_KEY) or its "
+                    "experimental_bearer_token, and import again")
             plan.warnings.append(
                 f"the API key in the {AUTH} already in scvd's codex home was for {old or 'an unreadable config'}; "
-                f"the imported config sends requests to {new}, so that {AUTH} was removed: put the new "
-                f"provider's key in your {AUTH} (OPENAI_API_KEY) or its experimental_bearer_token, and "
-                "import again")
+                f"the imported config sends requests to {new}, so that {AUTH} was removed: {then}")
             return
     plan.warnings.append(f"the {AUTH} already in scvd's codex home was kept")
 
