@@ -211,14 +211,13 @@ class CallRegistry:
         """The first steps of the calls submitted with `defer`, in the order they came; True when
         one of them goes on in a task instead (its first step comes on the next loop turn)."""
         due, self.due = self.due, []
-        loop = asyncio.get_running_loop()
         tasked = False
         for call in due:
             if not _steps_now(call.tool):
-                call.task = loop.create_task(self._life(call))
+                call.task = asyncio.get_running_loop().create_task(self._life(call))
                 tasked = True
             elif tasked:  # after the task's first step, which takes its lane place: arrival order
-                loop.call_soon(self._begin, call)
+                asyncio.get_running_loop().call_soon(self._begin, call)
             else:
                 self._begin(call)
         return tasked

@@ -142,8 +142,7 @@ def _report(config: dict[str, Any]) -> dict[str, Any]:
     report = {k: active[k] for k in REPORTED if isinstance(active.get(k), (str, int, float, bool))}
     if isinstance(config.get("profile"), str):
         report["profile"] = config["profile"]
-    report.setdefault("model_provider", "openai")
-    provider = _providers(config).get(report["model_provider"])
+    report["model_provider"], provider = _provider(config)
     if provider:
         report["wire_api"] = provider.get("wire_api", "")
         report["requires_openai_auth"] = bool(provider.get("requires_openai_auth", False))
@@ -153,6 +152,12 @@ def _report(config: dict[str, Any]) -> dict[str, Any]:
     if isinstance(projects, dict):
         report["projects"] = len(projects)
     return report
+
+
+def _provider(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The id of the provider codex sends requests to, and its table ({} when it has none)."""
+    provider_id = str(active_settings(config).get("model_provider") or "openai")
+    return provider_id, _providers(config).get(provider_id, {})
 
 
 def _providers(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -179,8 +184,8 @@ def _env_key_warnings(config: dict[str, Any]) -> list[str]:
 
 def _endpoint(config: dict[str, Any]) -> str:
     """Where the config sends requests (and so its key): the provider and its base_url."""
-    provider_id = str(active_settings(config).get("model_provider") or "openai")
-    base_url = _providers(config).get(provider_id, {}).get("base_url")
+    provider_id, provider = _provider(config)
+    base_url = provider.get("base_url")
     default = OPENAI_BASE_URL if provider_id == "openai" else "its default URL"
     return f"provider {provider_id!r} ({base_url or default})"
 
@@ -212,9 +217,7 @@ def _old_auth(plan: ImportPlan, home: Path) -> None:
         old, new = _current_endpoint(home), _endpoint(plan.config)
         if old != new:
             plan.files[AUTH] = None
-            active = active_settings(plan.config)
-            bearer = _providers(plan.config).get(str(active.get("model_provider") or "openai"), {}).get(
-                "experimental_bearer_token")
+            bearer = _provider(plan.config)[1].get("experimental_bearer_token")
             then = ("the imported config brings its own key (experimental_bearer_token)" if bearer else
                     f"put the new provider's key in your {AUTH} (OPENAI_API_KEY) or its "
                     "experimental_bearer_token, and import again")
