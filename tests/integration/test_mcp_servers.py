@@ -43,25 +43,43 @@ def server(c, name: str, state: str = "ready", timeout: float = 30.0) -> p.McpSe
     raise AssertionError(f"mcp server {name} not {state} after {timeout} s: {seen}")
 
 
-def server_pid(name_part: str) -> int:
-    """The pid of the node process whose command line has `name_part` (a path unique to this test)."""
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])  # after "(comm)", which may hold spaces
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            pid = _parent(pid)
+        except (OSError, ValueError):
+            return False
+    return False
+
+
+def server_pid(name_part: str, daemon_pid: int) -> int:
+    """The pid of the node process under `daemon_pid` whose command line has `name_part`.
+
+    Only that daemon's descendants count: a test on another xdist worker may run the same server."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if name_part in cmdline and "node" in cmdline:
+            if name_part in cmdline and "node" in cmdline and _descends_from(int(entry.name), daemon_pid):
                 return int(entry.name)
-    raise AssertionError(f"no process runs {name_part}")
+    raise AssertionError(f"no process of scvd (pid {daemon_pid}) runs {name_part}")
 
 
-def replaced(name_part: str, pid: int, timeout: float = 15.0) -> None:
+def replaced(name_part: str, daemon_pid: int, pid: int, timeout: float = 15.0) -> None:
     """Wait until the server running `name_part` is another process than `pid` (a restart)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if server_pid(name_part) != pid:
+            if server_pid(name_part, daemon_pid) != pid:
                 return
         except AssertionError:  # between the old one's end and the new one's start
             pass
@@ -121,10 +139,10 @@ def test_a_session_grant_ends_when_a_reload_replaces_the_server(make_daemon, wor
         me.request(p.ApprovalDecide, approval_id=request.approval_id, decision="approve", scope="session")
         assert c.wait_call(call_id).ok
         assert c.call(session, "mcp__every__echo", {"message": "granted"}).ok  # unasked: the grant
-        every = server_pid(str(EVERYTHING))
+        every = server_pid(str(EVERYTHING), d.proc.pid)
         (d.home / "config.toml").write_text(EVERYTHING_TABLE + "timeout_seconds = 60\n")  # a changed table
         d.proc.send_signal(signal.SIGHUP)
-        replaced(str(EVERYTHING), every)
+        replaced(str(EVERYTHING), d.proc.pid, every)
         server(c, "every")
         call_id = c.start_call(session, "mcp__every__echo", {"message": "asked again"})
         (request,) = wait_pending(me)
@@ -195,7 +213,7 @@ def test_a_killed_server_is_reported_unavailable_and_restarted(fs_daemon, worksp
     with fs_daemon.client(name="t") as c:
         server(c, "fs")
         session = c.open_session(workspace)
-        pid = server_pid(str(workspace))
+        pid = server_pid(str(workspace), fs_daemon.proc.pid)
         os.kill(pid, signal.SIGKILL)
         down = server(c, "fs", "down")
         assert "the server process was killed by signal 9" in down.error
@@ -207,7 +225,7 @@ def test_a_killed_server_is_reported_unavailable_and_restarted(fs_daemon, worksp
         assert re.match(r"mcp server fs is (down|starting): the server process was killed by signal 9",
                         done.error.message), done.error
         back = server(c, "fs")
-        assert back.restarts == 1 and server_pid(str(workspace)) != pid
+        assert back.restarts == 1 and server_pid(str(workspace), fs_daemon.proc.pid) != pid
         assert c.call(session, "mcp__fs__read_text_file", {"path": str(workspace / "notes.txt")}).ok
 
 
@@ -320,7 +338,7 @@ def test_the_server_runs_in_its_own_group_with_a_scrubbed_environment(make_daemo
         assert done.ok, done.error
         assert '"FROM_CONFIG": "yes"' in done.result["text"]
         assert "leak" not in done.result["text"] and "SCV_HOME" not in done.result["text"]
-        pid = server_pid(str(EVERYTHING))
+        pid = server_pid(str(EVERYTHING), d.proc.pid)
         assert os.getpgid(pid) == pid != os.getpgid(d.proc.pid)
     assert d.stop() == 0
     with pytest.raises(ProcessLookupError):
@@ -336,7 +354,7 @@ def test_sighup_applies_added_removed_and_changed_servers_only(make_daemon, work
         server(c, "gone")
         before = c.open_session(workspace)  # keeps the registry of the config before the reload
         assert c.call(before, "mcp__gone__list_directory", {"path": str(other)}).ok
-        kept, gone = server_pid(str(workspace)), server_pid(str(other))
+        kept, gone = server_pid(str(workspace), d.proc.pid), server_pid(str(other), d.proc.pid)
         (d.home / "config.toml").write_text(fs_table(workspace) + EVERYTHING_TABLE)
         d.proc.send_signal(signal.SIGHUP)
         server(c, "every")
@@ -352,18 +370,18 @@ def test_sighup_applies_added_removed_and_changed_servers_only(make_daemon, work
         assert c.call(before, "mcp__fs__list_directory", {"path": str(workspace)}).ok
         added = c.call(before, "mcp__every__echo", {})  # known: its arguments are checked (no message)
         assert added.error.kind == "invalid_arguments", added.error
-        assert server_pid(str(workspace)) == kept  # untouched
+        assert server_pid(str(workspace), d.proc.pid) == kept  # untouched
         with pytest.raises(ProcessLookupError):
             os.kill(gone, 0)
         # a changed table restarts that server only
         (d.home / "config.toml").write_text(fs_table(workspace) + EVERYTHING_TABLE + 'risk = "read_only"\n')
-        every = server_pid(str(EVERYTHING))
+        every = server_pid(str(EVERYTHING), d.proc.pid)
         d.proc.send_signal(signal.SIGHUP)
-        replaced(str(EVERYTHING), every)
+        replaced(str(EVERYTHING), d.proc.pid, every)
         server(c, "every")
         info = next(t for t in c.request(p.ToolsList).tools if t.name == "mcp__every__echo")
         assert info.risk == "read_only"
-        assert server_pid(str(workspace)) == kept
+        assert server_pid(str(workspace), d.proc.pid) == kept
 
 
 # --- a streamable HTTP server, written with the SDK's own server class ------------------------
@@ -500,7 +518,7 @@ def test_a_stdio_server_runs_in_the_sandbox_unless_it_opts_out(make_daemon, work
     with d.client(name="t") as c:
         server(c, "boxed")
         server(c, "free")
-        boxed, free = server_pid(str(outside)), server_pid(str(EVERYTHING))
+        boxed, free = server_pid(str(outside), d.proc.pid), server_pid(str(EVERYTHING), d.proc.pid)
         parent = lambda pid: Path(f"/proc/{Path(f'/proc/{pid}/stat').read_text().split()[3]}/cmdline").read_bytes()  # noqa: E731
         assert b"bwrap" in parent(boxed) or b"bwrap" in Path(f"/proc/{boxed}/cmdline").read_bytes()
         assert Path(f"/proc/{free}/stat").read_text().split()[3] == str(d.proc.pid)  # a plain child of scvd
