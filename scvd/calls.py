@@ -447,7 +447,7 @@ class CallRegistry:
         try:
             approved = await asyncio.shield(approval.future)
         except asyncio.CancelledError:
-            self.hub.gate.cancel(approval.id, "the call was cancelled")
+            self.hub.gate.cancel(approval.id, f"the call was cancelled: {call.cancel_reason or 'cancelled'}")
             raise
         finally:
             del self.asking[approval.id]

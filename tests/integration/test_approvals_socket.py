@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -222,8 +223,18 @@ def test_cancel_while_pending_tells_the_watchers(rig, workspace):
     t = pending_touch(rg, workspace)
     w, owner, call_id, r = t.w, t.owner, t.call_id, t.request
     owner.request(p.CallCancel, call_id=call_id)
-    assert resolved(w, r.approval_id).state == "cancelled"
+    done = resolved(w, r.approval_id)
+    # the watcher is told why the request went away: who cancelled it
+    assert done.state == "cancelled" and re.fullmatch(r"the call was cancelled: call.cancel from #\d+ pytest pid=\d+", done.reason)
     assert owner.wait_call(call_id).error.kind == "cancelled"
+
+
+def test_a_request_withdrawn_by_its_session_closing_says_so(rig, workspace):
+    rg = rig()
+    t = pending_touch(rg, workspace)
+    t.owner.request(p.SessionClose, session=t.session)
+    done = resolved(t.w, t.request.approval_id)
+    assert (done.state, done.reason) == ("cancelled", "the call was cancelled: its session was closed")
 
 
 # --- policies --------------------------------------------------------------------
