@@ -69,9 +69,13 @@ async def receive_fds(fileno: int, timeout: float) -> tuple[int, int]:
     raise errors.HandoffFailed(f"mcp.attach: send exactly 2 fds, stdin then stdout; {got} came")
 
 
+HEAD = 4096  # bytes of a line over the limit kept to find its id in
+
+
 class Lines(asyncio.Protocol):
     """stdin as a protocol: each whole line is handed over as it arrives (no reader loop, so a
-    request starts one turn of the loop sooner). A line over `limit` is dropped whole, once said."""
+    request starts one turn of the loop sooner). A line over `limit` is dropped whole, once said
+    (`on_too_large` gets its first HEAD bytes, where the request's id usually is)."""
 
     def __init__(self, on_line: Any, on_too_large: Any, limit: int) -> None:
         self.on_line, self.on_too_large, self.limit = on_line, on_too_large, limit
@@ -86,16 +90,17 @@ class Lines(asyncio.Protocol):
             if self.skipping:
                 self.skipping = False
             elif end + 1 - start > self.limit:
-                self.on_too_large()
+                self.on_too_large(bytes(self.buffer[start:start + HEAD]))
             else:
                 self.on_line(bytes(self.buffer[start:end + 1]))
             start = end + 1
         del self.buffer[:start]
         if len(self.buffer) > self.limit:
+            head = bytes(self.buffer[:HEAD])
             self.buffer.clear()
             if not self.skipping:
                 self.skipping = True
-                self.on_too_large()
+                self.on_too_large(head)
 
     def eof_received(self) -> bool:
         if self.buffer and not self.skipping:

@@ -162,7 +162,7 @@ def test_a_message_over_the_limit_is_refused_whole_and_the_next_one_is_answered(
     host.proc.stdin.write(big + "\n")
     host.proc.stdin.flush()
     refused = host.read()
-    assert refused["id"] is None and refused["error"] == {"code": -32600, "message": (
+    assert refused["id"] == "big" and refused["error"] == {"code": -32600, "message": (
         "message too large: over 1048576 bytes (server.client_frame_bytes); send less, or raise it")}
     assert host.rpc("ping")["result"] == {}  # nothing of the long line was taken for a message
     host.send({"jsonrpc": "2.0", "id": "last", "method": "ping"})

@@ -1,0 +1,37 @@
+"""A line over the host's message limit is refused with its own id, where its first bytes hold it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scvd.mcp_host.bridge import leading_id
+
+PAD = {"pad": "x" * 100}
+
+
+@pytest.mark.parametrize("message, expected", [
+    ({"jsonrpc": "2.0", "id": "big", "method": "ping", "params": PAD}, "big"),
+    ({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": PAD}, 7),
+    ({"id": -2.5, "method": "ping"}, -2.5),
+    ({"jsonrpc": "2.0", "id": 'a "quoted", {id}', "method": "ping"}, 'a "quoted", {id}'),
+    # an id inside params is another thing's (answering with it would settle another request)
+    ({"method": "tools/call", "params": {"arguments": {"id": 3}}, "id": 9}, 9),
+    ({"method": "tools/call", "params": {"arguments": {"id": 3}, "pad": "x"}}, None),
+    ({"method": "tools/call", "params": ["id", {"id": 3}], "id": "late"}, "late"),
+    ({"jsonrpc": "2.0", "method": "log", "note": "id"}, None),  # "id" as a value, not a key
+    ({"jsonrpc": "2.0", "id": None, "method": "ping"}, None),  # not an id a host waits on
+    ({"jsonrpc": "2.0", "id": True, "method": "ping"}, None),
+])
+def test_the_outer_objects_id_is_found(message, expected) -> None:
+    assert leading_id(json.dumps(message).encode()) == expected
+
+
+def test_a_head_cut_before_the_id_or_a_batch_gives_none() -> None:
+    line = json.dumps({"jsonrpc": "2.0", "params": {"pad": "x" * 5000}, "id": 4}).encode()
+    assert leading_id(line[:4096]) is None  # cut inside the long string, before the id
+    assert leading_id(b'  {"id": 12, "method": "tools/call", "params": {"content": "xx') == 12
+    assert leading_id(b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]') is None
+    assert leading_id(b"not json at all") is None
+    assert leading_id(b'{"id": 12') is None  # its value may go on past the cut
