@@ -448,15 +448,21 @@ class CallRegistry:
             approved = await asyncio.shield(approval.future)
         except asyncio.CancelledError:
             self.hub.gate.cancel(approval.id, f"the call was cancelled: {call.cancel_reason or 'cancelled'}")
+            if approval.future.done() and approval.future.result():
+                self._grant(approval, session, tool.name, risk, plan.sandboxed)  # decided before the cancel came
             raise
         finally:
             del self.asking[approval.id]
         if not approved:
             raise errors.Denied(_denial(approval))
-        if approval.scope == "session" and always is None:
-            session.grant(tool.name, risk, plan.sandboxed)
-            self.hub.gate.approve_covered(approval, self._covered)
+        self._grant(approval, session, tool.name, risk, plan.sandboxed)
         return True, approval.covered_by is None  # covered: it runs as a call under the grant would
+
+    def _grant(self, approval: Approval, session: Session, tool: str, risk: str, sandboxed: bool) -> None:
+        """An approval with scope session (as approval.resolved said): its like calls run unasked."""
+        if approval.scope == "session":  # never for a request that always asks (recorded as once)
+            session.grant(tool, risk, sandboxed)
+            self.hub.gate.approve_covered(approval, self._covered)
 
     def _covered(self, approval: Approval) -> bool:
         """Whether the call waiting on `approval` would run unasked now (a grant came since it asked)."""

@@ -147,6 +147,24 @@ def test_session_grant_covers_that_tool_at_that_risk_in_that_session_only(rig, w
     assert sorted(os.listdir(workspace)) == ["a", "b"]
 
 
+def test_a_session_grant_holds_when_its_call_is_cancelled_in_the_same_turn(rig, workspace):
+    """approval.resolved said scope session: the grant stands though its own call was cancelled
+    before it could resume (the decision and the cancel in one write)."""
+    rg = rig()
+    w = rg.watcher()
+    owner = rg.client(approver=True)
+    session = owner.open_session(workspace)
+    call_id = owner.start_call(session, "probe_touch", {"path": "a"})
+    r = requested(w, call_id)
+    owner.sock.sendall(p.encode(p.ApprovalDecide(id="d", approval_id=r.approval_id, decision="approve",
+                                                 scope="session"))
+                       + p.encode(p.CallCancel(id="x", call_id=call_id)))
+    assert resolved(w, r.approval_id).scope == "session"
+    assert owner.wait_call(call_id).error.kind == "cancelled"
+    assert runs_unasked(w, owner, session, "probe_touch", {"path": "b"}).ok
+    assert sorted(os.listdir(workspace)) == ["b"]
+
+
 def test_a_denied_session_scope_grants_nothing(rig, workspace):
     rg = rig()
     t = pending_touch(rg, workspace)
