@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import msgspec
 
 from scvd import __version__, errors, paths as paths_mod, protocol as p
+from scvd.instance import MAX_SOCKET_PATH
 
 EVENT_TYPES = tuple(p.Event.__args__)  # every pushed event the protocol defines
 
@@ -83,6 +84,11 @@ def default_socket() -> Path:
 
 
 def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH:  # no scvd can listen there: starting one would not help
+        return DaemonNotRunning(
+            f"the socket path {path} is {size} bytes, more than a Unix socket's {MAX_SOCKET_PATH}; "
+            "set SCV_SOCKET to a shorter path (or a shorter SCV_HOME), for scvd and scvctl alike")
     return DaemonNotRunning(
         f"scvd is not running on {path} ({exc.strerror or exc}); "
         "start it with `systemctl --user start scvd` or `scvd run`"

@@ -50,6 +50,15 @@ def test_not_running_says_how_to_start_and_exits_3(tmp_path: Path):
     assert out.stderr.count("\n") == 1, "one line"
 
 
+def test_a_socket_path_too_long_for_af_unix_says_so_not_that_scvd_is_down(tmp_path: Path):
+    deep = tmp_path / ("d" * 120)
+    out = scvctl(deep, "status")
+    assert out.returncode == 3
+    assert f"the socket path {deep}/run/scvd.sock is" in out.stderr, out.stderr
+    assert "more than a Unix socket's 107; set SCV_SOCKET to a shorter path" in out.stderr
+    assert "not running" not in out.stderr and out.stderr.count("\n") == 1
+
+
 def test_a_socket_that_accepts_but_never_answers_is_one_line_and_exit_3(tmp_path, monkeypatch, capsys):
     """A hung scvd (or a socket-activated one that failed) was a TimeoutError traceback."""
     import socket
