@@ -33,6 +33,7 @@ from .transcript import Transcripts, new_id
 log = logging.getLogger("scvd.chat")
 
 CALLS_END_SECONDS = 10.0  # how long an ended turn waits for its calls to stop (a process's kill grace)
+REOPEN_WAIT_SECONDS = 2 * CALLS_END_SECONDS + 5  # a closed session's turn ends within this (its two waits)
 
 BACKGROUND_STOPPED = ("its chat session closed (the client disconnected, or scvd stopped) before the call "
                       "finished; call it again if its result is still needed")
@@ -61,6 +62,9 @@ class ChatService:
         self.transcripts = Transcripts(daemon.paths.state_dir / "chat")
         self.chats: dict[str, Chat] = {}
         self._opening: set[str] = set()  # conversations a chat.open is resuming, not yet in chats
+        # conversations whose session closed while a turn or background call of theirs still ends:
+        # it writes its last records (cancelled outputs, the turn's end) before they can be reopened
+        self._ending: dict[str, set[asyncio.Task[Any]]] = {}
         self.stopping = False
         self._turns = itertools.count(1)
         self._closing: set[asyncio.Task[None]] = set()  # providers closing their connections
@@ -76,6 +80,8 @@ class ChatService:
                                             "close that session first")
             self._opening.add(conversation)  # before the first await: a chat.open racing this one is refused
         try:
+            if conversation in self._ending:
+                await self._wait_ended(conversation)
             return await self._open(conn, frame)
         finally:
             self._opening.discard(conversation)  # opened (now in self.chats) or failed
@@ -187,9 +193,30 @@ class ChatService:
         chat = self.chats.pop(session.id, None)
         if chat is None:
             return
-        for task in [chat.task, *chat.background]:
-            if task is not None:
-                task.cancel("session closed")
+        running = {t for t in [chat.task, *chat.background] if t is not None and not t.done()}
+        for task in running:
+            task.cancel("session closed")
+        if running:
+            ending = self._ending.setdefault(chat.conversation, set())
+            ending |= running
+            for task in running:
+                task.add_done_callback(lambda t, c=chat.conversation: self._ended(c, t))
+
+    def _ended(self, conversation: str, task: asyncio.Task[Any]) -> None:
+        ending = self._ending.get(conversation)
+        if ending is not None:
+            ending.discard(task)
+            if not ending:
+                del self._ending[conversation]
+
+    async def _wait_ended(self, conversation: str) -> None:
+        """A chat.open of a conversation whose last session is still ending waits for its last
+        records: two writers would put the old turn's after the new one's (an orphan tool output)."""
+        _, left = await asyncio.wait(set(self._ending[conversation]), timeout=REOPEN_WAIT_SECONDS)
+        if left:
+            raise errors.InvalidRequest(
+                f"conversation {conversation!r} is still ending the turn of its closed session "
+                f"(its calls did not stop within {REOPEN_WAIT_SECONDS:g} s); try chat.open again later")
 
     def stop(self) -> list[asyncio.Task[Any]]:
         """Shutdown: cancel every running turn (they end with cancelled_by_shutdown)."""

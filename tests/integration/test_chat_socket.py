@@ -61,6 +61,31 @@ class GatherTool(Tool):
         return {"label": args.label, "together": together}
 
 
+class SlowStopTool(Tool):
+    """A call that takes a while to stop when cancelled, as a bash command in its kill grace."""
+
+    name = "chat_slow_stop"
+    description = ("Run until cancelled, then take a second to stop.\nUse for checking cancellation; "
+                   "read for files.\nPrecondition: none.")
+    Arguments = GatherArgs
+    risk = ToolRisk.READ_ONLY
+    flags = ToolFlags(always_allow=True)
+
+    def __init__(self) -> None:
+        self.running = threading.Event()
+
+    def plan(self, args: Any, ctx: CallContext) -> Plan:
+        return Plan(risk=self.risk, summary="slow stop")
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        self.running.set()
+        try:
+            await asyncio.sleep(60)
+        finally:
+            await asyncio.shield(asyncio.sleep(1.0))  # stopping takes its time, cancelled or not
+        return {}
+
+
 def load(*names: str) -> Calls:
     """The model's first move for a tool known by name only: find_tools, which loads its schema."""
     return Calls(*[("find_tools", {"query": n}) for n in names])
@@ -407,6 +432,33 @@ def test_a_conversation_resumed_by_two_connections_at_once_opens_in_one(chat_rig
     assert sorted(type(f).__name__ for f in answers) == ["ChatOpened", "Error"]
     refused = next(f for f in answers if isinstance(f, p.Error))
     assert refused.code == "invalid_request" and "open in another session" in refused.message
+
+
+def test_a_conversation_reopened_while_its_closed_sessions_turn_ends_gets_its_records_first(
+        make_inproc, monkeypatch, model, workspace):
+    """A bridge reconnects during a turn and reopens its conversation (bridges.md): the open waits
+    for the old turn to end, so its last records (the call's cancelled output, the turn's end)
+    come before the new session's, not after the next turn's reply (an orphan tool output the
+    model's API refuses in every later turn)."""
+    monkeypatch.setenv("K", "sk-test")
+    m = model(load("chat_slow_stop"), Calls(("chat_slow_stop", {})), Text("second turn"))
+    slow = SlowStopTool()
+    d = make_inproc(f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "chat"\n'
+                    'api_key_secret = "K"\n[chat]\nprovider = "test"\n', tools=[slow])
+    with d.client(name="pytest") as a:
+        opened = open_chat(a, workspace)
+        a.request(p.TurnStart, session=opened.session, text="go")
+        assert slow.running.wait(10)
+    # the connection broke; the bridge reopens at once
+    with d.client(name="pytest") as b:
+        session = open_chat(b, workspace, conversation=opened.conversation).session
+        _, end = run_turn(b, session, "hello again")
+        assert isinstance(end, p.TurnCompleted)
+        records = b.request(p.ChatHistory, session=session).records
+    seen = [(r["kind"], r.get("name") or r.get("text") or r.get("status")) for r in records]
+    assert [r for r in seen if r == ("tool", "chat_slow_stop")] == [("tool", "chat_slow_stop")], seen
+    assert seen.index(("turn", "cancelled")) < seen.index(("user", "hello again")), seen
+    assert seen[-2:] == [("assistant", "second turn"), ("turn", "completed")], seen
 
 
 def test_provider_codex_reuses_the_imported_codex_setup(chat_rig, workspace):
