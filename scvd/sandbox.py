@@ -82,6 +82,7 @@ def build_argv(
     approved: bool = False,
     git: Sequence[Path] = (),
     tmpdir: str | None = None,
+    scratch: Path | None = None,
 ) -> list[str]:
     """The bwrap argv that runs `inner` confined to `workspace`. Pure: touches no file.
 
@@ -96,9 +97,17 @@ def build_argv(
     every directory above it inside a writable bind is pinned (bound onto
     itself) so that none can be renamed away and replaced. `tmpdir` (the child's TMPDIR) is
     made, empty, when it lies in a directory the call sees empty (libpam-tmpdir's /tmp/user/UID):
-    else mktemp and compilers fail there with "No such file or directory".
+    else mktemp and compilers fail there with "No such file or directory". When the temp
+    directory (TMPDIR, else /tmp) would be read-only (an online call keeps the host's /tmp;
+    a TMPDIR such as ~/tmp), `scratch` (a host directory, /var/tmp) is made a private tmpfs
+    and the child's TMPDIR: else mktemp, Node and compilers fail with "Read-only file system".
     """
     ws = _abs(workspace)
+    temp = os.path.normpath(tmpdir) if tmpdir and os.path.isabs(tmpdir) else "/tmp"
+    if scratch is not None and not _writable(temp, hide, [ws, *rw_binds], ro_binds):
+        hide = [*hide, scratch]  # ordered with the rest: a workspace below it is bound back
+    else:
+        scratch = None
     argv = [bwrap, "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid"]
     if not network:
         argv.append("--unshare-net")
@@ -108,8 +117,18 @@ def build_argv(
         argv += [op, path] if op == "--tmpfs" else [op, src, path]
     if tmpdir and os.path.isabs(tmpdir) and _emptied(os.path.normpath(tmpdir), hide, [ws, *rw_binds, *ro_binds]):
         argv += ["--dir", os.path.normpath(tmpdir)]
+    if scratch is not None and not _writable(temp, hide, [ws, *rw_binds], ro_binds):  # not TMPDIR=/var/tmp/x
+        argv += ["--setenv", "TMPDIR", _abs(scratch)]
     argv += ["--chdir", _abs(chdir) if chdir is not None else ws, "--", *inner]
     return argv
+
+
+def _writable(path: str, hide: Iterable[Path], rw: Iterable[Path | str], ro: Iterable[Path | str]) -> bool:
+    """Whether `path` is writable in the sandbox: in a read-write bind, or in a hidden
+    directory's tmpfs that no read-only bind covers (the rest of / is bound read-only)."""
+    at_or_in = lambda p, d: p == _abs(d) or p.startswith(_abs(d).rstrip("/") + "/")  # noqa: E731
+    return (any(at_or_in(path, b) for b in rw)
+            or (any(at_or_in(path, h) for h in hide) and not any(at_or_in(path, b) for b in ro)))
 
 
 def _emptied(path: str, hide: Iterable[Path], binds: Iterable[Path | str]) -> bool:
@@ -238,6 +257,10 @@ def hidden_paths(paths: Paths, env: Mapping[str, str]) -> list[Path]:
 # unasked) gets empty ones. Online calls keep them: resolv.conf often points into /run,
 # and agent CLIs may be installed under /tmp; they are always asked first.
 PRIVATE_OFFLINE = (Path("/tmp"), Path("/var/tmp"), Path("/run"))
+
+
+# made a private tmpfs, and the child's TMPDIR, when its temp directory would be read-only
+SCRATCH = Path("/var/tmp")
 
 
 def private_dirs(network: bool) -> list[Path]:
@@ -395,6 +418,7 @@ class Sandbox:
         env = os.environ if env is None else env
         self._hide = hidden_paths(paths, env)
         self._tmpdir = env.get("TMPDIR")  # what the children get (the allow-lists pass it on)
+        self._scratch = next(iter(_existing([SCRATCH])), None)  # a tmpfs needs an existing mount point
         self._mask = masked_files(paths)
 
     def describe(self) -> str:
@@ -447,6 +471,7 @@ class Sandbox:
             approved=approved,
             git=[] if approved else [Path(p) for p in (gitmeta.find(str(ws)) if git is None else git)],
             tmpdir=self._tmpdir,
+            scratch=self._scratch,
         )
 
     async def wrap_call(self, inner: list[str], *, workspace: Path, network: bool, approved: bool,

@@ -272,3 +272,39 @@ def test_a_tmpdir_that_the_sandbox_empties_is_made(tmpdir, made):
     assert (["--dir", "/tmp/user/1000"] == a[a.index("--dir"):a.index("--dir") + 2]) if made else "--dir" not in a
     if made:
         assert a.index("--tmpfs") < a.index("--dir") < a.index("--chdir")  # inside the fresh tmpfs
+
+
+SCRATCH = Path("/var/tmp")
+OFFLINE = [Path("/tmp"), SCRATCH, Path("/run")]
+
+
+@pytest.mark.parametrize(("hide", "tmpdir", "rw", "private"), [
+    (OFFLINE, None, [], False),  # offline: /tmp is a private tmpfs already
+    ([], None, [], True),  # online: the host's /tmp is read-only
+    ([], str(WS / "tmp"), [], False),  # in the workspace: writable as it is
+    ([], "/home/me/tmp", [], True),  # a TMPDIR nothing makes writable
+    (OFFLINE, "/home/me/tmp", [], True),  # offline too
+    ([], "/agent/home/tmp", [Path("/agent/home")], False),  # in an agent home
+    ([], "/var/tmp/me", [], True),  # made in the fresh /var/tmp: TMPDIR stays
+])
+def test_a_read_only_temp_directory_is_replaced_by_a_private_one(hide, tmpdir, rw, private):
+    """mktemp, Node and compilers need a writable TMPDIR (else /tmp); where it would be read-only,
+    /var/tmp becomes a private tmpfs, and the child's TMPDIR unless TMPDIR is made inside it."""
+    a = build_argv(["true"], bwrap="bwrap", workspace=WS, hide=hide, network=not hide, tmpdir=tmpdir,
+                   rw_binds=rw, scratch=SCRATCH)
+    setenv = a[a.index("--setenv"):a.index("--setenv") + 3] if "--setenv" in a else None
+    if not private:
+        assert setenv is None
+        assert (("--tmpfs", "/var/tmp") in zip(a, a[1:])) == (SCRATCH in hide)  # only the offline one
+        return
+    assert ("--tmpfs", "/var/tmp") in zip(a, a[1:])
+    if tmpdir == "/var/tmp/me":
+        assert setenv is None and ["--dir", "/var/tmp/me"] == a[a.index("--dir"):a.index("--dir") + 2]
+    else:
+        assert setenv == ["--setenv", "TMPDIR", "/var/tmp"]
+    assert a.index("--tmpfs") < a.index("--bind")  # a workspace below /var/tmp would be bound back over it
+
+
+def test_without_a_scratch_directory_nothing_is_changed():
+    a = build_argv(["true"], bwrap="bwrap", workspace=WS, hide=[], network=True)
+    assert "--setenv" not in a and "/var/tmp" not in a

@@ -170,6 +170,25 @@ def test_a_tmpdir_below_a_hidden_directory_is_there_empty(tmp_path):
     assert made.startswith(f"made {tmpdir}/tmp.") and "host-file" not in r.stdout
 
 
+@pytest.mark.parametrize("network", [False, True])
+def test_a_read_only_temp_directory_is_replaced_by_a_private_one(tmp_path, network):
+    """An online call keeps the host's /tmp (read-only), and a TMPDIR like ~/tmp is read-only even
+    offline: mktemp, Node and compilers failed with "Read-only file system". /var/tmp is then a
+    private tmpfs, and the TMPDIR; what is made there never reaches the host."""
+    marker = f"scvd-scratch-{uuid.uuid4().hex[:8]}"
+    tmpdir = Path.home() / marker  # ~/tmp: outside /tmp, the workspace and all else made writable
+    tmpdir.mkdir()
+    try:
+        box = Box(tmp_path, **({} if network else {"TMPDIR": str(tmpdir)}))  # online: unset, so /tmp
+        r = box.run(f'f=$(mktemp) && echo "made $f" && touch "$TMPDIR/{marker}" && echo "TMPDIR=$TMPDIR"',
+                    network=network)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("made /var/tmp/tmp.") and "TMPDIR=/var/tmp\n" in r.stdout, r.stdout
+        assert not Path("/var/tmp", marker).exists() and not list(tmpdir.iterdir())
+    finally:
+        tmpdir.rmdir()
+
+
 def test_run_is_private_for_offline_calls_only(box):
     """/run holds docker's and the system bus's sockets; online calls keep it (DNS) and are asked."""
     run_dir = Path("/run") / f"scvd-test-{uuid.uuid4().hex[:8]}"

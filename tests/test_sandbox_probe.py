@@ -236,4 +236,5 @@ def test_active_sandbox_wraps_with_real_paths(instance, tmp_path):
     argv = sb.wrap(["true"], workspace=tmp_path / "link", network=True)
     assert sb.active
     assert argv == build_argv(["true"], bwrap=str(fake), workspace=real, network=True,
-                              hide=[p.home])  # the rest of the hidden dirs lie inside SCV_HOME
+                              hide=[p.home],  # the rest of the hidden dirs lie inside SCV_HOME
+                              tmpdir=env.get("TMPDIR"), scratch=Path("/var/tmp"))  # online: /tmp read-only
