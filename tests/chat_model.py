@@ -48,9 +48,11 @@ class Text:
 class Calls:
     calls: tuple[tuple[str, dict[str, Any]], ...]
     text: str = ""
+    # Chat Completions only: Ollama's shape (ollama/ollama#15457), every call whole in one chunk at index 0
+    index_zero: bool = False
 
-    def __init__(self, *calls: tuple[str, dict[str, Any]], text: str = "") -> None:
-        self.calls, self.text = calls, text
+    def __init__(self, *calls: tuple[str, dict[str, Any]], text: str = "", index_zero: bool = False) -> None:
+        self.calls, self.text, self.index_zero = calls, text, index_zero
 
 
 @dataclass
@@ -260,6 +262,10 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
     calls = getattr(step, "calls", ())
     for i, (name, args) in enumerate(calls):
         text = json.dumps(args)
+        if getattr(step, "index_zero", False):
+            out.append(chunk({"tool_calls": [{"index": 0, "id": f"call_{next(_call_ids)}_{name}", "type": "function",
+                                              "function": {"name": name, "arguments": text}}]}))
+            continue
         half = len(text) // 2
         out.append(chunk({"tool_calls": [{"index": i, "id": f"call_{next(_call_ids)}_{name}", "type": "function",
                                           "function": {"name": name, "arguments": text[:half]}}]}))

@@ -56,6 +56,17 @@ def test_parallel_tool_calls_arrive_whole(model, wire_api):
     assert len({c.call_id for c in calls}) == 2
 
 
+def test_parallel_tool_calls_all_at_index_zero_stay_apart(model):
+    """Ollama streams each of several tool calls whole, every one at index 0: a new id starts a new call
+    (they were merged into one call of the first's name, its arguments two JSON objects run together)."""
+    m = model(Calls(("write", {"path": "a", "content": "x"}), ("read", {"path": "b"}), index_zero=True))
+    events = asyncio.run(collect(provider(m, "chat")))
+    calls = [e.call for e in events if isinstance(e, CallRequested)]
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("write", '{"path": "a", "content": "x"}'), ("read", '{"path": "b"}')]
+    assert len({c.call_id for c in calls}) == 2
+
+
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_429_is_retried_by_the_client(model, wire_api):
     m = model(Status(429, "slow down", retry_after_ms=10), Text("ok"))

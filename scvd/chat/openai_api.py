@@ -189,7 +189,8 @@ class ChatProvider(_Base):
             stream_options={"include_usage": True}, **extra)
 
     async def _read(self, stream: Any) -> AsyncIterator[Any]:
-        calls: dict[int, dict[str, str]] = {}
+        calls: list[dict[str, str]] = []
+        at: dict[Any, int] = {}  # a fragment's index -> the call in `calls` it adds to
         usage = Usage()
         finished = False  # a finish_reason came: the answer is whole (the usage chunk may follow)
         chunks, deadline = stream.__aiter__(), None
@@ -215,15 +216,24 @@ class ChatProvider(_Base):
                 if delta and delta.content:
                     yield TextDelta(delta.content)
                 for part in (delta.tool_calls if delta else None) or []:
-                    _merge_call(calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""}), part)
+                    _merge_call(_call_at(calls, at, part), part)
             if finished and deadline is None:
                 deadline = asyncio.get_running_loop().time() + DRAIN_SECONDS
         if not finished:
             raise _cut_short(self._where(), "finish_reason")
-        for index in sorted(calls):
-            c = calls[index]
-            yield CallRequested(ToolCall(c["id"] or f"call_{index}", c["name"], c["arguments"] or "{}"))
+        for n, c in enumerate(calls):
+            yield CallRequested(ToolCall(c["id"] or f"call_{n}", c["name"], c["arguments"] or "{}"))
         yield ReplyDone(usage)
+
+
+def _call_at(calls: list[dict[str, str]], at: dict[Any, int], part: Any) -> dict[str, str]:
+    """The call a fragment belongs to: the one at its index, unless it brings another id (Ollama
+    sends every parallel call at index 0, each whole with its own id), which starts a new one."""
+    n = at.get(part.index)
+    if n is None or (part.id and calls[n]["id"] and part.id != calls[n]["id"]):
+        at[part.index] = n = len(calls)
+        calls.append({"id": "", "name": "", "arguments": ""})
+    return calls[n]
 
 
 def _merge_call(acc: dict[str, str], part: Any) -> None:
