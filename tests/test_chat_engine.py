@@ -43,11 +43,23 @@ def test_text_only_reply_finishes_with_usage():
     [first] = t.start("hi")
     assert isinstance(first, CallModel)
     assert [s.name for s in first.request.tools] == ["find_tools", "ask_user"]
-    assert "read, watch, write" in first.request.instructions and "store_secret" not in first.request.instructions
+    assert "Tools available by name only: read, watch, write." in first.request.instructions  # not store_secret
     assert first.request.instructions.startswith("Be brief.")
     [done] = t.on_reply("hello", [], Usage(10, 2))
     assert done == Finish("hello", {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12, "requests": 1})
     assert isinstance(t.conv.records[-1], TurnEnded) and t.conv.records[-1].status == "completed"
+
+
+def test_the_instructions_say_where_credentials_live_when_store_secret_is_offered():
+    """Seed 003: one short line on credentials stays in the system prompt, so that a 401 or a missing
+    key leads the model to store_secret even when the failing tool's error does not name it."""
+    [first] = turn().start("hi")
+    assert "live in scvd's secret store" in first.request.instructions
+    assert "load store_secret with find_tools" in first.request.instructions
+    without = cat.Catalog([e for e in catalog().entries.values() if e.name != "store_secret"])
+    t = Turn(Conversation(settings=Opened(workspace="/ws")), without, "t1", max_steps=8, context_tokens=100_000)
+    [plain] = t.start("hi")
+    assert "store_secret" not in plain.request.instructions and "secret store" not in plain.request.instructions
 
 
 def test_unloaded_tool_loads_its_schema_and_asks_for_a_second_call():

@@ -19,6 +19,11 @@ from .items import ToolSpec
 FIND_TOOLS = "find_tools"
 ASK_USER = "ask_user"
 SEARCH_LIMIT = 8  # schemas one search loads at most; the rest stay names
+STORE_SECRET = "store_secret"
+# seed 003: the system prompt keeps one short line on credentials; the tool's description has the rest
+CREDENTIALS = (f"Credentials (API keys, tokens) live in scvd's secret store, not in the environment: on a "
+               f"missing key, a 401 or a 403, load {STORE_SECRET} with {FIND_TOOLS} and call it with the key's "
+               "name (the person enters the value, which never reaches you), then call the failed tool again.")
 
 
 class FindToolsArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -76,6 +81,11 @@ class Catalog:
         return list(CORE) + [ToolSpec(e.name, e.description, e.schema)
                              for n, e in sorted(self.entries.items()) if n in loaded]
 
+    def instructions(self, system_prompt: str, loaded: set[str]) -> str:
+        """The system prompt, the credentials line where store_secret is offered, the tools by name."""
+        secrets = CREDENTIALS if STORE_SECRET in self.entries else ""
+        return instructions(system_prompt, self.by_name(loaded), secrets)
+
     def by_name(self, loaded: set[str]) -> list[str]:
         """Tools the model sees only by name."""
         return sorted(n for n, e in self.entries.items() if n not in loaded and not e.system_use)
@@ -99,9 +109,10 @@ def _score(entry: Entry, words: list[str]) -> int:
     return sum(10 if w == name else 3 if w in name else 1 if w in text else 0 for w in words)
 
 
-def instructions(system_prompt: str, names: list[str]) -> str:
+def instructions(system_prompt: str, names: list[str], secrets: str = "") -> str:
     """The system prompt plus the per-turn list of tools the model knows only by name."""
     listing = ", ".join(names) if names else "none"
     tail = (f"Tools available by name only: {listing}. Call {FIND_TOOLS} to load a tool's schema "
             "before calling it; a call without a loaded schema only loads it.")
-    return f"{system_prompt.rstrip()}\n\n{tail}" if system_prompt.strip() else tail
+    parts = [system_prompt.rstrip(), secrets, tail]
+    return "\n\n".join(part for part in parts if part.strip())

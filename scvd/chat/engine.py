@@ -294,7 +294,7 @@ class Turn:
                               "(chat.max_steps); the turn stopped", "raise chat.max_steps or split the task")]
         self.conv.flush_notes(self.id)
         tools = self.catalog.specs(self.conv.loaded)
-        instructions = cat.instructions(self.conv.settings.system_prompt, self.catalog.by_name(self.conv.loaded))
+        instructions = self.catalog.instructions(self.conv.settings.system_prompt, self.conv.loaded)
         budget = self.context_tokens - trim_mod.estimate(instructions) - trim_mod.estimate(tools)
         items = trim_mod.trim(self.conv.history, budget)
         if items is None:
