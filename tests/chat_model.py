@@ -56,6 +56,15 @@ class Calls:
 
 
 @dataclass
+class Limited:
+    """An answer cut at the output token limit, in a tool call's arguments (Chat Completions'
+    finish_reason length; the Responses API's response.incomplete, max_output_tokens)."""
+
+    text: str = "I will write it"
+    call: tuple[str, dict[str, Any]] = ("write", {"path": "big.txt", "content": "aaaa"})
+
+
+@dataclass
 class Status:
     status: int
     message: str = "nope"
@@ -237,6 +246,11 @@ def responses_events(step: Any) -> list[tuple[str, Any]]:
                                                    "sequence_number": next(seq), "logprobs": []}))
     if isinstance(step, (Hang, Cut)):
         return out
+    if isinstance(step, Limited):
+        cut = dict(resp, status="incomplete", incomplete_details={"reason": "max_output_tokens"})
+        out.append(("response.incomplete", {"type": "response.incomplete", "response": cut,
+                                            "sequence_number": next(seq)}))
+        return out
     for i, (name, args) in enumerate(getattr(step, "calls", ())):
         item = {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{next(_call_ids)}_{name}", "name": name,
                 "arguments": json.dumps(args), "status": "completed"}
@@ -259,6 +273,11 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
     out = [chunk({"role": "assistant", "content": piece}) for piece in _split(step.text, getattr(step, "chunks", 2))]
     if isinstance(step, (Hang, Cut)):
         return out
+    if isinstance(step, Limited):
+        name, args = step.call
+        out.append(chunk({"tool_calls": [{"index": 0, "id": f"call_{next(_call_ids)}_{name}", "type": "function",
+                                          "function": {"name": name, "arguments": json.dumps(args)[:20]}}]}))
+        return [*out, chunk({}, "length"), ("", "[DONE]")]
     calls = getattr(step, "calls", ())
     for i, (name, args) in enumerate(calls):
         text = json.dumps(args)

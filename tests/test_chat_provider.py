@@ -8,7 +8,7 @@ import time
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Cut, Hang, ScriptedModel, Status, Text
+from chat_model import Calls, Cut, Hang, Limited, ScriptedModel, Status, Text
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.provider import ProviderFailure, Settings, make
 
@@ -65,6 +65,21 @@ def test_parallel_tool_calls_all_at_index_zero_stay_apart(model):
     assert [(c.name, c.arguments) for c in calls] == [
         ("write", '{"path": "a", "content": "x"}'), ("read", '{"path": "b"}')]
     assert len({c.call_id for c in calls}) == 2
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+@pytest.mark.parametrize("cap", [None, 16])
+def test_an_answer_cut_at_the_token_limit_fails_saying_which_setting(model, wire_api, cap):
+    """Chat Completions took finish_reason length for a whole answer: a tool call cut in its arguments
+    went to the model as "arguments must be a JSON object", inviting retries up to the step limit."""
+    m = model(Limited())
+    with pytest.raises(ProviderFailure) as failed:
+        asyncio.run(collect(provider(m, wire_api, max_output_tokens=cap)))
+    assert failed.value.reason == "provider_error"
+    assert str(failed.value) == f"provider 'test' ({m.base_url}) cut the answer off at its output token limit"
+    assert failed.value.hint == ("raise providers.test.max_output_tokens (16 now)" if cap else
+                                 "set providers.test.max_output_tokens above the server's default"
+                                 ) + ", or ask for less at a time"
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)

@@ -97,6 +97,15 @@ def _cause(exc: Exception) -> str:
     return str(cause or exc) or type(cause or exc).__name__
 
 
+def _token_limit(where: str, settings: Settings) -> ProviderFailure:
+    """The answer stopped at the output token limit: a tool call in it would be cut, a text unfinished."""
+    name = settings.name
+    fix = (f"raise providers.{name}.max_output_tokens ({settings.max_output_tokens} now)" if settings.max_output_tokens
+           else f"set providers.{name}.max_output_tokens above the server's default")
+    return ProviderFailure("provider_error", f"{where} cut the answer off at its output token limit",
+                           f"{fix}, or ask for less at a time")
+
+
 def _cut_short(where: str, missing: str) -> ProviderFailure:
     return ProviderFailure("provider_error", f"{where} stopped sending: the stream ended before the answer "
                            f"was complete (no {missing})", "send the text again")
@@ -136,6 +145,8 @@ class ResponsesProvider(_Base):
                 yield ReplyDone(Usage(u.input_tokens, u.output_tokens) if u else Usage())
                 await _drain(stream)
                 return
+            elif kind == "response.incomplete" and _why(event) == "max_output_tokens":
+                raise _token_limit(self._where(), self.settings)
             elif kind in ("response.failed", "response.incomplete", "error"):
                 raise ProviderFailure("provider_error", f"{self._where()} ended the answer: {_why(event)}")
         raise _cut_short(self._where(), "response.completed")
@@ -193,6 +204,7 @@ class ChatProvider(_Base):
         at: dict[Any, int] = {}  # a fragment's index -> the call in `calls` it adds to
         usage = Usage()
         finished = False  # a finish_reason came: the answer is whole (the usage chunk may follow)
+        limited = False  # ... but cut at the token limit (finish_reason length)
         chunks, deadline = stream.__aiter__(), None
         while True:
             try:
@@ -212,6 +224,7 @@ class ChatProvider(_Base):
                 usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
             for choice in chunk.choices or []:
                 finished = finished or bool(choice.finish_reason)
+                limited = limited or choice.finish_reason == "length"
                 delta = choice.delta
                 if delta and delta.content:
                     yield TextDelta(delta.content)
@@ -221,6 +234,8 @@ class ChatProvider(_Base):
                 deadline = asyncio.get_running_loop().time() + DRAIN_SECONDS
         if not finished:
             raise _cut_short(self._where(), "finish_reason")
+        if limited:  # as the Responses API's response.incomplete: a call in it would be cut mid-arguments
+            raise _token_limit(self._where(), self.settings)
         for n, c in enumerate(calls):
             yield CallRequested(ToolCall(c["id"] or f"call_{n}", c["name"], c["arguments"] or "{}"))
         yield ReplyDone(usage)
