@@ -12,7 +12,7 @@ import pytest
 
 from scvd import errors, paths as paths_mod
 from scvd.config import Config
-from scvd.tools import build_registry
+from scvd.tools import build_registry, script_defs
 from scvd.tools.script import ScriptTool
 from scvd.tools.script_defs import declared_secrets, load_all
 
@@ -92,9 +92,19 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
      None, "parameters", "$dynamicRef '#/$defs/x' at properties/a leads nowhere in parameters"),
     ({"parameters": {**PARAMETERS, "required": ["text", "txt"]}},
      None, "parameters", "required 'txt' at (top) is not a property (properties: text, unique)"),
+    # these loaded, then every call failed blaming the arguments ("nest too deeply", AttributeError)
+    ({"parameters": {"type": "object", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+                     "properties": {"x": {"$ref": "#/$defs/a"}}}},
+     None, "parameters", "$ref '#/$defs/b' at $defs/a goes round in a loop of references "
+                         "(#/$defs/b -> #/$defs/a -> #/$defs/b) that never reaches a schema"),
+    ({"parameters": {"type": "object", "required": ["x"], "properties": {"x": {"$ref": "#/required/0"}}}},
+     None, "parameters", "$ref '#/required/0' at properties/x points at a str, not a schema"),
+    # it crashed scvd at start (and failed a whole reload) with a TypeError
+    ({"parameters": {"type": "object", "$schema": 7}}, None, "parameters", "parameters.$schema must be a string"),
 ], ids=["json", "unknown-field", "risk", "not-object", "bad-schema", "timeout-0", "timeout-negative",
         "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command", "remote-ref", "broken-ref",
-        "anchor-nowhere", "dynamic-ref-nowhere", "required-not-a-property"])
+        "anchor-nowhere", "dynamic-ref-nowhere", "required-not-a-property", "ref-loop", "ref-to-data",
+        "schema-uri-not-a-string"])
 def test_a_bad_definition_names_the_file_and_the_rule(home: Path, spec, raw, rule, text):
     folder = make_tool(home, spec=spec, raw=raw)
     error = only_error(home)
@@ -238,3 +248,22 @@ def test_jsonschema_and_keyring_are_imported_only_when_used(home: Path):
     make_tool(home)
     more, jsonschema, keyring = started()
     assert int(more) == int(count) + 1 and (jsonschema, keyring) == ("True", "False")
+
+
+def test_a_check_that_breaks_on_one_folder_leaves_the_others_loaded(home: Path, monkeypatch, caplog):
+    """A bug in a check (a definition no rule foresaw) fails that tool's load, not scvd's start or reload."""
+    make_tool(home, "fine")
+    make_tool(home, "odd", spec={"description": DESCRIPTION + " Odd."})
+    real = script_defs._check_schema
+
+    def breaks_on_odd(path, schema):
+        if "odd" in str(path):
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(path, schema)
+
+    monkeypatch.setattr(script_defs, "_check_schema", breaks_on_odd)
+    (d,), (failed,) = load_all(paths(home))
+    assert d.name == "script_fine" and failed.name == "script_odd"
+    assert failed.message == ("scvd could not check it (RecursionError: maximum recursion depth exceeded); "
+                              "see its log")
+    assert "checking" in caplog.text and "odd" in caplog.text

@@ -79,6 +79,10 @@ def load_all(paths: Any) -> tuple[list[ScriptDef], list[LoadError]]:
             defs.append(load_one(Path(entry.path)))
         except DefinitionError as exc:
             failed.append(LoadError(exc.source, PREFIX + entry.name, exc.message))
+        except Exception as exc:  # a check's bug must not take scvd (or a reload) down with one folder
+            log.exception("checking %s failed", entry.path)
+            failed.append(LoadError(str(Path(entry.path) / DEFINITION), PREFIX + entry.name,
+                                    f"scvd could not check it ({type(exc).__name__}: {exc}); see its log"))
     return defs, failed
 
 
@@ -129,6 +133,9 @@ def _check_parameters(path: Path, schema: dict[str, Any]) -> None:
 
     if schema.get("type") != "object":
         raise DefinitionError(path, "parameters", 'parameters must be a JSON Schema with "type": "object"')
+    if not isinstance(schema.get("$schema", ""), str):  # jsonschema would fail on it with a TypeError
+        raise DefinitionError(path, "parameters", "parameters.$schema must be a string naming a draft, e.g. "
+                                                  "'https://json-schema.org/draft/2020-12/schema', or be left out")
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -194,12 +201,27 @@ def _check_ref(path: Path, resolver: Any, keyword: str, where: str, ref: str) ->
     if not ref.startswith("#"):
         raise DefinitionError(path, "parameters", f"{keyword} {ref!r} at {where} points outside tool.json; scvd "
                                                   "never fetches schemas: put it under $defs, as '#/$defs/NAME'")
-    try:
-        resolver.lookup(ref)
-    except Unresolvable:
-        what = "nothing is at that pointer" if ref.startswith("#/") else f"no $anchor {ref[1:]!r}"
-        raise DefinitionError(path, "parameters", f"{keyword} {ref!r} at {where} leads nowhere in parameters "
-                                                  f"({what}); fix the reference or add it") from None
+    seen: list[str] = []
+    while True:
+        try:
+            resolved = resolver.lookup(ref)
+        except Unresolvable:
+            what = "nothing is at that pointer" if ref.startswith("#/") else f"no $anchor {ref[1:]!r}"
+            raise DefinitionError(path, "parameters", f"{keyword} {ref!r} at {where} leads nowhere in parameters "
+                                                      f"({what}); fix the reference or add it") from None
+        target = resolved.contents
+        if not isinstance(target, (dict, bool)):  # e.g. '#/required/0': every call would fail inside jsonschema
+            raise DefinitionError(path, "parameters", f"{keyword} {ref!r} at {where} points at a "
+                                                      f"{type(target).__name__}, not a schema; point it at one")
+        seen.append(ref)
+        ref = target.get("$ref") if isinstance(target, dict) else None
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            return
+        if ref in seen:  # each $ref only leads to the next: validating would recurse until it gives up
+            raise DefinitionError(path, "parameters", f"{keyword} {seen[0]!r} at {where} goes round in a loop of "
+                                                      f"references ({' -> '.join([*seen, ref])}) that never "
+                                                      "reaches a schema; point one of them at a real schema")
+        resolver = resolved.resolver
 
 
 def _check_required(path: Path, node: dict[str, Any], where: str, resolver: Any) -> None:
