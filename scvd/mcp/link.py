@@ -131,10 +131,13 @@ class ServerLink:
             read, write, self._proc = await stack.enter_async_context(open_stdio(target))
             return read, write
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
+        import httpx2  # the SDK's HTTP client
+        from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 
         self._proc, self._http_status = None, None
-        client = create_mcp_http_client(headers=target)
+        # no read timeout: a call's answer may take as long as its dispatch timeout (15 min by
+        # default), which bounds it; the SDK's 300 s cut longer calls off and took the server down
+        client = create_mcp_http_client(headers=target, timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=None))
         client.event_hooks["response"].append(self._on_response)
         await stack.enter_async_context(client)
         read, write = await stack.enter_async_context(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -18,6 +19,13 @@ server = MCPServer("notes")
 def add(a: int, b: int) -> str:
     """Add two integers."""
     return f"{a} + {b} = {a + b}"
+
+
+@server.tool()
+async def wait(seconds: float) -> str:
+    """Answers after `seconds`."""
+    await anyio.sleep(seconds)
+    return f"waited {seconds:g} s"
 
 
 @server.tool()

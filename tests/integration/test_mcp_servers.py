@@ -456,7 +456,7 @@ def test_an_http_server_is_consumed_with_a_header_secret(make_daemon, workspace,
     d = http_daemon(make_daemon, http_server, "Bearer s3cret", monkeypatch)
     with d.client(name="t") as c:
         status = server(c, "notes")
-        assert status.transport == "http" and status.tools == 3
+        assert status.transport == "http" and status.tools == 4
         session = c.open_session(workspace)
         done = c.call(session, "mcp__notes__add", {"a": 2, "b": 3})
         assert done.ok, done.error
@@ -483,6 +483,22 @@ def test_a_wrong_header_secret_shows_the_http_status(make_daemon, http_server, m
     with d.client(name="t") as c:
         down = server(c, "notes", "down")
         assert down.error.startswith(f"HTTP status 401 from {http_server}"), down.error
+
+
+def test_an_http_call_may_take_longer_than_the_sdks_read_timeout(make_inproc, workspace, http_server, monkeypatch):
+    """The SDK's HTTP client stops reading after 300 s of silence: a call the server answered later
+    (within its timeout_seconds) failed as "went away", and the server was restarted. The SDK's
+    default is shortened here to show the call outlasting it."""
+    from mcp.shared import _httpx_utils
+
+    monkeypatch.setattr(_httpx_utils, "MCP_DEFAULT_SSE_READ_TIMEOUT", 1.0)
+    d = make_inproc(f'[mcp.servers.notes]\nurl = "{http_server}"\nheaders = {{Authorization = "Bearer s3cret"}}\n'
+                    'tool_risk = {wait = "read_only"}\ntimeout_seconds = 30\n')
+    with d.client(name="t") as c:
+        server(c, "notes")
+        done = c.call(c.open_session(workspace), "mcp__notes__wait", {"seconds": 2.5})
+        assert done.ok and done.result["text"] == "waited 2.5 s", done.error
+        assert server(c, "notes").restarts == 0
 
 
 def test_tools_list_changed_updates_the_registry_of_every_session(make_daemon, workspace, http_server, monkeypatch):
