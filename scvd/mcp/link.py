@@ -131,7 +131,6 @@ class ServerLink:
             read, write, self._proc = await stack.enter_async_context(open_stdio(target))
             return read, write
         from mcp.client.streamable_http import streamable_http_client
-        import httpx2  # the SDK's HTTP client
         from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 
         self._proc, self._http_status = None, None
@@ -168,12 +167,12 @@ class ServerLink:
             self.error = f"{exc.kind}: {exc.message}"
         elif isinstance(exc, ScvError):
             self.error = exc.message
-        elif self._proc is not None and self._proc.exited.done():
+        elif _any(exc, lambda e: isinstance(e, TimeoutError)):  # it may have exited since: scvd closed its stdin
+            self.error = f"no answer to initialize within {CONNECT_TIMEOUT:g} s"
+        elif self._proc is not None and self._proc.exited.done() and _any(exc, _broke):
             self.error = self._why_lost()  # it died while starting: its exit and stderr say why
             return
-        elif isinstance(exc, TimeoutError):
-            self.error = f"no answer to initialize within {CONNECT_TIMEOUT:g} s"
-        else:
+        else:  # scvd gave up on it (a tools/list it cannot read): that is why, not the exit that followed
             self.error = _describe(exc, self.cfg.url)
         if self._proc is not None:
             self.error = _with_tail(self.error, self._proc)
@@ -276,6 +275,22 @@ def _spec(tool: Any) -> ToolSpec:
 def _with_tail(message: str, proc: Any) -> str:
     tail = proc.stderr_tail().strip()
     return f"{message}; stderr: {tail[-1000:]}" if tail else message
+
+
+def _any(exc: BaseException, test: Any) -> bool:
+    """Whether `exc`, or one in it (the SDK's task groups wrap what they raise), passes `test`."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_any(e, test) for e in exc.exceptions)
+    return bool(test(exc))
+
+
+def _broke(exc: BaseException) -> bool:
+    """Whether `exc` is the connection breaking (the server went away), not scvd refusing what it sent."""
+    import anyio
+
+    if isinstance(exc, MCPError):
+        return exc.error.code == CONNECTION_CLOSED
+    return isinstance(exc, (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError))
 
 
 def _describe(exc: BaseException, url: str | None = None) -> str:

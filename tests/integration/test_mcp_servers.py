@@ -269,6 +269,26 @@ def test_a_server_that_dies_right_after_listing_its_tools_backs_off(make_daemon,
     assert len(starts.read_text().splitlines()) == 3  # the fourth waits its 4 s
 
 
+def test_a_tools_list_scvd_cannot_read_is_why_the_server_is_down(make_daemon, tmp_path):
+    """The server exits once scvd gives up on it and closes its stdin: that exit is not the reason
+    (it said "the server process exited with status 0")."""
+    d = make_daemon(quirks_stdio_table("bad-schema", tmp_path / "starts"))
+    with d.client(name="t") as c:
+        down = server(c, "raw", "down")
+    assert "exited with status" not in down.error and "properties" in down.error, down.error
+    assert "Input should be a valid dictionary" in down.error, down.error
+
+
+def test_no_answer_to_initialize_says_so_though_the_server_exits_after(make_inproc, monkeypatch, tmp_path):
+    from scvd.mcp import link
+
+    monkeypatch.setattr(link, "CONNECT_TIMEOUT", 1.0)
+    d = make_inproc(quirks_stdio_table("slow-start=30", tmp_path / "starts"))
+    with d.client(name="t") as c:
+        down = server(c, "raw", "down")
+    assert down.error.startswith("no answer to initialize within 1 s"), down.error
+
+
 def test_a_tool_with_a_huge_schema_is_a_load_error_and_the_rest_stay(make_daemon, workspace, tmp_path):
     d = make_daemon(quirks_stdio_table("huge-schema", tmp_path / "starts") + 'risk = "read_only"\n')
     with d.client(name="t") as c:
