@@ -374,6 +374,27 @@ def test_replace_keeps_mode_and_chains_sha(ws: Workspace) -> None:
     assert upper["bytes_written"] == 7
 
 
+def test_a_directory_that_cannot_be_synced_after_the_rename_is_a_done_write(ws: Workspace, monkeypatch, caplog) -> None:
+    """Some filesystems (VirtualBox shared folders) refuse fsync on a directory (EINVAL). The rename
+    has installed the new content by then: the write said "failed ... the old file is unchanged",
+    and a retried create then failed with "already exists". Fault injected: no such mount here."""
+    import errno
+
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        real_fsync(fd)
+
+    monkeypatch.setattr(fs.os, "fsync", fsync)
+    (ws.root / "a.txt").write_text("old\n")
+    assert ws.call("write", path="a.txt", content="new\n", mode="replace")["bytes_written"] == 4
+    assert ws.call("write", path="b.txt", content="made\n", mode="create")["created"] is True
+    assert (ws.root / "a.txt").read_text() == "new\n" and (ws.root / "b.txt").read_text() == "made\n"
+    assert "wrote 'b.txt', but its directory could not be synced (Invalid argument)" in caplog.text
+
+
 def test_replace_with_stale_sha_is_refused(ws: Workspace) -> None:
     path = ws.root / "a.txt"
     path.write_text("v1")

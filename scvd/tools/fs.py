@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import hashlib
+import logging
 import os
 import shlex
 import stat
@@ -29,6 +30,8 @@ from . import containment
 from .containment import show
 from .contract import NOT_NOW, CallContext, Plan, Tool, ToolFlags, ToolRisk
 from .secret_paths import secret_reason
+
+log = logging.getLogger("scvd.tools.fs")
 
 CHUNK = 1 << 20
 DEFAULT_READ_LIMIT = 65536
@@ -221,7 +224,7 @@ def write_file(
         except BaseException:
             _unlink_quiet(parent, tmp)
             raise
-        os.fsync(parent)
+        _sync_directory(parent, path)
     except PermissionError as exc:  # the temp file's create or its rename: both need the directory
         raise _directory_denied(path, real, exc) from exc
     except OSError as exc:
@@ -237,6 +240,16 @@ def write_file(
         # the old file had other names: they keep its old content, only this entry was replaced
         "replaced_link": existing is not None and existing.st_nlink > 1,
     }
+
+
+def _sync_directory(parent: int, path: str) -> None:
+    """The rename's durability. The new file is in place already: a directory that cannot be synced
+    (VirtualBox shared folders: EINVAL) is logged, not reported as a write that changed nothing."""
+    try:
+        os.fsync(parent)
+    except OSError as exc:
+        log.warning("wrote %s, but its directory could not be synced (%s): the rename may not survive a "
+                    "power loss", show(path), exc.strerror)
 
 
 def file_parts(path: str) -> tuple[str, ...]:
