@@ -561,6 +561,7 @@ class CallRegistry:
 
     def _context(self, call: Call) -> CallContext:
         session = call.session
+        session.check_workspace()
         return CallContext(
             call_id=call.call_id, session_id=session.id, workspace=session.workspace,
             workspace_fd=session.workspace_fd, config=session.config, paths=self.hub.paths,

@@ -137,6 +137,25 @@ class Session:
     call_count: int = 0
     services: dict[str, Any] = field(default_factory=dict)
     closed: bool = False
+    identity: tuple[int, int] = field(init=False, default=(0, 0))  # (st_dev, st_ino) of the directory held open
+
+    def __post_init__(self) -> None:
+        held = os.fstat(self.workspace_fd)
+        self.identity = (held.st_dev, held.st_ino)
+
+    def check_workspace(self) -> None:
+        """Refuse a call once `workspace` names another directory than the one held open (moved away,
+        or deleted and made again): file tools would use the old one, processes the new one."""
+        try:
+            now = os.stat(self.workspace)
+        except OSError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != self.identity:
+            what = "is gone" if now is None else "is another directory now"
+            raise errors.Failed(
+                f"the workspace {self.workspace} {what}: it was moved, or deleted and made again, since "
+                "this session opened; open a new session on it (session.open) to work there",
+                hint="a file tool would use the old directory and a command the new one")
 
     def grant(self, tool: str, risk: str, sandboxed: bool = False) -> None:
         self.grants.add((tool, risk, sandboxed))

@@ -163,6 +163,30 @@ def _escapes(ws: Path) -> list[str]:
             "root" + str(outside / "secret.txt"), "/proc/self/cwd/secret.txt"]
 
 
+def test_a_workspace_moved_or_made_again_refuses_calls_until_a_new_session(owner: Client, ws: Path) -> None:
+    """A re-clone, a restore, `mv ws ws.bak && mkdir ws`: the file tools held the old directory open
+    (a write landed in ws.bak, a read said a file bash could cat "does not exist"), commands ran in
+    the new one. Every call now says what happened and what to do."""
+    (ws / "a.txt").write_text("old\n")
+    sid = owner.open_session(ws)
+    assert call(owner, sid, "read", path="a.txt")[0].ok
+    ws.rename(ws.with_name("ws.bak"))
+    ws.mkdir()
+    (ws / "a.txt").write_text("new\n")
+    message = (f"the workspace {ws} is another directory now: it was moved, or deleted and made again, "
+               "since this session opened; open a new session on it (session.open) to work there")
+    for tool, args in (("read", {"path": "a.txt"}), ("write", {"path": "b.txt", "content": "x", "mode": "create"})):
+        done, asked = call(owner, sid, tool, **args)  # refused before anyone is asked
+        assert (done.error.kind, done.error.message) == ("failed", message), done.error
+    assert not (ws / "b.txt").exists() and not ws.with_name("ws.bak").joinpath("b.txt").exists()
+    fresh = owner.open_session(ws)
+    assert call(owner, fresh, "read", path="a.txt")[0].result["content"] == "new\n"
+    (ws / "a.txt").unlink()
+    ws.rmdir()
+    gone, _ = call(owner, fresh, "read", path="a.txt")
+    assert gone.error.message.startswith(f"the workspace {ws} is gone: it was moved"), gone.error
+
+
 def test_escapes_are_refused_before_approval(owner: Client, ws: Path) -> None:
     paths = _escapes(ws)
     sid = owner.open_session(ws)
