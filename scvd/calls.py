@@ -392,9 +392,12 @@ class CallRegistry:
     async def _run(self, call: Call, tool: Tool, args: object, plan: Plan, ctx: CallContext, *,
                    waited: bool, approved: bool) -> object:
         ctx.approved = approved
+        override = call.timeout_override
+        if override is not None and plan.timeout is not None and plan.timeout > override:
+            plan.timeout = override  # a tool that did not take ctx.timeout: its own deadline still ends it
         timeout = tool.dispatch_timeout(plan, call.session.config)
-        if call.timeout_override is not None:
-            timeout = call.timeout_override if timeout is None else min(timeout, call.timeout_override)
+        if override is not None and plan.timeout is None:  # else its deadline (plus grace) is within it
+            timeout = override if timeout is None else min(timeout, override)
         if waited:  # a call that started at once is running since call.accepted
             self.hub.send_event(call.session.owner, CallStarted(
                 seq=0, call_id=call.call_id, session=call.session.id, tool=tool.name, turn=call.turn))
@@ -565,7 +568,7 @@ class CallRegistry:
         return CallContext(
             call_id=call.call_id, session_id=session.id, workspace=session.workspace,
             workspace_fd=session.workspace_fd, config=session.config, paths=self.hub.paths,
-            sandbox=self.hub.sandbox, services=session.services, turn=call.turn)
+            sandbox=self.hub.sandbox, services=session.services, turn=call.turn, timeout=call.timeout_override)
 
 
 def _steps_now(tool: Tool | None) -> bool:

@@ -332,6 +332,26 @@ def test_over_the_socket_cancel_ends_the_whole_call(daemon, workspace):
     assert stat is None or not stat.alive
 
 
+def test_a_calls_timeout_below_bashs_own_is_bashs_deadline(daemon, workspace):
+    """A call frame's timeout_seconds under the command's own: the approver is shown it, and it
+    ends the run as bash's deadline does (KILL at once, the output so far, how to allow more).
+    It was a cancel (TERM, a 2 s grace) with no output, under a summary that said 120 s."""
+    with daemon.client(name="agent", approver=True) as c:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "bash", {"command": "echo started; trap '' TERM; sleep 30"},
+                               timeout_seconds=1)
+        event = c.next_event()
+        while not isinstance(event, ApprovalRequested):
+            event = c.next_event()
+        assert "timeout 1 s" in event.summary and event.details["timeout_seconds"] == 1, event.summary
+        c.request(ApprovalDecide, approval_id=event.approval_id, decision="approve")
+        done = c.wait_call(call_id)
+    assert not done.ok and done.error.kind == "timeout"
+    assert done.error.message.startswith("bash: the command ran past its timeout of 1 s and its process group "
+                                         "was killed (SIGKILL)"), done.error.message
+    assert done.error.message.endswith("output follows:\nstarted\n"), done.error.message
+
+
 def _ppid(pid: str) -> int | None:
     stat = read_stat(int(pid))
     return stat.ppid if stat else None

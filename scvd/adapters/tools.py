@@ -18,7 +18,7 @@ import msgspec
 
 from .. import passenv, process
 from ..text import excerpt
-from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout
+from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout, own_deadline
 from ..tools.runs import result_dict, timeout_error
 from . import spec as specs
 from .argv import EFFORTS, MODEL_PATTERN, PROMPT_PATTERN, bounded, build_argv
@@ -95,7 +95,7 @@ class AgentTool(Tool):
         self.Arguments = arguments_struct(adapter, config)
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
-        timeout = self._timeout(args, ctx.config)
+        timeout = self._timeout(args, ctx)
         cwd = resolve_cwd(ctx.workspace, args.cwd)  # refused here, before approval; resolved again in run()
         executable = resolve_executable(self.adapter, os.environ)
         argv = build_argv(self.adapter, executable, args.prompt,
@@ -116,15 +116,15 @@ class AgentTool(Tool):
             data={"argv": argv},
         )
 
-    def _timeout(self, args: Any, config: Any) -> int:
-        check_timeout(args.timeout_seconds, config.tools.max_timeout_seconds, f"{self.name}: timeout_seconds")
-        return args.timeout_seconds
+    def _timeout(self, args: Any, ctx: CallContext) -> float:
+        check_timeout(args.timeout_seconds, ctx.config.tools.max_timeout_seconds, f"{self.name}: timeout_seconds")
+        return own_deadline(args.timeout_seconds, ctx)
 
-    def _summary(self, args: Any, timeout: int) -> str:
+    def _summary(self, args: Any, timeout: float) -> str:
         shown, note = excerpt(args.prompt, PROMPT_SHOWN)
-        return f"{self.name} in {args.cwd or '.'} ({timeout}s){note}: {shown}"
+        return f"{self.name} in {args.cwd or '.'} ({timeout:g}s){note}: {shown}"
 
-    def _details(self, argv: list[str], args: Any, timeout: int, ctx: CallContext,
+    def _details(self, argv: list[str], args: Any, timeout: float, ctx: CallContext,
                  sandboxed: bool) -> dict[str, Any]:
         return {
             "executable": argv[0],

@@ -15,7 +15,7 @@ import msgspec
 from ..errors import Failed, InvalidArguments
 from ..process import MAX_ARG_BYTES, child_env, run_process
 from ..text import excerpt
-from .contract import CallContext, Plan, Tool, ToolRisk, check_timeout
+from .contract import CallContext, Plan, Tool, ToolRisk, check_timeout, own_deadline
 from .runs import result_dict, timeout_error
 
 SHELL = "/bin/bash"
@@ -93,7 +93,7 @@ class Bash(Tool):
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         # the daemon builds a session's tools from its own config; an embedder may not: hold the session's
         check_timeout(args.timeout_seconds, ctx.config.tools.max_timeout_seconds, "bash: timeout_seconds")
-        timeout = float(args.timeout_seconds)
+        timeout = float(own_deadline(args.timeout_seconds, ctx))
         check_command(args.command)
         argv = [SHELL, "-lc", args.command]
         sandbox, network = ctx.sandbox, True

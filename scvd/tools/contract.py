@@ -131,6 +131,9 @@ class CallContext:
     sandbox: Any = None  # scvd.sandbox.Sandbox, or None when off
     services: dict[str, Any] = field(default_factory=dict)  # shared helpers (skills map, ...)
     turn: str | None = None  # the chat turn of the call, when it has one
+    # the call frame's timeout_seconds, when it set one: a tool with a deadline of its own takes the
+    # smaller (`own_deadline`), so that its deadline (KILL, the output so far) is the one that ends it
+    timeout: float | None = None
     # a person approved this very call (set after the gate; a session grant or the policy
     # running it unasked does not count): sandbox.wrap(approved=...) relaxes the git guard
     approved: bool = False
@@ -194,6 +197,11 @@ class Tool(abc.ABC):
         if self.flags.timeout is not None:
             return float(self.flags.timeout)
         return float(config.tools.default_timeout_seconds)  # seed 003's DEFAULT_TOOL_TIMEOUT, 900 s
+
+
+def own_deadline(seconds: float, ctx: CallContext) -> float:
+    """A tool's own deadline for this call: its timeout, or the call's timeout_seconds when smaller."""
+    return seconds if ctx.timeout is None or seconds <= ctx.timeout else ctx.timeout
 
 
 def check_timeout(seconds: float | None, ceiling: float, what: str) -> None:

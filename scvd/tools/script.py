@@ -32,7 +32,7 @@ from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Time
 from ..process import CUT_MARKER, run_process
 from ..secrets import SecretStore, missing_message
 from ..text import excerpt
-from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk
+from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline
 from .script_defs import ScriptDef, load_all, script_root
 
 log = logging.getLogger("scvd.tools.script")
@@ -69,9 +69,11 @@ class ScriptTool(Tool):
             return float(self.definition.spec.timeout)
         return float(config.tools.default_timeout_seconds)
 
-    def _deadline_source(self) -> tuple[str, str]:
-        """Where `deadline` came from, and how to raise it: the fix differs."""
+    def _deadline_source(self, clipped: bool) -> tuple[str, str]:
+        """Where the call's deadline came from, and how to raise it: the fix differs."""
         tool_json = self.definition.folder / "tool.json"
+        if clipped:
+            return "the call's timeout_seconds", "send the call with a larger timeout_seconds"
         if self.definition.spec.timeout is not None:
             return "tool.json", f"raise \"timeout\" in {tool_json}"
         return ("tools.default_timeout_seconds; tool.json sets no \"timeout\"",
@@ -111,7 +113,7 @@ class ScriptTool(Tool):
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         d = self.definition
-        timeout = self.deadline(ctx.config)
+        timeout = own_deadline(self.deadline(ctx.config), ctx)
         argv = [str(d.executable)]
         sandbox, network = ctx.sandbox, True
         sandboxed = sandbox is not None and sandbox.active
@@ -157,7 +159,8 @@ class ScriptTool(Tool):
             )
         except OSError as exc:
             raise Failed(f"{self.name}: cannot start {self.definition.executable}: {exc.strerror or exc}") from exc
-        return self._answer(redacted(result, secrets), plan, secrets)
+        clipped = plan.timeout is not None and plan.timeout < self.deadline(ctx.config)
+        return self._answer(redacted(result, secrets), plan, secrets, clipped)
 
     def _secrets(self, ctx: CallContext) -> dict[str, str]:
         """The declared secrets' values, or CredentialMissing for the first missing key."""
@@ -176,11 +179,11 @@ class ScriptTool(Tool):
             values[key] = value
         return values
 
-    def _answer(self, result: Any, plan: Plan, secrets: dict[str, str]) -> Any:
+    def _answer(self, result: Any, plan: Plan, secrets: dict[str, str], clipped: bool = False) -> Any:
         tail = result.stderr[-STDERR_TAIL_CHARS:].strip()
         said = f"; stderr: {tail}" if tail else ""
         if result.timed_out:
-            source, fix = self._deadline_source()
+            source, fix = self._deadline_source(clipped)
             raise Timeout(
                 f"{self.name} ran past its timeout of {plan.timeout:g} s ({source}) and its process group "
                 f"was killed (SIGKILL){said}", hint=f"{fix}, or ask for less per call")
