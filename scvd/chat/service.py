@@ -130,7 +130,7 @@ class ChatService:
                                         "wait for it or send turn.cancel")
         if self.stopping:
             raise errors.InvalidRequest("scvd is stopping; no new turns are accepted")
-        cfg = chat.session.config.chat
+        cfg = self.daemon.config.chat  # the daemon's now: a reload's chat.max_steps reaches open chats
         turn_id = f"t{next(self._turns)}-{secrets.token_hex(3)}"
         # the session's tools as they are now: an MCP server's come once it is up, a reload's or a
         # restarted server's change (its registry follows them), so each turn takes them afresh
@@ -351,8 +351,10 @@ class ChatService:
     async def _provider(self, chat: Chat) -> Any:
         # resolving reads files and the first use imports openai: both kept off the loop
         await asyncio.to_thread(importlib.import_module, "scvd.chat.openai_api")
+        # the daemon's configuration now, not the session's snapshot: a provider fixed in config.toml
+        # and reloaded (its base_url, model, key) serves the open chat's next turn
         settings = await asyncio.to_thread(
-            provider_mod.resolve, chat.provider, chat.session.config, self.daemon.paths.adapters_dir,
+            provider_mod.resolve, chat.provider, self.daemon.config, self.daemon.paths.adapters_dir,
             getattr(self.daemon, "secrets", None))
         return provider_mod.make(settings)
 

@@ -461,6 +461,32 @@ def test_a_conversation_reopened_while_its_closed_sessions_turn_ends_gets_its_re
     assert seen[-2:] == [("assistant", "second turn"), ("turn", "completed")], seen
 
 
+def test_a_provider_fixed_and_reloaded_serves_the_open_chats_next_turn(make_inproc, model, workspace):
+    """The turn failed with "check providers.test.base_url"; after fixing it and a reload, the same
+    chat kept the old URL until a new chat.open (a bridge's chats stay open for days)."""
+    import socket
+
+    m = model(Text("hello"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # nothing listens there once closed
+
+    def config(url: str) -> str:
+        return (f'[providers.test]\nmodel = "m"\nbase_url = "{url}"\nwire_api = "chat"\ntimeout_seconds = 5\n'
+                '[chat]\nprovider = "test"\n')
+
+    d = make_inproc(config(f"http://127.0.0.1:{dead}/v1"))
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        _, failed = run_turn(c, session, "hi")
+        assert isinstance(failed, p.TurnFailed) and failed.hint == "check providers.test.base_url", failed
+        (d.home / "config.toml").write_text(config(m.base_url))
+        asyncio.run_coroutine_threadsafe(d.daemon.reload(), d.loop).result(30)
+        _, end = run_turn(c, session, "hi again")
+    assert isinstance(end, p.TurnCompleted), end
+    assert len(m.requests) == 1
+
+
 def test_provider_codex_reuses_the_imported_codex_setup(chat_rig, workspace):
     model, d = chat_rig(Text("hello from codex's provider"))
     codex = d.home / "adapters" / "codex"
