@@ -243,9 +243,27 @@ class SecretStore:
         when only a locked keyring could hold it)."""
         value = self.get(key)
         if value is None:
-            raise errors.CredentialMissing(missing_message(key),
-                                           hint=f"scvctl secrets set {key}  (or call store_secret)")
+            raise errors.CredentialMissing(self.missing(key), hint=self.missing_hint(
+                key, f"scvctl secrets set {key}  (or call store_secret)"))
         return value
+
+    def missing(self, key: str) -> str:
+        """Why `key` has no value and how to give it one. A name the file's [keyring] index lists
+        went into a keyring (`scvctl secrets set` in a desktop session) that this process cannot
+        use: storing it there again would not help."""
+        if self.keyring() is not None or key not in self._read()[1]:
+            return missing_message(key)
+        return (f"the secret {key} was stored in an OS keyring ({self.path} lists it), which this process "
+                f"cannot use ({self.keyring_status()}): give scvd that keyring (the desktop session's D-Bus, "
+                "or the same PYTHON_KEYRING_BACKEND), or store it in the file with "
+                f"`PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring scvctl secrets set {key}`, or let the "
+                f"agent call store_secret with key {key!r} (scvd stores it in the file)")
+
+    def missing_hint(self, key: str, usual: str) -> str:
+        """`usual`, unless `key` sits in a keyring this process cannot use (see `missing`)."""
+        if self.keyring() is not None or key not in self._read()[1]:
+            return usual
+        return f"PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring scvctl secrets set {key}"
 
     async def get_async(self, key: str) -> str | None:
         """`get` from a thread, for callers on the event loop (the keyring may talk D-Bus)."""
@@ -270,8 +288,11 @@ class SecretStore:
         return [self.source(k) for k in keys]
 
     def _entry(self, key: str, source: str) -> Entry:
+        missing = "not set"
+        if source == "missing" and self.keyring() is None and key in self._read()[1]:
+            missing = f"not set here: stored in a keyring this process cannot use ({self.keyring_status()})"
         where = {"keyring": self.keyring_status(), "file": str(self.path), "env": self.env_label,
-                 "missing": "not set"}[source]
+                 "missing": missing}[source]
         return Entry(name=key, source=source, where=where)
 
     # changes

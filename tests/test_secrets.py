@@ -142,6 +142,26 @@ def test_keyring_chosen_by_environment_holds_the_value_and_the_file_only_the_nam
     assert "API_TOKEN" not in store.path.read_text()
 
 
+def test_a_key_stored_in_a_keyring_this_process_cannot_use_says_so_not_that_it_is_unset(
+        xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    """`scvctl secrets set` in a desktop session stores into its keyring; scvd, run without it, said
+    "not set: store it with scvctl secrets set", which stored it into that keyring again."""
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", PLAINTEXT)
+    SecretStore(xdg / "conf" / "secrets.toml", env={}).set("GH_TOKEN", "in-the-desktop-keyring")
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING)  # scvd's environment: no keyring
+    store = SecretStore(xdg / "conf" / "secrets.toml", env={})
+    with pytest.raises(errors.CredentialMissing) as missing:
+        store.require("GH_TOKEN")
+    assert missing.value.message.startswith(
+        f"the secret GH_TOKEN was stored in an OS keyring ({store.path} lists it), which this process cannot "
+        "use (the configured keyring backend keyring.backends.null.Keyring stores nothing)"), missing.value.message
+    assert missing.value.hint == "PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring scvctl secrets set GH_TOKEN"
+    (entry,) = store.list()
+    assert entry.source == "missing" and entry.where.startswith("not set here: stored in a keyring this process")
+    store.set("GH_TOKEN", "now-in-the-file")  # what the hint (or store_secret inside scvd) does
+    assert store.lookup("GH_TOKEN") == ("now-in-the-file", "file")
+
+
 def test_keyring_comes_before_the_file_and_setting_drops_the_file_copy(
         xdg: Path, monkeypatch: pytest.MonkeyPatch):
     path = xdg / "conf" / "secrets.toml"
@@ -304,6 +324,6 @@ def test_a_locked_keyring_is_passed_over_but_a_key_found_nowhere_else_is_unavail
     assert store.lookup("FROM_ENV") == ("e", "env")
     with pytest.raises(errors.Unavailable, match=r"could not read IN_KEYRING \(KeyringLocked\): unlock it"):
         store.require("IN_KEYRING")
-    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING)  # no keyring at all: plainly not set
-    with pytest.raises(errors.CredentialMissing, match="the secret IN_KEYRING is not set"):
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING)  # no keyring at all: not set here, and why
+    with pytest.raises(errors.CredentialMissing, match="the secret IN_KEYRING was stored in an OS keyring"):
         SecretStore(store.path, env={}).require("IN_KEYRING")

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from .. import passenv
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import CUT_MARKER, run_process
-from ..secrets import SecretStore, missing_message
+from ..secrets import SecretStore
 from ..text import excerpt
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline
 from .script_defs import ScriptDef, load_all, script_root
@@ -174,8 +174,8 @@ class ScriptTool(Tool):
                 raise kind(f"{self.name}: cannot look up its secret {key}: {exc.message}",
                            hint=getattr(exc, "hint", None)) from None
             if value is None:
-                raise CredentialMissing(f"{self.name}: {missing_message(key)}",
-                                        hint=f"scvctl secrets set {key}")
+                raise CredentialMissing(f"{self.name}: {store.missing(key)}",
+                                        hint=store.missing_hint(key, f"scvctl secrets set {key}"))
             values[key] = value
         return values
 
