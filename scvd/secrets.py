@@ -22,6 +22,7 @@ Every method blocks (file I/O, D-Bus): the daemon calls them from a thread, or u
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -351,6 +352,11 @@ class SecretStore:
         except FileNotFoundError:
             return {}, []
         except OSError as exc:
+            if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a link (say, into a dotfiles repository)
+                raise errors.ConfigError(
+                    f"{self.path} is a symbolic link; secrets are read only from a regular file in place "
+                    "(0600, never through a link another place decides): move the file there instead of "
+                    f"linking it (mv \"$(readlink -f {self.path})\" {self.path})") from None
             raise errors.ConfigError(f"{self.path}: cannot read ({exc.strerror})") from None
         try:
             with os.fdopen(fd, "rb") as f:

@@ -111,6 +111,22 @@ def test_a_broken_file_names_the_file_but_never_a_value(tmp_path: Path):
         parse_file(path, 'X = "s3cr3t\n')
 
 
+def test_a_symlinked_file_is_refused_saying_why_and_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """It said "cannot read (Too many levels of symbolic links)", for every lookup (env-only keys too)."""
+    store = file_store(tmp_path, monkeypatch, env={"ONLY_IN_ENV": "e"})
+    real = tmp_path / "dotfiles" / "secrets.toml"
+    real.parent.mkdir()
+    real.write_text('[secrets]\nA = "1"\n')
+    store.path.parent.mkdir(parents=True, exist_ok=True)
+    store.path.symlink_to(real)
+    with pytest.raises(errors.ConfigError) as refused:
+        store.get("ONLY_IN_ENV")
+    assert refused.value.message == (
+        f"{store.path} is a symbolic link; secrets are read only from a regular file in place (0600, never "
+        f"through a link another place decides): move the file there instead of linking it "
+        f'(mv "$(readlink -f {store.path})" {store.path})')
+
+
 def test_rendered_file_parses_back_exactly(tmp_path: Path):
     values = {"A": TRICKY, "B": "plain"}
     assert parse_file(tmp_path / "s", render_file(values, ["K1", "K2"])) == (values, ["K1", "K2"])
