@@ -33,6 +33,14 @@ def test_text_that_is_not_json_raises_for_the_text_path():
     assert redact_text("pin=4711", PIN) == "pin=[secret PIN]"
 
 
+@pytest.mark.parametrize("secrets", [{}, PIN])
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json_so_the_text_is_kept(secrets, constant):
+    """json.dumps(float('nan')) prints NaN: taken for JSON, the agent got {"mean": null}."""
+    with pytest.raises(ValueError):
+        parse_redacted(f'{{"mean": {constant}}}', secrets)
+
+
 def cut(text: str, limit: int) -> str:
     out = CappedOutput(limit)
     out.feed(text.encode())

@@ -285,7 +285,7 @@ def parse_redacted(output: str, secrets: dict[str, str]) -> Any:
     is not redacted first: a short value such as a PIN would break the JSON around it). Raises ValueError
     for text that is not JSON, RecursionError for JSON nested too deeply to walk."""
     if not secrets:
-        return json.loads(output)
+        return json.loads(output, parse_constant=_not_json)
 
     def number(literal: str) -> Any:  # as printed, so `1234.50` is matched as the script wrote it
         hidden = redact(literal, secrets)
@@ -293,7 +293,14 @@ def parse_redacted(output: str, secrets: dict[str, str]) -> Any:
                                                  else int(literal))
 
     # decoding undoes escapes redact() knows no form of (`\/`, `\u0026`, upper-case hex)
-    return redact_tree(json.loads(output, parse_int=number, parse_float=number), secrets)
+    return redact_tree(json.loads(output, parse_int=number, parse_float=number, parse_constant=_not_json),
+                       secrets)
+
+
+def _not_json(constant: str) -> Any:
+    """NaN and Infinity are Python's, not JSON's: the result would carry them as null. Such output
+    is handed back as the text the script printed."""
+    raise ValueError(f"{constant} is not JSON")
 
 
 def redact_tree(value: Any, secrets: dict[str, str]) -> Any:
