@@ -151,3 +151,17 @@ def test_at_a_turns_first_request_the_last_turns_outputs_go_before_any_message()
     blanked = [*items[:2], ToolOutput(call_id="c1", name="read", output=TRIMMED), *items[3:]]
     out = trim(items, sum(estimate(i) for i in blanked) + 10)
     assert out == blanked
+
+
+def test_a_background_result_handed_over_as_a_note_is_trimmed_like_an_output():
+    """A big background result arrives as a note (user text): it was neither blanked nor dropped,
+    and the turn failed with context_limit where the same output of an ordinary call was trimmed."""
+    note = UserText(text="[result of background call c1 (watch)]: " + "x" * 200_000, turn="t1", note="c1")
+    items = [UserText(text="run it", turn="t1"), AssistantReply(calls=[ToolCall("c1", "watch")], turn="t1"),
+             ToolOutput(call_id="c1", name="watch", output='{"started": true}', turn="t1"), note,
+             AssistantReply(calls=[ToolCall("c2", "read")], turn="t1"),
+             ToolOutput(call_id="c2", name="read", output='{"ok": 1}', turn="t1")]
+    out = trim(items, 5_000)
+    assert out is not None, "the note could not be trimmed"
+    assert out[3] == UserText(text=f"[result of background call c1]: {TRIMMED}", turn="t1", note="c1")
+    assert out[0] == items[0] and out[5] == items[5]  # the person's message and the newest step stay

@@ -3,7 +3,8 @@
 Rules, in order, until the estimate fits:
 1. Replace tool outputs with a short marker, oldest first, except the newest
    step's (those after the last assistant reply with calls, when it came after
-   the last user message: at a turn's first request, none are spared).
+   the last user message: at a turn's first request, none are spared). A
+   background call's result, handed over as a note, is an output here too.
 2. Drop whole exchanges, oldest first: an exchange is a user message, or an
    assistant reply together with the outputs of its calls, so a call is never
    separated from its result. The last user message and what follows it stay.
@@ -63,11 +64,15 @@ class _Sized:
             item = self.items[i]
             if isinstance(item, ToolOutput) and item.output != TRIMMED:
                 self.items[i] = ToolOutput(call_id=item.call_id, name=item.name, output=TRIMMED, turn=item.turn)
-                size = estimate(self.items[i])
-                self.total += size - self.sizes[i]
-                self.sizes[i] = size
-                if self.total <= budget:
-                    return True
+            elif isinstance(item, UserText) and item.note and item.text != _trimmed_note(item):
+                self.items[i] = UserText(text=_trimmed_note(item), turn=item.turn, note=item.note)
+            else:
+                continue
+            size = estimate(self.items[i])
+            self.total += size - self.sizes[i]
+            self.sizes[i] = size
+            if self.total <= budget:
+                return True
         return False
 
     def drop_front(self, count: int) -> None:
@@ -96,10 +101,15 @@ def _last_step(items: Sequence[Any]) -> int:
 
 
 def _last_user(items: Sequence[Any]) -> int:
+    """Index of the person's last message (a background result's note is not one)."""
     for i in range(len(items) - 1, -1, -1):
-        if isinstance(items[i], UserText):
+        if isinstance(items[i], UserText) and not items[i].note:
             return i
     return len(items)
+
+
+def _trimmed_note(note: UserText) -> str:
+    return f"[result of background call {note.note}]: {TRIMMED}"
 
 
 def _exchanges(items: Sequence[Any]) -> list[tuple[int, int]]:
