@@ -47,7 +47,7 @@ class McpServers:
         self.links: dict[str, Any] = {}  # name -> link.ServerLink
         self.tools: dict[str, list[McpTool]] = {}
         self.refused: dict[str, list[str]] = {}  # name -> tools the registry refused (duplicate names)
-        self.oversized: dict[str, list[str]] = {}  # name -> why tools it listed were left out
+        self.left_out: dict[str, list[str]] = {}  # name -> why tools it listed were left out
 
     async def apply(self, config: Config) -> None:
         """Start added servers, stop removed ones, restart changed ones; leave the rest alone."""
@@ -71,7 +71,7 @@ class McpServers:
         # a grant was a person's trust in this server; a changed table may run another program
         self.host.revoke_grants({t.name for t in self.tools.pop(name, [])})
         self.refused.pop(name, None)
-        self.oversized.pop(name, None)
+        self.left_out.pop(name, None)
         self._register_everywhere(name)  # none left: gone from every session too
         await link.stop()
         log.info("mcp server %s: stopped", name)
@@ -93,9 +93,19 @@ class McpServers:
     def _on_tools(self, link: Any, specs: list[ToolSpec]) -> None:
         if self.links.get(link.name) is not link:
             return  # a link being replaced reported late
-        why = {s.name: schema_too_large(s) for s in specs}
-        self.oversized[link.name] = [w for w in why.values() if w]
-        self.tools[link.name] = [self._tool(link, s) for s in specs if not why[s.name]]
+        left_out, tools, taken = [], [], {}
+        for s in specs:
+            if (why := schema_too_large(s)) is not None:
+                left_out.append(why)
+                continue
+            tool = self._tool(link, s)
+            if tool.name in taken:  # `Get-Sum` and `get_sum` both become mcp__NAME__get_sum
+                left_out.append(f"{s.name}: its scvd name {tool.name} is {taken[tool.name]!r}'s already; the tool "
+                                "is left out (its server's other tools are not): rename one of them on the server")
+                continue
+            taken[tool.name] = s.name
+            tools.append(tool)
+        self.left_out[link.name], self.tools[link.name] = left_out, tools
         self._register_everywhere(link.name)
 
     def _tool(self, link: Any, s: ToolSpec) -> McpTool:
@@ -138,5 +148,5 @@ class McpServers:
             if link.error and link.state != "ready":  # down, or starting again after a failure
                 errors.append(ToolLoadError(source=f"mcp:{name}", name=name, message=link.error))
             errors += [ToolLoadError(source=f"mcp:{name}", name=name, message=m)
-                       for m in self.refused.get(name, []) + self.oversized.get(name, [])]
+                       for m in self.refused.get(name, []) + self.left_out.get(name, [])]
         return errors

@@ -5,7 +5,8 @@ MODE `die-after-list` exits (status 3) right after answering tools/list; `huge-s
 a tool `big` whose inputSchema is about 9 MB; `remote-ref=URL` also lists a tool `refd` whose
 argument `x` is `{"$ref": URL}`; `slow-start=SECONDS` waits that long before it reads its first
 line (a server that takes a while to come up); `bad-schema` also lists a tool `odd` whose inputSchema
-has `properties` as a list (the SDK refuses the whole list). Its tool `echo` answers with its arguments.
+has `properties` as a list (the SDK refuses the whole list); `clashing-names` also lists `Echo`
+(scvd's name for it is `echo`'s too). Its tool `echo` answers with its arguments.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ tools = [{"name": "echo", "description": "Echo the arguments.", "inputSchema": {
 if mode.startswith("remote-ref="):
     tools.append({"name": "refd", "description": "A schema that points elsewhere.", "inputSchema": {
         "type": "object", "properties": {"x": {"$ref": mode.partition("=")[2]}}}})
+if mode == "clashing-names":
+    tools.append({"name": "Echo", "description": "Echo, spelled otherwise.", "inputSchema": {"type": "object"}})
 if mode == "bad-schema":
     tools.append({"name": "odd", "description": "An odd schema.", "inputSchema": {"type": "object", "properties": []}})
 if mode == "huge-schema":

@@ -269,6 +269,20 @@ def test_a_server_that_dies_right_after_listing_its_tools_backs_off(make_daemon,
     assert len(starts.read_text().splitlines()) == 3  # the fourth waits its 4 s
 
 
+def test_two_tools_of_one_scvd_name_keep_the_first_and_say_which_was_left_out(make_daemon, tmp_path):
+    """`echo` and `Echo` both become mcp__raw__echo: status counted 2 tools for 1, and the error named
+    only the scvd name (not which of the server's tools was dropped)."""
+    d = make_daemon(quirks_stdio_table("clashing-names", tmp_path / "starts"))
+    with d.client(name="t") as c:
+        assert server(c, "raw").tools == 1
+        listed = c.request(p.ToolsList)
+    (tool,) = [t for t in listed.tools if t.name.startswith("mcp__raw__")]
+    assert tool.description.startswith("Echo the arguments.")  # the first listed
+    (error,) = [e.message for e in listed.errors if e.source == "mcp:raw"]
+    assert error == ("Echo: its scvd name mcp__raw__echo is 'echo''s already; the tool is left out (its server's "
+                     "other tools are not): rename one of them on the server"), error
+
+
 def test_a_tools_list_scvd_cannot_read_is_why_the_server_is_down(make_daemon, tmp_path):
     """The server exits once scvd gives up on it and closes its stdin: that exit is not the reason
     (it said "the server process exited with status 0")."""
