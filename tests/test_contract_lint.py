@@ -169,6 +169,18 @@ def test_non_trivial_parameter_needs_20_chars(annotation):
     assert "'value'" in str(err)
 
 
+@pytest.mark.parametrize("prop", [
+    {"type": ["array", "null"]}, {"oneOf": [{"type": "object"}, {"type": "string"}]},
+    {"allOf": [{"enum": ["a", "b"]}]},
+], ids=["type-list", "one-of", "all-of"])
+def test_a_non_trivial_parameter_in_a_hand_written_schema_needs_20_chars(prop):
+    """A script tool's tool.json may spell an array as a type list or an alternative: seed 003's rule holds."""
+    from scvd.tools.contract import _parameter_findings
+
+    schema = {"type": "object", "properties": {"rows": {**prop, "description": "Rows, e.g. [1]"}}, "required": ["rows"]}
+    assert "param_detail" in [f.rule for f in _parameter_findings(schema)]
+
+
 def test_trivial_parameter_may_be_short():
     class Args(msgspec.Struct):
         n: Annotated[int, meta("Line count, e.g. 3")]

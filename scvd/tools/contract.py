@@ -377,9 +377,16 @@ def _one_parameter(param: str, prop: dict[str, Any], required: bool) -> list[Fin
 
 
 def _non_trivial(prop: dict[str, Any]) -> bool:
-    kinds = [prop] + [k for k in prop.get("anyOf", []) if isinstance(k, dict)]
+    """An object, array or enum, also as one of its alternatives or one of a list of types."""
+    kinds = [prop] + [k for key in ("anyOf", "oneOf", "allOf") if isinstance(prop.get(key), list)
+                      for k in prop[key] if isinstance(k, dict)]
     # msgspec puts Enum classes and nested Structs under $defs: a $ref is always an enum or object
-    return any("enum" in k or "$ref" in k or k.get("type") in ("object", "array") for k in kinds)
+    return any("enum" in k or "$ref" in k or bool({"object", "array"} & _types(k)) for k in kinds)
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    kind = schema.get("type")
+    return {kind} if isinstance(kind, str) else {t for t in kind if isinstance(t, str)} if isinstance(kind, list) else set()
 
 
 # --- the registry -------------------------------------------------------------
