@@ -268,10 +268,17 @@ def private_dirs(network: bool) -> list[Path]:
     return [] if network else list(PRIVATE_OFFLINE)
 
 
-def masked_files(paths: Paths) -> list[Path]:
+def masked_files(paths: Paths, listening_on: str | None = None) -> list[Path]:
     """A socket moved out of scvd's runtime dir (SCV_SOCKET) is masked by itself,
-    rather than hiding whatever directory it sits in (/tmp, a home)."""
-    return [] if paths.socket.parent == paths.runtime_dir else [paths.socket]
+    rather than hiding whatever directory it sits in (/tmp, a home). So is the one
+    scvd really listens on, when systemd handed over another (a ListenStream= of
+    the user's choosing): through it a sandboxed process could run scvd's tools."""
+    found = [] if paths.socket.parent == paths.runtime_dir else [paths.socket]
+    if listening_on and listening_on.startswith("/"):  # not an abstract name
+        real = Path(listening_on)
+        if real != paths.socket and real.parent != paths.runtime_dir:
+            found.append(real)
+    return found
 
 
 def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = None) -> ProbeResult:
@@ -410,7 +417,8 @@ class Sandbox:
     that would run sandboxed. With mode `auto` they run unsandboxed.
     """
 
-    def __init__(self, probe: ProbeResult, paths: Paths, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, probe: ProbeResult, paths: Paths, env: Mapping[str, str] | None = None,
+                 listening_on: str | None = None) -> None:
         # no network setting here: each call passes its session's sandbox.network to wrap()
         self.probe = probe
         self.active = probe.mode != "off" and probe.ok
@@ -419,7 +427,7 @@ class Sandbox:
         self._hide = hidden_paths(paths, env)
         self._tmpdir = env.get("TMPDIR")  # what the children get (the allow-lists pass it on)
         self._scratch = next(iter(_existing([SCRATCH])), None)  # a tmpfs needs an existing mount point
-        self._mask = masked_files(paths)
+        self._mask = masked_files(paths, listening_on)
 
     def describe(self) -> str:
         return describe(self.probe)

@@ -158,9 +158,9 @@ class Daemon:
             log.warning("cannot become a child subreaper; orphans of tools go to init")
         # 3. the audit log and the sandbox probe
         self.audit = AuditLog(self.paths.audit_log, self.config.audit.max_bytes, self.config.audit.keep)
+        self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
         self.sandbox, self.sandbox_verdict = await self._probe_sandbox(self.config)
         # 4. serve the socket
-        self.listening_on = socket_name(held.sock)
         self._listener = Listener(held.sock, self._accepted, self._accept_failed, self._out_of_fds)
         self._listener.start()
         self.budget = limits.measure()
@@ -313,7 +313,7 @@ class Daemon:
         result = await asyncio.to_thread(sandbox_mod.probe, config.sandbox, self.paths)
         verdict = sandbox_mod.describe(result)
         (log.info if result.ok else log.warning)("sandbox: %s", verdict)
-        return sandbox_mod.Sandbox(result, self.paths), verdict
+        return sandbox_mod.Sandbox(result, self.paths, listening_on=self.listening_on), verdict
 
     def _spawn(self, fn: Callable[[], Awaitable[Any]]) -> None:
         task = asyncio.ensure_future(fn())

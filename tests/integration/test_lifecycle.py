@@ -388,6 +388,29 @@ def test_socket_activation(make_wrapped, shared_dir, workspace):
         assert (shared_dir / "scvd.sock").exists()  # the manager owns the file, not scvd
 
 
+@pytest.mark.bwrap
+def test_an_activated_socket_of_the_users_choosing_is_masked_in_the_sandbox(make_wrapped, shared_dir, workspace):
+    """systemd may hand over a socket at a ListenStream= path outside scvd's runtime dir (hidden in
+    the sandbox): the sandbox masked only the default path, so a sandboxed command could connect
+    to scvd and run its tools (a read of any file, unasked) outside the sandbox."""
+    path = shared_dir / "scvd.sock"
+    with listening(path) as sock:
+        d = make_wrapped('[sandbox]\nmode = "bwrap"\nnetwork = true\n', activate=sock)  # online: /tmp is the host's
+        connect = ("python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1]); "
+                   f"print(\"REACHED\")' {path}")
+        with d.client(approver=True) as c:
+            call_id = c.start_call(c.open_session(workspace), "bash", {"command": connect})
+            for event in c.events():
+                if isinstance(event, p.ApprovalRequested) and event.call_id == call_id:
+                    assert event.sandboxed, event
+                    c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="approve")
+                    break
+            done = c.wait_call(call_id)
+        assert d.stop() == 0
+    assert done.ok and done.result["exit_code"] != 0 and "REACHED" not in done.result["output"], done.result
+    assert "Connection refused" in done.result["output"], done.result
+
+
 def nobody_python() -> str | None:
     """An interpreter uid 65534 may run (pyenv's lives under 0700 /root)."""
     for exe in (sys.executable, "/usr/bin/python3"):
