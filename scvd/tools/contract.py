@@ -385,8 +385,11 @@ def _non_trivial(prop: dict[str, Any]) -> bool:
 
 
 def _types(schema: dict[str, Any]) -> set[str]:
+    """A schema's `type`: one name, or a list of them (`["array", "null"]`)."""
     kind = schema.get("type")
-    return {kind} if isinstance(kind, str) else {t for t in kind if isinstance(t, str)} if isinstance(kind, list) else set()
+    if isinstance(kind, str):
+        return {kind}
+    return {t for t in kind if isinstance(t, str)} if isinstance(kind, list) else set()
 
 
 # --- the registry -------------------------------------------------------------
