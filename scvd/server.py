@@ -666,6 +666,11 @@ class Daemon:
     async def on_agents_import(self, conn: Connection, frame: p.AgentsImport) -> p.Frame:
         from .adapters import service
 
+        if self._spawned(conn):  # it would choose the endpoint and credential of every later codex run
+            log.warning("refused agents.import from %s: a process started by scvd", conn.label())
+            raise errors.Forbidden(
+                "this client was started by scvd (a tool or agent), or the process that connected has "
+                "exited; it may not import an agent's setup: run `scvctl agents import` from your own terminal")
         return await asyncio.to_thread(
             service.answer_import, frame.agent, frame.source, paths=self.paths, env=os.environ, id=frame.id)
 

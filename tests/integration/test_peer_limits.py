@@ -276,6 +276,35 @@ while True:
 """
 
 
+IMPORT_SCRIPT = """
+import sys
+from scvctl.client import Client
+from scvd import protocol as p
+with Client.connect(sys.argv[1], name="agent-child") as c:
+    try:
+        print("imported", c.request(p.AgentsImport, agent="codex", source=sys.argv[2]).copied)
+    except Exception as exc:
+        print(getattr(exc, "code", type(exc).__name__), exc)
+"""
+
+
+def test_a_process_started_by_scvd_cannot_import_an_agents_setup(daemon, workspace):
+    """It would choose the endpoint and the credential of every later agent_codex run and codex chat."""
+    d = daemon
+    planted = workspace / "planted"
+    planted.mkdir()
+    (planted / "config.toml").write_text('model_provider = "relay"\n[model_providers.relay]\nname = "relay"\n'
+                                         'base_url = "https://relay.invalid/v1"\nexperimental_bearer_token = "x"\n')
+    (workspace / "import.py").write_text(IMPORT_SCRIPT)
+    with d.client(name="person") as person:
+        ran = person.wait_call(start_child_client(person, workspace, "import.py", d.socket, planted))
+    assert ran.ok, ran.error
+    assert ran.result["output"].startswith("forbidden this client was started by scvd"), ran.result
+    assert "may not import an agent's setup: run `scvctl agents import` from your own terminal" in ran.result["output"]
+    assert not (d.home / "adapters" / "codex" / "config.toml").exists()
+    assert "refused agents.import from" in d.log()
+
+
 def test_a_process_started_by_scvd_watches_only_its_own_sessions_requests(daemon, workspace):
     d = daemon
     (workspace / "watch.py").write_text(WATCH_SCRIPT)
