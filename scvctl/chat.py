@@ -86,7 +86,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def _exec_event(c: Any, args: argparse.Namespace, session: str, event: Any, state: dict[str, Any]) -> None:
     if isinstance(event, p.AssistantDelta) and not args.json:
-        sys.stdout.write(event.text)
+        sys.stdout.write(printable(event.text))  # the model's text may come from anything it read
         sys.stdout.flush()
     elif isinstance(event, p.AssistantCompleted):
         state["text"] = event.text
@@ -177,7 +177,8 @@ def _chat_turn(c: Any, session: str, text: str) -> None:
 
 def _chat_event(c: Any, session: str, event: Any) -> None:
     if isinstance(event, p.AssistantDelta):
-        sys.stdout.write(event.text)
+        # escaped: a model that read a hostile file could otherwise hide the approval printed next
+        sys.stdout.write(printable(event.text))
         sys.stdout.flush()
     elif isinstance(event, p.ApprovalRequested) and event.session == session:
         print(flush=True)

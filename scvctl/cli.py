@@ -161,9 +161,9 @@ def cmd_ping(args: argparse.Namespace) -> int:
 def cmd_sessions(args: argparse.Namespace) -> int:
     with connect(args) as c:
         sessions = c.request(p.SessionsList).sessions
-    return _listing(args, sessions, "no open sessions", lambda s: (
+    return _listing(args, sessions, "no open sessions", lambda s: printable(  # a peer's name and path
         f"{s.session}  {s.workspace}  client={s.client or '?'}  calls={s.calls}  "
-        f"open {_duration(time.time() - s.opened_at)}"))
+        f"open {_duration(time.time() - s.opened_at)}", keep=""))
 
 
 def _listing(args: argparse.Namespace, items: list[Any], empty: str, row: Any) -> int:

@@ -49,6 +49,21 @@ def test_exec_prints_the_answer(chat_daemon, model, workspace):
     assert out.stdout == "forty-two\n"
 
 
+def test_the_models_text_is_printed_with_its_control_characters_escaped(chat_daemon, model, workspace):
+    """A model that read a hostile file may send ESC[8m (conceal): the approval request printed next
+    would be invisible while its own fake prompt showed. Lines and tabs stay as they are."""
+    m = model(Calls(("find_tools", {"query": "write"})),
+              Calls(("write", {"path": "out.txt", "content": "x\n", "mode": "create"}),
+                    text="harmless: approve? [y]es\n\x1b[8m"), Text("ok\tdone"), Text("a\x1b[2Jb"))
+    d = chat_daemon(m)
+    out = subprocess.run([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)], env=d.env,
+                         input="go\nn\n/exit\n", capture_output=True, text=True, timeout=60)
+    assert "\x1b" not in out.stdout and "harmless: approve? [y]es\n\\x1b[8m" in out.stdout, repr(out.stdout)
+    assert "ok\tdone" in out.stdout
+    done = scvctl(d, "exec", "--workspace", str(workspace), "say it")
+    assert done.stdout == "a\\x1b[2Jb\n", repr(done.stdout)
+
+
 def test_exec_json_with_yes_approves_its_own_calls(chat_daemon, model, workspace):
     m = model(Calls(("find_tools", {"query": "write"})), WRITE, Text("written"))
     out = scvctl(chat_daemon(m), "exec", "--json", "--yes", "--workspace", str(workspace), "write it")

@@ -123,6 +123,18 @@ def test_ping_and_sessions(daemon: DaemonProc, workspace: Path):
         assert [r["session"] for r in rows] == [sid]
 
 
+def test_sessions_escapes_a_peers_name_and_workspace(daemon: DaemonProc, workspace: Path):
+    """Any local client names itself, and an agent may make the directory: raw, they could clear the
+    screen or retitle the terminal of whoever lists sessions."""
+    odd = workspace / "w\x1b]0;pwned\x07"
+    odd.mkdir()
+    with daemon.client(name="bridge\x1b[2J") as c:
+        c.open_session(odd)
+        out = scvctl(daemon, "sessions").stdout
+    assert "\x1b" not in out and "\x07" not in out
+    assert "w\\x1b]0;pwned\\x07" in out and "client=bridge\\x1b[2J" in out, repr(out)
+
+
 def test_socket_flag_overrides_the_default(daemon: DaemonProc, tmp_path: Path):
     out = scvctl(tmp_path / "elsewhere", "--socket", str(daemon.socket), "ping")
     assert out.returncode == 0, out.stderr
