@@ -333,14 +333,18 @@ def approve_question(event: Any) -> tuple[str, set[str]]:
     return "approve? [y]es / [n]o / [s]ession: ", {"y", "n", "s"}
 
 
+ANSWERS = {"y": "y", "yes": "y", "n": "n", "no": "n", "s": "s", "session": "s"}
+
+
 def _ask(prompt: str, choices: set[str]) -> str | None:
+    """The key chosen: a whole word only (`y`, `yes`, ...); "stop" or "sorry" is asked again, never `s`."""
     while True:
         sys.stdout.write(prompt)
         sys.stdout.flush()
         line = sys.stdin.readline()
         if not line:
             return None
-        answer = line.strip().lower()[:1]
+        answer = ANSWERS.get(line.strip().lower())
         if answer in choices:
             return answer
 

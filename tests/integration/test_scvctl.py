@@ -237,6 +237,28 @@ def test_call_denied_exits_1_with_the_reason(daemon: DaemonProc, workspace: Path
     assert not (workspace / "no.txt").exists()
 
 
+def test_watch_takes_whole_words_only_so_stop_is_not_session(daemon: DaemonProc, workspace: Path):
+    """The first letter was the answer: "stop" granted the tool for the whole session, "yuck" approved."""
+    watch = popen_scvctl(daemon, "approvals", "watch", stdin=subprocess.PIPE)
+    try:
+        with daemon.client(name="agent") as c:
+            sid = c.open_session(workspace)
+            first = c.start_call(sid, "write", {"path": "one.txt", "content": "1", "mode": "create"})
+            _read_until(watch, "write (filesystem")
+            watch.stdin.write("stop\nyuck\nNo\n")  # asked again after each of the first two
+            watch.stdin.flush()
+            done = c.wait_call(first)
+            assert not done.ok and done.error.kind == "denied", done
+            second = c.start_call(sid, "write", {"path": "two.txt", "content": "2", "mode": "create"})
+            _read_until(watch, "write (filesystem")  # asked: no session grant came of "stop"
+            watch.stdin.write("YES\n")
+            watch.stdin.flush()
+            assert c.wait_call(second).ok
+    finally:
+        stop(watch)
+    assert not (workspace / "one.txt").exists() and (workspace / "two.txt").read_text() == "2"
+
+
 def test_watch_answers_y_n_s(daemon: DaemonProc, workspace: Path):
     watch = popen_scvctl(daemon, "approvals", "watch", stdin=subprocess.PIPE)
     try:
