@@ -23,9 +23,18 @@ def test_default_contracts_are_the_seed_table() -> None:
     assert build_argv(spec.CLAUDE, "/x/claude", "fix it", model="sonnet", effort="medium") == [
         "/x/claude", "-p", "--model", "sonnet", "--effort", "medium", "fix it"]
     assert build_argv(spec.CODEX, "/x/codex", "fix it", model="gpt-5", effort="high") == [
-        "/x/codex", "exec", "--skip-git-repo-check", "-m", "gpt-5", "-c", 'model_reasoning_effort="high"', "fix it"]
+        "/x/codex", "exec", "--skip-git-repo-check", "-m", "gpt-5", "-c", 'model_reasoning_effort="high"', "--",
+        "fix it"]
     assert build_argv(spec.PI, "/x/pi", "fix it") == ["/x/pi", "-p", "fix it"]
     assert build_argv(spec.CLAUDE, "/x/claude", "fix it") == ["/x/claude", "-p", "fix it"]
+
+
+@pytest.mark.parametrize("word", ["help", "review", "resume"])
+def test_a_codex_prompt_that_names_a_subcommand_is_still_the_prompt(word) -> None:
+    """`codex exec help` printed codex's usage (exit 0) as the run's result; after `--` it is the task.
+    claude and pi take a word after -p as the prompt (pi refuses a `--`)."""
+    assert build_argv(spec.CODEX, "/x/codex", word)[-2:] == ["--", word]
+    assert build_argv(spec.PI, "/x/pi", word) == ["/x/pi", "-p", word]
 
 
 def test_prompt_is_one_argument_whatever_it_holds() -> None:

@@ -26,7 +26,8 @@ def test_argv_boundaries_and_executable_from_path(harness: Harness, fake_bin: Pa
 def test_codex_effort_is_one_config_argument(harness: Harness) -> None:
     harness.call("codex", prompt="go", model="gpt-5.1-codex", effort="xhigh")
     argv, env, _ = harness.recorded()
-    assert argv == ["exec", "--skip-git-repo-check", "-m", "gpt-5.1-codex", "-c", 'model_reasoning_effort="xhigh"', "go"]
+    assert argv == ["exec", "--skip-git-repo-check", "-m", "gpt-5.1-codex", "-c", 'model_reasoning_effort="xhigh"',
+                    "--", "go"]
     assert env["CODEX_HOME"] == str(harness.paths.adapters_dir / "codex")
 
 

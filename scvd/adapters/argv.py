@@ -75,7 +75,7 @@ def build_argv(
         if not adapter.effort_args:
             raise InvalidArguments(f"{adapter.tool_name} offers no effort choice here")
         argv += substitute(adapter.effort_args, EFFORT, check_effort(effort))
-    argv.append(check_prompt(prompt))
+    argv += [*adapter.prompt_args, check_prompt(prompt)]
     return argv
 
 

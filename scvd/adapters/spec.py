@@ -39,6 +39,9 @@ class Adapter:
     fixed_args: tuple[str, ...]  # after the executable, before model/effort and the prompt
     model_args: tuple[str, ...] = ()  # `{model}` is replaced by the chosen model; () = not offered
     effort_args: tuple[str, ...] = ()  # `{effort}` likewise
+    # right before the prompt: codex's `--`, so that a prompt such as "review" or "help" is the task,
+    # not `codex exec`'s subcommand (claude and pi take a word after -p as the prompt; pi refuses `--`)
+    prompt_args: tuple[str, ...] = ()
     commands: Mapping[str, Command] = field(default_factory=dict)  # login / status / logout
     set_env: Mapping[str, str] = field(default_factory=dict)  # `{home}` is the private home
     pass_env: tuple[str, ...] = ()  # names of scvd's environment passed on purpose (config only)
@@ -93,6 +96,7 @@ CODEX = Adapter(
     fixed_args=("exec", "--skip-git-repo-check"),
     model_args=("-m", MODEL),
     effort_args=("-c", f'model_reasoning_effort="{EFFORT}"'),
+    prompt_args=("--",),
     commands={
         "login": Command(
             ("login",),
