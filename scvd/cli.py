@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -202,8 +203,8 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
     import daemon.pidfile
 
     inherited = notify.inherited_sockets(notify.scrub_env())
-    paths_mod.prepare(paths)
-    if not _free_to_detach(paths, pid_file):
+    # refused before detaching, where the caller still sees the line and the exit code
+    if _guarded(Path(loaded.path), lambda: _free_to_detach(paths, pid_file)) != EXIT_OK:
         return EXIT_STARTUP
     early: list[int] = []  # from the detach (before the pid file is written) until the loop's handlers
     context = daemon.DaemonContext(
@@ -228,24 +229,37 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
         return _guarded(Path(loaded.path), start)
 
 
-def _free_to_detach(paths: paths_mod.Paths, pid_file: Path) -> bool:
-    """Refuse before detaching, where the caller still sees the message and the exit code.
+def _free_to_detach(paths: paths_mod.Paths, pid_file: Path) -> None:
+    """Raise StartupError (or OSError) for what would fail after detaching, unseen.
 
     When no scvd holds the instance lock, a pid file left by a crash is stale:
-    python-daemon would refuse it forever, so it is removed.
+    python-daemon would refuse it forever, so it is removed; but only a file that
+    holds a pid and nothing else (a typo'd --pid-file must never cost a file).
     """
     from .instance import acquire_lock
 
-    log = logging.getLogger("scvd")
-    try:
-        os.close(acquire_lock(paths.lock_file))
-    except errors.StartupError as exc:
-        log.error("cannot start: %s", exc.message)
-        return False
-    if pid_file.exists():
-        log.warning("removing stale pid file %s (no scvd holds %s)", pid_file, paths.lock_file)
+    paths_mod.prepare(paths)
+    os.close(acquire_lock(paths.lock_file))
+    if not pid_file.parent.is_dir() or not os.access(pid_file.parent, os.W_OK | os.X_OK):
+        raise errors.StartupError(f"--pid-file {pid_file}: its directory {pid_file.parent} does not exist or is "
+                                  "not writable; create it, or give another path")
+    if pid_file.is_symlink() or pid_file.exists():
+        if not _holds_a_pid(pid_file):
+            raise errors.StartupError(f"--pid-file {pid_file} exists and is not a pid file (a pid and a newline); "
+                                      "give the path of a pid file, or remove that file yourself")
+        logging.getLogger("scvd").warning("removing stale pid file %s (no scvd holds %s)", pid_file, paths.lock_file)
         pid_file.unlink()
-    return True
+
+
+def _holds_a_pid(path: Path) -> bool:
+    """A regular file of a few bytes that are a number (what python-daemon writes)."""
+    try:
+        st = path.lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 32:
+            return False
+        return path.read_text().strip().isdigit()
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: Any) -> int:

@@ -360,6 +360,38 @@ def test_run_daemon_replaces_a_pid_file_left_by_a_crash(scv_home, tmp_path):
     assert "removing stale pid file" in (tmp_path / "second.log").read_text()
 
 
+@pytest.mark.parametrize("case", ["not-a-pid", "directory", "no-directory", "home-broken"])
+def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_home, tmp_path, case):
+    """--pid-file naming another file (a slip of completion: the config) was deleted as "stale";
+    a missing directory gave exit 0 and a traceback after detaching; a start failure before it
+    (a file where the state dir goes) was a traceback with exit 1, not `cannot start:` and 3."""
+    import conftest
+
+    scv_home.mkdir(parents=True, exist_ok=True)
+    target = {"not-a-pid": scv_home / "config.toml", "directory": tmp_path / "adir",
+              "no-directory": tmp_path / "nodir" / "scvd.pid", "home-broken": None}[case]
+    if case == "not-a-pid":
+        target.write_text('[approvals]\npolicy = "always"\n')
+    elif case == "directory":
+        target.mkdir()
+    elif case == "home-broken":
+        (scv_home / "state").write_text("a file where a directory goes\n")
+    log_path = tmp_path / "daemon.log"
+    argv = [sys.executable, "-m", "scvd", "run", "--daemon", *(["--pid-file", str(target)] if target else [])]
+    with open(log_path, "ab") as log:
+        rc = subprocess.run(argv, env=conftest.base_env(scv_home), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            timeout=30).returncode
+    said = log_path.read_text()
+    assert rc == 3 and "ERROR scvd: cannot start: " in said and "Traceback" not in said, said
+    if case == "no-directory":
+        expected = f"--pid-file {target}: its directory {tmp_path / 'nodir'} does not exist"
+    else:
+        expected = "File exists" if case == "home-broken" else f"--pid-file {target} exists and is not a pid file"
+    assert expected in said, said
+    if case == "not-a-pid":
+        assert target.read_text() == '[approvals]\npolicy = "always"\n'  # untouched
+
+
 # --- socket activation --------------------------------------------------------------------
 
 
