@@ -250,6 +250,9 @@ class Daemon:
         One reload runs at a time. A SIGHUP during one waits for it; further
         SIGHUPs meanwhile merge into that waiting one, which reads the file last.
         """
+        if self.stop_event.is_set():  # no RELOADING=1 nor READY=1 after STOPPING=1, no server started
+            log.info("reload requested while scvd stops; ignored")
+            return
         if self._reload_waiting:
             log.info("reload requested again; merged into the one waiting to run")
             return
@@ -258,11 +261,14 @@ class Daemon:
         self._reload_waiting = True
         async with self._reload_lock:
             self._reload_waiting = False
+            if self.stop_event.is_set():  # it waited for one that ran as the stop came
+                return
             self.notifier.reloading()
             try:
                 reloaded = await self._reload_once()
             finally:
-                self.notifier.ready()
+                if not self.stop_event.is_set():  # READY=1 after STOPPING=1 would tell systemd it runs again
+                    self.notifier.ready()
         if reloaded:  # after a failure, `reload failed: ...` stays the status line until the next change
             self._update_status(force=True)
 
@@ -279,6 +285,9 @@ class Daemon:
         except Exception as exc:
             log.exception("reload failed, keeping the old configuration")
             self.notifier.status(f"reload failed: {exc}")
+            return False
+        if self.stop_event.is_set():  # stopping while the file was read or the sandbox probed
+            log.info("reload not applied: scvd is stopping")
             return False
         self.mcp.register_into(registry)  # servers left running keep their tools
         # all at once, after the probe: the new config never runs with the old probe's result

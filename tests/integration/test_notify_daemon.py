@@ -160,6 +160,27 @@ def test_a_reload_right_after_ready_reloads(make_daemon, listener):
     assert d.stop() == 0
 
 
+def test_a_stop_during_a_reload_sends_nothing_after_stopping(make_daemon, listener, tmp_path):
+    """The reload's end sent READY=1 after STOPPING=1 (systemd took the unit for running again), and
+    a SIGHUP in the shutdown's grace ran a whole reload (RELOADING=1, READY=1, servers started)."""
+    slow = tmp_path / "slow-bwrap"
+    slow.write_text("#!/bin/sh\nsleep 2\nexit 1\n")  # the reload's sandbox probe takes a while
+    slow.chmod(0o755)
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)}, wait=False)
+    assert listener.recv() == "READY=1"
+    (d.home / "config.toml").write_text(f'[sandbox]\nmode = "auto"\nbwrap = "{slow}"\n')
+    d.proc.send_signal(signal.SIGHUP)
+    listener.until(lambda m: m.startswith("RELOADING=1"))
+    d.proc.send_signal(signal.SIGTERM)  # while the probe runs
+    listener.until(lambda m: m == "STOPPING=1")
+    d.proc.send_signal(signal.SIGHUP)  # in the shutdown (if it is not over yet): ignored
+    assert d.proc.wait(30) == 0
+    after = []
+    while listener.pending():
+        after.append(listener.recv())
+    assert after == [], after
+
+
 @pytest.mark.parametrize("text, fragment", [
     ('[adapters.gemini]\nmodel_args = ["-m", "{model}"]\n', "adapters.gemini: no such agent"),
     ('[adapters.claude]\nmodel_args = ["--model"]\n', "adapters.claude.model_args: ['--model'] never uses {model}"),
