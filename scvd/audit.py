@@ -286,13 +286,19 @@ class AuditLog:
         self._fd = None
         if self.keep == 0:
             self.path.unlink(missing_ok=True)
-        for i in range(self.keep - 1, 0, -1):
-            older = self._numbered(i)
-            if older.exists():
-                os.replace(older, self._numbered(i + 1))
+        # the generations there are, not every number up to keep: a large audit.keep held the loop
+        for i in sorted((n for n in self._generations() if n < self.keep), reverse=True):
+            os.replace(self._numbered(i), self._numbered(i + 1))
         if self.keep > 0:
             os.replace(self.path, self._numbered(1))
         return self._open()
+
+    def _generations(self) -> list[int]:
+        """The N of each audit.log.N beside the log."""
+        prefix = self.path.name + "."
+        with os.scandir(self.path.parent) as entries:
+            return [int(e.name[len(prefix):]) for e in entries
+                    if e.name.startswith(prefix) and e.name[len(prefix):].isdigit() and e.name[len(prefix)] != "0"]
 
     def _numbered(self, i: int) -> Path:
         return self.path.with_name(f"{self.path.name}.{i}")

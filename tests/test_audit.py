@@ -149,6 +149,19 @@ def test_rotation_keeps_n_files_under_the_size(tmp_path):
     assert ids == [f"c{i:03d}" for i in range(100 - len(ids), 100)] and len(ids) < 100
 
 
+def test_a_large_keep_rotates_the_generations_there_are(tmp_path):
+    """Rotation looked at every number up to audit.keep: 10 million took minutes per rotation, on the
+    event loop (past the watchdog). It moves the files that exist; the oldest are kept in order."""
+    path = tmp_path / "audit.log"
+    with AuditLog(path, max_bytes=300, keep=10_000_000) as log:
+        for i in range(12):
+            log.record("completion", call_id=f"c{i:02d}", reason="x" * 120)
+    names = ["audit.log"] + [f"audit.log.{n}" for n in range(1, len(list(tmp_path.iterdir())))]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # .1, .2, ... with no gap
+    ids = [r["call_id"] for n in reversed(names) for r in lines(tmp_path / n)]
+    assert ids == [f"c{i:02d}" for i in range(12)]  # nothing lost, oldest in the highest number
+
+
 def test_keep_zero_truncates_in_place(tmp_path):
     path = tmp_path / "audit.log"
     with AuditLog(path, max_bytes=500, keep=0) as log:
