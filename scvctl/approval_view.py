@@ -36,9 +36,9 @@ def present(text: str) -> bool:
 
 
 def _rows(text: str, width: int) -> int:
-    """Terminal rows `text` takes, long lines wrapped."""
-    width = max(width, 1)
-    return sum(max(1, -(-len(line) // width)) for line in text.split("\n"))
+    """Terminal rows `text` takes, long lines wrapped: counted in cells, as `fold` cuts them (a CJK
+    character takes two; counted as one, a tall request went unpaged and scrolled off)."""
+    return fold(text, width).count("\n") + 1
 
 
 def fold(text: str, width: int) -> str:
