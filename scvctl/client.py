@@ -340,7 +340,10 @@ class AsyncClient:
 
     @classmethod
     async def connect(cls, path: Path | str | None = None, *, name: str = "scvctl",
-                      approver: bool = False, answers_secrets: bool = True) -> AsyncClient:
+                      approver: bool = False, answers_secrets: bool = True,
+                      timeout: float | None = 30.0) -> AsyncClient:
+        """Connect and say hello; `timeout` bounds the welcome (as the blocking client's does):
+        a socket that accepts and never answers is DaemonNotAnswering, not a wait without end."""
         path = Path(path) if path else default_socket()
         client = cls()
         link = _Link(client._on_data, client._fail)
@@ -349,8 +352,18 @@ class AsyncClient:
         except OSError as exc:
             raise not_running(path, exc) from None
         client.transport, client.link = transport, link  # type: ignore[assignment]
-        client.welcome = client.core.welcomed(
-            await client.request(client.core.hello(name, approver, answers_secrets)))
+        try:
+            async with asyncio.timeout(timeout):
+                welcome = await client.request(client.core.hello(name, approver, answers_secrets))
+            client.welcome = client.core.welcomed(welcome)
+        except TimeoutError:
+            transport.close()
+            raise errors.DaemonNotAnswering(
+                f"scvd accepted the connection on {path} but sent nothing for {timeout:g} s: it may be hung, "
+                "or a socket-activated scvd failed to start; see `journalctl --user -u scvd`") from None
+        except BaseException:  # refused, or the connection lost: the transport is ours to close
+            transport.close()
+            raise
         return client
 
     async def close(self) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scvd import protocol as p
+from scvd import errors, protocol as p
 
 from conftest import DaemonProc, base_env, wait_pending
 
@@ -75,6 +75,23 @@ def test_a_socket_that_accepts_but_never_answers_is_one_line_and_exit_3(tmp_path
     err = capsys.readouterr().err
     assert err == (f"scvd accepted the connection on {path} but sent nothing for 0.3 s: it may be hung, "
                    "or a socket-activated scvd failed to start; see `journalctl --user -u scvd`\n")
+
+
+def test_the_async_client_on_a_socket_that_never_answers_raises_not_waits(tmp_path):
+    """A bridge's AsyncClient.connect waited for the welcome without end (the blocking client gives
+    up after its timeout), so its reconnect loop hung instead of backing off."""
+    import asyncio
+    import socket
+
+    from scvctl.client import AsyncClient
+
+    path = tmp_path / "silent.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(str(path))
+        silent.listen(8)
+        with pytest.raises(errors.DaemonNotAnswering) as hung:
+            asyncio.run(AsyncClient.connect(path, timeout=0.3))
+    assert str(hung.value).startswith(f"scvd accepted the connection on {path} but sent nothing for 0.3 s")
 
 
 def test_agents_import_does_not_work_on_the_homes_itself_while_a_hung_scvd_owns_them(tmp_path, monkeypatch,
