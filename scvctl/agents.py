@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -166,16 +167,29 @@ def _status_line(side: Answers, name: str) -> str:
         return answer.unsupported or "unavailable"
     launch = answer.spec
     try:
-        done = subprocess.run(launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=STATUS_TIMEOUT)
+        returncode, output = _run_group(launch, STATUS_TIMEOUT)
     except subprocess.TimeoutExpired:
         return f"unknown (its status command ran past {STATUS_TIMEOUT:.0f} s)"
     except OSError as exc:
         return f"cannot run {launch.argv[0]}: {exc.strerror}"
     finally:
         _repair(launch)
-    output = (done.stdout + done.stderr).decode("utf-8", "replace")
-    return classify_status(specs.ADAPTERS[name], done.returncode, output)
+    return classify_status(specs.ADAPTERS[name], returncode, output)
+
+
+def _run_group(launch: Any, timeout: float) -> tuple[int, str]:
+    """Run a status command in a process group of its own; past `timeout` the whole group is killed
+    (an npm launcher's real CLI is its child: killing the launcher alone left it running)."""
+    proc = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc.returncode, out.decode("utf-8", "replace")
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -281,6 +282,29 @@ def test_status_and_import_without_the_daemon(tmp_path: Path) -> None:
     assert out.stdout.startswith(f"imported auth.json from {src} into scvd's codex")
     assert json.loads((home / "adapters" / "codex" / "auth.json").read_text()) == {"OPENAI_API_KEY": API_KEY}
     assert API_KEY not in out.stdout + out.stderr
+
+
+def test_a_status_command_past_its_timeout_is_killed_with_its_children(tmp_path: Path, monkeypatch, capsys) -> None:
+    """npm's launchers run the real CLI as a child: on the timeout only the launcher was killed,
+    and the CLI went on in the background, holding the private home."""
+    from scvctl import agents, cli
+
+    home, bin_dir, pids = tmp_path / "scv", tmp_path / "hang-bin", tmp_path / "pids"
+    home.mkdir(mode=0o700)
+    bin_dir.mkdir()
+    hang = bin_dir / "codex"
+    hang.write_text(f"#!/bin/bash\nsleep 60 &\necho $! > {pids}\nwait\n")  # a launcher and its child
+    hang.chmod(0o755)
+    for key, value in base_env(home, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(agents, "STATUS_TIMEOUT", 1.0)
+    assert cli.main(["agents", "status"]) == 0  # one line per agent (one agent alone runs attached)
+    assert "unknown (its status command ran past 1 s)" in capsys.readouterr().out
+    child = Path(f"/proc/{pids.read_text().strip()}/stat")
+    deadline = time.monotonic() + 10  # killed at once; init reaps the orphan in its own time
+    while child.exists() and child.read_text().rpartition(")")[2].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the status command's child is still running"
+        time.sleep(0.05)
 
 
 def test_errors_without_the_daemon_read_as_with_it(tmp_path: Path) -> None:
