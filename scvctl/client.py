@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import logging
 import os
 import socket
 from pathlib import Path
@@ -25,6 +26,8 @@ import msgspec
 
 from scvd import __version__, errors, paths as paths_mod, protocol as p
 from scvd.instance import MAX_SOCKET_PATH
+
+log = logging.getLogger("scvctl.client")
 
 EVENT_TYPES = tuple(p.Event.__args__)  # every pushed event the protocol defines
 
@@ -121,13 +124,26 @@ class ClientCore:
             if line is p.FrameReader.TOO_LARGE:
                 self.orphan_errors.append(p.Error(code="frame_too_large", message="server frame over limit"))
                 continue
-            frame = p.decode_server_frame(line)
+            try:
+                frame = p.decode_server_frame(line)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                self._unreadable(line, exc)  # a newer scvd's frame: not a crash of this client
+                continue
             if isinstance(frame, EVENT_TYPES):
                 self.events.append(frame)
             elif getattr(frame, "id", None) is not None:
                 self.answers[frame.id] = frame
             else:
                 self.orphan_errors.append(frame)  # type: ignore[arg-type]
+
+    def _unreadable(self, line: bytes, exc: Exception) -> None:
+        """An answer becomes that request's error; an event this client does not know is skipped."""
+        request = p.request_id(line)
+        if request is None:
+            log.info("skipped a frame from scvd this client cannot read (%s); scvd may be newer", exc)
+            return
+        self.answers[request] = p.Error(id=request, code="internal", message=(
+            f"scvd answered with a frame this client cannot read ({exc}); use the scvctl of scvd's version"))
 
     def welcomed(self, welcome: p.Welcome) -> p.Welcome:
         """Read frames up to the size the server announced (its server_frame_bytes may be raised)."""
