@@ -95,7 +95,12 @@ def _add_call(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    if hasattr(args, "extra") and "--" in argv:  # an agent's own arguments: whole, a `--` among them too
+        cut = argv.index("--")  # (argparse drops every `--` it sees there)
+        args = parser.parse_args(argv[:cut])
+        args.extra = [*args.extra, *argv[cut + 1:]]
     args.json = getattr(args, "json", False)
     args.socket = getattr(args, "socket", None)
     try:

@@ -72,6 +72,14 @@ def test_login_runs_the_agents_command_with_the_daemons_home_and_env(agent_daemo
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
 
 
+def test_an_agents_arguments_after_the_double_dash_go_through_whole(agent_daemon: DaemonProc) -> None:
+    """argparse dropped every `--` after the first: `-- --config -- x` ran `codex login --config x`."""
+    out = scvctl(agent_daemon, "agents", "login", "codex", "--", "--config", "--", "x")
+    assert out.returncode == 0, out.stderr
+    argv, _, _ = read_log(agent_log(agent_daemon))
+    assert argv == ["login", "--config", "--", "x"]
+
+
 def test_status_of_one_agent_shows_its_own_output_and_exit_code(agent_daemon: DaemonProc) -> None:
     out = scvctl(agent_daemon, "agents", "status", "claude")
     assert out.returncode == 1
