@@ -123,10 +123,15 @@ def cmd_attached(args: argparse.Namespace) -> int:
     return run_attached(answer.spec)
 
 
+TERMINAL_ENV = ("TERM", "COLORTERM")
+
+
 def run_attached(launch: p.LaunchSpec) -> int:
     """Run the spec with inherited stdio and wait; Ctrl+C is the agent's to handle."""
+    # the terminal is this one, not the daemon's (none under systemd): its TERM and COLORTERM describe it
+    env = {**launch.env, **{k: os.environ[k] for k in TERMINAL_ENV if k in os.environ}}
     try:
-        proc = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd)
+        proc = subprocess.Popen(launch.argv, env=env, cwd=launch.cwd)
         while True:
             try:
                 code = proc.wait()

@@ -80,6 +80,19 @@ def test_an_agents_arguments_after_the_double_dash_go_through_whole(agent_daemon
     assert argv == ["login", "--config", "--", "x"]
 
 
+def test_an_attached_sign_in_gets_this_terminals_term(make_daemon, tmp_path: Path) -> None:
+    """Under systemd the daemon has no TERM: the sign-in window (pi's TUI) was told of no terminal."""
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    d = make_daemon(FAKE_AGENT_CONFIG, env={"PATH": f"{fake_bin}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+                                            "FAKE_AGENT_LOG": str(tmp_path / "agent-log"), "TERM": "dumb"})
+    out = subprocess.run([sys.executable, "-m", "scvctl", "agents", "login", "pi"], stdin=subprocess.DEVNULL,
+                         env={**base_env(d.home), "TERM": "xterm-256color", "COLORTERM": "truecolor"},
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    _, env, _ = read_log(tmp_path / "agent-log")
+    assert (env["TERM"], env["COLORTERM"]) == ("xterm-256color", "truecolor")
+
+
 def test_status_of_one_agent_shows_its_own_output_and_exit_code(agent_daemon: DaemonProc) -> None:
     out = scvctl(agent_daemon, "agents", "status", "claude")
     assert out.returncode == 1
