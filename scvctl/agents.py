@@ -207,7 +207,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         return 0
     print(f"imported {', '.join(answer.copied)} from {source} into scvd's {answer.agent}")
     for key, value in answer.report.items():
-        print(f"  {key}: {value}")
+        print(f"  {key}: {str(value).lower() if isinstance(value, bool) else value}")  # as config.toml says it
     for warning in answer.warnings:
         print(f"warning: {warning}")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -87,10 +88,18 @@ def _add_approvals(sub: Any, common: argparse.ArgumentParser) -> None:
 def _add_call(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd = sub.add_parser("call", parents=[common], help="run one tool call through the normal approval gate")
     cmd.add_argument("--workspace", type=Path, default=Path("."), help="the workspace (default: here)")
-    cmd.add_argument("--timeout", type=float, help="dispatch timeout in seconds")
+    cmd.add_argument("--timeout", type=_seconds, help="dispatch timeout in seconds")
     cmd.add_argument("tool")
     cmd.add_argument("arguments", nargs="?", default="{}", help="the arguments as a JSON object")
     cmd.set_defaults(handler=cmd_call)
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds: nan, inf and 1e400 went to scvd as null (no timeout asked)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds, e.g. 30")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

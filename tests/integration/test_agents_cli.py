@@ -118,6 +118,7 @@ def test_import_codex_reports_and_never_prints_the_key(agent_daemon: DaemonProc,
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"imported config.toml, auth.json from {src} into scvd's codex")
     assert "  model: gpt-5" in out.stdout and "  model_provider: relay" in out.stdout
+    assert "  requires_openai_auth: false" in out.stdout  # as config.toml spells it, not Python's False
     assert "warning: provider 'relay' reads its key through env_key RELAY_API_KEY" in out.stdout
     home = agent_daemon.home / "adapters" / "codex"
     assert json.loads((home / "auth.json").read_text()) == {"OPENAI_API_KEY": API_KEY}

@@ -152,6 +152,13 @@ def test_sessions_escapes_a_peers_name_and_workspace(daemon: DaemonProc, workspa
     assert "w\\x1b]0;pwned\\x07" in out and "client=bridge\\x1b[2J" in out, repr(out)
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400"])
+def test_call_refuses_a_timeout_that_is_not_a_finite_number(daemon: DaemonProc, value: str):
+    """They went to scvd as null: the call ran with its default timeout, nothing said."""
+    out = scvctl(daemon, "call", "--timeout", value, "read", '{"path": "x"}')
+    assert out.returncode == 2 and f"'{value}' is not a finite number of seconds, e.g. 30" in out.stderr, out.stderr
+
+
 def test_socket_flag_overrides_the_default(daemon: DaemonProc, tmp_path: Path):
     out = scvctl(tmp_path / "elsewhere", "--socket", str(daemon.socket), "ping")
     assert out.returncode == 0, out.stderr
