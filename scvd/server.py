@@ -202,6 +202,11 @@ class Daemon:
 
     async def shutdown(self) -> None:
         grace = self.config.server.shutdown_grace_seconds
+        if self.install_signals:
+            # a reload is moot now; and once the loop has closed (a worker thread may keep the process
+            # a moment longer) SIGHUP's default action would kill scvd: systemd would call the stop failed
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
         # 1. tell systemd, stop accepting connections
         if self._status_soon is not None:  # no status line after STOPPING=1
             self._status_soon.cancel()

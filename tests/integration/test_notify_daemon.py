@@ -173,8 +173,8 @@ def test_a_stop_during_a_reload_sends_nothing_after_stopping(make_daemon, listen
     listener.until(lambda m: m.startswith("RELOADING=1"))
     d.proc.send_signal(signal.SIGTERM)  # while the probe runs
     listener.until(lambda m: m == "STOPPING=1")
-    d.proc.send_signal(signal.SIGHUP)  # in the shutdown (if it is not over yet): ignored
-    assert d.proc.wait(30) == 0
+    d.proc.send_signal(signal.SIGHUP)  # in the shutdown, or after the loop closed: ignored, not fatal
+    assert d.proc.wait(30) == 0  # was -1 at times: SIGHUP's default action once the loop had closed
     after = []
     while listener.pending():
         after.append(listener.recv())
