@@ -104,10 +104,10 @@ def build_argv(
     """
     ws = _abs(workspace)
     temp = os.path.normpath(tmpdir) if tmpdir and os.path.isabs(tmpdir) else "/tmp"
+    set_tmpdir = False
     if scratch is not None and not _writable(temp, hide, [ws, *rw_binds], ro_binds):
         hide = [*hide, scratch]  # ordered with the rest: a workspace below it is bound back
-    else:
-        scratch = None
+        set_tmpdir = not _writable(temp, hide, [ws, *rw_binds], ro_binds)  # not for TMPDIR=/var/tmp/x
     argv = [bwrap, "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid"]
     if not network:
         argv.append("--unshare-net")
@@ -117,7 +117,7 @@ def build_argv(
         argv += [op, path] if op == "--tmpfs" else [op, src, path]
     if tmpdir and os.path.isabs(tmpdir) and _emptied(os.path.normpath(tmpdir), hide, [ws, *rw_binds, *ro_binds]):
         argv += ["--dir", os.path.normpath(tmpdir)]
-    if scratch is not None and not _writable(temp, hide, [ws, *rw_binds], ro_binds):  # not TMPDIR=/var/tmp/x
+    if set_tmpdir:
         argv += ["--setenv", "TMPDIR", _abs(scratch)]
     argv += ["--chdir", _abs(chdir) if chdir is not None else ws, "--", *inner]
     return argv

@@ -261,6 +261,12 @@ def test_call_denied_exits_1_with_the_reason(daemon: DaemonProc, workspace: Path
     assert not (workspace / "no.txt").exists()
 
 
+def answer(watch: subprocess.Popen, text: str) -> None:
+    """Type `text` at `scvctl approvals watch`'s prompt."""
+    watch.stdin.write(text)
+    watch.stdin.flush()
+
+
 def test_watch_takes_whole_words_only_so_stop_is_not_session(daemon: DaemonProc, workspace: Path):
     """The first letter was the answer: "stop" granted the tool for the whole session, "yuck" approved."""
     watch = popen_scvctl(daemon, "approvals", "watch", stdin=subprocess.PIPE)
@@ -269,14 +275,12 @@ def test_watch_takes_whole_words_only_so_stop_is_not_session(daemon: DaemonProc,
             sid = c.open_session(workspace)
             first = c.start_call(sid, "write", {"path": "one.txt", "content": "1", "mode": "create"})
             _read_until(watch, "write (filesystem")
-            watch.stdin.write("stop\nyuck\nNo\n")  # asked again after each of the first two
-            watch.stdin.flush()
+            answer(watch, "stop\nyuck\nNo\n")  # asked again after each of the first two
             done = c.wait_call(first)
             assert not done.ok and done.error.kind == "denied", done
             second = c.start_call(sid, "write", {"path": "two.txt", "content": "2", "mode": "create"})
             _read_until(watch, "write (filesystem")  # asked: no session grant came of "stop"
-            watch.stdin.write("YES\n")
-            watch.stdin.flush()
+            answer(watch, "YES\n")
             assert c.wait_call(second).ok
     finally:
         stop(watch)
@@ -291,8 +295,7 @@ def test_watch_answers_y_n_s(daemon: DaemonProc, workspace: Path):
             first = c.start_call(sid, "write", {"path": "one.txt", "content": "1", "mode": "create"})
             line = watch.stdout.readline()
             assert "write (filesystem" in line and str(workspace) in line
-            watch.stdin.write("s\n")
-            watch.stdin.flush()
+            answer(watch, "s\n")
             assert c.wait_call(first).ok
             # the session grant covers the next write without asking
             assert c.call(sid, "write", {"path": "two.txt", "content": "2", "mode": "create"}).ok
@@ -301,8 +304,7 @@ def test_watch_answers_y_n_s(daemon: DaemonProc, workspace: Path):
                                  {"path": "one.txt", "content": "x", "mode": "create"})
             if _has_tool(c, "bash"):
                 _read_until(watch, "bash (process")
-                watch.stdin.write("n\n")
-                watch.stdin.flush()
+                answer(watch, "n\n")
                 done = c.wait_call(third)
                 assert not done.ok and done.error.kind == "denied"
             else:
@@ -321,14 +323,12 @@ def test_watch_offers_no_session_scope_for_a_sensitive_write(daemon: DaemonProc,
             _read_until(watch, "write (filesystem")
             assert "always asks, approved once only: '.envrc' matches approvals.always_ask '.envrc'" in \
                 _read_until(watch, "always asks")
-            watch.stdin.write("s\ny\n")  # `s` is not offered: asked again, then approved once
-            watch.stdin.flush()
+            answer(watch, "s\ny\n")  # `s` is not offered: asked again, then approved once
             assert c.wait_call(call_id).ok
             assert _read_until(watch, " approved by ").startswith("approve once? [y]es / [n]o: " * 2)
             asked = c.start_call(sid, "write", {"path": ".envrc", "content": "x", "mode": "replace"})
             _read_until(watch, "always asks")  # no grant came of it: asked again
-            watch.stdin.write("n\n")
-            watch.stdin.flush()
+            answer(watch, "n\n")
             assert c.wait_call(asked).error.kind == "denied"
     finally:
         stop(watch)
