@@ -30,6 +30,9 @@ class Connection:
     _ids = itertools.count(1)
     _decider: Decider | None = None  # decider()'s, made on first use (a subclass may skip __init__)
     queued: Callable[[], int] = staticmethod(lambda: 0)  # frames read, not yet handled (client_protocol's)
+    # what its welcome announced: the peer sized its reader by it, and its sessions' result limits
+    # were checked against it, so a reload changes it for connections made after it only
+    server_frame_bytes: int = p.DEFAULT_SERVER_FRAME_LIMIT
 
     def __init__(self, transport: asyncio.Transport, limit: int) -> None:
         self.id = next(self._ids)

@@ -384,6 +384,7 @@ class Daemon:
 
     def open_connection(self, transport: asyncio.Transport) -> Connection | None:
         conn = Connection(transport, self.config.server.client_frame_bytes)
+        conn.server_frame_bytes = self.config.server.server_frame_bytes
         if conn.uid != os.getuid():
             log.warning("refused peer pid=%d uid=%d: not our uid", conn.pid, conn.uid)
             self._send(conn, p.Error(code="forbidden", fatal=True, message=(
@@ -486,7 +487,7 @@ class Daemon:
         self._update_status()
 
     def _send(self, conn: Connection, frame: p.Frame) -> None:
-        conn.send(frame, self.config.server.server_frame_bytes)
+        conn.send(frame, conn.server_frame_bytes)
 
     def _send_error(self, conn: Connection, exc: BaseException, request_id: Any = None) -> None:
         fatal = getattr(exc, "fatal", False)
@@ -516,11 +517,9 @@ class Daemon:
                 "upgrade the older side")
         conn.initialized, conn.client, conn.approver = True, frame.client.name, frame.approver
         conn.answers_secrets = frame.answers_secrets
-        server = self.config.server
         return p.Welcome(
             id=frame.id, protocol=p.PROTOCOL_VERSION, server=p.PeerInfo(name="scvd", version=__version__),
-            limits=p.Limits(client_frame_bytes=server.client_frame_bytes,
-                            server_frame_bytes=server.server_frame_bytes))
+            limits=p.Limits(client_frame_bytes=conn.frames.limit, server_frame_bytes=conn.server_frame_bytes))
 
     def on_ping(self, conn: Connection, frame: p.Ping) -> p.Frame:
         return p.Pong(id=frame.id, time=time.time())

@@ -141,10 +141,11 @@ def start_daemon(home: Path, config: str = "", *, env: dict[str, str] | None = N
 
 def reloaded(d: DaemonProc, config: str) -> None:
     """Write the config, SIGHUP, and wait for the reload's end (unbounded: the test's timeout is the bound)."""
-    done = d.log().count("configuration reloaded from")
+    done, failed = d.log().count("configuration reloaded from"), d.log().count("reload failed")
     (d.home / "config.toml").write_text(config)
     d.proc.send_signal(signal.SIGHUP)
     while d.log().count("configuration reloaded from") == done:
+        assert d.log().count("reload failed") == failed, d.log()
         time.sleep(0.1)
 
 

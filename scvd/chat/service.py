@@ -156,12 +156,12 @@ class ChatService:
         first = 0 if frame.limit is None else max(0, end - frame.limit)
         answer = p.ChatTranscript(id=frame.id, conversation=chat.conversation, start=first, more=first > 0,
                                   records=[msgspec.to_builtins(r) for r in shown[first:end]])
-        self._check_fits(answer)
+        self._check_fits(answer, conn.server_frame_bytes)
         return answer
 
-    def _check_fits(self, answer: p.ChatTranscript) -> None:
+    def _check_fits(self, answer: p.ChatTranscript, room: int) -> None:
         """A page one frame cannot carry is the asker's to shrink: `limit`, not `internal`."""
-        size, room = len(p.encode(answer)), self.daemon.config.server.server_frame_bytes
+        size = len(p.encode(answer))
         if size <= room:
             return
         one = len(answer.records) == 1

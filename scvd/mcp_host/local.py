@@ -28,6 +28,7 @@ class LocalConnection(Connection):
         self.id = next(Connection._ids)
         self.pid, self.uid, self.gid = peer.pid, peer.uid, peer.gid
         self.spawned_by_daemon = peer.spawned_by_daemon
+        self.server_frame_bytes = peer.server_frame_bytes
         self.client, self.approver, self.answers_secrets = peer.client, peer.approver, peer.answers_secrets
         self.initialized, self.watcher, self.closed = True, False, False
         self.sessions: dict[str, Any] = {}

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from conftest import reloaded
 from harness import RawConn
 from scvd import protocol as p
 
@@ -176,3 +177,21 @@ def test_peer_vanishing_mid_frame_leaves_the_daemon_serving(daemon):
         c.hello()
         assert c.status().sessions == 0
     assert daemon.proc.poll() is None
+
+
+def test_a_connection_keeps_the_frame_limits_its_welcome_announced(make_daemon, workspace):
+    """A reload that lowers server_frame_bytes: a session opened before it still gets the reads its
+    tools.read_limit_bytes allows (they were `limit: result too large`), and new connections hear
+    of the new limits."""
+    d = make_daemon(f"[tools]\nread_limit_bytes = {MiB}\n")
+    (workspace / "big.txt").write_text("z" * MiB)
+    with d.client() as c:
+        session = c.open_session(workspace)
+        reloaded(d, "[server]\nserver_frame_bytes = 524288\nclient_frame_bytes = 65536\n"
+                    "[tools]\nread_limit_bytes = 32768\noutput_limit_bytes = 16384\n")
+        with d.client() as later:
+            assert later.welcome.limits.server_frame_bytes == 524288
+            assert later.welcome.limits.client_frame_bytes == 65536
+        done = c.call(session, "read", {"path": "big.txt", "limit": MiB})
+        assert done.ok, done.error
+        assert done.result["length"] == MiB
