@@ -10,6 +10,7 @@ import pytest
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Cut, Hang, Limited, ScriptedModel, Status, Text
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
+from scvd.chat.openai_api import cap_field
 from scvd.chat.provider import ProviderFailure, Settings, make
 
 WIRE_APIS = ["responses", "chat"]
@@ -268,3 +269,14 @@ def test_codex_settings_from_an_imported_setup(tmp_path):
     (tmp_path / "config.toml").write_text('model = "o4"\n')  # the built-in openai provider
     s = codex_settings(tmp_path, env={})
     assert (s.base_url, s.api_key, s.key_source) == ("https://api.openai.com/v1", "k2", str(tmp_path / "auth.json"))
+
+
+def test_chat_completions_names_the_token_cap_for_its_server(model):
+    """OpenAI's reasoning models refuse `max_tokens` ("use max_completion_tokens"); llama.cpp, older
+    Ollama and vLLM know only `max_tokens`, which a loopback server gets."""
+    m = model(Text("done"))
+    asyncio.run(collect(provider(m, "chat", max_output_tokens=64)))
+    assert m.requests[0]["max_tokens"] == 64 and "max_completion_tokens" not in m.requests[0]
+    openai_ = ("https://api.openai.com/v1", "https://API.openai.com:443/v1/")
+    assert [cap_field(url) for url in openai_] == ["max_completion_tokens"] * 2
+    assert cap_field("http://127.0.0.1:11434/v1") == cap_field("https://openrouter.ai/api/v1") == "max_tokens"

@@ -12,6 +12,7 @@ import abc
 import asyncio
 import logging
 from typing import Any, AsyncIterator
+from urllib.parse import urlsplit
 
 import openai
 
@@ -191,7 +192,7 @@ class ChatProvider(_Base):
 
     async def _open(self, client: openai.AsyncOpenAI, request: ModelRequest) -> Any:
         s = self.settings
-        extra: dict[str, Any] = {"max_tokens": s.max_output_tokens} if s.max_output_tokens else {}
+        extra: dict[str, Any] = {cap_field(s.base_url): s.max_output_tokens} if s.max_output_tokens else {}
         if request.tools:
             extra["tools"] = [{"type": "function", "function": {
                 "name": t.name, "description": t.description, "parameters": t.parameters}} for t in request.tools]
@@ -239,6 +240,13 @@ class ChatProvider(_Base):
         for n, c in enumerate(calls):
             yield CallRequested(ToolCall(c["id"] or f"call_{n}", c["name"], c["arguments"] or "{}"))
         yield ReplyDone(usage)
+
+
+def cap_field(base_url: str) -> str:
+    """Chat Completions' name for the reply token cap: OpenAI's reasoning models refuse `max_tokens`
+    (deprecated there), while llama.cpp and older Ollama and vLLM know only `max_tokens`."""
+    host = (urlsplit(base_url).hostname or "").lower()
+    return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
 
 def _call_at(calls: list[dict[str, str]], at: dict[Any, int], part: Any) -> dict[str, str]:
