@@ -542,11 +542,13 @@ class CallRegistry:
                                    "outcome": "ok" if outcome.ok else "error",
                                    "error_kind": error.kind if error else None,
                                    "duration_s": round(time.monotonic() - call.submitted, 3)})
-        self.hub.send_event(call.session.owner, CallCompleted(
-            seq=0, call_id=call.call_id, ok=outcome.ok, result=outcome.result, error=error, turn=call.turn))
-        if not call.outcome.done():
-            call.outcome.set_result(outcome)
-        self.hub.calls_changed()
+        try:
+            self.hub.send_event(call.session.owner, CallCompleted(
+                seq=0, call_id=call.call_id, ok=outcome.ok, result=outcome.result, error=error, turn=call.turn))
+        finally:  # whatever the send does, who waits on the call (a chat turn) hears of its end
+            if not call.outcome.done():
+                call.outcome.set_result(outcome)
+            self.hub.calls_changed()
 
     def write_audit(self, event: str, **fields: object) -> None:
         """Append one audit line; a failed write is logged, never raised (a full disk must not stop calls)."""

@@ -8,7 +8,34 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Callable
+
+import msgspec
+
+
+def well_formed(value: Any) -> Any:
+    """JSON-like data whose strings (keys too) are all valid Unicode: a surrogate pair split in two
+    joined, a lone surrogate made U+FFFD. Python's json module decodes `"\\udce9"` (what
+    `json.dumps(os.listdir())` prints for a Latin-1 file name) to one, which no UTF-8 encoder takes."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return value
+    if isinstance(value, dict):
+        return {well_formed(k): well_formed(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [well_formed(v) for v in value]
+    return value
+
+
+def json_bytes(encode: Callable[[Any], bytes], value: Any) -> bytes:
+    """`encode(value)`, or, when a string in it holds a lone surrogate, the same with those made valid."""
+    try:
+        return encode(value)
+    except UnicodeEncodeError:
+        return encode(well_formed(msgspec.to_builtins(value)))
 
 
 def printable(text: str, keep: str = "\n\t") -> str:

@@ -65,6 +65,16 @@ class Limited:
 
 
 @dataclass
+class Deltas:
+    """Chat Completions only: these `delta` objects as they are, one chunk each (shapes Text and
+    Calls never make: an emoji's halves in two deltas, two calls with one id, broken arguments)."""
+
+    deltas: list[dict[str, Any]]
+    finish: str = "stop"
+    text: str = ""
+
+
+@dataclass
 class Status:
     status: int
     message: str = "nope"
@@ -271,6 +281,9 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
                     "choices": choices, "usage": usage}
 
     out = [chunk({"role": "assistant", "content": piece}) for piece in _split(step.text, getattr(step, "chunks", 2))]
+    if isinstance(step, Deltas):
+        return [*(chunk(d) for d in step.deltas), chunk({}, step.finish),
+                chunk(None, usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}), ("", "[DONE]")]
     if isinstance(step, (Hang, Cut)):
         return out
     if isinstance(step, Limited):

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +15,8 @@ from scvd import errors
 from scvd.chat.engine import Conversation
 from scvd.chat.items import AssistantReply, Cleared, Opened, ToolCall, ToolOutput, UserText
 from scvd.chat.transcript import Transcripts
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_round_trip_modes_and_clear(tmp_path):
@@ -64,3 +70,51 @@ def test_the_latest_settings_win(tmp_path):
                     Opened(workspace="/b", system_prompt="new")])
     conv = Conversation.replay(t.read("k3"))
     assert conv.settings.system_prompt == "new" and [i.text for i in conv.history] == ["hi"]
+
+
+WRITE_PAST_THE_LIMIT = """
+import os, resource, signal, sys
+from scvd.chat.items import UserText
+from scvd.chat.transcript import Transcripts
+t = Transcripts(__import__("pathlib").Path(sys.argv[1]))
+size = os.path.getsize(t.path("k3"))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead, as ENOSPC would
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, resource.RLIM_INFINITY))
+try:
+    t.append("k3", [UserText(text="x" * 1000)])
+except OSError as exc:
+    print(exc.errno)
+"""
+
+
+def test_a_batch_whose_write_fails_leaves_none_of_itself(tmp_path):
+    """A full disk after part of a batch went in: the part stayed, a torn line that the next append
+    moved into the middle of the file (and the caller writes the whole batch again)."""
+    t = Transcripts(tmp_path)
+    t.append("k3", [Opened(workspace="/ws"), UserText(text="hi")])
+    before = t.path("k3").read_bytes()
+    run = subprocess.run([sys.executable, "-c", WRITE_PAST_THE_LIMIT, str(tmp_path)], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert run.stdout.strip() == str(errno.EFBIG), run.stderr
+    assert t.path("k3").read_bytes() == before
+    t.append("k3", [UserText(text="after")])
+    assert [r.text for r in t.read("k3") if isinstance(r, UserText)] == ["hi", "after"]
+
+
+def test_a_replayed_history_pairs_every_call_with_its_output(tmp_path):
+    """Records a failed write lost: an output whose reply is gone is left out (the APIs refuse a tool
+    message without its call), a reply whose outputs are gone gets cancelled ones, every reply."""
+    conv = Conversation.replay([
+        Opened(workspace="/ws"), UserText(text="one"),
+        ToolOutput(call_id="lost-reply", name="read", output="{}"),  # its reply's record was lost
+        AssistantReply(text="ok"), UserText(text="two"),
+        AssistantReply(calls=[ToolCall("c1", "read"), ToolCall("c2", "read")], turn="t2"),
+        ToolOutput(call_id="c2", name="read", output="{}"),  # c1's was lost
+        AssistantReply(text="done"), UserText(text="three"),
+        AssistantReply(calls=[ToolCall("c3", "bash")], turn="t3")])  # scvd stopped during c3
+    shown = [(type(i).__name__, getattr(i, "call_id", "")) for i in conv.history]
+    assert shown == [("UserText", ""), ("AssistantReply", ""), ("UserText", ""), ("AssistantReply", ""),
+                     ("ToolOutput", "c2"), ("ToolOutput", "c1"), ("AssistantReply", ""), ("UserText", ""),
+                     ("AssistantReply", ""), ("ToolOutput", "c3")]
+    c1 = next(i for i in conv.history if getattr(i, "call_id", "") == "c1")
+    assert c1.turn == "t2" and '"kind":"cancelled"' in c1.output and "not written to the transcript" in c1.output

@@ -57,6 +57,14 @@ def test_the_newest_output_goes_last_when_nothing_else_is_left():
     assert out is not None and out[2].output == TRIMMED and out[:2] == items[:2]
 
 
+def test_what_is_kept_starts_with_a_question():
+    """A long question dropped alone left its answer first: strict chat templates refuse a history
+    that starts with the assistant."""
+    items = [UserText(text="q1 " + "x" * 4000), AssistantReply(text="a1"), AssistantReply(text="a1 again"),
+             UserText(text="q2"), AssistantReply(text="a2"), UserText(text="q3")]
+    assert trim(items, sum(estimate(i) for i in items[2:])) == items[3:]  # room for "a1 again" too
+
+
 def test_cannot_fit_is_none():
     assert trim(history(), 10) is None
 
@@ -107,6 +115,8 @@ def by_the_rules(items: list, budget: int) -> list | None:
             while end < len(out) and isinstance(out[end], ToolOutput) and out[end].call_id in ids:
                 end += 1
         out, protected, newest = out[end:], protected - end, newest - end
+    while protected > 0 and not isinstance(out[0], UserText):  # what is kept starts with a question
+        out, protected, newest = out[1:], protected - 1, newest - 1
     return out if total(out) <= budget or blank(out, range(max(newest, 0), len(out))) else None
 
 

@@ -26,14 +26,18 @@ Rules:
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from ..text import json_bytes
 from . import catalog as cat, trim as trim_mod
 from .items import (AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, Record, SchemasLoaded,
                     ToolCall, ToolOutput, TurnEnded, Usage, UserText)
+
+log = logging.getLogger("scvd.chat")
 
 BACKGROUND_NOTE = "started in the background; its result will be handed to you when it arrives"
 
@@ -104,6 +108,7 @@ class Conversation:
                 conv.history.append(rec)
                 if isinstance(rec, UserText) and rec.note:  # that note was handed over
                     conv.notes = [n for n in conv.notes if n.call_id != rec.note]
+        conv.history = paired(conv.history, "its output was not written to the transcript (a write failed)")
         conv.close_open_calls("scvd stopped before this call finished")
         return conv
 
@@ -154,13 +159,35 @@ class Conversation:
                                        output=error_output("cancelled", why), turn=turn))
 
 
+def paired(history: list[Any], why: str) -> list[Any]:
+    """`history` with every call's output right after its reply, as every API wants it: an output
+    whose call is not the reply's just before is dropped, a call left without one before the next
+    message gets a cancelled one (a transcript write lost records: a full disk). The last reply's
+    open calls are close_open_calls' (they are written back)."""
+    out: list[Any] = []
+    waiting: dict[str, ToolCall] = {}
+    turn = ""  # the waiting calls' reply's
+    for item in history:
+        if isinstance(item, ToolOutput):
+            if waiting.pop(item.call_id, None) is None:
+                log.warning("transcript: output of call %s has no call before it; left out", item.call_id)
+                continue
+        else:
+            out += [ToolOutput(call_id=c.call_id, name=c.name, output=error_output("cancelled", why), turn=turn)
+                    for c in waiting.values()]
+            waiting = {c.call_id: c for c in item.calls} if isinstance(item, AssistantReply) else {}
+            turn = getattr(item, "turn", "")
+        out.append(item)
+    return out
+
+
 def ok_output(result: Any) -> str:
-    return msgspec.json.encode({"ok": True, "result": result}).decode()
+    return json_bytes(msgspec.json.encode, {"ok": True, "result": result}).decode()
 
 
 def error_output(kind: str, message: str, hint: str | None = None) -> str:
     error = {"kind": kind, "message": message, **({"hint": hint} if hint else {})}
-    return msgspec.json.encode({"ok": False, "error": error}).decode()
+    return json_bytes(msgspec.json.encode, {"ok": False, "error": error}).decode()
 
 
 # --- one turn -----------------------------------------------------------------------------
@@ -230,7 +257,8 @@ class Turn:
         try:
             args = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as exc:
-            args = exc
+            return self._local(call, error_output(
+                "invalid_arguments", f"arguments of {call.name} are not valid JSON ({exc}); got {call.arguments[:200]!r}; send the call again with one JSON object"))
         if not isinstance(args, dict):
             return self._local(call, error_output(
                 "invalid_arguments", f"arguments of {call.name} must be a JSON object; got {call.arguments[:200]!r}"))

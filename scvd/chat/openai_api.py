@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import json
 import logging
 from typing import Any, AsyncIterator
 from urllib.parse import urlsplit
@@ -270,6 +271,11 @@ def _merge_call(acc: dict[str, str], part: Any) -> None:
 
 
 def chat_messages(instructions: str, items: list[Any]) -> list[dict[str, Any]]:
+    """The history as Chat Completions messages, in the shape the strictest servers take: roles
+    alternate (Llama's and Mistral's chat templates refuse two user messages in a row, which a turn
+    that failed before any reply leaves), and every call's arguments are a JSON object (Ollama
+    refuses a request whose history holds a call with broken JSON, so the model could never hear
+    that its call failed)."""
     out: list[dict[str, Any]] = [{"role": "system", "content": instructions}]
     for item in items:
         if isinstance(item, AssistantReply):
@@ -278,11 +284,21 @@ def chat_messages(instructions: str, items: list[Any]) -> list[dict[str, Any]]:
             message: dict[str, Any] = {"role": "assistant", "content": item.text or (None if item.calls else "")}
             if item.calls:
                 message["tool_calls"] = [{"id": c.call_id, "type": "function",
-                                          "function": {"name": c.name, "arguments": c.arguments}}
+                                          "function": {"name": c.name, "arguments": _object_text(c.arguments)}}
                                          for c in item.calls]
             out.append(message)
         elif isinstance(item, ToolOutput):
             out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+        elif out[-1]["role"] == "user":
+            out[-1]["content"] += "\n\n" + item.text
         else:
             out.append({"role": "user", "content": item.text})
     return out
+
+
+def _object_text(arguments: str) -> str:
+    """The arguments as sent, when they are a JSON object; else "{}" (the call's output says what was wrong)."""
+    try:
+        return arguments if isinstance(json.loads(arguments), dict) else "{}"
+    except ValueError:
+        return "{}"

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from .. import errors, protocol as p
+from ..text import well_formed
 from . import provider as provider_mod
 from .catalog import Catalog
 from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
@@ -308,15 +309,20 @@ class ChatService:
         parts: list[str] = []
         calls: list[ToolCall] = []
         usage = Usage()
+        held = ""  # a delta's last character when it is the first half of a surrogate pair
         async for event in model.stream(action.request):
             if isinstance(event, TextDelta):
                 parts.append(event.text)
-                self._event(chat, p.AssistantDelta(seq=0, session=chat.session.id, turn=turn.id, text=event.text))
+                shown, held = _whole(held + event.text)
+                if shown:
+                    self._event(chat, p.AssistantDelta(seq=0, session=chat.session.id, turn=turn.id, text=shown))
             elif isinstance(event, CallRequested):
-                calls.append(event.call)
+                calls.append(_own_id(event.call, calls))
             elif isinstance(event, ReplyDone):
                 usage = event.usage
-        text = "".join(parts)
+        if held:
+            self._event(chat, p.AssistantDelta(seq=0, session=chat.session.id, turn=turn.id, text=well_formed(held)))
+        text = well_formed("".join(parts))
         if text or not calls:
             self._event(chat, p.AssistantCompleted(seq=0, session=chat.session.id, turn=turn.id, text=text))
         return turn.on_reply(text, calls, usage)
@@ -376,10 +382,13 @@ class ChatService:
         self.daemon.send_event(chat.session.owner, frame)
 
     def _save(self, chat: Chat) -> None:
+        records = chat.conv.take_records()
         try:
-            self.transcripts.append(chat.conversation, chat.conv.take_records())
-        except OSError as exc:  # a full disk must not kill the turn; the log says what was lost
-            log.error("transcript of %s not written: %s", chat.conversation, exc)
+            self.transcripts.append(chat.conversation, records)
+        except OSError as exc:  # a full disk must not kill the turn: the next save writes them, in order
+            chat.conv.records[:0] = records
+            log.error("transcript of %s not written (%d records kept for the next write): %s",
+                      chat.conversation, len(records), exc)
 
 
 async def _close(model: Any) -> None:
@@ -388,6 +397,29 @@ async def _close(model: Any) -> None:
         await model.aclose()
     except Exception as exc:
         log.warning("closing the provider's connections failed: %s", exc)
+
+
+def _whole(text: str) -> tuple[str, str]:
+    """(what can go out, a trailing high surrogate to hold back): a provider that splits its text by
+    UTF-16 units (a JavaScript server) sends an emoji's halves in two deltas; made whole, the rest
+    of a lone surrogate becomes U+FFFD."""
+    if text and "\ud800" <= text[-1] <= "\udbff":
+        return well_formed(text[:-1]), text[-1]
+    return well_formed(text), ""
+
+
+def _own_id(call: ToolCall, before: list[ToolCall]) -> ToolCall:
+    """`call` with valid text and an id of its own in its reply: of two calls with one id (a shim that
+    numbers calls per message) the second's output would take the first's place."""
+    call = ToolCall(call_id=well_formed(call.call_id), name=well_formed(call.name),
+                    arguments=well_formed(call.arguments))
+    taken = {c.call_id for c in before}
+    if call.call_id and call.call_id not in taken:
+        return call
+    n = len(before)
+    while f"call_{n}" in taken:
+        n += 1
+    return ToolCall(call_id=f"call_{n}", name=call.name, arguments=call.arguments)
 
 
 def _output(outcome: tuple[bool, Any, Any]) -> str:

@@ -3,7 +3,9 @@
 One file per conversation, named by its id. Lines are the Records of items.py;
 nothing is ever rewritten (chat.clear appends a `clear` record). A torn last
 line (scvd killed mid-write) is skipped when the file is read back, and the
-next append ends it first, so what comes after it is kept.
+next append ends it first, so what comes after it is kept. A batch whose write
+fails (a full disk) is cut off again and left to the caller to append later, so
+the file never holds part of one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import msgspec
 
 from .. import errors
 from ..paths import FILE_MODE, ensure_private_dir
+from ..text import json_bytes
 from .items import AnyRecord
 
 log = logging.getLogger("scvd.chat")
@@ -48,17 +51,22 @@ class Transcripts:
         return self.path(conversation).is_file()
 
     def append(self, conversation: str, records: Iterable[Any]) -> None:
-        data = b"".join(_encoder.encode(r) + b"\n" for r in records)
+        data = b"".join(json_bytes(_encoder.encode, r) + b"\n" for r in records)
         if not data:
             return
         ensure_private_dir(self.root)
         fd = os.open(self.path(conversation), os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         try:
-            if _torn(fd):  # a crash tore the last line: end it, so this batch starts a line of its own
+            size = os.fstat(fd).st_size
+            if _torn(fd, size):  # a crash tore the last line: end it, so this batch starts a line of its own
                 data = b"\n" + data
             view = memoryview(data)
-            while view:  # one write per batch (a crash tears at most the last line); a short one goes on
-                view = view[os.write(fd, view):]
+            try:
+                while view:  # one write per batch (a crash tears at most the last line); a short one goes on
+                    view = view[os.write(fd, view):]
+            except OSError:  # a full disk: the caller keeps the batch for the next append, so none of it stays
+                os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
 
@@ -78,7 +86,6 @@ class Transcripts:
         return records
 
 
-def _torn(fd: int) -> bool:
+def _torn(fd: int, size: int) -> bool:
     """Whether the file ends inside a line (its last byte is no newline)."""
-    size = os.fstat(fd).st_size
     return size > 0 and os.pread(fd, 1, size - 1) != b"\n"

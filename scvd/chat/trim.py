@@ -7,7 +7,9 @@ Rules, in order, until the estimate fits:
    background call's result, handed over as a note, is an output here too.
 2. Drop whole exchanges, oldest first: an exchange is a user message, or an
    assistant reply together with the outputs of its calls, so a call is never
-   separated from its result. The last user message and what follows it stay.
+   separated from its result. What is kept starts with a user message (an
+   answer kept without its question breaks strict chat templates). The last
+   user message and what follows it stay.
 3. Replace the newest step's outputs too (the model hears they were too big).
 4. Still too big: the caller fails the turn with reason context_limit.
 
@@ -89,6 +91,8 @@ def _exchanges_to_drop(h: _Sized, protected: int, budget: int) -> int:
             break
         total -= sum(h.sizes[start:end])
         cut = end
+    while 0 < cut < protected and not isinstance(h.items[cut], UserText):  # the answers of a question dropped
+        cut += 1
     return cut
 
 

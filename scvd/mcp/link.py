@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from .. import __version__
 from ..config import McpServerConfig
 from ..errors import Failed, InvalidArguments, ScvError, ToolError, Unavailable
+from ..text import well_formed
 from . import spec
 from .tool import CallOutcome, ToolSpec
 
@@ -232,7 +233,7 @@ class ServerLink:
         except Exception as exc:  # the connection broke under the call
             self._lost.set()
             raise Unavailable(f"mcp server {self.name} failed during the call: {_describe(exc)}") from None
-        dumped = result.model_dump(mode="json", exclude_none=True)
+        dumped = well_formed(result.model_dump(mode="json", exclude_none=True))
         return CallOutcome(is_error=bool(getattr(result, "is_error", False)),
                            content=dumped.get("content") or [], structured=dumped.get("structured_content"))
 

@@ -31,7 +31,7 @@ from .. import passenv
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import CUT_MARKER, run_process
 from ..secrets import SecretStore
-from ..text import excerpt
+from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline
 from .script_defs import ScriptDef, load_all, script_root
 
@@ -194,7 +194,7 @@ class ScriptTool(Tool):
             raise Failed(f"{self.name} failed ({how}){said}")
         if not result.truncated:
             try:
-                return parse_redacted(result.output, secrets)
+                return well_formed(parse_redacted(result.output, secrets))
             except ValueError:
                 pass
             except RecursionError:  # its escaped text could still hold a secret: not handed back

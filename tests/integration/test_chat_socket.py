@@ -21,7 +21,7 @@ import msgspec
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Cut, Hang, Status, Text
+from chat_model import Calls, Cut, Deltas, Hang, Status, Text
 from harness import RawConn
 from helpers import lockable_keyring
 from scvd import errors, protocol as p
@@ -774,3 +774,88 @@ def test_a_history_longer_than_one_frame_pages_through_whole(make_inproc, monkey
         assert [r["kind"] for r in newest.records] == ["assistant", "turn"] and newest.start == 25 and newest.more
         with pytest.raises(errors.LimitExceeded, match="raise server.server_frame_bytes"):
             c.request(p.ChatHistory, session=session, limit=1, before=newest.start)  # the 30,000-char message
+
+
+# --- what comes from outside is made fit for the wire, and the history stays well-formed ---
+
+
+def test_an_emoji_split_across_two_deltas_reaches_the_chat_whole(chat_rig, workspace):
+    """A JavaScript server that slices its text by UTF-16 units sends an emoji's halves in two deltas:
+    the turn failed "inside scvd" (the halves could not be encoded) and the reply was lost."""
+    model, d = chat_rig(Deltas([{"role": "assistant", "content": "smile \ud83d"}, {"content": "\ude00 ok"}]),
+                        Deltas([{"content": "lone \ud83d"}]), wire_api="chat")
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        events, end = run_turn(c, session, "hi")
+        lone = run_turn(c, session, "again")[0]
+    assert isinstance(end, p.TurnCompleted), end
+    assert "".join(e.text for e in events if isinstance(e, p.AssistantDelta)) == "smile \U0001f600 ok"
+    assert next(e for e in events if isinstance(e, p.AssistantCompleted)).text == "smile \U0001f600 ok"
+    assert next(e for e in lone if isinstance(e, p.AssistantCompleted)).text == "lone \ufffd"
+
+
+def test_two_calls_with_one_id_in_a_reply_both_reach_the_model(chat_rig, workspace):
+    """A shim that numbers calls per message: the second call's output took the first's place."""
+    (workspace / "a.txt").write_text("AAA")
+    (workspace / "b.txt").write_text("BBB")
+    same = Deltas([{"role": "assistant", "tool_calls": [
+        {"index": i, "id": "call_x", "type": "function", "function": {"name": "read", "arguments": json.dumps(a)}}
+        for i, a in enumerate([{"path": "a.txt"}, {"path": "b.txt"}])]}], finish="tool_calls")
+    model, d = chat_rig(load("read"), same, Text("done"), wire_api="chat")
+    with d.client(name="pytest") as c:
+        assert isinstance(run_turn(c, open_chat(c, workspace).session, "read both")[1], p.TurnCompleted)
+    asked = next(m for m in model.requests[2]["messages"] if m.get("tool_calls") and len(m["tool_calls"]) == 2)
+    ids = [t["id"] for t in asked["tool_calls"]]
+    answers = {m["tool_call_id"]: m["content"] for m in model.requests[2]["messages"] if m["role"] == "tool"}
+    assert len(set(ids)) == 2 and "AAA" in answers[ids[0]] and "BBB" in answers[ids[1]]
+
+
+def test_a_call_with_broken_json_goes_back_as_an_object_and_its_output_says_why(chat_rig, workspace):
+    """Ollama refuses a request whose history holds a call's arguments that are not a JSON object
+    (400 "invalid tool call arguments"): the model never heard that its call failed, and every later
+    turn of the chat failed the same way."""
+    broken = Deltas([{"role": "assistant", "tool_calls": [{"index": 0, "id": "call_b", "type": "function",
+                                                           "function": {"name": "read", "arguments": '{"path": "a'}}]}],
+                    finish="tool_calls")
+    model, d = chat_rig(load("read"), broken, Text("sorry"), wire_api="chat")
+    with d.client(name="pytest") as c:
+        assert isinstance(run_turn(c, open_chat(c, workspace).session, "read a")[1], p.TurnCompleted)
+    sent = model.requests[2]["messages"]
+    call = next(m for m in sent if m.get("tool_calls") and m["tool_calls"][0]["id"] == "call_b")
+    assert call["tool_calls"][0]["function"]["arguments"] == "{}"
+    output = json.loads(next(m["content"] for m in sent if m.get("tool_call_id") == "call_b"))
+    assert output["error"]["message"] == ("arguments of read are not valid JSON (Unterminated string starting at: "
+                                          """line 1 column 10 (char 9)); got '{"path": "a'; send the call again """
+                                          "with one JSON object")
+
+
+def test_a_turn_that_failed_before_any_reply_keeps_the_roles_alternating(chat_rig, workspace):
+    """Llama's and Mistral's chat templates refuse two user messages in a row ("roles must
+    alternate"): one failed turn broke every later one."""
+    model, first, second, _ = two_turns(chat_rig, workspace, Status(400, "bad"), Text("hello"), wire_api="chat")
+    assert isinstance(first[1], p.TurnFailed) and isinstance(second[1], p.TurnCompleted)
+    assert [(m["role"], m["content"]) for m in model.requests[1]["messages"][1:]] == [("user", "first\n\nsecond")]
+
+
+def test_a_turn_whose_transcript_writes_failed_is_written_by_the_next_save(chat_rig, workspace, caplog):
+    """A full disk for a moment: the records of the failed writes were dropped (a resumed chat lost
+    that turn, or kept an output without its call, which the APIs refuse)."""
+    (workspace / "a.txt").write_text("AAA")
+    model, d = chat_rig(load("read"), Calls(("read", {"path": "a.txt"})), Text("it says AAA"), Text("yes"))
+    with d.client(name="pytest") as c:
+        opened = open_chat(c, workspace)
+        path = d.home / "state" / "chat" / f"{opened.conversation}.jsonl"
+        assert wait_for(path.exists)
+        path.rename(path.with_suffix(".away"))
+        path.mkdir()  # every append fails now (EISDIR), as a full disk's would
+        assert isinstance(run_turn(c, opened.session, "what is in a.txt?")[1], p.TurnCompleted)
+        path.rmdir()
+        path.with_suffix(".away").rename(path)
+        assert isinstance(run_turn(c, opened.session, "sure?")[1], p.TurnCompleted)
+    assert "records kept for the next write" in caplog.text
+    with d.client(name="pytest") as c:
+        again = open_chat(c, workspace, conversation=opened.conversation)
+        kinds = [(r["kind"], r.get("text") or r.get("call_id", "")[:0]) for r in
+                 c.request(p.ChatHistory, session=again.session).records if r["kind"] != "turn"]
+    assert kinds == [("user", "what is in a.txt?"), ("assistant", ""), ("tool", ""), ("assistant", ""), ("tool", ""),
+                     ("assistant", "it says AAA"), ("user", "sure?"), ("assistant", "yes")]

@@ -501,3 +501,25 @@ def strings(value: Any) -> Any:
     elif isinstance(value, list):
         for v in value:
             yield from strings(v)
+
+
+LISTS_NAMES = """#!/bin/bash
+cat >/dev/null
+python3 -c 'import json, os; print(json.dumps({"files": sorted(os.listdir(".")), "face": "\\ud83d"}))'
+"""
+
+
+def test_a_result_with_a_file_name_that_is_not_utf8_completes(make_daemon, scv_home, workspace):
+    """Python's json.dumps(os.listdir()) prints a Latin-1 name's byte as "\\udce9", which json.loads
+    takes: the call never completed (the encoder refused the frame) and the call stayed in flight."""
+    os.close(os.open(bytes(workspace) + b"/caf\xe9.txt", os.O_CREAT | os.O_WRONLY, 0o600))
+    (workspace / "ok.txt").write_text("fine")
+    make_tool(scv_home, "names", LISTS_NAMES, risk="read_only")
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        done = c.call(sid, "script_names", {"text": "x"})
+        assert done.ok, done.error
+        assert done.result == {"files": ["caf\ufffd.txt", "ok.txt"], "face": "\ufffd"}
+        assert c.call(sid, "read", {"path": "ok.txt"}).result["content"] == "fine"  # the lane moved on
+    assert "Traceback" not in d.log()
