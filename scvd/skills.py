@@ -217,12 +217,16 @@ def discover(workspace: str | os.PathLike[str], paths: Any, max_skills: int) -> 
     seen: set[str] = set()  # canonical skill dirs: .claude/skills is often a link to .agents/skills
     for root in roots(workspace, paths, found):
         for skill_dir in _entries(root, found):
-            if len(found.skills) >= max_skills:
+            skill = _candidate(found, seen, root, skill_dir)
+            if skill is None:
+                continue
+            if len(found.skills) >= max_skills:  # a skill left out: only now is the limit news
                 found.limit_reached = True
                 log.warning("skills.max_skills (%d) reached; %s and later skills are not mapped",
                             max_skills, skill_dir)
                 return found
-            _add(found, seen, root, skill_dir)
+            seen.add(skill.dir)
+            found.skills[skill.key] = skill
     return found
 
 
@@ -295,20 +299,20 @@ def _bounded(it: Iterator[os.DirEntry[str]], where: str) -> Iterator[os.DirEntry
         yield entry
 
 
-def _add(found: SkillMap, seen: set[str], root: Root, skill_dir: str) -> None:
+def _candidate(found: SkillMap, seen: set[str], root: Root, skill_dir: str) -> Skill | None:
+    """The skill in `skill_dir` when it is one and new, else None (the reason is in `skipped`)."""
     try:
         skill = load_skill(root, skill_dir)
     except SkillError as exc:
         _skip(found, skill_dir, exc.reason)
-        return
+        return None
     if skill.dir in seen:
         log.debug("skill %s already mapped through another root folder", skill.dir)
-        return
+        return None
     if skill.key in found.skills:
-        _skip(found, skill_dir, f"name {skill.key!r} is taken by {found.skills[skill.key].dir}")
-        return
-    seen.add(skill.dir)
-    found.skills[skill.key] = skill
+        _skip(found, skill_dir, f"name {skill.key!r} is taken by {shown(found.skills[skill.key].dir)}")
+        return None
+    return skill
 
 
 def load_skill(root: Root, skill_dir: str) -> Skill:
@@ -326,20 +330,40 @@ def load_skill(root: Root, skill_dir: str) -> Skill:
         head = read_bytes(fd, HEAD_BYTES)
     finally:
         os.close(fd)
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.reason != "unexpected end of data" or len(head) < HEAD_BYTES:
-            raise SkillError(f"{SKILL_FILE} is not UTF-8 text") from exc
-        text = head[: exc.start].decode("utf-8")  # only our byte limit cut a character in two
-    name, description = check_meta(parse_front_matter(text))
+    name, description = check_meta(parse_front_matter(_head_text(head)))
     key = project_key(root.project, name) if root.kind == PROJECT and root.project else name
     return Skill(key=key, name=name, description=description, dir=real_dir, file=real_file, root=root)
 
 
+def _head_text(head: bytes) -> str:
+    """The front matter of a SKILL.md's first bytes as text: only it must be UTF-8 (a stray Latin-1
+    byte in the body below is read as U+FFFD, as read() does, wherever it sits)."""
+    lines = head.splitlines(keepends=True)
+    end = next((sum(map(len, lines[:i + 1])) for i, line in enumerate(lines[1:], 1) if line.rstrip() == b"---"),
+               None)
+    front = head if end is None else head[:end]
+    try:
+        return front.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if end is not None or exc.reason != "unexpected end of data" or len(head) < HEAD_BYTES:
+            raise SkillError(f"the front matter of {SKILL_FILE} is not UTF-8 text") from exc
+        return head[: exc.start].decode("utf-8")  # only our byte limit cut a character in two
+
+
 def _skip(found: SkillMap, where: str, reason: str) -> None:
+    where = shown(where)
     log.warning("skill %s skipped: %s", where, reason)
     found.skipped.append((where, reason))
+
+
+def shown(path: str) -> str:
+    """`path` as text: a name's bytes that are not UTF-8 (a Latin-1 folder) as `\\xe9`, so it can
+    be found, where they would otherwise be lone surrogates that no frame can carry."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return path
 
 
 # --- reading at call time ----------------------------------------------------------

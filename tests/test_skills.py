@@ -185,6 +185,30 @@ def test_max_skills_limits_discovery_user_root_first(env: Env, caplog: pytest.Lo
     assert not env.discover(max_skills=4).limit_reached
 
 
+def test_the_limit_is_reached_only_when_a_skill_is_left_out(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """A folder that is no skill after the last one that fits: the listing said skills were left out."""
+    for n in ("a1", "a2"):
+        make_skill(env.user_root, n)
+    (env.user_root / "notes").mkdir()
+    (env.ws / ".agents" / "skills" / "not-one").mkdir(parents=True)
+    with caplog.at_level(logging.WARNING, logger="scvd.skills"):
+        found = env.discover(max_skills=2)
+    assert list(found.skills) == ["a1", "a2"] and not found.limit_reached
+    assert "max_skills" not in caplog.text
+
+
+def test_only_the_front_matter_must_be_utf8(env: Env) -> None:
+    """A cp1252 byte in the body dropped the skill when it came within the first 16 KiB, not after."""
+    for dirname, body in (("near", b"Caf\xe9\n"), ("far", b"x" * 20_000 + b"Caf\xe9\n")):
+        (env.user_root / dirname).mkdir(parents=True)
+        (env.user_root / dirname / "SKILL.md").write_bytes(
+            b"---\nname: " + dirname.encode() + b"\ndescription: Does a thing.\n---\n" + body)
+    found = env.discover()
+    assert list(found.skills) == ["far", "near"] and not found.skipped
+    content, _, _ = skills.read(found.skills["near"], 64 * 1024)
+    assert content.endswith("Caf\ufffd\n")
+
+
 def test_project_skills_named_project_colon_name(env: Env) -> None:
     make_skill(env.ws / ".agents" / "skills", "ws-skill")
     make_skill(env.ws / "scv" / ".claude" / "skills", "feature-flow")

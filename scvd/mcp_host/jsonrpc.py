@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from .. import __version__, protocol as p
-from ..text import format_request
+from ..text import format_request, json_bytes
 
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL = -32700, -32600, -32601, -32602, -32603
@@ -97,7 +97,7 @@ def call_result(done: p.CallCompleted) -> dict[str, Any]:
     """A call.completed as an MCP tool result: text for every host, structured where it is an object."""
     if done.ok:
         payload = msgspec.to_builtins(done.result)
-        text = payload if isinstance(payload, str) else msgspec.json.encode(payload).decode("utf-8")
+        text = payload if isinstance(payload, str) else json_bytes(msgspec.json.encode, payload).decode("utf-8")
         result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
         if isinstance(payload, dict):
             result["structuredContent"] = payload

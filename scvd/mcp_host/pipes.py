@@ -27,6 +27,7 @@ import msgspec
 
 from .. import errors
 from ..connection import WRITE_BUFFER_LIMIT
+from ..text import json_bytes
 from .jsonrpc import too_large
 
 log = logging.getLogger("scvd.mcp_host")
@@ -257,6 +258,10 @@ def _peer_address(fd: int) -> str | None:
     return name or None  # a socketpair's end has no name
 
 
+def _encode(value: Any) -> bytes:
+    return json_bytes(msgspec.json.encode, value)  # a lone surrogate in a result: still answered
+
+
 FRAME_ENVELOPE = 512  # call.completed's fields around its result, and more
 
 
@@ -270,11 +275,11 @@ class MessageWriter:
     def write(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
         """One message, or the answers to a batch (each result over `limit` cut down on its own)."""
         if isinstance(message, list):
-            data = msgspec.json.encode([self._fitted(m, len(msgspec.json.encode(m)) + 1) for m in message])
+            data = _encode([self._fitted(m, len(_encode(m)) + 1) for m in message])
         else:
-            data = msgspec.json.encode(message)
+            data = _encode(message)
             if len(data) + 1 > self.limit:  # a line's size, as a socket client's frame counts it
-                data = msgspec.json.encode(self._fitted(message, len(data) + 1))
+                data = _encode(self._fitted(message, len(data) + 1))
         self.pipes.write(data + b"\n")
 
     def _fitted(self, message: dict[str, Any], size: int) -> dict[str, Any]:
@@ -284,5 +289,5 @@ class MessageWriter:
         # the MCP line carries a result twice (escaped in its text, and as structuredContent):
         # measured as the call.completed a socket client gets, which the config's limits fit
         payload = result["structuredContent"] if "structuredContent" in result else result["content"][0].get("text")
-        own = len(msgspec.json.encode(payload)) + FRAME_ENVELOPE
+        own = len(_encode(payload)) + FRAME_ENVELOPE
         return message if own <= self.limit else too_large(message, own, self.limit)

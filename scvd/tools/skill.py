@@ -121,7 +121,7 @@ def read_result(skill: skills.Skill, max_bytes: int) -> dict[str, Any]:
     except skills.SkillError as exc:
         raise Failed(f"{exc.reason}; open a new session to discover skills again",
                      hint="read_skill refuses a skill whose path changed since discovery") from exc
-    result: dict[str, Any] = {"name": skill.key, "path": skill.file, "content": content,
+    result: dict[str, Any] = {"name": skill.key, "path": skills.shown(skill.file), "content": content,
                               "truncated": truncated, "total_bytes": total}
     if skill.root.kind == skills.PROJECT:
         result.update(project=skill.root.project, cwd=skill.root.cwd, note=delegate_note(skill))

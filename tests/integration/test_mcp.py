@@ -317,3 +317,28 @@ def test_tools_list_is_the_sessions_own_after_a_reload(host, daemon, workspace):
     assert "script_word_count" not in listed and "read" in listed
     result = host.rpc("tools/call", {"name": "script_word_count", "arguments": {"text": "a b"}})["result"]
     assert result["isError"] and result["content"][0]["text"].startswith("unknown_tool: "), result
+
+
+def test_a_result_with_a_name_that_is_not_utf8_is_answered(daemon, workspace, tmp_path):
+    """A script tool printing json.dumps(os.listdir()) for a Latin-1 file name: the host got
+    -32603 "internal error in scvctl mcp" (the lone surrogate could not be encoded)."""
+    import os
+
+    folder = daemon.home / "tools" / "script" / "names"
+    folder.mkdir(parents=True)
+    (folder / "tool.json").write_text(json.dumps({
+        "description": "List the names in the workspace.\nUse for a test; read for files.", "risk": "read_only",
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}))
+    (folder / "run").write_text("#!/bin/bash\ncat >/dev/null\n"
+                                "python3 -c 'import json, os; print(json.dumps({\"files\": os.listdir(\".\")}))'\n")
+    (folder / "run").chmod(0o700)
+    reloaded(daemon, "")
+    os.close(os.open(bytes(workspace) + b"/caf\xe9.txt", os.O_CREAT | os.O_WRONLY, 0o600))
+    h = McpHost(daemon, workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}})
+        result = h.rpc("tools/call", {"name": "script_names", "arguments": {}})["result"]
+        assert result["isError"] is False, result
+        assert result["structuredContent"] == {"files": ["caf\ufffd.txt"]}
+    finally:
+        h.close()

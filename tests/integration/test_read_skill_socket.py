@@ -75,3 +75,19 @@ def test_limits_come_from_config(make_daemon, tmp_path: Path, workspace: Path):
         assert [s["name"] for s in listed["skills"]] == ["a", "b"] and "max_skills" in listed["limit_reached"]
         read = client.call(sid, "read_skill", {"name": "a"}).result
         assert read["truncated"] and len(read["content"].encode()) == 100
+
+
+def test_a_folder_name_that_is_not_utf8_is_shown_escaped_and_the_listing_answers(daemon, client, workspace):
+    """A Latin-1 folder name (an old archive) in the workspace or the skill root: the listing's
+    call never completed (its skipped entry could not be encoded), for every session there."""
+    os.mkdir(bytes(workspace) + b"/caf\xe9")
+    skill = make_skill(daemon.home / "skills", "plain")
+    skill.rename(os.fsdecode(bytes(skill.parent) + b"/na\xefve"))  # a valid skill in such a folder
+    sid = client.open_session(workspace)
+    listed = client.call(sid, "read_skill", {})
+    assert listed.ok, listed.error
+    assert listed.result["skills"] == [{"name": "plain", "description": "Does a thing."}]
+    assert {"dir": f"{workspace.resolve()}/caf\\xe9", "reason": "a project name with ':' or control characters"} \
+        in listed.result["skipped"]
+    done = client.call(sid, "read_skill", {"name": "plain"})
+    assert done.ok and done.result["path"] == f"{(daemon.home / 'skills').resolve()}/na\\xefve/SKILL.md"
