@@ -10,7 +10,7 @@ Rules:
 - A handler that waits (an awaitable) runs as a task, and the frames after it, and further
   reading, wait until it is done: answers keep their frames' order.
 - Backpressure: reading pauses while the peer does not read its answers (`pause_writing`)
-  and while a handler waits; `Connection.send` still cuts off a peer past WRITE_BUFFER_LIMIT.
+  and while a handler waits; `Connection.send` still cuts off a peer that stopped reading (connection.Backlog).
 - Fairness: at most FRAMES_PER_TURN frames of one connection are handled in one loop turn;
   the rest wait for the next (reading paused), so a peer that pipelines a flood does not hold
   the loop from every other client.

@@ -4,7 +4,8 @@ Rule: frames are written once per loop turn, in order: a call that completes in
 the turn that accepted it reaches the peer as one write (one wake-up), not one
 write per frame. The answers to the frames of one read go out once they are
 handled (client_protocol's `holding`); other frames at the end of the turn.
-The peer that stops reading is cut off past WRITE_BUFFER_LIMIT.
+The peer that stops reading is cut off (Backlog): more than WRITE_BUFFER_LIMIT
+waits for it and it read nothing for STALL_SECONDS, or HARD_LIMIT waits.
 """
 
 from __future__ import annotations
@@ -21,7 +22,49 @@ from .approvals import Decider, spawned_by_daemon
 
 log = logging.getLogger("scvd.server")
 
-WRITE_BUFFER_LIMIT = 64 << 20  # a peer that stops reading is cut off past this
+WRITE_BUFFER_LIMIT = 64 << 20  # past this, a peer that reads nothing for STALL_SECONDS is cut off
+HARD_LIMIT = 4 * WRITE_BUFFER_LIMIT  # past this, a peer is cut off however it reads
+STALL_SECONDS = 10.0
+
+
+class Backlog:
+    """Whether a peer stopped reading what is written to it: cut_off() once more than
+    WRITE_BUFFER_LIMIT bytes wait and it took none for STALL_SECONDS, or HARD_LIMIT wait. A peer
+    that reads on through a burst (six 13 MB MCP answers at once) keeps its answers."""
+
+    def __init__(self, buffered: Callable[[], int], cut_off: Callable[[], None]) -> None:
+        self.buffered, self.cut_off = buffered, cut_off  # buffered(): what the transport holds
+        self.sent = 0  # bytes handed to the transport, counted by its writer
+        self._taken = 0  # bytes the peer had taken when the watch began
+        self._watch: asyncio.TimerHandle | None = None
+
+    def over(self, waiting: int) -> bool:
+        """With `waiting` > WRITE_BUFFER_LIMIT bytes for the peer: True once it is cut off."""
+        if waiting > HARD_LIMIT:
+            self.cut_off()
+            return True
+        if self._watch is None:
+            self._start()
+        return False
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+
+    def _start(self) -> None:
+        self._taken = self.sent - self.buffered()
+        self._watch = asyncio.get_running_loop().call_later(STALL_SECONDS, self._check)
+
+    def _check(self) -> None:
+        self._watch = None
+        buffered = self.buffered()
+        if buffered <= WRITE_BUFFER_LIMIT:
+            return
+        if self.sent - buffered > self._taken:  # it read some: watch on
+            self._start()
+        else:
+            self.cut_off()
 
 
 class Connection:
@@ -55,6 +98,7 @@ class Connection:
         # so their answers go out in that turn, without a callback of their own
         self.holding = False
         self._loop = asyncio.get_running_loop()
+        self.backlog = Backlog(self.transport.get_write_buffer_size, self._stopped_reading)
 
     def decider(self) -> Decider:
         decider = self._decider  # one per connection (every call carries it), made again if hello renamed it
@@ -69,9 +113,8 @@ class Connection:
         if len(data) > limit:
             data = p.encode(too_large(frame, len(data), limit))
         # what this turn holds back counts too: many answers may complete in one turn
-        if self.transport.get_write_buffer_size() + self._out_bytes > WRITE_BUFFER_LIMIT:
-            log.warning("client %s stopped reading; closing its connection", self.label())
-            self.abort()
+        waiting = self.transport.get_write_buffer_size() + self._out_bytes + len(data)
+        if waiting > WRITE_BUFFER_LIMIT and self.backlog.over(waiting):
             return
         self._out.append(data)
         self._out_bytes += len(data)
@@ -89,8 +132,15 @@ class Connection:
     def _flush(self) -> None:
         """Write what this loop turn produced at once: one wake-up of the peer, not one per frame."""
         if self._out and not self.closed:
-            out, self._out, self._out_bytes = self._out, [], 0
+            out, self._out, self.backlog.sent = self._out, [], self.backlog.sent + self._out_bytes
+            self._out_bytes = 0
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _stopped_reading(self) -> None:
+        if not self.closed:
+            log.warning("client %s stopped reading (%d bytes wait for it); closing its connection",
+                        self.label(), self.transport.get_write_buffer_size() + self._out_bytes)
+            self.abort()
 
     def pause_reading(self) -> None:
         """Take no bytes off the socket (`mcp.attach`'s fds come next); client_protocol reads on."""
@@ -111,6 +161,7 @@ class Connection:
         if not self.closed:
             self._flush()
             self.closed = True
+            self.backlog.stop()
             self.transport.close()  # after what is buffered went out
 
     def abort(self) -> None:
@@ -121,6 +172,7 @@ class Connection:
         """
         if not self.closed:
             self.closed = True
+            self.backlog.stop()
             self.transport.abort()
 
     def label(self) -> str:

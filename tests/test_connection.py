@@ -84,13 +84,61 @@ def test_answers_held_back_in_one_turn_count_toward_the_cut_off(run_loop, monkey
     """Many answers completing in one turn: what waits for the turn's write counts as unread."""
     import scvd.connection
 
-    monkeypatch.setattr(scvd.connection, "WRITE_BUFFER_LIMIT", 100_000)
+    monkeypatch.setattr(scvd.connection, "WRITE_BUFFER_LIMIT", 50_000)
+    monkeypatch.setattr(scvd.connection, "HARD_LIMIT", 100_000)
 
     async def main() -> None:
         conn, peer = await connection_pair()
         for i in range(20):
             conn.send(p.Error(code="failed", message="x" * 10_000, id=i), LIMIT)
-        assert conn.closed  # before the turn's write: the peer never gets 200 kB it does not read
+        assert conn.closed  # before the turn's write: the peer never gets 200 kB at once
+        peer.close()
+
+    run_loop(main())
+
+
+def burst(conn: Connection, count: int) -> None:
+    for i in range(count):
+        conn.send(p.Error(code="failed", message="x" * 10_000, id=i), LIMIT)
+
+
+def test_a_peer_that_reads_nothing_past_the_bound_is_cut_off_after_the_stall(run_loop, monkeypatch):
+    import scvd.connection
+
+    monkeypatch.setattr(scvd.connection, "WRITE_BUFFER_LIMIT", 100_000)
+    monkeypatch.setattr(scvd.connection, "STALL_SECONDS", 0.3)
+
+    async def main() -> None:
+        conn, peer = await connection_pair()
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        burst(conn, 60)  # 600 kB: more than the socket takes, more than the bound
+        await asyncio.sleep(0.1)
+        assert not conn.closed  # past the bound, but the stall has not lasted yet
+        await asyncio.sleep(0.5)
+        assert conn.closed
+        peer.close()
+
+    run_loop(main())
+
+
+def test_a_peer_that_reads_on_past_the_bound_gets_everything(run_loop, monkeypatch):
+    """A burst above the bound that the peer keeps reading (an MCP host's six 13 MB answers): it
+    was cut off at once, losing answers already made."""
+    import scvd.connection
+
+    monkeypatch.setattr(scvd.connection, "WRITE_BUFFER_LIMIT", 100_000)
+    monkeypatch.setattr(scvd.connection, "STALL_SECONDS", 0.3)
+
+    async def main() -> None:
+        conn, peer = await connection_pair()
+        burst(conn, 60)
+        got = b""
+        deadline = asyncio.get_running_loop().time() + 20
+        while got.count(b"\n") < 60 and asyncio.get_running_loop().time() < deadline:
+            got += available(peer)
+            await asyncio.sleep(0.05)  # slower than the stall's checks: it reads some each time
+        assert ids(got) == list(range(60)) and not conn.closed
+        conn.close()
         peer.close()
 
     run_loop(main())

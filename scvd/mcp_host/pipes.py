@@ -8,7 +8,7 @@ Rules:
 - Nothing blocks the loop: stdin and stdout are read and written through pipe
   transports (O_NONBLOCK). Only pipes, sockets and terminals are taken: epoll
   refuses regular files and other devices (/dev/null), and uvloop aborts on them.
-  A host that stops reading stdout is cut off once WRITE_BUFFER_LIMIT bytes wait for it.
+  A host that stops reading stdout is cut off (connection.Backlog, as a socket client is).
 - The fds' file status flags are put back as they came once the transports are
   done with them: a terminal shared with a shell must not stay non-blocking.
 """
@@ -26,7 +26,8 @@ from typing import Any, Callable
 import msgspec
 
 from .. import errors
-from ..connection import WRITE_BUFFER_LIMIT
+from .. import connection
+from ..connection import Backlog
 from ..text import json_bytes
 from .jsonrpc import too_large
 
@@ -139,6 +140,7 @@ class HostPipes:
         self.writer: asyncio.WriteTransport | None = None
         self.out: _Out | None = None
         self.released = False
+        self.backlog: Backlog | None = None
 
     def check(self, scvd_address: str) -> None:
         """Refuse what the loop cannot watch, and a socket back to scvd's own (`scvd_address`:
@@ -161,6 +163,7 @@ class HostPipes:
         try:
             self.out = _Out()
             self.writer, _ = await loop.connect_write_pipe(lambda: self.out, _dup_file(self.fds[1], "wb"))
+            self.backlog = Backlog(self.writer.get_write_buffer_size, self._stopped_reading)
             self.reader, _ = await loop.connect_read_pipe(lambda: lines, _dup_file(self.fds[0], "rb"))
         except (OSError, ValueError) as exc:
             self.abort()
@@ -168,16 +171,22 @@ class HostPipes:
                 f"mcp.attach: scvd could not watch the host's stdin and stdout ({exc}); see its log") from None
 
     def write(self, data: bytes) -> None:
-        writer = self.writer
-        if writer is None or writer.is_closing():
+        writer, backlog = self.writer, self.backlog
+        if writer is None or backlog is None or writer.is_closing():
             return
-        if writer.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
-            log.warning("the MCP host stopped reading its stdout (%d bytes waiting); cutting it off",
-                        writer.get_write_buffer_size())
-            self.abort()
-            self.on_cut_off()
+        waiting = writer.get_write_buffer_size() + len(data)
+        if waiting > connection.WRITE_BUFFER_LIMIT and backlog.over(waiting):
             return
+        backlog.sent += len(data)
         writer.write(data)
+
+    def _stopped_reading(self) -> None:
+        if self.writer is None or self.writer.is_closing() or self.released:
+            return
+        log.warning("the MCP host stopped reading its stdout (%d bytes waiting); cutting it off",
+                    self.writer.get_write_buffer_size())
+        self.abort()
+        self.on_cut_off()
 
     def stop_reading(self) -> None:
         if self.reader is not None:
@@ -196,6 +205,8 @@ class HostPipes:
 
     def abort(self) -> None:
         """Let go at once: no transport writes any more, the flags are put back, our fds are closed."""
+        if self.backlog is not None:
+            self.backlog.stop()
         if self.reader is not None:
             self.reader.close()  # each transport closes its own dup
         writer = self.writer

@@ -169,10 +169,31 @@ def test_a_host_that_never_reads_stdout_does_not_stall_other_clients(daemon, wor
     assert h.close() == 0
 
 
-def test_a_host_that_stops_reading_is_cut_off(make_inproc, monkeypatch, workspace):
-    from scvd.mcp_host import pipes
+def test_a_host_that_reads_through_a_burst_above_the_bound_gets_every_answer(make_inproc, monkeypatch, workspace):
+    """Six 1 MiB reads of control bytes make 78 MB of answers at once: a host reading all along was
+    cut off past 64 MiB (here the bound is 256 KiB and each answer some 200 KB)."""
+    from scvd import connection
 
-    monkeypatch.setattr(pipes, "WRITE_BUFFER_LIMIT", 256 * 1024)  # the in-process daemon's bound
+    monkeypatch.setattr(connection, "WRITE_BUFFER_LIMIT", 256 * 1024)
+    d = make_inproc()
+    (workspace / "big.txt").write_text("x" * 100_000 + "\n")
+    h = McpHost(d, workspace)
+    for _ in range(40):
+        h.request("tools/call", {"name": "read", "arguments": {"path": "big.txt"}})
+    answers = []
+    for _ in range(40):
+        answers.append(json.loads(h.proc.stdout.readline()))
+        time.sleep(0.02)  # a host that takes its time with each answer
+    assert sorted(a["id"] for a in answers) == list(range(1, 41))
+    assert not any(a["result"]["isError"] for a in answers)
+    assert h.close() == 0
+
+
+def test_a_host_that_stops_reading_is_cut_off(make_inproc, monkeypatch, workspace):
+    from scvd import connection
+
+    monkeypatch.setattr(connection, "WRITE_BUFFER_LIMIT", 256 * 1024)  # the in-process daemon's bounds
+    monkeypatch.setattr(connection, "STALL_SECONDS", 1.0)
     d = make_inproc()
     (workspace / "big.txt").write_text("x" * 100_000 + "\n")
     h = McpHost(d, workspace)

@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from scvd import errors, protocol as p
@@ -94,8 +95,32 @@ def test_status_counts_sessions(client, workspace: Path):
     assert client.status().sessions == 1
 
 
+def test_a_client_that_pauses_above_the_bound_then_reads_gets_every_answer(make_inproc, monkeypatch, workspace):
+    """A client that queues many large reads and reads their answers a little later: it was cut off
+    (no answer, no reason) as soon as more than the bound waited for it."""
+    from harness import RawConn
+    from scvd import connection
+
+    monkeypatch.setattr(connection, "WRITE_BUFFER_LIMIT", 256 * 1024)
+    d = make_inproc()
+    (workspace / "big.txt").write_text("x" * 60_000)
+    with RawConn(d.socket) as c:
+        c.hello()
+        sid = c.request({"type": "session.open", "workspace": str(workspace)}).session
+        c.send_raw(b"".join(msgspec.json.encode({"type": "call", "id": i, "session": sid, "tool": "read",
+                                                 "arguments": {"path": "big.txt"}}) + b"\n" for i in range(40)))
+        time.sleep(1.0)  # some 2.4 MB of answers wait meanwhile, reading nothing
+        done = []
+        while len(done) < 40:
+            frame = c.frame()
+            if isinstance(frame, p.CallCompleted):
+                done.append(frame)
+    assert [(f.ok, len(f.result["content"])) for f in done] == [(True, 60_000)] * 40
+
+
 def test_a_client_that_stops_reading_is_cut_off_and_its_sessions_closed(daemon, workspace: Path):
-    """Past the write-buffer bound the connection goes at once: its sessions close, its buffer is freed."""
+    """Past the write-buffer bound, a connection that reads nothing for STALL_SECONDS goes: its
+    sessions close, its buffer is freed."""
     import socket
 
     import msgspec
