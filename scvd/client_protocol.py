@@ -94,6 +94,9 @@ class ClientProtocol(asyncio.Protocol):
             self._lines.extend(lines)
 
     def eof_received(self) -> bool:
+        conn = self.conn
+        if conn is not None and conn.frames.pending:  # a last frame without its newline (`printf ... | socat`)
+            self.data_received(b"\n")
         self._ended = True
         if self._idle():
             self._finish()

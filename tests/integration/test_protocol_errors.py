@@ -195,3 +195,15 @@ def test_a_connection_keeps_the_frame_limits_its_welcome_announced(make_daemon, 
         done = c.call(session, "read", {"path": "big.txt", "limit": MiB})
         assert done.ok, done.error
         assert done.result["length"] == MiB
+
+
+def test_a_last_frame_without_its_newline_before_the_end_of_the_stream_is_answered(daemon):
+    """`printf '{"type":"hello",...}' | socat - UNIX-CONNECT:...`: the last frame got no answer."""
+    import socket
+
+    with RawConn(daemon.socket) as c:
+        c.send_raw(b'{"type":"hello","id":1,"protocol":1,"client":{"name":"printf"}}\n{"type":"ping","id":2}')
+        c.sock.shutdown(socket.SHUT_WR)
+        assert isinstance(c.frame(), p.Welcome)
+        assert c.frame().id == 2
+        assert c.closed_by_server()
