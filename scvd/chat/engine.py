@@ -258,7 +258,8 @@ class Turn:
             args = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as exc:
             return self._local(call, error_output(
-                "invalid_arguments", f"arguments of {call.name} are not valid JSON ({exc}); got {call.arguments[:200]!r}; send the call again with one JSON object"))
+                "invalid_arguments", f"arguments of {call.name} are not valid JSON ({exc}); got "
+                f"{call.arguments[:200]!r}; send the call again with one JSON object"))
         if not isinstance(args, dict):
             return self._local(call, error_output(
                 "invalid_arguments", f"arguments of {call.name} must be a JSON object; got {call.arguments[:200]!r}"))

@@ -25,8 +25,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from .. import errors
-from .. import connection
+from .. import connection, errors
 from ..connection import Backlog
 from ..text import json_bytes
 from .jsonrpc import too_large

@@ -169,7 +169,8 @@ def test_a_host_that_never_reads_stdout_does_not_stall_other_clients(daemon, wor
     assert h.close() == 0
 
 
-def test_a_host_that_reads_through_a_burst_above_the_bound_gets_every_answer(make_inproc, monkeypatch, workspace):
+def test_a_host_that_reads_through_a_burst_above_the_bound_gets_every_answer(make_inproc, monkeypatch,
+                                                                            workspace):
     """Six 1 MiB reads of control bytes make 78 MB of answers at once: a host reading all along was
     cut off past 64 MiB (here the bound is 256 KiB and each answer some 200 KB)."""
     from scvd import connection
