@@ -312,17 +312,18 @@ class ChatService:
         held = ""  # a delta's last character when it is the first half of a surrogate pair
         async for event in model.stream(action.request):
             if isinstance(event, TextDelta):
-                parts.append(event.text)
                 shown, held = _whole(held + event.text)
-                if shown:
+                if shown:  # what went out is the reply: well-formed already, a split pair joined
+                    parts.append(shown)
                     self._event(chat, p.AssistantDelta(seq=0, session=chat.session.id, turn=turn.id, text=shown))
             elif isinstance(event, CallRequested):
                 calls.append(_own_id(event.call, calls))
             elif isinstance(event, ReplyDone):
                 usage = event.usage
         if held:
-            self._event(chat, p.AssistantDelta(seq=0, session=chat.session.id, turn=turn.id, text=well_formed(held)))
-        text = well_formed("".join(parts))
+            parts.append(well_formed(held))
+            self._event(chat, p.AssistantDelta(seq=0, session=chat.session.id, turn=turn.id, text=parts[-1]))
+        text = "".join(parts)
         if text or not calls:
             self._event(chat, p.AssistantCompleted(seq=0, session=chat.session.id, turn=turn.id, text=text))
         return turn.on_reply(text, calls, usage)
