@@ -336,6 +336,8 @@ class Daemon:
 
     def _update_status(self, force: bool = False) -> None:
         """Schedule the STATUS= line: once for every change within the notifier's interval."""
+        if self.stop_event.is_set():  # sessions closing in the shutdown: no STATUS= after STOPPING=1
+            return
         if force or self._status_soon is None and self.notifier.socket_name is not None:
             try:
                 loop = asyncio.get_running_loop()

@@ -285,3 +285,24 @@ def test_a_notify_socket_nobody_reads_does_not_stall_sessions_or_calls(make_daem
     d.proc.send_signal(signal.SIGTERM)
     assert "STOPPING=1" in listener.until(lambda m: m == "STOPPING=1")
     assert d.proc.wait(15) == 0
+
+
+def test_closing_sessions_in_the_shutdown_sends_no_status_after_stopping(make_daemon, listener, workspace):
+    """Sessions closed by the stop changed the counts, and their STATUS= line went out after
+    STOPPING=1 (a manager may take a status after the stop for a unit that runs on)."""
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)})
+    clients = [d.client() for _ in range(4)]
+    for c in clients:
+        c.__enter__()
+        c.open_session(workspace)
+    listener.until(lambda m: "sessions=4" in m)
+    time.sleep(1.2)  # past the notifier's interval: the next line may go at once
+    d.proc.send_signal(signal.SIGTERM)
+    listener.until(lambda m: m == "STOPPING=1")
+    assert d.proc.wait(15) == 0
+    after = []
+    while listener.pending():
+        after.append(listener.recv())
+    assert after == [], after
+    for c in clients:
+        c.__exit__(None, None, None)
