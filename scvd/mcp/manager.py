@@ -9,8 +9,10 @@ the background; the daemon never waits for one.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
+import sys
 from typing import Any, Protocol
 
 from ..config import Config, McpServerConfig
@@ -39,6 +41,26 @@ class Host(Protocol):
         """Drop open sessions' grants of these tools."""
 
 
+class WithoutSdk:
+    """A configured server while the optional MCP SDK cannot be imported: down, saying how to fix it."""
+
+    state = "down"
+    failures = 0
+
+    def __init__(self, name: str, cfg: McpServerConfig, exc: ImportError) -> None:
+        self.name, self.cfg = name, cfg
+        python = sys.executable or "python3"
+        if exc.name in ("mcp", "mcp_types"):
+            self.error = (f"the MCP SDK is not installed in scvd's Python ({python}): install it with "
+                          f"`{python} -m pip install 'mcp>=2,<3'`, then reload scvd")
+        else:  # installed, but something it needs is missing or broken
+            self.error = (f"the MCP SDK cannot be imported ({exc}): reinstall it with "
+                          f"`{python} -m pip install --force-reinstall 'mcp>=2,<3'`, then reload scvd")
+
+    async def stop(self) -> None:
+        pass
+
+
 class McpServers:
     """Links by server name; the tools each one listed last."""
 
@@ -52,15 +74,22 @@ class McpServers:
     async def apply(self, config: Config) -> None:
         """Start added servers, stop removed ones, restart changed ones; leave the rest alone."""
         wanted = {n: c for n, c in config.mcp.servers.items() if c.enabled}
-        for name in [n for n, link in self.links.items() if wanted.get(n) != link.cfg]:
+        if any(isinstance(link, WithoutSdk) for link in self.links.values()):
+            importlib.invalidate_caches()  # the SDK may have been installed since: a reload tries again
+        for name in [n for n, link in self.links.items()
+                     if wanted.get(n) != link.cfg or isinstance(link, WithoutSdk)]:
             await self._remove(name)
         for name, cfg in wanted.items():
             if name not in self.links:
                 self._add(name, cfg)
 
     def _add(self, name: str, cfg: McpServerConfig) -> None:
-        from .link import ServerLink  # the MCP SDK, only now that a server is configured
-
+        try:
+            from .link import ServerLink  # the MCP SDK, only now that a server is configured
+        except ImportError as exc:  # an optional extra: the server is down, scvd and its other tools run
+            self.links[name] = WithoutSdk(name, cfg, exc)
+            log.error("mcp server %s: %s", name, self.links[name].error)
+            return
         link = ServerLink(name, cfg, launch=lambda: self._launch(name, cfg), on_tools=self._on_tools)
         self.links[name] = link
         link.start()
