@@ -31,6 +31,16 @@ def fs_table(workspace: Path, name: str = "fs") -> str:
 EVERYTHING_TABLE = f'[mcp.servers.every]\ncommand = "{EVERYTHING}"\n'
 
 
+@pytest.fixture(scope="module", autouse=True)
+def installed() -> None:
+    missing = [path.name for path in (FS, EVERYTHING) if not path.exists()]
+    if missing:
+        message = f"{', '.join(missing)} not in {BIN}: run bash .ci/install-mcp-servers"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI installs them; a missing server there is a broken setup
+        pytest.skip(message)
+
+
 def server(c, name: str, state: str = "ready", timeout: float = 30.0) -> p.McpServerStatus:
     """Poll status until server `name` is in `state`."""
     deadline = time.monotonic() + timeout
