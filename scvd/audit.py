@@ -15,7 +15,8 @@ no running loop (a worker thread, a script). Writes are whole lines on an
 O_APPEND fd, never interleaved with another writer's; close() writes what is
 buffered, and the server's shutdown calls unbuffer(), so a clean stop
 (SIGTERM) loses nothing. The file is 0600 and
-rotated by size (audit.log -> audit.log.1 -> ... -> audit.log.<keep>).
+rotated by size (audit.log -> audit.log.1 -> ... -> audit.log.<keep>); one deleted
+or renamed under the daemon is made again at its path at the next flush.
 """
 
 from __future__ import annotations
@@ -143,7 +144,12 @@ class AuditLog:
             os.fchmod(fd, FILE_MODE)  # an older file, or one made under another umask
         size = st.st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":  # a line cut short (a full disk, then exit)
-            size += os.write(fd, b"\n")  # end it, or the first record here would be glued to it
+            try:
+                size += os.write(fd, b"\n")  # end it, or the first record here would be glued to it
+            except OSError:  # the disk is still full: end it first once there is room (a start must not fail)
+                self._buffer.insert(0, b"\n")
+                self._buffered += 1
+                self._torn = True
         self._fd, self._size = fd, size
         return fd
 
@@ -271,7 +277,27 @@ class AuditLog:
     def _writable_fd(self) -> int:
         if self._fd is None:  # a rotation failed half-way (OSError): open audit.log again
             return self._open()
+        # a torn line's tail goes to the file that has its head, wherever that file is now
+        if not self._torn and self._moved():
+            log.warning("audit log %s was removed or moved away; writing to a new one there", self.path)
+            os.close(self._fd)
+            self._fd = None
+            return self._open()
         return self._fd
+
+    def _moved(self) -> bool:
+        """True when the file at the path is no longer the open one (deleted, or renamed by hand or
+        by a log rotator); else its size is taken afresh (a `copytruncate` emptied it in place)."""
+        assert self._fd is not None
+        st = os.fstat(self._fd)  # two stats per flush, not per record
+        try:
+            there = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return True
+        if there.st_ino != st.st_ino or there.st_dev != st.st_dev:
+            return True
+        self._size = st.st_size
+        return False
 
     def _warn_dropped(self, event: str, dropped: list[str]) -> None:
         for name in dropped:  # a caller's bug: say it once per name, never with the value
@@ -286,8 +312,12 @@ class AuditLog:
         self._fd = None
         if self.keep == 0:
             self.path.unlink(missing_ok=True)
+        generations = self._generations()
+        for i in generations:  # past a lowered audit.keep
+            if i > self.keep:
+                self._numbered(i).unlink(missing_ok=True)
         # the generations there are, not every number up to keep: a large audit.keep held the loop
-        for i in sorted((n for n in self._generations() if n < self.keep), reverse=True):
+        for i in sorted((n for n in generations if n < self.keep), reverse=True):
             os.replace(self._numbered(i), self._numbered(i + 1))
         if self.keep > 0:
             os.replace(self.path, self._numbered(1))

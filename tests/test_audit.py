@@ -196,18 +196,66 @@ def test_record_after_close_is_an_error(tmp_path):
 
 
 def test_a_failed_rotation_does_not_close_the_log_for_good(tmp_path):
-    """The file deleted under a running daemon: the rotation fails once, later records go to a new file."""
+    """A rotation that cannot rename (a directory in audit.log.1's place) fails that write only."""
     path = tmp_path / "audit.log"
-    with AuditLog(path, max_bytes=300, keep=2) as log:
+    with AuditLog(path, max_bytes=400, keep=1) as log:
         log.record("completion", call_id="c0", reason="x" * 200)
-        path.unlink()  # e.g. an operator cleaning up the state directory
+        (tmp_path / "audit.log.1").mkdir()
+        (tmp_path / "audit.log.1" / "in-the-way").write_text("")
         with pytest.raises(OSError):
-            log.record("completion", call_id="c1", reason="y" * 200)  # rotation: nothing to rename
+            log.record("completion", call_id="c1", reason="y" * 150)  # rotation: audit.log.1 is taken
+        (tmp_path / "audit.log.1" / "in-the-way").unlink()
+        (tmp_path / "audit.log.1").rmdir()
         log.record("completion", call_id="c2")
-    assert [r["call_id"] for r in lines(path)] == ["c2"]
     # the record whose write failed stayed buffered and went out with the next one: not lost
-    assert [r["call_id"] for r in lines(path.with_name("audit.log.1"))] == ["c1"]
+    assert [r["call_id"] for r in lines(path)] == ["c1", "c2"]
+    assert [r["call_id"] for r in lines(path.with_name("audit.log.1"))] == ["c0"]
     assert mode(path) == 0o600
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved"])
+def test_a_log_removed_or_moved_away_is_made_again_at_its_path(tmp_path, caplog, how):
+    """Records went on into the file that was gone (deleted: lost to anyone; moved: into the old
+    name) until the next rotation, and the rotation itself then failed."""
+    path = tmp_path / "audit.log"
+    with AuditLog(path, max_bytes=1 << 20, keep=2) as log:
+        log.record("completion", call_id="c0")
+        if how == "deleted":  # e.g. an operator cleaning up the state directory
+            path.unlink()
+        else:  # a log rotator without copytruncate
+            path.rename(tmp_path / "audit.log-20261204")
+        with caplog.at_level(logging.WARNING, logger="scvd.audit"):
+            log.record("completion", call_id="c1")
+            log.record("completion", call_id="c2")
+    assert [r["call_id"] for r in lines(path)] == ["c1", "c2"] and mode(path) == 0o600
+    if how == "moved":
+        assert [r["call_id"] for r in lines(tmp_path / "audit.log-20261204")] == ["c0"]
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [f"audit log {path} was removed or moved away; writing to a new one there"]
+
+
+def test_a_log_emptied_in_place_counts_its_size_afresh(tmp_path):
+    """logrotate's copytruncate: scvd counted the old size on and rotated a near-empty file."""
+    path = tmp_path / "audit.log"
+    with AuditLog(path, max_bytes=1000, keep=2) as log:
+        while path.stat().st_size < 800:
+            log.record("completion", call_id="before", reason="x" * 50)
+        os.truncate(path, 0)
+        log.record("completion", call_id="after", reason="x" * 200)  # past 1000 with the old size
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.log"]
+    assert [r["call_id"] for r in lines(path)] == ["after"]
+
+
+def test_a_lowered_keep_drops_the_generations_past_it(tmp_path):
+    path = tmp_path / "audit.log"
+    for n in range(1, 6):  # left by audit.keep = 5
+        (tmp_path / f"audit.log.{n}").write_text(f'{{"gen": {n}}}\n')
+    with AuditLog(path, max_bytes=200, keep=2) as log:
+        log.record("completion", call_id="c0", reason="x" * 150)
+        log.record("completion", call_id="c1", reason="x" * 150)  # one rotation
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.log", "audit.log.1", "audit.log.2"]
+    assert lines(tmp_path / "audit.log.2") == [{"gen": 1}]
+    assert [r["call_id"] for r in lines(tmp_path / "audit.log.1")] == ["c0"]
 
 
 # On the event loop: records wait in memory (a call never waits on the file), decisions
@@ -383,3 +431,33 @@ def test_a_line_left_cut_short_is_ended_before_the_next_record(tmp_path):
         log.record("completion", call_id="next")
     raw = path.read_bytes().splitlines()
     assert raw[-2] == torn and msgspec.json.decode(raw[-1])["call_id"] == "next"
+
+
+START_ON_A_FULL_DISK = r"""
+import os, resource, sys
+from scvd.audit import AuditLog
+path = sys.argv[1]
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path), resource.RLIM_INFINITY))
+log = AuditLog(path, max_bytes=1 << 20, keep=1)  # its first act, ending the cut line, fails
+try:
+    log.record("completion", call_id="while-full")
+except OSError:
+    pass
+else:
+    raise AssertionError("the write went through")
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+log.record("completion", call_id="with-room")
+log.close()
+"""
+
+
+def test_a_start_on_a_disk_still_full_runs_and_ends_the_cut_line_later(tmp_path):
+    """scvd did not start at all: ending the line left cut short raised out of AuditLog()."""
+    path = tmp_path / "audit.log"
+    path.write_bytes(b'{"event":"completion","call_id":"before"}\n{"event":"compl')
+    run = subprocess.run([sys.executable, "-c", START_ON_A_FULL_DISK, str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    raw = path.read_bytes().splitlines()
+    assert raw[:2] == [b'{"event":"completion","call_id":"before"}', b'{"event":"compl']
+    assert [msgspec.json.decode(line)["call_id"] for line in raw[2:]] == ["while-full", "with-room"]
