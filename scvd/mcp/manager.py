@@ -70,6 +70,7 @@ class McpServers:
         self.tools: dict[str, list[McpTool]] = {}
         self.refused: dict[str, list[str]] = {}  # name -> tools the registry refused (duplicate names)
         self.left_out: dict[str, list[str]] = {}  # name -> why tools it listed were left out
+        self._sandboxed_by: dict[str, tuple[Any, bool]] = {}  # name -> _sandbox_now() at its start
 
     async def apply(self, config: Config) -> None:
         """Start added servers, stop removed ones, restart changed ones; leave the rest alone."""
@@ -77,7 +78,8 @@ class McpServers:
         if any(isinstance(link, WithoutSdk) for link in self.links.values()):
             importlib.invalidate_caches()  # the SDK may have been installed since: a reload tries again
         for name in [n for n, link in self.links.items()
-                     if wanted.get(n) != link.cfg or isinstance(link, WithoutSdk)]:
+                     if wanted.get(n) != link.cfg or isinstance(link, WithoutSdk)
+                     or self._sandboxed_by.get(n, self._sandbox_now()) != self._sandbox_now()]:
             await self._remove(name)
         for name, cfg in wanted.items():
             if name not in self.links:
@@ -92,11 +94,19 @@ class McpServers:
             return
         link = ServerLink(name, cfg, launch=lambda: self._launch(name, cfg), on_tools=self._on_tools)
         self.links[name] = link
+        if cfg.command and cfg.sandbox:  # a [sandbox] change restarts it; sandbox = false ones never
+            self._sandboxed_by[name] = self._sandbox_now()
         link.start()
         log.info("mcp server %s: starting (%s)", name, "stdio" if cfg.command else cfg.url)
 
+    def _sandbox_now(self) -> tuple[Any, bool]:
+        """What a sandboxed stdio server's launch depends on: the [sandbox] table and the probe."""
+        sandbox = self.host.sandbox
+        return self.host.config.sandbox, bool(sandbox is not None and sandbox.active)
+
     async def _remove(self, name: str) -> None:
         link = self.links.pop(name)
+        self._sandboxed_by.pop(name, None)
         # a grant was a person's trust in this server; a changed table may run another program
         self.host.revoke_grants({t.name for t in self.tools.pop(name, [])})
         self.refused.pop(name, None)

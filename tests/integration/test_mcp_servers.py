@@ -591,6 +591,30 @@ def test_a_stdio_server_runs_in_the_sandbox_unless_it_opts_out(make_daemon, work
         assert not (outside / "out.txt").exists()
 
 
+@pytest.mark.bwrap
+def test_a_reload_that_turns_the_sandbox_on_restarts_the_servers_it_covers(make_daemon, workspace, tmp_path):
+    """A server started before the reload ran on outside bubblewrap, with the whole home writable,
+    until it happened to restart; one that opted out (sandbox = false) is left alone."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    tables = (f'[mcp.servers.boxed]\ncommand = "{FS}"\nargs = ["{workspace}", "{outside}"]\ncwd = "{workspace}"\n'
+              'risk = "read_only"\n'
+              f'[mcp.servers.free]\ncommand = "{EVERYTHING}"\nsandbox = false\n')
+    d = make_daemon(tables)
+    with d.client(name="t") as c:
+        server(c, "boxed")
+        server(c, "free")
+        boxed, free = server_pid(str(outside), d.proc.pid), server_pid(str(EVERYTHING), d.proc.pid)
+        reloaded(d, '[sandbox]\nmode = "bwrap"\nnetwork = true\n' + tables)
+        replaced(str(outside), d.proc.pid, boxed)
+        server(c, "boxed")
+        assert server_pid(str(EVERYTHING), d.proc.pid) == free
+        session = c.open_session(workspace)
+        out = c.call(session, "mcp__boxed__write_file", {"path": str(outside / "out.txt"), "content": "no"})
+        assert out.error.kind == "failed" and "read-only file system" in out.error.message.lower(), out.error
+        assert not (outside / "out.txt").exists()
+
+
 def test_a_servers_timeout_is_the_dispatch_timeout(make_daemon, workspace):
     d = make_daemon(EVERYTHING_TABLE + 'risk = "read_only"\ntimeout_seconds = 1.5\n')
     with d.client(name="t") as c:
