@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_STARTUP = 0, 1, 2, 3
 LEFTOVER_SECONDS = 1.0  # after shutdown, how long tasks still running get to end
+THREAD_SECONDS = 1.0  # then, how long threads still in a blocking call get to end
 _PRIORITY = {"DEBUG": 7, "INFO": 6, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
 
 
@@ -142,7 +143,36 @@ def run(paths: paths_mod.Paths, loaded: config_mod.Loaded, config_file: Path) ->
         held.ready_sent = True
         serve(_daemon(paths, loaded, notifier, held), [])
 
-    return _guarded(config_file, start)
+    return _leave(_guarded(config_file, start))
+
+
+def _leave(code: int) -> int:
+    """`code`, once the threads have ended; past THREAD_SECONDS the process exits without them.
+
+    The interpreter's exit joins every thread, without a bound: one blocked in a read (a reload
+    reading a FIFO in config.toml's place, a hung network mount) kept scvd from ever exiting.
+    """
+    import threading
+    import time
+
+    deadline = time.monotonic() + THREAD_SECONDS
+    stuck = []
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                stuck.append(thread.name)
+    if not stuck:
+        return code
+    logging.getLogger("scvd").warning("exiting without waiting for %d thread(s) still in a blocking call: %s",
+                                      len(stuck), ", ".join(stuck))
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 KEPT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # before the loop runs: kept, handled then
@@ -226,7 +256,8 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
 
     with context:
         setup_logging(level)
-        return _guarded(Path(loaded.path), start)
+        code = _guarded(Path(loaded.path), start)
+    return _leave(code)  # the pid file is gone already
 
 
 def _free_to_detach(paths: paths_mod.Paths, pid_file: Path) -> None:

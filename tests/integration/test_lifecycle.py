@@ -645,3 +645,33 @@ def test_a_reload_without_a_config_file_at_start_or_now_runs_on_the_defaults(mak
         assert c.status().policy == "never"
     assert d.stop() == 0
     clean_log(d.log())
+
+
+def _waits_in_a_fifo(pid: int) -> bool:
+    """True when a thread of `pid` waits in open() for a FIFO's other end."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "wchan").read_text() == "wait_for_partner":
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def test_a_thread_stuck_in_a_blocking_read_cannot_hold_the_exit(make_daemon):
+    """A reload reading a FIFO in config.toml's place never returns; scvd said "scvd stopped" and then
+    never exited (the interpreter's exit joins every thread), until systemd's SIGKILL."""
+    d = make_daemon("")
+    wait_ready(d)
+    config = d.home / "config.toml"
+    config.unlink(missing_ok=True)
+    os.mkfifo(config)  # nobody ever writes it
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: _waits_in_a_fifo(d.proc.pid), what="the reload to block on the FIFO")
+    d.proc.send_signal(signal.SIGTERM)
+    try:
+        assert d.proc.wait(15) == 0
+    finally:
+        config.unlink()  # the fixture's cleanup must not block on it either
+    assert "scvd stopped" in d.log()
+    assert "exiting without waiting for 1 thread(s) still in a blocking call: " in d.log()
