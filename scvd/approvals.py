@@ -193,7 +193,8 @@ class ApprovalGate:
     timeout_seconds: float
     on_event: EventSink
     max_pending: int = 256
-    max_bytes: int = DEFAULT_SERVER_FRAME_LIMIT  # server.server_frame_bytes: what one frame may carry
+    max_bytes: int = DEFAULT_SERVER_FRAME_LIMIT  # what one frame to every approver may carry
+    max_bytes_from: str = "server.server_frame_bytes"  # where max_bytes comes from, for the messages
     # called with (owner, info) before a request opens; may raise Denied (the chat loop refuses
     # a turn's request that no connection could decide, rather than let it wait unseen)
     screen: Callable[[Any, dict[str, Any]], None] | None = None
@@ -275,13 +276,15 @@ class ApprovalGate:
         if size > room:
             raise errors.LimitExceeded(
                 f"this call's approval request is {size:,} bytes, above what one frame carries "
-                f"(server.server_frame_bytes = {self.max_bytes:,}), so no approver could see it whole; "
-                "send less (split the write or the arguments), or raise server.server_frame_bytes")
+                f"({self.max_bytes_from} = {self.max_bytes:,}), so no approver could see it whole; "
+                "send less (split the write or the arguments), or raise server.server_frame_bytes"
+                + ("" if self.max_bytes_from == "server.server_frame_bytes"
+                   else " and reconnect the clients opened before the last reload"))
         waiting = sum(a.size + 1 for a in self.pending.values())
         if waiting + size > room:
             raise errors.Denied(
                 f"the approval requests already waiting take {waiting:,} bytes, and with this one's {size:,} "
-                f"they would not fit in one approvals.list frame (server.server_frame_bytes = {self.max_bytes:,}); "
+                f"they would not fit in one approvals.list frame ({self.max_bytes_from} = {self.max_bytes:,}); "
                 "this call was refused without asking: decide the pending ones first")
 
     def list(self) -> list[ApprovalInfo]:

@@ -299,7 +299,7 @@ class Daemon:
         self.loaded, self.registry, self.sandbox, self.sandbox_verdict = loaded, registry, sandbox, verdict
         self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
         self.gate.max_pending = loaded.config.approvals.max_pending
-        self.gate.max_bytes = loaded.config.server.server_frame_bytes
+        self._fit_gate()
         await self.mcp.apply(loaded.config)  # added, removed and changed servers only
         log.info("configuration reloaded from %s", loaded.path)
         return True
@@ -476,6 +476,17 @@ class Daemon:
         self.connections.discard(conn)
         self.mcp_hosts.connection_dropped(conn)  # an MCP host it handed over goes with it
         self.drop_owner(conn)
+        if conn.server_frame_bytes == self.gate.max_bytes:  # it may have been the smallest
+            self._fit_gate()
+
+    def _fit_gate(self) -> None:
+        """Approval requests must fit a frame to every approver: the configured limit, or the smaller
+        one that a connection opened before a reload was announced (and keeps)."""
+        limit, source = self.config.server.server_frame_bytes, "server.server_frame_bytes"
+        smallest = min((c.server_frame_bytes for c in self.connections), default=limit)
+        if smallest < limit:
+            limit, source = smallest, "the server_frame_bytes of a connection opened before the last reload"
+        self.gate.max_bytes, self.gate.max_bytes_from = limit, source
 
     def drop_owner(self, conn: Connection) -> None:
         """Close a connection's sessions (their calls cancelled), approvals and secret requests, then it."""

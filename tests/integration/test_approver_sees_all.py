@@ -267,6 +267,35 @@ def test_a_request_too_big_for_one_frame_is_refused_not_shown_cut(make_daemon, w
     assert not (workspace / "pwned").exists()
 
 
+def test_a_request_must_fit_the_frames_of_approvers_connected_before_a_reload(make_daemon, workspace: Path):
+    """A reload raising server_frame_bytes let requests grow past what a connection opened before it
+    announced (and keeps): that approver never saw them whole, and the call waited out its timeout."""
+    from conftest import reloaded
+
+    small = ("[tools]\noutput_limit_bytes = 8192\nread_limit_bytes = 8192\n[skills]\nmax_skill_bytes = 8192\n"
+             "[approvals]\ntimeout_seconds = 30\n")
+    d = make_daemon("[server]\nserver_frame_bytes = 65536\n" + small)
+    command = ": " + "x" * 70_000 + f"; {HIDDEN}"
+    with d.client(name="person") as watcher:
+        watcher.request(p.ApprovalsWatch)
+        reloaded(d, "[server]\nserver_frame_bytes = 262144\n" + small)
+        with d.client(name="agent") as agent:
+            sid = agent.open_session(workspace)
+            done = agent.call(sid, "bash", {"command": command})
+            assert not done.ok and done.error.kind == "limit", done.error
+            assert ("above what one frame carries (the server_frame_bytes of a connection opened before the "
+                    "last reload = 65,536)") in done.error.message
+            assert done.error.message.endswith("and reconnect the clients opened before the last reload")
+    with d.client(name="agent") as agent:  # that approver gone, the configured limit holds again
+        sid = agent.open_session(workspace)
+        call_id = agent.start_call(sid, "bash", {"command": command})
+        (pending,) = wait_pending(agent)
+        assert pending.details["command"] == command
+        agent.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
+        assert agent.wait_call(call_id).error.kind == "denied"
+    assert not (workspace / "pwned").exists()
+
+
 def test_an_mcp_host_is_asked_with_the_whole_request():
     """scvctl mcp's elicitation carries the details too: a host's one-click approve sees the tail."""
     from scvd.mcp_host.jsonrpc import elicitation_params
