@@ -65,6 +65,14 @@ class Limited:
 
 
 @dataclass
+class Filtered:
+    """An answer the provider's content filter stopped part-way (Chat Completions' finish_reason
+    content_filter; the Responses API's response.incomplete, content_filter)."""
+
+    text: str = "Here is the first half"
+
+
+@dataclass
 class Deltas:
     """Chat Completions only: these `delta` objects as they are, one chunk each (shapes Text and
     Calls never make: an emoji's halves in two deltas, two calls with one id, broken arguments)."""
@@ -256,8 +264,9 @@ def responses_events(step: Any) -> list[tuple[str, Any]]:
                                                    "sequence_number": next(seq), "logprobs": []}))
     if isinstance(step, (Hang, Cut)):
         return out
-    if isinstance(step, Limited):
-        cut = dict(resp, status="incomplete", incomplete_details={"reason": "max_output_tokens"})
+    if isinstance(step, (Limited, Filtered)):
+        reason = "max_output_tokens" if isinstance(step, Limited) else "content_filter"
+        cut = dict(resp, status="incomplete", incomplete_details={"reason": reason})
         out.append(("response.incomplete", {"type": "response.incomplete", "response": cut,
                                             "sequence_number": next(seq)}))
         return out
@@ -286,6 +295,8 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
                 chunk(None, usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}), ("", "[DONE]")]
     if isinstance(step, (Hang, Cut)):
         return out
+    if isinstance(step, Filtered):
+        return [*out, chunk({}, "content_filter"), ("", "[DONE]")]
     if isinstance(step, Limited):
         name, args = step.call
         out.append(chunk({"tool_calls": [{"index": 0, "id": f"call_{next(_call_ids)}_{name}", "type": "function",

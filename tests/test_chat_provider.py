@@ -8,7 +8,7 @@ import time
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Cut, Hang, Limited, ScriptedModel, Status, Text
+from chat_model import Calls, Cut, Filtered, Hang, Limited, ScriptedModel, Status, Text
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.openai_api import cap_field
 from scvd.chat.provider import ProviderFailure, Settings, make
@@ -81,6 +81,19 @@ def test_an_answer_cut_at_the_token_limit_fails_saying_which_setting(model, wire
     assert failed.value.hint == ("raise providers.test.max_output_tokens (16 now)" if cap else
                                  "set providers.test.max_output_tokens above the server's default"
                                  ) + ", or ask for less at a time"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_answer_the_content_filter_stopped_fails_the_turn(model, wire_api):
+    """Chat Completions took finish_reason content_filter for a whole answer: half a reply was the
+    turn's answer, with nothing saying the rest was withheld."""
+    m = model(Filtered())
+    with pytest.raises(ProviderFailure) as failed:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert failed.value.reason == "provider_error"
+    assert str(failed.value) == (f"provider 'test' ({m.base_url}) withheld the rest of the answer: "
+                                 "its content filter stopped it")
+    assert failed.value.hint == "rephrase the request, or ask the provider's administrator"
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)

@@ -108,6 +108,12 @@ def _token_limit(where: str, settings: Settings) -> ProviderFailure:
                            f"{fix}, or ask for less at a time")
 
 
+def _filtered(where: str) -> ProviderFailure:
+    """The provider's content filter stopped the answer: what came is not the whole answer."""
+    return ProviderFailure("provider_error", f"{where} withheld the rest of the answer: its content filter stopped it",
+                           "rephrase the request, or ask the provider's administrator")
+
+
 def _cut_short(where: str, missing: str) -> ProviderFailure:
     return ProviderFailure("provider_error", f"{where} stopped sending: the stream ended before the answer "
                            f"was complete (no {missing})", "send the text again")
@@ -149,6 +155,8 @@ class ResponsesProvider(_Base):
                 return
             elif kind == "response.incomplete" and _why(event) == "max_output_tokens":
                 raise _token_limit(self._where(), self.settings)
+            elif kind == "response.incomplete" and _why(event) == "content_filter":
+                raise _filtered(self._where())
             elif kind in ("response.failed", "response.incomplete", "error"):
                 raise ProviderFailure("provider_error", f"{self._where()} ended the answer: {_why(event)}")
         raise _cut_short(self._where(), "response.completed")
@@ -207,6 +215,7 @@ class ChatProvider(_Base):
         usage = Usage()
         finished = False  # a finish_reason came: the answer is whole (the usage chunk may follow)
         limited = False  # ... but cut at the token limit (finish_reason length)
+        filtered = False  # ... or stopped by the provider's content filter
         chunks, deadline = stream.__aiter__(), None
         while True:
             try:
@@ -227,6 +236,7 @@ class ChatProvider(_Base):
             for choice in chunk.choices or []:
                 finished = finished or bool(choice.finish_reason)
                 limited = limited or choice.finish_reason == "length"
+                filtered = filtered or choice.finish_reason == "content_filter"
                 delta = choice.delta
                 if delta and delta.content:
                     yield TextDelta(delta.content)
@@ -238,6 +248,8 @@ class ChatProvider(_Base):
             raise _cut_short(self._where(), "finish_reason")
         if limited:  # as the Responses API's response.incomplete: a call in it would be cut mid-arguments
             raise _token_limit(self._where(), self.settings)
+        if filtered:
+            raise _filtered(self._where())
         for n, c in enumerate(calls):
             yield CallRequested(ToolCall(c["id"] or f"call_{n}", c["name"], c["arguments"] or "{}"))
         yield ReplyDone(usage)
