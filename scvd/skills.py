@@ -86,24 +86,30 @@ def parse_front_matter(text: str) -> dict[str, str]:
     """The `key: value` pairs between the leading `---` lines of a SKILL.md.
 
     Deliberately not a YAML parser (no dependency, nothing executable): one
-    `key: value` per line, surrounding quotes removed, indented lines continue
-    the previous value (folded with spaces, as `>` would), `#` lines ignored.
-    Lists and nested maps arrive as flat text, which is enough for `name` and
-    `description`. Raises SkillError when there is no closed front matter.
+    `key: value` per line, surrounding quotes removed, indented lines and list
+    items (`- x`, indented or not) continue the previous value (folded with
+    spaces, as `>` would), comments (`#` lines, ` # ...` after a value outside
+    quotes) dropped except inside a `|` or `>` block. Lists and nested maps
+    arrive as flat text, which is enough for `name` and `description`. Raises
+    SkillError when there is no closed front matter.
     """
     lines = text.removeprefix("\ufeff").splitlines()
     if not lines or lines[0].rstrip() != "---":
         raise SkillError("SKILL.md does not start with a '---' front matter line")
     pairs: dict[str, list[str]] = {}
     key = None
+    block = False  # the value is a `|` or `>` block: a `#` in its lines is text
     for line in lines[1:]:
         if line.rstrip() == "---":
             return {k: _unquote(" ".join(v).strip()) for k, v in pairs.items()}
-        if not line.strip() or line.lstrip().startswith("#"):
+        if not line.strip():
             continue
-        if line[0] in " \t":
-            if key is not None:
-                pairs[key].append(line.strip())
+        if line[0] in " \t" or line.startswith("- ") or line.rstrip() == "-":  # `- Read` under `allowed-tools:`
+            part = line.strip() if block else _uncomment(line.strip())
+            if key is not None and part:
+                pairs[key].append(part)
+            continue
+        if line.startswith("#"):
             continue
         key, sep, value = line.partition(":")
         key = key.strip()
@@ -111,9 +117,34 @@ def parse_front_matter(text: str) -> dict[str, str]:
             raise SkillError(f"front matter line {line[:60]!r} is not 'key: value'")
         if key in pairs:
             raise SkillError(f"front matter repeats the key {key!r}")
-        value = value.strip()
-        pairs[key] = [] if value in (">", "|", ">-", "|-", ">+", "|+") else [value]
+        value = _uncomment(value.strip())
+        block = value in (">", "|", ">-", "|-", ">+", "|+")
+        pairs[key] = [] if block else [value]
     raise SkillError(f"front matter is not closed by a '---' line within the first {HEAD_BYTES} bytes")
+
+
+def _uncomment(text: str) -> str:
+    """`text` without a YAML comment: `#` at its start or after a blank, outside quotes."""
+    if text.startswith("#"):
+        return ""
+    if text[:1] in ("'", '"'):  # a quoted scalar: only what follows its closing quote can be a comment
+        quote, i = text[0], 1
+        while i < len(text):
+            if quote == '"' and text[i] == "\\":
+                i += 2
+            elif text[i] == quote and quote == "'" and text[i + 1:i + 2] == "'":
+                i += 2
+            elif text[i] == quote:
+                rest = text[i + 1:].strip()
+                return text[:i + 1] if rest.startswith("#") else text
+            else:
+                i += 1
+        return text
+    comment = _COMMENT.search(text)
+    return text[:comment.start()].rstrip() if comment else text
+
+
+_COMMENT = re.compile(r"[ \t]#")
 
 
 def _unquote(value: str) -> str:
@@ -304,7 +335,10 @@ def _candidate(found: SkillMap, seen: set[str], root: Root, skill_dir: str) -> S
     try:
         skill = load_skill(root, skill_dir)
     except SkillError as exc:
-        _skip(found, skill_dir, exc.reason)
+        if os.path.realpath(skill_dir) in seen:  # `.claude/skills/x` linked to `.agents/skills/x`
+            log.debug("skill %s is a link to one already mapped", skill_dir)
+        else:
+            _skip(found, skill_dir, exc.reason)
         return None
     if skill.dir in seen:
         log.debug("skill %s already mapped through another root folder", skill.dir)

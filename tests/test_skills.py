@@ -99,6 +99,33 @@ def test_front_matter_simple_pairs_quotes_and_folded_values() -> None:
     assert meta["allowed-tools"] == "- Read"
 
 
+def test_front_matter_lists_at_column_zero_and_trailing_comments() -> None:
+    """`- Read` under `allowed-tools:` (YAML's usual list style) dropped the skill as "not 'key: value'",
+    and a ` # comment` after a value became part of the description the model reads."""
+    text = (
+        "---\n"
+        "name: review  # the folder's name too\n"
+        "description: Reviews C# code, issue#1 style  # shown to the model\n"
+        "allowed-tools:\n"
+        "- Read\n"
+        "- Grep  # read-only\n"
+        "-\n"
+        "quoted: 'a # b' # after\n"
+        'double: "x \\" # y"\n'
+        "block: |\n"
+        "  # a heading, not a comment\n"
+        "  line two\n"
+        "---\n"
+    )
+    meta = skills.parse_front_matter(text)
+    assert meta["name"] == "review"
+    assert meta["description"] == "Reviews C# code, issue#1 style"
+    assert meta["allowed-tools"] == "- Read - Grep -"
+    assert meta["quoted"] == "a # b"
+    assert meta["double"] == 'x " # y'
+    assert meta["block"] == "# a heading, not a comment line two"
+
+
 @pytest.mark.parametrize("text, reason", [
     ("name: x\ndescription: y\n", "does not start"),
     ("---\nname: x\ndescription: y\n", "not closed"),
@@ -233,6 +260,18 @@ def test_claude_skills_linked_to_agents_skills_mapped_once(env: Env) -> None:
     (env.ws / "proj" / ".claude" / "skills").symlink_to("../.agents/skills")
     found = env.discover()
     assert list(found.skills) == ["proj:one"] and not found.skipped
+
+
+def test_a_claude_skill_linked_to_an_agents_skill_is_not_listed_as_skipped(env: Env,
+                                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A link per skill (not the whole folder) was "skipped: it resolves to ..., not inside its skill root",
+    with a warning at every session open, though the skill was mapped through .agents/skills."""
+    make_skill(env.ws / ".agents" / "skills", "one")
+    (env.ws / ".claude" / "skills").mkdir(parents=True)
+    (env.ws / ".claude" / "skills" / "one").symlink_to("../../.agents/skills/one")
+    with caplog.at_level(logging.WARNING, logger="scvd"):
+        found = env.discover()
+    assert list(found.skills) == ["myws:one"] and found.skipped == [] and not caplog.records
 
 
 def test_symlink_inside_its_root_is_mapped_by_canonical_path(env: Env) -> None:
