@@ -180,9 +180,20 @@ def resolve(env: Mapping[str, str] | None = None) -> Paths:
 
 def _absolute(value: str, env: Mapping[str, str]) -> Path:
     """`~` from env's HOME, then absolute against the working directory."""
-    if value.startswith("~") and env.get("HOME") and (value == "~" or value.startswith("~/")):
-        value = env["HOME"] + value[1:]
+    if value == "~" or value.startswith("~/"):
+        # an empty HOME (`env HOME= scvd`) made `~/x` into `/x`, as expanduser() does
+        value = (env.get("HOME") or os.environ.get("HOME") or _account_home()) + value[1:]
     return Path(value).expanduser().absolute()
+
+
+def _account_home() -> str:
+    """The home directory of this uid's account, where no HOME says one."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir or "/"
+    except KeyError:  # a uid with no account (a container's): what expanduser() gives, too
+        return "/"
 
 
 def ensure_private_dir(path: Path) -> str | None:

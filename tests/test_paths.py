@@ -47,6 +47,17 @@ def test_scv_home_relative_and_tilde_become_absolute(tmp_path, monkeypatch, xdg)
     assert resolve({"SCV_HOME": "~/inst"}).home == xdg / "inst"
 
 
+def test_a_tilde_with_an_empty_home_is_the_accounts_home(tmp_path, monkeypatch, xdg):
+    """`~/inst` with HOME empty was `/inst`: an instance at the filesystem's root."""
+    import pwd
+
+    account = pwd.getpwuid(os.getuid()).pw_dir
+    assert resolve({"SCV_HOME": "~/inst", "HOME": ""}).home == xdg / "inst"  # the daemon's own HOME
+    monkeypatch.setenv("HOME", "")
+    assert resolve({"SCV_HOME": "~/inst", "HOME": ""}).home == Path(account) / "inst"
+    assert resolve({"SCV_HOME": str(tmp_path), "SCV_SOCKET": "~/s.sock"}).socket == Path(account) / "s.sock"
+
+
 def test_xdg_layout_from_home(xdg):
     p = resolve(dict(os.environ))
     assert p.home is None
