@@ -110,13 +110,18 @@ def test_a_peer_that_reads_nothing_past_the_bound_is_cut_off_after_the_stall(run
 
     async def main() -> None:
         conn, peer = await connection_pair()
-        peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        burst(conn, 60)  # 600 kB: more than the socket takes, more than the bound
-        await asyncio.sleep(0.1)
-        assert not conn.closed  # past the bound, but the stall has not lasted yet
-        await asyncio.sleep(0.5)
-        assert conn.closed
-        peer.close()
+        try:
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            burst(conn, 60)  # 600 kB: more than the socket takes, more than the bound
+            await asyncio.sleep(0.1)
+            assert not conn.closed  # past the bound, but the stall has not lasted yet (0.3 s)
+            deadline = asyncio.get_running_loop().time() + 20  # a loaded machine runs the check late
+            while not conn.closed and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+            assert conn.closed
+        finally:  # an open transport with unsent bytes would hold uvloop's loop.close() for good
+            conn.abort()
+            peer.close()
 
     run_loop(main())
 
@@ -131,13 +136,17 @@ def test_a_peer_that_reads_on_past_the_bound_gets_everything(run_loop, monkeypat
 
     async def main() -> None:
         conn, peer = await connection_pair()
-        burst(conn, 60)
-        got = b""
-        deadline = asyncio.get_running_loop().time() + 20
-        while got.count(b"\n") < 60 and asyncio.get_running_loop().time() < deadline:
-            got += available(peer)
-            await asyncio.sleep(0.05)  # slower than the stall's checks: it reads some each time
-        assert ids(got) == list(range(60)) and not conn.closed
+        try:
+            burst(conn, 60)
+            got = b""
+            deadline = asyncio.get_running_loop().time() + 20
+            while got.count(b"\n") < 60 and asyncio.get_running_loop().time() < deadline:
+                got += available(peer)
+                await asyncio.sleep(0.05)  # slower than the stall's checks: it reads some each time
+            assert ids(got) == list(range(60)) and not conn.closed
+        finally:
+            conn.abort()
+            peer.close()
         conn.close()
         peer.close()
 
