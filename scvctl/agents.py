@@ -45,7 +45,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         cmd = asub.add_parser(action, parents=[common], help=text)
         cmd.add_argument("agent", choices=list(specs.ADAPTERS), metavar="AGENT", help=names)
         cmd.add_argument("extra", nargs="*", help="arguments for the agent's command, after --")
-        cmd.set_defaults(handler=cmd_attached, action=action)
+        cmd.set_defaults(handler=cmd_attached, action=action,
+                         no_json=f"scvctl agents {action}, which runs the agent's own {action} in this terminal")
     cmd = asub.add_parser("status", parents=[common],
                           help="each agent's sign-in state, one line each; with AGENT its own output")
     cmd.add_argument("agent", nargs="?", choices=list(specs.ADAPTERS), metavar="AGENT", help=names)
@@ -151,13 +152,19 @@ def _repair(launch: p.LaunchSpec) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    if args.agent:
-        return cmd_attached(args)
+    if args.agent and not args.json:
+        return cmd_attached(args)  # its own status output, in this terminal
+    if args.agent and args.extra:
+        print("usage: scvctl agents status AGENT --json runs the agent's status command as scvd does; "
+              "arguments after -- apply without --json only", file=sys.stderr)
+        return 2
     rows = []
     with answers(args) as side:
-        for name in specs.ADAPTERS:
+        for name in [args.agent] if args.agent else specs.ADAPTERS:
             rows.append((name, _status_line(side, name)))
-    if args.json:
+    if args.json and args.agent:
+        emit_json({"agent": rows[0][0], "state": rows[0][1]})
+    elif args.json:
         emit_json([{"agent": name, "state": state} for name, state in rows])
     else:
         width = max(len(name) for name, _ in rows)

@@ -29,7 +29,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd.add_argument("--workspace", type=Path, default=Path("."), help="the workspace (default: here)")
     cmd.add_argument("--conversation", help="resume a conversation by its id")
     cmd.add_argument("--provider", help="a [providers.NAME] or codex (default: chat.provider)")
-    cmd.set_defaults(handler=cmd_chat)
+    cmd.set_defaults(handler=cmd_chat, no_json="scvctl chat, which is interactive: "
+                                              "`scvctl exec --json PROMPT` gives a turn as JSON")
     cmd = sub.add_parser("exec", parents=[common], help="one headless turn; the answer goes to stdout")
     cmd.add_argument("--workspace", type=Path, default=Path("."), help="the workspace (default: here)")
     cmd.add_argument("--provider", help="a [providers.NAME] or codex (default: chat.provider)")

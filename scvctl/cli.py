@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         args.extra = [*args.extra, *argv[cut + 1:]]
     args.json = getattr(args, "json", False)
     args.socket = getattr(args, "socket", None)
+    if args.json and getattr(args, "no_json", None):  # silently ignored, a script would parse text
+        print(f"usage: --json does not apply to {args.no_json}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return args.handler(args)
     except DaemonNotRunning as exc:

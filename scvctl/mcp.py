@@ -31,7 +31,7 @@ HANDOFF_BYTE = b"\0"  # the one data byte that carries the fds
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd = sub.add_parser("mcp", parents=[common], help="serve scvd's tools to an MCP host over stdio")
     cmd.add_argument("--workspace", type=Path, default=Path("."), help="the session's workspace (default: here)")
-    cmd.set_defaults(handler=cmd_mcp)
+    cmd.set_defaults(handler=cmd_mcp, no_json="scvctl mcp, which speaks MCP's JSON-RPC on stdin and stdout")
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

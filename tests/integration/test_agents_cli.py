@@ -49,6 +49,26 @@ def test_status_lists_every_agent_one_line_each(agent_daemon: DaemonProc) -> Non
     assert listed == [{"agent": a, "state": "not signed in"} for a in ("claude", "codex", "pi")]
 
 
+def test_status_of_one_agent_with_json_is_its_row(agent_daemon: DaemonProc) -> None:
+    """`agents status codex --json` printed the CLI's own text: --json was dropped without a word."""
+    out = scvctl(agent_daemon, "agents", "status", "codex", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"agent": "codex", "state": "not signed in"}
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["agents", "login", "codex"], "scvctl agents login, which runs the agent's own login in this terminal"),
+    (["agents", "logout", "pi"], "scvctl agents logout, which runs the agent's own logout in this terminal"),
+    (["chat"], "scvctl chat, which is interactive: `scvctl exec --json PROMPT` gives a turn as JSON"),
+    (["mcp"], "scvctl mcp, which speaks MCP's JSON-RPC on stdin and stdout"),
+])
+def test_json_where_it_cannot_apply_is_a_usage_error(agent_daemon: DaemonProc, argv, what) -> None:
+    out = scvctl(agent_daemon, *argv, "--json")
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == f"usage: --json does not apply to {what}\n"
+    assert not agent_log(agent_daemon).exists()  # no agent ran
+
+
 def test_status_without_the_cli_says_how_to_install(make_daemon, tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
     empty.mkdir()
