@@ -149,6 +149,23 @@ def reloaded(d: DaemonProc, config: str) -> None:
         time.sleep(0.1)
 
 
+SHARED_BASES = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def shared_dir_for_other_uids(prefix: str) -> Path:
+    """A fresh 0755 directory that other uids can reach: outside pytest's 0700 tmp tree, under the
+    first of SHARED_BASES every uid may traverse (some machines make /tmp itself 0700)."""
+    import tempfile
+
+    for base in SHARED_BASES:
+        chain = [Path(base), *Path(base).parents]
+        if all(p.is_dir() and p.stat().st_mode & 0o001 for p in chain):
+            path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+            path.chmod(0o755)
+            return path
+    pytest.fail(f"none of {', '.join(SHARED_BASES)} can be traversed by other uids")
+
+
 @pytest.fixture
 def scv_home(tmp_path: Path) -> Path:
     home = tmp_path / "scvhome"

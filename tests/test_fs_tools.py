@@ -12,7 +12,6 @@ import stat
 import subprocess
 import sys
 import threading
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 from fs_support import TOOLS, Workspace, ws  # noqa: F401  (fixture)
 from scvd.config import Config
 from scvd.errors import Cancelled, Failed, InvalidArguments
+from conftest import shared_dir_for_other_uids
 from scvd.tools import build_registry, fs
 from scvd.tools.contract import ToolRisk
 from scvd.tools.secret_paths import secret_reason
@@ -542,8 +542,7 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files
 @pytest.fixture
 def shared_tmp() -> Iterator[Path]:
     """A 0755 directory outside pytest's 0700 tmp tree, so the other uids can reach it."""
-    path = Path(tempfile.mkdtemp(prefix="scvd-fs-", dir="/tmp"))
-    path.chmod(0o755)
+    path = shared_dir_for_other_uids("scvd-fs-")
     yield path
     subprocess.run(["rm", "-rf", str(path)], check=False)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import shared_dir_for_other_uids
 from harness import RawConn, make_wrapped, pid_gone, wait_ready, wait_until  # noqa: F401 (fixture)
 from scvd import protocol as p
 from scvctl.client import Client, ConnectionClosed
@@ -398,8 +399,7 @@ def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_
 @pytest.fixture
 def shared_dir():
     """A 0755 directory outside pytest's 0700 tmp tree, so another uid can reach a socket in it."""
-    path = Path(tempfile.mkdtemp(prefix="scvd-act-", dir="/tmp"))
-    path.chmod(0o755)
+    path = shared_dir_for_other_uids("scvd-act-")
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -421,11 +421,13 @@ def test_socket_activation(make_wrapped, shared_dir, workspace):
 
 
 @pytest.mark.bwrap
-def test_an_activated_socket_of_the_users_choosing_is_masked_in_the_sandbox(make_wrapped, shared_dir, workspace):
+def test_an_activated_socket_of_the_users_choosing_is_masked_in_the_sandbox(make_wrapped, workspace):
     """systemd may hand over a socket at a ListenStream= path outside scvd's runtime dir (hidden in
     the sandbox): the sandbox masked only the default path, so a sandboxed command could connect
     to scvd and run its tools (a read of any file, unasked) outside the sandbox."""
-    path = shared_dir / "scvd.sock"
+    # under /tmp, which an online call sees as the host's (a private /var/tmp would hide the path)
+    where = Path(tempfile.mkdtemp(prefix="scvd-act-", dir="/tmp"))
+    path = where / "scvd.sock"
     with listening(path) as sock:
         d = make_wrapped('[sandbox]\nmode = "bwrap"\nnetwork = true\n', activate=sock)  # online: /tmp is the host's
         connect = ("python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1]); "
@@ -441,6 +443,7 @@ def test_an_activated_socket_of_the_users_choosing_is_masked_in_the_sandbox(make
         assert d.stop() == 0
     assert done.ok and done.result["exit_code"] != 0 and "REACHED" not in done.result["output"], done.result
     assert "Connection refused" in done.result["output"], done.result
+    shutil.rmtree(where, ignore_errors=True)
 
 
 def nobody_python() -> str | None:
