@@ -200,8 +200,15 @@ def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "")
     for name, value in sorted(env.items()):
         if _is_override(name):
             keys = name[len(ENV_PREFIX):].lower().split("__")
-            _set_path(raw, keys, _parse_env_value(value), f"env:{name} (over {path})")
-            sources[".".join(keys)] = f"env:{name}"
+            parsed = _parse_env_value(value)
+            _set_path(raw, keys, parsed, f"env:{name} (over {path})")
+            key = ".".join(keys)
+            # the value replaces the key whole: an inline table replaces the file's table
+            for gone in [k for k in sources if k == key or k.startswith(key + ".")]:
+                del sources[gone]
+            sources[key] = f"env:{name}"
+            if isinstance(parsed, dict):
+                sources.update({f"{key}.{leaf}": f"env:{name}" for leaf in _leaf_keys(parsed)})
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:

@@ -62,6 +62,19 @@ def test_sources_default_file_env(cfg_file):
     assert loaded.config.adapters["codex"].model_args == ["-m", "{model}"]
 
 
+def test_an_inline_table_override_replaces_the_files_table_and_owns_its_keys(cfg_file):
+    """check-config showed the file as the source of keys the variable had replaced (and `default`
+    for the ones it set), so nobody could tell where a running value came from."""
+    path = cfg_file('[adapters.codex]\nmodel_args = ["-m", "{model}"]\npass_env = ["HTTPS_PROXY"]\n')
+    loaded = load(path, env={"SCVD_ADAPTERS__CODEX": '{effort_args = ["-e", "{effort}"], pass_env = ["NO_PROXY"]}'})
+    codex = loaded.config.adapters["codex"]
+    assert (codex.model_args, codex.effort_args, codex.pass_env) == (None, ["-e", "{effort}"], ["NO_PROXY"])
+    rows = {key: (value, source) for key, value, source in config.effective(loaded)}
+    assert rows["adapters.codex.effort_args"] == (["-e", "{effort}"], "env:SCVD_ADAPTERS__CODEX")
+    assert rows["adapters.codex.pass_env"] == (["NO_PROXY"], "env:SCVD_ADAPTERS__CODEX")
+    assert rows["adapters.codex.model_args"] == (None, "default")  # the file's table is replaced whole
+
+
 def test_env_value_that_is_not_toml_is_a_string(cfg_file):
     loaded = load(cfg_file(""), env={"SCVD_LOG_LEVEL": "warning", "SCVD_SANDBOX__BWRAP": "/opt/bwrap"})
     assert loaded.config.log_level == "warning" and loaded.config.sandbox.bwrap == "/opt/bwrap"
