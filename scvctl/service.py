@@ -148,11 +148,22 @@ def environment_line(name: str, value: str) -> str:
     return f'Environment="{name}={text}"'
 
 
-def render_units(command: list[str], instance: Instance | None = None) -> dict[str, str]:
-    """The unit files with ExecStart= set to `command`, serving `instance` (default: the default one)."""
+RELOAD_BY_KILL = "Type=notify\n", "# SIGHUP re-reads config.toml; new sessions use it\nExecReload=/bin/kill -HUP $MAINPID\n"
+RELOAD_BY_NOTIFY = ("Type=notify-reload\n",
+                    "# systemd sends SIGHUP and waits for scvd's RELOADING=1 ... READY=1: config.toml\n"
+                    "# is re-read, and new sessions use it, when `systemctl --user reload` returns\n")
+NOTIFY_RELOAD_SINCE = 253  # systemd's first version with Type=notify-reload
+
+
+def render_units(command: list[str], instance: Instance | None = None, systemd: int | None = None) -> dict[str, str]:
+    """The unit files with ExecStart= set to `command`, serving `instance` (default: the default one),
+    for the user manager of version `systemd` (None: unknown, so what every version reads)."""
     instance = instance or Instance({})
     lines = [environment_line(name, value) for name, value in instance.env.items()]
     service = SERVICE_UNIT.replace(EXEC_PLACEHOLDER, "\n".join([*lines, exec_start_line(command)]))
+    if systemd is not None and systemd >= NOTIFY_RELOAD_SINCE:  # a reload that waits for its end
+        for old, new in zip(RELOAD_BY_KILL, RELOAD_BY_NOTIFY):
+            service = service.replace(old, new)
     socket = SOCKET_UNIT
     if instance.socket:  # systemd must listen where scvd and this shell's clients look
         socket = socket.replace(DEFAULT_LISTEN, f"ListenStream={unit_value('SCV_SOCKET', instance.socket)}")
@@ -198,6 +209,20 @@ class Report:
     failed: bool = False
 
 
+def systemd_version() -> int | None:
+    """The version `systemctl --version` reports (`systemd 255 (255.4-1)`), or None."""
+    exe = shutil.which("systemctl")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "--version"], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=SYSTEMCTL_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    words = (done.stdout.split("\n", 1)[0].split() if done.returncode == 0 else []) + ["", ""]
+    return int(words[1]) if words[0] == "systemd" and words[1].isdigit() else None
+
+
 def systemctl(args: list[str]) -> subprocess.CompletedProcess[str] | None:
     """Run `systemctl --user ARGS`; None when systemctl is not installed."""
     exe = shutil.which("systemctl")
@@ -234,7 +259,7 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
     directory = unit_dir()
     command = scvd_command()
     instance = Instance.of(dict(os.environ, SCV_SOCKET=str(socket)) if socket else os.environ)
-    units = render_units(command, instance)
+    units = render_units(command, instance, systemd_version())
     report = Report("install", dry_run, str(directory), exec_start=exec_start_line(command),
                     instance=instance.env)
     steps = install_steps(socket_activated)

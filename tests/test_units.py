@@ -75,7 +75,9 @@ def stub_systemctl(tmp_path, user_env):
     log = tmp_path / "systemctl.log"
     script = bin_dir / "systemctl"
     script.write_text(
-        "#!/bin/bash\n"
+        "#!/bin/bash\n"  # --version as systemd prints it (STUB_SYSTEMD: the version), not logged
+        'if [[ "$1" == "--version" ]]; then echo "systemd ${STUB_SYSTEMD:-252} (${STUB_SYSTEMD:-252}.1-1)"; '
+        'echo "+PAM +AUDIT"; exit 0; fi\n'
         f'echo "$*" >> "{log}"\n'
         'if [[ -n "$FAIL_VERB" && "$2" == "$FAIL_VERB" ]]; then echo "Job failed" >&2; exit 1; fi\n'
     )
@@ -179,6 +181,19 @@ def test_install_runs_systemctl_in_order(user_env, stub_systemctl):
         "--user restart scvd.service",
     ]
     assert "cannot reach" not in done.stdout
+
+
+@pytest.mark.parametrize("version, kind", [("252", "notify"), ("253", "notify-reload"), ("256", "notify-reload")])
+def test_install_lets_a_newer_systemd_wait_for_the_reload(user_env, stub_systemctl, version, kind):
+    """With ExecReload=kill -HUP, `systemctl --user reload scvd` returned before scvd had read the
+    file; systemd 253's Type=notify-reload sends the SIGHUP itself and waits for READY=1."""
+    user_env["STUB_SYSTEMD"] = version
+    done = run_service(user_env, "install")
+    assert done.returncode == 0, done.stdout + done.stderr
+    settings = [line.split("=", 1) for line in installed(user_env)[0].read_text().splitlines()
+                if "=" in line and not line.startswith("#")]
+    assert ["Type", kind] in settings
+    assert any(key == "ExecReload" for key, _ in settings) == (kind == "notify")
 
 
 def test_socket_activated_install_enables_the_socket(user_env, stub_systemctl):
