@@ -257,6 +257,24 @@ class ApprovalGate:
             self._resolve(approval, ApprovalEvent.DROP, "the requesting client disconnected")
         return mine
 
+    def refit(self) -> list[Approval]:
+        """Deny the pending requests that no longer fit `max_bytes` (a reload lowered it): those too
+        big for a frame, then the newest until the rest fit one approvals.list, as a new request would be."""
+        room = self.max_bytes - FRAME_ENVELOPE
+        limit = f"{self.max_bytes_from} = {self.max_bytes:,}, lowered by a reload"
+        denied = [self._resolve(a, ApprovalEvent.DENY, (
+            f"this call's approval request is {a.size:,} bytes, above what one frame now carries ({limit}), "
+            "so a new approver could not see it whole; it was denied without a decision: send less"))
+            for a in list(self.pending.values()) if a.size > room]
+        for approval in reversed(list(self.pending.values())):
+            waiting = sum(a.size + 1 for a in self.pending.values())
+            if waiting <= room:
+                break
+            denied.append(self._resolve(approval, ApprovalEvent.DENY, (
+                f"the pending approval requests take {waiting:,} bytes, more than one approvals.list frame now "
+                f"carries ({limit}); the newest was denied without a decision: send it again")))
+        return denied
+
     def rescreen(self) -> list[Approval]:
         """Deny the pending requests `screen` would refuse now (a connection that could decide left),
         rather than let them wait out approvals.timeout_seconds; the screen's message is the reason."""

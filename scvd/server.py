@@ -486,7 +486,10 @@ class Daemon:
         smallest = min((c.server_frame_bytes for c in self.connections), default=limit)
         if smallest < limit:
             limit, source = smallest, "the server_frame_bytes of a connection opened before the last reload"
+        lowered = limit < self.gate.max_bytes
         self.gate.max_bytes, self.gate.max_bytes_from = limit, source
+        if lowered:
+            self.gate.refit()
 
     def drop_owner(self, conn: Connection) -> None:
         """Close a connection's sessions (their calls cancelled), approvals and secret requests, then it."""

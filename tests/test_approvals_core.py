@@ -143,6 +143,30 @@ def test_a_request_too_big_for_one_frame_never_opens_and_the_pending_ones_fit_a_
     asyncio.run(main())
 
 
+def test_a_lowered_limit_denies_the_requests_that_no_longer_fit_and_keeps_the_rest():
+    """A reload lowering server_frame_bytes left bigger requests pending: a new approver's
+    approvals.list then failed whole (`internal: frame of N bytes exceeds ...`), small ones unseen too."""
+    async def main():
+        sink = Sink()
+        gate = ApprovalGate(60, sink, max_bytes=256 * 1024)
+        ask = lambda size, call_id: gate.request(  # noqa: E731
+            "owner", session="s1", call_id=call_id, tool="bash", risk="process", workspace="/ws",
+            summary="bash", details={"command": "x" * size})
+        small, big, mid1, mid2 = ask(1024, "c1"), ask(100 * 1024, "c2"), ask(33 * 1024, "c3"), ask(33 * 1024, "c4")
+        gate.max_bytes = 64 * 1024
+        denied = gate.refit()
+        assert [a.id for a in denied] == [big.id, mid2.id]  # too big alone; then the newest until the rest fit
+        assert list(gate.pending) == [small.id, mid1.id]
+        assert (await big.future, await mid2.future) == (False, False)
+        assert big.reason.startswith("this call's approval request is ") and "lowered by a reload" in big.reason
+        assert "the newest was denied without a decision: send it again" in mid2.reason
+        assert gate.refit() == []  # what is left fits
+        for a in list(gate.pending.values()):
+            gate.cancel(a.id, "test over")
+
+    asyncio.run(main())
+
+
 def test_first_decision_wins_and_a_later_one_is_not_found():
     async def main():
         sink = Sink()

@@ -296,6 +296,31 @@ def test_a_request_must_fit_the_frames_of_approvers_connected_before_a_reload(ma
     assert not (workspace / "pwned").exists()
 
 
+def test_a_reload_lowering_the_frame_limit_denies_requests_that_no_longer_fit(make_daemon, workspace: Path):
+    """They stayed pending, and a new approver's approvals.list failed whole with `internal`."""
+    from conftest import reloaded
+
+    small = ("[tools]\noutput_limit_bytes = 8192\nread_limit_bytes = 8192\n[skills]\nmax_skill_bytes = 8192\n")
+    d = make_daemon("[server]\nserver_frame_bytes = 262144\n" + small)
+    with d.client(name="agent") as agent:
+        sid = agent.open_session(workspace)
+        big = agent.start_call(sid, "bash", {"command": ": " + "x" * 70_000 + f"; {HIDDEN}"})
+        fits = agent.start_call(agent.open_session(workspace), "write",  # another lane
+                                {"path": "a.txt", "content": "short", "mode": "create"})
+        wait_pending(agent, 2)
+        reloaded(d, "[server]\nserver_frame_bytes = 65536\n" + small)
+        done = agent.wait_call(big)
+        assert done.error.kind == "denied"
+        assert "above what one frame now carries (server.server_frame_bytes = 65,536, lowered by a reload)" in \
+            done.error.message
+        with d.client(name="person") as person:  # a new approver sees what is left, whole
+            (pending,) = person.request(p.ApprovalsList).approvals
+            assert pending.call_id == fits
+            person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
+        assert agent.wait_call(fits).error.kind == "denied"
+    assert not (workspace / "pwned").exists()
+
+
 def test_an_mcp_host_is_asked_with_the_whole_request():
     """scvctl mcp's elicitation carries the details too: a host's one-click approve sees the tail."""
     from scvd.mcp_host.jsonrpc import elicitation_params
