@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -118,14 +119,19 @@ def test_request_carries_summary_details_and_expiry():
     asyncio.run(main())
 
 
+def bash_asker(gate: ApprovalGate) -> Any:
+    """ask(size, call_id): a bash request whose command is `size` bytes."""
+    return lambda size, call_id: gate.request(
+        "owner", session="s1", call_id=call_id, tool="bash", risk="process", workspace="/ws",
+        summary="bash", details={"command": "x" * size})
+
+
 def test_a_request_too_big_for_one_frame_never_opens_and_the_pending_ones_fit_a_list_frame():
     """An approver is shown a request whole or not at all: the frame limit bounds one, and all together."""
     async def main():
         sink = Sink()
         gate = ApprovalGate(60, sink, max_bytes=64 * 1024)
-        ask = lambda size, call_id: gate.request(  # noqa: E731
-            "owner", session="s1", call_id=call_id, tool="bash", risk="process", workspace="/ws",
-            summary="bash", details={"command": "x" * size})
+        ask = bash_asker(gate)
         with pytest.raises(errors.LimitExceeded) as info:
             ask(64 * 1024, "c0")
         assert "above what one frame carries (server.server_frame_bytes = 65,536)" in info.value.message
@@ -149,9 +155,7 @@ def test_a_lowered_limit_denies_the_requests_that_no_longer_fit_and_keeps_the_re
     async def main():
         sink = Sink()
         gate = ApprovalGate(60, sink, max_bytes=256 * 1024)
-        ask = lambda size, call_id: gate.request(  # noqa: E731
-            "owner", session="s1", call_id=call_id, tool="bash", risk="process", workspace="/ws",
-            summary="bash", details={"command": "x" * size})
+        ask = bash_asker(gate)
         small, big, mid1, mid2 = ask(1024, "c1"), ask(100 * 1024, "c2"), ask(33 * 1024, "c3"), ask(33 * 1024, "c4")
         gate.max_bytes = 64 * 1024
         denied = gate.refit()
