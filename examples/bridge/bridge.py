@@ -44,6 +44,18 @@ class Console:
         print(f"[{chat}] {text}", flush=True)
 
 
+def approval_message(chat: str, event: p.ApprovalRequested) -> str:
+    """The whole request: an approver must see everything they approve (a chat app would attach long
+    details as a file). A request with `always_ask` is approved once only, so /session is not offered."""
+    ident = event.approval_id
+    offers = f"/approve {ident}" + ("" if event.always_ask else f", /session {ident}") + f" or /deny {ident}"
+    lines = [f"{chat} wants {event.tool} ({event.risk}) -> {offers}", event.summary]
+    if event.always_ask:
+        lines.append(f"asked whatever a grant says, once only: {event.always_ask}")
+    lines += [f"  {key}: " + str(value).replace("\n", "\n    ") for key, value in event.details.items()]
+    return "\n".join(lines)
+
+
 class Bridge:
     def __init__(self, app: Console, workspace: str, state: Path) -> None:
         self.app, self.workspace, self.state = app, workspace, state
@@ -126,9 +138,7 @@ class Bridge:
                 if event.hint:
                     self.app.send(OWNER, f"{chat}: {event.hint}")
             elif isinstance(event, p.ApprovalRequested):
-                summary = event.summary.splitlines()[0] if event.summary else ""
-                self.app.send(OWNER, f"{chat} wants {event.tool} ({event.risk}): {summary} "
-                                     f"-> /approve {event.approval_id} or /deny {event.approval_id}")
+                self.app.send(OWNER, approval_message(chat, event))
             elif isinstance(event, p.QuestionAsked):
                 self.app.send(OWNER, f"{chat} asks: {event.question} -> /answer {event.session}/"
                                      f"{event.question_id} your answer")

@@ -35,7 +35,11 @@ def test_the_example_bridge(make_daemon, model, scv_home, workspace, tmp_path):
         proc.stdin.write("alice: write hi.txt please\n")
         proc.stdin.flush()
         ask = read_until(proc, r"^\[owner\] alice wants write")
-        approval = re.search(r"/approve (\S+)", ask).group(1)
+        approval = re.search(r"/approve (\S+),", ask).group(1)
+        assert ask == f"[owner] alice wants write (filesystem) -> /approve {approval}, /session {approval} " \
+                      f"or /deny {approval}\n"
+        shown = [proc.stdout.readline() for _ in range(6)]  # the summary and the details, whole
+        assert "  content: hi\n" in shown and "  path: hi.txt\n" in shown, shown
         proc.stdin.write(f"owner: /approve {approval}\n")
         proc.stdin.flush()
         assert read_until(proc, r"^\[alice\] ") == "[alice] wrote hi.txt\n"
