@@ -22,6 +22,7 @@ import os
 import queue
 import stat
 import threading
+import time
 from typing import Any, Callable
 
 log = logging.getLogger("scvd.workers")
@@ -137,7 +138,9 @@ async def _on(pool: Pool, job: Callable[[], Any]) -> Any:
 
 # --- small local files, read inline ----------------------------------------------------------
 
-_local_devices: dict[int, bool] = {}
+DEVICE_SECONDS = 10.0  # how long a device's filesystem type is trusted: an unmounted tmpfs's number
+# may come back as an NFS mount's, and a read there must not run on the loop
+_local_devices: dict[int, tuple[bool, float]] = {}  # st_dev -> (local, until)
 _libc: ctypes.CDLL | None | bool = None  # None: not looked up; False: unusable
 
 
@@ -145,10 +148,11 @@ def inline_ok(fd: int, st: os.stat_result) -> bool:
     """True for a regular file of at most INLINE_BYTES on a local filesystem (cached per device)."""
     if not stat.S_ISREG(st.st_mode) or st.st_size > INLINE_BYTES:
         return False
-    local = _local_devices.get(st.st_dev)
-    if local is None:
-        local = _local_devices[st.st_dev] = _fs_type(fd) in LOCAL_FILESYSTEMS
-    return local
+    known = _local_devices.get(st.st_dev)
+    now = time.monotonic()
+    if known is None or known[1] < now:
+        known = _local_devices[st.st_dev] = (_fs_type(fd) in LOCAL_FILESYSTEMS, now + DEVICE_SECONDS)
+    return known[0]
 
 
 def _fs_type(fd: int) -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -93,3 +94,24 @@ def test_run_blocking_raises_the_jobs_exception_and_closes_its_fd(tmp_path, run_
         os.close(dirfd)
     with pytest.raises(OSError):
         os.fstat(seen[0])  # the duplicate was closed by the job
+
+
+def test_a_devices_filesystem_type_is_asked_again_after_a_while(tmp_path, monkeypatch):
+    """It was cached for good: a device number an unmounted tmpfs left, reused by an NFS mount, kept
+    its reads on the event loop, where one that hangs stops every client."""
+    path = tmp_path / "small.txt"
+    path.write_text("x")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        local = workers._fs_type(fd) in workers.LOCAL_FILESYSTEMS
+        assert local, "pytest's tmp dir is on a local filesystem here"
+        now = [1000.0]
+        monkeypatch.setattr(workers, "time", SimpleNamespace(monotonic=lambda: now[0]))  # this module's clock only
+        monkeypatch.setitem(workers._local_devices, st.st_dev, (False, now[0] + 5))  # as if another fs had it
+        assert workers.inline_ok(fd, st) is False  # trusted while fresh
+        now[0] += 6
+        assert workers.inline_ok(fd, st) is True  # asked again: the filesystem there now
+        assert workers._local_devices[st.st_dev] == (True, now[0] + workers.DEVICE_SECONDS)
+    finally:
+        os.close(fd)
