@@ -38,6 +38,8 @@ from .tools.contract import Registry, findings
 
 log = logging.getLogger("scvd.server")
 
+RELOAD_READ_SECONDS = 30.0  # a reload reading config.toml and tool.json files past this gives up
+
 
 class Daemon:
     """The running service: configuration, registry, sessions, approvals, connections."""
@@ -278,10 +280,21 @@ class Daemon:
             self._update_status(force=True)
 
     async def _reload_once(self) -> bool:
+        path = Path(self.loaded.path)
+
+        def read() -> tuple[Loaded, Registry]:
+            loaded = load(path, missing=self._gone_hint())
+            return loaded, build_registry(loaded.config, self.paths, self.extra_tools)
+
         try:
-            # reading tool.json files (and the first jsonschema import) stays off the loop
-            loaded = await asyncio.to_thread(load, Path(self.loaded.path), missing=self._gone_hint())
-            registry = await asyncio.to_thread(build_registry, loaded.config, self.paths, self.extra_tools)
+            # reading tool.json files (and the first jsonschema import) stays off the loop, and is
+            # bounded: a FIFO in config.toml's place would hold every later reload behind this one
+            try:
+                loaded, registry = await asyncio.wait_for(asyncio.to_thread(read), RELOAD_READ_SECONDS)
+            except TimeoutError:
+                raise errors.ConfigError(
+                    f"reading {path} and the tool definitions took longer than {RELOAD_READ_SECONDS:g} s "
+                    "(a FIFO or a file on a hung mount in their place?); fix that, then reload again") from None
             sandbox, verdict = await self._probe_sandbox(loaded.config)
         except errors.ScvError as exc:
             log.error("reload failed, keeping the old configuration: %s", exc.message)

@@ -10,6 +10,7 @@ call in flight in a real daemon process and look at its children's environment.
 from __future__ import annotations
 
 import asyncio
+import os
 import select
 import socket
 import sys
@@ -348,6 +349,10 @@ def _main(argv: list[str]) -> int:
 
     builtin = scvd.tools.builtin_tools
     scvd.tools.builtin_tools = lambda config, paths: builtin(config, paths) + harness_tools()
+    if "HARNESS_RELOAD_READ_SECONDS" in os.environ:  # a stuck reload's bound, without waiting 30 s
+        import scvd.server
+
+        scvd.server.RELOAD_READ_SECONDS = float(os.environ["HARNESS_RELOAD_READ_SECONDS"])
     return cli.main(argv)
 
 

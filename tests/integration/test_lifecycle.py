@@ -678,3 +678,26 @@ def test_a_thread_stuck_in_a_blocking_read_cannot_hold_the_exit(make_daemon):
         config.unlink()  # the fixture's cleanup must not block on it either
     assert "scvd stopped" in d.log()
     assert "exiting without waiting for 1 thread(s) still in a blocking call: " in d.log()
+
+
+def test_a_reload_stuck_reading_gives_up_and_a_later_one_runs(make_wrapped):
+    """A reload blocked on a FIFO held the reload lock for good: every later SIGHUP merged into the
+    one waiting behind it, so fixing the file and reloading changed nothing until a restart."""
+    d = make_wrapped("", env={"HARNESS_RELOAD_READ_SECONDS": "1"})
+    config = d.home / "config.toml"
+    config.unlink(missing_ok=True)
+    os.mkfifo(config)
+    try:
+        d.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "reload failed" in d.log(), what="the stuck reload to give up")
+        assert (f"reload failed, keeping the old configuration: reading {config} and the tool definitions took "
+                "longer than 1 s (a FIFO or a file on a hung mount in their place?); fix that, then reload "
+                "again") in d.log()
+    finally:
+        config.unlink()
+    config.write_text('[approvals]\npolicy = "always"\n')
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "configuration reloaded from" in d.log(), what="the reload after the fix")
+    with d.client() as c:
+        assert c.status().policy == "always"
+    assert d.stop() == 0
