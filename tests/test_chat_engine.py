@@ -55,7 +55,7 @@ def test_the_instructions_say_where_credentials_live_when_store_secret_is_offere
     key leads the model to store_secret even when the failing tool's error does not name it."""
     [first] = turn().start("hi")
     assert "live in scvd's secret store" in first.request.instructions
-    assert "load store_secret with find_tools" in first.request.instructions
+    assert "load store_secret with find_tools (query 'store_secret')" in first.request.instructions
     without = cat.Catalog([e for e in catalog().entries.values() if e.name != "store_secret"])
     t = Turn(Conversation(settings=Opened(workspace="/ws")), without, "t1", max_steps=8, context_tokens=100_000)
     [plain] = t.start("hi")
@@ -87,6 +87,19 @@ def test_find_tools_search_loads_matches_and_list_loads_nothing():
     hidden = t.catalog.find(cat.FindToolsArgs(query="secret"))[0]
     shown = t.catalog.find(cat.FindToolsArgs(query="secret", include_system=True))[0]
     assert hidden == [] and shown[0]["name"] == "store_secret"
+
+
+def test_find_tools_finds_store_secret_by_its_name_as_the_instructions_say():
+    """The credentials line says to load store_secret with find_tools, but a search hid every system
+    tool without include_system: the model found nothing and gave up on the missing key."""
+    t = turn()
+    [first] = t.start("x")
+    assert "load store_secret with find_tools (query 'store_secret')" in first.request.instructions
+    [nxt] = t.on_reply("", [call("c1", "find_tools", query="store_secret")], Usage())
+    assert output(t, "c1")["result"]["schemas_loaded"] == ["store_secret"]
+    assert "store_secret" in [s.name for s in nxt.request.tools]
+    listed = t.catalog.find(cat.FindToolsArgs(query="store_secret", mode="list"))[0]
+    assert listed == []  # the ordinary listing still leaves it out (seed 003)
 
 
 def test_a_denial_goes_back_to_the_model_with_its_kind():

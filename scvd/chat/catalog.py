@@ -22,7 +22,8 @@ SEARCH_LIMIT = 8  # schemas one search loads at most; the rest stay names
 STORE_SECRET = "store_secret"
 # seed 003: the system prompt keeps one short line on credentials; the tool's description has the rest
 CREDENTIALS = (f"Credentials (API keys, tokens) live in scvd's secret store, not in the environment: on a "
-               f"missing key, a 401 or a 403, load {STORE_SECRET} with {FIND_TOOLS} and call it with the key's "
+               f"missing key, a 401 or a 403, load {STORE_SECRET} with {FIND_TOOLS} (query {STORE_SECRET!r}) "
+               "and call it with the key's "
                "name (the person enters the value, which never reaches you), then call the failed tool again.")
 
 
@@ -92,8 +93,11 @@ class Catalog:
 
     def find(self, args: FindToolsArgs) -> tuple[list[dict[str, str]], list[str]]:
         """Matches as {name, description}, and the names whose schemas this loads."""
-        pool = [e for e in self.entries.values() if args.include_system or not e.system_use]
         words = args.query.lower().split()
+        # a system tool stays out of listings, but one asked for by its name is found (the
+        # credentials line tells the model to load store_secret so, without include_system)
+        pool = [e for e in self.entries.values()
+                if args.include_system or not e.system_use or args.mode == "search" and e.name in words]
         if words:
             scored = [(_score(e, words), e.name, e) for e in pool]
             pool = [e for score, _, e in sorted(scored, key=lambda s: (-s[0], s[1])) if score > 0]
