@@ -150,6 +150,7 @@ class Call:
     cancel_reason: str | None = None
     timer: asyncio.TimerHandle | None = None
     timeout: float | None = None  # the dispatch timeout, once known
+    shown_timeout: float | None = None  # what progress shows: the tool's own deadline, else that
     started_at: float = 0.0  # loop time when run() began
     next_progress: float = 0.0
     timed_out: bool = False
@@ -401,6 +402,8 @@ class CallRegistry:
         if waited:  # a call that started at once is running since call.accepted
             self.hub.send_event(call.session.owner, CallStarted(
                 seq=0, call_id=call.call_id, session=call.session.id, tool=tool.name, turn=call.turn))
+        # progress shows the timeout the person set (bash's 120 s, a tool.json's), not it plus the grace
+        call.shown_timeout = plan.timeout if plan.timeout is not None else timeout
         self._arm(call, timeout)
         ctx.progress = lambda message: self._report(call, message)
         return await tool.run(args, plan, ctx)
@@ -514,7 +517,7 @@ class CallRegistry:
         self._schedule(call, loop)
 
     def _progress(self, call: Call, elapsed: float, message: str | None = None) -> None:
-        timeout = call.timeout
+        timeout = call.shown_timeout
         if message is None:
             limit = f"{timeout:.0f}s" if timeout else "none"
             log.info("running name=%s call=%s elapsed=%.0fs/%s", call.tool_name, call.call_id, elapsed, limit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import signal
@@ -281,8 +282,10 @@ def test_progress_reaches_a_host_that_asked_for_it(make_daemon, workspace):
     progress = [m["params"] for m in messages if m.get("method") == "notifications/progress"]
     assert progress and all(m["progressToken"] == "tok-1" for m in progress)
     assert [m["progress"] for m in progress] == sorted(m["progress"] for m in progress)
-    assert progress[0]["total"] == 125.0  # bash's 120 s default plus the dispatch grace
+    # bash's 120 s default, the timeout the person knows (was 125: the dispatch grace added)
+    assert progress[0]["total"] == 120.0
     assert messages[-1]["result"]["structuredContent"]["output"].endswith("done\n")
+    assert re.search(r"running name=bash call=\S+ elapsed=\d+s/120s", d.log()), d.log()
 
 
 QUIRKS = ROOT / "tests" / "helpers" / "mcp_stdio_quirks.py"
