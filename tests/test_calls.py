@@ -52,7 +52,7 @@ class _Tool(Tool):
 def _tool(name: str, risk: ToolRisk = ToolRisk.READ_ONLY, flags: ToolFlags = ToolFlags(),
           body: Any = None) -> Tool:
     desc = (f"Test tool {name} for the calls registry.\nUse for registry unit tests; nothing else.\n"
-            "Precondition: none.")
+            "Precondition: only in test daemons.")
     attrs: dict[str, Any] = {"name": name, "description": desc, "risk": risk, "flags": flags}
     if body is not None:
         attrs["body"] = body
@@ -486,7 +486,7 @@ class _Now(_Tool):
 
     name = "now"
     description = ("Test tool now for the calls registry.\nUse for registry unit tests; nothing else.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(concurrent=True)
 
@@ -659,7 +659,7 @@ class _SlowCheck(_Tool):
 
     name = "slow_check"
     description = ("Test tool slow_check for the calls registry.\nUse for registry unit tests; nothing else.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     decode_blocks = True
 
     def __init__(self) -> None:

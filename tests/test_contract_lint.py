@@ -84,6 +84,11 @@ def test_three_lines_rule(description):
     (GOOD_DESCRIPTION + "\n", "it ends with a newline (an empty last line): remove it"),
     (GOOD_DESCRIPTION + "\nOne more.", "it has 4"),
     ("Read a text file from the workspace.\n\nUse for reading source files; write for it.", "line 2 is empty"),
+    # seed 003: the precondition line is left out when there is none
+    ("Read a text file from the workspace.\nUse for reading source files; write for changing them.\n"
+     "Precondition: none.", "line 3 ('Precondition: none.') says there is no precondition: leave the line out"),
+    ("Read a text file from the workspace.\nUse for reading source files; write for changing them.\nN/A",
+     "line 3 ('N/A') says there is no precondition: leave the line out"),
 ])
 def test_three_lines_rule_says_what_is_wrong(description, said):
     """A trailing newline used to read "must be 3 lines ... got 3"."""
@@ -92,9 +97,9 @@ def test_three_lines_rule_says_what_is_wrong(description, said):
 
 
 @pytest.mark.parametrize("description", [
-    "Read a file.\nUse for reading.\nNone.",  # too short
+    "Read a file.\nUse for reading.\nIt exists.",  # too short
     "Read a text file from the workspace " + "x" * 120 + ".\n"
-    "Use for reading source files; write for changing them.\nPrecondition: none.",  # too long
+    "Use for reading source files; write for changing them.\nPrecondition: the file must exist.",  # too long
 ])
 def test_length_rule(description):
     err = broken_rule(make_tool(description=description))

@@ -43,11 +43,11 @@ class AskUserArgs(msgspec.Struct, forbid_unknown_fields=True):
 
 CORE = (
     ToolSpec(FIND_TOOLS, "Find tools by name or purpose and load their schemas.\n"
-             "Use when a tool is listed by name only, before calling it; ask_user for questions.\n"
-             "Precondition: none.", inline_schema(FindToolsArgs)),
+             "Use when a tool is listed by name only, before calling it; ask_user for questions.",
+             inline_schema(FindToolsArgs)),
     ToolSpec(ASK_USER, "Ask the person a question and wait for the answer.\n"
              "Use when a choice or a fact only the person knows blocks the work.\n"
-             "Precondition: none; it waits without a time limit.", inline_schema(AskUserArgs)),
+             "Precondition: the turn waits for the answer, without a time limit.", inline_schema(AskUserArgs)),
 )
 CORE_NAMES = frozenset(spec.name for spec in CORE)
 

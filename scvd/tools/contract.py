@@ -294,7 +294,12 @@ def _line_problems(lines: list[str]) -> list[str]:
     empty = [str(i) for i, line in enumerate(body, 1) if not line.strip()]
     if empty:
         wrong.append(f"line {', '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty")
+    if len(body) == 3 and NO_PRECONDITION_RE.fullmatch(body[2].strip()):  # seed 003: "omit if none"
+        wrong.append(f"line 3 ({body[2].strip()!r}) says there is no precondition: leave the line out")
     return wrong
+
+
+NO_PRECONDITION_RE = re.compile(r"(precondition:\s*)?(none|n/a|-)\.?", re.IGNORECASE)
 
 
 def _description_findings(text: str) -> list[Finding]:

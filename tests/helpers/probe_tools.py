@@ -108,7 +108,7 @@ class ProbeEcho(_ProbeTool):
     name = "probe_echo"
     description = ("Return the given text unchanged.\n"
                    "Use for round trips in tests; probe_touch for writes.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     Arguments = EchoArgs
     risk = ToolRisk.READ_ONLY
 
@@ -124,7 +124,7 @@ class ProbeFree(_ProbeTool):
     name = "probe_free"
     description = ("Return the given text; exempt from every approval.\n"
                    "Use for always_allow checks; probe_echo when asking may apply.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     Arguments = FreeArgs
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(always_allow=True)
@@ -171,7 +171,7 @@ class ProbeSleep(_ProbeTool):
     name = "probe_sleep"
     description = ("Sleep for a while and record start and end times.\n"
                    "Use for lane ordering; probe_wait for concurrent calls.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     Arguments = SleepArgs
     risk = ToolRisk.PROCESS
 
@@ -188,7 +188,7 @@ class ProbeWait(_ProbeTool):
     name = "probe_wait"
     description = ("Wait until the test opens a gate, recording start and end.\n"
                    "Use for concurrent calls; probe_sleep for serial ones.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     Arguments = WaitArgs
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(concurrent=True)
@@ -205,7 +205,7 @@ class ProbeBackground(ProbeWait):
     name = "probe_bg"
     description = ("Wait in the background until the test opens a gate.\n"
                    "Use for background calls; probe_wait for foreground ones.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     flags = ToolFlags(background=True)
 
 
@@ -217,7 +217,7 @@ class ProbeSlow(_ProbeTool):
     name = "probe_slow"
     description = ("Sleep past its own small dispatch timeout.\n"
                    "Use for timeout tests; probe_sleep for ordinary sleeps.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     Arguments = SlowArgs
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(timeout=0.3)
@@ -230,7 +230,7 @@ class ProbeSystem(_ProbeTool):
     name = "probe_system"
     description = ("Internal bookkeeping probe, hidden from listings.\n"
                    "Use for include_system checks; probe_echo for visible tools.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     Arguments = FreeArgs
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(system_use=True)
@@ -243,7 +243,7 @@ class ProbeCrash(_ProbeTool):
     name = "probe_crash"
     description = ("Raise an unexpected exception inside run.\n"
                    "Use for checking a tool bug becomes kind failed; probe_echo otherwise.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     Arguments = FreeArgs
     risk = ToolRisk.READ_ONLY
 
@@ -255,7 +255,7 @@ class ProbeBadResult(_ProbeTool):
     name = "probe_bad_result"
     description = ("Return a result that cannot be encoded as JSON.\n"
                    "Use for checking a bad result still completes the call; probe_crash for raising.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     Arguments = FreeArgs
     risk = ToolRisk.READ_ONLY
 

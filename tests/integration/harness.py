@@ -253,7 +253,7 @@ class SleepTool(_HarnessTool):
 
     name = "test_sleep"
     description = ("Sleep for a while and return.\nUse for holding a call in flight; test_env for env.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     Arguments = SleepArgs
     summary = "sleep"
 
@@ -272,7 +272,7 @@ class StubbornTool(_HarnessTool):
 
     name = "test_stubborn"
     description = ("Sleep and ignore every cancellation.\nUse for testing shutdown bounds; test_sleep for "
-                   "polite.\nPrecondition: none.")
+                   "polite.\nPrecondition: only in test daemons.")
     Arguments = NoArgs
     summary = "sleep forever"
 
@@ -294,7 +294,7 @@ class EnvTool(_HarnessTool):
 
     name = "test_env"
     description = ("List the variables and fds a child process inherits.\nUse for env scrub checks; "
-                   "test_sleep for waiting.\nPrecondition: none.")
+                   "test_sleep for waiting.\nPrecondition: only in test daemons.")
     Arguments = NoArgs
     summary = "run env"
 
@@ -314,7 +314,7 @@ class FdHogTool(_HarnessTool):
 
     name = "test_fd_hog"
     description = ("Open files until the daemon runs out of descriptors.\nUse for fd exhaustion checks; "
-                   "test_sleep for waiting.\nPrecondition: none.")
+                   "test_sleep for waiting.\nPrecondition: only in test daemons.")
     Arguments = NoArgs
     summary = "hog fds"
 

@@ -25,7 +25,7 @@ class ProbeRun(ProbeWait):
     name = "probe_run"
     description = ("Run in the background until the test opens a gate, at risk process.\n"
                    "Use for grants of pending calls; probe_wait for read-only ones.\n"
-                   "Precondition: none.")
+                   "Precondition: only in test daemons.")
     Arguments = RunArgs
     risk = ToolRisk.PROCESS
     flags = ToolFlags(background=True)

@@ -39,7 +39,7 @@ class GatherArgs(msgspec.Struct, forbid_unknown_fields=True):
 class GatherTool(Tool):
     name = "chat_gather"
     description = ("Wait until two calls run at once, then return.\nUse for checking fan-out; "
-                   "read for files.\nPrecondition: none.")
+                   "read for files.\nPrecondition: only in test daemons.")
     Arguments = GatherArgs
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(always_allow=True, concurrent=True)
@@ -66,7 +66,7 @@ class SlowStopTool(Tool):
 
     name = "chat_slow_stop"
     description = ("Run until cancelled, then take a second to stop.\nUse for checking cancellation; "
-                   "read for files.\nPrecondition: none.")
+                   "read for files.\nPrecondition: only in test daemons.")
     Arguments = GatherArgs
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(always_allow=True)
@@ -642,7 +642,7 @@ def test_a_tool_that_comes_after_chat_open_is_there_for_the_next_turn(chat_rig, 
 class BackgroundTool(Tool):
     name = "chat_background"
     description = ("Start slow work in the background and report later.\nUse for checking background "
-                   "results; chat_gather for fan-out.\nPrecondition: none.")
+                   "results; chat_gather for fan-out.\nPrecondition: only in test daemons.")
     Arguments = GatherArgs
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(always_allow=True, background=True)
