@@ -117,6 +117,17 @@ def test_timeout_ceiling_refused_before_approval(harness: Harness) -> None:
     assert t.plan(t.decode({"prompt": "go", "timeout_seconds": 1800}), harness.ctx()).timeout == 1800
 
 
+def test_the_timeout_example_stays_within_a_lowered_ceiling(harness: Harness) -> None:
+    """"e.g. 1800" stood in the schema under max_timeout_seconds = 600: a model copying it was refused."""
+    from adapters_support import load_config
+    from scvd.adapters import tools as agent_tools
+
+    config = load_config("[tools]\nmax_timeout_seconds = 600\nagent_timeout_seconds = 300\n")
+    codex = {t.name: t for t in agent_tools.tools(config, harness.paths)}["agent_codex"]
+    timeout = codex.input_schema()["properties"]["timeout_seconds"]
+    assert timeout["maximum"] == 600 and timeout["description"].endswith("e.g. 600")
+
+
 @pytest.mark.timeout(30)  # the fake agent sleeps for an hour: only the deadline kill ends it
 def test_deadline_kills_the_agent(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_AGENT_MODE", "sleep")

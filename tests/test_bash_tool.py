@@ -72,6 +72,8 @@ def test_the_schema_advertises_the_configured_default_and_ceiling():
     timeout = schema["properties"]["timeout_seconds"]
     assert (timeout["default"], timeout["maximum"]) == (30, 90)
     assert schema["required"] == ["command"] and schema["additionalProperties"] is False
+    # its example stays within the ceiling: a model copying "e.g. 600" got refused
+    assert "e.g. 90 for a long build" in timeout["description"]
 
 
 def test_a_timeout_above_the_ceiling_is_refused_naming_it():

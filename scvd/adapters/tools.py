@@ -47,7 +47,8 @@ def arguments_struct(adapter: specs.Adapter, config: Any) -> type[msgspec.Struct
             "its AGENTS.md/CLAUDE.md and skills. Default: the workspace root. e.g. scv"))], None),
         ("timeout_seconds", Annotated[int, Meta(ge=1, le=tools.max_timeout_seconds, description=(
             f"Seconds before the agent is killed, up to {tools.max_timeout_seconds}; raise it for "
-            f"long work such as builds or releases. e.g. 1800"))], tools.agent_timeout_seconds),
+            f"long work such as builds or releases. e.g. {min(1800, tools.max_timeout_seconds)}"))],
+         tools.agent_timeout_seconds),
     ]
     if adapter.model_args:
         model = Annotated[str, Meta(min_length=1, max_length=128, pattern=MODEL_PATTERN)]

@@ -39,7 +39,7 @@ def make_arguments(tools_config: Any) -> type[msgspec.Struct]:
         gt=0,
         le=ceiling,
         description=(
-            f"Seconds before the command's process group is killed, e.g. 600 for a long build; "
+            f"Seconds before the command's process group is killed, e.g. {min(600, ceiling)} for a long build; "
             f"default {default}, at most {ceiling} (tools.max_timeout_seconds)."
         ),
     )]
