@@ -157,15 +157,24 @@ def _suggested(message: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(offset|limit)=(\d+)", message)}
 
 
-def test_read_range_ending_inside_a_character(ws: Workspace) -> None:
+def test_a_limit_that_cuts_a_character_stops_the_range_before_it(ws: Workspace) -> None:
+    """The limit ending inside a character failed the read: with the default 64 KiB, two pages in three
+    of a Chinese text, so every page cost a second call."""
     (ws.root / "u.txt").write_bytes("ab€cd".encode())  # € is bytes 2..4
-    with pytest.raises(Failed) as info:
-        ws.call("read", path="u.txt", limit=3)
-    msg = info.value.message
-    assert "not valid UTF-8" in msg and "multi-byte character that starts at byte offset 2" in msg
-    fix = _suggested(msg.split(";", 1)[1])
-    assert ws.call("read", path="u.txt", limit=fix["limit"])["content"] == "ab"
-    assert ws.call("read", path="u.txt", offset=fix["offset"])["content"] == "€cd"
+    first = ws.call("read", path="u.txt", limit=3)
+    assert (first["content"], first["length"], first["truncated"]) == ("ab", 2, True)
+    assert ws.call("read", path="u.txt", offset=first["length"])["content"] == "€cd"
+    (ws.root / "cjk.txt").write_text("中" * 30_000)  # 90,000 bytes: 65,536 is inside a character
+    page = ws.call("read", path="cjk.txt")
+    assert (page["content"], page["length"], page["truncated"]) == ("中" * 21_845, 65_535, True)
+    rest = ws.call("read", path="cjk.txt", offset=page["length"])
+    assert rest["content"] == "中" * 8_155 and not rest["truncated"]
+
+
+def test_a_file_that_ends_inside_a_character_still_says_so(ws: Workspace) -> None:
+    (ws.root / "cut.txt").write_bytes("ab€".encode()[:-1])  # the file itself is cut: nothing to go on to
+    with pytest.raises(Failed, match="byte offset 2 is not text"):
+        ws.call("read", path="cut.txt")
 
 
 def test_read_range_starting_inside_a_character(ws: Workspace) -> None:

@@ -105,8 +105,13 @@ def _answer(path: str, parts: tuple[str, ...], real: tuple[str, ...], offset: in
         raise Failed(f"offset {offset} is past the end of {show(path)} (total_bytes {total}); use an offset from 0 to {total}")
     try:
         content = data.decode("utf-8")  # decoded once: utf8_problem only says what is wrong
-    except UnicodeDecodeError:
-        raise Failed(utf8_problem(path, data, offset, total, before) or "not valid UTF-8") from None
+    except UnicodeDecodeError as exc:
+        # the limit cut a character in two (a page of a CJK text, two in three): the range stops before
+        # it, and `truncated` with `length` says where to go on; anything else is the caller's to fix
+        if not (exc.reason == "unexpected end of data" and exc.start > 0 and offset + len(data) < total):
+            raise Failed(utf8_problem(path, data, offset, total, before) or "not valid UTF-8") from None
+        data = data[:exc.start]
+        content = data.decode("utf-8")
     return {
         "path": containment.join(parts),
         **_resolved(parts, real),
@@ -184,11 +189,9 @@ def utf8_problem(path: str, data: bytes, offset: int, total: int, before: bytes)
                 f"{where}: offset {offset} falls inside a multi-byte character; "
                 f"read again with offset={offset - back}"
             )
-    if reason == "unexpected end of data" and offset + len(data) < total:
+    if reason == "unexpected end of data" and offset + len(data) < total:  # a limit below one character
         at = f"{where}: the range ends inside a multi-byte character that starts at byte offset {offset + start}"
-        if start == 0:
-            return f"{at}; read again with limit={_char_length(data[0])} or more"
-        return f"{at}; read again with limit={start}, then continue from offset={offset + start}"
+        return f"{at}; read again with limit={_char_length(data[0])} or more"
     return (
         f"{where}: byte offset {offset + start} is not text (binary data or another encoding); "
         "read returns UTF-8 text only: pick a range without it, or inspect the bytes with bash (e.g. xxd)"

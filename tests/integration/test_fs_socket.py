@@ -68,8 +68,8 @@ def test_read_runs_without_approval_and_reports_ranges(owner: Client, ws: Path) 
 def test_read_errors_have_their_kinds(owner: Client, ws: Path) -> None:
     (ws / "u.txt").write_bytes("ab€cd".encode())
     sid = owner.open_session(ws)
-    done, _ = call(owner, sid, "read", path="u.txt", limit=3)
-    assert not done.ok and done.error.kind == "failed" and "limit=2" in done.error.message
+    done, _ = call(owner, sid, "read", path="u.txt", offset=3)  # inside the €
+    assert not done.ok and done.error.kind == "failed" and "offset=2" in done.error.message
     done, _ = call(owner, sid, "read", path="u.txt", limit=(1 << 20) + 1)
     assert done.error.kind == "invalid_arguments" and "limit" in done.error.message
     done, _ = call(owner, sid, "read", path="missing.txt")
