@@ -591,6 +591,10 @@ class WriteTool(Tool):
         parent = open_parent(ctx.workspace_fd, real, args.path)
         try:
             existing = inspect_target(parent, real, args.path, args.mode)
+            # a stale hash fails before anyone is asked, where hashing costs less than a thread hop
+            # (a small file on a local filesystem); run() checks it again just before the rename
+            if args.expected_sha256 and existing is not None and inline_ok(parent, existing):
+                _check_sha(parent, real, args.path, args.expected_sha256, NEVER)
         finally:
             os.close(parent)
         linked = existing is not None and existing.st_nlink > 1

@@ -137,13 +137,20 @@ def test_write_edge_cases_of_seed_000(owner: Client, ws: Path) -> None:
     assert done.error.kind == "failed" and "mode='create'" in done.error.message
     done, _ = call(owner, sid, "write", path="no/dir/c.txt", content="x", mode="create")
     assert done.error.kind == "failed" and "parent directory 'no'" in done.error.message
-    # a stale expected_sha256 is found right before install, after approval
+    # a stale expected_sha256 of a small file: refused before anyone is asked (it was asked, then failed)
     seen = call(owner, sid, "read", path="a.txt")[0].result["sha256"]
     (ws / "a.txt").write_text("v2")
-    done, _ = call(owner, sid, "write", decide="approve", path="a.txt", content="mine", mode="replace",
-                   expected_sha256=seen)
+    done, _ = call(owner, sid, "write", path="a.txt", content="mine", mode="replace", expected_sha256=seen)
     assert done.error.kind == "failed" and "read it again and pass its sha256" in done.error.message
     assert (ws / "a.txt").read_text() == "v2"
+    # of a big one: found right before install, after approval (hashing it would hold the loop)
+    (ws / "big.txt").write_text("x" * 100_000)
+    seen = call(owner, sid, "read", path="big.txt")[0].result["sha256"]
+    (ws / "big.txt").write_text("y" * 100_000)
+    done, _ = call(owner, sid, "write", decide="approve", path="big.txt", content="mine", mode="replace",
+                   expected_sha256=seen)
+    assert done.error.kind == "failed" and "read it again and pass its sha256" in done.error.message
+    assert (ws / "big.txt").read_text() == "y" * 100_000
     fresh = call(owner, sid, "read", path="a.txt")[0].result["sha256"]
     done, _ = call(owner, sid, "write", decide="approve", path="a.txt", content="mine", mode="replace",
                    expected_sha256=fresh)
