@@ -117,6 +117,22 @@ def test_timeout_ceiling_refused_before_approval(harness: Harness) -> None:
     assert t.plan(t.decode({"prompt": "go", "timeout_seconds": 1800}), harness.ctx()).timeout == 1800
 
 
+@pytest.mark.parametrize("arguments, message", [
+    ({"prompt": "go", "timeout_seconds": 1801},
+     "agent_claude: timeout_seconds 1801 is above the ceiling of 1800 s (tools.max_timeout_seconds); ask for at "
+     "most 1800, or raise tools.max_timeout_seconds in config.toml"),
+    ({"prompt": "--help"}, "agent_claude: the prompt cannot start with '-' (the agent CLI would take it for an "
+                           "option): start it with a word, e.g. 'Fix the failing test'"),
+    ({"prompt": "go", "model": "@latest"}, "agent_claude: model '@latest' is not a model name: 1-128 letters, "
+                                           "digits or ._:/@[]-, not starting with - or @ (e.g. sonnet, gpt-5.1-codex)"),
+])
+def test_argument_refusals_say_what_to_send(harness: Harness, arguments, message) -> None:
+    """They were the validator's text ("Expected `str` matching regex '^[^-]'"), which the model reads."""
+    with pytest.raises(InvalidArguments) as info:
+        harness.tool("claude").decode(arguments)
+    assert info.value.message == message
+
+
 def test_the_timeout_example_stays_within_a_lowered_ceiling(harness: Harness) -> None:
     """"e.g. 1800" stood in the schema under max_timeout_seconds = 600: a model copying it was refused."""
     from adapters_support import load_config

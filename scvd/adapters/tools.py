@@ -17,11 +17,12 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from .. import passenv, process
+from ..errors import InvalidArguments
 from ..text import excerpt
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout, own_deadline
 from ..tools.runs import result_dict, timeout_error
 from . import spec as specs
-from .argv import EFFORTS, MODEL_PATTERN, PROMPT_PATTERN, bounded, build_argv
+from .argv import EFFORTS, MODEL_PATTERN, PROMPT_PATTERN, bounded, build_argv, check_model
 from .env import build_env
 from .homes import ensure_home, home_dir, repair_home
 from .locate import resolve_cwd, resolve_executable
@@ -94,6 +95,27 @@ class AgentTool(Tool):
         self.name = adapter.tool_name  # type: ignore[misc]
         self.description = describe(adapter)  # type: ignore[misc]
         self.Arguments = arguments_struct(adapter, config)
+        self.ceiling = float(config.tools.max_timeout_seconds)
+
+    def decode(self, arguments: Any) -> Any:
+        """The Struct; a refusal says what to send instead, not which regex or bound failed."""
+        try:
+            return super().decode(arguments)
+        except InvalidArguments:
+            if not isinstance(arguments, dict):
+                raise
+            requested, prompt, model = (arguments.get(k) for k in ("timeout_seconds", "prompt", "model"))
+            if isinstance(requested, (int, float)) and not isinstance(requested, bool):
+                check_timeout(requested, self.ceiling, f"{self.name}: timeout_seconds")  # names the setting
+            if isinstance(prompt, str) and prompt.startswith("-"):
+                raise InvalidArguments(f"{self.name}: the prompt cannot start with '-' (the agent CLI would take it "
+                                       "for an option): start it with a word, e.g. 'Fix the failing test'") from None
+            if isinstance(model, str) and "model" in self.Arguments.__struct_fields__:
+                try:
+                    check_model(model)
+                except InvalidArguments as exc:
+                    raise InvalidArguments(f"{self.name}: {exc.message}") from None
+            raise
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         timeout = self._timeout(args, ctx)
