@@ -54,8 +54,10 @@ def test_read_limit_maximum_comes_from_config() -> None:
     tool = fs.tools(config, None)[0]
     limit = tool.input_schema()["properties"]["limit"]
     assert (limit["maximum"], limit["default"]) == (2048, 2048)
-    with pytest.raises(InvalidArguments, match="limit"):
+    with pytest.raises(InvalidArguments) as info:
         tool.decode({"path": "a", "limit": 2049})
+    assert info.value.message == ("read: limit 2049 is above the 2048 bytes one read returns (tools.read_limit_bytes): "
+                                  "read in pages, each from the offset where the last one ended (offset + length)")
 
 
 # --- read -------------------------------------------------------------------------

@@ -512,6 +512,19 @@ class ReadTool(Tool):
 
     def __init__(self, max_limit: int) -> None:
         self.Arguments = _read_arguments(max_limit)
+        self.max_limit = max_limit
+
+    def decode(self, arguments: Any) -> Any:
+        try:
+            return super().decode(arguments)
+        except InvalidArguments:  # a limit past the ceiling says which setting, and how to go on
+            limit = arguments.get("limit") if isinstance(arguments, dict) else None
+            if type(limit) is int and limit > self.max_limit:
+                raise InvalidArguments(
+                    f"read: limit {limit} is above the {self.max_limit} bytes one read returns "
+                    "(tools.read_limit_bytes): read in pages, each from the offset where the last one "
+                    "ended (offset + length)") from None
+            raise
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         parts = file_parts(args.path)
