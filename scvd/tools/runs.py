@@ -11,9 +11,6 @@ from typing import Any
 from ..errors import Timeout
 from ..process import RunResult
 
-TIMEOUT_OUTPUT_BYTES = 4096  # of the partial output carried by a timeout error
-
-
 def result_dict(r: RunResult) -> dict[str, Any]:
     """A finished run as a call result: exit status or signal, bounded output, truncation."""
     return {
@@ -24,13 +21,13 @@ def result_dict(r: RunResult) -> dict[str, Any]:
 
 
 def timeout_error(tool: str, r: RunResult, timeout: float, ceiling: float, *, hint: str | None = None) -> Timeout:
-    """The deadline passed: say what happened and how to allow more time; carry the output's end."""
-    data = r.output.encode()
-    tail = data[-TIMEOUT_OUTPUT_BYTES:].decode("utf-8", "ignore")
-    note = "" if len(data) <= TIMEOUT_OUTPUT_BYTES else f"last {TIMEOUT_OUTPUT_BYTES} bytes of "
+    """The deadline passed: say what happened and how to allow more time; carry the output as a result
+    would (head and tail within tools.output_limit_bytes): a hung test run's first failures, an agent's
+    report so far (only the last 4 KiB came, which often held neither)."""
+    kept = f"the first and last of them follow ({r.bytes_kept} kept)" if r.truncated else "they follow"
     message = (
         f"{tool}: the command ran past its timeout of {timeout:g} s and its process group was killed "
-        f"(SIGKILL); {r.bytes_seen} bytes of output, {note}output follows:\n{tail}"
+        f"(SIGKILL); {r.bytes_seen} bytes of output, {kept}:\n{r.output}"
     )
     more_time = (f"pass a larger timeout_seconds (at most {ceiling:g}) or run less per call" if timeout < ceiling
                  else f"run less per call: {ceiling:g} s is the ceiling (tools.max_timeout_seconds in config.toml)")
