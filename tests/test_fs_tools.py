@@ -195,6 +195,24 @@ def test_read_range_smaller_than_a_character(ws: Workspace) -> None:
         ws.call("read", path="u.txt", limit=1)
 
 
+def test_a_path_refused_but_inside_the_workspace_names_its_relative_form(ws: Workspace) -> None:
+    """An absolute path (a bash `pwd`, an agent's cwd) or one with `..` was refused with no hint that it
+    named a file of the workspace, and which path would do."""
+    (ws.root / "src").mkdir()
+    (ws.root / "src" / "a.txt").write_text("A")
+    for path in (f"{ws.root}/src/a.txt", "src/../src/a.txt"):
+        with pytest.raises(InvalidArguments) as info:
+            ws.call("read", path=path)
+        assert info.value.message.endswith(": it is inside the workspace, as 'src/a.txt'"), info.value.message
+    with pytest.raises(InvalidArguments) as info:
+        ws.call("write", path=f"{ws.root}/new.txt", content="x", mode="create")
+    assert info.value.message.endswith(": it is inside the workspace, as 'new.txt'")
+    for outside in ("/etc/passwd", "../x.txt", f"{ws.root}/../x.txt"):
+        with pytest.raises(InvalidArguments) as info:
+            ws.call("read", path=outside)
+        assert "inside the workspace, as" not in info.value.message
+
+
 def test_read_binary_file(ws: Workspace) -> None:
     (ws.root / "b.bin").write_bytes(b"GIF89a\x00\xff\xfe")
     with pytest.raises(Failed, match="byte offset 7 is not text"):

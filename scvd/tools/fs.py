@@ -17,6 +17,7 @@ import errno
 import hashlib
 import logging
 import os
+import posixpath
 import shlex
 import stat
 from typing import Annotated, Any, Callable, Literal
@@ -264,6 +265,23 @@ def file_parts(path: str) -> tuple[str, ...]:
         raise InvalidArguments(
             f"path {show(path)} ends with {tail!r}, so it names a directory; give a file path, without the {tail!r}")
     return parts
+
+
+def parts_in(workspace: Any, path: str, of: Callable[[str], tuple[str, ...]]) -> tuple[str, ...]:
+    """`of(path)`; a refused absolute or `..` path that names a place inside the workspace says the
+    relative form to use (scvd itself hands out absolute paths: a bash `pwd`, an agent's cwd)."""
+    try:
+        return of(path)
+    except InvalidArguments as exc:
+        normal = posixpath.normpath(path) if isinstance(path, str) and path else ""
+        root = os.fspath(workspace)
+        if normal.startswith(root.rstrip("/") + "/"):
+            relative = normal[len(root.rstrip("/")) + 1:]
+        elif normal and not normal.startswith(("/", "..")) and normal != ".":
+            relative = normal
+        else:
+            raise
+        raise InvalidArguments(f"{exc.message}: it is inside the workspace, as {show(relative)}") from None
 
 
 def write_parts(path: str) -> tuple[str, ...]:
@@ -527,7 +545,7 @@ class ReadTool(Tool):
             raise
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
-        parts = file_parts(args.path)
+        parts = parts_in(ctx.workspace, args.path, file_parts)
         fd, st, real = containment.open_regular(ctx.workspace_fd, parts, args.path)  # refuse escapes before approval
         held: _Held | None = None
         if inline_ok(fd, st):
@@ -593,7 +611,7 @@ class WriteTool(Tool):
     Arguments = WriteArguments
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
-        parts = write_parts(args.path)
+        parts = parts_in(ctx.workspace, args.path, write_parts)
         if args.expected_sha256 and args.mode == "create":
             raise InvalidArguments("expected_sha256 applies to mode='replace' only; a created file has no prior content")
         try:
