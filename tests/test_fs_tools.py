@@ -213,6 +213,15 @@ def test_a_path_refused_but_inside_the_workspace_names_its_relative_form(ws: Wor
         assert "inside the workspace, as" not in info.value.message
 
 
+def test_null_for_an_optional_argument_is_its_default(ws: Workspace) -> None:
+    """`{"offset": null}` was refused ("Expected `int`, got `null`"): models send null for what they leave out."""
+    (ws.root / "a.txt").write_text("hello")
+    done = ws.call("read", path="a.txt", offset=None, limit=None)
+    assert (done["content"], done["offset"]) == ("hello", 0)
+    with pytest.raises(InvalidArguments, match="Expected `str`, got `null`"):
+        ws.call("read", path=None)  # a required one stays required
+
+
 def test_read_binary_file(ws: Workspace) -> None:
     (ws.root / "b.bin").write_bytes(b"GIF89a\x00\xff\xfe")
     with pytest.raises(Failed, match="byte offset 7 is not text"):

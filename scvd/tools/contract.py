@@ -159,6 +159,12 @@ class Tool(abc.ABC):
         try:
             return msgspec.convert(arguments, self.Arguments)
         except msgspec.ValidationError as exc:
+            if isinstance(arguments, dict) and None in arguments.values():
+                # models send null for an optional argument they mean to leave out: its default
+                try:
+                    return msgspec.convert({k: v for k, v in arguments.items() if v is not None}, self.Arguments)
+                except msgspec.ValidationError:
+                    pass
             raise InvalidArguments(f"{self.name}: {_explain(exc)}") from exc
 
     @abc.abstractmethod
