@@ -301,6 +301,9 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
      ("Example.ENV", True), (".env.example", True), (".pgpass", True), ("infra/terraform.tfstate", True),
      ("terraform.tfstate.backup", True), (".vault-token", True), (".docker/config.json", True),
      ("home/.Docker/Config.json", True),
+     # read unasked before: Codex's sign-in file name, an Apache password file, Terraform vars, Java key stores
+     ("auth.json", True), (".codex/Auth.json", True), ("site/.htpasswd", True), ("prod.tfvars", True),
+     ("release.jks", True), ("app.keystore", True), ("auth.json.md", False), ("tfvars.py", False),
      ("config.json", False), (".docker/daemon.json", False), ("tfstate.md", False), (".venv/bin/python", False),
      ("src/main.py", False), ("environment.py", False), ("keyboard.c", False),
      ("pem.md", False), ("ssh/config", False), ("README.md", False), ("key", False)],

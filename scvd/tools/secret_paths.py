@@ -23,6 +23,8 @@ SECRET_NAMES = {
     ".envrc": "a direnv file that usually exports tokens",
     ".pgpass": "a PostgreSQL password file",
     ".vault-token": "a HashiCorp Vault token",
+    ".htpasswd": "an Apache password file",
+    "auth.json": "a credentials file (Codex and others keep their sign-in in one)",
 }
 # (directory, file name): names too common to flag anywhere else
 SECRET_FILES_IN = {(".docker", "config.json"): "a Docker config that may hold registry credentials"}
@@ -40,6 +42,9 @@ SECRET_SUFFIXES = {
     ".env": "a dotenv file",  # prod.env; like .env.* it counts templates (example.env) too
     ".tfstate": TFSTATE,
     ".tfstate.backup": TFSTATE,
+    ".tfvars": "Terraform variables, which often hold secrets",
+    ".jks": "a Java key store",
+    ".keystore": "a Java key store",
 }
 
 
