@@ -122,7 +122,9 @@ class Bridge:
         if method == "ping":
             return {}
         if method == "tools/list":
-            tools = (await self.client.request(p.ToolsList, session=self.session)).tools  # what it calls
+            # what it calls; system tools too (store_secret): a host has no find_tools to discover them,
+            # and a credential_missing error tells its agent to call store_secret
+            tools = (await self.client.request(p.ToolsList, session=self.session, include_system=True)).tools
             return {"tools": [mcp_tool(t) for t in tools]}
         if method == "tools/call":
             return await self._call(params, msg_id)
