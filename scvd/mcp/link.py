@@ -21,8 +21,8 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
 from .. import __version__
-from ..config import McpServerConfig
-from ..errors import Failed, InvalidArguments, ScvError, ToolError, Unavailable
+from ..config import McpServerConfig, SecretRef
+from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, ToolError, Unavailable
 from ..text import well_formed
 from . import spec
 from .tool import CallOutcome, ToolSpec
@@ -227,15 +227,33 @@ class ServerLink:
                                   "scvd restarts it (see `scvctl status`)") from None
             if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
                 self._lost.set()
+                self._raise_if_credential_refused(tool)
             raise _call_error(f"mcp server {self.name}: {tool}: {exc.error.message}", exc.error.code) from None
         except (asyncio.CancelledError, ScvError):
             raise
         except Exception as exc:  # the connection broke under the call
             self._lost.set()
+            if self._refused_posts != refused:
+                self._raise_if_credential_refused(tool)
             raise Unavailable(f"mcp server {self.name} failed during the call: {_describe(exc)}") from None
         dumped = well_formed(result.model_dump(mode="json", exclude_none=True))
         return CallOutcome(is_error=bool(getattr(result, "is_error", False)),
                            content=dumped.get("content") or [], structured=dumped.get("structured_content"))
+
+    def _raise_if_credential_refused(self, tool: str) -> None:
+        """A 401 or 403 to a server whose headers carry secrets: credential_missing naming them, so an
+        agent can heal it (seed 003): store_secret, then the call again, on the reconnected server."""
+        keys = [v.secret for v in self.cfg.headers.values() if isinstance(v, SecretRef)]
+        if self._http_status not in (401, 403) or not keys:
+            return
+        named = spec.tool_name(self.name, tool)
+        key = keys[0] if len(keys) == 1 else "KEY"
+        which = f"the secret {keys[0]}" if len(keys) == 1 else f"one of the secrets {', '.join(keys)}"
+        raise CredentialMissing(
+            f"mcp server {self.name}: {tool}: HTTP status {self._http_status} from {self.cfg.url}: the server "
+            f"refused {which} sent in its headers; store a new value with store_secret (key {key!r}, tool "
+            f"{named!r}) or `scvctl secrets set {key}`, then call the tool again (scvd reconnects with it)",
+            hint=f"scvctl secrets set {key}") from None
 
     def down_message(self) -> str:
         why = f": {self.error}" if self.error else ""

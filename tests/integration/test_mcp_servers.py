@@ -652,6 +652,40 @@ def test_an_http_server_that_goes_away_is_reported_and_reconnected(make_daemon, 
         stop(web)
 
 
+def test_a_refused_header_secret_is_credential_missing_and_store_secret_heals_it(make_daemon, workspace,
+                                                                                  monkeypatch):
+    """A revoked token read "HTTP status 401" and named no key: the agent could not start seed 003's
+    auto-heal (store_secret, then the call again)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    web = start_http_server(port)
+    try:
+        d = http_daemon(make_daemon, url, "Bearer s3cret", monkeypatch)
+        with d.client(name="agent") as c, d.client(name="me") as me:
+            server(c, "notes")
+            session = c.open_session(workspace)
+            stop(web)
+            web = start_http_server(port, args=("n3w",))  # the token was rotated on the server's side
+            done = c.call(session, "mcp__notes__add", {"a": 1, "b": 1})
+            assert done.error.kind == "credential_missing", done.error
+            assert done.error.message == (
+                f"mcp server notes: add: HTTP status 401 from {url}: the server refused the secret NOTES_TOKEN "
+                "sent in its headers; store a new value with store_secret (key 'NOTES_TOKEN', tool "
+                "'mcp__notes__add') or `scvctl secrets set NOTES_TOKEN`, then call the tool again (scvd "
+                "reconnects with it)")
+            me.request(p.ApprovalsWatch)
+            healing = c.start_call(session, "store_secret", {"key": "NOTES_TOKEN", "tool": "mcp__notes__add"})
+            asked = me.next_event()
+            while not isinstance(asked, p.SecretRequested):
+                asked = me.next_event()
+            me.request(p.SecretProvide, request_id=asked.request_id, value="Bearer n3w")
+            assert c.wait_call(healing).ok
+            server(c, "notes", timeout=60)
+            assert c.call(session, "mcp__notes__add", {"a": 1, "b": 1}).result["text"] == "1 + 1 = 2"
+    finally:
+        stop(web)
+
+
 @pytest.fixture
 def quirks_http():
     """Starts tests/helpers/mcp_http_quirks.py (GET answered with 405) with its args; gives its table."""
