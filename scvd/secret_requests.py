@@ -63,8 +63,9 @@ class SecretRequests:
 
     def __init__(self, store: SecretStore, *, approvers: Callable[[str], list[Any]],
                  send: Callable[[Any, p.Frame], None], timeout: Callable[[], float | None],
-                 audit: Callable[..., None]) -> None:
+                 audit: Callable[..., None], on_stored: Callable[[str], None] = lambda key: None) -> None:
         self.store = store
+        self._on_stored = on_stored  # told each key stored (MCP servers that wait for it start now)
         self._approvers = approvers
         self._send = send
         self._timeout = timeout
@@ -149,6 +150,7 @@ class SecretRequests:
                 f"{request.key} could not be stored: {why}"), reason=why)
             raise
         self._finish(request, "stored", decided_by, None, entry=entry)
+        self._on_stored(request.key)
 
     def decline(self, request_id: str, reason: str | None, decided_by: str) -> None:
         request = self._get(request_id)

@@ -59,7 +59,8 @@ class Daemon:
         self.secrets = SecretStore(paths.secrets_file)  # blocking methods: call them in a thread
         self.secret_requests = SecretRequests(
             self.secrets, approvers=self._secret_answerers, send=self.send_event,
-            timeout=lambda: self.config.approvals.timeout_seconds, audit=self._audit_line)
+            timeout=lambda: self.config.approvals.timeout_seconds, audit=self._audit_line,
+            on_stored=lambda key: self.mcp.secret_stored(key))
         # what every session's tools reach through ctx.services, beside what the tools prepare
         self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests}
         self.sandbox: Any = None

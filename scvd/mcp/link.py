@@ -60,6 +60,7 @@ class ServerLink:
         self._proc: Any = None
         self._ready_at: float | None = None  # monotonic time this run became ready
         self._relists: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()  # set: the backoff's wait ends now (a secret it needs was stored)
 
     # --- life ---------------------------------------------------------------------
 
@@ -96,8 +97,17 @@ class ServerLink:
                 delay = BACKOFF_FIRST  # it ran for a while: the next start is a fresh one
             self.retry_at = time.time() + delay
             log.warning("mcp server %s is down: %s; restarting in %g s", self.name, self.error, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+                delay = BACKOFF_FIRST  # woken for a reason: the next failure waits from the start
+            except TimeoutError:
+                delay = min(delay * 2, BACKOFF_MAX)
+
+    def retry_now(self) -> None:
+        """Start again at once if down and waiting out the backoff; a running link is not touched."""
+        if self.state == "down":
+            self._wake.set()
 
     async def _connect_once(self) -> None:
         async with contextlib.AsyncExitStack() as stack:

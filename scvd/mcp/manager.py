@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Protocol
 
-from ..config import Config, McpServerConfig
+from ..config import Config, McpServerConfig, SecretRef
 from ..protocol import McpServerStatus, ToolLoadError
 from ..tools.contract import Registry, ToolRisk
 from . import spec
@@ -114,6 +114,16 @@ class McpServers:
         self._register_everywhere(name)  # none left: gone from every session too
         await link.stop()
         log.info("mcp server %s: stopped", name)
+
+    def secret_stored(self, key: str) -> None:
+        """A person just entered `key` (store_secret): a server down for want of it, or whose header
+        was refused, starts again now, not after its backoff (up to a minute)."""
+        for link in self.links.values():
+            values = [*link.cfg.env.values(), *link.cfg.headers.values()]
+            if any(isinstance(v, SecretRef) and v.secret == key for v in values):
+                retry = getattr(link, "retry_now", None)  # a WithoutSdk placeholder has none
+                if retry is not None:
+                    retry()
 
     async def close(self) -> None:
         await asyncio.gather(*(link.stop() for link in self.links.values()), return_exceptions=True)

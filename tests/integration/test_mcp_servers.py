@@ -16,6 +16,7 @@ import pytest
 from scvd import protocol as p
 
 from conftest import ROOT, DaemonProc, reloaded, wait_pending
+from harness import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -682,6 +683,29 @@ def test_a_refused_header_secret_is_credential_missing_and_store_secret_heals_it
             assert c.wait_call(healing).ok
             server(c, "notes", timeout=60)
             assert c.call(session, "mcp__notes__add", {"a": 1, "b": 1}).result["text"] == "1 + 1 = 2"
+    finally:
+        stop(web)
+
+
+def test_a_secret_entered_through_store_secret_starts_the_server_waiting_for_it(make_daemon, workspace,
+                                                                                monkeypatch):
+    """A server down for a refused header secret waited out its backoff (up to a minute) after a
+    person had entered the new value."""
+    port = free_port()
+    web = start_http_server(port, args=("n3w",))
+    try:
+        d = http_daemon(make_daemon, f"http://127.0.0.1:{port}/mcp", "Bearer s3cret", monkeypatch)
+        wait_until(lambda: "restarting in 16 s" in d.log(), timeout=60)  # its fifth failure
+        with d.client(name="agent") as c, d.client(name="me") as me:
+            me.request(p.ApprovalsWatch)
+            session = c.open_session(workspace)
+            healing = c.start_call(session, "store_secret", {"key": "NOTES_TOKEN", "tool": "read"})
+            asked = me.next_event()
+            while not isinstance(asked, p.SecretRequested):
+                asked = me.next_event()
+            me.request(p.SecretProvide, request_id=asked.request_id, value="Bearer n3w")
+            assert c.wait_call(healing).ok
+            server(c, "notes", timeout=10)  # well before the 16 s it was to wait
     finally:
         stop(web)
 
