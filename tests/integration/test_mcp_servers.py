@@ -653,6 +653,14 @@ def test_an_http_server_that_goes_away_is_reported_and_reconnected(make_daemon, 
         stop(web)
 
 
+def enter_secret(me, value: str) -> None:
+    """Answer the next secret request `me` (an approvals.watch client) is sent, as a person would."""
+    asked = me.next_event()
+    while not isinstance(asked, p.SecretRequested):
+        asked = me.next_event()
+    me.request(p.SecretProvide, request_id=asked.request_id, value=value)
+
+
 def test_a_refused_header_secret_is_credential_missing_and_store_secret_heals_it(make_daemon, workspace,
                                                                                   monkeypatch):
     """A revoked token read "HTTP status 401" and named no key: the agent could not start seed 003's
@@ -676,10 +684,7 @@ def test_a_refused_header_secret_is_credential_missing_and_store_secret_heals_it
                 "reconnects with it)")
             me.request(p.ApprovalsWatch)
             healing = c.start_call(session, "store_secret", {"key": "NOTES_TOKEN", "tool": "mcp__notes__add"})
-            asked = me.next_event()
-            while not isinstance(asked, p.SecretRequested):
-                asked = me.next_event()
-            me.request(p.SecretProvide, request_id=asked.request_id, value="Bearer n3w")
+            enter_secret(me, "Bearer n3w")
             assert c.wait_call(healing).ok
             server(c, "notes", timeout=60)
             assert c.call(session, "mcp__notes__add", {"a": 1, "b": 1}).result["text"] == "1 + 1 = 2"
@@ -700,10 +705,7 @@ def test_a_secret_entered_through_store_secret_starts_the_server_waiting_for_it(
             me.request(p.ApprovalsWatch)
             session = c.open_session(workspace)
             healing = c.start_call(session, "store_secret", {"key": "NOTES_TOKEN", "tool": "read"})
-            asked = me.next_event()
-            while not isinstance(asked, p.SecretRequested):
-                asked = me.next_event()
-            me.request(p.SecretProvide, request_id=asked.request_id, value="Bearer n3w")
+            enter_secret(me, "Bearer n3w")
             assert c.wait_call(healing).ok
             server(c, "notes", timeout=10)  # well before the 16 s it was to wait
     finally:
