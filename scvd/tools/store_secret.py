@@ -25,9 +25,9 @@ MAX_ROUNDS = 2  # per tool per turn (seed 003)
 REQUESTS_SERVICE = "secret_requests"  # ctx.services key of the daemon's SecretRequests
 ROUNDS_SERVICE = "store_secret_rounds"  # ctx.services key of this session's round counter
 
-DESCRIPTION = (
-    "Ask a person to type secret key, masked; read from OS keyring, secrets.toml, then env.\n"
-    "Use when a tool fails with credential_missing/401/403; then call that tool again.\n"
+DESCRIPTION = (  # seed 003: the lookup order (keyring service scv, account the key's name) in 200 chars
+    "Have a person type secret KEY, masked; read from keyring (scv/KEY), secrets.toml, env.\n"
+    "Use when a tool fails with credential_missing/401/403; then call it again.\n"
     "Max 2 rounds per tool per turn."
 )
 
