@@ -21,6 +21,7 @@ import msgspec
 from .always_ask import DEFAULT_ALWAYS_ASK, glob_problem
 from .errors import ConfigError
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
+from .paths import NotARegularFile, read_regular_file
 
 ENV_PREFIX = "SCVD_"
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -261,11 +262,13 @@ def _names_in(config: Config) -> set[str]:
 def _read(path: Path) -> dict[str, Any] | None:
     """The file's TOML, or None when there is no file."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(read_regular_file(path).decode("utf-8"))
     except FileNotFoundError:
         return None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except NotARegularFile as exc:  # a FIFO would hold the start, or every reload, for good
+        raise ConfigError(f"{exc}; put a config.toml file there (or remove it to run on the defaults)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from exc
 

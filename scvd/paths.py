@@ -196,6 +196,29 @@ def _account_home() -> str:
         return "/"
 
 
+def read_regular_file(path: Path, limit: int = -1) -> bytes:
+    """The bytes of the regular file at `path` (up to `limit` + 1 with a limit, to tell it was larger).
+
+    A FIFO, socket or device in its place raises NotARegularFile instead of blocking the reader
+    for good (a FIFO opened for reading waits for a writer); FileNotFoundError when there is none.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "a device")
+            raise NotARegularFile(f"{path} is {kind}, not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read() if limit < 0 else f.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
+class NotARegularFile(OSError):
+    """What read_regular_file refuses; its message says what the path is instead."""
+
+
 def ensure_private_dir(path: Path) -> str | None:
     """Create `path` (and parents) 0700, or tighten it; return a repair note or None."""
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -35,10 +36,12 @@ from .secrets import SecretStore
 from .sessions import Owner, Session, new_session_id, open_workspace
 from .tools import build_registry
 from .tools.contract import Registry, findings
+from .workers import in_own_thread
 
 log = logging.getLogger("scvd.server")
 
 RELOAD_READ_SECONDS = 30.0  # a reload reading config.toml and tool.json files past this gives up
+STUCK_READS_MAX = 4  # reloads whose read never returned (each holds a thread): then reloads are refused
 
 
 class Daemon:
@@ -89,6 +92,7 @@ class Daemon:
         self.mcp_hosts = McpHosts(self)  # MCP hosts whose stdio `scvctl mcp` handed over
         self._reload_lock = asyncio.Lock()
         self._reload_waiting = False  # a reload waits for the running one; later SIGHUPs merge into it
+        self._reads: list[threading.Thread] = []  # reloads' reads, kept to count those that never returned
         # a plain function answers in the turn its frame came; an async one runs as a task (client_protocol)
         self._handlers: dict[type, Callable[[Connection, Any], p.Frame | Awaitable[p.Frame]]] = {
             p.Ping: self.on_ping,
@@ -288,14 +292,21 @@ class Daemon:
             return loaded, build_registry(loaded.config, self.paths, self.extra_tools)
 
         try:
-            # reading tool.json files (and the first jsonschema import) stays off the loop, and is
-            # bounded: a FIFO in config.toml's place would hold every later reload behind this one
+            # reading tool.json files (and the first jsonschema import) stays off the loop, on a thread
+            # of its own, and is bounded: a hung mount would hold every later reload behind this one
+            stuck = [t for t in self._reads if t.is_alive()]
+            if len(stuck) >= STUCK_READS_MAX:
+                raise errors.ConfigError(
+                    f"the last {len(stuck)} reloads' reads of {path} and the tool definitions never returned "
+                    "(a hung mount?); fix that, or restart scvd")
+            reading, thread = in_own_thread(read, "scvd-reload-read")
+            self._reads = [*stuck, thread]
             try:
-                loaded, registry = await asyncio.wait_for(asyncio.to_thread(read), RELOAD_READ_SECONDS)
+                loaded, registry = await asyncio.wait_for(reading, RELOAD_READ_SECONDS)
             except TimeoutError:
                 raise errors.ConfigError(
                     f"reading {path} and the tool definitions took longer than {RELOAD_READ_SECONDS:g} s "
-                    "(a FIFO or a file on a hung mount in their place?); fix that, then reload again") from None
+                    "(a file on a hung mount?); fix that, then reload again") from None
             sandbox, verdict = await self._probe_sandbox(loaded.config)
         except errors.ScvError as exc:
             log.error("reload failed, keeping the old configuration: %s", exc.message)

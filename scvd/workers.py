@@ -136,6 +136,31 @@ async def _on(pool: Pool, job: Callable[[], Any]) -> Any:
     raise value
 
 
+def in_own_thread(fn: Callable[[], Any], name: str) -> tuple[asyncio.Future[Any], threading.Thread]:
+    """`fn()` on a daemon thread of its own, its outcome in the future: for a read that may never
+    return (a hung mount), which must hold neither a pool's thread nor the process's exit."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():  # a caller that stopped waiting cancelled it
+            (future.set_result if ok else future.set_exception)(value)
+
+    def work() -> None:
+        try:
+            outcome = (True, fn())
+        except BaseException as exc:
+            outcome = (False, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop closed while it ran
+            pass
+
+    thread = threading.Thread(target=work, name=name, daemon=True)
+    thread.start()
+    return future, thread
+
+
 # --- small local files, read inline ----------------------------------------------------------
 
 DEVICE_SECONDS = 10.0  # how long a device's filesystem type is trusted: an unmounted tmpfs's number

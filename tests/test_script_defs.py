@@ -61,6 +61,16 @@ def test_a_valid_definition_loads_with_its_defaults(home: Path):
     assert tool.input_schema() == PARAMETERS and tool.risk.value == "process"
 
 
+@pytest.mark.timeout(30)  # reading the FIFO would wait for a writer for good
+def test_a_fifo_in_place_of_tool_json_is_a_load_error_not_a_hang(home: Path):
+    """scvd's start (or a reload) waited for a writer to that FIFO for good."""
+    folder = make_tool(home)
+    (folder / "tool.json").unlink()
+    os.mkfifo(folder / "tool.json")
+    failed = only_error(home)
+    assert failed.message.endswith(f"{folder / 'tool.json'} is a FIFO, not a regular file; make it a file"), failed
+
+
 def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     assert load_all(paths(home)) == ([], [])
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import msgspec
 
 from .. import errors
+from ..paths import NotARegularFile, read_regular_file
 from ..process import ALWAYS_REMOVED, ALWAYS_REMOVED_PREFIXES
 from ..secrets import check_key
 from .contract import LoadError
@@ -113,10 +114,11 @@ def load_one(folder: Path) -> ScriptDef:
 
 def _decode(path: Path) -> ToolJson:
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_DEFINITION_BYTES + 1)
+        data = read_regular_file(path, MAX_DEFINITION_BYTES)
     except FileNotFoundError:
         raise DefinitionError(path, "tool.json", f"{path} is missing") from None
+    except NotARegularFile as exc:  # a FIFO would hold the start, or a reload, for good
+        raise DefinitionError(path, "tool.json", f"{exc}; make it a file") from None
     except OSError as exc:
         raise DefinitionError(path, "tool.json", f"cannot read {path}: {exc.strerror}") from None
     if len(data) > MAX_DEFINITION_BYTES:

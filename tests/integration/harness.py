@@ -349,11 +349,29 @@ def _main(argv: list[str]) -> int:
 
     builtin = scvd.tools.builtin_tools
     scvd.tools.builtin_tools = lambda config, paths: builtin(config, paths) + harness_tools()
-    if "HARNESS_RELOAD_READ_SECONDS" in os.environ:  # a stuck reload's bound, without waiting 30 s
-        import scvd.server
+    import scvd.server
 
+    if "HARNESS_RELOAD_READ_SECONDS" in os.environ:  # a stuck reload's bound, without waiting 30 s
         scvd.server.RELOAD_READ_SECONDS = float(os.environ["HARNESS_RELOAD_READ_SECONDS"])
+    # a hung mount: a reload's read of config.toml, or its sandbox probe, blocks while that file exists
+    if "HARNESS_HANG_LOAD_WHILE" in os.environ:
+        scvd.server.load = _hanging(scvd.server.load, Path(os.environ["HARNESS_HANG_LOAD_WHILE"]))
+    if "HARNESS_HANG_PROBE_WHILE" in os.environ:
+        import scvd.sandbox
+
+        scvd.sandbox.probe = _hanging(scvd.sandbox.probe, Path(os.environ["HARNESS_HANG_PROBE_WHILE"]))
     return cli.main(argv)
+
+
+def _hanging(fn: Callable[..., Any], marker: Path) -> Callable[..., Any]:
+    """`fn`, which waits while `marker` exists first; `<marker>.hit` says a call is waiting."""
+    def hung(*args: Any, **kwargs: Any) -> Any:
+        if marker.exists():
+            marker.with_name(marker.name + ".hit").touch()
+        while marker.exists():
+            time.sleep(0.05)
+        return fn(*args, **kwargs)
+    return hung
 
 
 if __name__ == "__main__":

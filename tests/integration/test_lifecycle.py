@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -650,51 +651,61 @@ def test_a_reload_without_a_config_file_at_start_or_now_runs_on_the_defaults(mak
     clean_log(d.log())
 
 
-def _waits_in_a_fifo(pid: int) -> bool:
-    """True when a thread of `pid` waits in open() for a FIFO's other end."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            if (task / "wchan").read_text() == "wait_for_partner":
-                return True
-        except OSError:
-            pass
-    return False
-
-
-def test_a_thread_stuck_in_a_blocking_read_cannot_hold_the_exit(make_daemon):
-    """A reload reading a FIFO in config.toml's place never returns; scvd said "scvd stopped" and then
-    never exited (the interpreter's exit joins every thread), until systemd's SIGKILL."""
-    d = make_daemon("")
-    wait_ready(d)
-    config = d.home / "config.toml"
-    config.unlink(missing_ok=True)
-    os.mkfifo(config)  # nobody ever writes it
+def test_a_thread_stuck_in_a_blocking_call_cannot_hold_the_exit(make_wrapped, tmp_path):
+    """A reload's sandbox probe on a hung mount never returns; scvd said "scvd stopped" and then never
+    exited (the interpreter's exit joins every thread), until systemd's SIGKILL."""
+    hang = tmp_path / "hang"
+    d = make_wrapped("", env={"HARNESS_HANG_PROBE_WHILE": str(hang)})
+    hang.touch()
+    (d.home / "config.toml").write_text('[sandbox]\nmode = "auto"\n')  # the reload probes the sandbox
     d.proc.send_signal(signal.SIGHUP)
-    wait_until(lambda: _waits_in_a_fifo(d.proc.pid), what="the reload to block on the FIFO")
+    wait_until(lambda: (tmp_path / "hang.hit").exists(), what="the probe to hang")
     d.proc.send_signal(signal.SIGTERM)
     try:
         assert d.proc.wait(15) == 0
     finally:
-        config.unlink()  # the fixture's cleanup must not block on it either
+        hang.unlink()
     assert "scvd stopped" in d.log()
     assert "exiting without waiting for 1 thread(s) still in a blocking call: " in d.log()
 
 
-def test_a_reload_stuck_reading_gives_up_and_a_later_one_runs(make_wrapped):
-    """A reload blocked on a FIFO held the reload lock for good: every later SIGHUP merged into the
-    one waiting behind it, so fixing the file and reloading changed nothing until a restart."""
-    d = make_wrapped("", env={"HARNESS_RELOAD_READ_SECONDS": "1"})
+def test_a_fifo_in_place_of_config_toml_is_refused_not_waited_for(make_daemon, tmp_path):
+    """A reload (or a start) reading a FIFO there waited for a writer for good."""
+    d = make_daemon("")
     config = d.home / "config.toml"
     config.unlink(missing_ok=True)
     os.mkfifo(config)
-    try:
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "reload failed" in d.log(), what="the reload to refuse the FIFO")
+    assert (f"reload failed, keeping the old configuration: {config} is a FIFO, not a regular file; put a "
+            "config.toml file there (or remove it to run on the defaults)") in d.log()
+    assert d.stop() == 0
+    start = subprocess.run([sys.executable, "-m", "scvd", "run"], env=d.env, capture_output=True, text=True,
+                           timeout=30)
+    assert start.returncode == 2
+    assert f"{config} is a FIFO, not a regular file" in start.stderr
+
+
+def test_a_reload_stuck_reading_gives_up_and_a_later_one_runs(make_wrapped, tmp_path):
+    """A reload blocked on a hung mount held the reload lock for good: every later SIGHUP merged into
+    the one waiting behind it, so nothing was read again until a restart."""
+    hang = tmp_path / "hang"
+    d = make_wrapped("", env={"HARNESS_RELOAD_READ_SECONDS": "1", "HARNESS_HANG_LOAD_WHILE": str(hang)})
+    config = d.home / "config.toml"
+    hang.touch()
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "reload failed" in d.log(), what="the stuck reload to give up")
+    assert (f"reload failed, keeping the old configuration: reading {config} and the tool definitions took "
+            "longer than 1 s (a file on a hung mount?); fix that, then reload again") in d.log()
+    for n in range(2, 5):  # more reloads stuck on it, each on a thread of its own
         d.proc.send_signal(signal.SIGHUP)
-        wait_until(lambda: "reload failed" in d.log(), what="the stuck reload to give up")
-        assert (f"reload failed, keeping the old configuration: reading {config} and the tool definitions took "
-                "longer than 1 s (a FIFO or a file on a hung mount in their place?); fix that, then reload "
-                "again") in d.log()
-    finally:
-        config.unlink()
+        wait_until(lambda: d.log().count("took longer than 1 s") == n, what=f"reload {n} to give up")
+    d.proc.send_signal(signal.SIGHUP)  # the fifth is refused at once: four reads hang already
+    wait_until(lambda: "never returned" in d.log(), what="the refusal")
+    assert (f"the last 4 reloads' reads of {config} and the tool definitions never returned (a hung mount?); "
+            "fix that, or restart scvd") in d.log()
+    hang.unlink()  # the mount is back
+    time.sleep(0.5)  # and the hung reads return (the harness looks every 50 ms)
     config.write_text('[approvals]\npolicy = "always"\n')
     d.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: "configuration reloaded from" in d.log(), what="the reload after the fix")
