@@ -61,6 +61,7 @@ class ServerLink:
         self._ready_at: float | None = None  # monotonic time this run became ready
         self._relists: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()  # set: the backoff's wait ends now (a secret it needs was stored)
+        self._again = False  # connect again at once once this connection ends (retry_now while up)
 
     # --- life ---------------------------------------------------------------------
 
@@ -95,6 +96,10 @@ class ServerLink:
             self.failures += 1
             if self._ready_at is not None and time.monotonic() - self._ready_at >= STABLE_UPTIME:
                 delay = BACKOFF_FIRST  # it ran for a while: the next start is a fresh one
+            if self._again:  # asked to connect again with a secret stored just now: no wait
+                self._again, delay = False, BACKOFF_FIRST
+                log.info("mcp server %s: connecting again with the secret stored just now", self.name)
+                continue
             self.retry_at = time.time() + delay
             log.warning("mcp server %s is down: %s; restarting in %g s", self.name, self.error, delay)
             self._wake.clear()
@@ -105,9 +110,13 @@ class ServerLink:
                 delay = min(delay * 2, BACKOFF_MAX)
 
     def retry_now(self) -> None:
-        """Start again at once if down and waiting out the backoff; a running link is not touched."""
+        """Connect again at once, with the secrets as stored now: a down link ends its backoff, a
+        starting or ready one (it may hold the old value) closes its connection and starts again."""
         if self.state == "down":
             self._wake.set()
+        elif self.state in ("starting", "ready"):
+            self._again = True
+            self._lost.set()
 
     async def _connect_once(self) -> None:
         async with contextlib.AsyncExitStack() as stack:
@@ -257,13 +266,15 @@ class ServerLink:
         if self._http_status not in (401, 403) or not keys:
             return
         named = spec.tool_name(self.name, tool)
-        key = keys[0] if len(keys) == 1 else "KEY"
-        which = f"the secret {keys[0]}" if len(keys) == 1 else f"one of the secrets {', '.join(keys)}"
+        if len(keys) == 1:
+            which, how = f"the secret {keys[0]}", f"(key {keys[0]!r}, tool {named!r}) or `scvctl secrets set {keys[0]}`"
+        else:  # which one it refused, the status does not say
+            which = f"one of the secrets {', '.join(keys)}"
+            how = f"(the refused one's key, tool {named!r}) or `scvctl secrets set` with it"
         raise CredentialMissing(
             f"mcp server {self.name}: {tool}: HTTP status {self._http_status} from {self.cfg.url}: the server "
-            f"refused {which} sent in its headers; store a new value with store_secret (key {key!r}, tool "
-            f"{named!r}) or `scvctl secrets set {key}`, then call the tool again (scvd reconnects with it)",
-            hint=f"scvctl secrets set {key}") from None
+            f"refused {which} sent in its headers; store a new value with store_secret {how}, then call the "
+            "tool again (scvd reconnects with it)", hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}") from None
 
     def down_message(self) -> str:
         why = f": {self.error}" if self.error else ""

@@ -712,6 +712,31 @@ def test_a_secret_entered_through_store_secret_starts_the_server_waiting_for_it(
         stop(web)
 
 
+def test_a_secret_entered_through_store_secret_reconnects_a_running_server_that_uses_it(
+        make_daemon, workspace, tmp_path, monkeypatch):
+    """A server up (or starting) with the old value kept it: a server that checks the token per call
+    refused again, and the agent's second store_secret round was spent on nothing."""
+    from conftest import wait_for_socket
+
+    starts = tmp_path / "starts"
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
+    table = quirks_stdio_table("plain", starts).replace("[mcp.servers.raw]\n", "[mcp.servers.raw]\n"
+                                                        'env = {RAW_TOKEN = {secret = "RAW_TOKEN"}}\n')
+    d = make_daemon(table, env=NO_KEYRING, wait=False)
+    store_secret(d, "RAW_TOKEN", "old")
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        server(c, "raw")
+        assert starts.read_text().count("start") == 1
+        me.request(p.ApprovalsWatch)
+        healing = c.start_call(c.open_session(workspace), "store_secret", {"key": "RAW_TOKEN", "tool": "read"})
+        enter_secret(me, "new")
+        assert c.wait_call(healing).ok
+        wait_until(lambda: starts.read_text().count("start") == 2, what="the server to start again")
+        server(c, "raw")
+    assert "mcp server raw: connecting again with the secret stored just now" in d.log()
+
+
 @pytest.fixture
 def quirks_http():
     """Starts tests/helpers/mcp_http_quirks.py (GET answered with 405) with its args; gives its table."""
