@@ -210,17 +210,13 @@ class Report:
 
 
 def systemd_version() -> int | None:
-    """The version `systemctl --version` reports (`systemd 255 (255.4-1)`), or None."""
-    exe = shutil.which("systemctl")
-    if exe is None:
+    """The version of the running user manager (`255.4-1` -> 255), which reads the unit; None when
+    none answers. Not `systemctl --version`: after an upgrade the old manager runs until the next login."""
+    done = systemctl(["show", "--property=Version", "--value"])
+    if done is None or done.returncode != 0:
         return None
-    try:
-        done = subprocess.run([exe, "--version"], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              timeout=SYSTEMCTL_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    words = (done.stdout.split("\n", 1)[0].split() if done.returncode == 0 else []) + ["", ""]
-    return int(words[1]) if words[0] == "systemd" and words[1].isdigit() else None
+    head = done.stdout.strip().split(".", 1)[0].split("-", 1)[0].split("~", 1)[0]
+    return int(head) if head.isdigit() else None
 
 
 def systemctl(args: list[str]) -> subprocess.CompletedProcess[str] | None:

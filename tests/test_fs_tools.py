@@ -200,17 +200,19 @@ def test_a_path_refused_but_inside_the_workspace_names_its_relative_form(ws: Wor
     named a file of the workspace, and which path would do."""
     (ws.root / "src").mkdir()
     (ws.root / "src" / "a.txt").write_text("A")
-    for path in (f"{ws.root}/src/a.txt", "src/../src/a.txt"):
+    for path in (f"{ws.root}/src/a.txt", f"{ws.root}//src/./a.txt"):
         with pytest.raises(InvalidArguments) as info:
             ws.call("read", path=path)
         assert info.value.message.endswith(": it is inside the workspace, as 'src/a.txt'"), info.value.message
     with pytest.raises(InvalidArguments) as info:
         ws.call("write", path=f"{ws.root}/new.txt", content="x", mode="create")
     assert info.value.message.endswith(": it is inside the workspace, as 'new.txt'")
-    for outside in ("/etc/passwd", "../x.txt", f"{ws.root}/../x.txt"):
+    # no suggestion: outside, a `..` (a symlink before it may lead elsewhere), or no file path at all
+    for other in ("/etc/passwd", "../x.txt", "src/../src/a.txt", f"{ws.root}/../x.txt", f"{ws.root}/src/",
+                  "src/", "a\x00b"):
         with pytest.raises(InvalidArguments) as info:
-            ws.call("read", path=outside)
-        assert "inside the workspace, as" not in info.value.message
+            ws.call("read", path=other)
+        assert "inside the workspace, as" not in info.value.message, other
 
 
 def test_null_for_an_optional_argument_is_its_default(ws: Workspace) -> None:
@@ -218,8 +220,10 @@ def test_null_for_an_optional_argument_is_its_default(ws: Workspace) -> None:
     (ws.root / "a.txt").write_text("hello")
     done = ws.call("read", path="a.txt", offset=None, limit=None)
     assert (done["content"], done["offset"]) == ("hello", 0)
-    with pytest.raises(InvalidArguments, match="Expected `str`, got `null`"):
+    with pytest.raises(InvalidArguments, match="missing required field `path`"):
         ws.call("read", path=None)  # a required one stays required
+    with pytest.raises(InvalidArguments, match="offset.*>= 0"):
+        ws.call("read", path="a.txt", limit=None, offset=-1)  # the real fault, not the null before it
 
 
 def test_read_binary_file(ws: Workspace) -> None:

@@ -75,9 +75,9 @@ def stub_systemctl(tmp_path, user_env):
     log = tmp_path / "systemctl.log"
     script = bin_dir / "systemctl"
     script.write_text(
-        "#!/bin/bash\n"  # --version as systemd prints it (STUB_SYSTEMD: the version), not logged
-        'if [[ "$1" == "--version" ]]; then echo "systemd ${STUB_SYSTEMD:-252} (${STUB_SYSTEMD:-252}.1-1)"; '
-        'echo "+PAM +AUDIT"; exit 0; fi\n'
+        "#!/bin/bash\n"  # the user manager's version as systemd prints it (STUB_SYSTEMD), not logged
+        'if [[ "$*" == "--user show --property=Version --value" ]]; then echo "${STUB_SYSTEMD:-252}.1-1"; '
+        'exit 0; fi\n'
         f'echo "$*" >> "{log}"\n'
         'if [[ -n "$FAIL_VERB" && "$2" == "$FAIL_VERB" ]]; then echo "Job failed" >&2; exit 1; fi\n'
     )

@@ -93,11 +93,13 @@ class Catalog:
 
     def find(self, args: FindToolsArgs) -> tuple[list[dict[str, str]], list[str]]:
         """Matches as {name, description}, and the names whose schemas this loads."""
-        words = args.query.lower().split()
+        words = [w.strip("'\"`.,;:()") for w in args.query.lower().split()]  # "'store_secret'." too
+        words = [w for w in words if w]
         # a system tool stays out of listings, but one asked for by its name is found (the
         # credentials line tells the model to load store_secret so, without include_system)
         pool = [e for e in self.entries.values()
-                if args.include_system or not e.system_use or args.mode == "search" and e.name in words]
+                if args.include_system or not e.system_use
+                or args.mode == "search" and (e.name in words or e.name == "_".join(words))]  # "store secret"
         if words:
             scored = [(_score(e, words), e.name, e) for e in pool]
             pool = [e for score, _, e in sorted(scored, key=lambda s: (-s[0], s[1])) if score > 0]

@@ -163,8 +163,8 @@ class Tool(abc.ABC):
                 # models send null for an optional argument they mean to leave out: its default
                 try:
                     return msgspec.convert({k: v for k, v in arguments.items() if v is not None}, self.Arguments)
-                except msgspec.ValidationError:
-                    pass
+                except msgspec.ValidationError as again:  # what is wrong besides the nulls (or a required one)
+                    exc = again
             raise InvalidArguments(f"{self.name}: {_explain(exc)}") from exc
 
     @abc.abstractmethod

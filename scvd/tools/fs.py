@@ -17,7 +17,6 @@ import errno
 import hashlib
 import logging
 import os
-import posixpath
 import shlex
 import stat
 from typing import Annotated, Any, Callable, Literal
@@ -273,14 +272,15 @@ def parts_in(workspace: Any, path: str, of: Callable[[str], tuple[str, ...]]) ->
     try:
         return of(path)
     except InvalidArguments as exc:
-        normal = posixpath.normpath(path) if isinstance(path, str) and path else ""
-        root = os.fspath(workspace)
-        if normal.startswith(root.rstrip("/") + "/"):
-            relative = normal[len(root.rstrip("/")) + 1:]
-        elif normal and not normal.startswith(("/", "..")) and normal != ".":
-            relative = normal
-        else:
+        # only an absolute path without `..` is named again: a `..` taken away lexically may not
+        # be where the path leads (a component before it can be a symlink)
+        root = os.fspath(workspace).rstrip("/") + "/"
+        if not (isinstance(path, str) and path.startswith(root) and ".." not in path.split("/")):
             raise
+        try:
+            relative = containment.join(of(path[len(root):].lstrip("/")))  # one the tool takes: not `dir/`
+        except InvalidArguments:
+            raise exc from None
         raise InvalidArguments(f"{exc.message}: it is inside the workspace, as {show(relative)}") from None
 
 
@@ -391,16 +391,24 @@ def _keep_group(fd: int, gid: int) -> None:
         pass  # not a member of that group
 
 
-def _check_sha(parent: int, parts: tuple[str, ...], path: str, expected: str, cancel: Any) -> None:
-    """Compare the file as it is now with the sha256 the caller read (stopping at a cancel)."""
+def _check_sha(parent: int, parts: tuple[str, ...], path: str, expected: str, cancel: Any,
+               small_only: bool = False) -> None:
+    """Compare the file as it is now with the sha256 the caller read (stopping at a cancel); with
+    `small_only`, only a file `inline_ok` lets the loop read (plan() on the loop), else nothing."""
     try:
         fd = containment.open_raw(parent, parts[-1:], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
         raise containment.translate(parent, parts[-1:], path, exc) from exc
     try:
-        containment.check_regular(os.fstat(fd), path)
+        st = os.fstat(fd)
+        containment.check_regular(st, path)
         digest = hashlib.sha256()
-        while buf := os.read(fd, CHUNK):
+        if small_only:
+            data = os.read(fd, st.st_size + 1) if inline_ok(fd, st) else b""
+            if not data or len(data) > st.st_size:  # not for the loop, or it grew: the check at install will do
+                return
+            digest.update(data)
+        while not small_only and (buf := os.read(fd, CHUNK)):
             _check_cancel(cancel)
             digest.update(buf)
     finally:
@@ -624,8 +632,8 @@ class WriteTool(Tool):
             existing = inspect_target(parent, real, args.path, args.mode)
             # a stale hash fails before anyone is asked, where hashing costs less than a thread hop
             # (a small file on a local filesystem); run() checks it again just before the rename
-            if args.expected_sha256 and existing is not None and inline_ok(parent, existing):
-                _check_sha(parent, real, args.path, args.expected_sha256, NEVER)
+            if args.expected_sha256 and existing is not None:
+                _check_sha(parent, real, args.path, args.expected_sha256, NEVER, small_only=True)
         finally:
             os.close(parent)
         linked = existing is not None and existing.st_nlink > 1
