@@ -218,7 +218,17 @@ def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "")
     _check_adapters(config, path, sources)
     _check_chat(config, path, sources)
     return Loaded(config=config, path=str(path), sources=sources, file_read=found is not None,
-                  warnings=_stray_variables(env, config))
+                  warnings=_stray_variables(env, config) + _unused_providers(config, sources))
+
+
+def _unused_providers(config: Config, sources: Mapping[str, str]) -> list[str]:
+    """A provider table with chat.provider left at its default (codex): chat turns do not use it."""
+    if "chat.provider" in sources or not config.providers:
+        return []
+    names = sorted(config.providers)
+    return [f"[providers.{names[0]}] is configured, but chat turns use the imported Codex setup: chat.provider "
+            f"is codex unless set; to use it, set provider = \"{names[0]}\" in [chat]"
+            + (f" (configured: {', '.join(names)})" if len(names) > 1 else "")]
 
 
 def _is_override(name: str) -> bool:

@@ -75,6 +75,17 @@ def test_an_inline_table_override_replaces_the_files_table_and_owns_its_keys(cfg
     assert rows["adapters.codex.model_args"] == (None, "default")  # the file's table is replaced whole
 
 
+def test_a_provider_left_unused_by_the_default_chat_provider_is_a_warning(cfg_file):
+    """Adding [providers.local] alone left chat turns on codex (chat.provider's default), and the turn
+    failed "no imported Codex setup" with a hint the user had just followed."""
+    path = cfg_file('[providers.local]\nmodel = "m"\nbase_url = "http://127.0.0.1:1/v1"\n')
+    assert load(path, env={}).warnings == [
+        '[providers.local] is configured, but chat turns use the imported Codex setup: chat.provider is codex '
+        'unless set; to use it, set provider = "local" in [chat]']
+    assert load(cfg_file('[providers.local]\nmodel = "m"\n[chat]\nprovider = "local"\n'), env={}).warnings == []
+    assert load(cfg_file('[providers.local]\nmodel = "m"\n[chat]\nprovider = "codex"\n'), env={}).warnings == []
+
+
 def test_env_value_that_is_not_toml_is_a_string(cfg_file):
     loaded = load(cfg_file(""), env={"SCVD_LOG_LEVEL": "warning", "SCVD_SANDBOX__BWRAP": "/opt/bwrap"})
     assert loaded.config.log_level == "warning" and loaded.config.sandbox.bwrap == "/opt/bwrap"
@@ -296,7 +307,7 @@ def test_check_config_without_a_file_says_so(tmp_path):
 
 def test_a_misspelt_override_is_a_warning_with_the_name_it_probably_meant(tmp_path):
     """SCVD_SANDBOX_MODE (one underscore) set nothing, silently; an SCVD_* name the file uses is fine."""
-    text = '[providers.p]\nmodel = "m"\napi_key_env = "SCVD_MY_KEY"\n'
+    text = '[providers.p]\nmodel = "m"\napi_key_env = "SCVD_MY_KEY"\n[chat]\nprovider = "p"\n'
     done = check_config(tmp_path / "home", text, SCVD_SANDBOX_MODE="bwrap", SCVD_TOOLS="3", SCVD_MY_KEY="k")
     assert done.returncode == 0, done.stderr
     warnings = [line for line in done.stdout.splitlines() if line.startswith("# warning: ")]

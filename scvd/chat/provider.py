@@ -112,7 +112,8 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     OpenAI key never goes to another provider's base_url.
     """
     env = os.environ if env is None else env
-    hint = "run `scvctl agents import codex` (a Codex setup with an API key), or configure [providers.NAME]"
+    hint = ("run `scvctl agents import codex` (a Codex setup with an API key), or add a [providers.NAME] table "
+            "and set chat.provider = \"NAME\" in config.toml (chat.provider is codex unless set)")
     try:
         config = tomllib.loads((home / "config.toml").read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
