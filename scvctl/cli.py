@@ -159,6 +159,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"sessions: {st.sessions}  running calls: {st.running_calls}  pending approvals: {st.pending_approvals}")
     print(f"approval policy: {st.policy}" + (f" ({st.policy_note})" if st.policy_note else ""))
     print(f"sandbox: {st.sandbox}")
+    if st.reload_error:  # without systemd's status line, the one place besides the log that says so
+        print(printable(f"last reload failed, the configuration from before it runs: {st.reload_error}"))
     for m in st.mcp_servers:
         line = f"mcp server {m.name} ({m.transport}): {m.state}, {m.tools} tool(s)"
         line += f", restarted {m.restarts}x" if m.restarts else ""

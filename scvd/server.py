@@ -93,6 +93,7 @@ class Daemon:
         self._reload_lock = asyncio.Lock()
         self._reload_waiting = False  # a reload waits for the running one; later SIGHUPs merge into it
         self._reads: list[threading.Thread] = []  # reloads' reads, kept to count those that never returned
+        self.reload_error = ""  # why the last reload was refused, for `status`; "" after one that took
         # a plain function answers in the turn its frame came; an async one runs as a task (client_protocol)
         self._handlers: dict[type, Callable[[Connection, Any], p.Frame | Awaitable[p.Frame]]] = {
             p.Ping: self.on_ping,
@@ -311,10 +312,12 @@ class Daemon:
         except errors.ScvError as exc:
             log.error("reload failed, keeping the old configuration: %s", exc.message)
             self.notifier.status(f"reload failed: {exc.message}")
+            self.reload_error = exc.message
             return False
         except Exception as exc:
             log.exception("reload failed, keeping the old configuration")
             self.notifier.status(f"reload failed: {exc}")
+            self.reload_error = f"{type(exc).__name__}: {exc} (a bug in scvd: its log has the traceback)"
             return False
         if self.stop_event.is_set():  # stopping while the file was read or the sandbox probed
             log.info("reload not applied: scvd is stopping")
@@ -327,6 +330,7 @@ class Daemon:
         self._fit_gate()
         await self.mcp.apply(loaded.config)  # added, removed and changed servers only
         log.info("configuration reloaded from %s", loaded.path)
+        self.reload_error = ""
         return True
 
     def _gone_hint(self) -> str:
@@ -573,7 +577,7 @@ class Daemon:
             uptime_seconds=round(time.time() - self.started, 3), sessions=len(self.sessions),
             pending_approvals=len(self.gate.pending), running_calls=len(self.calls), policy=policy,
             policy_note=policy_note(policy, active), sandbox=self.sandbox_verdict,
-            socket=self.listening_on, mcp_servers=self.mcp.status())
+            socket=self.listening_on, mcp_servers=self.mcp.status(), reload_error=self.reload_error)
 
     async def on_session_open(self, conn: Connection, frame: p.SessionOpen) -> p.Frame:
         refusal = limits.refuse_session(self.budget, self._fds_held(), len(conn.sessions),

@@ -634,10 +634,20 @@ def test_a_reload_that_finds_the_config_file_gone_keeps_the_old_configuration(ma
     config.rename(d.home / "config.toml.moved")
     d.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: "reload failed" in d.log(), what="the reload")
-    assert (f"reload failed, keeping the old configuration: {config}: no such file; put it back, then "
-            "reload again (without it every setting would fall back to its default)") in d.log()
+    why = (f"{config}: no such file; put it back, then reload again (without it every setting would fall "
+           "back to its default)")
+    assert f"reload failed, keeping the old configuration: {why}" in d.log()
     with d.client() as c:
         assert c.status().policy == "always"
+        assert c.status().reload_error == why  # without systemd's status line, a refusal was only in the log
+    shown = subprocess.run([sys.executable, "-m", "scvctl", "status"], env=d.env, capture_output=True, text=True,
+                           timeout=30)
+    assert f"last reload failed, the configuration from before it runs: {why}\n" in shown.stdout
+    (d.home / "config.toml.moved").rename(config)
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "configuration reloaded from" in d.log(), what="the reload after the fix")
+    with d.client() as c:
+        assert c.status().reload_error == ""
 
 
 def test_a_reload_without_a_config_file_at_start_or_now_runs_on_the_defaults(make_daemon):
