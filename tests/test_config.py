@@ -243,14 +243,20 @@ def test_check_config_prints_values_and_sources(tmp_path):
     lines = done.stdout.splitlines()
     assert f"# config file: {tmp_path / 'home' / 'config.toml'}" in lines
     assert "tools.command_timeout_seconds = 60  # file" in lines
-    assert "approvals.policy = 'always'  # env:SCVD_APPROVALS__POLICY" in lines
+    assert 'approvals.policy = "always"  # env:SCVD_APPROVALS__POLICY' in lines
     assert "tools.max_timeout_seconds = 1800  # default" in lines
     assert f"# socket: {tmp_path / 'home' / 'run' / 'scvd.sock'}" in lines
     assert any(line.startswith("# sandbox: off") for line in lines)
     assert "# tools: " in done.stdout
     for key in leaf_keys():
         if "<name>" not in key:
-            assert any(line.startswith(f"{key} = ") for line in lines), key
+            assert any(line.startswith((f"{key} = ", f"# {key} is not set")) for line in lines), key
+    # the lines read as TOML (booleans were Python's False, which config.toml refuses)
+    settings = [line.split("  # ")[0] for line in lines if not line.startswith("#")]
+    assert "sandbox.network = false" in settings
+    for line in settings:
+        key, _, value = line.partition(" = ")
+        tomllib.loads(f"v = {value}")
 
 
 def test_check_config_into_a_reader_that_left_exits_quietly(tmp_path):
