@@ -331,11 +331,11 @@ def toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
     return toml_value(str(value))
 
 
-def json_key(key: str) -> str:
+def toml_key(key: str) -> str:
     """A TOML key: bare when it may be, else quoted."""
     import re
 
