@@ -10,6 +10,7 @@ for something else (a secret's name, say).
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -248,9 +249,12 @@ def _stray_message(name: str) -> str:
     meant = next((f"{ENV_PREFIX}{table.upper()}__{tail[len(table) + 1:].upper()}"
                   for table, keys in _table_keys().items()
                   if tail.startswith(table + "_") and tail[len(table) + 1:] in keys), None)
+    if meant is None and difflib.get_close_matches(tail, ["log_level"], n=1, cutoff=0.8):
+        meant = f"{ENV_PREFIX}LOG_LEVEL"  # the one key outside a table: no `__` in its override
     form = f"did you mean {meant}?" if meant else f"an override is {ENV_PREFIX}<TABLE>__<KEY>."
-    return (f"{name} sets no configuration key and is ignored; {form} (Two underscores between table "
-            "and key.) If it is meant for something else, ignore this")
+    if meant != f"{ENV_PREFIX}LOG_LEVEL":
+        form += " (Two underscores between table and key.)"
+    return f"{name} sets no configuration key and is ignored; {form} If it is meant for something else, ignore this"
 
 
 def _table_keys() -> dict[str, set[str]]:
@@ -292,8 +296,16 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
     key = where.rstrip("`")
     unknown = re.fullmatch(r"Object contains unknown field `(.+)`", msg)
     if unknown:  # msgspec names the table; the key path is more use
-        key = f"{key}.{unknown.group(1)}" if key else unknown.group(1)
-        msg = "unknown key (docs/configuration.md lists every key)"
+        table, name = key, unknown.group(1)
+        key = f"{table}.{name}" if table else name
+        known = [f.name for f in getattr(_type_at(table), "fields", ())]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        msg = (f"unknown key{f'; did you mean {close[0]}?' if close else ''} "
+               "(docs/configuration.md lists every key)")
+    elif msg.startswith("Invalid enum value"):  # say what it may be
+        values = getattr(_type_at(key), "values", None)
+        if values:
+            msg += f"; use one of: {', '.join(map(str, values))}"
     for table, struct in (("adapters", AdapterConfig), ("providers", ProviderConfig)):
         if key.startswith(f"{table}[...]"):  # msgspec does not say which table of the dict
             key = f"{table}.{_bad_table(raw, table, struct)}" + key[len(table) + 5:]
@@ -304,6 +316,25 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
         servers = f"mcp.servers.{_bad_table(raw.get('mcp') or {}, 'servers', McpServerConfig)}"
         key = servers + key[len("mcp.servers[...]"):]
     return f"{_place(path, key, sources)}: {key}: {msg}"
+
+
+def _type_at(key: str) -> Any:
+    """msgspec's type info of the key path in Config (`approvals.policy`), tables of a dict
+    (`adapters[...]`, `mcp.servers.x`) through their value type; None when there is none."""
+    info: Any = msgspec.inspect.type_info(Config)
+    for part in [p for p in re.split(r"[.\[]", key) if p] if key else []:
+        if isinstance(info, msgspec.inspect.DictType):
+            info = info.value_type
+            continue  # `part` names a table of the dict, or is `...]`
+        if isinstance(info, msgspec.inspect.UnionType):
+            info = next((t for t in info.types if isinstance(t, msgspec.inspect.StructType)), None)
+        fields = {f.name: f.type for f in getattr(info, "fields", ())}
+        if part not in fields:
+            return None
+        info = fields[part]
+    if isinstance(info, msgspec.inspect.UnionType):  # `Literal[...] | None`: the literal
+        info = next((t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)), info)
+    return info
 
 
 def _place(path: Path, key: str, sources: Mapping[str, str]) -> str:

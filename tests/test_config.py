@@ -86,6 +86,30 @@ def test_a_provider_left_unused_by_the_default_chat_provider_is_a_warning(cfg_fi
     assert load(cfg_file('[providers.local]\nmodel = "m"\n[chat]\nprovider = "codex"\n'), env={}).warnings == []
 
 
+@pytest.mark.parametrize("text, said", [
+    ("[tools]\ncomand_timeout_seconds = 60\n",
+     "tools.comand_timeout_seconds: unknown key; did you mean command_timeout_seconds? "
+     "(docs/configuration.md lists every key)"),
+    ("loglevel = 'debug'\n", "loglevel: unknown key; did you mean log_level? (docs/configuration.md lists every key)"),
+    ('[mcp.servers.x]\ncommand = "/bin/true"\nriks = "read_only"\n',
+     "mcp.servers.x.riks: unknown key; did you mean risk? (docs/configuration.md lists every key)"),
+    ("[tools]\nzzz = 1\n", "tools.zzz: unknown key (docs/configuration.md lists every key)"),
+    ('[approvals]\npolicy = "sometimes"\n',
+     "approvals.policy: Invalid enum value 'sometimes'; use one of: always, never, on-risk, sandbox-aware"),
+])
+def test_a_wrong_key_or_value_says_what_was_probably_meant(cfg_file, text, said):
+    """A typo'd key got no "did you mean" (a typo'd SCVD_* variable did), nor a bad choice the choices."""
+    with pytest.raises(ConfigError) as info:
+        load(cfg_file(text), env={})
+    assert info.value.message.endswith(said), info.value.message
+
+
+def test_a_misspelt_log_level_override_names_the_one_without_a_table(tmp_path):
+    warnings = load(tmp_path / "missing.toml", env={"SCVD_LOGLEVEL": "debug"}).warnings
+    assert warnings == ["SCVD_LOGLEVEL sets no configuration key and is ignored; did you mean SCVD_LOG_LEVEL? "
+                        "If it is meant for something else, ignore this"]
+
+
 def test_env_value_that_is_not_toml_is_a_string(cfg_file):
     loaded = load(cfg_file(""), env={"SCVD_LOG_LEVEL": "warning", "SCVD_SANDBOX__BWRAP": "/opt/bwrap"})
     assert loaded.config.log_level == "warning" and loaded.config.sandbox.bwrap == "/opt/bwrap"
