@@ -383,14 +383,22 @@ def cmd_call(args: argparse.Namespace) -> int:
         session = c.open_session(usage.workspace(args.workspace))
         fields = {"timeout_seconds": args.timeout} if args.timeout is not None else {}  # 0 is scvd's to refuse
         call_id = c.start_call(session, args.tool, arguments, **fields)
+        interrupted = False
         try:
             done = _follow(c, call_id, args)
         except KeyboardInterrupt:
+            interrupted = True
             try:
                 c.request(p.CallCancel, call_id=call_id)
             except errors.CallNotFound:
                 pass  # it completed meanwhile: its call.completed is on the way, print that
             done = _follow(c, call_id, args)
+    if interrupted and not done.ok and done.error is not None and done.error.kind == "cancelled":
+        if args.json:
+            emit_json(done)
+        else:  # the server's reason names this connection (`call.cancel from #3 scvctl pid=...`)
+            print(f"cancelled: Ctrl-C stopped call {call_id}", file=sys.stderr)
+        return 130  # as a shell reports an interrupted command
     return _print_completed(done, args)
 
 

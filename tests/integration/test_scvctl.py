@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -506,3 +507,22 @@ def test_the_client_waits_for_a_call_however_long_a_person_takes(daemon: DaemonP
         assert done.ok, done.error
         assert c.status().running_calls == 0  # requests still answer within the timeout
     assert (workspace / "slow.txt").read_text() == "x"
+
+
+def test_ctrl_c_on_a_waiting_call_cancels_it_and_exits_130(daemon, tmp_path):
+    """It exited 1 with `call.cancel from #78 scvctl pid=763`: the protocol's words for a Ctrl-C."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    proc = popen_scvctl(daemon, "call", "--workspace", str(ws), "write",
+                        '{"path": "a.txt", "content": "x", "mode": "create"}')
+    try:
+        (pending,) = wait_for_one(daemon)  # it waits for a person
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        stop(proc)
+    assert proc.returncode == 130, err
+    assert err.endswith(f"cancelled: Ctrl-C stopped call {pending.call_id}\n"), err
+    assert not (ws / "a.txt").exists()
+    with daemon.client() as c:
+        assert c.request(p.ApprovalsList).approvals == []  # withdrawn, not left waiting
