@@ -149,10 +149,12 @@ class Daemon:
             # nothing may stay behind a failed start: not the socket file, not the lock
             self._release()
             raise
+        listed = len(self.registry.visible())  # what `scvctl tools` shows; system tools need --include-system
+        system = len(self.registry) - listed
         log.info(
-            "scvd %s ready on %s (pid %d, policy %s, sandbox %s, %d tools)",
+            "scvd %s ready on %s (pid %d, policy %s, sandbox %s, %d tools%s)",
             __version__, self.listening_on, os.getpid(), self.config.approvals.policy,
-            self.sandbox_verdict, len(self.registry),
+            self.sandbox_verdict, listed, f" and {system} system tool{'s' if system > 1 else ''}" if system else "",
         )
 
     async def _start(self, inherited: list[socket.socket]) -> None:
