@@ -82,7 +82,9 @@ def format_request(a: Any) -> str:
     for key, value in (a.details or {}).items():
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         if "\n" in text:  # a block, each line marked, so its end is plain to see
-            lines.append(f"  {key}: ({len(text):,} chars, {text.count(chr(10)) + 1} lines)")
+            count = len(text.splitlines())  # as the summary counts them ("1 line" for "hi\n")
+            tail = ", and a newline at the end" if text.endswith("\n") else ""
+            lines.append(f"  {key}: ({len(text):,} chars, {count} line{'s' if count != 1 else ''}{tail})")
             lines.extend(f"    | {line}" for line in text.split("\n"))
         else:
             lines.append(f"  {key}: {text}")
