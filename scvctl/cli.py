@@ -244,10 +244,17 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> int:
+    always = None
     with connect(args) as c:
+        if fields.get("scope") == "session":  # an always_ask request is granted once whatever is asked
+            listed = c.request(p.ApprovalsList).approvals
+            always = next((a.always_ask for a in listed if a.approval_id == args.approval_id), None)
         c.request(p.ApprovalDecide, approval_id=args.approval_id, decision=decision, **fields)
     if args.json:
-        emit_json({"approval_id": args.approval_id, "decision": decision})
+        emit_json({"approval_id": args.approval_id, "decision": decision,
+                   **({"scope": "once", "always_ask": always} if always else {})})
+    elif always:
+        print(printable(f"approved {args.approval_id} once only, not for the session: it always asks ({always})"))
     else:
         print(f"{decision}d {args.approval_id}" if decision == "approve" else f"denied {args.approval_id}")
     return EXIT_OK

@@ -526,3 +526,19 @@ def test_ctrl_c_on_a_waiting_call_cancels_it_and_exits_130(daemon, tmp_path):
     assert not (ws / "a.txt").exists()
     with daemon.client() as c:
         assert c.request(p.ApprovalsList).approvals == []  # withdrawn, not left waiting
+
+
+def test_approve_for_the_session_of_an_always_ask_request_says_it_was_once(daemon: DaemonProc, workspace: Path):
+    """It printed "approved a1" as for any grant: the person believed the session was granted."""
+    call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "write",
+                        '{"path": ".envrc", "content": "x", "mode": "create"}')
+    try:
+        (pending,) = wait_for_one(daemon)
+        out = scvctl(daemon, "approvals", "approve", "--session", pending.approval_id)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == (f"approved {pending.approval_id} once only, not for the session: it always asks "
+                              f"({pending.always_ask})\n")
+        call.communicate(timeout=20)
+    finally:
+        stop(call)
+    assert call.returncode == 0 and (workspace / ".envrc").read_text() == "x"
