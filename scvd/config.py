@@ -20,9 +20,9 @@ from typing import Annotated, Any, Literal, Mapping
 import msgspec
 
 from .always_ask import DEFAULT_ALWAYS_ASK, glob_problem
-from .errors import ConfigError
+from .errors import ConfigError, NotARegularFile
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
-from .paths import NotARegularFile, read_regular_file
+from .paths import read_regular_file
 
 ENV_PREFIX = "SCVD_"
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]

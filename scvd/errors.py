@@ -37,6 +37,7 @@
         │   └── DaemonNotAnswering  client side: the socket accepts, but no answer comes in time
         ├── ConnectionClosed      client side: the daemon closed the connection
         ├── UsageError            client side: a command line that cannot work (scvctl exits 2)
+        ├── NotARegularFile       a file scvd reads (config.toml, tool.json) is a FIFO, socket, ...
         └── JsonRpcError          `scvctl mcp`'s server in scvd: a JSON-RPC error answered to the MCP host
 
 `error_code()` and `public_message()` turn any exception into the `error` frame a
@@ -294,6 +295,10 @@ class UsageError(LocalError):
     """Client side: a command line that cannot work (scvctl prints `usage: <message>`, exit 2)."""
 
     code = "usage"
+
+
+class NotARegularFile(LocalError):
+    """paths.read_regular_file refused the path: a FIFO would block its reader for good."""
 
 
 class JsonRpcError(LocalError):

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from . import errors
+
 if TYPE_CHECKING:
     import platformdirs
 
@@ -208,15 +210,11 @@ def read_regular_file(path: Path, limit: int = -1) -> bytes:
         if not stat.S_ISREG(mode):
             kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
                     else "a socket" if stat.S_ISSOCK(mode) else "a device")
-            raise NotARegularFile(f"{path} is {kind}, not a regular file")
+            raise errors.NotARegularFile(f"{path} is {kind}, not a regular file")
         with os.fdopen(os.dup(fd), "rb") as f:
             return f.read() if limit < 0 else f.read(limit + 1)
     finally:
         os.close(fd)
-
-
-class NotARegularFile(OSError):
-    """What read_regular_file refuses; its message says what the path is instead."""
 
 
 def ensure_private_dir(path: Path) -> str | None:

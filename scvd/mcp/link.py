@@ -62,6 +62,7 @@ class ServerLink:
         self._relists: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()  # set: the backoff's wait ends now (a secret it needs was stored)
         self._again = False  # connect again at once once this connection ends (retry_now while up)
+        self._launched_at: float | None = None  # monotonic time the current start read its secrets
 
     # --- life ---------------------------------------------------------------------
 
@@ -109,12 +110,13 @@ class ServerLink:
             except TimeoutError:
                 delay = min(delay * 2, BACKOFF_MAX)
 
-    def retry_now(self) -> None:
-        """Connect again at once, with the secrets as stored now: a down link ends its backoff, a
-        starting or ready one (it may hold the old value) closes its connection and starts again."""
+    def retry_now(self, stored_at: float) -> None:
+        """Connect again at once with the secrets as stored at `stored_at` (monotonic): a down link
+        ends its backoff; a starting or ready one that read them before then (it holds the old
+        value) closes its connection and starts again."""
         if self.state == "down":
             self._wake.set()
-        elif self.state in ("starting", "ready"):
+        elif self.state in ("starting", "ready") and (self._launched_at is None or self._launched_at < stored_at):
             self._again = True
             self._lost.set()
 
@@ -144,6 +146,7 @@ class ServerLink:
         raise _Lost(self.error)
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+        self._launched_at = time.monotonic()  # secrets stored before this are in what it reads
         target = await asyncio.to_thread(self._launch)  # the secret store may talk to a keyring
         if isinstance(target, spec.StdioLaunch):
             from .stdio import open_stdio

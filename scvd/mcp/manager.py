@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import sys
+import time
 from typing import Any, Protocol
 
 from ..config import Config, McpServerConfig, SecretRef
@@ -118,12 +119,13 @@ class McpServers:
     def secret_stored(self, key: str) -> None:
         """A person just entered `key` (store_secret): a server down for want of it, or whose header
         was refused, starts again now, not after its backoff (up to a minute)."""
+        stored_at = time.monotonic()
         for link in self.links.values():
             values = [*link.cfg.env.values(), *link.cfg.headers.values()]
             if any(isinstance(v, SecretRef) and v.secret == key for v in values):
                 retry = getattr(link, "retry_now", None)  # a WithoutSdk placeholder has none
                 if retry is not None:
-                    retry()
+                    retry(stored_at)
 
     async def close(self) -> None:
         await asyncio.gather(*(link.stop() for link in self.links.values()), return_exceptions=True)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import msgspec
 
 from .. import errors
-from ..paths import NotARegularFile, read_regular_file
+from ..paths import read_regular_file
 from ..process import ALWAYS_REMOVED, ALWAYS_REMOVED_PREFIXES
 from ..secrets import check_key
 from .contract import LoadError
@@ -117,7 +117,7 @@ def _decode(path: Path) -> ToolJson:
         data = read_regular_file(path, MAX_DEFINITION_BYTES)
     except FileNotFoundError:
         raise DefinitionError(path, "tool.json", f"{path} is missing") from None
-    except NotARegularFile as exc:  # a FIFO would hold the start, or a reload, for good
+    except errors.NotARegularFile as exc:  # a FIFO would hold the start, or a reload, for good
         raise DefinitionError(path, "tool.json", f"{exc}; make it a file") from None
     except OSError as exc:
         raise DefinitionError(path, "tool.json", f"cannot read {path}: {exc.strerror}") from None
