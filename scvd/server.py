@@ -41,7 +41,14 @@ from .workers import in_own_thread
 log = logging.getLogger("scvd.server")
 
 RELOAD_READ_SECONDS = 30.0  # a reload reading config.toml and tool.json files past this gives up
+START_ONLY = ("log_level", "server.event_loop", "audit.max_bytes", "audit.keep")  # read at start only
 STUCK_READS_MAX = 4  # reloads whose read never returned (each holds a thread): then reloads are refused
+
+
+def _setting(config: Any, key: str) -> Any:
+    for part in key.split("."):
+        config = getattr(config, part)
+    return config
 
 
 class Daemon:
@@ -326,6 +333,9 @@ class Daemon:
             return False
         self.mcp.register_into(registry)  # servers left running keep their tools
         # all at once, after the probe: the new config never runs with the old probe's result
+        unapplied = [key for key in START_ONLY if _setting(loaded.config, key) != _setting(self.config, key)]
+        if unapplied:  # the file says so now, the daemon does not: say when it will
+            log.warning("reload: %s changed; it takes effect at the next start of scvd", ", ".join(unapplied))
         self.loaded, self.registry, self.sandbox, self.sandbox_verdict = loaded, registry, sandbox, verdict
         self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
         self.gate.max_pending = loaded.config.approvals.max_pending

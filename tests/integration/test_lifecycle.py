@@ -722,3 +722,13 @@ def test_a_reload_stuck_reading_gives_up_and_a_later_one_runs(make_wrapped, tmp_
     with d.client() as c:
         assert c.status().policy == "always"
     assert d.stop() == 0
+
+
+def test_a_reload_of_a_setting_read_at_start_only_says_when_it_applies(make_daemon):
+    """log_level changed by a reload was taken silently; the daemon went on at the old level."""
+    from conftest import reloaded
+
+    d = make_daemon('log_level = "info"\n')
+    reloaded(d, 'log_level = "debug"\n[audit]\nkeep = 5\n')
+    assert ("reload: log_level, audit.keep changed; it takes effect at the next start of scvd") in d.log()
+    assert d.stop() == 0
