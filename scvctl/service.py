@@ -148,7 +148,8 @@ def environment_line(name: str, value: str) -> str:
     return f'Environment="{name}={text}"'
 
 
-RELOAD_BY_KILL = "Type=notify\n", "# SIGHUP re-reads config.toml; new sessions use it\nExecReload=/bin/kill -HUP $MAINPID\n"
+RELOAD_BY_KILL = ("Type=notify\n",
+                  "# SIGHUP re-reads config.toml; new sessions use it\nExecReload=/bin/kill -HUP $MAINPID\n")
 RELOAD_BY_NOTIFY = ("Type=notify-reload\n",
                     "# systemd sends SIGHUP and waits for scvd's RELOADING=1 ... READY=1: config.toml\n"
                     "# is re-read, and new sessions use it, when `systemctl --user reload` returns\n")

@@ -383,7 +383,7 @@ class StatusResult(Frame, tag="status.result"):
     sandbox: str = ""
     socket: str = ""
     mcp_servers: list[McpServerStatus] = []
-    reload_error: str = ""  # why the last reload was refused (the configuration before it runs); "" after one that took
+    reload_error: str = ""  # why the last reload was refused (the old configuration runs); "" after one took
 
 
 class SessionOpened(Frame, tag="session.opened"):

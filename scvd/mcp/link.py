@@ -277,7 +277,8 @@ class ServerLink:
         raise CredentialMissing(
             f"mcp server {self.name}: {tool}: HTTP status {self._http_status} from {self.cfg.url}: the server "
             f"refused {which} sent in its headers; store a new value with store_secret {how}, then call the "
-            "tool again (scvd reconnects with it)", hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}") from None
+            "tool again (scvd reconnects with it)",
+            hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}") from None
 
     def down_message(self) -> str:
         why = f": {self.error}" if self.error else ""
