@@ -227,8 +227,9 @@ def _unused_providers(config: Config, sources: Mapping[str, str]) -> list[str]:
     if "chat.provider" in sources or not config.providers:
         return []
     names = sorted(config.providers)
-    return [f"[providers.{names[0]}] is configured, but chat turns use the imported Codex setup: chat.provider "
-            f"is codex unless set; to use it, set provider = \"{names[0]}\" in [chat]"
+    return [f"[providers.{names[0]}] is configured, but a chat turn that names no provider uses the imported "
+            f"Codex setup (chat.provider is codex unless set); to make it the default, set provider = \"{names[0]}\" "
+            "in [chat]"
             + (f" (configured: {', '.join(names)})" if len(names) > 1 else "")]
 
 

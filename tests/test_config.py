@@ -80,8 +80,8 @@ def test_a_provider_left_unused_by_the_default_chat_provider_is_a_warning(cfg_fi
     failed "no imported Codex setup" with a hint the user had just followed."""
     path = cfg_file('[providers.local]\nmodel = "m"\nbase_url = "http://127.0.0.1:1/v1"\n')
     assert load(path, env={}).warnings == [
-        '[providers.local] is configured, but chat turns use the imported Codex setup: chat.provider is codex '
-        'unless set; to use it, set provider = "local" in [chat]']
+        '[providers.local] is configured, but a chat turn that names no provider uses the imported Codex setup '
+        '(chat.provider is codex unless set); to make it the default, set provider = "local" in [chat]']
     assert load(cfg_file('[providers.local]\nmodel = "m"\n[chat]\nprovider = "local"\n'), env={}).warnings == []
     assert load(cfg_file('[providers.local]\nmodel = "m"\n[chat]\nprovider = "codex"\n'), env={}).warnings == []
 
