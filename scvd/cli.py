@@ -149,8 +149,8 @@ def run(paths: paths_mod.Paths, loaded: config_mod.Loaded, config_file: Path) ->
 def _leave(code: int) -> int:
     """`code`, once the threads have ended; past THREAD_SECONDS the process exits without them.
 
-    The interpreter's exit joins every thread, without a bound: one blocked in a read (a reload
-    reading a FIFO in config.toml's place, a hung network mount) kept scvd from ever exiting.
+    The interpreter's exit joins every thread, without a bound: one blocked in a call (a reload's
+    sandbox probe, a keyring lookup on a hung mount) kept scvd from ever exiting.
     """
     import threading
     import time
