@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__, config as config_mod, errors, eventloop, instance, notify, paths as paths_mod
 from . import tools
+from .toml_write import toml_value
 
 if TYPE_CHECKING:
     import argparse
@@ -316,30 +317,6 @@ def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: An
         print(f"#   {e.name}: {e.source}: {e.message}")
     print(f"# sandbox: {sandbox_verdict(loaded.config, paths)}")
     return EXIT_OK
-
-
-def toml_value(value: Any) -> str:
-    """`value` as TOML writes it (check-config's lines may be copied into config.toml)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        import json
-
-        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
-    return toml_value(str(value))
-
-
-def toml_key(key: str) -> str:
-    """A TOML key: bare when it may be, else quoted."""
-    import re
-
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else toml_value(key)
 
 
 def sandbox_verdict(config: config_mod.Config, paths: paths_mod.Paths) -> str:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from . import errors
+from .toml_write import toml_string
 
 log = logging.getLogger("scvd.secrets")
 
@@ -121,28 +122,14 @@ def _name(kr: Any) -> str:
 # --- the secrets file ---------------------------------------------------------------
 
 
-def _toml_string(text: str) -> str:
-    """A TOML basic string: quotes, backslashes and control characters escaped."""
-    out = ['"']
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
 def render_file(values: Mapping[str, str], keyring_names: list[str]) -> str:
     """The secrets file's text: values at the top, then the names held in the keyring."""
     lines = ["# scv secrets: `scvctl secrets set KEY` writes here when no OS keyring is usable.",
              "# Keep this file 0600. Keys are names like GITHUB_TOKEN; values are strings.", ""]
-    lines += [f"{key} = {_toml_string(values[key])}" for key in sorted(values)]
+    lines += [f"{key} = {toml_string(values[key])}" for key in sorted(values)]
     if keyring_names:
         lines += ["", f"[{INDEX_TABLE}]", "# these names' values are in the OS keyring (service \"scv\")",
-                  "names = [" + ", ".join(_toml_string(n) for n in sorted(keyring_names)) + "]"]
+                  "names = [" + ", ".join(toml_string(n) for n in sorted(keyring_names)) + "]"]
     return "\n".join(lines) + "\n"
 
 
