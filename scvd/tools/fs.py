@@ -394,7 +394,7 @@ def _keep_group(fd: int, gid: int) -> None:
 def _check_sha(parent: int, parts: tuple[str, ...], path: str, expected: str, cancel: Any,
                small_only: bool = False) -> None:
     """Compare the file as it is now with the sha256 the caller read (stopping at a cancel); with
-    `small_only`, only a file `inline_ok` lets the loop read (plan() on the loop), else nothing."""
+    `small_only` (plan() on the loop), only a file `inline_ok` lets the loop read."""
     try:
         fd = containment.open_raw(parent, parts[-1:], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
@@ -402,23 +402,30 @@ def _check_sha(parent: int, parts: tuple[str, ...], path: str, expected: str, ca
     try:
         st = os.fstat(fd)
         containment.check_regular(st, path)
-        digest = hashlib.sha256()
-        if small_only:
-            data = os.read(fd, st.st_size + 1) if inline_ok(fd, st) else b""
-            if not data or len(data) > st.st_size:  # not for the loop, or it grew: the check at install will do
-                return
-            digest.update(data)
-        while not small_only and (buf := os.read(fd, CHUNK)):
-            _check_cancel(cancel)
-            digest.update(buf)
+        current = _small_sha(fd, st) if small_only else _sha(fd, cancel)
     finally:
         os.close(fd)
-    current = digest.hexdigest()
-    if current != expected.lower():
+    if current is not None and current != expected.lower():
         raise Failed(
             f"{show(path)} changed since it was read: its sha256 is now {current[:16]}..., not "
             f"{expected[:16]}...; read it again and pass its sha256 as expected_sha256"
         )
+
+
+def _sha(fd: int, cancel: Any) -> str:
+    digest = hashlib.sha256()
+    while buf := os.read(fd, CHUNK):
+        _check_cancel(cancel)
+        digest.update(buf)
+    return digest.hexdigest()
+
+
+def _small_sha(fd: int, st: os.stat_result) -> str | None:
+    """The sha256 of a file the loop may read whole, else None (too big, not local, or it grew)."""
+    if not inline_ok(fd, st):
+        return None
+    data = os.read(fd, st.st_size + 1)  # a short count is the end of a regular file
+    return None if len(data) > st.st_size else hashlib.sha256(data).hexdigest()
 
 
 def _install(parent: int, tmp: str, leaf: str, path: str, mode: str) -> None:
