@@ -97,25 +97,19 @@ class AgentTool(Tool):
         self.Arguments = arguments_struct(adapter, config)
         self.ceiling = float(config.tools.max_timeout_seconds)
 
-    def decode(self, arguments: Any) -> Any:
-        """The Struct; a refusal says what to send instead, not which regex or bound failed."""
-        try:
-            return super().decode(arguments)
-        except InvalidArguments:
-            if not isinstance(arguments, dict):
-                raise
-            requested, prompt, model = (arguments.get(k) for k in ("timeout_seconds", "prompt", "model"))
-            if isinstance(requested, (int, float)) and not isinstance(requested, bool):
-                check_timeout(requested, self.ceiling, f"{self.name}: timeout_seconds")  # names the setting
-            if isinstance(prompt, str) and prompt.startswith("-"):
-                raise InvalidArguments(f"{self.name}: the prompt cannot start with '-' (the agent CLI would take it "
-                                       "for an option): start it with a word, e.g. 'Fix the failing test'") from None
-            if isinstance(model, str) and "model" in self.Arguments.__struct_fields__:
-                try:
-                    check_model(model)
-                except InvalidArguments as exc:
-                    raise InvalidArguments(f"{self.name}: {exc.message}") from None
-            raise
+    def refuse(self, arguments: dict[str, Any]) -> None:
+        """What to send instead, not which regex or bound failed."""
+        requested, prompt, model = (arguments.get(k) for k in ("timeout_seconds", "prompt", "model"))
+        if isinstance(requested, (int, float)) and not isinstance(requested, bool):
+            check_timeout(requested, self.ceiling, f"{self.name}: timeout_seconds")  # names the setting
+        if isinstance(prompt, str) and prompt.startswith("-"):
+            raise InvalidArguments(f"{self.name}: the prompt cannot start with '-' (the agent CLI would take it "
+                                   "for an option): start it with a word, e.g. 'Fix the failing test'")
+        if isinstance(model, str) and "model" in self.Arguments.__struct_fields__:
+            try:
+                check_model(model)
+            except InvalidArguments as exc:
+                raise InvalidArguments(f"{self.name}: {exc.message}") from None
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         timeout = self._timeout(args, ctx)

@@ -81,14 +81,10 @@ class Bash(Tool):
         self.ceiling = float(config.tools.max_timeout_seconds)
         self._env = env  # None: the daemon's environment at each call
 
-    def decode(self, arguments: Any) -> Any:
-        try:
-            return super().decode(arguments)
-        except InvalidArguments:
-            requested = arguments.get("timeout_seconds") if isinstance(arguments, dict) else None
-            if isinstance(requested, (int, float)) and not isinstance(requested, bool):
-                check_timeout(requested, self.ceiling, "bash: timeout_seconds")  # its message names the setting
-            raise
+    def refuse(self, arguments: dict[str, Any]) -> None:
+        requested = arguments.get("timeout_seconds")
+        if isinstance(requested, (int, float)) and not isinstance(requested, bool):
+            check_timeout(requested, self.ceiling, "bash: timeout_seconds")  # its message names the setting
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         # the daemon builds a session's tools from its own config; an embedder may not: hold the session's

@@ -165,7 +165,13 @@ class Tool(abc.ABC):
                     return msgspec.convert({k: v for k, v in arguments.items() if v is not None}, self.Arguments)
                 except msgspec.ValidationError as again:  # what is wrong besides the nulls (or a required one)
                     exc = again
+            if isinstance(arguments, dict):
+                self.refuse(arguments)
             raise InvalidArguments(f"{self.name}: {_explain(exc)}") from exc
+
+    def refuse(self, arguments: dict[str, Any]) -> None:
+        """After arguments failed to decode: raise InvalidArguments that says what to send instead
+        (naming the setting behind a bound), or return for the validator's own message."""
 
     @abc.abstractmethod
     def plan(self, args: Any, ctx: CallContext) -> Plan:

@@ -547,17 +547,13 @@ class ReadTool(Tool):
         self.Arguments = _read_arguments(max_limit)
         self.max_limit = max_limit
 
-    def decode(self, arguments: Any) -> Any:
-        try:
-            return super().decode(arguments)
-        except InvalidArguments:  # a limit past the ceiling says which setting, and how to go on
-            limit = arguments.get("limit") if isinstance(arguments, dict) else None
-            if type(limit) is int and limit > self.max_limit:
-                raise InvalidArguments(
-                    f"read: limit {limit} is above the {self.max_limit} bytes one read returns "
-                    "(tools.read_limit_bytes): read in pages, each from the offset where the last one "
-                    "ended (offset + length)") from None
-            raise
+    def refuse(self, arguments: dict[str, Any]) -> None:
+        limit = arguments.get("limit")  # past the ceiling: which setting, and how to go on
+        if type(limit) is int and limit > self.max_limit:
+            raise InvalidArguments(
+                f"read: limit {limit} is above the {self.max_limit} bytes one read returns "
+                "(tools.read_limit_bytes): read in pages, each from the offset where the last one "
+                "ended (offset + length)")
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         parts = parts_in(ctx.workspace, args.path, file_parts)
