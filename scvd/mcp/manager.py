@@ -61,6 +61,9 @@ class WithoutSdk:
     async def stop(self) -> None:
         pass
 
+    def retry_now(self, stored_at: float) -> None:
+        pass  # a reload retries the import
+
 
 class McpServers:
     """Links by server name; the tools each one listed last."""
@@ -78,9 +81,10 @@ class McpServers:
         wanted = {n: c for n, c in config.mcp.servers.items() if c.enabled}
         if any(isinstance(link, WithoutSdk) for link in self.links.values()):
             importlib.invalidate_caches()  # the SDK may have been installed since: a reload tries again
+        sandbox = self._sandbox_now()
         for name in [n for n, link in self.links.items()
                      if wanted.get(n) != link.cfg or isinstance(link, WithoutSdk)
-                     or self._sandboxed_by.get(n, self._sandbox_now()) != self._sandbox_now()]:
+                     or self._sandboxed_by.get(n, sandbox) != sandbox]:
             await self._remove(name)
         for name, cfg in wanted.items():
             if name not in self.links:
@@ -123,9 +127,7 @@ class McpServers:
         for link in self.links.values():
             values = [*link.cfg.env.values(), *link.cfg.headers.values()]
             if any(isinstance(v, SecretRef) and v.secret == key for v in values):
-                retry = getattr(link, "retry_now", None)  # a WithoutSdk placeholder has none
-                if retry is not None:
-                    retry(stored_at)
+                link.retry_now(stored_at)
 
     async def close(self) -> None:
         await asyncio.gather(*(link.stop() for link in self.links.values()), return_exceptions=True)
