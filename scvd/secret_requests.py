@@ -63,7 +63,8 @@ class SecretRequests:
 
     def __init__(self, store: SecretStore, *, approvers: Callable[[str], list[Any]],
                  send: Callable[[Any, p.Frame], None], timeout: Callable[[], float | None],
-                 audit: Callable[..., None], on_stored: Callable[[str], None] = lambda key: None) -> None:
+                 audit: Callable[..., None],
+                 on_stored: Callable[[str, float], None] = lambda key, stored_at: None) -> None:
         self.store = store
         self._on_stored = on_stored  # told each key stored (MCP servers that wait for it start now)
         self._approvers = approvers
@@ -143,14 +144,19 @@ class SecretRequests:
         del self.pending[request.id]  # taken: a second answer while storing finds nothing
         request.storing = True
         try:
-            entry = await asyncio.to_thread(self.store.set, request.key, value)
+            entry, stored_at = await asyncio.to_thread(self._store, request.key, value)
         except Exception as exc:  # whatever it is, the call ends now, not at the timeout
             why = exc.message if isinstance(exc, errors.ScvError) else type(exc).__name__
             self._finish(request, "failed", decided_by, errors.Failed(
                 f"{request.key} could not be stored: {why}"), reason=why)
             raise
         self._finish(request, "stored", decided_by, None, entry=entry)
-        self._on_stored(request.key)
+        self._on_stored(request.key, stored_at)
+
+    def _store(self, key: str, value: str) -> tuple[Any, float]:
+        """Store it; and when (monotonic) the store held it: a later read finds it."""
+        entry = self.store.set(key, value)
+        return entry, time.monotonic()
 
     def decline(self, request_id: str, reason: str | None, decided_by: str) -> None:
         request = self._get(request_id)

@@ -70,7 +70,7 @@ class Daemon:
         self.secret_requests = SecretRequests(
             self.secrets, approvers=self._secret_answerers, send=self.send_event,
             timeout=lambda: self.config.approvals.timeout_seconds, audit=self._audit_line,
-            on_stored=lambda key: self.mcp.secret_stored(key))
+            on_stored=lambda key, stored_at: self.mcp.secret_stored(key, stored_at))
         # what every session's tools reach through ctx.services, beside what the tools prepare
         self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests}
         self.sandbox: Any = None

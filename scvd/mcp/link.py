@@ -118,7 +118,15 @@ class ServerLink:
             self._wake.set()
         elif self.state in ("starting", "ready") and (self._launched_at is None or self._launched_at < stored_at):
             self._again = True
-            self._lost.set()
+            self._lose()
+
+    def _lose(self) -> None:
+        """The connection is gone or to be dropped: no longer `ready` while it closes (a status,
+        or a call, in that moment took the closing connection for a working one), but `starting`
+        again, until its end says whether it is down and why."""
+        self._lost.set()
+        if self.state == "ready":
+            self.state = "starting"
 
     async def _connect_once(self) -> None:
         async with contextlib.AsyncExitStack() as stack:
@@ -146,8 +154,11 @@ class ServerLink:
         raise _Lost(self.error)
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
-        self._launched_at = time.monotonic()  # secrets stored before this are in what it reads
-        target = await asyncio.to_thread(self._launch)  # the secret store may talk to a keyring
+        def launch() -> Any:
+            self._launched_at = time.monotonic()  # on the thread, as the read begins: what it reads
+            return self._launch()  # holds every secret stored before this moment
+
+        target = await asyncio.to_thread(launch)  # the secret store may talk to a keyring
         if isinstance(target, spec.StdioLaunch):
             from .stdio import open_stdio
 
@@ -210,7 +221,7 @@ class ServerLink:
                 self._relists.add(task)  # held: the loop keeps only a weak reference
                 task.add_done_callback(self._relists.discard)
         elif isinstance(message, Exception) and self._http_status is not None:
-            self._lost.set()
+            self._lose()
 
     async def _relist(self, session: ClientSession) -> None:
         try:
@@ -244,17 +255,17 @@ class ServerLink:
             result = await session.call_tool(tool, arguments, progress_callback=progress)
         except MCPError as exc:
             if exc.error.code == CONNECTION_CLOSED:  # the server went away under the call
-                self._lost.set()
+                self._lose()
                 raise Unavailable(f"mcp server {self.name} went away during the call ({tool}); "
                                   "scvd restarts it (see `scvctl status`)") from None
             if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
-                self._lost.set()
+                self._lose()
                 self._raise_if_credential_refused(tool)
             raise _call_error(f"mcp server {self.name}: {tool}: {exc.error.message}", exc.error.code) from None
         except (asyncio.CancelledError, ScvError):
             raise
         except Exception as exc:  # the connection broke under the call
-            self._lost.set()
+            self._lose()
             if self._refused_posts != refused:
                 self._raise_if_credential_refused(tool)
             raise Unavailable(f"mcp server {self.name} failed during the call: {_describe(exc)}") from None

@@ -13,7 +13,6 @@ import importlib
 import logging
 import os
 import sys
-import time
 from typing import Any, Protocol
 
 from ..config import Config, McpServerConfig, SecretRef
@@ -120,10 +119,9 @@ class McpServers:
         await link.stop()
         log.info("mcp server %s: stopped", name)
 
-    def secret_stored(self, key: str) -> None:
+    def secret_stored(self, key: str, stored_at: float) -> None:
         """A person just entered `key` (store_secret): a server down for want of it, or whose header
         was refused, starts again now, not after its backoff (up to a minute)."""
-        stored_at = time.monotonic()
         for link in self.links.values():
             values = [*link.cfg.env.values(), *link.cfg.headers.values()]
             if any(isinstance(v, SecretRef) and v.secret == key for v in values):
