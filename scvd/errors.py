@@ -224,6 +224,10 @@ class CredentialMissing(ToolError):
 
     kind = "credential_missing"
 
+    def __init__(self, message: str, *, hint: str | None = None, keys: tuple[str, ...] = ()) -> None:
+        super().__init__(message, hint=hint)
+        self.keys = keys  # the secrets' names, where known: what store_secret would heal
+
 
 class LocalError(ScvError):
     """Raised and handled on one side; never sent as an `error` frame (if one is, it is our bug)."""

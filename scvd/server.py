@@ -96,6 +96,7 @@ class Daemon:
         self._refusals = limits.RefusalLog()
         self.chat = ChatService(self)
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
+        self.services["mcp_servers"] = self.mcp  # store_secret tells its agent how they came up
         self.mcp_hosts = McpHosts(self)  # MCP hosts whose stdio `scvctl mcp` handed over
         self._reload_lock = asyncio.Lock()
         self._reload_waiting = False  # a reload waits for the running one; later SIGHUPs merge into it

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Iterable, Literal
 
 import msgspec
 
+from ..mcp.spec import PREFIX as MCP_PREFIX
 from ..tools.contract import inline_schema
 from .items import ToolSpec
 
@@ -64,18 +65,23 @@ class Entry:
 
 
 class Catalog:
-    """The tools one conversation may use (all, or the names chat.open allowed)."""
+    """The tools one conversation may use (all, or the names chat.open allowed), and the MCP servers
+    that are down for want of a secret (name -> the secrets' names)."""
 
-    def __init__(self, entries: Iterable[Entry]) -> None:
+    def __init__(self, entries: Iterable[Entry], waiting: dict[str, tuple[str, ...]] | None = None) -> None:
         self.entries = {e.name: e for e in entries if e.name not in CORE_NAMES}
+        self.waiting = waiting or {}
 
     @classmethod
-    def from_registry(cls, registry: Any, allowed: str | list[str] = "all") -> Catalog:
+    def from_registry(cls, registry: Any, allowed: str | list[str] = "all",
+                      waiting: dict[str, tuple[str, ...]] | None = None) -> Catalog:
         tools = registry.visible(include_system=True)
         if allowed != "all":
             tools = [t for t in tools if t.name in set(allowed)]
-        return cls(Entry(t.name, t.description, t.input_schema(), t.flags.system_use, t.flags.background)
-                   for t in tools)
+            waiting = {name: keys for name, keys in (waiting or {}).items()
+                       if any(n.startswith(f"{MCP_PREFIX}{name}__") for n in allowed)}
+        return cls((Entry(t.name, t.description, t.input_schema(), t.flags.system_use, t.flags.background)
+                    for t in tools), waiting)
 
     def specs(self, loaded: set[str]) -> list[ToolSpec]:
         """Full schemas: the core, then the loaded tools in name order (a stable request)."""
@@ -84,7 +90,9 @@ class Catalog:
 
     def instructions(self, system_prompt: str, loaded: set[str]) -> str:
         """The system prompt, the credentials line where store_secret is offered, the tools by name."""
-        secrets = CREDENTIALS if STORE_SECRET in self.entries else ""
+        secrets = ""
+        if STORE_SECRET in self.entries:
+            secrets = "\n".join([CREDENTIALS, *(waiting_line(name, keys) for name, keys in self.waiting.items())])
         return instructions(system_prompt, self.by_name(loaded), secrets)
 
     def by_name(self, loaded: set[str]) -> list[str]:
@@ -108,6 +116,14 @@ class Catalog:
         found = [{"name": e.name, "description": e.description} for e in pool]
         load = [] if args.mode == "list" else [e.name for e in pool[:SEARCH_LIMIT]]
         return found, load
+
+
+def waiting_line(server: str, keys: tuple[str, ...]) -> str:
+    """What the model needs to heal an MCP server down for want of a secret: its tools are not
+    listed while it is down, so no failed call of theirs can name the key."""
+    which = f"the secret {keys[0]!r}" if len(keys) == 1 else "one of the secrets " + ", ".join(map(repr, keys))
+    return (f"MCP server {server} is down until {which} is stored, and lists no tools till then: to use it, "
+            f"call {STORE_SECRET} with that key and tool '{MCP_PREFIX}{server}', then {FIND_TOOLS} again.")
 
 
 def _score(entry: Entry, words: list[str]) -> int:

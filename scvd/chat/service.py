@@ -135,11 +135,15 @@ class ChatService:
         turn_id = f"t{next(self._turns)}-{secrets.token_hex(3)}"
         # the session's tools as they are now: an MCP server's come once it is up, a reload's or a
         # restarted server's change (its registry follows them), so each turn takes them afresh
-        catalog = Catalog.from_registry(chat.session.registry, chat.conv.settings.tools)
-        chat.turn = Turn(chat.conv, catalog, turn_id, max_steps=cfg.max_steps, context_tokens=cfg.context_tokens)
+        chat.turn = Turn(chat.conv, self._catalog(chat), turn_id, max_steps=cfg.max_steps,
+                         context_tokens=cfg.context_tokens)
         chat.results = asyncio.Queue()
         chat.task = asyncio.ensure_future(self._run(chat, chat.turn, frame.text))
         return p.TurnAccepted(id=frame.id, turn=turn_id)
+
+    def _catalog(self, chat: Chat) -> Catalog:
+        return Catalog.from_registry(chat.session.registry, chat.conv.settings.tools,
+                                     self.daemon.mcp.waiting_for_secrets())
 
     async def cancel_turn(self, conn: Any, frame: p.TurnCancel) -> p.Frame:
         chat = self._own(conn, frame.session)
@@ -297,6 +301,9 @@ class ChatService:
                     return self._failed(chat, turn, action)
             self._save(chat)
             kind, call_id, value = await chat.results.get()
+            # the next request's tools as they are now: an MCP server that a store_secret of this
+            # turn started lists its tools within it
+            turn.catalog = self._catalog(chat)
             if kind == "answer":
                 work += turn.on_answer(call_id, value)
             else:

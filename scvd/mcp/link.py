@@ -50,6 +50,7 @@ class ServerLink:
         self._on_tools = on_tools
         self.state = "starting"  # starting -> ready -> down (-> starting again) ; stopped at the end
         self.error: str | None = None  # why it is down (or why the last start failed)
+        self.needs: tuple[str, ...] = ()  # the secrets it is down for want of (store_secret heals it)
         self.failures = 0
         self.retry_at: float | None = None
         self.session: ClientSession | None = None
@@ -110,6 +111,12 @@ class ServerLink:
             except TimeoutError:
                 delay = min(delay * 2, BACKOFF_MAX)
 
+    def started_since(self, stored_at: float) -> bool:
+        """A start that read the secrets at or after `stored_at` has ended up ready or down."""
+        if self.state == "stopped":
+            return True
+        return self.state in ("ready", "down") and self._launched_at is not None and self._launched_at >= stored_at
+
     def retry_now(self, stored_at: float) -> None:
         """Connect again at once with the secrets as stored at `stored_at` (monotonic): a down link
         ends its backoff; a starting or ready one that read them before then (it holds the old
@@ -139,7 +146,7 @@ class ServerLink:
             async with asyncio.timeout(CONNECT_TIMEOUT):
                 await session.initialize()
                 tools = await self._list(session)
-            self.session, self.state, self.error, self.retry_at = session, "ready", None, None
+            self.session, self.state, self.error, self.retry_at, self.needs = session, "ready", None, None, ()
             self._ready_at = time.monotonic()
             log.info("mcp server %s ready: %d tool(s)", self.name, len(tools))
             self._on_tools(self, tools)
@@ -197,6 +204,7 @@ class ServerLink:
     def _record(self, exc: BaseException) -> None:
         if isinstance(exc, _Lost):
             return
+        self.needs = self._needs(exc)
         if isinstance(exc, ToolError):
             self.error = f"{exc.kind}: {exc.message}"
         elif isinstance(exc, ScvError):
@@ -272,6 +280,14 @@ class ServerLink:
         dumped = well_formed(result.model_dump(mode="json", exclude_none=True))
         return CallOutcome(is_error=bool(getattr(result, "is_error", False)),
                            content=dumped.get("content") or [], structured=dumped.get("structured_content"))
+
+    def _needs(self, exc: BaseException) -> tuple[str, ...]:
+        """The secrets a failed start wants: one not set, or the headers' when they were refused."""
+        if isinstance(exc, CredentialMissing):
+            return exc.keys
+        if self._http_status in (401, 403):
+            return tuple(v.secret for v in self.cfg.headers.values() if isinstance(v, SecretRef))
+        return ()
 
     def _raise_if_credential_refused(self, tool: str) -> None:
         """A 401 or 403 to a server whose headers carry secrets: credential_missing naming them, so an

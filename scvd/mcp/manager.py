@@ -22,6 +22,8 @@ from . import spec
 from .tool import McpTool, ToolSpec, schema_too_large
 
 log = logging.getLogger("scvd.mcp")
+SETTLE_SECONDS = 10.0  # store_secret waits this long for the servers its key starts
+SETTLE_POLL = 0.05
 
 
 class Host(Protocol):
@@ -46,6 +48,7 @@ class WithoutSdk:
 
     state = "down"
     failures = 0
+    needs: tuple[str, ...] = ()
 
     def __init__(self, name: str, cfg: McpServerConfig, exc: ImportError) -> None:
         self.name, self.cfg = name, cfg
@@ -59,6 +62,9 @@ class WithoutSdk:
 
     async def stop(self) -> None:
         pass
+
+    def started_since(self, stored_at: float) -> bool:
+        return True  # it never starts: its state is final
 
     def retry_now(self, stored_at: float) -> None:
         pass  # a reload retries the import
@@ -74,6 +80,7 @@ class McpServers:
         self.refused: dict[str, list[str]] = {}  # name -> tools the registry refused (duplicate names)
         self.left_out: dict[str, list[str]] = {}  # name -> why tools it listed were left out
         self._sandboxed_by: dict[str, tuple[Any, bool]] = {}  # name -> _sandbox_now() at its start
+        self._stored: dict[str, float] = {}  # secret key -> when (monotonic) store_secret last stored it
 
     async def apply(self, config: Config) -> None:
         """Start added servers, stop removed ones, restart changed ones; leave the rest alone."""
@@ -122,10 +129,33 @@ class McpServers:
     def secret_stored(self, key: str, stored_at: float) -> None:
         """A person just entered `key` (store_secret): a server down for want of it, or whose header
         was refused, starts again now, not after its backoff (up to a minute)."""
-        for link in self.links.values():
-            values = [*link.cfg.env.values(), *link.cfg.headers.values()]
-            if any(isinstance(v, SecretRef) and v.secret == key for v in values):
-                link.retry_now(stored_at)
+        self._stored[key] = stored_at
+        for link in self._using(key):
+            link.retry_now(stored_at)
+
+    async def settle(self, key: str, timeout: float = SETTLE_SECONDS) -> dict[str, str]:
+        """After secret_stored(key): how each server using it came out of the start with it (at most
+        `timeout` s), so that store_secret can tell its agent whether the tools are there now."""
+        stored_at = self._stored.get(key)
+        using = self._using(key)
+        if stored_at is None or not using:
+            return {}
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not all(link.started_since(stored_at) for link in using):
+            if asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(SETTLE_POLL)
+        return {link.name: self._outcome(link) for link in using}
+
+    def _outcome(self, link: Any) -> str:
+        if link.state == "ready":
+            return f"ready: {len(self.tools.get(link.name, []))} tool(s)"
+        return f"{link.state}: {link.error}" if link.error else f"{link.state}: still starting"
+
+    def _using(self, key: str) -> list[Any]:
+        return [link for link in self.links.values()
+                if any(isinstance(v, SecretRef) and v.secret == key
+                       for v in [*link.cfg.env.values(), *link.cfg.headers.values()])]
 
     async def close(self) -> None:
         await asyncio.gather(*(link.stop() for link in self.links.values()), return_exceptions=True)
@@ -201,3 +231,9 @@ class McpServers:
             errors += [ToolLoadError(source=f"mcp:{name}", name=name, message=m)
                        for m in self.refused.get(name, []) + self.left_out.get(name, [])]
         return errors
+
+    def waiting_for_secrets(self) -> dict[str, tuple[str, ...]]:
+        """Servers not up for want of a secret, and its names: an agent heals them with store_secret
+        (their tools are not listed until they start, so no call of theirs can say so)."""
+        return {name: link.needs for name, link in sorted(self.links.items())
+                if link.needs and link.state == "down"}

@@ -52,7 +52,8 @@ def resolve(values: Mapping[str, str | SecretRef], secrets: Any, what: str) -> d
             if found is None:
                 raise CredentialMissing(
                     f"{what} {name} needs the secret {value.secret}, which is not set; "
-                    f"store it with `scvctl secrets set {value.secret}`: the server's next restart reads it")
+                    f"store it with `scvctl secrets set {value.secret}`: the server's next restart reads it",
+                    keys=(value.secret,))
             out[name] = found
         else:
             out[name] = value

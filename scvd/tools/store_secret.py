@@ -7,7 +7,9 @@ that the key is stored. A turn may ask at most `MAX_ROUNDS` times for one tool
 session as one turn), so a credential that keeps failing cannot loop on a person.
 The masked prompt is the approval: the tool is read_only and always_allow.
 `tool` must name a tool of the registry the call came through (`known`), so an
-invented name cannot open a fresh count.
+invented name cannot open a fresh count, or `mcp__NAME` of a configured MCP
+server (one down for want of the key lists no tools to name). When MCP servers
+use the key, the result says how each came up with it (waiting up to 10 s).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from .contract import NO_TIMEOUT, CallContext, Plan, Tool, ToolFlags, ToolRisk
 
 MAX_ROUNDS = 2  # per tool per turn (seed 003)
 REQUESTS_SERVICE = "secret_requests"  # ctx.services key of the daemon's SecretRequests
+MCP_SERVICE = "mcp_servers"  # ctx.services key of the daemon's MCP servers (settle())
+MCP_PREFIX = "mcp__"
 ROUNDS_SERVICE = "store_secret_rounds"  # ctx.services key of this session's round counter
 
 DESCRIPTION = (  # seed 003: the lookup order (keyring service scv, account the key's name) in 200 chars
@@ -64,10 +68,12 @@ class StoreSecret(Tool):
             check_key(args.key)
         except ScvError as exc:  # the reserved name; the schema's pattern covers the rest
             raise InvalidArguments(f"store_secret: {exc.message}") from None
-        if self.known is not None and (args.tool == self.name or self.known(args.tool) is None):
+        if self.known is not None and (args.tool == self.name or self.known(args.tool) is None
+                                       and not _configured_server(args.tool, ctx.config)):
             raise InvalidArguments(
                 f"tool {args.tool!r} is not a tool scvd has: give the name of the tool that failed for want "
-                f"of {args.key}, as you called it (e.g. 'script_gh_issues')")
+                f"of {args.key}, as you called it (e.g. 'script_gh_issues'), or mcp__NAME for an MCP "
+                "server that is down for want of it")
         return Plan(risk=ToolRisk.READ_ONLY, summary=f"ask a person to enter {args.key} for {args.tool}",
                     details={"key": args.key, "tool": args.tool})
 
@@ -87,8 +93,18 @@ class StoreSecret(Tool):
         rounds[counted] += 1
         entry = await requests.ask(session=ctx.session_id, call_id=ctx.call_id, key=args.key,
                                    question=args.question, tool=args.tool)
-        return {"key": args.key, "stored": True, "where": entry.source,
-                "next": f"call {args.tool} again"}
+        result = {"key": args.key, "stored": True, "where": entry.source, "next": f"call {args.tool} again"}
+        servers = ctx.services.get(MCP_SERVICE)
+        if servers is not None and (came := await servers.settle(args.key)):
+            result["mcp_servers"] = came  # name -> "ready: N tool(s) ..." or "down: why"
+            if args.tool.startswith(MCP_PREFIX):  # it had no tools to call again
+                result["next"] = "a ready server's tools are listed now (find_tools loads them); call them"
+        return result
+
+
+def _configured_server(tool: str, config: Any) -> bool:
+    """`mcp__NAME`: a configured MCP server's, whose tools may not be listed (it is down)."""
+    return tool.startswith(MCP_PREFIX) and tool[len(MCP_PREFIX):] in config.mcp.servers
 
 
 def tools(config: Any, paths: Any) -> list[Tool]:

@@ -859,3 +859,35 @@ def test_a_turn_whose_transcript_writes_failed_is_written_by_the_next_save(chat_
                  c.request(p.ChatHistory, session=again.session).records if r["kind"] != "turn"]
     assert kinds == [("user", "what is in a.txt?"), ("assistant", ""), ("tool", ""), ("assistant", ""), ("tool", ""),
                      ("assistant", "it says AAA"), ("user", "sure?"), ("assistant", "yes")]
+
+
+def test_a_server_down_for_a_missing_secret_is_named_to_the_model_which_heals_it(chat_rig, workspace, tmp_path,
+                                                                              monkeypatch):
+    """An MCP server whose secret was never stored lists no tools, so no failed call of theirs could
+    name the key: the model never heard of the server, and seed 003's auto-heal could not start."""
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")  # secrets.toml
+    quirks = Path(__file__).resolve().parents[1] / "helpers" / "mcp_stdio_quirks.py"
+    server = (f'[mcp.servers.raw]\ncommand = "{sys.executable}"\nargs = ["{quirks}", "plain", '
+              f'"{tmp_path / "starts"}"]\nsandbox = false\nrisk = "read_only"\n'
+              'env = {RAW_TOKEN = {secret = "RAW_TOKEN"}}\n')
+    heal = ("store_secret", {"key": "RAW_TOKEN", "tool": "mcp__raw"})
+    model, d = chat_rig(load("store_secret"), Calls(heal), load("echo"), Text("echo is there"), extra=server)
+    with d.client(name="pytest", approver=True) as c:
+        assert wait_for(lambda: [s.state for s in c.request(p.Status).mcp_servers] == ["down"])
+        session = open_chat(c, workspace).session
+
+        def enter(event: Any) -> None:
+            if isinstance(event, p.SecretRequested):
+                c.request(p.SecretProvide, request_id=event.request_id, value="t0ken")
+
+        events, end = run_turn(c, session, "echo through raw", enter)
+        assert isinstance(end, p.TurnCompleted), end
+    told = ("MCP server raw is down until the secret 'RAW_TOKEN' is stored, and lists no tools till then: to use "
+            "it, call store_secret with that key and tool 'mcp__raw', then find_tools again.")
+    assert told in model.requests[0]["instructions"]
+    healed = json.loads(model.outputs(2)[-1])
+    assert healed["ok"] and healed["result"]["mcp_servers"] == {"raw": "ready: 1 tool(s)"}, healed
+    assert told not in model.requests[2]["instructions"]
+    found = json.loads(model.outputs(3)[-1])["result"]  # within the same turn: the server's tools came
+    assert found["schemas_loaded"] == ["mcp__raw__echo"], found
+    assert "mcp__raw__echo" in model.tool_names(3)
