@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
+
 from . import errors
 
 if TYPE_CHECKING:
@@ -27,8 +29,7 @@ if TYPE_CHECKING:
     from .tools.contract import Registry
 
 
-@dataclass(eq=False)
-class Ticket:
+class Ticket(msgspec.Struct, eq=False):
     """A call's place in its session's lane."""
 
     concurrent: bool

@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable
 
@@ -118,9 +118,12 @@ class Plan:
         return f"Plan(risk={self.risk!r}, summary={self.summary!r})"
 
 
-@dataclass
-class CallContext:
-    """What the server hands a tool for one call."""
+def _no_progress(message: str) -> None:
+    pass
+
+
+class CallContext(msgspec.Struct):
+    """What the server hands a tool for one call (a Struct: made per call)."""
 
     call_id: str
     session_id: str
@@ -129,7 +132,7 @@ class CallContext:
     config: Any  # scvd.config.Config snapshot of the session
     paths: Any  # scvd.paths.Paths
     sandbox: Any = None  # scvd.sandbox.Sandbox, or None when off
-    services: dict[str, Any] = field(default_factory=dict)  # shared helpers (skills map, ...)
+    services: dict[str, Any] = msgspec.field(default_factory=dict)  # shared helpers (skills map, ...)
     turn: str | None = None  # the chat turn of the call, when it has one
     # the call frame's timeout_seconds, when it set one: a tool with a deadline of its own takes the
     # smaller (`own_deadline`), so that its deadline (KILL, the output so far) is the one that ends it
@@ -137,6 +140,8 @@ class CallContext:
     # a person approved this very call (set after the gate; a session grant or the policy
     # running it unasked does not count): sandbox.wrap(approved=...) relaxes the git guard
     approved: bool = False
+    # a tool that knows how far it is sends `call.progress` with its own message (set by the registry)
+    progress: Callable[[str], None] = _no_progress
 
 
 class Tool(abc.ABC):
