@@ -78,6 +78,25 @@ def test_a_missing_secret_is_credential_missing_naming_the_key():
     assert spec.http_headers("gh", cfg, Secrets(GH_TOKEN="abc")) == {"Authorization": "abc"}
 
 
+
+@pytest.mark.parametrize("value", ["Bearer sk-live-1\n", "Bearer sk-live-1 ", "\tBearer sk-live-1", "Bear\rer x",
+                                   "a\x7fb", "a\x00b"])
+def test_a_stored_header_secret_http_cannot_send_is_refused_naming_the_key_not_the_value(value):
+    cfg = McpServerConfig(url="http://127.0.0.1:1/mcp", headers={"Authorization": SecretRef(secret="GH_TOKEN")})
+    with pytest.raises(CredentialMissing) as info:
+        spec.http_headers("gh", cfg, Secrets(GH_TOKEN=value))
+    assert info.value.keys == ("GH_TOKEN",)  # store_secret heals it
+    assert info.value.message == (
+        "mcp.servers.gh.headers Authorization: the stored secret GH_TOKEN is not a valid HTTP header value "
+        "(a line break, a control character, or a space or tab at an end); store it again without them: "
+        "`scvctl secrets set GH_TOKEN`")
+    assert "sk-live" not in info.value.message
+
+
+def test_a_header_value_may_hold_inner_spaces_tabs_and_non_ascii():
+    for value in ("Bearer abc", "a\tb", "", "tok\u00e9n"):
+        assert spec.header_value_ok(value), value
+
 def test_the_sandbox_wraps_a_server_unless_it_opts_out():
     wrapped = launch(McpServerConfig(command="/bin/cat", cwd="/data"), sandbox=FakeSandbox())
     assert wrapped.argv == ["bwrap", "--bind", "/data", "/data", "--", "/bin/cat"] and wrapped.sandboxed

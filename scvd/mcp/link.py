@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 
 from .. import __version__
 from ..config import McpServerConfig, SecretRef
+from ..redact import redact
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, ToolError, Unavailable
 from ..text import well_formed
 from . import spec
@@ -49,7 +50,8 @@ class ServerLink:
         self._launch = launch  # builds the StdioLaunch or the headers; may raise (a missing secret)
         self._on_tools = on_tools
         self.state = "starting"  # starting -> ready -> down (-> starting again) ; stopped at the end
-        self.error: str | None = None  # why it is down (or why the last start failed)
+        self._secrets: dict[str, str] = {}  # the values the current start read from the store, by key
+        self._error: str | None = None
         self.needs: tuple[str, ...] = ()  # the secrets it is down for want of (store_secret heals it)
         self.failures = 0
         self.retry_at: float | None = None
@@ -64,6 +66,16 @@ class ServerLink:
         self._wake = asyncio.Event()  # set: the backoff's wait ends now (a secret it needs was stored)
         self._again = False  # connect again at once once this connection ends (retry_now while up)
         self._launched_at: float | None = None  # monotonic time the current start read its secrets
+
+    @property
+    def error(self) -> str | None:
+        """Why it is down (or why the last start failed), with the secrets it was given hidden."""
+        return self._error
+
+    @error.setter
+    def error(self, text: str | None) -> None:
+        # a server's stderr, or an HTTP library's error, may quote a secret value (a header it refused)
+        self._error = redact(text, self._secrets) if text and self._secrets else text
 
     # --- life ---------------------------------------------------------------------
 
@@ -166,6 +178,7 @@ class ServerLink:
             return self._launch()  # holds every secret stored before this moment
 
         target = await asyncio.to_thread(launch)  # the secret store may talk to a keyring
+        self._secrets = _secret_values(self.cfg, target)
         if isinstance(target, spec.StdioLaunch):
             from .stdio import open_stdio
 
@@ -235,7 +248,8 @@ class ServerLink:
         try:
             tools = await self._list(session)
         except Exception as exc:
-            log.warning("mcp server %s: tools/list after list_changed failed: %s", self.name, _describe(exc))
+            log.warning("mcp server %s: tools/list after list_changed failed: %s", self.name,
+                        redact(_describe(exc), self._secrets))
             return
         if self.session is session:
             self._on_tools(self, tools)
@@ -269,14 +283,16 @@ class ServerLink:
             if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
                 self._lose()
                 self._raise_if_credential_refused(tool)
-            raise _call_error(f"mcp server {self.name}: {tool}: {exc.error.message}", exc.error.code) from None
+            message = redact(exc.error.message, self._secrets)  # it may quote what it was sent
+            raise _call_error(f"mcp server {self.name}: {tool}: {message}", exc.error.code) from None
         except (asyncio.CancelledError, ScvError):
             raise
         except Exception as exc:  # the connection broke under the call
             self._lose()
             if self._refused_posts != refused:
                 self._raise_if_credential_refused(tool)
-            raise Unavailable(f"mcp server {self.name} failed during the call: {_describe(exc)}") from None
+            why = redact(_describe(exc), self._secrets)
+            raise Unavailable(f"mcp server {self.name} failed during the call: {why}") from None
         dumped = well_formed(result.model_dump(mode="json", exclude_none=True))
         return CallOutcome(is_error=bool(getattr(result, "is_error", False)),
                            content=dumped.get("content") or [], structured=dumped.get("structured_content"))
@@ -341,6 +357,13 @@ def _spec(tool: Any) -> ToolSpec:
         read_only_hint=notes.read_only_hint if notes else None,
         destructive_hint=notes.destructive_hint if notes else None,
     )
+
+
+def _secret_values(cfg: McpServerConfig, target: Any) -> dict[str, str]:
+    """The values a start read from the secret store (its env or headers), by key."""
+    stdio = isinstance(target, spec.StdioLaunch)
+    given, refs = (target.env, cfg.env) if stdio else (target, cfg.headers)
+    return {ref.secret: given[name] for name, ref in refs.items() if isinstance(ref, SecretRef) and name in given}
 
 
 def _with_tail(message: str, proc: Any) -> str:

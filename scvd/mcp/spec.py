@@ -82,4 +82,17 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
 
 
 def http_headers(name: str, cfg: McpServerConfig, secrets: Any) -> dict[str, str]:
-    return resolve(cfg.headers, secrets, f"mcp.servers.{name}.headers")
+    headers = resolve(cfg.headers, secrets, f"mcp.servers.{name}.headers")
+    for header, ref in cfg.headers.items():
+        if isinstance(ref, SecretRef) and not header_value_ok(headers[header]):
+            # refused here, naming the key: the HTTP library's own error quotes the value
+            raise CredentialMissing(
+                f"mcp.servers.{name}.headers {header}: the stored secret {ref.secret} is not a valid HTTP "
+                "header value (a line break, a control character, or a space or tab at an end); store it "
+                f"again without them: `scvctl secrets set {ref.secret}`", keys=(ref.secret,))
+    return headers
+
+
+def header_value_ok(value: str) -> bool:
+    """What HTTP/1.1 takes as a field value: no control character but inner tabs, no space or tab at an end."""
+    return value == value.strip(" \t") and not any((c < " " and c != "\t") or c == "\x7f" for c in value)

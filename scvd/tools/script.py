@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from .. import passenv
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import CUT_MARKER, run_process
+from ..redact import forms, redact
 from ..secrets import SecretStore
 from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline
@@ -226,31 +227,13 @@ def rejected_key(stderr: str, declared: list[str] | tuple[str, ...]) -> str | No
     return next((key for key in reversed(named) if key in declared), None)
 
 
-def redact(text: str, secrets: dict[str, str]) -> str:
-    """`text` with every form of each secret's value (as printed, or JSON-escaped) as `[secret KEY]`."""
-    forms = _forms(secrets)
-    for form in sorted(forms, key=len, reverse=True):  # a value inside a longer one goes with it
-        text = text.replace(form, forms[form])
-    return text
-
-
-def _forms(secrets: dict[str, str]) -> dict[str, str]:
-    """Each secret's value as printed and JSON-escaped, mapped to its stand-in `[secret KEY]`."""
-    forms = {}
-    for key, value in secrets.items():
-        for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
-            if form:
-                forms[form] = f"[secret {key}]"
-    return forms
-
-
 def redact_text(text: str, secrets: dict[str, str]) -> str:
     """`redact`, and where the output cap cut `text` (its marker line), a value's start before the cut
     or its end after it. A script printing a marker of its own only costs it a few characters there."""
     if not secrets:
         return text
     text = redact(text, secrets)
-    return _redact_cuts(text, _forms(secrets)) if CUT_MARKER.search(text) else text
+    return _redact_cuts(text, forms(secrets)) if CUT_MARKER.search(text) else text
 
 
 def _redact_cuts(text: str, forms: dict[str, str]) -> str:

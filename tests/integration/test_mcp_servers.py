@@ -530,6 +530,34 @@ def test_a_wrong_header_secret_shows_the_http_status(make_daemon, http_server, m
         assert down.error.startswith(f"HTTP status 401 from {http_server}"), down.error
 
 
+
+def test_a_header_secret_http_cannot_send_is_named_and_its_value_never_shown(make_daemon, http_server, monkeypatch):
+    d = http_daemon(make_daemon, http_server, "Bearer sk-live-SECRET-123\n", monkeypatch)
+    with d.client(name="t") as c:
+        down = server(c, "notes", "down")
+        assert down.error.startswith("credential_missing: mcp.servers.notes.headers Authorization: the stored "
+                                     "secret NOTES_TOKEN is not a valid HTTP header value"), down.error
+        errors = " ".join(e.message for e in c.request(p.ToolsList).errors)
+    for shown in (down.error, errors, scvctl(d, "status"), d.log()):
+        assert "sk-live-SECRET" not in shown
+
+
+def test_a_stdio_servers_stderr_shows_its_secrets_as_their_keys(make_daemon, workspace):
+    leaky = ('[mcp.servers.leaky]\ncommand = "/bin/sh"\nsandbox = false\n'
+             'args = ["-c", "echo \\"auth failed with key $API_KEY\\" >&2; exit 1"]\n'
+             'env = {API_KEY = {secret = "ECHO_KEY"}}\n')
+    from conftest import wait_for_socket
+
+    d = make_daemon(leaky, env=NO_KEYRING, wait=False)
+    store_secret(d, "ECHO_KEY", "sk-echo-4242")
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="t") as c:
+        down = server(c, "leaky", "down")
+        assert down.error == "the server process exited with status 1; stderr: auth failed with key [secret ECHO_KEY]"
+    status, log = scvctl(d, "status"), d.log()
+    assert "auth failed with key [secret ECHO_KEY]" in status and "auth failed with key [secret ECHO_KEY]" in log
+    assert "sk-echo-4242" not in status + log
+
 def test_an_http_call_may_take_longer_than_the_sdks_read_timeout(make_inproc, workspace, http_server, monkeypatch):
     """The SDK's HTTP client stops reading after 300 s of silence: a call the server answered later
     (within its timeout_seconds) failed as "went away", and the server was restarted. The SDK's
