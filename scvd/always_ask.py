@@ -17,6 +17,7 @@ with `/`, which anchors it at the workspace root.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Iterable, Sequence
@@ -113,6 +114,18 @@ def always_ask_reason(targets: Iterable[str], globs: Sequence[str]) -> str | Non
         secret = secret_reason(parts)
         if secret:
             return f"{_show(target)} is secret-like ({secret})"
+    return None
+
+
+def own_files_reason(workspace: str, targets: Iterable[str], own: Sequence[str]) -> str | None:
+    """Why a call with these targets always asks because one lies in scvd's own folders (`own`:
+    config.toml, a script tool's tool.json, the audit log), or None: a grant to write in a
+    workspace that holds them must not let the agent change what scvd runs or records."""
+    for target in targets:
+        path = os.path.normpath(os.path.join(workspace, target))
+        for folder in own:
+            if path == folder or path.startswith(folder.rstrip("/") + "/"):
+                return f"{_show(target)} is inside scvd's own folder {folder} (its configuration, tools or state)"
     return None
 
 

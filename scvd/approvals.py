@@ -116,6 +116,36 @@ def holds_home(workspace: str, home: str | None = None) -> bool:
     return home == ws or home.startswith(ws.rstrip("/") + "/")
 
 
+# under home, where files run code later outside any sandbox: autostart entries and systemd user
+# units (.config), ~/.local/bin on PATH and desktop entries (.local), ~/.ssh/rc and authorized_keys
+HOME_RUNS_LATER = (".config", ".local", ".ssh")
+
+
+@functools.lru_cache(maxsize=256)
+def exposes_host(workspace: str, own: tuple[str, ...] = (), home: str | None = None) -> bool:
+    """True when the files of `workspace` configure scvd or run code outside the sandbox later:
+    it holds the home (`holds_home`), or it is at or inside home's .config, .local or .ssh,
+    XDG_CONFIG_HOME, XDG_DATA_HOME, or one of scvd's own folders `own` (`own_dirs`: a
+    config.toml there starts MCP servers unsandboxed). sandbox-aware asks for every call there.
+    """
+    home = os.path.realpath(home or os.environ.get("HOME") or os.path.expanduser("~"))
+    if holds_home(workspace, home):
+        return True
+    ws = workspace.rstrip("/") or "/"
+    xdg = [os.environ.get("XDG_CONFIG_HOME"), os.environ.get("XDG_DATA_HOME")]
+    risky = [os.path.realpath(os.path.join(home, d)) for d in HOME_RUNS_LATER]
+    risky += [os.path.realpath(d) for d in xdg if d and os.path.isabs(d)] + list(own)
+    return any(ws == d or ws.startswith(d.rstrip("/") + "/") for d in risky)
+
+
+def own_dirs(paths: Any) -> tuple[str, ...]:
+    """scvd's own folders as real paths: SCV_HOME, else its config, data and state directories."""
+    if paths is None:  # an in-memory hub of the tests
+        return ()
+    found = [paths.home] if paths.home else [paths.config_dir, paths.data_dir, paths.state_dir]
+    return tuple(os.path.realpath(d) for d in found)
+
+
 def contained(plan: Plan) -> bool:
     """A call the sandbox-aware policy may run unasked: sandboxed, offline, writes in the workspace.
 

@@ -67,8 +67,8 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 import msgspec
 
 from . import errors
-from .always_ask import always_ask_reason
-from .approvals import Approval, ApprovalGate, Decider, Verdict, holds_home, policy_verdict
+from .always_ask import always_ask_reason, own_files_reason
+from .approvals import Approval, ApprovalGate, Decider, Verdict, exposes_host, own_dirs, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Lane, Owner, Session, Ticket
 from .tools.contract import NOT_NOW, CallContext, Plan, Tool, ToolRisk, check_timeout
@@ -169,6 +169,7 @@ class CallRegistry:
         # one random tag per daemon keeps ids unique across restarts (the audit log outlives a run);
         # a getrandom per call cost more than the rest of the id
         self._tag = secrets.token_hex(4)
+        self._own = own_dirs(hub.paths)  # scvd's own folders: a write there always asks
 
     def __len__(self) -> int:
         return len(self.table)
@@ -421,13 +422,16 @@ class CallRegistry:
         cfg = session.config.approvals
         risk = plan.risk._value_  # the documented sunder name: .value is two Python calls on 3.11
         sandbox = self.hub.sandbox
+        workspace = str(session.workspace)
         # only calls that are not read-only: reading .git is harmless, a secret-like read is filesystem
-        always = (always_ask_reason(plan.targets, cfg.always_ask)
-                  if plan.targets and plan.risk is not ToolRisk.READ_ONLY else None)
+        always = None
+        if plan.targets and plan.risk is not ToolRisk.READ_ONLY:
+            always = (always_ask_reason(plan.targets, cfg.always_ask)
+                      or own_files_reason(workspace, plan.targets, self._own))
         verdict = policy_verdict(
             cfg.policy, plan, always_allow=tool.flags.always_allow,
             granted=session.granted(tool.name, risk, plan.sandboxed),
-            sandbox_active=bool(sandbox and sandbox.active) and not holds_home(str(session.workspace)),
+            sandbox_active=bool(sandbox and sandbox.active) and not exposes_host(workspace, self._own),
             always_asks=always is not None)
         return verdict, always
 

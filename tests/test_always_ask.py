@@ -10,7 +10,7 @@ import pytest
 from adapters_support import Harness, fake_bin, harness  # noqa: F401 (fixtures)
 from fs_support import ws  # noqa: F401 (fixture)
 from scvd.adapters.tools import cwd_targets
-from scvd.always_ask import DEFAULT_ALWAYS_ASK, always_ask_reason, glob_problem, matches, parse, split
+from scvd.always_ask import DEFAULT_ALWAYS_ASK, always_ask_reason, own_files_reason, glob_problem, matches, parse, split
 from scvd.approvals import POLICIES, Verdict, policy_verdict
 from scvd.tools.contract import Plan, ToolRisk
 
@@ -159,3 +159,14 @@ def test_always_asks_beats_a_grant_and_the_sandbox(policy, risk):
     # the same call without a sensitive target runs on the grant
     free = policy_verdict(policy, contained, always_allow=False, granted=True, sandbox_active=True)
     assert free is (Verdict.DENY if policy == "never" else Verdict.RUN)
+
+
+def test_a_target_in_scvds_own_folders_always_asks():
+    own = ("/ws/.scv", "/elsewhere/state")
+    assert own_files_reason("/ws", ["notes.txt"], own) is None
+    assert own_files_reason("/ws", [".scvx/config.toml"], own) is None
+    assert own_files_reason("/ws", ["notes", ".scv/config.toml"], own) == \
+        "'.scv/config.toml' is inside scvd's own folder /ws/.scv (its configuration, tools or state)"
+    assert own_files_reason("/ws", [".scv"], own).startswith("'.scv' is inside")
+    assert own_files_reason("/ws", ["a/../.scv/tools/script/x/tool.json"], own) is not None
+    assert own_files_reason("/ws", ["x"], ()) is None

@@ -14,7 +14,7 @@ import pytest
 from scvd import errors
 from scvd.approvals import (
     POLICIES, TRANSITIONS, ApprovalEvent, ApprovalGate, ApprovalState, Decider, Verdict, contained,
-    holds_home, is_descendant, policy_note, policy_verdict, spawned_by_daemon,
+    exposes_host, holds_home, is_descendant, policy_note, policy_verdict, spawned_by_daemon,
 )
 from scvd.tools.contract import Plan, ToolRisk
 
@@ -467,3 +467,17 @@ def test_the_largest_bash_command_fits_a_default_frame_even_escaped():
 ])
 def test_a_workspace_holds_the_home_when_it_is_the_home_or_above_it(workspace: str, holds: bool):
     assert holds_home(workspace, "/home/u") is holds
+
+
+@pytest.mark.parametrize(("workspace", "exposed"), [
+    ("/home/u", True), ("/", True),  # holds the home
+    ("/home/u/.config", True), ("/home/u/.config/git", True), ("/home/u/.local/share/app", True),
+    ("/home/u/.ssh", True), ("/srv/scv", True), ("/srv/scv/tools", True), ("/cfg/x", True),
+    ("/home/u/project", False), ("/home/u/.configs", False), ("/srv", False), ("/srv/scvx", False),
+])
+def test_a_workspace_exposes_the_host_at_or_inside_home_config_and_scvds_own_folders(monkeypatch, workspace, exposed):
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/cfg")
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    exposes_host.cache_clear()
+    assert exposes_host(workspace, ("/srv/scv",), "/home/u") is exposed
+    exposes_host.cache_clear()

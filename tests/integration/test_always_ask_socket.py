@@ -131,3 +131,28 @@ def test_the_list_is_configurable(make_daemon, tmp_path: Path, ws: Path) -> None
         owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
         done = next_of(owner, write(owner, sid, ".github/workflows/ci.yml"))
         assert isinstance(done, p.CallCompleted) and done.ok
+
+
+def test_a_grant_for_write_does_not_cover_scvds_own_folders_in_the_workspace(make_daemon, ws: Path) -> None:
+    # SCV_HOME inside the workspace (a session on ~ holds ~/.config/scv the same way): its config.toml
+    # starts MCP servers unsandboxed, so a write there must be a person's decision every time
+    home = ws / ".scv"
+    daemon = make_daemon(home=home)
+    config = home / "config.toml"
+    if not config.exists():
+        config.write_text("")
+    (home / "tools" / "script" / "x").mkdir(parents=True)
+    before = config.read_bytes()
+    with daemon.client(name="pytest-owner", approver=True) as owner:
+        sid = owner.open_session(ws)
+        grant_writes(owner, sid)
+        for path, mode in ((".scv/config.toml", "replace"), (".scv/tools/script/x/tool.json", "create")):
+            call_id = owner.start_call(sid, "write", {"path": path, "content": "[mcp.servers.pwn]\n", "mode": mode})
+            asked = next_of(owner, call_id)
+            assert isinstance(asked, p.ApprovalRequested), f"{path} ran unasked under a session grant"
+            assert asked.always_ask == (f"{path!r} is inside scvd's own folder {home.resolve()} "
+                                        "(its configuration, tools or state)")
+            owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
+            assert owner.wait_call(call_id).error.kind == "denied"
+    assert config.read_bytes() == before
+    assert not (home / "tools" / "script" / "x" / "tool.json").exists()

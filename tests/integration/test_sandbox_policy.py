@@ -122,6 +122,15 @@ def test_a_session_grant_for_sandboxed_bash_does_not_cover_it_unsandboxed_after_
     assert not Path("/etc/scvd-policy-probe").exists()
 
 
+def asked_and_denied(c, where: Path, command: str) -> None:
+    """A sandboxed bash call in a session on `where` is put to a person, who denies it."""
+    sid = c.open_session(where)
+    call_id = c.start_call(sid, "bash", {"command": command})
+    pending = wait_pending(c)[0]
+    assert pending.call_id == call_id and pending.sandboxed is True
+    c.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
+    assert c.wait_call(call_id).error.kind == "denied"
+
 def test_a_workspace_that_holds_the_users_home_asks_for_every_call(make_daemon, tmp_path: Path):
     # unasked, bash would append to ~/.bashrc (or ~/.gitconfig, ~/.config/systemd/user),
     # which runs outside any sandbox at the user's next shell, git call or login
@@ -131,13 +140,21 @@ def test_a_workspace_that_holds_the_users_home_asks_for_every_call(make_daemon, 
     attack = "echo 'touch ~/pwned' >> ~/.bashrc"
     with d.client() as c:
         for where in (home, tmp_path):  # the home itself, a directory above it
-            sid = c.open_session(where)
-            call_id = c.start_call(sid, "bash", {"command": attack})
-            pending = wait_pending(c)[0]
-            assert pending.call_id == call_id and pending.sandboxed is True
-            c.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
-            assert c.wait_call(call_id).error.kind == "denied"
+            asked_and_denied(c, where, attack)
         sid = c.open_session(home / "project")  # a project inside the home still runs unasked
         assert c.call(sid, "bash", {"command": "echo inside > f.txt"}).ok
         assert c.request(p.ApprovalsList).approvals == []
     assert not (home / ".bashrc").exists() and (home / "project/f.txt").exists()
+
+
+def test_a_workspace_in_scvds_own_folder_or_the_homes_config_asks_for_every_call(make_daemon, tmp_path: Path):
+    # unasked, a sandboxed bash there could add an MCP server to scvd's config.toml, or a git
+    # fsmonitor to ~/.config/git/config, which run outside any sandbox later
+    d = make_daemon(SANDBOXED)
+    config = tmp_path / "scvhome0-user-home" / ".config"  # under the daemon's HOME (conftest.base_env)
+    config.mkdir(parents=True)
+    attack = "echo planted >> config.toml"
+    with d.client() as c:
+        for where in (d.home, config):
+            asked_and_denied(c, where, attack)
+    assert b"planted" not in (d.home / "config.toml").read_bytes() and not (config / "config.toml").exists()
