@@ -145,12 +145,15 @@ class McpServers:
             if asyncio.get_running_loop().time() >= deadline:
                 break
             await asyncio.sleep(SETTLE_POLL)
-        return {link.name: self._outcome(link) for link in using}
+        return {link.name: self._outcome(link, timeout) for link in using}
 
-    def _outcome(self, link: Any) -> str:
+    def _outcome(self, link: Any, waited: float) -> str:
         if link.state == "ready":
             return f"ready: {len(self.tools.get(link.name, []))} tool(s)"
-        return f"{link.state}: {link.error}" if link.error else f"{link.state}: still starting"
+        if link.state == "starting":  # its error is the last start's, from before the secret came
+            return (f"starting: not up within {waited:g} s of the secret being stored; it may still "
+                    "come up (scvctl status says)")
+        return f"{link.state}: {link.error}" if link.error else link.state
 
     def _using(self, key: str) -> list[Any]:
         return [link for link in self.links.values()
@@ -235,5 +238,6 @@ class McpServers:
     def waiting_for_secrets(self) -> dict[str, tuple[str, ...]]:
         """Servers not up for want of a secret, and its names: an agent heals them with store_secret
         (their tools are not listed until they start, so no call of theirs can say so)."""
+        # starting too: between two tries of its backoff, the next one reads the secrets again
         return {name: link.needs for name, link in sorted(self.links.items())
-                if link.needs and link.state == "down"}
+                if link.needs and link.state in ("down", "starting")}

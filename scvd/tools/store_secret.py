@@ -19,6 +19,7 @@ from typing import Annotated, Any, Callable
 
 import msgspec
 
+from ..config import SecretRef
 from ..errors import InvalidArguments, LimitExceeded, ScvError, Unavailable
 from ..secrets import KEY_RE, check_key
 from .contract import NO_TIMEOUT, CallContext, Plan, Tool, ToolFlags, ToolRisk
@@ -69,11 +70,11 @@ class StoreSecret(Tool):
         except ScvError as exc:  # the reserved name; the schema's pattern covers the rest
             raise InvalidArguments(f"store_secret: {exc.message}") from None
         if self.known is not None and (args.tool == self.name or self.known(args.tool) is None
-                                       and not _configured_server(args.tool, ctx.config)):
+                                       and not _configured_server(args.tool, args.key, ctx.config)):
             raise InvalidArguments(
                 f"tool {args.tool!r} is not a tool scvd has: give the name of the tool that failed for want "
-                f"of {args.key}, as you called it (e.g. 'script_gh_issues'), or mcp__NAME for an MCP "
-                "server that is down for want of it")
+                f"of {args.key}, as you called it (e.g. 'script_gh_issues'), or mcp__NAME for an enabled MCP "
+                f"server whose env or headers use {args.key}")
         return Plan(risk=ToolRisk.READ_ONLY, summary=f"ask a person to enter {args.key} for {args.tool}",
                     details={"key": args.key, "tool": args.tool})
 
@@ -97,14 +98,21 @@ class StoreSecret(Tool):
         servers = ctx.services.get(MCP_SERVICE)
         if servers is not None and (came := await servers.settle(args.key)):
             result["mcp_servers"] = came  # name -> "ready: N tool(s) ..." or "down: why"
-            if args.tool.startswith(MCP_PREFIX):  # it had no tools to call again
-                result["next"] = "a ready server's tools are listed now (find_tools loads them); call them"
+            server = args.tool[len(MCP_PREFIX):] if args.tool.startswith(MCP_PREFIX) else None
+            if server in came:  # it had no tools to call again: say whether it has now
+                state = came[server]
+                result["next"] = ("its tools are listed now (find_tools loads them); call them"
+                                  if state.startswith("ready") else
+                                  f"mcp server {server} is not up ({state}); tell the user what it says")
         return result
 
 
-def _configured_server(tool: str, config: Any) -> bool:
-    """`mcp__NAME`: a configured MCP server's, whose tools may not be listed (it is down)."""
-    return tool.startswith(MCP_PREFIX) and tool[len(MCP_PREFIX):] in config.mcp.servers
+def _configured_server(tool: str, key: str, config: Any) -> bool:
+    """`mcp__NAME`: an enabled MCP server that uses `key`, whose tools may not be listed (it is down).
+    Any other server's name would only be a fresh count of rounds (seed 003: two per tool per turn)."""
+    cfg = config.mcp.servers.get(tool[len(MCP_PREFIX):]) if tool.startswith(MCP_PREFIX) else None
+    return bool(cfg is not None and cfg.enabled and any(
+        isinstance(v, SecretRef) and v.secret == key for v in [*cfg.env.values(), *cfg.headers.values()]))
 
 
 def tools(config: Any, paths: Any) -> list[Tool]:

@@ -887,6 +887,7 @@ def test_a_server_down_for_a_missing_secret_is_named_to_the_model_which_heals_it
     assert told in model.requests[0]["instructions"]
     healed = json.loads(model.outputs(2)[-1])
     assert healed["ok"] and healed["result"]["mcp_servers"] == {"raw": "ready: 1 tool(s)"}, healed
+    assert healed["result"]["next"] == "its tools are listed now (find_tools loads them); call them"
     assert told not in model.requests[2]["instructions"]
     found = json.loads(model.outputs(3)[-1])["result"]  # within the same turn: the server's tools came
     assert found["schemas_loaded"] == ["mcp__raw__echo"], found

@@ -136,6 +136,23 @@ def test_the_round_limit_cannot_be_dodged_by_naming_a_tool_that_does_not_exist(s
         assert not [e for e in watcher.core.events if isinstance(e, p.SecretRequested)]
 
 
+
+def test_mcp_name_counts_only_for_an_enabled_server_that_uses_the_key(make_daemon, workspace):
+    """Any configured server's name would be a fresh count of rounds: two more prompts per server."""
+    d = make_daemon('[mcp.servers.other]\ncommand = "/bin/false"\nenv = {T = {secret = "OTHER_KEY"}}\n'
+                    '[mcp.servers.off]\ncommand = "/bin/false"\nenabled = false\nenv = {T = {secret = "API_TOKEN"}}\n',
+                    env=NO_KEYRING)
+    with d.client(name="agent") as agent, d.client(name="person") as watcher:
+        watcher.request(p.ApprovalsWatch)
+        sid = agent.open_session(workspace)
+        for tool in ("mcp__other", "mcp__off", "mcp__nosuch"):
+            done = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": tool}, turn="t1")
+            assert done.error.kind == "invalid_arguments", (tool, done)
+            assert done.error.message.endswith("or mcp__NAME for an enabled MCP server whose env or headers use "
+                                               "API_TOKEN")
+        watcher.request(p.Ping)
+        assert not [e for e in watcher.core.events if isinstance(e, p.SecretRequested)]
+
 def test_no_approver_connected_fails_at_once_naming_both_ways_out(setup, workspace):
     d = setup
     with d.client(name="agent") as agent:
