@@ -19,10 +19,12 @@ from typing import Annotated, Any, Literal, Mapping
 
 import msgspec
 
+from . import http_fields
 from .always_ask import DEFAULT_ALWAYS_ASK, glob_problem
 from .errors import ConfigError, NotARegularFile
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
 from .paths import read_regular_file
+from .secrets import key_problem
 
 ENV_PREFIX = "SCVD_"
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -378,6 +380,12 @@ def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
                 f"{_place(path, 'tools.' + key, sources)}: tools.{key}: {getattr(t, key)} is above "
                 f"tools.max_timeout_seconds ({t.max_timeout_seconds}); lower it or raise the ceiling"
             )
+    for name, server in config.mcp.servers.items():
+        if server.timeout_seconds is not None and server.timeout_seconds > t.max_timeout_seconds:
+            key = f"mcp.servers.{name}.timeout_seconds"
+            raise ConfigError(
+                f"{_place(path, key, sources)}: {key}: {server.timeout_seconds:g} is above "
+                f"tools.max_timeout_seconds ({t.max_timeout_seconds}); lower it or raise the ceiling")
     for glob in config.approvals.always_ask:
         problem = glob_problem(glob)
         if problem:
@@ -476,6 +484,32 @@ def _mcp_problem(name: str, server: McpServerConfig) -> str | None:
         return "`args`, `env` and `cwd` are for stdio servers; an HTTP server takes `headers`"
     if server.command is not None and server.headers:
         return "`headers` are for HTTP servers; a stdio server takes `env`"
+    return _mcp_value_problem(server)
+
+
+def _mcp_value_problem(server: McpServerConfig) -> str | None:
+    """Names and literal values a process or an HTTP request would refuse at start, said at load."""
+    for name, value in server.env.items():
+        if not name or "=" in name or "\0" in name:
+            return f"env name {name!r} is not a variable name (empty, or holds = or a NUL byte)"
+        if isinstance(value, str) and "\0" in value:
+            return f"env {name}: a value cannot hold a NUL byte"
+    for arg in server.args:
+        if "\0" in arg:
+            return f"args: {arg!r} holds a NUL byte, which no program argument can"
+    for name, value in server.headers.items():
+        if not http_fields.name_ok(name):
+            return (f"headers: {name!r} is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, "
+                    "no space or colon)")
+        if isinstance(value, str) and not http_fields.value_ok(value):
+            return (f"headers {name}: the value is not a valid HTTP header value (a line break, a control "
+                    "character, or a space or tab at an end)")
+    refs = [(f"env {k}", v) for k, v in server.env.items()] + [(f"headers {k}", v) for k, v in server.headers.items()]
+    for where, value in refs:
+        if isinstance(value, SecretRef):
+            problem = key_problem(value.secret)
+            if problem:
+                return f"{where}: {problem}"
     return None
 
 
@@ -485,6 +519,11 @@ def _check_chat(config: Config, path: Path, sources: Mapping[str, str]) -> None:
         known = ", ".join(sorted(config.providers) + ["codex"])
         raise ConfigError(f"{_place(path, 'chat.provider', sources)}: chat.provider: no provider {name!r} "
                           f"(configured: {known}); add [providers.{name}] or pick one of those")
+    for name, provider in config.providers.items():
+        problem = provider.api_key_secret and key_problem(provider.api_key_secret)
+        if problem:
+            key = f"providers.{name}.api_key_secret"
+            raise ConfigError(f"{_place(path, key, sources)}: {key}: {problem}")
 
 
 def _leaf_keys(raw: Mapping[str, Any], prefix: str = "") -> list[str]:

@@ -56,12 +56,19 @@ class Entry:
     where: str  # the keyring backend, the file's path, or "environment"
 
 
-def check_key(key: str) -> str:
-    """A key is an environment-variable-like name: letters, digits, `_`; it starts with a letter."""
-    if not KEY_RE.fullmatch(key or "") or key == INDEX_TABLE:
-        raise errors.InvalidRequest(
-            f"secret name {key!r} is not valid: use letters, digits and _, starting with a letter "
+def key_problem(key: str) -> str | None:
+    """Why `key` cannot name a secret, or None: an environment-variable-like name (letters, digits,
+    `_`, starting with a letter)."""
+    if KEY_RE.fullmatch(key or "") and key != INDEX_TABLE:
+        return None
+    return (f"secret name {key!r} is not valid: use letters, digits and _, starting with a letter "
             f"(at most 128 characters), e.g. GITHUB_TOKEN; {INDEX_TABLE!r} is reserved")
+
+
+def check_key(key: str) -> str:
+    problem = key_problem(key)
+    if problem:
+        raise errors.InvalidRequest(problem)
     return key
 
 

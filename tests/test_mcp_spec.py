@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from scvd import http_fields
 from scvd.config import ConfigError, McpServerConfig, SecretRef, load
 from scvd.errors import CredentialMissing, Unavailable
 from scvd.mcp import spec
@@ -95,7 +96,7 @@ def test_a_stored_header_secret_http_cannot_send_is_refused_naming_the_key_not_t
 
 def test_a_header_value_may_hold_inner_spaces_tabs_and_non_ascii():
     for value in ("Bearer abc", "a\tb", "", "tok\u00e9n"):
-        assert spec.header_value_ok(value), value
+        assert http_fields.value_ok(value), value
 
 def test_the_sandbox_wraps_a_server_unless_it_opts_out():
     wrapped = launch(McpServerConfig(command="/bin/cat", cwd="/data"), sandbox=FakeSandbox())
@@ -112,6 +113,21 @@ def test_the_sandbox_wraps_a_server_unless_it_opts_out():
     ('[mcp.servers.a__b]\ncommand = "x"\n', "a server name is 1-32 chars"),
     ('[mcp.servers.fs]\ncommand = "x"\nrisk = "none"\n', "mcp.servers.fs.risk: Invalid enum value 'none'"),
     ('[mcp.servers.fs]\ncommand = "x"\nenv = {A = {key = "B"}}\n', "mcp.servers.fs.env"),
+    ('[mcp.servers.fs]\ncommand = "x"\nenv = {A = {secret = "my-token"}}\n',
+     "mcp.servers.fs: env A: secret name 'my-token' is not valid: use letters, digits and _"),
+    ('[mcp.servers.fs]\ncommand = "x"\nenv = {"A=B" = "c"}\n', "env name 'A=B' is not a variable name"),
+    ('[mcp.servers.fs]\ncommand = "x"\nenv = {A = "b\\u0000"}\n', "env A: a value cannot hold a NUL byte"),
+    ('[mcp.servers.fs]\ncommand = "x"\nargs = ["a\\u0000"]\n', "holds a NUL byte"),
+    ('[mcp.servers.web]\nurl = "http://h/"\nheaders = {"X Token" = "t"}\n',
+     "headers: 'X Token' is not an HTTP header name"),
+    ('[mcp.servers.web]\nurl = "http://h/"\nheaders = {Authorization = "Bearer t\\n"}\n',
+     "headers Authorization: the value is not a valid HTTP header value"),
+    ('[mcp.servers.web]\nurl = "http://h/"\nheaders = {Authorization = {secret = "keyring"}}\n',
+     "'keyring' is reserved"),
+    ('[mcp.servers.fs]\ncommand = "x"\ntimeout_seconds = 4000\n',
+     "mcp.servers.fs.timeout_seconds: 4000 is above tools.max_timeout_seconds (1800); lower it or raise"),
+    ('[providers.p]\nmodel = "m"\napi_key_secret = "1KEY"\n',
+     "providers.p.api_key_secret: secret name '1KEY' is not valid"),
 ])
 def test_a_wrong_server_table_names_the_key(tmp_path, table, message):
     path = tmp_path / "config.toml"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import http_fields
 from ..config import McpServerConfig, SecretRef
 from ..errors import CredentialMissing, Unavailable
 from ..passenv import build as allowed_env
@@ -84,7 +85,7 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
 def http_headers(name: str, cfg: McpServerConfig, secrets: Any) -> dict[str, str]:
     headers = resolve(cfg.headers, secrets, f"mcp.servers.{name}.headers")
     for header, ref in cfg.headers.items():
-        if isinstance(ref, SecretRef) and not header_value_ok(headers[header]):
+        if isinstance(ref, SecretRef) and not http_fields.value_ok(headers[header]):
             # refused here, naming the key: the HTTP library's own error quotes the value
             raise CredentialMissing(
                 f"mcp.servers.{name}.headers {header}: the stored secret {ref.secret} is not a valid HTTP "
@@ -93,6 +94,3 @@ def http_headers(name: str, cfg: McpServerConfig, secrets: Any) -> dict[str, str
     return headers
 
 
-def header_value_ok(value: str) -> bool:
-    """What HTTP/1.1 takes as a field value: no control character but inner tabs, no space or tab at an end."""
-    return value == value.strip(" \t") and not any((c < " " and c != "\t") or c == "\x7f" for c in value)
