@@ -22,7 +22,7 @@ from .cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit_json
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     secrets = sub.add_parser("secrets", parents=[common], help="set, list and delete secrets for tools",
-                             description="Secrets for script tools: the OS keyring (service scv) when "
+                             description="Secrets for script tools, MCP servers and chat providers: the OS keyring (service scv) when "
                                          "one is usable, else secrets.toml (0600) in the config dir; "
                                          "scvd falls back to its own environment.")
     secrets.set_defaults(handler=cmd_list)
@@ -31,7 +31,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                           help="store a value: masked prompt on a terminal, else read from stdin")
     cmd.add_argument("key", help="the name, e.g. GITHUB_TOKEN")
     cmd.set_defaults(handler=cmd_set)
-    cmd = ssub.add_parser("list", parents=[common], help="names and where each is found (the default)")
+    cmd = ssub.add_parser("list", parents=[common], help="names and where each is found, with those tool.json or config.toml name "
+                                                             "and no store holds as missing (the default)")
     cmd.set_defaults(handler=cmd_list)
     cmd = ssub.add_parser("delete", parents=[common], help="remove a stored value")
     cmd.add_argument("key")
@@ -98,16 +99,30 @@ def cmd_set(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     from scvd.tools.script_defs import declared_secrets
 
-    entries = store().list(also=declared_secrets(paths_mod.resolve()))  # a declared key may be missing
+    paths = paths_mod.resolve()
+    named = set(declared_secrets(paths)) | _configured_secrets(paths)  # a named key may be missing
+    entries = store().list(also=sorted(named))
     if args.json:
         emit_json([{"name": e.name, "source": e.source, "where": e.where} for e in entries])
     elif not entries:
-        print("no secrets stored and none declared by a script tool; add one with `scvctl secrets set KEY`")
+        print("no secrets stored, and none named by a script tool or config.toml; add one with "
+              "`scvctl secrets set KEY`")
     else:
         width = max(len(e.name) for e in entries)
         for e in entries:
             print(f"{e.name:<{width}}  {e.source:<7}  {e.where}")
     return EXIT_OK
+
+
+def _configured_secrets(paths: paths_mod.Paths) -> set[str]:
+    """Keys config.toml names ({secret = KEY}, api_key_secret); a config that does not load names none."""
+    from scvd import config as config_mod
+
+    try:
+        return config_mod.secret_refs(config_mod.load(paths.config_file).config)
+    except errors.ConfigError as exc:
+        print(f"scvctl: config.toml's secret names are not listed: {exc.message}", file=sys.stderr)
+        return set()
 
 
 @keyring_refusals

@@ -270,10 +270,15 @@ def _names_in(config: Config) -> set[str]:
     """Variable and secret names the configuration itself uses: SCVD_* ones are not typos."""
     names = {n for a in config.adapters.values() for n in a.pass_env}
     names |= {n for t in config.tools.script.values() for n in t.pass_env}
-    names |= {n for p in config.providers.values() for n in (p.api_key_env, p.api_key_secret) if n}
-    names |= {v.secret for m in config.mcp.servers.values() for v in (*m.env.values(), *m.headers.values())
-              if isinstance(v, SecretRef)}
-    return names
+    names |= {n for p in config.providers.values() if (n := p.api_key_env)}
+    return names | secret_refs(config)
+
+
+def secret_refs(config: Config) -> set[str]:
+    """The secret-store keys the configuration names: providers' api_key_secret, MCP env and headers."""
+    names = {n for p in config.providers.values() if (n := p.api_key_secret)}
+    return names | {v.secret for m in config.mcp.servers.values() for v in (*m.env.values(), *m.headers.values())
+                    if isinstance(v, SecretRef)}
 
 
 def _read(path: Path) -> dict[str, Any] | None:

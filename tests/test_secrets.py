@@ -293,6 +293,26 @@ def test_scvctl_secrets_list_shows_keys_script_tools_declare_even_when_missing(x
     assert rows == [["GH_HOST", "missing"], ["GH_TOKEN", "file"]]
 
 
+def test_scvctl_secrets_list_shows_keys_config_toml_names_even_when_missing(xdg: Path):
+    """An MCP server's {secret = KEY} and a provider's api_key_secret are listed, set or not."""
+    home = xdg / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        '[mcp.servers.gh]\nurl = "https://mcp.example.com/mcp"\nheaders = {Authorization = {secret = "GH_MCP"}}\n'
+        '[mcp.servers.fs]\ncommand = "/bin/cat"\nenv = {FS_KEY = {secret = "FS_KEY"}, PLAIN = "x"}\n'
+        '[providers.p]\nmodel = "m"\napi_key_secret = "P_KEY"\n')
+    scvctl(home, xdg, "secrets", "set", "FS_KEY", input="t")
+    out = scvctl(home, xdg, "secrets", "list")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split()[:2] for line in out.stdout.splitlines()]
+    assert rows == [["FS_KEY", "file"], ["GH_MCP", "missing"], ["P_KEY", "missing"]]
+
+    (home / "config.toml").write_text('[mcp.servers.fs]\ncommand = "/bin/cat"\nenv = {A = {secret = "bad-name"}}\n')
+    out = scvctl(home, xdg, "secrets", "list")
+    assert out.returncode == 0 and [line.split()[:2] for line in out.stdout.splitlines()] == [["FS_KEY", "file"]]
+    assert "config.toml's secret names are not listed" in out.stderr and "'bad-name' is not valid" in out.stderr
+
+
 def test_scvctl_secrets_set_into_a_keyring(xdg: Path):
     home = xdg / "home"
     out = scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="s3cr3t", backend=PLAINTEXT)
