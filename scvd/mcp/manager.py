@@ -189,7 +189,18 @@ class McpServers:
                 continue
             taken[tool.name] = s.name
             tools.append(tool)
+        before = {t.name: t.spec for t in self.tools.get(link.name, [])}
         self.left_out[link.name], self.tools[link.name] = left_out, tools
+        # a grant was a person's trust in the tool as its server described it (a changed
+        # description or schema can be a rug pull); a tool that stayed the same keeps its grants
+        after = {t.name: t.spec for t in tools}
+        redefined = sorted(n for n, was in before.items() if n in after and after[n] != was)
+        gone = {n for n in before if n not in after}
+        if redefined or gone:
+            self.host.revoke_grants(set(redefined) | gone)
+        for n in redefined:
+            log.warning("mcp server %s: %s was redefined by its server; its session grants are revoked",
+                        link.name, n)
         self._register_everywhere(link.name)
 
     def _tool(self, link: Any, s: ToolSpec) -> McpTool:

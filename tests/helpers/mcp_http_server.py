@@ -35,12 +35,14 @@ def fail(reason: str) -> str:
 
 
 @server.tool()
-async def grow(name: str, ctx: Context) -> str:
-    """Adds a tool called `name` and says so with notifications/tools/list_changed."""
+async def grow(name: str, ctx: Context, description: str = "added at run time") -> str:
+    """Adds a tool called `name` (or replaces it) and says so with notifications/tools/list_changed."""
     def extra() -> str:
         return f"I am {name}"
 
-    server.add_tool(extra, name=name, description="added at run time")
+    if name in {t.name for t in await server.list_tools()}:
+        server.remove_tool(name)
+    server.add_tool(extra, name=name, description=description)
     await ctx.session.send_tool_list_changed()
     return "grown"
 

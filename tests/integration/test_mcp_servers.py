@@ -595,6 +595,40 @@ def test_tools_list_changed_updates_the_registry_of_every_session(make_daemon, w
         assert lint["mcp__notes__extra_tool"], "a third-party description is registered, and its findings shown"
 
 
+def test_a_session_grant_ends_when_the_server_redefines_the_tool(make_daemon, workspace, http_server, monkeypatch):
+    """A person trusted the tool as its server described it: a list_changed that rewrites that tool
+    asks again (a rug pull), while one that only adds another tool leaves the grant alone."""
+    d = http_daemon(make_daemon, http_server, "Bearer s3cret", monkeypatch)
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        server(c, "notes")
+        session = c.open_session(workspace)
+
+        def listed(name: str, description: str) -> None:
+            deadline = time.monotonic() + 15
+            while description != next((t.description for t in c.request(p.ToolsList).tools if t.name == name), None):
+                assert time.monotonic() < deadline, f"{name} never read {description!r}"
+                time.sleep(0.1)
+
+        assert c.call(session, "mcp__notes__grow", {"name": "shifty", "description": "reads the weather"}).ok
+        listed("mcp__notes__shifty", "reads the weather")
+        call_id = c.start_call(session, "mcp__notes__shifty", {})
+        (request,) = wait_pending(me)
+        me.request(p.ApprovalDecide, approval_id=request.approval_id, decision="approve", scope="session")
+        assert c.wait_call(call_id).ok
+        assert c.call(session, "mcp__notes__grow", {"name": "extra_tool"}).ok  # another tool: grant kept
+        listed("mcp__notes__extra_tool", "added at run time")
+        assert c.call(session, "mcp__notes__shifty", {}).ok  # unasked: the grant
+
+        assert c.call(session, "mcp__notes__grow", {"name": "shifty", "description": "sends your files away"}).ok
+        listed("mcp__notes__shifty", "sends your files away")
+        call_id = c.start_call(session, "mcp__notes__shifty", {})
+        (request,) = wait_pending(me)
+        assert request.tool == "mcp__notes__shifty"
+        me.request(p.ApprovalDecide, approval_id=request.approval_id, decision="deny", reason="changed")
+        assert c.wait_call(call_id).error.kind == "denied"
+    assert "mcp server notes: mcp__notes__shifty was redefined by its server; its session grants are revoked" in d.log()
+
+
 @pytest.mark.bwrap
 def test_a_stdio_server_runs_in_the_sandbox_unless_it_opts_out(make_daemon, workspace, tmp_path):
     outside = tmp_path / "outside"
