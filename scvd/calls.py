@@ -21,7 +21,8 @@ is not in the table (never was, or already completed).
 
 Rules of a call's life:
 - One table (`CallRegistry.table`) holds every call from submit to completion.
-- Order: refusal checks and decoding -> the session's lane -> `plan()` -> the
+- Order: refusal checks and decoding -> the session's lane -> `plan()` ->
+  `before_gate()` (a tool's last refusal, e.g. a secret not set) -> the
   approval gate -> `call.started` (only if the call waited) -> `run()` under
   the dispatch timeout -> completion. A tool whose `decode_blocks` (a JSON
   Schema check) joins its lane first, so it keeps its place in arrival order,
@@ -341,6 +342,9 @@ class CallRegistry:
                 ctx = self._context(call)
             if plan is None:
                 plan = tool.plan(args, ctx)
+            if tool.checks_before_gate:
+                await tool.before_gate(args, plan, ctx)
+                self._still_wanted(call)  # cancelled (or scvd stopping) while it checked
             asked, approved = await self._gate(call, tool, plan, judged)
             result = await self._run(call, tool, args, plan, ctx, waited=ticket.waited or asked, approved=approved)
             outcome = Outcome(True, _plain(tool, result), None)

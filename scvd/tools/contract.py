@@ -192,6 +192,14 @@ class Tool(abc.ABC):
     # registry runs it on a worker thread, so the loop goes on serving every other client
     decode_blocks: ClassVar[bool] = False
 
+    # optional: a tool that can tell before approval that its call cannot run, from a source that
+    # may block (a secret store), overrides before_gate (checks_before_gate is then True)
+    checks_before_gate: ClassVar[bool] = False
+
+    async def before_gate(self, args: Any, plan: Plan, ctx: CallContext) -> None:
+        """After plan(), before a person is asked: raise a ToolError for a call that could not run
+        anyway, so nobody approves it in vain. Awaited on the loop: hand blocking work to a thread."""
+
     def run_now(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         """run() without waiting, for a call that waited for nothing (no lane, no approval): the
         result, or NOT_NOW to have run() do it. It must not block: it runs on the event loop."""
@@ -200,6 +208,9 @@ class Tool(abc.ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.runs_now = cls.run_now is not Tool.run_now
+        cls.checks_before_gate = cls.before_gate is not Tool.before_gate
+        if cls.runs_now and cls.checks_before_gate:  # run_now finishes a call in the step that planned it
+            raise TypeError(f"{cls.__name__}: a tool with before_gate cannot have run_now")
 
     def session_services(self, workspace: Path, config: Any, paths: Any) -> dict[str, Any]:
         """Data this tool prepares once when a session opens (e.g. a skill map); put in ctx.services."""

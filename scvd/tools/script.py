@@ -143,6 +143,12 @@ class ScriptTool(Tool):
             timeout=timeout, data=argv,
         )
 
+    async def before_gate(self, args: Any, plan: Plan, ctx: CallContext) -> None:
+        """A declared secret not set fails the call before a person is asked to approve it: the
+        agent stores it (store_secret) and calls again, approved once. run() looks them up again."""
+        if self.definition.spec.secrets:
+            await asyncio.to_thread(self._secrets, ctx)
+
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         secrets = await asyncio.to_thread(self._secrets, ctx)
         env = passenv.build(os.environ, [*KEPT, *self.pass_env(ctx.config)],

@@ -21,6 +21,7 @@ import pytest
 
 from harness import pid_gone, wait_until
 from scvd import protocol as p
+from scvd.secrets import SecretStore
 
 from conftest import ROOT, base_env, wait_pending
 from helpers import lockable_keyring
@@ -326,6 +327,25 @@ def test_a_missing_secret_is_credential_missing_before_the_script_starts(make_da
     assert "API_TOKEN" in done.error.message and "scvctl secrets set API_TOKEN" in done.error.message
     assert "store_secret" in done.error.message
     assert not marker.exists()
+
+
+def test_a_missing_secret_fails_the_call_before_anyone_is_asked(make_daemon, scv_home, workspace, tmp_path):
+    """Approving a call that could not run would be in vain: the agent stores the secret first,
+    and the call it makes then is the one a person approves."""
+    marker = tmp_path / "ran"
+    make_tool(scv_home, "token", f"#!/bin/bash\ntouch {marker}\n", risk="process", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env=NO_KEYRING)
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        sid = c.open_session(workspace)
+        done = c.call(sid, "script_token", {"text": "x"})
+        assert done.error.kind == "credential_missing" and "API_TOKEN" in done.error.message, done.error
+        assert me.request(p.ApprovalsList).approvals == [] and not marker.exists()
+        SecretStore(scv_home / "secrets.toml", env={}).set("API_TOKEN", "tok")
+        call_id = c.start_call(sid, "script_token", {"text": "x"})
+        (request,) = wait_pending(me)
+        assert request.call_id == call_id and request.details["secrets"] == ["API_TOKEN"]
+        me.request(p.ApprovalDecide, approval_id=request.approval_id, decision="approve")
+        assert c.wait_call(call_id).ok and marker.exists()
 
 
 def test_a_locked_keyring_is_unavailable_saying_to_unlock_it_not_a_missing_secret(make_daemon, scv_home, workspace,
