@@ -16,6 +16,7 @@ import sys
 from typing import Any, Protocol
 
 from ..config import Config, McpServerConfig, SecretRef
+from ..errors import Unavailable
 from ..protocol import McpServerStatus, ToolLoadError
 from ..tools.contract import Registry, ToolRisk
 from . import spec
@@ -170,6 +171,10 @@ class McpServers:
             return spec.http_headers(name, cfg, secrets)
         home = self.host.paths.data_dir / "mcp" / name  # its default cwd: a private dir of its own
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else None
+        if cwd is not None and not os.path.isdir(cwd):  # else it reads as the command being missing
+            raise Unavailable(f"mcp server {name}: its cwd {cwd!r} is not a directory; create it, or fix "
+                              f"mcp.servers.{name}.cwd")
         return spec.stdio_launch(
             name, cfg, secrets=secrets, sandbox=self.host.sandbox,
             network=bool(self.host.config.sandbox.network), base_env=os.environ, home=home)

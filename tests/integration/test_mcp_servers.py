@@ -242,10 +242,14 @@ def test_a_killed_server_is_reported_unavailable_and_restarted(fs_daemon, worksp
 
 def test_a_server_that_cannot_start_shows_its_stderr(make_daemon, workspace):
     d = make_daemon(f'[mcp.servers.fs]\ncommand = "{FS}"\nargs = ["{workspace}/missing"]\n'
-                    f'[mcp.servers.nofile]\ncommand = "{workspace}/no-server"\n')
+                    f'[mcp.servers.nofile]\ncommand = "{workspace}/no-server"\n'
+                    f'[mcp.servers.nocwd]\ncommand = "/bin/cat"\ncwd = "{workspace}/no-dir"\n')
     with d.client(name="t") as c:
         nofile = server(c, "nofile", "down")
         assert nofile.error == f"cannot start the server: No such file or directory: {workspace}/no-server"
+        nocwd = server(c, "nocwd", "down")
+        assert nocwd.error == (f"unavailable: mcp server nocwd: its cwd '{workspace}/no-dir' is not a directory; create it, "
+                               "or fix mcp.servers.nocwd.cwd"), nocwd.error
         down = server(c, "fs", "down")
         assert "exited with status 1" in down.error and "stderr:" in down.error, down.error
         assert str(workspace / "missing") in down.error
