@@ -9,6 +9,7 @@ the background; the daemon never waits for one.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import importlib
 import logging
 import os
@@ -194,6 +195,12 @@ class McpServers:
                 continue
             taken[tool.name] = s.name
             tools.append(tool)
+        listed = {s.name for s in specs}
+        for key in sorted(k for k in link.cfg.tool_risk if k not in listed):  # a typo leaves its tool at `risk`
+            close = difflib.get_close_matches(key, listed, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"it lists {', '.join(sorted(listed)) or 'none'}"
+            left_out.append(f"mcp.servers.{link.name}.tool_risk names {key!r}, a tool the server does not "
+                            f"list (now): {hint}")
         before = {t.name: t.spec for t in self.tools.get(link.name, [])}
         self.left_out[link.name], self.tools[link.name] = left_out, tools
         # a grant was a person's trust in the tool as its server described it (a changed

@@ -175,6 +175,21 @@ def test_a_denied_write_never_reaches_the_server(fs_daemon, workspace):
         assert done.error.kind == "denied" and not target.exists()
 
 
+def test_a_tool_risk_key_naming_no_listed_tool_is_shown_with_the_name_it_resembles(make_daemon, workspace):
+    """A typo in tool_risk left the tool at the server's `risk`, silently: the person who vouched for it
+    never learned why they are still asked."""
+    d = make_daemon(EVERYTHING_TABLE + 'tool_risk = {ecoh = "read_only", zzz_nothing = "read_only"}\n')
+    with d.client(name="t") as c:
+        server(c, "every")
+        errors = [e.message for e in c.request(p.ToolsList).errors if e.source == "mcp:every"]
+        tool = next(t for t in c.request(p.ToolsList).tools if t.name == "mcp__every__echo")
+    assert "mcp.servers.every.tool_risk names 'ecoh', a tool the server does not list (now): did you mean " \
+        "'echo'?" in errors, errors
+    assert any(m.startswith("mcp.servers.every.tool_risk names 'zzz_nothing', a tool the server does not list "
+                            "(now): it lists ") and "echo" in m for m in errors), errors
+    assert tool.risk == "process"  # still the server's risk, as the message explains
+
+
 def test_progress_notifications_reach_call_progress(make_daemon, workspace):
     d = make_daemon(EVERYTHING_TABLE + 'tool_risk = {trigger-long-running-operation = "read_only"}\n')
     with d.client(name="t") as c:
