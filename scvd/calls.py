@@ -383,6 +383,12 @@ class CallRegistry:
         self._still_wanted(call)
         session, tool = call.session, call.tool
         if tool is None:
+            current = getattr(self.hub, "registry", None)
+            if current is not None and current is not session.registry and current.get(call.tool_name):
+                # a session keeps the tools of its opening: a reload since added this one
+                raise errors.UnknownTool(
+                    f"no tool named {call.tool_name!r} in this session: it came with a reload after the session "
+                    "opened, and a session keeps the tools it opened with; open a new session to use it")
             known = ", ".join(session.registry.names()) or "none"
             raise errors.UnknownTool(f"no tool named {call.tool_name!r}; tools: {known}")
         check_timeout(call.timeout_override, session.config.tools.max_timeout_seconds, "call timeout_seconds")

@@ -254,10 +254,18 @@ def test_sighup_reloads_the_definitions_and_a_workspace_cannot_add_tools(make_da
     with d.client() as c:
         names = {t.name for t in c.request(p.ToolsList).tools}
         assert not {n for n in names if n.startswith("script_")}
+        before = c.open_session(workspace)
         make_tool(scv_home, "words", WORDS)
         d.proc.send_signal(signal.SIGHUP)
         wait_until(lambda: "script_words" in {t.name for t in c.request(p.ToolsList).tools},
                    what="script_words after SIGHUP")
+        old = c.call(before, "script_words", {"text": "a b"})  # a session keeps the tools it opened with
+        assert old.error.kind == "unknown_tool" and old.error.message == (
+            "no tool named 'script_words' in this session: it came with a reload after the session opened, "
+            "and a session keeps the tools it opened with; open a new session to use it"), old.error
+        fresh = c.open_session(workspace)
+        assert "script_words" in {t.name for t in c.request(p.ToolsList, session=fresh).tools}
+        assert "script_words" not in {t.name for t in c.request(p.ToolsList, session=before).tools}
         assert "script_planted" not in {t.name for t in c.request(p.ToolsList).tools}
         (scv_home / "tools" / "script" / "words" / "tool.json").write_text("{broken")
         d.proc.send_signal(signal.SIGHUP)
