@@ -71,14 +71,25 @@ def test_a_fifo_in_place_of_tool_json_is_a_load_error_not_a_hang(home: Path):
     assert failed.message.endswith(f"{folder / 'tool.json'} is a FIFO, not a regular file; make it a file"), failed
 
 
+def test_a_folder_without_tool_json_says_to_add_one(home: Path):
+    folder = make_tool(home)
+    (folder / "tool.json").unlink()
+    failed = only_error(home)
+    assert failed.source == str(folder / "tool.json")
+    assert failed.message == "rule 'tool.json': the folder has no tool.json; add one (docs/tools.md, " \
+                             "\"Script tools\", lists its fields)"
+
+
 def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     assert load_all(paths(home)) == ([], [])
 
 
 @pytest.mark.parametrize("spec,raw,rule,text", [
-    ({}, "{not json", "tool.json", "malformed"),
-    ({"descripton": "typo"}, None, "tool.json", "descripton"),
-    ({"risk": "root"}, None, "tool.json", "risk"),
+    ({}, "{not json", "tool.json", "not valid JSON: JSON is malformed"),
+    ({"descripton": "typo"}, None, "tool.json", "`descripton` is not a tool.json key; did you mean `description`? "
+                                                "(keys: description, parameters, risk,"),
+    ({"risk": "root"}, None, "tool.json", "`risk`: Invalid enum value 'root'; use one of: read_only, filesystem, "
+                                          "process, delegate"),
     ({"parameters": {"type": "string"}}, None, "parameters", '"type": "object"'),
     ({"parameters": {"type": "object", "properties": {"a": {"type": "nope"}}}}, None, "parameters",
      "properties/a/type"),
@@ -121,6 +132,7 @@ def test_a_bad_definition_names_the_file_and_the_rule(home: Path, spec, raw, rul
     assert error.source.endswith("tool.json") and str(folder) in error.source
     assert error.name == "script_words"
     assert f"rule {rule!r}" in error.message and text in error.message, error.message
+    assert str(folder / "tool.json") not in error.message  # the error's source names the file
 
 
 def test_a_local_ref_is_fine_and_validates(home: Path):

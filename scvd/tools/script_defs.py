@@ -11,10 +11,12 @@ jsonschema is imported only here and in script.py, and only when a tool.json exi
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
 import stat
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -116,17 +118,38 @@ def _decode(path: Path) -> ToolJson:
     try:
         data = read_regular_file(path, MAX_DEFINITION_BYTES)
     except FileNotFoundError:
-        raise DefinitionError(path, "tool.json", f"{path} is missing") from None
+        raise DefinitionError(path, "tool.json", "the folder has no tool.json; add one "
+                                                 "(docs/tools.md, \"Script tools\", lists its fields)") from None
     except errors.NotARegularFile as exc:  # a FIFO would hold the start, or a reload, for good
         raise DefinitionError(path, "tool.json", f"{exc}; make it a file") from None
     except OSError as exc:
-        raise DefinitionError(path, "tool.json", f"cannot read {path}: {exc.strerror}") from None
+        raise DefinitionError(path, "tool.json", f"cannot read it: {exc.strerror}") from None
     if len(data) > MAX_DEFINITION_BYTES:
-        raise DefinitionError(path, "tool.json", f"{path} is larger than {MAX_DEFINITION_BYTES} bytes")
+        raise DefinitionError(path, "tool.json", f"it is larger than {MAX_DEFINITION_BYTES} bytes")
     try:
         return msgspec.json.decode(data, type=ToolJson)
-    except msgspec.DecodeError as exc:
-        raise DefinitionError(path, "tool.json", f"{path}: {exc}") from None
+    except msgspec.ValidationError as exc:
+        raise DefinitionError(path, "tool.json", _explain(exc)) from None
+    except msgspec.DecodeError as exc:  # the error's source is the file: not said again
+        raise DefinitionError(path, "tool.json", f"not valid JSON: {exc}") from None
+
+
+def _explain(exc: msgspec.ValidationError) -> str:
+    """msgspec's message, with the keys a typo may have meant and the values a field takes."""
+    keys = [f.name for f in msgspec.structs.fields(ToolJson)]
+    msg, _, where = str(exc).rpartition(" - at `$.")
+    if not msg:
+        msg, where = str(exc), ""
+    where = where.rstrip("`")
+    unknown = re.fullmatch(r"Object contains unknown field `(.+)`", msg)
+    if unknown:
+        close = difflib.get_close_matches(unknown.group(1), keys, n=1, cutoff=0.7)
+        meant = f"; did you mean `{close[0]}`?" if close else ""
+        return f"`{unknown.group(1)}` is not a tool.json key{meant} (keys: {', '.join(keys)})"
+    field = next((f for f in msgspec.structs.fields(ToolJson) if f.name == where), None)
+    if msg.startswith("Invalid enum value") and field is not None:
+        msg += f"; use one of: {', '.join(typing.get_args(field.type))}"
+    return f"`{where}`: {msg}" if where else msg
 
 
 def _check_parameters(path: Path, schema: dict[str, Any]) -> None:
