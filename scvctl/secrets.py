@@ -22,17 +22,18 @@ from .cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit_json
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     secrets = sub.add_parser("secrets", parents=[common], help="set, list and delete secrets for tools",
-                             description="Secrets for script tools, MCP servers and chat providers: the OS keyring (service scv) when "
-                                         "one is usable, else secrets.toml (0600) in the config dir; "
-                                         "scvd falls back to its own environment.")
+                             description="Secrets for script tools, MCP servers and chat providers: the OS "
+                                         "keyring (service scv) when one is usable, else secrets.toml (0600) "
+                                         "in the config dir; scvd falls back to its own environment.")
     secrets.set_defaults(handler=cmd_list)
     ssub = secrets.add_subparsers(dest="secrets_command", metavar="ACTION")
     cmd = ssub.add_parser("set", parents=[common],
                           help="store a value: masked prompt on a terminal, else read from stdin")
     cmd.add_argument("key", help="the name, e.g. GITHUB_TOKEN")
     cmd.set_defaults(handler=cmd_set)
-    cmd = ssub.add_parser("list", parents=[common], help="names and where each is found, with those tool.json or config.toml name "
-                                                             "and no store holds as missing (the default)")
+    cmd = ssub.add_parser("list", parents=[common],
+                          help="names and where each is found; those tool.json or config.toml name and no "
+                               "store holds show as missing (the default)")
     cmd.set_defaults(handler=cmd_list)
     cmd = ssub.add_parser("delete", parents=[common], help="remove a stored value")
     cmd.add_argument("key")

@@ -92,5 +92,3 @@ def http_headers(name: str, cfg: McpServerConfig, secrets: Any) -> dict[str, str
                 "header value (a line break, a control character, or a space or tab at an end); store it "
                 f"again without them: `scvctl secrets set {ref.secret}`", keys=(ref.secret,))
     return headers
-
-

@@ -16,10 +16,9 @@ import logging
 import os
 import re
 import stat
-import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
@@ -148,7 +147,7 @@ def _explain(exc: msgspec.ValidationError) -> str:
         return f"`{unknown.group(1)}` is not a tool.json key{meant} (keys: {', '.join(keys)})"
     field = next((f for f in msgspec.structs.fields(ToolJson) if f.name == where), None)
     if msg.startswith("Invalid enum value") and field is not None:
-        msg += f"; use one of: {', '.join(typing.get_args(field.type))}"
+        msg += f"; use one of: {', '.join(get_args(field.type))}"
     return f"`{where}`: {msg}" if where else msg
 
 
