@@ -277,8 +277,12 @@ def _names_in(config: Config) -> set[str]:
 def secret_refs(config: Config) -> set[str]:
     """The secret-store keys the configuration names: providers' api_key_secret, MCP env and headers."""
     names = {n for p in config.providers.values() if (n := p.api_key_secret)}
-    return names | {v.secret for m in config.mcp.servers.values() for v in (*m.env.values(), *m.headers.values())
-                    if isinstance(v, SecretRef)}
+    return names.union(*(server_secrets(m) for m in config.mcp.servers.values()))
+
+
+def server_secrets(server: McpServerConfig) -> frozenset[str]:
+    """The keys of an MCP server's `{secret = KEY}` values, in `env` and `headers`."""
+    return frozenset(v.secret for v in (*server.env.values(), *server.headers.values()) if isinstance(v, SecretRef))
 
 
 def _read(path: Path) -> dict[str, Any] | None:

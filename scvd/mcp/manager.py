@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any, Protocol
 
-from ..config import Config, McpServerConfig, SecretRef
+from ..config import Config, McpServerConfig, server_secrets
 from ..errors import Unavailable
 from ..protocol import McpServerStatus, ToolLoadError
 from ..tools.contract import Registry, ToolRisk
@@ -158,9 +158,7 @@ class McpServers:
         return f"{link.state}: {link.error}" if link.error else link.state
 
     def _using(self, key: str) -> list[Any]:
-        return [link for link in self.links.values()
-                if any(isinstance(v, SecretRef) and v.secret == key
-                       for v in [*link.cfg.env.values(), *link.cfg.headers.values()])]
+        return [link for link in self.links.values() if key in server_secrets(link.cfg)]
 
     async def close(self) -> None:
         await asyncio.gather(*(link.stop() for link in self.links.values()), return_exceptions=True)

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..config import server_secrets
 from ..errors import Failed, InvalidArguments
 from ..process import CappedOutput
 from ..text import excerpt
@@ -81,6 +82,11 @@ class McpTool(Tool):
 
     def input_schema(self) -> dict[str, Any]:
         return self.spec.input_schema
+
+    def secret_keys(self, config: Any) -> frozenset[str]:
+        """Its server's: a call fails for want of one when the server could not start with it, or
+        refused it (401/403)."""
+        return server_secrets(self.link.cfg)
 
     def decode(self, arguments: Any) -> Any:
         if not isinstance(arguments, dict):

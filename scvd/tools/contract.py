@@ -212,6 +212,10 @@ class Tool(abc.ABC):
         if cls.runs_now and cls.checks_before_gate:  # run_now finishes a call in the step that planned it
             raise TypeError(f"{cls.__name__}: a tool with before_gate cannot have run_now")
 
+    def secret_keys(self, config: Any) -> frozenset[str]:
+        """The secret-store keys this tool's calls use (store_secret asks only for one of them)."""
+        return frozenset()
+
     def session_services(self, workspace: Path, config: Any, paths: Any) -> dict[str, Any]:
         """Data this tool prepares once when a session opens (e.g. a skill map); put in ctx.services."""
         return {}

@@ -80,6 +80,9 @@ class ScriptTool(Tool):
         return ("tools.default_timeout_seconds; tool.json sets no \"timeout\"",
                 f"set \"timeout\" in {tool_json}, or raise tools.default_timeout_seconds in config.toml")
 
+    def secret_keys(self, config: Any) -> frozenset[str]:
+        return frozenset(self.definition.spec.secrets)
+
     def pass_env(self, config: Any) -> list[str]:
         """The names `tools.script.<folder>.pass_env` grants this tool."""
         granted = config.tools.script.get(self.definition.folder.name)

@@ -6,9 +6,10 @@ that the key is stored. A turn may ask at most `MAX_ROUNDS` times for one tool
 (counted per session and `call.turn`; a call without a turn counts under the
 session as one turn), so a credential that keeps failing cannot loop on a person.
 The masked prompt is the approval: the tool is read_only and always_allow.
-`tool` must name a tool of the registry the call came through (`known`), so an
-invented name cannot open a fresh count, or `mcp__NAME` of a configured MCP
-server (one down for want of the key lists no tools to name). When MCP servers
+`tool` must name a tool of the registry the call came through (`known`) that
+uses the key (`Tool.secret_keys`), so neither an invented nor another real name
+opens a fresh count, or `mcp__NAME` of a configured MCP server that uses it (one
+down for want of the key lists no tools to name). When MCP servers
 use the key, the result says how each came up with it (waiting up to 10 s).
 """
 
@@ -19,7 +20,7 @@ from typing import Annotated, Any, Callable
 
 import msgspec
 
-from ..config import SecretRef
+from ..config import server_secrets
 from ..errors import InvalidArguments, LimitExceeded, ScvError, Unavailable
 from ..secrets import KEY_RE, check_key
 from .contract import NO_TIMEOUT, CallContext, Plan, Tool, ToolFlags, ToolRisk
@@ -75,6 +76,14 @@ class StoreSecret(Tool):
                 f"tool {args.tool!r} is not a tool scvd has: give the name of the tool that failed for want "
                 f"of {args.key}, as you called it (e.g. 'script_gh_issues'), or mcp__NAME for an enabled MCP "
                 f"server whose env or headers use {args.key}")
+        failing = self.known(args.tool) if self.known is not None else None
+        if failing is not None and args.key not in (uses := failing.secret_keys(ctx.config)):
+            # else any tool's name would open a fresh count of rounds, and a wrong key be asked for
+            said = (f"its secrets: {', '.join(sorted(uses))}" if uses else
+                    "it uses no stored secret, so storing one changes nothing for it")
+            raise InvalidArguments(
+                f"store_secret: {args.tool} does not use the secret {args.key} ({said}); give the key its "
+                "error names, and the tool that failed")
         return Plan(risk=ToolRisk.READ_ONLY, summary=f"ask a person to enter {args.key} for {args.tool}",
                     details={"key": args.key, "tool": args.tool})
 
@@ -111,8 +120,7 @@ def _configured_server(tool: str, key: str, config: Any) -> bool:
     """`mcp__NAME`: an enabled MCP server that uses `key`, whose tools may not be listed (it is down).
     Any other server's name would only be a fresh count of rounds (seed 003: two per tool per turn)."""
     cfg = config.mcp.servers.get(tool[len(MCP_PREFIX):]) if tool.startswith(MCP_PREFIX) else None
-    return bool(cfg is not None and cfg.enabled and any(
-        isinstance(v, SecretRef) and v.secret == key for v in [*cfg.env.values(), *cfg.headers.values()]))
+    return bool(cfg is not None and cfg.enabled and key in server_secrets(cfg))
 
 
 def tools(config: Any, paths: Any) -> list[Tool]:

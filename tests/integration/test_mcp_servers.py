@@ -787,7 +787,7 @@ def test_a_secret_entered_through_store_secret_starts_the_server_waiting_for_it(
         with d.client(name="agent") as c, d.client(name="me") as me:
             me.request(p.ApprovalsWatch)
             session = c.open_session(workspace)
-            healing = c.start_call(session, "store_secret", {"key": "NOTES_TOKEN", "tool": "read"})
+            healing = c.start_call(session, "store_secret", {"key": "NOTES_TOKEN", "tool": "mcp__notes"})
             enter_secret(me, "Bearer n3w")
             assert c.wait_call(healing).ok
             server(c, "notes", timeout=10)  # well before the 16 s it was to wait
@@ -812,7 +812,7 @@ def test_a_secret_entered_through_store_secret_reconnects_a_running_server_that_
         server(c, "raw")
         assert starts.read_text().count("start") == 1
         me.request(p.ApprovalsWatch)
-        healing = c.start_call(c.open_session(workspace), "store_secret", {"key": "RAW_TOKEN", "tool": "read"})
+        healing = c.start_call(c.open_session(workspace), "store_secret", {"key": "RAW_TOKEN", "tool": "mcp__raw"})
         enter_secret(me, "new")
         assert c.wait_call(healing).ok
         wait_until(lambda: starts.read_text().count("start") == 2, what="the server to start again")

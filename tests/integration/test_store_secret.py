@@ -136,6 +136,23 @@ def test_the_round_limit_cannot_be_dodged_by_naming_a_tool_that_does_not_exist(s
         assert not [e for e in watcher.core.events if isinstance(e, p.SecretRequested)]
 
 
+def test_the_round_limit_cannot_be_dodged_by_naming_a_tool_that_uses_no_such_secret(setup, workspace):
+    """Every real tool's name was a fresh count of two prompts; and a key the tool does not use would
+    be stored in vain. Refused before anyone is asked, saying which keys the tool does use."""
+    d = setup
+    with d.client(name="agent") as agent, d.client(name="person") as watcher:
+        watcher.request(p.ApprovalsWatch)
+        sid = agent.open_session(workspace)
+        bash = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": "bash"}, turn="t1")
+        wrong = agent.call(sid, "store_secret", {"key": "GITHUB_TOKEN", "tool": "script_token"}, turn="t1")
+        watcher.request(p.Ping)
+        assert not [e for e in watcher.core.events if isinstance(e, p.SecretRequested)]
+    assert bash.error.kind == "invalid_arguments" and bash.error.message == (
+        "store_secret: bash does not use the secret API_TOKEN (it uses no stored secret, so storing one changes "
+        "nothing for it); give the key its error names, and the tool that failed")
+    assert wrong.error.kind == "invalid_arguments" and wrong.error.message.startswith(
+        "store_secret: script_token does not use the secret GITHUB_TOKEN (its secrets: API_TOKEN)")
+
 
 def test_mcp_name_counts_only_for_an_enabled_server_that_uses_the_key(make_daemon, workspace):
     """Any configured server's name would be a fresh count of rounds: two more prompts per server."""
@@ -335,13 +352,14 @@ def test_with_a_keyring_the_daemon_stores_there_and_the_script_reads_it_back(mak
 def test_a_value_still_being_stored_when_the_timeout_comes_ends_stored_not_timed_out(make_daemon, scv_home,
                                                                                        workspace, tmp_path):
     """A keyring answering late used to leave the call `denied` (timed out) with the value stored anyway."""
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
     d = make_daemon("[approvals]\ntimeout_seconds = 1\n", home=scv_home, env={
         "PYTHON_KEYRING_BACKEND": slow_keyring.BACKEND, "LOCKABLE_KEYRING": str(tmp_path / "keyring.json"),
         "SLOW_KEYRING_SECONDS": "2.5", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
     with d.client(name="agent") as agent, d.client(name="person") as watcher:
         watcher.request(p.ApprovalsWatch)
         sid = agent.open_session(workspace)
-        call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "bash"})
+        call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
         request = secret_requested(watcher, "API_TOKEN")
         watcher.request(p.SecretProvide, request_id=request.request_id, value=VALUE)  # answers once stored
         done = agent.wait_call(call_id)
@@ -357,13 +375,14 @@ def test_a_value_still_being_stored_when_the_timeout_comes_ends_stored_not_timed
 def test_a_value_stored_after_its_call_gave_up_is_audited_as_stored_late(make_daemon, scv_home, workspace, tmp_path):
     """The call ends `failed` (the store took past the timeout and 30 s more); when the store then
     finishes, the audit log says the value is stored after all, not only that it failed."""
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
     d = make_daemon("[approvals]\ntimeout_seconds = 1\n", home=scv_home, env={
         "PYTHON_KEYRING_BACKEND": slow_keyring.BACKEND, "LOCKABLE_KEYRING": str(tmp_path / "keyring.json"),
         "SLOW_KEYRING_SECONDS": "33", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
     with d.client(name="agent") as agent, d.client(name="person") as watcher:
         watcher.request(p.ApprovalsWatch)
         sid = agent.open_session(workspace)
-        call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "bash"})
+        call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
         request = secret_requested(watcher, "API_TOKEN")
         watcher.send(p.SecretProvide, request_id=request.request_id, value=VALUE)  # its answer waits for the store
         done = agent.wait_call(call_id)
