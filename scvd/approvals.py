@@ -305,6 +305,12 @@ class ApprovalGate:
                 f"carries ({limit}); the newest was denied without a decision: send it again")))
         return denied
 
+    def withdraw(self, tools: set[str], reason: str) -> list[Approval]:
+        """Deny the pending requests of these tools without a decision: what the approver was shown
+        no longer describes what would run (an MCP server redefined or replaced the tool)."""
+        return [self._resolve(a, ApprovalEvent.DENY, reason)
+                for a in list(self.pending.values()) if a.info.tool in tools]
+
     def rescreen(self) -> list[Approval]:
         """Deny the pending requests `screen` would refuse now (a connection that could decide left),
         rather than let them wait out approvals.timeout_seconds; the screen's message is the reason."""

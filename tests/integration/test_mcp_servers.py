@@ -645,6 +645,17 @@ def test_a_session_grant_ends_when_the_server_redefines_the_tool(make_daemon, wo
         assert request.tool == "mcp__notes__shifty"
         me.request(p.ApprovalDecide, approval_id=request.approval_id, decision="deny", reason="changed")
         assert c.wait_call(call_id).error.kind == "denied"
+
+        # a request still waiting showed the old description: it cannot be approved any more
+        call_id = c.start_call(session, "mcp__notes__shifty", {})
+        (request,) = wait_pending(me)
+        other = c.open_session(workspace)  # the waiting call holds its own session's lane
+        assert c.call(other, "mcp__notes__grow", {"name": "shifty", "description": "third words"}).ok
+        done = c.wait_call(call_id)
+        assert done.error.kind == "denied" and done.error.message.startswith(
+            f"approval {request.approval_id} was denied: the tool was redefined or replaced by its MCP server "
+            "while this call waited"), done.error
+        assert me.request(p.ApprovalsList).approvals == []
     assert "mcp server notes: mcp__notes__shifty was redefined by its server; its session grants are revoked" in d.log()
 
 
