@@ -149,8 +149,15 @@ class ScriptTool(Tool):
     async def before_gate(self, args: Any, plan: Plan, ctx: CallContext) -> None:
         """A declared secret not set fails the call before a person is asked to approve it: the
         agent stores it (store_secret) and calls again, approved once. run() looks them up again."""
-        if self.definition.spec.secrets:
-            await asyncio.to_thread(self._secrets, ctx)
+        if not self.definition.spec.secrets:
+            return
+        try:
+            async with asyncio.timeout(plan.timeout):  # the call's own deadline, as when run() looked
+                await asyncio.to_thread(self._secrets, ctx)
+        except TimeoutError:
+            raise Timeout(
+                f"{self.name}: looking up its secrets took longer than its timeout of {plan.timeout:g} s, before "
+                "approval (a keyring waiting to be unlocked?)", hint="unlock the keyring, then call again") from None
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         secrets = await asyncio.to_thread(self._secrets, ctx)

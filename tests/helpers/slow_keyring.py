@@ -1,7 +1,8 @@
 """A lockable keyring whose writes are slow, as a Secret Service answering late over D-Bus is.
 
 Chosen with PYTHON_KEYRING_BACKEND=helpers.slow_keyring.Keyring (tests/ on PYTHONPATH);
-LOCKABLE_KEYRING names the file, SLOW_KEYRING_SECONDS how long each set_password sleeps first.
+LOCKABLE_KEYRING names the file, SLOW_KEYRING_SECONDS how long each set_password sleeps first,
+SLOW_KEYRING_READ_SECONDS each get_password (none by default).
 """
 
 from __future__ import annotations
@@ -18,3 +19,7 @@ class Keyring(lockable_keyring.Keyring):
     def set_password(self, service: str, username: str, password: str) -> None:
         time.sleep(float(os.environ.get("SLOW_KEYRING_SECONDS", "2")))
         super().set_password(service, username, password)
+
+    def get_password(self, service: str, username: str) -> str | None:
+        time.sleep(float(os.environ.get("SLOW_KEYRING_READ_SECONDS", "0")))
+        return super().get_password(service, username)

@@ -356,6 +356,33 @@ def test_a_missing_secret_fails_the_call_before_anyone_is_asked(make_daemon, scv
         assert c.wait_call(call_id).ok and marker.exists()
 
 
+def test_under_policy_never_a_call_missing_its_secret_is_denied_not_sent_to_store_secret(make_daemon, scv_home,
+                                                                                          workspace):
+    """credential_missing would send the agent to store_secret: a person typing a secret for a call
+    the policy refuses anyway."""
+    make_tool(scv_home, "token", "#!/bin/bash\n", risk="process", secrets=["API_TOKEN"])
+    d = make_daemon('[approvals]\npolicy = "never"\n', home=scv_home, env=NO_KEYRING)
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_token", {"text": "x"})
+    assert done.error.kind == "denied" and "approvals.policy is 'never'" in done.error.message, done.error
+
+
+def test_a_secret_lookup_that_outlasts_the_tools_timeout_ends_the_call_before_anyone_is_asked(
+        make_daemon, scv_home, workspace, tmp_path):
+    """A keyring waiting to be unlocked held the call (and its session's lane) with no deadline."""
+    make_tool(scv_home, "token", "#!/bin/bash\n", risk="process", secrets=["API_TOKEN"], timeout=1)
+    d = make_daemon(home=scv_home, env={
+        "PYTHON_KEYRING_BACKEND": "helpers.slow_keyring.Keyring", "LOCKABLE_KEYRING": str(tmp_path / "kr.json"),
+        "SLOW_KEYRING_READ_SECONDS": "30", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        done = c.call(c.open_session(workspace), "script_token", {"text": "x"})
+        assert me.request(p.ApprovalsList).approvals == []
+    assert done.error.kind == "timeout" and done.error.message == (
+        "script_token: looking up its secrets took longer than its timeout of 1 s, before approval (a keyring "
+        "waiting to be unlocked?)"), done.error
+    assert done.error.hint == "unlock the keyring, then call again"
+
+
 def test_a_locked_keyring_is_unavailable_saying_to_unlock_it_not_a_missing_secret(make_daemon, scv_home, workspace,
                                                                                   tmp_path):
     """It used to read "not set", sending auto-heal to store_secret, whose set failed on the same lock."""
