@@ -389,12 +389,6 @@ def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
                 f"{_place(path, 'tools.' + key, sources)}: tools.{key}: {getattr(t, key)} is above "
                 f"tools.max_timeout_seconds ({t.max_timeout_seconds}); lower it or raise the ceiling"
             )
-    for name, server in config.mcp.servers.items():
-        if server.timeout_seconds is not None and server.timeout_seconds > t.max_timeout_seconds:
-            key = f"mcp.servers.{name}.timeout_seconds"
-            raise ConfigError(
-                f"{_place(path, key, sources)}: {key}: {server.timeout_seconds:g} is above "
-                f"tools.max_timeout_seconds ({t.max_timeout_seconds}); lower it or raise the ceiling")
     for glob in config.approvals.always_ask:
         problem = glob_problem(glob)
         if problem:
@@ -493,7 +487,7 @@ def _mcp_problem(name: str, server: McpServerConfig) -> str | None:
         return "`args`, `env` and `cwd` are for stdio servers; an HTTP server takes `headers`"
     if server.command is not None and server.headers:
         return "`headers` are for HTTP servers; a stdio server takes `env`"
-    return _mcp_value_problem(server)
+    return _mcp_value_problem(server) if server.enabled else None  # a parked table is not started
 
 
 def _mcp_value_problem(server: McpServerConfig) -> str | None:

@@ -124,8 +124,6 @@ def test_the_sandbox_wraps_a_server_unless_it_opts_out():
      "headers Authorization: the value is not a valid HTTP header value"),
     ('[mcp.servers.web]\nurl = "http://h/"\nheaders = {Authorization = {secret = "keyring"}}\n',
      "'keyring' is reserved"),
-    ('[mcp.servers.fs]\ncommand = "x"\ntimeout_seconds = 4000\n',
-     "mcp.servers.fs.timeout_seconds: 4000 is above tools.max_timeout_seconds (1800); lower it or raise"),
     ('[providers.p]\nmodel = "m"\napi_key_secret = "1KEY"\n',
      "providers.p.api_key_secret: secret name '1KEY' is not valid"),
 ])
@@ -135,6 +133,16 @@ def test_a_wrong_server_table_names_the_key(tmp_path, table, message):
     with pytest.raises(ConfigError, match=".*") as caught:
         load(path, env={})
     assert message in caught.value.message and str(path) in caught.value.message
+
+
+def test_a_disabled_server_and_a_long_timeout_load_as_before(tmp_path):
+    """A table parked with enabled = false is not checked for what only a start would need, and an
+    MCP server's own timeout above tools.max_timeout_seconds is its ceiling, as a tool.json timeout is."""
+    path = tmp_path / "config.toml"
+    path.write_text('[mcp.servers.parked]\ncommand = "x"\nenabled = false\nenv = {A = {secret = "not-yet"}}\n'
+                    '[mcp.servers.slow]\ncommand = "x"\ntimeout_seconds = 4000\n')
+    servers = load(path, env={}).config.mcp.servers
+    assert servers["slow"].timeout_seconds == 4000 and not servers["parked"].enabled
 
 
 def test_output_is_capped_at_one_mib_with_a_marker():
