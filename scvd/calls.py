@@ -342,10 +342,11 @@ class CallRegistry:
                 ctx = self._context(call)
             if plan is None:
                 plan = tool.plan(args, ctx)
-            if tool.checks_before_gate and (judged or self._judge(call, tool, plan))[0] is not Verdict.DENY:
-                await tool.before_gate(args, plan, ctx)  # a call the policy refuses is told that, not this
+            # a call the policy refuses is told that, not this; unaudited: _gate judges (and audits) it after
+            if tool.checks_before_gate and (judged or self._verdict(call, tool, plan))[0] is not Verdict.DENY:
+                await tool.before_gate(args, plan, ctx)
                 self._still_wanted(call)  # cancelled (or scvd stopping) while it checked
-                judged = None  # judged again now: a grant may have come meanwhile
+                judged = None  # judged now: a grant may have come meanwhile
             asked, approved = await self._gate(call, tool, plan, judged)
             result = await self._run(call, tool, args, plan, ctx, waited=ticket.waited or asked, approved=approved)
             outcome = Outcome(True, _plain(tool, result), None)

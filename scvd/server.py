@@ -136,13 +136,13 @@ class Daemon:
         """The distinct registries of open sessions (those opened before a reload keep the old one)."""
         return list({id(s.registry): s.registry for s in self.sessions.values()}.values())
 
-    def revoke_grants(self, tools: set[str]) -> None:
+    def revoke_grants(self, tools: set[str], why: str) -> None:
         """No open session keeps a grant of these tools, and no request of theirs still waiting is
-        approved (the MCP server behind them was replaced, or redefined them)."""
+        approved: `why` they changed (a reload replaced their MCP server, or it redefined them)."""
         for session in self.sessions.values():
             session.revoke(tools)
-        self.gate.withdraw(tools, "the tool was redefined or replaced by its MCP server while this call waited, "
-                                  "so the request no longer shows what would run; call it again")
+        self.gate.withdraw(tools, f"{why} while this call waited, so the request no longer shows what would "
+                                  "run; call it again")
 
     # --- lifecycle -------------------------------------------------------------
 

@@ -41,8 +41,8 @@ class Host(Protocol):
     def session_registries(self) -> list[Registry]:
         """The registries open sessions hold (one opened before a reload keeps the old one)."""
 
-    def revoke_grants(self, tools: set[str]) -> None:
-        """Drop open sessions' grants of these tools."""
+    def revoke_grants(self, tools: set[str], why: str) -> None:
+        """Drop open sessions' grants of these tools, and deny their waiting requests saying `why`."""
 
 
 class WithoutSdk:
@@ -121,7 +121,8 @@ class McpServers:
         link = self.links.pop(name)
         self._sandboxed_by.pop(name, None)
         # a grant was a person's trust in this server; a changed table may run another program
-        self.host.revoke_grants({t.name for t in self.tools.pop(name, [])})
+        self.host.revoke_grants({t.name for t in self.tools.pop(name, [])},
+                                f"a reload changed or removed mcp.servers.{name}")
         self.refused.pop(name, None)
         self.left_out.pop(name, None)
         self._register_everywhere(name)  # none left: gone from every session too
@@ -207,7 +208,8 @@ class McpServers:
         redefined = sorted(n for n, was in before.items() if n in after and after[n] != was)
         gone = {n for n in before if n not in after}
         if redefined or gone:
-            self.host.revoke_grants(set(redefined) | gone)
+            self.host.revoke_grants(set(redefined) | gone,
+                                    f"mcp server {link.name} redefined or stopped listing the tool")
         for n in redefined:
             log.warning("mcp server %s: %s was redefined by its server; its session grants are revoked",
                         link.name, n)

@@ -229,7 +229,12 @@ class ScriptTool(Tool):
             return CredentialMissing(
                 f"{head}: its secret {key}; store a new value with store_secret (key {key!r}) or "
                 f"`scvctl secrets set {key}`, then call the tool again{said}", hint=f"scvctl secrets set {key}")
-        keys = ", ".join(declared) or "(it declares no secrets)"
+        if not declared:  # store_secret refuses a tool that uses no stored secret
+            return CredentialMissing(
+                f"{head}, but it declares no secrets, so scvd has none to give it: declare the key it needs "
+                f"in \"secrets\" of {self.definition.folder / 'tool.json'} and store it with `scvctl secrets "
+                f"set KEY`{said}", hint="declare the key in tool.json's \"secrets\"")
+        keys = ", ".join(declared)
         return CredentialMissing(
             f"{head} and did not say which (a stderr line `{REJECTED_MARK}KEY` would); its secrets: {keys}; "
             "store a new value for the rejected one with store_secret (its key) or `scvctl secrets set KEY`, "

@@ -529,10 +529,11 @@ def test_provider_codex_without_an_import_says_how_to_get_one(chat_rig, workspac
 
 
 def test_store_secret_asks_at_most_twice_per_tool_per_turn(chat_rig, workspace):
-    ask = ("store_secret", {"key": "GH_TOKEN", "tool": "bash"})
+    ask = ("store_secret", {"key": "GH_TOKEN", "tool": "mcp__gh"})  # a server down for want of GH_TOKEN
     model, d = chat_rig(Calls(("find_tools", {"query": "store_secret", "include_system": True})),
                         Calls(ask), Calls(ask), Calls(ask), Text("giving up"),
-                        Calls(ask), Text("asked once more"))
+                        Calls(ask), Text("asked once more"),
+                        extra='[mcp.servers.gh]\ncommand = "/bin/false"\nenv = {T = {secret = "GH_TOKEN"}}\n')
     with d.client(name="pytest", approver=True) as c:
         session = open_chat(c, workspace).session
 

@@ -101,14 +101,19 @@ def test_tools_list_carries_schemas_and_read_only_hints(host):
     assert tools["write"]["annotations"]["readOnlyHint"] is False
 
 
-def test_store_secret_is_listed_so_a_host_can_heal_a_credential(host):
+def test_store_secret_is_listed_so_a_host_can_heal_a_credential(make_daemon, scv_home, workspace):
     """It was hidden (a system tool), and a host has no find_tools: an agent told by credential_missing
     to call store_secret could not, since hosts call only the tools they were listed."""
+    d = make_daemon('[mcp.servers.gh]\ncommand = "/bin/false"\nenv = {T = {secret = "GH_TOKEN"}}\n', home=scv_home)  # a server down for want of GH_TOKEN
+    host = McpHost(d, workspace)
+    host.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "h"}})
+    host.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
     tools = {t["name"]: t for t in host.rpc("tools/list")["result"]["tools"]}
     assert "store_secret" in tools and tools["store_secret"]["inputSchema"]["required"] == ["key", "tool"]
-    result = host.rpc("tools/call", {"name": "store_secret", "arguments": {"key": "GH_TOKEN", "tool": "bash"}})
+    result = host.rpc("tools/call", {"name": "store_secret", "arguments": {"key": "GH_TOKEN", "tool": "mcp__gh"}})
     assert result["result"]["isError"] is True  # nobody here to type it: it says what to do instead
     assert "scvctl secrets set GH_TOKEN" in result["result"]["content"][0]["text"]
+    host.close()
 
 
 def test_read_call_returns_text_and_structured_content(host, workspace):

@@ -653,8 +653,8 @@ def test_a_session_grant_ends_when_the_server_redefines_the_tool(make_daemon, wo
         assert c.call(other, "mcp__notes__grow", {"name": "shifty", "description": "third words"}).ok
         done = c.wait_call(call_id)
         assert done.error.kind == "denied" and done.error.message.startswith(
-            f"approval {request.approval_id} was denied: the tool was redefined or replaced by its MCP server "
-            "while this call waited"), done.error
+            f"approval {request.approval_id} was denied: mcp server notes redefined or stopped listing the tool "
+            "while this call waited, so the request no longer shows what would run; call it again"), done.error
         assert me.request(p.ApprovalsList).approvals == []
     assert "mcp server notes: mcp__notes__shifty was redefined by its server; its session grants are revoked" in d.log()
 

@@ -433,6 +433,19 @@ def test_exit_77_is_a_rejected_credential_naming_its_key(make_daemon, scv_home, 
     assert "store_secret" in done.error.message and "401 Unauthorized" in done.error.message
 
 
+def test_exit_77_from_a_tool_declaring_no_secrets_says_to_declare_one_not_to_call_store_secret(make_daemon, scv_home,
+                                                                                               workspace):
+    """store_secret refuses a tool that uses no stored secret: pointing the agent at it was a dead end."""
+    folder = make_tool(scv_home, "token", "#!/bin/bash\necho '401 Unauthorized' >&2\nexit 77\n", risk="read_only")
+    d = make_daemon(home=scv_home, env=NO_KEYRING)
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_token", {"text": "x"})
+    assert done.error.kind == "credential_missing" and "store_secret" not in done.error.message
+    assert done.error.message.startswith(
+        "script_token reported a rejected credential (exit 77), but it declares no secrets, so scvd has none to "
+        f"give it: declare the key it needs in \"secrets\" of {folder / 'tool.json'}"), done.error.message
+
+
 def test_exit_77_with_several_keys_names_them_all_unless_a_stderr_line_says_which(make_daemon, scv_home,
                                                                                  workspace):
     """It used to name the first declared key, sending store_secret after GH_USER when GH_TOKEN was refused."""

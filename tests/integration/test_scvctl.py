@@ -213,15 +213,16 @@ def test_call_waits_for_approval_from_another_terminal(daemon: DaemonProc, works
     assert (workspace / "new.txt").read_text() == "x"
 
 
-def test_a_waiting_call_is_asked_about_its_own_call_only(daemon: DaemonProc, workspace: Path):
+def test_a_waiting_call_is_asked_about_its_own_call_only(make_daemon, scv_home: Path, workspace: Path):
     """`scvctl call` hears its own approval request, and is no approver of other sessions: a secret
     request from another client is not put to it (it could not answer) but fails at once."""
+    daemon = make_daemon('[mcp.servers.gh]\ncommand = "/bin/false"\nenv = {T = {secret = "API_TOKEN"}}\n', home=scv_home)  # down for want of API_TOKEN
     call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "write",
                         '{"path": "mine.txt", "content": "x", "mode": "create"}')
     try:
         (pending,) = wait_for_one(daemon)
         with daemon.client(name="agent") as c:
-            done = c.call(c.open_session(workspace), "store_secret", {"key": "API_TOKEN", "tool": "read"})
+            done = c.call(c.open_session(workspace), "store_secret", {"key": "API_TOKEN", "tool": "mcp__gh"})
         assert not done.ok and done.error.kind == "unavailable", done.error
         assert done.error.message.startswith("no approver is connected to enter API_TOKEN")
         assert scvctl(daemon, "approvals", "approve", pending.approval_id).returncode == 0
