@@ -304,6 +304,10 @@ class UsageError(LocalError):
 class NotARegularFile(LocalError):
     """paths.read_regular_file refused the path: a FIFO would block its reader for good."""
 
+    def __init__(self, path: Path | str, kind: str) -> None:
+        super().__init__(f"{path} is {kind}, not a regular file")
+        self.kind = kind  # "a FIFO", "a directory", ...: for a message whose source names the path
+
 
 class JsonRpcError(LocalError):
     """A JSON-RPC error for the MCP host; `rpc_code` is its integer code."""

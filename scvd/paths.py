@@ -210,7 +210,7 @@ def read_regular_file(path: Path, limit: int = -1) -> bytes:
         if not stat.S_ISREG(mode):
             kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
                     else "a socket" if stat.S_ISSOCK(mode) else "a device")
-            raise errors.NotARegularFile(f"{path} is {kind}, not a regular file")
+            raise errors.NotARegularFile(path, kind)
         with os.fdopen(os.dup(fd), "rb") as f:
             return f.read() if limit < 0 else f.read(limit + 1)
     finally:

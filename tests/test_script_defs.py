@@ -68,7 +68,8 @@ def test_a_fifo_in_place_of_tool_json_is_a_load_error_not_a_hang(home: Path):
     (folder / "tool.json").unlink()
     os.mkfifo(folder / "tool.json")
     failed = only_error(home)
-    assert failed.message.endswith(f"{folder / 'tool.json'} is a FIFO, not a regular file; make it a file"), failed
+    assert failed.source == str(folder / "tool.json")
+    assert failed.message == "rule 'tool.json': it is a FIFO, not a regular file; make it a file", failed
 
 
 def test_a_folder_without_tool_json_says_to_add_one(home: Path):
@@ -78,6 +79,14 @@ def test_a_folder_without_tool_json_says_to_add_one(home: Path):
     assert failed.source == str(folder / "tool.json")
     assert failed.message == "rule 'tool.json': the folder has no tool.json; add one (docs/tools.md, " \
                              "\"Script tools\", lists its fields)"
+
+
+def test_a_dangling_tool_json_symlink_says_where_it_leads(home: Path):
+    folder = make_tool(home)
+    (folder / "tool.json").unlink()
+    (folder / "tool.json").symlink_to("../shared/words.json")
+    assert only_error(home).message == ("rule 'tool.json': it is a symlink to '../shared/words.json', which does "
+                                        "not exist; fix the link or put the file there")
 
 
 def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):

@@ -117,10 +117,13 @@ def _decode(path: Path) -> ToolJson:
     try:
         data = read_regular_file(path, MAX_DEFINITION_BYTES)
     except FileNotFoundError:
+        if path.is_symlink():
+            raise DefinitionError(path, "tool.json", f"it is a symlink to {os.readlink(path)!r}, which does not "
+                                                     "exist; fix the link or put the file there") from None
         raise DefinitionError(path, "tool.json", "the folder has no tool.json; add one "
                                                  "(docs/tools.md, \"Script tools\", lists its fields)") from None
     except errors.NotARegularFile as exc:  # a FIFO would hold the start, or a reload, for good
-        raise DefinitionError(path, "tool.json", f"{exc}; make it a file") from None
+        raise DefinitionError(path, "tool.json", f"it is {exc.kind}, not a regular file; make it a file") from None
     except OSError as exc:
         raise DefinitionError(path, "tool.json", f"cannot read it: {exc.strerror}") from None
     if len(data) > MAX_DEFINITION_BYTES:
