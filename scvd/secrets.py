@@ -167,6 +167,7 @@ class SecretStore:
         self.env_label = env_label
         self._use_keyring = use_keyring
         self._keyring: tuple[Any | None, str] | None = None
+        self._looking: dict[str, Any] = {}  # key -> the asyncio future of its lookup under way (get_async)
 
     # keyring
 
@@ -265,16 +266,32 @@ class SecretStore:
         return f"PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring scvctl secrets set {key}"
 
     async def get_async(self, key: str) -> str | None:
-        """`get` from a thread, for callers on the event loop (the keyring may talk D-Bus)."""
+        """`get` from a thread, for callers on the event loop (the keyring may talk D-Bus). One
+        lookup per key at a time: callers that come while it is under way share its answer, so a
+        keyring that hangs (waiting to be unlocked) holds one thread, not one per call that gave up."""
         import asyncio
 
-        return await asyncio.to_thread(self.get, key)
+        loop = asyncio.get_running_loop()
+        looking = self._looking.get(key)
+        if looking is None or looking.get_loop() is not loop:
+            looking = self._looking[key] = loop.create_task(asyncio.to_thread(self.get, key))
+            looking.add_done_callback(lambda done: self._settled(key, done))
+        return await asyncio.shield(looking)  # a caller's timeout must not end the others' wait
+
+    def _settled(self, key: str, done: Any) -> None:
+        if self._looking.get(key) is done:
+            del self._looking[key]
+        if not done.cancelled():
+            done.exception()  # every caller may have given up: retrieved, so never logged as lost
 
     async def require_async(self, key: str) -> str:
-        """`require` from a thread, for callers on the event loop."""
+        """`get_async`, or CredentialMissing as `require` says it."""
         import asyncio
 
-        return await asyncio.to_thread(self.require, key)
+        value = await self.get_async(key)
+        if value is None:
+            return await asyncio.to_thread(self.require, key)  # its message reads the file again: a thread
+        return value
 
     def source(self, key: str) -> Entry:
         found = self.lookup(key)

@@ -363,3 +363,32 @@ def test_a_locked_keyring_is_passed_over_but_a_key_found_nowhere_else_is_unavail
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING)  # no keyring at all: not set here, and why
     with pytest.raises(errors.CredentialMissing, match="the secret IN_KEYRING was stored in an OS keyring"):
         SecretStore(store.path, env={}).require("IN_KEYRING")
+
+
+def test_get_async_shares_one_lookup_per_key_and_a_caller_giving_up_leaves_it_to_the_others(tmp_path: Path):
+    """A keyring that hangs held a new thread for every call that gave up on it."""
+    import threading
+
+    release, calls = threading.Event(), []
+
+    class Hanging(SecretStore):
+        def get(self, key: str) -> str | None:
+            calls.append(key)
+            release.wait(10)
+            return f"value of {key}"
+
+    store = Hanging(tmp_path / "secrets.toml", env={})
+
+    async def main() -> tuple[str | None, str | None]:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.05):
+                await store.get_async("K")  # gives up; the lookup goes on
+        waiting = asyncio.ensure_future(store.get_async("K"))
+        other = asyncio.ensure_future(store.get_async("OTHER"))
+        await asyncio.sleep(0.05)
+        release.set()
+        return await waiting, await other
+
+    assert asyncio.run(main()) == ("value of K", "value of OTHER")
+    assert calls == ["K", "OTHER"]  # the second K waited on the first lookup
+    assert store._looking == {}

@@ -153,14 +153,14 @@ class ScriptTool(Tool):
             return
         try:
             async with asyncio.timeout(plan.timeout):  # the call's own deadline, as when run() looked
-                await asyncio.to_thread(self._secrets, ctx)
+                await self._secrets(ctx)
         except TimeoutError:
             raise Timeout(
                 f"{self.name}: looking up its secrets took longer than its timeout of {plan.timeout:g} s, before "
                 "approval (a keyring waiting to be unlocked?)", hint="unlock the keyring, then call again") from None
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
-        secrets = await asyncio.to_thread(self._secrets, ctx)
+        secrets = await self._secrets(ctx)
         env = passenv.build(os.environ, [*KEPT, *self.pass_env(ctx.config)],
                             set={**secrets, "SCV_TOOL_DIR": str(self.definition.folder)})
         tools = ctx.config.tools
@@ -179,20 +179,21 @@ class ScriptTool(Tool):
         clipped = plan.timeout is not None and plan.timeout < self.deadline(ctx.config)
         return self._answer(redacted(result, secrets), plan, secrets, clipped)
 
-    def _secrets(self, ctx: CallContext) -> dict[str, str]:
+    async def _secrets(self, ctx: CallContext) -> dict[str, str]:
         """The declared secrets' values, or CredentialMissing for the first missing key."""
         store = ctx.services.get(SECRETS_SERVICE) or SecretStore(ctx.paths.secrets_file)
         values: dict[str, str] = {}
         for key in self.definition.spec.secrets:
             try:
-                value = store.get(key)
+                value = await store.get_async(key)
             except ScvError as exc:  # a broken secrets.toml, a locked keyring: the message says what to do
                 kind = Unavailable if isinstance(exc, Unavailable) else Failed  # unlock it, not store_secret
                 raise kind(f"{self.name}: cannot look up its secret {key}: {exc.message}",
                            hint=getattr(exc, "hint", None)) from None
-            if value is None:
-                raise CredentialMissing(f"{self.name}: {store.missing(key)}",
-                                        hint=store.missing_hint(key, f"scvctl secrets set {key}"))
+            if value is None:  # the message reads the file again (a keyring out of reach?): a thread
+                missing, hint = await asyncio.to_thread(
+                    lambda key=key: (store.missing(key), store.missing_hint(key, f"scvctl secrets set {key}")))
+                raise CredentialMissing(f"{self.name}: {missing}", hint=hint)
             values[key] = value
         return values
 

@@ -2,7 +2,8 @@
 
 Chosen with PYTHON_KEYRING_BACKEND=helpers.slow_keyring.Keyring (tests/ on PYTHONPATH);
 LOCKABLE_KEYRING names the file, SLOW_KEYRING_SECONDS how long each set_password sleeps first,
-SLOW_KEYRING_READ_SECONDS each get_password (none by default).
+SLOW_KEYRING_READ_SECONDS each get_password (none by default); SLOW_KEYRING_READS, if set, a
+file that gets a line per get_password.
 """
 
 from __future__ import annotations
@@ -21,5 +22,8 @@ class Keyring(lockable_keyring.Keyring):
         super().set_password(service, username, password)
 
     def get_password(self, service: str, username: str) -> str | None:
+        if os.environ.get("SLOW_KEYRING_READS"):  # a line per read: how many threads a hang holds
+            with open(os.environ["SLOW_KEYRING_READS"], "a") as log:
+                log.write(f"{username}\n")
         time.sleep(float(os.environ.get("SLOW_KEYRING_READ_SECONDS", "0")))
         return super().get_password(service, username)

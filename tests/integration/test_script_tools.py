@@ -373,10 +373,16 @@ def test_a_secret_lookup_that_outlasts_the_tools_timeout_ends_the_call_before_an
     make_tool(scv_home, "token", "#!/bin/bash\n", risk="process", secrets=["API_TOKEN"], timeout=1)
     d = make_daemon(home=scv_home, env={
         "PYTHON_KEYRING_BACKEND": "helpers.slow_keyring.Keyring", "LOCKABLE_KEYRING": str(tmp_path / "kr.json"),
-        "SLOW_KEYRING_READ_SECONDS": "30", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+        "SLOW_KEYRING_READ_SECONDS": "30", "SLOW_KEYRING_READS": str(tmp_path / "reads"),
+        "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
     with d.client(name="agent") as c, d.client(name="me") as me:
-        done = c.call(c.open_session(workspace), "script_token", {"text": "x"})
+        sid = c.open_session(workspace)
+        done = c.call(sid, "script_token", {"text": "x"})
         assert me.request(p.ApprovalsList).approvals == []
+        again = c.call(sid, "script_token", {"text": "x"})  # the agent retries while the keyring still hangs
+    assert again.error.kind == "timeout", again.error
+    # the retry waited on the lookup under way: one thread held by the hung keyring, not one per call
+    assert (tmp_path / "reads").read_text() == "API_TOKEN\n"
     assert done.error.kind == "timeout" and done.error.message == (
         "script_token: looking up its secrets took longer than its timeout of 1 s, before approval (a keyring "
         "waiting to be unlocked?)"), done.error
