@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, Mapping
 import msgspec
 
 from . import http_fields
+from . import validation_text as vt
 from .always_ask import DEFAULT_ALWAYS_ASK, glob_problem
 from .errors import ConfigError, NotARegularFile
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
@@ -302,20 +303,16 @@ def _read(path: Path) -> dict[str, Any] | None:
 def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str],
              raw: Mapping[str, Any]) -> str:
     """`<file or env var>: <key path>: <what is wrong>` from msgspec's message."""
-    msg, sep, where = str(exc).rpartition(" - at `$.")
-    if not sep:
-        msg, where = str(exc), ""
-    key = where.rstrip("`")
-    unknown = re.fullmatch(r"Object contains unknown field `(.+)`", msg)
-    if unknown:  # msgspec names the table; the key path is more use
-        table, name = key, unknown.group(1)
+    msg, key = vt.split(exc)
+    name = vt.unknown_field(msg)
+    if name is not None:  # msgspec names the table; the key path is more use
+        table = key
         key = f"{table}.{name}" if table else name
-        known = [f.name for f in getattr(_type_at(table), "fields", ())]
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
-        msg = (f"unknown key{f'; did you mean {close[0]}?' if close else ''} "
+        close = vt.meant(name, vt.keys_at(Config, table))
+        msg = (f"unknown key{f'; did you mean {close}?' if close else ''} "
                "(docs/configuration.md lists every key)")
     elif msg.startswith("Invalid enum value"):  # say what it may be
-        values = getattr(_type_at(key), "values", None)
+        values = vt.values_at(Config, key)
         if values:
             msg += f"; use one of: {', '.join(map(str, values))}"
     for table, struct in (("adapters", AdapterConfig), ("providers", ProviderConfig)):
@@ -328,25 +325,6 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
         servers = f"mcp.servers.{_bad_table(raw.get('mcp') or {}, 'servers', McpServerConfig)}"
         key = servers + key[len("mcp.servers[...]"):]
     return f"{_place(path, key, sources)}: {key}: {msg}"
-
-
-def _type_at(key: str) -> Any:
-    """msgspec's type info of the key path in Config (`approvals.policy`), tables of a dict
-    (`adapters[...]`, `mcp.servers.x`) through their value type; None when there is none."""
-    info: Any = msgspec.inspect.type_info(Config)
-    for part in [p for p in re.split(r"[.\[]", key) if p] if key else []:
-        if isinstance(info, msgspec.inspect.DictType):
-            info = info.value_type
-            continue  # `part` names a table of the dict, or is `...]`
-        if isinstance(info, msgspec.inspect.UnionType):
-            info = next((t for t in info.types if isinstance(t, msgspec.inspect.StructType)), None)
-        fields = {f.name: f.type for f in getattr(info, "fields", ())}
-        if part not in fields:
-            return None
-        info = fields[part]
-    if isinstance(info, msgspec.inspect.UnionType):  # `Literal[...] | None`: the literal
-        info = next((t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)), info)
-    return info
 
 
 def _place(path: Path, key: str, sources: Mapping[str, str]) -> str:
@@ -492,14 +470,16 @@ def _mcp_problem(name: str, server: McpServerConfig) -> str | None:
 
 def _mcp_value_problem(server: McpServerConfig) -> str | None:
     """Names and literal values a process or an HTTP request would refuse at start, said at load."""
+    for arg in server.args:
+        if "\0" in arg:
+            return f"args: {arg!r} holds a NUL byte, which no program argument can"
     for name, value in server.env.items():
         if not name or "=" in name or "\0" in name:
             return f"env name {name!r} is not a variable name (empty, or holds = or a NUL byte)"
         if isinstance(value, str) and "\0" in value:
             return f"env {name}: a value cannot hold a NUL byte"
-    for arg in server.args:
-        if "\0" in arg:
-            return f"args: {arg!r} holds a NUL byte, which no program argument can"
+        if isinstance(value, SecretRef) and (problem := key_problem(value.secret)):
+            return f"env {name}: {problem}"
     for name, value in server.headers.items():
         if not http_fields.name_ok(name):
             return (f"headers: {name!r} is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, "
@@ -507,12 +487,8 @@ def _mcp_value_problem(server: McpServerConfig) -> str | None:
         if isinstance(value, str) and not http_fields.value_ok(value):
             return (f"headers {name}: the value is not a valid HTTP header value (a line break, a control "
                     "character, or a space or tab at an end)")
-    refs = [(f"env {k}", v) for k, v in server.env.items()] + [(f"headers {k}", v) for k, v in server.headers.items()]
-    for where, value in refs:
-        if isinstance(value, SecretRef):
-            problem = key_problem(value.secret)
-            if problem:
-                return f"{where}: {problem}"
+        if isinstance(value, SecretRef) and (problem := key_problem(value.secret)):
+            return f"headers {name}: {problem}"
     return None
 
 

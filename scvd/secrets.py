@@ -239,9 +239,14 @@ class SecretStore:
         when only a locked keyring could hold it)."""
         value = self.get(key)
         if value is None:
-            raise errors.CredentialMissing(self.missing(key), hint=self.missing_hint(
-                key, f"scvctl secrets set {key}  (or call store_secret)"))
+            raise self.missing_error(key)
         return value
+
+    def missing_error(self, key: str, usual: str = "") -> errors.CredentialMissing:
+        """CredentialMissing for `key`, which has no value: `missing` and `missing_hint` (`usual`
+        defaults to `scvctl secrets set KEY  (or call store_secret)`). Reads the file: blocks."""
+        usual = usual or f"scvctl secrets set {key}  (or call store_secret)"
+        return errors.CredentialMissing(self.missing(key), hint=self.missing_hint(key, usual))
 
     def _out_of_reach(self, key: str) -> bool:
         """Whether `key` went into a keyring this process cannot use: the file's [keyring] index
@@ -290,7 +295,7 @@ class SecretStore:
 
         value = await self.get_async(key)
         if value is None:
-            return await asyncio.to_thread(self.require, key)  # its message reads the file again: a thread
+            raise await asyncio.to_thread(self.missing_error, key)
         return value
 
     def source(self, key: str) -> Entry:

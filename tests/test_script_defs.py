@@ -97,8 +97,8 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     ({}, "{not json", "tool.json", "not valid JSON: JSON is malformed"),
     ({"descripton": "typo"}, None, "tool.json", "`descripton` is not a tool.json key; did you mean `description`? "
                                                 "(keys: description, parameters, risk,"),
-    ({"risk": "root"}, None, "tool.json", "`risk`: Invalid enum value 'root'; use one of: read_only, filesystem, "
-                                          "process, delegate"),
+    ({"risk": "root"}, None, "tool.json", "`risk`: Invalid enum value 'root'; use one of: delegate, filesystem, "
+                                          "process, read_only"),
     ({"parameters": {"type": "string"}}, None, "parameters", '"type": "object"'),
     ({"parameters": {"type": "object", "properties": {"a": {"type": "nope"}}}}, None, "parameters",
      "properties/a/type"),

@@ -22,6 +22,7 @@ from typing import Any, Callable, ClassVar, Iterable
 
 import msgspec
 
+from .. import validation_text as vt
 from ..errors import InvalidArguments, ToolDefinitionError
 
 TIMEOUT_GRACE_SECONDS = 5.0  # a tool with its own deadline gets this much on top of it
@@ -249,11 +250,8 @@ def check_timeout(seconds: float | None, ceiling: float, what: str) -> None:
 
 
 def _explain(exc: msgspec.ValidationError) -> str:
-    text = str(exc)
-    msg, sep, where = text.rpartition(" - at `$.")
-    if sep:
-        return f"argument `{where.rstrip('`')}`: {msg}"
-    return text
+    msg, where = vt.split(exc)
+    return f"argument `{where}`: {msg}" if where else msg
 
 
 def inline_schema(struct: type) -> dict[str, Any]:

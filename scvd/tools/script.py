@@ -191,9 +191,8 @@ class ScriptTool(Tool):
                 raise kind(f"{self.name}: cannot look up its secret {key}: {exc.message}",
                            hint=getattr(exc, "hint", None)) from None
             if value is None:  # the message reads the file again (a keyring out of reach?): a thread
-                missing, hint = await asyncio.to_thread(
-                    lambda key=key: (store.missing(key), store.missing_hint(key, f"scvctl secrets set {key}")))
-                raise CredentialMissing(f"{self.name}: {missing}", hint=hint)
+                missing = await asyncio.to_thread(store.missing_error, key, f"scvctl secrets set {key}")
+                raise CredentialMissing(f"{self.name}: {missing.message}", hint=missing.hint)
             values[key] = value
         return values
 

@@ -11,18 +11,18 @@ jsonschema is imported only here and in script.py, and only when a tool.json exi
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import msgspec
 
 from .. import errors
+from .. import validation_text as vt
 from ..paths import read_regular_file
 from ..process import ALWAYS_REMOVED, ALWAYS_REMOVED_PREFIXES
 from ..secrets import check_key
@@ -137,20 +137,17 @@ def _decode(path: Path) -> ToolJson:
 
 
 def _explain(exc: msgspec.ValidationError) -> str:
-    """msgspec's message, with the keys a typo may have meant and the values a field takes."""
-    keys = [f.name for f in msgspec.structs.fields(ToolJson)]
-    msg, _, where = str(exc).rpartition(" - at `$.")
-    if not msg:
-        msg, where = str(exc), ""
-    where = where.rstrip("`")
-    unknown = re.fullmatch(r"Object contains unknown field `(.+)`", msg)
-    if unknown:
-        close = difflib.get_close_matches(unknown.group(1), keys, n=1, cutoff=0.7)
-        meant = f"; did you mean `{close[0]}`?" if close else ""
-        return f"`{unknown.group(1)}` is not a tool.json key{meant} (keys: {', '.join(keys)})"
-    field = next((f for f in msgspec.structs.fields(ToolJson) if f.name == where), None)
-    if msg.startswith("Invalid enum value") and field is not None:
-        msg += f"; use one of: {', '.join(get_args(field.type))}"
+    """msgspec's message, with the key a typo may have meant and the values a field takes."""
+    msg, where = vt.split(exc)
+    name = vt.unknown_field(msg)
+    if name is not None:
+        keys = vt.keys_at(ToolJson, "")
+        close = vt.meant(name, keys, cutoff=0.7)
+        meant = f"; did you mean `{close}`?" if close else ""
+        return f"`{name}` is not a tool.json key{meant} (keys: {', '.join(keys)})"
+    values = vt.values_at(ToolJson, where) if msg.startswith("Invalid enum value") else None
+    if values:
+        msg += f"; use one of: {', '.join(map(str, values))}"
     return f"`{where}`: {msg}" if where else msg
 
 

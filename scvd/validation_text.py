@@ -1,0 +1,60 @@
+"""msgspec's validation messages, made to say what to do: the key path, the key a typo
+meant, the values a field takes. Shared by config.toml, tool.json and tool arguments."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+import msgspec
+
+_UNKNOWN_RE = re.compile(r"Object contains unknown field `(.+)`")
+
+
+def split(exc: msgspec.ValidationError) -> tuple[str, str]:
+    """(what is wrong, the key path after `$.`, or "" at the top)."""
+    msg, sep, where = str(exc).rpartition(" - at `$.")
+    return (msg, where.rstrip("`")) if sep else (str(exc), "")
+
+
+def unknown_field(msg: str) -> str | None:
+    """The key of an "unknown field" message, else None."""
+    found = _UNKNOWN_RE.fullmatch(msg)
+    return found.group(1) if found else None
+
+
+def meant(name: str, known: list[str], cutoff: float = 0.75) -> str | None:
+    """The known key a typo most likely meant, or None."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def type_at(struct: type, key: str) -> Any:
+    """msgspec's type info of the key path in `struct` (`approvals.policy`), tables of a dict
+    (`adapters[...]`, `mcp.servers.x`) through their value type; None when there is none."""
+    info: Any = msgspec.inspect.type_info(struct)
+    for part in [p for p in re.split(r"[.\[]", key) if p] if key else []:
+        if isinstance(info, msgspec.inspect.DictType):
+            info = info.value_type
+            continue  # `part` names a table of the dict, or is `...]`
+        if isinstance(info, msgspec.inspect.UnionType):
+            info = next((t for t in info.types if isinstance(t, msgspec.inspect.StructType)), None)
+        fields = {f.name: f.type for f in getattr(info, "fields", ())}
+        if part not in fields:
+            return None
+        info = fields[part]
+    if isinstance(info, msgspec.inspect.UnionType):  # `Literal[...] | None`: the literal
+        info = next((t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)), info)
+    return info
+
+
+def keys_at(struct: type, table: str) -> list[str]:
+    """The field names of the table at `table` ("" for the top)."""
+    return [f.name for f in getattr(type_at(struct, table), "fields", ())]
+
+
+def values_at(struct: type, key: str) -> list[Any] | None:
+    """The values a Literal field takes, or None for any other field."""
+    values = getattr(type_at(struct, key), "values", None)
+    return list(values) if values else None
