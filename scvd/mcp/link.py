@@ -99,7 +99,8 @@ class ServerLink:
         delay = BACKOFF_FIRST
         while True:
             self.state, self._lost, self._ready_at = "starting", asyncio.Event(), None
-            self._proc, self._http_status = None, None
+            # with the state: a start that has not read its secrets yet reads what is stored by now
+            self._proc, self._http_status, self._launched_at = None, None, None
             try:
                 await self._connect_once()
             except asyncio.CancelledError:
@@ -132,10 +133,11 @@ class ServerLink:
     def retry_now(self, stored_at: float) -> None:
         """Connect again at once with the secrets as stored at `stored_at` (monotonic): a down link
         ends its backoff; a starting or ready one that read them before then (it holds the old
-        value) closes its connection and starts again."""
+        value) closes its connection and starts again. A start yet to read them (`_launched_at`
+        None) will read the new value: it goes on."""
         if self.state == "down":
             self._wake.set()
-        elif self.state in ("starting", "ready") and (self._launched_at is None or self._launched_at < stored_at):
+        elif self.state in ("starting", "ready") and self._launched_at is not None and self._launched_at < stored_at:
             self._again = True
             self._lose()
 

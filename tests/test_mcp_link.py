@@ -1,0 +1,91 @@
+"""An MCP server's link and a secret stored while it starts: started again only when it read the old value."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from scvd.config import McpServerConfig, SecretRef  # noqa: E402
+from scvd.errors import CredentialMissing  # noqa: E402
+from scvd.mcp.link import ServerLink  # noqa: E402
+
+CFG = McpServerConfig(command="/bin/true", env={"T": SecretRef(secret="K")})
+
+
+async def until(check, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.001)
+
+
+class Launches:
+    """A launch that finds K missing each time; the second one, once reading, waits for `go`."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.reading, self.go = threading.Event(), threading.Event()
+
+    def __call__(self) -> None:
+        self.count += 1
+        if self.count == 2:
+            self.reading.set()
+            self.go.wait(5)
+        raise CredentialMissing("mcp.servers.raw.env T needs the secret K, which is not set", keys=("K",))
+
+
+async def down_once(launches: Launches) -> ServerLink:
+    # one worker: a job holding it keeps the next start's read queued, i.e. not begun
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=1))
+    link = ServerLink("raw", CFG, launch=launches, on_tools=lambda *_: None)
+    link.start()
+    await until(lambda: link.state == "down" and launches.count == 1)
+    return link
+
+
+def test_a_secret_stored_before_a_start_reads_it_does_not_start_it_again():
+    async def scenario() -> tuple[int, str]:
+        launches = Launches()
+        link = await down_once(launches)
+        busy = threading.Event()
+        held = asyncio.get_running_loop().run_in_executor(None, busy.wait, 5)
+        stored_at = time.monotonic()  # K stored now: the backoff ends
+        link.retry_now(stored_at)
+        await until(lambda: link.state == "starting")
+        # told again (a second key, another server's store) while this start's read waits its turn:
+        # it will read what is stored by now, so nothing is to be started again
+        link.retry_now(stored_at)
+        busy.set()
+        await held
+        await until(lambda: launches.reading.is_set())
+        launches.go.set()
+        await until(lambda: link.state == "down" and launches.count == 2)
+        await asyncio.sleep(0.3)  # the backoff is 1 s: a start again would come at once
+        starts = launches.count
+        await link.stop()
+        return starts, link.error or ""
+
+    starts, error = asyncio.run(scenario())
+    assert starts == 2
+    assert "needs the secret K" in error
+
+
+def test_a_secret_stored_after_a_start_read_the_old_value_starts_it_again_at_once():
+    async def scenario() -> int:
+        launches = Launches()
+        link = await down_once(launches)
+        link.retry_now(time.monotonic())
+        await until(lambda: launches.reading.is_set())  # the second start is reading (the old value)
+        link.retry_now(time.monotonic())  # stored since: it must not keep what it read
+        launches.go.set()
+        await until(lambda: launches.count == 3, timeout=0.9)  # sooner than the 1 s backoff
+        await link.stop()
+        return launches.count
+
+    assert asyncio.run(scenario()) == 3
