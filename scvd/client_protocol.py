@@ -15,8 +15,11 @@ Rules:
   the rest wait for the next (reading paused), so a peer that pipelines a flood does not hold
   the loop from every other client.
 - End of stream: frames that came before it are handled first, then the connection is
-  dropped (its sessions closed). A lost connection drops what it had not handled; a
-  handler running then finishes first (a session it opens is closed with the rest).
+  dropped (its sessions closed). A lost connection drops what it had not handled and is
+  dropped at once, though a handler still runs (one that never returns, on a hung mount,
+  must not keep its calls and approvals); what that handler opens is dropped when it returns.
+  Reading is paused while a handler waits, so its end of stream is seen then only when a
+  write to it fails (an event): a peer that just closes waits for the handler.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ class Server(Protocol):
         something goes on next turn (a call's task), whose answer should go out with theirs."""
 
     def connection_done(self, conn: Connection) -> None:
-        """The peer is gone or ended its stream: drop the connection and its sessions."""
+        """The peer is gone or ended its stream: drop the connection and its sessions. Again
+        after a handler that waited returns: what it opened since goes too."""
 
     def spawn_task(self, waiting: Awaitable[None]) -> asyncio.Future[Any]:
         """Run a handler that waits; the daemon cancels it at shutdown."""
@@ -107,6 +111,8 @@ class ClientProtocol(asyncio.Protocol):
         self._lines.clear()  # nobody hears their answers
         if self._waiting is None:
             self._finish()
+        elif self.conn is not None:  # now; and again in _finish, for what the handler opens meanwhile
+            self.server.connection_done(self.conn)
 
     def pause_writing(self) -> None:
         self._write_paused = True

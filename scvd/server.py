@@ -516,8 +516,7 @@ class Daemon:
         return answer if isinstance(answer, p.Frame) else await answer
 
     def _drop_connection(self, conn: Connection) -> None:
-        if conn not in self.connections:
-            return
+        # may come twice (a lost peer whose handler still waited): the second drops what it opened
         self.connections.discard(conn)
         self.mcp_hosts.connection_dropped(conn)  # an MCP host it handed over goes with it
         self.drop_owner(conn)

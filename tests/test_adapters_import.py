@@ -137,6 +137,18 @@ def test_invalid_file_writes_nothing(paths, source, caplog, bad_file, content) -
     assert info.value.__context__ is None or info.value.__suppress_context__
 
 
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("odd", ["fifo", "directory"])
+def test_a_fifo_or_directory_in_a_files_place_is_refused_at_once(paths, source, odd) -> None:
+    # a FIFO opened for reading waits for a writer: the import (a daemon thread) would hang for good
+    (source / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    os.mkfifo(source / "config.toml") if odd == "fifo" else (source / "config.toml").mkdir()
+    kind = "a FIFO" if odd == "fifo" else "a directory"
+    with pytest.raises(InvalidRequest, match=f"config.toml: it is {kind}, not a regular file; nothing was written"):
+        run_import(paths, source)
+    assert not (dest(paths) / "auth.json").exists()
+
+
 def test_reimport_replaces_config_and_keeps_existing_signin(paths, source) -> None:
     (source / "config.toml").write_text('model = "one"\n')
     (source / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InternalError, InvalidRequest
+from ..errors import InternalError, InvalidRequest, NotARegularFile
+from ..paths import read_regular_file
 
 log = logging.getLogger("scvd.adapters")
 
@@ -79,11 +80,12 @@ def plan_import(source: Path) -> ImportPlan:
 
 
 def _read(path: Path) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+    try:  # a FIFO there would hold the daemon's thread (and the client's request) for good
+        data = read_regular_file(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         return None
+    except NotARegularFile as exc:
+        raise InvalidRequest(f"cannot read {path}: it is {exc.kind}, not a regular file; nothing was written") from None
     except OSError as exc:
         raise InvalidRequest(f"cannot read {path}: {exc.strerror}; nothing was written") from exc
     if len(data) > MAX_FILE_BYTES:

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -434,3 +435,74 @@ def test_approval_requests_reach_bridges_with_control_characters_escaped(daemon,
         assert event.details["command"] == "echo safe\\r\\x1b[2Krm -rf ~ \\u202e"
         bridge.request(p.CallCancel, call_id=call_id)
         assert bridge.wait_call(call_id).error.kind == "cancelled"
+
+
+
+def test_a_peer_found_gone_while_a_handler_hangs_loses_its_calls_and_approvals_at_once(rig, workspace,
+                                                                                      monkeypatch):
+    # a handler that never returns (an agent home on a hung mount) must not keep a departed peer's
+    # approval waiting, to be approved and run in nobody's name. Its reading is paused while the
+    # handler waits: scvd finds it gone when an event to it fails (another client's request here).
+    from scvd.adapters import service
+
+    hung, entered = threading.Event(), threading.Event()
+
+    def hangs(*args: Any, **kw: Any) -> Any:
+        entered.set()
+        hung.wait(60)
+        raise errors.Unavailable("the agent's home could not be read")
+
+    monkeypatch.setattr(service, "answer_spec", hangs)
+    rg = rig()
+    w = rg.watcher()
+    leaver = rg.watcher("leaver")
+    call_id = leaver.start_call(leaver.open_session(workspace), "probe_touch", {"path": "left.txt"})
+    approval_id = requested(w, call_id).approval_id
+    leaver.send(p.AgentsSpec, agent="claude", action="status")
+    assert entered.wait(10)
+    leaver.close()
+    other = rg.client(name="other")
+    other_call = other.start_call(other.open_session(workspace), "probe_touch", {"path": "other.txt"})
+    try:
+        requested(w, other_call)
+        wait_until(lambda: w.status().pending_approvals == 1, timeout=10)  # the other client's only
+        done = resolved(w, approval_id)
+        assert done.state == "dropped" and "disconnected" in done.reason
+        with pytest.raises(errors.ApprovalNotFound):
+            decide(w, approval_id, "approve")
+        assert w.status().sessions == 1  # the other client's only, while the handler still hangs
+    finally:
+        hung.set()
+    decide(w, [a.approval_id for a in w.request(p.ApprovalsList).approvals if a.call_id == other_call][0], "deny")
+    wait_idle(w)
+    assert not (workspace / "left.txt").exists()
+
+
+def test_a_session_a_handler_opens_after_its_peer_was_found_gone_is_closed_when_it_returns(rig, workspace,
+                                                                                          monkeypatch):
+    from scvd import server
+
+    go, entered = threading.Event(), threading.Event()
+    real = server.Daemon._session_services
+
+    def slow(self: Any, session: Any) -> Any:
+        entered.set()
+        go.wait(60)
+        return real(self, session)
+
+    rg = rig()
+    w = rg.watcher()
+    other = rg.client(name="other")
+    other_session = other.open_session(workspace)
+    monkeypatch.setattr(server.Daemon, "_session_services", slow)
+    leaver = rg.watcher("leaver")
+    leaver.send(p.SessionOpen, workspace=str(workspace))
+    assert entered.wait(10)
+    leaver.close()
+    other_call = other.start_call(other_session, "probe_touch", {"path": "other.txt"})  # an event to the leaver
+    try:
+        decide(w, requested(w, other_call).approval_id, "deny")
+        wait_until(lambda: len(rg.inproc.daemon.connections) == 2)  # w and other: the leaver went
+    finally:
+        go.set()
+    wait_until(lambda: w.status().sessions == 1)  # the session it opened after is gone too
