@@ -88,6 +88,7 @@ class Conversation:
     loaded: set[str] = field(default_factory=set)
     notes: list[NoteArrived] = field(default_factory=list)  # background results not yet in history
     records: list[Record] = field(default_factory=list)
+    cleared: int = 0  # chat.clear's count while open: a background call started before one answers no one
 
     @classmethod
     def replay(cls, records: list[Any], settings: Opened | None = None) -> Conversation:
@@ -129,6 +130,7 @@ class Conversation:
 
     def clear(self) -> None:
         self.history, self.loaded, self.notes = [], set(), []
+        self.cleared += 1
         self.records.append(Cleared())
 
     def background_result(self, call: ToolCall, output: str) -> None:

@@ -239,8 +239,9 @@ class ChatService:
         end: p.Frame
         model: Any = None
         try:
+            work = turn.start(text)  # the text is the conversation's first: a provider not set up keeps it
             model = await self._provider(chat)
-            end = await self._drive(chat, turn, model, turn.start(text), calls)
+            end = await self._drive(chat, turn, model, work, calls)
         except provider_mod.ProviderFailure as exc:
             fail = turn.fail(exc.reason, exc.message, exc.hint)
             end = self._failed(chat, turn, fail)
@@ -336,23 +337,28 @@ class ChatService:
         return turn.on_reply(text, calls, usage)
 
     async def _tool(self, chat: Chat, turn: Turn, action: RunTool) -> None:
+        since = chat.conv.cleared  # a background result goes to the conversation that asked, not past a clear
         try:
             outcome = await submit(self.daemon, chat.session, action.call.name, action.arguments, turn=turn.id)
         except asyncio.CancelledError as exc:
             if action.background:  # the model was promised this result: it, or that the call stopped
                 ended = getattr(exc, "outcome", None)  # it had finished as the session closed
                 stopped = error_output("cancelled", BACKGROUND_STOPPED)
-                self._note(chat, action.call, _output(ended) if ended else stopped)
+                self._note(chat, action.call, _output(ended) if ended else stopped, since)
             raise
         except Exception as exc:  # a bug must still answer the call: the turn waits for every result
             log.exception("turn %s: call of %s crashed before its outcome", turn.id, action.call.name)
             outcome = (False, None, p.ToolErrorInfo(kind="failed", message=errors.public_message(exc)))
         if action.background:
-            self._note(chat, action.call, _output(outcome))
+            self._note(chat, action.call, _output(outcome), since)
         else:
             chat.results.put_nowait(("result", action.call.call_id, outcome))
 
-    def _note(self, chat: Chat, call: ToolCall, output: str) -> None:
+    def _note(self, chat: Chat, call: ToolCall, output: str, since: int) -> None:
+        if chat.conv.cleared != since:  # the model that asked went with the clear: nobody reads it
+            log.info("background call %s (%s) of %s ended after chat.clear: its result is not handed to the "
+                     "cleared conversation", call.call_id, call.name, chat.conversation)
+            return
         chat.conv.background_result(call, output)
         self._save(chat)  # on disk at once: a reopened conversation still hands it over
 

@@ -193,6 +193,21 @@ def test_a_missing_key_fails_the_turn_naming_the_secret(chat_rig, workspace):
     assert "scvctl secrets set SCVD_TEST_NO_SUCH_KEY" in end.hint and model.requests == []
 
 
+def test_the_text_of_a_turn_that_failed_for_want_of_a_key_reaches_the_model_with_the_next(chat_rig, workspace,
+                                                                                       monkeypatch):
+    # it was lost when the key was missing, though kept when the server refused a wrong one
+    model, d = chat_rig(Text("deploying"), key="SCVD_TEST_LATE_KEY")
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        assert run_turn(c, session, "deploy release-7 to staging")[1].reason == "auth"
+        monkeypatch.setenv("SCVD_TEST_LATE_KEY", "sk-test")
+        assert isinstance(run_turn(c, session, "try again please")[1], p.TurnCompleted)
+        history = c.request(p.ChatHistory, session=session).records
+    assert [i["content"] for i in model.requests[0]["input"] if i.get("role") == "user"] == [
+        "deploy release-7 to staging", "try again please"]
+    assert [r["text"] for r in history if r["kind"] == "user"] == ["deploy release-7 to staging", "try again please"]
+
+
 def test_a_locked_keyring_fails_the_turn_saying_to_unlock_it(chat_rig, workspace, monkeypatch, tmp_path):
     """It used to end the turn as a bug (`internal`) or say the key is not set."""
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", lockable_keyring.BACKEND)
@@ -678,6 +693,26 @@ def test_a_background_result_reaches_the_model_when_it_arrives(make_inproc, monk
     notes = [i["content"] for i in m.requests[3]["input"] if i.get("role") == "user"]
     assert notes[-2].startswith("[result of background call") and '"finished":true' in notes[-2]
     assert notes[-1] == "any news?"
+
+
+def test_a_background_result_that_comes_after_chat_clear_is_not_handed_to_the_new_conversation(
+        make_inproc, monkeypatch, model, workspace):
+    monkeypatch.setenv("SCVD_TEST_MODEL_KEY", "sk-test")
+    m = model(Calls(("find_tools", {"query": "chat_background"})), Calls(("chat_background", {"label": "project-x"})),
+              Text("started it"), Text("hello"))
+    tool = BackgroundTool()
+    d = make_inproc(background_config(m), tools=[tool])
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        assert isinstance(run_turn(c, session, "start the job")[1], p.TurnCompleted)
+        c.request(p.ChatClear, session=session)
+        tool.release.set()
+        while not isinstance(c.next_event(), p.CallCompleted):
+            pass
+        run_turn(c, session, "hello, new topic")
+        history = c.request(p.ChatHistory, session=session).records
+    assert user_texts(m, 3) == ["hello, new topic"]
+    assert [r["kind"] for r in history] == ["user", "assistant", "turn"]
 
 
 def background_config(m: Any, wire_api: str = "responses") -> str:
