@@ -120,7 +120,36 @@ def test_500_after_retries_is_a_provider_error(model, wire_api):
     with pytest.raises(ProviderFailure) as info:
         asyncio.run(collect(provider(m, wire_api)))
     assert info.value.reason == "provider_error" and "answered 500: boom" in info.value.message
+    assert info.value.hint == "the provider failed after scvd's retries: send the text again later"
     assert len(m.requests) == 3
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_400_says_to_lower_the_context_when_the_input_is_too_long(model, wire_api):
+    m = model(Status(400, "This model's maximum context length is 8192 tokens"))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert "answered 400: This model's maximum context length is 8192 tokens" in info.value.message
+    assert info.value.hint == (
+        "if it says the input is too long, lower chat.context_tokens to the model's window, or start afresh "
+        "with chat.clear; else check the model and wire_api of [providers.test] in config.toml")
+
+
+def test_a_404_says_to_check_base_url_and_model(model):
+    m = model(Status(404, "model 'm' not found"))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, "chat")))
+    assert info.value.hint == ("check the base_url and model of [providers.test] in config.toml: the server "
+                               "has no such endpoint or model")
+
+
+def test_a_refused_key_from_the_environment_says_a_restart_reads_it_or_a_secret_needs_none(model):
+    m = model(Status(401, "invalid api key"))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, "responses", key_source="env MY_KEY")))
+    assert info.value.hint == (
+        "set a valid key in MY_KEY in scvd's environment and restart scvd, or keep it as a secret: `scvctl "
+        "secrets set MY_KEY`, api_key_secret = \"MY_KEY\" in [providers.test], then `systemctl --user reload scvd`")
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
@@ -293,3 +322,14 @@ def test_chat_completions_names_the_token_cap_for_its_server(model):
     openai_ = ("https://api.openai.com/v1", "https://API.openai.com:443/v1/")
     assert [cap_field(url) for url in openai_] == ["max_completion_tokens"] * 2
     assert cap_field("http://127.0.0.1:11434/v1") == cap_field("https://openrouter.ai/api/v1") == "max_tokens"
+
+
+@pytest.mark.timeout(20)
+def test_no_answer_within_timeout_seconds_says_which_setting_to_raise(model):
+    m = model(Hang(""))
+    s = Settings(name="slow", model="m", base_url=m.base_url, wire_api="chat", api_key="k", key_source="",
+                 timeout_seconds=0.5, max_retries=0)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(make(s)))
+    assert "did not answer within 0.5 s" in info.value.message
+    assert info.value.hint == "send the text again; for a slow model raise providers.slow.timeout_seconds"

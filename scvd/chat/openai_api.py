@@ -63,10 +63,12 @@ class _Base(abc.ABC):
             return ProviderFailure("auth", f"{where} refused the API key ({exc.status_code}): {_detail(exc)}",
                                    s.auth_hint())
         if isinstance(exc, openai.APIStatusError):
-            return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {_detail(exc)}")
+            return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {_detail(exc)}",
+                                   _status_hint(exc.status_code, s.name))
         if isinstance(exc, openai.APITimeoutError):
             return ProviderFailure("provider_error", f"{where} did not answer within "
-                                   f"{s.timeout_seconds:g} s (timeout_seconds)")
+                                   f"{s.timeout_seconds:g} s (timeout_seconds)",
+                                   f"send the text again; for a slow model raise providers.{s.name}.timeout_seconds")
         if isinstance(exc, openai.APIConnectionError) and reached:
             return ProviderFailure("provider_error", f"the connection to {where} broke mid-answer: "
                                    f"{_cause(exc)}", "send the text again")
@@ -117,6 +119,20 @@ def _filtered(where: str) -> ProviderFailure:
 def _cut_short(where: str, missing: str) -> ProviderFailure:
     return ProviderFailure("provider_error", f"{where} stopped sending: the stream ended before the answer "
                            f"was complete (no {missing})", "send the text again")
+
+
+def _status_hint(status: int, name: str) -> str:
+    """What to do about an error status the client gave up on (401/403 are `auth`, 429 was retried)."""
+    table = ("the imported Codex setup (`scvctl agents import codex`)" if name == "codex"
+             else f"[providers.{name}] in config.toml")
+    if status in (400, 413, 422):  # most often a request longer than the model's window
+        return ("if it says the input is too long, lower chat.context_tokens to the model's window, or "
+                f"start afresh with chat.clear; else check the model and wire_api of {table}")
+    if status == 404:
+        return f"check the base_url and model of {table}: the server has no such endpoint or model"
+    if status >= 500 or status == 429:
+        return "the provider failed after scvd's retries: send the text again later"
+    return f"check {table}"
 
 
 def _detail(exc: openai.APIStatusError) -> str:

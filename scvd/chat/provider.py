@@ -56,8 +56,14 @@ class Settings:
         if self.key_source.startswith("secret "):
             key = self.key_source.split(" ", 1)[1]
             return f"store a valid key with `scvctl secrets set {key}`"
-        if self.key_source.startswith("env "):
-            return f"set a valid key in {self.key_source.split(' ', 1)[1]} in scvd's environment"
+        if self.key_source.startswith("env "):  # read at scvd's start: setting it later changes nothing
+            var = self.key_source.split(" ", 1)[1]
+            if self.name == CODEX:  # the imported setup's env_key
+                return (f"set a valid key in {var} in scvd's environment and restart scvd, or import a "
+                        "setup that carries its key (`scvctl agents import codex`)")
+            return (f"set a valid key in {var} in scvd's environment and restart scvd, or keep it as a "
+                    f"secret: `scvctl secrets set {var}`, api_key_secret = \"{var}\" in [providers.{self.name}], "
+                    "then `systemctl --user reload scvd`")
         if self.key_source:
             return f"the key comes from {self.key_source}: run `scvctl agents import codex` again"
         return (f"configure providers.{self.name}.api_key_secret and store the key with "
