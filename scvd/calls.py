@@ -460,6 +460,7 @@ class CallRegistry:
             raise errors.Denied(
                 f"approvals.policy is 'never': {risk} calls are refused without asking "
                 "(change approvals.policy to on-risk to be asked)")
+        revision = session.revision
         approval = self.hub.gate.request(
             session.owner, session=session.id, call_id=call.call_id, tool=tool.name, risk=risk,
             workspace=str(session.workspace), summary=plan.summary, details=plan.details,
@@ -469,13 +470,19 @@ class CallRegistry:
             approved = await asyncio.shield(approval.future)
         except asyncio.CancelledError:
             self.hub.gate.cancel(approval.id, f"the call was cancelled: {call.cancel_reason or 'cancelled'}")
-            if approval.future.done() and approval.future.result():
+            if (approval.future.done() and approval.future.result()
+                    and session.revoked_since(tool.name, revision) is None):
                 self._grant(approval, session, tool.name, risk, plan.sandboxed)  # decided before the cancel came
             raise
         finally:
             del self.asking[approval.id]
         if not approved:
             raise errors.Denied(_denial(approval))
+        # approved, then revoked (a redefined MCP tool) before this task went on: the person saw another tool
+        revoked = session.revoked_since(tool.name, revision)
+        if revoked is not None:
+            who = f" by {approval.decided_by.label()}" if approval.decided_by else ""
+            raise errors.Denied(f"approval {approval.id} was approved{who}, but {revoked}")
         self._grant(approval, session, tool.name, risk, plan.sandboxed)
         return True, approval.covered_by is None  # covered: it runs as a call under the grant would
 

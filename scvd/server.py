@@ -139,10 +139,10 @@ class Daemon:
     def revoke_grants(self, tools: set[str], why: str) -> None:
         """No open session keeps a grant of these tools, and no request of theirs still waiting is
         approved: `why` they changed (a reload replaced their MCP server, or it redefined them)."""
+        why = f"{why} while this call waited, so the request no longer shows what would run; call it again"
         for session in self.sessions.values():
-            session.revoke(tools)
-        self.gate.withdraw(tools, f"{why} while this call waited, so the request no longer shows what would "
-                                  "run; call it again")
+            session.revoke(tools, why)  # also voids an approval decided but not yet acted on
+        self.gate.withdraw(tools, why)
 
     # --- lifecycle -------------------------------------------------------------
 

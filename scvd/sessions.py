@@ -136,6 +136,9 @@ class Session:
     # cover the same tool unsandboxed (a reload may turn the sandbox off under an open session)
     grants: set[tuple[str, str, bool]] = field(default_factory=set)
     call_count: int = 0
+    # revoke()s so far, and each tool's last with why: a decision made before one must not grant or run
+    revision: int = 0
+    revoked: dict[str, tuple[int, str]] = field(default_factory=dict)
     services: dict[str, Any] = field(default_factory=dict)
     closed: bool = False
     identity: tuple[int, int] = field(init=False, default=(0, 0))  # (st_dev, st_ino) of the directory held open
@@ -161,9 +164,17 @@ class Session:
     def grant(self, tool: str, risk: str, sandboxed: bool = False) -> None:
         self.grants.add((tool, risk, sandboxed))
 
-    def revoke(self, tools: set[str]) -> None:
+    def revoke(self, tools: set[str], why: str) -> None:
         """Drop the grants of these tools (their MCP server was replaced: another program now)."""
         self.grants = {g for g in self.grants if g[0] not in tools}
+        self.revision += 1
+        for tool in tools:
+            self.revoked[tool] = (self.revision, why)
+
+    def revoked_since(self, tool: str, revision: int) -> str | None:
+        """Why `tool` was revoked after `revision` (a decision made before that is void), or None."""
+        found = self.revoked.get(tool)
+        return found[1] if found is not None and found[0] > revision else None
 
     def granted(self, tool: str, risk: str, sandboxed: bool = False) -> bool:
         """Whether a grant covers the call: one made unsandboxed covers it sandboxed too, not the reverse."""

@@ -332,6 +332,32 @@ def test_an_approved_call_says_started_then_completes():
     run(main())
 
 
+def test_an_approval_decided_but_not_acted_on_when_the_tool_is_revoked_neither_runs_nor_grants():
+    # the decision and an MCP server's redefinition of the tool in one loop turn: the request was
+    # resolved, so withdraw() no longer finds it, and the call's task has not gone on yet
+    async def main() -> None:
+        hub, calls, session = make()
+        handle = calls.submit(session, "touch", {"text": "a"}, requester=ME)
+        await until(lambda: hub.requests)
+        approval = hub.requests[0]
+        hub.gate.decide(approval.id, True, decider=ME, reason=None, scope="session")
+        why = "mcp server fs redefined touch while this call waited, so the request no longer shows what would run"
+        session.revoke({"touch"}, why)
+        assert hub.gate.withdraw({"touch"}, why) == []
+        ok, _, error = await handle.outcome
+        assert not ok and error.kind == "denied"
+        assert error.message == f"approval {approval.id} was approved by {ME.label()}, but {why}"
+        assert tool(session, "touch").ran == []
+        assert not session.granted("touch", "filesystem")
+        later = calls.submit(session, "touch", {"text": "b"}, requester=ME)  # asks again
+        await until(lambda: len(hub.requests) == 2)
+        hub.gate.decide(hub.requests[1].id, True, decider=ME, reason=None, scope="session")
+        assert (await later.outcome).ok and session.granted("touch", "filesystem")
+        assert_once_each(hub, [handle.call_id, later.call_id])
+
+    run(main())
+
+
 # --- running: ok, failed, crashed, timed out -----------------------------------------------------
 
 
