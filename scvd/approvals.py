@@ -239,6 +239,14 @@ class ApprovalGate:
             raise errors.Denied(
                 f"{len(self.pending)} approvals are already waiting (approvals.max_pending); "
                 "this call was refused without asking: decide the pending ones first")
+        # one runaway session (a model asking for hundreds of reads at once) leaves a quarter of the
+        # room, in count and in bytes, to the others: their calls are still asked, not refused
+        mine = [a for a in self.pending.values() if a.info.session == info.get("session")]
+        if len(mine) >= self.max_pending - self.max_pending // 4:
+            raise errors.Denied(
+                f"{len(mine)} approvals of this session are already waiting, as many as one session may "
+                "hold (approvals.max_pending less a quarter kept for other sessions); this call was refused "
+                "without asking: decide those first")
         loop = asyncio.get_running_loop()
         now = time.time()
         approval_id = f"a{next(self._counter)}-{secrets.token_hex(3)}"
@@ -249,7 +257,7 @@ class ApprovalGate:
             approval_id=approval_id, requested_at=now, expires_at=now + self.timeout_seconds, **info
         )
         size = len(encode(record))
-        self._check_room(size)
+        self._check_room(size, mine)
         approval = Approval(info=record, owner=owner, future=loop.create_future(), size=size)
         approval.timer = loop.call_later(self.timeout_seconds, self._expire, approval_id)
         self.pending[approval_id] = approval
@@ -324,8 +332,9 @@ class ApprovalGate:
                 denied.append(self._resolve(approval, ApprovalEvent.DENY, exc.message))
         return denied
 
-    def _check_room(self, size: int) -> None:
-        """Refuse a request that one frame could not carry whole, alone or with those already waiting."""
+    def _check_room(self, size: int, mine: list[Approval]) -> None:
+        """Refuse a request that one frame could not carry whole, alone or with those already waiting,
+        or with its session's (`mine`) more than three quarters of it."""
         room = self.max_bytes - FRAME_ENVELOPE
         if size > room:
             raise errors.LimitExceeded(
@@ -340,6 +349,13 @@ class ApprovalGate:
                 f"the approval requests already waiting take {waiting:,} bytes, and with this one's {size:,} "
                 f"they would not fit in one approvals.list frame ({self.max_bytes_from} = {self.max_bytes:,}); "
                 "this call was refused without asking: decide the pending ones first")
+        own = sum(a.size + 1 for a in mine)
+        if mine and own + size > room - room // 4:  # a session's first request may take it all
+            raise errors.Denied(
+                f"this session's approval requests already waiting take {own:,} bytes, and with this one's "
+                f"{size:,} they would take more than three quarters of one approvals.list frame "
+                f"({self.max_bytes_from} = {self.max_bytes:,}), the rest kept for other sessions; this call "
+                "was refused without asking: decide those first")
 
     def list(self) -> list[ApprovalInfo]:
         return [a.info for a in self.pending.values()]

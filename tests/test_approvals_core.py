@@ -444,6 +444,55 @@ def test_a_full_gate_refuses_without_asking():
     asyncio.run(main())
 
 
+def test_one_session_may_fill_three_quarters_of_the_gate_and_the_others_are_still_asked():
+    async def main():
+        events = []
+        gate = ApprovalGate(60, lambda kind, a: events.append(kind), max_pending=8)
+
+        def ask(session: str, n: int) -> Any:
+            return gate.request("owner", session=session, call_id=f"{session}-{n}", tool="read",
+                                risk="filesystem", workspace="/ws", summary="read .env", details={})
+
+        mine = [ask("s1", n) for n in range(6)]
+        with pytest.raises(errors.Denied) as info:
+            ask("s1", 6)
+        assert info.value.message == (
+            "6 approvals of this session are already waiting, as many as one session may hold "
+            "(approvals.max_pending less a quarter kept for other sessions); this call was refused without "
+            "asking: decide those first")
+        ask("s2", 0), ask("s2", 1)  # asked, not refused
+        with pytest.raises(errors.Denied, match=r"8 approvals are already waiting \(approvals.max_pending\)"):
+            ask("s3", 0)
+        gate.cancel(mine[0].id, "done")
+        ask("s1", 7)  # its share has room again
+        assert events.count("requested") == 9
+        for a in list(gate.pending.values()):
+            gate.cancel(a.id, "test over")
+
+    asyncio.run(main())
+
+
+def test_one_sessions_requests_may_take_three_quarters_of_the_list_frame_and_the_others_are_still_asked():
+    async def main():
+        gate = ApprovalGate(60, lambda kind, a: None, max_bytes=64 * 1024)
+
+        def ask(session: str, size: int, n: int) -> Any:
+            return gate.request("owner", session=session, call_id=f"{session}-{n}", tool="bash", risk="process",
+                                workspace="/ws", summary="bash", details={"command": "x" * size})
+
+        ask("s1", 40 * 1024, 0)  # a session's first request may take it all
+        with pytest.raises(errors.Denied) as info:
+            ask("s1", 10 * 1024, 1)
+        assert info.value.message.startswith("this session's approval requests already waiting take ")
+        assert ("would take more than three quarters of one approvals.list frame (server.server_frame_bytes = "
+                "65,536), the rest kept for other sessions") in info.value.message
+        ask("s2", 10 * 1024, 0)  # another session is asked
+        for a in list(gate.pending.values()):
+            gate.cancel(a.id, "test over")
+
+    asyncio.run(main())
+
+
 def test_the_largest_bash_command_fits_a_default_frame_even_escaped():
     """A command is one argv string (MAX_ARG_BYTES); DEL escapes to `\\x7f` (5 bytes in JSON) and still fits."""
     from scvd.process import MAX_ARG_BYTES

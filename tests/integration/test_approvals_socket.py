@@ -506,3 +506,27 @@ def test_a_session_a_handler_opens_after_its_peer_was_found_gone_is_closed_when_
     finally:
         go.set()
     wait_until(lambda: w.status().sessions == 1)  # the session it opened after is gone too
+
+
+def test_a_session_asking_for_many_secret_like_reads_at_once_leaves_room_for_other_sessions(rig, workspace):
+    # read is concurrent and a secret-like read asks: one session once filled approvals.max_pending
+    # and every other client's call was then refused without asking
+    rg = rig("[approvals]\nmax_pending = 8\n")
+    (workspace / ".env").write_text("TOKEN=x\n")
+    w = rg.watcher()
+    runaway = rg.client(name="runaway")
+    session = runaway.open_session(workspace)
+    ids = [runaway.start_call(session, "read", {"path": ".env"}) for _ in range(8)]
+    asked = [requested(w, call_id) for call_id in ids[:6]]
+    for call_id in ids[6:]:
+        error = runaway.wait_call(call_id).error
+        assert error.kind == "denied" and "6 approvals of this session are already waiting" in error.message
+    other = rg.client(name="other")
+    other_call = other.start_call(other.open_session(workspace), "probe_touch", {"path": "b.txt"})
+    decide(w, requested(w, other_call).approval_id, "approve")
+    assert other.wait_call(other_call).ok and (workspace / "b.txt").exists()
+    decide(w, asked[0].approval_id, "approve")
+    assert runaway.wait_call(ids[0]).result["content"] == "TOKEN=x\n"
+    for r in asked[1:]:
+        decide(w, r.approval_id, "deny")
+    wait_idle(w)
