@@ -492,6 +492,11 @@ class CallRegistry:
             session.grant(tool, risk, sandboxed)
             self.hub.gate.approve_covered(approval, self._covered)
 
+    def held_while_asking(self) -> int:
+        """The fds plans hold while their calls wait for a person (one per plan with a `release`): a
+        read holds the file it showed the approver, up to approvals.max_pending of them."""
+        return sum(1 for _, _, plan in self.asking.values() if plan.release is not None)
+
     def _covered(self, approval: Approval) -> bool:
         """Whether the call waiting on `approval` would run unasked now (a grant came since it asked)."""
         waiting = self.asking.get(approval.id)

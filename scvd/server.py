@@ -754,8 +754,10 @@ class Daemon:
         return conn.spawned_by_daemon or spawned_by_daemon(conn.pid)
 
     def _fds_held(self) -> int:
-        """Connections and sessions held (one fd each): what the fd budget counts."""
-        return len(self.connections) + len(self.sessions) + self._opening + self.mcp_hosts.fds_held()
+        """Connections and sessions held (one fd each), and what plans waiting for a person hold (a
+        read's file): what the fd budget counts."""
+        return (len(self.connections) + len(self.sessions) + self._opening + self.mcp_hosts.fds_held()
+                + self.calls.held_while_asking())
 
     def _own_session(self, conn: Connection, session_id: str) -> Session:
         session = conn.sessions.get(session_id)

@@ -373,3 +373,18 @@ def test_a_process_started_by_scvd_lists_only_its_own_sessions(daemon, workspace
         assert "the-persons-other-project" not in ran.result["output"]
         listed = person.request(p.SessionsList).sessions
         assert any(s.workspace == str(private) for s in listed)  # the person still sees every session
+
+
+def test_files_held_by_reads_waiting_for_a_person_count_against_the_fd_budget(make_daemon, workspace):
+    # a secret-like read holds the file it showed the approver while it waits: up to
+    # approvals.max_pending fds that the budget once left out
+    (workspace / ".env").write_text("TOKEN=x\n")
+    d = make_daemon(preexec_fn=limited(256, 256))
+    with d.client(name="reader") as reader, d.client(name="opener") as opener:
+        session = reader.open_session(workspace)
+        for _ in range(120):
+            reader.start_call(session, "read", {"path": ".env"})
+        wait_until(lambda: reader.status().pending_approvals == 120, what="the reads to wait")
+        opened, refusal = open_until_refused(opener, workspace)
+        assert refusal.message.startswith("scvd is at its open-file budget for sessions"), refusal.message
+        assert len(opened) < 64  # the budget, not the per-connection cap, stopped it
