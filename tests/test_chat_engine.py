@@ -223,3 +223,38 @@ def test_a_call_id_the_model_reuses_in_a_later_step_still_gets_its_output():
     t.on_reply("", [call("same", "read")], Usage())
     [nxt] = t.on_result("same", True, 2)
     assert [json.loads(i.output)["result"] for i in nxt.request.items if isinstance(i, ToolOutput)] == [1, 2]
+
+
+def test_a_long_chat_holds_old_trimmed_outputs_as_markers_and_sends_what_it_always_sent():
+    """Every output of every turn was held whole as long as the chat was open (116 MiB after 2,000
+    turns of 60 KB reads), and encoded again before each request."""
+    import random
+
+    from scvd.chat import trim as trim_mod
+
+    rng = random.Random(7)
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"read", "watch"})
+    shadow: list = []  # the history as the transcript has it: nothing ever blanked
+
+    def sent(actions: list) -> list:
+        shadow.extend(r for r in conv.take_records() if isinstance(r, (UserText, AssistantReply, ToolOutput)))
+        [request] = [a.request for a in actions if isinstance(a, CallModel)]
+        budget = 4_000 - trim_mod.estimate(request.instructions) - trim_mod.estimate(request.tools)
+        assert request.items == trim_mod.trim(shadow, budget)  # as if nothing had been compacted
+        return request.items
+
+    for n in range(60):
+        t = Turn(conv, catalog(), f"t{n}", max_steps=8, context_tokens=4_000)
+        sent(t.start(f"question {n}"))
+        calls = [call(f"c{n}-{k}", "read", path=str(k)) for k in range(rng.randint(1, 3))]
+        t.on_reply("", calls, Usage())
+        for c in calls[:-1]:
+            t.on_result(c.call_id, True, {"content": "x" * rng.choice([10, 500, 3000])})
+        sent(t.on_result(calls[-1].call_id, True, {"content": "y" * rng.choice([10, 500, 3000])}))
+        t.on_reply(f"answer {n}", [], Usage())
+    held = sum(len(i.output) for i in conv.history if isinstance(i, ToolOutput))
+    whole = sum(len(i.output) for i in shadow if isinstance(i, ToolOutput))
+    assert held < whole / 10
+    assert {i.output for i in conv.history[:len(conv.history) // 2] if isinstance(i, ToolOutput)} == {trim_mod.TRIMMED}
+    assert len(conv.history) < len(shadow) / 2  # the front no request can send any more is gone
+    assert len(conv.sizes) <= len(conv.history)  # and the estimates hold nothing it let go of

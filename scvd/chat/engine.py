@@ -89,6 +89,7 @@ class Conversation:
     notes: list[NoteArrived] = field(default_factory=list)  # background results not yet in history
     records: list[Record] = field(default_factory=list)
     cleared: int = 0  # chat.clear's count while open: a background call started before one answers no one
+    sizes: trim_mod.Sizes = field(default_factory=trim_mod.Sizes)  # the history's estimates, made once each
 
     @classmethod
     def replay(cls, records: list[Any], settings: Opened | None = None) -> Conversation:
@@ -129,7 +130,7 @@ class Conversation:
             self.append(SchemasLoaded(names=new))
 
     def clear(self) -> None:
-        self.history, self.loaded, self.notes = [], set(), []
+        self.history, self.loaded, self.notes, self.sizes = [], set(), [], trim_mod.Sizes()
         self.cleared += 1
         self.records.append(Cleared())
 
@@ -327,7 +328,9 @@ class Turn:
         tools = self.catalog.specs(self.conv.loaded)
         instructions = self.catalog.instructions(self.conv.settings.system_prompt, self.conv.loaded)
         budget = self.context_tokens - trim_mod.estimate(instructions) - trim_mod.estimate(tools)
-        items = trim_mod.trim(self.conv.history, budget)
+        items = trim_mod.trim(self.conv.history, budget, self.conv.sizes)
+        if items is not None:
+            trim_mod.compact(self.conv.history, items, budget, self.conv.sizes)
         if items is None:
             return [self.fail("context_limit", f"the conversation does not fit chat.context_tokens "
                               f"({self.context_tokens}) even after trimming", "start a new conversation "

@@ -34,9 +34,35 @@ def estimate(value: Any) -> int:
     return (len(data) + 3) // 4
 
 
-def trim(items: Sequence[Any], budget: int) -> list[Any] | None:
+class Sizes:
+    """Estimates of the items a conversation holds, by identity: made once per item, not per request
+    (a long chat's thousands of items were encoded again before each). What `compact` lets go of
+    goes from here too."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Any, int]] = {}  # the item is held: its id cannot be reused meanwhile
+
+    def of(self, item: Any) -> int:
+        found = self._by_id.get(id(item))
+        if found is not None and found[0] is item:
+            return found[1]
+        size = estimate(item)
+        self._by_id[id(item)] = (item, size)
+        return size
+
+    def forget(self, items: Sequence[Any]) -> None:
+        for item in items:
+            found = self._by_id.get(id(item))
+            if found is not None and found[0] is item:
+                del self._by_id[id(item)]
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+def trim(items: Sequence[Any], budget: int, sizes: Sizes | None = None) -> list[Any] | None:
     """`items` fitted into `budget` tokens by the rules above, or None when they cannot fit."""
-    h = _Sized(items)
+    h = _Sized(items, sizes or Sizes())
     if h.total <= budget:
         return h.items
     newest = _last_step(h.items)
@@ -51,25 +77,57 @@ def trim(items: Sequence[Any], budget: int) -> list[Any] | None:
     return None
 
 
+def compact(history: list[Any], sent: Sequence[Any], budget: int, sizes: Sizes) -> None:
+    """Leave in `history` only what later requests can send, as they will send it, after `sent`
+    (`history` trimmed to `budget`): a chat open for months must not hold every output whole (the
+    transcript keeps them). Exact while the budget does not grow (a reload raising context_tokens,
+    fewer tools: then older items stay as they were trimmed, or gone)."""
+    # outputs blanked before the person's last message: rule 1 blanks oldest first and the history
+    # only grows, so every later request blanks them again
+    offset, last_user = len(history) - len(sent), _last_user(history)
+    for j, item in enumerate(sent[:max(last_user - offset, 0)]):
+        if item is not history[offset + j]:
+            sizes.forget([history[offset + j]])
+            history[offset + j] = item
+    # the front before a user message whose rest, every output blanked, still does not fit: every
+    # later request drops it whole (rule 2) and keeps what follows as it would have
+    if offset == 0:  # the whole history fits blanked as it is: so does every part of it
+        return
+    least = 0
+    for i in range(len(history) - 1, 0, -1):
+        blank = _blanked(history[i])
+        least += sizes.of(blank) if blank is history[i] else estimate(blank)  # a blank made here is not kept
+        if least > budget and i <= last_user and isinstance(history[i], UserText):
+            sizes.forget(history[:i])
+            del history[:i]
+            return
+
+
+def _blanked(item: Any) -> Any:
+    """`item` as rule 1 or 3 leaves it: an output or a note replaced by its marker."""
+    if isinstance(item, ToolOutput) and item.output != TRIMMED:
+        return ToolOutput(call_id=item.call_id, name=item.name, output=TRIMMED, turn=item.turn)
+    if isinstance(item, UserText) and item.note and item.text != _trimmed_note(item):
+        return UserText(text=_trimmed_note(item), turn=item.turn, note=item.note)
+    return item
+
+
 class _Sized:
     """Items with their estimates and a running total, so each change costs only its own item:
     trimming a long conversation stays linear (it runs before every model request)."""
 
-    def __init__(self, items: Sequence[Any]) -> None:
+    def __init__(self, items: Sequence[Any], sizes: Sizes) -> None:
         self.items = list(items)
-        self.sizes = [estimate(item) for item in self.items]
+        self.sizes = [sizes.of(item) for item in self.items]
         self.total = sum(self.sizes)
 
     def blank_until(self, indices: range, budget: int) -> bool:
         """Replace the outputs at `indices` in order until the total fits; True once it does."""
         for i in indices:
-            item = self.items[i]
-            if isinstance(item, ToolOutput) and item.output != TRIMMED:
-                self.items[i] = ToolOutput(call_id=item.call_id, name=item.name, output=TRIMMED, turn=item.turn)
-            elif isinstance(item, UserText) and item.note and item.text != _trimmed_note(item):
-                self.items[i] = UserText(text=_trimmed_note(item), turn=item.turn, note=item.note)
-            else:
+            item = _blanked(self.items[i])
+            if item is self.items[i]:
                 continue
+            self.items[i] = item
             size = estimate(self.items[i])
             self.total += size - self.sizes[i]
             self.sizes[i] = size
