@@ -258,3 +258,5 @@ def test_a_long_chat_holds_old_trimmed_outputs_as_markers_and_sends_what_it_alwa
     assert {i.output for i in conv.history[:len(conv.history) // 2] if isinstance(i, ToolOutput)} == {trim_mod.TRIMMED}
     assert len(conv.history) < len(shadow) / 2  # the front no request can send any more is gone
     assert len(conv.sizes) <= len(conv.history)  # and the estimates hold nothing it let go of
+    last = max(i for i, item in enumerate(conv.history) if isinstance(item, UserText))
+    assert {i.output for i in conv.history[:last] if isinstance(i, ToolOutput)} == {trim_mod.TRIMMED}

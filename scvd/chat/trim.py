@@ -81,10 +81,16 @@ def compact(history: list[Any], sent: Sequence[Any], budget: int, sizes: Sizes) 
     """Leave in `history` only what later requests can send, as they will send it, after `sent`
     (`history` trimmed to `budget`): a chat open for months must not hold every output whole (the
     transcript keeps them). Exact while the budget does not grow (a reload raising context_tokens,
-    fewer tools: then older items stay as they were trimmed, or gone)."""
+    a tool or a server's note leaving the catalog: then older items stay as trimmed, or gone)."""
     # outputs blanked before the person's last message: rule 1 blanks oldest first and the history
-    # only grows, so every later request blanks them again
+    # only grows, so every later request blanks them again; those of a front rule 2 dropped too
+    # (it runs only once rule 1 blanked all before the newest step, which the front precedes)
     offset, last_user = len(history) - len(sent), _last_user(history)
+    for j in range(offset):
+        blank = _blanked(history[j])
+        if blank is not history[j]:
+            sizes.forget([history[j]])
+            history[j] = blank
     for j, item in enumerate(sent[:max(last_user - offset, 0)]):
         if item is not history[offset + j]:
             sizes.forget([history[offset + j]])
