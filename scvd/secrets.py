@@ -212,17 +212,17 @@ class SecretStore:
         over for the file and the environment; if neither has `key`, its Unavailable is raised:
         the value may well be in the keyring, so "not set" (and storing it again) would mislead."""
         check_key(key)
+        values, _ = self._read()
+        if values.get(key):  # the newer: set() into the keyring drops the file's copy, set() without one
+            return values[key], "file"  # (scvctl over ssh) writes the file while the keyring keeps the old
         refused = None
         try:
             value = self._keyring_get(key)
         except errors.Unavailable as exc:
             refused, value = exc, None
-            log.warning("%s; trying %s, then the environment", exc.message.split(":")[0], self.path)
+            log.warning("%s; trying the environment", exc.message.split(":")[0])
         if value:
             return value, "keyring"
-        values, _ = self._read()
-        if values.get(key):
-            return values[key], "file"
         value = self.env.get(key)
         if value:
             return value, "env"
@@ -349,6 +349,14 @@ class SecretStore:
         kr = self.keyring()
         with self._locked():
             values, names = self._read()
+            if kr is None and key in names:  # dropping the name would leave its value in effect, unlisted
+                raise errors.Unavailable(
+                    f"{key} is held in an OS keyring ({self.path} lists it), which this process cannot use "
+                    f"({self.keyring_status()}); nothing was deleted: delete it where that keyring is "
+                    f"(`scvctl secrets delete {key}` in your desktop session, or with the same "
+                    f"PYTHON_KEYRING_BACKEND), or, if that keyring is gone for good, remove {key} from names "
+                    f"under [keyring] in {self.path}",
+                    hint=f"scvctl secrets delete {key}  (where the keyring is)")
             if self._keyring_get(key) is not None:
                 try:
                     kr.delete_password(SERVICE, key)

@@ -178,7 +178,30 @@ def test_a_key_stored_in_a_keyring_this_process_cannot_use_says_so_not_that_it_i
     assert store.lookup("GH_TOKEN") == ("now-in-the-file", "file")
 
 
-def test_keyring_comes_before_the_file_and_setting_drops_the_file_copy(
+def test_a_value_set_where_the_keyring_is_out_of_reach_wins_and_its_delete_waits_for_the_keyring(
+        xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    """`scvctl secrets set` over ssh (no keyring) wrote the file, scvd (with the keyring) went on reading the
+    old value there, and a delete from there dropped only the name: the old value stayed in effect, unlisted."""
+    path = xdg / "conf" / "secrets.toml"
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", PLAINTEXT)
+    daemon = SecretStore(path, env={})
+    daemon.set("API_TOKEN", "old-in-keyring")
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING)
+    over_ssh = SecretStore(path, env={})
+    assert over_ssh.set("API_TOKEN", "rotated").source == "file"
+    assert daemon.lookup("API_TOKEN") == ("rotated", "file")
+    with pytest.raises(errors.Unavailable) as refused:
+        over_ssh.delete("API_TOKEN")
+    assert refused.value.message.startswith(
+        f"API_TOKEN is held in an OS keyring ({path} lists it), which this process cannot use (the configured "
+        "keyring backend keyring.backends.null.Keyring stores nothing); nothing was deleted: delete it where "
+        "that keyring is (`scvctl secrets delete API_TOKEN` in your desktop session"), refused.value.message
+    assert daemon.lookup("API_TOKEN") == ("rotated", "file")
+    assert sorted(daemon.delete("API_TOKEN")) == ["file", "keyring"]
+    assert daemon.get("API_TOKEN") is None and "API_TOKEN" not in path.read_text()
+
+
+def test_setting_into_the_keyring_drops_the_file_copy(
         xdg: Path, monkeypatch: pytest.MonkeyPatch):
     path = xdg / "conf" / "secrets.toml"
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING)
