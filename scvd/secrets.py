@@ -397,7 +397,9 @@ class SecretStore:
         return parse_file(self.path, text)
 
     def _write(self, values: Mapping[str, str], names: list[str]) -> None:
-        """Atomically: a 0600 temporary file in the same directory, then rename."""
+        """Atomically: a 0600 temporary file in the same directory, then rename. Under `_locked`."""
+        for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):  # a writer killed mid-write left
+            stale.unlink(missing_ok=True)  # every secret there: a delete or a rotation must not keep it
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)

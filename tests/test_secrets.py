@@ -61,6 +61,16 @@ def test_file_store_round_trip_is_0600_and_reread(xdg: Path, monkeypatch: pytest
     assert again.delete("API_TOKEN") == []
 
 
+def test_a_copy_a_writer_killed_mid_write_left_is_gone_with_the_next_write(xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    store = file_store(xdg, monkeypatch)
+    store.set("API_TOKEN", "rotated-away")
+    left = store.path.with_name(f".{store.path.name}.99999.tmp")  # as a SIGKILL before its rename leaves it
+    left.write_text('API_TOKEN = "rotated-away"\n')
+    store.delete("API_TOKEN")
+    assert not left.exists()
+    assert [p.name for p in store.path.parent.iterdir() if "rotated-away" in p.read_text()] == []
+
+
 def test_a_loosened_file_is_tightened_on_read(xdg: Path, monkeypatch: pytest.MonkeyPatch):
     store = file_store(xdg, monkeypatch)
     store.set("K", "v")
