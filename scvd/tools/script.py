@@ -101,18 +101,29 @@ class ScriptTool(Tool):
             schema = self.definition.spec.parameters
             # an empty registry: a $ref is looked up in the schema, never fetched (script_defs refuses others)
             self._validator = jsonschema.validators.validator_for(schema)(schema, registry=referencing.Registry())
-        try:
-            # the first few only: a huge array of bad items would make (and sort) an error each
-            found = itertools.islice(self._validator.iter_errors(arguments), MAX_ERRORS_SORTED)
-            problems = sorted(found, key=lambda e: list(e.absolute_path))
-        except Unresolvable as exc:
-            raise Failed(f"{self.name}: a $ref in its parameters cannot be resolved ({exc}); fix "
-                         f"{self.definition.folder / 'tool.json'}") from None
+
+        def problems_of(arguments: Any) -> list[Any]:
+            try:
+                # the first few only: a huge array of bad items would make (and sort) an error each
+                found = itertools.islice(self._validator.iter_errors(arguments), MAX_ERRORS_SORTED)
+                return sorted(found, key=lambda e: list(e.absolute_path))
+            except Unresolvable as exc:
+                raise Failed(f"{self.name}: a $ref in its parameters cannot be resolved ({exc}); fix "
+                             f"{self.definition.folder / 'tool.json'}") from None
+
+        problems = problems_of(arguments)
+        nulls = {e.absolute_path[0] for e in problems if len(e.absolute_path) == 1 and e.instance is None}
+        if nulls and isinstance(arguments, dict):
+            # models send null for an optional argument they mean to leave out (as built-in tools take
+            # it): left out, the script sees its default; a required one is then said to be missing
+            arguments = {k: v for k, v in arguments.items() if k not in nulls}
+            problems = problems_of(arguments)
         if problems:
             first = problems[0]
             where = ".".join(str(p) for p in first.absolute_path)
             field = f"argument `{where}`" if where else "arguments"
-            raise InvalidArguments(f"{self.name}: {field}: {first.message}")
+            message = first.message.replace("None is not", "null is not", 1) if first.instance is None else first.message
+            raise InvalidArguments(f"{self.name}: {field}: {message}")
         return arguments
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:

@@ -87,6 +87,27 @@ def test_a_bad_argument_is_refused_before_approval_naming_the_field(make_daemon,
         assert c.request(p.ApprovalsList).approvals == []
 
 
+def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_it_is_missing(
+        make_daemon, scv_home, workspace):
+    # as models send it, and as built-in tools take it (seed 003: handlers defend against nil)
+    parameters = {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
+        "text": {"type": "string", "description": "The text, e.g. 'a b'."},
+        "sep": {"type": "string", "default": " ", "description": "Default ' '; pass it to split on another, e.g. ','."}}}
+    make_tool(scv_home, "words", WORDS, parameters=parameters)
+    d = make_daemon(home=scv_home)
+    with d.client() as c, d.client(name="owner") as owner:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "script_words", {"text": "one two", "sep": None})
+        pending = approve(owner, call_id)
+        assert c.wait_call(call_id).result["words"] == 2
+        assert json.loads(pending.details["arguments"]) == {"text": "one two"}  # what the script got
+        missing = c.call(sid, "script_words", {"text": None})
+        assert missing.error.kind == "invalid_arguments"
+        assert missing.error.message == "script_words: arguments: 'text' is a required property"
+        wrong = c.call(sid, "script_words", {"text": None, "sep": 5})
+        assert wrong.error.message == "script_words: arguments: 'text' is a required property"
+
+
 def test_a_bad_argument_is_refused_in_arrival_order_after_the_calls_ahead(make_daemon, scv_home, workspace):
     """A schema check keeps its call's lane place: its refusal comes once the call ahead is done."""
     make_tool(scv_home, "words", WORDS)
