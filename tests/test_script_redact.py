@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scvd.process import CappedOutput
+from scvd.redact import redact
 from scvd.tools.script import parse_redacted, redact_text
 
 PIN = {"PIN": "4711"}
@@ -64,3 +65,22 @@ def test_ordinary_text_at_the_cut_is_left_alone():
     capped = cut("x" * 60 + "t" + "y" * 200, 122)
     assert capped.split("\n")[0].endswith("t")
     assert redact_text(capped, {"TOKEN": "tok-0123456789"}) == capped
+
+
+@pytest.mark.parametrize("printed", [
+    'secret":"wJalrXUtnFEMI\\/K7MDENG+bPxRfiCYEXAMPLEKEY=="',   # PHP, Java: \/
+    'secret":"wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\\u003d\\u003d"',   # Gson: \u003d
+    'secret":"wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\\u003D\\u003D"',   # upper-case hex
+])
+def test_another_encoders_escapes_are_caught_outside_one_json_document(printed):
+    # stderr and JSON lines are not decoded: once, only Python's own escaping was caught there
+    text = f'{{"request":{{"{printed}}}}}\n{{"page":2}}\n'
+    out = redact(text, {"AWS_KEY": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY=="})
+    assert out == '{"request":{"secret":"[secret AWS_KEY]"}}\n{"page":2}\n'
+
+
+def test_escaped_control_and_astral_characters_and_a_value_inside_a_longer_one():
+    secrets = {"A": "tab\there\U0001F511", "B": "tab"}
+    assert redact('x "tab\\there\\ud83d\\udd11" y', secrets) == 'x "[secret A]" y'
+    assert redact("x 'tab\\x09here\U0001F511' y", secrets) == "x '[secret A]' y"
+    assert redact("a tab, b", secrets) == "a [secret B], b"
