@@ -162,6 +162,13 @@ _SPAWNING = threading.Lock()  # a Popen and its _LEADERS entry, against a reaper
 _RUNS: set["_Run"] = set()
 
 
+def kill_every_run() -> int:
+    """SIGKILL every running call's processes now (scvd exits at once: nothing will wait for them,
+    and in their own sessions the terminal's Ctrl-C does not reach them); how many were running."""
+    procs = scan_processes()
+    return sum(run.signal_all(signal.SIGKILL, procs) + (run.popen.returncode is None) for run in tuple(_RUNS))
+
+
 def reap_orphans(procs: Mapping[int, ProcStat] | None = None) -> list[int]:
     """Reap zombie children of scvd that no run waits for (see `reap_zombies`); callable any time,
     from any thread: a leader being started (another loop's) is in _LEADERS before it can be seen."""

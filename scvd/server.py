@@ -30,7 +30,7 @@ from .listener import Listener
 from .mcp.manager import McpServers
 from .mcp_host.service import McpHosts
 from .paths import Paths
-from .process import set_child_subreaper
+from .process import kill_every_run, set_child_subreaper
 from .secret_requests import SecretRequests
 from .secrets import SecretStore
 from .sessions import Owner, Session, new_session_id, open_workspace
@@ -265,7 +265,8 @@ class Daemon:
 
     def _on_sigint(self) -> None:
         if self.stop_event.is_set():
-            log.warning("second SIGINT: exiting at once")
+            killed = kill_every_run()  # the grace's SIGKILL would never come
+            log.warning("second SIGINT: exiting at once%s", f" ({killed} process(es) of calls killed)" if killed else "")
             self._flush_audit()
             os._exit(1)
         self.request_stop("SIGINT")

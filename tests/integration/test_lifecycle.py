@@ -732,3 +732,25 @@ def test_a_reload_of_a_setting_read_at_start_only_says_when_it_applies(make_daem
     reloaded(d, 'log_level = "debug"\n[audit]\nkeep = 5\n')
     assert ("reload: log_level, audit.keep changed; it takes effect at the next start of scvd") in d.log()
     assert d.stop() == 0
+
+
+def test_a_second_sigint_kills_the_processes_of_running_calls_before_exiting(make_wrapped, workspace):
+    # their own sessions: the terminal's Ctrl-C never reaches them, and the grace's SIGKILL never came
+    from helpers.probe_tools import requested
+
+    d = make_wrapped(STUBBORN_CONFIG.format(grace=60))
+    with Client.connect(d.socket, name="owner", approver=True) as owner:
+        session = owner.open_session(workspace)
+        call_id = owner.start_call(session, "bash", {"command": "trap '' TERM INT; echo $$ > sleeper.pid; exec sleep 1021"})
+        owner.request(p.ApprovalDecide, approval_id=requested(owner, call_id).approval_id, decision="approve")
+        wait_until(lambda: (workspace / "sleeper.pid").exists() and (workspace / "sleeper.pid").read_text().strip(),
+                   what="the bash call to start")
+        sleeper = int((workspace / "sleeper.pid").read_text())
+        d.proc.send_signal(signal.SIGINT)
+        wait_until(lambda: "stopping (SIGINT)" in d.log(), what="the first SIGINT")
+        time.sleep(0.3)  # its SIGTERM is ignored; the grace is 60 s
+        assert not pid_gone(sleeper)
+        d.proc.send_signal(signal.SIGINT)
+        assert d.proc.wait(10) == 1
+    wait_until(lambda: pid_gone(sleeper), timeout=5, what="the call's process to be killed")
+    assert "second SIGINT: exiting at once (1 process(es) of calls killed)" in d.log()
