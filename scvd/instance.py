@@ -30,6 +30,7 @@ class Claim:
     lock_fd: int
     sock: socket.socket
     owns_socket: bool  # bound here, so removed at exit; False: inherited from systemd
+    socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the file bound here: only it is removed
     ready_sent: bool = False  # READY=1 already said: the daemon only retries a queued one
     signals: list[int] = field(default_factory=list)  # SIGTERM/SIGINT/SIGHUP that came before the loop
 
@@ -40,7 +41,9 @@ def claim(paths: Paths, inherited: list[socket.socket]) -> Claim:
     try:
         if inherited:
             return Claim(lock_fd, inherited[0], owns_socket=False)
-        return Claim(lock_fd, bind_socket(paths), owns_socket=True)
+        sock = bind_socket(paths)
+        st = os.lstat(paths.socket)
+        return Claim(lock_fd, sock, owns_socket=True, socket_id=(st.st_dev, st.st_ino))
     except BaseException:
         os.close(lock_fd)
         raise
@@ -50,8 +53,21 @@ def release(held: Claim, path: Path) -> None:
     """Undo `claim()` for a start that failed before a daemon took the claim over."""
     held.sock.close()
     if held.owns_socket:
-        path.unlink(missing_ok=True)
+        remove_socket(path, held.socket_id)
     os.close(held.lock_fd)
+
+
+def remove_socket(path: Path, ident: tuple[int, int] | None) -> None:
+    """Remove the socket file this process bound, not one another scvd bound there since (sharing
+    SCV_SOCKET from another SCV_HOME, it took ours for stale once we stopped listening)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if ident is not None and (st.st_dev, st.st_ino) != ident:
+        log.info("left %s in place: another server bound it since this one stopped listening", path)
+        return
+    path.unlink(missing_ok=True)
 
 
 def acquire_lock(path: Path) -> int:

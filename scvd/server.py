@@ -25,7 +25,7 @@ from .chat.service import ChatService
 from .config import Loaded, load
 from .client_protocol import ClientProtocol
 from .connection import Connection
-from .instance import Claim, claim, socket_name
+from .instance import Claim, claim, remove_socket, socket_name
 from .listener import Listener
 from .mcp.manager import McpServers
 from .mcp_host.service import McpHosts
@@ -87,6 +87,7 @@ class Daemon:
         self._claim = claim  # the lock and socket cli.run took before READY=1, else taken in _start
         self._lock_fd: int | None = claim.lock_fd if claim else None
         self._owns_socket = claim.owns_socket if claim else False
+        self._socket_id = claim.socket_id if claim else None
         self._last_status = ""
         self._status_soon: asyncio.TimerHandle | None = None
         self.listening_on = str(paths.socket)
@@ -172,7 +173,7 @@ class Daemon:
         # 1. one daemon per instance: the lock names the pid that holds it; then the socket,
         #    inherited from systemd or bound here (a stale file is replaced); every fd the hard limit allows
         held = self._claim or claim(self.paths, inherited)
-        self._lock_fd, self._owns_socket = held.lock_fd, held.owns_socket
+        self._lock_fd, self._owns_socket, self._socket_id = held.lock_fd, held.owns_socket, held.socket_id
         before, now = limits.raise_nofile()
         # 2. orphans of tools become our children, so they can be reaped and killed
         if not set_child_subreaper():
@@ -215,7 +216,7 @@ class Daemon:
         if self._listener is not None:
             self._listener.close()
         if self._owns_socket:
-            self.paths.socket.unlink(missing_ok=True)
+            remove_socket(self.paths.socket, self._socket_id)
             self._owns_socket = False
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -235,6 +236,9 @@ class Daemon:
         self.notifier.stopping()
         if self._listener is not None:
             self._listener.close()
+        if self._owns_socket:  # nobody listens there any more: the address is free for another scvd now
+            remove_socket(self.paths.socket, self._socket_id)
+            self._owns_socket = False
         # 2. end chat turns (they say cancelled_by_shutdown), refuse new calls, cancel in-flight ones,
         #    and give them the grace period to clean up
         turns = self.chat.stop()

@@ -754,3 +754,21 @@ def test_a_second_sigint_kills_the_processes_of_running_calls_before_exiting(mak
         assert d.proc.wait(10) == 1
     wait_until(lambda: pid_gone(sleeper), timeout=5, what="the call's process to be killed")
     assert "second SIGINT: exiting at once (1 process(es) of calls killed)" in d.log()
+
+
+
+def test_a_stopping_scvd_leaves_the_socket_another_one_bound_there_since(make_wrapped, make_daemon, workspace,
+                                                                        tmp_path):
+    # two SCV_HOMEs sharing SCV_SOCKET: the second came up while the first waited out its calls'
+    # grace (taking the socket nobody listened on for stale), and the first's exit removed it
+    shared = tmp_path / "shared.sock"
+    first = make_wrapped(STUBBORN_CONFIG.format(grace=3), env={"SCV_SOCKET": str(shared)})
+    with RawConn(shared) as conn:
+        conn.hello()
+        start_call(conn, workspace, "test_stubborn")
+        first.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: "stopping (SIGTERM)" in first.log(), what="the first to stop")
+        second = make_daemon(home=tmp_path / "second", env={"SCV_SOCKET": str(shared)})
+        assert first.proc.wait(15) == 0  # after its grace
+    with Client.connect(shared, name="after") as c:
+        assert c.status().pid == second.proc.pid
