@@ -130,6 +130,9 @@ class AuditLog:
         self._buffered = 0
         self._timer: asyncio.TimerHandle | None = None
         self._direct = False  # set by unbuffer(): write each record at once
+        # a write failed (a full disk): until one works, only the timer and urgent records try again,
+        # not every record past BUFFER_BYTES (each retry writes the whole backlog), and it is logged once
+        self._failing = False
         ensure_private_dir(self.path.parent)
         self._fd: int | None = None
         self._size = 0
@@ -181,7 +184,7 @@ class AuditLog:
             elif waiting >= FORMAT_BATCH and not self._format_soon:
                 self._format_soon = True
                 asyncio.get_running_loop().call_soon(self._on_format)
-            if self._buffered >= BUFFER_BYTES:
+            if self._buffered >= BUFFER_BYTES and not self._failing:
                 self._flush_locked()
 
     def _format_locked(self) -> None:
@@ -201,7 +204,7 @@ class AuditLog:
         with self._lock:
             self._format_soon = False
             self._format_locked()
-            if self._buffered >= BUFFER_BYTES:
+            if self._buffered >= BUFFER_BYTES and not self._failing:
                 try:
                     self._flush_locked()
                 except OSError as exc:  # a full disk must not stop calls; say so in the log
@@ -235,13 +238,28 @@ class AuditLog:
 
     def _on_timer(self) -> None:
         self._timer = None
+        failing = self._failing
         try:
             self.flush()
-        except (OSError, ValueError) as exc:  # a full disk must not stop calls; say so in the log
-            log.error("audit log write failed: %s", exc)
+        except (OSError, ValueError) as exc:  # a full disk must not stop calls; say so in the log, once
+            if not failing:
+                log.error("audit log write failed: %s (records are kept in memory and written once it "
+                          "works again)", exc)
+            if isinstance(exc, OSError) and not self._closed:
+                self._flush_later()  # the backlog waits for room, not for the next record
 
     def _flush_locked(self) -> None:
         """Write the buffer in as few whole-line writes as rotation allows; what fails stays buffered."""
+        try:
+            self._write_buffer()
+        except OSError:
+            self._failing = True
+            raise
+        if self._failing:
+            self._failing = False
+            log.warning("audit log %s is written again: the records kept meanwhile are in it", self.path)
+
+    def _write_buffer(self) -> None:
         while self._buffer:
             fd = self._writable_fd()
             if (not self._torn and self.max_bytes and self._size

@@ -461,3 +461,43 @@ def test_a_start_on_a_disk_still_full_runs_and_ends_the_cut_line_later(tmp_path)
     raw = path.read_bytes().splitlines()
     assert raw[:2] == [b'{"event":"completion","call_id":"before"}', b'{"event":"compl']
     assert [msgspec.json.decode(line)["call_id"] for line in raw[2:]] == ["while-full", "with-room"]
+
+
+FULL_DISK_UNDER_LOAD = r"""
+import asyncio, logging, os, resource, sys
+from scvd.audit import AuditLog
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+path = sys.argv[1]
+
+async def main():
+    with AuditLog(path, max_bytes=1 << 30, keep=1) as audit:
+        audit.add("completion", {"call_id": "before"})
+        audit.flush()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path) + 100, resource.RLIM_INFINITY))
+        for i in range(3000):  # as calls.py records them: an error is logged, the call goes on
+            try:
+                audit.add("completion", {"call_id": f"c{i}", "reason": "r" * 100})
+            except OSError as exc:
+                logging.getLogger("scvd.calls").error("audit log write failed: %s", exc)
+            if i % 100 == 0:
+                await asyncio.sleep(0)
+        await asyncio.sleep(1.2)  # the timer tries again, quietly
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        await asyncio.sleep(1.0)  # and writes the backlog once there is room, with no record to prompt it
+        print(sum(1 for _ in open(path)), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_full_disk_is_logged_once_retried_on_the_timer_and_the_backlog_written_once_there_is_room(tmp_path):
+    # every record past BUFFER_BYTES wrote the whole backlog again and logged an error: 34,388 lines,
+    # and ever slower calls, on a full disk
+    path = tmp_path / "audit.log"
+    run = subprocess.run([sys.executable, "-c", FULL_DISK_UNDER_LOAD, str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count("audit log write failed") == 1, run.stderr[-2000:]
+    assert "is written again: the records kept meanwhile are in it" in run.stderr
+    assert run.stdout.strip() == "3001"  # before the backlog was written and the process ended
+    assert [r["call_id"] for r in lines(path)] == ["before", *(f"c{i}" for i in range(3000))]
