@@ -115,16 +115,21 @@ class Lines(asyncio.Protocol):
 
 
 class _Out(asyncio.Protocol):
-    """stdout's protocol: knows when the transport has let go of its fd."""
+    """stdout's protocol: knows when the transport has let go of its fd, and tells `on_gone` when
+    that was not scvd's doing (the host closed its end: it exited or crashed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_gone: Callable[[], None]) -> None:
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.on_gone = on_gone
+        self.closing = False  # scvd closes or aborts it
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None:
             log.info("the MCP host's stdout closed: %s", exc)
         if not self.lost.done():
             self.lost.set_result(None)
+        if not self.closing:
+            self.on_gone()
 
 
 class HostPipes:
@@ -135,6 +140,8 @@ class HostPipes:
         self.fds = (stdin_fd, stdout_fd)
         self.flags = tuple(fcntl.fcntl(fd, fcntl.F_GETFL) for fd in self.fds)
         self.on_cut_off = on_cut_off
+        # the host closed its stdout while scvd served it: nobody hears answers, nor approves for it
+        self.on_gone: Callable[[], None] = lambda: None
         self.reader: asyncio.ReadTransport | None = None
         self.writer: asyncio.WriteTransport | None = None
         self.out: _Out | None = None
@@ -160,7 +167,7 @@ class HostPipes:
         """Start reading stdin into `lines`; stdout is writable from now on."""
         loop = asyncio.get_running_loop()
         try:
-            self.out = _Out()
+            self.out = _Out(lambda: self.on_gone())
             self.writer, _ = await loop.connect_write_pipe(lambda: self.out, _dup_file(self.fds[1], "wb"))
             self.backlog = Backlog(self.writer.get_write_buffer_size, self._stopped_reading)
             self.reader, _ = await loop.connect_read_pipe(lambda: lines, _dup_file(self.fds[0], "rb"))
@@ -195,6 +202,7 @@ class HostPipes:
         """Stop reading, let stdout drain for up to `grace` seconds, then let go of both."""
         self.stop_reading()
         if self.writer is not None and self.out is not None:
+            self.out.closing = True
             self.writer.close()
             try:
                 await asyncio.wait_for(asyncio.shield(self.out.lost), grace)
@@ -206,6 +214,8 @@ class HostPipes:
         """Let go at once: no transport writes any more, the flags are put back, our fds are closed."""
         if self.backlog is not None:
             self.backlog.stop()
+        if self.out is not None:
+            self.out.closing = True
         if self.reader is not None:
             self.reader.close()  # each transport closes its own dup
         writer = self.writer

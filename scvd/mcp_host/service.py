@@ -74,6 +74,8 @@ class McpHosts:
             stdin_fd, stdout_fd = await self._receive(conn, frame)
             host = Host(conn=conn, client=LocalClient(self.daemon, conn), pipes=HostPipes(stdin_fd, stdout_fd, None))
             host.pipes.on_cut_off = lambda: self._end_soon(host, "the MCP host stopped reading its stdout")
+            # its calls cancelled, its approvals withdrawn: else one approved later would run for nobody
+            host.pipes.on_gone = lambda: self._end_soon(host, "the MCP host closed its stdout (it exited)")
             try:
                 lines = await self._open(host, frame.workspace)
             except BaseException:

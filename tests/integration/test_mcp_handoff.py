@@ -65,6 +65,23 @@ def test_killing_scvctl_mcp_drops_the_session_and_cancels_its_running_call(daemo
     h.proc.stdin.close()
 
 
+def test_a_host_that_dies_while_its_call_waits_for_approval_leaves_nothing_to_approve(daemon, workspace):
+    # both its pipe ends closed (it crashed): scvd took that for a stdin EOF and waited for the
+    # call, whose approval, given later, ran the command for nobody
+    h = McpHost(daemon, workspace)
+    h.rpc("initialize", INIT)
+    h.request("tools/call", {"name": "bash", "arguments": {"command": "touch ran_for_a_dead_host"}})
+    with daemon.client(name="owner") as owner:
+        until(lambda: wait_pending(owner))
+        h.proc.stdin.close()
+        h.proc.stdout.close()
+        until(lambda: owner.request(p.ApprovalsList).approvals == [])
+        until(lambda: sessions_of(daemon) == [])
+    assert not (workspace / "ran_for_a_dead_host").exists()
+    h.proc.wait(10)
+    h.proc.stderr.close()
+
+
 def test_the_fds_restored_to_their_flags_after_the_host_leaves(daemon, workspace):
     """scvd makes the host's pipes non-blocking while it serves them; a terminal shared with a shell
     must not stay so: the flags are put back when the host detaches."""
