@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import re
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import msgspec
 
 from .. import errors, protocol as p
+from ..text import well_formed
 from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, call_result,
                       can_elicit, decision_of, elicitation_params, initialize_result, mcp_tool)
 from .pipes import Lines
@@ -64,8 +66,10 @@ class Bridge:
         try:
             message = msgspec.json.decode(line)  # several times faster than json.loads on a 4 KiB result
         except msgspec.DecodeError as exc:
-            self._error(None, PARSE_ERROR, f"not JSON: {exc}")
-            return
+            message = _lenient(line)  # a lone surrogate escape (a cut emoji) is JSON, which msgspec refuses
+            if message is _NOT_JSON:
+                self._error(None, PARSE_ERROR, f"not JSON: {exc}")
+                return
         if isinstance(message, list):  # a JSON-RPC batch (MCP 2025-03-26): one array of answers
             if not message:
                 self._error(None, INVALID_REQUEST, "an empty batch; send at least one message")
@@ -237,6 +241,22 @@ def is_id(value: Any) -> bool:
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _ID_VALUE = re.compile(rb'\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*[,}]')
+
+
+_NOT_JSON = object()
+
+
+def _not_a_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _lenient(line: bytes) -> Any:
+    """`line` decoded by the json module, which takes a lone surrogate escape (`"\\ud83d"`, what
+    JSON.stringify and json.dumps print for half an emoji), made U+FFFD; _NOT_JSON otherwise."""
+    try:
+        return well_formed(json.loads(line, parse_constant=_not_a_constant))
+    except (ValueError, RecursionError):
+        return _NOT_JSON
 
 
 def leading_id(head: bytes) -> Any:

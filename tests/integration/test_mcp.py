@@ -169,6 +169,21 @@ def test_bad_messages_get_json_rpc_errors_and_the_server_goes_on(host):
     assert host.rpc("ping")["result"] == {}
 
 
+def test_a_lone_surrogate_escape_is_json_and_its_request_is_answered(host, workspace):
+    # what JSON.stringify and json.dumps print for half an emoji: msgspec refused it, and the
+    # answer (-32700, id null) settled nothing, so the host waited for request 42 for good
+    (workspace / "emoji-\ufffd.txt").write_text("half an emoji\n")
+    host.proc.stdin.write('{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"read",'
+                          '"arguments":{"path":"emoji-\\ud83d.txt"}}}\n')
+    host.proc.stdin.flush()
+    answer = host.read()
+    assert answer["id"] == 42 and not answer["result"].get("isError"), answer
+    assert answer["result"]["structuredContent"]["content"] == "half an emoji\n"
+    host.proc.stdin.write('{"jsonrpc":"2.0","id":43,"method":"ping","params":{"x":NaN}}\n')  # still not JSON
+    host.proc.stdin.flush()
+    assert host.read()["error"]["code"] == -32700
+
+
 def test_a_message_over_the_limit_is_refused_whole_and_the_next_one_is_answered(host):
     big = json.dumps({"jsonrpc": "2.0", "id": "big", "method": "ping", "params": {"pad": "x" * (1 << 20)}})
     for cut in (4096, len(big) // 2):  # arrives in pieces, as through a pipe
