@@ -6,7 +6,10 @@ Rules:
   Exactly two are taken (stdin, stdout); any other count is refused and every fd
   that came is closed. No fd message within the timeout is refused too.
 - Nothing blocks the loop: stdin and stdout are read and written through pipe
-  transports (O_NONBLOCK). Only pipes, sockets and terminals are taken: epoll
+  transports (O_NONBLOCK); a stdout that is a terminal or a socket through `_FdWriter`,
+  which never reads it (uvloop's pipe transport reads a write fd to see its reader
+  leave: on the terminal or socket that is stdin too, it ate the host's requests).
+  Only pipes, sockets and terminals are taken: epoll
   refuses regular files and other devices (/dev/null), and uvloop aborts on them.
   A host that stops reading stdout is cut off (connection.Backlog, as a socket client is).
 - The fds' file status flags are put back as they came once the transports are
@@ -168,7 +171,10 @@ class HostPipes:
         loop = asyncio.get_running_loop()
         try:
             self.out = _Out(lambda: self.on_gone())
-            self.writer, _ = await loop.connect_write_pipe(lambda: self.out, _dup_file(self.fds[1], "wb"))
+            if stat.S_ISFIFO(os.fstat(self.fds[1]).st_mode):  # its transport sees the host close the pipe
+                self.writer, _ = await loop.connect_write_pipe(lambda: self.out, _dup_file(self.fds[1], "wb"))
+            else:
+                self.writer = _FdWriter(loop, self.fds[1], self.out)
             self.backlog = Backlog(self.writer.get_write_buffer_size, self._stopped_reading)
             self.reader, _ = await loop.connect_read_pipe(lambda: lines, _dup_file(self.fds[0], "rb"))
         except (OSError, ValueError) as exc:
@@ -233,6 +239,72 @@ class HostPipes:
             except OSError:
                 pass
             os.close(fd)
+
+
+class _FdWriter:
+    """A write-only transport on a dup of a terminal or socket that never reads it: the part of
+    asyncio's WriteTransport that HostPipes uses. A write that fails (EPIPE: the host went) ends it
+    as a lost connection."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, protocol: asyncio.BaseProtocol) -> None:
+        self.loop, self.protocol = loop, protocol
+        self.fd = os.dup(fd)
+        os.set_blocking(self.fd, False)  # the flags are the host's fd's too: HostPipes puts them back
+        self.buffer = bytearray()
+        self.closing = self.done = False
+
+    def get_write_buffer_size(self) -> int:
+        return len(self.buffer)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: bytes) -> None:
+        if self.closing:
+            return
+        if not self.buffer:
+            try:
+                data = data[os.write(self.fd, data):]
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                return self._end(exc)
+            if not data:
+                return
+            self.loop.add_writer(self.fd, self._writable)
+        self.buffer += data
+
+    def _writable(self) -> None:
+        try:
+            del self.buffer[:os.write(self.fd, self.buffer)]
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            return self._end(exc)
+        if not self.buffer:
+            self.loop.remove_writer(self.fd)
+            if self.closing:
+                self._end(None)
+
+    def close(self) -> None:
+        """Write what is buffered, then let go."""
+        if not self.closing:
+            self.closing = True
+            if not self.buffer:
+                self.loop.call_soon(self._end, None)
+
+    def abort(self) -> None:
+        self._end(None)
+
+    def _end(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.buffer.clear()
+        if self.done:
+            return
+        self.done = True
+        self.loop.remove_writer(self.fd)
+        os.close(self.fd)
+        self.protocol.connection_lost(exc)
 
 
 def _dup_file(fd: int, mode: str) -> Any:
