@@ -14,6 +14,7 @@ scvd's log.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import socket
 import sys
@@ -44,9 +45,28 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     # an approver, so the session's own approval requests reach the host (used only for hosts that elicit)
     # not for secrets: MCP forbids eliciting them, so store_secret asks the watchers or fails at once
     with Client.connect(args.socket, name="scvctl-mcp", approver=True, answers_secrets=False) as client:
-        attached = hand_over(client, usage.workspace(args.workspace))
-        stop_writing_stdio()
-        return wait_detached(client, attached.session)
+        terminals = _terminals()
+        try:
+            attached = hand_over(client, usage.workspace(args.workspace))
+            stop_writing_stdio()
+            return wait_detached(client, attached.session)
+        finally:
+            _put_back(terminals)
+
+
+def _terminals() -> list[tuple[int, int]]:
+    """(a dup, its file status flags) of stdin and stdout where they are a terminal: scvd makes them
+    non-blocking while it serves them and puts them back, unless it dies first; a shell shares them."""
+    return [(os.dup(fd), fcntl.fcntl(fd, fcntl.F_GETFL)) for fd in (0, 1) if os.isatty(fd)]
+
+
+def _put_back(terminals: list[tuple[int, int]]) -> None:
+    for dup, flags in terminals:
+        try:
+            fcntl.fcntl(dup, fcntl.F_SETFL, flags)
+        except OSError:
+            pass
+        os.close(dup)
 
 
 def _is_open(fd: int) -> bool:
