@@ -82,5 +82,15 @@ def test_another_encoders_escapes_are_caught_outside_one_json_document(printed):
 def test_escaped_control_and_astral_characters_and_a_value_inside_a_longer_one():
     secrets = {"A": "tab\there\U0001F511", "B": "tab"}
     assert redact('x "tab\\there\\ud83d\\udd11" y', secrets) == 'x "[secret A]" y'
-    assert redact("x 'tab\\x09here\U0001F511' y", secrets) == "x '[secret A]' y"
+    assert redact("x b'tab\\there\\xf0\\x9f\\x94\\x91' y", secrets) == "x b'[secret A]' y"  # a bytes repr
     assert redact("a tab, b", secrets) == "a [secret B], b"
+
+
+def test_of_two_overlapping_values_the_longer_goes_whole():
+    assert redact("alongsecret", {"A": "al", "B": "longsecret"}) == "a[secret B]"
+    assert redact("1234abcdefgh", {"PIN": "1234", "TOK": "4abcdefgh"}) == "123[secret TOK]"
+
+
+def test_a_value_of_backslashes_against_a_run_of_them_takes_no_time():
+    # a pattern per character backtracked exponentially here: a script's output could stall scvd
+    assert redact("\\" * 44 + "Y", {"K": "\\" * 22 + "Z"}) == "\\" * 44 + "Y"
