@@ -19,7 +19,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from scvd import errors, protocol as p
 
@@ -49,9 +49,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         try:
             attached = hand_over(client, usage.workspace(args.workspace))
             stop_writing_stdio()
-            return wait_detached(client, attached.session)
-        finally:
+            # scvd gone without mcp.detached (killed) could not put the flags back; alive (a detach,
+            # or Ctrl-C here) it does that itself once it has let go of the fds
+            return wait_detached(client, attached.session, on_lost=lambda: _put_back(terminals))
+        except errors.ConnectionClosed:  # before mcp.attached was read: scvd went just as it began
             _put_back(terminals)
+            raise
+        finally:
+            for dup, _ in terminals:
+                os.close(dup)
 
 
 def _terminals() -> list[tuple[int, int]]:
@@ -66,7 +72,6 @@ def _put_back(terminals: list[tuple[int, int]]) -> None:
             fcntl.fcntl(dup, fcntl.F_SETFL, flags)
         except OSError:
             pass
-        os.close(dup)
 
 
 def _is_open(fd: int) -> bool:
@@ -97,12 +102,13 @@ def stop_writing_stdio() -> None:
     os.close(null)
 
 
-def wait_detached(client: Client, session: str) -> int:
+def wait_detached(client: Client, session: str, on_lost: Callable[[], None] = lambda: None) -> int:
     client.sock.settimeout(None)  # the host's session lasts as long as it likes
     try:
         while not isinstance(event := client.next_event(), p.McpDetached):
             pass
     except errors.ConnectionClosed:
+        on_lost()
         print(f"scvctl mcp: scvd closed the connection while serving session {session} (it stopped or "
               "failed; see `journalctl --user -u scvd`)", file=sys.stderr)
         return 1

@@ -176,7 +176,11 @@ class AuditLog:
             if (event in DECISION_EVENTS or fields.get("decision") == "deny"
                     or fields.get("error_kind") == "denied" or not self._flush_later()):
                 self._format_locked()
-                self._flush_locked()
+                try:
+                    self._flush_locked()
+                except OSError:
+                    self._flush_later()  # kept: the timer tries again, as for any other record
+                    raise
                 return
             waiting = len(self._unformatted)
             if waiting >= UNFORMATTED_MAX:

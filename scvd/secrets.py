@@ -3,7 +3,9 @@
 Lookup order (seed 003): the OS keyring through `keyring` (service `scv`, account =
 the key name) when a usable backend exists; then `secrets.toml` (0600) in the
 config dir; then the daemon's environment variable of that name. Writes go to the
-keyring when it is usable, else to the file. A keyring that fails (locked) is
+keyring when it is usable (dropping the file's copy), else to the file. A value in
+both is one written where the keyring was out of reach after it held the old one:
+the file's, the newer, is taken first. A keyring that fails (locked) is
 passed over; a key then found nowhere else is `Unavailable` ("unlock it"), never
 "not set": storing it again would fail on the same lock.
 
@@ -158,7 +160,8 @@ def parse_file(path: Path, text: str) -> tuple[dict[str, str], list[str]]:
 
 
 class SecretStore:
-    """Keyring, then `secrets.toml`, then the environment; see the module docstring."""
+    """Keyring, then `secrets.toml` (taken first where both hold one), then the environment; see
+    the module docstring."""
 
     def __init__(self, path: Path, env: Mapping[str, str] | None = None,
                  *, use_keyring: bool = True, env_label: str = "environment") -> None:
@@ -212,7 +215,12 @@ class SecretStore:
         over for the file and the environment; if neither has `key`, its Unavailable is raised:
         the value may well be in the keyring, so "not set" (and storing it again) would mislead."""
         check_key(key)
-        values, _ = self._read()
+        try:
+            values, _ = self._read()
+        except errors.ConfigError as exc:  # a broken file must not hide what the keyring holds
+            broken, values = exc, {}
+        else:
+            broken = None
         if values.get(key):  # the newer: set() into the keyring drops the file's copy, set() without one
             return values[key], "file"  # (scvctl over ssh) writes the file while the keyring keeps the old
         refused = None
@@ -223,6 +231,8 @@ class SecretStore:
             log.warning("%s; trying the environment", exc.message.split(":")[0])
         if value:
             return value, "keyring"
+        if broken is not None:
+            raise broken
         value = self.env.get(key)
         if value:
             return value, "env"

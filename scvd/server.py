@@ -269,10 +269,13 @@ class Daemon:
 
     def _on_sigint(self) -> None:
         if self.stop_event.is_set():
-            killed = kill_every_run()  # the grace's SIGKILL would never come
-            log.warning("second SIGINT: exiting at once%s", f" ({killed} process(es) of calls killed)" if killed else "")
-            self._flush_audit()
-            os._exit(1)
+            try:
+                killed = kill_every_run()  # the grace's SIGKILL would never come
+                log.warning("second SIGINT: exiting at once%s",
+                            f" ({killed} process(es) of calls killed)" if killed else "")
+                self._flush_audit()
+            finally:
+                os._exit(1)
         self.request_stop("SIGINT")
 
     async def reload(self) -> None:

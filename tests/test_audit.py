@@ -494,10 +494,41 @@ def test_a_full_disk_is_logged_once_retried_on_the_timer_and_the_backlog_written
     # every record past BUFFER_BYTES wrote the whole backlog again and logged an error: 34,388 lines,
     # and ever slower calls, on a full disk
     path = tmp_path / "audit.log"
-    run = subprocess.run([sys.executable, "-c", FULL_DISK_UNDER_LOAD, str(path)],
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
+    run = in_a_process(FULL_DISK_UNDER_LOAD, path)
     assert run.stderr.count("audit log write failed") == 1, run.stderr[-2000:]
     assert "is written again: the records kept meanwhile are in it" in run.stderr
     assert run.stdout.strip() == "3001"  # before the backlog was written and the process ended
     assert [r["call_id"] for r in lines(path)] == ["before", *(f"c{i}" for i in range(3000))]
+
+
+URGENT_ON_A_FULL_DISK = r"""
+import asyncio, os, resource, sys
+from scvd.audit import AuditLog
+path = sys.argv[1]
+
+async def main():
+    with AuditLog(path, max_bytes=1 << 30, keep=1) as audit:  # no record before: no timer is running
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10, resource.RLIM_INFINITY))
+        try:
+            audit.add("decision", {"call_id": "decided", "decision": "approve"})  # written at once: fails
+        except OSError:
+            pass
+        else:
+            raise AssertionError("the write went through")
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        await asyncio.sleep(1.0)  # no other record comes: the timer writes it
+        print(open(path).read().count("decided"), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_decision_a_full_disk_refused_is_written_by_the_timer_once_there_is_room(tmp_path):
+    assert in_a_process(URGENT_ON_A_FULL_DISK, tmp_path / "audit.log").stdout.strip() == "1"
+
+
+def in_a_process(script: str, path: Path) -> subprocess.CompletedProcess:
+    """`script` run by a Python of its own (RLIMIT_FSIZE is the process's), which must succeed."""
+    run = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return run

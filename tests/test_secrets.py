@@ -211,6 +211,16 @@ def test_a_value_set_where_the_keyring_is_out_of_reach_wins_and_its_delete_waits
     assert daemon.get("API_TOKEN") is None and "API_TOKEN" not in path.read_text()
 
 
+def test_a_broken_secrets_toml_does_not_hide_what_the_keyring_holds(xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", PLAINTEXT)
+    store = SecretStore(xdg / "conf" / "secrets.toml", env={"ONLY_IN_ENV": "e"})
+    store.set("API_TOKEN", "in-keyring")
+    store.path.write_text("BROKEN = 12\n" + store.path.read_text())  # a hand edit gone wrong
+    assert store.lookup("API_TOKEN") == ("in-keyring", "keyring")
+    with pytest.raises(errors.ConfigError, match="'BROKEN'"):  # elsewhere the file's error says what to fix
+        store.lookup("ONLY_IN_ENV")
+
+
 def test_setting_into_the_keyring_drops_the_file_copy(
         xdg: Path, monkeypatch: pytest.MonkeyPatch):
     path = xdg / "conf" / "secrets.toml"

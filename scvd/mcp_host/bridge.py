@@ -250,11 +250,18 @@ def _not_a_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if value in (float("inf"), float("-inf")):  # 1e400: msgspec would answer its id as null
+        raise ValueError(f"{literal} is out of range")
+    return value
+
+
 def _lenient(line: bytes) -> Any:
     """`line` decoded by the json module, which takes a lone surrogate escape (`"\\ud83d"`, what
     JSON.stringify and json.dumps print for half an emoji), made U+FFFD; _NOT_JSON otherwise."""
     try:
-        return well_formed(json.loads(line, parse_constant=_not_a_constant))
+        return well_formed(json.loads(line, parse_constant=_not_a_constant, parse_float=_finite))
     except (ValueError, RecursionError):
         return _NOT_JSON
 

@@ -179,9 +179,10 @@ def test_a_lone_surrogate_escape_is_json_and_its_request_is_answered(host, works
     answer = host.read()
     assert answer["id"] == 42 and not answer["result"].get("isError"), answer
     assert answer["result"]["structuredContent"]["content"] == "half an emoji\n"
-    host.proc.stdin.write('{"jsonrpc":"2.0","id":43,"method":"ping","params":{"x":NaN}}\n')  # still not JSON
-    host.proc.stdin.flush()
-    assert host.read()["error"]["code"] == -32700
+    for bad in ('{"x":NaN}', '{"x":1e400}'):  # still not JSON, nor a number JSON answers can carry
+        host.proc.stdin.write('{"jsonrpc":"2.0","id":43,"method":"ping","params":%s}\n' % bad)
+        host.proc.stdin.flush()
+        assert host.read()["error"]["code"] == -32700
 
 
 def test_a_message_over_the_limit_is_refused_whole_and_the_next_one_is_answered(host):
