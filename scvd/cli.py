@@ -279,8 +279,21 @@ def _free_to_detach(paths: paths_mod.Paths, pid_file: Path) -> None:
         if not _holds_a_pid(pid_file):
             raise errors.StartupError(f"--pid-file {pid_file} exists and is not a pid file (a pid and a newline); "
                                       "give the path of a pid file, or remove that file yourself")
+        pid = int(pid_file.read_text())
+        if _running(pid):  # an scvd that wrote it a moment ago and is about to take the lock
+            raise errors.StartupError(
+                f"--pid-file {pid_file} names pid {pid}, which is running: an scvd starting right now? try "
+                "again in a moment; if that process is no scvd (a pid reused after a crash), remove the file")
         logging.getLogger("scvd").warning("removing stale pid file %s (no scvd holds %s)", pid_file, paths.lock_file)
         pid_file.unlink()
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie that no init reaped yet is not)."""
+    from .proctree import read_stat
+
+    found = read_stat(pid) if pid > 0 else None
+    return found is not None and found.alive
 
 
 def _holds_a_pid(path: Path) -> bool:

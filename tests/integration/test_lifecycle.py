@@ -362,7 +362,7 @@ def test_run_daemon_replaces_a_pid_file_left_by_a_crash(scv_home, tmp_path):
     assert "removing stale pid file" in (tmp_path / "second.log").read_text()
 
 
-@pytest.mark.parametrize("case", ["not-a-pid", "directory", "no-directory", "home-broken"])
+@pytest.mark.parametrize("case", ["not-a-pid", "directory", "no-directory", "home-broken", "a-running-pid"])
 def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_home, tmp_path, case):
     """--pid-file naming another file (a slip of completion: the config) was deleted as "stale";
     a missing directory gave exit 0 and a traceback after detaching; a start failure before it
@@ -371,7 +371,13 @@ def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_
 
     scv_home.mkdir(parents=True, exist_ok=True)
     target = {"not-a-pid": scv_home / "config.toml", "directory": tmp_path / "adir",
-              "no-directory": tmp_path / "nodir" / "scvd.pid", "home-broken": None}[case]
+              "no-directory": tmp_path / "nodir" / "scvd.pid", "home-broken": None,
+              "a-running-pid": tmp_path / "scvd.pid"}[case]
+    # a daemon that wrote its pid file and has yet to take the lock (a window of a millisecond):
+    # the second start took the file for stale and removed it
+    starting = subprocess.Popen(["sleep", "30"]) if case == "a-running-pid" else None
+    if starting is not None:
+        target.write_text(f"{starting.pid}\n")
     if case == "not-a-pid":
         target.write_text('[approvals]\npolicy = "always"\n')
     elif case == "directory":
@@ -385,8 +391,14 @@ def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_
                             timeout=30).returncode
     said = log_path.read_text()
     assert rc == 3 and "ERROR scvd: cannot start: " in said and "Traceback" not in said, said
+    if starting is not None:
+        starting.kill()
+        starting.wait()
     if case == "no-directory":
         expected = f"--pid-file {target}: its directory {tmp_path / 'nodir'} does not exist"
+    elif case == "a-running-pid":
+        expected = f"--pid-file {target} names pid {starting.pid}, which is running: an scvd starting right now?"
+        assert target.read_text() == f"{starting.pid}\n"  # untouched
     else:
         expected = "File exists" if case == "home-broken" else f"--pid-file {target} exists and is not a pid file"
     assert expected in said, said
