@@ -149,6 +149,20 @@ def test_a_fifo_or_directory_in_a_files_place_is_refused_at_once(paths, source, 
     assert not (dest(paths) / "auth.json").exists()
 
 
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("where", ["auth.json", "config.toml"])
+def test_a_fifo_a_codex_run_left_in_its_home_does_not_hang_the_import(paths, source, where) -> None:
+    # the home's own files were read plainly: an agent run (its home is writable) could hang every import
+    service.ensure_home(paths, "codex")
+    os.mkfifo(dest(paths) / where)
+    if where == "auth.json":
+        (source / "config.toml").write_text('model = "gpt-5"\n')
+    else:
+        (source / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    run_import(paths, source)
+    assert stat.S_ISREG((dest(paths) / ("config.toml" if where == "auth.json" else "auth.json")).stat().st_mode)
+
+
 def test_reimport_replaces_config_and_keeps_existing_signin(paths, source) -> None:
     (source / "config.toml").write_text('model = "one"\n')
     (source / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))

@@ -194,18 +194,18 @@ def _endpoint(config: dict[str, Any]) -> str:
 
 def _current_endpoint(home: Path) -> str | None:
     """The endpoint of the config already in `home`; None when it cannot be read."""
-    try:
-        return _endpoint(tomllib.loads((home / CONFIG).read_text(encoding="utf-8")))
+    try:  # never blocking: a codex run may have left a FIFO in its own home
+        return _endpoint(tomllib.loads(read_regular_file(home / CONFIG, MAX_FILE_BYTES).decode("utf-8")))
     except FileNotFoundError:
         return _endpoint({})  # codex's default provider
-    except (OSError, ValueError):
+    except (OSError, ValueError, NotARegularFile):
         return None
 
 
 def _holds_api_key(path: Path) -> bool:
     try:
-        auth = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        auth = json.loads(read_regular_file(path, MAX_FILE_BYTES).decode("utf-8"))
+    except (OSError, ValueError, NotARegularFile):
         return False
     return isinstance(auth, dict) and _auth_verdict(auth)[0] == "api key"
 
