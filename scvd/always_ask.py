@@ -2,9 +2,11 @@
 
 Rule: a call that is not read-only and whose `Plan.targets` (the workspace paths
 it reads or writes, as asked and as resolved) include one named by an
-`approvals.always_ask` glob or by the secret-like rule is put to a person, and
-that request is approved once only. Pure functions on path strings; nothing
-here knows a tool.
+`approvals.always_ask` glob or by the secret-like rule, or one inside a git
+directory that is not named `.git` (`git init --separate-git-dir`, a repo tool's
+`project.git`: its config and hooks run at the next git command), is put to a
+person, and that request is approved once only. Pure functions on path strings,
+but for `git_dir_reason`, which looks (a few lstats); nothing here knows a tool.
 
 Globs: `/`-separated and case-insensitive (on a case-insensitive filesystem
 `.GIT/hooks/x` is `.git/hooks/x`). `*`, `?` and `[...]` match within one
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Iterable, Sequence
@@ -115,6 +118,30 @@ def always_ask_reason(targets: Iterable[str], globs: Sequence[str]) -> str | Non
         if secret:
             return f"{_show(target)} is secret-like ({secret})"
     return None
+
+
+def git_dir_reason(workspace: str, targets: Iterable[str]) -> str | None:
+    """Why a call with these targets always asks because one lies inside a git directory the
+    globs cannot name (it is not called `.git`), or None. A folder with a `HEAD` file and a
+    `config`, `objects` or `refs` is taken for one: a few lstats per target, nearest folder first."""
+    for target in targets:
+        parts = target.split("/")
+        for i in range(len(parts) - 1, 0, -1):
+            if ".git" in (p.lower() for p in parts[:i]):
+                break  # the `.git/**` glob's, if the configuration keeps it
+            if _looks_like_git_dir(os.path.join(workspace, *parts[:i])):
+                return (f"{_show(target)} is inside {_show('/'.join(parts[:i]))}, a git directory: its config "
+                        "and hooks run at the next git command")
+    return None
+
+
+def _looks_like_git_dir(folder: str) -> bool:
+    try:
+        if not stat.S_ISREG(os.lstat(os.path.join(folder, "HEAD")).st_mode):
+            return False
+    except OSError:
+        return False
+    return any(os.path.lexists(os.path.join(folder, name)) for name in ("config", "objects", "refs"))
 
 
 def own_files_reason(workspace: str, targets: Iterable[str], own: Sequence[str]) -> str | None:

@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 import msgspec
 
 from . import errors
-from .always_ask import always_ask_reason, own_files_reason
+from .always_ask import always_ask_reason, git_dir_reason, own_files_reason
 from .approvals import Approval, ApprovalGate, Decider, Verdict, exposes_host, own_dirs, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Lane, Owner, Session, Ticket
@@ -439,7 +439,8 @@ class CallRegistry:
         always = None
         if plan.targets and plan.risk is not ToolRisk.READ_ONLY:
             always = (always_ask_reason(plan.targets, cfg.always_ask)
-                      or own_files_reason(workspace, plan.targets, self._own))
+                      or own_files_reason(workspace, plan.targets, self._own)
+                      or git_dir_reason(workspace, plan.targets))
         verdict = policy_verdict(
             cfg.policy, plan, always_allow=tool.flags.always_allow,
             granted=session.granted(tool.name, risk, plan.sandboxed),

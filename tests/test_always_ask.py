@@ -170,3 +170,18 @@ def test_a_target_in_scvds_own_folders_always_asks():
     assert own_files_reason("/ws", [".scv"], own).startswith("'.scv' is inside")
     assert own_files_reason("/ws", ["a/../.scv/tools/script/x/tool.json"], own) is not None
     assert own_files_reason("/ws", ["x"], ()) is None
+
+
+def test_a_git_directory_under_another_name_always_asks_and_a_folder_with_only_a_head_file_does_not(tmp_path):
+    from scvd.always_ask import git_dir_reason
+
+    bare = tmp_path / ".repo" / "projects" / "app.git"  # as Android's repo tool keeps them
+    (bare / "objects").mkdir(parents=True)
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "HEAD").write_text("a file that happens to be called HEAD\n")
+    assert git_dir_reason(str(tmp_path), [".repo/projects/app.git/hooks/post-checkout"]) == (
+        "'.repo/projects/app.git/hooks/post-checkout' is inside '.repo/projects/app.git', a git directory: "
+        "its config and hooks run at the next git command")
+    assert git_dir_reason(str(tmp_path), ["notes/config"]) is None
+    assert git_dir_reason(str(tmp_path), [".git/hooks/x"]) is None  # the `.git/**` glob's

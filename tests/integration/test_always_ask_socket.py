@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,23 @@ def test_a_grant_for_write_does_not_cover_scvds_own_folders_in_the_workspace(mak
             assert owner.wait_call(call_id).error.kind == "denied"
     assert config.read_bytes() == before
     assert not (home / "tools" / "script" / "x" / "tool.json").exists()
+
+
+def test_a_grant_for_write_does_not_cover_a_git_directory_not_named_dot_git(owner: Client, tmp_path: Path) -> None:
+    # `git init --separate-git-dir=.gd`: its config and hooks run at the next git command, and no
+    # glob names them; a write there ran unasked under a session grant
+    root = tmp_path / "separate"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "--separate-git-dir", str(root / ".gd"), str(root)], check=True)
+    sid = owner.open_session(root)
+    grant_writes(owner, sid)
+    call_id = write(owner, sid, ".gd/hooks/pre-commit")
+    asked = next_of(owner, call_id)
+    assert isinstance(asked, p.ApprovalRequested), ".gd/hooks/pre-commit ran unasked under a session grant"
+    assert asked.always_ask == ("'.gd/hooks/pre-commit' is inside '.gd', a git directory: its config and hooks "
+                                "run at the next git command")
+    owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
+    assert owner.wait_call(call_id).error.kind == "denied"
+    assert not (root / ".gd" / "hooks" / "pre-commit").exists()
+    done = next_of(owner, write(owner, sid, "gd-notes.txt"))  # the grant still covers harmless writes
+    assert isinstance(done, p.CallCompleted) and done.ok
