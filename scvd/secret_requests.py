@@ -72,6 +72,7 @@ class SecretRequests:
         self._timeout = timeout
         self._audit = audit
         self.pending: dict[str, SecretRequest] = {}
+        self.storing: set[asyncio.Future[Any]] = set()  # stores under way: a stop waits for their records
 
     async def ask(self, *, session: str, call_id: str, key: str, question: str, tool: str) -> Any:
         """Ask, wait for the answer, return the stored entry; raises a ToolError otherwise."""
@@ -143,13 +144,22 @@ class SecretRequests:
         check_value(value)  # a bad value is the approver's to fix: the request stays pending
         del self.pending[request.id]  # taken: a second answer while storing finds nothing
         request.storing = True
-        try:
-            entry, stored_at = await asyncio.to_thread(self._store, request.key, value)
-        except Exception as exc:  # whatever it is, the call ends now, not at the timeout
+        # its outcome is recorded when the store ends, even when this answer's handler is cancelled
+        # first (scvd stopping): a thread cannot be stopped, and the value may be stored after all
+        store = asyncio.ensure_future(asyncio.to_thread(self._store, request.key, value))
+        self.storing.add(store)
+        store.add_done_callback(lambda done: self._stored(request, decided_by, done))
+        await asyncio.shield(store)
+
+    def _stored(self, request: SecretRequest, decided_by: str, done: asyncio.Future[Any]) -> None:
+        self.storing.discard(done)
+        exc = done.exception() if not done.cancelled() else asyncio.CancelledError()
+        if exc is not None:  # whatever it is, the call ends now, not at the timeout
             why = exc.message if isinstance(exc, errors.ScvError) else type(exc).__name__
             self._finish(request, "failed", decided_by, errors.Failed(
                 f"{request.key} could not be stored: {why}"), reason=why)
-            raise
+            return
+        entry, stored_at = done.result()
         self._finish(request, "stored", decided_by, None, entry=entry)
         self._on_stored(request.key, stored_at)
 

@@ -248,6 +248,8 @@ class Daemon:
                         "leaving them behind", stuck, grace)
         if turns:
             await asyncio.wait(turns, timeout=grace)
+        if self.secret_requests.storing:  # a value a person typed: its store's record goes in the audit log
+            await asyncio.wait(set(self.secret_requests.storing), timeout=grace)
         # 3. the audit log writes what it buffered (before anything that may wait: systemd's
         #    TimeoutStopSec ends in SIGKILL), stop the MCP servers (each within its stop grace, with
         #    its process group), close every client and session
