@@ -7,7 +7,7 @@ import random
 import pytest
 
 from scvd.chat.items import AssistantReply, ToolCall, ToolOutput, UserText
-from scvd.chat.trim import TRIMMED, estimate, trim
+from scvd.chat.trim import TRIMMED, Sizes, estimate, trim
 
 
 def history() -> list:
@@ -175,3 +175,11 @@ def test_a_background_result_handed_over_as_a_note_is_trimmed_like_an_output():
     assert out is not None, "the note could not be trimmed"
     assert out[3] == UserText(text=f"[result of background call c1]: {TRIMMED}", turn="t1", note="c1")
     assert out[0] == items[0] and out[5] == items[5]  # the person's message and the newest step stay
+
+
+def test_each_items_estimate_is_made_once_and_kept_for_the_next_request():
+    # an empty Sizes is falsy: `sizes or Sizes()` threw the conversation's away until one request
+    # had to drop something, so every request of a chat that fit encoded its whole history again
+    sizes, items = Sizes(), history()
+    assert trim(items, 10_000, sizes) == items
+    assert len(sizes) == len(items)

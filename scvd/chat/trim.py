@@ -62,7 +62,7 @@ class Sizes:
 
 def trim(items: Sequence[Any], budget: int, sizes: Sizes | None = None) -> list[Any] | None:
     """`items` fitted into `budget` tokens by the rules above, or None when they cannot fit."""
-    h = _Sized(items, sizes or Sizes())
+    h = _Sized(items, Sizes() if sizes is None else sizes)  # not `or`: an empty Sizes is falsy
     if h.total <= budget:
         return h.items
     newest = _last_step(h.items)
