@@ -213,14 +213,19 @@ class Daemon:
 
     def _release(self) -> None:
         """Close the listener, remove our socket file, release the lock (each at most once)."""
+        self._stop_listening()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _stop_listening(self) -> None:
+        """Close the listener and remove the socket file we bound: nobody listens there any more,
+        so the address is free for another scvd at once (not only once the grace is over)."""
         if self._listener is not None:
             self._listener.close()
         if self._owns_socket:
             remove_socket(self.paths.socket, self._socket_id)
             self._owns_socket = False
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
 
     async def shutdown(self) -> None:
         grace = self.config.server.shutdown_grace_seconds
@@ -234,11 +239,7 @@ class Daemon:
             self._status_soon.cancel()
             self._status_soon = None
         self.notifier.stopping()
-        if self._listener is not None:
-            self._listener.close()
-        if self._owns_socket:  # nobody listens there any more: the address is free for another scvd now
-            remove_socket(self.paths.socket, self._socket_id)
-            self._owns_socket = False
+        self._stop_listening()
         # 2. end chat turns (they say cancelled_by_shutdown), refuse new calls, cancel in-flight ones,
         #    and give them the grace period to clean up
         turns = self.chat.stop()
