@@ -132,6 +132,9 @@ def git_dir_reason(workspace: str, targets: Iterable[str]) -> str | None:
             if _looks_like_git_dir(os.path.join(workspace, *parts[:i])):
                 return (f"{_show(target)} is inside {_show('/'.join(parts[:i]))}, a git directory: its config "
                         "and hooks run at the next git command")
+    if targets and _looks_like_git_dir(workspace):  # a bare repository (or a .git) opened as the workspace
+        return (f"{_show(next(iter(targets)))} is inside the workspace, itself a git directory: its config "
+                "and hooks run at the next git command")
     return None
 
 

@@ -185,3 +185,15 @@ def test_a_git_directory_under_another_name_always_asks_and_a_folder_with_only_a
         "its config and hooks run at the next git command")
     assert git_dir_reason(str(tmp_path), ["notes/config"]) is None
     assert git_dir_reason(str(tmp_path), [".git/hooks/x"]) is None  # the `.git/**` glob's
+
+
+def test_a_workspace_that_is_itself_a_git_directory_always_asks(tmp_path):
+    from scvd.always_ask import git_dir_reason
+
+    (tmp_path / "refs").mkdir()  # `git init --bare` makes HEAD, config, objects/ and refs/ at the root
+    (tmp_path / "HEAD").write_text("ref: refs/heads/main\n")
+    assert git_dir_reason(str(tmp_path), ["config"]) == (
+        "'config' is inside the workspace, itself a git directory: its config and hooks run at the next git command")
+    (tmp_path / "HEAD").unlink()  # a project with a `refs` folder is no git directory
+    assert git_dir_reason(str(tmp_path), ["config"]) is None
+    assert git_dir_reason(str(tmp_path), []) is None

@@ -177,3 +177,20 @@ def test_a_grant_for_write_does_not_cover_a_git_directory_not_named_dot_git(owne
     assert not (root / ".gd" / "hooks" / "pre-commit").exists()
     done = next_of(owner, write(owner, sid, "gd-notes.txt"))  # the grant still covers harmless writes
     assert isinstance(done, p.CallCompleted) and done.ok
+
+
+def test_a_grant_for_write_does_not_cover_a_bare_repository_opened_as_the_workspace(owner: Client, tmp_path: Path) -> None:
+    # the workspace is itself the git directory: `config` and `hooks/` at its root run at the next git command
+    root = tmp_path / "project.git"
+    root.mkdir()
+    sid = owner.open_session(root)
+    grant_writes(owner, sid)  # granted before it became a repository: every write there asks now
+    subprocess.run(["git", "init", "-q", "--bare", str(root)], check=True)
+    call_id = write(owner, sid, "hooks/post-update")
+    asked = next_of(owner, call_id)
+    assert isinstance(asked, p.ApprovalRequested), "hooks/post-update ran unasked under a session grant"
+    assert asked.always_ask == ("'hooks/post-update' is inside the workspace, itself a git directory: its config "
+                                "and hooks run at the next git command")
+    owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
+    assert owner.wait_call(call_id).error.kind == "denied"
+    assert not (root / "hooks" / "post-update").exists()
