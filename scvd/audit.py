@@ -14,7 +14,8 @@ decisions and denials are written at once, and so is every record made with
 no running loop (a worker thread, a script). Writes are whole lines on an
 O_APPEND fd, never interleaved with another writer's; close() writes what is
 buffered, and the server's shutdown calls unbuffer(), so a clean stop
-(SIGTERM) loses nothing. The file is 0600 and
+(SIGTERM) loses nothing. While writes fail (a full disk), at most BACKLOG_MAX
+bytes wait; later records are counted in a `records_lost` line. The file is 0600 and
 rotated by size (audit.log -> audit.log.1 -> ... -> audit.log.<keep>); one deleted
 or renamed under the daemon is made again at its path at the next flush.
 """
@@ -51,6 +52,7 @@ FLUSH_SECONDS = 0.5  # the longest a buffered record waits in memory
 BUFFER_BYTES = 64 << 10  # or this much, whichever comes first
 FORMAT_BATCH = 64  # records kept unformatted before a turn of their own formats them (else the flush does)
 UNFORMATTED_MAX = 256  # records kept unformatted before one is formatted at once (a loop that never yields)
+BACKLOG_MAX = 16 << 20  # kept in memory while writes fail (a full disk); later records are counted, not kept
 
 _encoder = msgspec.json.Encoder()
 _DROP = object()
@@ -133,6 +135,7 @@ class AuditLog:
         # a write failed (a full disk): until one works, only the timer and urgent records try again,
         # not every record past BUFFER_BYTES (each retry writes the whole backlog), and it is logged once
         self._failing = False
+        self._lost = 0  # records dropped past BACKLOG_MAX while failing; a `records_lost` line says how many
         ensure_private_dir(self.path.parent)
         self._fd: int | None = None
         self._size = 0
@@ -194,6 +197,8 @@ class AuditLog:
     def _format_locked(self) -> None:
         """The records that wait, as lines in the buffer, in order."""
         pending, self._unformatted = self._unformatted, []
+        if self._failing or self._lost:
+            return self._format_backlog(pending)
         buffer, encode, added = self._buffer, _encoder.encode, 0
         for now, event, fields in pending:
             kept, dropped = redact(fields)
@@ -203,6 +208,32 @@ class AuditLog:
             buffer.append(line)
             added += len(line)
         self._buffered += added
+
+    def _format_backlog(self, pending: list[tuple[float, str, dict[str, Any]]]) -> None:
+        """_format_locked while writes fail: past BACKLOG_MAX a record is counted, not kept, and a
+        `records_lost` line stands where the records dropped would have been."""
+        for now, event, fields in pending:
+            if self._failing and self._buffered >= BACKLOG_MAX:
+                if not self._lost:
+                    log.error("audit log backlog reached %d MiB while %s cannot be written; later records "
+                              "are counted, not kept, until it can (free space on its disk)",
+                              BACKLOG_MAX >> 20, self.path)
+                self._lost += 1
+                continue
+            self._mark_lost(now)
+            kept, dropped = redact(fields)
+            if dropped:
+                self._warn_dropped(event, dropped)
+            self._append(_encoder.encode({"ts": _timestamp(now), "event": event, **kept}) + b"\n")
+
+    def _mark_lost(self, now: float) -> None:
+        if self._lost:
+            lost, self._lost = self._lost, 0
+            self._append(_encoder.encode({"ts": _timestamp(now), "event": "records_lost", "count": lost}) + b"\n")
+
+    def _append(self, line: bytes) -> None:
+        self._buffer.append(line)
+        self._buffered += len(line)
 
     def _on_format(self) -> None:
         with self._lock:
@@ -261,7 +292,14 @@ class AuditLog:
             raise
         if self._failing:
             self._failing = False
-            log.warning("audit log %s is written again: the records kept meanwhile are in it", self.path)
+            lost = self._lost
+            self._mark_lost(time.time())
+            if lost:
+                log.warning("audit log %s is written again: the records kept meanwhile are in it, and a "
+                            "records_lost line counts the %d dropped", self.path, lost)
+                self._flush_locked()
+            else:
+                log.warning("audit log %s is written again: the records kept meanwhile are in it", self.path)
 
     def _write_buffer(self) -> None:
         while self._buffer:

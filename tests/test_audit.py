@@ -532,3 +532,45 @@ def in_a_process(script: str, path: Path) -> subprocess.CompletedProcess:
     run = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     return run
+
+
+BACKLOG_ON_A_FULL_DISK = r"""
+import asyncio, logging, os, resource, sys
+from scvd import audit as audit_mod
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+audit_mod.BUFFER_BYTES, audit_mod.BACKLOG_MAX = 4_000, 20_000  # 64 KiB and 16 MiB in the daemon
+path = sys.argv[1]
+
+async def main():
+    with audit_mod.AuditLog(path, max_bytes=1 << 30, keep=1) as audit:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10, resource.RLIM_INFINITY))
+        for i in range(1000):  # about 100 bytes a record: some 200 fit in the backlog
+            try:
+                audit.add("completion", {"call_id": f"c{i}", "outcome": "ok"})
+            except OSError:
+                pass
+            if i % 50 == 0:
+                await asyncio.sleep(0)
+        audit._format_locked()
+        print(len(audit._buffer), audit._buffered, flush=True)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        await asyncio.sleep(1.0)  # the timer writes the backlog, then the count of what it dropped
+        audit.add("completion", {"call_id": "after"})
+
+asyncio.run(main())
+"""
+
+
+def test_a_backlog_on_a_full_disk_stops_growing_and_the_log_says_how_many_records_it_lost(tmp_path):
+    # records waited in memory without a cap for as long as the disk stayed full
+    path = tmp_path / "audit.log"
+    run = in_a_process(BACKLOG_ON_A_FULL_DISK, path)
+    kept_lines, kept_bytes = map(int, run.stdout.split())
+    assert kept_bytes < 20_000 + 200 and kept_lines < 300
+    assert run.stderr.count("audit log backlog reached 0 MiB while") == 1, run.stderr[-2000:]
+    assert "later records are counted, not kept, until it can (free space on its disk)" in run.stderr
+    records = lines(path)
+    assert [r["call_id"] for r in records[:-2]] == [f"c{i}" for i in range(kept_lines)]
+    assert records[-2]["event"] == "records_lost" and records[-2]["count"] == 1000 - kept_lines
+    assert records[-1]["call_id"] == "after"
+    assert f"a records_lost line counts the {1000 - kept_lines} dropped" in run.stderr
