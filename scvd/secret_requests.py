@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import errors, protocol as p
+from . import secrets as secrets_mod
 from .secrets import SecretStore, check_key, check_value
 from .text import printable
 
@@ -146,7 +147,7 @@ class SecretRequests:
         request.storing = True
         # its outcome is recorded when the store ends, even when this answer's handler is cancelled
         # first (scvd stopping): a thread cannot be stopped, and the value may be stored after all
-        store = asyncio.ensure_future(asyncio.to_thread(self._store, request.key, value))
+        store = secrets_mod.off_loop(self._store, request.key, value)
         self.storing.add(store)
         store.add_done_callback(lambda done: self._stored(request, decided_by, done))
         await asyncio.shield(store)

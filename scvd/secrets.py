@@ -18,8 +18,10 @@ or keyringrc.cfg) is used when its priority is above 0; an auto-detected one onl
 when keyring calls it recommended (priority >= 1). The keyring cannot list its
 entries, so the file keeps the names (not the values) stored there.
 
-Every method blocks (file I/O, D-Bus): the daemon calls them from a thread, or uses
-`get_async` / `require_async`, which do.
+Every method blocks (file I/O, D-Bus): the daemon calls them through `off_loop`, or
+uses `get_async` / `require_async`, which do. `off_loop` runs them on threads of
+their own, so a keyring that hangs (waiting to be unlocked) holds those, never the
+loop's default executor that session opens and skill reads use.
 """
 
 from __future__ import annotations
@@ -30,10 +32,14 @@ import logging
 import os
 import re
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
 
 from . import errors
 from .toml_write import toml_string
@@ -88,6 +94,24 @@ def missing_message(key: str) -> str:
     """What a user or an agent reads when `key` is nowhere: how to store it (no value, ever)."""
     return (f"the secret {key} is not set: store it with `scvctl secrets set {key}`, or let the agent "
             f"call store_secret with key {key!r} so a person enters it in `scvctl approvals watch`")
+
+
+# --- threads of their own ------------------------------------------------------------
+
+THREADS = 8  # lookups of different keys, stores, launches at once; each hung keyring call holds one
+_T = TypeVar("_T")
+_pool: ThreadPoolExecutor | None = None
+
+
+def off_loop(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+    """`fn(*args)` on the secret store's threads, for a caller on the event loop: whatever may ask
+    the keyring (a lookup, a store, an MCP server's launch, a chat provider's key)."""
+    import asyncio
+
+    global _pool
+    if _pool is None:  # made at first use: an idle daemon without secrets starts no thread
+        _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="scvd-secrets")
+    return asyncio.get_running_loop().run_in_executor(_pool, fn, *args)
 
 
 # --- keyring detection ------------------------------------------------------------
@@ -281,7 +305,7 @@ class SecretStore:
         return f"PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring scvctl secrets set {key}"
 
     async def get_async(self, key: str) -> str | None:
-        """`get` from a thread, for callers on the event loop (the keyring may talk D-Bus). One
+        """`get` on the store's threads (`off_loop`), for callers on the event loop (the keyring may talk D-Bus). One
         lookup per key at a time: callers that come while it is under way share its answer, so a
         keyring that hangs (waiting to be unlocked) holds one thread, not one per call that gave up."""
         import asyncio
@@ -289,7 +313,7 @@ class SecretStore:
         loop = asyncio.get_running_loop()
         looking = self._looking.get(key)
         if looking is None or looking.get_loop() is not loop:
-            looking = self._looking[key] = loop.create_task(asyncio.to_thread(self.get, key))
+            looking = self._looking[key] = off_loop(self.get, key)
             looking.add_done_callback(lambda done: self._settled(key, done))
         return await asyncio.shield(looking)  # a caller's timeout must not end the others' wait
 
@@ -301,11 +325,9 @@ class SecretStore:
 
     async def require_async(self, key: str) -> str:
         """`get_async`, or CredentialMissing as `require` says it."""
-        import asyncio
-
         value = await self.get_async(key)
         if value is None:
-            raise await asyncio.to_thread(self.missing_error, key)
+            raise await off_loop(self.missing_error, key)
         return value
 
     def source(self, key: str) -> Entry:

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from .. import errors, protocol as p
+from ..secrets import off_loop
 from ..text import well_formed
 from . import provider as provider_mod
 from .catalog import Catalog
@@ -373,7 +374,7 @@ class ChatService:
         await asyncio.to_thread(importlib.import_module, "scvd.chat.openai_api")
         # the daemon's configuration now, not the session's snapshot: a provider fixed in config.toml
         # and reloaded (its base_url, model, key) serves the open chat's next turn
-        settings = await asyncio.to_thread(
+        settings = await off_loop(  # the key may come from the keyring, which may hang
             provider_mod.resolve, chat.provider, self.daemon.config, self.daemon.paths.adapters_dir,
             getattr(self.daemon, "secrets", None))
         return provider_mod.make(settings)

@@ -24,6 +24,7 @@ from .. import __version__
 from ..config import McpServerConfig, SecretRef
 from ..redact import redact
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, ToolError, Unavailable
+from ..secrets import off_loop
 from ..text import well_formed
 from . import spec
 from .tool import CallOutcome, ToolSpec
@@ -179,7 +180,7 @@ class ServerLink:
             self._launched_at = time.monotonic()  # on the thread, as the read begins: what it reads
             return self._launch()  # holds every secret stored before this moment
 
-        target = await asyncio.to_thread(launch)  # the secret store may talk to a keyring
+        target = await off_loop(launch)  # the secret store may talk to a keyring, which may hang
         self._secrets = _secret_values(self.cfg, target)
         if isinstance(target, spec.StdioLaunch):
             from .stdio import open_stdio

@@ -31,7 +31,7 @@ from .. import passenv
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import CUT_MARKER, run_process
 from ..redact import forms, redact
-from ..secrets import SecretStore
+from ..secrets import SecretStore, off_loop
 from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline
 from .script_defs import ScriptDef, load_all, script_root
@@ -202,7 +202,7 @@ class ScriptTool(Tool):
                 raise kind(f"{self.name}: cannot look up its secret {key}: {exc.message}",
                            hint=getattr(exc, "hint", None)) from None
             if value is None:  # the message reads the file again (a keyring out of reach?): a thread
-                missing = await asyncio.to_thread(store.missing_error, key, f"scvctl secrets set {key}")
+                missing = await off_loop(store.missing_error, key, f"scvctl secrets set {key}")
                 raise CredentialMissing(f"{self.name}: {missing.message}", hint=missing.hint)
             values[key] = value
         return values

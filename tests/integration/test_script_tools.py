@@ -618,3 +618,25 @@ def test_a_result_with_a_file_name_that_is_not_utf8_completes(make_daemon, scv_h
         assert done.result == {"files": ["caf\ufffd.txt", "ok.txt"], "face": "\ufffd"}
         assert c.call(sid, "read", {"path": "ok.txt"}).result["content"] == "fine"  # the lane moved on
     assert "Traceback" not in d.log()
+
+
+def test_a_hung_keyring_holding_threads_for_many_secrets_does_not_stall_session_opens(make_daemon, scv_home,
+                                                                                     workspace, tmp_path):
+    """Each secret's lookup held a thread of the loop's default executor (6 on two CPUs): with six
+    lookups hung, session.open (which reads its services there) waited for the keyring too."""
+    keys = [f"TOKEN_{i}" for i in range(8)]
+    for i, key in enumerate(keys):
+        make_tool(scv_home, f"t{i}", "#!/bin/bash\n", risk="process", secrets=[key], timeout=1)
+    d = make_daemon(home=scv_home, env={
+        "PYTHON_KEYRING_BACKEND": "helpers.slow_keyring.Keyring", "LOCKABLE_KEYRING": str(tmp_path / "kr.json"),
+        "SLOW_KEYRING_READ_SECONDS": "600", "SLOW_KEYRING_READS": str(tmp_path / "reads"),
+        "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+    with d.client(name="agent") as c:
+        sessions = [c.open_session(workspace) for _ in keys]  # a lane each: the lookups hang together
+        calls = [c.start_call(sid, f"script_t{i}", {"text": "x"}) for i, sid in enumerate(sessions)]
+        assert all(c.wait_call(call_id).error.kind == "timeout" for call_id in calls)
+        assert sorted((tmp_path / "reads").read_text().split()) == keys  # every lookup still hangs
+        (workspace / "notes.txt").write_text("still served\n")
+        with d.client(name="other", timeout=10) as other:  # it waited for the keyring: 600 s
+            done = other.call(other.open_session(workspace), "read", {"path": "notes.txt"})
+    assert done.ok and done.result["content"] == "still served\n", done.error
