@@ -1,4 +1,4 @@
-"""Secret values taken out of text scvd shows: a script's output, an MCP server's error or stderr.
+"""Secret values taken out of text scvd shows: a script's output, an MCP server's result, error or stderr.
 
 Rule: every form a value may be printed in reads `[secret KEY]`: as is, as a `repr` of
 the string or of its UTF-8 bytes, or as a JSON string from any common encoder (Python's
@@ -26,6 +26,17 @@ def redact(text: str, secrets: dict[str, str]) -> str:
         if form in text:
             text = text.replace(form, standin)
     return text
+
+
+def redact_tree(value: object, secrets: dict[str, str]) -> object:
+    """A parsed JSON value with the secrets taken out of every string in it, keys included."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, list):
+        return [redact_tree(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {redact(k, secrets): redact_tree(v, secrets) for k, v in value.items()}
+    return value
 
 
 def forms(secrets: dict[str, str]) -> dict[str, str]:

@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 
 from .. import __version__
 from ..config import McpServerConfig, SecretRef
-from ..redact import redact
+from ..redact import redact, redact_tree
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, ToolError, Unavailable
 from ..secrets import off_loop
 from ..text import well_formed
@@ -290,13 +290,19 @@ class ServerLink:
             raise _call_error(f"mcp server {self.name}: {tool}: {message}", exc.error.code) from None
         except (asyncio.CancelledError, ScvError):
             raise
-        except Exception as exc:  # the connection broke under the call
+        except Exception as exc:  # the connection broke under the call, or the result was bad
+            if self._refused_posts == refused and _bad_result(exc):  # the connection is fine: keep it
+                why = redact(_describe(exc), self._secrets)
+                raise Failed(f"mcp server {self.name}: {tool}: its result was not usable ({why}); "
+                             "report it to the server's author") from None
             self._lose()
             if self._refused_posts != refused:
                 self._raise_if_credential_refused(tool)
             why = redact(_describe(exc), self._secrets)
             raise Unavailable(f"mcp server {self.name} failed during the call: {why}") from None
         dumped = well_formed(result.model_dump(mode="json", exclude_none=True))
+        if self._secrets:  # a server may quote the token its start was given, in an error or a result
+            dumped = redact_tree(dumped, self._secrets)
         return CallOutcome(is_error=bool(getattr(result, "is_error", False)),
                            content=dumped.get("content") or [], structured=dumped.get("structured_content"))
 
@@ -379,6 +385,22 @@ def _any(exc: BaseException, test: Any) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return any(_any(e, test) for e in exc.exceptions)
     return bool(test(exc))
+
+
+def _bad_result(exc: BaseException) -> bool:
+    """Whether the SDK refused a result it read whole (against the tool's outputSchema, or of a kind
+    scvd did not ask for): the server's bug, not a broken connection."""
+    import pydantic
+    from mcp.client.extension import UnexpectedClaimedResult
+
+    if isinstance(exc, (pydantic.ValidationError, UnexpectedClaimedResult)):
+        return True
+    # ClientSession.validate_tool_result's and call_tool's own words; any other RuntimeError may be a break
+    return isinstance(exc, RuntimeError) and str(exc).startswith(_BAD_RESULT)
+
+
+_BAD_RESULT = ("Invalid structured content", "Invalid schema for tool", "Server returned InputRequiredResult",
+               "Tool ")  # "Tool X has an output schema but did not return structured content"
 
 
 def _broke(exc: BaseException) -> bool:

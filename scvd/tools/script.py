@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from .. import passenv
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import CUT_MARKER, run_process
-from ..redact import forms, redact
+from ..redact import forms, redact, redact_tree
 from ..secrets import SecretStore, off_loop
 from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline
@@ -316,17 +316,6 @@ def _not_json(constant: str) -> Any:
     """NaN and Infinity are Python's, not JSON's: the result would carry them as null. Such output
     is handed back as the text the script printed."""
     raise ValueError(f"{constant} is not JSON")
-
-
-def redact_tree(value: Any, secrets: dict[str, str]) -> Any:
-    """A parsed JSON value with the secrets taken out of every string in it, keys included."""
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, list):
-        return [redact_tree(v, secrets) for v in value]
-    if isinstance(value, dict):
-        return {redact(k, secrets): redact_tree(v, secrets) for k, v in value.items()}
-    return value
 
 
 def redacted(result: Any, secrets: dict[str, str]) -> Any:

@@ -6,12 +6,16 @@ a tool `big` whose inputSchema is about 9 MB; `remote-ref=URL` also lists a tool
 argument `x` is `{"$ref": URL}`; `slow-start=SECONDS` waits that long before it reads its first
 line (a server that takes a while to come up); `bad-schema` also lists a tool `odd` whose inputSchema
 has `properties` as a list (the SDK refuses the whole list); `clashing-names` also lists `Echo`
-(scvd's name for it is `echo`'s too). Its tool `echo` answers with its arguments.
+(scvd's name for it is `echo`'s too); `results` also lists `leak_error` and `leak_ok`, which quote
+the environment's LEAK_TOKEN in an isError text and in a result's text and structuredContent, and
+`typed`, whose structuredContent does not match its outputSchema. Its tool `echo` answers with its
+arguments.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 mode = sys.argv[1]
@@ -27,6 +31,11 @@ if mode == "clashing-names":
     tools.append({"name": "Echo", "description": "Echo, spelled otherwise.", "inputSchema": {"type": "object"}})
 if mode == "bad-schema":
     tools.append({"name": "odd", "description": "An odd schema.", "inputSchema": {"type": "object", "properties": []}})
+if mode == "results":
+    tools += [{"name": "leak_error", "description": "Fails quoting its token.", "inputSchema": {"type": "object"}},
+              {"name": "leak_ok", "description": "Echoes its token.", "inputSchema": {"type": "object"}},
+              {"name": "typed", "description": "A result unlike its schema.", "inputSchema": {"type": "object"},
+               "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}]
 if mode == "huge-schema":
     values = [f"v{i:07d}" for i in range(900_000)]
     tools.append({"name": "big", "description": "A huge schema.",
@@ -56,7 +65,16 @@ for line in sys.stdin:
         if mode == "die-after-list":
             sys.exit(3)
     elif method == "tools/call":
+        name, token = msg["params"]["name"], os.environ.get("LEAK_TOKEN", "")
         text = json.dumps(msg["params"].get("arguments") or {})
-        send({"jsonrpc": "2.0", "id": msg_id, "result": {"content": [{"type": "text", "text": text}]}})
+        result: dict = {"content": [{"type": "text", "text": text}]}
+        if name == "leak_error":
+            result = {"isError": True, "content": [{"type": "text", "text": f"401 Bad credentials for {token}"}]}
+        elif name == "leak_ok":
+            result = {"content": [{"type": "text", "text": f"token={token}"}],
+                      "structuredContent": {"token": token, token: "as a key"}}
+        elif name == "typed":
+            result = {"content": [{"type": "text", "text": "n?"}], "structuredContent": {"n": "not a number"}}
+        send({"jsonrpc": "2.0", "id": msg_id, "result": result})
     elif msg_id is not None:
         send({"jsonrpc": "2.0", "id": msg_id, "result": {}})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -576,6 +577,45 @@ def test_a_stdio_servers_stderr_shows_its_secrets_as_their_keys(make_daemon, wor
     status, log = scvctl(d, "status"), d.log()
     assert "auth failed with key [secret ECHO_KEY]" in status and "auth failed with key [secret ECHO_KEY]" in log
     assert "sk-echo-4242" not in status + log
+
+def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_daemon, workspace, tmp_path):
+    # an isError text went to the agent as the call's error with the token in it
+    starts = tmp_path / "starts"
+    table = quirks_stdio_table("results", starts) + 'risk = "read_only"\nenv = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n'
+    from conftest import wait_for_socket
+
+    d = make_daemon(table, env=NO_KEYRING, wait=False)
+    store_secret(d, "LEAK_TOKEN", "ghp-leaky-0451")
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="t") as c:
+        server(c, "raw")
+        sid = c.open_session(workspace)
+        failed = c.call(sid, "mcp__raw__leak_error", {})
+        shown = c.call(sid, "mcp__raw__leak_ok", {})
+    assert failed.error.kind == "failed"
+    assert failed.error.message == "mcp__raw__leak_error: 401 Bad credentials for [secret LEAK_TOKEN]"
+    assert shown.ok and shown.result["text"] == "token=[secret LEAK_TOKEN]"
+    assert shown.result["structured_content"] == {"token": "[secret LEAK_TOKEN]", "[secret LEAK_TOKEN]": "as a key"}
+
+
+def test_a_result_unlike_the_tools_output_schema_fails_that_call_and_keeps_the_server(make_daemon, workspace,
+                                                                                      tmp_path):
+    # it was taken for a broken connection: `unavailable` (retry!), the server restarted, other calls cut off
+    starts = tmp_path / "starts"
+    d = make_daemon(quirks_stdio_table("results", starts) + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        server(c, "raw")
+        sid = c.open_session(workspace)
+        bad = c.call(sid, "mcp__raw__typed", {})
+        after = c.call(sid, "mcp__raw__echo", {"still": "here"})
+    assert bad.error.kind == "failed", bad.error
+    assert bad.error.message.startswith(
+        "mcp server raw: typed: its result was not usable (RuntimeError: Invalid structured content returned by "
+        "tool typed: "), bad.error.message
+    assert bad.error.message.endswith("; report it to the server's author")
+    assert after.ok and json.loads(after.result["text"]) == {"still": "here"}
+    assert starts.read_text().splitlines() == ["start"]  # never restarted
+
 
 def test_an_http_call_may_take_longer_than_the_sdks_read_timeout(make_inproc, workspace, http_server, monkeypatch):
     """The SDK's HTTP client stops reading after 300 s of silence: a call the server answered later
