@@ -226,6 +226,9 @@ def serve(daemon: Any, inherited: list[Any]) -> None:
     finally:
         asyncio.set_event_loop(None)
         loop.close()
+        from .secrets import stop_threads
+
+        stop_threads()
 
 
 def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Path, level: str) -> int:

@@ -114,6 +114,15 @@ def off_loop(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
     return asyncio.get_running_loop().run_in_executor(_pool, fn, *args)
 
 
+def stop_threads() -> None:
+    """At exit: the idle threads end (the loop's own executor does so as it closes); one still in a
+    hung keyring call stays, and the exit says so."""
+    global _pool
+    if _pool is not None:
+        _pool.shutdown(wait=False, cancel_futures=True)
+        _pool = None
+
+
 # --- keyring detection ------------------------------------------------------------
 
 

@@ -316,6 +316,8 @@ def test_scvctl_secrets_set_then_the_script_gets_it_in_its_environment(make_daem
     assert done.ok, done.error
     assert done.result["sha256"] == hashlib.sha256(b"tok-123").hexdigest()
     assert done.result["leaked"] == []  # scrubbed like an agent's environment
+    assert d.stop() == 0
+    assert "exiting without waiting" not in d.log()  # the lookup's idle thread does not hold up the exit
 
 
 def test_a_secret_another_tool_declares_is_not_inherited_from_scvds_environment(make_daemon, scv_home, workspace):
