@@ -83,6 +83,10 @@ class McpServers:
         self.left_out: dict[str, list[str]] = {}  # name -> why tools it listed were left out
         self._sandboxed_by: dict[str, tuple[Any, bool]] = {}  # name -> _sandbox_now() at its start
         self._stored: dict[str, float] = {}  # secret key -> when (monotonic) store_secret last stored it
+        # stops of the servers a reload removed: tasks of their own, so that neither cancelling the reload
+        # nor scvd's stop (close() waits for them) leaves one running
+        self._stopping: set[asyncio.Future[None]] = set()
+        self._closed = False  # scvd is stopping: a reload under way starts nothing more
 
     async def apply(self, config: Config) -> None:
         """Start added servers, stop removed ones, restart changed ones; leave the rest alone."""
@@ -90,10 +94,13 @@ class McpServers:
         if any(isinstance(link, WithoutSdk) for link in self.links.values()):
             importlib.invalidate_caches()  # the SDK may have been installed since: a reload tries again
         sandbox = self._sandbox_now()
-        for name in [n for n, link in self.links.items()
-                     if wanted.get(n) != link.cfg or isinstance(link, WithoutSdk)
-                     or self._sandboxed_by.get(n, sandbox) != sandbox]:
-            await self._remove(name)
+        stops = [self._remove(name) for name in [
+            n for n, link in self.links.items()
+            if wanted.get(n) != link.cfg or isinstance(link, WithoutSdk) or self._sandboxed_by.get(n, sandbox) != sandbox]]
+        if stops:  # together: each may take its stop's grace
+            await asyncio.shield(asyncio.gather(*stops, return_exceptions=True))
+        if self._closed:
+            return
         for name, cfg in wanted.items():
             if name not in self.links:
                 self._add(name, cfg)
@@ -117,7 +124,8 @@ class McpServers:
         sandbox = self.host.sandbox
         return self.host.config.sandbox, bool(sandbox is not None and sandbox.active)
 
-    async def _remove(self, name: str) -> None:
+    def _remove(self, name: str) -> asyncio.Future[None]:
+        """Take the server out now; its stop runs in a task of its own (returned)."""
         link = self.links.pop(name)
         self._sandboxed_by.pop(name, None)
         # a grant was a person's trust in this server; a changed table may run another program
@@ -126,8 +134,15 @@ class McpServers:
         self.refused.pop(name, None)
         self.left_out.pop(name, None)
         self._register_everywhere(name)  # none left: gone from every session too
+        stop = asyncio.ensure_future(self._stop(link))
+        self._stopping.add(stop)
+        stop.add_done_callback(self._stopping.discard)
+        return stop
+
+    @staticmethod
+    async def _stop(link: Any) -> None:
         await link.stop()
-        log.info("mcp server %s: stopped", name)
+        log.info("mcp server %s: stopped", link.name)
 
     def secret_stored(self, key: str, stored_at: float) -> None:
         """A person just entered `key` (store_secret): a server down for want of it, or whose header
@@ -162,7 +177,10 @@ class McpServers:
         return [link for link in self.links.values() if key in server_secrets(link.cfg)]
 
     async def close(self) -> None:
-        await asyncio.gather(*(link.stop() for link in self.links.values()), return_exceptions=True)
+        """Stop every server, and wait for those a reload is still stopping."""
+        self._closed = True
+        await asyncio.gather(*(link.stop() for link in self.links.values()), *self._stopping,
+                             return_exceptions=True)
 
     def _launch(self, name: str, cfg: McpServerConfig) -> Any:
         """Built at each start, so a secret stored since the last one is picked up."""

@@ -8,8 +8,8 @@ line (a server that takes a while to come up); `bad-schema` also lists a tool `o
 has `properties` as a list (the SDK refuses the whole list); `clashing-names` also lists `Echo`
 (scvd's name for it is `echo`'s too); `results` also lists `leak_error` and `leak_ok`, which quote
 the environment's LEAK_TOKEN in an isError text and in a result's text and structuredContent, and
-`typed`, whose structuredContent does not match its outputSchema. Its tool `echo` answers with its
-arguments.
+`typed`, whose structuredContent does not match its outputSchema; `stubborn` does not exit when its
+stdin ends (its stop takes scvd's grace, then SIGTERM). Its tool `echo` answers with its arguments.
 """
 
 from __future__ import annotations
@@ -78,3 +78,8 @@ for line in sys.stdin:
         send({"jsonrpc": "2.0", "id": msg_id, "result": result})
     elif msg_id is not None:
         send({"jsonrpc": "2.0", "id": msg_id, "result": {}})
+
+if mode == "stubborn":
+    import time
+
+    time.sleep(1000)

@@ -449,6 +449,42 @@ def test_sighup_applies_added_removed_and_changed_servers_only(make_daemon, work
         assert server_pid(str(workspace), d.proc.pid) == kept
 
 
+def stubborn_table(name: str, tag: str) -> str:
+    """A stdio server that ignores its stdin's end: stopping it takes the 2 s grace, then SIGTERM."""
+    return quirks_stdio_table("stubborn", Path(tag)).replace("[mcp.servers.raw]", f"[mcp.servers.{name}]")
+
+
+def running_with(tag: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and tag.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_stop_during_a_reload_leaves_no_server_running_and_starts_none(make_daemon, tmp_path):
+    # the reload's stop of the changed server was cut off by scvd's exit (the server lived on), and the
+    # reload went on to start servers after scvd had stopped them all
+    tag = str(tmp_path / "stubborn")  # in each server's argv (its starts file)
+    d = make_daemon(stubborn_table("slow", f"{tag}-old") + fs_table(tmp_path, "kept"))
+    with d.client(name="t") as c:
+        server(c, "slow")
+        server(c, "kept")
+    assert running_with(f"{tag}-old")
+    (d.home / "config.toml").write_text(stubborn_table("slow", f"{tag}-new") + fs_table(tmp_path, "kept")
+                                        + stubborn_table("added", f"{tag}-added"))
+    d.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.7)  # the reload now waits in the old server's stop (its 2 s grace)
+    assert d.stop() == 0
+    log = d.log()
+    stopped_at = log.index("stopping (")
+    assert "mcp server added: starting" not in log[stopped_at:], log[stopped_at:]
+    assert running_with(tag) == [], log[-3000:]
+
+
 # --- a streamable HTTP server, written with the SDK's own server class ------------------------
 
 HTTP_SERVER = ROOT / "tests" / "helpers" / "mcp_http_server.py"
