@@ -92,19 +92,31 @@ def _exec_event(c: Any, args: argparse.Namespace, session: str, event: Any, stat
     elif isinstance(event, p.AssistantCompleted):
         state["text"] = event.text
     elif isinstance(event, p.ApprovalRequested) and event.session == session and args.yes:
+        _exec_decide(c, event)
+    elif isinstance(event, p.QuestionAsked):
+        try:
+            c.request(p.QuestionAnswer, session=session, question_id=event.question_id, answer=HEADLESS_ANSWER)
+        except errors.InvalidRequest:  # the turn ended (cancelled, failed) first: its end event follows
+            print(f"  question {event.question_id} was no longer open", file=sys.stderr, flush=True)
+    elif isinstance(event, p.CallCompleted):
+        state["calls"].append({"call_id": event.call_id, "ok": event.ok,
+                               **({"error": event.error} if event.error else {})})
+        if not event.ok and not args.json:
+            print(f"[{event.call_id}] {event.error.kind}: {printable(event.error.message)}", file=sys.stderr)
+
+
+def _exec_decide(c: Any, event: p.ApprovalRequested) -> None:
+    # a person at `scvctl approvals watch` may decide first: that is no reason to end exec (and with
+    # it, by its connection closing, the turn)
+    try:
         if event.always_ask:  # no grant covers it, and --yes is no person looking at it
             c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="deny", reason=(
                 f"scvctl exec --yes approves ordinary requests only; this one always asks a person "
                 f"({event.always_ask}): run exec without --yes while `scvctl approvals watch` runs"))
         else:
             c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="approve")
-    elif isinstance(event, p.QuestionAsked):
-        c.request(p.QuestionAnswer, session=session, question_id=event.question_id, answer=HEADLESS_ANSWER)
-    elif isinstance(event, p.CallCompleted):
-        state["calls"].append({"call_id": event.call_id, "ok": event.ok,
-                               **({"error": event.error} if event.error else {})})
-        if not event.ok and not args.json:
-            print(f"[{event.call_id}] {event.error.kind}: {printable(event.error.message)}", file=sys.stderr)
+    except errors.ApprovalNotFound:
+        print(f"  {event.approval_id} was already decided elsewhere", file=sys.stderr, flush=True)
 
 
 def _exec_summary(chat: p.ChatOpened, end: Any, state: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,78 @@
+"""`scvctl exec` over a scripted client: what it does when the daemon refuses its answers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scvctl import chat
+from scvd import errors, protocol as p
+
+SESSION, TURN = "s1", "t1"
+
+
+class ScriptedClient:
+    """Hands out `events` in order; answers chat.open and turn.start, and raises `refusals[type]`
+    for the request of that type (as the daemon's error frame would)."""
+
+    def __init__(self, events: list[Any], refusals: dict[type, errors.ScvError]) -> None:
+        self.events = list(events)
+        self.refusals = refusals
+        self.sent: list[type] = []
+
+    def __enter__(self) -> ScriptedClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def request(self, kind: type, **fields: Any) -> Any:
+        self.sent.append(kind)
+        if kind in self.refusals:
+            raise self.refusals[kind]
+        if kind is p.ChatOpen:
+            return p.ChatOpened(id=1, session=SESSION, conversation="c1", workspace="/w", provider="fake")
+        if kind is p.TurnStart:
+            return p.TurnAccepted(id=2, turn=TURN)
+        return p.Ok(id=3)
+
+    def next_event(self) -> Any:
+        return self.events.pop(0)
+
+
+def exec_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, client: ScriptedClient) -> int:
+    monkeypatch.setattr(chat, "connect", lambda *a, **kw: client)
+    args = argparse.Namespace(workspace=tmp_path, provider=None, yes=True, json=True, prompt="hi")
+    return chat.cmd_exec(args)
+
+
+def approval(always_ask: str | None = None) -> p.ApprovalRequested:
+    return p.ApprovalRequested(seq=1, approval_id="a1", session=SESSION, call_id="c1", tool="bash", risk="high",
+                               workspace="/w", summary="run it", always_ask=always_ask)
+
+
+@pytest.mark.parametrize("always_ask", [None, "a git directory"])
+def test_exec_yes_goes_on_when_a_person_decided_its_approval_first(monkeypatch, tmp_path, capsys, always_ask):
+    client = ScriptedClient(
+        [approval(always_ask), p.TurnCompleted(seq=2, session=SESSION, turn=TURN)],
+        {p.ApprovalDecide: errors.ApprovalNotFound("no pending approval 'a1'")})
+    assert exec_with(monkeypatch, tmp_path, client) == chat.EXIT_OK
+    out, err = capsys.readouterr()
+    assert json.loads(out)["status"] == "completed"
+    assert "a1 was already decided elsewhere" in err
+    assert p.ApprovalDecide in client.sent
+
+
+def test_exec_goes_on_when_its_question_closed_before_its_answer(monkeypatch, tmp_path, capsys):
+    asked = p.QuestionAsked(seq=1, session=SESSION, turn=TURN, question_id="q1", question="which one?")
+    client = ScriptedClient(
+        [asked, p.TurnCancelled(seq=2, session=SESSION, turn=TURN, reason="cancelled")],
+        {p.QuestionAnswer: errors.InvalidRequest("no open question 'q1' in session s1")})
+    assert exec_with(monkeypatch, tmp_path, client) == chat.EXIT_ERROR
+    out, err = capsys.readouterr()
+    assert json.loads(out)["status"] == "cancelled"
+    assert "question q1 was no longer open" in err
