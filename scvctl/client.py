@@ -107,11 +107,13 @@ class ClientCore:
         self.events: collections.deque[p.Frame] = collections.deque()
         self.answers: dict[Any, p.Frame] = {}
         self.orphan_errors: collections.deque[p.Error] = collections.deque()
+        self._unanswered: collections.deque[Any] = collections.deque()  # ids built, in order, not answered yet
 
     def build(self, frame: p.Frame | type, **fields: Any) -> p.Frame:
         """A request frame with a fresh id (or the frame given, as is)."""
         if isinstance(frame, type):
-            return frame(id=next(self._ids), **fields)
+            frame = frame(id=next(self._ids), **fields)
+            self._unanswered.append(frame.id)  # here only: a frame given as is was built here (hello) or elsewhere
         return frame
 
     def hello(self, name: str, approver: bool, answers_secrets: bool = True) -> p.Frame:
@@ -133,6 +135,7 @@ class ClientCore:
                 self.events.append(frame)
             elif getattr(frame, "id", None) is not None:
                 self.answers[frame.id] = frame
+                self._answered(frame.id)
             else:
                 self.orphan_errors.append(frame)  # type: ignore[arg-type]
 
@@ -144,6 +147,11 @@ class ClientCore:
             return
         self.answers[request] = p.Error(id=request, code="internal", message=(
             f"scvd answered with a frame this client cannot read ({exc}); use the scvctl of scvd's version"))
+        self._answered(request)
+
+    def _answered(self, request_id: Any) -> None:
+        if request_id in self._unanswered:
+            self._unanswered.remove(request_id)
 
     def welcomed(self, welcome: p.Welcome) -> p.Welcome:
         """Read frames up to the size the server announced (its server_frame_bytes may be raised)."""
@@ -152,12 +160,20 @@ class ClientCore:
 
     def take_answer(self, request_id: Any) -> p.Frame | None:
         """The answer to `request_id` if it came; raises its error."""
-        if self.orphan_errors:
-            raise error_from_frame(self.orphan_errors.popleft())
         answer = self.answers.pop(request_id, None)
+        if answer is None and self.orphan_errors and self._oldest_waiting(request_id):
+            answer = self.orphan_errors.popleft()
+            self._answered(request_id)
         if isinstance(answer, p.Error):
             raise error_from_frame(answer)
         return answer
+
+    def _oldest_waiting(self, request_id: Any) -> bool:
+        """Whether an error without an id (frame_too_large) is `request_id`'s. scvd answers frames in
+        order, so it is the oldest request's that has no answer yet, not whichever request looks
+        first (that one got a stranger's error, and the stranger waited for ever). An id this core
+        did not build it cannot place: that one takes it."""
+        return request_id not in self._unanswered or self._unanswered[0] == request_id
 
 
 class Client:
