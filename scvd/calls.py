@@ -72,6 +72,7 @@ from .always_ask import always_ask_reason, git_dir_reason, own_files_reason
 from .approvals import Approval, ApprovalGate, Decider, Verdict, exposes_host, own_dirs, policy_verdict
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Lane, Owner, Session, Ticket
+from .text import excerpt
 from .tools.contract import NOT_NOW, CallContext, Plan, Tool, ToolRisk, check_timeout
 from .workers import run_check
 
@@ -80,6 +81,10 @@ if TYPE_CHECKING:
     from .sandbox import Sandbox
 
 log = logging.getLogger("scvd.calls")
+
+# of a tool's progress message (ctx.progress): a status line, and an MCP server's is its own text,
+# of any size; cut here, so that every tool's fits in a frame and a client shows a line
+PROGRESS_CHARS = 2000
 
 
 class AuditSink(Protocol):
@@ -558,7 +563,7 @@ class CallRegistry:
         if call.done:
             return
         now = asyncio.get_running_loop().time()
-        self._progress(call, now - call.started_at, message)
+        self._progress(call, now - call.started_at, excerpt(message, PROGRESS_CHARS)[0])
         call.next_progress = now + call.session.config.tools.progress_interval_seconds
 
     # --- completion and audit: the only places ----------------------------------------

@@ -17,8 +17,11 @@ import socket
 import struct
 from typing import Any, Callable
 
+import msgspec
+
 from . import protocol as p
 from .approvals import Decider, spawned_by_daemon
+from .text import well_formed
 
 log = logging.getLogger("scvd.server")
 
@@ -179,12 +182,41 @@ class Connection:
         return f"#{self.id} {self.client or '?'} pid={self.pid}"
 
 
+# events whose size is one text's: over the limit, that text is cut and the event stays itself, with
+# its seq (an id-less `internal` error in its place left a gap in the seqs, and clients raised it
+# into whichever request waited)
+LONG_TEXT = {p.CallProgress: "message", p.AssistantDelta: "text", p.AssistantCompleted: "text",
+             p.QuestionAsked: "question"}
+
+
 def too_large(frame: p.Frame, size: int, limit: int) -> p.Frame:
     message = f"frame of {size} bytes exceeds server.server_frame_bytes ({limit})"
     if isinstance(frame, p.CallCompleted):
         error = p.ToolErrorInfo(kind="limit", message=f"result too large: {message}; ask for less output")
         return p.CallCompleted(seq=frame.seq, call_id=frame.call_id, ok=False, error=error, turn=frame.turn)
+    field = LONG_TEXT.get(type(frame))
+    cut = _cut_text(frame, field, limit) if field else None
+    if cut is not None:
+        return cut
     return p.Error(code="internal", message=message, id=getattr(frame, "id", None))
+
+
+def _cut_text(frame: p.Frame, field: str, limit: int) -> p.Frame | None:
+    """`frame` with its text `field` cut to fit in `limit` bytes, saying how much went; None if none fits."""
+    text = well_formed(getattr(frame, field))  # once: a lone surrogate made every encode below slow
+    if not text:  # the frame is large for another reason
+        return None
+
+    def note(more: int) -> str:
+        return f" ... [cut: {more:,} more chars did not fit server.server_frame_bytes]"
+
+    room = limit - len(p.encode(msgspec.structs.replace(frame, **{field: note(len(text))})))  # the longest note
+    if room < 0:
+        return None
+    keep = min(len(text), room)  # chars; each is a byte in JSON at the least, six at most (\u0001)
+    while keep > 0 and (size := len(msgspec.json.encode(text[:keep])) - 2) > room:
+        keep = keep * room // size  # as many as the kept part's bytes per char say fit; fewer each time
+    return msgspec.structs.replace(frame, **{field: text[:keep] + note(len(text) - keep)})
 
 
 def peer_credentials(sock: socket.socket | None) -> tuple[int, int, int]:

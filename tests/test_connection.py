@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import pytest
+
 from scvd import protocol as p
-from scvd.connection import Connection
+from scvd.connection import Connection, too_large
 
 LIMIT = 1 << 20
 
@@ -151,3 +153,17 @@ def test_a_peer_that_reads_on_past_the_bound_gets_everything(run_loop, monkeypat
         peer.close()
 
     run_loop(main())
+
+
+@pytest.mark.parametrize("char", ["x", "\x01"])  # "\x01" is six bytes in JSON: the cut counts bytes
+def test_an_oversized_progress_event_stays_a_progress_event_with_its_text_cut(char):
+    """It became an id-less `internal` error: a gap in the event seqs, and the client raised the
+    error into whatever request it waited for."""
+    limit = 4096
+    event = p.CallProgress(seq=7, call_id="c1", elapsed_s=1.5, turn="t1", message="step 3: " + char * (1 << 20))
+    data = p.encode(too_large(event, len(p.encode(event)), limit))
+    assert len(data) <= limit
+    sent = p.decode_server_frame(data)
+    assert isinstance(sent, p.CallProgress) and (sent.seq, sent.call_id, sent.turn) == (7, "c1", "t1")
+    assert sent.message.startswith("step 3: " + char * 100)
+    assert sent.message.endswith("more chars did not fit server.server_frame_bytes]")

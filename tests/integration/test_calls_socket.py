@@ -10,11 +10,15 @@ from __future__ import annotations
 import collections
 import logging
 import re
+from typing import Any
 
 import pytest
 
 from helpers.probe_tools import flush, requested, resolved, rig, wait_idle  # noqa: F401 (rig is a fixture)
+from helpers.probe_tools import EchoArgs, Probe, ProbeEcho, Rig
 from scvd import errors, protocol as p
+from scvd.calls import PROGRESS_CHARS
+from scvd.tools.contract import CallContext, Plan
 
 FAST = '[tools]\nprogress_interval_seconds = 0.2\n'
 
@@ -31,6 +35,19 @@ def settled_events(client) -> list:
 
 def completed_by_id(events) -> dict[str, p.CallCompleted]:
     return {e.call_id: e for e in events if isinstance(e, p.CallCompleted)}
+
+
+class ProbeLoud(ProbeEcho):
+    """Reports its text as one progress message of a megabyte, as an MCP server may."""
+
+    name = "probe_loud"
+    description = ("Report the text a megabyte long as progress, then return.\n"
+                   "Use for the cap on progress text; probe_sleep for timed progress.\n"
+                   "Precondition: only in test daemons.")
+
+    async def run(self, args: EchoArgs, plan: Plan, ctx: CallContext) -> Any:
+        ctx.progress(args.text * (1 << 20))
+        return {}
 
 
 # --- refusals before approval ----------------------------------------------------------
@@ -137,6 +154,21 @@ def test_progress_events_and_the_running_log_line(rig, workspace, caplog):
     assert completed_by_id(events)[call_id].ok
     lines = [r.getMessage() for r in caplog.records if r.name == "scvd.calls"]
     assert any(re.search(r"running name=probe_sleep .*elapsed=\d+s/900s", line) for line in lines), lines
+
+
+def test_a_tools_megabyte_of_progress_text_reaches_the_client_cut(make_inproc, workspace):
+    """Uncapped, it went out whole, and past server.server_frame_bytes became an id-less error."""
+    probe = Probe()
+    rg = Rig(make_inproc("", tools=[ProbeLoud(probe)]), probe)
+    try:
+        owner = rg.client()
+        done = owner.call(owner.open_session(workspace), "probe_loud", {"text": "x"})
+        assert done.ok, done.error
+        progress = [e for e in settled_events(owner) if isinstance(e, p.CallProgress)]
+        assert len(progress) == 1 and progress[0].call_id == done.call_id
+        assert progress[0].message.startswith("xxx") and len(progress[0].message) <= PROGRESS_CHARS + 10
+    finally:
+        rg.close()
 
 
 # --- the lane --------------------------------------------------------------------------
