@@ -42,9 +42,14 @@ class _JournalFormatter(logging.Formatter):
         return f"<{_PRIORITY.get(record.levelname, 6)}>{text}" if self.journal else text
 
 
+def _under_journald() -> bool:
+    """Whether stderr goes to journald, which reads a leading `<N>` as the line's priority."""
+    return bool(os.environ.get("JOURNAL_STREAM"))
+
+
 def setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JournalFormatter(journal=bool(os.environ.get("JOURNAL_STREAM"))))
+    handler.setFormatter(_JournalFormatter(journal=_under_journald()))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -120,7 +125,10 @@ def _until_the_reader_leaves(print_all: Any) -> int:
 
 def _config_error(config_file: Path, exc: errors.ConfigError) -> int:
     where = "" if str(config_file) in exc.message else f"{config_file}: "
-    print(f"scvd: configuration error: {where}{exc.message}", file=sys.stderr)
+    # printed, not logged (logging may not be set up yet), but with the priority the log lines
+    # carry: without it `journalctl -p warning` hid the one line saying why the unit fails
+    prefix = f"<{_PRIORITY['ERROR']}>" if _under_journald() else ""
+    print(f"{prefix}scvd: configuration error: {where}{exc.message}", file=sys.stderr)
     return EXIT_CONFIG
 
 

@@ -367,6 +367,14 @@ def test_a_config_file_named_by_option_must_exist(tmp_path, command):
                            f"--config (without it scvd reads {tmp_path / 'home' / 'config.toml'})\n")
 
 
+def test_a_config_error_under_journald_carries_the_error_priority(tmp_path):
+    """It had no `<N>` prefix, unlike the log lines: `journalctl -p warning` hid why the unit failed."""
+    done = check_config(tmp_path / "home", '[approvals]\npolicy = "sometimes"\n', "run", JOURNAL_STREAM="8:1234")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("<3>scvd: configuration error: "), done.stderr
+    assert "approvals.policy: Invalid enum value 'sometimes'" in done.stderr
+
+
 @pytest.mark.parametrize("text, env, fragment", [
     ('[approvals]\npolicy = "sometimes"\n', {}, "config.toml: approvals.policy: Invalid enum value 'sometimes'"),
     ("", {"SCVD_TOOLS__MAX_TIMEOUT_SECONDS": "ten"},
