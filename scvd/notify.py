@@ -113,8 +113,17 @@ class Notifier:
         if self._queue and self._queue[-1].startswith("STATUS="):
             self._queue[-1] = message  # not out yet: the newest text takes its place
             return False
-        self._status_pending = None if message == self._status_sent else message
+        self._status_pending = None if message == self._status_said() else message
         return self._send_status()
+
+    def _status_said(self) -> str | None:
+        """The STATUS= the manager will show once the queue is out: the newest queued, else the last sent.
+
+        Against the last sent alone, a text equal to it was dropped while an older one still
+        waited in the queue, and the manager kept showing that older one.
+        """
+        queued = [m for m in self._queue if m.startswith("STATUS=")]
+        return queued[-1] if queued else self._status_sent
 
     def status_wait(self) -> float:
         """Seconds until a STATUS= line may go out (0 now): a caller renders its text no sooner."""

@@ -422,6 +422,25 @@ def test_status_is_coalesced_and_sent_only_when_changed(listener, run_loop):
     assert run_loop(main()) == ["STATUS=a", "STATUS=c"]
 
 
+def test_a_status_equal_to_the_last_sent_is_not_dropped_while_an_older_one_is_queued(listener, run_loop):
+    """STATUS=b out, "a" queued behind a full socket, then "b" again: "b" was taken for unchanged
+    (it equals the last sent) and dropped, and the manager showed "a" once the queue was out."""
+    sock, path = listener
+
+    async def main() -> list[str]:
+        with Notifier({"NOTIFY_SOCKET": path}, status_interval=0.05) as n:
+            assert n.status("b") and received(sock) == "STATUS=b"
+            assert n.status("a") is False  # within the interval: pending
+            filled = fill(n)
+            assert n.watchdog() is False  # the pending "a" goes into the queue ahead of it
+            assert n.queued == ["STATUS=a", "WATCHDOG=1"]
+            n.status("b")
+            seen = await recv_until(sock, lambda m: m == "STATUS=b")  # the manager reads again
+            return seen[filled:]
+
+    assert run_loop(main()) == ["STATUS=a", "WATCHDOG=1", "STATUS=b"]
+
+
 def test_status_before_a_lifecycle_message_is_not_held_back(listener, run_loop):
     """A status set just before READY=1 reaches the manager before it, whatever the interval."""
     sock, path = listener
