@@ -150,7 +150,12 @@ def run(paths: paths_mod.Paths, loaded: config_mod.Loaded, config_file: Path) ->
             signal.signal(sig, lambda signum, _frame: held.signals.append(signum))
         notifier.ready()  # queued if the manager's socket is full: the daemon's loop sends it then
         held.ready_sent = True
-        serve(_daemon(paths, loaded, notifier, held), [])
+        try:
+            serve(_daemon(paths, loaded, notifier, held), [])
+        finally:
+            # the loop that waited for room is gone: what a full socket still holds (STOPPING=1)
+            # is tried once more, without blocking, instead of vanishing with the process
+            notifier.close()
 
     return _leave(_guarded(config_file, start))
 

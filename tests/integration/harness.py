@@ -360,6 +360,11 @@ def _main(argv: list[str]) -> int:
         import scvd.sandbox
 
         scvd.sandbox.probe = _hanging(scvd.sandbox.probe, Path(os.environ["HARNESS_HANG_PROBE_WHILE"]))
+    # the moment after the event loop has closed, before the process exits
+    if "HARNESS_HANG_AFTER_LOOP_WHILE" in os.environ:
+        wait = _hanging(lambda: None, Path(os.environ["HARNESS_HANG_AFTER_LOOP_WHILE"]))
+        serve = cli.serve
+        cli.serve = lambda *args: (serve(*args), wait())[0]
     return cli.main(argv)
 
 

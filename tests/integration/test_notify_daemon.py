@@ -12,7 +12,7 @@ import pytest
 
 from scvctl.client import AsyncClient
 
-from harness import NotifyListener, RawConn, make_wrapped  # noqa: F401 (fixture)
+from harness import NotifyListener, RawConn, make_wrapped, wait_until  # noqa: F401 (fixture)
 
 
 @pytest.fixture
@@ -306,3 +306,22 @@ def test_closing_sessions_in_the_shutdown_sends_no_status_after_stopping(make_da
     assert after == [], after
     for c in clients:
         c.__exit__(None, None, None)
+
+
+def test_a_stopping_queued_on_a_full_socket_goes_out_if_there_is_room_before_the_exit(make_wrapped, listener,
+                                                                                     tmp_path):
+    """The notifier was never closed: a STOPPING=1 that waited for room when the event loop closed
+    vanished with the process, though the manager read its socket again before the exit."""
+    hang = tmp_path / "after-loop"
+    hang.touch()
+    d = make_wrapped(env={"NOTIFY_SOCKET": str(listener.path), "HARNESS_HANG_AFTER_LOOP_WHILE": str(hang)})
+    listener.until(lambda m: m == "READY=1")
+    filled = fill_datagram_queue(listener.path)
+    d.proc.send_signal(signal.SIGTERM)
+    wait_until(lambda: (tmp_path / "after-loop.hit").exists(), what="the event loop to close")
+    seen = [listener.recv() for _ in range(filled)]  # the manager reads again, too late for the loop
+    hang.unlink()
+    assert d.proc.wait(15) == 0
+    while listener.pending():
+        seen.append(listener.recv())
+    assert [m for m in seen if not m.startswith(("X_FILL", "STATUS="))] == ["STOPPING=1"], seen
