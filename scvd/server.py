@@ -241,16 +241,23 @@ class Daemon:
         self.notifier.stopping()
         self._stop_listening()
         # 2. end chat turns (they say cancelled_by_shutdown), refuse new calls, cancel in-flight ones,
-        #    and give them the grace period to clean up
+        #    and give them the grace period to clean up: one deadline for the three waits, not a
+        #    grace each (a stuck call and a stuck store took twice the grace the docs promise)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+
+        def left() -> float:
+            return max(0.0, deadline - loop.time())
+
         turns = self.chat.stop()
         stuck = await self.calls.stop(grace)
         if stuck:
             log.warning("%d call(s) did not stop within server.shutdown_grace_seconds (%g s); "
                         "leaving them behind", stuck, grace)
         if turns:
-            await asyncio.wait(turns, timeout=grace)
+            await asyncio.wait(turns, timeout=left())
         if self.secret_requests.storing:  # a value a person typed: its store's record goes in the audit log
-            await asyncio.wait(set(self.secret_requests.storing), timeout=grace)
+            await asyncio.wait(set(self.secret_requests.storing), timeout=left())
         # 3. the audit log writes what it buffered (before anything that may wait: systemd's
         #    TimeoutStopSec ends in SIGKILL), stop the MCP servers (each within its stop grace, with
         #    its process group), close every client and session
