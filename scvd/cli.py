@@ -102,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     except errors.ConfigError as exc:
         return _config_error(config_file, exc)
     if args.command == "check-config":
+        try:
+            instance.check_socket_path(paths.socket)  # `run` would refuse it (exit 3): so does the check
+        except errors.StartupError as exc:
+            print(f"{_error_prefix()}scvd: cannot start: {exc.message}", file=sys.stderr)
+            return EXIT_STARTUP
         return _until_the_reader_leaves(lambda: check_config(loaded, paths, registry))
     level = "debug" if getattr(args, "verbose", False) else loaded.config.log_level
     setup_logging(level)
@@ -125,11 +130,14 @@ def _until_the_reader_leaves(print_all: Any) -> int:
 
 def _config_error(config_file: Path, exc: errors.ConfigError) -> int:
     where = "" if str(config_file) in exc.message else f"{config_file}: "
-    # printed, not logged (logging may not be set up yet), but with the priority the log lines
-    # carry: without it `journalctl -p warning` hid the one line saying why the unit fails
-    prefix = f"<{_PRIORITY['ERROR']}>" if _under_journald() else ""
-    print(f"{prefix}scvd: configuration error: {where}{exc.message}", file=sys.stderr)
+    print(f"{_error_prefix()}scvd: configuration error: {where}{exc.message}", file=sys.stderr)
     return EXIT_CONFIG
+
+
+def _error_prefix() -> str:
+    """For an error printed, not logged (logging may not be set up yet): the priority the log lines
+    carry under journald; without it `journalctl -p warning` hid the one line saying why the unit fails."""
+    return f"<{_PRIORITY['ERROR']}>" if _under_journald() else ""
 
 
 def run(paths: paths_mod.Paths, loaded: config_mod.Loaded, config_file: Path) -> int:
@@ -251,7 +259,7 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
 
     inherited = notify.inherited_sockets(notify.scrub_env())
     # refused before detaching, where the caller still sees the line and the exit code
-    if _guarded(Path(loaded.path), lambda: _free_to_detach(paths, pid_file)) != EXIT_OK:
+    if _guarded(Path(loaded.path), lambda: _free_to_detach(paths, pid_file, inherited)) != EXIT_OK:
         return EXIT_STARTUP
     early: list[int] = []  # from the detach (before the pid file is written) until the loop's handlers
     context = daemon.DaemonContext(
@@ -277,7 +285,7 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
     return _leave(code)  # the pid file is gone already
 
 
-def _free_to_detach(paths: paths_mod.Paths, pid_file: Path) -> None:
+def _free_to_detach(paths: paths_mod.Paths, pid_file: Path, inherited: list[Any]) -> None:
     """Raise StartupError (or OSError) for what would fail after detaching, unseen.
 
     When no scvd holds the instance lock, a pid file left by a crash is stale:
@@ -288,6 +296,8 @@ def _free_to_detach(paths: paths_mod.Paths, pid_file: Path) -> None:
 
     paths_mod.prepare(paths)
     os.close(acquire_lock(paths.lock_file))
+    if not inherited:  # an activated socket is bound already, whatever its path
+        instance.check_socket_path(paths.socket)
     if not pid_file.parent.is_dir() or not os.access(pid_file.parent, os.W_OK | os.X_OK):
         raise errors.StartupError(f"--pid-file {pid_file}: its directory {pid_file.parent} does not exist or is "
                                   "not writable; create it, or give another path")

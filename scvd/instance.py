@@ -93,10 +93,7 @@ def bind_socket(paths: Paths) -> socket.socket:
         ensure_private_dir(path.parent)
     elif not path.parent.is_dir():
         path.parent.mkdir(mode=0o700, parents=True)
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
-        raise errors.StartupError(
-            f"the socket path {path} is {len(os.fsencode(path))} bytes, more than a Unix socket's "
-            f"{MAX_SOCKET_PATH}; set SCV_SOCKET to a shorter path (or a shorter SCV_HOME)")
+    check_socket_path(path)
     clear_stale(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
@@ -112,6 +109,14 @@ def bind_socket(paths: Paths) -> socket.socket:
     os.chmod(path, 0o600)
     sock.listen(128)
     return sock
+
+
+def check_socket_path(path: Path) -> None:
+    """Refuse a path too long to bind; `check-config` and `run --daemon` ask before the bind would."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise errors.StartupError(
+            f"the socket path {path} is {len(os.fsencode(path))} bytes, more than a Unix socket's "
+            f"{MAX_SOCKET_PATH}; set SCV_SOCKET to a shorter path (or a shorter SCV_HOME)")
 
 
 def clear_stale(path: Path) -> None:

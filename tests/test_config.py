@@ -375,6 +375,22 @@ def test_a_config_error_under_journald_carries_the_error_priority(tmp_path):
     assert "approvals.policy: Invalid enum value 'sometimes'" in done.stderr
 
 
+def test_a_socket_path_too_long_fails_check_config_and_run_daemon_as_it_fails_run(tmp_path):
+    """check-config said all was well (exit 0) and `run --daemon` detached (exit 0) where `run`
+    refused the socket path (exit 3): the three now say the same, before anything starts."""
+    home = tmp_path / ("h" * 100)
+    socket_path = home / "run" / "scvd.sock"
+    said = (f"cannot start: the socket path {socket_path} is {len(str(socket_path))} bytes, more than a "
+            "Unix socket's 107; set SCV_SOCKET to a shorter path (or a shorter SCV_HOME)")
+    runs = check_config(home, None, "run")
+    assert runs.returncode == 3 and said in runs.stderr, runs.stderr
+    checked = check_config(home, None)
+    assert (checked.returncode, checked.stderr, checked.stdout) == (3, f"scvd: {said}\n", "")
+    detached = check_config(home, None, "run", "--daemon")
+    assert detached.returncode == 3 and said in detached.stderr, detached.stderr
+    assert not (home / "state" / "scvd.pid").exists()  # refused before detaching: no daemon started
+
+
 @pytest.mark.parametrize("text, env, fragment", [
     ('[approvals]\npolicy = "sometimes"\n', {}, "config.toml: approvals.policy: Invalid enum value 'sometimes'"),
     ("", {"SCVD_TOOLS__MAX_TIMEOUT_SECONDS": "ten"},
