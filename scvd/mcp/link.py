@@ -274,6 +274,8 @@ class ServerLink:
                    progress: Callable[[float, float | None, str | None], Awaitable[None]]) -> CallOutcome:
         session = self.session
         if session is None or self.state != "ready":
+            if self.needs:  # a secret heals it (a wrong value typed the first time): say which, not "retry"
+                raise self._needs_secret(tool)
             raise Unavailable(self.down_message())
         refused = self._refused_posts
         try:
@@ -331,6 +333,14 @@ class ServerLink:
             f"refused {which} sent in its headers; store a new value with store_secret {how}, then call the "
             "tool again (scvd reconnects with it)",
             hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}") from None
+
+    def _needs_secret(self, tool: str) -> CredentialMissing:
+        keys, named = self.needs, spec.tool_name(self.name, tool)
+        which = f"key {keys[0]!r}" if len(keys) == 1 else f"the key of the one it names ({', '.join(keys)})"
+        return CredentialMissing(
+            f"{self.down_message()}; it needs {', '.join(keys)}: store a new value with store_secret "
+            f"({which}, tool {named!r}) or `scvctl secrets set {keys[0]}`, then call the tool again",
+            hint=f"scvctl secrets set {keys[0]}", keys=keys)
 
     def down_message(self) -> str:
         why = f": {self.error}" if self.error else ""

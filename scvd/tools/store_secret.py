@@ -71,7 +71,7 @@ class StoreSecret(Tool):
         except ScvError as exc:  # the reserved name; the schema's pattern covers the rest
             raise InvalidArguments(f"store_secret: {exc.message}") from None
         if self.known is not None and (args.tool == self.name or self.known(args.tool) is None
-                                       and not _configured_server(args.tool, args.key, ctx.config)):
+                                       and not _configured_server(args.tool, args.key, ctx)):
             raise InvalidArguments(
                 f"tool {args.tool!r} is not a tool scvd has: give the name of the tool that failed for want "
                 f"of {args.key}, as you called it (e.g. 'script_gh_issues'), or mcp__NAME for an enabled MCP "
@@ -107,19 +107,28 @@ class StoreSecret(Tool):
         servers = ctx.services.get(MCP_SERVICE)
         if servers is not None and (came := await servers.settle(args.key)):
             result["mcp_servers"] = came  # name -> "ready: N tool(s) ..." or "down: why"
-            server = args.tool[len(MCP_PREFIX):] if args.tool.startswith(MCP_PREFIX) else None
-            if server in came:  # it had no tools to call again: say whether it has now
-                state = came[server]
-                result["next"] = ("its tools are listed now (find_tools loads them); call them"
-                                  if state.startswith("ready") else
-                                  f"mcp server {server} is not up ({state}); tell the user what it says")
+            server = next((s for s in came if args.tool == f"{MCP_PREFIX}{s}"
+                           or args.tool.startswith(f"{MCP_PREFIX}{s}__")), None)
+            state = came.get(server or "", "")
+            if server is not None and not state.startswith("ready"):  # a wrong value: calling again fails too
+                result["next"] = f"mcp server {server} is not up ({state}); tell the user what it says"
+            elif server is not None and args.tool == f"{MCP_PREFIX}{server}":  # it had no tools to call again: it has now
+                result["next"] = "its tools are listed now (find_tools loads them); call them"
         return result
 
 
-def _configured_server(tool: str, key: str, config: Any) -> bool:
+def _configured_server(tool: str, key: str, ctx: CallContext) -> bool:
     """`mcp__NAME`: an enabled MCP server that uses `key`, whose tools may not be listed (it is down).
-    Any other server's name would only be a fresh count of rounds (seed 003: two per tool per turn)."""
-    cfg = config.mcp.servers.get(tool[len(MCP_PREFIX):]) if tool.startswith(MCP_PREFIX) else None
+    Any other server's name would only be a fresh count of rounds (seed 003: two per tool per turn).
+    The servers running now, not the session's configuration: a reload may have added it since."""
+    if not tool.startswith(MCP_PREFIX):
+        return False
+    name, servers = tool[len(MCP_PREFIX):], ctx.services.get(MCP_SERVICE)
+    if servers is not None:
+        link = servers.links.get(name)
+        cfg = link.cfg if link is not None else None
+    else:
+        cfg = ctx.config.mcp.servers.get(name)
     return bool(cfg is not None and cfg.enabled and key in server_secrets(cfg))
 
 

@@ -851,15 +851,43 @@ def test_a_refused_header_secret_is_credential_missing_and_store_secret_heals_it
                 "'mcp__notes__add') or `scvctl secrets set NOTES_TOKEN`, then call the tool again (scvd "
                 "reconnects with it)")
             me.request(p.ApprovalsWatch)
+            # a wrong value first: store_secret said "call mcp__notes__add again", and that call was
+            # `unavailable ... restarts it in 1 s`, naming no key, so the agent retried instead of healing
+            healing = c.start_call(session, "store_secret", {"key": "NOTES_TOKEN", "tool": "mcp__notes__add"})
+            enter_secret(me, "Bearer typo")
+            healed = c.wait_call(healing)
+            assert healed.ok and healed.result["next"].startswith("mcp server notes is not up (down: "), healed
+            wrong = c.call(session, "mcp__notes__add", {"a": 1, "b": 1})
+            assert wrong.error.kind == "credential_missing", wrong.error
+            assert "it needs NOTES_TOKEN: store a new value with store_secret (key 'NOTES_TOKEN', tool " \
+                   "'mcp__notes__add') or `scvctl secrets set NOTES_TOKEN`, then call the tool again" \
+                   in wrong.error.message, wrong.error.message
             healing = c.start_call(session, "store_secret", {"key": "NOTES_TOKEN", "tool": "mcp__notes__add"})
             enter_secret(me, "Bearer n3w")
-            assert c.wait_call(healing).ok
+            assert c.wait_call(healing).result["next"] == "call mcp__notes__add again"
             server(c, "notes", timeout=60)
             again = c.call(session, "mcp__notes__add", {"a": 1, "b": 1})
             assert again.ok, (again.error, d.log()[-3000:])
             assert again.result["text"] == "1 + 1 = 2"
     finally:
         stop(web)
+
+
+def test_store_secret_knows_a_server_a_reload_added_in_a_session_opened_before(make_daemon, workspace, tmp_path):
+    """The session's own configuration did not have it: `tool 'mcp__raw' is not a tool scvd has`."""
+    d = make_daemon("", env=NO_KEYRING)
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        before = c.open_session(workspace)
+        table = quirks_stdio_table("plain", tmp_path / "starts").replace(
+            "[mcp.servers.raw]\n", '[mcp.servers.raw]\nenv = {RAW_TOKEN = {secret = "RAW_TOKEN"}}\n')
+        reloaded(d, table)
+        server(c, "raw", "down")
+        me.request(p.ApprovalsWatch)
+        healing = c.start_call(before, "store_secret", {"key": "RAW_TOKEN", "tool": "mcp__raw"})
+        enter_secret(me, "tok")
+        healed = c.wait_call(healing)
+    assert healed.ok, healed.error
+    assert healed.result["next"] == "its tools are listed now (find_tools loads them); call them"
 
 
 def test_a_secret_entered_through_store_secret_starts_the_server_waiting_for_it(make_daemon, workspace,
