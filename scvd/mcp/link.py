@@ -249,7 +249,12 @@ class ServerLink:
 
     async def _relist(self, session: ClientSession) -> None:
         try:
-            tools = await self._list(session)
+            async with asyncio.timeout(CONNECT_TIMEOUT):  # as the first list: a server that never answers
+                tools = await self._list(session)       # must not hold this task for good
+        except TimeoutError:
+            log.warning("mcp server %s: no answer to tools/list after list_changed within %g s; its tools stay "
+                        "as they were", self.name, CONNECT_TIMEOUT)
+            return
         except Exception as exc:
             log.warning("mcp server %s: tools/list after list_changed failed: %s", self.name,
                         redact(_describe(exc), self._secrets))
@@ -259,7 +264,7 @@ class ServerLink:
 
     async def _list(self, session: ClientSession) -> list[ToolSpec]:
         tools: list[ToolSpec] = []
-        cursor = None
+        cursor, seen = None, set()
         while True:
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             page = await session.list_tools(params=params)
@@ -267,6 +272,10 @@ class ServerLink:
             cursor = page.next_cursor
             if not cursor:
                 return tools
+            if cursor in seen:  # the same pages again, for ever (and the list growing with them)
+                raise ValueError(f"its tools/list repeats the cursor {cursor[:80]!r} after {len(tools)} tools; "
+                                 "ask the server's author to fix its pagination")
+            seen.add(cursor)
 
     # --- calls ----------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ has `properties` as a list (the SDK refuses the whole list); `clashing-names` al
 (scvd's name for it is `echo`'s too); `results` also lists `leak_error` and `leak_ok`, which quote
 the environment's LEAK_TOKEN in an isError text and in a result's text and structuredContent, and
 `typed`, whose structuredContent does not match its outputSchema; `stubborn` does not exit when its
-stdin ends (its stop takes scvd's grace, then SIGTERM). Its tool `echo` answers with its arguments.
+stdin ends (its stop takes scvd's grace, then SIGTERM); `cursor-loop` answers every tools/list with
+the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/list_changed, and never
+answers a tools/list after the first. Its tool `echo` answers with its arguments.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ if mode == "results":
               {"name": "leak_ok", "description": "Echoes its token.", "inputSchema": {"type": "object"}},
               {"name": "typed", "description": "A result unlike its schema.", "inputSchema": {"type": "object"},
                "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}]
+if mode == "relist-hangs":
+    tools.append({"name": "announce", "description": "Says its tools changed.", "inputSchema": {"type": "object"}})
 if mode == "huge-schema":
     values = [f"v{i:07d}" for i in range(900_000)]
     tools.append({"name": "big", "description": "A huge schema.",
@@ -53,6 +57,7 @@ def send(message: dict) -> None:
     sys.stdout.flush()
 
 
+lists = 0
 for line in sys.stdin:
     msg = json.loads(line)
     method, msg_id = msg.get("method"), msg.get("id")
@@ -61,7 +66,13 @@ for line in sys.stdin:
             "protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
             "serverInfo": {"name": "quirks", "version": "1"}}})
     elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": msg_id, "result": {"tools": tools}})
+        lists += 1
+        if mode == "relist-hangs" and lists > 1:
+            continue
+        page: dict = {"tools": tools}
+        if mode == "cursor-loop":
+            page["nextCursor"] = "again"
+        send({"jsonrpc": "2.0", "id": msg_id, "result": page})
         if mode == "die-after-list":
             sys.exit(3)
     elif method == "tools/call":
@@ -73,6 +84,8 @@ for line in sys.stdin:
         elif name == "leak_ok":
             result = {"content": [{"type": "text", "text": f"token={token}"}],
                       "structuredContent": {"token": token, token: "as a key"}}
+        elif name == "announce":
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         elif name == "typed":
             result = {"content": [{"type": "text", "text": "n?"}], "structuredContent": {"n": "not a number"}}
         send({"jsonrpc": "2.0", "id": msg_id, "result": result})

@@ -334,6 +334,32 @@ def test_no_answer_to_initialize_says_so_though_the_server_exits_after(make_inpr
     assert down.error.startswith("no answer to initialize within 1 s"), down.error
 
 
+def test_a_tools_list_that_repeats_its_cursor_is_why_the_server_is_down(make_daemon, tmp_path):
+    # the pages came again for ever, the list growing with them, until initialize's 60 s ran out
+    d = make_daemon(quirks_stdio_table("cursor-loop", tmp_path / "starts"))
+    with d.client(name="t") as c:
+        down = server(c, "raw", "down")
+    assert down.error == ("ValueError: its tools/list repeats the cursor 'again' after 2 tools; ask the server's "
+                          "author to fix its pagination"), down.error
+
+
+def test_no_answer_to_a_tools_list_after_list_changed_keeps_the_tools_and_says_so(make_inproc, monkeypatch,
+                                                                                   workspace, tmp_path, caplog):
+    # the re-list had no deadline: a server that never answered held its task for good
+    from scvd.mcp import link
+
+    monkeypatch.setattr(link, "CONNECT_TIMEOUT", 1.0)
+    d = make_inproc(quirks_stdio_table("relist-hangs", tmp_path / "starts") + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        server(c, "raw")
+        sid = c.open_session(workspace)
+        assert c.call(sid, "mcp__raw__announce", {}).ok
+        wait_until(lambda: "no answer to tools/list after list_changed within 1 s; its tools stay as they were"
+                   in caplog.text, what="the re-list to give up")
+        assert c.call(sid, "mcp__raw__echo", {"n": 1}).ok
+    assert not any(t._relists for t in [d.daemon.mcp.links["raw"]])
+
+
 def test_a_tool_with_a_huge_schema_is_a_load_error_and_the_rest_stay(make_daemon, workspace, tmp_path):
     d = make_daemon(quirks_stdio_table("huge-schema", tmp_path / "starts") + 'risk = "read_only"\n')
     with d.client(name="t") as c:
