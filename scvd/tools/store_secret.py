@@ -3,8 +3,9 @@
 The call sends `secret.requested` to the approvers; the value comes back in
 `secret.provide` and goes straight into the secret store. The result says only
 that the key is stored. A turn may ask at most `MAX_ROUNDS` times for one tool
-(counted per session and `call.turn`; a call without a turn counts under the
-session as one turn), so a credential that keeps failing cannot loop on a person.
+(an MCP server and its tools are one; counted per session and `call.turn`; a call
+without a turn counts under the session as one turn), so a credential that keeps
+failing cannot loop on a person.
 The masked prompt is the approval: the tool is read_only and always_allow.
 `tool` must name a tool of the registry the call came through (`known`) that
 uses the key (`Tool.secret_keys`), so neither an invented nor another real name
@@ -93,28 +94,37 @@ class StoreSecret(Tool):
             raise Unavailable("store_secret needs the scvd daemon's approvers; use `scvctl secrets set "
                               f"{args.key}`")
         rounds = ctx.services.setdefault(ROUNDS_SERVICE, Counter())
-        counted = (ctx.turn, args.tool)
+        servers = ctx.services.get(MCP_SERVICE)
+        # an MCP server's tools share its secrets: counted as one tool, mcp__NAME (else a server with
+        # N tools got 2(N+1) masked prompts in a turn for the one token)
+        server = _server_of(args.tool, servers)
+        counted = (ctx.turn, f"{MCP_PREFIX}{server}" if server else args.tool)
         if rounds[counted] >= MAX_ROUNDS:
             raise LimitExceeded(
-                f"store_secret already asked twice for {args.tool} in this turn (at most {MAX_ROUNDS} per tool "
-                f"per turn): the credential keeps failing; stop and tell the user to check {args.key} "
-                f"(`scvctl secrets set {args.key}`)")
+                f"store_secret already asked twice for {counted[1]} in this turn (at most {MAX_ROUNDS} per tool "
+                f"per turn, an MCP server's tools counted as one): the credential keeps failing; stop and tell "
+                f"the user to check {args.key} (`scvctl secrets set {args.key}`)")
         requests.check_approvers(ctx.session_id, args.key)  # none: fail at once, not a round
         rounds[counted] += 1
         entry = await requests.ask(session=ctx.session_id, call_id=ctx.call_id, key=args.key,
                                    question=args.question, tool=args.tool)
         result = {"key": args.key, "stored": True, "where": entry.source, "next": f"call {args.tool} again"}
-        servers = ctx.services.get(MCP_SERVICE)
         if servers is not None and (came := await servers.settle(args.key)):
             result["mcp_servers"] = came  # name -> "ready: N tool(s) ..." or "down: why"
-            server = next((s for s in came if args.tool == f"{MCP_PREFIX}{s}"
-                           or args.tool.startswith(f"{MCP_PREFIX}{s}__")), None)
-            state = came.get(server or "", "")
-            if server is not None and not state.startswith("ready"):  # a wrong value: calling again fails too
+            state = came.get(server or "")
+            if state is not None and not state.startswith("ready"):  # a wrong value: calling again fails too
                 result["next"] = f"mcp server {server} is not up ({state}); tell the user what it says"
-            elif server is not None and args.tool == f"{MCP_PREFIX}{server}":  # it had no tools to call again: it has now
+            elif state is not None and args.tool == f"{MCP_PREFIX}{server}":  # it had no tools to call: now it has
                 result["next"] = "its tools are listed now (find_tools loads them); call them"
         return result
+
+
+def _server_of(tool: str, servers: Any) -> str | None:
+    """NAME for `mcp__NAME` or one of its tools `mcp__NAME__TOOL`, of a server running now; else None."""
+    if servers is None or not tool.startswith(MCP_PREFIX):
+        return None
+    return next((name for name in servers.links
+                 if tool == f"{MCP_PREFIX}{name}" or tool.startswith(f"{MCP_PREFIX}{name}__")), None)
 
 
 def _configured_server(tool: str, key: str, ctx: CallContext) -> bool:

@@ -916,6 +916,29 @@ def test_store_secret_knows_a_server_a_reload_added_in_a_session_opened_before(m
     assert healed.result["next"] == "its tools are listed now (find_tools loads them); call them"
 
 
+def test_an_mcp_servers_tools_share_its_two_heal_rounds_per_turn(make_daemon, workspace, tmp_path):
+    """Rounds were counted per tool: a server with N tools got 2(N+1) masked prompts a turn for one token."""
+    from conftest import wait_for_socket
+
+    table = quirks_stdio_table("results", tmp_path / "starts").replace(
+        "[mcp.servers.raw]\n", '[mcp.servers.raw]\nenv = {RAW_TOKEN = {secret = "RAW_TOKEN"}}\n')
+    d = make_daemon(table, env=NO_KEYRING, wait=False)
+    store_secret(d, "RAW_TOKEN", "first")
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        server(c, "raw")
+        sid = c.open_session(workspace)
+        me.request(p.ApprovalsWatch)
+        for tool in ("mcp__raw__echo", "mcp__raw__leak_ok"):
+            healing = c.start_call(sid, "store_secret", {"key": "RAW_TOKEN", "tool": tool})
+            enter_secret(me, f"for {tool}")
+            assert c.wait_call(healing).ok
+        third = c.call(sid, "store_secret", {"key": "RAW_TOKEN", "tool": "mcp__raw"})
+    assert third.error.kind == "limit", third.error
+    assert third.error.message.startswith("store_secret already asked twice for mcp__raw in this turn (at most 2 "
+                                          "per tool per turn, an MCP server's tools counted as one)")
+
+
 def test_a_secret_entered_through_store_secret_starts_the_server_waiting_for_it(make_daemon, workspace,
                                                                                 monkeypatch):
     """A server down for a refused header secret waited out its backoff (up to a minute) after a
