@@ -205,8 +205,10 @@ def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "")
     for name, value in sorted(env.items()):
         if _is_override(name):
             keys = name[len(ENV_PREFIX):].lower().split("__")
+            origin = f"env:{name} (over {path})"
+            _check_empty(keys, value, origin)
             parsed = _parse_env_value(value)
-            _set_path(raw, keys, parsed, f"env:{name} (over {path})")
+            _set_path(raw, keys, parsed, origin)
             key = ".".join(keys)
             # the value replaces the key whole: an inline table replaces the file's table
             for gone in [k for k in sources if k == key or k.startswith(key + ".")]:
@@ -417,13 +419,13 @@ def _check_paths(config: Config, path: Path, sources: Mapping[str, str]) -> None
     for key, value, names_ok in _path_keys(config):
         if value is None or value.startswith("/") or value == "~" or value.startswith("~/"):
             continue
-        if names_ok and "/" not in value:
+        if names_ok and value and "/" not in value:
             continue
         bare = " (or a bare name, looked up on scvd's PATH)" if names_ok else ""
-        raise ConfigError(
-            f"{_place(path, key, sources)}: {key}: {value!r} is a relative path, which would mean scvd's "
-            f"working directory (the shell's in the foreground, / with --daemon, ~ under systemd); "
-            f"give an absolute path or ~/...{bare}")
+        what = ("is empty, which names no file" if not value else "is a relative path, which would mean scvd's "
+                "working directory (the shell's in the foreground, / with --daemon, ~ under systemd)")
+        raise ConfigError(f"{_place(path, key, sources)}: {key}: {value!r} {what}; "
+                          f"give an absolute path or ~/...{bare}")
 
 
 SCRIPT_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,55}")  # a script tool's folder (tools/script_defs.py)
@@ -522,6 +524,20 @@ def _set_path(raw: dict[str, Any], keys: list[str], value: Any, origin: str) -> 
             raise ConfigError(f"{origin}: {'.'.join(keys)}: {table} is a value, not a table with keys; "
                               "check the variable's name (`__` separates the parts of a key path)")
     node[keys[-1]] = value
+
+
+def _check_empty(keys: list[str], value: str, origin: str) -> None:
+    """`Environment=SCVD_X=` blanks a variable under systemd, and is likely meant as "unset"; it
+    sets "" only where "" is a key's default meaning (`chat.system_prompt`, a provider's `base_url`)."""
+    key = ".".join(keys)
+    if value.strip() or vt.type_at(Config, key) is None:  # an unknown key: msgspec says so
+        return
+    parent = vt.type_at(Config, ".".join(keys[:-1]))
+    field = next((f for f in getattr(parent, "fields", ()) if f.name == keys[-1]), None)
+    if field is None or field.default != "":
+        raise ConfigError(f"{origin}: {key}: the variable is empty, which is no value for this key; unset it "
+                          "(under systemd: remove its Environment= line) to keep the file's value or the "
+                          "default, or give it a value")
 
 
 def _parse_env_value(value: str) -> Any:

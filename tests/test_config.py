@@ -170,6 +170,11 @@ ERRORS = [
                  "'relative/bwrap' is a relative path, which would mean scvd's working directory", id="relative-bwrap"),
     pytest.param('[mcp.servers.fs]\ncommand = "./bin/server"\n', {}, "mcp.servers.fs.command",
                  "give an absolute path or ~/... (or a bare name, looked up on scvd's PATH)", id="relative-mcp-command"),
+    pytest.param('[sandbox]\nbwrap = ""\n', {}, "sandbox.bwrap",
+                 "'' is empty, which names no file; give an absolute path or ~/... (or a bare name, looked up on "
+                 "scvd's PATH)", id="empty-bwrap"),
+    pytest.param('[mcp.servers.fs]\ncommand = ""\n', {}, "mcp.servers.fs.command", "'' is empty",
+                 id="empty-mcp-command"),
     pytest.param('[mcp.servers.fs]\ncommand = "server"\ncwd = "work"\n', {}, "mcp.servers.fs.cwd",
                  "'work' is a relative path", id="relative-mcp-cwd"),
     pytest.param("[tools]\nread_limit_bytes = 2097152\n", {}, "tools.read_limit_bytes",
@@ -218,6 +223,14 @@ ENV_ERRORS = [
                  "Expected `str`, got `int`", id="env-list-item-of-the-wrong-type"),
     pytest.param({"SCVD_APPROVALS__ALWAYS_ASK": "[1]"}, "approvals.always_ask[0]",
                  "Expected `str`, got `int`", id="env-always-ask-item"),
+    # `Environment=NAME=` blanks a variable under systemd: it was read as "" (Expected `int`, got `str`;
+    # for bwrap, "bwrap not found on PATH ()" at start)
+    pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS": ""}, "tools.command_timeout_seconds",
+                 "the variable is empty, which is no value for this key; unset it (under systemd: remove its "
+                 "Environment= line) to keep the file's value or the default, or give it a value", id="env-empty-int"),
+    pytest.param({"SCVD_SANDBOX__BWRAP": ""}, "sandbox.bwrap", "the variable is empty", id="env-empty-bwrap"),
+    pytest.param({"SCVD_CHAT__PROVIDER": " "}, "chat.provider", "the variable is empty", id="env-blank-string"),
+    pytest.param({"SCVD_ADAPTERS__CODEX": ""}, "adapters.codex", "the variable is empty", id="env-empty-table"),
 ]
 
 
@@ -230,6 +243,14 @@ def test_env_errors_name_the_variable_and_the_key(cfg_file, env, key, reason):
     message = info.value.message
     assert message.startswith(f"env:{name} (over {path}): {key}: "), message
     assert reason in message
+
+
+def test_an_empty_override_sets_a_string_whose_default_is_empty(cfg_file):
+    """"" is a real value there (no system prompt; OpenAI's URL), so blanking the variable sets it."""
+    path = cfg_file('[chat]\nsystem_prompt = "Be brief."\n[providers.p]\nmodel = "m"\nbase_url = "http://x"\n')
+    loaded = load(path, env={"SCVD_CHAT__SYSTEM_PROMPT": "", "SCVD_PROVIDERS__P__BASE_URL": ""})
+    assert (loaded.config.chat.system_prompt, loaded.config.providers["p"].base_url) == ("", "")
+    assert loaded.sources["chat.system_prompt"] == "env:SCVD_CHAT__SYSTEM_PROMPT"
 
 
 def test_invalid_toml_names_the_file_and_line(cfg_file):
