@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
@@ -26,6 +27,7 @@ from .errors import ConfigError, NotARegularFile
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
 from .paths import read_regular_file
 from .secrets import key_problem
+from .toml_write import toml_value
 
 ENV_PREFIX = "SCVD_"
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -202,29 +204,41 @@ def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "")
         raise ConfigError(f"{path}: no such file; {missing}")
     raw = found or {}
     sources = {key: "file" for key in _leaf_keys(raw)}
+    texts = _apply_overrides(raw, sources, env, path)
+    try:
+        config = msgspec.convert(raw, Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_explain(path, exc, sources, raw, texts)) from exc
+    _check(config, path, sources)
+    _check_adapters(config, path, sources)
+    _check_chat(config, path, sources)
+    return Loaded(config=config, path=str(path), sources=sources, file_read=found is not None,
+                  warnings=_stray_variables(env, config) + _unused_providers(config, sources))
+
+
+def _apply_overrides(raw: dict[str, Any], sources: dict[str, str], env: Mapping[str, str],
+                     path: Path) -> dict[str, tuple[str, str]]:
+    """Set each SCVD_* override into `raw` and `sources`; return the keys whose variable was not a
+    TOML value, so taken as a string: {key: (variable, its text)}, for the hint of a type error."""
+    texts: dict[str, tuple[str, str]] = {}
     for name, value in sorted(env.items()):
         if _is_override(name):
             keys = name[len(ENV_PREFIX):].lower().split("__")
             origin = f"env:{name} (over {path})"
             _check_empty(keys, value, origin)
-            parsed = _parse_env_value(value)
-            _set_path(raw, keys, parsed, origin)
             key = ".".join(keys)
+            parsed = _toml_value(value)
+            if parsed is None:  # not TOML: the string as it is (`always`, say)
+                texts[key] = (name, value)
+                parsed = value
+            _set_path(raw, keys, parsed, origin)
             # the value replaces the key whole: an inline table replaces the file's table
             for gone in [k for k in sources if k == key or k.startswith(key + ".")]:
                 del sources[gone]
             sources[key] = f"env:{name}"
             if isinstance(parsed, dict):
                 sources.update({f"{key}.{leaf}": f"env:{name}" for leaf in _leaf_keys(parsed)})
-    try:
-        config = msgspec.convert(raw, Config)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(_explain(path, exc, sources, raw)) from exc
-    _check(config, path, sources)
-    _check_adapters(config, path, sources)
-    _check_chat(config, path, sources)
-    return Loaded(config=config, path=str(path), sources=sources, file_read=found is not None,
-                  warnings=_stray_variables(env, config) + _unused_providers(config, sources))
+    return texts
 
 
 def _unused_providers(config: Config, sources: Mapping[str, str]) -> list[str]:
@@ -303,7 +317,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str],
-             raw: Mapping[str, Any]) -> str:
+             raw: Mapping[str, Any], texts: Mapping[str, tuple[str, str]]) -> str:
     """`<file or env var>: <key path>: <what is wrong>` from msgspec's message."""
     msg, key = vt.split(exc)
     name = vt.unknown_field(msg)
@@ -326,6 +340,8 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
     if key.startswith("mcp.servers[...]"):
         servers = f"mcp.servers.{_bad_table(raw.get('mcp') or {}, 'servers', McpServerConfig)}"
         key = servers + key[len("mcp.servers[...]"):]
+    if key in texts:
+        msg += _read_as_string(msg, key, *texts[key])
     return f"{_place(path, key, sources)}: {key}: {msg}"
 
 
@@ -540,11 +556,44 @@ def _check_empty(keys: list[str], value: str, origin: str) -> None:
                           "default, or give it a value")
 
 
-def _parse_env_value(value: str) -> Any:
+def _toml_value(text: str) -> Any:
+    """`text` read as a TOML value, or None when it is not one (TOML has no null)."""
     try:
-        return tomllib.loads(f"v = {value}")["v"]
+        return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
-        return value
+        return None
+
+
+_GOT_STR = re.compile(r"Expected `(\w+)[^`]*`, got `str`")
+
+
+def _read_as_string(msg: str, key: str, name: str, text: str) -> str:
+    """The hint for a variable taken as a string where another type was expected: `GH_TOKEN`
+    for a list reads as a string, which is rarely what was meant. "" when msgspec wanted a string."""
+    found = _GOT_STR.fullmatch(msg)
+    if found is None:
+        return ""
+    expected = found.group(1)
+    if expected == "array":
+        words = re.split(r"[,\s]+", text.strip().strip("[]"))  # `[A]`: systemd took the quotes of ["A"]
+        value = toml_value([word.strip("'\"") for word in words if word.strip("'\"")])
+    elif expected == "bool":
+        value = "true" if text.strip().lower() in ("true", "yes", "on") else "false"
+    elif expected in ("int", "float"):
+        value = next(iter(re.findall(r"\d+", re.sub(r"[,_]", "", text))), "60")
+    else:  # an object: an inline table
+        fields = vt.keys_at(Config, key)
+        value = f"{{{fields[0]} = ...}}" if fields else "{...}"
+    return f"; read as the string {text!r}, not a TOML value; give one, e.g. {_assignment(name, value)}"
+
+
+def _assignment(name: str, value: str) -> str:
+    """`NAME=value` as a shell and a systemd unit take it. systemd drops quotes anywhere in a word
+    (`Environment=X=["A"]` sets `[A]`), so there the whole assignment is quoted."""
+    quoted = shlex.quote(value)
+    if quoted == value:
+        return f"{name}={value}"
+    return f"{name}={quoted} (under systemd: Environment={shlex.quote(f'{name}={value}')})"
 
 
 def effective(loaded: Loaded) -> list[tuple[str, Any, str]]:

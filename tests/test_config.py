@@ -231,6 +231,22 @@ ENV_ERRORS = [
     pytest.param({"SCVD_SANDBOX__BWRAP": ""}, "sandbox.bwrap", "the variable is empty", id="env-empty-bwrap"),
     pytest.param({"SCVD_CHAT__PROVIDER": " "}, "chat.provider", "the variable is empty", id="env-blank-string"),
     pytest.param({"SCVD_ADAPTERS__CODEX": ""}, "adapters.codex", "the variable is empty", id="env-empty-table"),
+    # a value that is not TOML is taken as a string: say so, and show the TOML that was likely meant
+    pytest.param({"SCVD_ADAPTERS__CLAUDE__PASS_ENV": "GH_TOKEN"}, "adapters.claude.pass_env",
+                 "Expected `array`, got `str`; read as the string 'GH_TOKEN', not a TOML value; give one, e.g. "
+                 "SCVD_ADAPTERS__CLAUDE__PASS_ENV='[\"GH_TOKEN\"]' (under systemd: "
+                 "Environment='SCVD_ADAPTERS__CLAUDE__PASS_ENV=[\"GH_TOKEN\"]')", id="env-bare-word-for-a-list"),
+    pytest.param({"SCVD_ADAPTERS__CODEX__MODEL_ARGS": "[-m, {model}]"}, "adapters.codex.model_args",
+                 "read as the string '[-m, {model}]', not a TOML value; give one, e.g. "
+                 "SCVD_ADAPTERS__CODEX__MODEL_ARGS='[\"-m\", \"{model}\"]'", id="env-list-whose-quotes-systemd-took"),
+    pytest.param({"SCVD_SANDBOX__NETWORK": "True"}, "sandbox.network",
+                 "Expected `bool`, got `str`; read as the string 'True', not a TOML value; give one, e.g. "
+                 "SCVD_SANDBOX__NETWORK=true", id="env-python-bool"),
+    pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS": "60s"}, "tools.command_timeout_seconds",
+                 "e.g. SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS=60", id="env-number-with-a-unit"),
+    pytest.param({"SCVD_MCP__SERVERS__GH": "gh-mcp"}, "mcp.servers.gh",
+                 "Expected `object`, got `str`; read as the string 'gh-mcp', not a TOML value; give one, e.g. "
+                 "SCVD_MCP__SERVERS__GH='{command = ...}'", id="env-bare-word-for-a-table"),
 ]
 
 
@@ -243,6 +259,15 @@ def test_env_errors_name_the_variable_and_the_key(cfg_file, env, key, reason):
     message = info.value.message
     assert message.startswith(f"env:{name} (over {path}): {key}: "), message
     assert reason in message
+
+
+def test_a_string_where_toml_was_wanted_is_hinted_only_for_a_variable_read_as_a_string(cfg_file):
+    """The file's value is TOML already, and so is an override's quoted string: no guess to offer."""
+    for text, env in [('[adapters.claude]\npass_env = "GH_TOKEN"\n', {}),
+                      ("", {"SCVD_ADAPTERS__CLAUDE__PASS_ENV": '"GH_TOKEN"'})]:
+        with pytest.raises(ConfigError) as info:
+            load(cfg_file(text), env=env)
+        assert info.value.message.endswith("adapters.claude.pass_env: Expected `array`, got `str`")
 
 
 def test_an_empty_override_sets_a_string_whose_default_is_empty(cfg_file):
