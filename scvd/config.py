@@ -27,7 +27,7 @@ from .errors import ConfigError, NotARegularFile
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
 from .paths import read_regular_file
 from .secrets import key_problem
-from .toml_write import toml_value
+from .toml_write import toml_key, toml_value
 
 ENV_PREFIX = "SCVD_"
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -225,6 +225,7 @@ def _apply_overrides(raw: dict[str, Any], sources: dict[str, str], env: Mapping[
         if _is_override(name):
             keys = name[len(ENV_PREFIX):].lower().split("__")
             origin = f"env:{name} (over {path})"
+            _check_case(name, keys, origin, raw)
             _check_empty(keys, value, origin)
             key = ".".join(keys)
             parsed = _toml_value(value)
@@ -540,6 +541,35 @@ def _set_path(raw: dict[str, Any], keys: list[str], value: Any, origin: str) -> 
             raise ConfigError(f"{origin}: {'.'.join(keys)}: {table} is a value, not a table with keys; "
                               "check the variable's name (`__` separates the parts of a key path)")
     node[keys[-1]] = value
+
+
+def _check_case(name: str, keys: list[str], origin: str, raw: Mapping[str, Any]) -> None:
+    """Refuse a key path that loses a case that matters: a variable's name is read in lower case, so
+    `..._ENV__GITHUB_TOKEN` set the variable `github_token`, and `SCVD_PROVIDERS__MYPROV__MODEL` a
+    table beside the file's [providers.MyProv], both quietly. An inline table's keys keep their case."""
+    node: Any = raw
+    for i in range(1, len(keys)):
+        node = node.get(keys[i - 1]) if isinstance(node, dict) else None
+        info = vt.type_at(Config, ".".join(keys[:i]))
+        if not isinstance(info, msgspec.inspect.DictType):
+            continue
+        table, names = ".".join(keys[:i]), node if isinstance(node, dict) else {}
+        spelt = next((n for n in names if n.lower() == keys[i]), None) if keys[i] not in names else None
+        if not isinstance(info.value_type, msgspec.inspect.StructType):  # env, headers, tool_risk: names
+            why = f"the keys of {table} are names, which a variable's name cannot spell: it is read in lower case"
+        elif spelt is not None:  # a table of tables: providers may be named in capitals
+            why = (f"a variable's name is read in lower case, so this would set {table}.{keys[i]}, a table "
+                   f"beside the file's {table}.{toml_key(spelt)}")
+        else:
+            continue
+        parts = name[len(ENV_PREFIX):].split("__")
+        inline = '"..."'
+        for part in reversed(keys[i + 1:]):
+            inline = f"{{{toml_key(part)} = {inline}}}"
+        inline = f"{{{toml_key(spelt or parts[i])} = {inline}}}"
+        raise ConfigError(f"{origin}: {'.'.join(keys)}: {why}; set it in config.toml, or give {table} whole as an "
+                          "inline table, whose keys keep their case (it replaces the file's), e.g. "
+                          f"{_assignment(ENV_PREFIX + '__'.join(parts[:i]), inline)}")
 
 
 def _check_empty(keys: list[str], value: str, origin: str) -> None:

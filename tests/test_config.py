@@ -247,6 +247,18 @@ ENV_ERRORS = [
     pytest.param({"SCVD_MCP__SERVERS__GH": "gh-mcp"}, "mcp.servers.gh",
                  "Expected `object`, got `str`; read as the string 'gh-mcp', not a TOML value; give one, e.g. "
                  "SCVD_MCP__SERVERS__GH='{command = ...}'", id="env-bare-word-for-a-table"),
+    # a variable's name is read in lower case: this set the variable `github_token`, quietly
+    pytest.param({"SCVD_MCP__SERVERS__GH__ENV__GITHUB_TOKEN": "x"}, "mcp.servers.gh.env.github_token",
+                 "the keys of mcp.servers.gh.env are names, which a variable's name cannot spell: it is read in "
+                 "lower case; set it in config.toml, or give mcp.servers.gh.env whole as an inline table, whose "
+                 "keys keep their case (it replaces the file's), e.g. SCVD_MCP__SERVERS__GH__ENV='{GITHUB_TOKEN = "
+                 "\"...\"}' (under systemd: Environment='SCVD_MCP__SERVERS__GH__ENV={GITHUB_TOKEN = \"...\"}')",
+                 id="env-path-through-env-names"),
+    pytest.param({"SCVD_MCP__SERVERS__GH__HEADERS__X_API_KEY__SECRET": "K"}, "mcp.servers.gh.headers.x_api_key.secret",
+                 "e.g. SCVD_MCP__SERVERS__GH__HEADERS='{X_API_KEY = {secret = \"...\"}}'",
+                 id="env-path-through-header-names"),
+    pytest.param({"SCVD_MCP__SERVERS__GH__TOOL_RISK__SEARCH": "read_only"}, "mcp.servers.gh.tool_risk.search",
+                 "the keys of mcp.servers.gh.tool_risk are names", id="env-path-through-tool-names"),
 ]
 
 
@@ -268,6 +280,28 @@ def test_a_string_where_toml_was_wanted_is_hinted_only_for_a_variable_read_as_a_
         with pytest.raises(ConfigError) as info:
             load(cfg_file(text), env=env)
         assert info.value.message.endswith("adapters.claude.pass_env: Expected `array`, got `str`")
+
+
+def test_names_keep_their_case_in_an_inline_table_override(cfg_file):
+    """`..._ENV__GITHUB_TOKEN` is refused (read in lower case); the whole table as an inline table works."""
+    path = cfg_file('[mcp.servers.gh]\ncommand = "gh-mcp"\nenv = {GH_HOST = "h"}\n')
+    loaded = load(path, env={"SCVD_MCP__SERVERS__GH__ENV": '{GITHUB_TOKEN = {secret = "GH"}}'})
+    assert loaded.config.mcp.servers["gh"].env == {"GITHUB_TOKEN": config.SecretRef(secret="GH")}
+    assert loaded.sources["mcp.servers.gh.env.GITHUB_TOKEN.secret"] == "env:SCVD_MCP__SERVERS__GH__ENV"
+
+
+def test_an_override_of_a_table_the_file_names_in_capitals_is_refused(cfg_file):
+    """It set [providers.myprov] beside the file's [providers.MyProv], which chat turns went on using."""
+    path = cfg_file('[providers.MyProv]\nmodel = "m"\n[chat]\nprovider = "MyProv"\n')
+    with pytest.raises(ConfigError) as info:
+        load(path, env={"SCVD_PROVIDERS__MYPROV__MODEL": "n"})
+    assert info.value.message == (
+        f"env:SCVD_PROVIDERS__MYPROV__MODEL (over {path}): providers.myprov.model: a variable's name is read in "
+        "lower case, so this would set providers.myprov, a table beside the file's providers.MyProv; set it in "
+        "config.toml, or give providers whole as an inline table, whose keys keep their case (it replaces the "
+        "file's), e.g. SCVD_PROVIDERS='{MyProv = {model = \"...\"}}' (under systemd: "
+        "Environment='SCVD_PROVIDERS={MyProv = {model = \"...\"}}')")
+    assert load(path, env={"SCVD_PROVIDERS__OTHER__MODEL": "n"}).config.providers["other"].model == "n"
 
 
 def test_an_empty_override_sets_a_string_whose_default_is_empty(cfg_file):
