@@ -627,17 +627,19 @@ def _assignment(name: str, value: str) -> str:
 
 
 def effective(loaded: Loaded) -> list[tuple[str, Any, str]]:
-    """Every leaf setting as (key, value, source), for `scvd check-config`."""
+    """Every leaf setting as (key, value, source), for `scvd check-config`. The key is a TOML dotted
+    key, to paste into config.toml: a part that is not a bare key is quoted (`tool_risk."repo.search"`)."""
     rows: list[tuple[str, Any, str]] = []
-    for key, value in _flatten(msgspec.to_builtins(loaded.config)):
-        rows.append((key, value, loaded.sources.get(key, "default")))
+    for parts, value in _flatten(msgspec.to_builtins(loaded.config)):
+        key = ".".join(toml_key(part) for part in parts)
+        rows.append((key, value, loaded.sources.get(".".join(parts), "default")))
     return rows
 
 
-def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+def _flatten(value: Any, parts: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
     if isinstance(value, dict) and value:
-        out: list[tuple[str, Any]] = []
+        out: list[tuple[tuple[str, ...], Any]] = []
         for k, v in value.items():
-            out += _flatten(v, f"{prefix}{k}.")
+            out += _flatten(v, (*parts, k))
         return out
-    return [(prefix.rstrip("."), value)]
+    return [(parts, value)]

@@ -363,6 +363,28 @@ def test_check_config_prints_values_and_sources(tmp_path):
         tomllib.loads(f"v = {value}")
 
 
+def test_check_config_lines_read_back_as_the_same_configuration(tmp_path):
+    """`tool_risk = {"repo.search" = "read_only"}` printed as `...tool_risk.repo.search = "read_only"`,
+    which config.toml reads as a table `repo` holding `search`: a key part that is not bare is quoted."""
+    text = ('[mcp.servers.gh]\ncommand = "gh-mcp"\nenv = {GITHUB_TOKEN = {secret = "GH"}, "MY VAR" = "x"}\n'
+            'tool_risk = {"repo.search" = "read_only", "get-issue" = "read_only", "Ünï" = "filesystem"}\n'
+            '[providers."My Prov"]\nmodel = "m"\n')
+    done = check_config(tmp_path / "home", text)
+    assert done.returncode == 0, done.stderr
+    lines = [line.rsplit("  # ", 1)[0] for line in done.stdout.splitlines() if not line.startswith("#")]
+    assert 'mcp.servers.gh.tool_risk."repo.search" = "read_only"' in lines
+    assert 'mcp.servers.gh.tool_risk.get-issue = "read_only"' in lines  # bare where it may be
+    expected = msgspec.to_builtins(load(tmp_path / "home" / "config.toml", env={}).config)
+    assert tomllib.loads("\n".join(lines)) == _without_none(expected)
+
+
+def _without_none(value: Any) -> Any:
+    """TOML has no null: check-config prints an unset optional key as a comment."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
 def test_check_config_into_a_reader_that_left_exits_quietly(tmp_path):
     """`scvd check-config | head -1` ended in a BrokenPipeError traceback (and exit 1)."""
     import os
