@@ -14,6 +14,7 @@ import msgspec
 
 from . import errors  # imports nothing of scvd: no cycle
 from .text import json_bytes  # imports nothing of scvd either
+from .lenient_json import NOT_JSON, lenient  # nor this, but text
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT  # noqa: F401 (part of the contract)
 
 PROTOCOL_VERSION = 1
@@ -719,19 +720,34 @@ def decode_request(line: bytes) -> Request:
     try:
         return _request_decoder.decode(line)
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        if "Invalid value" in text and "$.type" in text:
-            kind = _peek_type(line)
-            raise errors.UnknownType(
-                f"unknown frame type {kind!r}; known types: {', '.join(sorted(REQUEST_TYPES))}"
-            ) from exc
-        if "missing required field `type`" in text:
-            raise errors.InvalidRequest("frame has no `type` field") from exc
-        raise errors.InvalidRequest(f"invalid frame: {text}") from exc
+        raise _invalid(exc, _head(line).type) from exc
     except msgspec.DecodeError as exc:
-        raise errors.InvalidJSON(f"frame is not valid JSON: {exc}") from exc
+        obj = lenient(line)  # a lone surrogate escape (half an emoji, a surrogateescape name) is JSON
+        if obj is NOT_JSON:
+            raise errors.InvalidJSON(f"frame is not valid JSON: {exc}") from exc
+        return _convert(obj)
     except RecursionError:  # msgspec decodes nested values recursively, to Python's recursion limit
         raise errors.InvalidRequest(TOO_DEEP) from None
+
+
+def _convert(obj: Any) -> Request:
+    """A frame the json module decoded (`lenient`), checked as the decoder checks one."""
+    try:
+        return msgspec.convert(obj, Request)
+    except msgspec.ValidationError as exc:
+        raise _invalid(exc, obj.get("type") if isinstance(obj, dict) else None) from exc
+    except RecursionError:
+        raise errors.InvalidRequest(TOO_DEEP) from None
+
+
+def _invalid(exc: msgspec.ValidationError, kind: object) -> errors.ProtocolError:
+    """The error a peer sees for a frame that is JSON but no request of `type` `kind`."""
+    text = str(exc)
+    if "Invalid value" in text and "$.type" in text:
+        return errors.UnknownType(f"unknown frame type {kind!r}; known types: {', '.join(sorted(REQUEST_TYPES))}")
+    if "missing required field `type`" in text:
+        return errors.InvalidRequest("frame has no `type` field")
+    return errors.InvalidRequest(f"invalid frame: {text}")
 
 
 def decode_server_frame(line: bytes) -> ServerFrame:
@@ -753,12 +769,11 @@ _head_decoder = msgspec.json.Decoder(_Head)
 def _head(line: bytes) -> _Head:
     try:
         return _head_decoder.decode(line)
-    except (msgspec.DecodeError, RecursionError):  # not an object, or a bad `type` / `id` itself
+    except msgspec.DecodeError:  # not an object, a bad `type` / `id` itself, or a lone surrogate escape
+        obj = lenient(line)
+        return _Head(obj.get("type"), obj.get("id")) if isinstance(obj, dict) else _Head()
+    except RecursionError:
         return _Head()
-
-
-def _peek_type(line: bytes) -> object:
-    return _head(line).type
 
 
 def request_id(line: bytes) -> Id | None:

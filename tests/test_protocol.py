@@ -70,6 +70,10 @@ def test_unknown_fields_are_tolerated_both_ways():
     (b'{"type":"session.open","id":1}', errors.InvalidRequest, "`workspace`"),
     (b'{"type":"call","id":1,"session":"s","tool":"t","arguments":[]}', errors.InvalidRequest, "arguments"),
     (b'{"type":"ping","id":true}', errors.InvalidRequest, "$.id"),
+    (b'{"type":"ping","id":1,"x":NaN}', errors.InvalidJSON, "not valid JSON"),  # json.loads takes NaN; a frame may not
+    (b'{"type":"ping","id":1,"x":"\\ud83d"', errors.InvalidJSON, "not valid JSON"),
+    (b'{"type":"warp","id":1,"x":"\\ud83d"}', errors.UnknownType, "'warp'"),
+    (b'{"type":"call","id":1,"x":"\\udcff"}', errors.InvalidRequest, "`session`"),
 ])
 def test_decode_errors_map_to_their_codes(line, exc, fragment):
     with pytest.raises(exc) as info:
@@ -81,9 +85,17 @@ def test_decode_errors_map_to_their_codes(line, exc, fragment):
     (b'{"type":"x","id":7}', 7), (b'{"id":"a"}', "a"), (b'{"id":true}', None), (b'{"id":1.5}', None),
     (b'{"id":null}', None), (b"[1]", None), (b"not json", None), (b'{"id":[1]}', None),
     (b'{"type":"call","x":1e400,"id":8}', 8), (b'{"id":1e400}', None),
+    (b'{"type":"call","x":"\\ud83d","id":9}', 9), (b'{"x":"\\ud83d","id":Infinity}', None),
 ])
 def test_request_id_of_a_bad_frame_is_only_a_valid_id(line, expected):
     assert p.request_id(line) == expected
+
+
+def test_a_lone_surrogate_escape_is_json_and_reads_u_fffd():
+    """What json.dumps writes for half an emoji, or for a file name decoded with surrogateescape."""
+    assert p.decode_request(b'{"type":"ping","id":5,"x":"\\ud83d"}') == p.Ping(id=5)
+    call = p.decode_request(b'{"type":"call","id":6,"session":"s","tool":"read","arguments":{"path":"caf\\udce9"}}')
+    assert call == p.Call(id=6, session="s", tool="read", arguments={"path": "caf\ufffd"})
 
 
 # --- FrameReader ---------------------------------------------------------------------------

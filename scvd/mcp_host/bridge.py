@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import re
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import msgspec
 
 from .. import errors, protocol as p
-from ..text import well_formed
+from ..lenient_json import NOT_JSON, lenient
 from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, call_result,
                       can_elicit, decision_of, elicitation_params, initialize_result, mcp_tool)
 from .pipes import Lines
@@ -66,8 +65,8 @@ class Bridge:
         try:
             message = msgspec.json.decode(line)  # several times faster than json.loads on a 4 KiB result
         except msgspec.DecodeError as exc:
-            message = _lenient(line)  # a lone surrogate escape (a cut emoji) is JSON, which msgspec refuses
-            if message is _NOT_JSON:
+            message = lenient(line)  # a lone surrogate escape (a cut emoji) is JSON, which msgspec refuses
+            if message is NOT_JSON:
                 self._error(None, PARSE_ERROR, f"not JSON: {exc}")
                 return
         if isinstance(message, list):  # a JSON-RPC batch (MCP 2025-03-26): one array of answers
@@ -241,29 +240,6 @@ def is_id(value: Any) -> bool:
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _ID_VALUE = re.compile(rb'\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*[,}]')
-
-
-_NOT_JSON = object()
-
-
-def _not_a_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite(literal: str) -> float:
-    value = float(literal)
-    if value in (float("inf"), float("-inf")):  # 1e400: msgspec would answer its id as null
-        raise ValueError(f"{literal} is out of range")
-    return value
-
-
-def _lenient(line: bytes) -> Any:
-    """`line` decoded by the json module, which takes a lone surrogate escape (`"\\ud83d"`, what
-    JSON.stringify and json.dumps print for half an emoji), made U+FFFD; _NOT_JSON otherwise."""
-    try:
-        return well_formed(json.loads(line, parse_constant=_not_a_constant, parse_float=_finite))
-    except (ValueError, RecursionError):
-        return _NOT_JSON
 
 
 def leading_id(head: bytes) -> Any:

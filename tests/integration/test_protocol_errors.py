@@ -6,6 +6,8 @@ server-frame decoder, so a malformed answer fails the test too.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import pytest
@@ -207,3 +209,19 @@ def test_a_last_frame_without_its_newline_before_the_end_of_the_stream_is_answer
         assert isinstance(c.frame(), p.Welcome)
         assert c.frame().id == 2
         assert c.closed_by_server()
+
+
+def test_a_lone_surrogate_escape_in_a_frame_is_read_and_the_answer_carries_its_id(conn, workspace):
+    """json.dumps writes a name decoded with surrogateescape (a Latin-1 file name) as "\\udce9",
+    and half an emoji as "\\ud83d": JSON all the same, read as U+FFFD (they were invalid_json, no id)."""
+    session = conn.request({"type": "session.open", "workspace": str(workspace)}).session
+    path = os.fsdecode(b"caf\xe9.txt")
+    conn.send_raw(json.dumps({"type": "call", "id": "latin1", "session": session, "tool": "read",
+                              "arguments": {"path": path}}).encode() + b"\n")
+    accepted = conn.frame()
+    assert isinstance(accepted, p.CallAccepted) and accepted.id == "latin1", accepted
+    done = conn.frame()
+    assert isinstance(done, p.CallCompleted) and done.call_id == accepted.call_id
+    conn.send_raw(json.dumps({"type": "ping", "id": 5, "note": "half an emoji: \ud83d"}).encode() + b"\n")
+    pong = conn.frame()
+    assert isinstance(pong, p.Pong) and pong.id == 5, pong
