@@ -1,13 +1,15 @@
-"""JSON that msgspec refuses, read anyway on the error path; no I/O.
+"""JSON that msgspec refuses or cannot finish, read anyway on the error path; no I/O.
 
 Rule: only after msgspec failed. Its decoder stays the fast path (several times
 faster than the json module); this is what a peer's frame (socket or MCP host)
-falls back to before it is called invalid.
+falls back to before it is called invalid, and where the id of a frame that
+cannot be decoded at all (nested too deeply, cut at the size limit) is found.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from .text import well_formed
@@ -35,3 +37,41 @@ def lenient(line: bytes) -> Any:
         return well_formed(json.loads(line.decode("utf-8"), parse_constant=_not_a_constant, parse_float=_finite))
     except (ValueError, RecursionError):
         return NOT_JSON
+
+
+# the tokens of JSON text that matter to the outer object's keys: a string (a lone '"': cut
+# inside one), a run of opening or of closing brackets, a comma, and anything else in one run
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[{]+|[\]}]+|,|[^"\[\]{},]+')
+_ID_VALUE = re.compile(rb'\s*:\s*("[^"\\]*(?:\\.[^"\\]*)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*[,}]')
+
+
+def top_level_id(text: bytes) -> Any:
+    """The string or number under the outer object's `id` key of `text`, JSON that could not be
+    decoded (nested too deeply, or cut short at the size limit); None when it has none there.
+
+    Only the outer object's keys count: an `id` inside a value is another thing's, and
+    answering with it would settle another request. Iterative, so no depth is too deep."""
+    if not text.lstrip().startswith(b"{"):
+        return None  # a batch, or not JSON: there is no one id to answer
+    depth, key_next = 0, False
+    for token in _TOKEN.finditer(text):
+        first, size = token.group()[:1], token.end() - token.start()
+        if first == b'"':
+            if size == 1:
+                return None  # cut inside a string
+            if depth == 1 and key_next:
+                if token.group() == b'"id"':
+                    value = _ID_VALUE.match(text, token.end())
+                    found = lenient(value.group(1)) if value else None
+                    return found if isinstance(found, (str, int, float)) else None
+                key_next = False  # its value follows
+        elif first in b"[{":
+            depth += size
+            key_next = depth == 1
+        elif first in b"]}":
+            depth -= size
+            if depth <= 0:
+                return None  # the outer object ended without one
+        elif first == b"," and depth == 1:
+            key_next = True
+    return None

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scvd.mcp_host.bridge import leading_id
+from scvd.lenient_json import top_level_id
 
 PAD = {"pad": "x" * 100}
 
@@ -25,13 +25,13 @@ PAD = {"pad": "x" * 100}
     ({"jsonrpc": "2.0", "id": True, "method": "ping"}, None),
 ])
 def test_the_outer_objects_id_is_found(message, expected) -> None:
-    assert leading_id(json.dumps(message).encode()) == expected
+    assert top_level_id(json.dumps(message).encode()) == expected
 
 
 def test_a_head_cut_before_the_id_or_a_batch_gives_none() -> None:
     line = json.dumps({"jsonrpc": "2.0", "params": {"pad": "x" * 5000}, "id": 4}).encode()
-    assert leading_id(line[:4096]) is None  # cut inside the long string, before the id
-    assert leading_id(b'  {"id": 12, "method": "tools/call", "params": {"content": "xx') == 12
-    assert leading_id(b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]') is None
-    assert leading_id(b"not json at all") is None
-    assert leading_id(b'{"id": 12') is None  # its value may go on past the cut
+    assert top_level_id(line[:4096]) is None  # cut inside the long string, before the id
+    assert top_level_id(b'  {"id": 12, "method": "tools/call", "params": {"content": "xx') == 12
+    assert top_level_id(b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]') is None
+    assert top_level_id(b"not json at all") is None
+    assert top_level_id(b'{"id": 12') is None  # its value may go on past the cut

@@ -91,6 +91,20 @@ def test_request_id_of_a_bad_frame_is_only_a_valid_id(line, expected):
     assert p.request_id(line) == expected
 
 
+def test_a_frame_nested_too_deeply_is_invalid_request_answered_with_its_outer_id():
+    deep = b"[" * 2000 + b"]" * 2000
+    line = b'{"id":14,"type":"ping","x":' + deep + b"}"
+    with pytest.raises(errors.InvalidRequest, match="too deeply"):
+        p.decode_request(line)
+    assert p.request_id(line) == 14
+    assert p.request_id(b'{"type":"ping","x":' + deep + b',"id":"after"}') == "after"
+    inner = b'{"a":' * 2000 + b'{"id":1}' + b"}" * 2000  # only the outer object's id is the frame's
+    assert p.request_id(b'{"type":"ping","x":' + inner + b"}") is None
+    assert p.request_id(b'{"type":"ping","x":' + inner + b',"id":2}') == 2
+    assert p.request_id(b'{"x":' + deep + b',"id":true}') is None
+    assert p.request_id(deep) is None
+
+
 def test_a_lone_surrogate_escape_is_json_and_reads_u_fffd():
     """What json.dumps writes for half an emoji, or for a file name decoded with surrogateescape."""
     assert p.decode_request(b'{"type":"ping","id":5,"x":"\\ud83d"}') == p.Ping(id=5)

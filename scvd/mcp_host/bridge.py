@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import re
 from typing import Any
 
 import msgspec
 
 from .. import errors, protocol as p
-from ..lenient_json import NOT_JSON, lenient
+from ..lenient_json import NOT_JSON, lenient, top_level_id
 from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, call_result,
                       can_elicit, decision_of, elicitation_params, initialize_result, mcp_tool)
 from .pipes import Lines
@@ -43,7 +42,7 @@ class Bridge:
     def lines(self, limit: int = p.DEFAULT_CLIENT_FRAME_LIMIT) -> Lines:
         """The protocol to read the host's stdin into: each line is one message, of at most
         `limit` bytes (server.client_frame_bytes, as for a socket client's frame)."""
-        return Lines(self._start, lambda head: self._error(leading_id(head), INVALID_REQUEST, (
+        return Lines(self._start, lambda head: self._error(top_level_id(head), INVALID_REQUEST, (
             f"message too large: over {limit} bytes (server.client_frame_bytes); send less, or raise it")), limit)
 
     async def run(self, lines: Lines) -> None:
@@ -236,40 +235,3 @@ def error_message(msg_id: Any, code: int, message: str) -> dict[str, Any]:
 def is_id(value: Any) -> bool:
     """A JSON-RPC request id: a string or a number (not a boolean, which JSON keeps apart)."""
     return isinstance(value, (str, int, float)) and not isinstance(value, bool)
-
-
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-_ID_VALUE = re.compile(rb'\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*[,}]')
-
-
-def leading_id(head: bytes) -> Any:
-    """The top-level `id` of a request cut short (a line over the limit), if its first bytes
-    hold it; else None. Only the outer object's keys count: an `id` in `params` is not the
-    request's, and answering with it would settle another request of the host's."""
-    text = head.lstrip()
-    if not text.startswith(b"{"):
-        return None  # a batch, or not JSON: there is no one id to answer
-    depth, key_next, i = 0, False, 0
-    while i < len(text):
-        c = text[i]
-        if c == 0x22:  # '"'
-            string = _STRING.match(text, i)
-            if string is None:
-                return None  # cut inside a string
-            if depth == 1 and key_next:
-                if string.group() == b'"id"':
-                    value = _ID_VALUE.match(text, string.end())
-                    found = msgspec.json.decode(value.group(1)) if value else None
-                    return found if is_id(found) else None
-                key_next = False  # its value follows
-            i = string.end()
-            continue
-        if c in b"{[":
-            depth += 1
-            key_next = depth == 1
-        elif c in b"}]":
-            depth -= 1
-        elif c == 0x2C and depth == 1:  # ','
-            key_next = True
-        i += 1
-    return None

@@ -181,7 +181,13 @@ def test_deep_nesting_is_the_peers_invalid_request_and_leaves_no_traceback(daemo
         conn.send_raw(b'{"type":"ping","id":1,"pad":' + nested + b"}\n")
         answer = conn.frame()
         assert isinstance(answer, p.Error) and answer.code == "invalid_request" and not answer.fatal
-        assert "nests arrays or objects too deeply" in answer.message
+        assert "nests arrays or objects too deeply" in answer.message and "950 levels" in answer.message
+        assert answer.id == 1  # msgspec walks the field it skips too: the id was lost with it
+        deep_keys = b'[{"id":2,"a":' * 2000 + b"0" + b"}]" * 2000
+        conn.send_raw(b'{"type":"ping","pad":' + deep_keys + b',"id":"last"}\n')  # the outer id, not an inner one
+        assert conn.frame().id == "last"
+        conn.send_raw(b'{"type":"ping","id":3,"pad":' + b"[" * 940 + b"]" * 940 + b"}\n")  # what the message allows
+        assert isinstance(conn.frame(), p.Pong)
         conn.send_raw(nested + b"\n")  # not even an object
         assert conn.frame().code == "invalid_request"
         assert conn.status().pid == daemon.proc.pid  # the connection stays
