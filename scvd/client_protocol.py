@@ -15,7 +15,9 @@ Rules:
   the rest wait for the next (reading paused), so a peer that pipelines a flood does not hold
   the loop from every other client.
 - End of stream: frames that came before it are handled first, then the connection is
-  dropped (its sessions closed). A lost connection drops what it had not handled and is
+  dropped (its sessions closed, their calls cancelled); a half-closed peer still reads, so it
+  closes once those calls have sent their `call.completed` (within
+  server.shutdown_grace_seconds). A lost connection drops what it had not handled and is
   dropped at once, though a handler still runs (one that never returns, on a hung mount,
   must not keep its calls and approvals); what that handler opens is dropped when it returns.
   Reading is paused while a handler waits, so its end of stream is seen then only when a
@@ -48,9 +50,11 @@ class Server(Protocol):
         """A batch of frames was handled: what they started takes its first step now; True when
         something goes on next turn (a call's task), whose answer should go out with theirs."""
 
-    def connection_done(self, conn: Connection) -> None:
-        """The peer is gone or ended its stream: drop the connection and its sessions. Again
-        after a handler that waited returns: what it opened since goes too."""
+    def connection_done(self, conn: Connection, lost: bool) -> None:
+        """The peer is gone (`lost`) or ended its stream: drop the connection and its sessions.
+        After an end of stream the connection closes once the calls it cancelled have sent their
+        `call.completed` (bounded); when lost, at once. Again after a handler that waited returns
+        (what it opened since goes too), and when a peer is lost while its connection lingers."""
 
     def spawn_task(self, waiting: Awaitable[None]) -> asyncio.Future[Any]:
         """Run a handler that waits; the daemon cancels it at shutdown."""
@@ -69,6 +73,7 @@ class ClientProtocol(asyncio.Protocol):
         self._write_paused = False
         self._reading = True
         self._ended = False  # end of stream or connection lost: drop once the handled frames are done
+        self._lost = False  # connection lost: nothing written reaches the peer any more
         self._done = False
         self._later = False  # the last batch started a task whose answer may come next turn
 
@@ -107,12 +112,14 @@ class ClientProtocol(asyncio.Protocol):
         return True  # keep the transport for the answers still to go out; _finish closes it
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._ended = True
+        self._ended = self._lost = True
         self._lines.clear()  # nobody hears their answers
-        if self._waiting is None:
+        if self._waiting is None and not self._done:
             self._finish()
-        elif self.conn is not None:  # now; and again in _finish, for what the handler opens meanwhile
-            self.server.connection_done(self.conn)
+        elif self.conn is not None and not self.conn.closed:
+            # now: a handler still waits (_finish comes again, for what it opens meanwhile), or an
+            # end of stream came first and the connection waits for its cancelled calls, unheard now
+            self.server.connection_done(self.conn, lost=True)
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -202,4 +209,4 @@ class ClientProtocol(asyncio.Protocol):
             return
         self._done = True
         if self.conn is not None:
-            self.server.connection_done(self.conn)
+            self.server.connection_done(self.conn, lost=self._lost)

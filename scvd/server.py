@@ -94,6 +94,7 @@ class Daemon:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.budget = limits.FdBudget(limit=1024, base=0)  # measured at start, once the listener is open
         self._opening = 0  # session.open requests between their budget check and their session
+        self._closing = 0  # connections that ended their stream, open until their cancelled calls say so
         self._refusals = limits.RefusalLog()
         self.chat = ChatService(self)
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
@@ -467,8 +468,8 @@ class Daemon:
         self.connections.add(conn)
         return conn
 
-    def connection_done(self, conn: Connection) -> None:
-        self._drop_connection(conn)
+    def connection_done(self, conn: Connection, lost: bool) -> None:
+        self._drop_connection(conn, linger=not lost)
 
     def spawn_task(self, waiting: Awaitable[None]) -> asyncio.Future[Any]:
         task = asyncio.ensure_future(waiting)
@@ -533,13 +534,24 @@ class Daemon:
             asyncio.get_running_loop().call_soon(self.calls.start_due)
         return answer if isinstance(answer, p.Frame) else await answer
 
-    def _drop_connection(self, conn: Connection) -> None:
-        # may come twice (a lost peer whose handler still waited): the second drops what it opened
+    def _drop_connection(self, conn: Connection, linger: bool = False) -> None:
+        # may come twice (a lost peer whose handler still waited, or a peer lost while its connection
+        # lingers): the second drops what it opened, and closes the connection at once
         self.connections.discard(conn)
         self.mcp_hosts.connection_dropped(conn)  # an MCP host it handed over goes with it
-        self.drop_owner(conn)
+        self.drop_owner(conn, linger)
         if conn.server_frame_bytes == self.gate.max_bytes:  # it may have been the smallest
             self._fit_gate()
+
+    async def _close_when_ended(self, conn: Connection, ending: list[asyncio.Future[Any]]) -> None:
+        """Close `conn` once the calls it had have completed: a tool that ignores its cancellation
+        must not hold the connection (and its fd) for good."""
+        self._closing += 1  # its fd still counts against the budget
+        try:
+            await asyncio.wait(ending, timeout=self.config.server.shutdown_grace_seconds)
+        finally:
+            self._closing -= 1
+            conn.close()
 
     def _fit_gate(self) -> None:
         """Approval requests must fit a frame to every approver: the configured limit, or the smaller
@@ -553,13 +565,19 @@ class Daemon:
         if lowered:
             self.gate.refit()
 
-    def drop_owner(self, conn: Connection) -> None:
-        """Close a connection's sessions (their calls cancelled), approvals and secret requests, then it."""
+    def drop_owner(self, conn: Connection, linger: bool = False) -> None:
+        """Close a connection's sessions (their calls cancelled), approvals and secret requests, then it:
+        at once, or with `linger` (its peer ended its stream but may still read) once those calls
+        have sent their `call.completed`, within server.shutdown_grace_seconds."""
+        ending = [c.outcome for c in self.calls.table.values() if c.session.owner is conn] if linger else []
         for session in list(conn.sessions.values()):
             self._close_session(session)
         self.gate.drop_owner(conn)
         self.secret_requests.drop_connection(conn)
-        conn.close()
+        if ending:
+            self.spawn_task(self._close_when_ended(conn, ending))
+        else:
+            conn.close()
         if conn.watcher:  # requests only it could have decided are denied now, not at their timeout
             self.gate.rescreen()
         self._update_status()
@@ -772,10 +790,10 @@ class Daemon:
         return conn.spawned_by_daemon or spawned_by_daemon(conn.pid)
 
     def _fds_held(self) -> int:
-        """Connections and sessions held (one fd each), and what plans waiting for a person hold (a
+        """Connections (closing ones too) and sessions held (one fd each), and what plans waiting for a person hold (a
         read's file): what the fd budget counts."""
-        return (len(self.connections) + len(self.sessions) + self._opening + self.mcp_hosts.fds_held()
-                + self.calls.held_while_asking())
+        return (len(self.connections) + self._closing + len(self.sessions) + self._opening
+                + self.mcp_hosts.fds_held() + self.calls.held_while_asking())
 
     def _own_session(self, conn: Connection, session_id: str) -> Session:
         session = conn.sessions.get(session_id)

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from harness import RawConn
+from harness import RawConn, make_wrapped, wait_until  # noqa: F401 (fixture)
 from scvd import protocol as p
 
 
@@ -102,6 +102,46 @@ def test_frames_before_the_end_of_stream_are_all_answered_then_the_connection_go
         assert [a.id for a in got[2:]] == list(range(50))
         assert conn.closed_by_server()
     wait_no_sessions(client)
+
+
+def test_a_half_close_cancels_the_running_calls_and_their_call_completed_comes_before_eof(
+        make_wrapped, workspace: Path):
+    """Each accepted call gets its call.completed, on the end of the stream too: it cancels the call,
+    and the connection closes once the cancelled call has said so (it closed at once, unsaid)."""
+    d = make_wrapped()
+    with RawConn(d.socket) as conn:
+        conn.send_raw(HELLO + frame(type="session.open", id="o", workspace=str(workspace)))
+        _, opened = answers(conn, 2)
+        conn.send_raw(frame(type="call", id="slow", session=opened.session, tool="test_sleep",
+                            arguments={"seconds": 3600}, call_id="slow"))
+        accepted = conn.frame()
+        assert isinstance(accepted, p.CallAccepted) and accepted.call_id == "slow"
+        wait_until((workspace / "started-slow").exists, what="the call to start")
+        conn.sock.shutdown(socket.SHUT_WR)
+        done = conn.frame()
+        assert isinstance(done, p.CallCompleted) and done.call_id == "slow", done
+        assert not done.ok and done.error.kind == "cancelled"
+        assert conn.closed_by_server()
+    assert (workspace / "cancelled-slow").exists()  # the tool's own cleanup ran
+
+
+def test_a_call_that_ignores_its_cancellation_holds_a_half_closed_connection_only_for_the_grace(
+        make_wrapped, workspace: Path):
+    d = make_wrapped("[server]\nshutdown_grace_seconds = 0.5\n")
+    with RawConn(d.socket) as conn:
+        conn.send_raw(HELLO + frame(type="session.open", id="o", workspace=str(workspace)))
+        _, opened = answers(conn, 2)
+        conn.send_raw(frame(type="call", id="stuck", session=opened.session, tool="test_stubborn",
+                            arguments={}, call_id="stuck"))
+        assert isinstance(conn.frame(), p.CallAccepted)
+        wait_until((workspace / "started-stuck").exists, what="the call to start")
+        conn.sock.shutdown(socket.SHUT_WR)
+        start = time.monotonic()
+        assert conn.closed_by_server()  # no call.completed: the call has not ended
+        assert 0.4 < time.monotonic() - start < 5
+    with RawConn(d.socket) as other:  # still serving
+        other.hello()
+        assert other.status().pid == d.proc.pid
 
 
 def test_a_peer_gone_while_its_session_opens_leaves_no_session_behind(daemon, client, workspace: Path):
