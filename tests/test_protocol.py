@@ -102,6 +102,10 @@ def test_a_frame_nested_too_deeply_is_invalid_request_answered_with_its_outer_id
     assert p.request_id(b'{"type":"ping","x":' + inner + b"}") is None
     assert p.request_id(b'{"type":"ping","x":' + inner + b',"id":2}') == 2
     assert p.request_id(b'{"x":' + deep + b',"id":true}') is None
+    # looked for in the first 64 KiB only: a 1 MiB frame of `[{"a":` held the loop for 0.3 s
+    branchy = b'[{"a":' * (p.ID_SCAN_BYTES // 6) + b"0" + b"}]" * (p.ID_SCAN_BYTES // 6)
+    assert p.request_id(b'{"id":3,"x":' + branchy + b"}") == 3
+    assert p.request_id(b'{"x":' + branchy + b',"id":4}') is None
     assert p.request_id(deep) is None
 
 
