@@ -116,9 +116,10 @@ class ClientProtocol(asyncio.Protocol):
         self._lines.clear()  # nobody hears their answers
         if self._waiting is None and not self._done:
             self._finish()
-        elif self.conn is not None and not self.conn.closed:
-            # now: a handler still waits (_finish comes again, for what it opens meanwhile), or an
-            # end of stream came first and the connection waits for its cancelled calls, unheard now
+        elif self.conn is not None and (self._waiting is not None or not self.conn.closed):
+            # now: a handler still waits (_finish comes again, for what it opens meanwhile; scvd may
+            # have cut the connection itself), or an end of stream came first and the connection
+            # waits for its cancelled calls, unheard now
             self.server.connection_done(self.conn, lost=True)
 
     def pause_writing(self) -> None:
