@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -14,6 +13,7 @@ pytest.importorskip("mcp")
 from scvd.config import McpServerConfig, SecretRef  # noqa: E402
 from scvd.errors import CredentialMissing  # noqa: E402
 from scvd.mcp.link import ServerLink  # noqa: E402
+from scvd import secrets as secrets_mod  # noqa: E402
 
 CFG = McpServerConfig(command="/bin/true", env={"T": SecretRef(secret="K")})
 
@@ -40,9 +40,17 @@ class Launches:
         raise CredentialMissing("mcp.servers.raw.env T needs the secret K, which is not set", keys=("K",))
 
 
+@pytest.fixture(autouse=True)
+def one_secrets_thread(monkeypatch):
+    """One thread for secret work (a launch reads the store there): a job holding it keeps the next
+    start's read queued, i.e. not begun."""
+    secrets_mod.stop_threads()
+    monkeypatch.setattr(secrets_mod, "THREADS", 1)
+    yield
+    secrets_mod.stop_threads()
+
+
 async def down_once(launches: Launches) -> ServerLink:
-    # one worker: a job holding it keeps the next start's read queued, i.e. not begun
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=1))
     link = ServerLink("raw", CFG, launch=launches, on_tools=lambda *_: None)
     link.start()
     await until(lambda: link.state == "down" and launches.count == 1)
@@ -54,7 +62,7 @@ def test_a_secret_stored_before_a_start_reads_it_does_not_start_it_again():
         launches = Launches()
         link = await down_once(launches)
         busy = threading.Event()
-        held = asyncio.get_running_loop().run_in_executor(None, busy.wait, 5)
+        held = secrets_mod.off_loop(busy.wait, 5)
         stored_at = time.monotonic()  # K stored now: the backoff ends
         link.retry_now(stored_at)
         await until(lambda: link.state == "starting")
@@ -89,3 +97,21 @@ def test_a_secret_stored_after_a_start_read_the_old_value_starts_it_again_at_onc
         return launches.count
 
     assert asyncio.run(scenario()) == 3
+
+
+def test_a_call_names_the_secret_a_down_server_needs_but_not_while_it_starts_again():
+    from scvd.errors import Unavailable
+
+    async def scenario() -> tuple[BaseException, BaseException]:
+        link = await down_once(Launches())
+        with pytest.raises(CredentialMissing) as down:
+            await link.call("echo", {}, None)
+        link.state = "starting"  # a value stored since: the start under way may well work
+        with pytest.raises(Unavailable) as starting:
+            await link.call("echo", {}, None)
+        await link.stop()
+        return down.value, starting.value
+
+    down, starting = asyncio.run(scenario())
+    assert down.keys == ("K",) and "it needs K: store a new value with store_secret" in down.message
+    assert starting.message.startswith("mcp server raw is starting")

@@ -283,12 +283,19 @@ class ServerLink:
                    progress: Callable[[float, float | None, str | None], Awaitable[None]]) -> CallOutcome:
         session = self.session
         if session is None or self.state != "ready":
-            if self.needs:  # a secret heals it (a wrong value typed the first time): say which, not "retry"
+            if self.needs and self.state == "down":  # a secret heals it (a wrong value typed): say which
+                # (while `starting` again, with a new value perhaps, "try again in a moment" is right)
                 raise self._needs_secret(tool)
             raise Unavailable(self.down_message())
         refused = self._refused_posts
+        secrets = self._secrets
+
+        async def hidden(done: float, total: float | None, message: str | None) -> None:
+            # a progress line may quote the token as a result may ("authenticating with sk-...")
+            await progress(done, total, redact(message, secrets) if message and secrets else message)
+
         try:
-            result = await session.call_tool(tool, arguments, progress_callback=progress)
+            result = await session.call_tool(tool, arguments, progress_callback=hidden)
         except MCPError as exc:
             if exc.error.code == CONNECTION_CLOSED:  # the server went away under the call
                 self._lose()

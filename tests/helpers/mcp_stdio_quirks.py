@@ -6,8 +6,9 @@ a tool `big` whose inputSchema is about 9 MB; `remote-ref=URL` also lists a tool
 argument `x` is `{"$ref": URL}`; `slow-start=SECONDS` waits that long before it reads its first
 line (a server that takes a while to come up); `bad-schema` also lists a tool `odd` whose inputSchema
 has `properties` as a list (the SDK refuses the whole list); `clashing-names` also lists `Echo`
-(scvd's name for it is `echo`'s too); `results` also lists `leak_error` and `leak_ok`, which quote
-the environment's LEAK_TOKEN in an isError text and in a result's text and structuredContent, and
+(scvd's name for it is `echo`'s too); `results` also lists `leak_error`, `leak_ok` and `leak_progress`, which
+quote the environment's LEAK_TOKEN in an isError text, in a result's text and structuredContent, and
+in a progress notification's message, and
 `typed`, whose structuredContent does not match its outputSchema; `stubborn` does not exit when its
 stdin ends (its stop takes scvd's grace, then SIGTERM); `cursor-loop` answers every tools/list with
 the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/list_changed, and never
@@ -36,6 +37,7 @@ if mode == "bad-schema":
 if mode == "results":
     tools += [{"name": "leak_error", "description": "Fails quoting its token.", "inputSchema": {"type": "object"}},
               {"name": "leak_ok", "description": "Echoes its token.", "inputSchema": {"type": "object"}},
+              {"name": "leak_progress", "description": "Reports its token.", "inputSchema": {"type": "object"}},
               {"name": "typed", "description": "A result unlike its schema.", "inputSchema": {"type": "object"},
                "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}]
 if mode == "relist-hangs":
@@ -84,6 +86,10 @@ for line in sys.stdin:
         elif name == "leak_ok":
             result = {"content": [{"type": "text", "text": f"token={token}"}],
                       "structuredContent": {"token": token, token: "as a key"}}
+        elif name == "leak_progress":
+            progress_token = (msg["params"].get("_meta") or {}).get("progressToken")
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                "progressToken": progress_token, "progress": 1, "message": f"authenticating with {token}"}})
         elif name == "announce":
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         elif name == "typed":

@@ -654,10 +654,16 @@ def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_d
         sid = c.open_session(workspace)
         failed = c.call(sid, "mcp__raw__leak_error", {})
         shown = c.call(sid, "mcp__raw__leak_ok", {})
+        reported = c.start_call(sid, "mcp__raw__leak_progress", {})
+        progress = []
+        while not isinstance(event := c.next_event(), p.CallCompleted) or event.call_id != reported:
+            if isinstance(event, p.CallProgress) and event.call_id == reported:
+                progress.append(event.message)
     assert failed.error.kind == "failed"
     assert failed.error.message == "mcp__raw__leak_error: 401 Bad credentials for [secret LEAK_TOKEN]"
     assert shown.ok and shown.result["text"] == "token=[secret LEAK_TOKEN]"
     assert shown.result["structured_content"] == {"token": "[secret LEAK_TOKEN]", "[secret LEAK_TOKEN]": "as a key"}
+    assert progress == ["mcp__raw__leak_progress: 1 authenticating with [secret LEAK_TOKEN]"], progress
 
 
 def test_a_result_unlike_the_tools_output_schema_fails_that_call_and_keeps_the_server(make_daemon, workspace,
