@@ -49,9 +49,9 @@ NotifyAccess=main
 # SIGHUP re-reads config.toml; new sessions use it
 ExecReload=/bin/kill -HUP $MAINPID
 Restart=on-failure
-# exit 2 is a configuration error, 3 a start refused (another scvd runs, the socket's path is
-# unusable): a restart every 2 s cannot fix either, and would bury the one line saying why
-RestartPreventExitStatus=2 3
+# exit 2 is a configuration error: a restart every 2 s cannot fix it, and would bury the one
+# line saying why (exit 3, cannot start, may be a full disk or a lack of fds, which passes)
+RestartPreventExitStatus=2
 RestartSec=2
 WatchdogSec=30
 # scvd cancels its own tool process groups on SIGTERM (TERM, 2 s, KILL) within
