@@ -43,8 +43,15 @@ class _JournalFormatter(logging.Formatter):
 
 
 def _under_journald() -> bool:
-    """Whether stderr goes to journald, which reads a leading `<N>` as the line's priority."""
-    return bool(os.environ.get("JOURNAL_STREAM"))
+    """Whether stderr goes to journald, which reads a leading `<N>` as the line's priority: it is the
+    stream JOURNAL_STREAM names (device:inode), as systemd says to check; the variable alone is
+    inherited too, e.g. by a shell in a terminal that runs as a user unit."""
+    device, _, inode = os.environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        st = os.fstat(2)
+    except OSError:
+        return False
+    return device.isdigit() and inode.isdigit() and (st.st_dev, st.st_ino) == (int(device), int(inode))
 
 
 def setup_logging(level: str) -> None:

@@ -470,11 +470,30 @@ def test_a_config_file_named_by_option_must_exist(tmp_path, command):
 
 
 def test_a_config_error_under_journald_carries_the_error_priority(tmp_path):
-    """It had no `<N>` prefix, unlike the log lines: `journalctl -p warning` hid why the unit failed."""
-    done = check_config(tmp_path / "home", '[approvals]\npolicy = "sometimes"\n', "run", JOURNAL_STREAM="8:1234")
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("<3>scvd: configuration error: "), done.stderr
-    assert "approvals.policy: Invalid enum value 'sometimes'" in done.stderr
+    """It had no `<N>` prefix, unlike the log lines: `journalctl -p warning` hid why the unit failed.
+    Under journald is stderr being the stream JOURNAL_STREAM names; a terminal's shell may have the
+    variable too (inherited from a terminal run as a user unit), and there `<3>` is noise."""
+    import os
+
+    def run(stream_of: Path) -> tuple[int, str]:
+        err = tmp_path / "stderr"
+        with open(err, "w") as out:
+            named = os.stat(stream_of)
+            done = subprocess.run(
+                [sys.executable, "-m", "scvd", "run"], stderr=out, stdout=subprocess.DEVNULL, timeout=60,
+                env={**{k: v for k, v in os.environ.items() if not k.startswith("SCV")}, "SCV_HOME": str(home),
+                     "PYTHONPATH": str(ROOT), "JOURNAL_STREAM": f"{named.st_dev}:{named.st_ino}"})
+        return done.returncode, err.read_text()
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[approvals]\npolicy = "sometimes"\n')
+    code, stderr = run(tmp_path / "stderr")
+    assert code == 2, stderr
+    assert stderr.startswith("<3>scvd: configuration error: "), stderr
+    assert "approvals.policy: Invalid enum value 'sometimes'" in stderr
+    code, stderr = run(home / "config.toml")  # another stream's: not journald's
+    assert code == 2 and stderr.startswith("scvd: configuration error: "), stderr
 
 
 def test_a_socket_path_too_long_fails_check_config_and_run_daemon_as_it_fails_run(tmp_path):
