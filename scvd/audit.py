@@ -248,6 +248,10 @@ class AuditLog:
     def flush(self) -> None:
         """Write every buffered record now; raises OSError when that fails (they stay buffered)."""
         with self._lock:
+            if self._failing and self._buffered >= BACKLOG_MAX:
+                # the backlog first: if there is room again, the records waiting to be formatted are
+                # kept, not counted lost for a backlog about to be written
+                self._flush_locked()
             self._format_locked()
             self._flush_locked()
 
