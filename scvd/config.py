@@ -604,17 +604,55 @@ def _read_as_string(msg: str, key: str, name: str, text: str) -> str:
     if found is None:
         return ""
     expected = found.group(1)
+    said = f"; read as the string {text!r}, not a TOML value"
     if expected == "array":
-        words = re.split(r"[,\s]+", text.strip().strip("[]"))  # `[A]`: systemd took the quotes of ["A"]
-        value = toml_value([word.strip("'\"") for word in words if word.strip("'\"")])
+        value = toml_value(_list_items(text))
     elif expected == "bool":
         value = "true" if text.strip().lower() in ("true", "yes", "on") else "false"
     elif expected in ("int", "float"):
-        value = next(iter(re.findall(r"\d+", re.sub(r"[,_]", "", text))), "60")
+        value = _number_meant(text, expected, key)
+        if value is None:  # a guess would change the meaning: say what to give instead
+            unit = _unit(key)
+            kind = "integer" if expected == "int" else "number"
+            return f"{said}; give {f'the {unit} as ' if unit else ''}a TOML {kind}{', with no unit' if unit else ''}"
     else:  # an object: an inline table
         fields = vt.keys_at(Config, key)
         value = f"{{{fields[0]} = ...}}" if fields else "{...}"
-    return f"; read as the string {text!r}, not a TOML value; give one, e.g. {_assignment(name, value)}"
+    return f"{said}; give one, e.g. {_assignment(name, value)}"
+
+
+# an item is quoted whole (keeping its spaces and commas) or runs to the next comma
+_LIST_ITEM = re.compile(r"""\s*(?:(["'])(.*?)\1|([^,]*?))\s*(?:,|$)""")
+
+
+def _list_items(text: str) -> list[str]:
+    """The items of `[GH_TOKEN, 'A B']`, split on commas only. `[A]` is what systemd leaves of ["A"]."""
+    items = [quoted if quote else bare.strip("'\"")
+             for quote, quoted, bare in _LIST_ITEM.findall(text.strip().strip("[]"))]
+    return [item for item in items if item]
+
+
+_NUMBER = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+_UNIT_WORDS = {"seconds": ("s", "sec", "secs", "second", "seconds"), "bytes": ("b", "byte", "bytes")}
+
+
+def _unit(key: str) -> str:
+    """The unit a key's name gives its value (`seconds` for `tools.command_timeout_seconds`), or ""."""
+    unit = key.rsplit("_", 1)[-1]
+    return unit if unit in _UNIT_WORDS else ""
+
+
+def _number_meant(text: str, expected: str, key: str) -> str | None:
+    """The number in `60s`, `0.5s` or `1,000`; None when a guess could change the meaning: a word, a
+    fraction where an integer is wanted, or another unit than the key's (`1.5m` for seconds)."""
+    plain = re.sub(r"(?<=\d)[,_](?=\d{3}(?!\d))", "", text.strip().lower())  # thousands, not `0,5`
+    found = _NUMBER.fullmatch(plain)
+    if found is None or (expected == "int" and "." in found.group(1)):
+        return None
+    number, unit = found.groups()
+    if unit and unit not in _UNIT_WORDS.get(_unit(key), ()):
+        return None
+    return str(float(number)) if "." in number else str(int(number))  # `05` is no TOML number
 
 
 def _assignment(name: str, value: str) -> str:

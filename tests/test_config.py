@@ -244,6 +244,10 @@ ENV_ERRORS = [
                  "SCVD_SANDBOX__NETWORK=true", id="env-python-bool"),
     pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS": "60s"}, "tools.command_timeout_seconds",
                  "e.g. SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS=60", id="env-number-with-a-unit"),
+    pytest.param({"SCVD_ADAPTERS__CLAUDE__PASS_ENV": "[GH_TOKEN, 'A B']"}, "adapters.claude.pass_env",
+                 "e.g. SCVD_ADAPTERS__CLAUDE__PASS_ENV='[\"GH_TOKEN\", \"A B\"]'", id="env-list-split-on-commas-only"),
+    pytest.param({"SCVD_ADAPTERS__CLAUDE__PASS_ENV": '["A,B", C]'}, "adapters.claude.pass_env",
+                 "e.g. SCVD_ADAPTERS__CLAUDE__PASS_ENV='[\"A,B\", \"C\"]'", id="env-list-quoted-item-kept-whole"),
     pytest.param({"SCVD_MCP__SERVERS__GH": "gh-mcp"}, "mcp.servers.gh",
                  "Expected `object`, got `str`; read as the string 'gh-mcp', not a TOML value; give one, e.g. "
                  "SCVD_MCP__SERVERS__GH='{command = ...}'", id="env-bare-word-for-a-table"),
@@ -271,6 +275,24 @@ def test_env_errors_name_the_variable_and_the_key(cfg_file, env, key, reason):
     message = info.value.message
     assert message.startswith(f"env:{name} (over {path}): {key}: "), message
     assert reason in message
+
+
+@pytest.mark.parametrize("name, text, tail", [
+    ("SCVD_SERVER__SHUTDOWN_GRACE_SECONDS", "0.5s", "; give one, e.g. SCVD_SERVER__SHUTDOWN_GRACE_SECONDS=0.5"),
+    ("SCVD_SERVER__SHUTDOWN_GRACE_SECONDS", "05s", "; give one, e.g. SCVD_SERVER__SHUTDOWN_GRACE_SECONDS=5"),
+    ("SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS", "1,000 sec", "; give one, e.g. SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS=1000"),
+    # no guess where one would change the meaning: another unit, a fraction for an integer, a word
+    ("SCVD_SERVER__SHUTDOWN_GRACE_SECONDS", "1.5m", "; give the seconds as a TOML number, with no unit"),
+    ("SCVD_SERVER__SHUTDOWN_GRACE_SECONDS", "half", "; give the seconds as a TOML number, with no unit"),
+    ("SCVD_SERVER__SHUTDOWN_GRACE_SECONDS", "0,5", "; give the seconds as a TOML number, with no unit"),
+    ("SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS", "1.5s", "; give the seconds as a TOML integer, with no unit"),
+    ("SCVD_TOOLS__OUTPUT_LIMIT_BYTES", "1MiB", "; give the bytes as a TOML integer, with no unit"),
+    ("SCVD_AUDIT__KEEP", "three", "; give a TOML integer"),
+])
+def test_a_number_read_as_a_string_is_guessed_only_where_the_guess_keeps_its_meaning(cfg_file, name, text, tail):
+    with pytest.raises(ConfigError) as info:
+        load(cfg_file(""), env={name: text})
+    assert info.value.message.endswith(f"read as the string {text!r}, not a TOML value{tail}"), info.value.message
 
 
 def test_a_string_where_toml_was_wanted_is_hinted_only_for_a_variable_read_as_a_string(cfg_file):
