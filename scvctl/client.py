@@ -99,22 +99,34 @@ def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
 
 
 class ClientCore:
-    """Ids, framing and answer matching, with no I/O."""
+    """Ids, framing and answer matching, with no I/O.
+
+    scvd answers a connection's requests in the order they came, so an error without an id
+    (frame_too_large from an older scvd, invalid_json) is the answer to the oldest request sent
+    that has none yet: `feed()` files it under that request's id when it comes, which holds
+    whether or not anyone waits for that answer (a request only sent, or one whose waiter gave up).
+    """
 
     def __init__(self, frame_limit: int = p.DEFAULT_SERVER_FRAME_LIMIT) -> None:
         self._ids = itertools.count(1)
         self._reader = p.FrameReader(frame_limit)
         self.events: collections.deque[p.Frame] = collections.deque()
         self.answers: dict[Any, p.Frame] = {}
-        self.orphan_errors: collections.deque[p.Error] = collections.deque()
-        self._unanswered: collections.deque[Any] = collections.deque()  # ids built, in order, not answered yet
+        self.orphan_errors: collections.deque[p.Error] = collections.deque()  # came while no request was out
+        self._unanswered: collections.deque[Any] = collections.deque()  # ids sent, in order, not answered yet
+        self._abandoned: set[Any] = set()  # of those, ids nobody waits for: their answers are dropped
 
     def build(self, frame: p.Frame | type, **fields: Any) -> p.Frame:
         """A request frame with a fresh id (or the frame given, as is)."""
         if isinstance(frame, type):
             frame = frame(id=next(self._ids), **fields)
-            self._unanswered.append(frame.id)  # here only: a frame given as is was built here (hello) or elsewhere
         return frame
+
+    def sent(self, frame: p.Frame) -> None:
+        """`frame` went out: its answer comes after those of the requests sent before it."""
+        request_id = getattr(frame, "id", None)
+        if request_id is not None:
+            self._unanswered.append(request_id)
 
     def hello(self, name: str, approver: bool, answers_secrets: bool = True) -> p.Frame:
         return self.build(p.Hello, protocol=p.PROTOCOL_VERSION, client=p.PeerInfo(name=name, version=__version__),
@@ -134,8 +146,9 @@ class ClientCore:
             if isinstance(frame, EVENT_TYPES):
                 self.events.append(frame)
             elif getattr(frame, "id", None) is not None:
-                self.answers[frame.id] = frame
-                self._answered(frame.id)
+                self._answer(frame.id, frame)
+            elif self._unanswered:
+                self._answer(self._unanswered[0], frame)
             else:
                 self.orphan_errors.append(frame)  # type: ignore[arg-type]
 
@@ -145,13 +158,24 @@ class ClientCore:
         if request is None:
             log.info("skipped a frame from scvd this client cannot read (%s); scvd may be newer", exc)
             return
-        self.answers[request] = p.Error(id=request, code="internal", message=(
-            f"scvd answered with a frame this client cannot read ({exc}); use the scvctl of scvd's version"))
-        self._answered(request)
+        self._answer(request, p.Error(id=request, code="internal", message=(
+            f"scvd answered with a frame this client cannot read ({exc}); use the scvctl of scvd's version")))
 
-    def _answered(self, request_id: Any) -> None:
+    def _answer(self, request_id: Any, frame: p.Frame) -> None:
         if request_id in self._unanswered:
-            self._unanswered.remove(request_id)
+            # answers come in order: one older still unanswered was lost (unreadable, without an id)
+            while (older := self._unanswered.popleft()) != request_id:
+                self._abandoned.discard(older)
+        if request_id in self._abandoned:
+            self._abandoned.discard(request_id)
+        else:
+            self.answers[request_id] = frame
+
+    def abandon(self, request_id: Any) -> None:
+        """Nobody waits for `request_id`'s answer any more (its waiter was cancelled or timed out)."""
+        if request_id in self._unanswered:
+            self._abandoned.add(request_id)
+        self.answers.pop(request_id, None)
 
     def welcomed(self, welcome: p.Welcome) -> p.Welcome:
         """Read frames up to the size the server announced (its server_frame_bytes may be raised)."""
@@ -159,21 +183,14 @@ class ClientCore:
         return welcome
 
     def take_answer(self, request_id: Any) -> p.Frame | None:
-        """The answer to `request_id` if it came; raises its error."""
+        """The answer to `request_id` if it came; raises its error. An error without an id that
+        came while no request was out (a refusal as the connection opened) is the first asker's."""
         answer = self.answers.pop(request_id, None)
-        if answer is None and self.orphan_errors and self._oldest_waiting(request_id):
+        if answer is None and self.orphan_errors:
             answer = self.orphan_errors.popleft()
-            self._answered(request_id)
         if isinstance(answer, p.Error):
             raise error_from_frame(answer)
         return answer
-
-    def _oldest_waiting(self, request_id: Any) -> bool:
-        """Whether an error without an id (frame_too_large) is `request_id`'s. scvd answers frames in
-        order, so it is the oldest request's that has no answer yet, not whichever request looks
-        first (that one got a stranger's error, and the stranger waited for ever). An id this core
-        did not build it cannot place: that one takes it."""
-        return request_id not in self._unanswered or self._unanswered[0] == request_id
 
 
 class Client:
@@ -219,6 +236,7 @@ class Client:
         except ConnectionError as exc:  # EPIPE: scvd is gone; not scvctl's stdout closing
             self._raise_parting_error()
             raise ConnectionClosed(f"scvd closed the connection ({exc.strerror or exc})") from None
+        self.core.sent(frame)
         return frame
 
     def _raise_parting_error(self) -> None:
@@ -238,11 +256,15 @@ class Client:
 
     def wait_answer(self, request_id: Any) -> Any:
         """The (next) answer to a request already sent; error frames raise."""
-        while True:
-            answer = self.core.take_answer(request_id)
-            if answer is not None:
-                return answer
-            self._read()
+        try:
+            while True:
+                answer = self.core.take_answer(request_id)
+                if answer is not None:
+                    return answer
+                self._read()
+        except BaseException:  # a timeout or ^C too: an answer coming later is nobody's
+            self.core.abandon(request_id)
+            raise
 
     def next_event(self) -> Any:
         """The next pushed event, however long it takes: a call may wait for a person, and quiet
@@ -407,12 +429,19 @@ class AsyncClient:
         if self._failure is not None:
             raise self._failure
         self.transport.write(p.encode(frame))
+        self.core.sent(frame)
         await self.link.drain()
         return frame
 
     async def request(self, frame: p.Frame | type, **fields: Any) -> Any:
-        sent = await self.send(frame, **fields)
-        return await self._wait(lambda: self.core.take_answer(sent.id))  # type: ignore[attr-defined]
+        frame = self.core.build(frame, **fields)
+        request_id = frame.id  # type: ignore[attr-defined]
+        try:
+            await self.send(frame)
+            return await self._wait(lambda: self.core.take_answer(request_id))
+        except BaseException:  # cancelled (asyncio.timeout), or failed: an answer coming later is nobody's
+            self.core.abandon(request_id)
+            raise
 
     async def next_event(self) -> Any:
         return await self._wait(lambda: self.core.events.popleft() if self.core.events else None)

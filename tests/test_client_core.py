@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+
 import pytest
 
-from scvctl.client import ClientCore
+from scvctl.client import AsyncClient, Client, ClientCore
 from scvd import errors, protocol as p
 
 
@@ -24,6 +27,12 @@ def test_an_answer_this_client_cannot_read_is_that_requests_error():
         core.take_answer(3)
 
 
+def sent(core: ClientCore, frame: type) -> p.Frame:
+    built = core.build(frame)
+    core.sent(built)
+    return built
+
+
 def too_large() -> bytes:
     return p.encode(p.Error(code="frame_too_large", message="frame exceeds 1048576 bytes"))
 
@@ -32,7 +41,7 @@ def test_an_error_without_an_id_goes_to_the_oldest_request_still_waiting():
     """scvd sends frame_too_large without an id. It was raised into whichever request looked first,
     even one whose own answer had come, and the request it was for waited for ever."""
     core = ClientCore()
-    ping, big = core.build(p.Ping), core.build(p.Ping)  # big stands for a frame over scvd's limit
+    ping, big = sent(core, p.Ping), sent(core, p.Ping)  # big stands for a frame over scvd's limit
     core.feed(p.encode(p.Pong(id=ping.id, time=1.0)) + too_large())  # one chunk, in frame order
     assert core.take_answer(ping.id) == p.Pong(id=ping.id, time=1.0)
     with pytest.raises(errors.FrameTooLarge):
@@ -41,10 +50,67 @@ def test_an_error_without_an_id_goes_to_the_oldest_request_still_waiting():
 
 def test_a_request_answered_later_does_not_take_the_error_of_an_older_one():
     core = ClientCore()
-    big, ping = core.build(p.Ping), core.build(p.Ping)
+    big, ping = sent(core, p.Ping), sent(core, p.Ping)
     core.feed(too_large())
     assert core.take_answer(ping.id) is None  # its answer is still to come; the error is big's
     with pytest.raises(errors.FrameTooLarge):
         core.take_answer(big.id)
     core.feed(p.encode(p.Pong(id=ping.id, time=1.0)))
     assert core.take_answer(ping.id) == p.Pong(id=ping.id, time=1.0)
+
+
+def test_a_request_only_sent_does_not_keep_the_next_from_its_error():
+    """A send()-only request stayed the oldest waiting for ever: an error without an id was never
+    the next request's, so it waited for ever (scvctl exec has no timeout)."""
+    ours, scvd = socket.socketpair()
+    ours.settimeout(2)
+    with Client(ours) as c, scvd:
+        c.send(p.Ping)  # nobody waits for its answer
+        scvd.sendall(too_large() * 2)  # both frames were over scvd's limit
+        with pytest.raises(errors.FrameTooLarge):
+            c.request(p.Ping)
+
+
+def test_a_request_whose_waiter_gave_up_does_not_keep_the_next_from_its_error(tmp_path):
+    """A request cancelled by asyncio.timeout (as examples/bridge waits) stayed the oldest waiting."""
+    path = tmp_path / "scvd.sock"
+    served: list[asyncio.Task[None]] = []
+
+    async def scvd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hello = p.decode_request(await reader.readline())
+        writer.write(p.encode(p.Welcome(id=hello.id, protocol=p.PROTOCOL_VERSION, server=p.PeerInfo(name="scvd"),
+                                         limits=p.Limits(client_frame_bytes=1 << 20, server_frame_bytes=8 << 20))))
+        await reader.readline()  # the first request: its answer is late
+        await reader.readline()
+        writer.write(too_large() * 2)  # both were over the limit
+        await reader.read()
+        writer.close()
+        await writer.wait_closed()
+
+    async def main() -> None:
+        server = await asyncio.start_unix_server(lambda r, w: served.append(asyncio.create_task(scvd(r, w))), path)
+        async with server:
+            c = await AsyncClient.connect(path, timeout=2)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.05):
+                    await c.request(p.Ping)
+            try:
+                async with asyncio.timeout(2):  # it waited for ever
+                    with pytest.raises(errors.FrameTooLarge):
+                        await c.request(p.Ping)
+                assert not c.core.answers  # the first one's error is nobody's: dropped
+            finally:
+                await c.close()
+                await asyncio.gather(*served)
+
+    asyncio.run(main())
+
+
+def test_an_answer_that_comes_after_its_waiter_gave_up_is_dropped():
+    core = ClientCore()
+    late, ping = sent(core, p.Ping), sent(core, p.Ping)
+    core.abandon(late.id)
+    core.feed(p.encode(p.Pong(id=late.id, time=1.0)) + too_large())
+    assert late.id not in core.answers
+    with pytest.raises(errors.FrameTooLarge):
+        core.take_answer(ping.id)
