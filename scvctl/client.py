@@ -102,9 +102,10 @@ class ClientCore:
     """Ids, framing and answer matching, with no I/O.
 
     scvd answers a connection's requests in the order they came, so an error without an id
-    (frame_too_large from an older scvd, invalid_json) is the answer to the oldest request sent
-    that has none yet: `feed()` files it under that request's id when it comes, which holds
-    whether or not anyone waits for that answer (a request only sent, or one whose waiter gave up).
+    (invalid_json, or frame_too_large of a line whose id scvd could not find) is the answer to
+    the oldest request sent that has none yet: `feed()` files it under that request's id when it
+    comes, whether or not anyone waits for that answer (a request only sent, or one whose waiter
+    gave up).
     """
 
     def __init__(self, frame_limit: int = p.DEFAULT_SERVER_FRAME_LIMIT) -> None:
@@ -135,8 +136,8 @@ class ClientCore:
     def feed(self, data: bytes) -> None:
         """Sort incoming frames into answers (by id), events, and errors without an id."""
         for line in self._reader.feed(data):
-            if line is p.FrameReader.TOO_LARGE:
-                self.orphan_errors.append(p.Error(code="frame_too_large", message="server frame over limit"))
+            if isinstance(line, p.TooLarge):
+                self._over_limit(line)
                 continue
             try:
                 frame = p.decode_server_frame(line)
@@ -151,6 +152,14 @@ class ClientCore:
                 self._answer(self._unanswered[0], frame)
             else:
                 self.orphan_errors.append(frame)  # type: ignore[arg-type]
+
+    def _over_limit(self, line: p.TooLarge) -> None:
+        """A server frame over our limit: its request's error when its id could be read (no event has one)."""
+        error = p.Error(code="frame_too_large", message="server frame over limit", id=line.id)
+        if error.id is None:
+            self.orphan_errors.append(error)  # maybe an event: not filed under a request
+        else:
+            self._answer(error.id, error)
 
     def _unreadable(self, line: bytes, exc: Exception) -> None:
         """An answer becomes that request's error; an event this client does not know is skipped."""

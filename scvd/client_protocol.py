@@ -44,7 +44,8 @@ class Server(Protocol):
     def handle_frame(self, conn: Connection, line: bytes) -> Awaitable[None] | None:
         """Answer one frame; an awaitable when the answer has to wait."""
 
-    def frame_too_large(self, conn: Connection) -> None: ...
+    def frame_too_large(self, conn: Connection, request_id: Any) -> None:
+        """Answer a line over the limit (`request_id`: its id, when its first bytes hold it)."""
 
     def frames_handled(self) -> bool:
         """A batch of frames was handled: what they started takes its first step now; True when
@@ -155,8 +156,8 @@ class ClientProtocol(asyncio.Protocol):
                 asyncio.get_running_loop().call_soon(self._go_on)
                 self._update_reading()
                 return
-            if line is p.FrameReader.TOO_LARGE:
-                server.frame_too_large(conn)
+            if isinstance(line, p.TooLarge):
+                server.frame_too_large(conn, line.id)
                 continue
             waiting = server.handle_frame(conn, line)
             if waiting is not None:

@@ -8,6 +8,7 @@ defaults. `FrameReader` splits a byte stream into lines with a bounded buffer.
 """
 
 
+import dataclasses
 from typing import Annotated, Any, Literal, Union
 
 import msgspec
@@ -781,20 +782,37 @@ def _head(line: bytes) -> _Head:
 
 def request_id(line: bytes) -> Id | None:
     """The `id` of a frame that failed to decode, so the error can echo it."""
-    ident = _head(line).id
+    return _an_id(_head(line).id)
+
+
+def _an_id(ident: Any) -> Id | None:
     if isinstance(ident, (int, str)) and not isinstance(ident, bool):  # JSON true is no Id
         return ident
     return None
+
+
+TOO_LARGE_HEAD_BYTES = 4096  # of a line over the limit, kept to find its `id` in (as the MCP host's)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TooLarge:
+    """In place of a line over the limit: its first bytes (TOO_LARGE_HEAD_BYTES, or the limit
+    and one if less), where a frame's `id` usually stands."""
+
+    head: bytes
+
+    @property
+    def id(self) -> Id | None:
+        """The outer object's `id`, if the head holds it whole."""
+        return _an_id(top_level_id(self.head))
 
 
 class FrameReader:
     """Splits bytes into lines; never holds more than `limit` bytes of one line.
 
     `feed()` returns complete lines. A line over the limit is dropped as it
-    streams and reported once as the marker `TOO_LARGE` in its place.
+    streams and reported once as a `TooLarge` (with its first bytes) in its place.
     """
-
-    TOO_LARGE = object()
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -814,9 +832,9 @@ class FrameReader:
                 pass
             elif len(self._buf) + len(chunk) > self.limit:
                 # report at once, then discard the rest of the line as it streams
+                out.append(TooLarge(self._head(chunk)))
                 self._buf.clear()
                 self._skipping = True
-                out.append(self.TOO_LARGE)
             else:
                 self._buf += chunk
             if nl < 0:
@@ -826,6 +844,13 @@ class FrameReader:
                 out.append(bytes(self._buf))
             self._buf.clear()
             self._skipping = False
+
+    def _head(self, chunk: bytes) -> bytes:
+        """The first bytes of the line that `chunk` takes over the limit: as many whatever the
+        stream's cuts (the buffer and the chunk hold the limit and one at least)."""
+        size = min(TOO_LARGE_HEAD_BYTES, self.limit + 1)
+        head = bytes(self._buf[:size])
+        return head + chunk[:size - len(head)]
 
     @property
     def pending(self) -> bool:

@@ -483,10 +483,10 @@ class Daemon:
         True when one of them goes on in a task, next turn (hold the answers for it)."""
         return self.calls.start_due() if self.calls.due else False
 
-    def frame_too_large(self, conn: Connection) -> None:
+    def frame_too_large(self, conn: Connection, request_id: Any) -> None:
         limit = conn.frames.limit
         self._send_error(conn, errors.FrameTooLarge(
-            f"frame exceeds {limit} bytes (server.client_frame_bytes); split it or send less"))
+            f"frame exceeds {limit} bytes (server.client_frame_bytes); split it or send less"), request_id)
 
     def handle_frame(self, conn: Connection, line: bytes) -> Awaitable[None] | None:
         """Answer one frame now, or return what answers it once the handler's wait is over."""

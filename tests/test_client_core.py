@@ -114,3 +114,12 @@ def test_an_answer_that_comes_after_its_waiter_gave_up_is_dropped():
     assert late.id not in core.answers
     with pytest.raises(errors.FrameTooLarge):
         core.take_answer(ping.id)
+
+
+def test_a_server_frame_over_the_limit_is_the_error_of_the_request_it_answers():
+    core = ClientCore(frame_limit=1024)
+    first, second = sent(core, p.Status), sent(core, p.Ping)
+    core.feed(p.encode(p.Error(id=first.id, code="failed", message="x" * 2000)) + p.encode(p.Pong(id=second.id, time=1.0)))
+    with pytest.raises(errors.FrameTooLarge):
+        core.take_answer(first.id)
+    assert core.take_answer(second.id) == p.Pong(id=second.id, time=1.0)

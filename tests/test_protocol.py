@@ -130,7 +130,7 @@ def test_reader_splits_lines_across_chunks_and_skips_blank_ones():
 def test_reader_reports_an_oversized_line_once_then_carries_on():
     r = p.FrameReader(10)
     assert r.feed(b"0123456789\n") == [b"0123456789"]  # exactly the limit
-    assert r.feed(b"0123456789A") == [p.FrameReader.TOO_LARGE]  # reported as soon as it is too long
+    assert r.feed(b"0123456789A") == [p.TooLarge(b"0123456789A")]  # reported as soon as it is too long
     assert r.overflowed
     assert r.feed(b"B" * 10_000) == []  # the rest streams past, not buffered
     assert len(r._buf) == 0
@@ -140,7 +140,19 @@ def test_reader_reports_an_oversized_line_once_then_carries_on():
 
 def test_reader_too_large_then_next_line_in_one_chunk():
     r = p.FrameReader(4)
-    assert r.feed(b"123456\n12\n") == [p.FrameReader.TOO_LARGE, b"12"]
+    assert r.feed(b"123456\n12\n") == [p.TooLarge(b"12345"), b"12"]
+
+
+def test_reader_keeps_the_first_4_kib_of_an_oversized_line_for_its_id():
+    """frame_too_large went out without an id: a client with two requests out could not tell
+    whose it was."""
+    r = p.FrameReader(1 << 20)
+    line = b'{"type":"call","id":"c-7","session":"s","tool":"write","arguments":{"text":"'
+    assert r.feed(line) == []
+    [too_large] = r.feed(b"x" * (1 << 20) + b'"}}\n')
+    assert too_large.head == (line + b"x" * 4096)[:4096] and too_large.id == "c-7"
+    assert p.TooLarge(b'{"type":"ping","pad":"' + b"x" * 5000).id is None  # its id beyond the head
+    assert p.TooLarge(b'{"type":"ping","id":true,"pad":"xx').id is None  # no Id
 
 
 LINES = st.one_of(st.binary(max_size=40), st.sampled_from([b"", b" ", b" " * 35, b"{}"]))
@@ -152,7 +164,7 @@ LINES = st.one_of(st.binary(max_size=40), st.sampled_from([b"", b" ", b" " * 35,
 def test_reader_is_independent_of_chunking(lines, cuts, limit):
     """However the stream is cut, the reader yields the same lines, never buffering past the limit."""
     stream = b"".join(line + b"\n" for line in lines)
-    expected = [p.FrameReader.TOO_LARGE if len(line) > limit else line
+    expected = [p.TooLarge(line[:limit + 1]) if len(line) > limit else line
                 for line in lines if len(line) > limit or line.strip()]  # even a long blank line is too long
     r = p.FrameReader(limit)
     got: list[object] = []

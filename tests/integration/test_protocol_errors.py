@@ -109,7 +109,7 @@ def test_wrong_protocol_is_fatal_and_closes(daemon):
 
 def test_two_mib_line_is_too_large_and_the_next_frame_is_read(conn):
     conn.send_raw(b'{"type":"status","id":1,"pad":"' + b"x" * (2 * MiB) + b'"}\n{"type":"ping","id":2}\n')
-    assert_error(conn.frame(), "frame_too_large")
+    assert_error(conn.frame(), "frame_too_large", 1)  # it had none: whose was it?
     pong = conn.frame()
     assert isinstance(pong, p.Pong) and pong.id == 2
     assert conn.status().sessions == 0
@@ -124,7 +124,7 @@ def test_limit_is_exact_and_configurable(make_daemon):
         c.send_raw(head + b" " * (4096 - len(head)) + b"\n")  # exactly the limit: read
         assert isinstance(c.frame(), p.Pong)
         c.send_raw(head + b" " * (4097 - len(head)) + b"\n")  # one byte more: refused
-        err = assert_error(c.frame(), "frame_too_large")
+        err = assert_error(c.frame(), "frame_too_large", 1)
         assert "4096" in err.message and "client_frame_bytes" in err.message
         assert c.status().pid == d.proc.pid
 
@@ -146,8 +146,13 @@ def test_oversized_line_split_across_many_writes(conn):
         conn.send_raw(b"y" * 64 * 1024)
         time.sleep(0.001)
     conn.send_raw(b'"}\n')
-    assert_error(conn.frame(), "frame_too_large")
+    assert_error(conn.frame(), "frame_too_large", 1)
     assert conn.status().pid > 0
+
+
+def test_an_oversized_line_whose_id_is_past_its_first_4_kib_is_answered_without_one(conn):
+    conn.send_raw(b'{"type":"ping","pad":"' + b"x" * (2 * MiB) + b'","id":3}\n')
+    assert_error(conn.frame(), "frame_too_large")  # no id in its first 4 KiB
 
 
 def test_pipelined_frames_are_answered_in_order(conn):
