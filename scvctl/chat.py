@@ -209,7 +209,10 @@ def _chat_event(c: Any, session: str, event: Any) -> None:
         sys.stdout.write("answer> ")
         sys.stdout.flush()
         answer = sys.stdin.readline().rstrip("\n")
-        c.request(p.QuestionAnswer, session=session, question_id=event.question_id, answer=answer)
+        try:
+            c.request(p.QuestionAnswer, session=session, question_id=event.question_id, answer=answer)
+        except errors.InvalidRequest:  # the turn ended (timed out, cancelled) while the person typed
+            print(f"  question {event.question_id} was no longer open", flush=True)
     elif isinstance(event, p.CallStarted):
         print(f"\n  [{event.tool}] running", flush=True)
     elif isinstance(event, p.CallCompleted):

@@ -1,8 +1,9 @@
-"""`scvctl exec` over a scripted client: what it does when the daemon refuses its answers."""
+"""`scvctl exec` and `scvctl chat` over a scripted client: what it does when the daemon refuses its answers."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -76,3 +77,19 @@ def test_exec_goes_on_when_its_question_closed_before_its_answer(monkeypatch, tm
     out, err = capsys.readouterr()
     assert json.loads(out)["status"] == "cancelled"
     assert "question q1 was no longer open" in err
+
+
+def test_chat_goes_on_when_its_question_closed_while_the_person_typed(monkeypatch, tmp_path, capsys):
+    """The ask call's dispatch timeout ended the turn while the person typed: QuestionAnswer's
+    invalid_request ended `scvctl chat` with a traceback."""
+    asked = p.QuestionAsked(seq=1, session=SESSION, turn=TURN, question_id="q1", question="which one?")
+    client = ScriptedClient(
+        [asked, p.TurnCompleted(seq=2, session=SESSION, turn=TURN)],  # the model went on without the answer
+        {p.QuestionAnswer: errors.InvalidRequest("no open question 'q1' in session s1")})
+    monkeypatch.setattr(chat, "connect", lambda *a, **kw: client)
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\nthe red one\n/exit\n"))
+    args = argparse.Namespace(workspace=tmp_path, provider=None, conversation=None, json=False)
+    assert chat.cmd_chat(args) == chat.EXIT_OK
+    out, err = capsys.readouterr()
+    assert "question q1 was no longer open" in out and not err
+    assert client.sent == [p.ChatOpen, p.TurnStart, p.QuestionAnswer]
