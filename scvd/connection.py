@@ -213,10 +213,31 @@ def _cut_text(frame: p.Frame, field: str, limit: int) -> p.Frame | None:
     room = limit - len(p.encode(msgspec.structs.replace(frame, **{field: note(len(text))})))  # the longest note
     if room < 0:
         return None
-    keep = min(len(text), room)  # chars; each is a byte in JSON at the least, six at most (\u0001)
-    while keep > 0 and (size := len(msgspec.json.encode(text[:keep])) - 2) > room:
-        keep = keep * room // size  # as many as the kept part's bytes per char say fit; fewer each time
-    return msgspec.structs.replace(frame, **{field: text[:keep] + note(len(text) - keep)})
+    kept = fitting_start(text, room)
+    return msgspec.structs.replace(frame, **{field: kept + note(len(text) - len(kept))})
+
+
+def fitting_start(text: str, room: int) -> str:
+    """The longest start of `text` that is at most `room` bytes as a JSON string (its quotes aside).
+
+    One encode and one decode, whatever the text: JSON writes each char on its own, so the JSON
+    of `text[:room]` (no char takes less than a byte) cut at `room` bytes, moved back to the
+    start of the char it cut (out of a UTF-8 sequence, out of an escape), is the answer's JSON.
+    Guessing a length from the bytes per char of the part kept so far took ~30 encodes of the
+    whole when escapes crowd the start and ASCII the rest."""
+    body = msgspec.json.encode(text[:room])[1:-1]
+    if len(body) <= room:
+        return text[:room]
+    cut = room
+    while 0x80 <= body[cut] < 0xC0:  # inside a UTF-8 sequence (escapes are ASCII)
+        cut -= 1
+    slash = body.rfind(b"\\", max(0, cut - 5), cut)  # an escape cut in two started in the last 5 bytes
+    if slash >= 0:
+        run = len(body[:slash + 1].rstrip(b"\\"))  # a run of backslashes is escapes from its first on
+        start = slash if (slash - run) % 2 == 0 else slash - 1  # else that one ends a `\\`
+        if start + (6 if body[start + 1:start + 2] == b"u" else 2) > cut:
+            cut = start
+    return msgspec.json.decode(b'"' + body[:cut] + b'"', type=str)
 
 
 def peer_credentials(sock: socket.socket | None) -> tuple[int, int, int]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import msgspec
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from scvd import protocol as p
-from scvd.connection import Connection, too_large
+from scvd import connection, protocol as p
+from scvd.connection import Connection, fitting_start, too_large
 
 LIMIT = 1 << 20
 
@@ -167,3 +169,41 @@ def test_an_oversized_progress_event_stays_a_progress_event_with_its_text_cut(ch
     assert isinstance(sent, p.CallProgress) and (sent.seq, sent.call_id, sent.turn) == (7, "c1", "t1")
     assert sent.message.startswith("step 3: " + char * 100)
     assert sent.message.endswith("more chars did not fit server.server_frame_bytes]")
+
+
+def test_an_oversized_text_is_cut_in_a_bounded_number_of_encodes(monkeypatch):
+    """Escapes at the front and ASCII behind: guessing the length from the bytes per char kept so
+    far took 28 encodes of megabytes (0.85 s of the event loop) for this delta."""
+    limit = 8 << 20
+    event = p.AssistantDelta(seq=3, session="s1", turn="t1", text="\x01" * 1_400_000 + "a" * 10_000_000)
+    size = len(p.encode(event))
+    calls: list[str] = []
+
+    def counted(name: str, fn):
+        return lambda *a, **kw: calls.append(name) or fn(*a, **kw)
+
+    monkeypatch.setattr(connection.p, "encode", counted("p.encode", p.encode))
+    monkeypatch.setattr(msgspec.json, "encode", counted("json.encode", msgspec.json.encode))
+    monkeypatch.setattr(msgspec.json, "decode", counted("json.decode", msgspec.json.decode))
+    cut = too_large(event, size, limit)
+    assert len(calls) <= 3, calls
+    monkeypatch.undo()
+    data = p.encode(cut)
+    assert limit - 64 < len(data) <= limit  # fits, and little room went unused
+    sent = p.decode_server_frame(data)
+    assert isinstance(sent, p.AssistantDelta) and sent.seq == 3
+    assert sent.text.startswith("\x01" * 1_000_000)
+
+
+CHARS = st.sampled_from(["a", "\\", '"', "\x01", "\n", "u", "0", "\xe9", "\u20ac", "\U0001f600"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(CHARS, max_size=40).map("".join), room=st.integers(0, 120))
+def test_the_start_kept_is_the_longest_that_fits(text, room):
+    def size(s: str) -> int:
+        return len(msgspec.json.encode(s)) - 2
+
+    kept = fitting_start(text, room)
+    assert text.startswith(kept) and size(kept) <= room
+    assert kept == text or size(text[:len(kept) + 1]) > room
