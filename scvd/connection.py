@@ -182,11 +182,13 @@ class Connection:
         return f"#{self.id} {self.client or '?'} pid={self.pid}"
 
 
-# events whose size is one text's: over the limit, that text is cut and the event stays itself, with
-# its seq (an id-less `internal` error in its place left a gap in the seqs, and clients raised it
-# into whichever request waited)
+# frames whose size is one text's: over the limit, that text is cut and the frame stays itself, with
+# its seq or id (an id-less `internal` error in its place left a gap in the seqs, a turn that never
+# ended for its client, and clients raised it into whichever request waited)
 LONG_TEXT = {p.CallProgress: "message", p.AssistantDelta: "text", p.AssistantCompleted: "text",
-             p.QuestionAsked: "question"}
+             p.QuestionAsked: "question", p.TurnFailed: "message", p.TurnCancelled: "reason",
+             p.McpDetached: "reason", p.SecretRequested: "question", p.SecretResolved: "reason",
+             p.ApprovalResolved: "reason", p.Error: "message"}
 
 
 def too_large(frame: p.Frame, size: int, limit: int) -> p.Frame:

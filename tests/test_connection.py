@@ -171,6 +171,31 @@ def test_an_oversized_progress_event_stays_a_progress_event_with_its_text_cut(ch
     assert sent.message.endswith("more chars did not fit server.server_frame_bytes]")
 
 
+LONG = "x" * 5000
+
+
+@pytest.mark.parametrize("event", [
+    p.TurnFailed(seq=4, session="s1", turn="t1", reason="provider_error", message=LONG, hint="check the model"),
+    p.TurnCancelled(seq=4, session="s1", turn="t1", reason=LONG),
+    p.McpDetached(seq=4, session="s1", ok=False, reason=LONG),
+    p.SecretRequested(seq=4, request_id="r1", session="s1", call_id="c1", key="API_KEY", question=LONG),
+    p.SecretResolved(seq=4, request_id="r1", key="API_KEY", state="declined", reason=LONG),
+    p.ApprovalResolved(seq=4, approval_id="a1", call_id="c1", decision="deny", state="denied", reason=LONG),
+    p.Error(code="failed", message=LONG, id="req-9", kind="invalid_arguments"),
+], ids=lambda e: type(e).__name__)
+def test_an_oversized_event_with_one_long_text_keeps_its_type_seq_and_id(event):
+    """A provider's 5 KB error over a 4 KiB server_frame_bytes became an id-less `internal` error:
+    the client's turn never ended, and the error was raised into whatever request waited."""
+    limit = 4096
+    data = p.encode(too_large(event, len(p.encode(event)), limit))
+    assert len(data) <= limit
+    sent = p.decode_server_frame(data)
+    assert type(sent) is type(event)
+    assert getattr(sent, "seq", None) == getattr(event, "seq", None) and getattr(sent, "id", None) == getattr(event, "id", None)
+    text = next(v for v in msgspec.structs.astuple(sent) if isinstance(v, str) and v.startswith("x" * 100))
+    assert text.endswith("more chars did not fit server.server_frame_bytes]")
+
+
 def test_an_oversized_text_is_cut_in_a_bounded_number_of_encodes(monkeypatch):
     """Escapes at the front and ASCII behind: guessing the length from the bytes per char kept so
     far took 28 encodes of megabytes (0.85 s of the event loop) for this delta."""
