@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from . import __version__, errors, limits, notify, protocol as p
+from . import __version__, errors, eventloop, limits, notify, protocol as p
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
@@ -322,6 +322,7 @@ class Daemon:
 
         def read() -> tuple[Loaded, Registry]:
             loaded = load(path, missing=self._gone_hint())
+            eventloop.check(loaded.config.server.event_loop)  # read at start only: the next start would fail
             return loaded, build_registry(loaded.config, self.paths, self.extra_tools)
 
         try:

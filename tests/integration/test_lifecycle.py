@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -780,6 +781,17 @@ def test_a_reload_of_a_setting_read_at_start_only_says_when_it_applies(make_daem
     reloaded(d, 'log_level = "debug"\n[audit]\nkeep = 5\n')
     assert ("reload: log_level, audit.keep changed; it takes effect at the next start of scvd") in d.log()
     assert d.stop() == 0
+
+
+def test_a_reload_asking_for_a_missing_uvloop_fails_now_not_at_the_next_start(make_inproc, monkeypatch):
+    """It was taken (with "takes effect at the next start"), and the next start, after a reboot,
+    failed with a configuration error."""
+    d = make_inproc('log_level = "info"\n')
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as on a host without the package
+    (d.home / "config.toml").write_text('[server]\nevent_loop = "uvloop"\n')
+    asyncio.run_coroutine_threadsafe(d.daemon.reload(), d.loop).result(30)
+    assert d.daemon.reload_error.startswith('server.event_loop = "uvloop" but uvloop is not installed: pip install')
+    assert d.daemon.config.server.event_loop == "auto" and d.daemon.config.log_level == "info"
 
 
 def test_a_second_sigint_kills_the_processes_of_running_calls_before_exiting(make_wrapped, workspace):
