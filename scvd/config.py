@@ -288,13 +288,17 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
     return f"{_place(path, key, sources)}: {key}: {msg}"
 
 
-def _place(path: Path, key: str, sources: Mapping[str, str]) -> str:
-    """The file, or the environment variable that set `key`, a key under it or a value it is in."""
-    base = re.sub(r"\[[^\]]*\]", "", key)  # `model_args[1]`: the item of a list the variable set whole
-    parents = [".".join(base.split(".")[:n]) for n in range(base.count(".") + 1, 0, -1)]
-    origin = next((sources[k] for k in parents if k in sources), None) or next(
-        (src for k, src in sources.items() if k.startswith(base + ".") and src != "file"), "file")
-    return f"{path}" if origin == "file" else f"{origin} (over {path})"
+def _place(path: Path, key: str, sources: Mapping[str, str], *also: str) -> str:
+    """The file, or the environment variable that set `key` (else one of the keys `also` that a
+    rule spanning keys names), a key under it or a value it is in."""
+    for name in (key, *also):
+        base = re.sub(r"\[[^\]]*\]", "", name)  # `model_args[1]`: the item of a list the variable set whole
+        parents = [".".join(base.split(".")[:n]) for n in range(base.count(".") + 1, 0, -1)]
+        origin = next((sources[k] for k in parents if k in sources), None) or next(
+            (src for k, src in sources.items() if k.startswith(base + ".") and src != "file"), "file")
+        if origin != "file":
+            return f"{origin} (over {path})"
+    return f"{path}"
 
 
 def _bad_table(raw: Mapping[str, Any], section: str, struct: type) -> str:
@@ -325,7 +329,7 @@ def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
     for key in ("command_timeout_seconds", "agent_timeout_seconds", "default_timeout_seconds"):
         if getattr(t, key) > t.max_timeout_seconds:
             raise ConfigError(
-                f"{_place(path, 'tools.' + key, sources)}: tools.{key}: {getattr(t, key)} is above "
+                f"{_place(path, 'tools.' + key, sources, 'tools.max_timeout_seconds')}: tools.{key}: {getattr(t, key)} is above "
                 f"tools.max_timeout_seconds ({t.max_timeout_seconds}); lower it or raise the ceiling"
             )
     for glob in config.approvals.always_ask:

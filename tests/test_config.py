@@ -206,6 +206,9 @@ ENV_ERRORS = [
     pytest.param({"SCVD_COLOUR__DEPTH": "1"}, "colour", "unknown key", id="env-unknown-section"),
     pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS": "5000"}, "tools.command_timeout_seconds",
                  "above tools.max_timeout_seconds", id="env-cross-key-rule"),
+    # the file's value is fine; the variable's ceiling is what fails it (the message named the file only)
+    pytest.param({"SCVD_TOOLS__MAX_TIMEOUT_SECONDS": "30"}, "tools.command_timeout_seconds",
+                 "60 is above tools.max_timeout_seconds (30)", id="env-lowers-the-ceiling-of-a-file-value"),
     pytest.param({"SCVD_ADAPTERS__CODEX__PASS_ENV": '["HOME"]'}, "adapters.codex.pass_env",
                  "HOME is set by scvd itself", id="env-pass-env-private-home"),
     pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS__X": "1"}, "tools.command_timeout_seconds.x",
