@@ -52,9 +52,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             # scvd gone without mcp.detached (killed) could not put the flags back; alive (a detach,
             # or Ctrl-C here) it does that itself once it has let go of the fds
             return wait_detached(client, attached.session, on_lost=lambda: _put_back(terminals))
-        except errors.ConnectionClosed:  # before mcp.attached was read: scvd went just as it began
+        except errors.ConnectionClosed as exc:  # before mcp.attached was read: scvd went just as it began
             _put_back(terminals)
-            raise
+            print(f"scvctl mcp: scvd closed the connection before it took over the MCP host's stdio "
+                  f"({exc.message}); it stopped or failed: see `journalctl --user -u scvd`, then let the "
+                  "host start scvctl mcp again", file=sys.stderr)
+            return 1
         finally:
             for dup, _ in terminals:
                 os.close(dup)

@@ -389,6 +389,42 @@ def test_a_terminal_is_left_blocking_when_scvd_dies_while_serving_it(make_daemon
         os.close(tty)
 
 
+def test_scvd_gone_during_the_handoff_says_so_and_what_to_do(tmp_path, workspace):
+    """An scvd that closes the connection after reading mcp.attach (it stopped just then): scvctl
+    mcp printed `connection_closed: scvd closed the connection`, which names neither the handoff nor
+    where to look."""
+    import threading
+
+    sock_path = tmp_path / "fake.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(sock_path))
+    listener.listen(1)
+    attach_seen: list[bytes] = []
+
+    def fake_scvd() -> None:
+        conn, _ = listener.accept()
+        with conn, conn.makefile("rb") as lines:
+            hello = json.loads(lines.readline())
+            conn.sendall(p.encode(p.Welcome(id=hello["id"], protocol=1, server=p.PeerInfo(name="scvd", version="0"),
+                                            limits=p.Limits(client_frame_bytes=1 << 20, server_frame_bytes=1 << 23))))
+            attach_seen.append(lines.readline())  # then it stops: the connection closes
+
+    server = threading.Thread(target=fake_scvd, daemon=True)
+    server.start()
+    try:
+        out = subprocess.run([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
+                             env=base_env(tmp_path / "home", SCV_SOCKET=str(sock_path)), input=b"",
+                             capture_output=True, timeout=30)
+    finally:
+        server.join(10)
+        listener.close()
+    assert b'"mcp.attach"' in attach_seen[0]
+    err = out.stderr.decode()
+    assert out.returncode == 1, err
+    assert err.startswith("scvctl mcp: scvd closed the connection before it took over the MCP host's stdio ("), err
+    assert "journalctl --user -u scvd" in err and "start scvctl mcp again" in err
+
+
 def test_a_request_id_that_is_not_a_string_or_number_is_refused_before_anything_runs(daemon, workspace):
     """JSON-RPC ids are strings or numbers: an object id must not start a call the host is then told failed."""
     h = McpHost(daemon, workspace)
