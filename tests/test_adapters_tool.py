@@ -96,6 +96,16 @@ def test_cwd_outside_or_missing_launches_nothing(harness: Harness, tmp_path: Pat
     assert not harness.log.exists()
 
 
+def test_a_cwd_that_cannot_be_looked_up_is_refused_saying_why(harness: Harness) -> None:
+    """A name too long for the filesystem escaped plan() as an OSError: the call failed
+    `failed unexpectedly: OSError`, logged as a crash of the tool."""
+    with pytest.raises(InvalidArguments) as info:
+        harness.plan("claude", prompt="go", cwd="x" * 300)
+    assert "cannot be looked up in the workspace" in info.value.message
+    assert "File name too long" in info.value.message
+    assert not harness.log.exists()
+
+
 def test_cwd_resolved_when_the_call_runs(harness: Harness, tmp_path: Path) -> None:
     """A symlink swapped between approval and run is caught at run time."""
     t = harness.tool("claude")

@@ -37,6 +37,13 @@ def resolve_cwd(workspace: Path, cwd: str | None) -> Path:
             f"cwd {cwd!r} resolves to {target}, outside the workspace {root}; "
             f"give a directory inside the workspace"
         )
-    if not target.is_dir():
+    try:
+        found = target.is_dir()
+    except OSError as exc:  # a name too long, a folder on the way scvd may not enter
+        raise InvalidArguments(
+            f"cwd {cwd!r} cannot be looked up in the workspace {root} ({exc.strerror or exc}); "
+            f"give an existing directory inside it"
+        ) from None
+    if not found:
         raise InvalidArguments(f"cwd {cwd!r} is not an existing directory in the workspace {root}")
     return target
