@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from adapters_support import Harness, harness, fake_bin  # noqa: F401 - fixtures
-from scvd.errors import InvalidArguments, Timeout, Unavailable
+from scvd.errors import Failed, InvalidArguments, Timeout, Unavailable
 
 WEIRD_PROMPT = "fix it; $(touch /tmp/pwned) `id` 'q' \"dq\" \\ *\n--model evil\n-p"
 
@@ -215,6 +215,20 @@ def test_missing_executable_unavailable_before_approval(harness: Harness, monkey
         harness.plan("claude", prompt="go")
     assert info.value.message == (
         "claude is not installed: npm install -g @anthropic-ai/claude-code, or put it on scvd's PATH")
+
+
+def test_a_cli_removed_while_the_call_waited_fails_saying_so(harness: Harness, fake_bin: Path) -> None:
+    """It was `agent_claude failed unexpectedly: FileNotFoundError`, logged as a crash of the tool."""
+    t = harness.tool("claude")
+    args = t.decode({"prompt": "go"})
+    plan = t.plan(args, harness.ctx())  # the approval shows this executable
+    (fake_bin / "claude").unlink()  # uninstalled (or mid-update) before the approval came
+    with pytest.raises(Failed) as info:
+        asyncio.run(t.run(args, plan, harness.ctx()))
+    assert info.value.message == (
+        f"agent_claude: cannot start {fake_bin / 'claude'} in {harness.workspace} ({fake_bin / 'claude'}: "
+        "No such file or directory); nothing ran: fix that and retry the call")
+    assert not harness.log.exists()
 
 
 def test_approval_details(harness: Harness, fake_bin: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from .. import passenv, process
-from ..errors import InvalidArguments
+from ..errors import Failed, InvalidArguments
 from ..text import excerpt
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout, own_deadline
 from ..tools.runs import result_dict, timeout_error
@@ -169,6 +169,10 @@ class AgentTool(Tool):
                 argv, cwd=cwd, env=build_env(os.environ, self.adapter, home),
                 timeout=plan.timeout, output_limit=ctx.config.tools.output_limit_bytes,
             )
+        except OSError as exc:  # nothing started: the CLI removed since approval, a cwd scvd may not enter
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise Failed(f"{self.name}: cannot start {argv[0]} in {cwd} ({where}{exc.strerror or exc}); "
+                         "nothing ran: fix that and retry the call") from exc
         finally:
             # the CLIs create 0755 folders; a home grows with sessions, so walk it off the loop
             await asyncio.to_thread(repair_home, self.paths, self.adapter.name)
