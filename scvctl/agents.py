@@ -190,13 +190,13 @@ def _status_line(side: Answers, name: str) -> str:
 
 
 def _run_group(launch: Any, timeout: float) -> tuple[int, str]:
-    """Run a status command in a process group of its own; past `timeout` the whole group is killed
-    (an npm launcher's real CLI is its child: killing the launcher alone left it running)."""
+    """Run a status command in a process group of its own; past `timeout` or on Ctrl-C the whole group
+    is killed (an npm launcher's real CLI is its child: killing the launcher alone left it running)."""
     proc = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except BaseException:  # the timeout, or Ctrl-C: in a session of its own, the group never saw the SIGINT
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()

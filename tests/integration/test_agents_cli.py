@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -342,10 +343,31 @@ def test_a_status_command_past_its_timeout_is_killed_with_its_children(tmp_path:
     monkeypatch.setattr(agents, "STATUS_TIMEOUT", 1.0)
     assert cli.main(["agents", "status"]) == 0  # one line per agent (one agent alone runs attached)
     assert "unknown (its status command ran past 1 s)" in capsys.readouterr().out
-    child = Path(f"/proc/{pids.read_text().strip()}/stat")
-    deadline = time.monotonic() + 10  # killed at once; init reaps the orphan in its own time
-    while child.exists() and child.read_text().rpartition(")")[2].split()[0] != "Z":
-        assert time.monotonic() < deadline, "the status command's child is still running"
+    wait_dead(int(pids.read_text()))
+
+
+def test_ctrl_c_during_status_kills_the_status_command_too(tmp_path: Path) -> None:
+    """The status command runs in a session of its own, so the terminal's SIGINT reaches scvctl alone:
+    scvctl exited 130 and left the command (and the CLI under npm's launcher) running."""
+    env = {**daemonless_env(tmp_path / "scv", tmp_path), "FAKE_AGENT_MODE": "hang"}
+    proc = subprocess.Popen([sys.executable, "-m", "scvctl", "agents", "status"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid_file = tmp_path / "agent-log" / "pid"
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text().endswith("\n"):  # claude's status hangs
+        assert time.monotonic() < deadline and proc.poll() is None, "the status command never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: the terminal signals scvctl's process group, not the command's
+    assert proc.wait(timeout=30) == 130
+    wait_dead(int(pid_file.read_text()))
+
+
+def wait_dead(pid: int) -> None:
+    """Wait until `pid` has exited (killed at once; init reaps the orphan in its own time)."""
+    stat_file = Path(f"/proc/{pid}/stat")
+    deadline = time.monotonic() + 10
+    while stat_file.exists() and stat_file.read_text().rpartition(")")[2].split()[0] != "Z":
+        assert time.monotonic() < deadline, f"the status command's child {pid} is still running"
         time.sleep(0.05)
 
 
