@@ -68,6 +68,21 @@ def test_stdin_is_dev_null_not_scvds(harness: Harness, agent: str) -> None:
     assert harness.log.joinpath("stdin").read_text().strip() == "/dev/null"
 
 
+def test_a_pi_prompt_starting_with_at_is_refused_before_approval(harness: Harness) -> None:
+    """pi reads an argument starting with '@' as a file to attach: `pi -p '@alice asked: fix the bug'`
+    failed with `Error: File not found: <workspace>/alice asked: fix the bug`, the task never read."""
+    prompt = "@alice asked: fix the bug"
+    with pytest.raises(InvalidArguments) as info:
+        harness.plan("pi", prompt=prompt)
+    assert info.value.message == (
+        "a prompt for agent_pi cannot start with '@' (pi would read it as a file to attach, not as the task); "
+        "start it with a word, e.g. 'Read README.md and fix the failing test'")
+    assert not harness.log.exists()
+    for agent in ("claude", "codex"):  # they take it as the prompt
+        harness.call(agent, prompt=prompt)
+        assert harness.recorded()[0][-1] == prompt
+
+
 def test_runs_in_workspace_root_by_default(harness: Harness) -> None:
     result = harness.call("claude", prompt="go")
     assert harness.recorded()[2] == str(harness.workspace)

@@ -75,6 +75,12 @@ def build_argv(
         if not adapter.effort_args:
             raise InvalidArguments(f"{adapter.tool_name} offers no effort choice here")
         argv += substitute(adapter.effort_args, EFFORT, check_effort(effort))
+    if adapter.file_prefix and prompt.startswith(adapter.file_prefix):
+        raise InvalidArguments(
+            f"a prompt for {adapter.tool_name} cannot start with {adapter.file_prefix!r} ({adapter.executable} "
+            f"would read it as a file to attach, not as the task); start it with a word, "
+            f"e.g. 'Read README.md and fix the failing test'"
+        )
     argv += [*adapter.prompt_args, check_prompt(prompt)]
     return argv
 

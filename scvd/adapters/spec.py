@@ -42,6 +42,8 @@ class Adapter:
     # right before the prompt: codex's `--`, so that a prompt such as "review" or "help" is the task,
     # not `codex exec`'s subcommand (claude and pi take a word after -p as the prompt; pi refuses `--`)
     prompt_args: tuple[str, ...] = ()
+    # an argument starting with it is a file to attach, never the task (pi's `@file`): such a prompt is refused
+    file_prefix: str = ""
     commands: Mapping[str, Command] = field(default_factory=dict)  # login / status / logout
     set_env: Mapping[str, str] = field(default_factory=dict)  # `{home}` is the private home
     pass_env: tuple[str, ...] = ()  # names of scvd's environment passed on purpose (config only)
@@ -125,6 +127,7 @@ PI = Adapter(
     executable="pi",
     package="@mariozechner/pi-coding-agent",
     fixed_args=("-p",),
+    file_prefix="@",
     commands={
         "login": Command(
             (),

@@ -39,9 +39,10 @@ DELEGATE_WARNING = (
 def arguments_struct(adapter: specs.Adapter, config: Any) -> type[msgspec.Struct]:
     """The tool's argument Struct for this adapter and configuration: the single schema source."""
     tools = config.tools
+    starts = "'-'" + (f" or {adapter.file_prefix!r}" if adapter.file_prefix else "")
     fields: list[tuple[Any, ...]] = [
         ("prompt", Annotated[str, Meta(min_length=1, pattern=PROMPT_PATTERN, description=(
-            "The task in plain words, passed as one argument; cannot start with '-'. "
+            f"The task in plain words, passed as one argument; cannot start with {starts}. "
             "e.g. Land the fix with the feature-flow skill."))]),
         ("cwd", Annotated[str | None, Meta(description=(
             "Directory inside the workspace to run in, relative or absolute; the agent picks up "
