@@ -405,12 +405,13 @@ def _check_pass_env(config: Config, path: Path, sources: Mapping[str, str]) -> N
         lists.append((f"tools.script.{name}.pass_env", script.pass_env, "script"))
     if not any(names for _, names, _ in lists):
         return
-    from .adapters.env import PRIVATE_HOME_NAMES
+    from .adapters.env import OTHER_HOME_NAMES, PRIVATE_HOME_NAMES
     from .passenv import name_problem
 
     for key, names, kind in lists:
         for entry in names:
-            problem = name_problem(entry, PRIVATE_HOME_NAMES if kind == "agent" else ())
+            problem = (name_problem(entry, PRIVATE_HOME_NAMES, OTHER_HOME_NAMES) if kind == "agent"
+                       else name_problem(entry))
             if problem:
                 raise ConfigError(f"{_place(path, key, sources)}: {key}: {problem}")
 

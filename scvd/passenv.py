@@ -52,8 +52,9 @@ def passed(base: Mapping[str, str], pass_env: Iterable[str]) -> list[str]:
     return [name for name in pass_env if name in base]
 
 
-def name_problem(name: str, reserved: Iterable[str] = ()) -> str | None:
-    """Why `name` cannot be in a `pass_env` list, or None; `reserved` are names scvd sets itself."""
+def name_problem(name: str, reserved: Iterable[str] = (), elsewhere: Iterable[str] = ()) -> str | None:
+    """Why `name` cannot be in a `pass_env` list, or None; `reserved` are names scvd sets itself,
+    `elsewhere` names that would move an agent's configuration and sign-in out of its private home."""
     if not NAME_RE.fullmatch(name):
         return (f"{name!r} is not an environment variable name "
                 f"(1-128 letters, digits and _, not starting with a digit)")
@@ -61,4 +62,8 @@ def name_problem(name: str, reserved: Iterable[str] = ()) -> str | None:
         return f"{name} is scvd's own or systemd's variable, which no child gets; remove it"
     if name in frozenset(reserved):
         return f"{name} is set by scvd itself (the agent's private home); remove it"
+    if name in frozenset(elsewhere):
+        return (f"{name} would point the agent at a configuration and sign-in outside its private home "
+                "(yours, whose tokens it would rotate); remove it: `scvctl agents login` signs the agent in "
+                "within its private home")
     return None

@@ -158,6 +158,11 @@ ERRORS = [
                  "not starting with a digit)", id="pass-env-bad-name"),
     pytest.param('[adapters.codex]\npass_env = ["CODEX_HOME"]\n', {}, "adapters.codex.pass_env",
                  "CODEX_HOME is set by scvd itself (the agent's private home); remove it", id="pass-env-private-home"),
+    # the user's own ~/.claude: the agent would rotate the tokens of their own login
+    pytest.param('[adapters.claude]\npass_env = ["GH_TOKEN", "CLAUDE_CONFIG_DIR"]\n', {}, "adapters.claude.pass_env",
+                 "CLAUDE_CONFIG_DIR would point the agent at a configuration and sign-in outside its private home "
+                 "(yours, whose tokens it would rotate); remove it: `scvctl agents login` signs the agent in within "
+                 "its private home", id="pass-env-home-elsewhere"),
     pytest.param('[adapters.pi]\npass_env = ["SCV_SOCKET"]\n', {}, "adapters.pi.pass_env",
                  "SCV_SOCKET is scvd's own or systemd's variable, which no child gets", id="pass-env-scvd-own"),
     pytest.param('[tools.script.gh]\npass_env = ["GH_HOST", 5]\n', {}, "tools.script.gh.pass_env[1]",

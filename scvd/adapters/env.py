@@ -30,6 +30,10 @@ def home_layout(home: Path) -> dict[str, Path]:
 
 # what build_env() sets itself, so `pass_env` may not name it
 PRIVATE_HOME_NAMES = frozenset(home_layout(Path("/"))) | {k for a in ADAPTERS.values() for k in a.set_env}
+# what moves an agent's configuration and sign-in out of its private home (its CLI reads them), so
+# `pass_env` may not name it either: the agent would use your own ~/.claude or ~/.pi/agent and rotate
+# the tokens your own login holds (seed 000: agent_claude does not read ~/.claude)
+OTHER_HOME_NAMES = frozenset({"CLAUDE_CONFIG_DIR", "PI_CODING_AGENT_DIR"})
 
 
 def build_env(base: Mapping[str, str], adapter: Adapter, home: Path) -> dict[str, str]:
