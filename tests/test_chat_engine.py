@@ -89,6 +89,17 @@ def test_find_tools_search_loads_matches_and_list_loads_nothing():
     assert hidden == [] and shown[0]["name"] == "store_secret"
 
 
+def test_find_tools_takes_null_for_an_argument_as_its_default():
+    """Models send null for an optional argument they mean to leave out, and every tool takes it so:
+    find_tools answered invalid_arguments and the model spent a step on it."""
+    t = turn()
+    t.start("x")
+    t.on_reply("", [call("c1", "find_tools", query="write", mode=None, include_system=None)], Usage())
+    assert output(t, "c1")["result"]["schemas_loaded"] == ["write"]
+    t.on_reply("", [call("c2", "find_tools", query=None, mode="list")], Usage())
+    assert [f["name"] for f in output(t, "c2")["result"]["tools"]] == ["read", "watch", "write"]
+
+
 def test_find_tools_finds_store_secret_by_its_name_as_the_instructions_say():
     """The credentials line says to load store_secret with find_tools, but a search hid every system
     tool without include_system: the model found nothing and gave up on the missing key."""

@@ -288,8 +288,8 @@ class Turn:
         return [RunTool(call, args, entry.background)]
 
     def _find_tools(self, call: ToolCall, args: dict[str, Any]) -> list[Any]:
-        try:
-            parsed = msgspec.convert(args, cat.FindToolsArgs)
+        try:  # every argument is optional: null means its default, as for every tool's (Tool.decode)
+            parsed = msgspec.convert({k: v for k, v in args.items() if v is not None}, cat.FindToolsArgs)
         except msgspec.ValidationError as exc:
             return self._local(call, error_output("invalid_arguments", f"find_tools: {exc}"))
         found, load = self.catalog.find(parsed)
