@@ -378,8 +378,11 @@ def _flag_findings(tool: Tool) -> list[Finding]:
 
 def _parameter_findings(schema: dict[str, Any]) -> list[Finding]:
     found: list[Finding] = []
-    required = set(schema.get("required", []))
-    for param, prop in schema.get("properties", {}).items():
+    # an MCP server's schema is not checked: `"required": null` and `"properties": null` (Go's nil
+    # slice and map) mean none
+    listed, properties = schema.get("required"), schema.get("properties")
+    required = {r for r in listed if isinstance(r, str)} if isinstance(listed, list) else set()
+    for param, prop in (properties.items() if isinstance(properties, dict) else ()):
         found += _one_parameter(param, prop if isinstance(prop, dict) else {}, param in required)
     return found
 

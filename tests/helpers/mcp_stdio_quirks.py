@@ -5,7 +5,8 @@ MODE `die-after-list` exits (status 3) right after answering tools/list; `huge-s
 a tool `big` whose inputSchema is about 9 MB; `remote-ref=URL` also lists a tool `refd` whose
 argument `x` is `{"$ref": URL}`; `slow-start=SECONDS` waits that long before it reads its first
 line (a server that takes a while to come up); `bad-schema` also lists a tool `odd` whose inputSchema
-has `properties` as a list (the SDK refuses the whole list); `clashing-names` also lists `Echo`
+has `properties` as a list (the SDK refuses the whole list); `go-nulls` also lists `nil`, whose
+inputSchema has `properties` and `required` null, as Go prints a nil map and slice; `clashing-names` also lists `Echo`
 (scvd's name for it is `echo`'s too); `results` also lists `leak_error`, `leak_ok` and `leak_progress`, which
 quote the environment's LEAK_TOKEN in an isError text, in a result's text and structuredContent, and
 in a progress notification's message, and
@@ -34,6 +35,9 @@ if mode == "clashing-names":
     tools.append({"name": "Echo", "description": "Echo, spelled otherwise.", "inputSchema": {"type": "object"}})
 if mode == "bad-schema":
     tools.append({"name": "odd", "description": "An odd schema.", "inputSchema": {"type": "object", "properties": []}})
+if mode == "go-nulls":  # Go marshals a nil slice or map as null
+    tools.append({"name": "nil", "description": "A schema with Go's nulls.",
+                  "inputSchema": {"type": "object", "properties": None, "required": None}})
 if mode == "results":
     tools += [{"name": "leak_error", "description": "Fails quoting its token.", "inputSchema": {"type": "object"}},
               {"name": "leak_ok", "description": "Echoes its token.", "inputSchema": {"type": "object"}},

@@ -324,6 +324,17 @@ def test_a_tools_list_scvd_cannot_read_is_why_the_server_is_down(make_daemon, tm
     assert "Input should be a valid dictionary" in down.error, down.error
 
 
+def test_lint_shows_findings_for_a_schema_with_go_nulls(make_daemon, workspace, tmp_path):
+    """`properties: null` and `required: null` (Go's nil map and slice): `scvctl tools --lint` was an
+    internal error, every tool's findings lost for one server's schema."""
+    d = make_daemon(quirks_stdio_table("go-nulls", tmp_path / "starts") + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        assert server(c, "raw").tools == 2
+        lint = {t.name: t.lint for t in c.request(p.ToolsList, lint=True).tools}
+        assert lint["mcp__raw__nil"] and lint["read"] == []
+    assert "mcp__raw__nil" in scvctl(d, "tools", "--lint")
+
+
 def test_no_answer_to_initialize_says_so_though_the_server_exits_after(make_inproc, monkeypatch, tmp_path):
     from scvd.mcp import link
 
