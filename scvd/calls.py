@@ -396,7 +396,7 @@ class CallRegistry:
                 raise errors.UnknownTool(
                     f"no tool named {call.tool_name!r} in this session: it came with a reload after the session "
                     "opened, and a session keeps the tools it opened with; open a new session to use it")
-            known = ", ".join(session.registry.names()) or "none"
+            known = ", ".join(t.name for t in session.registry.visible()) or "none"  # system tools stay unlisted
             raise errors.UnknownTool(f"no tool named {call.tool_name!r}; tools: {known}")
         check_timeout(call.timeout_override, session.config.tools.max_timeout_seconds, "call timeout_seconds")
         return tool

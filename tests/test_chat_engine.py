@@ -187,6 +187,8 @@ def test_bad_arguments_and_unknown_tools_are_answered_without_running():
     assert all(isinstance(a, CallModel) for a in actions)
     assert output(t, "c1")["error"]["kind"] == "invalid_arguments"
     assert output(t, "c2")["error"]["kind"] == "unknown_tool"
+    # a system tool stays out of this listing too (seed 003: only find_tools lists them, when asked)
+    assert "tools: read" in output(t, "c2")["error"]["message"] and "store_secret" not in output(t, "c2")["error"]["message"]
 
 
 def test_context_limit_fails_when_nothing_fits():

@@ -276,7 +276,7 @@ class Turn:
             return [AskUser(call.call_id, question)]
         entry = self.catalog.entries.get(call.name)
         if entry is None:
-            known = ", ".join(sorted(self.catalog.entries)) or "none"
+            known = ", ".join(sorted(n for n, e in self.catalog.entries.items() if not e.system_use)) or "none"
             return self._local(call, error_output(
                 "unknown_tool", f"no tool named {call.name!r} in this conversation; tools: {known}"))
         if call.name not in self.conv.loaded:
