@@ -282,10 +282,14 @@ def _pipe() -> tuple[int, int]:
 def _input_file(data: bytes) -> int:
     """An in-memory file holding `data`, positioned at its start: stdin that never blocks us."""
     fd = os.memfd_create("scvd-input", os.MFD_CLOEXEC)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -293,9 +297,12 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
            split_stderr: bool = False) -> tuple[_Run, int, int | None]:
     """Start the leader in a new session; returns the run and the pipes' read ends (stderr's or None)."""
     read_fd, write_fd = _pipe()
-    err_read, err_write = _pipe() if split_stderr else (None, write_fd)
-    stdin_fd = None if input is None else _input_file(input)
-    try:
+    err_read, err_write, stdin_fd = None, write_fd, None
+    try:  # every fd made here is closed if a later one cannot be made (EMFILE), or Popen fails
+        if split_stderr:
+            err_read, err_write = _pipe()
+        if input is not None:
+            stdin_fd = _input_file(input)
         with _SPAWNING:  # a leader that exits at once is a leader before any reaper can see it
             popen = subprocess.Popen(
                 argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
@@ -309,7 +316,7 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
         raise
     finally:
         os.close(write_fd)
-        if split_stderr:
+        if err_write != write_fd:
             os.close(err_write)
         if stdin_fd is not None:
             os.close(stdin_fd)

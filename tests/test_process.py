@@ -191,6 +191,41 @@ def test_a_missing_executable_raises_before_anything_runs(tmp_path):
     assert not process._LEADERS and not process._RUNS
 
 
+FD_EXHAUSTION = """
+import ast, asyncio, errno, os, resource, sys
+from scvd import process
+free, kw = int(sys.argv[1]), ast.literal_eval(sys.argv[2])
+loop = asyncio.new_event_loop()  # its own fds first
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+for _ in range(free):
+    os.close(held.pop())
+try:
+    loop.run_until_complete(process.run_process(["/bin/true"], cwd="/", env={}, timeout=5, output_limit=1024, **kw))
+    print("started")
+except OSError as exc:
+    print(errno.errorcode[exc.errno])
+try:  # every slot freed above is free again
+    print(len([os.open("/dev/null", os.O_RDONLY) for _ in range(free)]), process._LEADERS, process._RUNS)
+except OSError as exc:
+    print("leaked:", errno.errorcode[exc.errno])
+"""
+
+
+@pytest.mark.parametrize("free, kw", [(2, {"input": b"x"}), (3, {"stderr_limit": 1024})])
+def test_no_fd_leaks_when_the_files_for_a_child_cannot_all_be_made(free, kw):
+    """Out of fds (EMFILE), a call whose stdin file or stderr pipe could not be made after its
+    output pipe was made failed, and kept that pipe open: every later call made it worse."""
+    done = subprocess.run([sys.executable, "-c", FD_EXHAUSTION, str(free), repr(kw)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines() == ["EMFILE", f"{free} set() set()"], done.stdout + done.stderr
+
+
 def test_output_beyond_the_cap_keeps_head_and_tail(tmp_path):
     r = run("seq 1 200000", tmp_path, limit=4096)
     assert r.truncated and r.bytes_kept == 4096
