@@ -242,11 +242,18 @@ def check_timeout(seconds: float | None, ceiling: float, what: str) -> None:
     if seconds is None:
         return
     if not seconds > 0:
-        raise InvalidArguments(f"{what} {seconds:g} must be above 0 (e.g. 60)")
+        raise InvalidArguments(f"{what} {_shown(seconds)} must be above 0 (e.g. 60)")
     if seconds > ceiling:
         raise InvalidArguments(
-            f"{what} {seconds:g} is above the ceiling of {ceiling:g} s (tools.max_timeout_seconds); "
+            f"{what} {_shown(seconds)} is above the ceiling of {ceiling:g} s (tools.max_timeout_seconds); "
             f"ask for at most {ceiling:g}, or raise tools.max_timeout_seconds in config.toml")
+
+
+def _shown(seconds: float) -> str:
+    try:
+        return f"{seconds:g}"
+    except OverflowError:  # an integer argument of 309 digits or more (no float holds it)
+        return "of more than 300 digits"
 
 
 def _explain(exc: msgspec.ValidationError) -> str:
