@@ -89,6 +89,15 @@ def test_a_dangling_tool_json_symlink_says_where_it_leads(home: Path):
                                         "not exist; fix the link or put the file there")
 
 
+def test_a_hidden_folder_beside_the_tools_is_neither_a_tool_nor_an_error(home: Path):
+    """Script tools kept in a git repository: its `.git` was a broken tool ("folder name '.git' must
+    be ...") at every start and reload."""
+    make_tool(home)
+    (home / "tools" / "script" / ".git" / "objects").mkdir(parents=True)
+    (d,), failed = load_all(paths(home))
+    assert d.name == "script_words" and failed == []
+
+
 def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     assert load_all(paths(home)) == ([], [])
 

@@ -69,7 +69,9 @@ def load_all(paths: Any) -> tuple[list[ScriptDef], list[LoadError]]:
     root = script_root(paths)
     try:
         with os.scandir(root) as entries:
-            folders = sorted((e for e in entries if e.is_dir(follow_symlinks=True)), key=lambda e: e.name)
+            # a hidden folder (`.git`, when the tools are kept in a repository) is no tool and no error
+            folders = sorted((e for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=True)),
+                             key=lambda e: e.name)
     except FileNotFoundError:
         return [], []
     except OSError as exc:
