@@ -24,11 +24,14 @@ def timeout_error(tool: str, r: RunResult, timeout: float, ceiling: float, *, hi
     """The deadline passed: say what happened and how to allow more time; carry the output as a result
     would (head and tail within tools.output_limit_bytes): a hung test run's first failures, an agent's
     report so far (only the last 4 KiB came, which often held neither)."""
-    kept = f"the first and last of them follow ({r.bytes_kept} kept)" if r.truncated else "they follow"
-    message = (
-        f"{tool}: the command ran past its timeout of {timeout:g} s and its process group was killed "
-        f"(SIGKILL); {r.bytes_seen} bytes of output, {kept}:\n{r.output}"
-    )
+    message = (f"{tool}: the command ran past its timeout of {timeout:g} s and its process group was killed "
+               f"(SIGKILL); {output_so_far(r)}")
     more_time = (f"pass a larger timeout_seconds (at most {ceiling:g}) or run less per call" if timeout < ceiling
                  else f"run less per call: {ceiling:g} s is the ceiling (tools.max_timeout_seconds in config.toml)")
     return Timeout(message, hint=hint or more_time)
+
+
+def output_so_far(r: RunResult) -> str:
+    """A killed run's output, for its error message: how much came, and what was kept of it."""
+    kept = f"the first and last of them follow ({r.bytes_kept} kept)" if r.truncated else "they follow"
+    return f"{r.bytes_seen} bytes of output, {kept}:\n{r.output}"

@@ -34,6 +34,7 @@ from ..redact import forms, redact, redact_tree
 from ..secrets import SecretStore, off_loop
 from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline
+from .runs import output_so_far
 from .script_defs import ScriptDef, load_all, script_root
 
 log = logging.getLogger("scvd.tools.script")
@@ -212,9 +213,10 @@ class ScriptTool(Tool):
         said = f"; stderr: {tail}" if tail else ""
         if result.timed_out:
             source, fix = self._deadline_source(clipped)
+            shown = f"; {output_so_far(result)}" if result.bytes_seen else ""  # what it printed so far, as bash's
             raise Timeout(
                 f"{self.name} ran past its timeout of {plan.timeout:g} s ({source}) and its process group "
-                f"was killed (SIGKILL){said}", hint=f"{fix}, or ask for less per call")
+                f"was killed (SIGKILL){said}{shown}", hint=f"{fix}, or ask for less per call")
         if result.exit_code == CREDENTIAL_REJECTED:
             raise self._rejected(result.stderr, said)
         if result.exit_code != 0:

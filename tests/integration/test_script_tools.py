@@ -191,6 +191,8 @@ def test_killed_at_its_own_tool_json_timeout_with_no_process_left(make_daemon, s
         done = c.call(c.open_session(workspace), "script_sleeper", {"text": "x"})
     assert done.error.kind == "timeout"
     assert "timeout of 1 s (tool.json)" in done.error.message and "tool.json" in done.error.hint
+    # what it printed before the kill comes with the error, as bash's does (it was lost)
+    assert done.error.message.endswith("(SIGKILL); 8 bytes of output, they follow:\nstarted\n"), done.error.message
     child = int((tmp_path / "child.pid").read_text())
     wait_until(lambda: pid_gone(child), what="the script's background child to be gone")
 
