@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
 import time
 
 import pytest
@@ -333,3 +336,31 @@ def test_no_answer_within_timeout_seconds_says_which_setting_to_raise(model):
         asyncio.run(collect(make(s)))
     assert "did not answer within 0.5 s" in info.value.message
     assert info.value.hint == "send the text again; for a slow model raise providers.slow.timeout_seconds"
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_provider_that_never_answers_is_asked_once_per_timeout_seconds(wire_api):
+    """The client's timeout holds for each attempt and it retries one that timed out twice: a
+    provider that accepted the connection and never answered took three timeouts (30 minutes by
+    default) while the failure said it waited one."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    s = Settings(name="silent", model="m", base_url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1",
+                 wire_api=wire_api, api_key="k", key_source="", timeout_seconds=0.5)  # the default 2 retries
+    try:
+        with pytest.raises(ProviderFailure) as info:
+            asyncio.run(collect(make(s)))
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert "did not answer within 0.5 s" in info.value.message
+    assert len(accepted) == 1, "the request was sent again after timeout_seconds had passed"

@@ -40,7 +40,7 @@ class _Base(abc.ABC):
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         response = None  # set once the provider answered: a connection lost after that broke mid-answer
         try:
-            response = await self._open(self._connect(), request)
+            response = await self._answer(request)
             async for event in self._read(response):
                 yield event
         except openai.APIError as exc:
@@ -48,6 +48,22 @@ class _Base(abc.ABC):
         finally:
             if response is not None:
                 await response.close()
+
+    async def _answer(self, request: ModelRequest) -> Any:
+        """The answer's stream, within timeout_seconds in all: the client's own timeout holds for
+        each attempt, and it retries one that timed out twice, so a provider that never answered
+        took three times as long as the failure said."""
+        try:
+            async with asyncio.timeout(self.settings.timeout_seconds):
+                return await self._open(self._connect(), request)
+        except TimeoutError:
+            raise self._timed_out() from None
+
+    def _timed_out(self) -> ProviderFailure:
+        s = self.settings
+        return ProviderFailure("provider_error", f"{self._where()} did not answer within "
+                               f"{s.timeout_seconds:g} s (timeout_seconds)",
+                               f"send the text again; for a slow model raise providers.{s.name}.timeout_seconds")
 
     def _connect(self) -> openai.AsyncOpenAI:
         s = self.settings
@@ -66,9 +82,7 @@ class _Base(abc.ABC):
             return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {_detail(exc)}",
                                    _status_hint(exc.status_code, s.name))
         if isinstance(exc, openai.APITimeoutError):
-            return ProviderFailure("provider_error", f"{where} did not answer within "
-                                   f"{s.timeout_seconds:g} s (timeout_seconds)",
-                                   f"send the text again; for a slow model raise providers.{s.name}.timeout_seconds")
+            return self._timed_out()
         if isinstance(exc, openai.APIConnectionError) and reached:
             return ProviderFailure("provider_error", f"the connection to {where} broke mid-answer: "
                                    f"{_cause(exc)}", "send the text again")
