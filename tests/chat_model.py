@@ -9,6 +9,7 @@ with neither content nor tool_calls. Steps:
     Calls(("read", {"path": "a"}), ...) tool calls (with optional text before them)
     Status(429, retry_after_ms=10)     an HTTP error
     Hang("partial")                    a delta, then hold the stream until the client hangs up
+    Raw("not json")                    an event whose data is that text, not JSON
     Cut("partial")                     deltas, then the body ends cleanly without the closing events
                                        (no response.completed; no finish_reason, usage or [DONE]);
                                        Cut("partial", tail="reset") cuts the connection off instead
@@ -79,6 +80,14 @@ class Deltas:
 
     deltas: list[dict[str, Any]]
     finish: str = "stop"
+    text: str = ""
+
+
+@dataclass
+class Raw:
+    """One event whose data line is this text as it is (a server that breaks the wire API)."""
+
+    data: str
     text: str = ""
 
 
@@ -257,6 +266,8 @@ def responses_events(step: Any) -> list[tuple[str, Any]]:
             "output": []}
     out: list[tuple[str, Any]] = [("response.created", {"type": "response.created", "sequence_number": next(seq),
                                                         "response": resp})]
+    if isinstance(step, Raw):
+        return [*out, ("", step.data)]
     text = step.text
     for piece in _split(text, getattr(step, "chunks", 2)):
         out.append(("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "msg_1",
@@ -290,6 +301,8 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
                     "choices": choices, "usage": usage}
 
     out = [chunk({"role": "assistant", "content": piece}) for piece in _split(step.text, getattr(step, "chunks", 2))]
+    if isinstance(step, Raw):
+        return [("", step.data)]
     if isinstance(step, Deltas):
         return [*(chunk(d) for d in step.deltas), chunk({}, step.finish),
                 chunk(None, usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}), ("", "[DONE]")]

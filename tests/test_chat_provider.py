@@ -11,7 +11,7 @@ import time
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Cut, Filtered, Hang, Limited, ScriptedModel, Status, Text
+from chat_model import Calls, Cut, Filtered, Hang, Limited, Raw, ScriptedModel, Status, Text
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.openai_api import cap_field
 from scvd.chat.provider import ProviderFailure, Settings, make
@@ -364,3 +364,17 @@ def test_a_provider_that_never_answers_is_asked_once_per_timeout_seconds(wire_ap
             conn.close()
     assert "did not answer within 0.5 s" in info.value.message
     assert len(accepted) == 1, "the request was sent again after timeout_seconds had passed"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_event_that_is_not_json_fails_naming_the_provider_not_scvd(model, wire_api):
+    """The client parses each event's data as JSON: a server (or a proxy before it) that sends other
+    text failed the turn as a crash inside scvd (`see its log`), with a traceback in the log."""
+    m = model(Raw("upstream busy, retry later"))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert info.value.reason == "provider_error"
+    assert info.value.message == (f"provider 'test' ({m.base_url}) sent an event that is not JSON: "
+                                  "'upstream busy, retry later'")
+    assert info.value.hint == ("send the text again; if it fails again, check the base_url and wire_api of "
+                               "[providers.test] in config.toml")

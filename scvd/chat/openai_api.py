@@ -45,6 +45,10 @@ class _Base(abc.ABC):
                 yield event
         except openai.APIError as exc:
             raise self._failure(exc, reached=response is not None) from None
+        except json.JSONDecodeError as exc:  # the client parses each event's data: this is the provider's
+            raise ProviderFailure("provider_error", f"{self._where()} sent an event that is not JSON: "
+                                  f"{exc.doc[:200]!r}", "send the text again; if it fails again, check the "
+                                  f"base_url and wire_api of {_table(self.settings.name)}") from None
         finally:
             if response is not None:
                 await response.close()
@@ -137,8 +141,7 @@ def _cut_short(where: str, missing: str) -> ProviderFailure:
 
 def _status_hint(status: int, name: str) -> str:
     """What to do about an error status the client gave up on (401/403 are `auth`, 429 was retried)."""
-    table = ("the imported Codex setup (`scvctl agents import codex`)" if name == "codex"
-             else f"[providers.{name}] in config.toml")
+    table = _table(name)
     if status in (400, 413, 422):  # most often a request longer than the model's window
         return ("if it says the input is too long, lower chat.context_tokens to the model's window, or "
                 f"start afresh with chat.clear; else check the model and wire_api of {table}")
@@ -147,6 +150,12 @@ def _status_hint(status: int, name: str) -> str:
     if status >= 500 or status == 429:
         return "the provider failed after scvd's retries: send the text again later"
     return f"check {table}"
+
+
+def _table(name: str) -> str:
+    """Where provider `name`'s settings are."""
+    return ("the imported Codex setup (`scvctl agents import codex`)" if name == "codex"
+            else f"[providers.{name}] in config.toml")
 
 
 def _detail(exc: openai.APIStatusError) -> str:
