@@ -60,7 +60,10 @@ def follow(c: Any, session: str, turn: str, on_event: Callable[[Any], None]) -> 
             cancelled = True
             print(flush=True)  # off the prompt's line
             if not (isinstance(event, END) and event.turn == turn):  # else it ended already
-                c.request(p.TurnCancel, session=session, turn=turn)
+                try:
+                    c.request(p.TurnCancel, session=session, turn=turn)
+                except errors.InvalidRequest:  # it ended while the prompt waited: its end event follows
+                    pass
                 continue
         if isinstance(event, END) and event.turn == turn:
             return event

@@ -93,3 +93,24 @@ def test_chat_goes_on_when_its_question_closed_while_the_person_typed(monkeypatc
     out, err = capsys.readouterr()
     assert "question q1 was no longer open" in out and not err
     assert client.sent == [p.ChatOpen, p.TurnStart, p.QuestionAnswer]
+
+
+def test_chat_ctrl_c_at_a_prompt_of_a_turn_that_ended_meanwhile_keeps_the_chat(monkeypatch, tmp_path, capsys):
+    """The person stepped away from an approval prompt; `scvctl approvals watch` decided it and the
+    turn completed; Ctrl-C at the stale prompt sent turn.cancel, whose invalid_request (the turn is
+    not running) ended `scvctl chat` instead of only that prompt."""
+    def interrupted(event: Any) -> str:
+        raise KeyboardInterrupt
+
+    client = ScriptedClient(
+        [approval(), p.AssistantDelta(seq=2, session=SESSION, turn=TURN, text="written"),
+         p.TurnCompleted(seq=3, session=SESSION, turn=TURN)],
+        {p.TurnCancel: errors.InvalidRequest(f"turn {TURN!r} is not running in session {SESSION}")})
+    monkeypatch.setattr(chat, "connect", lambda *a, **kw: client)
+    monkeypatch.setattr(chat, "ask_request", interrupted)
+    monkeypatch.setattr("sys.stdin", io.StringIO("write it\n/exit\n"))
+    args = argparse.Namespace(workspace=tmp_path, provider=None, conversation=None, json=False)
+    assert chat.cmd_chat(args) == chat.EXIT_OK
+    out, _ = capsys.readouterr()
+    assert "written" in out
+    assert client.sent == [p.ChatOpen, p.TurnStart, p.TurnCancel]
