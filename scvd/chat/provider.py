@@ -66,6 +66,9 @@ class Settings:
                     "then `systemctl --user reload scvd`")
         if self.key_source:
             return f"the key comes from {self.key_source}: run `scvctl agents import codex` again"
+        if self.name == CODEX:  # the imported provider names no key
+            return ("the imported Codex setup's provider names no key: give it one (experimental_bearer_token, "
+                    "or env_key) in your Codex config.toml and run `scvctl agents import codex` again")
         return (f"configure providers.{self.name}.api_key_secret and store the key with "
                 "`scvctl secrets set KEY`")
 
@@ -115,7 +118,8 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     The key is the provider's `experimental_bearer_token` (it comes first, as in codex), else
     auth.json's OPENAI_API_KEY for a provider that takes OpenAI's login (`openai`, or one that says
     `requires_openai_auth`), else the variable the provider's `env_key` names. As in codex, the
-    OpenAI key never goes to another provider's base_url.
+    OpenAI key never goes to another provider's base_url, and a provider of its own that names no
+    key at all (a local server's `base_url` only) gets none, as in codex.
     """
     env = os.environ if env is None else env
     hint = ("run `scvctl agents import codex` (a Codex setup with an API key), or add a [providers.NAME] table "
@@ -134,6 +138,8 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
         key, source = _codex_key(home / "auth.json"), str(home / "auth.json")
     if not key and table.get("env_key"):
         key, source = env.get(str(table["env_key"]), ""), f"env {table['env_key']}"
+    elif not key and table.get("base_url") and table.get("requires_openai_auth") is not True:
+        key, source = "unused", ""  # a provider of its own that names no key (a local server): codex sends none
     if not key:
         raise ProviderFailure("auth", f"the imported Codex setup holds no API key for its provider {provider_id!r} "
                               "(its experimental_bearer_token, auth.json for OpenAI's own login, or its env_key in "

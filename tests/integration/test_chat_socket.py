@@ -535,6 +535,23 @@ def test_provider_codex_sends_the_imported_providers_bearer_token(chat_rig, work
     assert "tok-CORP-SECRET" not in caplog.text + repr(events)
 
 
+def test_provider_codex_serves_an_imported_local_server_that_takes_no_key(chat_rig, workspace):
+    """A Codex setup for a local server (Ollama, LM Studio) names a base_url and no key, and codex
+    sends none; provider codex failed every turn with `holds no API key` instead."""
+    model, d = chat_rig(Text("hello from the local model"), wire_api="chat")
+    codex = d.home / "adapters" / "codex"
+    codex.mkdir(parents=True, exist_ok=True)
+    (codex / "config.toml").write_text(
+        f'model = "qwen"\nmodel_provider = "ollama"\n[model_providers.ollama]\nname = "Ollama"\n'
+        f'base_url = "{model.base_url}"\nwire_api = "chat"\n')
+    (codex / "auth.json").write_text('{"OPENAI_API_KEY": "sk-openai-only"}')
+    with d.client(name="pytest") as c:
+        events, end = run_turn(c, open_chat(c, workspace, provider="codex").session, "hi")
+    assert isinstance(end, p.TurnCompleted), end
+    assert model.requests[0]["model"] == "qwen"
+    assert "sk-openai-only" not in model.authorizations[0]  # OpenAI's key stays OpenAI's
+
+
 def test_provider_codex_without_an_import_says_how_to_get_one(chat_rig, workspace):
     model, d = chat_rig()
     with d.client(name="pytest") as c:
