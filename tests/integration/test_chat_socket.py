@@ -502,6 +502,14 @@ def test_a_provider_fixed_and_reloaded_serves_the_open_chats_next_turn(make_inpr
     assert len(m.requests) == 1
 
 
+def imported_codex(d, config: str, key: str) -> None:
+    """What `scvctl agents import codex` leaves in the daemon's codex home."""
+    codex = d.home / "adapters" / "codex"
+    codex.mkdir(parents=True, exist_ok=True)
+    (codex / "config.toml").write_text(config)
+    (codex / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": key}))
+
+
 def test_provider_codex_reuses_the_imported_codex_setup(chat_rig, workspace):
     model, d = chat_rig(Text("hello from codex's provider"))
     codex = d.home / "adapters" / "codex"
@@ -539,14 +547,10 @@ def test_provider_codex_serves_an_imported_local_server_that_takes_no_key(chat_r
     """A Codex setup for a local server (Ollama, LM Studio) names a base_url and no key, and codex
     sends none; provider codex failed every turn with `holds no API key` instead."""
     model, d = chat_rig(Text("hello from the local model"), wire_api="chat")
-    codex = d.home / "adapters" / "codex"
-    codex.mkdir(parents=True, exist_ok=True)
-    (codex / "config.toml").write_text(
-        f'model = "qwen"\nmodel_provider = "ollama"\n[model_providers.ollama]\nname = "Ollama"\n'
-        f'base_url = "{model.base_url}"\nwire_api = "chat"\n')
-    (codex / "auth.json").write_text('{"OPENAI_API_KEY": "sk-openai-only"}')
+    imported_codex(d, f'model = "qwen"\nmodel_provider = "ollama"\n[model_providers.ollama]\nname = "Ollama"\n'
+                      f'base_url = "{model.base_url}"\nwire_api = "chat"\n', "sk-openai-only")
     with d.client(name="pytest") as c:
-        events, end = run_turn(c, open_chat(c, workspace, provider="codex").session, "hi")
+        _, end = run_turn(c, open_chat(c, workspace, provider="codex").session, "hi")
     assert isinstance(end, p.TurnCompleted), end
     assert model.requests[0]["model"] == "qwen"
     assert "sk-openai-only" not in model.authorizations[0]  # OpenAI's key stays OpenAI's
