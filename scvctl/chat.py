@@ -90,10 +90,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def _exec_event(c: Any, args: argparse.Namespace, session: str, event: Any, state: dict[str, Any]) -> None:
     if isinstance(event, p.AssistantDelta) and not args.json:
+        if state.pop("replied", False) and state["text"] and not state["text"].endswith("\n"):
+            sys.stdout.write("\n")  # a reply before tool calls ("Let me look.") is not glued to the next
         sys.stdout.write(printable(event.text))  # the model's text may come from anything it read
         sys.stdout.flush()
     elif isinstance(event, p.AssistantCompleted):
-        state["text"] = event.text
+        state["text"], state["replied"] = event.text, True
     elif isinstance(event, p.ApprovalRequested) and event.session == session and args.yes:
         _exec_decide(c, event)
     elif isinstance(event, p.QuestionAsked):

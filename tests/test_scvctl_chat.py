@@ -114,3 +114,19 @@ def test_chat_ctrl_c_at_a_prompt_of_a_turn_that_ended_meanwhile_keeps_the_chat(m
     out, _ = capsys.readouterr()
     assert "written" in out
     assert client.sent == [p.ChatOpen, p.TurnStart, p.TurnCancel]
+
+
+def test_exec_prints_a_reply_before_tool_calls_on_a_line_of_its_own(monkeypatch, tmp_path, capsys):
+    """A model that says what it will do before its calls: that text and the answer were printed
+    as one run-on line ("Let me look.It says hi.")."""
+    def reply(seq: int, text: str) -> list[Any]:
+        return [p.AssistantDelta(seq=seq, session=SESSION, turn=TURN, text=text),
+                p.AssistantCompleted(seq=seq, session=SESSION, turn=TURN, text=text)]
+
+    done = p.CallCompleted(seq=3, call_id="t1-c1", ok=True, result={}, turn=TURN)
+    client = ScriptedClient([*reply(1, "Let me look."), done, *reply(4, "It says hi."),
+                             p.TurnCompleted(seq=6, session=SESSION, turn=TURN)], {})
+    monkeypatch.setattr(chat, "connect", lambda *a, **kw: client)
+    args = argparse.Namespace(workspace=tmp_path, provider=None, yes=False, json=False, prompt="what is in a?")
+    assert chat.cmd_exec(args) == chat.EXIT_OK
+    assert capsys.readouterr().out == "Let me look.\nIt says hi.\n"
