@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from scvctl.client import AsyncClient, ConnectionClosed, DaemonNotRunning
-from scvd import protocol as p
+from scvd import errors, protocol as p
 
 OWNER = "owner"
 
@@ -154,6 +154,8 @@ class Bridge:
                 await self.connect()
                 relay = asyncio.ensure_future(self.events())
                 await self.on_message(chat, text)
+            except errors.ScvError as exc:  # a message while its chat's turn runs, say: tell that chat
+                self.app.send(chat, f"(not sent: {exc.message})")
         if self.running:  # stdin closed: let the running turns finish, then stop
             await self.idle.wait()
         relay.cancel()

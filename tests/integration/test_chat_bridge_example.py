@@ -23,14 +23,24 @@ def read_until(proc: subprocess.Popen, pattern: str) -> str:
     raise AssertionError(f"{pattern!r} never came; the bridge said: {''.join(seen)}")
 
 
+def daemon_for(make_daemon, scv_home, m, workspace, tmp_path) -> tuple:
+    """A daemon whose chat provider is the scripted model `m`, and the bridge's command line."""
+    config = (f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "chat"\n'
+              '[chat]\nprovider = "test"\n')
+    d = make_daemon(config, home=scv_home)
+    return d, [sys.executable, str(BRIDGE), "--workspace", str(workspace), "--state", str(tmp_path / "b.json")]
+
+
+def say(proc: subprocess.Popen, line: str) -> None:
+    proc.stdin.write(f"{line}\n")
+    proc.stdin.flush()
+
+
 def test_the_example_bridge(make_daemon, model, scv_home, workspace, tmp_path):
     m = model(Calls(("find_tools", {"query": "write"})),
               Calls(("write", {"path": "hi.txt", "content": "hi\n", "mode": "create"})), Text("wrote hi.txt"),
               Text("yes, hi.txt"))
-    config = (f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "chat"\n'
-              '[chat]\nprovider = "test"\n')
-    d = make_daemon(config, home=scv_home)
-    argv = [sys.executable, str(BRIDGE), "--workspace", str(workspace), "--state", str(tmp_path / "b.json")]
+    d, argv = daemon_for(make_daemon, scv_home, m, workspace, tmp_path)
     with subprocess.Popen(argv, env=d.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         proc.stdin.write("alice: write hi.txt please\n")
         proc.stdin.flush()
@@ -55,3 +65,23 @@ def test_the_example_bridge(make_daemon, model, scv_home, workspace, tmp_path):
         assert proc.wait(30) == 0
     said = [msg["content"] for msg in m.requests[-1]["messages"] if msg["role"] == "user"]
     assert said == ["write hi.txt please", "did you?"]
+
+
+def test_the_example_bridge_goes_on_when_a_chat_writes_while_its_turn_runs(make_daemon, model, scv_home,
+                                                                            workspace, tmp_path):
+    """A second message before the first one's answer (its write waits for the owner): turn.start's
+    invalid_request ended the bridge, every chat with it, instead of telling that chat."""
+    m = model(Calls(("find_tools", {"query": "write"})),
+              Calls(("write", {"path": "hi.txt", "content": "hi\n", "mode": "create"})), Text("wrote hi.txt"))
+    d, argv = daemon_for(make_daemon, scv_home, m, workspace, tmp_path)
+    with subprocess.Popen(argv, env=d.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        say(proc, "alice: write hi.txt please")
+        approval = re.search(r"/approve (\S+),", read_until(proc, r"^\[owner\] alice wants write")).group(1)
+        say(proc, "alice: are you done?")
+        busy = read_until(proc, r"^\[alice\] ")
+        assert busy.startswith("[alice] (not sent: turn ") and "is still running" in busy, busy
+        say(proc, f"owner: /approve {approval}")
+        assert read_until(proc, r"^\[alice\] ") == "[alice] wrote hi.txt\n"
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+    assert (workspace / "hi.txt").read_text() == "hi\n"
