@@ -118,6 +118,18 @@ def test_401_is_an_auth_failure_naming_the_secret(model, wire_api):
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
+@pytest.mark.parametrize("status", [401, 400])
+def test_a_provider_error_quoting_the_key_shows_it_as_a_stand_in(model, wire_api, status):
+    """A relay answering `Incorrect API key provided: sk-test`: the key went to turn.failed (the
+    person's chat, through a bridge) and to scvd's log."""
+    m = model(Status(status, "Incorrect API key provided: sk-test. Find yours at https://example.test"))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert "Incorrect API key provided: [secret TEST_KEY]. Find yours" in info.value.message
+    assert "sk-test" not in info.value.message
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_500_after_retries_is_a_provider_error(model, wire_api):
     m = model(Status(500, "boom", 1), Status(500, "boom", 1), Status(500, "boom", 1))
     with pytest.raises(ProviderFailure) as info:

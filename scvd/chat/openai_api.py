@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import openai
 
+from ..redact import redact
 from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
 from .provider import ProviderFailure, Settings
 
@@ -44,11 +45,12 @@ class _Base(abc.ABC):
             async for event in self._read(response):
                 yield event
         except openai.APIError as exc:
-            raise self._failure(exc, reached=response is not None) from None
+            raise self._hidden(self._failure(exc, reached=response is not None)) from None
         except json.JSONDecodeError as exc:  # the client parses each event's data: this is the provider's
-            raise ProviderFailure("provider_error", f"{self._where()} sent an event that is not JSON: "
-                                  f"{exc.doc[:200]!r}", "send the text again; if it fails again, check the "
-                                  f"base_url and wire_api of {_table(self.settings.name)}") from None
+            raise self._hidden(ProviderFailure(
+                "provider_error", f"{self._where()} sent an event that is not JSON: {exc.doc[:200]!r}",
+                "send the text again; if it fails again, check the base_url and wire_api of "
+                f"{_table(self.settings.name)}")) from None
         finally:
             if response is not None:
                 await response.close()
@@ -62,6 +64,16 @@ class _Base(abc.ABC):
                 return await self._open(self._connect(), request)
         except TimeoutError:
             raise self._timed_out() from None
+
+    def _hidden(self, failure: ProviderFailure) -> ProviderFailure:
+        """`failure` with the API key taken out of its text: a provider's error may quote the key it
+        refused, and the text goes to turn.failed (a chat bridge, the person's chat) and the log."""
+        s = self.settings
+        if not s.key_source:  # no key configured: api_key is a stand-in ("unused"), no secret
+            return failure
+        name = s.key_source.split(" ", 1)[1] if s.key_source.startswith(("secret ", "env ")) else "api_key"
+        message = redact(failure.message, {name: s.api_key})
+        return failure if message == failure.message else ProviderFailure(failure.reason, message, failure.hint)
 
     def _timed_out(self) -> ProviderFailure:
         s = self.settings
