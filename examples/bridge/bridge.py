@@ -63,7 +63,7 @@ class Bridge:
         self.sessions: dict[str, str] = {}  # chat -> session, for this connection
         self.chats: dict[str, str] = {}  # session -> chat
         self.client: AsyncClient | None = None
-        self.running: set[str] = set()  # turns not yet ended
+        self.running: dict[str, str] = {}  # turns not yet ended -> their chat
         self.idle = asyncio.Event()
 
     async def connect(self) -> None:
@@ -95,7 +95,7 @@ class Bridge:
             return
         session = await self.session(chat)
         turn = (await self.client.request(p.TurnStart, session=session, text=text)).turn
-        self.running.add(turn)
+        self.running[turn] = chat
         self.idle.clear()
 
     async def owner_command(self, text: str) -> None:
@@ -122,10 +122,14 @@ class Bridge:
                 event = await self.client.next_event()
             except ConnectionClosed:  # scvd restarted: the next message reconnects
                 print("scvd closed the connection; reconnecting with the next message", file=sys.stderr)
+                for chat in self.running.values():  # its sessions, and their turns, ended with it
+                    self.app.send(chat, "(scvd went away before answering; send your message again)")
+                self.running.clear()
+                self.idle.set()
                 return
             chat = self.chats.get(getattr(event, "session", ""), "?")
             if isinstance(event, (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)):
-                self.running.discard(event.turn)
+                self.running.pop(event.turn, None)
                 if not self.running:
                     self.idle.set()
             if isinstance(event, p.AssistantDelta):

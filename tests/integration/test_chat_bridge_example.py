@@ -85,3 +85,24 @@ def test_the_example_bridge_goes_on_when_a_chat_writes_while_its_turn_runs(make_
         proc.stdin.close()
         assert proc.wait(30) == 0
     assert (workspace / "hi.txt").read_text() == "hi\n"
+
+
+def test_the_example_bridge_tells_the_chat_and_exits_when_scvd_dies_mid_turn(make_daemon, model, scv_home,
+                                                                               workspace, tmp_path):
+    """scvd killed while a turn waited for the owner: the turn stayed "running" in the bridge, which
+    then never exited when its input closed, and the chat never heard its message was lost."""
+    m = model(Calls(("find_tools", {"query": "write"})),
+              Calls(("write", {"path": "hi.txt", "content": "hi\n", "mode": "create"})), Text("wrote hi.txt"))
+    d, argv = daemon_for(make_daemon, scv_home, m, workspace, tmp_path)
+    with subprocess.Popen(argv, env=d.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            say(proc, "alice: write hi.txt please")
+            read_until(proc, r"^\[owner\] alice wants write")
+            d.proc.kill()
+            assert read_until(proc, r"^\[alice\] ") == "[alice] (scvd went away before answering; send your message again)\n"
+            proc.stdin.close()
+            assert proc.wait(30) == 0
+        finally:
+            proc.kill()
+    assert not (workspace / "hi.txt").exists()
+
