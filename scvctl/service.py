@@ -4,7 +4,8 @@ The unit texts below are the single source of packaging/systemd/ (a test keeps
 the two equal; `write_packaging()` regenerates them). The installer writes them
 into the user unit directory with ExecStart pointing at the scvd of this very
 Python environment, then drives `systemctl --user`. Where no user manager can
-be reached (a container, CI, an ssh session without lingering) it says so in
+be reached (a container, CI, an ssh session without lingering) it enables the
+units on file alone (`--root=/`), so the next manager starts them, says so in
 one line and prints what it wrote. SCV_HOME and SCV_SOCKET of the installing
 shell go into the units (Environment=, and the socket unit's ListenStream=),
 so the service serves the instance that shell's scvctl talks to.
@@ -233,21 +234,45 @@ def systemctl(args: list[str]) -> subprocess.CompletedProcess[str] | None:
 
 
 def run_steps(report: Report, steps: list[list[str]]) -> None:
-    """Run the steps; the first one tells whether a user manager answers at all."""
+    """Run the steps; the first one tells whether a user manager answers at all. Without one,
+    the enable and disable steps still run on the unit files (what the next login reads)."""
     for i, args in enumerate(steps):
         done = systemctl(args)
         if i == 0 and (done is None or done.returncode != 0):
             report.manager = False
             report.manager_error = "systemctl is not installed" if done is None else \
                 _first_line(done.stderr) or f"exit {done.returncode}"
+            if done is not None:
+                _run_each(report, offline_steps(steps[1:]))
             return
         report.manager = True
         assert done is not None
-        report.ran.append({"argv": ["systemctl", "--user", *args], "returncode": done.returncode,
-                           "stderr": done.stderr.strip()})
-        if done.returncode != 0 and args[0] not in TOLERATED:
-            report.failed = True
+        if not _ran(report, args, done):
             return
+
+
+def offline_steps(steps: list[list[str]]) -> list[list[str]]:
+    """The enable and disable steps as `--root=/` runs them with no manager: links in the unit
+    directory only, nothing started or stopped."""
+    return [["--root=/", *(a for a in args if a != "--now")] for args in steps if args[0] in ("enable", "disable")]
+
+
+def _run_each(report: Report, steps: list[list[str]]) -> None:
+    for args in steps:
+        done = systemctl(args)
+        if done is None or not _ran(report, args, done):
+            return
+
+
+def _ran(report: Report, args: list[str], done: subprocess.CompletedProcess[str]) -> bool:
+    """Note a step that ran; False when it failed and ends the run."""
+    report.ran.append({"argv": ["systemctl", "--user", *args], "returncode": done.returncode,
+                       "stderr": done.stderr.strip()})
+    verb = args[1] if args[0] == "--root=/" else args[0]
+    if done.returncode != 0 and verb not in TOLERATED:
+        report.failed = True
+        return False
+    return True
 
 
 def _first_line(text: str) -> str:
@@ -326,8 +351,9 @@ def print_report(report: Report, as_json: bool, out=sys.stdout) -> None:
         status = "ok" if step["returncode"] == 0 else f"exit {step['returncode']}: {step['stderr']}"
         print(f"ran: {' '.join(step['argv'])} ({status})", file=out)
     if report.manager is False:
-        then = "the files above are in place for the next login, or start scvd without systemd: " \
-            "scvd run --daemon" if report.action == "install" else "nothing was disabled or stopped"
+        enabled = " and enabled" if report.ran and not report.failed else ""
+        then = f"the files above are in place{enabled} for the next login, or start scvd without systemd: " \
+            "scvd run --daemon" if report.action == "install" else "nothing was stopped"
         print(f"systemctl --user cannot reach a user manager ({report.manager_error}); {then}", file=out)
     elif report.failed:
         print("a systemctl step failed; see: journalctl --user -u scvd", file=out)

@@ -150,6 +150,28 @@ def test_install_without_a_user_manager_says_so_and_writes_units_that_verify(use
     assert verify_problems(installed(user_env), user_env) == []
 
 
+needs_systemctl = pytest.mark.skipif(not shutil.which("systemctl"), reason="needs systemctl (bash .ci/setup installs systemd)")
+
+
+@needs_systemctl
+@pytest.mark.parametrize("flags, enabled, other", [
+    ((), "default.target.wants/scvd.service", "sockets.target.wants/scvd.socket"),
+    (("--socket-activated",), "sockets.target.wants/scvd.socket", "default.target.wants/scvd.service"),
+])
+def test_install_without_a_user_manager_enables_the_unit_for_the_next_login(user_env, flags, enabled, other):
+    """Only written, the unit did not start at the next login (nor with linger): nothing wanted it."""
+    unit_dir = installed(user_env)[0].parent
+    assert run_service(user_env, "install", *(("--socket-activated",) if not flags else ())).returncode == 0
+    done = run_service(user_env, "install", *flags)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (unit_dir / enabled).resolve() == unit_dir / enabled.split("/")[1]
+    assert not os.path.lexists(unit_dir / other)  # the other way of starting it is disabled
+    assert "are in place and enabled for the next login" in done.stdout
+    done = run_service(user_env, "uninstall")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not os.path.lexists(unit_dir / enabled)  # no link left to a removed unit
+
+
 @needs_analyze
 def test_install_quotes_an_odd_path_so_systemd_finds_it(user_env, tmp_path):
     odd = tmp_path / "odd dir %n $HOME" / "bin"
