@@ -36,6 +36,7 @@ from typing import Any, Callable
 import msgspec
 
 from . import errors
+from .paths import within
 from .text import printable, printable_data
 from .proctree import read_stat
 from .protocol import DEFAULT_SERVER_FRAME_LIMIT, ApprovalInfo, ApprovalResolved, Frame, approval_requested, encode
@@ -124,18 +125,21 @@ HOME_RUNS_LATER = (".config", ".local", ".ssh")
 @functools.lru_cache(maxsize=256)
 def exposes_host(workspace: str, own: tuple[str, ...] = (), home: str | None = None) -> bool:
     """True when the files of `workspace` configure scvd or run code outside the sandbox later:
-    it holds the home (`holds_home`), or it is at or inside home's .config, .local or .ssh,
-    XDG_CONFIG_HOME, XDG_DATA_HOME, or one of scvd's own folders `own` (`own_dirs`: a
-    config.toml there starts MCP servers unsandboxed). sandbox-aware asks for every call there.
+    it holds the home (`holds_home`), or it is at, inside or above home's .config, .local or
+    .ssh, XDG_CONFIG_HOME or XDG_DATA_HOME (above: one that lies outside the home, or a link
+    from the home into a dotfiles repository), or at or inside one of scvd's own folders `own`
+    (`own_dirs`: a config.toml there starts MCP servers unsandboxed; above them, the sandbox
+    hides them). sandbox-aware asks for every call there.
     """
     home = os.path.realpath(home or os.environ.get("HOME") or os.path.expanduser("~"))
     if holds_home(workspace, home):
         return True
     ws = workspace.rstrip("/") or "/"
     xdg = [os.environ.get("XDG_CONFIG_HOME"), os.environ.get("XDG_DATA_HOME")]
-    risky = [os.path.realpath(os.path.join(home, d)) for d in HOME_RUNS_LATER]
-    risky += [os.path.realpath(d) for d in xdg if d and os.path.isabs(d)] + list(own)
-    return any(ws == d or ws.startswith(d.rstrip("/") + "/") for d in risky)
+    runs_later = [os.path.realpath(os.path.join(home, d)) for d in HOME_RUNS_LATER]
+    runs_later += [os.path.realpath(d) for d in xdg if d and os.path.isabs(d)]
+    return (any(within(ws, d) or within(d, ws) for d in runs_later)
+            or any(within(ws, d) for d in own))
 
 
 def own_dirs(paths: Any) -> tuple[str, ...]:

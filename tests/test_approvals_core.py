@@ -530,3 +530,22 @@ def test_a_workspace_exposes_the_host_at_or_inside_home_config_and_scvds_own_fol
     exposes_host.cache_clear()
     assert exposes_host(workspace, ("/srv/scv",), "/home/u") is exposed
     exposes_host.cache_clear()
+
+
+def test_a_workspace_above_a_config_dir_outside_the_home_exposes_the_host(monkeypatch, tmp_path):
+    """A dotfiles repository that ~/.config links into, or a directory above XDG_CONFIG_HOME, holds
+    systemd/user and autostart: unasked, a sandboxed bash there planted what ran at the next login."""
+    home, dotfiles = tmp_path / "home", tmp_path / "dotfiles"
+    (dotfiles / "config").mkdir(parents=True)
+    home.mkdir()
+    (home / ".config").symlink_to(dotfiles / "config")
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/data/cfg")
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    exposes_host.cache_clear()
+    try:
+        assert exposes_host(str(dotfiles), (), str(home)) is True
+        assert exposes_host("/data", (), str(home)) is True
+        assert exposes_host(str(tmp_path / "project"), (), str(home)) is False
+        assert exposes_host("/srv", ("/srv/scv",), str(home)) is False  # scvd's own folders are hidden
+    finally:
+        exposes_host.cache_clear()
