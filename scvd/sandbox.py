@@ -428,9 +428,16 @@ class Sandbox:
         self._tmpdir = env.get("TMPDIR")  # what the children get (the allow-lists pass it on)
         self._scratch = next(iter(_existing([SCRATCH])), None)  # a tmpfs needs an existing mount point
         self._mask = masked_files(paths, listening_on)
+        self._hidden_real = frozenset(os.path.realpath(p) for p in [*self._hide, *PRIVATE_OFFLINE])
 
     def describe(self) -> str:
         return describe(self.probe)
+
+    def shows_hidden(self, workspace: str) -> bool:
+        """Whether `workspace` (a real path) is itself a directory an offline call sees empty (/tmp,
+        /run, XDG_RUNTIME_DIR, one of scvd's): its bind shows the host's again, sockets and all.
+        A directory above one is fine: the deeper tmpfs is mounted after the workspace."""
+        return workspace in self._hidden_real
 
     def check(self) -> None:
         """Raise Unavailable when calls must be sandboxed but cannot be (call it in plan())."""

@@ -158,3 +158,20 @@ def test_a_workspace_in_scvds_own_folder_or_the_homes_config_asks_for_every_call
         for where in (d.home, config):
             asked_and_denied(c, where, attack)
     assert b"planted" not in (d.home / "config.toml").read_bytes() and not (config / "config.toml").exists()
+
+
+def test_a_workspace_that_is_a_directory_the_sandbox_hides_asks_for_every_call(make_daemon, tmp_path: Path):
+    # an offline call sees /tmp, /var/tmp, /run and XDG_RUNTIME_DIR empty because their sockets
+    # (tmux, X11, docker, the user's systemd and D-Bus) lead out of any sandbox; the workspace's
+    # bind showed the host's again, so unasked, bash could drive the user's tmux server
+    runtime = tmp_path / "rt" / "runtime"
+    runtime.mkdir(mode=0o700, parents=True)
+    d = make_daemon(SANDBOXED, env={"XDG_RUNTIME_DIR": str(runtime)})
+    with d.client() as c:
+        for where in (Path("/tmp"), runtime):
+            asked_and_denied(c, where, "tmux send-keys 'touch ~/pwned' Enter")
+        (runtime / "bus").write_text("")
+        sid = c.open_session(runtime.parent)  # a directory above one: the sandbox keeps that one hidden
+        done = c.call(sid, "bash", {"command": "ls -A runtime"})
+        assert done.ok and done.result["output"] == "", done
+        assert c.request(p.ApprovalsList).approvals == []
