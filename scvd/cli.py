@@ -89,7 +89,14 @@ PLAIN_RUN = {(): {"command": None}, ("run",): {"command": "run", "daemon": False
 def parse_args(argv: list[str] | None = None) -> Any:
     argv = sys.argv[1:] if argv is None else argv
     plain = PLAIN_RUN.get(tuple(argv))
-    return SimpleNamespace(**plain) if plain is not None else build_parser().parse_args(argv)
+    if plain is not None:
+        return SimpleNamespace(**plain)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "pid_file", None) and not args.daemon:
+        parser.error("--pid-file needs --daemon: a foreground scvd writes no pid file (under systemd: "
+                     "systemctl --user show -p MainPID scvd)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

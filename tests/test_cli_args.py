@@ -26,3 +26,12 @@ def test_a_bad_command_line_is_refused_by_the_parser(capsys):
         cli.parse_args(["run", "--no-such-option"])
     assert exc.value.code == 2
     assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
+def test_a_pid_file_without_daemon_is_a_usage_error_not_ignored(capsys, tmp_path):
+    """A foreground scvd writes no pid file: a supervisor told to read one waited on nothing."""
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(["run", "--pid-file", str(tmp_path / "scvd.pid")])
+    assert exc.value.code == 2
+    assert "--pid-file needs --daemon" in capsys.readouterr().err
+    assert not (tmp_path / "scvd.pid").exists()
