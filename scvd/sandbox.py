@@ -244,9 +244,11 @@ def hidden_paths(paths: Paths, env: Mapping[str, str]) -> list[Path]:
 
     The whole XDG_RUNTIME_DIR goes too: it holds the systemd user manager's and
     the D-Bus session sockets, through which a process could start commands
-    outside the sandbox (systemd-run --user).
+    outside the sandbox (systemd-run --user). So does /run/user/<uid>, where those
+    sockets are when XDG_RUNTIME_DIR names another directory (one inherited from
+    another user through `su`, which platformdirs skips for scvd's socket too).
     """
-    found = [paths.runtime_dir, paths.state_dir, runtime_base(env)]
+    found = [paths.runtime_dir, paths.state_dir, runtime_base(env), runtime_base({})]
     found += [paths.home] if paths.home else [paths.config_dir, paths.data_dir]
     return found
 

@@ -17,7 +17,8 @@ import pytest
 from scvd import paths as paths_mod
 from scvd.config import SandboxConfig
 from scvd.errors import Unavailable
-from scvd.sandbox import Sandbox, build_argv, describe, probe
+from scvd.paths import runtime_base
+from scvd.sandbox import Sandbox, _existing, build_argv, describe, hidden_paths, probe
 
 REAL_BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 
@@ -236,5 +237,14 @@ def test_active_sandbox_wraps_with_real_paths(instance, tmp_path):
     argv = sb.wrap(["true"], workspace=tmp_path / "link", network=True)
     assert sb.active
     assert argv == build_argv(["true"], bwrap=str(fake), workspace=real, network=True,
-                              hide=[p.home],  # the rest of the hidden dirs lie inside SCV_HOME
+                              # the rest of the hidden dirs lie inside SCV_HOME, or do not exist
+                              hide=[p.home, *_existing([runtime_base({})])],
                               tmpdir=env.get("TMPDIR"), scratch=Path("/var/tmp"))  # online: /tmp read-only
+
+
+def test_the_users_runtime_dir_is_hidden_whatever_xdg_runtime_dir_names(instance):
+    """With XDG_RUNTIME_DIR inherited from another user (su), /run/user/<uid> and its systemd
+    and D-Bus sockets (systemd-run --user) stayed visible to sandboxed calls that keep /run."""
+    p, env = instance
+    hidden = hidden_paths(p, {**env, "XDG_RUNTIME_DIR": "/run/user/4242"})
+    assert Path("/run/user/4242") in hidden and Path(f"/run/user/{os.getuid()}") in hidden
