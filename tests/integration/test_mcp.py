@@ -336,6 +336,33 @@ def test_the_host_hears_when_an_mcp_servers_tools_come_and_go(host, daemon):
     assert "mcp__late__echo" not in [t["name"] for t in host.rpc("tools/list")["result"]["tools"]]
 
 
+def test_a_go_servers_null_properties_do_not_cost_the_host_its_tools_list(make_daemon, workspace):
+    """A Go MCP server lists a tool without arguments as `properties: null, required: null` (a nil
+    map and slice). Passed on as it was, hosts on the TypeScript SDK (most editors and desktop apps)
+    refused the whole tools/list: none of scvd's tools could be called. MCP gives the root an
+    object `properties` and a list `required`."""
+    d = make_daemon(f'[mcp.servers.go]\ncommand = "{sys.executable}"\nargs = ["{QUIRKS}", "go-nulls"]\n'
+                    'sandbox = false\nrisk = "read_only"\n')
+    with d.client(name="t") as c:
+        deadline = time.monotonic() + 30
+        while "mcp__go__nil" not in [t.name for t in c.request(p.ToolsList).tools]:
+            assert time.monotonic() < deadline, "the server's tools never came"
+            time.sleep(0.1)
+    h = McpHost(d, workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x"}})
+        tools = {t["name"]: t for t in h.rpc("tools/list")["result"]["tools"]}
+        assert tools["mcp__go__nil"]["inputSchema"] == {"type": "object"}
+        for tool in tools.values():
+            schema = tool["inputSchema"]
+            assert schema["type"] == "object" and isinstance(schema.get("properties", {}), dict), tool
+            assert isinstance(schema.get("required", []), list), tool
+        result = h.rpc("tools/call", {"name": "mcp__go__nil", "arguments": {}})["result"]
+        assert result["isError"] is False, result  # called as before: scvd checks with the server's own schema
+    finally:
+        assert h.close() == 0
+
+
 def test_tools_list_is_the_sessions_own_after_a_reload(host, daemon, workspace):
     """A host's session keeps the tools of its opening; tools/list shows those it can call."""
     shutil.copytree(ROOT / "examples" / "tools" / "script" / "word_count",
