@@ -146,8 +146,8 @@ class Bridge:
                 event = await self.client.next_call_event(accepted.call_id)
                 if isinstance(event, p.CallCompleted):
                     return call_result(event)
-                if isinstance(event, p.CallProgress) and token is not None:
-                    self._progress(token, event)
+                if isinstance(event, p.CallProgress) and token is not None and msg_id not in self.cancelled:
+                    self._progress(token, event)  # MCP: none for a request its host cancelled
                 elif isinstance(event, p.ApprovalRequested) and self.elicit:
                     asked.append(event.approval_id)
                     self._start_task(self._ask_host(event))

@@ -296,15 +296,21 @@ def test_the_host_keeps_no_events_of_calls_it_has_answered(make_inproc, workspac
         assert h.close() == 0
 
 
+def call_bash_approved(h: McpHost, d: DaemonProc, command: str, token: str) -> int:
+    """A host's bash call with a progressToken, approved by its owner: the request's id."""
+    h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}})
+    msg_id = h.request("tools/call", {"name": "bash", "arguments": {"command": command},
+                                      "_meta": {"progressToken": token}})
+    with d.client(name="owner") as owner:
+        owner.request(p.ApprovalDecide, approval_id=wait_pending(owner)[0].approval_id, decision="approve")
+    return msg_id
+
+
 def test_progress_reaches_a_host_that_asked_for_it(make_daemon, workspace):
     d = make_daemon("[tools]\nprogress_interval_seconds = 0.2\n")
     h = McpHost(d, workspace)
     try:
-        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}})
-        msg_id = h.request("tools/call", {"name": "bash", "arguments": {"command": "sleep 1; echo done"},
-                                          "_meta": {"progressToken": "tok-1"}})
-        with d.client(name="owner") as owner:
-            owner.request(p.ApprovalDecide, approval_id=wait_pending(owner)[0].approval_id, decision="approve")
+        msg_id = call_bash_approved(h, d, "sleep 1; echo done", "tok-1")
         messages = []
         while not messages or messages[-1].get("id") != msg_id:
             messages.append(h.read())
@@ -317,6 +323,33 @@ def test_progress_reaches_a_host_that_asked_for_it(make_daemon, workspace):
     assert progress[0]["total"] == 120.0
     assert messages[-1]["result"]["structuredContent"]["output"].endswith("done\n")
     assert re.search(r"running name=bash call=\S+ elapsed=\d+s/120s", d.log()), d.log()
+
+
+def test_a_cancelled_call_sends_no_more_progress(make_daemon, workspace):
+    """MCP: progress only for a request in progress. A call stopping slowly (TERM ignored, killed
+    2 s on; an MCP server's tool may take until its timeout) went on sending notifications/progress
+    for a token the host had dropped (the TypeScript SDK reports each as an error)."""
+    d = make_daemon("[tools]\nprogress_interval_seconds = 0.2\n")
+    h = McpHost(d, workspace)
+    try:
+        msg_id = call_bash_approved(h, d, "trap '' TERM; sleep 60", "tok")
+        assert h.read()["method"] == "notifications/progress"  # it runs
+        h.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": msg_id}})
+        ping = h.request("ping")  # handled after the cancel: what follows its answer came after it
+        while h.read().get("id") != ping:
+            pass
+        with d.client(name="owner") as owner:
+            deadline = time.monotonic() + 15
+            while owner.status().running_calls:  # its 2 s of TERM grace, then KILL
+                assert time.monotonic() < deadline, "the cancelled call never ended"
+                time.sleep(0.05)
+        ping = h.request("ping")
+        after = []
+        while (message := h.read()).get("id") != ping:
+            after.append(message)
+        assert after == []  # no progress, and no answer to the cancelled request
+    finally:
+        assert h.close() == 0
 
 
 QUIRKS = ROOT / "tests" / "helpers" / "mcp_stdio_quirks.py"
