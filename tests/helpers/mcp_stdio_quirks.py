@@ -13,7 +13,8 @@ in a progress notification's message, and
 `typed`, whose structuredContent does not match its outputSchema; `stubborn` does not exit when its
 stdin ends (its stop takes scvd's grace, then SIGTERM); `cursor-loop` answers every tools/list with
 the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/list_changed, and never
-answers a tools/list after the first. Its tool `echo` answers with its arguments.
+answers a tools/list after the first; `steps` also lists `steps`, which sends three progress notifications
+at once before its answer. Its tool `echo` answers with its arguments.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ if mode == "results":
               {"name": "leak_progress", "description": "Reports its token.", "inputSchema": {"type": "object"}},
               {"name": "typed", "description": "A result unlike its schema.", "inputSchema": {"type": "object"},
                "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}]
+if mode == "steps":
+    tools.append({"name": "steps", "description": "Reports three steps at once.", "inputSchema": {"type": "object"}})
 if mode == "relist-hangs":
     tools.append({"name": "announce", "description": "Says its tools changed.", "inputSchema": {"type": "object"}})
 if mode == "huge-schema":
@@ -94,6 +97,11 @@ for line in sys.stdin:
             progress_token = (msg["params"].get("_meta") or {}).get("progressToken")
             send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
                 "progressToken": progress_token, "progress": 1, "message": f"authenticating with {token}"}})
+        elif name == "steps":
+            progress_token = (msg["params"].get("_meta") or {}).get("progressToken")
+            for step in (1, 2, 3):
+                send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                    "progressToken": progress_token, "progress": step, "total": 3}})
         elif name == "announce":
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         elif name == "typed":

@@ -355,6 +355,37 @@ def test_a_cancelled_call_sends_no_more_progress(make_daemon, workspace):
 QUIRKS = ROOT / "tests" / "helpers" / "mcp_stdio_quirks.py"
 
 
+def with_quirks_server(make_daemon, mode: str, tool: str) -> DaemonProc:
+    """A daemon with the quirks server `raw` (risk read_only) in `mode`, once its `tool` is listed."""
+    d = make_daemon(f'[mcp.servers.raw]\ncommand = "{sys.executable}"\nargs = ["{QUIRKS}", "{mode}"]\n'
+                    'sandbox = false\nrisk = "read_only"\n')
+    with d.client(name="t") as c:
+        deadline = time.monotonic() + 30
+        while f"mcp__raw__{tool}" not in [t.name for t in c.request(p.ToolsList).tools]:
+            assert time.monotonic() < deadline, "the server's tools never came"
+            time.sleep(0.1)
+    return d
+
+
+def test_progress_grows_with_each_notification_though_a_tool_reports_at_once(make_daemon, workspace):
+    """An MCP server sending steps within 0.1 s: each went on with the same `progress` (seconds,
+    to 0.1 s), and MCP says it must increase with each notification."""
+    d = with_quirks_server(make_daemon, "steps", "steps")
+    h = McpHost(d, workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}})
+        msg_id = h.request("tools/call", {"name": "mcp__raw__steps", "arguments": {},
+                                          "_meta": {"progressToken": "steps"}})
+        progress = []
+        while (message := h.read()).get("id") != msg_id:
+            progress.append(message["params"])
+        assert [m["message"] for m in progress] == [f"mcp__raw__steps: {n}/3" for n in (1, 2, 3)]
+        values = [m["progress"] for m in progress]
+        assert values == sorted(set(values)), values
+    finally:
+        assert h.close() == 0
+
+
 def test_the_host_hears_when_an_mcp_servers_tools_come_and_go(host, daemon):
     """A server started after attach (scvd starts them in the background) reaches the host's session."""
     assert not [t for t in host.rpc("tools/list")["result"]["tools"] if t["name"].startswith("mcp__")]
@@ -374,23 +405,17 @@ def test_a_go_servers_null_properties_do_not_cost_the_host_its_tools_list(make_d
     map and slice). Passed on as it was, hosts on the TypeScript SDK (most editors and desktop apps)
     refused the whole tools/list: none of scvd's tools could be called. MCP gives the root an
     object `properties` and a list `required`."""
-    d = make_daemon(f'[mcp.servers.go]\ncommand = "{sys.executable}"\nargs = ["{QUIRKS}", "go-nulls"]\n'
-                    'sandbox = false\nrisk = "read_only"\n')
-    with d.client(name="t") as c:
-        deadline = time.monotonic() + 30
-        while "mcp__go__nil" not in [t.name for t in c.request(p.ToolsList).tools]:
-            assert time.monotonic() < deadline, "the server's tools never came"
-            time.sleep(0.1)
+    d = with_quirks_server(make_daemon, "go-nulls", "nil")
     h = McpHost(d, workspace)
     try:
         h.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x"}})
         tools = {t["name"]: t for t in h.rpc("tools/list")["result"]["tools"]}
-        assert tools["mcp__go__nil"]["inputSchema"] == {"type": "object"}
+        assert tools["mcp__raw__nil"]["inputSchema"] == {"type": "object"}
         for tool in tools.values():
             schema = tool["inputSchema"]
             assert schema["type"] == "object" and isinstance(schema.get("properties", {}), dict), tool
             assert isinstance(schema.get("required", []), list), tool
-        result = h.rpc("tools/call", {"name": "mcp__go__nil", "arguments": {}})["result"]
+        result = h.rpc("tools/call", {"name": "mcp__raw__nil", "arguments": {}})["result"]
         assert result["isError"] is False, result  # called as before: scvd checks with the server's own schema
     finally:
         assert h.close() == 0
