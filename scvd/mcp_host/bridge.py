@@ -172,8 +172,14 @@ class Bridge:
             self.asked.pop(request_id, None)
             self.asking.pop(event.approval_id, None)
         choice = decision_of(reply)
-        if choice is None:
-            return  # cancelled or unreadable: the request stays pending for the watchers
+        if choice is None:  # the request stays pending for the watchers
+            result = reply.get("result")
+            if not (isinstance(result, dict) and result.get("action") == "cancel"):  # cancel: the person's say
+                said = msgspec.json.encode(reply.get("error", result)).decode(errors="replace")
+                log.warning("MCP host of session %s: its answer to the question on %s is no decision (%s); "
+                            "the request waits for `scvctl approvals watch`", self.session, event.approval_id,
+                            said[:300])
+            return
         decision, scope = choice
         try:
             await self.client.request(p.ApprovalDecide, approval_id=event.approval_id, decision=decision,

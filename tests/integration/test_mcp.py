@@ -144,6 +144,34 @@ def test_write_waits_for_the_owner_and_a_denial_is_an_error_result(host, daemon,
     assert not (workspace / "n.txt").exists()
 
 
+def test_a_question_the_host_answers_with_an_error_is_logged_and_left_to_the_watchers(daemon, workspace):
+    """A host that declares elicitation but fails to ask (a JSON-RPC error, or an answer that is not
+    one of the choices): the call waited with no trace anywhere of why nobody had been asked."""
+    h = McpHost(daemon, workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                             "clientInfo": {"name": "x"}})
+        msg_id = h.request("tools/call", {"name": "write",
+                                          "arguments": {"path": "e.txt", "content": "x", "mode": "create"}})
+        question = h.read()
+        assert question["method"] == "elicitation/create"
+        h.send({"jsonrpc": "2.0", "id": question["id"], "error": {"code": -32603, "message": "no dialog here"}})
+        with daemon.client(name="owner") as owner:
+            [pending] = wait_pending(owner)  # still waiting, for the watchers
+            deadline = time.monotonic() + 10
+            while "no decision" not in daemon.log():
+                assert time.monotonic() < deadline, daemon.log()
+                time.sleep(0.05)
+            owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny", reason="no")
+        assert (f"MCP host of session {pending.session}: its answer to the question on {pending.approval_id} "
+                'is no decision ({"code":-32603,"message":"no dialog here"}); the request waits for '
+                "`scvctl approvals watch`") in daemon.log()
+        answer = h.read()
+        assert answer["id"] == msg_id and answer["result"]["isError"]
+    finally:
+        assert h.close() == 0
+
+
 def test_a_cancelled_call_is_cancelled_in_scvd_and_never_answered(host, daemon):
     """MCP: the receiver of notifications/cancelled does not answer the request it names."""
     msg_id = host.request("tools/call", {"name": "write",
