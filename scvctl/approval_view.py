@@ -76,11 +76,35 @@ def _page(text: str) -> bool:
     env.setdefault("LESS", LESS_OPTIONS)
     sys.stdout.flush()
     try:
-        done = subprocess.run(argv, input=text + "\n", text=True, env=env, check=False)
+        pager = subprocess.Popen(argv, stdin=subprocess.PIPE, text=True, env=env)
     except OSError:
         return False
-    if done.returncode != 0:  # less quit with q exits 0; anything else may have shown nothing
-        print(f"(the pager ({argv[0]}) exited with status {done.returncode}; the request follows whole)",
+    try:
+        pager.communicate(text + "\n")
+    except KeyboardInterrupt:  # leave (exit 130), but only once the pager has put the terminal back
+        _end(pager)
+        raise
+    if pager.returncode != 0:  # less quit with q exits 0; anything else may have shown nothing
+        print(f"(the pager ({argv[0]}) exited with status {pager.returncode}; the request follows whole)",
               flush=True)
         return False
     return True
+
+
+def _end(pager: Any) -> None:
+    """Ask the pager to go (SIGTERM: less restores the terminal it set raw) and wait for it.
+
+    Not SIGKILL, as subprocess.run does on Ctrl-C: a pager killed leaves the terminal without
+    echo or line editing for the shell that follows. A further Ctrl-C does not cut the wait short.
+    """
+    pager.terminate()
+    while True:
+        try:
+            pager.wait()
+            break
+        except KeyboardInterrupt:
+            continue
+    try:
+        pager.stdin.close()  # what it did not read: nobody will
+    except OSError:
+        pass

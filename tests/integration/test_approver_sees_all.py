@@ -182,6 +182,26 @@ def test_a_pager_that_chops_long_lines_still_shows_a_long_lines_tail(daemon: Dae
 
 
 @pytest.mark.slow
+def test_ctrl_c_in_the_pager_leaves_and_gives_the_shell_back_a_terminal_that_echoes(daemon: DaemonProc,
+                                                                                    workspace: Path, tmux):
+    # less runs the terminal raw (no echo, no line editing) and puts it back as it exits; a pager
+    # killed under it leaves the shell that follows typing blind
+    command = "echo harmless\n" + "".join(f": padding line {i}\n" for i in range(120)) + HIDDEN
+    with daemon.client(name="agent") as agent:
+        sid = agent.open_session(workspace)
+        call_id = agent.start_call(sid, "bash", {"command": command})
+        wait_pending(agent)
+        watch = f"env -u PAGER -u LESS {sys.executable} -m scvctl approvals watch"
+        t = tmux(["bash", "-c", f'{watch}; echo EXIT=$?; stty -a | grep -ow -- "-\\?echo"; echo STTY-DONE'],
+                 base_env(daemon.home))
+        t.wait_for("padding line 3")
+        t.send("C-c")
+        pane = t.wait_for("STTY-DONE").split("EXIT=130", 1)[-1]
+        assert pane.split() == ["echo", "STTY-DONE"], pane  # not -echo
+        assert wait_pending(agent)[0].call_id == call_id  # undecided, still pending
+
+
+@pytest.mark.slow
 def test_watch_on_a_terminal_without_a_pager_prints_the_tall_request_whole(daemon: DaemonProc, workspace: Path,
                                                                              tmux):
     command = "echo harmless\n" + "".join(f": padding line {i}\n" for i in range(60)) + HIDDEN
