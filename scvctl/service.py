@@ -11,7 +11,8 @@ shell go into the units (Environment=, and the socket unit's ListenStream=),
 so the service serves the instance that shell's scvctl talks to.
 
 Exit codes: 0 done (or written while no user manager was reachable), 1 a
-systemctl step failed, or SCV_HOME / SCV_SOCKET cannot be written into a unit.
+systemctl step failed, SCV_HOME / SCV_SOCKET cannot be written into a unit, or
+the unit files cannot be written.
 """
 
 from __future__ import annotations
@@ -293,10 +294,15 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
         report.contents = {str(directory / name): text for name, text in units.items()}
         report.planned = [" ".join(["systemctl", "--user", *s]) for s in steps]
         return report
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, text in units.items():
-        _write_atomic(directory / name, text)
-        report.wrote.append(str(directory / name))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in units.items():
+            _write_atomic(directory / name, text)
+            report.wrote.append(str(directory / name))
+    except OSError as exc:  # ~/.config left to root by a sudo, a full disk
+        raise errors.ConfigError(
+            f"cannot write the units into {directory} ({exc.strerror}): make it a directory of yours with "
+            "room to write (or set XDG_CONFIG_HOME to another config dir), then run install again") from None
     run_steps(report, steps)
     return report
 
@@ -322,9 +328,13 @@ def uninstall(*, dry_run: bool) -> Report:
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:  # a full disk: no half-written .tmp left beside the units
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def print_report(report: Report, as_json: bool, out=sys.stdout) -> None:

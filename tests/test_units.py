@@ -336,3 +336,14 @@ def test_install_without_scv_home_keeps_the_default_instance(user_env):
     done = run_service(user_env, "install", "--socket-activated", "--dry-run")
     assert "Environment=" not in done.stdout and "carry" not in done.stdout
     assert "    ListenStream=%t/scv/scvd.sock" in done.stdout
+
+
+def test_install_says_why_it_cannot_write_the_units_instead_of_a_traceback(user_env, tmp_path):
+    # ~/.config left to root by a sudo, a full disk, a file where the unit dir should be
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    user_env["XDG_CONFIG_HOME"] = str(blocker)
+    done = subprocess.run([sys.executable, "-m", "scvctl", "service", "install"],
+                          env=user_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"config: cannot write the units into {blocker}/systemd/user (Not a directory): ")
