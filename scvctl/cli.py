@@ -134,10 +134,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
 
+HANDSHAKE_SECONDS = 30.0  # the longest any command waits for scvd's welcome
+
+
 def connect(args: argparse.Namespace, *, approver: bool = False, timeout: float | None = 30.0,
             answers_secrets: bool = True) -> Client:
-    return Client.connect(args.socket, name="scvctl", approver=approver, timeout=timeout,
-                          answers_secrets=answers_secrets)
+    """A connection whose requests wait `timeout` for their answers (None: as long as they take).
+    The welcome waits HANDSHAKE_SECONDS when `timeout` is None: a hung scvd (or a failed
+    socket-activated one) is then said, exit 3, rather than waited on without end."""
+    c = Client.connect(args.socket, name="scvctl", approver=approver, answers_secrets=answers_secrets,
+                       timeout=HANDSHAKE_SECONDS if timeout is None else timeout)
+    c.sock.settimeout(timeout)
+    return c
 
 
 def emit_json(value: Any) -> None:

@@ -78,6 +78,25 @@ def test_a_socket_that_accepts_but_never_answers_is_one_line_and_exit_3(tmp_path
                    "or a socket-activated scvd failed to start; see `journalctl --user -u scvd`\n")
 
 
+@pytest.mark.parametrize("command", [["approvals", "watch"], ["call", "read", "{}"], ["exec", "hi"], ["chat"]])
+def test_commands_that_wait_without_end_still_say_when_scvd_accepts_but_never_answers(tmp_path, monkeypatch,
+                                                                                     capsys, command):
+    """watch, call, exec and chat wait for a person as long as it takes, and waited as long for
+    scvd's welcome: on a hung (or failed socket-activated) scvd they hung, saying nothing."""
+    import socket
+
+    from scvctl import cli
+
+    path = tmp_path / "silent.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(str(path))
+        silent.listen(8)
+        monkeypatch.setattr(cli, "HANDSHAKE_SECONDS", 0.3)  # 30 s is the real bound
+        monkeypatch.chdir(tmp_path)
+        assert cli.main(["--socket", str(path), *command]) == 3
+    assert capsys.readouterr().err.startswith(f"scvd accepted the connection on {path} but sent nothing for 0.3 s")
+
+
 def test_the_async_client_on_a_socket_that_never_answers_raises_not_waits(tmp_path):
     """A bridge's AsyncClient.connect waited for the welcome without end (the blocking client gives
     up after its timeout), so its reconnect loop hung instead of backing off."""
