@@ -226,12 +226,17 @@ def systemd_version() -> int | None:
 
 
 def systemctl(args: list[str]) -> subprocess.CompletedProcess[str] | None:
-    """Run `systemctl --user ARGS`; None when systemctl is not installed."""
+    """Run `systemctl --user ARGS`; None when systemctl is not installed. One that does not return
+    within SYSTEMCTL_TIMEOUT (a restart waits for READY=1) is stopped: its returncode is None."""
     exe = shutil.which("systemctl")
     if exe is None:
         return None
-    return subprocess.run([exe, "--user", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=SYSTEMCTL_TIMEOUT)
+    try:
+        return subprocess.run([exe, "--user", *args], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=SYSTEMCTL_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(exc.cmd, None, "",  # type: ignore[arg-type]
+                                           f"no answer within {SYSTEMCTL_TIMEOUT:g} s; stopped")
 
 
 def run_steps(report: Report, steps: list[list[str]]) -> None:
@@ -358,7 +363,8 @@ def print_report(report: Report, as_json: bool, out=sys.stdout) -> None:
     for line in report.planned:
         print(f"would run: {line}", file=out)
     for step in report.ran:
-        status = "ok" if step["returncode"] == 0 else f"exit {step['returncode']}: {step['stderr']}"
+        status = "ok" if step["returncode"] == 0 else step["stderr"] if step["returncode"] is None \
+            else f"exit {step['returncode']}: {step['stderr']}"
         print(f"ran: {' '.join(step['argv'])} ({status})", file=out)
     if report.manager is False:
         enabled = " and enabled" if report.ran and not report.failed else ""

@@ -80,6 +80,7 @@ def stub_systemctl(tmp_path, user_env):
         'exit 0; fi\n'
         f'echo "$*" >> "{log}"\n'
         'if [[ -n "$FAIL_VERB" && "$2" == "$FAIL_VERB" ]]; then echo "Job failed" >&2; exit 1; fi\n'
+        'if [[ -n "$HANG_VERB" && "$2" == "$HANG_VERB" ]]; then exec sleep 60; fi\n'
     )
     script.chmod(0o755)
     user_env["PATH"] = f"{bin_dir}:{user_env['PATH']}"
@@ -237,6 +238,24 @@ def test_a_failing_step_fails_the_install(user_env, stub_systemctl):
     done = run_service(user_env, "install")
     assert done.returncode == 1
     assert "exit 1: Job failed" in done.stdout and "journalctl --user -u scvd" in done.stdout
+
+
+def test_a_systemctl_step_that_never_returns_fails_the_install_saying_so(user_env, stub_systemctl, monkeypatch):
+    """`systemctl --user restart` waits for READY=1 (up to systemd's 90 s start timeout): past
+    scvctl's own bound it was a TimeoutExpired traceback."""
+    import io
+
+    for name in [name for name in os.environ if name not in user_env]:
+        monkeypatch.delenv(name)
+    for name, value in {**user_env, "HANG_VERB": "restart"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(service, "SYSTEMCTL_TIMEOUT", 0.5)  # 60 s is the real bound
+    report = service.install(socket_activated=False, dry_run=False)
+    out = io.StringIO()
+    service.print_report(report, False, out)
+    assert report.failed and report.manager
+    assert "ran: systemctl --user restart scvd.service (no answer within 0.5 s; stopped)" in out.getvalue()
+    assert out.getvalue().endswith("a systemctl step failed; see: journalctl --user -u scvd\n")
 
 
 def test_uninstall_disables_then_removes(user_env, stub_systemctl):
