@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,27 @@ def test_a_pager_that_chops_long_lines_still_shows_a_long_lines_tail(daemon: Dae
         t.wait_for("approve? [y]es / [n]o / [s]ession:")
         t.send("n", "Enter")
         assert agent.wait_call(call_id).error.kind == "denied"
+
+
+def test_a_y_typed_ahead_does_not_approve_the_next_request_unseen(daemon: DaemonProc, workspace: Path, tmux):
+    # a second `y` (the first seemed not to take) waited in the terminal and approved whatever came next,
+    # before the person could read it
+    with daemon.client(name="agent") as agent:
+        sid = agent.open_session(workspace)
+        t = tmux([sys.executable, "-m", "scvctl", "approvals", "watch"], base_env(daemon.home))
+        first = agent.start_call(sid, "bash", {"command": "echo first"})
+        t.wait_for("approve? [y]es / [n]o / [s]ession:")
+        t.send("y", "Enter", "y", "Enter")
+        assert agent.wait_call(first).ok
+        second = agent.start_call(sid, "write", {"path": "unseen.txt", "content": "x", "mode": "create"})
+        t.wait_for("write (create) 'unseen.txt'")
+        deadline = time.monotonic() + 30
+        while not t.pane().rstrip().endswith("approve? [y]es / [n]o / [s]ession:"):  # its own prompt
+            assert time.monotonic() < deadline, t.pane()
+            time.sleep(0.1)
+        t.send("n", "Enter")  # the person's own answer, once the prompt is on the screen
+        assert agent.wait_call(second).error.kind == "denied"
+    assert not (workspace / "unseen.txt").exists()
 
 
 @pytest.mark.slow
