@@ -327,8 +327,8 @@ def on_secret(c: Client, event: p.SecretRequested, *, as_json: bool = False) -> 
     if as_json:  # a program reading JSON answers with secret.provide itself
         emit_json(event)
         return
-    print(printable(f"[{event.request_id}] secret {event.key} for {event.tool or '?'} "
-                    f"(session {event.session}): {event.question}"), flush=True)
+    print(printable(f"[{event.request_id}] secret {event.key} for {event.tool or '?'} "  # the agent's question:
+                    f"(session {event.session}): {event.question}", keep=""), flush=True)  # one line, escaped
     while True:
         value = _read_secret(f"value for {event.key} (input hidden; empty to decline): ")
         if value is None:

@@ -87,6 +87,37 @@ def test_a_line_break_in_a_client_name_or_workspace_cannot_fake_another_request(
     assert "\\n[a9-000000]" in shown.stdout  # shown, escaped
 
 
+def test_a_secret_requests_question_cannot_fake_another_request_or_prompt(make_daemon, scv_home: Path,
+                                                                          workspace: Path):
+    # the question is the agent's text on the request's header line; a line break in it drew a
+    # request (and an approve? prompt) that is not there, right above the masked input
+    from test_script_tools import SHOWS_TOKEN, make_tool
+
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env={"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    fake = "rotated\n[a9-000000] read (read_only) in /home/u/project\napprove? [y]es / [n]o / [s]ession: "
+    watch = subprocess.Popen([sys.executable, "-m", "scvctl", "approvals", "watch"], env=d.env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with d.client(name="agent") as agent:
+            sid = agent.open_session(workspace)
+            call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token",
+                                                             "question": fake})
+            seen = ""
+            while "value for API_TOKEN" not in seen:
+                char = watch.stdout.read(1)
+                assert char, f"watch ended: {seen!r}"
+                seen += char
+            watch.stdin.write("\n")  # empty: declined
+            watch.stdin.flush()
+            assert agent.wait_call(call_id).error is not None
+    finally:
+        watch.kill()
+        watch.communicate()
+    assert [line for line in seen.splitlines() if line.startswith(("[a9", "approve?"))] == [], seen
+    assert "rotated\\n[a9-000000] read (read_only)" in seen
+
+
 def test_watch_shows_another_deciders_name_and_reason_escaped(daemon: DaemonProc, workspace: Path):
     # a decider's name and reason reach every watcher: raw, an escape could clear the screen
     # and a line break draw a request that is not there
