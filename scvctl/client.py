@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import itertools
 import logging
 import os
@@ -92,10 +93,23 @@ def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
         return DaemonNotRunning(
             f"the socket path {path} is {size} bytes, more than a Unix socket's {MAX_SOCKET_PATH}; "
             "set SCV_SOCKET to a shorter path (or a shorter SCV_HOME), for scvd and scvctl alike")
+    if exc.errno in (errno.EACCES, errno.EPERM):  # a socket is there, but not one this user may use
+        return DaemonNotRunning(
+            f"cannot connect to {path} ({exc.strerror}){_owner_note(path)}: it is another user's scvd (one "
+            "started with sudo?), or a directory on the way is not yours; run scvctl as the user scvd runs "
+            "as, or set SCV_SOCKET to your own scvd's socket")
     return DaemonNotRunning(
         f"scvd is not running on {path} ({exc.strerror or exc}); "
         "start it with `systemctl --user start scvd` or `scvd run`"
     )
+
+
+def _owner_note(path: Path | str) -> str:
+    try:
+        uid = os.stat(path).st_uid
+    except OSError:
+        return ""
+    return f"; it belongs to uid {uid}, and you are uid {os.getuid()}" if uid != os.getuid() else ""
 
 
 class ClientCore:

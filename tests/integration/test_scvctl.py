@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -49,6 +52,28 @@ def test_not_running_says_how_to_start_and_exits_3(tmp_path: Path):
     assert "scvd is not running" in out.stderr
     assert "systemctl --user start scvd" in out.stderr and "scvd run" in out.stderr
     assert out.stderr.count("\n") == 1, "one line"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_another_users_socket_says_whose_it_is_not_that_scvd_is_down(tmp_path: Path):
+    """A socket left by an scvd started with sudo (or another user's): `scvd is not running ...
+    (Permission denied); start it` sent the person to start one, which then could not bind there."""
+    sock_path = tmp_path / "scvd.sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(sock_path))
+        sock.listen(1)
+        os.chown(sock_path, 65534, 65534)
+        sock_path.chmod(0o600)
+        # uid 0 without the capabilities that pass over file permissions: as another user is
+        out = subprocess.run(
+            ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-all",
+             sys.executable, "-m", "scvctl", "status"],
+            env=base_env(tmp_path / "home", SCV_SOCKET=str(sock_path)), capture_output=True, text=True, timeout=30)
+    assert out.returncode == 3, out.stderr
+    assert out.stderr == (f"cannot connect to {sock_path} (Permission denied); it belongs to uid 65534, and you "
+                          "are uid 0: it is another user's scvd (one started with sudo?), or a directory on the "
+                          "way is not yours; run scvctl as the user scvd runs as, or set SCV_SOCKET to your own "
+                          "scvd's socket\n")
 
 
 def test_a_socket_path_too_long_for_af_unix_says_so_not_that_scvd_is_down(tmp_path: Path):
