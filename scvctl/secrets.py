@@ -76,12 +76,19 @@ def read_value(key: str) -> str:
     return value
 
 
-@keyring_refusals
-def cmd_set(args: argparse.Namespace) -> int:
+def _bad_key(key: str) -> bool:
+    """Whether `key` is no key name, said as a usage error (exit 2), for set and delete alike."""
     try:
-        check_key(args.key)
+        check_key(key)
     except errors.InvalidRequest as exc:
         print(f"usage: {exc.message}", file=sys.stderr)
+        return True
+    return False
+
+
+@keyring_refusals
+def cmd_set(args: argparse.Namespace) -> int:
+    if _bad_key(args.key):
         return EXIT_USAGE
     value = read_value(args.key)
     if not value:
@@ -128,6 +135,8 @@ def _configured_secrets(paths: paths_mod.Paths) -> set[str]:
 
 @keyring_refusals
 def cmd_delete(args: argparse.Namespace) -> int:
+    if _bad_key(args.key):
+        return EXIT_USAGE
     s = store()
     removed = s.delete(args.key)
     if removed:

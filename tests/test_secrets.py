@@ -374,6 +374,9 @@ def test_scvctl_secrets_set_refuses_an_empty_value_and_a_bad_name(xdg: Path):
     bad = scvctl(home, xdg, "secrets", "set", "not-a-name", input="v")
     assert bad.returncode == 2 and "letters, digits and _" in bad.stderr
     assert not (home / "secrets.toml").exists()
+    # delete says the same, the same way (it was `invalid_request: ...`, exit 1, as if scvd refused it)
+    bad = scvctl(home, xdg, "secrets", "delete", "not-a-name")
+    assert bad.returncode == 2 and bad.stderr.startswith("usage: ") and "letters, digits and _" in bad.stderr
 
 
 def test_scvctl_secrets_delete_with_the_keyring_locked_refuses_and_keeps_the_name(xdg: Path):
