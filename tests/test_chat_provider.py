@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -127,6 +128,22 @@ def test_a_provider_error_quoting_the_key_shows_it_as_a_stand_in(model, wire_api
         asyncio.run(collect(provider(m, wire_api)))
     assert "Incorrect API key provided: [secret TEST_KEY]. Find yours" in info.value.message
     assert "sk-test" not in info.value.message
+
+
+@pytest.mark.parametrize("event", [
+    {"type": "error", "sequence_number": 1, "code": "invalid_api_key", "param": None, "message": "{quote}"},
+    {"type": "response.failed", "sequence_number": 1, "response": {
+        "id": "r", "object": "response", "created_at": 0, "model": "m", "status": "failed", "output": [],
+        "error": {"code": "server_error", "message": "{quote}"}}},
+], ids=["error", "response.failed"])
+def test_an_error_event_quoting_the_key_shows_it_as_a_stand_in(model, event):
+    """A relay that refuses the key in the stream (an error event of the Responses API, not a 401):
+    its text went to turn.failed and the log with the key in it."""
+    quote = "Incorrect API key provided: sk-test"
+    m = model(Raw(json.dumps(event).replace("{quote}", quote)))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, "responses")))
+    assert info.value.message.endswith("ended the answer: Incorrect API key provided: [secret TEST_KEY]")
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)

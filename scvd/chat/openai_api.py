@@ -46,6 +46,8 @@ class _Base(abc.ABC):
                 yield event
         except openai.APIError as exc:
             raise self._hidden(self._failure(exc, reached=response is not None)) from None
+        except ProviderFailure as failure:  # an error event (response.failed) quotes the provider's text too
+            raise self._hidden(failure) from None
         except json.JSONDecodeError as exc:  # the client parses each event's data: this is the provider's
             raise self._hidden(ProviderFailure(
                 "provider_error", f"{self._where()} sent an event that is not JSON: {exc.doc[:200]!r}",
