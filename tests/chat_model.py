@@ -135,7 +135,7 @@ class ScriptedModel:
                 model.authorizations.append(self.headers.get("authorization", ""))
                 model.peers.append(self.client_address)
                 chat = self.path.endswith("/chat/completions")
-                step = (chat and _refused_message(body)) or model.next_step(body)
+                step = (chat and _refused_message(body)) or _refused_schema(body) or model.next_step(body)
                 if callable(step):
                     step = step(body)
                 serve(self, step, chat=chat, model=model)
@@ -191,6 +191,17 @@ def _refused_message(body: dict[str, Any]) -> Status | None:
     for i, m in enumerate(body.get("messages") or []):
         if m.get("role") == "assistant" and m.get("content") is None and not m.get("tool_calls"):
             return Status(400, f"Invalid value for 'messages[{i}].content': expected a string, got null.")
+    return None
+
+
+def _refused_schema(body: dict[str, Any]) -> Status | None:
+    """The 400 OpenAI answers (either wire API) to a function whose parameters have no object
+    `properties` (in its own wording); the script's step is not used up."""
+    for i, tool in enumerate(body.get("tools") or []):
+        function = tool.get("function") or tool
+        if not isinstance((function.get("parameters") or {}).get("properties"), dict):
+            return Status(400, f"Invalid schema for function '{function.get('name')}': In context=(), "
+                               "object schema missing properties.")
     return None
 
 

@@ -676,6 +676,25 @@ def test_a_tool_that_comes_after_chat_open_is_there_for_the_next_turn(chat_rig, 
     assert "mcp__raw__echo" in model.tool_names(3)
 
 
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_mcp_tool_without_properties_can_be_loaded(chat_rig, workspace, tmp_path, wire_api):
+    """An MCP tool without arguments lists `{"type": "object"}`, a Go server's `properties: null`:
+    its schema went to the model as it was, and OpenAI refused the request ("object schema missing
+    properties"), so every turn of the conversation with it loaded failed."""
+    quirks = Path(__file__).resolve().parents[1] / "helpers" / "mcp_stdio_quirks.py"
+    server = (f'[mcp.servers.go]\ncommand = "{sys.executable}"\nargs = ["{quirks}", "go-nulls"]\n'
+              'sandbox = false\nrisk = "read_only"\n')
+    model, d = chat_rig(load("echo", "nil"), Calls(("mcp__go__nil", {})), Text("done"), extra=server,
+                        wire_api=wire_api)
+    with d.client(name="pytest") as c:
+        assert wait_for(lambda: "mcp__go__nil" in {t.name for t in c.request(p.ToolsList).tools}, 30)
+        session = open_chat(c, workspace).session
+        events, end = run_turn(c, session, "use them")
+        assert isinstance(end, p.TurnCompleted), end
+        assert run_turn(c, session, "again")[1].__class__ is p.TurnCompleted
+    assert {"mcp__go__echo", "mcp__go__nil"} <= set(model.tool_names(1))
+
+
 class BackgroundTool(Tool):
     name = "chat_background"
     description = ("Start slow work in the background and report later.\nUse for checking background "
