@@ -31,7 +31,8 @@ def timeout_error(tool: str, r: RunResult, timeout: float, ceiling: float, *, hi
     return Timeout(message, hint=hint or more_time)
 
 
-def output_so_far(r: RunResult) -> str:
-    """A killed run's output, for its error message: how much came, and what was kept of it."""
+def output_so_far(r: RunResult, output: str | None = None) -> str:
+    """A killed run's output, for its error message: how much came, and what was kept of it
+    (`output`: that text as shown, its secrets taken out)."""
     kept = f"the first and last of them follow ({r.bytes_kept} kept)" if r.truncated else "they follow"
-    return f"{r.bytes_seen} bytes of output, {kept}:\n{r.output}"
+    return f"{r.bytes_seen} bytes of output, {kept}:\n{r.output if output is None else output}"

@@ -213,7 +213,8 @@ class ScriptTool(Tool):
         said = f"; stderr: {tail}" if tail else ""
         if result.timed_out:
             source, fix = self._deadline_source(clipped)
-            shown = f"; {output_so_far(result)}" if result.bytes_seen else ""  # what it printed so far, as bash's
+            shown = (f"; {output_so_far(result, redact_text(result.output, secrets))}"  # as bash's, secrets out
+                     if result.bytes_seen else "")
             raise Timeout(
                 f"{self.name} ran past its timeout of {plan.timeout:g} s ({source}) and its process group "
                 f"was killed (SIGKILL){said}{shown}", hint=f"{fix}, or ask for less per call")

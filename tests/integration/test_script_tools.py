@@ -197,6 +197,19 @@ def test_killed_at_its_own_tool_json_timeout_with_no_process_left(make_daemon, s
     wait_until(lambda: pid_gone(child), what="the script's background child to be gone")
 
 
+def test_what_a_script_printed_before_its_timeout_comes_without_its_secret(make_daemon, scv_home, workspace):
+    """The output handed back with a timeout's error (as bash's) held the secret the script printed
+    (a `curl -v` showing its Authorization header, then a hang): stdout was redacted for results only."""
+    make_tool(scv_home, "hangs", "#!/bin/bash\necho \"Authorization: Bearer $API_TOKEN\"\nsleep 1000\n",
+              risk="read_only", secrets=["API_TOKEN"], timeout=1)
+    d = make_daemon(home=scv_home, env={"API_TOKEN": "tok-4711-secret", **NO_KEYRING})
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_hangs", {"text": "x"})
+    assert done.error.kind == "timeout"
+    assert "tok-4711-secret" not in done.error.message
+    assert done.error.message.endswith("they follow:\nAuthorization: Bearer [secret API_TOKEN]\n"), done.error.message
+
+
 def test_a_timeout_from_the_default_names_tools_default_timeout_seconds_not_tool_json(make_daemon, scv_home,
                                                                                      workspace, tmp_path):
     """It used to blame tool.json, which sets no timeout, so the hint pointed at a field that was not there."""
