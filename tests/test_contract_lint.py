@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from scvd.tools.contract import (
-    Plan, Registry, Tool, ToolDefinitionError, ToolFlags, ToolRisk, lint,
+    Plan, Registry, Tool, ToolDefinitionError, ToolFlags, ToolRisk, lint, object_root,
 )
 
 GOOD_DESCRIPTION = (
@@ -374,3 +374,25 @@ def test_every_builtin_tool_passes_the_lint(limit: int) -> None:
     assert len(tools) >= 8
     for tool in tools:
         assert findings(tool) == [], tool.name
+
+
+@pytest.mark.parametrize("listed, handed_on", [
+    ({"type": "object"}, {"type": "object", "properties": {}}),
+    ({"type": "object", "properties": None, "required": None}, {"type": "object", "properties": {}}),  # Go's nils
+    # a type that is not object (null, "") and names that are not strings: TypeScript SDK hosts refused
+    # the whole tools/list over them
+    ({"type": None, "properties": {"a": {"type": "string"}}, "required": ["a", 1, None]},
+     {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}),
+    ({"type": "", "properties": {}, "required": [2]}, {"type": "object", "properties": {}}),
+    ({"properties": {"a": {}}, "additionalProperties": False},
+     {"type": "object", "properties": {"a": {}}, "additionalProperties": False}),
+])
+def test_a_schema_is_handed_on_with_an_object_root(listed, handed_on):
+    """What an MCP host's tools/list and a model's function parameters get for an MCP server's schema."""
+    assert object_root(listed) == handed_on
+
+
+def test_a_well_formed_schema_is_handed_on_as_it_is():
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    assert object_root(schema) is schema
+

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Iterable, Literal
 import msgspec
 
 from ..mcp.spec import PREFIX as MCP_PREFIX
-from ..tools.contract import inline_schema
+from ..tools.contract import inline_schema, object_root
 from .items import ToolSpec
 
 FIND_TOOLS = "find_tools"
@@ -85,7 +85,7 @@ class Catalog:
 
     def specs(self, loaded: set[str]) -> list[ToolSpec]:
         """Full schemas: the core, then the loaded tools in name order (a stable request)."""
-        return list(CORE) + [ToolSpec(e.name, e.description, function_parameters(e.schema))
+        return list(CORE) + [ToolSpec(e.name, e.description, object_root(e.schema))
                              for n, e in sorted(self.entries.items()) if n in loaded]
 
     def instructions(self, system_prompt: str, loaded: set[str]) -> str:
@@ -116,21 +116,6 @@ class Catalog:
         found = [{"name": e.name, "description": e.description} for e in pool]
         load = [] if args.mode == "list" else [e.name for e in pool[:SEARCH_LIMIT]]
         return found, load
-
-
-def function_parameters(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` with the root a model's function parameters take: `type` object, `properties` an
-    object and `required` a list. An MCP tool without arguments lists `{"type": "object"}` (a Go
-    server `null` for none), and OpenAI refuses the request ("object schema missing properties"):
-    every turn with that tool's schema loaded failed. scvd checks arguments with the schema as listed."""
-    if (schema.get("type") == "object" and isinstance(schema.get("properties"), dict)
-            and isinstance(schema.get("required", []), list)):
-        return schema
-    fixed = {k: v for k, v in schema.items() if k != "required" or isinstance(v, list)}
-    fixed["type"] = "object"  # a call's arguments are an object
-    if not isinstance(fixed.get("properties"), dict):
-        fixed["properties"] = {}
-    return fixed
 
 
 def waiting_line(server: str, keys: tuple[str, ...]) -> str:

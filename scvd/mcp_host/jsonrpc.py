@@ -12,6 +12,7 @@ import msgspec
 
 from .. import __version__, protocol as p
 from ..text import format_request, json_bytes
+from ..tools.contract import object_root
 
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL = -32700, -32600, -32601, -32602, -32603
@@ -88,22 +89,9 @@ def mcp_tool(tool: p.ToolInfo) -> dict[str, Any]:
     return {
         "name": tool.name,
         "description": tool.description,
-        "inputSchema": host_schema(tool.input_schema),
+        "inputSchema": object_root(tool.input_schema),
         "annotations": {"readOnlyHint": read_only, "destructiveHint": not read_only},
     }
-
-
-def host_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` with the root MCP gives an inputSchema: a `type`, `properties` an object and
-    `required` a list where present. An MCP server written in Go sends null for none (a nil map or
-    slice), and hosts on the TypeScript SDK refuse the whole tools/list over one such tool."""
-    bad = [key for key, kind in (("properties", dict), ("required", list))
-           if key in schema and not isinstance(schema[key], kind)]
-    if not bad and "type" in schema:
-        return schema
-    fixed = {key: value for key, value in schema.items() if key not in bad}
-    fixed.setdefault("type", "object")  # MCP's arguments are an object
-    return fixed
 
 
 def call_result(done: p.CallCompleted) -> dict[str, Any]:

@@ -275,6 +275,26 @@ def inline_schema(struct: type) -> dict[str, Any]:
     return schema
 
 
+def object_root(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with the root that a call's arguments, an object, have wherever a schema is handed on
+    (an MCP host's inputSchema, a model's function parameters): `type` object, `properties` an object,
+    `required` a list of names. An MCP server's schema is not checked: one without arguments lists
+    `{"type": "object"}`, a Go server null for none; hosts on the TypeScript SDK refused the whole
+    tools/list over one such tool, and OpenAI every request with it ("object schema missing
+    properties"). scvd still checks arguments with the schema as the server listed it."""
+    required = schema.get("required", [])
+    if (schema.get("type") == "object" and isinstance(schema.get("properties"), dict)
+            and isinstance(required, list) and all(isinstance(r, str) for r in required)):
+        return schema
+    fixed = {k: v for k, v in schema.items() if k != "required"}
+    fixed["type"] = "object"
+    if not isinstance(fixed.get("properties"), dict):
+        fixed["properties"] = {}
+    if isinstance(required, list) and any(isinstance(r, str) for r in required):
+        fixed["required"] = [r for r in required if isinstance(r, str)]
+    return fixed
+
+
 # --- the design-rule lint (seed 003) ------------------------------------------
 
 

@@ -438,7 +438,7 @@ def test_a_go_servers_null_properties_do_not_cost_the_host_its_tools_list(make_d
     try:
         h.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x"}})
         tools = {t["name"]: t for t in h.rpc("tools/list")["result"]["tools"]}
-        assert tools["mcp__raw__nil"]["inputSchema"] == {"type": "object"}
+        assert tools["mcp__raw__nil"]["inputSchema"] == {"type": "object", "properties": {}}
         for tool in tools.values():
             schema = tool["inputSchema"]
             assert schema["type"] == "object" and isinstance(schema.get("properties", {}), dict), tool
