@@ -323,7 +323,12 @@ def uninstall(*, dry_run: bool) -> Report:
     # disable while the unit files still exist, then remove them, then reload
     run_steps(report, [["daemon-reload"], *UNINSTALL_STEPS])
     for path in present:
-        path.unlink()
+        try:
+            path.unlink()
+        except OSError as exc:  # units a sudo install left to root, a directory in a unit's place
+            raise errors.ConfigError(
+                f"cannot remove {path} ({exc.strerror}): remove it yourself (as its owner), then run "
+                "uninstall again") from None
         report.removed.append(str(path))
     if report.manager:
         run_steps(report, [["daemon-reload"]])

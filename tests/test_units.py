@@ -357,6 +357,17 @@ def test_install_without_scv_home_keeps_the_default_instance(user_env):
     assert "    ListenStream=%t/scv/scvd.sock" in done.stdout
 
 
+def test_uninstall_says_why_it_cannot_remove_a_unit_instead_of_a_traceback(user_env, tmp_path):
+    # what stands in a unit's place cannot be unlinked (as a root-owned one a sudo install left cannot)
+    user_env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    unit = tmp_path / "config" / "systemd" / "user" / "scvd.service"
+    (unit / "keep").mkdir(parents=True)
+    done = subprocess.run([sys.executable, "-m", "scvctl", "service", "uninstall"],
+                          env=user_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"config: cannot remove {unit} (Is a directory): remove it yourself (as its owner)" in done.stderr
+
+
 def test_install_says_why_it_cannot_write_the_units_instead_of_a_traceback(user_env, tmp_path):
     # ~/.config left to root by a sudo, a full disk, a file where the unit dir should be
     blocker = tmp_path / "not-a-dir"
