@@ -152,13 +152,14 @@ class Bridge:
         relay = asyncio.ensure_future(self.events())
         async for chat, text in self.app.messages():
             try:
-                await self.on_message(chat, text)
-            except ConnectionClosed:
-                relay.cancel()
-                await self.connect()
-                relay = asyncio.ensure_future(self.events())
-                await self.on_message(chat, text)
-            except errors.ScvError as exc:  # a message while its chat's turn runs, say: tell that chat
+                try:
+                    await self.on_message(chat, text)
+                except ConnectionClosed:
+                    relay.cancel()
+                    await self.connect()
+                    relay = asyncio.ensure_future(self.events())
+                    await self.on_message(chat, text)
+            except errors.ScvError as exc:  # a message while its chat's turn runs, say (sent again too)
                 self.app.send(chat, f"(not sent: {exc.message})")
         if self.running:  # stdin closed: let the running turns finish, then stop
             await self.idle.wait()
