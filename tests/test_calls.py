@@ -714,9 +714,9 @@ def test_a_call_whose_check_blocks_keeps_its_lane_place_and_checks_off_the_loop(
     loop no time; meanwhile the loop goes on (the check is on a worker thread)."""
     async def main() -> None:
         hub, calls, session, slow, first, echo = slow_check_then_echo()
-        for _ in range(20):  # turns of the loop pass while the check runs: it is not on the loop
-            await asyncio.sleep(0)
-        assert slow.threads and slow.threads[0].startswith("scvd-check")
+        while not slow.threads:  # the loop goes on while the check starts and runs: it is not on the loop
+            await asyncio.sleep(0.001)  # (20 turns of sleep(0) were not always enough for the thread to start)
+        assert slow.threads[0].startswith("scvd-check")
         assert not tool(session, "echo").ran and not first.outcome.done()
         slow.checking.set()
         for handle in (first, echo):
