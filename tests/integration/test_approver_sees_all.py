@@ -99,21 +99,22 @@ def test_a_secret_requests_question_cannot_fake_another_request_or_prompt(make_d
     watch = subprocess.Popen([sys.executable, "-m", "scvctl", "approvals", "watch"], env=d.env,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        watch.stdin.write("\n")  # the answer to the prompt, waiting in the pipe: empty, declined
+        watch.stdin.flush()
         with d.client(name="agent") as agent:
             sid = agent.open_session(workspace)
-            call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token",
-                                                             "question": fake})
-            seen = ""
-            while "value for API_TOKEN" not in seen:
-                char = watch.stdout.read(1)
-                assert char, f"watch ended: {seen!r}"
-                seen += char
-            watch.stdin.write("\n")  # empty: declined
-            watch.stdin.flush()
-            assert agent.wait_call(call_id).error is not None
+            deadline = time.monotonic() + 30
+            while True:  # until the watcher has connected: before that, no approver is there
+                done = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token", "question": fake})
+                if done.error is None or done.error.kind != "unavailable":
+                    break
+                assert time.monotonic() < deadline, "scvctl approvals watch never connected"
+                time.sleep(0.1)
+            assert done.error is not None  # declined
     finally:
-        watch.kill()
-        watch.communicate()
+        watch.terminate()
+        seen, _ = watch.communicate(timeout=15)
+    assert "value for API_TOKEN" in seen, seen
     assert [line for line in seen.splitlines() if line.startswith(("[a9", "approve?"))] == [], seen
     assert "rotated\\n[a9-000000] read (read_only)" in seen
 

@@ -787,6 +787,7 @@ def test_a_reload_asking_for_a_missing_uvloop_fails_now_not_at_the_next_start(ma
     """It was taken (with "takes effect at the next start"), and the next start, after a reboot,
     failed with a configuration error."""
     d = make_inproc('log_level = "info"\n')
+    monkeypatch.delenv("SCVD_SERVER__EVENT_LOOP", raising=False)  # the asyncio pass sets it: it would win over the file
     monkeypatch.setitem(sys.modules, "uvloop", None)  # as on a host without the package
     (d.home / "config.toml").write_text('[server]\nevent_loop = "uvloop"\n')
     asyncio.run_coroutine_threadsafe(d.daemon.reload(), d.loop).result(30)
