@@ -8,6 +8,7 @@ against the server's JSON Schema before any approval. No MCP SDK here: the link
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ DESCRIPTION_LIMIT = 4096
 # of a tool's inputSchema as JSON: a larger one is refused (a load error), or one server's tool
 # could push every client's tools.list past server.server_frame_bytes
 SCHEMA_LIMIT = 64 << 10
+MAX_ERRORS = 64  # of the arguments' schema errors looked at, for nulls to leave out and the first to report
 
 
 @dataclass(frozen=True)
@@ -91,14 +93,21 @@ class McpTool(Tool):
     def decode(self, arguments: Any) -> Any:
         if not isinstance(arguments, dict):
             raise InvalidArguments(f"{self.name}: arguments must be an object")
-        error = self._first_error(arguments)
-        if error is not None:
+        errors = self._errors(arguments)
+        nulls = {e.absolute_path[0] for e in errors if len(e.absolute_path) == 1 and e.instance is None}
+        if nulls:
+            # models send null for an optional argument they mean to leave out (as built-in and script
+            # tools take it): left out, the server applies its default; a required one is then missing
+            arguments = {k: v for k, v in arguments.items() if k not in nulls}
+            errors = self._errors(arguments)
+        if errors:
+            error = errors[0]
             where = "/".join(str(p) for p in error.absolute_path)
             at = f"argument `{where}`: " if where else ""
             raise InvalidArguments(f"{self.name}: {at}{error.message}")
         return arguments
 
-    def _first_error(self, arguments: dict[str, Any]) -> Any:
+    def _errors(self, arguments: dict[str, Any]) -> list[Any]:
         if self._validator is None:
             import jsonschema  # only when a server is configured, like the SDK
             import referencing
@@ -111,11 +120,12 @@ class McpTool(Tool):
             except Exception:  # a broken schema from the server: let the server judge its own arguments
                 self._validator = False
         if self._validator is False:
-            return None
+            return []
         try:
-            return next(iter(self._validator.iter_errors(arguments)), None)
+            # the first few only: a huge array of bad items would make an error each
+            return list(itertools.islice(self._validator.iter_errors(arguments), MAX_ERRORS))
         except Exception:
-            return None
+            return []
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         arguments = json.dumps(args, ensure_ascii=False)

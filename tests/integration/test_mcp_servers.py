@@ -122,6 +122,19 @@ def test_filesystem_tools_appear_and_a_read_runs_through_the_gate(fs_daemon, wor
         assert bad.error.message == "mcp__fs__read_text_file: argument `path`: 3 is not of type 'string'"
 
 
+def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_refused(fs_daemon, workspace):
+    # models send null for an optional argument they mean to leave out; the server's schema says `number`
+    with fs_daemon.client(name="t") as c:
+        server(c, "fs")
+        session = c.open_session(workspace)
+        done = c.call(session, "mcp__fs__read_text_file", {"path": str(workspace / "notes.txt"), "head": None})
+        assert done.ok, done.error
+        assert done.result["text"] == "hello from the workspace\n"
+        bad = c.call(session, "mcp__fs__read_text_file", {"path": None, "head": None})
+        assert bad.error.kind == "invalid_arguments"
+        assert bad.error.message == "mcp__fs__read_text_file: 'path' is a required property"
+
+
 def test_a_write_asks_for_approval_and_runs_once_approved(fs_daemon, workspace):
     target = workspace / "out.txt"
     with fs_daemon.client(name="agent") as c, fs_daemon.client(name="me") as me:
