@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from .. import __version__, protocol as p
+from .. import __version__, errors, protocol as p
 from ..text import format_request, json_bytes
 from ..tools.contract import object_root
 
@@ -95,7 +95,8 @@ def mcp_tool(tool: p.ToolInfo) -> dict[str, Any]:
 
 
 def call_result(done: p.CallCompleted) -> dict[str, Any]:
-    """A call.completed as an MCP tool result: text for every host, structured where it is an object."""
+    """A call.completed as an MCP tool result: text for every host, structured where it is an object;
+    JsonRpcError for a call of a tool the session does not have."""
     if done.ok:
         payload = msgspec.to_builtins(done.result)
         text = payload if isinstance(payload, str) else json_bytes(msgspec.json.encode, payload).decode("utf-8")
@@ -105,6 +106,8 @@ def call_result(done: p.CallCompleted) -> dict[str, Any]:
         return result
     err = done.error
     text = f"{err.kind}: {err.message}" + (f"\nhint: {err.hint}" if err.hint else "")
+    if err.kind == "unknown_tool":  # MCP: an unknown tool is a protocol error, not the tool's result
+        raise errors.JsonRpcError(INVALID_PARAMS, text)
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 

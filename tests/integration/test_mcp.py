@@ -128,8 +128,13 @@ def test_tool_errors_are_results_with_is_error(host):
     result = host.rpc("tools/call", {"name": "read", "arguments": {"path": "../etc/passwd"}})["result"]
     assert result["isError"] is True
     assert result["content"][0]["text"].startswith(("invalid_arguments: ", "failed: "))
-    result = host.rpc("tools/call", {"name": "nope", "arguments": {}})["result"]
-    assert result["isError"] and result["content"][0]["text"].startswith("unknown_tool: ")
+
+
+def test_an_unknown_tool_is_a_protocol_error_that_lists_the_tools(host):
+    # MCP (2025-06-18 on): unknown tools are JSON-RPC errors, as its example -32602, not tool results
+    error = host.rpc("tools/call", {"name": "nope", "arguments": {}})["error"]
+    assert error["code"] == -32602
+    assert error["message"].startswith("unknown_tool: no tool named 'nope'; tools: ") and "read" in error["message"]
 
 
 def test_write_waits_for_the_owner_and_a_denial_is_an_error_result(host, daemon, workspace):
@@ -462,8 +467,8 @@ def test_tools_list_is_the_sessions_own_after_a_reload(host, daemon, workspace):
         assert "script_word_count" in [t.name for t in c.request(p.ToolsList).tools]  # new sessions have it
     listed = [t["name"] for t in host.rpc("tools/list")["result"]["tools"]]
     assert "script_word_count" not in listed and "read" in listed
-    result = host.rpc("tools/call", {"name": "script_word_count", "arguments": {"text": "a b"}})["result"]
-    assert result["isError"] and result["content"][0]["text"].startswith("unknown_tool: "), result
+    error = host.rpc("tools/call", {"name": "script_word_count", "arguments": {"text": "a b"}})["error"]
+    assert error["code"] == -32602 and "open a new session to use it" in error["message"], error
 
 
 def test_a_result_with_a_name_that_is_not_utf8_is_answered(daemon, workspace, tmp_path):

@@ -14,6 +14,7 @@ import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
 
 from scvd import protocol as p
 
@@ -66,6 +67,17 @@ def test_list_and_read(daemon, workspace):
     names, result = anyio.run(session_of, daemon, workspace, body)
     assert {"read", "write", "bash"} <= set(names)
     assert not result.is_error and "read me" in text_of(result)
+
+
+def test_an_unknown_tool_is_a_protocol_error_naming_the_tools(daemon, workspace):
+    async def body(s):
+        with pytest.raises(MCPError) as refused:
+            await s.call_tool("nope", {})
+        return refused.value
+
+    error = anyio.run(session_of, daemon, workspace, body)
+    assert error.code == -32602  # MCP: an unknown tool is a protocol error, not the tool's result
+    assert error.message.startswith("unknown_tool: no tool named 'nope'; tools: ") and "read" in error.message
 
 
 def test_a_write_approved_through_elicitation(daemon, workspace):
