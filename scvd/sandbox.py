@@ -295,7 +295,16 @@ def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = Non
     assert bwrap is not None
     hide, mask = _existing(hidden_paths(paths, env)), _present(masked_files(paths))
     env["LC_ALL"] = "C"  # bwrap's messages carry strerror text; keep it matchable
-    with tempfile.TemporaryDirectory(prefix="scvd-probe-") as ws:
+    # in scvd's own state directory, made at start: a full /tmp or a TMPDIR that is gone kept scvd
+    # from starting. `check-config` of an instance that never ran has none yet: the temp directory.
+    where = paths.state_dir if paths.state_dir.is_dir() else None
+    try:
+        probe_dir = tempfile.TemporaryDirectory(prefix="scvd-probe-", dir=where)
+    except OSError as exc:
+        return ProbeResult(mode, False, (
+            f"cannot make an empty directory for the probe in {where or 'the temp directory'} "
+            f"({exc.strerror or exc}): make room there, or set sandbox.mode = off"), bwrap=bwrap)
+    with probe_dir as ws:
         def attempt(proc: bool) -> str | None:
             argv = build_argv(
                 PROBE_COMMAND, bwrap=bwrap, workspace=Path(os.path.realpath(ws)),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import conftest
 from conftest import ROOT, shared_dir_for_other_uids
 from harness import RawConn, make_wrapped, pid_gone, wait_ready, wait_until  # noqa: F401 (fixture)
 from scvd import protocol as p
@@ -640,6 +641,38 @@ def test_sighups_during_a_reload_wait_and_merge_and_the_probe_matches_the_config
         verdict = c.status().sandbox
     assert f"bwrap works at {bwrap_b}" in verdict, verdict
     assert d.stop() == 0
+    clean_log(d.log())
+
+
+def no_temp_directory(writable: Path) -> list[str]:
+    """A prefix that runs a command with /, /tmp and /var/tmp read-only and `/` its working
+    directory, so Python finds no usable temp directory; only `writable` stays writable."""
+    return [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
+            "--bind", "/proc", "/proc", "--bind", str(writable), str(writable), "--chdir", "/", "--"]
+
+
+@pytest.mark.bwrap
+def test_no_usable_temp_directory_neither_stops_a_start_nor_the_sandbox(make_daemon, tmp_path):
+    """The sandbox probe made its empty workspace in the temp directory: with /tmp full or read-only
+    and TMPDIR gone, scvd failed to start (exit 3: `No usable temporary directory found`), though
+    nothing else needs one. It probes in scvd's own state directory now."""
+    prefix, home = no_temp_directory(tmp_path), tmp_path / "home"
+    env = {"TMPDIR": str(tmp_path / "gone")}
+    home.mkdir()
+    (home / "config.toml").write_text('[sandbox]\nmode = "auto"\n')
+    # check-config of an instance that never ran has no state directory yet: the verdict says why
+    checked = subprocess.run([*prefix, sys.executable, "-m", "scvd", "check-config"],
+                             env=conftest.base_env(home, **env), capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr
+    assert ("# sandbox: unsandboxed (sandbox.mode = auto): cannot make an empty directory for the probe in "
+            "the temp directory (No usable temporary directory found in") in checked.stdout, checked.stdout
+    d = make_daemon(home=home, env=env, prefix=prefix)
+    with d.client() as c:
+        status = c.status()
+    assert status.sandbox.startswith("active: bwrap works at "), status.sandbox
+    os.kill(status.pid, signal.SIGTERM)  # scvd itself, not the bwrap around it
+    assert d.proc.wait(15) == 0
+    assert not list((home / "state").glob("scvd-probe-*"))  # the probe's directory went with it
     clean_log(d.log())
 
 
