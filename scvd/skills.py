@@ -37,6 +37,7 @@ SKILL_FILE = "SKILL.md"
 PROJECT_SKILL_DIRS = (".agents/skills", ".claude/skills")  # Codex's and Claude Code's places
 USER, PROJECT = "user", "project"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # Agent Skills names, a little more lenient
+MAX_KEY = 255 + 1 + 64  # the longest map key: a project folder's name (NAME_MAX), ':', a skill name
 HEAD_BYTES = 16 * 1024  # the front matter must close within this many bytes
 MAX_DESCRIPTION = 1024  # the Agent Skills limit; longer ones are clipped
 MAX_ENTRIES = 1024  # directory entries looked at per root, and child projects per workspace

@@ -424,6 +424,17 @@ def test_a_listed_name_that_starts_like_a_path_is_read(env: Env, tmp_path: Path)
         env.call(ctx, name=".dotfiles:nope")
 
 
+def test_the_longest_listed_name_is_read(env: Env) -> None:
+    """A project folder of 255 characters and a skill name of 64: listed, and read by that name
+    (read_skill refused names over 200 characters)."""
+    project, name = "p" * 255, "s" * 64
+    make_skill(env.ws / project / ".agents" / "skills", name, body="LONG BODY\n")
+    ctx = env.ctx()
+    [listed] = [s["name"] for s in env.call(ctx)["project_skills"]]
+    assert listed == f"{project}:{name}"
+    assert "LONG BODY" in env.call(ctx, name=listed)["content"]
+
+
 def test_a_path_to_a_real_skill_is_not_a_name(env: Env) -> None:
     d = make_skill(env.user_root, "x")
     with pytest.raises(InvalidArguments, match="never a path"):

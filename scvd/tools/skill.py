@@ -44,7 +44,7 @@ def delegate_note(skill: skills.Skill) -> str:
 class ReadSkillArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Arguments of read_skill."""
 
-    name: Annotated[str, msgspec.Meta(max_length=200, description=(
+    name: Annotated[str, msgspec.Meta(max_length=skills.MAX_KEY, description=(
         "A skill name from the listing, e.g. 'release-checks' or 'scv:feature-flow' for a project skill; "
         "'' (the default) returns the list of user skills and, separately, project skills."))] = ""
 
