@@ -164,22 +164,24 @@ def test_a_tool_ignoring_cancellation_cannot_hold_the_exit(make_wrapped, workspa
     assert "did not stop within server.shutdown_grace_seconds" in d.log()
 
 
+SHARED_GRACE = 20.0  # two of them do not fit in the test's timeout, one with the start and the exit does
+
+
+@pytest.mark.timeout(SHARED_GRACE * 1.8, method="signal")  # signal: the test, not the run, fails
 def test_a_stuck_call_and_a_secret_still_being_stored_share_one_grace(make_wrapped, scv_home, workspace, tmp_path):
     """The stop gave its calls the grace, then a secret being stored the grace again (and chat
-    turns a third), one after another: twice server.shutdown_grace_seconds here before the audit
-    lines were written and systemd's TimeoutStopSec came closer. The bound is time, so the
-    assertion is: under 1.5 graces, where the old stop took 2 (a margin of half a grace, 2 s,
-    each way, for a loaded machine; nothing here waits without a bound of its own)."""
+    turns a third), one after another: twice server.shutdown_grace_seconds before the audit lines
+    were written and systemd's TimeoutStopSec came closer. Two graces do not fit in this test's
+    timeout; one does, with the start before it and the exit after it (16 s for them)."""
     from helpers import slow_keyring
     from helpers.probe_tools import wait_event
     from test_script_tools import SHOWS_TOKEN, make_tool
 
-    grace = 4.0
     make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
     writes = tmp_path / "keyring-writes"
-    d = make_wrapped(STUBBORN_CONFIG.format(grace=grace), home=scv_home, env={
+    d = make_wrapped(STUBBORN_CONFIG.format(grace=SHARED_GRACE), home=scv_home, env={
         "PYTHON_KEYRING_BACKEND": slow_keyring.BACKEND, "LOCKABLE_KEYRING": str(tmp_path / "keyring.json"),
-        "SLOW_KEYRING_SECONDS": "60", "SLOW_KEYRING_WRITES": str(writes),
+        "SLOW_KEYRING_SECONDS": "3600", "SLOW_KEYRING_WRITES": str(writes),
         "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
     with RawConn(d.socket) as busy, d.client(name="agent") as agent, d.client(name="person") as person:
         busy.hello()
@@ -189,13 +191,10 @@ def test_a_stuck_call_and_a_secret_still_being_stored_share_one_grace(make_wrapp
         asked = wait_event(person, lambda e: isinstance(e, p.SecretRequested))
         person.send(p.SecretProvide, request_id=asked.request_id, value="typed-by-a-person")  # answered once stored
         wait_until(writes.exists, what="the keyring to start storing")
-        began = time.monotonic()
         d.proc.send_signal(signal.SIGTERM)
-        wait_until(lambda: "scvd stopped" in d.log(), timeout=4 * grace, what="the stop")
-        took = time.monotonic() - began
-    assert took < 1.5 * grace, f"the stop took {took:.1f} s with server.shutdown_grace_seconds = {grace:g}"
+        assert d.proc.wait() == 0  # unbounded here: the test's timeout is the bound
     assert "did not stop within server.shutdown_grace_seconds" in d.log()
-    assert d.proc.wait(15) == 0
+    assert "scvd stopped" in d.log()
 
 
 def test_no_new_calls_while_stopping_and_second_sigint_forces_exit(make_wrapped, workspace):
