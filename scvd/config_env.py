@@ -6,7 +6,6 @@ configuration: config.py passes its schema (Config) in, so this module never imp
 
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
 import tomllib
@@ -64,7 +63,7 @@ def _stray_message(name: str, schema: type) -> str:
     meant = next((f"{ENV_PREFIX}{table.upper()}__{tail[len(table) + 1:].upper()}"
                   for table, keys in _table_keys(schema).items()
                   if tail.startswith(table + "_") and tail[len(table) + 1:] in keys), None)
-    if meant is None and difflib.get_close_matches(tail, ["log_level"], n=1, cutoff=0.8):
+    if meant is None and vt.meant(tail, ["log_level"], cutoff=0.8):
         meant = f"{ENV_PREFIX}LOG_LEVEL"  # the one key outside a table: no `__` in its override
     form = f"did you mean {meant}?" if meant else f"an override is {ENV_PREFIX}<TABLE>__<KEY>."
     if meant != f"{ENV_PREFIX}LOG_LEVEL":

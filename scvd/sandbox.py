@@ -22,10 +22,8 @@ the probe does: the child would be killed when the pool thread retires.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -295,6 +293,8 @@ def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = Non
     assert bwrap is not None
     hide, mask = _existing(hidden_paths(paths, env)), _present(masked_files(paths))
     env["LC_ALL"] = "C"  # bwrap's messages carry strerror text; keep it matchable
+    import tempfile  # here: it imports shutil, bz2, lzma and random, which the idle daemon does without
+
     # in scvd's own state directory, made at start: a full /tmp or a TMPDIR that is gone kept scvd
     # from starting. `check-config` of an instance that never ran has none yet: the temp directory.
     where = paths.state_dir if paths.state_dir.is_dir() else None
@@ -350,6 +350,8 @@ def locate(name: str, env: Mapping[str, str]) -> tuple[str | None, str | None]:
         if not os.path.isfile(path):
             return path, f"bwrap not found at {path} (sandbox.bwrap): {INSTALL_HINT} or fix sandbox.bwrap"
     else:
+        import shutil  # here: it imports bz2 and lzma, which the idle daemon does without
+
         path = shutil.which(name, path=env.get("PATH", os.defpath))
         if path is None:
             return None, (

@@ -3,9 +3,8 @@ meant, the values a field takes. Shared by config.toml, tool.json and tool argum
 
 from __future__ import annotations
 
-import difflib
 import re
-from typing import Any
+from typing import Any, Iterable
 
 import msgspec
 
@@ -24,8 +23,10 @@ def unknown_field(msg: str) -> str | None:
     return found.group(1) if found else None
 
 
-def meant(name: str, known: list[str], cutoff: float = 0.75) -> str | None:
+def meant(name: str, known: Iterable[str], cutoff: float = 0.75) -> str | None:
     """The known key a typo most likely meant, or None."""
+    import difflib  # only on a refusal: the idle daemon stays smaller
+
     close = difflib.get_close_matches(name, known, n=1, cutoff=cutoff)
     return close[0] if close else None
 

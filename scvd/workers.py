@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import logging
 import os
 import queue
@@ -185,7 +184,7 @@ def _fs_type(fd: int) -> int | None:
     global _libc
     if _libc is None:
         try:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            _libc = ctypes.CDLL(None, use_errno=True)  # libc is loaded; ctypes.util would run ldconfig
         except OSError:
             _libc = False
     if not _libc:

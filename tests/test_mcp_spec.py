@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -152,21 +153,6 @@ def test_output_is_capped_at_one_mib_with_a_marker():
     assert items == [{"type": "image", "mime_type": "image/png", "base64_chars": 4}]
 
 
-IDLE = """
-import asyncio, sys
-from pathlib import Path
-from scvd import config, paths as paths_mod
-from scvd.server import Daemon
-home = Path(sys.argv[1])
-paths = paths_mod.resolve({"SCV_HOME": str(home)}); paths_mod.prepare(paths)
-async def main():
-    d = Daemon(paths, config.load(paths.config_file, env={}), install_signals=False)
-    await d.startup([])
-    loaded = sorted(m for m in ("mcp", "mcp_types", "pydantic", "anyio", "jsonschema") if m in sys.modules)
-    d.request_stop(); await d.shutdown()
-    print(",".join(loaded))
-asyncio.run(main())
-"""
 
 
 @pytest.mark.parametrize("configured", [False, True])
@@ -175,8 +161,10 @@ def test_the_mcp_sdk_is_imported_only_when_a_server_is_configured(tmp_path, conf
     home.mkdir(mode=0o700)
     if configured:
         (home / "config.toml").write_text('[mcp.servers.x]\ncommand = "/bin/false"\n')
-    done = subprocess.run([sys.executable, "-c", IDLE, str(home)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "started_imports.py"), str(home),
+                           "mcp", "mcp_types", "pydantic", "anyio", "jsonschema"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 0, done.stderr
     loaded = done.stdout.strip()
     assert (loaded == "") if not configured else ("mcp" in loaded.split(",")), loaded

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,6 +248,8 @@ def _old_config(plan: ImportPlan, home: Path) -> None:
 def _stage(directory: Path, name: str, data: bytes) -> Path:
     """`data` in a 0600 temp file beside `directory/name`, on disk (fsync), ready to be renamed
     over it atomically."""
+    import tempfile  # here: it imports shutil, random and more, which the idle daemon does without
+
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
         os.fchmod(fd, 0o600)

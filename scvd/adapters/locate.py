@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Mapping
 
@@ -14,6 +13,8 @@ from .spec import Adapter
 
 def resolve_executable(adapter: Adapter, env: Mapping[str, str]) -> str:
     """The absolute path of the adapter's executable on the daemon's PATH, or Unavailable."""
+    import shutil  # here: it imports bz2 and lzma, which the idle daemon does without
+
     found = shutil.which(adapter.executable, path=env.get("PATH", os.defpath))
     if not found:
         raise Unavailable(adapter.install_hint())

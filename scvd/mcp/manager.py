@@ -9,13 +9,13 @@ the background; the daemon never waits for one.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import importlib
 import logging
 import os
 import sys
 from typing import Any, Protocol
 
+from .. import validation_text as vt
 from ..config import Config, McpServerConfig, server_secrets
 from ..errors import Unavailable
 from ..protocol import McpServerStatus, ToolLoadError
@@ -214,8 +214,8 @@ class McpServers:
             tools.append(tool)
         listed = {s.name for s in specs}
         for key in sorted(k for k in link.cfg.tool_risk if k not in listed):  # a typo leaves its tool at `risk`
-            close = difflib.get_close_matches(key, listed, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"it lists {', '.join(sorted(listed)) or 'none'}"
+            close = vt.meant(key, listed, cutoff=0.6)
+            hint = f"did you mean {close!r}?" if close else f"it lists {', '.join(sorted(listed)) or 'none'}"
             left_out.append(f"mcp.servers.{link.name}.tool_risk names {key!r}, a tool the server does not "
                             f"list (now): {hint}")
         before = {t.name: t.spec for t in self.tools.get(link.name, [])}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -67,6 +66,8 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
     assert cfg.command is not None
     command = os.path.expanduser(cfg.command)  # config allows a name, /... or ~/..., as for cwd
     if "/" not in command:
+        import shutil  # here: it imports bz2 and lzma, which the idle daemon does without
+
         found = shutil.which(command, path=base_env.get("PATH"))
         if found is None:
             raise Unavailable(f"mcp server {name}: command {command!r} is not on scvd's PATH; "
