@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from . import __version__, errors, eventloop, limits, notify, protocol as p
+from . import __version__, errors, eventloop, heap, limits, notify, protocol as p
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
@@ -169,6 +169,7 @@ class Daemon:
             __version__, self.listening_on, os.getpid(), self.config.approvals.policy,
             self.sandbox_verdict, listed, f" and {system} system tool{'s' if system > 1 else ''}" if system else "",
         )
+        heap.trim()  # the start's transient allocations: an idle daemon should not keep their pages
 
     async def _start(self, inherited: list[socket.socket]) -> None:
         # 1. one daemon per instance: the lock names the pid that holds it; then the socket,
