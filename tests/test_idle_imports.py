@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT
-LEFT_OUT = ("shutil", "tempfile", "difflib", "bz2", "lzma", "ctypes.util")
+LEFT_OUT = ("shutil", "tempfile", "difflib", "bz2", "lzma", "ctypes.util",
+            "scvd.mcp_host.bridge", "scvd.mcp_host.pipes")
 
 
 def test_a_started_daemon_has_not_imported_what_only_rare_paths_need(tmp_path: Path) -> None:

@@ -23,13 +23,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import errors, protocol as p
 from ..connection import Connection
-from .bridge import Bridge
-from .local import LocalClient, LocalConnection
-from .pipes import HostPipes, Lines, MessageWriter, receive_fds
+
+if TYPE_CHECKING:  # imported by the first mcp.attach: a daemon no MCP host uses does without them
+    from .bridge import Bridge
+    from .local import LocalClient
+    from .pipes import HostPipes, Lines
 
 log = logging.getLogger("scvd.mcp_host")
 
@@ -66,6 +68,9 @@ class McpHosts:
         return FDS_PER_HOST * (len(self.hosts) + len(self.ending) + self.arriving)
 
     async def attach(self, conn: Connection, frame: p.McpAttach) -> p.Frame:
+        from .local import LocalClient, LocalConnection
+        from .pipes import HostPipes
+
         if conn in self.hosts or isinstance(conn, LocalConnection):
             raise errors.InvalidRequest("this connection already handed over an MCP host's stdio; "
                                         "connect again for another")
@@ -100,11 +105,16 @@ class McpHosts:
             raise errors.HandoffFailed(
                 "mcp.attach: more bytes came right after it; send nothing between mcp.attach and its fds "
                 "(wait for `ok`, then one data byte with stdin and stdout as SCM_RIGHTS)")
+        from .pipes import receive_fds
+
         conn.send(p.Ok(id=frame.id), self.daemon.config.server.server_frame_bytes)
         return await receive_fds(conn.fileno(), self.daemon.config.server.handoff_timeout_seconds)
 
     async def _open(self, host: Host, workspace: str) -> Lines:
         """The session and the pipes; the bridge reads from the next loop turn on."""
+        from .bridge import Bridge
+        from .pipes import MessageWriter
+
         host.pipes.check(self.daemon.listening_on)
         opened = await self.daemon.on_session_open(host.client.conn, p.SessionOpen(id=0, workspace=workspace))
         host.session, host.workspace = opened.session, opened.workspace
