@@ -10,6 +10,8 @@ with neither content nor tool_calls. Steps:
     Status(429, retry_after_ms=10)     an HTTP error
     Hang("partial")                    a delta, then hold the stream until the client hangs up
     Raw("not json")                    an event whose data is that text, not JSON
+    Idle("partial")                    deltas (or none), then only keep-alives until the client hangs up:
+                                       SSE comments, or with empty=True events that carry nothing
     Cut("partial")                     deltas, then the body ends cleanly without the closing events
                                        (no response.completed; no finish_reason, usage or [DONE]);
                                        Cut("partial", tail="reset") cuts the connection off instead
@@ -43,6 +45,7 @@ class Text:
     tail: str = ""  # after the last event: "hang" (SSE comments, never the body's end) or "reset" (RST)
     # Chat Completions only: the tail comes right after the finish_reason chunk, before usage and [DONE]
     early: bool = False
+    gap: float = 0.0  # seconds between its events: a slow but steady model
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Deltas:
     deltas: list[dict[str, Any]]
     finish: str = "stop"
     text: str = ""
+    gap: float = 0.0  # seconds between its events
 
 
 @dataclass
@@ -101,6 +105,16 @@ class Status:
 @dataclass
 class Hang:
     text: str = "partial"
+
+
+@dataclass
+class Idle:
+    """The stream opens and sends `text` (if any), then keeps the body open with keep-alives only:
+    `: ping` comments, or with `empty` events a proxy or server sends that carry nothing of the answer."""
+
+    text: str = ""
+    empty: bool = False
+    tail: str = "hang"
 
 
 @dataclass
@@ -231,6 +245,7 @@ def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedMo
         event = f"{prefix}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
         h.wfile.write(event if hang else b"%x\r\n%s\r\n" % (len(event), event))
         h.wfile.flush()
+        time.sleep(getattr(step, "gap", 0.0))
     tail = getattr(step, "tail", "")
     if hang:
         model.hung.set()
@@ -240,8 +255,9 @@ def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedMo
         h.close_connection = True
         deadline = time.monotonic() + 30
         try:
+            ping = _ping(step, chat)
             while time.monotonic() < deadline and not select.select([h.connection], [], [], 0.1)[0]:
-                h.wfile.write(b"%x\r\n: ping\n\n\r\n" % len(b": ping\n\n"))
+                h.wfile.write(b"%x\r\n%s\r\n" % (len(ping), ping))
                 h.wfile.flush()
         except OSError:
             pass
@@ -252,6 +268,16 @@ def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedMo
     else:
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
+
+
+def _ping(step: Any, chat: bool) -> bytes:
+    """A keep-alive: an SSE comment, or an event with nothing of the answer in it (Idle(empty=True))."""
+    if not getattr(step, "empty", False):
+        return b": ping\n\n"
+    if chat:
+        return (b'data: {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, '
+                b'"delta": {"role": "assistant", "content": ""}}]}\n\n')
+    return b'data: {"type": "keepalive"}\n\n'
 
 
 def _wait_hangup(h: BaseHTTPRequestHandler, timeout: float) -> bool:
@@ -284,7 +310,7 @@ def responses_events(step: Any) -> list[tuple[str, Any]]:
         out.append(("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "msg_1",
                                                    "output_index": 0, "content_index": 0, "delta": piece,
                                                    "sequence_number": next(seq), "logprobs": []}))
-    if isinstance(step, (Hang, Cut)):
+    if isinstance(step, (Hang, Cut, Idle)):
         return out
     if isinstance(step, (Limited, Filtered)):
         reason = "max_output_tokens" if isinstance(step, Limited) else "content_filter"
@@ -317,7 +343,7 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
     if isinstance(step, Deltas):
         return [*(chunk(d) for d in step.deltas), chunk({}, step.finish),
                 chunk(None, usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}), ("", "[DONE]")]
-    if isinstance(step, (Hang, Cut)):
+    if isinstance(step, (Hang, Cut, Idle)):
         return out
     if isinstance(step, Filtered):
         return [*out, chunk({}, "content_filter"), ("", "[DONE]")]

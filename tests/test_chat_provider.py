@@ -12,7 +12,7 @@ import time
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Cut, Filtered, Hang, Limited, Raw, ScriptedModel, Status, Text
+from chat_model import Calls, Cut, Deltas, Filtered, Hang, Idle, Limited, Raw, ScriptedModel, Status, Text
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.openai_api import cap_field
 from scvd.chat.provider import ProviderFailure, Settings, make
@@ -365,6 +365,42 @@ def test_no_answer_within_timeout_seconds_says_which_setting_to_raise(model):
         asyncio.run(collect(make(s)))
     assert "did not answer within 0.5 s" in info.value.message
     assert info.value.hint == "send the text again; for a slow model raise providers.slow.timeout_seconds"
+
+
+@pytest.mark.timeout(20)  # the server sends keep-alives for 30 s: a turn that waits them out fails
+@pytest.mark.parametrize("idle", [Idle(), Idle(empty=True), Idle("The answer is", empty=True)],
+                         ids=["comments", "empty-events", "empty-events-after-text"])
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_stream_of_keep_alives_only_fails_after_timeout_seconds(model, wire_api, idle):
+    """Every byte starts the client's read timeout again: a provider (or a proxy before it) that sent
+    `: ping` comments or empty events, and nothing of the answer, held the turn open until turn.cancel."""
+    m = model(idle)
+    s = Settings(name="slow", model="m", base_url=m.base_url, wire_api=wire_api, api_key="k", key_source="",
+                 timeout_seconds=1, max_retries=0)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(make(s)))
+    assert info.value.reason == "provider_error"
+    assert info.value.message == (f"provider 'slow' ({m.base_url}) did not answer within 1 s (timeout_seconds); "
+                                  "its stream stayed open, but nothing of the answer came (keep-alive comments "
+                                  "and empty events are not the answer)")
+    assert info.value.hint == "send the text again; for a slow model raise providers.slow.timeout_seconds"
+    assert m.hung_up.wait(10), "the model server never saw the connection close"
+
+
+@pytest.mark.parametrize(("wire_api", "step", "text"), [
+    ("responses", Text("a slow but steady answer", chunks=8, gap=0.3), "a slow but steady answer"),
+    ("chat", Text("a slow but steady answer", chunks=8, gap=0.3), "a slow but steady answer"),
+    ("chat", Deltas([{"reasoning_content": "thinking"}] * 6 + [{"content": "done"}], gap=0.3), "done")],
+    ids=["responses", "chat", "chat-reasoning"])
+def test_a_slow_answer_whose_parts_keep_coming_is_not_cut_off(model, wire_api, step, text):
+    """timeout_seconds bounds the wait for each next part, not the whole answer; a reasoning model's
+    own field (reasoning_content) is a part of it too."""
+    m = model(step)
+    s = Settings(name="slow", model="m", base_url=m.base_url, wire_api=wire_api, api_key="k", key_source="",
+                 timeout_seconds=1.5, max_retries=0)
+    events = asyncio.run(collect(make(s)))
+    assert isinstance(events[-1], ReplyDone)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == text
 
 
 @pytest.mark.timeout(20)

@@ -42,7 +42,7 @@ class _Base(abc.ABC):
         response = None  # set once the provider answered: a connection lost after that broke mid-answer
         try:
             response = await self._answer(request)
-            async for event in self._read(response):
+            async for event in self._read(_Watched(self, response)):
                 yield event
         except openai.APIError as exc:
             raise self._hidden(self._failure(exc, reached=response is not None)) from None
@@ -77,10 +77,12 @@ class _Base(abc.ABC):
         message = redact(failure.message, {name: s.api_key})
         return failure if message == failure.message else ProviderFailure(failure.reason, message, failure.hint)
 
-    def _timed_out(self) -> ProviderFailure:
+    def _timed_out(self, stalled: bool = False) -> ProviderFailure:
         s = self.settings
+        stall = ("; its stream stayed open, but nothing of the answer came (keep-alive comments and empty "
+                 "events are not the answer)" if stalled else "")
         return ProviderFailure("provider_error", f"{self._where()} did not answer within "
-                               f"{s.timeout_seconds:g} s (timeout_seconds)",
+                               f"{s.timeout_seconds:g} s (timeout_seconds){stall}",
                                f"send the text again; for a slow model raise providers.{s.name}.timeout_seconds")
 
     def _connect(self) -> openai.AsyncOpenAI:
@@ -125,6 +127,35 @@ class _Base(abc.ABC):
     @abc.abstractmethod
     def _read(self, stream: Any) -> AsyncIterator[Any]:
         """The answer's stream translated into the engine's events; raises if it ends cut short."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def _progress(event: Any) -> bool:
+        """Whether the stream's event carries some of the answer (not a keep-alive or an empty event)."""
+
+
+class _Watched:
+    """The answer's stream, failing once timeout_seconds passed with no event that carries some of
+    the answer. The client's read timeout starts again at every byte, so a provider (or a proxy
+    before it) that sent only keep-alive comments or empty events held the turn open without end."""
+
+    def __init__(self, provider: _Base, stream: Any) -> None:
+        self._provider, self._next = provider, stream.__anext__
+        self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + provider.settings.timeout_seconds
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                event = await self._next()
+        except TimeoutError:
+            raise self._provider._timed_out(stalled=True) from None
+        if self._provider._progress(event):
+            self._deadline = self._loop.time() + self._provider.settings.timeout_seconds
+        return event
 
 
 def _cause(exc: Exception) -> str:
@@ -213,6 +244,12 @@ class ResponsesProvider(_Base):
             elif kind in ("response.failed", "response.incomplete", "error"):
                 raise ProviderFailure("provider_error", f"{self._where()} ended the answer: {_why(event)}")
         raise _cut_short(self._where(), "response.completed")
+
+    @staticmethod
+    def _progress(event: Any) -> bool:
+        kind = getattr(event, "type", None)  # a proxy's {"type": "keepalive"} or {} is no answer
+        return kind == "error" or (isinstance(kind, str) and kind.startswith("response.")
+                                   and kind not in ("response.created", "response.queued", "response.in_progress"))
 
 
 async def _drain(stream: Any) -> None:
@@ -306,6 +343,15 @@ class ChatProvider(_Base):
         for n, c in enumerate(calls):
             yield CallRequested(ToolCall(c["id"] or f"call_{n}", c["name"], c["arguments"] or "{}"))
         yield ReplyDone(usage)
+
+    @staticmethod
+    def _progress(chunk: Any) -> bool:
+        """Text, a call's fragment, reasoning (a server's own field, such as reasoning_content), a
+        finish_reason or the usage; not a chunk without choices, an empty delta or a bare role."""
+        if getattr(chunk, "usage", None):
+            return True
+        return any(choice.finish_reason or (choice.delta and any(v for k, v in choice.delta if k != "role"))
+                   for choice in getattr(chunk, "choices", None) or [])
 
 
 def cap_field(base_url: str) -> str:
