@@ -18,7 +18,7 @@ from scvd import errors, protocol as p
 from scvd.text import printable
 
 from . import usage
-from .cli import EXIT_ERROR, EXIT_OK, ask_request, connect, emit_json, on_secret
+from .cli import EXIT_ERROR, EXIT_OK, ask_request, connect, drop_typed_ahead, emit_json, on_secret
 
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
 HEADLESS_ANSWER = "(no answer: scvctl exec runs without a person at the terminal; go on without one)"
@@ -211,6 +211,7 @@ def _chat_event(c: Any, session: str, event: Any) -> None:
         on_secret(c, event)  # masked, as `scvctl approvals watch` asks
     elif isinstance(event, p.QuestionAsked):
         print(f"\nquestion: {printable(event.question)}", flush=True)
+        drop_typed_ahead()  # a line typed during the turn (a `y` meant for an approval) is no answer to it
         sys.stdout.write("answer> ")
         sys.stdout.flush()
         answer = sys.stdin.readline().rstrip("\n")

@@ -372,7 +372,7 @@ ANSWERS = {"y": "y", "yes": "y", "n": "n", "no": "n", "s": "s", "session": "s"}
 
 def _ask(prompt: str, choices: set[str]) -> str | None:
     """The key chosen: a whole word only (`y`, `yes`, ...); "stop" or "sorry" is asked again, never `s`."""
-    _drop_typed_ahead()
+    drop_typed_ahead()
     while True:
         sys.stdout.write(prompt)
         sys.stdout.flush()
@@ -384,9 +384,10 @@ def _ask(prompt: str, choices: set[str]) -> str | None:
             return answer
 
 
-def _drop_typed_ahead() -> None:
-    """Forget what was typed on the terminal before this request was shown: a second `y` meant for
-    the one before would otherwise approve this one unread. (getpass drops it for secrets itself.)"""
+def drop_typed_ahead() -> None:
+    """Forget what was typed on the terminal before this request (or the model's question) was shown:
+    a second `y` meant for the one before would otherwise answer this one unread. (getpass drops it
+    for secrets itself.)"""
     if sys.stdin.isatty():
         import termios
 

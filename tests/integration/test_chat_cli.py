@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -260,4 +261,29 @@ def test_chat_ctrl_c_cancels_the_turn_not_the_program_and_clear_forgets(chat_dae
     t.send("hello again", "Enter")
     t.wait_for("fresh start")
     assert [i["content"] for i in m.requests[-1]["input"]] == ["hello again"]
+    t.send("/exit", "Enter")
+
+
+def test_chat_drops_a_line_typed_ahead_before_the_models_question(chat_daemon, model, tmux, workspace):
+    """A `yes` typed during the turn (meant for an approval, say) answered the model's question at
+    `answer>` before the person could read it, as a typed-ahead `y` once approved a request unread."""
+    typed = threading.Event()
+    question = Calls(("ask_user", {"question": "The tests fail; shall I force-push over main?"}))
+    m = model(lambda body: typed.wait(30) and question, Text("then I will not"))
+    d = chat_daemon(m)
+    t = tmux([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)], d.env)
+    t.wait_for("you>")
+    t.send("fix the tests", "Enter")
+    t.wait_for("model>")
+    t.send("yes", "Enter")  # typed ahead: the terminal holds it until something reads it
+    t.wait_for("model> yes")
+    typed.set()
+    t.wait_for("question: The tests fail; shall I force-push over main?")
+    deadline = time.monotonic() + 30
+    while not t.pane().rstrip().endswith("answer>"):  # waiting for the person, the `yes` gone
+        assert time.monotonic() < deadline and len(m.requests) < 2, t.pane()
+        time.sleep(0.1)
+    t.send("no", "Enter")  # the person's own answer, once the question is on the screen
+    t.wait_for("then I will not")
+    assert m.outputs(1) == ['{"ok":true,"result":{"answer":"no"}}']
     t.send("/exit", "Enter")
