@@ -431,6 +431,20 @@ def test_a_provider_that_never_answers_is_asked_once_per_timeout_seconds(wire_ap
     assert len(accepted) == 1, "the request was sent again after timeout_seconds had passed"
 
 
+@pytest.mark.parametrize("data", ['"upstream busy"', "5", "null"])
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_event_that_is_json_but_no_object_fails_naming_the_provider_not_scvd(model, wire_api, data):
+    """A string, a number or null is JSON, so the client passed it on as it was: reading it as an
+    event failed the turn as a crash inside scvd (`see its log`), with a traceback in the log."""
+    m = model(Raw(data))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert info.value.reason == "provider_error"
+    assert info.value.message == f"provider 'test' ({m.base_url}) sent an event that is not a JSON object: {data!r}"
+    assert info.value.hint == ("send the text again; if it fails again, check the base_url and wire_api of "
+                               "[providers.test] in config.toml")
+
+
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_an_event_that_is_not_json_fails_naming_the_provider_not_scvd(model, wire_api):
     """The client parses each event's data as JSON: a server (or a proxy before it) that sends other

@@ -49,10 +49,7 @@ class _Base(abc.ABC):
         except ProviderFailure as failure:  # an error event (response.failed) quotes the provider's text too
             raise self._hidden(failure) from None
         except json.JSONDecodeError as exc:  # the client parses each event's data: this is the provider's
-            raise self._hidden(ProviderFailure(
-                "provider_error", f"{self._where()} sent an event that is not JSON: {exc.doc[:200]!r}",
-                "send the text again; if it fails again, check the base_url and wire_api of "
-                f"{_table(self.settings.name)}")) from None
+            raise self._hidden(self._garbled("JSON", exc.doc)) from None
         finally:
             if response is not None:
                 await response.close()
@@ -76,6 +73,11 @@ class _Base(abc.ABC):
         name = s.key_source.split(" ", 1)[1] if s.key_source.startswith(("secret ", "env ")) else "api_key"
         message = redact(failure.message, {name: s.api_key})
         return failure if message == failure.message else ProviderFailure(failure.reason, message, failure.hint)
+
+    def _garbled(self, what: str, data: str) -> ProviderFailure:
+        return ProviderFailure("provider_error", f"{self._where()} sent an event that is not {what}: {data[:200]!r}",
+                               "send the text again; if it fails again, check the base_url and wire_api of "
+                               f"{_table(self.settings.name)}")
 
     def _timed_out(self, stalled: bool = False) -> ProviderFailure:
         s = self.settings
@@ -153,6 +155,8 @@ class _Watched:
                 event = await self._next()
         except TimeoutError:
             raise self._provider._timed_out(stalled=True) from None
+        if not isinstance(event, openai.BaseModel):  # JSON, but a string, a number or null: no event
+            raise self._provider._garbled("a JSON object", json.dumps(event))
         if self._provider._progress(event):
             self._deadline = self._loop.time() + self._provider.settings.timeout_seconds
         return event
