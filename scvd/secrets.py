@@ -360,24 +360,26 @@ class SecretStore:
     # changes
 
     def set(self, key: str, value: str) -> Entry:
-        """Store `key`: in the keyring when usable (and drop any copy in the file), else the file."""
+        """Store `key`: in the keyring when usable (and drop any copy in the file), else the file.
+        The file is written first, the name listed: one that cannot be written stores nothing (never
+        a keyring value `list` does not show); a keyring that refuses gets the file back as it was."""
         check_key(key)
         check_value(value)
         kr = self.keyring()
         with self._locked():
             values, names = self._read()
-            if kr is not None:
+            if kr is None:
+                self._write_or_unstored(key, {**values, key: value}, names)
+                source = "file"
+            else:
+                self._write_or_unstored(key, {k: v for k, v in values.items() if k != key},
+                                        sorted(set(names) | {key}))
                 try:
                     kr.set_password(SERVICE, key, value)
                 except Exception as exc:
+                    self._write(values, names)
                     raise self._refused(kr, "store", key, exc) from None
-                values.pop(key, None)
-                names = sorted(set(names) | {key})
                 source = "keyring"
-            else:
-                values[key] = value
-                source = "file"
-            self._write(values, names)
         log.info("secret %s stored (%s)", key, source)
         return self._entry(key, source)
 
@@ -459,6 +461,13 @@ class SecretStore:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+
+    def _write_or_unstored(self, key: str, values: Mapping[str, str], names: list[str]) -> None:
+        try:
+            self._write(values, names)
+        except errors.ConfigError as exc:
+            raise errors.ConfigError(f"{exc.message}; {key} was not stored, nothing changed: fix that and "
+                                     "set it again") from None
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

@@ -11,10 +11,13 @@ import asyncio
 import base64
 import json
 import os
+import resource
+import signal
 import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -291,13 +294,21 @@ def test_an_unusable_backend_is_judged_by_priority_never_called(xdg: Path, tmp_p
 # --- scvctl secrets -----------------------------------------------------------------------
 
 
-def scvctl(home: Path, xdg: Path, *args: str, input: str | None = None, backend: str = NO_KEYRING):
+def scvctl(home: Path, xdg: Path, *args: str, input: str | None = None, backend: str = NO_KEYRING,
+           preexec_fn: Callable[[], None] | None = None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCV")}
     env.update(SCV_HOME=str(home), PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", PYTHON_KEYRING_BACKEND=backend,
                XDG_CONFIG_HOME=str(xdg / "xdg_config_home"), XDG_DATA_HOME=str(xdg / "xdg_data_home"),
-               LOCKABLE_KEYRING=str(xdg / "lockable.json"))
+               LOCKABLE_KEYRING=str(xdg / "lockable.json"), PYTHONDONTWRITEBYTECODE="1")
     return subprocess.run([sys.executable, "-m", "scvctl", *args], env=env, input=input,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, preexec_fn=preexec_fn)
+
+
+def files_of_at_most_100_bytes() -> None:
+    """A write past 100 bytes fails with EFBIG, for root too: the keyring's small JSON file fits,
+    secrets.toml does not."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the process is killed rather than told
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))
 
 
 def test_scvctl_secrets_set_from_stdin_list_delete(xdg: Path):
@@ -365,6 +376,26 @@ def test_scvctl_secrets_set_into_a_keyring(xdg: Path):
     assert "s3cr3t" not in (home / "secrets.toml").read_text()
     listed = scvctl(home, xdg, "--json", "secrets", "list", backend=PLAINTEXT)
     assert '"source":"keyring"' in listed.stdout
+
+
+def test_scvctl_secrets_set_that_cannot_write_secrets_toml_stores_nothing_and_says_so(xdg: Path):
+    """The value went into the keyring, then secrets.toml's write failed: the value was in effect
+    while `list` did not show it."""
+    home, kr = xdg / "home", xdg / "lockable.json"
+    out = scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="s3cr3t", backend=LOCKABLE,
+                 preexec_fn=files_of_at_most_100_bytes)
+    assert out.returncode == 1
+    assert out.stderr.strip() == (f"config: {home / 'secrets.toml'}: cannot write (File too large); API_TOKEN was "
+                                  "not stored, nothing changed: fix that and set it again"), out.stderr
+    assert not kr.exists() or "s3cr3t" not in kr.read_text()
+    assert scvctl(home, xdg, "secrets", "list", backend=LOCKABLE).stdout.startswith("no secrets stored")
+    # a keyring that refuses leaves the file as it was: the copy there stays, no name is added
+    assert scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="in-file").returncode == 0
+    before = (home / "secrets.toml").read_text()
+    lockable_keyring.lock(kr)
+    out = scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="new", backend=LOCKABLE)
+    assert out.returncode == 1 and "could not store API_TOKEN (KeyringLocked)" in out.stderr
+    assert (home / "secrets.toml").read_text() == before
 
 
 def test_scvctl_secrets_set_refuses_an_empty_value_and_a_bad_name(xdg: Path):
