@@ -20,8 +20,11 @@ entries, so the file keeps the names (not the values) stored there.
 
 Every method blocks (file I/O, D-Bus): the daemon calls them through `off_loop`, or
 uses `get_async` / `require_async`, which do. `off_loop` runs them on threads of
-their own, so a keyring that hangs (waiting to be unlocked) holds those, never the
-loop's default executor that session opens and skill reads use.
+their own, never the loop's default executor that session opens and skill reads use.
+A keyring call is waited for at most KEYRING_SECONDS, on a thread of its own: one
+that hangs (a keyring waiting to be unlocked) is `Unavailable`, and while it hangs
+the next calls are refused at once, so a hung keyring holds no `off_loop` thread and
+no lock of the file, and later secrets (those in the file, the environment) go on.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import fcntl
 import logging
 import os
 import re
+import threading
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -51,6 +55,7 @@ FILE_MODE = 0o600
 KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 INDEX_TABLE = "keyring"  # the file's table of names held in the keyring; not a key name
 MAX_VALUE_CHARS = 65536
+KEYRING_SECONDS = 25.0  # a D-Bus call's default reply timeout: a keyring silent that long is stuck
 
 SOURCES = ("keyring", "file", "env")
 
@@ -98,7 +103,7 @@ def missing_message(key: str) -> str:
 
 # --- threads of their own ------------------------------------------------------------
 
-THREADS = 8  # lookups of different keys, stores, launches at once; each hung keyring call holds one
+THREADS = 8  # lookups of different keys, stores, launches at once; a silent keyring, one for KEYRING_SECONDS
 _T = TypeVar("_T")
 _pool: ThreadPoolExecutor | None = None
 
@@ -115,8 +120,8 @@ def off_loop(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
 
 
 def stop_threads() -> None:
-    """At exit: the idle threads end (the loop's own executor does so as it closes); one still in a
-    hung keyring call stays, and the exit says so."""
+    """At exit: the idle threads end (the loop's own executor does so as it closes); one still waiting
+    on a silent keyring stays, and the exit says so."""
     global _pool
     if _pool is not None:
         _pool.shutdown(wait=False, cancel_futures=True)
@@ -204,6 +209,8 @@ class SecretStore:
         self._use_keyring = use_keyring
         self._keyring: tuple[Any | None, str] | None = None
         self._looking: dict[str, Any] = {}  # key -> the asyncio future of its lookup under way (get_async)
+        self._silent: dict[threading.Thread, str] = {}  # keyring calls past KEYRING_SECONDS -> "verb key"
+        self._silence = threading.Lock()
 
     # keyring
 
@@ -227,16 +234,40 @@ class SecretStore:
         kr = self.keyring()
         if kr is None:
             return None
-        try:
-            return kr.get_password(SERVICE, key)
-        except Exception as exc:
-            raise self._refused(kr, "read", key, exc) from None
+        return self._ask(kr, "read", key, kr.get_password, SERVICE, key)
 
-    def _refused(self, kr: Any, verb: str, key: str, exc: Exception) -> errors.Unavailable:
-        """The keyring failed (locked, usually): which one, and the two ways on. Only the
-        exception's type is named: a backend's message might quote what it was given."""
+    def _ask(self, kr: Any, verb: str, key: str, call: Callable[..., _T], *args: Any) -> _T:
+        """`call(*args)` on a thread of its own (a daemon thread: scvctl exits with one hung), waited
+        for at most KEYRING_SECONDS; Unavailable when the keyring refuses or stays silent, and at once
+        while an earlier call still hangs: a hung keyring holds a few threads, not one per use."""
+        with self._silence:
+            if any(t.is_alive() for t in self._silent):
+                raise self._refused(kr, verb, key, f"an earlier call has had no answer for over {KEYRING_SECONDS:g} s")
+            self._silent.clear()
+        answer: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                answer["value"] = call(*args)
+            except Exception as exc:  # only its type is ever named: its message may quote a value
+                answer["error"] = type(exc).__name__
+
+        thread = threading.Thread(target=run, name="scvd-keyring", daemon=True)
+        thread.start()
+        thread.join(KEYRING_SECONDS)
+        if thread.is_alive():
+            with self._silence:
+                self._silent[thread] = f"{verb} {key}"
+            raise self._refused(kr, verb, key, f"no answer within {KEYRING_SECONDS:g} s")
+        if "error" in answer:
+            raise self._refused(kr, verb, key, answer["error"])
+        return answer["value"]
+
+    def _refused(self, kr: Any, verb: str, key: str, why: str) -> errors.Unavailable:
+        """The keyring failed (locked, usually) or did not answer: which one, and the two ways on.
+        `why` is an exception's type, never its message: a backend's might quote what it was given."""
         return errors.Unavailable(
-            f"the keyring {_name(kr)} could not {verb} {key} ({type(exc).__name__}): unlock it (e.g. log "
+            f"the keyring {_name(kr)} could not {verb} {key} ({why}): unlock it (e.g. log "
             "in to the desktop session, or open your keyring app) and try again, or set "
             f"PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring to keep secrets in {self.path}",
             hint=f"unlock the keyring {_name(kr)}, then try again")
@@ -375,10 +406,13 @@ class SecretStore:
                 self._write_or_unstored(key, {k: v for k, v in values.items() if k != key},
                                         sorted(set(names) | {key}))
                 try:
-                    kr.set_password(SERVICE, key, value)
-                except Exception as exc:
-                    self._write(values, names)
-                    raise self._refused(kr, "store", key, exc) from None
+                    self._ask(kr, "store", key, kr.set_password, SERVICE, key, value)
+                except errors.Unavailable:
+                    with self._silence:  # a store still under way may yet store it: the name stays listed
+                        under_way = f"store {key}" in self._silent.values()
+                    if not under_way:
+                        self._write(values, names)
+                    raise
                 source = "keyring"
         log.info("secret %s stored (%s)", key, source)
         return self._entry(key, source)
@@ -401,11 +435,8 @@ class SecretStore:
                     f"under [keyring] in {self.path}",
                     hint=f"scvctl secrets delete {key}  (where the keyring is)")
             if self._keyring_get(key) is not None:
-                try:
-                    kr.delete_password(SERVICE, key)
-                    removed.append("keyring")
-                except Exception as exc:
-                    raise self._refused(kr, "delete", key, exc) from None
+                self._ask(kr, "delete", key, kr.delete_password, SERVICE, key)
+                removed.append("keyring")
             if key in values:
                 del values[key]
                 removed.append("file")

@@ -21,8 +21,9 @@ from typing import Callable
 
 import pytest
 
-from helpers import lockable_keyring
+from helpers import blocking_keyring, lockable_keyring
 from scvd import errors
+from scvd import secrets as secrets_mod
 from scvd.secrets import SecretStore, detect_keyring, parse_file, render_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -469,3 +470,37 @@ def test_get_async_shares_one_lookup_per_key_and_a_caller_giving_up_leaves_it_to
     assert asyncio.run(main()) == ("value of K", "value of OTHER")
     assert calls == ["K", "OTHER"]  # the second K waited on the first lookup
     assert store._looking == {}
+
+
+def test_a_hung_keyring_holds_no_secret_thread_and_later_secrets_go_on(xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    """Each key looked up in a keyring that hangs held one of the store's threads until it answered:
+    as many keys as threads, and every later secret (one in secrets.toml too) waited behind them for good."""
+    monkeypatch.setattr(secrets_mod, "KEYRING_SECONDS", 0.2, raising=False)
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", blocking_keyring.BACKEND)
+    blocking_keyring.release.clear()
+    blocking_keyring.asked.clear()
+    path = xdg / "conf" / "secrets.toml"
+    path.parent.mkdir()
+    path.write_text('IN_FILE = "from-file"\n')
+    path.chmod(0o600)
+    store = SecretStore(path, env={"IN_ENV": "from-env"})
+    hung = [f"KEY_{i}" for i in range(secrets_mod.THREADS)]
+
+    async def main() -> tuple[list[object], str | None, str | None]:
+        async with asyncio.timeout(30):  # a safety net: these waited for good
+            looked = await asyncio.gather(*(store.get_async(k) for k in hung), return_exceptions=True)
+            return looked, await store.get_async("IN_FILE"), await store.get_async("IN_ENV")
+
+    try:
+        looked, in_file, in_env = asyncio.run(main())
+        assert (in_file, in_env) == ("from-file", "from-env")
+        for key, refused in zip(hung, looked):
+            assert isinstance(refused, errors.Unavailable) and refused.message.startswith(
+                f"the keyring {blocking_keyring.BACKEND} could not read {key} (no answer within 0.2 s): unlock it"
+            ), refused
+        with pytest.raises(errors.Unavailable, match=r"could not store NEW \(an earlier call has had no answer"):
+            store.set("NEW", "v")  # refused at once: no thread more for the hung keyring, and nothing changed
+        assert sorted(blocking_keyring.asked) == sorted(f"read {key}" for key in hung)
+        assert parse_file(path, path.read_text()) == ({"IN_FILE": "from-file"}, [])
+    finally:
+        blocking_keyring.release.set()

@@ -6,8 +6,10 @@ a frame the requester got, not the daemon log, not the audit log.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -374,18 +376,22 @@ def test_a_value_still_being_stored_when_the_timeout_comes_ends_stored_not_timed
 @pytest.mark.slow
 def test_a_value_stored_after_its_call_gave_up_is_audited_as_stored_late(make_daemon, scv_home, workspace, tmp_path):
     """The call ends `failed` (the store took past the timeout and 30 s more); when the store then
-    finishes, the audit log says the value is stored after all, not only that it failed."""
+    finishes, the audit log says the value is stored after all, not only that it failed. The store
+    waits on secrets.toml's lock, as it does while a `scvctl secrets set` waits on a silent keyring."""
     make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
     d = make_daemon("[approvals]\ntimeout_seconds = 1\n", home=scv_home, env={
         "PYTHON_KEYRING_BACKEND": slow_keyring.BACKEND, "LOCKABLE_KEYRING": str(tmp_path / "keyring.json"),
-        "SLOW_KEYRING_SECONDS": "33", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+        "SLOW_KEYRING_SECONDS": "0", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
     with d.client(name="agent") as agent, d.client(name="person") as watcher:
         watcher.request(p.ApprovalsWatch)
         sid = agent.open_session(workspace)
         call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
         request = secret_requested(watcher, "API_TOKEN")
+        lock = os.open(scv_home, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(lock, fcntl.LOCK_EX)
         watcher.send(p.SecretProvide, request_id=request.request_id, value=VALUE)  # its answer waits for the store
         done = agent.wait_call(call_id)
+        os.close(lock)
         assert not done.ok and "it may be stored anyway" in done.error.message, done
         deadline = time.monotonic() + 30
         keyring = tmp_path / "keyring.json"
