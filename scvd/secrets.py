@@ -34,6 +34,7 @@ import fcntl
 import logging
 import os
 import re
+import stat
 import threading
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
@@ -450,7 +451,7 @@ class SecretStore:
 
     def _read(self) -> tuple[dict[str, str], list[str]]:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no wait
         except FileNotFoundError:
             return {}, []
         except OSError as exc:
@@ -462,11 +463,15 @@ class SecretStore:
             raise errors.ConfigError(f"{self.path}: cannot read ({exc.strerror})") from None
         try:
             with os.fdopen(fd, "rb") as f:
-                if os.fstat(fd).st_mode & 0o077:  # someone loosened it: a secrets file stays 0600
+                mode = os.fstat(fd).st_mode
+                if not stat.S_ISREG(mode):  # a FIFO's read waited for a writer, for good
+                    raise errors.ConfigError(f"{self.path} is not a regular file; secrets are read only from one: "
+                                             "remove it (`scvctl secrets set KEY` writes a new one)")
+                if mode & 0o077:  # someone loosened it: a secrets file stays 0600
                     os.fchmod(fd, FILE_MODE)
                     log.warning("repaired permissions: %s was readable by others; now 0600", self.path)
                 text = f.read().decode("utf-8", "replace")
-        except OSError as exc:  # e.g. a directory in its place
+        except OSError as exc:  # e.g. an I/O error
             raise errors.ConfigError(f"{self.path}: cannot read ({exc.strerror}); fix or remove it") from None
         return parse_file(self.path, text)
 

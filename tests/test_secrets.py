@@ -379,6 +379,17 @@ def test_scvctl_secrets_set_into_a_keyring(xdg: Path):
     assert '"source":"keyring"' in listed.stdout
 
 
+def test_a_fifo_in_place_of_secrets_toml_is_refused_not_waited_on(xdg: Path):
+    """Reading it waited for a writer, for good: `scvctl secrets list` hung, and in scvd every lookup."""
+    home = xdg / "home"
+    home.mkdir(mode=0o700)
+    os.mkfifo(home / "secrets.toml", 0o600)
+    out = scvctl(home, xdg, "secrets", "list")
+    assert out.returncode == 1
+    assert out.stderr.strip() == (f"config: {home / 'secrets.toml'} is not a regular file; secrets are read only "
+                                  "from one: remove it (`scvctl secrets set KEY` writes a new one)"), out.stderr
+
+
 def test_scvctl_secrets_set_that_cannot_write_secrets_toml_stores_nothing_and_says_so(xdg: Path):
     """The value went into the keyring, then secrets.toml's write failed: the value was in effect
     while `list` did not show it."""
