@@ -508,8 +508,12 @@ class SecretStore:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         """One writer at a time (scvctl and the daemon): an flock on the directory."""
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:  # a file in the directory's place, a read-only file system
+            raise errors.ConfigError(f"{self.path}: cannot write ({exc.strerror} on {self.path.parent}); nothing "
+                                     "was changed: make that a directory you can write, or set SCV_HOME") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

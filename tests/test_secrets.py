@@ -390,6 +390,16 @@ def test_a_fifo_in_place_of_secrets_toml_is_refused_not_waited_on(xdg: Path):
                                   "from one: remove it (`scvctl secrets set KEY` writes a new one)"), out.stderr
 
 
+def test_scvctl_secrets_set_where_the_config_dir_cannot_be_made_says_so_without_a_traceback(xdg: Path):
+    (xdg / "afile").write_text("not a directory\n")
+    home = xdg / "afile" / "home"
+    for args in (("set", "API_TOKEN"), ("delete", "API_TOKEN")):
+        out = scvctl(home, xdg, "secrets", *args, input="s3cr3t")
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"config: {home / 'secrets.toml'}: cannot write (Not a directory on {home}); nothing was changed: "
+            "make that a directory you can write, or set SCV_HOME"), out.stderr
+
+
 def test_scvctl_secrets_set_that_cannot_write_secrets_toml_stores_nothing_and_says_so(xdg: Path):
     """The value went into the keyring, then secrets.toml's write failed: the value was in effect
     while `list` did not show it."""
