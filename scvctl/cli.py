@@ -344,6 +344,9 @@ def on_secret(c: Client, event: p.SecretRequested, *, as_json: bool = False) -> 
             return
         except errors.InvalidRequest as exc:  # e.g. too long: the request is still pending
             print(f"  not stored: {exc.message}; enter it again", flush=True)
+        except errors.ToolError as exc:  # the store refused it (a locked keyring): that request is over, not the watch
+            print(printable(f"  not stored: {exc.message}", keep=""), flush=True)
+            return
 
 
 def _read_secret(prompt: str) -> str | None:

@@ -150,13 +150,16 @@ class SecretRequests:
         store = secrets_mod.off_loop(self._store, request.key, value)
         self.storing.add(store)
         store.add_done_callback(lambda done: self._stored(request, decided_by, done))
-        await asyncio.shield(store)
+        try:
+            await asyncio.shield(store)
+        except Exception as exc:  # the approver reads why, as the call does (a config error was `internal`)
+            raise errors.Failed(f"{request.key} could not be stored: {_why(exc)}") from None
 
     def _stored(self, request: SecretRequest, decided_by: str, done: asyncio.Future[Any]) -> None:
         self.storing.discard(done)
         exc = done.exception() if not done.cancelled() else asyncio.CancelledError()
         if exc is not None:  # whatever it is, the call ends now, not at the timeout
-            why = exc.message if isinstance(exc, errors.ScvError) else type(exc).__name__
+            why = _why(exc)
             self._finish(request, "failed", decided_by, errors.Failed(
                 f"{request.key} could not be stored: {why}"), reason=why)
             return
@@ -225,6 +228,11 @@ class SecretRequests:
                                  decided_by=decided_by or "")
         for conn in request.targets:
             self._send(conn, event)
+
+
+def _why(exc: BaseException) -> str:
+    """Why a store failed: our message, else only the exception's type (never a value)."""
+    return exc.message if isinstance(exc, errors.ScvError) else type(exc).__name__
 
 
 def _requested(request: SecretRequest) -> p.SecretRequested:

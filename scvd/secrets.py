@@ -471,7 +471,7 @@ class SecretStore:
                     os.fchmod(fd, FILE_MODE)
                     log.warning("repaired permissions: %s was readable by others; now 0600", self.path)
                 text = f.read().decode("utf-8", "replace")
-        except OSError as exc:  # e.g. an I/O error
+        except OSError as exc:  # e.g. a directory in its place
             raise errors.ConfigError(f"{self.path}: cannot read ({exc.strerror}); fix or remove it") from None
         return parse_file(self.path, text)
 

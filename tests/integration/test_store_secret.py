@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from helpers import slow_keyring
+from helpers import lockable_keyring, slow_keyring
 from helpers.probe_tools import wait_event
 from scvd import errors, protocol as p
 
@@ -44,6 +44,26 @@ def recording(client: Any) -> list[bytes]:
 
 def secret_requested(watcher: Any, key: str) -> p.SecretRequested:
     return wait_event(watcher, lambda e: isinstance(e, p.SecretRequested) and e.key == key)
+
+
+def start_watch(d: Any, answers: str) -> subprocess.Popen:
+    """`scvctl approvals watch` with `answers` (a line per prompt) waiting in its stdin."""
+    watch = subprocess.Popen([sys.executable, "-m", "scvctl", "approvals", "watch"], env=d.env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch.stdin.write(answers)
+    watch.stdin.flush()
+    return watch
+
+
+def store_secret_once_watched(agent: Any, sid: str) -> Any:
+    """store_secret for API_TOKEN, called again until the watcher has connected (before, nobody is asked)."""
+    deadline = time.monotonic() + 30
+    while True:
+        done = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+        if done.ok or "no approver" not in done.error.message:
+            return done
+        assert time.monotonic() < deadline, "scvctl approvals watch never connected"
+        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -276,20 +296,10 @@ def test_a_process_spawned_by_scvd_cannot_provide_a_secret(setup, workspace):
 
 def test_scvctl_approvals_watch_asks_for_the_value_and_never_prints_it(setup, workspace):
     d = setup
-    watch = subprocess.Popen([sys.executable, "-m", "scvctl", "approvals", "watch"], env=d.env,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = start_watch(d, f"{VALUE}\n")  # the answer to the prompt, waiting in the pipe (not a terminal)
     try:
-        watch.stdin.write(f"{VALUE}\n")  # the answer to the prompt, waiting in the pipe (not a terminal)
-        watch.stdin.flush()
         with d.client(name="agent") as agent:
-            sid = agent.open_session(workspace)
-            deadline = time.monotonic() + 30
-            while True:  # until the watcher has connected: before that, no approver is there
-                done = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
-                if done.ok or done.error.kind != "unavailable":
-                    break
-                assert time.monotonic() < deadline, "scvctl approvals watch never connected"
-                time.sleep(0.1)
+            done = store_secret_once_watched(agent, agent.open_session(workspace))
             assert done.ok, done.error
     finally:
         watch.terminate()
@@ -297,6 +307,32 @@ def test_scvctl_approvals_watch_asks_for_the_value_and_never_prints_it(setup, wo
     assert "secret API_TOKEN for script_token" in out and "input hidden" in out
     assert VALUE not in out + err
     assert VALUE in (d.home / "secrets.toml").read_text()
+
+
+def test_a_value_the_keyring_refuses_leaves_scvctl_approvals_watch_watching_and_says_why(
+        make_daemon, scv_home, workspace, tmp_path):
+    """The store's refusal came back as the answer's error, and `scvctl approvals watch` (and `scvctl chat`)
+    exited on it: nobody was left to ask, for secrets or approvals."""
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    kr = tmp_path / "keyring.json"
+    d = make_daemon(home=scv_home, env={"PYTHON_KEYRING_BACKEND": lockable_keyring.BACKEND,
+                                        "LOCKABLE_KEYRING": str(kr), "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+    lockable_keyring.lock(kr)
+    watch = start_watch(d, f"refused-{VALUE}\n{VALUE}\n")  # an answer for each request
+    try:
+        with d.client(name="agent") as agent:
+            sid = agent.open_session(workspace)
+            done = store_secret_once_watched(agent, sid)
+            assert done.error.kind == "failed" and "(KeyringLocked): unlock it" in done.error.message, done
+            lockable_keyring.lock(kr, False)
+            again = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+            assert again.ok and again.result["where"] == "keyring", again.error
+    finally:
+        watch.terminate()
+        out, err = watch.communicate(timeout=15)
+    assert ("not stored: API_TOKEN could not be stored: the keyring helpers.lockable_keyring.Keyring could not store "
+            "API_TOKEN (KeyringLocked): unlock it") in out, out + err
+    assert VALUE in kr.read_text() and VALUE not in out + err
 
 
 def test_the_agents_question_reaches_approvers_with_control_characters_escaped(setup, workspace):
