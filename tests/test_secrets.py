@@ -525,3 +525,19 @@ def test_a_hung_keyring_holds_no_secret_thread_and_later_secrets_go_on(xdg: Path
         assert parse_file(path, path.read_text()) == ({"IN_FILE": "from-file"}, [])
     finally:
         blocking_keyring.release.set()
+
+
+def test_a_set_the_keyring_never_answers_fails_and_keeps_the_name_listed(xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    """It held secrets.toml's lock until the keyring answered: `scvctl secrets set` hung without a word,
+    and so did every other set and delete. Listed, because the keyring may store it yet."""
+    monkeypatch.setattr(secrets_mod, "KEYRING_SECONDS", 0.2, raising=False)
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", blocking_keyring.BACKEND)
+    blocking_keyring.release.clear()
+    path = xdg / "conf" / "secrets.toml"
+    try:
+        for store in (SecretStore(path, env={}), SecretStore(path, env={})):  # as scvctl, then scvd
+            with pytest.raises(errors.Unavailable, match=r"could not store API_TOKEN \(no answer within 0.2 s\)"):
+                store.set("API_TOKEN", "s3cr3t")
+        assert parse_file(path, path.read_text()) == ({}, ["API_TOKEN"])
+    finally:
+        blocking_keyring.release.set()
