@@ -15,13 +15,13 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from . import __version__, errors, eventloop, heap, limits, notify, protocol as p
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
-from .chat.service import ChatService
+from .chat.pipeline import screen
 from .config import Loaded, load
 from .client_protocol import ClientProtocol
 from .connection import Connection
@@ -37,6 +37,9 @@ from .sessions import Owner, Session, new_session_id, open_workspace
 from .tools import build_registry
 from .tools.contract import Registry, findings
 from .workers import in_own_thread
+
+if TYPE_CHECKING:
+    from .chat.service import ChatService
 
 log = logging.getLogger("scvd.server")
 
@@ -96,7 +99,9 @@ class Daemon:
         self._opening = 0  # session.open requests between their budget check and their session
         self._closing = 0  # connections that ended their stream, open until their cancelled calls say so
         self._refusals = limits.RefusalLog()
-        self.chat = ChatService(self)
+        self._chat: ChatService | None = None  # made by the first chat request (the property `chat`)
+        # a call that carries a turn id (a chat's, or a client's own) is refused when nobody could decide it
+        self.gate.screen = lambda owner, info: screen(self, owner, info)
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
         self.services["mcp_servers"] = self.mcp  # store_secret tells its agent how they came up
         self.mcp_hosts = McpHosts(self)  # MCP hosts whose stdio `scvctl mcp` handed over
@@ -121,18 +126,30 @@ class Daemon:
             p.SecretDecline: self.on_secret_decline,
             p.AgentsSpec: self.on_agents_spec,
             p.AgentsImport: self.on_agents_import,
-            p.ChatOpen: self.chat.open,
-            p.TurnStart: self.chat.start_turn,
-            p.TurnCancel: self.chat.cancel_turn,
-            p.ChatHistory: self.chat.history,
-            p.ChatClear: self.chat.clear,
-            p.QuestionAnswer: self.chat.answer,
+            p.ChatOpen: lambda conn, frame: self.chat.open(conn, frame),
+            p.TurnStart: lambda conn, frame: self.chat.start_turn(conn, frame),
+            p.TurnCancel: lambda conn, frame: self.chat.cancel_turn(conn, frame),
+            p.ChatHistory: lambda conn, frame: self.chat.history(conn, frame),
+            p.ChatClear: lambda conn, frame: self.chat.clear(conn, frame),
+            p.QuestionAnswer: lambda conn, frame: self.chat.answer(conn, frame),
             p.McpAttach: self.mcp_hosts.attach,
         }
 
     @property
     def config(self) -> Any:
         return self.loaded.config
+
+    @property
+    def chat(self) -> ChatService:
+        """The model loop's service, made (and its modules imported) by the first chat request: a
+        daemon nobody chats with does without them."""
+        if self._chat is None:
+            from .chat.service import ChatService
+
+            self._chat = ChatService(self)
+            if self.stop_event.is_set():  # made while scvd stops: it takes no turn either
+                self._chat.stop()
+        return self._chat
 
     def session_registries(self) -> list[Registry]:
         """The distinct registries of open sessions (those opened before a reload keep the old one)."""
@@ -251,7 +268,7 @@ class Daemon:
         def left() -> float:
             return max(0.0, deadline - loop.time())
 
-        turns = self.chat.stop()
+        turns = self._chat.stop() if self._chat is not None else []
         stuck = await self.calls.stop(grace)
         if stuck:
             log.warning("%d call(s) did not stop within server.shutdown_grace_seconds (%g s); "
@@ -813,7 +830,8 @@ class Daemon:
         return services
 
     def _close_session(self, session: Session) -> None:
-        self.chat.session_closed(session)
+        if self._chat is not None:
+            self._chat.session_closed(session)
         self.calls.cancel_session(session, "its session was closed")
         session.close()
         session.owner.sessions.pop(session.id, None)

@@ -29,7 +29,7 @@ from .catalog import Catalog
 from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
 from .items import (CallRequested, Cleared, NoteArrived, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall,
                     Usage)
-from .pipeline import screen, submit
+from .pipeline import submit
 from .transcript import Transcripts, new_id
 
 log = logging.getLogger("scvd.chat")
@@ -70,7 +70,6 @@ class ChatService:
         self.stopping = False
         self._turns = itertools.count(1)
         self._closing: set[asyncio.Task[None]] = set()  # providers closing their connections
-        daemon.gate.screen = lambda owner, info: screen(daemon, owner, info)
 
     # --- requests -----------------------------------------------------------------------
 
