@@ -514,8 +514,11 @@ class CallRegistry:
         if task is not None:
             task.uncancel()  # the cancel is answered here; nothing above this task waits on it
         if call.timed_out:
+            fix = ("send the call with a larger timeout_seconds" if call.timeout == call.timeout_override
+                   else call.tool.timeout_fix(call.session.config) if call.tool is not None else None)
             return errors.Timeout(
-                f"{call.tool_name} ran past its dispatch timeout of {call.timeout:g} s and was stopped")
+                f"{call.tool_name} ran past its dispatch timeout of {call.timeout:g} s and was stopped",
+                hint=f"{fix}, or ask for less per call" if fix else "ask for less per call")
         why = call.cancel_reason or "cancelled"
         return errors.Cancelled(f"call {call.call_id} was cancelled: {why}")
 

@@ -85,6 +85,12 @@ class McpTool(Tool):
     def input_schema(self) -> dict[str, Any]:
         return self.spec.input_schema
 
+    def timeout_fix(self, config: Any) -> str | None:
+        key = f"mcp.servers.{self.link.name}.timeout_seconds"
+        if self.flags.timeout is None:
+            return f"set {key}, or raise tools.default_timeout_seconds, in config.toml"
+        return f"raise {key} in config.toml"
+
     def secret_keys(self, config: Any) -> frozenset[str]:
         """Its server's: a call fails for want of one when the server could not start with it, or
         refused it (401/403)."""

@@ -231,6 +231,11 @@ class Tool(abc.ABC):
             return float(self.flags.timeout)
         return float(config.tools.default_timeout_seconds)  # seed 003's DEFAULT_TOOL_TIMEOUT, 900 s
 
+    def timeout_fix(self, config: Any) -> str | None:
+        """What gives this tool's calls more time than its dispatch timeout (the hint of a call
+        stopped at it), or None when nothing in the configuration sets it."""
+        return "raise tools.default_timeout_seconds in config.toml" if self.flags.timeout is None else None
+
 
 def own_deadline(seconds: float, ctx: CallContext) -> float:
     """A tool's own deadline for this call: its timeout, or the call's timeout_seconds when smaller."""

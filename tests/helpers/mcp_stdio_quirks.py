@@ -14,7 +14,8 @@ in a progress notification's message, and
 stdin ends (its stop takes scvd's grace, then SIGTERM); `cursor-loop` answers every tools/list with
 the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/list_changed, and never
 answers a tools/list after the first; `steps` also lists `steps`, which sends three progress notifications
-at once before its answer. Its tool `echo` answers with its arguments.
+at once before its answer; `hang` also lists `hang`, which never answers. Its tool `echo` answers
+with its arguments.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ if mode == "results":
                "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}]
 if mode == "steps":
     tools.append({"name": "steps", "description": "Reports three steps at once.", "inputSchema": {"type": "object"}})
+if mode == "hang":
+    tools.append({"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}})
 if mode == "relist-hangs":
     tools.append({"name": "announce", "description": "Says its tools changed.", "inputSchema": {"type": "object"}})
 if mode == "huge-schema":
@@ -86,6 +89,8 @@ for line in sys.stdin:
             sys.exit(3)
     elif method == "tools/call":
         name, token = msg["params"]["name"], os.environ.get("LEAK_TOKEN", "")
+        if name == "hang":
+            continue
         text = json.dumps(msg["params"].get("arguments") or {})
         result: dict = {"content": [{"type": "text", "text": text}]}
         if name == "leak_error":

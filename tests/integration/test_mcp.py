@@ -18,6 +18,7 @@ import pytest
 from scvd import protocol as p
 
 from conftest import ROOT, DaemonProc, base_env, reloaded, wait_pending
+from harness import wait_until
 
 
 class McpHost:
@@ -398,6 +399,27 @@ def with_quirks_server(make_daemon, mode: str, tool: str) -> DaemonProc:
             assert time.monotonic() < deadline, "the server's tools never came"
             time.sleep(0.1)
     return d
+
+
+def test_an_mcp_call_stopped_at_its_timeout_says_which_setting_gives_it_more_time(make_daemon, workspace):
+    """It said only that the call ran past its dispatch timeout, with no hint: nothing told the
+    person that the server's timeout_seconds (or tools.default_timeout_seconds) sets it."""
+    server = f'command = "{sys.executable}"\nargs = ["{QUIRKS}", "hang"]\nsandbox = false\nrisk = "read_only"\n'
+    d = make_daemon(f"[tools]\ndefault_timeout_seconds = 1\n[mcp.servers.raw]\n{server}"
+                    f"[mcp.servers.own]\n{server}timeout_seconds = 1.5\n")
+    with d.client(name="t") as c:
+        wait_until(lambda: {"mcp__raw__hang", "mcp__own__hang"} <= {t.name for t in c.request(p.ToolsList).tools},
+                   what="both servers' tools")
+        session = c.open_session(workspace)
+        default = c.call(session, "mcp__raw__hang", {})
+        own = c.call(session, "mcp__own__hang", {})
+        lowered = c.call(session, "mcp__own__hang", {}, timeout_seconds=1)
+    assert default.error.message == "mcp__raw__hang ran past its dispatch timeout of 1 s and was stopped"
+    assert default.error.hint == ("set mcp.servers.raw.timeout_seconds, or raise tools.default_timeout_seconds, "
+                                  "in config.toml, or ask for less per call")
+    assert own.error.kind == "timeout" and "timeout of 1.5 s" in own.error.message
+    assert own.error.hint == "raise mcp.servers.own.timeout_seconds in config.toml, or ask for less per call"
+    assert lowered.error.hint == "send the call with a larger timeout_seconds, or ask for less per call"
 
 
 def test_progress_grows_with_each_notification_though_a_tool_reports_at_once(make_daemon, workspace):
