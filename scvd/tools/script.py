@@ -24,6 +24,7 @@ import asyncio
 import itertools
 import json
 import logging
+import math
 import os
 from typing import Any, ClassVar
 
@@ -303,16 +304,25 @@ def parse_redacted(output: str, secrets: dict[str, str]) -> Any:
     is not redacted first: a short value such as a PIN would break the JSON around it). Raises ValueError
     for text that is not JSON, RecursionError for JSON nested too deeply to walk."""
     if not secrets:
-        return json.loads(output, parse_constant=_not_json)
+        return json.loads(output, parse_float=_finite, parse_constant=_not_json)
 
     def number(literal: str) -> Any:  # as printed, so `1234.50` is matched as the script wrote it
         hidden = redact(literal, secrets)
-        return hidden if hidden != literal else (float(literal) if any(c in literal for c in ".eE")
+        return hidden if hidden != literal else (_finite(literal) if any(c in literal for c in ".eE")
                                                  else int(literal))
 
     # decoding undoes escapes redact() knows no form of (`\/`, `\u0026`, upper-case hex)
     return redact_tree(json.loads(output, parse_int=number, parse_float=number, parse_constant=_not_json),
                        secrets)
+
+
+def _finite(literal: str) -> float:
+    """A JSON number no double holds (`1e999`) decodes to inf, which goes out as null: such output
+    is handed back as the text the script printed, as NaN's is."""
+    value = float(literal)
+    if math.isinf(value):
+        raise ValueError(f"{literal} is out of a double's range")
+    return value
 
 
 def _not_json(constant: str) -> Any:

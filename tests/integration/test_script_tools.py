@@ -584,6 +584,21 @@ def test_a_short_secret_in_a_json_result_keeps_the_result_json(make_daemon, scv_
     assert done.result == {"pin": "[secret PIN]", "ok": True, "note": "set [secret PIN]"}
 
 
+def test_a_number_no_double_holds_keeps_the_output_as_text_not_null(make_daemon, scv_home, workspace):
+    """`1e999` is JSON's grammar, but no double holds it: Python decoded it to inf, which the wire
+    carries as null, so the agent got {"big": null} (with or without secrets), and the value was lost."""
+    printed = '{"big": 1e999, "small": -2e400, "n": 3}'
+    make_tool(scv_home, "big", f"#!/bin/bash\ncat >/dev/null\necho '{printed}'\n", risk="read_only")
+    make_tool(scv_home, "big_pin", f"#!/bin/bash\ncat >/dev/null\necho '{printed}'\n", risk="read_only",
+              secrets=["PIN"])
+    d = make_daemon(home=scv_home, env={"PIN": "4711", **NO_KEYRING})
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        plain, with_secret = c.call(sid, "script_big", {"text": "x"}), c.call(sid, "script_big_pin", {"text": "x"})
+    assert plain.ok and plain.result == printed + "\n", plain
+    assert with_secret.ok and with_secret.result == printed + "\n", with_secret
+
+
 DEEP_JSON = """#!/bin/bash
 cat >/dev/null
 python3 -c 'import os; v = os.environ["API_TOKEN"].replace("/", "\\\\/"); print("[" * 900 + "\\"" + v + "\\"" + "]" * 900)'
