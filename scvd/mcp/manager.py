@@ -188,7 +188,8 @@ class McpServers:
         if cfg.url is not None:
             return spec.http_headers(name, cfg, secrets)
         home = self.host.paths.data_dir / "mcp" / name  # its default cwd: a private dir of its own
-        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        home.parent.mkdir(mode=0o700, exist_ok=True)  # each its own: parents=True gives the umask's mode
+        home.mkdir(mode=0o700, exist_ok=True)
         cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else None
         if cwd is not None and not os.path.isdir(cwd):  # else it reads as the command being missing
             raise Unavailable(f"mcp server {name}: its cwd {cwd!r} is not a directory; create it, or fix "

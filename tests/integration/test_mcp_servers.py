@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -289,6 +290,13 @@ def test_a_server_that_cannot_start_shows_its_stderr(make_daemon, workspace):
     assert re.search(r"mcp server fs \(stdio\): (down|starting), 0 tool\(s\), restarted \d+x", status), status
     assert "\n  the server process exited with status 1; stderr: " in status
     assert "fs: mcp:fs: the server process exited with status 1; stderr: " in scvctl(d, "tools", "--errors")
+
+
+def test_the_servers_working_dirs_and_their_parent_are_private_whatever_the_umask(make_daemon):
+    # mkdir(parents=True) gave <data>/mcp the umask's mode (0755): every server's dir name showed
+    d = make_daemon('[mcp.servers.cat]\ncommand = "/bin/cat"\nsandbox = false\n', umask=0o022)
+    wait_until(lambda: (d.home / "mcp" / "cat").is_dir(), what="the server's working dir")
+    assert {stat.S_IMODE((d.home / sub).stat().st_mode) for sub in ("mcp", "mcp/cat")} == {0o700}
 
 
 STDIO_QUIRKS = ROOT / "tests" / "helpers" / "mcp_stdio_quirks.py"
