@@ -95,8 +95,12 @@ def _add_call(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _seconds(text: str) -> float:
-    """A finite number of seconds: nan, inf and 1e400 went to scvd as null (no timeout asked)."""
-    value = float(text)
+    """A finite number of seconds: nan, inf and 1e400 went to scvd as null (no timeout asked);
+    a word is said as such, not as argparse's `invalid _seconds value`."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds, e.g. 30")
     return value

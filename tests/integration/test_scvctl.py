@@ -197,9 +197,10 @@ def test_sessions_escapes_a_peers_name_and_workspace(daemon: DaemonProc, workspa
     assert "w\\x1b]0;pwned\\x07" in out and "client=bridge\\x1b[2J" in out, repr(out)
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "1e400"])
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "abc", "10s"])
 def test_call_refuses_a_timeout_that_is_not_a_finite_number(daemon: DaemonProc, value: str):
-    """They went to scvd as null: the call ran with its default timeout, nothing said."""
+    """They went to scvd as null: the call ran with its default timeout, nothing said; a word was
+    `invalid _seconds value`, the name of a function the user never wrote."""
     out = scvctl(daemon, "call", "--timeout", value, "read", '{"path": "x"}')
     assert out.returncode == 2 and f"'{value}' is not a finite number of seconds, e.g. 30" in out.stderr, out.stderr
 
