@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         args.extra = [*args.extra, *argv[cut + 1:]]
     args.json = getattr(args, "json", False)
     args.socket = getattr(args, "socket", None)
+    if args.command != "mcp":  # its stdin and stdout are the MCP host's: it says when one is closed
+        closed_stdio_as_devnull()
     if args.json and getattr(args, "no_json", None):  # silently ignored, a script would parse text
         print(f"usage: --json does not apply to {args.no_json}", file=sys.stderr)
         return EXIT_USAGE
@@ -136,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         # `scvctl ... | head`: the reader left; exit quietly like other Unix tools
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+
+
+def closed_stdio_as_devnull() -> None:
+    """A stream started closed (`<&-`, `>&-`) is None in sys, and the first prompt or JSON line was a
+    traceback: read it as /dev/null instead (end of input at a prompt, output dropped as print() drops it)."""
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode))
 
 
 HANDSHAKE_SECONDS = 30.0  # the longest any command waits for scvd's welcome

@@ -590,3 +590,17 @@ def test_approve_for_the_session_of_an_always_ask_request_says_it_was_once(daemo
     finally:
         stop(call)
     assert call.returncode == 0 and (workspace / ".envrc").read_text() == "x"
+
+
+def test_a_closed_stdin_or_stdout_is_end_of_input_and_no_output_not_a_traceback(daemon: DaemonProc):
+    """`<&-` or `>&-` (a supervisor that closes them) left sys.stdin / sys.stdout None: the first
+    read of a value or write of a JSON line was an AttributeError traceback."""
+    def run(redirect: str, *args: str) -> subprocess.CompletedProcess:
+        line = " ".join([sys.executable, "-m", "scvctl", *args, redirect])
+        return subprocess.run(["bash", "-c", f"exec {line}"], env=base_env(daemon.home),
+                              capture_output=True, text=True, timeout=30)
+
+    out = run("<&-", "secrets", "set", "TOK")
+    assert out.returncode == 2 and out.stderr.startswith("usage: no value given for TOK"), out.stderr
+    out = run(">&-", "status", "--json")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
