@@ -85,7 +85,7 @@ class _Base(abc.ABC):
                  "events are not the answer)" if stalled else "")
         return ProviderFailure("provider_error", f"{self._where()} did not answer within "
                                f"{s.timeout_seconds:g} s (timeout_seconds){stall}",
-                               f"send the text again; for a slow model raise providers.{s.name}.timeout_seconds")
+                               f"send the text again; for a slow model raise {_key(s.name, 'timeout_seconds')}")
 
     def _connect(self) -> openai.AsyncOpenAI:
         s = self.settings
@@ -110,7 +110,8 @@ class _Base(abc.ABC):
                                    f"{_cause(exc)}", "send the text again")
         if isinstance(exc, openai.APIConnectionError):
             return ProviderFailure("provider_error", f"cannot reach {where}: {exc}",
-                                   f"check providers.{s.name}.base_url")
+                                   f"check the base_url of {_table(s.name)}" if s.name == "codex"
+                                   else f"check providers.{s.name}.base_url")
         return ProviderFailure("provider_error", f"{where} failed mid-answer: {exc.message}")  # an error event
 
     async def aclose(self) -> None:
@@ -171,8 +172,8 @@ def _cause(exc: Exception) -> str:
 def _token_limit(where: str, settings: Settings) -> ProviderFailure:
     """The answer stopped at the output token limit: a tool call in it would be cut, a text unfinished."""
     name = settings.name
-    fix = (f"raise providers.{name}.max_output_tokens ({settings.max_output_tokens} now)" if settings.max_output_tokens
-           else f"set providers.{name}.max_output_tokens above the server's default")
+    fix = (f"raise {_key(name, 'max_output_tokens')} ({settings.max_output_tokens} now)" if settings.max_output_tokens
+           else f"set {_key(name, 'max_output_tokens')} above the server's default")
     return ProviderFailure("provider_error", f"{where} cut the answer off at its output token limit",
                            f"{fix}, or ask for less at a time")
 
@@ -205,6 +206,15 @@ def _table(name: str) -> str:
     """Where provider `name`'s settings are."""
     return ("the imported Codex setup (`scvctl agents import codex`)" if name == "codex"
             else f"[providers.{name}] in config.toml")
+
+
+def _key(name: str, key: str) -> str:
+    """A setting of provider `name` as a person changes it. The imported Codex setup has no such key, and a
+    [providers.codex] table would replace the import (its model is required): another table carries one."""
+    if name == "codex":
+        return f"{key} in a [providers.NAME] table of your own, with chat.provider = \"NAME\" (the imported " \
+               f"Codex setup has no {key})"
+    return f"providers.{name}.{key}"
 
 
 def _detail(exc: openai.APIStatusError) -> str:

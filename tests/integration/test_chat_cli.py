@@ -158,6 +158,27 @@ def test_exec_exits_1_on_turn_failed(chat_daemon, model, workspace):
 
 
 
+def test_exec_on_an_unreachable_imported_codex_setup_points_at_that_setup(make_daemon, scv_home, workspace):
+    """The hint said `check providers.codex.base_url`: no such key exists, and a [providers.codex] table
+    would replace the import. The base_url is in the Codex setup `scvctl agents import codex` copied."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # nothing listens there once closed
+    codex = scv_home / "adapters" / "codex"
+    codex.mkdir(parents=True)
+    (codex / "config.toml").write_text(
+        f'model = "m"\nmodel_provider = "relay"\n[model_providers.relay]\nbase_url = "http://127.0.0.1:{dead}/v1"\n'
+        'requires_openai_auth = true\n')
+    (codex / "auth.json").write_text('{"OPENAI_API_KEY": "sk-test"}')
+    out = scvctl(make_daemon(home=scv_home), "exec", "--workspace", str(workspace), "hi")
+    assert out.returncode == 1 and "turn failed (provider_error): cannot reach provider 'codex'" in out.stderr
+    assert "hint: check the base_url of the imported Codex setup (`scvctl agents import codex`)" in out.stderr, \
+        out.stderr
+    assert "providers.codex" not in out.stderr
+
+
 # --- scvctl chat in tmux --------------------------------------------------------------------
 
 
