@@ -109,11 +109,13 @@ def _seconds(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
+    args, _ = parser.parse_known_args(argv)
     if hasattr(args, "extra") and "--" in argv:  # an agent's own arguments: whole, a `--` among them too
-        cut = argv.index("--")  # (argparse drops every `--` it sees there)
+        cut = argv.index("--")  # (argparse drops every `--` it sees there, and refuses all after an option)
         args = parser.parse_args(argv[:cut])
         args.extra = [*args.extra, *argv[cut + 1:]]
+    else:
+        args = parser.parse_args(argv)
     args.json = getattr(args, "json", False)
     args.socket = getattr(args, "socket", None)
     if args.command != "mcp":  # its stdin and stdout are the MCP host's: it says when one is closed

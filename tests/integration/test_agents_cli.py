@@ -101,6 +101,18 @@ def test_an_agents_arguments_after_the_double_dash_go_through_whole(agent_daemon
     assert argv == ["login", "--config", "--", "x"]
 
 
+def test_an_option_before_the_double_dash_keeps_the_agents_arguments(agent_daemon: DaemonProc) -> None:
+    """`login codex --socket S -- --device-auth` was `unrecognized arguments: -- --device-auth` (exit 2):
+    argparse had taken AGENT and its empty arguments before the option, and refused what followed."""
+    out = scvctl(agent_daemon, "agents", "login", "codex", "--socket", str(agent_daemon.socket), "--",
+                 "--device-auth")
+    assert out.returncode == 0, out.stderr
+    argv, _, _ = read_log(agent_log(agent_daemon))
+    assert argv == ["login", "--device-auth"]
+    out = scvctl(agent_daemon, "agents", "status", "codex", "--json", "--", "--verbose")
+    assert out.returncode == 2 and "arguments after -- apply without --json only" in out.stderr, out.stderr
+
+
 def test_an_attached_sign_in_gets_this_terminals_term(make_daemon, tmp_path: Path) -> None:
     """Under systemd the daemon has no TERM: the sign-in window (pi's TUI) was told of no terminal."""
     fake_bin = make_fake_bin(tmp_path / "bin")
