@@ -101,7 +101,11 @@ def parse_args(argv: list[str] | None = None) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    paths = paths_mod.resolve()
+    try:
+        paths = paths_mod.resolve()
+    except errors.ConfigError as exc:  # SCV_HOME / SCV_SOCKET: before any config file is known
+        print(f"{_error_prefix()}scvd: configuration error: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIG
     # absolute: --daemon changes to / before a reload reads the file again
     config_file = (getattr(args, "config", None) or paths.config_file).absolute()
     foreground = args.command != "check-config" and not getattr(args, "daemon", False)

@@ -157,7 +157,7 @@ def resolve(env: Mapping[str, str] | None = None) -> Paths:
     env = os.environ if env is None else env
     home = env.get("SCV_HOME")
     if home:
-        root = _absolute(home, env)
+        root = _absolute("SCV_HOME", home, env)
         paths = dict(
             home=root,
             config_dir=root,
@@ -176,16 +176,20 @@ def resolve(env: Mapping[str, str] | None = None) -> Paths:
             runtime_dir=Path(dirs.runtime) if dirs.runtime else Path(dirs.state) / "run",
         )
     sock = env.get("SCV_SOCKET")
-    socket = _absolute(sock, env) if sock else paths["runtime_dir"] / "scvd.sock"
+    socket = _absolute("SCV_SOCKET", sock, env) if sock else paths["runtime_dir"] / "scvd.sock"
     return Paths(socket=socket, **paths)
 
 
-def _absolute(value: str, env: Mapping[str, str]) -> Path:
+def _absolute(name: str, value: str, env: Mapping[str, str]) -> Path:
     """`~` from env's HOME, then absolute against the working directory."""
     if value == "~" or value.startswith("~/"):
         # an empty HOME (`env HOME= scvd`) made `~/x` into `/x`, as expanduser() does
         value = (env.get("HOME") or os.environ.get("HOME") or _account_home()) + value[1:]
-    return Path(value).expanduser().absolute()
+    try:
+        return Path(value).expanduser().absolute()
+    except RuntimeError:  # `~bob/x` where no account bob exists: a traceback in scvd and every scvctl command
+        raise errors.ConfigError(f"{name}={value}: {value.split('/', 1)[0]} names no user account on this "
+                                 "machine; use ~/ (your home) or an absolute path") from None
 
 
 def _account_home() -> str:

@@ -58,6 +58,20 @@ def test_a_tilde_with_an_empty_home_is_the_accounts_home(tmp_path, monkeypatch, 
     assert resolve({"SCV_HOME": str(tmp_path), "SCV_SOCKET": "~/s.sock"}).socket == Path(account) / "s.sock"
 
 
+@pytest.mark.parametrize("command, code", [(["scvd", "check-config"], 2), (["scvctl", "status"], 1)])
+def test_a_tilde_naming_no_account_is_one_line_saying_so_not_a_traceback(tmp_path, command, code):
+    """`SCV_HOME=~nobodyhere/scv`: expanduser() raised RuntimeError, a traceback in scvd and every scvctl."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SCV_HOME="~nobodyhere-scv/inst", HOME=str(tmp_path),
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    out = subprocess.run([sys.executable, "-m", *command], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == code and "Traceback" not in out.stderr, out.stderr
+    assert "SCV_HOME=~nobodyhere-scv/inst: ~nobodyhere-scv names no user account on this machine; use ~/ " \
+           "(your home) or an absolute path" in out.stderr
+
+
 def test_xdg_layout_from_home(xdg):
     p = resolve(dict(os.environ))
     assert p.home is None
