@@ -132,7 +132,11 @@ def run_attached(launch: p.LaunchSpec) -> int:
     # the terminal is this one, not the daemon's (none under systemd): its TERM and COLORTERM describe it
     env = {**launch.env, **{k: os.environ[k] for k in TERMINAL_ENV if k in os.environ}}
     try:
-        proc = subprocess.Popen(launch.argv, env=env, cwd=launch.cwd)
+        try:
+            proc = subprocess.Popen(launch.argv, env=env, cwd=launch.cwd)
+        except OSError as exc:  # found, yet it cannot start: a #! naming an interpreter that is gone, say
+            print(f"cannot run {launch.argv[0]}: {exc.strerror}; run it by hand to see why", file=sys.stderr)
+            return 1
         while True:
             try:
                 code = proc.wait()

@@ -299,6 +299,22 @@ def test_login_without_the_daemon_uses_the_same_home_and_env(tmp_path: Path) -> 
     assert not (home / "run" / "scvd.sock").exists()
 
 
+def test_a_cli_found_that_cannot_start_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """An npm CLI whose #! names an interpreter that is gone (node moved by an nvm upgrade): `status`
+    said `cannot run ...`, `login` and `logout` died with a FileNotFoundError traceback."""
+    home = tmp_path / "scv"
+    env = daemonless_env(home, tmp_path)
+    broken = tmp_path / "broken-bin"
+    broken.mkdir()
+    (broken / "codex").write_text("#!/nonexistent/node\n")
+    (broken / "codex").chmod(0o755)
+    env["PATH"] = f"{broken}{os.pathsep}{env['PATH']}"
+    for action in ("login", "logout", "status"):
+        out = scvctl_alone(env, "agents", action, "codex")
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert f"cannot run {broken / 'codex'}: " in out.stderr, out.stderr
+
+
 def test_the_daemon_and_scvctl_alone_launch_the_same_command(make_daemon, tmp_path: Path) -> None:
     """Same config, same environment: what the fake agent records is identical both ways."""
     home = tmp_path / "scv"
