@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from scvd.errors import UsageError
 
 
 def workspace(path: Path) -> Path:
-    """`--workspace` made absolute; its default "." is the shell's directory, which may be gone
+    """`--workspace` made absolute, `~/` expanded; its default "." is the shell's directory, which may be gone
     (a removed build or temp dir): say so rather than fail with a traceback."""
-    try:
-        return path.resolve()
+    try:  # `~/proj` arrives unexpanded from an MCP host's JSON args (no shell) or a quoted word
+        return Path(os.path.expanduser(path)).resolve()
     except FileNotFoundError:
         raise UsageError(f"the current directory no longer exists, so --workspace {path} names nothing: "
                          "cd to the workspace, or pass --workspace DIR") from None

@@ -489,6 +489,19 @@ def test_a_removed_current_directory_leaves_other_commands_working(daemon: Daemo
     assert call.stderr.startswith("usage: the current directory no longer exists, so --workspace . names nothing")
 
 
+def test_a_workspace_given_with_a_tilde_unexpanded_is_the_home_one(daemon: DaemonProc):
+    """An MCP host's `"args": ["mcp", "--workspace", "~/proj"]` reaches scvctl unexpanded (no shell):
+    it was `<cwd>/~/proj`, `does not exist; create it first`."""
+    env = base_env(daemon.home)
+    proj = Path(env["HOME"]) / "proj"
+    proj.mkdir()
+    (proj / "a.txt").write_text("at home\n")
+    out = subprocess.run([sys.executable, "-m", "scvctl", "call", "--workspace", "~/proj", "read",
+                          '{"path": "a.txt"}'], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["content"] == "at home\n"
+
+
 def test_call_timeout_zero_is_refused_not_ignored(daemon: DaemonProc, workspace: Path):
     out = scvctl(daemon, "call", "--workspace", str(workspace), "--timeout", "0", "read", '{"path": "a.txt"}')
     assert out.returncode == 1
