@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = parser.parse_args(argv)
     args.json = getattr(args, "json", False)
-    args.socket = getattr(args, "socket", None)
+    socket = getattr(args, "socket", None)  # `~/` as SCV_SOCKET takes it: an MCP host's args reach us unexpanded
+    args.socket = Path(os.path.expanduser(socket)) if socket else None
     if args.command != "mcp":  # its stdin and stdout are the MCP host's: it says when one is closed
         closed_stdio_as_devnull()
     if args.json and getattr(args, "no_json", None):  # silently ignored, a script would parse text

@@ -210,6 +210,17 @@ def test_socket_flag_overrides_the_default(daemon: DaemonProc, tmp_path: Path):
     assert out.returncode == 0, out.stderr
 
 
+def test_socket_flag_takes_a_tilde_as_scv_socket_does(daemon: DaemonProc, tmp_path: Path):
+    """`--socket ~/...` unexpanded (an MCP host's args, a quoted word) was `not running on ~/...`,
+    though SCV_SOCKET=~/... and `--socket ~/... service install` take it as the home's."""
+    env = base_env(tmp_path / "elsewhere")
+    link = Path(env["HOME"]) / "scvd.sock"
+    link.symlink_to(daemon.socket)
+    out = subprocess.run([sys.executable, "-m", "scvctl", "--socket", "~/scvd.sock", "ping"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+
+
 def test_unknown_approval_is_an_error_with_its_code(daemon: DaemonProc):
     out = scvctl(daemon, "approvals", "approve", "a-nope")
     assert out.returncode == 1
