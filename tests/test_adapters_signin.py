@@ -96,6 +96,13 @@ def test_unknown_status_never_echoes_output() -> None:
     "No API key found for the selected model.\n\nUse /login to log into a provider",
     "ERROR: unexpected status 401 Unauthorized: Incorrect API key provided, url: http://x/v1",
     'API Error: 401 {"type":"error","error":{"type":"authentication_error"}}',
+    # signed in once, the sign-in since expired: codex's and pi's own words
+    "ERROR: Your access token could not be refreshed because your refresh token has expired. "
+    "Please log out and sign in again.",
+    "ERROR: Your access token could not be refreshed because your refresh token was already used. "
+    "Please log out and sign in again.",
+    'Authentication failed for "anthropic". Credentials may have expired or network is unavailable. '
+    "Run '/login anthropic' to re-authenticate.",
 ])
 def test_signin_hint_on_failure(output) -> None:
     for adapter in spec.ADAPTERS.values():

@@ -25,7 +25,10 @@ SIGNIN_PATTERNS = re.compile(
     r"not logged in|please run /login|use /login|no api key found|not signed in"
     r"|401 unauthorized|(?:status|http|error)[: ]+401\b|invalid api key|incorrect api key"
     r"|invalid x-api-key"
-    r"|authentication_error|oauth token has expired|please log ?in|codex login",
+    r"|authentication_error|oauth token has expired|please log ?in|codex login"
+    # a sign-in that expired: codex's refresh token ("... Please log out and sign in again."),
+    # pi's OAuth ("Credentials may have expired ... Run '/login anthropic' to re-authenticate.")
+    r"|sign in again|run '/login",
     re.IGNORECASE,
 )
 
