@@ -260,7 +260,10 @@ def _fix_mode(p: str, want: int) -> list[str]:
         return []
     # keep the owner's bits (an executable stays executable), drop group and other
     fixed = mode & 0o700 | (want & 0o700 if stat.S_ISDIR(st.st_mode) else 0)
-    os.chmod(p, fixed)
+    try:
+        os.chmod(p, fixed)
+    except FileNotFoundError:  # gone since: another run of the same agent renamed its temp file
+        return []
     return [f"tightened {p} from {mode:04o} to {fixed:04o}"]
 
 

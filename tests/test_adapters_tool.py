@@ -211,6 +211,25 @@ def test_modes_repaired_after_each_run(harness: Harness, monkeypatch: pytest.Mon
     assert stat.S_IMODE((home / ".agent/state/file").stat().st_mode) == 0o600
 
 
+def test_a_file_another_run_renames_away_during_the_repair_keeps_the_result(harness: Harness,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two sessions run the same agent: one's repair walks the home while the other's CLI renames its
+    temp file into place (claude writes .claude.json so). That was `agent_claude failed unexpectedly:
+    FileNotFoundError`, the finished run's result lost."""
+    monkeypatch.setenv("FAKE_AGENT_MODE", "untidy")
+    real_lstat = os.lstat
+
+    def renamed_right_after(path, *args, **kwargs):  # the other run's rename, between look and chmod
+        st = real_lstat(path, *args, **kwargs)
+        if str(path).endswith(".agent/state/file"):
+            os.rename(path, f"{path}.renamed")
+        return st
+
+    monkeypatch.setattr(os, "lstat", renamed_right_after)
+    result = harness.call("claude", prompt="go")
+    assert result["exit_code"] == 0 and "left state behind" in result["output"]
+
+
 @pytest.mark.parametrize("agent", ["claude", "codex", "pi"])
 def test_missing_signin_gives_hint(harness: Harness, monkeypatch: pytest.MonkeyPatch, agent: str) -> None:
     monkeypatch.setenv("FAKE_AGENT_MODE", "signin")
