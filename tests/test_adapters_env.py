@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import stat
+import subprocess
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -147,3 +150,40 @@ def test_a_home_folder_that_is_no_directory_is_refused_saying_which(paths: paths
         (home / ".cache").symlink_to(tmp_path / "gone")
     with pytest.raises(Failed, match=rf"\.cache in the codex home is {what}; move it away"):
         ensure_home(paths, "codex")
+
+
+@contextlib.contextmanager
+def unchangeable(path: Path) -> Iterator[None]:
+    """`path` made immutable (chattr +i): even its owner cannot chmod it, as for a file root owns."""
+    made = subprocess.run(["chattr", "+i", str(path)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a file immutable here (root and an ext4-like file system needed): {made.stderr!r}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_home_it_cannot_make_private_is_refused_saying_which_path(paths: paths_mod.Paths) -> None:
+    """It was `agent_claude failed unexpectedly: PermissionError` (scvctl: a traceback)."""
+    home = ensure_home(paths, "claude")
+    stuck = home / ".claude.json"
+    stuck.write_text("{}")
+    stuck.chmod(0o644)
+    with unchangeable(stuck), pytest.raises(Failed) as info:
+        ensure_home(paths, "claude")
+    assert info.value.message == (
+        f"cannot make the claude home {home} private ({stuck}: Operation not permitted); "
+        "give that path back to your user (chown) or move it away, then retry")
+
+
+def test_a_path_the_repair_after_a_run_cannot_fix_is_logged_not_raised(paths: paths_mod.Paths,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """After a run, raising would lose its result; the next run's ensure_home refuses instead."""
+    home = ensure_home(paths, "codex")
+    stuck = home / "auth.json"
+    stuck.write_text("{}")
+    stuck.chmod(0o644)
+    with unchangeable(stuck), caplog.at_level("WARNING", logger="scvd.adapters"):
+        assert repair_home(paths, "codex") == []
+    assert f"cannot make {stuck} in the codex home private (Operation not permitted)" in caplog.text

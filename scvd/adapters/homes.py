@@ -23,8 +23,23 @@ def home_dir(paths: Any, name: str) -> Path:
 
 
 def ensure_home(paths: Any, name: str) -> Path:
-    """Create the home and its XDG / SCV_HOME folders 0700, repair loose modes; return it."""
+    """Create the home and its XDG / SCV_HOME folders 0700, repair loose modes; return it.
+
+    A home scvd cannot make or make private is refused, naming the path and why: no agent
+    runs with its sign-in readable by others.
+    """
     home = home_dir(paths, name)
+    try:
+        return _ensure_home(paths, name, home)
+    except OSError as exc:  # a file owned by someone else (root, after a `sudo`), a full disk
+        where = exc.filename or home
+        raise Failed(
+            f"cannot make the {name} home {home} private ({where}: {exc.strerror or exc}); "
+            "give that path back to your user (chown) or move it away, then retry"
+        ) from exc
+
+
+def _ensure_home(paths: Any, name: str, home: Path) -> Path:
     for d in (Path(paths.data_dir), Path(paths.adapters_dir)):  # SCV_HOME too: scvctl may come before scvd
         scv_paths.ensure_private_dir(d)
     if home.is_symlink() or (home.exists() and not home.is_dir()):
@@ -53,8 +68,17 @@ def ensure_home(paths: Any, name: str) -> Path:
 
 
 def repair_home(paths: Any, name: str) -> list[str]:
-    """Tighten everything under the home to 0700 / 0600; log and return what changed."""
-    notes = scv_paths.repair_tree(home_dir(paths, name))
+    """Tighten everything under the home to 0700 / 0600; log and return what changed.
+
+    It runs after a run, which has its result: a path it cannot fix is logged, not raised
+    (the result would be lost), and ensure_home() refuses the next run until it is fixed.
+    """
+    try:
+        notes = scv_paths.repair_tree(home_dir(paths, name))
+    except OSError as exc:
+        log.warning("cannot make %s in the %s home private (%s); its next run is refused until it is fixed",
+                    exc.filename, name, exc.strerror or exc)
+        return []
     _log_repairs(name, notes)
     return notes
 
