@@ -117,7 +117,7 @@ def cmd_attached(args: argparse.Namespace) -> int:
     with answers(args) as side:
         answer = side.spec(args.agent, args.action, args.extra)
     if answer.spec is None:
-        print(f"{args.agent}: {answer.unsupported}", file=sys.stderr)
+        print(f"{args.agent}: {_unsupported(side, args.agent, answer.unsupported)}", file=sys.stderr)
         return 1
     if answer.spec.note:
         print(answer.spec.note, file=sys.stderr)
@@ -155,6 +155,20 @@ def _repair(launch: p.LaunchSpec) -> None:
         paths_mod.repair_tree(home)
 
 
+def _unsupported(side: Answers, name: str, why: str | None) -> str:
+    """Why the daemon cannot run `name`'s command; when the CLI is merely missing from the daemon's
+    PATH (under systemd the user manager's, not this shell's), where this shell finds it."""
+    import shutil
+
+    executable = specs.ADAPTERS[name].executable
+    found = shutil.which(executable) if isinstance(side, FromDaemon) else None
+    if not found:
+        return why or "unavailable"
+    return (f"{executable} is not on scvd's PATH, but this shell finds it at {found}: add "
+            f"{os.path.dirname(found)} to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
+            "then systemctl --user restart scvd")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     if args.agent and not args.json:
         return cmd_attached(args)  # its own status output, in this terminal
@@ -180,7 +194,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _status_line(side: Answers, name: str) -> str:
     answer = side.spec(name, "status", [])
     if answer.spec is None:
-        return answer.unsupported or "unavailable"
+        return _unsupported(side, name, answer.unsupported)
     launch = answer.spec
     try:
         returncode, output = _run_group(launch, STATUS_TIMEOUT)

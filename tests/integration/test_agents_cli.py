@@ -79,6 +79,22 @@ def test_status_without_the_cli_says_how_to_install(make_daemon, tmp_path: Path)
     assert "pi is not installed: npm install -g @mariozechner/pi-coding-agent" in out.stdout
 
 
+def test_a_cli_this_shell_finds_but_the_daemon_does_not_is_said_so(make_daemon, tmp_path: Path) -> None:
+    """Under systemd scvd's PATH is the user manager's: `claude is not installed: npm install ...` sent
+    a user who had installed it to install it again."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    d = make_daemon(env={"PATH": str(empty)})
+    shell = {**base_env(d.home), "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}"}
+    said = (f"claude is not on scvd's PATH, but this shell finds it at {fake_bin / 'claude'}: add {fake_bin} "
+            "to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), then systemctl --user restart scvd")
+    for args in (["status"], ["login", "claude"]):
+        out = subprocess.run([sys.executable, "-m", "scvctl", "agents", *args], env=shell, stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=30)
+        assert said in out.stdout + out.stderr, out
+
+
 def test_login_runs_the_agents_command_with_the_daemons_home_and_env(agent_daemon: DaemonProc) -> None:
     out = scvctl(agent_daemon, "agents", "login", "codex", "--", "--device-auth")
     assert out.returncode == 0, out.stderr
