@@ -204,7 +204,7 @@ def _status_line(side: Answers, name: str) -> str:
         return f"cannot run {launch.argv[0]}: {exc.strerror}"
     finally:
         _repair(launch)
-    return classify_status(specs.ADAPTERS[name], returncode, output)
+    return classify_status(specs.ADAPTERS[name], returncode, output, home=Path(launch.cwd))
 
 
 def _run_group(launch: Any, timeout: float) -> tuple[int, str]:

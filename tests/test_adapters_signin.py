@@ -86,6 +86,29 @@ def test_status_verdicts(agent, code, output, verdict) -> None:
     assert classify_status(spec.ADAPTERS[agent], code, output) == verdict
 
 
+RELAY = '[model_providers.relay]\nbase_url = "http://127.0.0.1:9/v1"\n'
+
+
+@pytest.mark.parametrize("config,verdict", [
+    (f'model_provider = "relay"\n{RELAY}experimental_bearer_token = "sk-relay"\n',
+     "needs no sign-in: config.toml's provider 'relay' uses its experimental_bearer_token"),
+    (f'model_provider = "relay"\n{RELAY}env_key = "RELAY_KEY"\n',
+     "needs no sign-in: config.toml's provider 'relay' uses the key in $RELAY_KEY "
+     "(adapters.codex.pass_env must list it)"),
+    (f'model_provider = "relay"\n{RELAY}', "needs no sign-in: config.toml's provider 'relay' uses no key"),
+    (f'model_provider = "relay"\n{RELAY}requires_openai_auth = true\n', "not signed in"),
+    (f'{RELAY}experimental_bearer_token = "sk-relay"\n', "not signed in"),  # not the provider in use
+    ("model_provider = [", "not signed in"),
+    (None, "not signed in"),
+])
+def test_an_imported_provider_with_its_own_key_needs_no_sign_in(tmp_path: Path, config, verdict) -> None:
+    """`codex login status` says "Not logged in" beside a relay config.toml that carries its key: the
+    setup operations.md recommends for import was reported `not signed in`, though it works."""
+    if config is not None:
+        (tmp_path / "config.toml").write_text(config)
+    assert classify_status(spec.CODEX, 1, "Not logged in\n", home=tmp_path) == verdict
+
+
 def test_unknown_status_never_echoes_output() -> None:
     verdict = classify_status(spec.CODEX, 2, "weird sk-secret-output")
     assert "sk-secret" not in verdict and "scvctl agents status codex" in verdict

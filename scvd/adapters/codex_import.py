@@ -201,6 +201,26 @@ def _current_endpoint(home: Path) -> str | None:
         return None
 
 
+def provider_own_key(home: Path) -> str | None:
+    """The provider of the config.toml in `home` when it brings its own key, so that codex needs no
+    sign-in (`codex login status` still says "Not logged in"); None otherwise."""
+    try:
+        config = tomllib.loads(read_regular_file(home / CONFIG, MAX_FILE_BYTES).decode("utf-8"))
+    except (OSError, ValueError, NotARegularFile):
+        return None
+    provider_id, provider = _provider(config)
+    env_key = provider.get("env_key")
+    if provider.get("experimental_bearer_token"):
+        how = "its experimental_bearer_token"
+    elif isinstance(env_key, str) and env_key:
+        how = f"the key in ${env_key} (adapters.codex.pass_env must list it)"
+    elif provider and not provider.get("requires_openai_auth"):
+        how = "no key"
+    else:
+        return None
+    return f"config.toml's provider {provider_id!r} uses {how}"
+
+
 def _holds_api_key(path: Path) -> bool:
     try:
         auth = json.loads(read_regular_file(path, MAX_FILE_BYTES).decode("utf-8"))

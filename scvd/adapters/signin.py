@@ -11,6 +11,7 @@ can act on.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import InvalidRequest, Unavailable
@@ -42,12 +43,24 @@ def failure_hint(adapter: specs.Adapter, output: str, failed: bool) -> str | Non
     return None
 
 
-def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str) -> str:
-    """One short verdict from a status command's output, never echoing it (it may hold a key)."""
+def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str, home: Path | None = None) -> str:
+    """One short verdict from a status command's output, never echoing it (it may hold a key).
+
+    "not signed in" is checked against the configuration in `home`: an imported codex setup whose
+    provider brings its own key works without any sign-in, though `codex login status` denies one.
+    """
     for pattern, verdict in adapter.status_rules:
         if re.search(pattern, output):
-            return verdict
+            own = own_key(adapter, home) if verdict == "not signed in" and home is not None else None
+            return f"needs no sign-in: {own}" if own else verdict
     return f"unknown (exit {exit_code}); run `scvctl agents status {adapter.name}` to see its output"
+
+
+def own_key(adapter: specs.Adapter, home: Path) -> str | None:
+    """How the configuration in `home` authenticates without the agent's sign-in, if it does."""
+    from .codex_import import provider_own_key  # here: only scvctl's status needs it
+
+    return provider_own_key(home) if adapter.name == "codex" else None
 
 
 def adapter_or_error(agent: str) -> specs.Adapter:

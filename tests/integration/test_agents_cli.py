@@ -175,6 +175,19 @@ def test_import_codex_reports_and_never_prints_the_key(agent_daemon: DaemonProc,
     assert API_KEY not in out.stdout + out.stderr + agent_daemon.log()
 
 
+def test_status_after_importing_a_relay_with_its_own_key_says_no_sign_in_is_needed(agent_daemon: DaemonProc,
+                                                                                   tmp_path: Path) -> None:
+    src = tmp_path / "user-codex"
+    src.mkdir()
+    (src / "config.toml").write_text('model_provider = "relay"\n[model_providers.relay]\n'
+                                     f'base_url = "http://127.0.0.1:9/v1"\nexperimental_bearer_token = "{API_KEY}"\n')
+    assert scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src)).returncode == 0
+    out = scvctl(agent_daemon, "agents", "status")  # the fake codex says "Not logged in", as the real one does
+    assert "codex   needs no sign-in: config.toml's provider 'relay' uses its experimental_bearer_token" in \
+        out.stdout.splitlines()
+    assert API_KEY not in out.stdout + out.stderr
+
+
 def test_import_errors_exit_1_with_what_to_do(agent_daemon: DaemonProc, tmp_path: Path) -> None:
     src = tmp_path / "broken"
     src.mkdir()
