@@ -276,7 +276,11 @@ def prepare(paths: Paths) -> list[str]:
             notes.append(note)
     for f in (paths.config_file, paths.secrets_file, paths.audit_log, paths.lock_file, paths.pid_file):
         notes += _fix_mode(str(f), FILE_MODE)
-    notes += repair_tree(paths.adapters_dir)
+    try:
+        notes += repair_tree(paths.adapters_dir)
+    except OSError as exc:  # one agent's home: that agent's calls are refused (adapters/homes.py), not scvd
+        log.warning("cannot make %s private (%s); the agent whose home holds it is refused until that is fixed",
+                    exc.filename, exc.strerror or exc)
     for note in notes:
         log.warning("repaired permissions: %s", note)
     return notes

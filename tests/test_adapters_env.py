@@ -187,3 +187,18 @@ def test_a_path_the_repair_after_a_run_cannot_fix_is_logged_not_raised(paths: pa
     with unchangeable(stuck), caplog.at_level("WARNING", logger="scvd.adapters"):
         assert repair_home(paths, "codex") == []
     assert f"cannot make {stuck} in the codex home private (Operation not permitted)" in caplog.text
+
+
+def test_a_home_it_cannot_make_private_does_not_stop_scvd_starting(paths: paths_mod.Paths,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """At start it was `cannot start: [Errno 1] Operation not permitted: ...`, exit 3: one agent's home
+    kept bash, read and every other tool down. That agent alone is refused now (ensure_home)."""
+    home = ensure_home(paths, "pi")
+    stuck = home / "auth.json"
+    stuck.write_text("{}")
+    stuck.chmod(0o644)
+    with unchangeable(stuck), caplog.at_level("WARNING", logger="scvd.paths"):
+        paths_mod.prepare(paths)
+        with pytest.raises(Failed, match="cannot make the pi home"):
+            ensure_home(paths, "pi")
+    assert f"cannot make {stuck} private (Operation not permitted)" in caplog.text
