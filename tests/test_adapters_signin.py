@@ -134,6 +134,12 @@ def test_signin_hint_on_failure(output) -> None:
         assert failure_hint(adapter, output, failed=False) is None
 
 
+@pytest.mark.parametrize("quoted", ["'node'", "\u2018node\u2019"])  # env's quotes: C and UTF-8 locales
+def test_node_missing_from_scvds_path_gets_its_own_hint(quoted: str) -> None:
+    hint = failure_hint(spec.PI, f"/usr/bin/env: {quoted}: No such file or directory\n", failed=True)
+    assert hint and hint.startswith("pi needs node, which is not on scvd's PATH: add the folder of `command -v node`")
+
+
 @pytest.mark.parametrize("output", ["error: 3 tests failed", "line 401: syntax error", "done"])
 def test_no_hint_for_other_output(output) -> None:
     assert failure_hint(spec.CLAUDE, output, failed=True) is None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters_support import Harness, harness, fake_bin  # noqa: F401 - fixtures
+from adapters_support import FAKE_AGENT, Harness, harness, fake_bin  # noqa: F401 - fixtures
 from scvd.errors import Failed, InvalidArguments, Timeout, Unavailable
 
 WEIRD_PROMPT = "fix it; $(touch /tmp/pwned) `id` 'q' \"dq\" \\ *\n--model evil\n-p"
@@ -242,6 +242,20 @@ def test_other_failures_get_no_hint(harness: Harness, monkeypatch: pytest.Monkey
     monkeypatch.setenv("FAKE_AGENT_MODE", "fail")
     result = harness.call("claude", prompt="go")
     assert result["exit_code"] == 2 and "hint" not in result
+
+
+def test_a_cli_whose_node_is_not_on_scvds_path_gets_a_hint_saying_so(harness: Harness, fake_bin: Path) -> None:
+    """The CLIs are `#!/usr/bin/env node` scripts: under systemd scvd's PATH may find the CLI but not
+    node. The result said only `exit_code: 127`, env's line, and no hint."""
+    (fake_bin / "claude").unlink()
+    (fake_bin / "claude").symlink_to(FAKE_AGENT.parent / "needs-a-missing-node")
+    result = harness.call("claude", prompt="go")
+    assert result["exit_code"] == 127
+    assert "scvd-test-node-nowhere" in result["output"] and "No such file or directory" in result["output"]
+    assert result["hint"] == (
+        "claude needs scvd-test-node-nowhere, which is not on scvd's PATH: add the folder of "
+        "`command -v scvd-test-node-nowhere` to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
+        "then systemctl --user restart scvd")
 
 
 def test_missing_executable_unavailable_before_approval(harness: Harness, monkeypatch: pytest.MonkeyPatch,

@@ -34,12 +34,23 @@ SIGNIN_PATTERNS = re.compile(
 )
 
 
+# The CLIs are node scripts (`#!/usr/bin/env node`): under systemd scvd's PATH may hold the CLI's
+# folder but not node's, and env says so (exit 127), in ASCII or typographic quotes.
+MISSING_PROGRAM = re.compile(r"env: ['\u2018\"]?([^\s'\u2019\":]+)['\u2019\"]?: No such file or directory")
+
+
 def failure_hint(adapter: specs.Adapter, output: str, failed: bool) -> str | None:
-    """The hint for a failed run's output that reads like a missing sign-in."""
+    """The hint for a failed run's output that reads like a missing sign-in, or like a program
+    the CLI needs (node) missing from scvd's PATH."""
     if not failed:
         return None
     if SIGNIN_PATTERNS.search(output):
         return adapter.signin_hint
+    missing = MISSING_PROGRAM.search(output)
+    if missing:
+        return (f"{adapter.executable} needs {missing[1]}, which is not on scvd's PATH: add the folder of "
+                f"`command -v {missing[1]}` to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
+                "then systemctl --user restart scvd")
     return None
 
 
