@@ -121,7 +121,13 @@ def cmd_attached(args: argparse.Namespace) -> int:
         return 1
     if answer.spec.note:
         print(answer.spec.note, file=sys.stderr)
-    return run_attached(answer.spec)
+    try:
+        return run_attached(answer.spec)
+    except OSError as exc:  # found, but no program this host can run: a broken install, another machine's build
+        raise errors.Failed(
+            f"cannot run {answer.spec.argv[0]} ({exc.strerror or exc}); nothing ran: reinstall it "
+            f"(npm install -g {specs.ADAPTERS[args.agent].package}) or fix the program it names in its first line"
+        ) from exc
 
 
 TERMINAL_ENV = ("TERM", "COLORTERM")
@@ -132,11 +138,7 @@ def run_attached(launch: p.LaunchSpec) -> int:
     # the terminal is this one, not the daemon's (none under systemd): its TERM and COLORTERM describe it
     env = {**launch.env, **{k: os.environ[k] for k in TERMINAL_ENV if k in os.environ}}
     try:
-        try:
-            proc = subprocess.Popen(launch.argv, env=env, cwd=launch.cwd)
-        except OSError as exc:  # found, yet it cannot start: a #! naming an interpreter that is gone, say
-            print(f"cannot run {launch.argv[0]}: {exc.strerror}; run it by hand to see why", file=sys.stderr)
-            return 1
+        proc = subprocess.Popen(launch.argv, env=env, cwd=launch.cwd)  # OSError: cmd_attached says what to do
         while True:
             try:
                 code = proc.wait()

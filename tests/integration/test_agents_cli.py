@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters_support import FAKE_AGENT_CONFIG, make_fake_bin, read_log
+from adapters_support import FAKE_AGENT, FAKE_AGENT_CONFIG, make_fake_bin, read_log
 from conftest import DaemonProc, base_env, wait_pending
 from scvd import protocol as p
 
@@ -341,7 +341,7 @@ def test_a_cli_found_that_cannot_start_is_one_line_not_a_traceback(tmp_path: Pat
     for action in ("login", "logout", "status"):
         out = scvctl_alone(env, "agents", action, "codex")
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
-        assert f"cannot run {broken / 'codex'}: " in out.stderr, out.stderr
+        assert f"cannot run {broken / 'codex'} (No such file or directory); nothing ran: " in out.stderr, out.stderr
 
 
 def test_the_daemon_and_scvctl_alone_launch_the_same_command(make_daemon, tmp_path: Path) -> None:
@@ -362,6 +362,23 @@ def test_the_daemon_and_scvctl_alone_launch_the_same_command(make_daemon, tmp_pa
     assert {k: v for k, v in env0.items() if k != "CLAUDE_CODE_OAUTH_TOKEN"} == \
         {k: v for k, v in env1.items() if k != "CLAUDE_CODE_OAUTH_TOKEN"}
     assert "CLAUDE_CODE_OAUTH_TOKEN" not in env0 | env1
+
+
+def test_a_cli_that_cannot_be_run_is_said_so_by_login_and_status(tmp_path: Path) -> None:
+    """`scvctl agents login` ended in a Python traceback (OSError: Exec format error)."""
+    home = tmp_path / "scv"
+    env = daemonless_env(home, tmp_path)
+    claude = tmp_path / "bin" / "claude"
+    claude.unlink()
+    claude.symlink_to(FAKE_AGENT.parent / "not-a-program")
+    out = scvctl_alone(env, "agents", "login", "claude")
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-1] == (
+        f"failed: cannot run {claude} (Exec format error); nothing ran: reinstall it "
+        "(npm install -g @anthropic-ai/claude-code) or fix the program it names in its first line")
+    status = scvctl_alone(env, "agents", "status")
+    assert f"claude  cannot run {claude}: Exec format error" in status.stdout.splitlines()
 
 
 def test_status_and_import_without_the_daemon(tmp_path: Path) -> None:
