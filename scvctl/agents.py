@@ -194,7 +194,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _status_line(side: Answers, name: str) -> str:
-    answer = side.spec(name, "status", [])
+    try:
+        answer = side.spec(name, "status", [])
+    except errors.Failed as exc:  # its home refused: said on its line, the other agents still listed
+        return exc.message
     if answer.spec is None:
         return _unsupported(side, name, answer.unsupported)
     launch = answer.spec

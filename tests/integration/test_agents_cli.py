@@ -381,6 +381,21 @@ def test_a_cli_that_cannot_be_run_is_said_so_by_login_and_status(tmp_path: Path)
     assert f"claude  cannot run {claude}: Exec format error" in status.stdout.splitlines()
 
 
+def test_status_lists_every_agent_when_one_home_is_refused(tmp_path: Path) -> None:
+    """One home scvd refuses (a link, a path it cannot make private) ended `agents status` with that
+    one error: the other agents' lines were never printed."""
+    home = tmp_path / "scv"
+    env = daemonless_env(home, tmp_path)
+    (home / "adapters").mkdir(mode=0o700)
+    (tmp_path / "elsewhere").mkdir()
+    (home / "adapters" / "claude").symlink_to(tmp_path / "elsewhere")
+    out = scvctl_alone(env, "agents", "status")
+    assert out.stdout.splitlines() == [
+        f"claude  the claude home {home / 'adapters' / 'claude'} must be a directory owned by scvd, not a link "
+        "or a file; move it away and retry",
+        "codex   not signed in", "pi      not signed in"], out.stderr
+
+
 def test_status_and_import_without_the_daemon(tmp_path: Path) -> None:
     home = tmp_path / "scv"
     env = daemonless_env(home, tmp_path)
