@@ -134,9 +134,13 @@ def test_signin_hint_on_failure(output) -> None:
         assert failure_hint(adapter, output, failed=False) is None
 
 
-@pytest.mark.parametrize("quoted", ["'node'", "\u2018node\u2019"])  # env's quotes: C and UTF-8 locales
-def test_node_missing_from_scvds_path_gets_its_own_hint(quoted: str) -> None:
-    hint = failure_hint(spec.PI, f"/usr/bin/env: {quoted}: No such file or directory\n", failed=True)
+@pytest.mark.parametrize("said", [
+    "/usr/bin/env: 'node': No such file or directory",  # env's quotes in the C locale
+    "/usr/bin/env: \u2018node\u2019: No such file or directory",  # and in a UTF-8 one
+    "/home/me/.local/share/pnpm/pi: 12: exec: node: not found",  # a pnpm shim run by dash
+])
+def test_node_missing_from_scvds_path_gets_its_own_hint(said: str) -> None:
+    hint = failure_hint(spec.PI, f"{said}\n", failed=True)
     assert hint and hint.startswith("pi needs node, which is not on scvd's PATH: add the folder of `command -v node`")
 
 

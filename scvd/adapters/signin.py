@@ -35,8 +35,10 @@ SIGNIN_PATTERNS = re.compile(
 
 
 # The CLIs are node scripts (`#!/usr/bin/env node`): under systemd scvd's PATH may hold the CLI's
-# folder but not node's, and env says so (exit 127), in ASCII or typographic quotes.
-MISSING_PROGRAM = re.compile(r"env: ['\u2018\"]?([^\s'\u2019\":]+)['\u2019\"]?: No such file or directory")
+# folder but not node's, and env says so (exit 127), in ASCII or typographic quotes; pnpm's shell
+# shims say it as sh does (`exec: node: not found`).
+MISSING_PROGRAM = re.compile(r"env: ['\u2018\"]?([^\s'\u2019\":]+)['\u2019\"]?: No such file or directory"
+                             r"|\bexec: ([^\s:]+): not found")
 
 
 def failure_hint(adapter: specs.Adapter, output: str, failed: bool) -> str | None:
@@ -48,8 +50,9 @@ def failure_hint(adapter: specs.Adapter, output: str, failed: bool) -> str | Non
         return adapter.signin_hint
     missing = MISSING_PROGRAM.search(output)
     if missing:
-        return (f"{adapter.executable} needs {missing[1]}, which is not on scvd's PATH: add the folder of "
-                f"`command -v {missing[1]}` to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
+        program = missing[1] or missing[2]
+        return (f"{adapter.executable} needs {program}, which is not on scvd's PATH: add the folder of "
+                f"`command -v {program}` to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
                 "then systemctl --user restart scvd")
     return None
 
