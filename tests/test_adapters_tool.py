@@ -303,6 +303,20 @@ def test_approval_details(harness: Harness, fake_bin: Path) -> None:
     assert short.summary == "agent_claude in . (600s): Fix it.\nThen run the tests."
 
 
+@pytest.mark.parametrize("field,value,what", [
+    ("prompt", "Fix the \ud83d bug", "the prompt holds a lone surrogate U+D83D at character 8"),
+    ("cwd", "proj\ud800", "cwd holds a lone surrogate U+D800 at character 4"),
+])
+def test_half_a_character_is_refused_before_approval(harness: Harness, field: str, value: str, what: str) -> None:
+    """A chat model's JSON may carry half a surrogate pair (json.loads keeps it): the prompt passed
+    the plan, was approved, and the run failed as `agent_claude failed unexpectedly: UnicodeEncodeError`
+    (a cwd: at once, the same way)."""
+    with pytest.raises(InvalidArguments) as info:
+        harness.plan("claude", **{"prompt": "go", field: value})
+    assert info.value.message == (
+        f"{what} (half of a character such as an emoji), which is not valid UTF-8; send it again as valid text")
+
+
 def test_oversized_prompt_refused(harness: Harness) -> None:
     with pytest.raises(InvalidArguments, match="limit of one argument"):
         harness.plan("claude", prompt="x" * (128 * 1024))

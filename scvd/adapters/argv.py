@@ -44,12 +44,25 @@ def check_prompt(prompt: str) -> str:
         raise InvalidArguments("a prompt cannot start with '-' (it would read as a flag); reword it")
     if "\x00" in prompt:
         raise InvalidArguments("a prompt cannot contain a NUL character")
-    if len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
+    check_text("the prompt", prompt)
+    if len(prompt.encode("utf-8")) > MAX_PROMPT_BYTES:
         raise InvalidArguments(
             f"the prompt is over {MAX_PROMPT_BYTES} bytes, the limit of one argument; write the "
             f"instructions to a file in the workspace and ask the agent to read it"
         )
     return prompt
+
+
+def check_text(what: str, text: str) -> str:
+    """Refuse a lone UTF-16 surrogate (a half of an emoji, as a chat model's JSON may send one): it is
+    no text, cannot become an argument or a path, and would fail the call only once it runs."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArguments(
+            f"{what} holds a lone surrogate U+{ord(text[exc.start]):04X} at character {exc.start} (half of a "
+            f"character such as an emoji), which is not valid UTF-8; send it again as valid text") from None
+    return text
 
 
 def substitute(template: tuple[str, ...], placeholder: str, value: str) -> list[str]:

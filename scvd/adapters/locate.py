@@ -8,6 +8,7 @@ from typing import Mapping
 
 from ..errors import InvalidArguments, Unavailable
 from ..paths import within
+from .argv import check_text
 from .spec import Adapter
 
 
@@ -32,6 +33,7 @@ def resolve_cwd(workspace: Path, cwd: str | None) -> Path:
         return root
     if "\x00" in cwd:
         raise InvalidArguments("cwd contains a NUL character")
+    check_text("cwd", cwd)
     target = Path(os.path.realpath(root / cwd))  # an absolute cwd replaces root here
     if not within(str(target), str(root)):
         raise InvalidArguments(
