@@ -144,6 +144,11 @@ def test_node_missing_from_scvds_path_gets_its_own_hint(said: str) -> None:
     assert hint and hint.startswith("pi needs node, which is not on scvd's PATH: add the folder of `command -v node`")
 
 
+def test_a_missing_program_the_agent_met_in_its_work_is_not_its_own() -> None:
+    output = "Running the build...\n/bin/sh: 1: exec: make: not found\nThe build failed.\n"
+    assert failure_hint(spec.CLAUDE, output, failed=True) is None
+
+
 @pytest.mark.parametrize("output", ["error: 3 tests failed", "line 401: syntax error", "done"])
 def test_no_hint_for_other_output(output) -> None:
     assert failure_hint(spec.CLAUDE, output, failed=True) is None

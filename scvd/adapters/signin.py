@@ -48,7 +48,9 @@ def failure_hint(adapter: specs.Adapter, output: str, failed: bool) -> str | Non
         return None
     if SIGNIN_PATTERNS.search(output):
         return adapter.signin_hint
-    missing = MISSING_PROGRAM.search(output)
+    # the first line only: when node is missing, the CLI never started and env's line is all there is;
+    # the same words later are the agent's own work (a command it ran), not its start
+    missing = MISSING_PROGRAM.search(output.lstrip().partition("\n")[0])
     if missing:
         program = missing[1] or missing[2]
         return (f"{adapter.executable} needs {program}, which is not on scvd's PATH: add the folder of "
