@@ -75,6 +75,16 @@ def test_unloaded_tool_loads_its_schema_and_asks_for_a_second_call():
     assert output(t, "c2") == {"ok": True, "result": {"text": "A"}}
 
 
+def test_half_a_character_in_a_models_arguments_reaches_the_tool_as_the_socket_would_pass_it():
+    # json.dumps (and JSON.stringify) print half an emoji as a lone surrogate escape; kept, it crashed
+    # the tool's path handling or an agent's launch (UnicodeEncodeError) instead of running
+    t = turn()
+    t.start("read it")
+    t.on_reply("", [call("c1", "read", path="a")], Usage())
+    [run] = t.on_reply("", [call("c2", "read", path="a\ud83d")], Usage())
+    assert isinstance(run, RunTool) and run.arguments == {"path": "a\ufffd"}
+
+
 def test_find_tools_search_loads_matches_and_list_loads_nothing():
     t = turn()
     t.start("x")

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from ..text import json_bytes
+from ..text import json_bytes, well_formed
 from . import catalog as cat, trim as trim_mod
 from .items import (AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, Record, SchemasLoaded,
                     ToolCall, ToolOutput, TurnEnded, Usage, UserText)
@@ -258,7 +258,7 @@ class Turn:
     def _dispatch(self, call: ToolCall) -> list[Any]:
         """What one requested call becomes: an action, or an answer given here at once."""
         try:
-            args = json.loads(call.arguments or "{}")
+            args = well_formed(json.loads(call.arguments or "{}"))  # half an emoji: U+FFFD, as on the socket
         except json.JSONDecodeError as exc:
             return self._local(call, error_output(
                 "invalid_arguments", f"arguments of {call.name} are not valid JSON ({exc}); got "
