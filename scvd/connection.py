@@ -5,7 +5,8 @@ the turn that accepted it reaches the peer as one write (one wake-up), not one
 write per frame. The answers to the frames of one read go out once they are
 handled (client_protocol's `holding`); other frames at the end of the turn.
 The peer that stops reading is cut off (Backlog): more than WRITE_BUFFER_LIMIT
-waits for it and it read nothing for STALL_SECONDS, or HARD_LIMIT waits.
+waits for it and it read nothing for STALL_SECONDS, or HARD_LIMIT waits; once closed, any
+byte waiting does (a half-closed peer that never reads must not keep the fd for good).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Backlog:
 
     def __init__(self, buffered: Callable[[], int], cut_off: Callable[[], None]) -> None:
         self.buffered, self.cut_off = buffered, cut_off  # buffered(): what the transport holds
+        self.bound = WRITE_BUFFER_LIMIT  # what may wait unread for good: none once the connection closed
         self.sent = 0  # bytes handed to the transport, counted by its writer
         self._taken = 0  # bytes the peer had taken when the watch began
         self._watch: asyncio.TimerHandle | None = None
@@ -55,6 +57,12 @@ class Backlog:
             self._watch.cancel()
             self._watch = None
 
+    def closing(self) -> None:
+        """The connection closed with bytes still waiting: cut it off once the peer reads none for STALL_SECONDS."""
+        self.stop()
+        self.bound = 0
+        self._start()
+
     def _start(self) -> None:
         self._taken = self.sent - self.buffered()
         self._watch = asyncio.get_running_loop().call_later(STALL_SECONDS, self._check)
@@ -62,7 +70,7 @@ class Backlog:
     def _check(self) -> None:
         self._watch = None
         buffered = self.buffered()
-        if buffered <= WRITE_BUFFER_LIMIT:
+        if buffered <= self.bound:
             return
         if self.sent - buffered > self._taken:  # it read some: watch on
             self._start()
@@ -144,6 +152,10 @@ class Connection:
             log.warning("client %s stopped reading (%d bytes wait for it); closing its connection",
                         self.label(), self.transport.get_write_buffer_size() + self._out_bytes)
             self.abort()
+        elif self.backlog.bound == 0:  # closed: its last answers never left
+            log.warning("client %s stopped reading its last answers (%d bytes wait for it); dropping them",
+                        self.label(), self.transport.get_write_buffer_size())
+            self.transport.abort()
 
     def pause_reading(self) -> None:
         """Take no bytes off the socket (`mcp.attach`'s fds come next); client_protocol reads on."""
@@ -166,6 +178,8 @@ class Connection:
             self.closed = True
             self.backlog.stop()
             self.transport.close()  # after what is buffered went out
+            if self.transport.get_write_buffer_size():
+                self.backlog.closing()  # ... which a peer that reads none of it must not hold back for good
 
     def abort(self) -> None:
         """Close at once, dropping what the peer has not read.

@@ -130,6 +130,37 @@ def test_a_peer_that_reads_nothing_past_the_bound_is_cut_off_after_the_stall(run
     run_loop(main())
 
 
+def test_a_closed_connection_whose_peer_reads_none_of_its_last_answers_lets_go_of_its_socket(
+        run_loop, monkeypatch):
+    """A peer that half-closed (or got a fatal error) and never reads: close() waited for the
+    buffer to flush, so scvd held that socket for as long as the peer lived, outside every cap."""
+    import scvd.connection
+
+    monkeypatch.setattr(scvd.connection, "STALL_SECONDS", 0.3)
+
+    async def main() -> None:
+        lost = asyncio.get_running_loop().create_future()
+
+        class Watched(asyncio.Protocol):
+            def connection_lost(self, exc: Exception | None) -> None:
+                if not lost.done():
+                    lost.set_result(exc)
+
+        ours, peer = socket.socketpair()
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        transport, _ = await asyncio.get_running_loop().create_unix_connection(Watched, sock=ours)
+        conn = Connection(transport, LIMIT)
+        try:
+            burst(conn, 60)  # 600 kB: more than the socket takes, far below the bound
+            conn.close()
+            await asyncio.wait_for(lost, 20)  # a loaded machine runs the check late
+        finally:
+            conn.transport.abort()
+            peer.close()
+
+    run_loop(main())
+
+
 def test_a_peer_that_reads_on_past_the_bound_gets_everything(run_loop, monkeypatch):
     """A burst above the bound that the peer keeps reading (an MCP host's six 13 MB answers): it
     was cut off at once, losing answers already made."""
