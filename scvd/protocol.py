@@ -746,6 +746,8 @@ def _invalid(exc: msgspec.ValidationError, kind: object) -> errors.ProtocolError
     """The error a peer sees for a frame that is JSON but no request of `type` `kind`."""
     text = str(exc)
     if "Invalid value" in text and "$.type" in text:
+        if kind in REQUEST_TYPES:  # the last of two `type`s (the value read last): msgspec refused another
+            return errors.InvalidRequest(f"frame has `type` more than once; send it once ({text})")
         return errors.UnknownType(f"unknown frame type {kind!r}; known types: {', '.join(sorted(REQUEST_TYPES))}")
     if "missing required field `type`" in text:
         return errors.InvalidRequest("frame has no `type` field")

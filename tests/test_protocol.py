@@ -67,6 +67,9 @@ def test_unknown_fields_are_tolerated_both_ways():
     (b"[]", errors.InvalidRequest, "invalid frame"),
     (b'{"type":"warp","id":1}', errors.UnknownType, "'warp'"),
     (b'{"type":"welcome","id":1}', errors.UnknownType, "known types"),  # a server frame is no request
+    # the last `type` is a known one: "unknown frame type 'ping'; known types: ..., ping, ..." said
+    (b'{"type":"warp","type":"ping","id":1}', errors.InvalidRequest, "`type` more than once"),
+    (b'{"type":"ping","type":"status","id":1}', errors.InvalidRequest, "`type` more than once"),
     (b'{"type":"session.open","id":1}', errors.InvalidRequest, "`workspace`"),
     (b'{"type":"call","id":1,"session":"s","tool":"t","arguments":[]}', errors.InvalidRequest, "arguments"),
     (b'{"type":"ping","id":true}', errors.InvalidRequest, "$.id"),
