@@ -587,10 +587,14 @@ class Daemon:
     def drop_owner(self, conn: Connection, linger: bool = False) -> None:
         """Close a connection's sessions (their calls cancelled), approvals and secret requests, then it:
         at once, or with `linger` (its peer ended its stream but may still read) once those calls
-        have sent their `call.completed`, within server.shutdown_grace_seconds."""
-        ending = [c.outcome for c in self.calls.table.values() if c.session.owner is conn] if linger else []
+        have sent their `call.completed` and its chat turns their last event, within
+        server.shutdown_grace_seconds."""
+        ending: list[asyncio.Future[Any]] = (
+            [c.outcome for c in self.calls.table.values() if c.session.owner is conn] if linger else [])
         for session in list(conn.sessions.values()):
-            self._close_session(session)
+            turns = self._close_session(session)  # a turn's last event comes as it ends
+            if linger:
+                ending += turns
         self.gate.drop_owner(conn)
         self.secret_requests.drop_connection(conn)
         if ending:
@@ -829,15 +833,16 @@ class Daemon:
             services.update(tool.session_services(session.workspace, session.config, self.paths))
         return services
 
-    def _close_session(self, session: Session) -> None:
-        if self._chat is not None:
-            self._chat.session_closed(session)
+    def _close_session(self, session: Session) -> set[asyncio.Task[Any]]:
+        """Close `session` and cancel its calls; returns its chat's cancelled tasks, still ending."""
+        ending = self._chat.session_closed(session) if self._chat is not None else set()
         self.calls.cancel_session(session, "its session was closed")
         session.close()
         session.owner.sessions.pop(session.id, None)
         self.sessions.pop(session.id, None)
         log.info("session %s closed", session.id)
         self._update_status()
+        return ending
 
     def _on_approval(self, kind: str, approval: Approval) -> None:
         event = approval_event(kind, approval)

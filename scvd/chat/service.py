@@ -194,10 +194,12 @@ class ChatService:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def session_closed(self, session: Any) -> None:
+    def session_closed(self, session: Any) -> set[asyncio.Task[Any]]:
+        """Cancel the chat's turn and background calls; returns those tasks (a turn's last event
+        comes as it ends, which a half-closed client still waits for)."""
         chat = self.chats.pop(session.id, None)
         if chat is None:
-            return
+            return set()
         running = {t for t in [chat.task, *chat.background] if t is not None and not t.done()}
         for task in running:
             task.cancel("session closed")
@@ -206,6 +208,7 @@ class ChatService:
             ending |= running
             for task in running:
                 task.add_done_callback(lambda t, c=chat.conversation: self._ended(c, t))
+        return running
 
     def _ended(self, conversation: str, task: asyncio.Task[Any]) -> None:
         ending = self._ending.get(conversation)

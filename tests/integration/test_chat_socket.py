@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -263,6 +264,23 @@ def test_cancel_mid_stream(chat_rig, workspace, wire_api):
         # the conversation goes on: the next turn works
         _, end = run_turn(c, session, "again")
     assert isinstance(end, p.TurnCompleted)
+
+
+def test_a_half_closed_client_hears_its_turn_cancelled_before_the_connection_closes(chat_rig, workspace):
+    """The end of a client's stream closes its sessions: the connection lingered for their calls'
+    call.completed only, and closed before the turn's turn.cancelled, its promised last event."""
+    model, d = chat_rig(Hang("thinking"), Text("after"))
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        turn = c.request(p.TurnStart, session=session, text="hi").turn
+        while not isinstance(c.next_event(), p.AssistantDelta):
+            pass
+        c.sock.shutdown(socket.SHUT_WR)
+        events = []
+        with pytest.raises(errors.ConnectionClosed):
+            while True:
+                events.append(c.next_event())
+    assert isinstance(events[-1], p.TurnCancelled) and events[-1].turn == turn, events
 
 
 def two_turns(chat_rig, workspace, *steps: Any, wire_api: str):
