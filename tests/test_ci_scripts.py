@@ -41,3 +41,56 @@ def test_setup_refuses_an_argument_it_does_not_know():
     assert done.returncode == 2
     assert done.stderr == ("setup: unknown argument --deamon: use no argument (daemon and tests) "
                            "or --daemon (the daemon only)\n")
+
+
+def fake_checkout(tmp_path: Path, second_rc: int = 0) -> tuple[Path, Path]:
+    """.ci/test beside a no-op setup and a `.venv/bin/python` that records each pytest's arguments
+    (one line each) and exits 0, then `second_rc`."""
+    root = tmp_path / "checkout"
+    (root / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "test", root / ".ci" / "test")
+    (root / ".ci" / "setup").write_text("exit 0\n")
+    (root / "tests" / "integration").mkdir(parents=True)
+    (root / "tests" / "test_unit.py").write_text("")
+    (root / "tests" / "integration" / "test_daemon.py").write_text("")
+    log = tmp_path / "pytest-args"
+    python = root / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/bash\nprintf "%s|" "$@" >> {log}\necho >> {log}\n'
+                      f'[ "$(wc -l < {log})" -ge 2 ] && exit {second_rc}\nexit 0\n')
+    python.chmod(0o755)
+    return root, log
+
+
+def ci_test(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(root / ".ci" / "test"), *args], capture_output=True, text=True,
+                          cwd=root, timeout=30)
+
+
+PASS = "-m|pytest|-p|no:cacheprovider|-n|2|"
+
+
+def test_a_unit_test_file_given_runs_once_not_with_the_whole_daemon_level_suite_again(tmp_path):
+    root, log = fake_checkout(tmp_path)
+    done = ci_test(root, "tests/test_unit.py", "-x")
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == [f"{PASS}tests/test_unit.py|-x|"]
+    assert "no path given is under tests/integration: no second pass on asyncio" in done.stdout
+
+
+def test_a_daemon_level_path_given_is_the_second_pass_alone(tmp_path):
+    root, log = fake_checkout(tmp_path)
+    done = ci_test(root, "tests/integration/test_daemon.py::test_x", "tests/test_unit.py", "-m", "not slow")
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines()[1] == (
+        f"{PASS}-m|(not slow) and not real_agents|tests/integration/test_daemon.py::test_x|")
+
+
+def test_a_selection_with_no_daemon_level_test_is_not_a_failure_but_the_whole_run_collecting_none_is(tmp_path):
+    root, log = fake_checkout(tmp_path, second_rc=5)
+    done = ci_test(root, "-k", "only_units")
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines()[1] == f"{PASS}-m|not real_agents|-k|only_units|tests/integration|"
+    assert "the selection holds no daemon-level test: nothing to run again on asyncio" in done.stdout
+    log.unlink()
+    assert ci_test(root).returncode == 5  # CI's own run: pytest's "no tests collected" fails it
