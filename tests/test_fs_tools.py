@@ -27,6 +27,7 @@ from conftest import shared_dir_for_other_uids
 from scvd.tools import build_registry, fs
 from scvd.tools.contract import ToolRisk
 from scvd.tools.secret_paths import secret_reason
+from scvd.workers import INLINE_BYTES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -325,6 +326,21 @@ def test_secret_rule_applies_to_where_a_symlink_leads(ws: Workspace) -> None:
                                    "'.env' is a dotenv file")
     assert plan.summary.startswith("read secret-like file 'notes' (-> '.env')")
     assert ws.plan("write", path="notes", content="A=2\n", mode="replace").details["secret_like"] is True
+
+
+def test_a_link_to_a_name_that_is_not_utf8_is_read_and_written_as_approved(ws: Workspace) -> None:
+    """notes -> a Latin-1 name (an old archive's): a small read of it worked, but an approved write
+    or a large read failed once approved, saying the path (the user's plain 'notes') was not UTF-8."""
+    target = os.fsencode(ws.root) + b"/caf\xe9.txt"
+    big = b"x" * (INLINE_BYTES + 1)  # read on the pool, where run() checks the path again
+    with open(target, "wb") as f:
+        f.write(big)
+    os.symlink(b"caf\xe9.txt", os.fsencode(ws.root / "notes"))
+    assert ws.call("read", path="notes", limit=4)["content"] == "xxxx"
+    done = ws.call("write", path="notes", content="new\n", mode="replace", expected_sha256=sha(big))
+    assert done["bytes_written"] == 4
+    with open(target, "rb") as f:
+        assert f.read() == b"new\n"
 
 
 def test_concurrent_reads(ws: Workspace) -> None:

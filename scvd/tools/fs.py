@@ -132,8 +132,9 @@ def moved_error(path: str, planned: tuple[str, ...], real: tuple[str, ...], sinc
 
 
 def planned_real(plan: Plan) -> tuple[str, ...] | None:
-    """The real components plan() resolved the path to (None for a plan without them)."""
-    return containment.split(plan.targets[-1]) if plan.targets else None  # (asked, resolved) or (asked,)
+    """The real components plan() resolved the path to (None for a plan without them). Not `split`:
+    a real name need not be UTF-8 (a link to a Latin-1 name), and `split` refuses what a caller sends."""
+    return tuple(plan.targets[-1].split("/")) if plan.targets else None  # (asked, resolved) or (asked,)
 
 
 def _resolved(parts: tuple[str, ...], real: tuple[str, ...]) -> dict[str, str]:
