@@ -672,6 +672,19 @@ def test_a_writable_file_in_a_read_only_directory_says_the_directory_needs_write
     assert app.read_text() == "a=1\n" and no_temp_files(root)
 
 
+@as_root
+def test_the_chmod_advice_for_a_read_only_directory_is_quoted_for_the_shell(shared_tmp: Path) -> None:
+    """'my conf' read-only: the advice was `chmod u+w my conf`, which chmods 'my' and 'conf'."""
+    root = shared_tmp / "ws"
+    (root / "my conf").mkdir(parents=True)
+    (root / "my conf" / "app.ini").write_text("a=1\n")
+    for p in (root, root / "my conf", root / "my conf" / "app.ini"):
+        os.chown(p, ALICE, ALICE)
+    (root / "my conf").chmod(0o555)
+    out = write_as(ALICE, [], root, "my conf/app.ini", b"a=2\n")
+    assert "(chmod u+w 'my conf')" in out, out
+
+
 # --- atomicity ----------------------------------------------------------------------
 
 

@@ -327,8 +327,8 @@ def _directory_denied(path: str, real: tuple[str, ...], exc: OSError) -> Failed:
     return Failed(
         f"writing {show(path)} failed: {exc.strerror} in its directory {show(where)}; write puts a temp file "
         "beside the file and renames it over, so it needs write permission on the directory, not only on the "
-        f"file (and in a sticky directory, to own the file): make the directory writable (chmod u+w {where}), "
-        "or change the file in place with bash; the old file is unchanged"
+        "file (and in a sticky directory, to own the file): make the directory writable "
+        f"(chmod u+w {shlex.quote(where)}), or change the file in place with bash; the old file is unchanged"
     )
 
 
