@@ -306,19 +306,49 @@ def not_regular_error(path: str) -> Failed:
     return Failed(f"{show(path)} is not a regular file (a FIFO, socket or device); scvd only reads and writes files")
 
 
+def _regular_entry(dirfd: int, parts: tuple[str, ...]) -> bool:
+    """Whether an lstat finds a regular file at `parts`: only a gate for the symlink-free open
+    (which follows no symlink, whatever this lstat followed); nothing of it is reported."""
+    try:
+        return stat.S_ISREG(os.stat(join(parts), dir_fd=dirfd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _open_file(dirfd: int, real: tuple[str, ...], path: str, flags: int) -> int:
+    """Open the resolved `real` from its directory's fd, refusing what is no regular file unopened."""
+    try:
+        parent = open_raw(dirfd, real[:-1], os.O_PATH | os.O_DIRECTORY)
+    except OSError as exc:
+        raise translate(dirfd, real, path, exc) from exc
+    try:
+        st = lstat_entry(parent, real[-1])
+        if st is not None and not stat.S_ISLNK(st.st_mode):  # a link swapped in: refused by the open
+            check_regular(st, path)
+        return open_raw(parent, real[-1:], flags)
+    except OSError as exc:
+        raise translate(dirfd, real, path, exc) from exc
+    finally:
+        os.close(parent)
+
+
 def open_regular(dirfd: int, parts: tuple[str, ...], path: str,
                  flags: int = os.O_RDONLY) -> tuple[int, os.stat_result, tuple[str, ...]]:
     """Open an existing regular file beneath `dirfd`, following in-workspace symlinks.
 
     Returns (fd, its fstat, its real components).
     """
-    # O_NONBLOCK: opening a FIFO must not hang; it is refused right after by fstat
+    # Only a regular file is opened: open(2) itself acts on a FIFO (a writer waiting in open() goes
+    # on, then dies of SIGPIPE as we close) or a device, so the type comes from an lstat first.
+    # O_NONBLOCK, O_NOCTTY: one swapped in after that lstat still cannot hang the call or become
+    # a terminal, and the fstat below refuses it.
     flags |= os.O_NONBLOCK | os.O_NOCTTY
     fd = -1
-    if parts and ".." not in parts:
+    if parts and _regular_entry(dirfd, parts):
         # Most paths hold no symlink: then one open that follows none (open_raw, as below) is the
         # whole resolution and `real` is `parts`. Anything else (a symlink on the way, a missing
-        # component) fails it, and the walk below finds the real path or says what is wrong.
+        # component, not a regular file) fails it, and the walk below finds the real path or says
+        # what is wrong.
         try:
             fd, real = open_raw(dirfd, parts, flags), parts
         except OSError:
@@ -327,10 +357,7 @@ def open_regular(dirfd: int, parts: tuple[str, ...], path: str,
         real = resolve(dirfd, parts, path)
         if not real:
             raise Failed("path names the workspace itself; give a file inside it, e.g. 'README.md'")
-        try:
-            fd = open_raw(dirfd, real, flags)
-        except OSError as exc:
-            raise translate(dirfd, real, path, exc) from exc
+        fd = _open_file(dirfd, real, path, flags)
     try:
         st = os.fstat(fd)
         check_regular(st, path)
