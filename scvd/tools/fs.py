@@ -407,9 +407,9 @@ def _check_sha(parent: int, parts: tuple[str, ...], path: str, expected: str, ca
     finally:
         os.close(fd)
     if current is not None and current != expected.lower():
-        raise Failed(
-            f"{show(path)} changed since it was read: its sha256 is now {current[:16]}..., not "
-            f"{expected[:16]}...; read it again and pass its sha256 as expected_sha256"
+        raise Failed(  # not the current sha256: a write's approval is no read's (a secret-like file)
+            f"{show(path)} changed since it was read: its sha256 is no longer {expected[:16]}...; "
+            "read it again and pass its sha256 as expected_sha256"
         )
 
 
@@ -631,12 +631,14 @@ class WriteTool(Tool):
         except UnicodeEncodeError as exc:
             raise InvalidArguments(f"content is not valid UTF-8 text at character {exc.start}") from exc
         real = resolve_file(ctx.workspace_fd, parts, args.path)  # fail before approval where we can
+        secret = _secret_reason(parts, real)
         parent = open_parent(ctx.workspace_fd, real, args.path)
         try:
             existing = inspect_target(parent, real, args.path, args.mode)
             # a stale hash fails before anyone is asked, where hashing costs less than a thread hop
-            # (a small file on a local filesystem); run() checks it again just before the rename
-            if args.expected_sha256 and existing is not None:
+            # (a small file on a local filesystem); run() checks it again just before the rename.
+            # Not a secret-like file's: unasked, pass or fail would say whether a guess is its content
+            if args.expected_sha256 and existing is not None and secret is None:
                 _check_sha(parent, real, args.path, args.expected_sha256, NEVER, small_only=True)
         finally:
             os.close(parent)
@@ -646,7 +648,7 @@ class WriteTool(Tool):
             details={"path": containment.join(parts), **_resolved(parts, real), "mode": args.mode,
                      "bytes": len(data), "content": args.content,  # whole: the approver sees what lands
                      "expected_sha256": args.expected_sha256,
-                     "replaces_link": linked, **_secret_details(_secret_reason(parts, real))},
+                     "replaces_link": linked, **_secret_details(secret)},
             network=False, writes_confined=True, targets=_targets(parts, real), data=data,
         )
 

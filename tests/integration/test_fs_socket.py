@@ -90,6 +90,22 @@ def test_secret_like_read_asks_for_approval(owner: Client, ws: Path) -> None:
     assert done.ok and done.result["content"] == "API_KEY=abc\n"
 
 
+def test_a_secret_like_file_answers_no_hash_guess_unasked(owner: Client, ws: Path) -> None:
+    """write's early stale-hash check told, before anyone was asked, whether a guessed sha256 of
+    .env was right, and printed 16 hex digits of the real one: a secret read through no approval."""
+    secret = b"PIN=1234\n"
+    (ws / ".env").write_bytes(secret)
+    sid = owner.open_session(ws)
+    guess = sha(b"PIN=0000\n")
+    done, asked = call(owner, sid, "write", decide="deny", path=".env", content="PIN=9999\n", mode="replace",
+                       expected_sha256=guess)
+    assert asked.details["secret_like"] is True and done.error.kind == "denied"
+    done, _ = call(owner, sid, "write", decide="approve", path=".env", content="PIN=9999\n", mode="replace",
+                   expected_sha256=guess)  # approved as a write, not as a read: still no hash of it
+    assert done.error.kind == "failed" and "read it again and pass its sha256" in done.error.message
+    assert sha(secret)[:16] not in done.error.message and (ws / ".env").read_bytes() == secret
+
+
 def test_links_inside_the_workspace(owner: Client, ws: Path) -> None:
     """CLAUDE.md -> AGENTS.md reads; notes -> .env asks; a hard link is replaced, never written through."""
     (ws / "AGENTS.md").write_text("# Agents\n")
