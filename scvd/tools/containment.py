@@ -306,30 +306,20 @@ def not_regular_error(path: str) -> Failed:
     return Failed(f"{show(path)} is not a regular file (a FIFO, socket or device); scvd only reads and writes files")
 
 
-def _regular_entry(dirfd: int, parts: tuple[str, ...]) -> bool:
-    """Whether an lstat finds a regular file at `parts`: only a gate for the symlink-free open
-    (which follows no symlink, whatever this lstat followed); nothing of it is reported."""
+def _open_leaf(dirfd: int, parts: tuple[str, ...], path: str, flags: int) -> int:
+    """Open `parts` following no symlink, from its directory's fd, once an lstat there says it
+    is a regular file: open(2) itself acts on a FIFO (a writer waiting in open() goes on, then
+    dies of SIGPIPE as we close) or a device. Raises the plain OSError (a symlink: ELOOP), or
+    Failed for what is no regular file, unopened."""
+    parent = dirfd if len(parts) == 1 else open_raw(dirfd, parts[:-1], os.O_PATH | os.O_DIRECTORY)
     try:
-        return stat.S_ISREG(os.stat(join(parts), dir_fd=dirfd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
-
-
-def _open_file(dirfd: int, real: tuple[str, ...], path: str, flags: int) -> int:
-    """Open the resolved `real` from its directory's fd, refusing what is no regular file unopened."""
-    try:
-        parent = open_raw(dirfd, real[:-1], os.O_PATH | os.O_DIRECTORY)
-    except OSError as exc:
-        raise translate(dirfd, real, path, exc) from exc
-    try:
-        st = lstat_entry(parent, real[-1])
-        if st is not None and not stat.S_ISLNK(st.st_mode):  # a link swapped in: refused by the open
+        st = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+        if not stat.S_ISLNK(st.st_mode):  # a symlink: the open below refuses it
             check_regular(st, path)
-        return open_raw(parent, real[-1:], flags)
-    except OSError as exc:
-        raise translate(dirfd, real, path, exc) from exc
+        return open_raw(parent, parts[-1:], flags)
     finally:
-        os.close(parent)
+        if parent != dirfd:
+            os.close(parent)
 
 
 def open_regular(dirfd: int, parts: tuple[str, ...], path: str,
@@ -338,26 +328,26 @@ def open_regular(dirfd: int, parts: tuple[str, ...], path: str,
 
     Returns (fd, its fstat, its real components).
     """
-    # Only a regular file is opened: open(2) itself acts on a FIFO (a writer waiting in open() goes
-    # on, then dies of SIGPIPE as we close) or a device, so the type comes from an lstat first.
-    # O_NONBLOCK, O_NOCTTY: one swapped in after that lstat still cannot hang the call or become
-    # a terminal, and the fstat below refuses it.
+    # O_NONBLOCK, O_NOCTTY: a FIFO or terminal swapped in after _open_leaf's lstat still cannot
+    # hang the call or become its terminal, and the fstat below refuses it
     flags |= os.O_NONBLOCK | os.O_NOCTTY
     fd = -1
-    if parts and _regular_entry(dirfd, parts):
-        # Most paths hold no symlink: then one open that follows none (open_raw, as below) is the
-        # whole resolution and `real` is `parts`. Anything else (a symlink on the way, a missing
-        # component, not a regular file) fails it, and the walk below finds the real path or says
-        # what is wrong.
+    if parts:
+        # Most paths hold no symlink: then the open that follows none (as below) is the whole
+        # resolution and `real` is `parts`. Anything else (a symlink on the way, a missing
+        # component) fails it, and the walk below finds the real path or says what is wrong.
         try:
-            fd, real = open_raw(dirfd, parts, flags), parts
+            fd, real = _open_leaf(dirfd, parts, path, flags), parts
         except OSError:
             fd = -1
     if fd < 0:
         real = resolve(dirfd, parts, path)
         if not real:
             raise Failed("path names the workspace itself; give a file inside it, e.g. 'README.md'")
-        fd = _open_file(dirfd, real, path, flags)
+        try:
+            fd = _open_leaf(dirfd, real, path, flags)
+        except OSError as exc:
+            raise translate(dirfd, real, path, exc) from exc
     try:
         st = os.fstat(fd)
         check_regular(st, path)
