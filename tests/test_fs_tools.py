@@ -352,6 +352,9 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
      # read unasked before: Codex's sign-in file name, an Apache password file, Terraform vars, Java key stores
      ("auth.json", True), (".codex/Auth.json", True), ("site/.htpasswd", True), ("prod.tfvars", True),
      ("release.jks", True), ("app.keystore", True), ("auth.json.md", False), ("tfvars.py", False),
+     # read unasked before: tokens and passwords that CLIs keep in plain text (gh does where no keyring is)
+     (".config/gh/hosts.yml", True), ("gh/Hosts.yml", True), (".my.cnf", True), (".s3cfg", True),
+     (".boto", True), (".config/rclone/rclone.conf", True), ("hosts.yml", False), ("my.cnf.md", False),
      ("config.json", False), (".docker/daemon.json", False), ("tfstate.md", False), (".venv/bin/python", False),
      ("src/main.py", False), ("environment.py", False), ("keyboard.c", False),
      ("pem.md", False), ("ssh/config", False), ("README.md", False), ("key", False)],

@@ -25,9 +25,16 @@ SECRET_NAMES = {
     ".vault-token": "a HashiCorp Vault token",
     ".htpasswd": "an Apache password file",
     "auth.json": "a credentials file (Codex and others keep their sign-in in one)",
+    ".my.cnf": "a MySQL client config that may hold a password",
+    ".s3cfg": "an s3cmd config that holds access keys",
+    ".boto": "a boto/gsutil config that may hold credentials",
+    "rclone.conf": "an rclone config that holds its remotes' tokens",
 }
 # (directory, file name): names too common to flag anywhere else
-SECRET_FILES_IN = {(".docker", "config.json"): "a Docker config that may hold registry credentials"}
+SECRET_FILES_IN = {
+    (".docker", "config.json"): "a Docker config that may hold registry credentials",
+    ("gh", "hosts.yml"): "a GitHub CLI config that holds its token where no keyring is",
+}
 SECRET_DIRS = (".ssh", ".aws", ".gnupg", ".kube")  # everything under these is secret-like
 SECRET_WORDS = ("credential", "secret", "private_key")
 SSH_KEY = "an SSH key"
