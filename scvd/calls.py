@@ -276,6 +276,10 @@ class CallRegistry:
         if call.done or call.cancel_reason is not None or call.timed_out:
             return
         call.cancel_reason = reason
+        # its request goes now, not when the task resumes: a decision read after this cancel (the
+        # same batch of frames) finds it gone, rather than approve (and grant) for a cancelled call
+        for approval_id in [a for a, (waiting, _, _) in self.asking.items() if waiting is call]:
+            self.hub.gate.cancel(approval_id, _cancelled(call))
         if call.begun and call.task is not None:
             call.task.cancel(reason)
         # not begun: the first step sees cancel_reason and completes the call as cancelled
@@ -476,7 +480,7 @@ class CallRegistry:
         try:
             approved = await asyncio.shield(approval.future)
         except asyncio.CancelledError:
-            self.hub.gate.cancel(approval.id, f"the call was cancelled: {call.cancel_reason or 'cancelled'}")
+            self.hub.gate.cancel(approval.id, _cancelled(call))
             if (approval.future.done() and approval.future.result()
                     and session.revoked_since(tool.name, revision) is None):
                 self._grant(approval, session, tool.name, risk, plan.sandboxed)  # decided before the cancel came
@@ -635,6 +639,11 @@ def _plain(tool: Tool, result: object) -> object:
     except (TypeError, ValueError) as exc:  # a tool bug: fail the call rather than never answer it
         log.error("tool %s returned a result that cannot be encoded: %s", tool.name, exc)
         raise errors.Failed(f"{tool.name} returned a result that cannot be encoded ({type(exc).__name__})") from None
+
+
+def _cancelled(call: Call) -> str:
+    """The reason a cancelled call's approval request went away."""
+    return f"the call was cancelled: {call.cancel_reason or 'cancelled'}"
 
 
 def _denial(approval: Approval) -> str:

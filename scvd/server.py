@@ -591,11 +591,11 @@ class Daemon:
         server.shutdown_grace_seconds."""
         ending: list[asyncio.Future[Any]] = (
             [c.outcome for c in self.calls.table.values() if c.session.owner is conn] if linger else [])
+        self.gate.drop_owner(conn)  # first: its requests end as dropped, not cancelled with their calls
         for session in list(conn.sessions.values()):
             turns = self._close_session(session)  # a turn's last event comes as it ends
             if linger:
                 ending += turns
-        self.gate.drop_owner(conn)
         self.secret_requests.drop_connection(conn)
         if ending:
             self.spawn_task(self._close_when_ended(conn, ending))

@@ -166,6 +166,23 @@ def test_a_session_grant_holds_when_its_call_is_cancelled_in_the_same_turn(rig, 
     assert sorted(os.listdir(workspace)) == ["b"]
 
 
+def test_a_decision_that_comes_after_the_cancel_of_its_call_finds_the_request_gone(rig, workspace):
+    """call.cancel, then approval.decide in the same write: the request went with its call, so the
+    decision is too late (approval_not_found), grants nothing, and nobody is told it was approved."""
+    t = pending_touch(rig(), workspace)
+    w, owner, session, call_id, r = t.w, t.owner, t.session, t.call_id, t.request
+    owner.sock.sendall(p.encode(p.CallCancel(id="x", call_id=call_id))
+                       + p.encode(p.ApprovalDecide(id="d", approval_id=r.approval_id, decision="approve",
+                                                   scope="session")))
+    with pytest.raises(errors.ApprovalNotFound):
+        owner.wait_answer("d")
+    done = resolved(w, r.approval_id)
+    assert (done.state, done.decided_by) == ("cancelled", "scvd")
+    assert owner.wait_call(call_id).error.kind == "cancelled"
+    assert ask_and(w, owner, session, "probe_touch", {"path": "b"}, "deny").error.kind == "denied"
+    assert os.listdir(workspace) == []
+
+
 def test_a_denied_session_scope_grants_nothing(rig, workspace):
     rg = rig()
     t = pending_touch(rg, workspace)
