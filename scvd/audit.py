@@ -41,7 +41,7 @@ log = logging.getLogger("scvd.audit")
 
 FIELDS = frozenset({
     "tool", "session", "call_id", "risk", "decision", "decided_by", "duration_s",
-    "outcome", "error_kind", "approval_id", "policy", "reason",
+    "outcome", "error_kind", "approval_id", "policy", "reason", "scope",
     "request_id", "key", "state", "source",  # secret requests: a secret's name and fate, never its value
 })
 DECIDED_BY_FIELDS = frozenset({"pid", "uid", "client"})

@@ -267,8 +267,8 @@ class CallRegistry:
         info = approval.info
         self.write_audit(
             "decision", approval_id=approval.id, call_id=info.call_id, tool=info.tool,
-            session=info.session, risk=info.risk, decision=approval.state.value, reason=approval.reason,
-            decided_by={"pid": d.pid, "uid": d.uid, "client": d.client} if d else None)
+            session=info.session, risk=info.risk, decision=approval.state.value, scope=approval.scope,
+            reason=approval.reason, decided_by={"pid": d.pid, "uid": d.uid, "client": d.client} if d else None)
 
     # --- a call's life ------------------------------------------------------------
 

@@ -107,7 +107,7 @@ def test_long_strings_are_capped(audit):
 def test_allow_list_is_the_documented_one(tmp_path):
     assert FIELDS == {
         "tool", "session", "call_id", "risk", "decision", "decided_by", "duration_s",
-        "outcome", "error_kind", "approval_id", "policy", "reason",
+        "outcome", "error_kind", "approval_id", "policy", "reason", "scope",
         "request_id", "key", "state", "source",
     }
     # the log holds no paths (security.md): a workspace named in a record is dropped

@@ -73,8 +73,11 @@ def test_a_session_grant_approves_what_its_session_already_waits_for(grant_rig: 
     assert (done.state, done.scope) == ("approved", "session")
     assert "person" in done.decided_by and f"pid {os.getpid()}" in done.decided_by
     assert asked["first"].approval_id in done.reason and "session grant" in done.reason
-    record = decisions(rg)[asked["second"].approval_id]
+    records = decisions(rg)
+    assert records[asked["first"].approval_id]["scope"] == "session", "the audit hides which decision granted"
+    record = records[asked["second"].approval_id]
     assert record["decision"] == "approved" and record["decided_by"]["client"] == "person"
+    assert record["scope"] == "session"
     assert "session grant" in record["reason"]
 
     # one that always asks, and one of another session, still wait for a person
