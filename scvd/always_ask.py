@@ -6,7 +6,7 @@ it reads or writes, as asked and as resolved) include one named by an
 directory that is not named `.git` (`git init --separate-git-dir`, a repo tool's
 `project.git`: its config and hooks run at the next git command), is put to a
 person, and that request is approved once only. Pure functions on path strings,
-but for `git_dir_reason`, which looks (a few lstats); nothing here knows a tool.
+but for `git_dir_reason` and `in_git_dir`, which look (a few lstats); nothing here knows a tool.
 
 Globs: `/`-separated and case-insensitive (on a case-insensitive filesystem
 `.GIT/hooks/x` is `.git/hooks/x`). `*`, `?` and `[...]` match within one
@@ -129,16 +129,29 @@ def git_dir_reason(workspace: str, targets: Iterable[str]) -> str | None:
         for i in range(len(parts) - 1, 0, -1):
             if ".git" in (p.lower() for p in parts[:i]):
                 break  # the `.git/**` glob's, if the configuration keeps it
-            if _looks_like_git_dir(os.path.join(workspace, *parts[:i])):
+            if looks_like_git_dir(os.path.join(workspace, *parts[:i])):
                 return (f"{_show(target)} is inside {_show('/'.join(parts[:i]))}, a git directory: its config "
                         "and hooks run at the next git command")
-    if targets and _looks_like_git_dir(workspace):  # a bare repository (or a .git) opened as the workspace
+    if targets and looks_like_git_dir(workspace):  # a bare repository (or a .git) opened as the workspace
         return (f"{_show(next(iter(targets)))} is inside the workspace, itself a git directory: its config "
                 "and hooks run at the next git command")
     return None
 
 
-def _looks_like_git_dir(folder: str) -> bool:
+def in_git_dir(workspace: str) -> bool:
+    """Whether `workspace` (a real path) is a git directory or lies inside one (a bare repository, a
+    `.git` or a folder of it): its config and hooks run at the next git command there."""
+    path = workspace
+    while True:
+        if os.path.basename(path).lower() == ".git" or looks_like_git_dir(path):
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+
+
+def looks_like_git_dir(folder: str) -> bool:
     try:
         if not stat.S_ISREG(os.lstat(os.path.join(folder, "HEAD")).st_mode):
             return False

@@ -36,6 +36,7 @@ from typing import Any, Callable
 import msgspec
 
 from . import errors
+from .always_ask import in_git_dir
 from .paths import within
 from .text import printable, printable_data
 from .proctree import read_stat
@@ -129,7 +130,8 @@ def exposes_host(workspace: str, own: tuple[str, ...] = (), home: str | None = N
     .ssh, XDG_CONFIG_HOME or XDG_DATA_HOME (above: one that lies outside the home, or a link
     from the home into a dotfiles repository), or at or inside one of scvd's own folders `own`
     (`own_dirs`: a config.toml there starts MCP servers unsandboxed; above them, the sandbox
-    hides them). sandbox-aware asks for every call there.
+    hides them), or it is a git directory or inside one (the sandbox guards WS/.git, not the
+    workspace itself: its hooks and config). sandbox-aware asks for every call there.
     """
     home = os.path.realpath(home or os.environ.get("HOME") or os.path.expanduser("~"))
     if holds_home(workspace, home):
@@ -139,7 +141,7 @@ def exposes_host(workspace: str, own: tuple[str, ...] = (), home: str | None = N
     runs_later = [os.path.realpath(os.path.join(home, d)) for d in HOME_RUNS_LATER]
     runs_later += [os.path.realpath(d) for d in xdg if d and os.path.isabs(d)]
     return (any(within(ws, d) or within(d, ws) for d in runs_later)
-            or any(within(ws, d) for d in own))
+            or any(within(ws, d) for d in own) or in_git_dir(ws))
 
 
 def own_dirs(paths: Any) -> tuple[str, ...]:

@@ -175,3 +175,18 @@ def test_a_workspace_that_is_a_directory_the_sandbox_hides_asks_for_every_call(m
         done = c.call(sid, "bash", {"command": "ls -A runtime"})
         assert done.ok and done.result["output"] == "", done
         assert c.request(p.ApprovalsList).approvals == []
+
+
+def test_a_workspace_that_is_a_git_directory_or_inside_one_asks_for_every_call(make_daemon, tmp_path: Path):
+    # the guard keeps WS/.git read-only, but a bare repository, or a `.git` (or a folder in it)
+    # opened as the workspace, is git metadata itself: unasked, bash would plant a hook or a
+    # core.fsmonitor that runs outside any sandbox at the user's next git command there
+    d = make_daemon(SANDBOXED)
+    bare, repo = tmp_path / "bare.git", tmp_path / "repo"
+    for argv in (["git", "init", "-q", "--bare", str(bare)], ["git", "init", "-q", str(repo)]):
+        subprocess.run(argv, check=True)
+    attack = "echo 'touch ~/pwned' > hooks/post-update; git config core.fsmonitor 'touch ~/pwned'"
+    with d.client() as c:
+        for where in (bare, repo / ".git", repo / ".git" / "hooks"):
+            asked_and_denied(c, where, attack)
+    assert not (bare / "hooks" / "post-update").exists() and b"fsmonitor" not in (bare / "config").read_bytes()
