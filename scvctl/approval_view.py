@@ -48,7 +48,7 @@ def fold(text: str, width: int) -> str:
 
     width = max(width, 2)
     rows: list[str] = []
-    for line in text.split("\n"):
+    for line in text.expandtabs().split("\n"):  # a tab takes up to 8 cells: counted as one, a line went unfolded
         if len(line) * 2 <= width:  # fits whatever its characters are
             rows.append(line)
             continue

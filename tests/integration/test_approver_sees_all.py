@@ -193,11 +193,14 @@ def test_watch_on_a_terminal_pages_a_tall_request_before_asking(daemon: DaemonPr
 
 
 @pytest.mark.slow
-def test_a_pager_that_chops_long_lines_still_shows_a_long_lines_tail(daemon: DaemonProc, workspace: Path, tmux):
+@pytest.mark.parametrize("gap", [" " * 200, "\t" * 30], ids=["spaces", "tabs"])
+def test_a_pager_that_chops_long_lines_still_shows_a_long_lines_tail(daemon: DaemonProc, workspace: Path, tmux,
+                                                                     gap: str):
     # LESS=-S (a common setting) cuts lines at the screen's edge: a tail past column 160
-    # of a tall request would be off screen, with nothing saying so
+    # of a tall request would be off screen, with nothing saying so (30 tabs are 56 characters
+    # but reach column 248: counted as one cell each, that line was not folded)
     command = "echo harmless\n" + "".join(f": padding line {i}\n" for i in range(60)) + \
-        "echo ok" + " " * 200 + "; " + HIDDEN + "\n: the end"
+        "echo ok" + gap + "; " + HIDDEN + "\n: the end"
     with daemon.client(name="agent") as agent:
         sid = agent.open_session(workspace)
         call_id = agent.start_call(sid, "bash", {"command": command})
