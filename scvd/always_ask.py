@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import functools
 import os
-import stat
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Iterable, Sequence
 
+from .gitmeta import looks_like_git_dir
 from .tools.secret_paths import secret_reason
 
 # git metadata (hooks, config, a `.git` file pointing elsewhere; `.gitmodules`, which says what
@@ -149,15 +149,6 @@ def in_git_dir(workspace: str) -> bool:
         if parent == path:
             return False
         path = parent
-
-
-def looks_like_git_dir(folder: str) -> bool:
-    try:
-        if not stat.S_ISREG(os.lstat(os.path.join(folder, "HEAD")).st_mode):
-            return False
-    except OSError:
-        return False
-    return any(os.path.lexists(os.path.join(folder, name)) for name in ("config", "objects", "refs"))
 
 
 def own_files_reason(workspace: str, targets: Iterable[str], own: Sequence[str]) -> str | None:

@@ -5,7 +5,8 @@ reads); it never runs git. The listing has no cap: the workspace's entries
 are the agent's to add, and a cap let a call push an existing child project
 past it with a few thousand empty directories, leaving its `.git` writable to
 the next unasked call. It reports the `.git` of the workspace and of each direct
-subdirectory (child projects), and for a `.git` file (a linked worktree or a
+subdirectory (child projects), a direct subdirectory that is a git dir itself (a
+bare repository, a local remote: a push into it runs its hooks), and for a `.git` file (a linked worktree or a
 submodule: `gitdir: PATH`) the git dir it names and that dir's `commondir` (the
 main repository's git dir, where config and hooks are read). Paths are real
 paths (symlinks resolved) and may lie anywhere; sandbox.build_argv() decides
@@ -40,6 +41,7 @@ def find(workspace: str) -> list[str]:
     children = _children(workspace)
     if children is None:  # cannot be listed: a child project could hide in it; and its own .git
         found, children = [workspace], []  # may still name a git dir elsewhere (look into that below)
+    found += [os.path.realpath(child) for child in children if looks_like_git_dir(child)]  # `app.git`
     roots = [workspace, *children]
     seen, submodules = set(roots), 0
     for root in roots:  # grows: a submodule with a `.git` is looked into in turn
@@ -54,6 +56,16 @@ def find(workspace: str) -> list[str]:
             if path not in found:
                 found.append(path)
     return found
+
+
+def looks_like_git_dir(folder: str) -> bool:
+    """A `HEAD` file beside `config`, `objects` or `refs`: what git takes for a git dir."""
+    try:
+        if not stat.S_ISREG(os.lstat(os.path.join(folder, "HEAD")).st_mode):
+            return False
+    except OSError:
+        return False
+    return any(os.path.lexists(os.path.join(folder, name)) for name in ("config", "objects", "refs"))
 
 
 def _submodules(repo: str, workspace: str) -> tuple[list[str], list[str]]:

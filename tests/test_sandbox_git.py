@@ -85,6 +85,28 @@ def test_an_unasked_call_cannot_rename_a_child_project_to_replace_its_git(gbox):
     assert not gbox.marker.exists()
 
 
+def test_an_unasked_call_cannot_plant_a_hook_in_a_bare_repository_in_the_workspace(gbox, tmp_path):
+    """A push into a bare repository runs its hooks on the host: one in the workspace (a local
+    remote, `app.git`) is guarded like a child project's `.git`; an approved call still plants."""
+    bare = gbox.ws / "app.git"
+    assert git(gbox.ws, "init", "-q", "--bare", str(bare)).returncode == 0
+    hook = f"printf '#!/bin/sh\\n%s\\n' {gbox.plant!r} > app.git/hooks/post-receive; chmod +x app.git/hooks/post-receive"
+    r = gbox.run(hook)
+    assert "Read-only file system" in r.stderr, r.stderr
+    clone = tmp_path / "clone"
+    assert git(tmp_path, "clone", "-q", str(bare), str(clone)).returncode == 0
+    (clone / "f.txt").write_text("x\n")
+    git(clone, "add", "f.txt")
+    git(clone, "commit", "-q", "-m", "x")
+    assert git(clone, "push", "-q", "origin", "HEAD").returncode == 0  # the user, on the host
+    assert not gbox.marker.exists()
+    assert gbox.run(hook, approved=True).returncode == 0  # the control: the same call, approved
+    (clone / "f.txt").write_text("y\n")
+    git(clone, "commit", "-q", "-am", "y")
+    git(clone, "push", "-q", "origin", "HEAD")
+    assert gbox.marker.exists()
+
+
 def test_a_child_project_made_unreadable_stays_guarded_as_a_whole(gbox):
     """One unasked call closes `app` (allowed: the workspace is writable); the next call's look
     cannot see app/.git, so app is kept read-only whole and cannot be opened again to plant."""
