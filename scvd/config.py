@@ -250,6 +250,9 @@ def _read(path: Path) -> dict[str, Any] | None:
     try:
         return tomllib.loads(read_regular_file(path).decode("utf-8"))
     except FileNotFoundError:
+        if path.is_symlink():  # a link whose target moved: its settings must not quietly become the defaults
+            raise ConfigError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist; fix the "
+                              "link, or remove it to run on the defaults") from None
         return None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc

@@ -355,6 +355,15 @@ def test_unreadable_bytes_name_the_file(cfg_file):
         load(path, env={})
 
 
+def test_a_config_toml_linked_to_a_file_gone_is_refused_not_read_as_the_defaults(tmp_path):
+    # dotfiles that link config.toml: a moved target must not quietly turn sandbox and policy to their defaults
+    path = tmp_path / "config.toml"
+    path.symlink_to(tmp_path / "dotfiles" / "scv.toml")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: a symbolic link to .*dotfiles/scv.toml, "
+                       "which does not exist; fix the link, or remove it to run on the defaults$"):
+        load(path, env={})
+
+
 # --- scvd check-config ---------------------------------------------------------------------
 
 
