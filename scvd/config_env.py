@@ -30,6 +30,10 @@ def apply_overrides(raw: dict[str, Any], sources: dict[str, str], env: Mapping[s
         if _is_override(name):
             keys = name[len(ENV_PREFIX):].lower().split("__")
             origin = f"env:{name} (over {path})"
+            if "" in keys:  # `SCVD_TOOLS__=`: msgspec would call the empty part an unknown field ``
+                raise ConfigError(f"{origin}: the name leaves a part of the key path empty (`__` at an end, or "
+                                  f"`____`); an override is {ENV_PREFIX}<TABLE>__<KEY>, e.g. "
+                                  f"{ENV_PREFIX}TOOLS__COMMAND_TIMEOUT_SECONDS=60")
             _check_case(name, keys, origin, raw, schema)
             _check_empty(keys, value, origin, schema)
             key = ".".join(keys)

@@ -285,6 +285,17 @@ def test_env_errors_name_the_variable_and_the_key(cfg_file, env, key, reason):
     assert reason in message
 
 
+@pytest.mark.parametrize("name", ["SCVD_TOOLS__", "SCVD___COMMAND_TIMEOUT_SECONDS", "SCVD_TOOLS____X"])
+def test_an_override_with_an_empty_part_of_its_key_path_says_how_one_is_spelt(cfg_file, name):
+    # msgspec called the empty part an unknown field ``, which said nothing a person could act on
+    path = cfg_file("")
+    with pytest.raises(ConfigError) as info:
+        load(path, env={name: "60"})
+    assert info.value.message == (
+        f"env:{name} (over {path}): the name leaves a part of the key path empty (`__` at an end, or `____`); "
+        "an override is SCVD_<TABLE>__<KEY>, e.g. SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS=60")
+
+
 @pytest.mark.parametrize("name, text, tail", [
     ("SCVD_SERVER__SHUTDOWN_GRACE_SECONDS", "0.5s", "; give one, e.g. SCVD_SERVER__SHUTDOWN_GRACE_SECONDS=0.5"),
     ("SCVD_SERVER__SHUTDOWN_GRACE_SECONDS", "05s", "; give one, e.g. SCVD_SERVER__SHUTDOWN_GRACE_SECONDS=5"),
