@@ -258,7 +258,11 @@ def _read(path: Path) -> dict[str, Any] | None:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     except NotARegularFile as exc:  # a FIFO would hold the start, or every reload, for good
         raise ConfigError(f"{exc}; put a config.toml file there (or remove it to run on the defaults)") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # the codec's `position 5` is no place an editor shows
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}: not UTF-8 text at line {line} (byte 0x{exc.object[exc.start]:02x}); "
+                          "TOML files are UTF-8: save it as UTF-8") from None
+    except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from exc
 
 

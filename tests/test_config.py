@@ -359,11 +359,13 @@ def test_invalid_toml_names_the_file_and_line(cfg_file):
         load(path, env={})
 
 
-def test_unreadable_bytes_name_the_file(cfg_file):
+def test_bytes_that_are_not_utf8_name_the_file_and_the_line(cfg_file):
     path = cfg_file("")
-    path.write_bytes(b"log_level = \"\xff\"\n")
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: cannot read"):
+    path.write_bytes(b"[tools]\n# caf\xe9, saved as Latin-1\ncommand_timeout_seconds = 60\n")
+    with pytest.raises(ConfigError) as info:
         load(path, env={})
+    assert info.value.message == (f"{path}: not UTF-8 text at line 2 (byte 0xe9); TOML files are UTF-8: "
+                                  "save it as UTF-8")
 
 
 def test_a_config_toml_linked_to_a_file_gone_is_refused_not_read_as_the_defaults(tmp_path):
