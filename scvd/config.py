@@ -197,7 +197,7 @@ def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "")
     then): a file named by --config, or one a reload finds gone.
     """
     env = os.environ if env is None else env
-    found = _read(path)
+    found = _read(path, defaults_if_gone=not missing)
     if found is None and missing:
         raise ConfigError(f"{path}: no such file; {missing}")
     raw = found or {}
@@ -245,19 +245,21 @@ def server_secrets(server: McpServerConfig) -> frozenset[str]:
     return frozenset(v.secret for v in (*server.env.values(), *server.headers.values()) if isinstance(v, SecretRef))
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    """The file's TOML, or None when there is no file."""
+def _read(path: Path, defaults_if_gone: bool) -> dict[str, Any] | None:
+    """The file's TOML, or None when there is no file. `defaults_if_gone`: no file would mean the
+    defaults, so removing a bad one is a way out (not for --config's file, nor one a reload read before)."""
+    remove = " (or remove it to run on the defaults)" if defaults_if_gone else ""
     try:
         return tomllib.loads(read_regular_file(path).decode("utf-8"))
     except FileNotFoundError:
         if path.is_symlink():  # a link whose target moved: its settings must not quietly become the defaults
             raise ConfigError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist; fix the "
-                              "link, or remove it to run on the defaults") from None
+                              f"link{remove}") from None
         return None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     except NotARegularFile as exc:  # a FIFO would hold the start, or every reload, for good
-        raise ConfigError(f"{exc}; put a config.toml file there (or remove it to run on the defaults)") from None
+        raise ConfigError(f"{exc}; put a config.toml file there{remove}") from None
     except UnicodeDecodeError as exc:  # the codec's `position 5` is no place an editor shows
         line = exc.object.count(b"\n", 0, exc.start) + 1
         raise ConfigError(f"{path}: not UTF-8 text at line {line} (byte 0x{exc.object[exc.start]:02x}); "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -373,8 +374,22 @@ def test_a_config_toml_linked_to_a_file_gone_is_refused_not_read_as_the_defaults
     path = tmp_path / "config.toml"
     path.symlink_to(tmp_path / "dotfiles" / "scv.toml")
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: a symbolic link to .*dotfiles/scv.toml, "
-                       "which does not exist; fix the link, or remove it to run on the defaults$"):
+                       r"which does not exist; fix the link \(or remove it to run on the defaults\)$"):
         load(path, env={})
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling link"])
+def test_removing_a_bad_config_file_is_offered_only_where_no_file_means_the_defaults(tmp_path, kind):
+    path = tmp_path / "config.toml"
+    os.mkfifo(path) if kind == "fifo" else path.symlink_to(tmp_path / "gone.toml")
+    with pytest.raises(ConfigError) as info:
+        load(path, env={})
+    assert info.value.message.endswith("(or remove it to run on the defaults)")
+    # --config's file, or one a reload read before: gone, it is an error too, so removing it is no way out
+    with pytest.raises(ConfigError) as info:
+        load(path, env={}, missing="check the path given to --config")
+    assert "remove it" not in info.value.message
+    assert info.value.message.endswith("put a config.toml file there" if kind == "fifo" else "fix the link")
 
 
 # --- scvd check-config ---------------------------------------------------------------------
