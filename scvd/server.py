@@ -378,6 +378,9 @@ class Daemon:
         unapplied = [key for key in START_ONLY if _setting(loaded.config, key) != _setting(self.config, key)]
         if unapplied:  # the file says so now, the daemon does not: say when it will
             log.warning("reload: %s changed; it takes effect at the next start of scvd", ", ".join(unapplied))
+        for warning in loaded.warnings:  # what the edit brought (an unused [providers.X]); not the start's again
+            if warning not in self.loaded.warnings:
+                logging.getLogger("scvd.config").warning("%s", warning)
         self.loaded, self.registry, self.sandbox, self.sandbox_verdict = loaded, registry, sandbox, verdict
         self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
         self.gate.max_pending = loaded.config.approvals.max_pending

@@ -526,6 +526,21 @@ def test_the_daemon_logs_a_misspelt_override_at_start(make_daemon):
             "did you mean SCVD_APPROVALS__POLICY?") in d.log()
 
 
+def test_a_reload_logs_the_warnings_the_edit_brought_and_not_the_starts_again(make_daemon):
+    """A [providers.X] added with chat.provider left at codex was a warning at start and in check-config,
+    but a reload took it without a word: the user editing a running daemon's file never heard of it."""
+    from conftest import reloaded
+
+    d = make_daemon("", env={"SCVD_APPROVALS_POLICY": "never"})
+    stray = "SCVD_APPROVALS_POLICY sets no configuration key"
+    assert d.log().count(stray) == 1
+    reloaded(d, '[providers.local]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    assert ("WARNING scvd.config: [providers.local] is configured, but a chat turn that names no provider uses "
+            "the imported Codex setup") in d.log()
+    assert d.log().count(stray) == 1
+    assert d.stop() == 0
+
+
 @pytest.mark.parametrize("command", ["check-config", "run"])
 def test_a_config_file_named_by_option_must_exist(tmp_path, command):
     """A misspelt --config is an error naming it, never a daemon quietly on the defaults."""
