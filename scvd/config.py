@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
@@ -292,9 +293,29 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
     if key.startswith("mcp.servers[...]"):
         servers = f"mcp.servers.{_bad_table(raw.get('mcp') or {}, 'servers', McpServerConfig)}"
         key = servers + key[len("mcp.servers[...]"):]
+    key = _name_the_entry(key, raw)
     if key in texts:
         msg += config_env.read_as_string(msg, key, *texts[key], Config)
     return f"{_place(path, key, sources)}: {key}: {msg}"
+
+
+def _name_the_entry(key: str, raw: Mapping[str, Any]) -> str:
+    """`mcp.servers.x.env[...]` -> `mcp.servers.x.env.PORT`: the entry of a table of names (an MCP
+    server's env, headers, tool_risk) that msgspec does not name, found as the first that fails."""
+    head, sep, tail = key.partition("[...]")
+    if not sep:
+        return key
+    table: Any = raw
+    value_type: Any = Config
+    for part in head.split("."):
+        table = table.get(part) if isinstance(table, dict) else None
+        if typing.get_origin(value_type) is dict:
+            value_type = typing.get_args(value_type)[1]
+        elif isinstance(value_type, type) and issubclass(value_type, msgspec.Struct):
+            value_type = {f.name: f.type for f in msgspec.structs.fields(value_type)}.get(part)
+    if not isinstance(table, dict) or typing.get_origin(value_type) is not dict:
+        return key
+    return f"{head}.{toml_key(_bad_table({'t': table}, 't', typing.get_args(value_type)[1]))}{tail}"
 
 
 def _place(path: Path, key: str, sources: Mapping[str, str], *also: str) -> str:

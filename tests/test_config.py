@@ -191,6 +191,13 @@ ERRORS = [
                  "set tools.output_limit_bytes to at most 172032", id="frame-lowered-below-the-output-limit"),
     pytest.param("[skills]\nmax_skill_bytes = 2000000\n", {}, "skills.max_skill_bytes",
                  "more than server.server_frame_bytes (8388608) carries", id="skill-limit-above-the-frame"),
+    # the entry of a table of names, not `env[...]`: which of the server's variables to quote
+    pytest.param('[mcp.servers.db]\ncommand = "db-mcp"\nenv = {DB_HOST = "h", DB_PORT = 5432}\n', {},
+                 "mcp.servers.db.env.DB_PORT", "Expected `str | object`, got `int`", id="mcp-env-value-not-a-string"),
+    pytest.param('[mcp.servers.gh]\nurl = "https://x"\ntool_risk = {"repo.search" = "low"}\n', {},
+                 'mcp.servers.gh.tool_risk."repo.search"', "Invalid enum value 'low'", id="mcp-tool-risk-bad-value"),
+    pytest.param('[mcp.servers.gh]\nurl = "https://x"\nheaders = {Accept = "a", Auth = {secret = 1}}\n', {},
+                 "mcp.servers.gh.headers.Auth.secret", "Expected `str`, got `int`", id="mcp-header-secret-not-a-name"),
 ]
 
 
