@@ -265,6 +265,9 @@ def serve(daemon: Any, inherited: list[Any]) -> None:
     finally:
         asyncio.set_event_loop(None)
         loop.close()
+        # what waits for threads now is no loop, whose handler made a second Ctrl-C exit at once: asyncio's
+        # close puts back KeyboardInterrupt (a traceback), uvloop's leaves its own (the signal is lost)
+        signal.signal(signal.SIGINT, lambda _signum, _frame: daemon.exit_at_once())
         from .secrets import stop_threads
 
         stop_threads()

@@ -298,14 +298,19 @@ class Daemon:
 
     def _on_sigint(self) -> None:
         if self.stop_event.is_set():
-            try:
-                killed = kill_every_run()  # the grace's SIGKILL would never come
-                log.warning("second SIGINT: exiting at once%s",
-                            f" ({killed} process(es) of calls killed)" if killed else "")
-                self._flush_audit()
-            finally:
-                os._exit(1)
+            self.exit_at_once()
         self.request_stop("SIGINT")
+
+    def exit_at_once(self) -> None:
+        """A second SIGINT: exit 1 now, the processes of calls still running killed first (also
+        once the loop has closed, while scvd waits for stuck threads: cli.serve)."""
+        try:
+            killed = kill_every_run()  # the grace's SIGKILL would never come
+            log.warning("second SIGINT: exiting at once%s",
+                        f" ({killed} process(es) of calls killed)" if killed else "")
+            self._flush_audit()
+        finally:
+            os._exit(1)
 
     async def reload(self) -> None:
         """SIGHUP: read the config again; new sessions use it, open ones keep theirs.

@@ -760,6 +760,26 @@ def test_a_thread_stuck_in_a_blocking_call_cannot_hold_the_exit(make_wrapped, tm
     assert "exiting without waiting for 1 thread(s) still in a blocking call: " in d.log()
 
 
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+def test_a_second_sigint_while_a_stuck_thread_holds_the_exit_exits_at_once(make_wrapped, tmp_path, event_loop):
+    """Once the loop had closed (scvd waiting for a stuck thread), Ctrl-C again was a KeyboardInterrupt
+    traceback on asyncio's loop, and lost on uvloop's: not the exit 1 at once a second Ctrl-C is."""
+    hang = tmp_path / "hang"
+    d = make_wrapped("", env={"HARNESS_HANG_PROBE_WHILE": str(hang), "SCVD_SERVER__EVENT_LOOP": event_loop})
+    hang.touch()
+    (d.home / "config.toml").write_text('[sandbox]\nmode = "auto"\n')  # the reload probes the sandbox
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: (tmp_path / "hang.hit").exists(), what="the probe to hang")
+    d.proc.send_signal(signal.SIGINT)
+    wait_until(lambda: "scvd stopped" in d.log(), what="the shutdown to end")
+    d.proc.send_signal(signal.SIGINT)
+    try:
+        assert d.proc.wait(15) == 1
+    finally:
+        hang.unlink()
+    assert "Traceback" not in d.log() and "second SIGINT: exiting at once" in d.log(), d.log()
+
+
 def test_a_fifo_in_place_of_config_toml_is_refused_not_waited_for(make_daemon, tmp_path):
     """A reload (or a start) reading a FIFO there waited for a writer for good."""
     d = make_daemon("")
