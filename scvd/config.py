@@ -246,12 +246,19 @@ def server_secrets(server: McpServerConfig) -> frozenset[str]:
     return frozenset(v.secret for v in (*server.env.values(), *server.headers.values()) if isinstance(v, SecretRef))
 
 
+MAX_FILE_BYTES = 1 << 20  # a config.toml is a few KiB; a long chat.system_prompt fits many times over
+
+
 def _read(path: Path, defaults_if_gone: bool) -> dict[str, Any] | None:
     """The file's TOML, or None when there is no file. `defaults_if_gone`: no file would mean the
     defaults, so removing a bad one is a way out (not for --config's file, nor one a reload read before)."""
     remove = " (or remove it to run on the defaults)" if defaults_if_gone else ""
     try:
-        return tomllib.loads(read_regular_file(path).decode("utf-8"))
+        data = read_regular_file(path, MAX_FILE_BYTES)
+        if len(data) > MAX_FILE_BYTES:  # read whole and parsed, a wrong file took the memory of its size, twice
+            raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES} bytes, which no configuration needs; "
+                              "is it the right file?")
+        return tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         if path.is_symlink():  # a link whose target moved: its settings must not quietly become the defaults
             raise ConfigError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist; fix the "

@@ -385,6 +385,19 @@ def test_a_config_toml_linked_to_a_file_gone_is_refused_not_read_as_the_defaults
         load(path, env={})
 
 
+def test_a_file_far_larger_than_any_configuration_is_refused_unread(cfg_file):
+    """`--config` given a log or an image was read whole and parsed: the memory of its size, at a
+    reload inside the running daemon too."""
+    mib = 1 << 20  # docs/configuration.md: at most 1 MiB
+    path = cfg_file('log_level = "info"\n' + "# padding\n" * (mib // 10))
+    with pytest.raises(ConfigError) as info:
+        load(path, env={})
+    assert info.value.message == (f"{path}: larger than {mib} bytes, which no configuration "
+                                  "needs; is it the right file?")
+    path.write_text('log_level = "info"\n' + "# padding\n" * (mib // 20))
+    assert load(path, env={}).file_read
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dangling link"])
 def test_removing_a_bad_config_file_is_offered_only_where_no_file_means_the_defaults(tmp_path, kind):
     path = tmp_path / "config.toml"
