@@ -258,7 +258,8 @@ def _read(path: Path, defaults_if_gone: bool) -> dict[str, Any] | None:
         if len(data) > MAX_FILE_BYTES:  # read whole and parsed, a wrong file took the memory of its size, twice
             raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES} bytes, which no configuration needs; "
                               "is it the right file?")
-        return tomllib.loads(data.decode("utf-8"))
+        # -sig: a leading BOM (some editors save one) was `Invalid statement (at line 1, column 1)`
+        return tomllib.loads(data.decode("utf-8-sig"))
     except FileNotFoundError:
         if path.is_symlink():  # a link whose target moved: its settings must not quietly become the defaults
             raise ConfigError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist; fix the "

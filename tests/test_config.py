@@ -385,6 +385,14 @@ def test_a_config_toml_linked_to_a_file_gone_is_refused_not_read_as_the_defaults
         load(path, env={})
 
 
+def test_a_file_saved_with_a_byte_order_mark_reads_as_without(cfg_file):
+    """An editor's "UTF-8 with BOM": the file failed as `not valid TOML: Invalid statement (at line 1,
+    column 1)`, at a character the editor does not show."""
+    path = cfg_file("")
+    path.write_bytes(b'\xef\xbb\xbf[tools]\ncommand_timeout_seconds = 60\n')
+    assert load(path, env={}).config.tools.command_timeout_seconds == 60
+
+
 def test_a_file_far_larger_than_any_configuration_is_refused_unread(cfg_file):
     """`--config` given a log or an image was read whole and parsed: the memory of its size, at a
     reload inside the running daemon too."""
