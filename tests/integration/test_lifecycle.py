@@ -761,17 +761,14 @@ def test_a_thread_stuck_in_a_blocking_call_cannot_hold_the_exit(make_wrapped, tm
 
 
 @pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
-def test_a_second_sigint_while_a_stuck_thread_holds_the_exit_exits_at_once(make_wrapped, tmp_path, event_loop):
+def test_a_second_sigint_once_the_loop_has_closed_exits_at_once(make_wrapped, tmp_path, event_loop):
     """Once the loop had closed (scvd waiting for a stuck thread), Ctrl-C again was a KeyboardInterrupt
     traceback on asyncio's loop, and lost on uvloop's: not the exit 1 at once a second Ctrl-C is."""
-    hang = tmp_path / "hang"
-    d = make_wrapped("", env={"HARNESS_HANG_PROBE_WHILE": str(hang), "SCVD_SERVER__EVENT_LOOP": event_loop})
+    hang = tmp_path / "after-loop"
     hang.touch()
-    (d.home / "config.toml").write_text('[sandbox]\nmode = "auto"\n')  # the reload probes the sandbox
-    d.proc.send_signal(signal.SIGHUP)
-    wait_until(lambda: (tmp_path / "hang.hit").exists(), what="the probe to hang")
+    d = make_wrapped(env={"HARNESS_HANG_AFTER_LOOP_WHILE": str(hang), "SCVD_SERVER__EVENT_LOOP": event_loop})
     d.proc.send_signal(signal.SIGINT)
-    wait_until(lambda: "scvd stopped" in d.log(), what="the shutdown to end")
+    wait_until(lambda: (tmp_path / "after-loop.hit").exists(), what="the event loop to close")
     d.proc.send_signal(signal.SIGINT)
     try:
         assert d.proc.wait(15) == 1
