@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import os
+import shlex
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -72,3 +76,38 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
     containment.set_backend(request.param == "openat2")
     yield request.param
     containment.set_backend(None)
+
+
+IN_OPEN = 0x20  # inotify(7): the file was opened
+
+
+def opened(path: Path) -> Callable[[], bool]:
+    """Whether `path` is opened from now on (by anyone), as inotify reports it: at the open itself."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0 and libc.inotify_add_watch(fd, os.fsencode(path), IN_OPEN) >= 0, os.strerror(ctypes.get_errno())
+
+    def check() -> bool:
+        try:
+            return bool(os.read(fd, 4096))
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+    return check
+
+
+@contextlib.contextmanager
+def writer_left_waiting(fifo: Path) -> Iterator[None]:
+    """A writer waiting in open() on `fifo`; on leaving, asserts nobody opened it meanwhile (which
+    releases the writer, then kills it with SIGPIPE as the reader closes) and that it is intact."""
+    writer = subprocess.Popen(["bash", "-c", f"echo precious > {shlex.quote(str(fifo))}"])
+    try:
+        watch = opened(fifo)
+        yield
+        assert not watch(), f"{fifo} was opened, releasing its writer"
+        assert fifo.read_bytes() == b"precious\n"  # the reader it waits for: it writes, then exits
+        assert writer.wait() == 0
+    finally:
+        writer.kill()
+        writer.wait()

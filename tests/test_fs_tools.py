@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import hashlib
 import os
 import re
-import shlex
 import signal
 import socket
 import stat
@@ -22,7 +20,7 @@ from typing import Any, Callable, Iterator
 import msgspec
 import pytest
 
-from fs_support import TOOLS, Workspace, backend, ws  # noqa: F401  (fixtures)
+from fs_support import TOOLS, Workspace, backend, writer_left_waiting, ws  # noqa: F401  (fixtures)
 from scvd.config import Config
 from scvd.errors import Cancelled, Failed, InvalidArguments
 from conftest import shared_dir_for_other_uids
@@ -250,25 +248,6 @@ def test_read_missing_directory_and_fifo(ws: Workspace) -> None:
         ws.call("read", path="pipe")  # must not block waiting for a writer
 
 
-IN_OPEN = 0x20  # inotify(7): the file was opened
-
-
-def opened(path: Path) -> Callable[[], bool]:
-    """Whether `path` is opened from now on (by anyone), as inotify reports it: at the open itself."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-    assert fd >= 0 and libc.inotify_add_watch(fd, os.fsencode(path), IN_OPEN) >= 0, os.strerror(ctypes.get_errno())
-
-    def check() -> bool:
-        try:
-            return bool(os.read(fd, 4096))
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)
-    return check
-
-
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("path", ["pipe", "sub/pipe", "link"])  # one name; openat2 or the walk; a symlink
 def test_read_of_a_fifo_leaves_its_waiting_writer_alone(ws: Workspace, backend: str, path: str) -> None:
@@ -278,17 +257,8 @@ def test_read_of_a_fifo_leaves_its_waiting_writer_alone(ws: Workspace, backend: 
     fifo = ws.root / ("sub/pipe" if path == "sub/pipe" else "pipe")
     os.mkfifo(fifo)
     os.symlink("pipe", ws.root / "link")
-    writer = subprocess.Popen(["bash", "-c", f"echo precious > {shlex.quote(str(fifo))}"])
-    try:
-        watch = opened(fifo)
-        with pytest.raises(Failed, match="not a regular file"):
-            ws.call("read", path=path)
-        assert not watch(), "the refused read opened the FIFO, releasing its writer"
-        assert fifo.read_bytes() == b"precious\n"  # the reader it waits for: it writes, then exits
-        assert writer.wait() == 0
-    finally:
-        writer.kill()
-        writer.wait()
+    with writer_left_waiting(fifo), pytest.raises(Failed, match="not a regular file"):
+        ws.call("read", path=path)
 
 
 @pytest.mark.parametrize("path, tail", [("a.txt/", "'/'"), ("a.txt/.", "'/.'"), ("./a.txt//./", "'/'")])

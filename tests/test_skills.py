@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from fs_support import backend  # noqa: F401  (fixture: the openat2 resolver and the component walk)
+from fs_support import backend, writer_left_waiting  # noqa: F401  (fixture: the openat2 resolver and the component walk)
 
 from scvd import skills
 from scvd.config import Config, SkillsConfig
@@ -198,6 +198,23 @@ def test_invalid_skill_dirs_skipped_with_a_logged_reason(env: Env, caplog: pytes
     assert "taken by" in reasons["zz-dup"]
     for name, reason in reasons.items():
         assert any(name in r.getMessage() and reason in r.getMessage() for r in caplog.records), name
+
+
+@pytest.mark.timeout(30)
+def test_a_fifo_skill_file_leaves_its_waiting_writer_alone(env: Env, backend: str) -> None:
+    """Opening a FIFO lets a writer waiting in open() go on, and closing it right after kills that
+    writer with SIGPIPE: neither discovery (at every session.open) nor a read may open one."""
+    make_skill(env.user_root, "later")
+    fifo = env.user_root / "a-fifo" / "SKILL.md"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    with writer_left_waiting(fifo):
+        found = env.discover()
+        assert "not a regular file" in dict(found.skipped)[str(fifo.parent)]
+        (env.user_root / "later" / "SKILL.md").unlink()
+        os.mkfifo(env.user_root / "later" / "SKILL.md")  # swapped in after discovery
+        with pytest.raises(skills.SkillError, match="not a regular file"):
+            skills.read(found.skills["later"], 1000)
 
 
 def test_max_skills_limits_discovery_user_root_first(env: Env, caplog: pytest.LogCaptureFixture) -> None:
