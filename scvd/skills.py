@@ -293,7 +293,7 @@ def roots(workspace: str | os.PathLike[str], paths: Any, found: SkillMap) -> lis
 
 def projects(ws: str, found: SkillMap) -> list[tuple[str, str]]:
     """(project name, cwd): the workspace itself as its own name, then each child directory."""
-    out = [(os.path.basename(ws) or "workspace", ".")]
+    out = [(shown(os.path.basename(ws)) or "workspace", ".")]  # a Latin-1 name: its keys must fit a frame
     try:
         with os.scandir(ws) as it:
             names = sorted(e.name for e in _bounded(it, ws) if not e.name.startswith(".") and e.is_dir())

@@ -91,3 +91,16 @@ def test_a_folder_name_that_is_not_utf8_is_shown_escaped_and_the_listing_answers
         in listed.result["skipped"]
     done = client.call(sid, "read_skill", {"name": "plain"})
     assert done.ok and done.result["path"] == f"{(daemon.home / 'skills').resolve()}/na\\xefve/SKILL.md"
+
+
+def test_a_workspace_named_in_latin1_lists_names_that_read(daemon, client, tmp_path: Path):
+    """A name's bytes that are not UTF-8 cannot cross a frame: the listed name came back as U+FFFD
+    and reading it said `no skill named 'caf\ufffd:local'; known: caf\ufffd:local`."""
+    real = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9")
+    make_skill(Path(real) / ".agents" / "skills", "local", body="Step local.\n")
+    (tmp_path / "ws").symlink_to(real)  # a frame cannot carry the name itself
+    sid = client.open_session(tmp_path / "ws")
+    listed = client.call(sid, "read_skill", {})
+    assert [s["name"] for s in listed.result["project_skills"]] == ["caf\\xe9:local"]
+    done = client.call(sid, "read_skill", {"name": "caf\\xe9:local"})
+    assert done.ok and "Step local." in done.result["content"], done.error
