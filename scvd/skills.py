@@ -376,6 +376,8 @@ def load_skill(root: Root, skill_dir: str) -> Skill:
     fd = open_skill_file(real_file, root)
     try:
         head = read_bytes(fd, HEAD_BYTES)
+    except OSError as exc:  # one unreadable file (a failing disk or network mount) must not fail session.open
+        raise SkillError(f"cannot read its {SKILL_FILE}: {exc.strerror}") from exc
     finally:
         os.close(fd)
     name, description = check_meta(parse_front_matter(_head_text(head)))

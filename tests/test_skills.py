@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,6 +217,22 @@ def test_a_fifo_skill_file_leaves_its_waiting_writer_alone(env: Env, backend: st
         os.mkfifo(env.user_root / "later" / "SKILL.md")  # swapped in after discovery
         with pytest.raises(skills.SkillError, match="not a regular file"):
             skills.read(found.skills["later"], 1000)
+
+
+def test_an_unreadable_skill_file_is_skipped_not_a_failed_session(env: Env) -> None:
+    """A SKILL.md whose read fails (EIO: a failing disk, a network mount gone) raised out of
+    discovery, so every session.open failed as an internal error while it was there."""
+    make_skill(env.user_root, "good")
+    bad = make_skill(env.user_root, "bad") / "SKILL.md"
+    script = ("import sys; from scvd import skills; from scvd.paths import resolve; "
+              "found = skills.discover(sys.argv[1], resolve({'SCV_HOME': sys.argv[2]}), 64); "
+              "print(list(found.skills), found.skipped)")
+    # /proc/<pid>/mem is a regular file whose read at offset 0 fails with EIO
+    done = subprocess.run(["bwrap", "--unshare-user", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                           "--bind", "/proc/self/mem", str(bad), sys.executable, "-c", script, str(env.ws),
+                           str(env.home)], capture_output=True, text=True, cwd=Path(skills.__file__).parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"['good'] [('{bad.parent}', 'cannot read its SKILL.md: Input/output error')]\n"
 
 
 def test_max_skills_limits_discovery_user_root_first(env: Env, caplog: pytest.LogCaptureFixture) -> None:
