@@ -8,7 +8,9 @@ Rules it keeps (seed 000, DESIGN.md "Process runner"):
   the tail; memory stays bounded whatever the child writes. With `stderr_limit`,
   stderr gets its own pipe and cap (script tools: stdout is the result).
 - Deadline: SIGKILL to everything of the call at once. Cancel: SIGTERM, up to
-  2 s, then SIGKILL. After the leader exits, whatever is left is killed and the
+  2 s, then SIGKILL. With `wrapper` (argv[0] is the sandbox's bwrap, which dies
+  at SIGTERM and takes what it runs down with it at once) the TERM goes only to
+  what runs inside, and bwrap leaves when that does. After the leader exits, whatever is left is killed and the
   pipe is drained for at most `DRAIN_SECONDS`, so `sleep 1000 &` cannot hold a
   call open.
 - "Everything of the call" is the leader's process group and session, the
@@ -246,13 +248,17 @@ class _Run:
             if pid in procs and procs[pid].start == start and procs[pid].alive
         ]
 
-    def signal_all(self, sig: int, procs: Mapping[int, ProcStat] | None = None) -> int:
-        """Signal the group and every tracked member still running; returns how many run."""
+    def signal_all(self, sig: int, procs: Mapping[int, ProcStat] | None = None, *,
+                   wrapper: tuple[int, int] | None = None) -> int:
+        """Signal the group and every tracked member still running; returns how many run.
+        `wrapper`: the leader's executable (bwrap's file id), whose group is spared while a member
+        runs another program (the command it started; see run_process)."""
         procs = scan_processes() if procs is None else procs
         self.track(procs)
         live = self.live(procs)
+        inside = wrapper is not None and any(_file_id(f"/proc/{pid}/exe") != wrapper for pid in live)
         # the group id outlives its leader only while a member holds it; else the pid may be reused
-        if self.popen.returncode is None or live:
+        if (self.popen.returncode is None or live) and not inside:
             signal_group(self.pid, sig)
         for pid in live:
             if procs[pid].pgid == pid:  # a group of its own (setsid): its newest forks are in it
@@ -391,8 +397,10 @@ async def run_process(
     output_limit: int,
     input: bytes | None = None,  # noqa: A002 - subprocess's name for it
     stderr_limit: int | None = None,
+    wrapper: bool = False,
 ) -> RunResult:
-    """Run `argv` to the end under the rules in this module's docstring."""
+    """Run `argv` to the end under the rules in this module's docstring (`wrapper`: argv is
+    Sandbox.wrap()'s, a cancel's SIGTERM spares bwrap itself)."""
     loop = asyncio.get_running_loop()
     out = CappedOutput(output_limit)
     err = CappedOutput(stderr_limit) if stderr_limit is not None else None
@@ -409,7 +417,7 @@ async def run_process(
             await _settle(run, exit_task, DRAIN_SECONDS, kill=True)
         await asyncio.gather(*(reader.drain(DRAIN_SECONDS) for reader in readers))
     except asyncio.CancelledError:
-        await _terminate(run, exit_task)
+        await _terminate(run, exit_task, wrapper=wrapper)
         raise
     finally:
         for reader in readers:
@@ -463,15 +471,26 @@ async def _settle(run: _Run, exit_task: asyncio.Task, bound: float, *, kill: boo
         await asyncio.sleep(POLL_SECONDS)
 
 
-async def _terminate(run: _Run, exit_task: asyncio.Task) -> None:
-    """Cancel: SIGTERM to all, up to TERM_GRACE_SECONDS for them to go, then SIGKILL."""
+async def _terminate(run: _Run, exit_task: asyncio.Task, *, wrapper: bool = False) -> None:
+    """Cancel: SIGTERM to all, up to TERM_GRACE_SECONDS for them to go, then SIGKILL. A wrapper
+    leader (bwrap) gets no TERM once the command it started runs: it would die at once, and its
+    --die-with-parent would SIGKILL the whole sandbox before any TERM handler in it ran."""
     try:
-        run.signal_all(signal.SIGTERM)
+        run.signal_all(signal.SIGTERM, wrapper=_file_id(run.popen.args[0]) if wrapper else None)
         if await _settle(run, exit_task, TERM_GRACE_SECONDS):
             return
     finally:
         run.signal_all(signal.SIGKILL)
     await _settle(run, exit_task, DRAIN_SECONDS, kill=True)
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the file at `path` (/proc/PID/exe: the program a process runs), or None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _release(run: _Run, exit_task: asyncio.Task) -> None:

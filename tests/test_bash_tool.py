@@ -257,6 +257,31 @@ def test_a_sandboxed_background_process_dies_with_the_call(ws, real_sandbox):
     assert not [p for p in os.listdir("/proc") if p.isdigit() and _alive_in(p, ws)]
 
 
+
+@pytest.mark.bwrap
+def test_a_cancelled_sandboxed_command_gets_its_sigterm_cleanup(ws, real_sandbox):
+    # bwrap dies at SIGTERM and its --die-with-parent SIGKILLs the sandbox: the TERM must go inside
+    script = "trap 'sleep 0.2; echo cleaned > cleanup.txt; exit' TERM; touch started; sleep 1000 & wait"
+    tool = Bash(Config(), env={**os.environ, "HOME": str(ws.parent)})
+    ctx = make_ctx(ws, sandbox=real_sandbox)
+
+    async def cancel_once_started() -> None:
+        args = tool.decode({"command": script})
+        task = asyncio.ensure_future(tool.run(args, tool.plan(args, ctx), ctx))
+        for _ in range(400):
+            if (ws / "started").exists():
+                break
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(cancel_once_started())
+    finally:
+        os.close(ctx.workspace_fd)
+    assert (ws / "cleanup.txt").read_text() == "cleaned\n"  # as unsandboxed: TERM, then up to 2 s
+
 def _alive_in(pid: str, ws: Path) -> bool:
     stat = read_stat(int(pid))
     try:

@@ -168,7 +168,7 @@ class AgentTool(Tool):
         try:
             result = await process.run_process(
                 argv, cwd=cwd, env=build_env(os.environ, self.adapter, home),
-                timeout=plan.timeout, output_limit=ctx.config.tools.output_limit_bytes,
+                timeout=plan.timeout, output_limit=ctx.config.tools.output_limit_bytes, wrapper=plan.sandboxed,
             )
         except OSError as exc:  # nothing started: the CLI removed since approval, a cwd scvd may not enter
             where = f"{exc.filename}: " if exc.filename else ""

@@ -119,7 +119,7 @@ class Bash(Tool):
         try:
             result = await run_process(
                 argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,
-                output_limit=tools.output_limit_bytes,
+                output_limit=tools.output_limit_bytes, wrapper=plan.sandboxed,
             )
         except OSError as exc:  # nothing started: a missing shell, bwrap or workspace
             if exc.filename is not None and os.fspath(exc.filename) == str(ctx.workspace):  # the chdir failed

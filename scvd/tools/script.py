@@ -185,7 +185,7 @@ class ScriptTool(Tool):
             result = await run_process(
                 argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,
                 output_limit=tools.output_limit_bytes, input=json.dumps(args).encode(),
-                stderr_limit=STDERR_LIMIT,
+                stderr_limit=STDERR_LIMIT, wrapper=plan.sandboxed,
             )
         except OSError as exc:
             raise Failed(f"{self.name}: cannot start {self.definition.executable}: {exc.strerror or exc}") from exc
