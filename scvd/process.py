@@ -256,7 +256,7 @@ class _Run:
         procs = scan_processes() if procs is None else procs
         self.track(procs)
         live = self.live(procs)
-        inside = wrapper is not None and any(_file_id(f"/proc/{pid}/exe") != wrapper for pid in live)
+        inside = wrapper is not None and self.runs_other(wrapper, procs)
         # the group id outlives its leader only while a member holds it; else the pid may be reused
         if (self.popen.returncode is None or live) and not inside:
             signal_group(self.pid, sig)
@@ -265,6 +265,10 @@ class _Run:
                 signal_group(pid, sig)
             signal_pid(pid, sig)
         return len(live)
+
+    def runs_other(self, wrapper: tuple[int, int], procs: Mapping[int, ProcStat]) -> bool:
+        """Whether a member runs another program than `wrapper` (the command bwrap started)."""
+        return any(_file_id(f"/proc/{pid}/exe") != wrapper for pid in self.live(procs))
 
     def reap_tracked(self) -> None:
         for pid, start in list(self.tracked.items()):
@@ -475,10 +479,17 @@ async def _terminate(run: _Run, exit_task: asyncio.Task, *, wrapper: bool = Fals
     """Cancel: SIGTERM to all, up to TERM_GRACE_SECONDS for them to go, then SIGKILL. A wrapper
     leader (bwrap) gets no TERM once the command it started runs: it would die at once, and its
     --die-with-parent would SIGKILL the whole sandbox before any TERM handler in it ran."""
+    wrapper_id = _file_id(run.popen.args[0]) if wrapper else None
+    procs = scan_processes()
+    run.track(procs)
+    # still setting the sandbox up: nothing in it to clean up, and a TERM would end bwrap before its
+    # child armed --die-with-parent, which then started the command and ran it for the whole grace
+    setting_up = wrapper_id is not None and not run.runs_other(wrapper_id, procs)
     try:
-        run.signal_all(signal.SIGTERM, wrapper=_file_id(run.popen.args[0]) if wrapper else None)
-        if await _settle(run, exit_task, TERM_GRACE_SECONDS):
-            return
+        if not setting_up:
+            run.signal_all(signal.SIGTERM, procs, wrapper=wrapper_id)
+            if await _settle(run, exit_task, TERM_GRACE_SECONDS):
+                return
     finally:
         run.signal_all(signal.SIGKILL)
     await _settle(run, exit_task, DRAIN_SECONDS, kill=True)

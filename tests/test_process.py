@@ -393,6 +393,25 @@ def test_cancel_of_a_polite_command_does_not_wait_out_the_grace(tmp_path, monkey
     asyncio.run(scenario())
 
 
+
+def test_a_cancel_while_the_sandbox_is_set_up_kills_at_once(tmp_path, monkeypatch):
+    # bwrap before its command runs: only the wrapper's own program (bash stands in for it). A TERM
+    # then ended the real one before its child armed --die-with-parent: that child went on to start
+    # the command, which ran for the whole grace although the call was cancelled
+    monkeypatch.setattr(process, "TERM_GRACE_SECONDS", 1000.0)
+    (tmp_path / "setup.sh").write_text("trap '' TERM; echo ready > ready; while [ ! -e go ]; do :; done\n")
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(run_process(["/bin/bash", "setup.sh"], cwd=tmp_path, env=PATH_ONLY,
+                                                 timeout=None, output_limit=1024, wrapper=True))
+        await asyncio.to_thread(wait_file, tmp_path / "ready")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 20)  # with a 1000 s grace, only a kill at once passes
+
+    asyncio.run(scenario())
+    assert not process._RUNS
+
 def test_concurrent_runs_keep_their_own_output(tmp_path):
     async def both():
         argv = lambda word: ["/bin/bash", "-c", f"for i in 1 2 3; do echo {word}; sleep 0.05; done"]  # noqa: E731
