@@ -7,8 +7,8 @@ Rules it keeps (seed 000, DESIGN.md "Process runner"):
 - stdout and stderr share one pipe read into one byte cap that keeps the head and
   the tail; memory stays bounded whatever the child writes. With `stderr_limit`,
   stderr gets its own pipe and cap (script tools: stdout is the result).
-- Deadline: SIGKILL to everything of the call at once. Cancel: SIGTERM, up to
-  2 s, then SIGKILL. With `wrapper` (argv[0] is the sandbox's bwrap, which dies
+- Deadline: SIGKILL to everything of the call at once. Cancel: SIGTERM (and
+  SIGCONT, for a stopped process), up to 2 s, then SIGKILL. With `wrapper` (argv[0] is the sandbox's bwrap, which dies
   at SIGTERM and takes what it runs down with it at once) the TERM goes only to
   what runs inside, and bwrap leaves when that does. After the leader exits, whatever is left is killed and the
   pipe is drained for at most `DRAIN_SECONDS`, so `sleep 1000 &` cannot hold a
@@ -488,6 +488,7 @@ async def _terminate(run: _Run, exit_task: asyncio.Task, *, wrapper: bool = Fals
     try:
         if not setting_up:
             run.signal_all(signal.SIGTERM, procs, wrapper=wrapper_id)
+            run.signal_all(signal.SIGCONT, procs, wrapper=wrapper_id)  # a stopped process acts on it once continued
             if await _settle(run, exit_task, TERM_GRACE_SECONDS):
                 return
     finally:

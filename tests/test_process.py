@@ -394,6 +394,27 @@ def test_cancel_of_a_polite_command_does_not_wait_out_the_grace(tmp_path, monkey
 
 
 
+
+def test_cancel_gives_a_stopped_command_its_term_cleanup(tmp_path, monkeypatch):
+    # a stopped process acts on the TERM only once continued: without a SIGCONT it waited out the grace
+    monkeypatch.setattr(process, "TERM_GRACE_SECONDS", 1000.0)
+    script = "trap 'echo cleaned > cleanup; exit' TERM; echo $$ > pid; kill -STOP $$"
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(run_process(["/bin/bash", "-c", script], cwd=tmp_path, env=PATH_ONLY,
+                                                 timeout=None, output_limit=1024))
+        pid = int(await asyncio.to_thread(wait_file, tmp_path / "pid"))
+        for _ in range(400):
+            if (stat := read_stat(pid)) is not None and stat.state == "T":
+                break
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 20)  # with a 1000 s grace, only a TERM acted on passes
+
+    asyncio.run(scenario())
+    assert (tmp_path / "cleanup").read_text() == "cleaned\n"
+
 def test_a_cancel_while_the_sandbox_is_set_up_kills_at_once(tmp_path, monkeypatch):
     # bwrap before its command runs: only the wrapper's own program (bash stands in for it). A TERM
     # then ended the real one before its child armed --die-with-parent: that child went on to start
