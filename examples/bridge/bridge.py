@@ -26,6 +26,7 @@ from typing import Any
 
 from scvctl.client import AsyncClient, ConnectionClosed, DaemonNotRunning
 from scvd import errors, protocol as p
+from scvd.text import printable
 
 OWNER = "owner"
 
@@ -41,7 +42,9 @@ class Console:
                 yield chat.strip(), text.strip()
 
     def send(self, chat: str, text: str) -> None:
-        print(f"[{chat}] {text}", flush=True)
+        # escaped: the model's text may carry what it read, and an ANSI escape in it could hide the
+        # approval printed next in this same terminal
+        print(f"[{chat}] {printable(text)}", flush=True)
 
 
 def approval_message(chat: str, event: p.ApprovalRequested) -> str:

@@ -106,3 +106,22 @@ def test_the_example_bridge_tells_the_chat_and_exits_when_scvd_dies_mid_turn(mak
             proc.kill()
     assert not (workspace / "hi.txt").exists()
 
+
+
+def test_the_example_bridge_shows_the_models_text_escaped(make_daemon, model, scv_home, workspace, tmp_path):
+    """The terminal is both the chats and the owner's channel: a model's answer carrying ANSI escapes
+    (from a file it read, say) went out raw, and `ESC[8m` hid the approval printed after it."""
+    m = model(Calls(("find_tools", {"query": "write"}), text="\x1b[8mreading\u202e"),
+              Calls(("write", {"path": "hi.txt", "content": "hi\n", "mode": "create"})), Text("wrote\x1b[2J"))
+    d, argv = daemon_for(make_daemon, scv_home, m, workspace, tmp_path)
+    with subprocess.Popen(argv, env=d.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            say(proc, "alice: write hi.txt please")
+            assert read_until(proc, r"^\[alice\] ") == "[alice] \\x1b[8mreading\\u202e\n"
+            approval = re.search(r"/approve (\S+),", read_until(proc, r"^\[owner\] alice wants write")).group(1)
+            say(proc, f"owner: /approve {approval}")
+            assert read_until(proc, r"^\[alice\] ") == "[alice] wrote\\x1b[2J\n"
+            proc.stdin.close()
+            assert proc.wait(30) == 0
+        finally:
+            proc.kill()
