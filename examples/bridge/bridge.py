@@ -89,8 +89,18 @@ class Bridge:
             opened = await self.client.request(p.ChatOpen, workspace=self.workspace, **fields)
             self.sessions[chat], self.chats[opened.session] = opened.session, chat
             self.conversations[chat] = opened.conversation
-            self.state.write_text(json.dumps(self.conversations))
+            self.save()
         return self.sessions[chat]
+
+    def save(self) -> None:
+        """Whole or not at all: a write cut short (a full disk) must not lose every chat's conversation."""
+        temp = self.state.with_name(self.state.name + ".tmp")
+        try:
+            temp.write_text(json.dumps(self.conversations))
+            temp.replace(self.state)
+        except OSError as exc:  # the chats go on; the next chat opened writes them all again
+            temp.unlink(missing_ok=True)
+            print(f"conversations not saved to {self.state}: {exc}", file=sys.stderr)
 
     async def on_message(self, chat: str, text: str) -> None:
         if chat == OWNER and text.startswith("/"):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +127,38 @@ def test_the_example_bridge_shows_the_models_text_escaped(make_daemon, model, sc
             assert proc.wait(30) == 0
         finally:
             proc.kill()
+
+
+def test_the_example_bridge_keeps_its_chats_when_its_state_cannot_be_written(make_daemon, model, scv_home,
+                                                                             workspace, tmp_path):
+    """A state file write cut short (a full disk; here a file size limit): write_text had truncated the
+    file first, so every chat lost its conversation, and the OSError ended the bridge mid-message."""
+    m = model(Text("hello alice"), Text("hello bob"), Text("still here, alice"))
+    d, argv = daemon_for(make_daemon, scv_home, m, workspace, tmp_path)
+    state = tmp_path / "b.json"
+    with subprocess.Popen(argv, env=d.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        say(proc, "alice: hi")
+        assert read_until(proc, r"^\[alice\] ") == "[alice] hello alice\n"
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+    stored = json.loads(state.read_text())
+    limit = len(state.read_bytes()) + 8  # room for alice's, not for bob's too
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    with subprocess.Popen(argv, env=d.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          preexec_fn=small_files) as proc:
+        try:
+            say(proc, "bob: hi")
+            assert read_until(proc, r"^\[bob\] ") == "[bob] hello bob\n"
+            say(proc, "alice: still there?")
+            assert read_until(proc, r"^\[alice\] ") == "[alice] still here, alice\n"
+            proc.stdin.close()
+            assert proc.wait(30) == 0
+        finally:
+            proc.kill()
+    assert json.loads(state.read_text()) == stored
+    said = [msg["content"] for msg in m.requests[-1]["messages"] if msg["role"] == "user"]
+    assert said == ["hi", "still there?"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("b.json")] == ["b.json"]
