@@ -119,7 +119,7 @@ class Bridge:
                 await self.client.request(p.ApprovalDecide, approval_id=ident, reason=extra or None,
                                           decision="deny" if verb == "deny" else "approve",
                                           scope="session" if verb == "session" else "once")
-            elif verb == "answer":
+            elif verb == "answer" and "/" in ident:  # the ID as the question showed it: SESSION/QUESTION
                 session, question = ident.split("/", 1)
                 await self.client.request(p.QuestionAnswer, session=session, question_id=question, answer=extra)
             else:

@@ -162,3 +162,19 @@ def test_the_example_bridge_keeps_its_chats_when_its_state_cannot_be_written(mak
     said = [msg["content"] for msg in m.requests[-1]["messages"] if msg["role"] == "user"]
     assert said == ["hi", "still there?"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("b.json")] == ["b.json"]
+
+
+def test_the_example_bridge_answers_a_mistyped_owner_command_with_its_usage(make_daemon, model, scv_home,
+                                                                            workspace, tmp_path):
+    """`/answer q1 yes` (the question id without its session): the owner was told `ValueError: not
+    enough values to unpack (expected 2, got 1)`, not what to type."""
+    d, argv = daemon_for(make_daemon, scv_home, model(), workspace, tmp_path)
+    with subprocess.Popen(argv, env=d.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            say(proc, "owner: /answer q1 yes")
+            assert read_until(proc, r"^\[owner\] ") == \
+                "[owner] commands: /approve ID, /session ID, /deny ID [reason], /answer ID text\n"
+            proc.stdin.close()
+            assert proc.wait(30) == 0
+        finally:
+            proc.kill()
