@@ -145,12 +145,15 @@ class Bridge:
                 self.running.pop(event.turn, None)
                 if not self.running:
                     self.idle.set()
+                streamed = "".join(partial.pop(event.turn, []))  # a reply that the turn's end cut short
             if isinstance(event, p.AssistantDelta):
                 partial.setdefault(event.turn, []).append(event.text)  # a chat app would edit one message
             elif isinstance(event, p.AssistantCompleted) and event.text:
                 partial.pop(event.turn, None)
                 self.app.send(chat, event.text)
             elif isinstance(event, p.TurnFailed):
+                if streamed:  # not the answer, but the chat would have seen it stream in
+                    self.app.send(chat, f"{streamed} (cut short)")
                 self.app.send(chat, f"(failed: {event.message})")
                 if event.hint:
                     self.app.send(OWNER, f"{chat}: {event.hint}")

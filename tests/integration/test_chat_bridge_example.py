@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Text
+from chat_model import Calls, Cut, Text
 
 ROOT = Path(__file__).resolve().parents[2]
 BRIDGE = ROOT / "examples" / "bridge" / "bridge.py"
@@ -174,6 +174,22 @@ def test_the_example_bridge_answers_a_mistyped_owner_command_with_its_usage(make
             say(proc, "owner: /answer q1 yes")
             assert read_until(proc, r"^\[owner\] ") == \
                 "[owner] commands: /approve ID, /session ID, /deny ID [reason], /answer ID text\n"
+            proc.stdin.close()
+            assert proc.wait(30) == 0
+        finally:
+            proc.kill()
+
+
+def test_the_example_bridge_shows_what_a_failed_turn_streamed(make_daemon, model, scv_home, workspace, tmp_path):
+    """A provider that stops mid-answer fails the turn: the text it streamed before was kept in a buffer
+    and dropped, so the chat got only `(failed: ...)`, none of the answer it had."""
+    m = model(Cut("half of the answer"))
+    d, argv = daemon_for(make_daemon, scv_home, m, workspace, tmp_path)
+    with subprocess.Popen(argv, env=d.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            say(proc, "alice: explain")
+            assert read_until(proc, r"^\[alice\] ") == "[alice] half of the answer (cut short)\n"
+            assert read_until(proc, r"^\[alice\] ").startswith("[alice] (failed: provider 'test' ")
             proc.stdin.close()
             assert proc.wait(30) == 0
         finally:
