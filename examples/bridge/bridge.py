@@ -12,7 +12,7 @@ Approvals and questions go to the owner only, never to the chat they came from.
 Conversation ids are kept in a JSON file, so a restart or a reconnect resumes
 every chat where it was.
 
-    python examples/bridge/bridge.py --workspace ~/project [--state bridge.json]
+    .venv/bin/python examples/bridge/bridge.py --workspace ~/project [--state bridge.json]
 """
 
 from __future__ import annotations
