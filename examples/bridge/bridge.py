@@ -67,6 +67,7 @@ class Bridge:
         self.chats: dict[str, str] = {}  # session -> chat
         self.client: AsyncClient | None = None
         self.running: dict[str, str] = {}  # turns not yet ended -> their chat
+        self.ended: set[str] = set()  # turns whose end the relay read before their turn.accepted was taken
         self.idle = asyncio.Event()
 
     async def connect(self) -> None:
@@ -108,6 +109,9 @@ class Bridge:
             return
         session = await self.session(chat)
         turn = (await self.client.request(p.TurnStart, session=session, text=text)).turn
+        if turn in self.ended:  # it failed at once: its end came in the same read as turn.accepted
+            self.ended.discard(turn)
+            return
         self.running[turn] = chat
         self.idle.clear()
 
@@ -142,7 +146,8 @@ class Bridge:
                 return
             chat = self.chats.get(getattr(event, "session", ""), "?")
             if isinstance(event, (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)):
-                self.running.pop(event.turn, None)
+                if self.running.pop(event.turn, None) is None:
+                    self.ended.add(event.turn)
                 if not self.running:
                     self.idle.set()
                 streamed = "".join(partial.pop(event.turn, []))  # a reply that the turn's end cut short

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import re
 import resource
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from chat_model import model  # noqa: F401 (a fixture)
@@ -193,4 +195,42 @@ def test_the_example_bridge_shows_what_a_failed_turn_streamed(make_daemon, model
             proc.stdin.close()
             assert proc.wait(30) == 0
         finally:
+            proc.kill()
+
+
+def queued(pid: int) -> int:
+    """Bytes that wait unread on the Unix stream sockets of process `pid`."""
+    out = subprocess.run(["ss", "-xnpH"], capture_output=True, text=True, check=True).stdout
+    return sum(int(line.split()[2]) for line in out.splitlines() if f"pid={pid}," in line)
+
+
+def test_the_example_bridge_exits_after_a_turn_whose_end_came_with_its_acceptance(make_daemon, scv_home,
+                                                                                  workspace, tmp_path):
+    """A turn that fails at once (a provider without its key), its turn.failed read in the same chunk
+    as its turn.accepted (a busy bridge): the relay took the end first, then the turn was recorded as
+    running and stayed so, and the bridge never exited when its input closed."""
+    config = ('[providers.test]\nmodel = "m"\nbase_url = "http://127.0.0.1:9"\napi_key_env = "SCV_TEST_NO_KEY"\n'
+              '[chat]\nprovider = "test"\n')
+    d = make_daemon(config, home=scv_home)
+    argv = [sys.executable, str(BRIDGE), "--workspace", str(workspace), "--state", str(tmp_path / "b.json")]
+    with subprocess.Popen(argv, env=d.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            say(proc, "alice: hello")  # opens alice's session: the next message sends turn.start alone
+            failed = "[alice] (failed: provider 'test' has no API key (env SCV_TEST_NO_KEY is not set))\n"
+            assert read_until(proc, r"^\[alice\] ") == failed
+            d.proc.send_signal(signal.SIGSTOP)
+            say(proc, "alice: again")
+            while queued(d.proc.pid) == 0:  # turn.start waits for scvd
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGSTOP)  # the bridge reads nothing until scvd answered and failed the turn
+            d.proc.send_signal(signal.SIGCONT)
+            while queued(proc.pid) < 250:  # turn.accepted and turn.started are smaller; turn.failed came
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGCONT)
+            assert read_until(proc, r"^\[alice\] ") == failed
+            proc.stdin.close()
+            assert proc.wait(30) == 0
+        finally:
+            d.proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGCONT)
             proc.kill()
