@@ -85,13 +85,32 @@ class Bridge:
                 delay = min(delay * 2, 30)
 
     async def session(self, chat: str) -> str:
-        if chat not in self.sessions:
-            fields = {"conversation": self.conversations[chat]} if chat in self.conversations else {}
+        if chat in self.sessions:
+            self.sessions[chat] = self.sessions.pop(chat)  # the least recently used chats come first
+            return self.sessions[chat]
+        fields = {"conversation": self.conversations[chat]} if chat in self.conversations else {}
+        try:
             opened = await self.client.request(p.ChatOpen, workspace=self.workspace, **fields)
-            self.sessions[chat], self.chats[opened.session] = opened.session, chat
-            self.conversations[chat] = opened.conversation
-            self.save()
-        return self.sessions[chat]
+        except errors.LimitExceeded:  # server.max_sessions_per_connection: an idle chat makes room
+            if not await self.close_idle_session():
+                raise
+            opened = await self.client.request(p.ChatOpen, workspace=self.workspace, **fields)
+        self.sessions[chat], self.chats[opened.session] = opened.session, chat
+        self.conversations[chat] = opened.conversation
+        self.save()
+        return opened.session
+
+    async def close_idle_session(self) -> bool:
+        """Close the session of the least recently used chat without a running turn; its conversation
+        stays, and its next message reopens it (a background call of its still running is cancelled)."""
+        busy = set(self.running.values())
+        chat = next((c for c in self.sessions if c not in busy), None)
+        if chat is None:
+            return False
+        session = self.sessions.pop(chat)
+        del self.chats[session]
+        await self.client.request(p.SessionClose, session=session)
+        return True
 
     def save(self) -> None:
         """Whole or not at all: a write cut short (a full disk) must not lose every chat's conversation."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import resource
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Cut, Text
@@ -27,12 +29,28 @@ def read_until(proc: subprocess.Popen, pattern: str) -> str:
     raise AssertionError(f"{pattern!r} never came; the bridge said: {''.join(seen)}")
 
 
-def daemon_for(make_daemon, scv_home, m, workspace, tmp_path) -> tuple:
+def daemon_for(make_daemon, scv_home, m, workspace, tmp_path, config: str = "") -> tuple:
     """A daemon whose chat provider is the scripted model `m`, and the bridge's command line."""
-    config = (f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "chat"\n'
-              '[chat]\nprovider = "test"\n')
+    config += (f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "chat"\n'
+               '[chat]\nprovider = "test"\n')
     d = make_daemon(config, home=scv_home)
     return d, [sys.executable, str(BRIDGE), "--workspace", str(workspace), "--state", str(tmp_path / "b.json")]
+
+
+@contextlib.contextmanager
+def running(argv: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen]:
+    """The bridge, killed however the test ends."""
+    with subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            yield proc
+        finally:
+            proc.kill()
+
+
+def ends(proc: subprocess.Popen) -> bool:
+    """Its input closed, the bridge exits 0."""
+    proc.stdin.close()
+    return proc.wait(30) == 0
 
 
 def say(proc: subprocess.Popen, line: str) -> None:
@@ -234,3 +252,20 @@ def test_the_example_bridge_exits_after_a_turn_whose_end_came_with_its_acceptanc
             d.proc.send_signal(signal.SIGCONT)
             proc.send_signal(signal.SIGCONT)
             proc.kill()
+
+
+def test_the_example_bridge_serves_more_chats_than_a_connection_holds_sessions(make_daemon, model, scv_home,
+                                                                               workspace, tmp_path):
+    """One session per chat, never closed: past server.max_sessions_per_connection every new chat was
+    answered `(not sent: this connection already holds N sessions ...)`, until the bridge restarted."""
+    m = model(Text("hi alice"), Text("hi bob"), Text("hi carol"), Text("alice again"))
+    d, argv = daemon_for(make_daemon, scv_home, m, workspace, tmp_path, "[server]\nmax_sessions_per_connection = 2\n")
+    with running(argv, d.env) as proc:
+        for chat in ("alice", "bob", "carol"):
+            say(proc, f"{chat}: hello")
+            assert read_until(proc, rf"^\[{chat}\] ") == f"[{chat}] hi {chat}\n"
+        say(proc, "alice: me again")
+        assert read_until(proc, r"^\[alice\] ") == "[alice] alice again\n"
+        assert ends(proc)
+    said = [msg["content"] for msg in m.requests[-1]["messages"] if msg["role"] == "user"]
+    assert said == ["hello", "me again"]  # alice's conversation, reopened
