@@ -319,6 +319,20 @@ def test_unreachable_base_url_names_it(model):
     assert "providers.gone.base_url" in info.value.hint
 
 
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_base_url_carrying_a_password_or_a_key_is_named_without_them(model, wire_api):
+    # a turn's failure goes to the chat (a bridge relays it to a group): user:password@ and a
+    # ?key= in base_url are credentials, not where the provider is
+    m = model(Status(500, "boom", 1))
+    host = m.base_url.split("://", 1)[1]
+    s = Settings(name="relay", model="m", base_url=f"http://bob:hunter2@{host}?api-key=q5s7", wire_api=wire_api,
+                 api_key="k", key_source="", timeout_seconds=5, max_retries=0)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(make(s)))
+    assert f"provider 'relay' (http://{host})" in info.value.message, info.value.message
+    assert "hunter2" not in info.value.message and "q5s7" not in info.value.message
+
+
 def test_codex_settings_from_an_imported_setup(tmp_path):
     from scvd.chat.provider import codex_settings
 

@@ -121,7 +121,7 @@ class _Base(abc.ABC):
             await client.close()
 
     def _where(self) -> str:
-        return f"provider {self.settings.name!r} ({self.settings.base_url})"
+        return f"provider {self.settings.name!r} ({shown_url(self.settings.base_url)})"
 
     @abc.abstractmethod
     async def _open(self, client: openai.AsyncOpenAI, request: ModelRequest) -> Any:
@@ -366,6 +366,13 @@ class ChatProvider(_Base):
             return True
         return any(choice.finish_reason or (choice.delta and any(v for k, v in choice.delta if k != "role"))
                    for choice in getattr(chunk, "choices", None) or [])
+
+
+def shown_url(url: str) -> str:
+    """`url` as a message names it: without user:password@ and the query, where a relay's
+    credentials may ride (a turn's failure reaches the chat, and a bridge may relay it to a group)."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()
 
 
 def cap_field(base_url: str) -> str:
