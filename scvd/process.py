@@ -202,6 +202,7 @@ class _Run:
 
     popen: subprocess.Popen
     start: int  # the leader's start time, in clock ticks
+    adopts: bool = True  # takes orphans re-parented to scvd for its own (a call's; see _orphans)
     tracked: dict[int, int] = field(default_factory=dict)  # pid -> start time
     last_scan: Mapping[int, ProcStat] = field(default_factory=dict)
 
@@ -215,7 +216,8 @@ class _Run:
         members = {p.pid for p in procs.values() if self.pid in (p.pgid, p.sid)}
         if self.popen.returncode is None:
             members |= descendants(procs, [self.pid])
-        members |= self._orphans(procs)
+        if self.adopts:
+            members |= self._orphans(procs)
         # only tracked pids that are still the process we saw: a reused one is somebody else's,
         # and so are its children
         members |= descendants(procs, members | set(self.live(procs)))
@@ -570,10 +572,18 @@ def _zombie_child() -> bool:
         return False
 
 
-def signal_service(popen: subprocess.Popen, sig: int) -> None:
-    """Signal its whole process group while the leader is not reaped (the group id is still ours)."""
-    if popen.returncode is None:
+def signal_service(popen: subprocess.Popen, sig: int, *, wrapper: bool = False) -> None:
+    """Signal its whole process group while the leader is not reaped (the group id is still ours).
+    `wrapper` (argv is Sandbox.wrap()'s): as in a cancelled run, bwrap itself is spared once the
+    server inside runs, and its descendants get `sig`; a TERM to bwrap would end it, and its
+    --die-with-parent SIGKILL the whole sandbox before the server's TERM handler ran."""
+    if popen.returncode is not None:
+        return
+    if not wrapper:
         signal_group(popen.pid, sig)
+        return
+    stat = read_stat(popen.pid)  # a service's orphans are no call's: the run adopts none
+    _Run(popen, stat.start if stat else 0, adopts=False).signal_all(sig, wrapper=_file_id(popen.args[0]))
 
 
 def _result(code: int | None, out: CappedOutput, timed_out: bool, duration: float) -> RunResult:

@@ -34,6 +34,7 @@ class ServerProcess:
 
     popen: Any
     exited: asyncio.Task[int]
+    sandboxed: bool  # the leader is bwrap (see signal_service)
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_LINES))
 
     def stderr_tail(self) -> str:
@@ -45,7 +46,7 @@ async def open_stdio(launch: StdioLaunch) -> AsyncIterator[tuple[Any, Any, Serve
     """Start the server; yield the SDK's stream pair and the process; stop it on exit."""
     loop = asyncio.get_running_loop()
     popen = spawn_service(launch.argv, launch.cwd, launch.env)
-    proc = ServerProcess(popen, loop.create_task(wait_service(popen)))
+    proc = ServerProcess(popen, loop.create_task(wait_service(popen)), launch.sandboxed)
     out = asyncio.StreamReader(limit=LINE_LIMIT)
     err = asyncio.StreamReader(limit=LINE_LIMIT)
     transports: list[Any] = []
@@ -128,7 +129,7 @@ async def _stop(proc: ServerProcess) -> None:
         if proc.exited.done():
             break
         if sig is not None:
-            signal_service(proc.popen, sig)
+            signal_service(proc.popen, sig, wrapper=proc.sandboxed)
         await asyncio.wait([proc.exited], timeout=grace)
     # members the leader left behind (its group outlives it only while one is alive)
     pgid = proc.popen.pid

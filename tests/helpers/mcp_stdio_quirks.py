@@ -11,7 +11,8 @@ inputSchema has `properties` and `required` null, as Go prints a nil map and sli
 quote the environment's LEAK_TOKEN in an isError text, in a result's text and structuredContent, and
 in a progress notification's message, and
 `typed`, whose structuredContent does not match its outputSchema; `stubborn` does not exit when its
-stdin ends (its stop takes scvd's grace, then SIGTERM); `cursor-loop` answers every tools/list with
+stdin ends (its stop takes scvd's grace, then SIGTERM); `trap-term` is `stubborn` and, at SIGTERM, appends
+a line `cleaned` to STARTS_FILE and exits; `cursor-loop` answers every tools/list with
 the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/list_changed, and never
 answers a tools/list after the first; `steps` also lists `steps`, which sends three progress notifications
 at once before its answer; `hang` also lists `hang`, which never answers. Its tool `echo` answers
@@ -25,6 +26,15 @@ import os
 import sys
 
 mode = sys.argv[1]
+if mode == "trap-term":
+    import signal
+
+    def clean_up(*_: object) -> None:
+        with open(sys.argv[2], "a") as record:
+            record.write("cleaned\n")
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, clean_up)
 if len(sys.argv) > 2:
     with open(sys.argv[2], "a") as starts:
         starts.write("start\n")
@@ -115,7 +125,7 @@ for line in sys.stdin:
     elif msg_id is not None:
         send({"jsonrpc": "2.0", "id": msg_id, "result": {}})
 
-if mode == "stubborn":
+if mode in ("stubborn", "trap-term"):
     import time
 
     time.sleep(1000)

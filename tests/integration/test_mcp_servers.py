@@ -848,6 +848,24 @@ def test_a_reload_that_turns_the_sandbox_on_restarts_the_servers_it_covers(make_
         assert not (outside / "out.txt").exists()
 
 
+@pytest.mark.bwrap
+@pytest.mark.parametrize("stopped_by", ["reload", "shutdown"])
+def test_a_sandboxed_server_that_ignores_its_stdins_end_gets_its_sigterm(make_daemon, workspace, stopped_by):
+    """The SIGTERM went to bwrap, which died at it and, through --die-with-parent, SIGKILLed the
+    server at once: its TERM handler never ran, so nothing it had to clean up was."""
+    record = workspace / "record"  # the server appends "start", and "cleaned" in its TERM handler
+    sandbox = '[sandbox]\nmode = "bwrap"\nnetwork = true\n'  # the network keeps /tmp, where this repository may be
+    d = make_daemon(sandbox + quirks_stdio_table("trap-term", record).replace("sandbox = false\n", "")
+                    + f'cwd = "{workspace}"\n')
+    with d.client(name="t") as c:
+        server(c, "raw")
+    if stopped_by == "reload":
+        reloaded(d, sandbox)  # the reload waits for the removed server's stop
+    else:
+        assert d.stop() == 0
+    assert record.read_text() == "start\ncleaned\n", d.log()[-2000:]
+
+
 def test_a_servers_timeout_is_the_dispatch_timeout(make_daemon, workspace):
     d = make_daemon(EVERYTHING_TABLE + 'risk = "read_only"\ntimeout_seconds = 1.5\n')
     with d.client(name="t") as c:
