@@ -281,8 +281,10 @@ def masked_files(paths: Paths, listening_on: str | None = None) -> list[Path]:
     return found
 
 
-def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = None) -> ProbeResult:
-    """Run /bin/true under the real argv once and classify what went wrong. Blocking."""
+def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = None,
+          listening_on: str | None = None) -> ProbeResult:
+    """Run /bin/true under the real argv once and classify what went wrong. Blocking.
+    The argv is Sandbox.wrap()'s for an unasked call in an empty workspace (`listening_on` as Sandbox's)."""
     env = dict(os.environ if env is None else env)
     mode = sandbox_config.mode
     if mode == "off":
@@ -291,7 +293,6 @@ def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = Non
     if problem:
         return ProbeResult(mode, False, problem, bwrap=bwrap)
     assert bwrap is not None
-    hide, mask = _existing(hidden_paths(paths, env)), _present(masked_files(paths))
     env["LC_ALL"] = "C"  # bwrap's messages carry strerror text; keep it matchable
     import tempfile  # here: it imports shutil, bz2, lzma and random, which the idle daemon does without
 
@@ -306,10 +307,8 @@ def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = Non
             f"({exc.strerror or exc}): make room there, or set sandbox.mode = off"), bwrap=bwrap)
     with probe_dir as ws:
         def attempt(proc: bool) -> str | None:
-            argv = build_argv(
-                PROBE_COMMAND, bwrap=bwrap, workspace=Path(os.path.realpath(ws)),
-                hide=hide, network=sandbox_config.network, proc=proc, mask=mask,
-            )
+            trial = Sandbox(ProbeResult(mode, True, "", proc, bwrap), paths, env, listening_on)
+            argv = trial.wrap(PROBE_COMMAND, workspace=Path(ws), network=sandbox_config.network, git=[])
             return _run_probe(argv, env)
 
         return _classify(mode, bwrap, sandbox_config.network, attempt)

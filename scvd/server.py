@@ -415,7 +415,7 @@ class Daemon:
             return None, "off"
         from . import sandbox as sandbox_mod
 
-        result = await asyncio.to_thread(sandbox_mod.probe, config.sandbox, self.paths)
+        result = await asyncio.to_thread(sandbox_mod.probe, config.sandbox, self.paths, listening_on=self.listening_on)
         verdict = sandbox_mod.describe(result)
         (log.info if result.ok else log.warning)("sandbox: %s", verdict)
         return sandbox_mod.Sandbox(result, self.paths, listening_on=self.listening_on), verdict

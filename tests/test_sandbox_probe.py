@@ -17,8 +17,8 @@ import pytest
 from scvd import paths as paths_mod
 from scvd.config import SandboxConfig
 from scvd.errors import Unavailable
-from scvd.paths import runtime_base
-from scvd.sandbox import Sandbox, _existing, build_argv, describe, hidden_paths, probe
+from scvd.paths import runtime_base, within
+from scvd.sandbox import ProbeResult, Sandbox, _existing, build_argv, describe, hidden_paths, probe
 
 REAL_BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 
@@ -125,7 +125,26 @@ def test_the_probe_runs_true_under_the_real_argv(instance, tmp_path):
     assert seen[:5] == ["--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-net"]
     ws = seen[seen.index("--chdir") + 1]
     assert "scvd-probe-" in ws and not Path(ws).exists()  # a temp workspace, removed again
-    assert ["--tmpfs", str(p.home)] == seen[seen.index(str(p.home)) - 1:seen.index(str(p.home)) + 1]
+    tmpfs = [seen[i + 1] for i, arg in enumerate(seen) if arg == "--tmpfs"]
+    assert any(within(str(p.home), hidden) for hidden in tmpfs), tmpfs  # SCV_HOME, or the /tmp it lies in
+
+
+def test_the_probe_runs_the_argv_of_an_offline_call(instance, tmp_path):
+    """The probe left out an offline call's private /tmp, /var/tmp and /run, and the socket scvd
+    listens on, masked: where one of those mounts failed, the sandbox was active and every call failed."""
+    p, env = instance
+    log = tmp_path / "argv.log"
+    fake = fake_bwrap(tmp_path, f'printf "%s\\n" "$@" > {_sh(str(log))}\n'
+                      'for a in "$@"; do [ "$prev $a" = "--tmpfs /run" ] && '
+                      '{ echo "bwrap: Failed to mount tmpfs: Permission denied" >&2; exit 1; }; prev=$a; done')
+    socket = tmp_path / "listening.sock"
+    socket.touch()
+    r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env, listening_on=str(socket))
+    assert not r.ok and "bwrap: Failed to mount tmpfs: Permission denied" in r.verdict, r.verdict
+    seen = log.read_text().splitlines()
+    call = Sandbox(ProbeResult("bwrap", True, "", True, str(fake)), p, env, listening_on=str(socket))
+    ws = Path(seen[seen.index("--chdir") + 1])
+    assert [str(fake), *seen] == call.wrap(["/bin/true"], workspace=ws, network=False, git=[])
 
 
 def test_proc_that_cannot_be_mounted_at_all_is_a_failure(instance, tmp_path):
