@@ -124,12 +124,14 @@ async def _write_stdin(recv: Any, stdin: asyncio.StreamWriter) -> None:
 
 
 async def _stop(proc: ServerProcess) -> None:
-    """Close stdin, give it a moment, then SIGTERM and at last SIGKILL to its whole group."""
+    """Close stdin, give it a moment, then SIGTERM (and SIGCONT) and at last SIGKILL to its whole group."""
     for sig, grace in ((None, STDIN_CLOSE_GRACE), (signal.SIGTERM, TERM_GRACE), (signal.SIGKILL, TERM_GRACE)):
         if proc.exited.done():
             break
         if sig is not None:
             signal_service(proc.popen, sig, wrapper=proc.sandboxed)
+        if sig == signal.SIGTERM:  # a stopped server acts on it once continued, as a cancelled call's command
+            signal_service(proc.popen, signal.SIGCONT, wrapper=proc.sandboxed)
         await asyncio.wait([proc.exited], timeout=grace)
     # members the leader left behind (its group outlives it only while one is alive)
     pgid = proc.popen.pid

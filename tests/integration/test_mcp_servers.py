@@ -866,6 +866,28 @@ def test_a_sandboxed_server_that_ignores_its_stdins_end_gets_its_sigterm(make_da
     assert record.read_text() == "start\ncleaned\n", d.log()[-2000:]
 
 
+def test_a_stopped_server_is_continued_to_act_on_its_sigterm(make_daemon, workspace):
+    """A server stopped by SIGSTOP (a debugger, a Ctrl-Z'd wrapper) kept the SIGTERM pending and was
+    SIGKILLed after the grace: its TERM handler never ran. As a cancelled call's command, it is
+    continued after the TERM."""
+    record = workspace / "record"
+    d = make_daemon(quirks_stdio_table("trap-term", record))
+    with d.client(name="t") as c:
+        server(c, "raw")
+    [pid] = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+             and str(record).encode() in _cmdline(entry)]
+    os.kill(pid, signal.SIGSTOP)
+    assert d.stop() == 0
+    assert record.read_text() == "start\ncleaned\n", d.log()[-2000:]
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_a_servers_timeout_is_the_dispatch_timeout(make_daemon, workspace):
     d = make_daemon(EVERYTHING_TABLE + 'risk = "read_only"\ntimeout_seconds = 1.5\n')
     with d.client(name="t") as c:
