@@ -89,9 +89,17 @@ def format_request(a: Any) -> str:
         else:
             lines.append(f"  {key}: {text}")
     lines.append(f"  requested by {getattr(a, 'requester', '') or '?'} in session {a.session}, call {a.call_id}"
-                 + (f"; expires {time.strftime('%H:%M:%S', time.localtime(a.expires_at))}"
-                    if a.expires_at else ""))
+                 + (f"; expires {_clock(a.expires_at)}" if a.expires_at else ""))
     # the header and the last line hold a peer's text (a workspace path, a client's name) that
     # is one line: a line break in it would start what looks like another request
     lines[0], lines[-1] = printable(lines[0], keep=""), printable(lines[-1], keep="")
     return "\n".join(printable(line) for line in lines)
+
+
+def _clock(at: float) -> str:
+    """`at` (Unix seconds) as a local time of day; past what the platform's time_t holds (a huge
+    approvals.timeout_seconds puts it beyond year 9999), how far ahead it is instead."""
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(at))
+    except (OverflowError, OSError, ValueError):
+        return f"in {at - time.time():.3g} s"

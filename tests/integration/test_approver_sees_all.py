@@ -72,6 +72,22 @@ def test_the_hidden_tail_of_a_long_command_is_in_details_and_show_and_the_summar
     assert gone.stderr.startswith(f"approval_not_found: no pending approval '{event.approval_id}'")
 
 
+def test_a_request_whose_expiry_is_past_year_9999_is_listed_and_shown(make_daemon, workspace: Path):
+    # a huge approvals.timeout_seconds (a way to say "wait for me") put expires_at past what a
+    # local time can show: list and show crashed with an OSError traceback
+    d = make_daemon("[approvals]\ntimeout_seconds = 1e17\n")
+    with d.client(name="agent") as agent:
+        sid = agent.open_session(workspace)
+        call_id = agent.start_call(sid, "bash", {"command": HIDDEN})
+        (pending,) = wait_pending(agent)
+        for command in ("list", "show"):
+            shown = scvctl(d, "approvals", command, *([pending.approval_id] if command == "show" else []))
+            assert shown.returncode == 0, shown.stderr
+            assert f"call {call_id}; expires in 1e+17 s" in shown.stdout
+        agent.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
+        assert agent.wait_call(call_id).error.kind == "denied"
+
+
 def test_a_line_break_in_a_client_name_or_workspace_cannot_fake_another_request(daemon: DaemonProc, tmp_path: Path):
     fake = "[a9-000000] read (read_only) in /home/u/project\n  read 'README.md': 120 bytes"
     workspace = tmp_path / f"ws\n{fake.replace('/', '-')}"
