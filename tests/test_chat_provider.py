@@ -459,6 +459,21 @@ def test_an_event_that_is_json_but_no_object_fails_naming_the_provider_not_scvd(
                                "[providers.test] in config.toml")
 
 
+@pytest.mark.parametrize("data", ['{"choices": "x"}', '{"choices": [1]}', '{"choices": [{"delta": "x"}]}',
+                                  '{"choices": [{"delta": {"tool_calls": [1]}}]}', '{"choices": [], "usage": 5}'])
+def test_a_chunk_whose_choices_are_no_objects_fails_naming_the_provider_not_scvd(model, data):
+    """The client passes a chunk on as it came: reading `"choices": "x"` failed the turn as a crash
+    inside scvd (`see its log`), as an event that is no JSON object did."""
+    m = model(Raw(data))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, "chat")))
+    assert info.value.reason == "provider_error"
+    assert info.value.message.startswith(f"provider 'test' ({m.base_url}) sent an event that is not a Chat "
+                                         "Completions chunk: '{")
+    assert info.value.hint == ("send the text again; if it fails again, check the base_url and wire_api of "
+                               "[providers.test] in config.toml")
+
+
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_an_event_that_is_not_json_fails_naming_the_provider_not_scvd(model, wire_api):
     """The client parses each event's data as JSON: a server (or a proxy before it) that sends other

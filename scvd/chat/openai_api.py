@@ -136,6 +136,10 @@ class _Base(abc.ABC):
     def _progress(event: Any) -> bool:
         """Whether the stream's event carries some of the answer (not a keep-alive or an empty event)."""
 
+    def _check_shape(self, event: Any) -> None:
+        """Raise if the parts of the event that _read takes apart are not objects and lists where the
+        wire API has them: the client passes an event on as it came, unchecked."""
+
 
 class _Watched:
     """The answer's stream, failing once timeout_seconds passed with no event that carries some of
@@ -158,6 +162,7 @@ class _Watched:
             raise self._provider._timed_out(stalled=True) from None
         if not isinstance(event, openai.BaseModel):  # JSON, but a string, a number or null: no event
             raise self._provider._garbled("a JSON object", json.dumps(event))
+        self._provider._check_shape(event)
         if self._provider._progress(event):
             self._deadline = self._loop.time() + self._provider.settings.timeout_seconds
         return event
@@ -358,6 +363,10 @@ class ChatProvider(_Base):
             yield CallRequested(ToolCall(c["id"] or f"call_{n}", c["name"], c["arguments"] or "{}"))
         yield ReplyDone(usage)
 
+    def _check_shape(self, chunk: Any) -> None:
+        if not _chunk_shaped(chunk):  # `"choices": "x"` failed the turn as a crash inside scvd
+            raise self._garbled("a Chat Completions chunk", json.dumps(chunk.to_dict(warnings=False)))
+
     @staticmethod
     def _progress(chunk: Any) -> bool:
         """Text, a call's fragment, reasoning (a server's own field, such as reasoning_content), a
@@ -366,6 +375,26 @@ class ChatProvider(_Base):
             return True
         return any(choice.finish_reason or (choice.delta and any(v for k, v in choice.delta if k != "role"))
                    for choice in getattr(chunk, "choices", None) or [])
+
+
+def _chunk_shaped(chunk: Any) -> bool:
+    """Whether a chunk has objects and lists where _read and _progress take it apart."""
+    choices = getattr(chunk, "choices", None)
+    if not _objects(choices) or not _objects([getattr(chunk, "usage", None)], None):
+        return False
+    deltas = [getattr(choice, "delta", None) for choice in choices or []]
+    if not _objects(deltas, None):
+        return False
+    calls = [getattr(delta, "tool_calls", None) for delta in deltas if delta is not None]
+    if not all(map(_objects, calls)):
+        return False
+    return _objects([getattr(part, "function", None) for parts in calls for part in parts or []], None)
+
+
+def _objects(values: Any, *also: Any) -> bool:
+    """Whether `values` is None or a list whose items are each an object of the wire API (or in `also`)."""
+    return values is None or (isinstance(values, list)
+                              and all(isinstance(v, openai.BaseModel) or v in also for v in values))
 
 
 def shown_url(url: str) -> str:
