@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,31 @@ def test_an_unreadable_skill_file_is_skipped_not_a_failed_session(env: Env) -> N
                            str(env.home)], capture_output=True, text=True, cwd=Path(skills.__file__).parents[1])
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"['good'] [('{bad.parent}', 'cannot read its SKILL.md: Input/output error')]\n"
+
+
+def test_a_skill_file_that_fails_to_read_at_call_time_says_so(env: Env) -> None:
+    """EIO when read_skill reads a mapped skill ended the call as 'read_skill failed unexpectedly: OSError'."""
+    make_skill(env.user_root, "good")
+    bad = make_skill(env.user_root, "bad") / "SKILL.md"
+    # mapped as discovery found it; its file then fails to read, as /proc/<pid>/mem does at offset 0
+    script = textwrap.dedent("""
+        import dataclasses, sys
+        from scvd import errors, skills
+        from scvd.paths import resolve
+        from scvd.tools.skill import read_result
+        found = skills.discover(sys.argv[1], resolve({'SCV_HOME': sys.argv[2]}), 64)
+        skill = dataclasses.replace(found.skills['good'], key='bad', file=sys.argv[3])
+        try:
+            read_result(skill, 1000)
+        except errors.Failed as exc:
+            print(exc.message, exc.hint, sep="\\n")
+        """)
+    done = subprocess.run(["bwrap", "--unshare-user", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                           "--bind", "/proc/self/mem", str(bad), sys.executable, "-c", script, str(env.ws),
+                           str(env.home), str(bad)], capture_output=True, text=True, cwd=Path(skills.__file__).parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["the file of skill 'bad' could not be read: Input/output error",
+                                        f"check the disk or mount that holds {bad}, then call read_skill again"]
 
 
 def test_max_skills_limits_discovery_user_root_first(env: Env, caplog: pytest.LogCaptureFixture) -> None:

@@ -121,6 +121,10 @@ def read_result(skill: skills.Skill, max_bytes: int) -> dict[str, Any]:
     except skills.SkillError as exc:
         raise Failed(f"{exc.reason}; open a new session to discover skills again",
                      hint="read_skill refuses a skill whose path changed since discovery") from exc
+    except OSError as exc:  # EIO: a failing disk, a network mount gone (discovery skips such a skill)
+        raise Failed(f"the file of skill {skill.key!r} could not be read: {exc.strerror or exc}",
+                     hint=f"check the disk or mount that holds {skills.shown(skill.file)}, then call read_skill "
+                     "again") from exc
     result: dict[str, Any] = {"name": skill.key, "path": skills.shown(skill.file), "content": content,
                               "truncated": truncated, "total_bytes": total}
     if skill.root.kind == skills.PROJECT:
