@@ -150,5 +150,5 @@ def cmd_delete(args: argparse.Namespace) -> int:
         print(f"{args.key} is not stored; it comes from the environment, which scvctl cannot change",
               file=sys.stderr)
     else:
-        print(f"{args.key} is not stored", file=sys.stderr)
+        print(f"{args.key} is not stored; `scvctl secrets list` shows the names that are", file=sys.stderr)
     return EXIT_ERROR
