@@ -115,8 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         loaded = config_mod.load(config_file, missing=named)
         eventloop.check(loaded.config.server.event_loop)
         # the foreground start builds the registry after READY=1 (run()); what it would refuse,
-        # config.load refused already
-        registry = None if foreground else tools.build_registry(loaded.config, paths)
+        # config.load refused already. A script tool skipped here is not logged: check-config lists
+        # it, and the detached daemon's own build logs it (here, before logging is set up, it was
+        # a bare stderr line besides)
+        registry = None if foreground else tools.build_registry(loaded.config, paths, log_skipped=False)
     except errors.ConfigError as exc:
         return _config_error(config_file, exc)
     if args.command == "check-config":

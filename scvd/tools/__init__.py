@@ -23,9 +23,10 @@ def builtin_tools(config: Any, paths: Any) -> list[Tool]:
     return tools
 
 
-def build_registry(config: Any, paths: Any, extra: list[Tool] | None = None) -> Registry:
+def build_registry(config: Any, paths: Any, extra: list[Tool] | None = None, *, log_skipped: bool = True) -> Registry:
     """A registry of the built-in tools plus `extra` (tests add their own), then the user's
-    script tools; a script tool that fails to load is kept in `registry.load_errors`."""
+    script tools; a script tool that fails to load is kept in `registry.load_errors` (and logged,
+    unless the caller shows them itself)."""
     from . import store_secret
     from .contract import Registry
 
@@ -39,7 +40,7 @@ def build_registry(config: Any, paths: Any, extra: list[Tool] | None = None) -> 
     if paths is not None:
         from .script import register_scripts
 
-        register_scripts(registry, paths, granted=config.tools.script)
+        register_scripts(registry, paths, granted=config.tools.script, log_skipped=log_skipped)
     asker = registry.get(store_secret.StoreSecret.name)
     if isinstance(asker, store_secret.StoreSecret):
         asker.known = registry.get  # its `tool` argument must name a tool of this registry

@@ -339,7 +339,7 @@ def redacted(result: Any, secrets: dict[str, str]) -> Any:
     return result
 
 
-def register_scripts(registry: Registry, paths: Any, granted: Any = ()) -> None:
+def register_scripts(registry: Registry, paths: Any, granted: Any = (), log_skipped: bool = True) -> None:
     """Add every valid script tool to `registry`; a bad one is logged once and kept as a load error,
     and so is a `tools.script.<name>` table (`granted`) that names no script tool folder."""
     definitions, failed = load_all(paths)
@@ -354,7 +354,8 @@ def register_scripts(registry: Registry, paths: Any, granted: Any = ()) -> None:
         except ScvError as exc:  # a lint rule or a duplicate name: skip this one, keep the rest
             failed.append(LoadError(str(d.folder / "tool.json"), d.name, exc.message))
     for error in failed:
-        log.warning("skipping script tool %s: %s", error.source, error.message)
+        if log_skipped:
+            log.warning("skipping script tool %s: %s", error.source, error.message)
         registry.add_error(error.source, error.name, error.message)
 
 

@@ -274,6 +274,26 @@ def test_scvd_check_config_prints_a_script_tool_that_fails_to_load(scv_home):
     assert any(line.startswith("# tools: ") and line.endswith(", 1 skipped:") for line in lines), lines
     assert (f"#   script_broken: {bad / 'tool.json'}: rule 'timeout': "
             "timeout -1 must be a positive number of seconds") in lines
+    assert done.stderr == ""  # not a bare 'skipping script tool ...' line besides the listing
+
+
+def test_a_detached_daemon_logs_a_script_tool_that_fails_to_load_once(scv_home, tmp_path):
+    """The check before detaching built the registry too, before logging was set up: its warning
+    came out as a bare stderr line, then the daemon's own build logged it again."""
+    bad = make_tool(scv_home, "broken", WORDS, timeout=-1)
+    log_path, pid_file = tmp_path / "daemon.log", scv_home / "state" / "scvd.pid"
+    with open(log_path, "ab") as log:
+        assert subprocess.run([sys.executable, "-m", "scvd", "run", "--daemon"], env=base_env(scv_home),
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=30).returncode == 0
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip().isdigit(), what="the pid file")
+    pid = int(pid_file.read_text())
+    try:
+        wait_until(lambda: " ready on " in log_path.read_text(), what="the ready line")
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: pid_gone(pid), what="the detached daemon's exit")
+    skipped = [line for line in log_path.read_text().splitlines() if "skipping script tool" in line]
+    assert len(skipped) == 1 and f"skipping script tool {bad / 'tool.json'}: rule 'timeout'" in skipped[0], skipped
 
 
 def test_scvctl_tools_lint_prints_findings_for_every_tool(make_daemon, scv_home):
