@@ -104,8 +104,9 @@ def split(target: str) -> tuple[str, ...]:
     return tuple(p for p in target.split("/") if p not in ("", "."))
 
 
-def always_ask_reason(targets: Iterable[str], globs: Sequence[str]) -> str | None:
-    """Why a call with these targets always asks (the first target that is sensitive), or None."""
+def always_ask_reason(targets: Iterable[str], globs: Sequence[str], workspace: str | None = None) -> str | None:
+    """Why a call with these targets always asks (the first target that is sensitive), or None;
+    with `workspace` (its real path), secret-like is judged where the targets really are."""
     compiled = compile_globs(tuple(globs))
     for target in targets:
         parts = split(target)
@@ -114,7 +115,7 @@ def always_ask_reason(targets: Iterable[str], globs: Sequence[str]) -> str | Non
         for glob in compiled:
             if matches(glob, parts):
                 return f"{_show(target)} matches approvals.always_ask {glob.text!r}"
-        secret = secret_reason(parts)
+        secret = secret_reason(parts, workspace)
         if secret:
             return f"{_show(target)} is secret-like ({secret})"
     return None

@@ -447,7 +447,7 @@ class CallRegistry:
         # only calls that are not read-only: reading .git is harmless, a secret-like read is filesystem
         always = None
         if plan.targets and plan.risk is not ToolRisk.READ_ONLY:
-            always = (always_ask_reason(plan.targets, cfg.always_ask)
+            always = (always_ask_reason(plan.targets, cfg.always_ask, workspace)
                       or own_files_reason(workspace, plan.targets, self._own)
                       or git_dir_reason(workspace, plan.targets))
         verdict = policy_verdict(

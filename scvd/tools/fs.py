@@ -508,10 +508,10 @@ class WriteArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     )] = None
 
 
-def _secret_reason(parts: tuple[str, ...], real: tuple[str, ...]) -> str | None:
+def _secret_reason(parts: tuple[str, ...], real: tuple[str, ...], workspace: str) -> str | None:
     """The secret-like rule on the requested path and on the one it resolves to (`notes -> .env`)."""
-    reason = secret_reason(parts)
-    if reason is None and real != parts and (found := secret_reason(real)):
+    reason = secret_reason(parts, workspace)
+    if reason is None and real != parts and (found := secret_reason(real, workspace)):
         reason = f"it resolves to {show(containment.join(real))}: {found}"
     return reason
 
@@ -564,7 +564,7 @@ class ReadTool(Tool):
             held = _Held(fd, st.st_size, parts, real)
         else:
             os.close(fd)
-        secret = _secret_reason(parts, real)
+        secret = _secret_reason(parts, real, str(ctx.workspace))
         size = st.st_size
 
         def describe() -> tuple[str, dict[str, Any]]:  # what an approver sees, made only if one is asked
@@ -631,7 +631,7 @@ class WriteTool(Tool):
         except UnicodeEncodeError as exc:
             raise InvalidArguments(f"content is not valid UTF-8 text at character {exc.start}") from exc
         real = resolve_file(ctx.workspace_fd, parts, args.path)  # fail before approval where we can
-        secret = _secret_reason(parts, real)
+        secret = _secret_reason(parts, real, str(ctx.workspace))
         parent = open_parent(ctx.workspace_fd, real, args.path)
         try:
             existing = inspect_target(parent, real, args.path, args.mode)

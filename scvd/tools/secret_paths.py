@@ -3,7 +3,9 @@
 Rule: purely lexical and case-insensitive, applied to every component of the
 path, so a file inside a directory named like a secret (`.ssh/config`,
 `secrets/db.yaml`) counts too; a few common names count only in their
-directory (`.docker/config.json`). The file tools apply it to the requested path
+directory (`.docker/config.json`). The workspace's own real path counts for the
+credentials folders (a session on `~/.kube` asks for `config`, on `~/.docker` for
+`config.json`), judged once per workspace. The file tools apply it to the requested path
 and to the one a symlink resolves to (`notes -> .env`). It raises a read's risk so a person sees it; it
 is a visibility aid, not a confidentiality boundary (seed 000): a shell or a
 delegated agent can still read the file, so isolation needs the OS sandbox.
@@ -11,6 +13,7 @@ delegated agent can still read the file, so isolation needs the OS sandbox.
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable
 
 # exact file names (lower case) that hold credentials by convention
@@ -36,6 +39,7 @@ SECRET_FILES_IN = {
     ("gh", "hosts.yml"): "a GitHub CLI config that holds its token where no keyring is",
 }
 SECRET_DIRS = (".ssh", ".aws", ".gnupg", ".kube")  # everything under these is secret-like
+DIR_KIND = "a directory of keys or credentials"
 SECRET_WORDS = ("credential", "secret", "private_key")
 SSH_KEY = "an SSH key"
 SECRET_PREFIXES = {".env.": "a dotenv file", "id_rsa": SSH_KEY, "id_ed25519": SSH_KEY, "id_ecdsa": SSH_KEY,
@@ -55,23 +59,35 @@ SECRET_SUFFIXES = {
 }
 
 
-def secret_reason(path: str | Iterable[str]) -> str | None:
-    """Why `path` looks secret-like, as a short phrase for the approver, or None."""
+def secret_reason(path: str | Iterable[str], workspace: str | None = None) -> str | None:
+    """Why `path` looks secret-like, as a short phrase for the approver, or None. With `workspace`
+    (its real path), a credentials folder it is or lies in counts: `config` in `~/.kube` does."""
     parts = path.split("/") if isinstance(path, str) else list(path)
+    inside, above = _workspace_verdict(workspace) if workspace is not None else (None, "")
     for index, part in enumerate(parts):
         kind = _component_kind(part.lower())
-        if kind is None and index:
-            kind = SECRET_FILES_IN.get((parts[index - 1].lower(), part.lower()))
+        if kind is None:
+            kind = SECRET_FILES_IN.get((parts[index - 1].lower() if index else above, part.lower()))
         if kind is None:
             continue
         if index < len(parts) - 1:
             return f"it is inside {part!r}, {kind}"
         return f"{part!r} is {kind}"
-    return None
+    return inside
 
 
 def is_secret_like(path: str | Iterable[str]) -> bool:
     return secret_reason(path) is not None
+
+
+@functools.lru_cache(maxsize=256)  # judged once per workspace, not per call
+def _workspace_verdict(workspace: str) -> tuple[str | None, str]:
+    """Why every file in `workspace` is secret-like (it is `~/.kube` or inside one), or None; and its
+    own lower-cased name, the directory of a file at its top (`config.json` in `~/.docker`). Only the
+    credentials folders count there: a word (`secret`) in a project's name would make all its reads ask."""
+    parts = [part for part in workspace.split("/") if part]
+    inside = next((f"it is inside {part!r}, {DIR_KIND}" for part in parts if part.lower() in SECRET_DIRS), None)
+    return inside, parts[-1].lower() if parts else ""
 
 
 _kinds: dict[str, str | None] = {}  # component -> _component_kind: a read looks up the same few names again
@@ -94,7 +110,7 @@ def _kind_of(name: str) -> str | None:
     if name in SECRET_NAMES:
         return SECRET_NAMES[name]
     if name in SECRET_DIRS:
-        return "a directory of keys or credentials"
+        return DIR_KIND
     for word in SECRET_WORDS:
         if word in name:
             return f"named like a secret (contains {word!r})"

@@ -90,6 +90,25 @@ def test_secret_like_read_asks_for_approval(owner: Client, ws: Path) -> None:
     assert done.ok and done.result["content"] == "API_KEY=abc\n"
 
 
+@pytest.mark.parametrize("folder,name", [(".kube", "config"), (".docker", "config.json")])
+def test_a_workspace_that_is_a_credentials_folder_asks_for_its_files(
+        owner: Client, tmp_path: Path, ws: Path, folder: str, name: str) -> None:
+    """The rule looked only at the path in the workspace: a session opened on ~/.kube read its
+    `config` unasked, where the same file from a workspace of ~ (`.kube/config`) asked."""
+    creds = tmp_path / folder
+    creds.mkdir()
+    (creds / name).write_text("token: abc\n")
+    (ws / name).write_text("plain\n")
+    sid = owner.open_session(creds)
+    done, asked = call(owner, sid, "read", decide="approve", scope="session", path=name)
+    assert done.ok and asked.risk == "filesystem" and asked.details["secret_like"] is True
+    assert asked.summary.startswith(f"read secret-like file '{name}'")
+    _, again = call(owner, sid, "read", decide="deny", path=name)  # approved once only, like any secret
+    assert again.details["secret_like"] is True
+    done, _ = call(owner, owner.open_session(ws), "read", path=name)  # an ordinary folder's: unasked
+    assert done.ok and done.result["content"] == "plain\n"
+
+
 def test_a_secret_like_file_answers_no_hash_guess_unasked(owner: Client, ws: Path) -> None:
     """write's early stale-hash check told, before anyone was asked, whether a guessed sha256 of
     .env was right, and printed 16 hex digits of the real one: a secret read through no approval."""
