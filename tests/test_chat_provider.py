@@ -459,17 +459,27 @@ def test_an_event_that_is_json_but_no_object_fails_naming_the_provider_not_scvd(
                                "[providers.test] in config.toml")
 
 
-@pytest.mark.parametrize("data", ['{"choices": "x"}', '{"choices": [1]}', '{"choices": [{"delta": "x"}]}',
-                                  '{"choices": [{"delta": {"tool_calls": [1]}}]}', '{"choices": [], "usage": 5}'])
-def test_a_chunk_whose_choices_are_no_objects_fails_naming_the_provider_not_scvd(model, data):
-    """The client passes a chunk on as it came: reading `"choices": "x"` failed the turn as a crash
-    inside scvd (`see its log`), as an event that is no JSON object did."""
+SHAPES = {"chat": "a Chat Completions chunk", "responses": "a Responses API event"}
+
+
+@pytest.mark.parametrize("wire_api, data", [
+    *(("chat", data) for data in ['{"choices": "x"}', '{"choices": [1]}', '{"choices": [{"delta": "x"}]}',
+                                  '{"choices": [{"delta": {"tool_calls": [1]}}]}', '{"choices": [], "usage": 5}']),
+    *(("responses", data) for data in [
+        '{"type": "response.output_text.delta", "delta": 5}', '{"type": "response.output_item.done", "item": "x"}',
+        '{"type": "response.output_item.done", "item": {"type": "function_call", "call_id": "c", "name": "read", '
+        '"arguments": 5}}', '{"type": "response.completed", "response": "x"}',
+        '{"type": "response.completed", "response": {"usage": {"input_tokens": "a", "output_tokens": 1}}}'])])
+def test_an_event_whose_fields_have_the_wrong_type_fails_naming_the_provider_not_scvd(model, wire_api, data):
+    """The client passes an event on as it came: reading `"choices": "x"` or an `item` that is no object
+    failed the turn as a crash inside scvd (`see its log`), as an event that is no JSON object did; a
+    delta or arguments that were no text went on into the turn, to crash it there."""
     m = model(Raw(data))
     with pytest.raises(ProviderFailure) as info:
-        asyncio.run(collect(provider(m, "chat")))
+        asyncio.run(collect(provider(m, wire_api)))
     assert info.value.reason == "provider_error"
-    assert info.value.message.startswith(f"provider 'test' ({m.base_url}) sent an event that is not a Chat "
-                                         "Completions chunk: '{")
+    assert info.value.message.startswith(f"provider 'test' ({m.base_url}) sent an event that is not "
+                                         f"{SHAPES[wire_api]}: '{{")
     assert info.value.hint == ("send the text again; if it fails again, check the base_url and wire_api of "
                                "[providers.test] in config.toml")
 

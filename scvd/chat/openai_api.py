@@ -136,9 +136,18 @@ class _Base(abc.ABC):
     def _progress(event: Any) -> bool:
         """Whether the stream's event carries some of the answer (not a keep-alive or an empty event)."""
 
+    _SHAPE = "an event of the wire API"  # what _garbled says an event with the wrong shape is not
+
     def _check_shape(self, event: Any) -> None:
-        """Raise if the parts of the event that _read takes apart are not objects and lists where the
-        wire API has them: the client passes an event on as it came, unchecked."""
+        """Raise if the parts of the event that _read takes apart are not the objects, lists and texts
+        the wire API has there: the client passes an event on as it came, unchecked."""
+        if not self._shaped(event):  # `"choices": "x"` failed the turn as a crash inside scvd
+            raise self._garbled(self._SHAPE, json.dumps(event.to_dict(warnings=False)))
+
+    @staticmethod
+    @abc.abstractmethod
+    def _shaped(event: Any) -> bool:
+        """Whether the event has the shape _read and _progress take apart."""
 
 
 class _Watched:
@@ -234,6 +243,8 @@ def _detail(exc: openai.APIStatusError) -> str:
 class ResponsesProvider(_Base):
     """`wire_api = "responses"`."""
 
+    _SHAPE = "a Responses API event"
+
     async def _open(self, client: openai.AsyncOpenAI, request: ModelRequest) -> Any:
         s = self.settings
         extra = {"max_output_tokens": s.max_output_tokens} if s.max_output_tokens else {}
@@ -265,10 +276,30 @@ class ResponsesProvider(_Base):
         raise _cut_short(self._where(), "response.completed")
 
     @staticmethod
+    def _shaped(event: Any) -> bool:
+        return _event_shaped(event)
+
+    @staticmethod
     def _progress(event: Any) -> bool:
         kind = getattr(event, "type", None)  # a proxy's {"type": "keepalive"} or {} is no answer
         return kind == "error" or (isinstance(kind, str) and kind.startswith("response.")
                                    and kind not in ("response.created", "response.queued", "response.in_progress"))
+
+
+def _event_shaped(event: Any) -> bool:
+    """Whether an event has objects and texts where _read takes it apart."""
+    kind = getattr(event, "type", None)
+    if kind == "response.output_text.delta":
+        return isinstance(getattr(event, "delta", None), str)
+    if kind == "response.output_item.done":
+        item = getattr(event, "item", None)
+        return _fields(item) and (getattr(item, "type", None) != "function_call"
+                                  or _fields(item, call_id=str, name=str, arguments=(str, type(None))))
+    if kind == "response.completed":
+        response = getattr(event, "response", None)
+        usage = getattr(response, "usage", None)
+        return _fields(response) and (usage is None or _fields(usage, input_tokens=int, output_tokens=int))
+    return True
 
 
 async def _drain(stream: Any) -> None:
@@ -307,6 +338,8 @@ def responses_input(items: list[Any]) -> list[dict[str, Any]]:
 
 class ChatProvider(_Base):
     """`wire_api = "chat"`: Chat Completions, for OpenAI-compatible servers (vLLM, llama.cpp, Ollama)."""
+
+    _SHAPE = "a Chat Completions chunk"
 
     async def _open(self, client: openai.AsyncOpenAI, request: ModelRequest) -> Any:
         s = self.settings
@@ -363,9 +396,9 @@ class ChatProvider(_Base):
             yield CallRequested(ToolCall(c["id"] or f"call_{n}", c["name"], c["arguments"] or "{}"))
         yield ReplyDone(usage)
 
-    def _check_shape(self, chunk: Any) -> None:
-        if not _chunk_shaped(chunk):  # `"choices": "x"` failed the turn as a crash inside scvd
-            raise self._garbled("a Chat Completions chunk", json.dumps(chunk.to_dict(warnings=False)))
+    @staticmethod
+    def _shaped(chunk: Any) -> bool:
+        return _chunk_shaped(chunk)
 
     @staticmethod
     def _progress(chunk: Any) -> bool:
@@ -395,6 +428,11 @@ def _objects(values: Any, *also: Any) -> bool:
     """Whether `values` is None or a list whose items are each an object of the wire API (or in `also`)."""
     return values is None or (isinstance(values, list)
                               and all(isinstance(v, openai.BaseModel) or v in also for v in values))
+
+
+def _fields(value: Any, **types: Any) -> bool:
+    """Whether `value` is an object of the wire API whose named fields are of these types."""
+    return isinstance(value, openai.BaseModel) and all(isinstance(getattr(value, k, None), t) for k, t in types.items())
 
 
 def shown_url(url: str) -> str:
