@@ -464,7 +464,10 @@ SHAPES = {"chat": "a Chat Completions chunk", "responses": "a Responses API even
 
 @pytest.mark.parametrize("wire_api, data", [
     *(("chat", data) for data in ['{"choices": "x"}', '{"choices": [1]}', '{"choices": [{"delta": "x"}]}',
-                                  '{"choices": [{"delta": {"tool_calls": [1]}}]}', '{"choices": [], "usage": 5}']),
+                                  '{"choices": [{"delta": {"tool_calls": [1]}}]}', '{"choices": [], "usage": 5}',
+                                  '{"choices": [{"delta": {"content": 5}, "finish_reason": "stop"}]}',
+                                  '{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "read", '
+                                  '"arguments": 5}}]}, "finish_reason": "stop"}]}']),
     *(("responses", data) for data in [
         '{"type": "response.output_text.delta", "delta": 5}', '{"type": "response.output_item.done", "item": "x"}',
         '{"type": "response.output_item.done", "item": {"type": "function_call", "call_id": "c", "name": "read", '

@@ -12,6 +12,7 @@ import abc
 import asyncio
 import json
 import logging
+from collections.abc import Hashable
 from typing import Any, AsyncIterator
 from urllib.parse import urlsplit
 
@@ -411,23 +412,30 @@ class ChatProvider(_Base):
 
 
 def _chunk_shaped(chunk: Any) -> bool:
-    """Whether a chunk has objects and lists where _read and _progress take it apart."""
-    choices = getattr(chunk, "choices", None)
-    if not _objects(choices) or not _objects([getattr(chunk, "usage", None)], None):
+    """Whether a chunk has objects, lists and texts where _read and _progress take it apart."""
+    choices, usage = getattr(chunk, "choices", None), getattr(chunk, "usage", None)
+    if not _objects(choices) or not (usage is None or _fields(usage, prompt_tokens=_COUNT, completion_tokens=_COUNT)):
         return False
     deltas = [getattr(choice, "delta", None) for choice in choices or []]
-    if not _objects(deltas, None):
+    if not all(delta is None or _fields(delta, content=_TEXT) for delta in deltas):
         return False
     calls = [getattr(delta, "tool_calls", None) for delta in deltas if delta is not None]
     if not all(map(_objects, calls)):
         return False
-    return _objects([getattr(part, "function", None) for parts in calls for part in parts or []], None)
+    parts = [part for parts in calls for part in parts or []]
+    functions = [getattr(part, "function", None) for part in parts]
+    return (all(_fields(part, id=_TEXT, index=Hashable) for part in parts)
+            and all(fn is None or _fields(fn, name=_TEXT, arguments=_TEXT) for fn in functions))
 
 
 def _objects(values: Any, *also: Any) -> bool:
     """Whether `values` is None or a list whose items are each an object of the wire API (or in `also`)."""
     return values is None or (isinstance(values, list)
                               and all(isinstance(v, openai.BaseModel) or v in also for v in values))
+
+
+_TEXT = (str, type(None))  # a text field the wire API may leave out or send as null
+_COUNT = (int, type(None))
 
 
 def _fields(value: Any, **types: Any) -> bool:
