@@ -97,9 +97,12 @@ def format_request(a: Any) -> str:
 
 
 def _clock(at: float) -> str:
-    """`at` (Unix seconds) as a local time of day; past what the platform's time_t holds (a huge
-    approvals.timeout_seconds puts it beyond year 9999), how far ahead it is instead."""
+    """`at` (Unix seconds) as a local time of day, with its date unless it is today (a large
+    approvals.timeout_seconds puts it days ahead); past what the platform's time_t holds (a huge
+    one puts it beyond year 9999), how far ahead it is instead."""
     try:
-        return time.strftime("%H:%M:%S", time.localtime(at))
+        when = time.localtime(at)
+        today = when[:3] == time.localtime()[:3]
+        return time.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S", when)
     except (OverflowError, OSError, ValueError):
         return f"in {at - time.time():.3g} s"
