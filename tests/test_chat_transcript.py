@@ -72,6 +72,28 @@ def test_the_latest_settings_win(tmp_path):
     assert conv.settings.system_prompt == "new" and [i.text for i in conv.history] == ["hi"]
 
 
+def test_a_symlink_or_fifo_in_a_transcripts_place_is_refused_not_followed(tmp_path):
+    """The audit log is opened O_NOFOLLOW, the transcripts were not: a symlink planted in chat/ had
+    the conversation appended to its target (a dangling one created it), and read from it."""
+    t = Transcripts(tmp_path / "chat")
+    t.append("k1", [Opened(workspace="/ws")])
+    mine, made = tmp_path / "bashrc", tmp_path / "made"
+    mine.write_text("mine\n")
+    os.symlink(mine, t.path("k5"))
+    os.symlink(made, t.path("k6"))
+    os.mkfifo(t.path("k7"))
+    for conversation, kind in (("k5", "a symlink"), ("k6", "a symlink"), ("k7", "not a regular file")):
+        message = (f"the transcript of conversation {conversation} ({t.path(conversation)}) is {kind}; scvd keeps "
+                   "a transcript only in a regular file of its own: move it away, then retry")
+        with pytest.raises(errors.InternalError) as info:
+            t.append(conversation, [UserText(text="hi")])
+        assert info.value.message == message
+        with pytest.raises(errors.InternalError) as info:
+            t.read(conversation)
+        assert info.value.message == message
+    assert mine.read_text() == "mine\n" and not made.exists()
+
+
 WRITE_PAST_THE_LIMIT = """
 import os, resource, signal, sys
 from scvd.chat.items import UserText

@@ -402,8 +402,8 @@ class ChatService:
         records = chat.conv.take_records()
         try:
             self.transcripts.append(chat.conversation, records)
-        except OSError as exc:  # a full disk must not kill the turn: the next save writes them, in order
-            chat.conv.records[:0] = records
+        except (OSError, errors.InternalError) as exc:  # a full disk, a symlink in the file's place:
+            chat.conv.records[:0] = records  # the turn goes on, and the next save writes them, in order
             log.error("transcript of %s not written (%d records kept for the next write): %s",
                       chat.conversation, len(records), exc)
 

@@ -10,10 +10,12 @@ the file never holds part of one.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 import secrets
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -55,7 +57,7 @@ class Transcripts:
         if not data:
             return
         ensure_private_dir(self.root)
-        fd = os.open(self.path(conversation), os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        fd = self._open(conversation, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             size = os.fstat(fd).st_size
             if _torn(fd, size):  # a crash tore the last line: end it, so this batch starts a line of its own
@@ -73,10 +75,12 @@ class Transcripts:
     def read(self, conversation: str) -> list[Any]:
         path = self.path(conversation)
         try:
-            lines = path.read_bytes().splitlines()
+            fd = self._open(conversation, os.O_RDONLY)
         except FileNotFoundError:
             raise errors.InvalidRequest(
                 f"no conversation {conversation!r}; open one without `conversation` to start it") from None
+        with open(fd, "rb") as f:
+            lines = f.read().splitlines()
         records = []
         for number, line in enumerate(lines, 1):
             try:
@@ -84,6 +88,26 @@ class Transcripts:
             except msgspec.DecodeError:
                 log.warning("%s line %d is unreadable; skipped", path, number)
         return records
+
+    def _open(self, conversation: str, flags: int) -> int:
+        """The transcript's file, never through a symlink: one planted in chat/ would have the
+        conversation read from, and written to, a file elsewhere (a FIFO would block the reader)."""
+        try:
+            fd = os.open(self.path(conversation),
+                         flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, FILE_MODE)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
+                raise self._refused(conversation, "a symlink") from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise self._refused(conversation, "not a regular file")
+        return fd
+
+    def _refused(self, conversation: str, kind: str) -> errors.InternalError:
+        return errors.InternalError(f"the transcript of conversation {conversation} ({self.path(conversation)}) "
+                                    f"is {kind}; scvd keeps a transcript only in a regular file of its own: "
+                                    "move it away, then retry")
 
 
 def _torn(fd: int, size: int) -> bool:
