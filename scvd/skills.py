@@ -201,7 +201,7 @@ def open_skill_file(skill_file: str, root: Root) -> int:
         st = os.fstat(root_fd)
         if (st.st_dev, st.st_ino) != root.ident:
             raise SkillError(f"skill root {root.path} was replaced since the session opened")
-        file_fd = _open_leaf(root_fd, parts, skill_file)
+        file_fd = containment.open_leaf(root_fd, parts, skill_file, OPEN_FILE, check=_check_regular)
     except OSError as exc:
         raise _open_error(skill_file, exc) from exc
     finally:
@@ -212,19 +212,6 @@ def open_skill_file(skill_file: str, root: Root) -> int:
         os.close(file_fd)
         raise
     return file_fd
-
-
-def _open_leaf(root_fd: int, parts: tuple[str, ...], skill_file: str) -> int:
-    """Open `parts` once an lstat from its directory says it is a regular file: open(2) itself
-    acts on a FIFO (a writer waiting in open() goes on, then dies of SIGPIPE as we close)."""
-    parent = containment.open_raw(root_fd, parts[:-1], os.O_PATH | os.O_DIRECTORY)
-    try:
-        st = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
-        if not stat.S_ISLNK(st.st_mode):  # a symlink: the open below refuses it
-            _check_regular(st, skill_file)
-        return containment.open_raw(parent, parts[-1:], OPEN_FILE)
-    finally:
-        os.close(parent)
 
 
 def _open_error(shown: str, exc: OSError) -> SkillError:

@@ -24,6 +24,7 @@ import errno
 import os
 import platform
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import Failed, InvalidArguments, PathMissing
@@ -306,16 +307,17 @@ def not_regular_error(path: str) -> Failed:
     return Failed(f"{show(path)} is not a regular file (a FIFO, socket or device); scvd only reads and writes files")
 
 
-def _open_leaf(dirfd: int, parts: tuple[str, ...], path: str, flags: int) -> int:
-    """Open `parts` following no symlink, from its directory's fd, once an lstat there says it
-    is a regular file: open(2) itself acts on a FIFO (a writer waiting in open() goes on, then
-    dies of SIGPIPE as we close) or a device. Raises the plain OSError (a symlink: ELOOP), or
-    Failed for what is no regular file, unopened."""
+def open_leaf(dirfd: int, parts: tuple[str, ...], path: str, flags: int,
+              check: Callable[[os.stat_result, str], None] = check_regular) -> int:
+    """Open `parts` following no symlink, from its directory's fd, once an lstat there passed
+    `check` (a regular file): open(2) itself acts on a FIFO (a writer waiting in open() goes on,
+    then dies of SIGPIPE as we close) or a device. Raises the plain OSError (a symlink: ELOOP),
+    or what `check` raises, unopened."""
     parent = dirfd if len(parts) == 1 else open_raw(dirfd, parts[:-1], os.O_PATH | os.O_DIRECTORY)
     try:
         st = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
         if not stat.S_ISLNK(st.st_mode):  # a symlink: the open below refuses it
-            check_regular(st, path)
+            check(st, path)
         return open_raw(parent, parts[-1:], flags)
     finally:
         if parent != dirfd:
@@ -328,7 +330,7 @@ def open_regular(dirfd: int, parts: tuple[str, ...], path: str,
 
     Returns (fd, its fstat, its real components).
     """
-    # O_NONBLOCK, O_NOCTTY: a FIFO or terminal swapped in after _open_leaf's lstat still cannot
+    # O_NONBLOCK, O_NOCTTY: a FIFO or terminal swapped in after open_leaf's lstat still cannot
     # hang the call or become its terminal, and the fstat below refuses it
     flags |= os.O_NONBLOCK | os.O_NOCTTY
     fd = -1
@@ -337,7 +339,7 @@ def open_regular(dirfd: int, parts: tuple[str, ...], path: str,
         # resolution and `real` is `parts`. Anything else (a symlink on the way, a missing
         # component) fails it, and the walk below finds the real path or says what is wrong.
         try:
-            fd, real = _open_leaf(dirfd, parts, path, flags), parts
+            fd, real = open_leaf(dirfd, parts, path, flags), parts
         except OSError:
             fd = -1
     if fd < 0:
@@ -345,7 +347,7 @@ def open_regular(dirfd: int, parts: tuple[str, ...], path: str,
         if not real:
             raise Failed("path names the workspace itself; give a file inside it, e.g. 'README.md'")
         try:
-            fd = _open_leaf(dirfd, real, path, flags)
+            fd = open_leaf(dirfd, real, path, flags)
         except OSError as exc:
             raise translate(dirfd, real, path, exc) from exc
     try:
