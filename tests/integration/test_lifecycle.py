@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -742,20 +744,32 @@ def test_a_reload_without_a_config_file_at_start_or_now_runs_on_the_defaults(mak
     clean_log(d.log())
 
 
+@contextlib.contextmanager
+def hang_point(path: Path) -> Iterator[Path]:
+    """A harness hang point (HARNESS_HANG_*_WHILE): the process holds there while `path` exists; it
+    is removed on the way out, so a process that failed the test can still end."""
+    path.touch()
+    try:
+        yield path
+    finally:
+        path.unlink()
+
+
+def reached(point: Path, what: str) -> None:
+    """Wait until the process is held at `point` (the harness touches `<point>.hit`)."""
+    wait_until(lambda: point.with_name(point.name + ".hit").exists(), what=what)
+
+
 def test_a_thread_stuck_in_a_blocking_call_cannot_hold_the_exit(make_wrapped, tmp_path):
     """A reload's sandbox probe on a hung mount never returns; scvd said "scvd stopped" and then never
     exited (the interpreter's exit joins every thread), until systemd's SIGKILL."""
-    hang = tmp_path / "hang"
-    d = make_wrapped("", env={"HARNESS_HANG_PROBE_WHILE": str(hang)})
-    hang.touch()
-    (d.home / "config.toml").write_text('[sandbox]\nmode = "auto"\n')  # the reload probes the sandbox
-    d.proc.send_signal(signal.SIGHUP)
-    wait_until(lambda: (tmp_path / "hang.hit").exists(), what="the probe to hang")
-    d.proc.send_signal(signal.SIGTERM)
-    try:
+    with hang_point(tmp_path / "hang") as hang:
+        d = make_wrapped("", env={"HARNESS_HANG_PROBE_WHILE": str(hang)})
+        (d.home / "config.toml").write_text('[sandbox]\nmode = "auto"\n')  # the reload probes the sandbox
+        d.proc.send_signal(signal.SIGHUP)
+        reached(hang, "the probe to hang")
+        d.proc.send_signal(signal.SIGTERM)
         assert d.proc.wait(15) == 0
-    finally:
-        hang.unlink()
     assert "scvd stopped" in d.log()
     assert "exiting without waiting for 1 thread(s) still in a blocking call: " in d.log()
 
@@ -764,16 +778,12 @@ def test_a_thread_stuck_in_a_blocking_call_cannot_hold_the_exit(make_wrapped, tm
 def test_a_second_sigint_once_the_loop_has_closed_exits_at_once(make_wrapped, tmp_path, event_loop):
     """Once the loop had closed (scvd waiting for a stuck thread), Ctrl-C again was a KeyboardInterrupt
     traceback on asyncio's loop, and lost on uvloop's: not the exit 1 at once a second Ctrl-C is."""
-    hang = tmp_path / "after-loop"
-    hang.touch()
-    d = make_wrapped(env={"HARNESS_HANG_AFTER_LOOP_WHILE": str(hang), "SCVD_SERVER__EVENT_LOOP": event_loop})
-    d.proc.send_signal(signal.SIGINT)
-    wait_until(lambda: (tmp_path / "after-loop.hit").exists(), what="the event loop to close")
-    d.proc.send_signal(signal.SIGINT)
-    try:
+    with hang_point(tmp_path / "after-loop") as hang:
+        d = make_wrapped(env={"HARNESS_HANG_AFTER_LOOP_WHILE": str(hang), "SCVD_SERVER__EVENT_LOOP": event_loop})
+        d.proc.send_signal(signal.SIGINT)
+        reached(hang, "the event loop to close")
+        d.proc.send_signal(signal.SIGINT)
         assert d.proc.wait(15) == 1
-    finally:
-        hang.unlink()
     assert "Traceback" not in d.log() and "second SIGINT: exiting at once" in d.log(), d.log()
 
 
