@@ -10,6 +10,7 @@ an error: it may be meant for something else (a secret's name, say).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -204,6 +205,7 @@ def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "")
     raw = found or {}
     sources = {key: "file" for key in config_env.leaf_keys(raw)}
     texts = config_env.apply_overrides(raw, sources, env, path, Config)
+    _check_finite(raw, path, sources)
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:
@@ -305,6 +307,19 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
     if key in texts:
         msg += config_env.read_as_string(msg, key, *texts[key], Config)
     return f"{_place(path, key, sources)}: {key}: {msg}"
+
+
+def _check_finite(raw: Mapping[str, Any], path: Path, sources: Mapping[str, str]) -> None:
+    """TOML's `inf` and `nan`, refused by key: msgspec takes inf as a positive float (a wait that never
+    ends: an approval shown with no expiry, a shutdown that systemd has to kill) and says of nan only
+    `Expected float > 0.0`."""
+    for parts, value in _flatten(raw):
+        if isinstance(value, float) and not math.isfinite(value):
+            key = ".".join(toml_key(part) for part in parts)
+            what = "is not a number" if math.isnan(value) else "is not a finite number"
+            give = ("a finite number of seconds (86400 is a day; no setting waits without end)"
+                    if key.endswith("_seconds") else "a finite number")
+            raise ConfigError(f"{_place(path, '.'.join(parts), sources)}: {key}: {value} {what}; give {give}")
 
 
 def _name_the_entry(key: str, raw: Mapping[str, Any]) -> str:

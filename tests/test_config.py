@@ -191,6 +191,16 @@ ERRORS = [
                  "set tools.output_limit_bytes to at most 172032", id="frame-lowered-below-the-output-limit"),
     pytest.param("[skills]\nmax_skill_bytes = 2000000\n", {}, "skills.max_skill_bytes",
                  "more than server.server_frame_bytes (8388608) carries", id="skill-limit-above-the-frame"),
+    # TOML's inf passed as a positive float: an approval that never expired (shown with no expiry), a
+    # shutdown grace systemd had to end with SIGKILL; nan said only `Expected float > 0.0`
+    pytest.param("[approvals]\ntimeout_seconds = inf\n", {}, "approvals.timeout_seconds",
+                 "inf is not a finite number; give a finite number of seconds (86400 is a day", id="inf-timeout"),
+    pytest.param("[server]\nshutdown_grace_seconds = nan\n", {}, "server.shutdown_grace_seconds",
+                 "nan is not a number; give a finite number of seconds", id="nan-grace"),
+    pytest.param('[mcp.servers.fs]\ncommand = "server"\ntimeout_seconds = +inf\n', {},
+                 "mcp.servers.fs.timeout_seconds", "inf is not a finite number", id="inf-mcp-timeout"),
+    pytest.param('[providers.local]\nmodel = "m"\ntimeout_seconds = inf\n', {},
+                 "providers.local.timeout_seconds", "inf is not a finite number", id="inf-provider-timeout"),
     # the entry of a table of names, not `env[...]`: which of the server's variables to quote
     pytest.param('[mcp.servers.db]\ncommand = "db-mcp"\nenv = {DB_HOST = "h", DB_PORT = 5432}\n', {},
                  "mcp.servers.db.env.DB_PORT", "Expected `str | object`, got `int`", id="mcp-env-value-not-a-string"),
@@ -239,6 +249,12 @@ ENV_ERRORS = [
                  "Expected `str`, got `int`", id="env-list-item-of-the-wrong-type"),
     pytest.param({"SCVD_APPROVALS__ALWAYS_ASK": "[1]"}, "approvals.always_ask[0]",
                  "Expected `str`, got `int`", id="env-always-ask-item"),
+    pytest.param({"SCVD_APPROVALS__TIMEOUT_SECONDS": "inf"}, "approvals.timeout_seconds",
+                 "inf is not a finite number; give a finite number of seconds", id="env-inf-timeout"),
+    pytest.param({"SCVD_TOOLS__PROGRESS_INTERVAL_SECONDS": "nan"}, "tools.progress_interval_seconds",
+                 "nan is not a number", id="env-nan-interval"),
+    pytest.param({"SCVD_SERVER__HANDOFF_TIMEOUT_SECONDS": "inf"}, "server.handoff_timeout_seconds",
+                 "inf is not a finite number", id="env-inf-handoff"),
     # `Environment=NAME=` blanks a variable under systemd: it was read as "" (Expected `int`, got `str`;
     # for bwrap, "bwrap not found on PATH ()" at start)
     pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS": ""}, "tools.command_timeout_seconds",
