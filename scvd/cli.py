@@ -368,6 +368,8 @@ def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: An
     for key, value, source in config_mod.effective(loaded):
         if value is None:  # TOML has no null: an unset optional key reads as a comment
             print(f"# {key} is not set  # {source}")
+        elif value is config_mod.HIDDEN:
+            print(f"# {key} = <a literal value, not shown>  # {source}")
         else:
             print(f"{key} = {toml_value(value)}  # {source}")
     print(f"# socket: {paths.socket}")

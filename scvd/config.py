@@ -524,12 +524,19 @@ def _check_chat(config: Config, path: Path, sources: Mapping[str, str]) -> None:
             raise ConfigError(f"{_place(path, key, sources)}: {key}: {problem}")
 
 
+HIDDEN = object()  # effective()'s value of a literal it does not show
+
+
 def effective(loaded: Loaded) -> list[tuple[str, Any, str]]:
     """Every leaf setting as (key, value, source), for `scvd check-config`. The key is a TOML dotted
-    key, to paste into config.toml: a part that is not a bare key is quoted (`tool_risk."repo.search"`)."""
+    key, to paste into config.toml: a part that is not a bare key is quoted (`tool_risk."repo.search"`).
+    A literal value of an MCP server's `env` or `headers` is HIDDEN: that is where tokens get pasted,
+    and check-config's output goes to terminals, logs and bug reports (a `{secret = KEY}` shows)."""
     rows: list[tuple[str, Any, str]] = []
     for parts, value in _flatten(msgspec.to_builtins(loaded.config)):
         key = ".".join(toml_key(part) for part in parts)
+        if parts[:2] == ("mcp", "servers") and len(parts) == 5 and parts[3] in ("env", "headers"):
+            value = HIDDEN  # a {secret = KEY} is one part longer: parts[5] is `secret`
         rows.append((key, value, loaded.sources.get(".".join(parts), "default")))
     return rows
 

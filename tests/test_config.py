@@ -485,8 +485,29 @@ def test_check_config_lines_read_back_as_the_same_configuration(tmp_path):
     lines = [line.rsplit("  # ", 1)[0] for line in done.stdout.splitlines() if not line.startswith("#")]
     assert 'mcp.servers.gh.tool_risk."repo.search" = "read_only"' in lines
     assert 'mcp.servers.gh.tool_risk.get-issue = "read_only"' in lines  # bare where it may be
+    assert '# mcp.servers.gh.env."MY VAR" = <a literal value, not shown>  # file' in done.stdout
     expected = msgspec.to_builtins(load(tmp_path / "home" / "config.toml", env={}).config)
+    del expected["mcp"]["servers"]["gh"]["env"]["MY VAR"]  # a literal env value is not shown
     assert tomllib.loads("\n".join(lines)) == _without_none(expected)
+
+
+def test_check_config_does_not_print_the_literal_values_of_mcp_env_and_headers(tmp_path):
+    """A token pasted into an MCP server's headers or env was printed whole by check-config, whose
+    output goes to terminals, logs and bug reports; a {secret = KEY} reference still shows."""
+    text = ('[mcp.servers.gh]\nurl = "https://mcp.example.com/mcp"\n'
+            'headers = {Authorization = "Bearer ghp_PASTED", X-Api-Key = {secret = "GH_KEY"}}\n'
+            '[mcp.servers.db]\ncommand = "db-mcp"\nenv = {DB_PASSWORD = "hunter2"}\nenabled = false\n')
+    done = check_config(tmp_path / "home", text,
+                        SCVD_MCP__SERVERS__FS='{command = "fs-mcp", env = {FS_TOKEN = "tok_FROM_ENV"}}')
+    assert done.returncode == 0, done.stderr
+    for value in ("ghp_PASTED", "hunter2", "tok_FROM_ENV"):
+        assert value not in done.stdout
+    lines = done.stdout.splitlines()
+    assert "# mcp.servers.gh.headers.Authorization = <a literal value, not shown>  # file" in lines
+    assert "# mcp.servers.db.env.DB_PASSWORD = <a literal value, not shown>  # file" in lines
+    assert ("# mcp.servers.fs.env.FS_TOKEN = <a literal value, not shown>  # env:SCVD_MCP__SERVERS__FS"
+            in lines)
+    assert 'mcp.servers.gh.headers.X-Api-Key.secret = "GH_KEY"  # file' in lines
 
 
 def _without_none(value: Any) -> Any:
