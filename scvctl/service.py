@@ -11,8 +11,8 @@ shell go into the units (Environment=, and the socket unit's ListenStream=),
 so the service serves the instance that shell's scvctl talks to.
 
 Exit codes: 0 done (or written while no user manager was reachable), 1 a
-systemctl step failed, SCV_HOME / SCV_SOCKET cannot be written into a unit, or
-the unit files cannot be written.
+systemctl step failed, SCV_HOME / SCV_SOCKET cannot be written into a unit, the
+unit files cannot be written, or the running user manager does not read their directory.
 """
 
 from __future__ import annotations
@@ -90,6 +90,34 @@ UNITS = {SERVICE: SERVICE_UNIT, SOCKET: SOCKET_UNIT}
 def unit_dir(env: Mapping[str, str] | None = None) -> Path:
     """The user unit directory systemd reads: $XDG_CONFIG_HOME/systemd/user (platformdirs)."""
     return Path(paths_mod.user_dirs(env).config_home) / "systemd" / "user"
+
+
+def unread_unit_dir(directory: Path) -> str | None:
+    """Why the user manager may not read units written into `directory`, or None. XDG_CONFIG_HOME set
+    in a shell profile moves `directory` (unit_dir() reads this shell's environment) but not the
+    manager's unit path: it does not read that profile. Raises ConfigError when a running manager
+    says it does not read `directory`; a warning when none answers to say."""
+    default = Path.home() / ".config" / "systemd" / "user"
+    if directory == default:
+        return None
+    read = manager_unit_path()
+    if read is not None and os.path.realpath(directory) in map(os.path.realpath, read):  # ~/.config a link
+        return None
+    moved = f"XDG_CONFIG_HOME={os.environ.get('XDG_CONFIG_HOME', '')} of this shell puts the units in {directory}"
+    fix = "install from a shell without it: env -u XDG_CONFIG_HOME scvctl service install"
+    if read is not None:
+        raise errors.ConfigError(f"{moved}, which the systemd user manager does not read (its environment is not "
+                                 f"this shell's: it reads {default}); nothing was written; {fix}")
+    return (f"{moved}; a user manager reads them there only if its own environment sets the same (a shell "
+            f"profile does not reach it), else it reads {default}: if so, {fix}")
+
+
+def manager_unit_path() -> list[str] | None:
+    """The directories the running user manager reads units from; None when none answers."""
+    done = systemctl(["show", "--property=UnitPath", "--value"])
+    if done is None or done.returncode != 0:
+        return None
+    return done.stdout.split()
 
 
 def scvd_command() -> list[str]:
@@ -213,6 +241,7 @@ class Report:
     ran: list[dict] = field(default_factory=list)
     planned: list[str] = field(default_factory=list)
     failed: bool = False
+    warnings: list[str] = field(default_factory=list)
 
 
 def systemd_version() -> int | None:
@@ -293,6 +322,9 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
     units = render_units(command, instance, systemd_version())
     report = Report("install", dry_run, str(directory), exec_start=exec_start_line(command),
                     instance=instance.env)
+    unread = unread_unit_dir(directory)
+    if unread:
+        report.warnings.append(unread)
     steps = install_steps(socket_activated)
     if dry_run:
         report.wrote = [str(directory / name) for name in units]
@@ -307,7 +339,7 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
     except OSError as exc:  # ~/.config left to root by a sudo, a full disk
         raise errors.ConfigError(
             f"cannot write the units into {directory} ({exc.strerror}): make it a directory of yours with "
-            "room to write (or set XDG_CONFIG_HOME to another config dir), then run install again") from None
+            "room to write, then run install again") from None
     run_steps(report, steps)
     return report
 
@@ -378,6 +410,8 @@ def print_report(report: Report, as_json: bool, out=sys.stdout) -> None:
         print(f"systemctl --user cannot reach a user manager ({report.manager_error}); {then}", file=out)
     elif report.failed:
         print("a systemctl step failed; see: journalctl --user -u scvd", file=out)
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=out)
 
 
 def _cmd_install(args: argparse.Namespace) -> int:

@@ -75,9 +75,13 @@ def stub_systemctl(tmp_path, user_env):
     log = tmp_path / "systemctl.log"
     script = bin_dir / "systemctl"
     script.write_text(
-        "#!/bin/bash\n"  # the user manager's version as systemd prints it (STUB_SYSTEMD), not logged
+        "#!/bin/bash\n"
+        'if [[ -n "$STUB_NO_MANAGER" && "$2" != --root=/ ]]; then echo "Failed to connect to bus: No medium found" >&2; exit 1; fi\n'
+        # the user manager's version as systemd prints it (STUB_SYSTEMD), and its unit path: not logged
         'if [[ "$*" == "--user show --property=Version --value" ]]; then echo "${STUB_SYSTEMD:-252}.1-1"; '
         'exit 0; fi\n'
+        'if [[ "$*" == "--user show --property=UnitPath --value" ]]; then '
+        'echo "${STUB_UNIT_PATH:-$HOME/.config/systemd/user /etc/systemd/user}"; exit 0; fi\n'
         f'echo "$*" >> "{log}"\n'
         'if [[ -n "$FAIL_VERB" && "$2" == "$FAIL_VERB" ]]; then echo "Job failed" >&2; exit 1; fi\n'
         'if [[ -n "$HANG_VERB" && "$2" == "$HANG_VERB" ]]; then exec sleep 60; fi\n'
@@ -366,6 +370,44 @@ def test_uninstall_says_why_it_cannot_remove_a_unit_instead_of_a_traceback(user_
                           env=user_env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"config: cannot remove {unit} (Is a directory): remove it yourself (as its owner)" in done.stderr
+
+
+def test_install_refuses_a_unit_dir_the_user_manager_does_not_read(user_env, stub_systemctl, tmp_path):
+    """XDG_CONFIG_HOME set in a shell profile moved the units where the user manager (which does not
+    read that profile) never looks: `enable` failed with a bare `see: journalctl`, or enabled and
+    restarted an older unit left in ~/.config/systemd/user."""
+    user_env["XDG_CONFIG_HOME"] = str(tmp_path / "dotfiles")
+    done = subprocess.run([sys.executable, "-m", "scvctl", "service", "install"],
+                          env=user_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    home = user_env["HOME"]
+    assert done.stderr == (
+        f"config: XDG_CONFIG_HOME={tmp_path}/dotfiles of this shell puts the units in {tmp_path}/dotfiles/systemd/user, "
+        f"which the systemd user manager does not read (its environment is not this shell's: it reads "
+        f"{home}/.config/systemd/user); nothing was written; install from a shell without it: "
+        "env -u XDG_CONFIG_HOME scvctl service install\n")
+    assert not (tmp_path / "dotfiles").exists() and not stub_systemctl.exists()
+
+
+def test_install_into_a_moved_unit_dir_the_user_manager_reads(user_env, stub_systemctl, tmp_path):
+    user_env.update(XDG_CONFIG_HOME=str(tmp_path / "dotfiles"),
+                    STUB_UNIT_PATH=f"{tmp_path}/dotfiles/systemd/user /etc/systemd/user")
+    done = run_service(user_env, "install")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "dotfiles" / "systemd" / "user" / "scvd.service").exists()
+    assert "warning" not in done.stdout
+
+
+def test_install_into_a_moved_unit_dir_without_a_user_manager_warns(user_env, stub_systemctl, tmp_path):
+    user_env.update(XDG_CONFIG_HOME=str(tmp_path / "dotfiles"), STUB_NO_MANAGER="1")
+    done = run_service(user_env, "install")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "dotfiles" / "systemd" / "user" / "scvd.service").exists()
+    assert done.stdout.splitlines()[-1] == (
+        f"warning: XDG_CONFIG_HOME={tmp_path}/dotfiles of this shell puts the units in "
+        f"{tmp_path}/dotfiles/systemd/user; a user manager reads them there only if its own environment sets "
+        f"the same (a shell profile does not reach it), else it reads {user_env['HOME']}/.config/systemd/user: "
+        "if so, install from a shell without it: env -u XDG_CONFIG_HOME scvctl service install")
 
 
 def test_install_says_why_it_cannot_write_the_units_instead_of_a_traceback(user_env, tmp_path):
