@@ -173,7 +173,9 @@ def read_as_string(msg: str, key: str, name: str, text: str, schema: type) -> st
             unit = _unit(key)
             kind = "integer" if expected == "int" else "number"
             return f"{said}; give {f'the {unit} as ' if unit else ''}a TOML {kind}{', with no unit' if unit else ''}"
-    else:  # an object: an inline table
+    else:  # an object: an inline table, whose text is not repeated: an MCP server's env or headers hold tokens
+        said = ("; read as a string (not repeated here: a table's values may be secrets), not a TOML value: "
+                "are its strings quoted?")
         fields = vt.keys_at(schema, key)
         value = f"{{{fields[0]} = ...}}" if fields else "{...}"
     return f"{said}; give one, e.g. {_assignment(name, value)}"

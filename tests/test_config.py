@@ -281,7 +281,8 @@ ENV_ERRORS = [
     pytest.param({"SCVD_ADAPTERS__CLAUDE__PASS_ENV": '["A,B", C]'}, "adapters.claude.pass_env",
                  "e.g. SCVD_ADAPTERS__CLAUDE__PASS_ENV='[\"A,B\", \"C\"]'", id="env-list-quoted-item-kept-whole"),
     pytest.param({"SCVD_MCP__SERVERS__GH": "gh-mcp"}, "mcp.servers.gh",
-                 "Expected `object`, got `str`; read as the string 'gh-mcp', not a TOML value; give one, e.g. "
+                 "Expected `object`, got `str`; read as a string (not repeated here: a table's values may be "
+                 "secrets), not a TOML value: are its strings quoted?; give one, e.g. "
                  "SCVD_MCP__SERVERS__GH='{command = ...}'", id="env-bare-word-for-a-table"),
     # a variable's name is read in lower case: this set the variable `github_token`, quietly
     pytest.param({"SCVD_MCP__SERVERS__GH__ENV__GITHUB_TOKEN": "x"}, "mcp.servers.gh.env.github_token",
@@ -307,6 +308,20 @@ def test_env_errors_name_the_variable_and_the_key(cfg_file, env, key, reason):
     message = info.value.message
     assert message.startswith(f"env:{name} (over {path}): {key}: "), message
     assert reason in message
+
+
+@pytest.mark.parametrize("name, text", [
+    ("SCVD_MCP__SERVERS__GH__HEADERS", "{Authorization = Bearer ghp_PASTED}"),
+    ("SCVD_MCP__SERVERS__GH", '{url = "https://x/mcp", headers = {Authorization = "Bearer ghp_PASTED"}'),
+])
+def test_an_override_that_is_no_table_does_not_repeat_its_text(cfg_file, name, text):
+    """systemd drops the quotes of an unquoted `Environment=` word, so a table of headers or env set
+    that way is no TOML; the error (a start's: it goes to the journal) repeated it, token and all."""
+    path = cfg_file('[mcp.servers.gh]\nurl = "https://x/mcp"\n')
+    with pytest.raises(ConfigError) as info:
+        load(path, env={name: text})
+    assert "ghp_PASTED" not in info.value.message
+    assert "read as a string (not repeated here: a table's values may be secrets)" in info.value.message
 
 
 @pytest.mark.parametrize("name", ["SCVD_TOOLS__", "SCVD___COMMAND_TIMEOUT_SECONDS", "SCVD_TOOLS____X"])
