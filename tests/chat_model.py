@@ -9,6 +9,7 @@ with neither content nor tool_calls. Steps:
     Calls(("read", {"path": "a"}), ...) tool calls (with optional text before them)
     Status(429, retry_after_ms=10)     an HTTP error
     Hang("partial")                    a delta, then hold the stream until the client hangs up
+    Refused("I can't help")            the model refuses: a streamed refusal instead of text
     Raw("not json")                    an event whose data is that text, not JSON
     Idle("partial")                    deltas (or none), then only keep-alives until the client hangs up:
                                        SSE comments, or with empty=True events that carry nothing
@@ -57,6 +58,16 @@ class Calls:
 
     def __init__(self, *calls: tuple[str, dict[str, Any]], text: str = "", index_zero: bool = False) -> None:
         self.calls, self.text, self.index_zero = calls, text, index_zero
+
+
+@dataclass
+class Refused:
+    """The model declines: its refusal streams in Chat Completions' `delta.refusal` (content null), or
+    as the Responses API's response.refusal.delta events and one response.refusal.done."""
+
+    refusal: str
+    chunks: int = 2
+    text: str = ""
 
 
 @dataclass
@@ -312,6 +323,13 @@ def responses_events(step: Any) -> list[tuple[str, Any]]:
                                                    "sequence_number": next(seq), "logprobs": []}))
     if isinstance(step, (Hang, Cut, Idle)):
         return out
+    if isinstance(step, Refused):
+        where = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+        for piece in _split(step.refusal, step.chunks):
+            out.append(("response.refusal.delta", {"type": "response.refusal.delta", **where, "delta": piece,
+                                                   "sequence_number": next(seq)}))
+        out.append(("response.refusal.done", {"type": "response.refusal.done", **where, "refusal": step.refusal,
+                                              "sequence_number": next(seq)}))
     if isinstance(step, (Limited, Filtered)):
         reason = "max_output_tokens" if isinstance(step, Limited) else "content_filter"
         cut = dict(resp, status="incomplete", incomplete_details={"reason": reason})
@@ -345,6 +363,9 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
                 chunk(None, usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}), ("", "[DONE]")]
     if isinstance(step, (Hang, Cut, Idle)):
         return out
+    if isinstance(step, Refused):
+        out += [chunk({"role": "assistant", "content": None, "refusal": piece})
+                for piece in _split(step.refusal, step.chunks)]
     if isinstance(step, Filtered):
         return [*out, chunk({}, "content_filter"), ("", "[DONE]")]
     if isinstance(step, Limited):

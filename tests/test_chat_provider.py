@@ -12,7 +12,7 @@ import time
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Cut, Deltas, Filtered, Hang, Idle, Limited, Raw, ScriptedModel, Status, Text
+from chat_model import Calls, Cut, Deltas, Filtered, Hang, Idle, Limited, Raw, Refused, ScriptedModel, Status, Text
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.openai_api import cap_field
 from scvd.chat.provider import ProviderFailure, Settings, make
@@ -50,6 +50,16 @@ def test_text_streams_and_usage_arrives(model, wire_api):
     assert events[-1] == ReplyDone(usage=events[-1].usage) and events[-1].usage.input_tokens == 11
     assert m.tool_names(0) == ["read"]
     assert m.outputs(0) == ['{"ok": true}']  # the history went over in the wire API's own shape
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_refusal_is_the_answers_text(model, wire_api):
+    """A model that declines streams its refusal (Chat Completions' delta.refusal, the Responses API's
+    response.refusal.delta), not text: it was dropped, and the person saw an empty answer."""
+    m = model(Refused("I can't help with that.", chunks=3))
+    events = asyncio.run(collect(provider(m, wire_api)))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "I can't help with that."
+    assert isinstance(events[-1], ReplyDone)
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
@@ -466,10 +476,12 @@ SHAPES = {"chat": "a Chat Completions chunk", "responses": "a Responses API even
     *(("chat", data) for data in ['{"choices": "x"}', '{"choices": [1]}', '{"choices": [{"delta": "x"}]}',
                                   '{"choices": [{"delta": {"tool_calls": [1]}}]}', '{"choices": [], "usage": 5}',
                                   '{"choices": [{"delta": {"content": 5}, "finish_reason": "stop"}]}',
+                                  '{"choices": [{"delta": {"refusal": 5}, "finish_reason": "stop"}]}',
                                   '{"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "read", '
                                   '"arguments": 5}}]}, "finish_reason": "stop"}]}']),
     *(("responses", data) for data in [
-        '{"type": "response.output_text.delta", "delta": 5}', '{"type": "response.output_item.done", "item": "x"}',
+        '{"type": "response.output_text.delta", "delta": 5}', '{"type": "response.refusal.delta", "delta": 5}',
+        '{"type": "response.output_item.done", "item": "x"}',
         '{"type": "response.output_item.done", "item": {"type": "function_call", "call_id": "c", "name": "read", '
         '"arguments": 5}}', '{"type": "response.completed", "response": "x"}',
         '{"type": "response.completed", "response": {"usage": {"input_tokens": "a", "output_tokens": 1}}}'])])

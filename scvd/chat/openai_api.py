@@ -258,8 +258,8 @@ class ResponsesProvider(_Base):
     async def _read(self, stream: Any) -> AsyncIterator[Any]:
         async for event in stream:
             kind = event.type
-            if kind == "response.output_text.delta":
-                yield TextDelta(event.delta)
+            if kind in ("response.output_text.delta", "response.refusal.delta"):
+                yield TextDelta(event.delta)  # a refusal is the model's answer: shown, not an empty reply
             elif kind == "response.output_item.done" and event.item.type == "function_call":
                 item = event.item
                 yield CallRequested(ToolCall(item.call_id, item.name, item.arguments or "{}"))
@@ -290,7 +290,7 @@ class ResponsesProvider(_Base):
 def _event_shaped(event: Any) -> bool:
     """Whether an event has objects and texts where _read takes it apart."""
     kind = getattr(event, "type", None)
-    if kind == "response.output_text.delta":
+    if kind in ("response.output_text.delta", "response.refusal.delta"):
         return isinstance(getattr(event, "delta", None), str)
     if kind == "response.output_item.done":
         item = getattr(event, "item", None)
@@ -383,6 +383,8 @@ class ChatProvider(_Base):
                 delta = choice.delta
                 if delta and delta.content:
                     yield TextDelta(delta.content)
+                if delta and delta.refusal:  # the model's refusal is its answer: shown, not an empty reply
+                    yield TextDelta(delta.refusal)
                 for part in (delta.tool_calls if delta else None) or []:
                     _merge_call(_call_at(calls, at, part), part)
             if finished and deadline is None:
@@ -417,7 +419,7 @@ def _chunk_shaped(chunk: Any) -> bool:
     if not _objects(choices) or not (usage is None or _fields(usage, prompt_tokens=_COUNT, completion_tokens=_COUNT)):
         return False
     deltas = [getattr(choice, "delta", None) for choice in choices or []]
-    if not all(delta is None or _fields(delta, content=_TEXT) for delta in deltas):
+    if not all(delta is None or _fields(delta, content=_TEXT, refusal=_TEXT) for delta in deltas):
         return False
     calls = [getattr(delta, "tool_calls", None) for delta in deltas if delta is not None]
     if not all(map(_objects, calls)):
