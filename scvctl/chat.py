@@ -22,6 +22,7 @@ from .cli import EXIT_ERROR, EXIT_OK, ask_request, connect, drop_typed_ahead, em
 
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
 HEADLESS_ANSWER = "(no answer: scvctl exec runs without a person at the terminal; go on without one)"
+DECLINED_ANSWER = "(no answer: the person declined to answer (Ctrl-D); go on without one)"
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -214,7 +215,11 @@ def _chat_event(c: Any, session: str, event: Any) -> None:
         drop_typed_ahead()  # a line typed during the turn (a `y` meant for an approval) is no answer to it
         sys.stdout.write("answer> ")
         sys.stdout.flush()
-        answer = sys.stdin.readline().rstrip("\n")
+        line = sys.stdin.readline()
+        answer = line.rstrip("\n")
+        if not line:  # Ctrl-D (or the input's end): no answer, not an empty one the model would act on
+            answer = DECLINED_ANSWER
+            print("(declined)", flush=True)
         try:
             c.request(p.QuestionAnswer, session=session, question_id=event.question_id, answer=answer)
         except errors.InvalidRequest:  # the turn ended (timed out, cancelled) while the person typed

@@ -148,6 +148,20 @@ def test_chat_asks_for_a_secret_at_its_prompt_and_never_shows_it(secret_daemon, 
     assert hashlib.sha256(SECRET_VALUE.encode()).hexdigest() in sent  # which had the typed value
 
 
+def test_chat_ctrl_d_at_the_models_question_declines_it(chat_daemon, model, workspace):
+    """The end of input at `answer>` (Ctrl-D) sent the model an empty answer, as if the person had
+    replied with nothing: the question is declined instead, and the model is told so."""
+    m = model(Calls(("ask_user", {"question": "The tests fail; shall I force-push over main?"})),
+              Text("then I will not"))
+    d = chat_daemon(m)
+    out = subprocess.run([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)], env=d.env,
+                         input="fix the tests\n", capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "answer> (declined)" in out.stdout and "then I will not" in out.stdout
+    told = json.loads(m.outputs(1)[0])["result"]["answer"]
+    assert told == "(no answer: the person declined to answer (Ctrl-D); go on without one)"
+
+
 def test_exec_exits_1_on_turn_failed(chat_daemon, model, workspace):
     m = model(Status(401, "bad key"))
     out = scvctl(chat_daemon(m), "exec", "--workspace", str(workspace), "hi")
