@@ -4,7 +4,7 @@ The arguments are checked against the tool.json `parameters` JSON Schema (jsonsc
 imported only when a script tool exists) before any approval, on a worker thread
 (`decode_blocks`: a large argument takes seconds to check), then arrive on the
 script's stdin as one JSON object. stdout is the result: JSON when it parses, else
-text. A non-zero exit fails the call with the tail of stderr; exit 77 means "a
+text. A non-zero exit fails the call with the tails of stderr and stdout; exit 77 means "a
 credential was rejected", which is `credential_missing` naming the key a stderr
 line `SCV_REJECTED=KEY` gives (a declared one), else the only key, else them all.
 A declared secret's value never comes back: wherever the script printed it
@@ -43,7 +43,7 @@ log = logging.getLogger("scvd.tools.script")
 CREDENTIAL_REJECTED = 77  # a script's exit code for "the credential was refused (401/403/expired)"
 REJECTED_MARK = "SCV_REJECTED="  # a stderr line `SCV_REJECTED=KEY` says which declared key was refused
 STDERR_LIMIT = 64 * 1024  # kept of stderr (head and tail)
-STDERR_TAIL_CHARS = 2000  # of stderr quoted in an error
+TAIL_CHARS = 2000  # of stderr quoted in an error, and of stdout in a failed run's
 SECRETS_SERVICE = "secrets"  # ctx.services key of the daemon's SecretStore
 MAX_ERRORS_SORTED = 64  # of the arguments' schema errors, the first path among these is reported
 CUT_PART_CHARS = 4  # of a secret cut in two by the output cap, a part this long is taken out
@@ -210,7 +210,7 @@ class ScriptTool(Tool):
         return values
 
     def _answer(self, result: Any, plan: Plan, secrets: dict[str, str], clipped: bool = False) -> Any:
-        tail = result.stderr[-STDERR_TAIL_CHARS:].strip()
+        tail = result.stderr[-TAIL_CHARS:].strip()
         said = f"; stderr: {tail}" if tail else ""
         if result.timed_out:
             source, fix = self._deadline_source(clipped)
@@ -223,7 +223,8 @@ class ScriptTool(Tool):
             raise self._rejected(result.stderr, said)
         if result.exit_code != 0:
             how = f"exit {result.exit_code}" if result.exit_code is not None else f"signal {result.signal}"
-            raise Failed(f"{self.name} failed ({how}){said}")
+            printed = redact_text(result.output, secrets)[-TAIL_CHARS:].strip()  # many scripts say why there
+            raise Failed(f"{self.name} failed ({how}){said}" + (f"; stdout: {printed}" if printed else ""))
         if not result.truncated:
             try:
                 return well_formed(parse_redacted(result.output, secrets))

@@ -163,14 +163,16 @@ def test_approval_follows_the_declared_risk(make_daemon, scv_home, workspace):
     assert done.ok and done.result == "plain text, not JSON\n"
 
 
-def test_a_failing_script_reports_its_exit_and_the_tail_of_stderr(make_daemon, scv_home, workspace):
-    make_tool(scv_home, "fails", "#!/bin/bash\necho partial\necho 'upstream said: 500' >&2\nexit 3\n",
+def test_a_failing_script_reports_its_exit_and_the_tails_of_stderr_and_stdout(make_daemon, scv_home, workspace):
+    """What the script printed on stdout was dropped from the error: a script that says why it failed
+    there (`echo "error: no such repo"; exit 1`) left the person with the exit code alone."""
+    make_tool(scv_home, "fails", "#!/bin/bash\necho 'error: no such repo'\necho 'upstream said: 500' >&2\nexit 3\n",
               risk="read_only")
     d = make_daemon(home=scv_home)
     with d.client() as c:
         done = c.call(c.open_session(workspace), "script_fails", {"text": "x"})
     assert done.error.kind == "failed"
-    assert "exit 3" in done.error.message and "upstream said: 500" in done.error.message
+    assert done.error.message == "script_fails failed (exit 3); stderr: upstream said: 500; stdout: error: no such repo"
 
 
 SLEEPER = """#!/bin/bash
@@ -583,6 +585,7 @@ def test_a_script_that_prints_its_secret_never_hands_the_value_back(make_daemon,
     assert as_go.result == {"echo": "[secret API_TOKEN]"}
     assert as_text.result == "token=[secret API_TOKEN]\n"
     assert fails.error.kind == "failed" and "Bearer [secret API_TOKEN]" in fails.error.message
+    assert fails.error.message.endswith('stdout: {"echo": "[secret API_TOKEN]", "n": 1}')  # its stdout, redacted
     texts = list(strings(msgspec.to_builtins([as_json, as_text, fails, as_go])))
     assert texts and not [t for t in texts if "tok-" in t]  # no form of the value, escaped or not
 
