@@ -124,6 +124,43 @@ def test_read_default_limit_and_continuation(ws: Workspace) -> None:
     assert (rest["length"], rest["truncated"]) == (70000 - 65536, False)
 
 
+def rchar() -> int:
+    """Bytes this process has read(2) so far, from any file, page cache or not: what a read cost."""
+    return int(Path("/proc/self/io").read_text().split("rchar:")[1].split()[0])
+
+
+def page(ws: Workspace, **raw: Any) -> Any:
+    """A read's result, or the message of its failure."""
+    try:
+        return ws.call("read", **raw)
+    except Failed as exc:
+        return exc.message
+
+
+def test_later_pages_of_an_unchanged_big_file_read_only_their_range(ws: Workspace) -> None:
+    """Every page of a big file hashed all of it for `sha256`: paging through a 500 MB log read 500 MB
+    per page. Once it was hashed whole, later pages of the unchanged file read only their range, and
+    answer as before (a page starting or ending inside a character, past the end, the last one)."""
+    data = b"abc\xc3\xa9\n" * (1 << 20)  # 6 MiB; bytes 3 and 4 of each 6 are one character
+    big = ws.root / "big.log"
+    big.write_bytes(data)
+    pages = [dict(offset=o, limit=n) for o, n in [(0, 4096), (4 << 20, 4), (4 << 20, 5), ((4 << 20) + 1, 65536),
+                                                  (len(data) - 7, 65536), (len(data), 0), (len(data) + 1, 1)]]
+    fresh = [page(ws, path="big.log", **p) for p in pages]  # just written: hashed whole each time
+    assert fresh[0]["sha256"] == sha(data)
+    while time.time_ns() - big.stat().st_ctime_ns <= fs.SETTLED_NS:  # its timestamps can tell a change now
+        time.sleep(0.1)
+    ws.call("read", path="big.log", limit=0)  # hashed whole once more, and remembered
+    before = rchar()
+    assert [page(ws, path="big.log", **p) for p in pages] == fresh
+    assert rchar() - before < (1 << 20), "a later page read the whole file again"
+    with open(big, "r+b") as f:  # changed in place, same size: hashed again, and a write still checks the disk
+        f.write(b"X")
+    assert ws.call("read", path="big.log", offset=6, limit=4)["sha256"] == sha(b"X" + data[1:])
+    with pytest.raises(Failed, match="changed since it was read"):
+        ws.call("write", path="big.log", content="new\n", mode="replace", expected_sha256=sha(data))
+
+
 def test_read_limit_zero_gives_size_and_sha_only(ws: Workspace) -> None:
     (ws.root / "a.txt").write_bytes(b"abc")
     result = ws.call("read", path="a.txt", limit=0)

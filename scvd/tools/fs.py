@@ -19,6 +19,8 @@ import logging
 import os
 import shlex
 import stat
+import threading
+import time
 from typing import Annotated, Any, Callable, Literal
 
 import msgspec
@@ -38,6 +40,11 @@ DEFAULT_READ_LIMIT = 65536
 SUMMARY_LINES = 8  # first lines of a write shown to the approver
 SUMMARY_LINE_CHARS = 160
 RENAME_NOREPLACE = 1
+DIGEST_MIN_BYTES = CHUNK  # a file this big has its sha256 remembered; a smaller one hashes in a millisecond
+DIGEST_ENTRIES = 32  # files whose sha256 is remembered, the oldest forgotten first
+# A file changed this recently may change again within one tick of its filesystem's timestamps
+# (a jiffy; FAT's 2 s) and keep its stat key: its sha256 is not remembered until it is older.
+SETTLED_NS = 3 * 10**9
 
 
 class _Never:
@@ -74,15 +81,58 @@ def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_
         os.close(fd)
         return None
     try:
-        return read_open(fd, path, parts, real, offset, limit, cancel)
+        return read_open(fd, path, parts, real, offset, limit, cancel, st)
     finally:
         os.close(fd)
 
 
 def read_open(fd: int, path: str, parts: tuple[str, ...], real: tuple[str, ...], offset: int, limit: int,
-              cancel: Any = NEVER) -> dict[str, Any]:
-    """`read_file` on a file already opened by `containment.open_regular` (fd at offset 0, not closed here)."""
-    return _answer(path, parts, real, offset, *_scan(fd, offset, limit, cancel))
+              cancel: Any = NEVER, st: os.stat_result | None = None) -> dict[str, Any]:
+    """`read_file` on a file already opened by `containment.open_regular` (fd at offset 0, not closed here;
+    `st` its fstat). A big file whose sha256 is remembered (`_digests`) is read only in its range."""
+    key = _digest_key(st or os.fstat(fd))
+    digest = _digests.get(key) if key else None
+    if digest is not None:  # [offset-3, offset+limit), as _scan keeps
+        lo, size = max(0, offset - 3), key[2]
+        window = os.pread(fd, offset + limit - lo, lo)
+        split_at = min(offset, size) - lo
+        return _answer(path, parts, real, offset, window[:split_at], window[split_at:], size, digest)
+    started = time.time_ns()
+    before, data, total, digest = _scan(fd, offset, limit, cancel)
+    if key and total == key[2] and key[4] < started - SETTLED_NS:  # hashed whole; its ctime settled before
+        _digests.remember(key, digest)
+    return _answer(path, parts, real, offset, before, data, total, digest)
+
+
+class _Digests:
+    """The whole-file sha256 of the last DIGEST_ENTRIES big files read, by their stat key: later pages
+    of an unchanged file skip hashing it all again (paging through a 500 MB log hashed it per page).
+    Any write changes the key (size, mtime, ctime; write's rename, the inode). `write` never uses
+    it: `expected_sha256` is compared with a hash of the file on disk."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple[int, ...], str] = {}
+        self._lock = threading.Lock()  # reads run on several pool threads
+
+    def get(self, key: tuple[int, ...]) -> str | None:
+        return self._by_key.get(key)
+
+    def remember(self, key: tuple[int, ...], digest: str) -> None:
+        with self._lock:
+            self._by_key.pop(key, None)
+            self._by_key[key] = digest
+            while len(self._by_key) > DIGEST_ENTRIES:
+                del self._by_key[next(iter(self._by_key))]
+
+
+_digests = _Digests()
+
+
+def _digest_key(st: os.stat_result) -> tuple[int, ...] | None:
+    """What identifies a big file's content: (device, inode, size, mtime, ctime); None for a small file."""
+    if st.st_size < DIGEST_MIN_BYTES:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def read_small(fd: int, size: int, path: str, parts: tuple[str, ...], real: tuple[str, ...], offset: int,
