@@ -161,6 +161,20 @@ def test_later_pages_of_an_unchanged_big_file_read_only_their_range(ws: Workspac
         ws.call("write", path="big.log", content="new\n", mode="replace", expected_sha256=sha(data))
 
 
+def test_a_write_that_finds_a_remembered_sha256_stale_forgets_it(ws: Workspace) -> None:
+    """Where a filesystem's timestamps miss a change (a FUSE mount reporting fixed times), a big file's
+    remembered sha256 goes stale: every read gave it again, so every write with it failed, though
+    its error says to read again. The write that finds it stale forgets it."""
+    data = b"x" * (2 << 20)
+    (ws.root / "big.log").write_bytes(data)
+    stale = sha(b"what the file held before")
+    fs._digests.remember(fs._digest_key((ws.root / "big.log").stat()), stale)  # as such a mount leaves it
+    assert ws.call("read", path="big.log", limit=0)["sha256"] == stale
+    with pytest.raises(Failed, match="changed since it was read: .*read it again"):
+        ws.call("write", path="big.log", content="new\n", mode="replace", expected_sha256=stale)
+    assert ws.call("read", path="big.log", limit=0)["sha256"] == sha(data)
+
+
 def test_read_limit_zero_gives_size_and_sha_only(ws: Workspace) -> None:
     (ws.root / "a.txt").write_bytes(b"abc")
     result = ws.call("read", path="a.txt", limit=0)

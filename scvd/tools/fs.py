@@ -108,7 +108,7 @@ class _Digests:
     """The whole-file sha256 of the last DIGEST_ENTRIES big files read, by their stat key: later pages
     of an unchanged file skip hashing it all again (paging through a 500 MB log hashed it per page).
     Any write changes the key (size, mtime, ctime; write's rename, the inode). `write` never uses
-    it: `expected_sha256` is compared with a hash of the file on disk."""
+    it: `expected_sha256` is compared with a hash of the file on disk, and a mismatch forgets it."""
 
     def __init__(self) -> None:
         self._by_key: dict[tuple[int, ...], str] = {}
@@ -116,6 +116,10 @@ class _Digests:
 
     def get(self, key: tuple[int, ...]) -> str | None:
         return self._by_key.get(key)
+
+    def forget(self, key: tuple[int, ...] | None) -> None:
+        with self._lock:
+            self._by_key.pop(key, None)  # type: ignore[arg-type]
 
     def remember(self, key: tuple[int, ...], digest: str) -> None:
         with self._lock:
@@ -457,6 +461,8 @@ def _check_sha(parent: int, parts: tuple[str, ...], path: str, expected: str, ca
     finally:
         os.close(fd)
     if current is not None and current != expected.lower():
+        # a filesystem whose timestamps missed a change would hand the same stale sha256 to every read again
+        _digests.forget(_digest_key(st))
         raise Failed(  # not the current sha256: a write's approval is no read's (a secret-like file)
             f"{show(path)} changed since it was read: its sha256 is no longer {expected[:16]}...; "
             "read it again and pass its sha256 as expected_sha256"
