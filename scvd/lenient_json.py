@@ -28,13 +28,18 @@ def _finite(literal: str) -> float:
     return value
 
 
+def loads(text: str) -> Any:
+    """`text` decoded by the json module held to JSON: NaN, Infinity and 1e400 (which it reads as
+    inf) raise ValueError, as msgspec and every strict peer refuse them; a lone surrogate escape
+    (`"\\ud83d"`, what JSON.stringify and json.dumps print for half an emoji, or `"\\udcff"` for a
+    file name decoded with surrogateescape) is made U+FFFD."""
+    return well_formed(json.loads(text, parse_constant=_not_a_constant, parse_float=_finite))
+
+
 def lenient(line: bytes) -> Any:
-    """`line` decoded by the json module, which takes a lone surrogate escape (`"\\ud83d"`, what
-    JSON.stringify and json.dumps print for half an emoji, or `"\\udcff"` for a file name decoded
-    with surrogateescape), made U+FFFD; NOT_JSON otherwise (NaN, Infinity and 1e400 included)."""
+    """`line` decoded by `loads`; NOT_JSON when it is not JSON (NaN, Infinity and 1e400 included)."""
     try:
-        # UTF-8 only: json.loads would guess UTF-16 or -32 from the first bytes of `bytes`
-        return well_formed(json.loads(line.decode("utf-8"), parse_constant=_not_a_constant, parse_float=_finite))
+        return loads(line.decode("utf-8"))  # UTF-8 only: json.loads would guess UTF-16 or -32 from bytes
     except (ValueError, RecursionError):
         return NOT_JSON
 

@@ -25,14 +25,14 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from ..text import json_bytes, well_formed
+from .. import lenient_json
+from ..text import json_bytes
 from . import catalog as cat, trim as trim_mod
 from .items import (AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, Record, SchemasLoaded,
                     ToolCall, ToolOutput, TurnEnded, Usage, UserText)
@@ -258,8 +258,8 @@ class Turn:
     def _dispatch(self, call: ToolCall) -> list[Any]:
         """What one requested call becomes: an action, or an answer given here at once."""
         try:
-            args = well_formed(json.loads(call.arguments or "{}"))  # half an emoji: U+FFFD, as on the socket
-        except json.JSONDecodeError as exc:
+            args = lenient_json.loads(call.arguments or "{}")  # as on the socket: half an emoji is U+FFFD, NaN refused
+        except (ValueError, RecursionError) as exc:
             return self._local(call, error_output(
                 "invalid_arguments", f"arguments of {call.name} are not valid JSON ({exc}); got "
                 f"{call.arguments[:200]!r}; send the call again with one JSON object"))

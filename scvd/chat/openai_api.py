@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import openai
 
+from .. import lenient_json
 from ..redact import redact
 from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
 from .provider import ProviderFailure, Settings
@@ -508,6 +509,6 @@ def chat_messages(instructions: str, items: list[Any]) -> list[dict[str, Any]]:
 def _object_text(arguments: str) -> str:
     """The arguments as sent, when they are a JSON object; else "{}" (the call's output says what was wrong)."""
     try:
-        return arguments if isinstance(json.loads(arguments), dict) else "{}"
-    except ValueError:
+        return arguments if isinstance(lenient_json.loads(arguments), dict) else "{}"  # NaN is no JSON to send
+    except (ValueError, RecursionError):
         return "{}"

@@ -923,6 +923,25 @@ def test_a_call_with_broken_json_goes_back_as_an_object_and_its_output_says_why(
                                           "with one JSON object")
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "1e400"])
+def test_a_call_with_a_number_json_has_not_is_refused_and_goes_back_as_an_object(chat_rig, workspace, number):
+    """The json module reads NaN, Infinity and 1e400 (as inf): a script tool was handed `NaN` on its
+    stdin, which jq and every strict parser refuse, and the call went back to the provider as sent,
+    which a strict one refuses for every later turn of the chat."""
+    (workspace / "a.txt").write_text("AAA")
+    odd = Deltas([{"role": "assistant", "tool_calls": [{"index": 0, "id": "call_n", "type": "function", "function": {
+        "name": "read", "arguments": '{"path": "a.txt", "offset": %s}' % number}}]}], finish="tool_calls")
+    model, d = chat_rig(load("read"), odd, Text("sorry"), wire_api="chat")
+    with d.client(name="pytest") as c:
+        assert isinstance(run_turn(c, open_chat(c, workspace).session, "read a")[1], p.TurnCompleted)
+    sent = model.requests[-1]["messages"]
+    call = next(m for m in sent if m.get("tool_calls") and m["tool_calls"][0]["id"] == "call_n")
+    assert call["tool_calls"][0]["function"]["arguments"] == "{}"
+    output = json.loads(next(m["content"] for m in sent if m.get("tool_call_id") == "call_n"))
+    assert output["error"]["kind"] == "invalid_arguments"
+    assert output["error"]["message"].startswith(f"arguments of read are not valid JSON ({number} ")
+
+
 def test_a_turn_that_failed_before_any_reply_keeps_the_roles_alternating(chat_rig, workspace):
     """Llama's and Mistral's chat templates refuse two user messages in a row ("roles must
     alternate"): one failed turn broke every later one."""
