@@ -21,6 +21,10 @@ from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
 PROTOCOL_VERSION = 1
 
 Id = Union[int, str]
+# a call_id a client chooses: it names the call in events, approval prompts, the audit log and logs,
+# and is typed back in call.cancel (`$(?!\n)`: Python's `$` also matches before a last newline)
+CallId = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[!-~]+$(?!\n)")]
+CALL_ID_RULE = "a call_id is 1-128 printable ASCII characters, no spaces; or leave it out and scvd picks one"
 
 
 class Frame(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True):
@@ -183,7 +187,7 @@ class Call(Frame, tag="call"):
     session: str
     tool: str
     arguments: dict[str, Any] = {}
-    call_id: str | None = None
+    call_id: CallId | None = None
     timeout_seconds: float | None = None
     turn: str | None = None  # the chat turn this call belongs to; per-turn limits count by it
 
@@ -751,6 +755,8 @@ def _invalid(exc: msgspec.ValidationError, kind: object) -> errors.ProtocolError
         return errors.UnknownType(f"unknown frame type {kind!r}; known types: {', '.join(sorted(REQUEST_TYPES))}")
     if "missing required field `type`" in text:
         return errors.InvalidRequest("frame has no `type` field")
+    if text.endswith("at `$.call_id`"):  # msgspec's words name the bound, not what the id may hold
+        return errors.InvalidRequest(f"invalid frame: {text}; {CALL_ID_RULE}")
     return errors.InvalidRequest(f"invalid frame: {text}")
 
 

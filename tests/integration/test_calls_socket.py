@@ -121,6 +121,19 @@ def test_call_errors_on_the_request_itself(rig, workspace):
         owner.start_call("s0-nope", "probe_echo", {"text": "x"})
 
 
+@pytest.mark.parametrize("call_id", ["", "two words", "c1\n[a9-1] read (read_only)", "\x1b[2J", "caf\u00e9", "x" * 129])
+def test_a_chosen_call_id_that_is_empty_long_or_not_printable_ascii_is_refused_saying_what_is(
+        rig, workspace, call_id):
+    """It names the call in approval prompts, the audit log and logs, and is typed back in call.cancel."""
+    rg = rig()
+    owner = rg.client()
+    session = owner.open_session(workspace)
+    with pytest.raises(errors.InvalidRequest, match="1-128 printable ASCII characters, no spaces"):
+        owner.start_call(session, "probe_echo", {"text": "x"}, call_id=call_id)
+    assert not completions(settled_events(owner))  # nothing was accepted
+    assert owner.call(session, "probe_echo", {"text": "x"}, call_id="~" * 128).ok
+
+
 # --- events of one call ------------------------------------------------------------------
 
 
