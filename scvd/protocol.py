@@ -9,6 +9,7 @@ defaults. `FrameReader` splits a byte stream into lines with a bounded buffer.
 
 
 import dataclasses
+import sys
 from typing import Annotated, Any, Literal, Union
 
 import msgspec
@@ -726,7 +727,10 @@ def decode_request(line: bytes) -> Request:
     try:
         return _request_decoder.decode(line)
     except msgspec.ValidationError as exc:
-        raise _invalid(exc, _head(line).type) from exc
+        head = _head(line)
+        if isinstance(head.id, _LongId):  # first: the error, whatever it says, cannot carry this id
+            raise errors.InvalidRequest(head.id.message()) from exc
+        raise _invalid(exc, head.type) from exc
     except msgspec.DecodeError as exc:
         obj = lenient(line)  # a lone surrogate escape (half an emoji, a surrogateescape name) is JSON
         if obj is NOT_JSON:
@@ -773,7 +777,32 @@ class _Head(msgspec.Struct):
     id: Any = None
 
 
+class _RawHead(msgspec.Struct):
+    """_Head with the `id` left unparsed: an integer too long to read fails alone, not with `type`."""
+
+    type: Any = None
+    id: msgspec.Raw = msgspec.Raw(b"null")
+
+
+def id_digits() -> int:
+    """The longest integer that msgspec reads, its sign counted: 4300 characters, or Python's limit when lower."""
+    return min(4300, sys.get_int_max_str_digits() or 4300)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _LongId:
+    """An integer `id` longer than scvd reads (id_digits()): it can be neither read nor echoed,
+    so its error goes out without an id (answers keep their order)."""
+
+    length: int
+
+    def message(self) -> str:
+        return (f"`id` is an integer {self.length:,} characters long, more than scvd reads ({id_digits():,}); "
+                "use a shorter integer or a string")
+
+
 _head_decoder = msgspec.json.Decoder(_Head)
+_raw_head_decoder = msgspec.json.Decoder(_RawHead)
 ID_SCAN_BYTES = 64 << 10  # how far into a frame nested too deeply its outer `id` is looked for
 
 
@@ -782,10 +811,28 @@ def _head(line: bytes) -> _Head:
         return _head_decoder.decode(line)
     except msgspec.DecodeError:  # not an object, a bad `type` / `id` itself, or a lone surrogate escape
         obj = lenient(line)
-        return _Head(obj.get("type"), obj.get("id")) if isinstance(obj, dict) else _Head()
+        return _Head(obj.get("type"), _long(obj.get("id"))) if isinstance(obj, dict) else _raw_head(line)
     except RecursionError:  # msgspec walks even the fields it skips: find the outer `id` without it
         # within ID_SCAN_BYTES: a frame of small alternating brackets takes the scan ~0.3 s per MiB
         return _Head(id=top_level_id(line[:ID_SCAN_BYTES]))
+
+
+def _long(ident: Any) -> Any:
+    """`ident`, or a _LongId for an integer the json module read but msgspec does not (its sign)."""
+    if isinstance(ident, int) and len(text := str(ident)) > id_digits():
+        return _LongId(len(text))
+    return ident
+
+
+def _raw_head(line: bytes) -> _Head:
+    """The head of a frame that neither decoder reads: its `type` still, when only its `id` is
+    the trouble (an integer too long to read: a _LongId then)."""
+    try:
+        head = _raw_head_decoder.decode(line)
+    except (msgspec.DecodeError, RecursionError):
+        return _Head()
+    raw = bytes(head.id)
+    return _Head(head.type, _LongId(len(raw)) if raw.lstrip(b"-").isdigit() and len(raw) > id_digits() else None)
 
 
 def request_id(line: bytes) -> Id | None:

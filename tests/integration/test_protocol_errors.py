@@ -155,6 +155,18 @@ def test_an_oversized_line_whose_id_is_past_its_first_4_kib_is_answered_without_
     assert_error(conn.frame(), "frame_too_large")  # no id in its first 4 KiB
 
 
+def test_an_integer_id_too_long_to_read_is_refused_saying_so_and_a_readable_one_is_echoed(conn):
+    """scvd cannot echo it: the error has no id, and answers the oldest request unanswered (in order)."""
+    for kind in ("frobnicate", "ping"):  # an unknown type was `unknown frame type None`
+        conn.send_raw(b'{"type":"%s","id":%s}\n' % (kind.encode(), b"9" * 5000))
+        err = assert_error(conn.frame(), "invalid_request")
+        assert "`id` is an integer 5,000 characters long" in err.message and "a string" in err.message, err
+    conn.send_raw(b'{"type":"ping","id":-%s}\n' % (b"9" * p.id_digits()))  # the sign counts
+    assert_error(conn.frame(), "invalid_request")
+    conn.send_raw(b'{"type":"ping","id":%s}\n' % (b"9" * p.id_digits()))
+    assert conn.frame().id == int("9" * p.id_digits())
+
+
 def test_pipelined_frames_are_answered_in_order(conn):
     conn.send_raw(b"".join(b'{"type":"ping","id":%d}\n' % i for i in range(50)) + b"oops\n"
                   + b'{"type":"ping","id":"last"}\n')
