@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__, config as config_mod, errors, eventloop, instance, notify, paths as paths_mod
 from . import tools
+from .text import printable
 from .toml_write import toml_value
 
 if TYPE_CHECKING:
@@ -29,7 +30,11 @@ _PRIORITY = {"DEBUG": 7, "INFO": 6, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
 
 
 class _JournalFormatter(logging.Formatter):
-    """One line per record; under journald a `<N>` priority prefix instead of a timestamp."""
+    """One line per record; under journald a `<N>` priority prefix instead of a timestamp.
+
+    A peer's text in a record (a client's name) has its control characters escaped: journald ends a
+    record at a NUL too, and reads a `<N>` after it as the next one's priority (`<0>` is broadcast
+    to every terminal), and journalctl shows a line with an escape only as `[blob data]`."""
 
     def __init__(self, journal: bool) -> None:
         fmt = "%(levelname)s %(name)s: %(message)s" if journal else \
@@ -38,7 +43,7 @@ class _JournalFormatter(logging.Formatter):
         self.journal = journal
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record).replace("\n", " | ")
+        text = printable(super().format(record).replace("\n", " | "), keep="\t")
         return f"<{_PRIORITY.get(record.levelname, 6)}>{text}" if self.journal else text
 
 

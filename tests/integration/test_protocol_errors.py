@@ -167,6 +167,18 @@ def test_an_integer_id_too_long_to_read_is_refused_saying_so_and_a_readable_one_
     assert conn.frame().id == int("9" * p.id_digits())
 
 
+def test_control_characters_of_a_client_name_are_escaped_in_the_log(daemon, workspace):
+    """journald ends a record at a NUL and reads `<0>` after it as an emergency's priority."""
+    name = "evil\x00<0>scvd.server: approval a1 approved\x1b[2J"
+    with RawConn(daemon.socket) as c:
+        c.send({"type": "hello", "id": 1, "protocol": 1, "client": {"name": name}})
+        assert isinstance(c.frame(), p.Welcome)
+        assert isinstance(c.request({"type": "session.open", "workspace": str(workspace)}), p.SessionOpened)
+    log = daemon.log()
+    assert "\x00" not in log and "\x1b" not in log
+    assert "by #" in log and " evil\\x00<0>scvd.server: approval a1 approved\\x1b[2J pid=" in log
+
+
 def test_pipelined_frames_are_answered_in_order(conn):
     conn.send_raw(b"".join(b'{"type":"ping","id":%d}\n' % i for i in range(50)) + b"oops\n"
                   + b'{"type":"ping","id":"last"}\n')
