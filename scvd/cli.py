@@ -29,6 +29,11 @@ THREAD_SECONDS = 1.0  # then, how long threads still in a blocking call get to e
 _PRIORITY = {"DEBUG": 7, "INFO": 6, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
 
 
+# journald splits a line at LineMax (48K bytes) and reads a `<N>` at the start of the next piece as
+# its priority: a peer's text padded to the cut would forge a record. 8K chars is less in any UTF-8.
+JOURNAL_LINE_CHARS = 8192
+
+
 class _JournalFormatter(logging.Formatter):
     """One line per record; under journald a `<N>` priority prefix instead of a timestamp.
 
@@ -44,7 +49,12 @@ class _JournalFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = printable(super().format(record).replace("\n", " | "), keep="\t")
-        return f"<{_PRIORITY.get(record.levelname, 6)}>{text}" if self.journal else text
+        if not self.journal:
+            return text
+        if len(text) > JOURNAL_LINE_CHARS:  # its middle: a traceback's end says what failed
+            half = JOURNAL_LINE_CHARS // 2
+            text = f"{text[:half]} ... [{len(text) - 2 * half:,} chars cut: journald splits longer lines] ... {text[-half:]}"
+        return f"<{_PRIORITY.get(record.levelname, 6)}>{text}"
 
 
 def _under_journald() -> bool:

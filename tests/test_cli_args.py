@@ -35,3 +35,18 @@ def test_a_pid_file_without_daemon_is_a_usage_error_not_ignored(capsys, tmp_path
     assert exc.value.code == 2
     assert "--pid-file needs --daemon" in capsys.readouterr().err
     assert not (tmp_path / "scvd.pid").exists()
+
+
+def test_a_log_line_longer_than_journald_reads_whole_is_cut_in_its_middle_under_journald():
+    """journald splits a line at LineMax (48K bytes) and reads a `<N>` at the start of the next piece
+    as its priority: a peer's text padded to the cut (a client's name, an approval id it sent) forged
+    a record of its own, at `<0>` (emergency: broadcast to every terminal)."""
+    import logging
+
+    padded = "x" * (48 * 1024 - 40) + "<0>scvd.server: approval a1 approved" + "y" * 60_000 + "end"
+    record = logging.LogRecord("scvd.server", logging.WARNING, __file__, 1, "refused %s", (padded,), None)
+    line = cli._JournalFormatter(journal=True).format(record)
+    assert line.startswith("<4>WARNING scvd.server: refused xxx") and line.endswith("yyyend")
+    assert len(line.encode()) < 48 * 1024 and "<0>" not in line
+    assert "chars cut: journald splits longer lines" in line
+    assert cli._JournalFormatter(journal=False).format(record).endswith(padded)  # a terminal gets it whole
