@@ -10,6 +10,10 @@ Rules:
   table lacks raises `approval_not_found` naming the state and the event (a late
   decision gets exactly that). Every change is reported through `on_event`,
   which the server routes to the owner connection (if it approves) and all watchers.
+- The timeout is counted on a clock that goes on while the machine sleeps
+  (`awake_clock`; the loop's timers stop then), as the `expires_at` shown to the
+  approver does: a decision that comes after it, or a listing, expires the request
+  instead, and the timer looks again at least every EXPIRY_CHECK seconds.
 - A `session` grant covers one tool at one risk for the rest of one session;
   one given to a sandboxed call covers only sandboxed calls of that tool. The
   session's requests already waiting that it covers are approved with it
@@ -70,6 +74,7 @@ class ApprovalEvent(str, enum.Enum):
 
 
 _S, _E = ApprovalState, ApprovalEvent
+EXPIRY_CHECK = 60.0  # the longest a request outlives its expiry after the machine wakes, unless decided or listed
 FRAME_ENVELOPE = 1024  # of a frame beside its requests: type, id or seq, brackets
 # (state, event) -> next state; only PENDING moves, and only once
 TRANSITIONS: dict[tuple[ApprovalState, ApprovalEvent], ApprovalState] = {
@@ -202,6 +207,7 @@ class Approval:
     covered_by: str | None = None  # approved by another request's session grant: no person saw this one
     timer: asyncio.TimerHandle | None = None
     size: int = 0  # bytes of `info` on the wire
+    deadline: float = float("inf")  # on awake_clock(): when it expires
 
     @property
     def id(self) -> str:
@@ -220,6 +226,12 @@ class Approval:
 
 
 EventSink = Callable[[str, Approval], None]  # ("requested" | "resolved", approval)
+
+
+def awake_clock() -> float:
+    """Seconds on a clock that also counts the time the machine slept (the loop's monotonic one
+    stops then, so a laptop closed for hours kept a request pending that its approver saw expire)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 @dataclass
@@ -241,6 +253,7 @@ class ApprovalGate:
         """Open a request; the caller awaits `approval.future` (True = approved)."""
         if self.screen is not None:
             self.screen(owner, info)
+        self._sweep()
         if len(self.pending) >= self.max_pending:
             raise errors.Denied(
                 f"{len(self.pending)} approvals are already waiting (approvals.max_pending); "
@@ -264,8 +277,9 @@ class ApprovalGate:
         )
         size = len(encode(record))
         self._check_room(size, mine)
-        approval = Approval(info=record, owner=owner, future=loop.create_future(), size=size)
-        approval.timer = loop.call_later(self.timeout_seconds, self._expire, approval_id)
+        approval = Approval(info=record, owner=owner, future=loop.create_future(), size=size,
+                            deadline=awake_clock() + self.timeout_seconds)
+        approval.timer = loop.call_later(min(self.timeout_seconds, EXPIRY_CHECK), self._expire, approval_id)
         self.pending[approval_id] = approval
         self.on_event("requested", approval)
         return approval
@@ -273,8 +287,13 @@ class ApprovalGate:
     def decide(
         self, approval_id: str, approve: bool, *, decider: Decider, reason: str | None, scope: str
     ) -> Approval:
-        """Apply a person's decision; the first one wins."""
+        """Apply a person's decision; the first one wins. One that comes after the request's expiry
+        (the machine slept through it) expires it instead, and is refused."""
         approval = self._get(approval_id)
+        if approval.deadline <= awake_clock():
+            self._expire(approval_id)
+            raise errors.ApprovalNotFound(
+                f"approval {approval_id} expired before this decision came: {approval.reason}")
         approval.decided_by = decider
         approval.scope = scope if approve and not approval.info.always_ask else "once"
         return self._resolve(approval, ApprovalEvent.APPROVE if approve else ApprovalEvent.DENY, reason)
@@ -282,6 +301,7 @@ class ApprovalGate:
     def approve_covered(self, grant: Approval, covers: Callable[[Approval], bool]) -> list[Approval]:
         """`grant` gave a `session` scope: approve its session's pending requests that `covers` (the
         check a new request goes through) now lets run, as decided by `grant`'s decider."""
+        self._sweep()
         covered = [a for a in self.pending.values()
                    if a.info.session == grant.info.session and not a.info.always_ask and covers(a)]
         for approval in covered:
@@ -364,11 +384,23 @@ class ApprovalGate:
                 "was refused without asking: decide those first")
 
     def list(self) -> list[ApprovalInfo]:
+        self._sweep()
         return [a.info for a in self.pending.values()]
+
+    def _sweep(self) -> None:
+        """Expire the requests whose time ran out while the machine slept (their timers are late)."""
+        now = awake_clock()
+        for approval in [a for a in self.pending.values() if a.deadline <= now]:
+            self._expire(approval.id)
 
     def _expire(self, approval_id: str) -> None:
         approval = self.pending.get(approval_id)
-        if approval is not None:  # its own timeout: a reload since changes only later requests'
+        if approval is None:
+            return
+        left = approval.deadline - awake_clock()
+        if left > 0:  # woken early, or the loop's clock ran behind: look again
+            approval.timer = asyncio.get_running_loop().call_later(min(left, EXPIRY_CHECK), self._expire, approval_id)
+        else:  # its own timeout: a reload since changes only later requests'
             waited = round(approval.info.expires_at - approval.info.requested_at, 6)
             reason = f"no decision within {waited:g} s (approvals.timeout_seconds); denied"
             self._resolve(approval, ApprovalEvent.EXPIRE, reason)

@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 from pathlib import Path
 
@@ -215,13 +216,33 @@ def test_expiry_denies_with_a_reason_naming_the_setting():
     asyncio.run(main())
 
 
+def test_a_decision_after_the_expiry_is_refused_though_the_loop_slept_through_it():
+    """The loop's clock stops while the machine sleeps: after a resume a request the approver was
+    shown as expired (`expires_at`) was still pending, and a decision approved it hours late."""
+    async def main():
+        sink = Sink()
+        gate = ApprovalGate(0.01, sink)
+        a, b = new_request(gate, call_id="c1"), new_request(gate, call_id="c2")
+        time.sleep(0.05)  # past expires_at, and the loop ran no timer meanwhile: as over a suspend
+        assert time.time() > a.info.expires_at
+        with pytest.raises(errors.ApprovalNotFound) as info:
+            gate.decide(a.id, True, decider=PERSON, reason=None, scope="session")
+        assert info.value.message == (f"approval {a.id} expired before this decision came: "
+                                      "no decision within 0.01 s (approvals.timeout_seconds); denied")
+        assert a.state is ApprovalState.EXPIRED and await a.future is False and a.decided_by is None
+        assert gate.list() == [] and b.state is ApprovalState.EXPIRED  # a listing shows no expired one
+        assert [e[2] for e in sink.events[2:]] == [ApprovalState.EXPIRED, ApprovalState.EXPIRED]
+
+    asyncio.run(main())
+
+
 def test_a_decision_stops_the_expiry_timer():
     async def main():
         sink = Sink()
-        gate = ApprovalGate(0.05, sink)
+        gate = ApprovalGate(0.2, sink)  # a decision past it is refused as expired
         a = new_request(gate)
         gate.decide(a.id, True, decider=PERSON, reason=None, scope="once")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.3)
         assert [e[2] for e in sink.events] == [ApprovalState.PENDING, ApprovalState.APPROVED]
 
     asyncio.run(main())
@@ -275,7 +296,7 @@ def test_only_pending_moves_and_an_illegal_move_names_state_and_event(first):
 def test_every_move_of_the_gate_is_a_row_of_the_table():
     """Decide, deny, expire, cancel and drop each take their own row; nothing else moves."""
     async def main():
-        gate = ApprovalGate(0.01, Sink())
+        gate = ApprovalGate(0.2, Sink())  # the decisions come before it, however slow the machine
         approved, denied, cancelled, dropped = (new_request(gate, call_id=f"c{i}") for i in range(4))
         expired = new_request(gate, owner="other", call_id="c5")
         gate.decide(approved.id, True, decider=PERSON, reason=None, scope="once")
