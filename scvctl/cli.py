@@ -461,8 +461,9 @@ def _follow(c: Client, call_id: str, args: argparse.Namespace) -> p.CallComplete
         elif isinstance(event, p.ApprovalRequested):
             print(f"waiting for approval {event.approval_id}: decide with `scvctl approvals approve "
                   f"{event.approval_id}` (or deny) in another terminal", file=sys.stderr, flush=True)
-        elif isinstance(event, p.CallProgress):
-            print(f"... still running ({event.elapsed_s:.0f} s)", file=sys.stderr, flush=True)
+        elif isinstance(event, p.CallProgress):  # a tool's own message is its text: one line, escaped
+            doing = printable(event.message, keep="") if event.message else "still running"
+            print(f"... {doing} ({event.elapsed_s:.0f} s)", file=sys.stderr, flush=True)
 
 
 def _print_completed(done: p.CallCompleted, args: argparse.Namespace) -> int:

@@ -42,7 +42,8 @@ Rules of a call's life:
   A tool may report progress itself through `ctx.progress(message)`: a
   `call.progress` with that message, which stands in for the timer's next one.
   A call that finishes before either costs one timer, cancelled at completion,
-  and no task besides its own.
+  and no task besides its own. While it waits for a person, the same
+  `call.timer` sends `call.progress` saying so (`waiting for approval <id>`).
 - A tool that can often finish without waiting (`Tool.run_now`, e.g. `read` of a
   small local file) has its call's first step run in a callback, not a task: when
   the lane admits it at once, the policy runs it unasked and `run_now()` answers,
@@ -477,6 +478,7 @@ class CallRegistry:
             workspace=str(session.workspace), summary=plan.summary, details=plan.details,
             sandboxed=plan.sandboxed, always_ask=always, requester=call.requester.label())
         self.asking[approval.id] = (call, tool, plan)
+        self._waiting(call, approval.id)
         try:
             approved = await asyncio.shield(approval.future)
         except asyncio.CancelledError:
@@ -487,6 +489,7 @@ class CallRegistry:
             raise
         finally:
             del self.asking[approval.id]
+            call.timer.cancel()  # type: ignore[union-attr]  # _waiting's; run() gets its own
         if not approved:
             raise errors.Denied(_denial(approval))
         # approved, then revoked (a redefined MCP tool) before this task went on: the person saw another tool
@@ -496,6 +499,18 @@ class CallRegistry:
             raise errors.Denied(f"approval {approval.id} was approved{who}, but {revoked}")
         self._grant(approval, session, tool.name, risk, plan.sandboxed)
         return True, approval.covered_by is None  # covered: it runs as a call under the grant would
+
+    def _waiting(self, call: Call, approval_id: str, since: float | None = None) -> None:
+        """Every tools.progress_interval_seconds while a call waits for a person (from `since`), a
+        call.progress saying so: a client whose own timeout a progress notification resets (an MCP
+        host) waits on with it."""
+        loop = asyncio.get_running_loop()
+        if since is None:
+            since = loop.time()
+        else:
+            self._progress(call, loop.time() - since, f"waiting for approval {approval_id}")
+        call.timer = loop.call_later(call.session.config.tools.progress_interval_seconds,
+                                     self._waiting, call, approval_id, since)
 
     def _grant(self, approval: Approval, session: Session, tool: str, risk: str, sandboxed: bool) -> None:
         """An approval with scope session (as approval.resolved said): its like calls run unasked."""

@@ -354,7 +354,8 @@ def test_progress_reaches_a_host_that_asked_for_it(make_daemon, workspace):
     assert progress and all(m["progressToken"] == "tok-1" for m in progress)
     assert [m["progress"] for m in progress] == sorted(m["progress"] for m in progress)
     # bash's 120 s default, the timeout the person knows (was 125: the dispatch grace added)
-    assert progress[0]["total"] == 120.0
+    ran = [m for m in progress if not m["message"].startswith("waiting for approval")]  # a slow decision's
+    assert ran[0]["total"] == 120.0
     assert messages[-1]["result"]["structuredContent"]["output"].endswith("done\n")
     assert re.search(r"running name=bash call=\S+ elapsed=\d+s/120s", d.log()), d.log()
 

@@ -176,6 +176,37 @@ def test_a_host_without_elicitation_waits_for_scvctl_approvals_approve(daemon, w
     assert (workspace / "out.txt").read_text() == "approved in a terminal"
 
 
+def test_a_call_waiting_for_approval_sends_progress_to_a_host_that_asked(make_daemon, workspace):
+    """Nothing reached the host while a call waited for a person: a host whose request timeout only
+    progress resets (the TypeScript SDK's resetTimeoutOnProgress, Claude Code) gave up on the call
+    although the person was about to decide."""
+    d = make_daemon("[tools]\nprogress_interval_seconds = 0.2\n")
+    heard: list[tuple[float, str | None]] = []
+
+    def decide() -> str:
+        with d.client(name="me") as me:
+            (request,) = wait_pending(me)
+            me.request(p.ApprovalDecide, approval_id=request.approval_id, decision="approve")
+        return request.approval_id
+
+    async def on_progress(progress, total, message):
+        heard.append((progress, message))
+        if len(heard) == 2:  # the second one: it keeps coming while the call waits
+            heard.append((0, await anyio.to_thread.run_sync(decide)))
+
+    async def body(s):
+        with anyio.fail_after(60):  # without progress nobody decides: fail rather than wait for ever
+            return await s.call_tool("write", {"path": "out.txt", "content": "waited", "mode": "create"},
+                                     progress_callback=on_progress)
+
+    result = anyio.run(session_of, d, workspace, body)
+    assert not result.is_error, text_of(result)
+    (_, first), (_, second), (_, approval_id) = heard[:3]
+    assert first == second == f"waiting for approval {approval_id}"
+    assert heard[0][0] < heard[1][0]  # MCP's progress grows: seconds waited
+    assert (workspace / "out.txt").read_text() == "waited"
+
+
 def test_cancellation_reaches_scvd(daemon, workspace):
     approve = types.ElicitResult(action="accept", content={"decision": "approve"})
 

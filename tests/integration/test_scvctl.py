@@ -271,6 +271,24 @@ def test_call_waits_for_approval_from_another_terminal(daemon: DaemonProc, works
     assert (workspace / "new.txt").read_text() == "x"
 
 
+def test_a_call_waiting_for_approval_says_it_waits_not_that_it_runs(make_daemon, scv_home: Path, workspace: Path):
+    """call.progress while a call waits for a person: `scvctl call` printed `... still running` of it."""
+    daemon = make_daemon("[tools]\nprogress_interval_seconds = 0.2\n", home=scv_home)
+    call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "write",
+                        '{"path": "new.txt", "content": "x", "mode": "create"}')
+    try:
+        (pending,) = wait_for_one(daemon)
+        asked, waiting = call.stderr.readline(), call.stderr.readline()
+        assert asked.startswith(f"waiting for approval {pending.approval_id}: decide with")
+        assert waiting.startswith(f"... waiting for approval {pending.approval_id} ("), waiting
+        assert scvctl(daemon, "approvals", "approve", pending.approval_id).returncode == 0
+        out, err = call.communicate(timeout=20)
+    finally:
+        stop(call)
+    assert call.returncode == 0, err
+    assert (workspace / "new.txt").read_text() == "x"
+
+
 def test_a_waiting_call_is_asked_about_its_own_call_only(make_daemon, scv_home: Path, workspace: Path):
     """`scvctl call` hears its own approval request, and is no approver of other sessions: a secret
     request from another client is not put to it (it could not answer) but fails at once."""
