@@ -121,8 +121,8 @@ def _exec_decide(c: Any, event: p.ApprovalRequested) -> None:
                 f"({event.always_ask}): run exec without --yes while `scvctl approvals watch` runs"))
         else:
             c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="approve")
-    except errors.ApprovalNotFound:
-        print(f"  {event.approval_id} was already decided elsewhere", file=sys.stderr, flush=True)
+    except errors.ApprovalNotFound as exc:  # decided elsewhere, or withdrawn: scvd says which
+        print(printable(f"  {exc.message}", keep=""), file=sys.stderr, flush=True)
 
 
 def _exec_summary(chat: p.ChatOpened, end: Any, state: dict[str, Any]) -> dict[str, Any]:
@@ -205,8 +205,8 @@ def _chat_event(c: Any, session: str, event: Any) -> None:
         try:
             c.request(p.ApprovalDecide, approval_id=event.approval_id,
                       decision="deny" if answer == "n" else "approve", scope="session" if answer == "s" else "once")
-        except errors.ApprovalNotFound:
-            print(f"  {event.approval_id} was already decided elsewhere", flush=True)
+        except errors.ApprovalNotFound as exc:  # decided elsewhere, or withdrawn: scvd says which
+            print(printable(f"  {exc.message}", keep=""), flush=True)
     elif isinstance(event, p.SecretRequested) and event.session == session:
         print(flush=True)
         on_secret(c, event)  # masked, as `scvctl approvals watch` asks

@@ -320,8 +320,8 @@ def _on_request(c: Client, args: argparse.Namespace, event: Any) -> None:
     try:
         c.request(p.ApprovalDecide, approval_id=event.approval_id, decision=decision,
                   scope="session" if answer == "s" else "once")
-    except errors.ApprovalNotFound:
-        print(f"  {event.approval_id} was already decided elsewhere", flush=True)
+    except errors.ApprovalNotFound as exc:  # decided elsewhere, or withdrawn: scvd says which
+        print(printable(f"  {exc.message}", keep=""), flush=True)
 
 
 def ask_request(event: Any) -> str | None:

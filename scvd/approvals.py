@@ -8,7 +8,8 @@ Rules:
   connection that could decide left (`rescreen()`, denied as a new request would be). `TRANSITIONS` is the whole
   state machine: every move goes through `Approval.move(event)`, and a move the
   table lacks raises `approval_not_found` naming the state and the event (a late
-  decision gets exactly that). Every change is reported through `on_event`,
+  decision gets exactly that, and a decision on one that ended lately is told
+  what became of it: `ENDED_KEPT` are remembered). Every change is reported through `on_event`,
   which the server routes to the owner connection (if it approves) and all watchers.
 - The timeout is counted on a clock that goes on while the machine sleeps
   (`awake_clock`; the loop's timers stop then), as the `expires_at` shown to the
@@ -42,7 +43,7 @@ import msgspec
 from . import errors
 from .always_ask import in_git_dir
 from .paths import within
-from .text import printable, printable_data
+from .text import excerpt, printable, printable_data
 from .proctree import read_stat
 from .protocol import DEFAULT_SERVER_FRAME_LIMIT, ApprovalInfo, ApprovalResolved, Frame, approval_requested, encode
 from .tools.contract import Plan, ToolRisk
@@ -74,6 +75,8 @@ class ApprovalEvent(str, enum.Enum):
 
 
 _S, _E = ApprovalState, ApprovalEvent
+ENDED_KEPT = 256  # requests that ended, remembered (each in at most ENDED_CHARS) to tell a late decider why
+ENDED_CHARS = 500
 EXPIRY_CHECK = 60.0  # the longest a request outlives its expiry after the machine wakes, unless decided or listed
 FRAME_ENVELOPE = 1024  # of a frame beside its requests: type, id or seq, brackets
 # (state, event) -> next state; only PENDING moves, and only once
@@ -224,6 +227,13 @@ class Approval:
         self.state = new
         return new
 
+    def ending(self) -> str:
+        """What became of it, as the call and a late decider are told: `approval a1-... was denied by
+        scvctl (pid 4242, uid 1000): not now`."""
+        who = f" by {self.decided_by.label()}" if self.decided_by else ""
+        why = f": {self.reason}" if self.reason else ""
+        return f"approval {self.id} was {self.state.value}{who}{why}"
+
 
 EventSink = Callable[[str, Approval], None]  # ("requested" | "resolved", approval)
 
@@ -247,6 +257,7 @@ class ApprovalGate:
     # a turn's request that no connection could decide, rather than let it wait unseen)
     screen: Callable[[Any, dict[str, Any]], None] | None = None
     pending: dict[str, Approval] = field(default_factory=dict)
+    ended: dict[str, str] = field(default_factory=dict)  # the last ENDED_KEPT that ended: Approval.ending()
     _counter: Any = field(default_factory=lambda: itertools.count(1))
 
     def request(self, owner: Any, **info: Any) -> Approval:
@@ -408,7 +419,9 @@ class ApprovalGate:
     def _get(self, approval_id: str) -> Approval:
         approval = self.pending.get(approval_id)
         if approval is None:
+            ended = self.ended.get(approval_id)
             raise errors.ApprovalNotFound(
+                f"{ended}; it is no longer pending" if ended else
                 f"no pending approval {approval_id!r}; it was decided, expired or withdrawn "
                 "(scvctl approvals lists the pending ones)"
             )
@@ -420,6 +433,9 @@ class ApprovalGate:
         if approval.timer:
             approval.timer.cancel()
         del self.pending[approval.id]
+        self.ended[approval.id] = excerpt(approval.ending(), ENDED_CHARS)[0]
+        if len(self.ended) > ENDED_KEPT:
+            del self.ended[next(iter(self.ended))]
         if not approval.future.done():
             approval.future.set_result(state is ApprovalState.APPROVED)
         self.on_event("resolved", approval)

@@ -491,7 +491,7 @@ class CallRegistry:
             del self.asking[approval.id]
             call.timer.cancel()  # type: ignore[union-attr]  # _waiting's; run() gets its own
         if not approved:
-            raise errors.Denied(_denial(approval))
+            raise errors.Denied(approval.ending())
         # approved, then revoked (a redefined MCP tool) before this task went on: the person saw another tool
         revoked = session.revoked_since(tool.name, revision)
         if revoked is not None:
@@ -659,9 +659,3 @@ def _plain(tool: Tool, result: object) -> object:
 def _cancelled(call: Call) -> str:
     """The reason a cancelled call's approval request went away."""
     return f"the call was cancelled: {call.cancel_reason or 'cancelled'}"
-
-
-def _denial(approval: Approval) -> str:
-    who = f" by {approval.decided_by.label()}" if approval.decided_by else ""
-    why = f": {approval.reason}" if approval.reason else ""
-    return f"approval {approval.id} was {approval.state.value}{who}{why}"

@@ -14,7 +14,7 @@ import pytest
 
 from scvd import errors
 from scvd.approvals import (
-    POLICIES, TRANSITIONS, ApprovalEvent, ApprovalGate, ApprovalState, Decider, Verdict, contained,
+    ENDED_KEPT, POLICIES, TRANSITIONS, ApprovalEvent, ApprovalGate, ApprovalState, Decider, Verdict, contained,
     exposes_host, holds_home, is_descendant, policy_note, policy_verdict, spawned_by_daemon,
 )
 from scvd.tools.contract import Plan, ToolRisk
@@ -186,6 +186,28 @@ def test_first_decision_wins_and_a_later_one_is_not_found():
         assert a.state is ApprovalState.APPROVED
         assert [e[0] for e in sink.events] == ["requested", "resolved"]
         assert gate.pending == {}
+
+    asyncio.run(main())
+
+
+def test_a_decision_on_a_request_that_ended_is_told_what_became_of_it():
+    """`approval_not_found` said only "decided, expired or withdrawn", and clients guessed
+    "decided elsewhere" of a request whose call had gone away."""
+    async def main():
+        gate = ApprovalGate(60, Sink())
+        a, b = new_request(gate, call_id="c1"), new_request(gate, call_id="c2")
+        gate.cancel(a.id, "the call was cancelled: its session was closed")
+        gate.decide(b.id, False, decider=PERSON, reason="not now", scope="once")
+        for request, ending in [(a, "was cancelled: the call was cancelled: its session was closed"),
+                                (b, "was denied by scvctl (pid 4242, uid 1000): not now")]:
+            with pytest.raises(errors.ApprovalNotFound) as info:
+                gate.decide(request.id, True, decider=PERSON, reason=None, scope="once")
+            assert info.value.message == f"approval {request.id} {ending}; it is no longer pending"
+        for n in range(ENDED_KEPT):  # only the latest are remembered
+            gate.cancel(new_request(gate, call_id=f"more{n}").id, "gone")
+        with pytest.raises(errors.ApprovalNotFound, match="decided, expired or withdrawn"):
+            gate.decide(a.id, True, decider=PERSON, reason=None, scope="once")
+        assert len(gate.ended) == ENDED_KEPT
 
     asyncio.run(main())
 

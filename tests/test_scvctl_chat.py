@@ -64,7 +64,7 @@ def test_exec_yes_goes_on_when_a_person_decided_its_approval_first(monkeypatch, 
     assert exec_with(monkeypatch, tmp_path, client) == chat.EXIT_OK
     out, err = capsys.readouterr()
     assert json.loads(out)["status"] == "completed"
-    assert "a1 was already decided elsewhere" in err
+    assert "no pending approval 'a1'" in err  # scvd's word: decided elsewhere, or withdrawn
     assert p.ApprovalDecide in client.sent
 
 

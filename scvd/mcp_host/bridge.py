@@ -153,7 +153,7 @@ class Bridge:
                     asked.append(event.approval_id)
                     self._start_task(self._ask_host(event))
                 elif isinstance(event, p.ApprovalResolved):
-                    self._withdraw(event.approval_id, "decided elsewhere")
+                    self._withdraw(event.approval_id, settled(event))
         finally:
             self.calls.pop(msg_id, None)
             for approval_id in asked:
@@ -237,6 +237,13 @@ class Bridge:
 
     def _error(self, msg_id: Any, code: int, message: str) -> None:
         self.out.write(error_message(msg_id, code, message))
+
+
+def settled(event: p.ApprovalResolved) -> str:
+    """Why a question to the host was taken back: decided elsewhere, or nobody's to decide any more."""
+    if event.state in ("approved", "denied"):
+        return f"{event.state} elsewhere, by {event.decided_by}"
+    return f"{event.state}: {event.reason}" if event.reason else event.state
 
 
 def error_message(msg_id: Any, code: int, message: str) -> dict[str, Any]:

@@ -150,17 +150,23 @@ def test_write_waits_for_the_owner_and_a_denial_is_an_error_result(host, daemon,
     assert not (workspace / "n.txt").exists()
 
 
+def elicited_write(h: McpHost) -> tuple[int, dict]:
+    """A host that elicits calls write: the call's request id, and the question it is asked."""
+    h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                         "clientInfo": {"name": "x"}})
+    msg_id = h.request("tools/call", {"name": "write",
+                                      "arguments": {"path": "e.txt", "content": "x", "mode": "create"}})
+    question = h.read()
+    assert question["method"] == "elicitation/create"
+    return msg_id, question
+
+
 def test_a_question_the_host_answers_with_an_error_is_logged_and_left_to_the_watchers(daemon, workspace):
     """A host that declares elicitation but fails to ask (a JSON-RPC error, or an answer that is not
     one of the choices): the call waited with no trace anywhere of why nobody had been asked."""
     h = McpHost(daemon, workspace)
     try:
-        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-                             "clientInfo": {"name": "x"}})
-        msg_id = h.request("tools/call", {"name": "write",
-                                          "arguments": {"path": "e.txt", "content": "x", "mode": "create"}})
-        question = h.read()
-        assert question["method"] == "elicitation/create"
+        msg_id, question = elicited_write(h)
         h.send({"jsonrpc": "2.0", "id": question["id"], "error": {"code": -32603, "message": "no dialog here"}})
         with daemon.client(name="owner") as owner:
             [pending] = wait_pending(owner)  # still waiting, for the watchers
@@ -176,6 +182,21 @@ def test_a_question_the_host_answers_with_an_error_is_logged_and_left_to_the_wat
         assert answer["id"] == msg_id and answer["result"]["isError"]
     finally:
         assert h.close() == 0
+
+
+def test_a_question_withdrawn_because_its_request_expired_says_so_not_decided_elsewhere(make_daemon, workspace):
+    """The host's question is taken back (notifications/cancelled) when its request ends without the
+    host: its reason said `decided elsewhere` also when nobody had decided and it expired."""
+    d = make_daemon("[approvals]\ntimeout_seconds = 0.5\n")
+    h = McpHost(d, workspace)
+    try:
+        msg_id, question = elicited_write(h)
+        withdrawn, answer = h.read(), h.read()
+    finally:
+        assert h.close() == 0
+    assert withdrawn["method"] == "notifications/cancelled" and withdrawn["params"]["requestId"] == question["id"]
+    assert withdrawn["params"]["reason"] == "expired: no decision within 0.5 s (approvals.timeout_seconds); denied"
+    assert answer["id"] == msg_id and answer["result"]["isError"]
 
 
 def test_a_cancelled_call_is_cancelled_in_scvd_and_never_answered(host, daemon):

@@ -392,6 +392,28 @@ def test_watch_answers_y_n_s(daemon: DaemonProc, workspace: Path):
     assert (workspace / "two.txt").read_text() == "2"
 
 
+def test_watch_says_why_a_request_went_while_it_asked_not_that_it_was_decided(daemon: DaemonProc, workspace: Path):
+    """The call went away while the person read its request: the answer's refusal printed `was
+    already decided elsewhere`, though nobody had decided it."""
+    watch = popen_scvctl(daemon, "approvals", "watch", stdin=subprocess.PIPE)
+    try:
+        with daemon.client(name="agent") as c:
+            sid = c.open_session(workspace)
+            call_id = c.start_call(sid, "write", {"path": "one.txt", "content": "1", "mode": "create"})
+            header = _read_until(watch, "write (filesystem")
+            c.request(p.CallCancel, call_id=call_id)
+            assert c.wait_call(call_id).error.kind == "cancelled"
+            answer(watch, "y\n")
+            said = _read_until(watch, "no longer pending")
+    finally:
+        stop(watch)
+    approval_id = header.split("]")[0].lstrip("[")
+    assert f"  approval {approval_id} was cancelled: the call was cancelled: call.cancel from #" in said
+    assert " agent pid=" in said and said.rstrip().endswith("; it is no longer pending")
+    assert "elsewhere" not in said
+    assert not (workspace / "one.txt").exists()
+
+
 def test_watch_offers_no_session_scope_for_a_sensitive_write(daemon: DaemonProc, workspace: Path):
     watch = popen_scvctl(daemon, "approvals", "watch", stdin=subprocess.PIPE)
     try:
