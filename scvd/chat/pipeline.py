@@ -23,6 +23,10 @@ from .. import errors
 NO_APPROVER = ("nobody can approve this call: no `scvctl approvals watch` is running and this client does not "
                "approve its own calls; run `scvctl exec --yes` to approve them yourself, or start "
                "`scvctl approvals watch` in another terminal")
+# to any other client (a chat bridge): its user cannot run `scvctl exec`, and the bridge decides whether it approves
+NO_APPROVER_BRIDGE = ("nobody can approve this call: no `scvctl approvals watch` is running and this client does "
+                      "not approve its own calls (its hello did not say approver: true); have the owner start "
+                      "`scvctl approvals watch` on the machine scvd runs on, then ask again")
 
 
 def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:
@@ -31,7 +35,7 @@ def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:
     if call is None or not call.turn:
         return
     if not (owner.approver or any(c.watcher and not c.closed for c in daemon.connections)):
-        raise errors.Denied(NO_APPROVER)
+        raise errors.Denied(NO_APPROVER if owner.client == "scvctl" else NO_APPROVER_BRIDGE)
 
 
 async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any], *,

@@ -19,7 +19,7 @@ import pytest
 from harness import wait_until
 from helpers.probe_tools import flush, requested, resolved, rig, wait_idle  # noqa: F401 (rig is a fixture)
 from scvd import errors, protocol as p
-from scvd.chat.pipeline import NO_APPROVER
+from scvd.chat.pipeline import NO_APPROVER_BRIDGE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -249,7 +249,8 @@ def test_a_turns_request_is_denied_once_the_last_watcher_leaves_and_a_plain_call
     assert len(last.request(p.ApprovalsList).approvals) == 2
     last.close()
     done = owner.wait_call(turn_call)
-    assert done.error.kind == "denied" and NO_APPROVER in done.error.message
+    # advice its user can follow: a bridge's has no `scvctl exec --yes` to run
+    assert done.error.kind == "denied" and done.error.message.endswith(f": {NO_APPROVER_BRIDGE}")
     assert owner.status().pending_approvals == 1  # a call without a turn waits for a watcher to come
     assert not (workspace / "t").exists()
 
