@@ -313,6 +313,9 @@ def _on_request(c: Client, args: argparse.Namespace, event: Any) -> None:
     if args.json:
         emit_json(event)
         return
+    if _ended(c, event.approval_id):  # it expired or went while an earlier one was asked: no prompt
+        print(first_lines(event), flush=True)  # its approval.resolved line follows
+        return
     answer = ask_request(event)
     if answer is None:
         raise KeyboardInterrupt
@@ -322,6 +325,11 @@ def _on_request(c: Client, args: argparse.Namespace, event: Any) -> None:
                   scope="session" if answer == "s" else "once")
     except errors.ApprovalNotFound as exc:  # decided elsewhere, or withdrawn: scvd says which
         print(printable(f"  {exc.message}", keep=""), flush=True)
+
+
+def _ended(c: Client, approval_id: str) -> bool:
+    """Whether the request's approval.resolved has already come (it waits, read, behind the request)."""
+    return any(isinstance(e, p.ApprovalResolved) and e.approval_id == approval_id for e in c.core.events)
 
 
 def ask_request(event: Any) -> str | None:

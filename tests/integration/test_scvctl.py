@@ -414,6 +414,32 @@ def test_watch_says_why_a_request_went_while_it_asked_not_that_it_was_decided(da
     assert not (workspace / "one.txt").exists()
 
 
+def test_watch_does_not_ask_about_a_request_that_ended_while_another_was_asked(daemon: DaemonProc, workspace: Path):
+    """Requests that came and went (expired, their call cancelled) while the person read an earlier one
+    were each asked about in turn afterwards, every answer then refused: back from lunch, a prompt per
+    expired request."""
+    watch = popen_scvctl(daemon, "approvals", "watch", stdin=subprocess.PIPE)
+    try:
+        with daemon.client(name="agent") as c:
+            sid, other = c.open_session(workspace), c.open_session(workspace)
+            first = c.start_call(sid, "write", {"path": "one.txt", "content": "1", "mode": "create"})
+            _read_until(watch, "one.txt")
+            gone = c.start_call(other, "write", {"path": "two.txt", "content": "2", "mode": "create"})
+            wait_pending(c, 2)
+            c.request(p.CallCancel, call_id=gone)
+            assert c.wait_call(gone).error.kind == "cancelled"
+            answer(watch, "y\n")
+            watch.stdin.close()  # asked again, it would read the end of input and leave
+            watch.stdin = None  # closed: stop() has nothing to flush
+            assert c.wait_call(first).ok
+            shown = _read_until(watch, "two.txt")
+            ended = _read_until(watch, " cancelled by scvd: the call was cancelled")
+    finally:
+        stop(watch)
+    assert "approve?" not in shown + ended
+    assert not (workspace / "two.txt").exists()
+
+
 def test_watch_offers_no_session_scope_for_a_sensitive_write(daemon: DaemonProc, workspace: Path):
     watch = popen_scvctl(daemon, "approvals", "watch", stdin=subprocess.PIPE)
     try:
