@@ -26,7 +26,7 @@ from chat_model import Calls, Cut, Deltas, Hang, Status, Text
 from harness import RawConn
 from helpers import lockable_keyring
 from scvd import errors, protocol as p
-from scvd.chat.pipeline import NO_APPROVER
+from scvd.chat.pipeline import NO_APPROVER, NO_APPROVER_BRIDGE
 from scvd.tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
 
 WIRE_APIS = ["responses", "chat"]
@@ -362,15 +362,17 @@ def test_a_denied_call_reaches_the_model_as_a_denial(chat_rig, workspace, wire_a
     assert not (workspace / "x.txt").exists()
 
 
-def test_without_an_approver_a_call_is_denied_at_once(chat_rig, workspace):
+@pytest.mark.parametrize("client,advice", [("scvctl", NO_APPROVER), ("my-bridge", NO_APPROVER_BRIDGE)])
+def test_without_an_approver_a_call_is_denied_at_once(chat_rig, workspace, client, advice):
+    """The advice fits the client: `scvctl exec --yes` is no help to a chat bridge's user."""
     model, d = chat_rig(load("write"), Calls(("write", {"path": "x.txt", "content": "x", "mode": "create"})),
                         Text("understood"))
-    with d.client(name="pytest") as c:  # not an approver, and nobody watches
+    with d.client(name=client) as c:  # not an approver, and nobody watches
         events, end = run_turn(c, open_chat(c, workspace).session, "write x")
     assert not any(isinstance(e, p.ApprovalRequested) for e in events)
     error = json.loads(model.outputs(2)[-1])["error"]
-    assert error == {"kind": "denied", "message": NO_APPROVER}
-    assert "--yes" in NO_APPROVER and "scvctl approvals watch" in NO_APPROVER
+    assert error == {"kind": "denied", "message": advice}
+    assert "scvctl approvals watch" in advice and ("--yes" in advice) is (client == "scvctl")
 
 
 def test_a_turn_whose_call_id_a_client_took_still_runs_its_call_and_ends(chat_rig, workspace):
