@@ -157,6 +157,10 @@ def _mounts(
         wanted += [(_RO, "--ro-bind-try", p, p) for p in (ws + "/.git/hooks", ws + "/.git/config")]
     else:
         wanted += _git_guard([ws + "/.git", *map(_abs, git)], _sorted(wanted))
+    # a hidden directory or masked socket in a writable bind cannot be renamed (a mount point), but
+    # a directory above it could: `mv sub x; mkdir -p sub/scv` left the host a planted SCV_HOME there
+    mounted = _sorted(wanted)
+    wanted += _pins([m[3] for m in mounted if m[0] in (_TMPFS, _MASK)], mounted)
     return [(op, src, path) for _, op, src, path in _sorted(wanted)]
 
 
@@ -181,15 +185,20 @@ def _git_guard(paths: Iterable[str], mounts: list[_Mount]) -> list[_Mount]:
         if any(within(path, k) and (top[3] == k or not within(top[3], k)) for k in kept):
             continue  # inside a git path kept before, with no writable bind in between
         kept.append(path)
+    return [(_RO, "--ro-bind-try", path, path) for path in kept] + _pins(kept, mounts, guarded=kept)
+
+
+def _pins(paths: Iterable[str], mounts: list[_Mount], guarded: Sequence[str] = ()) -> list[_Mount]:
+    """Each directory above `paths` that lies inside a writable bind, bound onto itself (a mount
+    point cannot be renamed); up through the workspace too, should it sit in an agent home."""
     out: list[_Mount] = []
-    for path in kept:
-        out.append((_RO, "--ro-bind-try", path, path))
-        for d in _ancestors(path):  # up through the workspace too, should it sit in an agent home
+    for path in paths:
+        for d in _ancestors(path):
             top = _cover(d, mounts)
-            if top is not None and top[1] == "--bind" and top[3] != d:
+            if top is not None and top[1] in ("--bind", "--bind-try") and top[3] != d:
                 # a pin inside a guarded path must stay read-only: a writable one would
                 # bind the host directory back over the guard
-                inside = any(within(d, k) for k in kept)
+                inside = any(within(d, k) for k in guarded)
                 out.append((_RO, "--ro-bind-try", d, d) if inside else (_RW, "--bind-try", d, d))
     return out
 

@@ -185,6 +185,17 @@ def test_a_nested_hidden_dir_is_not_mounted_twice_unless_a_bind_lies_between():
     assert visible(b, "/h/ws/.scv/x") == ("--tmpfs", "/h/ws/.scv")
 
 
+def test_nothing_above_a_hidden_dir_or_masked_socket_inside_the_workspace_can_be_renamed():
+    """`mv sub x; mkdir -p sub/scv` gave the host a planted SCV_HOME (its config.toml starts MCP
+    servers unsandboxed), and a socket of the call's own took the masked one's name."""
+    a = argv(hide=[WS / "sub/scv"], mask=[WS / "run/dir/scvd.sock"])
+    for pinned in ("/srv/ws/sub", "/srv/ws/run", "/srv/ws/run/dir"):
+        assert visible(a, pinned) == ("--bind-try", pinned)
+    assert visible(a, "/srv/ws/sub/scv/config.toml") == ("--tmpfs", "/srv/ws/sub/scv")
+    assert visible(a, "/srv/ws/run/dir/scvd.sock") == ("mask", "/srv/ws/run/dir/scvd.sock")
+    assert ("--bind-try", "/srv") not in mounts(a)  # above the workspace: read-only already
+
+
 def test_a_masked_file_gets_dev_null_over_it():
     a = argv(mask=[Path("/tmp/scvd.sock")])
     assert a[a.index("/tmp/scvd.sock") - 2:a.index("/tmp/scvd.sock") + 1] == ["--ro-bind", "/dev/null", "/tmp/scvd.sock"]
@@ -254,6 +265,10 @@ def test_every_bind_stays_visible_and_every_other_hidden_path_stays_hidden(ws, h
         assert visible(a, p) == ("--bind", p)
     for h in set(hide) - {ws, *rw, *ro} - covered:
         assert visible(a, h)[0] == "--tmpfs"
+    for h in [m for op, m in mounts(a) if op in ("--tmpfs", "mask")]:  # nothing above can move
+        for d in ancestors(h):
+            op, at = visible(a, d)
+            assert op not in WRITABLE or at == d, (h, d, op, at)
     for g in git:
         assert visible(a, g + "/x")[0] in ("--ro-bind-try", "--ro-bind", "--tmpfs", "mask")
 

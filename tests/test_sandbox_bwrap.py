@@ -133,6 +133,17 @@ def test_a_socket_moved_by_scv_socket_is_masked_but_its_directory_stays(tmp_path
     assert "ConnectionRefusedError" in r.stderr
 
 
+def test_scvds_own_dirs_below_the_workspace_cannot_be_moved_away_and_replaced(tmp_path):
+    """A directory above a hidden one could be renamed: `mv sub x; mkdir -p sub/scv` left
+    the host an SCV_HOME of the call's making (config.toml, the next start's MCP servers)."""
+    home = tmp_path / "ws" / "sub" / "scv"
+    box = Box(tmp_path, SCV_HOME=str(home))
+    box.paths.config_file.write_text("# mine\n")
+    r = box.run("mv sub moved; echo mv=$?; mkdir -p sub/scv && echo planted > sub/scv/config.toml")
+    assert "mv=0" not in r.stdout and "Device or resource busy" in r.stderr, (r.stdout, r.stderr)
+    assert box.paths.config_file.read_text() == "# mine\n" and not (box.ws / "moved").exists()
+
+
 def _listen(path: Path) -> socket.socket:
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(path))
