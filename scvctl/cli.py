@@ -481,10 +481,10 @@ def _print_completed(done: p.CallCompleted, args: argparse.Namespace) -> int:
         result = done.result
         print(result if isinstance(result, str) else json.dumps(result, indent=2, ensure_ascii=False))
     else:
-        err = done.error
-        print(f"{err.kind}: {err.message}", file=sys.stderr)
+        err = done.error  # escaped, as scvctl chat does: a timeout's message carries the command's output
+        print(f"{err.kind}: {printable(err.message)}", file=sys.stderr)
         if err.hint:
-            print(f"hint: {err.hint}", file=sys.stderr)
+            print(f"hint: {printable(err.hint)}", file=sys.stderr)
     return EXIT_OK if done.ok else EXIT_ERROR
 
 
