@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -195,6 +198,46 @@ def test_a_missing_workspace_is_a_failed_call(tmp_path, ws):
     with pytest.raises(errors.Failed, match=f"bash: the workspace {ws} is gone .*open a session on a directory"):
         asyncio.run(tool.run(args, plan, ctx))  # not "cannot start /bin/bash" (or bwrap): the chdir failed
     os.close(ctx.workspace_fd)
+
+
+NO_ENTRY = """
+import asyncio, os, sys
+from pathlib import Path
+from scvd import errors
+from scvd.config import Config
+from scvd.tools.bash import Bash
+from scvd.tools.contract import CallContext
+ws = Path(sys.argv[1])
+fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+tool = Bash(Config(), env={"PATH": os.defpath, "HOME": str(ws)})
+ctx = CallContext(call_id="c1", session_id="s1", workspace=ws, workspace_fd=fd, config=Config(), paths=None)
+args = tool.decode({"command": "true"})
+plan = tool.plan(args, ctx)
+os.chmod(ws, 0)
+try:
+    asyncio.run(tool.run(args, plan, ctx))
+except errors.Failed as exc:
+    print(exc)
+finally:
+    os.chmod(ws, 0o700)
+"""
+
+
+def test_a_workspace_that_cannot_be_entered_says_so_not_that_it_is_gone(tmp_path):
+    """`chmod 000` on the workspace (a command may do it to its own) made every later call say that
+    the workspace was gone and to open a session on a directory that exists."""
+    drop = []  # root passes over file permissions: as uid 0 without those capabilities
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("needs setpriv as root")
+        drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-all"]
+    root = str(Path(__file__).resolve().parents[1])  # scvd of this tree
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    out = subprocess.run([*drop, sys.executable, "-c", NO_ENTRY, str(ws)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": root}, timeout=60)
+    assert out.stdout == (f"bash: cannot enter the workspace {ws} (Permission denied): give it back its "
+                          f"permissions (chmod u+rwx {ws})\n"), out.stdout + out.stderr
 
 
 # --- sandbox ------------------------------------------------------------------------

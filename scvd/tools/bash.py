@@ -7,6 +7,7 @@ decoding refuses. With an active sandbox the command runs inside bubblewrap.
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Annotated, Any, Mapping
 
@@ -123,6 +124,9 @@ class Bash(Tool):
             )
         except OSError as exc:  # nothing started: a missing shell, bwrap or workspace
             if exc.filename is not None and os.fspath(exc.filename) == str(ctx.workspace):  # the chdir failed
+                if exc.errno in (errno.EACCES, errno.EPERM):  # there, but `chmod 000` (a command may do it)
+                    raise Failed(f"bash: cannot enter the workspace {ctx.workspace} ({exc.strerror}): give it "
+                                 f"back its permissions (chmod u+rwx {ctx.workspace})") from exc
                 raise Failed(f"bash: the workspace {ctx.workspace} is gone ({exc.strerror or exc}): open a "
                              "session on a directory that exists") from exc
             raise Failed(f"bash: cannot start {argv[0]} in {ctx.workspace}: {exc.strerror or exc}") from exc
