@@ -35,9 +35,11 @@ BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0  # seconds between restarts: doubles per 
 # a run ready this long resets the backoff; one that crashes soon after listing its tools does not
 STABLE_UPTIME = 30.0
 CONNECT_TIMEOUT = 60.0  # for initialize and the first tools/list
-# how long a stopping link may take to close (a stdio server is SIGKILLed at 4 s); an HTTP server
-# that never answers the session DELETE would hold it for the SDK's 300 s read timeout
+# how long a stopping link may take to close (a stdio server is SIGKILLed at 4 s)
 STOP_GRACE = 5.0
+# an HTTP session's DELETE at a connection's end, which a server may never answer: a stop is done
+# within its grace, and a link connecting again (a lost session, a secret stored) does not wait for good
+DELETE_TIMEOUT = 3.0
 SESSION_GONE = (401, 403, 404)  # a revoked token, a session the server forgot: connect again (5xx too)
 STATUS_HTTP = "http"
 
@@ -198,6 +200,8 @@ class ServerLink:
         await stack.enter_async_context(client)
         read, write = await stack.enter_async_context(
             streamable_http_client(self.cfg.url or "", http_client=client))
+        # unwound just before the transport, whose exit sends the session DELETE (no read timeout else)
+        stack.callback(setattr, client, "timeout", httpx2.Timeout(DELETE_TIMEOUT))
         return read, write
 
     async def _on_response(self, response: Any) -> None:

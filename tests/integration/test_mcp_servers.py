@@ -1081,7 +1081,7 @@ def quirks_table(quirks_http):
     return quirks_http("hang-delete")
 
 
-@pytest.mark.timeout(60)  # the SDK waits 300 s for the DELETE's answer: held up by it, this test times out
+@pytest.mark.timeout(60)  # the SDK waits for the DELETE's answer for good: held up by it, this test times out
 def test_a_server_that_never_answers_the_session_delete_holds_up_neither_a_reload_nor_the_stop(
         make_daemon, quirks_table):
     d = make_daemon(quirks_table)
@@ -1093,7 +1093,31 @@ def test_a_server_that_never_answers_the_session_delete_holds_up_neither_a_reloa
         server(c, "web")
     d.proc.terminate()
     assert d.proc.wait() == 0  # unbounded here: held up by the DELETE, the test runs past its timeout
-    assert "did not close within 5 s; abandoning its connection" in d.log()
+
+
+@pytest.mark.timeout(120)  # held up by the DELETE, the link stays `starting` for good: the poll fails
+def test_a_server_that_never_answers_the_session_delete_is_connected_again_after_a_secret_is_stored(
+        make_daemon, workspace, quirks_table, monkeypatch):
+    """Connecting again (a secret stored, a lost session) closes the old session first, and its DELETE
+    had no read timeout: the link waited on it for good, `starting`, and every call was told to try
+    again in a moment."""
+    from conftest import wait_for_socket
+
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
+    d = make_daemon(quirks_table + 'headers = {X-Token = {secret = "WEB_TOKEN"}}\n', env=NO_KEYRING, wait=False)
+    store_secret(d, "WEB_TOKEN", "old")
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        server(c, "web")
+        me.request(p.ApprovalsWatch)
+        sid = c.open_session(workspace)
+        healing = c.start_call(sid, "store_secret", {"key": "WEB_TOKEN", "tool": "mcp__web__hello"})
+        enter_secret(me, "new")
+        assert c.wait_call(healing).ok
+        wait_until(lambda: "connecting again with the secret stored just now" in d.log(), what="the reconnect")
+        assert server(c, "web").restarts == 1
+        done = c.call(sid, "mcp__web__hello", {"name": "you"})
+    assert done.ok and done.result["text"] == "hello you", done.error
 
 
 def test_a_json_rpc_error_fails_that_call_only_beside_a_get_stream_answered_405(make_daemon, workspace, quirks_http):
