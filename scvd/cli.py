@@ -69,12 +69,20 @@ def _under_journald() -> bool:
     return device.isdigit() and inode.isdigit() and (st.st_dev, st.st_ino) == (int(device), int(inode))
 
 
+NOISY_LIBRARIES = ("httpx2", "mcp")
+
+
 def setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JournalFormatter(journal=_under_journald()))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # the HTTP library logs each request at info (an MCP server's, a chat provider's), the MCP SDK
+    # each session's id: a line per call, which `info` does not promise; `-v` (debug) shows them
+    for library in NOISY_LIBRARIES:
+        logging.getLogger(library).setLevel(logging.NOTSET if root.level <= logging.DEBUG
+                                            else max(root.level, logging.WARNING))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -628,6 +628,21 @@ def test_an_http_server_is_consumed_with_a_header_secret(make_daemon, workspace,
         assert (failed.error.kind, failed.error.message) == ("failed", "mcp__notes__fail: Error executing tool fail")
 
 
+def test_calls_to_an_http_server_add_no_line_per_request_to_the_log(make_daemon, workspace, http_server,
+                                                                     monkeypatch):
+    """At `info` the HTTP library logged every request of every call (`HTTP Request: POST ...`) and the
+    SDK each session's id, none of which docs/operations.md lists; `scvd run -v` still shows them."""
+    d = http_daemon(make_daemon, http_server, "Bearer s3cret", monkeypatch)
+    with d.client(name="t") as c:
+        server(c, "notes")
+        session = c.open_session(workspace)
+        for n in range(3):
+            assert c.call(session, "mcp__notes__add", {"a": n, "b": 1}).ok
+    log = d.log()
+    assert "mcp server notes ready: 4 tool(s)" in log
+    assert "HTTP Request" not in log and "session ID" not in log, log
+
+
 def test_a_missing_header_secret_is_credential_missing_naming_the_key(make_daemon, http_server):
     d = make_daemon(http_table(http_server), env=NO_KEYRING)
     with d.client(name="t") as c:
