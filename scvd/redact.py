@@ -4,8 +4,9 @@ Rule: every form a value may be printed in reads `[secret KEY]`: as is, as a `re
 the string or of its UTF-8 bytes, or as a JSON string from any common encoder (Python's
 `json.dumps` either way, `\\/` for `/` as PHP and Java print it, `<>&='` as `\\u003c`...
 as Go and Gson do, upper-case hex), so text that is not one JSON document (stderr, JSON
-lines, output the cap cut) hides it too. Longest forms first: a value inside a longer one
-goes with it. Plain string replacement: no pattern a script's output could make slow.
+lines, output the cap cut) hides it too; of an Authorization value (`Bearer X`), X alone
+too. Longest forms first: a value inside a longer one goes with it. Plain string
+replacement: no pattern a script's output could make slow.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import re
 
 _HTML_SAFE = {c: f"\\u{ord(c):04x}" for c in "<>&='"}
 _HEX_ESCAPE = re.compile(r"\\u([0-9a-f]{4})")
+# an Authorization header's value, whole in the store (`Bearer ghp_...`): its credentials may be quoted alone
+_AUTH_VALUE = re.compile(r"(?:bearer|basic|token|bot) +(\S{8,})", re.IGNORECASE)
 
 
 def redact(text: str, secrets: dict[str, str]) -> str:
@@ -57,6 +60,8 @@ def _encodings(value: str) -> set[str]:
     if not value:
         return set()
     out = {value, repr(value)[1:-1], repr(value.encode("utf-8", "surrogatepass"))[2:-1]}
+    if auth := _AUTH_VALUE.fullmatch(value):
+        out |= _encodings(auth.group(1))
     for dumped in (json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
         for styled in (dumped, "".join(_HTML_SAFE.get(c, c) for c in dumped)):
             for slashed in (styled, styled.replace("/", "\\/")):

@@ -94,3 +94,15 @@ def test_of_two_overlapping_values_the_longer_goes_whole():
 def test_a_value_of_backslashes_against_a_run_of_them_takes_no_time():
     # a pattern per character backtracked exponentially here: a script's output could stall scvd
     assert redact("\\" * 44 + "Y", {"K": "\\" * 22 + "Z"}) == "\\" * 44 + "Y"
+
+
+def test_an_authorization_value_is_hidden_also_as_its_credentials_alone():
+    """A header secret holds the header's whole value (`Bearer ghp_...`, docs/mcp.md): a server or a
+    script that quoted the token alone (`invalid token ghp_...`) showed it."""
+    secrets = {"GH": "Bearer ghp_0123456789abcdef", "BASIC": "basic dXNlcjpwYXNz"}
+    assert redact("401: token ghp_0123456789abcdef revoked", secrets) == "401: token [secret GH] revoked"
+    assert redact("sent Authorization: Bearer ghp_0123456789abcdef", secrets) == "sent Authorization: [secret GH]"
+    assert redact('{"auth": "dXNlcjpwYXNz"}', secrets) == '{"auth": "[secret BASIC]"}'
+    # a credential too short to tell from ordinary text, or a value of other words, is hidden whole only
+    assert redact("about Basic ab", {"K": "Basic ab", "P": "correct horse battery"}) == "about [secret K]"
+    assert redact("the horse battery", {"P": "correct horse battery"}) == "the horse battery"
