@@ -283,14 +283,20 @@ class ServerLink:
 
     # --- calls ----------------------------------------------------------------------
 
-    async def call(self, tool: str, arguments: dict[str, Any],
-                   progress: Callable[[float, float | None, str | None], Awaitable[None]]) -> CallOutcome:
+    def usable(self, tool: str) -> ClientSession:
+        """The session a call of `tool` goes through now, or what the call fails with: also asked
+        before approval, so that nobody approves a call that cannot run."""
         session = self.session
         if session is None or self.state != "ready":
             if self.needs and self.state == "down":  # a secret heals it (a wrong value typed): say which
                 # (while `starting` again, with a new value perhaps, "try again in a moment" is right)
                 raise self._needs_secret(tool)
             raise Unavailable(self.down_message())
+        return session
+
+    async def call(self, tool: str, arguments: dict[str, Any],
+                   progress: Callable[[float, float | None, str | None], Awaitable[None]]) -> CallOutcome:
+        session = self.usable(tool)
         refused = self._refused_posts
         secrets = self._secrets
 

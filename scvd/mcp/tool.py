@@ -53,6 +53,9 @@ class Link(Protocol):
 
     name: str
 
+    def usable(self, tool: str) -> Any:
+        """Raise the ToolError a call of `tool` would fail with now (the server is down or starting)."""
+
     async def call(self, tool: str, arguments: dict[str, Any], progress: Any) -> CallOutcome: ...
 
 
@@ -134,6 +137,7 @@ class McpTool(Tool):
             return []
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
+        self.link.usable(self.spec.name)  # a server down (for want of a secret, say): nobody is asked
         arguments = json.dumps(args, ensure_ascii=False)
         shown, note = excerpt(arguments)
         hint = {True: "read-only", False: "not read-only", None: "says nothing"}[self.spec.read_only_hint]

@@ -1052,6 +1052,35 @@ def test_a_secret_entered_through_store_secret_starts_the_server_waiting_for_it(
         stop(web)
 
 
+def test_a_call_of_a_server_down_for_want_of_a_secret_fails_before_anyone_is_asked(make_daemon, workspace,
+                                                                                    tmp_path, monkeypatch):
+    """Its tools stay listed while it is down, and their calls were planned as if it were up: a person
+    was asked to approve one that could not run (with nobody to ask, it was denied "nobody can approve
+    this call"), so the key to heal it came only after an approval, or never."""
+    from conftest import wait_for_socket
+    from scvd.paths import resolve
+    from scvd.secrets import SecretStore
+
+    starts = tmp_path / "starts"
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
+    table = quirks_stdio_table("plain", starts).replace("[mcp.servers.raw]\n", "[mcp.servers.raw]\n"
+                                                        'env = {RAW_TOKEN = {secret = "RAW_TOKEN"}}\n')
+    # a request nobody decides is denied after 1 s: what the call ended as, had it asked
+    d = make_daemon("[approvals]\ntimeout_seconds = 1\n" + table, env=NO_KEYRING, wait=False)
+    store_secret(d, "RAW_TOKEN", "old")
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="agent") as c:
+        server(c, "raw")
+        SecretStore(resolve({"SCV_HOME": str(d.home)}).secrets_file, env={}).delete("RAW_TOKEN")
+        pid = next(int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and _descends_from(
+            int(e.name), d.proc.pid) and str(starts).encode() in (e / "cmdline").read_bytes())
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: "credential_missing" in (server(c, "raw", "down").error or ""), what="the failed restart")
+        done = c.call(c.open_session(workspace), "mcp__raw__echo", {"x": 1})  # risk process: it would ask
+    assert done.error.kind == "credential_missing", done.error
+    assert "store_secret (key 'RAW_TOKEN', tool 'mcp__raw__echo')" in done.error.message
+
+
 def test_a_secret_entered_through_store_secret_reconnects_a_running_server_that_uses_it(
         make_daemon, workspace, tmp_path, monkeypatch):
     """A server up (or starting) with the old value kept it: a server that checks the token per call
