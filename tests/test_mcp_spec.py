@@ -81,6 +81,25 @@ def test_a_missing_secret_is_credential_missing_naming_the_key():
 
 
 
+def test_a_secret_held_in_a_keyring_scvd_cannot_use_says_so(tmp_path):
+    """secrets.toml lists the key as held in an OS keyring (`scvctl secrets set` in a desktop session)
+    that scvd cannot use: "not set; store it with `scvctl secrets set`" sent the user to store it into
+    that keyring again, and the server stayed down. A script tool's call said why already."""
+    from scvd.secrets import SecretStore
+
+    path = tmp_path / "secrets.toml"
+    path.write_text('[keyring]\nnames = ["GH_TOKEN"]\n')
+    store = SecretStore(path, env={}, use_keyring=False)
+    cfg = McpServerConfig(url="http://127.0.0.1:1/mcp", headers={"Authorization": SecretRef(secret="GH_TOKEN")})
+    with pytest.raises(CredentialMissing) as info:
+        spec.http_headers("gh", cfg, store)
+    assert info.value.message.startswith(
+        f"mcp.servers.gh.headers Authorization needs the secret GH_TOKEN: the secret GH_TOKEN was stored in an OS "
+        f"keyring ({path} lists it), which this process cannot use (keyring turned off)"), info.value.message
+    assert info.value.keys == ("GH_TOKEN",)
+    assert info.value.hint == "PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring scvctl secrets set GH_TOKEN"
+
+
 @pytest.mark.parametrize("value", ["Bearer sk-live-1\n", "Bearer sk-live-1 ", "\tBearer sk-live-1", "Bear\rer x",
                                    "a\x7fb", "a\x00b"])
 def test_a_stored_header_secret_http_cannot_send_is_refused_naming_the_key_not_the_value(value):

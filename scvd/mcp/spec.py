@@ -50,14 +50,22 @@ def resolve(values: Mapping[str, str | SecretRef], secrets: Any, what: str) -> d
         if isinstance(value, SecretRef):
             found = secrets.get(value.secret) if secrets is not None else os.environ.get(value.secret)
             if found is None:
-                raise CredentialMissing(
-                    f"{what} {name} needs the secret {value.secret}, which is not set; "
-                    f"store it with `scvctl secrets set {value.secret}`: the server's next restart reads it",
-                    keys=(value.secret,))
+                raise _not_set(f"{what} {name}", value.secret, secrets)
             out[name] = found
         else:
             out[name] = value
     return out
+
+
+def _not_set(where: str, key: str, secrets: Any) -> CredentialMissing:
+    """`key` has no value: how to store it, or, when it sits in a keyring scvd cannot use (its
+    name listed in secrets.toml), that storing it there again would not help. Reads the file."""
+    usual = f"scvctl secrets set {key}"
+    hint = secrets.missing_hint(key, usual) if hasattr(secrets, "missing_hint") else usual
+    if hint != usual:
+        return CredentialMissing(f"{where} needs the secret {key}: {secrets.missing(key)}", hint=hint, keys=(key,))
+    return CredentialMissing(f"{where} needs the secret {key}, which is not set; store it with `{usual}`: the "
+                             "server's next restart reads it", keys=(key,))
 
 
 def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any, network: bool,
