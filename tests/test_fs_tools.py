@@ -534,6 +534,16 @@ def test_replace_with_stale_sha_is_refused(ws: Workspace) -> None:
     assert no_temp_files(ws.root)
 
 
+def test_an_expected_sha_with_a_trailing_newline_is_refused_as_malformed_not_as_stale(ws: Workspace) -> None:
+    """`$` also matches before a last newline: `sha256sum | cut` or a model's copy with its line end got
+    "changed since it was read; read it again", which reading again could not mend."""
+    (ws.root / "a.txt").write_text("v1")
+    seen = ws.call("read", path="a.txt")["sha256"]
+    with pytest.raises(InvalidArguments, match="argument `expected_sha256`: Expected `str` matching regex"):
+        ws.call("write", path="a.txt", content="mine", mode="replace", expected_sha256=seen + "\n")
+    assert (ws.root / "a.txt").read_text() == "v1"
+
+
 def test_expected_sha_with_create_is_invalid(ws: Workspace) -> None:
     with pytest.raises(InvalidArguments, match="mode='replace' only"):
         ws.call("write", path="a.txt", content="x", mode="create", expected_sha256="0" * 64)

@@ -548,7 +548,7 @@ def _read_arguments(max_limit: int) -> type[msgspec.Struct]:
     )
 
 
-Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-fA-F]{64}$")]
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-fA-F]{64}$(?!\n)")]  # $ alone lets a last newline by
 
 
 class WriteArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
