@@ -700,7 +700,7 @@ class Daemon:
 
     def on_tools_list(self, conn: Connection, frame: p.ToolsList) -> p.Frame:
         # a session keeps the registry of its opening (a reload since changes new sessions only)
-        registry = self._own_session(conn, frame.session).registry if frame.session else self.registry
+        registry = self._own_session(conn, frame.session).registry if frame.session is not None else self.registry
         tools = [
             p.ToolInfo(name=t.name, description=t.description, input_schema=t.input_schema(),
                        risk=t.risk.value, flags=t.flags.as_dict(),

@@ -64,6 +64,9 @@ BAD_FRAMES = [
                  id="unknown-session"),
     pytest.param(b'{"type":"call","id":12,"session":"nope","tool":"read"}', "session_not_found", 12,
                  id="call-unknown-session"),
+    # an empty session (an unset variable in a script) listed the daemon's tools, not its session's
+    pytest.param(b'{"type":"tools.list","id":17,"session":""}', "session_not_found", 17,
+                 id="tools-of-an-empty-session"),
     pytest.param(b'{"type":"call.cancel","id":13,"call_id":"nope"}', "call_not_found", 13,
                  id="unknown-call"),
     pytest.param(b'{"type":"approval.decide","id":14,"approval_id":"nope","decision":"deny"}',
