@@ -47,6 +47,7 @@ class Text:
     # Chat Completions only: the tail comes right after the finish_reason chunk, before usage and [DONE]
     early: bool = False
     gap: float = 0.0  # seconds between its events: a slow but steady model
+    usage: dict[str, Any] | None = None  # the usage object sent, in the wire API's own names
 
 
 @dataclass
@@ -341,8 +342,9 @@ def responses_events(step: Any) -> list[tuple[str, Any]]:
                 "arguments": json.dumps(args), "status": "completed"}
         out.append(("response.output_item.done", {"type": "response.output_item.done", "output_index": i + 1,
                                                   "item": item, "sequence_number": next(seq)}))
-    usage = {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18,
-             "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
+    usage = getattr(step, "usage", None) or {
+        "input_tokens": 11, "output_tokens": 7, "total_tokens": 18,
+        "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
     done = dict(resp, status="completed", usage=usage)
     out.append(("response.completed", {"type": "response.completed", "response": done,
                                        "sequence_number": next(seq)}))
@@ -387,7 +389,8 @@ def chat_events(step: Any) -> list[tuple[str, Any]]:
     out.append(chunk({}, "tool_calls" if calls else "stop"))
     if getattr(step, "early", False):
         return out
-    out.append(chunk(None, usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}))
+    out.append(chunk(None, usage=getattr(step, "usage", None) or {"prompt_tokens": 11, "completion_tokens": 7,
+                                                                   "total_tokens": 18}))
     out.append(("", "[DONE]"))
     return out
 

@@ -53,6 +53,21 @@ def test_text_streams_and_usage_arrives(model, wire_api):
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
+@pytest.mark.parametrize("count", [11.0, 11.5, None])
+def test_usage_counts_that_are_no_whole_numbers_do_not_fail_the_answer(model, wire_api, count):
+    """A server that counts tokens as floats (11.0, an average 11.5) or sends null: the whole answer
+    had streamed to the chat, then the turn failed as a malformed event (a Responses API count of 11.0
+    too, which the client leaves a float)."""
+    names = ("prompt_tokens", "completion_tokens") if wire_api == "chat" else ("input_tokens", "output_tokens")
+    m = model(Text("hello", usage={names[0]: count, names[1]: 7.0}))
+    events = asyncio.run(collect(provider(m, wire_api)))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "hello"
+    usage = events[-1].usage
+    assert (usage.input_tokens, usage.output_tokens) == (int(count or 0), 7)
+    assert type(usage.input_tokens) is int and type(usage.output_tokens) is int  # turn.completed's usage is ints
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_a_refusal_is_the_answers_text(model, wire_api):
     """A model that declines streams its refusal (Chat Completions' delta.refusal, the Responses API's
     response.refusal.delta), not text: it was dropped, and the person saw an empty answer."""

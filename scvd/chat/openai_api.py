@@ -12,6 +12,7 @@ import abc
 import asyncio
 import json
 import logging
+import math
 from collections.abc import Hashable
 from typing import Any, AsyncIterator
 from urllib.parse import urlsplit
@@ -266,7 +267,7 @@ class ResponsesProvider(_Base):
                 yield CallRequested(ToolCall(item.call_id, item.name, item.arguments or "{}"))
             elif kind == "response.completed":
                 u = event.response.usage
-                yield ReplyDone(Usage(u.input_tokens, u.output_tokens) if u else Usage())
+                yield ReplyDone(Usage(_tokens(u.input_tokens), _tokens(u.output_tokens)) if u else Usage())
                 await _drain(stream)
                 return
             elif kind == "response.incomplete" and _why(event) == "max_output_tokens":
@@ -300,7 +301,7 @@ def _event_shaped(event: Any) -> bool:
     if kind == "response.completed":
         response = getattr(event, "response", None)
         usage = getattr(response, "usage", None)
-        return _fields(response) and (usage is None or _fields(usage, input_tokens=int, output_tokens=int))
+        return _fields(response) and (usage is None or _fields(usage, input_tokens=_COUNT, output_tokens=_COUNT))
     return True
 
 
@@ -376,7 +377,7 @@ class ChatProvider(_Base):
                 log.debug("the end of a Chat Completions stream was not read: %s", exc)  # nothing is lost
                 break
             if chunk.usage:
-                usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
+                usage = Usage(_tokens(chunk.usage.prompt_tokens), _tokens(chunk.usage.completion_tokens))
             for choice in chunk.choices or []:
                 finished = finished or bool(choice.finish_reason)
                 limited = limited or choice.finish_reason == "length"
@@ -438,7 +439,12 @@ def _objects(values: Any, *also: Any) -> bool:
 
 
 _TEXT = (str, type(None))  # a text field the wire API may leave out or send as null
-_COUNT = (int, type(None))
+_COUNT = (int, float, type(None))  # a token count: some servers send 11.0 (or an average), or null
+
+
+def _tokens(count: int | float | None) -> int:
+    """A usage count as the whole number turn.completed carries; null or not finite (1e400) counts 0."""
+    return int(count) if count is not None and math.isfinite(count) else 0
 
 
 def _fields(value: Any, **types: Any) -> bool:
