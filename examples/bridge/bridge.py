@@ -195,7 +195,7 @@ class Bridge:
                 try:
                     await self.on_message(chat, text)
                 except ConnectionClosed:
-                    relay.cancel()
+                    await relay  # it ends too, once it relayed what came before the break and told the chats
                     await self.connect()
                     relay = asyncio.ensure_future(self.events())
                     await self.on_message(chat, text)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import importlib.util
 import json
 import re
 import resource
@@ -11,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Cut, Text
@@ -269,3 +271,65 @@ def test_the_example_bridge_serves_more_chats_than_a_connection_holds_sessions(m
         assert ends(proc)
     said = [msg["content"] for msg in m.requests[-1]["messages"] if msg["role"] == "user"]
     assert said == ["hello", "me again"]  # alice's conversation, reopened
+
+
+def load_bridge():
+    """examples/bridge/bridge.py as a module, to run its Bridge on a chat app of the test's."""
+    spec = importlib.util.spec_from_file_location("example_bridge", BRIDGE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class ScriptedApp:
+    """A chat app whose messages come from a script (an async generator of the test's) and whose
+    output is kept: each (chat, text) the bridge sent, in order."""
+
+    def __init__(self) -> None:
+        self.said: list[tuple[str, str]] = []
+        self.news = asyncio.Event()
+        self.script: Any = None
+
+    async def messages(self):
+        async for message in self.script(self):
+            yield message
+
+    def send(self, chat: str, text: str) -> None:
+        self.said.append((chat, text))
+        self.news.set()
+
+    async def heard(self, chat: str, start: str) -> str:
+        while True:
+            for said_chat, text in self.said:
+                if said_chat == chat and text.startswith(start):
+                    return text
+            self.news.clear()
+            await self.news.wait()
+
+
+def test_the_example_bridge_tells_the_chat_when_a_message_meets_scvd_gone_first(make_daemon, model, scv_home,
+                                                                                workspace, tmp_path, monkeypatch):
+    """scvd went away while alice's turn waited for the owner, and bob's message met the closed
+    connection before the relay did: the relay was cancelled unheard, so alice never learnt her message
+    was lost, and her turn stayed running: the bridge never exited when its input closed."""
+    m = model(Calls(("find_tools", {"query": "write"})),
+              Calls(("write", {"path": "hi.txt", "content": "hi\n", "mode": "create"})), Text("hi bob"))
+    d, _ = daemon_for(make_daemon, scv_home, m, workspace, tmp_path)
+    monkeypatch.setenv("SCV_HOME", str(scv_home))
+    bridge_mod = load_bridge()
+    app = ScriptedApp()
+
+    async def script(app: ScriptedApp):
+        yield "alice", "write hi.txt please"
+        await app.heard(bridge_mod.OWNER, "alice wants write")
+        d.proc.kill()
+        await bridge.client.link.closed  # the connection is lost; the relay has not read that yet
+        make_daemon(home=scv_home)  # blocks the loop: bob's message comes before the relay runs
+        yield "bob", "hello"
+        await app.heard("bob", "hi bob")
+        assert ("alice", "(scvd went away before answering; send your message again)") in app.said
+
+    app.script = script
+    bridge = bridge_mod.Bridge(app, str(workspace), tmp_path / "b.json")
+    asyncio.run(asyncio.wait_for(bridge.run(), 60))  # it ends: no turn is left running
+    assert not (workspace / "hi.txt").exists()
