@@ -29,6 +29,7 @@ from scvd import errors, protocol as p
 from scvd.text import printable
 
 OWNER = "owner"
+OWNER_GONE = "the owner's console closed: nobody is left to decide this"
 
 
 class Console:
@@ -69,6 +70,8 @@ class Bridge:
         self.running: dict[str, str] = {}  # turns not yet ended -> their chat
         self.ended: set[str] = set()  # turns whose end the relay read before their turn.accepted was taken
         self.idle = asyncio.Event()
+        self.asked: dict[str, Any] = {}  # approvals and questions waiting for the owner, by their id
+        self.owner_gone = False  # input closed: what the owner is asked from now on is declined
 
     async def connect(self) -> None:
         """(Re)connect; sessions belong to a connection, so chats are reopened lazily."""
@@ -150,6 +153,17 @@ class Bridge:
         except Exception as exc:  # a typo in an id must not stop the bridge
             self.app.send(OWNER, f"{type(exc).__name__}: {getattr(exc, 'message', exc)}")
 
+    async def decline(self, event: p.ApprovalRequested | p.QuestionAsked) -> None:
+        try:
+            if isinstance(event, p.ApprovalRequested):
+                await self.client.request(p.ApprovalDecide, approval_id=event.approval_id, decision="deny",
+                                          reason=OWNER_GONE)
+            else:  # the model hears there is no answer and goes on without one
+                await self.client.request(p.QuestionAnswer, session=event.session, question_id=event.question_id,
+                                          answer=f"(no answer: {OWNER_GONE})")
+        except errors.ScvError:  # decided, or its turn ended, meanwhile
+            pass
+
     async def events(self) -> None:
         """Relay the daemon's events: text to the chat it belongs to, decisions to the owner only."""
         partial: dict[str, list[str]] = {}
@@ -161,10 +175,18 @@ class Bridge:
                 for chat in self.running.values():  # its sessions, and their turns, ended with it
                     self.app.send(chat, "(scvd went away before answering; send your message again)")
                 self.running.clear()
+                self.asked.clear()
                 self.idle.set()
                 return
             chat = self.chats.get(getattr(event, "session", ""), "?")
+            if isinstance(event, (p.ApprovalRequested, p.QuestionAsked)):
+                self.asked[getattr(event, "approval_id", None) or event.question_id] = event
+                if self.owner_gone:
+                    await self.decline(event)
+            elif isinstance(event, p.ApprovalResolved):
+                self.asked.pop(event.approval_id, None)
             if isinstance(event, (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)):
+                self.asked = {k: e for k, e in self.asked.items() if getattr(e, "turn", "") != event.turn}
                 if self.running.pop(event.turn, None) is None:
                     self.ended.add(event.turn)
                 if not self.running:
@@ -201,7 +223,13 @@ class Bridge:
                     await self.on_message(chat, text)
             except errors.ScvError as exc:  # a message while its chat's turn runs, say (sent again too)
                 self.app.send(chat, f"(not sent: {exc.message})")
-        if self.running:  # stdin closed: let the running turns finish, then stop
+        # stdin closed: let the running turns finish, then stop; nobody can approve or answer now, so
+        # what waits for the owner is declined (else a turn would wait out the approval timeout, or
+        # its question for ever)
+        self.owner_gone = True
+        for event in list(self.asked.values()):
+            await self.decline(event)
+        if self.running:
             await self.idle.wait()
         relay.cancel()
         await self.client.close()

@@ -333,3 +333,24 @@ def test_the_example_bridge_tells_the_chat_when_a_message_meets_scvd_gone_first(
     bridge = bridge_mod.Bridge(app, str(workspace), tmp_path / "b.json")
     asyncio.run(asyncio.wait_for(bridge.run(), 60))  # it ends: no turn is left running
     assert not (workspace / "hi.txt").exists()
+
+
+def test_the_example_bridge_declines_what_waits_for_the_owner_once_its_input_closed(make_daemon, model, scv_home,
+                                                                                    workspace, tmp_path):
+    """Input closed while a turn waited for the owner: nobody could type /approve or /answer any more,
+    yet the bridge waited for the turn, out approvals.timeout_seconds (15 minutes) for an approval and
+    for ever for a question. Both are declined now, and the model's answer still reaches the chat."""
+    m = model(Calls(("find_tools", {"query": "write"})),
+              Calls(("write", {"path": "hi.txt", "content": "hi\n", "mode": "create"})),
+              Calls(("ask_user", {"question": "which file, then?"})), Text("nothing written"))
+    d, argv = daemon_for(make_daemon, scv_home, m, workspace, tmp_path)
+    with running(argv, d.env) as proc:
+        say(proc, "alice: write hi.txt please")
+        read_until(proc, r"^\[owner\] alice wants write")
+        assert ends(proc)
+        assert proc.stdout.read().endswith("[alice] nothing written\n")
+    denied, answered = m.outputs(2)[-1], m.outputs(3)[-1]
+    assert json.loads(denied)["error"]["kind"] == "denied" and "the owner's console closed" in denied
+    assert json.loads(answered)["result"]["answer"] == \
+        "(no answer: the owner's console closed: nobody is left to decide this)"
+    assert not (workspace / "hi.txt").exists()
