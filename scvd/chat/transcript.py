@@ -49,9 +49,6 @@ class Transcripts:
                 f"conversation {conversation[:80]!r} is not an id scvd gave out (letters, digits, _ and -)")
         return self.root / f"{conversation}.jsonl"
 
-    def exists(self, conversation: str) -> bool:
-        return self.path(conversation).is_file()
-
     def append(self, conversation: str, records: Iterable[Any]) -> None:
         data = b"".join(json_bytes(_encoder.encode, r) + b"\n" for r in records)
         if not data:
