@@ -235,22 +235,24 @@ def ensure_private_dir(path: Path) -> str | None:
 def repair_tree(root: Path) -> list[str]:
     """Make every directory under `root` 0700 and every file 0600; symlinks are left alone.
 
-    Agent CLIs create their own folders 0755, so this runs after each agent run too.
+    Agent CLIs create their own folders 0755, so this runs after each agent run too. The
+    walk holds each directory open and looks at its entries through it, so an agent that
+    swaps a folder or file of its home for a symlink never has scvd change what it leads to.
     """
     notes: list[str] = []
     if not root.is_dir() or root.is_symlink():
         return notes
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames, dir_fd in os.fwalk(root):
         for name, want in [(d, DIR_MODE) for d in dirnames] + [(f, FILE_MODE) for f in filenames]:
-            p = os.path.join(dirpath, name)
-            notes += _fix_mode(p, want)
+            notes += _fix_mode(os.path.join(dirpath, name), want, name=name, dir_fd=dir_fd)
     notes += _fix_mode(str(root), DIR_MODE)
     return notes
 
 
-def _fix_mode(p: str, want: int) -> list[str]:
+def _fix_mode(p: str, want: int, *, name: str | None = None, dir_fd: int | None = None) -> list[str]:
+    """Tighten `p` (or `name` in the directory `dir_fd`); the note of what changed."""
     try:
-        st = os.lstat(p)
+        st = os.lstat(name or p, dir_fd=dir_fd)
     except FileNotFoundError:
         return []
     if stat.S_ISLNK(st.st_mode):
@@ -260,11 +262,31 @@ def _fix_mode(p: str, want: int) -> list[str]:
         return []
     # keep the owner's bits (an executable stays executable), drop group and other
     fixed = mode & 0o700 | (want & 0o700 if stat.S_ISDIR(st.st_mode) else 0)
-    try:
-        os.chmod(p, fixed)
-    except FileNotFoundError:  # gone since: another run of the same agent renamed its temp file
+    if not _chmod_seen(name or p, st, fixed, dir_fd):
         return []
     return [f"tightened {p} from {mode:04o} to {fixed:04o}"]
+
+
+def _chmod_seen(p: str, seen: os.stat_result, mode: int, dir_fd: int | None) -> bool:
+    """chmod the very file `seen` describes; False when `p` is something else by now.
+
+    An agent may swap the entry for a symlink between the look and the chmod: a chmod by
+    path would then follow it out of the home. The file is opened without following (O_PATH
+    needs no permission on it) and changed through that descriptor, /proc/self/fd/N.
+    """
+    try:
+        fd = os.open(p, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:  # gone since: another run of the same agent renamed its temp file
+        return False
+    try:
+        now = os.fstat(fd)
+        # a symlink (or another file) in its place; a symlink made at once may reuse the inode number
+        if not os.path.samestat(seen, now) or stat.S_IFMT(seen.st_mode) != stat.S_IFMT(now.st_mode):
+            return False
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+    finally:
+        os.close(fd)
+    return True
 
 
 def prepare(paths: Paths) -> list[str]:

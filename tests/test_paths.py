@@ -187,6 +187,35 @@ def test_repair_tree_is_a_no_op_on_a_symlinked_root(tmp_path):
     assert mode(real) == 0o755
 
 
+@pytest.mark.parametrize("kind", ["file", "dir"])
+def test_an_entry_swapped_for_a_symlink_mid_repair_leaves_its_target_alone(tmp_path, monkeypatch, kind):
+    """An agent in its home swaps an entry for a symlink after the repair looked at it: a chmod by
+    path followed the link and set a file outside the home to the owner bits the agent chose."""
+    home, outside = tmp_path / "home", tmp_path / "outside"
+    home.mkdir(mode=0o700)
+    outside.mkdir() if kind == "dir" else outside.write_text("the user's own")
+    outside.chmod(0o755)
+    entry = home / "entry"
+    entry.mkdir() if kind == "dir" else entry.write_text("the agent's")
+    entry.chmod(0o077)  # repaired to 0000: no access left for the owner either
+    real_lstat, swapped = os.lstat, []
+
+    def lstat_then_swap(path, *, dir_fd=None):  # the agent acts right after scvd's look
+        seen = real_lstat(path, dir_fd=dir_fd)
+        if os.path.basename(path) == "entry" and not swapped:
+            entry.rmdir() if kind == "dir" else entry.unlink()
+            entry.symlink_to(outside)
+            swapped.append(path)
+        return seen
+
+    monkeypatch.setattr(os, "lstat", lstat_then_swap)
+    notes = repair_tree(home)
+    monkeypatch.undo()
+    assert swapped, "the repair never looked at the entry"
+    assert mode(outside) == 0o755
+    assert not any("entry" in note for note in notes)
+
+
 def test_ensure_private_dir_tightens(tmp_path):
     d = tmp_path / "d"
     d.mkdir(mode=0o777)
