@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from .cli import connect, emit_json
 from .client import Client
 
 STATUS_TIMEOUT = 60.0  # one agent's status command, when listing all of them
+STATUS_OUTPUT_BYTES = 1 << 20  # of its output, head and tail: enough for any verdict
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -202,29 +202,28 @@ def _status_line(side: Answers, name: str) -> str:
         return _unsupported(side, name, answer.unsupported)
     launch = answer.spec
     try:
-        returncode, output = _run_group(launch, STATUS_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return f"unknown (its status command ran past {STATUS_TIMEOUT:.0f} s)"
+        result = _run_status(launch)
     except OSError as exc:
         return f"cannot run {launch.argv[0]}: {exc.strerror}"
     finally:
         _repair(launch)
-    return classify_status(specs.ADAPTERS[name], returncode, output, home=Path(launch.cwd))
+    if result.timed_out:
+        return f"unknown (its status command ran past {STATUS_TIMEOUT:.0f} s)"
+    code = result.exit_code if result.signal is None else result.signal
+    return classify_status(specs.ADAPTERS[name], code, result.output, home=Path(launch.cwd))
 
 
-def _run_group(launch: Any, timeout: float) -> tuple[int, str]:
-    """Run a status command in a process group of its own; past `timeout` or on Ctrl-C the whole group
-    is killed (an npm launcher's real CLI is its child: killing the launcher alone left it running)."""
-    proc = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except BaseException:  # the timeout, or Ctrl-C: in a session of its own, the group never saw the SIGINT
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    return proc.returncode, out.decode("utf-8", "replace")
+def _run_status(launch: p.LaunchSpec) -> Any:
+    """Run a status command with scvd's own process runner: in a process group of its own, killed
+    whole past STATUS_TIMEOUT or on Ctrl-C (an npm launcher's real CLI is its child), and once it
+    exits, its output read for a bounded time only, so a helper it left running in a session of
+    its own, holding that output open, cannot keep the listing waiting."""
+    import asyncio
+
+    from scvd import process
+
+    return asyncio.run(process.run_process(launch.argv, cwd=launch.cwd, env=launch.env,
+                                           timeout=STATUS_TIMEOUT, output_limit=STATUS_OUTPUT_BYTES))
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -59,7 +59,7 @@ def failure_hint(adapter: specs.Adapter, output: str, failed: bool) -> str | Non
     return None
 
 
-def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str, home: Path | None = None) -> str:
+def classify_status(adapter: specs.Adapter, exit_code: int | str | None, output: str, home: Path | None = None) -> str:
     """One short verdict from a status command's output, never echoing it (it may hold a key).
 
     "not signed in" is checked against the configuration in `home`: an imported codex setup whose

@@ -451,6 +451,30 @@ def test_ctrl_c_during_status_kills_the_status_command_too(tmp_path: Path) -> No
     wait_dead(int(pid_file.read_text()))
 
 
+def test_a_helper_holding_the_status_output_does_not_hold_the_listing(tmp_path: Path) -> None:
+    """A status command that left a helper in a session of its own, its stdout still open, kept
+    `scvctl agents status` waiting for good: past the timeout the command's group was killed, but
+    the helper, outside that group, kept the pipe open and scvctl read on."""
+    env = {**daemonless_env(tmp_path / "scv", tmp_path), "FAKE_AGENT_MODE": "detach"}
+    pids = tmp_path / "agent-log" / "pids"
+    try:
+        out = scvctl_alone(env, "agents", "status")  # the old code never returned (a TimeoutExpired here)
+    finally:
+        for pid in pids.read_text().split() if pids.exists() else []:
+            kill_if_running(int(pid), "sleep")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["claude  not signed in", "codex   not signed in", "pi      not signed in"]
+
+
+def kill_if_running(pid: int, program: str) -> None:
+    """SIGKILL `pid` when it still runs `program` (not a pid reused since)."""
+    try:
+        if Path(f"/proc/{pid}/comm").read_text().strip() == program:
+            os.kill(pid, signal.SIGKILL)
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+
+
 def wait_dead(pid: int) -> None:
     """Wait until `pid` has exited (killed at once; init reaps the orphan in its own time)."""
     stat_file = Path(f"/proc/{pid}/stat")
