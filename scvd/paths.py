@@ -262,8 +262,11 @@ def _fix_mode(p: str, want: int, *, name: str | None = None, dir_fd: int | None 
         return []
     # keep the owner's bits (an executable stays executable), drop group and other
     fixed = mode & 0o700 | (want & 0o700 if stat.S_ISDIR(st.st_mode) else 0)
-    if not _chmod_seen(name or p, st, fixed, dir_fd):
-        return []
+    try:
+        if not _chmod_seen(name or p, st, fixed, dir_fd):
+            return []
+    except OSError as exc:  # named by the path, not by the descriptor it went through
+        raise OSError(exc.errno, exc.strerror, p) from None
     return [f"tightened {p} from {mode:04o} to {fixed:04o}"]
 
 
