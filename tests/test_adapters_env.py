@@ -139,6 +139,33 @@ def test_a_folder_linked_out_of_the_home_is_left_alone(paths: paths_mod.Paths, t
     assert mode(shared) == 0o755 and not any(shared.iterdir())
 
 
+def test_a_home_folder_swapped_for_a_link_while_checked_leaves_its_target_alone(
+        paths: paths_mod.Paths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another run of the agent (a second session) swaps `.config` for a symlink right after
+    ensure_home found it a folder: its chmod by path tightened the user's own folder to 0700."""
+    home = ensure_home(paths, "codex")
+    users = tmp_path / "users-own"
+    users.mkdir()
+    users.chmod(0o755)
+    (home / ".config").chmod(0o755)
+    real_mkdir, swapped = os.mkdir, []
+
+    def mkdir_then_swap(path, mode=0o777, *, dir_fd=None):  # the other run acts right after the look
+        try:
+            real_mkdir(path, mode, dir_fd=dir_fd)
+        finally:
+            if Path(path) == home / ".config" and not swapped:
+                (home / ".config").rmdir()
+                (home / ".config").symlink_to(users)
+                swapped.append(path)
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_swap)
+    ensure_home(paths, "codex")
+    monkeypatch.undo()
+    assert swapped, "ensure_home never made .config"
+    assert mode(users) == 0o755
+
+
 @pytest.mark.parametrize("what", ["a link to nothing", "not a directory"])
 def test_a_home_folder_that_is_no_directory_is_refused_saying_which(paths: paths_mod.Paths, tmp_path: Path,
                                                                      what: str) -> None:

@@ -47,7 +47,6 @@ def _ensure_home(paths: Any, name: str, home: Path) -> Path:
             f"the {name} home {home} must be a directory owned by scvd, not a link or a file; "
             "move it away and retry"
         )
-    notes = []
     linked: list[Path] = []  # folders the user linked elsewhere: theirs, neither made nor tightened
     # parents first: mkdir(parents=True) would create `.local` with the umask's mode
     for d in sorted({home, home / ".local", *home_layout(home).values()}):
@@ -59,10 +58,10 @@ def _ensure_home(paths: Any, name: str, home: Path) -> Path:
                 continue
             what = "a link to nothing" if d.is_symlink() and not d.exists() else "not a directory"
             raise Failed(f"{d} in the {name} home is {what}; move it away (or link it to a directory) and retry")
-        note = scv_paths.ensure_private_dir(d)
-        if note:
-            notes.append(note)
-    notes += scv_paths.repair_tree(home)
+        d.mkdir(mode=scv_paths.DIR_MODE, exist_ok=True)
+    # one there already is tightened by the walk, which never follows a folder swapped for a
+    # symlink since the look above (by another run of the agent); a chmod by path would
+    notes = scv_paths.repair_tree(home)
     _log_repairs(name, notes)
     return home
 
