@@ -174,13 +174,15 @@ class ScriptTool(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         secrets = await self._secrets(ctx)
+        # the path the sandbox binds: a folder linked in from elsewhere is hidden (scvd's own dirs) at its link
+        folder = os.path.realpath(self.definition.folder)
         env = passenv.build(os.environ, [*KEPT, *self.pass_env(ctx.config)],
-                            set={**secrets, "SCV_TOOL_DIR": str(self.definition.folder)})
+                            set={**secrets, "SCV_TOOL_DIR": folder})
         tools = ctx.config.tools
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
             argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, network=plan.network,
-                                               ro_binds=[self.definition.folder], approved=ctx.approved)
+                                               ro_binds=[folder], approved=ctx.approved)
         try:
             result = await run_process(
                 argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,

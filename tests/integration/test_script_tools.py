@@ -244,6 +244,24 @@ def test_sandboxed_when_the_sandbox_is_on(make_daemon, scv_home, workspace):
     assert folder.is_dir()
 
 
+@pytest.mark.bwrap
+def test_a_tool_folder_linked_in_from_elsewhere_finds_its_files_through_scv_tool_dir_in_the_sandbox(
+        make_daemon, scv_home, workspace, tmp_path):
+    """SCV_TOOL_DIR named the link in scvd's tools dir, which the sandbox hides: only the folder it
+    leads to is bound, so a script reading its own data through SCV_TOOL_DIR failed sandboxed only."""
+    real = make_tool(tmp_path / "mine", "lookup", "#!/bin/bash\ncat >/dev/null\ncat \"$SCV_TOOL_DIR/data.txt\"\n")
+    (real / "data.txt").write_text("from its folder\n")
+    (scv_home / "tools" / "script").mkdir(parents=True)
+    (scv_home / "tools" / "script" / "lookup").symlink_to(real)
+    d = make_daemon('[sandbox]\nmode = "bwrap"\n', home=scv_home)
+    with d.client() as c, d.client(name="owner") as owner:
+        call_id = c.start_call(c.open_session(workspace), "script_lookup", {"text": "x"})
+        assert approve(owner, call_id).sandboxed is True
+        done = c.wait_call(call_id)
+    assert done.ok, done.error
+    assert done.result == "from its folder\n"
+
+
 def scvctl(home: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "scvctl", *args], env=base_env(home),
                           capture_output=True, text=True, timeout=60)
