@@ -59,3 +59,28 @@ def values_at(struct: type, key: str) -> list[Any] | None:
     """The values a Literal field takes, or None for any other field."""
     values = getattr(type_at(struct, key), "values", None)
     return list(values) if values else None
+
+
+SHOWN_VALUE_CHARS = 80  # of a refused value that a schema error quotes
+SCHEMA_MESSAGE_CHARS = 1000  # of a whole schema error message
+BOUNDS = ("maxLength", "minLength", "maxItems", "minItems", "maxProperties", "minProperties")
+
+
+def schema_message(error: Any) -> str:
+    """jsonschema's message for `error` (a ValidationError), made to say what to do: the refused value
+    it quotes cut short (a 1 MiB argument came back whole, to the agent), the bound a too long or too
+    short value broke (`'...' is too long` does not say it), and JSON's null for Python's None."""
+    message, instance = error.message, error.instance
+    quoted = repr(instance)
+    if len(quoted) > SHOWN_VALUE_CHARS and quoted in message:
+        unit = _UNITS.get(type(instance))
+        size = f" ({len(instance):,} {unit}{'s' * (len(instance) != 1)})" if unit else ""
+        message = message.replace(quoted, f"{quoted[:SHOWN_VALUE_CHARS]}...{size}", 1)
+    elif instance is None:
+        message = message.replace("None is not", "null is not", 1)
+    if error.validator in BOUNDS:
+        message += f" ({error.validator} {error.validator_value})"
+    return message if len(message) <= SCHEMA_MESSAGE_CHARS else message[:SCHEMA_MESSAGE_CHARS] + " ..."
+
+
+_UNITS = {str: "character", list: "item", dict: "key"}

@@ -242,6 +242,18 @@ def test_arguments_are_validated_by_the_schema_naming_the_field(home: Path):
         assert info.value.message.startswith("script_words: ")
 
 
+def test_a_refused_long_argument_is_quoted_short_with_the_bound_it_broke(home: Path):
+    """jsonschema's message quotes the value whole: a 50 KB text sent past `maxLength` came back
+    whole in the error (to the agent, twice in its context), and `... is too long` never said how
+    long it may be."""
+    make_tool(home)
+    (d,), _ = load_all(paths(home))
+    with pytest.raises(errors.InvalidArguments) as info:
+        ScriptTool(d).decode({"text": "word " * 10_000})
+    assert info.value.message == ("script_words: argument `text`: '" + ("word " * 16)[:79] + "... (50,000 "
+                                  "characters) is too long (maxLength 100)")
+
+
 def test_declared_secrets_across_tools(home: Path):
     make_tool(home, "a", spec={"secrets": ["B_TOKEN", "A_TOKEN"]})
     make_tool(home, "b", spec={"secrets": ["A_TOKEN"]})

@@ -29,6 +29,7 @@ import os
 from typing import Any, ClassVar
 
 from .. import passenv
+from .. import validation_text as vt
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import CUT_MARKER, run_process
 from ..redact import forms, redact, redact_tree
@@ -124,8 +125,7 @@ class ScriptTool(Tool):
             first = problems[0]
             where = ".".join(str(p) for p in first.absolute_path)
             field = f"argument `{where}`" if where else "arguments"
-            message = first.message.replace("None is not", "null is not", 1) if first.instance is None else first.message
-            raise InvalidArguments(f"{self.name}: {field}: {message}")
+            raise InvalidArguments(f"{self.name}: {field}: {vt.schema_message(first)}")
         return arguments
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
