@@ -99,6 +99,15 @@ def test_find_tools_search_loads_matches_and_list_loads_nothing():
     assert hidden == [] and shown[0]["name"] == "store_secret"
 
 
+def test_find_tools_loads_no_schema_for_a_small_word_of_the_query():
+    """Words matched as substrings: the "a" of "read a file" is in "watch" and in nearly every
+    description, so a search loaded up to 8 unrelated schemas, sent with every later request."""
+    t = turn()
+    assert t.catalog.find(cat.FindToolsArgs(query="read a file"))[1] == ["read", "write"]
+    assert t.catalog.find(cat.FindToolsArgs(query="how to do it"))[1] == []
+    assert t.catalog.find(cat.FindToolsArgs(query="fil"))[1] == ["read", "write"]  # and the words it starts
+
+
 def test_find_tools_takes_null_for_an_argument_as_its_default():
     """Models send null for an optional argument they mean to leave out, and every tool takes it so:
     find_tools answered invalid_arguments and the model spent a step on it."""

@@ -8,6 +8,7 @@ catalog here, with no call through the pipeline: it only reads the tool list.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Iterable, Literal
 
@@ -126,9 +127,26 @@ def waiting_line(server: str, keys: tuple[str, ...]) -> str:
             f"call {STORE_SECRET} with that key and tool '{MCP_PREFIX}{server}', then {FIND_TOOLS} again.")
 
 
+# words that say nothing of a tool ("use" opens every description's When line): a query's
+# "read a file" loaded every schema whose description held an "a"
+STOP_WORDS = frozenset("a an and are as at be by can do for from how i in into is it me my of on or "
+                       "the this to use using with".split())
+WORD_RE = re.compile(r"[a-z0-9]+")
+PREFIX_CHARS = 3  # a query word this long also matches the words it starts ("file" finds "files")
+
+
 def _score(entry: Entry, words: list[str]) -> int:
-    name, text = entry.name.lower(), entry.description.lower()
-    return sum(10 if w == name else 3 if w in name else 1 if w in text else 0 for w in words)
+    """Each query word scores when it is the tool's name, part of it, or a word of its description
+    (or starts one); words that match whole words only, so "to" does not find "store" or "tools"."""
+    name, text = entry.name.lower(), WORD_RE.findall(entry.description.lower())
+    parts = name.split("_")
+    return sum(10 if w == name else 3 if _matches(w, parts) or len(w) >= PREFIX_CHARS and w in name
+               else 1 if _matches(w, text) else 0
+               for w in words if w not in STOP_WORDS)
+
+
+def _matches(word: str, words: list[str]) -> bool:
+    return any(w == word or len(word) >= PREFIX_CHARS and w.startswith(word) for w in words)
 
 
 def instructions(system_prompt: str, names: list[str], secrets: str = "") -> str:
