@@ -89,6 +89,17 @@ def test_a_dangling_tool_json_symlink_says_where_it_leads(home: Path):
                                         "not exist; fix the link or put the file there")
 
 
+def test_a_tool_folder_linked_from_a_place_that_is_gone_is_an_error_not_a_silent_loss(home: Path, tmp_path: Path):
+    """A folder linked in from a repository that was moved was passed over as no folder at all: the
+    tool vanished from tools.list with no log line and nothing in `scvctl tools --errors`."""
+    (home / "tools" / "script").mkdir(parents=True)
+    (home / "tools" / "script" / "words").symlink_to(tmp_path / "moved" / "words")
+    error = only_error(home)
+    assert error.name == "script_words"
+    assert error.message == (f"rule 'tool.json': its folder is a symlink to '{tmp_path / 'moved' / 'words'}', "
+                             "which does not exist; fix the link or remove it")
+
+
 def test_a_hidden_folder_beside_the_tools_is_neither_a_tool_nor_an_error(home: Path):
     """Script tools kept in a git repository: its `.git` was a broken tool ("folder name '.git' must
     be ...") at every start and reload."""

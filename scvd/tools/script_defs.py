@@ -69,8 +69,10 @@ def load_all(paths: Any) -> tuple[list[ScriptDef], list[LoadError]]:
     root = script_root(paths)
     try:
         with os.scandir(root) as entries:
-            # a hidden folder (`.git`, when the tools are kept in a repository) is no tool and no error
-            folders = sorted((e for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=True)),
+            # a hidden folder (`.git`, when the tools are kept in a repository) is no tool and no error;
+            # a link to a folder that is gone is an error, else its tool would vanish without a word
+            folders = sorted((e for e in entries if not e.name.startswith(".")
+                              and (e.is_dir(follow_symlinks=True) or _dangling(Path(e.path)))),
                              key=lambda e: e.name)
     except FileNotFoundError:
         return [], []
@@ -119,6 +121,9 @@ def _decode(path: Path) -> ToolJson:
     try:
         data = read_regular_file(path, MAX_DEFINITION_BYTES)
     except FileNotFoundError:
+        if _dangling(path.parent):
+            raise DefinitionError(path, "tool.json", f"its folder is a symlink to {os.readlink(path.parent)!r}, "
+                                                     "which does not exist; fix the link or remove it") from None
         if path.is_symlink():
             raise DefinitionError(path, "tool.json", f"it is a symlink to {os.readlink(path)!r}, which does not "
                                                      "exist; fix the link or put the file there") from None
@@ -136,6 +141,10 @@ def _decode(path: Path) -> ToolJson:
         raise DefinitionError(path, "tool.json", _explain(exc)) from None
     except msgspec.DecodeError as exc:  # the error's source is the file: not said again
         raise DefinitionError(path, "tool.json", f"not valid JSON: {exc}") from None
+
+
+def _dangling(path: Path) -> bool:
+    return path.is_symlink() and not path.exists()
 
 
 def _explain(exc: msgspec.ValidationError) -> str:
