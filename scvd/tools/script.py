@@ -21,6 +21,7 @@ store just before it starts.
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import json
 import logging
@@ -48,6 +49,8 @@ TAIL_CHARS = 2000  # of stderr quoted in an error, and of stdout in a failed run
 SECRETS_SERVICE = "secrets"  # ctx.services key of the daemon's SecretStore
 MAX_ERRORS_SORTED = 64  # of the arguments' schema errors, the first path among these is reported
 CUT_PART_CHARS = 4  # of a secret cut in two by the output cap, a part this long is taken out
+SHEBANG_BYTES = 256  # of a command read for its #! line when it did not start
+BWRAP_EXEC_FAILED = "bwrap: execvp "  # bwrap's stderr (and exit 1) when it could not start the command
 KEPT = ("HOME",)  # besides the allow-list: a script has no private home, so it keeps the user's
 
 
@@ -190,9 +193,19 @@ class ScriptTool(Tool):
                 stderr_limit=STDERR_LIMIT, wrapper=plan.sandboxed,
             )
         except OSError as exc:
-            raise Failed(f"{self.name}: cannot start {self.definition.executable}: {exc.strerror or exc}") from exc
+            raise self._cannot_start(exc.strerror or str(exc), exc.errno) from exc
+        if plan.sandboxed and result.exit_code == 1 and result.stderr.startswith(BWRAP_EXEC_FAILED):
+            if _shebang_problem(self.definition.executable):  # else the script's own exit 1
+                raise self._cannot_start("", errno.ENOENT)
         clipped = plan.timeout is not None and plan.timeout < self.deadline(ctx.config)
         return self._answer(redacted(result, secrets), plan, secrets, clipped)
+
+    def _cannot_start(self, why: str, code: int | None) -> Failed:
+        """The command did not start; its #! line may say why better than the kernel's "No such file
+        or directory" for a file that is there (a missing interpreter, a Windows line ending)."""
+        if code in (errno.ENOENT, errno.ENOEXEC):
+            why = _shebang_problem(self.definition.executable, code == errno.ENOEXEC) or why
+        return Failed(f"{self.name}: cannot start {self.definition.executable}: {why}")
 
     async def _secrets(self, ctx: CallContext) -> dict[str, str]:
         """The declared secrets' values, or CredentialMissing for the first missing key."""
@@ -257,6 +270,25 @@ class ScriptTool(Tool):
             f"{head} and did not say which (a stderr line `{REJECTED_MARK}KEY` would); its secrets: {keys}; "
             "store a new value for the rejected one with store_secret (its key) or `scvctl secrets set KEY`, "
             f"then call the tool again{said}", hint=f"scvctl secrets set KEY  (one of: {keys})")
+
+
+def _shebang_problem(executable: Any, enoexec: bool = False) -> str | None:
+    """What in the first line of `executable` keeps it from starting, or None when it seems fine."""
+    try:
+        with open(executable, "rb") as f:
+            head = f.read(SHEBANG_BYTES)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):  # the kernel runs no script without one (a shell would, with sh)
+        return "it is no binary and has no #! line naming what runs it; add one, e.g. #!/bin/sh" if enoexec else None
+    line = head[2:].partition(b"\n")[0]
+    if line.endswith(b"\r"):
+        return ("its #! line ends in a carriage return (Windows line endings), so the interpreter it names "
+                "does not exist; convert the file to Unix line endings, e.g. dos2unix")
+    interpreter = os.fsdecode(next(iter(line.split()), b""))
+    if not os.path.isfile(interpreter):
+        return f"its #! line names {interpreter!r}, which does not exist; fix that line, e.g. #!/usr/bin/env python3"
+    return None
 
 
 def rejected_key(stderr: str, declared: list[str] | tuple[str, ...]) -> str | None:

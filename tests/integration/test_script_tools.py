@@ -163,6 +163,24 @@ def test_approval_follows_the_declared_risk(make_daemon, scv_home, workspace):
     assert done.ok and done.result == "plain text, not JSON\n"
 
 
+@pytest.mark.parametrize("sandbox", ["off", pytest.param("bwrap", marks=pytest.mark.bwrap)])
+@pytest.mark.parametrize("script, why", [
+    ("#!/bin/sh\r\necho hi\r\n", "its #! line ends in a carriage return (Windows line endings)"),
+    ("#!/usr/bin/python-none\nprint(1)\n", "its #! line names '/usr/bin/python-none', which does not exist"),
+])
+def test_a_script_whose_interpreter_cannot_start_says_so_not_that_the_file_is_missing(
+        make_daemon, scv_home, workspace, sandbox, script, why):
+    """A script saved with Windows line endings, or naming an interpreter this system lacks, failed with
+    `cannot start .../run: No such file or directory` (bwrap's `execvp ...` in the sandbox) of a file
+    that is plainly there."""
+    folder = make_tool(scv_home, "words", script, risk="read_only")
+    d = make_daemon(f'[sandbox]\nmode = "{sandbox}"\n', home=scv_home)
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_words", {"text": "x"})
+    assert done.error.kind == "failed"
+    assert done.error.message.startswith(f"script_words: cannot start {folder / 'run'}: {why}"), done.error.message
+
+
 def test_a_failing_script_reports_its_exit_and_the_tails_of_stderr_and_stdout(make_daemon, scv_home, workspace):
     """What the script printed on stdout was dropped from the error: a script that says why it failed
     there (`echo "error: no such repo"; exit 1`) left the person with the exit code alone."""
