@@ -108,6 +108,15 @@ def test_find_tools_loads_no_schema_for_a_small_word_of_the_query():
     assert t.catalog.find(cat.FindToolsArgs(query="fil"))[1] == ["read", "write"]  # and the words it starts
 
 
+def test_find_tools_matches_a_query_word_with_punctuation_inside_by_its_words():
+    """Once descriptions were matched word by word, "SKILL.md" (or "read-skill") was one word that
+    no description word equals, so the search found nothing."""
+    found = cat.Catalog([cat.Entry("read_skill", "Read a skill's SKILL.md by name.", {"type": "object"}),
+                         cat.Entry("read", "Read a file.", {"type": "object"})])
+    assert found.find(cat.FindToolsArgs(query="SKILL.md"))[1] == ["read_skill"]
+    assert found.find(cat.FindToolsArgs(query="read-skill"))[1] == ["read_skill", "read"]
+
+
 def test_find_tools_takes_null_for_an_argument_as_its_default():
     """Models send null for an optional argument they mean to leave out, and every tool takes it so:
     find_tools answered invalid_arguments and the model spent a step on it."""

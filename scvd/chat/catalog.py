@@ -136,13 +136,14 @@ PREFIX_CHARS = 3  # a query word this long also matches the words it starts ("fi
 
 
 def _score(entry: Entry, words: list[str]) -> int:
-    """Each query word scores when it is the tool's name, part of it, or a word of its description
-    (or starts one); words that match whole words only, so "to" does not find "store" or "tools"."""
+    """Each query word scores when it is the tool's name; else each of its words ("SKILL.md" has two)
+    when it is part of the name, or a word of the description (or starts one): whole words only, so
+    "to" does not find "store" or "tools"."""
     name, text = entry.name.lower(), WORD_RE.findall(entry.description.lower())
     parts = name.split("_")
-    return sum(10 if w == name else 3 if _matches(w, parts) or len(w) >= PREFIX_CHARS and w in name
-               else 1 if _matches(w, text) else 0
-               for w in words if w not in STOP_WORDS)
+    return sum(10 if word == name else sum(
+        3 if _matches(w, parts) or len(w) >= PREFIX_CHARS and w in name else 1 if _matches(w, text) else 0
+        for w in WORD_RE.findall(word) if w not in STOP_WORDS) for word in words)
 
 
 def _matches(word: str, words: list[str]) -> bool:
