@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..config import server_secrets
+from .. import validation_text as vt
 from ..errors import Failed, InvalidArguments
 from ..process import CappedOutput
 from ..text import excerpt
@@ -113,7 +114,7 @@ class McpTool(Tool):
             error = errors[0]
             where = "/".join(str(p) for p in error.absolute_path)
             at = f"argument `{where}`: " if where else ""
-            raise InvalidArguments(f"{self.name}: {at}{error.message}")
+            raise InvalidArguments(f"{self.name}: {at}{vt.schema_message(error)}")
         return arguments
 
     def _errors(self, arguments: dict[str, Any]) -> list[Any]:

@@ -121,6 +121,10 @@ def test_filesystem_tools_appear_and_a_read_runs_through_the_gate(fs_daemon, wor
         bad = c.call(session, "mcp__fs__read_text_file", {"path": 3})
         assert bad.error.kind == "invalid_arguments"
         assert bad.error.message == "mcp__fs__read_text_file: argument `path`: 3 is not of type 'string'"
+        # a refused value is quoted short, as a script tool's is: 50,000 chars came back whole to the agent
+        long = c.call(session, "mcp__fs__read_text_file", {"path": ["x" * 50_000]})
+        assert long.error.message == ("mcp__fs__read_text_file: argument `path`: "
+                                      f"{str(['x' * 50_000])[:80]}... (1 item) is not of type 'string'")
 
 
 def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_refused(fs_daemon, workspace):
