@@ -11,6 +11,9 @@ Rules:
   call: the call learns only the key and where it was stored.
 - A request ends once: stored, declined, timed_out (approvals.timeout_seconds)
   or cancelled (the call went away); every approver hears `secret.resolved`.
+  Its timeout runs on the approvals' clock (`awake_clock`), which goes on while
+  the machine sleeps, as the `expires_at` an approver is shown: an answer after
+  it, or a watcher that starts meanwhile, times the request out instead.
 - Once a value is taken for storing, only the store ends the request (stored or
   failed): the timeout no longer applies, and the call waits up to
   STORE_SECONDS more for the store; a cancelled call leaves the store's outcome
@@ -29,6 +32,7 @@ from typing import Any, Callable
 
 from . import errors, protocol as p
 from . import secrets as secrets_mod
+from .approvals import EXPIRY_CHECK, awake_clock
 from .secrets import SecretStore, check_key, check_value
 from .text import printable
 
@@ -50,6 +54,8 @@ class SecretRequest:
     tool: str
     targets: list[Any]
     expires_at: float | None
+    timeout: float | None = None
+    deadline: float = float("inf")  # on awake_clock(): when it times out
     storing: bool = False  # a value was taken: the store, not the timeout, ends the request
     future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
@@ -84,7 +90,8 @@ class SecretRequests:
             id=f"s-{secrets.token_hex(6)}", session=session, call_id=call_id, key=key,
             # the agent wrote it: escaped like an approval's summary, for terminals and chat bridges alike
             question=printable((question or f"{tool or 'a tool'} needs the secret {key}")[:MAX_QUESTION_CHARS]),
-            tool=tool, targets=targets, expires_at=time.time() + timeout if timeout else None)
+            tool=tool, targets=targets, expires_at=time.time() + timeout if timeout else None, timeout=timeout,
+            deadline=awake_clock() + timeout if timeout else float("inf"))
         self.pending[request.id] = request
         log.info("secret request %s: %s for %s (session %s), asked %d approver(s)",
                  request.id, key, tool or "?", session, len(targets))
@@ -93,11 +100,11 @@ class SecretRequests:
         for conn in targets:
             self._send(conn, _requested(request))
         try:
-            return await self._answer(request, timeout)
+            return await self._answer(request)
         except TimeoutError:
             if request.future.done():  # answered in the very turn the time ran out: that answer counts
                 return request.future.result()
-            self._finish(request, *self._late(request, timeout))
+            self._finish(request, *self._late(request))
             raise request.future.exception() from None  # type: ignore[misc]
         except asyncio.CancelledError:
             if request.storing:  # the store's outcome is still recorded; nobody waits for it
@@ -106,18 +113,21 @@ class SecretRequests:
                 self._finish(request, "cancelled", None, errors.Cancelled("the call was cancelled"))
             raise
 
-    async def _answer(self, request: SecretRequest, timeout: float | None) -> Any:
-        """The stored entry; a value taken for storing before `timeout` gets STORE_SECONDS more."""
-        try:
-            async with asyncio.timeout(timeout):
-                return await asyncio.shield(request.future)
-        except TimeoutError:
-            if not request.storing:
-                raise
+    async def _answer(self, request: SecretRequest) -> Any:
+        """The stored entry; a value taken for storing before the deadline gets STORE_SECONDS more.
+        The loop's clock stops while the machine sleeps: the deadline is looked at every EXPIRY_CHECK."""
+        while (left := request.deadline - awake_clock()) > 0:
+            try:
+                async with asyncio.timeout(min(left, EXPIRY_CHECK)):
+                    return await asyncio.shield(request.future)
+            except TimeoutError:
+                pass
+        if not request.storing:
+            raise TimeoutError
         async with asyncio.timeout(STORE_SECONDS):
             return await asyncio.shield(request.future)
 
-    def _late(self, request: SecretRequest, timeout: float | None) -> tuple[str, None, errors.ToolError]:
+    def _late(self, request: SecretRequest) -> tuple[str, None, errors.ToolError]:
         """How a request that ran out of time ends: timed_out, or failed if the store never answered."""
         key = request.key
         if request.storing:
@@ -126,7 +136,7 @@ class SecretRequests:
                 f"out; it may be stored anyway: check `scvctl secrets list`, else `scvctl secrets set {key}`, "
                 "then call again")
         return "timed_out", None, errors.Denied(
-            f"nobody entered {key} within approvals.timeout_seconds ({timeout:g} s); "
+            f"nobody entered {key} within approvals.timeout_seconds ({request.timeout:g} s); "
             f"store it with `scvctl secrets set {key}` and call again")
 
     def check_approvers(self, session: str, key: str) -> list[Any]:
@@ -182,6 +192,8 @@ class SecretRequests:
     def watching(self, conn: Any) -> None:
         """A connection started watching: it is asked too, for every request still pending."""
         for request in list(self.pending.values()):
+            if self._timed_out(request):
+                continue
             if conn not in request.targets and not conn.closed:
                 request.targets.append(conn)
                 self._send(conn, _requested(request))
@@ -201,7 +213,18 @@ class SecretRequests:
         if request is None:
             raise errors.ApprovalNotFound(
                 f"no pending secret request {request_id!r}; it may have been answered, declined or timed out")
+        if self._timed_out(request):
+            raise errors.ApprovalNotFound(
+                f"secret request {request_id} timed out before this answer came (the machine slept through "
+                f"approvals.timeout_seconds); store it with `scvctl secrets set {request.key}`")
         return request
+
+    def _timed_out(self, request: SecretRequest) -> bool:
+        """End a request whose deadline passed while the machine slept (the loop's timer is late)."""
+        if request.deadline > awake_clock():
+            return False
+        self._finish(request, *self._late(request))
+        return True
 
     def _finish(self, request: SecretRequest, state: str, decided_by: str | None, error: BaseException | None,
                 *, reason: str | None = None, entry: Any = None) -> None:

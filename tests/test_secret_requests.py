@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,42 @@ def test_a_call_cancelled_while_its_value_is_stored_leaves_the_stored_outcome_re
     assert "typed-value-77" in (tmp_path / "secrets.toml").read_text()
     assert [a["state"] for a in audit if a["event"] == "secret_resolved"] == ["stored"]
     assert [e.state for _, e in sent if isinstance(e, p.SecretResolved)] == ["stored"]
+
+
+def test_an_answer_after_the_expiry_is_refused_though_the_loop_slept_through_it(tmp_path: Path):
+    """The loop's clock stops while the machine sleeps: after a resume a request its approver was
+    shown as expired (`expires_at`) stayed pending for up to its whole timeout again, and an answer
+    then was stored and the call went on hours late. It times out instead, as an approval does."""
+    sent: list[tuple[Any, p.Frame]] = []
+    audit: list[dict] = []
+    conn = Conn()
+    requests = SecretRequests(SecretStore(tmp_path / "secrets.toml", env={}, use_keyring=False),
+                              approvers=lambda session: [conn], send=lambda c, e: sent.append((c, e)),
+                              timeout=lambda: 0.01, audit=lambda event, **f: audit.append({"event": event, **f}))
+
+    async def scenario() -> tuple[BaseException, BaseException | None, list[p.Frame]]:
+        asks = [asyncio.create_task(requests.ask(session="s1", call_id=f"c{i}", key=f"TOKEN_{i}", question="",
+                                                 tool="t")) for i in (1, 2)]
+        while len(sent) < 2:
+            await asyncio.sleep(0)
+        first = sent[0][1]
+        time.sleep(0.05)  # past expires_at, and the loop ran no timer meanwhile: as over a suspend
+        assert time.time() > first.expires_at
+        with pytest.raises(errors.ApprovalNotFound) as info:
+            await requests.provide(first.request_id, "typed-value-77", decided_by="person")
+        watcher = Conn()
+        before = len(sent)
+        requests.watching(watcher)  # a watcher starting now is not asked for the other one either
+        asked_watcher = [e for c, e in sent[before:] if c is watcher]
+        done = await asyncio.gather(*asks, return_exceptions=True)
+        return info.value, done[0], asked_watcher + [done[1]]
+
+    refused, first_call, rest = asyncio.run(scenario())
+    assert refused.message.startswith("secret request s-") and "timed out before this answer came" in refused.message
+    assert "scvctl secrets set TOKEN_1" in refused.message
+    assert isinstance(first_call, errors.Denied)
+    assert first_call.message.startswith("nobody entered TOKEN_1 within approvals.timeout_seconds (0.01 s)")
+    assert len(rest) == 1 and isinstance(rest[0], errors.Denied)  # no secret.requested to the watcher
+    assert not (tmp_path / "secrets.toml").exists() and not requests.pending
+    assert [e.state for _, e in sent if isinstance(e, p.SecretResolved)] == ["timed_out", "timed_out"]
+    assert [a["state"] for a in audit if a["event"] == "secret_resolved"] == ["timed_out", "timed_out"]
