@@ -341,7 +341,29 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
             f"cannot write the units into {directory} ({exc.strerror}): make it a directory of yours with "
             "room to write, then run install again") from None
     run_steps(report, steps)
+    if report.manager is False:
+        running = running_outside(dict(os.environ, SCV_SOCKET=str(socket)) if socket else os.environ)
+        if running:
+            report.warnings.append(running)
     return report
+
+
+def running_outside(env: Mapping[str, str]) -> str | None:
+    """A warning when, with no user manager, something already listens on the instance's socket (an
+    `scvd run --daemon`): the service the next login starts would find the instance taken and fail."""
+    from scvd.instance import probe
+
+    paths = paths_mod.resolve(env)
+    if probe(paths.socket) is not None:
+        return None
+    try:
+        pid = paths.lock_file.read_text().strip()
+    except OSError:
+        pid = ""
+    who, stop = (f"pid {pid}, ", f"kill {pid}") if pid.isdigit() else ("", "stop it")
+    return (f"an scvd started without systemd runs on this instance ({who}on {paths.socket}): the service "
+            f"the next login starts would find it running and fail (cannot start: scvd is already running); "
+            f"{stop} before then, so the service can take over")
 
 
 def uninstall(*, dry_run: bool) -> Report:

@@ -177,6 +177,20 @@ def test_install_without_a_user_manager_enables_the_unit_for_the_next_login(user
     assert not os.path.lexists(unit_dir / enabled)  # no link left to a removed unit
 
 
+def test_install_without_a_user_manager_warns_of_an_scvd_running_outside_systemd(user_env, make_daemon, tmp_path):
+    """With `scvd run --daemon` running, the units enabled for the next login start a service that
+    finds the instance taken and fails (exit 3); install said only that they were in place."""
+    d = make_daemon(home=tmp_path / "instance")
+    env = {**user_env, "SCV_HOME": str(d.home), "PATH": "/nonexistent"}  # no systemctl: no manager either
+    done = run_service(env, "install")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (f"warning: an scvd started without systemd runs on this instance (pid {d.proc.pid}, on {d.socket}): "
+            "the service the next login starts would find it running and fail") in done.stdout
+    assert f"kill {d.proc.pid} before then" in done.stdout
+    assert d.stop() == 0
+    assert "without systemd runs" not in run_service(env, "install").stdout
+
+
 @needs_analyze
 def test_install_quotes_an_odd_path_so_systemd_finds_it(user_env, tmp_path):
     odd = tmp_path / "odd dir %n $HOME" / "bin"
