@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import errno
 import logging
 import os
 import re
@@ -418,6 +419,17 @@ class AuditLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def unopenable(path: Path, exc: OSError) -> str:
+    """Why the audit log at `path` cannot be opened, and what to do (a start refused over it)."""
+    if exc.errno == errno.ELOOP:  # O_NOFOLLOW: records never go where a link points
+        return (f"the audit log {path} is a symbolic link, which scvd does not follow; put the file itself "
+                "there (or remove the link), or give the instance another state directory (SCV_HOME)")
+    if exc.errno == errno.EISDIR:
+        return f"the audit log {path} is a directory; move it away, so scvd can make the file there"
+    return (f"cannot open the audit log {path} ({exc.strerror or exc}); make {path.parent} a directory of yours "
+            "with room to write")
 
 
 _second: tuple[int, str] = (-1, "")  # the formatted second, reused by every record within it

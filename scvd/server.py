@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from . import __version__, errors, eventloop, heap, limits, notify, protocol as p
-from .audit import AuditLog
+from .audit import AuditLog, unopenable
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
 from .chat.pipeline import screen
@@ -198,7 +198,10 @@ class Daemon:
         if not set_child_subreaper():
             log.warning("cannot become a child subreaper; orphans of tools go to init")
         # 3. the audit log and the sandbox probe
-        self.audit = AuditLog(self.paths.audit_log, self.config.audit.max_bytes, self.config.audit.keep)
+        try:
+            self.audit = AuditLog(self.paths.audit_log, self.config.audit.max_bytes, self.config.audit.keep)
+        except OSError as exc:  # what to fix, not an errno (a link in its place read as a loop)
+            raise errors.StartupError(unopenable(self.paths.audit_log, exc)) from None
         self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
         self.sandbox, self.sandbox_verdict = await self._probe_sandbox(self.config)
         # 4. serve the socket

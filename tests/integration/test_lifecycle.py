@@ -892,3 +892,24 @@ def test_a_stopping_scvd_leaves_the_socket_another_one_bound_there_since(make_wr
         assert first.proc.wait(15) == 0  # after its grace
     with Client.connect(shared, name="after") as c:
         assert c.status().pid == second.proc.pid
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("link", "is a symbolic link, which scvd does not follow; put the file itself there (or remove the link)"),
+    ("dir", "is a directory; move it away, so scvd can make the file there"),
+])
+def test_an_audit_log_that_cannot_be_opened_says_what_to_fix(make_daemon, tmp_path, kind, said):
+    """A link in the audit log's place (kept on another disk, say) read `[Errno 40] Too many levels of
+    symbolic links`, as if it were a loop; the start says what is wrong and what to do."""
+    home = tmp_path / "home"
+    (home / "state").mkdir(parents=True)
+    log = home / "state" / "audit.log"
+    if kind == "link":
+        (tmp_path / "elsewhere.log").write_text("")
+        log.symlink_to(tmp_path / "elsewhere.log")
+    else:
+        log.mkdir()
+    d = make_daemon(home=home, wait=False)
+    assert d.proc.wait(30) == 3
+    assert f"ERROR scvd: cannot start: the audit log {log} {said}" in d.log()
+    assert not d.socket.exists()
