@@ -81,8 +81,12 @@ def acquire_lock(path: Path) -> int:
         raise errors.StartupError(
             f"scvd is already running on this instance (pid {holder}, lock {path}); "
             "stop it first (systemctl --user stop scvd, or kill that pid)") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:  # a full disk: the lock is what counts (the pid only names us to a second start)
+        log.warning("cannot write this pid into %s (%s); a second scvd refused meanwhile names no pid",
+                    path, exc.strerror or exc)
     return fd
 
 

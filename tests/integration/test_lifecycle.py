@@ -913,3 +913,31 @@ def test_an_audit_log_that_cannot_be_opened_says_what_to_fix(make_daemon, tmp_pa
     assert d.proc.wait(30) == 3
     assert f"ERROR scvd: cannot start: the audit log {log} {said}" in d.log()
     assert not d.socket.exists()
+
+
+def test_a_disk_that_refuses_writes_does_not_stop_a_start(make_daemon, tmp_path):
+    """A full disk (here RLIMIT_FSIZE: Python ignores SIGXFSZ, so a write fails with EFBIG as with
+    ENOSPC): writing the pid into the lock file failed the start (`cannot start: [Errno 28] No space
+    left on device`, exit 3, restarted by systemd to its start limit), though the audit log is made
+    to run on through a full disk. The lock is what makes the instance exclusive; the pid is a note."""
+    import resource
+
+    first = make_daemon(home=tmp_path / "home")  # a start before the disk filled: the state is there
+    assert first.stop() == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scvd", "run"], env=first.env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,  # a pipe: no file the limit refuses
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY)))
+    try:
+        conftest.wait_for_socket(first.socket, proc=proc)
+        with Client.connect(first.socket) as c:
+            assert c.status().pid == proc.pid
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        err = proc.stderr.read().decode()
+        assert f"cannot write this pid into {first.home / 'state' / 'scvd.lock'}" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
