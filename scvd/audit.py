@@ -428,8 +428,8 @@ def unopenable(path: Path, exc: OSError) -> str:
                 "there (or remove the link), or give the instance another state directory (SCV_HOME)")
     if exc.errno == errno.EISDIR:
         return f"the audit log {path} is a directory; move it away, so scvd can make the file there"
-    return (f"cannot open the audit log {path} ({exc.strerror or exc}); make {path.parent} a directory of yours "
-            "with room to write")
+    return (f"cannot open the audit log {path} ({exc.strerror or exc}); check that it and {path.parent} are yours "
+            "and writable (one a `sudo scvd` left is root's: remove it), with room to write")
 
 
 _second: tuple[int, str] = (-1, "")  # the formatted second, reused by every record within it

@@ -895,8 +895,11 @@ def test_a_stopping_scvd_leaves_the_socket_another_one_bound_there_since(make_wr
 
 
 @pytest.mark.parametrize("kind, said", [
-    ("link", "is a symbolic link, which scvd does not follow; put the file itself there (or remove the link)"),
-    ("dir", "is a directory; move it away, so scvd can make the file there"),
+    ("link", "the audit log {log} is a symbolic link, which scvd does not follow; put the file itself there "
+             "(or remove the link)"),
+    ("dir", "the audit log {log} is a directory; move it away, so scvd can make the file there"),
+    ("socket", "cannot open the audit log {log} (No such device or address); check that it and {log.parent} "
+               "are yours and writable"),  # what no open() takes: the advice names the file and its directory
 ])
 def test_an_audit_log_that_cannot_be_opened_says_what_to_fix(make_daemon, tmp_path, kind, said):
     """A link in the audit log's place (kept on another disk, say) read `[Errno 40] Too many levels of
@@ -907,11 +910,15 @@ def test_an_audit_log_that_cannot_be_opened_says_what_to_fix(make_daemon, tmp_pa
     if kind == "link":
         (tmp_path / "elsewhere.log").write_text("")
         log.symlink_to(tmp_path / "elsewhere.log")
-    else:
+    elif kind == "dir":
         log.mkdir()
+    else:
+        holder = socket.socket(socket.AF_UNIX)
+        holder.bind(str(log))
+        holder.close()
     d = make_daemon(home=home, wait=False)
     assert d.proc.wait(30) == 3
-    assert f"ERROR scvd: cannot start: the audit log {log} {said}" in d.log()
+    assert f"ERROR scvd: cannot start: {said.format(log=log)}" in d.log()
     assert not d.socket.exists()
 
 
