@@ -66,6 +66,7 @@ class Daemon:
         self.install_signals = install_signals  # only the main thread may install handlers
         # the caller's, when it already built one from the same configuration (a start builds one, not two)
         self.registry: Registry = registry or build_registry(loaded.config, paths, self.extra_tools)
+        self._start_only = [_setting(loaded.config, key) for key in START_ONLY]  # what runs until a restart
         approvals = loaded.config.approvals
         self.gate = ApprovalGate(approvals.timeout_seconds, self._on_approval, approvals.max_pending,
                                  loaded.config.server.server_frame_bytes)
@@ -383,7 +384,8 @@ class Daemon:
             return False
         self.mcp.register_into(registry)  # servers left running keep their tools
         # all at once, after the probe: the new config never runs with the old probe's result
-        unapplied = [key for key in START_ONLY if _setting(loaded.config, key) != _setting(self.config, key)]
+        # against what the start read, not the last reload: a value put back as it runs waits for nothing
+        unapplied = [key for key, now in zip(START_ONLY, self._start_only) if _setting(loaded.config, key) != now]
         if unapplied:  # the file says so now, the daemon does not: say when it will
             log.warning("reload: %s changed; it takes effect at the next start of scvd", ", ".join(unapplied))
         for warning in loaded.warnings:  # what the edit brought (an unused [providers.X]); not the start's again

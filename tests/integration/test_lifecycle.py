@@ -839,6 +839,9 @@ def test_a_reload_of_a_setting_read_at_start_only_says_when_it_applies(make_daem
     d = make_daemon('log_level = "info"\n')
     reloaded(d, 'log_level = "debug"\n[audit]\nkeep = 5\n')
     assert ("reload: log_level, audit.keep changed; it takes effect at the next start of scvd") in d.log()
+    # put back as it runs: nothing waits for a start (this was compared with the last reload's file)
+    reloaded(d, 'log_level = "info"\n')
+    assert d.log().count("it takes effect at the next start of scvd") == 1
     assert d.stop() == 0
 
 
