@@ -364,8 +364,8 @@ def on_secret(c: Client, event: p.SecretRequested, *, as_json: bool = False) -> 
             else:
                 c.request(p.SecretDecline, request_id=event.request_id, reason="declined at the prompt")
             return
-        except errors.ApprovalNotFound:
-            print(f"  {event.request_id} was already answered elsewhere", flush=True)
+        except errors.ApprovalNotFound as exc:  # answered elsewhere, or timed out (nothing stored): scvd says which
+            print(printable(f"  {exc.message}", keep=""), flush=True)
             return
         except errors.InvalidRequest as exc:  # e.g. too long: the request is still pending
             print(f"  not stored: {exc.message}; enter it again", flush=True)

@@ -309,6 +309,27 @@ def test_scvctl_approvals_watch_asks_for_the_value_and_never_prints_it(setup, wo
     assert VALUE in (d.home / "secrets.toml").read_text()
 
 
+def test_a_value_typed_after_the_request_timed_out_is_not_said_to_be_answered_elsewhere(make_daemon, scv_home,
+                                                                                        workspace):
+    """scvctl said `... was already answered elsewhere` to a person whose value came after the request timed
+    out: they took it for stored, and the next call failed again for want of it. It prints scvd's word."""
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon("[approvals]\ntimeout_seconds = 0.5\n", home=scv_home, env=NO_KEYRING)
+    watch = start_watch(d, "")  # nobody types in time
+    try:
+        with d.client(name="agent") as agent:
+            done = store_secret_once_watched(agent, agent.open_session(workspace))
+        assert done.error.kind == "denied" and done.error.message.startswith("nobody entered API_TOKEN"), done
+        watch.stdin.write(f"{VALUE}\n")  # typed now, once the request has timed out
+        watch.stdin.flush()
+        said = next(line for line in watch.stdout if "no pending secret request" in line or "elsewhere" in line)
+    finally:
+        watch.terminate()
+        out, err = watch.communicate(timeout=15)
+    assert "  no pending secret request 's-" in said and "timed out" in said, said
+    assert VALUE not in out + err and not (d.home / "secrets.toml").exists()
+
+
 def test_a_value_the_keyring_refuses_leaves_scvctl_approvals_watch_watching_and_says_why(
         make_daemon, scv_home, workspace, tmp_path):
     """The store's refusal came back as the answer's error, and `scvctl approvals watch` (and `scvctl chat`)
