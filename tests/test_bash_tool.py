@@ -203,15 +203,21 @@ def test_a_missing_workspace_is_a_failed_call(tmp_path, ws):
 NO_ENTRY = """
 import asyncio, os, sys
 from pathlib import Path
-from scvd import errors
+from scvd import errors, paths
 from scvd.config import Config
 from scvd.tools.bash import Bash
 from scvd.tools.contract import CallContext
-ws = Path(sys.argv[1])
+from scvd.tools.script import ScriptTool
+from scvd.tools.script_defs import load_one
+ws, home = Path(sys.argv[1]), Path(sys.argv[2])
 fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
-tool = Bash(Config(), env={"PATH": os.defpath, "HOME": str(ws)})
-ctx = CallContext(call_id="c1", session_id="s1", workspace=ws, workspace_fd=fd, config=Config(), paths=None)
-args = tool.decode({"command": "true"})
+if sys.argv[3] == "bash":
+    tool, arguments = Bash(Config(), env={"PATH": os.defpath, "HOME": str(ws)}), {"command": "true"}
+else:
+    tool, arguments = ScriptTool(load_one(Path(sys.argv[3]))), {}
+ctx = CallContext(call_id="c1", session_id="s1", workspace=ws, workspace_fd=fd, config=Config(),
+                  paths=paths.resolve({"SCV_HOME": str(home)}))
+args = tool.decode(arguments)
 plan = tool.plan(args, ctx)
 os.chmod(ws, 0)
 try:
@@ -223,9 +229,11 @@ finally:
 """
 
 
-def test_a_workspace_that_cannot_be_entered_says_so_not_that_it_is_gone(tmp_path):
+@pytest.mark.parametrize("tool", ["bash", "script"])
+def test_a_workspace_that_cannot_be_entered_says_so_not_that_it_is_gone(tmp_path, tool):
     """`chmod 000` on the workspace (a command may do it to its own) made every later call say that
-    the workspace was gone and to open a session on a directory that exists."""
+    the workspace was gone and to open a session on a directory that exists; a script tool's, that
+    the script could not start."""
     drop = []  # root passes over file permissions: as uid 0 without those capabilities
     if os.geteuid() == 0:
         if not shutil.which("setpriv"):
@@ -234,9 +242,16 @@ def test_a_workspace_that_cannot_be_entered_says_so_not_that_it_is_gone(tmp_path
     root = str(Path(__file__).resolve().parents[1])  # scvd of this tree
     ws = tmp_path / "ws"
     ws.mkdir()
-    out = subprocess.run([*drop, sys.executable, "-c", NO_ENTRY, str(ws)], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": root}, timeout=60)
-    assert out.stdout == (f"bash: cannot enter the workspace {ws} (Permission denied): give it back its "
+    folder = tmp_path / "words"
+    folder.mkdir()
+    (folder / "tool.json").write_text('{"description": "Say words.", "risk": "read_only"}')
+    (folder / "run").write_text("#!/bin/sh\necho hi\n")
+    (folder / "run").chmod(0o700)
+    out = subprocess.run([*drop, sys.executable, "-c", NO_ENTRY, str(ws), str(tmp_path / "home"),
+                          "bash" if tool == "bash" else str(folder)],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root}, timeout=60)
+    name = "bash" if tool == "bash" else "script_words"
+    assert out.stdout == (f"{name}: cannot enter the workspace {ws} (Permission denied): give it back its "
                           f"permissions (chmod u+rwx {ws})\n"), out.stdout + out.stderr
 
 

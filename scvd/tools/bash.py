@@ -7,7 +7,6 @@ decoding refuses. With an active sandbox the command runs inside bubblewrap.
 
 from __future__ import annotations
 
-import errno
 import os
 from typing import Annotated, Any, Mapping
 
@@ -17,7 +16,7 @@ from ..errors import Failed, InvalidArguments
 from ..process import MAX_ARG_BYTES, child_env, run_process
 from ..text import excerpt
 from .contract import CallContext, Plan, Tool, ToolRisk, check_timeout, own_deadline
-from .runs import result_dict, timeout_error
+from .runs import result_dict, timeout_error, workspace_error
 
 SHELL = "/bin/bash"
 
@@ -123,13 +122,7 @@ class Bash(Tool):
                 output_limit=tools.output_limit_bytes, wrapper=plan.sandboxed,
             )
         except OSError as exc:  # nothing started: a missing shell, bwrap or workspace
-            if exc.filename is not None and os.fspath(exc.filename) == str(ctx.workspace):  # the chdir failed
-                if exc.errno in (errno.EACCES, errno.EPERM):  # there, but `chmod 000` (a command may do it)
-                    raise Failed(f"bash: cannot enter the workspace {ctx.workspace} ({exc.strerror}): give it "
-                                 f"back its permissions (chmod u+rwx {ctx.workspace})") from exc
-                raise Failed(f"bash: the workspace {ctx.workspace} is gone ({exc.strerror or exc}): open a "
-                             "session on a directory that exists") from exc
-            raise Failed(f"bash: cannot start {argv[0]} in {ctx.workspace}: {exc.strerror or exc}") from exc
+            raise workspace_error("bash", exc, ctx.workspace) or Failed(f"bash: cannot start {argv[0]} in {ctx.workspace}: {exc.strerror or exc}") from exc
         if result.timed_out:
             raise timeout_error("bash", result, plan.timeout, float(tools.max_timeout_seconds))
         return result_dict(result)

@@ -6,9 +6,12 @@ match bash", so both build their answers here.
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
 from typing import Any
 
-from ..errors import Timeout
+from ..errors import Failed, Timeout
 from ..process import RunResult
 
 def result_dict(r: RunResult) -> dict[str, Any]:
@@ -29,6 +32,18 @@ def timeout_error(tool: str, r: RunResult, timeout: float, ceiling: float, *, hi
     more_time = (f"pass a larger timeout_seconds (at most {ceiling:g}) or run less per call" if timeout < ceiling
                  else f"run less per call: {ceiling:g} s is the ceiling (tools.max_timeout_seconds in config.toml)")
     return Timeout(message, hint=hint or more_time)
+
+
+def workspace_error(tool: str, exc: OSError, workspace: Path) -> Failed | None:
+    """What to tell of a process that did not start because its cwd, the workspace, could not be
+    entered; None when `exc` is about something else (the program, bwrap)."""
+    if exc.filename is None or os.fspath(exc.filename) != str(workspace):
+        return None
+    if exc.errno in (errno.EACCES, errno.EPERM):  # there, but `chmod 000` (a command may do it to its own)
+        return Failed(f"{tool}: cannot enter the workspace {workspace} ({exc.strerror}): give it back its "
+                      f"permissions (chmod u+rwx {workspace})")
+    return Failed(f"{tool}: the workspace {workspace} is gone ({exc.strerror or exc}): open a session on a "
+                  "directory that exists")
 
 
 def output_so_far(r: RunResult, output: str | None = None) -> str:

@@ -37,7 +37,7 @@ from ..redact import forms, redact, redact_tree
 from ..secrets import SecretStore, off_loop
 from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline
-from .runs import output_so_far
+from .runs import output_so_far, workspace_error
 from .script_defs import ScriptDef, load_all, script_root
 
 log = logging.getLogger("scvd.tools.script")
@@ -192,19 +192,22 @@ class ScriptTool(Tool):
                 output_limit=tools.output_limit_bytes, input=json.dumps(args).encode(),
                 stderr_limit=STDERR_LIMIT, wrapper=plan.sandboxed,
             )
-        except OSError as exc:
-            raise self._cannot_start(exc.strerror or str(exc), exc.errno) from exc
+        except OSError as exc:  # the workspace first: a chdir's ENOENT is no missing interpreter
+            raise workspace_error(self.name, exc, ctx.workspace) or self._cannot_start(exc) from exc
         if plan.sandboxed and result.exit_code == 1 and result.stderr.startswith(BWRAP_EXEC_FAILED):
-            if _shebang_problem(self.definition.executable):  # else the script's own exit 1
-                raise self._cannot_start("", errno.ENOENT)
+            if problem := _shebang_problem(self.definition.executable):  # else the script's own exit 1
+                raise self._cannot_start(why=problem)
         clipped = plan.timeout is not None and plan.timeout < self.deadline(ctx.config)
         return self._answer(redacted(result, secrets), plan, secrets, clipped)
 
-    def _cannot_start(self, why: str, code: int | None) -> Failed:
-        """The command did not start; its #! line may say why better than the kernel's "No such file
-        or directory" for a file that is there (a missing interpreter, a Windows line ending)."""
-        if code in (errno.ENOENT, errno.ENOEXEC):
-            why = _shebang_problem(self.definition.executable, code == errno.ENOEXEC) or why
+    def _cannot_start(self, exc: OSError | None = None, why: str = "") -> Failed:
+        """The command did not start (`exc`); its #! line may say why better than the kernel's "No such
+        file or directory" for a file that is there (a missing interpreter, a Windows line ending)."""
+        if exc is not None:
+            code = exc.errno
+            why = exc.strerror or str(exc)
+            if code in (errno.ENOENT, errno.ENOEXEC):
+                why = _shebang_problem(self.definition.executable, code == errno.ENOEXEC) or why
         return Failed(f"{self.name}: cannot start {self.definition.executable}: {why}")
 
     async def _secrets(self, ctx: CallContext) -> dict[str, str]:
