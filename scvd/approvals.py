@@ -12,9 +12,9 @@ Rules:
   what became of it: `ENDED_KEPT` are remembered). Every change is reported through `on_event`,
   which the server routes to the owner connection (if it approves) and all watchers.
 - The timeout is counted on a clock that goes on while the machine sleeps
-  (`awake_clock`; the loop's timers stop then), as the `expires_at` shown to the
+  (`awake.clock`; the loop's timers stop then), as the `expires_at` shown to the
   approver does: a decision that comes after it, or a listing, expires the request
-  instead, and the timer looks again at least every EXPIRY_CHECK seconds.
+  instead, and its `awake.Timer` looks again at least every minute.
 - A `session` grant covers one tool at one risk for the rest of one session;
   one given to a sandboxed call covers only sandboxed calls of that tool. The
   session's requests already waiting that it covers are approved with it
@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from . import errors
+from . import awake, errors
 from .always_ask import in_git_dir
 from .paths import within
 from .text import excerpt, printable, printable_data
@@ -77,7 +77,6 @@ class ApprovalEvent(str, enum.Enum):
 _S, _E = ApprovalState, ApprovalEvent
 ENDED_KEPT = 256  # requests that ended, remembered (each in at most ENDED_CHARS) to tell a late decider why
 ENDED_CHARS = 500
-EXPIRY_CHECK = 60.0  # the longest a request outlives its expiry after the machine wakes, unless decided or listed
 FRAME_ENVELOPE = 1024  # of a frame beside its requests: type, id or seq, brackets
 # (state, event) -> next state; only PENDING moves, and only once
 TRANSITIONS: dict[tuple[ApprovalState, ApprovalEvent], ApprovalState] = {
@@ -208,9 +207,8 @@ class Approval:
     scope: str = "once"
     decided_by: Decider | None = None
     covered_by: str | None = None  # approved by another request's session grant: no person saw this one
-    timer: asyncio.TimerHandle | None = None
+    timer: awake.Timer | None = None  # its expiry
     size: int = 0  # bytes of `info` on the wire
-    deadline: float = float("inf")  # on awake_clock(): when it expires
 
     @property
     def id(self) -> str:
@@ -236,12 +234,6 @@ class Approval:
 
 
 EventSink = Callable[[str, Approval], None]  # ("requested" | "resolved", approval)
-
-
-def awake_clock() -> float:
-    """Seconds on a clock that also counts the time the machine slept (the loop's monotonic one
-    stops then, so a laptop closed for hours kept a request pending that its approver saw expire)."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 @dataclass
@@ -288,9 +280,8 @@ class ApprovalGate:
         )
         size = len(encode(record))
         self._check_room(size, mine)
-        approval = Approval(info=record, owner=owner, future=loop.create_future(), size=size,
-                            deadline=awake_clock() + self.timeout_seconds)
-        approval.timer = loop.call_later(min(self.timeout_seconds, EXPIRY_CHECK), self._expire, approval_id)
+        approval = Approval(info=record, owner=owner, future=loop.create_future(), size=size)
+        approval.timer = awake.Timer(awake.clock() + self.timeout_seconds, functools.partial(self._expire, approval_id))
         self.pending[approval_id] = approval
         self.on_event("requested", approval)
         return approval
@@ -301,7 +292,7 @@ class ApprovalGate:
         """Apply a person's decision; the first one wins. One that comes after the request's expiry
         (the machine slept through it) expires it instead, and is refused."""
         approval = self._get(approval_id)
-        if approval.deadline <= awake_clock():
+        if approval.timer is not None and approval.timer.due():
             self._expire(approval_id)
             raise errors.ApprovalNotFound(
                 f"approval {approval_id} expired before this decision came: {approval.reason}")
@@ -400,18 +391,12 @@ class ApprovalGate:
 
     def _sweep(self) -> None:
         """Expire the requests whose time ran out while the machine slept (their timers are late)."""
-        now = awake_clock()
-        for approval in [a for a in self.pending.values() if a.deadline <= now]:
+        for approval in [a for a in self.pending.values() if a.timer is not None and a.timer.due()]:
             self._expire(approval.id)
 
     def _expire(self, approval_id: str) -> None:
         approval = self.pending.get(approval_id)
-        if approval is None:
-            return
-        left = approval.deadline - awake_clock()
-        if left > 0:  # woken early, or the loop's clock ran behind: look again
-            approval.timer = asyncio.get_running_loop().call_later(min(left, EXPIRY_CHECK), self._expire, approval_id)
-        else:  # its own timeout: a reload since changes only later requests'
+        if approval is not None:  # its own timeout: a reload since changes only later requests'
             waited = round(approval.info.expires_at - approval.info.requested_at, 6)
             reason = f"no decision within {waited:g} s (approvals.timeout_seconds); denied"
             self._resolve(approval, ApprovalEvent.EXPIRE, reason)

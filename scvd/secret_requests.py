@@ -11,7 +11,7 @@ Rules:
   call: the call learns only the key and where it was stored.
 - A request ends once: stored, declined, timed_out (approvals.timeout_seconds)
   or cancelled (the call went away); every approver hears `secret.resolved`.
-  Its timeout runs on the approvals' clock (`awake_clock`), which goes on while
+  Its timeout runs on `awake.clock`, which goes on while
   the machine sleeps, as the `expires_at` an approver is shown: an answer after
   it, or a watcher that starts meanwhile, times the request out instead.
 - Once a value is taken for storing, only the store ends the request (stored or
@@ -30,9 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import errors, protocol as p
+from . import awake, errors, protocol as p
 from . import secrets as secrets_mod
-from .approvals import EXPIRY_CHECK, awake_clock
 from .secrets import SecretStore, check_key, check_value
 from .text import printable
 
@@ -55,7 +54,7 @@ class SecretRequest:
     targets: list[Any]
     expires_at: float | None
     timeout: float | None = None
-    deadline: float = float("inf")  # on awake_clock(): when it times out
+    deadline: float = float("inf")  # on awake.clock(): when it times out
     storing: bool = False  # a value was taken: the store, not the timeout, ends the request
     future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
@@ -91,7 +90,7 @@ class SecretRequests:
             # the agent wrote it: escaped like an approval's summary, for terminals and chat bridges alike
             question=printable((question or f"{tool or 'a tool'} needs the secret {key}")[:MAX_QUESTION_CHARS]),
             tool=tool, targets=targets, expires_at=time.time() + timeout if timeout else None, timeout=timeout,
-            deadline=awake_clock() + timeout if timeout else float("inf"))
+            deadline=awake.clock() + timeout if timeout else float("inf"))
         self.pending[request.id] = request
         log.info("secret request %s: %s for %s (session %s), asked %d approver(s)",
                  request.id, key, tool or "?", session, len(targets))
@@ -115,15 +114,12 @@ class SecretRequests:
 
     async def _answer(self, request: SecretRequest) -> Any:
         """The stored entry; a value taken for storing before the deadline gets STORE_SECONDS more.
-        The loop's clock stops while the machine sleeps: the deadline is looked at every EXPIRY_CHECK."""
-        while (left := request.deadline - awake_clock()) > 0:
-            try:
-                async with asyncio.timeout(min(left, EXPIRY_CHECK)):
-                    return await asyncio.shield(request.future)
-            except TimeoutError:
-                pass
-        if not request.storing:
-            raise TimeoutError
+        The loop's clock stops while the machine sleeps: the deadline is on awake.clock."""
+        try:
+            return await awake.wait(request.future, request.deadline)
+        except TimeoutError:
+            if not request.storing:
+                raise
         async with asyncio.timeout(STORE_SECONDS):
             return await asyncio.shield(request.future)
 
@@ -183,7 +179,7 @@ class SecretRequests:
         return entry, time.monotonic()
 
     def decline(self, request_id: str, reason: str | None, decided_by: str) -> None:
-        request = self._get(request_id)
+        request = self._get(request_id, answer=False)
         why = f": {reason}" if reason else ""
         self._finish(request, "declined", decided_by,
                      errors.Denied(f"{decided_by or 'the approver'} declined to enter {request.key}{why}"),
@@ -208,20 +204,21 @@ class SecretRequests:
                         f"every approver asked for {request.key} disconnected; run `scvctl approvals watch` "
                         f"and call again, or `scvctl secrets set {request.key}`"))
 
-    def _get(self, request_id: str) -> SecretRequest:
+    def _get(self, request_id: str, answer: bool = True) -> SecretRequest:
         request = self.pending.get(request_id)
         if request is None:
             raise errors.ApprovalNotFound(
                 f"no pending secret request {request_id!r}; it may have been answered, declined or timed out")
         if self._timed_out(request):
+            store = f"; store it with `scvctl secrets set {request.key}`" if answer else ""  # not to who declined
             raise errors.ApprovalNotFound(
-                f"secret request {request_id} timed out before this answer came (the machine slept through "
-                f"approvals.timeout_seconds); store it with `scvctl secrets set {request.key}`")
+                f"secret request {request_id} timed out before this {'answer' if answer else 'decline'} came "
+                f"(the machine slept through approvals.timeout_seconds){store}")
         return request
 
     def _timed_out(self, request: SecretRequest) -> bool:
         """End a request whose deadline passed while the machine slept (the loop's timer is late)."""
-        if request.deadline > awake_clock():
+        if request.deadline > awake.clock():
             return False
         self._finish(request, *self._late(request))
         return True

@@ -6,13 +6,12 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from typing import Any
 from pathlib import Path
 
 import pytest
 
-from scvd import errors
+from scvd import awake, errors
 from scvd.approvals import (
     ENDED_KEPT, POLICIES, TRANSITIONS, ApprovalEvent, ApprovalGate, ApprovalState, Decider, Verdict, contained,
     exposes_host, holds_home, is_descendant, policy_note, policy_verdict, spawned_by_daemon,
@@ -238,19 +237,19 @@ def test_expiry_denies_with_a_reason_naming_the_setting():
     asyncio.run(main())
 
 
-def test_a_decision_after_the_expiry_is_refused_though_the_loop_slept_through_it():
+def test_a_decision_after_the_expiry_is_refused_though_the_loop_slept_through_it(monkeypatch):
     """The loop's clock stops while the machine sleeps: after a resume a request the approver was
     shown as expired (`expires_at`) was still pending, and a decision approved it hours late."""
     async def main():
         sink = Sink()
-        gate = ApprovalGate(0.01, sink)
+        gate = ApprovalGate(60, sink)
         a, b = new_request(gate, call_id="c1"), new_request(gate, call_id="c2")
-        time.sleep(0.05)  # past expires_at, and the loop ran no timer meanwhile: as over a suspend
-        assert time.time() > a.info.expires_at
+        slept = awake.clock() + 3600  # an hour of suspend: the boot clock went on, the loop's did not
+        monkeypatch.setattr(awake, "clock", lambda: slept)
         with pytest.raises(errors.ApprovalNotFound) as info:
             gate.decide(a.id, True, decider=PERSON, reason=None, scope="session")
         assert info.value.message == (f"approval {a.id} expired before this decision came: "
-                                      "no decision within 0.01 s (approvals.timeout_seconds); denied")
+                                      "no decision within 60 s (approvals.timeout_seconds); denied")
         assert a.state is ApprovalState.EXPIRED and await a.future is False and a.decided_by is None
         assert gate.list() == [] and b.state is ApprovalState.EXPIRED  # a listing shows no expired one
         assert [e[2] for e in sink.events[2:]] == [ApprovalState.EXPIRED, ApprovalState.EXPIRED]
