@@ -323,7 +323,7 @@ class SecretStore:
         usual = usual or f"scvctl secrets set {key}  (or call store_secret)"
         return errors.CredentialMissing(self.missing(key), hint=self.missing_hint(key, usual))
 
-    def _out_of_reach(self, key: str) -> bool:
+    def out_of_reach(self, key: str) -> bool:
         """Whether `key` went into a keyring this process cannot use: the file's [keyring] index
         lists it (`scvctl secrets set` in a desktop session), but no keyring is usable here."""
         return self.keyring() is None and key in self._read()[1]
@@ -331,7 +331,7 @@ class SecretStore:
     def missing(self, key: str) -> str:
         """Why `key` has no value and how to give it one (storing it into an unreachable keyring
         again would not help)."""
-        if not self._out_of_reach(key):
+        if not self.out_of_reach(key):
             return missing_message(key)
         return (f"the secret {key} was stored in an OS keyring ({self.path} lists it), which this process "
                 f"cannot use ({self.keyring_status()}): give scvd that keyring (the desktop session's D-Bus, "
@@ -341,7 +341,7 @@ class SecretStore:
 
     def missing_hint(self, key: str, usual: str) -> str:
         """`usual`, unless `key` sits in a keyring this process cannot use (see `missing`)."""
-        if not self._out_of_reach(key):
+        if not self.out_of_reach(key):
             return usual
         return f"PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring scvctl secrets set {key}"
 
@@ -383,7 +383,7 @@ class SecretStore:
 
     def _entry(self, key: str, source: str) -> Entry:
         missing = "not set"
-        if source == "missing" and self._out_of_reach(key):
+        if source == "missing" and self.out_of_reach(key):
             missing = f"not set here: stored in a keyring this process cannot use ({self.keyring_status()})"
         where = {"keyring": self.keyring_status(), "file": str(self.path), "env": self.env_label,
                  "missing": missing}[source]

@@ -61,9 +61,9 @@ def _not_set(where: str, key: str, secrets: Any) -> CredentialMissing:
     """`key` has no value: how to store it, or, when it sits in a keyring scvd cannot use (its
     name listed in secrets.toml), that storing it there again would not help. Reads the file."""
     usual = f"scvctl secrets set {key}"
-    hint = secrets.missing_hint(key, usual) if hasattr(secrets, "missing_hint") else usual
-    if hint != usual:
-        return CredentialMissing(f"{where} needs the secret {key}: {secrets.missing(key)}", hint=hint, keys=(key,))
+    if hasattr(secrets, "out_of_reach") and secrets.out_of_reach(key):  # storing it there again is no help
+        missing = secrets.missing_error(key, usual)
+        return CredentialMissing(f"{where} needs the secret {key}: {missing.message}", hint=missing.hint, keys=(key,))
     return CredentialMissing(f"{where} needs the secret {key}, which is not set; store it with `{usual}`: the "
                              "server's next restart reads it", keys=(key,))
 
