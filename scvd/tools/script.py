@@ -178,7 +178,7 @@ class ScriptTool(Tool):
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         secrets = await self._secrets(ctx)
         # the path the sandbox binds: a folder linked in from elsewhere is hidden (scvd's own dirs) at its link
-        folder = os.path.realpath(self.definition.folder)
+        folder = str(self.definition.real_folder)
         env = passenv.build(os.environ, [*KEPT, *self.pass_env(ctx.config)],
                             set={**secrets, "SCV_TOOL_DIR": folder})
         tools = ctx.config.tools

@@ -56,6 +56,7 @@ class ScriptDef:
 
     name: str  # the tool's name, script_<folder>
     folder: Path
+    real_folder: Path  # where a folder linked in from elsewhere is (the sandbox binds it, SCV_TOOL_DIR names it)
     executable: Path  # the command, resolved inside the folder
     spec: ToolJson
 
@@ -113,8 +114,9 @@ def load_one(folder: Path) -> ScriptDef:
                                                    "gets; remove it")
     if spec.timeout is not None and not spec.timeout > 0:
         raise DefinitionError(path, "timeout", f"timeout {spec.timeout:g} must be a positive number of seconds")
-    return ScriptDef(name=PREFIX + folder.name, folder=folder, executable=_executable(path, folder, spec.command),
-                     spec=spec)
+    real_folder = folder.resolve()  # once: the executable below and every call use this one
+    return ScriptDef(name=PREFIX + folder.name, folder=folder, real_folder=real_folder,
+                     executable=_executable(path, folder, real_folder, spec.command), spec=spec)
 
 
 def _decode(path: Path) -> ToolJson:
@@ -313,12 +315,11 @@ def _matches(pattern: str, name: str) -> bool:
         return True
 
 
-def _executable(path: Path, folder: Path, command: str) -> Path:
+def _executable(path: Path, folder: Path, real_folder: Path, command: str) -> Path:
     """The command as a path inside the folder (symlinks resolved), a regular executable file."""
     if not command or Path(command).is_absolute():
         raise DefinitionError(path, "command", f"command {command!r} must be a path inside {folder}, e.g. ./run")
-    real_folder = folder.resolve()
-    target = (folder / command).resolve()
+    target = (real_folder / command).resolve()
     if real_folder not in target.parents:
         raise DefinitionError(path, "command", f"command {command!r} leads outside {folder}")
     try:
