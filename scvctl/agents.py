@@ -209,8 +209,8 @@ def _status_line(side: Answers, name: str) -> str:
         _repair(launch)
     if result.timed_out:
         return f"unknown (its status command ran past {STATUS_TIMEOUT:.0f} s)"
-    code = result.exit_code if result.signal is None else result.signal
-    return classify_status(specs.ADAPTERS[name], code, result.output, home=Path(launch.cwd))
+    return classify_status(specs.ADAPTERS[name], result.exit_code, result.output, home=Path(launch.cwd),
+                           signal=result.signal)
 
 
 def _run_status(launch: p.LaunchSpec) -> Any:

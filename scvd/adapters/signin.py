@@ -59,7 +59,8 @@ def failure_hint(adapter: specs.Adapter, output: str, failed: bool) -> str | Non
     return None
 
 
-def classify_status(adapter: specs.Adapter, exit_code: int | str | None, output: str, home: Path | None = None) -> str:
+def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str, home: Path | None = None,
+                    signal: str | None = None) -> str:
     """One short verdict from a status command's output, never echoing it (it may hold a key).
 
     "not signed in" is checked against the configuration in `home`: an imported codex setup whose
@@ -69,7 +70,8 @@ def classify_status(adapter: specs.Adapter, exit_code: int | str | None, output:
         if re.search(pattern, output):
             own = own_key(adapter, home) if verdict == "not signed in" and home is not None else None
             return f"needs no sign-in: {own}" if own else verdict
-    return f"unknown (exit {exit_code}); run `scvctl agents status {adapter.name}` to see its output"
+    how = f"exit {exit_code}" if signal is None else f"signal {signal}"
+    return f"unknown ({how}); run `scvctl agents status {adapter.name}` to see its output"
 
 
 def own_key(adapter: specs.Adapter, home: Path) -> str | None:
