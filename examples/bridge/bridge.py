@@ -217,7 +217,9 @@ class Bridge:
                 try:
                     await self.on_message(chat, text)
                 except ConnectionClosed:
-                    await relay  # it ends too, once it relayed what came before the break and told the chats
+                    # it ends too, once it relayed what came before the break and told the chats; an error
+                    # it died of earlier must not end the bridge here (a new relay starts below)
+                    await asyncio.wait([relay])
                     await self.connect()
                     relay = asyncio.ensure_future(self.events())
                     await self.on_message(chat, text)
