@@ -81,16 +81,16 @@ def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_
         os.close(fd)
         return None
     try:
-        return read_open(fd, path, parts, real, offset, limit, cancel, st)
+        return read_open(fd, st, path, parts, real, offset, limit, cancel)
     finally:
         os.close(fd)
 
 
-def read_open(fd: int, path: str, parts: tuple[str, ...], real: tuple[str, ...], offset: int, limit: int,
-              cancel: Any = NEVER, st: os.stat_result | None = None) -> dict[str, Any]:
+def read_open(fd: int, st: os.stat_result, path: str, parts: tuple[str, ...], real: tuple[str, ...], offset: int,
+              limit: int, cancel: Any = NEVER) -> dict[str, Any]:
     """`read_file` on a file already opened by `containment.open_regular` (fd at offset 0, not closed here;
     `st` its fstat). A big file whose sha256 is remembered (`_digests`) is read only in its range."""
-    key = _digest_key(st or os.fstat(fd))
+    key = _digest_key(st)
     digest = _digests.get(key) if key else None
     if digest is not None:  # [offset-3, offset+limit), as _scan keeps
         lo, size = max(0, offset - 3), key[2]
