@@ -495,8 +495,7 @@ class CallRegistry:
         # approved, then revoked (a redefined MCP tool) before this task went on: the person saw another tool
         revoked = session.revoked_since(tool.name, revision)
         if revoked is not None:
-            who = f" by {approval.decided_by.label()}" if approval.decided_by else ""
-            raise errors.Denied(f"approval {approval.id} was approved{who}, but {revoked}")
+            raise errors.Denied(f"{approval.ending()}, but {revoked}")
         self._grant(approval, session, tool.name, risk, plan.sandboxed)
         return True, approval.covered_by is None  # covered: it runs as a call under the grant would
 
