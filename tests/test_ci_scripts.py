@@ -43,6 +43,23 @@ def test_setup_refuses_an_argument_it_does_not_know():
                            "or --daemon (the daemon only)\n")
 
 
+def test_setup_without_ensurepip_stops_before_a_half_made_venv_as_a_normal_user(tmp_path):
+    """python3-venv was named beside the optional packages ("their tests skip until then"), then
+    python3 -m venv failed halfway and left a .venv without pip."""
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "setup", tmp_path / ".ci" / "setup")
+    path = bare_path(tmp_path)
+    python3 = Path(path) / "python3"  # Debian's python3 without python3-venv: no ensurepip
+    python3.write_text('#!/bin/bash\n[[ "$*" == *ensurepip* ]] && exit 1\nexit 0\n')
+    python3.chmod(0o755)
+    done = subprocess.run(["bash", str(tmp_path / ".ci" / "setup"), "--daemon"], capture_output=True, text=True,
+                          env={"PATH": path}, timeout=30)
+    assert done.returncode == 1
+    assert done.stderr == ("setup: python3 cannot create a virtual environment (no ensurepip): install python3-venv "
+                           "(sudo apt-get install python3-venv), then run bash .ci/setup again\n")
+    assert not (tmp_path / ".venv").exists()
+
+
 def fake_checkout(tmp_path: Path, second_rc: int = 0) -> tuple[Path, Path]:
     """.ci/test beside a no-op setup and a `.venv/bin/python` that records each pytest's arguments
     (one line each) and exits 0, then `second_rc`."""
