@@ -60,6 +60,32 @@ def test_setup_without_ensurepip_stops_before_a_half_made_venv_as_a_normal_user(
     assert not (tmp_path / ".venv").exists()
 
 
+def test_setup_recreates_a_venv_left_without_pip(tmp_path):
+    """A .venv whose python3 -m venv failed or was interrupted halfway runs, but has no pip: every
+    later run failed at pip install ("No module named pip") instead of making it again."""
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "setup", tmp_path / ".ci" / "setup")
+    (tmp_path / "pyproject.toml").write_text("")
+    path = bare_path(tmp_path)
+    for name in ("sha256sum", "cut", "head", "cat", "rm", "cp"):
+        os.symlink(shutil.which(name), Path(path) / name)
+
+    def script(file: Path, text: str) -> None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text("#!/bin/bash\n" + text)
+        file.chmod(0o755)
+
+    script(tmp_path / ".venv" / "bin" / "python", '[[ "$*" == *"import pip"* ]] && exit 1\nexit 0\n')
+    script(tmp_path / "whole-python", "exit 0\n")
+    venv = f"mkdir -p .venv/bin && cp -p {tmp_path}/whole-python .venv/bin/python"
+    script(Path(path) / "python3", f'[[ "$*" == "-m venv .venv" ]] && {venv}\nexit 0\n')
+    done = subprocess.run(["bash", str(tmp_path / ".ci" / "setup"), "--daemon"], capture_output=True, text=True,
+                          env={"PATH": path}, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "setup: recreating the broken .venv\nsetup: creating .venv\n" in done.stdout
+    assert (tmp_path / ".venv" / "bin" / "python").read_text() == "#!/bin/bash\nexit 0\n"
+
+
 def fake_checkout(tmp_path: Path, second_rc: int = 0) -> tuple[Path, Path]:
     """.ci/test beside a no-op setup and a `.venv/bin/python` that records each pytest's arguments
     (one line each) and exits 0, then `second_rc`."""
