@@ -6,9 +6,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def layout_block() -> str:
+    return (ROOT / "README.md").read_text().split("## Layout", 1)[1].split("```")[1]
+
+
 def layout_entries() -> set[str]:
-    text = (ROOT / "README.md").read_text()
-    block = text.split("## Layout", 1)[1].split("```")[1]
+    block = layout_block()
     entries, package = set(), ""
     for line in block.splitlines():
         found = re.match(r"(\s*)(\S+)", line)
@@ -30,3 +33,18 @@ def test_every_module_is_in_the_readme_layout():
     assert not missing, f"README.md's Layout does not list {missing}: add a line saying what each does"
     gone = sorted(listed - modules)
     assert not gone, f"README.md's Layout lists modules that do not exist: {gone}"
+
+
+def kept(folder: Path) -> bool:
+    """A folder of the project itself: not a package's (their modules are listed), hidden or built."""
+    parts = folder.relative_to(ROOT).parts
+    return parts[0] not in ("scvd", "scvctl") and not any(
+        (part.startswith(".") and part != ".ci") or part in ("__pycache__", "build", "dist")
+        or part.endswith(".egg-info") for part in parts)
+
+
+def test_every_folder_outside_the_packages_is_in_the_readme_layout():
+    """Two levels deep: tests/helpers/ and examples/bridge/ each get a word too."""
+    folders = {f"{d.relative_to(ROOT)}/" for d in [*ROOT.glob("*/"), *ROOT.glob("*/*/")] if d.is_dir() and kept(d)}
+    missing = sorted(f for f in folders if f not in layout_block())
+    assert not missing, f"README.md's Layout does not name the folders {missing}: say what each holds"
