@@ -6,9 +6,11 @@ Rules:
   Exactly two are taken (stdin, stdout); any other count is refused and every fd
   that came is closed. No fd message within the timeout is refused too.
 - Nothing blocks the loop: stdin and stdout are read and written through pipe
-  transports (O_NONBLOCK); a stdout that is a terminal or a socket through `_FdWriter`,
-  which never reads it (uvloop's pipe transport reads a write fd to see its reader
-  leave: on the terminal or socket that is stdin too, it ate the host's requests).
+  transports (O_NONBLOCK); a stdout that is a terminal or the socket stdin is too through
+  `_FdWriter`, which never reads it (uvloop's pipe transport reads a write fd to see its
+  reader leave: on the terminal or socket that is stdin too, it ate the host's requests).
+  A stdout socket of its own (Node's hosts give a socketpair each) is a pipe transport's,
+  so a host that dies is seen at once, as on a pipe.
   Only pipes, sockets and terminals are taken: epoll
   refuses regular files and other devices (/dev/null), and uvloop aborts on them.
   A host that stops reading stdout is cut off (connection.Backlog, as a socket client is).
@@ -171,7 +173,7 @@ class HostPipes:
         loop = asyncio.get_running_loop()
         try:
             self.out = _Out(lambda: self.on_gone())
-            if stat.S_ISFIFO(os.fstat(self.fds[1]).st_mode):  # its transport sees the host close the pipe
+            if _own_pipe(*self.fds):  # its transport sees the host close it
                 self.writer, _ = await loop.connect_write_pipe(lambda: self.out, _dup_file(self.fds[1], "wb"))
             else:
                 self.writer = _FdWriter(loop, self.fds[1], self.out)
@@ -315,6 +317,15 @@ def _dup_file(fd: int, mode: str) -> Any:
     except BaseException:
         os.close(dup)  # fdopen does not close an fd it refused
         raise
+
+
+def _own_pipe(stdin_fd: int, stdout_fd: int) -> bool:
+    """stdout is a pipe, or a socket that is not stdin's: nothing the host sends comes on it, so a
+    transport that reads it to see the host close it loses nothing."""
+    out, into = os.fstat(stdout_fd), os.fstat(stdin_fd)
+    if stat.S_ISFIFO(out.st_mode):
+        return True
+    return stat.S_ISSOCK(out.st_mode) and (out.st_dev, out.st_ino) != (into.st_dev, into.st_ino)
 
 
 def _unwatchable(fd: int) -> str | None:

@@ -83,6 +83,45 @@ def test_a_host_that_dies_while_its_call_waits_for_approval_leaves_nothing_to_ap
     h.proc.stderr.close()
 
 
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+def test_a_host_on_sockets_that_dies_while_its_call_waits_leaves_nothing_to_approve(make_daemon, workspace,
+                                                                                     event_loop):
+    # Node's hosts (child_process) give stdin and stdout a socketpair each: scvd wrote to a socket
+    # without seeing its reader leave, so a host that crashed was a stdin EOF, and the call it left
+    # waiting ran for nobody once approved (scvctl mcp waited on for it)
+    d = make_daemon(f'[server]\nevent_loop = "{event_loop}"\n')
+    (in_host, in_theirs), (out_host, out_theirs) = socket.socketpair(), socket.socketpair()
+    proc = subprocess.Popen([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
+                            env=base_env(d.home), stdin=in_theirs, stdout=out_theirs, stderr=subprocess.PIPE)
+    in_theirs.close()
+    out_theirs.close()
+    answers = out_host.makefile("rb")
+    try:
+        for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT},
+                        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                         "params": {"name": "bash", "arguments": {"command": "touch ran_for_a_dead_host"}}}):
+            in_host.sendall(json.dumps(message).encode() + b"\n")
+        assert json.loads(answers.readline())["id"] == 1
+        with d.client(name="owner") as owner:
+            until(lambda: wait_pending(owner))
+            answers.close()
+            in_host.close()
+            out_host.close()
+            until(lambda: owner.request(p.ApprovalsList).approvals == [])
+            until(lambda: sessions_of(d) == [])
+        assert proc.wait(10) == 1
+        assert "the MCP host closed its stdout (it exited)" in proc.stderr.read().decode()
+        assert not (workspace / "ran_for_a_dead_host").exists()
+    finally:
+        answers.close()
+        in_host.close()
+        out_host.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
 def test_the_fds_restored_to_their_flags_after_the_host_leaves(daemon, workspace):
     """scvd makes the host's pipes non-blocking while it serves them; a terminal shared with a shell
     must not stay so: the flags are put back when the host detaches."""
