@@ -31,7 +31,7 @@ HANDOFF_BYTE = b"\0"  # the one data byte that carries the fds
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd = sub.add_parser("mcp", parents=[common], help="serve scvd's tools to an MCP host over stdio")
-    cmd.add_argument("--workspace", type=Path, default=Path("."), help="the session's workspace (default: here)")
+    cmd.add_argument("--workspace", type=Path, help="the session's workspace (default: here, unless here is /)")
     cmd.set_defaults(handler=cmd_mcp, no_json="scvctl mcp, which speaks MCP's JSON-RPC on stdin and stdout")
 
 
@@ -42,12 +42,17 @@ def cmd_mcp(args: argparse.Namespace) -> int:
               f"{'is' if len(closed) == 1 else 'are'} closed: let the MCP host start it (with pipes on both)",
               file=sys.stderr)
         return 2  # the usage exit, as cli.EXIT_USAGE
+    workspace = usage.workspace(args.workspace or Path("."))
+    if args.workspace is None and workspace == Path("/"):  # a host's default (Claude Desktop's): not the person's choice
+        raise errors.UsageError(
+            "scvctl mcp was started in / without --workspace, which would let the agent read any file of this "
+            "machine without asking; add --workspace DIR (the folder it is to work in) to the MCP host's command")
     # an approver, so the session's own approval requests reach the host (used only for hosts that elicit)
     # not for secrets: MCP forbids eliciting them, so store_secret asks the watchers or fails at once
     with Client.connect(args.socket, name="scvctl-mcp", approver=True, answers_secrets=False) as client:
         terminals = _terminals()
         try:
-            attached = hand_over(client, usage.workspace(args.workspace))
+            attached = hand_over(client, workspace)
             stop_writing_stdio()
             # scvd gone without mcp.detached (killed) could not put the flags back; alive (a detach,
             # or Ctrl-C here) it does that itself once it has let go of the fds

@@ -582,6 +582,26 @@ def test_a_removed_current_directory_leaves_other_commands_working(daemon: Daemo
     assert call.stderr.startswith("usage: the current directory no longer exists, so --workspace . names nothing")
 
 
+def test_scvctl_mcp_started_in_the_root_without_a_workspace_refuses_to_serve_all_of_it(daemon: DaemonProc):
+    """Claude Desktop starts MCP servers in /: the default workspace (here) made every file of the
+    machine one an unasked read could return. An explicit `--workspace /` is still the person's choice."""
+    env = base_env(daemon.home)
+
+    def mcp(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "scvctl", "mcp", *args], env=env, cwd="/", capture_output=True,
+                              text=True, input="", timeout=30)
+
+    refused = mcp()
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert refused.stderr == ("usage: scvctl mcp was started in / without --workspace, which would let the agent "
+                              "read any file of this machine without asking; add --workspace DIR (the folder it "
+                              "is to work in) to the MCP host's command\n")
+    with daemon.client() as c:
+        assert c.request(p.SessionsList).sessions == []  # nothing was opened
+    chosen = mcp("--workspace", "/")  # said so: served (and ended by the host's empty stdin)
+    assert "usage:" not in chosen.stderr, chosen.stderr
+
+
 def test_a_workspace_given_with_a_tilde_unexpanded_is_the_home_one(daemon: DaemonProc):
     """An MCP host's `"args": ["mcp", "--workspace", "~/proj"]` reaches scvctl unexpanded (no shell):
     it was `<cwd>/~/proj`, `does not exist; create it first`."""
