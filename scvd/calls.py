@@ -42,8 +42,9 @@ Rules of a call's life:
   A tool may report progress itself through `ctx.progress(message)`: a
   `call.progress` with that message, which stands in for the timer's next one.
   A call that finishes before either costs one timer, cancelled at completion,
-  and no task besides its own. While it waits for a person, the same
-  `call.timer` sends `call.progress` saying so (`waiting for approval <id>`).
+  and no task besides its own. While it waits for a person, or in its lane behind
+  the session's earlier calls, the same `call.timer` sends `call.progress` saying
+  so (`waiting for approval <id>`, QUEUED).
 - A tool that can often finish without waiting (`Tool.run_now`, e.g. `read` of a
   small local file) has its call's first step run in a callback, not a task: when
   the lane admits it at once, the policy runs it unasked and `run_now()` answers,
@@ -86,6 +87,7 @@ log = logging.getLogger("scvd.calls")
 # of a tool's progress message (ctx.progress): a status line, and an MCP server's is its own text,
 # of any size; cut here, so that every tool's fits in a frame and a client shows a line
 PROGRESS_CHARS = 2000
+QUEUED = "waiting for this session's earlier calls to end"  # call.progress of a call its lane holds back
 
 
 class AuditSink(Protocol):
@@ -347,7 +349,11 @@ class CallRegistry:
             if ticket is None:
                 ticket = _join(lane, tool)
             if not ticket.started:
-                await lane.wait(ticket)
+                self._waiting(call, QUEUED)
+                try:
+                    await lane.wait(ticket)
+                finally:
+                    call.timer.cancel()  # type: ignore[union-attr]  # _waiting's
             if ctx is None:
                 ctx = self._context(call)
             if plan is None:
@@ -478,7 +484,7 @@ class CallRegistry:
             workspace=str(session.workspace), summary=plan.summary, details=plan.details,
             sandboxed=plan.sandboxed, always_ask=always, requester=call.requester.label())
         self.asking[approval.id] = (call, tool, plan)
-        self._waiting(call, approval.id)
+        self._waiting(call, f"waiting for approval {approval.id}")
         try:
             approved = await asyncio.shield(approval.future)
         except asyncio.CancelledError:
@@ -499,17 +505,17 @@ class CallRegistry:
         self._grant(approval, session, tool.name, risk, plan.sandboxed)
         return True, approval.covered_by is None  # covered: it runs as a call under the grant would
 
-    def _waiting(self, call: Call, approval_id: str, since: float | None = None) -> None:
-        """Every tools.progress_interval_seconds while a call waits for a person (from `since`), a
-        call.progress saying so: a client whose own timeout a progress notification resets (an MCP
-        host) waits on with it."""
+    def _waiting(self, call: Call, message: str, since: float | None = None) -> None:
+        """Every tools.progress_interval_seconds while a call waits (for a person, or behind its
+        session's earlier calls; from `since`), a call.progress saying so: a client whose own timeout
+        a progress notification resets (an MCP host) waits on with it."""
         loop = asyncio.get_running_loop()
         if since is None:
             since = loop.time()
         else:
-            self._progress(call, loop.time() - since, f"waiting for approval {approval_id}")
+            self._progress(call, loop.time() - since, message)
         call.timer = loop.call_later(call.session.config.tools.progress_interval_seconds,
-                                     self._waiting, call, approval_id, since)
+                                     self._waiting, call, message, since)
 
     def _grant(self, approval: Approval, session: Session, tool: str, risk: str, sandboxed: bool) -> None:
         """An approval with scope session (as approval.resolved said): its like calls run unasked."""

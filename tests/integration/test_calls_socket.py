@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from helpers.probe_tools import flush, requested, resolved, rig, wait_idle  # noqa: F401 (rig is a fixture)
+from helpers.probe_tools import flush, requested, resolved, rig, wait_event, wait_idle  # noqa: F401 (rig is a fixture)
 from helpers.probe_tools import EchoArgs, Probe, ProbeEcho, Rig
 from scvd import errors, protocol as p
 from scvd.calls import PROGRESS_CHARS
@@ -167,6 +167,23 @@ def test_progress_events_and_the_running_log_line(rig, workspace, caplog):
     assert completed_by_id(events)[call_id].ok
     lines = [r.getMessage() for r in caplog.records if r.name == "scvd.calls"]
     assert any(re.search(r"running name=probe_sleep .*elapsed=\d+s/900s", line) for line in lines), lines
+
+
+def test_a_call_queued_behind_one_that_waits_for_a_person_says_it_waits(rig, workspace):
+    """Only a call at the gate sent progress: one queued behind it in its session's lane sent none, so
+    an MCP host whose request timeout progress resets gave up on it while the person decided."""
+    rg = rig(FAST)
+    owner = rg.client(approver=True)
+    session = owner.open_session(workspace)
+    first = owner.start_call(session, "probe_touch", {"path": "a"})
+    r = requested(owner, first)
+    second = owner.start_call(session, "probe_touch", {"path": "b"})
+    queued = wait_event(owner, lambda e: isinstance(e, p.CallProgress) and e.call_id == second)
+    assert queued.message == "waiting for this session's earlier calls to end" and queued.timeout_s is None
+    owner.request(p.ApprovalDecide, approval_id=r.approval_id, decision="approve")
+    r2 = requested(owner, second)
+    owner.request(p.ApprovalDecide, approval_id=r2.approval_id, decision="approve")
+    assert {c: d.ok for c, d in completed_by_id(settled_events(owner)).items()} == {first: True, second: True}
 
 
 def test_a_tools_megabyte_of_progress_text_reaches_the_client_cut(make_inproc, workspace):
