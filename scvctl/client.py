@@ -20,6 +20,7 @@ import itertools
 import logging
 import os
 import socket
+import struct
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -102,6 +103,35 @@ def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
         f"scvd is not running on {path} ({exc.strerror or exc}); "
         "start it with `systemctl --user start scvd` or `scvd run`"
     )
+
+
+def open_socket(path: Path, timeout: float | None) -> socket.socket:
+    """A socket connected to `path`, with `timeout` set. The connect waits up to `timeout` while the
+    queue of connections scvd has not accepted yet is full (a hung or busy scvd), as a blocking
+    connect does: with Python's timeout the socket is non-blocking, and it failed at once with EAGAIN,
+    said as "scvd is not running; start it" (and `agents import` went on without it)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if timeout is not None:  # the kernel's own bound on that wait (0 would mean none)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(max(timeout, 1e-6)))
+        sock.connect(str(path))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(0))
+    except BaseException as exc:  # a ^C during that wait too: the socket is ours to close
+        sock.close()
+        if not isinstance(exc, OSError):
+            raise
+        if exc.errno == errno.EAGAIN:
+            raise errors.DaemonNotAnswering(
+                f"scvd accepted no connection on {path} for {timeout:g} s (its queue of connections is full): "
+                "it may be hung, or a socket-activated scvd failed to start; see `journalctl --user -u scvd`"
+            ) from None
+        raise not_running(path, exc) from None
+    sock.settimeout(timeout)
+    return sock
+
+
+def _timeval(seconds: float) -> bytes:
+    return struct.pack("ll", int(seconds), int(seconds % 1 * 1_000_000))
 
 
 def _owner_note(path: Path | str) -> str:
@@ -228,18 +258,11 @@ class Client:
     def connect(cls, path: Path | str | None = None, *, name: str = "scvctl", approver: bool = False,
                 timeout: float | None = 30.0, answers_secrets: bool = True) -> Client:
         path = Path(path) if path else default_socket()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(str(path))
-        except OSError as exc:
-            sock.close()
-            raise not_running(path, exc) from None
-        client = cls(sock)
+        client = cls(open_socket(path, timeout))
         try:
             client.welcome = client.core.welcomed(client.request(client.core.hello(name, approver, answers_secrets)))
         except BaseException:  # refused, or no answer: the socket is ours to close
-            sock.close()
+            client.close()
             raise
         return client
 

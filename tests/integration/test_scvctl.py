@@ -103,6 +103,38 @@ def test_a_socket_that_accepts_but_never_answers_is_one_line_and_exit_3(tmp_path
                    "or a socket-activated scvd failed to start; see `journalctl --user -u scvd`\n")
 
 
+def test_a_hung_scvd_whose_queue_of_connections_is_full_is_not_said_to_be_down(tmp_path, monkeypatch, capsys):
+    """Once a hung scvd's backlog filled up, the connect failed at once (EAGAIN: Python's timeout makes
+    the socket non-blocking) and read `scvd is not running ...; start it`: starting one fails, and
+    `agents import` went on to work on the homes the hung scvd owns."""
+    from scvctl import cli
+
+    path = tmp_path / "full.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as hung:
+        hung.bind(str(path))
+        hung.listen(0)  # never accepts: the queue takes one connection
+        queued = []
+        while True:
+            waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            waiting.setblocking(False)
+            try:
+                waiting.connect(str(path))
+            except BlockingIOError:
+                waiting.close()
+                break
+            queued.append(waiting)
+        real = cli.connect  # 30 s is the real timeout; the test does not wait that long
+        monkeypatch.setattr(cli, "connect", lambda args, **kw: real(args, **{**kw, "timeout": 0.3}))
+        try:
+            assert cli.main(["--socket", str(path), "ping"]) == 3
+        finally:
+            for waiting in queued:
+                waiting.close()
+    err = capsys.readouterr().err
+    assert err == (f"scvd accepted no connection on {path} for 0.3 s (its queue of connections is full): it may be "
+                   "hung, or a socket-activated scvd failed to start; see `journalctl --user -u scvd`\n")
+
+
 @pytest.mark.parametrize("command", [["approvals", "watch"], ["call", "read", "{}"], ["exec", "hi"], ["chat"]])
 def test_commands_that_wait_without_end_still_say_when_scvd_accepts_but_never_answers(tmp_path, monkeypatch,
                                                                                      capsys, command):
