@@ -376,16 +376,36 @@ def on_secret(c: Client, event: p.SecretRequested, *, as_json: bool = False) -> 
 
 def _read_secret(prompt: str) -> str | None:
     if sys.stdin.isatty():
-        import getpass
-
         try:
-            return getpass.getpass(prompt)
+            return masked_input(prompt)
         except EOFError:
             return None
     sys.stdout.write(prompt)
     sys.stdout.flush()
     line = sys.stdin.readline()
     return line.rstrip("\r\n") if line else None
+
+
+def masked_input(prompt: str) -> str:
+    """getpass on the terminal, whose echo stays off across Ctrl-Z and fg: the shell puts its own
+    terminal modes back while the command is stopped, and the secret typed after fg showed as typed."""
+    import getpass
+    import signal
+    import termios
+
+    def mask_again(signum: int, frame: Any) -> None:
+        try:
+            modes = termios.tcgetattr(sys.stdin.fileno())
+            modes[3] &= ~termios.ECHO  # lflag, as getpass clears it
+            termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, modes)
+        except termios.error:
+            pass
+
+    previous = signal.signal(signal.SIGCONT, mask_again)
+    try:
+        return getpass.getpass(prompt)
+    finally:
+        signal.signal(signal.SIGCONT, previous)
 
 
 def approve_question(event: Any) -> tuple[str, set[str]]:

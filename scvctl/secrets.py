@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import getpass
 import sys
 from typing import Any
 
 from scvd import errors, paths as paths_mod
 from scvd.secrets import SecretStore, check_key
 
-from .cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit_json
+from .cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit_json, masked_input
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -62,7 +61,7 @@ def read_value(key: str) -> str:
     """Masked on a terminal; otherwise all of stdin, less one trailing newline."""
     if sys.stdin.isatty():
         try:
-            return getpass.getpass(f"value for {key} (input hidden): ")
+            return masked_input(f"value for {key} (input hidden): ")
         except EOFError:  # Ctrl-D: no value, said as for an empty one
             print(file=sys.stderr)
             return ""

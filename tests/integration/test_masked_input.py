@@ -9,14 +9,17 @@ from __future__ import annotations
 import errno
 import os
 import select
+import signal
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
 from scvd.secrets import SecretStore
 
 from conftest import base_env
+from harness import wait_until
 from test_script_tools import SHOWS_TOKEN, make_tool
 
 TYPED = "typed-s3cr3t-4242"
@@ -109,3 +112,31 @@ def test_scvctl_approvals_watch_asks_for_a_secret_without_echo(make_daemon, scv_
         term.close()
     assert TYPED.encode() not in term.seen
     assert SecretStore(scv_home / "secrets.toml", env={}).get("API_TOKEN") == TYPED
+
+
+def test_scvctl_secrets_set_keeps_the_echo_off_after_ctrl_z_and_fg(tmp_path: Path):
+    """Ctrl-Z at the masked prompt stops scvctl, and the shell puts its own terminal modes (echo on)
+    back; after `fg` getpass read on with the echo on, and the secret showed as it was typed."""
+    home = tmp_path / "home"
+    term = Terminal([sys.executable, "-m", "scvctl", "secrets", "set", "API_TOKEN"], base_env(home, **NO_KEYRING))
+    try:
+        term.read_until(b"value for API_TOKEN (input hidden): ")
+        os.kill(term.proc.pid, signal.SIGSTOP)  # as Ctrl-Z's SIGTSTP does (an orphaned group ignores that)
+        wait_until(lambda: _state(term.proc.pid) == "T", what="scvctl stopped")
+        modes = termios.tcgetattr(term.master)  # the shell's own modes, back while the job is stopped
+        modes[3] |= termios.ECHO
+        termios.tcsetattr(term.master, termios.TCSANOW, modes)
+        os.kill(term.proc.pid, signal.SIGCONT)  # fg
+        wait_until(lambda: not termios.tcgetattr(term.master)[3] & termios.ECHO, what="the echo off again after fg")
+        term.type(TYPED + "\n")
+        shown = term.finish()
+    finally:
+        term.close()
+    assert term.proc.returncode == 0, shown
+    assert TYPED.encode() not in shown
+    assert SecretStore(home / "secrets.toml", env={}).get("API_TOKEN") == TYPED
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
