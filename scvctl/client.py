@@ -427,6 +427,23 @@ class _Link(asyncio.Protocol):
                 raise self._lost
 
 
+async def _open_socket_async(path: Path, timeout: float | None) -> socket.socket:
+    """open_socket() without blocking the loop. asyncio took a full queue's EAGAIN for a connect in
+    progress and handed over a socket that was not connected (ConnectionClosed, ENOTCONN, which a
+    bridge's retry on DaemonNotRunning did not catch): that rare wait for room runs in a thread."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        sock.connect(str(path))  # a Unix socket connects at once, or finds the queue full
+    except BlockingIOError:
+        sock.close()
+        return await asyncio.to_thread(open_socket, path, timeout)
+    except OSError as exc:
+        sock.close()
+        raise not_running(path, exc) from None
+    return sock
+
+
 class AsyncClient:
     """The same client over asyncio; many coroutines may use it at once."""
 
@@ -447,10 +464,8 @@ class AsyncClient:
         path = Path(path) if path else default_socket()
         client = cls()
         link = _Link(client._on_data, client._fail)
-        try:
-            transport, _ = await asyncio.get_running_loop().create_unix_connection(lambda: link, str(path))
-        except OSError as exc:
-            raise not_running(path, exc) from None
+        sock = await _open_socket_async(path, timeout)
+        transport, _ = await asyncio.get_running_loop().create_unix_connection(lambda: link, sock=sock)
         client.transport, client.link = transport, link  # type: ignore[assignment]
         try:
             async with asyncio.timeout(timeout):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -85,54 +87,63 @@ def test_a_socket_path_too_long_for_af_unix_says_so_not_that_scvd_is_down(tmp_pa
     assert "not running" not in out.stderr and out.stderr.count("\n") == 1
 
 
-def test_a_socket_that_accepts_but_never_answers_is_one_line_and_exit_3(tmp_path, monkeypatch, capsys):
-    """A hung scvd (or a socket-activated one that failed) was a TimeoutError traceback."""
-    import socket
-
+@pytest.mark.parametrize("hung, said", [
+    ("silent", "scvd accepted the connection on {path} but sent nothing for 0.3 s: it may be hung, "),
+    ("full", "scvd accepted no connection on {path} for 0.3 s (its queue of connections is full): it may be hung, "),
+])
+def test_a_socket_that_accepts_but_never_answers_is_one_line_and_exit_3(tmp_path, monkeypatch, capsys, hung, said):
+    """A hung scvd (or a socket-activated one that failed) was a TimeoutError traceback. Once its queue
+    of connections was full, the connect failed at once (EAGAIN: Python's timeout makes the socket
+    non-blocking) and read `scvd is not running ...; start it`: starting one fails, and `agents
+    import` went on to work on the homes the hung scvd owns."""
     from scvctl import cli
 
-    path = tmp_path / "silent.sock"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
-        silent.bind(str(path))
-        silent.listen(8)  # accepts (the kernel's backlog), never reads or answers
+    path = tmp_path / f"{hung}.sock"
+    with (silent_socket if hung == "silent" else full_queue)(path):
         real = cli.connect  # 30 s is the real timeout; the test does not wait that long
         monkeypatch.setattr(cli, "connect", lambda args, **kw: real(args, **{**kw, "timeout": 0.3}))
         assert cli.main(["--socket", str(path), "ping"]) == 3
     err = capsys.readouterr().err
-    assert err == (f"scvd accepted the connection on {path} but sent nothing for 0.3 s: it may be hung, "
-                   "or a socket-activated scvd failed to start; see `journalctl --user -u scvd`\n")
+    assert err == said.format(path=path) + ("or a socket-activated scvd failed to start; see `journalctl --user "
+                                            "-u scvd`\n")
 
 
-def test_a_hung_scvd_whose_queue_of_connections_is_full_is_not_said_to_be_down(tmp_path, monkeypatch, capsys):
-    """Once a hung scvd's backlog filled up, the connect failed at once (EAGAIN: Python's timeout makes
-    the socket non-blocking) and read `scvd is not running ...; start it`: starting one fails, and
-    `agents import` went on to work on the homes the hung scvd owns."""
-    from scvctl import cli
+@contextlib.contextmanager
+def silent_socket(path: Path) -> Iterator[None]:
+    """A listening socket that never reads or answers: the kernel's backlog accepts."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(str(path))
+        silent.listen(8)
+        yield
+
+
+def test_the_async_client_on_a_hung_scvd_whose_queue_is_full_raises_what_a_bridge_retries_on(tmp_path):
+    """asyncio took the full queue's EAGAIN for a connect in progress: AsyncClient.connect raised
+    ConnectionClosed (ENOTCONN), which a bridge's retry on DaemonNotRunning let through, ending it."""
+    import asyncio
+
+    from scvctl.client import AsyncClient
 
     path = tmp_path / "full.sock"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as hung:
+    with full_queue(path), pytest.raises(errors.DaemonNotRunning) as hung:
+        asyncio.run(AsyncClient.connect(path, timeout=0.3))
+    assert str(hung.value).startswith(f"scvd accepted no connection on {path} for 0.3 s (its queue of connections")
+
+
+@contextlib.contextmanager
+def full_queue(path: Path) -> Iterator[None]:
+    """A listening socket that never accepts, its queue of connections full: a hung scvd's."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as hung, contextlib.ExitStack() as queued:
         hung.bind(str(path))
-        hung.listen(0)  # never accepts: the queue takes one connection
-        queued = []
+        hung.listen(0)  # the queue takes one connection
         while True:
-            waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            waiting = queued.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
             waiting.setblocking(False)
             try:
                 waiting.connect(str(path))
             except BlockingIOError:
-                waiting.close()
                 break
-            queued.append(waiting)
-        real = cli.connect  # 30 s is the real timeout; the test does not wait that long
-        monkeypatch.setattr(cli, "connect", lambda args, **kw: real(args, **{**kw, "timeout": 0.3}))
-        try:
-            assert cli.main(["--socket", str(path), "ping"]) == 3
-        finally:
-            for waiting in queued:
-                waiting.close()
-    err = capsys.readouterr().err
-    assert err == (f"scvd accepted no connection on {path} for 0.3 s (its queue of connections is full): it may be "
-                   "hung, or a socket-activated scvd failed to start; see `journalctl --user -u scvd`\n")
+        yield
 
 
 @pytest.mark.parametrize("command", [["approvals", "watch"], ["call", "read", "{}"], ["exec", "hi"], ["chat"]])
