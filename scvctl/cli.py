@@ -444,8 +444,8 @@ def drop_typed_ahead() -> None:
 
 def cmd_call(args: argparse.Namespace) -> int:
     try:
-        arguments = json.loads(args.arguments)
-    except json.JSONDecodeError as exc:
+        arguments = json.loads(args.arguments, parse_float=_finite, parse_constant=_finite)
+    except ValueError as exc:  # a JSONDecodeError, or a number _finite refused
         print(f"usage: arguments must be a JSON object: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if not isinstance(arguments, dict):
@@ -474,6 +474,15 @@ def cmd_call(args: argparse.Namespace) -> int:
             print(f"cancelled: Ctrl-C stopped call {call_id}", file=sys.stderr)
         return 130  # as a shell reports an interrupted command
     return _print_completed(done, args)
+
+
+def _finite(text: str) -> float:
+    """A JSON number; 1e400, and the NaN and Infinity that json.loads takes, went to scvd as null:
+    the call ran with the tool's default (a `timeout_seconds` of 120), nothing said."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
 
 
 def _follow(c: Client, call_id: str, args: argparse.Namespace) -> p.CallCompleted:

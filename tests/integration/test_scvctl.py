@@ -248,6 +248,16 @@ def test_call_refuses_a_timeout_that_is_not_a_finite_number(daemon: DaemonProc, 
     assert out.returncode == 2 and f"'{value}' is not a finite number of seconds, e.g. 30" in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("value", ["1e400", "NaN", "-Infinity"])
+def test_call_refuses_arguments_with_a_number_json_cannot_carry(daemon: DaemonProc, workspace: Path, value: str):
+    """json.loads takes them, and they went to scvd as null: `"timeout_seconds": 1e400` ran with the
+    default 120 s, a read's `"limit": 1e400` read with its default limit, exit 0, nothing said."""
+    (workspace / "README.md").write_text("hello\n")
+    out = scvctl(daemon, "call", "--workspace", str(workspace), "read", f'{{"path": "README.md", "limit": {value}}}')
+    assert out.returncode == 2, out.stdout
+    assert out.stderr == f"usage: arguments must be a JSON object: {value} is not a finite number\n"
+
+
 def test_socket_flag_overrides_the_default(daemon: DaemonProc, tmp_path: Path):
     out = scvctl(tmp_path / "elsewhere", "--socket", str(daemon.socket), "ping")
     assert out.returncode == 0, out.stderr
