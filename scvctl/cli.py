@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     except errors.UsageError as exc:
         print(f"usage: {exc.message}", file=sys.stderr)
         return EXIT_USAGE
-    except errors.ScvError as exc:
-        print(f"{exc.code}: {exc.message}", file=sys.stderr)
+    except errors.ScvError as exc:  # escaped: scvd's message may carry a peer's name or reason
+        print(printable(f"{exc.code}: {exc.message}"), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

