@@ -317,3 +317,40 @@ def test_a_new_config_with_its_own_bearer_token_is_not_told_to_add_one(paths, so
     assert len(removed) == 1 and removed[0].endswith(
         "the imported config brings its own key (experimental_bearer_token)"), removed
     assert BEARER not in json.dumps(out)
+
+
+def test_what_an_import_that_died_left_is_swept(paths, source) -> None:
+    """A SIGKILL or power loss after staging left `.auth.json.<random>.tmp`, a copy of a key: the
+    next import removes it (and nothing else of the home)."""
+    (source / "config.toml").write_text('model = "gpt-5"\n')
+    (source / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    run_import(paths, source)
+    left = dest(paths) / ".auth.json.k3x9q1.tmp"
+    left.write_text(json.dumps({"OPENAI_API_KEY": "sk-LEFT-BEHIND"}))
+    codex_own = dest(paths) / "sessions.tmp"  # a name of codex's own, not one an import stages
+    codex_own.write_text("kept")
+    run_import(paths, source)
+    assert not left.exists()
+    assert codex_own.read_text() == "kept"
+
+
+def test_imports_take_their_turn(paths, source, tmp_path) -> None:
+    """Two imports at once (the daemon's and another, or two scvctls) would mix their files: the
+    second waits until the first is done."""
+    import fcntl
+    import threading
+
+    relay = openai_then_relay(source, tmp_path)
+    run_import(paths, source)
+    held = os.open(dest(paths), os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # an import in progress elsewhere
+    done: list[dict] = []
+    second = threading.Thread(target=lambda: done.append(run_import(paths, relay)))
+    try:
+        second.start()
+        second.join(0.5)
+        assert not done and "sk-OLD-openai" in (dest(paths) / "auth.json").read_text()
+    finally:
+        os.close(held)
+    second.join(30)
+    assert done and API_KEY in (dest(paths) / "auth.json").read_text()

@@ -13,15 +13,21 @@ Rules (seed 000, "Signing in delegated agents"):
 - The provider is the active `profile`'s `model_provider` when it names one.
 - Both files are validated before either is written; the writes (and that
   removal) happen all together or not at all, each file 0600.
+- One import at a time per home (a flock on it: the daemon's and a direct
+  scvctl's alike), so two never mix their files; each sweeps the staged copies
+  an import that died (SIGKILL, power loss) left, a key among them.
 - Nothing read here is ever printed or logged except the reported settings.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -319,6 +325,26 @@ def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
                 _unlink(path)
 
 
+@contextlib.contextmanager
+def _one_at_a_time(directory: Path) -> Iterator[None]:
+    """An exclusive flock on `directory` while one import reads and writes it."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _sweep(directory: Path, names: tuple[str, ...]) -> None:
+    """Remove what `_stage` left of an import that died before its end: a copy of a key, too."""
+    with os.scandir(directory) as entries:
+        stale = [e.path for e in entries
+                 if e.name.endswith(".tmp") and e.name.startswith(tuple(f".{n}." for n in names))]
+    for path in stale:
+        _unlink(Path(path))
+
+
 def _keep(directory: Path, name: str) -> Path | None:
     link = directory / f".{name}.old"
     _unlink(link)
@@ -342,10 +368,12 @@ def import_codex(source: Path, home: Path) -> dict[str, Any]:
     if source.resolve() == home.resolve():
         raise InvalidRequest(f"{source} is scvd's own codex home; give your Codex home instead")
     plan = plan_import(source)
-    _old_auth(plan, home)
-    _old_config(plan, home)
     try:
-        commit_files(home, plan.files)
+        with _one_at_a_time(home):
+            _old_auth(plan, home)
+            _old_config(plan, home)
+            _sweep(home, (CONFIG, AUTH))
+            commit_files(home, plan.files)
     except OSError as exc:
         raise InternalError(f"cannot write scvd's codex home {home} ({exc.strerror or exc}); it was left as "
                             "it was: free some space or fix its permissions, then import again") from exc
