@@ -4,7 +4,8 @@ Rule: a call that is not read-only and whose `Plan.targets` (the workspace paths
 it reads or writes, as asked and as resolved) include one named by an
 `approvals.always_ask` glob or by the secret-like rule, or one inside a git
 directory that is not named `.git` (`git init --separate-git-dir`, a repo tool's
-`project.git`: its config and hooks run at the next git command), is put to a
+`project.git`: its config and hooks run at the next git command), or any target of
+a workspace that is or lies in a git directory (`repo/.git/hooks`), is put to a
 person, and that request is approved once only. Pure functions on path strings,
 but for `git_dir_reason` and `in_git_dir`, which look (a few lstats); nothing here knows a tool.
 
@@ -123,8 +124,9 @@ def always_ask_reason(targets: Iterable[str], globs: Sequence[str], workspace: s
 
 def git_dir_reason(workspace: str, targets: Iterable[str]) -> str | None:
     """Why a call with these targets always asks because one lies inside a git directory the
-    globs cannot name (it is not called `.git`), or None. A folder with a `HEAD` file and a
-    `config`, `objects` or `refs` is taken for one: a few lstats per target, nearest folder first."""
+    globs cannot name (it is not called `.git`), or because the workspace is or lies in one, or None.
+    A folder with a `HEAD` file and a `config`, `objects` or `refs` is taken for one: a few lstats
+    per target, nearest folder first, and per folder above the workspace."""
     for target in targets:
         parts = target.split("/")
         for i in range(len(parts) - 1, 0, -1):
@@ -133,22 +135,31 @@ def git_dir_reason(workspace: str, targets: Iterable[str]) -> str | None:
             if looks_like_git_dir(os.path.join(workspace, *parts[:i])):
                 return (f"{_show(target)} is inside {_show('/'.join(parts[:i]))}, a git directory: its config "
                         "and hooks run at the next git command")
-    if targets and looks_like_git_dir(workspace):  # a bare repository (or a .git) opened as the workspace
-        return (f"{_show(next(iter(targets)))} is inside the workspace, itself a git directory: its config "
-                "and hooks run at the next git command")
-    return None
+    git_dir = enclosing_git_dir(workspace) if targets else None
+    if git_dir is None:
+        return None
+    # a bare repository or a `.git` opened as the workspace, or a folder of one (`repo/.git/hooks`),
+    # where no target's workspace-relative path says so
+    where = "itself a git directory" if git_dir == workspace else f"which lies in the git directory {_show(git_dir)}"
+    return (f"{_show(next(iter(targets)))} is inside the workspace, {where}: its config "
+            "and hooks run at the next git command")
 
 
 def in_git_dir(workspace: str) -> bool:
     """Whether `workspace` (a real path) is a git directory or lies inside one (a bare repository, a
     `.git` or a folder of it): its config and hooks run at the next git command there."""
+    return enclosing_git_dir(workspace) is not None
+
+
+def enclosing_git_dir(workspace: str) -> str | None:
+    """The git directory `workspace` (a real path) is or lies in, nearest first, or None."""
     path = workspace
     while True:
         if os.path.basename(path).lower() == ".git" or looks_like_git_dir(path):
-            return True
+            return path
         parent = os.path.dirname(path)
         if parent == path:
-            return False
+            return None
         path = parent
 
 

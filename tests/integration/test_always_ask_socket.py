@@ -194,3 +194,34 @@ def test_a_grant_for_write_does_not_cover_a_bare_repository_opened_as_the_worksp
     owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
     assert owner.wait_call(call_id).error.kind == "denied"
     assert not (root / "hooks" / "post-update").exists()
+
+
+@pytest.mark.parametrize("inside", [".git/hooks", "project.git/hooks"])
+def test_a_workspace_inside_a_git_directory_asks_for_every_write_and_grants_nothing(owner: Client, tmp_path: Path,
+                                                                                     inside: str) -> None:
+    # the workspace lies in a repository's `.git` or in a bare repository: a hook written there runs at
+    # the next git command, and its workspace-relative path (`post-checkout`) names no git directory;
+    # a session grant for write let the next hook be planted unasked
+    repo = tmp_path / "repo"
+    if inside.startswith(".git"):
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    else:
+        subprocess.run(["git", "init", "-q", "--bare", str(repo / "project.git")], check=True)
+    root = repo / inside
+    why = (f"is inside the workspace, which lies in the git directory {str(root.parent.resolve())!r}: "
+           "its config and hooks run at the next git command")
+    sid = owner.open_session(root)
+    call_id = write(owner, sid, "pre-commit")
+    asked = next_of(owner, call_id)
+    assert isinstance(asked, p.ApprovalRequested) and asked.always_ask == f"'pre-commit' {why}"
+    owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="approve", scope="session")
+    assert resolved(owner, asked.approval_id).scope == "once"  # recorded as once: no grant
+    assert owner.wait_call(call_id).ok
+
+    call_id = write(owner, sid, "post-checkout")
+    asked = next_of(owner, call_id)
+    assert isinstance(asked, p.ApprovalRequested), "post-checkout ran unasked under a session grant"
+    assert asked.always_ask == f"'post-checkout' {why}"
+    owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
+    assert owner.wait_call(call_id).error.kind == "denied"
+    assert not (root / "post-checkout").exists()
