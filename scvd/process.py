@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from . import guardian
 from .notify import MANAGER_VARS
 from .proctree import (  # noqa: F401 - set_child_subreaper and friends are re-exported for the server
     ProcStat,
@@ -321,6 +322,7 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
                 stdout=write_fd, stderr=err_write, start_new_session=True, close_fds=True,
             )
             _LEADERS.add(popen.pid)  # so no run's orphan sweep (see _orphans) nor reaper takes it
+            guardian.watch(popen.pid)  # its group dies with scvd, should scvd die first
     except BaseException:
         os.close(read_fd)
         if err_read is not None:
@@ -512,19 +514,27 @@ def _release(run: _Run, exit_task: asyncio.Task) -> None:
     run.reap_tracked()
     _RUNS.discard(run)
     if exit_task.done():
-        _LEADERS.discard(run.pid)
+        _forget_leader(run.popen)
         if not exit_task.cancelled():
             exit_task.exception()  # retrieved, so a failure there is not reported as lost
     else:
         run.signal_all(signal.SIGKILL)
         _PENDING.add(exit_task)
-        exit_task.add_done_callback(lambda t: (_PENDING.discard(t), _LEADERS.discard(run.pid)))
+        exit_task.add_done_callback(lambda t: (_PENDING.discard(t), _forget_leader(run.popen)))
     # a fresh scan, not the run's last one: a process killed since that scan (an agent's helper,
     # bwrap's child) is a zombie of ours by now and is reaped with its call, not at the next one
     reap_orphans()
 
 
 _PENDING: set[asyncio.Task] = set()  # exit tasks that outlived their run (kept from GC)
+
+
+def _forget_leader(popen: subprocess.Popen) -> None:
+    """Nothing waits for the leader any more. Reaped, its pid (and group id) may be reused: the
+    guardian forgets it; not reaped (its wait cancelled at scvd's exit), its group stays guarded."""
+    _LEADERS.discard(popen.pid)
+    if popen.returncode is not None:
+        guardian.forget(popen.pid)
 
 
 # --- long-lived children (MCP stdio servers) ---------------------------------------
@@ -542,6 +552,7 @@ def spawn_service(argv: list[str], cwd: str | Path, env: Mapping[str, str]) -> s
             stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
         )
         _LEADERS.add(popen.pid)
+        guardian.watch(popen.pid)
     return popen
 
 
@@ -561,7 +572,7 @@ async def wait_service(popen: subprocess.Popen) -> int:
                 return exit_task.result()
     finally:
         exit_task.cancel()
-        _LEADERS.discard(popen.pid)
+        _forget_leader(popen)
 
 
 def _zombie_child() -> bool:

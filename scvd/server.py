@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from . import __version__, errors, eventloop, heap, limits, notify, protocol as p
+from . import __version__, errors, eventloop, guardian, heap, limits, notify, protocol as p
 from .audit import AuditLog, unopenable
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
@@ -195,9 +195,11 @@ class Daemon:
         held = self._claim or claim(self.paths, inherited)
         self._lock_fd, self._owns_socket, self._socket_id = held.lock_fd, held.owns_socket, held.socket_id
         before, now = limits.raise_nofile()
-        # 2. orphans of tools become our children, so they can be reaped and killed
+        # 2. orphans of tools become our children, so they can be reaped and killed; and should scvd
+        #    be killed, the guardian kills what its tools still run
         if not set_child_subreaper():
             log.warning("cannot become a child subreaper; orphans of tools go to init")
+        guardian.start()
         # 3. the audit log and the sandbox probe
         try:
             self.audit = AuditLog(self.paths.audit_log, self.config.audit.max_bytes, self.config.audit.keep)

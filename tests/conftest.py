@@ -79,6 +79,17 @@ def wait_pending(c: Client, count: int = 1, timeout: float = 15.0) -> list[Any]:
     raise AssertionError(f"fewer than {count} approval request(s) after {timeout} s")
 
 
+def is_guardian(pid: int) -> bool:
+    """Whether `pid` is a daemon's guardian (scvd/guardian.py): its one child that outlives every call."""
+    from scvd import guardian
+
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return guardian.NAME.encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def base_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SCV", "NOTIFY_", "LISTEN_"))}
     # a HOME with no profile: bash -l would otherwise run this machine's ~/.profile (pyenv init

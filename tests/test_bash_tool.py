@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from conftest import is_guardian
 from scvd import errors, paths as paths_mod
 from scvd.config import Config, SandboxConfig, ToolsConfig
 from scvd.proctree import read_stat
@@ -396,7 +397,8 @@ def test_over_the_socket_an_approved_call_runs_and_cleans_up(daemon, workspace):
         stat = read_stat(int(pid))
         assert stat is None or not stat.alive
     # scvd is a subreaper: the orphan came back to it, was killed and reaped (no zombie)
-    children = [p for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == daemon.proc.pid]
+    children = [p for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == daemon.proc.pid
+                and not is_guardian(int(p))]
     assert children == []
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from adapters_support import FAKE_AGENT_CONFIG, make_fake_bin
-from conftest import DaemonProc
+from conftest import DaemonProc, is_guardian
 from harness import wait_until
 from scvd import protocol as p
 from scvd.proctree import scan_processes
@@ -27,8 +27,8 @@ def tree_daemon(make_daemon, tmp_path: Path) -> DaemonProc:
 
 
 def children(pid: int) -> list[str]:
-    """The daemon's child processes, zombies included, as `pid state`."""
-    return [f"{q.pid} {q.state}" for q in scan_processes().values() if q.ppid == pid]
+    """The daemon's child processes, zombies included, as `pid state` (not its guardian)."""
+    return [f"{q.pid} {q.state}" for q in scan_processes().values() if q.ppid == pid and not is_guardian(q.pid)]
 
 
 def approve_until_done(c, call_id: str, pid_file: Path, *, cancel: bool) -> p.CallCompleted:

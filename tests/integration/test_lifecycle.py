@@ -951,3 +951,28 @@ def test_a_disk_that_refuses_writes_does_not_stop_a_start(make_daemon, tmp_path)
             proc.kill()
             proc.wait()
         proc.stderr.close()
+
+
+def test_a_killed_scvd_takes_the_processes_of_its_calls_with_it(make_daemon, workspace):
+    """SIGKILL (the OOM killer) leaves scvd no time to clean up, and without systemd no cgroup is
+    killed after it: its guardian kills what the calls still run. Here a shell that waits for a
+    background job of its group; both ran on for good."""
+    from helpers.probe_tools import requested
+
+    d = make_daemon('[sandbox]\nmode = "off"\n')  # in the sandbox, bwrap's --die-with-parent does it
+    pids = workspace / "pids"
+    with d.client(name="owner", approver=True) as owner:
+        call_id = owner.start_call(owner.open_session(workspace), "bash",
+                                   {"command": "sleep 1023 & echo $$ $! > pids.tmp; mv pids.tmp pids; wait"})
+        owner.request(p.ApprovalDecide, approval_id=requested(owner, call_id).approval_id, decision="approve")
+        wait_until(pids.exists, what="the bash call to start")
+    shell, job = map(int, pids.read_text().split())
+    try:
+        os.kill(d.proc.pid, signal.SIGKILL)
+        d.proc.wait(10)
+        wait_until(lambda: pid_gone(shell) and pid_gone(job), timeout=10,
+                   what="the killed scvd's call processes to end")
+    finally:
+        for pid in (shell, job):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
