@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -538,3 +539,21 @@ def test_a_result_with_a_name_that_is_not_utf8_is_answered(daemon, workspace, tm
         assert result["structuredContent"] == {"files": ["caf\ufffd.txt"]}
     finally:
         h.close()
+
+
+def test_a_killed_scvd_takes_a_stdio_server_that_outlives_its_stdin_with_it(make_daemon):
+    """SIGKILL leaves scvd no time to stop its servers; one that does not exit when its stdin ends
+    ran on for good, with its secrets, unless systemd killed the unit's cgroup: the guardian kills it."""
+    from harness import pid_gone
+    from scvd.proctree import scan_processes
+
+    d = with_quirks_server(make_daemon, "stubborn", "echo")
+    server = [q.pid for q in scan_processes().values() if q.ppid == d.proc.pid and q.pid == q.pgid]
+    assert len(server) == 1, server  # the server leads its own group; the guardian is in scvd's
+    try:
+        d.proc.kill()
+        d.proc.wait(10)
+        wait_until(lambda: pid_gone(server[0]), timeout=10, what="the killed scvd's stdio server to end")
+    finally:
+        if not pid_gone(server[0]):
+            os.kill(server[0], signal.SIGKILL)
