@@ -125,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: --json does not apply to {args.no_json}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        if sys.stdout is not None:  # (scvctl mcp's may be closed: it said so)
+            sys.stdout.flush()  # what is still buffered: its EPIPE comes here, not at exit ("Exception ignored", 120)
+        return code
     except DaemonNotRunning as exc:
         print(exc.message, file=sys.stderr)
         return EXIT_NOT_RUNNING

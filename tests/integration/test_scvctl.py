@@ -800,3 +800,19 @@ def test_a_closed_stdin_or_stdout_is_end_of_input_and_no_output_not_a_traceback(
     assert out.returncode == 2 and out.stderr.startswith("usage: no value given for TOK"), out.stderr
     out = run(">&-", "status", "--json")
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("args", [("status",), ("tools",), ("--json", "status")])
+def test_a_reader_that_left_ends_the_output_quietly_whether_or_not_it_was_buffered(daemon: DaemonProc, args):
+    """`scvctl status | head -0`: unbuffered (PYTHONUNBUFFERED, as tests run it) the EPIPE was caught;
+    buffered, as a person's shell runs it, it came at exit: `Exception ignored ... BrokenPipeError`, exit 120."""
+    env = base_env(daemon.home)
+    env.pop("PYTHONUNBUFFERED")
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line: EPIPE on every write, deterministically
+    try:
+        done = subprocess.run([sys.executable, "-m", "scvctl", *args], env=env, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=30)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
