@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from . import __version__, errors, eventloop, guardian, heap, limits, notify, protocol as p
+from . import __version__, awake, errors, eventloop, guardian, heap, limits, notify, protocol as p
 from .audit import AuditLog, unopenable
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
@@ -84,7 +84,7 @@ class Daemon:
         self.connections: set[Connection] = set()
         self.sessions: dict[str, Session] = {}
         self.calls = CallRegistry(self)
-        self.started = time.time()
+        self.started = awake.clock()  # for uptime: a step of the wall clock (NTP, `date -s`) is no time up
         self.stop_event = asyncio.Event()
         self.force_exit = False
         self._listener: Listener | None = None
@@ -663,7 +663,7 @@ class Daemon:
         active = bool(self.sandbox and self.sandbox.active)
         return p.StatusResult(
             id=frame.id, pid=os.getpid(), version=__version__, protocol=p.PROTOCOL_VERSION,
-            uptime_seconds=round(time.time() - self.started, 3), sessions=len(self.sessions),
+            uptime_seconds=round(awake.clock() - self.started, 3), sessions=len(self.sessions),
             pending_approvals=len(self.gate.pending), running_calls=len(self.calls), policy=policy,
             policy_note=policy_note(policy, active), sandbox=self.sandbox_verdict,
             socket=self.listening_on, mcp_servers=self.mcp.status(), reload_error=self.reload_error)

@@ -212,6 +212,15 @@ def test_status_human_and_json(daemon: DaemonProc):
     assert data["pid"] == daemon.proc.pid and data["sessions"] == 0 and data["protocol"] == 1
 
 
+def test_status_uptime_does_not_follow_a_step_of_the_wall_clock(make_inproc, monkeypatch):
+    """NTP or `date -s` set the clock back an hour after scvd started: `up -3599s`."""
+    daemon = make_inproc()
+    wall = time.time
+    monkeypatch.setattr(time, "time", lambda: wall() - 3600)
+    with daemon.client() as c:
+        assert 0 <= c.status().uptime_seconds < 3600
+
+
 def test_json_flag_works_after_the_command_too(daemon: DaemonProc):
     out = scvctl(daemon, "status", "--json")
     assert json.loads(out.stdout)["type"] == "status.result"
