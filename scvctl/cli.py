@@ -8,6 +8,7 @@ Exit codes: 0 success; 1 scvd answered with an error, or the call failed;
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -289,6 +290,7 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    args.seq = itertools.count(1)  # the JSON lines' own (see _emit_event)
     with connect(args, timeout=None) as c:
         c.request(p.ApprovalsWatch)
         listed = c.request(p.ApprovalsList).approvals
@@ -302,19 +304,25 @@ def cmd_watch(args: argparse.Namespace) -> int:
                     _on_request(c, args, event)
             elif isinstance(event, p.ApprovalResolved):
                 _on_resolved(args, event)
+            elif args.json and isinstance(event, (p.SecretRequested, p.SecretResolved)):
+                _emit_event(args, event)  # a program reading JSON answers with secret.provide itself
             elif isinstance(event, p.SecretRequested):
-                on_secret(c, event, as_json=args.json)
-            elif isinstance(event, p.SecretResolved) and not args.json:
+                on_secret(c, event)
+            elif isinstance(event, p.SecretResolved):
                 print(printable(f"  {event.request_id} ({event.key}) {event.state}"
                                 + (f" by {event.decided_by}" if event.decided_by else ""), keep=""), flush=True)
-            elif args.json and isinstance(event, p.SecretResolved):
-                emit_json(event)
     return EXIT_OK  # pragma: no cover - events() only ends by an exception
+
+
+def _emit_event(args: argparse.Namespace, event: Any) -> None:
+    """A line of `watch --json`, its `seq` this output's own, 1, 2, ...: the requests pending when the
+    watch began were listed, not pushed, and all went out as seq 0 before the pushed ones' 1, 2, ..."""
+    emit_json(msgspec.structs.replace(event, seq=next(args.seq)))
 
 
 def _on_request(c: Client, args: argparse.Namespace, event: Any) -> None:
     if args.json:
-        emit_json(event)
+        _emit_event(args, event)
         return
     if _ended(c, event.approval_id):  # it expired or went while an earlier one was asked: no prompt
         print(first_lines(event), flush=True)  # its approval.resolved line follows
@@ -344,17 +352,14 @@ def ask_request(event: Any) -> str | None:
 
 def _on_resolved(args: argparse.Namespace, event: p.ApprovalResolved) -> None:
     if args.json:
-        emit_json(event)
+        _emit_event(args, event)
         return
     why = f": {event.reason}" if event.reason else ""  # another peer's text: one line, escaped
     print(printable(f"  {event.approval_id} {event.state} by {event.decided_by}{why}", keep=""), flush=True)
 
 
-def on_secret(c: Client, event: p.SecretRequested, *, as_json: bool = False) -> None:
+def on_secret(c: Client, event: p.SecretRequested) -> None:
     """A tool asks for a secret: read it masked (getpass) on a terminal, else one line of stdin."""
-    if as_json:  # a program reading JSON answers with secret.provide itself
-        emit_json(event)
-        return
     print(printable(f"[{event.request_id}] secret {event.key} for {event.tool or '?'} "  # the agent's question:
                     f"(session {event.session}): {event.question}", keep=""), flush=True)  # one line, escaped
     while True:

@@ -586,6 +586,27 @@ def test_watch_json_shows_requests_pending_before_it_started_as_events(daemon: D
     assert event["tool"] == "write" and event["summary"]
 
 
+def test_watch_json_numbers_its_lines_so_requests_pending_before_it_are_not_all_seq_0(daemon: DaemonProc,
+                                                                                     workspace: Path):
+    """The requests pending when the watch began were listed, not pushed: each went out as seq 0, so a
+    bridge that keys or orders lines by seq kept one of them, and the first pushed event was seq 1 too."""
+    with daemon.client(name="agent") as c:
+        for name in ("a.txt", "b.txt"):  # a session each: a session's second write waits behind its first
+            c.start_call(c.open_session(workspace), "write", {"path": name, "content": "1", "mode": "create"})
+        wait_pending(c, 2)
+        watch = popen_scvctl(daemon, "--json", "approvals", "watch")
+        try:
+            lines = [json.loads(watch.stdout.readline()) for _ in range(2)]
+            c.start_call(c.open_session(workspace), "write", {"path": "c.txt", "content": "1", "mode": "create"})
+            lines.append(json.loads(watch.stdout.readline()))
+            c.request(p.ApprovalDecide, approval_id=lines[0]["approval_id"], decision="deny")
+            lines.append(json.loads(watch.stdout.readline()))
+        finally:
+            stop(watch)
+    assert [(e["type"], e["seq"]) for e in lines] == [
+        ("approval.requested", 1), ("approval.requested", 2), ("approval.requested", 3), ("approval.resolved", 4)]
+
+
 def _has_tool(c, name: str) -> bool:
     return any(t.name == name for t in c.request(p.ToolsList).tools)
 
