@@ -18,7 +18,7 @@ from scvd import errors, protocol as p
 from scvd.text import printable
 
 from . import usage
-from .cli import EXIT_ERROR, EXIT_OK, ask_request, connect, drop_typed_ahead, emit_json, on_secret
+from .cli import EXIT_ERROR, EXIT_OK, ask_request, connect, decide, drop_typed_ahead, emit_json, on_secret
 
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
 HEADLESS_ANSWER = "(no answer: scvctl exec runs without a person at the terminal; go on without one)"
@@ -201,12 +201,7 @@ def _chat_event(c: Any, session: str, event: Any) -> None:
         sys.stdout.flush()
     elif isinstance(event, p.ApprovalRequested) and event.session == session:
         print(flush=True)
-        answer = ask_request(event) or "n"
-        try:
-            c.request(p.ApprovalDecide, approval_id=event.approval_id,
-                      decision="deny" if answer == "n" else "approve", scope="session" if answer == "s" else "once")
-        except errors.ApprovalNotFound as exc:  # decided elsewhere, or withdrawn: scvd says which
-            print(printable(f"  {exc.message}", keep=""), flush=True)
+        decide(c, event, ask_request(event) or "n")  # Ctrl-D at the prompt: no
     elif isinstance(event, p.SecretRequested) and event.session == session:
         print(flush=True)
         on_secret(c, event)  # masked, as `scvctl approvals watch` asks

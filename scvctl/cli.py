@@ -330,11 +330,15 @@ def _on_request(c: Client, args: argparse.Namespace, event: Any) -> None:
     answer = ask_request(event)
     if answer is None:
         raise KeyboardInterrupt
-    decision = "deny" if answer == "n" else "approve"
+    decide(c, event, answer)
+
+
+def decide(c: Client, event: Any, answer: str) -> None:
+    """Send the person's y, n or s for `event`; one decided elsewhere, or withdrawn, meanwhile is said."""
     try:
-        c.request(p.ApprovalDecide, approval_id=event.approval_id, decision=decision,
+        c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="deny" if answer == "n" else "approve",
                   scope="session" if answer == "s" else "once")
-    except errors.ApprovalNotFound as exc:  # decided elsewhere, or withdrawn: scvd says which
+    except errors.ApprovalNotFound as exc:  # scvd says which
         print(printable(f"  {exc.message}", keep=""), flush=True)
 
 
