@@ -141,14 +141,16 @@ class Bridge:
         accepted = await self.client.request(p.Call, session=self.session, tool=name, arguments=arguments)
         self.calls[msg_id] = accepted.call_id
         asked: list[str] = []
-        progress = 0.0  # the last one sent
+        progress = base = 0.0  # the last one sent; where the run's own seconds count from (after a wait)
         try:
             while True:  # every event of this call is taken, so none piles up in a long host session
                 event = await self.client.next_call_event(accepted.call_id)
                 if isinstance(event, p.CallCompleted):
                     return call_result(event)
                 if isinstance(event, p.CallProgress) and token is not None and msg_id not in self.cancelled:
-                    progress = self._progress(token, event, progress)  # MCP: none for a request its host cancelled
+                    progress = self._progress(token, event, progress, base)  # MCP: none for a request its host cancelled
+                elif isinstance(event, p.CallStarted):  # after a wait: its elapsed_s counts from 0 again
+                    base = progress
                 elif isinstance(event, p.ApprovalRequested) and self.elicit:
                     asked.append(event.approval_id)
                     self._start_task(self._ask_host(event))
@@ -212,15 +214,17 @@ class Bridge:
         self._list_changed_due = False
         self.out.write({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
 
-    def _progress(self, token: Any, event: p.CallProgress, last: float) -> float:
+    def _progress(self, token: Any, event: p.CallProgress, last: float, base: float) -> float:
         """scvd's call.progress as MCP's notifications/progress, for hosts that asked (progressToken).
         MCP's `progress` must grow with each one: seconds elapsed (to 0.1 s), a little past `last` when
-        a tool reported more than once within 0.1 s (an MCP server's steps)."""
-        progress = max(event.elapsed_s, round(last + 0.001, 3))
+        a tool reported more than once within 0.1 s (an MCP server's steps). A call that waited (for a
+        person) runs on from the wait's `base`, and so does its `total`: after 130 s of waiting, a run of
+        120 s at most was 130/120 and stood still there."""
+        progress = max(round(base + event.elapsed_s, 3), round(last + 0.001, 3))
         params: dict[str, Any] = {"progressToken": token, "progress": progress,
                                   "message": event.message or f"still running after {event.elapsed_s:.0f} s"}
         if event.timeout_s:
-            params["total"] = event.timeout_s
+            params["total"] = round(base + event.timeout_s, 3)
         self.out.write({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
         return progress
 

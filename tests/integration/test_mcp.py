@@ -376,10 +376,34 @@ def test_progress_reaches_a_host_that_asked_for_it(make_daemon, workspace):
     assert progress and all(m["progressToken"] == "tok-1" for m in progress)
     assert [m["progress"] for m in progress] == sorted(m["progress"] for m in progress)
     # bash's 120 s default, the timeout the person knows (was 125: the dispatch grace added)
-    ran = [m for m in progress if not m["message"].startswith("waiting for approval")]  # a slow decision's
-    assert ran[0]["total"] == 120.0
+    waited = [m for m in progress if m["message"].startswith("waiting for approval")]  # a slow decision's
+    ran = progress[len(waited):]
+    assert ran[0]["total"] == 120.0 + (waited[-1]["progress"] if waited else 0)  # the run counts on from the wait
     assert messages[-1]["result"]["structuredContent"]["output"].endswith("done\n")
     assert re.search(r"running name=bash call=\S+ elapsed=\d+s/120s", d.log()), d.log()
+
+
+def test_progress_after_a_wait_for_a_person_stays_within_its_total(make_daemon, workspace):
+    """MCP's progress must grow, so a run after a wait of 2.x s went on from there: 2.2 of a `total` of
+    2 (a host showed 130 s of 120), standing still a thousandth per notification while the call ran."""
+    d = make_daemon("[tools]\nprogress_interval_seconds = 0.2\n")
+    h = McpHost(d, workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}})
+        msg_id = h.request("tools/call", {"name": "bash", "arguments": {"command": "sleep 1", "timeout_seconds": 2},
+                                          "_meta": {"progressToken": "t"}})
+        waited = [h.read()["params"]]
+        while waited[-1]["progress"] <= 2:  # the person takes longer than the call may run
+            waited.append(h.read()["params"])
+        with d.client(name="owner") as owner:
+            owner.request(p.ApprovalDecide, approval_id=wait_pending(owner)[0].approval_id, decision="approve")
+        ran = []
+        while (message := h.read()).get("id") != msg_id:
+            if not message["params"]["message"].startswith("waiting for approval"):  # (one sent meanwhile)
+                ran.append(message["params"])
+    finally:
+        assert h.close() == 0
+    assert ran and all(m["progress"] <= m["total"] for m in ran), ran
 
 
 def test_a_cancelled_call_sends_no_more_progress(make_daemon, workspace):
