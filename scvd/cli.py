@@ -302,6 +302,7 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
     """Detach with python-daemon (for hosts without systemd), keeping inherited sockets."""
     import daemon
     import daemon.pidfile
+    import lockfile
 
     inherited = notify.inherited_sockets(notify.scrub_env())
     # refused before detaching, where the caller still sees the line and the exit code
@@ -325,10 +326,29 @@ def run_detached(paths: paths_mod.Paths, loaded: config_mod.Loaded, pid_file: Pa
         held.signals = early  # the same list: signals until the loop's handlers land in it
         serve(_daemon(paths, loaded, notify.Notifier({}), held), [])
 
+    try:
+        context.open()
+    except lockfile.LockError as exc:  # detached already: said on the stderr kept, as what _guarded says
+        if isinstance(exc, lockfile.LockFailed):  # not AlreadyLocked: that file is another start's
+            _remove_unwritten(pid_file)
+        why = exc.__context__.strerror if isinstance(exc.__context__, OSError) else exc
+        logging.getLogger("scvd").error("cannot start: cannot write the pid file %s (%s); check that its disk "
+                                        "has room and its directory is writable", pid_file, why)
+        return EXIT_STARTUP
     with context:
         setup_logging(level)
         code = _guarded(Path(loaded.path), start)
     return _leave(code)  # the pid file is gone already
+
+
+def _remove_unwritten(pid_file: Path) -> None:
+    """Remove the pid file python-daemon created but could not write (a full disk): left empty, every
+    later start refused it as not a pid file, until the person removed it."""
+    try:
+        if f"{os.getpid()}\n".startswith(pid_file.read_text()):  # ours: empty, or our pid in part
+            pid_file.unlink()
+    except (OSError, UnicodeDecodeError):
+        pass
 
 
 def _free_to_detach(paths: paths_mod.Paths, pid_file: Path, inherited: list[Any]) -> None:

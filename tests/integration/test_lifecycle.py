@@ -401,6 +401,22 @@ def test_run_daemon_replaces_a_pid_file_left_by_a_crash(scv_home, tmp_path):
     assert "removing stale pid file" in (tmp_path / "second.log").read_text()
 
 
+def test_a_pid_file_that_could_not_be_written_is_said_and_not_left_to_refuse_the_next_start(scv_home, tmp_path):
+    """A full disk (here `ulimit -f 0`: every write fails, EFBIG) as the detached daemon wrote its pid
+    file: python-daemon left it empty, with a traceback, and every later start refused it as `not a
+    pid file` until the person removed it."""
+    import conftest
+
+    pid_file = tmp_path / "scvd.pid"
+    # the detached daemon's lines too: run() reads its stderr until the daemon, which keeps it, exits
+    done = subprocess.run(["bash", "-c", 'ulimit -f 0; exec "$@"', "-", sys.executable, "-m", "scvd", "run",
+                           "--daemon", "--pid-file", str(pid_file)], env=conftest.base_env(scv_home),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"ERROR scvd: cannot start: cannot write the pid file {pid_file} (File too large)" in done.stderr
+    assert not pid_file.exists()
+
+
 @pytest.mark.parametrize("case", ["not-a-pid", "directory", "no-directory", "home-broken", "a-running-pid"])
 def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_home, tmp_path, case):
     """--pid-file naming another file (a slip of completion: the config) was deleted as "stale";
