@@ -188,6 +188,33 @@ def test_status_after_importing_a_relay_with_its_own_key_says_no_sign_in_is_need
     assert API_KEY not in out.stdout + out.stderr
 
 
+def test_the_next_delegated_call_after_an_import_uses_it_without_a_restart(make_daemon, tmp_path: Path,
+                                                                          workspace: Path) -> None:
+    home = tmp_path / "scvhome"
+    fake_bin = make_fake_bin(tmp_path / "bin")  # FAKE_AGENT_MODE=read: the agent prints its own config
+    d = make_daemon(FAKE_AGENT_CONFIG, home=home, env={
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "FAKE_AGENT_LOG": str(tmp_path / "agent-log"),
+        "FAKE_AGENT_MODE": "read", "FAKE_AGENT_READ": str(home / "adapters" / "codex" / "config.toml")})
+    src = tmp_path / "user-codex"
+    src.mkdir()
+    (src / "config.toml").write_text('model = "gpt-5-imported"\n')
+    with d.client(name="bridge") as agent, d.client(name="person") as person:
+        sid = agent.open_session(workspace)
+
+        def delegated_output() -> str:
+            call_id = agent.start_call(sid, "agent_codex", {"prompt": "Show your config."})
+            pending = wait_pending(person)[0]
+            person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+            done = agent.wait_call(call_id)
+            assert done.ok, done.error
+            return done.result["output"]
+
+        assert "gpt-5-imported" not in delegated_output()
+        assert scvctl(d, "agents", "import", "codex", "--from", str(src)).returncode == 0
+        assert 'model = "gpt-5-imported"' in delegated_output()  # the same daemon, the same session
+    assert d.proc.poll() is None
+
+
 def test_import_errors_exit_1_with_what_to_do(agent_daemon: DaemonProc, tmp_path: Path) -> None:
     src = tmp_path / "broken"
     src.mkdir()
