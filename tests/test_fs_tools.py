@@ -376,6 +376,9 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
      # read unasked before: tokens and passwords that CLIs keep in plain text (gh does where no keyring is)
      (".config/gh/hosts.yml", True), ("gh/Hosts.yml", True), (".my.cnf", True), (".s3cfg", True),
      (".boto", True), (".config/rclone/rclone.conf", True), ("hosts.yml", False), ("my.cnf.md", False),
+     # read unasked before: the Azure CLI's tokens and service principal secrets, in plain text on Linux
+     (".azure/msal_token_cache.json", True), ("home/.Azure/service_principal_entries.json", True),
+     ("azure/pipelines.yml", False),
      ("config.json", False), (".docker/daemon.json", False), ("tfstate.md", False), (".venv/bin/python", False),
      ("src/main.py", False), ("environment.py", False), ("keyboard.c", False),
      ("pem.md", False), ("ssh/config", False), ("README.md", False), ("key", False)],

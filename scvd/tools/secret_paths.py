@@ -38,7 +38,7 @@ SECRET_FILES_IN = {
     (".docker", "config.json"): "a Docker config that may hold registry credentials",
     ("gh", "hosts.yml"): "a GitHub CLI config that holds its token where no keyring is",
 }
-SECRET_DIRS = (".ssh", ".aws", ".gnupg", ".kube")  # everything under these is secret-like
+SECRET_DIRS = (".ssh", ".aws", ".azure", ".gnupg", ".kube")  # everything under these is secret-like
 DIR_KIND = "a directory of keys or credentials"
 SECRET_WORDS = ("credential", "secret", "private_key")
 SSH_KEY = "an SSH key"

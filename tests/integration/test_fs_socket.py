@@ -90,7 +90,8 @@ def test_secret_like_read_asks_for_approval(owner: Client, ws: Path) -> None:
     assert done.ok and done.result["content"] == "API_KEY=abc\n"
 
 
-@pytest.mark.parametrize("folder,name", [(".kube", "config"), (".docker", "config.json")])
+@pytest.mark.parametrize("folder,name", [(".kube", "config"), (".docker", "config.json"),
+                                         (".azure", "msal_token_cache.json")])
 def test_a_workspace_that_is_a_credentials_folder_asks_for_its_files(
         owner: Client, tmp_path: Path, ws: Path, folder: str, name: str) -> None:
     """The rule looked only at the path in the workspace: a session opened on ~/.kube read its
