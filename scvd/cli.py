@@ -413,6 +413,8 @@ def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: An
             print(f"# {key} is not set  # {source}")
         elif value is config_mod.HIDDEN:
             print(f"# {key} = <a literal value, not shown>  # {source}")
+        elif isinstance(value, config_mod.Masked):
+            print(f"# {key} = {toml_value(str(value))}  (its query and user:password@ not shown)  # {source}")
         else:
             print(f"{key} = {toml_value(value)}  # {source}")
     print(f"# socket: {paths.socket}")

@@ -479,7 +479,7 @@ def _mcp_problem(name: str, server: McpServerConfig) -> str | None:
     if (server.command is None) == (server.url is None):
         return "set exactly one of `command` (a stdio server) or `url` (a streamable HTTP server)"
     if server.url is not None and not server.url.startswith(("http://", "https://")):
-        return f"url {server.url!r} must start with http:// or https://"
+        return f"url {http_fields.shown_url(server.url)!r} must start with http:// or https://"
     if server.url is not None and (server.args or server.env or server.cwd):
         return "`args`, `env` and `cwd` are for stdio servers; an HTTP server takes `headers`"
     if server.command is not None and server.headers:
@@ -527,16 +527,24 @@ def _check_chat(config: Config, path: Path, sources: Mapping[str, str]) -> None:
 HIDDEN = object()  # effective()'s value of a literal it does not show
 
 
+class Masked(str):
+    """effective()'s value of a url shown without its query and user:password@ (http_fields.shown_url)."""
+
+
 def effective(loaded: Loaded) -> list[tuple[str, Any, str]]:
     """Every leaf setting as (key, value, source), for `scvd check-config`. The key is a TOML dotted
     key, to paste into config.toml: a part that is not a bare key is quoted (`tool_risk."repo.search"`).
     A literal value of an MCP server's `env` or `headers` is HIDDEN: that is where tokens get pasted,
-    and check-config's output goes to terminals, logs and bug reports (a `{secret = KEY}` shows)."""
+    and check-config's output goes to terminals, logs and bug reports (a `{secret = KEY}` shows). A url
+    with a query or a user:password@ is Masked (hosted servers take their key in the query)."""
     rows: list[tuple[str, Any, str]] = []
     for parts, value in _flatten(msgspec.to_builtins(loaded.config)):
         key = ".".join(toml_key(part) for part in parts)
         if parts[:2] == ("mcp", "servers") and len(parts) == 5 and parts[3] in ("env", "headers"):
             value = HIDDEN  # a {secret = KEY} is one part longer: parts[5] is `secret`
+        elif parts[:2] == ("mcp", "servers") and parts[3:] == ("url",) and value is not None:
+            shown = http_fields.shown_url(value)  # hosted servers take their key in the query
+            value = Masked(shown) if shown != value else value
         rows.append((key, value, loaded.sources.get(".".join(parts), "default")))
     return rows
 

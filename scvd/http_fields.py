@@ -1,9 +1,11 @@
 """What HTTP/1.1 takes as a header field's name and value (RFC 9110 5.1, 5.5): checked where the
-user's configuration or a stored secret becomes a header, so the error names the key, not the value."""
+user's configuration or a stored secret becomes a header, so the error names the key, not the value.
+And a URL as a message names it: without what may be a credential in it."""
 
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 _TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
@@ -15,3 +17,14 @@ def name_ok(name: str) -> bool:
 def value_ok(value: str) -> bool:
     """No control character but inner tabs, no space or tab at an end."""
     return value == value.strip(" \t") and not any((c < " " and c != "\t") or c == "\x7f" for c in value)
+
+
+def shown_url(url: str) -> str:
+    """`url` as a message names it: without user:password@ and the query, where credentials may ride
+    (a relay's; a hosted MCP server's `?api_key=`): a turn's failure reaches the chat, a bridge may relay
+    it to a group, and an MCP server's url goes to `scvctl status` and the log."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a malformed host ("http://[x"): only the scheme is surely no secret
+        return f"{url.partition('://')[0]}://..."
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import openai
 
-from .. import lenient_json
+from .. import http_fields, lenient_json
 from ..redact import redact
 from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
 from .provider import ProviderFailure, Settings
@@ -124,7 +124,7 @@ class _Base(abc.ABC):
             await client.close()
 
     def _where(self) -> str:
-        return f"provider {self.settings.name!r} ({shown_url(self.settings.base_url)})"
+        return f"provider {self.settings.name!r} ({http_fields.shown_url(self.settings.base_url)})"
 
     @abc.abstractmethod
     async def _open(self, client: openai.AsyncOpenAI, request: ModelRequest) -> Any:
@@ -450,13 +450,6 @@ def _tokens(count: int | float | None) -> int:
 def _fields(value: Any, **types: Any) -> bool:
     """Whether `value` is an object of the wire API whose named fields are of these types."""
     return isinstance(value, openai.BaseModel) and all(isinstance(getattr(value, k, None), t) for k, t in types.items())
-
-
-def shown_url(url: str) -> str:
-    """`url` as a message names it: without user:password@ and the query, where a relay's
-    credentials may ride (a turn's failure reaches the chat, and a bridge may relay it to a group)."""
-    parts = urlsplit(url)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()
 
 
 def cap_field(base_url: str) -> str:

@@ -20,7 +20,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_PARAMS
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from .. import __version__
+from .. import __version__, http_fields
 from ..config import McpServerConfig, SecretRef
 from ..redact import redact, redact_tree
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, ToolError, Unavailable
@@ -50,6 +50,7 @@ class ServerLink:
     def __init__(self, name: str, cfg: McpServerConfig, *, launch: Callable[[], Any],
                  on_tools: Callable[["ServerLink", list[ToolSpec]], None]) -> None:
         self.name, self.cfg = name, cfg
+        self.url = http_fields.shown_url(cfg.url) if cfg.url else None  # as printed: no key in its query
         self._launch = launch  # builds the StdioLaunch or the headers; may raise (a missing secret)
         self._on_tools = on_tools
         self.state = "starting"  # starting -> ready -> down (-> starting again) ; stopped at the end
@@ -78,7 +79,13 @@ class ServerLink:
     @error.setter
     def error(self, text: str | None) -> None:
         # a server's stderr, or an HTTP library's error, may quote a secret value (a header it refused)
-        self._error = redact(text, self._secrets) if text and self._secrets else text
+        self._error = self._hide(text) if text else text
+
+    def _hide(self, text: str) -> str:
+        """`text` with the secrets this start read, and the values of the url's query, left out."""
+        if self.cfg.url and self.url != self.cfg.url:  # an HTTP library's error may quote the url whole
+            text = text.replace(self.cfg.url, self.url or "")
+        return redact(text, self._secrets) if self._secrets else text
 
     # --- life ---------------------------------------------------------------------
 
@@ -218,7 +225,7 @@ class ServerLink:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
             return _with_tail(f"the server process {how}", self._proc)
         if self._http_status is not None:
-            return f"HTTP status {self._http_status} from {self.cfg.url}"
+            return f"HTTP status {self._http_status} from {self.url}"
         return "the connection was lost"
 
     def _record(self, exc: BaseException) -> None:
@@ -235,11 +242,11 @@ class ServerLink:
             self.error = self._why_lost()  # it died while starting: its exit and stderr say why
             return
         else:  # scvd gave up on it (a tools/list it cannot read): that is why, not the exit that followed
-            self.error = _describe(exc, self.cfg.url)
+            self.error = _describe(exc, self.url)
         if self._proc is not None:
             self.error = _with_tail(self.error, self._proc)
         if self._http_status is not None and "HTTP status" not in self.error:
-            self.error = f"HTTP status {self._http_status} from {self.cfg.url}: {self.error}"
+            self.error = f"HTTP status {self._http_status} from {self.url}: {self.error}"
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -261,7 +268,7 @@ class ServerLink:
             return
         except Exception as exc:
             log.warning("mcp server %s: tools/list after list_changed failed: %s", self.name,
-                        redact(_describe(exc), self._secrets))
+                        self._hide(_describe(exc)))
             return
         if self.session is session:
             self._on_tools(self, tools)
@@ -314,19 +321,19 @@ class ServerLink:
             if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
                 self._lose()
                 self._raise_if_credential_refused(tool)
-            message = redact(exc.error.message, self._secrets)  # it may quote what it was sent
+            message = self._hide(exc.error.message)  # it may quote what it was sent
             raise _call_error(f"mcp server {self.name}: {tool}: {message}", exc.error.code) from None
         except (asyncio.CancelledError, ScvError):
             raise
         except Exception as exc:  # the connection broke under the call, or the result was bad
             if self._refused_posts == refused and _bad_result(exc):  # the connection is fine: keep it
-                why = redact(_describe(exc), self._secrets)
+                why = self._hide(_describe(exc))
                 raise Failed(f"mcp server {self.name}: {tool}: its result was not usable ({why}); "
                              "report it to the server's author") from None
             self._lose()
             if self._refused_posts != refused:
                 self._raise_if_credential_refused(tool)
-            why = redact(_describe(exc), self._secrets)
+            why = self._hide(_describe(exc))
             raise Unavailable(f"mcp server {self.name} failed during the call: {why}") from None
         dumped = well_formed(result.model_dump(mode="json", exclude_none=True))
         if self._secrets:  # a server may quote the token its start was given, in an error or a result
@@ -355,7 +362,7 @@ class ServerLink:
             which = f"one of the secrets {', '.join(keys)}"
             how = f"(the refused one's key, tool {named!r}) or `scvctl secrets set` with it"
         raise CredentialMissing(
-            f"mcp server {self.name}: {tool}: HTTP status {self._http_status} from {self.cfg.url}: the server "
+            f"mcp server {self.name}: {tool}: HTTP status {self._http_status} from {self.url}: the server "
             f"refused {which} sent in its headers; store a new value with store_secret {how}, then call the "
             "tool again (scvd reconnects with it)",
             hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}") from None

@@ -117,7 +117,7 @@ class McpServers:
         if cfg.command and cfg.sandbox:  # a [sandbox] change restarts it; sandbox = false ones never
             self._sandboxed_by[name] = self._sandbox_now()
         link.start()
-        log.info("mcp server %s: starting (%s)", name, "stdio" if cfg.command else cfg.url)
+        log.info("mcp server %s: starting (%s)", name, "stdio" if cfg.command else link.url)
 
     def _sandbox_now(self) -> tuple[Any, bool]:
         """What a sandboxed stdio server's launch depends on: the [sandbox] table and the probe."""

@@ -664,6 +664,27 @@ def test_a_wrong_header_secret_shows_the_http_status(make_daemon, http_server, m
 
 
 
+def test_a_key_in_the_urls_query_is_never_shown(make_daemon, http_server, tmp_path):
+    """Hosted servers document `url = ".../mcp?api_key=..."`: the key was printed wherever the url was
+    (the log's start line, `scvctl status`, the down message, check-config)."""
+    refused = f"{http_server}?api_key=sk-url-4711&plan=pro"  # no Authorization header: 401
+    closed = f"http://127.0.0.1:{free_port()}/mcp?token=sk-url-4712"  # nothing listens
+    d = make_daemon(f'[mcp.servers.notes]\nurl = "{refused}"\n[mcp.servers.gone]\nurl = "{closed}"\n')
+    with d.client(name="t") as c:
+        notes, gone = server(c, "notes", "down"), server(c, "gone", "down")
+    assert notes.error.startswith(f"HTTP status 401 from {http_server}: "), notes.error
+    assert gone.error.startswith(f"cannot connect to {closed.split('?')[0]}: "), gone.error
+    from conftest import base_env
+
+    checked = subprocess.run([sys.executable, "-m", "scvd", "check-config"], env=base_env(d.home),
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr
+    assert (f'# mcp.servers.notes.url = "{http_server}"  (its query and user:password@ not shown)  '
+            "# file") in checked.stdout.splitlines(), checked.stdout
+    for shown in (scvctl(d, "status"), scvctl(d, "tools", "--errors"), d.log(), checked.stdout):
+        assert "sk-url-471" not in shown, shown
+
+
 def test_a_header_secret_http_cannot_send_is_named_and_its_value_never_shown(make_daemon, http_server, monkeypatch):
     d = http_daemon(make_daemon, http_server, "Bearer sk-live-SECRET-123\n", monkeypatch)
     with d.client(name="t") as c:
