@@ -153,6 +153,7 @@ class McpServerConfig(Section):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str | SecretRef] = {}
+    query: dict[str, str | SecretRef] = {}  # added to url's query: where hosted servers take their key
     risk: RiskName = "process"  # of every tool the user has not vouched for in tool_risk
     tool_risk: dict[str, RiskName] = {}
     timeout_seconds: PositiveFloat | None = None  # None: tools.default_timeout_seconds
@@ -244,8 +245,9 @@ def secret_refs(config: Config) -> set[str]:
 
 
 def server_secrets(server: McpServerConfig) -> frozenset[str]:
-    """The keys of an MCP server's `{secret = KEY}` values, in `env` and `headers`."""
-    return frozenset(v.secret for v in (*server.env.values(), *server.headers.values()) if isinstance(v, SecretRef))
+    """The keys of an MCP server's `{secret = KEY}` values, in `env`, `headers` and `query`."""
+    values = (*server.env.values(), *server.headers.values(), *server.query.values())
+    return frozenset(v.secret for v in values if isinstance(v, SecretRef))
 
 
 MAX_FILE_BYTES = 1 << 20  # a config.toml is a few KiB; a long chat.system_prompt fits many times over
@@ -482,8 +484,8 @@ def _mcp_problem(name: str, server: McpServerConfig) -> str | None:
         return f"url {http_fields.shown_url(server.url)!r} must start with http:// or https://"
     if server.url is not None and (server.args or server.env or server.cwd):
         return "`args`, `env` and `cwd` are for stdio servers; an HTTP server takes `headers`"
-    if server.command is not None and server.headers:
-        return "`headers` are for HTTP servers; a stdio server takes `env`"
+    if server.command is not None and (server.headers or server.query):
+        return "`headers` and `query` are for HTTP servers; a stdio server takes `env`"
     return _mcp_value_problem(server) if server.enabled else None  # a parked table is not started
 
 
@@ -508,6 +510,9 @@ def _mcp_value_problem(server: McpServerConfig) -> str | None:
                     "character, or a space or tab at an end)")
         if isinstance(value, SecretRef) and (problem := key_problem(value.secret)):
             return f"headers {name}: {problem}"
+    for name, value in server.query.items():
+        if isinstance(value, SecretRef) and (problem := key_problem(value.secret)):
+            return f"query {name}: {problem}"
     return None
 
 
@@ -534,13 +539,13 @@ class Masked(str):
 def effective(loaded: Loaded) -> list[tuple[str, Any, str]]:
     """Every leaf setting as (key, value, source), for `scvd check-config`. The key is a TOML dotted
     key, to paste into config.toml: a part that is not a bare key is quoted (`tool_risk."repo.search"`).
-    A literal value of an MCP server's `env` or `headers` is HIDDEN: that is where tokens get pasted,
+    A literal value of an MCP server's `env`, `headers` or `query` is HIDDEN: that is where tokens get pasted,
     and check-config's output goes to terminals, logs and bug reports (a `{secret = KEY}` shows). A url
     with a query or a user:password@ is Masked (hosted servers take their key in the query)."""
     rows: list[tuple[str, Any, str]] = []
     for parts, value in _flatten(msgspec.to_builtins(loaded.config)):
         key = ".".join(toml_key(part) for part in parts)
-        if parts[:2] == ("mcp", "servers") and len(parts) == 5 and parts[3] in ("env", "headers"):
+        if parts[:2] == ("mcp", "servers") and len(parts) == 5 and parts[3] in ("env", "headers", "query"):
             value = HIDDEN  # a {secret = KEY} is one part longer: parts[5] is `secret`
         elif parts[:2] == ("mcp", "servers") and parts[3:] == ("url",) and value is not None:
             shown = http_fields.shown_url(value)  # hosted servers take their key in the query

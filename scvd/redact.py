@@ -4,7 +4,7 @@ Rule: every form a value may be printed in reads `[secret KEY]`: as is, as a `re
 the string or of its UTF-8 bytes, or as a JSON string from any common encoder (Python's
 `json.dumps` either way, `\\/` for `/` as PHP and Java print it, `<>&='` as `\\u003c`...
 as Go and Gson do, upper-case hex), so text that is not one JSON document (stderr, JSON
-lines, output the cap cut) hides it too; of an Authorization value (`Bearer X`), X alone
+lines, output the cap cut) hides it too; percent-encoded, as in a URL's query; of an Authorization value (`Bearer X`), X alone
 too. Longest forms first: a value inside a longer one goes with it. Plain string
 replacement: no pattern a script's output could make slow.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from urllib.parse import quote, quote_plus
 
 _HTML_SAFE = {c: f"\\u{ord(c):04x}" for c in "<>&='"}
 _HEX_ESCAPE = re.compile(r"\\u([0-9a-f]{4})")
@@ -59,7 +60,9 @@ def _ordered(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
 def _encodings(value: str) -> set[str]:
     if not value:
         return set()
-    out = {value, repr(value)[1:-1], repr(value.encode("utf-8", "surrogatepass"))[2:-1]}
+    raw = value.encode("utf-8", "surrogatepass")  # a value from the environment may hold a surrogate
+    out = {value, repr(value)[1:-1], repr(raw)[2:-1]}
+    out |= {quote(raw, safe=""), quote_plus(raw, safe="")}  # an MCP server's `query` secret in its url
     if auth := _AUTH_VALUE.fullmatch(value):
         out |= _encodings(auth.group(1))
     for dumped in (json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):

@@ -511,11 +511,12 @@ def test_check_config_does_not_print_the_literal_values_of_mcp_env_and_headers(t
     output goes to terminals, logs and bug reports; a {secret = KEY} reference still shows."""
     text = ('[mcp.servers.gh]\nurl = "https://mcp.example.com/mcp"\n'
             'headers = {Authorization = "Bearer ghp_PASTED", X-Api-Key = {secret = "GH_KEY"}}\n'
+            'query = {api_key = "q_PASTED"}\n'
             '[mcp.servers.db]\ncommand = "db-mcp"\nenv = {DB_PASSWORD = "hunter2"}\nenabled = false\n')
     done = check_config(tmp_path / "home", text,
                         SCVD_MCP__SERVERS__FS='{command = "fs-mcp", env = {FS_TOKEN = "tok_FROM_ENV"}}')
     assert done.returncode == 0, done.stderr
-    for value in ("ghp_PASTED", "hunter2", "tok_FROM_ENV"):
+    for value in ("ghp_PASTED", "hunter2", "tok_FROM_ENV", "q_PASTED"):
         assert value not in done.stdout
     lines = done.stdout.splitlines()
     assert "# mcp.servers.gh.headers.Authorization = <a literal value, not shown>  # file" in lines

@@ -81,6 +81,15 @@ def test_a_missing_secret_is_credential_missing_naming_the_key():
 
 
 
+def test_query_values_are_added_to_the_urls_query_encoded():
+    cfg = McpServerConfig(url="https://h/mcp?plan=pro", query={"key": SecretRef(secret="H_KEY"), "v": "2"})
+    with pytest.raises(CredentialMissing, match=r"mcp.servers.h.query key needs the secret H_KEY"):
+        spec.http_launch("h", cfg, Secrets())
+    got = spec.http_launch("h", cfg, Secrets(H_KEY="a+b/c=="))
+    assert got.url == "https://h/mcp?plan=pro&key=a%2Bb%2Fc%3D%3D&v=2" and got.query == {"key": "a+b/c==", "v": "2"}
+    assert spec.http_launch("h", McpServerConfig(url="https://h/mcp"), None).url == "https://h/mcp"
+
+
 def test_a_secret_held_in_a_keyring_scvd_cannot_use_says_so(tmp_path):
     """secrets.toml lists the key as held in an OS keyring (`scvctl secrets set` in a desktop session)
     that scvd cannot use: "not set; store it with `scvctl secrets set`" sent the user to store it into
@@ -144,6 +153,9 @@ def test_the_sandbox_wraps_a_server_unless_it_opts_out():
      "headers Authorization: the value is not a valid HTTP header value"),
     ('[mcp.servers.web]\nurl = "http://h/"\nheaders = {Authorization = {secret = "keyring"}}\n',
      "'keyring' is reserved"),
+    ('[mcp.servers.web]\nurl = "http://h/"\nquery = {key = {secret = "my-key"}}\n',
+     "mcp.servers.web: query key: secret name 'my-key' is not valid"),
+    ('[mcp.servers.fs]\ncommand = "x"\nquery = {key = "k"}\n', "`headers` and `query` are for HTTP servers"),
     ('[providers.p]\nmodel = "m"\napi_key_secret = "1KEY"\n',
      "providers.p.api_key_secret: secret name '1KEY' is not valid"),
 ])

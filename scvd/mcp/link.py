@@ -51,7 +51,7 @@ class ServerLink:
                  on_tools: Callable[["ServerLink", list[ToolSpec]], None]) -> None:
         self.name, self.cfg = name, cfg
         self.url = http_fields.shown_url(cfg.url) if cfg.url else None  # as printed: no key in its query
-        self._launch = launch  # builds the StdioLaunch or the headers; may raise (a missing secret)
+        self._launch = launch  # builds the StdioLaunch or HttpLaunch; may raise (a missing secret)
         self._on_tools = on_tools
         self.state = "starting"  # starting -> ready -> down (-> starting again) ; stopped at the end
         self._secrets: dict[str, str] = {}  # the values the current start read from the store, by key
@@ -202,11 +202,11 @@ class ServerLink:
         self._proc, self._http_status = None, None
         # no read timeout: a call's answer may take as long as its dispatch timeout (15 min by
         # default), which bounds it; the SDK's 300 s cut longer calls off and took the server down
-        client = create_mcp_http_client(headers=target, timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=None))
+        client = create_mcp_http_client(headers=target.headers, timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=None))
         client.event_hooks["response"].append(self._on_response)
         await stack.enter_async_context(client)
         read, write = await stack.enter_async_context(
-            streamable_http_client(self.cfg.url or "", http_client=client))
+            streamable_http_client(target.url, http_client=client))
         # unwound just before the transport, whose exit sends the session DELETE (no read timeout else)
         stack.callback(setattr, client, "timeout", httpx2.Timeout(DELETE_TIMEOUT))
         return read, write
@@ -346,13 +346,22 @@ class ServerLink:
         if isinstance(exc, CredentialMissing):
             return exc.keys
         if self._http_status in (401, 403):
-            return tuple(v.secret for v in self.cfg.headers.values() if isinstance(v, SecretRef))
+            return tuple(self._sent()[0])
         return ()
+
+    def _sent(self) -> tuple[list[str], str]:
+        """The secrets an HTTP server is sent, which a 401 or 403 refused, and where they are sent."""
+        keys, where = [], []
+        for values, place in ((self.cfg.headers, "headers"), (self.cfg.query, "url's query")):
+            if found := [v.secret for v in values.values() if isinstance(v, SecretRef)]:
+                keys += found
+                where.append(place)
+        return keys, " and ".join(where)
 
     def _raise_if_credential_refused(self, tool: str) -> None:
         """A 401 or 403 to a server whose headers carry secrets: credential_missing naming them, so an
         agent can heal it (seed 003): store_secret, then the call again, on the reconnected server."""
-        keys = [v.secret for v in self.cfg.headers.values() if isinstance(v, SecretRef)]
+        keys, where = self._sent()
         if self._http_status not in (401, 403) or not keys:
             return
         named = spec.tool_name(self.name, tool)
@@ -363,7 +372,7 @@ class ServerLink:
             how = f"(the refused one's key, tool {named!r}) or `scvctl secrets set` with it"
         raise CredentialMissing(
             f"mcp server {self.name}: {tool}: HTTP status {self._http_status} from {self.url}: the server "
-            f"refused {which} sent in its headers; store a new value with store_secret {how}, then call the "
+            f"refused {which} sent in its {where}; store a new value with store_secret {how}, then call the "
             "tool again (scvd reconnects with it)",
             hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}") from None
 
@@ -412,10 +421,13 @@ def _spec(tool: Any) -> ToolSpec:
 
 
 def _secret_values(cfg: McpServerConfig, target: Any) -> dict[str, str]:
-    """The values a start read from the secret store (its env or headers), by key."""
-    stdio = isinstance(target, spec.StdioLaunch)
-    given, refs = (target.env, cfg.env) if stdio else (target, cfg.headers)
-    return {ref.secret: given[name] for name, ref in refs.items() if isinstance(ref, SecretRef) and name in given}
+    """The values a start read from the secret store (its env, headers or query), by key."""
+    if isinstance(target, spec.StdioLaunch):
+        read = [(target.env, cfg.env)]
+    else:
+        read = [(target.headers, cfg.headers), (target.query, cfg.query)]
+    return {ref.secret: given[name] for given, refs in read
+            for name, ref in refs.items() if isinstance(ref, SecretRef) and name in given}
 
 
 def _with_tail(message: str, proc: Any) -> str:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlencode
 
 from .. import http_fields
 from ..config import McpServerConfig, SecretRef
@@ -33,6 +34,15 @@ class StdioLaunch:
     env: dict[str, str]
     cwd: str
     sandboxed: bool
+
+
+@dataclass(frozen=True)
+class HttpLaunch:
+    """How to connect to an HTTP server: its url with `query` added, its headers."""
+
+    url: str
+    headers: dict[str, str]
+    query: dict[str, str]  # what was added to the url, secrets read
 
 
 def tool_name(server: str, tool: str) -> str:
@@ -89,6 +99,15 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
     if cfg.sandbox and sandbox is not None:
         argv = sandbox.wrap(argv, workspace=Path(cwd), network=network)
     return StdioLaunch(argv=argv, env=env, cwd=cwd, sandboxed=sandboxed)
+
+
+def http_launch(name: str, cfg: McpServerConfig, secrets: Any) -> HttpLaunch:
+    """The url (its `query` added, `{secret = KEY}` values read) and headers of an HTTP server."""
+    assert cfg.url is not None
+    headers = http_headers(name, cfg, secrets)
+    query = resolve(cfg.query, secrets, f"mcp.servers.{name}.query")
+    url = f"{cfg.url}{'&' if '?' in cfg.url else '?'}{urlencode(query)}" if query else cfg.url
+    return HttpLaunch(url=url, headers=headers, query=query)
 
 
 def http_headers(name: str, cfg: McpServerConfig, secrets: Any) -> dict[str, str]:

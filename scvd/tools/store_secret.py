@@ -76,7 +76,7 @@ class StoreSecret(Tool):
             raise InvalidArguments(
                 f"tool {args.tool!r} is not a tool scvd has: give the name of the tool that failed for want "
                 f"of {args.key}, as you called it (e.g. 'script_gh_issues'), or mcp__NAME for an enabled MCP "
-                f"server whose env or headers use {args.key}")
+                f"server whose env, headers or query use {args.key}")
         failing = self.known(args.tool) if self.known is not None else None
         if failing is not None and args.key not in (uses := failing.secret_keys(ctx.config)):
             # else any tool's name would open a fresh count of rounds, and a wrong key be asked for

@@ -1,12 +1,14 @@
 """A streamable-HTTP MCP server built with the SDK's own server class, for tests.
 
 `python mcp_http_server.py PORT TOKEN`: serves on 127.0.0.1:PORT at /mcp and
-answers 401 to any request without `Authorization: Bearer TOKEN`.
+answers 401 to any request without `Authorization: Bearer TOKEN` (or `key=TOKEN` in its query, as
+hosted servers take an API key).
 """
 
 from __future__ import annotations
 
 import sys
+from urllib.parse import parse_qsl
 
 import anyio
 import uvicorn
@@ -51,7 +53,8 @@ def guarded(app, token: str):
     async def asgi(scope, receive, send):
         if scope["type"] == "http":
             headers = dict(scope["headers"])
-            if headers.get(b"authorization") != f"Bearer {token}".encode():
+            in_query = ("key", token) in parse_qsl(scope["query_string"].decode())
+            if headers.get(b"authorization") != f"Bearer {token}".encode() and not in_query:
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"text/plain")]})
                 await send({"type": "http.response.body", "body": b"no"})

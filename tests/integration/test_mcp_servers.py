@@ -685,6 +685,38 @@ def test_a_key_in_the_urls_query_is_never_shown(make_daemon, http_server, tmp_pa
         assert "sk-url-471" not in shown, shown
 
 
+def test_a_secret_in_the_url_query_is_sent_named_when_refused_and_never_shown(make_daemon, workspace, monkeypatch):
+    """A key the server takes in its url's query could only be pasted into `url`, in plain text, with
+    no auto-heal (seed 003) when it was refused: `query = {key = {secret = "KEY"}}` sends it from the
+    store, and a 401 names it."""
+    from conftest import wait_for_socket
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    web = start_http_server(port, args=("s3cr+t/==",))  # one urlencode changes
+    try:
+        monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
+        d = make_daemon(f'[mcp.servers.notes]\nurl = "{url}?plan=pro"\nquery = {{key = {{secret = "NOTES_KEY"}}}}\n'
+                        'risk = "read_only"\n', env=NO_KEYRING, wait=False)
+        store_secret(d, "NOTES_KEY", "s3cr+t/==")
+        wait_for_socket(d.socket, proc=d.proc)
+        with d.client(name="t") as c:
+            server(c, "notes")
+            session = c.open_session(workspace)
+            assert c.call(session, "mcp__notes__add", {"a": 2, "b": 3}).result["text"] == "2 + 3 = 5"
+            stop(web)
+            web = start_http_server(port, args=("n3w",))  # the key was rotated on the server's side
+            done = c.call(session, "mcp__notes__add", {"a": 1, "b": 1})
+            assert done.error.kind == "credential_missing", done.error
+            assert done.error.message.startswith(
+                f"mcp server notes: add: HTTP status 401 from {url}: the server refused the secret NOTES_KEY "
+                "sent in its url's query; store a new value with store_secret (key 'NOTES_KEY', "), done.error
+        for shown in (scvctl(d, "status"), d.log()):
+            assert "s3cr" not in shown, shown
+    finally:
+        stop(web)
+
+
 def test_a_header_secret_http_cannot_send_is_named_and_its_value_never_shown(make_daemon, http_server, monkeypatch):
     d = http_daemon(make_daemon, http_server, "Bearer sk-live-SECRET-123\n", monkeypatch)
     with d.client(name="t") as c:

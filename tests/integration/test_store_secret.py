@@ -187,7 +187,7 @@ def test_mcp_name_counts_only_for_an_enabled_server_that_uses_the_key(make_daemo
         for tool in ("mcp__other", "mcp__off", "mcp__nosuch"):
             done = agent.call(sid, "store_secret", {"key": "API_TOKEN", "tool": tool}, turn="t1")
             assert done.error.kind == "invalid_arguments", (tool, done)
-            assert done.error.message.endswith("or mcp__NAME for an enabled MCP server whose env or headers use "
+            assert done.error.message.endswith("or mcp__NAME for an enabled MCP server whose env, headers or query use "
                                                "API_TOKEN")
         watcher.request(p.Ping)
         assert not [e for e in watcher.core.events if isinstance(e, p.SecretRequested)]
