@@ -115,3 +115,26 @@ def test_a_call_names_the_secret_a_down_server_needs_but_not_while_it_starts_aga
     down, starting = asyncio.run(scenario())
     assert down.keys == ("K",) and "it needs K: store a new value with store_secret" in down.message
     assert starting.message.startswith("mcp server raw is starting")
+
+
+@pytest.mark.parametrize("said, needs", [("Error: 401 Unauthorized: check GITHUB_TOKEN", ("K",)),
+                                         ("Error: cannot find module 'x'", ())])
+def test_a_stdio_server_that_exits_at_start_saying_its_token_was_refused_needs_its_secrets(said, needs):
+    """A server that checks its token at start and exits with `401 Unauthorized` was `down` with that
+    stderr and named no key: calls said `unavailable`, and a chat's model was not told to heal it."""
+    from scvd.mcp.spec import StdioLaunch
+
+    def launch() -> StdioLaunch:
+        return StdioLaunch(argv=["/bin/sh", "-c", f"echo \"{said}\" >&2; exit 1"], env={"T": "old"},
+                           cwd="/", sandboxed=False)
+
+    async def scenario() -> ServerLink:
+        link = ServerLink("raw", CFG, launch=launch, on_tools=lambda *_: None)
+        link.start()
+        await until(lambda: link.state == "down")
+        await link.stop()
+        return link
+
+    link = asyncio.run(scenario())
+    assert link.needs == needs, link.error
+    assert said in (link.error or "")

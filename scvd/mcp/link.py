@@ -21,7 +21,7 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
 from .. import __version__, http_fields
-from ..config import McpServerConfig, SecretRef
+from ..config import McpServerConfig, SecretRef, server_secrets
 from ..redact import redact, redact_tree
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, ToolError, Unavailable
 from ..secrets import off_loop
@@ -322,7 +322,8 @@ class ServerLink:
                 self._lose()
                 self._raise_if_credential_refused(tool)
             message = self._hide(exc.error.message)  # it may quote what it was sent
-            raise _call_error(f"mcp server {self.name}: {tool}: {message}", exc.error.code) from None
+            said = f"mcp server {self.name}: {tool}: {message}"
+            raise spec.refused(self.name, self.cfg, tool, said) or _call_error(said, exc.error.code) from None
         except (asyncio.CancelledError, ScvError):
             raise
         except Exception as exc:  # the connection broke under the call, or the result was bad
@@ -347,6 +348,8 @@ class ServerLink:
             return exc.keys
         if self._http_status in (401, 403):
             return tuple(self._sent()[0])
+        if self._proc is not None and spec.REFUSED_RE.search(self._proc.stderr_tail()):  # its env's, refused
+            return tuple(sorted(server_secrets(self.cfg)))
         return ()
 
     def _sent(self) -> tuple[list[str], str]:

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from urllib.parse import urlencode
 
 from .. import http_fields
-from ..config import McpServerConfig, SecretRef
+from ..config import McpServerConfig, SecretRef, server_secrets
 from ..errors import CredentialMissing, Unavailable
 from ..passenv import build as allowed_env
 
@@ -24,6 +24,12 @@ PREFIX = "mcp__"
 KEPT_ENV = ("HOME",)
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 NAME_LIMIT = 64  # the registry's rule for every tool name
+# what a server says when it refused a credential (seed 003: a 401, a 403, an expired token): looked for
+# only in a failed call's text or a failed start's stderr, of a server that is given secrets
+REFUSED_RE = re.compile(
+    r"unauthori[sz]ed|bad credentials|\b403\W{1,3}forbidden|(?:status|http|error|code)\W{1,3}40[13]\b"
+    r"|(?:invalid|incorrect|revoked) (?:api[ _-]?)?(?:key|token|credentials?)|(?:key|token|credentials?) "
+    r"(?:has |have |is )?(?:expired|revoked)|auth(?:entication)? failed|not authenticated", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,22 @@ def resolve(values: Mapping[str, str | SecretRef], secrets: Any, what: str) -> d
         else:
             out[name] = value
     return out
+
+
+def refused(server: str, cfg: McpServerConfig, tool: str, said: str) -> CredentialMissing | None:
+    """A failed call's error (`said`) that reads like a refused credential, from a server that is given
+    secrets: credential_missing naming them, so an agent can heal it (store_secret, then the call
+    again); None for any other failure."""
+    keys = sorted(server_secrets(cfg))
+    if not keys or not REFUSED_RE.search(said):
+        return None
+    which = f"the secret {keys[0]}" if len(keys) == 1 else f"one of the secrets {', '.join(keys)}"
+    key = f"key {keys[0]!r}" if len(keys) == 1 else "the refused one's key"
+    return CredentialMissing(
+        f"{said}; that reads like a refused credential, and mcp server {server} is given {which}: store a new "
+        f"value with store_secret ({key}, tool {tool_name(server, tool)!r}), then call the tool again (scvd "
+        "starts the server again with it)",
+        hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}, then restart scvd", keys=tuple(keys))
 
 
 def _not_set(where: str, key: str, secrets: Any) -> CredentialMissing:

@@ -19,7 +19,7 @@ from ..errors import Failed, InvalidArguments
 from ..process import CappedOutput
 from ..text import excerpt
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
-from .spec import tool_name
+from .spec import refused, tool_name
 
 OUTPUT_LIMIT = 1 << 20  # of a result's text; more is cut in the middle with a marker
 DESCRIPTION_LIMIT = 4096
@@ -163,7 +163,8 @@ class McpTool(Tool):
         outcome = await self.link.call(self.spec.name, args, progress)
         text, items = render(outcome.content)
         if outcome.is_error:
-            raise Failed(f"{self.name}: {text.strip() or 'the server reported an error without text'}")
+            said = f"{self.name}: {text.strip() or 'the server reported an error without text'}"
+            raise refused(self.link.name, self.link.cfg, self.spec.name, said) or Failed(said)
         result: dict[str, Any] = {"text": text}
         if items:
             result["content"] = items

@@ -763,11 +763,35 @@ def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_d
         while not isinstance(event := c.next_event(), p.CallCompleted) or event.call_id != reported:
             if isinstance(event, p.CallProgress) and event.call_id == reported:
                 progress.append(event.message)
-    assert failed.error.kind == "failed"
-    assert failed.error.message == "mcp__raw__leak_error: 401 Bad credentials for [secret LEAK_TOKEN]"
+    assert failed.error.kind == "credential_missing"  # it reads so: see the test below
+    assert failed.error.message.startswith("mcp__raw__leak_error: 401 Bad credentials for [secret LEAK_TOKEN]; ")
     assert shown.ok and shown.result["text"] == "token=[secret LEAK_TOKEN]"
     assert shown.result["structured_content"] == {"token": "[secret LEAK_TOKEN]", "[secret LEAK_TOKEN]": "as a key"}
     assert progress == ["mcp__raw__leak_progress: 1 authenticating with [secret LEAK_TOKEN]"], progress
+
+
+def test_a_stdio_servers_refused_token_is_credential_missing_naming_its_key(make_daemon, workspace, tmp_path):
+    """A stdio server given a revoked token answers its calls `401 Bad credentials` (GitHub's server
+    does): the error was `failed` and named no key, so seed 003's auto-heal could not start; an HTTP
+    server's 401 named it already. The same text from a server given no secret stays `failed`."""
+    from conftest import wait_for_socket
+
+    table = quirks_stdio_table("results", tmp_path / "starts") + 'risk = "read_only"\n'
+    keyed = table + 'env = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n'
+    d = make_daemon(keyed + table.replace("servers.raw]", "servers.bare]"), env=NO_KEYRING, wait=False)
+    store_secret(d, "LEAK_TOKEN", "ghp-revoked-0452")
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="t") as c:
+        server(c, "raw"), server(c, "bare")
+        sid = c.open_session(workspace)
+        refused, other = c.call(sid, "mcp__raw__leak_error", {}), c.call(sid, "mcp__bare__leak_error", {})
+    assert refused.error.kind == "credential_missing", refused.error
+    assert refused.error.message == (
+        "mcp__raw__leak_error: 401 Bad credentials for [secret LEAK_TOKEN]; that reads like a refused credential, "
+        "and mcp server raw is given the secret LEAK_TOKEN: store a new value with store_secret (key "
+        "'LEAK_TOKEN', tool 'mcp__raw__leak_error'), then call the tool again (scvd starts the server again "
+        "with it)")
+    assert (other.error.kind, other.error.message) == ("failed", "mcp__bare__leak_error: 401 Bad credentials for")
 
 
 def test_a_result_unlike_the_tools_output_schema_fails_that_call_and_keeps_the_server(make_daemon, workspace,
