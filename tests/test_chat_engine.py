@@ -99,6 +99,26 @@ def test_find_tools_search_loads_matches_and_list_loads_nothing():
     assert hidden == [] and shown[0]["name"] == "store_secret"
 
 
+def test_find_tools_over_many_mcp_tools_answers_the_best_and_counts_the_rest():
+    """A find_tools over a few MCP servers (hundreds of tools, their own descriptions of up to 4 KiB)
+    answered every match whole: an output chat.context_tokens then dropped entire ("output dropped to
+    fit"), so the model learnt of no tool at all."""
+    many = [cat.Entry(f"mcp__gh__issue_{n:03}", "Issue tool. " + "x" * 2000, {"type": "object"})
+            for n in range(300)]
+    t = Turn(Conversation(settings=Opened(workspace="/ws")), cat.Catalog([*catalog().entries.values(), *many]),
+             "t1", max_steps=8, context_tokens=128_000)
+    t.start("x")
+    t.on_reply("", [call("c1", "find_tools", mode="list")], Usage())
+    answer = output(t, "c1")["result"]
+    assert len(json.dumps(answer)) < 40_000, len(json.dumps(answer))
+    shown = [tool["name"] for tool in answer["tools"]]
+    assert shown[:3] == ["mcp__gh__issue_000", "mcp__gh__issue_001", "mcp__gh__issue_002"]
+    assert answer["more"] == (f"{303 - len(shown)} more tools match, not shown; narrow the query (words of the "
+                              "name or purpose of the tool you need) to see them")
+    t.on_reply("", [call("c2", "find_tools", query="read")], Usage())
+    assert "more" not in output(t, "c2")["result"]
+
+
 def test_find_tools_loads_no_schema_for_a_small_word_of_the_query():
     """Words matched as substrings: the "a" of "read a file" is in "watch" and in nearly every
     description, so a search loaded up to 8 unrelated schemas, sent with every later request."""

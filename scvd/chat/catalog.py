@@ -21,6 +21,11 @@ from .items import ToolSpec
 FIND_TOOLS = "find_tools"
 ASK_USER = "ask_user"
 SEARCH_LIMIT = 8  # schemas one search loads at most; the rest stay names
+# tools one answer describes, best first, and the characters of their descriptions (an MCP server's
+# may be 4 KiB each): past either, matches are counted, so that an answer over many MCP servers is no
+# output chat.context_tokens drops whole
+FOUND_LIMIT = 40
+FOUND_CHARS = 32_000
 STORE_SECRET = "store_secret"
 # seed 003: the system prompt keeps one short line on credentials; the tool's description has the rest
 CREDENTIALS = (f"Credentials (API keys, tokens) live in scvd's secret store, not in the environment: on a "
@@ -100,8 +105,9 @@ class Catalog:
         """Tools the model sees only by name."""
         return sorted(n for n, e in self.entries.items() if n not in loaded and not e.system_use)
 
-    def find(self, args: FindToolsArgs) -> tuple[list[dict[str, str]], list[str]]:
-        """Matches as {name, description}, and the names whose schemas this loads."""
+    def find(self, args: FindToolsArgs) -> tuple[list[dict[str, str]], list[str], int]:
+        """Matches as {name, description} (the best, within FOUND_LIMIT and FOUND_CHARS), the names
+        whose schemas this loads, and how many more matched."""
         words = [w.strip("'\"`.,;:()") for w in args.query.lower().split()]  # "'store_secret'." too
         words = [w for w in words if w]
         # a system tool stays out of listings, but one asked for by its name is found (the
@@ -114,9 +120,15 @@ class Catalog:
             pool = [e for score, _, e in sorted(scored, key=lambda s: (-s[0], s[1])) if score > 0]
         else:
             pool.sort(key=lambda e: e.name)
-        found = [{"name": e.name, "description": e.description} for e in pool]
+        found: list[dict[str, str]] = []
+        chars = 0
+        for e in pool[:FOUND_LIMIT]:
+            chars += len(e.description)
+            if found and chars > FOUND_CHARS:
+                break
+            found.append({"name": e.name, "description": e.description})
         load = [] if args.mode == "list" else [e.name for e in pool[:SEARCH_LIMIT]]
-        return found, load
+        return found, load, len(pool) - len(found)
 
 
 def waiting_line(server: str, keys: tuple[str, ...]) -> str:

@@ -292,9 +292,13 @@ class Turn:
             parsed = msgspec.convert({k: v for k, v in args.items() if v is not None}, cat.FindToolsArgs)
         except msgspec.ValidationError as exc:
             return self._local(call, error_output("invalid_arguments", f"find_tools: {exc}"))
-        found, load = self.catalog.find(parsed)
+        found, load, more = self.catalog.find(parsed)
         self.conv.load(load)
-        return self._local(call, ok_output({"tools": found, "schemas_loaded": load}))
+        answer: dict[str, Any] = {"tools": found, "schemas_loaded": load}
+        if more:
+            answer["more"] = (f"{more} more tools match, not shown; narrow the query (words of the name or "
+                              "purpose of the tool you need) to see them")
+        return self._local(call, ok_output(answer))
 
     def _local(self, call: ToolCall, output: str) -> list[Any]:
         self.outputs[call.call_id] = output
