@@ -223,10 +223,14 @@ class ServerLink:
         if self._proc is not None and self._proc.exited.done():
             code = self._proc.exited.result()
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-            return _with_tail(f"the server process {how}", self._proc)
+            return self._with_tail(f"the server process {how}", self._proc)
         if self._http_status is not None:
             return f"HTTP status {self._http_status} from {self.url}"
         return "the connection was lost"
+
+    def _with_tail(self, message: str, proc: Any) -> str:
+        tail = proc.stderr_tail(self._hide).strip()  # the secrets out before each cut
+        return f"{message}; stderr: {tail[-1000:]}" if tail else message
 
     def _record(self, exc: BaseException) -> None:
         if isinstance(exc, _Lost):
@@ -244,7 +248,7 @@ class ServerLink:
         else:  # scvd gave up on it (a tools/list it cannot read): that is why, not the exit that followed
             self.error = _describe(exc, self.url)
         if self._proc is not None:
-            self.error = _with_tail(self.error, self._proc)
+            self.error = self._with_tail(self.error, self._proc)
         if self._http_status is not None and "HTTP status" not in self.error:
             self.error = f"HTTP status {self._http_status} from {self.url}: {self.error}"
 
@@ -431,11 +435,6 @@ def _secret_values(cfg: McpServerConfig, target: Any) -> dict[str, str]:
         read = [(target.headers, cfg.headers), (target.query, cfg.query)]
     return {ref.secret: given[name] for given, refs in read
             for name, ref in refs.items() if isinstance(ref, SecretRef) and name in given}
-
-
-def _with_tail(message: str, proc: Any) -> str:
-    tail = proc.stderr_tail().strip()
-    return f"{message}; stderr: {tail[-1000:]}" if tail else message
 
 
 def _any(exc: BaseException, test: Any) -> bool:

@@ -13,7 +13,7 @@ import signal
 from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import anyio
 import mcp_types as types
@@ -24,6 +24,10 @@ from .spec import StdioLaunch
 
 LINE_LIMIT = 64 << 20  # one JSON-RPC message from the server; a larger one ends the connection
 STDERR_TAIL_LINES = 20
+# kept of a stderr line; it is shown cut to STDERR_LINE_SHOWN once the secrets are out (a secret a cut
+# fell in would no longer match, and its other part would show)
+STDERR_LINE_KEPT = 8192
+STDERR_LINE_SHOWN = 500
 STDIN_CLOSE_GRACE = 2.0  # MCP's shutdown: close stdin, wait, then SIGTERM, wait, then SIGKILL
 TERM_GRACE = 2.0
 
@@ -37,8 +41,9 @@ class ServerProcess:
     sandboxed: bool  # the leader is bwrap (see signal_service)
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_LINES))
 
-    def stderr_tail(self) -> str:
-        return "\n".join(self.stderr)
+    def stderr_tail(self, hide: Callable[[str], str] = str) -> str:
+        """The last lines, each through `hide` (the secrets taken out) before it is cut."""
+        return "\n".join(hide(line)[:STDERR_LINE_SHOWN] for line in self.stderr)
 
 
 @asynccontextmanager
@@ -109,7 +114,7 @@ async def _read_stderr(err: asyncio.StreamReader, proc: ServerProcess) -> None:
             continue
         if not line:
             return
-        proc.stderr.append(line.decode("utf-8", "replace").rstrip()[:500])
+        proc.stderr.append(line.decode("utf-8", "replace").rstrip()[:STDERR_LINE_KEPT])
 
 
 async def _write_stdin(recv: Any, stdin: asyncio.StreamWriter) -> None:

@@ -744,6 +744,29 @@ def test_a_stdio_servers_stderr_shows_its_secrets_as_their_keys(make_daemon, wor
     assert "auth failed with key [secret ECHO_KEY]" in status and "auth failed with key [secret ECHO_KEY]" in log
     assert "sk-echo-4242" not in status + log
 
+@pytest.mark.parametrize("printed", [
+    "printf '%0480d sk-cut-0123456789abcdef0123456789' 0 >&2",  # the line's 500-character cut in it
+    # the tail's 1000-character cut: 2 lines of 490 after it
+    "echo sk-cut-0123456789abcdef0123456789 >&2; for n in 1 2; do printf '%0490d' 0 >&2; echo >&2; done",
+])
+def test_a_secret_the_stderr_tails_cuts_fall_in_shows_as_its_key(make_daemon, printed):
+    """stderr was cut (each line at 500 characters, the tail at 1000) before the secrets were taken out,
+    so a value a cut fell in no longer matched and its other part was shown."""
+    from conftest import wait_for_socket
+
+    table = ('[mcp.servers.leaky]\ncommand = "/bin/sh"\nsandbox = false\n'
+             f'args = ["-c", "{printed}; exit 1"]\nenv = {{API_KEY = {{secret = "CUT_KEY"}}}}\n')
+    d = make_daemon(table, env=NO_KEYRING, wait=False)
+    store_secret(d, "CUT_KEY", "sk-cut-0123456789abcdef0123456789")
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="t") as c:
+        down = server(c, "leaky", "down")
+    secret = "sk-cut-0123456789abcdef0123456789"
+    for shown in (down.error, scvctl(d, "status"), d.log()):
+        assert "[secret CUT_KEY]" in shown, shown
+        assert not [secret[i:i + 8] for i in range(len(secret) - 7) if secret[i:i + 8] in shown], shown
+
+
 def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_daemon, workspace, tmp_path):
     # an isError text went to the agent as the call's error with the token in it
     starts = tmp_path / "starts"
