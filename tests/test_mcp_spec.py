@@ -88,6 +88,8 @@ def test_query_values_are_added_to_the_urls_query_encoded():
     got = spec.http_launch("h", cfg, Secrets(H_KEY="a+b/c=="))
     assert got.url == "https://h/mcp?plan=pro&key=a%2Bb%2Fc%3D%3D&v=2" and got.query == {"key": "a+b/c==", "v": "2"}
     assert spec.http_launch("h", McpServerConfig(url="https://h/mcp"), None).url == "https://h/mcp"
+    fragment = McpServerConfig(url="https://h/mcp#top", query={"v": "2"})
+    assert spec.http_launch("h", fragment, None).url == "https://h/mcp?v=2#top"
 
 
 def test_a_secret_held_in_a_keyring_scvd_cannot_use_says_so(tmp_path):

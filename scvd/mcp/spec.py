@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from .. import http_fields
 from ..config import McpServerConfig, SecretRef, server_secrets
@@ -128,7 +128,10 @@ def http_launch(name: str, cfg: McpServerConfig, secrets: Any) -> HttpLaunch:
     assert cfg.url is not None
     headers = http_headers(name, cfg, secrets)
     query = resolve(cfg.query, secrets, f"mcp.servers.{name}.query")
-    url = f"{cfg.url}{'&' if '?' in cfg.url else '?'}{urlencode(query)}" if query else cfg.url
+    url = cfg.url
+    if query:  # into the query, before a #fragment: after it, the server would never see them
+        at = urlsplit(url)
+        url = urlunsplit(at._replace(query="&".join(q for q in (at.query, urlencode(query)) if q)))
     return HttpLaunch(url=url, headers=headers, query=query)
 
 
