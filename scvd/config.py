@@ -540,15 +540,17 @@ def effective(loaded: Loaded) -> list[tuple[str, Any, str]]:
     """Every leaf setting as (key, value, source), for `scvd check-config`. The key is a TOML dotted
     key, to paste into config.toml: a part that is not a bare key is quoted (`tool_risk."repo.search"`).
     A literal value of an MCP server's `env`, `headers` or `query` is HIDDEN: that is where tokens get pasted,
-    and check-config's output goes to terminals, logs and bug reports (a `{secret = KEY}` shows). A url
-    with a query or a user:password@ is Masked (hosted servers take their key in the query)."""
+    and check-config's output goes to terminals, logs and bug reports (a `{secret = KEY}` shows). An MCP
+    url or a provider's base_url with a query or a user:password@ is Masked (hosted ones take their key
+    in the query)."""
     rows: list[tuple[str, Any, str]] = []
     for parts, value in _flatten(msgspec.to_builtins(loaded.config)):
         key = ".".join(toml_key(part) for part in parts)
         if parts[:2] == ("mcp", "servers") and len(parts) == 5 and parts[3] in ("env", "headers", "query"):
             value = HIDDEN  # a {secret = KEY} is one part longer: parts[5] is `secret`
-        elif parts[:2] == ("mcp", "servers") and parts[3:] == ("url",) and value is not None:
-            shown = http_fields.shown_url(value)  # hosted servers take their key in the query
+        elif (parts[:2] == ("mcp", "servers") and parts[3:] == ("url",)
+              or parts[:1] == ("providers",) and parts[2:] == ("base_url",)) and value:
+            shown = http_fields.shown_url(value)  # hosted servers (an Azure deployment) take their key in the query
             value = Masked(shown) if shown != value else value
         rows.append((key, value, loaded.sources.get(".".join(parts), "default")))
     return rows

@@ -526,6 +526,17 @@ def test_check_config_does_not_print_the_literal_values_of_mcp_env_and_headers(t
     assert 'mcp.servers.gh.headers.X-Api-Key.secret = "GH_KEY"  # file' in lines
 
 
+def test_check_config_does_not_print_a_key_in_a_providers_base_url(tmp_path):
+    """An OpenAI-compatible gateway that takes its key in the query (`?api-key=`, Azure's style) had
+    it printed whole by check-config, as MCP urls had."""
+    text = '[providers.gw]\nmodel = "m"\nbase_url = "https://gw.example/v1?api-key=az_PASTED"\n'
+    done = check_config(tmp_path / "home", text)
+    assert done.returncode == 0, done.stderr
+    assert "az_PASTED" not in done.stdout
+    assert ('# providers.gw.base_url = "https://gw.example/v1"  (its query and user:password@ not shown)  # file'
+            in done.stdout.splitlines()), done.stdout
+
+
 def _without_none(value: Any) -> Any:
     """TOML has no null: check-config prints an unset optional key as a comment."""
     if isinstance(value, dict):
