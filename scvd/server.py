@@ -101,6 +101,7 @@ class Daemon:
         self._closing = 0  # connections that ended their stream, open until their cancelled calls say so
         self._refusals = limits.RefusalLog()
         self._chat: ChatService | None = None  # made by the first chat request (the property `chat`)
+        self._asides: dict[Connection, set[asyncio.Future[Any]]] = {}  # chat.opens answered out of order
         # a call that carries a turn id (a chat's, or a client's own) is refused when nobody could decide it
         self.gate.screen = lambda owner, info: screen(self, owner, info)
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
@@ -110,8 +111,9 @@ class Daemon:
         self._reload_waiting = False  # a reload waits for the running one; later SIGHUPs merge into it
         self._reads: list[threading.Thread] = []  # reloads' reads, kept to count those that never returned
         self.reload_error = ""  # why the last reload was refused, for `status`; "" after one that took
-        # a plain function answers in the turn its frame came; an async one runs as a task (client_protocol)
-        self._handlers: dict[type, Callable[[Connection, Any], p.Frame | Awaitable[p.Frame]]] = {
+        # a plain function answers in the turn its frame came; an async one runs as a task (client_protocol);
+        # None: it answers aside, while the connection's later frames are handled
+        self._handlers: dict[type, Callable[[Connection, Any], p.Frame | Awaitable[p.Frame] | None]] = {
             p.Ping: self.on_ping,
             p.Status: self.on_status,
             p.SessionOpen: self.on_session_open,
@@ -127,7 +129,7 @@ class Daemon:
             p.SecretDecline: self.on_secret_decline,
             p.AgentsSpec: self.on_agents_spec,
             p.AgentsImport: self.on_agents_import,
-            p.ChatOpen: lambda conn, frame: self.chat.open(conn, frame),
+            p.ChatOpen: self.on_chat_open,
             p.TurnStart: lambda conn, frame: self.chat.start_turn(conn, frame),
             p.TurnCancel: lambda conn, frame: self.chat.cancel_turn(conn, frame),
             p.ChatHistory: lambda conn, frame: self.chat.history(conn, frame),
@@ -537,7 +539,7 @@ class Daemon:
         else:
             if isinstance(answer, p.Frame):
                 self._send(conn, answer)
-            else:
+            elif answer is not None:
                 return self._answer_later(conn, answer, request_id)
         return None
 
@@ -552,8 +554,9 @@ class Daemon:
         else:
             self._send(conn, answer)
 
-    def _dispatch(self, conn: Connection, frame: Any) -> p.Frame | Awaitable[p.Frame]:
-        """The handler's answer: a frame, or an awaitable of one for handlers that wait (async ones)."""
+    def _dispatch(self, conn: Connection, frame: Any) -> p.Frame | Awaitable[p.Frame] | None:
+        """The handler's answer: a frame, an awaitable of one for handlers that wait (async ones), or
+        None when the handler answers aside."""
         if isinstance(frame, p.Hello):
             return self.on_hello(conn, frame)
         if not conn.initialized:
@@ -605,7 +608,8 @@ class Daemon:
         have sent their `call.completed` and its chat turns their last event, within
         server.shutdown_grace_seconds."""
         ending: list[asyncio.Future[Any]] = (
-            [c.outcome for c in self.calls.table.values() if c.session.owner is conn] if linger else [])
+            [c.outcome for c in self.calls.table.values() if c.session.owner is conn]
+            + list(self._asides.get(conn, ())) if linger else [])
         self.gate.drop_owner(conn)  # first: its requests end as dropped, not cancelled with their calls
         for session in list(conn.sessions.values()):
             turns = self._close_session(session)  # a turn's last event comes as it ends
@@ -801,6 +805,25 @@ class Daemon:
 
     def _audit_line(self, event: str, **fields: Any) -> None:
         self.calls.write_audit(event, **fields)  # the one writer of audit lines
+
+    def on_chat_open(self, conn: Connection, frame: p.ChatOpen) -> Awaitable[p.Frame] | None:
+        opening = self.chat.open(conn, frame)
+        if not self.chat.ending(frame.conversation):
+            return opening
+        # it waits for the turn of the conversation's closed session to end (up to 25 s): the
+        # connection's later requests (a bridge's approvals, its pings) are answered meanwhile
+        task = self.spawn_task(self._answer_later(conn, opening, frame.id))
+        self._asides.setdefault(conn, set()).add(task)
+        task.add_done_callback(lambda done: self._aside_done(conn, done))
+        return None
+
+    def _aside_done(self, conn: Connection, task: asyncio.Future[Any]) -> None:
+        asides = self._asides.get(conn, set())
+        asides.discard(task)
+        if not asides:
+            self._asides.pop(conn, None)
+        if conn not in self.connections:  # dropped while it waited: the session it opened goes too
+            self._drop_connection(conn, linger=not conn.closed)
 
     async def on_agents_spec(self, conn: Connection, frame: p.AgentsSpec) -> p.Frame:
         from .adapters import service

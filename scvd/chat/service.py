@@ -87,6 +87,10 @@ class ChatService:
         finally:
             self._opening.discard(conversation)  # opened (now in self.chats) or failed
 
+    def ending(self, conversation: str) -> bool:
+        """True while the turn of `conversation`'s closed session still ends: a chat.open waits for it."""
+        return bool(conversation) and conversation in self._ending
+
     async def _open(self, conn: Any, frame: p.ChatOpen) -> p.Frame:
         config = self.daemon.config
         provider = frame.provider or None

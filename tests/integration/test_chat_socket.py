@@ -72,8 +72,10 @@ class SlowStopTool(Tool):
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(always_allow=True)
 
-    def __init__(self) -> None:
+    def __init__(self, stop_seconds: float = 1.0) -> None:
         self.running = threading.Event()
+        self.release = threading.Event()  # set: it stops at once
+        self.stop_seconds = stop_seconds
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         return Plan(risk=self.risk, summary="slow stop")
@@ -82,8 +84,8 @@ class SlowStopTool(Tool):
         self.running.set()
         try:
             await asyncio.sleep(60)
-        finally:
-            await asyncio.shield(asyncio.sleep(1.0))  # stopping takes its time, cancelled or not
+        finally:  # stopping takes its time, cancelled or not
+            await asyncio.shield(asyncio.to_thread(self.release.wait, self.stop_seconds))
         return {}
 
 
@@ -494,6 +496,50 @@ def test_a_conversation_reopened_while_its_closed_sessions_turn_ends_gets_its_re
     assert [r for r in seen if r == ("tool", "chat_slow_stop")] == [("tool", "chat_slow_stop")], seen
     assert seen.index(("turn", "cancelled")) < seen.index(("user", "hello again")), seen
     assert seen[-2:] == [("assistant", "second turn"), ("turn", "completed")], seen
+
+
+def until_answer(conn: RawConn, *ids: Any) -> Any:
+    """The next answer to one of `ids`, past the events before it."""
+    while getattr(frame := conn.frame(), "id", None) not in ids:
+        pass
+    return frame
+
+
+@pytest.mark.parametrize("half_close", [False, True])
+def test_a_chat_open_waiting_for_its_closed_sessions_turn_holds_no_other_request(
+        make_inproc, monkeypatch, model, workspace, half_close):
+    """A bridge closes an idle chat's session (its cap of sessions) while that chat's call still
+    stops, and reopens it for a new message: the owner's decisions and pings on the same
+    connection are answered while the open waits, not after it. A client that ends its stream
+    meanwhile still gets the open's answer, and the session it opened closes with it."""
+    monkeypatch.setenv("K", "sk-test")
+    m = model(load("chat_slow_stop"), Calls(("chat_slow_stop", {})), Text("second turn"))
+    held = SlowStopTool(stop_seconds=15)  # below the open's own wait: an scvd that holds the ping answers late
+    d = make_inproc(f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "chat"\n'
+                    'api_key_secret = "K"\n[chat]\nprovider = "test"\n', tools=[held])
+    with RawConn(d.socket, timeout=30) as c:
+        c.hello()
+        opened = c.request({"type": "chat.open", "workspace": str(workspace)})
+        c.send({"type": "turn.start", "id": "t", "session": opened.session, "text": "go"})
+        assert held.running.wait(10)
+        c.send({"type": "session.close", "id": "close", "session": opened.session})
+        assert isinstance(until_answer(c, "close"), p.Ok)
+        c.send({"type": "chat.open", "id": "reopen", "workspace": str(workspace),
+                "conversation": opened.conversation})
+        c.send({"type": "ping", "id": "ping"})
+        if half_close:
+            c.sock.shutdown(socket.SHUT_WR)
+        first = until_answer(c, "reopen", "ping")
+        held.release.set()
+        assert isinstance(first, p.Pong), first
+        reopened = until_answer(c, "reopen")
+        assert isinstance(reopened, p.ChatOpened) and reopened.resumed, reopened
+        if half_close:
+            while not c.closed_by_server():
+                pass
+    if half_close:
+        with d.client(name="pytest") as other:
+            assert other.status().sessions == 0
 
 
 def test_a_provider_fixed_and_reloaded_serves_the_open_chats_next_turn(make_inproc, model, workspace):
