@@ -106,8 +106,12 @@ class StoreSecret(Tool):
                 f"the user to check {args.key} (`scvctl secrets set {args.key}`)")
         requests.check_approvers(ctx.session_id, args.key)  # none: fail at once, not a round
         rounds[counted] += 1
-        entry = await requests.ask(session=ctx.session_id, call_id=ctx.call_id, key=args.key,
-                                   question=args.question, tool=args.tool)
+        try:
+            entry = await requests.ask(session=ctx.session_id, call_id=ctx.call_id, key=args.key,
+                                       question=args.question, tool=args.tool)
+        except Unavailable:  # every approver asked disconnected: nobody answered, so not a round either
+            rounds[counted] -= 1
+            raise
         result = {"key": args.key, "stored": True, "where": entry.source, "next": f"call {args.tool} again"}
         if servers is not None and (came := await servers.settle(args.key)):
             result["mcp_servers"] = came  # name -> "ready: N tool(s) ..." or "down: why"

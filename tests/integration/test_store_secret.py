@@ -127,6 +127,32 @@ def test_the_third_round_in_a_turn_is_refused_and_a_new_turn_may_ask(setup, work
         assert declined.error.kind == "denied" and "not now" in declined.error.message
 
 
+def test_a_request_whose_every_approver_disconnected_is_not_a_round(setup, workspace):
+    """The person's terminal closed (or the bridge reconnected) before anyone typed: nobody
+    answered, so the agent may ask again in the same turn rather than be told the
+    credential keeps failing."""
+    d = setup
+    with d.client(name="agent") as agent:
+        sid = agent.open_session(workspace)
+        args = {"key": "API_TOKEN", "tool": "script_token"}
+        for _ in range(2):
+            with d.client(name="person") as watcher:
+                watcher.request(p.ApprovalsWatch)
+                call_id = agent.start_call(sid, "store_secret", args, turn="t1")
+                secret_requested(watcher, "API_TOKEN")
+            gone = agent.wait_call(call_id)
+            assert gone.error.kind == "unavailable" and "disconnected" in gone.error.message
+        unasked = agent.call(sid, "store_secret", args, turn="t1")  # nobody there now: no limit reached
+        assert unasked.error.kind == "unavailable", unasked.error
+        with d.client(name="person") as watcher:
+            watcher.request(p.ApprovalsWatch)
+            call_id = agent.start_call(sid, "store_secret", args, turn="t1")
+            request = secret_requested(watcher, "API_TOKEN")
+            watcher.request(p.SecretProvide, request_id=request.request_id, value=VALUE)
+            done = agent.wait_call(call_id)
+            assert done.ok, done.error
+
+
 def test_a_bad_key_or_value_is_refused_and_the_request_stays_pending(setup, workspace):
     d = setup
     with d.client(name="agent") as agent, d.client(name="person") as watcher:
