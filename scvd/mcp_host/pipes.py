@@ -10,7 +10,8 @@ Rules:
   `_FdWriter`, which never reads it (uvloop's pipe transport reads a write fd to see its
   reader leave: on the terminal or socket that is stdin too, it ate the host's requests).
   A stdout socket of its own (Node's hosts give a socketpair each) is a pipe transport's,
-  so a host that dies is seen at once, as on a pipe.
+  so a host that dies is seen at once, as on a pipe. On one socket for both, or a terminal,
+  the end of stdin is what shows it: stdout hung up then too means the host went.
   Only pipes, sockets and terminals are taken: epoll
   refuses regular files and other devices (/dev/null), and uvloop aborts on them.
   A host that stops reading stdout is cut off (connection.Backlog, as a socket client is).
@@ -24,6 +25,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import select
 import socket
 import stat
 from typing import Any, Callable
@@ -179,10 +181,18 @@ class HostPipes:
                 self.writer = _FdWriter(loop, self.fds[1], self.out)
             self.backlog = Backlog(self.writer.get_write_buffer_size, self._stopped_reading)
             self.reader, _ = await loop.connect_read_pipe(lambda: lines, _dup_file(self.fds[0], "rb"))
+            lines.done.add_done_callback(self._stdin_ended)
         except (OSError, ValueError) as exc:
             self.abort()
             raise errors.InvalidRequest(  # check() took their kind: what is left is the system's say
                 f"mcp.attach: scvd could not watch the host's stdin and stdout ({exc}); see its log") from None
+
+    def _stdin_ended(self, _: Any) -> None:
+        """On one socket for both, or a terminal, scvd never reads stdout: a host that exited shows
+        only as the end of its stdin, and would be heard of at the next write. Its stdout hung up
+        too: nobody hears the answers (a host that closed only its stdin still reads them)."""
+        if not self.released and _hung_up(self.fds[1]):
+            self.on_gone()
 
     def write(self, data: bytes) -> None:
         writer, backlog = self.writer, self.backlog
@@ -326,6 +336,14 @@ def _own_pipe(stdin_fd: int, stdout_fd: int) -> bool:
     if stat.S_ISFIFO(out.st_mode):
         return True
     return stat.S_ISSOCK(out.st_mode) and (out.st_dev, out.st_ino) != (into.st_dev, into.st_ino)
+
+
+def _hung_up(fd: int) -> bool:
+    """Whether nobody is left at the other end of `fd` (a socket closed whole, a terminal hung up,
+    a pipe's reader gone); not for a socket only shut for writing."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
 
 
 def _unwatchable(fd: int) -> str | None:

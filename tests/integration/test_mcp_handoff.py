@@ -83,6 +83,21 @@ def test_a_host_that_dies_while_its_call_waits_for_approval_leaves_nothing_to_ap
     h.proc.stderr.close()
 
 
+# a host's first messages before it dies: its call waits for an approval
+DIES_WAITING = ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                 "params": {"name": "bash", "arguments": {"command": "touch ran_for_a_dead_host"}}})
+
+
+def left_nothing_to_approve(d, owner, proc, workspace) -> None:
+    """The host died: its request, its session and scvctl mcp went, saying why; its call never ran."""
+    until(lambda: owner.request(p.ApprovalsList).approvals == [])
+    until(lambda: sessions_of(d) == [])
+    assert proc.wait(10) == 1
+    assert "the MCP host closed its stdout (it exited)" in proc.stderr.read().decode()
+    assert not (workspace / "ran_for_a_dead_host").exists()
+
+
 @pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
 def test_a_host_on_sockets_that_dies_while_its_call_waits_leaves_nothing_to_approve(make_daemon, workspace,
                                                                                      event_loop):
@@ -97,9 +112,7 @@ def test_a_host_on_sockets_that_dies_while_its_call_waits_leaves_nothing_to_appr
     out_theirs.close()
     answers = out_host.makefile("rb")
     try:
-        for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT},
-                        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                         "params": {"name": "bash", "arguments": {"command": "touch ran_for_a_dead_host"}}}):
+        for message in DIES_WAITING:
             in_host.sendall(json.dumps(message).encode() + b"\n")
         assert json.loads(answers.readline())["id"] == 1
         with d.client(name="owner") as owner:
@@ -107,15 +120,76 @@ def test_a_host_on_sockets_that_dies_while_its_call_waits_leaves_nothing_to_appr
             answers.close()
             in_host.close()
             out_host.close()
-            until(lambda: owner.request(p.ApprovalsList).approvals == [])
-            until(lambda: sessions_of(d) == [])
-        assert proc.wait(10) == 1
-        assert "the MCP host closed its stdout (it exited)" in proc.stderr.read().decode()
-        assert not (workspace / "ran_for_a_dead_host").exists()
+            left_nothing_to_approve(d, owner, proc, workspace)
     finally:
         answers.close()
         in_host.close()
         out_host.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("kind", ["one socket", "a terminal"])
+def test_a_host_on_one_socket_or_terminal_that_dies_while_its_call_waits_leaves_nothing_to_approve(
+        make_daemon, workspace, kind, event_loop):
+    # stdin and stdout are one file: scvd never reads stdout, so the host's exit showed only as a
+    # stdin EOF, and scvd waited for the call (scvctl mcp too), whose approval ran it for nobody
+    import pty
+
+    d = make_daemon(f'[server]\nevent_loop = "{event_loop}"\n')
+    if kind == "one socket":
+        host, theirs = socket.socketpair()
+        host_fd, fd = os.dup(host.fileno()), os.dup(theirs.fileno())
+        host.close()
+        theirs.close()
+    else:
+        host_fd, fd = pty.openpty()
+        tty_mode = termios.tcgetattr(fd)
+        tty_mode[3] &= ~(termios.ECHO | termios.ICANON)  # no echo of the requests back to the host
+        termios.tcsetattr(fd, termios.TCSANOW, tty_mode)
+    proc = subprocess.Popen([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
+                            env=base_env(d.home), stdin=fd, stdout=fd, stderr=subprocess.PIPE)
+    os.close(fd)
+    try:
+        for message in DIES_WAITING:
+            os.write(host_fd, json.dumps(message).encode() + b"\n")
+        seen = b""
+        while b'"id":1' not in seen:
+            seen += os.read(host_fd, 65536)
+        with d.client(name="owner") as owner:
+            until(lambda: wait_pending(owner))
+            os.close(host_fd)
+            host_fd = -1
+            left_nothing_to_approve(d, owner, proc, workspace)
+    finally:
+        if host_fd >= 0:
+            os.close(host_fd)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+def test_a_host_on_one_socket_that_only_ends_its_stdin_still_gets_its_answers(daemon, workspace):
+    host, theirs = socket.socketpair()
+    proc = subprocess.Popen([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
+                            env=base_env(daemon.home), stdin=theirs, stdout=theirs, stderr=subprocess.PIPE)
+    theirs.close()
+    try:
+        host.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                 "params": {"name": "bash", "arguments": {"command": "echo ran"}}}).encode() + b"\n")
+        with daemon.client(name="owner") as owner:
+            [pending] = until(lambda: wait_pending(owner))
+            host.shutdown(socket.SHUT_WR)  # it still reads
+            owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        answer = json.loads(host.makefile("rb").read())
+        assert answer["id"] == 1 and answer["result"]["structuredContent"]["exit_code"] == 0, answer
+        assert proc.wait(10) == 0
+    finally:
+        host.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
