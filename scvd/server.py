@@ -101,7 +101,7 @@ class Daemon:
         self._closing = 0  # connections that ended their stream, open until their cancelled calls say so
         self._refusals = limits.RefusalLog()
         self._chat: ChatService | None = None  # made by the first chat request (the property `chat`)
-        self._asides: dict[Connection, set[asyncio.Future[Any]]] = {}  # chat.opens answered out of order
+        self._asides: dict[Connection, set[asyncio.Future[Any]]] = {}  # requests answered out of order
         # a call that carries a turn id (a chat's, or a client's own) is refused when nobody could decide it
         self.gate.screen = lambda owner, info: screen(self, owner, info)
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
@@ -769,8 +769,13 @@ class Daemon:
                          reason=frame.reason, scope=frame.scope)
         return p.Ok(id=frame.id)
 
-    async def on_secret_provide(self, conn: Connection, frame: p.SecretProvide) -> p.Frame:
+    def on_secret_provide(self, conn: Connection, frame: p.SecretProvide) -> None:
         self._may_answer_secrets(conn, frame.request_id)
+        # the store may wait (a keyring over D-Bus, secrets.toml's lock held by `scvctl secrets set`):
+        # the approver's other requests (its approvals) are answered meanwhile
+        self._aside(conn, self._provide(conn, frame), frame.id)
+
+    async def _provide(self, conn: Connection, frame: p.SecretProvide) -> p.Frame:
         await self.secret_requests.provide(frame.request_id, frame.value, decided_by=conn.decider().label())
         return p.Ok(id=frame.id)
 
@@ -812,17 +817,21 @@ class Daemon:
             return opening
         # it waits for the turn of the conversation's closed session to end (up to 25 s): the
         # connection's later requests (a bridge's approvals, its pings) are answered meanwhile
-        task = self.spawn_task(self._answer_later(conn, opening, frame.id))
+        self._aside(conn, opening, frame.id)
+        return None
+
+    def _aside(self, conn: Connection, waiting: Awaitable[p.Frame], request_id: Any) -> None:
+        """Answer a request once `waiting` is over, while the connection's later frames are handled."""
+        task = self.spawn_task(self._answer_later(conn, waiting, request_id))
         self._asides.setdefault(conn, set()).add(task)
         task.add_done_callback(lambda done: self._aside_done(conn, done))
-        return None
 
     def _aside_done(self, conn: Connection, task: asyncio.Future[Any]) -> None:
         asides = self._asides.get(conn, set())
         asides.discard(task)
         if not asides:
             self._asides.pop(conn, None)
-        if conn not in self.connections:  # dropped while it waited: the session it opened goes too
+        if conn not in self.connections:  # dropped while it waited: what it opened (a chat's session) goes too
             self._drop_connection(conn, linger=not conn.closed)
 
     async def on_agents_spec(self, conn: Connection, frame: p.AgentsSpec) -> p.Frame:

@@ -23,6 +23,7 @@ from helpers.probe_tools import wait_event
 from scvd import errors, protocol as p
 
 from conftest import ROOT, start_child_client, wait_pending
+from harness import RawConn
 from test_script_tools import SHOWS_TOKEN, make_tool
 
 VALUE = "sup3r-s3cret-VALUE-9f1c"
@@ -454,6 +455,35 @@ def test_a_value_still_being_stored_when_the_timeout_comes_ends_stored_not_timed
     assert VALUE in (tmp_path / "keyring.json").read_text()
     records = [json.loads(line) for line in (d.home / "state" / "audit.log").read_text().splitlines()]
     assert [r["state"] for r in records if r["event"] == "secret_resolved"] == ["stored"]
+
+
+def test_an_approver_storing_a_value_goes_on_deciding_meanwhile(setup, workspace):
+    """The store may wait (a keyring over D-Bus, secrets.toml's lock held by a `scvctl secrets set`
+    that waits on it): the approver's connection answers its other requests meanwhile, so a
+    bridge's owner can still approve and deny its other chats' calls."""
+    d = setup
+    with d.client(name="agent") as agent, RawConn(d.socket) as watcher:
+        watcher.hello()
+        assert isinstance(watcher.request({"type": "approvals.watch"}), p.Ok)
+        sid = agent.open_session(workspace)
+        call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"})
+        while not isinstance(request := watcher.frame(), p.SecretRequested):
+            pass
+        lock = os.open(d.home, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the store waits for it
+            watcher.send({"type": "secret.provide", "id": "provide", "request_id": request.request_id,
+                          "value": VALUE})
+            watcher.send({"type": "ping", "id": "ping"})
+            while (first := watcher.frame()).__class__ not in (p.Pong, p.Ok):
+                pass
+        finally:
+            os.close(lock)
+        assert isinstance(first, p.Pong), first
+        while getattr(answer := watcher.frame(), "id", None) != "provide":
+            pass
+        assert isinstance(answer, p.Ok), answer
+        assert agent.wait_call(call_id).ok
 
 
 @pytest.mark.slow
