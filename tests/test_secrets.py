@@ -215,6 +215,21 @@ def test_a_value_set_where_the_keyring_is_out_of_reach_wins_and_its_delete_waits
     assert daemon.get("API_TOKEN") is None and "API_TOKEN" not in path.read_text()
 
 
+def test_a_value_stored_in_the_keyring_beats_scvds_environment_variable_of_that_name(
+        xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    """Seed 003's order: keyring, secrets file, then the environment. A stale token in scvd's
+    environment (a drop-in's Environment=) must not shadow the one a person just stored, or
+    store_secret's heal would never take."""
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", PLAINTEXT)
+    store = SecretStore(xdg / "conf" / "secrets.toml", env={"GH_TOKEN": "stale-from-env"})
+    assert store.lookup("GH_TOKEN") == ("stale-from-env", "env")
+    store.set("GH_TOKEN", "fresh-in-keyring")
+    assert store.lookup("GH_TOKEN") == ("fresh-in-keyring", "keyring")
+    assert [(e.name, e.source) for e in store.list()] == [("GH_TOKEN", "keyring")]
+    store.delete("GH_TOKEN")
+    assert store.lookup("GH_TOKEN") == ("stale-from-env", "env")
+
+
 def test_a_broken_secrets_toml_does_not_hide_what_the_keyring_holds(xdg: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", PLAINTEXT)
     store = SecretStore(xdg / "conf" / "secrets.toml", env={"ONLY_IN_ENV": "e"})
