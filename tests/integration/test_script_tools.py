@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -241,6 +242,25 @@ def test_a_timeout_from_the_default_names_tools_default_timeout_seconds_not_tool
     assert "timeout of 1 s (tools.default_timeout_seconds; tool.json sets no \"timeout\")" in done.error.message
     assert done.error.hint == (f"set \"timeout\" in {scv_home / 'tools/script/sleeper/tool.json'}, or raise "
                                "tools.default_timeout_seconds in config.toml, or ask for less per call")
+
+
+def test_a_long_running_script_logs_its_elapsed_time_against_its_own_timeout(make_daemon, scv_home, workspace):
+    """Seed 003: a long-running script tool logs `running name=... elapsed=Ys/Zs` every interval, Z being
+    its tool.json timeout (the one its author set, not the dispatch grace on top), else the 15-minute default."""
+    waits = "#!/bin/bash\nwhile [ ! -e go ]; do sleep 0.05; done\n"  # runs until the test says go
+    make_tool(scv_home, "own", waits, risk="read_only", timeout=60)
+    make_tool(scv_home, "default", waits, risk="read_only")
+    d = make_daemon("[tools]\nprogress_interval_seconds = 0.2\n", home=scv_home)
+    with d.client() as c:
+        session = c.open_session(workspace)
+        for name, limit in (("script_own", 60), ("script_default", 900)):
+            call_id = c.start_call(session, name, {"text": "x"})
+            progress = next(e for e in c.events() if isinstance(e, p.CallProgress) and e.call_id == call_id)
+            assert progress.timeout_s == limit
+            (workspace / "go").touch()
+            assert c.wait_call(call_id).ok
+            (workspace / "go").unlink()
+            assert re.search(rf"running name={name} call={call_id} elapsed=\d+s/{limit}s\n", d.log()), d.log()
 
 
 @pytest.mark.bwrap
