@@ -55,6 +55,8 @@ def test_the_instructions_say_where_credentials_live_when_store_secret_is_offere
     key leads the model to store_secret even when the failing tool's error does not name it."""
     [first] = turn().start("hi")
     assert "live in scvd's secret store" in first.request.instructions
+    # seed 003's auth failures: a tool saying its token expired (kind failed) is healed the same way
+    assert "on a missing key, a 401, a 403 or an expired token, load store_secret" in first.request.instructions
     assert "load store_secret with find_tools (query 'store_secret')" in first.request.instructions
     without = cat.Catalog([e for e in catalog().entries.values() if e.name != "store_secret"])
     t = Turn(Conversation(settings=Opened(workspace="/ws")), without, "t1", max_steps=8, context_tokens=100_000)

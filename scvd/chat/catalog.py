@@ -29,8 +29,8 @@ FOUND_CHARS = 32_000
 STORE_SECRET = "store_secret"
 # seed 003: the system prompt keeps one short line on credentials; the tool's description has the rest
 CREDENTIALS = (f"Credentials (API keys, tokens) live in scvd's secret store, not in the environment: on a "
-               f"missing key, a 401 or a 403, load {STORE_SECRET} with {FIND_TOOLS} (query {STORE_SECRET!r}) "
-               "and call it with the key's "
+               f"missing key, a 401, a 403 or an expired token, load {STORE_SECRET} with {FIND_TOOLS} "
+               f"(query {STORE_SECRET!r}) and call it with the key's "
                "name (the person enters the value, which never reaches you), then call the failed tool again.")
 
 
