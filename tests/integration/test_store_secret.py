@@ -154,6 +154,27 @@ def test_a_request_whose_every_approver_disconnected_is_not_a_round(setup, works
             assert done.ok, done.error
 
 
+def test_the_two_rounds_are_per_tool_so_a_turn_heals_each_failing_tool(make_daemon, scv_home, workspace):
+    """Seed 003: at most two rounds per tool per turn, not per turn: the two tools a turn used, each
+    failing for its own key, may both be healed."""
+    make_tool(scv_home, "gh", SHOWS_TOKEN, risk="read_only", secrets=["GH_TOKEN"])
+    make_tool(scv_home, "aws", SHOWS_TOKEN, risk="read_only", secrets=["AWS_KEY"])
+    d = make_daemon(home=scv_home, env=NO_KEYRING)
+    with d.client(name="agent") as agent:
+        agent.request(p.ApprovalsWatch)  # asked itself: a refused round completes instead of asking
+        sid = agent.open_session(workspace)
+        for n, (key, tool) in enumerate([("GH_TOKEN", "script_gh")] * 2 + [("AWS_KEY", "script_aws")] * 2):
+            call_id = agent.start_call(sid, "store_secret", {"key": key, "tool": tool}, turn="t1")
+            asked = wait_event(agent, lambda e: isinstance(e, (p.SecretRequested, p.CallCompleted))
+                               and e.call_id == call_id)
+            assert isinstance(asked, p.SecretRequested), (n, asked)
+            agent.request(p.SecretProvide, request_id=asked.request_id, value=f"{VALUE}-{n}")
+            assert agent.wait_call(call_id).ok
+        for key, tool in (("GH_TOKEN", "script_gh"), ("AWS_KEY", "script_aws")):
+            third = agent.call(sid, "store_secret", {"key": key, "tool": tool}, turn="t1")
+            assert third.error.kind == "limit" and f"asked twice for {tool} in this turn" in third.error.message
+
+
 def test_a_bad_key_or_value_is_refused_and_the_request_stays_pending(setup, workspace):
     d = setup
     with d.client(name="agent") as agent, d.client(name="person") as watcher:
