@@ -20,7 +20,7 @@ import pytest
 
 from helpers import lockable_keyring, slow_keyring
 from helpers.probe_tools import wait_event
-from scvd import errors, protocol as p
+from scvd import errors, protocol as p, secrets
 
 from conftest import ROOT, start_child_client, wait_pending
 from harness import RawConn
@@ -103,6 +103,18 @@ def test_the_store_secret_flow_end_to_end_and_the_value_goes_nowhere_else(setup,
     assert VALUE not in d.log()
     audit = (d.home / "state" / "audit.log").read_text()
     assert "secret_resolved" in audit and "API_TOKEN" in audit and VALUE not in audit
+
+
+def test_store_secret_is_a_system_tool_whose_description_holds_the_lookup_order(setup):
+    """Seed 003: a system_use tool, hidden from the ordinary listing; its own description holds the
+    lookup order (keyring with account = the key's name, the secrets file, the environment) and that
+    an empty printenv proves nothing. The keyring named must be the one the store uses."""
+    with setup.client() as c:
+        assert "store_secret" not in {t.name for t in c.request(p.ToolsList).tools}
+        tool = {t.name: t for t in c.request(p.ToolsList, include_system=True).tools}["store_secret"]
+    assert tool.flags["system_use"] and tool.flags["always_allow"] and tool.flags["no_timeout"]
+    assert f"read from keyring ({secrets.SERVICE}/KEY), secrets.toml, env." in tool.description
+    assert "an empty printenv proves nothing" in tool.input_schema["properties"]["key"]["description"]
 
 
 def test_the_third_round_in_a_turn_is_refused_and_a_new_turn_may_ask(setup, workspace):
