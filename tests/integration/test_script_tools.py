@@ -26,6 +26,7 @@ from scvd.secrets import SecretStore
 
 from conftest import ROOT, base_env, wait_pending
 from helpers import lockable_keyring
+from helpers.probe_tools import wait_event
 
 DESCRIPTION = ("Count the words in a text given as argument.\n"
                "Use for quick statistics; bash for anything else.")
@@ -162,6 +163,21 @@ def test_approval_follows_the_declared_risk(make_daemon, scv_home, workspace):
         sid = c.open_session(workspace)
         done = c.call(sid, "script_peek", {"text": "x"})  # read_only under on-risk: no approval
     assert done.ok and done.result == "plain text, not JSON\n"
+
+
+def test_the_flags_tool_json_sets_hide_the_tool_and_spare_it_the_gate(make_daemon, scv_home, workspace):
+    """Seed 003's flags as a script sets them in tool.json: system_use keeps it out of the ordinary
+    listing, always_allow runs it unasked even under policy always."""
+    make_tool(scv_home, "peek", "#!/bin/bash\necho seen\n", risk="read_only", system_use=True, always_allow=True,
+              concurrent=True)
+    d = make_daemon('[approvals]\npolicy = "always"\n', home=scv_home)
+    with d.client(approver=True) as c:
+        assert "script_peek" not in {t.name for t in c.request(p.ToolsList).tools}
+        info = {t.name: t for t in c.request(p.ToolsList, include_system=True).tools}["script_peek"]
+        assert [info.flags[k] for k in ("system_use", "always_allow", "concurrent")] == [True, True, True]
+        call_id = c.start_call(c.open_session(workspace), "script_peek", {"text": "x"})
+        done = wait_event(c, lambda e: isinstance(e, (p.ApprovalRequested, p.CallCompleted)) and e.call_id == call_id)
+    assert isinstance(done, p.CallCompleted) and done.ok and done.result == "seen\n", done
 
 
 @pytest.mark.parametrize("sandbox", ["off", pytest.param("bwrap", marks=pytest.mark.bwrap)])
