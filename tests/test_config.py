@@ -37,6 +37,7 @@ def test_defaults_are_the_seeds(tmp_path):
     c = loaded.config
     assert (c.tools.command_timeout_seconds, c.tools.max_timeout_seconds) == (120, 1800)
     assert (c.tools.agent_timeout_seconds, c.tools.default_timeout_seconds) == (600, 900)
+    assert c.tools.progress_interval_seconds == 30  # seed 003: `running name=...` logged every 30 s
     assert c.approvals.policy == "on-risk" and c.approvals.timeout_seconds == 900
     assert c.approvals.always_ask == [".git/**", ".gitmodules", ".envrc", ".vscode/**", ".github/workflows/**",
                                      ".gitlab-ci.yml"]
