@@ -40,7 +40,8 @@ Rules of a call's life:
 - A running call has one timer (`loop.call_at`): it sends `call.progress`
   every `tools.progress_interval_seconds` and enforces the dispatch timeout.
   A tool may report progress itself through `ctx.progress(message)`: a
-  `call.progress` with that message, which stands in for the timer's next one.
+  `call.progress` with that message, which stands in for the timer's next one
+  (not for the log's `running` line: that keeps its interval).
   A call that finishes before either costs one timer, cancelled at completion,
   and no task besides its own. While it waits for a person, or in its lane behind
   the session's earlier calls, the same `call.timer` sends `call.progress` saying
@@ -161,6 +162,9 @@ class Call(msgspec.Struct, eq=False):
     shown_timeout: float | None = None  # what progress shows: the tool's own deadline, else that
     started_at: float = 0.0  # loop time when run() began
     next_progress: float = 0.0
+    # the log's next `running` line once the tool reports its own progress (its frames stand in for the
+    # timer's, not for the log's line); None: the line goes with the timer's frame
+    next_log: float | None = None
     timed_out: bool = False
     done: bool = False
 
@@ -556,7 +560,7 @@ class CallRegistry:
         self._schedule(call, loop)
 
     def _schedule(self, call: Call, loop: asyncio.AbstractEventLoop) -> None:
-        when = call.next_progress
+        when = call.next_progress if call.next_log is None else min(call.next_progress, call.next_log)
         if call.timeout is not None:
             when = min(when, call.started_at + call.timeout)
         call.timer = loop.call_at(when, self._tick, call)
@@ -572,24 +576,34 @@ class CallRegistry:
                 call.timed_out = True
                 call.task.cancel("dispatch timeout")
             return
+        interval = call.session.config.tools.progress_interval_seconds
+        if call.next_log is not None and now >= call.next_log:
+            self._log_running(call, elapsed)
+            call.next_log += interval
         if now >= call.next_progress:
             self._progress(call, elapsed)
-            call.next_progress += call.session.config.tools.progress_interval_seconds
+            call.next_progress += interval
         self._schedule(call, loop)
 
     def _progress(self, call: Call, elapsed: float, message: str | None = None) -> None:
         timeout = call.shown_timeout
-        if message is None:
-            limit = f"{timeout:.0f}s" if timeout else "none"
-            log.info("running name=%s call=%s elapsed=%.0fs/%s", call.tool_name, call.call_id, elapsed, limit)
+        if message is None and call.next_log is None:
+            self._log_running(call, elapsed)
         self.hub.send_event(call.session.owner, CallProgress(
             seq=0, call_id=call.call_id, elapsed_s=round(elapsed, 1), timeout_s=timeout, turn=call.turn,
             message=message))
 
+    def _log_running(self, call: Call, elapsed: float) -> None:
+        limit = f"{call.shown_timeout:.0f}s" if call.shown_timeout else "none"
+        log.info("running name=%s call=%s elapsed=%.0fs/%s", call.tool_name, call.call_id, elapsed, limit)
+
     def _report(self, call: Call, message: str) -> None:
-        """A tool's own progress (ctx.progress): sent now, and it stands in for the timer's next frame."""
+        """A tool's own progress (ctx.progress): sent now, and it stands in for the timer's next frame;
+        the log's `running` line keeps its cadence (a server reporting every few seconds hid its call)."""
         if call.done:
             return
+        if call.next_log is None:
+            call.next_log = call.next_progress
         now = asyncio.get_running_loop().time()
         self._progress(call, now - call.started_at, excerpt(message, PROGRESS_CHARS)[0])
         call.next_progress = now + call.session.config.tools.progress_interval_seconds

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Annotated, Any
@@ -440,6 +441,47 @@ def test_progress_comes_only_from_a_call_running_past_the_interval():
         assert_once_each(hub, [handle.call_id])
 
     run(main())
+
+
+class _Reporting(_Tool):
+    """Reports its own progress far more often than the interval, as an MCP server may, until the
+    daemon log shows the call (or, failing, for a while)."""
+
+    name = "reporting"
+    description = ("Report progress many times a second until the log shows the call.\n"
+                   "Use for the log's running line; hold for a call without reports.")
+
+    def __init__(self, caplog: Any) -> None:
+        super().__init__()
+        self.caplog = caplog
+
+    def logged(self) -> bool:
+        return any("running name=reporting" in r.getMessage() for r in self.caplog.records)
+
+    async def run(self, args: Text, plan: Plan, ctx: CallContext) -> Any:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + 5  # only a run that never logs gets there
+        while not self.logged() and loop.time() < give_up:
+            ctx.progress("step")
+            await asyncio.sleep(0.001)
+        return {}
+
+
+def test_a_tool_reporting_its_own_progress_still_gets_the_logs_running_line(caplog):
+    """Seed 003: a long run is logged as `running name=... elapsed=Ys/Zs` every interval, for visibility.
+    A tool's own progress reset the timer, so an MCP server reporting every few seconds was never logged."""
+    caplog.set_level("INFO", logger="scvd.calls")
+
+    async def main() -> None:
+        hub, calls, session = make(progress_interval_seconds=0.2)  # 200 reports in one interval
+        session.registry = Registry([*tools(), _Reporting(caplog)])
+        handle = calls.submit(session, "reporting", {}, requester=ME)
+        assert (await handle.outcome).ok
+        assert any(e.message == "step" for _, e in hub.sent if isinstance(e, p.CallProgress))
+
+    run(main())
+    lines = [r.getMessage() for r in caplog.records if "running name=reporting" in r.getMessage()]
+    assert lines and all(re.fullmatch(r"running name=reporting call=\S+ elapsed=\d+s/900s", line) for line in lines)
 
 
 # --- the request itself ---------------------------------------------------------------------------
