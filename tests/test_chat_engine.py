@@ -162,7 +162,7 @@ def test_find_tools_finds_store_secret_by_its_name_as_the_instructions_say():
     listed = t.catalog.find(cat.FindToolsArgs(query="store_secret", mode="list"))[0]
     assert listed == []  # the ordinary listing still leaves it out (seed 003)
     # and a listing asked for system tools shows it (seed 003: find_tools(mode=list) asked for them)
-    found, load = t.catalog.find(cat.FindToolsArgs(mode="list", include_system=True))
+    found, load, _ = t.catalog.find(cat.FindToolsArgs(mode="list", include_system=True))
     assert "store_secret" in [f["name"] for f in found] and load == []
     for query in ("'store_secret'", "store_secret.", "store secret", "Store Secret"):  # as a model may copy it
         assert t.catalog.find(cat.FindToolsArgs(query=query))[1] == ["store_secret"], query
