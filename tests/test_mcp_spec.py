@@ -227,3 +227,19 @@ def test_a_host_elicits_when_it_can_show_a_form(capabilities, expected):
 ])
 def test_the_hosts_answer_becomes_a_decision_or_none(reply, expected):
     assert decision_of(reply) == expected
+
+
+@pytest.mark.parametrize("said, refused", [
+    ("401 Bad credentials for x", True), ("HTTP 401", True), ("Error: 403 Forbidden", True),
+    ("Incorrect API key provided: sk-...", True), ("API token is invalid", True), ("invalid_auth", True),
+    ("The access token expired", True), ("Token has expired", True), ("Authentication required", True),
+    # a bare key or token: a re-entered secret would not help, yet the person would be asked for one
+    ("SyntaxError: invalid token at line 3", False), ('redis: invalid key "user:1"', False),
+    ("cache key expired", False), ("rate limit: 429 Too Many Requests", False),
+])
+def test_only_an_error_about_a_credential_reads_as_refused(said, refused):
+    cfg = McpServerConfig(command="srv", env={"TOKEN": SecretRef(secret="SRV_TOKEN")})
+    got = spec.refused("srv", cfg, "run", f"mcp__srv__run: {said}")
+    assert (got is not None) is refused, said
+    if refused:
+        assert got.keys == ("SRV_TOKEN",) and "store_secret (key 'SRV_TOKEN'" in got.message
