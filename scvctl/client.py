@@ -149,7 +149,8 @@ class ClientCore:
     (invalid_json, or frame_too_large of a line whose id scvd could not find) is the answer to
     the oldest request sent that has none yet: `feed()` files it under that request's id when it
     comes, whether or not anyone waits for that answer (a request only sent, or one whose waiter
-    gave up).
+    gave up). The requests scvd may answer later than the next ones (`p.ANSWERED_ASIDE`) stand
+    outside that order: matched by their id alone.
     """
 
     def __init__(self, frame_limit: int = p.DEFAULT_SERVER_FRAME_LIMIT) -> None:
@@ -159,7 +160,8 @@ class ClientCore:
         self.answers: dict[Any, p.Frame] = {}
         self.orphan_errors: collections.deque[p.Error] = collections.deque()  # came while no request was out
         self._unanswered: collections.deque[Any] = collections.deque()  # ids sent, in order, not answered yet
-        self._abandoned: set[Any] = set()  # of those, ids nobody waits for: their answers are dropped
+        self._aside: set[Any] = set()  # ids sent of requests answered out of order (p.ANSWERED_ASIDE)
+        self._abandoned: set[Any] = set()  # of those and these, ids nobody waits for: their answers are dropped
 
     def build(self, frame: p.Frame | type, **fields: Any) -> p.Frame:
         """A request frame with a fresh id (or the frame given, as is)."""
@@ -170,7 +172,11 @@ class ClientCore:
     def sent(self, frame: p.Frame) -> None:
         """`frame` went out: its answer comes after those of the requests sent before it."""
         request_id = getattr(frame, "id", None)
-        if request_id is not None:
+        if request_id is None:
+            return
+        if isinstance(frame, p.ANSWERED_ASIDE):  # its answer may come after the next requests'
+            self._aside.add(request_id)
+        else:
             self._unanswered.append(request_id)
 
     def hello(self, name: str, approver: bool, answers_secrets: bool = True) -> p.Frame:
@@ -215,7 +221,9 @@ class ClientCore:
             f"scvd answered with a frame this client cannot read ({exc}); use the scvctl of scvd's version")))
 
     def _answer(self, request_id: Any, frame: p.Frame) -> None:
-        if request_id in self._unanswered:
+        if request_id in self._aside:
+            self._aside.discard(request_id)
+        elif request_id in self._unanswered:
             # answers come in order: one older still unanswered was lost (unreadable, without an id)
             while (older := self._unanswered.popleft()) != request_id:
                 self._abandoned.discard(older)
@@ -226,7 +234,7 @@ class ClientCore:
 
     def abandon(self, request_id: Any) -> None:
         """Nobody waits for `request_id`'s answer any more (its waiter was cancelled or timed out)."""
-        if request_id in self._unanswered:
+        if request_id in self._unanswered or request_id in self._aside:
             self._abandoned.add(request_id)
         self.answers.pop(request_id, None)
 

@@ -322,6 +322,11 @@ class McpAttach(Frame, tag="mcp.attach"):
     workspace: str
 
 
+# requests scvd may answer after later ones of the same connection (docs/protocol.md, Framing): a
+# `chat.open` that waits for its conversation's closed session, a `secret.provide` while it is stored
+ANSWERED_ASIDE = (ChatOpen, SecretProvide)
+
+
 Request = Union[
     Hello,
     Ping,

@@ -123,3 +123,21 @@ def test_a_server_frame_over_the_limit_is_the_error_of_the_request_it_answers():
     with pytest.raises(errors.FrameTooLarge):
         core.take_answer(first.id)
     assert core.take_answer(second.id) == p.Pong(id=second.id, time=1.0)
+
+
+def test_a_request_scvd_answers_aside_stands_outside_the_order():
+    """A chat.open waiting for its conversation's closed session is answered after the pings sent
+    behind it: its id counted as lost at the first of those answers, so its waiter's timeout left
+    the late chat.opened in `answers` for good, and an error without an id for a later request
+    (frame_too_large) was raised into the chat.open."""
+    core = ClientCore()
+    opening = core.build(p.ChatOpen, workspace="/ws", conversation="c")
+    core.sent(opening)
+    ping, big = sent(core, p.Ping), sent(core, p.Ping)
+    core.feed(p.encode(p.Pong(id=ping.id, time=1.0)) + too_large())
+    assert core.take_answer(opening.id) is None  # still to come
+    with pytest.raises(errors.FrameTooLarge):
+        core.take_answer(big.id)
+    core.abandon(opening.id)  # its waiter gave up
+    core.feed(p.encode(p.ChatOpened(id=opening.id, session="s1", conversation="c", workspace="/ws", provider="codex")))
+    assert opening.id not in core.answers
