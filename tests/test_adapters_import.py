@@ -354,3 +354,23 @@ def test_imports_take_their_turn(paths, source, tmp_path) -> None:
         os.close(held)
     second.join(30)
     assert done and API_KEY in (dest(paths) / "auth.json").read_text()
+
+
+def test_an_import_held_up_for_good_is_refused_not_waited_on(paths, source, tmp_path, monkeypatch) -> None:
+    """The other import was stopped with Ctrl-Z: the next one says so after a while instead of
+    holding its worker thread (and its client) for good."""
+    import fcntl
+
+    from scvd.adapters import codex_import
+
+    relay = openai_then_relay(source, tmp_path)
+    run_import(paths, source)
+    monkeypatch.setattr(codex_import, "LOCK_WAIT_SECONDS", 0.2)
+    held = os.open(dest(paths), os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(InvalidRequest, match=r"another import into scvd's codex home .* under way for 0.2 s"):
+            run_import(paths, relay)
+    finally:
+        os.close(held)
+    assert "sk-OLD-openai" in (dest(paths) / "auth.json").read_text()

@@ -26,6 +26,7 @@ import fcntl
 import json
 import logging
 import os
+import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ MAX_FILE_BYTES = 1 << 20
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 CONFIG = "config.toml"
 AUTH = "auth.json"
+LOCK_WAIT_SECONDS = 10.0  # for another import of the same home
 REPORTED = ("model", "model_provider", "model_reasoning_effort", "sandbox_mode", "approval_policy")
 
 
@@ -327,10 +329,22 @@ def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
 
 @contextlib.contextmanager
 def _one_at_a_time(directory: Path) -> Iterator[None]:
-    """An exclusive flock on `directory` while one import reads and writes it."""
+    """An exclusive flock on `directory` while one import reads and writes it; waited for up to
+    LOCK_WAIT_SECONDS (an import stopped with Ctrl-Z must not hold the next one, nor a worker, for good)."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise InvalidRequest(
+                        f"another import into scvd's codex home {directory} has been under way for "
+                        f"{LOCK_WAIT_SECONDS:g} s (a `scvctl agents import` stopped with Ctrl-Z?); let it "
+                        "finish or end it, then import again") from None
+                time.sleep(0.05)
         yield
     finally:
         os.close(fd)
