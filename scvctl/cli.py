@@ -127,9 +127,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         code = args.handler(args)
-        if sys.stdout is not None:  # (scvctl mcp's may be closed: it said so)
-            sys.stdout.flush()  # what is still buffered: its EPIPE comes here, not at exit ("Exception ignored", 120)
-        return code
     except DaemonNotRunning as exc:
         print(exc.message, file=sys.stderr)
         return EXIT_NOT_RUNNING
@@ -142,9 +139,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # `scvctl ... | head`: the reader left; exit quietly like other Unix tools
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        return reader_left(EXIT_OK)
+    try:
+        if sys.stdout is not None:  # (scvctl mcp's may be closed: it said so)
+            sys.stdout.flush()  # what is still buffered: its EPIPE comes here, not at exit ("Exception ignored", 120)
+    except BrokenPipeError:
+        return reader_left(code)  # the command's own outcome: a failed call stays 1
+    return code
+
+
+def reader_left(code: int) -> int:
+    """`scvctl ... | head`: the reader left; exit quietly like other Unix tools (stdout to /dev/null,
+    so the interpreter's last flush has nowhere to fail)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return code
 
 
 def closed_stdio_as_devnull() -> None:
@@ -517,7 +525,10 @@ def _follow(c: Client, call_id: str, args: argparse.Namespace) -> p.CallComplete
 
 def _print_completed(done: p.CallCompleted, args: argparse.Namespace) -> int:
     if args.json:
-        emit_json(done)
+        try:
+            emit_json(done)  # it flushes: a reader that left is seen here, and the call's outcome is the exit's
+        except BrokenPipeError:
+            return reader_left(EXIT_OK if done.ok else EXIT_ERROR)
     elif done.ok:
         result = done.result
         print(result if isinstance(result, str) else json.dumps(result, indent=2, ensure_ascii=False))

@@ -832,17 +832,22 @@ def test_a_closed_stdin_or_stdout_is_end_of_input_and_no_output_not_a_traceback(
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("args", [("status",), ("tools",), ("--json", "status")])
-def test_a_reader_that_left_ends_the_output_quietly_whether_or_not_it_was_buffered(daemon: DaemonProc, args):
+@pytest.mark.parametrize("args, code", [
+    (("status",), 0), (("tools",), 0), (("--json", "status"), 0),
+    (("--json", "call", "read", '{"path": "missing.txt"}'), 1),  # its own outcome, not the pipe's
+])
+def test_a_reader_that_left_ends_the_output_quietly_whether_or_not_it_was_buffered(daemon: DaemonProc, args, code,
+                                                                                    tmp_path):
     """`scvctl status | head -0`: unbuffered (PYTHONUNBUFFERED, as tests run it) the EPIPE was caught;
-    buffered, as a person's shell runs it, it came at exit: `Exception ignored ... BrokenPipeError`, exit 120."""
+    buffered, as a person's shell runs it, it came at exit: `Exception ignored ... BrokenPipeError`, exit 120.
+    And a failed call's exit 1 became 0 when its JSON met the closed pipe at that last flush."""
     env = base_env(daemon.home)
     env.pop("PYTHONUNBUFFERED")
     read, write = os.pipe()
     os.close(read)  # the reader is gone before the first line: EPIPE on every write, deterministically
     try:
         done = subprocess.run([sys.executable, "-m", "scvctl", *args], env=env, stdout=write,
-                              stderr=subprocess.PIPE, text=True, timeout=30)
+                              stderr=subprocess.PIPE, text=True, timeout=30, cwd=tmp_path)
     finally:
         os.close(write)
-    assert (done.returncode, done.stderr) == (0, "")
+    assert (done.returncode, done.stderr) == (code, "")
