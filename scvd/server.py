@@ -569,6 +569,8 @@ class Daemon:
         answer = self._dispatch(conn, frame)
         if self.calls.due:  # after the caller has its call.accepted
             asyncio.get_running_loop().call_soon(self.calls.start_due)
+        if answer is None:  # answered aside, through conn: no in-daemon client sends such a request
+            raise errors.InternalError(f"{type(frame).__name__} is answered aside, which dispatch() cannot wait for")
         return answer if isinstance(answer, p.Frame) else await answer
 
     def _drop_connection(self, conn: Connection, linger: bool = False) -> None:
