@@ -138,3 +138,15 @@ def test_a_stdio_server_that_exits_at_start_saying_its_token_was_refused_needs_i
     link = asyncio.run(scenario())
     assert link.needs == needs, link.error
     assert said in (link.error or "")
+
+
+def test_a_key_pasted_into_the_url_is_hidden_however_the_http_library_prints_the_url():
+    """httpx prints a url its own way (`:443` dropped, the host lower-cased): replacing the configured
+    url whole missed it, and a redirect's or a status error's message showed the key."""
+    cfg = McpServerConfig(url="https://MCP.Example.com:443/mcp?api_key=sk-url-4711&v=2",
+                          query={"token": "tok-query-4712", "plan": "pro"})
+    link = ServerLink("hosted", cfg, launch=lambda: None, on_tools=lambda *_: None)
+    link.error = ("Redirect to https://mcp.example.com/mcp?api_key=sk-url-4711&v=2&token=tok-query-4712&plan=pro "
+                  "not followed")
+    assert "sk-url-4711" not in link.error and "tok-query-4712" not in link.error, link.error
+    assert "[secret url query api_key]" in link.error and "v=2" in link.error and "plan=pro" in link.error

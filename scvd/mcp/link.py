@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 from typing import Any, Awaitable, Callable
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx2
 import mcp_types as types
@@ -55,6 +56,7 @@ class ServerLink:
         self._on_tools = on_tools
         self.state = "starting"  # starting -> ready -> down (-> starting again) ; stopped at the end
         self._secrets: dict[str, str] = {}  # the values the current start read from the store, by key
+        self._pasted = _pasted_in_query(cfg)  # literal query values: an HTTP library may print the url its own way
         self._error: str | None = None
         self.needs: tuple[str, ...] = ()  # the secrets it is down for want of (store_secret heals it)
         self.failures = 0
@@ -85,7 +87,8 @@ class ServerLink:
         """`text` with the secrets this start read, and the values of the url's query, left out."""
         if self.cfg.url and self.url != self.cfg.url:  # an HTTP library's error may quote the url whole
             text = text.replace(self.cfg.url, self.url or "")
-        return redact(text, self._secrets) if self._secrets else text
+        hidden = {**self._pasted, **self._secrets} if self._pasted else self._secrets
+        return redact(text, hidden) if hidden else text
 
     # --- life ---------------------------------------------------------------------
 
@@ -425,6 +428,23 @@ def _spec(tool: Any) -> ToolSpec:
         read_only_hint=notes.read_only_hint if notes else None,
         destructive_hint=notes.destructive_hint if notes else None,
     )
+
+
+PASTED_MIN = 8  # shorter query values (`v=2`, `plan=pro`) are settings, and would hide every `2` in a message
+
+
+def _pasted_in_query(cfg: McpServerConfig) -> dict[str, str]:
+    """The literal values of an HTTP server's query (in its url, or its `query` table) that may be a
+    key, by a name for `[secret ...]`: the url as httpx prints it (`:443` dropped, the host lower-cased,
+    a space as %20) is not the one configured, so replacing the url whole missed them."""
+    if not cfg.url:
+        return {}
+    try:
+        pairs = parse_qsl(urlsplit(cfg.url).query)
+    except ValueError:
+        pairs = []
+    pairs += [(name, value) for name, value in cfg.query.items() if isinstance(value, str)]
+    return {f"url query {name}": value for name, value in pairs if len(value) >= PASTED_MIN}
 
 
 def _secret_values(cfg: McpServerConfig, target: Any) -> dict[str, str]:
