@@ -122,6 +122,10 @@ class McpTool(Tool):
             import jsonschema  # only when a server is configured, like the SDK
             import referencing
 
+            from ..bounded_regex import install
+
+            install()  # its patterns matched with a time bound, the loop free meanwhile (a server's schema)
+
             cls = jsonschema.validators.validator_for(self.spec.input_schema, jsonschema.Draft202012Validator)
             try:
                 # an empty registry: a $ref is looked up in the schema, never fetched (jsonschema's default

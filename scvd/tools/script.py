@@ -103,7 +103,10 @@ class ScriptTool(Tool):
         import referencing
         from referencing.exceptions import Unresolvable
 
+        from ..bounded_regex import MATCH_SECONDS, install
+
         if self._validator is None:
+            install()  # its patterns matched with a time bound, the loop free meanwhile
             schema = self.definition.spec.parameters
             # an empty registry: a $ref is looked up in the schema, never fetched (script_defs refuses others)
             self._validator = jsonschema.validators.validator_for(schema)(schema, registry=referencing.Registry())
@@ -115,6 +118,11 @@ class ScriptTool(Tool):
                 return sorted(found, key=lambda e: list(e.absolute_path))
             except Unresolvable as exc:
                 raise Failed(f"{self.name}: a $ref in its parameters cannot be resolved ({exc}); fix "
+                             f"{self.definition.folder / 'tool.json'}") from None
+            except TimeoutError:
+                raise Failed(f"{self.name}: matching an argument against a `pattern` of its parameters took over "
+                             f"{MATCH_SECONDS:g} s (the pattern backtracks on such text, e.g. a group quantified "
+                             "over characters it also repeats); simplify that pattern in "
                              f"{self.definition.folder / 'tool.json'}") from None
 
         problems = problems_of(arguments)

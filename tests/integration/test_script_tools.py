@@ -89,6 +89,39 @@ def test_a_bad_argument_is_refused_before_approval_naming_the_field(make_daemon,
         assert c.request(p.ApprovalsList).approvals == []
 
 
+SLOW = "^(a|aa)+$"  # backtracks: against 36 a's and a "!", Python's re spends seconds, holding the GIL
+
+
+@pytest.mark.parametrize("where", ["pattern", "patternProperties"])
+def test_a_pattern_that_backtracks_fails_the_call_and_holds_no_one_else_up(make_daemon, scv_home, workspace, where):
+    """re matched a tool.json's `pattern` holding the GIL, with no bound: a catastrophic one against a
+    model's argument froze scvd and all its clients. The match has a time bound now, and the call
+    fails saying which pattern to fix; a value that merely does not match is refused as before."""
+    if where == "pattern":
+        parameters = {"type": "object", "required": ["slug"], "properties": {"slug": {
+            "type": "string", "pattern": SLOW, "description": "A slug of a's, e.g. 'aaa'."}}}
+        slow, plain = {"slug": "a" * 36 + "!"}, {"slug": "b"}
+    else:  # a property name is matched against it too (additionalProperties: false looks there)
+        parameters = {"type": "object", "patternProperties": {SLOW: {"type": "string"}},
+                      "additionalProperties": False}
+        slow, plain = {"a" * 36 + "!": "x"}, {"b": "x"}
+    folder = make_tool(scv_home, "slugs", WORDS, parameters=parameters)
+    d = make_daemon(home=scv_home)
+    with d.client() as c, d.client(name="other") as other:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "script_slugs", slow)
+        assert other.request(p.Ping)  # served meanwhile
+        done = c.wait_call(call_id)
+        assert done.error.kind == "failed", done.error
+        assert done.error.message == (
+            "script_slugs: matching an argument against a `pattern` of its parameters took over 0.5 s (the pattern "
+            "backtracks on such text, e.g. a group quantified over characters it also repeats); simplify that "
+            f"pattern in {folder / 'tool.json'}")
+        refused = c.call(sid, "script_slugs", plain)
+        assert refused.error.kind == "invalid_arguments" and ("does not match" in refused.error.message
+                                                               or "not allowed" in refused.error.message), refused.error
+
+
 def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_it_is_missing(
         make_daemon, scv_home, workspace):
     # as models send it, and as built-in tools take it (seed 003: handlers defend against nil)

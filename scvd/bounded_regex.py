@@ -1,0 +1,43 @@
+"""JSON Schema `pattern`s matched with a time bound, the interpreter free meanwhile.
+
+jsonschema matches `pattern` and `patternProperties` (and through them `additionalProperties`
+and `unevaluatedProperties`) with `re.search`, which holds the GIL for the whole match and has
+no time bound: a pattern that backtracks catastrophically (in a tool.json, or in the schema a
+remote MCP server sends) against a model's argument froze every client of scvd, SIGTERM
+unanswered. Those searches go through the `regex` package here, with `timeout` and
+`concurrent=True` (the GIL released while it matches): a slow one raises TimeoutError after
+MATCH_SECONDS, on the checking thread, and the loop runs on meanwhile.
+
+jsonschema has no hook for its regex engine: `install()` gives its two modules that call
+`re.search` this module's stand-in for `re` (everything but `search` is `re`'s own). A
+jsonschema that moved those calls elsewhere fails tests/integration/test_script_tools.py's
+slow-pattern test, not silently. Imported only with jsonschema (a tool.json, an MCP server).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MATCH_SECONDS = 0.5  # per search: a pattern's match on a model's argument takes microseconds
+
+
+class _BoundedRe:
+    """`re`, but for a `search` that ends in TimeoutError after MATCH_SECONDS."""
+
+    def search(self, pattern: Any, string: str, flags: int = 0) -> Any:
+        import regex
+
+        return regex.search(pattern, string, flags, timeout=MATCH_SECONDS, concurrent=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(re, name)
+
+
+def install() -> None:
+    """Have jsonschema match patterns with the time bound (idempotent)."""
+    from jsonschema import _keywords, _utils
+
+    for module in (_keywords, _utils):
+        if not isinstance(module.re, _BoundedRe):
+            module.re = _BoundedRe()
