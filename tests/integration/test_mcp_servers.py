@@ -349,6 +349,22 @@ def test_a_tools_list_scvd_cannot_read_is_why_the_server_is_down(make_daemon, tm
     assert "Input should be a valid dictionary" in down.error, down.error
 
 
+def test_a_servers_pattern_that_backtracks_leaves_the_check_to_the_server(make_daemon, workspace, tmp_path):
+    """re matched a server's `pattern` holding the GIL with no bound: a remote server's schema could
+    freeze scvd on a model's argument. The match gives up after 0.5 s, as for a schema scvd cannot
+    use the server judges, and scvd answers everyone meanwhile."""
+    d = make_daemon(quirks_stdio_table("slow-pattern", tmp_path / "starts") + 'risk = "read_only"\n')
+    with d.client(name="t") as c, d.client(name="other") as other:
+        assert server(c, "raw").tools == 2
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "mcp__raw__slug", {"s": "a" * 36 + "!"})
+        assert other.request(p.Ping)  # served meanwhile
+        done = c.wait_call(call_id)
+        assert done.ok and json.loads(done.result["text"]) == {"s": "a" * 36 + "!"}, done.error
+        refused = c.call(sid, "mcp__raw__slug", {"s": "b"})  # a plain mismatch is still scvd's to refuse
+        assert refused.error.kind == "invalid_arguments" and "does not match" in refused.error.message
+
+
 def test_lint_shows_findings_for_a_schema_with_go_nulls(make_daemon, workspace, tmp_path):
     """`properties: null` and `required: null` (Go's nil map and slice): `scvctl tools --lint` was an
     internal error, every tool's findings lost for one server's schema."""
