@@ -13,7 +13,8 @@ from pathlib import Path
 
 from conftest import ROOT
 LEFT_OUT = ("shutil", "tempfile", "difflib", "bz2", "lzma", "ctypes.util",
-            "scvd.mcp_host.bridge", "scvd.mcp_host.pipes", "scvd.chat.service", "scvd.chat.engine")
+            "scvd.mcp_host.bridge", "scvd.mcp_host.pipes", "scvd.chat.service", "scvd.chat.engine",
+            "regex", "scvd.bounded_regex")  # with jsonschema only: a tool.json, an MCP server
 
 
 def test_a_started_daemon_has_not_imported_what_only_rare_paths_need(tmp_path: Path) -> None:
