@@ -376,14 +376,13 @@ class ServerLink:
             return
         named = spec.tool_name(self.name, tool)
         if len(keys) == 1:
-            which, how = f"the secret {keys[0]}", f"(key {keys[0]!r}, tool {named!r}) or `scvctl secrets set {keys[0]}`"
+            how = f"(key {keys[0]!r}, tool {named!r}) or `scvctl secrets set {keys[0]}`"
         else:  # which one it refused, the status does not say
-            which = f"one of the secrets {', '.join(keys)}"
             how = f"(the refused one's key, tool {named!r}) or `scvctl secrets set` with it"
         raise CredentialMissing(
             f"mcp server {self.name}: {tool}: HTTP status {self._http_status} from {self.url}: the server "
-            f"refused {which} sent in its {where}; store a new value with store_secret {how}, then call the "
-            "tool again (scvd reconnects with it)",
+            f"refused {spec.secrets_named(keys)} sent in its {where}; store a new value with store_secret {how}, "
+            "then call the tool again (scvd reconnects with it)",
             hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}") from None
 
     def _needs_secret(self, tool: str) -> CredentialMissing:

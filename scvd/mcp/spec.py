@@ -77,6 +77,11 @@ def resolve(values: Mapping[str, str | SecretRef], secrets: Any, what: str) -> d
     return out
 
 
+def secrets_named(keys: list[str]) -> str:
+    """`the secret K`, or `one of the secrets A, B` (a refusal does not say which)."""
+    return f"the secret {keys[0]}" if len(keys) == 1 else f"one of the secrets {', '.join(keys)}"
+
+
 def refused(server: str, cfg: McpServerConfig, tool: str, said: str) -> CredentialMissing | None:
     """A failed call's error (`said`) that reads like a refused credential, from a server that is given
     secrets: credential_missing naming them, so an agent can heal it (store_secret, then the call
@@ -84,12 +89,11 @@ def refused(server: str, cfg: McpServerConfig, tool: str, said: str) -> Credenti
     keys = sorted(server_secrets(cfg))
     if not keys or not REFUSED_RE.search(said):
         return None
-    which = f"the secret {keys[0]}" if len(keys) == 1 else f"one of the secrets {', '.join(keys)}"
     key = f"key {keys[0]!r}" if len(keys) == 1 else "the refused one's key"
     return CredentialMissing(
-        f"{said}; that reads like a refused credential, and mcp server {server} is given {which}: store a new "
-        f"value with store_secret ({key}, tool {tool_name(server, tool)!r}), then call the tool again (scvd "
-        "starts the server again with it)",
+        f"{said}; that reads like a refused credential, and mcp server {server} is given {secrets_named(keys)}: "
+        f"store a new value with store_secret ({key}, tool {tool_name(server, tool)!r}), then call the tool "
+        "again (scvd starts the server again with it)",
         hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}, then restart scvd", keys=tuple(keys))
 
 
