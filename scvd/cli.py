@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__, config as config_mod, errors, eventloop, instance, notify, paths as paths_mod
 from . import tools
+from .redact import for_logs
 from .text import printable
 from .toml_write import toml_value
 
@@ -48,7 +49,8 @@ class _JournalFormatter(logging.Formatter):
         self.journal = journal
 
     def format(self, record: logging.LogRecord) -> str:
-        text = printable(super().format(record).replace("\n", " | "), keep="\t")
+        # a secret read (a key in an MCP url's query, which httpx logs at debug) never reaches a log line
+        text = printable(for_logs(super().format(record)).replace("\n", " | "), keep="\t")
         if not self.journal:
             return text
         if len(text) > JOURNAL_LINE_CHARS:  # its middle: a traceback's end says what failed

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from typing import Mapping
 from urllib.parse import quote, quote_plus
 
 _HTML_SAFE = {c: f"\\u{ord(c):04x}" for c in "<>&='"}
@@ -27,6 +28,29 @@ def redact(text: str, secrets: dict[str, str]) -> str:
     if not secrets:
         return text
     for form, standin in _ordered(tuple(sorted(secrets.items()))):
+        if form in text:
+            text = text.replace(form, standin)
+    return text
+
+
+# every secret value scvd has read, as (key, value): hidden in its own log lines too, where an HTTP
+# library at debug prints a url with its query. Rebound, never changed in place: keyring lookups run
+# on worker threads while a log line is formatted.
+_in_logs: tuple[tuple[str, str], ...] = ()
+LOG_MIN = 4  # a shorter value would hide ordinary words in every line; no real secret is that short
+
+
+def hide_in_logs(secrets: Mapping[str, str]) -> None:
+    """Hide these values in every log line from now on (a rotated key's old value stays hidden)."""
+    global _in_logs
+    new = {(k, v) for k, v in secrets.items() if len(v) >= LOG_MIN} - set(_in_logs)
+    if new:
+        _in_logs = tuple(sorted({*_in_logs, *new}))
+
+
+def for_logs(text: str) -> str:
+    """A log line with every form of the secrets read so far as `[secret KEY]`."""
+    for form, standin in _ordered(_in_logs) if _in_logs else ():
         if form in text:
             text = text.replace(form, standin)
     return text

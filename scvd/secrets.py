@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     import asyncio
 
 from . import errors
+from .redact import hide_in_logs
 from .toml_write import toml_string
 
 log = logging.getLogger("scvd.secrets")
@@ -276,7 +277,14 @@ class SecretStore:
     # lookups
 
     def lookup(self, key: str) -> tuple[str, str] | None:
-        """(value, source) for `key`, or None. A keyring that cannot be read (locked) is passed
+        """(value, source) for `key`, or None; a value read is hidden in scvd's log lines from now on."""
+        found = self._find(key)
+        if found is not None:
+            hide_in_logs({key: found[0]})
+        return found
+
+    def _find(self, key: str) -> tuple[str, str] | None:
+        """lookup() without the logs. A keyring that cannot be read (locked) is passed
         over for the file and the environment; if neither has `key`, its Unavailable is raised:
         the value may well be in the keyring, so "not set" (and storing it again) would mislead."""
         check_key(key)

@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from .. import __version__, http_fields
 from ..config import McpServerConfig, SecretRef, server_secrets
-from ..redact import redact, redact_tree
+from ..redact import hide_in_logs, redact, redact_tree
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, ToolError, Unavailable
 from ..secrets import off_loop
 from ..text import well_formed
@@ -57,6 +57,7 @@ class ServerLink:
         self.state = "starting"  # starting -> ready -> down (-> starting again) ; stopped at the end
         self._secrets: dict[str, str] = {}  # the values the current start read from the store, by key
         self._pasted = _pasted_in_query(cfg)  # literal query values: an HTTP library may print the url its own way
+        hide_in_logs(self._pasted)  # httpx at debug logs each request's url
         self._error: str | None = None
         self.needs: tuple[str, ...] = ()  # the secrets it is down for want of (store_secret heals it)
         self.failures = 0

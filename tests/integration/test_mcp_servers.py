@@ -701,6 +701,26 @@ def test_a_key_in_the_urls_query_is_never_shown(make_daemon, http_server, tmp_pa
         assert "sk-url-471" not in shown, shown
 
 
+def query_key_daemon(make_daemon, url: str, key: str, monkeypatch, args: list[str] | None = None) -> DaemonProc:
+    """A daemon consuming the HTTP server at `url`, its key sent in the query from the store (NOTES_KEY)."""
+    from conftest import wait_for_socket
+
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
+    d = make_daemon(f'[mcp.servers.notes]\nurl = "{url}"\nquery = {{key = {{secret = "NOTES_KEY"}}}}\n'
+                    'risk = "read_only"\n', env=NO_KEYRING, wait=False, args=args)
+    store_secret(d, "NOTES_KEY", key)
+    wait_for_socket(d.socket, proc=d.proc)
+    return d
+
+
+def added_through_the_query(c, workspace: Path) -> str:
+    """A call that the server answers only with the right key; the session it was made in."""
+    server(c, "notes")
+    session = c.open_session(workspace)
+    assert c.call(session, "mcp__notes__add", {"a": 2, "b": 3}).result["text"] == "2 + 3 = 5"
+    return session
+
+
 def test_a_secret_in_the_url_query_is_sent_named_when_refused_and_never_shown(make_daemon, workspace, monkeypatch):
     """A key the server takes in its url's query could only be pasted into `url`, in plain text, with
     no auto-heal (seed 003) when it was refused: `query = {key = {secret = "KEY"}}` sends it from the
@@ -711,15 +731,9 @@ def test_a_secret_in_the_url_query_is_sent_named_when_refused_and_never_shown(ma
     url = f"http://127.0.0.1:{port}/mcp"
     web = start_http_server(port, args=("s3cr+t/==",))  # one urlencode changes
     try:
-        monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
-        d = make_daemon(f'[mcp.servers.notes]\nurl = "{url}?plan=pro"\nquery = {{key = {{secret = "NOTES_KEY"}}}}\n'
-                        'risk = "read_only"\n', env=NO_KEYRING, wait=False)
-        store_secret(d, "NOTES_KEY", "s3cr+t/==")
-        wait_for_socket(d.socket, proc=d.proc)
+        d = query_key_daemon(make_daemon, f"{url}?plan=pro", "s3cr+t/==", monkeypatch)
         with d.client(name="t") as c:
-            server(c, "notes")
-            session = c.open_session(workspace)
-            assert c.call(session, "mcp__notes__add", {"a": 2, "b": 3}).result["text"] == "2 + 3 = 5"
+            session = added_through_the_query(c, workspace)
             stop(web)
             web = start_http_server(port, args=("n3w",))  # the key was rotated on the server's side
             done = c.call(session, "mcp__notes__add", {"a": 1, "b": 1})
@@ -729,6 +743,24 @@ def test_a_secret_in_the_url_query_is_sent_named_when_refused_and_never_shown(ma
                 "sent in its url's query; store a new value with store_secret (key 'NOTES_KEY', "), done.error
         for shown in (scvctl(d, "status"), d.log()):
             assert "s3cr" not in shown, shown
+    finally:
+        stop(web)
+
+
+def test_debug_logging_hides_a_key_in_the_urls_query(make_daemon, workspace, monkeypatch):
+    """`scvd run -v` logs each HTTP request with its url (the HTTP library, at debug): a key sent in the
+    url's query, from the store or pasted into `url`, showed there in plain text, in a log a user
+    pastes into a bug report."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    web = start_http_server(port, args=("k3y-in-query-77",))
+    try:
+        d = query_key_daemon(make_daemon, f"{url}?plan=sk-pasted-4712", "k3y-in-query-77", monkeypatch, ["-v"])
+        with d.client(name="t") as c:
+            added_through_the_query(c, workspace)
+        log = d.log()
+        assert f"HTTP Request: POST {url}?plan=[secret url query plan]&key=[secret NOTES_KEY]" in log, log
+        assert "k3y-in-query" not in log and "sk-pasted" not in log, log
     finally:
         stop(web)
 
