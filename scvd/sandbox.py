@@ -26,7 +26,7 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import gitmeta
 from .errors import Unavailable
@@ -81,8 +81,10 @@ def build_argv(
     git: Sequence[Path] = (),
     tmpdir: str | None = None,
     scratch: Path | None = None,
+    resolve: Callable[[str], str] = str,
 ) -> list[str]:
-    """The bwrap argv that runs `inner` confined to `workspace`. Pure: touches no file.
+    """The bwrap argv that runs `inner` confined to `workspace`. Pure: touches no file
+    (but through `resolve`).
 
     Every path must be absolute and should be a real path (symlinks resolved).
     `hide` (directories) gets an empty tmpfs; `mask` (files, such as a socket
@@ -99,6 +101,9 @@ def build_argv(
     directory (TMPDIR, else /tmp) would be read-only (an online call keeps the host's /tmp;
     a TMPDIR such as ~/tmp), `scratch` (a host directory, /var/tmp) is made a private tmpfs
     and the child's TMPDIR: else mktemp, Node and compilers fail with "Read-only file system".
+    `resolve` (Sandbox.wrap() passes os.path.realpath) turns each git path into the one bwrap
+    would bind: bwrap follows a symlink at a bind's source and destination alike, and a call
+    may have made WS/.git one (`.git -> ../../..` bound the host's root over the sandbox).
     """
     ws = _abs(workspace)
     temp = os.path.normpath(tmpdir) if tmpdir and os.path.isabs(tmpdir) else "/tmp"
@@ -111,7 +116,7 @@ def build_argv(
         argv.append("--unshare-net")
     argv += ["--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev"]
     argv += ["--proc", "/proc"] if proc else ["--tmpfs", "/proc"]
-    for op, src, path in _mounts(ws, hide, rw_binds, ro_binds, mask, approved=approved, git=git):
+    for op, src, path in _mounts(ws, hide, rw_binds, ro_binds, mask, approved=approved, git=git, resolve=resolve):
         argv += [op, path] if op == "--tmpfs" else [op, src, path]
     if tmpdir and os.path.isabs(tmpdir) and _emptied(os.path.normpath(tmpdir), hide, [ws, *rw_binds, *ro_binds]):
         argv += ["--dir", os.path.normpath(tmpdir)]
@@ -141,7 +146,7 @@ _Mount = tuple[int, str, str, str]  # (rank, option, source, path)
 
 def _mounts(
     ws: str, hide: Iterable[Path], rw: Iterable[Path], ro: Iterable[Path], mask: Iterable[Path],
-    *, approved: bool = False, git: Iterable[Path] = (),
+    *, approved: bool = False, git: Iterable[Path] = (), resolve: Callable[[str], str] = str,
 ) -> list[tuple[str, str, str]]:
     """(option, source, path), parents before children, hide < rw < ro < mask at equal depth."""
     binds = [ws] + [_abs(p) for p in rw] + [_abs(p) for p in ro]
@@ -153,10 +158,14 @@ def _mounts(
     wanted += [(_MASK, "--ro-bind", "/dev/null", m) for m in masks if not _already_hidden(m, hides, binds)]
     # git metadata stays read-only: a hook or a core.fsmonitor planted there would run
     # outside the sandbox the next time the user runs git
+    # each where it leads: a link out of the writable binds needs no guard (all else is read-only
+    # or hidden), and bound by its name it would show there what it leads to, `/` or scvd's socket
     if approved:
-        wanted += [(_RO, "--ro-bind-try", p, p) for p in (ws + "/.git/hooks", ws + "/.git/config")]
+        paths = [_abs(resolve(p)) for p in (ws + "/.git/hooks", ws + "/.git/config")]
+        tops = [_cover(p, _sorted(wanted)) for p in paths]
+        wanted += [(_RO, "--ro-bind-try", p, p) for p, top in zip(paths, tops) if top and top[1] == "--bind"]
     else:
-        wanted += _git_guard([ws + "/.git", *map(_abs, git)], _sorted(wanted))
+        wanted += _git_guard([_abs(resolve(p)) for p in [ws + "/.git", *map(_abs, git)]], _sorted(wanted))
     # a hidden directory or masked socket in a writable bind cannot be renamed (a mount point), but
     # a directory above it could: `mv sub x; mkdir -p sub/scv` left the host a planted SCV_HOME there
     mounted = _sorted(wanted)
@@ -508,6 +517,7 @@ class Sandbox:
             git=[] if approved else [Path(p) for p in (gitmeta.find(str(ws)) if git is None else git)],
             tmpdir=self._tmpdir,
             scratch=self._scratch,
+            resolve=os.path.realpath,
         )
 
     async def wrap_call(self, inner: list[str], *, workspace: Path, network: bool, approved: bool,

@@ -98,6 +98,18 @@ def test_an_approved_call_keeps_only_git_hooks_and_config_read_only():
     assert visible(a, "/srv/ws/child/.git/config") == ("--bind", "/srv/ws")
 
 
+def test_git_paths_are_bound_where_their_links_lead_and_not_at_all_when_that_is_outside():
+    """bwrap follows a link where it binds: `.git -> ../..` bound the host's root over the sandbox."""
+    links = {"/srv/ws/.git": "/", "/srv/ws/.git/hooks": "/srv/ws/.githooks", "/srv/ws/.git/config": "/home/u"}
+    resolve = lambda p: links.get(p, p)  # noqa: E731
+    unasked, approved = argv(resolve=resolve), argv(resolve=resolve, approved=True)
+    assert visible(unasked, "/srv/ws/.git") == visible(approved, "/srv/ws/.git") == ("--bind", "/srv/ws")
+    tried = {path for op, path in mounts(unasked) + mounts(approved) if op.endswith("-try")}
+    assert not tried & {"/", "/home/u"}  # outside the workspace: read-only already, never bound again
+    assert visible(approved, "/srv/ws/.githooks/pre-commit") == ("--ro-bind-try", "/srv/ws/.githooks")
+    assert argv(resolve=lambda p: {"/srv/ws/.git": "/srv/ws/meta"}.get(p, p)).count("/srv/ws/meta") == 2
+
+
 def test_an_unasked_call_gets_the_whole_git_dir_read_only_by_default():
     a = argv()
     for inside in ("/srv/ws/.git", "/srv/ws/.git/HEAD", "/srv/ws/.git/hooks/pre-commit", "/srv/ws/.git/config"):

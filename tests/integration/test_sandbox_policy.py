@@ -190,3 +190,44 @@ def test_a_workspace_that_is_a_git_directory_or_inside_one_asks_for_every_call(m
         for where in (bare, repo / ".git", repo / ".git" / "hooks"):
             asked_and_denied(c, where, attack)
     assert not (bare / "hooks" / "post-update").exists() and b"fsmonitor" not in (bare / "config").read_bytes()
+
+
+
+def _to_root(link: Path) -> Path:
+    """A relative symlink target from `link`'s directory up to `/`."""
+    return Path(*[".."] * len(link.parent.parts[1:]))
+
+
+PEEK = "test -S {socket} && echo SOCKET; touch inside.txt && echo WRITABLE"
+
+
+def test_an_unasked_call_cannot_make_the_next_ones_git_guard_bind_the_hosts_root(make_daemon, workspace: Path):
+    """bwrap follows a symlink where it binds: `.git -> ../../..` (to `/`), planted by an unasked
+    call, had the next unasked call's guard of `.git` bind the host's root over its sandbox,
+    scvd's socket, /tmp and $XDG_RUNTIME_DIR (systemd-run --user) included."""
+    d = make_daemon(SANDBOXED)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        planted = c.call(sid, "bash", {"command": f"ln -s {_to_root(workspace / '.git')} .git && echo planted"})
+        assert planted.ok and "planted" in planted.result["output"], planted
+        after = c.call(sid, "bash", {"command": PEEK.format(socket=d.socket)})
+        assert c.request(p.ApprovalsList).approvals == []
+    assert after.ok, after
+    assert "SOCKET" not in after.result["output"]
+    assert "WRITABLE" in after.result["output"]  # the host's read-only root did not cover the workspace
+
+
+def test_an_approved_calls_guard_of_git_hooks_does_not_follow_a_link_out(make_daemon, workspace: Path):
+    """An approved sandboxed call keeps `.git/hooks` read-only; a `.git/hooks` that an earlier
+    command made a link to `/` had that bind show the host's root, scvd's socket included."""
+    (workspace / ".git").mkdir()
+    (workspace / ".git/hooks").symlink_to(_to_root(workspace / ".git/hooks"))
+    d = make_daemon('[sandbox]\nmode = "bwrap"\n')
+    with d.client() as c, d.client(name="owner") as owner:
+        call_id = c.start_call(c.open_session(workspace), "bash", {"command": PEEK.format(socket=d.socket)})
+        pending = wait_pending(owner)[0]
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        after = c.wait_call(call_id)
+    assert after.ok, after
+    assert "SOCKET" not in after.result["output"]
+    assert "WRITABLE" in after.result["output"]
