@@ -59,6 +59,7 @@ from .proctree import (  # noqa: F401 - set_child_subreaper and friends are re-e
     signal_group,
     signal_pid,
 )
+from .sandbox import close_all, open_binds
 
 MAX_ARG_BYTES = 128 * 1024 - 1  # Linux MAX_ARG_STRLEN: one argv string, NUL included
 TERM_GRACE_SECONDS = 2.0  # cancel: SIGTERM, this long, then SIGKILL
@@ -309,7 +310,12 @@ def _input_file(data: bytes) -> int:
 def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: bytes | None = None,
            split_stderr: bool = False) -> tuple[_Run, int, int | None]:
     """Start the leader in a new session; returns the run and the pipes' read ends (stderr's or None)."""
-    read_fd, write_fd = _pipe()
+    argv, bind_fds = open_binds(argv)
+    try:
+        read_fd, write_fd = _pipe()
+    except BaseException:
+        close_all(bind_fds)
+        raise
     err_read, err_write, stdin_fd = None, write_fd, None
     try:  # every fd made here is closed if a later one cannot be made (EMFILE), or Popen fails
         if split_stderr:
@@ -319,7 +325,7 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
         with _SPAWNING:  # a leader that exits at once is a leader before any reaper can see it
             popen = subprocess.Popen(
                 argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
-                stdout=write_fd, stderr=err_write, start_new_session=True, close_fds=True,
+                stdout=write_fd, stderr=err_write, start_new_session=True, close_fds=True, pass_fds=bind_fds,
             )
             _LEADERS.add(popen.pid)  # so no run's orphan sweep (see _orphans) nor reaper takes it
             guardian.watch(popen.pid)  # its group dies with scvd, should scvd die first
@@ -334,6 +340,7 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
             os.close(err_write)
         if stdin_fd is not None:
             os.close(stdin_fd)
+        close_all(bind_fds)
     stat = read_stat(popen.pid)
     run = _Run(popen, stat.start if stat else 0)
     _RUNS.add(run)
@@ -546,13 +553,17 @@ def spawn_service(argv: list[str], cwd: str | Path, env: Mapping[str, str]) -> s
     It counts as a leader from the moment it exists, so no call's orphan sweep
     takes it for its own; `wait_service()` reaps it and forgets it.
     """
-    with _SPAWNING:
-        popen = subprocess.Popen(
-            argv, cwd=cwd, env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-        )
-        _LEADERS.add(popen.pid)
-        guardian.watch(popen.pid)
+    argv, bind_fds = open_binds(argv)
+    try:
+        with _SPAWNING:
+            popen = subprocess.Popen(
+                argv, cwd=cwd, env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, close_fds=True, pass_fds=bind_fds,
+            )
+            _LEADERS.add(popen.pid)
+            guardian.watch(popen.pid)
+    finally:
+        close_all(bind_fds)
     return popen
 
 

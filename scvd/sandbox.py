@@ -21,16 +21,18 @@ the probe does: the child would be killed when the pool thread retires.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import gitmeta
-from .errors import Unavailable
+from .errors import Failed, Unavailable
 from .paths import Paths, runtime_base, within
+from .tools.containment import open_raw
 
 PROBE_TIMEOUT = 10.0
 PROBE_COMMAND = ["/bin/true"]
@@ -244,6 +246,71 @@ def _depth(path: str) -> int:
     return 0 if path == "/" else path.count("/")
 
 
+_BY_FD = {"--bind": "--bind-fd", "--bind-try": "--bind-fd", "--ro-bind": "--ro-bind-fd", "--ro-bind-try": "--ro-bind-fd"}
+
+
+class BwrapArgv(list):
+    """Sandbox.wrap()'s argv where bwrap binds by fd: the process runner makes the binds so
+    (open_binds()) as it starts bwrap. As a plain list it still runs, binding by path."""
+
+
+def open_binds(argv: list[str]) -> tuple[list[str], list[int]]:
+    """`argv` with each bind of a path onto itself (the workspace, the git guard and its pins,
+    an agent home) made from an O_PATH fd opened following no symlink, and those fds (the
+    caller closes them once bwrap started; bwrap closes its copies before the command runs).
+
+    bwrap follows a symlink where it binds by path: a concurrent call that swapped a guarded
+    `.git` for a link to `/` between gitmeta's look and the mount had the host's root bound over
+    the sandbox, scvd's socket included. By fd, bwrap binds the directory looked at, and fails
+    the call (`Race condition binding dirfd`) if the path no longer leads there."""
+    if not isinstance(argv, BwrapArgv):
+        return argv, []
+    out, fds, i, end = [], [], 0, argv.index("--")
+    try:
+        while i < end:
+            op = argv[i]
+            if op not in _BY_FD or argv[i + 1] != argv[i + 2] or argv[i + 1] == "/":
+                out.append(op)
+                i += 1
+                continue
+            path = argv[i + 1]
+            fd = _open_bound(path)
+            if fd is not None:
+                fds.append(fd)
+                out += [_BY_FD[op], str(fd), path]
+            elif not op.endswith("-try") or os.path.lexists(path):
+                out += [op, path, path]  # what scvd cannot open (no permission): bwrap says why
+            i += 3
+    except BaseException:
+        close_all(fds)
+        raise
+    return out + argv[end:], fds
+
+
+def close_all(fds: Iterable[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def _open_bound(path: str) -> int | None:
+    """An O_PATH fd of `path` (a real path), no symlink followed on the way; None if it cannot be opened."""
+    root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = open_raw(root, tuple(part for part in path.split("/") if part), os.O_PATH | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            return None
+        fd = -1
+    finally:
+        os.close(root)
+    if fd < 0 or stat.S_ISLNK(os.fstat(fd).st_mode):
+        if fd >= 0:
+            os.close(fd)
+        raise Failed(f"{path} changed while scvd set up the sandbox (a symlink or a file stands where a "
+                     "directory was a moment before): another command is moving it; nothing ran: retry the call")
+    return fd
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     """What the start-up probe found. `verdict` is one line that says what to do."""
@@ -253,6 +320,7 @@ class ProbeResult:
     verdict: str
     proc: bool = True  # False: /proc could not be mounted, an empty tmpfs is used
     bwrap: str | None = None  # the resolved bwrap path
+    fd_binds: bool = True  # bwrap has --bind-fd (0.10, or a distribution's backport): binds by fd
 
 
 def hidden_paths(paths: Paths, env: Mapping[str, str]) -> list[Path]:
@@ -323,13 +391,19 @@ def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = Non
         return ProbeResult(mode, False, (
             f"cannot make an empty directory for the probe in {where or 'the temp directory'} "
             f"({exc.strerror or exc}): make room there, or set sandbox.mode = off"), bwrap=bwrap)
+    fd_binds = True
     with probe_dir as ws:
         def attempt(proc: bool) -> str | None:
-            trial = Sandbox(ProbeResult(mode, True, "", proc, bwrap), paths, env, listening_on)
+            nonlocal fd_binds
+            trial = Sandbox(ProbeResult(mode, True, "", proc, bwrap, fd_binds), paths, env, listening_on)
             argv = trial.wrap(PROBE_COMMAND, workspace=Path(ws), network=sandbox_config.network, git=[])
-            return _run_probe(argv, env)
+            error = _run_probe(argv, env)
+            if error is not None and fd_binds and "Unknown option --bind-fd" in error:
+                fd_binds = False  # an older bwrap: binds by path, which a concurrent call can race
+                return attempt(proc)
+            return error
 
-        return _classify(mode, bwrap, sandbox_config.network, attempt)
+        return replace(_classify(mode, bwrap, sandbox_config.network, attempt), fd_binds=fd_binds)
 
 
 def _classify(mode: str, bwrap: str, network: bool, attempt: Any) -> ProbeResult:
@@ -387,16 +461,19 @@ def locate(name: str, env: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 def _run_probe(argv: list[str], env: Mapping[str, str]) -> str | None:
     """None when the probe command succeeded, else bwrap's complaint in one line."""
+    argv, fds = open_binds(argv)
     try:
         # no new session: the process runner takes scvd's children in other sessions for
         # orphans of a call, and a call ending during a reload's probe would kill the probe
         done = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=PROBE_TIMEOUT,
+            argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=PROBE_TIMEOUT, pass_fds=fds,
         )
     except subprocess.TimeoutExpired:
         return f"bwrap did not finish /bin/true within {PROBE_TIMEOUT:g} s"
     except OSError as exc:
         return f"cannot execute {argv[0]}: {exc.strerror or exc}"
+    finally:
+        close_all(fds)
     if done.returncode == 0:
         return None
     return first_line(done.stderr.decode("utf-8", "replace")) or f"exit status {done.returncode}"
@@ -502,7 +579,7 @@ class Sandbox:
         assert self.probe.bwrap is not None
         real = lambda p: Path(os.path.realpath(p))  # noqa: E731
         ws = real(workspace)
-        return build_argv(
+        argv = build_argv(
             inner,
             bwrap=self.probe.bwrap,
             workspace=ws,
@@ -519,6 +596,7 @@ class Sandbox:
             scratch=self._scratch,
             resolve=os.path.realpath,
         )
+        return BwrapArgv(argv) if self.probe.fd_binds else argv
 
     async def wrap_call(self, inner: list[str], *, workspace: Path, network: bool, approved: bool,
                         **binds: Any) -> list[str]:

@@ -18,7 +18,8 @@ from scvd import paths as paths_mod
 from scvd.config import SandboxConfig
 from scvd.errors import Unavailable
 from scvd.paths import runtime_base, within
-from scvd.sandbox import ProbeResult, Sandbox, _existing, build_argv, describe, hidden_paths, probe
+from scvd.sandbox import (ProbeResult, Sandbox, _existing, build_argv, close_all, describe, hidden_paths, open_binds,
+                          probe)
 
 REAL_BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 
@@ -144,7 +145,30 @@ def test_the_probe_runs_the_argv_of_an_offline_call(instance, tmp_path):
     seen = log.read_text().splitlines()
     call = Sandbox(ProbeResult("bwrap", True, "", True, str(fake)), p, env, listening_on=str(socket))
     ws = Path(seen[seen.index("--chdir") + 1])
-    assert [str(fake), *seen] == call.wrap(["/bin/true"], workspace=ws, network=False, git=[])
+    ws.mkdir()  # the probe's, removed since: its bind is by fd, of a directory there
+    wrapped, fds = open_binds(call.wrap(["/bin/true"], workspace=ws, network=False, git=[]))
+    close_all(fds)
+    assert any_fd([str(fake), *seen]) == any_fd(wrapped)
+
+
+def any_fd(argv: list[str]) -> list[str]:
+    """`argv` with the fd numbers of its --bind-fd and --ro-bind-fd left out (each open takes its own)."""
+    return ["FD" if i and argv[i - 1].endswith("-fd") else arg for i, arg in enumerate(argv)]
+
+
+def test_a_bwrap_without_bind_fd_passes_the_probe_and_binds_by_path(instance, tmp_path):
+    """bubblewrap before 0.10 (unless its distribution backported it) has no --bind-fd."""
+    p, env = instance
+    fake = fake_bwrap(tmp_path, 'for a in "$@"; do [ "$a" = --bind-fd ] && '
+                      '{ echo "bwrap: Unknown option --bind-fd" >&2; exit 1; }; done; exit 0')
+    r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
+    assert r.ok and not r.fd_binds, r
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    argv, fds = open_binds(Sandbox(r, p, env).wrap(["/bin/true"], workspace=ws, network=False))
+    assert fds == [] and ["--bind", str(ws), str(ws)] == argv[argv.index("--bind"):argv.index("--bind") + 3]
+    (tmp_path / "new").mkdir()
+    assert probe(SandboxConfig(mode="bwrap", bwrap=str(fake_bwrap(tmp_path / "new", "exit 0"))), p, env).fd_binds
 
 
 def test_proc_that_cannot_be_mounted_at_all_is_a_failure(instance, tmp_path):

@@ -217,6 +217,23 @@ def test_an_unasked_call_cannot_make_the_next_ones_git_guard_bind_the_hosts_root
     assert "WRITABLE" in after.result["output"]  # the host's read-only root did not cover the workspace
 
 
+def test_a_git_dir_swapped_for_a_link_as_the_sandbox_is_set_up_fails_the_call_and_shows_nothing(
+        make_daemon, workspace: Path):
+    """A concurrent unasked call can swap a guarded `.git` for a link to `/` between scvd's look
+    and bwrap's mounts (here the stand-in bwrap does it first); bound by path, bwrap followed it
+    and showed the host's root. Bound by fd, bwrap refuses: nothing runs."""
+    swapper = Path(__file__).resolve().parents[1] / "helpers" / "swapping-bwrap"
+    d = make_daemon(SANDBOXED + f'bwrap = "{swapper}"\n', env={"SWAP_GIT": str(workspace / ".git")})
+    with d.client() as c:
+        assert c.status().sandbox.startswith("active")
+        (workspace / ".git").mkdir()  # after the start-up probe, which would swap it too
+        done = c.call(c.open_session(workspace), "bash", {"command": PEEK.format(socket=d.socket)})
+    assert (workspace / ".git").is_symlink()  # the swap happened
+    assert done.ok, done
+    assert "SOCKET" not in done.result["output"] and "WRITABLE" not in done.result["output"]
+    assert done.result["exit_code"] != 0 and "bwrap:" in done.result["output"]
+
+
 def test_an_approved_calls_guard_of_git_hooks_does_not_follow_a_link_out(make_daemon, workspace: Path):
     """An approved sandboxed call keeps `.git/hooks` read-only; a `.git/hooks` that an earlier
     command made a link to `/` had that bind show the host's root, scvd's socket included."""
