@@ -83,7 +83,7 @@ def build_argv(
     git: Sequence[Path] = (),
     tmpdir: str | None = None,
     scratch: Path | None = None,
-    resolve: Callable[[str], str] = str,
+    resolve: Callable[[str], str | None] = str,
 ) -> list[str]:
     """The bwrap argv that runs `inner` confined to `workspace`. Pure: touches no file
     (but through `resolve`).
@@ -103,9 +103,11 @@ def build_argv(
     directory (TMPDIR, else /tmp) would be read-only (an online call keeps the host's /tmp;
     a TMPDIR such as ~/tmp), `scratch` (a host directory, /var/tmp) is made a private tmpfs
     and the child's TMPDIR: else mktemp, Node and compilers fail with "Read-only file system".
-    `resolve` (Sandbox.wrap() passes os.path.realpath) turns each git path into the one bwrap
-    would bind: bwrap follows a symlink at a bind's source and destination alike, and a call
-    may have made WS/.git one (`.git -> ../../..` bound the host's root over the sandbox).
+    `resolve` (Sandbox.wrap() passes bound_path()) turns each git path into the one bwrap
+    would bind, or None where nothing is: bwrap follows a symlink at a bind's source and
+    destination alike, and a call may have made WS/.git one (`.git -> ../../..` bound the
+    host's root over the sandbox); and it fails on a source below a file (WS/.git/hooks of a
+    linked worktree, whose `.git` is a file).
     """
     ws = _abs(workspace)
     temp = os.path.normpath(tmpdir) if tmpdir and os.path.isabs(tmpdir) else "/tmp"
@@ -148,7 +150,7 @@ _Mount = tuple[int, str, str, str]  # (rank, option, source, path)
 
 def _mounts(
     ws: str, hide: Iterable[Path], rw: Iterable[Path], ro: Iterable[Path], mask: Iterable[Path],
-    *, approved: bool = False, git: Iterable[Path] = (), resolve: Callable[[str], str] = str,
+    *, approved: bool = False, git: Iterable[Path] = (), resolve: Callable[[str], str | None] = str,
 ) -> list[tuple[str, str, str]]:
     """(option, source, path), parents before children, hide < rw < ro < mask at equal depth."""
     binds = [ws] + [_abs(p) for p in rw] + [_abs(p) for p in ro]
@@ -163,11 +165,11 @@ def _mounts(
     # each where it leads: a link out of the writable binds needs no guard (all else is read-only
     # or hidden), and bound by its name it would show there what it leads to, `/` or scvd's socket
     if approved:
-        paths = [_abs(resolve(p)) for p in (ws + "/.git/hooks", ws + "/.git/config")]
+        paths = [_abs(r) for p in (ws + "/.git/hooks", ws + "/.git/config") if (r := resolve(p))]
         tops = [_cover(p, _sorted(wanted)) for p in paths]
         wanted += [(_RO, "--ro-bind-try", p, p) for p, top in zip(paths, tops) if top and top[1] == "--bind"]
     else:
-        wanted += _git_guard([_abs(resolve(p)) for p in [ws + "/.git", *map(_abs, git)]], _sorted(wanted))
+        wanted += _git_guard([_abs(r) for p in [ws + "/.git", *map(_abs, git)] if (r := resolve(p))], _sorted(wanted))
     # a hidden directory or masked socket in a writable bind cannot be renamed (a mount point), but
     # a directory above it could: `mv sub x; mkdir -p sub/scv` left the host a planted SCV_HOME there
     mounted = _sorted(wanted)
@@ -244,6 +246,12 @@ def _abs(p: Path | str) -> str:
 
 def _depth(path: str) -> int:
     return 0 if path == "/" else path.count("/")
+
+
+def bound_path(path: str) -> str | None:
+    """Where `path` leads (symlinks resolved), or None when nothing is there."""
+    real = os.path.realpath(path)
+    return real if os.path.lexists(real) else None
 
 
 _BY_FD = {"--bind": "--bind-fd", "--bind-try": "--bind-fd", "--ro-bind": "--ro-bind-fd", "--ro-bind-try": "--ro-bind-fd"}
@@ -594,7 +602,7 @@ class Sandbox:
             git=[] if approved else [Path(p) for p in (gitmeta.find(str(ws)) if git is None else git)],
             tmpdir=self._tmpdir,
             scratch=self._scratch,
-            resolve=os.path.realpath,
+            resolve=bound_path,
         )
         return BwrapArgv(argv) if self.probe.fd_binds else argv
 

@@ -18,8 +18,8 @@ from scvd import paths as paths_mod
 from scvd.config import SandboxConfig
 from scvd.errors import Unavailable
 from scvd.paths import runtime_base, within
-from scvd.sandbox import (ProbeResult, Sandbox, _existing, build_argv, close_all, describe, hidden_paths, open_binds,
-                          probe)
+from scvd.sandbox import (ProbeResult, Sandbox, _existing, bound_path, build_argv, close_all, describe, hidden_paths,
+                          open_binds, probe)
 
 REAL_BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 
@@ -282,7 +282,8 @@ def test_active_sandbox_wraps_with_real_paths(instance, tmp_path):
     assert argv == build_argv(["true"], bwrap=str(fake), workspace=real, network=True,
                               # the rest of the hidden dirs lie inside SCV_HOME, or do not exist
                               hide=[p.home, *_existing([runtime_base({})])],
-                              tmpdir=env.get("TMPDIR"), scratch=Path("/var/tmp"))  # online: /tmp read-only
+                              tmpdir=env.get("TMPDIR"), scratch=Path("/var/tmp"),  # online: /tmp read-only
+                              resolve=bound_path)  # no .git there, so no guard of it
 
 
 def test_the_users_runtime_dir_is_hidden_whatever_xdg_runtime_dir_names(instance):

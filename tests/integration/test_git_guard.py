@@ -140,6 +140,22 @@ def test_an_approved_bash_can_still_commit(make_daemon, workspace: Path):
     assert "approved commit" in host_git(workspace, "log", "--oneline").stdout
 
 
+def test_an_approved_bash_runs_in_a_linked_worktree(make_daemon, tmp_path: Path):
+    """A linked worktree's `.git` is a file: the guard of `.git/hooks` and `.git/config` that an
+    approved call keeps failed it before anything ran (`bwrap: Can't find source path
+    .../.git/hooks: Not a directory`)."""
+    main, worktree = tmp_path / "main", tmp_path / "wt"
+    repo(main)
+    host_git(main, "worktree", "add", "-q", str(worktree))
+    d = make_daemon(ASKED, env=IDENTITY)
+    with d.client() as c, d.client(name="owner") as owner:
+        call_id = c.start_call(c.open_session(worktree), "bash", {"command": "echo hi > f.txt && echo ran"})
+        owner.request(p.ApprovalDecide, approval_id=wait_pending(owner)[0].approval_id, decision="approve")
+        done = c.wait_call(call_id)
+    assert done.ok and done.result["output"].endswith("ran\n"), done
+    assert (worktree / "f.txt").read_text() == "hi\n"
+
+
 def test_unasked_bash_cannot_push_a_child_project_out_of_the_scan(make_daemon, workspace: Path, tmp_path: Path):
     # the attacker adds empty directories until a child project's entry lies past the first
     # 1,024 of the listing (`ls -U` is the kernel's order, as scandir's), then plants in it;
