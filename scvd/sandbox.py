@@ -33,6 +33,7 @@ from . import gitmeta
 from .errors import Failed, Unavailable
 from .paths import Paths, runtime_base, within
 from .tools.containment import open_raw
+from .process import reap_orphans
 
 PROBE_TIMEOUT = 10.0
 PROBE_COMMAND = ["/bin/true"]
@@ -482,6 +483,9 @@ def _run_probe(argv: list[str], env: Mapping[str, str]) -> str | None:
         return f"cannot execute {argv[0]}: {exc.strerror or exc}"
     finally:
         close_all(fds)
+        # bwrap leaves its pid namespace's init to scvd (the subreaper), a zombie once it exits: a
+        # reload's probe of an idle daemon has no call whose end would reap it
+        reap_orphans()
     if done.returncode == 0:
         return None
     return first_line(done.stderr.decode("utf-8", "replace")) or f"exit status {done.returncode}"

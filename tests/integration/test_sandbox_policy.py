@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from scvd import protocol as p
+from scvd.proctree import scan_processes
 
-from conftest import base_env, wait_pending
+from conftest import base_env, reloaded, wait_pending
 
 pytestmark = pytest.mark.bwrap
 
@@ -248,3 +249,13 @@ def test_an_approved_calls_guard_of_git_hooks_does_not_follow_a_link_out(make_da
     assert after.ok, after
     assert "SOCKET" not in after.result["output"]
     assert "WRITABLE" in after.result["output"]
+
+
+def test_reloads_that_probe_the_sandbox_leave_no_zombies_behind(make_daemon):
+    """Each probe's bwrap left its namespace's init to scvd (the subreaper) as a zombie that only
+    the end of some call reaped: an idle daemon reloaded now and then collected them for weeks."""
+    d = make_daemon('[sandbox]\nmode = "bwrap"\n')
+    for _ in range(5):
+        reloaded(d, '[sandbox]\nmode = "bwrap"\n')
+    zombies = [q.pid for q in scan_processes().values() if q.ppid == d.proc.pid and not q.alive]
+    assert len(zombies) <= 1, f"{len(zombies)} zombie children after 6 probes"  # the last may die after its reap
