@@ -161,7 +161,8 @@ class AuditLog:
         return fd
 
     def record(self, event: str, **fields: Any) -> None:
-        """Append one line {ts, event, <allowed fields>}; raises OSError when a write at once fails."""
+        """Append one line {ts, event, <allowed fields>}; raises OSError when a write at once fails
+        (once: while writes keep failing, the timer tries again with it quietly)."""
         self.add(event, fields)
 
     def add(self, event: str, fields: dict[str, Any]) -> None:
@@ -179,12 +180,15 @@ class AuditLog:
             # urgent(), inlined: every call makes two records
             if (event in DECISION_EVENTS or fields.get("decision") == "deny"
                     or fields.get("error_kind") == "denied" or not self._flush_later()):
+                failing = self._failing
                 self._format_locked()
                 try:
                     self._flush_locked()
                 except OSError:
-                    self._flush_later()  # kept: the timer tries again, as for any other record
-                    raise
+                    # kept: the timer tries again, as for any other record; a failure said already (the
+                    # disk still full) is not said again for each decision and denial
+                    if not (self._flush_later() and failing):
+                        raise
                 return
             waiting = len(self._unformatted)
             if waiting >= UNFORMATTED_MAX:

@@ -468,10 +468,10 @@ def test_a_start_on_a_disk_still_full_runs_and_ends_the_cut_line_later(tmp_path)
 
 
 FULL_DISK_UNDER_LOAD = r"""
-import asyncio, logging, os, resource, sys
+import asyncio, json, logging, os, resource, sys
 from scvd.audit import AuditLog
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
-path = sys.argv[1]
+path, extra = sys.argv[1], json.loads(sys.argv[2])
 
 async def main():
     with AuditLog(path, max_bytes=1 << 30, keep=1) as audit:
@@ -480,7 +480,7 @@ async def main():
         resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path) + 100, resource.RLIM_INFINITY))
         for i in range(3000):  # as calls.py records them: an error is logged, the call goes on
             try:
-                audit.add("completion", {"call_id": f"c{i}", "reason": "r" * 100})
+                audit.add("completion", {"call_id": f"c{i}", "reason": "r" * 100, **extra})
             except OSError as exc:
                 logging.getLogger("scvd.calls").error("audit log write failed: %s", exc)
             if i % 100 == 0:
@@ -494,11 +494,13 @@ asyncio.run(main())
 """
 
 
-def test_a_full_disk_is_logged_once_retried_on_the_timer_and_the_backlog_written_once_there_is_room(tmp_path):
+@pytest.mark.parametrize("extra", ["{}", '{"error_kind": "denied"}'], ids=["buffered", "denials"])
+def test_a_full_disk_is_logged_once_retried_on_the_timer_and_the_backlog_written_once_there_is_room(tmp_path, extra):
     # every record past BUFFER_BYTES wrote the whole backlog again and logged an error: 34,388 lines,
-    # and ever slower calls, on a full disk
+    # and ever slower calls, on a full disk; so did every denial (written at once: policy never denies
+    # every call), though the failure is said once
     path = tmp_path / "audit.log"
-    run = in_a_process(FULL_DISK_UNDER_LOAD, path)
+    run = in_a_process(FULL_DISK_UNDER_LOAD, path, extra)
     assert run.stderr.count("audit log write failed") == 1, run.stderr[-2000:]
     assert "is written again: the records kept meanwhile are in it" in run.stderr
     assert run.stdout.strip() == "3001"  # before the backlog was written and the process ended
@@ -531,9 +533,10 @@ def test_a_decision_a_full_disk_refused_is_written_by_the_timer_once_there_is_ro
     assert in_a_process(URGENT_ON_A_FULL_DISK, tmp_path / "audit.log").stdout.strip() == "1"
 
 
-def in_a_process(script: str, path: Path) -> subprocess.CompletedProcess:
+def in_a_process(script: str, path: Path, *args: str) -> subprocess.CompletedProcess:
     """`script` run by a Python of its own (RLIMIT_FSIZE is the process's), which must succeed."""
-    run = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60)
+    run = subprocess.run([sys.executable, "-c", script, str(path), *args], capture_output=True, text=True,
+                         timeout=60)
     assert run.returncode == 0, run.stderr
     return run
 
