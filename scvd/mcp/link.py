@@ -35,6 +35,7 @@ log = logging.getLogger("scvd.mcp")
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0  # seconds between restarts: doubles per failure, up to the max
 # a run ready this long resets the backoff; one that crashes soon after listing its tools does not
 STABLE_UPTIME = 30.0
+DOWN_LOG_SECONDS = 3600.0  # once the wait is BACKOFF_MAX, how often a server still down is logged
 CONNECT_TIMEOUT = 60.0  # for initialize and the first tools/list
 # how long a stopping link may take to close (a stdio server is SIGKILLed at 4 s)
 STOP_GRACE = 5.0
@@ -73,6 +74,8 @@ class ServerLink:
         self._wake = asyncio.Event()  # set: the backoff's wait ends now (a secret it needs was stored)
         self._again = False  # connect again at once once this connection ends (retry_now while up)
         self._launched_at: float | None = None  # monotonic time the current start read its secrets
+        self._down_logged: float | None = None  # monotonic time of the last `is down` line at BACKOFF_MAX
+        self._down_unlogged = 0  # failed restarts since that line
 
     @property
     def error(self) -> str | None:
@@ -130,13 +133,29 @@ class ServerLink:
                 log.info("mcp server %s: connecting again with the secret stored just now", self.name)
                 continue
             self.retry_at = time.time() + delay
-            log.warning("mcp server %s is down: %s; restarting in %g s", self.name, self.error, delay)
+            self._log_down(delay)
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
                 delay = BACKOFF_FIRST  # woken for a reason: the next failure waits from the start
             except TimeoutError:
                 delay = min(delay * 2, BACKOFF_MAX)
+
+    def _log_down(self, delay: float) -> None:
+        """`is down`, at each failure while the wait grows; at BACKOFF_MAX once per DOWN_LOG_SECONDS, with
+        how many restarts failed meanwhile: a server down for days wrote a line a minute (`scvctl status`
+        has its latest error)."""
+        now = time.monotonic()
+        if delay < BACKOFF_MAX:
+            self._down_logged = None
+        elif self._down_logged is not None and now < self._down_logged + DOWN_LOG_SECONDS:
+            self._down_unlogged += 1
+            return
+        else:
+            self._down_logged = now
+        more = f" ({self._down_unlogged} more failed restarts since the last line)" if self._down_unlogged else ""
+        self._down_unlogged = 0
+        log.warning("mcp server %s is down: %s; restarting in %g s%s", self.name, self.error, delay, more)
 
     def started_since(self, stored_at: float) -> bool:
         """A start that read the secrets at or after `stored_at` has ended up ready or down."""

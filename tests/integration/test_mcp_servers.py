@@ -325,6 +325,22 @@ def test_a_server_that_dies_right_after_listing_its_tools_backs_off(make_daemon,
     assert len(starts.read_text().splitlines()) == 3  # the fourth waits its 4 s
 
 
+def test_a_server_down_for_good_is_not_logged_at_every_restart(make_inproc, monkeypatch, tmp_path, caplog):
+    """Once its wait was at its longest (60 s), a server that never came up logged `is down` at every
+    restart: a line a minute in the journal, for as long as it stayed misconfigured."""
+    from scvd.mcp import link
+
+    monkeypatch.setattr(link, "BACKOFF_FIRST", 0.01)
+    monkeypatch.setattr(link, "BACKOFF_MAX", 0.01)  # the longest wait, from the first failure on
+    starts = tmp_path / "starts"
+    make_inproc(f'[mcp.servers.gone]\ncommand = "/bin/sh"\nargs = ["-c", "echo start >> {starts}; exit 3"]\n'
+                'sandbox = false\n')
+    wait_until(lambda: starts.exists() and len(starts.read_text().splitlines()) >= 20, what="20 restarts")
+    down = [r.getMessage() for r in caplog.records if " is down: " in r.getMessage()]
+    assert len(down) == 1, down  # then once an hour, with how many failed meanwhile
+    assert down[0].startswith("mcp server gone is down: the server process exited with status 3"), down
+
+
 def test_two_tools_of_one_scvd_name_keep_the_first_and_say_which_was_left_out(make_daemon, tmp_path):
     """`echo` and `Echo` both become mcp__raw__echo: status counted 2 tools for 1, and the error named
     only the scvd name (not which of the server's tools was dropped)."""
