@@ -144,7 +144,9 @@ class AuditLog:
         self._open()
 
     def _open(self) -> int:
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        # O_NONBLOCK: a FIFO in its place (a log shipper's) whose reader stopped fails a write, which
+        # waits as on a full disk, instead of blocking the event loop, and every client, for good
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
         fd = os.open(self.path, flags, FILE_MODE)
         st = os.fstat(fd)
         if stat.S_IMODE(st.st_mode) != FILE_MODE:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 import msgspec
+
+from harness import wait_until
 
 
 def audit_events(home) -> list[tuple[str, str]]:
@@ -36,4 +39,36 @@ def test_a_denial_is_in_the_file_before_the_client_hears_of_it(make_daemon, work
         assert not done.ok and done.error.kind == "denied"
         # still running: no flush interval, no shutdown, yet the denial is on disk
         assert ("proposal", done.call_id) in audit_events(d.home)
+    assert d.proc.poll() is None
+
+
+def test_a_fifo_in_the_logs_place_that_nobody_reads_does_not_hang_the_daemon(make_daemon, scv_home, workspace):
+    """A log shipper's FIFO at audit.log: once its reader stopped and its buffer (64 KiB) was full, the
+    next write blocked the event loop for good, every client with it. It waits in memory as on a full
+    disk, and goes out once the FIFO is read again."""
+    (scv_home / "state").mkdir(mode=0o700)
+    fifo = scv_home / "state" / "audit.log"
+    os.mkfifo(fifo, 0o600)
+    d = make_daemon(home=scv_home)
+    (workspace / "notes.txt").write_text("hello\n")
+    with d.client(name="pytest") as c:
+        session = c.open_session(workspace)
+        for _ in range(400):  # some 150 KiB of records
+            done = c.call(session, "read", {"path": "notes.txt"})
+            assert done.ok, done.error
+        assert c.status().sessions == 1
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    read = bytearray()
+
+    def drained() -> bool:
+        try:
+            read.extend(os.read(reader, 1 << 16))
+        except BlockingIOError:
+            pass
+        return read.count(f'"call_id":"{done.call_id}"'.encode()) == 2  # its proposal and its completion
+
+    try:
+        wait_until(drained, what="the last call's records through the FIFO")
+    finally:
+        os.close(reader)
     assert d.proc.poll() is None
