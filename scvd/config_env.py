@@ -27,7 +27,7 @@ def apply_overrides(raw: dict[str, Any], sources: dict[str, str], env: Mapping[s
     TOML value, so taken as a string: {key: (variable, its text)}, for the hint of a type error."""
     texts: dict[str, tuple[str, str]] = {}
     for name, value in sorted(env.items()):
-        if _is_override(name):
+        if _is_override(name, schema):
             keys = name[len(ENV_PREFIX):].lower().split("__")
             origin = f"env:{name} (over {path})"
             if "" in keys:  # `SCVD_TOOLS__=`: msgspec would call the empty part an unknown field ``
@@ -51,15 +51,19 @@ def apply_overrides(raw: dict[str, Any], sources: dict[str, str], env: Mapping[s
     return texts
 
 
-def _is_override(name: str) -> bool:
-    return name.startswith(ENV_PREFIX) and "__" in name or name == ENV_PREFIX + "LOG_LEVEL"
+def _is_override(name: str, schema: type) -> bool:
+    """`SCVD_<TABLE>__<KEY>`, or a key of the top with no `__`: `SCVD_LOG_LEVEL`, and a table given
+    whole (`SCVD_PROVIDERS='{MyProv = {...}}'`, the one way to name a table in capitals)."""
+    if not name.startswith(ENV_PREFIX):
+        return False
+    return "__" in name or name[len(ENV_PREFIX):].lower() in {f.name for f in msgspec.structs.fields(schema)}
 
 
 def stray_variables(env: Mapping[str, str], schema: type, named: set[str]) -> list[str]:
     """A warning for each SCVD_* variable that sets no key: a typo, unless it is meant for something
     else (a key's name may be one: tests name secrets SCVD_TEST_...), so not an error."""
     return [_stray_message(name, schema) for name in sorted(env)
-            if name.startswith(ENV_PREFIX) and not _is_override(name) and name not in named]
+            if name.startswith(ENV_PREFIX) and not _is_override(name, schema) and name not in named]
 
 
 def _stray_message(name: str, schema: type) -> str:

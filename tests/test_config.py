@@ -385,6 +385,15 @@ def test_an_override_of_a_table_the_file_names_in_capitals_is_refused(cfg_file):
     assert load(path, env={"SCVD_PROVIDERS__OTHER__MODEL": "n"}).config.providers["other"].model == "n"
 
 
+def test_a_whole_top_level_table_overrides_as_the_refusal_above_says(cfg_file):
+    """SCVD_PROVIDERS='{MyProv = {...}}', which that error and docs/configuration.md give, was ignored
+    as a variable that sets nothing (it has no `__`): the provider kept the file's model."""
+    path = cfg_file('[providers.MyProv]\nmodel = "m"\n[chat]\nprovider = "MyProv"\n')
+    loaded = load(path, env={"SCVD_PROVIDERS": '{MyProv = {model = "n"}}', "SCVD_SANDBOX": '{mode = "auto"}'})
+    assert loaded.config.providers["MyProv"].model == "n" and loaded.config.sandbox.mode == "auto"
+    assert (loaded.sources["providers.MyProv.model"], loaded.warnings) == ("env:SCVD_PROVIDERS", [])
+
+
 def test_an_empty_override_sets_a_string_whose_default_is_empty(cfg_file):
     """"" is a real value there (no system prompt; OpenAI's URL), so blanking the variable sets it."""
     path = cfg_file('[chat]\nsystem_prompt = "Be brief."\n[providers.p]\nmodel = "m"\nbase_url = "http://x"\n')
@@ -600,14 +609,14 @@ def test_check_config_without_a_file_says_so(tmp_path):
 def test_a_misspelt_override_is_a_warning_with_the_name_it_probably_meant(tmp_path):
     """SCVD_SANDBOX_MODE (one underscore) set nothing, silently; an SCVD_* name the file uses is fine."""
     text = '[providers.p]\nmodel = "m"\napi_key_env = "SCVD_MY_KEY"\n[chat]\nprovider = "p"\n'
-    done = check_config(tmp_path / "home", text, SCVD_SANDBOX_MODE="bwrap", SCVD_TOOLS="3", SCVD_MY_KEY="k")
+    done = check_config(tmp_path / "home", text, SCVD_SANDBOX_MODE="bwrap", SCVD_TOOL="3", SCVD_MY_KEY="k")
     assert done.returncode == 0, done.stderr
     warnings = [line for line in done.stdout.splitlines() if line.startswith("# warning: ")]
     assert warnings == [
         "# warning: SCVD_SANDBOX_MODE sets no configuration key and is ignored; did you mean "
         "SCVD_SANDBOX__MODE? (Two underscores between table and key.) If it is meant for something else, "
         "ignore this",
-        "# warning: SCVD_TOOLS sets no configuration key and is ignored; an override is SCVD_<TABLE>__<KEY>. "
+        "# warning: SCVD_TOOL sets no configuration key and is ignored; an override is SCVD_<TABLE>__<KEY>. "
         "(Two underscores between table and key.) If it is meant for something else, ignore this"]
 
 
