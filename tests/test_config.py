@@ -777,15 +777,15 @@ def toml_default(value: Any) -> str:
     return msgspec.json.encode(value).decode() if not isinstance(value, float) else repr(value)
 
 
-def documented_rows() -> dict[str, str]:
-    """`key -> default cell` of the table under "## Every key" in docs/configuration.md."""
+def documented_rows(whole: bool = False) -> dict[str, str]:
+    """`key -> default cell` (or its whole row) of the table under "## Every key" in docs/configuration.md."""
     text = (ROOT / "docs" / "configuration.md").read_text()
     section = text.split("\n## Every key\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         m = re.match(r"\| `([^`]+)` \| ([^|]+) \|", line)
         if m:
-            rows[m.group(1)] = m.group(2)
+            rows[m.group(1)] = line if whole else m.group(2)
     return rows
 
 
@@ -801,6 +801,37 @@ def test_every_config_key_is_documented_with_its_default():
         want = toml_default(default)
         cell = rows[key]
         assert (f"`{want}`" in cell if want not in ("unset", "required") else want in cell), (key, want, cell)
+
+
+def lower_bounds(info: Any = None, prefix: str = "") -> dict[str, float]:
+    """`key -> its lower bound` (msgspec's ge, or gt) for every number key of the config Structs."""
+    info = info or msgspec.inspect.type_info(Config)
+    bounds: dict[str, float] = {}
+    for f in info.fields:
+        kind = f.type
+        if isinstance(kind, msgspec.inspect.UnionType):  # an optional number: `... | None`
+            kind = next(t for t in kind.types if not isinstance(t, msgspec.inspect.NoneType))
+        if isinstance(kind, msgspec.inspect.DictType):
+            kind, name = kind.value_type, f"{prefix}{f.encode_name}.<name>."
+        else:
+            name = prefix + f.encode_name
+        if isinstance(kind, msgspec.inspect.StructType):
+            bounds.update(lower_bounds(kind, name if name.endswith(".") else name + "."))
+        elif isinstance(kind, (msgspec.inspect.IntType, msgspec.inspect.FloatType)):
+            bounds[name] = kind.ge if kind.ge is not None else kind.gt
+    return bounds
+
+
+def test_every_config_bound_is_documented():
+    """A number above 0 goes without saying (the text above the table says so); any other bound is in its row."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    assert "A number must be above\n0 unless its row gives another bound" in text
+    rows, bounds = documented_rows(whole=True), lower_bounds()
+    assert set(bounds) <= set(rows) and len(bounds) >= 20
+    for key, bound in bounds.items():
+        if bound not in (0, 1) or key == "audit.keep":
+            want = f"At least {bound}" if bound else "`0`"
+            assert want in rows[key], f"docs/configuration.md: say {want!r} in the row of {key}"
 
 
 def test_an_environment_error_names_the_file_once(tmp_path):
