@@ -834,6 +834,28 @@ def test_every_config_bound_is_documented():
             assert want in rows[key], f"docs/configuration.md: say {want!r} in the row of {key}"
 
 
+def toml_examples() -> list[Any]:
+    """Every ```toml block of README.md, docs/ and examples/, as (where, text)."""
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").rglob("*.md"))]
+    return [pytest.param(m.group(1), id=f"{f.name}:{f.read_text()[:m.start()].count(chr(10)) + 1}")
+            for f in files for m in re.finditer(r"```toml\n(.*?)```", f.read_text(), re.S)]
+
+
+@pytest.mark.parametrize("text", toml_examples())
+def test_every_toml_example_of_the_docs_loads(tmp_path, text):
+    """A user copies them into config.toml (the secrets.toml example into secrets.toml)."""
+    from scvd.secrets import SecretStore
+
+    if "[keyring]" in text:
+        store = SecretStore(tmp_path / "secrets.toml", env={})
+        store.path.write_text(text)
+        store.path.chmod(0o600)
+        assert store.get("GITHUB_TOKEN") and {e.name for e in store.list()} >= {"GITHUB_TOKEN", "OPENAI_API_KEY"}
+        return
+    (tmp_path / "config.toml").write_text(text)
+    assert load(tmp_path / "config.toml", env={}).config.log_level
+
+
 def test_an_environment_error_names_the_file_once(tmp_path):
     done = check_config(tmp_path / "home", "", SCVD_TOOLS__MAX_TIMEOUT_SECONDS="ten")
     assert done.returncode == 2

@@ -28,3 +28,19 @@ def test_docs_name_every_frame_type():
         tag = frame.__struct_config__.tag
         assert re.search(rf"`{re.escape(tag)}[` ]", text), f"docs/protocol.md does not describe `{tag}`"
     json.loads(DOC.read_text())
+
+
+def test_the_frames_the_docs_show_decode():
+    """Each whole `→` / `←` frame line of the docs (those without `...`) is a request / a server frame
+    with no field the Struct lacks, as a client copying it would send or read it."""
+    shown = 0
+    for doc in sorted(DOC.parent.glob("*.md")):
+        for arrow, line in re.findall(r"^(→|←) (\{.*\})$", doc.read_text(), re.M):
+            try:
+                obj = json.loads(line)
+            except ValueError:  # `{...}` stands for fields left out
+                continue
+            frame = (p.decode_request if arrow == "→" else p.decode_server_frame)(line.encode())
+            assert set(obj) - {"type"} <= set(frame.__struct_fields__), (doc.name, line)
+            shown += 1
+    assert shown >= 15
