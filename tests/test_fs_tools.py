@@ -55,6 +55,8 @@ def test_read_limit_maximum_comes_from_config() -> None:
     tool = fs.tools(config, None)[0]
     limit = tool.input_schema()["properties"]["limit"]
     assert (limit["maximum"], limit["default"]) == (2048, 2048)
+    # its example stays within the maximum: a model copying "e.g. 4096" got refused
+    assert "e.g. 2048;" in limit["description"]
     with pytest.raises(InvalidArguments) as info:
         tool.decode({"path": "a", "limit": 2049})
     assert info.value.message == ("read: limit 2049 is above the 2048 bytes one read returns (tools.read_limit_bytes): "
