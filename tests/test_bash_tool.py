@@ -88,6 +88,14 @@ def test_a_timeout_above_the_ceiling_is_refused_naming_it():
     assert tool.decode({"command": "make", "timeout_seconds": 90}).timeout_seconds == 90
 
 
+def test_a_timeout_of_0_is_refused_with_an_example_within_the_ceiling():
+    """'must be above 0 (e.g. 60)' under a ceiling of 30: the example given was refused in turn."""
+    tool = Bash(config_with(command_timeout_seconds=20, max_timeout_seconds=30))
+    with pytest.raises(errors.InvalidArguments) as caught:
+        tool.decode({"command": "make", "timeout_seconds": 0})
+    assert caught.value.message == "bash: timeout_seconds 0 must be above 0 (e.g. 30)"
+
+
 def test_plan_also_holds_the_sessions_own_ceiling(ws):
     tool = Bash(Config())  # built with the 1800 s default ...
     args = tool.decode({"command": "make", "timeout_seconds": 600})

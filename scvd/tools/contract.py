@@ -247,7 +247,7 @@ def check_timeout(seconds: float | None, ceiling: float, what: str) -> None:
     if seconds is None:
         return
     if not seconds > 0:
-        raise InvalidArguments(f"{what} {_shown(seconds)} must be above 0 (e.g. 60)")
+        raise InvalidArguments(f"{what} {_shown(seconds)} must be above 0 (e.g. {min(60, ceiling):g})")
     if seconds > ceiling:
         raise InvalidArguments(
             f"{what} {_shown(seconds)} is above the ceiling of {ceiling:g} s (tools.max_timeout_seconds); "
