@@ -45,6 +45,8 @@ def type_at(struct: type, key: str) -> Any:
         if part not in fields:
             return None
         info = fields[part]
+    if isinstance(info, msgspec.inspect.Metadata):  # an Annotated[..., Meta(...)] field: its type
+        info = info.type
     if isinstance(info, msgspec.inspect.UnionType):  # `Literal[...] | None`: the literal
         info = next((t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)), info)
     return info
@@ -59,6 +61,12 @@ def values_at(struct: type, key: str) -> list[Any] | None:
     """The values a Literal field takes, or None for any other field."""
     values = getattr(type_at(struct, key), "values", None)
     return list(values) if values else None
+
+
+def with_values(msg: str, struct: type, key: str) -> str:
+    """msgspec's message, with the values a Literal field takes when it refused another."""
+    values = values_at(struct, key) if msg.startswith("Invalid enum value") else None
+    return f"{msg}; use one of: {', '.join(map(str, values))}" if values else msg
 
 
 SHOWN_VALUE_CHARS = 80  # of a refused value that a schema error quotes

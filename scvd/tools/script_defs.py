@@ -158,9 +158,7 @@ def _explain(exc: msgspec.ValidationError) -> str:
         close = vt.meant(name, keys, cutoff=0.7)
         meant = f"; did you mean `{close}`?" if close else ""
         return f"`{name}` is not a tool.json key{meant} (keys: {', '.join(keys)})"
-    values = vt.values_at(ToolJson, where) if msg.startswith("Invalid enum value") else None
-    if values:
-        msg += f"; use one of: {', '.join(map(str, values))}"
+    msg = vt.with_values(msg, ToolJson, where)
     return f"`{where}`: {msg}" if where else msg
 
 

@@ -76,6 +76,22 @@ def test_read_errors_have_their_kinds(owner: Client, ws: Path) -> None:
     assert done.error.kind == "failed" and "does not exist" in done.error.message
 
 
+def test_an_argument_the_tool_lacks_or_a_bad_mode_says_what_to_send(owner: Client, ws: Path) -> None:
+    """`file_path` (other agents' read) got "Object contains unknown field `file_path`" and a bad mode
+    "Invalid enum value 'overwrite'": neither said what the tool takes, so a model guessed again."""
+    (ws / "a.txt").write_text("hi\n")
+    sid = owner.open_session(ws)
+    done, _ = call(owner, sid, "read", file_path="a.txt")
+    assert done.error.kind == "invalid_arguments"
+    assert done.error.message == ("read: unknown argument `file_path`; did you mean `path`? "
+                                  "(arguments: path, offset, limit)")
+    done, _ = call(owner, sid, "write", path="a.txt", content="x", mode="overwrite")
+    assert done.error.kind == "invalid_arguments"
+    assert done.error.message == ("write: argument `mode`: Invalid enum value 'overwrite'; "
+                                  "use one of: create, replace")
+    assert (ws / "a.txt").read_text() == "hi\n"
+
+
 def test_secret_like_read_asks_for_approval(owner: Client, ws: Path) -> None:
     (ws / ".env").write_text("API_KEY=abc\n")
     sid = owner.open_session(ws)
