@@ -59,7 +59,8 @@ class ImportPlan:
 def plan_import(source: Path) -> ImportPlan:
     """Read and validate the source setup; raise InvalidRequest if nothing can be imported."""
     if not source.is_dir():
-        raise InvalidRequest(f"{source} is not a directory; give your Codex home with --from DIR")
+        what = "is not a directory" if source.exists() else "does not exist"
+        raise InvalidRequest(f"{source} {what}; give your Codex home with --from DIR")
     plan = ImportPlan()
     config_raw = _read(source / CONFIG)
     auth_raw = _read(source / AUTH)

@@ -224,6 +224,21 @@ def test_import_errors_exit_1_with_what_to_do(agent_daemon: DaemonProc, tmp_path
     assert out.stderr.startswith("invalid_request: ") and "not valid TOML" in out.stderr
 
 
+def test_import_from_a_missing_or_empty_codex_home_says_so(agent_daemon: DaemonProc, tmp_path: Path) -> None:
+    """With no ~/.codex (codex never run as this user) the import said it "is not a directory"."""
+    user_home = Path(base_env(agent_daemon.home)["HOME"])
+    out = scvctl(agent_daemon, "agents", "import", "codex")
+    assert (out.returncode, out.stderr) == (1, f"invalid_request: {user_home / '.codex'} does not exist; "
+                                               "give your Codex home with --from DIR\n")
+    (tmp_path / "file").write_text("x")
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(tmp_path / "file"))
+    assert out.stderr == f"invalid_request: {tmp_path / 'file'} is not a directory; give your Codex home with --from DIR\n"
+    (tmp_path / "empty").mkdir()
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(tmp_path / "empty"))
+    assert out.stderr == (f"invalid_request: {tmp_path / 'empty'} has neither config.toml nor auth.json; "
+                          "nothing to import\n")
+
+
 def test_a_tool_error_outside_a_call_reaches_the_client_as_itself(agent_daemon: DaemonProc,
                                                                   tmp_path: Path) -> None:
     """agents.spec / agents.import raise tool errors (a broken home): code `failed`, never `internal`."""
