@@ -31,7 +31,8 @@ HANDOFF_BYTE = b"\0"  # the one data byte that carries the fds
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd = sub.add_parser("mcp", parents=[common], help="serve scvd's tools to an MCP host over stdio")
-    cmd.add_argument("--workspace", type=Path, help="the session's workspace (default: here, unless here is /)")
+    # a str: an empty one (an unset variable in the host's command) must not read as "." (here, maybe /)
+    cmd.add_argument("--workspace", help="the session's workspace (default: here, unless here is /)")
     cmd.set_defaults(handler=cmd_mcp, no_json="scvctl mcp, which speaks MCP's JSON-RPC on stdin and stdout")
 
 
@@ -42,7 +43,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
               f"{'is' if len(closed) == 1 else 'are'} closed: let the MCP host start it (with pipes on both)",
               file=sys.stderr)
         return 2  # the usage exit, as cli.EXIT_USAGE
-    workspace = usage.workspace(args.workspace or Path("."))
+    if args.workspace == "":
+        raise errors.UsageError(
+            "scvctl mcp was given an empty --workspace (an unset variable in the MCP host's command?); "
+            "give the folder the agent is to work in")
+    workspace = usage.workspace(Path(args.workspace or "."))
     if args.workspace is None and workspace == Path("/"):  # a host's default (Claude Desktop's): not the person's choice
         raise errors.UsageError(
             "scvctl mcp was started in / without --workspace, which would let the agent read any file of this "

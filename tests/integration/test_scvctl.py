@@ -700,6 +700,13 @@ def test_scvctl_mcp_started_in_the_root_without_a_workspace_refuses_to_serve_all
         assert c.request(p.SessionsList).sessions == []  # nothing was opened
     chosen = mcp("--workspace", "/")  # said so: served (and ended by the host's empty stdin)
     assert "usage:" not in chosen.stderr, chosen.stderr
+    # `"--workspace", "${WORKSPACE}"` with the variable unset: it read as ".", here /, and was served
+    empty = mcp("--workspace", "")
+    assert empty.returncode == 2 and empty.stdout == "", empty.stderr
+    assert empty.stderr == ("usage: scvctl mcp was given an empty --workspace (an unset variable in the MCP host's "
+                            "command?); give the folder the agent is to work in\n")
+    with daemon.client() as c:
+        assert c.request(p.SessionsList).sessions == []
 
 
 def test_a_workspace_given_with_a_tilde_unexpanded_is_the_home_one(daemon: DaemonProc):
