@@ -31,7 +31,8 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--socket", type=Path, default=argparse.SUPPRESS,
+    # a str: an empty one (an unset variable) is no path, as SCV_SOCKET="" is none ("" as a Path is ".")
+    common.add_argument("--socket", default=argparse.SUPPRESS,
                         help="scvd's socket (default: $SCV_SOCKET, else the instance's socket)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print machine-readable JSON")

@@ -283,6 +283,12 @@ def test_socket_flag_takes_a_tilde_as_scv_socket_does(daemon: DaemonProc, tmp_pa
     assert out.returncode == 0, out.stderr
 
 
+def test_an_empty_socket_flag_is_the_default_socket_as_an_empty_scv_socket_is(daemon: DaemonProc):
+    """`--socket "$SCV_SOCKET"` with the variable unset: scvd is not running on . (Connection refused)."""
+    out = scvctl(daemon, "--socket", "", "ping")
+    assert out.returncode == 0 and out.stdout.startswith("scvd answers"), out.stderr
+
+
 def test_unknown_approval_is_an_error_with_its_code(daemon: DaemonProc):
     out = scvctl(daemon, "approvals", "approve", "a-nope")
     assert out.returncode == 1
