@@ -766,6 +766,12 @@ def _invalid(exc: msgspec.ValidationError, kind: object) -> errors.ProtocolError
         return errors.InvalidRequest("frame has no `type` field")
     if text.endswith("at `$.call_id`"):  # msgspec's words name the bound, not what the id may hold
         return errors.InvalidRequest(f"invalid frame: {text}; {CALL_ID_RULE}")
+    if text.startswith("Invalid enum value") and kind in REQUEST_TYPES:  # `decision`, `scope`: say what they take
+        from . import validation_text as vt  # only on a refusal
+
+        struct = next(t for t in Request.__args__ if t.__struct_config__.tag == kind)
+        msg, where = vt.split(exc)
+        return errors.InvalidRequest(f"invalid frame: `{where}`: {vt.with_values(msg, struct, where)}")
     return errors.InvalidRequest(f"invalid frame: {text}")
 
 

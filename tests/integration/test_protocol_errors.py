@@ -89,6 +89,16 @@ def test_missing_field_is_named(conn):
     assert "'frobnicate'" in message and "session.open" in message  # names it, lists the known ones
 
 
+def test_a_value_a_field_does_not_take_is_answered_with_the_values_it_takes(conn):
+    """A bridge's `"decision": "approved"` got only "Invalid enum value 'approved' - at `$.decision`"."""
+    conn.send_raw(b'{"type":"approval.decide","id":1,"approval_id":"a1","decision":"approved"}\n')
+    err = assert_error(conn.frame(), "invalid_request", 1)
+    assert err.message == "invalid frame: `decision`: Invalid enum value 'approved'; use one of: approve, deny"
+    conn.send_raw(b'{"type":"approval.decide","id":2,"approval_id":"a1","decision":"deny","scope":"always"}\n')
+    err = assert_error(conn.frame(), "invalid_request", 2)
+    assert err.message == "invalid frame: `scope`: Invalid enum value 'always'; use one of: once, session"
+
+
 def test_request_before_hello_is_not_initialized(daemon):
     with RawConn(daemon.socket) as c:
         c.send_raw(b'{"type":"status","id":"early"}\n')
