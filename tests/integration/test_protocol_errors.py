@@ -35,49 +35,56 @@ def assert_error(frame: object, code: str, request_id: object = None) -> p.Error
 
 
 BAD_FRAMES = [
-    # (raw line without its newline, expected code, id the error must echo)
-    pytest.param(b"not json", "invalid_json", None, id="not-json"),
-    pytest.param(b'{"type":"status","id":1', "invalid_json", None, id="truncated-json"),
-    pytest.param(b"\xff\xfe{}", "invalid_json", None, id="not-utf8"),
-    pytest.param(b"[1,2,3]", "invalid_request", None, id="json-array"),
-    pytest.param(b'"status"', "invalid_request", None, id="json-string"),
-    pytest.param(b'{"id":3}', "invalid_request", 3, id="no-type"),
-    pytest.param(b'{"type":"frobnicate","id":4}', "unknown_type", 4, id="unknown-type"),
-    pytest.param(b'{"type":42,"id":"x"}', "invalid_request", "x", id="type-not-a-string"),
-    pytest.param(b'{"type":"session.open","id":5}', "invalid_request", 5, id="missing-workspace"),
-    pytest.param(b'{"type":"call","id":6,"session":"s"}', "invalid_request", 6, id="missing-tool"),
-    pytest.param(b'{"type":"status","id":[1]}', "invalid_request", None, id="id-wrong-type"),
-    pytest.param(b'{"type":"status"}', "invalid_request", None, id="missing-id"),
+    # (raw line without its newline, expected code, id the error must echo, a part of its message)
+    pytest.param(b"not json", "invalid_json", None, "frame is not valid JSON: ", id="not-json"),
+    pytest.param(b'{"type":"status","id":1', "invalid_json", None, "frame is not valid JSON: ", id="truncated-json"),
+    pytest.param(b"\xff\xfe{}", "invalid_json", None, "frame is not valid JSON: ", id="not-utf8"),
+    pytest.param(b"[1,2,3]", "invalid_request", None, "invalid frame: Expected `object`, got `array`",
+                 id="json-array"),
+    pytest.param(b'"status"', "invalid_request", None, "invalid frame: Expected `object`, got `str`",
+                 id="json-string"),
+    pytest.param(b'{"id":3}', "invalid_request", 3, "frame has no `type` field", id="no-type"),
+    pytest.param(b'{"type":"frobnicate","id":4}', "unknown_type", 4,
+                 "unknown frame type 'frobnicate'; known types: agents.import, ", id="unknown-type"),
+    pytest.param(b'{"type":42,"id":"x"}', "invalid_request", "x", "`$.type`", id="type-not-a-string"),
+    pytest.param(b'{"type":"session.open","id":5}', "invalid_request", 5,
+                 "invalid frame: Object missing required field `workspace`", id="missing-workspace"),
+    pytest.param(b'{"type":"call","id":6,"session":"s"}', "invalid_request", 6,
+                 "invalid frame: Object missing required field `tool`", id="missing-tool"),
+    pytest.param(b'{"type":"status","id":[1]}', "invalid_request", None, "got `array` - at `$.id`",
+                 id="id-wrong-type"),
+    pytest.param(b'{"type":"status"}', "invalid_request", None, "missing required field `id`", id="missing-id"),
     pytest.param(b'{"type":"approval.decide","id":7,"approval_id":"a","decision":"maybe"}',
-                 "invalid_request", 7, id="bad-enum"),
+                 "invalid_request", 7, "use one of: approve, deny", id="bad-enum"),
     pytest.param(b'{"type":"session.open","id":8,"workspace":"relative/dir"}', "invalid_request", 8,
-                 id="relative-workspace"),
+                 "workspace 'relative/dir' is relative; send an absolute path", id="relative-workspace"),
     pytest.param(b'{"type":"session.open","id":9,"workspace":"/nonexistent/scvd"}', "invalid_request", 9,
-                 id="missing-workspace-dir"),
+                 "workspace '/nonexistent/scvd' does not exist; create it first", id="missing-workspace-dir"),
     pytest.param(b'{"type":"hello","id":10,"protocol":1,"client":{"name":"again"}}', "invalid_request", 10,
-                 id="second-hello"),
+                 "this connection already said hello", id="second-hello"),
     pytest.param(b'{"type":"hello","id":15,"protocol":2,"client":{"name":"again"}}', "invalid_request", 15,
-                 id="second-hello-other-protocol"),
+                 "this connection already said hello", id="second-hello-other-protocol"),
     pytest.param(b'{"type":"call","id":16,"session":"s","tool":"read","timeout_seconds":1e400}',
-                 "invalid_request", 16, id="number-out-of-range"),
+                 "invalid_request", 16, "`$.timeout_seconds`", id="number-out-of-range"),
     pytest.param(b'{"type":"session.close","id":11,"session":"nope"}', "session_not_found", 11,
-                 id="unknown-session"),
+                 "this connection holds no session 'nope'; open one with session.open", id="unknown-session"),
     pytest.param(b'{"type":"call","id":12,"session":"nope","tool":"read"}', "session_not_found", 12,
-                 id="call-unknown-session"),
+                 "this connection holds no session 'nope'", id="call-unknown-session"),
     # an empty session (an unset variable in a script) listed the daemon's tools, not its session's
     pytest.param(b'{"type":"tools.list","id":17,"session":""}', "session_not_found", 17,
-                 id="tools-of-an-empty-session"),
+                 "no session ''", id="tools-of-an-empty-session"),
     pytest.param(b'{"type":"call.cancel","id":13,"call_id":"nope"}', "call_not_found", 13,
-                 id="unknown-call"),
+                 "no pending or running call 'nope'; it may have completed", id="unknown-call"),
     pytest.param(b'{"type":"approval.decide","id":14,"approval_id":"nope","decision":"deny"}',
-                 "approval_not_found", 14, id="unknown-approval"),
+                 "approval_not_found", 14, "no pending approval 'nope'; it was decided, expired or withdrawn",
+                 id="unknown-approval"),
 ]
 
 
-@pytest.mark.parametrize("line, code, request_id", BAD_FRAMES)
-def test_bad_frame_gets_its_code_and_the_connection_stays(conn, line, code, request_id):
+@pytest.mark.parametrize("line, code, request_id, says", BAD_FRAMES)
+def test_bad_frame_gets_its_code_and_the_connection_stays(conn, line, code, request_id, says):
     conn.send_raw(line + b"\n")
-    assert_error(conn.frame(), code, request_id)
+    assert says in assert_error(conn.frame(), code, request_id).message
     assert conn.status().protocol == p.PROTOCOL_VERSION
 
 
