@@ -207,7 +207,9 @@ def open_workspace(workspace: str) -> tuple[Path, int]:
     except NotADirectoryError:
         raise errors.InvalidRequest(f"workspace {workspace!r} is not a directory") from None
     except PermissionError:
-        raise errors.InvalidRequest(f"workspace {workspace!r} is not readable by scvd") from None
+        raise errors.InvalidRequest(
+            f"workspace {workspace!r} is not readable by scvd (Permission denied): give the user scvd runs as "
+            "read and search permission on it and the folders above it, or choose another directory") from None
     except (OSError, ValueError) as exc:  # a NUL byte, a symlink loop, a name too long: the peer's path
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise errors.InvalidRequest(f"workspace {workspace!r} cannot be opened: {reason}") from None

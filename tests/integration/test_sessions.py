@@ -36,6 +36,21 @@ def test_unopenable_workspaces_are_the_peers_fault_not_internal(daemon, client, 
     assert "Traceback" not in daemon.log()
 
 
+def test_a_workspace_scvd_may_not_open_is_refused_saying_so(make_daemon, tmp_path: Path):
+    """Another user's directory, or one made 0000: it said "is not readable by scvd", not what to do."""
+    # root passes over file permissions: as uid 0 without those capabilities (CI has setpriv)
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-all"] \
+        if os.geteuid() == 0 else []
+    d = make_daemon(prefix=drop)
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0)
+    with d.client() as c, pytest.raises(errors.InvalidRequest) as info:
+        c.request(p.SessionOpen, workspace=str(closed))
+    assert info.value.message == (f"workspace '{closed}' is not readable by scvd (Permission denied): give the "
+                                  "user scvd runs as read and search permission on it and the folders above it, "
+                                  "or choose another directory")
+
+
 def test_a_symlinked_workspace_is_held_by_its_real_path(client, workspace: Path, tmp_path: Path):
     link = tmp_path / "link"
     link.symlink_to(workspace)
