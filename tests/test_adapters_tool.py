@@ -317,6 +317,20 @@ def test_half_a_character_is_refused_before_approval(harness: Harness, field: st
         f"{what} (half of a character such as an emoji), which is not valid UTF-8; send it again as valid text")
 
 
+@pytest.mark.parametrize("field,value,message", [
+    ("prompt", "Fix\x00it", "the prompt contains a NUL character, which no argument can carry; remove it"),
+    ("cwd", "proj\x00", "cwd contains a NUL character, which no path can hold; remove it"),
+])
+def test_a_nul_character_is_refused_before_approval_saying_what_to_do(harness: Harness, field: str, value: str,
+                                                                      message: str) -> None:
+    """It said only "a prompt cannot contain a NUL character" (a cwd: "cwd contains a NUL character")."""
+    (harness.workspace / "proj").mkdir()
+    with pytest.raises(InvalidArguments) as info:
+        harness.plan("claude", **{"prompt": "go", field: value})
+    assert info.value.message == message
+    assert not harness.log.exists()
+
+
 def test_oversized_prompt_refused(harness: Harness) -> None:
     with pytest.raises(InvalidArguments, match="limit of one argument"):
         harness.plan("claude", prompt="x" * (128 * 1024))

@@ -43,7 +43,7 @@ def check_prompt(prompt: str) -> str:
     if prompt.startswith("-"):
         raise InvalidArguments("a prompt cannot start with '-' (it would read as a flag); reword it")
     if "\x00" in prompt:
-        raise InvalidArguments("a prompt cannot contain a NUL character")
+        raise InvalidArguments("the prompt contains a NUL character, which no argument can carry; remove it")
     check_text("the prompt", prompt)
     if len(prompt.encode("utf-8")) > MAX_PROMPT_BYTES:
         raise InvalidArguments(

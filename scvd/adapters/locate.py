@@ -32,7 +32,7 @@ def resolve_cwd(workspace: Path, cwd: str | None) -> Path:
     if not cwd:
         return root
     if "\x00" in cwd:
-        raise InvalidArguments("cwd contains a NUL character")
+        raise InvalidArguments("cwd contains a NUL character, which no path can hold; remove it")
     check_text("cwd", cwd)
     target = Path(os.path.realpath(root / cwd))  # an absolute cwd replaces root here
     if not within(str(target), str(root)):
