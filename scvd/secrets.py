@@ -91,9 +91,11 @@ def check_value(value: str) -> str:
     if not value:
         raise errors.InvalidRequest("a secret's value cannot be empty")
     if len(value) > MAX_VALUE_CHARS:
-        raise errors.InvalidRequest(f"a secret's value is limited to {MAX_VALUE_CHARS} characters")
+        raise errors.InvalidRequest(f"a secret's value is limited to {MAX_VALUE_CHARS} characters, this one has "
+                                    f"{len(value):,}; nothing was stored (is it the right file?)")
     if "\x00" in value:
-        raise errors.InvalidRequest("a secret's value cannot hold a NUL character")
+        raise errors.InvalidRequest("a secret's value cannot hold a NUL character (binary data?): store it as text, "
+                                    "e.g. its base64; nothing was stored")
     return value
 
 

@@ -352,6 +352,19 @@ def test_scvctl_secrets_set_from_stdin_list_delete(xdg: Path):
     assert "no secrets stored" in scvctl(home, xdg, "secrets").stdout
 
 
+def test_scvctl_secrets_set_of_binary_or_oversized_input_says_what_to_store(xdg: Path):
+    """A file piped in whole said only "a secret's value cannot hold a NUL character" (a binary one) or
+    "is limited to 65536 characters": not that nothing was stored, nor what to give instead."""
+    home = xdg / "home"
+    out = scvctl(home, xdg, "secrets", "set", "CERT", input="\x7fELF\x00\x01")
+    assert (out.returncode, out.stderr) == (1, "invalid_request: a secret's value cannot hold a NUL character "
+                                               "(binary data?): store it as text, e.g. its base64; nothing was stored\n")
+    out = scvctl(home, xdg, "secrets", "set", "CERT", input="x" * 70_000)
+    assert (out.returncode, out.stderr) == (1, "invalid_request: a secret's value is limited to 65536 characters, "
+                                               "this one has 70,000; nothing was stored (is it the right file?)\n")
+    assert "no secrets stored" in scvctl(home, xdg, "secrets").stdout
+
+
 def test_scvctl_secrets_list_shows_keys_script_tools_declare_even_when_missing(xdg: Path):
     home = xdg / "home"
     folder = home / "tools" / "script" / "gh"
