@@ -210,6 +210,28 @@ def test_write_edge_cases_of_seed_000(owner: Client, ws: Path) -> None:
     assert owner.request(p.ApprovalsList).approvals == []
 
 
+def files_of_at_most_64_kib() -> None:
+    """A write past 64 KiB fails with EFBIG (for root too), as on a full disk; SIGXFSZ stays ignored
+    (Python ignores it), so the write is told, not killed. The daemon's own small files fit."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+
+def test_a_write_the_filesystem_refuses_says_why_and_leaves_the_old_file_and_no_temp_file(make_daemon,
+                                                                                        ws: Path) -> None:
+    d = make_daemon(preexec_fn=files_of_at_most_64_kib)
+    (ws / "a.txt").write_text("old\n")
+    with d.client(name="pytest-owner", approver=True) as owner:
+        sid = owner.open_session(ws)
+        done, _ = call(owner, sid, "write", decide="approve", path="a.txt", content="x" * (100 << 10),
+                       mode="replace")
+    assert done.error.kind == "failed"
+    assert done.error.message == "writing 'a.txt' failed: File too large; the old file, if any, is unchanged"
+    assert (ws / "a.txt").read_text() == "old\n"
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt"]  # the temp file beside it was removed
+
+
 def _escapes(ws: Path) -> list[str]:
     outside = ws.parent / "outside"
     os.symlink(outside, ws / "out")
