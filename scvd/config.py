@@ -26,7 +26,7 @@ from .always_ask import DEFAULT_ALWAYS_ASK, glob_problem
 from .config_env import ENV_PREFIX as ENV_PREFIX  # re-exported: a public name of scvd.config
 from .errors import ConfigError, NotARegularFile
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
-from .paths import read_regular_file
+from .paths import read_regular_file, why_not
 from .secrets import key_problem
 from .toml_write import toml_key
 
@@ -278,7 +278,7 @@ def _read(path: Path, defaults_if_gone: bool) -> dict[str, Any] | None:
         raise ConfigError(f"{path}: not UTF-8 text at line {line} (byte 0x{exc.object[exc.start]:02x}); "
                           "TOML files are UTF-8: save it as UTF-8") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+        raise ConfigError(f"{path}: cannot read: {why_not(path, exc)}") from exc
 
 
 def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str],

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import errors
-from .paths import Paths, ensure_private_dir
+from .paths import Paths, ensure_private_dir, why_not
 
 log = logging.getLogger("scvd.server")
 
@@ -96,7 +96,11 @@ def bind_socket(paths: Paths) -> socket.socket:
     if path.parent == paths.runtime_dir:
         ensure_private_dir(path.parent)
     elif not path.parent.is_dir():
-        path.parent.mkdir(mode=0o700, parents=True)
+        try:
+            path.parent.mkdir(mode=0o700, parents=True)
+        except OSError as exc:
+            raise errors.StartupError(f"cannot create {path.parent}, the directory of the socket {path}: "
+                                      f"{why_not(path.parent, exc)}; set SCV_SOCKET to another path") from exc
     check_socket_path(path)
     clear_stale(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -292,11 +292,25 @@ def _chmod_seen(p: str, seen: os.stat_result, mode: int, dir_fd: int | None) -> 
     return True
 
 
+def why_not(path: Path, exc: OSError) -> str:
+    """Why `path` cannot be made or read: the one that is no directory where `path` needs one (a
+    file, SCV_HOME naming config.toml), not the OS's `File exists` / `Not a directory`; else its words."""
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        for p in [*reversed(path.parents), path]:
+            if os.path.lexists(p) and not p.is_dir():
+                return f"{p} is not a directory"
+    return exc.strerror or str(exc)
+
+
 def prepare(paths: Paths) -> list[str]:
     """Create the instance's directories 0700 and repair loose modes; return what was repaired."""
     notes: list[str] = []
     for d in paths.private_dirs():
-        note = ensure_private_dir(d)
+        try:
+            note = ensure_private_dir(d)
+        except OSError as exc:
+            raise errors.StartupError(f"cannot create {d}, a directory of this scvd: {why_not(d, exc)}; move "
+                                      "that away, or set SCV_HOME to another directory") from exc
         if note:
             notes.append(note)
     for f in (paths.config_file, paths.secrets_file, paths.audit_log, paths.lock_file, paths.pid_file):

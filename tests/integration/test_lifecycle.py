@@ -417,6 +417,32 @@ def test_a_pid_file_that_could_not_be_written_is_said_and_not_left_to_refuse_the
     assert not pid_file.exists()
 
 
+@pytest.mark.parametrize("case", ["home-is-a-file", "state-is-a-file", "socket-under-a-file"])
+def test_a_file_where_a_directory_of_scvd_goes_is_named_with_what_to_do(tmp_path, case):
+    """SCV_HOME set to the config file, a file where the state dir goes, or SCV_SOCKET under a file
+    said `[Errno 20] Not a directory: '.../config.toml'` or `cannot start: [Errno 17] File exists`."""
+    afile = tmp_path / "config.toml"
+    afile.write_text("")
+    home = afile if case == "home-is-a-file" else tmp_path / "home"
+    extra = {"SCV_SOCKET": str(afile / "scvd.sock")} if case == "socket-under-a-file" else {}
+    if case == "state-is-a-file":
+        home.mkdir()
+        (home / "state").write_text("")
+    done = subprocess.run([sys.executable, "-m", "scvd", "run"], env=conftest.base_env(home, **extra),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    said = {
+        "home-is-a-file": (2, f"scvd: configuration error: {afile}/config.toml: cannot read: {afile} is not a "
+                              "directory\n"),
+        "state-is-a-file": (3, f"cannot start: cannot create {home / 'state'}, a directory of this scvd: "
+                               f"{home / 'state'} is not a directory; move that away, or set SCV_HOME to another "
+                               "directory\n"),
+        "socket-under-a-file": (3, f"cannot start: cannot create {afile}, the directory of the socket "
+                                   f"{afile / 'scvd.sock'}: {afile} is not a directory; set SCV_SOCKET to another "
+                                   "path\n"),
+    }[case]
+    assert done.returncode == said[0] and done.stderr.endswith(said[1]), done.stderr
+
+
 @pytest.mark.parametrize("case", ["not-a-pid", "directory", "no-directory", "home-broken", "a-running-pid"])
 def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_home, tmp_path, case):
     """--pid-file naming another file (a slip of completion: the config) was deleted as "stale";
@@ -455,7 +481,9 @@ def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_
         expected = f"--pid-file {target} names pid {starting.pid}, which is running: an scvd starting right now?"
         assert target.read_text() == f"{starting.pid}\n"  # untouched
     else:
-        expected = "File exists" if case == "home-broken" else f"--pid-file {target} exists and is not a pid file"
+        expected = (f"cannot create {scv_home / 'state'}, a directory of this scvd: {scv_home / 'state'} is not a "
+                    "directory; move that away, or set SCV_HOME to another directory") if case == "home-broken" \
+            else f"--pid-file {target} exists and is not a pid file"
     assert expected in said, said
     if case == "not-a-pid":
         assert target.read_text() == '[approvals]\npolicy = "always"\n'  # untouched
