@@ -69,6 +69,20 @@ def with_values(msg: str, struct: type, key: str) -> str:
     return f"{msg}; use one of: {', '.join(map(str, values))}" if values else msg
 
 
+def arguments_message(exc: msgspec.ValidationError, struct: type) -> str:
+    """msgspec's message for a call's arguments, with the arguments a tool takes for one it does not
+    (a model's `file_path` for `path`) and the values an enum takes: what to send instead."""
+    msg, where = split(exc)
+    name = unknown_field(msg)
+    if name is not None:
+        keys = keys_at(struct, where)
+        close = meant(name, keys, cutoff=0.6)
+        return (f"unknown argument `{f'{where}.' if where else ''}{name}`"
+                f"{f'; did you mean `{close}`?' if close else ''} (arguments: {', '.join(keys)})")
+    msg = with_values(msg, struct, where)
+    return f"argument `{where}`: {msg}" if where else msg
+
+
 SHOWN_VALUE_CHARS = 80  # of a refused value that a schema error quotes
 SCHEMA_MESSAGE_CHARS = 1000  # of a whole schema error message
 BOUNDS = ("maxLength", "minLength", "maxItems", "minItems", "maxProperties", "minProperties")

@@ -233,6 +233,20 @@ def test_cancel_gives_waiting_calls_a_cancelled_output():
     assert t.on_result("c1", True, 1) == []  # a late result is ignored
 
 
+def test_a_bad_argument_of_find_tools_or_ask_user_says_what_they_take():
+    """A model's guess (`text` for ask_user's `question`, mode 'all') got msgspec's "Object contains
+    unknown field `text`" / "Invalid enum value 'all'", naming neither the argument nor the values."""
+    t = turn()
+    t.start("x")
+    t.on_reply("", [call("c1", "ask_user", text="Which branch?"), call("c2", "find_tools", mode="all")], Usage())
+    assert output(t, "c1")["error"] == {
+        "kind": "invalid_arguments",
+        "message": "ask_user: unknown argument `text` (arguments: question)"}
+    assert output(t, "c2")["error"] == {
+        "kind": "invalid_arguments",
+        "message": "find_tools: argument `mode`: Invalid enum value 'all'; use one of: list, search"}
+
+
 def test_bad_arguments_and_unknown_tools_are_answered_without_running():
     t = turn()
     t.start("x")

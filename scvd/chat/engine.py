@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 
 from .. import lenient_json
+from .. import validation_text as vt
 from ..text import json_bytes
 from . import catalog as cat, trim as trim_mod
 from .items import (AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, Record, SchemasLoaded,
@@ -272,7 +273,8 @@ class Turn:
             try:
                 question = msgspec.convert(args, cat.AskUserArgs).question
             except msgspec.ValidationError as exc:
-                return self._local(call, error_output("invalid_arguments", f"ask_user: {exc}"))
+                return self._local(call, error_output("invalid_arguments",
+                                                      f"ask_user: {vt.arguments_message(exc, cat.AskUserArgs)}"))
             return [AskUser(call.call_id, question)]
         entry = self.catalog.entries.get(call.name)
         if entry is None:
@@ -291,7 +293,8 @@ class Turn:
         try:  # every argument is optional: null means its default, as for every tool's (Tool.decode)
             parsed = msgspec.convert({k: v for k, v in args.items() if v is not None}, cat.FindToolsArgs)
         except msgspec.ValidationError as exc:
-            return self._local(call, error_output("invalid_arguments", f"find_tools: {exc}"))
+            return self._local(call, error_output("invalid_arguments",
+                                                  f"find_tools: {vt.arguments_message(exc, cat.FindToolsArgs)}"))
         found, load, more = self.catalog.find(parsed)
         self.conv.load(load)
         answer: dict[str, Any] = {"tools": found, "schemas_loaded": load}

@@ -173,7 +173,7 @@ class Tool(abc.ABC):
                     exc = again
             if isinstance(arguments, dict):
                 self.refuse(arguments)
-            raise InvalidArguments(f"{self.name}: {_explain(exc, self.Arguments)}") from exc
+            raise InvalidArguments(f"{self.name}: {vt.arguments_message(exc, self.Arguments)}") from exc
 
     def refuse(self, arguments: dict[str, Any]) -> None:
         """After arguments failed to decode: raise InvalidArguments that says what to send instead
@@ -259,20 +259,6 @@ def _shown(seconds: float) -> str:
         return f"{seconds:g}"
     except OverflowError:  # an integer argument of 309 digits or more (no float holds it)
         return "of more than 300 digits"
-
-
-def _explain(exc: msgspec.ValidationError, struct: type) -> str:
-    """msgspec's message, with the arguments a tool takes for one it does not (a model's `file_path`
-    for `path`) and the values an enum takes: what to send instead."""
-    msg, where = vt.split(exc)
-    name = vt.unknown_field(msg)
-    if name is not None:
-        keys = vt.keys_at(struct, where)
-        close = vt.meant(name, keys, cutoff=0.6)
-        return (f"unknown argument `{f'{where}.' if where else ''}{name}`"
-                f"{f'; did you mean `{close}`?' if close else ''} (arguments: {', '.join(keys)})")
-    msg = vt.with_values(msg, struct, where)
-    return f"argument `{where}`: {msg}" if where else msg
 
 
 def inline_schema(struct: type) -> dict[str, Any]:
