@@ -54,7 +54,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd.set_defaults(handler=cmd_status, action="status")
     cmd = asub.add_parser("import", parents=[common], help="copy your own Codex setup into scvd's codex")
     cmd.add_argument("agent", choices=["codex"], metavar="AGENT", help="codex")
-    cmd.add_argument("--from", dest="source", type=Path,
+    # a str: an empty one ("$CODEX_HOME" unset) is the default, not "." (whatever config.toml is here)
+    cmd.add_argument("--from", dest="source",
                      help="your Codex home (default: $CODEX_HOME, else ~/.codex)")
     cmd.set_defaults(handler=cmd_import)
 
@@ -227,7 +228,7 @@ def _run_status(launch: p.LaunchSpec) -> Any:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    source = args.source if args.source is not None else default_codex_home(os.environ)
+    source = args.source or default_codex_home(os.environ)
     source = os.path.abspath(os.path.expanduser(str(source)))
     with answers(args) as side:
         answer = side.import_setup(args.agent, source)

@@ -233,6 +233,11 @@ def test_import_from_a_missing_or_empty_codex_home_says_so(agent_daemon: DaemonP
     (tmp_path / "file").write_text("x")
     out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(tmp_path / "file"))
     assert out.stderr == f"invalid_request: {tmp_path / 'file'} is not a directory; give your Codex home with --from DIR\n"
+    # `--from "$CODEX_HOME"` with the variable unset: it imported whatever config.toml the current directory held
+    (tmp_path / "config.toml").write_text('model = "a project setting"\n')
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", "", cwd=tmp_path)
+    assert (out.returncode, out.stderr) == (1, f"invalid_request: {user_home / '.codex'} does not exist; "
+                                               "give your Codex home with --from DIR\n")
     (tmp_path / "empty").mkdir()
     out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(tmp_path / "empty"))
     assert out.stderr == (f"invalid_request: {tmp_path / 'empty'} has neither config.toml nor auth.json; "
