@@ -79,7 +79,8 @@ def decision_of(reply: dict[str, Any]) -> tuple[str, str] | None:
         return ("deny", "once")
     content = result.get("content")
     if result.get("action") == "accept" and isinstance(content, dict):
-        return CHOICES.get(content.get("decision"))  # type: ignore[arg-type]
+        decision = content.get("decision")
+        return CHOICES.get(decision) if isinstance(decision, str) else None  # a list is no key
     return None
 
 

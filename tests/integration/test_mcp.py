@@ -162,13 +162,21 @@ def elicited_write(h: McpHost) -> tuple[int, dict]:
     return msg_id, question
 
 
-def test_a_question_the_host_answers_with_an_error_is_logged_and_left_to_the_watchers(daemon, workspace):
+@pytest.mark.parametrize("answer, said", [
+    ({"error": {"code": -32603, "message": "no dialog here"}}, '{"code":-32603,"message":"no dialog here"}'),
+    # a decision that is no string (a list, an object) was taken for a key of the choices: a
+    # TypeError in the log instead of this line
+    ({"result": {"action": "accept", "content": {"decision": ["approve"]}}},
+     '{"action":"accept","content":{"decision":["approve"]}}'),
+])
+def test_a_question_the_host_answers_with_an_error_is_logged_and_left_to_the_watchers(daemon, workspace, answer,
+                                                                                        said):
     """A host that declares elicitation but fails to ask (a JSON-RPC error, or an answer that is not
     one of the choices): the call waited with no trace anywhere of why nobody had been asked."""
     h = McpHost(daemon, workspace)
     try:
         msg_id, question = elicited_write(h)
-        h.send({"jsonrpc": "2.0", "id": question["id"], "error": {"code": -32603, "message": "no dialog here"}})
+        h.send({"jsonrpc": "2.0", "id": question["id"], **answer})
         with daemon.client(name="owner") as owner:
             [pending] = wait_pending(owner)  # still waiting, for the watchers
             deadline = time.monotonic() + 10
@@ -177,8 +185,7 @@ def test_a_question_the_host_answers_with_an_error_is_logged_and_left_to_the_wat
                 time.sleep(0.05)
             owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny", reason="no")
         assert (f"MCP host of session {pending.session}: its answer to the question on {pending.approval_id} "
-                'is no decision ({"code":-32603,"message":"no dialog here"}); the request waits for '
-                "`scvctl approvals watch`") in daemon.log()
+                f"is no decision ({said}); the request waits for `scvctl approvals watch`") in daemon.log()
         answer = h.read()
         assert answer["id"] == msg_id and answer["result"]["isError"]
     finally:
