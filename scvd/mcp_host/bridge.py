@@ -93,7 +93,9 @@ class Bridge:
         msg_id, method = message.get("id"), message["method"]
         if "id" in message and not is_id(msg_id):  # it would key our tables (null too: MCP ids are never null)
             return error_message(None, INVALID_REQUEST, "a request's id must be a string or a number")
-        params = message.get("params") or {}
+        params = message.get("params")
+        if params is None:  # omitted; an empty array or string is no object, refused below
+            params = {}
         if not isinstance(params, dict):  # MCP's params are objects; a host waits for its answer
             return error_message(msg_id, INVALID_PARAMS, "`params` must be an object") if msg_id is not None else None
         if msg_id is None:
@@ -133,7 +135,9 @@ class Bridge:
         raise errors.JsonRpcError(METHOD_NOT_FOUND, f"method {method!r} is not supported")
 
     async def _call(self, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
-        name, arguments = params.get("name"), params.get("arguments") or {}
+        name, arguments = params.get("name"), params.get("arguments")
+        if arguments is None:  # omitted: a tool without required arguments
+            arguments = {}
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise errors.JsonRpcError(INVALID_PARAMS, "tools/call needs `name` (string) and `arguments` (object)")
         meta = params.get("_meta")

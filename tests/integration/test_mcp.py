@@ -229,6 +229,8 @@ def test_bad_messages_get_json_rpc_errors_and_the_server_goes_on(host):
     assert host.read()["error"]["code"] == -32700
     assert host.rpc("no/such/method")["error"]["code"] == -32601
     assert host.rpc("tools/call", {"name": 5})["error"]["code"] == -32602
+    for arguments in ([], "", 0, False):  # were taken for `{}`: read_skill ran, listing the skills
+        assert host.rpc("tools/call", {"name": "read_skill", "arguments": arguments})["error"]["code"] == -32602
     assert host.rpc("ping")["result"] == {}
 
 
@@ -317,11 +319,12 @@ def test_a_read_that_fits_a_socket_clients_frame_fits_the_mcp_hosts_too(host, wo
 def test_params_that_are_not_an_object_get_an_error_answer(host):
     """Every request gets its answer: a host waiting on one that never comes hangs."""
     for method in ("tools/call", "initialize"):
-        host.send({"jsonrpc": "2.0", "id": f"bad-{method}", "method": method, "params": ["x"]})
-        ping = host.request("ping")  # answered at once; the bad request's answer must come first
-        answer = host.read()
-        assert answer["id"] == f"bad-{method}" and answer["error"]["code"] == -32602, answer
-        assert host.read()["id"] == ping
+        for params in (["x"], [], ""):  # an empty one was taken for `{}`
+            host.send({"jsonrpc": "2.0", "id": f"bad-{method}", "method": method, "params": params})
+            ping = host.request("ping")  # answered at once; the bad request's answer must come first
+            answer = host.read()
+            assert answer["id"] == f"bad-{method}" and answer["error"]["code"] == -32602, answer
+            assert host.read()["id"] == ping
     host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": ["x"]})
     assert host.rpc("ping")["result"] == {}
 
