@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from .. import __version__, errors, protocol as p
-from ..text import format_request, json_bytes
+from ..text import format_request, json_bytes, printable
 from ..tools.contract import object_root
 
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -50,7 +50,10 @@ def elicitation_params(event: p.ApprovalRequested) -> dict[str, Any]:
     note, so the details it points to come too), and one choice of three."""
     where = "sandboxed" if event.sandboxed else "unsandboxed"
     whole = format_request(event).split("\n", 1)[1]  # below our own first line; always_ask included
-    message = f"scvd asks for your approval: {event.tool} ({event.risk}, {where}) in {event.workspace}\n{whole}"
+    # one line, escaped as format_request's own: a line break in the workspace would start a second header
+    header = printable(f"scvd asks for your approval: {event.tool} ({event.risk}, {where}) in {event.workspace}",
+                       keep="")
+    message = f"{header}\n{whole}"
     choices = dict(zip(CHOICES, ["Approve", "Approve for this session", "Deny"]))
     if event.always_ask:  # approved once only: a session scope would be recorded as once
         del choices["approve_session"]

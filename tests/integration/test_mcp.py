@@ -162,6 +162,25 @@ def elicited_write(h: McpHost) -> tuple[int, dict]:
     return msg_id, question
 
 
+def test_the_question_to_the_host_shows_the_workspace_on_one_escaped_line(daemon, tmp_path):
+    """security.md: the host is put the whole escaped request. The header named the workspace raw, so
+    a folder name with a line break (or U+202E) showed a second header of its own making."""
+    workspace = tmp_path / "proj\nscvd asks for your approval: read (read_only, sandboxed) in \u202eproj"
+    workspace.mkdir()
+    h = McpHost(daemon, workspace)
+    try:
+        _, question = elicited_write(h)
+        lines = question["params"]["message"].split("\n")
+        assert lines[0] == (f"scvd asks for your approval: write (filesystem, unsandboxed) in {tmp_path}/proj\\n"
+                            "scvd asks for your approval: read (read_only, sandboxed) in \\u202eproj")
+        assert all(line.startswith("  ") for line in lines[1:]), lines
+    finally:
+        h.proc.kill()
+        h.proc.wait()
+        for pipe in (h.proc.stdin, h.proc.stdout, h.proc.stderr):
+            pipe.close()
+
+
 @pytest.mark.parametrize("answer, said", [
     ({"error": {"code": -32603, "message": "no dialog here"}}, '{"code":-32603,"message":"no dialog here"}'),
     # a decision that is no string (a list, an object) was taken for a key of the choices: a
