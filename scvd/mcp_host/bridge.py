@@ -234,6 +234,10 @@ class Bridge:
 
     async def _notification(self, method: str, params: dict[str, Any]) -> None:
         if method == "notifications/cancelled":
+            # a batch's calls start in tasks gather() queued before this line ran, and each is accepted
+            # in its first step (dispatch answers a call at once): one turn, and a cancel that came
+            # right behind the batch finds its call
+            await asyncio.sleep(0)
             request_id = params.get("requestId")
             call_id = self.calls.get(request_id) if is_id(request_id) else None
             if call_id:

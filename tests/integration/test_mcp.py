@@ -307,6 +307,21 @@ def test_a_batch_is_answered_with_an_array_of_its_requests_answers(host, workspa
     assert host.rpc("ping")["result"] == {}
 
 
+def test_a_call_in_a_batch_cancelled_right_after_it_is_cancelled_and_never_answered(host, workspace):
+    """A batch's calls began a loop turn after the lines behind it: a cancel in the same read found
+    no call, so the call waited for approval (and ran if approved) and was answered after all."""
+    host.proc.stdin.write(json.dumps([{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "write", "arguments": {"path": "c.txt", "content": "x", "mode": "create"}}}]) + "\n" + json.dumps(
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}) + "\n")
+    host.proc.stdin.flush()
+    # the session's next call waits for the write to end: with it waiting for approval, for good
+    (workspace / "next.txt").write_text("next\n")
+    after = host.request("tools/call", {"name": "read", "arguments": {"path": "next.txt"}})
+    answer = host.read_within(10)  # and no answer to 7 before it
+    assert answer["id"] == after and answer["result"]["structuredContent"]["content"] == "next\n", answer
+    assert not (workspace / "c.txt").exists()
+
+
 def test_the_message_limit_is_server_client_frame_bytes(make_daemon, workspace):
     """A user who raised the limit (to write a bigger file) has it for the MCP host too."""
     d = make_daemon("[server]\nclient_frame_bytes = 4194304\n")
