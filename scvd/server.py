@@ -861,6 +861,10 @@ class Daemon:
         """A tool's or agent's process (checked at connect and now: the pid may be reused)."""
         return conn.spawned_by_daemon or spawned_by_daemon(conn.pid)
 
+    def may_decide(self, conn: Connection) -> bool:
+        """Whether a connection's approval decisions count: not a tool's or agent's process."""
+        return not self._spawned(conn)
+
     def _fds_held(self) -> int:
         """Connections (closing ones too) and sessions held (one fd each), and what plans waiting for a person hold (a
         read's file): what the fd budget counts."""

@@ -6,8 +6,8 @@ turn id, so its events do and per-turn limits count by it.
 
 One rule is the turn's own: a call of a turn that needs a person while nobody
 could decide (no `approvals.watch` is open and the chat's connection is no
-approver) is denied at once instead of waiting out approvals.timeout_seconds,
-so a headless turn never hangs; one already waiting is denied the same way
+approver, or a process scvd started, which may not decide) is denied at once
+instead of waiting out approvals.timeout_seconds, so a headless turn never hangs; one already waiting is denied the same way
 when the last connection that could decide leaves. `screen()` is hooked into
 the approval gate, which applies it to new requests and, on such a departure,
 to pending ones (`ApprovalGate.rescreen()`).
@@ -27,6 +27,10 @@ NO_APPROVER = ("nobody can approve this call: no `scvctl approvals watch` is run
 NO_APPROVER_BRIDGE = ("nobody can approve this call: no `scvctl approvals watch` is running and this client does "
                       "not approve its own calls (its hello did not say approver: true); have the owner start "
                       "`scvctl approvals watch` on the machine scvd runs on, then ask again")
+# to a process scvd started (a tool's, an agent's): its hello's approver: true cannot make it one
+NO_APPROVER_SPAWNED = ("nobody can approve this call: no `scvctl approvals watch` is running, and this client was "
+                       "started by scvd (a tool or agent), so it may not approve its own calls; have the owner start "
+                       "`scvctl approvals watch` on the machine scvd runs on, then ask again")
 
 
 def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:
@@ -34,8 +38,12 @@ def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:
     call = daemon.calls.get(info.get("call_id", ""))
     if call is None or not call.turn:
         return
-    if not (owner.approver or any(c.watcher and not c.closed for c in daemon.connections)):
+    if any(c.watcher and not c.closed for c in daemon.connections):
+        return
+    if not owner.approver:
         raise errors.Denied(NO_APPROVER if owner.client == "scvctl" else NO_APPROVER_BRIDGE)
+    if not daemon.may_decide(owner):
+        raise errors.Denied(NO_APPROVER_SPAWNED)
 
 
 async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any], *,

@@ -19,7 +19,9 @@ import pytest
 from harness import wait_until
 from helpers.probe_tools import flush, requested, resolved, rig, wait_idle  # noqa: F401 (rig is a fixture)
 from scvd import errors, protocol as p
-from scvd.chat.pipeline import NO_APPROVER_BRIDGE
+from scvd.chat.pipeline import NO_APPROVER_BRIDGE, NO_APPROVER_SPAWNED
+
+from conftest import start_child_client
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -439,6 +441,36 @@ def test_a_process_run_by_the_bash_tool_may_not_cancel_other_calls(daemon, works
         assert [a.approval_id for a in owner.request(p.ApprovalsList).approvals] == [target.approval_id]
         decide(owner, target.approval_id, "deny")
         assert owner.wait_call(victim).error.kind == "denied"
+
+
+TURN_FROM_A_CHILD = """
+import sys
+from scvctl.client import Client
+from scvd import protocol as p
+c = Client.connect(sys.argv[1], name="agent-child", approver=True)
+call_id = c.start_call(c.open_session(sys.argv[2]), "bash", {"command": "touch child.txt"}, turn="t1")
+for event in c.events():
+    if isinstance(event, p.ApprovalRequested) and event.call_id == call_id:
+        print("asked: the request waits for a decision this client may not make")
+        break
+    if isinstance(event, p.CallCompleted) and event.call_id == call_id:
+        print(event.error.kind if event.error else "ok", event.error.message if event.error else "")
+        break
+"""
+
+
+def test_a_turns_call_from_a_process_scvd_started_is_denied_at_once_when_nobody_else_could_decide(
+        daemon, workspace):
+    """A process scvd started may not decide, so its hello's approver: true makes it no approver there is:
+    with no watcher, its turn's request is denied at once, as store_secret's is, not left to expire."""
+    with daemon.client(name="person") as person:  # no watcher anywhere
+        (workspace / "turn.py").write_text(TURN_FROM_A_CHILD)
+        runner = start_child_client(person, workspace, "turn.py", daemon.socket, workspace)
+        ran = person.wait_call(runner)
+        assert ran.ok, ran.error
+        assert ran.result["output"] == f"denied {NO_APPROVER_SPAWNED}\n", ran.result
+        assert person.request(p.ApprovalsList).approvals == []
+    assert not (workspace / "child.txt").exists()
 
 
 def test_approval_requests_reach_bridges_with_control_characters_escaped(daemon, workspace):
