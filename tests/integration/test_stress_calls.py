@@ -53,6 +53,7 @@ SCRIPT = {"description": "Touch the file a text names in the workspace.\nUse for
 TOUCH = """#!/bin/bash
 exec python3 -c 'import json, sys, pathlib; pathlib.Path(json.load(sys.stdin)["text"]).touch(); print("{}")'
 """
+WRITTEN = "x€😀"  # what each write sends: multi-byte characters, which a split write may cut in two
 EVENTS = (p.CallStarted, p.CallProgress, p.CallCompleted)
 
 
@@ -213,7 +214,7 @@ class Run:
             fields.update(tool="read", arguments={"path": self.rng.choice(["small.txt", "missing.txt", ".env"])})
         elif kind == "write":
             target = self.ws / f"w{self.n}.txt"
-            fields.update(tool="write", arguments={"path": target.name, "content": "x", "mode": "create"})
+            fields.update(tool="write", arguments={"path": target.name, "content": WRITTEN, "mode": "create"})
         elif kind == "bash":
             target = self.ws / f"b{self.n}.txt"
             sleep = self.rng.choice([0, 0.05, 0.2, 0.5])
@@ -479,10 +480,16 @@ def check_run(d: Any, run: Run, fds_before: set[str]) -> None:
         for f in c.frames:
             if isinstance(f, p.ApprovalResolved):
                 resolved[f.call_id].add(f.state)
+    outcomes = {f.call_id: f for c in [*run.agents, *run.dropped] for f in c.frames if isinstance(f, p.CallCompleted)}
+    used = sum((c.accepted() for c in [*run.agents, *run.dropped]), Counter())
     for call_id, target in run.effects_by_call().items():
         states = resolved.get(call_id, set())
         if states and "approved" not in states and target.exists():
             problems.append(f"{call_id}: its request ended {sorted(states)}, yet {target.name} exists")
+        done = outcomes.get(call_id) if used[call_id] == 1 else None  # a reused id: which call ended how?
+        if done is not None and done.ok and target.name.startswith("w") and \
+                (target.read_text() if target.exists() else None) != WRITTEN:
+            problems.append(f"{call_id}: {target.name} does not hold what was sent")
 
     # nothing waits; the audit log has one completion per accepted call
     status = Peer(d.socket, "status")
