@@ -9,9 +9,10 @@ SIGHUP reloads, frames split across writes and many frames in one write.
 
 After the run: every accepted call got exactly one `call.completed` on a connection still open
 (a half-closed one too), its events came after its `call.accepted` and none after its completion,
-seqs rise by one per connection, nothing waits (`status`), each surviving session's lane runs a new
-call, nothing a denied or never-approved call would have done was done, the audit log has exactly
-one completion per accepted call, and the daemon's fds are back where they started.
+seqs rise by one per connection, no request is listed for a call that had completed, nothing waits
+(`status`), each surviving session's lane runs a new call, nothing a call whose request was refused
+would have done was done, each approved write wrote what was sent, the audit log has exactly one
+completion per accepted call, the daemon logged no error, and its fds are back where they started.
 
 The seed is fixed; `SCVD_STRESS_SEED=N` (and `SCVD_STRESS_STEPS=N`) run another interleaving.
 """
@@ -143,6 +144,7 @@ class Run:
         self.join_approver()
         self.effects: dict[str, Path] = {}  # call id -> the file its tool would make
         self.pending_writes: dict[str, Path] = {}  # request id -> that file, until the call id is known
+        self.ended_before: dict[str, set[str]] = {}  # approvals.list request id -> the calls ended before it
         self.n = 0
         (workspace / "small.txt").write_text("hello\n")
         (workspace / ".env").write_text("KEY=1\n")
@@ -356,11 +358,24 @@ class Run:
                       if isinstance(answer, p.Approvals) for a in answer.approvals]
             if not any(kind == "approvals.list" and request_id not in self.approver.answers
                        for request_id, kind in self.approver.asked.items()):
-                self.approver.request({"type": "approvals.list"})
+                # no request listed may be of a call that had completed before the list was asked for
+                self.ended_before[self.approver.request({"type": "approvals.list"})] = self.ended_calls()
             for approval_id in sorted((set(self.pending()) | set(listed)) - decided):
                 decided.add(approval_id)
                 self.approver.request({"type": "approval.decide", "approval_id": approval_id,
                                        "decision": self.rng.choice(["approve", "deny"])})
+
+    def ended_calls(self) -> set[str]:
+        """The calls read of as completed whose id was used once (a reused one may run again)."""
+        accepted = sum((c.accepted() for c in [*self.agents, *self.dropped]), Counter())
+        return {cid for c in [*self.agents, *self.dropped] for cid in c.completed() if accepted[cid] == 1}
+
+    def listed_after_their_end(self) -> list[str]:
+        """Requests approvals.list showed for calls that had completed before it was sent."""
+        return [f"{a.approval_id} of {a.call_id} listed after its call completed"
+                for c in [*self.dropped, *self.peers()] for request_id, ended in self.ended_before.items()
+                if isinstance(c.answers.get(request_id), p.Approvals)
+                for a in c.answers[request_id].approvals if a.call_id in ended]
 
     def effects_by_call(self) -> dict[str, Path]:
         for c in [*self.agents, *self.dropped]:
@@ -447,7 +462,7 @@ def check_run(d: Any, run: Run, fds_before: set[str]) -> None:
         run.step()
     run.settle()
 
-    problems: list[str] = []
+    problems = run.listed_after_their_end()
     for c in run.agents:
         problems += check_stream(c, whole=True)
     for c in run.dropped:
