@@ -33,7 +33,6 @@ from . import gitmeta
 from .errors import Failed, Unavailable
 from .paths import Paths, runtime_base, within
 from .tools.containment import open_raw
-from .process import reap_orphans
 
 PROBE_TIMEOUT = 10.0
 PROBE_COMMAND = ["/bin/true"]
@@ -485,6 +484,8 @@ def _run_probe(argv: list[str], env: Mapping[str, str]) -> str | None:
         close_all(fds)
         # bwrap leaves its pid namespace's init to scvd (the subreaper), a zombie once it exits: a
         # reload's probe of an idle daemon has no call whose end would reap it
+        from .process import reap_orphans  # here: process imports this module
+
         reap_orphans()
     if done.returncode == 0:
         return None
