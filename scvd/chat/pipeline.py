@@ -7,8 +7,9 @@ turn id, so its events do and per-turn limits count by it.
 One rule is the turn's own: a call of a turn that needs a person while nobody
 could decide (no `approvals.watch` is open and the chat's connection is no
 approver, or a process scvd started, which may not decide) is denied at once
-instead of waiting out approvals.timeout_seconds, so a headless turn never hangs; one already waiting is denied the same way
-when the last connection that could decide leaves. `screen()` is hooked into
+instead of waiting out approvals.timeout_seconds, so a headless turn never
+hangs; one already waiting is denied the same way when the last connection
+that could decide leaves. `screen()` is hooked into
 the approval gate, which applies it to new requests and, on such a departure,
 to pending ones (`ApprovalGate.rescreen()`).
 """
