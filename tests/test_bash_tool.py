@@ -169,6 +169,13 @@ def test_a_deadline_is_a_timeout_error_with_the_output_and_how_to_allow_more(ws)
     assert stat is None or not stat.alive  # the background sleep went with the group
 
 
+def test_a_silent_command_past_its_deadline_says_it_printed_nothing(ws):
+    """It read `...(SIGKILL); 0 bytes of output, they follow:` and then nothing."""
+    with pytest.raises(errors.Timeout) as caught:
+        call(ws, {"command": "sleep 1000", "timeout_seconds": 0.5})
+    assert caught.value.message.endswith("was killed (SIGKILL); no output"), caught.value.message
+
+
 def test_a_timeout_at_the_ceiling_does_not_say_to_ask_for_more(ws):
     from scvd.process import RunResult
     from scvd.tools.runs import timeout_error

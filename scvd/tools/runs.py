@@ -49,5 +49,7 @@ def workspace_error(tool: str, exc: OSError, workspace: Path) -> Failed | None:
 def output_so_far(r: RunResult, output: str | None = None) -> str:
     """A killed run's output, for its error message: how much came, and what was kept of it
     (`output`: that text as shown, its secrets taken out)."""
+    if not r.bytes_seen:  # else "0 bytes of output, they follow:" and then nothing
+        return "no output"
     kept = f"the first and last of them follow ({r.bytes_kept} kept)" if r.truncated else "they follow"
     return f"{r.bytes_seen} bytes of output, {kept}:\n{r.output if output is None else output}"
