@@ -79,14 +79,41 @@ _pool = Pool()
 _check_pool = Pool(size=CHECK_WORKERS, name="scvd-check")
 
 
+class CancelFlag:
+    """run_blocking()'s cancel flag. A job stops at it between steps; before a step it will not
+    undo (a write's rename) it commits, and a cancel after that comes too late: the call then
+    ends with what the job did, not as cancelled while the file changed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._set = self._committed = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def commit(self) -> bool:
+        """The job's last step begins; False (stop, nothing done) when cancelled already."""
+        with self._lock:
+            self._committed = not self._set
+            return self._committed
+
+    def cancel(self) -> bool:
+        """Set the flag; False when the job had committed (its own end is the call's)."""
+        with self._lock:
+            self._set = not self._committed
+            return self._set
+
+
 async def run_blocking(fn: Callable[..., Any], workspace_fd: int, *args: Any) -> Any:
     """Run fn(dup_of_workspace_fd, *args, cancel=flag) on a pool thread.
 
     The job owns a duplicate of the fd (closing the session cannot pull it
     away mid-call) and always runs to its end; on cancellation the flag makes
-    it stop at the next chunk and before any install.
+    it stop at the next chunk and before any install. A cancel that comes once
+    the job has committed (`CancelFlag.commit`: a write's rename is under way)
+    waits for its end, and the call ends with its result.
     """
-    cancel = threading.Event()
+    cancel = CancelFlag()
     fd = os.dup(workspace_fd)
 
     def job() -> Any:
@@ -95,11 +122,20 @@ async def run_blocking(fn: Callable[..., Any], workspace_fd: int, *args: Any) ->
         finally:
             os.close(fd)
 
+    running = asyncio.ensure_future(_on(_pool, job))
     try:
-        return await _on(_pool, job)
+        return await asyncio.shield(running)
     except asyncio.CancelledError:
-        cancel.set()
-        raise
+        if cancel.cancel():
+            running.add_done_callback(_unheard)
+            raise
+        return await running  # a second cancel (scvd stopping) still ends the wait
+
+
+def _unheard(done: asyncio.Future[Any]) -> None:
+    """A cancelled job's end, which nobody awaits (its `Cancelled`, or a failure): not logged."""
+    if not done.cancelled():
+        done.exception()
 
 
 async def run_check(fn: Callable[..., Any], *args: Any) -> Any:

@@ -96,6 +96,62 @@ def test_run_blocking_raises_the_jobs_exception_and_closes_its_fd(tmp_path, run_
         os.fstat(seen[0])  # the duplicate was closed by the job
 
 
+def test_a_cancel_after_the_job_committed_waits_for_it_and_gives_its_result(tmp_path, run_loop):
+    """A write's rename under way when its call was cancelled: the call said `cancelled` (nothing
+    changed) while the file was replaced. Past the job's commit, the cancel waits for its end."""
+    dirfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    committed, release = threading.Event(), threading.Event()
+
+    def install(fd: int, cancel) -> str:
+        assert cancel.commit()
+        committed.set()
+        release.wait(10)  # the rename, slow
+        return "installed"
+
+    async def main() -> tuple[str, bool]:
+        task = asyncio.ensure_future(run_blocking(install, dirfd))
+        while not committed.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        waited = not task.done()
+        release.set()
+        return await task, waited
+
+    try:
+        assert run_loop(main()) == ("installed", True)
+    finally:
+        os.close(dirfd)
+
+
+def test_a_cancel_before_the_commit_ends_the_wait_at_once_and_the_job_stops(tmp_path, run_loop):
+    dirfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    started, release, told = threading.Event(), threading.Event(), []
+
+    def slow(fd: int, cancel) -> str:
+        started.set()
+        release.wait(10)
+        told.append(cancel.commit())
+        return "installed"
+
+    async def main() -> None:
+        task = asyncio.ensure_future(run_blocking(slow, dirfd))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+        while not told:
+            await asyncio.sleep(0.01)
+
+    try:
+        run_loop(main())
+    finally:
+        os.close(dirfd)
+    assert told == [False]  # the job is told not to install
+
+
 def test_a_devices_filesystem_type_is_asked_again_after_a_while(tmp_path, monkeypatch):
     """It was cached for good: a device number an unmounted tmpfs left, reused by an NFS mount, kept
     its reads on the event loop, where one that hangs stops every client."""

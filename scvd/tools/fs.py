@@ -62,6 +62,14 @@ def _check_cancel(cancel: Any) -> None:
         raise Cancelled("the call was cancelled; nothing was changed")
 
 
+def _commit(cancel: Any) -> None:
+    """_check_cancel() before a step that is not undone: with run_blocking's flag, a cancel after
+    this waits for the step, so the call ends with what was done, not as cancelled."""
+    commit = getattr(cancel, "commit", None)  # a plain Event (tests) has none
+    if not (commit() if commit is not None else not cancel.is_set()):
+        raise Cancelled("the call was cancelled; nothing was changed")
+
+
 # --- reading -------------------------------------------------------------------
 
 
@@ -277,7 +285,9 @@ def write_file(
             inspect_target(parent, real, path, mode)  # again, right before install
             if expected_sha256:
                 _check_sha(parent, real, path, expected_sha256, cancel)
-            _check_cancel(cancel)  # hashing a big file takes seconds: the call may have ended meanwhile
+            # hashing a big file takes seconds: the call may have ended meanwhile; past this, a
+            # cancel waits for the rename (workers.CancelFlag), so `cancelled` means unchanged
+            _commit(cancel)
             _install(parent, tmp, real[-1], path, mode)
         except BaseException:
             _unlink_quiet(parent, tmp)
