@@ -25,9 +25,11 @@ _AUTH_VALUE = re.compile(r"(?:bearer|basic|token|bot) +(\S{8,})", re.IGNORECASE)
 
 def redact(text: str, secrets: dict[str, str]) -> str:
     """`text` with every form of each secret's value (as printed, or escaped) as `[secret KEY]`."""
-    if not secrets:
-        return text
-    for form, standin in _ordered(tuple(sorted(secrets.items()))):
+    return _hidden(text, _ordered(tuple(sorted(secrets.items())))) if secrets else text
+
+
+def _hidden(text: str, ordered: tuple[tuple[str, str], ...]) -> str:
+    for form, standin in ordered:
         if form in text:
             text = text.replace(form, standin)
     return text
@@ -50,10 +52,7 @@ def hide_in_logs(secrets: Mapping[str, str]) -> None:
 
 def for_logs(text: str) -> str:
     """A log line with every form of the secrets read so far as `[secret KEY]`."""
-    for form, standin in _ordered(_in_logs) if _in_logs else ():
-        if form in text:
-            text = text.replace(form, standin)
-    return text
+    return _hidden(text, _ordered(_in_logs)) if _in_logs else text
 
 
 def redact_tree(value: object, secrets: dict[str, str]) -> object:

@@ -122,20 +122,16 @@ async def run_blocking(fn: Callable[..., Any], workspace_fd: int, *args: Any) ->
         finally:
             os.close(fd)
 
-    running = asyncio.ensure_future(_on(_pool, job))
-    try:
-        return await asyncio.shield(running)
+    done = _submit(_pool, job)
+    try:  # shielded: a cancel must not drop the outcome of a job that has committed
+        ok, value = await asyncio.shield(done)
     except asyncio.CancelledError:
         if cancel.cancel():
-            running.add_done_callback(_unheard)
             raise
-        return await running  # a second cancel (scvd stopping) still ends the wait
-
-
-def _unheard(done: asyncio.Future[Any]) -> None:
-    """A cancelled job's end, which nobody awaits (its `Cancelled`, or a failure): not logged."""
-    if not done.cancelled():
-        done.exception()
+        ok, value = await done  # a second cancel (scvd stopping) still ends the wait
+    if ok:
+        return value
+    raise value
 
 
 async def run_check(fn: Callable[..., Any], *args: Any) -> Any:
@@ -147,8 +143,16 @@ async def run_check(fn: Callable[..., Any], *args: Any) -> Any:
 
 async def _on(pool: Pool, job: Callable[[], Any]) -> Any:
     """job() on a thread of `pool`: its result, or its exception raised here."""
+    ok, value = await _submit(pool, job)
+    if ok:
+        return value
+    raise value
+
+
+def _submit(pool: Pool, job: Callable[[], Any]) -> asyncio.Future[tuple[bool, Any]]:
+    """job() on a thread of `pool`; the future's result is (True, its value) or (False, what it raised)."""
     loop = asyncio.get_running_loop()
-    done: asyncio.Future = loop.create_future()
+    done: asyncio.Future[tuple[bool, Any]] = loop.create_future()
 
     def settle(outcome: tuple[bool, Any]) -> None:
         if not done.done():
@@ -165,10 +169,7 @@ async def _on(pool: Pool, job: Callable[[], Any]) -> Any:
             pass  # the loop is gone (shutdown); nobody waits for this result
 
     pool.submit(work)
-    ok, value = await done
-    if ok:
-        return value
-    raise value
+    return done
 
 
 def in_own_thread(fn: Callable[[], Any], name: str) -> tuple[asyncio.Future[Any], threading.Thread]:

@@ -27,7 +27,7 @@ from conftest import shared_dir_for_other_uids
 from scvd.tools import build_registry, fs
 from scvd.tools.contract import ToolRisk
 from scvd.tools.secret_paths import secret_reason
-from scvd.workers import INLINE_BYTES
+from scvd.workers import INLINE_BYTES, CancelFlag
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -628,8 +628,8 @@ def test_write_of_secret_like_path_says_so(ws: Workspace) -> None:
 
 def test_cancel_before_install_changes_nothing(ws: Workspace) -> None:
     (ws.root / "a.txt").write_text("old")
-    flag = threading.Event()
-    flag.set()
+    flag = CancelFlag()
+    flag.cancel()
     with pytest.raises(Cancelled):
         fs.write_file(ws.fd, "a.txt", b"new" * 1000, "replace", cancel=flag)
     assert (ws.root / "a.txt").read_text() == "old"
@@ -812,6 +812,9 @@ class SlowFlag:  # called once per 1 MiB chunk: makes the write long enough to k
     def is_set(self):
         time.sleep(0.01)
         return False
+
+    def commit(self):
+        return True
 
 fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
 write_file(fd, "big.txt", b"N" * (200 << 20), "replace", cancel=SlowFlag())

@@ -53,6 +53,9 @@ class _Never:
     def is_set(self) -> bool:
         return False
 
+    def commit(self) -> bool:
+        return True
+
 
 NEVER = _Never()
 
@@ -65,8 +68,7 @@ def _check_cancel(cancel: Any) -> None:
 def _commit(cancel: Any) -> None:
     """_check_cancel() before a step that is not undone: with run_blocking's flag, a cancel after
     this waits for the step, so the call ends with what was done, not as cancelled."""
-    commit = getattr(cancel, "commit", None)  # a plain Event (tests) has none
-    if not (commit() if commit is not None else not cancel.is_set()):
+    if not cancel.commit():
         raise Cancelled("the call was cancelled; nothing was changed")
 
 
