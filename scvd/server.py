@@ -102,6 +102,7 @@ class Daemon:
         self._refusals = limits.RefusalLog()
         self._chat: ChatService | None = None  # made by the first chat request (the property `chat`)
         self._asides: dict[Connection, set[asyncio.Future[Any]]] = {}  # requests answered out of order
+        self._unanswered: dict[object, tuple[Connection, Any]] = {}  # requests whose handler waits: a stop answers them
         # a call that carries a turn id (a chat's, or a client's own) is refused when nobody could decide it
         self.gate.screen = lambda owner, info: screen(self, owner, info)
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
@@ -287,9 +288,10 @@ class Daemon:
             await asyncio.wait(set(self.secret_requests.storing), timeout=left())
         # 3. the audit log writes what it buffered (before anything that may wait: systemd's
         #    TimeoutStopSec ends in SIGKILL), stop the MCP servers (each within its stop grace, with
-        #    its process group), close every client and session
+        #    its process group), answer the requests whose handler still waits, close every client and session
         self._flush_audit()
         await self.mcp.close()
+        self._answer_unanswered()
         for conn in list(self.connections):
             self._drop_connection(conn)
         self.mcp_hosts.close()  # hosts still ending let go of their pipes (and put their flags back)
@@ -543,7 +545,13 @@ class Daemon:
                 return self._answer_later(conn, answer, request_id)
         return None
 
-    async def _answer_later(self, conn: Connection, waiting: Awaitable[p.Frame], request_id: Any) -> None:
+    def _answer_later(self, conn: Connection, waiting: Awaitable[p.Frame], request_id: Any) -> Awaitable[None]:
+        token = object()  # listed from now (not from the task's first step): a stop may come before it
+        self._unanswered[token] = (conn, request_id)
+        return self._answer_when_done(conn, waiting, request_id, token)
+
+    async def _answer_when_done(self, conn: Connection, waiting: Awaitable[p.Frame], request_id: Any,
+                                token: object) -> None:
         try:
             answer = await waiting
         except errors.ScvError as exc:
@@ -553,6 +561,17 @@ class Daemon:
             self._send_error(conn, exc, request_id)
         else:
             self._send(conn, answer)
+        finally:
+            self._unanswered.pop(token, None)
+
+    def _answer_unanswered(self) -> None:
+        """At the stop, just before the connections close: requests whose handler still waits (a
+        session.open's skill walk on a hung mount) are told why no answer comes, not left to an EOF."""
+        stopping = errors.Unavailable("scvd is stopping and will not answer this request; "
+                                      "send it again once scvd is back")
+        for conn, request_id in self._unanswered.values():
+            self._send_error(conn, stopping, request_id)
+        self._unanswered.clear()
 
     def _dispatch(self, conn: Connection, frame: Any) -> p.Frame | Awaitable[p.Frame] | None:
         """The handler's answer: a frame, an awaitable of one for handlers that wait (async ones), or

@@ -356,6 +356,10 @@ def _main(argv: list[str]) -> int:
     # a hung mount: a reload's read of config.toml, or its sandbox probe, blocks while that file exists
     if "HARNESS_HANG_LOAD_WHILE" in os.environ:
         scvd.server.load = _hanging(scvd.server.load, Path(os.environ["HARNESS_HANG_LOAD_WHILE"]))
+    if "HARNESS_HANG_SKILLS_WHILE" in os.environ:  # a session.open's skill walk under a hung mount
+        import scvd.skills
+
+        scvd.skills.discover = _hanging(scvd.skills.discover, Path(os.environ["HARNESS_HANG_SKILLS_WHILE"]))
     if "HARNESS_HANG_PROBE_WHILE" in os.environ:
         import scvd.sandbox
 

@@ -818,6 +818,25 @@ def test_a_thread_stuck_in_a_blocking_call_cannot_hold_the_exit(make_wrapped, tm
     assert "exiting without waiting for 1 thread(s) still in a blocking call: " in d.log()
 
 
+def test_a_session_open_still_waiting_when_scvd_stops_is_told_to_retry(make_wrapped, tmp_path, workspace):
+    """A session.open whose skill walk hung (a hung mount) when SIGTERM came got no answer at all:
+    its client read a bare end of stream."""
+    with hang_point(tmp_path / "hang") as hang:
+        d = make_wrapped(env={"HARNESS_HANG_SKILLS_WHILE": str(hang)})
+        with RawConn(d.socket) as conn:
+            conn.hello()
+            conn.send({"type": "session.open", "id": 7, "workspace": str(workspace)})
+            reached(hang, "the session's skill walk to hang")
+            d.proc.send_signal(signal.SIGTERM)
+            answer = conn.frame()
+            assert conn.closed_by_server()
+    assert isinstance(answer, p.Error) and answer.id == 7, answer
+    assert (answer.code, answer.kind) == ("failed", "unavailable")
+    assert answer.message == "scvd is stopping and will not answer this request; send it again once scvd is back"
+    assert d.proc.wait(15) == 0
+    clean_log(d.log())
+
+
 @pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
 def test_a_second_sigint_once_the_loop_has_closed_exits_at_once(make_wrapped, tmp_path, event_loop):
     """Once the loop had closed (scvd waiting for a stuck thread), Ctrl-C again was a KeyboardInterrupt
