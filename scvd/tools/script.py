@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from .. import passenv
 from .. import validation_text as vt
-from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
+from ..errors import ConfigError, CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import CUT_MARKER, run_process
 from ..redact import forms, redact, redact_tree
 from ..secrets import SecretStore, off_loop
@@ -225,7 +225,13 @@ class ScriptTool(Tool):
         for key in self.definition.spec.secrets:
             try:
                 value = await store.get_async(key)
-            except ScvError as exc:  # a broken secrets.toml, a locked keyring: the message says what to do
+            except ConfigError as exc:  # the file's path and parse detail are for its owner, not the model
+                log.warning("%s: cannot look up its secret %s: %s", self.name, key, exc.message)
+                raise Unavailable(
+                    f"{self.name}: cannot look up its secret {key}: scvd's secrets file cannot be read; its owner "
+                    "must fix it (`scvctl secrets list` says what is wrong)",
+                    hint="ask the owner to run `scvctl secrets list` and fix what it says") from None
+            except ScvError as exc:  # a locked keyring: the message says what to do
                 kind = Unavailable if isinstance(exc, Unavailable) else Failed  # unlock it, not store_secret
                 raise kind(f"{self.name}: cannot look up its secret {key}: {exc.message}",
                            hint=getattr(exc, "hint", None)) from None

@@ -578,18 +578,27 @@ def test_a_locked_keyring_is_unavailable_saying_to_unlock_it_not_a_missing_secre
     assert unlocked.ok and unlocked.result["sha256"] == hashlib.sha256(b"tok-123").hexdigest()
 
 
-def test_a_broken_secrets_file_fails_the_call_saying_which_file_and_why(make_daemon, scv_home, workspace,
-                                                                         tmp_path):
+def test_a_broken_secrets_file_tells_the_model_to_ask_the_owner_and_the_log_why(make_daemon, scv_home,
+                                                                                 workspace, tmp_path):
+    """The model read the file's full path and TOML parse detail, which are no business of its (and
+    which it cannot fix): those go to scvd's log and `scvctl secrets list`."""
     marker = tmp_path / "ran"
     make_tool(scv_home, "token", f"#!/bin/bash\ntouch {marker}\n", risk="read_only", secrets=["API_TOKEN"])
-    (scv_home / "secrets.toml").write_text("API_TOKEN = 5\n")
-    (scv_home / "secrets.toml").chmod(0o600)
+    secrets_file = scv_home / "secrets.toml"
+    secrets_file.write_text('API_TOKEN = "tok\n')
+    secrets_file.chmod(0o600)
     d = make_daemon(home=scv_home, env={"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
     with d.client() as c:
         done = c.call(c.open_session(workspace), "script_token", {"text": "x"})
-    assert done.error.kind == "failed"
-    assert "script_token: cannot look up its secret API_TOKEN" in done.error.message
-    assert f"{scv_home / 'secrets.toml'}: 'API_TOKEN' must be a name" in done.error.message
+    assert done.error.kind == "unavailable"
+    assert done.error.message == (
+        "script_token: cannot look up its secret API_TOKEN: scvd's secrets file cannot be read; its owner must "
+        "fix it (`scvctl secrets list` says what is wrong)")
+    assert done.error.hint == "ask the owner to run `scvctl secrets list` and fix what it says"
+    assert f"{secrets_file}: not valid TOML (" in d.log()
+    listed = subprocess.run([sys.executable, "-m", "scvctl", "secrets", "list"], env=dict(d.env),
+                            capture_output=True, text=True, timeout=60)
+    assert f"{secrets_file}: not valid TOML (" in listed.stderr
     assert not marker.exists()
 
 
