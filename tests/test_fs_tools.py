@@ -163,6 +163,25 @@ def test_later_pages_of_an_unchanged_big_file_read_only_their_range(ws: Workspac
         ws.call("write", path="big.log", content="new\n", mode="replace", expected_sha256=sha(data))
 
 
+def test_a_window_of_a_huge_file_reads_only_the_window_and_gives_no_sha256(ws: Workspace) -> None:
+    """A read of a few bytes (or limit 0) of a sparse 4 GiB file hashed all 4 GiB for its sha256:
+    seconds to minutes of CPU, a worker held all along, for a check `write` can hardly use there."""
+    huge = ws.root / "huge.log"
+    with open(huge, "wb") as f:
+        f.truncate(4 << 30)  # sparse: no disk used
+        f.seek((3 << 30) + 5)
+        f.write(b"the log line\n")
+    before = rchar()
+    window = ws.call("read", path="huge.log", offset=(3 << 30) + 9, limit=4)
+    sized = ws.call("read", path="huge.log", limit=0)
+    assert rchar() - before < (1 << 20), "the read hashed the whole file"
+    assert (window["content"], window["total_bytes"], window["truncated"], window["sha256"]) == (
+        "log ", 4 << 30, True, None)
+    assert (sized["length"], sized["total_bytes"], sized["sha256"]) == (0, 4 << 30, None)
+    ws.call("write", path="huge.log", content="short now\n", mode="replace")  # no expected_sha256 to give
+    assert ws.call("read", path="huge.log")["sha256"] == sha(b"short now\n")
+
+
 def test_a_write_that_finds_a_remembered_sha256_stale_forgets_it(ws: Workspace) -> None:
     """Where a filesystem's timestamps miss a change (a FUSE mount reporting fixed times), a big file's
     remembered sha256 goes stale: every read gave it again, so every write with it failed, though
@@ -669,7 +688,10 @@ def test_a_write_cancelled_while_it_checks_expected_sha256_is_not_installed(ws: 
     big = ws.root / "big.log"
     with open(big, "wb") as f:
         f.truncate(512 << 20)  # sparse: cheap to make, ~1 s to hash
-    seen = fs.read_file(ws.fd, "big.log", limit=0)["sha256"]
+    zeros, digest = bytes(1 << 20), hashlib.sha256()
+    for _ in range(512):  # read gives no sha256 of a file this big
+        digest.update(zeros)
+    seen = digest.hexdigest()
     # the temp file (4 bytes) is written at once: 0.1 s later the old file's hash is under way
     cancel_once_writing(ws, {"path": "big.log", "content": "new\n", "mode": "replace", "expected_sha256": seen}, 0.1)
     assert big.stat().st_size == 512 << 20, "a cancelled write was installed"

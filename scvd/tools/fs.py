@@ -42,6 +42,9 @@ SUMMARY_LINE_CHARS = 160
 RENAME_NOREPLACE = 1
 DIGEST_MIN_BYTES = CHUNK  # a file this big has its sha256 remembered; a smaller one hashes in a millisecond
 DIGEST_ENTRIES = 32  # files whose sha256 is remembered, the oldest forgotten first
+# read gives no sha256 (null) of a larger file: hashing takes its whole length (minutes for a sparse disk
+# image) for a stale-write check that `write` can hardly use there (its content is one frame, ~1 MiB)
+HASH_MAX_BYTES = 64 << 20
 # A file changed this recently may change again within one tick of its filesystem's timestamps
 # (a jiffy; FAT's 2 s) and keep its stat key: its sha256 is not remembered until it is older.
 SETTLED_NS = 3 * 10**9
@@ -99,11 +102,12 @@ def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_
 def read_open(fd: int, st: os.stat_result, path: str, parts: tuple[str, ...], real: tuple[str, ...], offset: int,
               limit: int, cancel: Any = NEVER) -> dict[str, Any]:
     """`read_file` on a file already opened by `containment.open_regular` (fd at offset 0, not closed here;
-    `st` its fstat). A big file whose sha256 is remembered (`_digests`) is read only in its range."""
+    `st` its fstat). A big file whose sha256 is remembered (`_digests`), and one over HASH_MAX_BYTES
+    (its sha256 None), is read only in its range."""
     key = _digest_key(st)
     digest = _digests.get(key) if key else None
-    if digest is not None:  # [offset-3, offset+limit), as _scan keeps
-        lo, size = max(0, offset - 3), key[2]
+    if digest is not None or st.st_size > HASH_MAX_BYTES:  # [offset-3, offset+limit), as _scan keeps
+        lo, size = max(0, offset - 3), st.st_size
         window = os.pread(fd, offset + limit - lo, lo)
         split_at = min(offset, size) - lo
         return _answer(path, parts, real, offset, window[:split_at], window[split_at:], size, digest)
@@ -164,7 +168,7 @@ def read_small(fd: int, size: int, path: str, parts: tuple[str, ...], real: tupl
 
 
 def _answer(path: str, parts: tuple[str, ...], real: tuple[str, ...], offset: int,
-            before: bytes, data: bytes, total: int, digest: str) -> dict[str, Any]:
+            before: bytes, data: bytes, total: int, digest: str | None) -> dict[str, Any]:
     if offset > total:
         raise Failed(f"offset {offset} is past the end of {show(path)} (total_bytes {total}); use an offset from 0 to {total}")
     try:
