@@ -532,7 +532,10 @@ def _print_completed(done: p.CallCompleted, args: argparse.Namespace) -> int:
             return reader_left(EXIT_OK if done.ok else EXIT_ERROR)
     elif done.ok:
         result = done.result
-        print(result if isinstance(result, str) else json.dumps(result, indent=2, ensure_ascii=False))
+        text = result if isinstance(result, str) else json.dumps(result, indent=2, ensure_ascii=False)
+        # a terminal would run what a file or tool put there (JSON escapes C0 only): a C1 CSI, OSC 52's
+        # clipboard write, a bidi override; a pipe gets the text as it is
+        print(printable(text) if sys.stdout.isatty() else text)
     else:
         err = done.error  # escaped, as scvctl chat does: a timeout's message carries the command's output
         print(f"{err.kind}: {printable(err.message)}", file=sys.stderr)

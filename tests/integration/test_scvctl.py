@@ -321,6 +321,27 @@ def test_call_read_prints_the_result(daemon: DaemonProc, workspace: Path):
     assert json.loads(out.stdout)["content"] == "hello\n"
 
 
+def test_call_on_a_terminal_escapes_control_characters_and_a_pipe_gets_them_as_they_are(daemon: DaemonProc,
+                                                                                        workspace: Path):
+    """A file's escape sequences reached the terminal raw (JSON escapes only C0): a C1 CSI set colours,
+    an OSC 52 wrote the clipboard, a bidi override reordered what the person read."""
+    from test_masked_input import Terminal
+
+    text = "a\u009b31mred \u009d52;c;aGk=\u009c \u202eevil\x7f\n"
+    (workspace / "esc.txt").write_text(text)
+    argv = [sys.executable, "-m", "scvctl", "call", "--workspace", str(workspace), "read", '{"path": "esc.txt"}']
+    term = Terminal(argv, base_env(daemon.home))
+    try:
+        shown = term.finish().decode()
+    finally:
+        term.close()
+    assert term.proc.returncode == 0, shown
+    assert '"content": "a\\x9b31mred \\x9d52;c;aGk=\\x9c \\u202eevil\\x7f\\n",' in shown, shown
+    assert not any(c in shown for c in "\x1b\x9b\x9c\x9d\x7f\u202e"), shown
+    piped = scvctl(daemon, "call", "--workspace", str(workspace), "read", '{"path": "esc.txt"}')
+    assert piped.returncode == 0 and json.loads(piped.stdout)["content"] == text
+
+
 def test_call_waits_for_approval_from_another_terminal(daemon: DaemonProc, workspace: Path):
     call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "write",
                         '{"path": "new.txt", "content": "x", "mode": "create"}')
