@@ -80,7 +80,8 @@ def _commit(cancel: Any) -> None:
 
 def read_file(dirfd: int, path: str, offset: int = 0, limit: int = DEFAULT_READ_LIMIT,
               approved: tuple[str, ...] | None = None, cancel: Any = NEVER, *, small_only: bool = False) -> Any:
-    """Read bytes [offset, offset+limit) of a workspace file as UTF-8, with the whole file's sha256.
+    """Read bytes [offset, offset+limit) of a workspace file as UTF-8, with the whole file's sha256
+    (None over HASH_MAX_BYTES).
 
     With small_only, None unless the file is small enough to read on the event loop (`inline_ok`).
     `approved`: the real components plan() judged (secret-like or not); a path leading elsewhere now is refused.
