@@ -557,7 +557,7 @@ def _read_arguments(max_limit: int) -> type[msgspec.Struct]:
         ge=0, description="Byte offset to start at, e.g. 65536 to continue after a truncated read.")]
     limit = Annotated[int, msgspec.Meta(
         ge=0, le=max_limit,
-        description=f"Bytes to return at most (up to {max_limit}), e.g. {min(4096, max_limit)}; 0 returns only the sha256.")]
+        description=f"Bytes to return at most (up to {max_limit}), e.g. {min(4096, max_limit)}; 0 returns only the sha256 (null for a file over {HASH_MAX_BYTES >> 20} MiB).")]
     return msgspec.defstruct(
         "ReadArguments",
         [("path", path), ("offset", offset, 0), ("limit", limit, min(DEFAULT_READ_LIMIT, max_limit))],
