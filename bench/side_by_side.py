@@ -24,8 +24,10 @@ One run, interleaved rounds, one client, a 4 KiB file (the issue 9 goals):
   first, as an installed package has it); and spawn to the answer of a `ping`
   sent the moment READY=1 came (READY=1 goes out before the server is loaded:
   that connection waits in the socket's queue until the loop serves it);
-- rss_mib: the daemon idle after start and after the load; what importing the
-  heavy optional dependencies (openai, mcp, jsonschema, keyring) would add.
+- rss_mib: the daemon idle after start, after the load, and after a burst of
+  large reads from 32 clients at once (the worker threads all busy; with
+  --before, the older daemon's too); what importing the heavy optional
+  dependencies (openai, mcp, jsonschema, keyring) would add.
 
 Usage: python bench/side_by_side.py [--rounds 20] [--per-round 100] [--seconds 3] [--one-cpu] [--two-cpus]
                                     [--before CHECKOUT] [--latency-only]
@@ -350,6 +352,23 @@ async def fixed_calls(path: Path, workspace: Path, clients: int, calls: int) -> 
 
     await asyncio.gather(*(run(*c) for c in conns))
     return clients * calls / (time.perf_counter() - t0)
+
+
+async def large_reads(path: Path, workspace: Path, clients: int = 32, calls: int = 4) -> None:
+    """A burst that keeps the worker threads busy at once: each client reads 64 KiB of its own 3 MiB
+    file (a first read hashes all of it, on a worker), `calls` times."""
+    async def run(i: int) -> None:
+        reader, writer, first = await async_client(path, workspace)
+        session = msgspec.json.decode(first)["session"]
+        frame = msgspec.json.encode({"type": "call", "id": 3, "session": session, "tool": "read",
+                                     "arguments": {"path": f"large{i}.txt", "limit": 65536}}) + b"\n"
+        for _ in range(calls):
+            await one_call(reader, writer, frame)
+        writer.close()
+
+    for i in range(clients):
+        (workspace / f"large{i}.txt").write_bytes(f"line {i} of a large file\n".encode() * 120_000)
+    await asyncio.gather(*(run(i) for i in range(clients)))
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -680,6 +699,14 @@ def main() -> None:
         result["calls_per_s"] = throughput({"": d, **({"before_": d_before} if d_before else {})},
                                            workspace, args.seconds)
         rss["daemon_idle_after_load"] = d.rss_mib()
+        for key, daemon in (("", d), ("before_", d_before)):
+            if daemon:
+                loop = new_loop()
+                try:
+                    loop.run_until_complete(large_reads(daemon.socket, workspace))
+                finally:
+                    loop.close()
+                rss[f"{key}daemon_idle_after_large_reads"] = daemon.rss_mib()
         d.stop()
         for other in (d_asyncio, d_before):
             if other:

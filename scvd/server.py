@@ -177,6 +177,7 @@ class Daemon:
             await self.shutdown()
 
     async def startup(self, inherited: list[socket.socket]) -> None:
+        heap.one_arena()  # before the workers' threads: an arena each would keep a burst's pages
         try:
             await self._start(inherited)
         except BaseException:

@@ -20,3 +20,8 @@ def test_freed_heap_pages_are_given_back() -> None:
     assert heap.trim() is True
     assert before - resident_mib() > 24, "most of the 32 MiB freed should have left the resident set"
     assert len(keep) == 16 << 10
+
+
+def test_one_arena_leaves_a_malloc_arena_max_the_person_set_to_glibc() -> None:
+    assert heap.one_arena({"MALLOC_ARENA_MAX": "4"}) is False  # glibc read it at start; theirs stands
+    assert heap.one_arena({}) is True  # glibc: mallopt(M_ARENA_MAX, 1) took
