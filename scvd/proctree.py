@@ -69,6 +69,16 @@ def descendants(procs: Mapping[int, ProcStat], roots: Iterable[int]) -> set[int]
     return found
 
 
+def parents_first(procs: Mapping[int, ProcStat], pids: Iterable[int]) -> list[int]:
+    """`pids` ordered by their depth in the parent tree of `procs`, shallowest first."""
+    def depth(pid: int) -> int:
+        n = 0
+        while pid in procs and n < len(procs):  # bounded: a snapshot read over time may hold a stale loop
+            pid, n = procs[pid].ppid, n + 1
+        return n
+    return sorted(pids, key=depth)
+
+
 # --- signalling (guarded) ------------------------------------------------------
 
 

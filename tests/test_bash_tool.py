@@ -332,6 +332,17 @@ def test_a_sandboxed_background_process_dies_with_the_call(ws, real_sandbox):
     assert not [p for p in os.listdir("/proc") if p.isdigit() and _alive_in(p, ws)]
 
 
+async def _cancel_once_started(tool: Bash, ctx: CallContext, command: str, started: Path) -> None:
+    args = tool.decode({"command": command})
+    task = asyncio.ensure_future(tool.run(args, tool.plan(args, ctx), ctx))
+    for _ in range(4000):
+        if started.exists():
+            break
+        await asyncio.sleep(0.005)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
 
 @pytest.mark.bwrap
 def test_a_cancelled_sandboxed_command_gets_its_sigterm_cleanup(ws, real_sandbox):
@@ -339,23 +350,31 @@ def test_a_cancelled_sandboxed_command_gets_its_sigterm_cleanup(ws, real_sandbox
     script = "trap 'sleep 0.2; echo cleaned > cleanup.txt; exit' TERM; touch started; sleep 1000 & wait"
     tool = Bash(Config(), env={**os.environ, "HOME": str(ws.parent)})
     ctx = make_ctx(ws, sandbox=real_sandbox)
-
-    async def cancel_once_started() -> None:
-        args = tool.decode({"command": script})
-        task = asyncio.ensure_future(tool.run(args, tool.plan(args, ctx), ctx))
-        for _ in range(400):
-            if (ws / "started").exists():
-                break
-            await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
     try:
-        asyncio.run(cancel_once_started())
+        asyncio.run(_cancel_once_started(tool, ctx, script, ws / "started"))
     finally:
         os.close(ctx.workspace_fd)
     assert (ws / "cleanup.txt").read_text() == "cleaned\n"  # as unsandboxed: TERM, then up to 2 s
+
+
+@pytest.mark.bwrap
+def test_a_cancelled_sandboxed_command_gets_its_sigterm_before_its_child(ws, real_sandbox):
+    # the TERM went to the sandbox's processes one by one, in a set's order: the `sleep` got it
+    # first, bash saw its `wait` end, exited 0 and never ran its trap. On one CPU the woken
+    # processes run before the next kill, which made that common (about 1 start in 10).
+    tool = Bash(Config(), env={**os.environ, "HOME": str(ws.parent)})
+    ctx = make_ctx(ws, sandbox=real_sandbox)
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})  # this thread starts the processes: they inherit it
+    try:
+        for i in range(20):
+            script = f"trap 'echo cleaned > cleanup{i}; exit' TERM; touch started{i}; sleep 1000 & wait"
+            asyncio.run(_cancel_once_started(tool, ctx, script, ws / f"started{i}"))
+    finally:
+        os.sched_setaffinity(0, cpus)
+        os.close(ctx.workspace_fd)
+    assert sorted(p.name for p in ws.glob("cleanup*")) == sorted(f"cleanup{i}" for i in range(20))
+
 
 def _alive_in(pid: str, ws: Path) -> bool:
     stat = read_stat(int(pid))
