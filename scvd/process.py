@@ -8,8 +8,8 @@ Rules it keeps (seed 000, DESIGN.md "Process runner"):
   the tail; memory stays bounded whatever the child writes. With `stderr_limit`,
   stderr gets its own pipe and cap (script tools: stdout is the result).
 - Deadline: SIGKILL to everything of the call at once. Cancel: SIGTERM (and
-  SIGCONT, for a stopped process), up to 2 s, then SIGKILL. A signal goes to whole groups
-  first, then to each process, parents before children. With `wrapper` (argv[0] is the sandbox's bwrap, which dies
+  SIGCONT, for a stopped process), up to 2 s, then SIGKILL. A signal reaches parents before
+  their children (a group at once, at its leader's turn). With `wrapper` (argv[0] is the sandbox's bwrap, which dies
   at SIGTERM and takes what it runs down with it at once) the TERM goes only to
   what runs inside, and bwrap leaves when that does. After the leader exits, whatever is left is killed and the
   pipe is drained for at most `DRAIN_SECONDS`, so `sleep 1000 &` cannot hold a
@@ -266,13 +266,11 @@ class _Run:
         # the group id outlives its leader only while a member holds it; else the pid may be reused
         if (self.popen.returncode is None or live) and not inside:
             signal_group(self.pid, sig)
-        # whole groups (one kill each) before single processes, parents before children: a shell
-        # whose child got a TERM first saw it end and exited 0 before its own TERM (its trap unrun)
-        live = parents_first(procs, live)
-        for pid in live:
+        # parents before children: a shell whose child got a TERM first saw it end and exited 0
+        # before its own TERM came, its trap never run (set order put the child first)
+        for pid in parents_first(procs, live):
             if procs[pid].pgid == pid:  # a group of its own (setsid; bwrap's inside): its newest forks are in it
                 signal_group(pid, sig)
-        for pid in live:
             signal_pid(pid, sig)
         return len(live)
 
