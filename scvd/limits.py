@@ -6,6 +6,9 @@ Rules (each a pure function here; the server asks them before it takes on an fd)
 - Connections and sessions (one fd each) share a budget: the soft RLIMIT_NOFILE,
   raised to the hard limit at start, minus the fds open at start, minus a reserve
   for tools' pipes and files and for accepting one more connection.
+- Children get the soft limit scvd started with (`child_nofile()`), not the raised one:
+  programs that use select() or loop over every possible fd break or crawl above 1024
+  (systemd.exec's advice for LimitNOFILE=).
 - HEADROOM connection slots are kept for peers scvd did not start: sessions and
   processes started by scvd (tools, agents) never take them, so an approver's
   `scvctl status` or `scvctl approvals` still connects when the rest is full.
@@ -19,6 +22,8 @@ import logging
 import os
 import resource
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 log = logging.getLogger("scvd.server")
 
@@ -93,8 +98,29 @@ class RefusalLog:
 # --- the OS side ------------------------------------------------------------------
 
 
+def child_nofile(started: int, soft: int, hard: int) -> tuple[int, int] | None:
+    """The RLIMIT_NOFILE a child is to get, or None to leave it what scvd has: what scvd started
+    with (`started`), when scvd raised its soft limit since."""
+    if started >= soft:
+        return None
+    return started, hard
+
+
+_child_limit: tuple[int, int] | None = None  # set once scvd raised its soft limit
+
+
+def restore_in_child() -> Callable[[], None] | None:
+    """A preexec_fn that gives a child the soft limit scvd started with; None when there is
+    nothing to restore (then Popen keeps its vfork, a preexec_fn forces a fork: ~2 ms a spawn)."""
+    if _child_limit is None:
+        return None
+    return partial(resource.setrlimit, resource.RLIMIT_NOFILE, _child_limit)
+
+
 def raise_nofile() -> tuple[int, int]:
-    """Raise the soft RLIMIT_NOFILE to the hard limit; (soft before, soft now)."""
+    """Raise the soft RLIMIT_NOFILE to the hard limit; (soft before, soft now). From then on,
+    `restore_in_child()` gives children the soft limit from before."""
+    global _child_limit
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard
     if hard == resource.RLIM_INFINITY:  # Linux refuses more than fs.nr_open
@@ -105,7 +131,9 @@ def raise_nofile() -> tuple[int, int]:
         except (ValueError, OSError) as exc:
             log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
             return soft, soft
-    return soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    _child_limit = child_nofile(soft, now, hard) or _child_limit  # a second start keeps the first's
+    return soft, now
 
 
 def measure() -> FdBudget:

@@ -3,7 +3,8 @@
 Rules it keeps (seed 000, DESIGN.md "Process runner"):
 - The child leads a new session and process group, reads /dev/null (or the
   caller's `input` bytes, from an in-memory file), and gets an explicit
-  environment (`child_env()`, a pure function).
+  environment (`child_env()`, a pure function) and the soft RLIMIT_NOFILE scvd
+  started with (`limits.child_nofile()`).
 - stdout and stderr share one pipe read into one byte cap that keeps the head and
   the tail; memory stays bounded whatever the child writes. With `stderr_limit`,
   stderr gets its own pipe and cap (script tools: stdout is the result).
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from . import guardian
+from . import guardian, limits
 from .notify import MANAGER_VARS
 from .proctree import (  # noqa: F401 - set_child_subreaper and friends are re-exported for the server
     ProcStat,
@@ -330,6 +331,7 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
             popen = subprocess.Popen(
                 argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
                 stdout=write_fd, stderr=err_write, start_new_session=True, close_fds=True, pass_fds=bind_fds,
+                preexec_fn=limits.restore_in_child(),  # bwrap, when it is the child, passes it on
             )
             _LEADERS.add(popen.pid)  # so no run's orphan sweep (see _orphans) nor reaper takes it
             guardian.watch(popen.pid)  # its group dies with scvd, should scvd die first
@@ -563,6 +565,7 @@ def spawn_service(argv: list[str], cwd: str | Path, env: Mapping[str, str]) -> s
             popen = subprocess.Popen(
                 argv, cwd=cwd, env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True, close_fds=True, pass_fds=bind_fds,
+                preexec_fn=limits.restore_in_child(),
             )
             _LEADERS.add(popen.pid)
             guardian.watch(popen.pid)

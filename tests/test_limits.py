@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from scvd.limits import HEADROOM, FdBudget, RefusalLog, refuse_connection, refuse_session
+from scvd.limits import HEADROOM, FdBudget, RefusalLog, child_nofile, refuse_connection, refuse_session
 
 BUDGET = FdBudget(limit=1024, base=24)  # reserve 128: 872 fds for connections and sessions
 
@@ -61,6 +61,11 @@ from scvd.limits import raise_nofile
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 200))
 print(*raise_nofile(), *resource.getrlimit(resource.RLIMIT_NOFILE))
 """
+
+
+def test_children_get_back_the_soft_limit_scvd_started_with():
+    assert child_nofile(1024, 524288, 524288) == (1024, 524288)
+    assert child_nofile(524288, 524288, 524288) is None  # the unit set it: nothing to give back
 
 
 def test_raise_nofile_lifts_the_soft_limit_to_the_hard_one():

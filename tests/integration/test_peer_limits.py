@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import ROOT, DaemonProc, start_child_client, wait_pending
 from harness import RawConn, make_wrapped, wait_until  # noqa: F401 (a fixture)
 from scvd import errors, protocol as p
@@ -145,6 +147,19 @@ def open_files_limit(pid: int) -> tuple[int, int]:
 def test_scvd_raises_its_soft_open_file_limit_to_the_hard_one(make_daemon):
     d = make_daemon(preexec_fn=limited(100, 300))
     wait_until(lambda: "open-file limit 300 (was 100)" in d.log(), what="the log line")
+    assert open_files_limit(d.proc.pid) == (300, 300)
+
+
+@pytest.mark.parametrize("sandbox", ["off", "bwrap"])
+def test_a_bash_call_gets_the_soft_open_file_limit_scvd_started_with(make_daemon, workspace, sandbox):
+    """Programs that use select() or loop over every fd break or crawl at scvd's raised limit."""
+    d = make_daemon(f'[sandbox]\nmode = "{sandbox}"\n', preexec_fn=limited(100, 300))
+    with d.client(name="person") as person:
+        call_id = person.start_call(person.open_session(workspace), "bash", {"command": "ulimit -Sn; ulimit -Hn"})
+        pending = [a for a in wait_pending(person) if a.call_id == call_id][0]
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = person.wait_call(call_id)
+    assert done.ok and done.result["output"].split() == ["100", "300"], done
     assert open_files_limit(d.proc.pid) == (300, 300)
 
 
