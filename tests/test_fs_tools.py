@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import stat
+import shutil
 import subprocess
 import sys
 import threading
@@ -38,6 +39,19 @@ def sha(data: bytes) -> str:
 
 def no_temp_files(root: Path) -> bool:
     return not [p for p in root.rglob("*") if p.name.startswith(".scvd-")]
+
+
+def being_written(root: Path, pid: int | str = "self") -> list[str]:
+    """The new files a write holds in `root`: named temp files, or unnamed ones (O_TMPFILE) open in `pid`."""
+    named = [str(p) for p in root.iterdir() if p.name.startswith(".scvd-")]
+    unnamed = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"{root.resolve()}/#"):
+                unnamed.append(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            pass
+    return named + unnamed
 
 
 # --- registration ---------------------------------------------------------------
@@ -656,14 +670,14 @@ def test_cancel_before_install_changes_nothing(ws: Workspace) -> None:
 
 
 def cancel_once_writing(ws: Workspace, raw: dict, settle: float = 0.0) -> None:
-    """Run write, cancel its task `settle` s after its temp file appears, and wait for the pool thread
-    to end (it removes the temp file, or installs it)."""
+    """Run write, cancel its task `settle` s after its new file appears, and wait for the pool thread
+    to end (it drops the new file, or installs it)."""
     tool = TOOLS["write"]
     args = tool.decode(raw)
 
     async def cancel_mid_write() -> None:
         task = asyncio.create_task(tool.run(args, tool.plan(args, ws.ctx), ws.ctx))
-        while no_temp_files(ws.root):
+        while not being_written(ws.root):
             await asyncio.sleep(0.001)
         await asyncio.sleep(settle)
         task.cancel()
@@ -672,7 +686,7 @@ def cancel_once_writing(ws: Workspace, raw: dict, settle: float = 0.0) -> None:
 
     asyncio.run(cancel_mid_write())
     deadline = time.monotonic() + 20
-    while not no_temp_files(ws.root) and time.monotonic() < deadline:
+    while being_written(ws.root) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -844,18 +858,18 @@ print("finished")
 """
 
 
-def test_sigkill_during_a_large_write_leaves_the_old_file_whole(ws: Workspace) -> None:
+def test_sigkill_during_a_large_write_leaves_the_old_file_whole_and_nothing_beside_it(ws: Workspace) -> None:
     old = b"old content\n" * 100000
     (ws.root / "big.txt").write_bytes(old)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(ws.root)], env=env, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
-        temp: list[Path] = []
-        while not temp or temp[0].stat().st_size < (8 << 20):
+        new: list[str] = []
+        while not new or os.stat(new[0]).st_size < (8 << 20):
             assert proc.poll() is None, "the writer ended before it could be killed"
             assert time.monotonic() < deadline
-            temp = [p for p in ws.root.iterdir() if p.name.startswith(".scvd-")]
+            new = being_written(ws.root, proc.pid)
             time.sleep(0.005)
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait(timeout=10) == -signal.SIGKILL
@@ -865,5 +879,26 @@ def test_sigkill_during_a_large_write_leaves_the_old_file_whole(ws: Workspace) -
             proc.wait()
     assert (ws.root / "big.txt").read_bytes() == old
     assert fs.read_file(ws.fd, "big.txt", limit=0)["sha256"] == sha(old)
-    # what a kill leaves is a temp file beside it, never a torn big.txt
-    assert [p.name for p in ws.root.iterdir() if p.name != "big.txt"] == [temp[0].name]
+    # the new content was an unnamed file: nothing is left in the user's directory
+    assert os.listdir(ws.root) == ["big.txt"]
+
+
+NO_PROC_WRITER = """
+import os, sys
+from scvd.tools.fs import write_file
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+write_file(fd, "old.txt", b"new", "replace")
+write_file(fd, "created.txt", b"made", "create")
+"""
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="needs bwrap to hide /proc")
+def test_without_proc_a_write_falls_back_to_a_named_temp_file(ws: Workspace) -> None:
+    """No /proc/self/fd to link an unnamed file through: a named temp file, renamed into place."""
+    (ws.root / "old.txt").write_text("old")
+    done = subprocess.run(["bwrap", "--bind", "/", "/", "--dev", "/dev", "--tmpfs", "/proc", sys.executable, "-c",
+                           NO_PROC_WRITER, str(ws.root)], env=dict(os.environ, PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(ws.root)) == ["created.txt", "old.txt"]
+    assert (ws.root / "old.txt").read_text() == "new" and (ws.root / "created.txt").read_text() == "made"

@@ -6,8 +6,10 @@ entry (rename), so a hard link's other names keep their old content.
 Blocking work runs on a pool thread (`workers`) on a duplicate of that fd (a small
 file on a local filesystem is read on the loop: cheaper than the hop) and checks a
 cancel flag between chunks and before installing, so a cancelled or killed
-write leaves the old file whole. `read_file` and `write_file` are plain
-functions so scripts and tests can use exactly what the tools use.
+write leaves the old file whole; the new content is an unnamed file (O_TMPFILE)
+until it is installed, so a killed scvd leaves nothing beside it. `read_file`
+and `write_file` are plain functions so scripts and tests can use exactly what
+the tools use.
 """
 
 from __future__ import annotations
@@ -286,7 +288,7 @@ def write_file(
     parent = open_parent(dirfd, real, path)
     try:
         existing = inspect_target(parent, real, path, mode)
-        tmp = _write_temp(parent, data, existing, cancel)
+        fd, tmp = _write_temp(parent, data, existing, cancel)
         try:
             _check_cancel(cancel)
             inspect_target(parent, real, path, mode)  # again, right before install
@@ -295,10 +297,13 @@ def write_file(
             # hashing a big file takes seconds: the call may have ended meanwhile; past this, a
             # cancel waits for the rename (workers.CancelFlag), so `cancelled` means unchanged
             _commit(cancel)
-            _install(parent, tmp, real[-1], path, mode)
+            _install(parent, fd, tmp, real[-1], path, mode)
         except BaseException:
-            _unlink_quiet(parent, tmp)
+            if tmp is not None:
+                _unlink_quiet(parent, tmp)
             raise
+        finally:
+            os.close(fd)
         _sync_directory(parent, path)
     except PermissionError as exc:  # the temp file's create or its rename: both need the directory
         raise _directory_denied(path, real, exc) from exc
@@ -420,10 +425,10 @@ def inspect_target(parent: int, parts: tuple[str, ...], path: str, mode: str) ->
     return st
 
 
-def _write_temp(parent: int, data: bytes, existing: os.stat_result | None, cancel: Any) -> str:
-    """Write `data` to a new 0600 temp file in `parent`, fsynced; give it the replaced file's mode."""
-    name = f".scvd-{os.urandom(8).hex()}.tmp"
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
+def _write_temp(parent: int, data: bytes, existing: os.stat_result | None, cancel: Any) -> tuple[int, str | None]:
+    """Write `data` to a new 0600 file in `parent`, fsynced, with the replaced file's mode; its fd
+    (open) and its name: None for an unnamed one (O_TMPFILE), which a SIGKILL cannot leave behind."""
+    fd, name = _create_temp(parent)
     try:
         view = memoryview(data)
         while view:
@@ -434,10 +439,45 @@ def _write_temp(parent: int, data: bytes, existing: os.stat_result | None, cance
         os.fsync(fd)
     except BaseException:
         os.close(fd)
-        _unlink_quiet(parent, name)
+        if name is not None:
+            _unlink_quiet(parent, name)
         raise
-    os.close(fd)
-    return name
+    return fd, name
+
+
+_TMPFILE_UNSUPPORTED = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)  # the filesystem, or a kernel before 3.11
+
+
+def _create_temp(parent: int) -> tuple[int, str | None]:
+    """An unnamed file where the filesystem has O_TMPFILE and /proc can link it, else `.scvd-<hex>.tmp`."""
+    if _proc_links():
+        try:
+            return os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=parent), None
+        except OSError as exc:
+            if exc.errno not in _TMPFILE_UNSUPPORTED:
+                raise
+    name = _temp_name()
+    return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                   dir_fd=parent), name
+
+
+def _temp_name() -> str:
+    return f".scvd-{os.urandom(8).hex()}.tmp"
+
+
+_proc_fd: bool | None = None  # whether /proc/self/fd is there: linkat names an unnamed file through it
+
+
+def _proc_links() -> bool:
+    global _proc_fd
+    if _proc_fd is None:
+        _proc_fd = os.path.isdir("/proc/self/fd")
+    return _proc_fd
+
+
+def _link(fd: int, parent: int, name: str) -> None:
+    """Give the unnamed file `fd` the name `name` in `parent`; EEXIST if it is taken (never replaces)."""
+    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=parent)  # linkat(AT_SYMLINK_FOLLOW)
 
 
 def _keep_metadata(fd: int, existing: os.stat_result | None) -> None:
@@ -502,10 +542,21 @@ def _small_sha(fd: int, st: os.stat_result) -> str | None:
     return None if len(data) > st.st_size else hashlib.sha256(data).hexdigest()
 
 
-def _install(parent: int, tmp: str, leaf: str, path: str, mode: str) -> None:
-    """Put the temp file in place: rename over for replace, no-replace rename (or link) for create."""
+def _install(parent: int, fd: int, tmp: str | None, leaf: str, path: str, mode: str) -> None:
+    """Put the new file in place: rename over for replace, a no-replace link (or rename) for create.
+    An unnamed file gets a temp name only for the rename's moment, so a kill leaves nothing there."""
     try:
-        if mode == "replace":
+        if tmp is None and mode == "create":
+            _link(fd, parent, leaf)
+        elif tmp is None:
+            tmp = _temp_name()
+            _link(fd, parent, tmp)
+            try:
+                os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
+            except BaseException:
+                _unlink_quiet(parent, tmp)
+                raise
+        elif mode == "replace":
             os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
         elif not _rename_noreplace(parent, tmp, leaf):
             os.link(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
