@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import errno
 import logging
 import os
 import re
@@ -425,17 +424,6 @@ class AuditLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def unopenable(path: Path, exc: OSError) -> str:
-    """Why the audit log at `path` cannot be opened, and what to do (a start refused over it)."""
-    if exc.errno == errno.ELOOP:  # O_NOFOLLOW: records never go where a link points
-        return (f"the audit log {path} is a symbolic link, which scvd does not follow; put the file itself "
-                "there (or remove the link), or give the instance another state directory (SCV_HOME)")
-    if exc.errno == errno.EISDIR:
-        return f"the audit log {path} is a directory; move it away, so scvd can make the file there"
-    return (f"cannot open the audit log {path} ({exc.strerror or exc}); check that it and {path.parent} are yours "
-            "and writable (one a `sudo scvd` left is root's: remove it), with room to write")
 
 
 _second: tuple[int, str] = (-1, "")  # the formatted second, reused by every record within it

@@ -87,11 +87,22 @@ def setup_logging(level: str) -> None:
                                             else max(root.level, logging.WARNING))
 
 
+def _config_path(text: str) -> Path:
+    """--config's value; an empty one (an unset variable in a unit's ExecStart) named the current directory."""
+    if not text:
+        import argparse
+
+        raise argparse.ArgumentTypeError(
+            "an empty path names no config file; give the file's path, or leave --config out to read the "
+            "instance's config.toml (scvd check-config shows which)")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", type=Path, default=argparse.SUPPRESS,
+    common.add_argument("--config", type=_config_path, default=argparse.SUPPRESS,
                         help="config file (default: the instance's config.toml)")
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="log at debug level")

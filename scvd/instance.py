@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import errors
-from .paths import Paths, ensure_private_dir, why_not
+from .paths import Paths, ensure_private_dir, unopenable, why_not
 
 log = logging.getLogger("scvd.server")
 
@@ -72,7 +72,10 @@ def remove_socket(path: Path, ident: tuple[int, int] | None) -> None:
 
 def acquire_lock(path: Path) -> int:
     """Hold an exclusive flock on the instance lock; refuse naming the pid that holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:  # not through a link: the pid written below would truncate the file it points to
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:  # what to fix, not an errno (a directory there read `[Errno 21]`)
+        raise errors.StartupError(unopenable("the lock file", path, exc)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -81,6 +84,11 @@ def acquire_lock(path: Path) -> int:
         raise errors.StartupError(
             f"scvd is already running on this instance (pid {holder}, lock {path}); "
             "stop it first (systemctl --user stop scvd, or kill that pid)") from None
+    except OSError as exc:  # ENOLCK: a network filesystem without locks
+        os.close(fd)
+        raise errors.StartupError(
+            f"cannot lock {path} ({exc.strerror or exc}); give the instance a state directory on a local "
+            "filesystem (SCV_HOME, or XDG_STATE_HOME)") from None
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

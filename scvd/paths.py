@@ -7,6 +7,7 @@ Every directory comes from the environment `resolve()` is given.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
@@ -300,6 +301,17 @@ def why_not(path: Path, exc: OSError) -> str:
             if os.path.lexists(p) and not p.is_dir():
                 return f"{p} is not a directory"
     return exc.strerror or str(exc)
+
+
+def unopenable(what: str, path: Path, exc: OSError) -> str:
+    """Why `what` (the audit log, the lock file) at `path` cannot be opened, and what to do."""
+    if exc.errno == errno.ELOOP:  # O_NOFOLLOW: scvd never writes where a link points
+        return (f"{what} {path} is a symbolic link, which scvd does not follow; put the file itself "
+                "there (or remove the link), or give the instance another state directory (SCV_HOME)")
+    if exc.errno == errno.EISDIR:
+        return f"{what} {path} is a directory; move it away, so scvd can make the file there"
+    return (f"cannot open {what} {path} ({exc.strerror or exc}); check that it and {path.parent} are yours "
+            "and writable (one a `sudo scvd` left is root's: remove it), with room to write")
 
 
 def prepare(paths: Paths) -> list[str]:

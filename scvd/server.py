@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from . import __version__, awake, errors, eventloop, guardian, heap, limits, notify, protocol as p
-from .audit import AuditLog, unopenable
+from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
 from .chat.pipeline import screen
@@ -29,7 +29,7 @@ from .instance import Claim, claim, remove_socket, socket_name
 from .listener import Listener
 from .mcp.manager import McpServers
 from .mcp_host.service import McpHosts
-from .paths import Paths
+from .paths import Paths, unopenable
 from .process import kill_every_run, set_child_subreaper
 from .secret_requests import SecretRequests
 from .secrets import SecretStore
@@ -208,7 +208,7 @@ class Daemon:
         try:
             self.audit = AuditLog(self.paths.audit_log, self.config.audit.max_bytes, self.config.audit.keep)
         except OSError as exc:  # what to fix, not an errno (a link in its place read as a loop)
-            raise errors.StartupError(unopenable(self.paths.audit_log, exc)) from None
+            raise errors.StartupError(unopenable("the audit log", self.paths.audit_log, exc)) from None
         self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
         self.sandbox, self.sandbox_verdict = await self._probe_sandbox(self.config)
         # 4. serve the socket

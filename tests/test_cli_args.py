@@ -37,6 +37,16 @@ def test_a_pid_file_without_daemon_is_a_usage_error_not_ignored(capsys, tmp_path
     assert not (tmp_path / "scvd.pid").exists()
 
 
+@pytest.mark.parametrize("argv", [["--config", "", "check-config"], ["run", "--config="]])
+def test_an_empty_config_path_is_a_usage_error_not_the_current_directory(capsys, argv):
+    """`--config "$UNSET"` read the current directory as the config file."""
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(argv)
+    assert exc.value.code == 2
+    assert ("argument --config: an empty path names no config file; give the file's path, or leave --config "
+            "out") in capsys.readouterr().err
+
+
 def test_a_log_line_longer_than_journald_reads_whole_is_cut_in_its_middle_under_journald():
     """journald splits a line at LineMax (48K bytes) and reads a `<N>` at the start of the next piece
     as its priority: a peer's text padded to the cut (a client's name, an approval id it sent) forged

@@ -988,6 +988,27 @@ def test_an_audit_log_that_cannot_be_opened_says_what_to_fix(make_daemon, tmp_pa
     assert not d.socket.exists()
 
 
+@pytest.mark.parametrize("kind, said", [
+    ("dir", "the lock file {lock} is a directory; move it away, so scvd can make the file there"),
+    ("link", "the lock file {lock} is a symbolic link, which scvd does not follow; put the file itself there"),
+])
+def test_a_lock_file_that_cannot_be_opened_says_what_to_fix(make_daemon, tmp_path, kind, said):
+    """A directory there read `cannot start: [Errno 21] Is a directory`; a link had the file it points
+    to truncated to scvd's pid."""
+    home = tmp_path / "home"
+    (home / "state").mkdir(parents=True)
+    lock = home / "state" / "scvd.lock"
+    if kind == "dir":
+        lock.mkdir()
+    else:
+        (tmp_path / "notes.txt").write_text("keep me")
+        lock.symlink_to(tmp_path / "notes.txt")
+    d = make_daemon(home=home, wait=False)
+    assert d.proc.wait(30) == 3
+    assert f"ERROR scvd: cannot start: {said.format(lock=lock)}" in d.log()
+    assert (tmp_path / "notes.txt").read_text() == "keep me" if kind == "link" else lock.is_dir()
+
+
 def test_a_disk_that_refuses_writes_does_not_stop_a_start(make_daemon, tmp_path):
     """A full disk (here RLIMIT_FSIZE: Python ignores SIGXFSZ, so a write fails with EFBIG as with
     ENOSPC): writing the pid into the lock file failed the start (`cannot start: [Errno 28] No space
