@@ -307,7 +307,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             _on_request(c, args, p.approval_requested(pending))
         # one that came between watch and list is also an event: shown once
         shown = {pending.approval_id for pending in listed}
-        for event in c.events():
+        for event in c.events(output=sys.stdout.fileno()):  # `watch | head -1` ends with head
             if isinstance(event, p.ApprovalRequested):
                 if event.approval_id not in shown:
                     _on_request(c, args, event)

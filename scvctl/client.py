@@ -19,6 +19,7 @@ import errno
 import itertools
 import logging
 import os
+import select
 import socket
 import struct
 from pathlib import Path
@@ -254,6 +255,19 @@ class ClientCore:
         return answer
 
 
+def _wait_unless_gone(sock: socket.socket, output: int) -> None:
+    """Until `sock` has something to read; BrokenPipeError once `output`'s reader has left (on Linux
+    a pipe's or socket's write end polls POLLERR or POLLHUP then; a file or a terminal never does)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    poller.register(output, 0)  # asks for nothing: only POLLERR, POLLHUP and POLLNVAL come
+    while True:
+        for fd, _ in poller.poll():
+            if fd != output:
+                return
+        raise BrokenPipeError(errno.EPIPE, "the reader of the output left")
+
+
 class Client:
     """A blocking client over the Unix socket."""
 
@@ -320,18 +334,21 @@ class Client:
             self.core.abandon(request_id)
             raise
 
-    def next_event(self) -> Any:
+    def next_event(self, output: int | None = None) -> Any:
         """The next pushed event, however long it takes: a call may wait for a person, and quiet
-        is no sign of a hung scvd (`timeout` bounds only the answers to requests)."""
+        is no sign of a hung scvd (`timeout` bounds only the answers to requests). `output`, the fd
+        the events go to: once its reader has left, BrokenPipeError at once, not at the next write."""
         while not self.core.events:
             if self.core.orphan_errors:
                 raise error_from_frame(self.core.orphan_errors.popleft())
+            if output is not None:
+                _wait_unless_gone(self.sock, output)
             self._read(answer=False)
         return self.core.events.popleft()
 
-    def events(self) -> Iterator[Any]:
+    def events(self, output: int | None = None) -> Iterator[Any]:
         while True:
-            yield self.next_event()
+            yield self.next_event(output)
 
     def _read(self, answer: bool = True) -> None:
         """Take what scvd sent; waiting for an answer, at most the connection's timeout."""

@@ -613,6 +613,26 @@ def test_watch_json_shows_requests_pending_before_it_started_as_events(daemon: D
     assert event["tool"] == "write" and event["summary"]
 
 
+def test_watch_json_ends_when_its_reader_leaves_not_at_the_next_event(daemon: DaemonProc, workspace: Path):
+    """`scvctl approvals watch --json | head -1` went on until the next event came to be written."""
+    with daemon.client(name="agent") as c:
+        c.start_call(c.open_session(workspace), "write", {"path": "h.txt", "content": "1", "mode": "create"})
+        wait_pending(c)
+        read, write = os.pipe()
+        watch = subprocess.Popen([sys.executable, "-m", "scvctl", "--json", "approvals", "watch"],
+                                 env=base_env(daemon.home), stdout=write, stderr=subprocess.PIPE, text=True)
+        os.close(write)
+        try:
+            with open(read) as head:  # head -1: one line, then it leaves
+                first = json.loads(head.readline())
+            code = watch.wait(30)  # no event comes meanwhile: the request is still pending
+            said = watch.stderr.read()
+        finally:
+            stop(watch)
+    assert first["type"] == "approval.requested"
+    assert (code, said) == (0, "")
+
+
 def test_watch_json_numbers_its_lines_so_requests_pending_before_it_are_not_all_seq_0(daemon: DaemonProc,
                                                                                      workspace: Path):
     """The requests pending when the watch began were listed, not pushed: each went out as seq 0, so a
