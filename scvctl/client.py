@@ -89,6 +89,15 @@ def default_socket() -> Path:
     return paths_mod.resolve().socket
 
 
+def went_away(path: Path | str, exc: ConnectionClosed) -> errors.DaemonNotAnswering:
+    """A connection closed before scvd's welcome (a refusal comes as an error frame): the scvd that
+    accepted it is stopping, or died with it queued (a restart). Not DaemonNotRunning itself: the
+    scvd about to answer there may own what a caller would otherwise work on alone (agents import)."""
+    return errors.DaemonNotAnswering(
+        f"scvd on {path} closed the connection before it answered ({exc.message}): it is stopping or "
+        "restarting; try again in a moment (`systemctl --user status scvd` shows whether it runs)")
+
+
 def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
     size = len(os.fsencode(path))
     if size > MAX_SOCKET_PATH:  # no scvd can listen there: starting one would not help
@@ -283,6 +292,9 @@ class Client:
         client = cls(open_socket(path, timeout))
         try:
             client.welcome = client.core.welcomed(client.request(client.core.hello(name, approver, answers_secrets)))
+        except ConnectionClosed as exc:
+            client.close()
+            raise went_away(path, exc) from None
         except BaseException:  # refused, or no answer: the socket is ours to close
             client.close()
             raise
@@ -501,6 +513,9 @@ class AsyncClient:
             raise errors.DaemonNotAnswering(
                 f"scvd accepted the connection on {path} but sent nothing for {timeout:g} s: it may be hung, "
                 "or a socket-activated scvd failed to start; see `journalctl --user -u scvd`") from None
+        except ConnectionClosed as exc:  # a bridge's reconnect loop waits on DaemonNotRunning: so it retries
+            transport.close()
+            raise went_away(path, exc) from None
         except BaseException:  # refused, or the connection lost: the transport is ours to close
             transport.close()
             raise

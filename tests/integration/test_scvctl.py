@@ -182,6 +182,59 @@ def test_the_async_client_on_a_socket_that_never_answers_raises_not_waits(tmp_pa
     assert str(hung.value).startswith(f"scvd accepted the connection on {path} but sent nothing for 0.3 s")
 
 
+@contextlib.contextmanager
+def closing_before_welcome(path: Path) -> Iterator[None]:
+    """A socket whose server reads each hello and closes without an answer, as an scvd that stops or
+    is SIGKILLed just then (a restart) does."""
+    import threading
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                conn.recv(1 << 16)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        yield
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        server.join(5)
+
+
+def test_a_connection_closed_before_the_welcome_says_scvd_is_stopping_or_restarting(tmp_path):
+    """A bridge that reconnected just as scvd restarted met the dying scvd's reset before the welcome:
+    ConnectionClosed, which its retry on DaemonNotRunning did not catch, so the message it was
+    sending was lost with `(not sent: connection lost: [Errno 104] Connection reset by peer)`."""
+    import asyncio
+
+    from scvctl.client import AsyncClient, Client
+
+    path = tmp_path / "closing.sock"
+    with closing_before_welcome(path):
+        with pytest.raises(errors.DaemonNotRunning) as blocking:
+            Client.connect(path, timeout=5)
+        with pytest.raises(errors.DaemonNotRunning) as nonblocking:
+            asyncio.run(AsyncClient.connect(path, timeout=5))
+        shown = scvctl(tmp_path / "home", "--socket", str(path), "status")
+    for raised in (blocking.value, nonblocking.value):
+        assert isinstance(raised, errors.DaemonNotAnswering)  # `agents import` must not take over the homes
+        assert raised.message.startswith(f"scvd on {path} closed the connection before it answered (")
+        assert raised.message.endswith("it is stopping or restarting; try again in a moment "
+                                       "(`systemctl --user status scvd` shows whether it runs)")
+    assert shown.returncode == 3
+    assert shown.stderr.startswith(f"scvd on {path} closed the connection before it answered"), shown.stderr
+
+
 def test_agents_import_does_not_work_on_the_homes_itself_while_a_hung_scvd_owns_them(tmp_path, monkeypatch,
                                                                                     capsys):
     """Not running means "work on the homes here"; accepting but not answering does not."""
