@@ -114,7 +114,14 @@ def restore_in_child() -> Callable[[], None] | None:
     nothing to restore (then Popen keeps its vfork, a preexec_fn forces a fork: ~2 ms a spawn)."""
     if _child_limit is None:
         return None
-    return partial(resource.setrlimit, resource.RLIMIT_NOFILE, _child_limit)
+    return partial(_lower_soft, _child_limit[0])
+
+
+def _lower_soft(soft: int) -> None:
+    """In the child: the soft limit `soft`, under the hard limit it has now, not the one scvd started
+    with (a `prlimit --pid` may have lowered scvd's since; raising it is refused, and every spawn failed)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 
 def raise_nofile() -> tuple[int, int]:

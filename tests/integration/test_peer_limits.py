@@ -150,17 +150,32 @@ def test_scvd_raises_its_soft_open_file_limit_to_the_hard_one(make_daemon):
     assert open_files_limit(d.proc.pid) == (300, 300)
 
 
-@pytest.mark.parametrize("sandbox", ["off", "bwrap"])
-def test_a_bash_call_gets_the_soft_open_file_limit_scvd_started_with(make_daemon, workspace, sandbox):
-    """Programs that use select() or loop over every fd break or crawl at scvd's raised limit."""
-    d = make_daemon(f'[sandbox]\nmode = "{sandbox}"\n', preexec_fn=limited(100, 300))
+def bash_open_files_limit(d: DaemonProc, workspace: Path) -> list[str]:
+    """The soft and hard open-file limits a bash call gets."""
     with d.client(name="person") as person:
         call_id = person.start_call(person.open_session(workspace), "bash", {"command": "ulimit -Sn; ulimit -Hn"})
         pending = [a for a in wait_pending(person) if a.call_id == call_id][0]
         person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
         done = person.wait_call(call_id)
-    assert done.ok and done.result["output"].split() == ["100", "300"], done
+    assert done.ok, done
+    return done.result["output"].split()
+
+
+@pytest.mark.parametrize("sandbox", ["off", "bwrap"])
+def test_a_bash_call_gets_the_soft_open_file_limit_scvd_started_with(make_daemon, workspace, sandbox):
+    """Programs that use select() or loop over every fd break or crawl at scvd's raised limit."""
+    d = make_daemon(f'[sandbox]\nmode = "{sandbox}"\n', preexec_fn=limited(100, 300))
+    assert bash_open_files_limit(d, workspace) == ["100", "300"]
     assert open_files_limit(d.proc.pid) == (300, 300)
+
+
+def test_a_bash_call_still_runs_after_scvds_hard_open_file_limit_was_lowered(make_daemon, workspace):
+    """`prlimit --nofile=200:200 --pid <scvd>`: giving a child the hard limit scvd started with was
+    a raise now, refused in the child, and every tool's process failed to start."""
+    d = make_daemon('[sandbox]\nmode = "off"\n', preexec_fn=limited(100, 300))
+    wait_until(lambda: open_files_limit(d.proc.pid) == (300, 300), what="scvd raising its limit")
+    resource.prlimit(d.proc.pid, resource.RLIMIT_NOFILE, (200, 200))
+    assert bash_open_files_limit(d, workspace) == ["100", "200"]
 
 
 def test_sessions_stop_at_the_fd_budget_and_a_person_still_connects(make_daemon, workspace):
