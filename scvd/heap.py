@@ -26,9 +26,10 @@ def trim() -> bool:
 
 
 def one_arena(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
-    """Make threads allocate from the main heap, unless the person set MALLOC_ARENA_MAX themselves
-    (glibc has applied it then); True when set here. Before the first thread, as later arenas stay."""
-    if "MALLOC_ARENA_MAX" in environ:
+    """Make threads allocate from the main heap, unless the person set MALLOC_ARENA_MAX (or its
+    GLIBC_TUNABLES form) themselves (glibc has applied it then); True when set here. Before the
+    first thread, as later arenas stay."""
+    if "MALLOC_ARENA_MAX" in environ or "glibc.malloc.arena_max" in environ.get("GLIBC_TUNABLES", ""):
         return False
     try:
         return bool(ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1))

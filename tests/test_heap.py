@@ -24,4 +24,5 @@ def test_freed_heap_pages_are_given_back() -> None:
 
 def test_one_arena_leaves_a_malloc_arena_max_the_person_set_to_glibc() -> None:
     assert heap.one_arena({"MALLOC_ARENA_MAX": "4"}) is False  # glibc read it at start; theirs stands
+    assert heap.one_arena({"GLIBC_TUNABLES": "glibc.malloc.check=0:glibc.malloc.arena_max=4"}) is False
     assert heap.one_arena({}) is True  # glibc: mallopt(M_ARENA_MAX, 1) took
