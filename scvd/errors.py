@@ -284,7 +284,8 @@ class DaemonNotRunning(LocalError):
 
 
 class DaemonNotAnswering(DaemonNotRunning):
-    """The socket accepts, but scvd sends nothing within the client's timeout (hung, or not started)."""
+    """The socket accepts, but scvd sends nothing within the client's timeout (hung, or not started),
+    or closes the connection before its welcome (stopping, or restarting)."""
 
     code = "not_answering"
 

@@ -121,7 +121,10 @@ def _lower_soft(soft: int) -> None:
     """In the child: the soft limit `soft`, under the hard limit it has now, not the one scvd started
     with (a `prlimit --pid` may have lowered scvd's since; raising it is refused, and every spawn failed)."""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    except (OSError, ValueError):  # a limit left high must not keep the tool from running at all
+        pass
 
 
 def raise_nofile() -> tuple[int, int]:
