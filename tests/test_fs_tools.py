@@ -196,6 +196,28 @@ def test_a_window_of_a_huge_file_reads_only_the_window_and_gives_no_sha256(ws: W
     assert ws.call("read", path="huge.log")["sha256"] == sha(b"short now\n")
 
 
+def test_a_file_that_grows_past_the_hash_cap_while_it_is_read_gives_no_sha256(ws: Workspace) -> None:
+    """The cap was checked against the size at open only: a log that kept being written while a read
+    hashed it was hashed for as long as it grew, and its sha256 came back over more than 64 MiB."""
+    grows = ws.root / "grows.log"
+    grows.write_bytes(b"first line\n")
+    dirfd = os.open(ws.root, os.O_RDONLY | os.O_DIRECTORY)
+    fd, st, real = fs.containment.open_regular(dirfd, ("grows.log",), "grows.log")  # the size it had at open
+    try:
+        with open(grows, "r+b") as f:  # written meanwhile, past the cap
+            f.truncate(fs.HASH_MAX_BYTES + 10)
+            f.seek(fs.HASH_MAX_BYTES)
+            f.write(b"last line\n")
+        read = fs.read_open(fd, st, "grows.log", ("grows.log",), real, offset=0, limit=11)
+        os.lseek(fd, 0, os.SEEK_SET)  # read_open takes the fd at offset 0
+        tail = fs.read_open(fd, st, "grows.log", ("grows.log",), real, offset=fs.HASH_MAX_BYTES, limit=10)
+    finally:
+        os.close(fd)
+        os.close(dirfd)
+    assert (read["content"], read["total_bytes"], read["sha256"]) == ("first line\n", fs.HASH_MAX_BYTES + 10, None)
+    assert (tail["content"], tail["sha256"]) == ("last line\n", None)
+
+
 def test_a_write_that_finds_a_remembered_sha256_stale_forgets_it(ws: Workspace) -> None:
     """Where a filesystem's timestamps miss a change (a FUSE mount reporting fixed times), a big file's
     remembered sha256 goes stale: every read gave it again, so every write with it failed, though

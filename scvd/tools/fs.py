@@ -116,7 +116,7 @@ def read_open(fd: int, st: os.stat_result, path: str, parts: tuple[str, ...], re
         return _answer(path, parts, real, offset, window[:split_at], window[split_at:], size, digest)
     started = time.time_ns()
     before, data, total, digest = _scan(fd, offset, limit, cancel)
-    if key and total == key[2] and key[4] < started - SETTLED_NS:  # hashed whole; its ctime settled before
+    if key and digest and total == key[2] and key[4] < started - SETTLED_NS:  # hashed whole; ctime settled before
         _digests.remember(key, digest)
     return _answer(path, parts, real, offset, before, data, total, digest)
 
@@ -213,8 +213,10 @@ def _resolved(parts: tuple[str, ...], real: tuple[str, ...]) -> dict[str, str]:
     return {} if real == parts else {"resolved_path": containment.join(real)}
 
 
-def _scan(fd: int, offset: int, limit: int, cancel: Any) -> tuple[bytes, bytes, int, str]:
-    """One pass over the file: hash it all, keep [offset-3, offset+limit). Returns (before, data, total, sha)."""
+def _scan(fd: int, offset: int, limit: int, cancel: Any) -> tuple[bytes, bytes, int, str | None]:
+    """One pass over the file: hash it all, keep [offset-3, offset+limit). Returns (before, data, total, sha);
+    sha None for a file that grew past HASH_MAX_BYTES as it was read (a log being written), as read_open
+    gives one that was over it: the hash stops there, and the rest of the range is read on its own."""
     lo, hi = max(0, offset - 3), offset + limit  # 3 bytes before: to find where a split character starts
     digest = hashlib.sha256()
     kept: list[bytes] = []
@@ -229,6 +231,13 @@ def _scan(fd: int, offset: int, limit: int, cancel: Any) -> tuple[bytes, bytes, 
         if a < b:
             kept.append(buf[a - pos : b - pos])
         pos += len(buf)
+        if pos > HASH_MAX_BYTES:
+            if pos < hi:
+                kept.append(os.pread(fd, hi - max(lo, pos), max(lo, pos)))
+            total = max(pos, os.fstat(fd).st_size)
+            window = b"".join(kept)
+            split_at = min(offset, total) - lo
+            return window[:split_at], window[split_at:], total, None
     window = b"".join(kept)
     split_at = min(offset, pos) - lo
     return window[:split_at], window[split_at:], pos, digest.hexdigest()
