@@ -173,6 +173,13 @@ def test_the_timeout_example_stays_within_a_lowered_ceiling(harness: Harness) ->
     assert timeout["maximum"] == 600 and timeout["description"].endswith("e.g. 600")
 
 
+def test_a_timeout_of_whole_seconds_sent_as_a_float_runs(harness: Harness) -> None:
+    """`timeout_seconds: 600.0` was refused (`Expected int, got float`) where bash takes it (seed 000:
+    timeouts behave as bash's), though the schema's `integer` takes 600.0."""
+    assert harness.call("pi", prompt="go", timeout_seconds=600.0)["exit_code"] == 0
+    assert harness.plan("pi", prompt="go", timeout_seconds=600.0).timeout == 600
+
+
 @pytest.mark.timeout(30)  # the fake agent sleeps for an hour: only the deadline kill ends it
 def test_deadline_kills_the_agent(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_AGENT_MODE", "sleep")

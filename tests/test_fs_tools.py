@@ -335,6 +335,16 @@ def test_null_for_an_optional_argument_is_its_default(ws: Workspace) -> None:
         ws.call("read", path="a.txt", limit=None, offset=-1)  # the real fault, not the null before it
 
 
+def test_a_whole_number_sent_as_a_float_is_that_integer(ws: Workspace) -> None:
+    """`{"offset": 1.0}` was refused ("Expected `int`, got `float`"), though the schema's `integer`
+    takes it (JSON has one number type; a Python client or a model may write 1.0)."""
+    (ws.root / "a.txt").write_text("hello")
+    done = ws.call("read", path="a.txt", offset=1.0, limit=2.0)
+    assert (done["content"], done["offset"], done["length"]) == ("el", 1, 2)
+    with pytest.raises(InvalidArguments, match="offset.*Expected `int`"):
+        ws.call("read", path="a.txt", offset=1.5)  # a fraction is still no byte offset
+
+
 def test_read_binary_file(ws: Workspace) -> None:
     (ws.root / "b.bin").write_bytes(b"GIF89a\x00\xff\xfe")
     with pytest.raises(Failed, match="byte offset 7 is not text"):

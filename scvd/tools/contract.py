@@ -165,11 +165,13 @@ class Tool(abc.ABC):
         try:
             return msgspec.convert(arguments, self.Arguments)
         except msgspec.ValidationError as exc:
-            if isinstance(arguments, dict) and None in arguments.values():
-                # models send null for an optional argument they mean to leave out: its default
+            if isinstance(arguments, dict):
+                # models send null for an optional argument they mean to leave out (its default), and a
+                # whole number as 600.0, which the schema's "integer" takes (JSON has one number type)
                 try:
-                    return msgspec.convert({k: v for k, v in arguments.items() if v is not None}, self.Arguments)
-                except msgspec.ValidationError as again:  # what is wrong besides the nulls (or a required one)
+                    return msgspec.convert({k: whole_numbers(v) for k, v in arguments.items() if v is not None},
+                                           self.Arguments)
+                except msgspec.ValidationError as again:  # what is wrong besides those (or a required null)
                     exc = again
             if isinstance(arguments, dict):
                 self.refuse(arguments)
@@ -259,6 +261,17 @@ def _shown(seconds: float) -> str:
         return f"{seconds:g}"
     except OverflowError:  # an integer argument of 309 digits or more (no float holds it)
         return "of more than 300 digits"
+
+
+def whole_numbers(value: Any) -> Any:
+    """`value` with each float that holds a whole number (600.0) made that int, at any depth."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    return value
 
 
 def inline_schema(struct: type) -> dict[str, Any]:
