@@ -32,9 +32,10 @@ MCP_SERVICE = "mcp_servers"  # ctx.services key of the daemon's MCP servers (set
 MCP_PREFIX = "mcp__"
 ROUNDS_SERVICE = "store_secret_rounds"  # ctx.services key of this session's round counter
 
-DESCRIPTION = (  # seed 003: the lookup order (keyring service scv, account the key's name) in 200 chars
+DESCRIPTION = (  # seed 003: the lookup order (keyring service scv, account the key's name) and the auth
+    # failures that call for it (missing key, 401, 403, expired token), in 200 chars
     "Have a person type secret KEY, masked; read from keyring (scv/KEY), secrets.toml, env.\n"
-    "Use when a tool fails with credential_missing/401/403; then call it again.\n"
+    "Use when a tool fails (credential_missing/401/403/expired token); call it again.\n"
     "Max 2 rounds per tool per turn."
 )
 

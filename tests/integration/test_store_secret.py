@@ -107,13 +107,15 @@ def test_the_store_secret_flow_end_to_end_and_the_value_goes_nowhere_else(setup,
 
 def test_store_secret_is_a_system_tool_whose_description_holds_the_lookup_order(setup):
     """Seed 003: a system_use tool, hidden from the ordinary listing; its own description holds the
-    lookup order (keyring with account = the key's name, the secrets file, the environment) and that
-    an empty printenv proves nothing. The keyring named must be the one the store uses."""
+    lookup order (keyring with account = the key's name, the secrets file, the environment), that
+    an empty printenv proves nothing, and the auth failures it heals (an expired token among them). The keyring named must be the one the store uses."""
     with setup.client() as c:
         assert "store_secret" not in {t.name for t in c.request(p.ToolsList).tools}
         tool = {t.name: t for t in c.request(p.ToolsList, include_system=True).tools}["store_secret"]
     assert tool.flags["system_use"] and tool.flags["always_allow"] and tool.flags["no_timeout"]
     assert f"read from keyring ({secrets.SERVICE}/KEY), secrets.toml, env." in tool.description
+    # and when to call it, as seed 003 lists the auth failures: an MCP host's agent reads only this
+    assert "(credential_missing/401/403/expired token)" in tool.description
     assert "an empty printenv proves nothing" in tool.input_schema["properties"]["key"]["description"]
 
 
