@@ -413,7 +413,7 @@ def test_read_risk_is_read_only_for_ordinary_paths(ws: Workspace) -> None:
 @pytest.mark.parametrize("path", [".env", "config/.env.production", ".ssh/config", "deploy/credentials.json",
                                   "server.PEM", "tls/site.key", "home/.aws/config", "id_rsa", ".git-credentials",
                                   "id_ed25519", "prod.env", ".pgpass", "terraform.tfstate", ".vault-token",
-                                  ".docker/config.json"])
+                                  ".docker/config.json", "deploy/kubeconfig"])
 def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -> None:
     target = ws.root / path
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -446,6 +446,10 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
      # read unasked before: the Azure CLI's tokens and service principal secrets, in plain text on Linux
      (".azure/msal_token_cache.json", True), ("home/.Azure/service_principal_entries.json", True),
      ("azure/pipelines.yml", False),
+     # read unasked before: a cluster's client keys and tokens, registry and Terraform Cloud tokens, PuTTY
+     # and Apple (AuthKey_*.p8) private keys
+     ("deploy/kubeconfig", True), ("ci/Kubeconfig.yaml", True), ("prod.kubeconfig", True), (".dockercfg", True),
+     (".terraformrc", True), ("keys/server.ppk", True), ("AuthKey_ABC123.p8", True), ("kubeconfig.go", False),
      ("config.json", False), (".docker/daemon.json", False), ("tfstate.md", False), (".venv/bin/python", False),
      ("src/main.py", False), ("environment.py", False), ("keyboard.c", False),
      ("pem.md", False), ("ssh/config", False), ("README.md", False), ("key", False)],

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Iterable
 
+KUBECONFIG = "a Kubernetes config that holds cluster client keys or tokens"
 # exact file names (lower case) that hold credentials by convention
 SECRET_NAMES = {
     ".env": "a dotenv file",
@@ -32,6 +33,11 @@ SECRET_NAMES = {
     ".s3cfg": "an s3cmd config that holds access keys",
     ".boto": "a boto/gsutil config that may hold credentials",
     "rclone.conf": "an rclone config that holds its remotes' tokens",
+    "kubeconfig": KUBECONFIG,
+    "kubeconfig.yaml": KUBECONFIG,
+    "kubeconfig.yml": KUBECONFIG,
+    ".dockercfg": "a legacy Docker config that holds registry credentials",
+    ".terraformrc": "a Terraform CLI config that may hold Terraform Cloud tokens",
 }
 # (directory, file name): names too common to flag anywhere else
 SECRET_FILES_IN = {
@@ -56,6 +62,9 @@ SECRET_SUFFIXES = {
     ".tfvars": "Terraform variables, which often hold secrets",
     ".jks": "a Java key store",
     ".keystore": "a Java key store",
+    ".kubeconfig": KUBECONFIG,
+    ".ppk": "a PuTTY private key",
+    ".p8": "a PKCS#8 private key (Apple's AuthKey_*.p8)",
 }
 
 
