@@ -129,7 +129,8 @@ class ScriptTool(Tool):
         nulls = {e.absolute_path[0] for e in problems if len(e.absolute_path) == 1 and e.instance is None}
         if nulls and isinstance(arguments, dict):
             # models send null for an optional argument they mean to leave out (as built-in tools take
-            # it): left out, the script applies its own default (not filled in here); a required one is then said to be missing
+            # it): left out, the script applies its own default (none is filled in here); a required one
+            # is then said to be missing
             arguments = {k: v for k, v in arguments.items() if k not in nulls}
             problems = problems_of(arguments)
         if problems:
