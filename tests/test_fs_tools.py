@@ -449,7 +449,8 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
      # read unasked before: a cluster's client keys and tokens, registry and Terraform Cloud tokens, PuTTY
      # and Apple (AuthKey_*.p8) private keys
      ("deploy/kubeconfig", True), ("ci/Kubeconfig.yaml", True), ("prod.kubeconfig", True), (".dockercfg", True),
-     (".terraformrc", True), ("keys/server.ppk", True), ("AuthKey_ABC123.p8", True), ("kubeconfig.go", False),
+     (".terraformrc", True), ("keys/server.ppk", True), ("AuthKey_ABC123.p8", True), ("rsa_key.p8", True), ("kubeconfig.go", False),
+     ("carts/celeste.p8", False),
      ("config.json", False), (".docker/daemon.json", False), ("tfstate.md", False), (".venv/bin/python", False),
      ("src/main.py", False), ("environment.py", False), ("keyboard.c", False),
      ("pem.md", False), ("ssh/config", False), ("README.md", False), ("key", False)],

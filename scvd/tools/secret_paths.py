@@ -64,7 +64,6 @@ SECRET_SUFFIXES = {
     ".keystore": "a Java key store",
     ".kubeconfig": KUBECONFIG,
     ".ppk": "a PuTTY private key",
-    ".p8": "a PKCS#8 private key (Apple's AuthKey_*.p8)",
 }
 
 
@@ -129,4 +128,6 @@ def _kind_of(name: str) -> str | None:
     for suffix, kind in SECRET_SUFFIXES.items():
         if name.endswith(suffix):
             return kind
+    if name.endswith(".p8") and "key" in name:  # AuthKey_*.p8, rsa_key.p8; a PICO-8 cart (game.p8) is no key
+        return "a PKCS#8 private key"
     return None
