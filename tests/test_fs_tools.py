@@ -451,6 +451,9 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
      ("deploy/kubeconfig", True), ("ci/Kubeconfig.yaml", True), ("prod.kubeconfig", True), (".dockercfg", True),
      (".terraformrc", True), ("keys/server.ppk", True), ("AuthKey_ABC123.p8", True), ("rsa_key.p8", True), ("kubeconfig.go", False),
      ("carts/celeste.p8", False),
+     # read unasked before: a Codex relay's bearer token (also in scvd's codex home), Gemini CLI's OAuth tokens
+     (".codex/config.toml", True), ("adapters/codex/config.toml", True), (".gemini/oauth_creds.json", True),
+     ("db-creds.yaml", True), ("config.toml", False), ("codex-rs/config.toml", False), ("credits.md", False),
      ("config.json", False), (".docker/daemon.json", False), ("tfstate.md", False), (".venv/bin/python", False),
      ("src/main.py", False), ("environment.py", False), ("keyboard.c", False),
      ("pem.md", False), ("ssh/config", False), ("README.md", False), ("key", False)],

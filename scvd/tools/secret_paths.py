@@ -17,6 +17,7 @@ import functools
 from typing import Iterable
 
 KUBECONFIG = "a Kubernetes config that holds cluster client keys or tokens"
+CODEX_CONFIG = "a Codex config that may hold a provider's bearer token"
 # exact file names (lower case) that hold credentials by convention
 SECRET_NAMES = {
     ".env": "a dotenv file",
@@ -43,10 +44,13 @@ SECRET_NAMES = {
 SECRET_FILES_IN = {
     (".docker", "config.json"): "a Docker config that may hold registry credentials",
     ("gh", "hosts.yml"): "a GitHub CLI config that holds its token where no keyring is",
+    # a relay's experimental_bearer_token (seed 000); `codex` is scvd's private home for it
+    (".codex", "config.toml"): CODEX_CONFIG,
+    ("codex", "config.toml"): CODEX_CONFIG,
 }
 SECRET_DIRS = (".ssh", ".aws", ".azure", ".gnupg", ".kube")  # everything under these is secret-like
 DIR_KIND = "a directory of keys or credentials"
-SECRET_WORDS = ("credential", "secret", "private_key")
+SECRET_WORDS = ("credential", "creds", "secret", "private_key")  # creds: gemini's oauth_creds.json
 SSH_KEY = "an SSH key"
 SECRET_PREFIXES = {".env.": "a dotenv file", "id_rsa": SSH_KEY, "id_ed25519": SSH_KEY, "id_ecdsa": SSH_KEY,
                    "id_dsa": SSH_KEY}
