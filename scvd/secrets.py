@@ -60,6 +60,16 @@ MAX_VALUE_CHARS = 65536
 KEYRING_SECONDS = 25.0  # a D-Bus call's default reply timeout: a keyring silent that long is stuck
 
 SOURCES = ("keyring", "file", "env")
+# what a tool or server says when it refused a credential (seed 003: a 401, a 403, an expired token): looked
+# for only in the failure of a script tool or an MCP server that is given secrets. A bare `key` or `token`
+# is not enough ("SyntaxError: invalid token", "cache key expired"): a re-entered key would not help
+# there, and the person would be asked for one all the same
+_CREDENTIAL = r"(?:api[ _-]?key|(?:api|access|auth|bearer|oauth|refresh)[ _-]?token|credentials?|password)"
+REFUSED_RE = re.compile(
+    r"unauthori[sz]ed|bad credentials|invalid_auth|\b403\W{1,3}forbidden|(?:status|http|error|code)\W{1,3}40[13]\b"
+    rf"|(?:invalid|incorrect|wrong|revoked|expired) {_CREDENTIAL}|{_CREDENTIAL} (?:provided )?(?:is |was |has |have "
+    r"|has been )?(?:invalid|incorrect|expired|revoked)|\btoken (?:has |is )?expired"
+    r"|auth(?:entication)? (?:failed|required)|not authenticated", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from .. import __version__, http_fields
 from ..config import McpServerConfig, SecretRef, server_secrets
 from ..redact import hide_in_logs, redact, redact_tree
 from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, ToolError, Unavailable
-from ..secrets import off_loop
+from ..secrets import REFUSED_RE, off_loop
 from ..text import well_formed
 from . import spec
 from .tool import CallOutcome, ToolSpec
@@ -375,7 +375,7 @@ class ServerLink:
             return exc.keys
         if self._http_status in (401, 403):
             return tuple(self._sent()[0])
-        if self._proc is not None and spec.REFUSED_RE.search(self._proc.stderr_tail()):  # its env's, refused
+        if self._proc is not None and REFUSED_RE.search(self._proc.stderr_tail()):  # its env's, refused
             return tuple(sorted(server_secrets(self.cfg)))
         return ()
 

@@ -16,6 +16,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 from .. import http_fields
 from ..config import McpServerConfig, SecretRef, server_secrets
 from ..errors import CredentialMissing, Unavailable
+from ..secrets import REFUSED_RE
 from ..passenv import build as allowed_env
 
 PREFIX = "mcp__"
@@ -24,16 +25,6 @@ PREFIX = "mcp__"
 KEPT_ENV = ("HOME",)
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 NAME_LIMIT = 64  # the registry's rule for every tool name
-# what a server says when it refused a credential (seed 003: a 401, a 403, an expired token): looked for
-# only in a failed call's text or a failed start's stderr, of a server that is given secrets. A bare
-# `key` or `token` is not enough ("SyntaxError: invalid token", "cache key expired"): a re-entered key
-# would not help there, and the person would be asked for one all the same
-_CREDENTIAL = r"(?:api[ _-]?key|(?:api|access|auth|bearer|oauth|refresh)[ _-]?token|credentials?|password)"
-REFUSED_RE = re.compile(
-    r"unauthori[sz]ed|bad credentials|invalid_auth|\b403\W{1,3}forbidden|(?:status|http|error|code)\W{1,3}40[13]\b"
-    rf"|(?:invalid|incorrect|wrong|revoked|expired) {_CREDENTIAL}|{_CREDENTIAL} (?:provided )?(?:is |was |has |have "
-    r"|has been )?(?:invalid|incorrect|expired|revoked)|\btoken (?:has |is )?expired"
-    r"|auth(?:entication)? (?:failed|required)|not authenticated", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

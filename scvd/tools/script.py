@@ -34,7 +34,7 @@ from .. import validation_text as vt
 from ..errors import ConfigError, CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import CUT_MARKER, run_process
 from ..redact import forms, redact, redact_tree
-from ..secrets import SecretStore, off_loop
+from ..secrets import REFUSED_RE, SecretStore, off_loop
 from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline
 from .runs import output_so_far, workspace_error
@@ -257,7 +257,12 @@ class ScriptTool(Tool):
         if result.exit_code != 0:
             how = f"exit {result.exit_code}" if result.exit_code is not None else f"signal {result.signal}"
             printed = redact_text(result.output, secrets)[-TAIL_CHARS:].strip()  # many scripts say why there
-            raise Failed(f"{self.name} failed ({how}){said}" + (f"; stdout: {printed}" if printed else ""))
+            said += f"; stdout: {printed}" if printed else ""
+            # `gh` or `curl` on a 401 exit 1, not 77: the agent still needs the key's name (seed 003)
+            if self.definition.spec.secrets and REFUSED_RE.search(said):
+                raise self._rejected(result.stderr, said, f"{self.name} failed ({how}) with output that reads "
+                                                          "like a refused credential")
+            raise Failed(f"{self.name} failed ({how}){said}")
         if not result.truncated:
             try:
                 return well_formed(parse_redacted(result.output, secrets))
@@ -268,12 +273,13 @@ class ScriptTool(Tool):
                              "have it print flatter JSON") from None
         return redact_text(result.output, secrets)
 
-    def _rejected(self, stderr: str, said: str) -> CredentialMissing:
-        """Exit 77: the key the script named (`SCV_REJECTED=KEY`), or its only one; with several
-        and no word which, all of them: guessing one would send store_secret after the wrong key."""
+    def _rejected(self, stderr: str, said: str, head: str = "") -> CredentialMissing:
+        """Exit 77 (or a failure that reads like one): the key the script named (`SCV_REJECTED=KEY`), or
+        its only one; with several and no word which, all of them: guessing one would send store_secret
+        after the wrong key."""
         declared = self.definition.spec.secrets
         key = rejected_key(stderr, declared) or (declared[0] if len(declared) == 1 else None)
-        head = f"{self.name} reported a rejected credential (exit {CREDENTIAL_REJECTED})"
+        head = head or f"{self.name} reported a rejected credential (exit {CREDENTIAL_REJECTED})"
         if key is not None:
             return CredentialMissing(
                 f"{head}: its secret {key}; store a new value with store_secret (key {key!r}) or "

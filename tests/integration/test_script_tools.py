@@ -649,6 +649,27 @@ def test_exit_77_with_several_keys_names_them_all_unless_a_stderr_line_says_whic
     assert said.error.hint == "scvctl secrets set GH_TOKEN"
 
 
+def test_a_failure_that_reads_like_a_refused_credential_names_the_key_for_store_secret(make_daemon, scv_home,
+                                                                                        workspace):
+    """Seed 003's agent takes the key's name from the error; a script that did not exit 77 (`gh`, `curl`
+    exit 1 on a 401) failed naming none, as an MCP server's such error now does not."""
+    refused = "#!/bin/bash\necho 'HTTP 401: Bad credentials (https://api.github.com/user)' >&2\nexit 1\n"
+    make_tool(scv_home, "gh", refused, risk="read_only", secrets=["GH_TOKEN"])
+    make_tool(scv_home, "gh_down", "#!/bin/bash\necho 'HTTP 502: Bad gateway' >&2\nexit 1\n", risk="read_only",
+              secrets=["GH_TOKEN"])
+    make_tool(scv_home, "no_secrets", refused, risk="read_only")
+    d = make_daemon(home=scv_home, env={"GH_TOKEN": "stale", **NO_KEYRING})
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        gh, down, plain = (c.call(sid, f"script_{n}", {"text": "x"}) for n in ("gh", "gh_down", "no_secrets"))
+    assert gh.error.kind == "credential_missing", gh.error
+    assert gh.error.message == (
+        "script_gh failed (exit 1) with output that reads like a refused credential: its secret GH_TOKEN; store a "
+        "new value with store_secret (key 'GH_TOKEN') or `scvctl secrets set GH_TOKEN`, then call the tool again; "
+        "stderr: HTTP 401: Bad credentials (https://api.github.com/user)")
+    assert down.error.kind == plain.error.kind == "failed"  # another failure; or no stored key to heal
+
+
 def test_the_example_tool_works(make_daemon, scv_home, workspace):
     """examples/tools/ holds a working script tool: copy it in and call it."""
     import shutil
