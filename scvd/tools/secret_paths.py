@@ -30,6 +30,7 @@ SECRET_NAMES = {
     ".vault-token": "a HashiCorp Vault token",
     ".htpasswd": "an Apache password file",
     "auth.json": "a credentials file (Codex and others keep their sign-in in one)",
+    ".claude.json": "Claude Code's state, which may hold its API key (primaryApiKey)",
     ".my.cnf": "a MySQL client config that may hold a password",
     ".s3cfg": "an s3cmd config that holds access keys",
     ".boto": "a boto/gsutil config that may hold credentials",
