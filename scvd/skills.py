@@ -10,6 +10,10 @@ Roots, in this order (the order decides which skills fit under the limit):
   2. the workspace's own `.agents/skills` and `.claude/skills`: `<workspace name>:<name>`;
   3. the same two folders of each child project (a direct, non-hidden
      subdirectory of the workspace), in name order: `<child name>:<name>`.
+Within a root, skill directories go in name order. When two valid skills get the
+same key (a copy in both `.agents/skills` and `.claude/skills`, a child folder
+named like the workspace) the first in this order is mapped and the other is
+kept in `shadowed`, so the listing can say where it is: never by listing order.
 A project root must resolve inside the workspace. A skill is a non-hidden
 directory of a root whose canonical path stays under that root and that holds a
 regular SKILL.md with `name` and `description` in its front matter.
@@ -74,10 +78,14 @@ class SkillMap:
 
     skills: dict[str, Skill] = field(default_factory=dict)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (directory, reason)
+    shadowed: list[Skill] = field(default_factory=list)  # valid, but its key was taken by an earlier one
     limit_reached: bool = False
 
     def of_kind(self, kind: str) -> list[Skill]:
         return [s for s in self.skills.values() if s.root.kind == kind]
+
+    def shadowed_by(self, skill: Skill) -> list[Skill]:
+        return [s for s in self.shadowed if s.key == skill.key]
 
 
 # --- front matter (pure) -----------------------------------------------------------
@@ -345,7 +353,10 @@ def _candidate(found: SkillMap, seen: set[str], root: Root, skill_dir: str) -> S
         log.debug("skill %s already mapped through another root folder", skill.dir)
         return None
     if skill.key in found.skills:
-        _skip(found, skill_dir, f"name {skill.key!r} is taken by {shown(found.skills[skill.key].dir)}")
+        log.warning("skill %s shadowed: its name %r is taken by %s, found first; rename one to map both",
+                    shown(skill.dir), skill.key, shown(found.skills[skill.key].dir))
+        found.shadowed.append(skill)
+        seen.add(skill.dir)  # a link to it from a later root is the same skill, reported once
         return None
     return skill
 

@@ -185,20 +185,18 @@ def test_invalid_skill_dirs_skipped_with_a_logged_reason(env: Env, caplog: pytes
     (env.user_root / "binary" / "SKILL.md").write_bytes(b"---\nname: binary\ndescription: \xff\xfe\n---\n")
     (env.user_root / "a-fifo").mkdir()
     os.mkfifo(env.user_root / "a-fifo" / "SKILL.md")
-    make_skill(env.user_root, "zz-dup", name="good")  # after "good" in name order
     (env.user_root / "README.md").write_text("not a skill dir\n")
     make_skill(env.user_root, ".hidden")
     with caplog.at_level(logging.WARNING, logger="scvd.skills"):
         found = env.discover()
     assert list(found.skills) == ["good"]
     reasons = {Path(d).name: r for d, r in found.skipped}
-    assert set(reasons) == {"no-file", "no-front", "no-desc", "binary", "a-fifo", "zz-dup"}
+    assert set(reasons) == {"no-file", "no-front", "no-desc", "binary", "a-fifo"}
     assert "no SKILL.md" in reasons["no-file"]
     assert "does not start" in reasons["no-front"]
     assert "no 'description'" in reasons["no-desc"]
     assert "not UTF-8" in reasons["binary"]
     assert "not a regular file" in reasons["a-fifo"]
-    assert "taken by" in reasons["zz-dup"]
     for name, reason in reasons.items():
         assert any(name in r.getMessage() and reason in r.getMessage() for r in caplog.records), name
 
@@ -313,6 +311,48 @@ def test_project_skills_named_project_colon_name(env: Env) -> None:
     assert (scv.root.project, scv.root.cwd) == ("scv", "scv")
     assert scv.file == os.path.realpath(env.ws / "scv" / ".claude" / "skills" / "feature-flow" / "SKILL.md")
     assert not found.skipped
+
+
+def test_a_name_taken_twice_maps_the_first_and_lists_the_other_as_shadowed(
+        env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """A copy in both .agents/skills and .claude/skills, or two folders of one root with the same
+    name, was listed among the invalid `skipped` directories; the listing now says which one is
+    mapped (.agents/skills first, then name order) and where the other is."""
+    claude = make_skill(env.ws / ".claude" / "skills", "deploy", description="Claude's copy.")
+    agents = make_skill(env.ws / ".agents" / "skills", "deploy", description="Codex's copy.")
+    make_skill(env.user_root, "good")
+    make_skill(env.user_root, "zz-dup", name="good", description="Left over.")  # after "good" in name order
+    with caplog.at_level(logging.INFO, logger="scvd"):
+        ctx = env.ctx()
+    assert "0 skipped, 2 shadowed" in caplog.text and "shadowed: its name 'myws:deploy' is taken" in caplog.text
+    result = env.call(ctx)
+    assert [s["description"] for s in result["project_skills"]] == ["Codex's copy."] and "skipped" not in result
+    assert result["shadowed"] == [
+        {"name": "good", "description": "Left over.", "dir": os.path.realpath(env.user_root / "zz-dup"),
+         "by": os.path.realpath(env.user_root / "good")},
+        {"name": "myws:deploy", "description": "Claude's copy.", "dir": os.path.realpath(claude),
+         "by": os.path.realpath(agents), "cwd": "."}]
+    read = env.call(ctx, name="myws:deploy")
+    assert read["path"] == os.path.realpath(agents / "SKILL.md") and read["shadowed"][0]["cwd"] == "."
+    assert "Another skill" not in read["note"]  # same cwd: the agent started there finds its own copy
+
+
+def test_a_child_named_like_the_workspace_keeps_its_skill_and_cwd_visible(env: Env, tmp_path: Path) -> None:
+    """Workspace app/ and its child app/app/ both give `app:deploy`: the child's was only a skipped
+    directory, so a model asked for the child project's deploy delegated to cwd '.'. The workspace's
+    is mapped; the child's is listed as shadowed with cwd 'app', and reading the name says so."""
+    env.ws = tmp_path / "app"
+    make_skill(env.ws / "app" / ".agents" / "skills", "deploy", description="Deploys the app package.")
+    make_skill(env.ws / ".agents" / "skills", "deploy", description="Deploys everything.")
+    make_skill(env.user_root, "deploy", description="Mine.")  # a user name has no ':': never a clash
+    ctx = env.ctx()
+    result = env.call(ctx)
+    assert result["skills"] == [{"name": "deploy", "description": "Mine."}]
+    assert [(s["name"], s["cwd"]) for s in result["project_skills"]] == [("app:deploy", ".")]
+    [shadow] = result["shadowed"]
+    assert (shadow["name"], shadow["cwd"]) == ("app:deploy", "app") and "app package" in shadow["description"]
+    note = env.call(ctx, name="app:deploy")["note"]
+    assert "cwd '.'" in note and "Another skill named app:deploy is in cwd 'app'" in note
 
 
 def test_claude_skills_linked_to_agents_skills_mapped_once(env: Env) -> None:

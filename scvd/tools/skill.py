@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Sequence
 
 import msgspec
 
@@ -62,8 +62,9 @@ class ReadSkillTool(Tool):
 
     def session_services(self, workspace: Path, config: Any, paths: Any) -> dict[str, Any]:
         found = skills.discover(workspace, paths, config.skills.max_skills)
-        log.info("skills for %s: %d user, %d project, %d skipped%s", workspace,
+        log.info("skills for %s: %d user, %d project, %d skipped, %d shadowed%s", workspace,
                  len(found.of_kind(skills.USER)), len(found.of_kind(skills.PROJECT)), len(found.skipped),
+                 len(found.shadowed),
                  " (skills.max_skills reached)" if found.limit_reached else "")
         return {SERVICE: found}
 
@@ -83,7 +84,8 @@ class ReadSkillTool(Tool):
         if not args.name:
             return listing(found, ctx.config.skills.max_skills)
         skill = lookup(found, args.name, ctx)
-        return await asyncio.to_thread(read_result, skill, ctx.config.skills.max_skill_bytes)
+        return await asyncio.to_thread(read_result, skill, ctx.config.skills.max_skill_bytes,
+                                       found.shadowed_by(skill))
 
 
 def _skill_map(ctx: CallContext) -> skills.SkillMap:
@@ -114,8 +116,9 @@ def lookup(found: skills.SkillMap, name: str, ctx: CallContext) -> skills.Skill:
         "call read_skill with name '' for the full list")
 
 
-def read_result(skill: skills.Skill, max_bytes: int) -> dict[str, Any]:
-    """The result of reading one skill, after its containment is checked again."""
+def read_result(skill: skills.Skill, max_bytes: int, shadowed: Sequence[skills.Skill] = ()) -> dict[str, Any]:
+    """The result of reading one skill, after its containment is checked again; `shadowed`: the
+    skills of the same name that it hides, named so the model can still delegate to their cwd."""
     try:
         content, truncated, total = skills.read(skill, max_bytes)
     except skills.SkillError as exc:
@@ -129,7 +132,22 @@ def read_result(skill: skills.Skill, max_bytes: int) -> dict[str, Any]:
                               "truncated": truncated, "total_bytes": total}
     if skill.root.kind == skills.PROJECT:
         result.update(project=skill.root.project, cwd=skill.root.cwd, note=delegate_note(skill))
+    if shadowed:
+        result["shadowed"] = [shadow_entry(s, skill) for s in shadowed]
+        elsewhere = sorted({s.root.cwd for s in shadowed if s.root.cwd != skill.root.cwd})
+        if elsewhere:  # a child folder named like the workspace: same key, another project
+            result["note"] += (f" Another skill named {skill.key} is in cwd {', '.join(map(repr, elsewhere))}"
+                               " (under shadowed): if the task is that project's, delegate there instead.")
     return result
+
+
+def shadow_entry(skill: skills.Skill, by: skills.Skill) -> dict[str, Any]:
+    """A skill hidden by an earlier one of the same key: where it is, and for a project skill its cwd."""
+    entry: dict[str, Any] = {"name": skill.key, "description": skill.description, "dir": skills.shown(skill.dir),
+                             "by": skills.shown(by.dir)}
+    if skill.root.kind == skills.PROJECT:
+        entry["cwd"] = skill.root.cwd
+    return entry
 
 
 def listing(found: skills.SkillMap, max_skills: int) -> dict[str, Any]:
@@ -146,6 +164,8 @@ def listing(found: skills.SkillMap, max_skills: int) -> dict[str, Any]:
         result["limit_reached"] = f"only the first {max_skills} skills are mapped (skills.max_skills)"
     if found.skipped:
         result["skipped"] = [{"dir": d, "reason": r} for d, r in found.skipped[:SKIPPED_SHOWN]]
+    if found.shadowed:
+        result["shadowed"] = [shadow_entry(s, found.skills[s.key]) for s in found.shadowed[:SKIPPED_SHOWN]]
     return result
 
 

@@ -104,3 +104,17 @@ def test_a_workspace_named_in_latin1_lists_names_that_read(daemon, client, tmp_p
     assert [s["name"] for s in listed.result["project_skills"]] == ["caf\\xe9:local"]
     done = client.call(sid, "read_skill", {"name": "caf\\xe9:local"})
     assert done.ok and "Step local." in done.result["content"], done.error
+
+
+def test_a_child_named_like_the_workspace_shows_its_shadowed_skill(daemon, client, tmp_path: Path):
+    """Workspace app/ and child app/app/ both have a `deploy` skill, so both are `app:deploy`: the
+    child's was reported only as a skipped directory, with no cwd to delegate it to."""
+    ws = tmp_path / "app"
+    make_skill(ws / "app" / ".agents" / "skills", "deploy", "Deploys the app package.")
+    make_skill(ws / ".agents" / "skills", "deploy", "Deploys everything.")
+    sid = client.open_session(ws)
+    listed = client.call(sid, "read_skill", {}).result
+    assert [(s["name"], s["cwd"]) for s in listed["project_skills"]] == [("app:deploy", ".")]
+    assert [(s["name"], s["cwd"]) for s in listed["shadowed"]] == [("app:deploy", "app")]
+    assert "is in cwd 'app'" in client.call(sid, "read_skill", {"name": "app:deploy"}).result["note"]
+    assert "1 project, 0 skipped, 1 shadowed" in daemon.log()
