@@ -61,6 +61,14 @@ class Paths:
         return self.data_dir / "tools"
 
     @property
+    def mcp_dir(self) -> Path:
+        return self.data_dir / "mcp"  # each stdio server's default cwd: mcp/<name>
+
+    @property
+    def chat_dir(self) -> Path:
+        return self.state_dir / "chat"  # the chat transcripts
+
+    @property
     def audit_log(self) -> Path:
         return self.state_dir / "audit.log"
 

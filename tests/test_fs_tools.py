@@ -27,6 +27,8 @@ from scvd.errors import Cancelled, Failed, InvalidArguments
 from conftest import shared_dir_for_other_uids
 from scvd.tools import build_registry, fs
 from scvd.tools.contract import ToolRisk
+from scvd.paths import Paths
+from scvd.tools.own_files import own_file_reason
 from scvd.tools.secret_paths import secret_reason
 from scvd.workers import INLINE_BYTES, CancelFlag
 
@@ -461,6 +463,22 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
 )
 def test_secret_rule(path: str, secret: bool) -> None:
     assert (secret_reason(path) is not None) == secret
+
+
+def test_scvds_own_sensitive_files_in_the_xdg_layout_from_a_workspace_at_or_above_home(tmp_path: Path) -> None:
+    home = tmp_path / "me"  # platformdirs' layout, without SCV_HOME
+    paths = Paths(home=None, config_dir=home / ".config/scv", data_dir=home / ".local/share/scv",
+                  state_dir=home / ".local/state/scv", runtime_dir=tmp_path / "run", socket=tmp_path / "run/s")
+    ws, above = str(home), str(tmp_path)
+    for path in (".config/scv/config.toml", ".local/state/scv/audit.log", ".local/state/scv/audit.log.3",
+                 ".local/state/scv/chat/c.jsonl", ".local/share/scv/adapters/codex/sessions/s.jsonl",
+                 ".local/share/scv/mcp/fs/token"):
+        assert own_file_reason(tuple(path.split("/")), ws, paths), path
+        assert own_file_reason(("me", *path.split("/")), above, paths), path
+    for path in (".local/share/scv/tools/script/gh/run.sh", ".local/share/scv/skills/s/SKILL.md",
+                 ".config/scv/notes.toml", ".local/state/scv/scvd.pid", ".config/other/config.toml", "config.toml"):
+        assert own_file_reason(tuple(path.split("/")), ws, paths) is None, path
+    assert own_file_reason(("config.toml",), ws, None) is None  # an in-memory hub has no folders
 
 
 def test_secret_rule_applies_to_where_a_symlink_leads(ws: Workspace) -> None:

@@ -61,7 +61,7 @@ class ChatService:
 
     def __init__(self, daemon: Any) -> None:
         self.daemon = daemon
-        self.transcripts = Transcripts(daemon.paths.state_dir / "chat")
+        self.transcripts = Transcripts(daemon.paths.chat_dir)
         self.chats: dict[str, Chat] = {}
         self._opening: set[str] = set()  # conversations a chat.open is resuming, not yet in chats
         # conversations whose session closed while a turn or background call of theirs still ends:

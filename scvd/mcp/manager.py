@@ -187,7 +187,7 @@ class McpServers:
         secrets = getattr(self.host, "secrets", None)
         if cfg.url is not None:
             return spec.http_launch(name, cfg, secrets)
-        home = self.host.paths.data_dir / "mcp" / name  # its default cwd: a private dir of its own
+        home = self.host.paths.mcp_dir / name  # its default cwd: a private dir of its own
         home.parent.mkdir(mode=0o700, exist_ok=True)  # each its own: parents=True gives the umask's mode
         home.mkdir(mode=0o700, exist_ok=True)
         cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else None

@@ -33,6 +33,7 @@ from ..workers import inline_ok, run_blocking
 from . import containment
 from .containment import show
 from .contract import NOT_NOW, CallContext, Plan, Tool, ToolFlags, ToolRisk
+from .own_files import own_file_reason
 from .secret_paths import secret_reason
 
 log = logging.getLogger("scvd.tools.fs")
@@ -641,10 +642,12 @@ class WriteArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     )] = None
 
 
-def _secret_reason(parts: tuple[str, ...], real: tuple[str, ...], workspace: str) -> str | None:
-    """The secret-like rule on the requested path and on the one it resolves to (`notes -> .env`)."""
-    reason = secret_reason(parts, workspace)
-    if reason is None and real != parts and (found := secret_reason(real, workspace)):
+def _secret_reason(parts: tuple[str, ...], real: tuple[str, ...], workspace: str, paths: Any) -> str | None:
+    """The secret-like rule, and scvd's own sensitive files (`config.toml`, the audit log, ...),
+    on the requested path and on the one it resolves to (`notes -> .env`)."""
+    reason = secret_reason(parts, workspace) or own_file_reason(parts, workspace, paths)
+    if reason is None and real != parts and (
+            found := secret_reason(real, workspace) or own_file_reason(real, workspace, paths)):
         reason = f"it resolves to {show(containment.join(real))}: {found}"
     return reason
 
@@ -697,7 +700,7 @@ class ReadTool(Tool):
             held = _Held(fd, st.st_size, parts, real)
         else:
             os.close(fd)
-        secret = _secret_reason(parts, real, str(ctx.workspace))
+        secret = _secret_reason(parts, real, str(ctx.workspace), ctx.paths)
         size = st.st_size
 
         def describe() -> tuple[str, dict[str, Any]]:  # what an approver sees, made only if one is asked
@@ -764,7 +767,7 @@ class WriteTool(Tool):
         except UnicodeEncodeError as exc:
             raise InvalidArguments(f"content is not valid UTF-8 text at character {exc.start}") from exc
         real = resolve_file(ctx.workspace_fd, parts, args.path)  # fail before approval where we can
-        secret = _secret_reason(parts, real, str(ctx.workspace))
+        secret = _secret_reason(parts, real, str(ctx.workspace), ctx.paths)
         parent = open_parent(ctx.workspace_fd, real, args.path)
         try:
             existing = inspect_target(parent, real, args.path, args.mode)

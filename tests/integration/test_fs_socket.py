@@ -106,6 +106,37 @@ def test_secret_like_read_asks_for_approval(owner: Client, ws: Path) -> None:
     assert done.ok and done.result["content"] == "API_KEY=abc\n"
 
 
+def test_scvds_own_sensitive_files_ask_to_be_read_and_its_tool_sources_do_not(make_daemon, ws: Path) -> None:
+    """A session on ~ (here: SCV_HOME inside the workspace) read scvd's config.toml (MCP header
+    tokens), audit log, chat transcripts and the agents' homes unasked: none is named like a secret."""
+    home = ws / ".scv"
+    daemon = make_daemon(home=home)
+    files = {".scv/config.toml": "[mcp.servers.x.headers]\nAuthorization = 'Bearer abc'\n",
+             ".scv/state/audit.log.1": "{}\n", ".scv/state/chat/c1.jsonl": "{}\n",
+             ".scv/adapters/claude/projects/p/s.jsonl": "{}\n", ".scv/mcp/fs/state.json": "{}\n",
+             ".scv/tools/script/x/run.sh": "echo hi\n", ".scv/skills/s/SKILL.md": "# s\n"}
+    for path, text in files.items():
+        (ws / path).parent.mkdir(parents=True, exist_ok=True)
+        (ws / path).write_text(text)
+    os.symlink(".scv/config.toml", ws / "cfg")
+    with daemon.client(name="pytest-owner", approver=True) as owner:
+        sid = owner.open_session(ws)
+        for path in [*list(files)[:5], "cfg", ".scv/state/audit.log"]:  # the live log, written by now
+            done, asked = call(owner, sid, "read", decide="deny", path=path)
+            assert asked.risk == "filesystem" and asked.details["secret_like"] is True and asked.always_ask
+            assert "scvd's" in asked.details["why"] or "private homes" in asked.details["why"]
+            assert done.error.kind == "denied"
+            if path == "cfg":
+                assert "may hold MCP servers' header tokens" in asked.details["why"]
+        for path in list(files)[5:]:  # what a person editing their own tools reads often
+            done, _ = call(owner, sid, "read", path=path)
+            assert done.result["content"] == files[path]
+        # a workspace inside one of those folders: all of it
+        done, asked = call(owner, owner.open_session(home / "state" / "chat"), "read", decide="approve", path="c1.jsonl")
+        assert done.ok and asked.details["why"].endswith("the workspace lies in scvd's chat transcripts folder "
+                                                         "(all a conversation said, tool outputs too)")
+
+
 @pytest.mark.parametrize("folder,name", [(".kube", "config"), (".docker", "config.json"),
                                          (".azure", "msal_token_cache.json")])
 def test_a_workspace_that_is_a_credentials_folder_asks_for_its_files(
