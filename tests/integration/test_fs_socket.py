@@ -128,6 +128,10 @@ def test_scvds_own_sensitive_files_ask_to_be_read_and_its_tool_sources_do_not(ma
             assert done.error.kind == "denied"
             if path == "cfg":
                 assert "may hold MCP servers' header tokens" in asked.details["why"]
+        # a wrong hash failed at once, unasked, which told whether a guess was config.toml's content
+        done, asked = call(owner, sid, "write", decide="deny", path=".scv/config.toml", content="",
+                           mode="replace", expected_sha256="0" * 64)
+        assert asked.details["secret_like"] is True and done.error.kind == "denied"
         for path in list(files)[5:]:  # what a person editing their own tools reads often
             done, _ = call(owner, sid, "read", path=path)
             assert done.result["content"] == files[path]
