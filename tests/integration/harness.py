@@ -342,6 +342,14 @@ def harness_tools() -> list[Tool]:
     return [SleepTool(), StubbornTool(), EnvTool(), FdHogTool()]
 
 
+SHORTENED = {  # HARNESS_* variable: the module constant it sets, in seconds
+    "HARNESS_RELOAD_READ_SECONDS": ("scvd.server", "RELOAD_READ_SECONDS"),
+    "HARNESS_STORE_SECONDS": ("scvd.secret_requests", "STORE_SECONDS"),
+    "HARNESS_STALL_SECONDS": ("scvd.connection", "STALL_SECONDS"),
+    "HARNESS_MCP_BACKOFF_FIRST": ("scvd.mcp.link", "BACKOFF_FIRST"),
+}
+
+
 def _main(argv: list[str]) -> int:
     """`scvd` itself, with the test tools added to every registry it builds."""
     import scvd.tools
@@ -349,10 +357,14 @@ def _main(argv: list[str]) -> int:
 
     builtin = scvd.tools.builtin_tools
     scvd.tools.builtin_tools = lambda config, paths: builtin(config, paths) + harness_tools()
+    import importlib
+
     import scvd.server
 
-    if "HARNESS_RELOAD_READ_SECONDS" in os.environ:  # a stuck reload's bound, without waiting 30 s
-        scvd.server.RELOAD_READ_SECONDS = float(os.environ["HARNESS_RELOAD_READ_SECONDS"])
+    # a bound or a wait a test would otherwise sit through (30 s for a reload or a store, ...)
+    for variable, (module, name) in SHORTENED.items():
+        if variable in os.environ:
+            setattr(importlib.import_module(module), name, float(os.environ[variable]))
     # a hung mount: a reload's read of config.toml, or its sandbox probe, blocks while that file exists
     if "HARNESS_HANG_LOAD_WHILE" in os.environ:
         scvd.server.load = _hanging(scvd.server.load, Path(os.environ["HARNESS_HANG_LOAD_WHILE"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -393,6 +394,10 @@ def test_with_scvd_as_pid_1_a_process_run_by_its_bash_tool_may_not_decide(make_d
     with daemon.client(name="owner", approver=True) as owner:
         assert owner.status().pid == 1
         _bash_child_tries_to_decide(daemon, owner, workspace)
+    # unshare ignores SIGTERM while it waits: stop scvd, its child, which unshare then exits with
+    (scvd,) = Path(f"/proc/{daemon.proc.pid}/task/{daemon.proc.pid}/children").read_text().split()
+    os.kill(int(scvd), signal.SIGTERM)
+    assert daemon.proc.wait() == 0
 
 
 def _bash_child_tries_to_decide(daemon, owner, workspace):

@@ -11,6 +11,8 @@ import pytest
 
 from scvd import errors, protocol as p
 
+from harness import make_wrapped  # noqa: F401 (a fixture)
+
 
 def test_open_needs_an_absolute_existing_directory(client, workspace: Path, tmp_path: Path):
     (tmp_path / "file.txt").write_text("x")
@@ -133,13 +135,14 @@ def test_a_client_that_pauses_above_the_bound_then_reads_gets_every_answer(make_
     assert [(f.ok, len(f.result["content"])) for f in done] == [(True, 60_000)] * 40
 
 
-def test_a_client_that_stops_reading_is_cut_off_and_its_sessions_closed(daemon, workspace: Path):
-    """Past the write-buffer bound, a connection that reads nothing for STALL_SECONDS goes: its
-    sessions close, its buffer is freed."""
+def test_a_client_that_stops_reading_is_cut_off_and_its_sessions_closed(make_wrapped, workspace: Path):
+    """Past the write-buffer bound, a connection that reads nothing for STALL_SECONDS (1 s here
+    instead of 10) goes: its sessions close, its buffer is freed."""
     import socket
 
     import msgspec
 
+    daemon = make_wrapped(env={"HARNESS_STALL_SECONDS": "1"})
     (workspace / "big.txt").write_text("a" * (1 << 20))
 
     def frame(**fields: object) -> bytes:

@@ -23,7 +23,7 @@ from helpers.probe_tools import wait_event
 from scvd import errors, protocol as p, secrets
 
 from conftest import ROOT, start_child_client, wait_pending
-from harness import RawConn
+from harness import RawConn, make_wrapped  # noqa: F401 (a fixture)
 from test_script_tools import SHOWS_TOKEN, make_tool
 
 VALUE = "sup3r-s3cret-VALUE-9f1c"
@@ -522,14 +522,15 @@ def test_an_approver_storing_a_value_goes_on_deciding_meanwhile(setup, workspace
 
 
 @pytest.mark.slow
-def test_a_value_stored_after_its_call_gave_up_is_audited_as_stored_late(make_daemon, scv_home, workspace, tmp_path):
-    """The call ends `failed` (the store took past the timeout and 30 s more); when the store then
-    finishes, the audit log says the value is stored after all, not only that it failed. The store
-    waits on secrets.toml's lock, as it does while a `scvctl secrets set` waits on a silent keyring."""
+def test_a_value_stored_after_its_call_gave_up_is_audited_as_stored_late(make_wrapped, scv_home, workspace, tmp_path):
+    """The call ends `failed` (the store took past the timeout and STORE_SECONDS more, 1 s here
+    instead of 30); when the store then finishes, the audit log says the value is stored after all,
+    not only that it failed. The store waits on secrets.toml's lock, as it does while a
+    `scvctl secrets set` waits on a silent keyring."""
     make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
-    d = make_daemon("[approvals]\ntimeout_seconds = 1\n", home=scv_home, env={
+    d = make_wrapped("[approvals]\ntimeout_seconds = 1\n", home=scv_home, env={
         "PYTHON_KEYRING_BACKEND": slow_keyring.BACKEND, "LOCKABLE_KEYRING": str(tmp_path / "keyring.json"),
-        "SLOW_KEYRING_SECONDS": "0", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+        "SLOW_KEYRING_SECONDS": "0", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "HARNESS_STORE_SECONDS": "1"})
     with d.client(name="agent") as agent, d.client(name="person") as watcher:
         watcher.request(p.ApprovalsWatch)
         sid = agent.open_session(workspace)
