@@ -18,7 +18,7 @@ import pytest
 from scvd import protocol as p
 
 from conftest import ROOT, DaemonProc, reloaded, wait_pending
-from harness import wait_until
+from harness import make_wrapped, wait_until  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -636,12 +636,12 @@ def store_secret(d: DaemonProc, key: str, value: str) -> None:
 NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
 
 
-def http_daemon(make_daemon, url: str, token: str, monkeypatch) -> DaemonProc:
+def http_daemon(make_daemon, url: str, token: str, monkeypatch, env: dict[str, str] | None = None) -> DaemonProc:
     """A daemon consuming the HTTP server, with `token` stored (in secrets.toml) before it starts."""
     from conftest import wait_for_socket
 
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
-    d = make_daemon(http_table(url), env=NO_KEYRING, wait=False)
+    d = make_daemon(http_table(url), env={**NO_KEYRING, **(env or {})}, wait=False)
     store_secret(d, "NOTES_TOKEN", token)
     wait_for_socket(d.socket, proc=d.proc)
     return d
@@ -1200,22 +1200,23 @@ def test_an_mcp_servers_tools_share_its_two_heal_rounds_per_turn(make_daemon, wo
                                           "per tool per turn, an MCP server's tools counted as one)")
 
 
-def test_a_secret_entered_through_store_secret_starts_the_server_waiting_for_it(make_daemon, workspace,
+def test_a_secret_entered_through_store_secret_starts_the_server_waiting_for_it(make_wrapped, workspace,
                                                                                 monkeypatch):
     """A server down for a refused header secret waited out its backoff (up to a minute) after a
-    person had entered the new value."""
+    person had entered the new value. Its first wait here is an hour: only the stored secret ends it."""
     port = free_port()
     web = start_http_server(port, args=("n3w",))
     try:
-        d = http_daemon(make_daemon, f"http://127.0.0.1:{port}/mcp", "Bearer s3cret", monkeypatch)
-        wait_until(lambda: "restarting in 16 s" in d.log(), timeout=60)  # its fifth failure
+        d = http_daemon(make_wrapped, f"http://127.0.0.1:{port}/mcp", "Bearer s3cret", monkeypatch,
+                        env={"HARNESS_MCP_BACKOFF_FIRST": "3600"})
+        wait_until(lambda: "restarting in 3600 s" in d.log(), timeout=60)  # its first failure
         with d.client(name="agent") as c, d.client(name="me") as me:
             me.request(p.ApprovalsWatch)
             session = c.open_session(workspace)
             healing = c.start_call(session, "store_secret", {"key": "NOTES_TOKEN", "tool": "mcp__notes"})
             enter_secret(me, "Bearer n3w")
             assert c.wait_call(healing).ok
-            server(c, "notes", timeout=10)  # well before the 16 s it was to wait
+            server(c, "notes", timeout=60)  # long before the hour it was to wait
     finally:
         stop(web)
 
