@@ -1031,15 +1031,18 @@ def test_a_reload_that_turns_the_sandbox_on_restarts_the_servers_it_covers(make_
         assert not (outside / "out.txt").exists()
 
 
+SHORT_STDIN_GRACE = {"HARNESS_MCP_STDIN_CLOSE_GRACE": "0.2"}  # these servers ignore their stdin's end: 2 s each
+
+
 @pytest.mark.bwrap
 @pytest.mark.parametrize("stopped_by", ["reload", "shutdown"])
-def test_a_sandboxed_server_that_ignores_its_stdins_end_gets_its_sigterm(make_daemon, workspace, stopped_by):
+def test_a_sandboxed_server_that_ignores_its_stdins_end_gets_its_sigterm(make_wrapped, workspace, stopped_by):
     """The SIGTERM went to bwrap, which died at it and, through --die-with-parent, SIGKILLed the
     server at once: its TERM handler never ran, so nothing it had to clean up was."""
     record = workspace / "record"  # the server appends "start", and "cleaned" in its TERM handler
     sandbox = '[sandbox]\nmode = "bwrap"\nnetwork = true\n'  # the network keeps /tmp, where this repository may be
-    d = make_daemon(sandbox + quirks_stdio_table("trap-term", record).replace("sandbox = false\n", "")
-                    + f'cwd = "{workspace}"\n')
+    d = make_wrapped(sandbox + quirks_stdio_table("trap-term", record).replace("sandbox = false\n", "")
+                     + f'cwd = "{workspace}"\n', env=SHORT_STDIN_GRACE)
     with d.client(name="t") as c:
         server(c, "raw")
     if stopped_by == "reload":
@@ -1049,12 +1052,12 @@ def test_a_sandboxed_server_that_ignores_its_stdins_end_gets_its_sigterm(make_da
     assert record.read_text() == "start\ncleaned\n", d.log()[-2000:]
 
 
-def test_a_stopped_server_is_continued_to_act_on_its_sigterm(make_daemon, workspace):
+def test_a_stopped_server_is_continued_to_act_on_its_sigterm(make_wrapped, workspace):
     """A server stopped by SIGSTOP (a debugger, a Ctrl-Z'd wrapper) kept the SIGTERM pending and was
     SIGKILLed after the grace: its TERM handler never ran. As a cancelled call's command, it is
     continued after the TERM."""
     record = workspace / "record"
-    d = make_daemon(quirks_stdio_table("trap-term", record))
+    d = make_wrapped(quirks_stdio_table("trap-term", record), env=SHORT_STDIN_GRACE)
     with d.client(name="t") as c:
         server(c, "raw")
     [pid] = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
@@ -1294,10 +1297,12 @@ def quirks_table(quirks_http):
     return quirks_http("hang-delete")
 
 
+SHORT_DELETE = {"HARNESS_MCP_DELETE_TIMEOUT": "0.5"}  # its DELETE, never answered, is given up after 3 s
+
 @pytest.mark.timeout(60)  # the SDK waits for the DELETE's answer for good: held up by it, this test times out
 def test_a_server_that_never_answers_the_session_delete_holds_up_neither_a_reload_nor_the_stop(
-        make_daemon, quirks_table):
-    d = make_daemon(quirks_table)
+        make_wrapped, quirks_table):
+    d = make_wrapped(quirks_table, env=SHORT_DELETE)
     with d.client(name="t") as c:
         server(c, "web")
         reloaded(d, "")  # removed: its link gives up on the DELETE after a few seconds
@@ -1310,14 +1315,15 @@ def test_a_server_that_never_answers_the_session_delete_holds_up_neither_a_reloa
 
 @pytest.mark.timeout(120)  # held up by the DELETE, the link stays `starting` for good: the poll fails
 def test_a_server_that_never_answers_the_session_delete_is_connected_again_after_a_secret_is_stored(
-        make_daemon, workspace, quirks_table, monkeypatch):
+        make_wrapped, workspace, quirks_table, monkeypatch):
     """Connecting again (a secret stored, a lost session) closes the old session first, and its DELETE
     had no read timeout: the link waited on it for good, `starting`, and every call was told to try
     again in a moment."""
     from conftest import wait_for_socket
 
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
-    d = make_daemon(quirks_table + 'headers = {X-Token = {secret = "WEB_TOKEN"}}\n', env=NO_KEYRING, wait=False)
+    d = make_wrapped(quirks_table + 'headers = {X-Token = {secret = "WEB_TOKEN"}}\n', env={**NO_KEYRING, **SHORT_DELETE},
+                     wait=False)
     store_secret(d, "WEB_TOKEN", "old")
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="agent") as c, d.client(name="me") as me:
