@@ -230,6 +230,7 @@ def _leave(code: int) -> int:
     The interpreter's exit joins every thread, without a bound: one blocked in a call (a reload's
     sandbox probe, a keyring lookup on a hung mount) kept scvd from ever exiting.
     """
+    import gc
     import threading
     import time
 
@@ -241,6 +242,9 @@ def _leave(code: int) -> int:
             if thread.is_alive():
                 stuck.append(thread.name)
     if not stuck:
+        # the interpreter's exit would run its collections over every object: 0.3 s once chat or MCP
+        # libraries are loaded; frozen, they are left to the process's end
+        gc.freeze()
         return code
     logging.getLogger("scvd").warning("exiting without waiting for %d thread(s) still in a blocking call: %s",
                                       len(stuck), ", ".join(stuck))
