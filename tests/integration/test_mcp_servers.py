@@ -227,8 +227,9 @@ def test_progress_notifications_reach_call_progress(make_daemon, workspace):
         assert messages[0].startswith("mcp__every__trigger_long_running_operation: 1/4"), messages
 
 
-def test_a_long_call_is_cancelled_and_the_server_stays_usable(make_daemon, workspace):
-    d = make_daemon(EVERYTHING_TABLE + 'risk = "read_only"\n')
+def test_a_long_call_is_cancelled_and_the_server_stays_usable(make_wrapped, workspace):
+    # wrapped: its teardown's SIGKILL spares the 2 s the server, still timing the operation, takes to stop
+    d = make_wrapped(EVERYTHING_TABLE + 'risk = "read_only"\n')
     with d.client(name="t") as c:
         server(c, "every")
         session = c.open_session(workspace)
@@ -1074,8 +1075,9 @@ def _cmdline(proc: Path) -> bytes:
         return b""
 
 
-def test_a_servers_timeout_is_the_dispatch_timeout(make_daemon, workspace):
-    d = make_daemon(EVERYTHING_TABLE + 'risk = "read_only"\ntimeout_seconds = 1.5\n')
+def test_a_servers_timeout_is_the_dispatch_timeout(make_wrapped, workspace):
+    # wrapped: its teardown's SIGKILL spares the 2 s the server, still timing the operation, takes to stop
+    d = make_wrapped(EVERYTHING_TABLE + 'risk = "read_only"\ntimeout_seconds = 1.5\n')
     with d.client(name="t") as c:
         server(c, "every")
         info = next(t for t in c.request(p.ToolsList).tools if t.name == "mcp__every__echo")
