@@ -501,10 +501,10 @@ def test_an_mcp_call_stopped_at_its_timeout_says_which_setting_gives_it_more_tim
     with d.client(name="t") as c:
         wait_until(lambda: {"mcp__raw__hang", "mcp__own__hang"} <= {t.name for t in c.request(p.ToolsList).tools},
                    what="both servers' tools")
-        session = c.open_session(workspace)
-        default = c.call(session, "mcp__raw__hang", {})
-        own = c.call(session, "mcp__own__hang", {})
-        lowered = c.call(session, "mcp__own__hang", {}, timeout_seconds=1)
+        # at once, a session each: the three timeouts run out together
+        started = [c.start_call(c.open_session(workspace), tool, {}, **fields) for tool, fields in (
+            ("mcp__raw__hang", {}), ("mcp__own__hang", {}), ("mcp__own__hang", {"timeout_seconds": 1}))]
+        default, own, lowered = (c.wait_call(call_id) for call_id in started)
     assert default.error.message == "mcp__raw__hang ran past its dispatch timeout of 1 s and was stopped"
     assert default.error.hint == ("set mcp.servers.raw.timeout_seconds, or raise tools.default_timeout_seconds, "
                                   "in config.toml, or ask for less per call")
