@@ -4,7 +4,8 @@
 `NotifyListener` is a datagram socket standing in for systemd's NOTIFY_SOCKET.
 Run as a script (`python harness.py run ...`) this module starts the real
 `scvd` CLI with a few test tools added to the registry, so tests can hold a
-call in flight in a real daemon process and look at its children's environment.
+call in flight in a real daemon process and look at its children's environment;
+HARNESS_* variables (SHORTENED) cut a bound or a wait that a test would sit through.
 """
 
 from __future__ import annotations
