@@ -597,6 +597,9 @@ class Daemon:
         # may come twice (a lost peer whose handler still waited, or a peer lost while its connection
         # lingers): the second drops what it opened, and closes the connection at once
         self.connections.discard(conn)
+        # nobody to answer at the stop; and a handler cancelled before its first step never unlists itself
+        for token in [t for t, (c, _) in self._unanswered.items() if c is conn]:
+            del self._unanswered[token]
         self.mcp_hosts.connection_dropped(conn)  # an MCP host it handed over goes with it
         self.drop_owner(conn, linger)
         if conn.server_frame_bytes == self.gate.max_bytes:  # it may have been the smallest
