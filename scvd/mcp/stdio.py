@@ -63,8 +63,7 @@ async def open_stdio(launch: StdioLaunch) -> AsyncIterator[tuple[Any, Any, Serve
         transports.append(wtransport)
         stdin = asyncio.StreamWriter(wtransport, wproto, None, loop)
     except BaseException:
-        await _stop(proc)
-        _close(transports, popen)
+        await _stop_and_close(proc, transports)
         raise
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
@@ -77,13 +76,11 @@ async def open_stdio(launch: StdioLaunch) -> AsyncIterator[tuple[Any, Any, Serve
         yield read_recv, write_send, proc
     finally:
         stdin.close()  # MCP's shutdown begins by closing the server's stdin
-        await _stop(proc)
-        for task in pumps:
-            task.cancel()
-        await asyncio.gather(*pumps, return_exceptions=True)
-        _close(transports, popen)
-        for stream in (read_send, read_recv, write_send, write_recv):
-            stream.close()
+        try:
+            await _stop_and_close(proc, transports, tuple(pumps))
+        finally:
+            for stream in (read_send, read_recv, write_send, write_recv):
+                stream.close()
 
 
 async def _read_stdout(out: asyncio.StreamReader, send: Any) -> None:
@@ -126,6 +123,23 @@ async def _write_stdin(recv: Any, stdin: asyncio.StreamWriter) -> None:
                 await stdin.drain()
     except (ConnectionError, OSError):
         pass  # the server is gone; the stdout side reports it
+
+
+async def _stop_and_close(proc: ServerProcess, transports: list[Any],
+                          pumps: tuple[asyncio.Task[Any], ...] = ()) -> None:
+    """_stop, then the pumps and pipes closed. A second cancel (the daemon's stop grace is over) cuts
+    the stop short: the server's group is killed at once then, and its pipes closed all the same."""
+    try:
+        await _stop(proc)
+    except BaseException:
+        if not proc.exited.done():
+            signal_group(proc.popen.pid, signal.SIGKILL)
+        raise
+    finally:
+        for task in pumps:
+            task.cancel()
+        _close(transports, proc.popen)
+    await asyncio.gather(*pumps, return_exceptions=True)
 
 
 async def _stop(proc: ServerProcess) -> None:
