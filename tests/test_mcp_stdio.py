@@ -45,6 +45,8 @@ def test_a_second_cancel_during_the_stop_still_kills_the_server_and_closes_its_p
         task.cancel()  # the stop's grace is over
         await asyncio.wait([task], timeout=5)
         assert task.done(), "the transport did not end after its second cancel"
+        # what the cut-short stop left to the loop (the exit's wait, the cancelled pumps) ends on it
+        await asyncio.wait([t for t in asyncio.all_tasks() if t is not asyncio.current_task()], timeout=5)
 
     loop = asyncio.new_event_loop()
     try:
