@@ -98,15 +98,14 @@ class RefusalLog:
 # --- the OS side ------------------------------------------------------------------
 
 
-def child_nofile(started: int, soft: int, hard: int) -> tuple[int, int] | None:
-    """The RLIMIT_NOFILE a child is to get, or None to leave it what scvd has: what scvd started
-    with (`started`), when scvd raised its soft limit since."""
-    if started >= soft:
-        return None
-    return started, hard
+def child_nofile(started: int, soft: int) -> int | None:
+    """The soft RLIMIT_NOFILE a child is to get, or None to leave it what scvd has: what scvd
+    started with (`started`), when scvd raised its soft limit (`soft`) since. The hard limit is
+    the child's own (see _lower_soft)."""
+    return started if started < soft else None
 
 
-_child_limit: tuple[int, int] | None = None  # set once scvd raised its soft limit
+_child_limit: int | None = None  # set once scvd raised its soft limit
 
 
 def restore_in_child() -> Callable[[], None] | None:
@@ -114,7 +113,7 @@ def restore_in_child() -> Callable[[], None] | None:
     nothing to restore (then Popen keeps its vfork, a preexec_fn forces a fork: ~2 ms a spawn)."""
     if _child_limit is None:
         return None
-    return partial(_lower_soft, _child_limit[0])
+    return partial(_lower_soft, _child_limit)
 
 
 def _lower_soft(soft: int) -> None:
@@ -142,7 +141,7 @@ def raise_nofile() -> tuple[int, int]:
             log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
             return soft, soft
     now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    _child_limit = child_nofile(soft, now, hard) or _child_limit  # a second start keeps the first's
+    _child_limit = child_nofile(soft, now) or _child_limit  # a second start keeps the first's
     return soft, now
 
 

@@ -219,7 +219,7 @@ def _scan(fd: int, offset: int, limit: int, cancel: Any) -> tuple[bytes, bytes, 
     sha None for a file that grew past HASH_MAX_BYTES as it was read (a log being written), as read_open
     gives one that was over it: the hash stops there, and the rest of the range is read on its own."""
     lo, hi = max(0, offset - 3), offset + limit  # 3 bytes before: to find where a split character starts
-    digest = hashlib.sha256()
+    digest: Any = hashlib.sha256()  # None once the file grew past the cap
     kept: list[bytes] = []
     pos = 0
     while True:
@@ -235,13 +235,11 @@ def _scan(fd: int, offset: int, limit: int, cancel: Any) -> tuple[bytes, bytes, 
         if pos > HASH_MAX_BYTES:
             if pos < hi:
                 kept.append(os.pread(fd, hi - max(lo, pos), max(lo, pos)))
-            total = max(pos, os.fstat(fd).st_size)
-            window = b"".join(kept)
-            split_at = min(offset, total) - lo
-            return window[:split_at], window[split_at:], total, None
+            pos, digest = max(pos, os.fstat(fd).st_size), None
+            break
     window = b"".join(kept)
     split_at = min(offset, pos) - lo
-    return window[:split_at], window[split_at:], pos, digest.hexdigest()
+    return window[:split_at], window[split_at:], pos, digest and digest.hexdigest()
 
 
 def _continuation(byte: int) -> bool:
