@@ -94,6 +94,7 @@ class Daemon:
         self._socket_id = claim.socket_id if claim else None
         self._last_status = ""
         self._status_soon: asyncio.TimerHandle | None = None
+        self.heap_trim = heap.WhenQuiet(lambda: bool(self.calls))
         self.listening_on = str(paths.socket)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.budget = limits.FdBudget(limit=1024, base=0)  # measured at start, once the listener is open
@@ -267,6 +268,7 @@ class Daemon:
         if self._status_soon is not None:  # no status line after STOPPING=1
             self._status_soon.cancel()
             self._status_soon = None
+        self.heap_trim.close()
         self.notifier.stopping()
         self._stop_listening()
         # 2. end chat turns (they say cancelled_by_shutdown), refuse new calls, cancel in-flight ones,
@@ -668,6 +670,8 @@ class Daemon:
 
     def calls_changed(self) -> None:
         self._update_status()
+        if not self.calls:
+            self.heap_trim.idle()
 
     # --- handlers ------------------------------------------------------------------
 

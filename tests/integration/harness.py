@@ -350,6 +350,7 @@ SHORTENED = {  # HARNESS_* variable: the module constant it sets, in seconds
     "HARNESS_MCP_BACKOFF_FIRST": ("scvd.mcp.link", "BACKOFF_FIRST"),
     "HARNESS_MCP_DELETE_TIMEOUT": ("scvd.mcp.link", "DELETE_TIMEOUT"),
     "HARNESS_MCP_STDIN_CLOSE_GRACE": ("scvd.mcp.stdio", "STDIN_CLOSE_GRACE"),
+    "HARNESS_HEAP_QUIET_SECONDS": ("scvd.heap", "QUIET_SECONDS"),
 }
 
 

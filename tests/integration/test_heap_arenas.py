@@ -1,12 +1,16 @@
 """The daemon's worker threads share one malloc arena (issue 9, idle RSS): with glibc's default of an
 arena per thread that met a locked heap, each kept a few MiB of a burst's freed pages, and a burst of
-large reads left the idle daemon at about 60 MiB instead of 30 (bench/side_by_side.py's rss_mib)."""
+large reads left the idle daemon at about 60 MiB instead of 30 (bench/side_by_side.py's rss_mib). And the
+pages such a burst freed in the one heap go back once the daemon is quiet again."""
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
+
+from harness import make_wrapped  # noqa: F401 (a fixture)
 
 ARENA_SPAN = 64 << 20  # a thread arena's heap: 64 MiB of address space, aligned to its size
 
@@ -32,7 +36,8 @@ def reads(d: Any, workspace: Path, errors: list[BaseException]) -> None:
         errors.append(exc)
 
 
-def test_a_burst_of_large_reads_leaves_no_arena_per_worker_thread(daemon: Any, workspace: Path) -> None:
+def burst(daemon: Any, workspace: Path) -> None:
+    """12 clients at once, each reading 64 KiB of each of four 3 MiB files (hashed whole on a worker)."""
     for i in range(4):  # distinct files: none of them is hashed from memory (fs._digests)
         (workspace / f"big{i}.txt").write_text(f"line {i} of text\n" * 200_000)  # 3 MiB each: read by a worker
     errors: list[BaseException] = []
@@ -42,6 +47,32 @@ def test_a_burst_of_large_reads_leaves_no_arena_per_worker_thread(daemon: Any, w
     for t in clients:
         t.join()
     assert not errors, errors
+
+
+def test_a_burst_of_large_reads_leaves_no_arena_per_worker_thread(daemon: Any, workspace: Path) -> None:
+    burst(daemon, workspace)
     assert thread_arenas(daemon.proc.pid) == [], (
         "the daemon's worker threads made malloc arenas of their own, which keep a burst's freed pages "
         "resident; heap.one_arena() should have run before the first thread")
+
+
+def heap_rss_kib(pid: int) -> int:
+    """The resident part of the brk heap, where malloc keeps what the workers' reads freed."""
+    smaps = Path(f"/proc/{pid}/smaps").read_text().split("\n")
+    for i, line in enumerate(smaps):
+        if line.endswith("[heap]"):
+            return next(int(x.split()[1]) for x in smaps[i + 1:] if x.startswith("Rss:"))
+    return 0
+
+
+def test_the_pages_a_burst_freed_go_back_once_no_call_has_run_for_a_while(make_wrapped: Any, workspace: Path) -> None:
+    daemon = make_wrapped(env={"HARNESS_HEAP_QUIET_SECONDS": "3"})
+    burst(daemon, workspace)
+    after_burst = heap_rss_kib(daemon.proc.pid)  # the burst freed 0.5-6 MiB of it; malloc keeps them
+    deadline = time.monotonic() + 20
+    while heap_rss_kib(daemon.proc.pid) > after_burst - 128 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    now = heap_rss_kib(daemon.proc.pid)
+    assert now <= after_burst - 128, (
+        f"the daemon's heap stayed at {now} KiB resident ({after_burst} KiB right after the burst): the pages "
+        "its calls freed were not given back once no call had run for QUIET_SECONDS (heap.WhenQuiet)")
