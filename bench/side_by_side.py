@@ -26,7 +26,8 @@ One run, interleaved rounds, one client, a 4 KiB file (the issue 9 goals):
   that connection waits in the socket's queue until the loop serves it);
 - rss_mib: the daemon idle after start, after the load, and after a burst of
   large reads from 32 clients at once (the worker threads all busy; with
-  --before, the older daemon's too); what importing the heavy optional
+  --before, the older daemon's too), the last two once scvd has been without
+  calls long enough to hand the heap's free pages back (heap.QUIET_SECONDS); what importing the heavy optional
   dependencies (openai, mcp, jsonschema, keyring) would add.
 
 Usage: python bench/side_by_side.py [--rounds 20] [--per-round 100] [--seconds 3] [--one-cpu] [--two-cpus]
@@ -60,6 +61,7 @@ sys.path.insert(0, str(ROOT))
 FILE = "four_k.txt"
 REFERENCE = ROOT / ".mcp-servers" / "node_modules" / ".bin" / "mcp-server-filesystem"
 HEAVY = ("openai", "mcp", "jsonschema", "keyring")
+QUIET = 6.0  # idle figures come after scvd's heap.QUIET_SECONDS without calls, when it trims the heap
 CALL_SIZED = {"type": "call", "id": 0, "session": "s" * 16, "tool": "read", "arguments": {"path": FILE}}
 
 
@@ -698,14 +700,18 @@ def main() -> None:
             return
         result["calls_per_s"] = throughput({"": d, **({"before_": d_before} if d_before else {})},
                                            workspace, args.seconds)
+        time.sleep(QUIET)
         rss["daemon_idle_after_load"] = d.rss_mib()
-        for key, daemon in (("", d), ("before_", d_before)):
+        for daemon in (d, d_before):
             if daemon:
                 loop = new_loop()
                 try:
                     loop.run_until_complete(large_reads(daemon.socket, workspace))
                 finally:
                     loop.close()
+        time.sleep(QUIET)
+        for key, daemon in (("", d), ("before_", d_before)):
+            if daemon:
                 rss[f"{key}daemon_idle_after_large_reads"] = daemon.rss_mib()
         d.stop()
         for other in (d_asyncio, d_before):
