@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import codecs
 import errno
+import heapq
+import itertools
 import logging
 import os
 import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import SkillError
 from .paths import within
@@ -44,7 +46,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # Agent Skills names
 MAX_KEY = 255 + 1 + 64  # the longest map key: a project folder's name (NAME_MAX), ':', a skill name
 HEAD_BYTES = 16 * 1024  # the front matter must close within this many bytes
 MAX_DESCRIPTION = 1024  # the Agent Skills limit; longer ones are clipped
-MAX_ENTRIES = 1024  # directory entries looked at per root, and child projects per workspace
+MAX_ENTRIES = 1024  # subdirectories looked at per root, and child projects per workspace: the first in name order
+MAX_LISTED = 65536  # directory entries read to find them: a folder of a million is not read to its end
 OPEN_ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 OPEN_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY  # open_raw adds O_NOFOLLOW and O_CLOEXEC
 
@@ -290,8 +293,7 @@ def projects(ws: str, found: SkillMap) -> list[tuple[str, str]]:
     """(project name, cwd): the workspace itself as its own name, then each child directory."""
     out = [(shown(os.path.basename(ws)) or "workspace", ".")]  # a Latin-1 name: its keys must fit a frame
     try:
-        with os.scandir(ws) as it:
-            names = sorted(e.name for e in _bounded(it, ws) if not e.name.startswith(".") and e.is_dir())
+        names = subdirs(ws)
     except OSError as exc:
         _skip(found, ws, f"cannot list the workspace for child projects: {exc.strerror}")
         return out
@@ -320,23 +322,33 @@ def _resolve_root(path: str, kind: str, project: str | None, cwd: str | None, ws
 
 
 def _entries(root: Root, found: SkillMap) -> list[str]:
-    """The non-hidden directory entries of a root, in name order (as joined paths)."""
+    """The skill directory candidates of a root, in `subdirs` order (as joined paths)."""
     try:
-        with os.scandir(root.path) as it:
-            return [os.path.join(root.path, e.name)
-                    for e in sorted(_bounded(it, root.path), key=lambda e: e.name)
-                    if not e.name.startswith(".") and e.is_dir()]
+        return [os.path.join(root.path, name) for name in subdirs(root.path)]
     except OSError as exc:
         _skip(found, root.path, f"cannot list the skill root: {exc.strerror}")
         return []
 
 
-def _bounded(it: Iterator[os.DirEntry[str]], where: str) -> Iterator[os.DirEntry[str]]:
-    for i, entry in enumerate(it):
-        if i >= MAX_ENTRIES:
-            log.warning("%s has more than %d entries; the rest are not looked at for skills", where, MAX_ENTRIES)
-            return
-        yield entry
+def subdirs(path: str) -> list[str]:
+    """The names of `path`'s non-hidden subdirectories (a symlink to one counts), the first
+    MAX_ENTRIES in name order: which ones never depends on the order the file system lists them in.
+
+    At most MAX_LISTED entries are read, and only MAX_ENTRIES + 1 names are kept while reading.
+    """
+    with os.scandir(path) as it:
+        listed = itertools.islice(it, MAX_LISTED)
+        first = heapq.nsmallest(MAX_ENTRIES + 1, (e.name for e in listed
+                                                  if not e.name.startswith(".") and e.is_dir()))
+        cut_short = next(it, None) is not None
+    if cut_short:
+        log.warning("%s has more than %d entries; only that many are read (which ones depends on the file"
+                    " system) and the first %d subdirectories in name order among them looked at for skills",
+                    shown(path), MAX_LISTED, MAX_ENTRIES)
+    elif len(first) > MAX_ENTRIES:
+        log.warning("%s has more than %d subdirectories; only the first %d in name order are looked at"
+                    " for skills", shown(path), MAX_ENTRIES, MAX_ENTRIES)
+    return first[:MAX_ENTRIES]
 
 
 def _candidate(found: SkillMap, seen: set[str], root: Root, skill_dir: str) -> Skill | None:

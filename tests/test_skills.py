@@ -283,6 +283,21 @@ def test_the_limit_is_reached_only_when_a_skill_is_left_out(env: Env, caplog: py
     assert "max_skills" not in caplog.text
 
 
+def test_a_big_root_gives_its_first_skills_in_name_order(env: Env, monkeypatch: pytest.MonkeyPatch,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """Only the first MAX_ENTRIES entries as the file system listed them were looked at, so which
+    skills a big folder gave (and which of two of one name won) changed with the listing order."""
+    monkeypatch.setattr(skills, "MAX_ENTRIES", 3)
+    for i in (*range(5, 9), 0, 1, 2, 3, 4):  # neither creation order nor its reverse is name order
+        make_skill(env.user_root, f"s{i}")
+    (env.user_root / "a-file").write_text("")  # a file or a hidden folder takes no place
+    make_skill(env.user_root, ".hidden")
+    with caplog.at_level(logging.WARNING, logger="scvd.skills"):
+        found = env.discover()
+    assert list(found.skills) == ["s0", "s1", "s2"]
+    assert "more than 3 subdirectories; only the first 3 in name order" in caplog.text
+
+
 def test_only_the_front_matter_must_be_utf8(env: Env) -> None:
     """A cp1252 byte in the body dropped the skill when it came within the first 16 KiB, not after."""
     for dirname, body in (("near", b"Caf\xe9\n"), ("far", b"x" * 20_000 + b"Caf\xe9\n")):
