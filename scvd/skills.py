@@ -10,7 +10,9 @@ Roots, in this order (the order decides which skills fit under the limit):
   2. the workspace's own `.agents/skills` and `.claude/skills`: `<workspace name>:<name>`;
   3. the same two folders of each child project (a direct, non-hidden
      subdirectory of the workspace), in name order: `<child name>:<name>`.
-Within a root, skill directories go in name order. When two valid skills get the
+Within a root, skill directories go in name order. Symlinks (child projects,
+skill directories) come after the real directories, in name order too, so a link
+to one never takes its name. When two valid skills get the
 same key (a copy in both `.agents/skills` and `.claude/skills`, a child folder
 named like the workspace) the first in this order is mapped and the other is
 kept in `shadowed`, so the listing can say where it is: never by listing order.
@@ -331,14 +333,15 @@ def _entries(root: Root, found: SkillMap) -> list[str]:
 
 
 def subdirs(path: str) -> list[str]:
-    """The names of `path`'s non-hidden subdirectories (a symlink to one counts), the first
-    MAX_ENTRIES in name order: which ones never depends on the order the file system lists them in.
+    """The names of `path`'s non-hidden subdirectories, the first MAX_ENTRIES in name order: which
+    ones never depends on the order the file system lists them in. Symlinks to directories come
+    after all real ones, so a link never takes the name (a project's, a clash's) of what it points to.
 
     At most MAX_LISTED entries are read, and only MAX_ENTRIES + 1 names are kept while reading.
     """
     with os.scandir(path) as it:
         listed = itertools.islice(it, MAX_LISTED)
-        first = heapq.nsmallest(MAX_ENTRIES + 1, (e.name for e in listed
+        first = heapq.nsmallest(MAX_ENTRIES + 1, ((e.is_symlink(), e.name) for e in listed
                                                   if not e.name.startswith(".") and e.is_dir()))
         cut_short = next(it, None) is not None
     if cut_short:
@@ -348,7 +351,7 @@ def subdirs(path: str) -> list[str]:
     elif len(first) > MAX_ENTRIES:
         log.warning("%s has more than %d subdirectories; only the first %d in name order are looked at"
                     " for skills", shown(path), MAX_ENTRIES, MAX_ENTRIES)
-    return first[:MAX_ENTRIES]
+    return [name for _, name in first[:MAX_ENTRIES]]
 
 
 def _candidate(found: SkillMap, seen: set[str], root: Root, skill_dir: str) -> Skill | None:

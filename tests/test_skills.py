@@ -390,6 +390,21 @@ def test_a_claude_skill_linked_to_an_agents_skill_is_not_listed_as_skipped(env: 
     assert list(found.skills) == ["myws:one"] and found.skipped == [] and not caplog.records
 
 
+def test_a_symlink_never_takes_the_name_of_the_directory_it_points_to(env: Env) -> None:
+    """A child project linked as `a -> zproj` was found first, so zproj's skill was `a:deploy` with cwd
+    'a'; a link to a skill folder sorting first likewise won a name clash for that folder. Real
+    directories now go first: the skill is `zproj:deploy`, and the links change nothing."""
+    make_skill(env.ws / "zproj" / ".agents" / "skills", "deploy")
+    (env.ws / "a").symlink_to("zproj")
+    make_skill(env.user_root, "m", name="x", description="Real.")
+    make_skill(env.user_root, "zz", name="x", description="Linked.")
+    (env.user_root / "a-link").symlink_to("zz")
+    found = env.discover()
+    assert [(k, s.root.cwd) for k, s in found.skills.items()] == [("x", None), ("zproj:deploy", "zproj")]
+    assert found.skills["x"].description == "Real." and [s.description for s in found.shadowed] == ["Linked."]
+    assert not found.skipped
+
+
 def test_symlink_inside_its_root_is_mapped_by_canonical_path(env: Env) -> None:
     real = make_skill(env.user_root / "store", "kept")  # store/ has no SKILL.md itself: skipped
     (env.user_root / "alias").symlink_to(real)
