@@ -63,6 +63,7 @@ class Root:
     ident: tuple[int, int]  # (st_dev, st_ino): a root replaced since discovery is refused
     project: str | None = None  # the name before ':' of its skills
     cwd: str | None = None  # the project directory relative to the workspace ('.' for the workspace)
+    shown: str = ""  # the path it was reached by (through any link), as the user knows it: for messages
 
 
 @dataclass(frozen=True)
@@ -261,14 +262,14 @@ def discover(workspace: str | os.PathLike[str], paths: Any, max_skills: int) -> 
     found = SkillMap()
     seen: set[str] = set()  # canonical skill dirs: .claude/skills is often a link to .agents/skills
     for root in roots(workspace, paths, found):
-        for skill_dir in _entries(root, found):
-            skill = _candidate(found, seen, root, skill_dir)
+        for name in _entries(root, found):
+            skill = _candidate(found, seen, root, name)
             if skill is None:
                 continue
             if len(found.skills) >= max_skills:  # a skill left out: only now is the limit news
                 found.limit_reached = True
                 log.warning("skills.max_skills (%d) reached; %s and later skills are not mapped",
-                            max_skills, skill_dir)
+                            max_skills, shown(os.path.join(root.shown, name)))
                 return found
             seen.add(skill.dir)
             found.skills[skill.key] = skill
@@ -282,7 +283,7 @@ def roots(workspace: str | os.PathLike[str], paths: Any, found: SkillMap) -> lis
     if paths is not None:
         candidates.append((str(paths.skills_dir), USER, None, None))
     for project, cwd in projects(ws, found):
-        candidates += [(os.path.join(ws, cwd, d), PROJECT, project, cwd) for d in PROJECT_SKILL_DIRS]
+        candidates += [(os.path.normpath(os.path.join(ws, cwd, d)), PROJECT, project, cwd) for d in PROJECT_SKILL_DIRS]
     out: list[Root] = []
     for path, kind, project, cwd in candidates:
         root = _resolve_root(path, kind, project, cwd, ws, found)
@@ -320,15 +321,15 @@ def _resolve_root(path: str, kind: str, project: str | None, cwd: str | None, ws
     if kind == PROJECT and not within(real, ws):
         _skip(found, path, f"it resolves to {real}, outside the workspace")
         return None
-    return Root(path=real, kind=kind, ident=(st.st_dev, st.st_ino), project=project, cwd=cwd)
+    return Root(path=real, kind=kind, ident=(st.st_dev, st.st_ino), project=project, cwd=cwd, shown=path)
 
 
 def _entries(root: Root, found: SkillMap) -> list[str]:
-    """The skill directory candidates of a root, in `subdirs` order (as joined paths)."""
+    """The names of a root's skill directory candidates, in `subdirs` order."""
     try:
-        return [os.path.join(root.path, name) for name in subdirs(root.path)]
+        return subdirs(root.path)
     except OSError as exc:
-        _skip(found, root.path, f"cannot list the skill root: {exc.strerror}")
+        _skip(found, root.shown, f"cannot list the skill root: {exc.strerror}")
         return []
 
 
@@ -354,15 +355,19 @@ def subdirs(path: str) -> list[str]:
     return [name for _, name in first[:MAX_ENTRIES]]
 
 
-def _candidate(found: SkillMap, seen: set[str], root: Root, skill_dir: str) -> Skill | None:
-    """The skill in `skill_dir` when it is one and new, else None (the reason is in `skipped`)."""
+def _candidate(found: SkillMap, seen: set[str], root: Root, name: str) -> Skill | None:
+    """The skill in directory `name` of `root` when it is one and new, else None (the reason is in
+    `skipped`, under the path the user reached it by: a linked root's target means nothing to them)."""
+    skill_dir = os.path.join(root.path, name)
     try:
         skill = load_skill(root, skill_dir)
     except SkillError as exc:
-        if os.path.realpath(skill_dir) in seen:  # `.claude/skills/x` linked to `.agents/skills/x`
-            log.debug("skill %s is a link to one already mapped", skill_dir)
+        real, where = os.path.realpath(skill_dir), os.path.join(root.shown, name)
+        if real in seen:  # `.claude/skills/x` linked to `.agents/skills/x`
+            log.debug("skill %s is a link to one already mapped", where)
         else:
-            _skip(found, skill_dir, exc.reason)
+            _skip(found, where, exc.reason if real == where or real in exc.reason
+                  else f"{exc.reason}; it resolves to {real}")
         return None
     if skill.dir in seen:
         log.debug("skill %s already mapped through another root folder", skill.dir)
@@ -414,7 +419,7 @@ def _head_text(head: bytes) -> str:
 
 
 def _skip(found: SkillMap, where: str, reason: str) -> None:
-    where = shown(where)
+    where, reason = shown(where), shown(reason)
     log.warning("skill %s skipped: %s", where, reason)
     found.skipped.append((where, reason))
 

@@ -405,6 +405,21 @@ def test_a_symlink_never_takes_the_name_of_the_directory_it_points_to(env: Env) 
     assert not found.skipped
 
 
+def test_a_skipped_directory_is_named_as_the_workspace_shows_it(env: Env) -> None:
+    """A project's .agents/skills linked to a shared folder listed its broken skill under the shared
+    folder's path, which nothing in the project showed; now the path through the link, with the
+    target in the reason."""
+    make_skill(env.ws / ".shared", "ok")
+    (env.ws / ".shared" / "broken").mkdir()
+    (env.ws / "proj" / ".agents").mkdir(parents=True)
+    (env.ws / "proj" / ".agents" / "skills").symlink_to("../../.shared")
+    found = env.discover()
+    ws = os.path.realpath(env.ws)
+    assert list(found.skills) == ["proj:ok"]
+    assert found.skipped == [(f"{ws}/proj/.agents/skills/broken",
+                              f"no SKILL.md in it; it resolves to {ws}/.shared/broken")]
+
+
 def test_symlink_inside_its_root_is_mapped_by_canonical_path(env: Env) -> None:
     real = make_skill(env.user_root / "store", "kept")  # store/ has no SKILL.md itself: skipped
     (env.user_root / "alias").symlink_to(real)
