@@ -220,6 +220,27 @@ def test_a_file_that_grows_past_the_hash_cap_while_it_is_read_gives_no_sha256(ws
     assert (tail["content"], tail["sha256"]) == ("last line\n", None)
 
 
+def test_expected_sha256_for_a_file_read_gives_no_sha256_for_is_refused_unhashed(ws: Workspace) -> None:
+    """read gives sha256 null over 64 MiB, yet write hashed such a file whole (gigabytes for a disk
+    image) to compare an expected_sha256 read never gave, then said to read it again for one."""
+    size = fs.HASH_MAX_BYTES + 1
+    for name in ("big.log", "big.env"):
+        with open(ws.root / name, "wb") as f:
+            f.truncate(size)  # sparse
+    right = sha(b"\0" * size)  # even the true hash: read could not have given it
+    before = rchar()
+    with pytest.raises(Failed) as plain:  # before approval
+        ws.plan("write", path="big.log", content="new\n", mode="replace", expected_sha256=right)
+    with pytest.raises(Failed) as secret:  # a secret-like file's once approved
+        ws.call("write", path="big.env", content="new\n", mode="replace", expected_sha256=right)
+    assert rchar() - before < (1 << 20), "the write hashed the file"
+    assert plain.value.message == (
+        "'big.log' is over 64 MiB, so read gives no sha256 for it and expected_sha256 cannot match; replace it "
+        "without expected_sha256 (nothing then checks that it did not change since it was read), or change it with bash")
+    assert secret.value.message.startswith("'big.env' is over 64 MiB")
+    assert (ws.root / "big.env").stat().st_size == size
+
+
 def test_a_write_that_finds_a_remembered_sha256_stale_forgets_it(ws: Workspace) -> None:
     """Where a filesystem's timestamps miss a change (a FUSE mount reporting fixed times), a big file's
     remembered sha256 goes stale: every read gave it again, so every write with it failed, though
@@ -757,17 +778,25 @@ def test_task_cancellation_stops_a_large_write(ws: Workspace) -> None:
 
 
 def test_a_write_cancelled_while_it_checks_expected_sha256_is_not_installed(ws: Workspace) -> None:
-    """Hashing a big old file takes seconds; a call cancelled (or timed out) meanwhile must not land after."""
+    """Hashing a big old file takes a while; a call cancelled (or timed out) meanwhile must not land after."""
     big = ws.root / "big.log"
     with open(big, "wb") as f:
-        f.truncate(512 << 20)  # sparse: cheap to make, ~1 s to hash
-    zeros, digest = bytes(1 << 20), hashlib.sha256()
-    for _ in range(512):  # read gives no sha256 of a file this big
-        digest.update(zeros)
-    seen = digest.hexdigest()
-    # the temp file (4 bytes) is written at once: 0.1 s later the old file's hash is under way
-    cancel_once_writing(ws, {"path": "big.log", "content": "new\n", "mode": "replace", "expected_sha256": seen}, 0.1)
-    assert big.stat().st_size == 512 << 20, "a cancelled write was installed"
+        f.truncate(fs.HASH_MAX_BYTES)  # sparse: cheap to make; the largest file write hashes
+
+    class CancelledMidHash(CancelFlag):  # checked once per chunk: the content's 1, before install 1, then the hash's
+        checks = 0
+
+        def is_set(self) -> bool:
+            self.checks += 1
+            if self.checks == 5:
+                self.cancel()
+            return super().is_set()
+
+    flag = CancelledMidHash()
+    with pytest.raises(Cancelled):
+        fs.write_file(ws.fd, "big.log", b"new\n", "replace", sha(bytes(fs.HASH_MAX_BYTES)), cancel=flag)
+    assert flag.checks == 5
+    assert big.stat().st_size == fs.HASH_MAX_BYTES, "a cancelled write was installed"
     assert no_temp_files(ws.root)
 
 
