@@ -990,3 +990,47 @@ def test_without_proc_a_write_falls_back_to_a_named_temp_file(ws: Workspace) -> 
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(ws.root)) == ["created.txt", "old.txt"]
     assert (ws.root / "old.txt").read_text() == "new" and (ws.root / "created.txt").read_text() == "made"
+
+
+STUB_PROC_WRITER = """
+import os, sys
+from scvd.errors import Failed
+from scvd.tools.fs import write_file
+links = []
+sys.addaudithook(lambda event, args: event == "os.link" and links.append(args[0]))
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+
+class Appears:  # another program creates the name just before the install
+    def is_set(self):
+        return False
+
+    def commit(self):
+        with open(os.path.join(sys.argv[1], "raced.txt"), "x") as f:
+            f.write("theirs")
+        return True
+
+try:
+    write_file(fd, "raced.txt", b"mine", "create", cancel=Appears())
+except Failed as exc:
+    print(exc.message)
+write_file(fd, "old.txt", b"new", "replace")
+write_file(fd, "created.txt", b"made", "create")
+write_file(fd, "old.txt", b"newer", "replace")
+print(sum(src.startswith("/proc/self/fd/") for src in links))
+"""
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="needs bwrap to stub /proc")
+def test_where_proc_cannot_name_an_unnamed_file_a_write_falls_back_to_a_named_one(ws: Workspace) -> None:
+    """/proc/self/fd was there but linking through it failed (a stub /proc, a filesystem refusing
+    linkat): every write failed with 'No such file or directory'. Now one try, then named files."""
+    (ws.root / "old.txt").write_text("old")
+    done = subprocess.run(["bwrap", "--bind", "/", "/", "--dev", "/dev", "--tmpfs", "/proc", "--dir", "/proc/self/fd",
+                           sys.executable, "-c", STUB_PROC_WRITER, str(ws.root)],
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    raced, tries = done.stdout.splitlines()
+    assert raced.startswith("'raced.txt' appeared while writing and mode='create' never overwrites")
+    assert tries == "1"  # later writes did not try again
+    assert sorted(os.listdir(ws.root)) == ["created.txt", "old.txt", "raced.txt"]
+    assert [(ws.root / n).read_text() for n in ("created.txt", "old.txt", "raced.txt")] == ["made", "newer", "theirs"]

@@ -7,7 +7,8 @@ Blocking work runs on a pool thread (`workers`) on a duplicate of that fd (a sma
 file on a local filesystem is read on the loop: cheaper than the hop) and checks a
 cancel flag between chunks and before installing, so a cancelled or killed
 write leaves the old file whole; the new content is an unnamed file (O_TMPFILE)
-until it is installed, so a killed scvd leaves nothing beside it. `read_file`
+until it is installed, where the filesystem and /proc allow (`write_temp`), so a
+killed scvd leaves nothing beside it. `read_file`
 and `write_file` are plain functions so scripts and tests can use exactly what
 the tools use.
 """
@@ -30,7 +31,7 @@ import msgspec
 from ..errors import Cancelled, Failed, InvalidArguments, PathMissing
 from ..text import cut_note, printable
 from ..workers import inline_ok, run_blocking
-from . import containment
+from . import containment, write_temp
 from .containment import show
 from .contract import NOT_NOW, CallContext, Plan, Tool, ToolFlags, ToolRisk
 from .own_files import own_file_reason
@@ -305,7 +306,14 @@ def write_file(
             # hashing a big file takes seconds: the call may have ended meanwhile; past this, a
             # cancel waits for the rename (workers.CancelFlag), so `cancelled` means unchanged
             _commit(cancel)
-            _install(parent, fd, tmp, real[-1], path, mode)
+            try:
+                _install(parent, fd, tmp, real[-1], path, mode)
+            except write_temp.LinkRefused:  # /proc or the filesystem would not name it: a named file then
+                named, tmp = _write_temp(parent, data, existing, cancel, named=True)
+                write_temp.link_refused(parent)
+                os.close(fd)
+                fd = named
+                _install(parent, fd, tmp, real[-1], path, mode)
         except BaseException:
             if tmp is not None:
                 _unlink_quiet(parent, tmp)
@@ -433,10 +441,11 @@ def inspect_target(parent: int, parts: tuple[str, ...], path: str, mode: str) ->
     return st
 
 
-def _write_temp(parent: int, data: bytes, existing: os.stat_result | None, cancel: Any) -> tuple[int, str | None]:
+def _write_temp(parent: int, data: bytes, existing: os.stat_result | None, cancel: Any,
+                named: bool = False) -> tuple[int, str | None]:
     """Write `data` to a new 0600 file in `parent`, fsynced, with the replaced file's mode; its fd
     (open) and its name: None for an unnamed one (O_TMPFILE), which a SIGKILL cannot leave behind."""
-    fd, name = _create_temp(parent)
+    fd, name = write_temp.create(parent, named)
     try:
         view = memoryview(data)
         while view:
@@ -451,41 +460,6 @@ def _write_temp(parent: int, data: bytes, existing: os.stat_result | None, cance
             _unlink_quiet(parent, name)
         raise
     return fd, name
-
-
-_TMPFILE_UNSUPPORTED = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)  # the filesystem, or a kernel before 3.11
-
-
-def _create_temp(parent: int) -> tuple[int, str | None]:
-    """An unnamed file where the filesystem has O_TMPFILE and /proc can link it, else `.scvd-<hex>.tmp`."""
-    if _proc_links():
-        try:
-            return os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=parent), None
-        except OSError as exc:
-            if exc.errno not in _TMPFILE_UNSUPPORTED:
-                raise
-    name = _temp_name()
-    return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                   dir_fd=parent), name
-
-
-def _temp_name() -> str:
-    return f".scvd-{os.urandom(8).hex()}.tmp"
-
-
-_proc_fd: bool | None = None  # whether /proc/self/fd is there: linkat names an unnamed file through it
-
-
-def _proc_links() -> bool:
-    global _proc_fd
-    if _proc_fd is None:
-        _proc_fd = os.path.isdir("/proc/self/fd")
-    return _proc_fd
-
-
-def _link(fd: int, parent: int, name: str) -> None:
-    """Give the unnamed file `fd` the name `name` in `parent`; EEXIST if it is taken (never replaces)."""
-    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=parent)  # linkat(AT_SYMLINK_FOLLOW)
 
 
 def _keep_metadata(fd: int, existing: os.stat_result | None) -> None:
@@ -560,10 +534,10 @@ def _install(parent: int, fd: int, tmp: str | None, leaf: str, path: str, mode: 
     An unnamed file gets a temp name only for the rename's moment, so a kill leaves nothing there."""
     try:
         if tmp is None and mode == "create":
-            _link(fd, parent, leaf)
+            write_temp.link(fd, parent, leaf)
         elif tmp is None:
-            tmp = _temp_name()
-            _link(fd, parent, tmp)
+            tmp = write_temp.temp_name()
+            write_temp.link(fd, parent, tmp)
             try:
                 os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
             except BaseException:

@@ -1,0 +1,66 @@
+"""Where `write`'s new content lives until it is installed: an unnamed file (O_TMPFILE), named by
+`linkat` through /proc/self/fd, or, where either is refused, `.scvd-<16 hex>.tmp` beside the target.
+
+Rule: everything here works in the target's directory through its fd. A filesystem (or a /proc)
+that refused to name an unnamed file is remembered by its device for the life of the process, so
+only one write there pays the failed attempt.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+_TMPFILE_UNSUPPORTED = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)  # the filesystem, or a kernel before 3.11
+# linkat through /proc/self/fd refused, where a named file still works: a stub /proc, a /proc that
+# hides the fd links, a filesystem or sandbox that refuses the link
+_LINK_REFUSED = (errno.ENOENT, errno.EPERM, errno.EXDEV, errno.EOPNOTSUPP, errno.ENOSYS)
+
+_proc_fd: bool | None = None  # whether /proc/self/fd is there: linkat names an unnamed file through it
+_unlinkable: set[int] = set()  # devices where naming an unnamed file was refused
+
+
+class LinkRefused(Exception):
+    """The unnamed file could not be named (not EEXIST): write the content to a named file instead."""
+
+
+def create(parent: int, named: bool = False) -> tuple[int, str | None]:
+    """A new 0600 file in `parent`, open for writing: unnamed (name None) where the filesystem has
+    O_TMPFILE and it can be named later, else `.scvd-<hex>.tmp`."""
+    if not named and _proc_links() and not (_unlinkable and os.fstat(parent).st_dev in _unlinkable):
+        try:
+            return os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=parent), None
+        except OSError as exc:
+            if exc.errno not in _TMPFILE_UNSUPPORTED:
+                raise
+    name = temp_name()
+    return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                   dir_fd=parent), name
+
+
+def temp_name() -> str:
+    return f".scvd-{os.urandom(8).hex()}.tmp"
+
+
+def _proc_links() -> bool:
+    global _proc_fd
+    if _proc_fd is None:
+        _proc_fd = os.path.isdir("/proc/self/fd")
+    return _proc_fd
+
+
+def link(fd: int, parent: int, name: str) -> None:
+    """Give the unnamed file `fd` the name `name` in `parent`; EEXIST if it is taken (never replaces),
+    LinkRefused where the link cannot be made."""
+    try:
+        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=parent)  # linkat(AT_SYMLINK_FOLLOW)
+    except OSError as exc:
+        if exc.errno in _LINK_REFUSED:
+            raise LinkRefused(exc.strerror) from exc
+        raise
+
+
+def link_refused(parent: int) -> None:
+    """Remember that `parent`'s filesystem did not name an unnamed file; called once a named one was
+    made there (a removed directory's ENOENT is no fault of the link)."""
+    _unlinkable.add(os.fstat(parent).st_dev)
