@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
@@ -25,7 +26,7 @@ from fs_support import TOOLS, Workspace, backend, writer_left_waiting, ws  # noq
 from scvd.config import Config
 from scvd.errors import Cancelled, Failed, InvalidArguments
 from conftest import shared_dir_for_other_uids
-from scvd.tools import build_registry, fs
+from scvd.tools import build_registry, fs, write_temp
 from scvd.tools.contract import ToolRisk
 from scvd.paths import Paths
 from scvd.tools.own_files import own_file_reason
@@ -1034,3 +1035,37 @@ def test_where_proc_cannot_name_an_unnamed_file_a_write_falls_back_to_a_named_on
     assert tries == "1"  # later writes did not try again
     assert sorted(os.listdir(ws.root)) == ["created.txt", "old.txt", "raced.txt"]
     assert [(ws.root / n).read_text() for n in ("created.txt", "old.txt", "raced.txt")] == ["made", "newer", "theirs"]
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="needs bwrap to hide /proc")
+def test_a_write_removes_the_temp_files_a_killed_write_left_in_its_directory(ws: Workspace) -> None:
+    """A write killed while its new file had a name (no /proc, or between link and rename) left that
+    `.scvd-*.tmp` in the user's directory for good. A later write there removes such files of ours
+    that nothing touched for STALE_SECONDS, and nothing else."""
+    (ws.root / "big.txt").write_bytes(b"old")
+    proc = subprocess.Popen(["bwrap", "--bind", "/", "/", "--dev", "/dev", "--tmpfs", "/proc", "--die-with-parent",
+                             sys.executable, "-c", KILLED_WRITER, str(ws.root)],
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (left := [p for p in ws.root.iterdir() if p.name.startswith(".scvd-")]) or \
+                left[0].stat().st_size < (1 << 20):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.005)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # bwrap and the writer
+        proc.wait()
+    kept = [".scvd-0123456789abcdef.tmp", ".scvd-123.tmp", ".scvd-fedcba9876543210.tmp.txt",
+            ".scvd-00000000000000aa.tmp", ".scvd-00000000000000bb.tmp"]
+    (ws.root / kept[0]).write_text("touched just now")
+    (ws.root / kept[1]).write_text("not a name scvd gives")
+    (ws.root / kept[2]).write_text("nor this")
+    (ws.root / kept[3]).mkdir()
+    (ws.root / kept[4]).symlink_to("big.txt")
+    stale = time.time() - write_temp.STALE_SECONDS - 60
+    for name in [left[0].name, *kept[1:]]:
+        os.utime(ws.root / name, (stale, stale), follow_symlinks=False)
+    ws.call("write", path="note.txt", content="x", mode="create")
+    assert sorted(os.listdir(ws.root)) == sorted(["big.txt", "note.txt", *kept])
+    assert (ws.root / "big.txt").read_bytes() == b"old"

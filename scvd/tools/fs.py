@@ -321,6 +321,8 @@ def write_file(
         finally:
             os.close(fd)
         _sync_directory(parent, path)
+        if stale := write_temp.sweep(parent):
+            log.info("removed %s in the directory of %s: temp files a killed write left", ", ".join(stale), show(path))
     except PermissionError as exc:  # the temp file's create or its rename: both need the directory
         raise _directory_denied(path, real, exc) from exc
     except OSError as exc:

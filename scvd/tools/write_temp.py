@@ -3,18 +3,27 @@
 
 Rule: everything here works in the target's directory through its fd. A filesystem (or a /proc)
 that refused to name an unnamed file is remembered by its device for the life of the process, so
-only one write there pays the failed attempt.
+only one write there pays the failed attempt. A named one that a kill left behind is removed by a
+later write in its directory (`sweep`), and nothing else is.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
+import stat
+import time
 
 _TMPFILE_UNSUPPORTED = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)  # the filesystem, or a kernel before 3.11
 # linkat through /proc/self/fd refused, where a named file still works: a stub /proc, a /proc that
 # hides the fd links, a filesystem or sandbox that refuses the link
 _LINK_REFUSED = (errno.ENOENT, errno.EPERM, errno.EXDEV, errno.EOPNOTSUPP, errno.ENOSYS)
+
+# a named temp file nothing touched for this long was left by a killed write: a live one writes
+# it chunk by chunk, then hashes at most 64 MiB (expected_sha256) and renames it
+STALE_SECONDS = 600
+_NAME = re.compile(r"\.scvd-[0-9a-f]{16}\.tmp")  # temp_name()'s
 
 _proc_fd: bool | None = None  # whether /proc/self/fd is there: linkat names an unnamed file through it
 _unlinkable: set[int] = set()  # devices where naming an unnamed file was refused
@@ -64,3 +73,24 @@ def link_refused(parent: int) -> None:
     """Remember that `parent`'s filesystem did not name an unnamed file; called once a named one was
     made there (a removed directory's ENOENT is no fault of the link)."""
     _unlinkable.add(os.fstat(parent).st_dev)
+
+
+def sweep(parent: int) -> list[str]:
+    """Remove the named temp files a killed write left in `parent`, and return their names: only a
+    regular file of this uid, named as temp_name() names, untouched for STALE_SECONDS (another
+    name of it, as create's link-then-unlink can leave, keeps the content)."""
+    try:
+        with os.scandir(parent) as entries:  # scandir dups the fd
+            names = [entry.name for entry in entries if _NAME.fullmatch(entry.name)]
+    except OSError:
+        return []
+    cutoff, removed = time.time() - STALE_SECONDS, []
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mtime < cutoff:
+                os.unlink(name, dir_fd=parent)
+                removed.append(name)
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+    return removed
