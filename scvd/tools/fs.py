@@ -306,9 +306,7 @@ def write_file(
             # hashing a big file takes seconds: the call may have ended meanwhile; past this, a
             # cancel waits for the rename (workers.CancelFlag), so `cancelled` means unchanged
             _commit(cancel)
-            try:
-                _install(parent, fd, tmp, real[-1], path, mode)
-            except write_temp.LinkRefused:  # /proc or the filesystem would not name it: a named file then
+            if not _install(parent, fd, tmp, real[-1], path, mode):  # /proc or the filesystem would not name it
                 named, tmp = _write_temp(parent, data, existing, cancel, named=True)
                 write_temp.link_refused(parent)
                 os.close(fd)
@@ -531,15 +529,17 @@ def _small_sha(fd: int, st: os.stat_result) -> str | None:
     return None if len(data) > st.st_size else hashlib.sha256(data).hexdigest()
 
 
-def _install(parent: int, fd: int, tmp: str | None, leaf: str, path: str, mode: str) -> None:
+def _install(parent: int, fd: int, tmp: str | None, leaf: str, path: str, mode: str) -> bool:
     """Put the new file in place: rename over for replace, a no-replace link (or rename) for create.
-    An unnamed file gets a temp name only for the rename's moment, so a kill leaves nothing there."""
+    An unnamed file gets a temp name only for the rename's moment, so a kill leaves nothing there;
+    False, nothing done, when it cannot be named (`write_temp.link`)."""
     try:
         if tmp is None and mode == "create":
-            write_temp.link(fd, parent, leaf)
+            return write_temp.link(fd, parent, leaf)
         elif tmp is None:
             tmp = write_temp.temp_name()
-            write_temp.link(fd, parent, tmp)
+            if not write_temp.link(fd, parent, tmp):
+                return False
             try:
                 os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
             except BaseException:
@@ -550,6 +550,7 @@ def _install(parent: int, fd: int, tmp: str | None, leaf: str, path: str, mode: 
         elif not _rename_noreplace(parent, tmp, leaf):
             os.link(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
             _unlink_quiet(parent, tmp)
+        return True
     except FileExistsError as exc:
         raise Failed(
             f"{show(path)} appeared while writing and mode='create' never overwrites; read it, then write "

@@ -29,10 +29,6 @@ _proc_fd: bool | None = None  # whether /proc/self/fd is there: linkat names an 
 _unlinkable: set[int] = set()  # devices where naming an unnamed file was refused
 
 
-class LinkRefused(Exception):
-    """The unnamed file could not be named (not EEXIST): write the content to a named file instead."""
-
-
 def create(parent: int, named: bool = False) -> tuple[int, str | None]:
     """A new 0600 file in `parent`, open for writing: unnamed (name None) where the filesystem has
     O_TMPFILE and it can be named later, else `.scvd-<hex>.tmp`."""
@@ -58,15 +54,16 @@ def _proc_links() -> bool:
     return _proc_fd
 
 
-def link(fd: int, parent: int, name: str) -> None:
-    """Give the unnamed file `fd` the name `name` in `parent`; EEXIST if it is taken (never replaces),
-    LinkRefused where the link cannot be made."""
+def link(fd: int, parent: int, name: str) -> bool:
+    """Give the unnamed file `fd` the name `name` in `parent`; EEXIST if it is taken (never replaces).
+    False where it cannot be named: the caller writes the content to a named file instead."""
     try:
         os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=parent)  # linkat(AT_SYMLINK_FOLLOW)
     except OSError as exc:
         if exc.errno in _LINK_REFUSED:
-            raise LinkRefused(exc.strerror) from exc
+            return False
         raise
+    return True
 
 
 def link_refused(parent: int) -> None:
