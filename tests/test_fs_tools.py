@@ -1069,3 +1069,23 @@ def test_a_write_removes_the_temp_files_a_killed_write_left_in_its_directory(ws:
     ws.call("write", path="note.txt", content="x", mode="create")
     assert sorted(os.listdir(ws.root)) == sorted(["big.txt", "note.txt", *kept])
     assert (ws.root / "big.txt").read_bytes() == b"old"
+
+
+LISTING_WRITER = """
+import os, sys
+from scvd.tools.fs import write_file
+listed = []
+sys.addaudithook(lambda event, args: event == "os.scandir" and listed.append(args[0]))
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+for i in range(3):
+    write_file(fd, f"n{i}.txt", b"x", "create")
+print(len(listed))
+"""
+
+
+def test_a_directory_is_listed_for_leftovers_once_not_at_every_write(ws: Workspace) -> None:
+    """The sweep lists the whole directory: in one of 100k entries that costs tens of ms, which
+    every write there would pay. A leftover only goes stale once, so once per STALE_SECONDS will do."""
+    out = subprocess.run([sys.executable, "-c", LISTING_WRITER, str(ws.root)], env=dict(os.environ, PYTHONPATH=str(REPO)),
+                         capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1"], f"three writes in one directory listed it {out.strip()} times"

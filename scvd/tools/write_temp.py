@@ -27,6 +27,10 @@ _NAME = re.compile(r"\.scvd-[0-9a-f]{16}\.tmp")  # temp_name()'s
 
 _proc_fd: bool | None = None  # whether /proc/self/fd is there: linkat names an unnamed file through it
 _unlinkable: set[int] = set()  # devices where naming an unnamed file was refused
+# directory (st_dev, st_ino) -> when it was last swept: a leftover goes stale once, so a directory is
+# listed at most once per STALE_SECONDS, not at every write (one of 100k entries takes tens of ms)
+_swept: dict[tuple[int, int], float] = {}
+MAX_SWEPT = 4096  # directories remembered; past that the memo starts over
 
 
 def create(parent: int, named: bool = False) -> tuple[int, str | None]:
@@ -75,8 +79,16 @@ def link_refused(parent: int) -> None:
 def sweep(parent: int) -> list[str]:
     """Remove the named temp files a killed write left in `parent`, and return their names: only a
     regular file of this uid, named as temp_name() names, untouched for STALE_SECONDS (another
-    name of it, as create's link-then-unlink can leave, keeps the content)."""
+    name of it, as create's link-then-unlink can leave, keeps the content). A directory swept less
+    than STALE_SECONDS ago is not listed again."""
     try:
+        st = os.fstat(parent)
+        now, key = time.monotonic(), (st.st_dev, st.st_ino)
+        if now - _swept.get(key, now - STALE_SECONDS) < STALE_SECONDS:
+            return []
+        if len(_swept) >= MAX_SWEPT:
+            _swept.clear()
+        _swept[key] = now
         with os.scandir(parent) as entries:  # scandir dups the fd
             names = [entry.name for entry in entries if _NAME.fullmatch(entry.name)]
     except OSError:
