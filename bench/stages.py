@@ -2,7 +2,7 @@
 
 The client, a real `python -m scvd run` (default config) and two floors run
 pinned to CPU 0, so no round trip pays for a cross-CPU wake-up (see
-docs/performance.md, "One CPU or two"). Interleaved rounds of one blocking
+docs/performance-history.md, "Where the kernel puts the processes"). Interleaved rounds of one blocking
 client each:
 
 - echo_asyncio: the side-by-side bench's JSON-lines echo server (the floor);
