@@ -14,8 +14,10 @@ client each:
   accepted, audited, completed with an error; no plan, no run);
 - scvd_read_small / scvd_read_4k: `read` of a 3-byte and of a 4 KiB file.
 
-Each gets p50 / mean µs per round trip, and for scvd the daemon's CPU µs per
-call (utime + stime over the rounds).
+Each gets p50 / mean µs per round trip, and the server's CPU µs per call, user
+and system apart (utime and stime over the rounds, every thread), and its
+context switches per call, voluntary (it waited for the next request) and
+involuntary (the woken client took the CPU first).
 
 Usage: python bench/stages.py [--rounds 10] [--per-round 1000]
 """
@@ -99,8 +101,24 @@ def minimal_read_server(path: str, workspace: str) -> None:
     uvloop.run(main())
 
 
-def cpu_us(pid: int) -> float:
-    return sbs.cpu_seconds(pid) * 1e6
+def usage(pid: int) -> tuple[float, float, int, int]:
+    """A server's user and system CPU µs, and its voluntary and involuntary context switches, summed
+    over its threads: what a round trip costs it, kernel included, beyond the in-process figure."""
+    tick = 1e6 / os.sysconf("SC_CLK_TCK")
+    user = system = voluntary = involuntary = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines()
+        except FileNotFoundError:  # a thread that just ended
+            continue
+        user, system = user + int(fields[11]) * tick, system + int(fields[12]) * tick
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches"):
+                voluntary += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches"):
+                involuntary += int(line.split()[1])
+    return user, system, int(voluntary), int(involuntary)
 
 
 def main() -> None:
@@ -145,7 +163,7 @@ def main() -> None:
             sbs.System("scvd_read_small", call("read", {"path": "small.txt"}), lambda: None, daemon),
             sbs.System("scvd_read_4k", call("read", {"path": sbs.FILE}), lambda: None, daemon),
         ]
-        cpu = {s.name: 0.0 for s in systems}
+        used = {s.name: [0.0, 0.0, 0, 0] for s in systems}
         everyone = set(range(os.cpu_count() or 1))
         sbs.pin([os.getpid(), d.proc.pid, minimal.pid, *echo.pids], {0})
         try:
@@ -154,12 +172,13 @@ def main() -> None:
                     s.trip()
             for r in range(args.rounds):
                 for s in systems if r % 2 == 0 else systems[::-1]:
-                    before = cpu_us(s.pids[0])
+                    before = usage(s.pids[0])
                     for _ in range(args.per_round):
                         t0 = time.perf_counter_ns()
                         s.trip()
                         s.samples.append((time.perf_counter_ns() - t0) / 1000)
-                    cpu[s.name] += cpu_us(s.pids[0]) - before
+                    for i, (now, then) in enumerate(zip(usage(s.pids[0]), before)):
+                        used[s.name][i] += now - then
         finally:
             sbs.pin([os.getpid(), d.proc.pid, minimal.pid, *echo.pids], everyone)
             for s in systems:
@@ -170,9 +189,12 @@ def main() -> None:
             d.stop()
     out: dict[str, Any] = {"machine": sbs.machine(), "one_cpu_us": {}}
     for s in systems:
-        row = {"p50": round(statistics.median(s.samples), 1), "mean": round(statistics.fmean(s.samples), 1)}
-        if s.name.startswith("scvd_"):
-            row["daemon_cpu_us_per_call"] = round(cpu[s.name] / len(s.samples), 1)
+        n = len(s.samples)
+        user, system, voluntary, involuntary = used[s.name]
+        row = {"p50": round(statistics.median(s.samples), 1), "mean": round(statistics.fmean(s.samples), 1),
+               "server_user_us_per_call": round(user / n, 1), "server_system_us_per_call": round(system / n, 1),
+               "server_switches_per_call": {"voluntary": round(voluntary / n, 2),
+                                            "involuntary": round(involuntary / n, 2)}}
         out["one_cpu_us"][s.name] = row
     p50 = {name: row["p50"] for name, row in out["one_cpu_us"].items()}
     out["ratios_to_echo_asyncio"] = {name: round(v / p50["echo_asyncio"], 2) for name, v in p50.items()}
