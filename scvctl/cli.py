@@ -1,8 +1,8 @@
 """The `scvctl` command: status, sessions, approvals, one-off calls, chat and exec, agents and the service.
 
 Exit codes: 0 success; 1 scvd answered with an error, or the call failed;
-2 bad usage; 3 scvd is not running (or accepts but does not answer). Errors print as
-`code: message`.
+2 bad usage; 3 scvd is not running (or accepts but does not answer, or stopped before
+it answered: the message alone, it says to try again). Errors print as `code: message`.
 """
 
 from __future__ import annotations

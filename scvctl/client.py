@@ -72,8 +72,12 @@ BY_KIND: dict[str, type[errors.ToolError]] = {
 def error_from_frame(frame: p.Error) -> errors.ScvError:
     """The exception for an `error` frame: by the tool error's kind, else by code.
 
-    A code or kind from a newer server is kept on a plain ScvError.
+    A code or kind from a newer server is kept on a plain ScvError. A fatal `unavailable` is scvd
+    stopping with the request unanswered: DaemonNotAnswering, which scvctl says as "try again"
+    (exit 3) and a bridge's reconnect loop retries on.
     """
+    if frame.fatal and frame.kind == errors.Stopping.kind:
+        return errors.DaemonNotAnswering(frame.message)
     if frame.kind is not None and frame.kind in BY_KIND:
         return BY_KIND[frame.kind](frame.message)
     cls = BY_CODE.get(frame.code)

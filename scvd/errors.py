@@ -26,6 +26,7 @@
     │   │   ├── PathMissing       failed, naming the first missing component of a workspace path
     │   │   └── SkillError        a skill directory is not a valid skill, or changed
     │   ├── Unavailable           unavailable
+    │   │   └── Stopping          unavailable (fatal): scvd is stopping and will not answer a request
     │   └── CredentialMissing     credential_missing
     └── LocalError                never sent on the wire
         ├── ConfigError           a config file or value is wrong (names the file and key)
@@ -217,6 +218,13 @@ class Unavailable(ToolError):
     """Something the tool needs is missing (an executable, bwrap, ...)."""
 
     kind = "unavailable"
+
+
+class Stopping(Unavailable):
+    """scvd is stopping with a request unanswered. Fatal, the one fatal `unavailable`: a client reads it
+    as scvd going away (DaemonNotAnswering: try again), not as a request that failed."""
+
+    fatal = True
 
 
 class CredentialMissing(ToolError):

@@ -54,6 +54,12 @@ def _setting(config: Any, key: str) -> Any:
     return config
 
 
+def error_frame(exc: BaseException, request_id: Any = None) -> p.Error:
+    """The `error` frame a peer reads for `exc` (fatal when the exception is: the connection closes)."""
+    return p.Error(code=errors.error_code(exc), message=errors.public_message(exc), id=request_id,
+                   fatal=getattr(exc, "fatal", False), kind=errors.error_kind(exc))
+
+
 class Daemon:
     """The running service: configuration, registry, sessions, approvals, connections."""
 
@@ -570,10 +576,10 @@ class Daemon:
     def _answer_unanswered(self) -> None:
         """At the stop, just before the connections close: requests whose handler still waits (a
         session.open's skill walk on a hung mount) are told why no answer comes, not left to an EOF."""
-        stopping = errors.Unavailable("scvd is stopping and will not answer this request; "
-                                      "send it again once scvd is back")
-        for conn, request_id in self._unanswered.values():
-            self._send_error(conn, stopping, request_id)
+        stopping = errors.Stopping("scvd is stopping and will not answer this request; "
+                                   "send it again once scvd is back")
+        for conn, request_id in self._unanswered.values():  # not _send_error: a connection's second
+            self._send(conn, error_frame(stopping, request_id))  # one goes too; all close next
         self._unanswered.clear()
 
     def _dispatch(self, conn: Connection, frame: Any) -> p.Frame | Awaitable[p.Frame] | None:
@@ -655,11 +661,9 @@ class Daemon:
         conn.send(frame, conn.server_frame_bytes)
 
     def _send_error(self, conn: Connection, exc: BaseException, request_id: Any = None) -> None:
-        fatal = getattr(exc, "fatal", False)
-        self._send(conn, p.Error(
-            code=errors.error_code(exc), message=errors.public_message(exc), id=request_id, fatal=fatal,
-            kind=errors.error_kind(exc)))
-        if fatal:
+        frame = error_frame(exc, request_id)
+        self._send(conn, frame)
+        if frame.fatal:
             conn.close()
 
     def send_event(self, conn: Owner, event: p.Frame) -> None:

@@ -831,10 +831,24 @@ def test_a_session_open_still_waiting_when_scvd_stops_is_told_to_retry(make_wrap
             answer = conn.frame()
             assert conn.closed_by_server()
     assert isinstance(answer, p.Error) and answer.id == 7, answer
-    assert (answer.code, answer.kind) == ("failed", "unavailable")
+    assert (answer.code, answer.kind, answer.fatal) == ("failed", "unavailable", True)
     assert answer.message == "scvd is stopping and will not answer this request; send it again once scvd is back"
     assert d.proc.wait(15) == 0
     clean_log(d.log())
+
+
+def test_scvctl_whose_request_scvd_stopped_on_says_try_again_exit_3(make_wrapped, tmp_path, workspace):
+    """It printed the wire code, `failed: scvd is stopping ...`, exit 1: as if the call had failed."""
+    with hang_point(tmp_path / "hang") as hang:
+        d = make_wrapped(env={"HARNESS_HANG_SKILLS_WHILE": str(hang)})
+        scvctl = subprocess.Popen([sys.executable, "-m", "scvctl", "call", "--workspace", str(workspace), "test_sleep"],
+                                  env=d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        reached(hang, "the session's skill walk to hang")
+        d.proc.send_signal(signal.SIGTERM)
+        out, err = scvctl.communicate(timeout=30)
+    assert (scvctl.returncode, out) == (3, ""), err
+    assert err == "scvd is stopping and will not answer this request; send it again once scvd is back\n"
+    assert d.proc.wait(15) == 0
 
 
 @pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
