@@ -194,7 +194,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"scvd {st.version} (pid {st.pid}, protocol {st.protocol}) up {_duration(st.uptime_seconds)}")
     print(f"socket: {st.socket}")
-    print(f"sessions: {st.sessions}  running calls: {st.running_calls}  pending approvals: {st.pending_approvals}")
+    print(f"sessions: {st.sessions}  running calls: {st.running_calls}  "
+          f"waiting for approval: {st.pending_approvals}")
     print(f"approval policy: {st.policy}" + (f" ({st.policy_note})" if st.policy_note else ""))
     print(f"sandbox: {st.sandbox}")
     if st.reload_error:  # without systemd's status line, the one place besides the log that says so

@@ -187,6 +187,11 @@ class CallRegistry:
     def __len__(self) -> int:
         return len(self.table)
 
+    def running(self) -> int:
+        """The calls not waiting for a person's decision (one queued behind its session's earlier calls
+        counts: it runs next): status and STATUS= show those apart from the pending approvals."""
+        return len(self.table) - sum(1 for approval_id in self.asking if approval_id in self.hub.gate.pending)
+
     def get(self, call_id: str) -> Call | None:
         return self.table.get(call_id)
 

@@ -464,7 +464,7 @@ class Daemon:
         if not force:
             self._status_soon = None
         text = (f"sessions={len(self.sessions)} pending_approvals={len(self.gate.pending)} "
-                f"running_calls={len(self.calls)}")
+                f"running_calls={self.calls.running()}")
         # only changes: every connect and disconnect lands here (the notifier itself sends
         # at most one STATUS= a second, never blocking)
         if force or text != self._last_status:
@@ -701,7 +701,7 @@ class Daemon:
         return p.StatusResult(
             id=frame.id, pid=os.getpid(), version=__version__, protocol=p.PROTOCOL_VERSION,
             uptime_seconds=round(awake.clock() - self.started, 3), sessions=len(self.sessions),
-            pending_approvals=len(self.gate.pending), running_calls=len(self.calls), policy=policy,
+            pending_approvals=len(self.gate.pending), running_calls=self.calls.running(), policy=policy,
             policy_note=policy_note(policy, active), sandbox=self.sandbox_verdict,
             socket=self.listening_on, mcp_servers=self.mcp.status(), reload_error=self.reload_error)
 

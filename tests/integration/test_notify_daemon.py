@@ -32,8 +32,11 @@ def test_lifecycle_messages_in_order(make_daemon, listener, workspace):
     assert listener.recv() == "STATUS=sessions=0 pending_approvals=0 running_calls=0"
 
     with d.client() as c:  # STATUS follows the sessions (connections may repeat it)
-        c.open_session(workspace)
+        session = c.open_session(workspace)
         listener.until(lambda m: m == "STATUS=sessions=1 pending_approvals=0 running_calls=0")
+        # a call waiting for a person is its pending approval, not a running call as well
+        c.start_call(session, "write", {"path": "new.txt", "content": "x", "mode": "create"})
+        listener.until(lambda m: m == "STATUS=sessions=1 pending_approvals=1 running_calls=0")
     listener.until(lambda m: m == "STATUS=sessions=0 pending_approvals=0 running_calls=0")
     time.sleep(0.1)  # let the STATUS of the dropped connection out before SIGHUP
     while listener.pending():

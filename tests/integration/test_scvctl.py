@@ -423,6 +423,8 @@ def test_a_call_waiting_for_approval_says_it_waits_not_that_it_runs(make_daemon,
         asked, waiting = call.stderr.readline(), call.stderr.readline()
         assert asked.startswith(f"waiting for approval {pending.approval_id}: decide with")
         assert waiting.startswith(f"... waiting for approval {pending.approval_id} ("), waiting
+        # status counted it a running call too: `running calls: 1  pending approvals: 1` for one call
+        assert "sessions: 1  running calls: 0  waiting for approval: 1\n" in scvctl(daemon, "status").stdout
         assert scvctl(daemon, "approvals", "approve", pending.approval_id).returncode == 0
         out, err = call.communicate(timeout=20)
     finally:
