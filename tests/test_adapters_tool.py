@@ -150,6 +150,8 @@ def test_timeout_ceiling_refused_before_approval(harness: Harness) -> None:
     ({"prompt": "go", "timeout_seconds": 10 ** 400},
      "agent_claude: timeout_seconds of more than 300 digits is above the ceiling of 1800 s "
      "(tools.max_timeout_seconds); ask for at most 1800, or raise tools.max_timeout_seconds in config.toml"),
+    ({"prompt": "go", "timeout_seconds": 0.5},
+     "agent_claude: timeout_seconds 0.5 is below the least of 1 s; ask for more, e.g. 600"),
     ({"prompt": "--help"}, "agent_claude: the prompt cannot start with '-' (the agent CLI would take it for an "
                            "option): start it with a word, e.g. 'Fix the failing test'"),
     ({"prompt": "go", "model": "@latest"}, "agent_claude: model '@latest' is not a model name: 1-128 letters, "

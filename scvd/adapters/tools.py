@@ -47,10 +47,11 @@ def arguments_struct(adapter: specs.Adapter, config: Any) -> type[msgspec.Struct
         ("cwd", Annotated[str | None, Meta(description=(
             "Directory inside the workspace to run in, relative or absolute; the agent picks up "
             "its AGENTS.md/CLAUDE.md and skills. Default: the workspace root. e.g. scv"))], None),
-        ("timeout_seconds", Annotated[int, Meta(ge=1, le=tools.max_timeout_seconds, description=(
+        # a number, as bash's: 90.5 was refused (`Expected int`), which a model reads as a wrong value
+        ("timeout_seconds", Annotated[float, Meta(ge=1, le=tools.max_timeout_seconds, description=(
             f"Seconds before the agent is killed, up to {tools.max_timeout_seconds}; raise it for "
             f"long work such as builds or releases. e.g. {min(1800, tools.max_timeout_seconds)}"))],
-         tools.agent_timeout_seconds),
+         float(tools.agent_timeout_seconds)),
     ]
     if adapter.model_args:
         model = Annotated[str, Meta(min_length=1, max_length=128, pattern=MODEL_PATTERN)]
@@ -103,6 +104,9 @@ class AgentTool(Tool):
         requested, prompt, model = (arguments.get(k) for k in ("timeout_seconds", "prompt", "model"))
         if isinstance(requested, (int, float)) and not isinstance(requested, bool):
             check_timeout(requested, self.ceiling, f"{self.name}: timeout_seconds")  # names the setting
+            if requested < 1:  # the schema's minimum: not the validator's `Expected float >= 1.0`
+                raise InvalidArguments(f"{self.name}: timeout_seconds {requested:g} is below the least of 1 s; "
+                                       f"ask for more, e.g. {min(600, self.ceiling):g}")
         if isinstance(prompt, str) and prompt.startswith("-"):
             raise InvalidArguments(f"{self.name}: the prompt cannot start with '-' (the agent CLI would take it "
                                    "for an option): start it with a word, e.g. 'Fix the failing test'")

@@ -297,6 +297,19 @@ def test_agent_call_over_the_socket_shows_details_and_hints(make_daemon, tmp_pat
     assert read_log(tmp_path / "agent-log")[2] == str(workspace / "proj")
 
 
+def test_a_timeout_in_fractions_of_a_second_is_taken_as_bash_takes_it(agent_daemon: DaemonProc,
+                                                                      workspace: Path) -> None:
+    """`timeout_seconds: 90.5` was refused (`Expected int, got float`) where bash takes any number."""
+    with agent_daemon.client(name="bridge") as agent, agent_daemon.client(name="person") as person:
+        call_id = agent.start_call(agent.open_session(workspace), "agent_pi",
+                                   {"prompt": "go", "timeout_seconds": 90.5})
+        (pending,) = wait_pending(person)
+        assert pending.details["timeout_seconds"] == 90.5 and "(90.5s)" in pending.summary
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = agent.wait_call(call_id)
+    assert done.ok and done.result["exit_code"] == 0, done
+
+
 def test_too_long_timeout_refused_before_approval(agent_daemon: DaemonProc, workspace: Path) -> None:
     with agent_daemon.client(name="bridge") as c:
         sid = c.open_session(workspace)
