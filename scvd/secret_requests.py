@@ -199,10 +199,13 @@ class SecretRequests:
         for request in list(self.pending.values()):
             if conn in request.targets:
                 request.targets.remove(conn)
-                if not request.targets:
+                if not request.targets:  # its secret.resolved reaches nobody: the call's error says it all
+                    key = request.key
                     self._finish(request, "cancelled_no_approver", None, errors.Unavailable(
-                        f"every approver asked for {request.key} disconnected; run `scvctl approvals watch` "
-                        f"and call again, or `scvctl secrets set {request.key}`"))
+                        f"nobody entered {key}: every approver asked for it disconnected before answering (a "
+                        "closed terminal, a bridge that reconnected); run `scvctl approvals watch` in a terminal "
+                        f"and call again, or store it yourself with `scvctl secrets set {key}`",
+                        hint=f"scvctl secrets set {key}"))
 
     def _get(self, request_id: str, answer: bool = True) -> SecretRequest:
         request = self.pending.get(request_id)
