@@ -9,8 +9,10 @@ Rules:
 - The value goes from `secret.provide` straight into the secret store, in a
   thread. It is never logged, audited, put in an event, or handed back to the
   call: the call learns only the key and where it was stored.
-- A request ends once: stored, declined, timed_out (approvals.timeout_seconds)
-  or cancelled (the call went away); every approver hears `secret.resolved`.
+- A request ends once: stored, declined, timed_out (approvals.timeout_seconds),
+  cancelled (the call went away) or cancelled_no_approver (every approver asked
+  left, and no other is connected: one whose watch has just begun is asked
+  then); every approver hears `secret.resolved`.
   Its timeout runs on `awake.clock`, which goes on while
   the machine sleeps, as the `expires_at` an approver is shown: an answer after
   it, or a watcher that starts meanwhile, times the request out instead.
@@ -188,17 +190,23 @@ class SecretRequests:
     def watching(self, conn: Any) -> None:
         """A connection started watching: it is asked too, for every request still pending."""
         for request in list(self.pending.values()):
-            if self._timed_out(request):
-                continue
-            if conn not in request.targets and not conn.closed:
-                request.targets.append(conn)
-                self._send(conn, _requested(request))
+            if not self._timed_out(request):
+                self._ask_also(request, conn)
+
+    def _ask_also(self, request: SecretRequest, conn: Any) -> None:
+        if conn not in request.targets and not conn.closed:
+            request.targets.append(conn)
+            self._send(conn, _requested(request))
 
     def drop_connection(self, conn: Any) -> None:
         """A connection left: it is no longer asked; a request nobody is left to answer fails."""
         for request in list(self.pending.values()):
             if conn in request.targets:
                 request.targets.remove(conn)
+                if not request.targets:  # a watcher whose watching() has yet to come is asked now, not lost
+                    for other in self._approvers(request.session):
+                        if other is not conn:
+                            self._ask_also(request, other)
                 if not request.targets:  # its secret.resolved reaches nobody: the call's error says it all
                     key = request.key
                     self._finish(request, "cancelled_no_approver", None, errors.Unavailable(

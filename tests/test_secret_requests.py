@@ -136,3 +136,28 @@ def test_an_answer_after_the_expiry_is_refused_though_the_loop_slept_through_it(
     assert not (tmp_path / "secrets.toml").exists() and not requests.pending
     assert [e.state for _, e in sent if isinstance(e, p.SecretResolved)] == ["timed_out", "timed_out"]
     assert [a["state"] for a in audit if a["event"] == "secret_resolved"] == ["timed_out", "timed_out"]
+
+
+def test_the_last_approver_leaving_as_another_starts_watching_leaves_the_request_to_the_new_one(tmp_path: Path):
+    """The server marks a connection a watcher at once and asks it for the pending requests a loop turn
+    later: the last approver asked leaving in between (a bridge reconnecting) failed the call with a
+    watcher connected."""
+    live = [Conn()]
+    sent: list[tuple[Any, p.Frame]] = []
+    requests = SecretRequests(SecretStore(tmp_path / "secrets.toml", env={}, use_keyring=False),
+                              approvers=lambda session: list(live), send=lambda c, e: sent.append((c, e)),
+                              timeout=lambda: 3600, audit=lambda event, **f: None)
+
+    async def scenario() -> None:
+        ask = asyncio.create_task(requests.ask(session="s1", call_id="c1", key="API_TOKEN", question="", tool="t"))
+        while not sent:
+            await asyncio.sleep(0)
+        old, new = live[0], Conn()
+        live[:] = [new]  # the new watcher is listed; its watching() has not run yet
+        requests.drop_connection(old)
+        requests.watching(new)
+        assert not ask.done() and [(c, type(e)) for c, e in sent[1:]] == [(new, p.SecretRequested)]
+        await requests.provide(sent[1][1].request_id, "typed", decided_by="person")
+        assert (await ask).source == "file"
+
+    asyncio.run(scenario())
