@@ -44,3 +44,30 @@ def test_the_frames_the_docs_show_decode():
             assert set(obj) - {"type"} <= set(frame.__struct_fields__), (doc.name, line)
             shown += 1
     assert shown >= 15
+
+
+def _top_level_names(fields: str) -> set[str]:
+    """`a, b?, c{x, y}, d \\| e` -> {a, b, c, d, e}: the names outside any nested braces."""
+    depth, names = 0, set()
+    for part in re.split(r"([{}\[\],|])", fields):
+        if part in ("{", "["):
+            depth += 1
+        elif part in ("}", "]"):
+            depth -= 1
+        elif depth == 0 and (name := re.match(r"\s*([a-z_]+)", part)):
+            names.add(name.group(1))
+    return names
+
+
+def test_the_tables_of_protocol_md_list_each_frames_fields():
+    """A `tag {fields}` cell of the requests and events tables names each field of the Struct, no other
+    (`id` and `seq`, which every request and event carries, aside)."""
+    text = (DOC.parent / "protocol.md").read_text()
+    frames = {f.__struct_config__.tag: f for f in [*p.Request.__args__, *p.ServerFrame.__args__]}
+    checked = 0
+    for row in re.findall(r"^\| (.*) \|$", text, re.M):
+        for tag, fields in re.findall(r"`([a-z_.]+) \{([^`]*)\}`", row):
+            if tag in frames:
+                assert _top_level_names(fields) == set(frames[tag].__struct_fields__) - {"id", "type", "seq"}, tag
+                checked += 1
+    assert checked >= 30
