@@ -803,23 +803,30 @@ def test_every_config_key_is_documented_with_its_default():
         assert (f"`{want}`" in cell if want not in ("unset", "required") else want in cell), (key, want, cell)
 
 
-def lower_bounds(info: Any = None, prefix: str = "") -> dict[str, float]:
-    """`key -> its lower bound` (msgspec's ge, or gt) for every number key of the config Structs."""
+def leaf_types(info: Any = None, prefix: str = "") -> dict[str, Any]:
+    """`key -> its msgspec.inspect type` for every leaf key of the config Structs (an optional one's
+    `... | None` as the type it takes besides None)."""
     info = info or msgspec.inspect.type_info(Config)
-    bounds: dict[str, float] = {}
+    types: dict[str, Any] = {}
     for f in info.fields:
         kind = f.type
-        if isinstance(kind, msgspec.inspect.UnionType):  # an optional number: `... | None`
+        if isinstance(kind, msgspec.inspect.UnionType):  # an optional value: `... | None`
             kind = next(t for t in kind.types if not isinstance(t, msgspec.inspect.NoneType))
         if isinstance(kind, msgspec.inspect.DictType):
             kind, name = kind.value_type, f"{prefix}{f.encode_name}.<name>."
         else:
             name = prefix + f.encode_name
         if isinstance(kind, msgspec.inspect.StructType):
-            bounds.update(lower_bounds(kind, name if name.endswith(".") else name + "."))
-        elif isinstance(kind, (msgspec.inspect.IntType, msgspec.inspect.FloatType)):
-            bounds[name] = kind.ge if kind.ge is not None else kind.gt
-    return bounds
+            types.update(leaf_types(kind, name if name.endswith(".") else name + "."))
+        else:
+            types[name] = kind
+    return types
+
+
+def lower_bounds() -> dict[str, float]:
+    """`key -> its lower bound` (msgspec's ge, or gt) for every number key of the config Structs."""
+    return {name: kind.ge if kind.ge is not None else kind.gt for name, kind in leaf_types().items()
+            if isinstance(kind, (msgspec.inspect.IntType, msgspec.inspect.FloatType))}
 
 
 def test_every_config_bound_is_documented():
@@ -832,6 +839,17 @@ def test_every_config_bound_is_documented():
         if bound not in (0, 1) or key == "audit.keep":
             want = f"At least {bound}" if bound else "`0`"
             assert want in rows[key], f"docs/configuration.md: say {want!r} in the row of {key}"
+
+
+def test_every_config_choice_is_documented():
+    """A key that takes one of fixed values (`sandbox.mode`) names each in its row."""
+    rows = documented_rows(whole=True)
+    choices = {name: kind.values for name, kind in leaf_types().items()
+               if isinstance(kind, msgspec.inspect.LiteralType) and name in rows}
+    assert len(choices) >= 6
+    for key, values in choices.items():
+        missing = [v for v in values if f"`{v}`" not in rows[key]]
+        assert not missing, f"docs/configuration.md: name {missing} in the row of {key}"
 
 
 def toml_examples() -> list[Any]:
