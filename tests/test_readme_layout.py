@@ -48,3 +48,13 @@ def test_every_folder_outside_the_packages_is_in_the_readme_layout():
     folders = {f"{d.relative_to(ROOT)}/" for d in [*ROOT.glob("*/"), *ROOT.glob("*/*/")] if d.is_dir() and kept(d)}
     missing = sorted(f for f in folders if f not in layout_block())
     assert not missing, f"README.md's Layout does not name the folders {missing}: say what each holds"
+
+
+def test_the_bench_and_ci_lines_name_each_of_their_files():
+    """bench/ and .ci/ get one line each, which names every script in them."""
+    lines = {line.split()[0]: line for line in layout_block().splitlines() if line.strip()}
+    for folder, pattern in (("bench/", "*.py"), (".ci/", "*")):
+        names = sorted(f.name for f in (ROOT / folder).glob(pattern) if f.is_file())
+        assert names, folder
+        missing = [n for n in names if not re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", lines[folder])]
+        assert not missing, f"README.md's Layout line of {folder} does not name {missing}"
