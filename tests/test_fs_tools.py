@@ -374,6 +374,8 @@ def test_read_binary_file(ws: Workspace) -> None:
     with pytest.raises(Failed, match="byte offset 7 is not text"):
         ws.call("read", path="b.bin")
     assert ws.call("read", path="b.bin", limit=7)["content"] == "GIF89a\x00"
+    with pytest.raises(Failed, match="^the 1 byte at offset 8 of 'b.bin' is not valid UTF-8: byte offset 8 is not text"):
+        ws.call("read", path="b.bin", offset=8)
 
 
 @pytest.mark.timeout(30)  # opening the fifo for reading would block forever

@@ -258,7 +258,8 @@ def utf8_problem(path: str, data: bytes, offset: int, total: int, before: bytes)
         return None
     except UnicodeDecodeError as exc:
         start, reason = exc.start, exc.reason
-    where = f"the {len(data)} bytes at offset {offset} of {show(path)} are not valid UTF-8"
+    where = (f"the {len(data)} byte{'s' if len(data) != 1 else ''} at offset {offset} of {show(path)} "
+             f"{'are' if len(data) != 1 else 'is'} not valid UTF-8")
     if start == 0 and offset > 0 and _continuation(data[0]):
         back = 1
         for byte in reversed(before):

@@ -45,7 +45,7 @@ class ToolJson(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     concurrent: bool = False
     always_allow: bool = False
     system_use: bool = False
-    timeout: float | None = None  # seconds; also the dispatch timeout. None: the 15-minute default
+    timeout: float | None = None  # seconds: the script's deadline (dispatch: 5 s more). None: the 15-minute default
     secrets: list[str] = []
     command: str = "./run"
 
