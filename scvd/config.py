@@ -133,6 +133,7 @@ class ChatConfig(Section):
     max_steps: PositiveInt = 32
     context_tokens: Annotated[int, msgspec.Meta(ge=1000)] = 128_000
     system_prompt: str = ""
+    transcript_days: Annotated[int, msgspec.Meta(ge=0)] = 0  # 0: keep every transcript (chat/expiry.py)
 
 
 class SecretRef(Section):
@@ -306,9 +307,16 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
         servers = f"mcp.servers.{_bad_table(raw.get('mcp') or {}, 'servers', McpServerConfig)}"
         key = servers + key[len("mcp.servers[...]"):]
     key = _name_the_entry(key, raw)
+    if key in HINTS:
+        msg += f"; {HINTS[key]}"
     if key in texts:
         msg += config_env.read_as_string(msg, key, *texts[key], Config)
     return f"{_place(path, key, sources)}: {key}: {msg}"
+
+
+HINTS = {  # what to give, where msgspec's message alone (`Expected `int` >= 0`) does not say
+    "chat.transcript_days": "give the days a chat transcript not written to is kept, or 0 to keep every transcript",
+}
 
 
 def _check_finite(raw: Mapping[str, Any], path: Path, sources: Mapping[str, str]) -> None:

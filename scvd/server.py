@@ -21,6 +21,7 @@ from . import __version__, awake, errors, eventloop, guardian, heap, limits, not
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
+from .chat.expiry import Expiry
 from .chat.pipeline import screen
 from .config import Loaded, load
 from .client_protocol import ClientProtocol
@@ -108,6 +109,9 @@ class Daemon:
         self._closing = 0  # connections that ended their stream, open until their cancelled calls say so
         self._refusals = limits.RefusalLog()
         self._chat: ChatService | None = None  # made by the first chat request (the property `chat`)
+        self.expiry = Expiry(paths.chat_dir, lambda: self.config.chat.transcript_days,
+                             lambda: self._chat.in_use() if self._chat is not None else set())
+        self._expiring: asyncio.Task[None] | None = None  # its daily passes
         self._asides: dict[Connection, set[asyncio.Future[Any]]] = {}  # requests answered out of order
         self._unanswered: dict[object, tuple[Connection, Any]] = {}  # requests whose handler waits: a stop answers them
         # a call that carries a turn id (a chat's, or a client's own) is refused when nobody could decide it
@@ -218,6 +222,7 @@ class Daemon:
             raise errors.StartupError(unopenable("the audit log", self.paths.audit_log, exc)) from None
         self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
         self.sandbox, self.sandbox_verdict = await self._probe_sandbox(self.config)
+        await self.expiry.run_once()  # chat.transcript_days: before any chat.open (then once a day)
         # 4. serve the socket
         self._listener = Listener(held.sock, self._accepted, self._accept_failed, self._out_of_fds)
         self._listener.start()
@@ -244,6 +249,7 @@ class Daemon:
             self.notifier.ready()
         self._update_status()
         self._spawn(self._watchdog)
+        self._expiring = asyncio.ensure_future(self.expiry.run())
         # 7. MCP servers start in the background: a slow or broken one never delays READY=1
         await self.mcp.apply(self.config)
 
@@ -277,6 +283,9 @@ class Daemon:
         self.heap_trim.close()
         self.notifier.stopping()
         self._stop_listening()
+        if self._expiring is not None:  # ended here: a loop closed right after the stop would find it pending
+            self._expiring.cancel()
+            await asyncio.wait([self._expiring])
         # 2. end chat turns (they say cancelled_by_shutdown), refuse new calls, cancel in-flight ones,
         #    and give them the grace period to clean up: one deadline for the three waits, not a
         #    grace each (a stuck call and a stuck store took twice the grace the docs promise)
@@ -406,6 +415,8 @@ class Daemon:
         for warning in loaded.warnings:  # what the edit brought (an unused [providers.X]); not the start's again
             if warning not in self.loaded.warnings:
                 logging.getLogger("scvd.config").warning("%s", warning)
+        if loaded.config.chat.transcript_days != self.config.chat.transcript_days:
+            self.expiry.poke()  # set or shortened: not a day later
         self.loaded, self.registry, self.sandbox, self.sandbox_verdict = loaded, registry, sandbox, verdict
         self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
         self.gate.max_pending = loaded.config.approvals.max_pending

@@ -7,11 +7,13 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from scvd import errors
+from scvd.chat import expiry
 from scvd.chat.engine import Conversation
 from scvd.chat.items import AssistantReply, Cleared, Opened, ToolCall, ToolOutput, UserText
 from scvd.chat.transcript import Transcripts
@@ -60,8 +62,30 @@ def test_ids_that_are_not_ours_are_refused(tmp_path, bad):
 
 
 def test_unknown_conversation_says_how_to_start_one(tmp_path):
-    with pytest.raises(errors.InvalidRequest, match="open one without `conversation`"):
+    with pytest.raises(errors.InvalidRequest, match="start a new one with chat.open without `conversation`"):
         Transcripts(tmp_path).read("k404")
+    with pytest.raises(errors.InvalidRequest, match=r"removed \(chat.transcript_days = 30 removes one not written "
+                       r"to for 30 days\), or it was never opened here; start a new one"):
+        Transcripts(tmp_path).read("k404", days=30)
+
+
+def aged(path: Path, days: float) -> Path:
+    when = time.time() - days * 86400
+    os.utime(path, (when, when), follow_symlinks=False)
+    return path
+
+
+def test_an_old_transcript_written_to_after_the_listing_is_kept(tmp_path):
+    """The listing runs off the loop; an append may come before the removal: that one stays."""
+    t = Transcripts(tmp_path)
+    for c in ("kold", "kagain"):
+        t.append(c, [Opened(workspace="/ws")])
+        aged(t.path(c), 31)
+    listed = expiry.stale(tmp_path, 30, time.time())
+    t.append("kagain", [UserText(text="back")])
+    assert listed == ["kagain", "kold"]
+    assert expiry.remove(tmp_path, listed, 30, time.time()) == ["kold"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kagain.jsonl"]
 
 
 def test_the_latest_settings_win(tmp_path):

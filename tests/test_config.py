@@ -98,6 +98,8 @@ def test_a_provider_left_unused_by_the_default_chat_provider_is_a_warning(cfg_fi
     ("[tools]\nzzz = 1\n", "tools.zzz: unknown key (docs/configuration.md lists every key)"),
     ('[approvals]\npolicy = "sometimes"\n',
      "approvals.policy: Invalid enum value 'sometimes'; use one of: always, never, on-risk, sandbox-aware"),
+    ("[chat]\ntranscript_days = -30\n", "chat.transcript_days: Expected `int` >= 0; give the days a chat "
+     "transcript not written to is kept, or 0 to keep every transcript"),
 ])
 def test_a_wrong_key_or_value_says_what_was_probably_meant(cfg_file, text, said):
     """A typo'd key got no "did you mean" (a typo'd SCVD_* variable did), nor a bad choice the choices."""

@@ -87,6 +87,11 @@ class ChatService:
         finally:
             self._opening.discard(conversation)  # opened (now in self.chats) or failed
 
+    def in_use(self) -> set[str]:
+        """The conversations open, being opened, or whose closed session's turn still ends: kept by
+        chat.transcript_days whatever their age (expiry.py)."""
+        return {c.conversation for c in self.chats.values()} | self._opening | set(self._ending)
+
     def ending(self, conversation: str) -> bool:
         """True while the turn of `conversation`'s closed session still ends: a chat.open waits for it."""
         return bool(conversation) and conversation in self._ending
@@ -96,7 +101,7 @@ class ChatService:
         provider = frame.provider or None
         records: list[Any] = []
         if frame.conversation:
-            records = await asyncio.to_thread(self.transcripts.read, frame.conversation)
+            records = await asyncio.to_thread(self.transcripts.read, frame.conversation, config.chat.transcript_days)
         stored = next((r for r in reversed(records) if isinstance(r, Opened)), None)  # the latest settings
         name = provider or (stored.provider if stored else "") or config.chat.provider
         if name not in config.providers and name != provider_mod.CODEX:

@@ -1,7 +1,8 @@
 """A conversation's transcript: append-only JSON lines, 0600, under `<state dir>/chat/`.
 
 One file per conversation, named by its id. Lines are the Records of items.py;
-nothing is ever rewritten (chat.clear appends a `clear` record). A torn last
+nothing is ever rewritten (chat.clear appends a `clear` record); expiry.py may remove a
+whole file once it is idle for chat.transcript_days. A torn last
 line (scvd killed mid-write) is skipped when the file is read back, and the
 next append ends it first, so what comes after it is kept. A batch whose write
 fails (a full disk) is cut off again and left to the caller to append later, so
@@ -29,6 +30,7 @@ from .items import AnyRecord
 log = logging.getLogger("scvd.chat")
 
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+SUFFIX = ".jsonl"  # a transcript is chat/<id>.jsonl
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyRecord)
 
@@ -47,7 +49,7 @@ class Transcripts:
         if not ID_RE.match(conversation):
             raise errors.InvalidRequest(
                 f"conversation {conversation[:80]!r} is not an id scvd gave out (letters, digits, _ and -)")
-        return self.root / f"{conversation}.jsonl"
+        return self.root / f"{conversation}{SUFFIX}"
 
     def append(self, conversation: str, records: Iterable[Any]) -> None:
         data = b"".join(json_bytes(_encoder.encode, r) + b"\n" for r in records)
@@ -69,13 +71,17 @@ class Transcripts:
         finally:
             os.close(fd)
 
-    def read(self, conversation: str) -> list[Any]:
+    def read(self, conversation: str, days: int = 0) -> list[Any]:
+        """Its records; `days` is chat.transcript_days, which a missing transcript may have gone by."""
         path = self.path(conversation)
         try:
             fd = self._open(conversation, os.O_RDONLY)
         except FileNotFoundError:
-            raise errors.InvalidRequest(
-                f"no conversation {conversation!r}; open one without `conversation` to start it") from None
+            why = (f"its transcript was removed (chat.transcript_days = {days} removes one not written to for "
+                   f"{days} days), or it was never opened here" if days else
+                   "it was never opened here, or its transcript was removed")
+            raise errors.InvalidRequest(f"no conversation {conversation!r}: {why}; start a new one with "
+                                        "chat.open without `conversation`") from None
         with open(fd, "rb") as f:
             lines = f.read().splitlines()
         records = []

@@ -7,13 +7,17 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Hang, ScriptedModel, Text
-from scvd import protocol as p
+from conftest import reloaded
+from scvd import errors, protocol as p
+from scvd.chat.items import Opened, UserText
+from scvd.chat.transcript import Transcripts
 
 ROOT = Path(__file__).resolve().parents[2]
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
@@ -102,3 +106,50 @@ def test_the_idle_daemon_does_not_import_openai(model, scv_home, workspace):
     out = subprocess.run([sys.executable, "-c", IDLE, str(scv_home), str(workspace)], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.splitlines() == ["after chat.open: False", "after a turn: True"], out.stderr
+
+
+def aged(path: Path, days: float) -> Path:
+    when = time.time() - days * 86400
+    os.utime(path, (when, when), follow_symlinks=False)
+    return path
+
+
+def written(folder: Path, conversation: str, days: float) -> Path:
+    """A transcript last written `days` ago."""
+    Transcripts(folder).append(conversation, [Opened(workspace="/", provider="codex"), UserText(text="hi")])
+    return aged(folder / f"{conversation}.jsonl", days)
+
+
+def test_transcript_days_removes_old_transcripts_at_start_and_nothing_else(make_daemon, scv_home, workspace,
+                                                                            tmp_path):
+    chat = scv_home / "state" / "chat"
+    old, fresh = written(chat, "kold", 31), written(chat, "kfresh", 29)
+    elsewhere = written(tmp_path, "kthere", 40)
+    (chat / "klink.jsonl").symlink_to(elsewhere)
+    link = aged(chat / "klink.jsonl", 40)
+    other = chat / "notes.txt"
+    other.write_text("mine")
+    aged(other, 40)
+    d = make_daemon("[chat]\ntranscript_days = 30\n", home=scv_home)
+    with d.client(name="pytest") as c:  # answered once the start's pass is over
+        with pytest.raises(errors.InvalidRequest, match=r"no conversation 'kold': its transcript was removed "
+                           r"\(chat.transcript_days = 30 .*; start a new one with chat.open without `conversation`"):
+            c.request(p.ChatOpen, workspace=str(workspace), conversation="kold")
+        assert c.request(p.ChatOpen, workspace=str(workspace), conversation="kfresh").resumed
+    assert not old.exists() and fresh.exists()
+    assert link.is_symlink() and elsewhere.exists() and other.read_text() == "mine"
+    assert "removed 1 chat transcript(s) not written to for over 30 days (chat.transcript_days)" in d.log()
+
+
+def test_a_reload_setting_transcript_days_prunes_at_once_but_not_an_open_conversation(make_daemon, scv_home,
+                                                                                      workspace):
+    chat = scv_home / "state" / "chat"
+    gone, held = written(chat, "kgone", 40), written(chat, "kheld", 40)
+    d = make_daemon(home=scv_home)  # the default keeps every transcript
+    with d.client(name="pytest") as c:
+        c.request(p.ChatOpen, workspace=str(workspace), conversation="kheld")
+        aged(held, 40)  # the open may have written its settings
+        reloaded(d, "[chat]\ntranscript_days = 30\n")
+        while gone.exists():  # the pass the reload started (the test's timeout bounds it)
+            time.sleep(0.05)
+        assert held.exists()
