@@ -50,6 +50,7 @@ BY_CODE: dict[str, type[errors.ScvError]] = {
     "unknown_type": errors.UnknownType,
     "invalid_request": errors.InvalidRequest,
     "session_not_found": errors.SessionNotFound,
+    "conversation_not_found": errors.ConversationNotFound,
     "call_not_found": errors.CallNotFound,
     "approval_not_found": errors.ApprovalNotFound,
     "forbidden": errors.Forbidden,

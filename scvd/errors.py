@@ -10,6 +10,7 @@
     │   ├── InvalidRequest        invalid_request
     │   │   └── HandoffFailed     invalid_request (fatal): `mcp.attach`'s fds did not come as they should
     │   ├── SessionNotFound       session_not_found
+    │   ├── ConversationNotFound  conversation_not_found: chat.open of one with no transcript (removed?)
     │   ├── CallNotFound          call_not_found
     │   ├── ApprovalNotFound      approval_not_found
     │   └── Forbidden             forbidden
@@ -115,6 +116,13 @@ class SessionNotFound(ProtocolError):
     """A session id this connection does not hold."""
 
     code = "session_not_found"
+
+
+class ConversationNotFound(ProtocolError):
+    """chat.open names a conversation scvd has no transcript of: never opened here, or removed
+    (chat.transcript_days). A bridge that stored the id starts a new conversation."""
+
+    code = "conversation_not_found"
 
 
 class CallNotFound(ProtocolError):

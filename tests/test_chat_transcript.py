@@ -62,9 +62,9 @@ def test_ids_that_are_not_ours_are_refused(tmp_path, bad):
 
 
 def test_unknown_conversation_says_how_to_start_one(tmp_path):
-    with pytest.raises(errors.InvalidRequest, match="start a new one with chat.open without `conversation`"):
+    with pytest.raises(errors.ConversationNotFound, match="start a new one with chat.open without `conversation`"):
         Transcripts(tmp_path).read("k404")
-    with pytest.raises(errors.InvalidRequest, match=r"removed \(chat.transcript_days = 30 removes one not written "
+    with pytest.raises(errors.ConversationNotFound, match=r"removed \(chat.transcript_days = 30 removes one not written "
                        r"to for 30 days\), or it was never opened here; start a new one"):
         Transcripts(tmp_path).read("k404", days=30)
 

@@ -93,15 +93,22 @@ class Bridge:
             return self.sessions[chat]
         fields = {"conversation": self.conversations[chat]} if chat in self.conversations else {}
         try:
-            opened = await self.client.request(p.ChatOpen, workspace=self.workspace, **fields)
-        except errors.LimitExceeded:  # server.max_sessions_per_connection: an idle chat makes room
-            if not await self.close_idle_session():
-                raise
-            opened = await self.client.request(p.ChatOpen, workspace=self.workspace, **fields)
+            opened = await self.open(fields)
+        except errors.ConversationNotFound:  # its transcript was removed (chat.transcript_days): a new one
+            self.app.send(chat, "(the earlier conversation is gone from scvd; the model starts afresh)")
+            opened = await self.open({})
         self.sessions[chat], self.chats[opened.session] = opened.session, chat
         self.conversations[chat] = opened.conversation
         self.save()
         return opened.session
+
+    async def open(self, fields: dict[str, str]) -> Any:
+        try:
+            return await self.client.request(p.ChatOpen, workspace=self.workspace, **fields)
+        except errors.LimitExceeded:  # server.max_sessions_per_connection: an idle chat makes room
+            if not await self.close_idle_session():
+                raise
+            return await self.client.request(p.ChatOpen, workspace=self.workspace, **fields)
 
     async def close_idle_session(self) -> bool:
         """Close the session of the least recently used chat without a running turn; its conversation

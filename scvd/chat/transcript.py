@@ -80,7 +80,7 @@ class Transcripts:
             why = (f"its transcript was removed (chat.transcript_days = {days} removes one not written to for "
                    f"{days} days), or it was never opened here" if days else
                    "it was never opened here, or its transcript was removed")
-            raise errors.InvalidRequest(f"no conversation {conversation!r}: {why}; start a new one with "
+            raise errors.ConversationNotFound(f"no conversation {conversation!r}: {why}; start a new one with "
                                         "chat.open without `conversation`") from None
         with open(fd, "rb") as f:
             lines = f.read().splitlines()

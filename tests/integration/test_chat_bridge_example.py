@@ -91,6 +91,22 @@ def test_the_example_bridge(make_daemon, model, scv_home, workspace, tmp_path):
     assert said == ["write hi.txt please", "did you?"]
 
 
+def test_the_example_bridge_starts_afresh_when_a_chats_conversation_was_removed(make_daemon, model, scv_home,
+                                                                                 workspace, tmp_path):
+    """A transcript chat.transcript_days removed: every message of that chat was `(not sent: no
+    conversation ...)`, for good, since the bridge kept the id."""
+    m = model(Text("hello again"))
+    d, argv = daemon_for(make_daemon, scv_home, m, workspace, tmp_path)
+    (tmp_path / "b.json").write_text(json.dumps({"alice": "kremoved"}))
+    with running(argv, d.env) as proc:
+        say(proc, "alice: hi")
+        assert read_until(proc, r"^\[alice\] ") == "[alice] (the earlier conversation is gone from scvd; the " \
+                                                    "model starts afresh)\n"
+        assert read_until(proc, r"^\[alice\] ") == "[alice] hello again\n"
+        assert ends(proc)
+    assert json.loads((tmp_path / "b.json").read_text())["alice"] not in ("kremoved", "")
+
+
 def test_the_example_bridge_goes_on_when_a_chat_writes_while_its_turn_runs(make_daemon, model, scv_home,
                                                                             workspace, tmp_path):
     """A second message before the first one's answer (its write waits for the owner): turn.start's

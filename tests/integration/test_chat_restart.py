@@ -132,7 +132,7 @@ def test_transcript_days_removes_old_transcripts_at_start_and_nothing_else(make_
     aged(other, 40)
     d = make_daemon("[chat]\ntranscript_days = 30\n", home=scv_home)
     with d.client(name="pytest") as c:  # answered once the start's pass is over
-        with pytest.raises(errors.InvalidRequest, match=r"no conversation 'kold': its transcript was removed "
+        with pytest.raises(errors.ConversationNotFound, match=r"no conversation 'kold': its transcript was removed "
                            r"\(chat.transcript_days = 30 .*; start a new one with chat.open without `conversation`"):
             c.request(p.ChatOpen, workspace=str(workspace), conversation="kold")
         assert c.request(p.ChatOpen, workspace=str(workspace), conversation="kfresh").resumed
