@@ -14,6 +14,7 @@ from pathlib import Path
 from conftest import ROOT
 LEFT_OUT = ("shutil", "tempfile", "difflib", "bz2", "lzma", "ctypes.util",
             "scvd.mcp_host.bridge", "scvd.mcp_host.pipes", "scvd.chat.service", "scvd.chat.engine",
+            "scvd.chat.transcript",  # chat/expiry.py with chat.transcript_days at its default 0
             "regex", "scvd.bounded_regex")  # with jsonschema only: a tool.json, an MCP server
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Callable
 
 from .. import awake
-from .transcript import ID_RE, SUFFIX
 
 log = logging.getLogger("scvd.chat")
 
@@ -31,6 +30,10 @@ CHECK_SECONDS = 3600.0  # how often the loop looks whether a day has passed (a w
 
 def stale(root: Path, days: int, now: float) -> list[str]:
     """The conversations whose transcript in `root` was last written more than `days` days before `now`."""
+    # here, not at the top: the daemon imports this module, and with the default 0 never needs
+    # transcript.py (nor items.py, its records)
+    from .transcript import ID_RE, SUFFIX
+
     try:
         names = os.listdir(root)
     except FileNotFoundError:  # no chat yet
@@ -42,6 +45,8 @@ def stale(root: Path, days: int, now: float) -> list[str]:
 
 def remove(root: Path, conversations: list[str], days: int, now: float) -> list[str]:
     """Those of `conversations` whose transcript is still old, removed: one written to since is kept."""
+    from .transcript import SUFFIX
+
     cutoff = now - days * DAY_SECONDS
     removed = []
     for conversation in conversations:
