@@ -56,6 +56,9 @@ def remove(root: Path, conversations: list[str], days: int, now: float) -> list[
                 path.unlink()
             except FileNotFoundError:
                 continue
+            except OSError as exc:  # one that cannot go (a read-only mount) does not stop the others
+                log.warning("chat transcript %s not removed: %s", path, exc)
+                continue
             removed.append(conversation)
     return removed
 
@@ -73,9 +76,8 @@ class Expiry:
     """The daemon's passes over chat/: `days()` is chat.transcript_days now, `in_use()` the
     conversations to keep whatever their age."""
 
-    def __init__(self, root: Path, days: Callable[[], int], in_use: Callable[[], set[str]],
-                 clock: Callable[[], float] = awake.clock) -> None:
-        self.root, self._days, self._in_use, self._clock = root, days, in_use, clock
+    def __init__(self, root: Path, days: Callable[[], int], in_use: Callable[[], set[str]]) -> None:
+        self.root, self._days, self._in_use = root, days, in_use
         self._poked = asyncio.Event()
 
     def poke(self) -> None:
@@ -103,13 +105,13 @@ class Expiry:
 
     async def run(self) -> None:
         """Once a day after the start's pass, and when poked."""
-        last = self._clock()
+        last = awake.clock()
         while True:
             try:
                 await asyncio.wait_for(self._poked.wait(), CHECK_SECONDS)
             except TimeoutError:
                 pass
-            if self._poked.is_set() or self._clock() - last >= DAY_SECONDS:
+            if self._poked.is_set() or awake.clock() - last >= DAY_SECONDS:
                 self._poked.clear()
-                last = self._clock()
+                last = awake.clock()
                 await self.run_once()
