@@ -81,7 +81,8 @@ class Transcripts:
                    f"{days} days), or it was never opened here" if days else
                    "it was never opened here, or its transcript was removed")
             raise errors.ConversationNotFound(f"no conversation {conversation!r}: {why}; start a new one with "
-                                        "chat.open without `conversation`") from None
+                                              "chat.open without `conversation` (`scvctl chat` without "
+                                              "--conversation)") from None
         with open(fd, "rb") as f:
             lines = f.read().splitlines()
         records = []

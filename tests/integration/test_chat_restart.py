@@ -136,6 +136,10 @@ def test_transcript_days_removes_old_transcripts_at_start_and_nothing_else(make_
                            r"\(chat.transcript_days = 30 .*; start a new one with chat.open without `conversation`"):
             c.request(p.ChatOpen, workspace=str(workspace), conversation="kold")
         assert c.request(p.ChatOpen, workspace=str(workspace), conversation="kfresh").resumed
+    out = subprocess.run([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace), "--conversation",
+                          "kold"], env=d.env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1 and out.stderr.startswith("conversation_not_found: no conversation 'kold'")
+    assert out.stderr.endswith("(`scvctl chat` without --conversation)\n"), out.stderr
     assert not old.exists() and fresh.exists()
     assert link.is_symlink() and elsewhere.exists() and other.read_text() == "mine"
     assert "removed 1 chat transcript(s) not written to for over 30 days (chat.transcript_days)" in d.log()
