@@ -56,6 +56,7 @@ class ServerLink:
         self._launch = launch  # builds the StdioLaunch or HttpLaunch; may raise (a missing secret)
         self._on_tools = on_tools
         self.state = "starting"  # starting -> ready -> down (-> starting again) ; stopped at the end
+        self.stopped_why = "scvd is stopping"  # what a call cut off by stop() is told
         self._secrets: dict[str, str] = {}  # the values the current start read from the store, by key
         self._pasted = _pasted_in_query(cfg)  # literal query values: an HTTP library may print the url its own way
         hide_in_logs(self._pasted)  # httpx at debug logs each request's url
@@ -99,9 +100,12 @@ class ServerLink:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"mcp:{self.name}")
 
-    async def stop(self) -> None:
-        """Cancel the link and give its transport STOP_GRACE to close; after that it is abandoned."""
+    async def stop(self, why: str | None = None) -> None:
+        """Cancel the link and give its transport STOP_GRACE to close; after that it is abandoned.
+        `why` (a reload changed or removed its table) is what calls cut off by the stop are told."""
         self.state = "stopped"
+        if why is not None:
+            self.stopped_why = why
         task = self._task
         if task is None:
             return
@@ -321,6 +325,8 @@ class ServerLink:
         """The session a call of `tool` goes through now, or what the call fails with: also asked
         before approval, so that nobody approves a call that cannot run."""
         session = self.session
+        if self.state == "stopped":  # not down: a reload replaced or removed it, or scvd stops
+            raise Unavailable(f"mcp server {self.name} is stopped: {self.stopped_why}")
         if session is None or self.state != "ready":
             if self.needs and self.state == "down":  # a secret heals it (a wrong value typed): say which
                 # (while `starting` again, with a new value perhaps, "try again in a moment" is right)
@@ -341,6 +347,8 @@ class ServerLink:
         try:
             result = await session.call_tool(tool, arguments, progress_callback=hidden)
         except MCPError as exc:
+            if self.state == "stopped":  # "scvd restarts it" was wrong for a server a reload removed
+                raise Unavailable(self._stopped(tool)) from None
             if exc.error.code == CONNECTION_CLOSED:  # the server went away under the call
                 self._lose()
                 raise Unavailable(f"mcp server {self.name} went away during the call ({tool}); "
@@ -354,6 +362,8 @@ class ServerLink:
         except (asyncio.CancelledError, ScvError):
             raise
         except Exception as exc:  # the connection broke under the call, or the result was bad
+            if self.state == "stopped":
+                raise Unavailable(self._stopped(tool)) from None
             if self._refused_posts == refused and _bad_result(exc):  # the connection is fine: keep it
                 why = self._hide(_describe(exc))
                 raise Failed(f"mcp server {self.name}: {tool}: its result was not usable ({why}); "
@@ -412,6 +422,9 @@ class ServerLink:
             f"{self.down_message()}; it needs {', '.join(keys)}: store a new value with store_secret "
             f"({which}, tool {named!r}) or `scvctl secrets set {keys[0]}`, then call the tool again",
             hint=f"scvctl secrets set {keys[0]}", keys=keys)
+
+    def _stopped(self, tool: str) -> str:
+        return f"mcp server {self.name} was stopped during the call ({tool}): {self.stopped_why}"
 
     def down_message(self) -> str:
         why = f": {self.error}" if self.error else ""

@@ -62,7 +62,7 @@ class WithoutSdk:
             self.error = (f"the MCP SDK cannot be imported ({exc}): reinstall it with "
                           f"`{python} -m pip install --force-reinstall 'mcp>=2,<3'`, then reload scvd")
 
-    async def stop(self) -> None:
+    async def stop(self, why: str | None = None) -> None:
         pass
 
     def started_since(self, stored_at: float) -> bool:
@@ -94,9 +94,8 @@ class McpServers:
         if any(isinstance(link, WithoutSdk) for link in self.links.values()):
             importlib.invalidate_caches()  # the SDK may have been installed since: a reload tries again
         sandbox = self._sandbox_now()
-        stops = [self._remove(name) for name in [
-            n for n, link in self.links.items()
-            if wanted.get(n) != link.cfg or isinstance(link, WithoutSdk) or self._sandboxed_by.get(n, sandbox) != sandbox]]
+        stops = [self._remove(name, why) for name, link in list(self.links.items())
+                 if (why := self._replaced(name, link, config, sandbox)) is not None]
         if stops:  # together: each may take its stop's grace
             await asyncio.shield(asyncio.gather(*stops, return_exceptions=True))
         if self._closed:
@@ -104,6 +103,18 @@ class McpServers:
         for name, cfg in wanted.items():
             if name not in self.links:
                 self._add(name, cfg)
+
+    def _replaced(self, name: str, link: Any, config: Config, sandbox: tuple[Any, bool]) -> str | None:
+        """Why a reload to `config` stops the running `link` (what its cut-off calls are told), or None."""
+        cfg = config.mcp.servers.get(name)
+        again = "; it starts again with it: call again once `scvctl status` shows it ready"
+        if cfg is None or not cfg.enabled:
+            return f"a reload {'removed' if cfg is None else 'disabled'} mcp.servers.{name}"
+        if cfg != link.cfg or isinstance(link, WithoutSdk):
+            return f"a reload changed mcp.servers.{name}{again}"
+        if self._sandboxed_by.get(name, sandbox) != sandbox:
+            return f"a reload changed [sandbox] (or whether bubblewrap works){again}"
+        return None
 
     def _add(self, name: str, cfg: McpServerConfig) -> None:
         try:
@@ -124,7 +135,7 @@ class McpServers:
         sandbox = self.host.sandbox
         return self.host.config.sandbox, bool(sandbox is not None and sandbox.active)
 
-    def _remove(self, name: str) -> asyncio.Future[None]:
+    def _remove(self, name: str, why: str) -> asyncio.Future[None]:
         """Take the server out now; its stop runs in a task of its own (returned)."""
         link = self.links.pop(name)
         self._sandboxed_by.pop(name, None)
@@ -134,14 +145,14 @@ class McpServers:
         self.refused.pop(name, None)
         self.left_out.pop(name, None)
         self._register_everywhere(name)  # none left: gone from every session too
-        stop = asyncio.ensure_future(self._stop(link))
+        stop = asyncio.ensure_future(self._stop(link, why))
         self._stopping.add(stop)
         stop.add_done_callback(self._stopping.discard)
         return stop
 
     @staticmethod
-    async def _stop(link: Any) -> None:
-        await link.stop()
+    async def _stop(link: Any, why: str) -> None:
+        await link.stop(why)
         log.info("mcp server %s: stopped", link.name)
 
     def secret_stored(self, key: str, stored_at: float) -> None:

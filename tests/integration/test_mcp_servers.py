@@ -182,6 +182,30 @@ def test_a_session_grant_ends_when_a_reload_replaces_the_server(make_daemon, wor
         assert done.ok and "asked again" in done.result["text"], done.error
 
 
+def test_a_call_cut_off_by_a_reload_says_the_reload_stopped_its_server(make_wrapped, workspace):
+    """It said "went away during the call; scvd restarts it (see `scvctl status`)": of a server the reload
+    removed, which nothing restarts and status no longer lists."""
+    long = {"duration": 60, "steps": 60}
+    d = make_wrapped(EVERYTHING_TABLE + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        server(c, "every")
+        session = c.open_session(workspace)
+        for table, why in ((EVERYTHING_TABLE + 'risk = "read_only"\ntimeout_seconds = 100\n',
+                            "a reload changed mcp.servers.every; it starts again with it: call again once "
+                            "`scvctl status` shows it ready"),
+                           ("", "a reload removed mcp.servers.every")):
+            server(c, "every")
+            call_id = c.start_call(session, "mcp__every__trigger_long_running_operation", long)
+            while not isinstance(c.next_event(), p.CallProgress):  # the server runs it
+                pass
+            (d.home / "config.toml").write_text(table)
+            d.proc.send_signal(signal.SIGHUP)
+            done = c.wait_call(call_id)
+            assert done.error.kind == "unavailable"
+            assert done.error.message == ("mcp server every was stopped during the call "
+                                          f"(trigger-long-running-operation): {why}"), done.error
+
+
 def test_a_denied_write_never_reaches_the_server(fs_daemon, workspace):
     target = workspace / "denied.txt"
     with fs_daemon.client(name="agent") as c, fs_daemon.client(name="me") as me:
