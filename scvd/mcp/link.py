@@ -24,11 +24,11 @@ from mcp.shared.exceptions import MCPError
 from .. import __version__, http_fields
 from ..config import McpServerConfig, SecretRef, server_secrets
 from ..redact import hide_in_logs, redact, redact_tree
-from ..errors import CredentialMissing, Failed, InvalidArguments, ScvError, ToolError, Unavailable
+from ..errors import CredentialMissing, Failed, InvalidArguments, LimitExceeded, ScvError, ToolError, Unavailable
 from ..secrets import REFUSED_RE, off_loop
 from ..text import well_formed
 from . import spec
-from .tool import CallOutcome, ToolSpec
+from .tool import TOO_MANY_ITEMS, CallOutcome, ToolSpec
 
 log = logging.getLogger("scvd.mcp")
 
@@ -247,6 +247,8 @@ class ServerLink:
             self._refused_posts += 1
 
     def _why_lost(self) -> str:
+        if self._proc is not None and self._proc.broken:
+            return self._proc.broken
         if self._proc is not None and self._proc.exited.done():
             code = self._proc.exited.result()
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
@@ -263,7 +265,9 @@ class ServerLink:
         if isinstance(exc, _Lost):
             return
         self.needs = self._needs(exc)
-        if isinstance(exc, ToolError):
+        if self._proc is not None and self._proc.broken:  # scvd ended it: not the server's exit
+            self.error = self._proc.broken
+        elif isinstance(exc, ToolError):
             self.error = f"{exc.kind}: {exc.message}"
         elif isinstance(exc, ScvError):
             self.error = exc.message
@@ -349,6 +353,10 @@ class ServerLink:
         except MCPError as exc:
             if self.state == "stopped":  # "scvd restarts it" was wrong for a server a reload removed
                 raise Unavailable(self._stopped(tool)) from None
+            if exc.error.code == CONNECTION_CLOSED and self._proc is not None and self._proc.broken:
+                self._lose()  # scvd ended it: the call's answer was too large to read
+                raise LimitExceeded(f"mcp server {self.name}: {tool}: {self._proc.broken}, and restarts the "
+                                    "server: ask the tool for less") from None
             if exc.error.code == CONNECTION_CLOSED:  # the server went away under the call
                 self._lose()
                 raise Unavailable(f"mcp server {self.name} went away during the call ({tool}); "
@@ -448,6 +456,8 @@ class _Lost(Exception):
 
 def _call_error(message: str, code: int) -> ToolError:
     """A JSON-RPC error answering one call: that call's failure, the connection stays."""
+    if code == TOO_MANY_ITEMS:
+        return LimitExceeded(message)
     return InvalidArguments(message) if code == INVALID_PARAMS else Failed(message)
 
 

@@ -16,13 +16,19 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
 import anyio
+import msgspec
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
 from ..process import scan_processes, signal_group, signal_service, spawn_service, wait_service
 from .spec import StdioLaunch
+from .tool import TOO_MANY_ITEMS
 
 LINE_LIMIT = 64 << 20  # one JSON-RPC message from the server; a larger one ends the connection
+# content items of one result: the SDK and scvd take time per item, on the loop (a million small ones
+# held every client up for 30 s), and its text is cut at 1 MiB anyway. One with more fails its call.
+ITEMS_LIMIT = 10_000
+ITEMS_CHECKED_FROM = 3 * ITEMS_LIMIT  # `{},` is the shortest item: a shorter message holds fewer
 STDERR_TAIL_LINES = 20
 # kept of a stderr line; it is shown cut to STDERR_LINE_SHOWN once the secrets are out (a secret a cut
 # fell in would no longer match, and its other part would show)
@@ -40,6 +46,7 @@ class ServerProcess:
     exited: asyncio.Task[int]
     sandboxed: bool  # the leader is bwrap (see signal_service)
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_LINES))
+    broken: str | None = None  # why scvd ended the connection (a message above LINE_LIMIT)
 
     def stderr_tail(self, hide: Callable[[str], str] = str) -> str:
         """The last lines, each through `hide` (the secrets taken out) before it is cut."""
@@ -68,7 +75,7 @@ async def open_stdio(launch: StdioLaunch) -> AsyncIterator[tuple[Any, Any, Serve
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
     pumps = [
-        loop.create_task(_read_stdout(out, read_send)),
+        loop.create_task(_read_stdout(out, read_send, proc)),
         loop.create_task(_read_stderr(err, proc)),
         loop.create_task(_write_stdin(write_recv, stdin)),
     ]
@@ -83,24 +90,49 @@ async def open_stdio(launch: StdioLaunch) -> AsyncIterator[tuple[Any, Any, Serve
                 stream.close()
 
 
-async def _read_stdout(out: asyncio.StreamReader, send: Any) -> None:
+async def _read_stdout(out: asyncio.StreamReader, send: Any, proc: ServerProcess) -> None:
     async with send:  # closing it tells the session the connection ended
         while True:
             try:
                 line = await out.readline()
-            except (ValueError, asyncio.LimitOverrunError):
-                await send.send(ValueError(f"the server wrote a message above {LINE_LIMIT} bytes"))
+            except (ValueError, asyncio.LimitOverrunError):  # its id unread: no call could be told alone
+                proc.broken = (f"the server wrote a message above {LINE_LIMIT} bytes, scvd's limit of one "
+                               "message, so scvd closed its connection")
                 return
             if not line:
                 return
             if not line.strip():
                 continue
             try:
-                message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                message = _too_many_items(line) if len(line) >= ITEMS_CHECKED_FROM else None
+                message = message or types.jsonrpc_message_adapter.validate_json(line, by_name=False)
             except ValueError as exc:
                 await send.send(exc)
                 continue
             await send.send(SessionMessage(message))
+
+
+class _Result(msgspec.Struct):
+    content: list[msgspec.Raw] = []  # each item skipped over, unparsed
+
+
+class _Answer(msgspec.Struct):
+    id: int | str | None = None
+    result: _Result | None = None
+
+
+def _too_many_items(line: bytes) -> types.JSONRPCError | None:
+    """The error that answers a result of more than ITEMS_LIMIT content items in its place, read
+    cheaply (msgspec skims the items); None for any other message."""
+    try:
+        answer = msgspec.json.decode(line, type=_Answer)
+    except msgspec.DecodeError:  # not a tool's result: the SDK judges it
+        return None
+    if answer.id is None or answer.result is None or len(answer.result.content) <= ITEMS_LIMIT:
+        return None
+    return types.JSONRPCError(jsonrpc="2.0", id=answer.id, error=types.ErrorData(
+        code=TOO_MANY_ITEMS, message=f"its result has {len(answer.result.content)} content items, above scvd's "
+        f"limit of {ITEMS_LIMIT}; ask the tool for less"))
 
 
 async def _read_stderr(err: asyncio.StreamReader, proc: ServerProcess) -> None:

@@ -22,6 +22,7 @@ from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
 from .spec import refused, tool_name
 
 OUTPUT_LIMIT = 1 << 20  # of a result's text; more is cut in the middle with a marker
+TOO_MANY_ITEMS = -32090  # the JSON-RPC error scvd answers a result of too many items with (stdio.py)
 DESCRIPTION_LIMIT = 4096
 # of a tool's inputSchema as JSON: a larger one is refused (a load error), or one server's tool
 # could push every client's tools.list past server.server_frame_bytes

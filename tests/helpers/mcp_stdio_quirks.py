@@ -15,7 +15,8 @@ stdin ends (its stop takes scvd's grace, then SIGTERM); `trap-term` is `stubborn
 a line `cleaned` to STARTS_FILE and exits; `cursor-loop` answers every tools/list with
 the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/list_changed, and never
 answers a tools/list after the first; `steps` also lists `steps`, which sends three progress notifications
-at once before its answer; `hang` also lists `hang`, which never answers. Its tool `echo` answers
+at once before its answer; `hang` also lists `hang`, which never answers; `huge-results` also lists
+`items`, whose result has `n` text items, and `mib`, whose text is `mib` MiB. Its tool `echo` answers
 with its arguments.
 """
 
@@ -60,6 +61,9 @@ if mode == "steps":
     tools.append({"name": "steps", "description": "Reports three steps at once.", "inputSchema": {"type": "object"}})
 if mode == "hang":
     tools.append({"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}})
+if mode == "huge-results":
+    tools += [{"name": "items", "description": "Answers n items.", "inputSchema": {"type": "object"}},
+              {"name": "mib", "description": "Answers mib MiB.", "inputSchema": {"type": "object"}}]
 if mode == "relist-hangs":
     tools.append({"name": "announce", "description": "Says its tools changed.", "inputSchema": {"type": "object"}})
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
@@ -122,6 +126,10 @@ for line in sys.stdin:
                     "progressToken": progress_token, "progress": step, "total": 3}})
         elif name == "announce":
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        elif name == "items":
+            result = {"content": [{"type": "text", "text": str(i)} for i in range(msg["params"]["arguments"]["n"])]}
+        elif name == "mib":
+            result = {"content": [{"type": "text", "text": "x" * (msg["params"]["arguments"]["mib"] << 20)}]}
         elif name == "typed":
             result = {"content": [{"type": "text", "text": "n?"}], "structuredContent": {"n": "not a number"}}
         send({"jsonrpc": "2.0", "id": msg_id, "result": result})

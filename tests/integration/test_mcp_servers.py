@@ -380,6 +380,29 @@ def test_two_tools_of_one_scvd_name_keep_the_first_and_say_which_was_left_out(ma
                      "other tools are not): rename one of them on the server"), error
 
 
+def test_a_huge_result_fails_its_call_with_kind_limit_saying_why(make_daemon, workspace, tmp_path):
+    """A result of a million small items held every client of scvd up for 30 s, parsed on its loop;
+    one above 64 MiB ended the connection, the call told only that the server "went away"."""
+    starts = tmp_path / "starts"
+    d = make_daemon(quirks_stdio_table("huge-results", starts) + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        server(c, "raw")
+        sid = c.open_session(workspace)
+        many = c.call(sid, "mcp__raw__items", {"n": 10_001})
+        assert many.error.kind == "limit", many.error
+        assert many.error.message == ("mcp server raw: items: its result has 10001 content items, above scvd's "
+                                      "limit of 10000; ask the tool for less")
+        fits = c.call(sid, "mcp__raw__items", {"n": 10_000})  # the connection stayed
+        assert fits.ok and fits.result["text"].endswith("\n9999"), fits.error
+        big = c.call(sid, "mcp__raw__mib", {"mib": 65})
+        assert big.error.kind == "limit", big.error
+        why = f"the server wrote a message above {64 << 20} bytes, scvd's limit of one message, so scvd closed " \
+              "its connection"
+        assert big.error.message == f"mcp server raw: mib: {why}, and restarts the server: ask the tool for less"
+        assert server(c, "raw", "down").error == why
+    assert len(starts.read_text().splitlines()) == 1
+
+
 def test_a_tools_list_scvd_cannot_read_is_why_the_server_is_down(make_daemon, tmp_path):
     """The server exits once scvd gives up on it and closes its stdin: that exit is not the reason
     (it said "the server process exited with status 0")."""
