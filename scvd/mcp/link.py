@@ -75,6 +75,7 @@ class ServerLink:
         self._wake = asyncio.Event()  # set: the backoff's wait ends now (a secret it needs was stored)
         self._again = False  # connect again at once once this connection ends (retry_now while up)
         self._launched_at: float | None = None  # monotonic time the current start read its secrets
+        self._awaited = "initialize"  # what a start waits for: its message when that takes too long
         self._down_logged: float | None = None  # monotonic time of the last `is down` line at BACKOFF_MAX
         self._down_unlogged = 0  # failed restarts since that line
 
@@ -195,7 +196,9 @@ class ServerLink:
             )
             await stack.enter_async_context(session)
             async with asyncio.timeout(CONNECT_TIMEOUT):
+                self._awaited = "initialize"
                 await session.initialize()
+                self._awaited = "its tools/list"  # a slow one is not a server that does not speak MCP
                 tools = await self._list(session)
             self.session, self.state, self.error, self.retry_at, self.needs = session, "ready", None, None, ()
             self._ready_at = time.monotonic()
@@ -259,7 +262,11 @@ class ServerLink:
 
     def _with_tail(self, message: str, proc: Any) -> str:
         tail = proc.stderr_tail(self._hide).strip()  # the secrets out before each cut
-        return f"{message}; stderr: {tail[-1000:]}" if tail else message
+        if tail:
+            message = f"{message}; stderr: {tail[-1000:]}"
+        # a command that prints its usage (or a banner) on stdout said nothing else
+        junk = proc.not_mcp_tail(self._hide).strip()
+        return f"{message}; its stdout had lines that are not MCP's JSON-RPC: {junk[-1000:]}" if junk else message
 
     def _record(self, exc: BaseException) -> None:
         if isinstance(exc, _Lost):
@@ -272,7 +279,7 @@ class ServerLink:
         elif isinstance(exc, ScvError):
             self.error = exc.message
         elif _any(exc, lambda e: isinstance(e, TimeoutError)):  # it may have exited since: scvd closed its stdin
-            self.error = f"no answer to initialize within {CONNECT_TIMEOUT:g} s"
+            self.error = f"no answer to {self._awaited} within {CONNECT_TIMEOUT:g} s"
         elif self._proc is not None and self._proc.exited.done() and _any(exc, _broke):
             self.error = self._why_lost()  # it died while starting: its exit and stderr say why
             return

@@ -34,6 +34,7 @@ STDERR_TAIL_LINES = 20
 # fell in would no longer match, and its other part would show)
 STDERR_LINE_KEPT = 8192
 STDERR_LINE_SHOWN = 500
+NOT_MCP_LINES = 5
 STDIN_CLOSE_GRACE = 2.0  # MCP's shutdown: close stdin, wait, then SIGTERM, wait, then SIGKILL
 TERM_GRACE = 2.0
 
@@ -47,10 +48,19 @@ class ServerProcess:
     sandboxed: bool  # the leader is bwrap (see signal_service)
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_LINES))
     broken: str | None = None  # why scvd ended the connection (a message above LINE_LIMIT)
+    # the last lines on stdout that were not JSON-RPC: a usage text, a banner, a log line
+    not_mcp: deque[str] = field(default_factory=lambda: deque(maxlen=NOT_MCP_LINES))
 
     def stderr_tail(self, hide: Callable[[str], str] = str) -> str:
         """The last lines, each through `hide` (the secrets taken out) before it is cut."""
-        return "\n".join(hide(line)[:STDERR_LINE_SHOWN] for line in self.stderr)
+        return _shown(self.stderr, hide)
+
+    def not_mcp_tail(self, hide: Callable[[str], str] = str) -> str:
+        return _shown(self.not_mcp, hide)
+
+
+def _shown(lines: deque[str], hide: Callable[[str], str]) -> str:
+    return "\n".join(hide(line)[:STDERR_LINE_SHOWN] for line in lines)
 
 
 @asynccontextmanager
@@ -107,6 +117,7 @@ async def _read_stdout(out: asyncio.StreamReader, send: Any, proc: ServerProcess
                 message = _too_many_items(line) if len(line) >= ITEMS_CHECKED_FROM else None
                 message = message or types.jsonrpc_message_adapter.validate_json(line, by_name=False)
             except ValueError as exc:
+                proc.not_mcp.append(_line(line))
                 await send.send(exc)
                 continue
             await send.send(SessionMessage(message))
@@ -143,7 +154,11 @@ async def _read_stderr(err: asyncio.StreamReader, proc: ServerProcess) -> None:
             continue
         if not line:
             return
-        proc.stderr.append(line.decode("utf-8", "replace").rstrip()[:STDERR_LINE_KEPT])
+        proc.stderr.append(_line(line))
+
+
+def _line(line: bytes) -> str:
+    return line.decode("utf-8", "replace").rstrip()[:STDERR_LINE_KEPT]
 
 
 async def _write_stdin(recv: Any, stdin: asyncio.StreamWriter) -> None:

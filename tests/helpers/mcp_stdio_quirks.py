@@ -4,7 +4,8 @@
 MODE `die-after-list` exits (status 3) right after answering tools/list; `huge-schema` also lists
 a tool `big` whose inputSchema is about 9 MB; `remote-ref=URL` also lists a tool `refd` whose
 argument `x` is `{"$ref": URL}`; `slow-start=SECONDS` waits that long before it reads its first
-line (a server that takes a while to come up); `bad-schema` also lists a tool `odd` whose inputSchema
+line (a server that takes a while to come up); `slow-list=SECONDS` waits that long before it answers
+tools/list; `usage` prints a usage text on stdout and exits 2; `bad-schema` also lists a tool `odd` whose inputSchema
 has `properties` as a list (the SDK refuses the whole list); `go-nulls` also lists `nil`, whose
 inputSchema has `properties` and `required` null, as Go prints a nil map and slice; `clashing-names` also lists `Echo`
 (scvd's name for it is `echo`'s too); `results` also lists `leak_error`, `leak_ok` and `leak_progress`, which
@@ -75,6 +76,9 @@ if mode == "huge-schema":
                   "inputSchema": {"type": "object", "properties": {"x": {"enum": values}}}})
 
 
+if mode == "usage":
+    print("usage: server --root DIR\n  --root DIR  the directory to serve")
+    sys.exit(2)
 if mode.startswith("slow-start="):
     import time
 
@@ -96,6 +100,10 @@ for line in sys.stdin:
             "serverInfo": {"name": "quirks", "version": "1"}}})
     elif method == "tools/list":
         lists += 1
+        if mode.startswith("slow-list="):
+            import time
+
+            time.sleep(float(mode.partition("=")[2]))
         if mode == "relist-hangs" and lists > 1:
             continue
         page: dict = {"tools": tools}

@@ -440,23 +440,35 @@ def test_lint_shows_findings_for_a_schema_with_go_nulls(make_daemon, workspace, 
     assert "mcp__raw__nil" in scvctl(d, "tools", "--lint")
 
 
-def test_no_answer_to_initialize_says_so_though_the_server_exits_after(make_inproc, monkeypatch, tmp_path):
+# a slow tools/list said "no answer to initialize", whose fix (the server does not speak MCP) is not its own
+@pytest.mark.parametrize("mode, awaited", [("slow-start=30", "initialize"), ("slow-list=30", "its tools/list")])
+def test_no_answer_to_initialize_says_so_though_the_server_exits_after(make_inproc, monkeypatch, tmp_path,
+                                                                       mode, awaited):
     from scvd.mcp import link
 
     monkeypatch.setattr(link, "CONNECT_TIMEOUT", 1.0)
-    d = make_inproc(quirks_stdio_table("slow-start=30", tmp_path / "starts"))
+    d = make_inproc(quirks_stdio_table(mode, tmp_path / "starts"))
     with d.client(name="t") as c:
         down = server(c, "raw", "down")
-    assert down.error.startswith("no answer to initialize within 1 s"), down.error
+    assert down.error.startswith(f"no answer to {awaited} within 1 s"), down.error
 
 
-def test_a_tools_list_that_repeats_its_cursor_is_why_the_server_is_down(make_daemon, tmp_path):
+WHY_DOWN = {
     # the pages came again for ever, the list growing with them, until initialize's 60 s ran out
-    d = make_daemon(quirks_stdio_table("cursor-loop", tmp_path / "starts"))
+    "cursor-loop": ("ValueError: its tools/list repeats the cursor 'again' after 2 tools; ask the server's author "
+                    "to fix its pagination"),
+    # its stdout was read as MCP and dropped: status said "exited with status 2", and nothing why
+    "usage": ("the server process exited with status 2; its stdout had lines that are not MCP's JSON-RPC: "
+              "usage: server --root DIR\n  --root DIR  the directory to serve"),
+}
+
+
+@pytest.mark.parametrize("mode", WHY_DOWN)
+def test_why_a_server_is_down(make_daemon, tmp_path, mode):
+    d = make_daemon(quirks_stdio_table(mode, tmp_path / "starts"))
     with d.client(name="t") as c:
         down = server(c, "raw", "down")
-    assert down.error == ("ValueError: its tools/list repeats the cursor 'again' after 2 tools; ask the server's "
-                          "author to fix its pagination"), down.error
+    assert down.error == WHY_DOWN[mode], down.error
 
 
 def test_no_answer_to_a_tools_list_after_list_changed_keeps_the_tools_and_says_so(make_inproc, monkeypatch,
