@@ -171,6 +171,31 @@ def test_an_error_event_quoting_the_key_shows_it_as_a_stand_in(model, event):
     assert info.value.message.endswith("ended the answer: Incorrect API key provided: [secret TEST_KEY]")
 
 
+def _stream_error(wire_api: str, code: object, message: str) -> Raw:
+    """An error sent inside a 200's stream: a Chat Completions relay's error chunk (OpenRouter, LiteLLM),
+    or the Responses API's response.failed."""
+    if wire_api == "chat":
+        return Raw(json.dumps({"error": {"message": message, "code": code}}))
+    return Raw(json.dumps({"type": "response.failed", "sequence_number": 1, "response": {
+        "id": "r", "object": "response", "created_at": 0, "model": "m", "status": "failed", "output": [],
+        "error": {"code": code, "message": message}}}))
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+@pytest.mark.parametrize("code, reason, hint", [
+    (401, "auth", "store a valid key with `scvctl secrets set TEST_KEY`"),
+    ("rate_limit_exceeded", "provider_error", "the provider is busy or failed: send the text again later"),
+    ("invalid_prompt", "provider_error", "send the text again; if it fails the same way, the provider's message "
+                                         "says why (check the model of [providers.test] in config.toml)")])
+def test_an_error_inside_the_stream_says_what_to_do_by_its_code(model, wire_api, code, reason, hint):
+    """The turn failed with no hint at all, and a relay's refused key (in its stream, after a 200)
+    was no `auth` failure pointing at the key."""
+    m = model(_stream_error(wire_api, code, "nope"))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert (info.value.reason, info.value.hint) == (reason, hint) and info.value.message.endswith(": nope")
+
+
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_500_after_retries_is_a_provider_error(model, wire_api):
     m = model(Status(500, "boom", 1), Status(500, "boom", 1), Status(500, "boom", 1))

@@ -115,7 +115,19 @@ class _Base(abc.ABC):
             return ProviderFailure("provider_error", f"cannot reach {where}: {exc}",
                                    f"check the base_url of {_table(s.name)}" if s.name == "codex"
                                    else f"check providers.{s.name}.base_url")
-        return ProviderFailure("provider_error", f"{where} failed mid-answer: {exc.message}")  # an error event
+        return self._in_stream(f"{where} failed mid-answer: {exc.message}", exc.code)  # an error chunk
+
+    def _in_stream(self, message: str, code: Any) -> ProviderFailure:
+        """An error the provider sent inside its answer (after a 200, so the client retried nothing);
+        its code says what to do: a relay's refused key (401, invalid_api_key), or a busy server."""
+        code = str(code or "").lower()
+        if code in _KEY_CODES:
+            return ProviderFailure("auth", message, self.settings.auth_hint())
+        if code in _BUSY_CODES or code.startswith("5"):
+            return ProviderFailure("provider_error", message, "the provider is busy or failed: send the text "
+                                   "again later")
+        return ProviderFailure("provider_error", message, "send the text again; if it fails the same way, the "
+                               f"provider's message says why (check the model of {_table(self.settings.name)})")
 
     async def aclose(self) -> None:
         """Close the client and its connections (a stream cut off by a cancel closed its own)."""
@@ -178,6 +190,11 @@ class _Watched:
         if self._provider._progress(event):
             self._deadline = self._loop.time() + self._provider.settings.timeout_seconds
         return event
+
+
+# codes of an error sent inside a stream: HTTP statuses (OpenRouter, LiteLLM) or the API's own names
+_KEY_CODES = {"401", "403", "invalid_api_key", "authentication_error", "permission_denied"}
+_BUSY_CODES = {"429", "rate_limit_exceeded", "server_error", "overloaded", "overloaded_error", "server_is_overloaded"}
 
 
 def _cause(exc: Exception) -> str:
@@ -275,7 +292,7 @@ class ResponsesProvider(_Base):
             elif kind == "response.incomplete" and _why(event) == "content_filter":
                 raise _filtered(self._where())
             elif kind in ("response.failed", "response.incomplete", "error"):
-                raise ProviderFailure("provider_error", f"{self._where()} ended the answer: {_why(event)}")
+                raise self._in_stream(f"{self._where()} ended the answer: {_why(event)}", _code(event))
         raise _cut_short(self._where(), "response.completed")
 
     @staticmethod
@@ -315,6 +332,11 @@ async def _drain(stream: Any) -> None:
                 pass
     except Exception as exc:  # TimeoutError, a reset: nothing of the answer is lost
         log.debug("the end of a Responses stream was not read: %s", exc)
+
+
+def _code(event: Any) -> Any:
+    """The error code of an `error` or `response.failed` event (None for response.incomplete)."""
+    return getattr(getattr(getattr(event, "response", None), "error", None), "code", None) or getattr(event, "code", None)
 
 
 def _why(event: Any) -> str:
