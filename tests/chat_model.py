@@ -112,6 +112,7 @@ class Status:
     status: int
     message: str = "nope"
     retry_after_ms: int | None = None
+    code: str | None = None  # the error's code, e.g. OpenAI's insufficient_quota
 
 
 @dataclass
@@ -233,7 +234,7 @@ def _refused_schema(body: dict[str, Any]) -> Status | None:
 
 def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedModel) -> None:
     if isinstance(step, Status):
-        body = json.dumps({"error": {"message": step.message, "type": "test", "code": None}}).encode()
+        body = json.dumps({"error": {"message": step.message, "type": "test", "code": step.code}}).encode()
         h.send_response(step.status)
         h.send_header("content-type", "application/json")
         h.send_header("content-length", str(len(body)))

@@ -207,6 +207,17 @@ def test_500_after_retries_is_a_provider_error(model, wire_api):
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_429_for_an_account_out_of_credit_says_to_add_credit_not_to_wait(model, wire_api):
+    """OpenAI's quota error is a 429 that no retry or later message cures; the hint said to send the text
+    again later."""
+    m = model(*[Status(429, "You exceeded your current quota", 1, code="insufficient_quota")] * 3)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert "answered 429: You exceeded your current quota" in info.value.message
+    assert info.value.hint.startswith("the provider's account has no quota or credit left (sending again will not")
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_a_400_says_to_lower_the_context_when_the_input_is_too_long(model, wire_api):
     m = model(Status(400, "This model's maximum context length is 8192 tokens"))
     with pytest.raises(ProviderFailure) as info:

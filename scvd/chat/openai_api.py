@@ -105,7 +105,7 @@ class _Base(abc.ABC):
                                    s.auth_hint())
         if isinstance(exc, openai.APIStatusError):
             return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {_detail(exc)}",
-                                   _status_hint(exc.status_code, s.name))
+                                   QUOTA_HINT if exc.code == QUOTA else _status_hint(exc.status_code, s.name))
         if isinstance(exc, openai.APITimeoutError):
             return self._timed_out()
         if isinstance(exc, openai.APIConnectionError) and reached:
@@ -123,6 +123,8 @@ class _Base(abc.ABC):
         code = str(code or "").lower()
         if code in _KEY_CODES:
             return ProviderFailure("auth", message, self.settings.auth_hint())
+        if code == QUOTA:
+            return ProviderFailure("provider_error", message, QUOTA_HINT)
         if code in _BUSY_CODES or code.startswith("5"):
             return ProviderFailure("provider_error", message, "the provider is busy or failed: send the text "
                                    "again later")
@@ -192,6 +194,10 @@ class _Watched:
         return event
 
 
+# OpenAI's 429 for an account out of credit: "send it again later" would never work
+QUOTA = "insufficient_quota"
+QUOTA_HINT = ("the provider's account has no quota or credit left (sending again will not help): add credit or "
+              "raise the limit on the provider's billing page, or use another provider")
 # codes of an error sent inside a stream: HTTP statuses (OpenRouter, LiteLLM) or the API's own names
 _KEY_CODES = {"401", "403", "invalid_api_key", "authentication_error", "permission_denied"}
 _BUSY_CODES = {"429", "rate_limit_exceeded", "server_error", "overloaded", "overloaded_error", "server_is_overloaded"}
