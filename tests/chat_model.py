@@ -13,6 +13,7 @@ with neither content nor tool_calls. Steps:
     Raw("not json")                    an event whose data is that text, not JSON
     Idle("partial")                    deltas (or none), then only keep-alives until the client hangs up:
                                        SSE comments, or with empty=True events that carry nothing
+    Document('{"choices": ...}')       a 200 whose body is one JSON document (or a web page), no stream
     Cut("partial")                     deltas, then the body ends cleanly without the closing events
                                        (no response.completed; no finish_reason, usage or [DONE]);
                                        Cut("partial", tail="reset") cuts the connection off instead
@@ -113,6 +114,15 @@ class Status:
     message: str = "nope"
     retry_after_ms: int | None = None
     code: str | None = None  # the error's code, e.g. OpenAI's insufficient_quota
+
+
+@dataclass
+class Document:
+    """A 200 whose body is one document, not an event stream: a server that ignores stream=true
+    (application/json), or a web page at base_url (text/html)."""
+
+    body: str
+    content_type: str = "application/json"
 
 
 @dataclass
@@ -240,6 +250,14 @@ def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedMo
         h.send_header("content-length", str(len(body)))
         if step.retry_after_ms is not None:
             h.send_header("retry-after-ms", str(step.retry_after_ms))
+        h.end_headers()
+        h.wfile.write(body)
+        return
+    if isinstance(step, Document):
+        body = step.body.encode()
+        h.send_response(200)
+        h.send_header("content-type", step.content_type)
+        h.send_header("content-length", str(len(body)))
         h.end_headers()
         h.wfile.write(body)
         return

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Cut, Deltas, Filtered, Hang, Idle, Limited, Raw, Refused, ScriptedModel, Status, Text
+from chat_model import (Calls, Cut, Deltas, Document, Filtered, Hang, Idle, Limited, Raw, Refused, ScriptedModel,
+                        Status, Text)
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.openai_api import cap_field
 from scvd.chat.provider import ProviderFailure, Settings, make
@@ -360,6 +361,19 @@ def test_a_stream_that_ends_before_the_answer_is_complete_fails(model, wire_api)
     assert info.value.reason == "provider_error"
     assert "the stream ended before the answer was complete" in info.value.message
     assert info.value.hint == "send the text again"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+@pytest.mark.parametrize("body, media", [('{"object": "chat.completion", "choices": []}', "application/json"),
+                                         ("<html><body>Open WebUI</body></html>", "text/html")])
+def test_an_answer_that_is_no_stream_says_to_check_base_url_not_to_send_again(model, wire_api, body, media):
+    """A server that ignores stream=true, or a web page at base_url: the turn failed as a stream cut
+    short, with the hint to send the text again, which can never work."""
+    m = model(Document(body, media))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert info.value.message.endswith(f"answered with {media}, not a stream of events (text/event-stream)")
+    assert info.value.hint.startswith("check the base_url and wire_api of [providers.test] in config.toml")
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)

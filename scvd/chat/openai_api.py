@@ -148,6 +148,17 @@ class _Base(abc.ABC):
     def _read(self, stream: Any) -> AsyncIterator[Any]:
         """The answer's stream translated into the engine's events; raises if it ends cut short."""
 
+    def _cut_short(self, stream: _Watched, missing: str) -> ProviderFailure:
+        """The answer ended before its closing event came."""
+        where, media = self._where(), stream.media
+        if not stream.events and media != "text/event-stream":  # no stream at all: sending again cannot help
+            return ProviderFailure("provider_error", f"{where} answered with {media or 'no content-type'}, not a "
+                                   "stream of events (text/event-stream)", f"check the base_url and wire_api of "
+                                   f"{_table(self.settings.name)}: scvd asks for a streamed answer, and the server "
+                                   "there does not stream (or base_url names a web page)")
+        return ProviderFailure("provider_error", f"{where} stopped sending: the stream ended before the answer "
+                               f"was complete (no {missing})", "send the text again")
+
     @staticmethod
     @abc.abstractmethod
     def _progress(event: Any) -> bool:
@@ -174,6 +185,9 @@ class _Watched:
 
     def __init__(self, provider: _Base, stream: Any) -> None:
         self._provider, self._next = provider, stream.__anext__
+        # a server that ignores stream=true answers application/json: the SSE parser finds no event in it
+        self.media = stream.response.headers.get("content-type", "").split(";")[0].strip().lower()
+        self.events = 0
         self._loop = asyncio.get_running_loop()
         self._deadline = self._loop.time() + provider.settings.timeout_seconds
 
@@ -188,6 +202,7 @@ class _Watched:
             raise self._provider._timed_out(stalled=True) from None
         if not isinstance(event, openai.BaseModel):  # JSON, but a string, a number or null: no event
             raise self._provider._garbled("a JSON object", json.dumps(event))
+        self.events += 1
         self._provider._check_shape(event)
         if self._provider._progress(event):
             self._deadline = self._loop.time() + self._provider.settings.timeout_seconds
@@ -224,9 +239,6 @@ def _filtered(where: str) -> ProviderFailure:
                            "rephrase the request, or ask the provider's administrator")
 
 
-def _cut_short(where: str, missing: str) -> ProviderFailure:
-    return ProviderFailure("provider_error", f"{where} stopped sending: the stream ended before the answer "
-                           f"was complete (no {missing})", "send the text again")
 
 
 def _status_hint(status: int, name: str) -> str:
@@ -299,7 +311,7 @@ class ResponsesProvider(_Base):
                 raise _filtered(self._where())
             elif kind in ("response.failed", "response.incomplete", "error"):
                 raise self._in_stream(f"{self._where()} ended the answer: {_why(event)}", _code(event))
-        raise _cut_short(self._where(), "response.completed")
+        raise self._cut_short(stream, "response.completed")
 
     @staticmethod
     def _shaped(event: Any) -> bool:
@@ -342,7 +354,8 @@ async def _drain(stream: Any) -> None:
 
 def _code(event: Any) -> Any:
     """The error code of an `error` or `response.failed` event (None for response.incomplete)."""
-    return getattr(getattr(getattr(event, "response", None), "error", None), "code", None) or getattr(event, "code", None)
+    error = getattr(getattr(event, "response", None), "error", None)
+    return getattr(error, "code", None) or getattr(event, "code", None)
 
 
 def _why(event: Any) -> str:
@@ -420,7 +433,7 @@ class ChatProvider(_Base):
             if finished and deadline is None:
                 deadline = asyncio.get_running_loop().time() + DRAIN_SECONDS
         if not finished:
-            raise _cut_short(self._where(), "finish_reason")
+            raise self._cut_short(stream, "finish_reason")
         if limited:  # as the Responses API's response.incomplete: a call in it would be cut mid-arguments
             raise _token_limit(self._where(), self.settings)
         if filtered:
