@@ -229,12 +229,18 @@ def test_a_400_says_to_lower_the_context_when_the_input_is_too_long(model, wire_
         "with chat.clear; else check the model and wire_api of [providers.test] in config.toml")
 
 
-def test_a_404_says_to_check_base_url_and_model(model):
-    m = model(Status(404, "model 'm' not found"))
+@pytest.mark.parametrize("wire_api, posted", [
+    ("chat", "chat/completions)"),
+    ("responses", 'responses, the Responses API; for a server with Chat Completions only, set '
+                  'providers.test.wire_api = "chat")')])
+def test_a_404_says_to_check_base_url_and_model_and_names_the_wire_api(model, wire_api, posted):
+    """The default wire_api asks a server with Chat Completions only (llama.cpp, an older Ollama) for
+    /responses: its 404 said nothing of wire_api."""
+    m = model(Status(404, "404 page not found"))
     with pytest.raises(ProviderFailure) as info:
-        asyncio.run(collect(provider(m, "chat")))
+        asyncio.run(collect(provider(m, wire_api)))
     assert info.value.hint == ("check the base_url and model of [providers.test] in config.toml: the server "
-                               "has no such endpoint or model")
+                               f"has no such endpoint or model (scvd posts to {m.base_url}/{posted}")
 
 
 def test_a_refused_key_from_the_environment_says_a_restart_reads_it_or_a_secret_needs_none(model):

@@ -105,7 +105,7 @@ class _Base(abc.ABC):
                                    s.auth_hint())
         if isinstance(exc, openai.APIStatusError):
             return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {_detail(exc)}",
-                                   QUOTA_HINT if exc.code == QUOTA else _status_hint(exc.status_code, s.name))
+                                   QUOTA_HINT if exc.code == QUOTA else _status_hint(exc.status_code, s))
         if isinstance(exc, openai.APITimeoutError):
             return self._timed_out()
         if isinstance(exc, openai.APIConnectionError) and reached:
@@ -239,16 +239,21 @@ def _filtered(where: str) -> ProviderFailure:
                            "rephrase the request, or ask the provider's administrator")
 
 
-
-
-def _status_hint(status: int, name: str) -> str:
+def _status_hint(status: int, settings: Settings) -> str:
     """What to do about an error status the client gave up on (401/403 are `auth`, 429 was retried)."""
-    table = _table(name)
+    name, table = settings.name, _table(settings.name)
     if status in (400, 413, 422):  # most often a request longer than the model's window
         return ("if it says the input is too long, lower chat.context_tokens to the model's window, or "
                 f"start afresh with chat.clear; else check the model and wire_api of {table}")
-    if status == 404:
-        return f"check the base_url and model of {table}: the server has no such endpoint or model"
+    if status == 404:  # often a server with Chat Completions only, asked with the default wire_api
+        where = f"{http_fields.shown_url(settings.base_url).rstrip('/')}/"
+        if settings.wire_api == "chat":
+            return (f"check the base_url and model of {table}: the server has no such endpoint or model "
+                    f"(scvd posts to {where}chat/completions)")
+        other = ("set wire_api = \"chat\" in its provider in your Codex config.toml and run `scvctl agents import "
+                 "codex` again" if name == "codex" else f"set providers.{name}.wire_api = \"chat\"")
+        return (f"check the base_url and model of {table}: the server has no such endpoint or model (scvd posts "
+                f"to {where}responses, the Responses API; for a server with Chat Completions only, {other})")
     if status >= 500 or status == 429:
         return "the provider failed after scvd's retries: send the text again later"
     return f"check {table}"
