@@ -8,7 +8,8 @@ back what happened:
     turn.on_reply(text, calls, u) -> [RunTool..., AskUser...] | [CallModel] | [Finish] | [Fail]
     turn.on_result(call_id, ...)  -> [] until the step's last result, then [CallModel] | [Fail]
     turn.on_answer(call_id, text) -> the same as on_result
-    turn.cancel(reason)           -> the turn ends; unanswered calls get a cancelled output
+    turn.cancel(reason)           -> the turn ends; unanswered calls get a cancelled output, and a
+                                     note says it was cancelled (the model reads it next turn)
 
 Rules:
 - A step's outputs are appended together, in the order of the calls, once the
@@ -41,6 +42,10 @@ from .items import (AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, 
 log = logging.getLogger("scvd.chat")
 
 BACKGROUND_NOTE = "started in the background; its result will be handed to you when it arrives"
+# after a cancelled turn's text, which stays (as a failed turn's does): the next turn's came right after
+# it, and the model took the cancelled request for one still to carry out
+CANCELLED_NOTE = ("[this turn was cancelled before it was answered; do not carry out the request above unless "
+                  "asked again]")
 
 
 # --- actions --------------------------------------------------------------------------
@@ -241,8 +246,9 @@ class Turn:
         return self._answer(call_id, ok_output({"answer": answer}))
 
     def cancel(self, why: str) -> None:
-        """The turn stops here (turn.cancel, shutdown): unanswered calls get a cancelled output."""
-        self._stop(why, "cancelled", "")
+        """The turn stops here (turn.cancel, its session closed): unanswered calls get a cancelled
+        output, and the model reads CANCELLED_NOTE before the next turn's text."""
+        self._stop(why, "cancelled", "", CANCELLED_NOTE)
 
     def fail(self, reason: str, message: str, hint: str | None = None) -> Fail:
         """The turn cannot go on (the provider failed, a limit): it ends with `reason`."""
@@ -345,7 +351,7 @@ class Turn:
         self.steps += 1
         return [CallModel(ModelRequest(instructions=instructions, items=items, tools=tools))]
 
-    def _stop(self, why: str, status: str, reason: str) -> None:
+    def _stop(self, why: str, status: str, reason: str, note: str = "") -> None:
         if self.done:
             return
         for call_id, output in self.outputs.items():
@@ -353,6 +359,8 @@ class Turn:
                 self.outputs[call_id] = error_output("cancelled", why)
         self._flush_outputs()
         self.conv.close_open_calls(why, self.id)
+        if note:
+            self.conv.append(UserText(text=note, turn=self.id))
         self.done = True
         self.conv.append(TurnEnded(turn=self.id, status=status, usage=self.usage_dict(), reason=reason))
 

@@ -268,6 +268,24 @@ def test_cancel_mid_stream(chat_rig, workspace, wire_api):
     assert isinstance(end, p.TurnCompleted)
 
 
+def test_the_next_turn_tells_the_model_the_last_one_was_cancelled(chat_rig, workspace):
+    """A turn cancelled before any reply keeps its text; the next turn's went right after it, so the
+    model read "delete the logs" + "what time is it" as two requests and carried out the cancelled one."""
+    model, d = chat_rig(Hang("deleting"), Text("noon"), wire_api="chat")
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        turn = c.request(p.TurnStart, session=session, text="delete the logs").turn
+        while not isinstance(c.next_event(), p.AssistantDelta):
+            pass
+        c.request(p.TurnCancel, session=session, turn=turn)
+        while not isinstance(c.next_event(), END):
+            pass
+        run_turn(c, session, "what time is it")
+    assert model.requests[1]["messages"][1:] == [{"role": "user", "content": (
+        "delete the logs\n\n[this turn was cancelled before it was answered; do not carry out the request above "
+        "unless asked again]\n\nwhat time is it")}]
+
+
 def test_a_half_closed_client_hears_its_turn_cancelled_before_the_connection_closes(chat_rig, workspace):
     """The end of a client's stream closes its sessions: the connection lingered for their calls'
     call.completed only, and closed before the turn's turn.cancelled, its promised last event."""
