@@ -262,6 +262,18 @@ def test_context_limit_fails_when_nothing_fits():
     t = turn(context_tokens=50)
     [fail] = t.start("x" * 4000)
     assert isinstance(fail, Fail) and fail.reason == "context_limit"
+    assert fail.hint == "start afresh with chat.clear (it unloads the schemas), or raise chat.context_tokens"
+
+
+def test_a_message_too_long_alone_says_to_send_a_shorter_one_and_the_next_turn_has_room():
+    """The hint said to start a new conversation (chat.clear, which loses the history) for a pasted log
+    too long alone: a shorter message is the fix, and the next turn fits without it."""
+    conv = Conversation(settings=Opened(workspace="/ws"))
+    [fail] = Turn(conv, catalog(), "t1", max_steps=8, context_tokens=4_000).start("log " * 5_000)
+    assert fail.reason == "context_limit" and fail.message.startswith("the message is about 5010 tokens")
+    assert fail.hint.startswith("send a shorter message") and "chat.clear" not in fail.hint
+    [ask] = Turn(conv, catalog(), "t2", max_steps=8, context_tokens=4_000).start("the last lines only")
+    assert [i.text for i in ask.request.items] == ["the last lines only"]
 
 
 def test_replay_rebuilds_and_closes_calls_a_crash_left_open():

@@ -342,14 +342,29 @@ class Turn:
         instructions = self.catalog.instructions(self.conv.settings.system_prompt, self.conv.loaded)
         budget = self.context_tokens - trim_mod.estimate(instructions) - trim_mod.estimate(tools)
         items = trim_mod.trim(self.conv.history, budget, self.conv.sizes)
-        if items is not None:
-            trim_mod.compact(self.conv.history, items, budget, self.conv.sizes)
         if items is None:
-            return [self.fail("context_limit", f"the conversation does not fit chat.context_tokens "
-                              f"({self.context_tokens}) even after trimming", "start a new conversation "
-                              "(chat.clear or /clear) or raise chat.context_tokens")]
+            return [self.fail("context_limit", *self._too_big(budget))]
+        trim_mod.compact(self.conv.history, items, budget, self.conv.sizes)
         self.steps += 1
         return [CallModel(ModelRequest(instructions=instructions, items=items, tools=tools))]
+
+    def _too_big(self, budget: int) -> tuple[str, str]:
+        """What does not fit, and its fix: chat.clear only where it helps (it loses the history, while
+        a message that is too long alone fits nowhere, and this turn's own steps go at the next)."""
+        limit = f"chat.context_tokens ({self.context_tokens})"
+        history = self.conv.history
+        last = trim_mod.last_user(history)
+        size = trim_mod.estimate(history[last]) if last < len(history) else 0
+        if budget < self.context_tokens // 2:  # most of it went to the instructions and the loaded schemas
+            return (f"the instructions and the schemas of the {len(self.conv.loaded)} tools this conversation "
+                    f"loaded take about {self.context_tokens - budget} tokens of {limit}",
+                    "start afresh with chat.clear (it unloads the schemas), or raise chat.context_tokens")
+        if size > budget:
+            return (f"the message is about {size} tokens: more than the {budget} that {limit} leaves beside "
+                    "the instructions and tool schemas", "send a shorter message (a long text can go in a file "
+                    "of the workspace, for the model to read in parts), or raise chat.context_tokens")
+        return (f"this turn's requests grew past {limit} even after trimming",
+                "ask for less at a time, or raise chat.context_tokens; the next turn has room again")
 
     def _stop(self, why: str, status: str, reason: str, note: str = "") -> None:
         if self.done:

@@ -66,11 +66,11 @@ def trim(items: Sequence[Any], budget: int, sizes: Sizes | None = None) -> list[
     if h.total <= budget:
         return h.items
     newest = _last_step(h.items)
-    if newest <= _last_user(h.items):  # a turn's first request: the last step was an earlier turn's
+    if newest <= last_user(h.items):  # a turn's first request: the last step was an earlier turn's
         newest = len(h.items)
     if h.blank_until(range(newest), budget):
         return h.items
-    cut = _exchanges_to_drop(h, _last_user(h.items), budget)
+    cut = _exchanges_to_drop(h, last_user(h.items), budget)
     h.drop_front(cut)
     if h.total <= budget or h.blank_until(range(max(newest - cut, 0), len(h.items)), budget):
         return h.items
@@ -85,13 +85,13 @@ def compact(history: list[Any], sent: Sequence[Any], budget: int, sizes: Sizes) 
     # outputs blanked before the person's last message: rule 1 blanks oldest first and the history
     # only grows, so every later request blanks them again; those of a front rule 2 dropped too
     # (it runs only once rule 1 blanked all before the newest step, which the front precedes)
-    offset, last_user = len(history) - len(sent), _last_user(history)
+    offset, asked = len(history) - len(sent), last_user(history)
     for j in range(offset):
         blank = _blanked(history[j])
         if blank is not history[j]:
             sizes.forget([history[j]])
             history[j] = blank
-    for j, item in enumerate(sent[:max(last_user - offset, 0)]):
+    for j, item in enumerate(sent[:max(asked - offset, 0)]):
         if item is not history[offset + j]:
             sizes.forget([history[offset + j]])
             history[offset + j] = item
@@ -103,7 +103,7 @@ def compact(history: list[Any], sent: Sequence[Any], budget: int, sizes: Sizes) 
     for i in range(len(history) - 1, 0, -1):
         blank = _blanked(history[i])
         least += sizes.of(blank) if blank is history[i] else estimate(blank)  # a blank made here is not kept
-        if least > budget and i <= last_user and isinstance(history[i], UserText):
+        if least > budget and i <= asked and isinstance(history[i], UserText):
             sizes.forget(history[:i])
             del history[:i]
             return
@@ -168,7 +168,7 @@ def _last_step(items: Sequence[Any]) -> int:
     return 0
 
 
-def _last_user(items: Sequence[Any]) -> int:
+def last_user(items: Sequence[Any]) -> int:
     """Index of the person's last message (a background result's note is not one)."""
     for i in range(len(items) - 1, -1, -1):
         if isinstance(items[i], UserText) and not items[i].note:
