@@ -36,7 +36,8 @@ from ..process import CUT_MARKER, run_process
 from ..redact import forms, redact, redact_tree
 from ..secrets import REFUSED_RE, SecretStore, off_loop
 from ..text import excerpt, well_formed
-from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline
+from .contract import (CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline,
+                       whole_numbers)
 from .runs import output_so_far, workspace_error
 from .script_defs import ScriptDef, load_all, script_root
 
@@ -138,7 +139,9 @@ class ScriptTool(Tool):
             where = ".".join(str(p) for p in first.absolute_path)
             field = f"argument `{where}`" if where else "arguments"
             raise InvalidArguments(f"{self.name}: {field}: {vt.schema_message(first)}")
-        return arguments
+        # a model's 3.0 passes an `integer` (JSON Schema counts it one) but broke scripts: Python's
+        # range(3.0), a shell's $(( )); the script gets 3, as built-in tools do
+        return whole_numbers(arguments)
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         d = self.definition

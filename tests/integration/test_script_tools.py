@@ -143,6 +143,19 @@ def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_i
         assert wrong.error.message == "script_words: arguments: 'text' is a required property"
 
 
+def test_a_whole_number_sent_as_a_float_reaches_the_script_as_an_integer(make_daemon, scv_home, workspace):
+    # JSON Schema's `integer` takes 3.0, as models send it; the script got 3.0, and "x" * 3.0 failed
+    parameters = {"type": "object", "required": ["count"], "properties": {
+        "count": {"type": "integer", "description": "How many x to print, e.g. 3."}}}
+    repeat = "#!/bin/sh\nexec python3 -c 'import json,sys; print(\"x\" * json.load(sys.stdin)[\"count\"])'\n"
+    make_tool(scv_home, "repeat", repeat, parameters=parameters, risk="read_only")
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_repeat", {"count": 3.0})
+    assert done.ok, done.error
+    assert done.result == "xxx\n"
+
+
 def test_a_bad_argument_is_refused_in_arrival_order_after_the_calls_ahead(make_daemon, scv_home, workspace):
     """A schema check keeps its call's lane place: its refusal comes once the call ahead is done."""
     make_tool(scv_home, "words", WORDS)
