@@ -117,6 +117,13 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     ({}, "{not json", "tool.json", "not valid JSON: JSON is malformed"),
     ({"descripton": "typo"}, None, "tool.json", "`descripton` is not a tool.json key; did you mean `description`? "
                                                 "(keys: description, parameters, risk,"),
+    # seed 003's flags, tools.list's and config.toml's names: no typo of a key, so no key was suggested
+    ({"background": True}, None, "tool.json", "`background` is not a tool.json key: a script tool's call holds "
+                                              "its session's lane until it ends"),
+    ({"NoToolTimeout": True}, None, "tool.json", "`NoToolTimeout` is not a tool.json key: a script tool always "
+                                                 "has a deadline; set `timeout` to the seconds it may take"),
+    ({"timeout_seconds": 30}, None, "tool.json", "`timeout_seconds` is not a tool.json key: did you mean `timeout`"),
+    ({"pass_env": ["AWS_PROFILE"]}, None, "tool.json", "in config.toml: [tools.script.<folder>] pass_env"),
     ({"risk": "root"}, None, "tool.json", "`risk`: Invalid enum value 'root'; use one of: delegate, filesystem, "
                                           "process, read_only"),
     ({"parameters": {"type": "string"}}, None, "parameters", '"type": "object"'),
@@ -151,7 +158,8 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
      None, "parameters", "$ref '#/required/0' at properties/x points at a str, not a schema"),
     # it crashed scvd at start (and failed a whole reload) with a TypeError
     ({"parameters": {"type": "object", "$schema": 7}}, None, "parameters", "parameters.$schema must be a string"),
-], ids=["json", "unknown-field", "risk", "not-object", "bad-schema", "timeout-0", "timeout-negative",
+], ids=["json", "unknown-field", "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
+        "config-toml-key", "risk", "not-object", "bad-schema", "timeout-0", "timeout-negative",
         "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command", "remote-ref", "broken-ref",
         "anchor-nowhere", "dynamic-ref-nowhere", "required-not-a-property", "ref-loop", "ref-to-data",
         "schema-uri-not-a-string"])

@@ -149,12 +149,28 @@ def _dangling(path: Path) -> bool:
     return path.is_symlink() and not path.exists()
 
 
+# keys that are no typo of a tool.json key but another thing's name (seed 003's flags, tools.list's,
+# config.toml's): what to write instead. Looked up lower-case, without `_`
+ELSEWHERE = {
+    "background": "a script tool's call holds its session's lane until it ends (only a tool written in "
+                  "Python can run in the background); leave it out",
+    "notimeout": "a script tool always has a deadline; set `timeout` to the seconds it may take",
+    "notooltimeout": "a script tool always has a deadline; set `timeout` to the seconds it may take",
+    "timeoutseconds": "did you mean `timeout` (seconds)?",
+    "passenv": "what of your environment a script tool gets is yours to grant, in config.toml: "
+               "[tools.script.<folder>] pass_env = [\"NAME\"]; a stored secret goes in `secrets`",
+}
+ELSEWHERE["env"] = ELSEWHERE["environment"] = ELSEWHERE["passenv"]
+
+
 def _explain(exc: msgspec.ValidationError) -> str:
     """msgspec's message, with the key a typo may have meant and the values a field takes."""
     msg, where = vt.split(exc)
     name = vt.unknown_field(msg)
     if name is not None:
         keys = vt.keys_at(ToolJson, "")
+        if (instead := ELSEWHERE.get(name.lower().replace("_", ""))) is not None:
+            return f"`{name}` is not a tool.json key: {instead} (keys: {', '.join(keys)})"
         close = vt.meant(name, keys, cutoff=0.7)
         meant = f"; did you mean `{close}`?" if close else ""
         return f"`{name}` is not a tool.json key{meant} (keys: {', '.join(keys)})"
