@@ -102,7 +102,31 @@ def schema_message(error: Any) -> str:
         message = message.replace("None is not", "null is not", 1)
     if error.validator in BOUNDS:
         message += f" ({error.validator} {error.validator_value})"
+    message += _meant_property(error)
     return message if len(message) <= SCHEMA_MESSAGE_CHARS else message[:SCHEMA_MESSAGE_CHARS] + " ..."
 
 
 _UNITS = {str: "character", list: "item", dict: "key"}
+
+
+def first_error(errors: list[Any]) -> Any:
+    """Of jsonschema errors sorted by path, the one to report: the first, or an unexpected property
+    at its path (a model's `txt` for `text`), which can name the property meant."""
+    first = errors[0]
+    return next((e for e in errors if e.validator == "additionalProperties"
+                 and e.absolute_path == first.absolute_path), first)
+
+
+def _meant_property(error: Any) -> str:
+    """For a property `additionalProperties: false` refused: the one it may have meant, and those
+    the object takes (jsonschema names only the refused one)."""
+    schema, instance = error.schema, error.instance
+    if (error.validator != "additionalProperties" or error.validator_value is not False
+            or not isinstance(instance, dict) or not isinstance(schema.get("properties"), dict)
+            or schema.get("patternProperties")):
+        return ""
+    known = [str(k) for k in schema["properties"]]
+    extra = next((k for k in instance if k not in schema["properties"]), None)
+    close = meant(extra, known, cutoff=0.6) if isinstance(extra, str) else None
+    said = f"; did you mean {close!r}?" if close else ""
+    return f"{said} (properties: {', '.join(known) or 'none'})"

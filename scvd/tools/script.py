@@ -135,7 +135,7 @@ class ScriptTool(Tool):
             arguments = {k: v for k, v in arguments.items() if k not in nulls}
             problems = problems_of(arguments)
         if problems:
-            first = problems[0]
+            first = vt.first_error(problems)
             where = ".".join(str(p) for p in first.absolute_path)
             field = f"argument `{where}`" if where else "arguments"
             raise InvalidArguments(f"{self.name}: {field}: {vt.schema_message(first)}")

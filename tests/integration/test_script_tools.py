@@ -89,6 +89,17 @@ def test_a_bad_argument_is_refused_before_approval_naming_the_field(make_daemon,
         assert c.request(p.ApprovalsList).approvals == []
 
 
+def test_a_misnamed_argument_is_refused_naming_the_one_meant(make_daemon, scv_home, workspace):
+    # it said `'text' is a required property`: the model added `text`, kept `txt`, and was refused again
+    make_tool(scv_home, "words", WORDS)
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_words", {"txt": "one two"})
+    assert done.error.kind == "invalid_arguments"
+    assert done.error.message == ("script_words: arguments: Additional properties are not allowed ('txt' was "
+                                  "unexpected); did you mean 'text'? (properties: text)")
+
+
 SLOW = "^(a|aa)+$"  # backtracks: against 36 a's and a "!", Python's re spends seconds, holding the GIL
 
 
