@@ -369,14 +369,18 @@ def _line_problems(lines: list[str]) -> list[str]:
     return wrong
 
 
+def _non_ascii(text: str) -> str:
+    bad = "".join(sorted({c for c in text if not c.isascii()}))
+    return f"non-English text {bad!r} (descriptions are ASCII only: straight quotes, plain hyphens)"
+
+
 NO_PRECONDITION_RE = re.compile(r"(precondition:\s*)?(none|n/a|-)\.?", re.IGNORECASE)
 
 
 def _description_findings(text: str) -> list[Finding]:
     found: list[Finding] = []
     if not text.isascii():
-        bad = "".join(sorted({c for c in text if not c.isascii()}))
-        found.append(Finding("english", f"description has non-English text {bad!r}"))
+        found.append(Finding("english", f"description has {_non_ascii(text)}"))
     lines = text.split("\n")
     wrong = _line_problems(lines)
     if wrong:
@@ -432,8 +436,8 @@ def _one_parameter(param: str, prop: dict[str, Any], required: bool) -> list[Fin
     if not isinstance(desc, str) or not desc:
         return [Finding("param_description", f"parameter {param!r} has no description")]
     found: list[Finding] = []
-    if not desc.isascii():
-        found.append(Finding("english", f"parameter {param!r} description is not English"))
+    if not desc.isascii():  # which characters: a curly quote or a dash is hard to spot in a long one
+        found.append(Finding("english", f"parameter {param!r} description has {_non_ascii(desc)}"))
     example = EXAMPLE_RE.search(desc)
     if not example:
         found.append(Finding(
