@@ -395,6 +395,18 @@ def test_a_bad_tool_json_is_listed_by_scvctl_tools_errors(make_daemon, scv_home)
                         "message": "rule 'timeout': timeout -1 must be a positive number of seconds"}]
 
 
+def test_a_tool_json_breaking_several_design_rules_lists_them_all(make_daemon, scv_home):
+    # only the first was named, and a refused tool is in no --lint: its author fixed one per reload
+    params = {"type": "object", "properties": {"n": {"type": "integer", "description": "How many, e.g. 3."}}}
+    bad = make_tool(scv_home, "multi", WORDS, description="Count words.\nUse for stats.", parameters=params)
+    make_daemon(home=scv_home)
+    out = scvctl(scv_home, "tools", "--errors")
+    assert out.stdout.strip() == (
+        f"script_multi: {bad / 'tool.json'}: tool 'script_multi' breaks rule 'length': description is 27 chars, "
+        "must be 60-200; and rule 'param_when': optional parameter 'n' description must say when to pass it or "
+        "its default: 'How many, e.g. 3.'; and rule 'optional_default': optional parameter 'n' has no default")
+
+
 def test_scvd_check_config_prints_a_script_tool_that_fails_to_load(scv_home):
     make_tool(scv_home, "words", WORDS)
     bad = make_tool(scv_home, "broken", WORDS, timeout=-1)
