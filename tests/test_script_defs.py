@@ -137,6 +137,8 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     ({"command": "/bin/true"}, None, "command", "must be a path inside"),
     ({"command": "../../escape"}, None, "command", "leads outside"),
     ({"command": "./missing"}, None, "command", "does not exist"),
+    ({"command": "./run --verbose"}, None, "command", "command './run --verbose' is a path, not a command line: it "
+                                                      "takes no arguments; set it to './run'"),
     # jsonschema would fetch it, on the event loop, every call: never
     ({"parameters": {"type": "object", "properties": {"a": {"$ref": "https://example.invalid/a.json"}}}},
      None, "parameters", "$ref 'https://example.invalid/a.json' at properties/a points outside tool.json"),
@@ -160,7 +162,8 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     ({"parameters": {"type": "object", "$schema": 7}}, None, "parameters", "parameters.$schema must be a string"),
 ], ids=["json", "unknown-field", "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
         "config-toml-key", "risk", "not-object", "bad-schema", "timeout-0", "timeout-negative",
-        "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command", "remote-ref", "broken-ref",
+        "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command",
+        "command-with-arguments", "remote-ref", "broken-ref",
         "anchor-nowhere", "dynamic-ref-nowhere", "required-not-a-property", "ref-loop", "ref-to-data",
         "schema-uri-not-a-string"])
 def test_a_bad_definition_names_the_file_and_the_rule(home: Path, spec, raw, rule, text):

@@ -339,6 +339,11 @@ def _executable(path: Path, folder: Path, real_folder: Path, command: str) -> Pa
     try:
         st = target.stat()
     except FileNotFoundError:
+        first = command.split()[0] if command.split() else ""
+        if first != command and (real_folder / first).is_file():  # "./run --verbose": no command line
+            raise DefinitionError(path, "command", f"command {command!r} is a path, not a command line: it "
+                                                   f"takes no arguments; set it to {first!r} and give the "
+                                                   "arguments in that script") from None
         raise DefinitionError(path, "command", f"command {command!r} does not exist in {folder}") from None
     if not stat.S_ISREG(st.st_mode) or not os.access(target, os.X_OK):
         raise DefinitionError(path, "command", f"command {command!r} is not an executable file "
