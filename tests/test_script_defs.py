@@ -109,12 +109,21 @@ def test_a_hidden_folder_beside_the_tools_is_neither_a_tool_nor_an_error(home: P
     assert d.name == "script_words" and failed == []
 
 
+def test_a_tool_json_saved_with_a_byte_order_mark_loads(home: Path):
+    """Notepad saves one: the tool was refused as `not valid JSON: ... invalid character (byte 0)`,
+    at a character no editor shows."""
+    make_tool(home, raw="\ufeff" + json.dumps({"description": DESCRIPTION, "parameters": PARAMETERS}))
+    (d,), failed = load_all(paths(home))
+    assert failed == [] and d.spec.description == DESCRIPTION
+
+
 def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     assert load_all(paths(home)) == ([], [])
 
 
 @pytest.mark.parametrize("spec,raw,rule,text", [
     ({}, "{not json", "tool.json", "not valid JSON: JSON is malformed"),
+    ({}, '{\n  "description": "x",\n}', "tool.json", "trailing comma in object (line 3, column 1)"),  # not (byte 27)
     ({"descripton": "typo"}, None, "tool.json", "`descripton` is not a tool.json key; did you mean `description`? "
                                                 "(keys: description, parameters, risk,"),
     # seed 003's flags, tools.list's and config.toml's names: no typo of a key, so no key was suggested
@@ -160,7 +169,7 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
      None, "parameters", "$ref '#/required/0' at properties/x points at a str, not a schema"),
     # it crashed scvd at start (and failed a whole reload) with a TypeError
     ({"parameters": {"type": "object", "$schema": 7}}, None, "parameters", "parameters.$schema must be a string"),
-], ids=["json", "unknown-field", "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
+], ids=["json", "json-line-column", "unknown-field", "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
         "config-toml-key", "risk", "not-object", "bad-schema", "timeout-0", "timeout-negative",
         "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command",
         "command-with-arguments", "remote-ref", "broken-ref",

@@ -137,12 +137,24 @@ def _decode(path: Path) -> ToolJson:
         raise DefinitionError(path, "tool.json", f"cannot read it: {exc.strerror}") from None
     if len(data) > MAX_DEFINITION_BYTES:
         raise DefinitionError(path, "tool.json", f"it is larger than {MAX_DEFINITION_BYTES} bytes")
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a BOM (Notepad saves one): `invalid character (byte 0)`
     try:
         return msgspec.json.decode(data, type=ToolJson)
     except msgspec.ValidationError as exc:
         raise DefinitionError(path, "tool.json", _explain(exc)) from None
     except msgspec.DecodeError as exc:  # the error's source is the file: not said again
-        raise DefinitionError(path, "tool.json", f"not valid JSON: {exc}") from None
+        raise DefinitionError(path, "tool.json", f"not valid JSON: {_at_line(str(exc), data)}") from None
+
+
+def _at_line(message: str, data: bytes) -> str:
+    """msgspec's `(byte N)` with the line and column an editor shows."""
+    found = re.search(r"\(byte (\d+)\)$", message)
+    if found is None:
+        return message
+    at = int(found.group(1))
+    line = data.count(b"\n", 0, at) + 1
+    column = len(data[data.rfind(b"\n", 0, at) + 1:at].decode("utf-8", "replace")) + 1
+    return f"{message[:found.start()]}(line {line}, column {column})"
 
 
 def _dangling(path: Path) -> bool:
