@@ -490,9 +490,15 @@ class SecretStore:
                 if mode & 0o077:  # someone loosened it: a secrets file stays 0600
                     os.fchmod(fd, FILE_MODE)
                     log.warning("repaired permissions: %s was readable by others; now 0600", self.path)
-                text = f.read().decode("utf-8", "replace")
+                data = f.read()
         except OSError as exc:  # e.g. a directory in its place
             raise errors.ConfigError(f"{self.path}: cannot read ({exc.strerror}); fix or remove it") from None
+        try:  # -sig: a BOM (an editor's) was `not valid TOML`, and took every secret with it
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:  # "replace" handed a tool a value other than the one typed
+            line = data.count(b"\n", 0, exc.start) + 1  # no byte of it named: it may be a value's
+            raise errors.ConfigError(f"{self.path}: not UTF-8 text at line {line}; save it as UTF-8 (or set "
+                                     "that secret again with `scvctl secrets set`)") from None
         return parse_file(self.path, text)
 
     def _write(self, values: Mapping[str, str], names: list[str]) -> None:

@@ -498,6 +498,22 @@ def test_scvctl_secrets_set_then_the_script_gets_it_in_its_environment(make_daem
     assert "exiting without waiting" not in d.log()  # the lookup's idle thread does not hold up the exit
 
 
+def test_a_secrets_toml_edited_by_hand_with_a_bom_or_in_latin_1(make_daemon, scv_home, workspace):
+    # a BOM made the file `not valid TOML`, failing every secret; Latin-1 handed the script U+FFFD
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env=NO_KEYRING)
+    secrets_toml = scv_home / "secrets.toml"
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        secrets_toml.write_bytes("\ufeffAPI_TOKEN = \"tok-123\"\n".encode())
+        done = c.call(sid, "script_token", {"text": "x"})
+        assert done.ok and done.result["sha256"] == hashlib.sha256(b"tok-123").hexdigest(), done.error
+        secrets_toml.write_bytes("# keys\nAPI_TOKEN = \"p\u00e4ss\"\n".encode("latin-1"))
+        done = c.call(sid, "script_token", {"text": "x"})
+    assert done.error.kind == "unavailable" and "secrets file cannot be read" in done.error.message
+    assert f"{secrets_toml}: not UTF-8 text at line 2; save it as UTF-8" in d.log()
+
+
 def test_a_secret_another_tool_declares_is_not_inherited_from_scvds_environment(make_daemon, scv_home, workspace):
     make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only")  # declares nothing
     make_tool(scv_home, "other", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
