@@ -64,12 +64,17 @@ SOURCES = ("keyring", "file", "env")
 # for only in the failure of a script tool or an MCP server that is given secrets. A bare `key` or `token`
 # is not enough ("SyntaxError: invalid token", "cache key expired"): a re-entered key would not help
 # there, and the person would be asked for one all the same
-_CREDENTIAL = r"(?:api[ _-]?key|(?:api|access|auth|bearer|oauth|refresh)[ _-]?token|credentials?|password)"
+# the cloud APIs' own words too: Anthropic's `invalid x-api-key` and `authentication_error`, Slack's
+# `not_authed` and `token_revoked`, AWS's `ExpiredToken` and "The security token included in the
+# request is invalid", none of which said so before (a script's `aws` or `curl` exits 254 or 1)
+_CREDENTIAL = (r"(?:(?:x-)?api[ _-]?key|(?:api|access|auth|bearer|oauth|refresh|security)[ _-]?token"
+               r"|credentials?|password)")
 REFUSED_RE = re.compile(
     r"unauthori[sz]ed|bad credentials|invalid_auth|\b403\W{1,3}forbidden|(?:status|http|error|code)\W{1,3}40[13]\b"
-    rf"|(?:invalid|incorrect|wrong|revoked|expired) {_CREDENTIAL}|{_CREDENTIAL} (?:provided )?(?:is |was |has |have "
-    r"|has been )?(?:invalid|incorrect|expired|revoked)|\btoken (?:has |is )?expired"
-    r"|auth(?:entication)? (?:failed|required)|not authenticated", re.IGNORECASE)
+    rf"|(?:invalid|incorrect|wrong|revoked|expired) {_CREDENTIAL}|{_CREDENTIAL} (?:provided |included in the "
+    r"request )?(?:is |was |has |have |has been )?(?:invalid|incorrect|expired|revoked)"
+    r"|\btoken[ _](?:has |is )?(?:expired|revoked)|\bexpiredtoken|invalidclienttokenid"
+    r"|auth(?:entication)?[ _](?:failed|required|error)|not[ _]authenticated|\bnot_authed\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

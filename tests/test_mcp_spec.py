@@ -233,6 +233,10 @@ def test_the_hosts_answer_becomes_a_decision_or_none(reply, expected):
     ("401 Bad credentials for x", True), ("HTTP 401", True), ("Error: 403 Forbidden", True),
     ("Incorrect API key provided: sk-...", True), ("API token is invalid", True), ("invalid_auth", True),
     ("The access token expired", True), ("Token has expired", True), ("Authentication required", True),
+    # the cloud APIs' own words (Anthropic, Slack, AWS)
+    ("invalid x-api-key", True), ('{"type": "authentication_error"}', True), ("not_authed", True),
+    ("token_revoked", True), ("An error occurred (ExpiredToken) when calling the GetObject operation", True),
+    ("The security token included in the request is invalid.", True),
     # a bare key or token: a re-entered secret would not help, yet the person would be asked for one
     ("SyntaxError: invalid token at line 3", False), ('redis: invalid key "user:1"', False),
     ("cache key expired", False), ("rate limit: 429 Too Many Requests", False),

@@ -710,10 +710,14 @@ def test_a_failure_that_reads_like_a_refused_credential_names_the_key_for_store_
     make_tool(scv_home, "gh_down", "#!/bin/bash\necho 'HTTP 502: Bad gateway' >&2\nexit 1\n", risk="read_only",
               secrets=["GH_TOKEN"])
     make_tool(scv_home, "no_secrets", refused, risk="read_only")
+    make_tool(scv_home, "aws", "#!/bin/bash\necho 'An error occurred (ExpiredToken) when calling the GetObject "
+              "operation: The security token included in the request is expired' >&2\nexit 254\n", risk="read_only", secrets=["GH_TOKEN"])
     d = make_daemon(home=scv_home, env={"GH_TOKEN": "stale", **NO_KEYRING})
     with d.client() as c:
         sid = c.open_session(workspace)
-        gh, down, plain = (c.call(sid, f"script_{n}", {"text": "x"}) for n in ("gh", "gh_down", "no_secrets"))
+        gh, down, plain, aws = (c.call(sid, f"script_{n}", {"text": "x"})
+                                for n in ("gh", "gh_down", "no_secrets", "aws"))
+    assert aws.error.kind == "credential_missing", aws.error  # the aws CLI's words, exit 254
     assert gh.error.kind == "credential_missing", gh.error
     assert gh.error.message == (
         "script_gh failed (exit 1) with output that reads like a refused credential: its secret GH_TOKEN; store a "
