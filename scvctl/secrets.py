@@ -141,6 +141,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
     if removed:
         if args.json:
             emit_json({"name": args.key, "deleted_from": removed})
+        elif removed == ["names"]:
+            print(f"deleted {args.key} from the names {s.path} lists (the keyring no longer held its value)")
         else:
             print(f"deleted {args.key} from the {' and the '.join(removed)}")
         return EXIT_OK

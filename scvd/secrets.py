@@ -444,7 +444,8 @@ class SecretStore:
         return self._entry(key, source)
 
     def delete(self, key: str) -> list[str]:
-        """Remove `key` from the keyring and the file; return where it was removed from.
+        """Remove `key` from the keyring and the file; return where it was removed from (`names`: only
+        its name, listed under [keyring], whose keyring entry was already gone).
         A keyring that cannot be read (locked) refuses the whole delete, so the name stays
         listed as long as the keyring may hold its value."""
         check_key(key)
@@ -466,6 +467,8 @@ class SecretStore:
             if key in values:
                 del values[key]
                 removed.append("file")
+            if key in names and not removed:  # its keyring entry went another way (the keyring's app):
+                removed.append("names")  # listed `missing` until now, and delete said "not stored"
             if key in names or removed:
                 self._write(values, [n for n in names if n != key])
         if removed:

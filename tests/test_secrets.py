@@ -478,6 +478,18 @@ def test_scvctl_secrets_delete_with_the_keyring_locked_refuses_and_keeps_the_nam
     assert "tok-123" not in kr.read_text()
 
 
+def test_scvctl_secrets_delete_of_a_name_whose_keyring_entry_is_gone_says_it_dropped_the_name(xdg: Path):
+    """Removed in the keyring's own app, it was listed `missing`; delete dropped it from the list and
+    said "GH_TOKEN is not stored" (exit 1)."""
+    home, kr = xdg / "home", xdg / "lockable.json"
+    assert scvctl(home, xdg, "secrets", "set", "GH_TOKEN", input="tok-123", backend=LOCKABLE).returncode == 0
+    kr.write_text("{}")
+    gone = scvctl(home, xdg, "secrets", "delete", "GH_TOKEN", backend=LOCKABLE)
+    assert (gone.returncode, gone.stdout) == (0, f"deleted GH_TOKEN from the names {home / 'secrets.toml'} lists "
+                                                 "(the keyring no longer held its value)\n"), gone.stderr
+    assert "no secrets stored" in scvctl(home, xdg, "secrets", backend=LOCKABLE).stdout
+
+
 def test_a_locked_keyring_is_passed_over_but_a_key_found_nowhere_else_is_unavailable(
         xdg: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", LOCKABLE)
