@@ -139,6 +139,8 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     ({"parameters": {"type": "object", "properties": {"a": {"type": "nope"}}}}, None, "parameters",
      "properties/a/type"),
     ({"timeout": 0}, None, "timeout", "positive"),
+    ({"timeout": "30s"}, None, "tool.json", "`timeout`: Expected `float | null`, got `str`; give the seconds as a "
+                                            "JSON number, e.g. 300"),
     ({"timeout": -3}, None, "timeout", "positive"),
     ({"secrets": ["not-a-name"]}, None, "secrets", "letters, digits and _"),
     ({"secrets": ["SCV_HOME"]}, None, "secrets", "SCV_HOME is scvd's own or systemd's variable"),
@@ -170,7 +172,7 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     # it crashed scvd at start (and failed a whole reload) with a TypeError
     ({"parameters": {"type": "object", "$schema": 7}}, None, "parameters", "parameters.$schema must be a string"),
 ], ids=["json", "json-line-column", "unknown-field", "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
-        "config-toml-key", "risk", "not-object", "bad-schema", "timeout-0", "timeout-negative",
+        "config-toml-key", "risk", "not-object", "bad-schema", "timeout-0", "timeout-string", "timeout-negative",
         "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command",
         "command-with-arguments", "remote-ref", "broken-ref",
         "anchor-nowhere", "dynamic-ref-nowhere", "required-not-a-property", "ref-loop", "ref-to-data",

@@ -187,6 +187,8 @@ def _explain(exc: msgspec.ValidationError) -> str:
         meant = f"; did you mean `{close}`?" if close else ""
         return f"`{name}` is not a tool.json key{meant} (keys: {', '.join(keys)})"
     msg = vt.with_values(msg, ToolJson, where)
+    if where == "timeout":  # "30s" or "30": `Expected float | null, got str` did not say what it takes
+        msg += "; give the seconds as a JSON number, e.g. 300"
     return f"`{where}`: {msg}" if where else msg
 
 
