@@ -55,8 +55,9 @@ def test_what_is_written_after_a_torn_line_is_kept(tmp_path):
     assert [i.text for i in Conversation.replay(t.read("k3")).history] == ["after"]
 
 
-@pytest.mark.parametrize("bad", ["../x", "a/b", "", ".hidden", "x" * 65])
+@pytest.mark.parametrize("bad", ["../x", "a/b", "", ".hidden", "x" * 65, "k1\n"])
 def test_ids_that_are_not_ours_are_refused(tmp_path, bad):
+    """An id a bridge read back with its line end was taken, and said to be removed or never opened."""
     with pytest.raises(errors.InvalidRequest, match="not an id"):
         Transcripts(tmp_path).path(bad)
 
@@ -81,11 +82,13 @@ def test_an_old_transcript_written_to_after_the_listing_is_kept(tmp_path):
     for c in ("kold", "kagain"):
         t.append(c, [Opened(workspace="/ws")])
         aged(t.path(c), 31)
+    (tmp_path / "kmine\n.jsonl").write_text("")  # not a name scvd gives: left alone
+    aged(tmp_path / "kmine\n.jsonl", 31)
     listed = expiry.stale(tmp_path, 30, time.time())
     t.append("kagain", [UserText(text="back")])
     assert listed == ["kagain", "kold"]
     assert expiry.remove(tmp_path, listed, 30, time.time()) == ["kold"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kagain.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kagain.jsonl", "kmine\n.jsonl"]
 
 
 def test_the_latest_settings_win(tmp_path):

@@ -29,7 +29,7 @@ from .items import AnyRecord
 
 log = logging.getLogger("scvd.chat")
 
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")  # not `$`: it takes "k1\n" (an id read with its line end)
 SUFFIX = ".jsonl"  # a transcript is chat/<id>.jsonl
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyRecord)
