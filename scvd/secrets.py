@@ -505,8 +505,9 @@ class SecretStore:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:  # "replace" handed a tool a value other than the one typed
             line = data.count(b"\n", 0, exc.start) + 1  # no byte of it named: it may be a value's
-            raise errors.ConfigError(f"{self.path}: not UTF-8 text at line {line}; save it as UTF-8 (or set "
-                                     "that secret again with `scvctl secrets set`)") from None
+            # not `scvctl secrets set`: it reads the file first, so it fails the same way
+            raise errors.ConfigError(f"{self.path}: not UTF-8 text at line {line}; save it as UTF-8 in an "
+                                     "editor (until then `scvctl secrets` cannot change it either)") from None
         return parse_file(self.path, text)
 
     def _write(self, values: Mapping[str, str], names: list[str]) -> None:

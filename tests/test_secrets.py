@@ -478,6 +478,18 @@ def test_scvctl_secrets_delete_with_the_keyring_locked_refuses_and_keeps_the_nam
     assert "tok-123" not in kr.read_text()
 
 
+def test_a_secrets_toml_not_in_utf8_says_a_fix_that_works(xdg: Path):
+    """It said to set that secret again with `scvctl secrets set`, which reads the file first and failed alike."""
+    home = xdg / "home"
+    home.mkdir(exist_ok=True)
+    (home / "secrets.toml").write_bytes('# keys\nGH_TOKEN = "p\u00e4ss"\n'.encode("latin-1"))
+    (home / "secrets.toml").chmod(0o600)
+    again = scvctl(home, xdg, "secrets", "set", "GH_TOKEN", input="pass")
+    assert (again.returncode, again.stderr) == (1, f"config: {home / 'secrets.toml'}: not UTF-8 text at line 2; save "
+                                                   "it as UTF-8 in an editor (until then `scvctl secrets` cannot "
+                                                   "change it either)\n")
+
+
 def test_scvctl_secrets_delete_of_a_name_whose_keyring_entry_is_gone_says_it_dropped_the_name(xdg: Path):
     """Removed in the keyring's own app, it was listed `missing`; delete dropped it from the list and
     said "GH_TOKEN is not stored" (exit 1)."""
