@@ -8,7 +8,7 @@ filesystem cannot keep the process from exiting.
 
 Rule: a small regular file on a local filesystem is read on the loop itself
 (`inline_ok`): reading and hashing INLINE_BYTES costs less than the hop to a
-thread and back (two wake-ups, measured in docs/performance.md). Network and
+thread and back (two wake-ups, measured in docs/performance-history.md). Network and
 FUSE filesystems, where a read may hang, always go to the pool.
 """
 
