@@ -74,7 +74,8 @@ REFUSED_RE = re.compile(
     rf"|(?:invalid|incorrect|wrong|revoked|expired) {_CREDENTIAL}|{_CREDENTIAL} (?:provided |included in the "
     r"request )?(?:is |was |has |have |has been )?(?:invalid|incorrect|expired|revoked)"
     r"|\btoken[ _](?:has |is )?(?:expired|revoked)|\bexpiredtoken|invalidclienttokenid"
-    r"|auth(?:entication)?[ _](?:failed|required|error)|not[ _]authenticated|\bnot_authed\b", re.IGNORECASE)
+    # `_auth_error` inside a name (a traceback's `handle_auth_error`) is no refusal: not after `_`, and whole
+    r"|(?<!_)auth(?:entication)?[ _](?:failed|required|error)\b|not[ _]authenticated|\bnot_authed\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -240,6 +240,9 @@ def test_the_hosts_answer_becomes_a_decision_or_none(reply, expected):
     # a bare key or token: a re-entered secret would not help, yet the person would be asked for one
     ("SyntaxError: invalid token at line 3", False), ('redis: invalid key "user:1"', False),
     ("cache key expired", False), ("rate limit: 429 Too Many Requests", False),
+    # a name in a traceback: the failure may be anything
+    ('File "app.py", line 9, in handle_auth_error', False), ("KeyError: 'default_auth_error_handler'", False),
+    ("OAuth error: invalid_grant", True), ("AUTH_FAILED", True),
 ])
 def test_only_an_error_about_a_credential_reads_as_refused(said, refused):
     cfg = McpServerConfig(command="srv", env={"TOKEN": SecretRef(secret="SRV_TOKEN")})
