@@ -1,4 +1,5 @@
-"""An MCP server's link and a secret stored while it starts: started again only when it read the old value."""
+"""An MCP server's link and a secret stored while it starts: started again only when it read the old value.
+And its tools' argument check."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import pytest
 pytest.importorskip("mcp")
 
 from scvd.config import McpServerConfig, SecretRef  # noqa: E402
-from scvd.errors import CredentialMissing  # noqa: E402
+from scvd.errors import CredentialMissing, InvalidArguments  # noqa: E402
 from scvd.mcp.link import ServerLink  # noqa: E402
+from scvd.mcp.tool import McpTool, ToolSpec  # noqa: E402
+from scvd.tools.contract import ToolRisk  # noqa: E402
 from scvd import secrets as secrets_mod  # noqa: E402
 
 CFG = McpServerConfig(command="/bin/true", env={"T": SecretRef(secret="K")})
@@ -150,3 +153,17 @@ def test_a_key_pasted_into_the_url_is_hidden_however_the_http_library_prints_the
                   "not followed")
     assert "sk-url-4711" not in link.error and "tok-query-4712" not in link.error, link.error
     assert "[secret url query api_key]" in link.error and "v=2" in link.error and "plan=pro" in link.error
+
+
+def test_a_misspelt_argument_of_a_closed_schema_names_the_one_meant():
+    """It said `'path' is a required property` (the first error jsonschema gave), where a script tool
+    says which name was meant: the model sent `pth`."""
+    schema = {"type": "object", "properties": {"path": {"type": "string"}, "head": {"type": "number"}},
+              "required": ["path"], "additionalProperties": False}
+    tool = McpTool(ServerLink("fs", CFG, launch=lambda: None, on_tools=lambda *_: None),
+                   ToolSpec(name="read", description="Reads.", input_schema=schema),
+                   risk=ToolRisk.READ_ONLY, risk_from="test", timeout=None)
+    with pytest.raises(InvalidArguments) as info:
+        tool.decode({"pth": "notes.txt"})
+    assert info.value.message == ("mcp__fs__read: Additional properties are not allowed ('pth' was unexpected); "
+                                  "did you mean 'path'? (properties: path, head)")

@@ -112,7 +112,7 @@ class McpTool(Tool):
             arguments = {k: v for k, v in arguments.items() if k not in nulls}
             errors = self._errors(arguments)
         if errors:
-            error = errors[0]
+            error = vt.first_error(errors)  # a typo'd name: said as such with the one meant, not as a missing one
             where = "/".join(str(p) for p in error.absolute_path)
             at = f"argument `{where}`: " if where else ""
             raise InvalidArguments(f"{self.name}: {at}{vt.schema_message(error)}")
