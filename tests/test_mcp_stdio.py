@@ -38,7 +38,8 @@ def test_a_second_cancel_during_the_stop_still_kills_the_server_and_closes_its_p
 
     async def main() -> None:
         task = asyncio.ensure_future(connected())
-        while not pid_file.exists() or not pid_file.read_text().strip():
+        # the server may write its pid before open_stdio hands the connection over: wait for both
+        while "proc" not in seen or not pid_file.exists() or not pid_file.read_text().strip():
             await asyncio.sleep(0.01)
         task.cancel()  # the stop: stdin closed, then the grace it gives the server
         await asyncio.sleep(0.3)
