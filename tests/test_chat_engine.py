@@ -92,7 +92,7 @@ def test_find_tools_search_loads_matches_and_list_loads_nothing():
     t.start("x")
     [nxt] = t.on_reply("", [call("c1", "find_tools", query="write", mode="list")], Usage())
     assert output(t, "c1")["result"]["tools"][0]["name"] == "write"
-    assert t.conv.loaded == set()
+    assert not t.conv.loaded
     [nxt] = t.on_reply("", [call("c2", "find_tools", query="write file")], Usage())
     assert output(t, "c2")["result"]["schemas_loaded"][0] == "write"
     assert "write" in [s.name for s in nxt.request.tools]
@@ -263,6 +263,30 @@ def test_context_limit_fails_when_nothing_fits():
     [fail] = t.start("x" * 4000)
     assert isinstance(fail, Fail) and fail.reason == "context_limit"
     assert fail.hint == "start afresh with chat.clear (it unloads the schemas), or raise chat.context_tokens"
+
+
+def test_a_long_chat_that_keeps_loading_tools_unloads_the_least_recently_used_and_keeps_working():
+    """Schemas loaded by find_tools stayed until chat.clear: each search shrank the room for the
+    history, until every request of the chat failed context_limit."""
+    schema = {"type": "object", "properties": {f"p{n}": {"type": "string", "description": "x" * 60}
+                                               for n in range(12)}}  # about 300 tokens
+    tools = cat.Catalog([cat.Entry(f"g{g}_t{i}", f"Group{g:02} tool.", schema) for g in range(12) for i in range(8)])
+    conv = Conversation(settings=Opened(workspace="/ws"))
+    for g in range(12):  # 96 schemas: about 29,000 tokens, far past the budget if all stayed
+        t = Turn(conv, tools, f"t{g}", max_steps=8, context_tokens=16_000)
+        t.start(f"use group {g}")
+        [ask] = t.on_reply("", [call(f"c{g}", "find_tools", query=f"group{g:02}")], Usage())
+        assert isinstance(ask, CallModel), ask
+        assert {f"g{g}_t{i}" for i in range(8)} <= {s.name for s in ask.request.tools}
+        t.on_reply("done", [], Usage())
+    assert "g0_t0" in ask.request.instructions  # listed by name again
+    t = Turn(conv, tools, "t12", max_steps=8, context_tokens=16_000)
+    t.start("use g0_t0")
+    [ask] = t.on_reply("", [call("c99", "g0_t0")], Usage())
+    assert output(t, "c99")["result"]["schema_loaded"] == "g0_t0" and "g0_t0" in {s.name for s in ask.request.tools}
+    replayed = Conversation.replay(conv.take_records(), conv.settings)  # a restart unloads the same ones
+    Turn(replayed, tools, "t13", max_steps=8, context_tokens=16_000).start("x")
+    assert list(replayed.loaded) == list(conv.loaded)
 
 
 def test_a_message_too_long_alone_says_to_send_a_shorter_one_and_the_next_turn_has_room():

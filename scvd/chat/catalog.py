@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Iterable, Literal
+from typing import Annotated, Any, Container, Iterable, Literal
 
 import msgspec
 
@@ -89,19 +89,19 @@ class Catalog:
         return cls((Entry(t.name, t.description, t.input_schema(), t.flags.system_use, t.flags.background)
                     for t in tools), waiting)
 
-    def specs(self, loaded: set[str]) -> list[ToolSpec]:
+    def specs(self, loaded: Container[str]) -> list[ToolSpec]:
         """Full schemas: the core, then the loaded tools in name order (a stable request)."""
         return list(CORE) + [ToolSpec(e.name, e.description, object_root(e.schema))
                              for n, e in sorted(self.entries.items()) if n in loaded]
 
-    def instructions(self, system_prompt: str, loaded: set[str]) -> str:
+    def instructions(self, system_prompt: str, loaded: Container[str]) -> str:
         """The system prompt, the credentials line where store_secret is offered, the tools by name."""
         secrets = ""
         if STORE_SECRET in self.entries:
             secrets = "\n".join([CREDENTIALS, *(waiting_line(name, keys) for name, keys in self.waiting.items())])
         return instructions(system_prompt, self.by_name(loaded), secrets)
 
-    def by_name(self, loaded: set[str]) -> list[str]:
+    def by_name(self, loaded: Container[str]) -> list[str]:
         """Tools the model sees only by name."""
         return sorted(n for n, e in self.entries.items() if n not in loaded and not e.system_use)
 

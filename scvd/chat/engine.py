@@ -22,6 +22,10 @@ Rules:
   restart) still hands over the notes its model has not read.
 - At most `max_steps` model requests per turn; then the turn fails (step_limit).
 - Each request is trimmed to `context_tokens`; if it cannot fit: context_limit.
+- Loaded schemas past SCHEMA_LIMIT, or past a SCHEMA_SHARE of `context_tokens`, are
+  unloaded before a request, least recently used (loaded, found again or called)
+  first: a long chat that keeps loading tools would otherwise leave no room for
+  its history. An unloaded tool is listed by name again; calling it loads it again.
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ log = logging.getLogger("scvd.chat")
 BACKGROUND_NOTE = "started in the background; its result will be handed to you when it arrives"
 # after a cancelled turn's text, which stays (as a failed turn's does): the next turn's came right after
 # it, and the model took the cancelled request for one still to carry out
+# the schemas a conversation keeps loaded: at most SCHEMA_LIMIT, taking at most 1/SCHEMA_SHARE of
+# chat.context_tokens, but always the newest SCHEMA_KEEP (one search's), so a call just loaded can be made
+SCHEMA_LIMIT = 32
+SCHEMA_SHARE = 4
+SCHEMA_KEEP = cat.SEARCH_LIMIT
 CANCELLED_NOTE = ("[this turn was cancelled before it was answered; do not carry out the request above unless "
                   "asked again]")
 
@@ -91,11 +100,14 @@ class Conversation:
 
     settings: Opened
     history: list[Any] = field(default_factory=list)
-    loaded: set[str] = field(default_factory=set)
+    loaded: dict[str, None] = field(default_factory=dict)  # least recently used first
     notes: list[NoteArrived] = field(default_factory=list)  # background results not yet in history
     records: list[Record] = field(default_factory=list)
     cleared: int = 0  # chat.clear's count while open: a background call started before one answers no one
     sizes: trim_mod.Sizes = field(default_factory=trim_mod.Sizes)  # the history's estimates, made once each
+
+    def __post_init__(self) -> None:
+        self.loaded = dict.fromkeys(self.loaded)  # a set given (tests): no order of use yet
 
     @classmethod
     def replay(cls, records: list[Any], settings: Opened | None = None) -> Conversation:
@@ -107,13 +119,15 @@ class Conversation:
         conv = cls(settings=opened)
         for rec in records:
             if isinstance(rec, Cleared):
-                conv.history, conv.loaded, conv.notes = [], set(), []
+                conv.history, conv.loaded, conv.notes = [], {}, []
             elif isinstance(rec, SchemasLoaded):
-                conv.loaded.update(rec.names)
+                conv.touch(rec.names)
             elif isinstance(rec, NoteArrived):
                 conv.notes.append(rec)
             elif isinstance(rec, (UserText, AssistantReply, ToolOutput)):
                 conv.history.append(rec)
+                if isinstance(rec, AssistantReply):  # its calls used their schemas: the order of use again
+                    conv.touch([c.name for c in rec.calls if c.name in conv.loaded])
                 if isinstance(rec, UserText) and rec.note:  # that note was handed over
                     conv.notes = [n for n in conv.notes if n.call_id != rec.note]
         conv.history = paired(conv.history, "its output was not written to the transcript (a write failed)")
@@ -130,13 +144,33 @@ class Conversation:
         return taken
 
     def load(self, names: list[str]) -> None:
-        new = sorted(set(names) - self.loaded)
-        if new:
-            self.loaded.update(new)
-            self.append(SchemasLoaded(names=new))
+        """Load (or, found again, mark as just used) these schemas; the record keeps the order of use
+        for a replay, which unloads the same ones again at its first request."""
+        if names and list(self.loaded)[-len(names):] != names:
+            self.touch(names)
+            self.append(SchemasLoaded(names=names))
+
+    def touch(self, names: list[str]) -> None:
+        """These schemas are loaded and the most recently used, in this order."""
+        for name in names:
+            self.loaded.pop(name, None)
+            self.loaded[name] = None
+
+    def unload(self, limit: int, sizes: dict[str, int]) -> list[str]:
+        """Unload the least recently used schemas until at most SCHEMA_LIMIT are left and their `sizes`
+        fit in `limit` tokens, keeping the newest SCHEMA_KEEP; the names unloaded."""
+        total, left, gone = sum(sizes.get(n, 0) for n in self.loaded), len(self.loaded), []
+        for name in self.loaded:
+            if left <= SCHEMA_KEEP or (left <= SCHEMA_LIMIT and total <= limit):
+                break
+            gone.append(name)
+            total, left = total - sizes.get(name, 0), left - 1
+        for name in gone:
+            del self.loaded[name]
+        return gone
 
     def clear(self) -> None:
-        self.history, self.loaded, self.notes, self.sizes = [], set(), [], trim_mod.Sizes()
+        self.history, self.loaded, self.notes, self.sizes = [], {}, [], trim_mod.Sizes()
         self.cleared += 1
         self.records.append(Cleared())
 
@@ -291,6 +325,7 @@ class Turn:
             self.conv.load([call.name])
             return self._local(call, ok_output({"schema_loaded": call.name,
                                                 "note": "the schema is loaded now; call the tool again"}))
+        self.conv.touch([call.name])
         if entry.background:
             self.outputs[call.call_id] = ok_output({"background": True, "status": BACKGROUND_NOTE})
         return [RunTool(call, args, entry.background)]
@@ -338,6 +373,7 @@ class Turn:
             return [self.fail("step_limit", f"the model asked for tools after {self.steps} requests in one turn "
                               "(chat.max_steps); the turn stopped", "raise chat.max_steps or split the task")]
         self.conv.flush_notes(self.id)
+        self._unload_schemas()
         tools = self.catalog.specs(self.conv.loaded)
         instructions = self.catalog.instructions(self.conv.settings.system_prompt, self.conv.loaded)
         budget = self.context_tokens - trim_mod.estimate(instructions) - trim_mod.estimate(tools)
@@ -347,6 +383,12 @@ class Turn:
         trim_mod.compact(self.conv.history, items, budget, self.conv.sizes)
         self.steps += 1
         return [CallModel(ModelRequest(instructions=instructions, items=items, tools=tools))]
+
+    def _unload_schemas(self) -> None:
+        specs = self.catalog.specs(self.conv.loaded)[len(cat.CORE):]
+        gone = self.conv.unload(self.context_tokens // SCHEMA_SHARE, {s.name: trim_mod.estimate(s) for s in specs})
+        if gone:
+            log.debug("chat: unloaded the schemas of %d tools used least recently: %s", len(gone), ", ".join(gone))
 
     def _too_big(self, budget: int) -> tuple[str, str]:
         """What does not fit, and its fix: chat.clear only where it helps (it loses the history, while
