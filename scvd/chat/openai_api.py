@@ -27,6 +27,8 @@ from .provider import ProviderFailure, Settings
 log = logging.getLogger("scvd.chat")
 
 DRAIN_SECONDS = 1.0  # how long the end of a completed stream may take to arrive
+# a call that came without a name goes back so (its output says so): servers refuse `"name": ""`
+NO_NAME = "unnamed"
 
 
 class _Base(abc.ABC):
@@ -376,7 +378,7 @@ def responses_input(items: list[Any]) -> list[dict[str, Any]]:
         if isinstance(item, AssistantReply):
             if item.text:
                 out.append({"role": "assistant", "content": item.text})
-            out += [{"type": "function_call", "call_id": c.call_id, "name": c.name, "arguments": c.arguments}
+            out += [{"type": "function_call", "call_id": c.call_id, "name": c.name or NO_NAME, "arguments": c.arguments}
                     for c in item.calls]
         elif isinstance(item, ToolOutput):
             out.append({"type": "function_call_output", "call_id": item.call_id, "output": item.output})
@@ -539,7 +541,7 @@ def chat_messages(instructions: str, items: list[Any]) -> list[dict[str, Any]]:
             message: dict[str, Any] = {"role": "assistant", "content": item.text or (None if item.calls else "")}
             if item.calls:
                 message["tool_calls"] = [{"id": c.call_id, "type": "function",
-                                          "function": {"name": c.name, "arguments": _object_text(c.arguments)}}
+                                          "function": {"name": c.name or NO_NAME, "arguments": _object_text(c.arguments)}}
                                          for c in item.calls]
             out.append(message)
         elif isinstance(item, ToolOutput):

@@ -989,6 +989,21 @@ def test_a_call_with_broken_json_goes_back_as_an_object_and_its_output_says_why(
                                           "with one JSON object")
 
 
+def test_a_call_without_a_name_is_answered_with_an_error_and_never_sent_back_nameless(chat_rig, workspace):
+    """A server's tool call fragment that named no tool went back as `"name": ""`, which strict
+    servers refuse: every later request of the chat failed."""
+    nameless = Deltas([{"role": "assistant", "tool_calls": [{"index": 0, "id": "call_u", "type": "function",
+                                                             "function": {"arguments": "{}"}}]}], finish="tool_calls")
+    model, d = chat_rig(nameless, Text("sorry"), wire_api="chat")
+    with d.client(name="pytest") as c:
+        assert isinstance(run_turn(c, open_chat(c, workspace).session, "do it")[1], p.TurnCompleted)
+    sent = model.requests[1]["messages"]
+    call = next(m for m in sent if m.get("tool_calls"))["tool_calls"][0]
+    assert call["id"] == "call_u" and call["function"]["name"]
+    output = json.loads(next(m["content"] for m in sent if m.get("tool_call_id") == "call_u"))
+    assert output["error"]["message"].startswith("this call named no tool; call again with one of its names: ")
+
+
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "1e400"])
 def test_a_call_with_a_number_json_has_not_is_refused_and_goes_back_as_an_object(chat_rig, workspace, number):
     """The json module reads NaN, Infinity and 1e400 (as inf): a script tool was handed `NaN` on its
