@@ -153,6 +153,7 @@ class ScriptedModel:
     requests: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     authorizations: list[str] = field(default_factory=list)  # each request's Authorization header
+    headers: list[dict[str, str]] = field(default_factory=list)  # each request's headers, names in lower case
     hung: threading.Event = field(default_factory=threading.Event)
     hung_up: threading.Event = field(default_factory=threading.Event)
     peers: list[tuple[str, int]] = field(default_factory=list)  # each request's client address
@@ -170,6 +171,7 @@ class ScriptedModel:
                 model.requests.append(body)
                 model.paths.append(self.path)
                 model.authorizations.append(self.headers.get("authorization", ""))
+                model.headers.append({k.lower(): v for k, v in self.headers.items()})
                 model.peers.append(self.client_address)
                 chat = self.path.endswith("/chat/completions")
                 step = (chat and _refused_message(body)) or _refused_schema(body) or model.next_step(body)

@@ -440,6 +440,26 @@ def test_codex_settings_from_an_imported_setup(tmp_path):
     assert (s.base_url, s.api_key, s.key_source) == ("https://api.openai.com/v1", "k2", str(tmp_path / "auth.json"))
 
 
+def test_an_imported_azure_setup_sends_its_query_params_and_headers_and_keeps_them_out_of_failures(model, tmp_path):
+    """Codex's Azure provider needs `query_params = { api-version = ... }`: scvd dropped it (and the
+    provider's http_headers and env_http_headers), so every turn of such a setup failed."""
+    from scvd.chat.provider import codex_settings
+
+    m = model(Text("hi"), Status(400, "bad header az-secret-1 for api-version 2025-04-01-preview"))
+    (tmp_path / "config.toml").write_text(
+        f'model = "gpt-5"\nmodel_provider = "azure"\n[model_providers.azure]\nbase_url = "{m.base_url}"\n'
+        'env_key = "AZURE_OPENAI_API_KEY"\nquery_params = { api-version = "2025-04-01-preview" }\n'
+        'http_headers = { "X-Team" = "blue" }\nenv_http_headers = { "api-key" = "AZURE_OPENAI_API_KEY" }\n')
+    s = codex_settings(tmp_path, env={"AZURE_OPENAI_API_KEY": "az-secret-1"})
+    s = Settings(**{**s.__dict__, "max_retries": 0})
+    assert "".join(e.text for e in asyncio.run(collect(make(s))) if isinstance(e, TextDelta)) == "hi"
+    assert m.paths[0] == "/v1/responses?api-version=2025-04-01-preview"
+    assert (m.headers[0]["x-team"], m.headers[0]["api-key"]) == ("blue", "az-secret-1")
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(make(s)))
+    assert "az-secret-1" not in info.value.message and "[secret AZURE_OPENAI_API_KEY]" in info.value.message
+
+
 def test_chat_completions_names_the_token_cap_for_its_server(model):
     """OpenAI's reasoning models refuse `max_tokens` ("use max_completion_tokens"); llama.cpp, older
     Ollama and vLLM know only `max_tokens`, which a loopback server gets."""

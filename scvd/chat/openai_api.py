@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import openai
 
 from .. import http_fields, lenient_json
-from ..redact import redact
+from ..redact import hide_in_logs, redact
 from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
 from .provider import ProviderFailure, Settings
 
@@ -72,12 +72,17 @@ class _Base(abc.ABC):
     def _hidden(self, failure: ProviderFailure) -> ProviderFailure:
         """`failure` with the API key taken out of its text: a provider's error may quote the key it
         refused, and the text goes to turn.failed (a chat bridge, the person's chat) and the log."""
-        s = self.settings
-        if not s.key_source:  # no key configured: api_key is a stand-in ("unused"), no secret
-            return failure
-        name = s.key_source.split(" ", 1)[1] if s.key_source.startswith(("secret ", "env ")) else "api_key"
-        message = redact(failure.message, {name: s.api_key})
+        message = redact(failure.message, self._secrets())
         return failure if message == failure.message else ProviderFailure(failure.reason, message, failure.hint)
+
+    def _secrets(self) -> dict[str, str]:
+        """The key (when one is configured: else api_key is a stand-in, "unused"), and the values of the
+        headers and query parameters sent, where a relay's key may ride too."""
+        s = self.settings
+        if not s.key_source:
+            return _sent(s)
+        name = s.key_source.split(" ", 1)[1] if s.key_source.startswith(("secret ", "env ")) else "api_key"
+        return {**_sent(s), name: s.api_key}
 
     def _garbled(self, what: str, data: str) -> ProviderFailure:
         return ProviderFailure("provider_error", f"{self._where()} sent an event that is not {what}: {data[:200]!r}",
@@ -95,8 +100,10 @@ class _Base(abc.ABC):
     def _connect(self) -> openai.AsyncOpenAI:
         s = self.settings
         if self._client is None:
-            self._client = openai.AsyncOpenAI(api_key=s.api_key, base_url=s.base_url,
-                                              timeout=s.timeout_seconds, max_retries=s.max_retries)
+            hide_in_logs(_sent(s))  # httpx at debug logs each request's url, the query with it
+            self._client = openai.AsyncOpenAI(api_key=s.api_key, base_url=s.base_url, timeout=s.timeout_seconds,
+                                              max_retries=s.max_retries, default_query=dict(s.query) or None,
+                                              default_headers=dict(s.headers) or None)
         return self._client
 
     def _failure(self, exc: openai.APIError, reached: bool) -> ProviderFailure:
@@ -178,6 +185,11 @@ class _Base(abc.ABC):
     @abc.abstractmethod
     def _shaped(event: Any) -> bool:
         """Whether the event has the shape _read and _progress take apart."""
+
+
+def _sent(s: Settings) -> dict[str, str]:
+    """The values of the headers and query parameters each request carries, by name."""
+    return {f"header {k}": v for k, v in s.headers.items()} | {f"query {k}": v for k, v in s.query.items()}
 
 
 class _Watched:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol
 
@@ -51,6 +51,10 @@ class Settings:
     timeout_seconds: float = 600.0
     max_output_tokens: int | None = None
     max_retries: int = 2
+    # sent with every request: an imported Codex provider's query_params (Azure's api-version) and
+    # http_headers/env_http_headers; their values are taken out of failures and logs like the key
+    query: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def auth_hint(self) -> str:
         if self.key_source.startswith("secret "):
@@ -144,9 +148,17 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
         raise ProviderFailure("auth", f"the imported Codex setup holds no API key for its provider {provider_id!r} "
                               "(its experimental_bearer_token, auth.json for OpenAI's own login, or its env_key in "
                               "scvd's environment)", hint)
+    headers = _strings(table.get("http_headers"))
+    headers.update({h: env[var] for h, var in _strings(table.get("env_http_headers")).items() if env.get(var)})
     return Settings(name=CODEX, model=str(config.get("model") or "gpt-5"),
                     base_url=str(table.get("base_url") or OPENAI_BASE_URL),
-                    wire_api=str(table.get("wire_api") or "responses"), api_key=str(key), key_source=source)
+                    wire_api=str(table.get("wire_api") or "responses"), api_key=str(key), key_source=source,
+                    query=_strings(table.get("query_params")), headers=headers)
+
+
+def _strings(table: Any) -> dict[str, str]:
+    """A Codex table of names to texts (query_params, http_headers); other values left out, as codex refuses them."""
+    return {str(k): v for k, v in table.items() if isinstance(v, str)} if isinstance(table, dict) else {}
 
 
 def _codex_key(path: Path) -> str:
