@@ -482,6 +482,20 @@ def test_no_answer_within_timeout_seconds_says_which_setting_to_raise(model):
     assert info.value.hint == "send the text again; for a slow model raise providers.slow.timeout_seconds"
 
 
+@pytest.mark.timeout(20)
+def test_a_rate_limit_that_outlasts_timeout_seconds_is_named_as_the_429_it_is(model):
+    """The client waits out a 429's Retry-After before trying again: with a shorter timeout_seconds the
+    turn failed as a model that `did not answer`, and the hint said to raise timeout_seconds."""
+    m = model(Status(429, "slow down", retry_after_ms=5000))
+    s = Settings(name="busy", model="m", base_url=m.base_url, wire_api="chat", api_key="k", key_source="",
+                 timeout_seconds=0.5)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(make(s)))
+    assert info.value.message.endswith("answered 429, asking to wait 5000 ms (Retry-After); timeout_seconds (0.5 s) "
+                                       "ran out while scvd waited to send it again"), info.value.message
+    assert "rate limit" in info.value.hint and "timeout_seconds" not in info.value.hint
+
+
 @pytest.mark.timeout(20)  # the server sends keep-alives for 30 s: a turn that waits them out fails
 @pytest.mark.parametrize("idle", [Idle(), Idle(empty=True), Idle("The answer is", empty=True)],
                          ids=["comments", "empty-events", "empty-events-after-text"])

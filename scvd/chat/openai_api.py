@@ -42,6 +42,7 @@ class _Base(abc.ABC):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._client: openai.AsyncOpenAI | None = None
+        self._refused: tuple[int, str] | None = None  # the last retried answer of this request: status, Retry-After
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         response = None  # set once the provider answered: a connection lost after that broke mid-answer
@@ -63,11 +64,32 @@ class _Base(abc.ABC):
         """The answer's stream, within timeout_seconds in all: the client's own timeout holds for
         each attempt, and it retries one that timed out twice, so a provider that never answered
         took three times as long as the failure said."""
+        self._refused = None
         try:
             async with asyncio.timeout(self.settings.timeout_seconds):
                 return await self._open(self._connect(), request)
         except TimeoutError:
-            raise self._timed_out() from None
+            raise (self._retries_out() if self._refused else self._timed_out()) from None
+
+    async def _heard(self, response: Any) -> None:
+        """Each HTTP answer (the client's event hook): a 429 or 5xx is retried, maybe after its Retry-After."""
+        if response.status_code == 429 or response.status_code >= 500:
+            h = response.headers
+            wait = (f"{h['retry-after-ms']} ms" if "retry-after-ms" in h else
+                    f"{h['retry-after']} s" if "retry-after" in h else "")
+            self._refused = (response.status_code, wait)
+
+    def _retries_out(self) -> ProviderFailure:
+        """timeout_seconds ran out while the client waited to retry a 429 or 5xx: the provider's
+        refusal used the time, not a slow model (raising timeout_seconds was the wrong fix)."""
+        (status, wait), s = self._refused or (0, ""), self.settings
+        asked = f", asking to wait {wait} (Retry-After)" if wait else ""
+        message = (f"{self._where()} answered {status}{asked}; timeout_seconds ({s.timeout_seconds:g} s) ran out "
+                   "while scvd waited to send it again")
+        if status == 429:
+            return ProviderFailure("provider_error", message, "the provider limits how often it is asked (a rate "
+                                   "limit): send the text again once that wait is over")
+        return ProviderFailure("provider_error", message, "the provider is busy or failed: send the text again later")
 
     def _hidden(self, failure: ProviderFailure) -> ProviderFailure:
         """`failure` with the API key taken out of its text: a provider's error may quote the key it
@@ -101,9 +123,10 @@ class _Base(abc.ABC):
         s = self.settings
         if self._client is None:
             hide_in_logs(_sent(s))  # httpx at debug logs each request's url, the query with it
-            self._client = openai.AsyncOpenAI(api_key=s.api_key, base_url=s.base_url, timeout=s.timeout_seconds,
-                                              max_retries=s.max_retries, default_query=dict(s.query) or None,
-                                              default_headers=dict(s.headers) or None)
+            self._client = openai.AsyncOpenAI(
+                api_key=s.api_key, base_url=s.base_url, timeout=s.timeout_seconds, max_retries=s.max_retries,
+                default_query=dict(s.query) or None, default_headers=dict(s.headers) or None,
+                http_client=openai.DefaultAsyncHttpxClient(event_hooks={"response": [self._heard]}))
         return self._client
 
     def _failure(self, exc: openai.APIError, reached: bool) -> ProviderFailure:
