@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scvd.chat import catalog as cat
+from scvd.chat import catalog as cat, trim
 from scvd.chat.engine import (AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn)
 from scvd.chat.items import (AssistantReply, Cleared, NoteArrived, Opened, ToolCall, ToolOutput, TurnEnded, Usage,
                              UserText)
@@ -289,6 +289,22 @@ def test_a_long_chat_that_keeps_loading_tools_unloads_the_least_recently_used_an
     assert list(replayed.loaded) == list(conv.loaded)
 
 
+def test_a_request_leaves_room_for_the_reply_and_for_what_the_estimate_undercounts():
+    """With chat.context_tokens at the model's window a long chat still got the provider's 400
+    ("maximum context length"): no room was kept for the reply (max_output_tokens), and bytes / 4
+    counted a Chinese character, a token or more, as three quarters of one."""
+    def first_request(output: str, **kw) -> list:
+        conv = Conversation(settings=Opened(workspace="/ws"))
+        conv.history += [UserText(text="read it"), AssistantReply(calls=[call("c1", "read", path="a")]),
+                         ToolOutput(call_id="c1", name="read", output=output), AssistantReply(text="done")]
+        [ask] = Turn(conv, catalog(), "t1", max_steps=8, context_tokens=10_000, **kw).start("next")
+        return [i.output for i in ask.request.items if isinstance(i, ToolOutput)]
+
+    assert first_request("x" * 20_000, reply_tokens=4_000) == [trim.TRIMMED]  # 5,000 tokens, and 4,000 for the reply
+    assert first_request("x" * 20_000) == ["x" * 20_000]
+    assert first_request("漢" * 9_000) == [trim.TRIMMED]  # 9,000 tokens, not 6,750
+
+
 def test_a_message_too_long_alone_says_to_send_a_shorter_one_and_the_next_turn_has_room():
     """The hint said to start a new conversation (chat.clear, which loses the history) for a pasted log
     too long alone: a shorter message is the fix, and the next turn fits without it."""
@@ -355,7 +371,7 @@ def test_a_long_chat_holds_old_trimmed_outputs_as_markers_and_sends_what_it_alwa
     def sent(actions: list) -> list:
         shadow.extend(r for r in conv.take_records() if isinstance(r, (UserText, AssistantReply, ToolOutput)))
         [request] = [a.request for a in actions if isinstance(a, CallModel)]
-        budget = 4_000 - trim_mod.estimate(request.instructions) - trim_mod.estimate(request.tools)
+        budget = 3_600 - trim_mod.estimate(request.instructions) - trim_mod.estimate(request.tools)  # less MARGIN
         assert request.items == trim_mod.trim(shadow, budget)  # as if nothing had been compacted
         return request.items
 

@@ -220,13 +220,21 @@ def test_a_429_for_an_account_out_of_credit_says_to_add_credit_not_to_wait(model
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_a_400_says_to_lower_the_context_when_the_input_is_too_long(model, wire_api):
-    m = model(Status(400, "This model's maximum context length is 8192 tokens"))
+    """The hint said to lower chat.context_tokens "to the model's window": a person who had set it to
+    the window was told to change nothing, as scvd's estimate undercounted the provider's tokens."""
+    m = model(Status(400, "This model's maximum context length is 8192 tokens"), Status(400, "bad request"))
     with pytest.raises(ProviderFailure) as info:
         asyncio.run(collect(provider(m, wire_api)))
     assert "answered 400: This model's maximum context length is 8192 tokens" in info.value.message
     assert info.value.hint == (
-        "if it says the input is too long, lower chat.context_tokens to the model's window, or start afresh "
-        "with chat.clear; else check the model and wire_api of [providers.test] in config.toml")
+        "the request was longer than the model's window by the provider's count: set chat.context_tokens lower "
+        "(scvd trims to its own estimate, with a tenth kept free; code and some languages take more tokens than "
+        "it counts), or start afresh with chat.clear")
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert info.value.hint == (
+        "if it says the input is too long, lower chat.context_tokens (at or below the model's window), or start "
+        "afresh with chat.clear; else check the model and wire_api of [providers.test] in config.toml")
 
 
 @pytest.mark.parametrize("wire_api, posted", [

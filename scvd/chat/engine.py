@@ -21,7 +21,9 @@ Rules:
   record when it arrives, so a conversation reopened (or replayed after a
   restart) still hands over the notes its model has not read.
 - At most `max_steps` model requests per turn; then the turn fails (step_limit).
-- Each request is trimmed to `context_tokens`; if it cannot fit: context_limit.
+- Each request is trimmed to `context_tokens` less the room kept for the reply
+  (`reply_tokens`, the provider's max_output_tokens) and a MARGIN for the estimate's
+  error; if it cannot fit: context_limit.
 - Loaded schemas past SCHEMA_LIMIT, or past a SCHEMA_SHARE of `context_tokens`, are
   unloaded before a request, least recently used (loaded, found again or called)
   first: a long chat that keeps loading tools would otherwise leave no room for
@@ -53,6 +55,10 @@ BACKGROUND_NOTE = "started in the background; its result will be handed to you w
 SCHEMA_LIMIT = 32
 SCHEMA_SHARE = 4
 SCHEMA_KEEP = cat.SEARCH_LIMIT
+# the share of chat.context_tokens kept free for the estimate's error (1/MARGIN): bytes / 4 undercounts
+# code, whose punctuation and short names are tokens of their own, so a request made to fit the
+# model's window to the token was still refused as longer than it
+MARGIN = 10
 CANCELLED_NOTE = ("[this turn was cancelled before it was answered; do not carry out the request above unless "
                   "asked again]")
 
@@ -240,9 +246,11 @@ class Turn:
     """One turn of a conversation; see the module docstring for the protocol."""
 
     def __init__(self, conv: Conversation, catalog: cat.Catalog, turn_id: str, *,
-                 max_steps: int, context_tokens: int) -> None:
+                 max_steps: int, context_tokens: int, reply_tokens: int = 0) -> None:
         self.conv, self.catalog, self.id = conv, catalog, turn_id
-        self.max_steps, self.context_tokens = max_steps, context_tokens
+        self.max_steps, self.context_tokens, self.reply_tokens = max_steps, context_tokens, reply_tokens
+        # what a request may take of the window: the reply and the margin are kept free
+        self.usable = max(context_tokens - context_tokens // MARGIN - reply_tokens, 0)
         self.steps = 0
         self.usage = Usage()
         self.outputs: dict[str, str | None] = {}  # this step's call_id -> output (None: waiting)
@@ -381,7 +389,7 @@ class Turn:
         self._unload_schemas()
         tools = self.catalog.specs(self.conv.loaded)
         instructions = self.catalog.instructions(self.conv.settings.system_prompt, self.conv.loaded)
-        budget = self.context_tokens - trim_mod.estimate(instructions) - trim_mod.estimate(tools)
+        budget = self.usable - trim_mod.estimate(instructions) - trim_mod.estimate(tools)
         items = trim_mod.trim(self.conv.history, budget, self.conv.sizes)
         if items is None:
             return [self.fail("context_limit", *self._too_big(budget))]
@@ -391,7 +399,7 @@ class Turn:
 
     def _unload_schemas(self) -> None:
         specs = self.catalog.specs(self.conv.loaded)[len(cat.CORE):]
-        gone = self.conv.unload(self.context_tokens // SCHEMA_SHARE, {s.name: trim_mod.estimate(s) for s in specs})
+        gone = self.conv.unload(self.usable // SCHEMA_SHARE, {s.name: trim_mod.estimate(s) for s in specs})
         if gone:
             log.debug("chat: unloaded the schemas of %d tools used least recently: %s", len(gone), ", ".join(gone))
 
@@ -402,13 +410,16 @@ class Turn:
         history = self.conv.history
         last = trim_mod.last_user(history)
         size = trim_mod.estimate(history[last]) if last < len(history) else 0
-        if budget < self.context_tokens // 2:  # most of it went to the instructions and the loaded schemas
+        if self.reply_tokens > self.context_tokens // 2:  # the reply's room leaves little for the request
+            return (f"the provider's max_output_tokens ({self.reply_tokens}) keeps more than half of {limit} "
+                    "free for the reply", "lower the provider's max_output_tokens, or raise chat.context_tokens")
+        if budget < self.usable // 2:  # most of it went to the instructions and the loaded schemas
             return (f"the instructions and the schemas of the {len(self.conv.loaded)} tools this conversation "
-                    f"loaded take about {self.context_tokens - budget} tokens of {limit}",
-                    "start afresh with chat.clear (it unloads the schemas), or raise chat.context_tokens")
+                    f"loaded take about {self.usable - budget} tokens of the {self.usable} {limit} leaves for a "
+                    "request", "start afresh with chat.clear (it unloads the schemas), or raise chat.context_tokens")
         if size > budget:
             return (f"the message is about {size} tokens: more than the {budget} that {limit} leaves beside "
-                    "the instructions and tool schemas", "send a shorter message (a long text can go in a file "
+                    "the instructions, the tool schemas and the room kept for the reply", "send a shorter message (a long text can go in a file "
                     "of the workspace, for the model to read in parts), or raise chat.context_tokens")
         return (f"this turn's requests grew past {limit} even after trimming",
                 "ask for less at a time, or raise chat.context_tokens; the next turn has room again")

@@ -136,8 +136,10 @@ class _Base(abc.ABC):
             return ProviderFailure("auth", f"{where} refused the API key ({exc.status_code}): {_detail(exc)}",
                                    s.auth_hint())
         if isinstance(exc, openai.APIStatusError):
-            return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {_detail(exc)}",
-                                   QUOTA_HINT if exc.code == QUOTA else _status_hint(exc.status_code, s))
+            detail = _detail(exc)
+            hint = (QUOTA_HINT if exc.code == QUOTA else TOO_LONG_HINT if _too_long(exc.code, detail)
+                    else _status_hint(exc.status_code, s))
+            return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {detail}", hint)
         if isinstance(exc, openai.APITimeoutError):
             return self._timed_out()
         if isinstance(exc, openai.APIConnectionError) and reached:
@@ -153,6 +155,8 @@ class _Base(abc.ABC):
         """An error the provider sent inside its answer (after a 200, so the client retried nothing);
         its code says what to do: a relay's refused key (401, invalid_api_key), or a busy server."""
         code = str(code or "").lower()
+        if _too_long(code, message):
+            return ProviderFailure("provider_error", message, TOO_LONG_HINT)
         if code in _KEY_CODES:
             return ProviderFailure("auth", message, self.settings.auth_hint())
         if code == QUOTA:
@@ -250,6 +254,20 @@ class _Watched:
 QUOTA = "insufficient_quota"
 QUOTA_HINT = ("the provider's account has no quota or credit left (sending again will not help): add credit or "
               "raise the limit on the provider's billing page, or use another provider")
+# a request longer than the model's window, by the provider's count (OpenAI's code and wording, vLLM's,
+# llama.cpp's, Anthropic's): chat.context_tokens at the window is not enough, as scvd only estimates
+TOO_LONG_HINT = ("the request was longer than the model's window by the provider's count: set chat.context_tokens "
+                 "lower (scvd trims to its own estimate, with a tenth kept free; code and some languages take more "
+                 "tokens than it counts), or start afresh with chat.clear")
+_TOO_LONG_WORDS = ("context_length_exceeded", "maximum context length", "context window", "context size",
+                   "prompt is too long", "too many tokens")
+
+
+def _too_long(code: Any, message: str) -> bool:
+    text = f"{code or ''} {message}".lower()
+    return any(word in text for word in _TOO_LONG_WORDS)
+
+
 # codes of an error sent inside a stream: HTTP statuses (OpenRouter, LiteLLM) or the API's own names
 _KEY_CODES = {"401", "403", "invalid_api_key", "authentication_error", "permission_denied"}
 _BUSY_CODES = {"429", "rate_limit_exceeded", "server_error", "overloaded", "overloaded_error", "server_is_overloaded"}
@@ -280,7 +298,7 @@ def _status_hint(status: int, settings: Settings) -> str:
     """What to do about an error status the client gave up on (401/403 are `auth`, 429 was retried)."""
     name, table = settings.name, _table(settings.name)
     if status in (400, 413, 422):  # most often a request longer than the model's window
-        return ("if it says the input is too long, lower chat.context_tokens to the model's window, or "
+        return ("if it says the input is too long, lower chat.context_tokens (at or below the model's window), or "
                 f"start afresh with chat.clear; else check the model and wire_api of {table}")
     if status == 404:  # often a server with Chat Completions only, asked with the default wire_api
         where = f"{http_fields.shown_url(settings.base_url).rstrip('/')}/"

@@ -144,8 +144,9 @@ class ChatService:
         turn_id = f"t{next(self._turns)}-{secrets.token_hex(3)}"
         # the session's tools as they are now: an MCP server's come once it is up, a reload's or a
         # restarted server's change (its registry follows them), so each turn takes them afresh
+        table = self.daemon.config.providers.get(chat.provider)  # the imported codex setup sets no reply cap
         chat.turn = Turn(chat.conv, self._catalog(chat), turn_id, max_steps=cfg.max_steps,
-                         context_tokens=cfg.context_tokens)
+                         context_tokens=cfg.context_tokens, reply_tokens=getattr(table, "max_output_tokens", 0) or 0)
         chat.results = asyncio.Queue()
         chat.task = asyncio.ensure_future(self._run(chat, chat.turn, frame.text))
         return p.TurnAccepted(id=frame.id, turn=turn_id)

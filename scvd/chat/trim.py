@@ -13,7 +13,9 @@ Rules, in order, until the estimate fits:
 3. Replace the newest step's outputs too (the model hears they were too big).
 4. Still too big: the caller fails the turn with reason context_limit.
 
-Tokens are estimated as bytes of JSON / 4, rounded up: no tokenizer, no I/O.
+Tokens are estimated as the JSON's ASCII bytes / 4, rounded up, plus one per other
+character (a Chinese character is a token or more, not the three quarters its three
+bytes / 4 made): no tokenizer, no I/O. The caller keeps a margin beside it (engine.py).
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ _encoder = msgspec.json.Encoder()
 def estimate(value: Any) -> int:
     """A cheap, deterministic token estimate of anything JSON can hold."""
     data = value.encode() if isinstance(value, str) else _encoder.encode(value)
-    return (len(data) + 3) // 4
+    if data.isascii():
+        return (len(data) + 3) // 4
+    ascii_bytes = len(data.translate(None, _NOT_ASCII))
+    return (ascii_bytes + 3) // 4 + len(data) - len(data.translate(None, _LEAD_BYTES))
+
+
+_NOT_ASCII = bytes(range(0x80, 0x100))
+_LEAD_BYTES = bytes(range(0xC0, 0x100))  # each starts one non-ASCII character in UTF-8
 
 
 class Sizes:

@@ -99,10 +99,11 @@ def chat_rig(make_inproc, monkeypatch, model):
     monkeypatch.setenv("SCVD_TEST_MODEL_KEY", "sk-test")
     start_model = model
 
-    def start(*steps: Any, wire_api: str = "responses", extra: str = "", key: str = "SCVD_TEST_MODEL_KEY"):
+    def start(*steps: Any, wire_api: str = "responses", extra: str = "", key: str = "SCVD_TEST_MODEL_KEY",
+              provider: str = ""):
         model = start_model(*steps)
         config = (f'[providers.test]\nmodel = "m"\nbase_url = "{model.base_url}"\nwire_api = "{wire_api}"\n'
-                  f'api_key_secret = "{key}"\n[chat]\nprovider = "test"\n{extra}')
+                  f'api_key_secret = "{key}"\n{provider}[chat]\nprovider = "test"\n{extra}')
         inproc = make_inproc(config, tools=[GatherTool()])
         return model, inproc
 
@@ -684,6 +685,19 @@ def test_a_long_tool_output_is_trimmed_from_later_requests_the_same_way(chat_rig
     assert json.loads(later[-2]) == {"trimmed": "output dropped to fit chat.context_tokens"}
     assert "m" * 6000 in later[-1]
     assert model.tool_names(3) == ["find_tools", "ask_user", "read"]  # tools=["read"]: nothing else
+
+
+def test_a_request_keeps_room_for_the_providers_max_output_tokens(chat_rig, workspace):
+    """With chat.context_tokens at the model's window, a request left no room for the reply: the
+    provider refused it as longer than its window."""
+    (workspace / "big.txt").write_text("x" * 16_000)  # ~4000 tokens: fits 6000, not beside 2000 for the reply
+    model, d = chat_rig(load("read"), Calls(("read", {"path": "big.txt"})), Text("done"), Text("again"),
+                        extra="context_tokens = 6000\n", provider="max_output_tokens = 2000\n")
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace, tools=["read"]).session
+        assert isinstance(run_turn(c, session, "read it")[1], p.TurnCompleted)
+        assert isinstance(run_turn(c, session, "and now?")[1], p.TurnCompleted)
+    assert model.outputs(3)[-1] == '{"trimmed": "output dropped to fit chat.context_tokens"}'
 
 
 def test_a_resumed_conversation_keeps_its_tools_unless_told_all(chat_rig, workspace):
