@@ -7,7 +7,7 @@ with neither content nor tool_calls. Steps:
 
     Text("hi")                         a streamed text answer
     Calls(("read", {"path": "a"}), ...) tool calls (with optional text before them)
-    Status(429, retry_after_ms=10)     an HTTP error
+    Status(429, retry_after_ms=10)     an HTTP error (delay=2: after 2 s)
     Hang("partial")                    a delta, then hold the stream until the client hangs up
     Refused("I can't help")            the model refuses: a streamed refusal instead of text
     Raw("not json")                    an event whose data is that text, not JSON
@@ -114,6 +114,7 @@ class Status:
     message: str = "nope"
     retry_after_ms: int | None = None
     code: str | None = None  # the error's code, e.g. OpenAI's insufficient_quota
+    delay: float = 0.0  # seconds before answering: a request in flight
 
 
 @dataclass
@@ -246,6 +247,7 @@ def _refused_schema(body: dict[str, Any]) -> Status | None:
 
 def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedModel) -> None:
     if isinstance(step, Status):
+        time.sleep(step.delay)
         body = json.dumps({"error": {"message": step.message, "type": "test", "code": step.code}}).encode()
         h.send_response(step.status)
         h.send_header("content-type", "application/json")

@@ -57,7 +57,8 @@ class NoteArrived(Record, tag="note"):
 
 
 class SchemasLoaded(Record, tag="schemas"):
-    """Tools whose full schema this conversation has fetched (find_tools or a first call)."""
+    """Tools whose full schema this conversation has fetched (find_tools or a first call), or found
+    again: the records' order is the order of use that unloads the least recently used."""
 
     names: list[str]
 

@@ -71,6 +71,10 @@ class _Base(abc.ABC):
         except TimeoutError:
             raise (self._retries_out() if self._refused else self._timed_out()) from None
 
+    async def _sending(self, request: Any) -> None:
+        """An attempt goes out (the client's event hook): a timeout from now on is no refusal's wait."""
+        self._refused = None
+
     async def _heard(self, response: Any) -> None:
         """Each HTTP answer (the client's event hook): a 429 or 5xx is retried, maybe after its Retry-After."""
         if response.status_code == 429 or response.status_code >= 500:
@@ -126,7 +130,7 @@ class _Base(abc.ABC):
             self._client = openai.AsyncOpenAI(
                 api_key=s.api_key, base_url=s.base_url, timeout=s.timeout_seconds, max_retries=s.max_retries,
                 default_query=dict(s.query) or None, default_headers=dict(s.headers) or None,
-                http_client=openai.DefaultAsyncHttpxClient(event_hooks={"response": [self._heard]}))
+                http_client=openai.DefaultAsyncHttpxClient(event_hooks={"request": [self._sending], "response": [self._heard]}))
         return self._client
 
     def _failure(self, exc: openai.APIError, reached: bool) -> ProviderFailure:
