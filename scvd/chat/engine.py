@@ -419,8 +419,9 @@ class Turn:
                     "request", "start afresh with chat.clear (it unloads the schemas), or raise chat.context_tokens")
         if size > budget:
             return (f"the message is about {size} tokens: more than the {budget} that {limit} leaves beside "
-                    "the instructions, the tool schemas and the room kept for the reply", "send a shorter message (a long text can go in a file "
-                    "of the workspace, for the model to read in parts), or raise chat.context_tokens")
+                    "the instructions, the tool schemas and the room kept for the reply",
+                    "send a shorter message (a long text can go in a file of the workspace, for the model to "
+                    "read in parts), or raise chat.context_tokens")
         return (f"this turn's requests grew past {limit} even after trimming",
                 "ask for less at a time, or raise chat.context_tokens; the next turn has room again")
 

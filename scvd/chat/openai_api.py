@@ -130,7 +130,8 @@ class _Base(abc.ABC):
             self._client = openai.AsyncOpenAI(
                 api_key=s.api_key, base_url=s.base_url, timeout=s.timeout_seconds, max_retries=s.max_retries,
                 default_query=dict(s.query) or None, default_headers=dict(s.headers) or None,
-                http_client=openai.DefaultAsyncHttpxClient(event_hooks={"request": [self._sending], "response": [self._heard]}))
+                http_client=openai.DefaultAsyncHttpxClient(
+                    event_hooks={"request": [self._sending], "response": [self._heard]}))
         return self._client
 
     def _failure(self, exc: openai.APIError, reached: bool) -> ProviderFailure:
@@ -597,9 +598,8 @@ def chat_messages(instructions: str, items: list[Any]) -> list[dict[str, Any]]:
             # roles still alternate for servers whose chat template requires it
             message: dict[str, Any] = {"role": "assistant", "content": item.text or (None if item.calls else "")}
             if item.calls:
-                message["tool_calls"] = [{"id": c.call_id, "type": "function",
-                                          "function": {"name": c.name or NO_NAME, "arguments": _object_text(c.arguments)}}
-                                         for c in item.calls]
+                message["tool_calls"] = [{"id": c.call_id, "type": "function", "function": {
+                    "name": c.name or NO_NAME, "arguments": _object_text(c.arguments)}} for c in item.calls]
             out.append(message)
         elif isinstance(item, ToolOutput):
             out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
