@@ -362,8 +362,9 @@ class ServerLink:
                 raise Unavailable(self._stopped(tool)) from None
             if exc.error.code == CONNECTION_CLOSED and self._proc is not None and self._proc.broken:
                 self._lose()  # scvd ended it: the call's answer was too large to read
+                # the message may have been another call's answer, or a notification: every call in flight ends
                 raise LimitExceeded(f"mcp server {self.name}: {tool}: {self._proc.broken}, and restarts the "
-                                    "server: ask the tool for less") from None
+                                    "server: if this call asked for a lot, ask the tool for less") from None
             if exc.error.code == CONNECTION_CLOSED:  # the server went away under the call
                 self._lose()
                 raise Unavailable(f"mcp server {self.name} went away during the call ({tool}); "

@@ -309,9 +309,9 @@ def write_file(
             _commit(cancel)
             if not _install(parent, fd, tmp, real[-1], path, mode):  # /proc or the filesystem would not name it
                 named, tmp = _write_temp(parent, data, existing, cancel, named=True)
+                fd, unnamed = named, fd  # first: a failing close must not leave `finally` closing it again
+                os.close(unnamed)
                 write_temp.link_refused(parent)
-                os.close(fd)
-                fd = named
                 _install(parent, fd, tmp, real[-1], path, mode)
         except BaseException:
             if tmp is not None:

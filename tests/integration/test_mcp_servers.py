@@ -398,7 +398,8 @@ def test_a_huge_result_fails_its_call_with_kind_limit_saying_why(make_daemon, wo
         assert big.error.kind == "limit", big.error
         why = f"the server wrote a message above {64 << 20} bytes, scvd's limit of one message, so scvd closed " \
               "its connection"
-        assert big.error.message == f"mcp server raw: mib: {why}, and restarts the server: ask the tool for less"
+        assert big.error.message == (f"mcp server raw: mib: {why}, and restarts the server: if this call asked for a "
+                                     "lot, ask the tool for less")
         assert server(c, "raw", "down").error == why
     assert len(starts.read_text().splitlines()) == 1
 
