@@ -58,10 +58,11 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scvd import heap  # noqa: E402  (QUIET_SECONDS: the idle figures come after the daemon's trim)
+
 FILE = "four_k.txt"
 REFERENCE = ROOT / ".mcp-servers" / "node_modules" / ".bin" / "mcp-server-filesystem"
 HEAVY = ("openai", "mcp", "jsonschema", "keyring")
-QUIET = 6.0  # idle figures come after scvd's heap.QUIET_SECONDS without calls, when it trims the heap
 CALL_SIZED = {"type": "call", "id": 0, "session": "s" * 16, "tool": "read", "arguments": {"path": FILE}}
 
 
@@ -700,7 +701,7 @@ def main() -> None:
             return
         result["calls_per_s"] = throughput({"": d, **({"before_": d_before} if d_before else {})},
                                            workspace, args.seconds)
-        time.sleep(QUIET)
+        time.sleep(heap.QUIET_SECONDS + 1)  # idle figures: after scvd trims its heap, once quiet
         rss["daemon_idle_after_load"] = d.rss_mib()
         for daemon in (d, d_before):
             if daemon:
@@ -709,7 +710,7 @@ def main() -> None:
                     loop.run_until_complete(large_reads(daemon.socket, workspace))
                 finally:
                     loop.close()
-        time.sleep(QUIET)
+        time.sleep(heap.QUIET_SECONDS + 1)  # idle figures: after scvd trims its heap, once quiet
         for key, daemon in (("", d), ("before_", d_before)):
             if daemon:
                 rss[f"{key}daemon_idle_after_large_reads"] = daemon.rss_mib()

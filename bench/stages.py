@@ -102,23 +102,22 @@ def minimal_read_server(path: str, workspace: str) -> None:
 
 
 def usage(pid: int) -> tuple[float, float, int, int]:
-    """A server's user and system CPU µs, and its voluntary and involuntary context switches, summed
-    over its threads: what a round trip costs it, kernel included, beyond the in-process figure."""
+    """A server's user and system CPU µs (/proc/PID/stat: every thread, those that ended too), and its
+    voluntary and involuntary context switches (per thread: only those still running)."""
     tick = 1e6 / os.sysconf("SC_CLK_TCK")
-    user = system = voluntary = involuntary = 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    voluntary = involuntary = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
             status = Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines()
         except FileNotFoundError:  # a thread that just ended
             continue
-        user, system = user + int(fields[11]) * tick, system + int(fields[12]) * tick
         for line in status:
             if line.startswith("voluntary_ctxt_switches"):
                 voluntary += int(line.split()[1])
             elif line.startswith("nonvoluntary_ctxt_switches"):
                 involuntary += int(line.split()[1])
-    return user, system, int(voluntary), int(involuntary)
+    return int(fields[11]) * tick, int(fields[12]) * tick, voluntary, involuntary
 
 
 def main() -> None:

@@ -843,9 +843,14 @@ def test_scvctl_whose_request_scvd_stopped_on_says_try_again_exit_3(make_wrapped
         d = make_wrapped(env={"HARNESS_HANG_SKILLS_WHILE": str(hang)})
         scvctl = subprocess.Popen([sys.executable, "-m", "scvctl", "call", "--workspace", str(workspace), "test_sleep"],
                                   env=d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        reached(hang, "the session's skill walk to hang")
-        d.proc.send_signal(signal.SIGTERM)
-        out, err = scvctl.communicate(timeout=30)
+        try:
+            reached(hang, "the session's skill walk to hang")
+            d.proc.send_signal(signal.SIGTERM)
+            out, err = scvctl.communicate(timeout=30)
+        finally:
+            if scvctl.poll() is None:  # a failed wait must not leave it running
+                scvctl.kill()
+                scvctl.communicate()
     assert (scvctl.returncode, out) == (3, ""), err
     assert err == "scvd is stopping and will not answer this request; send it again once scvd is back\n"
     assert d.proc.wait(15) == 0
