@@ -32,6 +32,13 @@ ALLOWED = frozenset({
     "GIT_SSL_CAINFO",
 })
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# a passed name that reads like a credential's (GH_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASS, GITLAB_PAT)
+CREDENTIAL_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|COOKIE|APIKEY"
+                                r"|(?:^|_)(?:KEY|PASS|PAT)(?:_|$)", re.IGNORECASE)
+# a token's or a base64 key's body: a run this long of these characters; `-` and `_` end a run, so a
+# name such as work-profile-7c1f or a UUID is none
+TOKEN_RUN_RE = re.compile(r"[A-Za-z0-9+/=]{16,}")
+HIDDEN_MIN = 4  # a shorter value would blot out ordinary text wherever it occurs (as redact.LOG_MIN)
 
 
 def is_allowed(name: str) -> bool:
@@ -50,6 +57,23 @@ def build(base: Mapping[str, str], pass_env: Iterable[str] = (),
 def passed(base: Mapping[str, str], pass_env: Iterable[str]) -> list[str]:
     """The `pass_env` names that `base` has: what an approval request lists (never the values)."""
     return [name for name in pass_env if name in base]
+
+
+def credentials(base: Mapping[str, str], pass_env: Iterable[str]) -> dict[str, str]:
+    """The passed values a child's output must not show: those `looks_secret` picks."""
+    return {name: base[name] for name in pass_env if name in base and looks_secret(name, base[name])}
+
+
+def looks_secret(name: str, value: str) -> bool:
+    """Whether a passed variable is a credential: its name says so, or its value reads like a token
+    (a run of 16+ letters, digits, `+/=` mixing letters and digits) and is no path (/, ~, .)."""
+    if len(value) < HIDDEN_MIN:
+        return False
+    if CREDENTIAL_NAME_RE.search(name):
+        return True
+    if value.startswith(("/", "~", ".")):  # KUBECONFIG, a socket: printed often, no secret
+        return False
+    return any(re.search(r"[A-Za-z]", run) and re.search(r"[0-9]", run) for run in TOKEN_RUN_RE.findall(value))
 
 
 def name_problem(name: str, reserved: Iterable[str] = (), elsewhere: Iterable[str] = ()) -> str | None:

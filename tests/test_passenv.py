@@ -57,3 +57,14 @@ def test_passed_lists_the_set_names_in_config_order() -> None:
 def test_name_problem(name: str, problem: str | None) -> None:
     found = passenv.name_problem(name, reserved={"HOME"})
     assert (found is None) if problem is None else (found is not None and found.startswith(problem))
+
+
+def test_a_passed_value_that_reads_like_a_credential_is_picked_for_hiding() -> None:
+    """By its name (any value of 4+ characters), or by a token's shape; names of things and paths stay."""
+    base = {"GH_TOKEN": "ghp_x", "DB_PASS": "hunter2", "GOOGLE_APPLICATION_CREDENTIALS": "/home/me/sa.json",
+            "DEPLOY_HOOK": "https://hooks.example.com/T0/Zk3jH8sQ2mP9vX4cB7nW", "PIN_CODE": "4711",
+            "AWS_PROFILE": "work-profile-7c1f", "RUN_ID": "123e4567-e89b-12d3-a456-426614174000",
+            "KUBECONFIG": "/home/me/.kube/config2024abcdefghij", "PAGER": "less", "KEYMAP": "de-latin1-nodeadkeys",
+            "API_KEY": "abc"}
+    assert passenv.credentials(base, [*base, "MISSING"]) == {
+        k: base[k] for k in ("GH_TOKEN", "DB_PASS", "GOOGLE_APPLICATION_CREDENTIALS", "DEPLOY_HOOK")}

@@ -8,7 +8,8 @@ text. A non-zero exit fails the call with the tails of stderr and stdout; exit 7
 credential was rejected", which is `credential_missing` naming the key a stderr
 line `SCV_REJECTED=KEY` gives (a declared one), else the only key, else them all.
 A declared secret's value never comes back: wherever the script printed it
-(stdout or stderr, plain or JSON-escaped) it reads `[secret KEY]`.
+(stdout or stderr, plain or JSON-escaped) it reads `[secret KEY]`; so does a
+`pass_env` value that reads like a credential (passenv.looks_secret).
 
 The script runs through the one process runner, in the workspace, inside the
 sandbox when it is on (its folder bound read-only). Its environment is the
@@ -34,7 +35,7 @@ from .. import validation_text as vt
 from ..errors import (ConfigError, CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, ToolDefinitionError,
                       Unavailable)
 from ..process import CUT_MARKER, run_process
-from ..redact import forms, redact, redact_tree
+from ..redact import forms, hide_in_logs, redact, redact_tree
 from ..secrets import REFUSED_RE, SecretStore, off_loop
 from ..text import excerpt, well_formed
 from .contract import (CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, findings, own_deadline,
@@ -192,8 +193,11 @@ class ScriptTool(Tool):
         secrets = await self._secrets(ctx)
         # the path the sandbox binds: a folder linked in from elsewhere is hidden (scvd's own dirs) at its link
         folder = str(self.definition.real_folder)
-        env = passenv.build(os.environ, [*KEPT, *self.pass_env(ctx.config)],
-                            set={**secrets, "SCV_TOOL_DIR": folder})
+        granted = self.pass_env(ctx.config)
+        env = passenv.build(os.environ, [*KEPT, *granted], set={**secrets, "SCV_TOOL_DIR": folder})
+        # a passed GH_TOKEN is as much a credential as a declared one: out of the output too
+        hidden = {**passenv.credentials(os.environ, granted), **secrets}
+        hide_in_logs(hidden)
         tools = ctx.config.tools
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
@@ -211,7 +215,7 @@ class ScriptTool(Tool):
             if problem := _shebang_problem(self.definition.executable):  # else the script's own exit 1
                 raise self._cannot_start(why=problem)
         clipped = plan.timeout is not None and plan.timeout < self.deadline(ctx.config)
-        return self._answer(redacted(result, secrets), plan, secrets, clipped)
+        return self._answer(redacted(result, hidden), plan, hidden, clipped)
 
     def _cannot_start(self, exc: OSError | None = None, why: str = "") -> Failed:
         """The command did not start (`exc`); its #! line may say why better than the kernel's "No such

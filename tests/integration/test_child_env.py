@@ -140,6 +140,33 @@ def test_a_script_tool_sees_no_planted_credential_but_its_pass_env_name_and_secr
     assert "AWS_PROFILE" not in plain.result and "API_TOKEN" not in plain.result
 
 
+ECHOES_PASSED = """#!/bin/bash
+cat >/dev/null
+echo "token=$GH_TOKEN profile=$AWS_PROFILE" >&2
+echo "token=$GH_TOKEN hook=$DEPLOY_HOOK profile=$AWS_PROFILE kube=$KUBECONFIG"
+exit "$EXIT"
+"""
+
+
+@pytest.mark.parametrize("code", [0, 1])
+def test_a_passed_credential_never_comes_back_in_the_output(make_daemon, scv_home: Path, workspace: Path,
+                                                            code: int) -> None:
+    """A GH_TOKEN granted through pass_env was echoed back to the model as is; a profile name and a
+    path, which the rule leaves alone, still read as printed."""
+    folder = make_tool(scv_home, "echoes", risk="read_only")
+    (folder / "run").write_text(ECHOES_PASSED)
+    passed = {"GH_TOKEN": "ghp_planted0000", "DEPLOY_HOOK": "https://hooks.example.com/T0/Zk3jH8sQ2mP9vX4cB7nW",
+              **PASSED, "KUBECONFIG": "/home/me/.kube/config", "EXIT": str(code)}
+    d = make_daemon(f'[tools.script.echoes]\npass_env = {json.dumps(list(passed))}\n', home=scv_home, env=passed)
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "script_echoes", {})
+    text = done.result if code == 0 else done.error.message
+    assert ("token=[secret GH_TOKEN] hook=[secret DEPLOY_HOOK] profile=work-profile-7c1f "
+            "kube=/home/me/.kube/config") in text
+    assert code == 0 or "stderr: token=[secret GH_TOKEN] profile=work-profile-7c1f" in text
+    assert "ghp_" not in text and "Zk3j" not in text
+
+
 def test_a_pass_env_table_for_no_script_tool_is_a_listed_load_error(make_daemon, scv_home: Path) -> None:
     make_tool(scv_home, "envdump")
     d = make_daemon('[tools.script.evndump]\npass_env = ["AWS_PROFILE"]\n', home=scv_home)
