@@ -118,6 +118,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         width = max(len(e.name) for e in entries)
         for e in entries:
             print(f"{e.name:<{width}}  {e.source:<7}  {e.where}")
+    unknown = [e.name for e in entries if e.source == "unknown"]
+    if unknown:  # the list is printed but not whole: a script checking for its key must not read "set"
+        print(f"scvctl: the keyring could not be read (locked?): unlock it, then list again to see whether "
+              f"it holds {', '.join(unknown)}", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK
 
 

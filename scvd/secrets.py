@@ -83,7 +83,7 @@ class Entry:
     """One known secret name and where its value is found."""
 
     name: str
-    source: str  # keyring | file | env | missing
+    source: str  # keyring | file | env | missing | unknown (a keyring that cannot be read may hold it)
     where: str  # the keyring backend, the file's path, or "environment"
 
 
@@ -402,10 +402,18 @@ class SecretStore:
         return self._entry(key, found[1] if found else "missing")
 
     def list(self, also: list[str] | tuple[str, ...] = ()) -> list[Entry]:
-        """Every stored name, plus `also` (e.g. keys that tools declare), with its source."""
+        """Every stored name, plus `also` (e.g. keys that tools declare), with its source: `unknown`
+        for one that only a keyring that cannot be read (locked) may hold; the others are still said."""
         values, names = self._read()
         keys = sorted(set(values) | set(names) | {k for k in also if KEY_RE.fullmatch(k)})
-        return [self.source(k) for k in keys]
+        entries = []
+        for key in keys:
+            try:
+                entries.append(self.source(key))
+            except errors.Unavailable as exc:  # its message up to the way on: backend, verb, key, why
+                entries.append(Entry(name=key, source="unknown", where=f"in neither the file nor the "
+                                     f"environment; {exc.message.split(':')[0]}: unlock it to see whether it is set"))
+        return entries
 
     def _entry(self, key: str, source: str) -> Entry:
         missing = "not set"

@@ -490,6 +490,22 @@ def test_a_secrets_toml_not_in_utf8_says_a_fix_that_works(xdg: Path):
                                                    "change it either)\n")
 
 
+def test_scvctl_secrets_list_with_the_keyring_locked_still_lists_every_name(xdg: Path):
+    """It printed one `unavailable:` line and no list, even of the names secrets.toml holds."""
+    home, kr = xdg / "home", xdg / "lockable.json"
+    assert scvctl(home, xdg, "secrets", "set", "GH_TOKEN", input="tok-123", backend=LOCKABLE).returncode == 0
+    assert scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="in-file").returncode == 0
+    lockable_keyring.lock(kr)
+    out = scvctl(home, xdg, "secrets", "list", backend=LOCKABLE)
+    assert out.returncode == 1
+    assert [line.split()[:2] for line in out.stdout.splitlines()] == [["API_TOKEN", "file"], ["GH_TOKEN", "unknown"]]
+    assert "could not read GH_TOKEN (KeyringLocked): unlock it to see whether it is set" in out.stdout
+    assert out.stderr.endswith("scvctl: the keyring could not be read (locked?): unlock it, then list again to "
+                               "see whether it holds GH_TOKEN\n")
+    listed = scvctl(home, xdg, "--json", "secrets", "list", backend=LOCKABLE)
+    assert listed.returncode == 1 and [e["source"] for e in json.loads(listed.stdout)] == ["file", "unknown"]
+
+
 def test_scvctl_secrets_delete_of_a_name_whose_keyring_entry_is_gone_says_it_dropped_the_name(xdg: Path):
     """Removed in the keyring's own app, it was listed `missing`; delete dropped it from the list and
     said "GH_TOKEN is not stored" (exit 1)."""
