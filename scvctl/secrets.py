@@ -58,7 +58,7 @@ def store() -> SecretStore:
 
 
 def read_value(key: str) -> str:
-    """Masked on a terminal; otherwise all of stdin, less one trailing newline."""
+    """Masked on a terminal; otherwise all of stdin, less one trailing newline (the store strips the rest)."""
     if sys.stdin.isatty():
         try:
             return masked_input(f"value for {key} (input hidden): ")
@@ -90,15 +90,17 @@ def cmd_set(args: argparse.Namespace) -> int:
     if _bad_key(args.key):
         return EXIT_USAGE
     value = read_value(args.key)
-    if not value:
+    if not value.strip():
         print(f"usage: no value given for {args.key}: type it at the prompt, or pipe it in "
               f"(printf %s \"$TOKEN\" | scvctl secrets set {args.key})", file=sys.stderr)
         return EXIT_USAGE
-    entry = store().set(args.key, value)
+    entry = store().set(args.key, value)  # stored without the whitespace around it
+    trimmed = value != value.strip()
     if args.json:
-        emit_json({"name": entry.name, "source": entry.source, "where": entry.where})
+        emit_json({"name": entry.name, "source": entry.source, "where": entry.where, "trimmed": trimmed})
     else:
-        print(f"stored {entry.name} in the {entry.source} ({entry.where})")
+        dropped = "; the spaces or line breaks around the value were dropped" if trimmed else ""
+        print(f"stored {entry.name} in the {entry.source} ({entry.where}){dropped}")
     return EXIT_OK
 
 

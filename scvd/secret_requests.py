@@ -150,7 +150,7 @@ class SecretRequests:
     async def provide(self, request_id: str, value: str, decided_by: str) -> None:
         """Store the value for a pending request (first answer wins)."""
         request = self._get(request_id)
-        check_value(value)  # a bad value is the approver's to fix: the request stays pending
+        value = check_value(value)  # a bad value is the approver's to fix: the request stays pending
         del self.pending[request.id]  # taken: a second answer while storing finds nothing
         request.storing = True
         # its outcome is recorded when the store ends, even when this answer's handler is cancelled

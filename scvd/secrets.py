@@ -104,8 +104,11 @@ def check_key(key: str) -> str:
 
 
 def check_value(value: str) -> str:
+    """The value to store: without the whitespace around it (a token pasted with a space or a line
+    break got a 401 that a new round of the same paste could not fix), or InvalidRequest."""
+    value = value.strip()
     if not value:
-        raise errors.InvalidRequest("a secret's value cannot be empty")
+        raise errors.InvalidRequest("a secret's value cannot be empty (or only whitespace)")
     if len(value) > MAX_VALUE_CHARS:
         raise errors.InvalidRequest(f"a secret's value is limited to {MAX_VALUE_CHARS} characters, this one has "
                                     f"{len(value):,}; nothing was stored (is it the right file?)")
@@ -430,7 +433,7 @@ class SecretStore:
         The file is written first, the name listed: one that cannot be written stores nothing (never
         a keyring value `list` does not show); a keyring that refuses gets the file back as it was."""
         check_key(key)
-        check_value(value)
+        value = check_value(value)
         kr = self.keyring()
         with self._locked():
             values, names = self._read()

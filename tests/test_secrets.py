@@ -449,6 +449,16 @@ def test_scvctl_secrets_set_that_cannot_write_secrets_toml_stores_nothing_and_sa
     assert (home / "secrets.toml").read_text() == before
 
 
+def test_scvctl_secrets_set_drops_the_whitespace_around_a_pasted_value_and_says_so(xdg: Path):
+    """A token pasted with a space or a second line break was stored with it: every call got a 401."""
+    home = xdg / "home"
+    out = scvctl(home, xdg, "secrets", "set", "GH_TOKEN", input=" tok-123\t\n\n")
+    assert out.returncode == 0 and out.stdout.endswith("; the spaces or line breaks around the value were dropped\n")
+    assert SecretStore(home / "secrets.toml", env={}).get("GH_TOKEN") == "tok-123"
+    blank = scvctl(home, xdg, "secrets", "set", "GH_TOKEN", input="  \n")
+    assert blank.returncode == 2 and "no value given for GH_TOKEN" in blank.stderr
+
+
 def test_scvctl_secrets_set_refuses_an_empty_value_and_a_bad_name(xdg: Path):
     home = xdg / "home"
     empty = scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="")

@@ -207,8 +207,13 @@ def test_a_bad_key_or_value_is_refused_and_the_request_stays_pending(setup, work
         request = secret_requested(watcher, "API_TOKEN")
         with pytest.raises(errors.InvalidRequest, match="NUL"):
             watcher.request(p.SecretProvide, request_id=request.request_id, value="a\x00b")
-        watcher.request(p.SecretProvide, request_id=request.request_id, value=VALUE)
+        with pytest.raises(errors.InvalidRequest, match="only whitespace"):
+            watcher.request(p.SecretProvide, request_id=request.request_id, value=" \n")
+        # pasted with a line break and spaces around it: the token alone is stored, not a 401 to come
+        watcher.request(p.SecretProvide, request_id=request.request_id, value=f"  {VALUE}\r\n")
         assert agent.wait_call(call_id).ok
+        used = agent.call(sid, "script_token", {"text": "x"})
+    assert used.result["sha256"] == hashlib.sha256(VALUE.encode()).hexdigest()
 
 
 def test_the_round_limit_cannot_be_dodged_by_naming_a_tool_that_does_not_exist(setup, workspace):
