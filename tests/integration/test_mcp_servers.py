@@ -843,7 +843,7 @@ def test_debug_logging_hides_a_key_in_the_urls_query(make_daemon, workspace, mon
 
 
 def test_a_header_secret_http_cannot_send_is_named_and_its_value_never_shown(make_daemon, http_server, monkeypatch):
-    d = http_daemon(make_daemon, http_server, "Bearer sk-live-SECRET-123\n", monkeypatch)
+    d = http_daemon(make_daemon, http_server, "Bearer sk-live-SECRET-123\r\nX-Injected: 1", monkeypatch)
     with d.client(name="t") as c:
         down = server(c, "notes", "down")
         assert down.error.startswith("credential_missing: mcp.servers.notes.headers Authorization: the stored "
