@@ -137,8 +137,9 @@ class McpTool(Tool):
         if self._validator is False:
             return []
         try:
-            # the first few only: a huge array of bad items would make an error each
-            return list(itertools.islice(self._validator.iter_errors(arguments), MAX_ERRORS))
+            # the first few only: a huge array of bad items would make an error each; by path, for first_error
+            found = itertools.islice(self._validator.iter_errors(arguments), MAX_ERRORS)
+            return sorted(found, key=lambda e: [str(p) for p in e.absolute_path])
         except Exception:
             return []
 

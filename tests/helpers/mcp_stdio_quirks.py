@@ -69,7 +69,8 @@ if mode == "relist-hangs":
     tools.append({"name": "announce", "description": "Says its tools changed.", "inputSchema": {"type": "object"}})
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
     tools.append({"name": "slug", "description": "Takes a slug.", "inputSchema": {
-        "type": "object", "properties": {"s": {"type": "string", "pattern": "^(a|aa)+$"}}}})
+        "type": "object", "required": ["slug"], "additionalProperties": False,
+        "properties": {"slug": {"type": "string", "pattern": "^(a|aa)+$"}}}})
 if mode == "huge-schema":
     values = [f"v{i:07d}" for i in range(900_000)]
     tools.append({"name": "big", "description": "A huge schema.",

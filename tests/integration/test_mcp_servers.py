@@ -422,12 +422,16 @@ def test_a_servers_pattern_that_backtracks_leaves_the_check_to_the_server(make_d
     with d.client(name="t") as c, d.client(name="other") as other:
         assert server(c, "raw").tools == 2
         sid = c.open_session(workspace)
-        call_id = c.start_call(sid, "mcp__raw__slug", {"s": "a" * 36 + "!"})
+        call_id = c.start_call(sid, "mcp__raw__slug", {"slug": "a" * 36 + "!"})
         assert other.request(p.Ping)  # served meanwhile
         done = c.wait_call(call_id)
-        assert done.ok and json.loads(done.result["text"]) == {"s": "a" * 36 + "!"}, done.error
-        refused = c.call(sid, "mcp__raw__slug", {"s": "b"})  # a plain mismatch is still scvd's to refuse
+        assert done.ok and json.loads(done.result["text"]) == {"slug": "a" * 36 + "!"}, done.error
+        refused = c.call(sid, "mcp__raw__slug", {"slug": "b"})  # a plain mismatch is still scvd's to refuse
         assert refused.error.kind == "invalid_arguments" and "does not match" in refused.error.message
+        # a misnamed argument: the one meant, as a script tool says it, not "'slug' is a required property"
+        misnamed = c.call(sid, "mcp__raw__slug", {"slg": "aa"})
+        assert misnamed.error.message == ("mcp__raw__slug: Additional properties are not allowed ('slg' was "
+                                          "unexpected); did you mean 'slug'? (properties: slug)")
 
 
 def test_lint_shows_findings_for_a_schema_with_go_nulls(make_daemon, workspace, tmp_path):
