@@ -1,11 +1,12 @@
 """The secret store: named credentials for script tools, looked up in a fixed order.
 
-Lookup order (seed 003): the OS keyring through `keyring` (service `scv`, account =
-the key name) when a usable backend exists; then `secrets.toml` (0600) in the
-config dir; then the daemon's environment variable of that name. Writes go to the
-keyring when it is usable (dropping the file's copy), else to the file. A value in
-both is one written where the keyring was out of reach after it held the old one:
-the file's, the newer, is taken first. A keyring that fails (locked) is
+Lookup order: `secrets.toml` (0600) in the config dir; then the OS keyring
+through `keyring` (service `scv`, account = the key name) when a usable backend
+exists; then the daemon's environment variable of that name. Writes go to the
+keyring when it is usable (dropping the file's copy), else to the file, so a key
+is in one of the two; a value in both is one written where the keyring was out of
+reach after it held the old one: the file's, the newer, which is why the file
+comes first (seed 003 lists the keyring first: the same answer but for that case). A keyring that fails (locked) is
 passed over; a key then found nowhere else is `Unavailable` ("unlock it"), never
 "not set": storing it again would fail on the same lock.
 
@@ -221,8 +222,7 @@ def parse_file(path: Path, text: str) -> tuple[dict[str, str], list[str]]:
 
 
 class SecretStore:
-    """Keyring, then `secrets.toml` (taken first where both hold one), then the environment; see
-    the module docstring."""
+    """`secrets.toml`, then the keyring, then the environment; see the module docstring."""
 
     def __init__(self, path: Path, env: Mapping[str, str] | None = None,
                  *, use_keyring: bool = True, env_label: str = "environment") -> None:

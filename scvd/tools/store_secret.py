@@ -33,8 +33,9 @@ MCP_PREFIX = "mcp__"
 ROUNDS_SERVICE = "store_secret_rounds"  # ctx.services key of this session's round counter
 
 DESCRIPTION = (  # seed 003: the lookup order (keyring service scv, account the key's name) and the auth
-    # failures that call for it (missing key, 401, 403, expired token), in 200 chars
-    "Have a person type secret KEY, masked; read from keyring (scv/KEY), secrets.toml, env.\n"
+    # failures that call for it (missing key, 401, 403, expired token), in 200 chars. The order is the
+    # store's: a value in secrets.toml is taken before the keyring's (SecretStore._find says why)
+    "Have a person type secret KEY, masked; read from secrets.toml, keyring (scv/KEY), env.\n"
     "Use when a tool fails (credential_missing/401/403/expired token); call it again.\n"
     "Max 2 rounds per tool per turn."
 )

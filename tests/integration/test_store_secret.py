@@ -113,7 +113,8 @@ def test_store_secret_is_a_system_tool_whose_description_holds_the_lookup_order(
         assert "store_secret" not in {t.name for t in c.request(p.ToolsList).tools}
         tool = {t.name: t for t in c.request(p.ToolsList, include_system=True).tools}["store_secret"]
     assert tool.flags["system_use"] and tool.flags["always_allow"] and tool.flags["no_timeout"]
-    assert f"read from keyring ({secrets.SERVICE}/KEY), secrets.toml, env." in tool.description
+    # in the order the store takes them: a value in the file before the keyring's (it was said the other way)
+    assert f"read from secrets.toml, keyring ({secrets.SERVICE}/KEY), env." in tool.description
     # and when to call it, as seed 003 lists the auth failures: an MCP host's agent reads only this
     assert "(credential_missing/401/403/expired token)" in tool.description
     assert "an empty printenv proves nothing" in tool.input_schema["properties"]["key"]["description"]
