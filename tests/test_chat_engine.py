@@ -121,6 +121,21 @@ def test_find_tools_over_many_mcp_tools_answers_the_best_and_counts_the_rest():
     assert "more" not in output(t, "c2")["result"]
 
 
+def test_find_tools_that_matches_nothing_says_what_to_try_and_which_tools_there_are():
+    """An empty list alone: the model guessed other words blind, or gave up on a tool it had."""
+    many = [cat.Entry(f"mcp__gh__issue_{n}", "Issue tool.", {"type": "object"}) for n in range(3)]
+    t = Turn(Conversation(settings=Opened(workspace="/ws")), cat.Catalog([*catalog().entries.values(), *many]),
+             "t1", max_steps=8, context_tokens=100_000)
+    t.start("x")
+    t.on_reply("", [call("c1", "find_tools", query="deploy kubernetes")], Usage())
+    answer = output(t, "c1")["result"]
+    assert answer["tools"] == [] and answer["note"] == (
+        "no tool matches 'deploy kubernetes'; try other words (what the tool does, or part of its name), or "
+        "find_tools without a query to list every tool; the tools here: mcp__gh__* (3 tools), read, watch, write")
+    t.on_reply("", [call("c2", "find_tools", query="write")], Usage())
+    assert "note" not in output(t, "c2")["result"]
+
+
 def test_find_tools_loads_no_schema_for_a_small_word_of_the_query():
     """Words matched as substrings: the "a" of "read a file" is in "watch" and in nearly every
     description, so a search loaded up to 8 unrelated schemas, sent with every later request."""

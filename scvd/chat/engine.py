@@ -48,8 +48,6 @@ from .items import (AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, 
 log = logging.getLogger("scvd.chat")
 
 BACKGROUND_NOTE = "started in the background; its result will be handed to you when it arrives"
-# after a cancelled turn's text, which stays (as a failed turn's does): the next turn's came right after
-# it, and the model took the cancelled request for one still to carry out
 # the schemas a conversation keeps loaded: at most SCHEMA_LIMIT, taking at most 1/SCHEMA_SHARE of
 # chat.context_tokens, but always the newest SCHEMA_KEEP (one search's), so a call just loaded can be made
 SCHEMA_LIMIT = 32
@@ -59,8 +57,24 @@ SCHEMA_KEEP = cat.SEARCH_LIMIT
 # code, whose punctuation and short names are tokens of their own, so a request made to fit the
 # model's window to the token was still refused as longer than it
 MARGIN = 10
+NAMES_SHOWN = 40  # of the tool names (an MCP server's counted as one) a find_tools that matched nothing lists
+# after a cancelled turn's text, which stays (as a failed turn's does): the next turn's came right after
+# it, and the model took the cancelled request for one still to carry out
 CANCELLED_NOTE = ("[this turn was cancelled before it was answered; do not carry out the request above unless "
                   "asked again]")
+
+
+def _names(catalog: cat.Catalog, include_system: bool) -> str:
+    """The conversation's tool names, an MCP server's tools as one `mcp__SERVER__*` (N tools)."""
+    counts: dict[str, int] = {}
+    for e in catalog.entries.values():
+        if include_system or not e.system_use:
+            server = e.name.split("__")[1] if e.name.startswith("mcp__") and e.name.count("__") >= 2 else None
+            name = f"mcp__{server}__*" if server else e.name
+            counts[name] = counts.get(name, 0) + 1
+    shown = [f"{n} ({counts[n]} tools)" if n.endswith("*") else n for n in sorted(counts)[:NAMES_SHOWN]]
+    rest = f" and {len(counts) - NAMES_SHOWN} more" if len(counts) > NAMES_SHOWN else ""
+    return (", ".join(shown) or "none") + rest
 
 
 # --- actions --------------------------------------------------------------------------
@@ -355,6 +369,10 @@ class Turn:
         if more:
             answer["more"] = (f"{more} more tools match, not shown; narrow the query (words of the name or "
                               "purpose of the tool you need) to see them")
+        if not found and parsed.query.strip():  # an empty list alone left the model to guess again blind
+            answer["note"] = (f"no tool matches {parsed.query.strip()!r}; try other words (what the tool does, "
+                              "or part of its name), or find_tools without a query to list every tool; the tools "
+                              f"here: {_names(self.catalog, parsed.include_system)}")
         return self._local(call, ok_output(answer))
 
     def _local(self, call: ToolCall, output: str) -> list[Any]:
