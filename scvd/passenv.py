@@ -35,9 +35,9 @@ NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # a passed name that reads like a credential's (GH_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASS, GITLAB_PAT)
 CREDENTIAL_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|COOKIE|APIKEY"
                                 r"|(?:^|_)(?:KEY|PASS|PAT)(?:_|$)", re.IGNORECASE)
-# a token's or a base64 key's body: a run this long of these characters; `-` and `_` end a run, so a
-# name such as work-profile-7c1f or a UUID is none
-TOKEN_RUN_RE = re.compile(r"[A-Za-z0-9+/=]{16,}")
+# a token's or a base64 key's body: a run this long of these characters; `-`, `_` and `/` end a run, so a
+# name such as work-profile-7c1f, a UUID or a URL's path (/api/v1/projects/42) is none
+TOKEN_RUN_RE = re.compile(r"[A-Za-z0-9+=]{16,}")
 HIDDEN_MIN = 4  # a shorter value would blot out ordinary text wherever it occurs (as redact.LOG_MIN)
 
 
@@ -66,7 +66,7 @@ def credentials(base: Mapping[str, str], pass_env: Iterable[str]) -> dict[str, s
 
 def looks_secret(name: str, value: str) -> bool:
     """Whether a passed variable is a credential: its name says so, or its value reads like a token
-    (a run of 16+ letters, digits, `+/=` mixing letters and digits) and is no path (/, ~, .)."""
+    (a run of 16+ letters, digits, `+=` mixing letters and digits) and is no path (/, ~, .)."""
     if len(value) < HIDDEN_MIN:
         return False
     if CREDENTIAL_NAME_RE.search(name):

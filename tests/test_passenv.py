@@ -65,6 +65,6 @@ def test_a_passed_value_that_reads_like_a_credential_is_picked_for_hiding() -> N
             "DEPLOY_HOOK": "https://hooks.example.com/T0/Zk3jH8sQ2mP9vX4cB7nW", "PIN_CODE": "4711",
             "AWS_PROFILE": "work-profile-7c1f", "RUN_ID": "123e4567-e89b-12d3-a456-426614174000",
             "KUBECONFIG": "/home/me/.kube/config2024abcdefghij", "PAGER": "less", "KEYMAP": "de-latin1-nodeadkeys",
-            "API_KEY": "abc"}
+            "API_KEY": "abc", "API_BASE": "https://api.example.com/v1/projects/42"}
     assert passenv.credentials(base, [*base, "MISSING"]) == {
         k: base[k] for k in ("GH_TOKEN", "DB_PASS", "GOOGLE_APPLICATION_CREDENTIALS", "DEPLOY_HOOK")}
