@@ -28,7 +28,7 @@ from ..errors import CredentialMissing, Failed, InvalidArguments, LimitExceeded,
 from ..secrets import REFUSED_RE, off_loop
 from ..text import well_formed
 from . import spec
-from .tool import TOO_MANY_ITEMS, CallOutcome, ToolSpec
+from .tool import OMITTED_KEY, OUTPUT_LIMIT, TOO_MANY_ITEMS, CallOutcome, ToolSpec, json_size
 
 log = logging.getLogger("scvd.mcp")
 
@@ -190,7 +190,7 @@ class ServerLink:
     async def _connect_once(self) -> None:
         async with contextlib.AsyncExitStack() as stack:
             read, write = await self._transport(stack)
-            session = ClientSession(
+            session = _Session(
                 read, write, message_handler=self._on_message,
                 client_info=types.Implementation(name="scvd", version=__version__),
             )
@@ -389,11 +389,12 @@ class ServerLink:
                 self._raise_if_credential_refused(tool)
             why = self._hide(_describe(exc))
             raise Unavailable(f"mcp server {self.name} failed during the call: {why}") from None
+        omitted = _leave_out_large(result)  # before the walks below: 10 MB held the loop seconds
         dumped = well_formed(result.model_dump(mode="json", exclude_none=True))
         if self._secrets:  # a server may quote the token its start was given, in an error or a result
             dumped = redact_tree(dumped, self._secrets)
-        return CallOutcome(is_error=bool(getattr(result, "is_error", False)),
-                           content=dumped.get("content") or [], structured=dumped.get("structured_content"))
+        return CallOutcome(is_error=bool(getattr(result, "is_error", False)), content=dumped.get("content") or [],
+                           structured=dumped.get("structured_content"), structured_omitted=omitted)
 
     def _needs(self, exc: BaseException) -> tuple[str, ...]:
         """The secrets a failed start wants: one not set, or the headers' when they were refused."""
@@ -456,6 +457,29 @@ def _quiet(task: asyncio.Task[None]) -> None:
     """Retrieve a stopped link's outcome: how its connection ended no longer matters."""
     if not task.cancelled():
         task.exception()
+
+
+class _Session(ClientSession):
+    async def validate_tool_result(self, name: str, result: types.CallToolResult) -> None:
+        # what scvd leaves out is not judged against the tool's outputSchema (a walk of it all, on the
+        # loop), nor refused as missing
+        if _leave_out_large(result) is None:
+            await super().validate_tool_result(name, result)
+
+
+def _leave_out_large(result: Any) -> int | None:
+    """The size of `result`'s structuredContent when it is above OUTPUT_LIMIT, which scvd leaves out
+    (taken out of `result`; a stdio server's was before the SDK read it, see stdio.py); else None."""
+    meta = getattr(result, "meta", None) or {}
+    structured = getattr(result, "structured_content", None)
+    if structured is None:
+        size = meta.get(OMITTED_KEY)
+        return size if isinstance(size, int) else None
+    size = json_size(structured)
+    if size <= OUTPUT_LIMIT:
+        return None
+    result.structured_content, result.meta = None, {**meta, OMITTED_KEY: size}
+    return size
 
 
 class _Lost(Exception):

@@ -17,7 +17,8 @@ a line `cleaned` to STARTS_FILE and exits; `cursor-loop` answers every tools/lis
 the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/list_changed, and never
 answers a tools/list after the first; `steps` also lists `steps`, which sends three progress notifications
 at once before its answer; `hang` also lists `hang`, which never answers; `huge-results` also lists
-`items`, whose result has `n` text items, and `mib`, whose text is `mib` MiB. Its tool `echo` answers
+`items`, whose result has `n` text items, `mib`, whose text is `mib` MiB, and `rows`, whose
+structuredContent (as its outputSchema says) has `n` rows. Its tool `echo` answers
 with its arguments.
 """
 
@@ -64,7 +65,10 @@ if mode == "hang":
     tools.append({"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}})
 if mode == "huge-results":
     tools += [{"name": "items", "description": "Answers n items.", "inputSchema": {"type": "object"}},
-              {"name": "mib", "description": "Answers mib MiB.", "inputSchema": {"type": "object"}}]
+              {"name": "mib", "description": "Answers mib MiB.", "inputSchema": {"type": "object"}},
+              {"name": "rows", "description": "Answers n rows.", "inputSchema": {"type": "object"},
+               "outputSchema": {"type": "object", "required": ["rows"], "properties": {"rows": {
+                   "type": "array", "items": {"type": "object", "required": ["i"]}}}}}]
 if mode == "relist-hangs":
     tools.append({"name": "announce", "description": "Says its tools changed.", "inputSchema": {"type": "object"}})
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
@@ -139,6 +143,10 @@ for line in sys.stdin:
             result = {"content": [{"type": "text", "text": str(i)} for i in range(msg["params"]["arguments"]["n"])]}
         elif name == "mib":
             result = {"content": [{"type": "text", "text": "x" * (msg["params"]["arguments"]["mib"] << 20)}]}
+        elif name == "rows":
+            n = msg["params"]["arguments"]["n"]
+            result = {"content": [{"type": "text", "text": f"{n} rows"}],
+                      "structuredContent": {"rows": [{"i": i, "name": f"row {i}"} for i in range(n)]}}
         elif name == "typed":
             result = {"content": [{"type": "text", "text": "n?"}], "structuredContent": {"n": "not a number"}}
         send({"jsonrpc": "2.0", "id": msg_id, "result": result})

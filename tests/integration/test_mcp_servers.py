@@ -404,6 +404,23 @@ def test_a_huge_result_fails_its_call_with_kind_limit_saying_why(make_daemon, wo
     assert len(starts.read_text().splitlines()) == 1
 
 
+def test_a_huge_structured_content_is_left_out_unread_and_scvd_answers_meanwhile(make_daemon, workspace, tmp_path):
+    """10 MB of structuredContent held every client up for seconds (the SDK's parse and schema check,
+    scvd's walks and size check), only for scvd to leave it out; the note did not say what to do."""
+    d = make_daemon(quirks_stdio_table("huge-results", tmp_path / "starts") + 'risk = "read_only"\n')
+    with d.client(name="t") as c, d.client(name="other") as other:
+        server(c, "raw")
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "mcp__raw__rows", {"n": 300_000})
+        assert other.request(p.Ping)  # served meanwhile
+        big = c.wait_call(call_id)
+        assert big.ok and big.result["text"] == "300000 rows" and "structured_content" not in big.result, big
+        assert big.result["structured_content_omitted"] == (
+            "9677790 bytes of JSON, above the 1048576-byte output cap with the text; to have it, ask the tool for less")
+        small = c.call(sid, "mcp__raw__rows", {"n": 2})
+        assert small.result["structured_content"] == {"rows": [{"i": 0, "name": "row 0"}, {"i": 1, "name": "row 1"}]}
+
+
 def test_a_tools_list_scvd_cannot_read_is_why_the_server_is_down(make_daemon, tmp_path):
     """The server exits once scvd gives up on it and closes its stdin: that exit is not the reason
     (it said "the server process exited with status 0")."""
