@@ -283,12 +283,24 @@ class ServerLink:
         elif self._proc is not None and self._proc.exited.done() and _any(exc, _broke):
             self.error = self._why_lost()  # it died while starting: its exit and stderr say why
             return
+        elif self._http_status is None and (answer := _first(exc, _answered_with_error)):
+            self.error = self._answered(answer)  # the bare message ("Method not found") said not whose
         else:  # scvd gave up on it (a tools/list it cannot read): that is why, not the exit that followed
             self.error = _describe(exc, self.url)
         if self._proc is not None:
             self.error = self._with_tail(self.error, self._proc)
         if self._http_status is not None and "HTTP status" not in self.error:
             self.error = f"HTTP status {self._http_status} from {self.url}: {self.error}"
+
+    def _answered(self, exc: MCPError) -> str:
+        asked = self._awaited.removeprefix("its ")
+        if asked != "initialize":
+            fix = "the server's author can tell why"
+        elif self.cfg.url:
+            fix = f"check that {self.url} is the server's MCP endpoint"
+        else:  # /bin/cat, say, echoes scvd's own request, which scvd answers "Method not found"
+            fix = "check that `command` and `args` start an MCP server speaking JSON-RPC on its stdin and stdout"
+        return f"its {asked} was answered with an error: {exc.error.message} (code {exc.error.code}); {fix}"
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -533,9 +545,19 @@ def _secret_values(cfg: McpServerConfig, target: Any) -> dict[str, str]:
 
 def _any(exc: BaseException, test: Any) -> bool:
     """Whether `exc`, or one in it (the SDK's task groups wrap what they raise), passes `test`."""
+    return _first(exc, test) is not None
+
+
+def _first(exc: BaseException, test: Any) -> Any:
+    """The first exception in `exc` (or `exc` itself) that passes `test`, or None."""
     if isinstance(exc, BaseExceptionGroup):
-        return any(_any(e, test) for e in exc.exceptions)
-    return bool(test(exc))
+        return next((found for e in exc.exceptions if (found := _first(e, test)) is not None), None)
+    return exc if test(exc) else None
+
+
+def _answered_with_error(exc: BaseException) -> bool:
+    """A JSON-RPC error answering scvd's request, not the connection closing."""
+    return isinstance(exc, MCPError) and exc.error.code != CONNECTION_CLOSED
 
 
 def _bad_result(exc: BaseException) -> bool:

@@ -321,6 +321,15 @@ def test_a_server_that_cannot_start_shows_its_stderr(make_daemon, workspace):
     assert "fs: mcp:fs: the server process exited with status 1; stderr: " in scvctl(d, "tools", "--errors")
 
 
+def test_an_error_answering_initialize_says_so_and_what_to_check(make_daemon):
+    """cat echoes scvd's initialize, which scvd answers "Method not found", back: status said only that."""
+    d = make_daemon('[mcp.servers.cat]\ncommand = "/bin/cat"\nsandbox = false\n')
+    with d.client(name="t") as c:
+        down = server(c, "cat", "down")
+    assert down.error == ("its initialize was answered with an error: Method not found (code -32601); check that "
+                          "`command` and `args` start an MCP server speaking JSON-RPC on its stdin and stdout")
+
+
 def test_the_servers_working_dirs_and_their_parent_are_private_whatever_the_umask(make_daemon):
     # mkdir(parents=True) gave <data>/mcp the umask's mode (0755): every server's dir name showed
     d = make_daemon('[mcp.servers.cat]\ncommand = "/bin/cat"\nsandbox = false\n', umask=0o022)
