@@ -42,6 +42,7 @@ STOP_GRACE = 5.0
 # an HTTP session's DELETE at a connection's end, which a server may never answer: a stop is done
 # within its grace, and a link connecting again (a lost session, a secret stored) does not wait for good
 DELETE_TIMEOUT = 3.0
+GONE_WAIT = 2.0  # for the exit and stderr of a server whose stdout ended under a call: they say why
 SESSION_GONE = (401, 403, 404)  # a revoked token, a session the server forgot: connect again (5xx too)
 STATUS_HTTP = "http"
 
@@ -379,8 +380,10 @@ class ServerLink:
                                     "server: if this call asked for a lot, ask the tool for less") from None
             if exc.error.code == CONNECTION_CLOSED:  # the server went away under the call
                 self._lose()
-                raise Unavailable(f"mcp server {self.name} went away during the call ({tool}); "
-                                  "scvd restarts it (see `scvctl status`)") from None
+                if self._proc is not None:  # its stdout ends first: what it said as it died comes after
+                    await self._proc.settled(GONE_WAIT)
+                raise Unavailable(f"mcp server {self.name} went away during the call ({tool}): "
+                                  f"{self._why_lost()}; scvd restarts it (see `scvctl status`)") from None
             if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
                 self._lose()
                 self._raise_if_credential_refused(tool)

@@ -50,6 +50,12 @@ class ServerProcess:
     broken: str | None = None  # why scvd ended the connection (a message above LINE_LIMIT)
     # the last lines on stdout that were not JSON-RPC: a usage text, a banner, a log line
     not_mcp: deque[str] = field(default_factory=lambda: deque(maxlen=NOT_MCP_LINES))
+    stderr_read: asyncio.Task[None] | None = None  # ends at its stderr's end
+
+    async def settled(self, timeout: float) -> None:
+        """Wait (up to `timeout`) for its exit and the end of its stderr: its stdout closed first."""
+        waits = [self.exited] + ([self.stderr_read] if self.stderr_read else [])
+        await asyncio.wait(waits, timeout=timeout)
 
     def stderr_tail(self, hide: Callable[[str], str] = str) -> str:
         """The last lines, each through `hide` (the secrets taken out) before it is cut."""
@@ -89,6 +95,7 @@ async def open_stdio(launch: StdioLaunch) -> AsyncIterator[tuple[Any, Any, Serve
         loop.create_task(_read_stderr(err, proc)),
         loop.create_task(_write_stdin(write_recv, stdin)),
     ]
+    proc.stderr_read = pumps[1]
     try:
         yield read_recv, write_send, proc
     finally:

@@ -11,7 +11,8 @@ inputSchema has `properties` and `required` null, as Go prints a nil map and sli
 (scvd's name for it is `echo`'s too); `results` also lists `leak_error`, `leak_ok` and `leak_progress`, which
 quote the environment's LEAK_TOKEN in an isError text, in a result's text and structuredContent, and
 in a progress notification's message, and
-`typed`, whose structuredContent does not match its outputSchema; `stubborn` does not exit when its
+`typed`, whose structuredContent does not match its outputSchema, and `crash`, which prints the token on
+stderr and exits with status 5; `stubborn` does not exit when its
 stdin ends (its stop takes scvd's grace, then SIGTERM); `trap-term` is `stubborn` and, at SIGTERM, appends
 a line `cleaned` to STARTS_FILE and exits; `cursor-loop` answers every tools/list with
 the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/list_changed, and never
@@ -58,7 +59,8 @@ if mode == "results":
               {"name": "leak_ok", "description": "Echoes its token.", "inputSchema": {"type": "object"}},
               {"name": "leak_progress", "description": "Reports its token.", "inputSchema": {"type": "object"}},
               {"name": "typed", "description": "A result unlike its schema.", "inputSchema": {"type": "object"},
-               "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}]
+               "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}},
+              {"name": "crash", "description": "Dies.", "inputSchema": {"type": "object"}}]
 if mode == "steps":
     tools.append({"name": "steps", "description": "Reports three steps at once.", "inputSchema": {"type": "object"}})
 if mode == "hang":
@@ -121,6 +123,9 @@ for line in sys.stdin:
         name, token = msg["params"]["name"], os.environ.get("LEAK_TOKEN", "")
         if name == "hang":
             continue
+        if name == "crash":
+            sys.stderr.write(f"fatal: lost my way with {token}\n")
+            sys.exit(5)
         text = json.dumps(msg["params"].get("arguments") or {})
         result: dict = {"content": [{"type": "text", "text": text}]}
         if name == "leak_error":

@@ -941,6 +941,10 @@ def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_d
         while not isinstance(event := c.next_event(), p.CallCompleted) or event.call_id != reported:
             if isinstance(event, p.CallProgress) and event.call_id == reported:
                 progress.append(event.message)
+        crashed = c.call(sid, "mcp__raw__crash", {})  # it said only "went away", not why
+    assert crashed.error.kind == "unavailable" and crashed.error.message == (
+        "mcp server raw went away during the call (crash): the server process exited with status 5; stderr: "
+        "fatal: lost my way with [secret LEAK_TOKEN]; scvd restarts it (see `scvctl status`)"), crashed.error
     assert failed.error.kind == "credential_missing"  # it reads so: see the test below
     assert failed.error.message.startswith("mcp__raw__leak_error: 401 Bad credentials for [secret LEAK_TOKEN]; ")
     assert shown.ok and shown.result["text"] == "token=[secret LEAK_TOKEN]"
