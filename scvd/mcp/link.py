@@ -28,6 +28,7 @@ from ..errors import CredentialMissing, Failed, InvalidArguments, LimitExceeded,
 from ..secrets import REFUSED_RE, off_loop
 from ..text import well_formed
 from . import spec
+from .skim import skim_response
 from .tool import OMITTED_KEY, OUTPUT_LIMIT, TOO_MANY_ITEMS, CallOutcome, ToolSpec, json_size
 
 log = logging.getLogger("scvd.mcp")
@@ -234,7 +235,7 @@ class ServerLink:
         # no read timeout: a call's answer may take as long as its dispatch timeout (15 min by
         # default), which bounds it; the SDK's 300 s cut longer calls off and took the server down
         client = create_mcp_http_client(headers=target.headers, timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=None))
-        client.event_hooks["response"].append(self._on_response)
+        client.event_hooks["response"] += [self._on_response, skim_response]  # the latter: as stdio's lines
         await stack.enter_async_context(client)
         read, write = await stack.enter_async_context(
             streamable_http_client(target.url, http_client=client))

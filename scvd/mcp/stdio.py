@@ -16,19 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
 import anyio
-import msgspec
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
 from ..process import scan_processes, signal_group, signal_service, spawn_service, wait_service
 from .spec import StdioLaunch
-from .tool import OMITTED_KEY, OUTPUT_LIMIT, TOO_MANY_ITEMS
+from .skim import replacement
 
 LINE_LIMIT = 64 << 20  # one JSON-RPC message from the server; a larger one ends the connection
-# content items of one result: the SDK and scvd take time per item, on the loop (a million small ones
-# held every client up for 30 s), and its text is cut at 1 MiB anyway. One with more fails its call.
-ITEMS_LIMIT = 10_000
-ITEMS_CHECKED_FROM = 3 * ITEMS_LIMIT  # `{},` is the shortest item: a shorter message holds fewer
 STDERR_TAIL_LINES = 20
 # kept of a stderr line; it is shown cut to STDERR_LINE_SHOWN once the secrets are out (a secret a cut
 # fell in would no longer match, and its other part would show)
@@ -121,57 +116,12 @@ async def _read_stdout(out: asyncio.StreamReader, send: Any, proc: ServerProcess
             if not line.strip():
                 continue
             try:
-                message = _skimmed(line) if len(line) >= ITEMS_CHECKED_FROM else None
-                message = message or types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                message = types.jsonrpc_message_adapter.validate_json(replacement(line) or line, by_name=False)
             except ValueError as exc:
                 proc.not_mcp.append(_line(line))
                 await send.send(exc)
                 continue
             await send.send(SessionMessage(message))
-
-
-class _Result(msgspec.Struct):
-    content: list[msgspec.Raw] = []  # each item skipped over, unparsed
-    structured: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="structuredContent")
-
-
-class _Answer(msgspec.Struct):
-    id: int | str | None = None
-    result: _Result | None = None
-
-
-def _skimmed(line: bytes) -> Any:
-    """A large message read cheaply (msgspec skims what it leaves unparsed): the error that answers a
-    result of more than ITEMS_LIMIT content items in its place; the result without a structuredContent
-    above OUTPUT_LIMIT, which scvd leaves out anyway (its size in _meta), parsed; None for any other."""
-    try:
-        answer = msgspec.json.decode(line, type=_Answer)
-    except msgspec.DecodeError:  # not a tool's result: the SDK judges it
-        return None
-    if answer.id is None or answer.result is None:
-        return None
-    if len(answer.result.content) > ITEMS_LIMIT:
-        return types.JSONRPCError(jsonrpc="2.0", id=answer.id, error=types.ErrorData(
-            code=TOO_MANY_ITEMS, message=f"its result has {len(answer.result.content)} content items, above "
-            f"scvd's limit of {ITEMS_LIMIT}; ask the tool for less"))
-    # the SDK's parse of 10 MB, and scvd's walks of it, held every client up for seconds
-    if len(answer.result.structured) > OUTPUT_LIMIT:
-        size = len(msgspec.json.format(answer.result.structured, indent=-1))  # as compact JSON
-        if size > OUTPUT_LIMIT:
-            return types.jsonrpc_message_adapter.validate_json(_left_out(line, size), by_name=False)
-    return None
-
-
-def _left_out(line: bytes, size: int) -> bytes:
-    """The result `line` without its structuredContent, its size under OMITTED_KEY in the _meta."""
-    answer = msgspec.json.decode(line, type=dict[str, msgspec.Raw])
-    result = msgspec.json.decode(answer["result"], type=dict[str, msgspec.Raw])
-    del result["structuredContent"]
-    meta = msgspec.json.decode(result.get("_meta", b"null")) or {}
-    if isinstance(meta, dict):  # else the SDK refuses the result, as it would have
-        result["_meta"] = msgspec.Raw(msgspec.json.encode({**meta, OMITTED_KEY: size}))
-    answer["result"] = msgspec.Raw(msgspec.json.encode(result))
-    return msgspec.json.encode(answer)
 
 
 async def _read_stderr(err: asyncio.StreamReader, proc: ServerProcess) -> None:

@@ -3,7 +3,8 @@
 `python mcp_http_quirks.py PORT [hang-delete]`: serves on 127.0.0.1:PORT at /mcp; answers the
 optional GET stream with 405, as many servers do; with `hang-delete`, never answers the session
 DELETE. Its tool `strict` answers every call with a JSON-RPC error (-32602, invalid params);
-a call of `picky` is answered HTTP 400 with that error in the body, as the spec allows.
+a call of `picky` is answered HTTP 400 with that error in the body, as the spec allows. `items`
+answers `n` text items; `rows` answers `n` rows of structuredContent.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, TextContent
 
 server = MCPServer("quirks")
 
@@ -35,6 +37,19 @@ def strict(n: int) -> str:
 def picky(n: int) -> str:
     """Never reached: its calls are refused at the HTTP layer."""
     return str(n)
+
+
+@server.tool()
+def items(n: int) -> list[TextContent]:
+    """Answers n text items."""
+    return [TextContent(type="text", text=str(i)) for i in range(n)]
+
+
+@server.tool(structured_output=False)
+def rows(n: int) -> CallToolResult:
+    """Answers n rows of structured content."""
+    return CallToolResult(content=[TextContent(type="text", text=f"{n} rows")],
+                          structured_content={"rows": [{"i": i, "name": f"row {i}"} for i in range(n)]})
 
 
 async def _body(receive) -> bytes:

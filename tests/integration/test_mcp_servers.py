@@ -1462,3 +1462,19 @@ def test_a_json_rpc_error_at_http_status_400_fails_that_call_only(make_daemon, w
         assert done.ok and done.result["text"] == "hello you", done.error
         assert server(c, "web").restarts == 0
 
+
+
+def test_an_http_servers_huge_results_are_skimmed_as_a_stdio_servers(make_daemon, workspace, quirks_http):
+    """The SDK parses an HTTP body itself: 10,001 items went through (a million held every client up
+    for 30 s), and 10 MB of structuredContent was parsed and walked only to be left out."""
+    d = make_daemon(quirks_http())
+    with d.client(name="t") as c:
+        server(c, "web")
+        session = c.open_session(workspace)
+        many = c.call(session, "mcp__web__items", {"n": 10_001})
+        assert (many.error.kind, many.error.message) == ("limit", "mcp server web: items: its result has 10001 "
+                                                         "content items, above scvd's limit of 10000; ask the tool for less")
+        big = c.call(session, "mcp__web__rows", {"n": 300_000})  # the connection stayed
+        assert big.result["structured_content_omitted"].startswith("9677790 bytes of JSON, above"), big
+        small = c.call(session, "mcp__web__rows", {"n": 1})
+        assert small.result["structured_content"] == {"rows": [{"i": 0, "name": "row 0"}]}, small
