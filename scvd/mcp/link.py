@@ -251,13 +251,14 @@ class ServerLink:
             self._http_status = status
             self._refused_posts += 1
 
-    def _why_lost(self) -> str:
-        if self._proc is not None and self._proc.broken:
-            return self._proc.broken
-        if self._proc is not None and self._proc.exited.done():
-            code = self._proc.exited.result()
+    def _why_lost(self, proc: Any = None) -> str:
+        proc = proc or self._proc
+        if proc is not None and proc.broken:
+            return proc.broken
+        if proc is not None and proc.exited.done():
+            code = proc.exited.result()
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-            return self._with_tail(f"the server process {how}", self._proc)
+            return self._with_tail(f"the server process {how}", proc)
         if self._http_status is not None:
             return f"HTTP status {self._http_status} from {self.url}"
         return "the connection was lost"
@@ -381,10 +382,11 @@ class ServerLink:
                                     "server: if this call asked for a lot, ask the tool for less") from None
             if exc.error.code == CONNECTION_CLOSED:  # the server went away under the call
                 self._lose()
-                if self._proc is not None:  # its stdout ends first: what it said as it died comes after
-                    await self._proc.settled(GONE_WAIT)
+                proc = self._proc  # held: a restart may begin while it settles
+                if proc is not None:  # its stdout ends first: what it said as it died comes after
+                    await proc.settled(GONE_WAIT)
                 raise Unavailable(f"mcp server {self.name} went away during the call ({tool}): "
-                                  f"{self._why_lost()}; scvd restarts it (see `scvctl status`)") from None
+                                  f"{self._why_lost(proc)}; scvd restarts it (see `scvctl status`)") from None
             if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
                 self._lose()
                 self._raise_if_credential_refused(tool)
