@@ -487,7 +487,7 @@ class _Session(ClientSession):
 
 def _leave_out_large(result: Any) -> int | None:
     """The size of `result`'s structuredContent when it is above OUTPUT_LIMIT, which scvd leaves out
-    (taken out of `result`; a stdio server's was before the SDK read it, see stdio.py); else None."""
+    (taken out of `result`, if skim.py did not take it out before the SDK read it); else None."""
     meta = getattr(result, "meta", None) or {}
     structured = getattr(result, "structured_content", None)
     if structured is None:
