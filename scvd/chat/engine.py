@@ -57,7 +57,7 @@ SCHEMA_KEEP = cat.SEARCH_LIMIT
 # code, whose punctuation and short names are tokens of their own, so a request made to fit the
 # model's window to the token was still refused as longer than it
 MARGIN = 10
-NAMES_SHOWN = 40  # of the tool names (an MCP server's counted as one) a find_tools that matched nothing lists
+NAMES_SHOWN = 40  # of the tool names (a namespaced family's counted as one) a find_tools that matched nothing lists
 # after a cancelled turn's text, which stays (as a failed turn's does): the next turn's came right after
 # it, and the model took the cancelled request for one still to carry out
 CANCELLED_NOTE = ("[this turn was cancelled before it was answered; do not carry out the request above unless "
@@ -65,12 +65,13 @@ CANCELLED_NOTE = ("[this turn was cancelled before it was answered; do not carry
 
 
 def _names(catalog: cat.Catalog, include_system: bool) -> str:
-    """The conversation's tool names, an MCP server's tools as one `mcp__SERVER__*` (N tools)."""
+    """The conversation's tool names, a namespaced family's (`FAMILY__GROUP__TOOL`: an MCP server's)
+    as one `FAMILY__GROUP__*` (N tools)."""
     counts: dict[str, int] = {}
     for e in catalog.entries.values():
         if include_system or not e.system_use:
-            server = e.name.split("__")[1] if e.name.startswith("mcp__") and e.name.count("__") >= 2 else None
-            name = f"mcp__{server}__*" if server else e.name
+            parts = e.name.split("__")
+            name = f"{parts[0]}__{parts[1]}__*" if len(parts) >= 3 else e.name
             counts[name] = counts.get(name, 0) + 1
     shown = [f"{n} ({counts[n]} tools)" if n.endswith("*") else n for n in sorted(counts)[:NAMES_SHOWN]]
     rest = f" and {len(counts) - NAMES_SHOWN} more" if len(counts) > NAMES_SHOWN else ""
