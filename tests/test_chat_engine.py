@@ -304,6 +304,18 @@ def test_a_long_chat_that_keeps_loading_tools_unloads_the_least_recently_used_an
     assert list(replayed.loaded) == list(conv.loaded)
 
 
+def test_a_replayed_chat_orders_its_schemas_by_use_as_the_running_one_did():
+    """The order of use picks the schemas unloaded first: a reply calling a loaded tool, then one not
+    loaded, then another loaded was ordered otherwise on replay, so a restart unloaded other schemas."""
+    t = turn()
+    t.start("x")
+    t.conv.load(["read"])
+    t.conv.load(["watch"])
+    t.on_reply("", [call("c1", "read", path="a"), call("c2", "write"), call("c3", "watch")], Usage())
+    replayed = Conversation.replay(t.conv.take_records(), t.conv.settings)
+    assert list(replayed.loaded) == list(t.conv.loaded) == ["read", "watch", "write"]
+
+
 def test_a_request_leaves_room_for_the_reply_and_for_what_the_estimate_undercounts():
     """With chat.context_tokens at the model's window a long chat still got the provider's 400
     ("maximum context length"): no room was kept for the reply (max_output_tokens), and bytes / 4

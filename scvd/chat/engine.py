@@ -148,7 +148,7 @@ class Conversation:
             elif isinstance(rec, (UserText, AssistantReply, ToolOutput)):
                 conv.history.append(rec)
                 if isinstance(rec, AssistantReply):  # its calls used their schemas: the order of use again
-                    conv.touch([c.name for c in rec.calls if c.name in conv.loaded])
+                    conv.used(rec.calls)
                 if isinstance(rec, UserText) and rec.note:  # that note was handed over
                     conv.notes = [n for n in conv.notes if n.call_id != rec.note]
         conv.history = paired(conv.history, "its output was not written to the transcript (a write failed)")
@@ -176,6 +176,11 @@ class Conversation:
         for name in names:
             self.loaded.pop(name, None)
             self.loaded[name] = None
+
+    def used(self, calls: list[ToolCall]) -> None:
+        """A reply's calls of loaded tools: the most recently used, before any call loads another (as a
+        replay reads them: the reply's record comes before its SchemasLoaded)."""
+        self.touch([c.name for c in calls if c.name in self.loaded])
 
     def unload(self, limit: int, sizes: dict[str, int]) -> list[str]:
         """Unload the least recently used schemas until at most SCHEMA_LIMIT are left and their `sizes`
@@ -287,6 +292,7 @@ class Turn:
         self.outputs = {c.call_id: None for c in calls}
         self.calls = {c.call_id: c for c in calls}
         self.flushed = False
+        self.conv.used(calls)
         actions: list[Any] = []
         for call in calls:
             actions += self._dispatch(call)
@@ -350,7 +356,6 @@ class Turn:
             self.conv.load([call.name])
             return self._local(call, ok_output({"schema_loaded": call.name,
                                                 "note": "the schema is loaded now; call the tool again"}))
-        self.conv.touch([call.name])
         if entry.background:
             self.outputs[call.call_id] = ok_output({"background": True, "status": BACKGROUND_NOTE})
         return [RunTool(call, args, entry.background)]
