@@ -17,6 +17,7 @@ from chat_model import (Calls, Cut, Deltas, Document, Filtered, Hang, Idle, Limi
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.openai_api import cap_field
 from scvd.chat.provider import ProviderFailure, Settings, make
+from scvd.redact import for_logs
 
 WIRE_APIS = ["responses", "chat"]
 
@@ -453,19 +454,23 @@ def test_an_imported_azure_setup_sends_its_query_params_and_headers_and_keeps_th
     provider's http_headers and env_http_headers), so every turn of such a setup failed."""
     from scvd.chat.provider import codex_settings
 
-    m = model(Text("hi"), Status(400, "bad header az-secret-1 for api-version 2025-04-01-preview"))
+    m = model(Text("hi"), Status(400, "bad az-secret-1 and rel-77 for api-version 2025-04-01-preview of team blue"))
     (tmp_path / "config.toml").write_text(
         f'model = "gpt-5"\nmodel_provider = "azure"\n[model_providers.azure]\nbase_url = "{m.base_url}"\n'
         'env_key = "AZURE_OPENAI_API_KEY"\nquery_params = { api-version = "2025-04-01-preview" }\n'
-        'http_headers = { "X-Team" = "blue" }\nenv_http_headers = { "api-key" = "AZURE_OPENAI_API_KEY" }\n')
-    s = codex_settings(tmp_path, env={"AZURE_OPENAI_API_KEY": "az-secret-1"})
+        'http_headers = { "X-Team" = "blue" }\n'
+        'env_http_headers = { "api-key" = "AZURE_OPENAI_API_KEY", "X-Relay-Token" = "RELAY" }\n')
+    s = codex_settings(tmp_path, env={"AZURE_OPENAI_API_KEY": "az-secret-1", "RELAY": "rel-77"})
     s = Settings(**{**s.__dict__, "max_retries": 0})
     assert "".join(e.text for e in asyncio.run(collect(make(s))) if isinstance(e, TextDelta)) == "hi"
     assert m.paths[0] == "/v1/responses?api-version=2025-04-01-preview"
     assert (m.headers[0]["x-team"], m.headers[0]["api-key"]) == ("blue", "az-secret-1")
     with pytest.raises(ProviderFailure) as info:
         asyncio.run(collect(make(s)))
-    assert "az-secret-1" not in info.value.message and "[secret AZURE_OPENAI_API_KEY]" in info.value.message
+    # no credential but the two: hidden, the version and the team were blotted out there and in every log line
+    assert info.value.message.endswith("bad [secret AZURE_OPENAI_API_KEY] and [secret header X-Relay-Token] for "
+                                       "api-version 2025-04-01-preview of team blue")
+    assert for_logs("api-version 2025-04-01-preview, team blue") == "api-version 2025-04-01-preview, team blue"
 
 
 def test_chat_completions_names_the_token_cap_for_its_server(model):

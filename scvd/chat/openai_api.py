@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import openai
 
 from .. import http_fields, lenient_json
+from ..passenv import looks_secret
 from ..redact import hide_in_logs, redact
 from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
 from .provider import ProviderFailure, Settings
@@ -103,7 +104,7 @@ class _Base(abc.ABC):
 
     def _secrets(self) -> dict[str, str]:
         """The key (when one is configured: else api_key is a stand-in, "unused"), and the values of the
-        headers and query parameters sent, where a relay's key may ride too."""
+        headers and query parameters sent that read like a credential (a relay's key)."""
         s = self.settings
         if not s.key_source:
             return _sent(s)
@@ -220,8 +221,10 @@ class _Base(abc.ABC):
 
 
 def _sent(s: Settings) -> dict[str, str]:
-    """The values of the headers and query parameters each request carries, by name."""
-    return {f"header {k}": v for k, v in s.headers.items()} | {f"query {k}": v for k, v in s.query.items()}
+    """The header and query values each request carries that read like a credential (a relay's key),
+    by name: an api-version or a team name is none, and hiding it blotted it out of every log line."""
+    sent = {f"header {k}": (k, v) for k, v in s.headers.items()} | {f"query {k}": (k, v) for k, v in s.query.items()}
+    return {label: v for label, (k, v) in sent.items() if looks_secret(k.replace("-", "_"), v)}  # api-key: API_KEY
 
 
 class _Watched:

@@ -52,7 +52,8 @@ class Settings:
     max_output_tokens: int | None = None
     max_retries: int = 2
     # sent with every request: an imported Codex provider's query_params (Azure's api-version) and
-    # http_headers/env_http_headers; their values are taken out of failures and logs like the key
+    # http_headers/env_http_headers; a value that reads like a credential is taken out of failures and
+    # logs like the key
     query: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
 
