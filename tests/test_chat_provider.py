@@ -128,6 +128,19 @@ def test_an_answer_the_content_filter_stopped_fails_the_turn(model, wire_api):
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_call_with_a_blank_name_goes_back_named(model, wire_api):
+    """The engine answers a call whose name is blank as one that named no tool; sent back as `" "`
+    it was refused, as an empty name is, and so was every later request of the chat."""
+    m = model(Text("ok"))
+    blank = ModelRequest(instructions="", tools=REQUEST.tools, items=[
+        UserText(text="hi"), AssistantReply(calls=[ToolCall("c0", " ", "{}")]), ToolOutput(call_id="c0", name=" ", output="{}")])
+    asyncio.run(collect(provider(m, wire_api), blank))
+    [call] = [c for i in m.requests[0].get("input") or m.requests[0]["messages"]
+              for c in ([i] if i.get("type") == "function_call" else [t["function"] for t in i.get("tool_calls", [])])]
+    assert call["name"] == "unnamed"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_429_is_retried_by_the_client(model, wire_api):
     m = model(Status(429, "slow down", retry_after_ms=10), Text("ok"))
     events = asyncio.run(collect(provider(m, wire_api)))

@@ -32,6 +32,11 @@ DRAIN_SECONDS = 1.0  # how long the end of a completed stream may take to arrive
 NO_NAME = "unnamed"
 
 
+def _sent_name(name: str) -> str:
+    """A call's name as sent back: a blank one (the engine's "named no tool") as NO_NAME."""
+    return name if name.strip() else NO_NAME
+
+
 class _Base(abc.ABC):
     """Error mapping and the client's life; a subclass speaks one wire API (`_open`, `_read`).
 
@@ -439,8 +444,8 @@ def responses_input(items: list[Any]) -> list[dict[str, Any]]:
         if isinstance(item, AssistantReply):
             if item.text:
                 out.append({"role": "assistant", "content": item.text})
-            out += [{"type": "function_call", "call_id": c.call_id, "name": c.name or NO_NAME, "arguments": c.arguments}
-                    for c in item.calls]
+            out += [{"type": "function_call", "call_id": c.call_id, "name": _sent_name(c.name),
+                     "arguments": c.arguments} for c in item.calls]
         elif isinstance(item, ToolOutput):
             out.append({"type": "function_call_output", "call_id": item.call_id, "output": item.output})
         else:
@@ -602,7 +607,7 @@ def chat_messages(instructions: str, items: list[Any]) -> list[dict[str, Any]]:
             message: dict[str, Any] = {"role": "assistant", "content": item.text or (None if item.calls else "")}
             if item.calls:
                 message["tool_calls"] = [{"id": c.call_id, "type": "function", "function": {
-                    "name": c.name or NO_NAME, "arguments": _object_text(c.arguments)}} for c in item.calls]
+                    "name": _sent_name(c.name), "arguments": _object_text(c.arguments)}} for c in item.calls]
             out.append(message)
         elif isinstance(item, ToolOutput):
             out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
