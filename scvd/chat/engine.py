@@ -24,7 +24,7 @@ Rules:
 - Each request is trimmed to `context_tokens` less the room kept for the reply
   (`reply_tokens`, the provider's max_output_tokens) and a MARGIN for the estimate's
   error; if it cannot fit: context_limit.
-- Loaded schemas past SCHEMA_LIMIT, or past a SCHEMA_SHARE of `context_tokens`, are
+- Loaded schemas past SCHEMA_LIMIT, or past a SCHEMA_SHARE of what a request may take, are
   unloaded before a request, least recently used (loaded, found again or called)
   first: a long chat that keeps loading tools would otherwise leave no room for
   its history. An unloaded tool is listed by name again; calling it loads it again.
@@ -48,8 +48,8 @@ from .items import (AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, 
 log = logging.getLogger("scvd.chat")
 
 BACKGROUND_NOTE = "started in the background; its result will be handed to you when it arrives"
-# the schemas a conversation keeps loaded: at most SCHEMA_LIMIT, taking at most 1/SCHEMA_SHARE of
-# chat.context_tokens, but always the newest SCHEMA_KEEP (one search's), so a call just loaded can be made
+# the schemas a conversation keeps loaded: at most SCHEMA_LIMIT, taking at most 1/SCHEMA_SHARE of what a
+# request may take (Turn.usable), but always the newest SCHEMA_KEEP (one search's), so a call just loaded can be made
 SCHEMA_LIMIT = 32
 SCHEMA_SHARE = 4
 SCHEMA_KEEP = cat.SEARCH_LIMIT
