@@ -184,7 +184,7 @@ def test_find_tools_finds_store_secret_by_its_name_as_the_instructions_say():
 
 
 def test_a_denial_goes_back_to_the_model_with_its_kind():
-    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"write"})
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["write"]))
     t = turn(conv)
     t.start("write it")
     [run] = t.on_reply("", [call("c1", "write")], Usage())
@@ -194,7 +194,7 @@ def test_a_denial_goes_back_to_the_model_with_its_kind():
 
 
 def test_all_calls_of_a_step_run_and_outputs_keep_call_order():
-    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"read"})
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read"]))
     t = turn(conv)
     t.start("x")
     actions = t.on_reply("", [call("c1", "read", path="1"), call("c2", "read", path="2")], Usage())
@@ -215,7 +215,7 @@ def test_ask_user_waits_for_the_answer():
 
 
 def test_background_result_becomes_a_note_before_the_next_request():
-    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"watch"})
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["watch"]))
     t = turn(conv)
     t.start("x")
     run, nxt = t.on_reply("", [call("b1", "watch")], Usage())
@@ -227,7 +227,7 @@ def test_background_result_becomes_a_note_before_the_next_request():
 
 
 def test_step_limit_fails_the_turn_and_closes_its_calls():
-    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"read"})
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read"]))
     t = turn(conv, max_steps=2)
     t.start("x")
     t.on_reply("", [call("c1", "read")], Usage())
@@ -239,7 +239,7 @@ def test_step_limit_fails_the_turn_and_closes_its_calls():
 
 
 def test_cancel_gives_waiting_calls_a_cancelled_output():
-    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"read"})
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read"]))
     t = turn(conv)
     t.start("x")
     t.on_reply("", [call("c1", "read")], Usage())
@@ -374,7 +374,7 @@ def test_the_loops_own_tools_follow_the_design_rules():
 
 
 def test_a_call_id_the_model_reuses_in_a_later_step_still_gets_its_output():
-    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"read"})
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read"]))
     t = turn(conv)
     t.start("x")
     t.on_reply("", [call("same", "read")], Usage())
@@ -392,7 +392,7 @@ def test_a_long_chat_holds_old_trimmed_outputs_as_markers_and_sends_what_it_alwa
     from scvd.chat import trim as trim_mod
 
     rng = random.Random(7)
-    conv = Conversation(settings=Opened(workspace="/ws"), loaded={"read", "watch"})
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read", "watch"]))
     shadow: list = []  # the history as the transcript has it: nothing ever blanked
 
     def sent(actions: list) -> list:

@@ -127,9 +127,6 @@ class Conversation:
     cleared: int = 0  # chat.clear's count while open: a background call started before one answers no one
     sizes: trim_mod.Sizes = field(default_factory=trim_mod.Sizes)  # the history's estimates, made once each
 
-    def __post_init__(self) -> None:
-        self.loaded = dict.fromkeys(self.loaded)  # a set given (tests): no order of use yet
-
     @classmethod
     def replay(cls, records: list[Any], settings: Opened | None = None) -> Conversation:
         """Rebuild from a transcript; a call left without output (a crash) gets a cancelled one.
