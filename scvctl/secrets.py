@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from scvd import errors, paths as paths_mod
-from scvd.secrets import SecretStore, check_key
+from scvd.secrets import SecretStore, check_key, stored_form
 
 from .cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit_json, masked_input
 
@@ -58,7 +58,8 @@ def store() -> SecretStore:
 
 
 def read_value(key: str) -> str:
-    """Masked on a terminal; otherwise all of stdin, less one trailing newline (the store strips the rest)."""
+    """Masked on a terminal; otherwise all of stdin (the store drops the line break `echo` adds, and
+    keeps a key of several lines whole)."""
     if sys.stdin.isatty():
         try:
             return masked_input(f"value for {key} (input hidden): ")
@@ -70,8 +71,6 @@ def read_value(key: str) -> str:
     except UnicodeDecodeError as exc:  # never echo the bytes: they are the secret
         raise errors.UsageError(f"the value piped in for {key} is not UTF-8 text; "
                                 "a secret is stored as text") from None
-    if value.endswith("\n"):
-        value = value[:-2] if value.endswith("\r\n") else value[:-1]
     return value
 
 
@@ -94,8 +93,9 @@ def cmd_set(args: argparse.Namespace) -> int:
         print(f"usage: no value given for {args.key}: type it at the prompt, or pipe it in "
               f"(printf %s \"$TOKEN\" | scvctl secrets set {args.key})", file=sys.stderr)
         return EXIT_USAGE
-    entry = store().set(args.key, value)  # stored without the whitespace around it
-    trimmed = value != value.strip()
+    entry = store().set(args.key, value)  # a one-line value without the whitespace around it
+    echoed = value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value
+    trimmed = stored_form(value) not in (value, echoed)  # the line break `echo` adds is not news
     if args.json:
         emit_json({"name": entry.name, "source": entry.source, "where": entry.where, "trimmed": trimmed})
     else:

@@ -104,11 +104,18 @@ def check_key(key: str) -> str:
     return key
 
 
+def stored_form(value: str) -> str:
+    """A value of one line without the whitespace around it (a token pasted with a space or a line
+    break got a 401 that a new round of the same paste could not fix); one of several lines (a PEM or
+    OpenSSH key, whose last line break OpenSSH requires) as it is."""
+    stripped = value.strip()
+    return value if "\n" in stripped else stripped
+
+
 def check_value(value: str) -> str:
-    """The value to store: without the whitespace around it (a token pasted with a space or a line
-    break got a 401 that a new round of the same paste could not fix), or InvalidRequest."""
-    value = value.strip()
-    if not value:
+    """The value to store (`stored_form`), or InvalidRequest."""
+    value = stored_form(value)
+    if not value.strip():
         raise errors.InvalidRequest("a secret's value cannot be empty (or only whitespace)")
     if len(value) > MAX_VALUE_CHARS:
         raise errors.InvalidRequest(f"a secret's value is limited to {MAX_VALUE_CHARS} characters, this one has "

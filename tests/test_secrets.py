@@ -457,6 +457,19 @@ def test_scvctl_secrets_set_drops_the_whitespace_around_a_pasted_value_and_says_
     assert SecretStore(home / "secrets.toml", env={}).get("GH_TOKEN") == "tok-123"
     blank = scvctl(home, xdg, "secrets", "set", "GH_TOKEN", input="  \n")
     assert blank.returncode == 2 and "no value given for GH_TOKEN" in blank.stderr
+    echoed = scvctl(home, xdg, "secrets", "set", "GH_TOKEN", input="tok-456\n")  # `echo tok | ...`: no news
+    assert echoed.returncode == 0 and "dropped" not in echoed.stdout
+
+
+def test_a_key_of_several_lines_is_stored_whole_with_its_last_line_break(xdg: Path):
+    """Stripping took a PEM or OpenSSH key's last line break, which OpenSSH refuses a key without."""
+    home = xdg / "home"
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE=\n-----END OPENSSH PRIVATE KEY-----\n"
+    out = scvctl(home, xdg, "secrets", "set", "DEPLOY_KEY", input=pem)
+    assert out.returncode == 0 and "dropped" not in out.stdout, out.stdout
+    assert SecretStore(home / "secrets.toml", env={}).get("DEPLOY_KEY") == pem
+    SecretStore(home / "secrets.toml", env={}).set("OTHER_KEY", pem)  # as secret.provide stores it
+    assert SecretStore(home / "secrets.toml", env={}).get("OTHER_KEY") == pem
 
 
 def test_scvctl_secrets_set_refuses_an_empty_value_and_a_bad_name(xdg: Path):
