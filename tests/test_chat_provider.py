@@ -520,10 +520,12 @@ def test_a_rate_limit_that_outlasts_timeout_seconds_is_named_as_the_429_it_is(mo
     assert info.value.message.endswith("answered 429, asking to wait 5000 ms (Retry-After); timeout_seconds (0.5 s) "
                                        "ran out while scvd waited to send it again"), info.value.message
     assert "rate limit" in info.value.hint and "timeout_seconds" not in info.value.hint
-    m = model(Status(429, "slow down", retry_after_ms=10), Status(500, delay=2))  # sent again in time: a slow model
+    # sent again in time, the second answer never in time: a slow model (1.5 s leaves the first
+    # attempt and the 10 ms retry time to happen even on a loaded machine)
+    m = model(Status(429, "slow down", retry_after_ms=10), Status(500, delay=6))
     with pytest.raises(ProviderFailure) as info:
-        asyncio.run(collect(make(Settings(**{**s.__dict__, "base_url": m.base_url}))))
-    assert "did not answer within 0.5 s" in info.value.message
+        asyncio.run(collect(make(Settings(**{**s.__dict__, "base_url": m.base_url, "timeout_seconds": 1.5}))))
+    assert "did not answer within 1.5 s" in info.value.message
 
 
 @pytest.mark.timeout(20)  # the server sends keep-alives for 30 s: a turn that waits them out fails
