@@ -15,6 +15,7 @@ import re
 from typing import Iterable, Mapping
 
 from .process import ALWAYS_REMOVED, ALWAYS_REMOVED_PREFIXES, child_env
+from .redact import LOG_MIN
 
 # the locale's categories by name, not `LC_*`: any name can start with LC_ (Debian's ssh
 # sends and accepts LC_*, so it is used to carry other values, tokens included)
@@ -38,7 +39,6 @@ CREDENTIAL_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDEN
 # a token's or a base64 key's body: a run this long of these characters; `-`, `_` and `/` end a run, so a
 # name such as work-profile-7c1f, a UUID or a URL's path (/api/v1/projects/42) is none
 TOKEN_RUN_RE = re.compile(r"[A-Za-z0-9+=]{16,}")
-HIDDEN_MIN = 4  # a shorter value would blot out ordinary text wherever it occurs (as redact.LOG_MIN)
 
 
 def is_allowed(name: str) -> bool:
@@ -67,7 +67,7 @@ def credentials(base: Mapping[str, str], pass_env: Iterable[str]) -> dict[str, s
 def looks_secret(name: str, value: str) -> bool:
     """Whether a passed variable is a credential: its name says so, or its value reads like a token
     (a run of 16+ letters, digits, `+=` mixing letters and digits) and is no path (/, ~, .)."""
-    if len(value) < HIDDEN_MIN:
+    if len(value) < LOG_MIN:  # a shorter value would blot out ordinary text wherever it occurs
         return False
     if CREDENTIAL_NAME_RE.search(name):
         return True

@@ -326,7 +326,7 @@ class Turn:
         """What one requested call becomes: an action, or an answer given here at once."""
         if not call.name.strip():  # a server's fragment that never named its tool
             return self._local(call, error_output(
-                "unknown_tool", f"this call named no tool; call again with one of its names: {self._known()}"))
+                "unknown_tool", f"this call named no tool; call again with one of its names: {_names(self.catalog, False)}"))
         try:
             args = lenient_json.loads(call.arguments or "{}")  # as on the socket: half an emoji is U+FFFD, NaN refused
         except (ValueError, RecursionError) as exc:
@@ -348,7 +348,7 @@ class Turn:
         entry = self.catalog.entries.get(call.name)
         if entry is None:
             return self._local(call, error_output(
-                "unknown_tool", f"no tool named {call.name!r} in this conversation; tools: {self._known()}"))
+                "unknown_tool", f"no tool named {call.name!r} in this conversation; tools: {_names(self.catalog, False)}"))
         if call.name not in self.conv.loaded:
             self.conv.load([call.name])
             return self._local(call, ok_output({"schema_loaded": call.name,
@@ -356,9 +356,6 @@ class Turn:
         if entry.background:
             self.outputs[call.call_id] = ok_output({"background": True, "status": BACKGROUND_NOTE})
         return [RunTool(call, args, entry.background)]
-
-    def _known(self) -> str:
-        return ", ".join(sorted(n for n, e in self.catalog.entries.items() if not e.system_use)) or "none"
 
     def _find_tools(self, call: ToolCall, args: dict[str, Any]) -> list[Any]:
         try:  # every argument is optional: null means its default, as for every tool's (Tool.decode)
