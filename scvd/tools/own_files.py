@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..paths import within
+
 FILE, PREFIX, FOLDER = 0, 1, 2  # the file itself; files whose name starts so (rotations); all below
 # (rel parts, kind, how it matches)
 Entry = tuple[tuple[str, ...], str, int]
@@ -73,9 +75,9 @@ def entries_in(workspace: str, paths: Any) -> tuple[Entry, ...]:
     of the folders gets that folder as `()`: every file in it counts."""
     found: list[Entry] = []
     for folder, name, kind, how in sensitive(paths):
-        if how == FOLDER and (workspace == folder or workspace.startswith(folder + "/")):
+        if how == FOLDER and within(workspace, folder):
             found.append(((), kind, FOLDER))
-        elif folder == workspace or folder.startswith(workspace.rstrip("/") + "/"):
+        elif within(folder, workspace):
             rel = tuple(p for p in os.path.relpath(folder, workspace).split("/") if p != ".")
             found.append(((*rel, name) if name else rel, kind, how))
     return tuple(found)
