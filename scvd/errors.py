@@ -266,10 +266,11 @@ class ToolDefinitionError(LocalError):
 
     code = "tool_definition"
 
-    def __init__(self, tool: str, rule: str, text: str) -> None:
+    def __init__(self, tool: str, rule: str, text: str, others: str = "") -> None:
         super().__init__(f"tool {tool!r} breaks rule {rule!r}: {text}")
         self.tool = tool
         self.rule = rule
+        self.others = others  # `; and rule 'R': text` for each other rule it breaks, where no lint list shows them
 
 
 class ScriptDefinitionError(LocalError):

@@ -337,7 +337,8 @@ def lint(tool: Tool) -> None:
     """Raise ToolDefinitionError for the first design rule `tool` breaks."""
     found = findings(tool)
     if found:
-        raise ToolDefinitionError(getattr(tool, "name", ""), found[0].rule, found[0].text)
+        others = "".join(f"; and rule {f.rule!r}: {f.text}" for f in found[1:])
+        raise ToolDefinitionError(getattr(tool, "name", ""), found[0].rule, found[0].text, others)
 
 
 def findings(tool: Tool) -> list[Finding]:

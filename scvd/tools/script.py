@@ -32,14 +32,12 @@ from typing import Any, ClassVar
 
 from .. import passenv
 from .. import validation_text as vt
-from ..errors import (ConfigError, CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, ToolDefinitionError,
-                      Unavailable)
+from ..errors import ConfigError, CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import CUT_MARKER, run_process
 from ..redact import forms, hide_in_logs, redact, redact_tree
 from ..secrets import REFUSED_RE, SecretStore, off_loop
 from ..text import excerpt, well_formed
-from .contract import (CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, findings, own_deadline,
-                       whole_numbers)
+from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline, whole_numbers
 from .runs import output_so_far, workspace_error
 from .script_defs import ScriptDef, load_all, script_root
 
@@ -417,23 +415,15 @@ def register_scripts(registry: Registry, paths: Any, granted: Any = (), log_skip
         failed.append(LoadError("config.toml", f"script_{name}", f"tools.script.{name}: no script tool folder "
                                 f"{name} in {script_root(paths)}, so its pass_env goes to nothing; fix the name"))
     for d in definitions:
-        tool = ScriptTool(d)
         try:
-            registry.register(tool)
-        except ScvError as exc:  # a lint rule or a duplicate name: skip this one, keep the rest
-            failed.append(LoadError(str(d.folder / "tool.json"), d.name, exc.message + _more_rules(tool, exc)))
+            registry.register(ScriptTool(d))
+        except ScvError as exc:  # a lint rule or a duplicate name: skip this one, keep the rest; a refused
+            # tool is in no `scvctl tools --lint`, so the message names every rule it breaks
+            failed.append(LoadError(str(d.folder / "tool.json"), d.name, exc.message + getattr(exc, "others", "")))
     for error in failed:
         if log_skipped:
             log.warning("skipping script tool %s: %s", error.source, error.message)
         registry.add_error(error.source, error.name, error.message)
-
-
-def _more_rules(tool: Tool, exc: ScvError) -> str:
-    """The other design rules a refused tool breaks: register() names the first only, and a refused
-    tool is in no `scvctl tools --lint`, so its author fixed one rule per reload."""
-    if not isinstance(exc, ToolDefinitionError) or exc.rule == "unique_name":
-        return ""
-    return "".join(f"; and rule {f.rule!r}: {f.text}" for f in findings(tool)[1:])
 
 
 def _provider_keys(config: Any) -> dict[str, str]:
