@@ -43,7 +43,7 @@ from .. import validation_text as vt
 from ..text import json_bytes
 from . import catalog as cat, trim as trim_mod
 from .items import (AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, Record, SchemasLoaded,
-                    ToolCall, ToolOutput, TurnEnded, Usage, UserText)
+                    ToolCall, ToolOutput, ToolSpec, TurnEnded, Usage, UserText)
 
 log = logging.getLogger("scvd.chat")
 
@@ -404,8 +404,7 @@ class Turn:
             return [self.fail("step_limit", f"the model asked for tools after {self.steps} requests in one turn "
                               "(chat.max_steps); the turn stopped", "raise chat.max_steps or split the task")]
         self.conv.flush_notes(self.id)
-        self._unload_schemas()
-        tools = self.catalog.specs(self.conv.loaded)
+        tools = self._unload_schemas(self.catalog.specs(self.conv.loaded))
         instructions = self.catalog.instructions(self.conv.settings.system_prompt, self.conv.loaded)
         budget = self.usable - trim_mod.estimate(instructions) - trim_mod.estimate(tools)
         items = trim_mod.trim(self.conv.history, budget, self.conv.sizes)
@@ -415,11 +414,14 @@ class Turn:
         self.steps += 1
         return [CallModel(ModelRequest(instructions=instructions, items=items, tools=tools))]
 
-    def _unload_schemas(self) -> None:
-        specs = self.catalog.specs(self.conv.loaded)[len(cat.CORE):]
-        gone = self.conv.unload(self.usable // SCHEMA_SHARE, {s.name: trim_mod.estimate(s) for s in specs})
-        if gone:
-            log.debug("chat: unloaded the schemas of %d tools used least recently: %s", len(gone), ", ".join(gone))
+    def _unload_schemas(self, tools: list[ToolSpec]) -> list[ToolSpec]:
+        """`tools` (catalog.specs) without the schemas unloaded now, least recently used first."""
+        loaded = tools[len(cat.CORE):]
+        gone = self.conv.unload(self.usable // SCHEMA_SHARE, {s.name: trim_mod.estimate(s) for s in loaded})
+        if not gone:
+            return tools
+        log.debug("chat: unloaded the schemas of %d tools used least recently: %s", len(gone), ", ".join(gone))
+        return [s for s in tools if s.name not in gone]
 
     def _too_big(self, budget: int) -> tuple[str, str]:
         """What does not fit, and its fix: chat.clear only where it helps (it loses the history, while
