@@ -318,10 +318,15 @@ async def one_call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, f
             raise SystemExit("scvd closed a bench connection")
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc/PID/stat."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """utime and stime of a process in seconds, from /proc/PID/stat (every thread, ended ones too)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_times(pid))
 
 
 async def for_seconds(path: Path, workspace: Path, clients: int, seconds: float) -> tuple[float, int]:

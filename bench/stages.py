@@ -104,8 +104,7 @@ def minimal_read_server(path: str, workspace: str) -> None:
 def usage(pid: int) -> tuple[float, float, int, int]:
     """A server's user and system CPU µs (/proc/PID/stat: every thread, those that ended too), and its
     voluntary and involuntary context switches (per thread: only those still running)."""
-    tick = 1e6 / os.sysconf("SC_CLK_TCK")
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    user, system = sbs.cpu_times(pid)
     voluntary = involuntary = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -117,7 +116,7 @@ def usage(pid: int) -> tuple[float, float, int, int]:
                 voluntary += int(line.split()[1])
             elif line.startswith("nonvoluntary_ctxt_switches"):
                 involuntary += int(line.split()[1])
-    return int(fields[11]) * tick, int(fields[12]) * tick, voluntary, involuntary
+    return user * 1e6, system * 1e6, voluntary, involuntary
 
 
 def main() -> None:
