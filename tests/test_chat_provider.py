@@ -486,6 +486,30 @@ def test_an_imported_azure_setup_sends_its_query_params_and_headers_and_keeps_th
     assert for_logs("api-version 2025-04-01-preview, team blue") == "api-version 2025-04-01-preview, team blue"
 
 
+@pytest.mark.parametrize("line, env, said, hint", [
+    ('http_headers = { "X-Team" = "blue\\nX-Admin: yes" }', {},
+     "http_headers 'X-Team' has a value no HTTP header can carry (a line break,",
+     "fix it in your Codex config.toml, then run `scvctl agents import codex` again"),
+    ('http_headers = { "X Team" = "blue" }', {}, "http_headers 'X Team' is not an HTTP header name", "Codex config.toml"),
+    ('env_http_headers = { "api-key" = "AZ_KEY" }', {"AZ_KEY": "az-secret-1\n"},
+     "env_http_headers 'api-key' (from AZ_KEY in scvd's environment) has a value no HTTP header can carry",
+     "fix AZ_KEY in scvd's environment and restart scvd"),
+], ids=["line break", "name", "env value"])
+def test_an_imported_header_no_request_can_carry_is_refused_as_the_setup_loads(tmp_path, line, env, said, hint):
+    """A header value with a line break failed only as the request went out, as `cannot reach provider
+    ... Connection error` with a hint to check the base_url: nothing named the header."""
+    from scvd.chat.provider import codex_settings
+
+    (tmp_path / "config.toml").write_text('model = "gpt-5"\nmodel_provider = "azure"\n[model_providers.azure]\n'
+                                          f'base_url = "http://127.0.0.1:9/v1"\nenv_key = "K"\n{line}\n')
+    with pytest.raises(ProviderFailure) as info:
+        codex_settings(tmp_path, env={"K": "k", **env})
+    assert info.value.reason == "provider_error"
+    assert info.value.message.startswith(f"the imported Codex setup's provider 'azure': {said}")
+    assert hint in info.value.hint
+    assert "az-secret-1" not in info.value.message
+
+
 def test_chat_completions_names_the_token_cap_for_its_server(model):
     """OpenAI's reasoning models refuse `max_tokens` ("use max_completion_tokens"); llama.cpp, older
     Ollama and vLLM know only `max_tokens`, which a loopback server gets."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol
 
-from .. import errors
+from .. import errors, http_fields
 from ..adapters.codex_import import active_settings
 from .items import ModelEvent, ModelRequest
 
@@ -149,12 +149,38 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
         raise ProviderFailure("auth", f"the imported Codex setup holds no API key for its provider {provider_id!r} "
                               "(its experimental_bearer_token, auth.json for OpenAI's own login, or its env_key in "
                               "scvd's environment)", hint)
-    headers = _strings(table.get("http_headers"))
-    headers.update({h: env[var] for h, var in _strings(table.get("env_http_headers")).items() if env.get(var)})
+    headers = _headers(provider_id, table, env)
     return Settings(name=CODEX, model=str(config.get("model") or "gpt-5"),
                     base_url=str(table.get("base_url") or OPENAI_BASE_URL),
                     wire_api=str(table.get("wire_api") or "responses"), api_key=str(key), key_source=source,
                     query=_strings(table.get("query_params")), headers=headers)
+
+
+def _headers(provider_id: str, table: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """The provider's http_headers and env_http_headers, each a valid HTTP field: a line break in a
+    value failed only at send time, as a connection error naming the base_url."""
+    where = f"the imported Codex setup's provider {provider_id!r}"
+    headers = _strings(table.get("http_headers"))
+    for name, value in headers.items():
+        if problem := _field_problem(name, value):
+            raise ProviderFailure("provider_error", f"{where}: http_headers {name!r} {problem}",
+                                  "fix it in your Codex config.toml, then run `scvctl agents import codex` again")
+    for name, var in _strings(table.get("env_http_headers")).items():
+        if not env.get(var):  # unset: left out, as in codex
+            continue
+        if problem := _field_problem(name, env[var]):  # the value is a credential: never shown
+            raise ProviderFailure("provider_error", f"{where}: env_http_headers {name!r} (from {var} in scvd's "
+                                  f"environment) {problem}", f"fix {var} in scvd's environment and restart scvd")
+        headers[name] = env[var]
+    return headers
+
+
+def _field_problem(name: str, value: str) -> str:
+    if not http_fields.name_ok(name):
+        return "is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, no space or colon)"
+    if not http_fields.value_ok(value):
+        return "has a value no HTTP header can carry (a line break, a control character, or a space or tab at an end)"
+    return ""
 
 
 def _strings(table: Any) -> dict[str, str]:
