@@ -1018,6 +1018,20 @@ def test_a_call_without_a_name_is_answered_with_an_error_and_never_sent_back_nam
     assert output["error"]["message"].startswith("this call named no tool; call again with one of its names: ")
 
 
+def test_a_responses_call_without_a_name_is_answered_with_an_error_and_sent_back_named(chat_rig, workspace):
+    """The same over the Responses API: a function_call item whose name is empty."""
+    model, d = chat_rig(Calls(("", {})), Text("sorry"), wire_api="responses")
+    with d.client(name="pytest") as c:
+        assert isinstance(run_turn(c, open_chat(c, workspace).session, "do it")[1], p.TurnCompleted)
+    sent = model.requests[1]["input"]
+    call = next(i for i in sent if i.get("type") == "function_call")
+    assert call["name"] == "unnamed"
+    output = json.loads(next(i["output"] for i in sent if i.get("type") == "function_call_output"
+                             and i["call_id"] == call["call_id"]))
+    assert output["error"]["kind"] == "unknown_tool"
+    assert output["error"]["message"].startswith("this call named no tool; call again with one of its names: ")
+
+
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "1e400"])
 def test_a_call_with_a_number_json_has_not_is_refused_and_goes_back_as_an_object(chat_rig, workspace, number):
     """The json module reads NaN, Infinity and 1e400 (as inf): a script tool was handed `NaN` on its
