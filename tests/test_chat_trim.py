@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from scvd.chat.items import AssistantReply, ToolCall, ToolOutput, UserText
-from scvd.chat.trim import TRIMMED, Sizes, estimate, trim
+from scvd.chat.items import AssistantReply, ScvdNote, ToolCall, ToolOutput, UserText
+from scvd.chat.trim import TRIMMED, Sizes, estimate, last_user, trim
 
 
 def history() -> list:
@@ -63,6 +63,16 @@ def test_what_is_kept_starts_with_a_question():
     items = [UserText(text="q1 " + "x" * 4000), AssistantReply(text="a1"), AssistantReply(text="a1 again"),
              UserText(text="q2"), AssistantReply(text="a2"), UserText(text="q3")]
     assert trim(items, sum(estimate(i) for i in items[2:])) == items[3:]  # room for "a1 again" too
+
+
+def test_scvds_note_on_a_dropped_turn_goes_with_it_and_is_never_the_persons_message():
+    """A cancelled turn's note was a user message: with the request it speaks of dropped, what was kept
+    began "do not carry out the request above" with nothing above, and last_user took it for the person's."""
+    note = ScvdNote(text="[this turn was cancelled before it was answered; do not carry out the request above "
+                         "unless asked again]", turn="t1")
+    items = [UserText(text="delete the logs " + "x" * 4000, turn="t1"), note, UserText(text="what time is it")]
+    assert trim(items, estimate(items[1]) + estimate(items[2])) == items[2:]
+    assert last_user(items[:2]) == 0
 
 
 def test_cannot_fit_is_none():

@@ -16,6 +16,8 @@ Rules:
   last one is in, so a call and its output are never apart in the history.
 - find_tools, a call to a tool whose schema is not loaded, bad JSON arguments
   and tools outside the conversation's set are answered here, not run.
+- A cancelled turn's note is a `ScvdNote`: the model reads it as user text, but it
+  is not the person's message (history shows it as scvd's; trimming never keeps it as one).
 - A `background` tool's output is a placeholder; its result becomes a user-side
   note before the next request (of this turn, or the next turn). The note is a
   record when it arrives, so a conversation reopened (or replayed after a
@@ -42,8 +44,8 @@ from .. import lenient_json
 from .. import validation_text as vt
 from ..text import json_bytes
 from . import catalog as cat, trim as trim_mod
-from .items import (AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, Record, SchemasLoaded,
-                    ToolCall, ToolOutput, ToolSpec, TurnEnded, Usage, UserText)
+from .items import (HISTORY, AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, Record, SchemasLoaded,
+                    ScvdNote, ToolCall, ToolOutput, ToolSpec, TurnEnded, Usage, UserText)
 
 log = logging.getLogger("scvd.chat")
 
@@ -62,6 +64,14 @@ NAMES_SHOWN = 40  # of the tool names (a namespaced family's counted as one) a f
 # it, and the model took the cancelled request for one still to carry out
 CANCELLED_NOTE = ("[this turn was cancelled before it was answered; do not carry out the request above unless "
                   "asked again]")
+
+
+def current(record: Any) -> Any:
+    """`record` as this version writes it: a cancelled turn's note, written as a `user` record before
+    notes had a kind of their own, is a ScvdNote."""
+    if isinstance(record, UserText) and not record.note and record.text == CANCELLED_NOTE:
+        return ScvdNote(text=record.text, turn=record.turn)
+    return record
 
 
 def _names(catalog: cat.Catalog, include_system: bool) -> str:
@@ -135,14 +145,14 @@ class Conversation:
         if opened is None:
             raise ValueError("transcript has no `open` record")
         conv = cls(settings=opened)
-        for rec in records:
+        for rec in map(current, records):
             if isinstance(rec, Cleared):
                 conv.history, conv.loaded, conv.notes = [], {}, []
             elif isinstance(rec, SchemasLoaded):
                 conv.touch(rec.names)
             elif isinstance(rec, NoteArrived):
                 conv.notes.append(rec)
-            elif isinstance(rec, (UserText, AssistantReply, ToolOutput)):
+            elif isinstance(rec, HISTORY):
                 conv.history.append(rec)
                 if isinstance(rec, AssistantReply):  # its calls used their schemas: the order of use again
                     conv.used(rec.calls)
@@ -153,7 +163,7 @@ class Conversation:
         return conv
 
     def append(self, record: Record) -> None:
-        if isinstance(record, (UserText, AssistantReply, ToolOutput)):
+        if isinstance(record, HISTORY):
             self.history.append(record)
         self.records.append(record)
 
@@ -454,7 +464,7 @@ class Turn:
         self._flush_outputs()
         self.conv.close_open_calls(why, self.id)
         if note:
-            self.conv.append(UserText(text=note, turn=self.id))
+            self.conv.append(ScvdNote(text=note, turn=self.id))
         self.done = True
         self.conv.append(TurnEnded(turn=self.id, status=status, usage=self.usage_dict(), reason=reason))
 

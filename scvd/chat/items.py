@@ -7,7 +7,7 @@ never disagree. No I/O here.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Union, get_args
 
 import msgspec
 
@@ -30,6 +30,14 @@ class UserText(Record, tag="user"):
     text: str
     turn: str = ""
     note: str = ""  # a handed-over background result: its call's id (the `note` record it takes up)
+
+
+class ScvdNote(Record, tag="scvd"):
+    """scvd's own word to the model about the conversation (a turn cut off before its answer): the
+    model reads it as user text, but it is nobody's message, so history and trimming tell it apart."""
+
+    text: str
+    turn: str = ""
 
 
 class AssistantReply(Record, tag="assistant"):
@@ -85,8 +93,10 @@ class Opened(Record, tag="open"):
     tools: Union[str, list[str]] = "all"
 
 
-HistoryItem = Union[UserText, AssistantReply, ToolOutput]
-AnyRecord = Union[UserText, AssistantReply, ToolOutput, NoteArrived, SchemasLoaded, TurnEnded, Cleared, Opened]
+HistoryItem = Union[UserText, ScvdNote, AssistantReply, ToolOutput]
+HISTORY = get_args(HistoryItem)  # for isinstance
+AnyRecord = Union[UserText, ScvdNote, AssistantReply, ToolOutput, NoteArrived, SchemasLoaded, TurnEnded, Cleared,
+                  Opened]
 
 
 # --- the provider seam's data ------------------------------------------------------------

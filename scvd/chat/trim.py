@@ -8,8 +8,8 @@ Rules, in order, until the estimate fits:
 2. Drop whole exchanges, oldest first: an exchange is a user message, or an
    assistant reply together with the outputs of its calls, so a call is never
    separated from its result. What is kept starts with a user message (an
-   answer kept without its question breaks strict chat templates). The last
-   user message and what follows it stay.
+   answer kept without its question breaks strict chat templates; scvd's note
+   on a dropped turn goes with it). The last user message and what follows it stay.
 3. Replace the newest step's outputs too (the model hears they were too big).
 4. Still too big: the caller fails the turn with reason context_limit.
 
@@ -178,7 +178,7 @@ def _last_step(items: Sequence[Any]) -> int:
 
 
 def last_user(items: Sequence[Any]) -> int:
-    """Index of the person's last message (a background result's note is not one)."""
+    """Index of the person's last message (a background result's note, or scvd's, is not one)."""
     for i in range(len(items) - 1, -1, -1):
         if isinstance(items[i], UserText) and not items[i].note:
             return i

@@ -16,7 +16,7 @@ from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Hang, ScriptedModel, Text
 from conftest import reloaded
 from scvd import errors, protocol as p
-from scvd.chat.items import Opened, UserText
+from scvd.chat.items import Opened, TurnEnded, UserText
 from scvd.chat.transcript import Transcripts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +71,27 @@ def test_shutdown_mid_turn_fails_it_with_cancelled_by_shutdown(make_daemon, mode
         end = until_end(c)[-1]
     assert isinstance(end, p.TurnFailed) and end.reason == "cancelled_by_shutdown"
     assert d.proc.wait(15) == 0
+
+
+def test_a_cancelled_turns_note_written_as_a_user_record_replays_as_scvds(make_daemon, model, scv_home, workspace):
+    """Transcripts from before notes had a kind of their own hold the note as a `user` record: it still
+    reaches the model, and history shows it as scvd's."""
+    m = model(Text("noon"))
+    note = ("[this turn was cancelled before it was answered; do not carry out the request above unless "
+            "asked again]")
+    Transcripts(scv_home / "state" / "chat").append("kold", [
+        Opened(workspace=str(workspace), provider="test"), UserText(text="delete the logs", turn="t1"),
+        UserText(text=note, turn="t1"), TurnEnded(turn="t1", status="cancelled")])
+    d = make_daemon(config(m), home=scv_home, env={"SCVD_TEST_MODEL_KEY": "sk-test"})
+    with d.client(name="pytest") as c:
+        session = c.request(p.ChatOpen, workspace=str(workspace), conversation="kold").session
+        history = c.request(p.ChatHistory, session=session).records
+        assert [(r["kind"], r.get("text")) for r in history] == \
+            [("user", "delete the logs"), ("scvd", note), ("turn", None)]
+        c.request(p.TurnStart, session=session, text="what time is it")
+        assert isinstance(until_end(c)[-1], p.TurnCompleted)
+    assert m.requests[0]["messages"][1:] == [
+        {"role": "user", "content": f"delete the logs\n\n{note}\n\nwhat time is it"}]
 
 
 IDLE = textwrap.dedent("""

@@ -269,22 +269,43 @@ def test_cancel_mid_stream(chat_rig, workspace, wire_api):
     assert isinstance(end, p.TurnCompleted)
 
 
+def cancel_mid_reply(c, session: str, text: str) -> str:
+    """Start a turn, cancel it once its reply streams, and wait for its end; its id."""
+    turn = c.request(p.TurnStart, session=session, text=text).turn
+    while not isinstance(c.next_event(), p.AssistantDelta):
+        pass
+    c.request(p.TurnCancel, session=session, turn=turn)
+    while not isinstance(c.next_event(), END):
+        pass
+    return turn
+
+
 def test_the_next_turn_tells_the_model_the_last_one_was_cancelled(chat_rig, workspace):
     """A turn cancelled before any reply keeps its text; the next turn's went right after it, so the
     model read "delete the logs" + "what time is it" as two requests and carried out the cancelled one."""
     model, d = chat_rig(Hang("deleting"), Text("noon"), wire_api="chat")
     with d.client(name="pytest") as c:
         session = open_chat(c, workspace).session
-        turn = c.request(p.TurnStart, session=session, text="delete the logs").turn
-        while not isinstance(c.next_event(), p.AssistantDelta):
-            pass
-        c.request(p.TurnCancel, session=session, turn=turn)
-        while not isinstance(c.next_event(), END):
-            pass
+        cancel_mid_reply(c, session, "delete the logs")
         run_turn(c, session, "what time is it")
     assert model.requests[1]["messages"][1:] == [{"role": "user", "content": (
         "delete the logs\n\n[this turn was cancelled before it was answered; do not carry out the request above "
         "unless asked again]\n\nwhat time is it")}]
+
+
+def test_history_shows_a_cancelled_turns_note_as_scvds_not_the_persons(chat_rig, workspace):
+    """The note was a `user` record: a client showing the history put scvd's words in the person's mouth."""
+    model, d = chat_rig(Hang("deleting"), wire_api="chat")
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        turn = cancel_mid_reply(c, session, "delete the logs")
+        records = c.request(p.ChatHistory, session=session).records
+    assert [(r["kind"], r.get("text")) for r in records] == [
+        ("user", "delete the logs"),
+        ("scvd", "[this turn was cancelled before it was answered; do not carry out the request above unless "
+                 "asked again]"),
+        ("turn", None)]
+    assert records[1]["turn"] == turn
 
 
 def test_a_half_closed_client_hears_its_turn_cancelled_before_the_connection_closes(chat_rig, workspace):
