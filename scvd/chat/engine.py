@@ -10,13 +10,14 @@ back what happened:
     turn.on_answer(call_id, text) -> the same as on_result
     turn.cancel(reason)           -> the turn ends; unanswered calls get a cancelled output, and a
                                      note says it was cancelled (the model reads it next turn)
+    turn.stopped()                -> [Fail]: the same for scvd's own stop (cancelled_by_shutdown)
 
 Rules:
 - A step's outputs are appended together, in the order of the calls, once the
   last one is in, so a call and its output are never apart in the history.
 - find_tools, a call to a tool whose schema is not loaded, bad JSON arguments
   and tools outside the conversation's set are answered here, not run.
-- A cancelled turn's note is a `ScvdNote`: the model reads it as user text, but it
+- A cancelled or stopped turn's note is a `ScvdNote`: the model reads it as user text, but it
   is not the person's message (history shows it as scvd's; trimming never keeps it as one).
 - A `background` tool's output is a placeholder; its result becomes a user-side
   note before the next request (of this turn, or the next turn). The note is a
@@ -64,6 +65,9 @@ NAMES_SHOWN = 40  # of the tool names (a namespaced family's counted as one) a f
 # it, and the model took the cancelled request for one still to carry out
 CANCELLED_NOTE = ("[this turn was cancelled before it was answered; do not carry out the request above unless "
                   "asked again]")
+# the same after scvd's own stop (SIGTERM mid-turn): the conversation resumed after the restart redid it
+STOPPED_NOTE = ("[scvd stopped during this turn, before it was answered; do not carry out the request above "
+                "unless asked again]")
 
 
 def current(record: Any) -> Any:
@@ -324,6 +328,13 @@ class Turn:
         """The turn cannot go on (the provider failed, a limit): it ends with `reason`."""
         self._stop(message, "failed", reason)
         return Fail(reason, message, hint)
+
+    def stopped(self) -> Fail:
+        """scvd is stopping: the turn fails (cancelled_by_shutdown), and the model reads STOPPED_NOTE
+        before the next turn's text, after the restart too."""
+        message = "scvd stopped during the turn"
+        self._stop(message, "failed", "cancelled_by_shutdown", STOPPED_NOTE)
+        return Fail("cancelled_by_shutdown", message, "send the text again")
 
     def usage_dict(self) -> dict[str, int]:
         u = self.usage

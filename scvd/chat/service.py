@@ -260,8 +260,7 @@ class ChatService:
             end = self._failed(chat, turn, fail)
         except asyncio.CancelledError:
             if self.stopping:
-                fail = turn.fail("cancelled_by_shutdown", "scvd stopped during the turn", "send the text again")
-                end = self._failed(chat, turn, fail)
+                end = self._failed(chat, turn, turn.stopped())
             else:
                 turn.cancel("the turn was cancelled")
                 end = p.TurnCancelled(seq=0, session=chat.session.id, turn=turn.id, reason="cancelled")

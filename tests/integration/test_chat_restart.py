@@ -60,17 +60,36 @@ def test_the_transcript_survives_a_daemon_restart(make_daemon, model, scv_home, 
     assert said == ["remember 42", "I will remember 42", "what did I say?"]
 
 
-def test_shutdown_mid_turn_fails_it_with_cancelled_by_shutdown(make_daemon, model, scv_home, workspace):
-    m = model(Hang("hmm"))
-    d = make_daemon(config(m), home=scv_home, env={"SCVD_TEST_MODEL_KEY": "sk-test"})
+STOPPED = ("[scvd stopped during this turn, before it was answered; do not carry out the request above unless "
+           "asked again]")
+
+
+def test_shutdown_mid_turn_fails_it_and_the_resumed_conversation_is_told(make_daemon, model, scv_home, workspace):
+    """scvd's stop fails a running turn (cancelled_by_shutdown). Its text stayed with no word that it
+    went unanswered (a cancelled turn's gets one): the resumed conversation's next turn came right
+    after it, and the model took "delete the logs" for a request still to carry out."""
+    m = model(Hang("deleting"), Text("noon"))
+    env = {"SCVD_TEST_MODEL_KEY": "sk-test"}
+    d = make_daemon(config(m), home=scv_home, env=env)
     with d.client(name="pytest") as c:
-        session = c.request(p.ChatOpen, workspace=str(workspace)).session
-        c.request(p.TurnStart, session=session, text="think")
+        opened = c.request(p.ChatOpen, workspace=str(workspace))
+        c.request(p.TurnStart, session=opened.session, text="delete the logs")
         assert m.hung.wait(15)
         d.proc.terminate()
         end = until_end(c)[-1]
     assert isinstance(end, p.TurnFailed) and end.reason == "cancelled_by_shutdown"
     assert d.proc.wait(15) == 0
+
+    d2 = make_daemon(home=scv_home, env=env)
+    with d2.client(name="pytest") as c:
+        session = c.request(p.ChatOpen, workspace=str(workspace), conversation=opened.conversation).session
+        history = c.request(p.ChatHistory, session=session).records
+        assert [(r["kind"], r.get("text")) for r in history if r["kind"] != "turn"] == \
+            [("user", "delete the logs"), ("scvd", STOPPED)]
+        c.request(p.TurnStart, session=session, text="what time is it")
+        assert isinstance(until_end(c)[-1], p.TurnCompleted)
+    assert m.requests[1]["messages"][1:] == [
+        {"role": "user", "content": f"delete the logs\n\n{STOPPED}\n\nwhat time is it"}]
 
 
 def test_a_cancelled_turns_note_written_as_a_user_record_replays_as_scvds(make_daemon, model, scv_home, workspace):
