@@ -5,7 +5,8 @@ it reads or writes, as asked and as resolved) include one named by an
 `approvals.always_ask` glob or by the secret-like rule, or one inside a git
 directory that is not named `.git` (`git init --separate-git-dir`, a repo tool's
 `project.git`: its config and hooks run at the next git command), or any target of
-a workspace that is or lies in a git directory (`repo/.git/hooks`), is put to a
+a workspace that is or lies in a git directory (`repo/.git/hooks`), or one of scvd's
+own folders or its config file (scvd/own_places.py), is put to a
 person, and that request is approved once only. Pure functions on path strings,
 but for `git_dir_reason` and `in_git_dir`, which look (a few lstats); nothing here knows a tool.
 
@@ -26,6 +27,8 @@ from fnmatch import fnmatchcase
 from typing import Iterable, Sequence
 
 from .gitmeta import looks_like_git_dir
+from .own_places import CONFIG, ROOT, Place, of
+from .paths import within
 from .tools.secret_paths import secret_reason
 
 # git metadata (hooks, config, a `.git` file pointing elsewhere; `.gitmodules`, which says what
@@ -163,15 +166,19 @@ def enclosing_git_dir(workspace: str) -> str | None:
         path = parent
 
 
-def own_files_reason(workspace: str, targets: Iterable[str], own: Sequence[str]) -> str | None:
-    """Why a call with these targets always asks because one lies in scvd's own folders (`own`:
-    config.toml, a script tool's tool.json, the audit log), or None: a grant to write in a
-    workspace that holds them must not let the agent change what scvd runs or records."""
+def own_files_reason(workspace: str, targets: Iterable[str], own: Sequence[Place]) -> str | None:
+    """Why a call with these targets always asks because one is scvd's own (`own`: own_places()):
+    inside its folders (config.toml, a script tool's tool.json, the audit log) or the config file
+    it reads (`--config`'s, wherever it is), or None: a grant to write in a workspace that holds
+    them must not let the agent change what scvd runs or records."""
+    roots, configs = of(own, ROOT), of(own, CONFIG)
     for target in targets:
         path = os.path.normpath(os.path.join(workspace, target))
-        for folder in own:
-            if path == folder or path.startswith(folder.rstrip("/") + "/"):
+        for folder in roots:
+            if within(path, folder):
                 return f"{_show(target)} is inside scvd's own folder {folder} (its configuration, tools or state)"
+        if path in configs:
+            return f"{_show(target)} is the configuration file scvd reads, {path} (it starts MCP servers unsandboxed)"
     return None
 
 

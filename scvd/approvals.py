@@ -136,7 +136,7 @@ def exposes_host(workspace: str, own: tuple[str, ...] = (), home: str | None = N
     it holds the home (`holds_home`), or it is at, inside or above home's .config, .local or
     .ssh, XDG_CONFIG_HOME or XDG_DATA_HOME (above: one that lies outside the home, or a link
     from the home into a dotfiles repository), or at or inside one of scvd's own folders `own`
-    (`own_dirs`: a config.toml there starts MCP servers unsandboxed; above them, the sandbox
+    (own_places' ROOTs: a config.toml there starts MCP servers unsandboxed; above them, the sandbox
     hides them), or it is a git directory or inside one (the sandbox guards WS/.git, not the
     workspace itself: its hooks and config). sandbox-aware asks for every call there.
     """
@@ -149,14 +149,6 @@ def exposes_host(workspace: str, own: tuple[str, ...] = (), home: str | None = N
     runs_later += [os.path.realpath(d) for d in xdg if d and os.path.isabs(d)]
     return (any(within(ws, d) or within(d, ws) for d in runs_later)
             or any(within(ws, d) for d in own) or in_git_dir(ws))
-
-
-def own_dirs(paths: Any) -> tuple[str, ...]:
-    """scvd's own folders as real paths: SCV_HOME, else its config, data and state directories."""
-    if paths is None:  # an in-memory hub of the tests
-        return ()
-    found = [paths.home] if paths.home else [paths.config_dir, paths.data_dir, paths.state_dir]
-    return tuple(os.path.realpath(d) for d in found)
 
 
 def contained(plan: Plan) -> bool:

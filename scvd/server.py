@@ -30,6 +30,7 @@ from .instance import Claim, claim, remove_socket, socket_name
 from .listener import Listener
 from .mcp.manager import McpServers
 from .mcp_host.service import McpHosts
+from .own_places import SERVICE as OWN_PLACES, own_places
 from .paths import Paths, unopenable
 from .process import kill_every_run, set_child_subreaper
 from .secret_requests import SecretRequests
@@ -83,7 +84,9 @@ class Daemon:
             timeout=lambda: self.config.approvals.timeout_seconds, audit=self._audit_line,
             on_stored=lambda key, stored_at: self.mcp.secret_stored(key, stored_at))
         # what every session's tools reach through ctx.services, beside what the tools prepare
-        self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests}
+        self.own = own_places(paths, loaded.path)  # a reload reads the same file: fixed for the daemon's life
+        self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests,
+                                         OWN_PLACES: self.own}
         self.sandbox: Any = None
         self.sandbox_verdict = "off"
         self.audit: Any = None

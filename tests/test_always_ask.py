@@ -12,6 +12,7 @@ from fs_support import ws  # noqa: F401 (fixture)
 from scvd.adapters.tools import cwd_targets
 from scvd.always_ask import DEFAULT_ALWAYS_ASK, always_ask_reason, own_files_reason, glob_problem, matches, parse, split
 from scvd.approvals import POLICIES, Verdict, policy_verdict
+from scvd.own_places import CONFIG, ROOT, Place
 from scvd.tools.contract import Plan, ToolRisk
 
 DEFAULTS = list(DEFAULT_ALWAYS_ASK)
@@ -162,7 +163,7 @@ def test_always_asks_beats_a_grant_and_the_sandbox(policy, risk):
 
 
 def test_a_target_in_scvds_own_folders_always_asks():
-    own = ("/ws/.scv", "/elsewhere/state")
+    own = (Place(ROOT, "/ws/.scv"), Place(ROOT, "/elsewhere/state"))
     assert own_files_reason("/ws", ["notes.txt"], own) is None
     assert own_files_reason("/ws", [".scvx/config.toml"], own) is None
     assert own_files_reason("/ws", ["notes", ".scv/config.toml"], own) == \
@@ -170,6 +171,14 @@ def test_a_target_in_scvds_own_folders_always_asks():
     assert own_files_reason("/ws", [".scv"], own).startswith("'.scv' is inside")
     assert own_files_reason("/ws", ["a/../.scv/tools/script/x/tool.json"], own) is not None
     assert own_files_reason("/ws", ["x"], ()) is None
+
+
+def test_the_config_file_scvd_reads_always_asks_wherever_it_is():
+    own = (Place(ROOT, "/home/me/.scv"), Place(CONFIG, "/ws/deploy/scvd.toml"))
+    assert own_files_reason("/ws", ["deploy/scvd.toml"], own) == (
+        "'deploy/scvd.toml' is the configuration file scvd reads, /ws/deploy/scvd.toml "
+        "(it starts MCP servers unsandboxed)")
+    assert own_files_reason("/ws", ["deploy/scvd.toml.bak", "deploy"], own) is None  # the file, not its folder
 
 
 def test_a_git_directory_under_another_name_always_asks_and_a_folder_with_only_a_head_file_does_not(tmp_path):

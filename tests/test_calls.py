@@ -103,6 +103,7 @@ class FakeHub:
     def __init__(self) -> None:
         self.gate = ApprovalGate(900.0, self._on_approval)
         self.paths: Any = None
+        self.own = ()  # no folders of its own
         self.sandbox = None
         self.audit = FakeAudit()
         self.sent: list[tuple[object, p.Frame]] = []

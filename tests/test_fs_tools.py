@@ -29,6 +29,7 @@ from conftest import shared_dir_for_other_uids
 from scvd.tools import build_registry, fs, write_temp
 from scvd.tools.contract import ToolRisk
 from scvd.paths import Paths
+from scvd.own_places import own_places
 from scvd.tools.own_files import own_file_reason
 from scvd.tools.secret_paths import secret_reason
 from scvd.workers import INLINE_BYTES, CancelFlag
@@ -494,15 +495,16 @@ def test_scvds_own_sensitive_files_in_the_xdg_layout_from_a_workspace_at_or_abov
     paths = Paths(home=None, config_dir=home / ".config/scv", data_dir=home / ".local/share/scv",
                   state_dir=home / ".local/state/scv", runtime_dir=tmp_path / "run", socket=tmp_path / "run/s")
     ws, above = str(home), str(tmp_path)
+    places = own_places(paths)
     for path in (".config/scv/config.toml", ".local/state/scv/audit.log", ".local/state/scv/audit.log.3",
                  ".local/state/scv/chat/c.jsonl", ".local/share/scv/adapters/codex/sessions/s.jsonl",
                  ".local/share/scv/mcp/fs/token"):
-        assert own_file_reason(tuple(path.split("/")), ws, paths), path
-        assert own_file_reason(("me", *path.split("/")), above, paths), path
+        assert own_file_reason(tuple(path.split("/")), ws, places), path
+        assert own_file_reason(("me", *path.split("/")), above, places), path
     for path in (".local/share/scv/tools/script/gh/run.sh", ".local/share/scv/skills/s/SKILL.md",
                  ".config/scv/notes.toml", ".local/state/scv/scvd.pid", ".config/other/config.toml", "config.toml"):
-        assert own_file_reason(tuple(path.split("/")), ws, paths) is None, path
-    assert own_file_reason(("config.toml",), ws, None) is None  # an in-memory hub has no folders
+        assert own_file_reason(tuple(path.split("/")), ws, places) is None, path
+    assert own_file_reason(("config.toml",), ws, own_places(None)) is None  # an in-memory hub has no folders
 
 
 def test_secret_rule_applies_to_where_a_symlink_leads(ws: Workspace) -> None:

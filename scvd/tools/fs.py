@@ -29,6 +29,7 @@ from typing import Annotated, Any, Callable, Literal
 import msgspec
 
 from ..errors import Cancelled, Failed, InvalidArguments, PathMissing
+from ..own_places import SERVICE as OWN_PLACES, own_places
 from ..text import cut_note, printable
 from ..workers import inline_ok, run_blocking
 from . import containment, write_temp
@@ -623,12 +624,15 @@ class WriteArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     )] = None
 
 
-def _secret_reason(parts: tuple[str, ...], real: tuple[str, ...], workspace: str, paths: Any) -> str | None:
-    """The secret-like rule, and scvd's own sensitive files (`config.toml`, the audit log, ...),
+def _secret_reason(parts: tuple[str, ...], real: tuple[str, ...], ctx: CallContext) -> str | None:
+    """The secret-like rule, and scvd's own sensitive files (its config file, the audit log, ...),
     on the requested path and on the one it resolves to (`notes -> .env`)."""
-    reason = secret_reason(parts, workspace) or own_file_reason(parts, workspace, paths)
+    workspace = str(ctx.workspace)
+    # the daemon's places know the config file it reads; from paths alone, its config.toml
+    places = ctx.services.get(OWN_PLACES) or own_places(ctx.paths)
+    reason = secret_reason(parts, workspace) or own_file_reason(parts, workspace, places)
     if reason is None and real != parts and (
-            found := secret_reason(real, workspace) or own_file_reason(real, workspace, paths)):
+            found := secret_reason(real, workspace) or own_file_reason(real, workspace, places)):
         reason = f"it resolves to {show(containment.join(real))}: {found}"
     return reason
 
@@ -681,7 +685,7 @@ class ReadTool(Tool):
             held = _Held(fd, st.st_size, parts, real)
         else:
             os.close(fd)
-        secret = _secret_reason(parts, real, str(ctx.workspace), ctx.paths)
+        secret = _secret_reason(parts, real, ctx)
         size = st.st_size
 
         def describe() -> tuple[str, dict[str, Any]]:  # what an approver sees, made only if one is asked
@@ -748,7 +752,7 @@ class WriteTool(Tool):
         except UnicodeEncodeError as exc:
             raise InvalidArguments(f"content is not valid UTF-8 text at character {exc.start}") from exc
         real = resolve_file(ctx.workspace_fd, parts, args.path)  # fail before approval where we can
-        secret = _secret_reason(parts, real, str(ctx.workspace), ctx.paths)
+        secret = _secret_reason(parts, real, ctx)
         parent = open_parent(ctx.workspace_fd, real, args.path)
         try:
             existing = inspect_target(parent, real, args.path, args.mode)

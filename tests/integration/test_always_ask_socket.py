@@ -68,6 +68,16 @@ def grant_writes(c: Client, sid: str) -> None:
     assert c.wait_call(call_id).ok
 
 
+def denied_asking(c: Client, sid: str, path: str, mode: str) -> str | None:
+    """Write an MCP server into `path`, which must ask though writes are granted; deny it. Its always_ask."""
+    call_id = c.start_call(sid, "write", {"path": path, "content": "[mcp.servers.pwn]\n", "mode": mode})
+    asked = next_of(c, call_id)
+    assert isinstance(asked, p.ApprovalRequested), f"{path} ran unasked under a session grant"
+    c.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
+    assert c.wait_call(call_id).error.kind == "denied"
+    return asked.always_ask
+
+
 def test_a_session_grant_for_write_does_not_cover_sensitive_targets(owner: Client, ws: Path) -> None:
     sid = owner.open_session(ws)
     grant_writes(owner, sid)
@@ -148,15 +158,27 @@ def test_a_grant_for_write_does_not_cover_scvds_own_folders_in_the_workspace(mak
         sid = owner.open_session(ws)
         grant_writes(owner, sid)
         for path, mode in ((".scv/config.toml", "replace"), (".scv/tools/script/x/tool.json", "create")):
-            call_id = owner.start_call(sid, "write", {"path": path, "content": "[mcp.servers.pwn]\n", "mode": mode})
-            asked = next_of(owner, call_id)
-            assert isinstance(asked, p.ApprovalRequested), f"{path} ran unasked under a session grant"
-            assert asked.always_ask == (f"{path!r} is inside scvd's own folder {home.resolve()} "
-                                        "(its configuration, tools or state)")
-            owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
-            assert owner.wait_call(call_id).error.kind == "denied"
+            assert denied_asking(owner, sid, path, mode) == (f"{path!r} is inside scvd's own folder "
+                                                             f"{home.resolve()} (its configuration, tools or state)")
     assert config.read_bytes() == before
     assert not (home / "tools" / "script" / "x" / "tool.json").exists()
+
+
+def test_a_grant_for_write_does_not_cover_the_config_file_given_by_dash_dash_config(make_daemon, tmp_path: Path,
+                                                                                    ws: Path) -> None:
+    # `scvd --config ws/scvd.toml`: outside scvd's own folders, so a granted write added an MCP
+    # server to the file the daemon reads, which starts it unsandboxed at the next reload
+    config = ws / "scvd.toml"
+    config.write_text("log_level = 'info'\n")
+    os.symlink("scvd.toml", ws / "cfg")
+    daemon = make_daemon(home=tmp_path / "scvhome", args=["--config", str(config)])
+    with daemon.client(name="pytest-owner", approver=True) as owner:
+        sid = owner.open_session(ws)
+        grant_writes(owner, sid)
+        for path in ("scvd.toml", "cfg"):  # a link is judged by where it leads: its target is named
+            assert denied_asking(owner, sid, path, "replace") == (
+                f"'scvd.toml' is the configuration file scvd reads, {config.resolve()} (it starts MCP servers unsandboxed)")
+    assert config.read_text() == "log_level = 'info'\n"
 
 
 def test_a_grant_for_write_does_not_cover_a_git_directory_not_named_dot_git(owner: Client, tmp_path: Path) -> None:

@@ -141,6 +141,30 @@ def test_scvds_own_sensitive_files_ask_to_be_read_and_its_tool_sources_do_not(ma
                                                          "(all a conversation said, tool outputs too)")
 
 
+def test_a_config_file_given_by_dash_dash_config_in_the_workspace_asks_to_be_read(make_daemon, tmp_path: Path,
+                                                                                  ws: Path) -> None:
+    """`scvd --config ws/deploy/scvd.toml`: the read rule knew only the config.toml in scvd's own
+    folder, so the file the daemon really reads (its MCP servers' tokens) was read unasked."""
+    config = ws / "deploy" / "scvd.toml"
+    config.parent.mkdir()
+    config.write_text("log_level = 'info'  # beside MCP header tokens\n")
+    (config.parent / "other.toml").write_text("x = 1\n")
+    os.symlink("deploy/scvd.toml", ws / "cfg")
+    daemon = make_daemon(home=tmp_path / "scvhome", args=["--config", str(config)])
+    with daemon.client(name="pytest-owner", approver=True) as owner:
+        sid = owner.open_session(ws)
+        for path in ("deploy/scvd.toml", "cfg"):
+            done, asked = call(owner, sid, "read", decide="deny", path=path)
+            assert asked.risk == "filesystem" and asked.details["secret_like"] is True
+            assert "scvd's configuration, which may hold MCP servers' header tokens" in asked.details["why"]
+            assert done.error.kind == "denied"
+        done, asked = call(owner, owner.open_session(config.parent), "read", decide="approve", path="scvd.toml")
+        assert done.ok and asked.details["why"].endswith("'scvd.toml' is scvd's configuration, which may hold "
+                                                         "MCP servers' header tokens in plain text")
+        done, _ = call(owner, sid, "read", path="deploy/other.toml")  # its folder's other files read unasked
+        assert done.result["content"] == "x = 1\n"
+
+
 @pytest.mark.parametrize("folder,name", [(".kube", "config"), (".docker", "config.json"),
                                          (".azure", "msal_token_cache.json")])
 def test_a_workspace_that_is_a_credentials_folder_asks_for_its_files(

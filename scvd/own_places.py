@@ -1,0 +1,49 @@
+"""scvd's own places: the one list both own-file rules judge by.
+
+Built from the instance's Paths and the config file it reads, which `scvd --config PATH`
+may put anywhere (in a workspace, too): while each rule kept its own list of places, both
+missed that file. Real paths, as both rules compare real paths. Each rule keeps its own
+decision: a write at or below a ROOT, or to a CONFIG, always asks (always_ask.own_files_reason);
+a read of the places it counts sensitive asks (tools/own_files.py). Nothing here knows tool names.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, NamedTuple
+
+SERVICE = "own_places"  # the daemon's places in a session's services, where the tools find them
+
+ROOT = "root"  # where scvd keeps everything: SCV_HOME, else its config, data and state directories
+CONFIG = "config"  # a config file: the one scvd reads (`--config`'s) and the instance's config.toml
+SECRETS = "secrets"  # secrets.toml, the secret store
+AUDIT_LOG = "audit_log"  # audit.log; its rotations add a suffix to the name
+CHAT = "chat"  # the chat transcripts folder
+ADAPTERS = "adapters"  # the folder of the agents' private homes
+MCP = "mcp"  # the folder of the MCP servers' private homes
+
+
+class Place(NamedTuple):
+    role: str
+    path: str  # a real path
+
+
+@functools.lru_cache(maxsize=16)
+def own_places(paths: Any, config_file: str | None = None) -> tuple[Place, ...]:
+    """scvd's own places for `paths` (none for the None of an in-memory hub) and the config file
+    it reads (default: its config.toml). Cached, so equal arguments give the very same tuple:
+    the read rule keeps its per-workspace work by that identity."""
+    if paths is None:
+        return ()
+    roots = [paths.home] if paths.home else [paths.config_dir, paths.data_dir, paths.state_dir]
+    found = [(ROOT, d) for d in roots]
+    found += [(CONFIG, config_file or paths.config_file), (CONFIG, paths.config_file)]
+    found += [(SECRETS, paths.secrets_file), (AUDIT_LOG, paths.audit_log), (CHAT, paths.chat_dir),
+              (ADAPTERS, paths.adapters_dir), (MCP, paths.mcp_dir)]
+    return tuple(dict.fromkeys(Place(role, os.path.realpath(p)) for role, p in found))  # one of each
+
+
+def of(places: tuple[Place, ...], *roles: str) -> tuple[str, ...]:
+    """The paths of `places` in these roles."""
+    return tuple(place.path for place in places if place.role in roles)
