@@ -42,6 +42,7 @@ import msgspec
 
 from . import awake, errors
 from .always_ask import in_git_dir
+from .own_places import CONFIG, ROOT, Place, of
 from .paths import within
 from .text import excerpt, printable, printable_data
 from .proctree import read_stat
@@ -131,14 +132,15 @@ HOME_RUNS_LATER = (".config", ".local", ".ssh")
 
 
 @functools.lru_cache(maxsize=256)
-def exposes_host(workspace: str, own: tuple[str, ...] = (), home: str | None = None) -> bool:
+def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None = None) -> bool:
     """True when the files of `workspace` configure scvd or run code outside the sandbox later:
     it holds the home (`holds_home`), or it is at, inside or above home's .config, .local or
     .ssh, XDG_CONFIG_HOME or XDG_DATA_HOME (above: one that lies outside the home, or a link
-    from the home into a dotfiles repository), or at or inside one of scvd's own folders `own`
-    (own_places' ROOTs: a config.toml there starts MCP servers unsandboxed; above them, the sandbox
-    hides them), or it is a git directory or inside one (the sandbox guards WS/.git, not the
-    workspace itself: its hooks and config). sandbox-aware asks for every call there.
+    from the home into a dotfiles repository), or at or inside one of scvd's own folders (`own`:
+    own_places; a config.toml there starts MCP servers unsandboxed; above them, the sandbox
+    hides them), or it holds the config file scvd reads outside them (`--config`'s, which the
+    sandbox does not hide), or it is a git directory or inside one (the sandbox guards WS/.git,
+    not the workspace itself: its hooks and config). sandbox-aware asks for every call there.
     """
     home = os.path.realpath(home or os.environ.get("HOME") or os.path.expanduser("~"))
     if holds_home(workspace, home):
@@ -147,8 +149,10 @@ def exposes_host(workspace: str, own: tuple[str, ...] = (), home: str | None = N
     xdg = [os.environ.get("XDG_CONFIG_HOME"), os.environ.get("XDG_DATA_HOME")]
     runs_later = [os.path.realpath(os.path.join(home, d)) for d in HOME_RUNS_LATER]
     runs_later += [os.path.realpath(d) for d in xdg if d and os.path.isabs(d)]
+    roots = of(own, ROOT)
     return (any(within(ws, d) or within(d, ws) for d in runs_later)
-            or any(within(ws, d) for d in own) or in_git_dir(ws))
+            or any(within(ws, d) for d in roots) or in_git_dir(ws)
+            or any(within(f, ws) and not any(within(f, d) for d in roots) for f in of(own, CONFIG)))
 
 
 def contained(plan: Plan) -> bool:

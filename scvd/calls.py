@@ -73,7 +73,7 @@ import msgspec
 from . import errors
 from .always_ask import always_ask_reason, git_dir_reason, own_files_reason
 from .approvals import Approval, ApprovalGate, Decider, Verdict, exposes_host, policy_verdict
-from .own_places import ROOT, Place, of
+from .own_places import Place
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Lane, Owner, Session, Ticket
 from .text import excerpt
@@ -184,8 +184,7 @@ class CallRegistry:
         # one random tag per daemon keeps ids unique across restarts (the audit log outlives a run);
         # a getrandom per call cost more than the rest of the id
         self._tag = secrets.token_hex(4)
-        self._own = hub.own  # scvd's own places: a write there always asks
-        self._own_roots = of(hub.own, ROOT)  # a workspace at or in one exposes the host
+        self._own = hub.own  # scvd's own places: a write there always asks, a workspace there exposes the host
 
     def __len__(self) -> int:
         return len(self.table)
@@ -472,7 +471,7 @@ class CallRegistry:
         verdict = policy_verdict(
             cfg.policy, plan, always_allow=tool.flags.always_allow,
             granted=session.granted(tool.name, risk, plan.sandboxed),
-            sandbox_active=(bool(sandbox and sandbox.active) and not exposes_host(workspace, self._own_roots)
+            sandbox_active=(bool(sandbox and sandbox.active) and not exposes_host(workspace, self._own)
                             and not sandbox.shows_hidden(workspace)),
             always_asks=always is not None)
         return verdict, always

@@ -16,6 +16,7 @@ from scvd.approvals import (
     ENDED_KEPT, POLICIES, TRANSITIONS, ApprovalEvent, ApprovalGate, ApprovalState, Decider, Verdict, contained,
     exposes_host, holds_home, is_descendant, policy_note, policy_verdict, spawned_by_daemon,
 )
+from scvd.own_places import CONFIG, ROOT, Place
 from scvd.tools.contract import Plan, ToolRisk
 
 RUN, ASK, DENY = Verdict.RUN, Verdict.ASK, Verdict.DENY
@@ -564,13 +565,16 @@ def test_a_workspace_holds_the_home_when_it_is_the_home_or_above_it(workspace: s
     ("/home/u", True), ("/", True),  # holds the home
     ("/home/u/.config", True), ("/home/u/.config/git", True), ("/home/u/.local/share/app", True),
     ("/home/u/.ssh", True), ("/srv/scv", True), ("/srv/scv/tools", True), ("/cfg/x", True),
+    ("/etc", True), ("/etc/scvd", True),  # holds the config file read (--config), which the sandbox shows
     ("/home/u/project", False), ("/home/u/.configs", False), ("/srv", False), ("/srv/scvx", False),
+    ("/etc/scvd/conf.d", False),
 ])
 def test_a_workspace_exposes_the_host_at_or_inside_home_config_and_scvds_own_folders(monkeypatch, workspace, exposed):
     monkeypatch.setenv("XDG_CONFIG_HOME", "/cfg")
     monkeypatch.delenv("XDG_DATA_HOME", raising=False)
     exposes_host.cache_clear()
-    assert exposes_host(workspace, ("/srv/scv",), "/home/u") is exposed
+    own = (Place(ROOT, "/srv/scv"), Place(CONFIG, "/srv/scv/config.toml"), Place(CONFIG, "/etc/scvd/run.toml"))
+    assert exposes_host(workspace, own, "/home/u") is exposed
     exposes_host.cache_clear()
 
 
@@ -588,6 +592,6 @@ def test_a_workspace_above_a_config_dir_outside_the_home_exposes_the_host(monkey
         assert exposes_host(str(dotfiles), (), str(home)) is True
         assert exposes_host("/data", (), str(home)) is True
         assert exposes_host(str(tmp_path / "project"), (), str(home)) is False
-        assert exposes_host("/srv", ("/srv/scv",), str(home)) is False  # scvd's own folders are hidden
+        assert exposes_host("/srv", (Place(ROOT, "/srv/scv"),), str(home)) is False  # scvd's own folders are hidden
     finally:
         exposes_host.cache_clear()

@@ -161,6 +161,22 @@ def test_a_workspace_in_scvds_own_folder_or_the_homes_config_asks_for_every_call
     assert b"planted" not in (d.home / "config.toml").read_bytes() and not (config / "config.toml").exists()
 
 
+def test_a_workspace_that_holds_the_config_file_given_by_dash_dash_config_asks_for_every_call(
+        make_daemon, workspace: Path):
+    # the sandbox hides scvd's own folders, not a --config file outside them: unasked, a sandboxed
+    # bash could add an MCP server to it, which starts unsandboxed at the next reload
+    config = workspace / "scvd.toml"
+    config.write_text(SANDBOXED)
+    (workspace / "sub").mkdir()
+    d = make_daemon(args=["--config", str(config)])
+    with d.client() as c:
+        asked_and_denied(c, workspace, "echo planted >> scvd.toml")
+        sid = c.open_session(workspace / "sub")  # a folder beside it still runs unasked
+        assert c.call(sid, "bash", {"command": "echo inside > f.txt"}).ok
+        assert c.request(p.ApprovalsList).approvals == []
+    assert config.read_text() == SANDBOXED and (workspace / "sub/f.txt").exists()
+
+
 def test_a_workspace_that_is_a_directory_the_sandbox_hides_asks_for_every_call(make_daemon, tmp_path: Path):
     # an offline call sees /tmp, /var/tmp, /run and XDG_RUNTIME_DIR empty because their sockets
     # (tmux, X11, docker, the user's systemd and D-Bus) lead out of any sandbox; the workspace's
