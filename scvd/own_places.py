@@ -4,7 +4,9 @@ Built from the instance's Paths and the config file it reads, which `scvd --conf
 may put anywhere (in a workspace, too): while each rule kept its own list of places, both
 missed that file. Real paths, as both rules compare real paths. Each rule keeps its own
 decision: a write at or below a ROOT, or to a CONFIG, always asks (always_ask.own_files_reason);
-a read of the places it counts sensitive asks (tools/own_files.py). Nothing here knows tool names.
+a read of the places it counts sensitive asks (tools/own_files.py); a workspace at or in a ROOT,
+or holding a CONFIG the sandbox does not hide, exposes the host (approvals.exposes_host).
+Nothing here knows tool names.
 """
 
 from __future__ import annotations
