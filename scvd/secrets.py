@@ -76,7 +76,10 @@ REFUSED_RE = re.compile(
     r"request )?(?:is |was |has |have |has been )?(?:invalid|incorrect|expired|revoked)"
     r"|\btoken[ _](?:has |is )?(?:expired|revoked)|\bexpiredtoken|invalidclienttokenid"
     # `_auth_error` inside a name (a traceback's `handle_auth_error`) is no refusal: not after `_`, and whole
-    r"|(?<!_)auth(?:entication)?[ _](?:failed|required|error)\b|not[ _]authenticated|\bnot_authed\b", re.IGNORECASE)
+    r"|(?<!_)auth(?:entication)?[ _](?:failed|required|error)\b|not[ _]authenticated|\bnot_authed\b"
+    # an error code that ends in a failure (`user_authentication_failed`) is one; a function's name does not
+    # end so (`handle_auth_error`), and one that does is no code where a traceback's frame or a call shows it
+    r"|(?<![\w.])(?<!\bin )(?:[a-z0-9]+_)+auth(?:entication)?_failed\b(?!\()", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

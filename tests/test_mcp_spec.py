@@ -243,6 +243,11 @@ def test_the_hosts_answer_becomes_a_decision_or_none(reply, expected):
     # a name in a traceback: the failure may be anything
     ('File "app.py", line 9, in handle_auth_error', False), ("KeyError: 'default_auth_error_handler'", False),
     ("OAuth error: invalid_grant", True), ("AUTH_FAILED", True),
+    # an API's snake_case error code, prefixed or not
+    ('{"error": {"code": "user_authentication_failed"}}', True), ("error: authentication_failed", True),
+    ("code=SSO_AUTH_FAILED", True),
+    # a function named so, in a traceback's frame or called
+    ('File "hooks.py", line 4, in on_auth_failed', False), ("self.on_auth_failed(request)", False),
 ])
 def test_only_an_error_about_a_credential_reads_as_refused(said, refused):
     cfg = McpServerConfig(command="srv", env={"TOKEN": SecretRef(secret="SRV_TOKEN")})
