@@ -15,7 +15,7 @@ import re
 from typing import Iterable, Mapping
 
 from .process import ALWAYS_REMOVED, ALWAYS_REMOVED_PREFIXES, child_env
-from .redact import LOG_MIN
+from .secret_like import picked
 
 # the locale's categories by name, not `LC_*`: any name can start with LC_ (Debian's ssh
 # sends and accepts LC_*, so it is used to carry other values, tokens included)
@@ -33,12 +33,6 @@ ALLOWED = frozenset({
     "GIT_SSL_CAINFO",
 })
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-# a passed name that reads like a credential's (GH_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASS, GITLAB_PAT)
-CREDENTIAL_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|COOKIE|APIKEY"
-                                r"|(?:^|_)(?:KEY|PASS|PAT)(?:_|$)", re.IGNORECASE)
-# a token's or a base64 key's body: a run this long of these characters; `-`, `_` and `/` end a run, so a
-# name such as work-profile-7c1f, a UUID or a URL's path (/api/v1/projects/42) is none
-TOKEN_RUN_RE = re.compile(r"[A-Za-z0-9+=]{16,}")
 
 
 def is_allowed(name: str) -> bool:
@@ -60,20 +54,9 @@ def passed(base: Mapping[str, str], pass_env: Iterable[str]) -> list[str]:
 
 
 def credentials(base: Mapping[str, str], pass_env: Iterable[str]) -> dict[str, str]:
-    """The passed values a child's output must not show: those `looks_secret` picks."""
-    return {name: base[name] for name in pass_env if name in base and looks_secret(name, base[name])}
-
-
-def looks_secret(name: str, value: str) -> bool:
-    """Whether a passed variable is a credential: its name says so, or its value reads like a token
-    (a run of 16+ letters, digits, `+=` mixing letters and digits) and is no path (/, ~, .)."""
-    if len(value) < LOG_MIN:  # a shorter value would blot out ordinary text wherever it occurs
-        return False
-    if CREDENTIAL_NAME_RE.search(name):
-        return True
-    if value.startswith(("/", "~", ".")):  # KUBECONFIG, a socket: printed often, no secret
-        return False
-    return any(re.search(r"[A-Za-z]", run) and re.search(r"[0-9]", run) for run in TOKEN_RUN_RE.findall(value))
+    """The passed values a child's output must not show, by name: those the credential rule of
+    scvd/secret_like.py picks."""
+    return picked((name, name, base[name]) for name in pass_env if name in base)
 
 
 def name_problem(name: str, reserved: Iterable[str] = (), elsewhere: Iterable[str] = ()) -> str | None:

@@ -155,6 +155,17 @@ def test_a_key_pasted_into_the_url_is_hidden_however_the_http_library_prints_the
     assert "[secret url query api_key]" in link.error and "v=2" in link.error and "plan=pro" in link.error
 
 
+def test_a_url_query_value_is_hidden_by_the_rule_a_chat_providers_query_is():
+    """A length test took every value of 8+ characters for a key (an `api-version` was blotted out of
+    every log line) and showed a short key; a chat provider's query, the same values, answered otherwise."""
+    cfg = McpServerConfig(url="https://mcp.example.com/mcp?api-version=2025-04-01-preview&key=rel-77",
+                          query={"team": "blue-team", "X-Relay-Token": "tok-9"})
+    link = ServerLink("hosted", cfg, launch=lambda: None, on_tools=lambda *_: None)
+    link.error = "401 for api-version 2025-04-01-preview of blue-team: bad key rel-77 or tok-9"
+    assert link.error == ("401 for api-version 2025-04-01-preview of blue-team: bad key [secret url query key] "
+                          "or [secret url query X-Relay-Token]"), link.error
+
+
 def test_a_misspelt_argument_of_a_closed_schema_names_the_one_meant():
     """It said `'path' is a required property` (the first error jsonschema gave), where a script tool
     says which name was meant: the model sent `pth`."""

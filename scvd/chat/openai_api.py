@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 import openai
 
 from .. import http_fields, lenient_json
-from ..passenv import looks_secret
 from ..redact import hide_in_logs, redact
+from ..secret_like import picked
 from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
 from .provider import ProviderFailure, Settings
 
@@ -228,8 +228,8 @@ class _Base(abc.ABC):
 def _sent(s: Settings) -> dict[str, str]:
     """The header and query values each request carries that read like a credential (a relay's key),
     by name: an api-version or a team name is none, and hiding it blotted it out of every log line."""
-    sent = {f"header {k}": (k, v) for k, v in s.headers.items()} | {f"query {k}": (k, v) for k, v in s.query.items()}
-    return {label: v for label, (k, v) in sent.items() if looks_secret(k.replace("-", "_"), v)}  # api-key: API_KEY
+    return picked([*((f"header {k}", k, v) for k, v in s.headers.items()),
+                   *((f"query {k}", k, v) for k, v in s.query.items())])
 
 
 class _Watched:

@@ -25,6 +25,7 @@ from .. import __version__, http_fields
 from ..config import McpServerConfig, SecretRef, server_secrets
 from ..redact import hide_in_logs, redact, redact_tree
 from ..errors import CredentialMissing, Failed, InvalidArguments, LimitExceeded, ScvError, ToolError, Unavailable
+from ..secret_like import picked
 from ..secrets import REFUSED_RE, off_loop
 from ..text import well_formed
 from . import spec
@@ -522,13 +523,11 @@ def _spec(tool: Any) -> ToolSpec:
     )
 
 
-PASTED_MIN = 8  # shorter query values (`v=2`, `plan=pro`) are settings, and would hide every `2` in a message
-
-
 def _pasted_in_query(cfg: McpServerConfig) -> dict[str, str]:
-    """The literal values of an HTTP server's query (in its url, or its `query` table) that may be a
-    key, by a name for `[secret ...]`: the url as httpx prints it (`:443` dropped, the host lower-cased,
-    a space as %20) is not the one configured, so replacing the url whole missed them."""
+    """The literal values of an HTTP server's query (in its url, or its `query` table) that read like a
+    credential (scvd/secret_like.py, the rule a chat provider's query obeys), by a name for `[secret ...]`:
+    the url as httpx prints it (`:443` dropped, the host lower-cased, a space as %20) is not the one
+    configured, so replacing the url whole missed them."""
     if not cfg.url:
         return {}
     try:
@@ -536,7 +535,7 @@ def _pasted_in_query(cfg: McpServerConfig) -> dict[str, str]:
     except ValueError:
         pairs = []
     pairs += [(name, value) for name, value in cfg.query.items() if isinstance(value, str)]
-    return {f"url query {name}": value for name, value in pairs if len(value) >= PASTED_MIN}
+    return picked((f"url query {name}", name, value) for name, value in pairs)
 
 
 def _secret_values(cfg: McpServerConfig, target: Any) -> dict[str, str]:

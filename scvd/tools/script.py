@@ -9,7 +9,7 @@ credential was rejected", which is `credential_missing` naming the key a stderr
 line `SCV_REJECTED=KEY` gives (a declared one), else the only key, else them all.
 A declared secret's value never comes back: wherever the script printed it
 (stdout or stderr, plain or JSON-escaped) it reads `[secret KEY]`; so does a
-`pass_env` value that reads like a credential (passenv.looks_secret).
+`pass_env` value that reads like a credential (scvd/secret_like.py).
 
 The script runs through the one process runner, in the workspace, inside the
 sandbox when it is on (its folder bound read-only). Its environment is the

@@ -862,7 +862,9 @@ def test_debug_logging_hides_a_key_in_the_urls_query(make_daemon, workspace, mon
     url = f"http://127.0.0.1:{port}/mcp"
     web = start_http_server(port, args=("k3y-in-query-77",))
     try:
-        d = query_key_daemon(make_daemon, f"{url}?plan=sk-pasted-4712", "k3y-in-query-77", monkeypatch, ["-v"])
+        # a pasted value reads like a key by its shape (a token's body) under a name that says nothing
+        d = query_key_daemon(make_daemon, f"{url}?plan=sk-pasted-Zk3jH8sQ2mP9vX4cB7nW", "k3y-in-query-77", monkeypatch,
+                             ["-v"])
         with d.client(name="t") as c:
             added_through_the_query(c, workspace)
         log = d.log()

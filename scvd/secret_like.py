@@ -1,0 +1,42 @@
+"""Which named values read like a credential, and what of them to hide: one rule for all of scvd.
+
+It picks the values kept out of output and log lines that no one declared a secret: a
+`pass_env` variable (a script tool's or an agent's), a header or query value sent to a chat
+provider, a literal query value of an MCP server's url. A value it leaves alone is shown as
+printed, so it errs towards ordinary text: hiding a profile name or a path would blot it
+out of every line it occurs in. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from .redact import LOG_MIN
+
+# a name that reads like a credential's (GH_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASS, GITLAB_PAT, api-key)
+CREDENTIAL_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|COOKIE|APIKEY"
+                                r"|(?:^|_)(?:KEY|PASS|PAT)(?:_|$)", re.IGNORECASE)
+# a token's or a base64 key's body: a run this long of these characters; `-`, `_` and `/` end a run, so a
+# name such as work-profile-7c1f, a UUID or a URL's path (/api/v1/projects/42) is none
+TOKEN_RUN_RE = re.compile(r"[A-Za-z0-9+=]{16,}")
+
+
+def picked(named: Iterable[tuple[str, str, str]]) -> dict[str, str]:
+    """What to hide of these (label, name, value), by label: each one's `to_hide`."""
+    return {label: part for one in named for label, part in to_hide(*one).items()}
+
+
+def to_hide(label: str, name: str, value: str) -> dict[str, str]:
+    """What of `value` (under `name`) to hide, by its stand-in's label (`[secret LABEL]`): the value
+    whole when its name says credential (with 4+ characters) or it holds a token's body (16+ letters,
+    digits, `+=`, both letters and digits) and is no path (/, ~, .)."""
+    if len(value) < LOG_MIN:  # a shorter value would blot out ordinary text wherever it occurs
+        return {}
+    if CREDENTIAL_NAME_RE.search(name.replace("-", "_")):  # a header's `api-key` reads as API_KEY
+        return {label: value}
+    if value.startswith(("/", "~", ".")):  # KUBECONFIG, a socket: printed often, no secret
+        return {}
+    if any(re.search(r"[A-Za-z]", run) and re.search(r"[0-9]", run) for run in TOKEN_RUN_RE.findall(value)):
+        return {label: value}
+    return {}
