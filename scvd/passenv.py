@@ -15,7 +15,7 @@ import re
 from typing import Iterable, Mapping
 
 from .process import ALWAYS_REMOVED, ALWAYS_REMOVED_PREFIXES, child_env
-from .secret_like import picked
+from .secret_like import in_urls, picked
 
 # the locale's categories by name, not `LC_*`: any name can start with LC_ (Debian's ssh
 # sends and accepts LC_*, so it is used to carry other values, tokens included)
@@ -54,9 +54,12 @@ def passed(base: Mapping[str, str], pass_env: Iterable[str]) -> list[str]:
 
 
 def credentials(base: Mapping[str, str], pass_env: Iterable[str]) -> dict[str, str]:
-    """The passed values a child's output must not show, by name: those the credential rule of
-    scvd/secret_like.py picks."""
-    return picked((name, name, base[name]) for name in pass_env if name in base)
+    """What a child gets that its output must not show, by label: the passed values that read like a
+    credential (scvd/secret_like.py), and the password in an allowed one's URL (a proxy's)."""
+    named = [name for name in pass_env if name in base]
+    allowed = (name for name in sorted(ALLOWED) if name in base and name not in named)
+    return {**{k: v for name in allowed for k, v in in_urls(name, base[name]).items()},
+            **picked((name, name, base[name]) for name in named)}
 
 
 def name_problem(name: str, reserved: Iterable[str] = (), elsewhere: Iterable[str] = ()) -> str | None:

@@ -1,16 +1,17 @@
 """Which named values read like a credential, and what of them to hide: one rule for all of scvd.
 
 It picks the values kept out of output and log lines that no one declared a secret: a
-`pass_env` variable (a script tool's or an agent's), a header or query value sent to a chat
-provider, a literal query value of an MCP server's url. A value it leaves alone is shown as
-printed, so it errs towards ordinary text: hiding a profile name or a path would blot it
-out of every line it occurs in. Pure functions, no I/O.
+`pass_env` variable (a script tool's or an agent's) and a proxy URL's password, a header or
+query value sent to a chat provider, a literal query value of an MCP server's url. A value it
+leaves alone is shown as printed, so it errs towards ordinary text: hiding a profile name
+or a path would blot it out of every line it occurs in. Pure functions, no I/O.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Iterable
+from urllib.parse import unquote
 
 from .redact import LOG_MIN
 
@@ -20,6 +21,8 @@ CREDENTIAL_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDEN
 # a token's or a base64 key's body: a run this long of these characters; `-`, `_` and `/` end a run, so a
 # name such as work-profile-7c1f, a UUID or a URL's path (/api/v1/projects/42) is none
 TOKEN_RUN_RE = re.compile(r"[A-Za-z0-9+=]{16,}")
+# a URL's password (scheme://user:PASSWORD@host), as urlsplit reads it: up to the authority's last `@`
+URL_PASSWORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@:\s]*:([^/?#\s]+)@")
 
 
 def picked(named: Iterable[tuple[str, str, str]]) -> dict[str, str]:
@@ -30,13 +33,24 @@ def picked(named: Iterable[tuple[str, str, str]]) -> dict[str, str]:
 def to_hide(label: str, name: str, value: str) -> dict[str, str]:
     """What of `value` (under `name`) to hide, by its stand-in's label (`[secret LABEL]`): the value
     whole when its name says credential (with 4+ characters) or it holds a token's body (16+ letters,
-    digits, `+=`, both letters and digits) and is no path (/, ~, .)."""
+    digits, `+=`, both letters and digits) and is no path (/, ~, .); and a URL's password in it, alone
+    (`in_urls`)."""
+    found = in_urls(label, value)
     if len(value) < LOG_MIN:  # a shorter value would blot out ordinary text wherever it occurs
-        return {}
+        return found
     if CREDENTIAL_NAME_RE.search(name.replace("-", "_")):  # a header's `api-key` reads as API_KEY
-        return {label: value}
+        return {label: value, **found}
     if value.startswith(("/", "~", ".")):  # KUBECONFIG, a socket: printed often, no secret
-        return {}
+        return found
     if any(re.search(r"[A-Za-z]", run) and re.search(r"[0-9]", run) for run in TOKEN_RUN_RE.findall(value)):
-        return {label: value}
-    return {}
+        return {label: value, **found}
+    return found
+
+
+def in_urls(label: str, value: str) -> dict[str, str]:
+    """The passwords of the URLs in `value`, as written and decoded where that differs (a program may
+    print either), by label `LABEL password` (`LABEL password 2`, ...): HTTPS_PROXY=http://user:PASSWORD@proxy
+    then still shows its user and proxy. One shorter than 4 characters would blot out ordinary text."""
+    forms = (form for raw in URL_PASSWORD_RE.findall(value) for form in (raw, unquote(raw)))
+    found = [p for p in dict.fromkeys(forms) if len(p) >= LOG_MIN]
+    return {f"{label} password" + (f" {i + 1}" if i else ""): p for i, p in enumerate(found)}

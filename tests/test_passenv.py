@@ -68,3 +68,15 @@ def test_a_passed_value_that_reads_like_a_credential_is_picked_for_hiding() -> N
             "API_KEY": "abc", "API_BASE": "https://api.example.com/v1/projects/42"}
     assert passenv.credentials(base, [*base, "MISSING"]) == {
         k: base[k] for k in ("GH_TOKEN", "DB_PASS", "GOOGLE_APPLICATION_CREDENTIALS", "DEPLOY_HOOK")}
+
+
+def test_a_urls_password_is_picked_alone_under_any_name_and_in_a_proxy_every_child_gets() -> None:
+    """`HTTPS_PROXY=http://user:PASSWORD@proxy` showed whole: no token's body in it, a name that says
+    nothing. Its password is hidden (as written and decoded), the user and the proxy still read."""
+    base = {"HTTPS_PROXY": "http://user:s3cretpass@proxy:3128", "http_proxy": "http://proxy:3128",
+            "DATABASE_URL": "postgres://app:p%40ss-word@db/app", "MIRROR": "https://me@mirror.example.com/x",
+            "DB_PASS_URL": "mysql://root:hunter22@db", "SHORT": "http://u:pw@host"}
+    assert passenv.credentials(base, ["DATABASE_URL", "MIRROR", "DB_PASS_URL", "SHORT"]) == {
+        "HTTPS_PROXY password": "s3cretpass",  # allowed, not listed: only its URL's password
+        "DATABASE_URL password": "p%40ss-word", "DATABASE_URL password 2": "p@ss-word",
+        "DB_PASS_URL": "mysql://root:hunter22@db", "DB_PASS_URL password": "hunter22"}

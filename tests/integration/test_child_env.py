@@ -144,6 +144,7 @@ ECHOES_PASSED = """#!/bin/bash
 cat >/dev/null
 echo "token=$GH_TOKEN profile=$AWS_PROFILE" >&2
 echo "token=$GH_TOKEN hook=$DEPLOY_HOOK profile=$AWS_PROFILE kube=$KUBECONFIG"
+echo "proxy=$HTTPS_PROXY db=$DATABASE_URL"
 exit "$EXIT"
 """
 
@@ -157,14 +158,19 @@ def test_a_passed_credential_never_comes_back_in_the_output(make_daemon, scv_hom
     (folder / "run").write_text(ECHOES_PASSED)
     passed = {"GH_TOKEN": "ghp_planted0000", "DEPLOY_HOOK": "https://hooks.example.com/T0/Zk3jH8sQ2mP9vX4cB7nW",
               **PASSED, "KUBECONFIG": "/home/me/.kube/config", "EXIT": str(code)}
-    d = make_daemon(f'[tools.script.echoes]\npass_env = {json.dumps(list(passed))}\n', home=scv_home, env=passed)
+    # a URL's password under a name that says nothing: passed, or a proxy's, which every child gets
+    passed["DATABASE_URL"] = "postgres://app:planted-db-password@db.internal/app"
+    d = make_daemon(f'[tools.script.echoes]\npass_env = {json.dumps(list(passed))}\n', home=scv_home,
+                    env={**passed, "HTTPS_PROXY": "http://user:s3cretpass@proxy.internal:3128"})
     with d.client() as c:
         done = c.call(c.open_session(workspace), "script_echoes", {})
     text = done.result if code == 0 else done.error.message
     assert ("token=[secret GH_TOKEN] hook=[secret DEPLOY_HOOK] profile=work-profile-7c1f "
             "kube=/home/me/.kube/config") in text
+    assert ("proxy=http://user:[secret HTTPS_PROXY password]@proxy.internal:3128 "
+            "db=postgres://app:[secret DATABASE_URL password]@db.internal/app") in text
     assert code == 0 or "stderr: token=[secret GH_TOKEN] profile=work-profile-7c1f" in text
-    assert "ghp_" not in text and "Zk3j" not in text
+    assert "ghp_" not in text and "Zk3j" not in text and "s3cret" not in text and "planted" not in text
 
 
 def test_a_pass_env_table_for_no_script_tool_is_a_listed_load_error(make_daemon, scv_home: Path) -> None:
