@@ -11,6 +11,7 @@ import pytest
 
 from adapters_support import FAKE_AGENT, Harness, harness, fake_bin  # noqa: F401 - fixtures
 from scvd.errors import Failed, InvalidArguments, Timeout, Unavailable
+from scvd.redact import for_logs
 
 WEIRD_PROMPT = "fix it; $(touch /tmp/pwned) `id` 'q' \"dq\" \\ *\n--model evil\n-p"
 
@@ -190,6 +191,49 @@ def test_deadline_kills_the_agent(harness: Harness, monkeypatch: pytest.MonkeyPa
     assert info.value.kind == "timeout"
     assert "agent_pi: the command ran past its timeout of 1 s" in info.value.message
     assert "timeout_seconds (at most 1800)" in info.value.hint
+
+
+PASSED = {"GH_TOKEN": "ghp_agentplanted42", "AWS_PROFILE": "work-profile-7c1f",
+          "DATABASE_URL": "postgres://app:planted-db-pass@db.internal/app"}
+SHOWN = ("GH_TOKEN=[secret GH_TOKEN]\nAWS_PROFILE=work-profile-7c1f\n"
+         "DATABASE_URL=postgres://app:[secret DATABASE_URL password]@db.internal/app\n"
+         "HTTPS_PROXY=http://user:[secret HTTPS_PROXY password]@proxy.internal:3128\n")
+
+
+def passing(harness: Harness, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """The agents get PASSED through pass_env, a proxy with a password through the allow-list, and
+    the fake agent prints them all."""
+    from adapters_support import FAKE_AGENT_VARS, load_config
+
+    names = [*FAKE_AGENT_VARS, *PASSED]
+    harness.config = load_config("".join(f"[adapters.{a}]\npass_env = {names!r}\n".replace("'", '"')
+                                         for a in ("claude", "codex", "pi")))
+    for name, value in {**PASSED, "HTTPS_PROXY": "http://user:s3cretpass@proxy.internal:3128"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("FAKE_AGENT_PRINT", " ".join([*PASSED, "HTTPS_PROXY"]))
+    monkeypatch.setenv("FAKE_AGENT_MODE", mode)
+
+
+@pytest.mark.parametrize("mode", ["ok", "fail"])
+def test_a_passed_credential_the_agent_prints_comes_back_hidden(harness: Harness, monkeypatch: pytest.MonkeyPatch,
+                                                                mode: str) -> None:
+    """A GH_TOKEN passed to an agent came back in its output as is, where a script tool's reads
+    `[secret GH_TOKEN]`; a profile name, and a URL's user and host, still read as printed."""
+    passing(harness, monkeypatch, mode)
+    result = harness.call("claude", prompt="go")
+    assert result["output"].startswith(SHOWN), result["output"]
+    assert "planted" not in result["output"] and "s3cret" not in result["output"]
+    # and in scvd's own log, should a line quote it
+    assert for_logs("token ghp_agentplanted42 in use") == "token [secret GH_TOKEN] in use"
+
+
+@pytest.mark.timeout(30)  # the fake agent sleeps for an hour: only the deadline kill ends it
+def test_a_passed_credential_is_hidden_in_the_output_a_deadline_reports(harness: Harness,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    passing(harness, monkeypatch, "sleep")
+    with pytest.raises(Timeout) as info:
+        harness.call("pi", prompt="go", timeout_seconds=1)
+    assert SHOWN in info.value.message and "planted" not in info.value.message
 
 
 def test_cancel_terminates_and_repairs_home(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,8 @@ import pytest
 
 from scvd.process import CappedOutput
 from scvd.redact import redact
-from scvd.tools.script import parse_redacted, redact_text
+from scvd.tools.runs import redact_text
+from scvd.tools.script import parse_redacted
 
 PIN = {"PIN": "4711"}
 

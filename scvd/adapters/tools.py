@@ -18,9 +18,10 @@ import msgspec
 
 from .. import passenv, process
 from ..errors import Failed, InvalidArguments
+from ..redact import hide_in_logs
 from ..text import excerpt
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout, own_deadline
-from ..tools.runs import result_dict, timeout_error
+from ..tools.runs import redact_text, result_dict, timeout_error
 from . import spec as specs
 from .argv import EFFORTS, MODEL_PATTERN, PROMPT_PATTERN, bounded, build_argv, check_model
 from .env import build_env
@@ -169,6 +170,10 @@ class AgentTool(Tool):
         if plan.sandboxed:
             argv = await ctx.sandbox.wrap_call(argv, workspace=Path(ctx.workspace), network=True,
                                                rw_binds=[home], chdir=cwd, approved=ctx.approved)
+        # a passed GH_TOKEN the agent prints (a `gh auth status`, a debug line) is a credential, as a
+        # script tool's is: out of the result, the timeout's message and scvd's log
+        hidden = passenv.credentials(os.environ, self.adapter.pass_env)
+        hide_in_logs(hidden)
         try:
             result = await process.run_process(
                 argv, cwd=cwd, env=build_env(os.environ, self.adapter, home),
@@ -181,6 +186,7 @@ class AgentTool(Tool):
         finally:
             # the CLIs create 0755 folders; a home grows with sessions, so walk it off the loop
             await asyncio.to_thread(repair_home, self.paths, self.adapter.name)
+        result.output = redact_text(result.output, hidden)
         return self._result(result, cwd, plan.timeout, ctx)
 
     def _result(self, result: Any, cwd: Path, timeout: float, ctx: CallContext) -> dict[str, Any]:

@@ -1,18 +1,24 @@
 """What a tool that runs a process reports: one result shape, one deadline error (bash and agents alike).
 
 Seed 000: an agent's "output, timeout, cancellation, and process-group behavior
-match bash", so both build their answers here.
+match bash", so both build their answers here; and a run's output with the
+secrets it was given taken out (script tools and agents alike).
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 from pathlib import Path
 from typing import Any
 
 from ..errors import Failed, Timeout
-from ..process import RunResult
+from ..process import CUT_MARKER, RunResult
+from ..redact import forms, redact
+
+CUT_PART_CHARS = 4  # of a secret cut in two by the output cap, a part this long is taken out
+
 
 def result_dict(r: RunResult) -> dict[str, Any]:
     """A finished run as a call result: exit status or signal, bounded output, truncation."""
@@ -53,3 +59,39 @@ def output_so_far(r: RunResult, output: str | None = None) -> str:
         return "no output"
     kept = f"the first and last of them follow ({r.bytes_kept} kept)" if r.truncated else "they follow"
     return f"{r.bytes_seen} bytes of output, {kept}:\n{r.output if output is None else output}"
+
+
+def redact_text(text: str, secrets: dict[str, str]) -> str:
+    """`redact`, and where the output cap cut `text` (its marker line), a value's start before the cut
+    or its end after it. A program printing a marker of its own only costs it a few characters there."""
+    if not secrets:
+        return text
+    text = redact(text, secrets)
+    return _redact_cuts(text, forms(secrets)) if CUT_MARKER.search(text) else text
+
+
+def _redact_cuts(text: str, forms: dict[str, str]) -> str:
+    pieces = CUT_MARKER.split(text)
+    marks = CUT_MARKER.findall(text)
+    for i in range(len(marks)):  # around each marker: what precedes it, what follows it
+        before, after = pieces[i], pieces[i + 1]
+        for form, standin in forms.items():
+            k = _cut_part(form, lambda n, f=form: before.endswith(f[:n]))
+            if k:
+                before = before[:-k] + standin
+            k = _cut_part(form, lambda n, f=form: after.startswith(f[-n:]))
+            if k:
+                after = standin + after[k:]
+        pieces[i], pieces[i + 1] = before, after
+    return "".join(p + m for p, m in itertools.zip_longest(pieces, marks, fillvalue=""))
+
+
+def _cut_part(form: str, present: Any) -> int:
+    """The longest proper part of `form` that `present(n)` finds, if long enough to matter: at least
+    CUT_PART_CHARS characters or half the value (a 1-character match would blot out ordinary text)."""
+    for n in range(len(form) - 1, 0, -1):
+        if n < CUT_PART_CHARS and 2 * n < len(form):
+            return 0
+        if present(n):
+            return n
+    return 0

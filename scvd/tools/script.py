@@ -33,12 +33,12 @@ from typing import Any, ClassVar
 from .. import passenv
 from .. import validation_text as vt
 from ..errors import ConfigError, CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
-from ..process import CUT_MARKER, run_process
-from ..redact import forms, hide_in_logs, redact, redact_tree
+from ..process import run_process
+from ..redact import hide_in_logs, redact, redact_tree
 from ..secrets import REFUSED_RE, SecretStore, off_loop
 from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline, whole_numbers
-from .runs import output_so_far, workspace_error
+from .runs import output_so_far, redact_text, workspace_error
 from .script_defs import ScriptDef, load_all, script_root
 
 log = logging.getLogger("scvd.tools.script")
@@ -49,7 +49,6 @@ STDERR_LIMIT = 64 * 1024  # kept of stderr (head and tail)
 TAIL_CHARS = 2000  # of stderr quoted in an error, and of stdout in a failed run's
 SECRETS_SERVICE = "secrets"  # ctx.services key of the daemon's SecretStore
 MAX_ERRORS_SORTED = 64  # of the arguments' schema errors, the first path among these is reported
-CUT_PART_CHARS = 4  # of a secret cut in two by the output cap, a part this long is taken out
 SHEBANG_BYTES = 256  # of a command read for its #! line when it did not start
 BWRAP_EXEC_FAILED = "bwrap: execvp "  # bwrap's stderr (and exit 1) when it could not start the command
 KEPT = ("HOME",)  # besides the allow-list: a script has no private home, so it keeps the user's
@@ -328,42 +327,6 @@ def rejected_key(stderr: str, declared: list[str] | tuple[str, ...]) -> str | No
     named = [line.strip()[len(REJECTED_MARK):] for line in stderr.splitlines()
              if line.strip().startswith(REJECTED_MARK)]
     return next((key for key in reversed(named) if key in declared), None)
-
-
-def redact_text(text: str, secrets: dict[str, str]) -> str:
-    """`redact`, and where the output cap cut `text` (its marker line), a value's start before the cut
-    or its end after it. A script printing a marker of its own only costs it a few characters there."""
-    if not secrets:
-        return text
-    text = redact(text, secrets)
-    return _redact_cuts(text, forms(secrets)) if CUT_MARKER.search(text) else text
-
-
-def _redact_cuts(text: str, forms: dict[str, str]) -> str:
-    pieces = CUT_MARKER.split(text)
-    marks = CUT_MARKER.findall(text)
-    for i in range(len(marks)):  # around each marker: what precedes it, what follows it
-        before, after = pieces[i], pieces[i + 1]
-        for form, standin in forms.items():
-            k = _cut_part(form, lambda n, f=form: before.endswith(f[:n]))
-            if k:
-                before = before[:-k] + standin
-            k = _cut_part(form, lambda n, f=form: after.startswith(f[-n:]))
-            if k:
-                after = standin + after[k:]
-        pieces[i], pieces[i + 1] = before, after
-    return "".join(p + m for p, m in itertools.zip_longest(pieces, marks, fillvalue=""))
-
-
-def _cut_part(form: str, present: Any) -> int:
-    """The longest proper part of `form` that `present(n)` finds, if long enough to matter: at least
-    CUT_PART_CHARS characters or half the value (a 1-character match would blot out ordinary text)."""
-    for n in range(len(form) - 1, 0, -1):
-        if n < CUT_PART_CHARS and 2 * n < len(form):
-            return 0
-        if present(n):
-            return n
-    return 0
 
 
 def parse_redacted(output: str, secrets: dict[str, str]) -> Any:
