@@ -178,3 +178,37 @@ def test_a_misspelt_argument_of_a_closed_schema_names_the_one_meant():
         tool.decode({"pth": "notes.txt"})
     assert info.value.message == ("mcp__fs__read: Additional properties are not allowed ('pth' was unexpected); "
                                   "did you mean 'path'? (properties: path, head)")
+
+
+def test_a_stdio_server_that_dies_mid_call_is_reported_with_the_reason_it_wrote_last():
+    """Its last stderr line (no newline at its end, a child of it holding the pipe) was in the pipe
+    when scvd tore the connection down and cancelled the stderr reader at once: the call and
+    `scvctl status` said only `exited with status 6`, not why."""
+    import sys
+    from pathlib import Path
+
+    from scvd.errors import Unavailable
+    from scvd.mcp.spec import StdioLaunch
+
+    quirks = Path(__file__).parent / "helpers" / "mcp_stdio_quirks.py"
+
+    def launch() -> StdioLaunch:
+        return StdioLaunch(argv=[sys.executable, str(quirks), "dies-mid-call"], env={}, cwd="/", sandboxed=False)
+
+    async def nothing(*_: object) -> None:
+        pass
+
+    async def scenario() -> tuple[str, ServerLink]:
+        link = ServerLink("raw", CFG, launch=launch, on_tools=lambda *_: None)
+        link.start()
+        await until(lambda: link.state == "ready", timeout=30)
+        with pytest.raises(Unavailable) as info:
+            await link.call("die", {}, nothing)
+        await until(lambda: link.state == "down", timeout=30)
+        await link.stop()
+        return info.value.message, link
+
+    message, link = asyncio.run(scenario())
+    assert message.startswith("mcp server raw went away during the call (die): the server process exited with "
+                              "status 6; stderr: fatal: the disk is full; "), message
+    assert link.error == "the server process exited with status 6; stderr: fatal: the disk is full", link.error

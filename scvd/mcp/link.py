@@ -214,7 +214,8 @@ class ServerLink:
             finally:
                 waits[0].cancel()
             self.session = None
-            self.error = self._why_lost()
+        # once the transport closed: a stdio server's exit is known and its last stderr read by then
+        self.error = self._why_lost()
         raise _Lost(self.error)
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:

@@ -32,6 +32,9 @@ STDERR_LINE_SHOWN = 500
 NOT_MCP_LINES = 5
 STDIN_CLOSE_GRACE = 2.0  # MCP's shutdown: close stdin, wait, then SIGTERM, wait, then SIGKILL
 TERM_GRACE = 2.0
+# for the stderr reader to reach the end of what a stopped server wrote (its last words, often why it
+# died); a process outside its group (setsid) may hold the pipe longer: its lines are not waited for
+STDERR_DRAIN = 0.5
 
 
 @dataclass
@@ -152,10 +155,13 @@ async def _write_stdin(recv: Any, stdin: asyncio.StreamWriter) -> None:
 
 async def _stop_and_close(proc: ServerProcess, transports: list[Any],
                           pumps: tuple[asyncio.Task[Any], ...] = ()) -> None:
-    """_stop, then the pumps and pipes closed. A second cancel (the daemon's stop grace is over) cuts
-    the stop short: the server's group is killed at once then, and its pipes closed all the same."""
+    """_stop, the stderr read to its end (STDERR_DRAIN at most), then the pumps and pipes closed. A
+    second cancel (the daemon's stop grace is over) cuts the stop short: the server's group is killed at
+    once then, and its pipes closed all the same."""
     try:
         await _stop(proc)
+        if proc.stderr_read is not None:  # its group is gone: the pipe's end is near
+            await asyncio.wait([proc.stderr_read], timeout=STDERR_DRAIN)
     except BaseException:
         if not proc.exited.done():
             signal_group(proc.popen.pid, signal.SIGKILL)

@@ -19,8 +19,9 @@ the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/lis
 answers a tools/list after the first; `steps` also lists `steps`, which sends three progress notifications
 at once before its answer; `hang` also lists `hang`, which never answers; `huge-results` also lists
 `items`, whose result has `n` text items, `mib`, whose text is `mib` MiB, and `rows`, whose
-structuredContent (as its outputSchema says) has `n` rows. Its tool `echo` answers
-with its arguments.
+structuredContent (as its outputSchema says) has `n` rows; `dies-mid-call` also lists `die`, which starts a
+child that holds its stderr open, writes `fatal: the disk is full` there with no newline at the end, and
+exits with status 6. Its tool `echo` answers with its arguments.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ if mode == "huge-results":
               {"name": "rows", "description": "Answers n rows.", "inputSchema": {"type": "object"},
                "outputSchema": {"type": "object", "required": ["rows"], "properties": {"rows": {
                    "type": "array", "items": {"type": "object", "required": ["i"]}}}}}]
+if mode == "dies-mid-call":
+    tools.append({"name": "die", "description": "Dies saying why.", "inputSchema": {"type": "object"}})
 if mode == "relist-hangs":
     tools.append({"name": "announce", "description": "Says its tools changed.", "inputSchema": {"type": "object"}})
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
@@ -123,6 +126,13 @@ for line in sys.stdin:
         name, token = msg["params"]["name"], os.environ.get("LEAK_TOKEN", "")
         if name == "hang":
             continue
+        if name == "die":
+            import subprocess
+
+            subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # its stderr kept
+            sys.stderr.write("fatal: the disk is full")
+            sys.stderr.flush()
+            os._exit(6)
         if name == "crash":
             sys.stderr.write(f"fatal: lost my way with {token}\n")
             sys.exit(5)
