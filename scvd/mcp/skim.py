@@ -8,6 +8,7 @@ unparsed) and scvd answers it in the server's place, or leaves out what it would
 
 from __future__ import annotations
 
+import re
 from typing import Any, AsyncIterator
 
 import httpx2
@@ -19,6 +20,7 @@ from .tool import OMITTED_KEY, OUTPUT_LIMIT, TOO_MANY_ITEMS
 # at 1 MiB anyway. One with more fails its call.
 ITEMS_LIMIT = 10_000
 CHECKED_FROM = 3 * ITEMS_LIMIT  # `{},` is the shortest item: a shorter message holds fewer
+_LINE_END = re.compile(rb"(\r\n|\r|\n)")  # an SSE line's end: each of them, as the spec says
 
 
 class _Result(msgspec.Struct):
@@ -82,7 +84,7 @@ class _Skimmed(httpx2.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         pending = bytearray()
         async for chunk in self._inner:
-            end = chunk.rfind(b"\n") if self._sse else -1
+            end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r")) if self._sse else -1
             if end < 0:  # a JSON body is skimmed whole; an event's line once it is complete
                 pending += chunk
                 continue
@@ -97,13 +99,13 @@ class _Skimmed(httpx2.AsyncByteStream):
             return block
         if not self._sse:
             return replacement(block) or block
-        lines = block.split(b"\n")
-        for i, line in enumerate(lines):
+        parts = _LINE_END.split(block)  # the lines, each followed by its end as it was
+        for i in range(0, len(parts), 2):
+            line = parts[i]
             if len(line) >= CHECKED_FROM and line.startswith(b"data:"):
-                data = line[5:].strip()
-                if (fixed := replacement(data)) is not None:
-                    lines[i] = b"data: " + fixed + (b"\r" if line.endswith(b"\r") else b"")
-        return b"\n".join(lines)
+                if (fixed := replacement(line[5:].strip())) is not None:
+                    parts[i] = b"data: " + fixed
+        return b"".join(parts)
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -1,8 +1,8 @@
 """A streamable-HTTP MCP server (the SDK's own server class) with the quirks real ones have, for tests.
 
-`python mcp_http_quirks.py PORT [hang-delete]`: serves on 127.0.0.1:PORT at /mcp; answers the
+`python mcp_http_quirks.py PORT [hang-delete] [bare-cr]`: serves on 127.0.0.1:PORT at /mcp; answers the
 optional GET stream with 405, as many servers do; with `hang-delete`, never answers the session
-DELETE. Its tool `strict` answers every call with a JSON-RPC error (-32602, invalid params);
+DELETE; with `bare-cr`, ends its SSE lines with a bare CR, which the SSE spec allows. Its tool `strict` answers every call with a JSON-RPC error (-32602, invalid params);
 a call of `picky` is answered HTTP 400 with that error in the body, as the spec allows. `items`
 answers `n` text items; `rows` answers `n` rows of structuredContent.
 """
@@ -60,8 +60,24 @@ async def _body(receive) -> bytes:
     return body
 
 
-def quirky(app, hang_delete: bool):
+def bare_cr(send):
+    """`send`, with the line ends of an SSE body made bare CRs."""
+    sse = False
+
+    async def sending(message):
+        nonlocal sse
+        if message["type"] == "http.response.start":
+            sse = any(k == b"content-type" and v.startswith(b"text/event-stream") for k, v in message["headers"])
+        elif message["type"] == "http.response.body" and sse:
+            message = {**message, "body": message.get("body", b"").replace(b"\r\n", b"\r").replace(b"\n", b"\r")}
+        await send(message)
+    return sending
+
+
+def quirky(app, hang_delete: bool, cr: bool):
     async def asgi(scope, receive, send):
+        if cr:
+            send = bare_cr(send)
         if scope["type"] == "http" and scope["method"] == "POST":
             body = await _body(receive)
             request = json.loads(body or b"null")
@@ -94,5 +110,5 @@ def quirky(app, hang_delete: bool):
 
 
 if __name__ == "__main__":
-    app = quirky(server.streamable_http_app(), "hang-delete" in sys.argv[2:])
+    app = quirky(server.streamable_http_app(), "hang-delete" in sys.argv[2:], "bare-cr" in sys.argv[2:])
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="on")

@@ -1466,10 +1466,12 @@ def test_a_json_rpc_error_at_http_status_400_fails_that_call_only(make_daemon, w
 
 
 
-def test_an_http_servers_huge_results_are_skimmed_as_a_stdio_servers(make_daemon, workspace, quirks_http):
+@pytest.mark.parametrize("line_end", ["crlf", "bare-cr"])
+def test_an_http_servers_huge_results_are_skimmed_as_a_stdio_servers(make_daemon, workspace, quirks_http, line_end):
     """The SDK parses an HTTP body itself: 10,001 items went through (a million held every client up
-    for 30 s), and 10 MB of structuredContent was parsed and walked only to be left out."""
-    d = make_daemon(quirks_http())
+    for 30 s), and 10 MB of structuredContent was parsed and walked only to be left out. An SSE stream
+    whose lines end in a bare CR (the spec allows it) went through whole: the skim split lines on LF."""
+    d = make_daemon(quirks_http(*([line_end] if line_end == "bare-cr" else [])))
     with d.client(name="t") as c:
         server(c, "web")
         session = c.open_session(workspace)
