@@ -67,7 +67,7 @@ class ServerLink:
         self.needs: tuple[str, ...] = ()  # the secrets it is down for want of (store_secret heals it)
         self.failures = 0
         self.retry_at: float | None = None
-        self.session: ClientSession | None = None
+        self.session: _Session | None = None
         self._lost: asyncio.Event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._http_status: int | None = None  # the last error status that answered a POST
@@ -349,7 +349,7 @@ class ServerLink:
 
     # --- calls ----------------------------------------------------------------------
 
-    def usable(self, tool: str) -> ClientSession:
+    def usable(self, tool: str) -> _Session:
         """The session a call of `tool` goes through now, or what the call fails with: also asked
         before approval, so that nobody approves a call that cannot run."""
         session = self.session
@@ -409,12 +409,16 @@ class ServerLink:
                 self._raise_if_credential_refused(tool)
             why = self._hide(_describe(exc))
             raise Unavailable(f"mcp server {self.name} failed during the call: {why}") from None
-        omitted = _leave_out_large(result)  # before the walks below: 10 MB held the loop seconds
+        size = session.measured(result)  # before the walks below: 10 MB held the loop seconds
         dumped = well_formed(result.model_dump(mode="json", exclude_none=True))
+        structured = dumped.get("structured_content")
         if self._secrets:  # a server may quote the token its start was given, in an error or a result
             dumped = redact_tree(dumped, self._secrets)
+            if structured is not None:  # `[secret KEY]` is not its value's length
+                structured = dumped.get("structured_content")
+                size = json_size(structured)
         return CallOutcome(is_error=bool(getattr(result, "is_error", False)), content=dumped.get("content") or [],
-                           structured=dumped.get("structured_content"), structured_omitted=omitted)
+                           structured=structured, structured_size=size)
 
     def _needs(self, exc: BaseException) -> tuple[str, ...]:
         """The secrets a failed start wants: one not set, or the headers' when they were refused."""
@@ -480,25 +484,35 @@ def _quiet(task: asyncio.Task[None]) -> None:
 
 
 class _Session(ClientSession):
+    _checked: tuple[Any, int | None] | None = None  # the last result validate_tool_result measured, and its size
+
     async def validate_tool_result(self, name: str, result: types.CallToolResult) -> None:
+        size = _measure(result)
+        self._checked = (result, size)
         # what scvd leaves out is not judged against the tool's outputSchema (a walk of it all, on the
         # loop), nor refused as missing
-        if _leave_out_large(result) is None:
+        if result.structured_content is not None or size is None:
             await super().validate_tool_result(name, result)
 
+    def measured(self, result: Any) -> int | None:
+        """_measure(result), done once: call_tool's check of a result that is no error did it (up to
+        1 MiB of JSON encoded), and returned that result without a pause (no other call's in between)."""
+        checked, self._checked = self._checked, None
+        return checked[1] if checked is not None and checked[0] is result else _measure(result)
 
-def _leave_out_large(result: Any) -> int | None:
-    """The size of `result`'s structuredContent when it is above OUTPUT_LIMIT, which scvd leaves out
-    (taken out of `result`, if skim.py did not take it out before the SDK read it); else None."""
+
+def _measure(result: Any) -> int | None:
+    """The bytes of `result`'s structuredContent as compact JSON, or None when it has none. One above
+    OUTPUT_LIMIT scvd leaves out: taken out of `result` (if skim.py did not take it out before the
+    SDK read it), its size under OMITTED_KEY in the _meta."""
     meta = getattr(result, "meta", None) or {}
     structured = getattr(result, "structured_content", None)
     if structured is None:
         size = meta.get(OMITTED_KEY)
         return size if isinstance(size, int) else None
     size = json_size(structured)
-    if size <= OUTPUT_LIMIT:
-        return None
-    result.structured_content, result.meta = None, {**meta, OMITTED_KEY: size}
+    if size > OUTPUT_LIMIT:
+        result.structured_content, result.meta = None, {**meta, OMITTED_KEY: size}
     return size
 
 

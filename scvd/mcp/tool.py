@@ -52,7 +52,8 @@ class CallOutcome:
     is_error: bool
     content: list[dict[str, Any]]
     structured: Any = None
-    structured_omitted: int | None = None  # its size, when it was above OUTPUT_LIMIT and left out unread
+    # the structured content's bytes as compact JSON; above OUTPUT_LIMIT it was left out unread (`structured` None)
+    structured_size: int | None = None
 
 
 class Link(Protocol):
@@ -179,13 +180,10 @@ class McpTool(Tool):
         result: dict[str, Any] = {"text": text}
         if items:
             result["content"] = items
-        size = outcome.structured_omitted
-        if outcome.structured is not None:
-            size = json_size(outcome.structured)
-            if size + len(text.encode()) <= OUTPUT_LIMIT:
-                result["structured_content"] = outcome.structured
-                size = None
-        if size is not None:
+        size = outcome.structured_size
+        if outcome.structured is not None and size is not None and size + len(text.encode()) <= OUTPUT_LIMIT:
+            result["structured_content"] = outcome.structured
+        elif size is not None:
             result["structured_content_omitted"] = (f"{size} bytes of JSON, above the {OUTPUT_LIMIT}-byte output "
                                                     "cap with the text; to have it, ask the tool for less")
         return result
