@@ -3,8 +3,9 @@ meant, the values a field takes. Shared by config.toml, tool.json and tool argum
 
 from __future__ import annotations
 
+import itertools
 import re
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import msgspec
 
@@ -107,6 +108,33 @@ def schema_message(error: Any) -> str:
 
 
 _UNITS = {str: "character", list: "item", dict: "key"}
+
+
+MAX_SCHEMA_ERRORS = 64  # of the arguments' schema errors looked at, for nulls to leave out and the first to report
+
+
+def schema_errors(validator: Any, instance: Any) -> list[Any]:
+    """The first MAX_SCHEMA_ERRORS of jsonschema's errors for `instance` (a huge array of bad items
+    made an error each), sorted by path: an index by its number (`rows[2]` before `rows[10]`)."""
+    found = itertools.islice(validator.iter_errors(instance), MAX_SCHEMA_ERRORS)
+    return sorted(found, key=lambda e: [(isinstance(p, str), p) for p in e.absolute_path])
+
+
+def schema_refusal(arguments: Any, errors_of: Callable[[Any], list[Any]]) -> tuple[Any, str | None]:
+    """(`arguments` without the top-level nulls their schema refused, what is still wrong with them
+    or None), for a script or MCP tool alike. Models send null for an optional argument they mean to
+    leave out (as built-in tools take it): left out, the tool applies its own default; a required one
+    is then said to be missing."""
+    errors = errors_of(arguments)
+    nulls = {e.absolute_path[0] for e in errors if len(e.absolute_path) == 1 and e.instance is None}
+    if nulls and isinstance(arguments, dict):
+        arguments = {k: v for k, v in arguments.items() if k not in nulls}
+        errors = errors_of(arguments)
+    if not errors:
+        return arguments, None
+    error = first_error(errors)  # a typo'd name: said as such with the one meant, not as a missing one
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).removeprefix(".")
+    return arguments, (f"argument `{where}`: " if where else "") + schema_message(error)  # as msgspec's paths
 
 
 def first_error(errors: list[Any]) -> Any:

@@ -267,8 +267,8 @@ def test_arguments_are_validated_by_the_schema_naming_the_field(home: Path):
     tool = ScriptTool(d)
     assert tool.decode({"text": "a b"}) == {"text": "a b"}
     for bad, field in (({"text": 3}, "`text`"), ({"text": "x" * 101}, "`text`"),
-                       ({"text": "a", "unique": "yes"}, "`unique`"), ({}, "arguments"),
-                       ({"text": "a", "extra": 1}, "arguments")):
+                       ({"text": "a", "unique": "yes"}, "`unique`"), ({}, ": 'text' is a required"),
+                       ({"text": "a", "extra": 1}, ": Additional properties")):
         with pytest.raises(errors.InvalidArguments) as info:
             tool.decode(bad)
         assert info.value.kind == "invalid_arguments" and field in info.value.message, info.value.message

@@ -8,7 +8,6 @@ against the server's JSON Schema before any approval. No MCP SDK here: the link
 
 from __future__ import annotations
 
-import itertools
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -31,7 +30,6 @@ DESCRIPTION_LIMIT = 4096
 # of a tool's inputSchema as JSON: a larger one is refused (a load error), or one server's tool
 # could push every client's tools.list past server.server_frame_bytes
 SCHEMA_LIMIT = 64 << 10
-MAX_ERRORS = 64  # of the arguments' schema errors looked at, for nulls to leave out and the first to report
 
 
 @dataclass(frozen=True)
@@ -110,18 +108,9 @@ class McpTool(Tool):
     def decode(self, arguments: Any) -> Any:
         if not isinstance(arguments, dict):
             raise InvalidArguments(f"{self.name}: arguments must be an object")
-        errors = self._errors(arguments)
-        nulls = {e.absolute_path[0] for e in errors if len(e.absolute_path) == 1 and e.instance is None}
-        if nulls:
-            # models send null for an optional argument they mean to leave out (as built-in and script
-            # tools take it): left out, the server applies its default; a required one is then missing
-            arguments = {k: v for k, v in arguments.items() if k not in nulls}
-            errors = self._errors(arguments)
-        if errors:
-            error = vt.first_error(errors)  # a typo'd name: said as such with the one meant, not as a missing one
-            where = "/".join(str(p) for p in error.absolute_path)
-            at = f"argument `{where}`: " if where else ""
-            raise InvalidArguments(f"{self.name}: {at}{vt.schema_message(error)}")
+        arguments, wrong = vt.schema_refusal(arguments, self._errors)
+        if wrong is not None:
+            raise InvalidArguments(f"{self.name}: {wrong}")
         return arguments
 
     def _errors(self, arguments: dict[str, Any]) -> list[Any]:
@@ -143,10 +132,8 @@ class McpTool(Tool):
         if self._validator is False:
             return []
         try:
-            # the first few only: a huge array of bad items would make an error each; by path, for first_error
-            found = itertools.islice(self._validator.iter_errors(arguments), MAX_ERRORS)
-            return sorted(found, key=lambda e: [str(p) for p in e.absolute_path])
-        except Exception:
+            return vt.schema_errors(self._validator, arguments)
+        except Exception:  # a $ref it cannot resolve, a pattern too slow: the server judges them
             return []
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:

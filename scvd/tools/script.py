@@ -48,7 +48,6 @@ REJECTED_MARK = "SCV_REJECTED="  # a stderr line `SCV_REJECTED=KEY` says which d
 STDERR_LIMIT = 64 * 1024  # kept of stderr (head and tail)
 TAIL_CHARS = 2000  # of stderr quoted in an error, and of stdout in a failed run's
 SECRETS_SERVICE = "secrets"  # ctx.services key of the daemon's SecretStore
-MAX_ERRORS_SORTED = 64  # of the arguments' schema errors, the first path among these is reported
 SHEBANG_BYTES = 256  # of a command read for its #! line when it did not start
 BWRAP_EXEC_FAILED = "bwrap: execvp "  # bwrap's stderr (and exit 1) when it could not start the command
 KEPT = ("HOME",)  # besides the allow-list: a script has no private home, so it keeps the user's
@@ -113,9 +112,7 @@ class ScriptTool(Tool):
 
         def problems_of(arguments: Any) -> list[Any]:
             try:
-                # the first few only: a huge array of bad items would make (and sort) an error each
-                found = itertools.islice(self._validator.iter_errors(arguments), MAX_ERRORS_SORTED)
-                return sorted(found, key=lambda e: list(e.absolute_path))
+                return vt.schema_errors(self._validator, arguments)
             except Unresolvable as exc:
                 raise Failed(f"{self.name}: a $ref in its parameters cannot be resolved ({exc}); fix "
                              f"{self.definition.folder / 'tool.json'}") from None
@@ -125,19 +122,10 @@ class ScriptTool(Tool):
                              "over characters it also repeats); simplify that pattern in "
                              f"{self.definition.folder / 'tool.json'}") from None
 
-        problems = problems_of(arguments)
-        nulls = {e.absolute_path[0] for e in problems if len(e.absolute_path) == 1 and e.instance is None}
-        if nulls and isinstance(arguments, dict):
-            # models send null for an optional argument they mean to leave out (as built-in tools take
-            # it): left out, the script applies its own default (none is filled in here); a required one
-            # is then said to be missing
-            arguments = {k: v for k, v in arguments.items() if k not in nulls}
-            problems = problems_of(arguments)
-        if problems:
-            first = vt.first_error(problems)
-            where = ".".join(str(p) for p in first.absolute_path)
-            field = f"argument `{where}`" if where else "arguments"
-            raise InvalidArguments(f"{self.name}: {field}: {vt.schema_message(first)}")
+        # a top-level null it refused is left out: the script applies its own default (none is filled in here)
+        arguments, wrong = vt.schema_refusal(arguments, problems_of)
+        if wrong is not None:
+            raise InvalidArguments(f"{self.name}: {wrong}")
         # a model's 3.0 passes an `integer` (JSON Schema counts it one) but broke scripts: Python's
         # range(3.0), a shell's $(( )); the script gets 3, as built-in tools do
         return whole_numbers(arguments)

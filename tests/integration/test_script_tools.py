@@ -96,7 +96,7 @@ def test_a_misnamed_argument_is_refused_naming_the_one_meant(make_daemon, scv_ho
     with d.client() as c:
         done = c.call(c.open_session(workspace), "script_words", {"txt": "one two"})
     assert done.error.kind == "invalid_arguments"
-    assert done.error.message == ("script_words: arguments: Additional properties are not allowed ('txt' was "
+    assert done.error.message == ("script_words: Additional properties are not allowed ('txt' was "
                                   "unexpected); did you mean 'text'? (properties: text)")
 
 
@@ -149,9 +149,9 @@ def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_i
         assert json.loads(pending.details["arguments"]) == {"text": "one two"}  # what the script got
         missing = c.call(sid, "script_words", {"text": None})
         assert missing.error.kind == "invalid_arguments"
-        assert missing.error.message == "script_words: arguments: 'text' is a required property"
+        assert missing.error.message == "script_words: 'text' is a required property"
         wrong = c.call(sid, "script_words", {"text": None, "sep": 5})
-        assert wrong.error.message == "script_words: arguments: 'text' is a required property"
+        assert wrong.error.message == "script_words: 'text' is a required property"
 
 
 def test_a_whole_number_sent_as_a_float_reaches_the_script_as_an_integer(make_daemon, scv_home, workspace):
@@ -210,7 +210,7 @@ def test_checking_large_arguments_does_not_stall_other_clients(make_daemon, scv_
         assert done.ok and done.result == 80_000, done.error
         bad = c.call(sid, "script_rows", {"rows": [*rows[:10], {"a": "one", "b": 2}, {"a": None}]})
         assert bad.error.kind == "invalid_arguments"
-        assert bad.error.message == "script_rows: argument `rows.10.a`: 'one' is not of type 'integer'"
+        assert bad.error.message == "script_rows: argument `rows[10].a`: 'one' is not of type 'integer'"
 
 
 def test_approval_follows_the_declared_risk(make_daemon, scv_home, workspace):
