@@ -183,7 +183,7 @@ def _chat_turn(c: Any, session: str, text: str) -> None:
     try:
         turn = c.request(p.TurnStart, session=session, text=text).turn
     except errors.InvalidRequest as exc:
-        print(f"invalid_request: {exc.message}", flush=True)
+        print(printable(errors.shown(exc)), flush=True)
         return
     sys.stdout.write("model> ")
     sys.stdout.flush()

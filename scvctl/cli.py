@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 scvd answered with an error, or the call failed;
 2 bad usage; 3 scvd is not running (or accepts but does not answer, or stopped before
-it answered: the message alone, it says to try again). Errors print as `code: message`.
+it answered: the message alone, it says to try again). Errors print as `kind: message`
+(a tool error's kind, else the code: errors.shown).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: {exc.message}", file=sys.stderr)
         return EXIT_USAGE
     except errors.ScvError as exc:  # escaped: scvd's message may carry a peer's name or reason
-        print(printable(f"{exc.code}: {exc.message}"), file=sys.stderr)
+        print(printable(errors.shown(exc)), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

@@ -9,7 +9,6 @@ stdin otherwise (like `docker login --password-stdin`); they are never printed.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from typing import Any
 
@@ -37,19 +36,6 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd = ssub.add_parser("delete", parents=[common], help="remove a stored value")
     cmd.add_argument("key")
     cmd.set_defaults(handler=cmd_delete)
-
-
-def keyring_refusals(handler: Any) -> Any:
-    """A keyring that cannot be used (locked) reads `unavailable: ...`, its kind; the generic
-    handler in cli.py would print the wire code, `failed`, which says less."""
-    @functools.wraps(handler)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except errors.Unavailable as exc:
-            print(f"{exc.kind}: {exc.message}", file=sys.stderr)
-            return EXIT_ERROR
-    return run
 
 
 def store() -> SecretStore:
@@ -84,7 +70,6 @@ def _bad_key(key: str) -> bool:
     return False
 
 
-@keyring_refusals
 def cmd_set(args: argparse.Namespace) -> int:
     if _bad_key(args.key):
         return EXIT_USAGE
@@ -104,7 +89,6 @@ def cmd_set(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@keyring_refusals
 def cmd_list(args: argparse.Namespace) -> int:
     from scvd.tools.script_defs import declared_secrets
 
@@ -139,7 +123,6 @@ def _configured_secrets(paths: paths_mod.Paths) -> set[str]:
         return set()
 
 
-@keyring_refusals
 def cmd_delete(args: argparse.Namespace) -> int:
     if _bad_key(args.key):
         return EXIT_USAGE

@@ -45,7 +45,8 @@
 `error_code()` and `public_message()` turn any exception into the `error` frame a
 peer sees; an exception that is not an ScvError (or is a LocalError) becomes
 `internal` with no detail leaked. The client turns each wire code (and a tool
-error's kind) back into the class here: see scvctl/client.py.
+error's kind) back into the class here: see scvctl/client.py. `shown()` is the line
+a person reads: the kind of a tool error, else the code, then the message.
 """
 
 from __future__ import annotations
@@ -356,3 +357,9 @@ def public_message(exc: BaseException) -> str:
     if _on_wire(exc):
         return exc.message  # type: ignore[attr-defined]
     return "internal error in scvd; see the daemon log (journalctl --user -u scvd)"
+
+
+def shown(exc: ScvError) -> str:
+    """`kind: message` for a tool error (the kind a failed call shows: `limit`, not the wire code
+    `failed` it came under), else `code: message`."""
+    return f"{exc.kind if isinstance(exc, ToolError) else exc.code}: {exc.message}"

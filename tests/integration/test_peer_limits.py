@@ -83,6 +83,8 @@ def test_a_connection_beyond_the_per_uid_cap_is_refused_with_what_to_do(make_dae
             assert extra.closed_by_server()
         done = scvctl(d, "status")  # the person's own client is told the same, not left hanging
         assert done.returncode == 1 and "server.max_connections_per_uid = 32" in done.stderr
+        # by its kind, as a failed call says it: `failed`, the wire code it came under, said less
+        assert done.stderr.startswith("limit: your uid already holds 32 connections"), done.stderr
     finally:
         held.pop().close()
     wait_until(lambda: scvctl(d, "status").returncode == 0, what="status after one client left")
