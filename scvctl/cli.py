@@ -2,7 +2,7 @@
 
 Exit codes: 0 success; 1 scvd answered with an error, or the call failed;
 2 bad usage; 3 scvd is not running (or accepts but does not answer, or stopped before
-it answered: the message alone, it says to try again). Errors print as `kind: message`
+it answered or the command was done: the message alone, it says to try again). Errors print as `kind: message`
 (a tool error's kind, else the code: errors.shown).
 """
 
@@ -25,7 +25,7 @@ from scvd.text import printable
 
 from . import usage
 from .approval_view import first_lines, format_request, present
-from .client import Client, DaemonNotRunning
+from .client import Client, DaemonNotRunning, stopped
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
 
@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         code = args.handler(args)
     except DaemonNotRunning as exc:
         print(exc.message, file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    except errors.ConnectionClosed as exc:  # past the welcome: scvd went (a watch, a call waiting)
+        print(stopped("the command was done", exc.message).message, file=sys.stderr)
         return EXIT_NOT_RUNNING
     except errors.UsageError as exc:
         print(f"usage: {exc.message}", file=sys.stderr)
@@ -496,7 +499,19 @@ def cmd_call(args: argparse.Namespace) -> int:
         else:  # the server's reason names this connection (`call.cancel from #3 scvctl pid=...`)
             print(f"cancelled: Ctrl-C stopped call {call_id}", file=sys.stderr)
         return 130  # as a shell reports an interrupted command
+    if not interrupted:
+        _unless_scvd_stopped(done, args)
     return _print_completed(done, args)
+
+
+def _unless_scvd_stopped(done: p.CallCompleted, args: argparse.Namespace) -> None:
+    """A call scvd cancelled as it stopped did not fail: said as "run it again" (exit 3), as a
+    request scvd stopped on is."""
+    err = done.error
+    if err is not None and err.kind == "cancelled" and errors.stopped_call(err.message):
+        if args.json:
+            emit_json(done)
+        raise stopped(f"call {done.call_id} was done", err.message)
 
 
 def _finite(text: str) -> float:

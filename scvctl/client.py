@@ -103,6 +103,15 @@ def went_away(path: Path | str, exc: ConnectionClosed) -> errors.DaemonNotAnswer
         "restarting; try again in a moment (`systemctl --user status scvd` shows whether it runs)")
 
 
+def stopped(before: str, why: str) -> errors.DaemonNotAnswering:
+    """scvd stopped (or restarted, or died) with a command under way: a watch whose connection it
+    closed, a call it cancelled as it stopped. Said as "try again" (exit 3), as a request it left
+    unanswered is, not as a failure of what the command asked."""
+    return errors.DaemonNotAnswering(
+        f"scvd stopped before {before} ({why}): run it again once scvd is back "
+        "(`systemctl --user status scvd` shows whether it runs; `systemctl --user start scvd` starts it)")
+
+
 def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
     size = len(os.fsencode(path))
     if size > MAX_SOCKET_PATH:  # no scvd can listen there: starting one would not help

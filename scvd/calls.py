@@ -265,7 +265,7 @@ class CallRegistry:
         self.stopping = True
         calls = list(self.table.values())
         for call in calls:
-            self._cancel(call, "scvd is stopping")
+            self._cancel(call, errors.STOPPING)
         self.start_due()  # they end as cancelled
         if any(c.task is None for c in calls):
             await asyncio.sleep(0)  # first steps not taken yet (_begin) take it now: they end as cancelled
@@ -427,7 +427,7 @@ class CallRegistry:
         if call.cancel_reason is not None:  # cancelled before its first step
             raise errors.Cancelled(f"call {call.call_id} was cancelled: {call.cancel_reason}")
         if self.stopping:
-            raise errors.Cancelled("scvd is stopping; no new calls are accepted")
+            raise errors.Cancelled(f"{errors.STOPPING}; no new calls are accepted")
 
     async def _run(self, call: Call, tool: Tool, args: object, plan: Plan, ctx: CallContext, *,
                    waited: bool, approved: bool) -> object:

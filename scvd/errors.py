@@ -363,3 +363,13 @@ def shown(exc: ScvError) -> str:
     """`kind: message` for a tool error (the kind a failed call shows: `limit`, not the wire code
     `failed` it came under), else `code: message`."""
     return f"{exc.kind if isinstance(exc, ToolError) else exc.code}: {exc.message}"
+
+
+# why scvd cancels a call as it stops (`call <id> was cancelled: scvd is stopping`, or `scvd is stopping;
+# no new calls are accepted`): a client reads it as scvd going away, not as the call failing
+STOPPING = "scvd is stopping"
+
+
+def stopped_call(message: str) -> bool:
+    """Whether a `cancelled` call's message says scvd cancelled it as it stopped."""
+    return message.endswith(f" was cancelled: {STOPPING}") or message.startswith(f"{STOPPING};")

@@ -911,6 +911,44 @@ def test_ctrl_c_on_a_waiting_call_cancels_it_and_exits_130(daemon, tmp_path):
         assert c.request(p.ApprovalsList).approvals == []  # withdrawn, not left waiting
 
 
+AGAIN = ("run it again once scvd is back (`systemctl --user status scvd` shows whether it runs; "
+         "`systemctl --user start scvd` starts it)\n")
+
+
+def test_a_watch_that_scvd_stopped_under_says_try_again_and_exits_3(daemon: DaemonProc, workspace: Path):
+    """It printed `connection_closed: scvd closed the connection`, exit 1: a failure, where a request
+    scvd stopped on says to try again, exit 3."""
+    watch = popen_scvctl(daemon, "approvals", "watch", stdin=subprocess.PIPE)
+    try:
+        with daemon.client(name="agent") as c:
+            c.start_call(c.open_session(workspace), "write", {"path": "a.txt", "content": "1", "mode": "create"})
+            _read_until(watch, "write (filesystem")
+            answer(watch, "n\n")
+            _read_until(watch, "denied by")  # answered: the watch waits for the next event
+            assert daemon.stop() == 0
+        _, err = watch.communicate(timeout=30)
+    finally:
+        stop(watch)
+    assert watch.returncode == 3, err
+    assert err == f"scvd stopped before the command was done (scvd closed the connection): {AGAIN}"
+
+
+def test_a_call_that_scvd_cancelled_as_it_stopped_says_try_again_and_exits_3(daemon: DaemonProc, workspace: Path):
+    """It printed `cancelled: call ... was cancelled: scvd is stopping`, exit 1, as if the call had failed."""
+    call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "write",
+                        '{"path": "a.txt", "content": "x", "mode": "create"}')
+    try:
+        (pending,) = wait_for_one(daemon)  # it waits for a person
+        assert daemon.stop() == 0
+        _, err = call.communicate(timeout=30)
+    finally:
+        stop(call)
+    assert call.returncode == 3, err
+    assert err.endswith(f"scvd stopped before call {pending.call_id} was done (call {pending.call_id} was "
+                        f"cancelled: scvd is stopping): {AGAIN}"), err
+    assert not (workspace / "a.txt").exists()
+
+
 def test_approve_for_the_session_of_an_always_ask_request_says_it_was_once(daemon: DaemonProc, workspace: Path):
     """It printed "approved a1" as for any grant: the person believed the session was granted."""
     call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "write",
