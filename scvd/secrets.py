@@ -332,13 +332,14 @@ class SecretStore:
             value = self._keyring_get(key)
         except errors.Unavailable as exc:
             refused, value = exc, None
-            log.warning("%s; trying the environment", exc.message.split(":")[0])
         if value:
             return value, "keyring"
         if broken is not None:
             raise broken
         value = self.env.get(key)
         if value:
+            if refused is not None:  # logged only here: the raise below says it to whoever asked
+                log.warning("%s; using the environment's value", refused.message.split(":")[0])
             return value, "env"
         if refused is not None:
             raise refused
