@@ -110,9 +110,15 @@ def check_key(key: str) -> str:
 def stored_form(value: str) -> str:
     """A value of one line without the whitespace around it (a token pasted with a space or a line
     break got a 401 that a new round of the same paste could not fix); one of several lines (a PEM or
-    OpenSSH key, whose last line break OpenSSH requires) as it is."""
+    OpenSSH key, whose last line break OpenSSH requires) as it is. The rule for a value stored and
+    for one found (`_used`): set by hand in secrets.toml or the environment, it is read the same."""
     stripped = value.strip()
     return value if "\n" in stripped else stripped
+
+
+def _used(value: str | None) -> str:
+    """A value found in a store as tools get it (`stored_form`); "" for none, or only whitespace."""
+    return stored_form(value) if value else ""
 
 
 def check_value(value: str) -> str:
@@ -325,18 +331,19 @@ class SecretStore:
             broken, values = exc, {}
         else:
             broken = None
-        if values.get(key):  # the newer: set() into the keyring drops the file's copy, set() without one
-            return values[key], "file"  # (scvctl over ssh) writes the file while the keyring keeps the old
+        value = _used(values.get(key))
+        if value:  # the newer: set() into the keyring drops the file's copy, set() without one
+            return value, "file"  # (scvctl over ssh) writes the file while the keyring keeps the old
         refused = None
         try:
-            value = self._keyring_get(key)
+            value = _used(self._keyring_get(key))
         except errors.Unavailable as exc:
-            refused, value = exc, None
+            refused, value = exc, ""
         if value:
             return value, "keyring"
         if broken is not None:
             raise broken
-        value = self.env.get(key)
+        value = _used(self.env.get(key))
         if value:
             if refused is not None:  # logged only here: the raise below says it to whoever asked
                 log.warning("%s; using the environment's value", refused.message.split(":")[0])

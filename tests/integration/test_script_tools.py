@@ -514,6 +514,26 @@ def test_a_secrets_toml_edited_by_hand_with_a_bom_or_in_latin_1(make_daemon, scv
     assert f"{secrets_toml}: not UTF-8 text at line 2; save it as UTF-8" in d.log()
 
 
+def test_a_value_set_by_hand_loses_the_whitespace_around_it_as_a_stored_one_does(make_daemon, scv_home, workspace):
+    """`scvctl secrets set` dropped a pasted token's line break; the same token written into secrets.toml
+    or scvd's environment by hand reached the script with it, and its API answered 401."""
+    make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env={"API_TOKEN": " tok-env\n", **NO_KEYRING})
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE=\n-----END OPENSSH PRIVATE KEY-----\n"
+    secrets_toml = scv_home / "secrets.toml"
+    sha = {}
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        for written, value in ((None, "env"), ('"tok-file\\r\\n"', "file"), ('"""\n' + pem + '"""', "pem")):
+            if written is not None:
+                secrets_toml.write_text(f"API_TOKEN = {written}\n")
+            done = c.call(sid, "script_token", {"text": "x"})
+            assert done.ok, done.error
+            sha[value] = done.result["sha256"]
+    assert sha == {"env": hashlib.sha256(b"tok-env").hexdigest(), "file": hashlib.sha256(b"tok-file").hexdigest(),
+                   "pem": hashlib.sha256(pem.encode()).hexdigest()}  # several lines: whole, its last break too
+
+
 def test_a_secret_another_tool_declares_is_not_inherited_from_scvds_environment(make_daemon, scv_home, workspace):
     make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only")  # declares nothing
     make_tool(scv_home, "other", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
