@@ -2,8 +2,9 @@
 their tools in the registry, and in the registries of open sessions.
 
 No MCP SDK here: `link.py` (which imports it) is imported only once a server is
-enabled, so an idle daemon without servers never loads it. A server starts in
-the background; the daemon never waits for one.
+enabled, so an idle daemon without servers never loads it, and then on a thread: its
+pydantic models take about a second to build, during which the loop would answer
+no client. A server starts in the background; the daemon never waits for one.
 """
 
 from __future__ import annotations
@@ -72,6 +73,20 @@ class WithoutSdk:
         pass  # a reload retries the import
 
 
+async def _load_sdk() -> None:
+    """Import link.py (the MCP SDK) and the argument checker's jsonschema on a thread, once.
+    A missing SDK is _add's to report, server by server."""
+    def load() -> None:
+        for module in (f"{__package__}.link", "jsonschema", "referencing"):
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                return
+
+    if f"{__package__}.link" not in sys.modules or "jsonschema" not in sys.modules:
+        await asyncio.to_thread(load)
+
+
 class McpServers:
     """Links by server name; the tools each one listed last."""
 
@@ -87,6 +102,7 @@ class McpServers:
         # nor scvd's stop (close() waits for them) leaves one running
         self._stopping: set[asyncio.Future[None]] = set()
         self._closed = False  # scvd is stopping: a reload under way starts nothing more
+        self._loading: dict[str, McpServerConfig] = {}  # added servers whose SDK is being imported
 
     async def apply(self, config: Config) -> None:
         """Start added servers, stop removed ones, restart changed ones; leave the rest alone."""
@@ -100,7 +116,15 @@ class McpServers:
             await asyncio.shield(asyncio.gather(*stops, return_exceptions=True))
         if self._closed:
             return
-        for name, cfg in wanted.items():
+        if added := {name: cfg for name, cfg in wanted.items() if name not in self.links}:
+            self._loading = added  # `starting` in status meanwhile
+            try:
+                await _load_sdk()
+            finally:
+                self._loading = {}
+            if self._closed:
+                return
+        for name, cfg in added.items():
             if name not in self.links:
                 self._add(name, cfg)
 
@@ -271,13 +295,25 @@ class McpServers:
         for name in self.tools:
             self._register(registry, name)
 
+    def configured(self, name: str) -> McpServerConfig | None:
+        """Server `name`'s configuration as it runs, or as it starts (its SDK still being imported)."""
+        link = self.links.get(name)
+        return link.cfg if link is not None else self._loading.get(name)
+
+    def names(self) -> list[str]:
+        """The servers running or starting."""
+        return [*self.links, *(name for name in self._loading if name not in self.links)]
+
     def status(self) -> list[McpServerStatus]:
-        return [
+        shown = [
             McpServerStatus(
                 name=name, transport="stdio" if link.cfg.command else "http", state=link.state,
                 tools=len(self.tools.get(name, [])), error=link.error, restarts=link.failures)
-            for name, link in sorted(self.links.items())
+            for name, link in self.links.items()
         ]
+        shown += [McpServerStatus(name=name, transport="stdio" if cfg.command else "http", state="starting")
+                  for name, cfg in self._loading.items() if name not in self.links]
+        return sorted(shown, key=lambda s: s.name)
 
     def load_errors(self) -> list[ToolLoadError]:
         errors = []

@@ -24,8 +24,28 @@ def without_sdk(tmp_path: Path) -> Path:
     return shadow
 
 
+def slow_sdk(tmp_path: Path, gate: Path) -> Path:
+    """A PYTHONPATH entry whose `mcp` takes until `gate` exists to import (then is missing): an SDK
+    import as slow as the test wants."""
+    shadow = tmp_path / "slow-sdk"
+    (shadow / "mcp").mkdir(parents=True)
+    (shadow / "mcp" / "__init__.py").write_text(
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.01)\n"
+        'raise ModuleNotFoundError("No module named \'mcp\'", name="mcp")\n')
+    return shadow
+
+
 def echo_state(c) -> p.McpServerStatus:
     return next(s for s in c.request(p.Status).mcp_servers if s.name == "echo")
+
+
+def echo_reaches(c, state: str) -> p.McpServerStatus:
+    """The server's status once it is `state` (the SDK is imported on a thread: `starting` until then)."""
+    deadline = time.monotonic() + 30
+    while (status := echo_state(c)).state != state:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.05)
+    return status
 
 
 def test_a_server_without_the_sdk_is_down_saying_how_to_install_it(make_daemon, workspace, tmp_path):
@@ -33,8 +53,8 @@ def test_a_server_without_the_sdk_is_down_saying_how_to_install_it(make_daemon, 
     shadow = without_sdk(tmp_path)
     d = make_daemon(TABLE, env={"PYTHONPATH": f"{shadow}:{ROOT}"})
     with d.client() as c:
-        status = echo_state(c)
-        assert status.state == "down" and status.tools == 0
+        status = echo_reaches(c, "down")
+        assert status.tools == 0
         assert status.error == (
             f"the MCP SDK is not installed in scvd's Python ({sys.executable}): install it with "
             f"`{sys.executable} -m pip install 'mcp>=2,<3'`, then reload scvd")
@@ -49,9 +69,23 @@ def test_a_server_without_the_sdk_is_down_saying_how_to_install_it(make_daemon, 
     shutil.rmtree(shadow / "mcp")  # the SDK "installed" since: a reload of the same table starts it
     reloaded(d, TABLE)
     with d.client() as c:
-        deadline = time.monotonic() + 30
-        while (status := echo_state(c)).state != "ready":
-            assert time.monotonic() < deadline, status
-            time.sleep(0.1)
-        assert status.error is None and "mcp__echo__echo" in [t.name for t in c.request(p.ToolsList).tools]
+        assert echo_reaches(c, "ready").error is None and "mcp__echo__echo" in [t.name for t in c.request(p.ToolsList).tools]
+    assert d.stop() == 0
+
+
+def test_clients_are_served_while_the_sdk_is_imported(make_daemon, workspace, tmp_path):
+    """The SDK's import (about a second of pydantic models) ran on the event loop, at the start and at
+    a reload that added the first server: no client was answered until it was done."""
+    gate = tmp_path / "gate"
+    d = make_daemon(TABLE, env={"PYTHONPATH": f"{slow_sdk(tmp_path, gate)}:{ROOT}"})
+    try:
+        with d.client(timeout=10) as c:  # the import still waits for the gate
+            assert echo_state(c).state == "starting"
+            (workspace / "a.txt").write_text("served meanwhile\n")
+            done = c.call(c.open_session(workspace), "read", {"path": "a.txt"})
+            assert done.ok and "served meanwhile" in str(done.result), done
+    finally:
+        gate.touch()
+    with d.client() as c:
+        assert "the MCP SDK is not installed" in echo_reaches(c, "down").error
     assert d.stop() == 0
