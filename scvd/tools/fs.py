@@ -112,16 +112,25 @@ def read_open(fd: int, st: os.stat_result, path: str, parts: tuple[str, ...], re
     (its sha256 None), is read only in its range."""
     key = _digest_key(st)
     digest = _digests.get(key) if key else None
-    if digest is not None or st.st_size > HASH_MAX_BYTES:  # [offset-3, offset+limit), as _scan keeps
-        lo, size = max(0, offset - 3), st.st_size
-        window = os.pread(fd, offset + limit - lo, lo)
-        split_at = min(offset, size) - lo
-        return _answer(path, parts, real, offset, window[:split_at], window[split_at:], size, digest)
+    if digest is not None or st.st_size > HASH_MAX_BYTES:
+        return _answer(path, parts, real, offset, *_window(fd, offset, limit, st.st_size), st.st_size, digest)
     started = time.time_ns()
-    before, data, total, digest = _scan(fd, offset, limit, cancel)
-    if key and digest and total == key[2] and key[4] < started - SETTLED_NS:  # hashed whole; ctime settled before
+    scanned = _scan(fd, offset, limit, cancel)
+    if scanned is None:  # it grew past HASH_MAX_BYTES as it was hashed: read as one that was over it
+        size = os.fstat(fd).st_size
+        return _answer(path, parts, real, offset, *_window(fd, offset, limit, size), size, None)
+    before, data, total, digest = scanned
+    if key and total == key[2] and key[4] < started - SETTLED_NS:  # hashed whole; ctime settled before
         _digests.remember(key, digest)
     return _answer(path, parts, real, offset, before, data, total, digest)
+
+
+def _window(fd: int, offset: int, limit: int, size: int) -> tuple[bytes, bytes]:
+    """(before, data) of a file read only in its range: [offset-3, offset+limit), as _scan keeps."""
+    lo = max(0, offset - 3)
+    window = os.pread(fd, offset + limit - lo, lo)
+    split_at = min(offset, size) - lo
+    return window[:split_at], window[split_at:]
 
 
 class _Digests:
@@ -216,12 +225,12 @@ def _resolved(parts: tuple[str, ...], real: tuple[str, ...]) -> dict[str, str]:
     return {} if real == parts else {"resolved_path": containment.join(real)}
 
 
-def _scan(fd: int, offset: int, limit: int, cancel: Any) -> tuple[bytes, bytes, int, str | None]:
+def _scan(fd: int, offset: int, limit: int, cancel: Any) -> tuple[bytes, bytes, int, str] | None:
     """One pass over the file: hash it all, keep [offset-3, offset+limit). Returns (before, data, total, sha);
-    sha None for a file that grew past HASH_MAX_BYTES as it was read (a log being written), as read_open
-    gives one that was over it: the hash stops there, and the rest of the range is read on its own."""
+    None for a file that grew past HASH_MAX_BYTES as it was read (a log being written): the hash stops
+    there, and read_open reads it as one that was over it at open."""
     lo, hi = max(0, offset - 3), offset + limit  # 3 bytes before: to find where a split character starts
-    digest: Any = hashlib.sha256()  # None once the file grew past the cap
+    digest = hashlib.sha256()
     kept: list[bytes] = []
     pos = 0
     while True:
@@ -235,13 +244,10 @@ def _scan(fd: int, offset: int, limit: int, cancel: Any) -> tuple[bytes, bytes, 
             kept.append(buf[a - pos : b - pos])
         pos += len(buf)
         if pos > HASH_MAX_BYTES:
-            if pos < hi:
-                kept.append(os.pread(fd, hi - max(lo, pos), max(lo, pos)))
-            pos, digest = max(pos, os.fstat(fd).st_size), None
-            break
+            return None
     window = b"".join(kept)
     split_at = min(offset, pos) - lo
-    return window[:split_at], window[split_at:], pos, digest and digest.hexdigest()
+    return window[:split_at], window[split_at:], pos, digest.hexdigest()
 
 
 def _continuation(byte: int) -> bool:
