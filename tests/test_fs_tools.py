@@ -1041,6 +1041,11 @@ def test_where_proc_cannot_name_an_unnamed_file_a_write_falls_back_to_a_named_on
     assert [(ws.root / n).read_text() for n in ("created.txt", "old.txt", "raced.txt")] == ["made", "newer", "theirs"]
 
 
+# a first small write learns that the unnamed file cannot be named here: the big one starts named
+NAMED_KILLED_WRITER = KILLED_WRITER.replace('write_file(fd, "big.txt"', 'write_file(fd, "big.txt", b"old", "replace")\n'
+                                            'write_file(fd, "big.txt"')
+
+
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="needs bwrap to hide /proc")
 def test_a_write_removes_the_temp_files_a_killed_write_left_in_its_directory(ws: Workspace) -> None:
     """A write killed while its new file had a name (no /proc, or between link and rename) left that
@@ -1048,7 +1053,7 @@ def test_a_write_removes_the_temp_files_a_killed_write_left_in_its_directory(ws:
     that nothing touched for STALE_SECONDS, and nothing else."""
     (ws.root / "big.txt").write_bytes(b"old")
     proc = subprocess.Popen(["bwrap", "--bind", "/", "/", "--dev", "/dev", "--tmpfs", "/proc", "--die-with-parent",
-                             sys.executable, "-c", KILLED_WRITER, str(ws.root)],
+                             sys.executable, "-c", NAMED_KILLED_WRITER, str(ws.root)],
                             env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 20

@@ -16,8 +16,8 @@ import stat
 import time
 
 _TMPFILE_UNSUPPORTED = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)  # the filesystem, or a kernel before 3.11
-# linkat through /proc/self/fd refused, where a named file still works: a stub /proc, a /proc that
-# hides the fd links, a filesystem or sandbox that refuses the link
+# linkat through /proc/self/fd refused, where a named file still works: no /proc or a stub one, a
+# /proc that hides the fd links, a filesystem or sandbox that refuses the link
 _LINK_REFUSED = (errno.ENOENT, errno.EPERM, errno.EXDEV, errno.EOPNOTSUPP, errno.ENOSYS)
 
 # a named temp file nothing touched for this long was left by a killed write: a live one writes
@@ -25,7 +25,6 @@ _LINK_REFUSED = (errno.ENOENT, errno.EPERM, errno.EXDEV, errno.EOPNOTSUPP, errno
 STALE_SECONDS = 600
 _NAME = re.compile(r"\.scvd-[0-9a-f]{16}\.tmp")  # temp_name()'s
 
-_proc_fd: bool | None = None  # whether /proc/self/fd is there: linkat names an unnamed file through it
 _unlinkable: set[int] = set()  # devices where naming an unnamed file was refused
 # directory (st_dev, st_ino) -> when it was last swept: a leftover goes stale once, so a directory is
 # listed at most once per STALE_SECONDS, not at every write (one of 100k entries takes tens of ms)
@@ -36,7 +35,7 @@ MAX_SWEPT = 4096  # directories remembered; past that the memo starts over
 def create(parent: int, named: bool = False) -> tuple[int, str | None]:
     """A new 0600 file in `parent`, open for writing: unnamed (name None) where the filesystem has
     O_TMPFILE and it can be named later, else `.scvd-<hex>.tmp`."""
-    if not named and _proc_links() and not (_unlinkable and os.fstat(parent).st_dev in _unlinkable):
+    if not named and not (_unlinkable and os.fstat(parent).st_dev in _unlinkable):
         try:
             return os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=parent), None
         except OSError as exc:
@@ -49,13 +48,6 @@ def create(parent: int, named: bool = False) -> tuple[int, str | None]:
 
 def temp_name() -> str:
     return f".scvd-{os.urandom(8).hex()}.tmp"
-
-
-def _proc_links() -> bool:
-    global _proc_fd
-    if _proc_fd is None:
-        _proc_fd = os.path.isdir("/proc/self/fd")
-    return _proc_fd
 
 
 def link(fd: int, parent: int, name: str) -> bool:
