@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any, Awaitable, Protocol
+from typing import Any, Protocol
 
 from . import protocol as p
 from .connection import Connection
@@ -41,8 +41,9 @@ class Server(Protocol):
     def open_connection(self, transport: asyncio.Transport) -> Connection | None:
         """A Connection for a new client, or None when it was refused (told why and closed)."""
 
-    def handle_frame(self, conn: Connection, line: bytes) -> Awaitable[None] | None:
-        """Answer one frame; an awaitable when the answer has to wait."""
+    def handle_frame(self, conn: Connection, line: bytes) -> asyncio.Future[Any] | None:
+        """Answer one frame; the task that answers it when the answer has to wait (the daemon
+        cancels it at shutdown)."""
 
     def frame_too_large(self, conn: Connection, request_id: Any) -> None:
         """Answer a line over the limit (`request_id`: its id, when its first bytes hold it)."""
@@ -56,9 +57,6 @@ class Server(Protocol):
         After an end of stream the connection closes once the calls it cancelled have sent their
         `call.completed` (bounded); when lost, at once. Again after a handler that waited returns
         (what it opened since goes too), and when a peer is lost while its connection lingers."""
-
-    def spawn_task(self, waiting: Awaitable[None]) -> asyncio.Future[Any]:
-        """Run a handler that waits; the daemon cancels it at shutdown."""
 
 
 class ClientProtocol(asyncio.Protocol):
@@ -165,9 +163,9 @@ class ClientProtocol(asyncio.Protocol):
                 self._wait_for(waiting)
                 return
 
-    def _wait_for(self, waiting: Awaitable[None]) -> None:
-        self._waiting = self.server.spawn_task(waiting)
-        self._waiting.add_done_callback(self._waited)
+    def _wait_for(self, waiting: asyncio.Future[Any]) -> None:
+        self._waiting = waiting
+        waiting.add_done_callback(self._waited)
         self._update_reading()
 
     def _waited(self, _: asyncio.Future[Any]) -> None:

@@ -116,7 +116,7 @@ class Daemon:
                              lambda: self._chat.in_use() if self._chat is not None else set())
         self._expiring: asyncio.Task[None] | None = None  # its daily passes
         self._asides: dict[Connection, set[asyncio.Future[Any]]] = {}  # requests answered out of order
-        self._unanswered: dict[object, tuple[Connection, Any]] = {}  # requests whose handler waits: a stop answers them
+        self._unanswered: dict[asyncio.Future[Any], tuple[Connection, Any]] = {}  # handlers that wait: a stop answers them
         # a call that carries a turn id (a chat's, or a client's own) is refused when nobody could decide it
         self.gate.screen = lambda owner, info: screen(self, owner, info)
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
@@ -549,8 +549,8 @@ class Daemon:
         self._send_error(conn, errors.FrameTooLarge(
             f"frame exceeds {limit} bytes (server.client_frame_bytes); split it or send less"), request_id)
 
-    def handle_frame(self, conn: Connection, line: bytes) -> Awaitable[None] | None:
-        """Answer one frame now, or return what answers it once the handler's wait is over."""
+    def handle_frame(self, conn: Connection, line: bytes) -> asyncio.Future[Any] | None:
+        """Answer one frame now, or return the task that answers it once the handler's wait is over."""
         request_id = None
         try:
             frame = p.decode_request(line)
@@ -568,13 +568,15 @@ class Daemon:
                 return self._answer_later(conn, answer, request_id)
         return None
 
-    def _answer_later(self, conn: Connection, waiting: Awaitable[p.Frame], request_id: Any) -> Awaitable[None]:
-        token = object()  # listed from now (not from the task's first step): a stop may come before it
-        self._unanswered[token] = (conn, request_id)
-        return self._answer_when_done(conn, waiting, request_id, token)
+    def _answer_later(self, conn: Connection, waiting: Awaitable[p.Frame], request_id: Any) -> asyncio.Future[Any]:
+        """A task that answers the request once `waiting` is over; listed until it is done (even
+        cancelled before its first step), so a stop meanwhile answers the request itself."""
+        task = self.spawn_task(self._answer_when_done(conn, waiting, request_id))
+        self._unanswered[task] = (conn, request_id)
+        task.add_done_callback(lambda done: self._unanswered.pop(done, None))
+        return task
 
-    async def _answer_when_done(self, conn: Connection, waiting: Awaitable[p.Frame], request_id: Any,
-                                token: object) -> None:
+    async def _answer_when_done(self, conn: Connection, waiting: Awaitable[p.Frame], request_id: Any) -> None:
         try:
             answer = await waiting
         except errors.ScvError as exc:
@@ -584,8 +586,6 @@ class Daemon:
             self._send_error(conn, exc, request_id)
         else:
             self._send(conn, answer)
-        finally:
-            self._unanswered.pop(token, None)
 
     def _answer_unanswered(self) -> None:
         """At the stop, just before the connections close: requests whose handler still waits (a
@@ -619,9 +619,6 @@ class Daemon:
         # may come twice (a lost peer whose handler still waited, or a peer lost while its connection
         # lingers): the second drops what it opened, and closes the connection at once
         self.connections.discard(conn)
-        # nobody to answer at the stop; and a handler cancelled before its first step never unlists itself
-        for token in [t for t, (c, _) in self._unanswered.items() if c is conn]:
-            del self._unanswered[token]
         self.mcp_hosts.connection_dropped(conn)  # an MCP host it handed over goes with it
         self.drop_owner(conn, linger)
         if conn.server_frame_bytes == self.gate.max_bytes:  # it may have been the smallest
@@ -869,7 +866,7 @@ class Daemon:
 
     def _aside(self, conn: Connection, waiting: Awaitable[p.Frame], request_id: Any) -> None:
         """Answer a request once `waiting` is over, while the connection's later frames are handled."""
-        task = self.spawn_task(self._answer_later(conn, waiting, request_id))
+        task = self._answer_later(conn, waiting, request_id)
         self._asides.setdefault(conn, set()).add(task)
         task.add_done_callback(lambda done: self._aside_done(conn, done))
 
