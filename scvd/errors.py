@@ -27,7 +27,8 @@
     │   │   ├── PathMissing       failed, naming the first missing component of a workspace path
     │   │   └── SkillError        a skill directory is not a valid skill, or changed
     │   ├── Unavailable           unavailable
-    │   │   └── Stopping          unavailable (fatal): scvd is stopping and will not answer a request
+    │   │   ├── Stopping          unavailable (fatal): scvd is stopping and will not answer a request
+    │   │   └── KeyringRefused    unavailable: the OS keyring refused a secret's read or store, or did not answer
     │   └── CredentialMissing     credential_missing
     └── LocalError                never sent on the wire
         ├── ConfigError           a config file or value is wrong (names the file and key)
@@ -234,6 +235,15 @@ class Stopping(Unavailable):
     as scvd going away (DaemonNotAnswering: try again), not as a request that failed."""
 
     fatal = True
+
+
+class KeyringRefused(Unavailable):
+    """The OS keyring refused (locked, usually) or did not answer; `what` says which keyring could not
+    do what, and why, without the way on (`list` shows it beside a name it cannot tell)."""
+
+    def __init__(self, message: str, *, what: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.what = what
 
 
 class CredentialMissing(ToolError):

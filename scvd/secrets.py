@@ -302,14 +302,14 @@ class SecretStore:
             raise self._refused(kr, verb, key, answer["error"])
         return answer["value"]
 
-    def _refused(self, kr: Any, verb: str, key: str, why: str) -> errors.Unavailable:
+    def _refused(self, kr: Any, verb: str, key: str, why: str) -> errors.KeyringRefused:
         """The keyring failed (locked, usually) or did not answer: which one, and the two ways on.
         `why` is an exception's type, never its message: a backend's might quote what it was given."""
-        return errors.Unavailable(
-            f"the keyring {_name(kr)} could not {verb} {key} ({why}): unlock it (e.g. log "
-            "in to the desktop session, or open your keyring app) and try again, or set "
-            f"PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring to keep secrets in {self.path}",
-            hint=f"unlock the keyring {_name(kr)}, then try again")
+        what = f"the keyring {_name(kr)} could not {verb} {key} ({why})"
+        return errors.KeyringRefused(
+            f"{what}: unlock it (e.g. log in to the desktop session, or open your keyring app) and try "
+            f"again, or set PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring to keep secrets in {self.path}",
+            what=what, hint=f"unlock the keyring {_name(kr)}, then try again")
 
     # lookups
 
@@ -337,7 +337,7 @@ class SecretStore:
         refused = None
         try:
             value = _used(self._keyring_get(key))
-        except errors.Unavailable as exc:
+        except errors.KeyringRefused as exc:
             refused, value = exc, ""
         if value:
             return value, "keyring"
@@ -346,7 +346,7 @@ class SecretStore:
         value = _used(self.env.get(key))
         if value:
             if refused is not None:  # logged only here: the raise below says it to whoever asked
-                log.warning("%s; using the environment's value", refused.message.split(":")[0])
+                log.warning("%s; using the environment's value", refused.what)
             return value, "env"
         if refused is not None:
             raise refused
@@ -431,9 +431,9 @@ class SecretStore:
         for key in keys:
             try:
                 entries.append(self.source(key))
-            except errors.Unavailable as exc:  # its message up to the way on: backend, verb, key, why
+            except errors.KeyringRefused as exc:
                 entries.append(Entry(name=key, source="unknown", where=f"in neither the file nor the "
-                                     f"environment; {exc.message.split(':')[0]}: unlock it to see whether it is set"))
+                                     f"environment; {exc.what}: unlock it to see whether it is set"))
         return entries
 
     def _entry(self, key: str, source: str) -> Entry:
