@@ -3,7 +3,8 @@
 The client does the HTTP, the SSE parsing and the retries (429, 5xx and lost
 connections, with backoff, honouring Retry-After); this module only translates
 history items to the wire API and stream events back, and maps errors to
-ProviderFailure. Imported only when a turn runs, so the idle daemon never loads openai.
+ProviderFailure (their hints: `provider_errors`). Imported only when a turn runs, so the
+idle daemon never loads openai.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..redact import hide_in_logs, redact
 from ..secret_like import picked
 from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
 from .provider import ProviderFailure, Settings
+from .provider_errors import cause, content_filtered, detail, in_stream, setting, status_failure, table, token_limit
 
 log = logging.getLogger("scvd.chat")
 
@@ -119,7 +121,7 @@ class _Base(abc.ABC):
     def _garbled(self, what: str, data: str) -> ProviderFailure:
         return ProviderFailure("provider_error", f"{self._where()} sent an event that is not {what}: {data[:200]!r}",
                                "send the text again; if it fails again, check the base_url and wire_api of "
-                               f"{_table(self.settings.name)}")
+                               f"{table(self.settings.name)}")
 
     def _timed_out(self, stalled: bool = False) -> ProviderFailure:
         s = self.settings
@@ -127,7 +129,7 @@ class _Base(abc.ABC):
                  "events are not the answer)" if stalled else "")
         return ProviderFailure("provider_error", f"{self._where()} did not answer within "
                                f"{s.timeout_seconds:g} s (timeout_seconds){stall}",
-                               f"send the text again; for a slow model raise {_key(s.name, 'timeout_seconds')}")
+                               f"send the text again; for a slow model raise {setting(s.name, 'timeout_seconds')}")
 
     def _connect(self) -> openai.AsyncOpenAI:
         s = self.settings
@@ -144,39 +146,20 @@ class _Base(abc.ABC):
         """The client's error as the turn's failure, saying what to do."""
         where, s = self._where(), self.settings
         if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
-            return ProviderFailure("auth", f"{where} refused the API key ({exc.status_code}): {_detail(exc)}",
+            return ProviderFailure("auth", f"{where} refused the API key ({exc.status_code}): {detail(exc)}",
                                    s.auth_hint())
         if isinstance(exc, openai.APIStatusError):
-            detail = _detail(exc)
-            hint = (QUOTA_HINT if exc.code == QUOTA else TOO_LONG_HINT if _too_long(exc.code, detail)
-                    else _status_hint(exc.status_code, s))
-            return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {detail}", hint)
+            return status_failure(where, exc, s)
         if isinstance(exc, openai.APITimeoutError):
             return self._timed_out()
         if isinstance(exc, openai.APIConnectionError) and reached:
             return ProviderFailure("provider_error", f"the connection to {where} broke mid-answer: "
-                                   f"{_cause(exc)}", "send the text again")
+                                   f"{cause(exc)}", "send the text again")
         if isinstance(exc, openai.APIConnectionError):
             return ProviderFailure("provider_error", f"cannot reach {where}: {exc}",
-                                   f"check the base_url of {_table(s.name)}" if s.name == "codex"
+                                   f"check the base_url of {table(s.name)}" if s.name == "codex"
                                    else f"check providers.{s.name}.base_url")
-        return self._in_stream(f"{where} failed mid-answer: {exc.message}", exc.code)  # an error chunk
-
-    def _in_stream(self, message: str, code: Any) -> ProviderFailure:
-        """An error the provider sent inside its answer (after a 200, so the client retried nothing);
-        its code says what to do: a relay's refused key (401, invalid_api_key), or a busy server."""
-        code = str(code or "").lower()
-        if _too_long(code, message):
-            return ProviderFailure("provider_error", message, TOO_LONG_HINT)
-        if code in _KEY_CODES:
-            return ProviderFailure("auth", message, self.settings.auth_hint())
-        if code == QUOTA:
-            return ProviderFailure("provider_error", message, QUOTA_HINT)
-        if code in _BUSY_CODES or code.startswith("5"):
-            return ProviderFailure("provider_error", message, "the provider is busy or failed: send the text "
-                                   "again later")
-        return ProviderFailure("provider_error", message, "send the text again; if it fails the same way, the "
-                               f"provider's message says why (check the model of {_table(self.settings.name)})")
+        return in_stream(f"{where} failed mid-answer: {exc.message}", exc.code, s)  # an error chunk
 
     async def aclose(self) -> None:
         """Close the client and its connections (a stream cut off by a cancel closed its own)."""
@@ -201,7 +184,7 @@ class _Base(abc.ABC):
         if not stream.events and media != "text/event-stream":  # no stream at all: sending again cannot help
             return ProviderFailure("provider_error", f"{where} answered with {media or 'no content-type'}, not a "
                                    "stream of events (text/event-stream)", f"check the base_url and wire_api of "
-                                   f"{_table(self.settings.name)}: scvd asks for a streamed answer, and the server "
+                                   f"{table(self.settings.name)}: scvd asks for a streamed answer, and the server "
                                    "there does not stream (or base_url names a web page)")
         return ProviderFailure("provider_error", f"{where} stopped sending: the stream ended before the answer "
                                f"was complete (no {missing})", "send the text again")
@@ -263,94 +246,6 @@ class _Watched:
         return event
 
 
-# OpenAI's 429 for an account out of credit: "send it again later" would never work
-QUOTA = "insufficient_quota"
-QUOTA_HINT = ("the provider's account has no quota or credit left (sending again will not help): add credit or "
-              "raise the limit on the provider's billing page, or use another provider")
-# a request longer than the model's window, by the provider's count (OpenAI's code and wording, vLLM's,
-# llama.cpp's, Anthropic's): chat.context_tokens at the window is not enough, as scvd only estimates
-TOO_LONG_HINT = ("the request was longer than the model's window by the provider's count: set chat.context_tokens "
-                 "lower (scvd trims to its own estimate, with a tenth kept free; code and some languages take more "
-                 "tokens than it counts), or start afresh with chat.clear")
-_TOO_LONG_WORDS = ("context_length_exceeded", "maximum context length", "context window", "context size",
-                   "prompt is too long", "too many tokens")
-
-
-def _too_long(code: Any, message: str) -> bool:
-    text = f"{code or ''} {message}".lower()
-    return any(word in text for word in _TOO_LONG_WORDS)
-
-
-# codes of an error sent inside a stream: HTTP statuses (OpenRouter, LiteLLM) or the API's own names
-_KEY_CODES = {"401", "403", "invalid_api_key", "authentication_error", "permission_denied"}
-_BUSY_CODES = {"429", "rate_limit_exceeded", "server_error", "overloaded", "overloaded_error", "server_is_overloaded"}
-
-
-def _cause(exc: Exception) -> str:
-    """The lower error under the client's generic "Connection error." (a reset, an incomplete body)."""
-    cause = exc.__cause__ or exc.__context__
-    return str(cause or exc) or type(cause or exc).__name__
-
-
-def _token_limit(where: str, settings: Settings) -> ProviderFailure:
-    """The answer stopped at the output token limit: a tool call in it would be cut, a text unfinished."""
-    name = settings.name
-    fix = (f"raise {_key(name, 'max_output_tokens')} ({settings.max_output_tokens} now)" if settings.max_output_tokens
-           else f"set {_key(name, 'max_output_tokens')} above the server's default")
-    return ProviderFailure("provider_error", f"{where} cut the answer off at its output token limit",
-                           f"{fix}, or ask for less at a time")
-
-
-def _filtered(where: str) -> ProviderFailure:
-    """The provider's content filter stopped the answer: what came is not the whole answer."""
-    return ProviderFailure("provider_error", f"{where} withheld the rest of the answer: its content filter stopped it",
-                           "rephrase the request, or ask the provider's administrator")
-
-
-def _status_hint(status: int, settings: Settings) -> str:
-    """What to do about an error status the client gave up on (401/403 are `auth`, 429 was retried)."""
-    name, table = settings.name, _table(settings.name)
-    if status in (400, 413, 422):  # most often a request longer than the model's window
-        return ("if it says the input is too long, lower chat.context_tokens (at or below the model's window), or "
-                f"start afresh with chat.clear; else check the model and wire_api of {table}")
-    if status == 404:  # often a server with Chat Completions only, asked with the default wire_api
-        where = f"{http_fields.shown_url(settings.base_url).rstrip('/')}/"
-        if settings.wire_api == "chat":
-            return (f"check the base_url and model of {table}: the server has no such endpoint or model "
-                    f"(scvd posts to {where}chat/completions)")
-        other = ("set wire_api = \"chat\" in its provider in your Codex config.toml and run `scvctl agents import "
-                 "codex` again" if name == "codex" else f"set providers.{name}.wire_api = \"chat\"")
-        return (f"check the base_url and model of {table}: the server has no such endpoint or model (scvd posts "
-                f"to {where}responses, the Responses API; for a server with Chat Completions only, {other})")
-    if status >= 500 or status == 429:
-        return "the provider failed after scvd's retries: send the text again later"
-    return f"check {table}"
-
-
-def _table(name: str) -> str:
-    """Where provider `name`'s settings are."""
-    return ("the imported Codex setup (`scvctl agents import codex`)" if name == "codex"
-            else f"[providers.{name}] in config.toml")
-
-
-def _key(name: str, key: str) -> str:
-    """A setting of provider `name` as a person changes it. The imported Codex setup has no such key, and a
-    [providers.codex] table would replace the import (its model is required): another table carries one."""
-    if name == "codex":
-        return f"{key} in a [providers.NAME] table of your own, with chat.provider = \"NAME\" (the imported " \
-               f"Codex setup has no {key})"
-    return f"providers.{name}.{key}"
-
-
-def _detail(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        body = body.get("error", body)
-        if isinstance(body, dict):
-            return str(body.get("message") or body)[:300]
-    return str(exc.message)[:300]
-
-
 class ResponsesProvider(_Base):
     """`wire_api = "responses"`."""
 
@@ -379,11 +274,11 @@ class ResponsesProvider(_Base):
                 await _drain(stream)
                 return
             elif kind == "response.incomplete" and _why(event) == "max_output_tokens":
-                raise _token_limit(self._where(), self.settings)
+                raise token_limit(self._where(), self.settings)
             elif kind == "response.incomplete" and _why(event) == "content_filter":
-                raise _filtered(self._where())
+                raise content_filtered(self._where())
             elif kind in ("response.failed", "response.incomplete", "error"):
-                raise self._in_stream(f"{self._where()} ended the answer: {_why(event)}", _code(event))
+                raise in_stream(f"{self._where()} ended the answer: {_why(event)}", _code(event), self.settings)
         raise self._cut_short(stream, "response.completed")
 
     @staticmethod
@@ -508,9 +403,9 @@ class ChatProvider(_Base):
         if not finished:
             raise self._cut_short(stream, "finish_reason")
         if limited:  # as the Responses API's response.incomplete: a call in it would be cut mid-arguments
-            raise _token_limit(self._where(), self.settings)
+            raise token_limit(self._where(), self.settings)
         if filtered:
-            raise _filtered(self._where())
+            raise content_filtered(self._where())
         for n, c in enumerate(calls):
             yield CallRequested(ToolCall(c["id"] or f"call_{n}", c["name"], c["arguments"] or "{}"))
         yield ReplyDone(usage)

@@ -1,0 +1,125 @@
+"""What a provider's error means for the person: the failures and hints of `openai_api`.
+
+Rule: a hint says what to change (a setting by the name a person edits, a wait, another provider),
+and sending again is offered only where it can help (not for a spent quota or a refused key).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+
+from .. import http_fields
+from .provider import ProviderFailure, Settings
+
+# OpenAI's 429 for an account out of credit: "send it again later" would never work
+QUOTA = "insufficient_quota"
+QUOTA_HINT = ("the provider's account has no quota or credit left (sending again will not help): add credit or "
+              "raise the limit on the provider's billing page, or use another provider")
+# a request longer than the model's window, by the provider's count (OpenAI's code and wording, vLLM's,
+# llama.cpp's, Anthropic's): chat.context_tokens at the window is not enough, as scvd only estimates
+TOO_LONG_HINT = ("the request was longer than the model's window by the provider's count: set chat.context_tokens "
+                 "lower (scvd trims to its own estimate, with a tenth kept free; code and some languages take more "
+                 "tokens than it counts), or start afresh with chat.clear")
+_TOO_LONG_WORDS = ("context_length_exceeded", "maximum context length", "context window", "context size",
+                   "prompt is too long", "too many tokens")
+# codes of an error sent inside a stream: HTTP statuses (OpenRouter, LiteLLM) or the API's own names
+_KEY_CODES = {"401", "403", "invalid_api_key", "authentication_error", "permission_denied"}
+_BUSY_CODES = {"429", "rate_limit_exceeded", "server_error", "overloaded", "overloaded_error", "server_is_overloaded"}
+
+
+def _too_long(code: Any, message: str) -> bool:
+    text = f"{code or ''} {message}".lower()
+    return any(word in text for word in _TOO_LONG_WORDS)
+
+
+def status_failure(where: str, exc: openai.APIStatusError, settings: Settings) -> ProviderFailure:
+    """An error status the client gave up on (not 401/403: `auth`)."""
+    text = detail(exc)
+    hint = (QUOTA_HINT if exc.code == QUOTA else TOO_LONG_HINT if _too_long(exc.code, text)
+            else _status_hint(exc.status_code, settings))
+    return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {text}", hint)
+
+
+def in_stream(message: str, code: Any, settings: Settings) -> ProviderFailure:
+    """An error the provider sent inside its answer (after a 200, so the client retried nothing);
+    its code says what to do: a relay's refused key (401, invalid_api_key), or a busy server."""
+    code = str(code or "").lower()
+    if _too_long(code, message):
+        return ProviderFailure("provider_error", message, TOO_LONG_HINT)
+    if code in _KEY_CODES:
+        return ProviderFailure("auth", message, settings.auth_hint())
+    if code == QUOTA:
+        return ProviderFailure("provider_error", message, QUOTA_HINT)
+    if code in _BUSY_CODES or code.startswith("5"):
+        return ProviderFailure("provider_error", message, "the provider is busy or failed: send the text "
+                               "again later")
+    return ProviderFailure("provider_error", message, "send the text again; if it fails the same way, the "
+                           f"provider's message says why (check the model of {table(settings.name)})")
+
+
+def cause(exc: Exception) -> str:
+    """The lower error under the client's generic "Connection error." (a reset, an incomplete body)."""
+    lower = exc.__cause__ or exc.__context__
+    return str(lower or exc) or type(lower or exc).__name__
+
+
+def token_limit(where: str, settings: Settings) -> ProviderFailure:
+    """The answer stopped at the output token limit: a tool call in it would be cut, a text unfinished."""
+    name = settings.name
+    fix = (f"raise {setting(name, 'max_output_tokens')} ({settings.max_output_tokens} now)"
+           if settings.max_output_tokens else f"set {setting(name, 'max_output_tokens')} above the server's default")
+    return ProviderFailure("provider_error", f"{where} cut the answer off at its output token limit",
+                           f"{fix}, or ask for less at a time")
+
+
+def content_filtered(where: str) -> ProviderFailure:
+    """The provider's content filter stopped the answer: what came is not the whole answer."""
+    return ProviderFailure("provider_error", f"{where} withheld the rest of the answer: its content filter stopped it",
+                           "rephrase the request, or ask the provider's administrator")
+
+
+def _status_hint(status: int, settings: Settings) -> str:
+    """What to do about an error status the client gave up on (401/403 are `auth`, 429 was retried)."""
+    name, where_set = settings.name, table(settings.name)
+    if status in (400, 413, 422):  # most often a request longer than the model's window
+        return ("if it says the input is too long, lower chat.context_tokens (at or below the model's window), or "
+                f"start afresh with chat.clear; else check the model and wire_api of {where_set}")
+    if status == 404:  # often a server with Chat Completions only, asked with the default wire_api
+        where = f"{http_fields.shown_url(settings.base_url).rstrip('/')}/"
+        if settings.wire_api == "chat":
+            return (f"check the base_url and model of {where_set}: the server has no such endpoint or model "
+                    f"(scvd posts to {where}chat/completions)")
+        other = ("set wire_api = \"chat\" in its provider in your Codex config.toml and run `scvctl agents import "
+                 "codex` again" if name == "codex" else f"set providers.{name}.wire_api = \"chat\"")
+        return (f"check the base_url and model of {where_set}: the server has no such endpoint or model (scvd posts "
+                f"to {where}responses, the Responses API; for a server with Chat Completions only, {other})")
+    if status >= 500 or status == 429:
+        return "the provider failed after scvd's retries: send the text again later"
+    return f"check {where_set}"
+
+
+def table(name: str) -> str:
+    """Where provider `name`'s settings are."""
+    return ("the imported Codex setup (`scvctl agents import codex`)" if name == "codex"
+            else f"[providers.{name}] in config.toml")
+
+
+def setting(name: str, key: str) -> str:
+    """A setting of provider `name` as a person changes it. The imported Codex setup has no such key, and a
+    [providers.codex] table would replace the import (its model is required): another table carries one."""
+    if name == "codex":
+        return f"{key} in a [providers.NAME] table of your own, with chat.provider = \"NAME\" (the imported " \
+               f"Codex setup has no {key})"
+    return f"providers.{name}.{key}"
+
+
+def detail(exc: openai.APIStatusError) -> str:
+    """The provider's own message in an error answer, at most 300 characters."""
+    body = exc.body
+    if isinstance(body, dict):
+        body = body.get("error", body)
+        if isinstance(body, dict):
+            return str(body.get("message") or body)[:300]
+    return str(exc.message)[:300]
