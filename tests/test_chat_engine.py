@@ -349,9 +349,25 @@ def test_replay_rebuilds_and_closes_calls_a_crash_left_open():
     assert json.loads(conv.history[-1].output)["error"]["kind"] == "cancelled"
 
 
+def test_replay_ends_a_turn_a_kill_cut_off_once_and_only_the_last():
+    from scvd.chat.engine import KILLED_NOTE
+
+    records = [Opened(workspace="/ws"), UserText(text="rm it", turn="t1"),
+               AssistantReply(calls=[ToolCall("c1", "bash")], turn="t1")]
+    conv = Conversation.replay(records)
+    written = conv.take_records()
+    assert [(type(r).__name__, r.turn) for r in written] == [("ToolOutput", "t1"), ("ScvdNote", "t1"),
+                                                              ("TurnEnded", "t1")]
+    assert conv.history[-1].text == KILLED_NOTE and written[-1].status == "failed"
+    assert Conversation.replay(records + written).take_records() == []  # a second restart adds nothing
+    later = [*records, *written[:1], UserText(text="hi", turn="t2"), TurnEnded(turn="t2", status="completed")]
+    assert Conversation.replay(later).take_records() == []  # resumed before notes came: too late for one
+
+
 def test_replay_hands_over_the_background_notes_the_model_has_not_read():
     records = [Opened(workspace="/ws"), NoteArrived(call_id="b1", text="[result of b1]"),
-               UserText(text="[result of b1]", turn="t2", note="b1"), NoteArrived(call_id="b2", text="[result of b2]")]
+               UserText(text="[result of b1]", turn="t2", note="b1"), TurnEnded(turn="t2", status="completed"),
+               NoteArrived(call_id="b2", text="[result of b2]")]
     conv = Conversation.replay(records)
     assert [n.call_id for n in conv.notes] == ["b2"]  # b1 was handed over before the restart
     conv.flush_notes("t3")

@@ -164,6 +164,7 @@ def test_a_replayed_history_pairs_every_call_with_its_output(tmp_path):
     shown = [(type(i).__name__, getattr(i, "call_id", "")) for i in conv.history]
     assert shown == [("UserText", ""), ("AssistantReply", ""), ("UserText", ""), ("AssistantReply", ""),
                      ("ToolOutput", "c2"), ("ToolOutput", "c1"), ("AssistantReply", ""), ("UserText", ""),
-                     ("AssistantReply", ""), ("ToolOutput", "c3")]
+                     ("AssistantReply", ""), ("ToolOutput", "c3"), ("ScvdNote", "")]
+    assert conv.history[-2].turn == conv.history[-1].turn == "t3"  # t3 has no end: scvd was killed in it
     c1 = next(i for i in conv.history if getattr(i, "call_id", "") == "c1")
     assert c1.turn == "t2" and '"kind":"cancelled"' in c1.output and "not written to the transcript" in c1.output

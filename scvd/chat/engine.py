@@ -19,6 +19,7 @@ Rules:
   and tools outside the conversation's set are answered here, not run.
 - A cancelled or stopped turn's note is a `ScvdNote`: the model reads it as user text, but it
   is not the person's message (history shows it as scvd's; trimming never keeps it as one).
+  A turn a crash or SIGKILL cut off (no turn-end record) gets its note at the replay.
 - A `background` tool's output is a placeholder; its result becomes a user-side
   note before the next request (of this turn, or the next turn). The note is a
   record when it arrives, so a conversation reopened (or replayed after a
@@ -68,6 +69,10 @@ CANCELLED_NOTE = ("[this turn was cancelled before it was answered; do not carry
 # the same after scvd's own stop (SIGTERM mid-turn): the conversation resumed after the restart redid it
 STOPPED_NOTE = ("[scvd stopped during this turn, before it was answered; do not carry out the request above "
                 "unless asked again]")
+# the same for a turn that a crash or SIGKILL cut off: no turn-end record, so the note comes at the replay
+KILLED_NOTE = ("[scvd stopped unexpectedly during this turn (it crashed or was killed), before it was answered; "
+               "do not carry out the request above unless asked again]")
+KILLED_CALL = "scvd stopped before this call finished"
 
 
 def current(record: Any) -> Any:
@@ -143,7 +148,8 @@ class Conversation:
 
     @classmethod
     def replay(cls, records: list[Any], settings: Opened | None = None) -> Conversation:
-        """Rebuild from a transcript; a call left without output (a crash) gets a cancelled one.
+        """Rebuild from a transcript; a call left without output (a crash) gets a cancelled one, and a
+        turn left without its end gets KILLED_NOTE and an end (both in `records`, to write back).
         `settings` stand in when no `open` record is readable (its write failed or was torn)."""
         opened = next((r for r in reversed(records) if isinstance(r, Opened)), settings)  # the latest settings
         if opened is None:
@@ -163,7 +169,11 @@ class Conversation:
                 if isinstance(rec, UserText) and rec.note:  # that note was handed over
                     conv.notes = [n for n in conv.notes if n.call_id != rec.note]
         conv.history = paired(conv.history, "its output was not written to the transcript (a write failed)")
-        conv.close_open_calls("scvd stopped before this call finished")
+        cut = unfinished(records)
+        conv.close_open_calls(KILLED_CALL, cut)
+        if cut:  # ended here, as Turn.stopped() ends one, and written back: the next replay finds it ended
+            conv.append(ScvdNote(text=KILLED_NOTE, turn=cut))
+            conv.append(TurnEnded(turn=cut, status="failed", reason="cancelled_by_shutdown"))
         return conv
 
     def append(self, record: Record) -> None:
@@ -237,6 +247,21 @@ class Conversation:
             if call.call_id not in answered:
                 self.append(ToolOutput(call_id=call.call_id, name=call.name,
                                        output=error_output("cancelled", why), turn=turn))
+
+
+def unfinished(records: list[Any]) -> str:
+    """The id of the last turn since the last clear if it has no turn-end record (scvd crashed or was
+    killed during it), else "". Only the last: an older one was resumed by a version that added no note,
+    and a note now would come after the turns since."""
+    last, ended = "", set()
+    for rec in records:
+        if isinstance(rec, Cleared):
+            last, ended = "", set()
+        elif isinstance(rec, TurnEnded):
+            ended.add(rec.turn)
+        elif isinstance(rec, HISTORY) and rec.turn:
+            last = rec.turn
+    return "" if last in ended else last
 
 
 def paired(history: list[Any], why: str) -> list[Any]:

@@ -8,12 +8,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Hang, ScriptedModel, Text
+from chat_model import Calls, Hang, ScriptedModel, Text
 from conftest import reloaded
 from scvd import errors, protocol as p
 from scvd.chat.items import Opened, TurnEnded, UserText
@@ -60,6 +62,20 @@ def test_the_transcript_survives_a_daemon_restart(make_daemon, model, scv_home, 
     assert said == ["remember 42", "I will remember 42", "what did I say?"]
 
 
+ENV = {"SCVD_TEST_MODEL_KEY": "sk-test"}
+
+
+@contextmanager
+def hung_turn(make_daemon, m: ScriptedModel, home: Path, workspace: Path) -> Iterator[tuple]:
+    """A daemon whose turn "delete the logs" waits on the model: (daemon, its client, the conversation)."""
+    d = make_daemon(config(m), home=home, env=ENV)
+    with d.client(name="pytest") as c:
+        opened = c.request(p.ChatOpen, workspace=str(workspace))
+        c.request(p.TurnStart, session=opened.session, text="delete the logs")
+        assert m.hung.wait(15)
+        yield d, c, opened.conversation
+
+
 STOPPED = ("[scvd stopped during this turn, before it was answered; do not carry out the request above unless "
            "asked again]")
 
@@ -69,20 +85,15 @@ def test_shutdown_mid_turn_fails_it_and_the_resumed_conversation_is_told(make_da
     went unanswered (a cancelled turn's gets one): the resumed conversation's next turn came right
     after it, and the model took "delete the logs" for a request still to carry out."""
     m = model(Hang("deleting"), Text("noon"))
-    env = {"SCVD_TEST_MODEL_KEY": "sk-test"}
-    d = make_daemon(config(m), home=scv_home, env=env)
-    with d.client(name="pytest") as c:
-        opened = c.request(p.ChatOpen, workspace=str(workspace))
-        c.request(p.TurnStart, session=opened.session, text="delete the logs")
-        assert m.hung.wait(15)
+    with hung_turn(make_daemon, m, scv_home, workspace) as (d, c, conversation):
         d.proc.terminate()
         end = until_end(c)[-1]
     assert isinstance(end, p.TurnFailed) and end.reason == "cancelled_by_shutdown"
     assert d.proc.wait(15) == 0
 
-    d2 = make_daemon(home=scv_home, env=env)
+    d2 = make_daemon(home=scv_home, env=ENV)
     with d2.client(name="pytest") as c:
-        session = c.request(p.ChatOpen, workspace=str(workspace), conversation=opened.conversation).session
+        session = c.request(p.ChatOpen, workspace=str(workspace), conversation=conversation).session
         history = c.request(p.ChatHistory, session=session).records
         assert [(r["kind"], r.get("text")) for r in history if r["kind"] != "turn"] == \
             [("user", "delete the logs"), ("scvd", STOPPED)]
@@ -90,6 +101,38 @@ def test_shutdown_mid_turn_fails_it_and_the_resumed_conversation_is_told(make_da
         assert isinstance(until_end(c)[-1], p.TurnCompleted)
     assert m.requests[1]["messages"][1:] == [
         {"role": "user", "content": f"delete the logs\n\n{STOPPED}\n\nwhat time is it"}]
+
+
+KILLED = ("[scvd stopped unexpectedly during this turn (it crashed or was killed), before it was answered; "
+          "do not carry out the request above unless asked again]")
+
+
+def test_a_turn_cut_off_by_sigkill_gets_scvds_note_when_the_conversation_resumes(make_daemon, model, scv_home,
+                                                                                  workspace):
+    """A crash or SIGKILL writes no turn end: the resumed conversation closed the turn's open calls but
+    said nothing, and the next turn came right after "delete the logs". The note comes at the replay,
+    written once: a second restart finds the turn ended."""
+    m = model(Calls(("find_tools", {"query": "delete"})), Hang("deleting"), Text("noon"))
+    with hung_turn(make_daemon, m, scv_home, workspace) as (d, c, conversation):
+        d.proc.kill()
+        assert d.proc.wait(15) == -9
+
+    for _ in range(2):  # each restart resumes it; the note is there once
+        again = make_daemon(home=scv_home, env=ENV)
+        with again.client(name="pytest") as c:
+            session = c.request(p.ChatOpen, workspace=str(workspace), conversation=conversation).session
+            history = c.request(p.ChatHistory, session=session).records
+        assert again.stop() == 0
+        assert [(r["kind"], r.get("text")) for r in history if r["kind"] in ("user", "scvd")] == \
+            [("user", "delete the logs"), ("scvd", KILLED)]
+        assert history[-1]["kind"] == "turn" and history[-1]["status"] == "failed"
+
+    last = make_daemon(home=scv_home, env=ENV)
+    with last.client(name="pytest") as c:
+        session = c.request(p.ChatOpen, workspace=str(workspace), conversation=conversation).session
+        c.request(p.TurnStart, session=session, text="what time is it")
+        assert isinstance(until_end(c)[-1], p.TurnCompleted)
+    assert m.requests[2]["messages"][-1] == {"role": "user", "content": f"{KILLED}\n\nwhat time is it"}
 
 
 def test_a_cancelled_turns_note_written_as_a_user_record_replays_as_scvds(make_daemon, model, scv_home, workspace):
