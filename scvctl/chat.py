@@ -3,8 +3,8 @@
 Both use only the public client library and the chat frames: whatever they do,
 a bridge can do. `chat` streams the answer, asks approvals, store_secret's
 values (masked) and the model's questions inline, and turns Ctrl-C into `turn.cancel`. `exec` prints the answer
-on stdout and exits 1 when the turn fails; `--yes` makes it approve its own
-turn's calls (the person who ran it is the approver).
+on stdout and exits 1 when the turn fails; `--yes` makes it approve its own turn's calls (the person who
+ran it is the approver). A turn scvd's stop cut off did not fail: both exit 3, saying to run it again.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from scvd import errors, protocol as p
 from scvd.text import printable
 
 from . import usage
+from .client import stopped
 from .cli import EXIT_ERROR, EXIT_OK, ask_request, connect, decide, drop_typed_ahead, emit_json, on_secret
 
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
@@ -84,9 +85,22 @@ def cmd_exec(args: argparse.Namespace) -> int:
         emit_json(_exec_summary(chat, end, state))
     elif isinstance(end, p.TurnCompleted):
         sys.stdout.write("\n" if state["text"] and not state["text"].endswith("\n") else "")
-    else:
+    gone = _scvd_stopped(end)
+    if gone is not None:
+        if not args.json:
+            print(file=sys.stderr)  # off the answer's line, as a failed turn's reason is
+        raise gone
+    if not args.json and not isinstance(end, p.TurnCompleted):
         _print_end(end)
     return EXIT_OK if isinstance(end, p.TurnCompleted) else EXIT_ERROR
+
+
+def _scvd_stopped(end: Any, resume: str = "") -> errors.DaemonNotAnswering | None:
+    """A turn scvd's stop cut off did not fail: said as "run it again" (exit 3), as a call scvd
+    cancelled as it stopped is (cli.py)."""
+    if isinstance(end, p.TurnFailed) and end.reason == "cancelled_by_shutdown":
+        return stopped(f"turn {end.turn} was done", end.message + resume)
+    return None
 
 
 def _exec_event(c: Any, args: argparse.Namespace, session: str, event: Any, state: dict[str, Any]) -> None:
@@ -164,7 +178,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 c.request(p.ChatClear, session=chat.session)
                 print("(history cleared)", flush=True)
             elif text.strip():
-                _chat_turn(c, chat.session, text)
+                _chat_turn(c, chat.session, chat.conversation, text)
 
 
 def _prompt() -> str | None:
@@ -179,7 +193,7 @@ def _prompt() -> str | None:
         return line.rstrip("\n") if line else None
 
 
-def _chat_turn(c: Any, session: str, text: str) -> None:
+def _chat_turn(c: Any, session: str, conversation: str, text: str) -> None:
     try:
         turn = c.request(p.TurnStart, session=session, text=text).turn
     except errors.InvalidRequest as exc:
@@ -188,9 +202,12 @@ def _chat_turn(c: Any, session: str, text: str) -> None:
     sys.stdout.write("model> ")
     sys.stdout.flush()
     end = follow(c, session, turn, lambda e: _chat_event(c, session, e))
-    if isinstance(end, p.TurnCompleted):
-        print(flush=True)
-    else:
+    gone = _scvd_stopped(end, f"; resume the conversation with --conversation {conversation}")
+    if isinstance(end, p.TurnCompleted) or gone is not None:
+        print(flush=True)  # off the answer's line
+    if gone is not None:
+        raise gone
+    if not isinstance(end, p.TurnCompleted):
         _print_end(end)
 
 

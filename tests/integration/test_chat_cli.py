@@ -172,6 +172,51 @@ def test_exec_exits_1_on_turn_failed(chat_daemon, model, workspace):
 
 
 
+BACK = ": run it again once scvd is back (`systemctl --user status scvd` shows whether it runs"
+
+
+def stopped_mid_turn(d, m, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    """`scvctl ARGS` whose turn scvd's SIGTERM cuts off while the model is answering."""
+    proc = subprocess.Popen([sys.executable, "-m", "scvctl", *args], env=d.env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdin.write(stdin)
+    proc.stdin.flush()
+    assert m.hung.wait(30)
+    d.proc.terminate()
+    out, err = proc.communicate(timeout=60)  # closes stdin: the chat's next prompt would read its end
+    assert d.proc.wait(15) == 0
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_exec_cut_off_by_scvds_stop_exits_3_saying_run_it_again(chat_daemon, model, workspace, json_out):
+    """scvd's stop did not fail the turn: as a call it cancelled as it stopped, exec says to run it
+    again once scvd is back (exit 3), not `turn failed` (exit 1, as for a bad key)."""
+    m = model(Hang("deleting"))
+    out = stopped_mid_turn(chat_daemon(m), m, "exec", *(["--json"] if json_out else []), "--workspace",
+                           str(workspace), "delete the logs")
+    assert out.returncode == 3, out.stderr
+    assert out.stderr.strip().startswith("scvd stopped before turn t1-") and BACK in out.stderr, out.stderr
+    assert "was done (scvd stopped during the turn)" in out.stderr and "turn failed" not in out.stderr
+    if json_out:
+        summary = json.loads(out.stdout)
+        assert summary["status"] == "failed" and summary["reason"] == "cancelled_by_shutdown"
+    else:
+        assert out.stdout == "deleting"
+
+
+def test_chat_cut_off_by_scvds_stop_exits_3_naming_the_conversation(chat_daemon, model, workspace):
+    """The chat went back to its prompt with no scvd behind it, and Ctrl-D there exited 0."""
+    m = model(Hang("deleting"))
+    out = stopped_mid_turn(chat_daemon(m), m, "chat", "--workspace", str(workspace), stdin="delete the logs\n")
+    assert out.returncode == 3, out.stderr
+    conversation = out.stdout.split("started conversation ")[1].split()[0]
+    assert out.stdout.endswith("model> deleting\n"), out.stdout
+    assert out.stderr.startswith("scvd stopped before turn t1-"), out.stderr
+    assert (f"(scvd stopped during the turn; resume the conversation with --conversation {conversation})"
+            f"{BACK}") in out.stderr
+
+
 def test_exec_on_an_unreachable_imported_codex_setup_points_at_that_setup(make_daemon, scv_home, workspace):
     """The hint said `check providers.codex.base_url`: no such key exists, and a [providers.codex] table
     would replace the import. The base_url is in the Codex setup `scvctl agents import codex` copied."""
