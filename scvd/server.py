@@ -225,7 +225,6 @@ class Daemon:
             raise errors.StartupError(unopenable("the audit log", self.paths.audit_log, exc)) from None
         self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
         self.sandbox, self.sandbox_verdict = await self._probe_sandbox(self.config)
-        await self.expiry.run_once()  # chat.transcript_days: before any chat.open (then once a day)
         # 4. serve the socket
         self._listener = Listener(held.sock, self._accepted, self._accept_failed, self._out_of_fds)
         self._listener.start()
@@ -252,6 +251,8 @@ class Daemon:
             self.notifier.ready()
         self._update_status()
         self._spawn(self._watchdog)
+        # chat.transcript_days' first pass (then one a day) runs while clients are served: a hung state
+        # directory holds only a chat.open resuming a conversation, which waits for it
         self._expiring = asyncio.ensure_future(self.expiry.run())
         # 7. MCP servers start in the background: a slow or broken one never delays READY=1
         await self.mcp.apply(self.config)
@@ -857,10 +858,11 @@ class Daemon:
 
     def on_chat_open(self, conn: Connection, frame: p.ChatOpen) -> Awaitable[p.Frame] | None:
         opening = self.chat.open(conn, frame)
-        if not self.chat.ending(frame.conversation):
+        if not self.chat.waits(frame.conversation):
             return opening
-        # it waits for the turn of the conversation's closed session to end (up to 25 s): the
-        # connection's later requests (a bridge's approvals, its pings) are answered meanwhile
+        # it waits for the start's expiry pass, or the turn of the conversation's closed session to
+        # end (up to 25 s): the connection's later requests (a bridge's approvals, its pings) are
+        # answered meanwhile
         self._aside(conn, opening, frame.id)
         return None
 

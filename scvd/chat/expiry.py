@@ -3,11 +3,14 @@
 0, the default, keeps every transcript: deleting someone's history by surprise is
 worse than a slowly filling disk. Otherwise a pass runs at start, then once a day
 (on CLOCK_BOOTTIME: a laptop's sleep counts), and at once after a reload changes
-the setting. A pass lists chat/ off the loop and removes on it, with no await
-between a file's last check and its unlink: appends run on the loop too, so none
-lands in a file as it goes, and a conversation open, being opened or still ending
-its turn is kept whatever its age. Only regular files named `<id>.jsonl` directly
-in chat/ are removed; a symlink or any other entry is left alone.
+the setting. The start's runs once the socket is served (a slow or hung state
+directory delays no client), and a chat.open resuming a conversation waits for it:
+the transcript it asks for may be one that pass removes. A pass lists chat/ off
+the loop and removes on it, with no await between a file's last check and its
+unlink: appends run on the loop too, so none lands in a file as it goes, and a
+conversation open, being opened or still ending its turn is kept whatever its age.
+Only regular files named `<id>.jsonl` directly in chat/ are removed; a symlink or
+any other entry is left alone.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class Expiry:
     def __init__(self, root: Path, days: Callable[[], int], in_use: Callable[[], set[str]]) -> None:
         self.root, self._days, self._in_use = root, days, in_use
         self._poked = asyncio.Event()
+        self._started = asyncio.Event()  # the start's pass is over
 
     def poke(self) -> None:
         """Run a pass now (a reload changed the setting)."""
@@ -103,8 +107,20 @@ class Expiry:
             log.debug("removed the transcripts of %s", ", ".join(removed))
         return len(removed)
 
+    def is_started(self) -> bool:
+        """Whether the start's pass is over."""
+        return self._started.is_set()
+
+    async def started(self) -> None:
+        """Until the start's pass is over (at once with the default 0, or once run() was cancelled)."""
+        await self._started.wait()
+
     async def run(self) -> None:
-        """Once a day after the start's pass, and when poked."""
+        """The start's pass, then one a day, and one when poked."""
+        try:
+            await self.run_once()
+        finally:  # cancelled by a stop during it: nothing waits for ever
+            self._started.set()
         last = awake.clock()
         while True:
             try:

@@ -76,6 +76,7 @@ class ChatService:
     async def open(self, conn: Any, frame: p.ChatOpen) -> p.Frame:
         conversation = frame.conversation
         if conversation:
+            await self.daemon.expiry.started()  # the start's pass may remove this transcript: it goes first
             if conversation in self._opening or any(c.conversation == conversation for c in self.chats.values()):
                 raise errors.InvalidRequest(f"conversation {conversation!r} is open in another session; "
                                             "close that session first")
@@ -92,9 +93,10 @@ class ChatService:
         chat.transcript_days whatever their age (expiry.py)."""
         return {c.conversation for c in self.chats.values()} | self._opening | set(self._ending)
 
-    def ending(self, conversation: str) -> bool:
-        """True while the turn of `conversation`'s closed session still ends: a chat.open waits for it."""
-        return bool(conversation) and conversation in self._ending
+    def waits(self, conversation: str) -> bool:
+        """True while a chat.open resuming `conversation` would wait: for the start's expiry pass, or
+        for the turn of its closed session to end."""
+        return bool(conversation) and (not self.daemon.expiry.is_started() or conversation in self._ending)
 
     async def _open(self, conn: Any, frame: p.ChatOpen) -> p.Frame:
         config = self.daemon.config

@@ -376,6 +376,10 @@ def _main(argv: list[str]) -> int:
         import scvd.skills
 
         scvd.skills.discover = _hanging(scvd.skills.discover, Path(os.environ["HARNESS_HANG_SKILLS_WHILE"]))
+    if "HARNESS_HANG_EXPIRY_WHILE" in os.environ:  # chat.transcript_days' listing of chat/ on a hung mount
+        import scvd.chat.expiry
+
+        scvd.chat.expiry.stale = _hanging(scvd.chat.expiry.stale, Path(os.environ["HARNESS_HANG_EXPIRY_WHILE"]))
     if "HARNESS_HANG_PROBE_WHILE" in os.environ:
         import scvd.sandbox
 

@@ -17,6 +17,8 @@ import pytest
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Hang, ScriptedModel, Text
 from conftest import reloaded
+from harness import RawConn, make_wrapped  # noqa: F401 (a fixture)
+from test_lifecycle import reached
 from scvd import errors, protocol as p
 from scvd.chat.items import Opened, TurnEnded, UserText
 from scvd.chat.transcript import Transcripts
@@ -214,7 +216,7 @@ def test_transcript_days_removes_old_transcripts_at_start_and_nothing_else(make_
     other.write_text("mine")
     aged(other, 40)
     d = make_daemon("[chat]\ntranscript_days = 30\n", home=scv_home)
-    with d.client(name="pytest") as c:  # answered once the start's pass is over
+    with d.client(name="pytest") as c:  # a chat.open waits for the start's pass
         with pytest.raises(errors.ConversationNotFound, match=r"no conversation 'kold': its transcript was removed "
                            r"\(chat.transcript_days = 30 .*; start a new one with chat.open without `conversation`"):
             c.request(p.ChatOpen, workspace=str(workspace), conversation="kold")
@@ -240,3 +242,25 @@ def test_a_reload_setting_transcript_days_prunes_at_once_but_not_an_open_convers
         while gone.exists():  # the pass the reload started (the test's timeout bounds it)
             time.sleep(0.05)
         assert held.exists()
+
+
+def test_clients_are_served_while_the_starts_pass_runs_and_chat_open_waits_for_it(make_wrapped, tmp_path,
+                                                                                  workspace):
+    """The start's pass ran before the socket was served: a hung state directory held READY=1 and
+    every client. A chat.open resuming a conversation still waits for it: kold goes first."""
+    home, hang = tmp_path / "home", tmp_path / "hang"
+    written(home / "state" / "chat", "kold", 31)
+    hang.touch()  # the pass's listing of chat/ holds while it exists (a hung mount)
+    try:
+        d = make_wrapped("[chat]\ntranscript_days = 30\n", home=home, env={"HARNESS_HANG_EXPIRY_WHILE": str(hang)})
+        with RawConn(d.socket) as conn:  # make_wrapped waited for `status`: served
+            conn.hello()
+            reached(hang, "the start's pass to hang")
+            conn.send({"type": "chat.open", "id": 7, "workspace": str(workspace), "conversation": "kold"})
+            assert conn.request({"type": "ping", "id": 8}).id == 8  # chat.open was taken up, and waits
+            hang.unlink()
+            answer = conn.frame()
+    finally:
+        hang.unlink(missing_ok=True)
+    assert isinstance(answer, p.Error) and answer.id == 7 and answer.code == "conversation_not_found", answer
+    assert not (home / "state" / "chat" / "kold.jsonl").exists()
