@@ -29,8 +29,8 @@ from ..secret_like import picked
 from ..secrets import REFUSED_RE, off_loop
 from ..text import well_formed
 from . import spec
-from .skim import skim_response
-from .tool import OMITTED_KEY, OUTPUT_LIMIT, TOO_MANY_ITEMS, CallOutcome, ToolSpec, json_size
+from .skim import MESSAGE_LIMIT, skim_response
+from .tool import OMITTED_KEY, OUTPUT_LIMIT, TOO_LARGE, CallOutcome, ToolSpec, json_size
 
 log = logging.getLogger("scvd.mcp")
 
@@ -240,7 +240,7 @@ class ServerLink:
         client.event_hooks["response"] += [self._on_response, skim_response]  # the latter: as stdio's lines
         await stack.enter_async_context(client)
         read, write = await stack.enter_async_context(
-            streamable_http_client(target.url, http_client=client))
+            streamable_http_client(target.url, http_client=client, max_sse_event_size=MESSAGE_LIMIT))
         # unwound just before the transport, whose exit sends the session DELETE (no read timeout else)
         stack.callback(setattr, client, "timeout", httpx2.Timeout(DELETE_TIMEOUT))
         return read, write
@@ -522,7 +522,7 @@ class _Lost(Exception):
 
 def _call_error(message: str, code: int) -> ToolError:
     """A JSON-RPC error answering one call: that call's failure, the connection stays."""
-    if code == TOO_MANY_ITEMS:
+    if code == TOO_LARGE:
         return LimitExceeded(message)
     return InvalidArguments(message) if code == INVALID_PARAMS else Failed(message)
 

@@ -4,23 +4,30 @@ The SDK parses a message whole, on the loop, and scvd then walks a result item b
 item: a million content items held every client of scvd up for 30 s, 10 MB of
 structuredContent for seconds. msgspec skims such a message (the items left
 unparsed) and scvd answers it in the server's place, or leaves out what it would drop.
+An HTTP body is read decoded here (a gzip one too) and bounded at MESSAGE_LIMIT, as a stdio
+line is: a larger answer fails its call alone, its bytes dropped as they come.
 """
 
 from __future__ import annotations
 
 import re
+from contextlib import aclosing
 from typing import Any, AsyncIterator
 
 import httpx2
 import msgspec
 
-from .tool import OMITTED_KEY, OUTPUT_LIMIT, TOO_MANY_ITEMS
+from .tool import OMITTED_KEY, OUTPUT_LIMIT, TOO_LARGE
 
 # content items of one result: the SDK and scvd take time per item, on the loop, and its text is cut
 # at 1 MiB anyway. One with more fails its call.
 ITEMS_LIMIT = 10_000
 CHECKED_FROM = 3 * ITEMS_LIMIT  # `{},` is the shortest item: a shorter message holds fewer
+# one message from a server, decoded: a stdio line, an HTTP body, an SSE event (the SDK's own bound of
+# an event, 1 MiB, is raised to it: a 2 MiB result failed as if the server went away)
+MESSAGE_LIMIT = 64 << 20
 _LINE_END = re.compile(rb"(\r\n|\r|\n)")  # an SSE line's end: each of them, as the spec says
+_EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n){2}")  # a line's end, then an empty line's
 
 
 class _Result(msgspec.Struct):
@@ -47,7 +54,7 @@ def replacement(message: bytes) -> bytes | None:
         return None
     if len(answer.result.content) > ITEMS_LIMIT:
         return msgspec.json.encode({"jsonrpc": "2.0", "id": answer.id, "error": {
-            "code": TOO_MANY_ITEMS, "message": f"its result has {len(answer.result.content)} content items, above "
+            "code": TOO_LARGE, "message": f"its result has {len(answer.result.content)} content items, above "
             f"scvd's limit of {ITEMS_LIMIT}; ask the tool for less"}})
     if len(answer.result.structured) > OUTPUT_LIMIT:
         size = len(msgspec.json.format(answer.result.structured, indent=-1))  # as compact JSON
@@ -68,31 +75,61 @@ def _left_out(message: bytes, size: int) -> bytes:
     return msgspec.json.encode(answer)
 
 
+class _Request(msgspec.Struct):
+    id: int | str | None = None
+
+
 async def skim_response(response: Any) -> None:
-    """An httpx response hook: a POST's body (JSON, or an SSE stream's data lines) skimmed as it is read."""
+    """An httpx response hook: a POST's body (JSON, or an SSE stream's events) decoded, bounded and
+    skimmed as it is read."""
     kind = response.headers.get("content-type", "")
-    if response.request.method != "POST" or response.headers.get("content-encoding", "identity") != "identity":
-        return  # a compressed body is the SDK's alone: it is read decoded
-    if kind.startswith("application/json") or kind.startswith("text/event-stream"):
-        response.stream = _Skimmed(response.stream, sse=kind.startswith("text/event-stream"))
+    sse = kind.startswith("text/event-stream")
+    if response.request.method != "POST" or not (sse or kind.startswith("application/json")):
+        return
+    # decoded here, so that a compressed body is bounded by what it inflates to: the response itself
+    # then has nothing left to decode
+    decoded = httpx2.Response(response.status_code, headers=response.headers.copy(), stream=response.stream)
+    response.headers.pop("content-encoding", None)
+    response.stream = _Skimmed(decoded, sse=sse, answering=_request_id(response.request))
+
+
+def _request_id(request: Any) -> int | str | None:
+    """The id of the JSON-RPC request a POST sent (its answer is in the body), or None."""
+    try:
+        return msgspec.json.decode(request.content, type=_Request).id
+    except (msgspec.DecodeError, httpx2.RequestNotRead):  # a batch, or not a request
+        return None
 
 
 class _Skimmed(httpx2.AsyncByteStream):
-    def __init__(self, inner: Any, *, sse: bool) -> None:
-        self._inner, self._sse = inner, sse
+    """A body held whole (JSON) or an event at a time (SSE), and skimmed then; a message above
+    MESSAGE_LIMIT is read no further, and its request answered with a TOO_LARGE error in its place."""
+
+    def __init__(self, decoded: Any, *, sse: bool, answering: int | str | None) -> None:
+        self._decoded, self._sse, self._answering = decoded, sse, answering
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        pending = bytearray()
-        async for chunk in self._inner:
-            end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r")) if self._sse else -1
-            if end < 0:  # a JSON body is skimmed whole; an event's line once it is complete
+        pending = bytearray()  # the body, or the stream's event not yet complete
+        async with aclosing(self._decoded.aiter_bytes()) as chunks:
+            async for chunk in chunks:
+                start = max(0, len(pending) - 3)  # an event's end may begin in what came before
                 pending += chunk
-                continue
-            pending += chunk[:end + 1]
-            yield self._fixed(bytes(pending))
-            pending = bytearray(chunk[end + 1:])
+                if self._sse and (end := _events_end(pending, start)):
+                    yield self._fixed(bytes(pending[:end]))
+                    del pending[:end]
+                if len(pending) > MESSAGE_LIMIT:
+                    yield self._too_large()
+                    return
         if pending:
             yield self._fixed(bytes(pending))
+
+    def _too_large(self) -> bytes:
+        if self._answering is None:  # a notification's POST: the SDK reads no answer
+            return b""
+        error = msgspec.json.encode({"jsonrpc": "2.0", "id": self._answering, "error": {
+            "code": TOO_LARGE, "message": f"its answer is above {MESSAGE_LIMIT} bytes, scvd's limit of one "
+            "message, so scvd stopped reading it; ask the tool for less"}})
+        return b"data: " + error + b"\n\n" if self._sse else error
 
     def _fixed(self, block: bytes) -> bytes:
         if len(block) < CHECKED_FROM:
@@ -108,4 +145,12 @@ class _Skimmed(httpx2.AsyncByteStream):
         return b"".join(parts)
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        await self._decoded.aclose()
+
+
+def _events_end(pending: bytearray, start: int) -> int:
+    """Where the last complete event in `pending` ends (0: none), searched from `start`."""
+    end = 0
+    for end_of_event in _EVENT_END.finditer(pending, start):
+        end = end_of_event.end()
+    return end

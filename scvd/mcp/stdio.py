@@ -21,9 +21,9 @@ from mcp.shared.message import SessionMessage
 
 from ..process import scan_processes, signal_group, signal_service, spawn_service, wait_service
 from .spec import StdioLaunch
-from .skim import replacement
+from .skim import MESSAGE_LIMIT, replacement
 
-LINE_LIMIT = 64 << 20  # one JSON-RPC message from the server; a larger one ends the connection
+LINE_LIMIT = MESSAGE_LIMIT  # one JSON-RPC message from the server; a larger one ends the connection
 STDERR_TAIL_LINES = 20
 # kept of a stderr line; it is shown cut to STDERR_LINE_SHOWN once the secrets are out (a secret a cut
 # fell in would no longer match, and its other part would show)

@@ -23,7 +23,7 @@ from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
 from .spec import refused, tool_name
 
 OUTPUT_LIMIT = 1 << 20  # of a result's text; more is cut in the middle with a marker
-TOO_MANY_ITEMS = -32090  # the JSON-RPC error scvd answers a result of too many items with (skim.py)
+TOO_LARGE = -32090  # the JSON-RPC error scvd answers a result too large to take in with (skim.py)
 # in a result's _meta: the bytes of the structuredContent scvd left out unread, for being above OUTPUT_LIMIT
 OMITTED_KEY = "scvd/structuredContentOmittedBytes"
 DESCRIPTION_LIMIT = 4096

@@ -1,10 +1,13 @@
 """A streamable-HTTP MCP server (the SDK's own server class) with the quirks real ones have, for tests.
 
-`python mcp_http_quirks.py PORT [hang-delete] [bare-cr]`: serves on 127.0.0.1:PORT at /mcp; answers the
-optional GET stream with 405, as many servers do; with `hang-delete`, never answers the session
-DELETE; with `bare-cr`, ends its SSE lines with a bare CR, which the SSE spec allows. Its tool `strict` answers every call with a JSON-RPC error (-32602, invalid params);
+`python mcp_http_quirks.py PORT [hang-delete] [bare-cr] [json] [gzip]`: serves on 127.0.0.1:PORT at /mcp;
+answers the optional GET stream with 405, as many servers do; with `hang-delete`, never answers the session
+DELETE; with `bare-cr`, ends its SSE lines with a bare CR, which the SSE spec allows; with `json`, answers
+a POST with a JSON body, not an SSE stream; with `gzip`, sends every POST's answer gzip-encoded. Its tool
+`strict` answers every call with a JSON-RPC error (-32602, invalid params);
 a call of `picky` is answered HTTP 400 with that error in the body, as the spec allows. `items`
-answers `n` text items; `rows` answers `n` rows of structuredContent.
+answers `n` text items; `rows` answers `n` rows of structuredContent; `mib` answers a text of `mib`
+MiB, written 1 MiB at a time (gzip-encoded, a small body inflating to that).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import zlib
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -46,6 +50,12 @@ def items(n: int) -> list[TextContent]:
 
 
 @server.tool(structured_output=False)
+def mib(mib: int) -> str:
+    """Never reached: its answer is written at the HTTP layer."""
+    return ""
+
+
+@server.tool(structured_output=False)
 def rows(n: int) -> CallToolResult:
     """Answers n rows of structured content."""
     return CallToolResult(content=[TextContent(type="text", text=f"{n} rows")],
@@ -74,13 +84,50 @@ def bare_cr(send):
     return sending
 
 
-def quirky(app, hang_delete: bool, cr: bool):
+def gzipped(send):
+    """`send`, with each body gzip-encoded as it goes (an SSE event reaches the client when sent)."""
+    packer = zlib.compressobj(1, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+
+    async def sending(message):
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message["headers"] if k != b"content-length"]
+            message = {**message, "headers": headers + [(b"content-encoding", b"gzip")]}
+        elif message["type"] == "http.response.body":
+            body = packer.compress(message.get("body", b""))
+            more = message.get("more_body", False)
+            message = {**message, "body": body + packer.flush(zlib.Z_SYNC_FLUSH if more else zlib.Z_FINISH)}
+        await send(message)
+    return sending
+
+
+async def answer_mib(request: dict, json_body: bool, send) -> None:
+    """The answer of a call of `mib`: its text written 1 MiB at a time, never held whole."""
+    head = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"content": [
+        {"type": "text", "text": "TEXT"}]}}).encode()
+    before, after = head.split(b"TEXT")
+    kind = b"application/json" if json_body else b"text/event-stream"
+    if not json_body:
+        before, after = b"event: message\r\ndata: " + before, after + b"\r\n\r\n"
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", kind)]})
+    await send({"type": "http.response.body", "body": before, "more_body": True})
+    for _ in range(request["params"]["arguments"]["mib"]):
+        await send({"type": "http.response.body", "body": b"x" * (1 << 20), "more_body": True})
+    await send({"type": "http.response.body", "body": after})
+
+
+def quirky(app, hang_delete: bool, cr: bool, json_body: bool = False, gzip: bool = False):
     async def asgi(scope, receive, send):
         if cr:
             send = bare_cr(send)
+        if gzip and scope["type"] == "http" and scope["method"] == "POST":
+            send = gzipped(send)
         if scope["type"] == "http" and scope["method"] == "POST":
             body = await _body(receive)
             request = json.loads(body or b"null")
+            if isinstance(request, dict) and request.get("method") == "tools/call" \
+                    and request.get("params", {}).get("name") == "mib":
+                await answer_mib(request, json_body, send)
+                return
             if isinstance(request, dict) and request.get("method") == "tools/call" \
                     and request.get("params", {}).get("name") == "picky":
                 error = {"jsonrpc": "2.0", "id": request.get("id"),
@@ -110,5 +157,7 @@ def quirky(app, hang_delete: bool, cr: bool):
 
 
 if __name__ == "__main__":
-    app = quirky(server.streamable_http_app(), "hang-delete" in sys.argv[2:], "bare-cr" in sys.argv[2:])
+    modes = sys.argv[2:]
+    app = quirky(server.streamable_http_app(json_response="json" in modes), "hang-delete" in modes,
+                 "bare-cr" in modes, "json" in modes, "gzip" in modes)
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="on")

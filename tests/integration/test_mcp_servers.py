@@ -1466,12 +1466,13 @@ def test_a_json_rpc_error_at_http_status_400_fails_that_call_only(make_daemon, w
 
 
 
-@pytest.mark.parametrize("line_end", ["crlf", "bare-cr"])
-def test_an_http_servers_huge_results_are_skimmed_as_a_stdio_servers(make_daemon, workspace, quirks_http, line_end):
+@pytest.mark.parametrize("modes", ["crlf", "bare-cr", "gzip", "json gzip"])
+def test_an_http_servers_huge_results_are_skimmed_as_a_stdio_servers(make_daemon, workspace, quirks_http, modes):
     """The SDK parses an HTTP body itself: 10,001 items went through (a million held every client up
     for 30 s), and 10 MB of structuredContent was parsed and walked only to be left out. An SSE stream
-    whose lines end in a bare CR (the spec allows it) went through whole: the skim split lines on LF."""
-    d = make_daemon(quirks_http(*([line_end] if line_end == "bare-cr" else [])))
+    whose lines end in a bare CR (the spec allows it) went through whole: the skim split lines on LF.
+    A gzip-encoded body (an SSE stream or JSON) was not skimmed at all."""
+    d = make_daemon(quirks_http(*[m for m in modes.split() if m != "crlf"]))
     with d.client(name="t") as c:
         server(c, "web")
         session = c.open_session(workspace)
@@ -1482,3 +1483,31 @@ def test_an_http_servers_huge_results_are_skimmed_as_a_stdio_servers(make_daemon
         assert big.result["structured_content_omitted"].startswith("9677790 bytes of JSON, above"), big
         small = c.call(session, "mcp__web__rows", {"n": 1})
         assert small.result["structured_content"] == {"rows": [{"i": 0, "name": "row 0"}]}, small
+
+
+def peak_rss(pid: int) -> int:
+    """The most memory process `pid` has held at once (VmHWM), in bytes."""
+    return int(re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text()).group(1)) << 10
+
+
+@pytest.mark.parametrize("modes", [(), ("json", "gzip")])
+def test_an_http_servers_answer_above_64_mib_fails_its_call_alone_with_kind_limit(make_daemon, workspace,
+                                                                                   quirks_http, modes):
+    """An HTTP body had no bound, where a stdio server's message has 64 MiB: the SDK read a JSON one
+    whole (a gzip one inflated whole, a few hundred KiB on the wire), and an SSE event above the SDK's
+    own 1 MiB failed its call as if the server went away, so a 2 MiB text never arrived."""
+    d = make_daemon(quirks_http(*modes))
+    with d.client(name="t") as c:
+        server(c, "web")
+        session = c.open_session(workspace)
+        fits = c.call(session, "mcp__web__mib", {"mib": 2})  # cut to the output cap, as a stdio server's
+        assert fits.ok and fits.result["text"].startswith("xxx") and len(fits.result["text"]) < 2 << 20, fits.error
+        before = peak_rss(d.proc.pid)
+        big = c.call(session, "mcp__web__mib", {"mib": 256})
+        assert (big.error.kind, big.error.message) == ("limit", f"mcp server web: mib: its answer is above {64 << 20} "
+                                                       "bytes, scvd's limit of one message, so scvd stopped reading "
+                                                       "it; ask the tool for less"), big.error
+        assert peak_rss(d.proc.pid) - before < 128 << 20  # read as it came: never the 256 MiB whole
+        done = c.call(session, "mcp__web__hello", {"name": "you"})  # the connection stayed
+        assert done.ok and done.result["text"] == "hello you", done.error
+        assert server(c, "web").restarts == 0
