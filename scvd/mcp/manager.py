@@ -183,33 +183,45 @@ class McpServers:
         """A person just entered `key` (store_secret): a server down for want of it, or whose header
         was refused, starts again now, not after its backoff (up to a minute)."""
         self._stored[key] = stored_at
-        for link in self._using(key):
-            link.retry_now(stored_at)
+        for name in self._using(key):
+            if (link := self.links.get(name)) is not None:  # one whose SDK is being imported reads it at its start
+                link.retry_now(stored_at)
 
     async def settle(self, key: str, timeout: float = SETTLE_SECONDS) -> dict[str, str]:
         """After secret_stored(key): how each server using it came out of the start with it (at most
-        `timeout` s), so that store_secret can tell its agent whether the tools are there now."""
+        `timeout` s), so that store_secret can tell its agent whether the tools are there now. Known
+        by name: one whose SDK is being imported has no link yet, and a reload may replace a link."""
         stored_at = self._stored.get(key)
         using = self._using(key)
         if stored_at is None or not using:
             return {}
         deadline = asyncio.get_running_loop().time() + timeout
-        while not all(link.started_since(stored_at) for link in using):
+        while not all(self._started_since(name, stored_at) for name in using):
             if asyncio.get_running_loop().time() >= deadline:
                 break
             await asyncio.sleep(SETTLE_POLL)
-        return {link.name: self._outcome(link, timeout) for link in using}
+        return {name: self._outcome(name, timeout) for name in using}
 
-    def _outcome(self, link: Any, waited: float) -> str:
-        if link.state == "ready":
-            return f"ready: {len(self.tools.get(link.name, []))} tool(s)"
-        if link.state == "starting":  # its error is the last start's, from before the secret came
+    def _started_since(self, name: str, stored_at: float) -> bool:
+        link = self.links.get(name)
+        if link is None:  # its SDK still being imported, or removed by a reload since
+            return name not in self._loading
+        return bool(link.started_since(stored_at))
+
+    def _outcome(self, name: str, waited: float) -> str:
+        link = self.links.get(name)
+        state = link.state if link is not None else "starting" if name in self._loading else "stopped"
+        if state == "ready":
+            return f"ready: {len(self.tools.get(name, []))} tool(s)"
+        if state == "starting":  # its error is the last start's, from before the secret came
             return (f"starting: not up within {waited:g} s of the secret being stored; it may still "
                     "come up (scvctl status says)")
-        return f"{link.state}: {link.error}" if link.error else link.state
+        return f"{state}: {link.error}" if link is not None and link.error else state
 
-    def _using(self, key: str) -> list[Any]:
-        return [link for link in self.links.values() if key in server_secrets(link.cfg)]
+    def _using(self, key: str) -> list[str]:
+        """The servers running or starting (their SDK being imported too) that are given `key`."""
+        configured = {**self._loading, **{name: link.cfg for name, link in self.links.items()}}
+        return [name for name, cfg in configured.items() if key in server_secrets(cfg)]
 
     async def close(self) -> None:
         """Stop every server, and wait for those a reload is still stopping."""

@@ -89,3 +89,32 @@ def test_clients_are_served_while_the_sdk_is_imported(make_daemon, workspace, tm
     with d.client() as c:
         assert "the MCP SDK is not installed" in echo_reaches(c, "down").error
     assert d.stop() == 0
+
+
+def test_store_secret_waits_for_a_server_whose_sdk_is_still_being_imported(make_daemon, workspace, tmp_path):
+    """Its key, entered while the server was `starting` for its SDK's import, was answered with no word
+    of the server and `call mcp__echo again` (no such tool): store_secret waited only for servers up
+    already. It waits for this one's start too, and says how it came out."""
+    gate = tmp_path / "gate"
+    table = TABLE.replace("[mcp.servers.echo]\n", '[mcp.servers.echo]\nenv = {ECHO_TOKEN = {secret = "ECHO_TOKEN"}}\n')
+    d = make_daemon(table, env={"PYTHONPATH": f"{slow_sdk(tmp_path, gate)}:{ROOT}",
+                                "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    try:
+        with d.client(name="agent") as c, d.client(name="me") as me:
+            assert echo_state(c).state == "starting"
+            me.request(p.ApprovalsWatch)
+            session = c.open_session(workspace)
+            healing = c.start_call(session, "store_secret", {"key": "ECHO_TOKEN", "tool": "mcp__echo"})
+            asked = me.next_event()
+            while not isinstance(asked, p.SecretRequested):
+                asked = me.next_event()
+            me.request(p.SecretProvide, request_id=asked.request_id, value="tok")
+            gate.touch()  # the import ends (the SDK missing) while store_secret waits
+            healed = c.wait_call(healing)
+            down = f"down: {echo_reaches(c, 'down').error}"
+    finally:
+        gate.touch()
+    assert healed.ok, healed.error
+    assert healed.result["mcp_servers"] == {"echo": down}, healed.result
+    assert healed.result["next"] == f"mcp server echo is not up ({down}); tell the user what it says"
+
