@@ -593,8 +593,9 @@ class Daemon:
         session.open's skill walk on a hung mount) are told why no answer comes, not left to an EOF."""
         stopping = errors.Stopping("scvd is stopping and will not answer this request; "
                                    "send it again once scvd is back")
-        for conn, request_id in self._unanswered.values():  # not _send_error: a connection's second
-            self._send(conn, error_frame(stopping, request_id))  # one goes too; all close next
+        for task, (conn, request_id) in self._unanswered.items():  # not _send_error: a connection's second
+            if not task.done():  # one that answered in this step is unlisted only by its callback, next step
+                self._send(conn, error_frame(stopping, request_id))  # one goes too; all close next
         self._unanswered.clear()
 
     def _dispatch(self, conn: Connection, frame: Any) -> p.Frame | Awaitable[p.Frame] | None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import itertools
 import json
 import logging
 import math
