@@ -177,6 +177,15 @@ def shared_dir_for_other_uids(prefix: str) -> Path:
     pytest.fail(f"none of {', '.join(SHARED_BASES)} can be traversed by other uids")
 
 
+@pytest.fixture(autouse=True)
+def _log_redaction_of_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The values scvd hides in its log are process-wide (redact.hide_in_logs): a test's must not
+    make a later test's check pass (or a `nothing hidden` check fail) on the same worker."""
+    import scvd.redact
+
+    monkeypatch.setattr(scvd.redact, "_in_logs", ())
+
+
 @pytest.fixture
 def scv_home(tmp_path: Path) -> Path:
     home = tmp_path / "scvhome"
@@ -276,7 +285,10 @@ def make_inproc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cal
 
     yield make
     for h in running:
-        h.loop.call_soon_threadsafe(h.daemon.request_stop, "test over")
+        try:
+            h.loop.call_soon_threadsafe(h.daemon.request_stop, "test over")
+        except RuntimeError:  # the test stopped it: its loop is closed
+            pass
         h.thread.join(15)
         assert not h.thread.is_alive(), "in-process daemon did not stop"
         assert not h.errors, h.errors

@@ -141,7 +141,7 @@ class ChatService:
             raise errors.InvalidRequest(f"turn {chat.turn.id if chat.turn else '?'} is still running; "
                                         "wait for it or send turn.cancel")
         if self.stopping:
-            raise errors.InvalidRequest("scvd is stopping; no new turns are accepted")
+            raise errors.Stopping(f"{errors.STOPPING}; no new turns are accepted: send it again once scvd is back")
         cfg = self.daemon.config.chat  # the daemon's now: a reload's chat.max_steps reaches open chats
         turn_id = f"t{next(self._turns)}-{secrets.token_hex(3)}"
         # the session's tools as they are now: an MCP server's come once it is up, a reload's or a

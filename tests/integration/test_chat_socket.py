@@ -1135,3 +1135,29 @@ def test_a_server_down_for_a_missing_secret_is_named_to_the_model_which_heals_it
     found = json.loads(model.outputs(3)[-1])["result"]  # within the same turn: the server's tools came
     assert found["schemas_loaded"] == ["mcp__raw__echo"], found
     assert "mcp__raw__echo" in model.tool_names(3)
+
+
+def test_a_turn_started_while_scvd_stops_is_told_to_send_it_again_once_scvd_is_back(
+        make_inproc, monkeypatch, model, workspace, tmp_path):
+    """A turn.start in the stop's grace (a call still stopping) was refused as invalid_request, a
+    request at fault: `scvctl exec` exited 1 and a bridge could not tell it from its own mistake."""
+    monkeypatch.setenv("K", "sk-test")
+    m = model(load("chat_slow_stop"), Calls(("chat_slow_stop", {})), Text("never"))
+    slow = SlowStopTool(stop_seconds=60)  # holds the stop's grace open until released
+    d = make_inproc(f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "chat"\n'
+                    'api_key_secret = "K"\n[chat]\nprovider = "test"\n[server]\nshutdown_grace_seconds = 60\n',
+                    tools=[slow])
+    other = tmp_path / "other"
+    other.mkdir()
+    with d.client(name="busy") as a, d.client(name="late") as b:
+        a.request(p.TurnStart, session=open_chat(a, workspace).session, text="go")
+        assert slow.running.wait(10)
+        late = open_chat(b, other).session
+        d.call_soon(d.daemon.request_stop, "test")
+        assert wait_for(lambda: d.daemon.chat.stopping)
+        try:
+            with pytest.raises(errors.DaemonNotAnswering) as refused:
+                b.request(p.TurnStart, session=late, text="hello")
+        finally:
+            slow.release.set()
+    assert str(refused.value) == "scvd is stopping; no new turns are accepted: send it again once scvd is back"
