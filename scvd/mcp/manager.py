@@ -103,9 +103,16 @@ class McpServers:
         self._stopping: set[asyncio.Future[None]] = set()
         self._closed = False  # scvd is stopping: a reload under way starts nothing more
         self._loading: dict[str, McpServerConfig] = {}  # added servers whose SDK is being imported
+        self._applying = asyncio.Lock()
 
     async def apply(self, config: Config) -> None:
         """Start added servers, stop removed ones, restart changed ones; leave the rest alone."""
+        # one at a time: the start's apply waits for the SDK's import, and a reload's meanwhile would
+        # find no link yet, then see its changes overwritten by the start's older configuration
+        async with self._applying:
+            await self._apply(config)
+
+    async def _apply(self, config: Config) -> None:
         wanted = {n: c for n, c in config.mcp.servers.items() if c.enabled}
         if any(isinstance(link, WithoutSdk) for link in self.links.values()):
             importlib.invalidate_caches()  # the SDK may have been installed since: a reload tries again

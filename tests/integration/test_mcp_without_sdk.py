@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -41,11 +42,9 @@ def echo_state(c) -> p.McpServerStatus:
 
 def echo_reaches(c, state: str) -> p.McpServerStatus:
     """The server's status once it is `state` (the SDK is imported on a thread: `starting` until then)."""
-    deadline = time.monotonic() + 30
-    while (status := echo_state(c)).state != state:
-        assert time.monotonic() < deadline, status
-        time.sleep(0.05)
-    return status
+    from test_mcp_servers import server
+
+    return server(c, "echo", state)
 
 
 def test_a_server_without_the_sdk_is_down_saying_how_to_install_it(make_daemon, workspace, tmp_path):
@@ -118,3 +117,23 @@ def test_store_secret_waits_for_a_server_whose_sdk_is_still_being_imported(make_
     assert healed.result["mcp_servers"] == {"echo": down}, healed.result
     assert healed.result["next"] == f"mcp server echo is not up ({down}); tell the user what it says"
 
+
+
+def test_a_reload_while_the_start_imports_the_sdk_is_applied_after_it(make_daemon, tmp_path):
+    """The start's apply waited for the import while a reload's ran: the reload found no server yet
+    to remove, then the start added it from the older configuration, left running until a next reload."""
+    gate = tmp_path / "gate"
+    d = make_daemon(TABLE, env={"PYTHONPATH": f"{slow_sdk(tmp_path, gate)}:{ROOT}"})
+    with d.client() as c:
+        assert echo_state(c).state == "starting"
+    (d.home / "config.toml").write_text("")  # echo removed
+    d.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 2  # time for a reload that does not wait for the start's apply to end
+    while "configuration reloaded from" not in d.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gate.touch()
+    while "configuration reloaded from" not in d.log():
+        time.sleep(0.05)
+    with d.client() as c:
+        assert c.request(p.Status).mcp_servers == []
+    assert d.stop() == 0
