@@ -25,7 +25,7 @@ from scvd.text import printable
 
 from . import usage
 from .approval_view import first_lines, format_request, present
-from .client import Client, DaemonNotRunning, stopped
+from .client import Client, DaemonNotRunning, cut_off, stopped
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
 
@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     except DaemonNotRunning as exc:
         print(exc.message, file=sys.stderr)
         return EXIT_NOT_RUNNING
-    except errors.ConnectionClosed as exc:  # past the welcome: scvd went (a watch, a call waiting)
-        print(stopped("the command was done", exc.message).message, file=sys.stderr)
+    except errors.ConnectionClosed:  # past the welcome: scvd went or dropped us (a watch, a call waiting)
+        print(cut_off("the command was done").message, file=sys.stderr)
         return EXIT_NOT_RUNNING
     except errors.UsageError as exc:
         print(f"usage: {exc.message}", file=sys.stderr)

@@ -107,9 +107,19 @@ def stopped(before: str, why: str) -> errors.DaemonNotAnswering:
     """scvd stopped (or restarted, or died) with a command under way: a watch whose connection it
     closed, a call it cancelled as it stopped. Said as "try again" (exit 3), as a request it left
     unanswered is, not as a failure of what the command asked."""
+    return errors.DaemonNotAnswering(f"scvd stopped before {before} ({why}): {AGAIN}")
+
+
+def cut_off(before: str) -> errors.DaemonNotAnswering:
+    """scvd closed the connection past the welcome and said nothing: it stopped, restarted or died, or
+    dropped this client (one that stopped reading, say); scvctl cannot tell which."""
     return errors.DaemonNotAnswering(
-        f"scvd stopped before {before} ({why}): run it again once scvd is back "
-        "(`systemctl --user status scvd` shows whether it runs; `systemctl --user start scvd` starts it)")
+        f"scvd closed the connection before {before} (it stopped, or dropped this client: its log says "
+        f"which): {AGAIN}")
+
+
+AGAIN = ("run it again once scvd is back (`systemctl --user status scvd` shows whether it runs; "
+         "`systemctl --user start scvd` starts it)")
 
 
 def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
