@@ -213,9 +213,12 @@ class ServerLink:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 waits[0].cancel()
+            died = exited is not None and exited.done()
             self.session = None
-        # once the transport closed: a stdio server's exit is known and its last stderr read by then
-        self.error = self._why_lost()
+        # once the transport closed: a stdio server's exit is known and its last stderr read by then;
+        # one scvd drops to connect again (a secret stored since) is stopped by that close, not at fault
+        self.error = ("scvd connects again with the secret stored since" if self._again and not died
+                      else self._why_lost())
         raise _Lost(self.error)
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:

@@ -1,6 +1,7 @@
 """A bare stdio MCP server (raw JSON-RPC lines) that misbehaves as argv says, for tests.
 
-`python mcp_stdio_quirks.py MODE [STARTS_FILE]`: appends a line to STARTS_FILE at each start.
+`python mcp_stdio_quirks.py MODE [STARTS_FILE]`: appends a line to STARTS_FILE at each start, then
+waits while a file STARTS_FILE.hold exists (a start held as long as the test wants).
 MODE `die-after-list` exits (status 3) right after answering tools/list; `huge-schema` also lists
 a tool `big` whose inputSchema is about 9 MB; `remote-ref=URL` also lists a tool `refd` whose
 argument `x` is `{"$ref": URL}`; `slow-start=SECONDS` waits that long before it reads its first
@@ -43,6 +44,10 @@ if mode == "trap-term":
 if len(sys.argv) > 2:
     with open(sys.argv[2], "a") as starts:
         starts.write("start\n")
+    while os.path.exists(f"{sys.argv[2]}.hold"):
+        import time
+
+        time.sleep(0.02)
 
 tools = [{"name": "echo", "description": "Echo the arguments.", "inputSchema": {"type": "object"}}]
 if mode.startswith("remote-ref="):

@@ -1369,10 +1369,18 @@ def test_a_secret_entered_through_store_secret_reconnects_a_running_server_that_
         assert starts.read_text().count("start") == 1
         me.request(p.ApprovalsWatch)
         healing = c.start_call(c.open_session(workspace), "store_secret", {"key": "RAW_TOKEN", "tool": "mcp__raw"})
-        enter_secret(me, "new")
+        hold = Path(f"{starts}.hold")
+        hold.touch()  # its next start waits: `scvctl status` meanwhile
+        try:
+            enter_secret(me, "new")
+            wait_until(lambda: starts.read_text().count("start") == 2, what="the server to start again")
+            restarting = next(s for s in c.request(p.Status).mcp_servers if s.name == "raw")
+        finally:
+            hold.unlink()
         assert c.wait_call(healing).ok
-        wait_until(lambda: starts.read_text().count("start") == 2, what="the server to start again")
         server(c, "raw")
+    # not "the server process was killed by signal 15": scvd stopped it to connect again
+    assert (restarting.state, restarting.error) == ("starting", "scvd connects again with the secret stored since")
     assert "mcp server raw: connecting again with the secret stored just now" in d.log()
 
 
