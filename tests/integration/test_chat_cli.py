@@ -175,17 +175,26 @@ def test_exec_exits_1_on_turn_failed(chat_daemon, model, workspace):
 BACK = ": run it again once scvd is back (`systemctl --user status scvd` shows whether it runs"
 
 
-def stopped_mid_turn(d, m, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    """`scvctl ARGS` whose turn scvd's SIGTERM cuts off while the model is answering."""
+def stopped_mid_turn(d, m, *args: str, stdin: str = "", shown: str = "") -> subprocess.CompletedProcess:
+    """`scvctl ARGS` whose turn scvd's SIGTERM cuts off while the model is answering, once scvctl
+    printed `shown` (the model's words reached it: the model having sent them is not enough)."""
     proc = subprocess.Popen([sys.executable, "-m", "scvctl", *args], env=d.env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc.stdin.write(stdin)
-    proc.stdin.flush()
-    assert m.hung.wait(30)
-    d.proc.terminate()
-    out, err = proc.communicate(timeout=60)  # closes stdin: the chat's next prompt would read its end
+    try:
+        proc.stdin.write(stdin)
+        proc.stdin.flush()
+        assert m.hung.wait(30)
+        seen = b""
+        while shown.encode() not in seen:  # before the text wrapper reads anything
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            assert chunk, f"scvctl ended before it printed {shown!r}: {seen!r}"
+            seen += chunk
+        d.proc.terminate()
+        out, err = proc.communicate(timeout=60)  # closes stdin: the chat's next prompt would read its end
+    finally:
+        proc.kill()
     assert d.proc.wait(15) == 0
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, seen.decode() + out, err)
 
 
 @pytest.mark.parametrize("json_out", [False, True])
@@ -194,7 +203,7 @@ def test_exec_cut_off_by_scvds_stop_exits_3_saying_run_it_again(chat_daemon, mod
     again once scvd is back (exit 3), not `turn failed` (exit 1, as for a bad key)."""
     m = model(Hang("deleting"))
     out = stopped_mid_turn(chat_daemon(m), m, "exec", *(["--json"] if json_out else []), "--workspace",
-                           str(workspace), "delete the logs")
+                           str(workspace), "delete the logs", shown="" if json_out else "deleting")
     assert out.returncode == 3, out.stderr
     assert out.stderr.strip().startswith("scvd stopped before turn t1-") and BACK in out.stderr, out.stderr
     assert "was done (scvd stopped during the turn)" in out.stderr and "turn failed" not in out.stderr
@@ -208,7 +217,8 @@ def test_exec_cut_off_by_scvds_stop_exits_3_saying_run_it_again(chat_daemon, mod
 def test_chat_cut_off_by_scvds_stop_exits_3_naming_the_conversation(chat_daemon, model, workspace):
     """The chat went back to its prompt with no scvd behind it, and Ctrl-D there exited 0."""
     m = model(Hang("deleting"))
-    out = stopped_mid_turn(chat_daemon(m), m, "chat", "--workspace", str(workspace), stdin="delete the logs\n")
+    out = stopped_mid_turn(chat_daemon(m), m, "chat", "--workspace", str(workspace), stdin="delete the logs\n",
+                           shown="model> deleting")
     assert out.returncode == 3, out.stderr
     conversation = out.stdout.split("started conversation ")[1].split()[0]
     assert out.stdout.endswith("model> deleting\n"), out.stdout
