@@ -166,6 +166,16 @@ def test_a_url_query_value_is_hidden_by_the_rule_a_chat_providers_query_is():
                           "or [secret url query X-Relay-Token]"), link.error
 
 
+@pytest.mark.parametrize("name", ["auth", "sig", "session", "access", "Authorization", "x_auth"])
+def test_a_url_query_value_under_an_auth_like_name_is_hidden(name):
+    """The shared rule knew no auth-like name: `auth=hunterhunter` (hidden by the old length test)
+    was shown in status errors and call errors once the rule was shared."""
+    cfg = McpServerConfig(url=f"https://mcp.example.com/mcp?{name}=hunterhunter&author=ada-lovelace")
+    link = ServerLink("hosted", cfg, launch=lambda: None, on_tools=lambda *_: None)
+    link.error = "401 for hunterhunter, as ada-lovelace"
+    assert link.error == f"401 for [secret url query {name}], as ada-lovelace", link.error
+
+
 def test_a_misspelt_argument_of_a_closed_schema_names_the_one_meant():
     """It said `'path' is a required property` (the first error jsonschema gave), where a script tool
     says which name was meant: the model sent `pth`."""
