@@ -510,6 +510,25 @@ def test_an_imported_header_no_request_can_carry_is_refused_as_the_setup_loads(t
     assert "az-secret-1" not in info.value.message
 
 
+@pytest.mark.parametrize("line, said", [
+    ('base_url = "bob:s3cr3t@relay.example/v1"', "base_url is not an http:// or https:// URL with a host"),
+    ('base_url = "http://127.0.0.1:9/v1"\nwire_api = "completions"',
+     "wire_api 'completions' is not one scvd speaks: set it to \"responses\" or \"chat\""),
+], ids=["no scheme", "wire_api"])
+def test_an_imported_endpoint_no_request_can_reach_is_refused_as_the_setup_loads(tmp_path, line, said):
+    """A base_url without a scheme failed only at send time as a connection error; a wire_api scvd
+    does not speak was taken for "responses" without a word."""
+    from scvd.chat.provider import codex_settings
+
+    (tmp_path / "config.toml").write_text('model_provider = "relay"\n[model_providers.relay]\nenv_key = "K"\n'
+                                          f"{line}\n")
+    with pytest.raises(ProviderFailure) as info:
+        codex_settings(tmp_path, env={"K": "k"})
+    assert info.value.reason == "provider_error"
+    assert info.value.message == f"the imported Codex setup's provider 'relay': {said}"
+    assert "run `scvctl agents import codex` again" in info.value.hint and "s3cr3t" not in info.value.message
+
+
 def test_chat_completions_names_the_token_cap_for_its_server(model):
     """OpenAI's reasoning models refuse `max_tokens` ("use max_completion_tokens"); llama.cpp, older
     Ollama and vLLM know only `max_tokens`, which a loopback server gets."""

@@ -5,6 +5,8 @@ Rules (seed 000, "Signing in delegated agents"):
 - `auth.json` is copied only when it holds an API key. A ChatGPT sign-in (tokens)
   is never copied: its rotating refresh token must stay in one home.
 - A provider that reads its key through `env_key` is flagged.
+- The provider's base_url and wire_api are checked, and its headers, by the chat turn's rule
+  (codex_provider.py): one that fails every agent is refused, a header codex leaves out is warned of.
 - Without an auth.json in the source the one in scvd's codex home is kept,
   unless it holds an API key and the new config sends requests to another
   provider or base_url: then it is removed (that key is not the new provider's).
@@ -35,6 +37,7 @@ from typing import Any
 
 from ..errors import InternalError, InvalidRequest, NotARegularFile
 from ..paths import read_regular_file
+from .codex_provider import endpoint_problem, header_problem, strings
 
 log = logging.getLogger("scvd.adapters")
 
@@ -70,7 +73,8 @@ def plan_import(source: Path) -> ImportPlan:
         config = plan.config = _parse_config(source / CONFIG, config_raw)
         plan.files[CONFIG] = config_raw
         plan.report.update(_report(config))
-        plan.warnings += _env_key_warnings(config)
+        _check_endpoint(source / CONFIG, config)
+        plan.warnings += _env_key_warnings(config) + _header_warnings(config)
     if auth_raw is not None:
         auth = _parse_auth(source / AUTH, auth_raw)
         verdict, warning = _auth_verdict(auth)
@@ -190,6 +194,26 @@ def _env_key_warnings(config: dict[str, Any]) -> list[str]:
             f"experimental_bearer_token or an API-key {AUTH}"
         )
     return warnings
+
+
+def _check_endpoint(path: Path, config: dict[str, Any]) -> None:
+    """Refused: a base_url or wire_api no agent can send requests with (codex fails on it too)."""
+    provider_id, provider = _provider(config)
+    if problem := endpoint_problem(provider):
+        raise InvalidRequest(f"{path}: provider {provider_id!r}: {problem}; fix it in your Codex config.toml "
+                             "and import again; nothing was written")
+
+
+def _header_warnings(config: dict[str, Any]) -> list[str]:
+    """Only warned of: codex leaves a header it cannot send out of its requests, so its agents still run
+    with this setup; a chat turn with provider codex fails on it (the chat's own rule, never the value)."""
+    provider_id, provider = _provider(config)
+    bad = [f"http_headers {name!r} {problem}" for name, value in strings(provider.get("http_headers")).items()
+           if (problem := header_problem(name, value))]
+    bad += [f"env_http_headers {name!r} {problem} (a turn fails once {var} is set in scvd's environment)"
+            for name, var in strings(provider.get("env_http_headers")).items() if (problem := header_problem(name))]
+    return [f"provider {provider_id!r}: {what}: codex leaves it out of its requests, and a chat turn with provider "
+            "codex fails on it; fix it in your Codex config.toml and import again" for what in bad]
 
 
 def _endpoint(config: dict[str, Any]) -> str:

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol
 
-from .. import errors, http_fields
+from .. import errors
 from ..adapters.codex_import import active_settings
+from ..adapters.codex_provider import endpoint_problem, header_problem, strings
 from .items import ModelEvent, ModelRequest
 
 CODEX = "codex"
@@ -117,6 +118,9 @@ def _secret(secrets: Any, env: Mapping[str, str], key: str) -> str:
     return env.get(key, "")
 
 
+_FIX_CONFIG = "fix it in your Codex config.toml, then run `scvctl agents import codex` again"
+
+
 def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings:
     """The model, provider and API key of an imported Codex setup (`scvctl agents import codex`).
 
@@ -138,6 +142,9 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     config = active_settings(config)  # a `profile` picks the provider and model, as in codex
     provider_id = config.get("model_provider", "openai")
     table = (config.get("model_providers") or {}).get(provider_id, {})
+    if problem := endpoint_problem(table):
+        raise ProviderFailure("provider_error", f"the imported Codex setup's provider {provider_id!r}: {problem}",
+                              _FIX_CONFIG)
     key, source = str(table.get("experimental_bearer_token") or ""), f"{home / 'config.toml'} (its bearer token)"
     if not key and (provider_id == "openai" or table.get("requires_openai_auth") is True):
         key, source = _codex_key(home / "auth.json"), str(home / "auth.json")
@@ -153,39 +160,25 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     return Settings(name=CODEX, model=str(config.get("model") or "gpt-5"),
                     base_url=str(table.get("base_url") or OPENAI_BASE_URL),
                     wire_api=str(table.get("wire_api") or "responses"), api_key=str(key), key_source=source,
-                    query=_strings(table.get("query_params")), headers=headers)
+                    query=strings(table.get("query_params")), headers=headers)
 
 
 def _headers(provider_id: str, table: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
     """The provider's http_headers and env_http_headers, each a valid HTTP field: a line break in a
     value failed only at send time, as a connection error naming the base_url."""
     where = f"the imported Codex setup's provider {provider_id!r}"
-    headers = _strings(table.get("http_headers"))
+    headers = strings(table.get("http_headers"))
     for name, value in headers.items():
-        if problem := _field_problem(name, value):
-            raise ProviderFailure("provider_error", f"{where}: http_headers {name!r} {problem}",
-                                  "fix it in your Codex config.toml, then run `scvctl agents import codex` again")
-    for name, var in _strings(table.get("env_http_headers")).items():
+        if problem := header_problem(name, value):
+            raise ProviderFailure("provider_error", f"{where}: http_headers {name!r} {problem}", _FIX_CONFIG)
+    for name, var in strings(table.get("env_http_headers")).items():
         if not env.get(var):  # unset: left out, as in codex
             continue
-        if problem := _field_problem(name, env[var]):  # the value is a credential: never shown
+        if problem := header_problem(name, env[var]):  # the value is a credential: never shown
             raise ProviderFailure("provider_error", f"{where}: env_http_headers {name!r} (from {var} in scvd's "
                                   f"environment) {problem}", f"fix {var} in scvd's environment and restart scvd")
         headers[name] = env[var]
     return headers
-
-
-def _field_problem(name: str, value: str) -> str:
-    if not http_fields.name_ok(name):
-        return "is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, no space or colon)"
-    if not http_fields.value_ok(value):
-        return "has a value no HTTP header can carry (a line break, a control character, or a space or tab at an end)"
-    return ""
-
-
-def _strings(table: Any) -> dict[str, str]:
-    """A Codex table of names to texts (query_params, http_headers); other values left out, as codex refuses them."""
-    return {str(k): v for k, v in table.items() if isinstance(v, str)} if isinstance(table, dict) else {}
 
 
 def _codex_key(path: Path) -> str:

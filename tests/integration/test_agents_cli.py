@@ -224,6 +224,54 @@ def test_import_errors_exit_1_with_what_to_do(agent_daemon: DaemonProc, tmp_path
     assert out.stderr.startswith("invalid_request: ") and "not valid TOML" in out.stderr
 
 
+RELAY = 'model_provider = "relay"\n[model_providers.relay]\nexperimental_bearer_token = "bearer-1"\n'
+
+
+def test_import_warns_of_a_header_no_request_can_carry_and_never_shows_it(agent_daemon: DaemonProc,
+                                                                         tmp_path: Path) -> None:
+    """Such a header failed the first chat turn, not the import. Codex itself leaves it out of its
+    requests, so its agents still run with this setup: imported, with a warning per header."""
+    src = tmp_path / "user-codex"
+    src.mkdir()
+    (src / "config.toml").write_text(RELAY + 'base_url = "http://127.0.0.1:9/v1"\n'
+                                     'http_headers = { "X-Relay-Token" = "tok-77\\nX-Admin: yes", "X Team" = "blue" }\n'
+                                     'env_http_headers = { "X:Org" = "RELAY_ORG" }\n')
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src))
+    assert out.returncode == 0, out.stderr
+    then = ("codex leaves it out of its requests, and a chat turn with provider codex fails on it; "
+            "fix it in your Codex config.toml and import again")
+    assert f"warning: provider 'relay': http_headers 'X-Relay-Token' has a value no HTTP header can carry " \
+           f"(a line break, a control character, or a space or tab at an end): {then}" in out.stdout
+    assert "warning: provider 'relay': http_headers 'X Team' is not an HTTP header name" in out.stdout
+    assert "warning: provider 'relay': env_http_headers 'X:Org' is not an HTTP header name (letters, digits and " \
+           "!#$%&'*+-.^_`|~, no space or colon) (a turn fails once RELAY_ORG is set in scvd's environment)" in out.stdout
+    assert "tok-77" not in out.stdout + out.stderr + agent_daemon.log()
+    assert (agent_daemon.home / "adapters" / "codex" / "config.toml").read_text() == (src / "config.toml").read_text()
+
+
+@pytest.mark.parametrize("line, said", [
+    ('base_url = "relay.example/v1"', "base_url is not an http:// or https:// URL with a host"),
+    ('base_url = "http://127.0.0.1:9/v1"\nwire_api = "completions"',
+     "wire_api 'completions' is not one scvd speaks: set it to \"responses\" or \"chat\""),
+], ids=["no scheme", "wire_api"])
+def test_import_refuses_an_endpoint_no_agent_can_reach_and_keeps_the_last_import(agent_daemon: DaemonProc,
+                                                                                 tmp_path: Path, line, said) -> None:
+    """Codex fails on both too (a wire_api it does not know stops it at start): the import took the
+    setup, and the first chat turn or delegated call failed on it."""
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir(), bad.mkdir()
+    (good / "config.toml").write_text(RELAY + 'base_url = "http://127.0.0.1:9/v1"\n')
+    assert scvctl(agent_daemon, "agents", "import", "codex", "--from", str(good)).returncode == 0
+    (bad / "config.toml").write_text(RELAY + line + "\n")
+    (bad / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(bad))
+    assert (out.returncode, out.stderr) == (1, f"invalid_request: {bad / 'config.toml'}: provider 'relay': {said}; "
+                                               "fix it in your Codex config.toml and import again; nothing was written\n")
+    home = agent_daemon.home / "adapters" / "codex"
+    assert (home / "config.toml").read_text() == (good / "config.toml").read_text()
+    assert not (home / "auth.json").exists()
+
+
 def test_import_from_a_missing_or_empty_codex_home_says_so(agent_daemon: DaemonProc, tmp_path: Path) -> None:
     """With no ~/.codex (codex never run as this user) the import said it "is not a directory"."""
     user_home = Path(base_env(agent_daemon.home)["HOME"])

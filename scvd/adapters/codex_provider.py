@@ -1,0 +1,54 @@
+"""What in an imported Codex provider table no request can use: one rule for two readers.
+
+`scvctl agents import codex` reads it to refuse or warn before anything is written, and a chat
+turn with provider `codex` reads it to fail naming the field, not later as a connection error.
+Each returns a problem as text, never a header's value (it may be a credential); the caller
+wraps it in its own error with its own fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from .. import http_fields
+
+WIRE_APIS = ("responses", "chat")  # what scvd's chat speaks; codex refuses any other at its start
+
+
+def strings(table: Any) -> dict[str, str]:
+    """A Codex table of names to texts (query_params, http_headers); other values left out, as codex refuses them."""
+    return {str(k): v for k, v in table.items() if isinstance(v, str)} if isinstance(table, dict) else {}
+
+
+def header_problem(name: str, value: str = "") -> str:
+    """Why `name: value` cannot go out as an HTTP header ("" when it can)."""
+    if not http_fields.name_ok(name):
+        return "is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, no space or colon)"
+    if not http_fields.value_ok(value):
+        return "has a value no HTTP header can carry (a line break, a control character, or a space or tab at an end)"
+    return ""
+
+
+def endpoint_problem(table: dict[str, Any]) -> str:
+    """Why requests cannot go to this provider's base_url with its wire_api ("" when they can).
+    Both fail in codex too (a wire_api it does not know stops it at start), so no agent loses a
+    setup it could use when the import refuses one."""
+    base_url = table.get("base_url")
+    if base_url is not None and not _http_url(base_url):  # the value is not shown: a relay's may hold a key
+        return "base_url is not an http:// or https:// URL with a host"
+    wire_api = table.get("wire_api", "responses")
+    if wire_api not in WIRE_APIS:
+        shown = repr(wire_api[:40]) if isinstance(wire_api, str) else f"a {type(wire_api).__name__}"
+        return f"wire_api {shown} is not one scvd speaks: set it to \"responses\" or \"chat\""
+    return ""
+
+
+def _http_url(url: Any) -> bool:
+    if not isinstance(url, str):
+        return False
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # "http://[x": a malformed host
+        return False
