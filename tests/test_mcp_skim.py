@@ -1,0 +1,162 @@
+"""The skim of an MCP server's HTTP answer (scvd/mcp/skim.py): real bytes, a real gzip, through the
+response hook scvd gives its HTTP client, read as the SDK reads them."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import json
+import re
+
+import httpx2
+import pytest
+
+from scvd.mcp.skim import ITEMS_LIMIT, skim_response
+from scvd.mcp.tool import OMITTED_KEY, OUTPUT_LIMIT, TOO_LARGE
+
+CALL = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "items"}}).encode()
+NOTIFICATION = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+SSE, JSON = "text/event-stream", "application/json"
+MESSAGE_LIMIT = 64 << 20  # of one message from a server, decoded (docs/mcp.md)
+
+
+def answer(result: dict) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 7, "result": result}, separators=(",", ":")).encode()
+
+
+MANY = answer({"content": [{"type": "text", "text": "i"}] * (ITEMS_LIMIT + 1)})
+FEW = answer({"content": [{"type": "text", "text": "i"}] * ITEMS_LIMIT})
+ITEMS_ERROR = {"code": TOO_LARGE, "message": f"its result has {ITEMS_LIMIT + 1} content items, above scvd's limit "
+               f"of {ITEMS_LIMIT}; ask the tool for less"}
+SIZE_ERROR = {"code": TOO_LARGE, "message": f"its answer is above {MESSAGE_LIMIT} bytes, scvd's limit of one "
+              "message, so scvd stopped reading it; ask the tool for less"}
+
+
+def error(body: bytes) -> dict:
+    """The JSON-RPC error `body` (a JSON body, or an SSE event) answers call 7 with."""
+    message = json.loads(body if body.startswith(b"{") else re.search(rb"(?:^|[\r\n])data: ([^\r\n]*)", body)[1])
+    assert message["id"] == 7, message
+    return message["error"]
+
+
+def event(data: bytes, end: bytes = b"\n") -> bytes:
+    return b"event: message" + end + b"data: " + data + end + end
+
+
+def as_json(data: bytes) -> bytes:
+    return data
+
+
+class Body(httpx2.AsyncByteStream):
+    """A body sent in the chunks given; counts those read."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks, self.read = chunks, 0
+
+    async def __aiter__(self):
+        for chunk in self.chunks:
+            self.read += 1
+            yield chunk
+
+
+def read(chunks: list[bytes], kind: str, encoding: str | None = None, sent: bytes = CALL) -> list[tuple[int, bytes]]:
+    """What the SDK reads of a body sent in `chunks` to request `sent`, skimmed: each piece with how
+    many chunks had been read by then."""
+    body = Body(chunks)
+    headers = {"content-type": kind, **({"content-encoding": encoding} if encoding else {})}
+    got = httpx2.Response(200, headers=headers, stream=body,
+                          request=httpx2.Request("POST", "http://127.0.0.1/mcp", content=sent))
+
+    async def reading() -> list[tuple[int, bytes]]:
+        await skim_response(got)
+        return [(body.read, piece) async for piece in got.aiter_bytes() if piece]
+    return asyncio.run(reading())
+
+
+def skimmed(chunks: list[bytes], kind: str, encoding: str | None = None, sent: bytes = CALL) -> bytes:
+    return b"".join(piece for _, piece in read(chunks, kind, encoding, sent))
+
+
+def split(body: bytes, size: int) -> list[bytes]:
+    return [body[i:i + size] for i in range(0, len(body), size)]
+
+
+def gzipped(chunks: list[bytes]) -> bytes:
+    """`chunks` as one gzip body, compressed as they come (a large body is never held whole)."""
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=1) as writing:
+        for chunk in chunks:
+            writing.write(chunk)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "bare-cr"])
+def test_an_sse_result_of_too_many_items_is_answered_with_kind_limit_whatever_its_lines_end_in(end):
+    """The SSE spec lets a line end in LF, CRLF or a bare CR: the skim split lines on LF alone, so a
+    stream in bare CRs went to the SDK unskimmed, its 10,001 items parsed on the loop."""
+    small = event(FEW, end)
+    body = skimmed(split(event(MANY, end) + small, 64 << 10), SSE)
+    assert body.endswith(small)  # the next event as it came
+    first = body.removesuffix(small)
+    assert first.startswith(b"event: message" + end) and first.endswith(end + end), first[:40]
+    assert error(first.removeprefix(b"event: message" + end).removesuffix(end + end)) == ITEMS_ERROR
+
+
+@pytest.mark.parametrize("end", [b"\r\n", b"\r", b"\n"], ids=["crlf", "bare-cr", "lf"])
+def test_an_sse_event_reaches_the_sdk_once_its_end_arrives_however_the_end_is_split(end):
+    """A progress notification reaches the client while the call runs: each event is passed on once it
+    ends, before the stream's next bytes are read, though its end (CRLF CRLF) comes in two chunks.
+    Split on LF alone, a stream in bare CRs was held until it closed."""
+    first, second = event(MANY, end), event(b'{"jsonrpc":"2.0","method":"notifications/progress"}', end)
+    for cut in range(len(first) - 2 * len(end), len(first) + 1):
+        pieces = read([first[:cut], first[cut:], second], SSE)
+        before_second = b"".join(piece for chunks_read, piece in pieces if chunks_read < 3)
+        assert before_second.rstrip(b"\r\n").endswith(b"}"), (cut, before_second[-40:])  # the whole first event
+        assert error(before_second) == ITEMS_ERROR, cut
+        assert b"".join(piece for _, piece in pieces).endswith(second), cut
+
+
+@pytest.mark.parametrize("framed", [event, as_json], ids=["sse", "json"])
+def test_a_gzip_answer_is_skimmed_as_a_plain_one(framed):
+    """A gzip-encoded body went to the SDK unskimmed: its 10,001 items parsed on the loop."""
+    kind = SSE if framed is event else JSON
+    assert error(skimmed(split(gzip.compress(framed(MANY)), 4096), kind, "gzip")) == ITEMS_ERROR
+    small = framed(FEW)
+    assert skimmed(split(gzip.compress(small), 4096), kind, "gzip") == small  # inflated for the SDK to read
+
+
+def test_a_json_body_is_skimmed_whole_however_it_is_split():
+    assert error(skimmed(split(MANY, 1000), JSON)) == ITEMS_ERROR
+    assert skimmed(split(FEW, 1000), JSON) == FEW
+
+
+def test_a_structured_content_above_the_output_limit_is_left_out_its_size_in_the_meta():
+    rows = {"rows": [{"i": i, "name": f"row {i}"} for i in range(OUTPUT_LIMIT // 16)]}
+    big = answer({"content": [], "structuredContent": rows, "_meta": {"kept": 1}})
+    result = json.loads(skimmed(split(big, 1 << 16), JSON))["result"]
+    size = len(json.dumps(rows, separators=(",", ":")))
+    assert result == {"content": [], "_meta": {"kept": 1, OMITTED_KEY: size}} and size > OUTPUT_LIMIT
+
+
+def huge(framed) -> list[bytes]:
+    """An answer of a 128 MiB text, 1 MiB a chunk (the one same object: little memory)."""
+    head, tail = framed(answer({"content": [{"type": "text", "text": "|"}]})).split(b"|")
+    return [head, *[b"x" * (1 << 20)] * (2 * MESSAGE_LIMIT >> 20), tail]
+
+
+# an SSE body is split into events as it comes, a JSON one is not: the gzip decoder sits below both
+@pytest.mark.parametrize("framed, encoding", [(event, None), (as_json, None), (as_json, "gzip")],
+                         ids=["sse", "json", "json-gzip"])
+def test_an_answer_above_64_mib_once_decoded_is_read_no_further_and_fails_its_call_alone(framed, encoding):
+    """The bound counts the bytes the SDK would read: a gzip body of a few hundred KB on the wire was
+    inflated whole by the SDK, and a plain one had no bound at all."""
+    chunks = split(gzipped(huge(framed)), 4096) if encoding else huge(framed)
+    pieces = read(chunks, SSE if framed is event else JSON, encoding)
+    assert error(b"".join(piece for _, piece in pieces)) == SIZE_ERROR
+    assert pieces[-1][0] < len(chunks)  # its bytes dropped as they came: the rest never read
+
+
+def test_an_answer_above_64_mib_to_a_notification_is_dropped_without_an_answer():
+    """A notification's POST is answered by no message: the SDK reads nothing there."""
+    assert skimmed(huge(as_json), JSON, sent=NOTIFICATION) == b""
