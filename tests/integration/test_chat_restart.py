@@ -18,7 +18,7 @@ from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Hang, ScriptedModel, Text
 from conftest import reloaded
 from harness import RawConn, make_wrapped  # noqa: F401 (a fixture)
-from test_lifecycle import reached
+from test_lifecycle import hang_point, reached
 from scvd import errors, protocol as p
 from scvd.chat.items import Opened, TurnEnded, UserText
 from scvd.chat.transcript import Transcripts
@@ -67,6 +67,12 @@ def test_the_transcript_survives_a_daemon_restart(make_daemon, model, scv_home, 
 ENV = {"SCVD_TEST_MODEL_KEY": "sk-test"}
 
 
+def resumed(c, workspace: Path, conversation: str) -> tuple[str, list[dict]]:
+    """`conversation` opened again on client `c`: its session, and the history it shows."""
+    session = c.request(p.ChatOpen, workspace=str(workspace), conversation=conversation).session
+    return session, c.request(p.ChatHistory, session=session).records
+
+
 @contextmanager
 def hung_turn(make_daemon, m: ScriptedModel, home: Path, workspace: Path) -> Iterator[tuple]:
     """A daemon whose turn "delete the logs" waits on the model: (daemon, its client, the conversation)."""
@@ -95,8 +101,7 @@ def test_shutdown_mid_turn_fails_it_and_the_resumed_conversation_is_told(make_da
 
     d2 = make_daemon(home=scv_home, env=ENV)
     with d2.client(name="pytest") as c:
-        session = c.request(p.ChatOpen, workspace=str(workspace), conversation=conversation).session
-        history = c.request(p.ChatHistory, session=session).records
+        session, history = resumed(c, workspace, conversation)
         assert [(r["kind"], r.get("text")) for r in history if r["kind"] != "turn"] == \
             [("user", "delete the logs"), ("scvd", STOPPED)]
         c.request(p.TurnStart, session=session, text="what time is it")
@@ -119,21 +124,17 @@ def test_a_turn_cut_off_by_sigkill_gets_scvds_note_when_the_conversation_resumes
         d.proc.kill()
         assert d.proc.wait(15) == -9
 
-    for _ in range(2):  # each restart resumes it; the note is there once
+    for restart in (1, 2):  # each restart resumes it; the note is there once
         again = make_daemon(home=scv_home, env=ENV)
         with again.client(name="pytest") as c:
-            session = c.request(p.ChatOpen, workspace=str(workspace), conversation=conversation).session
-            history = c.request(p.ChatHistory, session=session).records
+            session, history = resumed(c, workspace, conversation)
+            assert [(r["kind"], r.get("text")) for r in history if r["kind"] in ("user", "scvd")] == \
+                [("user", "delete the logs"), ("scvd", KILLED)]
+            assert history[-1]["kind"] == "turn" and history[-1]["status"] == "failed"
+            if restart == 2:
+                c.request(p.TurnStart, session=session, text="what time is it")
+                assert isinstance(until_end(c)[-1], p.TurnCompleted)
         assert again.stop() == 0
-        assert [(r["kind"], r.get("text")) for r in history if r["kind"] in ("user", "scvd")] == \
-            [("user", "delete the logs"), ("scvd", KILLED)]
-        assert history[-1]["kind"] == "turn" and history[-1]["status"] == "failed"
-
-    last = make_daemon(home=scv_home, env=ENV)
-    with last.client(name="pytest") as c:
-        session = c.request(p.ChatOpen, workspace=str(workspace), conversation=conversation).session
-        c.request(p.TurnStart, session=session, text="what time is it")
-        assert isinstance(until_end(c)[-1], p.TurnCompleted)
     assert m.requests[2]["messages"][-1] == {"role": "user", "content": f"{KILLED}\n\nwhat time is it"}
 
 
@@ -148,8 +149,7 @@ def test_a_cancelled_turns_note_written_as_a_user_record_replays_as_scvds(make_d
         UserText(text=note, turn="t1"), TurnEnded(turn="t1", status="cancelled")])
     d = make_daemon(config(m), home=scv_home, env={"SCVD_TEST_MODEL_KEY": "sk-test"})
     with d.client(name="pytest") as c:
-        session = c.request(p.ChatOpen, workspace=str(workspace), conversation="kold").session
-        history = c.request(p.ChatHistory, session=session).records
+        session, history = resumed(c, workspace, "kold")
         assert [(r["kind"], r.get("text")) for r in history] == \
             [("user", "delete the logs"), ("scvd", note), ("turn", None)]
         c.request(p.TurnStart, session=session, text="what time is it")
@@ -248,10 +248,10 @@ def test_clients_are_served_while_the_starts_pass_runs_and_chat_open_waits_for_i
                                                                                   workspace):
     """The start's pass ran before the socket was served: a hung state directory held READY=1 and
     every client. A chat.open resuming a conversation still waits for it: kold goes first."""
-    home, hang = tmp_path / "home", tmp_path / "hang"
+    home = tmp_path / "home"
     written(home / "state" / "chat", "kold", 31)
-    hang.touch()  # the pass's listing of chat/ holds while it exists (a hung mount)
-    try:
+    # the pass's listing of chat/ holds while the hang point exists (a hung mount)
+    with hang_point(tmp_path / "hang") as hang:
         d = make_wrapped("[chat]\ntranscript_days = 30\n", home=home, env={"HARNESS_HANG_EXPIRY_WHILE": str(hang)})
         with RawConn(d.socket) as conn:  # make_wrapped waited for `status`: served
             conn.hello()
@@ -260,7 +260,5 @@ def test_clients_are_served_while_the_starts_pass_runs_and_chat_open_waits_for_i
             assert conn.request({"type": "ping", "id": 8}).id == 8  # chat.open was taken up, and waits
             hang.unlink()
             answer = conn.frame()
-    finally:
-        hang.unlink(missing_ok=True)
     assert isinstance(answer, p.Error) and answer.id == 7 and answer.code == "conversation_not_found", answer
     assert not (home / "state" / "chat" / "kold.jsonl").exists()

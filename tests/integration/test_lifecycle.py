@@ -791,12 +791,13 @@ def test_a_reload_without_a_config_file_at_start_or_now_runs_on_the_defaults(mak
 @contextlib.contextmanager
 def hang_point(path: Path) -> Iterator[Path]:
     """A harness hang point (HARNESS_HANG_*_WHILE): the process holds there while `path` exists; it
-    is removed on the way out, so a process that failed the test can still end."""
+    is removed on the way out, if the test did not remove it first, so a process that failed the test
+    can still end."""
     path.touch()
     try:
         yield path
     finally:
-        path.unlink()
+        path.unlink(missing_ok=True)
 
 
 def reached(point: Path, what: str) -> None:
