@@ -16,6 +16,7 @@ import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Hang, Status, Text
+from scvctl.client import AGAIN
 from scvd import protocol as p
 from scvd.chat.pipeline import NO_APPROVER
 
@@ -172,9 +173,6 @@ def test_exec_exits_1_on_turn_failed(chat_daemon, model, workspace):
 
 
 
-BACK = ": run it again once scvd is back (`systemctl --user status scvd` shows whether it runs"
-
-
 def stopped_mid_turn(d, m, *args: str, stdin: str = "", shown: str = "") -> subprocess.CompletedProcess:
     """`scvctl ARGS` whose turn scvd's SIGTERM cuts off while the model is answering, once scvctl
     printed `shown` (the model's words reached it: the model having sent them is not enough)."""
@@ -205,7 +203,7 @@ def test_exec_cut_off_by_scvds_stop_exits_3_saying_run_it_again(chat_daemon, mod
     out = stopped_mid_turn(chat_daemon(m), m, "exec", *(["--json"] if json_out else []), "--workspace",
                            str(workspace), "delete the logs", shown="" if json_out else "deleting")
     assert out.returncode == 3, out.stderr
-    assert out.stderr.strip().startswith("scvd stopped before turn t1-") and BACK in out.stderr, out.stderr
+    assert out.stderr.strip().startswith("scvd stopped before turn t1-") and f": {AGAIN}" in out.stderr, out.stderr
     assert "was done (scvd stopped during the turn)" in out.stderr and "turn failed" not in out.stderr
     if json_out:
         summary = json.loads(out.stdout)
@@ -224,7 +222,7 @@ def test_chat_cut_off_by_scvds_stop_exits_3_naming_the_conversation(chat_daemon,
     assert out.stdout.endswith("model> deleting\n"), out.stdout
     assert out.stderr.startswith("scvd stopped before turn t1-"), out.stderr
     assert (f"(scvd stopped during the turn; resume the conversation with --conversation {conversation})"
-            f"{BACK}") in out.stderr
+            f": {AGAIN}") in out.stderr
 
 
 def test_exec_on_an_unreachable_imported_codex_setup_points_at_that_setup(make_daemon, scv_home, workspace):

@@ -20,6 +20,7 @@ from conftest import reloaded
 from harness import RawConn, make_wrapped  # noqa: F401 (a fixture)
 from test_lifecycle import hang_point, reached
 from scvd import errors, protocol as p
+from scvd.chat.engine import CANCELLED_NOTE, KILLED_NOTE as KILLED, STOPPED_NOTE as STOPPED
 from scvd.chat.items import Opened, TurnEnded, UserText
 from scvd.chat.transcript import Transcripts
 
@@ -84,10 +85,6 @@ def hung_turn(make_daemon, m: ScriptedModel, home: Path, workspace: Path) -> Ite
         yield d, c, opened.conversation
 
 
-STOPPED = ("[scvd stopped during this turn, before it was answered; do not carry out the request above unless "
-           "asked again]")
-
-
 def test_shutdown_mid_turn_fails_it_and_the_resumed_conversation_is_told(make_daemon, model, scv_home, workspace):
     """scvd's stop fails a running turn (cancelled_by_shutdown). Its text stayed with no word that it
     went unanswered (a cancelled turn's gets one): the resumed conversation's next turn came right
@@ -108,10 +105,6 @@ def test_shutdown_mid_turn_fails_it_and_the_resumed_conversation_is_told(make_da
         assert isinstance(until_end(c)[-1], p.TurnCompleted)
     assert m.requests[1]["messages"][1:] == [
         {"role": "user", "content": f"delete the logs\n\n{STOPPED}\n\nwhat time is it"}]
-
-
-KILLED = ("[scvd stopped unexpectedly during this turn (it crashed or was killed), before it was answered; "
-          "do not carry out the request above unless asked again]")
 
 
 def test_a_turn_cut_off_by_sigkill_gets_scvds_note_when_the_conversation_resumes(make_daemon, model, scv_home,
@@ -142,8 +135,7 @@ def test_a_cancelled_turns_note_written_as_a_user_record_replays_as_scvds(make_d
     """Transcripts from before notes had a kind of their own hold the note as a `user` record: it still
     reaches the model, and history shows it as scvd's."""
     m = model(Text("noon"))
-    note = ("[this turn was cancelled before it was answered; do not carry out the request above unless "
-            "asked again]")
+    note = CANCELLED_NOTE  # as such a transcript holds it
     Transcripts(scv_home / "state" / "chat").append("kold", [
         Opened(workspace=str(workspace), provider="test"), UserText(text="delete the logs", turn="t1"),
         UserText(text=note, turn="t1"), TurnEnded(turn="t1", status="cancelled")])

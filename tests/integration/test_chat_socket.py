@@ -26,6 +26,7 @@ from chat_model import Calls, Cut, Deltas, Hang, Status, Text
 from harness import RawConn
 from helpers import lockable_keyring
 from scvd import errors, protocol as p
+from scvd.chat.engine import CANCELLED_NOTE
 from scvd.chat.pipeline import NO_APPROVER, NO_APPROVER_BRIDGE
 from scvd.tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
 
@@ -288,9 +289,8 @@ def test_the_next_turn_tells_the_model_the_last_one_was_cancelled(chat_rig, work
         session = open_chat(c, workspace).session
         cancel_mid_reply(c, session, "delete the logs")
         run_turn(c, session, "what time is it")
-    assert model.requests[1]["messages"][1:] == [{"role": "user", "content": (
-        "delete the logs\n\n[this turn was cancelled before it was answered; do not carry out the request above "
-        "unless asked again]\n\nwhat time is it")}]
+    assert model.requests[1]["messages"][1:] == [
+        {"role": "user", "content": f"delete the logs\n\n{CANCELLED_NOTE}\n\nwhat time is it"}]
 
 
 def test_history_shows_a_cancelled_turns_note_as_scvds_not_the_persons(chat_rig, workspace):
@@ -302,8 +302,7 @@ def test_history_shows_a_cancelled_turns_note_as_scvds_not_the_persons(chat_rig,
         records = c.request(p.ChatHistory, session=session).records
     assert [(r["kind"], r.get("text")) for r in records] == [
         ("user", "delete the logs"),
-        ("scvd", "[this turn was cancelled before it was answered; do not carry out the request above unless "
-                 "asked again]"),
+        ("scvd", CANCELLED_NOTE),
         ("turn", None)]
     assert records[1]["turn"] == turn
 

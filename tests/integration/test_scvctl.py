@@ -16,6 +16,7 @@ from typing import Iterator
 
 import pytest
 
+from scvctl.client import AGAIN
 from scvd import errors, protocol as p
 
 from conftest import DaemonProc, base_env, wait_pending
@@ -911,10 +912,6 @@ def test_ctrl_c_on_a_waiting_call_cancels_it_and_exits_130(daemon, tmp_path):
         assert c.request(p.ApprovalsList).approvals == []  # withdrawn, not left waiting
 
 
-AGAIN = ("run it again once scvd is back (`systemctl --user status scvd` shows whether it runs; "
-         "`systemctl --user start scvd` starts it)\n")
-
-
 def test_a_watch_that_scvd_stopped_under_says_try_again_and_exits_3(daemon: DaemonProc, workspace: Path):
     """It printed `connection_closed: scvd closed the connection`, exit 1: a failure, where a request
     scvd stopped on says to try again, exit 3."""
@@ -931,7 +928,7 @@ def test_a_watch_that_scvd_stopped_under_says_try_again_and_exits_3(daemon: Daem
         stop(watch)
     assert watch.returncode == 3, err
     assert err == ("scvd closed the connection before the command was done (it stopped, or dropped this "
-                   f"client: its log says which): {AGAIN}")
+                   f"client: its log says which): {AGAIN}\n")
 
 
 def test_a_call_that_scvd_cancelled_as_it_stopped_says_try_again_and_exits_3(daemon: DaemonProc, workspace: Path):
@@ -946,7 +943,7 @@ def test_a_call_that_scvd_cancelled_as_it_stopped_says_try_again_and_exits_3(dae
         stop(call)
     assert call.returncode == 3, err
     assert err.endswith(f"scvd stopped before call {pending.call_id} was done (call {pending.call_id} was "
-                        f"cancelled: scvd is stopping): {AGAIN}"), err
+                        f"cancelled: scvd is stopping): {AGAIN}\n"), err
     assert not (workspace / "a.txt").exists()
 
 
