@@ -1042,8 +1042,9 @@ def test_where_proc_cannot_name_an_unnamed_file_a_write_falls_back_to_a_named_on
 
 
 # a first small write learns that the unnamed file cannot be named here: the big one starts named
-NAMED_KILLED_WRITER = KILLED_WRITER.replace('write_file(fd, "big.txt"', 'write_file(fd, "big.txt", b"old", "replace")\n'
-                                            'write_file(fd, "big.txt"')
+BIG_WRITE = 'write_file(fd, "big.txt"'
+assert KILLED_WRITER.count(BIG_WRITE) == 1, "KILLED_WRITER's write changed: NAMED_KILLED_WRITER would be the same"
+NAMED_KILLED_WRITER = KILLED_WRITER.replace(BIG_WRITE, f'{BIG_WRITE}, b"old", "replace")\n{BIG_WRITE}')
 
 
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="needs bwrap to hide /proc")
