@@ -26,8 +26,14 @@ from scvd.tools.contract import CallContext, Plan
 FAKE_AGENT = Path(__file__).resolve().parent / "fake_agent" / "fake-agent"
 AGENTS = ("claude", "codex", "pi")
 FAKE_AGENT_VARS = ("FAKE_AGENT_LOG", "FAKE_AGENT_MODE", "FAKE_AGENT_READ", "FAKE_AGENT_SLEEP", "FAKE_AGENT_PRINT")
-FAKE_AGENT_CONFIG = "".join(f"[adapters.{name}]\npass_env = {list(FAKE_AGENT_VARS)!r}\n".replace("'", '"')
-                            for name in AGENTS)
+
+
+def passing_env(names: list[str]) -> str:
+    """The config.toml lines by which each agent gets the variables `names` through pass_env."""
+    return "".join(f"[adapters.{agent}]\npass_env = {names!r}\n".replace("'", '"') for agent in AGENTS)
+
+
+FAKE_AGENT_CONFIG = passing_env(list(FAKE_AGENT_VARS))
 
 
 def make_fake_bin(directory: Path) -> Path:

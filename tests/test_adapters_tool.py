@@ -203,11 +203,9 @@ SHOWN = ("GH_TOKEN=[secret GH_TOKEN]\nAWS_PROFILE=work-profile-7c1f\n"
 def passing(harness: Harness, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
     """The agents get PASSED through pass_env, a proxy with a password through the allow-list, and
     the fake agent prints them all."""
-    from adapters_support import FAKE_AGENT_VARS, load_config
+    from adapters_support import FAKE_AGENT_VARS, load_config, passing_env
 
-    names = [*FAKE_AGENT_VARS, *PASSED]
-    harness.config = load_config("".join(f"[adapters.{a}]\npass_env = {names!r}\n".replace("'", '"')
-                                         for a in ("claude", "codex", "pi")))
+    harness.config = load_config(passing_env([*FAKE_AGENT_VARS, *PASSED]))
     for name, value in {**PASSED, "HTTPS_PROXY": "http://user:s3cretpass@proxy.internal:3128"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("FAKE_AGENT_PRINT", " ".join([*PASSED, "HTTPS_PROXY"]))
