@@ -78,7 +78,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     # nobody types here: store_secret asks `scvctl approvals watch`, or fails at once naming the ways out
     with connect(args, approver=args.yes, timeout=None, answers_secrets=False) as c:
         chat = _open(c, args)
-        turn = c.request(p.TurnStart, session=chat.session, text=args.prompt).turn
+        turn = _start(c, chat.session, args.prompt)
         state: dict[str, Any] = {"text": "", "calls": []}
         end = follow(c, chat.session, turn, lambda e: _exec_event(c, args, chat.session, e, state))
     if args.json:
@@ -93,6 +93,16 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not args.json and not isinstance(end, p.TurnCompleted):
         _print_end(end)
     return EXIT_OK if isinstance(end, p.TurnCompleted) else EXIT_ERROR
+
+
+def _start(c: Any, session: str, text: str, resume: str = "") -> str:
+    """The turn's id; a turn.start scvd refused as it stops is said as "run it again" (exit 3)."""
+    try:
+        return c.request(p.TurnStart, session=session, text=text).turn
+    except errors.Unavailable as exc:
+        if errors.stopped_call(exc.message):
+            raise stopped("the turn started", errors.STOPPING + resume) from None
+        raise
 
 
 def _scvd_stopped(end: Any, resume: str = "") -> errors.DaemonNotAnswering | None:
@@ -195,7 +205,7 @@ def _prompt() -> str | None:
 
 def _chat_turn(c: Any, session: str, conversation: str, text: str) -> None:
     try:
-        turn = c.request(p.TurnStart, session=session, text=text).turn
+        turn = _start(c, session, text, f"; resume the conversation with --conversation {conversation}")
     except errors.InvalidRequest as exc:
         print(printable(errors.shown(exc)), flush=True)
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Hang, Status, Text
+from harness import make_wrapped  # noqa: F401 (a fixture)
 from scvctl.client import AGAIN
 from scvd import protocol as p
 from scvd.chat.pipeline import NO_APPROVER
@@ -184,6 +186,7 @@ def stopped_mid_turn(d, m, *args: str, stdin: str = "", shown: str = "") -> subp
         assert m.hung.wait(30)
         seen = b""
         while shown.encode() not in seen:  # before the text wrapper reads anything
+            assert select.select([proc.stdout], [], [], 60)[0], f"scvctl printed no {shown!r} in 60 s: {seen!r}"
             chunk = os.read(proc.stdout.fileno(), 4096)
             assert chunk, f"scvctl ended before it printed {shown!r}: {seen!r}"
             seen += chunk
@@ -375,3 +378,36 @@ def test_chat_drops_a_line_typed_ahead_before_the_models_question(chat_daemon, m
     t.wait_for("then I will not")
     assert m.outputs(1) == ['{"ok":true,"result":{"answer":"no"}}']
     t.send("/exit", "Enter")
+
+
+def test_chat_whose_line_scvd_will_not_start_as_it_stops_exits_3_saying_run_it_again(make_wrapped, model,
+                                                                                     scv_home, workspace):
+    """A line typed while scvd stops (a call still in its grace) was refused as invalid_request,
+    and the chat went back to its prompt, talking to an scvd that was going away."""
+    from harness import RawConn, wait_until
+    from test_lifecycle import start_call
+
+    m = model(Text("never"))
+    d = make_wrapped(config(m) + "[server]\nshutdown_grace_seconds = 60\n", home=scv_home,
+                     env={"SCVD_TEST_MODEL_KEY": "sk-test"})
+    proc = subprocess.Popen([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)], env=d.env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with RawConn(d.socket) as busy:
+            busy.hello()
+            start_call(busy, workspace, "test_stubborn")  # holds the stop in its grace
+            seen = b""
+            while b"you> " not in seen:  # connected, at its prompt
+                assert select.select([proc.stdout], [], [], 60)[0], seen
+                assert (chunk := os.read(proc.stdout.fileno(), 4096)), seen
+                seen += chunk
+            d.proc.terminate()
+            wait_until(lambda: "stopping (SIGTERM)" in d.log(), what="the stop")
+            out, err = proc.communicate("hello\n", timeout=60)
+    finally:
+        proc.kill()
+        d.proc.kill()
+    assert proc.returncode == 3, err
+    conversation = seen.decode().split("started conversation ")[1].split()[0]
+    assert err.strip() == (f"scvd stopped before the turn started (scvd is stopping; resume the conversation "
+                           f"with --conversation {conversation}): {AGAIN}"), err
