@@ -15,11 +15,12 @@ from urllib.parse import unquote
 
 from .redact import LOG_MIN
 
-# a name that reads like a credential's (GH_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASS, GITLAB_PAT, api-key, and
-# a url's auth=, sig= (a SAS signature), session=, access=); as whole parts: GIT_AUTHOR_NAME is none
+# a name that reads like a credential's (GH_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASS, GITLAB_PAT, api-key,
+# Proxy-Authorization), as a whole part (GIT_AUTHOR_NAME is none); and a url's or header's auth=, sig=
+# (a SAS signature), session=, access= as the whole name: SSH_AUTH_SOCK or XDG_SESSION_TYPE are none
 CREDENTIAL_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|COOKIE|APIKEY"
-                                r"|(?:^|_)(?:KEY|PASS|PAT|AUTH|AUTHORIZATION|SIG|SIGNATURE|SESSION|ACCESS)(?:_|$)",
-                                re.IGNORECASE)
+                                r"|(?:^|_)(?:KEY|PASS|PAT|AUTHORIZATION)(?:_|$)"
+                                r"|^(?:AUTH|SIG|SIGNATURE|SESSION|ACCESS)$", re.IGNORECASE)
 # a token's or a base64 key's body: a run this long of these characters; `-`, `_` and `/` end a run, so a
 # name such as work-profile-7c1f, a UUID or a URL's path (/api/v1/projects/42) is none
 TOKEN_RUN_RE = re.compile(r"[A-Za-z0-9+=]{16,}")

@@ -166,7 +166,7 @@ def test_a_url_query_value_is_hidden_by_the_rule_a_chat_providers_query_is():
                           "or [secret url query X-Relay-Token]"), link.error
 
 
-@pytest.mark.parametrize("name", ["auth", "sig", "session", "access", "Authorization", "x_auth"])
+@pytest.mark.parametrize("name", ["auth", "sig", "session", "access", "Authorization", "proxy-authorization"])
 def test_a_url_query_value_under_an_auth_like_name_is_hidden(name):
     """The shared rule knew no auth-like name: `auth=hunterhunter` (hidden by the old length test)
     was shown in status errors and call errors once the rule was shared."""

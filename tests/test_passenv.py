@@ -70,6 +70,15 @@ def test_a_passed_value_that_reads_like_a_credential_is_picked_for_hiding() -> N
         k: base[k] for k in ("GH_TOKEN", "DB_PASS", "GOOGLE_APPLICATION_CREDENTIALS", "DEPLOY_HOOK")}
 
 
+def test_a_desktop_sessions_and_sockets_names_are_no_credentials() -> None:
+    """`SESSION` and `AUTH` as a part of a name hid these whole (`user`, `wayland`, a socket) from every
+    output: only a name that is `auth`, `session` ... itself (a url's query) reads like a credential's."""
+    base = {"SSH_AUTH_SOCK": "/run/user/1000/ssh-agent.sock", "XDG_SESSION_TYPE": "wayland",
+            "XDG_SESSION_CLASS": "user", "DESKTOP_SESSION": "gnome", "ACCESS_LOG": "/var/log/app/access.log",
+            "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/1000/bus", "SESSION": "s-1f2e3d4c"}
+    assert passenv.credentials(base, list(base)) == {"SESSION": "s-1f2e3d4c"}
+
+
 def test_a_urls_password_is_picked_alone_under_any_name_and_in_a_proxy_every_child_gets() -> None:
     """`HTTPS_PROXY=http://user:PASSWORD@proxy` showed whole: no token's body in it, a name that says
     nothing. Its password is hidden (as written and decoded), the user and the proxy still read."""
