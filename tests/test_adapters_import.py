@@ -137,6 +137,18 @@ def test_invalid_file_writes_nothing(paths, source, caplog, bad_file, content) -
     assert info.value.__context__ is None or info.value.__suppress_context__
 
 
+def test_a_provider_that_is_no_table_is_refused_as_the_chat_refuses_it(paths, source) -> None:
+    """`model_providers.relay = "x"` was imported (non-tables were dropped unseen), then the chat's
+    first turn failed with an AttributeError."""
+    (source / "config.toml").write_text('model_provider = "relay"\nmodel_providers.relay = "x"\n')
+    with pytest.raises(InvalidRequest) as info:
+        run_import(paths, source)
+    assert info.value.message == (f"{source / 'config.toml'}: provider 'relay': its model_providers entry is not a "
+                                  "table: write it as [model_providers.NAME] with its keys; fix it in your Codex "
+                                  "config.toml and import again; nothing was written")
+    assert not (dest(paths) / "config.toml").exists()
+
+
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize("odd", ["fifo", "directory"])
 def test_a_fifo_or_directory_in_a_files_place_is_refused_at_once(paths, source, odd) -> None:

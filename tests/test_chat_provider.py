@@ -529,6 +529,21 @@ def test_an_imported_endpoint_no_request_can_reach_is_refused_as_the_setup_loads
     assert "run `scvctl agents import codex` again" in info.value.hint and "s3cr3t" not in info.value.message
 
 
+@pytest.mark.parametrize("providers", ['model_providers.relay = "x"', 'model_providers = "x"'])
+def test_an_imported_provider_that_is_no_table_fails_the_turn_saying_so(tmp_path, providers):
+    """It failed with an AttributeError ('str' object has no attribute 'get')."""
+    from scvd.chat.provider import codex_settings
+
+    (tmp_path / "config.toml").write_text(f'model_provider = "relay"\n{providers}\n')
+    with pytest.raises(ProviderFailure) as info:
+        codex_settings(tmp_path, env={})
+    if "relay" in providers:
+        assert info.value.message == ("the imported Codex setup's provider 'relay': its model_providers entry is "
+                                      "not a table: write it as [model_providers.NAME] with its keys")
+    else:  # no table of providers at all: relay has none, and so no key
+        assert info.value.reason == "auth"
+
+
 def test_chat_completions_names_the_token_cap_for_its_server(model):
     """OpenAI's reasoning models refuse `max_tokens` ("use max_completion_tokens"); llama.cpp, older
     Ollama and vLLM know only `max_tokens`, which a loopback server gets."""

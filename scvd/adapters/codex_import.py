@@ -37,7 +37,7 @@ from typing import Any
 
 from ..errors import InternalError, InvalidRequest, NotARegularFile
 from ..paths import read_regular_file
-from .codex_provider import endpoint_problem, header_problem, strings
+from .codex_provider import endpoint_problem, header_problem, provider_entry, strings
 
 log = logging.getLogger("scvd.adapters")
 
@@ -198,8 +198,8 @@ def _env_key_warnings(config: dict[str, Any]) -> list[str]:
 
 def _check_endpoint(path: Path, config: dict[str, Any]) -> None:
     """Refused: a base_url or wire_api no agent can send requests with (codex fails on it too)."""
-    provider_id, provider = _provider(config)
-    if problem := endpoint_problem(provider):
+    provider_id, _ = _provider(config)
+    if problem := endpoint_problem(provider_entry(config, provider_id)):
         raise InvalidRequest(f"{path}: provider {provider_id!r}: {problem}; fix it in your Codex config.toml "
                              "and import again; nothing was written")
 

@@ -30,10 +30,19 @@ def header_problem(name: str, value: str = "") -> str:
     return ""
 
 
-def endpoint_problem(table: dict[str, Any]) -> str:
+def provider_entry(config: dict[str, Any], provider_id: str) -> Any:
+    """Provider `provider_id`'s entry in model_providers as written ({} when there is none); one that
+    is no table is endpoint_problem's to name."""
+    providers = config.get("model_providers")
+    return providers.get(provider_id, {}) if isinstance(providers, dict) else {}
+
+
+def endpoint_problem(table: Any) -> str:
     """Why requests cannot go to this provider's base_url with its wire_api ("" when they can).
     Both fail in codex too (a wire_api it does not know stops it at start), so no agent loses a
     setup it could use when the import refuses one."""
+    if not isinstance(table, dict):
+        return "its model_providers entry is not a table: write it as [model_providers.NAME] with its keys"
     base_url = table.get("base_url")
     if base_url is not None and not _http_url(base_url):  # the value is not shown: a relay's may hold a key
         return "base_url is not an http:// or https:// URL with a host"

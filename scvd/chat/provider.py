@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Mapping, Protocol
 
 from .. import errors
 from ..adapters.codex_import import active_settings
-from ..adapters.codex_provider import endpoint_problem, header_problem, strings
+from ..adapters.codex_provider import endpoint_problem, header_problem, provider_entry, strings
 from .items import ModelEvent, ModelRequest
 
 CODEX = "codex"
@@ -141,7 +141,7 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
         raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}", hint) from None
     config = active_settings(config)  # a `profile` picks the provider and model, as in codex
     provider_id = config.get("model_provider", "openai")
-    table = (config.get("model_providers") or {}).get(provider_id, {})
+    table = provider_entry(config, provider_id)
     if problem := endpoint_problem(table):
         raise ProviderFailure("provider_error", f"the imported Codex setup's provider {provider_id!r}: {problem}",
                               _FIX_CONFIG)
