@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     except DaemonNotRunning as exc:
         print(exc.message, file=sys.stderr)
         return EXIT_NOT_RUNNING
-    except errors.ConnectionClosed:  # past the welcome: scvd went or dropped us (a watch, a call waiting)
-        print(cut_off("the command was done").message, file=sys.stderr)
+    except errors.ConnectionClosed as exc:  # past the welcome: scvd went or dropped us (a watch, a call waiting)
+        print(cut_off("the command was done", exc.message).message, file=sys.stderr)
         return EXIT_NOT_RUNNING
     except errors.UsageError as exc:
         print(f"usage: {exc.message}", file=sys.stderr)

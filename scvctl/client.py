@@ -110,12 +110,14 @@ def stopped(before: str, why: str) -> errors.DaemonNotAnswering:
     return errors.DaemonNotAnswering(f"scvd stopped before {before} ({why}): {AGAIN}")
 
 
-def cut_off(before: str) -> errors.DaemonNotAnswering:
+def cut_off(before: str, why: str = "") -> errors.DaemonNotAnswering:
     """scvd closed the connection past the welcome and said nothing: it stopped, restarted or died, or
-    dropped this client (one that stopped reading, say); scvctl cannot tell which."""
+    dropped this client (one that stopped reading, say); scvctl cannot tell which. `why`: the
+    ConnectionClosed's message, whose detail (a reset) is kept."""
+    detail = why.removeprefix("scvd closed the connection").strip(" ()")
     return errors.DaemonNotAnswering(
-        f"scvd closed the connection before {before} (it stopped, or dropped this client: its log says "
-        f"which): {AGAIN}")
+        f"scvd closed the connection before {before} ({detail + '; ' if detail else ''}it stopped, or dropped "
+        f"this client: its log says which): {AGAIN}")
 
 
 AGAIN = ("run it again once scvd is back (`systemctl --user status scvd` shows whether it runs; "

@@ -594,7 +594,7 @@ class Daemon:
         stopping = errors.Stopping("scvd is stopping and will not answer this request; "
                                    "send it again once scvd is back")
         for task, (conn, request_id) in self._unanswered.items():  # not _send_error: a connection's second
-            if not task.done():  # one that answered in this step is unlisted only by its callback, next step
+            if not task.done() or task.cancelled():  # one that answered in this step is unlisted by its callback next step
                 self._send(conn, error_frame(stopping, request_id))  # one goes too; all close next
         self._unanswered.clear()
 

@@ -141,3 +141,15 @@ def test_a_request_scvd_answers_aside_stands_outside_the_order():
     core.abandon(opening.id)  # its waiter gave up
     core.feed(p.encode(p.ChatOpened(id=opening.id, session="s1", conversation="c", workspace="/ws", provider="codex")))
     assert opening.id not in core.answers
+
+
+def test_a_connection_cut_off_keeps_what_the_socket_said():
+    """A reset (scvd died) and a plain close (scvd stopped, or dropped this client) read alike: the
+    detail the socket gave was dropped from the line."""
+    from scvctl.client import AGAIN, cut_off
+
+    reset = cut_off("the command was done", "scvd closed the connection (Connection reset by peer)").message
+    assert reset == ("scvd closed the connection before the command was done (Connection reset by peer; it "
+                     f"stopped, or dropped this client: its log says which): {AGAIN}")
+    plain = cut_off("the command was done", "scvd closed the connection").message
+    assert plain.startswith("scvd closed the connection before the command was done (it stopped, or dropped")

@@ -1477,7 +1477,7 @@ def test_a_json_rpc_error_at_http_status_400_fails_that_call_only(make_daemon, w
 # the skim's line ends, gzip and JSON bodies are tested in tests/test_mcp_skim.py; these two show the
 # hook on the SDK's own client, the SDK reading what it gives (an SSE stream in CRLFs; a JSON body it
 # inflated, its content-encoding gone), and the call's end scvd makes of that
-@pytest.mark.parametrize("modes", ["crlf", "json gzip"])
+@pytest.mark.parametrize("modes", ["crlf", "bare-cr", "json gzip"])  # bare CR: the SDK reads such a stream too
 def test_an_http_servers_huge_results_are_skimmed_as_a_stdio_servers(make_daemon, workspace, quirks_http, modes):
     """The SDK parses an HTTP body itself: 10,001 items went through (a million held every client up
     for 30 s), and 10 MB of structuredContent was parsed and walked only to be left out. A gzip-encoded

@@ -132,7 +132,9 @@ def test_a_reload_while_the_start_imports_the_sdk_is_applied_after_it(make_daemo
     while "configuration reloaded from" not in d.log() and time.monotonic() < deadline:
         time.sleep(0.05)
     gate.touch()
+    deadline = time.monotonic() + 30
     while "configuration reloaded from" not in d.log():
+        assert time.monotonic() < deadline, d.log()
         time.sleep(0.05)
     with d.client() as c:
         assert c.request(p.Status).mcp_servers == []
