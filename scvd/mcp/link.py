@@ -21,7 +21,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_PARAMS
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from .. import __version__, http_fields
+from .. import __version__, http_fields, passenv
 from ..config import McpServerConfig, SecretRef, server_secrets
 from ..redact import hide_in_logs, redact, redact_tree
 from ..errors import CredentialMissing, Failed, InvalidArguments, LimitExceeded, ScvError, ToolError, Unavailable
@@ -557,13 +557,17 @@ def _pasted_in_query(cfg: McpServerConfig) -> dict[str, str]:
 
 
 def _secret_values(cfg: McpServerConfig, target: Any) -> dict[str, str]:
-    """The values a start read from the secret store (its env, headers or query), by key."""
+    """The values a start read from the secret store (its env, headers or query), by key; and for a
+    stdio server the password in an allowed proxy URL it was given, as script tools and agents hide it."""
     if isinstance(target, spec.StdioLaunch):
         read = [(target.env, cfg.env)]
     else:
         read = [(target.headers, cfg.headers), (target.query, cfg.query)]
-    return {ref.secret: given[name] for given, refs in read
-            for name, ref in refs.items() if isinstance(ref, SecretRef) and name in given}
+    stored = {ref.secret: given[name] for given, refs in read
+              for name, ref in refs.items() if isinstance(ref, SecretRef) and name in given}
+    if isinstance(target, spec.StdioLaunch):
+        return {**passenv.credentials(target.env, ()), **stored}
+    return stored
 
 
 def _any(exc: BaseException, test: Any) -> bool:

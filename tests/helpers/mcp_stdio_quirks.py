@@ -10,7 +10,7 @@ tools/list; `usage` prints a usage text on stdout and exits 2; `bad-schema` also
 has `properties` as a list (the SDK refuses the whole list); `go-nulls` also lists `nil`, whose
 inputSchema has `properties` and `required` null, as Go prints a nil map and slice; `clashing-names` also lists `Echo`
 (scvd's name for it is `echo`'s too); `results` also lists `leak_error`, `leak_ok` and `leak_progress`, which
-quote the environment's LEAK_TOKEN in an isError text, in a result's text and structuredContent, and
+quote the environment's LEAK_TOKEN (else its HTTPS_PROXY) in an isError text, in a result's text and structuredContent, and
 in a progress notification's message, and
 `typed`, whose structuredContent does not match its outputSchema, and `crash`, which prints the token on
 stderr and exits with status 5; `stubborn` does not exit when its
@@ -128,7 +128,8 @@ for line in sys.stdin:
         if mode == "die-after-list":
             sys.exit(3)
     elif method == "tools/call":
-        name, token = msg["params"]["name"], os.environ.get("LEAK_TOKEN", "")
+        # LEAK_TOKEN, else the proxy every child gets (its URL may hold a password)
+        name, token = msg["params"]["name"], os.environ.get("LEAK_TOKEN") or os.environ.get("HTTPS_PROXY", "")
         if name == "hang":
             continue
         if name == "die":

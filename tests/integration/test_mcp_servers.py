@@ -954,6 +954,21 @@ def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_d
     assert progress == ["mcp__raw__leak_progress: 1 authenticating with [secret LEAK_TOKEN]"], progress
 
 
+def test_a_stdio_servers_results_hide_the_password_of_the_proxy_it_was_given(make_daemon, workspace, tmp_path):
+    """Every stdio server gets the allowed proxy variables; their URL's password came back whole in its
+    results and its crash's stderr, where a script tool's and an agent's output hide it."""
+    table = quirks_stdio_table("results", tmp_path / "starts") + 'risk = "read_only"\n'
+    d = make_daemon(table, env={"HTTPS_PROXY": "http://user:s3cretpass@proxy.internal:3128"})
+    with d.client(name="t") as c:
+        server(c, "raw")
+        sid = c.open_session(workspace)
+        shown = c.call(sid, "mcp__raw__leak_ok", {})
+        crashed = c.call(sid, "mcp__raw__crash", {})
+    hidden = "http://user:[secret HTTPS_PROXY password]@proxy.internal:3128"
+    assert shown.ok and shown.result["text"] == f"token={hidden}", shown
+    assert f"fatal: lost my way with {hidden}" in crashed.error.message and "s3cretpass" not in crashed.error.message
+
+
 def test_a_stdio_servers_refused_token_is_credential_missing_naming_its_key(make_daemon, workspace, tmp_path):
     """A stdio server given a revoked token answers its calls `401 Bad credentials` (GitHub's server
     does): the error was `failed` and named no key, so seed 003's auto-heal could not start; an HTTP
