@@ -511,11 +511,9 @@ def _mcp_value_problem(server: McpServerConfig) -> str | None:
             return f"env {name}: {problem}"
     for name, value in server.headers.items():
         if not http_fields.name_ok(name):
-            return (f"headers: {name!r} is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, "
-                    "no space or colon)")
+            return f"headers: {name!r} is not an HTTP header name ({http_fields.NAME_RULE})"
         if isinstance(value, str) and not http_fields.value_ok(value):
-            return (f"headers {name}: the value is not a valid HTTP header value (a line break, a control "
-                    "character, or a space or tab at an end)")
+            return f"headers {name}: the value is not a valid HTTP header value ({http_fields.VALUE_RULE})"
         if isinstance(value, SecretRef) and (problem := key_problem(value.secret)):
             return f"headers {name}: {problem}"
     for name, value in server.query.items():

@@ -10,6 +10,11 @@ from urllib.parse import urlsplit
 _TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
+# what a refused name or value breaks, in every message that refuses one
+NAME_RULE = "letters, digits and !#$%&'*+-.^_`|~, no space or colon"
+VALUE_RULE = "a line break, a control character, or a space or tab at an end"
+
+
 def name_ok(name: str) -> bool:
     return _TOKEN_RE.fullmatch(name) is not None
 

@@ -24,9 +24,9 @@ def strings(table: Any) -> dict[str, str]:
 def header_problem(name: str, value: str = "") -> str:
     """Why `name: value` cannot go out as an HTTP header ("" when it can)."""
     if not http_fields.name_ok(name):
-        return "is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, no space or colon)"
+        return f"is not an HTTP header name ({http_fields.NAME_RULE})"
     if not http_fields.value_ok(value):
-        return "has a value no HTTP header can carry (a line break, a control character, or a space or tab at an end)"
+        return f"has a value no HTTP header can carry ({http_fields.VALUE_RULE})"
     return ""
 
 

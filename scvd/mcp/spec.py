@@ -141,6 +141,6 @@ def http_headers(name: str, cfg: McpServerConfig, secrets: Any) -> dict[str, str
             # refused here, naming the key: the HTTP library's own error quotes the value
             raise CredentialMissing(
                 f"mcp.servers.{name}.headers {header}: the stored secret {ref.secret} is not a valid HTTP "
-                "header value (a line break, a control character, or a space or tab at an end); store it "
-                f"again without them: `scvctl secrets set {ref.secret}`", keys=(ref.secret,))
+                f"header value ({http_fields.VALUE_RULE}); store it again without them: "
+                f"`scvctl secrets set {ref.secret}`", keys=(ref.secret,))
     return headers
