@@ -15,9 +15,8 @@ from typing import Any
 
 from ..errors import Failed, Timeout
 from ..process import CUT_MARKER, RunResult
-from ..redact import forms, redact
+from ..redact import LOG_MIN, forms, redact
 
-CUT_PART_CHARS = 4  # of a secret cut in two by the output cap, a part this long is taken out
 
 
 def result_dict(r: RunResult) -> dict[str, Any]:
@@ -88,9 +87,9 @@ def _redact_cuts(text: str, forms: dict[str, str]) -> str:
 
 def _cut_part(form: str, present: Any) -> int:
     """The longest proper part of `form` that `present(n)` finds, if long enough to matter: at least
-    CUT_PART_CHARS characters or half the value (a 1-character match would blot out ordinary text)."""
+    LOG_MIN characters or half the value (a 1-character match would blot out ordinary text)."""
     for n in range(len(form) - 1, 0, -1):
-        if n < CUT_PART_CHARS and 2 * n < len(form):
+        if n < LOG_MIN and 2 * n < len(form):
             return 0
         if present(n):
             return n
