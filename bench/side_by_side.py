@@ -58,7 +58,9 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scvd import heap  # noqa: E402  (QUIET_SECONDS: the idle figures come after the daemon's trim)
+from scvd import heap  # noqa: E402
+
+QUIET = heap.QUIET_SECONDS + 1  # idle figures: after scvd trims its heap, once quiet
 
 FILE = "four_k.txt"
 REFERENCE = ROOT / ".mcp-servers" / "node_modules" / ".bin" / "mcp-server-filesystem"
@@ -706,7 +708,7 @@ def main() -> None:
             return
         result["calls_per_s"] = throughput({"": d, **({"before_": d_before} if d_before else {})},
                                            workspace, args.seconds)
-        time.sleep(heap.QUIET_SECONDS + 1)  # idle figures: after scvd trims its heap, once quiet
+        time.sleep(QUIET)
         rss["daemon_idle_after_load"] = d.rss_mib()
         for daemon in (d, d_before):
             if daemon:
@@ -715,7 +717,7 @@ def main() -> None:
                     loop.run_until_complete(large_reads(daemon.socket, workspace))
                 finally:
                     loop.close()
-        time.sleep(heap.QUIET_SECONDS + 1)  # idle figures: after scvd trims its heap, once quiet
+        time.sleep(QUIET)
         for key, daemon in (("", d), ("before_", d_before)):
             if daemon:
                 rss[f"{key}daemon_idle_after_large_reads"] = daemon.rss_mib()
