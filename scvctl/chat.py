@@ -204,15 +204,16 @@ def _prompt() -> str | None:
 
 
 def _chat_turn(c: Any, session: str, conversation: str, text: str) -> None:
+    resume = f"; resume the conversation with --conversation {conversation}"
     try:
-        turn = _start(c, session, text, f"; resume the conversation with --conversation {conversation}")
+        turn = _start(c, session, text, resume)
     except errors.InvalidRequest as exc:
         print(printable(errors.shown(exc)), flush=True)
         return
     sys.stdout.write("model> ")
     sys.stdout.flush()
     end = follow(c, session, turn, lambda e: _chat_event(c, session, e))
-    gone = _scvd_stopped(end, f"; resume the conversation with --conversation {conversation}")
+    gone = _scvd_stopped(end, resume)
     if isinstance(end, p.TurnCompleted) or gone is not None:
         print(flush=True)  # off the answer's line
     if gone is not None:
