@@ -73,6 +73,27 @@ class WithoutSdk:
         pass  # a reload retries the import
 
 
+class Loading:
+    """An added server while the SDK is imported on a thread: `starting`, until _add replaces it."""
+
+    state = "starting"
+    failures = 0
+    error = None
+    needs: tuple[str, ...] = ()
+
+    def __init__(self, name: str, cfg: McpServerConfig) -> None:
+        self.name, self.cfg = name, cfg
+
+    async def stop(self, why: str | None = None) -> None:
+        pass
+
+    def started_since(self, stored_at: float) -> bool:
+        return False  # settle() waits for the link that replaces it
+
+    def retry_now(self, stored_at: float) -> None:
+        pass  # its start reads the secrets stored by then
+
+
 async def _load_sdk() -> None:
     """Import link.py (the MCP SDK) and the argument checker's jsonschema on a thread, once.
     A missing SDK is _add's to report, server by server."""
@@ -102,7 +123,6 @@ class McpServers:
         # nor scvd's stop (close() waits for them) leaves one running
         self._stopping: set[asyncio.Future[None]] = set()
         self._closed = False  # scvd is stopping: a reload under way starts nothing more
-        self._loading: dict[str, McpServerConfig] = {}  # added servers whose SDK is being imported
         self._applying = asyncio.Lock()
 
     async def apply(self, config: Config) -> None:
@@ -124,15 +144,12 @@ class McpServers:
         if self._closed:
             return
         if added := {name: cfg for name, cfg in wanted.items() if name not in self.links}:
-            self._loading = added  # `starting` in status meanwhile
-            try:
-                await _load_sdk()
-            finally:
-                self._loading = {}
+            self.links.update((name, Loading(name, cfg)) for name, cfg in added.items())
+            await _load_sdk()
             if self._closed:
                 return
         for name, cfg in added.items():
-            if name not in self.links:
+            if isinstance(self.links.get(name), Loading):  # the apply lock keeps others off it
                 self._add(name, cfg)
 
     def _replaced(self, name: str, link: Any, config: Config, sandbox: tuple[Any, bool]) -> str | None:
@@ -191,13 +208,12 @@ class McpServers:
         was refused, starts again now, not after its backoff (up to a minute)."""
         self._stored[key] = stored_at
         for name in self._using(key):
-            if (link := self.links.get(name)) is not None:  # one whose SDK is being imported reads it at its start
-                link.retry_now(stored_at)
+            self.links[name].retry_now(stored_at)
 
     async def settle(self, key: str, timeout: float = SETTLE_SECONDS) -> dict[str, str]:
         """After secret_stored(key): how each server using it came out of the start with it (at most
         `timeout` s), so that store_secret can tell its agent whether the tools are there now. Known
-        by name: one whose SDK is being imported has no link yet, and a reload may replace a link."""
+        by name: a server whose SDK is being imported gets its link meanwhile, and a reload may replace one."""
         stored_at = self._stored.get(key)
         using = self._using(key)
         if stored_at is None or not using:
@@ -210,14 +226,12 @@ class McpServers:
         return {name: self._outcome(name, timeout) for name in using}
 
     def _started_since(self, name: str, stored_at: float) -> bool:
-        link = self.links.get(name)
-        if link is None:  # its SDK still being imported, or removed by a reload since
-            return name not in self._loading
-        return bool(link.started_since(stored_at))
+        link = self.links.get(name)  # None: removed by a reload since
+        return link is None or bool(link.started_since(stored_at))
 
     def _outcome(self, name: str, waited: float) -> str:
         link = self.links.get(name)
-        state = link.state if link is not None else "starting" if name in self._loading else "stopped"
+        state = link.state if link is not None else "stopped"
         if state == "ready":
             return f"ready: {len(self.tools.get(name, []))} tool(s)"
         if state == "starting":  # its error is the last start's, from before the secret came
@@ -226,9 +240,8 @@ class McpServers:
         return f"{state}: {link.error}" if link is not None and link.error else state
 
     def _using(self, key: str) -> list[str]:
-        """The servers running or starting (their SDK being imported too) that are given `key`."""
-        configured = {**self._loading, **{name: link.cfg for name, link in self.links.items()}}
-        return [name for name, cfg in configured.items() if key in server_secrets(cfg)]
+        """The servers (running, or starting while their SDK is imported) given `key`."""
+        return [name for name, link in self.links.items() if key in server_secrets(link.cfg)]
 
     async def close(self) -> None:
         """Stop every server, and wait for those a reload is still stopping."""
@@ -314,25 +327,13 @@ class McpServers:
         for name in self.tools:
             self._register(registry, name)
 
-    def configured(self, name: str) -> McpServerConfig | None:
-        """Server `name`'s configuration as it runs, or as it starts (its SDK still being imported)."""
-        link = self.links.get(name)
-        return link.cfg if link is not None else self._loading.get(name)
-
-    def names(self) -> list[str]:
-        """The servers running or starting."""
-        return [*self.links, *(name for name in self._loading if name not in self.links)]
-
     def status(self) -> list[McpServerStatus]:
-        shown = [
+        return [
             McpServerStatus(
                 name=name, transport="stdio" if link.cfg.command else "http", state=link.state,
                 tools=len(self.tools.get(name, [])), error=link.error, restarts=link.failures)
-            for name, link in self.links.items()
+            for name, link in sorted(self.links.items())
         ]
-        shown += [McpServerStatus(name=name, transport="stdio" if cfg.command else "http", state="starting")
-                  for name, cfg in self._loading.items() if name not in self.links]
-        return sorted(shown, key=lambda s: s.name)
 
     def load_errors(self) -> list[ToolLoadError]:
         errors = []

@@ -126,10 +126,10 @@ class StoreSecret(Tool):
 
 
 def _server_of(tool: str, servers: Any) -> str | None:
-    """NAME for `mcp__NAME` or one of its tools `mcp__NAME__TOOL`, of a server running or starting now; else None."""
+    """NAME for `mcp__NAME` or one of its tools `mcp__NAME__TOOL`, of a server running now; else None."""
     if servers is None or not tool.startswith(MCP_PREFIX):
         return None
-    return next((name for name in servers.names()
+    return next((name for name in servers.links
                  if tool == f"{MCP_PREFIX}{name}" or tool.startswith(f"{MCP_PREFIX}{name}__")), None)
 
 
@@ -141,7 +141,8 @@ def _configured_server(tool: str, key: str, ctx: CallContext) -> bool:
         return False
     name, servers = tool[len(MCP_PREFIX):], ctx.services.get(MCP_SERVICE)
     if servers is not None:
-        cfg = servers.configured(name)
+        link = servers.links.get(name)
+        cfg = link.cfg if link is not None else None
     else:
         cfg = ctx.config.mcp.servers.get(name)
     return bool(cfg is not None and cfg.enabled and key in server_secrets(cfg))
