@@ -304,6 +304,23 @@ def test_a_long_chat_that_keeps_loading_tools_unloads_the_least_recently_used_an
     assert list(replayed.loaded) == list(conv.loaded)
 
 
+def test_each_schema_of_a_request_is_sized_once(monkeypatch):
+    """The loaded schemas (up to 32 of an MCP server's, each kilobytes) were encoded twice before every
+    model request: once to pick those to unload, once more for the request's budget."""
+    sized: list[str] = []
+    real = trim.estimate
+
+    def estimate(value):
+        sized.extend(s.name for s in (value if isinstance(value, list) else [value]) if isinstance(s, cat.ToolSpec))
+        return real(value)
+
+    monkeypatch.setattr(trim, "estimate", estimate)
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read", "write"]))
+    [ask] = turn(conv).start("x")
+    names = [s.name for s in ask.request.tools]
+    assert "read" in names and sorted(sized) == sorted(names)
+
+
 def test_a_replayed_chat_orders_its_schemas_by_use_as_the_running_one_did():
     """The order of use picks the schemas unloaded first: a reply calling a loaded tool, then one not
     loaded, then another loaded was ordered otherwise on replay, so a restart unloaded other schemas."""
@@ -414,7 +431,7 @@ def test_a_long_chat_holds_old_trimmed_outputs_as_markers_and_sends_what_it_alwa
     def sent(actions: list) -> list:
         shadow.extend(r for r in conv.take_records() if isinstance(r, (UserText, AssistantReply, ToolOutput)))
         [request] = [a.request for a in actions if isinstance(a, CallModel)]
-        budget = 3_600 - trim_mod.estimate(request.instructions) - trim_mod.estimate(request.tools)  # less MARGIN
+        budget = 3_600 - trim_mod.estimate(request.instructions) - sum(map(trim_mod.estimate, request.tools))
         assert request.items == trim_mod.trim(shadow, budget)  # as if nothing had been compacted
         return request.items
 

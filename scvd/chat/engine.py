@@ -450,9 +450,11 @@ class Turn:
             return [self.fail("step_limit", f"the model asked for tools after {self.steps} requests in one turn "
                               "(chat.max_steps); the turn stopped", "raise chat.max_steps or split the task")]
         self.conv.flush_notes(self.id)
-        tools = self._unload_schemas(self.catalog.specs(self.conv.loaded))
+        specs = self.catalog.specs(self.conv.loaded)
+        sizes = {s.name: trim_mod.estimate(s) for s in specs}  # once each: unloading and the budget share them
+        tools = self._unload_schemas(specs, sizes)
         instructions = self.catalog.instructions(self.conv.settings.system_prompt, self.conv.loaded)
-        budget = self.usable - trim_mod.estimate(instructions) - trim_mod.estimate(tools)
+        budget = self.usable - trim_mod.estimate(instructions) - sum(sizes[s.name] for s in tools)
         items = trim_mod.trim(self.conv.history, budget, self.conv.sizes)
         if items is None:
             return [self.fail("context_limit", *self._too_big(budget))]
@@ -460,10 +462,10 @@ class Turn:
         self.steps += 1
         return [CallModel(ModelRequest(instructions=instructions, items=items, tools=tools))]
 
-    def _unload_schemas(self, tools: list[ToolSpec]) -> list[ToolSpec]:
-        """`tools` (catalog.specs) without the schemas unloaded now, least recently used first."""
-        loaded = tools[len(cat.CORE):]
-        gone = self.conv.unload(self.usable // SCHEMA_SHARE, {s.name: trim_mod.estimate(s) for s in loaded})
+    def _unload_schemas(self, tools: list[ToolSpec], sizes: dict[str, int]) -> list[ToolSpec]:
+        """`tools` (catalog.specs, their estimates `sizes`) without the schemas unloaded now, least
+        recently used first."""
+        gone = self.conv.unload(self.usable // SCHEMA_SHARE, sizes)
         if not gone:
             return tools
         log.debug("chat: unloaded the schemas of %d tools used least recently: %s", len(gone), ", ".join(gone))
