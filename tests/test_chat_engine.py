@@ -341,7 +341,7 @@ def test_a_request_leaves_room_for_the_reply_and_for_what_the_estimate_undercoun
         conv = Conversation(settings=Opened(workspace="/ws"))
         conv.history += [UserText(text="read it"), AssistantReply(calls=[call("c1", "read", path="a")]),
                          ToolOutput(call_id="c1", name="read", output=output), AssistantReply(text="done")]
-        [ask] = Turn(conv, catalog(), "t1", max_steps=8, context_tokens=10_000, **kw).start("next")
+        [ask] = Turn(conv, catalog(), "t1", max_steps=8, context_tokens=10_000).start("next", **kw)
         return [i.output for i in ask.request.items if isinstance(i, ToolOutput)]
 
     assert first_request("x" * 20_000, reply_tokens=4_000) == [trim.TRIMMED]  # 5,000 tokens, and 4,000 for the reply

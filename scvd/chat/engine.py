@@ -4,7 +4,11 @@ A `Conversation` is the state across turns (history, loaded schemas); a `Turn`
 drives one turn of it. The caller (service.py) performs the actions and feeds
 back what happened:
 
-    turn.start(text)              -> [CallModel]
+    turn.start(text, reply_tokens)-> [CallModel] | [Fail]: said(text), then ask(reply_tokens)
+    turn.said(text)               -> the text is in the history (before the provider is set up: a
+                                     turn that fails for want of one keeps it)
+    turn.ask(reply_tokens)        -> [CallModel] | [Fail]: the first request, keeping room for a reply
+                                     of reply_tokens (the provider's max_output_tokens, 0: none set)
     turn.on_reply(text, calls, u) -> [RunTool..., AskUser...] | [CallModel] | [Finish] | [Fail]
     turn.on_result(call_id, ...)  -> [] until the step's last result, then [CallModel] | [Fail]
     turn.on_answer(call_id, text) -> the same as on_result
@@ -302,11 +306,10 @@ class Turn:
     """One turn of a conversation; see the module docstring for the protocol."""
 
     def __init__(self, conv: Conversation, catalog: cat.Catalog, turn_id: str, *,
-                 max_steps: int, context_tokens: int, reply_tokens: int = 0) -> None:
+                 max_steps: int, context_tokens: int) -> None:
         self.conv, self.catalog, self.id = conv, catalog, turn_id
-        self.max_steps, self.context_tokens, self.reply_tokens = max_steps, context_tokens, reply_tokens
-        # what a request may take of the window: the reply and the margin are kept free
-        self.usable = max(context_tokens - context_tokens // MARGIN - reply_tokens, 0)
+        self.max_steps, self.context_tokens = max_steps, context_tokens
+        self.reply_tokens = 0  # ask()'s: the provider's Settings say it, once they are resolved
         self.steps = 0
         self.usage = Usage()
         self.outputs: dict[str, str | None] = {}  # this step's call_id -> output (None: waiting)
@@ -314,9 +317,21 @@ class Turn:
         self.flushed = False  # this step's outputs are in the history
         self.done = False
 
-    def start(self, text: str) -> list[Any]:
+    @property
+    def usable(self) -> int:
+        """What a request may take of the window: the reply and the margin are kept free."""
+        return max(self.context_tokens - self.context_tokens // MARGIN - self.reply_tokens, 0)
+
+    def start(self, text: str, reply_tokens: int = 0) -> list[Any]:
+        self.said(text)
+        return self.ask(reply_tokens)
+
+    def said(self, text: str) -> None:
         self.conv.flush_notes(self.id)  # background results that came between turns came first
         self.conv.append(UserText(text=text, turn=self.id))
+
+    def ask(self, reply_tokens: int = 0) -> list[Any]:
+        self.reply_tokens = reply_tokens
         return self._next_request()
 
     def on_reply(self, text: str, calls: list[ToolCall], usage: Usage) -> list[Any]:

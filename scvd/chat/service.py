@@ -147,9 +147,8 @@ class ChatService:
         turn_id = f"t{next(self._turns)}-{secrets.token_hex(3)}"
         # the session's tools as they are now: an MCP server's come once it is up, a reload's or a
         # restarted server's change (its registry follows them), so each turn takes them afresh
-        table = self.daemon.config.providers.get(chat.provider)  # the imported codex setup sets no reply cap
         chat.turn = Turn(chat.conv, self._catalog(chat), turn_id, max_steps=cfg.max_steps,
-                         context_tokens=cfg.context_tokens, reply_tokens=getattr(table, "max_output_tokens", 0) or 0)
+                         context_tokens=cfg.context_tokens)
         chat.results = asyncio.Queue()
         chat.task = asyncio.ensure_future(self._run(chat, chat.turn, frame.text))
         return p.TurnAccepted(id=frame.id, turn=turn_id)
@@ -255,8 +254,10 @@ class ChatService:
         end: p.Frame
         model: Any = None
         try:
-            work = turn.start(text)  # the text is the conversation's first: a provider not set up keeps it
-            model = await self._provider(chat)
+            turn.said(text)  # before the provider is set up: a turn that fails for want of one keeps it
+            settings = await self._settings(chat)
+            work = turn.ask(settings.max_output_tokens or 0)  # the reply's room: the provider's, as it sends it
+            model = provider_mod.make(settings)
             end = await self._drive(chat, turn, model, work, calls)
         except provider_mod.ProviderFailure as exc:
             fail = turn.fail(exc.reason, exc.message, exc.hint)
@@ -383,15 +384,14 @@ class ChatService:
         self._event(chat, p.QuestionAsked(seq=0, session=chat.session.id, turn=turn.id,
                                           question_id=question_id, question=action.question))
 
-    async def _provider(self, chat: Chat) -> Any:
+    async def _settings(self, chat: Chat) -> provider_mod.Settings:
         # resolving reads files and the first use imports openai: both kept off the loop
         await asyncio.to_thread(importlib.import_module, "scvd.chat.openai_api")
         # the daemon's configuration now, not the session's snapshot: a provider fixed in config.toml
         # and reloaded (its base_url, model, key) serves the open chat's next turn
-        settings = await off_loop(  # the key may come from the keyring, which may hang
+        return await off_loop(  # the key may come from the keyring, which may hang
             provider_mod.resolve, chat.provider, self.daemon.config, self.daemon.paths.adapters_dir,
             getattr(self.daemon, "secrets", None))
-        return provider_mod.make(settings)
 
     # --- helpers ---------------------------------------------------------------------------
 
