@@ -367,7 +367,7 @@ def test_replay_rebuilds_and_closes_calls_a_crash_left_open():
 
 
 def test_replay_ends_a_turn_a_kill_cut_off_once_and_only_the_last():
-    from scvd.chat.engine import KILLED_NOTE
+    from scvd.chat.readback import KILLED_NOTE
 
     records = [Opened(workspace="/ws"), UserText(text="rm it", turn="t1"),
                AssistantReply(calls=[ToolCall("c1", "bash")], turn="t1")]

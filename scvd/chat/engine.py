@@ -52,6 +52,7 @@ from ..text import json_bytes
 from . import catalog as cat, trim as trim_mod
 from .items import (HISTORY, AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, Record, SchemasLoaded,
                     ScvdNote, ToolCall, ToolOutput, ToolSpec, TurnEnded, Usage, UserText)
+from .readback import CANCELLED_NOTE, STOPPED_NOTE, killed, read_back
 
 log = logging.getLogger("scvd.chat")
 
@@ -66,25 +67,7 @@ SCHEMA_KEEP = cat.SEARCH_LIMIT
 # model's window to the token was still refused as longer than it
 MARGIN = 10
 NAMES_SHOWN = 40  # of the tool names (a namespaced family's counted as one) a find_tools that matched nothing lists
-# after a cancelled turn's text, which stays (as a failed turn's does): the next turn's came right after
-# it, and the model took the cancelled request for one still to carry out
-CANCELLED_NOTE = ("[this turn was cancelled before it was answered; do not carry out the request above unless "
-                  "asked again]")
-# the same after scvd's own stop (SIGTERM mid-turn): the conversation resumed after the restart redid it
-STOPPED_NOTE = ("[scvd stopped during this turn, before it was answered; do not carry out the request above "
-                "unless asked again]")
-# the same for a turn that a crash or SIGKILL cut off: no turn-end record, so the note comes at the replay
-KILLED_NOTE = ("[scvd stopped unexpectedly during this turn (it crashed or was killed), before it was answered; "
-               "do not carry out the request above unless asked again]")
 KILLED_CALL = "scvd stopped before this call finished"
-
-
-def current(record: Any) -> Any:
-    """`record` as this version writes it: a cancelled turn's note, written as a `user` record before
-    notes had a kind of their own, is a ScvdNote."""
-    if isinstance(record, UserText) and not record.note and record.text == CANCELLED_NOTE:
-        return ScvdNote(text=record.text, turn=record.turn)
-    return record
 
 
 def _names(catalog: cat.Catalog, include_system: bool) -> str:
@@ -155,14 +138,13 @@ class Conversation:
         """Rebuild from a transcript; a call left without output (a crash) gets a cancelled one, and a
         turn left without its end gets KILLED_NOTE and an end (both in `records`, to write back).
         `settings` stand in when no `open` record is readable (its write failed or was torn)."""
-        opened = next((r for r in reversed(records) if isinstance(r, Opened)), settings)  # the latest settings
+        back = read_back(records)
+        opened = back.opened or settings
         if opened is None:
             raise ValueError("transcript has no `open` record")
         conv = cls(settings=opened)
-        for rec in map(current, records):
-            if isinstance(rec, Cleared):
-                conv.history, conv.loaded, conv.notes = [], {}, []
-            elif isinstance(rec, SchemasLoaded):
+        for rec in back.records:  # those since the last clear
+            if isinstance(rec, SchemasLoaded):
                 conv.touch(rec.names)
             elif isinstance(rec, NoteArrived):
                 conv.notes.append(rec)
@@ -173,11 +155,9 @@ class Conversation:
                 if isinstance(rec, UserText) and rec.note:  # that note was handed over
                     conv.notes = [n for n in conv.notes if n.call_id != rec.note]
         conv.history = paired(conv.history, "its output was not written to the transcript (a write failed)")
-        cut = unfinished(records)
-        conv.close_open_calls(KILLED_CALL, cut)
-        if cut:  # ended here, as Turn.stopped() ends one, and written back: the next replay finds it ended
-            conv.append(ScvdNote(text=KILLED_NOTE, turn=cut))
-            conv.append(TurnEnded(turn=cut, status="failed", reason="cancelled_by_shutdown"))
+        conv.close_open_calls(KILLED_CALL, back.cut)
+        for rec in killed(back.cut) if back.cut else []:  # written back: the next replay finds it ended
+            conv.append(rec)
         return conv
 
     def append(self, record: Record) -> None:
@@ -251,21 +231,6 @@ class Conversation:
             if call.call_id not in answered:
                 self.append(ToolOutput(call_id=call.call_id, name=call.name,
                                        output=error_output("cancelled", why), turn=turn))
-
-
-def unfinished(records: list[Any]) -> str:
-    """The id of the last turn since the last clear if it has no turn-end record (scvd crashed or was
-    killed during it), else "". Only the last: an older one was resumed by a version that added no note,
-    and a note now would come after the turns since."""
-    last, ended = "", set()
-    for rec in records:
-        if isinstance(rec, Cleared):
-            last, ended = "", set()
-        elif isinstance(rec, TurnEnded):
-            ended.add(rec.turn)
-        elif isinstance(rec, HISTORY) and rec.turn:
-            last = rec.turn
-    return "" if last in ended else last
 
 
 def paired(history: list[Any], why: str) -> list[Any]:

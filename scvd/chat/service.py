@@ -26,10 +26,10 @@ from ..secrets import off_loop
 from ..text import well_formed
 from . import provider as provider_mod
 from .catalog import Catalog
-from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, current, error_output, ok_output
-from .items import (CallRequested, Cleared, NoteArrived, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall,
-                    Usage)
+from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
+from .items import CallRequested, NoteArrived, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall, Usage
 from .pipeline import submit
+from .readback import read_back
 from .transcript import Transcripts, new_id
 
 log = logging.getLogger("scvd.chat")
@@ -167,8 +167,7 @@ class ChatService:
     async def history(self, conn: Any, frame: p.ChatHistory) -> p.Frame:
         chat = self._own(conn, frame.session)
         records = await asyncio.to_thread(self.transcripts.read, chat.conversation)
-        start = max((i + 1 for i, r in enumerate(records) if isinstance(r, Cleared)), default=0)
-        shown = [current(r) for r in records[start:] if not isinstance(r, (Opened, SchemasLoaded, NoteArrived))]
+        shown = [r for r in read_back(records).records if not isinstance(r, (Opened, SchemasLoaded, NoteArrived))]
         end = len(shown) if frame.before is None else min(frame.before, len(shown))
         first = 0 if frame.limit is None else max(0, end - frame.limit)
         answer = p.ChatTranscript(id=frame.id, conversation=chat.conversation, start=first, more=first > 0,

@@ -20,7 +20,7 @@ from conftest import reloaded
 from harness import RawConn, make_wrapped  # noqa: F401 (a fixture)
 from test_lifecycle import hang_point, reached
 from scvd import errors, protocol as p
-from scvd.chat.engine import CANCELLED_NOTE, KILLED_NOTE as KILLED, STOPPED_NOTE as STOPPED
+from scvd.chat.readback import CANCELLED_NOTE, KILLED_NOTE as KILLED, STOPPED_NOTE as STOPPED
 from scvd.chat.items import Opened, TurnEnded, UserText
 from scvd.chat.transcript import Transcripts
 

@@ -26,7 +26,7 @@ from chat_model import Calls, Cut, Deltas, Hang, Status, Text
 from harness import RawConn
 from helpers import lockable_keyring
 from scvd import errors, protocol as p
-from scvd.chat.engine import CANCELLED_NOTE
+from scvd.chat.readback import CANCELLED_NOTE
 from scvd.chat.pipeline import NO_APPROVER, NO_APPROVER_BRIDGE
 from scvd.tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
 
