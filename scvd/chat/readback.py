@@ -1,9 +1,12 @@
 """A transcript read back as this version writes it, in one walk: what a replay and chat.history read.
 
-Only the records after the last `clear` count, and the latest `open` wherever it is. A cancelled
-turn's note, written as a `user` record before notes had a kind of their own, is a ScvdNote. The
-last turn is left to the caller when it has no end (`cut`): the replay ends it in the file (a crash
-cut it off), while chat.history may be reading a turn still running.
+Only the records after the last `clear` count, and the latest `open` wherever it is. What older
+builds wrote otherwise is read as now:
+- A cancelled turn's note was a `user` record. It is scvd's (a ScvdNote) where it follows the
+  person's text of its own turn: a turn holds one text of the person's, its first, so the same
+  words typed as a turn's text stay the person's.
+The last turn is left to the caller when it has no end (`cut`): the replay ends it in the file (a
+crash cut it off), while chat.history may be reading a turn still running.
 """
 
 from __future__ import annotations
@@ -36,18 +39,21 @@ def read_back(records: Iterable[Any]) -> Readback:
     out: list[Any] = []
     opened = None
     ended: set[str] = set()
-    turn = ""  # the turn of the last history record
+    turn = said = ""  # the turn of the last history record; of the person's last text
     for rec in records:
         if isinstance(rec, Opened):
             opened = rec
         if isinstance(rec, Cleared):
-            out, ended, turn = [], set(), ""
+            out, ended, turn, said = [], set(), "", ""
             continue
         if isinstance(rec, TurnEnded):
             ended.add(rec.turn)
-        elif isinstance(rec, UserText) and not rec.note and rec.text == CANCELLED_NOTE:
-            rec = ScvdNote(text=rec.text, turn=rec.turn)
-        if isinstance(rec, HISTORY) and rec.turn:
+        elif isinstance(rec, HISTORY) and rec.turn:
+            if isinstance(rec, UserText) and not rec.note:
+                if rec.turn == said and rec.text == CANCELLED_NOTE:
+                    rec = ScvdNote(text=rec.text, turn=rec.turn)
+                else:
+                    said = rec.turn
             turn = rec.turn
         out.append(rec)
     return Readback(out, opened, "" if turn in ended else turn)

@@ -21,7 +21,7 @@ from harness import RawConn, make_wrapped  # noqa: F401 (a fixture)
 from test_lifecycle import hang_point, reached
 from scvd import errors, protocol as p
 from scvd.chat.readback import CANCELLED_NOTE, KILLED_NOTE as KILLED, STOPPED_NOTE as STOPPED
-from scvd.chat.items import Opened, TurnEnded, UserText
+from scvd.chat.items import AssistantReply, Opened, TurnEnded, UserText
 from scvd.chat.transcript import Transcripts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,21 +133,26 @@ def test_a_turn_cut_off_by_sigkill_gets_scvds_note_when_the_conversation_resumes
 
 def test_a_cancelled_turns_note_written_as_a_user_record_replays_as_scvds(make_daemon, model, scv_home, workspace):
     """Transcripts from before notes had a kind of their own hold the note as a `user` record: it still
-    reaches the model, and history shows it as scvd's."""
+    reaches the model, and history shows it as scvd's. It is told by its place (after the person's text
+    of its own turn), not by its words alone: a person who typed them as a turn's text saw them as scvd's."""
     m = model(Text("noon"))
     note = CANCELLED_NOTE  # as such a transcript holds it
     Transcripts(scv_home / "state" / "chat").append("kold", [
         Opened(workspace=str(workspace), provider="test"), UserText(text="delete the logs", turn="t1"),
-        UserText(text=note, turn="t1"), TurnEnded(turn="t1", status="cancelled")])
+        UserText(text=note, turn="t1"), TurnEnded(turn="t1", status="cancelled"),
+        UserText(text=note, turn="t2"), AssistantReply(text="understood", turn="t2"),
+        TurnEnded(turn="t2", status="completed")])
     d = make_daemon(config(m), home=scv_home, env={"SCVD_TEST_MODEL_KEY": "sk-test"})
     with d.client(name="pytest") as c:
         session, history = resumed(c, workspace, "kold")
         assert [(r["kind"], r.get("text")) for r in history] == \
-            [("user", "delete the logs"), ("scvd", note), ("turn", None)]
+            [("user", "delete the logs"), ("scvd", note), ("turn", None), ("user", note),
+             ("assistant", "understood"), ("turn", None)]
         c.request(p.TurnStart, session=session, text="what time is it")
         assert isinstance(until_end(c)[-1], p.TurnCompleted)
     assert m.requests[0]["messages"][1:] == [
-        {"role": "user", "content": f"delete the logs\n\n{note}\n\nwhat time is it"}]
+        {"role": "user", "content": f"delete the logs\n\n{note}\n\n{note}"},
+        {"role": "assistant", "content": "understood"}, {"role": "user", "content": "what time is it"}]
 
 
 IDLE = textwrap.dedent("""
