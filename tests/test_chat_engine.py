@@ -7,7 +7,7 @@ import json
 import pytest
 
 from scvd.chat import catalog as cat, trim
-from scvd.chat.engine import (AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn)
+from scvd.chat.engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output
 from scvd.chat.items import (AssistantReply, Cleared, NoteArrived, Opened, ToolCall, ToolOutput, TurnEnded, Usage,
                              UserText)
 from scvd.errors import Denied
@@ -366,7 +366,7 @@ def test_replay_rebuilds_and_closes_calls_a_crash_left_open():
     assert json.loads(conv.history[-1].output)["error"]["kind"] == "cancelled"
 
 
-def test_replay_ends_a_turn_a_kill_cut_off_once_and_only_the_last():
+def test_replay_ends_a_turn_a_kill_cut_off_once():
     from scvd.chat.readback import KILLED_NOTE
 
     records = [Opened(workspace="/ws"), UserText(text="rm it", turn="t1"),
@@ -377,8 +377,25 @@ def test_replay_ends_a_turn_a_kill_cut_off_once_and_only_the_last():
                                                               ("TurnEnded", "t1")]
     assert conv.history[-1].text == KILLED_NOTE and written[-1].status == "failed"
     assert Conversation.replay(records + written).take_records() == []  # a second restart adds nothing
-    later = [*records, *written[:1], UserText(text="hi", turn="t2"), TurnEnded(turn="t2", status="completed")]
-    assert Conversation.replay(later).take_records() == []  # resumed before notes came: too late for one
+
+
+def test_an_older_turn_a_kill_cut_off_and_a_build_without_notes_resumed_gets_its_note_in_place():
+    """Only the last turn got the note: one that a build from before the notes had resumed (its calls
+    closed, no note, no end) stayed without, and the model read its request followed by the next turn's
+    as two requests still to carry out. The note goes where it belongs, before the next turn's text;
+    nothing is written, so every replay reads it there once."""
+    from scvd.chat.readback import KILLED_NOTE
+
+    later = [Opened(workspace="/ws"), UserText(text="rm it", turn="t1"),
+             AssistantReply(calls=[ToolCall("c1", "bash")], turn="t1"),
+             ToolOutput(call_id="c1", name="bash", output=error_output("cancelled", "scvd stopped")),
+             UserText(text="hi", turn="t2"), AssistantReply(text="hello", turn="t2"),
+             TurnEnded(turn="t2", status="completed")]
+    for records in (later, [*later, UserText(text="and now?", turn="t3"), TurnEnded(turn="t3", status="completed")]):
+        conv = Conversation.replay(records)
+        assert [getattr(i, "text", i.call_id if isinstance(i, ToolOutput) else "") for i in conv.history][:6] == \
+            ["rm it", "", "c1", KILLED_NOTE, "hi", "hello"]
+        assert conv.take_records() == []
 
 
 def test_replay_hands_over_the_background_notes_the_model_has_not_read():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scvd.chat.items import AssistantReply, Cleared, Opened, TurnEnded, UserText
-from scvd.chat.readback import CANCELLED_NOTE, read_back
+from scvd.chat.readback import CANCELLED_NOTE, KILLED_NOTE, read_back
 
 
 def kinds(records: list) -> list[tuple[str, str]]:
@@ -29,3 +29,15 @@ def test_only_what_follows_the_last_clear_counts_but_the_latest_settings_whereve
     assert back.records == [UserText(text="b", turn="t2")]
     assert back.opened.system_prompt == "terse" and back.cut == "t2"
     assert read_back([UserText(text="a", turn="t1"), TurnEnded(turn="t1", status="failed")]).cut == ""
+
+
+def test_only_a_turn_that_never_ended_gets_the_note_and_the_last_is_left_to_the_caller():
+    """A closed session's turn could end after the next turn began (before chat.open waited for it):
+    it ended, so it gets no note. The last turn may be running (chat.history during a turn)."""
+    back = read_back([UserText(text="a", turn="t1"), UserText(text="b", turn="t2"),
+                      TurnEnded(turn="t1", status="cancelled"), TurnEnded(turn="t2", status="completed"),
+                      UserText(text="c", turn="t3"), UserText(text="d", turn="t4")])
+    assert kinds(back.records) == [("UserText", "a"), ("UserText", "b"), ("TurnEnded", "cancelled"),
+                                   ("TurnEnded", "completed"), ("UserText", "c"), ("ScvdNote", KILLED_NOTE),
+                                   ("TurnEnded", "failed"), ("UserText", "d")]
+    assert back.cut == "t4"

@@ -15,7 +15,7 @@ import pytest
 from scvd import errors
 from scvd.chat import expiry
 from scvd.chat.engine import Conversation
-from scvd.chat.items import AssistantReply, Cleared, Opened, ToolCall, ToolOutput, UserText
+from scvd.chat.items import AssistantReply, Cleared, Opened, ToolCall, ToolOutput, TurnEnded, UserText
 from scvd.chat.transcript import Transcripts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,7 +159,7 @@ def test_a_replayed_history_pairs_every_call_with_its_output(tmp_path):
         AssistantReply(text="ok"), UserText(text="two"),
         AssistantReply(calls=[ToolCall("c1", "read"), ToolCall("c2", "read")], turn="t2"),
         ToolOutput(call_id="c2", name="read", output="{}"),  # c1's was lost
-        AssistantReply(text="done"), UserText(text="three"),
+        AssistantReply(text="done"), TurnEnded(turn="t2", status="completed"), UserText(text="three"),
         AssistantReply(calls=[ToolCall("c3", "bash")], turn="t3")])  # scvd stopped during c3
     shown = [(type(i).__name__, getattr(i, "call_id", "")) for i in conv.history]
     assert shown == [("UserText", ""), ("AssistantReply", ""), ("UserText", ""), ("AssistantReply", ""),

@@ -23,7 +23,8 @@ Rules:
   and tools outside the conversation's set are answered here, not run.
 - A cancelled or stopped turn's note is a `ScvdNote`: the model reads it as user text, but it
   is not the person's message (history shows it as scvd's; trimming never keeps it as one).
-  A turn a crash or SIGKILL cut off (no turn-end record) gets its note at the replay.
+  A turn a crash or SIGKILL cut off (no turn-end record) gets its note at the replay (an older
+  one that an earlier build resumed without one, in its place: readback.py).
 - A `background` tool's output is a placeholder; its result becomes a user-side
   note before the next request (of this turn, or the next turn). The note is a
   record when it arrives, so a conversation reopened (or replayed after a
@@ -136,7 +137,7 @@ class Conversation:
     @classmethod
     def replay(cls, records: list[Any], settings: Opened | None = None) -> Conversation:
         """Rebuild from a transcript; a call left without output (a crash) gets a cancelled one, and a
-        turn left without its end gets KILLED_NOTE and an end (both in `records`, to write back).
+        last turn left without its end gets KILLED_NOTE and an end (both in `records`, to write back).
         `settings` stand in when no `open` record is readable (its write failed or was torn)."""
         back = read_back(records)
         opened = back.opened or settings

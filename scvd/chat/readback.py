@@ -5,6 +5,11 @@ builds wrote otherwise is read as now:
 - A cancelled turn's note was a `user` record. It is scvd's (a ScvdNote) where it follows the
   person's text of its own turn: a turn holds one text of the person's, its first, so the same
   words typed as a turn's text stay the person's.
+- A turn that a crash or SIGKILL cut off, resumed by a build that ended no such turn, has no
+  note and no end. It gets both right after its records (and the outputs that build gave its
+  calls, which name no turn), where a turn cut off now has them: the model and chat.history read
+  each turn cut off alike. They are not written: an append would put them after the turns since,
+  where "the request above" would be another turn's.
 The last turn is left to the caller when it has no end (`cut`): the replay ends it in the file (a
 crash cut it off), while chat.history may be reading a turn still running.
 """
@@ -14,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .items import HISTORY, Cleared, Opened, ScvdNote, TurnEnded, UserText
+from .items import HISTORY, Cleared, Opened, ScvdNote, ToolOutput, TurnEnded, UserText
 
 # after a cancelled turn's text, which stays (as a failed turn's does): the next turn's came right after
 # it, and the model took the cancelled request for one still to carry out
@@ -39,12 +44,13 @@ def read_back(records: Iterable[Any]) -> Readback:
     out: list[Any] = []
     opened = None
     ended: set[str] = set()
+    ends: dict[str, int] = {}  # where each turn's records end in `out`
     turn = said = ""  # the turn of the last history record; of the person's last text
     for rec in records:
         if isinstance(rec, Opened):
             opened = rec
         if isinstance(rec, Cleared):
-            out, ended, turn, said = [], set(), "", ""
+            out, ended, ends, turn, said = [], set(), {}, "", ""
             continue
         if isinstance(rec, TurnEnded):
             ended.add(rec.turn)
@@ -56,6 +62,13 @@ def read_back(records: Iterable[Any]) -> Readback:
                     said = rec.turn
             turn = rec.turn
         out.append(rec)
+        if turn and isinstance(rec, HISTORY) and (rec.turn or isinstance(rec, ToolOutput)):
+            ends[turn] = len(out)  # an output naming no turn closed this one's call (an older replay)
+    # its end may come after the next turn's records (a closed session's turn, before 69c4139), so only
+    # now is a turn known to have none; from the back, so that each index still points where it did
+    for old, at in sorted(((t, at) for t, at in ends.items() if t not in ended and t != turn),
+                          key=lambda found: -found[1]):
+        out[at:at] = killed(old)
     return Readback(out, opened, "" if turn in ended else turn)
 
 

@@ -131,6 +131,31 @@ def test_a_turn_cut_off_by_sigkill_gets_scvds_note_when_the_conversation_resumes
     assert m.requests[2]["messages"][-1] == {"role": "user", "content": f"{KILLED}\n\nwhat time is it"}
 
 
+def test_an_older_turn_cut_off_before_notes_came_shows_its_note_in_place(make_daemon, model, scv_home, workspace):
+    """A turn SIGKILL cut off, which a build from before the notes resumed (closing its calls, writing
+    no end), stayed without a note once later turns came: history showed it unanswered and unended,
+    and the model read "delete the logs" as still to carry out."""
+    m = model(Text("noon"), Text("ten past"))
+    transcripts = Transcripts(scv_home / "state" / "chat")
+    transcripts.append("kold", [
+        Opened(workspace=str(workspace), provider="test"), UserText(text="delete the logs", turn="t1"),
+        UserText(text="hi", turn="t2"), AssistantReply(text="hello", turn="t2"),
+        TurnEnded(turn="t2", status="completed")])
+    d = make_daemon(config(m), home=scv_home, env={"SCVD_TEST_MODEL_KEY": "sk-test"})
+    for _ in range(2):  # chat.history and each replay read it there, once; nothing is written
+        with d.client(name="pytest") as c:
+            session, history = resumed(c, workspace, "kold")
+            assert [(r["kind"], r.get("text") or r.get("status")) for r in history][:5] == [
+                ("user", "delete the logs"), ("scvd", KILLED), ("turn", "failed"), ("user", "hi"),
+                ("assistant", "hello")]
+            c.request(p.TurnStart, session=session, text="what time is it")
+            assert isinstance(until_end(c)[-1], p.TurnCompleted)
+    assert KILLED not in [getattr(r, "text", "") for r in transcripts.read("kold")]  # read there, never written
+    assert m.requests[0]["messages"][1:] == [
+        {"role": "user", "content": f"delete the logs\n\n{KILLED}\n\nhi"}, {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "what time is it"}]
+
+
 def test_a_cancelled_turns_note_written_as_a_user_record_replays_as_scvds(make_daemon, model, scv_home, workspace):
     """Transcripts from before notes had a kind of their own hold the note as a `user` record: it still
     reaches the model, and history shows it as scvd's. It is told by its place (after the person's text
