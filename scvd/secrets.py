@@ -70,7 +70,7 @@ SOURCES = ("keyring", "file", "env")
 # request is invalid", none of which said so before (a script's `aws` or `curl` exits 254 or 1)
 _CREDENTIAL = (r"(?:(?:x-)?api[ _-]?key|(?:api|access|auth|bearer|oauth|refresh|security)[ _-]?token"
                r"|credentials?|password)")
-REFUSED_RE = re.compile(
+_REFUSED_RE = re.compile(
     r"unauthori[sz]ed|bad credentials|invalid_auth|\b403\W{1,3}forbidden|(?:status|http|error|code)\W{1,3}40[13]\b"
     rf"|(?:invalid|incorrect|wrong|revoked|expired) {_CREDENTIAL}|{_CREDENTIAL} (?:provided |included in the "
     r"request )?(?:is |was |has |have |has been )?(?:invalid|incorrect|expired|revoked)"
@@ -79,7 +79,18 @@ REFUSED_RE = re.compile(
     r"|(?<!_)auth(?:entication)?[ _](?:failed|required|error)\b|not[ _]authenticated|\bnot_authed\b"
     # an error code that ends in a failure (`user_authentication_failed`) is one; a function's name does not
     # end so (`handle_auth_error`), and one that does is no code where a traceback's frame or a call shows it
-    r"|(?<![\w.])(?<!\bin )(?:[a-z0-9]+_)+auth(?:entication)?_failed\b(?!\()", re.IGNORECASE)
+    # nor where Python's message quotes a name (NameError's `name 'on_auth_failed'`, AttributeError's)
+    r"|(?<![\w.])(?<!\bin )(?<!name ')(?<!attribute ')(?:[a-z0-9]+_)+auth(?:entication)?_failed\b(?!\()",
+    re.IGNORECASE)
+# the source line a Python traceback quotes under a frame, indented past its `File "...", line N`
+# (none under a frame without source, where the next line may be the error itself)
+_QUOTED_SOURCE_RE = re.compile(r'( *)(File "[^"\n]*", line \d+[^\n]*)\n\1 +\S[^\n]*')
+
+
+def reads_refused(said: str) -> bool:
+    """Whether a failure's text reads like a refused credential (_REFUSED_RE), the code a traceback
+    quotes left out: `callback = on_auth_failed` in a frame is no refusal."""
+    return _REFUSED_RE.search(_QUOTED_SOURCE_RE.sub(r"\1\2", said)) is not None
 
 
 @dataclass(frozen=True)

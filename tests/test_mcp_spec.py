@@ -248,6 +248,15 @@ def test_the_hosts_answer_becomes_a_decision_or_none(reply, expected):
     ("code=SSO_AUTH_FAILED", True),
     # a function named so, in a traceback's frame or called
     ('File "hooks.py", line 4, in on_auth_failed', False), ("self.on_auth_failed(request)", False),
+    # the source line a traceback quotes under its frame, and Python's message naming what it lacks
+    ('Traceback (most recent call last):\n  File "hooks.py", line 4, in <module>\n    callback = on_auth_failed\n'
+     "RuntimeError: hooks are not registered", False),
+    ("NameError: name 'on_auth_failed' is not defined", False),
+    ("AttributeError: module 'hooks' has no attribute 'on_auth_failed'", False),
+    # a refusal after a traceback still is one, also where a frame quotes no source
+    ('Traceback (most recent call last):\n  File "app.py", line 9, in main\n    resp.raise_for_status()\n'
+     "requests.exceptions.HTTPError: 401 Client Error: Unauthorized for url", True),
+    ('  File "<frozen runpy>", line 88, in _run_code\nauth: {"code": "user_authentication_failed"}', True),
 ])
 def test_only_an_error_about_a_credential_reads_as_refused(said, refused):
     cfg = McpServerConfig(command="srv", env={"TOKEN": SecretRef(secret="SRV_TOKEN")})

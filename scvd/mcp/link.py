@@ -26,7 +26,7 @@ from ..config import McpServerConfig, SecretRef, server_secrets
 from ..redact import hide_in_logs, redact, redact_tree
 from ..errors import CredentialMissing, Failed, InvalidArguments, LimitExceeded, ScvError, ToolError, Unavailable
 from ..secret_like import picked
-from ..secrets import REFUSED_RE, off_loop
+from ..secrets import off_loop, reads_refused
 from ..text import well_formed
 from . import spec
 from .skim import MESSAGE_LIMIT, skim_response
@@ -429,7 +429,7 @@ class ServerLink:
             return exc.keys
         if self._http_status in (401, 403):
             return tuple(self._sent()[0])
-        if self._proc is not None and REFUSED_RE.search(self._proc.stderr_tail()):  # its env's, refused
+        if self._proc is not None and reads_refused(self._proc.stderr_tail()):  # its env's, refused
             return tuple(sorted(server_secrets(self.cfg)))
         return ()
 

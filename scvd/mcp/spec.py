@@ -16,7 +16,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 from .. import http_fields
 from ..config import McpServerConfig, SecretRef, server_secrets
 from ..errors import CredentialMissing, Unavailable
-from ..secrets import REFUSED_RE
+from ..secrets import reads_refused
 from ..passenv import build as allowed_env
 
 PREFIX = "mcp__"
@@ -78,7 +78,7 @@ def refused(server: str, cfg: McpServerConfig, tool: str, said: str) -> Credenti
     secrets: credential_missing naming them, so an agent can heal it (store_secret, then the call
     again); None for any other failure."""
     keys = sorted(server_secrets(cfg))
-    if not keys or not REFUSED_RE.search(said):
+    if not keys or not reads_refused(said):
         return None
     key = f"key {keys[0]!r}" if len(keys) == 1 else "the refused one's key"
     return CredentialMissing(

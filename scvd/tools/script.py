@@ -34,7 +34,7 @@ from .. import validation_text as vt
 from ..errors import ConfigError, CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import run_process
 from ..redact import hide_in_logs, redact, redact_tree
-from ..secrets import REFUSED_RE, SecretStore, off_loop
+from ..secrets import SecretStore, off_loop, reads_refused
 from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline, whole_numbers
 from .runs import output_so_far, redact_text, workspace_error
@@ -251,7 +251,7 @@ class ScriptTool(Tool):
             printed = redact_text(result.output, secrets)[-TAIL_CHARS:].strip()  # many scripts say why there
             said += f"; stdout: {printed}" if printed else ""
             # `gh` or `curl` on a 401 exit 1, not 77: the agent still needs the key's name (seed 003)
-            if self.definition.spec.secrets and REFUSED_RE.search(said):
+            if self.definition.spec.secrets and reads_refused(said):
                 raise self._rejected(result.stderr, said, f"{self.name} failed ({how}) with output that reads "
                                                           "like a refused credential")
             raise Failed(f"{self.name} failed ({how}){said}")
