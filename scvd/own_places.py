@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 SERVICE = "own_places"  # the daemon's places in a session's services, where the tools find them
 
-ROOT = "root"  # where scvd keeps everything: SCV_HOME, else its config, data and state directories
+ROOT = "root"  # where scvd keeps everything: Paths.roots()
 CONFIG = "config"  # a config file: the one scvd reads (`--config`'s) and the instance's config.toml
 SECRETS = "secrets"  # secrets.toml, the secret store
 AUDIT_LOG = "audit_log"  # audit.log; its rotations add a suffix to the name
@@ -38,8 +38,7 @@ def own_places(paths: Any, config_file: str | None = None) -> tuple[Place, ...]:
     the read rule keeps its per-workspace work by that identity."""
     if paths is None:
         return ()
-    roots = [paths.home] if paths.home else [paths.config_dir, paths.data_dir, paths.state_dir]
-    found = [(ROOT, d) for d in roots]
+    found = [(ROOT, d) for d in paths.roots()]
     found += [(CONFIG, config_file or paths.config_file), (CONFIG, paths.config_file)]
     found += [(SECRETS, paths.secrets_file), (AUDIT_LOG, paths.audit_log), (CHAT, paths.chat_dir),
               (ADAPTERS, paths.adapters_dir), (MCP, paths.mcp_dir)]

@@ -80,6 +80,13 @@ class Paths:
     def pid_file(self) -> Path:
         return self.state_dir / "scvd.pid"
 
+    def roots(self) -> list[Path]:
+        """The directories that hold the instance's files, the one list of them: SCV_HOME (else the
+        config and data directories), then the state and runtime (socket) directories, named even
+        inside SCV_HOME: the sandbox hides them again below a workspace that is SCV_HOME."""
+        found = [self.home] if self.home else [self.config_dir, self.data_dir]
+        return list(dict.fromkeys([*found, self.state_dir, self.runtime_dir]))
+
     def private_dirs(self) -> list[Path]:
         """Directories scvd creates and keeps at 0700."""
         dirs = [self.config_dir, self.data_dir, self.state_dir, self.adapters_dir]

@@ -332,7 +332,7 @@ class ProbeResult:
 
 
 def hidden_paths(paths: Paths, env: Mapping[str, str]) -> list[Path]:
-    """scvd's own directories, hidden inside the sandbox (candidates; may not exist).
+    """scvd's own directories (Paths.roots()), hidden inside the sandbox (candidates; may not exist).
 
     The whole XDG_RUNTIME_DIR goes too: it holds the systemd user manager's and
     the D-Bus session sockets, through which a process could start commands
@@ -340,9 +340,7 @@ def hidden_paths(paths: Paths, env: Mapping[str, str]) -> list[Path]:
     sockets are when XDG_RUNTIME_DIR names another directory (one inherited from
     another user through `su`, which platformdirs skips for scvd's socket too).
     """
-    found = [paths.runtime_dir, paths.state_dir, runtime_base(env), runtime_base({})]
-    found += [paths.home] if paths.home else [paths.config_dir, paths.data_dir]
-    return found
+    return [*paths.roots(), runtime_base(env), runtime_base({})]
 
 
 # Unix sockets that lead out of a sandbox live here: tmux, screen, X11 and ssh-agent in

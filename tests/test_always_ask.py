@@ -12,7 +12,8 @@ from fs_support import ws  # noqa: F401 (fixture)
 from scvd.adapters.tools import cwd_targets
 from scvd.always_ask import DEFAULT_ALWAYS_ASK, always_ask_reason, own_files_reason, glob_problem, matches, parse, split
 from scvd.approvals import POLICIES, Verdict, policy_verdict
-from scvd.own_places import CONFIG, ROOT, Place
+from scvd.own_places import CONFIG, ROOT, Place, own_places
+from scvd.paths import Paths
 from scvd.tools.contract import Plan, ToolRisk
 
 DEFAULTS = list(DEFAULT_ALWAYS_ASK)
@@ -171,6 +172,16 @@ def test_a_target_in_scvds_own_folders_always_asks():
     assert own_files_reason("/ws", [".scv"], own).startswith("'.scv' is inside")
     assert own_files_reason("/ws", ["a/../.scv/tools/script/x/tool.json"], own) is not None
     assert own_files_reason("/ws", ["x"], ()) is None
+
+
+def test_a_write_into_scvds_runtime_directory_always_asks(tmp_path: Path):
+    # the XDG layout keeps the socket's directory outside the config, data and state ones: the
+    # write rule's list of scvd's folders missed it while the sandbox's named it
+    run = tmp_path / "xdg-runtime" / "scv"
+    paths = Paths(home=None, config_dir=tmp_path / "c/scv", data_dir=tmp_path / "d/scv",
+                  state_dir=tmp_path / "s/scv", runtime_dir=run, socket=run / "scvd.sock")
+    assert own_files_reason(str(tmp_path), ["xdg-runtime/scv/scvd.sock"], own_places(paths)) == (
+        f"'xdg-runtime/scv/scvd.sock' is inside scvd's own folder {run} (its configuration, tools or state)")
 
 
 def test_the_config_file_scvd_reads_always_asks_wherever_it_is():

@@ -95,6 +95,15 @@ def test_xdg_layout_from_xdg_variables(xdg, tmp_path, monkeypatch):
     assert p.socket == tmp_path / "xdg-runtime" / "scv" / "scvd.sock"
 
 
+def test_the_roots_are_scvds_folders_in_both_layouts(xdg, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "rt"))
+    (tmp_path / "rt").mkdir(mode=0o700)
+    p = resolve()
+    assert p.roots() == [p.config_dir, p.data_dir, p.state_dir, tmp_path / "rt" / "scv"]
+    home = resolve({"SCV_HOME": str(tmp_path / "i")})
+    assert home.roots() == [tmp_path / "i", tmp_path / "i" / "state", tmp_path / "i" / "run"]
+
+
 def test_scv_socket_overrides_both_layouts(xdg, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert resolve({"SCV_SOCKET": "/srv/s.sock"}).socket == Path("/srv/s.sock")
