@@ -42,7 +42,7 @@ import msgspec
 
 from . import awake, errors
 from .always_ask import in_git_dir
-from .own_places import CONFIG, ROOT, Place, of
+from .own_places import CONFIG, LOOKUP, ROOT, Place, of
 from .paths import within
 from .text import excerpt, printable, printable_data
 from .proctree import read_stat
@@ -137,10 +137,12 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
     it holds the home (`holds_home`), or it is at, inside or above home's .config, .local or
     .ssh, XDG_CONFIG_HOME or XDG_DATA_HOME (above: one that lies outside the home, or a link
     from the home into a dotfiles repository), or at or inside one of scvd's own folders (`own`:
-    own_places; a config.toml there starts MCP servers unsandboxed; above them, the sandbox
-    hides them), or it holds the config file scvd reads outside them (`--config`'s, which the
-    sandbox does not hide), or it is a git directory or inside one (the sandbox guards WS/.git,
-    not the workspace itself: its hooks and config). sandbox-aware asks for every call there.
+    own_places; a config.toml there starts MCP servers unsandboxed), or it holds one of them or a
+    config file scvd reads (`--config`'s), at any depth, or a link on the way to one: the sandbox
+    hides its folders, but a call can rename a directory above them, or replace the link, and
+    plant its own where scvd looks at its next start. Or it is a git directory or inside one (the
+    sandbox guards WS/.git, not the workspace itself: its hooks and config). sandbox-aware asks
+    for every call there.
     """
     home = os.path.realpath(home or os.environ.get("HOME") or os.path.expanduser("~"))
     if holds_home(workspace, home):
@@ -149,10 +151,9 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
     xdg = [os.environ.get("XDG_CONFIG_HOME"), os.environ.get("XDG_DATA_HOME")]
     runs_later = [os.path.realpath(os.path.join(home, d)) for d in HOME_RUNS_LATER]
     runs_later += [os.path.realpath(d) for d in xdg if d and os.path.isabs(d)]
-    roots = of(own, ROOT)
     return (any(within(ws, d) or within(d, ws) for d in runs_later)
-            or any(within(ws, d) for d in roots) or in_git_dir(ws)
-            or any(within(f, ws) and not any(within(f, d) for d in roots) for f in of(own, CONFIG)))
+            or any(within(ws, d) for d in of(own, ROOT)) or in_git_dir(ws)
+            or any(within(d, ws) for d in of(own, ROOT, CONFIG, LOOKUP)))
 
 
 def contained(plan: Plan) -> bool:

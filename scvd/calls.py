@@ -472,7 +472,7 @@ class CallRegistry:
             cfg.policy, plan, always_allow=tool.flags.always_allow,
             granted=session.granted(tool.name, risk, plan.sandboxed),
             sandbox_active=(bool(sandbox and sandbox.active) and not exposes_host(workspace, self._own)
-                            and not sandbox.shows_hidden(workspace)),
+                            and not sandbox.reaches_hidden(workspace)),
             always_asks=always is not None)
         return verdict, always
 

@@ -5,7 +5,7 @@ may put anywhere (in a workspace, too): while each rule kept its own list of pla
 missed that file. Real paths, as both rules compare real paths. Each rule keeps its own
 decision: a write at or below a ROOT, or to a CONFIG, always asks (always_ask.own_files_reason);
 a read of the places it counts sensitive asks (tools/own_files.py); a workspace at or in a ROOT,
-or holding a CONFIG the sandbox does not hide, exposes the host (approvals.exposes_host).
+or holding one, a CONFIG or a link on the way to them (LOOKUP), exposes the host (approvals.exposes_host).
 Nothing here knows tool names.
 """
 
@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import os
 from typing import Any, NamedTuple
+
+from .paths import lookup_dirs
 
 SERVICE = "own_places"  # the daemon's places in a session's services, where the tools find them
 
@@ -24,6 +26,7 @@ AUDIT_LOG = "audit_log"  # audit.log; its rotations add a suffix to the name
 CHAT = "chat"  # the chat transcripts folder
 ADAPTERS = "adapters"  # the folder of the agents' private homes
 MCP = "mcp"  # the folder of the MCP servers' private homes
+LOOKUP = "lookup"  # a real directory a lookup of a ROOT or CONFIG reads in (paths.lookup_dirs), or the place itself
 
 
 class Place(NamedTuple):
@@ -42,7 +45,10 @@ def own_places(paths: Any, config_file: str | None = None) -> tuple[Place, ...]:
     found += [(CONFIG, config_file or paths.config_file), (CONFIG, paths.config_file)]
     found += [(SECRETS, paths.secrets_file), (AUDIT_LOG, paths.audit_log), (CHAT, paths.chat_dir),
               (ADAPTERS, paths.adapters_dir), (MCP, paths.mcp_dir)]
-    return tuple(dict.fromkeys(Place(role, os.path.realpath(p)) for role, p in found))  # one of each
+    places = [Place(role, os.path.realpath(p)) for role, p in found]
+    # as named, not resolved: a link on the way in a workspace can be swapped for the call's own folder
+    places += [Place(LOOKUP, d) for role, p in found if role in (ROOT, CONFIG) for d in sorted(lookup_dirs(p))]
+    return tuple(dict.fromkeys(places))  # one of each
 
 
 def of(places: tuple[Place, ...], *roles: str) -> tuple[str, ...]:

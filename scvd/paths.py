@@ -355,3 +355,16 @@ def prepare(paths: Paths) -> list[str]:
 def within(path: str, root: str) -> bool:
     """True when `path` is `root` or below it; both absolute and normalized (the one such check)."""
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def lookup_dirs(path: Path | str) -> frozenset[str]:
+    """The real path of `path` and of each directory above it as named: where a lookup of `path`
+    reads an entry, the links on the way followed. Whoever can write in one of them can put a
+    directory, file or link of their own where `path` leads (`mv a b; mkdir -p a/scv`)."""
+    found, p = set(), os.fspath(path)
+    while True:
+        found.add(os.path.realpath(p))
+        parent = os.path.dirname(p)
+        if parent == p:
+            return frozenset(found)
+        p = parent

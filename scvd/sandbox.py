@@ -22,6 +22,7 @@ the probe does: the child would be killed when the pool thread retires.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import subprocess
@@ -31,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import gitmeta
 from .errors import Failed, Unavailable
-from .paths import Paths, runtime_base, within
+from .paths import Paths, lookup_dirs, runtime_base, within
 from .tools.containment import open_raw
 
 PROBE_TIMEOUT = 10.0
@@ -497,6 +498,11 @@ def first_line(text: str, limit: int = 240) -> str:
     return chosen if len(chosen) <= limit else chosen[: limit - 3] + "..."
 
 
+@functools.lru_cache(maxsize=256)  # asked at every call: one answer per workspace (a frozenset keeps its hash)
+def _holds(workspace: str, places: frozenset[str]) -> bool:
+    return any(within(place, workspace) for place in places)
+
+
 def _existing(candidates: Iterable[Path]) -> list[Path]:
     """Real paths of the directories that exist; never `/` (that would hide everything)."""
     out: list[Path] = []
@@ -547,15 +553,20 @@ class Sandbox:
         self._scratch = next(iter(_existing([SCRATCH])), None)  # a tmpfs needs an existing mount point
         self._mask = masked_files(paths, listening_on)
         self._hidden_real = frozenset(os.path.realpath(p) for p in [*self._hide, *PRIVATE_OFFLINE])
+        self._guarded = frozenset().union(*map(lookup_dirs, [*self._hide, *self._mask]))
 
     def describe(self) -> str:
         return describe(self.probe)
 
-    def shows_hidden(self, workspace: str) -> bool:
-        """Whether `workspace` (a real path) is itself a directory an offline call sees empty (/tmp,
-        /run, XDG_RUNTIME_DIR, one of scvd's): its bind shows the host's again, sockets and all.
-        A directory above one is fine: the deeper tmpfs is mounted after the workspace."""
-        return workspace in self._hidden_real
+    def reaches_hidden(self, workspace: str) -> bool:
+        """Whether an unasked call in `workspace` (a real path) could see or swap what the sandbox
+        hides: it is itself a directory an offline call sees empty (/tmp, /run, XDG_RUNTIME_DIR, one
+        of scvd's; its bind shows the host's again, sockets and all), or it holds, at any depth, one
+        of those the sandbox hides for scvd or a socket it masks, or a directory a lookup of one
+        passes through (a link on the way: `ws/link -> /srv/scv`). The tmpfs deeper down keeps the
+        call from seeing it, not from renaming what lies above it or replacing the link, and the
+        daemon finds the call's own folder there at its next start (docs/security.md)."""
+        return workspace in self._hidden_real or _holds(workspace, self._guarded)
 
     def check(self) -> None:
         """Raise Unavailable when calls must be sandboxed but cannot be (call it in plan())."""

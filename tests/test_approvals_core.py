@@ -16,7 +16,8 @@ from scvd.approvals import (
     ENDED_KEPT, POLICIES, TRANSITIONS, ApprovalEvent, ApprovalGate, ApprovalState, Decider, Verdict, contained,
     exposes_host, holds_home, is_descendant, policy_note, policy_verdict, spawned_by_daemon,
 )
-from scvd.own_places import CONFIG, ROOT, Place
+from scvd.own_places import CONFIG, ROOT, Place, own_places
+from scvd.paths import resolve
 from scvd.tools.contract import Plan, ToolRisk
 
 RUN, ASK, DENY = Verdict.RUN, Verdict.ASK, Verdict.DENY
@@ -566,7 +567,8 @@ def test_a_workspace_holds_the_home_when_it_is_the_home_or_above_it(workspace: s
     ("/home/u/.config", True), ("/home/u/.config/git", True), ("/home/u/.local/share/app", True),
     ("/home/u/.ssh", True), ("/srv/scv", True), ("/srv/scv/tools", True), ("/cfg/x", True),
     ("/etc", True), ("/etc/scvd", True),  # holds the config file read (--config), which the sandbox shows
-    ("/home/u/project", False), ("/home/u/.configs", False), ("/srv", False), ("/srv/scvx", False),
+    ("/srv", True),  # holds scvd's folder: the sandbox hides it, but rename-proof only as a mount point
+    ("/home/u/project", False), ("/home/u/.configs", False), ("/srv/scvx", False),
     ("/etc/scvd/conf.d", False),
 ])
 def test_a_workspace_exposes_the_host_at_or_inside_home_config_and_scvds_own_folders(monkeypatch, workspace, exposed):
@@ -576,6 +578,29 @@ def test_a_workspace_exposes_the_host_at_or_inside_home_config_and_scvds_own_fol
     own = (Place(ROOT, "/srv/scv"), Place(CONFIG, "/srv/scv/config.toml"), Place(CONFIG, "/etc/scvd/run.toml"))
     assert exposes_host(workspace, own, "/home/u") is exposed
     exposes_host.cache_clear()
+
+
+def test_a_workspace_that_holds_scvds_folders_or_a_link_on_the_way_exposes_the_host(tmp_path):
+    """The sandbox hides SCV_HOME with a tmpfs, which makes only that folder a mount point: from a
+    workspace two levels up, `mv a b; mkdir -p a/scv` planted the config.toml scvd read next (its MCP
+    servers start unsandboxed), and a link on the way (`ws/link -> elsewhere`) could be replaced
+    from one level up, as could the one to a --config file."""
+    ws, elsewhere, home = tmp_path / "ws", tmp_path / "elsewhere", str(tmp_path / "user")
+    (ws / "a").mkdir(parents=True)
+    (elsewhere / "cfg").mkdir(parents=True)
+    (ws / "link").symlink_to(elsewhere)
+    (ws / "beside").mkdir()
+    exposes_host.cache_clear()
+    try:
+        for scv_home, config in [(ws / "a/b/scv", None), (ws / "a/scv", None), (ws / "link/scv", None),
+                                 (elsewhere / "scv", ws / "link/cfg/scvd.toml")]:
+            own = own_places(resolve({"SCV_HOME": str(scv_home)}), config and str(config))
+            assert exposes_host(str(ws), own, home) is True, (scv_home, config)
+            assert exposes_host(str(ws / "beside"), own, home) is False, (scv_home, config)
+        own = own_places(resolve({"SCV_HOME": str(ws / "a/b/scv")}))
+        assert exposes_host(str(ws / "a/b"), own, home) is True and exposes_host(str(ws / "a/b/scv/x"), own, home)
+    finally:
+        exposes_host.cache_clear()
 
 
 def test_a_workspace_above_a_config_dir_outside_the_home_exposes_the_host(monkeypatch, tmp_path):
@@ -592,6 +617,5 @@ def test_a_workspace_above_a_config_dir_outside_the_home_exposes_the_host(monkey
         assert exposes_host(str(dotfiles), (), str(home)) is True
         assert exposes_host("/data", (), str(home)) is True
         assert exposes_host(str(tmp_path / "project"), (), str(home)) is False
-        assert exposes_host("/srv", (Place(ROOT, "/srv/scv"),), str(home)) is False  # scvd's own folders are hidden
     finally:
         exposes_host.cache_clear()

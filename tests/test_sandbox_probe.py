@@ -292,3 +292,24 @@ def test_the_users_runtime_dir_is_hidden_whatever_xdg_runtime_dir_names(instance
     p, env = instance
     hidden = hidden_paths(p, {**env, "XDG_RUNTIME_DIR": "/run/user/4242"})
     assert Path("/run/user/4242") in hidden and Path(f"/run/user/{os.getuid()}") in hidden
+
+
+def test_a_workspace_that_holds_what_the_sandbox_hides_or_masks_reaches_it(tmp_path):
+    """Only the hidden folder and the masked socket are mount points (rename: EBUSY); a directory
+    above them pinned too, but a link on the way is not: `rm link; mkdir -p link/scv` gave the
+    daemon the call's own SCV_HOME at its next start, and a socket of its own took scvd's name."""
+    ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"
+    for d in (ws / "a", ws / "beside", elsewhere / "scv", elsewhere / "run"):
+        d.mkdir(parents=True)
+    (ws / "link").symlink_to(elsewhere)
+    r = ProbeResult("bwrap", True, "", True, REAL_BWRAP)
+    for layout in [{"SCV_HOME": str(ws / "a/b/scv")}, {"SCV_HOME": str(ws / "link/scv")},
+                   {"SCV_HOME": str(elsewhere / "scv"), "SCV_SOCKET": str(ws / "a/run/scvd.sock")},
+                   {"SCV_HOME": str(elsewhere / "scv"), "SCV_SOCKET": str(ws / "link/run/scvd.sock")},
+                   {"SCV_HOME": str(elsewhere / "scv"), "XDG_RUNTIME_DIR": str(ws / "link/run")}]:
+        env = {"XDG_RUNTIME_DIR": str(elsewhere / "xdg"), **layout}
+        sb = Sandbox(r, paths_mod.resolve(env), env)
+        assert sb.reaches_hidden(str(ws)) and sb.reaches_hidden(str(elsewhere)), layout
+        assert not sb.reaches_hidden(str(ws / "beside")), layout
+    env = {"SCV_HOME": str(elsewhere / "scv"), "XDG_RUNTIME_DIR": str(elsewhere / "xdg")}
+    assert not Sandbox(r, paths_mod.resolve(env), env).reaches_hidden(str(ws))

@@ -188,10 +188,31 @@ def test_a_workspace_that_is_a_directory_the_sandbox_hides_asks_for_every_call(m
         for where in (Path("/tmp"), runtime):
             asked_and_denied(c, where, "tmux send-keys 'touch ~/pwned' Enter")
         (runtime / "bus").write_text("")
-        sid = c.open_session(runtime.parent)  # a directory above one: the sandbox keeps that one hidden
-        done = c.call(sid, "bash", {"command": "ls -A runtime"})
+        # a directory above one: the sandbox keeps that one hidden, but asks (one above it could be renamed)
+        sid = c.open_session(runtime.parent)
+        call_id = c.start_call(sid, "bash", {"command": "ls -A runtime"})
+        c.request(p.ApprovalDecide, approval_id=wait_pending(c)[0].approval_id, decision="approve")
+        done = c.wait_call(call_id)
         assert done.ok and done.result["output"] == "", done
-        assert c.request(p.ApprovalsList).approvals == []
+
+
+PLANT = "mv a b; mkdir -p a/scv && echo '[mcp_servers.x]' > a/scv/config.toml; echo planted"
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_a_workspace_two_levels_above_scvds_home_or_holding_a_link_to_it_asks_for_every_call(
+        make_daemon, workspace: Path, tmp_path: Path, link: bool):
+    # the sandbox hides SCV_HOME with a tmpfs, and only that is a mount point: unasked, bash could
+    # rename a directory above it (`mv a b`), or replace a link on the way, and plant the config.toml
+    # the daemon reads at its next start, whose MCP servers run unsandboxed
+    if link:
+        (tmp_path / "elsewhere").mkdir()
+        (workspace / "a").symlink_to(tmp_path / "elsewhere")
+    home = workspace / "a" / "scv"
+    d = make_daemon(SANDBOXED, home=home, env={"HOME": str(tmp_path / "user")})  # not inside the workspace
+    with d.client() as c:
+        asked_and_denied(c, workspace, PLANT if not link else PLANT.replace("mv a b", "rm a"))
+    assert (home / "config.toml").read_text() == SANDBOXED and not (workspace / "b").exists()
 
 
 def test_a_workspace_that_is_a_git_directory_or_inside_one_asks_for_every_call(make_daemon, tmp_path: Path):
