@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from scvd.config import Config
+from scvd.own_places import SERVICE as OWN_PLACES
 from scvd.tools import containment, fs
 from scvd.tools.contract import CallContext, Plan, Tool
 
@@ -55,7 +56,8 @@ def make_workspace(tmp_path: Path) -> Workspace:
     outside.mkdir()
     (outside / "secret.txt").write_text("TOP SECRET\n")
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    ctx = CallContext(call_id="c1", session_id="s1", workspace=root, workspace_fd=fd, config=Config(), paths=None)
+    ctx = CallContext(call_id="c1", session_id="s1", workspace=root, workspace_fd=fd, config=Config(), paths=None,
+                      services={OWN_PLACES: ()})  # no instance, so none of scvd's own places
     return Workspace(root, outside, fd, ctx)
 
 

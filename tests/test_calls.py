@@ -21,6 +21,7 @@ from scvd import errors, protocol as p
 from scvd.approvals import ApprovalGate, Decider
 from scvd.calls import CallRegistry, Outcome
 from scvd.config import ApprovalsConfig, Config, ToolsConfig
+from scvd.own_places import SERVICE as OWN_PLACES
 from scvd.sessions import Session
 from scvd.tools.contract import NO_TIMEOUT, NOT_NOW, CallContext, Plan, Registry, Tool, ToolFlags, ToolRisk
 
@@ -524,8 +525,8 @@ def test_read_reads_the_file_plan_opened_and_frees_it_on_every_path(tmp_path: Pa
         calls = CallRegistry(hub)
         hub.registry = calls
         fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-        session = Session(id="s1", workspace=tmp_path, workspace_fd=fd, owner="owner",
-                          config=Config(), registry=Registry([ReadTool(65536)]))
+        session = Session(id="s1", workspace=tmp_path, workspace_fd=fd, owner="owner", config=Config(),
+                          registry=Registry([ReadTool(65536)]), services={OWN_PLACES: hub.own})  # as the daemon's
         SESSIONS.append(session)
         before = _fds()
         handle = calls.submit(session, "read", {"path": ".env"}, requester=ME)

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Callable, Literal
 import msgspec
 
 from ..errors import Cancelled, Failed, InvalidArguments, PathMissing
-from ..own_places import SERVICE as OWN_PLACES, own_places
+from ..own_places import SERVICE as OWN_PLACES
 from ..text import cut_note, printable
 from ..workers import inline_ok, run_blocking
 from . import containment, write_temp
@@ -634,8 +634,7 @@ def _secret_reason(parts: tuple[str, ...], real: tuple[str, ...], ctx: CallConte
     """The secret-like rule, and scvd's own sensitive files (its config file, the audit log, ...),
     on the requested path and on the one it resolves to (`notes -> .env`)."""
     workspace = str(ctx.workspace)
-    # the daemon's places know the config file it reads; from paths alone, its config.toml
-    places = ctx.services.get(OWN_PLACES) or own_places(ctx.paths)
+    places = ctx.services[OWN_PLACES]  # the daemon's: they know the config file it reads (--config)
     reason = secret_reason(parts, workspace) or own_file_reason(parts, workspace, places)
     if reason is None and real != parts and (
             found := secret_reason(real, workspace) or own_file_reason(real, workspace, places)):
