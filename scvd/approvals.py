@@ -43,7 +43,7 @@ import msgspec
 from . import awake, errors
 from .always_ask import in_git_dir
 from .own_places import CONFIG, LOOKUP, ROOT, Place, of
-from .paths import within
+from .paths import lookup_dirs, within
 from .text import excerpt, printable, printable_data
 from .proctree import read_stat
 from .protocol import DEFAULT_SERVER_FRAME_LIMIT, ApprovalInfo, ApprovalResolved, Frame, approval_requested, encode
@@ -136,7 +136,7 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
     """True when the files of `workspace` configure scvd or run code outside the sandbox later:
     it holds the home (`holds_home`), or it is at, inside or above home's .config, .local or
     .ssh, XDG_CONFIG_HOME or XDG_DATA_HOME (above: one that lies outside the home, or a link
-    from the home into a dotfiles repository), or at or inside one of scvd's own folders (`own`:
+    from the home into a dotfiles repository, or any link on the way: paths.lookup_dirs), or at or inside one of scvd's own folders (`own`:
     own_places; a config.toml there starts MCP servers unsandboxed), or it holds one of them or a
     config file scvd reads (`--config`'s), at any depth, or a link on the way to one: the sandbox
     hides its folders, but a call can rename a directory above them, or replace the link, and
@@ -149,9 +149,8 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
         return True
     ws = workspace.rstrip("/") or "/"
     xdg = [os.environ.get("XDG_CONFIG_HOME"), os.environ.get("XDG_DATA_HOME")]
-    runs_later = [os.path.realpath(os.path.join(home, d)) for d in HOME_RUNS_LATER]
-    runs_later += [os.path.realpath(d) for d in xdg if d and os.path.isabs(d)]
-    return (any(within(ws, d) or within(d, ws) for d in runs_later)
+    runs_later = [os.path.join(home, d) for d in HOME_RUNS_LATER] + [d for d in xdg if d and os.path.isabs(d)]
+    return (any(within(ws, os.path.realpath(d)) or any(within(x, ws) for x in lookup_dirs(d)) for d in runs_later)
             or any(within(ws, d) for d in of(own, ROOT)) or in_git_dir(ws)
             or any(within(d, ws) for d in of(own, ROOT, CONFIG, LOOKUP)))
 

@@ -358,13 +358,39 @@ def within(path: str, root: str) -> bool:
 
 
 def lookup_dirs(path: Path | str) -> frozenset[str]:
-    """The real path of `path` and of each directory above it as named: where a lookup of `path`
-    reads an entry, the links on the way followed. Whoever can write in one of them can put a
-    directory, file or link of their own where `path` leads (`mv a b; mkdir -p a/scv`)."""
-    found, p = set(), os.fspath(path)
-    while True:
-        found.add(os.path.realpath(p))
-        parent = os.path.dirname(p)
-        if parent == p:
-            return frozenset(found)
-        p = parent
+    """The real directories in which a lookup of `path` (absolute) reads an entry, each link on the
+    way followed as the kernel does, through its target's own directories too, and the real path
+    `path` leads to. Whoever can write in one of them can put a directory, file or link of their
+    own where `path` leads (`mv a b; mkdir -p a/scv`, or a link replaced)."""
+    found: set[str] = set()
+    _walk(os.fspath(path), found, LINKS_FOLLOWED)
+    return frozenset(found)
+
+
+LINKS_FOLLOWED = 40  # as the kernel's ELOOP limit
+
+
+def _walk(path: str, found: set[str], links: int) -> str:
+    """Resolve `path` one entry at a time from `/`, adding each directory looked in to `found`."""
+    cur = "/"
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        found.add(cur)
+        nxt = os.path.dirname(cur) if part == ".." else os.path.join(cur, part)
+        target = _link(nxt) if part != ".." else None
+        if target is None:
+            cur = nxt
+        elif links <= 0:  # a loop: what realpath makes of it
+            cur = os.path.realpath(nxt)
+        else:
+            cur = _walk(os.path.join(cur, target), found, links - 1)
+    found.add(cur)
+    return cur
+
+
+def _link(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:  # not a link, or not there
+        return None

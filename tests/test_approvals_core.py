@@ -589,11 +589,12 @@ def test_a_workspace_that_holds_scvds_folders_or_a_link_on_the_way_exposes_the_h
     (ws / "a").mkdir(parents=True)
     (elsewhere / "cfg").mkdir(parents=True)
     (ws / "link").symlink_to(elsewhere)
+    (tmp_path / "srv-scv").symlink_to(ws / "link/scv")  # a link whose target passes through the workspace
     (ws / "beside").mkdir()
     exposes_host.cache_clear()
     try:
         for scv_home, config in [(ws / "a/b/scv", None), (ws / "a/scv", None), (ws / "link/scv", None),
-                                 (elsewhere / "scv", ws / "link/cfg/scvd.toml")]:
+                                 (tmp_path / "srv-scv", None), (elsewhere / "scv", ws / "link/cfg/scvd.toml")]:
             own = own_places(resolve({"SCV_HOME": str(scv_home)}), config and str(config))
             assert exposes_host(str(ws), own, home) is True, (scv_home, config)
             assert exposes_host(str(ws / "beside"), own, home) is False, (scv_home, config)
@@ -617,5 +618,13 @@ def test_a_workspace_above_a_config_dir_outside_the_home_exposes_the_host(monkey
         assert exposes_host(str(dotfiles), (), str(home)) is True
         assert exposes_host("/data", (), str(home)) is True
         assert exposes_host(str(tmp_path / "project"), (), str(home)) is False
+        # ~/.config -> project/dots/config, itself a link elsewhere: replaceable from project
+        (dotfiles / "config").rename(tmp_path / "config")
+        (tmp_path / "project" / "dots").mkdir(parents=True)
+        (tmp_path / "project" / "dots" / "config").symlink_to(tmp_path / "config")
+        (home / ".config").unlink()
+        (home / ".config").symlink_to(tmp_path / "project" / "dots" / "config")
+        exposes_host.cache_clear()
+        assert exposes_host(str(tmp_path / "project"), (), str(home)) is True
     finally:
         exposes_host.cache_clear()
