@@ -12,9 +12,9 @@ import pytest
 
 from scvd import http_fields
 from scvd.config import ConfigError, McpServerConfig, SecretRef, load
-from scvd.errors import CredentialMissing, Unavailable
+from scvd.errors import CredentialMissing, Failed, Unavailable
 from scvd.mcp import spec
-from scvd.mcp.tool import OUTPUT_LIMIT, render
+from scvd.mcp.tool import OUTPUT_LIMIT, json_size, render
 
 from conftest import ROOT
 
@@ -184,6 +184,18 @@ def test_output_is_capped_at_one_mib_with_a_marker():
                           {"type": "image", "data": "QUJD", "mime_type": "image/png"}])
     assert len(text.encode()) < OUTPUT_LIMIT + 100 and "bytes omitted" in text
     assert items == [{"type": "image", "mime_type": "image/png", "base64_chars": 4}]
+
+
+@pytest.mark.parametrize("value", [{"a": "x\ud800"}, {"n": 1 << 70, "a": "\udce9"}])  # the latter: json's way
+def test_a_structured_content_with_a_lone_surrogate_fails_its_call_saying_why(value):
+    """msgspec's UnicodeEncodeError went through: a ValueError, which the link took for a broken connection
+    (`unavailable`, the server restarted)."""
+    with pytest.raises(Failed) as info:
+        json_size(value)
+    assert info.value.message == ("its structuredContent holds a string that is not valid Unicode (a lone surrogate "
+                                  "such as \\ud800, half of a UTF-16 pair), which JSON cannot carry; report it to the "
+                                  "server's author")
+    assert json_size({"n": 1 << 70, "a": "é"}) == len('{"n":1180591620717411303424,"a":"é"}'.encode())
 
 
 

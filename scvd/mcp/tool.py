@@ -177,11 +177,17 @@ class McpTool(Tool):
 
 
 def json_size(value: Any) -> int:
-    """The bytes of `value` as compact JSON: msgspec's encoder, a C loop (json.dumps of 10 MB held the loop 0.4 s)."""
+    """The bytes of a structuredContent `value` as compact JSON: msgspec's encoder, a C loop (json.dumps of
+    10 MB held the loop 0.4 s). Raises Failed for a string no UTF-8 encoder takes (a lone surrogate)."""
     try:
-        return len(msgspec.json.encode(value))
-    except (TypeError, OverflowError, msgspec.EncodeError):  # an integer above 64 bits: rare, and slow is fine
-        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+        try:
+            return len(msgspec.json.encode(value))
+        except (TypeError, OverflowError, msgspec.EncodeError):  # an integer above 64 bits: rare, and slow is fine
+            return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    except UnicodeEncodeError:  # a ValueError: the link took it for a broken connection, and restarted the server
+        raise Failed("its structuredContent holds a string that is not valid Unicode (a lone surrogate such as "
+                     "\\ud800, half of a UTF-16 pair), which JSON cannot carry; report it to the server's "
+                     "author") from None
 
 
 def render(content: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
