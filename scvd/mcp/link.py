@@ -258,8 +258,8 @@ class ServerLink:
 
     def _why_lost(self, proc: Any = None) -> str:
         proc = proc or self._proc
-        if proc is not None and proc.broken:
-            return proc.broken
+        if broken := _broken(proc):
+            return broken
         if proc is not None and proc.exited.done():
             code = proc.exited.result()
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
@@ -280,8 +280,8 @@ class ServerLink:
         if isinstance(exc, _Lost):
             return
         self.needs = self._needs(exc)
-        if self._proc is not None and self._proc.broken:  # scvd ended it: not the server's exit
-            self.error = self._proc.broken
+        if broken := _broken(self._proc):  # scvd ended it: not the server's exit
+            self.error = broken
         elif isinstance(exc, ToolError):
             self.error = f"{exc.kind}: {exc.message}"
         elif isinstance(exc, ScvError):
@@ -369,7 +369,7 @@ class ServerLink:
                    progress: Callable[[float, float | None, str | None], Awaitable[None]]) -> CallOutcome:
         session = self.usable(tool)
         refused = self._refused_posts
-        secrets = self._secrets
+        secrets, proc = self._secrets, self._proc  # this call's server's: a restart may begin while it ends
 
         async def hidden(done: float, total: float | None, message: str | None) -> None:
             # a progress line may quote the token as a result may ("authenticating with sk-...")
@@ -380,14 +380,13 @@ class ServerLink:
         except MCPError as exc:
             if self.state == "stopped":  # "scvd restarts it" was wrong for a server a reload removed
                 raise Unavailable(self._stopped(tool)) from None
-            if exc.error.code == CONNECTION_CLOSED and self._proc is not None and self._proc.broken:
+            if exc.error.code == CONNECTION_CLOSED and (broken := _broken(proc)):
                 self._lose()  # scvd ended it: the call's answer was too large to read
                 # the message may have been another call's answer, or a notification: every call in flight ends
-                raise LimitExceeded(f"mcp server {self.name}: {tool}: {self._proc.broken}, and restarts the "
+                raise LimitExceeded(f"mcp server {self.name}: {tool}: {broken}, and restarts the "
                                     "server: if this call asked for a lot, ask the tool for less") from None
             if exc.error.code == CONNECTION_CLOSED:  # the server went away under the call
                 self._lose()
-                proc = self._proc  # held: a restart may begin while it settles
                 if proc is not None:  # its stdout ends first: what it said as it died comes after
                     await proc.settled(GONE_WAIT)
                 raise Unavailable(f"mcp server {self.name} went away during the call ({tool}): "
@@ -478,6 +477,11 @@ class ServerLink:
         if self.retry_at is not None:
             when = f"; scvd restarts it in {max(0.0, self.retry_at - time.time()):.0f} s"
         return f"mcp server {self.name} is down{why}{when} (see `scvctl status`)"
+
+
+def _broken(proc: Any) -> str | None:
+    """Why scvd ended a stdio server's connection (a message above its line limit), or None."""
+    return proc.broken if proc is not None else None
 
 
 def _quiet(task: asyncio.Task[None]) -> None:
