@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import Any, Awaitable, Callable
@@ -92,10 +93,13 @@ class ServerLink:
         # a server's stderr, or an HTTP library's error, may quote a secret value (a header it refused)
         self._error = self._hide(text) if text else text
 
-    def _hide(self, text: str) -> str:
-        """`text` with the secrets this start read, and the values of the url's query, left out."""
+    def _hide(self, text: str, read: dict[str, str] | None = None) -> str:
+        """`text` with the secrets this start read, and the values of the url's query, left out; and those
+        `read` by an earlier start (a call's server's, which a secret stored since may have restarted)."""
         if self.cfg.url and self.url != self.cfg.url:  # an HTTP library's error may quote the url whole
             text = text.replace(self.cfg.url, self.url or "")
+        if read and read is not self._secrets:  # first: the server that wrote `text` was given these
+            text = redact(text, read)
         hidden = {**self._pasted, **self._secrets} if self._pasted else self._secrets
         return redact(text, hidden) if hidden else text
 
@@ -256,24 +260,25 @@ class ServerLink:
             self._http_status = status
             self._refused_posts += 1
 
-    def _why_lost(self, proc: Any = None) -> str:
+    def _why_lost(self, proc: Any = None, hide: Callable[[str], str] | None = None) -> str:
         proc = proc or self._proc
         if broken := _broken(proc):
             return broken
         if proc is not None and proc.exited.done():
             code = proc.exited.result()
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-            return self._with_tail(f"the server process {how}", proc)
+            return self._with_tail(f"the server process {how}", proc, hide)
         if self._http_status is not None:
             return f"HTTP status {self._http_status} from {self.url}"
         return "the connection was lost"
 
-    def _with_tail(self, message: str, proc: Any) -> str:
-        tail = proc.stderr_tail(self._hide).strip()  # the secrets out before each cut
+    def _with_tail(self, message: str, proc: Any, hide: Callable[[str], str] | None = None) -> str:
+        hide = hide or self._hide
+        tail = proc.stderr_tail(hide).strip()  # the secrets out before each cut
         if tail:
             message = f"{message}; stderr: {tail[-1000:]}"
         # a command that prints its usage (or a banner) on stdout said nothing else
-        junk = proc.not_mcp_tail(self._hide).strip()
+        junk = proc.not_mcp_tail(hide).strip()
         return f"{message}; its stdout had lines that are not MCP's JSON-RPC: {junk[-1000:]}" if junk else message
 
     def _record(self, exc: BaseException) -> None:
@@ -370,6 +375,7 @@ class ServerLink:
         session = self.usable(tool)
         refused = self._refused_posts
         secrets, proc = self._secrets, self._proc  # this call's server's: a restart may begin while it ends
+        hide = functools.partial(self._hide, read=secrets)
 
         async def hidden(done: float, total: float | None, message: str | None) -> None:
             # a progress line may quote the token as a result may ("authenticating with sk-...")
@@ -390,11 +396,11 @@ class ServerLink:
                 if proc is not None:  # its stdout ends first: what it said as it died comes after
                     await proc.settled(GONE_WAIT)
                 raise Unavailable(f"mcp server {self.name} went away during the call ({tool}): "
-                                  f"{self._why_lost(proc)}; scvd restarts it (see `scvctl status`)") from None
+                                  f"{self._why_lost(proc, hide)}; scvd restarts it (see `scvctl status`)") from None
             if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
                 self._lose()
                 self._raise_if_credential_refused(tool)
-            message = self._hide(exc.error.message)  # it may quote what it was sent
+            message = hide(exc.error.message)  # it may quote what it was sent
             said = f"mcp server {self.name}: {tool}: {message}"
             raise spec.refused(self.name, self.cfg, tool, said) or _call_error(said, exc.error.code) from None
         except (asyncio.CancelledError, ScvError):
@@ -403,19 +409,19 @@ class ServerLink:
             if self.state == "stopped":
                 raise Unavailable(self._stopped(tool)) from None
             if self._refused_posts == refused and _bad_result(exc):  # the connection is fine: keep it
-                why = self._hide(_describe(exc))
+                why = hide(_describe(exc))
                 raise Failed(f"mcp server {self.name}: {tool}: its result was not usable ({why}); "
                              "report it to the server's author") from None
             self._lose()
             if self._refused_posts != refused:
                 self._raise_if_credential_refused(tool)
-            why = self._hide(_describe(exc))
+            why = hide(_describe(exc))
             raise Unavailable(f"mcp server {self.name} failed during the call: {why}") from None
         size = session.measured(result)  # before the walks below: 10 MB held the loop seconds
         dumped = well_formed(result.model_dump(mode="json", exclude_none=True))
         structured = dumped.get("structured_content")
-        if self._secrets:  # a server may quote the token its start was given, in an error or a result
-            dumped = redact_tree(dumped, self._secrets)
+        if secrets:  # a server may quote the token its start was given, in an error or a result
+            dumped = redact_tree(dumped, secrets)
             if structured is not None:  # `[secret KEY]` is not its value's length
                 structured = dumped.get("structured_content")
                 size = json_size(structured)
