@@ -31,7 +31,7 @@ from ..secrets import off_loop, reads_refused
 from ..text import well_formed
 from . import spec
 from .skim import MESSAGE_LIMIT, skim_response
-from .tool import OMITTED_KEY, OUTPUT_LIMIT, TOO_LARGE, CallOutcome, ToolSpec, json_size
+from .tool import OMITTED_KEY, TOO_LARGE, CallOutcome, ToolSpec, json_size, omitted
 
 log = logging.getLogger("scvd.mcp")
 
@@ -515,17 +515,17 @@ class _Session(ClientSession):
 
 
 def _measure(result: Any) -> int | None:
-    """The bytes of `result`'s structuredContent as compact JSON, or None when it has none. One above
-    OUTPUT_LIMIT scvd leaves out: taken out of `result` (if skim.py did not take it out before the
-    SDK read it), its size under OMITTED_KEY in the _meta."""
+    """The bytes of `result`'s structuredContent as compact JSON, or None when it has none. One that
+    tool.omitted leaves out is taken out of `result` (if skim.py did not take it out before the SDK
+    read it), its size under OMITTED_KEY in the _meta."""
     meta = getattr(result, "meta", None) or {}
     structured = getattr(result, "structured_content", None)
     if structured is None:
         size = meta.get(OMITTED_KEY)
         return size if isinstance(size, int) else None
     size = json_size(structured)
-    if size > OUTPUT_LIMIT:
-        result.structured_content, result.meta = None, {**meta, OMITTED_KEY: size}
+    if (marked := omitted(size, meta)) is not None:
+        result.structured_content, result.meta = None, marked
     return size
 
 

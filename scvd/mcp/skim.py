@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator
 import httpx2
 import msgspec
 
-from .tool import OMITTED_KEY, OUTPUT_LIMIT, TOO_LARGE
+from .tool import OUTPUT_LIMIT, TOO_LARGE, omitted
 
 # content items of one result: the SDK and scvd take time per item, on the loop, and its text is cut
 # at 1 MiB anyway. One with more fails its call.
@@ -56,21 +56,21 @@ def replacement(message: bytes) -> bytes | None:
         return msgspec.json.encode({"jsonrpc": "2.0", "id": answer.id, "error": {
             "code": TOO_LARGE, "message": f"its result has {len(answer.result.content)} content items, above "
             f"scvd's limit of {ITEMS_LIMIT}; ask the tool for less"}})
-    if len(answer.result.structured) > OUTPUT_LIMIT:
-        size = len(msgspec.json.format(answer.result.structured, indent=-1))  # as compact JSON
-        if size > OUTPUT_LIMIT:
-            return _left_out(message, size)
+    if len(answer.result.structured) > OUTPUT_LIMIT:  # its compact JSON is no longer: one within is kept unmeasured
+        return _left_out(message, len(msgspec.json.format(answer.result.structured, indent=-1)))
     return None
 
 
-def _left_out(message: bytes, size: int) -> bytes:
-    """The result `message` without its structuredContent, its size under OMITTED_KEY in the _meta."""
+def _left_out(message: bytes, size: int) -> bytes | None:
+    """The result `message` without its structuredContent of `size` bytes, its _meta as tool.omitted
+    says; None when that rule keeps it."""
     answer = msgspec.json.decode(message, type=dict[str, msgspec.Raw])
     result = msgspec.json.decode(answer["result"], type=dict[str, msgspec.Raw])
-    del result["structuredContent"]
     meta = msgspec.json.decode(result.get("_meta", b"null")) or {}
-    if isinstance(meta, dict):  # else the SDK refuses the result, as it would have
-        result["_meta"] = msgspec.Raw(msgspec.json.encode({**meta, OMITTED_KEY: size}))
+    if (marked := omitted(size, meta)) is None:
+        return None
+    del result["structuredContent"]
+    result["_meta"] = msgspec.Raw(msgspec.json.encode(marked))
     answer["result"] = msgspec.Raw(msgspec.json.encode(result))
     return msgspec.json.encode(answer)
 

@@ -176,6 +176,15 @@ class McpTool(Tool):
         return result
 
 
+def omitted(size: int, meta: Any) -> Any:
+    """The rule for a large structuredContent, stdio or HTTP, skimmed or parsed: one of `size` bytes as compact
+    JSON above OUTPUT_LIMIT scvd leaves out, its size under OMITTED_KEY in the result's `meta`. That _meta,
+    or None: it is kept. A _meta that is no object stays as it is (the SDK refuses the result, as it would have)."""
+    if size <= OUTPUT_LIMIT:
+        return None
+    return {**meta, OMITTED_KEY: size} if isinstance(meta, dict) else meta
+
+
 def json_size(value: Any) -> int:
     """The bytes of a structuredContent `value` as compact JSON: msgspec's encoder, a C loop (json.dumps of
     10 MB held the loop 0.4 s). Raises Failed for a string no UTF-8 encoder takes (a lone surrogate)."""
