@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -190,26 +191,29 @@ def test_a_misspelt_argument_of_a_closed_schema_names_the_one_meant():
                                   "did you mean 'path'? (properties: path, head)")
 
 
+def quirks(mode: str, env: dict[str, str] | None = None):
+    """A launch of tests/helpers/mcp_stdio_quirks.py in `mode`, with `env`."""
+    import sys
+    from pathlib import Path
+
+    from scvd.mcp.spec import StdioLaunch
+
+    script = Path(__file__).parent / "helpers" / "mcp_stdio_quirks.py"
+    return lambda: StdioLaunch(argv=[sys.executable, str(script), mode], env=env or {}, cwd="/", sandboxed=False)
+
+
+async def nothing(*_: object) -> None:
+    pass
+
+
 def test_a_stdio_server_that_dies_mid_call_is_reported_with_the_reason_it_wrote_last():
     """Its last stderr line (no newline at its end, a child of it holding the pipe) was in the pipe
     when scvd tore the connection down and cancelled the stderr reader at once: the call and
     `scvctl status` said only `exited with status 6`, not why."""
-    import sys
-    from pathlib import Path
-
     from scvd.errors import Unavailable
-    from scvd.mcp.spec import StdioLaunch
-
-    quirks = Path(__file__).parent / "helpers" / "mcp_stdio_quirks.py"
-
-    def launch() -> StdioLaunch:
-        return StdioLaunch(argv=[sys.executable, str(quirks), "dies-mid-call"], env={}, cwd="/", sandboxed=False)
-
-    async def nothing(*_: object) -> None:
-        pass
 
     async def scenario() -> tuple[str, ServerLink]:
-        link = ServerLink("raw", CFG, launch=launch, on_tools=lambda *_: None)
+        link = ServerLink("raw", CFG, launch=quirks("dies-mid-call"), on_tools=lambda *_: None)
         link.start()
         await until(lambda: link.state == "ready", timeout=30)
         with pytest.raises(Unavailable) as info:
@@ -222,3 +226,32 @@ def test_a_stdio_server_that_dies_mid_call_is_reported_with_the_reason_it_wrote_
     assert message.startswith("mcp server raw went away during the call (die): the server process exited with "
                               "status 6; stderr: fatal: the disk is full; "), message
     assert link.error == "the server process exited with status 6; stderr: fatal: the disk is full", link.error
+
+
+def test_a_huge_text_result_is_capped_and_a_secret_the_cap_cuts_reads_as_its_key():
+    """The whole text (up to 64 MiB) was walked for the secrets before the 1 MiB cap cut it: the cap comes
+    first now, and a value it cuts in two reads `[secret KEY]` on each side of the marker, as a script
+    tool's output does (it read `[secr`: the stand-in was cut, not the value)."""
+    from scvd.mcp.tool import OUTPUT_LIMIT
+
+    token, half = "ghp-cut-0451-abcdef", OUTPUT_LIMIT // 2
+    cfg = McpServerConfig(command="/bin/true", env={"LEAK_TOKEN": SecretRef(secret="LEAK_TOKEN")})
+    size = 3 << 20
+    # one in the head, one across the head's end, one dropped, one across the tail's start
+    token_at = [100, half - 6, size // 2, size - half - 6]
+
+    async def scenario() -> str:
+        link = ServerLink("raw", cfg, launch=quirks("huge-results", {"LEAK_TOKEN": token}), on_tools=lambda *_: None)
+        tool = McpTool(link, ToolSpec(name="mib", description="Answers mib MiB.", input_schema={"type": "object"}),
+                       risk=ToolRisk.READ_ONLY, risk_from="test", timeout=None)
+        link.start()
+        await until(lambda: link.state == "ready", timeout=30)
+        result = await tool.run({"mib": 3, "token_at": token_at}, None, SimpleNamespace(progress=None))
+        await link.stop()
+        return result["text"]
+
+    text = asyncio.run(scenario())
+    head, marker, tail = text.partition(f"\n... {size - OUTPUT_LIMIT} bytes omitted ...\n")
+    assert marker and len(text.encode()) < OUTPUT_LIMIT + 100, text[:200]
+    assert head == "x" * 100 + "[secret LEAK_TOKEN]" + "x" * (half - 6 - 100 - len(token)) + "[secret LEAK_TOKEN]"
+    assert tail == "[secret LEAK_TOKEN]" + "x" * (half - len(token) + 6)

@@ -29,9 +29,10 @@ from ..errors import CredentialMissing, Failed, InvalidArguments, LimitExceeded,
 from ..secret_like import picked
 from ..secrets import off_loop, reads_refused
 from ..text import well_formed
+from ..tools.runs import redact_text
 from . import spec
 from .skim import MESSAGE_LIMIT, skim_response
-from .tool import OMITTED_KEY, TOO_LARGE, CallOutcome, ToolSpec, json_size, omitted
+from .tool import OMITTED_KEY, TOO_LARGE, CallOutcome, ToolSpec, json_size, omitted, render
 
 log = logging.getLogger("scvd.mcp")
 
@@ -419,13 +420,15 @@ class ServerLink:
             raise Unavailable(f"mcp server {self.name} failed during the call: {why}") from None
         size = session.measured(result)  # before the walks below: 10 MB held the loop seconds
         dumped = well_formed(result.model_dump(mode="json", exclude_none=True))
+        # capped before the secrets are looked for: a 60 MiB text is not walked whole for 1 MiB shown
+        text, items = render(dumped.get("content") or [])
         structured = dumped.get("structured_content")
         if secrets:  # a server may quote the token its start was given, in an error or a result
-            dumped = redact_tree(dumped, secrets)
+            text, items = redact_text(text, secrets), redact_tree(items, secrets)  # one the cap cut too
             if structured is not None:  # `[secret KEY]` is not its value's length
-                structured = dumped.get("structured_content")
+                structured = redact_tree(structured, secrets)
                 size = json_size(structured)
-        return CallOutcome(is_error=bool(getattr(result, "is_error", False)), content=dumped.get("content") or [],
+        return CallOutcome(is_error=bool(getattr(result, "is_error", False)), text=text, items=items,
                            structured=structured, structured_size=size)
 
     def _needs(self, exc: BaseException) -> tuple[str, ...]:

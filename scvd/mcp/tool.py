@@ -45,10 +45,11 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class CallOutcome:
-    """A tools/call result as plain data."""
+    """A tools/call result as plain data, the secrets its server was given hidden."""
 
     is_error: bool
-    content: list[dict[str, Any]]
+    text: str  # of its content items, capped (render)
+    items: list[dict[str, Any]]  # a note per item that is not text
     structured: Any = None
     # the structured content's bytes as compact JSON; above OUTPUT_LIMIT it was left out unread (`structured` None)
     structured_size: int | None = None
@@ -160,7 +161,7 @@ class McpTool(Tool):
                 report(f"{self.name}: {done:g}{of}" + (f" {message}" if message else ""))
 
         outcome = await self.link.call(self.spec.name, args, progress)
-        text, items = render(outcome.content)
+        text, items = outcome.text, outcome.items
         if outcome.is_error:
             said = f"{self.name}: {text.strip() or 'the server reported an error without text'}"
             raise refused(self.link.name, self.link.cfg, self.spec.name, said) or Failed(said)

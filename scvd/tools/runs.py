@@ -2,7 +2,8 @@
 
 Seed 000: an agent's "output, timeout, cancellation, and process-group behavior
 match bash", so both build their answers here; and a run's output with the
-secrets it was given taken out (script tools and agents alike).
+secrets it was given taken out (script tools and agents alike, and an MCP
+server's result text, capped as output is).
 """
 
 from __future__ import annotations

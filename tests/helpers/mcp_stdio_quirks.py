@@ -19,7 +19,8 @@ a line `cleaned` to STARTS_FILE and exits; `cursor-loop` answers every tools/lis
 the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/list_changed, and never
 answers a tools/list after the first; `steps` also lists `steps`, which sends three progress notifications
 at once before its answer; `hang` also lists `hang`, which never answers; `huge-results` also lists
-`items`, whose result has `n` text items, `mib`, whose text is `mib` MiB, and `rows`, whose
+`items`, whose result has `n` text items, `mib`, whose text is `mib` MiB (the token written at each
+byte offset in `token_at`), and `rows`, whose
 structuredContent (as its outputSchema says) has `n` rows; `dies-mid-call` also lists `die`, which starts a
 child that holds its stderr open, writes `fatal: the disk is full` there with no newline at the end, and
 exits with status 6. Its tool `echo` answers with its arguments.
@@ -163,7 +164,10 @@ for line in sys.stdin:
         elif name == "items":
             result = {"content": [{"type": "text", "text": str(i)} for i in range(msg["params"]["arguments"]["n"])]}
         elif name == "mib":
-            result = {"content": [{"type": "text", "text": "x" * (msg["params"]["arguments"]["mib"] << 20)}]}
+            text = "x" * (msg["params"]["arguments"]["mib"] << 20)
+            for at in msg["params"]["arguments"].get("token_at", []):
+                text = text[:at] + token + text[at + len(token):]
+            result = {"content": [{"type": "text", "text": text}]}
         elif name == "rows":
             n = msg["params"]["arguments"]["n"]
             result = {"content": [{"type": "text", "text": f"{n} rows"}],
