@@ -425,9 +425,9 @@ class CallRegistry:
 
     def _still_wanted(self, call: Call) -> None:
         if call.cancel_reason is not None:  # cancelled before its first step
-            raise errors.Cancelled(f"call {call.call_id} was cancelled: {call.cancel_reason}")
+            raise _cancelled_error(call)
         if self.stopping:
-            raise errors.Cancelled(f"{errors.STOPPING}; no new calls are accepted")
+            raise errors.Cancelled(f"{errors.STOPPING}; no new calls are accepted", reason=errors.STOP_REASON)
 
     async def _run(self, call: Call, tool: Tool, args: object, plan: Plan, ctx: CallContext, *,
                    waited: bool, approved: bool) -> object:
@@ -554,8 +554,7 @@ class CallRegistry:
             return errors.Timeout(
                 f"{call.tool_name} ran past its dispatch timeout of {call.timeout:g} s and was stopped",
                 hint=f"{fix}, or ask for less per call" if fix else "ask for less per call")
-        why = call.cancel_reason or "cancelled"
-        return errors.Cancelled(f"call {call.call_id} was cancelled: {why}")
+        return _cancelled_error(call)
 
     # --- the one timer of a running call ---------------------------------------------
 
@@ -670,7 +669,15 @@ def _join(lane: Lane, tool: Tool) -> Ticket:
 
 
 def _failure(exc: errors.ToolError) -> Outcome:
-    return Outcome(False, None, ToolErrorInfo(kind=exc.kind, message=exc.message, hint=exc.hint))
+    return Outcome(False, None, ToolErrorInfo(kind=exc.kind, message=exc.message, hint=exc.hint, reason=exc.reason))
+
+
+def _cancelled_error(call: Call) -> errors.Cancelled:
+    """How a cancelled call ends; one that stop() cancelled (its one source of STOPPING as a
+    reason) says so on the wire too, so that a client need not read the words."""
+    why = call.cancel_reason or "cancelled"
+    return errors.Cancelled(f"call {call.call_id} was cancelled: {why}",
+                            reason=errors.STOP_REASON if why == errors.STOPPING else None)
 
 
 def _plain(tool: Tool, result: object) -> object:

@@ -152,14 +152,15 @@ class InternalError(ScvError):
 
 
 class ToolError(ScvError):
-    """A tool call failed; `kind` is the error kind in `call.completed`."""
+    """A tool call failed; `kind` is the error kind in `call.completed`, `reason` the wire's marker
+    of why (STOP_REASON: scvd refused or cancelled it as it stops), None for any other failure."""
 
     code = "failed"
     kind = "failed"
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None, reason: str | None = None) -> None:
         super().__init__(message)
-        self.hint = hint
+        self.hint, self.reason = hint, reason
 
 
 class InvalidArguments(ToolError):
@@ -217,11 +218,7 @@ class PathMissing(Failed):
 
 
 class SkillError(Failed):
-    """A skill directory is not a valid skill, or a mapped skill changed; `reason` says why."""
-
-    @property
-    def reason(self) -> str:
-        return self.message
+    """A skill directory is not a valid skill, or a mapped skill changed; the message says why."""
 
 
 class Unavailable(ToolError):
@@ -235,6 +232,9 @@ class Stopping(Unavailable):
     as scvd going away (DaemonNotAnswering: try again), not as a request that failed."""
 
     fatal = True
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason=STOP_REASON)
 
 
 class KeyringRefused(Unavailable):
@@ -362,6 +362,11 @@ def error_kind(exc: BaseException) -> str | None:
     return exc.kind if isinstance(exc, ToolError) else None
 
 
+def error_reason(exc: BaseException) -> str | None:
+    """A tool error's wire reason (STOP_REASON), which the `error` frame carries next to its kind."""
+    return exc.reason if isinstance(exc, ToolError) else None
+
+
 def public_message(exc: BaseException) -> str:
     """What a peer may read: our own message, or a generic line for a bug."""
     if _on_wire(exc):
@@ -375,9 +380,11 @@ def shown(exc: ScvError) -> str:
     return f"{exc.kind if isinstance(exc, ToolError) else exc.code}: {exc.message}"
 
 
-# why scvd cancels a call as it stops (`call <id> was cancelled: scvd is stopping`, or `scvd is stopping;
-# no new calls are accepted`): a client reads it as scvd going away, not as the call failing
+# the human words of a call or turn scvd cancels or refuses as it stops (`call <id> was cancelled: scvd
+# is stopping`, `scvd is stopping; no new calls are accepted`); a client reads STOP_REASON, not these
 STOPPING = "scvd is stopping"
+# the wire's `reason` on those (an error frame, call.completed's error): scvd going away, not a failure
+STOP_REASON = "stopping"
 
 
 def stopped_call(message: str) -> bool:

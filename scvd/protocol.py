@@ -50,11 +50,13 @@ class Limits(msgspec.Struct):
 
 
 class ToolErrorInfo(msgspec.Struct, omit_defaults=True):
-    """Why a call failed: a kind from the list in docs/protocol.md, a message, maybe a hint."""
+    """Why a call failed: a kind from the list in docs/protocol.md, a message, maybe a hint, and a
+    `reason` when scvd cancelled or refused it as it stops (`stopping`)."""
 
     kind: str
     message: str
     hint: str | None = None
+    reason: str | None = None  # a str, not a Literal: a newer scvd's reason must not break an older client
 
 
 class SessionInfo(msgspec.Struct, omit_defaults=True):
@@ -500,7 +502,8 @@ class Error(Frame, tag="error"):
     """A request failed, or a frame could not be read. `fatal` means the server closes.
 
     `kind` is set when a tool error failed the request (code `failed` or
-    `invalid_request`): one of call.completed's error kinds.
+    `invalid_request`): one of call.completed's error kinds. `reason` is `stopping` when scvd
+    refused the request because it is stopping.
     """
 
     code: str
@@ -508,6 +511,7 @@ class Error(Frame, tag="error"):
     id: Id | None = None
     fatal: bool = False
     kind: str | None = None
+    reason: str | None = None
 
 
 # --- events (carry seq) -------------------------------------------------------

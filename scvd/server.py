@@ -59,7 +59,7 @@ def _setting(config: Any, key: str) -> Any:
 def error_frame(exc: BaseException, request_id: Any = None) -> p.Error:
     """The `error` frame a peer reads for `exc` (fatal when the exception is: the connection closes)."""
     return p.Error(code=errors.error_code(exc), message=errors.public_message(exc), id=request_id,
-                   fatal=getattr(exc, "fatal", False), kind=errors.error_kind(exc))
+                   fatal=getattr(exc, "fatal", False), kind=errors.error_kind(exc), reason=errors.error_reason(exc))
 
 
 class Daemon:

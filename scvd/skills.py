@@ -366,8 +366,8 @@ def _candidate(found: SkillMap, seen: set[str], root: Root, name: str) -> Skill 
         if real in seen:  # `.claude/skills/x` linked to `.agents/skills/x`
             log.debug("skill %s is a link to one already mapped", where)
         else:
-            _skip(found, where, exc.reason if real == where or real in exc.reason
-                  else f"{exc.reason}; it resolves to {real}")
+            _skip(found, where, exc.message if real == where or real in exc.message
+                  else f"{exc.message}; it resolves to {real}")
         return None
     if skill.dir in seen:
         log.debug("skill %s already mapped through another root folder", skill.dir)

@@ -47,7 +47,7 @@ def make(cls: type[errors.ScvError]) -> errors.ScvError:
 def as_frame(exc: BaseException) -> p.Error:
     """The error frame the server builds (server.py's _send_error), through the real codec."""
     frame = p.Error(code=errors.error_code(exc), message=errors.public_message(exc),
-                    id=1, kind=errors.error_kind(exc))
+                    id=1, kind=errors.error_kind(exc), reason=errors.error_reason(exc))
     return p.decode_server_frame(p.encode(frame))
 
 

@@ -142,7 +142,8 @@ class ChatService:
                                         "wait for it or send turn.cancel")
         if self.stopping:
             # not Stopping (fatal): the connection's other turns are still ending, their events due
-            raise errors.Unavailable(f"{errors.STOPPING}; no new turns are accepted: send it again once scvd is back")
+            raise errors.Unavailable(f"{errors.STOPPING}; no new turns are accepted: send it again once scvd is back",
+                                     reason=errors.STOP_REASON)
         cfg = self.daemon.config.chat  # the daemon's now: a reload's chat.max_steps reaches open chats
         turn_id = f"t{next(self._turns)}-{secrets.token_hex(3)}"
         # the session's tools as they are now: an MCP server's come once it is up, a reload's or a

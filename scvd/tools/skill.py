@@ -122,7 +122,7 @@ def read_result(skill: skills.Skill, max_bytes: int, shadowed: Sequence[skills.S
     try:
         content, truncated, total = skills.read(skill, max_bytes)
     except skills.SkillError as exc:
-        raise Failed(f"{exc.reason}; open a new session to discover skills again",
+        raise Failed(f"{exc.message}; open a new session to discover skills again",
                      hint="read_skill refuses a skill whose path changed since discovery") from exc
     except OSError as exc:  # EIO: a failing disk, a network mount gone (discovery skips such a skill)
         raise Failed(f"the file of skill {skill.key!r} could not be read: {exc.strerror or exc}",

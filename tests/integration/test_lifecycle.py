@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import conftest
@@ -832,10 +833,38 @@ def test_a_session_open_still_waiting_when_scvd_stops_is_told_to_retry(make_wrap
             answer = conn.frame()
             assert conn.closed_by_server()
     assert isinstance(answer, p.Error) and answer.id == 7, answer
-    assert (answer.code, answer.kind, answer.fatal) == ("failed", "unavailable", True)
+    assert (answer.code, answer.kind, answer.fatal, answer.reason) == ("failed", "unavailable", True, "stopping")
     assert answer.message == "scvd is stopping and will not answer this request; send it again once scvd is back"
     assert d.proc.wait(15) == 0
     clean_log(d.log())
+
+
+def test_the_calls_scvd_cancels_and_refuses_as_it_stops_say_so_in_a_field(make_wrapped, tmp_path, workspace):
+    """A client told a call the stop cancelled from one that failed by the words of its message alone:
+    the frame carried nothing else. Its error says `reason: stopping`, for a call in flight and for one
+    sent in the stop's grace; the words stay as they were."""
+    d = make_wrapped("[server]\nshutdown_grace_seconds = 60\n")
+    held = tmp_path / "held"
+    held.mkdir()
+    try:
+        with RawConn(d.socket) as busy, RawConn(d.socket) as conn:
+            busy.hello()
+            start_call(busy, held, "test_stubborn")  # holds the stop in its grace
+            conn.hello()
+            session = conn.request({"type": "session.open", "workspace": str(workspace)}).session
+            running = start_call(conn, workspace, "test_sleep")
+            d.proc.send_signal(signal.SIGTERM)
+            in_flight = msgspec.json.decode(conn.line())
+            late = conn.request({"type": "call", "session": session, "tool": "test_sleep", "arguments": {}})
+            refused = msgspec.json.decode(conn.line())
+    finally:
+        d.proc.kill()
+    assert (in_flight["type"], in_flight["call_id"]) == ("call.completed", running), in_flight
+    assert in_flight["error"] == {"kind": "cancelled", "message": f"call {running} was cancelled: scvd is stopping",
+                                  "reason": "stopping"}
+    assert (refused["type"], refused["call_id"]) == ("call.completed", late.call_id), refused
+    assert refused["error"] == {"kind": "cancelled", "message": "scvd is stopping; no new calls are accepted",
+                                "reason": "stopping"}
 
 
 def test_scvctl_whose_request_scvd_stopped_on_says_try_again_exit_3(make_wrapped, tmp_path, workspace):
