@@ -100,7 +100,7 @@ def _start(c: Any, session: str, text: str, resume: str = "") -> str:
     try:
         return c.request(p.TurnStart, session=session, text=text).turn
     except errors.Unavailable as exc:
-        if errors.stopped_call(exc.message):
+        if exc.reason == errors.STOP_REASON:
             raise stopped("the turn started", errors.STOPPING + resume) from None
         raise
 

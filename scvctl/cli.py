@@ -508,7 +508,7 @@ def _unless_scvd_stopped(done: p.CallCompleted, args: argparse.Namespace) -> Non
     """A call scvd cancelled as it stopped did not fail: said as "run it again" (exit 3), as a
     request scvd stopped on is."""
     err = done.error
-    if err is not None and err.kind == "cancelled" and errors.stopped_call(err.message):
+    if err is not None and err.reason == errors.STOP_REASON:
         if args.json:
             emit_json(done)
         raise stopped(f"call {done.call_id} was done", err.message)

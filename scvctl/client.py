@@ -80,7 +80,9 @@ def error_from_frame(frame: p.Error) -> errors.ScvError:
     if frame.fatal and frame.kind == errors.Stopping.kind:
         return errors.DaemonNotAnswering(frame.message)
     if frame.kind is not None and frame.kind in BY_KIND:
-        return BY_KIND[frame.kind](frame.message)
+        exc = BY_KIND[frame.kind](frame.message)
+        exc.reason = frame.reason  # STOP_REASON: refused as scvd stops (a turn.start), not a failure
+        return exc
     cls = BY_CODE.get(frame.code)
     if cls is None:
         exc = errors.ScvError(frame.message)

@@ -385,8 +385,3 @@ def shown(exc: ScvError) -> str:
 STOPPING = "scvd is stopping"
 # the wire's `reason` on those (an error frame, call.completed's error): scvd going away, not a failure
 STOP_REASON = "stopping"
-
-
-def stopped_call(message: str) -> bool:
-    """Whether a `cancelled` call's message says scvd cancelled it as it stopped."""
-    return message.endswith(f" was cancelled: {STOPPING}") or message.startswith(f"{STOPPING};")

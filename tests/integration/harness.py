@@ -238,7 +238,7 @@ class NoArgs(msgspec.Struct, forbid_unknown_fields=True):
     pass
 
 
-class _HarnessTool(Tool):
+class HarnessTool(Tool):
     """Read-only and always allowed, so no approval stands in the way of a lifecycle test."""
 
     risk = ToolRisk.READ_ONLY
@@ -249,7 +249,7 @@ class _HarnessTool(Tool):
         return Plan(risk=self.risk, summary=self.summary)
 
 
-class SleepTool(_HarnessTool):
+class SleepTool(HarnessTool):
     """Sleeps; on cancellation writes a marker file first, so a test can see cleanup ran."""
 
     name = "test_sleep"
@@ -268,7 +268,7 @@ class SleepTool(_HarnessTool):
         return {"slept": args.seconds}
 
 
-class StubbornTool(_HarnessTool):
+class StubbornTool(HarnessTool):
     """Ignores cancellation: the worst a tool can do to a shutdown."""
 
     name = "test_stubborn"
@@ -286,7 +286,7 @@ class StubbornTool(_HarnessTool):
                 continue
 
 
-class EnvTool(_HarnessTool):
+class EnvTool(HarnessTool):
     """Reports what a plain child of the daemon inherits: variable names and open fds.
 
     The child is started with close_fds=False, as a careless tool would, so an
@@ -310,7 +310,7 @@ class EnvTool(_HarnessTool):
         return {"names": names, "fds": fds.decode().split()}
 
 
-class FdHogTool(_HarnessTool):
+class FdHogTool(HarnessTool):
     """Opens fds until the daemon has none left and holds them until cancelled: a leak in a tool."""
 
     name = "test_fd_hog"

@@ -1163,3 +1163,4 @@ def test_a_turn_started_while_scvd_stops_is_told_to_send_it_again_once_scvd_is_b
             slow.release.set()
     assert type(refused.value) is errors.Unavailable
     assert str(refused.value) == "scvd is stopping; no new turns are accepted: send it again once scvd is back"
+    assert refused.value.reason == "stopping"  # what a bridge tells the stop by, not the words

@@ -20,6 +20,8 @@ from scvctl.client import AGAIN
 from scvd import errors, protocol as p
 
 from conftest import DaemonProc, base_env, wait_pending
+from harness import HarnessTool, NoArgs
+from scvd.tools.contract import CallContext, Plan
 
 
 def scvctl(daemon_or_home, *args: str, input: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -945,6 +947,29 @@ def test_a_call_that_scvd_cancelled_as_it_stopped_says_try_again_and_exits_3(dae
     assert err.endswith(f"scvd stopped before call {pending.call_id} was done (call {pending.call_id} was "
                         f"cancelled: scvd is stopping): {AGAIN}\n"), err
     assert not (workspace / "a.txt").exists()
+
+
+class RelayTool(HarnessTool):
+    """Ends as the call it delegated to another scvd did: cancelled by that one's stop, its words
+    passed on. The scvd it runs in runs on."""
+
+    name = "test_relay"
+    description = ("Relay the end of a call delegated to another scvd.\nUse for checking how a failure "
+                   "reads; test_sleep for waiting.\nPrecondition: only in test daemons.")
+    Arguments = NoArgs
+    summary = "relay"
+
+    async def run(self, args: object, plan: Plan, ctx: CallContext) -> object:
+        raise errors.Cancelled("call c1-5e2f was cancelled: scvd is stopping")
+
+
+def test_a_call_that_failed_in_the_words_of_a_stop_is_no_stop_of_scvd(make_inproc, workspace: Path):
+    """scvctl read the words: a tool's failure that said `scvd is stopping` (another scvd's, relayed)
+    was taken for this scvd's stop, exit 3 and `run it again once scvd is back`, with scvd up."""
+    d = make_inproc(tools=[RelayTool()])
+    out = scvctl(d.home, "--socket", str(d.socket), "call", "--workspace", str(workspace), "test_relay")
+    assert (out.returncode, out.stdout) == (1, ""), out.stderr
+    assert out.stderr == "cancelled: call c1-5e2f was cancelled: scvd is stopping\n"
 
 
 def test_approve_for_the_session_of_an_always_ask_request_says_it_was_once(daemon: DaemonProc, workspace: Path):
