@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(exc.message, file=sys.stderr)
         return EXIT_NOT_RUNNING
     except errors.ConnectionClosed as exc:  # past the welcome: scvd went or dropped us (a watch, a call waiting)
-        print(cut_off("the command was done", exc.message).message, file=sys.stderr)
+        print(cut_off("the command was done", exc).message, file=sys.stderr)
         return EXIT_NOT_RUNNING
     except errors.UsageError as exc:
         print(f"usage: {exc.message}", file=sys.stderr)

@@ -112,11 +112,11 @@ def stopped(before: str, why: str) -> errors.DaemonNotAnswering:
     return errors.DaemonNotAnswering(f"scvd stopped before {before} ({why}): {AGAIN}")
 
 
-def cut_off(before: str, why: str = "") -> errors.DaemonNotAnswering:
+def cut_off(before: str, closed: ConnectionClosed) -> errors.DaemonNotAnswering:
     """scvd closed the connection past the welcome and said nothing: it stopped, restarted or died, or
-    dropped this client (one that stopped reading, say); scvctl cannot tell which. `why`: the
-    ConnectionClosed's message, whose detail (a reset) is kept."""
-    detail = why.removeprefix("scvd closed the connection").strip(" ()")
+    dropped this client (one that stopped reading, say); scvctl cannot tell which. The detail the
+    socket gave (a reset) is kept."""
+    detail = closed.detail
     return errors.DaemonNotAnswering(
         f"scvd closed the connection before {before} ({detail + '; ' if detail else ''}it stopped, or dropped "
         f"this client: its log says which): {AGAIN}")
@@ -343,7 +343,7 @@ class Client:
             self.sock.sendall(p.encode(frame))
         except ConnectionError as exc:  # EPIPE: scvd is gone; not scvctl's stdout closing
             self._raise_parting_error()
-            raise ConnectionClosed(f"scvd closed the connection ({exc.strerror or exc})") from None
+            raise ConnectionClosed(detail=exc.strerror or str(exc)) from None
         self.core.sent(frame)
         return frame
 
@@ -401,11 +401,11 @@ class Client:
             finally:
                 self.sock.settimeout(timeout)
         except ConnectionError as exc:  # a reset after scvd closed with our frames unread
-            raise ConnectionClosed(f"scvd closed the connection ({exc.strerror or exc})") from None
+            raise ConnectionClosed(detail=exc.strerror or str(exc)) from None
         except TimeoutError:
             raise self._not_answering() from None
         if not data:
-            raise ConnectionClosed("scvd closed the connection")
+            raise ConnectionClosed()
         self.core.feed(data)
 
     def _not_answering(self) -> errors.DaemonNotAnswering:
@@ -465,7 +465,7 @@ class _Link(asyncio.Protocol):
         return False  # close our side too; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = ConnectionClosed(f"connection lost: {exc}" if exc else "scvd closed the connection")
+        self._lost = ConnectionClosed("connection lost", detail=str(exc)) if exc else ConnectionClosed()
         self.resume_writing()
         if not self.closed.done():
             self.closed.set_result(None)

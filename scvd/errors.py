@@ -319,9 +319,13 @@ class DaemonNotAnswering(DaemonNotRunning):
 
 
 class ConnectionClosed(LocalError):
-    """The daemon closed the connection."""
+    """The daemon closed the connection; `detail` is what the socket said of it (a reset), if anything."""
 
     code = "connection_closed"
+
+    def __init__(self, message: str = "scvd closed the connection", *, detail: str = "") -> None:
+        super().__init__(f"{message} ({detail})" if detail else message)
+        self.detail = detail
 
 
 class UsageError(LocalError):

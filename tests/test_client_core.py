@@ -144,12 +144,22 @@ def test_a_request_scvd_answers_aside_stands_outside_the_order():
 
 
 def test_a_connection_cut_off_keeps_what_the_socket_said():
-    """A reset (scvd died) and a plain close (scvd stopped, or dropped this client) read alike: the
-    detail the socket gave was dropped from the line."""
+    """A reset (scvd died with our frame unread) and a plain close (scvd stopped, or dropped this
+    client) read alike: the detail the socket gave was dropped from the line."""
     from scvctl.client import AGAIN, cut_off
 
-    reset = cut_off("the command was done", "scvd closed the connection (Connection reset by peer)").message
-    assert reset == ("scvd closed the connection before the command was done (Connection reset by peer; it "
-                     f"stopped, or dropped this client: its log says which): {AGAIN}")
-    plain = cut_off("the command was done", "scvd closed the connection").message
-    assert plain.startswith("scvd closed the connection before the command was done (it stopped, or dropped")
+    said = {}
+    for unread in (True, False):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with Client(ours) as client:
+            ping = client.send(p.Ping)
+            if not unread:
+                theirs.recv(1 << 16)
+            theirs.close()  # with our ping unread: a reset
+            with pytest.raises(errors.ConnectionClosed) as closed:
+                client.wait_answer(ping.id)
+        said[unread] = cut_off("the command was done", closed.value).message
+    assert said[True] == ("scvd closed the connection before the command was done (Connection reset by peer; "
+                          f"it stopped, or dropped this client: its log says which): {AGAIN}")
+    assert said[False] == ("scvd closed the connection before the command was done (it stopped, or dropped "
+                           f"this client: its log says which): {AGAIN}")
