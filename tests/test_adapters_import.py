@@ -373,11 +373,11 @@ def test_an_import_held_up_for_good_is_refused_not_waited_on(paths, source, tmp_
     holding its worker thread (and its client) for good."""
     import fcntl
 
-    from scvd.adapters import codex_import
+    from scvd.adapters import import_files
 
     relay = openai_then_relay(source, tmp_path)
     run_import(paths, source)
-    monkeypatch.setattr(codex_import, "LOCK_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(import_files, "LOCK_WAIT_SECONDS", 0.2)
     held = os.open(dest(paths), os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(held, fcntl.LOCK_EX)
     try:

@@ -1,4 +1,4 @@
-"""What in an imported Codex provider table no request can use: one rule for two readers.
+"""Which provider a Codex config sends requests to, and what in it no request can use: one rule for two readers.
 
 `scvctl agents import codex` reads it to refuse or warn before anything is written, and a chat
 turn with provider `codex` reads it to fail naming the field, not later as a connection error.
@@ -14,6 +14,27 @@ from urllib.parse import urlsplit
 from .. import http_fields
 
 WIRE_APIS = ("responses", "chat")  # what scvd's chat speaks; codex refuses any other at its start
+
+
+def active_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings codex runs with: the top level, under the active `profile`'s (codex's own order)."""
+    profiles, name = config.get("profiles"), config.get("profile")
+    chosen = profiles.get(name) if isinstance(profiles, dict) and isinstance(name, str) else None
+    return {**config, **chosen} if isinstance(chosen, dict) else config
+
+
+def active_provider(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The id of the provider codex sends requests to, and its table ({} when it has none)."""
+    provider_id = str(active_settings(config).get("model_provider") or "openai")
+    return provider_id, provider_tables(config).get(provider_id, {})
+
+
+def provider_tables(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """model_providers' tables by id (an entry that is no table is endpoint_problem's to name)."""
+    providers = config.get("model_providers")
+    if not isinstance(providers, dict):
+        return {}
+    return {k: v for k, v in providers.items() if isinstance(v, dict)}
 
 
 def strings(table: Any) -> dict[str, str]:

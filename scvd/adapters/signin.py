@@ -76,7 +76,7 @@ def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str, 
 
 def own_key(adapter: specs.Adapter, home: Path) -> str | None:
     """How the configuration in `home` authenticates without the agent's sign-in, if it does."""
-    from .codex_import import provider_own_key  # here: only scvctl's status needs it
+    from .codex_home import provider_own_key  # here: only scvctl's status needs it
 
     return provider_own_key(home) if adapter.name == "codex" else None
 

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol
 
 from .. import errors
-from ..adapters.codex_import import active_settings
-from ..adapters.codex_provider import endpoint_problem, header_problem, provider_entry, strings
+from ..adapters.codex_provider import active_settings, endpoint_problem, header_problem, provider_entry, strings
 from .items import ModelEvent, ModelRequest
 
 CODEX = "codex"
