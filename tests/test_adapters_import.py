@@ -149,6 +149,25 @@ def test_a_provider_that_is_no_table_is_refused_as_the_chat_refuses_it(paths, so
     assert not (dest(paths) / "config.toml").exists()
 
 
+EMPTY_PROVIDER = {
+    "top level": ('model_provider = ""\n', "model_provider is empty"),
+    "profile": ('profile = "work"\n[profiles.work]\nmodel_provider = ""\n', "profiles.work.model_provider is empty"),
+    "no text": ('model_provider = ["relay"]\n', "model_provider is a list, not a provider's name"),
+}
+
+
+@pytest.mark.parametrize("config, said", EMPTY_PROVIDER.values(), ids=EMPTY_PROVIDER)
+def test_a_model_provider_that_names_no_provider_is_refused_as_the_chat_refuses_it(paths, source, config, said):
+    """`model_provider = ""` was imported as `openai` while the chat looked up a provider "" (and
+    `["relay"]` failed its turn with a TypeError); codex itself stops at start on both."""
+    (source / "config.toml").write_text(config)
+    with pytest.raises(InvalidRequest) as info:
+        run_import(paths, source)
+    assert info.value.message.startswith(f"{source / 'config.toml'}: {said}")
+    assert info.value.message.endswith("fix it in your Codex config.toml and import again; nothing was written")
+    assert not (dest(paths) / "config.toml").exists()
+
+
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize("odd", ["fifo", "directory"])
 def test_a_fifo_or_directory_in_a_files_place_is_refused_at_once(paths, source, odd) -> None:

@@ -544,6 +544,25 @@ def test_an_imported_provider_that_is_no_table_fails_the_turn_saying_so(tmp_path
         assert info.value.reason == "auth"
 
 
+@pytest.mark.parametrize("config, said", [
+    ('model_provider = ""\n', "model_provider is empty, and codex stops at start on it"),
+    ('profile = "work"\n[profiles.work]\nmodel_provider = ""\n', "profiles.work.model_provider is empty"),
+    ('model_provider = ["relay"]\n', "model_provider is a list, not a provider's name"),
+], ids=["top level", "profile", "no text"])
+def test_an_imported_model_provider_that_names_no_provider_fails_the_turn_saying_so(tmp_path, config, said):
+    """`model_provider = ""` was looked up as a provider "" and failed as `holds no API key for its
+    provider ''` (the import took it for openai); `["relay"]` failed with a TypeError."""
+    from scvd.chat.provider import codex_settings
+
+    (tmp_path / "config.toml").write_text(config + '[model_providers.relay]\nbase_url = "http://127.0.0.1:9/v1"\n')
+    (tmp_path / "auth.json").write_text('{"OPENAI_API_KEY": "sk-openai"}')
+    with pytest.raises(ProviderFailure) as info:
+        codex_settings(tmp_path, env={})
+    assert info.value.reason == "provider_error"
+    assert info.value.message.startswith(f"the imported Codex setup's {said}")
+    assert "run `scvctl agents import codex` again" in info.value.hint
+
+
 def test_chat_completions_names_the_token_cap_for_its_server(model):
     """OpenAI's reasoning models refuse `max_tokens` ("use max_completion_tokens"); llama.cpp, older
     Ollama and vLLM know only `max_tokens`, which a loopback server gets."""

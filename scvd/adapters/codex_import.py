@@ -26,8 +26,8 @@ from typing import Any
 from ..errors import InternalError, InvalidRequest, NotARegularFile
 from ..paths import read_regular_file
 from .codex_home import AUTH, CONFIG, MAX_FILE_BYTES, auth_verdict, settle_old_files
-from .codex_provider import (active_provider, active_settings, endpoint_problem, header_problem, provider_entry,
-                             provider_tables, strings)
+from .codex_provider import (active_provider, active_settings, endpoint_problem, header_problem, model_provider_problem,
+                             provider_entry, provider_tables, strings)
 from .import_files import commit_files, one_at_a_time, sweep
 
 log = logging.getLogger("scvd.adapters")
@@ -146,7 +146,9 @@ def _env_key_warnings(config: dict[str, Any]) -> list[str]:
 
 
 def _check_endpoint(path: Path, config: dict[str, Any]) -> None:
-    """Refused: a base_url or wire_api no agent can send requests with (codex fails on it too)."""
+    """Refused: a model_provider, base_url or wire_api no agent can send requests with (codex fails on it too)."""
+    if problem := model_provider_problem(config):
+        raise InvalidRequest(f"{path}: {problem}; fix it in your Codex config.toml and import again; nothing was written")
     provider_id, _ = active_provider(config)
     if problem := endpoint_problem(provider_entry(config, provider_id)):
         raise InvalidRequest(f"{path}: provider {provider_id!r}: {problem}; fix it in your Codex config.toml "

@@ -14,19 +14,39 @@ from urllib.parse import urlsplit
 from .. import http_fields
 
 WIRE_APIS = ("responses", "chat")  # what scvd's chat speaks; codex refuses any other at its start
+DEFAULT_PROVIDER = "openai"  # codex's when model_provider is not set
 
 
 def active_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The settings codex runs with: the top level, under the active `profile`'s (codex's own order)."""
+    return {**config, **profile} if (profile := _profile(config)) else config
+
+
+def _profile(config: dict[str, Any]) -> dict[str, Any]:
+    """The active profile's table ({} when none is)."""
     profiles, name = config.get("profiles"), config.get("profile")
     chosen = profiles.get(name) if isinstance(profiles, dict) and isinstance(name, str) else None
-    return {**config, **chosen} if isinstance(chosen, dict) else config
+    return chosen if isinstance(chosen, dict) else {}
 
 
 def active_provider(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The id of the provider codex sends requests to, and its table ({} when it has none)."""
-    provider_id = str(active_settings(config).get("model_provider") or "openai")
+    value = active_settings(config).get("model_provider", DEFAULT_PROVIDER)
+    provider_id = value if isinstance(value, str) else repr(value)  # model_provider_problem's to name
     return provider_id, provider_tables(config).get(provider_id, {})
+
+
+def model_provider_problem(config: dict[str, Any]) -> str:
+    """Why the active model_provider names no provider at all ("" when it names one). An empty one is
+    not the default provider: codex looks "" up and stops at start (Model provider `` not found)."""
+    field = f"profiles.{config['profile']}.model_provider" if "model_provider" in _profile(config) else "model_provider"
+    value = active_settings(config).get("model_provider", DEFAULT_PROVIDER)
+    if not isinstance(value, str):
+        return f"{field} is a {type(value).__name__}, not a provider's name: write it as {field} = \"NAME\""
+    if not value.strip():
+        return (f"{field} is empty, and codex stops at start on it (Model provider `{value}` not found): "
+                f"remove it for codex's default provider, {DEFAULT_PROVIDER}, or name a provider")
+    return ""
 
 
 def provider_tables(config: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol
 
 from .. import errors
-from ..adapters.codex_provider import active_settings, endpoint_problem, header_problem, provider_entry, strings
+from ..adapters.codex_provider import (active_provider, active_settings, endpoint_problem, header_problem,
+                                      model_provider_problem, provider_entry, strings)
 from .items import ModelEvent, ModelRequest
 
 CODEX = "codex"
@@ -138,9 +139,11 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
         raise ProviderFailure("auth", f"no imported Codex setup ({exc.filename} is missing)", hint) from None
     except (OSError, ValueError) as exc:
         raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}", hint) from None
-    config = active_settings(config)  # a `profile` picks the provider and model, as in codex
-    provider_id = config.get("model_provider", "openai")
+    if problem := model_provider_problem(config):
+        raise ProviderFailure("provider_error", f"the imported Codex setup's {problem}", _FIX_CONFIG)
+    provider_id, _ = active_provider(config)  # a `profile` picks the provider and model, as in codex
     table = provider_entry(config, provider_id)
+    config = active_settings(config)
     if problem := endpoint_problem(table):
         raise ProviderFailure("provider_error", f"the imported Codex setup's provider {provider_id!r}: {problem}",
                               _FIX_CONFIG)
