@@ -152,7 +152,7 @@ def test_a_provider_that_is_no_table_is_refused_as_the_chat_refuses_it(paths, so
 EMPTY_PROVIDER = {
     "top level": ('model_provider = ""\n', "model_provider is empty"),
     "profile": ('profile = "work"\n[profiles.work]\nmodel_provider = ""\n', "profiles.work.model_provider is empty"),
-    "no text": ('model_provider = ["relay"]\n', "model_provider is a list, not a provider's name"),
+    "no text": ('model_provider = ["relay"]\n', "model_provider is an array, not a provider's name"),
 }
 
 

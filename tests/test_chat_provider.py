@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import threading
 import time
@@ -514,7 +515,10 @@ def test_an_imported_header_no_request_can_carry_is_refused_as_the_setup_loads(t
     ('base_url = "bob:s3cr3t@relay.example/v1"', "base_url is not an http:// or https:// URL with a host"),
     ('base_url = "http://127.0.0.1:9/v1"\nwire_api = "completions"',
      "wire_api 'completions' is not one scvd speaks: set it to \"responses\" or \"chat\""),
-], ids=["no scheme", "wire_api"])
+    # it went out as the key "{'value': 's3cr3t'}"
+    ('base_url = "http://127.0.0.1:9/v1"\nexperimental_bearer_token = { value = "s3cr3t" }',
+     "experimental_bearer_token is a table, not a text: write it as experimental_bearer_token = \"...\""),
+], ids=["no scheme", "wire_api", "token"])
 def test_an_imported_endpoint_no_request_can_reach_is_refused_as_the_setup_loads(tmp_path, line, said):
     """A base_url without a scheme failed only at send time as a connection error; a wire_api scvd
     does not speak was taken for "responses" without a word."""
@@ -547,7 +551,7 @@ def test_an_imported_provider_that_is_no_table_fails_the_turn_saying_so(tmp_path
 @pytest.mark.parametrize("config, said", [
     ('model_provider = ""\n', "model_provider is empty, and codex stops at start on it"),
     ('profile = "work"\n[profiles.work]\nmodel_provider = ""\n', "profiles.work.model_provider is empty"),
-    ('model_provider = ["relay"]\n', "model_provider is a list, not a provider's name"),
+    ('model_provider = ["relay"]\n', "model_provider is an array, not a provider's name"),
 ], ids=["top level", "profile", "no text"])
 def test_an_imported_model_provider_that_names_no_provider_fails_the_turn_saying_so(tmp_path, config, said):
     """`model_provider = ""` was looked up as a provider "" and failed as `holds no API key for its
@@ -561,6 +565,26 @@ def test_an_imported_model_provider_that_names_no_provider_fails_the_turn_saying
     assert info.value.reason == "provider_error"
     assert info.value.message.startswith(f"the imported Codex setup's {said}")
     assert "run `scvctl agents import codex` again" in info.value.hint
+
+
+@pytest.mark.timeout(10)
+def test_a_fifo_an_agent_run_left_in_the_codex_home_fails_the_turn_at_once(tmp_path):
+    """The chat read the codex home's config.toml plainly (the import does not): a FIFO there, which
+    an agent run may leave (its home is writable), held the turn and a worker thread for good."""
+    from scvd.chat.provider import codex_settings
+
+    os.mkfifo(tmp_path / "config.toml")
+    with pytest.raises(ProviderFailure) as info:
+        codex_settings(tmp_path, env={})
+    assert info.value.reason == "provider_error"
+    assert info.value.message == (f"the imported Codex setup cannot be read: {tmp_path / 'config.toml'} is a FIFO, "
+                                  "not a regular file")
+    (tmp_path / "config.toml").unlink()
+    (tmp_path / "config.toml").write_text('model = "gpt-5"\n')
+    os.mkfifo(tmp_path / "auth.json")
+    with pytest.raises(ProviderFailure) as info:  # OpenAI's key is read from there: none
+        codex_settings(tmp_path, env={})
+    assert info.value.reason == "auth" and "holds no API key" in info.value.message
 
 
 def test_chat_completions_names_the_token_cap_for_its_server(model):

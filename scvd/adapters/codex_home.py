@@ -5,7 +5,8 @@
   and the new config sends requests to another provider or base_url: then it is removed (that
   key is not the new provider's). The other way round, a new API key without a config.toml is
   for the default provider: a config.toml kept from before that points elsewhere is removed.
-- The home's own files are read without blocking: a codex run may have left a FIFO there.
+- The home's own files are read without blocking (here and by the chat's provider `codex`):
+  a codex run may have left a FIFO there.
 """
 
 from __future__ import annotations
@@ -50,14 +51,24 @@ def _endpoint(config: dict[str, Any]) -> str:
     return f"provider {provider_id!r} ({base_url or default})"
 
 
-def _read_config(home: Path) -> dict[str, Any]:
+def read_config(home: Path) -> dict[str, Any]:
+    """The config.toml in `home`; raises what reading or parsing raises (NotARegularFile for a FIFO)."""
     return tomllib.loads(read_regular_file(home / CONFIG, MAX_FILE_BYTES).decode("utf-8"))
+
+
+def read_auth(home: Path) -> dict[str, Any]:
+    """The auth.json in `home` ({} when there is none or it cannot be read)."""
+    try:
+        auth = json.loads(read_regular_file(home / AUTH, MAX_FILE_BYTES).decode("utf-8"))
+    except (OSError, ValueError, NotARegularFile):
+        return {}
+    return auth if isinstance(auth, dict) else {}
 
 
 def _current_endpoint(home: Path) -> str | None:
     """The endpoint of the config already in `home`; None when it cannot be read."""
     try:
-        return _endpoint(_read_config(home))
+        return _endpoint(read_config(home))
     except FileNotFoundError:
         return _endpoint({})  # codex's default provider
     except (OSError, ValueError, NotARegularFile):
@@ -68,7 +79,7 @@ def provider_own_key(home: Path) -> str | None:
     """The provider of the config.toml in `home` when it brings its own key, so that codex needs no
     sign-in (`codex login status` still says "Not logged in"); None otherwise."""
     try:
-        config = _read_config(home)
+        config = read_config(home)
     except (OSError, ValueError, NotARegularFile):
         return None
     provider_id, provider = active_provider(config)
@@ -84,14 +95,6 @@ def provider_own_key(home: Path) -> str | None:
     return f"config.toml's provider {provider_id!r} uses {how}"
 
 
-def _holds_api_key(path: Path) -> bool:
-    try:
-        auth = json.loads(read_regular_file(path, MAX_FILE_BYTES).decode("utf-8"))
-    except (OSError, ValueError, NotARegularFile):
-        return False
-    return isinstance(auth, dict) and auth_verdict(auth)[0] == "api key"
-
-
 def settle_old_files(files: dict[str, bytes | None], config: dict[str, Any] | None, home: Path) -> list[str]:
     """Add to `files` (what an import writes; None removes) the removal of a file already in `home`
     that the new ones make wrong; returns the warnings saying what became of each."""
@@ -103,7 +106,7 @@ def _old_auth(files: dict[str, bytes | None], config: dict[str, Any] | None, hom
     go to another endpoint than the one it was for: then the import removes it."""
     if AUTH in files or not (home / AUTH).exists():
         return []
-    if config is not None and _holds_api_key(home / AUTH):
+    if config is not None and auth_verdict(read_auth(home))[0] == "api key":
         old, new = _current_endpoint(home), _endpoint(config)
         if old != new:
             files[AUTH] = None

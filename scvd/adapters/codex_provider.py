@@ -42,7 +42,7 @@ def model_provider_problem(config: dict[str, Any]) -> str:
     field = f"profiles.{config['profile']}.model_provider" if "model_provider" in _profile(config) else "model_provider"
     value = active_settings(config).get("model_provider", DEFAULT_PROVIDER)
     if not isinstance(value, str):
-        return f"{field} is a {type(value).__name__}, not a provider's name: write it as {field} = \"NAME\""
+        return f"{field} is {toml_kind(value)}, not a provider's name: write it as {field} = \"NAME\""
     if not value.strip():
         return (f"{field} is empty, and codex stops at start on it (Model provider `{value}` not found): "
                 f"remove it for codex's default provider, {DEFAULT_PROVIDER}, or name a provider")
@@ -79,9 +79,9 @@ def provider_entry(config: dict[str, Any], provider_id: str) -> Any:
 
 
 def endpoint_problem(table: Any) -> str:
-    """Why requests cannot go to this provider's base_url with its wire_api ("" when they can).
-    Both fail in codex too (a wire_api it does not know stops it at start), so no agent loses a
-    setup it could use when the import refuses one."""
+    """Why requests cannot go to this provider's base_url with its wire_api and key ("" when they can).
+    All fail in codex too (a wire_api it does not know, or a key field that is no text, stops it at
+    start), so no agent loses a setup it could use when the import refuses one."""
     if not isinstance(table, dict):
         return "its model_providers entry is not a table: write it as [model_providers.NAME] with its keys"
     base_url = table.get("base_url")
@@ -89,9 +89,18 @@ def endpoint_problem(table: Any) -> str:
         return "base_url is not an http:// or https:// URL with a host"
     wire_api = table.get("wire_api", "responses")
     if wire_api not in WIRE_APIS:
-        shown = repr(wire_api[:40]) if isinstance(wire_api, str) else f"a {type(wire_api).__name__}"
+        shown = repr(wire_api[:40]) if isinstance(wire_api, str) else toml_kind(wire_api)
         return f"wire_api {shown} is not one scvd speaks: set it to \"responses\" or \"chat\""
+    for name in ("env_key", "experimental_bearer_token"):  # a table here went out as the key "{'a': 1}"
+        if name in table and not isinstance(table[name], str):
+            return f"{name} is {toml_kind(table[name])}, not a text: write it as {name} = \"...\""
     return ""
+
+
+def toml_kind(value: Any) -> str:
+    """What a TOML value is, in TOML's words (a user reads it, not Python's type names)."""
+    kinds = {str: "a text", bool: "a boolean", int: "an integer", float: "a float", dict: "a table", list: "an array"}
+    return kinds.get(type(value), "a date or time")
 
 
 def _http_url(url: Any) -> bool:

@@ -12,14 +12,13 @@ settings; a missing key is a `ProviderFailure(reason="auth")` naming the fix.
 
 from __future__ import annotations
 
-import json
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol
 
 from .. import errors
+from ..adapters.codex_home import read_auth, read_config
 from ..adapters.codex_provider import (active_provider, active_settings, endpoint_problem, header_problem,
                                       model_provider_problem, provider_entry, strings)
 from .items import ModelEvent, ModelRequest
@@ -133,11 +132,11 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     env = os.environ if env is None else env
     hint = ("run `scvctl agents import codex` (a Codex setup with an API key), or add a [providers.NAME] table "
             "and set chat.provider = \"NAME\" in config.toml (chat.provider is codex unless set)")
-    try:
-        config = tomllib.loads((home / "config.toml").read_text(encoding="utf-8"))
+    try:  # never blocking: an agent run may have left a FIFO in the codex home
+        config = read_config(home)
     except FileNotFoundError as exc:
         raise ProviderFailure("auth", f"no imported Codex setup ({exc.filename} is missing)", hint) from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, errors.NotARegularFile) as exc:
         raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}", hint) from None
     if problem := model_provider_problem(config):
         raise ProviderFailure("provider_error", f"the imported Codex setup's {problem}", _FIX_CONFIG)
@@ -149,7 +148,7 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
                               _FIX_CONFIG)
     key, source = str(table.get("experimental_bearer_token") or ""), f"{home / 'config.toml'} (its bearer token)"
     if not key and (provider_id == "openai" or table.get("requires_openai_auth") is True):
-        key, source = _codex_key(home / "auth.json"), str(home / "auth.json")
+        key, source = str(read_auth(home).get("OPENAI_API_KEY") or ""), str(home / "auth.json")
     if not key and table.get("env_key"):
         key, source = env.get(str(table["env_key"]), ""), f"env {table['env_key']}"
     elif not key and table.get("base_url") and table.get("requires_openai_auth") is not True:
@@ -181,14 +180,6 @@ def _headers(provider_id: str, table: dict[str, Any], env: Mapping[str, str]) ->
                                   f"environment) {problem}", f"fix {var} in scvd's environment and restart scvd")
         headers[name] = env[var]
     return headers
-
-
-def _codex_key(path: Path) -> str:
-    try:
-        auth = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ""
-    return str(auth.get("OPENAI_API_KEY") or "") if isinstance(auth, dict) else ""
 
 
 def make(settings: Settings) -> Provider:

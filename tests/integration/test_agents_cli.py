@@ -253,7 +253,8 @@ def test_import_warns_of_a_header_no_request_can_carry_and_never_shows_it(agent_
     ('base_url = "relay.example/v1"', "base_url is not an http:// or https:// URL with a host"),
     ('base_url = "http://127.0.0.1:9/v1"\nwire_api = "completions"',
      "wire_api 'completions' is not one scvd speaks: set it to \"responses\" or \"chat\""),
-], ids=["no scheme", "wire_api"])
+    ('base_url = "http://127.0.0.1:9/v1"\nenv_key = 5', "env_key is an integer, not a text: write it as env_key = \"...\""),
+], ids=["no scheme", "wire_api", "env_key"])
 def test_import_refuses_an_endpoint_no_agent_can_reach_and_keeps_the_last_import(agent_daemon: DaemonProc,
                                                                                  tmp_path: Path, line, said) -> None:
     """Codex fails on both too (a wire_api it does not know stops it at start): the import took the
