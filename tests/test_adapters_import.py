@@ -149,6 +149,22 @@ def test_a_provider_that_is_no_table_is_refused_as_the_chat_refuses_it(paths, so
     assert not (dest(paths) / "config.toml").exists()
 
 
+def test_codexs_own_local_provider_needs_no_sign_in_and_a_table_of_its_name_is_warned_of(paths, source) -> None:
+    """codex ignores [model_providers.ollama] (its own ollama wins): the import took the table for
+    the provider, and `agents status` said a setup for codex's ollama was not signed in."""
+    (source / "config.toml").write_text('model_provider = "ollama"\n[model_providers.ollama]\n'
+                                        'base_url = "http://gpu-box:11434/v1"\nenv_key = "OLLAMA_KEY"\n')
+    out = run_import(paths, source)
+    assert (out["report"]["model_provider"], out["report"]["wire_api"]) == ("ollama", "responses")
+    assert out["warnings"] == [
+        "[model_providers.ollama] is ignored: codex uses its own ollama provider (http://localhost:11434/v1 unless "
+        "CODEX_OSS_BASE_URL or CODEX_OSS_PORT is set, no key), and so does a chat turn with provider codex; to use "
+        "your table, give it another name and set model_provider to it"]  # and no word of its env_key
+    from scvd.adapters import signin, spec
+
+    assert signin.own_key(spec.get("codex"), dest(paths)) == "config.toml's provider 'ollama' uses no key"
+
+
 EMPTY_PROVIDER = {
     "top level": ('model_provider = ""\n', "model_provider is empty"),
     "profile": ('profile = "work"\n[profiles.work]\nmodel_provider = ""\n', "profiles.work.model_provider is empty"),

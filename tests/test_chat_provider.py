@@ -587,6 +587,27 @@ def test_a_fifo_an_agent_run_left_in_the_codex_home_fails_the_turn_at_once(tmp_p
     assert info.value.reason == "auth" and "holds no API key" in info.value.message
 
 
+@pytest.mark.parametrize("local, port", [("ollama", 11434), ("lmstudio", 1234)])
+def test_codexs_own_local_providers_need_no_key_and_no_table(model, tmp_path, local, port):
+    """`model_provider = "ollama"` (codex --oss's setup) names no table and no key: the chat failed
+    with `holds no API key` where codex sends its built-in provider on localhost no key."""
+    from scvd.chat.provider import codex_settings
+
+    # codex ignores a table of the same name (its own wins): so does the chat
+    (tmp_path / "config.toml").write_text(f'model = "qwen3"\nmodel_provider = "{local}"\n[model_providers.{local}]\n'
+                                          'base_url = "http://elsewhere.example/v1"\nenv_key = "UNSET_KEY"\n')
+    (tmp_path / "auth.json").write_text('{"OPENAI_API_KEY": "sk-openai-only"}')
+    s = codex_settings(tmp_path, env={})
+    assert (s.base_url, s.wire_api, s.key_source) == (f"http://localhost:{port}/v1", "responses", "")
+    assert codex_settings(tmp_path, env={"CODEX_OSS_PORT": "8080"}).base_url == "http://localhost:8080/v1"
+    m = model(Text("hi from the local model"))
+    s = codex_settings(tmp_path, env={"CODEX_OSS_BASE_URL": m.base_url, "CODEX_OSS_PORT": "8080"})
+    s = Settings(**{**s.__dict__, "max_retries": 0})
+    assert "".join(e.text for e in asyncio.run(collect(make(s))) if isinstance(e, TextDelta)) == "hi from the local model"
+    assert (m.paths, m.requests[0]["model"]) == (["/v1/responses"], "qwen3")
+    assert "sk-openai-only" not in m.authorizations[0]  # OpenAI's key stays OpenAI's
+
+
 def test_chat_completions_names_the_token_cap_for_its_server(model):
     """OpenAI's reasoning models refuse `max_tokens` ("use max_completion_tokens"); llama.cpp, older
     Ollama and vLLM know only `max_tokens`, which a loopback server gets."""

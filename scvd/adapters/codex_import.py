@@ -8,7 +8,9 @@ Rules (seed 000, "Signing in delegated agents"):
 - The provider's base_url and wire_api are checked, and its headers, by the chat turn's rule
   (codex_provider.py): one that fails every agent is refused, a header codex leaves out is warned of.
 - The files already in scvd's codex home are kept or removed by codex_home.py's rule.
-- The provider is the active `profile`'s `model_provider` when it names one.
+- The provider is the active `profile`'s `model_provider` when it names one; codex's own local
+  providers (ollama, lmstudio) are its built-in tables, and a model_providers table of that name is
+  warned of: codex ignores it.
 - Both files are validated before either is written; the writes (and that removal) happen
   all together or not at all, one import at a time per home (import_files.py).
 - Nothing read here is ever printed or logged except the reported settings.
@@ -26,8 +28,8 @@ from typing import Any
 from ..errors import InternalError, InvalidRequest, NotARegularFile
 from ..paths import read_regular_file
 from .codex_home import AUTH, CONFIG, MAX_FILE_BYTES, auth_verdict, settle_old_files
-from .codex_provider import (active_provider, active_settings, endpoint_problem, header_problem, model_provider_problem,
-                             provider_entry, provider_tables, strings)
+from .codex_provider import (LOCAL_PORTS, active_provider, active_settings, endpoint_problem, header_problem,
+                             ignored_tables, model_provider_problem, provider_entry, provider_tables, strings)
 from .import_files import commit_files, one_at_a_time, sweep
 
 log = logging.getLogger("scvd.adapters")
@@ -60,7 +62,7 @@ def plan_import(source: Path) -> ImportPlan:
         plan.files[CONFIG] = config_raw
         plan.report.update(_report(config))
         _check_endpoint(source / CONFIG, config)
-        plan.warnings += _env_key_warnings(config) + _header_warnings(config)
+        plan.warnings += _ignored_warnings(config) + _env_key_warnings(config) + _header_warnings(config)
     if auth_raw is not None:
         auth = _parse_auth(source / AUTH, auth_raw)
         verdict, warning = auth_verdict(auth)
@@ -143,6 +145,13 @@ def _env_key_warnings(config: dict[str, Any]) -> list[str]:
             f"experimental_bearer_token or an API-key {AUTH}"
         )
     return warnings
+
+
+def _ignored_warnings(config: dict[str, Any]) -> list[str]:
+    return [f"[model_providers.{name}] is ignored: codex uses its own {name} provider (http://localhost:"
+            f"{LOCAL_PORTS[name]}/v1 unless CODEX_OSS_BASE_URL or CODEX_OSS_PORT is set, no key), and so does a "
+            "chat turn with provider codex; to use your table, give it another name and set model_provider to it"
+            for name in ignored_tables(config)]
 
 
 def _check_endpoint(path: Path, config: dict[str, Any]) -> None:

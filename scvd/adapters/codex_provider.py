@@ -8,13 +8,16 @@ wraps it in its own error with its own fix.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from .. import http_fields
 
 WIRE_APIS = ("responses", "chat")  # what scvd's chat speaks; codex refuses any other at its start
 DEFAULT_PROVIDER = "openai"  # codex's when model_provider is not set
+# codex's own providers for a server on this host (its --oss): no key, and a model_providers table of the
+# same name is ignored (codex's own wins); CODEX_OSS_BASE_URL, else CODEX_OSS_PORT, in its environment moves it
+LOCAL_PORTS = {"ollama": 11434, "lmstudio": 1234}
 
 
 def active_settings(config: dict[str, Any]) -> dict[str, Any]:
@@ -29,11 +32,24 @@ def _profile(config: dict[str, Any]) -> dict[str, Any]:
     return chosen if isinstance(chosen, dict) else {}
 
 
-def active_provider(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def active_provider(config: dict[str, Any], env: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
     """The id of the provider codex sends requests to, and its table ({} when it has none)."""
     value = active_settings(config).get("model_provider", DEFAULT_PROVIDER)
     provider_id = value if isinstance(value, str) else repr(value)  # model_provider_problem's to name
-    return provider_id, provider_tables(config).get(provider_id, {})
+    entry = provider_entry(config, provider_id, env)
+    return provider_id, entry if isinstance(entry, dict) else {}
+
+
+def local_provider(provider_id: str, env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """Codex's built-in table of a local provider (None for any other id); `env` is the reader's
+    environment (scvd's for the chat; an import leaves it out: the user's shell is not scvd's)."""
+    if provider_id not in LOCAL_PORTS:
+        return None
+    env = env or {}
+    port = env.get("CODEX_OSS_PORT", "").strip()
+    port = port if port.isdigit() and int(port) < 65536 else str(LOCAL_PORTS[provider_id])
+    base_url = env.get("CODEX_OSS_BASE_URL", "").strip() or f"http://localhost:{port}/v1"
+    return {"base_url": base_url, "wire_api": "responses"}
 
 
 def model_provider_problem(config: dict[str, Any]) -> str:
@@ -50,11 +66,18 @@ def model_provider_problem(config: dict[str, Any]) -> str:
 
 
 def provider_tables(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """model_providers' tables by id (an entry that is no table is endpoint_problem's to name)."""
+    """model_providers' tables that codex reads, by id (an entry that is no table is endpoint_problem's
+    to name; one named like a local provider, ignored_tables')."""
     providers = config.get("model_providers")
     if not isinstance(providers, dict):
         return {}
-    return {k: v for k, v in providers.items() if isinstance(v, dict)}
+    return {k: v for k, v in providers.items() if isinstance(v, dict) and k not in LOCAL_PORTS}
+
+
+def ignored_tables(config: dict[str, Any]) -> list[str]:
+    """What in model_providers codex ignores: an entry named like one of its local providers."""
+    providers = config.get("model_providers")
+    return [name for name in providers if name in LOCAL_PORTS] if isinstance(providers, dict) else []
 
 
 def strings(table: Any) -> dict[str, str]:
@@ -71,9 +94,12 @@ def header_problem(name: str, value: str = "") -> str:
     return ""
 
 
-def provider_entry(config: dict[str, Any], provider_id: str) -> Any:
-    """Provider `provider_id`'s entry in model_providers as written ({} when there is none); one that
-    is no table is endpoint_problem's to name."""
+def provider_entry(config: dict[str, Any], provider_id: str, env: Mapping[str, str] | None = None) -> Any:
+    """Provider `provider_id`'s entry as codex uses it: its own table for a local provider, else the
+    one in model_providers as written ({} when there is none; one that is no table is endpoint_problem's
+    to name)."""
+    if (local := local_provider(provider_id, env)) is not None:
+        return local
     providers = config.get("model_providers")
     return providers.get(provider_id, {}) if isinstance(providers, dict) else {}
 

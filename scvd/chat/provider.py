@@ -127,7 +127,8 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     auth.json's OPENAI_API_KEY for a provider that takes OpenAI's login (`openai`, or one that says
     `requires_openai_auth`), else the variable the provider's `env_key` names. As in codex, the
     OpenAI key never goes to another provider's base_url, and a provider of its own that names no
-    key at all (a local server's `base_url` only) gets none, as in codex.
+    key at all (a local server's `base_url` only) gets none, as in codex. Codex's own local providers
+    (ollama, lmstudio) are its built-in tables: on localhost, no key (codex_provider.local_provider).
     """
     env = os.environ if env is None else env
     hint = ("run `scvctl agents import codex` (a Codex setup with an API key), or add a [providers.NAME] table "
@@ -141,7 +142,7 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     if problem := model_provider_problem(config):
         raise ProviderFailure("provider_error", f"the imported Codex setup's {problem}", _FIX_CONFIG)
     provider_id, _ = active_provider(config)  # a `profile` picks the provider and model, as in codex
-    table = provider_entry(config, provider_id)
+    table = provider_entry(config, provider_id, env)
     config = active_settings(config)
     if problem := endpoint_problem(table):
         raise ProviderFailure("provider_error", f"the imported Codex setup's provider {provider_id!r}: {problem}",

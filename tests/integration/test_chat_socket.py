@@ -649,16 +649,29 @@ def test_provider_codex_sends_the_imported_providers_bearer_token(chat_rig, work
 
 
 def test_provider_codex_serves_an_imported_local_server_that_takes_no_key(chat_rig, workspace):
-    """A Codex setup for a local server (Ollama, LM Studio) names a base_url and no key, and codex
-    sends none; provider codex failed every turn with `holds no API key` instead."""
+    """A Codex setup for a local server names a base_url and no key, and codex sends none; provider
+    codex failed every turn with `holds no API key` instead."""
     model, d = chat_rig(Text("hello from the local model"), wire_api="chat")
-    imported_codex(d, f'model = "qwen"\nmodel_provider = "ollama"\n[model_providers.ollama]\nname = "Ollama"\n'
+    imported_codex(d, f'model = "qwen"\nmodel_provider = "gpu-box"\n[model_providers.gpu-box]\nname = "Ollama"\n'
                       f'base_url = "{model.base_url}"\nwire_api = "chat"\n', "sk-openai-only")
     with d.client(name="pytest") as c:
         _, end = run_turn(c, open_chat(c, workspace, provider="codex").session, "hi")
     assert isinstance(end, p.TurnCompleted), end
     assert model.requests[0]["model"] == "qwen"
     assert "sk-openai-only" not in model.authorizations[0]  # OpenAI's key stays OpenAI's
+
+
+def test_provider_codex_serves_codexs_own_ollama_provider(chat_rig, workspace, monkeypatch):
+    """`model_provider = "ollama"` with no table (codex's own provider, on localhost, no key) failed
+    every turn with `holds no API key`; CODEX_OSS_BASE_URL in scvd's environment moves it, as in codex."""
+    model, d = chat_rig(Text("hello from ollama"))
+    monkeypatch.setenv("CODEX_OSS_BASE_URL", model.base_url)
+    imported_codex(d, 'model = "gpt-oss:20b"\nmodel_provider = "ollama"\n', "sk-openai-only")
+    with d.client(name="pytest") as c:
+        _, end = run_turn(c, open_chat(c, workspace, provider="codex").session, "hi")
+    assert isinstance(end, p.TurnCompleted), end
+    assert (model.paths[0], model.requests[0]["model"]) == ("/v1/responses", "gpt-oss:20b")
+    assert "sk-openai-only" not in model.authorizations[0]
 
 
 def test_provider_codex_without_an_import_says_how_to_get_one(chat_rig, workspace):
