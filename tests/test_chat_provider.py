@@ -511,6 +511,21 @@ def test_an_imported_header_no_request_can_carry_is_refused_as_the_setup_loads(t
     assert "az-secret-1" not in info.value.message
 
 
+def test_an_env_header_whose_variable_is_blank_is_left_out_as_codex_leaves_it_out(model, tmp_path):
+    """codex sends an env_http_headers header only when its variable holds more than blanks; the chat
+    failed every turn on RELAY_ORG="  " (a value with a space at an end) instead."""
+    from scvd.chat.provider import codex_settings
+
+    m = model(Text("hi"))
+    (tmp_path / "config.toml").write_text(
+        f'model_provider = "relay"\n[model_providers.relay]\nbase_url = "{m.base_url}"\nenv_key = "K"\n'
+        'env_http_headers = { "X-Relay-Org" = "RELAY_ORG", "X-Relay-Team" = "RELAY_TEAM" }\n')
+    s = codex_settings(tmp_path, env={"K": "k", "RELAY_ORG": "  ", "RELAY_TEAM": "blue"})
+    s = Settings(**{**s.__dict__, "max_retries": 0})
+    assert "".join(e.text for e in asyncio.run(collect(make(s))) if isinstance(e, TextDelta)) == "hi"
+    assert m.headers[0]["x-relay-team"] == "blue" and "x-relay-org" not in m.headers[0]
+
+
 @pytest.mark.parametrize("line, said", [
     ('base_url = "bob:s3cr3t@relay.example/v1"', "base_url is not an http:// or https:// URL with a host"),
     ('base_url = "http://127.0.0.1:9/v1"\nwire_api = "completions"',

@@ -28,8 +28,8 @@ from typing import Any
 from ..errors import InternalError, InvalidRequest, NotARegularFile
 from ..paths import read_regular_file
 from .codex_home import AUTH, CONFIG, MAX_FILE_BYTES, auth_verdict, settle_old_files
-from .codex_provider import (LOCAL_PORTS, active_provider, active_settings, endpoint_problem, header_problem,
-                             ignored_tables, model_provider_problem, provider_entry, provider_tables, strings)
+from .codex_provider import (LOCAL_PORTS, active_provider, active_settings, endpoint_problem, ignored_tables,
+                             model_provider_problem, provider_entry, provider_headers, provider_tables)
 from .import_files import commit_files, one_at_a_time, sweep
 
 log = logging.getLogger("scvd.adapters")
@@ -168,12 +168,13 @@ def _header_warnings(config: dict[str, Any]) -> list[str]:
     """Only warned of: codex leaves a header it cannot send out of its requests, so its agents still run
     with this setup; a chat turn with provider codex fails on it (the chat's own rule, never the value)."""
     provider_id, provider = active_provider(config)
-    bad = [f"http_headers {name!r} {problem}" for name, value in strings(provider.get("http_headers")).items()
-           if (problem := header_problem(name, value))]
-    bad += [f"env_http_headers {name!r} {problem} (a turn fails once {var} is set in scvd's environment)"
-            for name, var in strings(provider.get("env_http_headers")).items() if (problem := header_problem(name))]
-    return [f"provider {provider_id!r}: {what}: codex leaves it out of its requests, and a chat turn with provider "
-            "codex fails on it; fix it in your Codex config.toml and import again" for what in bad]
+    warnings = []
+    for h in (h for h in provider_headers(provider, None) if h.problem):
+        when = f" (a turn fails once {h.var} is set in scvd's environment)" if h.var else ""
+        warnings.append(f"provider {provider_id!r}: {h.field} {h.name!r} {h.problem}{when}: codex leaves it out of "
+                        "its requests, and a chat turn with provider codex fails on it; fix it in your Codex "
+                        "config.toml and import again")
+    return warnings
 
 
 def import_codex(source: Path, home: Path) -> dict[str, Any]:

@@ -8,6 +8,7 @@ wraps it in its own error with its own fix.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
@@ -83,6 +84,35 @@ def ignored_tables(config: dict[str, Any]) -> list[str]:
 def strings(table: Any) -> dict[str, str]:
     """A Codex table of names to texts (query_params, http_headers); other values left out, as codex refuses them."""
     return {str(k): v for k, v in table.items() if isinstance(v, str)} if isinstance(table, dict) else {}
+
+
+@dataclass(frozen=True)
+class Header:
+    """One header a provider table asks for: from http_headers, or (`var` set) from env_http_headers."""
+
+    name: str
+    value: str  # "" for an env header whose value the reader does not know (the import's)
+    var: str = ""  # the variable an env_http_headers header reads
+
+    @property
+    def field(self) -> str:
+        return "env_http_headers" if self.var else "http_headers"
+
+    @property
+    def problem(self) -> str:
+        """Why it cannot go out as an HTTP header ("" when it can); never shows the value (a credential)."""
+        return header_problem(self.name, self.value)
+
+
+def provider_headers(table: dict[str, Any], env: Mapping[str, str] | None) -> list[Header]:
+    """The headers `table` asks for: http_headers, then each env_http_headers header whose variable is
+    set in `env` to more than blanks (codex leaves the others out); with no `env` (the import: the
+    user's shell is not scvd's) every env header, its value unknown."""
+    headers = [Header(name, value) for name, value in strings(table.get("http_headers")).items()]
+    for name, var in strings(table.get("env_http_headers")).items():
+        if env is None or env.get(var, "").strip():
+            headers.append(Header(name, "" if env is None else env[var], var))
+    return headers
 
 
 def header_problem(name: str, value: str = "") -> str:

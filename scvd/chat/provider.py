@@ -19,8 +19,8 @@ from typing import Any, AsyncIterator, Mapping, Protocol
 
 from .. import errors
 from ..adapters.codex_home import read_auth, read_config
-from ..adapters.codex_provider import (active_provider, active_settings, endpoint_problem, header_problem,
-                                      model_provider_problem, provider_entry, strings)
+from ..adapters.codex_provider import (active_provider, active_settings, endpoint_problem, model_provider_problem,
+                                      provider_entry, provider_headers, strings)
 from .items import ModelEvent, ModelRequest
 
 CODEX = "codex"
@@ -169,18 +169,15 @@ def _headers(provider_id: str, table: dict[str, Any], env: Mapping[str, str]) ->
     """The provider's http_headers and env_http_headers, each a valid HTTP field: a line break in a
     value failed only at send time, as a connection error naming the base_url."""
     where = f"the imported Codex setup's provider {provider_id!r}"
-    headers = strings(table.get("http_headers"))
-    for name, value in headers.items():
-        if problem := header_problem(name, value):
-            raise ProviderFailure("provider_error", f"{where}: http_headers {name!r} {problem}", _FIX_CONFIG)
-    for name, var in strings(table.get("env_http_headers")).items():
-        if not env.get(var):  # unset: left out, as in codex
+    headers = provider_headers(table, env)
+    for h in headers:
+        if not (problem := h.problem):
             continue
-        if problem := header_problem(name, env[var]):  # the value is a credential: never shown
-            raise ProviderFailure("provider_error", f"{where}: env_http_headers {name!r} (from {var} in scvd's "
-                                  f"environment) {problem}", f"fix {var} in scvd's environment and restart scvd")
-        headers[name] = env[var]
-    return headers
+        if h.var:  # the value is a credential: never shown
+            raise ProviderFailure("provider_error", f"{where}: env_http_headers {h.name!r} (from {h.var} in scvd's "
+                                  f"environment) {problem}", f"fix {h.var} in scvd's environment and restart scvd")
+        raise ProviderFailure("provider_error", f"{where}: http_headers {h.name!r} {problem}", _FIX_CONFIG)
+    return {h.name: h.value for h in headers}
 
 
 def make(settings: Settings) -> Provider:
