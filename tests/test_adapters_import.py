@@ -165,6 +165,28 @@ def test_codexs_own_local_provider_needs_no_sign_in_and_a_table_of_its_name_is_w
     assert signin.own_key(spec.get("codex"), dest(paths)) == "config.toml's provider 'ollama' uses no key"
 
 
+def test_providers_the_config_does_not_use_now_are_checked_and_only_warned_of(paths, source) -> None:
+    """Only the active provider was checked: a profile picking another later (or an agent's
+    `-c model_provider=`) failed on a setup the import had taken without a word."""
+    (source / "config.toml").write_text(
+        RELAY_CONFIG + '[model_providers.old]\nbase_url = "http://127.0.0.1:9/v1"\nwire_api = "completions"\n'
+        '[model_providers.team]\nbase_url = "https://team.example/v1"\nhttp_headers = { "X Team" = "blue" }\n'
+        '[model_providers.gone]\nbase_url = "team.example/v1"\n[model_providers]\nstale = "x"\n')
+    out = run_import(paths, source)
+    assert out["copied"] == ["config.toml"]
+    unused, fix = "which this config does not use now", "fix it in your Codex config.toml and import again"
+    assert [w for w in out["warnings"] if unused in w] == [
+        f"provider 'old', {unused}: wire_api 'completions' is not one scvd speaks: set it to \"responses\" or "
+        f"\"chat\"; a profile that picks it fails: {fix}",
+        f"provider 'team', {unused}: http_headers 'X Team' is not an HTTP header name (letters, digits and "
+        f"!#$%&'*+-.^_`|~, no space or colon): codex leaves it out of its requests, and a chat turn with provider "
+        f"codex fails on it; {fix}",
+        f"provider 'gone', {unused}: base_url is not an http:// or https:// URL with a host; a profile that picks "
+        f"it fails: {fix}",
+        f"provider 'stale', {unused}: its model_providers entry is not a table: write it as [model_providers.NAME] "
+        f"with its keys; a profile that picks it fails: {fix}"]
+
+
 EMPTY_PROVIDER = {
     "top level": ('model_provider = ""\n', "model_provider is empty"),
     "profile": ('profile = "work"\n[profiles.work]\nmodel_provider = ""\n', "profiles.work.model_provider is empty"),

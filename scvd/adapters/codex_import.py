@@ -29,11 +29,13 @@ from ..errors import InternalError, InvalidRequest, NotARegularFile
 from ..paths import read_regular_file
 from .codex_home import AUTH, CONFIG, MAX_FILE_BYTES, auth_verdict, settle_old_files
 from .codex_provider import (LOCAL_PORTS, active_provider, active_settings, endpoint_problem, ignored_tables,
-                             model_provider_problem, provider_entry, provider_headers, provider_tables)
+                             model_provider_problem, provider_entries, provider_entry, provider_headers,
+                             provider_tables)
 from .import_files import commit_files, one_at_a_time, sweep
 
 log = logging.getLogger("scvd.adapters")
 
+UNUSED = ", which this config does not use now"
 REPORTED = ("model", "model_provider", "model_reasoning_effort", "sandbox_mode", "approval_policy")
 
 
@@ -62,7 +64,8 @@ def plan_import(source: Path) -> ImportPlan:
         plan.files[CONFIG] = config_raw
         plan.report.update(_report(config))
         _check_endpoint(source / CONFIG, config)
-        plan.warnings += _ignored_warnings(config) + _env_key_warnings(config) + _header_warnings(config)
+        plan.warnings += (_ignored_warnings(config) + _env_key_warnings(config)
+                          + _header_warnings(*active_provider(config)) + _other_provider_warnings(config))
     if auth_raw is not None:
         auth = _parse_auth(source / AUTH, auth_raw)
         verdict, warning = auth_verdict(auth)
@@ -164,16 +167,31 @@ def _check_endpoint(path: Path, config: dict[str, Any]) -> None:
                              "and import again; nothing was written")
 
 
-def _header_warnings(config: dict[str, Any]) -> list[str]:
+def _header_warnings(provider_id: str, provider: dict[str, Any], unused: str = "") -> list[str]:
     """Only warned of: codex leaves a header it cannot send out of its requests, so its agents still run
     with this setup; a chat turn with provider codex fails on it (the chat's own rule, never the value)."""
-    provider_id, provider = active_provider(config)
     warnings = []
     for h in (h for h in provider_headers(provider, None) if h.problem):
         when = f" (a turn fails once {h.var} is set in scvd's environment)" if h.var else ""
-        warnings.append(f"provider {provider_id!r}: {h.field} {h.name!r} {h.problem}{when}: codex leaves it out of "
+        warnings.append(f"provider {provider_id!r}{unused}: {h.field} {h.name!r} {h.problem}{when}: codex leaves it out of "
                         "its requests, and a chat turn with provider codex fails on it; fix it in your Codex "
                         "config.toml and import again")
+    return warnings
+
+
+def _other_provider_warnings(config: dict[str, Any]) -> list[str]:
+    """The providers this config does not use now, by the active one's rules but only warned of: a
+    profile (or an agent's `-c model_provider=`) that picks one fails on it."""
+    active_id, _ = active_provider(config)
+    warnings = []
+    for name, entry in provider_entries(config).items():
+        if name == active_id:
+            continue
+        if problem := endpoint_problem(entry):
+            warnings.append(f"provider {name!r}{UNUSED}: {problem}; a profile that picks it fails: fix it in your "
+                            "Codex config.toml and import again")
+        else:
+            warnings += _header_warnings(name, entry, UNUSED)
     return warnings
 
 

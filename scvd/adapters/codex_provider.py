@@ -66,13 +66,16 @@ def model_provider_problem(config: dict[str, Any]) -> str:
     return ""
 
 
-def provider_tables(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """model_providers' tables that codex reads, by id (an entry that is no table is endpoint_problem's
-    to name; one named like a local provider, ignored_tables')."""
+def provider_entries(config: dict[str, Any]) -> dict[str, Any]:
+    """model_providers' entries that codex reads, by id, as written (one named like a local provider
+    is ignored_tables'; one that is no table, endpoint_problem's to name)."""
     providers = config.get("model_providers")
-    if not isinstance(providers, dict):
-        return {}
-    return {k: v for k, v in providers.items() if isinstance(v, dict) and k not in LOCAL_PORTS}
+    return {k: v for k, v in providers.items() if k not in LOCAL_PORTS} if isinstance(providers, dict) else {}
+
+
+def provider_tables(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """model_providers' tables that codex reads, by id."""
+    return {k: v for k, v in provider_entries(config).items() if isinstance(v, dict)}
 
 
 def ignored_tables(config: dict[str, Any]) -> list[str]:
