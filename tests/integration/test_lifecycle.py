@@ -12,21 +12,25 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
 import conftest
 from conftest import ROOT, shared_dir_for_other_uids
-from harness import RawConn, make_wrapped, pid_gone, wait_ready, wait_until  # noqa: F401 (fixture)
+from harness import HarnessTool, NoArgs, RawConn, make_wrapped, pid_gone, wait_ready, wait_until  # noqa: F401 (fixture)
 from scvd import protocol as p
+from scvd.tools.contract import CallContext, Plan
 from scvctl.client import Client, ConnectionClosed
 from scvd import errors
 
 STUBBORN_CONFIG = "[server]\nshutdown_grace_seconds = {grace}\n"
+STOPPING = "scvd is stopping and will not answer this request; send it again once scvd is back"
 
 
 def mode(path: Path) -> int:
@@ -834,7 +838,7 @@ def test_a_session_open_still_waiting_when_scvd_stops_is_told_to_retry(make_wrap
             assert conn.closed_by_server()
     assert isinstance(answer, p.Error) and answer.id == 7, answer
     assert (answer.code, answer.kind, answer.fatal, answer.reason) == ("failed", "unavailable", True, "stopping")
-    assert answer.message == "scvd is stopping and will not answer this request; send it again once scvd is back"
+    assert answer.message == STOPPING
     assert d.proc.wait(15) == 0
     clean_log(d.log())
 
@@ -882,8 +886,72 @@ def test_scvctl_whose_request_scvd_stopped_on_says_try_again_exit_3(make_wrapped
                 scvctl.kill()
                 scvctl.communicate()
     assert (scvctl.returncode, out) == (3, ""), err
-    assert err == "scvd is stopping and will not answer this request; send it again once scvd is back\n"
+    assert err == STOPPING + "\n"
     assert d.proc.wait(15) == 0
+
+
+class EndsWithTheStop(HarnessTool):
+    """Runs until the stop cancels it; then ends `held`, a request handler's wait, one loop step later."""
+
+    name = "test_ends_with_the_stop"
+    description = ("Wait until scvd stops.\nUse for races with the stop; test_sleep for a plain wait.\n"
+                   "Precondition: only in test daemons.")
+    Arguments = NoArgs
+    summary = "wait for the stop"
+
+    def __init__(self, end: Callable[[asyncio.Future[None]], Any]) -> None:
+        self.end = end
+        self.held: asyncio.Future[None] | None = None
+        self.running, self.holding = threading.Event(), threading.Event()
+
+    async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
+        self.running.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            # not now: a step later the request's task ends after the stop's wait for this call was
+            # woken, so the stop takes its next step (answering waiting requests) before that task is unlisted
+            asyncio.get_running_loop().call_soon(self.end, self.held)
+            raise
+        return {}
+
+
+@pytest.mark.parametrize("end", ["answered", "cancelled"])
+def test_a_request_that_ends_in_the_stops_own_step_gets_one_answer(make_inproc, monkeypatch, workspace, end):
+    """The stop tells requests whose handler still waits that no answer comes. A task that ended in the
+    step the stop did so (unlisted by its done-callback a step later) was counted as waiting: answered,
+    its request got the stop's error as well, two answers to one id; cancelled first, by done() alone,
+    none at all."""
+    from scvd.server import Daemon
+
+    tool = EndsWithTheStop(lambda held: held.set_result(None) if end == "answered" else held.cancel())
+    plain = Daemon.on_ping
+
+    async def held_ping(self: Daemon, conn: Any, frame: p.Ping) -> p.Frame:
+        tool.held = asyncio.get_running_loop().create_future()
+        tool.holding.set()
+        await tool.held
+        return plain(self, conn, frame)
+
+    monkeypatch.setattr(Daemon, "on_ping", held_ping)  # a ping waits for the tool's end
+    d = make_inproc(tools=[tool])
+    with RawConn(d.socket) as conn:
+        conn.hello()
+        session = conn.request({"type": "session.open", "workspace": str(workspace)})
+        conn.request({"type": "call", "session": session.session, "tool": tool.name, "arguments": {}})
+        assert tool.running.wait(15)
+        conn.send({"type": "ping", "id": 7})
+        assert tool.holding.wait(15)
+        d.call_soon(d.daemon.request_stop, "test")
+        frames = []
+        while (line := conn.line()) is not None:
+            frames.append(p.decode_server_frame(line))
+    answers = [f for f in frames if getattr(f, "id", None) == 7]
+    if end == "answered":
+        assert [type(a) for a in answers] == [p.Pong], frames
+    else:
+        assert [(type(a), a.kind) for a in answers] == [(p.Error, "unavailable")], frames
+        assert answers[0].message == STOPPING
 
 
 @pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
