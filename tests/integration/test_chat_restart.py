@@ -1,12 +1,16 @@
-"""A real `scvd run` process: the transcript survives a restart, shutdown ends a turn, openai stays unloaded."""
+"""A real `scvd run` process: the transcript survives a restart, shutdown ends a turn, openai stays unloaded,
+old transcripts expire (in-process where a pass is made to fail)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +21,7 @@ import pytest
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Hang, ScriptedModel, Text
 from conftest import reloaded
-from harness import RawConn, make_wrapped  # noqa: F401 (a fixture)
+from harness import RawConn, make_wrapped, wait_until  # noqa: F401 (a fixture)
 from test_lifecycle import hang_point, reached
 from scvd import errors, protocol as p
 from scvd.chat.readback import CANCELLED_NOTE, KILLED_NOTE as KILLED, STOPPED_NOTE as STOPPED
@@ -284,3 +288,35 @@ def test_clients_are_served_while_the_starts_pass_runs_and_chat_open_waits_for_i
             answer = conn.frame()
     assert isinstance(answer, p.Error) and answer.id == 7 and answer.code == "conversation_not_found", answer
     assert not (home / "state" / "chat" / "kold.jsonl").exists()
+
+
+def test_a_bug_in_an_expiry_pass_is_logged_and_the_later_passes_still_run(make_inproc, monkeypatch, caplog):
+    """In-process, a pass made to raise once: the exception ended the background task, so no later
+    pass ran (and nothing was logged of it)."""
+    from scvd.chat import expiry
+
+    listing, raised = expiry.stale, threading.Event()
+
+    def stale_once_buggy(*args: object) -> list[str]:
+        if not raised.is_set():
+            raised.set()
+            raise RuntimeError("a bug")
+        return listing(*args)
+
+    monkeypatch.setattr(expiry, "stale", stale_once_buggy)
+    d = make_inproc()  # the default 0: no pass until a reload sets it
+    old = written(d.home / "state" / "chat", "kold", 40)
+
+    def reload(days: int) -> None:
+        (d.home / "config.toml").write_text(f"[chat]\ntranscript_days = {days}\n")
+        asyncio.run_coroutine_threadsafe(d.daemon.reload(), d.loop).result(30)
+
+    reload(30)
+    assert raised.wait(15)
+    reload(31)  # a pass at once
+    wait_until(lambda: not old.exists(), what="the pass after the failed one")
+    failures = [r for r in caplog.records if r.name == "scvd.chat" and r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in failures] == [
+        "chat transcript expiry (chat.transcript_days) failed; it runs again in a day"]
+    assert failures[0].exc_info[0] is RuntimeError
+
