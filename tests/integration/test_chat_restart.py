@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -320,3 +322,24 @@ def test_a_bug_in_an_expiry_pass_is_logged_and_the_later_passes_still_run(make_i
         "chat transcript expiry (chat.transcript_days) failed; it runs again in a day"]
     assert failures[0].exc_info[0] is RuntimeError
 
+
+@pytest.mark.bwrap
+def test_a_transcript_that_cannot_be_removed_is_logged_and_the_pass_goes_on(make_daemon, scv_home, tmp_path,
+                                                                            workspace):
+    """A transcript whose unlink fails, here a mount point's (EBUSY, for root too): said in the log,
+    and the pass goes on to the next, with scvd serving on."""
+    chat = scv_home / "state" / "chat"
+    busy, old = written(chat, "kbusy", 40), written(chat, "kold", 40)  # in this order
+    mounted = written(tmp_path, "kmounted", 40)  # in kbusy's place, as scvd sees it
+    prefix = [shutil.which("bwrap") or "bwrap", "--dev-bind", "/", "/", "--bind", str(mounted), str(busy),
+              "--die-with-parent", "--"]
+    d = make_daemon("[chat]\ntranscript_days = 30\n", home=scv_home, prefix=prefix)
+    with d.client(name="pytest") as c:  # a chat.open waits for the start's pass
+        with pytest.raises(errors.ConversationNotFound):
+            c.request(p.ChatOpen, workspace=str(workspace), conversation="kold")
+        pid = c.status().pid
+    assert f"chat transcript {busy} not removed: [Errno 16] Device or resource busy: '{busy}'" in d.log()
+    assert "removed 1 chat transcript(s) not written to for over 30 days (chat.transcript_days)" in d.log()
+    assert busy.exists() and not old.exists()
+    os.kill(pid, signal.SIGTERM)  # scvd itself, not the bwrap around it
+    assert d.proc.wait(15) == 0
