@@ -114,7 +114,6 @@ class Daemon:
         self._chat: ChatService | None = None  # made by the first chat request (the property `chat`)
         self.expiry = Expiry(paths.chat_dir, lambda: self.config.chat.transcript_days,
                              lambda: self._chat.in_use() if self._chat is not None else set())
-        self._expiring: asyncio.Task[None] | None = None  # its daily passes
         self._asides: dict[Connection, set[asyncio.Future[Any]]] = {}  # requests answered out of order
         self._unanswered: dict[asyncio.Future[Any], tuple[Connection, Any]] = {}  # handlers that wait: a stop answers them
         # a call that carries a turn id (a chat's, or a client's own) is refused when nobody could decide it
@@ -253,7 +252,7 @@ class Daemon:
         self._spawn(self._watchdog)
         # chat.transcript_days' first pass (then one a day) runs while clients are served: a hung state
         # directory holds only a chat.open resuming a conversation, which waits for it
-        self._expiring = asyncio.ensure_future(self.expiry.run())
+        self._spawn(self.expiry.run)
         # 7. MCP servers start in the background: a slow or broken one never delays READY=1
         await self.mcp.apply(self.config)
 
@@ -287,12 +286,10 @@ class Daemon:
         self.heap_trim.close()
         self.notifier.stopping()
         self._stop_listening()
-        if self._expiring is not None:  # ended here: a loop closed right after the stop would find it pending
-            self._expiring.cancel()
-            await asyncio.wait([self._expiring])
         # 2. end chat turns (they say cancelled_by_shutdown), refuse new calls, cancel in-flight ones,
-        #    and give them the grace period to clean up: one deadline for the three waits, not a
-        #    grace each (a stuck call and a stuck store took twice the grace the docs promise)
+        #    and give them the grace period to clean up: one deadline for the stop's waits (the MCP
+        #    servers' stop aside), not a grace each (a stuck call and a stuck store took twice the grace
+        #    the docs promise)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
 
@@ -317,10 +314,15 @@ class Daemon:
         for conn in list(self.connections):
             self._drop_connection(conn)
         self.mcp_hosts.close()  # hosts still ending let go of their pipes (and put their flags back)
-        # 4. remove our socket file and release the lock
+        # 4. remove our socket file and release the lock; end the background tasks (the expiry's passes,
+        #    a reload, connections closing) within what is left of the grace: a loop closed right after
+        #    the stop (an embedder's, a test's) would find them pending
         self._release()
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=left())
         log.info("scvd stopped")
 
     def request_stop(self, why: str = "") -> None:
