@@ -64,6 +64,11 @@ PROC_FALLBACK = (
     "masks /proc, or docker --security-opt systempaths=unconfined)"
 )
 
+# namespaces every sandboxed call gets its own of: without ipc, a call saw the host's SysV shared memory
+# (ipcs -m), attached to a 0600 segment and wrote it. uts and cgroup share nothing the call needs; the
+# cgroup one hides scvd's cgroup path (-try: a kernel without cgroup namespaces still runs the call)
+UNSHARED = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
+
 # mount ranks at equal depth: hide first, then read-write, then read-only, masks on top
 _TMPFS, _RW, _RO, _MASK = 0, 1, 2, 3
 
@@ -116,7 +121,7 @@ def build_argv(
     if scratch is not None and not _writable(temp, hide, [ws, *rw_binds], ro_binds):
         hide = [*hide, scratch]  # ordered with the rest: a workspace below it is bound back
         set_tmpdir = not _writable(temp, hide, [ws, *rw_binds], ro_binds)  # not for TMPDIR=/var/tmp/x
-    argv = [bwrap, "--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid"]
+    argv = [bwrap, "--new-session", "--die-with-parent", *UNSHARED]
     if not network:
         argv.append("--unshare-net")
     argv += ["--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev"]
@@ -430,7 +435,7 @@ def _classify(mode: str, bwrap: str, network: bool, attempt: Any) -> ProbeResult
 def _works(bwrap: str, network: bool, *, proc: bool) -> str:
     net = "network unshared" if not network else "network kept (sandbox.network = true)"
     proc_text = "private /proc" if proc else "no private /proc"
-    return f"bwrap works at {bwrap} (user and pid namespaces, {proc_text}, {net})"
+    return f"bwrap works at {bwrap} (user, pid, ipc and uts namespaces, {proc_text}, {net})"
 
 
 def _explain(error: str, bwrap: str) -> str:

@@ -59,11 +59,16 @@ def visible(args: list[str], path: str) -> tuple[str, str]:
 
 def test_base_flags_come_first_and_in_the_documented_order():
     a = argv()
-    assert a[:8] == [
+    assert a[:11] == [
         "/usr/bin/bwrap", "--new-session", "--die-with-parent", "--unshare-user",
-        "--unshare-pid", "--unshare-net", "--cap-drop", "ALL",
+        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net", "--cap-drop", "ALL",
     ]
     assert mounts(a)[:3] == [("--ro-bind", "/"), ("--dev", "/dev"), ("--proc", "/proc")]
+
+
+def test_ipc_is_unshared_with_or_without_the_network():
+    """Without it a call saw the host's SysV shared memory segments, and could write a 0600 one."""
+    assert "--unshare-ipc" in argv(network=False) and "--unshare-ipc" in argv(network=True)
 
 
 def test_network_is_unshared_unless_asked_for():

@@ -123,7 +123,8 @@ def test_the_probe_runs_true_under_the_real_argv(instance, tmp_path):
     assert r.ok and r.proc
     seen = log.read_text().splitlines()
     assert seen[-2:] == ["--", "/bin/true"]
-    assert seen[:5] == ["--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-net"]
+    assert seen[:8] == ["--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-ipc",
+                        "--unshare-uts", "--unshare-cgroup-try", "--unshare-net"]
     ws = seen[seen.index("--chdir") + 1]
     assert "scvd-probe-" in ws and not Path(ws).exists()  # a temp workspace, removed again
     tmpfs = [seen[i + 1] for i, arg in enumerate(seen) if arg == "--tmpfs"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,37 @@ def test_offline_sandboxed_bash_runs_unasked_and_stays_in_the_workspace(make_dae
     assert (workspace / "inside.txt").read_text() == "in\n"
     assert not outside.exists()  # it landed in the call's private /tmp, gone with it
     assert not Path("/etc/scvd-policy-probe").exists()
+
+
+@pytest.fixture
+def host_shm() -> Iterator[str]:
+    """A 0600 SysV shared memory segment of the host's (the test's user), removed afterwards: its key as
+    /proc/sysvipc/shm shows it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = 0x5CD00000 + os.getpid() % 0xFFFF
+    shmid = libc.shmget(key, 1 << 20, 0o1000 | 0o600)  # IPC_CREAT
+    assert shmid >= 0, os.strerror(ctypes.get_errno())
+    try:
+        yield str(key)
+    finally:
+        libc.shmctl(shmid, 0, None)  # IPC_RMID
+
+
+def keys(sysvipc: str) -> list[str]:
+    return [line.split()[0] for line in sysvipc.splitlines()[1:] if line.split()]
+
+
+def test_a_sandboxed_call_does_not_see_the_hosts_shared_memory(make_daemon, workspace: Path, host_shm: str):
+    """The IPC namespace was the host's: an unasked call listed the host's SysV segments (ipcs -m),
+    attached to a 0600 one and wrote it."""
+    assert host_shm in keys(Path("/proc/sysvipc/shm").read_text())  # where the host sees it
+    d = make_daemon(SANDBOXED)
+    with d.client() as c:
+        done = c.call(c.open_session(workspace), "bash", {"command": "echo START; cat /proc/sysvipc/shm"})
+        assert c.request(p.ApprovalsList).approvals == []
+    assert done.ok and done.result["exit_code"] == 0, done
+    seen = done.result["output"].split("START\n", 1)[1]  # a login shell's profile may print first
+    assert "shmid" in seen and host_shm not in keys(seen), seen
 
 
 def test_with_network_the_sandboxed_call_still_asks_and_says_it_is_sandboxed(make_daemon, workspace: Path):
