@@ -3,7 +3,8 @@
 Rule: `build_argv()` is pure (paths in, a list out, no I/O). `probe()` is the
 only code here that runs anything, once at start, and `Sandbox` only resolves
 and filters paths (and finds git metadata, gitmeta.py) before calling
-`build_argv()`. Nothing here knows tool names.
+`build_argv()`. A session's workspace is never resolved again: its bind must
+be the directory the session holds (open_binds()). Nothing here knows tool names.
 
 Mount order: bwrap mounts in argv order and a later mount covers the earlier
 ones at and below its path. So mounts are sorted by depth (a parent before its
@@ -264,8 +265,16 @@ _BY_FD = {"--bind": "--bind-fd", "--bind-try": "--bind-fd", "--ro-bind": "--ro-b
 
 
 class BwrapArgv(list):
-    """Sandbox.wrap()'s argv where bwrap binds by fd: the process runner makes the binds so
-    (open_binds()) as it starts bwrap. As a plain list it still runs, binding by path."""
+    """Sandbox.wrap()'s argv: the process runner makes its binds (open_binds()) as it starts bwrap.
+    As a plain list it still runs, binding by path.
+
+    `by_fd`: bwrap has --bind-fd. `workspace` and `held`: a session's workspace and the (st_dev,
+    st_ino) of the directory the session holds open, the only one its bind may show."""
+
+    def __init__(self, argv: Iterable[str], *, by_fd: bool = True, workspace: str | None = None,
+                 held: tuple[int, int] | None = None) -> None:
+        super().__init__(argv)
+        self.by_fd, self.workspace, self.held = by_fd, workspace, held
 
 
 def open_binds(argv: list[str]) -> tuple[list[str], list[int]]:
@@ -276,19 +285,25 @@ def open_binds(argv: list[str]) -> tuple[list[str], list[int]]:
     bwrap follows a symlink where it binds by path: a concurrent call that swapped a guarded
     `.git` for a link to `/` between gitmeta's look and the mount had the host's root bound over
     the sandbox, scvd's socket included. By fd, bwrap binds the directory looked at, and fails
-    the call (`Race condition binding dirfd`) if the path no longer leads there."""
+    the call (`Race condition binding dirfd`) if the path no longer leads there. A session's
+    workspace is bound only if that fd is the directory the session holds (`_open_held`), `/` too."""
     if not isinstance(argv, BwrapArgv):
         return argv, []
+    if not argv.by_fd:  # an older bwrap binds by path: the workspace is checked as late as scvd can
+        if argv.workspace is not None and argv.held is not None:
+            os.close(_open_held(argv.workspace, argv.held))
+        return list(argv), []
     out, fds, i, end = [], [], 0, argv.index("--")
     try:
         while i < end:
             op = argv[i]
-            if op not in _BY_FD or argv[i + 1] != argv[i + 2] or argv[i + 1] == "/":
+            held = argv.held if op == "--bind" and argv[i + 1] == argv[i + 2] == argv.workspace else None
+            if op not in _BY_FD or argv[i + 1] != argv[i + 2] or (argv[i + 1] == "/" and held is None):
                 out.append(op)
                 i += 1
                 continue
             path = argv[i + 1]
-            fd = _open_bound(path)
+            fd = _open_bound(path) if held is None else _open_held(path, held)
             if fd is not None:
                 fds.append(fd)
                 out += [_BY_FD[op], str(fd), path]
@@ -309,8 +324,11 @@ def close_all(fds: Iterable[int]) -> None:
 def _open_bound(path: str) -> int | None:
     """An O_PATH fd of `path` (a real path), no symlink followed on the way; None if it cannot be opened."""
     root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    parts = tuple(part for part in path.split("/") if part)
+    if not parts:
+        return root
     try:
-        fd = open_raw(root, tuple(part for part in path.split("/") if part), os.O_PATH | os.O_CLOEXEC)
+        fd = open_raw(root, parts, os.O_PATH | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
             return None
@@ -323,6 +341,29 @@ def _open_bound(path: str) -> int | None:
         raise Failed(f"{path} changed while scvd set up the sandbox (a symlink or a file stands where a "
                      "directory was a moment before): another command is moving it; nothing ran: retry the call")
     return fd
+
+
+def _open_held(path: str, held: tuple[int, int]) -> int:
+    """_open_bound() of a session's workspace: an fd of the very directory the session holds, else
+    Failed. The call checked it as it came, but a command (one in a session on the parent) may have
+    replaced it since: bound by what its path led to then, a link there had its target bound read-write."""
+    try:
+        fd = _open_bound(path)
+    except Failed:  # a link or a file there now
+        fd = None
+    if fd is not None:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) == held:
+            return fd
+        os.close(fd)
+    raise workspace_replaced(path)
+
+
+def workspace_replaced(path: str) -> Failed:
+    """A session's workspace that names another directory (or none) as its call starts."""
+    return Failed(f"the workspace {path} was replaced while the call started (moved away, or a link or another "
+                  "directory put in its place): nothing ran; retry the call once it is back, or open a new session "
+                  "on the directory you mean", hint="a command in another session may be moving it")
 
 
 @dataclass(frozen=True)
@@ -592,20 +633,23 @@ class Sandbox:
         ro_binds: Sequence[Path] = (),
         approved: bool = False,
         git: Sequence[str] | None = None,
+        workspace_fd: int | None = None,
     ) -> list[str]:
         """`inner` wrapped in bwrap when active; unchanged in auto mode when not; else raises.
 
         `approved`: a person approved this very call (CallContext.approved). Any
         other call, or a process that serves many calls, gets the workspace's git
         metadata read-only (build_argv): `git` as found by gitmeta.find(), found
-        here when not given.
+        here when not given. `workspace_fd`: a session's workspace, the fd it holds:
+        `workspace` (its real path, checked against the fd as the call came) is not
+        resolved again, and bound only while it is that directory (open_binds()).
         """
         self.check()
         if not self.active:
             return list(inner)
         assert self.probe.bwrap is not None
         real = lambda p: Path(os.path.realpath(p))  # noqa: E731
-        ws = real(workspace)
+        ws = real(workspace) if workspace_fd is None else Path(_abs(workspace))
         argv = build_argv(
             inner,
             bwrap=self.probe.bwrap,
@@ -623,11 +667,15 @@ class Sandbox:
             scratch=self._scratch,
             resolve=bound_path,
         )
-        return BwrapArgv(argv) if self.probe.fd_binds else argv
+        held = None
+        if workspace_fd is not None:
+            st = os.fstat(workspace_fd)
+            held = (st.st_dev, st.st_ino)
+        return BwrapArgv(argv, by_fd=self.probe.fd_binds, workspace=str(ws), held=held)
 
-    async def wrap_call(self, inner: list[str], *, workspace: Path, network: bool, approved: bool,
-                        **binds: Any) -> list[str]:
-        """wrap() for a tool call: an unasked call's git metadata is found on a worker thread.
+    async def wrap_call(self, inner: list[str], *, workspace: Path, workspace_fd: int, network: bool,
+                        approved: bool, **binds: Any) -> list[str]:
+        """wrap() for a tool call in a session: an unasked call's git metadata is found on a worker thread.
 
         gitmeta.find() lists every workspace entry (uncapped: a cap let a call hide a child
         project), which in a big workspace would hold the loop for every other client.
@@ -636,5 +684,6 @@ class Sandbox:
         if self.active and not approved:
             import asyncio
 
-            git = await asyncio.to_thread(gitmeta.find, os.path.realpath(workspace))
-        return self.wrap(inner, workspace=workspace, network=network, approved=approved, git=git, **binds)
+            git = await asyncio.to_thread(gitmeta.find, _abs(workspace))  # a real path, not resolved again
+        return self.wrap(inner, workspace=workspace, network=network, approved=approved, git=git,
+                         workspace_fd=workspace_fd, **binds)

@@ -16,7 +16,7 @@ import pytest
 
 from scvd import paths as paths_mod
 from scvd.config import SandboxConfig
-from scvd.errors import Unavailable
+from scvd.errors import Failed, Unavailable
 from scvd.paths import runtime_base, within
 from scvd.sandbox import (ProbeResult, Sandbox, _existing, bound_path, build_argv, close_all, describe, hidden_paths,
                           open_binds, probe)
@@ -170,6 +170,71 @@ def test_a_bwrap_without_bind_fd_passes_the_probe_and_binds_by_path(instance, tm
     assert fds == [] and ["--bind", str(ws), str(ws)] == argv[argv.index("--bind"):argv.index("--bind") + 3]
     (tmp_path / "new").mkdir()
     assert probe(SandboxConfig(mode="bwrap", bwrap=str(fake_bwrap(tmp_path / "new", "exit 0"))), p, env).fd_binds
+
+
+@pytest.fixture
+def held(tmp_path):
+    """A session's workspace: its real path and the directory fd the session holds."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    yield ws, fd
+    os.close(fd)
+
+
+def replaced(ws: Path, by: str, target: Path) -> None:
+    """What a command in a session on the parent can do between the call's check and bwrap's start."""
+    ws.rename(ws.with_name("ws.old"))
+    if by == "link":
+        ws.symlink_to(target)
+    else:
+        ws.mkdir()
+
+
+@pytest.mark.parametrize("fd_binds", [True, False])
+@pytest.mark.parametrize("by", ["link", "directory"])
+def test_a_sessions_workspace_replaced_after_its_check_is_refused_not_bound_where_it_leads(
+        instance, tmp_path, held, by, fd_binds):
+    """wrap() resolved the workspace's path again and bound what that gave: a link put there after the
+    call's check had its target (a home, `/`) bound read-write. It binds the session's path, and only
+    while that is the directory the session holds; an older bwrap (by path) is checked at its start."""
+    p, env = instance
+    ws, fd = held
+    target = tmp_path / "target"
+    target.mkdir()
+    sandbox = Sandbox(ProbeResult("bwrap", True, "", True, REAL_BWRAP, fd_binds), p, env)
+    replaced(ws, by, target)
+    argv = sandbox.wrap(["/bin/true"], workspace=ws, workspace_fd=fd, network=False, git=[])
+    assert str(target) not in argv and ["--chdir", str(ws)] == argv[argv.index("--chdir"):argv.index("--chdir") + 2]
+    with pytest.raises(Failed, match=f"^the workspace {ws} was replaced while the call started"):
+        open_binds(argv)
+
+
+@pytest.mark.parametrize("fd_binds", [True, False])
+def test_a_sessions_workspace_still_in_place_is_bound_by_fd(instance, held, fd_binds):
+    p, env = instance
+    ws, fd = held
+    argv, fds = open_binds(Sandbox(ProbeResult("bwrap", True, "", True, REAL_BWRAP, fd_binds), p, env).wrap(
+        ["/bin/true"], workspace=ws, workspace_fd=fd, network=False, git=[]))
+    close_all(fds)
+    binds = [argv[i:i + 3] for i, op in enumerate(argv) if op in ("--bind", "--bind-fd") and argv[i + 2] == str(ws)]
+    assert binds == [["--bind-fd", binds[0][1], str(ws)] if fd_binds else ["--bind", str(ws), str(ws)]]
+
+
+def test_a_workspace_that_is_the_root_is_bound_only_as_the_directory_the_session_holds(instance, tmp_path):
+    """`/` was never bound by fd: a swap that led the workspace's bind there bound the whole root writable."""
+    p, env = instance
+    sandbox = Sandbox(ProbeResult("bwrap", True, "", True, REAL_BWRAP), p, env)
+    root, other = os.open("/", os.O_RDONLY | os.O_DIRECTORY), os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        argv, fds = open_binds(sandbox.wrap(["/bin/true"], workspace=Path("/"), workspace_fd=root, network=False, git=[]))
+        close_all(fds)
+        assert argv[argv.index("--bind-fd"):argv.index("--bind-fd") + 3:2] == ["--bind-fd", "/"]
+        with pytest.raises(Failed, match="^the workspace / was replaced"):
+            open_binds(sandbox.wrap(["/bin/true"], workspace=Path("/"), workspace_fd=other, network=False, git=[]))
+    finally:
+        os.close(root)
+        os.close(other)
 
 
 def test_proc_that_cannot_be_mounted_at_all_is_a_failure(instance, tmp_path):

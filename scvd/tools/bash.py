@@ -114,8 +114,8 @@ class Bash(Tool):
         env = child_env(os.environ if self._env is None else self._env)
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
-            argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, network=plan.network,
-                                               approved=ctx.approved)
+            argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, workspace_fd=ctx.workspace_fd,
+                                               network=plan.network, approved=ctx.approved)
         try:
             result = await run_process(
                 argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,

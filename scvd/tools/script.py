@@ -185,8 +185,8 @@ class ScriptTool(Tool):
         tools = ctx.config.tools
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
-            argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, network=plan.network,
-                                               ro_binds=[folder], approved=ctx.approved)
+            argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, workspace_fd=ctx.workspace_fd,
+                                               network=plan.network, ro_binds=[folder], approved=ctx.approved)
         try:
             result = await run_process(
                 argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,

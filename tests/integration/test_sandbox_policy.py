@@ -306,6 +306,35 @@ def test_a_git_dir_swapped_for_a_link_as_the_sandbox_is_set_up_fails_the_call_an
     assert done.result["exit_code"] != 0 and "bwrap:" in done.result["output"]
 
 
+def swap_for_link(workspace: Path, target: Path) -> Path:
+    """`mv ws ws.old; ln -s target ws`, as a call in a session on the parent may do; where ws went."""
+    moved = workspace.with_name(workspace.name + ".old")
+    workspace.rename(moved)
+    workspace.symlink_to(target)
+    return moved
+
+
+def test_a_workspace_swapped_for_a_link_while_its_call_starts_is_never_bound_where_the_link_leads(
+        make_daemon, workspace: Path, tmp_path: Path):
+    """The workspace was checked against the directory the session holds when the call came, then the
+    sandbox resolved its path again and bound what that gave: a call in a session on the parent that put
+    a link there in between had the link's target bound read-write (a home: .bashrc; `/`: the whole
+    root). Here the window is the approval's, where it is the same code path without the timing."""
+    target = tmp_path / "target"
+    target.mkdir()
+    d = make_daemon('[sandbox]\nmode = "bwrap"\n')
+    with d.client() as c, d.client(name="owner") as owner:
+        call_id = c.start_call(c.open_session(workspace), "bash", {"command": "touch pwned; pwd"})
+        pending = wait_pending(owner)[0]
+        moved = swap_for_link(workspace, target)
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = c.wait_call(call_id)
+    assert not (target / "pwned").exists()
+    assert not done.ok and done.error.kind == "failed", done
+    assert done.error.message.startswith(f"the workspace {workspace} was replaced"), done.error
+    assert not (moved / "pwned").exists()  # nothing ran
+
+
 def test_an_approved_calls_guard_of_git_hooks_does_not_follow_a_link_out(make_daemon, workspace: Path):
     """An approved sandboxed call keeps `.git/hooks` read-only; a `.git/hooks` that an earlier
     command made a link to `/` had that bind show the host's root, scvd's socket included."""
