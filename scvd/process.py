@@ -4,7 +4,8 @@ Rules it keeps (seed 000, DESIGN.md "Process runner"):
 - The child leads a new session and process group, reads /dev/null (or the
   caller's `input` bytes, from an in-memory file), and gets an explicit
   environment (`child_env()`, a pure function) and the soft RLIMIT_NOFILE scvd
-  started with (`limits.child_nofile()`).
+  started with (`limits.child_nofile()`). With `cwd_fd` (a session's workspace) it
+  starts in the directory that fd holds, and only while `cwd` still names it.
 - stdout and stderr share one pipe read into one byte cap that keeps the head and
   the tail; memory stays bounded whatever the child writes. With `stderr_limit`,
   stderr gets its own pipe and cap (script tools: stdout is the result).
@@ -62,7 +63,7 @@ from .proctree import (  # noqa: F401 - set_child_subreaper and friends are re-e
     signal_group,
     signal_pid,
 )
-from .sandbox import close_all, open_binds
+from .sandbox import close_all, open_binds, workspace_replaced
 
 MAX_ARG_BYTES = 128 * 1024 - 1  # Linux MAX_ARG_STRLEN: one argv string, NUL included
 TERM_GRACE_SECONDS = 2.0  # cancel: SIGTERM, this long, then SIGKILL
@@ -313,8 +314,9 @@ def _input_file(data: bytes) -> int:
 
 
 def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: bytes | None = None,
-           split_stderr: bool = False) -> tuple[_Run, int, int | None]:
+           split_stderr: bool = False, cwd_fd: int | None = None) -> tuple[_Run, int, int | None]:
     """Start the leader in a new session; returns the run and the pipes' read ends (stderr's or None)."""
+    start = cwd if cwd_fd is None else _held_dir(cwd, cwd_fd)
     argv, bind_fds = open_binds(argv)
     try:
         read_fd, write_fd = _pipe()
@@ -329,16 +331,18 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
             stdin_fd = _input_file(input)
         with _SPAWNING:  # a leader that exits at once is a leader before any reaper can see it
             popen = subprocess.Popen(
-                argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
+                argv, cwd=start, env=dict(env), stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
                 stdout=write_fd, stderr=err_write, start_new_session=True, close_fds=True, pass_fds=bind_fds,
                 preexec_fn=limits.restore_in_child(),  # bwrap, when it is the child, passes it on
             )
             _LEADERS.add(popen.pid)  # so no run's orphan sweep (see _orphans) nor reaper takes it
             guardian.watch(popen.pid)  # its group dies with scvd, should scvd die first
-    except BaseException:
+    except BaseException as exc:
         os.close(read_fd)
         if err_read is not None:
             os.close(err_read)
+        if isinstance(exc, OSError) and start != cwd and exc.filename == start:
+            exc.filename = str(cwd)  # the workspace could not be entered: say which, as the caller named it
         raise
     finally:
         os.close(write_fd)
@@ -351,6 +355,17 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
     run = _Run(popen, stat.start if stat else 0)
     _RUNS.add(run)
     return run, read_fd, err_read
+
+
+def _held_dir(cwd: str | Path, fd: int) -> str:
+    """Where a child starts that must start in the directory `fd` holds (a session's workspace, which
+    `cwd` names): refused if `cwd` is gone or names another now, as a sandboxed call's bind is; entered
+    by the fd, which the child inherits until exec, so that a swap after this look changes nothing. By
+    path, a link put there since the call's check ran the command where it led."""
+    now, held = os.stat(cwd), os.fstat(fd)  # a missing workspace: the OSError names it
+    if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+        raise workspace_replaced(str(cwd))
+    return f"/proc/self/fd/{fd}"
 
 
 class _PipeReader:
@@ -419,14 +434,16 @@ async def run_process(
     input: bytes | None = None,  # noqa: A002 - subprocess's name for it
     stderr_limit: int | None = None,
     wrapper: bool = False,
+    cwd_fd: int | None = None,
 ) -> RunResult:
     """Run `argv` to the end under the rules in this module's docstring (`wrapper`: argv is
-    Sandbox.wrap()'s, a cancel's SIGTERM spares bwrap itself)."""
+    Sandbox.wrap()'s, a cancel's SIGTERM spares bwrap itself; `cwd_fd`: a session's workspace fd,
+    the directory to start in, which `cwd` only names)."""
     loop = asyncio.get_running_loop()
     out = CappedOutput(output_limit)
     err = CappedOutput(stderr_limit) if stderr_limit is not None else None
     started = time.monotonic()
-    run, read_fd, err_fd = _spawn(argv, cwd, env, input=input, split_stderr=err is not None)
+    run, read_fd, err_fd = _spawn(argv, cwd, env, input=input, split_stderr=err is not None, cwd_fd=cwd_fd)
     readers = [_PipeReader(loop, read_fd, out)]
     if err is not None and err_fd is not None:
         readers.append(_PipeReader(loop, err_fd, err))

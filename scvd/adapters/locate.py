@@ -25,10 +25,12 @@ def resolve_executable(adapter: Adapter, env: Mapping[str, str]) -> str:
 def resolve_cwd(workspace: Path, cwd: str | None) -> Path:
     """The real directory a run starts in: the workspace, or `cwd` inside it.
 
-    `cwd` is relative to the workspace or absolute; it is resolved following
-    symlinks and must end up an existing directory under the workspace.
+    `workspace` is the session's real path, not resolved again: a link put in its place
+    since the call's check would move the run where it leads. `cwd` is relative to the
+    workspace or absolute; it is resolved following symlinks and must end up an existing
+    directory under the workspace.
     """
-    root = Path(os.path.realpath(workspace))
+    root = Path(workspace)
     if not cwd:
         return root
     if "\x00" in cwd:

@@ -176,7 +176,8 @@ class AgentTool(Tool):
         hide_in_logs(hidden)
         try:
             result = await process.run_process(
-                argv, cwd=cwd, env=build_env(os.environ, self.adapter, home),
+                argv, cwd=cwd, cwd_fd=ctx.workspace_fd if cwd == ctx.workspace else None,
+                env=build_env(os.environ, self.adapter, home),
                 timeout=plan.timeout, output_limit=ctx.config.tools.output_limit_bytes, wrapper=plan.sandboxed,
             )
         except OSError as exc:  # nothing started: the CLI removed since approval, a cwd scvd may not enter

@@ -118,7 +118,7 @@ class Bash(Tool):
                                                network=plan.network, approved=ctx.approved)
         try:
             result = await run_process(
-                argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,
+                argv, cwd=ctx.workspace, cwd_fd=ctx.workspace_fd, env=env, timeout=plan.timeout,
                 output_limit=tools.output_limit_bytes, wrapper=plan.sandboxed,
             )
         except OSError as exc:  # nothing started: a missing shell, bwrap or workspace

@@ -189,7 +189,7 @@ class ScriptTool(Tool):
                                                network=plan.network, ro_binds=[folder], approved=ctx.approved)
         try:
             result = await run_process(
-                argv, cwd=ctx.workspace, env=env, timeout=plan.timeout,
+                argv, cwd=ctx.workspace, cwd_fd=ctx.workspace_fd, env=env, timeout=plan.timeout,
                 output_limit=tools.output_limit_bytes, input=json.dumps(args).encode(),
                 stderr_limit=STDERR_LIMIT, wrapper=plan.sandboxed,
             )

@@ -359,6 +359,23 @@ def test_a_timeout_in_fractions_of_a_second_is_taken_as_bash_takes_it(agent_daem
     assert done.ok and done.result["exit_code"] == 0, done
 
 
+def test_an_agent_whose_workspace_a_link_replaced_while_it_waited_does_not_run_there(
+        agent_daemon: DaemonProc, workspace: Path, tmp_path: Path) -> None:
+    """The run's cwd was the workspace's path resolved again as it started: a link put there since the
+    call's check (here while it waited for approval) ran the agent where the link led."""
+    target = tmp_path / "target"
+    target.mkdir()
+    with agent_daemon.client(name="bridge") as agent, agent_daemon.client(name="person") as person:
+        call_id = agent.start_call(agent.open_session(workspace), "agent_pi", {"prompt": "go"})
+        (pending,) = wait_pending(person)
+        workspace.rename(workspace.with_name("ws.old"))
+        workspace.symlink_to(target)
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = agent.wait_call(call_id)
+    assert not done.ok and done.error.message.startswith(f"the workspace {workspace} was replaced"), done
+    assert not agent_log(agent_daemon).exists()  # the agent never started
+
+
 def test_too_long_timeout_refused_before_approval(agent_daemon: DaemonProc, workspace: Path) -> None:
     with agent_daemon.client(name="bridge") as c:
         sid = c.open_session(workspace)

@@ -11,6 +11,7 @@ import pytest
 
 from scvd import errors, protocol as p
 
+from conftest import wait_pending
 from harness import make_wrapped  # noqa: F401 (a fixture)
 
 
@@ -58,6 +59,25 @@ def test_a_symlinked_workspace_is_held_by_its_real_path(client, workspace: Path,
     link.symlink_to(workspace)
     opened = client.request(p.SessionOpen, workspace=str(link))
     assert opened.workspace == str(workspace)
+
+
+def test_an_unsandboxed_call_whose_workspace_a_link_replaced_meanwhile_is_refused(
+        make_daemon, workspace: Path, tmp_path: Path):
+    """The workspace is checked when the call comes; the command started in whatever its path named by
+    then: a link put there meanwhile (here while the call waits for approval) ran it in the link's target."""
+    target = tmp_path / "target"
+    target.mkdir()
+    d = make_daemon()
+    with d.client() as c, d.client(name="owner") as owner:
+        call_id = c.start_call(c.open_session(workspace), "bash", {"command": "touch here"})
+        pending = wait_pending(owner)[0]
+        moved = workspace.with_name("ws.old")
+        workspace.rename(moved)
+        workspace.symlink_to(target)
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = c.wait_call(call_id)
+    assert not done.ok and done.error.message.startswith(f"the workspace {workspace} was replaced"), done
+    assert not (target / "here").exists() and not (moved / "here").exists()
 
 
 def test_one_connection_may_hold_many_sessions(client, workspace: Path, tmp_path: Path):
