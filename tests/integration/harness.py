@@ -351,6 +351,8 @@ SHORTENED = {  # HARNESS_* variable: the module constant it sets, in seconds
     "HARNESS_MCP_DELETE_TIMEOUT": ("scvd.mcp.link", "DELETE_TIMEOUT"),
     "HARNESS_MCP_STDIN_CLOSE_GRACE": ("scvd.mcp.stdio", "STDIN_CLOSE_GRACE"),
     "HARNESS_HEAP_QUIET_SECONDS": ("scvd.heap", "QUIET_SECONDS"),
+    "HARNESS_LEFTOVER_SECONDS": ("scvd.cli", "LEFTOVER_SECONDS"),
+    "HARNESS_THREAD_SECONDS": ("scvd.cli", "THREAD_SECONDS"),
 }
 
 

@@ -171,7 +171,7 @@ def test_a_tool_ignoring_cancellation_cannot_hold_the_exit(make_wrapped, workspa
     assert "did not stop within server.shutdown_grace_seconds" in d.log()
 
 
-SHARED_GRACE = 8.0  # past the calls' grace, the exit takes 2 s (cli's two 1 s waits on leftovers): not 2 + 8
+SHARED_GRACE = 4.0  # past the calls' grace, the exit takes cli's two waits on leftovers (cut to 0.1 s): not 4 s more
 
 
 def test_a_stuck_call_and_a_secret_still_being_stored_share_one_grace(make_wrapped, scv_home, workspace, tmp_path):
@@ -188,7 +188,7 @@ def test_a_stuck_call_and_a_secret_still_being_stored_share_one_grace(make_wrapp
     d = make_wrapped(STUBBORN_CONFIG.format(grace=SHARED_GRACE), home=scv_home, env={
         "PYTHON_KEYRING_BACKEND": slow_keyring.BACKEND, "LOCKABLE_KEYRING": str(tmp_path / "keyring.json"),
         "SLOW_KEYRING_SECONDS": "3600", "SLOW_KEYRING_WRITES": str(writes),
-        "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+        "HARNESS_LEFTOVER_SECONDS": "0.1", "HARNESS_THREAD_SECONDS": "0.1", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
     with RawConn(d.socket) as busy, d.client(name="agent") as agent, d.client(name="person") as person:
         busy.hello()
         start_call(busy, workspace, "test_stubborn")
@@ -1002,11 +1002,17 @@ def test_a_reload_stuck_reading_gives_up_and_a_later_one_runs(make_wrapped, tmp_
     wait_until(lambda: "never returned" in d.log(), what="the refusal")
     assert (f"the last 4 reloads' reads of {config} and the tool definitions never returned (a hung mount?); "
             "fix that, or restart scvd") in d.log()
-    hang.unlink()  # the mount is back
-    time.sleep(0.5)  # and the hung reads return (the harness looks every 50 ms)
+    hang.unlink()  # the mount is back: the hung reads return (the harness looks every 50 ms)
     config.write_text('[approvals]\npolicy = "always"\n')
-    d.proc.send_signal(signal.SIGHUP)
-    wait_until(lambda: "configuration reloaded from" in d.log(), what="the reload after the fix")
+
+    def reloads() -> bool:  # each SIGHUP is refused (the reads not all back yet) or runs
+        outcomes = d.log().count("never returned") + d.log().count("configuration reloaded from")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: d.log().count("never returned") + d.log().count("configuration reloaded from")
+                   > outcomes, what="the reload's outcome")
+        return "configuration reloaded from" in d.log()
+
+    wait_until(reloads, what="a reload after the fix")
     with d.client() as c:
         assert c.status().policy == "always"
     assert d.stop() == 0
