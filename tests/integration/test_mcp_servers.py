@@ -345,18 +345,19 @@ def quirks_stdio_table(mode: str, starts: Path) -> str:
             f'args = ["{STDIO_QUIRKS}", "{mode}", "{starts}"]\nsandbox = false\n')
 
 
-def test_a_server_that_dies_right_after_listing_its_tools_backs_off(make_daemon, tmp_path):
-    """Ready for a moment is not a start that lasted: the wait doubles (1, 2, 4 s), not 1 s forever."""
+def test_a_server_that_dies_right_after_listing_its_tools_backs_off(make_wrapped, tmp_path):
+    """Ready for a moment is not a start that lasted: the wait doubles (1, 2, 4 s; here from 0.5 s), not
+    the first wait forever."""
     starts = tmp_path / "starts"
-    d = make_daemon(quirks_stdio_table("die-after-list", starts))
+    d = make_wrapped(quirks_stdio_table("die-after-list", starts), env={"HARNESS_MCP_BACKOFF_FIRST": "0.5"})
     waits: list[str] = []
     deadline = time.monotonic() + 60
     while len(waits) < 3:
         assert time.monotonic() < deadline, f"fewer than 3 restarts in 60 s: {waits}"
-        waits = re.findall(r"mcp server raw is down: .*; restarting in (\d+) s", d.log())
+        waits = re.findall(r"mcp server raw is down: .*; restarting in ([\d.]+) s", d.log())
         time.sleep(0.1)
-    assert waits[:3] == ["1", "2", "4"], waits
-    assert len(starts.read_text().splitlines()) == 3  # the fourth waits its 4 s
+    assert waits[:3] == ["0.5", "1", "2"], waits
+    assert len(starts.read_text().splitlines()) == 3  # the fourth waits its 2 s
 
 
 def test_a_server_down_for_good_is_not_logged_at_every_restart(make_inproc, monkeypatch, tmp_path, caplog):
