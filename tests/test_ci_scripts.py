@@ -151,14 +151,14 @@ def test_a_daemon_level_path_given_is_the_second_pass_alone(tmp_path):
     done = ci_test(root, "tests/integration/test_daemon.py::test_x", "tests/test_unit.py", "-m", "not slow")
     assert done.returncode == 0, done.stderr
     assert log.read_text().splitlines()[1] == (
-        f"{PASS}-m|(not slow) and not real_agents|tests/integration/test_daemon.py::test_x|")
+        f"{PASS}-m|(not slow) and not real_agents and not one_loop|tests/integration/test_daemon.py::test_x|")
 
 
 def test_a_selection_with_no_daemon_level_test_is_not_a_failure_but_the_whole_run_collecting_none_is(tmp_path):
     root, log = fake_checkout(tmp_path, second_rc=5)
     done = ci_test(root, "-k", "only_units")
     assert done.returncode == 0, done.stderr
-    assert log.read_text().splitlines()[1] == f"{PASS}-m|not real_agents|-k|only_units|tests/integration|"
+    assert log.read_text().splitlines()[1] == f"{PASS}-m|not real_agents and not one_loop|-k|only_units|tests/integration|"
     assert "the selection holds no daemon-level test: nothing to run again on asyncio" in done.stdout
     log.unlink()
     assert ci_test(root).returncode == 5  # CI's own run: pytest's "no tests collected" fails it

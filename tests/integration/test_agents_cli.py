@@ -17,6 +17,10 @@ from adapters_support import FAKE_AGENT, FAKE_AGENT_CONFIG, make_fake_bin, read_
 from conftest import DaemonProc, base_env, wait_pending
 from scvd import protocol as p
 
+# the agents' homes, argv and texts: the same whichever loop the daemon runs on (test_agent_reaping.py
+# runs an agent's processes on both)
+pytestmark = pytest.mark.one_loop
+
 API_KEY = "sk-proj-INTEGRATIONSECRET42"
 
 

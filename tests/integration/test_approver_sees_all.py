@@ -23,6 +23,8 @@ from conftest import DaemonProc, base_env, wait_pending
 from scvd import protocol as p
 from test_chat_cli import tmux  # noqa: F401 (a fixture)
 
+pytestmark = pytest.mark.one_loop  # what a person is shown: the same whichever loop the daemon runs on
+
 PAD = "echo harmless; : " + "lorem ipsum " * 200  # 2,417 characters: the summary shows 2,000
 HIDDEN = "touch pwned"
 LONG = f"{PAD}; {HIDDEN}"

@@ -15,8 +15,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import pytest
+
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Cut, Text
+
+pytestmark = pytest.mark.one_loop  # a client's behaviour, the same whichever loop the daemon runs on
 
 ROOT = Path(__file__).resolve().parents[2]
 BRIDGE = ROOT / "examples" / "bridge" / "bridge.py"

@@ -23,7 +23,9 @@ from scvd import protocol as p
 from scvd.chat.pipeline import NO_APPROVER
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow  # real scvctl processes and a terminal: about a minute in all
+# real scvctl processes and a terminal: about a minute in all; what they show is the client's, the
+# same on either loop of the daemon (test_chat_socket.py runs the turns on both)
+pytestmark = [pytest.mark.slow, pytest.mark.one_loop]
 
 
 def config(m) -> str:

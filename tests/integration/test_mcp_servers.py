@@ -127,6 +127,7 @@ def test_filesystem_tools_appear_and_a_read_runs_through_the_gate(fs_daemon, wor
                                       f"{str(['x' * 50_000])[:80]}... (1 item) is not of type 'string'")
 
 
+@pytest.mark.one_loop
 def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_refused(fs_daemon, workspace):
     # models send null for an optional argument they mean to leave out; the server's schema says `number`
     with fs_daemon.client(name="t") as c:
@@ -140,6 +141,7 @@ def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_refuse
         assert bad.error.message == "mcp__fs__read_text_file: 'path' is a required property"
 
 
+@pytest.mark.one_loop
 def test_a_write_asks_for_approval_and_runs_once_approved(fs_daemon, workspace):
     target = workspace / "out.txt"
     with fs_daemon.client(name="agent") as c, fs_daemon.client(name="me") as me:
@@ -157,6 +159,7 @@ def test_a_write_asks_for_approval_and_runs_once_approved(fs_daemon, workspace):
         assert target.read_text() == "written"
 
 
+@pytest.mark.one_loop
 def test_a_session_grant_ends_when_a_reload_replaces_the_server(make_daemon, workspace):
     """A grant trusted the server as it was; a changed table may run another program, so a session
     opened before the reload is asked again (its tools follow the new server)."""
@@ -206,6 +209,7 @@ def test_a_call_cut_off_by_a_reload_says_the_reload_stopped_its_server(make_wrap
                                           f"(trigger-long-running-operation): {why}"), done.error
 
 
+@pytest.mark.one_loop
 def test_a_denied_write_never_reaches_the_server(fs_daemon, workspace):
     target = workspace / "denied.txt"
     with fs_daemon.client(name="agent") as c, fs_daemon.client(name="me") as me:
@@ -218,6 +222,7 @@ def test_a_denied_write_never_reaches_the_server(fs_daemon, workspace):
         assert done.error.kind == "denied" and not target.exists()
 
 
+@pytest.mark.one_loop
 def test_a_tool_risk_key_naming_no_listed_tool_is_shown_with_the_name_it_resembles(make_daemon, workspace):
     """A typo in tool_risk left the tool at the server's `risk`, silently: the person who vouched for it
     never learned why they are still asked."""
@@ -269,6 +274,7 @@ def test_a_long_call_is_cancelled_and_the_server_stays_usable(make_wrapped, work
     assert "notifications/cancelled" not in d.log()  # sent quietly; a failure to send would be logged
 
 
+@pytest.mark.one_loop
 def test_an_error_result_becomes_failed_with_the_servers_text(make_daemon, workspace):
     d = make_daemon(EVERYTHING_TABLE + 'risk = "read_only"\n')
     with d.client(name="t") as c:
@@ -360,6 +366,7 @@ def test_a_server_that_dies_right_after_listing_its_tools_backs_off(make_wrapped
     assert len(starts.read_text().splitlines()) == 3  # the fourth waits its 2 s
 
 
+@pytest.mark.one_loop
 def test_a_server_down_for_good_is_not_logged_at_every_restart(make_inproc, monkeypatch, tmp_path, caplog):
     """Once its wait was at its longest (60 s), a server that never came up logged `is down` at every
     restart: a line a minute in the journal, for as long as it stayed misconfigured."""
@@ -376,6 +383,7 @@ def test_a_server_down_for_good_is_not_logged_at_every_restart(make_inproc, monk
     assert down[0].startswith("mcp server gone is down: the server process exited with status 3"), down
 
 
+@pytest.mark.one_loop
 def test_two_tools_of_one_scvd_name_keep_the_first_and_say_which_was_left_out(make_daemon, tmp_path):
     """`echo` and `Echo` both become mcp__raw__echo: status counted 2 tools for 1, and the error named
     only the scvd name (not which of the server's tools was dropped)."""
@@ -431,6 +439,7 @@ def test_a_huge_structured_content_is_left_out_unread_and_scvd_answers_meanwhile
         assert small.result["structured_content"] == {"rows": [{"i": 0, "name": "row 0"}, {"i": 1, "name": "row 1"}]}
 
 
+@pytest.mark.one_loop
 def test_a_tools_list_scvd_cannot_read_is_why_the_server_is_down(make_daemon, tmp_path):
     """The server exits once scvd gives up on it and closes its stdin: that exit is not the reason
     (it said "the server process exited with status 0")."""
@@ -441,6 +450,7 @@ def test_a_tools_list_scvd_cannot_read_is_why_the_server_is_down(make_daemon, tm
     assert "Input should be a valid dictionary" in down.error, down.error
 
 
+@pytest.mark.one_loop
 def test_a_servers_pattern_that_backtracks_leaves_the_check_to_the_server(make_daemon, workspace, tmp_path):
     """re matched a server's `pattern` holding the GIL with no bound: a remote server's schema could
     freeze scvd on a model's argument. The match gives up after 0.5 s, as for a schema scvd cannot
@@ -461,6 +471,7 @@ def test_a_servers_pattern_that_backtracks_leaves_the_check_to_the_server(make_d
                                           "unexpected); did you mean 'slug'? (properties: slug)")
 
 
+@pytest.mark.one_loop
 def test_lint_shows_findings_for_a_schema_with_go_nulls(make_daemon, workspace, tmp_path):
     """`properties: null` and `required: null` (Go's nil map and slice): `scvctl tools --lint` was an
     internal error, every tool's findings lost for one server's schema."""
@@ -495,6 +506,7 @@ WHY_DOWN = {
 }
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("mode", WHY_DOWN)
 def test_why_a_server_is_down(make_daemon, tmp_path, mode):
     d = make_daemon(quirks_stdio_table(mode, tmp_path / "starts"))
@@ -520,6 +532,7 @@ def test_no_answer_to_a_tools_list_after_list_changed_keeps_the_tools_and_says_s
     assert not any(t._relists for t in [d.daemon.mcp.links["raw"]])
 
 
+@pytest.mark.one_loop
 def test_a_tool_with_a_huge_schema_is_a_load_error_and_the_rest_stay(make_daemon, workspace, tmp_path):
     d = make_daemon(quirks_stdio_table("huge-schema", tmp_path / "starts") + 'risk = "read_only"\n')
     with d.client(name="t") as c:
@@ -534,6 +547,7 @@ def test_a_tool_with_a_huge_schema_is_a_load_error_and_the_rest_stay(make_daemon
     assert "raw: mcp:raw: big: its inputSchema is " in scvctl(d, "tools", "--errors")
 
 
+@pytest.mark.one_loop
 def test_a_schema_ref_elsewhere_is_never_fetched(make_daemon, workspace, tmp_path):
     """A server's inputSchema may point a $ref at any URL: checking arguments before approval
     must not make scvd fetch it (a request from the user's machine that the server chose)."""
@@ -756,6 +770,7 @@ def test_an_http_server_is_consumed_with_a_header_secret(make_daemon, workspace,
         assert (failed.error.kind, failed.error.message) == ("failed", "mcp__notes__fail: Error executing tool fail")
 
 
+@pytest.mark.one_loop
 def test_calls_to_an_http_server_add_no_line_per_request_to_the_log(make_daemon, workspace, http_server,
                                                                      monkeypatch):
     """At `info` the HTTP library logged every request of every call (`HTTP Request: POST ...`) and the
@@ -771,6 +786,7 @@ def test_calls_to_an_http_server_add_no_line_per_request_to_the_log(make_daemon,
     assert "HTTP Request" not in log and "session ID" not in log, log
 
 
+@pytest.mark.one_loop
 def test_a_missing_header_secret_is_credential_missing_naming_the_key(make_daemon, http_server):
     d = make_daemon(http_table(http_server), env=NO_KEYRING)
     with d.client(name="t") as c:
@@ -780,6 +796,7 @@ def test_a_missing_header_secret_is_credential_missing_naming_the_key(make_daemo
                                      "`scvctl secrets set NOTES_TOKEN`"), down.error
 
 
+@pytest.mark.one_loop
 def test_a_wrong_header_secret_shows_the_http_status(make_daemon, http_server, monkeypatch):
     d = http_daemon(make_daemon, http_server, "Bearer wrong", monkeypatch)
     with d.client(name="t") as c:
@@ -788,6 +805,7 @@ def test_a_wrong_header_secret_shows_the_http_status(make_daemon, http_server, m
 
 
 
+@pytest.mark.one_loop
 def test_a_key_in_the_urls_query_is_never_shown(make_daemon, http_server, tmp_path):
     """Hosted servers document `url = ".../mcp?api_key=..."`: the key was printed wherever the url was
     (the log's start line, `scvctl status`, the down message, check-config)."""
@@ -829,6 +847,7 @@ def added_through_the_query(c, workspace: Path) -> str:
     return session
 
 
+@pytest.mark.one_loop
 def test_a_secret_in_the_url_query_is_sent_named_when_refused_and_never_shown(make_daemon, workspace, monkeypatch):
     """A key the server takes in its url's query could only be pasted into `url`, in plain text, with
     no auto-heal (seed 003) when it was refused: `query = {key = {secret = "KEY"}}` sends it from the
@@ -855,6 +874,7 @@ def test_a_secret_in_the_url_query_is_sent_named_when_refused_and_never_shown(ma
         stop(web)
 
 
+@pytest.mark.one_loop
 def test_debug_logging_hides_a_key_in_the_urls_query(make_daemon, workspace, monkeypatch):
     """`scvd run -v` logs each HTTP request with its url (the HTTP library, at debug): a key sent in the
     url's query, from the store or pasted into `url`, showed there in plain text, in a log a user
@@ -875,6 +895,7 @@ def test_debug_logging_hides_a_key_in_the_urls_query(make_daemon, workspace, mon
         stop(web)
 
 
+@pytest.mark.one_loop
 def test_a_header_secret_http_cannot_send_is_named_and_its_value_never_shown(make_daemon, http_server, monkeypatch):
     d = http_daemon(make_daemon, http_server, "Bearer sk-live-SECRET-123\r\nX-Injected: 1", monkeypatch)
     with d.client(name="t") as c:
@@ -925,6 +946,7 @@ def test_a_secret_the_stderr_tails_cuts_fall_in_shows_as_its_key(make_daemon, pr
         assert not [secret[i:i + 8] for i in range(len(secret) - 7) if secret[i:i + 8] in shown], shown
 
 
+@pytest.mark.one_loop
 def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_daemon, workspace, tmp_path):
     # an isError text went to the agent as the call's error with the token in it
     starts = tmp_path / "starts"
@@ -955,6 +977,7 @@ def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_d
     assert progress == ["mcp__raw__leak_progress: 1 authenticating with [secret LEAK_TOKEN]"], progress
 
 
+@pytest.mark.one_loop
 def test_a_stdio_servers_results_hide_the_password_of_the_proxy_it_was_given(make_daemon, workspace, tmp_path):
     """Every stdio server gets the allowed proxy variables; their URL's password came back whole in its
     results and its crash's stderr, where a script tool's and an agent's output hide it."""
@@ -970,6 +993,7 @@ def test_a_stdio_servers_results_hide_the_password_of_the_proxy_it_was_given(mak
     assert f"fatal: lost my way with {hidden}" in crashed.error.message and "s3cretpass" not in crashed.error.message
 
 
+@pytest.mark.one_loop
 def test_a_stdio_servers_refused_token_is_credential_missing_naming_its_key(make_daemon, workspace, tmp_path):
     """A stdio server given a revoked token answers its calls `401 Bad credentials` (GitHub's server
     does): the error was `failed` and named no key, so seed 003's auto-heal could not start; an HTTP
@@ -994,6 +1018,7 @@ def test_a_stdio_servers_refused_token_is_credential_missing_naming_its_key(make
     assert (other.error.kind, other.error.message) == ("failed", "mcp__bare__leak_error: 401 Bad credentials for")
 
 
+@pytest.mark.one_loop
 def test_a_result_unlike_the_tools_output_schema_fails_that_call_and_keeps_the_server(make_daemon, workspace,
                                                                                       tmp_path):
     # it was taken for a broken connection: `unavailable` (retry!), the server restarted, other calls cut off
@@ -1050,6 +1075,7 @@ def test_tools_list_changed_updates_the_registry_of_every_session(make_daemon, w
         assert lint["mcp__notes__extra_tool"], "a third-party description is registered, and its findings shown"
 
 
+@pytest.mark.one_loop
 def test_a_session_grant_ends_when_the_server_redefines_the_tool(make_daemon, workspace, http_server, monkeypatch):
     """A person trusted the tool as its server described it: a list_changed that rewrites that tool
     asks again (a rug pull), while one that only adds another tool leaves the grant alone."""
@@ -1233,6 +1259,7 @@ def enter_secret(me, value: str) -> None:
     me.request(p.SecretProvide, request_id=asked.request_id, value=value)
 
 
+@pytest.mark.one_loop
 def test_a_refused_header_secret_is_credential_missing_and_store_secret_heals_it(make_daemon, workspace,
                                                                                   monkeypatch):
     """A revoked token read "HTTP status 401" and named no key: the agent could not start seed 003's
@@ -1294,6 +1321,7 @@ def test_store_secret_knows_a_server_a_reload_added_in_a_session_opened_before(m
     assert healed.result["next"] == "its tools are listed now (find_tools loads them); call them"
 
 
+@pytest.mark.one_loop
 def test_an_mcp_servers_tools_share_its_two_heal_rounds_per_turn(make_daemon, workspace, tmp_path):
     """Rounds were counted per tool: a server with N tools got 2(N+1) masked prompts a turn for one token."""
     from conftest import wait_for_socket
@@ -1338,6 +1366,7 @@ def test_a_secret_entered_through_store_secret_starts_the_server_waiting_for_it(
         stop(web)
 
 
+@pytest.mark.one_loop
 def test_a_call_of_a_server_down_for_want_of_a_secret_fails_before_anyone_is_asked(make_daemon, workspace,
                                                                                     tmp_path, monkeypatch):
     """Its tools stay listed while it is down, and their calls were planned as if it were up: a person

@@ -23,6 +23,9 @@ from conftest import DaemonProc, base_env, wait_pending
 from harness import HarnessTool, NoArgs
 from scvd.tools.contract import CallContext, Plan
 
+# scvctl's output and exit codes: the same whichever loop the daemon behind them runs on
+pytestmark = pytest.mark.one_loop
+
 
 def scvctl(daemon_or_home, *args: str, input: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
     home = daemon_or_home.home if isinstance(daemon_or_home, DaemonProc) else daemon_or_home
