@@ -29,7 +29,7 @@ import stat
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from . import gitmeta
 from .errors import Failed, Unavailable
@@ -197,30 +197,34 @@ def _git_guard(paths: Iterable[str], mounts: list[_Mount]) -> list[_Mount]:
     itself, which makes it a mount point too (rename: EBUSY). A tmpfs above is
     private to the sandbox: what moves there never reaches the host.
     """
-    kept: list[str] = []
+    kept: dict[str, None] = {}  # a dict, not a list: each path looks up its ancestors, not every path kept
     for path in sorted(dict.fromkeys(paths), key=_depth):
         top = _cover(path, mounts)
         if top is None or top[1] != "--bind":
             continue  # hidden or already read-only
-        if any(within(path, k) and (top[3] == k or not within(top[3], k)) for k in kept):
+        if any(k in kept and (top[3] == k or not within(top[3], k)) for k in [*_ancestors(path), path]):
             continue  # inside a git path kept before, with no writable bind in between
-        kept.append(path)
+        kept[path] = None
     return [(_RO, "--ro-bind-try", path, path) for path in kept] + _pins(kept, mounts, guarded=kept)
 
 
-def _pins(paths: Iterable[str], mounts: list[_Mount], guarded: Sequence[str] = ()) -> list[_Mount]:
+def _pins(paths: Iterable[str], mounts: list[_Mount], guarded: Collection[str] = ()) -> list[_Mount]:
     """Each directory above `paths` that lies inside a writable bind, bound onto itself (a mount
-    point cannot be renamed); up through the workspace too, should it sit in an agent home."""
-    out: list[_Mount] = []
+    point cannot be renamed); up through the workspace too, should it sit in an agent home.
+    `guarded` is looked up by each directory (a set or dict: many git paths share their pins)."""
+    out: dict[str, _Mount] = {}
     for path in paths:
-        for d in _ancestors(path):
+        inside = "/" in guarded
+        for d in _ancestors(path):  # top down: below a guarded path, every pin is inside it
+            inside = inside or d in guarded
+            if d in out:  # pinned for a path before (as it is now: `inside` depends on d alone)
+                continue
             top = _cover(d, mounts)
             if top is not None and top[1] in ("--bind", "--bind-try") and top[3] != d:
                 # a pin inside a guarded path must stay read-only: a writable one would
                 # bind the host directory back over the guard
-                inside = any(within(d, k) for k in guarded)
-                out.append((_RO, "--ro-bind-try", d, d) if inside else (_RW, "--bind-try", d, d))
-    return out
+                out[d] = (_RO, "--ro-bind-try", d, d) if inside else (_RW, "--bind-try", d, d)
+    return list(out.values())
 
 
 def _cover(path: str, mounts: list[_Mount]) -> _Mount | None:
