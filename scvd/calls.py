@@ -22,7 +22,10 @@ is not in the table (never was, or already completed).
 Rules of a call's life:
 - One table (`CallRegistry.table`) holds every call from submit to completion.
 - Order: refusal checks and decoding -> the session's lane -> `plan()` ->
-  `before_gate()` (a tool's last refusal, e.g. a secret not set) -> the
+  `before_gate()` (a tool's last refusal, e.g. a secret not set) -> for a
+  sandboxed call the policy would run unasked, the sandbox's look at the
+  workspace's git metadata (`Sandbox.look`, on a worker thread: one it cannot
+  keep read-only makes the call ask, `call.unguarded`) -> the
   approval gate -> `call.started` (only if the call waited) -> `run()` under
   the dispatch timeout -> completion. A tool whose `decode_blocks` (a JSON
   Schema check) joins its lane first, so it keeps its place in arrival order,
@@ -169,6 +172,8 @@ class Call(msgspec.Struct, eq=False):
     next_log: float | None = None
     timed_out: bool = False
     done: bool = False
+    # why the sandbox cannot keep the workspace's git metadata read-only (Sandbox.look): it asks instead
+    unguarded: str | None = None
 
 
 class CallRegistry:
@@ -317,7 +322,8 @@ class CallRegistry:
             ctx = self._context(call)
             plan = tool.plan(args, ctx)
             judged = self._judge(call, tool, plan)
-            result = tool.run_now(args, plan, ctx) if judged[0] is Verdict.RUN else NOT_NOW
+            runs = judged[0] is Verdict.RUN and not self._guarded(plan)  # else its git metadata is looked at first
+            result = tool.run_now(args, plan, ctx) if runs else NOT_NOW
             if result is NOT_NOW:
                 begun = _Begun(tool, args, ticket, ctx, plan, judged)
                 ticket = plan = None  # the task's now
@@ -374,6 +380,8 @@ class CallRegistry:
                 await tool.before_gate(args, plan, ctx)
                 self._still_wanted(call)  # cancelled (or scvd stopping) while it checked
                 judged = None  # judged now: a grant may have come meanwhile
+            if self._guarded(plan):
+                judged = await self._look(call, tool, plan, ctx, judged)
             asked, approved = await self._gate(call, tool, plan, judged)
             result = await self._run(call, tool, args, plan, ctx, waited=ticket.waited or asked, approved=approved)
             outcome = Outcome(True, _plain(tool, result), None)
@@ -447,6 +455,28 @@ class CallRegistry:
         ctx.progress = lambda message: self._report(call, message)
         return await tool.run(args, plan, ctx)
 
+    def _guarded(self, plan: Plan) -> bool:
+        """Whether the plan runs in the sandbox, which keeps the workspace's git metadata read-only
+        in a call nobody approved."""
+        return plan.sandboxed and self.hub.sandbox is not None and self.hub.sandbox.active
+
+    async def _look(self, call: Call, tool: Tool, plan: Plan, ctx: CallContext,
+                    judged: tuple[Verdict, str | None] | None) -> tuple[Verdict, str | None] | None:
+        """For a sandboxed call the policy would run unasked, the git metadata its sandbox keeps
+        read-only, found off the loop before the gate (ctx.git); where it cannot all be kept so,
+        the call asks instead (call.unguarded), and is judged again."""
+        sandbox = self.hub.sandbox
+        assert sandbox is not None  # _guarded(plan)
+        if (judged or self._verdict(call, tool, plan))[0] is not Verdict.RUN:
+            return judged  # asked: a call a person approves needs no guard, or refused
+        try:
+            ctx.git = await asyncio.to_thread(sandbox.look, ctx.workspace, plan.network)
+        except errors.LimitExceeded as exc:
+            call.unguarded = f"{exc.message}: so every call there asks; {exc.hint}"
+            judged = None
+        self._still_wanted(call)  # cancelled (or scvd stopping) while it looked
+        return judged
+
     def _judge(self, call: Call, tool: Tool, plan: Plan) -> tuple[Verdict, str | None]:
         """The policy's verdict on a planned call and the always_ask reason; audited as its proposal."""
         verdict, always = self._verdict(call, tool, plan)
@@ -474,6 +504,8 @@ class CallRegistry:
             sandbox_active=(bool(sandbox and sandbox.active) and not exposes_host(workspace, self._own)
                             and not sandbox.reaches_hidden(workspace)),
             always_asks=always is not None)
+        if verdict is Verdict.RUN and call.unguarded is not None and cfg.policy != "never":
+            return Verdict.ASK, call.unguarded  # whatever grant: each such call, approved once
         return verdict, always
 
     async def _gate(self, call: Call, tool: Tool, plan: Plan,

@@ -1,16 +1,21 @@
 """Where a workspace's git metadata lives, for the sandbox to keep read-only.
 
-Rule: `find()` only looks (a listing, an lstat per subdirectory, two small
-reads); it never runs git. The listing has no cap: the workspace's entries
-are the agent's to add, and a cap let a call push an existing child project
-past it with a few thousand empty directories, leaving its `.git` writable to
-the next unasked call. It reports the `.git` of the workspace and of each direct
-subdirectory (child projects), a direct subdirectory that is a git dir itself (a
-bare repository, a local remote: a push into it runs its hooks), and for a `.git` file (a linked worktree or a
-submodule: `gitdir: PATH`) the git dir it names and that dir's `commondir` (the
-main repository's git dir, where config and hooks are read). Paths are real
-paths (symlinks resolved) and may lie anywhere; sandbox.build_argv() decides
-which of them need a read-only bind.
+Rule: `find()` only looks (a listing per directory, two small reads per
+repository); it never runs git. It walks the whole workspace, except what the
+sandbox hides (`skip`) and symlinked directories, and reports every `.git`
+(a directory, or a file: a linked worktree or a submodule, `gitdir: PATH`,
+with the git dir it names and that dir's `commondir`, the main repository's
+git dir, where config and hooks are read), every directory that is a git dir
+itself (a bare repository, a local remote: a push into it runs its hooks), and
+of each repository its `.gitmodules` and the listed submodule directories that
+have no `.git` yet. Paths are real paths (symlinks resolved) and may lie
+anywhere; sandbox.build_argv() decides which of them need a read-only bind.
+
+The walk has a budget (`MAX_ENTRIES` entries listed, `.gitmodules` lines
+included), not a cap on what it reports: past the budget it raises
+`TooLarge`, and the call cannot be guarded (it asks a person instead).
+A cap that ended the look quietly let a call push an existing child project
+past it with a few thousand empty directories, leaving its `.git` writable.
 
 A place it cannot look into (EACCES, EPERM: an unasked call may `chmod 000 app`
 so that the next look misses `app/.git`) is reported as the directory that
@@ -22,40 +27,110 @@ could use either.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+
+from .errors import LimitExceeded
 
 MAX_POINTER_BYTES = 4096  # a `.git` file or a `commondir` file is one short line
 MAX_GITMODULES_BYTES = 1 << 20
-MAX_SUBMODULES = 4096  # looked into; only a person's call can add one (.gitmodules is guarded)
+# entries listed before the look gives up: about 0.6 s on a warm cache here (docs/security.md)
+MAX_ENTRIES = 200_000
 _PATH_LINE = re.compile(r"^\s*path\s*=(.*)$", re.MULTILINE)
 _DENIED = (errno.EACCES, errno.EPERM)
+_GIT_DIR_MARKS = ("config", "objects", "refs")  # beside a HEAD file: what git takes for a git dir
+
+# what a call whose git metadata cannot all be kept read-only needs: then it keeps only .git/hooks and
+# .git/config read-only, as every approved call does
+UNGUARDED_FIX = ("approve the call itself (a session grant does not do), or open the session on a project "
+                 "inside the workspace")
 
 
-def find(workspace: str) -> list[str]:
-    """The git metadata of `workspace` (a real path) and its direct subdirectories that exist now,
-    and of every submodule their `.gitmodules` list (recursively)."""
-    found: list[str] = []
-    children = _children(workspace)
-    if children is None:  # cannot be listed: a child project could hide in it; and its own .git
-        found, children = [workspace], []  # may still name a git dir elsewhere (look into that below)
-    found += [os.path.realpath(child) for child in children if looks_like_git_dir(child)]  # `app.git`
-    roots = [workspace, *children]
-    seen, submodules = set(roots), 0
-    for root in roots:  # grows: a submodule with a `.git` is looked into in turn
-        meta = _metadata(os.path.join(root, ".git"))
-        listed, populated = _submodules(root, workspace) if meta else ([], [])
-        for sub in populated:
-            if sub not in seen and submodules < MAX_SUBMODULES:
-                seen.add(sub)
-                roots.append(sub)
-                submodules += 1
-        for path in meta + listed:
-            if path not in found:
-                found.append(path)
-    return found
+class TooLarge(LimitExceeded):
+    """The workspace holds more than the look may list: its git metadata cannot all be found."""
+
+
+def find(workspace: str, *, skip: Collection[str] = (), budget: int | None = None) -> list[str]:
+    """The git metadata of `workspace` (a real path) and of every directory below it, but those
+    in `skip` (real paths) and symlinked ones; raises TooLarge past `budget` entries (MAX_ENTRIES)."""
+    look = _Look(workspace, frozenset(skip), MAX_ENTRIES if budget is None else budget)
+    look.walk()
+    return list(look.found)
+
+
+class _Look:
+    """One walk: what it found (in the order found, once each) and what it may still list."""
+
+    def __init__(self, workspace: str, skip: frozenset[str], budget: int) -> None:
+        self.workspace, self.skip, self.budget, self.left = workspace, skip, budget, budget
+        self.found: dict[str, None] = {}
+
+    def add(self, paths: list[str]) -> None:
+        self.found.update(dict.fromkeys(paths))
+
+    def spend(self, count: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise TooLarge(
+                f"{self.workspace} holds more than {self.budget:,} files, directories and submodule entries: "
+                "too many to find each git repository in it and keep its config and hooks read-only",
+                hint=UNGUARDED_FIX)
+
+    def walk(self) -> None:
+        pending = [self.workspace]
+        while pending:
+            folder = pending.pop()
+            subdirs = self._visit(folder)
+            pending += reversed(subdirs)  # depth first, in directory order
+
+    def _visit(self, folder: str) -> list[str]:
+        """Report `folder`'s git metadata; its subdirectories to look into next."""
+        listing = _listing(folder, self.left + 1)
+        if listing is None:  # cannot be listed: a repository could hide in it; and its own .git
+            self.add([folder])  # may still name a git dir elsewhere (looked into below)
+        self.spend(len(listing or ()))
+        names = {entry.name: entry for entry in listing or ()}
+        if folder != self.workspace and _is_git_dir(names):  # `app.git`: kept whole, not entered
+            self.add([folder])
+            return []
+        meta = _metadata(os.path.join(folder, ".git")) if ".git" in names or listing is None else []
+        if meta:
+            self.add(meta)
+            self.add(self._submodules(folder))
+        return [e.path for e in listing or () if e.name != ".git" and e.path not in self.skip and _is_dir(e)]
+
+    def _submodules(self, repo: str) -> list[str]:
+        """`repo`'s `.gitmodules` and the submodule directories it names that have no `.git` yet.
+
+        `git status` in `repo` runs git inside every submodule that has a `.git`, with that
+        `.git`'s config (core.fsmonitor), so an unasked call must not create one in an empty
+        (not initialised) submodule directory: that directory is kept read-only whole. One
+        that has a `.git` is found by the walk. `.gitmodules` itself is kept read-only, so a
+        call cannot hide an entry from the next call's look (git finds submodules in the index,
+        which is guarded).
+        """
+        listing = os.path.join(repo, ".gitmodules")
+        text = _head(listing, MAX_GITMODULES_BYTES)
+        if text is None:
+            return []
+        empty = [os.path.realpath(listing)]
+        for match in _PATH_LINE.finditer(text):
+            self.spend(1)
+            name = match.group(1).strip().strip('"')
+            sub = os.path.realpath(os.path.join(repo, name))
+            if not name or os.path.isabs(name) or not sub.startswith(self.workspace + os.sep):
+                continue
+            mode = _mode(sub, os.stat)
+            if isinstance(mode, str):
+                empty.append(mode)  # cannot be looked at: kept read-only, as an empty one is
+            elif mode is not None and stat.S_ISDIR(mode):
+                git = _mode(os.path.join(sub, ".git"), os.lstat)
+                if git is None or isinstance(git, str):
+                    empty.append(sub)
+        return empty
 
 
 def looks_like_git_dir(folder: str) -> bool:
@@ -65,50 +140,25 @@ def looks_like_git_dir(folder: str) -> bool:
             return False
     except OSError:
         return False
-    return any(os.path.lexists(os.path.join(folder, name)) for name in ("config", "objects", "refs"))
+    return any(os.path.lexists(os.path.join(folder, name)) for name in _GIT_DIR_MARKS)
 
 
-def _submodules(repo: str, workspace: str) -> tuple[list[str], list[str]]:
-    """(`repo`'s `.gitmodules` and the submodule directories it names that have no `.git` yet,
-    the ones that have one).
-
-    `git status` in `repo` runs git inside every submodule that has a `.git`, with that
-    `.git`'s config (core.fsmonitor), so an unasked call must not create one in an empty
-    (not initialised) submodule directory: that directory is kept read-only whole. One
-    that has a `.git` is guarded like a child project. `.gitmodules` itself is kept
-    read-only, so a call cannot hide an entry from the next call's look (git finds
-    submodules in the index, which is guarded).
-    """
-    listing = os.path.join(repo, ".gitmodules")
-    text = _head(listing, MAX_GITMODULES_BYTES)
-    if text is None:
-        return [], []
-    empty, populated = [os.path.realpath(listing)], []
-    for match in _PATH_LINE.finditer(text):
-        name = match.group(1).strip().strip('"')
-        sub = os.path.realpath(os.path.join(repo, name))
-        if not name or os.path.isabs(name) or not sub.startswith(workspace + os.sep):
-            continue
-        mode = _mode(sub, os.stat)
-        if isinstance(mode, str):
-            empty.append(mode)  # cannot be looked at: kept read-only, as an empty one is
-        elif mode is not None and stat.S_ISDIR(mode):
-            git = _mode(os.path.join(sub, ".git"), os.lstat)
-            (empty if git is None or isinstance(git, str) else populated).append(sub)
-    return empty, populated
-
-
-def _children(workspace: str) -> list[str] | None:
-    """The direct subdirectories of `workspace`; None if it exists but cannot be listed."""
-    out: list[str] = []
+def _listing(folder: str, limit: int) -> list[os.DirEntry] | None:
+    """The entries of `folder`, at most `limit`; None if it exists but cannot be listed."""
     try:
-        with os.scandir(workspace) as entries:
-            for entry in entries:
-                if entry.name != ".git" and _is_dir(entry):
-                    out.append(entry.path)
+        with os.scandir(folder) as entries:
+            return list(itertools.islice(entries, limit))
     except OSError as exc:
         return None if exc.errno in _DENIED else []
-    return out
+
+
+def _is_git_dir(names: dict[str, os.DirEntry]) -> bool:
+    """A listing with a `HEAD` file beside `config`, `objects` or `refs` (looks_like_git_dir's rule)."""
+    head = names.get("HEAD")
+    try:
+        return head is not None and head.is_file(follow_symlinks=False) and any(n in names for n in _GIT_DIR_MARKS)
+    except OSError:
+        return False
 
 
 def _is_dir(entry: os.DirEntry) -> bool:

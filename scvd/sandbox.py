@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from . import gitmeta
-from .errors import Failed, Unavailable
+from .errors import Failed, LimitExceeded, Unavailable
 from .paths import Paths, lookup_dirs, runtime_base, within
 from .tools.containment import open_raw
 
@@ -72,6 +72,14 @@ UNSHARED = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
 
 # mount ranks at equal depth: hide first, then read-write, then read-only, masks on top
 _TMPFS, _RW, _RO, _MASK = 0, 1, 2, 3
+
+# the git guard's mounts (read-only binds and pins) in one call: bwrap's start grows with their square
+# (it reads the mount table at each read-only bind): about 2 s at this many here (docs/security.md)
+MAX_GUARD_MOUNTS = 500
+
+
+class GuardTooLarge(LimitExceeded):
+    """The workspace's git metadata needs more mounts than one sandbox takes (MAX_GUARD_MOUNTS)."""
 
 
 def build_argv(
@@ -114,7 +122,8 @@ def build_argv(
     would bind, or None where nothing is: bwrap follows a symlink at a bind's source and
     destination alike, and a call may have made WS/.git one (`.git -> ../../..` bound the
     host's root over the sandbox); and it fails on a source below a file (WS/.git/hooks of a
-    linked worktree, whose `.git` is a file).
+    linked worktree, whose `.git` is a file). Raises GuardTooLarge where the guard would take more
+    than MAX_GUARD_MOUNTS mounts.
     """
     ws = _abs(workspace)
     temp = os.path.normpath(tmpdir) if tmpdir and os.path.isabs(tmpdir) else "/tmp"
@@ -176,7 +185,8 @@ def _mounts(
         tops = [_cover(p, _sorted(wanted)) for p in paths]
         wanted += [(_RO, "--ro-bind-try", p, p) for p, top in zip(paths, tops) if top and top[1] == "--bind"]
     else:
-        wanted += _git_guard([_abs(r) for p in [ws + "/.git", *map(_abs, git)] if (r := resolve(p))], _sorted(wanted))
+        found = [_abs(r) for p in [ws + "/.git", *map(_abs, git)] if (r := resolve(p))]
+        wanted += _git_guard(ws, found, _sorted(wanted))
     # a hidden directory or masked socket in a writable bind cannot be renamed (a mount point), but
     # a directory above it could: `mv sub x; mkdir -p sub/scv` left the host a planted SCV_HOME there
     mounted = _sorted(wanted)
@@ -188,7 +198,7 @@ def _sorted(mounts: Iterable[_Mount]) -> list[_Mount]:
     return sorted(dict.fromkeys(mounts), key=lambda m: (_depth(m[3]), m[0]))
 
 
-def _git_guard(paths: Iterable[str], mounts: list[_Mount]) -> list[_Mount]:
+def _git_guard(ws: str, paths: Iterable[str], mounts: list[_Mount]) -> list[_Mount]:
     """Read-only binds over the git paths that would be writable, and pins above them.
 
     A read-only bind alone is not enough: its mount point cannot be renamed, but a
@@ -205,7 +215,13 @@ def _git_guard(paths: Iterable[str], mounts: list[_Mount]) -> list[_Mount]:
         if any(k in kept and (top[3] == k or not within(top[3], k)) for k in [*_ancestors(path), path]):
             continue  # inside a git path kept before, with no writable bind in between
         kept[path] = None
-    return [(_RO, "--ro-bind-try", path, path) for path in kept] + _pins(kept, mounts, guarded=kept)
+    guard = [(_RO, "--ro-bind-try", path, path) for path in kept] + _pins(kept, mounts, guarded=kept)
+    if len(guard) > MAX_GUARD_MOUNTS:
+        raise GuardTooLarge(
+            f"keeping the git metadata in {ws} read-only takes {len(guard):,} mounts ({len(kept):,} repositories, "
+            f"`.gitmodules` entries and submodule directories, and the directories above them), more than the "
+            f"{MAX_GUARD_MOUNTS} one sandbox is given", hint=gitmeta.UNGUARDED_FIX)
+    return guard
 
 
 def _pins(paths: Iterable[str], mounts: list[_Mount], guarded: Collection[str] = ()) -> list[_Mount]:
@@ -604,6 +620,7 @@ class Sandbox:
         self._mask = masked_files(paths, listening_on)
         self._hidden_real = frozenset(os.path.realpath(p) for p in [*self._hide, *PRIVATE_OFFLINE])
         self._guarded = frozenset().union(*map(lookup_dirs, [*self._hide, *self._mask]))
+        self._hidden_always = frozenset(os.path.realpath(p) for p in self._hide)  # online calls see PRIVATE_OFFLINE
 
     def describe(self) -> str:
         return describe(self.probe)
@@ -643,10 +660,11 @@ class Sandbox:
 
         `approved`: a person approved this very call (CallContext.approved). Any
         other call, or a process that serves many calls, gets the workspace's git
-        metadata read-only (build_argv): `git` as found by gitmeta.find(), found
-        here when not given. `workspace_fd`: a session's workspace, the fd it holds:
-        `workspace` (its real path, checked against the fd as the call came) is not
-        resolved again, and bound only while it is that directory (open_binds()).
+        metadata read-only (build_argv): `git` as found by look(), found here when
+        not given; raises LimitExceeded where that metadata cannot all be kept read-only.
+        `workspace_fd`: a session's workspace, the fd it holds: `workspace` (its real path,
+        checked against the fd as the call came) is not resolved again, and bound only while
+        it is that directory (open_binds()).
         """
         self.check()
         if not self.active:
@@ -666,7 +684,7 @@ class Sandbox:
             chdir=real(chdir) if chdir is not None else None,
             mask=_present(self._mask),
             approved=approved,
-            git=[] if approved else [Path(p) for p in (gitmeta.find(str(ws)) if git is None else git)],
+            git=[] if approved else [Path(p) for p in (self._find(str(ws)) if git is None else git)],
             tmpdir=self._tmpdir,
             scratch=self._scratch,
             resolve=bound_path,
@@ -678,16 +696,29 @@ class Sandbox:
         return BwrapArgv(argv, by_fd=self.probe.fd_binds, workspace=str(ws), held=held)
 
     async def wrap_call(self, inner: list[str], *, workspace: Path, workspace_fd: int, network: bool,
-                        approved: bool, **binds: Any) -> list[str]:
-        """wrap() for a tool call in a session: an unasked call's git metadata is found on a worker thread.
+                        approved: bool, git: Sequence[str] | None = None, **binds: Any) -> list[str]:
+        """wrap() for a tool call in a session: an unasked call's is made on a worker thread (`git`:
+        as look() found it before the gate, else found there).
 
-        gitmeta.find() lists every workspace entry (uncapped: a cap let a call hide a child
-        project), which in a big workspace would hold the loop for every other client.
+        gitmeta.find() walks the whole workspace, and the argv of many guarded paths takes tens
+        of ms to build: on the loop, either would hold every other client.
         """
-        git = None
-        if self.active and not approved:
-            import asyncio
+        if not self.active or approved:
+            return self.wrap(inner, workspace=workspace, network=network, approved=approved,
+                             workspace_fd=workspace_fd, **binds)
+        import asyncio
 
-            git = await asyncio.to_thread(gitmeta.find, _abs(workspace))  # a real path, not resolved again
-        return self.wrap(inner, workspace=workspace, network=network, approved=approved, git=git,
-                         workspace_fd=workspace_fd, **binds)
+        return await asyncio.to_thread(self.wrap, inner, workspace=workspace, network=network, approved=False,
+                                       git=git, workspace_fd=workspace_fd, **binds)
+
+    def look(self, workspace: Path, network: bool) -> list[str]:
+        """The git metadata a call in `workspace` that nobody approved gets read-only; raises
+        LimitExceeded (its message says why, for the approver) where it cannot all be kept so.
+        Blocking: it walks the whole workspace."""
+        git = self._find(_abs(workspace))  # a session's real path, not resolved again
+        self.wrap(["true"], workspace=workspace, network=network, git=git)  # counts the guard's mounts
+        return git
+
+    def _find(self, workspace: str) -> list[str]:
+        # what the sandbox hides is a fresh tmpfs: nothing planted there reaches the host
+        return gitmeta.find(workspace, skip=self._hidden_always)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from git_support import find_unprivileged, git, repo
 from scvd import gitmeta
 
@@ -22,11 +24,53 @@ def test_the_workspace_git_dir_and_its_child_projects(tmp_path):
     ws = repo(tmp_path / "ws")
     repo(ws / "app")
     repo(ws / ".hidden-child")
-    repo(ws / "deep" / "er")  # two levels down: not a child project
     (ws / "notes.txt").write_text("x")
     found = gitmeta.find(real(ws))
     assert found[0] == real(ws / ".git")
     assert set(found) == {real(ws / ".git"), real(ws / "app/.git"), real(ws / ".hidden-child/.git")}
+
+
+def test_repositories_at_any_depth_are_found(tmp_path):
+    """A ghq or GOPATH tree (github.com/org/repo), a clone nested in a project's working tree, a
+    bare repository and a linked worktree deep down: git run there uses their config and hooks."""
+    ws = tmp_path / "ws"
+    ghq = repo(ws / "github.com" / "org" / "repo")
+    nested = repo(ghq / "vendor" / "tools" / "clone")
+    bare = ws / "remotes" / "deep" / "app.git"
+    assert git(tmp_path, "init", "-q", "--bare", str(bare)).returncode == 0
+    git(ghq, "worktree", "add", "-q", str(ws / "a" / "b" / "wt"))
+    found = gitmeta.find(real(ws))
+    assert {real(ghq / ".git"), real(nested / ".git"), real(bare), real(ws / "a/b/wt/.git")} <= set(found), found
+    assert not any(p.startswith(real(bare) + "/") for p in found)  # a git dir is kept whole, not entered
+
+
+def test_symlinked_and_skipped_directories_are_not_entered(tmp_path):
+    ws = tmp_path / "ws"
+    outside = repo(tmp_path / "elsewhere" / "repo")
+    (ws / "hidden").mkdir(parents=True)
+    repo(ws / "hidden" / "repo")
+    (ws / "link").symlink_to(outside.parent)  # outside the workspace's bind: read-only anyway
+    assert gitmeta.find(real(ws), skip={real(ws / "hidden")}) == []
+
+
+def test_a_look_past_its_budget_says_so(tmp_path):
+    """The walk lists at most `budget` entries: past that it cannot tell where a repository
+    hides, so it says so (the call asks) rather than report less than there is."""
+    ws = tmp_path / "ws"
+    repo(ws / "a" / "b" / "c")
+    assert gitmeta.find(real(ws), budget=50) == [real(ws / "a/b/c/.git")]
+    for n in range(60):
+        (ws / "a" / f"f{n}").touch()
+    with pytest.raises(gitmeta.TooLarge, match="more than 50 files, directories and submodule entries") as caught:
+        gitmeta.find(real(ws), budget=50)
+    assert "approve the call itself" in caught.value.hint
+
+
+def test_gitmodules_entries_count_against_the_budget(tmp_path):
+    ws = repo(tmp_path / "ws")
+    (ws / ".gitmodules").write_text("".join(f'[submodule "m{n}"]\n\tpath = m{n}\n' for n in range(100)))
+    with pytest.raises(gitmeta.TooLarge):
+        gitmeta.find(real(ws), budget=50)
 
 
 def test_a_worktree_git_file_brings_its_git_dir_and_common_dir(tmp_path):
@@ -93,6 +137,13 @@ def test_a_workspace_it_cannot_list_still_reports_the_git_dir_its_git_file_names
     (ws / ".git").write_text("gitdir: ../modules/sub/.git\n")
     ws.chmod(0o300)  # an unasked call's chmod: the git dir outside must not lose its guard
     assert find_unprivileged(ws) == [real(ws), real(ws / ".git"), real(gitdir)]
+
+
+def test_a_directory_it_cannot_list_at_any_depth_is_reported_whole(tmp_path):
+    ws = tmp_path / "ws"
+    repo(ws / "src" / "vendor" / "lib")
+    (ws / "src" / "vendor").chmod(0o300)  # searchable, not listable: lib/.git cannot be found
+    assert find_unprivileged(ws) == [real(ws / "src/vendor")]
 
 
 def test_a_git_dir_or_submodule_behind_a_closed_directory_reports_that_directory(tmp_path):

@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 
 from git_support import IDENTITY, find_unprivileged, git, repo
+from scvd.config import McpServerConfig
+from scvd.errors import Unavailable
+from scvd.mcp import spec
+from scvd.sandbox import MAX_GUARD_MOUNTS, GuardTooLarge
 from test_sandbox_bwrap import Box
 
 pytestmark = pytest.mark.bwrap
@@ -205,3 +209,38 @@ def test_a_nested_namespace_cannot_take_the_guard_off(gbox):
     assert "WROTE" not in r.stdout and (gbox.ws / ".git/config").read_text() == config
     gbox.host_git(gbox.ws, "status")
     assert not gbox.marker.exists()
+
+
+def test_an_unasked_call_cannot_plant_in_a_repository_deep_in_the_workspace(gbox):
+    """A ghq or GOPATH tree, a monorepo with nested clones: `git config -f .../.git/config
+    core.fsmonitor` in github.com/org/repo ran at the user's next `git status` there."""
+    deep = repo(gbox.ws / "github.com" / "org" / "repo")
+    attack = (f"git config -f github.com/org/repo/.git/config core.fsmonitor '{gbox.plant}; false'; "
+              "mv github.com/org/repo github.com/org/old; mv github.com gh; echo tried")
+    r = gbox.run(attack)
+    assert r.stdout.strip() == "tried"
+    assert "Read-only file system" in r.stderr and r.stderr.count("Device or resource busy") == 2, r.stderr
+    assert gbox.host_git(deep, "status").returncode == 0
+    assert not gbox.marker.exists()
+    assert gbox.run(attack, approved=True).returncode == 0  # the control: approved, it plants
+    gbox.host_git(gbox.ws / "gh/org/old", "status")
+    assert gbox.marker.exists()
+
+
+def test_a_workspace_whose_guard_would_not_fit_one_sandbox_is_refused_unasked(gbox):
+    """A `.gitmodules` listing thousands of empty directories (one unasked call can write it in a
+    repository it made) once took a minute to wrap on scvd's loop, then bwrap refused the argv."""
+    made = repo(gbox.ws / "x")
+    names = [f"m{n}" for n in range(MAX_GUARD_MOUNTS + 1)]
+    (made / ".gitmodules").write_text("".join(f'[submodule "{n}"]\n\tpath = {n}\n' for n in names))
+    for name in names:
+        (made / name).mkdir()
+    with pytest.raises(GuardTooLarge, match=f"more than the {MAX_GUARD_MOUNTS} one sandbox is given"):
+        gbox.sandbox.look(gbox.ws, network=False)
+    with pytest.raises(GuardTooLarge):
+        gbox.run("true")
+    assert gbox.run("echo ran", approved=True).stdout == "ran\n"  # a person's approval keeps hooks and config only
+    with pytest.raises(Unavailable, match="mcp server fs: keeping the git metadata in .* more than the") as caught:  # serves many calls
+        spec.stdio_launch("fs", McpServerConfig(command="/bin/cat", cwd=str(gbox.ws)), secrets=None,
+                          sandbox=gbox.sandbox, network=False, base_env=gbox.env, home=gbox.ws)
+    assert "mcp.servers.fs.cwd" in caught.value.hint

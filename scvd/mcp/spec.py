@@ -15,7 +15,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from .. import http_fields
 from ..config import McpServerConfig, SecretRef, server_secrets
-from ..errors import CredentialMissing, Unavailable
+from ..errors import CredentialMissing, LimitExceeded, Unavailable
 from ..secrets import reads_refused
 from ..passenv import build as allowed_env
 
@@ -118,7 +118,11 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
     argv = [command, *cfg.args]
     sandboxed = bool(cfg.sandbox and sandbox is not None and sandbox.active)
     if cfg.sandbox and sandbox is not None:
-        argv = sandbox.wrap(argv, workspace=Path(cwd), network=network)
+        try:
+            argv = sandbox.wrap(argv, workspace=Path(cwd), network=network)
+        except LimitExceeded as exc:  # it serves many calls: nobody approves them one by one
+            raise Unavailable(f"mcp server {name}: {exc.message}", hint=(
+                f"set mcp.servers.{name}.cwd to a directory with fewer repositories and files")) from exc
     return StdioLaunch(argv=argv, env=env, cwd=cwd, sandboxed=sandboxed)
 
 

@@ -115,7 +115,7 @@ class Bash(Tool):
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
             argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, workspace_fd=ctx.workspace_fd,
-                                               network=plan.network, approved=ctx.approved)
+                                               network=plan.network, approved=ctx.approved, git=ctx.git)
         try:
             result = await run_process(
                 argv, cwd=ctx.workspace, cwd_fd=ctx.workspace_fd, env=env, timeout=plan.timeout,

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from scvd import gitmeta
 from scvd import protocol as p
+from scvd.sandbox import MAX_GUARD_MOUNTS
 
 from conftest import wait_pending
 from git_support import IDENTITY, git, repo
@@ -227,6 +229,61 @@ def test_a_fifo_where_the_guard_reads_does_not_hang_scvd(make_daemon, workspace:
                                                   "echo 'gitdir: ../x' > app/.git && mkfifo x/commondir"})
         assert planted.ok and planted.result["exit_code"] == 0, planted
         done = c.call(sid, "bash", {"command": "echo alive"})
-        assert done.ok and done.result["output"] == "alive\n", done
+        assert done.ok and done.result["output"].endswith("alive\n"), done
     with d.client() as other:
         assert other.status().sessions >= 0
+
+
+def test_unasked_bash_cannot_plant_in_a_repository_deep_in_the_workspace(make_daemon, workspace: Path,
+                                                                         tmp_path: Path):
+    # a ghq or GOPATH tree: only the workspace's own `.git` and its direct subdirectories' were kept
+    deep = repo(workspace / "github.com" / "org" / "repo")
+    marker = tmp_path / "planted-ran"
+    d = make_daemon(UNASKED, env=IDENTITY)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        done = c.call(sid, "bash", {"command": "git config -f github.com/org/repo/.git/config "
+                                               f"core.fsmonitor 'touch {marker}; false'"})
+        assert c.request(p.ApprovalsList).approvals == []
+    assert done.ok and "Read-only file system" in done.result["output"], done
+    assert host_git(deep, "status").returncode == 0
+    assert not marker.exists()
+
+
+def flood_gitmodules(count: int) -> str:
+    """An unasked call's: a repository of its own whose `.gitmodules` lists `count` empty directories."""
+    return (f"git init -q x && cd x && for n in $(seq 1 {count}); do "
+            "printf '[submodule \"m%s\"]\\n\\tpath = m%s\\n' $n $n; done > .gitmodules && "
+            f"mkdir $(seq -f 'm%g' 1 {count}) && echo flooded")
+
+
+def next_call_asks(d, workspace: Path, flood: str, reason: str) -> None:
+    """After the unasked `flood`, the next call asks, saying why, and other clients are answered
+    while scvd looks; approved, it runs."""
+    with d.client() as c, d.client(name="owner") as owner:
+        sid = c.open_session(workspace)
+        flooded = c.call(sid, "bash", {"command": flood})
+        assert flooded.ok and flooded.result["output"].endswith("flooded\n"), flooded
+        asked = c.start_call(sid, "bash", {"command": "echo alive"})
+        assert owner.status().sessions == 1  # answered while the call is looked at, or waits
+        pending = wait_pending(owner)[0]
+        assert pending.call_id == asked and reason in pending.always_ask, pending
+        assert "approve the call itself" in pending.always_ask
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = c.wait_call(asked)
+    assert done.ok and done.result["output"].endswith("alive\n"), done
+
+
+def test_a_gitmodules_listing_thousands_of_directories_makes_the_next_call_ask(make_daemon, workspace: Path):
+    """One unasked call once froze scvd for a minute (the guard's argv, quadratic, built on the loop)
+    and left the workspace dead for unasked calls (`bwrap: Exceeded maximum number of arguments`)."""
+    d = make_daemon(UNASKED, env=IDENTITY)
+    next_call_asks(d, workspace, flood_gitmodules(6000), f"more than the {MAX_GUARD_MOUNTS} one sandbox is given")
+
+
+def test_a_workspace_past_the_looks_budget_makes_the_next_call_ask(make_inproc, workspace: Path, monkeypatch):
+    # the budget made small: a workspace past the real one takes this host minutes to fill
+    monkeypatch.setattr(gitmeta, "MAX_ENTRIES", 1000)
+    d = make_inproc(UNASKED)
+    next_call_asks(d, workspace, "mkdir many && cd many && seq 1 1001 | xargs touch && echo flooded",
+                   "more than 1,000 files, directories and submodule entries")
