@@ -42,6 +42,7 @@ import msgspec
 
 from . import awake, errors
 from .always_ask import in_git_dir
+from .host_places import RUNS
 from .own_places import CONFIG, LOOKUP, ROOT, Place, of
 from .paths import lookup_dirs, within
 from .text import excerpt, printable, printable_data
@@ -132,7 +133,8 @@ HOME_RUNS_LATER = (".config", ".local", ".ssh")
 
 
 @functools.lru_cache(maxsize=256)
-def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None = None) -> bool:
+def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None = None,
+                 host: frozenset[Place] = frozenset()) -> bool:
     """True when the files of `workspace` configure scvd or run code outside the sandbox later:
     it holds the home (`holds_home`), or it is at, inside or above home's .config, .local or
     .ssh, XDG_CONFIG_HOME or XDG_DATA_HOME (above: one that lies outside the home, or a link
@@ -140,9 +142,11 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
     own_places; a config.toml there starts MCP servers unsandboxed), or it holds one of them or a
     config file scvd reads (`--config`'s), at any depth, or a link on the way to one: the sandbox
     hides its folders, but a call can rename a directory above them, or replace the link, and
-    plant its own where scvd looks at its next start. Or it is a git directory or inside one (the
-    sandbox guards WS/.git, not the workspace itself: its hooks and config). sandbox-aware asks
-    for every call there.
+    plant its own where scvd looks at its next start. Likewise the places outside it whose files
+    run later (`host`: host_places; scvd's PATH, its Python, bwrap, agent CLIs, MCP commands): at
+    or inside one, or holding one or a link on the way. Or it is a git
+    directory or inside one (the sandbox guards WS/.git, not the workspace itself: its hooks and
+    config). sandbox-aware asks for every call there.
     """
     home = os.path.realpath(home or os.environ.get("HOME") or os.path.expanduser("~"))
     if holds_home(workspace, home):
@@ -151,8 +155,8 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
     xdg = [os.environ.get("XDG_CONFIG_HOME"), os.environ.get("XDG_DATA_HOME")]
     runs_later = [os.path.join(home, d) for d in HOME_RUNS_LATER] + [d for d in xdg if d and os.path.isabs(d)]
     return (any(within(ws, os.path.realpath(d)) or any(within(x, ws) for x in lookup_dirs(d)) for d in runs_later)
-            or any(within(ws, d) for d in of(own, ROOT)) or in_git_dir(ws)
-            or any(within(d, ws) for d in of(own, ROOT, CONFIG, LOOKUP)))
+            or any(within(ws, d) for d in of(own, ROOT) + of(host, RUNS)) or in_git_dir(ws)
+            or any(within(d, ws) for d in of(own, ROOT, CONFIG, LOOKUP) + of(host, RUNS, LOOKUP)))
 
 
 def contained(plan: Plan) -> bool:

@@ -501,7 +501,8 @@ class CallRegistry:
         verdict = policy_verdict(
             cfg.policy, plan, always_allow=tool.flags.always_allow,
             granted=session.granted(tool.name, risk, plan.sandboxed),
-            sandbox_active=(bool(sandbox and sandbox.active) and not exposes_host(workspace, self._own)
+            sandbox_active=(bool(sandbox and sandbox.active)
+                            and not exposes_host(workspace, self._own, host=sandbox.host)
                             and not sandbox.reaches_hidden(workspace)),
             always_asks=always is not None)
         if verdict is Verdict.RUN and call.unguarded is not None and cfg.policy != "never":

@@ -452,10 +452,17 @@ class Daemon:
             return None, "off"
         from . import sandbox as sandbox_mod
 
-        result = await asyncio.to_thread(sandbox_mod.probe, config.sandbox, self.paths, listening_on=self.listening_on)
+        result, host = await asyncio.to_thread(self._probe, config)
         verdict = sandbox_mod.describe(result)
         (log.info if result.ok else log.warning)("sandbox: %s", verdict)
-        return sandbox_mod.Sandbox(result, self.paths, listening_on=self.listening_on), verdict
+        return sandbox_mod.Sandbox(result, self.paths, listening_on=self.listening_on, host=host), verdict
+
+    def _probe(self, config: Any) -> tuple[Any, frozenset[Any]]:
+        """The probe's result and the places whose files run outside the sandbox later. Blocking."""
+        from . import host_places, sandbox as sandbox_mod
+
+        result = sandbox_mod.probe(config.sandbox, self.paths, listening_on=self.listening_on)
+        return result, host_places.places(config, result.bwrap, os.environ)
 
     def _spawn(self, fn: Callable[[], Awaitable[Any]]) -> None:
         task = asyncio.ensure_future(fn())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import pytest
 from scvd import protocol as p
 from scvd.proctree import scan_processes
 
-from conftest import base_env, reloaded, wait_pending
+from conftest import ROOT, base_env, reloaded, wait_pending
 
 pytestmark = pytest.mark.bwrap
 
@@ -247,6 +248,30 @@ def test_a_workspace_two_levels_above_scvds_home_or_holding_a_link_to_it_asks_fo
     with d.client() as c:
         asked_and_denied(c, workspace, PLANT if not link else PLANT.replace("mv a b", "rm a"))
     assert (home / "config.toml").read_text() == SANDBOXED and not (workspace / "b").exists()
+
+
+PLANT_PROGRAM = {
+    # a stand-in that runs outside any sandbox at the next reload's probe, then passes through
+    "PATH": "mkdir -p bin && printf '#!/bin/sh\\ntouch ~/pwned\\nexec /usr/bin/bwrap \"$@\"\\n' > bin/bwrap "
+            "&& chmod +x bin/bwrap",
+    # shadows the standard tempfile, which the daemon imports at its next start's probe
+    "PYTHONPATH": "mkdir -p lib && echo 'import os; os.system(\"touch ~/pwned\")' > lib/tempfile.py",
+}
+
+
+@pytest.mark.parametrize("variable", sorted(PLANT_PROGRAM))
+def test_a_workspace_that_holds_a_directory_scvd_runs_programs_from_asks_for_every_call(
+        make_daemon, workspace: Path, tmp_path: Path, variable: str):
+    # scvd finds bwrap, the agent CLIs and MCP commands on its PATH and imports its modules from
+    # sys.path: unasked, bash planted its own bwrap there, and after a reload every call ran unsandboxed
+    user = tmp_path / "user"
+    env = {"PATH": f"{workspace / 'bin'}:{os.environ['PATH']}", "PYTHONPATH": f"{workspace / 'lib'}:{ROOT}"}
+    d = make_daemon(SANDBOXED, env={variable: env[variable], "HOME": str(user)})
+    with d.client() as c:
+        asked_and_denied(c, workspace, PLANT_PROGRAM[variable])
+    reloaded(d, SANDBOXED)
+    assert not (user / "pwned").exists() and not list(workspace.iterdir())
+    assert f"bwrap works at {shutil.which('bwrap')}" in d.log()
 
 
 def test_a_workspace_that_is_a_git_directory_or_inside_one_asks_for_every_call(make_daemon, tmp_path: Path):

@@ -1,0 +1,59 @@
+"""Places outside scvd's own folders whose files decide what runs outside the sandbox later.
+
+approvals.exposes_host judges a workspace by them as by scvd's own places: one at or inside a
+RUNS place, or holding one or a directory a lookup of one passes through (LOOKUP: a link on the
+way can be replaced), is not run unasked. They are:
+- the programs scvd starts and where it finds them: each directory on its PATH (a call that writes
+  `bin/bwrap` there has scvd run it in the sandbox's stead), the real directory of each program it
+  found (bwrap, the agent CLIs, the MCP servers' commands and `cwd`s), and its Python: sys.path
+  (scvd's own code and what it imports later), sys.prefix and sys.base_prefix.
+`places()` looks programs up on PATH: it runs at start and at each reload, off the event loop.
+Nothing here knows tool names.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Mapping
+
+from .own_places import LOOKUP, Place
+from .paths import lookup_dirs
+
+RUNS = "runs"  # a real directory (or file) whose contents run outside the sandbox
+
+
+def places(config: Any, bwrap: str | None, env: Mapping[str, str]) -> frozenset[Place]:
+    """The RUNS and LOOKUP places for `config` (its agents' and MCP servers' programs), the `bwrap`
+    the probe found and scvd's `env` (its PATH). A frozenset: its hash is kept, and
+    exposes_host's cache hashes it at every call. Blocking."""
+    found = programs(config, bwrap, env)
+    runs = [*path_dirs(env), *sys.path, sys.prefix, sys.base_prefix, *cwds(config)]
+    runs += [os.path.dirname(os.path.realpath(p)) for p in found]
+    named = [os.path.abspath(p) for p in runs if p]
+    out = {Place(RUNS, os.path.realpath(p)) for p in named}
+    out |= {Place(LOOKUP, d) for p in [*named, *found] for d in lookup_dirs(p)}
+    return frozenset(out)
+
+
+def path_dirs(env: Mapping[str, str]) -> list[str]:
+    """The directories on PATH, as a lookup reads them (an empty entry is the working directory)."""
+    return [os.path.abspath(d or ".") for d in env.get("PATH", os.defpath).split(os.pathsep)]
+
+
+def programs(config: Any, bwrap: str | None, env: Mapping[str, str]) -> list[str]:
+    """The absolute paths of the programs scvd would start outside the sandbox, where found now."""
+    import shutil  # here: it imports bz2 and lzma, which the idle daemon does without
+
+    from .adapters.spec import ADAPTERS
+
+    names = [a.executable for a in ADAPTERS.values()]
+    names += [os.path.expanduser(s.command) for s in config.mcp.servers.values() if s.command and s.enabled]
+    found = [p if "/" in p else shutil.which(p, path=env.get("PATH", os.defpath)) for p in names]
+    return [os.path.abspath(p) for p in [bwrap, *found] if p]
+
+
+def cwds(config: Any) -> list[str]:
+    """The MCP servers' own working directories: `npx` and the like load code from there."""
+    return [os.path.expanduser(s.cwd) for s in config.mcp.servers.values() if s.cwd and s.command and s.enabled]
+

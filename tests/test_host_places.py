@@ -1,0 +1,74 @@
+"""The places outside scvd's folders whose files run outside the sandbox later, and exposes_host by them."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from scvd.approvals import exposes_host
+from scvd.config import Config, McpConfig, McpServerConfig
+from scvd.host_places import places
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    exposes_host.cache_clear()
+    yield
+    exposes_host.cache_clear()
+
+
+def exposed(ws: Path, config: Config, *, bwrap: str | None = None, path: str = "/usr/bin",
+            home: Path | None = None) -> bool:
+    home = home or ws.parent / "user"
+    return exposes_host(str(ws), (), str(home), host=places(config, bwrap, {"PATH": path}))
+
+
+def mcp(command: str, cwd: str | None = None) -> Config:
+    return Config(mcp=McpConfig(servers={"x": McpServerConfig(command=command, cwd=cwd)}))
+
+
+def test_a_workspace_that_holds_a_directory_on_scvds_path_exposes_the_host(tmp_path: Path):
+    """scvd finds bwrap, the agent CLIs and MCP commands on its PATH: an unasked call that wrote
+    `bin/bwrap` in a workspace holding a PATH directory had every later call run unsandboxed."""
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    for entry in (ws / "bin", ws / "go/bin"):  # there or not yet: a call can make it
+        assert exposed(ws, Config(), path=f"{entry}:/usr/bin")
+        assert exposed(ws / "go", Config(), path=f"{entry}:/usr/bin") is (entry == ws / "go/bin")
+    assert not exposed(ws / "src", Config(), path=f"{ws / 'bin'}:/usr/bin")
+    # a PATH entry that leads through a link in the workspace: the link can be replaced
+    (tmp_path / "tools/bin").mkdir(parents=True)
+    (ws / "tools").symlink_to(tmp_path / "tools")
+    assert exposed(ws, Config(), path=f"{ws / 'tools/bin'}:/usr/bin")
+    assert not exposed(ws, Config(), path="/usr/bin:/bin")
+
+
+def test_a_workspace_that_holds_the_program_scvd_runs_or_where_it_leads_exposes_the_host(tmp_path: Path):
+    """bwrap as configured, and an MCP server's command and cwd, whether named by path or found on
+    PATH through a link into a package directory (`npm i -g`'s bin links)."""
+    ws, pkg = tmp_path / "ws", tmp_path / "ws/pkg"
+    (pkg / "lib").mkdir(parents=True)
+    (pkg / "server.js").write_text("")
+    (pkg / "server.js").chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srv").symlink_to(pkg / "server.js")
+    assert exposed(ws, Config(), bwrap=str(pkg / "bwrap"))
+    assert exposed(ws, mcp(str(bin_dir / "srv")))
+    assert exposed(ws, mcp("srv"), path=str(bin_dir))
+    assert exposed(pkg / "lib", mcp("srv"), path=str(bin_dir))  # inside the program's own directory
+    assert exposed(ws, mcp("/usr/bin/env", cwd=str(pkg)))  # `npx` there loads the workspace's code
+    assert not exposed(ws, mcp("srv"), path="/usr/bin")  # not found: nothing of it runs
+    assert not exposed(ws, Config(), bwrap="/usr/bin/bwrap")
+
+
+def test_a_workspace_at_inside_or_above_scvds_python_exposes_the_host(tmp_path: Path):
+    """scvd imports modules as it goes (a checkout of scvd, its venv's site-packages)."""
+    package = Path(__file__).resolve().parents[1] / "scvd"
+    for place in (package, Path(sys.prefix), Path(sys.base_prefix)):
+        assert exposed(place, Config()) and exposed(place.parent, Config()), place
+    assert exposed(Path(os.path.realpath(sys.prefix)) / "lib", Config())
+    assert not exposed(tmp_path / "ws", Config())
