@@ -143,8 +143,8 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
     config file scvd reads (`--config`'s), at any depth, or a link on the way to one: the sandbox
     hides its folders, but a call can rename a directory above them, or replace the link, and
     plant its own where scvd looks at its next start. Likewise the places outside it whose files
-    run later (`host`: host_places; scvd's PATH, its Python, bwrap, agent CLIs, MCP commands): at
-    or inside one, or holding one or a link on the way. Or it is a git
+    run later (`host`: host_places; scvd's PATH, its Python, bwrap, agent CLIs, MCP commands, the
+    home's dotfile links): at or inside one, or holding one or a link on the way. Or it is a git
     directory or inside one (the sandbox guards WS/.git, not the workspace itself: its hooks and
     config). sandbox-aware asks for every call there.
     """

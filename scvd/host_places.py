@@ -6,31 +6,37 @@ way can be replaced), is not run unasked. They are:
 - the programs scvd starts and where it finds them: each directory on its PATH (a call that writes
   `bin/bwrap` there has scvd run it in the sandbox's stead), the real directory of each program it
   found (bwrap, the agent CLIs, the MCP servers' commands and `cwd`s), and its Python: sys.path
-  (scvd's own code and what it imports later), sys.prefix and sys.base_prefix.
-`places()` looks programs up on PATH: it runs at start and at each reload, off the event loop.
-Nothing here knows tool names.
+  (scvd's own code and what it imports later), sys.prefix and sys.base_prefix;
+- the links among the home's dotfiles, and among the entries of ~/.ssh and ~/.config (one level;
+  and of XDG_CONFIG_HOME): a dotfiles repository that `~/.bashrc` or `~/.config/systemd` leads
+  into runs at the next shell, git call, ssh login or systemd start.
+`places()` looks programs up on PATH and lists the home: it runs at start and at each reload, off
+the event loop (not per call). A link made later counts from the next reload. Nothing here knows
+tool names.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .own_places import LOOKUP, Place
 from .paths import lookup_dirs
 
 RUNS = "runs"  # a real directory (or file) whose contents run outside the sandbox
+DOT_DIRS = (".ssh", ".config")  # each entry a link counts, one level down
 
 
-def places(config: Any, bwrap: str | None, env: Mapping[str, str]) -> frozenset[Place]:
+def places(config: Any, bwrap: str | None, env: Mapping[str, str], home: str) -> frozenset[Place]:
     """The RUNS and LOOKUP places for `config` (its agents' and MCP servers' programs), the `bwrap`
-    the probe found and scvd's `env` (its PATH). A frozenset: its hash is kept, and
+    the probe found, scvd's `env` (its PATH) and `home`. A frozenset: its hash is kept, and
     exposes_host's cache hashes it at every call. Blocking."""
     found = programs(config, bwrap, env)
     runs = [*path_dirs(env), *sys.path, sys.prefix, sys.base_prefix, *cwds(config)]
     runs += [os.path.dirname(os.path.realpath(p)) for p in found]
-    named = [os.path.abspath(p) for p in runs if p]
+    links = dotfile_links(home, env.get("XDG_CONFIG_HOME"))
+    named = [os.path.abspath(p) for p in [*runs, *links] if p]
     out = {Place(RUNS, os.path.realpath(p)) for p in named}
     out |= {Place(LOOKUP, d) for p in [*named, *found] for d in lookup_dirs(p)}
     return frozenset(out)
@@ -57,3 +63,20 @@ def cwds(config: Any) -> list[str]:
     """The MCP servers' own working directories: `npx` and the like load code from there."""
     return [os.path.expanduser(s.cwd) for s in config.mcp.servers.values() if s.cwd and s.command and s.enabled]
 
+
+
+def dotfile_links(home: str, xdg_config: str | None = None) -> list[str]:
+    """The links among home's dotfiles and the entries of its DOT_DIRS (and XDG_CONFIG_HOME), by name."""
+    found = _links(home, lambda name: name.startswith("."))
+    xdg = [xdg_config] if xdg_config and os.path.isabs(xdg_config) else []
+    for d in [*(os.path.join(home, d) for d in DOT_DIRS), *xdg]:
+        found += _links(d)
+    return found
+
+
+def _links(folder: str, wanted: Callable[[str], bool] = lambda name: True) -> list[str]:
+    try:
+        with os.scandir(folder) as entries:
+            return [e.path for e in entries if wanted(e.name) and e.is_symlink()]
+    except OSError:  # none there, or not ours to list
+        return []

@@ -462,7 +462,7 @@ class Daemon:
         from . import host_places, sandbox as sandbox_mod
 
         result = sandbox_mod.probe(config.sandbox, self.paths, listening_on=self.listening_on)
-        return result, host_places.places(config, result.bwrap, os.environ)
+        return result, host_places.places(config, result.bwrap, os.environ, os.path.expanduser("~"))
 
     def _spawn(self, fn: Callable[[], Awaitable[Any]]) -> None:
         task = asyncio.ensure_future(fn())

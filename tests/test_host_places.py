@@ -23,7 +23,7 @@ def _fresh_cache():
 def exposed(ws: Path, config: Config, *, bwrap: str | None = None, path: str = "/usr/bin",
             home: Path | None = None) -> bool:
     home = home or ws.parent / "user"
-    return exposes_host(str(ws), (), str(home), host=places(config, bwrap, {"PATH": path}))
+    return exposes_host(str(ws), (), str(home), host=places(config, bwrap, {"PATH": path}, str(home)))
 
 
 def mcp(command: str, cwd: str | None = None) -> Config:
@@ -72,3 +72,34 @@ def test_a_workspace_at_inside_or_above_scvds_python_exposes_the_host(tmp_path: 
         assert exposed(place, Config()) and exposed(place.parent, Config()), place
     assert exposed(Path(os.path.realpath(sys.prefix)) / "lib", Config())
     assert not exposed(tmp_path / "ws", Config())
+
+
+@pytest.mark.parametrize("entry", [".bashrc", ".gitconfig", ".profile", ".ssh/rc", ".config/systemd"])
+def test_a_workspace_that_a_dotfile_links_into_exposes_the_host(tmp_path: Path, entry: str):
+    """~/.bashrc -> a dotfiles repository: unasked, a call there edited what the next shell runs
+    (.gitconfig: a core.fsmonitor for every repository; .ssh/rc at the next login; a systemd unit)."""
+    home, dots = tmp_path / "home", tmp_path / "dots"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".config").mkdir()
+    (dots / "sub").mkdir(parents=True)
+    (home / entry).symlink_to(dots / "sub" / "target")
+    assert exposed(dots, Config(), home=home) and exposed(dots / "sub", Config(), home=home)
+    assert not exposed(tmp_path / "project", Config(), home=home)
+    (home / entry).unlink()
+    (home / entry).write_text("")  # the file itself, in the home: no repository to protect
+    exposes_host.cache_clear()
+    assert not exposed(dots, Config(), home=home)
+
+
+def test_a_workspace_inside_a_folder_that_a_config_entry_links_to_exposes_the_host(tmp_path: Path):
+    """~/.config/nvim -> dots/nvim: its plugins run in the next editor; a link on the way counts."""
+    home, dots = tmp_path / "home", tmp_path / "dots"
+    (home / ".config").mkdir(parents=True)
+    (dots / "nvim/lua").mkdir(parents=True)
+    (home / ".config/nvim").symlink_to(dots / "nvim")
+    assert exposed(dots / "nvim/lua", Config(), home=home)
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws/dots").symlink_to(dots)
+    (home / ".config/nvim").unlink()
+    (home / ".config/nvim").symlink_to(tmp_path / "ws/dots/nvim")  # through a link the workspace holds
+    assert exposed(tmp_path / "ws", Config(), home=home)

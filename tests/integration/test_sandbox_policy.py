@@ -274,6 +274,19 @@ def test_a_workspace_that_holds_a_directory_scvd_runs_programs_from_asks_for_eve
     assert f"bwrap works at {shutil.which('bwrap')}" in d.log()
 
 
+def test_a_dotfiles_repository_that_the_homes_bashrc_links_into_asks_for_every_call(make_daemon, tmp_path: Path):
+    # ~/.bashrc -> dots/bashrc: unasked, bash there appended what the user's next shell runs
+    user, dots = tmp_path / "user", tmp_path / "dots"
+    user.mkdir()
+    dots.mkdir()
+    (dots / "bashrc").write_text("")
+    (user / ".bashrc").symlink_to(dots / "bashrc")
+    d = make_daemon(SANDBOXED, env={"HOME": str(user)})
+    with d.client() as c:
+        asked_and_denied(c, dots, "echo 'touch ~/pwned' >> bashrc")
+    assert (dots / "bashrc").read_text() == ""
+
+
 def test_a_workspace_that_is_a_git_directory_or_inside_one_asks_for_every_call(make_daemon, tmp_path: Path):
     # the guard keeps WS/.git read-only, but a bare repository, or a `.git` (or a folder in it)
     # opened as the workspace, is git metadata itself: unasked, bash would plant a hook or a
