@@ -441,16 +441,16 @@ def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: An
     print(f"# tools: {len(registry)} registered" + (f", {len(skipped)} skipped:" if skipped else ""))
     for e in skipped:
         print(f"#   {e.name}: {e.source}: {e.message}")
-    print(f"# sandbox: {sandbox_verdict(loaded.config, paths)}")
+    print(f"# sandbox: {sandbox_verdict(loaded.config, paths, str(loaded.path))}")
     return EXIT_OK
 
 
-def sandbox_verdict(config: config_mod.Config, paths: paths_mod.Paths) -> str:
+def sandbox_verdict(config: config_mod.Config, paths: paths_mod.Paths, config_file: str | None = None) -> str:
     if config.sandbox.mode == "off":
         return "off (sandbox.mode = off)"
     from . import sandbox
 
-    return sandbox.describe(sandbox.probe(config.sandbox, paths))
+    return sandbox.describe(sandbox.probe(config.sandbox, paths, config_file=config_file))
 
 
 if __name__ == "__main__":  # pragma: no cover

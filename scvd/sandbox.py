@@ -427,23 +427,27 @@ def private_dirs(network: bool) -> list[Path]:
     return [] if network else list(PRIVATE_OFFLINE)
 
 
-def masked_files(paths: Paths, listening_on: str | None = None) -> list[Path]:
+def masked_files(paths: Paths, listening_on: str | None = None, config_file: str | None = None) -> list[Path]:
     """A socket moved out of scvd's runtime dir (SCV_SOCKET) is masked by itself,
     rather than hiding whatever directory it sits in (/tmp, a home). So is the one
     scvd really listens on, when systemd handed over another (a ListenStream= of
-    the user's choosing): through it a sandboxed process could run scvd's tools."""
+    the user's choosing): through it a sandboxed process could run scvd's tools.
+    So is the config file scvd reads (`--config`) wherever it lies: a read of it asks."""
     found = [] if paths.socket.parent == paths.runtime_dir else [paths.socket]
     if listening_on and listening_on.startswith("/"):  # not an abstract name
         real = Path(listening_on)
         if real != paths.socket and real.parent != paths.runtime_dir:
             found.append(real)
+    if config_file:  # inside scvd's folders it is hidden with them (build_argv leaves the mask out)
+        found.append(Path(config_file))
     return found
 
 
 def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = None,
-          listening_on: str | None = None) -> ProbeResult:
+          listening_on: str | None = None, config_file: str | None = None) -> ProbeResult:
     """Run /bin/true under the real argv once and classify what went wrong. Blocking.
-    The argv is Sandbox.wrap()'s for an unasked call in an empty workspace (`listening_on` as Sandbox's)."""
+    The argv is Sandbox.wrap()'s for an unasked call in an empty workspace (`listening_on` and
+    `config_file` as Sandbox's)."""
     env = dict(os.environ if env is None else env)
     mode = sandbox_config.mode
     if mode == "off":
@@ -468,7 +472,8 @@ def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = Non
     with probe_dir as ws:
         def attempt(proc: bool) -> str | None:
             nonlocal fd_binds
-            trial = Sandbox(ProbeResult(mode, True, "", proc, bwrap, fd_binds), paths, env, listening_on)
+            trial = Sandbox(ProbeResult(mode, True, "", proc, bwrap, fd_binds), paths, env, listening_on,
+                            config_file=config_file)
             argv = trial.wrap(PROBE_COMMAND, workspace=Path(ws), network=sandbox_config.network, git=[])
             error = _run_probe(argv, env)
             if error is not None and fd_binds and "Unknown option --bind-fd" in error:
@@ -608,7 +613,8 @@ class Sandbox:
     """
 
     def __init__(self, probe: ProbeResult, paths: Paths, env: Mapping[str, str] | None = None,
-                 listening_on: str | None = None, *, host: frozenset[Any] = frozenset()) -> None:
+                 listening_on: str | None = None, *, config_file: str | None = None,
+                 host: frozenset[Any] = frozenset()) -> None:
         # no network setting here: each call passes its session's sandbox.network to wrap()
         self.probe = probe
         self.active = probe.mode != "off" and probe.ok
@@ -617,7 +623,7 @@ class Sandbox:
         self._hide = hidden_paths(paths, env)
         self._tmpdir = env.get("TMPDIR")  # what the children get (the allow-lists pass it on)
         self._scratch = next(iter(_existing([SCRATCH])), None)  # a tmpfs needs an existing mount point
-        self._mask = masked_files(paths, listening_on)
+        self._mask = masked_files(paths, listening_on, config_file)
         self.host = host  # host_places.places(): what approvals.exposes_host judges a workspace by too
         self._hidden_real = frozenset(os.path.realpath(p) for p in [*self._hide, *PRIVATE_OFFLINE])
         self._guarded = frozenset().union(*map(lookup_dirs, [*self._hide, *self._mask]))

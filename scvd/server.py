@@ -452,16 +452,19 @@ class Daemon:
             return None, "off"
         from . import sandbox as sandbox_mod
 
-        result, host = await asyncio.to_thread(self._probe, config)
+        config_file = str(self.loaded.path)  # a reload reads the same file
+        result, host = await asyncio.to_thread(self._probe, config, config_file)
         verdict = sandbox_mod.describe(result)
         (log.info if result.ok else log.warning)("sandbox: %s", verdict)
-        return sandbox_mod.Sandbox(result, self.paths, listening_on=self.listening_on, host=host), verdict
+        sandbox = sandbox_mod.Sandbox(result, self.paths, listening_on=self.listening_on, config_file=config_file,
+                                      host=host)
+        return sandbox, verdict
 
-    def _probe(self, config: Any) -> tuple[Any, frozenset[Any]]:
+    def _probe(self, config: Any, config_file: str) -> tuple[Any, frozenset[Any]]:
         """The probe's result and the places whose files run outside the sandbox later. Blocking."""
         from . import host_places, sandbox as sandbox_mod
 
-        result = sandbox_mod.probe(config.sandbox, self.paths, listening_on=self.listening_on)
+        result = sandbox_mod.probe(config.sandbox, self.paths, listening_on=self.listening_on, config_file=config_file)
         return result, host_places.places(config, result.bwrap, os.environ, os.path.expanduser("~"))
 
     def _spawn(self, fn: Callable[[], Awaitable[Any]]) -> None:

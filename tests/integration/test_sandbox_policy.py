@@ -212,6 +212,21 @@ def test_a_workspace_that_holds_the_config_file_given_by_dash_dash_config_asks_f
     assert config.read_text() == SANDBOXED and (workspace / "sub/f.txt").exists()
 
 
+def test_the_config_file_given_by_dash_dash_config_reads_empty_in_the_sandbox(make_daemon, workspace: Path):
+    # `read` asks for it, but outside scvd's folders the sandbox showed it: an approved bash could
+    # cat it (online, as here, or offline when it lies outside /tmp)
+    config = workspace.parent / "etc" / "scvd.toml"
+    config.parent.mkdir()
+    config.write_text(SANDBOXED + "network = true\n# the config's own text\n")
+    d = make_daemon(args=["--config", str(config)])
+    with d.client() as c:
+        call_id = c.start_call(c.open_session(workspace), "bash", {"command": f"cat {config}; echo END"})
+        c.request(p.ApprovalDecide, approval_id=wait_pending(c)[0].approval_id, decision="approve")
+        done = c.wait_call(call_id)
+    assert done.ok and done.result["output"].endswith("END\n"), done
+    assert "own text" not in done.result["output"]
+
+
 def test_a_workspace_that_is_a_directory_the_sandbox_hides_asks_for_every_call(make_daemon, tmp_path: Path):
     # an offline call sees /tmp, /var/tmp, /run and XDG_RUNTIME_DIR empty because their sockets
     # (tmux, X11, docker, the user's systemd and D-Bus) lead out of any sandbox; the workspace's
