@@ -239,6 +239,19 @@ def _names_in(config: Config) -> set[str]:
     return names | secret_refs(config)
 
 
+def provider_keys(config: Config) -> dict[str, str]:
+    """The names chat providers take their API keys from, each with where the config says so: a
+    variable of scvd's environment (api_key_env), or a secret (api_key_secret), which a store that
+    lacks it takes from the variable of that name. No tool or agent gets one (docs/security.md)."""
+    found: dict[str, str] = {}
+    for name, provider in config.providers.items():
+        for field in ("api_key_secret", "api_key_env"):
+            key = getattr(provider, field)
+            if key:
+                found.setdefault(key, f"providers.{name}.{field}")
+    return found
+
+
 def secret_refs(config: Config) -> set[str]:
     """The secret-store keys the configuration names: providers' api_key_secret, MCP env and headers."""
     names = {n for p in config.providers.values() if (n := p.api_key_secret)}
@@ -471,12 +484,21 @@ def _check_pass_env(config: Config, path: Path, sources: Mapping[str, str]) -> N
     from .adapters.env import OTHER_HOME_NAMES, PRIVATE_HOME_NAMES
     from .passenv import name_problem
 
+    providers = provider_keys(config)
     for key, names, kind in lists:
         for entry in names:
             problem = (name_problem(entry, PRIVATE_HOME_NAMES, OTHER_HOME_NAMES) if kind == "agent"
-                       else name_problem(entry))
+                       else name_problem(entry)) or _provider_key_problem(entry, providers)
             if problem:
                 raise ConfigError(f"{_place(path, key, sources)}: {key}: {problem}")
+
+
+def _provider_key_problem(name: str, providers: Mapping[str, str]) -> str | None:
+    if name not in providers:
+        return None
+    return (f"{name} is where {providers[name]} takes a chat provider's API key, which scvd sends to that "
+            "provider only; remove it (an agent signs in within its private home: `scvctl agents login`), or give "
+            "the provider its key under another name")
 
 
 MCP_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9]|_(?!_))*$")

@@ -169,6 +169,14 @@ ERRORS = [
                  "its private home", id="pass-env-home-elsewhere"),
     pytest.param('[adapters.pi]\npass_env = ["SCV_SOCKET"]\n', {}, "adapters.pi.pass_env",
                  "SCV_SOCKET is scvd's own or systemd's variable, which no child gets", id="pass-env-scvd-own"),
+    # a chat provider's key goes to that provider only, not to an agent or a script tool
+    pytest.param('[providers.local]\nmodel = "m"\napi_key_env = "OPENAI_API_KEY"\n'
+                 '[adapters.codex]\npass_env = ["OPENAI_API_KEY"]\n', {}, "adapters.codex.pass_env",
+                 "OPENAI_API_KEY is where providers.local.api_key_env takes a chat provider's API key, which scvd "
+                 "sends to that provider only; remove it", id="pass-env-provider-key"),
+    pytest.param('[providers.local]\nmodel = "m"\napi_key_secret = "LOCAL_KEY"\n'
+                 '[tools.script.gh]\npass_env = ["LOCAL_KEY"]\n', {}, "tools.script.gh.pass_env",
+                 "LOCAL_KEY is where providers.local.api_key_secret takes", id="script-pass-env-provider-secret"),
     pytest.param('[tools.script.gh]\npass_env = ["GH_HOST", 5]\n', {}, "tools.script.gh.pass_env[1]",
                  "Expected `str`, got `int`", id="script-pass-env-not-names"),
     pytest.param('[tools.script.gh]\npass_env = ["NOTIFY_SOCKET"]\n', {}, "tools.script.gh.pass_env",

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Mapping
 
 import msgspec
 
+from ..config import provider_keys
 from ..errors import Failed, InvalidArguments
 from ..process import MAX_ARG_BYTES, child_env, run_process
 from ..text import excerpt
@@ -111,7 +112,8 @@ class Bash(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         tools = ctx.config.tools
-        env = child_env(os.environ if self._env is None else self._env)
+        # seed 000: the inherited environment, but for a chat provider's key, which goes to that provider only
+        env = child_env(os.environ if self._env is None else self._env, remove=provider_keys(ctx.config))
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
             argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, workspace_fd=ctx.workspace_fd,

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from .. import passenv
 from .. import validation_text as vt
+from ..config import provider_keys
 from ..errors import ConfigError, CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import run_process
 from ..redact import hide_in_logs, redact, redact_tree
@@ -143,7 +144,7 @@ class ScriptTool(Tool):
         shown, note = excerpt(arguments)
         where = ("sandboxed, " + ("with network" if network else "no network")) if sandboxed else "unsandboxed"
         secrets = list(d.spec.secrets)
-        providers = _provider_keys(ctx.config)
+        providers = provider_keys(ctx.config)
         for key in secrets:  # before approval: a provider's key goes to its base_url only, never to a tool
             if key in providers:
                 raise Failed(f"{self.name}: its secret {key} is a chat provider's API key ({providers[key]}); "
@@ -375,13 +376,3 @@ def register_scripts(registry: Registry, paths: Any, granted: Any = (), log_skip
             log.warning("skipping script tool %s: %s", error.source, error.message)
         registry.add_error(error.source, error.name, error.message)
 
-
-def _provider_keys(config: Any) -> dict[str, str]:
-    """The names chat providers take their API keys from, each with where the config says so."""
-    found: dict[str, str] = {}
-    for name, provider in config.providers.items():
-        for field in ("api_key_secret", "api_key_env"):
-            key = getattr(provider, field)
-            if key:
-                found.setdefault(key, f"providers.{name}.{field}")
-    return found

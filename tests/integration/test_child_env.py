@@ -192,3 +192,20 @@ def test_bash_keeps_the_inherited_environment(make_daemon, workspace: Path, name
         approve(person, call_id)
         done = c.wait_call(call_id)
     assert done.ok and done.result["output"].strip() == CREDENTIALS[name]
+
+
+def test_bash_does_not_get_the_chat_providers_key(make_daemon, workspace: Path) -> None:
+    """The provider's key goes to its base_url only (docs/security.md), though bash inherits the rest:
+    unasked under sandbox-aware, `env` printed it back to the agent. A secret's name counts too: a
+    store that lacks it takes the variable of that name."""
+    config = ('[providers.local]\nmodel = "m"\nbase_url = "http://127.0.0.1:9"\napi_key_env = "OPENAI_API_KEY"\n'
+              '[providers.other]\nmodel = "m"\napi_key_secret = "ANTHROPIC_API_KEY"\n')
+    d = make_daemon(config, env=CREDENTIALS)
+    with d.client(name="bridge") as c, d.client(name="person") as person:
+        call_id = c.start_call(c.open_session(workspace), "bash", {"command": "env; echo END"})
+        approve(person, call_id)
+        done = c.wait_call(call_id)
+    assert done.ok and done.result["output"].endswith("END\n"), done
+    output = done.result["output"]
+    assert "sk-planted-openai" not in output and "sk-ant-planted" not in output
+    assert CREDENTIALS["GH_TOKEN"] in output  # the rest stays (seed 000)
