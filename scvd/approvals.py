@@ -159,6 +159,13 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
             or any(within(d, ws) for d in of(own, ROOT, CONFIG, LOOKUP) + of(host, RUNS, LOOKUP)))
 
 
+def git_link(workspace: str) -> bool:
+    """True when WS/.git is a symbolic link. The sandbox keeps read-only where it leads, not the link: an
+    entry of the writable workspace, which a call can replace with a `.git` of its own (a core.fsmonitor
+    that the user's next `git status` there runs). One lstat, per call: a link made since counts at once."""
+    return os.path.islink(os.path.join(workspace, ".git"))
+
+
 def contained(plan: Plan) -> bool:
     """A call the sandbox-aware policy may run unasked: sandboxed, offline, writes in the workspace.
 

@@ -75,7 +75,7 @@ import msgspec
 
 from . import errors
 from .always_ask import always_ask_reason, git_dir_reason, own_files_reason
-from .approvals import Approval, ApprovalGate, Decider, Verdict, exposes_host, policy_verdict
+from .approvals import Approval, ApprovalGate, Decider, Verdict, exposes_host, git_link, policy_verdict
 from .own_places import Place
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Lane, Owner, Session, Ticket
@@ -503,7 +503,7 @@ class CallRegistry:
             granted=session.granted(tool.name, risk, plan.sandboxed),
             sandbox_active=(bool(sandbox and sandbox.active)
                             and not exposes_host(workspace, self._own, host=sandbox.host)
-                            and not sandbox.reaches_hidden(workspace)),
+                            and not sandbox.reaches_hidden(workspace) and not git_link(workspace)),
             always_asks=always is not None)
         if verdict is Verdict.RUN and call.unguarded is not None and cfg.policy != "never":
             return Verdict.ASK, call.unguarded  # whatever grant: each such call, approved once

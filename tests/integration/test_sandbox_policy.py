@@ -318,6 +318,18 @@ def test_a_workspace_that_is_a_git_directory_or_inside_one_asks_for_every_call(m
 
 
 
+def test_a_workspace_whose_git_is_a_link_asks_for_every_call(make_daemon, workspace: Path, tmp_path: Path):
+    # the guard keeps read-only where `.git` leads, not the link: unasked, bash replaced it with a
+    # `.git` of its own whose core.fsmonitor the user's next `git status` there ran
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (workspace / ".git").symlink_to(repo / ".git")
+    d = make_daemon(SANDBOXED)
+    with d.client() as c:
+        asked_and_denied(c, workspace, "rm .git && git init -q && git config core.fsmonitor 'touch ~/pwned'")
+    assert (workspace / ".git").is_symlink()
+
+
 def _to_root(link: Path) -> Path:
     """A relative symlink target from `link`'s directory up to `/`."""
     return Path(*[".."] * len(link.parent.parts[1:]))
@@ -329,14 +341,16 @@ PEEK = "test -S {socket} && echo SOCKET; touch inside.txt && echo WRITABLE"
 def test_an_unasked_call_cannot_make_the_next_ones_git_guard_bind_the_hosts_root(make_daemon, workspace: Path):
     """bwrap follows a symlink where it binds: `.git -> ../../..` (to `/`), planted by an unasked
     call, had the next unasked call's guard of `.git` bind the host's root over its sandbox,
-    scvd's socket, /tmp and $XDG_RUNTIME_DIR (systemd-run --user) included."""
+    scvd's socket, /tmp and $XDG_RUNTIME_DIR (systemd-run --user) included. A `.git` that is a
+    link now makes the next call ask; approved, it sees no more than any call."""
     d = make_daemon(SANDBOXED)
     with d.client() as c:
         sid = c.open_session(workspace)
         planted = c.call(sid, "bash", {"command": f"ln -s {_to_root(workspace / '.git')} .git && echo planted"})
         assert planted.ok and "planted" in planted.result["output"], planted
-        after = c.call(sid, "bash", {"command": PEEK.format(socket=d.socket)})
-        assert c.request(p.ApprovalsList).approvals == []
+        call_id = c.start_call(sid, "bash", {"command": PEEK.format(socket=d.socket)})
+        c.request(p.ApprovalDecide, approval_id=wait_pending(c)[0].approval_id, decision="approve")
+        after = c.wait_call(call_id)
     assert after.ok, after
     assert "SOCKET" not in after.result["output"]
     assert "WRITABLE" in after.result["output"]  # the host's read-only root did not cover the workspace
