@@ -501,7 +501,9 @@ class CallRegistry:
         verdict = policy_verdict(
             cfg.policy, plan, always_allow=tool.flags.always_allow,
             granted=session.granted(tool.name, risk, plan.sandboxed),
-            sandbox_active=(bool(sandbox and sandbox.active)
+            # looked at only where it decides: a read does without the stat and the places' walk
+            sandbox_active=(cfg.policy == "sandbox-aware" and plan.risk is not ToolRisk.READ_ONLY
+                            and bool(sandbox and sandbox.active)
                             and not exposes_host(workspace, self._own, host=sandbox.host)
                             and not sandbox.reaches_hidden(workspace) and not git_link(workspace)),
             always_asks=always is not None)
