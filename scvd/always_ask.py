@@ -27,7 +27,7 @@ from fnmatch import fnmatchcase
 from typing import Iterable, Sequence
 
 from .gitmeta import looks_like_git_dir
-from .own_places import CONFIG, ROOT, Place, of
+from .own_places import CONFIG, ROOT, TOOL, Place, of
 from .paths import within
 from .tools.secret_paths import secret_reason
 
@@ -168,15 +168,20 @@ def enclosing_git_dir(workspace: str) -> str | None:
 
 def own_files_reason(workspace: str, targets: Iterable[str], own: Sequence[Place]) -> str | None:
     """Why a call with these targets always asks because one is scvd's own (`own`: own_places()):
-    inside its folders (config.toml, a script tool's tool.json, the audit log) or the config file
-    it reads (`--config`'s, wherever it is), or None: a grant to write in a workspace that holds
-    them must not let the agent change what scvd runs or records."""
-    roots, configs = of(own, ROOT), of(own, CONFIG)
+    inside its folders (config.toml, a script tool's tool.json, the audit log), a folder a loaded tool
+    runs from (a script tool's linked in from elsewhere) or the config file it reads (`--config`'s,
+    wherever it is), or None: a grant to write in a workspace that holds them must not let the
+    agent change what scvd runs or records."""
+    roots, tools, configs = of(own, ROOT), of(own, TOOL), of(own, CONFIG)
     for target in targets:
         path = os.path.normpath(os.path.join(workspace, target))
         for folder in roots:
             if within(path, folder):
                 return f"{_show(target)} is inside scvd's own folder {folder} (its configuration, tools or state)"
+        for folder in tools:
+            if within(path, folder):
+                return (f"{_show(target)} is inside {folder}, the folder of a tool scvd loaded (what it runs, "
+                        "maybe unasked)")
         if path in configs:
             return f"{_show(target)} is the configuration file scvd reads, {path} (it starts MCP servers unsandboxed)"
     return None

@@ -43,7 +43,7 @@ import msgspec
 from . import awake, errors
 from .always_ask import in_git_dir
 from .host_places import RUNS
-from .own_places import CONFIG, LOOKUP, ROOT, Place, of
+from .own_places import CONFIG, LOOKUP, ROOT, TOOL, Place, of
 from .paths import lookup_dirs, within
 from .text import excerpt, printable, printable_data
 from .proctree import read_stat
@@ -139,7 +139,8 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
     it holds the home (`holds_home`), or it is at, inside or above home's .config, .local or
     .ssh, XDG_CONFIG_HOME or XDG_DATA_HOME (above: one that lies outside the home, or a link
     from the home into a dotfiles repository, or any link on the way: paths.lookup_dirs), or at or inside one of scvd's own folders (`own`:
-    own_places; a config.toml there starts MCP servers unsandboxed), or it holds one of them or a
+    own_places; a config.toml there starts MCP servers unsandboxed) or a folder a loaded tool runs
+    from (a script tool's: its `run` runs later, unasked if read_only), or it holds one of them or a
     config file scvd reads (`--config`'s), at any depth, or a link on the way to one: the sandbox
     hides its folders, but a call can rename a directory above them, or replace the link, and
     plant its own where scvd looks at its next start. Likewise the places outside it whose files
@@ -155,8 +156,8 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
     xdg = [os.environ.get("XDG_CONFIG_HOME"), os.environ.get("XDG_DATA_HOME")]
     runs_later = [os.path.join(home, d) for d in HOME_RUNS_LATER] + [d for d in xdg if d and os.path.isabs(d)]
     return (any(within(ws, os.path.realpath(d)) or any(within(x, ws) for x in lookup_dirs(d)) for d in runs_later)
-            or any(within(ws, d) for d in of(own, ROOT) + of(host, RUNS)) or in_git_dir(ws)
-            or any(within(d, ws) for d in of(own, ROOT, CONFIG, LOOKUP) + of(host, RUNS, LOOKUP)))
+            or any(within(ws, d) for d in of(own, ROOT, TOOL) + of(host, RUNS)) or in_git_dir(ws)
+            or any(within(d, ws) for d in of(own, ROOT, TOOL, CONFIG, LOOKUP) + of(host, RUNS, LOOKUP)))
 
 
 def git_link(workspace: str) -> bool:

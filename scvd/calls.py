@@ -107,7 +107,7 @@ class Hub(Protocol):
 
     gate: ApprovalGate
     paths: Paths
-    own: tuple[Place, ...]  # scvd's own places (own_places), from paths and the config file it reads
+    own: tuple[Place, ...]  # scvd's own places (own_places), from paths, the config file it reads and the tools
     sandbox: Sandbox | None
     audit: AuditSink | None
 
@@ -189,7 +189,6 @@ class CallRegistry:
         # one random tag per daemon keeps ids unique across restarts (the audit log outlives a run);
         # a getrandom per call cost more than the rest of the id
         self._tag = secrets.token_hex(4)
-        self._own = hub.own  # scvd's own places: a write there always asks, a workspace there exposes the host
 
     def __len__(self) -> int:
         return len(self.table)
@@ -496,7 +495,7 @@ class CallRegistry:
         always = None
         if plan.targets and plan.risk is not ToolRisk.READ_ONLY:
             always = (always_ask_reason(plan.targets, cfg.always_ask, workspace)
-                      or own_files_reason(workspace, plan.targets, self._own)
+                      or own_files_reason(workspace, plan.targets, self.hub.own)
                       or git_dir_reason(workspace, plan.targets))
         verdict = policy_verdict(
             cfg.policy, plan, always_allow=tool.flags.always_allow,
@@ -504,7 +503,7 @@ class CallRegistry:
             # looked at only where it decides: a read does without the stat and the places' walk
             sandbox_active=(cfg.policy == "sandbox-aware" and plan.risk is not ToolRisk.READ_ONLY
                             and bool(sandbox and sandbox.active)
-                            and not exposes_host(workspace, self._own, host=sandbox.host)
+                            and not exposes_host(workspace, self.hub.own, host=sandbox.host)
                             and not sandbox.reaches_hidden(workspace) and not git_link(workspace)),
             always_asks=always is not None)
         if verdict is Verdict.RUN and call.unguarded is not None and cfg.policy != "never":

@@ -99,6 +99,7 @@ def build_argv(
     tmpdir: str | None = None,
     scratch: Path | None = None,
     resolve: Callable[[str], str | None] = str,
+    keep: Sequence[Path] = (),
 ) -> list[str]:
     """The bwrap argv that runs `inner` confined to `workspace`. Pure: touches no file
     (but through `resolve`).
@@ -123,7 +124,9 @@ def build_argv(
     destination alike, and a call may have made WS/.git one (`.git -> ../../..` bound the
     host's root over the sandbox); and it fails on a source below a file (WS/.git/hooks of a
     linked worktree, whose `.git` is a file). Raises GuardTooLarge where the guard would take more
-    than MAX_GUARD_MOUNTS mounts.
+    than MAX_GUARD_MOUNTS mounts. `keep` (the folders loaded tools run from) is read-only and
+    pinned as the git metadata is, wherever a bind would make it writable, approved or not: what a
+    script tool runs must not change under scvd, as its own folders do not.
     """
     ws = _abs(workspace)
     temp = os.path.normpath(tmpdir) if tmpdir and os.path.isabs(tmpdir) else "/tmp"
@@ -136,7 +139,8 @@ def build_argv(
         argv.append("--unshare-net")
     argv += ["--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev"]
     argv += ["--proc", "/proc"] if proc else ["--tmpfs", "/proc"]
-    for op, src, path in _mounts(ws, hide, rw_binds, ro_binds, mask, approved=approved, git=git, resolve=resolve):
+    for op, src, path in _mounts(ws, hide, rw_binds, ro_binds, mask, approved=approved, git=git, resolve=resolve,
+                                 keep=keep):
         argv += [op, path] if op == "--tmpfs" else [op, src, path]
     if tmpdir and os.path.isabs(tmpdir) and _emptied(os.path.normpath(tmpdir), hide, [ws, *rw_binds, *ro_binds]):
         argv += ["--dir", os.path.normpath(tmpdir)]
@@ -167,6 +171,7 @@ _Mount = tuple[int, str, str, str]  # (rank, option, source, path)
 def _mounts(
     ws: str, hide: Iterable[Path], rw: Iterable[Path], ro: Iterable[Path], mask: Iterable[Path],
     *, approved: bool = False, git: Iterable[Path] = (), resolve: Callable[[str], str | None] = str,
+    keep: Iterable[Path] = (),
 ) -> list[tuple[str, str, str]]:
     """(option, source, path), parents before children, hide < rw < ro < mask at equal depth."""
     binds = [ws] + [_abs(p) for p in rw] + [_abs(p) for p in ro]
@@ -187,6 +192,8 @@ def _mounts(
     else:
         found = [_abs(r) for p in [ws + "/.git", *map(_abs, git)] if (r := resolve(p))]
         wanted += _git_guard(ws, found, _sorted(wanted))
+    # a loaded tool's folder in a writable bind: its `run` runs later, unasked if read_only
+    wanted += _git_guard(ws, [_abs(r) for p in map(_abs, keep) if (r := resolve(p))], _sorted(wanted))
     # a hidden directory or masked socket in a writable bind cannot be renamed (a mount point), but
     # a directory above it could: `mv sub x; mkdir -p sub/scv` left the host a planted SCV_HOME there
     mounted = _sorted(wanted)
@@ -628,6 +635,7 @@ class Sandbox:
         self._hidden_real = frozenset(os.path.realpath(p) for p in [*self._hide, *PRIVATE_OFFLINE])
         self._guarded = frozenset().union(*map(lookup_dirs, [*self._hide, *self._mask]))
         self._hidden_always = frozenset(os.path.realpath(p) for p in self._hide)  # online calls see PRIVATE_OFFLINE
+        self.keep: tuple[str, ...] = ()  # the folders loaded tools run from: the daemon sets them (own_places)
 
     def describe(self) -> str:
         return describe(self.probe)
@@ -695,6 +703,7 @@ class Sandbox:
             tmpdir=self._tmpdir,
             scratch=self._scratch,
             resolve=bound_path,
+            keep=[Path(p) for p in self.keep],
         )
         held = None
         if workspace_fd is not None:

@@ -30,7 +30,7 @@ from .instance import Claim, claim, remove_socket, socket_name
 from .listener import Listener
 from .mcp.manager import McpServers
 from .mcp_host.service import McpHosts
-from .own_places import SERVICE as OWN_PLACES, own_places
+from .own_places import SERVICE as OWN_PLACES, TOOL, of, own_places
 from .paths import Paths, unopenable
 from .process import kill_every_run, set_child_subreaper
 from .secret_requests import SecretRequests
@@ -84,7 +84,8 @@ class Daemon:
             timeout=lambda: self.config.approvals.timeout_seconds, audit=self._audit_line,
             on_stored=lambda key, stored_at: self.mcp.secret_stored(key, stored_at))
         # what every session's tools reach through ctx.services, beside what the tools prepare
-        self.own = own_places(paths, loaded.path)  # a reload reads the same file: fixed for the daemon's life
+        # a reload reads the same file, but may load tools from other folders: _follow_tools()
+        self.own = own_places(paths, loaded.path, self.registry.runs_from())
         self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests,
                                          OWN_PLACES: self.own}
         self.sandbox: Any = None
@@ -224,6 +225,7 @@ class Daemon:
             raise errors.StartupError(unopenable("the audit log", self.paths.audit_log, exc)) from None
         self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
         self.sandbox, self.sandbox_verdict = await self._probe_sandbox(self.config)
+        self._follow_tools()
         # 4. serve the socket
         self._listener = Listener(held.sock, self._accepted, self._accept_failed, self._out_of_fds)
         self._listener.start()
@@ -424,6 +426,7 @@ class Daemon:
         if loaded.config.chat.transcript_days != self.config.chat.transcript_days:
             self.expiry.poke()  # set or shortened: not a day later
         self.loaded, self.registry, self.sandbox, self.sandbox_verdict = loaded, registry, sandbox, verdict
+        self._follow_tools()
         self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
         self.gate.max_pending = loaded.config.approvals.max_pending
         self._fit_gate()
@@ -431,6 +434,16 @@ class Daemon:
         log.info("configuration reloaded from %s", loaded.path)
         self.reload_error = ""
         return True
+
+    def _follow_tools(self) -> None:
+        """scvd's own places take in the folders the tools run from, of this registry and of every open
+        session's (a session keeps the tools it opened with): a write there asks, the sandbox keeps
+        them read-only. Until the next reload, a closed session's stay: the safe side."""
+        folders = {d for r in [self.registry, *self.session_registries()] for d in r.runs_from()}
+        self.own = own_places(self.paths, self.loaded.path, tuple(sorted(folders)))
+        self.services[OWN_PLACES] = self.own  # for sessions opened from now on
+        if self.sandbox is not None:
+            self.sandbox.keep = of(self.own, TOOL)
 
     def _gone_hint(self) -> str:
         """Why a reload refuses a missing file: the defaults would silently replace what it said."""

@@ -628,3 +628,25 @@ def test_a_workspace_above_a_config_dir_outside_the_home_exposes_the_host(monkey
         assert exposes_host(str(tmp_path / "project"), (), str(home)) is True
     finally:
         exposes_host.cache_clear()
+
+
+def test_a_workspace_at_or_holding_a_loaded_tools_folder_or_a_link_to_it_exposes_the_host(tmp_path):
+    """A script tool's folder linked in from elsewhere: its `run` is what a read_only call runs
+    unasked, so a workspace that could rewrite it, or swap a link on the way to it, is the host's."""
+    ws, elsewhere, home = tmp_path / "ws", tmp_path / "elsewhere", str(tmp_path / "user")
+    (elsewhere / "mytools" / "leak").mkdir(parents=True)
+    (ws / "beside").mkdir(parents=True)
+    (ws / "link").symlink_to(elsewhere / "mytools")
+    paths = resolve({"SCV_HOME": str(tmp_path / "scv")})
+    (tmp_path / "scv" / "tools" / "script").mkdir(parents=True)
+    named = tmp_path / "scv" / "tools" / "script" / "leak"
+    named.symlink_to(ws / "link" / "leak")
+    exposes_host.cache_clear()
+    try:
+        own = own_places(paths, None, (str(named), os.path.realpath(named)))
+        for exposed in (ws, elsewhere, elsewhere / "mytools" / "leak", elsewhere / "mytools" / "leak" / "sub"):
+            assert exposes_host(str(exposed), own, home) is True, exposed
+        assert exposes_host(str(ws / "beside"), own, home) is False
+        assert exposes_host(str(ws), own_places(paths), home) is False  # no tool loaded from there
+    finally:
+        exposes_host.cache_clear()

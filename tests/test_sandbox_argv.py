@@ -156,6 +156,16 @@ def test_a_git_path_in_an_agent_home_is_guarded_like_one_in_the_workspace():
     assert visible(a, str(home / "repo")) == ("--bind-try", str(home / "repo"))
 
 
+def test_a_loaded_tools_folder_stays_read_only_even_approved_and_hidden_where_it_was():
+    """A script tool's folder is what scvd runs later (a read_only one unasked): no call rewrites it,
+    and one inside scvd's hidden folders is not shown to every call."""
+    tools = [WS / "mytools/leak", Path("/h/scv/tools/script/words")]
+    for a in (argv(keep=tools, hide=[Path("/h/scv")]), argv(keep=tools, hide=[Path("/h/scv")], approved=True)):
+        assert visible(a, "/srv/ws/mytools/leak/run") == ("--ro-bind-try", "/srv/ws/mytools/leak")
+        assert visible(a, "/srv/ws/mytools") == ("--bind-try", "/srv/ws/mytools")  # `mv mytools x`: EBUSY
+        assert visible(a, "/h/scv/tools/script/words/run") == ("--tmpfs", "/h/scv")
+
+
 def test_proc_false_mounts_an_empty_tmpfs_instead():
     a = argv(proc=False)
     assert "--proc" not in a

@@ -158,6 +158,9 @@ class Tool(abc.ABC):
     flags: ToolFlags = ToolFlags()
     source: str = "builtin"  # where the definition came from, e.g. "mcp:fs"; Registry.replace_source swaps by it
     third_party: bool = False  # written by someone else (an MCP server): the lint reports, never blocks
+    # folders holding what the tool runs, wherever the user put them (a script tool's, maybe in a
+    # workspace): scvd's own places while it is loaded, so no unasked call rewrites what runs unasked
+    runs_from: tuple[str, ...] = ()
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema of the arguments, generated from the Struct."""
@@ -548,6 +551,10 @@ class Registry:
 
     def visible(self, include_system: bool = False) -> list[Tool]:
         return [t for t in self._tools.values() if include_system or not t.flags.system_use]
+
+    def runs_from(self) -> tuple[str, ...]:
+        """The folders its tools run from (Tool.runs_from), each once, sorted."""
+        return tuple(sorted({d for t in self._tools.values() for d in t.runs_from}))
 
     def __len__(self) -> int:
         return len(self._tools)

@@ -67,6 +67,8 @@ class ScriptTool(Tool):
         self.risk = ToolRisk(spec.risk)  # type: ignore[misc]
         self.flags = ToolFlags(always_allow=spec.always_allow, concurrent=spec.concurrent,
                                system_use=spec.system_use, timeout=spec.timeout)
+        # as linked (a lookup follows the link) and as loaded: the folder each call runs from
+        self.runs_from = (str(definition.folder), str(definition.real_folder))
         self._validator: Any = None
 
     def deadline(self, config: Any) -> float:
