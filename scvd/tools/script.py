@@ -12,7 +12,8 @@ A declared secret's value never comes back: wherever the script printed it
 `pass_env` value that reads like a credential (scvd/secret_like.py).
 
 The script runs through the one process runner, in the workspace, inside the
-sandbox when it is on (its folder bound read-only). Its environment is the
+sandbox when it is on (its folder bound read-only). Its executable must be the file
+loaded (script_defs.identity): a changed one is refused until a reload. Its environment is the
 allow-list of scvd/passenv.py, the user's HOME, the names its
 `tools.script.<name>.pass_env` lists in config.toml (not in tool.json, which
 often comes from elsewhere), and its declared secrets, fetched from the secret
@@ -39,7 +40,7 @@ from ..secrets import SecretStore, off_loop, reads_refused
 from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline, whole_numbers
 from .runs import output_so_far, redact_text, workspace_error
-from .script_defs import ScriptDef, load_all, script_root
+from .script_defs import ScriptDef, identity, load_all, script_root
 
 log = logging.getLogger("scvd.tools.script")
 
@@ -134,6 +135,7 @@ class ScriptTool(Tool):
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         d = self.definition
+        self._unchanged()  # before approval: nobody approves a call that would be refused
         timeout = own_deadline(self.deadline(ctx.config), ctx)
         argv = [str(d.executable)]
         sandbox, network = ctx.sandbox, True
@@ -187,6 +189,7 @@ class ScriptTool(Tool):
         hide_in_logs(hidden)
         tools = ctx.config.tools
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
+        self._unchanged()  # again: it may have changed while the call waited for approval
         if plan.sandboxed:
             argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, workspace_fd=ctx.workspace_fd,
                                                network=plan.network, ro_binds=[folder], approved=ctx.approved, git=ctx.git)
@@ -203,6 +206,21 @@ class ScriptTool(Tool):
                 raise self._cannot_start(why=problem)
         clipped = plan.timeout is not None and plan.timeout < self.deadline(ctx.config)
         return self._answer(redacted(result, hidden), plan, hidden, clipped)
+
+    def _unchanged(self) -> None:
+        """Raise Unavailable when the executable is no longer the file scvd loaded: it may have been
+        rewritten by a call, and a read_only tool runs unasked. The user reviews it and reloads."""
+        d = self.definition
+        try:
+            now = identity(os.stat(d.executable))
+        except OSError:  # gone: run() says it cannot start it
+            return
+        if now != d.executable_id:
+            raise Unavailable(
+                f"the script tool {self.name}'s executable {d.executable} changed since scvd loaded it; nothing "
+                "ran: to use the new one, its owner reviews it and reloads scvd (`systemctl --user reload scvd`, "
+                "or SIGHUP); sessions opened after that use it",
+                hint="ask the user to review the change and reload scvd")
 
     def _cannot_start(self, exc: OSError | None = None, why: str = "") -> Failed:
         """The command did not start (`exc`); its #! line may say why better than the kernel's "No such

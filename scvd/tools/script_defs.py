@@ -59,6 +59,8 @@ class ScriptDef:
     real_folder: Path  # where a folder linked in from elsewhere is (the sandbox binds it, SCV_TOOL_DIR names it)
     executable: Path  # the command, resolved inside the folder
     spec: ToolJson
+    # the executable as loaded (`identity`): a call refuses another, so what runs is what was loaded
+    executable_id: tuple[int, ...] = ()
 
 
 def script_root(paths: Any) -> Path:
@@ -115,8 +117,16 @@ def load_one(folder: Path) -> ScriptDef:
     if spec.timeout is not None and not spec.timeout > 0:
         raise DefinitionError(path, "timeout", f"timeout {spec.timeout:g} must be a positive number of seconds")
     real_folder = folder.resolve()  # once: the executable below and every call use this one
+    executable, st = _executable(path, folder, real_folder, spec.command)
     return ScriptDef(name=PREFIX + folder.name, folder=folder, real_folder=real_folder,
-                     executable=_executable(path, folder, real_folder, spec.command), spec=spec)
+                     executable=executable, spec=spec, executable_id=identity(st))
+
+
+def identity(st: os.stat_result) -> tuple[int, ...]:
+    """What tells a file's content changed without reading it: a write or a new file changes the
+    ctime, which no process sets (os.utime sets the mtime back, and the ctime to now). A hash
+    would cost a read of the whole file (a binary may be large) at every call."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _decode(path: Path) -> ToolJson:
@@ -343,8 +353,8 @@ def _matches(pattern: str, name: str) -> bool:
         return True
 
 
-def _executable(path: Path, folder: Path, real_folder: Path, command: str) -> Path:
-    """The command as a path inside the folder (symlinks resolved), a regular executable file."""
+def _executable(path: Path, folder: Path, real_folder: Path, command: str) -> tuple[Path, os.stat_result]:
+    """The command as a path inside the folder (symlinks resolved), a regular executable file, and its stat."""
     if not command or Path(command).is_absolute():
         raise DefinitionError(path, "command", f"command {command!r} must be a path inside {folder}, e.g. ./run")
     target = (real_folder / command).resolve()
@@ -362,7 +372,7 @@ def _executable(path: Path, folder: Path, real_folder: Path, command: str) -> Pa
     if not stat.S_ISREG(st.st_mode) or not os.access(target, os.X_OK):
         raise DefinitionError(path, "command", f"command {command!r} is not an executable file "
                                                f"(chmod +x {target})")
-    return target
+    return target, st
 
 
 def declared_secrets(paths: Any) -> list[str]:

@@ -108,3 +108,29 @@ def test_a_write_grant_does_not_cover_a_linked_tool_folder(make_daemon, scv_home
         assert c.wait_call(call_id).error.kind == "denied"
     assert run.read_text() == LEAK
 
+
+def test_an_executable_changed_since_loading_is_refused_until_a_reload(make_daemon, scv_home, workspace, tmp_path):
+    """Its size and mtime put back (os.utime) as they were: the inode's change time still tells."""
+    run = link_tool(scv_home, tmp_path)
+    marker = run.parent / "ran"
+    d = make_daemon(home=scv_home, env=NO_KEYRING)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        assert c.call(sid, "script_leak", {"text": "x"}).result == "[secret API_TOKEN]\n"
+        before = run.stat()
+        forged = '#!/bin/sh\ntouch "$SCV_TOOL_DIR/ran"\n'
+        forged += "#" * (len(LEAK) - len(forged) - 1) + "\n"
+        with open(run, "r+") as f:  # in place: the same inode
+            f.write(forged)
+        os.utime(run, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert (run.stat().st_ino, run.stat().st_size, run.stat().st_mtime_ns) == (
+            before.st_ino, before.st_size, before.st_mtime_ns)
+        refused = c.call(sid, "script_leak", {"text": "x"})
+        assert refused.error.kind == "unavailable" and not marker.exists()
+        assert refused.error.message == (
+            f"the script tool script_leak's executable {run} changed since scvd loaded it; nothing ran: to use "
+            "the new one, its owner reviews it and reloads scvd (`systemctl --user reload scvd`, or SIGHUP); "
+            "sessions opened after that use it")
+        assert refused.error.hint == "ask the user to review the change and reload scvd"
+        reload(d, c, has=True)
+        assert c.call(c.open_session(workspace), "script_leak", {"text": "x"}).ok and marker.exists()
