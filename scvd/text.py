@@ -1,13 +1,17 @@
 """Text a person will read: escape what could fool a terminal or a chat client.
 
 An agent chooses commands, prompts and file contents; shown raw, a carriage
-return, an ANSI escape or a bidi override could repaint what an approver sees.
+return, an ANSI escape or a bidi override could repaint what an approver sees,
+and an invisible character (a zero-width space, a Hangul filler) could make an
+argument look empty or two paths look equal.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
+import unicodedata
 from typing import Any, Callable
 
 import msgspec
@@ -38,11 +42,49 @@ def json_bytes(encode: Callable[[Any], bytes], value: Any) -> bytes:
         return encode(well_formed(msgspec.to_builtins(value)))
 
 
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt, 14.0; unicodedata lacks the
+# property): drawn as nothing. The Cf ones among them isprintable() already refuses.
+DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)
+# letters and symbols not in that set that a font draws blank: braille blank, null notehead, Khitan filler
+BLANK_LOOKING = "\u2800\U0001d159\U00016fe4"
+INVISIBLE = re.compile("[%s%s]" % ("".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in DEFAULT_IGNORABLE),
+                                   BLANK_LOOKING))
+VARIATION = "\ufe0e\ufe0f"  # text or emoji presentation: part of an emoji (a red heart is U+2764 U+FE0F)
+ZWJ = "\u200d"  # joins emoji into one (a woman, ZWJ, a laptop: a woman technologist)
+KEYCAP = "\u20e3"
+
+
 def printable(text: str, keep: str = "\n\t") -> str:
-    """`text` with control and format characters escaped (`\\x1b`, `\\u202e`), except those in `keep`."""
-    if text.isprintable():
+    """`text` with control, format and invisible characters escaped (`\\x1b`, `\\u202e`, `\\u3164`),
+    except those in `keep`; a variation selector or zero-width joiner inside an emoji stays."""
+    if text.isprintable() and INVISIBLE.search(text) is None:
         return text
-    return "".join(c if c.isprintable() or c in keep else ascii(c)[1:-1] for c in text)
+    return "".join(c if c in keep or _shown(text, i, c) else ascii(c)[1:-1] for i, c in enumerate(text))
+
+
+def _shown(text: str, i: int, c: str) -> bool:
+    """Whether `c`, at `i` in `text`, draws as itself: printable and visible, or part of an emoji."""
+    if c.isprintable() and not INVISIBLE.match(c):
+        return True
+    before = text[i - 1] if i else ""
+    if c in VARIATION:  # after an emoji, or in a keycap (1, U+FE0F, U+20E3)
+        return _emoji(before) or (before != "" and before in "0123456789#*" and text[i + 1:i + 2] == KEYCAP)
+    if c == ZWJ:  # between two emoji, the first maybe with its variation selector
+        if before and before in VARIATION and i >= 2:
+            before = text[i - 2]
+        return _emoji(before) and _emoji(text[i + 1:i + 2])
+    return False
+
+
+def _emoji(c: str) -> bool:
+    """An emoji, near enough: a visible symbol, or a skin tone modifier."""
+    return len(c) == 1 and ((unicodedata.category(c) == "So" and c not in BLANK_LOOKING)
+                            or "\U0001f3fb" <= c <= "\U0001f3ff")
 
 
 def printable_data(value: Any) -> Any:

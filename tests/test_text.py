@@ -13,6 +13,31 @@ def test_printable_escapes_controls_and_keeps_what_it_is_told():
     assert printable("a\nb", keep="") == "a\\nb"
 
 
+
+def test_printable_escapes_what_draws_as_nothing_so_an_argument_cannot_look_empty():
+    """Default-ignorable code points and blank-looking letters passed isprintable(): `rm -rf \u3164`
+    showed as `rm -rf `, and two paths that differ by a zero-width space looked equal."""
+    assert printable("rm -rf \u3164") == "rm -rf \\u3164"
+    assert printable("/etc/pass\u200bwd") == "/etc/pass\\u200bwd"
+    hidden = ["\u00ad", "\u034f", "\u115f", "\u1160", "\u17b4", "\u180b", "\u180e", "\u2060", "\u2800",
+              "\ufe00", "\ufeff", "\uffa0", "\U0001bca0", "\U0001d159", "\U0001d173", "\U00016fe4",
+              "\U000e0001", "\U000e0041", "\U000e0100"]
+    for c in hidden:
+        assert printable(f"a{c}b") == f"a{ascii(c)[1:-1]}b", hex(ord(c))
+    assert printable("a\ufe0fb") == "a\\ufe0fb"  # a variation selector on a letter hides in it
+    assert printable("a\u200db") == "a\\u200db"  # a joiner between letters too
+
+
+def test_printable_keeps_ordinary_text_and_emoji_sequences():
+    for text in ["caf\u00e9 e\u0301", "\u4e2d\u6587 \ud55c\uad6d\uc5b4", "\u0645\u0631\u062d\u0628\u0627",
+                 "\U0001f600", "\u2764\ufe0f", "1\ufe0f\u20e3",
+                 "\U0001f469\U0001f3fd\u200d\U0001f4bb",  # a woman, a skin tone, ZWJ, a laptop
+                 "\U0001f3f3\ufe0f\u200d\U0001f308",  # a white flag, emoji style, ZWJ, a rainbow
+                 "\U0001f468\u200d\U0001f469\u200d\U0001f467"]:
+        assert printable(text) == text, ascii(text)
+    assert printable("\ufe0f\u20e3") == "\\ufe0f\u20e3"  # no key to cap
+    assert printable("\u2800\ufe0f") == "\\u2800\\ufe0f"  # a blank is no emoji
+
 def test_printable_data_walks_json_like_values():
     data = {"argv": ["claude", "-p", "go\x1b[2J"], "n": 3, "k\r": {"x": "\u202e"}, "ok": True}
     assert printable_data(data) == {"argv": ["claude", "-p", "go\\x1b[2J"], "n": 3, "k\\r": {"x": "\\u202e"},
