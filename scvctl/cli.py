@@ -496,7 +496,7 @@ def cmd_call(args: argparse.Namespace) -> int:
     if interrupted and not done.ok and done.error is not None and done.error.kind == "cancelled":
         if args.json:
             emit_json(done)
-        else:  # the server's reason names this connection (`call.cancel from #3 scvctl pid=...`)
+        else:  # the server's reason names this connection (`call.cancel from #3 "scvctl" pid=...`)
             print(f"cancelled: Ctrl-C stopped call {call_id}", file=sys.stderr)
         return 130  # as a shell reports an interrupted command
     if not interrupted:

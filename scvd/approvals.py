@@ -45,7 +45,7 @@ from .always_ask import in_git_dir
 from .host_places import RUNS
 from .own_places import CONFIG, LOOKUP, ROOT, TOOL, Place, of
 from .paths import lookup_dirs, within
-from .text import excerpt, printable, printable_data
+from .text import excerpt, printable, printable_data, quoted_name
 from .proctree import read_stat
 from .protocol import DEFAULT_SERVER_FRAME_LIMIT, ApprovalInfo, ApprovalResolved, Frame, approval_requested, encode
 from .tools.contract import Plan, ToolRisk
@@ -193,14 +193,18 @@ def policy_note(policy: str, sandbox_active: bool) -> str:
 
 @dataclass(frozen=True)
 class Decider:
-    """Who decided: the peer's pid and uid and the client name it gave."""
+    """Who asked or decided: the peer's pid and uid, the client name it gave, and whether scvd started it."""
 
     pid: int
     uid: int
     client: str
+    spawned: bool = False  # a tool's or agent's process: it may ask, never decide
 
     def label(self) -> str:
-        return f"{self.client or 'client'} (pid {self.pid}, uid {self.uid})"
+        """`"scvctl" (pid 4242, uid 1000)`: the name is the peer's own words, so it is quoted."""
+        name = quoted_name(self.client) if self.client else "a client with no name"
+        started = ", a process scvd started" if self.spawned else ""
+        return f"{name} (pid {self.pid}, uid {self.uid}{started})"
 
 
 @dataclass

@@ -22,7 +22,7 @@ import msgspec
 
 from . import protocol as p
 from .approvals import Decider, spawned_by_daemon
-from .text import well_formed
+from .text import quoted_name, well_formed
 
 log = logging.getLogger("scvd.server")
 
@@ -114,7 +114,8 @@ class Connection:
     def decider(self) -> Decider:
         decider = self._decider  # one per connection (every call carries it), made again if hello renamed it
         if decider is None or decider.client != self.client:
-            decider = self._decider = Decider(pid=self.pid, uid=self.uid, client=self.client)
+            decider = self._decider = Decider(pid=self.pid, uid=self.uid, client=self.client,
+                                              spawned=self.spawned_by_daemon)
         return decider
 
     def send(self, frame: p.Frame, limit: int) -> None:
@@ -193,7 +194,7 @@ class Connection:
             self.transport.abort()
 
     def label(self) -> str:
-        return f"#{self.id} {self.client or '?'} pid={self.pid}"
+        return f"#{self.id} {quoted_name(self.client) if self.client else '?'} pid={self.pid}"
 
 
 # frames whose size is one text's: over the limit, that text is cut and the frame stays itself, with

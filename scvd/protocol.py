@@ -114,7 +114,7 @@ class ApprovalInfo(msgspec.Struct, omit_defaults=True):
     requested_at: float = 0.0
     expires_at: float | None = None
     always_ask: str | None = None  # why it asked whatever grant exists; then approved once only
-    requester: str = ""  # the client that sent the call: `<client> (pid N, uid N)`
+    requester: str = ""  # the client that sent the call: `"<client>" (pid N, uid N)`, its name quoted
 
 
 class LaunchSpec(msgspec.Struct, omit_defaults=True):

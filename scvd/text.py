@@ -87,6 +87,18 @@ def _emoji(c: str) -> bool:
                             or "\U0001f3fb" <= c <= "\U0001f3ff")
 
 
+
+NAME_SHOWN_CHARS = 64  # of a client's name (hello's, any length) where it says who asks or decides
+
+
+def quoted_name(name: str) -> str:
+    """A peer's name in double quotes, its `"` and `\\` escaped as printable() escapes the rest, and
+    `...` past the quotes when cut: no name can close the quotes early and pass for what follows
+    (`"scvctl (pid 1, uid 1000)" (pid 4242, uid 1000)`)."""
+    shown = name[:NAME_SHOWN_CHARS].replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{printable(shown, keep="")}"' + ("..." if len(name) > NAME_SHOWN_CHARS else "")
+
+
 def printable_data(value: Any) -> Any:
     """`printable()` applied to every string in JSON-like data (keys too)."""
     if isinstance(value, str):

@@ -200,7 +200,7 @@ def test_a_decision_on_a_request_that_ended_is_told_what_became_of_it():
         gate.cancel(a.id, "the call was cancelled: its session was closed")
         gate.decide(b.id, False, decider=PERSON, reason="not now", scope="once")
         for request, ending in [(a, "was cancelled: the call was cancelled: its session was closed"),
-                                (b, "was denied by scvctl (pid 4242, uid 1000): not now")]:
+                                (b, "was denied by \"scvctl\" (pid 4242, uid 1000): not now")]:
             with pytest.raises(errors.ApprovalNotFound) as info:
                 gate.decide(request.id, True, decider=PERSON, reason=None, scope="once")
             assert info.value.message == f"approval {request.id} {ending}; it is no longer pending"

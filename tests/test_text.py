@@ -3,7 +3,7 @@
 import time
 
 from scvd import protocol as p
-from scvd.text import format_request, printable, printable_data
+from scvd.text import NAME_SHOWN_CHARS, format_request, printable, printable_data, quoted_name
 
 
 def test_printable_escapes_controls_and_keeps_what_it_is_told():
@@ -37,6 +37,15 @@ def test_printable_keeps_ordinary_text_and_emoji_sequences():
         assert printable(text) == text, ascii(text)
     assert printable("\ufe0f\u20e3") == "\\ufe0f\u20e3"  # no key to cap
     assert printable("\u2800\ufe0f") == "\\u2800\\ufe0f"  # a blank is no emoji
+
+
+def test_a_quoted_name_cannot_close_its_quotes_and_says_when_it_is_cut():
+    assert quoted_name("claude-code mcp host") == '"claude-code mcp host"'
+    assert quoted_name('a" (pid 1) "b') == '"a\\" (pid 1) \\"b"'
+    assert quoted_name('a\\" b') == '"a\\\\\\" b"'  # its own backslash cannot undo the quote's
+    assert quoted_name("x\n\u3164") == '"x\\n\\u3164"'
+    assert quoted_name("q" * 1000) == '"' + "q" * NAME_SHOWN_CHARS + '"...'
+    assert quoted_name("q" * NAME_SHOWN_CHARS) == '"' + "q" * NAME_SHOWN_CHARS + '"'
 
 def test_printable_data_walks_json_like_values():
     data = {"argv": ["claude", "-p", "go\x1b[2J"], "n": 3, "k\r": {"x": "\u202e"}, "ok": True}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from harness import wait_until
-from helpers.probe_tools import flush, requested, resolved, rig, wait_idle  # noqa: F401 (rig is a fixture)
+from helpers.probe_tools import flush, requested, resolved, rig, wait_event, wait_idle  # noqa: F401 (rig is a fixture)
 from scvd import errors, protocol as p
 from scvd.chat.pipeline import NO_APPROVER_BRIDGE, NO_APPROVER_SPAWNED
 
@@ -265,7 +265,7 @@ def test_cancel_while_pending_tells_the_watchers(rig, workspace):
     owner.request(p.CallCancel, call_id=call_id)
     done = resolved(w, r.approval_id)
     # the watcher is told why the request went away: who cancelled it
-    assert done.state == "cancelled" and re.fullmatch(r"the call was cancelled: call.cancel from #\d+ pytest pid=\d+", done.reason)
+    assert done.state == "cancelled" and re.fullmatch(r'the call was cancelled: call.cancel from #\d+ "pytest" pid=\d+', done.reason)
     assert owner.wait_call(call_id).error.kind == "cancelled"
 
 
@@ -491,6 +491,45 @@ def test_approval_requests_reach_bridges_with_control_characters_escaped(daemon,
         bridge.request(p.CallCancel, call_id=call_id)
         assert bridge.wait_call(call_id).error.kind == "cancelled"
 
+
+FORGED_NAME = 'scvctl (pid 1, uid 1000) in session s1-0000" (pid 1, uid 1000)'
+
+
+def test_a_requesters_own_name_cannot_pass_for_who_asks(daemon, workspace):
+    """hello's client name is the peer's own words: `requester` showed it bare, so a client could call
+    itself `scvctl (pid 1, uid 1000) in session ...` and the approver read the rest as scvd's."""
+    with daemon.client(name="person") as person, daemon.client(name=FORGED_NAME) as forger:
+        person.request(p.ApprovalsWatch)
+        call_id = forger.start_call(forger.open_session(workspace), "bash", {"command": "true"})
+        event = requested(person, call_id)
+        assert event.requester == ('"scvctl (pid 1, uid 1000) in session s1-0000\\" (pid 1, uid 1000)" '
+                                   f"(pid {os.getpid()}, uid {os.getuid()})")
+        decide(person, event.approval_id, "deny")
+        assert forger.wait_call(call_id).error.kind == "denied"
+
+
+ASK_FROM_A_CHILD = """
+import sys
+from scvctl.client import Client
+c = Client.connect(sys.argv[1], name="scvctl")
+done = c.wait_call(c.start_call(c.open_session(sys.argv[2]), "bash", {"command": "true"}))
+print(done.error.kind if done.error else "ok")
+"""
+
+
+def test_a_request_from_a_process_scvd_started_says_so(daemon, workspace):
+    """A tool's child may connect and ask under any name (here scvctl's): the approver is told it is no
+    client of theirs but a process scvd started."""
+    with daemon.client(name="person") as person:
+        person.request(p.ApprovalsWatch)
+        (workspace / "ask.py").write_text(ASK_FROM_A_CHILD)
+        runner = start_child_client(person, workspace, "ask.py", daemon.socket, workspace)
+        event = wait_event(person, lambda e: isinstance(e, p.ApprovalRequested) and e.call_id != runner)
+        assert re.fullmatch(rf'"scvctl" \(pid \d+, uid {os.getuid()}, a process scvd started\)', event.requester), \
+            event.requester
+        decide(person, event.approval_id, "deny")
+        ran = person.wait_call(runner)
+        assert ran.ok and ran.result["output"] == "denied\n", ran
 
 
 def test_a_peer_found_gone_while_a_handler_hangs_loses_its_calls_and_approvals_at_once(rig, workspace,

@@ -54,7 +54,7 @@ def test_the_hidden_tail_of_a_long_command_is_in_details_and_show_and_the_summar
         assert first.startswith(f"bash (unsandboxed, timeout 120 s) [cut: {len(LONG) - 2000:,} more chars; "
                                 "see details]: echo harmless")
         assert HIDDEN not in event.summary
-        assert event.requester.startswith("agent (pid ")
+        assert event.requester.startswith('"agent" (pid ')
 
         shown = scvctl(daemon, "approvals", "show", event.approval_id)
         assert shown.returncode == 0, shown.stderr
@@ -62,7 +62,7 @@ def test_the_hidden_tail_of_a_long_command_is_in_details_and_show_and_the_summar
         assert lines[0] == f"[{event.approval_id}] bash (process) in {workspace}"
         assert lines[1] == f"  {first}"
         assert f"  command: {LONG}" in lines and HIDDEN in shown.stdout
-        assert f"requested by agent (pid " in shown.stdout and f"in session {sid}, call {call_id}" in shown.stdout
+        assert 'requested by "agent" (pid ' in shown.stdout and f"in session {sid}, call {call_id}" in shown.stdout
         as_json = json.loads(scvctl(daemon, "--json", "approvals", "show", event.approval_id).stdout)
         assert as_json["details"]["command"] == LONG and as_json["summary"] == event.summary
 

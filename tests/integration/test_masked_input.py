@@ -107,7 +107,7 @@ def test_scvctl_approvals_watch_asks_for_a_secret_without_echo(make_daemon, scv_
             term.type(TYPED + "\n")
             done = agent.wait_call(call_id)
             assert done.ok, done.error
-            term.read_until(b"(API_TOKEN) stored by scvctl")
+            term.read_until(b'(API_TOKEN) stored by "scvctl"')
     finally:
         term.close()
     assert TYPED.encode() not in term.seen

@@ -196,7 +196,7 @@ def test_control_characters_of_a_client_name_are_escaped_in_the_log(daemon, work
         assert isinstance(c.request({"type": "session.open", "workspace": str(workspace)}), p.SessionOpened)
     log = daemon.log()
     assert "\x00" not in log and "\x1b" not in log
-    assert "by #" in log and " evil\\x00<0>scvd.server: approval a1 approved\\x1b[2J pid=" in log
+    assert "by #" in log and ' "evil\\x00<0>scvd.server: approval a1 approved\\x1b[2J" pid=' in log
 
 
 def test_pipelined_frames_are_answered_in_order(conn):

@@ -488,7 +488,7 @@ def test_an_error_naming_another_peer_cannot_repaint_the_terminal(daemon: Daemon
     for raw in ("\x1b", "\x07", "\r", "\u202e"):
         assert raw not in out.stderr
     assert out.stderr.startswith(f"approval_not_found: approval {approval_id} was denied by "
-                                 "bridge\\x1b]0;pwned\\x07\\x1b[2J (pid "), out.stderr
+                                 '"bridge\\x1b]0;pwned\\x07\\x1b[2J" (pid '), out.stderr
     assert out.stderr.endswith("): no\\r\\u202eyes; it is no longer pending\n"), out.stderr
 
 
@@ -592,7 +592,7 @@ def test_watch_says_why_a_request_went_while_it_asked_not_that_it_was_decided(da
         stop(watch)
     approval_id = header.split("]")[0].lstrip("[")
     assert f"  approval {approval_id} was cancelled: the call was cancelled: call.cancel from #" in said
-    assert " agent pid=" in said and said.rstrip().endswith("; it is no longer pending")
+    assert ' "agent" pid=' in said and said.rstrip().endswith("; it is no longer pending")
     assert "elsewhere" not in said
     assert not (workspace / "one.txt").exists()
 
@@ -899,7 +899,7 @@ def test_the_client_waits_for_a_call_however_long_a_person_takes(daemon: DaemonP
 
 
 def test_ctrl_c_on_a_waiting_call_cancels_it_and_exits_130(daemon, tmp_path):
-    """It exited 1 with `call.cancel from #78 scvctl pid=763`: the protocol's words for a Ctrl-C."""
+    """It exited 1 with `call.cancel from #78 "scvctl" pid=763`: the protocol's words for a Ctrl-C."""
     ws = tmp_path / "ws"
     ws.mkdir()
     proc = popen_scvctl(daemon, "call", "--workspace", str(ws), "write",
