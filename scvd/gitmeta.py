@@ -13,7 +13,7 @@ anywhere; sandbox.build_argv() decides which of them need a read-only bind.
 
 The walk has a budget (`MAX_ENTRIES` entries listed, `.gitmodules` lines
 included), not a cap on what it reports: past the budget it raises
-`TooLarge`, and the call cannot be guarded (it asks a person instead).
+`LimitExceeded`, and the call cannot be guarded (it asks a person instead).
 A cap that ended the look quietly let a call push an existing child project
 past it with a few thousand empty directories, leaving its `.git` writable.
 
@@ -49,13 +49,9 @@ UNGUARDED_FIX = ("approve the call itself (a session grant does not do), or open
                  "inside the workspace")
 
 
-class TooLarge(LimitExceeded):
-    """The workspace holds more than the look may list: its git metadata cannot all be found."""
-
-
 def find(workspace: str, *, skip: Collection[str] = (), budget: int | None = None) -> list[str]:
     """The git metadata of `workspace` (a real path) and of every directory below it, but those
-    in `skip` (real paths) and symlinked ones; raises TooLarge past `budget` entries (MAX_ENTRIES)."""
+    in `skip` (real paths) and symlinked ones; raises LimitExceeded past `budget` entries (MAX_ENTRIES)."""
     look = _Look(workspace, frozenset(skip), MAX_ENTRIES if budget is None else budget)
     look.walk()
     return list(look.found)
@@ -74,7 +70,7 @@ class _Look:
     def spend(self, count: int) -> None:
         self.left -= count
         if self.left < 0:
-            raise TooLarge(
+            raise LimitExceeded(
                 f"{self.workspace} holds more than {self.budget:,} files, directories and submodule entries: "
                 "too many to find each git repository in it and keep its config and hooks read-only",
                 hint=UNGUARDED_FIX)

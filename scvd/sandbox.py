@@ -78,10 +78,6 @@ _TMPFS, _RW, _RO, _MASK = 0, 1, 2, 3
 MAX_GUARD_MOUNTS = 500
 
 
-class GuardTooLarge(LimitExceeded):
-    """The workspace's git metadata needs more mounts than one sandbox takes (MAX_GUARD_MOUNTS)."""
-
-
 def build_argv(
     inner: list[str],
     *,
@@ -123,7 +119,7 @@ def build_argv(
     would bind, or None where nothing is: bwrap follows a symlink at a bind's source and
     destination alike, and a call may have made WS/.git one (`.git -> ../../..` bound the
     host's root over the sandbox); and it fails on a source below a file (WS/.git/hooks of a
-    linked worktree, whose `.git` is a file). Raises GuardTooLarge where the guard would take more
+    linked worktree, whose `.git` is a file). Raises LimitExceeded where the guard would take more
     than MAX_GUARD_MOUNTS mounts. `keep` (the folders loaded tools run from) is read-only and
     pinned as the git metadata is, wherever a bind would make it writable, approved or not: what a
     script tool runs must not change under scvd, as its own folders do not.
@@ -224,7 +220,7 @@ def _git_guard(ws: str, paths: Iterable[str], mounts: list[_Mount]) -> list[_Mou
         kept[path] = None
     guard = [(_RO, "--ro-bind-try", path, path) for path in kept] + _pins(kept, mounts, guarded=kept)
     if len(guard) > MAX_GUARD_MOUNTS:
-        raise GuardTooLarge(
+        raise LimitExceeded(
             f"keeping the git metadata in {ws} read-only takes {len(guard):,} mounts ({len(kept):,} repositories, "
             f"`.gitmodules` entries and submodule directories, and the directories above them), more than the "
             f"{MAX_GUARD_MOUNTS} one sandbox is given", hint=gitmeta.UNGUARDED_FIX)

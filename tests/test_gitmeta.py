@@ -9,6 +9,7 @@ import pytest
 
 from git_support import find_unprivileged, git, repo
 from scvd import gitmeta
+from scvd.errors import LimitExceeded
 
 
 def real(p: Path) -> str:
@@ -61,7 +62,7 @@ def test_a_look_past_its_budget_says_so(tmp_path):
     assert gitmeta.find(real(ws), budget=50) == [real(ws / "a/b/c/.git")]
     for n in range(60):
         (ws / "a" / f"f{n}").touch()
-    with pytest.raises(gitmeta.TooLarge, match="more than 50 files, directories and submodule entries") as caught:
+    with pytest.raises(LimitExceeded, match="more than 50 files, directories and submodule entries") as caught:
         gitmeta.find(real(ws), budget=50)
     assert "approve the call itself" in caught.value.hint
 
@@ -69,7 +70,7 @@ def test_a_look_past_its_budget_says_so(tmp_path):
 def test_gitmodules_entries_count_against_the_budget(tmp_path):
     ws = repo(tmp_path / "ws")
     (ws / ".gitmodules").write_text("".join(f'[submodule "m{n}"]\n\tpath = m{n}\n' for n in range(100)))
-    with pytest.raises(gitmeta.TooLarge):
+    with pytest.raises(LimitExceeded):
         gitmeta.find(real(ws), budget=50)
 
 

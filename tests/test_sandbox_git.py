@@ -20,7 +20,8 @@ from git_support import IDENTITY, find_unprivileged, git, repo
 from scvd.config import McpServerConfig
 from scvd.errors import Unavailable
 from scvd.mcp import spec
-from scvd.sandbox import MAX_GUARD_MOUNTS, GuardTooLarge
+from scvd.errors import LimitExceeded
+from scvd.sandbox import MAX_GUARD_MOUNTS
 from test_sandbox_bwrap import Box
 
 pytestmark = pytest.mark.bwrap
@@ -235,9 +236,9 @@ def test_a_workspace_whose_guard_would_not_fit_one_sandbox_is_refused_unasked(gb
     (made / ".gitmodules").write_text("".join(f'[submodule "{n}"]\n\tpath = {n}\n' for n in names))
     for name in names:
         (made / name).mkdir()
-    with pytest.raises(GuardTooLarge, match=f"more than the {MAX_GUARD_MOUNTS} one sandbox is given"):
+    with pytest.raises(LimitExceeded, match=f"more than the {MAX_GUARD_MOUNTS} one sandbox is given"):
         gbox.sandbox.look(gbox.ws, network=False)
-    with pytest.raises(GuardTooLarge):
+    with pytest.raises(LimitExceeded):
         gbox.run("true")
     assert gbox.run("echo ran", approved=True).stdout == "ran\n"  # a person's approval keeps hooks and config only
     with pytest.raises(Unavailable, match="mcp server fs: keeping the git metadata in .* more than the") as caught:  # serves many calls
