@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 from .gitmeta import looks_like_git_dir
 from .own_places import CONFIG, ROOT, TOOL, Place, of
 from .paths import within
+from .tools.containment import show
 from .tools.secret_paths import secret_reason
 
 # git metadata (hooks, config, a `.git` file pointing elsewhere; `.gitmodules`, which says what
@@ -118,10 +119,10 @@ def always_ask_reason(targets: Iterable[str], globs: Sequence[str], workspace: s
             continue
         for glob in compiled:
             if matches(glob, parts):
-                return f"{_show(target)} matches approvals.always_ask {glob.text!r}"
+                return f"{show(target)} matches approvals.always_ask {glob.text!r}"
         secret = secret_reason(parts, workspace)
         if secret:
-            return f"{_show(target)} is secret-like ({secret})"
+            return f"{show(target)} is secret-like ({secret})"
     return None
 
 
@@ -136,15 +137,15 @@ def git_dir_reason(workspace: str, targets: Iterable[str]) -> str | None:
             if ".git" in (p.lower() for p in parts[:i]):
                 break  # the `.git/**` glob's, if the configuration keeps it
             if looks_like_git_dir(os.path.join(workspace, *parts[:i])):
-                return (f"{_show(target)} is inside {_show('/'.join(parts[:i]))}, a git directory: its config "
+                return (f"{show(target)} is inside {show('/'.join(parts[:i]))}, a git directory: its config "
                         "and hooks run at the next git command")
     git_dir = enclosing_git_dir(workspace) if targets else None
     if git_dir is None:
         return None
     # a bare repository or a `.git` opened as the workspace, or a folder of one (`repo/.git/hooks`),
     # where no target's workspace-relative path says so
-    where = "itself a git directory" if git_dir == workspace else f"which lies in the git directory {_show(git_dir)}"
-    return (f"{_show(next(iter(targets)))} is inside the workspace, {where}: its config "
+    where = "itself a git directory" if git_dir == workspace else f"which lies in the git directory {show(git_dir)}"
+    return (f"{show(next(iter(targets)))} is inside the workspace, {where}: its config "
             "and hooks run at the next git command")
 
 
@@ -177,16 +178,11 @@ def own_files_reason(workspace: str, targets: Iterable[str], own: Sequence[Place
         path = os.path.normpath(os.path.join(workspace, target))
         for folder in roots:
             if within(path, folder):
-                return f"{_show(target)} is inside scvd's own folder {folder} (its configuration, tools or state)"
+                return f"{show(target)} is inside scvd's own folder {folder} (its configuration, tools or state)"
         for folder in tools:
             if within(path, folder):
-                return (f"{_show(target)} is inside {folder}, the folder of a tool scvd loaded (what it runs, "
+                return (f"{show(target)} is inside {folder}, the folder of a tool scvd loaded (what it runs, "
                         "maybe unasked)")
         if path in configs:
-            return f"{_show(target)} is the configuration file scvd reads, {path} (it starts MCP servers unsandboxed)"
+            return f"{show(target)} is the configuration file scvd reads, {path} (it starts MCP servers unsandboxed)"
     return None
-
-
-def _show(path: str) -> str:
-    """A path quoted for an approver, control and bidi characters escaped."""
-    return repr(path) if path.isprintable() else ascii(path)

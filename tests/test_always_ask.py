@@ -68,6 +68,12 @@ def test_a_target_with_control_characters_is_shown_escaped():
     assert "\x1b" not in why and "\u202e" not in why and "\\x1b" in why
 
 
+def test_a_target_with_invisible_letters_is_shown_escaped():
+    # U+3164 draws as nothing: '.git/hooks/x\u3164' would look like '.git/hooks/x' to the approver
+    why = always_ask_reason([".git/hooks/x\u3164", ".git/hooks/\u2800"], DEFAULTS)
+    assert why.startswith("'.git/hooks/x\\u3164' matches"), why
+
+
 @pytest.mark.parametrize("glob, path, hit", [
     ("/Makefile", "Makefile", True),
     ("/Makefile", "sub/Makefile", False),  # anchored at the root
