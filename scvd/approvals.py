@@ -42,7 +42,7 @@ import msgspec
 
 from . import awake, errors
 from .always_ask import in_git_dir
-from .host_places import RUNS
+from .host_places import RUNS, home_dirs, home_place, real_home
 from .own_places import CONFIG, LOOKUP, ROOT, TOOL, Place, of
 from .paths import lookup_dirs, within
 from .text import excerpt, printable, printable_data, quoted_name
@@ -122,23 +122,19 @@ def holds_home(workspace: str, home: str | None = None) -> bool:
     `.gitconfig`'s core.fsmonitor at every git call, `.config/systemd/user`), so
     sandbox-aware asks for every call there, as the policy does without a sandbox.
     """
-    home = os.path.realpath(home or os.environ.get("HOME") or os.path.expanduser("~"))
+    home = real_home(home)
     ws = workspace.rstrip("/") or "/"  # a session's workspace is a real path already
     return home == ws or home.startswith(ws.rstrip("/") + "/")
-
-
-# under home, where files run code later outside any sandbox: autostart entries and systemd user
-# units (.config), ~/.local/bin on PATH and desktop entries (.local), ~/.ssh/rc and authorized_keys
-HOME_RUNS_LATER = (".config", ".local", ".ssh")
 
 
 @functools.lru_cache(maxsize=256)
 def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None = None,
                  host: frozenset[Place] = frozenset()) -> bool:
     """True when the files of `workspace` configure scvd or run code outside the sandbox later:
-    it holds the home (`holds_home`), or it is at, inside or above home's .config, .local or
-    .ssh, XDG_CONFIG_HOME or XDG_DATA_HOME (above: one that lies outside the home, or a link
-    from the home into a dotfiles repository, or any link on the way: paths.lookup_dirs), or at or inside one of scvd's own folders (`own`:
+    it holds the home (`holds_home`), or it is at or inside one of the home's places whose files
+    run later (host_places.home_place: a dot folder such as .config, .local or .ssh,
+    XDG_CONFIG_HOME or XDG_DATA_HOME), or above one of home_dirs (one that lies outside the home,
+    or a link from the home into a dotfiles repository, or any link on the way: paths.lookup_dirs), or at or inside one of scvd's own folders (`own`:
     own_places; a config.toml there starts MCP servers unsandboxed) or a folder a loaded tool runs
     from (a script tool's: its `run` runs later, unasked if read_only), or it holds one of them or a
     config file scvd reads (`--config`'s), at any depth, or a link on the way to one: the sandbox
@@ -149,13 +145,12 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
     directory or inside one (the sandbox guards WS/.git, not the workspace itself: its hooks and
     config). sandbox-aware asks for every call there.
     """
-    home = os.path.realpath(home or os.environ.get("HOME") or os.path.expanduser("~"))
+    home = real_home(home)
     if holds_home(workspace, home):
         return True
     ws = workspace.rstrip("/") or "/"
-    xdg = [os.environ.get("XDG_CONFIG_HOME"), os.environ.get("XDG_DATA_HOME")]
-    runs_later = [os.path.join(home, d) for d in HOME_RUNS_LATER] + [d for d in xdg if d and os.path.isabs(d)]
-    return (any(within(ws, os.path.realpath(d)) or any(within(x, ws) for x in lookup_dirs(d)) for d in runs_later)
+    return (home_place(ws, home, os.environ) is not None
+            or any(within(x, ws) for d in home_dirs(home, os.environ) for x in lookup_dirs(d))
             or any(within(ws, d) for d in of(own, ROOT, TOOL) + of(host, RUNS)) or in_git_dir(ws)
             or any(within(d, ws) for d in of(own, ROOT, TOOL, CONFIG, LOOKUP) + of(host, RUNS, LOOKUP)))
 

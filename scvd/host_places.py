@@ -10,6 +10,8 @@ way can be replaced), is not run unasked. They are:
 - the links among the home's dotfiles, and among the entries of ~/.ssh and ~/.config (one level;
   and of XDG_CONFIG_HOME): a dotfiles repository that `~/.bashrc` or `~/.config/systemd` leads
   into runs at the next shell, git call, ssh login or systemd start.
+The home's own such places (`home_place`: its dotfiles and dot folders, and .config, .local, .ssh
+and the XDG folders wherever they lead) are judged by path, not listed: a dotfile made later counts.
 `places()` looks programs up on PATH and lists the home: it runs at start and at each reload, off
 the event loop (not per call). A link made later counts from the next reload. Nothing here knows
 tool names.
@@ -22,10 +24,13 @@ import sys
 from typing import Any, Callable, Mapping
 
 from .own_places import LOOKUP, Place
-from .paths import lookup_dirs
+from .paths import lookup_dirs, within
 
 RUNS = "runs"  # a real directory (or file) whose contents run outside the sandbox
 DOT_DIRS = (".ssh", ".config")  # each entry a link counts, one level down
+# under home, where files run code later outside any sandbox: autostart entries and systemd user
+# units (.config), ~/.local/bin on PATH and desktop entries (.local), ~/.ssh/rc and authorized_keys
+HOME_RUNS_LATER = (".config", ".local", ".ssh")
 
 
 def places(config: Any, bwrap: str | None, env: Mapping[str, str], home: str) -> frozenset[Place]:
@@ -63,6 +68,30 @@ def cwds(config: Any) -> list[str]:
     """The MCP servers' own working directories: `npx` and the like load code from there."""
     return [os.path.expanduser(s.cwd) for s in config.mcp.servers.values() if s.cwd and s.command and s.enabled]
 
+
+def real_home(home: str | None = None) -> str:
+    """The real path of `home`, else of scvd's HOME."""
+    return os.path.realpath(home or os.environ.get("HOME") or os.path.expanduser("~"))
+
+
+def home_dirs(home: str, env: Mapping[str, str]) -> list[str]:
+    """The home's folders whose files run later, as named: its HOME_RUNS_LATER, and XDG_CONFIG_HOME
+    and XDG_DATA_HOME (absolute ones only, as the XDG spec reads them), which may lie elsewhere."""
+    xdg = [env.get("XDG_CONFIG_HOME"), env.get("XDG_DATA_HOME")]
+    return [os.path.join(home, d) for d in HOME_RUNS_LATER] + [d for d in xdg if d and os.path.isabs(d)]
+
+
+def home_place(path: str, home: str, env: Mapping[str, str]) -> str | None:
+    """The place in the home whose files run code later outside any sandbox that `path` (real) is at
+    or inside, or None: a top-level dotfile or dot folder of `home` (real; `.bashrc` at the next
+    shell, `.gitconfig`'s core.fsmonitor at every git call, `.vim/plugin`, `.kube/config`'s exec
+    credentials), or one of home_dirs where it really is (a linked .config, XDG_CONFIG_HOME elsewhere).
+    A few lstats: a link made since counts at once."""
+    if path != home and within(path, home):
+        first = path[len(home):].lstrip("/").split("/", 1)[0]
+        if first.startswith("."):
+            return os.path.join(home, first)
+    return next((d for d in home_dirs(home, env) if within(path, os.path.realpath(d))), None)
 
 
 def dotfile_links(home: str, xdg_config: str | None = None) -> list[str]:

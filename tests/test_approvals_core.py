@@ -568,7 +568,8 @@ def test_a_workspace_holds_the_home_when_it_is_the_home_or_above_it(workspace: s
     ("/home/u/.ssh", True), ("/srv/scv", True), ("/srv/scv/tools", True), ("/cfg/x", True),
     ("/etc", True), ("/etc/scvd", True),  # holds the config file read (--config), which the sandbox shows
     ("/srv", True),  # holds scvd's folder: the sandbox hides it, but rename-proof only as a mount point
-    ("/home/u/project", False), ("/home/u/.configs", False), ("/srv/scvx", False),
+    ("/home/u/.vim/plugin", True), ("/home/u/.configs", True),  # any dot folder of the home: .vim/plugin runs
+    ("/home/u/project", False), ("/home/u/configs", False), ("/home/u2/.vim", False), ("/srv/scvx", False),
     ("/etc/scvd/conf.d", False),
 ])
 def test_a_workspace_exposes_the_host_at_or_inside_home_config_and_scvds_own_folders(monkeypatch, workspace, exposed):
