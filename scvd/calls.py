@@ -503,7 +503,7 @@ class CallRegistry:
             # looked at only where it decides: a read does without the stat and the places' walk
             sandbox_active=(cfg.policy == "sandbox-aware" and plan.risk is not ToolRisk.READ_ONLY
                             and bool(sandbox and sandbox.active)
-                            and not exposes_host(workspace, self.hub.own, host=sandbox.host)
+                            and not exposes_host(workspace, self.hub.own, host=self.hub.host)
                             and not sandbox.reaches_hidden(workspace) and not git_link(workspace)),
             always_asks=always is not None)
         if verdict is Verdict.RUN and call.unguarded is not None and cfg.policy != "never":

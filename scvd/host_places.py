@@ -24,7 +24,7 @@ import sys
 from typing import Any, Callable, Mapping
 
 from .own_places import LOOKUP, Place
-from .paths import lookup_dirs, within
+from .paths import find_program, lookup_dirs, within
 
 RUNS = "runs"  # a real directory (or file) whose contents run outside the sandbox
 DOT_DIRS = (".ssh", ".config")  # each entry a link counts, one level down
@@ -54,13 +54,11 @@ def path_dirs(env: Mapping[str, str]) -> list[str]:
 
 def programs(config: Any, bwrap: str | None, env: Mapping[str, str]) -> list[str]:
     """The absolute paths of the programs scvd would start outside the sandbox, where found now."""
-    import shutil  # here: it imports bz2 and lzma, which the idle daemon does without
-
     from .adapters.spec import ADAPTERS
 
     names = [a.executable for a in ADAPTERS.values()]
     names += [os.path.expanduser(s.command) for s in config.mcp.servers.values() if s.command and s.enabled]
-    found = [p if "/" in p else shutil.which(p, path=env.get("PATH", os.defpath)) for p in names]
+    found = [p if "/" in p else find_program(p, env.get("PATH", os.defpath)) for p in names]
     return [os.path.abspath(p) for p in [bwrap, *found] if p]
 
 

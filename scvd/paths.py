@@ -394,3 +394,13 @@ def _link(path: str) -> str | None:
         return os.readlink(path)
     except OSError:  # not a link, or not there
         return None
+
+
+def find_program(name: str, path: str) -> str | None:
+    """Where a lookup of `name` on `path` (a PATH value) finds an executable file, as shutil.which
+    does; without shutil, which brings bz2 and lzma that the idle daemon does without."""
+    for folder in path.split(os.pathsep):
+        found = os.path.join(folder or ".", name)
+        if os.access(found, os.X_OK) and not os.path.isdir(found):
+            return found
+    return None

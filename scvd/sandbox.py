@@ -616,8 +616,7 @@ class Sandbox:
     """
 
     def __init__(self, probe: ProbeResult, paths: Paths, env: Mapping[str, str] | None = None,
-                 listening_on: str | None = None, *, config_file: str | None = None,
-                 host: frozenset[Any] = frozenset()) -> None:
+                 listening_on: str | None = None, *, config_file: str | None = None) -> None:
         # no network setting here: each call passes its session's sandbox.network to wrap()
         self.probe = probe
         self.active = probe.mode != "off" and probe.ok
@@ -627,7 +626,6 @@ class Sandbox:
         self._tmpdir = env.get("TMPDIR")  # what the children get (the allow-lists pass it on)
         self._scratch = next(iter(_existing([SCRATCH])), None)  # a tmpfs needs an existing mount point
         self._mask = masked_files(paths, listening_on, config_file)
-        self.host = host  # host_places.places(): what approvals.exposes_host judges a workspace by too
         self._hidden_real = frozenset(os.path.realpath(p) for p in [*self._hide, *PRIVATE_OFFLINE])
         self._guarded = frozenset().union(*map(lookup_dirs, [*self._hide, *self._mask]))
         self._hidden_always = frozenset(os.path.realpath(p) for p in self._hide)  # online calls see PRIVATE_OFFLINE

@@ -90,6 +90,8 @@ class Daemon:
                                          OWN_PLACES: self.own}
         self.sandbox: Any = None
         self.sandbox_verdict = "off"
+        # host_places.places(): whose files run outside any sandbox later; a write there always asks
+        self.host: frozenset[Any] = frozenset()
         self.audit: Any = None
         self.notifier = notifier or notify.Notifier({})
         self.connections: set[Connection] = set()
@@ -224,7 +226,7 @@ class Daemon:
         except OSError as exc:  # what to fix, not an errno (a link in its place read as a loop)
             raise errors.StartupError(unopenable("the audit log", self.paths.audit_log, exc)) from None
         self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
-        self.sandbox, self.sandbox_verdict = await self._probe_sandbox(self.config)
+        self.sandbox, self.sandbox_verdict, self.host = await self._probe_sandbox(self.config)
         self._follow_tools()
         # 4. serve the socket
         self._listener = Listener(held.sock, self._accepted, self._accept_failed, self._out_of_fds)
@@ -400,7 +402,7 @@ class Daemon:
                 raise errors.ConfigError(
                     f"reading {path} and the tool definitions took longer than {RELOAD_READ_SECONDS:g} s "
                     "(a file on a hung mount?); fix that, then reload again") from None
-            sandbox, verdict = await self._probe_sandbox(loaded.config)
+            sandbox, verdict, host = await self._probe_sandbox(loaded.config)
         except errors.ScvError as exc:
             log.error("reload failed, keeping the old configuration: %s", exc.message)
             self.notifier.status(f"reload failed: {exc.message}")
@@ -426,6 +428,7 @@ class Daemon:
         if loaded.config.chat.transcript_days != self.config.chat.transcript_days:
             self.expiry.poke()  # set or shortened: not a day later
         self.loaded, self.registry, self.sandbox, self.sandbox_verdict = loaded, registry, sandbox, verdict
+        self.host = host
         self._follow_tools()
         self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
         self.gate.max_pending = loaded.config.approvals.max_pending
@@ -459,26 +462,32 @@ class Daemon:
             self.notifier.watchdog()
             await asyncio.sleep(interval)
 
-    async def _probe_sandbox(self, config: Any) -> tuple[Any, str]:
-        """The Sandbox and its verdict for `config`; the caller installs both with that config."""
-        if config.sandbox.mode == "off":
-            return None, "off"
-        from . import sandbox as sandbox_mod
-
+    async def _probe_sandbox(self, config: Any) -> tuple[Any, str, frozenset[Any]]:
+        """The Sandbox and its verdict for `config`, and the places whose files run outside any
+        sandbox later (sandbox off too: a write there always asks); the caller installs all three."""
         config_file = str(self.loaded.path)  # a reload reads the same file
         result, host = await asyncio.to_thread(self._probe, config, config_file)
+        if result is None:
+            return None, "off", host
+        from . import sandbox as sandbox_mod
+
         verdict = sandbox_mod.describe(result)
         (log.info if result.ok else log.warning)("sandbox: %s", verdict)
-        sandbox = sandbox_mod.Sandbox(result, self.paths, listening_on=self.listening_on, config_file=config_file,
-                                      host=host)
-        return sandbox, verdict
+        sandbox = sandbox_mod.Sandbox(result, self.paths, listening_on=self.listening_on, config_file=config_file)
+        return sandbox, verdict, host
 
     def _probe(self, config: Any, config_file: str) -> tuple[Any, frozenset[Any]]:
-        """The probe's result and the places whose files run outside the sandbox later. Blocking."""
-        from . import host_places, sandbox as sandbox_mod
+        """The probe's result (None with sandbox.mode off) and the places whose files run outside
+        the sandbox later. Blocking."""
+        from . import host_places
 
-        result = sandbox_mod.probe(config.sandbox, self.paths, listening_on=self.listening_on, config_file=config_file)
-        return result, host_places.places(config, result.bwrap, os.environ, os.path.expanduser("~"))
+        result = None
+        if config.sandbox.mode != "off":
+            from . import sandbox as sandbox_mod
+
+            result = sandbox_mod.probe(config.sandbox, self.paths, listening_on=self.listening_on,
+                                       config_file=config_file)
+        return result, host_places.places(config, result and result.bwrap, os.environ, os.path.expanduser("~"))
 
     def _spawn(self, fn: Callable[[], Awaitable[Any]]) -> None:
         task = asyncio.ensure_future(fn())

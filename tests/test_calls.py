@@ -106,6 +106,7 @@ class FakeHub:
         self.paths: Any = None
         self.own = ()  # no folders of its own
         self.sandbox = None
+        self.host: frozenset[Any] = frozenset()  # no places outside whose files run later
         self.audit = FakeAudit()
         self.sent: list[tuple[object, p.Frame]] = []
         self.requests: list[Any] = []
