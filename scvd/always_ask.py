@@ -6,9 +6,10 @@ it reads or writes, as asked and as resolved) include one named by an
 directory that is not named `.git` (`git init --separate-git-dir`, a repo tool's
 `project.git`: its config and hooks run at the next git command), or any target of
 a workspace that is or lies in a git directory (`repo/.git/hooks`), or one of scvd's
-own folders or its config file (scvd/own_places.py), is put to a
+own folders or its config file (scvd/own_places.py), or a place whose files run later outside any
+sandbox (the home's dotfiles, a directory on PATH: scvd/host_places.py), is put to a
 person, and that request is approved once only. Pure functions on path strings,
-but for `git_dir_reason` and `in_git_dir`, which look (a few lstats); nothing here knows a tool.
+but for `git_dir_reason`, `in_git_dir` and `runs_later_reason`, which look (a few lstats); nothing here knows a tool.
 
 Globs: `/`-separated and case-insensitive (on a case-insensitive filesystem
 `.GIT/hooks/x` is `.git/hooks/x`). `*`, `?` and `[...]` match within one
@@ -24,9 +25,10 @@ import functools
 import os
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .gitmeta import looks_like_git_dir
+from .host_places import RUNS, home_place, real_home
 from .own_places import CONFIG, ROOT, TOOL, Place, of
 from .paths import within
 from .tools.containment import show
@@ -186,3 +188,27 @@ def own_files_reason(workspace: str, targets: Iterable[str], own: Sequence[Place
         if path in configs:
             return f"{show(target)} is the configuration file scvd reads, {path} (it starts MCP servers unsandboxed)"
     return None
+
+
+def runs_later_reason(workspace: str, targets: Iterable[str], host: frozenset[Place],
+                      home: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """Why a call with these targets always asks because one is where files run code later outside
+    any sandbox, or None: in the home's dotfiles (host_places.home_place; `home` and `env`'s XDG
+    folders, scvd's own by default) or at or inside a RUNS place of `host` (host_places.places():
+    a directory on PATH, scvd's Python, a program scvd starts, a dotfile's link target). Judged where
+    each target really is: a session grant to write in the home must not cover `.bashrc`."""
+    env = os.environ if env is None else env
+    home = real_home(home)
+    runs = of(host, RUNS)
+    for target in targets:
+        path = os.path.realpath(os.path.join(workspace, target))
+        place = home_place(path, home, env)
+        if place is not None:
+            return (f"{show(target)} is in the home's {show(place)}, whose files run code later "
+                    "outside any sandbox (at the next shell, login, git command or service start)")
+        found = next((d for d in runs if within(path, d)), None)
+        if found is not None:
+            return (f"{show(target)} is inside {show(found)}, whose files run outside any sandbox later "
+                    "(a directory on PATH, scvd's Python, a program scvd starts or a dotfile's link target)")
+    return None
+

@@ -10,8 +10,11 @@ import pytest
 from adapters_support import Harness, fake_bin, harness  # noqa: F401 (fixtures)
 from fs_support import ws  # noqa: F401 (fixture)
 from scvd.adapters.tools import cwd_targets
-from scvd.always_ask import DEFAULT_ALWAYS_ASK, always_ask_reason, own_files_reason, glob_problem, matches, parse, split
+from scvd.always_ask import (DEFAULT_ALWAYS_ASK, always_ask_reason, glob_problem, matches, own_files_reason, parse,
+                             runs_later_reason, split)
 from scvd.approvals import POLICIES, Verdict, policy_verdict
+from scvd.config import Config
+from scvd.host_places import RUNS, places
 from scvd.own_places import CONFIG, ROOT, Place, own_places
 from scvd.paths import Paths
 from scvd.tools.contract import Plan, ToolRisk
@@ -223,3 +226,35 @@ def test_a_workspace_that_is_itself_a_git_directory_always_asks(tmp_path):
     (tmp_path / "HEAD").unlink()  # a project with a `refs` folder is no git directory
     assert git_dir_reason(str(tmp_path), ["config"]) is None
     assert git_dir_reason(str(tmp_path), []) is None
+
+
+def test_a_write_where_files_run_later_always_asks_judged_where_it_really_is(tmp_path: Path):
+    """A session grant for a harmless write in the home covered `.bashrc`, `.gitconfig` and
+    `.local/bin/git`, which run at the next shell or git command outside any sandbox."""
+    real, dotfiles, xdg = tmp_path / "real-home", tmp_path / "dotfiles", tmp_path / "xdg-data"
+    (real / "project").mkdir(parents=True)
+    (dotfiles / "config").mkdir(parents=True)
+    (real / ".config").symlink_to(dotfiles / "config")
+    (tmp_path / "home").symlink_to(real)  # HOME names a link: judged by the real path
+    (real / "project" / "bin").symlink_to(real / ".local/bin")  # a link in the workspace into .local
+    env = {"XDG_DATA_HOME": str(xdg)}
+
+    def why(workspace: Path, *targets: str, host: frozenset[Place] = frozenset()) -> str | None:
+        return runs_later_reason(str(workspace.resolve()), targets, host, str(tmp_path / "home"), env)
+
+    for target in (".bashrc", ".gitconfig", ".local/bin/git", ".ssh/rc", ".vim/plugin/x.vim", "project/bin/git"):
+        first = ".local" if target.startswith("project") else target.split("/")[0]
+        assert f"is in the home's {str(real / first)!r}" in why(real, target), target
+    assert why(real, "project/notes.txt", "project/.envrc.txt") is None  # an ordinary file, a dotfile not at the top
+    assert why(real / "project", "notes.txt", ".bashrc") is None  # `project/.bashrc` is no home dotfile
+    # a dotfiles repository that ~/.config leads into, and XDG_DATA_HOME outside the home
+    assert "is in the home's" in why(dotfiles, "config/systemd/user/x.service")
+    assert str(xdg) in why(tmp_path, "xdg-data/applications/x.desktop")
+    assert why(dotfiles, "README") is None
+    # a directory on scvd's PATH, as host_places lists it (outside any home)
+    tools = tmp_path / "tools"
+    (tools / "bin").mkdir(parents=True)
+    host = places(Config(), None, {"PATH": str(tools / "bin")}, str(real))
+    assert Place(RUNS, str(tools / "bin")) in host
+    assert f"is inside {str(tools / 'bin')!r}" in why(tools, "bin/git", host=host)
+    assert why(tools, "notes.txt", host=host) is None

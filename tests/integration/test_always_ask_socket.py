@@ -247,3 +247,46 @@ def test_a_workspace_inside_a_git_directory_asks_for_every_write_and_grants_noth
     owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
     assert owner.wait_call(call_id).error.kind == "denied"
     assert not (root / "post-checkout").exists()
+
+
+def test_a_grant_for_write_in_the_home_does_not_cover_its_dotfiles(make_daemon, tmp_path: Path) -> None:
+    # a session on the home (`scvctl mcp` started there), sandbox off: after one harmless write was
+    # granted for the session, `.bashrc`, `.gitconfig` (core.fsmonitor) and `.local/bin/git` were
+    # written unasked, and ran at the next shell or git command outside any sandbox
+    home = tmp_path / "userhome"
+    (home / ".local" / "bin").mkdir(parents=True)
+    (home / ".config" / "systemd" / "user").mkdir(parents=True)
+    daemon = make_daemon(env={"HOME": str(home)})
+    with daemon.client(name="pytest-owner", approver=True) as owner:
+        sid = owner.open_session(home)
+        grant_writes(owner, sid)
+        for path in (".bashrc", ".local/bin/x", ".gitconfig", ".config/systemd/user/x.service"):
+            call_id = write(owner, sid, path)
+            asked = next_of(owner, call_id)
+            assert isinstance(asked, p.ApprovalRequested), f"{path} ran unasked under a session grant"
+            place = str(home.resolve() / path.split("/")[0])
+            assert asked.always_ask == (f"{path!r} is in the home's {place!r}, whose files run code later outside "
+                                        "any sandbox (at the next shell, login, git command or service start)")
+            assert not (home / path).exists(), f"{path} was written before anyone approved it"
+            # approved "for the session": this call only, so the next dotfile asks again
+            owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="approve", scope="session")
+            assert resolved(owner, asked.approval_id).scope == "once"
+            assert owner.wait_call(call_id).ok
+        done = next_of(owner, write(owner, sid, "notes2.txt"))  # the grant still covers an ordinary file
+        assert isinstance(done, p.CallCompleted) and done.ok and (home / "notes2.txt").exists()
+
+
+def test_a_grant_for_write_does_not_cover_a_directory_on_scvds_path(make_daemon, tmp_path: Path, ws: Path) -> None:
+    # a workspace holding a directory on scvd's PATH (sandbox off): a `git` planted there runs in
+    # the stead of the real one, outside any sandbox, whenever scvd or the person looks one up
+    (ws / "bin").mkdir()
+    daemon = make_daemon(env={"PATH": f"{ws / 'bin'}:{os.environ['PATH']}"})
+    with daemon.client(name="pytest-owner", approver=True) as owner:
+        sid = owner.open_session(ws)
+        grant_writes(owner, sid)
+        assert denied_asking(owner, sid, "bin/git", "create") == (
+            f"'bin/git' is inside {str(ws.resolve() / 'bin')!r}, whose files run outside any sandbox later "
+            "(a directory on PATH, scvd's Python, a program scvd starts or a dotfile's link target)")
+        done = next_of(owner, write(owner, sid, "notes2.txt"))
+        assert isinstance(done, p.CallCompleted) and done.ok
+    assert not (ws / "bin" / "git").exists()
