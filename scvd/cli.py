@@ -208,10 +208,14 @@ def run(paths: paths_mod.Paths, loaded: config_mod.Loaded, config_file: Path) ->
     notifier = notify.Notifier(manager_env)
 
     def start() -> None:
+        # kept from before the claim: one who saw the socket appear may signal at once (SIGHUP's
+        # default action killed a daemon whose handlers came after the socket)
+        early: list[int] = []
+        for sig in KEPT_SIGNALS:
+            signal.signal(sig, lambda signum, _frame: early.append(signum))
         paths_mod.prepare(paths)
         held = instance.claim(paths, inherited)
-        for sig in KEPT_SIGNALS:
-            signal.signal(sig, lambda signum, _frame: held.signals.append(signum))
+        held.signals = early  # the same list: signals until the loop's handlers land in it
         notifier.ready()  # queued if the manager's socket is full: the daemon's loop sends it then
         held.ready_sent = True
         try:
