@@ -181,15 +181,17 @@ def _mounts(
     # outside the sandbox the next time the user runs git
     # each where it leads: a link out of the writable binds needs no guard (all else is read-only
     # or hidden), and bound by its name it would show there what it leads to, `/` or scvd's socket
+    found: list[str] = []
     if approved:
         paths = [_abs(r) for p in (ws + "/.git/hooks", ws + "/.git/config") if (r := resolve(p))]
         tops = [_cover(p, _sorted(wanted)) for p in paths]
         wanted += [(_RO, "--ro-bind-try", p, p) for p, top in zip(paths, tops) if top and top[1] == "--bind"]
     else:
         found = [_abs(r) for p in [ws + "/.git", *map(_abs, git)] if (r := resolve(p))]
-        wanted += _git_guard(ws, found, _sorted(wanted))
-    # a loaded tool's folder in a writable bind: its `run` runs later, unasked if read_only
-    wanted += _git_guard(ws, [_abs(r) for p in map(_abs, keep) if (r := resolve(p))], _sorted(wanted))
+    # a loaded tool's folder in a writable bind: its `run` runs later, unasked if read_only. One guard
+    # with the git metadata: guarded after it, a folder below a repository's pins stayed writable
+    found += [_abs(r) for p in map(_abs, keep) if (r := resolve(p))]
+    wanted += _git_guard(ws, found, _sorted(wanted))
     # a hidden directory or masked socket in a writable bind cannot be renamed (a mount point), but
     # a directory above it could: `mv sub x; mkdir -p sub/scv` left the host a planted SCV_HOME there
     mounted = _sorted(wanted)

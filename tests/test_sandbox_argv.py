@@ -166,6 +166,14 @@ def test_a_loaded_tools_folder_stays_read_only_even_approved_and_hidden_where_it
         assert visible(a, "/h/scv/tools/script/words/run") == ("--tmpfs", "/h/scv")
 
 
+def test_a_loaded_tools_folder_that_is_a_repository_or_below_one_stays_read_only():
+    """Guarded after the git metadata, the folder was under the repository's writable pins and left so."""
+    leak = WS / "mytools/leak"
+    for git in ([leak / ".git"], [WS / "mytools/.git"]):
+        a = argv(keep=[leak], git=git)
+        assert visible(a, "/srv/ws/mytools/leak/run") == ("--ro-bind-try", "/srv/ws/mytools/leak"), git
+
+
 def test_proc_false_mounts_an_empty_tmpfs_instead():
     a = argv(proc=False)
     assert "--proc" not in a
