@@ -114,7 +114,7 @@ def policy_verdict(
     return Verdict.ASK
 
 
-@functools.lru_cache(maxsize=256)  # asked at every call: one answer per workspace, not a realpath each time
+@functools.lru_cache(maxsize=256)  # asked at many calls: one answer per workspace, not a realpath each time
 def holds_home(workspace: str, home: str | None = None) -> bool:
     """True when `workspace` is the user's home or a directory above it (`/`, `/home`).
 
@@ -153,6 +153,11 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
             or any(within(x, ws) for d in home_dirs(home, os.environ) for x in lookup_dirs(d))
             or any(within(ws, d) for d in of(own, ROOT, TOOL) + of(host, RUNS)) or in_git_dir(ws)
             or any(within(d, ws) for d in of(own, ROOT, TOOL, CONFIG, LOOKUP) + of(host, RUNS, LOOKUP)))
+
+
+GIT_LINK_ASKS = ("{git} is a symbolic link: the sandbox keeps where it leads read-only, not the link, which a call "
+                 "could replace with a .git of its own (a core.fsmonitor your next `git status` there runs); so "
+                 "every call there asks")
 
 
 def git_link(workspace: str) -> bool:

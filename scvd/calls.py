@@ -67,6 +67,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import secrets
 import time
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -75,7 +76,7 @@ import msgspec
 
 from . import errors
 from .always_ask import always_ask_reason, git_dir_reason, own_files_reason, runs_later_reason
-from .approvals import Approval, ApprovalGate, Decider, Verdict, exposes_host, git_link, policy_verdict
+from .approvals import GIT_LINK_ASKS, Approval, ApprovalGate, Decider, Verdict, exposes_host, git_link, policy_verdict
 from .own_places import Place
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Lane, Owner, Session, Ticket
@@ -108,6 +109,7 @@ class Hub(Protocol):
     gate: ApprovalGate
     paths: Paths
     own: tuple[Place, ...]  # scvd's own places (own_places), from paths, the config file it reads and the tools
+    host: frozenset[Place]  # where files run later outside any sandbox (host_places.places())
     sandbox: Sandbox | None
     audit: AuditSink | None
 
@@ -321,7 +323,7 @@ class CallRegistry:
             ctx = self._context(call)
             plan = tool.plan(args, ctx)
             judged = self._judge(call, tool, plan)
-            runs = judged[0] is Verdict.RUN and not self._guarded(plan)  # else its git metadata is looked at first
+            runs = judged[0] is Verdict.RUN and not self._guarded(plan, ctx)  # else its git metadata is looked at first
             result = tool.run_now(args, plan, ctx) if runs else NOT_NOW
             if result is NOT_NOW:
                 begun = _Begun(tool, args, ticket, ctx, plan, judged)
@@ -379,7 +381,7 @@ class CallRegistry:
                 await tool.before_gate(args, plan, ctx)
                 self._still_wanted(call)  # cancelled (or scvd stopping) while it checked
                 judged = None  # judged now: a grant may have come meanwhile
-            if self._guarded(plan):
+            if self._guarded(plan, ctx):
                 judged = await self._look(call, tool, plan, ctx, judged)
             asked, approved = await self._gate(call, tool, plan, judged)
             result = await self._run(call, tool, args, plan, ctx, waited=ticket.waited or asked, approved=approved)
@@ -454,20 +456,25 @@ class CallRegistry:
         ctx.progress = lambda message: self._report(call, message)
         return await tool.run(args, plan, ctx)
 
-    def _guarded(self, plan: Plan) -> bool:
+    @staticmethod
+    def _guarded(plan: Plan, ctx: CallContext) -> bool:
         """Whether the plan runs in the sandbox, which keeps the workspace's git metadata read-only
-        in a call nobody approved."""
-        return plan.sandboxed and self.hub.sandbox is not None and self.hub.sandbox.active
+        in a call nobody approved (the call's own sandbox, as its run wraps with: a reload may
+        have replaced the daemon's since)."""
+        return plan.sandboxed and ctx.sandbox is not None and ctx.sandbox.active
 
     async def _look(self, call: Call, tool: Tool, plan: Plan, ctx: CallContext,
                     judged: tuple[Verdict, str | None] | None) -> tuple[Verdict, str | None] | None:
         """For a sandboxed call the policy would run unasked, the git metadata its sandbox keeps
         read-only, found off the loop before the gate (ctx.git); where it cannot all be kept so,
         the call asks instead (call.unguarded), and is judged again."""
-        sandbox = self.hub.sandbox
-        assert sandbox is not None  # _guarded(plan)
+        sandbox = ctx.sandbox
+        assert sandbox is not None  # _guarded(plan, ctx)
         if (judged or self._verdict(call, tool, plan))[0] is not Verdict.RUN:
             return judged  # asked: a call a person approves needs no guard, or refused
+        if git_link(ctx.workspace):  # under a session grant too, not only where the policy decides
+            call.unguarded = GIT_LINK_ASKS.format(git=os.path.join(ctx.workspace, ".git"))
+            return None
         try:
             ctx.git = await asyncio.to_thread(sandbox.look, ctx.workspace, plan.network)
         except errors.LimitExceeded as exc:
@@ -505,7 +512,7 @@ class CallRegistry:
             sandbox_active=(cfg.policy == "sandbox-aware" and plan.risk is not ToolRisk.READ_ONLY
                             and bool(sandbox and sandbox.active)
                             and not exposes_host(workspace, self.hub.own, host=self.hub.host)
-                            and not sandbox.reaches_hidden(workspace) and not git_link(workspace)),
+                            and not sandbox.reaches_hidden(workspace)),
             always_asks=always is not None)
         if verdict is Verdict.RUN and call.unguarded is not None and cfg.policy != "never":
             return Verdict.ASK, call.unguarded  # whatever grant: each such call, approved once

@@ -330,6 +330,28 @@ def test_a_workspace_whose_git_is_a_link_asks_for_every_call(make_daemon, worksp
     assert (workspace / ".git").is_symlink()
 
 
+def test_a_session_grant_does_not_cover_a_call_in_a_workspace_whose_git_is_a_link(
+        make_daemon, workspace: Path, tmp_path: Path):
+    """A granted call gets the git guard as an unasked one does, and the guard cannot keep a `.git`
+    link: each call there asks, once only, saying why."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    d = make_daemon('[sandbox]\nmode = "bwrap"\n')
+    with d.client() as c, d.client(name="owner") as owner:
+        sid = c.open_session(workspace)
+        first = c.start_call(sid, "bash", {"command": "true"})
+        owner.request(p.ApprovalDecide, approval_id=wait_pending(owner)[0].approval_id, decision="approve",
+                      scope="session")
+        assert c.wait_call(first).ok
+        (workspace / ".git").symlink_to(repo / ".git")
+        call_id = c.start_call(sid, "bash", {"command": "rm .git && git init -q"})
+        pending = wait_pending(owner, timeout=10)[0]
+        assert pending.call_id == call_id and "is a symbolic link" in (pending.always_ask or ""), pending
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
+        assert c.wait_call(call_id).error.kind == "denied"
+    assert (workspace / ".git").is_symlink()
+
+
 def _to_root(link: Path) -> Path:
     """A relative symlink target from `link`'s directory up to `/`."""
     return Path(*[".."] * len(link.parent.parts[1:]))
