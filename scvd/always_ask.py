@@ -201,8 +201,10 @@ def runs_later_reason(workspace: str, targets: Iterable[str], host: frozenset[Pl
     home = real_home(home)
     runs = of(host, RUNS)
     for target in targets:
-        path = os.path.realpath(os.path.join(workspace, target))
-        place = home_place(path, home, env)
+        named = os.path.normpath(os.path.join(workspace, target))
+        path = os.path.realpath(named)
+        # the name too: `.bashrc` linked into a dotfiles repository is still what the next shell reads
+        place = home_place(path, home, env) or home_place(named, home, env)
         if place is not None:
             return (f"{show(target)} is in the home's {show(place)}, whose files run code later "
                     "outside any sandbox (at the next shell, login, git command or service start)")

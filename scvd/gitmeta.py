@@ -222,7 +222,7 @@ def _pointer(where: str, name: str | None, *, relative_to: str) -> list[str]:
 
 def _head(path: str, limit: int) -> str | None:
     """The first `limit` bytes of a regular file, or None. Never blocks: an unasked call may
-    have left a FIFO there, and this runs on scvd's loop before each such call."""
+    have left a FIFO there, and this runs (on a worker thread) before each such call."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:

@@ -258,3 +258,7 @@ def test_a_write_where_files_run_later_always_asks_judged_where_it_really_is(tmp
     assert Place(RUNS, str(tools / "bin")) in host
     assert f"is inside {str(tools / 'bin')!r}" in why(tools, "bin/git", host=host)
     assert why(tools, "notes.txt", host=host) is None
+    # a dotfile that is itself a link into a repository (before a reload lists where it leads)
+    (dotfiles / "bashrc").write_text("")
+    (real / ".bashrc").symlink_to(dotfiles / "bashrc")
+    assert f"is in the home's {str(real / '.bashrc')!r}" in why(real, ".bashrc")
