@@ -13,8 +13,9 @@ The API (the server and the chat loop use the same):
     ok, result, error = await handle.outcome   # error: ToolErrorInfo | None
     calls.cancel(handle.call_id, "the turn was interrupted")
 
-`submit()` raises only for a chosen `call_id` already in use (`InvalidRequest`); a
-generated one skips the ids in the table. Every
+`submit()` raises only for a chosen `call_id` already in use (`InvalidRequest`; a
+generated one skips the ids in the table) and for a session that already holds
+`server.max_calls_per_session` calls not completed (`LimitExceeded`). Every
 other problem (stopping, an unknown tool, a bad timeout, undecodable arguments)
 becomes the call's outcome. `cancel()` raises `CallNotFound` for a call that
 is not in the table (never was, or already completed).
@@ -187,6 +188,7 @@ class CallRegistry:
         self.asking: dict[str, tuple[Call, Tool, Plan]] = {}  # by approval id: the calls waiting at the gate
         self.stopping = False
         self.due: list[Call] = []  # submitted with `defer`: started by the caller's start_due()
+        self.max_per_session = 256  # server.max_calls_per_session: the calls one session holds at once
         self._ids = itertools.count(1)
         # one random tag per daemon keeps ids unique across restarts (the audit log outlives a run);
         # a getrandom per call cost more than the rest of the id
@@ -217,12 +219,18 @@ class CallRegistry:
             call_id = self._new_id()
         elif call_id in self.table:
             raise errors.InvalidRequest(f"call_id {call_id!r} is already in use; choose another")
+        if session.held >= self.max_per_session:  # before the call holds anything: its arguments go with the frame
+            raise errors.LimitExceeded(
+                f"this session already holds {session.held} calls that have not completed "
+                "(server.max_calls_per_session); wait for earlier calls to complete (call.completed), "
+                "or cancel those you no longer need (call.cancel), then send this one again")
         loop = asyncio.get_running_loop()
         tool = session.registry.get(tool_name)
         call = Call(call_id=call_id, session=session, tool_name=tool_name, tool=tool,
                     arguments=arguments, requester=requester, timeout_override=timeout_seconds,
                     turn=turn, outcome=loop.create_future())
         session.call_count += 1
+        session.held += 1
         self.table[call_id] = call
         if defer:
             self.due.append(call)
@@ -663,6 +671,7 @@ class CallRegistry:
             return
         call.done = True
         self.table.pop(call.call_id, None)
+        call.session.held -= 1
         error = outcome.error
         self._audit("completion", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
                                    "outcome": "ok" if outcome.ok else "error",

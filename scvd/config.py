@@ -46,6 +46,7 @@ class ServerConfig(Section):
     shutdown_grace_seconds: PositiveFloat = 5.0
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"  # auto: uvloop when installed
     max_sessions_per_connection: PositiveInt = 64  # one peer cannot hold every fd (see limits.py)
+    max_calls_per_session: PositiveInt = 256  # accepted and not completed; more is a runaway client
     max_connections_per_uid: Annotated[int, msgspec.Meta(ge=32)] = 256  # above limits.HEADROOM twice
     handoff_timeout_seconds: PositiveFloat = 10.0  # mcp.attach: how long scvd waits for the fds
 

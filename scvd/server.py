@@ -97,6 +97,7 @@ class Daemon:
         self.connections: set[Connection] = set()
         self.sessions: dict[str, Session] = {}
         self.calls = CallRegistry(self)
+        self.calls.max_per_session = loaded.config.server.max_calls_per_session
         self.started = awake.clock()  # for uptime: a step of the wall clock (NTP, `date -s`) is no time up
         self.stop_event = asyncio.Event()
         self.force_exit = False
@@ -432,6 +433,7 @@ class Daemon:
         self._follow_tools()
         self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
         self.gate.max_pending = loaded.config.approvals.max_pending
+        self.calls.max_per_session = loaded.config.server.max_calls_per_session
         self._fit_gate()
         await self.mcp.apply(loaded.config)  # added, removed and changed servers only
         log.info("configuration reloaded from %s", loaded.path)

@@ -136,6 +136,7 @@ class Session:
     # cover the same tool unsandboxed (a reload may turn the sandbox off under an open session)
     grants: set[tuple[str, str, bool]] = field(default_factory=set)
     call_count: int = 0
+    held: int = 0  # calls accepted and not completed yet (queued, waiting or running): server.max_calls_per_session
     # revoke()s so far, and each tool's last with why: a decision made before one must not grant or run
     revision: int = 0
     revoked: dict[str, tuple[int, str]] = field(default_factory=dict)

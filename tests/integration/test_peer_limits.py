@@ -426,3 +426,29 @@ def test_files_held_by_reads_waiting_for_a_person_count_against_the_fd_budget(ma
         opened, refusal = open_until_refused(opener, workspace)
         assert refusal.message.startswith("scvd is at its open-file budget for sessions"), refusal.message
         assert len(opened) < 64  # the budget, not the per-connection cap, stopped it
+
+
+def test_a_session_holds_at_most_its_cap_of_calls_and_takes_more_once_they_complete(make_daemon, workspace):
+    # 20,000 calls queued behind one waiting for approval once froze the loop for seconds, and 2,000
+    # with 1 MB commands took scvd's RSS to 2 GB: a session holds server.max_calls_per_session at once
+    d = make_daemon("[server]\nmax_calls_per_session = 4\n")
+    with d.client(name="runaway") as c:
+        sid = c.open_session(workspace)
+        first = c.start_call(sid, "bash", {"command": "true"})
+        pending = [a for a in wait_pending(c) if a.call_id == first][0]
+        queued = [c.start_call(sid, "bash", {"command": "true"}) for _ in range(3)]
+        with pytest.raises(errors.LimitExceeded) as refused:
+            c.start_call(sid, "bash", {"command": "x" * 100_000})
+        assert refused.value.message == (
+            "this session already holds 4 calls that have not completed (server.max_calls_per_session); "
+            "wait for earlier calls to complete (call.completed), or cancel those you no longer need "
+            "(call.cancel), then send this one again")
+        assert c.status().running_calls == 3  # the refused call was never taken on
+        with d.client(name="other") as other:  # the cap is per session: another session still calls
+            other_sid = other.open_session(workspace)
+            (workspace / "a.txt").write_text("a\n")
+            assert other.call(other_sid, "read", {"path": "a.txt"}).ok
+        c.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve", scope="session")
+        for call_id in [first, *queued]:
+            assert c.wait_call(call_id).ok
+        assert c.wait_call(c.start_call(sid, "bash", {"command": "true"})).ok
