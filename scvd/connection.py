@@ -87,6 +87,7 @@ class Connection:
     # what its welcome announced: the peer sized its reader by it, and its sessions' result limits
     # were checked against it, so a reload changes it for connections made after it only
     server_frame_bytes: int = p.DEFAULT_SERVER_FRAME_LIMIT
+    hello_timer: asyncio.TimerHandle | None = None  # the server's: closes it if no hello comes in time
 
     def __init__(self, transport: asyncio.Transport, limit: int) -> None:
         self.id = next(self._ids)

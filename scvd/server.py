@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("scvd.server")
 
 RELOAD_READ_SECONDS = 30.0  # a reload reading config.toml and tool.json files past this gives up
+HELLO_SECONDS = 10.0  # a connection that has not said hello by then is closed: bare connects held every slot
 START_ONLY = ("log_level", "server.event_loop", "audit.max_bytes", "audit.keep")  # read at start only
 STUCK_READS_MAX = 4  # reloads whose read never returned (each holds a thread): then reloads are refused
 
@@ -564,7 +565,20 @@ class Daemon:
             conn.close()
             return None
         self.connections.add(conn)
+        conn.hello_timer = asyncio.get_running_loop().call_later(HELLO_SECONDS, self._no_hello, conn)
         return conn
+
+    def _no_hello(self, conn: Connection) -> None:
+        """HELLO_SECONDS after a connection came: close it if it has not said hello (300 connections that
+        never said anything once held every slot of the uid, and `scvctl status` was refused meanwhile)."""
+        conn.hello_timer = None
+        if conn.initialized or conn.closed:
+            return
+        log.info("closed connection %s: no hello within %g s", conn.label(), HELLO_SECONDS)
+        self._send(conn, p.Error(code=errors.NotInitialized.code, fatal=True, message=(
+            f"no hello within {HELLO_SECONDS:g} s of connecting; connect again and send `hello` first: "
+            "{\"type\":\"hello\",\"id\":1,\"protocol\":1,\"client\":{\"name\":\"me\"}}")))
+        conn.close()
 
     def connection_done(self, conn: Connection, lost: bool) -> None:
         self._drop_connection(conn, linger=not lost)
@@ -657,6 +671,9 @@ class Daemon:
         # may come twice (a lost peer whose handler still waited, or a peer lost while its connection
         # lingers): the second drops what it opened, and closes the connection at once
         self.connections.discard(conn)
+        if conn.hello_timer is not None:
+            conn.hello_timer.cancel()
+            conn.hello_timer = None
         self.mcp_hosts.connection_dropped(conn)  # an MCP host it handed over goes with it
         self.drop_owner(conn, linger)
         if conn.server_frame_bytes == self.gate.max_bytes:  # it may have been the smallest
@@ -736,6 +753,9 @@ class Daemon:
                 f"this scvd speaks protocol {p.PROTOCOL_VERSION}, the client asked for {frame.protocol}; "
                 "upgrade the older side")
         conn.initialized, conn.client, conn.approver = True, frame.client.name, frame.approver
+        if conn.hello_timer is not None:
+            conn.hello_timer.cancel()
+            conn.hello_timer = None
         conn.answers_secrets = frame.answers_secrets
         return p.Welcome(
             id=frame.id, protocol=p.PROTOCOL_VERSION, server=p.PeerInfo(name="scvd", version=__version__),
