@@ -270,14 +270,16 @@ def test_a_setsid_double_forked_orphan_is_killed_and_reaped(tmp_path, subreaper)
 
 
 def test_an_orphan_claimed_by_one_call_survives_the_end_of_another(tmp_path, subreaper):
-    orphan_file, go_b, go_a = tmp_path / "orphan", tmp_path / "go-b", tmp_path / "go-a"
+    orphan_file, go_b, go_a, let_go = (tmp_path / n for n in ("orphan", "go-b", "go-a", "let-go"))
     wait_for = "while [ ! -e {0} ]; do sleep 0.01; done"
-    a_script = (f"( setsid sh -c 'echo $$ > {orphan_file}; exec sleep 1000' & ); "
+    # the orphan's parent stays A's until A tracked it: an orphan started after both leaders is
+    # either's, and whichever scans first takes it; this one is A's from its first scan
+    a_script = (f"( setsid sh -c 'echo $$ > {orphan_file}; exec sleep 1000' & {wait_for.format(let_go)} ); "
                 + wait_for.format(go_a))
     b_script = wait_for.format(go_b)
 
-    def claimed(pid: int) -> bool:
-        return any(pid in r.tracked for r in tuple(process._RUNS))
+    def claimed_by_a(pid: int) -> bool:
+        return any(pid in r.tracked for r in tuple(process._RUNS) if r.popen.args[-1] == a_script)
 
     async def scenario() -> tuple[int, bool]:
         b = asyncio.ensure_future(run_process(["/bin/bash", "-c", b_script], cwd=tmp_path,
@@ -286,7 +288,10 @@ def test_an_orphan_claimed_by_one_call_survives_the_end_of_another(tmp_path, sub
         a = asyncio.ensure_future(run_process(["/bin/bash", "-c", a_script], cwd=tmp_path,
                                               env=PATH_ONLY, timeout=60, output_limit=1024))
         orphan = int((await asyncio.to_thread(wait_file, orphan_file)).strip())
-        while not claimed(orphan):  # A's scans take it as its own
+        while not claimed_by_a(orphan):  # a descendant of A's leader, seen by its scans
+            await asyncio.sleep(0.02)
+        let_go.touch()  # its parent exits: re-parented to us, an orphan that B's end could take
+        while read_stat(orphan).ppid != os.getpid():
             await asyncio.sleep(0.02)
         go_b.touch()
         await b
