@@ -25,6 +25,7 @@ import conftest
 from conftest import ROOT, shared_dir_for_other_uids
 from harness import HarnessTool, NoArgs, RawConn, make_wrapped, pid_gone, wait_ready, wait_until  # noqa: F401 (fixture)
 from scvd import protocol as p
+from scvd.proctree import read_stat, scan_processes
 from scvd.tools.contract import CallContext, Plan
 from scvctl.client import Client, ConnectionClosed
 from scvd import errors
@@ -1168,18 +1169,23 @@ def test_a_killed_scvd_takes_the_processes_of_its_calls_with_it(make_daemon, wor
 
     d = make_daemon('[sandbox]\nmode = "off"\n')  # in the sandbox, bwrap's --die-with-parent does it
     pids = workspace / "pids"
+    # connected until the kill: a disconnect cancels the call, and scvd itself ended them before it
     with d.client(name="owner", approver=True) as owner:
         call_id = owner.start_call(owner.open_session(workspace), "bash",
                                    {"command": "sleep 1023 & echo $$ $! > pids.tmp; mv pids.tmp pids; wait"})
         owner.request(p.ApprovalDecide, approval_id=requested(owner, call_id).approval_id, decision="approve")
         wait_until(pids.exists, what="the bash call to start")
-    shell, job = map(int, pids.read_text().split())
-    try:
-        os.kill(d.proc.pid, signal.SIGKILL)
-        d.proc.wait(10)
-        wait_until(lambda: pid_gone(shell) and pid_gone(job), timeout=10,
-                   what="the killed scvd's call processes to end")
-    finally:
-        for pid in (shell, job):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        shell, job = map(int, pids.read_text().split())
+        guardian = [q.pid for q in scan_processes().values() if q.ppid == d.proc.pid and conftest.is_guardian(q.pid)]
+        try:
+            os.kill(d.proc.pid, signal.SIGKILL)
+            d.proc.wait(10)
+            try:
+                wait_until(lambda: pid_gone(shell) and pid_gone(job), timeout=10,
+                           what="the killed scvd's call processes to end")
+            except AssertionError as exc:  # say what was left (shell, job, guardian)
+                raise AssertionError(f"{exc}: {[read_stat(pid) for pid in (shell, job, *guardian)]}") from None
+        finally:
+            for pid in (shell, job):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
