@@ -228,6 +228,25 @@ def test_a_stdio_server_that_dies_mid_call_is_reported_with_the_reason_it_wrote_
     assert link.error == "the server process exited with status 6; stderr: fatal: the disk is full", link.error
 
 
+def test_a_stop_cut_short_returns_once_the_server_is_killed_and_reaped(monkeypatch):
+    """Past its grace a stop cut the link short and returned at once: the server's SIGKILL and reaping
+    were left to a loop that the daemon's stop closed next ("Event loop is closed", a zombie left)."""
+    import signal
+
+    from scvd.mcp import link as link_mod
+
+    monkeypatch.setattr(link_mod, "STOP_GRACE", 0.2)  # while it still ignores its stdin's end
+
+    async def scenario() -> None:
+        link = ServerLink("raw", CFG, launch=quirks("slow-start=30"), on_tools=lambda *_: None)
+        link.start()
+        await until(lambda: link._proc is not None, timeout=30)
+        await link.stop()
+        assert link._task.done() and link._proc.popen.returncode == -signal.SIGKILL
+
+    asyncio.run(scenario())
+
+
 def test_a_huge_text_result_is_capped_and_a_secret_the_cap_cuts_reads_as_its_key():
     """The whole text (up to 64 MiB) was walked for the secrets before the 1 MiB cap cut it: the cap comes
     first now, and a value it cuts in two reads `[secret KEY]` on each side of the marker, as a script

@@ -43,6 +43,7 @@ DOWN_LOG_SECONDS = 3600.0  # once the wait is BACKOFF_MAX, how often a server st
 CONNECT_TIMEOUT = 60.0  # for initialize and the first tools/list
 # how long a stopping link may take to close (a stdio server is SIGKILLed at 4 s)
 STOP_GRACE = 5.0
+KILLED_WAIT = 1.0  # then, cut short (a stdio server SIGKILLed at once), for it to end and be reaped
 # an HTTP session's DELETE at a connection's end, which a server may never answer: a stop is done
 # within its grace, and a link connecting again (a lost session, a secret stored) does not wait for good
 DELETE_TIMEOUT = 3.0
@@ -110,7 +111,8 @@ class ServerLink:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"mcp:{self.name}")
 
     async def stop(self, why: str | None = None) -> None:
-        """Cancel the link and give its transport STOP_GRACE to close; after that it is abandoned.
+        """Cancel the link and give its transport STOP_GRACE to close; then its stop is cut short
+        (KILLED_WAIT more, for a SIGKILLed server to be reaped), and after that it is abandoned.
         `why` (a reload changed or removed its table) is what calls cut off by the stop are told."""
         self.state = "stopped"
         if why is not None:
@@ -123,6 +125,7 @@ class ServerLink:
         if not task.done():
             log.warning("mcp server %s did not close within %g s; abandoning its connection", self.name, STOP_GRACE)
             task.cancel()  # the first cancel's cleanup (the session DELETE) is what waits: cut it short
+            await asyncio.wait([task], timeout=KILLED_WAIT)  # else a loop closed after the stop finds it pending
         task.add_done_callback(_quiet)
 
     async def _run(self) -> None:

@@ -157,7 +157,7 @@ async def _stop_and_close(proc: ServerProcess, transports: list[Any],
                           pumps: tuple[asyncio.Task[Any], ...] = ()) -> None:
     """_stop, the stderr read to its end (STDERR_DRAIN at most), then the pumps and pipes closed. A
     second cancel (the daemon's stop grace is over) cuts the stop short: the server's group is killed at
-    once then, and its pipes closed all the same."""
+    once then, its exit waited for (TERM_GRACE at most) and its pipes closed all the same."""
     try:
         await _stop(proc)
         if proc.stderr_read is not None:  # its group is gone: the pipe's end is near
@@ -165,12 +165,15 @@ async def _stop_and_close(proc: ServerProcess, transports: list[Any],
     except BaseException:
         if not proc.exited.done():
             signal_group(proc.popen.pid, signal.SIGKILL)
+            # reaped before the connection ends: a loop closed right after the daemon's stop found the
+            # exit's wait pending ("Event loop is closed") and the server a zombie
+            await asyncio.wait([proc.exited], timeout=TERM_GRACE)
         raise
     finally:
         for task in pumps:
             task.cancel()
         _close(transports, proc.popen)
-    await asyncio.gather(*pumps, return_exceptions=True)
+        await asyncio.gather(*pumps, return_exceptions=True)  # cut short too: no pump outlives it
 
 
 async def _stop(proc: ServerProcess) -> None:

@@ -72,8 +72,8 @@ def _descends_from(pid: int, ancestor: int) -> bool:
     return False
 
 
-def server_pid(name_part: str, daemon_pid: int) -> int:
-    """The pid of the node process under `daemon_pid` whose command line has `name_part`.
+def server_pid(name_part: str, daemon_pid: int, runtime: str = "node") -> int:
+    """The pid of the `runtime` process under `daemon_pid` whose command line has `name_part`.
 
     Only that daemon's descendants count: a test on another xdist worker may run the same server."""
     for entry in Path("/proc").iterdir():
@@ -82,7 +82,7 @@ def server_pid(name_part: str, daemon_pid: int) -> int:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if name_part in cmdline and "node" in cmdline and _descends_from(int(entry.name), daemon_pid):
+            if name_part in cmdline and runtime in cmdline and _descends_from(int(entry.name), daemon_pid):
                 return int(entry.name)
     raise AssertionError(f"no process of scvd (pid {daemon_pid}) runs {name_part}")
 
@@ -494,6 +494,25 @@ def test_no_answer_to_initialize_says_so_though_the_server_exits_after(make_inpr
     with d.client(name="t") as c:
         down = server(c, "raw", "down")
     assert down.error.startswith(f"no answer to {awaited} within 1 s"), down.error
+
+
+def test_a_stop_cut_short_leaves_no_server_process_behind(make_inproc, monkeypatch, tmp_path):
+    """A stop that cut a server's own stop short (past its grace, or a stop while a start given up on
+    was still closing) SIGKILLed the group and ended without its exit: the daemon's loop closed with
+    that wait pending ("Event loop is closed") and the server a zombie of scvd's, never reaped."""
+    from scvd.mcp import link
+    from scvd.proctree import read_stat
+
+    monkeypatch.setattr(link, "STOP_GRACE", 0.2)  # cut short while it still ignores its stdin's end
+    starts = tmp_path / "starts"
+    Path(f"{starts}.hold").touch()  # it reads nothing: only a signal ends it
+    d = make_inproc(quirks_stdio_table("plain", starts))
+    wait_until(lambda: starts.exists() and "start" in starts.read_text(), what="the server to start")
+    pid = server_pid(str(starts), os.getpid(), runtime=sys.executable)
+    d.call_soon(d.daemon.request_stop, "test")
+    d.thread.join(30)
+    assert not d.thread.is_alive() and not d.errors, d.errors
+    assert read_stat(pid) is None  # ended and reaped: no zombie left
 
 
 WHY_DOWN = {
