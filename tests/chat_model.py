@@ -319,7 +319,10 @@ def _wait_hangup(h: BaseHTTPRequestHandler, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         r, _, _ = select.select([h.connection], [], [], 0.1)
-        if r and not h.connection.recv(1):
+        try:
+            if r and not h.connection.recv(1):
+                return True
+        except ConnectionResetError:  # a client that closes with our last event unread sends a RST
             return True
     return False
 
