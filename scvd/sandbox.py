@@ -707,21 +707,20 @@ class Sandbox:
             held = (st.st_dev, st.st_ino)
         return BwrapArgv(argv, by_fd=self.probe.fd_binds, workspace=str(ws), held=held)
 
-    async def wrap_call(self, inner: list[str], *, workspace: Path, workspace_fd: int, network: bool,
-                        approved: bool, git: Sequence[str] | None = None, **binds: Any) -> list[str]:
-        """wrap() for a tool call in a session: an unasked call's is made on a worker thread (`git`:
-        as look() found it before the gate, else found there).
+    async def wrap_call(self, inner: list[str], ctx: Any, *, network: bool, **binds: Any) -> list[str]:
+        """wrap() for a tool call in a session, from its CallContext: the workspace as the session
+        holds it (path and fd), whether a person approved this very call, and the git metadata
+        look() found before the gate (else found here). An unasked call's is made on a worker thread.
 
         gitmeta.find() walks the whole workspace, and the argv of many guarded paths takes tens
         of ms to build: on the loop, either would hold every other client.
         """
-        if not self.active or approved:
-            return self.wrap(inner, workspace=workspace, network=network, approved=approved,
-                             workspace_fd=workspace_fd, **binds)
+        where = dict(workspace=Path(ctx.workspace), workspace_fd=ctx.workspace_fd, network=network)
+        if not self.active or ctx.approved:
+            return self.wrap(inner, approved=ctx.approved, **where, **binds)
         import asyncio
 
-        return await asyncio.to_thread(self.wrap, inner, workspace=workspace, network=network, approved=False,
-                                       git=git, workspace_fd=workspace_fd, **binds)
+        return await asyncio.to_thread(self.wrap, inner, approved=False, git=ctx.git, **where, **binds)
 
     def look(self, workspace: Path, network: bool) -> list[str]:
         """The git metadata a call in `workspace` that nobody approved gets read-only; raises

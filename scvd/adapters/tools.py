@@ -168,9 +168,7 @@ class AgentTool(Tool):
         home = await asyncio.to_thread(ensure_home, self.paths, self.adapter.name)
         argv = plan.data["argv"]
         if plan.sandboxed:
-            argv = await ctx.sandbox.wrap_call(argv, workspace=Path(ctx.workspace), workspace_fd=ctx.workspace_fd,
-                                               network=True, rw_binds=[home], chdir=cwd, approved=ctx.approved,
-                                               git=ctx.git)
+            argv = await ctx.sandbox.wrap_call(argv, ctx, network=True, rw_binds=[home], chdir=cwd)
         # a passed GH_TOKEN the agent prints (a `gh auth status`, a debug line) is a credential, as a
         # script tool's is: out of the result, the timeout's message and scvd's log
         hidden = passenv.credentials(os.environ, self.adapter.pass_env)

@@ -116,8 +116,7 @@ class Bash(Tool):
         env = child_env(os.environ if self._env is None else self._env, remove=provider_keys(ctx.config))
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
-            argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, workspace_fd=ctx.workspace_fd,
-                                               network=plan.network, approved=ctx.approved, git=ctx.git)
+            argv = await ctx.sandbox.wrap_call(argv, ctx, network=plan.network)
         try:
             result = await run_process(
                 argv, cwd=ctx.workspace, cwd_fd=ctx.workspace_fd, env=env, timeout=plan.timeout,

@@ -142,7 +142,7 @@ class CallContext(msgspec.Struct):
     # running it unasked does not count): sandbox.wrap(approved=...) relaxes the git guard
     approved: bool = False
     # the workspace's git metadata, found before the gate for a sandboxed call that runs unasked
-    # (Sandbox.look): its sandbox keeps that read-only (sandbox.wrap_call(git=...)); None: found there
+    # (Sandbox.look): its sandbox keeps that read-only (sandbox.wrap_call reads it); None: found there
     git: list[str] | None = None
     # a tool that knows how far it is sends `call.progress` with its own message (set by the registry)
     progress: Callable[[str], None] = _no_progress

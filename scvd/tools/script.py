@@ -191,8 +191,7 @@ class ScriptTool(Tool):
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         self._unchanged()  # again: it may have changed while the call waited for approval
         if plan.sandboxed:
-            argv = await ctx.sandbox.wrap_call(argv, workspace=ctx.workspace, workspace_fd=ctx.workspace_fd,
-                                               network=plan.network, ro_binds=[folder], approved=ctx.approved, git=ctx.git)
+            argv = await ctx.sandbox.wrap_call(argv, ctx, network=plan.network, ro_binds=[folder])
         try:
             result = await run_process(
                 argv, cwd=ctx.workspace, cwd_fd=ctx.workspace_fd, env=env, timeout=plan.timeout,
