@@ -671,9 +671,7 @@ class Daemon:
         # may come twice (a lost peer whose handler still waited, or a peer lost while its connection
         # lingers): the second drops what it opened, and closes the connection at once
         self.connections.discard(conn)
-        if conn.hello_timer is not None:
-            conn.hello_timer.cancel()
-            conn.hello_timer = None
+        _no_hello_wait(conn)
         self.mcp_hosts.connection_dropped(conn)  # an MCP host it handed over goes with it
         self.drop_owner(conn, linger)
         if conn.server_frame_bytes == self.gate.max_bytes:  # it may have been the smallest
@@ -753,9 +751,7 @@ class Daemon:
                 f"this scvd speaks protocol {p.PROTOCOL_VERSION}, the client asked for {frame.protocol}; "
                 "upgrade the older side")
         conn.initialized, conn.client, conn.approver = True, frame.client.name, frame.approver
-        if conn.hello_timer is not None:
-            conn.hello_timer.cancel()
-            conn.hello_timer = None
+        _no_hello_wait(conn)
         conn.answers_secrets = frame.answers_secrets
         return p.Welcome(
             id=frame.id, protocol=p.PROTOCOL_VERSION, server=p.PeerInfo(name="scvd", version=__version__),
@@ -1016,3 +1012,9 @@ class Daemon:
             except OSError as exc:
                 log.error("audit log write failed: %s", exc)
 
+
+def _no_hello_wait(conn: Connection) -> None:
+    """The hello deadline is over for `conn`: it said hello, or it is gone."""
+    if conn.hello_timer is not None:
+        conn.hello_timer.cancel()
+        conn.hello_timer = None

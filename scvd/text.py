@@ -59,10 +59,15 @@ ZWJ = "\u200d"  # joins emoji into one (a woman, ZWJ, a laptop: a woman technolo
 KEYCAP = "\u20e3"
 
 
+def plain(text: str) -> bool:
+    """Whether `text` shows as it is: nothing to escape (no control, format or invisible character)."""
+    return text.isprintable() and INVISIBLE.search(text) is None
+
+
 def printable(text: str, keep: str = "\n\t") -> str:
     """`text` with control, format and invisible characters escaped (`\\x1b`, `\\u202e`, `\\u3164`),
     except those in `keep`; a variation selector or zero-width joiner inside an emoji stays."""
-    if text.isprintable() and INVISIBLE.search(text) is None:
+    if plain(text):
         return text
     return "".join(c if c in keep or _shown(text, i, c) else ascii(c)[1:-1] for i, c in enumerate(text))
 

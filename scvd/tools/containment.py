@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import Failed, InvalidArguments, PathMissing
-from ..text import INVISIBLE
+from ..text import plain
 
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
@@ -50,7 +50,7 @@ NOFOLLOW_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
 def show(path: str) -> str:
     """`path` quoted for a message, with control, bidi and invisible characters escaped (approvers
     use terminals: a path holding U+3164 must not look like one without)."""
-    return repr(path) if path.isprintable() and INVISIBLE.search(path) is None else ascii(path)
+    return repr(path) if plain(path) else ascii(path)
 
 
 def split(path: str) -> tuple[str, ...]:
