@@ -475,11 +475,13 @@ class CallRegistry:
                     judged: tuple[Verdict, str | None] | None) -> tuple[Verdict, str | None] | None:
         """For a sandboxed call the policy would run unasked, the git metadata its sandbox keeps
         read-only, found off the loop before the gate (ctx.git); where it cannot all be kept so,
-        the call asks instead (call.unguarded), and is judged again."""
+        the call asks instead (call.unguarded), and is judged again. Returns the verdict, judged
+        once (a proposal audited once) unless it must be judged again (None)."""
         sandbox = ctx.sandbox
         assert sandbox is not None  # _guarded(plan, ctx)
-        if (judged or self._verdict(call, tool, plan))[0] is not Verdict.RUN:
-            return judged  # asked: a call a person approves needs no guard, or refused
+        verdict = judged or self._verdict(call, tool, plan)
+        if verdict[0] is not Verdict.RUN:
+            return judged or self._judge(call, tool, plan, verdict)  # asked: a call a person approves needs no guard
         if git_link(ctx.workspace):  # under a session grant too, not only where the policy decides
             call.unguarded = GIT_LINK_ASKS.format(git=os.path.join(ctx.workspace, ".git"))
             return None
@@ -487,13 +489,16 @@ class CallRegistry:
             ctx.git = await asyncio.to_thread(sandbox.look, ctx.workspace, plan.network)
         except errors.LimitExceeded as exc:
             call.unguarded = f"{exc.message}: so every call there asks; {exc.hint}"
-            judged = None
         self._still_wanted(call)  # cancelled (or scvd stopping) while it looked
-        return judged
+        if call.unguarded is not None:
+            return None  # judged again: it asks now
+        return judged or self._judge(call, tool, plan, verdict)
 
-    def _judge(self, call: Call, tool: Tool, plan: Plan) -> tuple[Verdict, str | None]:
-        """The policy's verdict on a planned call and the always_ask reason; audited as its proposal."""
-        verdict, always = self._verdict(call, tool, plan)
+    def _judge(self, call: Call, tool: Tool, plan: Plan,
+               found: tuple[Verdict, str | None] | None = None) -> tuple[Verdict, str | None]:
+        """The policy's verdict on a planned call and the always_ask reason (`found`: _verdict()'s,
+        worked out just before); audited as its proposal."""
+        verdict, always = found or self._verdict(call, tool, plan)
         self._audit("proposal", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
                                  "risk": plan.risk._value_, "policy": call.session.config.approvals.policy,
                                  "decision": verdict._value_})
