@@ -24,6 +24,9 @@ Rules:
   `session` scope given to it is recorded as `once`.
 - Every pending request, and all of them together (`approvals.list`), fit in
   one server frame: an approver is shown a request whole or it never opens.
+- One owner (a connection, whatever sessions it holds) has at most three quarters
+  of `max_pending` and of that frame waiting: one runaway client leaves the
+  others' calls room to be asked. Past that a request is refused with `limit`.
 """
 
 from __future__ import annotations
@@ -273,14 +276,16 @@ class ApprovalGate:
             raise errors.Denied(
                 f"{len(self.pending)} approvals are already waiting (approvals.max_pending); "
                 "this call was refused without asking: decide the pending ones first")
-        # one runaway session (a model asking for hundreds of reads at once) leaves a quarter of the
-        # room, in count and in bytes, to the others: their calls are still asked, not refused
-        mine = [a for a in self.pending.values() if a.info.session == info.get("session")]
+        # one runaway connection (a model asking for hundreds of reads at once, in one session or
+        # several) leaves a quarter of the room, in count and in bytes, to the other connections:
+        # their calls are still asked, not refused
+        mine = [a for a in self.pending.values() if a.owner is owner]
         if len(mine) >= self.max_pending - self.max_pending // 4:
-            raise errors.Denied(
-                f"{len(mine)} approvals of this session are already waiting, as many as one session may "
-                "hold (approvals.max_pending less a quarter kept for other sessions); this call was refused "
-                "without asking: decide those first")
+            raise errors.LimitExceeded(
+                f"{len(mine)} approvals of this connection's sessions are already waiting, as many as one "
+                "connection may hold (approvals.max_pending less a quarter kept for other connections); this "
+                "call was refused without asking: have those decided (scvctl approvals), or cancel the calls "
+                "you no longer need (call.cancel), then send it again")
         loop = asyncio.get_running_loop()
         now = time.time()
         approval_id = f"a{next(self._counter)}-{secrets.token_hex(3)}"
@@ -374,7 +379,7 @@ class ApprovalGate:
 
     def _check_room(self, size: int, mine: list[Approval]) -> None:
         """Refuse a request that one frame could not carry whole, alone or with those already waiting,
-        or with its session's (`mine`) more than three quarters of it."""
+        or with its connection's (`mine`) more than three quarters of it."""
         room = self.max_bytes - FRAME_ENVELOPE
         if size > room:
             raise errors.LimitExceeded(
@@ -390,12 +395,13 @@ class ApprovalGate:
                 f"they would not fit in one approvals.list frame ({self.max_bytes_from} = {self.max_bytes:,}); "
                 "this call was refused without asking: decide the pending ones first")
         own = sum(a.size + 1 for a in mine)
-        if mine and own + size > room - room // 4:  # a session's first request may take it all
-            raise errors.Denied(
-                f"this session's approval requests already waiting take {own:,} bytes, and with this one's "
+        if mine and own + size > room - room // 4:  # a connection's first request may take it all
+            raise errors.LimitExceeded(
+                f"this connection's approval requests already waiting take {own:,} bytes, and with this one's "
                 f"{size:,} they would take more than three quarters of one approvals.list frame "
-                f"({self.max_bytes_from} = {self.max_bytes:,}), the rest kept for other sessions; this call "
-                "was refused without asking: decide those first")
+                f"({self.max_bytes_from} = {self.max_bytes:,}), the rest kept for other connections; this call "
+                "was refused without asking: have those decided (scvctl approvals), or cancel the calls you no "
+                "longer need (call.cancel), then send it again")
 
     def list(self) -> list[ApprovalInfo]:
         self._sweep()

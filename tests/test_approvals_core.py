@@ -488,27 +488,29 @@ def test_a_full_gate_refuses_without_asking():
     asyncio.run(main())
 
 
-def test_one_session_may_fill_three_quarters_of_the_gate_and_the_others_are_still_asked():
+def test_one_connection_may_fill_three_quarters_of_the_gate_over_all_its_sessions_and_others_are_still_asked():
     async def main():
         events = []
         gate = ApprovalGate(60, lambda kind, a: events.append(kind), max_pending=8)
 
-        def ask(session: str, n: int) -> Any:
-            return gate.request("owner", session=session, call_id=f"{session}-{n}", tool="read",
+        def ask(owner: str, session: str, n: int) -> Any:
+            return gate.request(owner, session=session, call_id=f"{session}-{n}", tool="read",
                                 risk="filesystem", workspace="/ws", summary="read .env", details={})
 
-        mine = [ask("s1", n) for n in range(6)]
-        with pytest.raises(errors.Denied) as info:
-            ask("s1", 6)
-        assert info.value.message == (
-            "6 approvals of this session are already waiting, as many as one session may hold "
-            "(approvals.max_pending less a quarter kept for other sessions); this call was refused without "
-            "asking: decide those first")
-        ask("s2", 0), ask("s2", 1)  # asked, not refused
+        mine = [ask("c1", session, n) for n in range(3) for session in ("s1", "s2")]  # two sessions, one client
+        for session in ("s1", "s3"):  # a session it opens next is no way round
+            with pytest.raises(errors.LimitExceeded) as info:
+                ask("c1", session, 6)
+            assert info.value.message == (
+                "6 approvals of this connection's sessions are already waiting, as many as one connection may "
+                "hold (approvals.max_pending less a quarter kept for other connections); this call was refused "
+                "without asking: have those decided (scvctl approvals), or cancel the calls you no longer need "
+                "(call.cancel), then send it again")
+        ask("c2", "s4", 0), ask("c2", "s4", 1)  # another connection is asked, not refused
         with pytest.raises(errors.Denied, match=r"8 approvals are already waiting \(approvals.max_pending\)"):
-            ask("s3", 0)
+            ask("c3", "s5", 0)
         gate.cancel(mine[0].id, "done")
-        ask("s1", 7)  # its share has room again
+        ask("c1", "s2", 7)  # its share has room again
         assert events.count("requested") == 9
         for a in list(gate.pending.values()):
             gate.cancel(a.id, "test over")
@@ -516,21 +518,21 @@ def test_one_session_may_fill_three_quarters_of_the_gate_and_the_others_are_stil
     asyncio.run(main())
 
 
-def test_one_sessions_requests_may_take_three_quarters_of_the_list_frame_and_the_others_are_still_asked():
+def test_one_connections_requests_may_take_three_quarters_of_the_list_frame_and_others_are_still_asked():
     async def main():
         gate = ApprovalGate(60, lambda kind, a: None, max_bytes=64 * 1024)
 
-        def ask(session: str, size: int, n: int) -> Any:
-            return gate.request("owner", session=session, call_id=f"{session}-{n}", tool="bash", risk="process",
+        def ask(owner: str, session: str, size: int, n: int) -> Any:
+            return gate.request(owner, session=session, call_id=f"{session}-{n}", tool="bash", risk="process",
                                 workspace="/ws", summary="bash", details={"command": "x" * size})
 
-        ask("s1", 40 * 1024, 0)  # a session's first request may take it all
-        with pytest.raises(errors.Denied) as info:
-            ask("s1", 10 * 1024, 1)
-        assert info.value.message.startswith("this session's approval requests already waiting take ")
+        ask("c1", "s1", 40 * 1024, 0)  # a connection's first request may take it all
+        with pytest.raises(errors.LimitExceeded) as info:
+            ask("c1", "s2", 10 * 1024, 1)  # in another of its sessions too
+        assert info.value.message.startswith("this connection's approval requests already waiting take ")
         assert ("would take more than three quarters of one approvals.list frame (server.server_frame_bytes = "
-                "65,536), the rest kept for other sessions") in info.value.message
-        ask("s2", 10 * 1024, 0)  # another session is asked
+                "65,536), the rest kept for other connections") in info.value.message
+        ask("c2", "s3", 10 * 1024, 0)  # another connection is asked
         for a in list(gate.pending.values()):
             gate.cancel(a.id, "test over")
 

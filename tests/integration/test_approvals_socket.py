@@ -602,22 +602,30 @@ def test_a_session_a_handler_opens_after_its_peer_was_found_gone_is_closed_when_
     wait_until(lambda: w.status().sessions == 1)  # the session it opened after is gone too
 
 
-def test_a_session_asking_for_many_secret_like_reads_at_once_leaves_room_for_other_sessions(rig, workspace):
-    # read is concurrent and a secret-like read asks: one session once filled approvals.max_pending
-    # and every other client's call was then refused without asking
+def test_a_connection_asking_for_many_secret_like_reads_at_once_leaves_room_for_other_connections(rig, workspace):
+    # read is concurrent and a secret-like read asks: one session once filled approvals.max_pending,
+    # then one connection with two sessions did, and every other client's call was refused without asking
     rg = rig("[approvals]\nmax_pending = 8\n")
     (workspace / ".env").write_text("TOKEN=x\n")
     w = rg.watcher()
     runaway = rg.client(name="runaway")
-    session = runaway.open_session(workspace)
-    ids = [runaway.start_call(session, "read", {"path": ".env"}) for _ in range(8)]
-    asked = [requested(w, call_id) for call_id in ids[:6]]
-    for call_id in ids[6:]:
-        error = runaway.wait_call(call_id).error
-        assert error.kind == "denied" and "6 approvals of this session are already waiting" in error.message
+    first, second = runaway.open_session(workspace), runaway.open_session(workspace)
+    ids = [runaway.start_call(first, "read", {"path": ".env"}) for _ in range(4)]
+    asked = [requested(w, call_id) for call_id in ids]
+    ids += [runaway.start_call(second, "read", {"path": ".env"}) for _ in range(4)]
     other = rg.client(name="other")
     other_call = other.start_call(other.open_session(workspace), "probe_touch", {"path": "b.txt"})
-    decide(w, requested(w, other_call).approval_id, "approve")
+    # the next three asked: the second session's first two and the other connection's, never a third
+    later = [wait_event(w, lambda e: isinstance(e, p.ApprovalRequested) and e.call_id in [*ids[4:], other_call])
+             for _ in range(3)]
+    assert sorted(r.call_id for r in later) == sorted([*ids[4:6], other_call])
+    for call_id in ids[6:]:
+        error = runaway.wait_call(call_id).error
+        assert error.kind == "limit" and error.message.startswith(
+            "6 approvals of this connection's sessions are already waiting, as many as one connection may hold "
+            "(approvals.max_pending less a quarter kept for other connections)")
+    asked += [r for r in later if r.call_id != other_call]
+    decide(w, next(r for r in later if r.call_id == other_call).approval_id, "approve")
     assert other.wait_call(other_call).ok and (workspace / "b.txt").exists()
     decide(w, asked[0].approval_id, "approve")
     assert runaway.wait_call(ids[0]).result["content"] == "TOKEN=x\n"
