@@ -395,7 +395,7 @@ class CallRegistry:
             result = await self._run(call, tool, args, plan, ctx, waited=ticket.waited or asked, approved=approved)
             outcome = Outcome(True, _plain(tool, result), None)
         except asyncio.CancelledError:
-            outcome = _failure(self._stopped_why(call))
+            outcome = failure(self._stopped_why(call))
         except Exception as exc:
             outcome = self._failed(call, exc)
         finally:
@@ -410,14 +410,14 @@ class CallRegistry:
     def _failed(self, call: Call, exc: Exception) -> Outcome:
         """The outcome of a call that raised `exc` (anything but a cancellation)."""
         if isinstance(exc, errors.ToolError):
-            return _failure(exc)
+            return failure(exc)
         if isinstance(exc, RecursionError):  # the peer's arguments nest deeper than a checker recurses
             log.warning("call %s of %s: its arguments nest too deeply", call.call_id, call.tool_name)
-            return _failure(errors.InvalidArguments(
+            return failure(errors.InvalidArguments(
                 f"{call.tool_name}: the arguments nest arrays or objects too deeply to check; send flatter JSON"))
         # a bug in a tool must not kill the daemon or lose the answer
         log.error("tool %s crashed on call %s", call.tool_name, call.call_id, exc_info=exc)
-        return _failure(errors.Failed(f"{call.tool_name} failed unexpectedly: {type(exc).__name__}"))
+        return failure(errors.Failed(f"{call.tool_name} failed unexpectedly: {type(exc).__name__}"))
 
     def _admit(self, call: Call) -> tuple[Tool, object]:
         """The refusals before a call queues, then its decoded arguments."""
@@ -724,7 +724,8 @@ def _join(lane: Lane, tool: Tool) -> Ticket:
     return lane.join(concurrent=tool.flags.concurrent, background=tool.flags.background)
 
 
-def _failure(exc: errors.ToolError) -> Outcome:
+def failure(exc: errors.ToolError) -> Outcome:
+    """A refusal or failure as a call's outcome (its kind, message, hint and reason)."""
     return Outcome(False, None, ToolErrorInfo(kind=exc.kind, message=exc.message, hint=exc.hint, reason=exc.reason))
 
 

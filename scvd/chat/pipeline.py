@@ -17,9 +17,13 @@ to pending ones (`ApprovalGate.rescreen()`).
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from .. import errors
+from ..calls import failure
+
+log = logging.getLogger("scvd.chat")
 
 NO_APPROVER = ("nobody can approve this call: no `scvctl approvals watch` is running and this client does not "
                "approve its own calls; run `scvctl exec --yes` to approve them yourself, or start "
@@ -49,10 +53,15 @@ def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:
 
 async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any], *,
                  turn: str) -> tuple[bool, Any, Any]:
-    """Run one call of `turn` to its end; (ok, result, error: ToolErrorInfo | None). Cancelled after
-    the call had ended (the same loop turn), the CancelledError carries that `outcome`."""
-    handle = daemon.calls.submit(session, tool, arguments, requester=session.owner.decider(),
-                                 call_id=_call_id(daemon, session, turn), turn=turn)
+    """Run one call of `turn` to its end; (ok, result, error: ToolErrorInfo | None), a refusal too.
+    Cancelled after the call had ended (the same loop turn), the CancelledError carries that `outcome`."""
+    try:
+        handle = daemon.calls.submit(session, tool, arguments, requester=session.owner.decider(),
+                                     call_id=_call_id(daemon, session, turn), turn=turn)
+    except errors.ToolError as exc:  # refused before it was taken on (server.max_calls_per_session):
+        # the model is told why, as a socket client is; no crash
+        log.info("turn %s: a call of %s was refused (%s)", turn, tool, errors.shown(exc))
+        return failure(exc)
     try:
         return tuple(await asyncio.shield(handle.outcome))
     except asyncio.CancelledError as exc:

@@ -450,6 +450,33 @@ def test_a_call_that_fails_inside_scvd_reaches_the_model_and_the_turn_ends(chat_
     assert error["kind"] == "failed" and "see the daemon log" in error["message"]
 
 
+def test_a_call_past_the_sessions_call_cap_reaches_the_model_as_a_limit_not_a_crash(chat_rig, workspace, caplog):
+    """A step asking for more calls than server.max_calls_per_session lets the session hold: the one
+    past it is refused as a socket `call` would be, and the turn goes on; it was logged as a crash."""
+    caplog.set_level(logging.INFO, logger="scvd.chat")
+    model, d = chat_rig(load("write"), Calls(("write", {"path": "a.txt", "content": "a", "mode": "create"}),
+                                             ("write", {"path": "b.txt", "content": "b", "mode": "create"})),
+                        Text("one was refused"), extra="[server]\nmax_calls_per_session = 1\n")
+    with d.client(name="pytest", approver=True) as c:
+        opened = open_chat(c, workspace)
+
+        def approve(event: Any) -> None:
+            if isinstance(event, p.ApprovalRequested):
+                c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="approve")
+
+        events, end = run_turn(c, opened.session, "write both", approve)
+        history = c.request(p.ChatHistory, session=opened.session).records
+    assert isinstance(end, p.TurnCompleted)
+    refused = ("this session already holds 1 calls that have not completed (server.max_calls_per_session); "
+               "wait for earlier calls to complete (call.completed), or cancel those you no longer need "
+               "(call.cancel), then send this one again")
+    outputs = [json.loads(o) for o in model.outputs(2)[-2:]]
+    assert outputs[0]["ok"] and outputs[1] == {"ok": False, "error": {"kind": "limit", "message": refused}}
+    assert (workspace / "a.txt").read_text() == "a" and not (workspace / "b.txt").exists()
+    assert refused in json.dumps([r for r in history if r["kind"] == "tool"])  # the transcript keeps it
+    assert "crashed" not in caplog.text and f"was refused (limit: {refused})" in caplog.text
+
+
 def test_ask_user_asks_the_chat_and_the_answer_reaches_the_model(chat_rig, workspace):
     model, d = chat_rig(Calls(("ask_user", {"question": "which colour?"})), Text("blue it is"))
     with d.client(name="pytest") as c:
