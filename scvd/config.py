@@ -49,6 +49,9 @@ class ServerConfig(Section):
     max_calls_per_session: PositiveInt = 256  # accepted and not completed; more is a runaway client
     max_connections_per_uid: Annotated[int, msgspec.Meta(ge=32)] = 256  # above limits.HEADROOM twice
     handoff_timeout_seconds: PositiveFloat = 10.0  # mcp.attach: how long scvd waits for the fds
+    # a connection without hello by then is closed: bare connects held every slot; below 1 s a loaded
+    # machine's own scvctl could miss it
+    hello_seconds: Annotated[float, msgspec.Meta(ge=1)] = 10.0
 
 
 class ScriptToolConfig(Section):

@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("scvd.server")
 
 RELOAD_READ_SECONDS = 30.0  # a reload reading config.toml and tool.json files past this gives up
-HELLO_SECONDS = 10.0  # a connection that has not said hello by then is closed: bare connects held every slot
 START_ONLY = ("log_level", "server.event_loop", "audit.max_bytes", "audit.keep")  # read at start only
 STUCK_READS_MAX = 4  # reloads whose read never returned (each holds a thread): then reloads are refused
 
@@ -565,19 +564,20 @@ class Daemon:
             conn.close()
             return None
         self.connections.add(conn)
-        conn.hello_timer = asyncio.get_running_loop().call_later(HELLO_SECONDS, self._no_hello, conn)
+        deadline = self.config.server.hello_seconds
+        conn.hello_timer = asyncio.get_running_loop().call_later(deadline, self._no_hello, conn, deadline)
         return conn
 
-    def _no_hello(self, conn: Connection) -> None:
-        """HELLO_SECONDS after a connection came: close it if it has not said hello (300 connections that
-        never said anything once held every slot of the uid, and `scvctl status` was refused meanwhile)."""
+    def _no_hello(self, conn: Connection, deadline: float) -> None:
+        """server.hello_seconds after a connection came: close it if it has not said hello (300 connections
+        that never said anything once held every slot of the uid, and `scvctl status` was refused meanwhile)."""
         conn.hello_timer = None
         if conn.initialized or conn.closed:
             return
-        log.info("closed connection %s: no hello within %g s", conn.label(), HELLO_SECONDS)
+        log.info("closed connection %s: no hello within %g s (server.hello_seconds)", conn.label(), deadline)
         self._send(conn, p.Error(code=errors.NotInitialized.code, fatal=True, message=(
-            f"no hello within {HELLO_SECONDS:g} s of connecting; connect again and send `hello` first: "
-            "{\"type\":\"hello\",\"id\":1,\"protocol\":1,\"client\":{\"name\":\"me\"}}")))
+            f"no hello within {deadline:g} s of connecting (server.hello_seconds); connect again and send "
+            "`hello` first: {\"type\":\"hello\",\"id\":1,\"protocol\":1,\"client\":{\"name\":\"me\"}}")))
         conn.close()
 
     def connection_done(self, conn: Connection, lost: bool) -> None:

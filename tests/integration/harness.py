@@ -347,7 +347,6 @@ SHORTENED = {  # HARNESS_* variable: the module constant it sets, in seconds
     "HARNESS_RELOAD_READ_SECONDS": ("scvd.server", "RELOAD_READ_SECONDS"),
     "HARNESS_STORE_SECONDS": ("scvd.secret_requests", "STORE_SECONDS"),
     "HARNESS_STALL_SECONDS": ("scvd.connection", "STALL_SECONDS"),
-    "HARNESS_HELLO_SECONDS": ("scvd.server", "HELLO_SECONDS"),
     "HARNESS_MCP_BACKOFF_FIRST": ("scvd.mcp.link", "BACKOFF_FIRST"),
     "HARNESS_MCP_DELETE_TIMEOUT": ("scvd.mcp.link", "DELETE_TIMEOUT"),
     "HARNESS_MCP_STDIN_CLOSE_GRACE": ("scvd.mcp.stdio", "STDIN_CLOSE_GRACE"),

@@ -456,13 +456,14 @@ def test_a_session_holds_at_most_its_cap_of_calls_and_takes_more_once_they_compl
 
 def test_a_connection_that_says_no_hello_is_closed_and_one_that_did_stays(make_wrapped):
     # 300 connections that never said anything once held every slot of the uid, and `scvctl status`
-    # was refused for as long as they stayed: one without hello goes after HELLO_SECONDS (1 s here)
-    d = make_wrapped(env={"HARNESS_HELLO_SECONDS": "1"})
+    # was refused for as long as they stayed: one without hello goes after server.hello_seconds (1 s here)
+    d = make_wrapped("[server]\nhello_seconds = 1\n")
     served = welcomed(d)  # connected first: its deadline is over before the silent one's
     with RawConn(d.socket, timeout=30) as silent:
         told = silent.frame()
         assert isinstance(told, p.Error) and told.fatal and told.code == "not_initialized"
-        assert told.message.startswith("no hello within 1 s of connecting; connect again and send `hello` first")
+        assert told.message.startswith(
+            "no hello within 1 s of connecting (server.hello_seconds); connect again and send `hello` first")
         assert silent.closed_by_server()
     assert served.status().pid == d.proc.pid  # said hello in time: still served past the deadline
     served.close()
