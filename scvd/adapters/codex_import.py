@@ -28,9 +28,9 @@ from typing import Any
 from ..errors import InternalError, InvalidRequest, NotARegularFile
 from ..paths import read_regular_file
 from .codex_home import AUTH, CONFIG, MAX_FILE_BYTES, auth_verdict, settle_old_files
-from .codex_provider import (LOCAL_PORTS, active_provider, active_settings, endpoint_problem, ignored_tables,
-                             model_provider_problem, provider_entries, provider_entry, provider_headers,
-                             provider_tables)
+from .codex_provider import (LOCAL_PORTS, active_provider, active_provider_id, active_settings, endpoint_problem,
+                             ignored_tables, model_provider_problem, provider_entries, provider_entry,
+                             provider_headers)
 from .import_files import commit_files, one_at_a_time, sweep
 
 log = logging.getLogger("scvd.adapters")
@@ -137,8 +137,8 @@ def _report(config: dict[str, Any]) -> dict[str, Any]:
 
 def _env_key_warnings(config: dict[str, Any]) -> list[str]:
     warnings = []
-    for name, provider in provider_tables(config).items():
-        var = provider.get("env_key")
+    for name, provider in provider_entries(config).items():
+        var = provider.get("env_key") if isinstance(provider, dict) else None
         if not isinstance(var, str) or not var:
             continue
         warnings.append(
@@ -161,7 +161,7 @@ def _check_endpoint(path: Path, config: dict[str, Any]) -> None:
     """Refused: a model_provider, base_url or wire_api no agent can send requests with (codex fails on it too)."""
     if problem := model_provider_problem(config):
         raise InvalidRequest(f"{path}: {problem}; fix it in your Codex config.toml and import again; nothing was written")
-    provider_id, _ = active_provider(config)
+    provider_id = active_provider_id(config)
     if problem := endpoint_problem(provider_entry(config, provider_id)):
         raise InvalidRequest(f"{path}: provider {provider_id!r}: {problem}; fix it in your Codex config.toml "
                              "and import again; nothing was written")
@@ -182,7 +182,7 @@ def _header_warnings(provider_id: str, provider: dict[str, Any], unused: str = "
 def _other_provider_warnings(config: dict[str, Any]) -> list[str]:
     """The providers this config does not use now, by the active one's rules but only warned of: a
     profile (or an agent's `-c model_provider=`) that picks one fails on it."""
-    active_id, _ = active_provider(config)
+    active_id = active_provider_id(config)
     warnings = []
     for name, entry in provider_entries(config).items():
         if name == active_id:

@@ -33,10 +33,16 @@ def _profile(config: dict[str, Any]) -> dict[str, Any]:
     return chosen if isinstance(chosen, dict) else {}
 
 
-def active_provider(config: dict[str, Any], env: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
-    """The id of the provider codex sends requests to, and its table ({} when it has none)."""
+def active_provider_id(config: dict[str, Any]) -> str:
+    """The id of the provider codex sends requests to."""
     value = active_settings(config).get("model_provider", DEFAULT_PROVIDER)
-    provider_id = value if isinstance(value, str) else repr(value)  # model_provider_problem's to name
+    return value if isinstance(value, str) else repr(value)  # model_provider_problem's to name
+
+
+def active_provider(config: dict[str, Any], env: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
+    """The id of the provider codex sends requests to, and its table ({} when it has none, or its
+    entry is no table: provider_entry gives the entry as written)."""
+    provider_id = active_provider_id(config)
     entry = provider_entry(config, provider_id, env)
     return provider_id, entry if isinstance(entry, dict) else {}
 
@@ -66,22 +72,21 @@ def model_provider_problem(config: dict[str, Any]) -> str:
     return ""
 
 
+def _model_providers(config: dict[str, Any]) -> dict[str, Any]:
+    """model_providers as written ({} when it is no table)."""
+    providers = config.get("model_providers")
+    return providers if isinstance(providers, dict) else {}
+
+
 def provider_entries(config: dict[str, Any]) -> dict[str, Any]:
     """model_providers' entries that codex reads, by id, as written (one named like a local provider
     is ignored_tables'; one that is no table, endpoint_problem's to name)."""
-    providers = config.get("model_providers")
-    return {k: v for k, v in providers.items() if k not in LOCAL_PORTS} if isinstance(providers, dict) else {}
-
-
-def provider_tables(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """model_providers' tables that codex reads, by id."""
-    return {k: v for k, v in provider_entries(config).items() if isinstance(v, dict)}
+    return {k: v for k, v in _model_providers(config).items() if k not in LOCAL_PORTS}
 
 
 def ignored_tables(config: dict[str, Any]) -> list[str]:
     """What in model_providers codex ignores: an entry named like one of its local providers."""
-    providers = config.get("model_providers")
-    return [name for name in providers if name in LOCAL_PORTS] if isinstance(providers, dict) else []
+    return [name for name in _model_providers(config) if name in LOCAL_PORTS]
 
 
 def strings(table: Any) -> dict[str, str]:
@@ -133,8 +138,7 @@ def provider_entry(config: dict[str, Any], provider_id: str, env: Mapping[str, s
     to name)."""
     if (local := local_provider(provider_id, env)) is not None:
         return local
-    providers = config.get("model_providers")
-    return providers.get(provider_id, {}) if isinstance(providers, dict) else {}
+    return _model_providers(config).get(provider_id, {})
 
 
 def endpoint_problem(table: Any) -> str:

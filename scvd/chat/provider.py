@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator, Mapping, Protocol
 
 from .. import errors
 from ..adapters.codex_home import read_auth, read_config
-from ..adapters.codex_provider import (active_provider, active_settings, endpoint_problem, model_provider_problem,
+from ..adapters.codex_provider import (active_provider_id, active_settings, endpoint_problem, model_provider_problem,
                                       provider_entry, provider_headers, strings)
 from .items import ModelEvent, ModelRequest
 
@@ -141,7 +141,7 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
         raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}", hint) from None
     if problem := model_provider_problem(config):
         raise ProviderFailure("provider_error", f"the imported Codex setup's {problem}", _FIX_CONFIG)
-    provider_id, _ = active_provider(config)  # a `profile` picks the provider and model, as in codex
+    provider_id = active_provider_id(config)  # a `profile` picks the provider and model, as in codex
     table = provider_entry(config, provider_id, env)
     config = active_settings(config)
     if problem := endpoint_problem(table):
