@@ -175,7 +175,7 @@ class AgentTool(Tool):
         hide_in_logs(hidden)
         try:
             result = await process.run_process(
-                argv, cwd=cwd, cwd_fd=ctx.workspace_fd if cwd == ctx.workspace else None,
+                argv, **ctx.start_dir(cwd),
                 env=build_env(os.environ, self.adapter, home),
                 timeout=plan.timeout, output_limit=ctx.config.tools.output_limit_bytes, wrapper=plan.sandboxed,
             )

@@ -119,7 +119,7 @@ class Bash(Tool):
             argv = await ctx.sandbox.wrap_call(argv, ctx, network=plan.network)
         try:
             result = await run_process(
-                argv, cwd=ctx.workspace, cwd_fd=ctx.workspace_fd, env=env, timeout=plan.timeout,
+                argv, **ctx.start_dir(), env=env, timeout=plan.timeout,
                 output_limit=tools.output_limit_bytes, wrapper=plan.sandboxed,
             )
         except OSError as exc:  # nothing started: a missing shell, bwrap or workspace

@@ -147,6 +147,13 @@ class CallContext(msgspec.Struct):
     # a tool that knows how far it is sends `call.progress` with its own message (set by the registry)
     progress: Callable[[str], None] = _no_progress
 
+    def start_dir(self, cwd: Path | None = None) -> dict[str, Any]:
+        """run_process's `cwd` and `cwd_fd` for a command started in `cwd` (the workspace when None):
+        the workspace is entered by the fd scvd holds, so a directory moved there since is not."""
+        if cwd is None or cwd == self.workspace:
+            return {"cwd": self.workspace, "cwd_fd": self.workspace_fd}
+        return {"cwd": cwd, "cwd_fd": None}
+
 
 class Tool(abc.ABC):
     """Base class of a tool. Subclasses set the class attributes and implement plan/run."""

@@ -194,7 +194,7 @@ class ScriptTool(Tool):
             argv = await ctx.sandbox.wrap_call(argv, ctx, network=plan.network, ro_binds=[folder])
         try:
             result = await run_process(
-                argv, cwd=ctx.workspace, cwd_fd=ctx.workspace_fd, env=env, timeout=plan.timeout,
+                argv, **ctx.start_dir(), env=env, timeout=plan.timeout,
                 output_limit=tools.output_limit_bytes, input=json.dumps(args).encode(),
                 stderr_limit=STDERR_LIMIT, wrapper=plan.sandboxed,
             )
