@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from typing import Any, Awaitable, Callable
@@ -95,13 +94,10 @@ class ServerLink:
         # a server's stderr, or an HTTP library's error, may quote a secret value (a header it refused)
         self._error = self._hide(text) if text else text
 
-    def _hide(self, text: str, read: dict[str, str] | None = None) -> str:
-        """`text` with the secrets this start read, and the values of the url's query, left out; and those
-        `read` by an earlier start (a call's server's, which a secret stored since may have restarted)."""
+    def _hide(self, text: str) -> str:
+        """`text` with the secrets this start read, and the values of the url's query, left out."""
         if self.cfg.url and self.url != self.cfg.url:  # an HTTP library's error may quote the url whole
             text = text.replace(self.cfg.url, self.url or "")
-        if read and read is not self._secrets:  # first: the server that wrote `text` was given these
-            text = redact(text, read)
         hidden = {**self._pasted, **self._secrets} if self._pasted else self._secrets
         return redact(text, hidden) if hidden else text
 
@@ -379,7 +375,10 @@ class ServerLink:
         session = self.usable(tool)
         refused = self._refused_posts
         secrets, proc = self._secrets, self._proc  # this call's server's: a restart may begin while it ends
-        hide = functools.partial(self._hide, read=secrets)
+
+        def hide(text: str) -> str:
+            # first the secrets this call's server read: a secret stored since may have restarted it with others
+            return self._hide(redact(text, secrets))
 
         async def hidden(done: float, total: float | None, message: str | None) -> None:
             # a progress line may quote the token as a result may ("authenticating with sk-...")
