@@ -29,6 +29,12 @@ def turn(conv: Conversation | None = None, **kw) -> Turn:
                 context_tokens=kw.pop("context_tokens", 100_000))
 
 
+def start(t: Turn, text: str, reply_tokens: int = 0) -> list:
+    """A turn's first actions, as service.py starts one: the person's text, then the first request."""
+    t.said(text)
+    return t.ask(reply_tokens)
+
+
 def call(call_id: str, name: str, **args) -> ToolCall:
     return ToolCall(call_id=call_id, name=name, arguments=json.dumps(args))
 
@@ -40,7 +46,7 @@ def output(t: Turn, call_id: str) -> dict:
 
 def test_text_only_reply_finishes_with_usage():
     t = turn()
-    [first] = t.start("hi")
+    [first] = start(t, "hi")
     assert isinstance(first, CallModel)
     assert [s.name for s in first.request.tools] == ["find_tools", "ask_user"]
     assert "Tools available by name only: read, watch, write." in first.request.instructions  # not store_secret
@@ -53,20 +59,20 @@ def test_text_only_reply_finishes_with_usage():
 def test_the_instructions_say_where_credentials_live_when_store_secret_is_offered():
     """Seed 003: one short line on credentials stays in the system prompt, so that a 401 or a missing
     key leads the model to store_secret even when the failing tool's error does not name it."""
-    [first] = turn().start("hi")
+    [first] = start(turn(), "hi")
     assert "live in scvd's secret store" in first.request.instructions
     # seed 003's auth failures: a tool saying its token expired (kind failed) is healed the same way
     assert "on a missing key, a 401, a 403 or an expired token, load store_secret" in first.request.instructions
     assert "load store_secret with find_tools (query 'store_secret')" in first.request.instructions
     without = cat.Catalog([e for e in catalog().entries.values() if e.name != "store_secret"])
     t = Turn(Conversation(settings=Opened(workspace="/ws")), without, "t1", max_steps=8, context_tokens=100_000)
-    [plain] = t.start("hi")
+    [plain] = start(t, "hi")
     assert "store_secret" not in plain.request.instructions and "secret store" not in plain.request.instructions
 
 
 def test_unloaded_tool_loads_its_schema_and_asks_for_a_second_call():
     t = turn()
-    t.start("read it")
+    start(t, "read it")
     [again] = t.on_reply("", [call("c1", "read", path="a")], Usage())
     assert output(t, "c1")["result"]["schema_loaded"] == "read"
     assert "read" in [s.name for s in again.request.tools]
@@ -81,7 +87,7 @@ def test_half_a_character_in_a_models_arguments_reaches_the_tool_as_the_socket_w
     # json.dumps (and JSON.stringify) print half an emoji as a lone surrogate escape; kept, it crashed
     # the tool's path handling or an agent's launch (UnicodeEncodeError) instead of running
     t = turn()
-    t.start("read it")
+    start(t, "read it")
     t.on_reply("", [call("c1", "read", path="a")], Usage())
     [run] = t.on_reply("", [call("c2", "read", path="a\ud83d")], Usage())
     assert isinstance(run, RunTool) and run.arguments == {"path": "a\ufffd"}
@@ -89,7 +95,7 @@ def test_half_a_character_in_a_models_arguments_reaches_the_tool_as_the_socket_w
 
 def test_find_tools_search_loads_matches_and_list_loads_nothing():
     t = turn()
-    t.start("x")
+    start(t, "x")
     [nxt] = t.on_reply("", [call("c1", "find_tools", query="write", mode="list")], Usage())
     assert output(t, "c1")["result"]["tools"][0]["name"] == "write"
     assert not t.conv.loaded
@@ -109,7 +115,7 @@ def test_find_tools_over_many_mcp_tools_answers_the_best_and_counts_the_rest():
             for n in range(300)]
     t = Turn(Conversation(settings=Opened(workspace="/ws")), cat.Catalog([*catalog().entries.values(), *many]),
              "t1", max_steps=8, context_tokens=128_000)
-    t.start("x")
+    start(t, "x")
     t.on_reply("", [call("c1", "find_tools", mode="list")], Usage())
     answer = output(t, "c1")["result"]
     assert len(json.dumps(answer)) < 40_000, len(json.dumps(answer))
@@ -126,7 +132,7 @@ def test_find_tools_that_matches_nothing_says_what_to_try_and_which_tools_there_
     many = [cat.Entry(f"mcp__gh__issue_{n}", "Issue tool.", {"type": "object"}) for n in range(3)]
     t = Turn(Conversation(settings=Opened(workspace="/ws")), cat.Catalog([*catalog().entries.values(), *many]),
              "t1", max_steps=8, context_tokens=100_000)
-    t.start("x")
+    start(t, "x")
     t.on_reply("", [call("c1", "find_tools", query="deploy kubernetes")], Usage())
     answer = output(t, "c1")["result"]
     assert answer["tools"] == [] and answer["note"] == (
@@ -158,7 +164,7 @@ def test_find_tools_takes_null_for_an_argument_as_its_default():
     """Models send null for an optional argument they mean to leave out, and every tool takes it so:
     find_tools answered invalid_arguments and the model spent a step on it."""
     t = turn()
-    t.start("x")
+    start(t, "x")
     t.on_reply("", [call("c1", "find_tools", query="write", mode=None, include_system=None)], Usage())
     assert output(t, "c1")["result"]["schemas_loaded"] == ["write"]
     t.on_reply("", [call("c2", "find_tools", query=None, mode="list")], Usage())
@@ -169,7 +175,7 @@ def test_find_tools_finds_store_secret_by_its_name_as_the_instructions_say():
     """The credentials line says to load store_secret with find_tools, but a search hid every system
     tool without include_system: the model found nothing and gave up on the missing key."""
     t = turn()
-    [first] = t.start("x")
+    [first] = start(t, "x")
     assert "load store_secret with find_tools (query 'store_secret')" in first.request.instructions
     [nxt] = t.on_reply("", [call("c1", "find_tools", query="store_secret")], Usage())
     assert output(t, "c1")["result"]["schemas_loaded"] == ["store_secret"]
@@ -186,7 +192,7 @@ def test_find_tools_finds_store_secret_by_its_name_as_the_instructions_say():
 def test_a_denial_goes_back_to_the_model_with_its_kind():
     conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["write"]))
     t = turn(conv)
-    t.start("write it")
+    start(t, "write it")
     [run] = t.on_reply("", [call("c1", "write")], Usage())
     [nxt] = t.on_result("c1", False, error=Denied("approval a1 was denied by me"))
     body = [i for i in nxt.request.items if isinstance(i, ToolOutput)][-1]
@@ -196,7 +202,7 @@ def test_a_denial_goes_back_to_the_model_with_its_kind():
 def test_all_calls_of_a_step_run_and_outputs_keep_call_order():
     conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read"]))
     t = turn(conv)
-    t.start("x")
+    start(t, "x")
     actions = t.on_reply("", [call("c1", "read", path="1"), call("c2", "read", path="2")], Usage())
     assert [a.call.call_id for a in actions] == ["c1", "c2"]
     assert t.on_result("c2", True, 2) == []
@@ -207,7 +213,7 @@ def test_all_calls_of_a_step_run_and_outputs_keep_call_order():
 
 def test_ask_user_waits_for_the_answer():
     t = turn()
-    t.start("x")
+    start(t, "x")
     [ask] = t.on_reply("", [call("q1", "ask_user", question="which?")], Usage())
     assert ask == AskUser("q1", "which?")
     [nxt] = t.on_answer("q1", "the blue one")
@@ -217,7 +223,7 @@ def test_ask_user_waits_for_the_answer():
 def test_background_result_becomes_a_note_before_the_next_request():
     conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["watch"]))
     t = turn(conv)
-    t.start("x")
+    start(t, "x")
     run, nxt = t.on_reply("", [call("b1", "watch")], Usage())
     assert run.background and isinstance(nxt, CallModel)
     assert output(t, "b1")["result"]["background"] is True
@@ -229,7 +235,7 @@ def test_background_result_becomes_a_note_before_the_next_request():
 def test_step_limit_fails_the_turn_and_closes_its_calls():
     conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read"]))
     t = turn(conv, max_steps=2)
-    t.start("x")
+    start(t, "x")
     t.on_reply("", [call("c1", "read")], Usage())
     [nxt] = t.on_result("c1", True, 1)
     t.on_reply("", [call("c2", "read")], Usage())
@@ -241,7 +247,7 @@ def test_step_limit_fails_the_turn_and_closes_its_calls():
 def test_cancel_gives_waiting_calls_a_cancelled_output():
     conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read"]))
     t = turn(conv)
-    t.start("x")
+    start(t, "x")
     t.on_reply("", [call("c1", "read")], Usage())
     t.cancel("turn.cancel")
     assert output(t, "c1")["error"]["kind"] == "cancelled"
@@ -252,7 +258,7 @@ def test_a_bad_argument_of_find_tools_or_ask_user_says_what_they_take():
     """A model's guess (`text` for ask_user's `question`, mode 'all') got msgspec's "Object contains
     unknown field `text`" / "Invalid enum value 'all'", naming neither the argument nor the values."""
     t = turn()
-    t.start("x")
+    start(t, "x")
     t.on_reply("", [call("c1", "ask_user", text="Which branch?"), call("c2", "find_tools", mode="all")], Usage())
     assert output(t, "c1")["error"] == {
         "kind": "invalid_arguments",
@@ -264,7 +270,7 @@ def test_a_bad_argument_of_find_tools_or_ask_user_says_what_they_take():
 
 def test_bad_arguments_and_unknown_tools_are_answered_without_running():
     t = turn()
-    t.start("x")
+    start(t, "x")
     actions = t.on_reply("", [ToolCall("c1", "read", "{nope"), call("c2", "rm_rf")], Usage())
     assert all(isinstance(a, CallModel) for a in actions)
     assert output(t, "c1")["error"]["kind"] == "invalid_arguments"
@@ -275,7 +281,7 @@ def test_bad_arguments_and_unknown_tools_are_answered_without_running():
 
 def test_context_limit_fails_when_nothing_fits():
     t = turn(context_tokens=50)
-    [fail] = t.start("x" * 4000)
+    [fail] = start(t, "x" * 4000)
     assert isinstance(fail, Fail) and fail.reason == "context_limit"
     assert fail.hint == "start afresh with chat.clear (it unloads the schemas), or raise chat.context_tokens"
 
@@ -289,18 +295,18 @@ def test_a_long_chat_that_keeps_loading_tools_unloads_the_least_recently_used_an
     conv = Conversation(settings=Opened(workspace="/ws"))
     for g in range(12):  # 96 schemas: about 29,000 tokens, far past the budget if all stayed
         t = Turn(conv, tools, f"t{g}", max_steps=8, context_tokens=16_000)
-        t.start(f"use group {g}")
+        start(t, f"use group {g}")
         [ask] = t.on_reply("", [call(f"c{g}", "find_tools", query=f"group{g:02}")], Usage())
         assert isinstance(ask, CallModel), ask
         assert {f"g{g}_t{i}" for i in range(8)} <= {s.name for s in ask.request.tools}
         t.on_reply("done", [], Usage())
     assert "g0_t0" in ask.request.instructions  # listed by name again
     t = Turn(conv, tools, "t12", max_steps=8, context_tokens=16_000)
-    t.start("use g0_t0")
+    start(t, "use g0_t0")
     [ask] = t.on_reply("", [call("c99", "g0_t0")], Usage())
     assert output(t, "c99")["result"]["schema_loaded"] == "g0_t0" and "g0_t0" in {s.name for s in ask.request.tools}
     replayed = Conversation.replay(conv.take_records(), conv.settings)  # a restart unloads the same ones
-    Turn(replayed, tools, "t13", max_steps=8, context_tokens=16_000).start("x")
+    start(Turn(replayed, tools, "t13", max_steps=8, context_tokens=16_000), "x")
     assert list(replayed.loaded) == list(conv.loaded)
 
 
@@ -316,7 +322,7 @@ def test_each_schema_of_a_request_is_sized_once(monkeypatch):
 
     monkeypatch.setattr(trim, "estimate", estimate)
     conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read", "write"]))
-    [ask] = turn(conv).start("x")
+    [ask] = start(turn(conv), "x")
     names = [s.name for s in ask.request.tools]
     assert "read" in names and sorted(sized) == sorted(names)
 
@@ -325,7 +331,7 @@ def test_a_replayed_chat_orders_its_schemas_by_use_as_the_running_one_did():
     """The order of use picks the schemas unloaded first: a reply calling a loaded tool, then one not
     loaded, then another loaded was ordered otherwise on replay, so a restart unloaded other schemas."""
     t = turn()
-    t.start("x")
+    start(t, "x")
     t.conv.load(["read"])
     t.conv.load(["watch"])
     t.on_reply("", [call("c1", "read", path="a"), call("c2", "write"), call("c3", "watch")], Usage())
@@ -341,7 +347,7 @@ def test_a_request_leaves_room_for_the_reply_and_for_what_the_estimate_undercoun
         conv = Conversation(settings=Opened(workspace="/ws"))
         conv.history += [UserText(text="read it"), AssistantReply(calls=[call("c1", "read", path="a")]),
                          ToolOutput(call_id="c1", name="read", output=output), AssistantReply(text="done")]
-        [ask] = Turn(conv, catalog(), "t1", max_steps=8, context_tokens=10_000).start("next", **kw)
+        [ask] = start(Turn(conv, catalog(), "t1", max_steps=8, context_tokens=10_000), "next", **kw)
         return [i.output for i in ask.request.items if isinstance(i, ToolOutput)]
 
     assert first_request("x" * 20_000, reply_tokens=4_000) == [trim.TRIMMED]  # 5,000 tokens, and 4,000 for the reply
@@ -353,10 +359,10 @@ def test_a_message_too_long_alone_says_to_send_a_shorter_one_and_the_next_turn_h
     """The hint said to start a new conversation (chat.clear, which loses the history) for a pasted log
     too long alone: a shorter message is the fix, and the next turn fits without it."""
     conv = Conversation(settings=Opened(workspace="/ws"))
-    [fail] = Turn(conv, catalog(), "t1", max_steps=8, context_tokens=4_000).start("log " * 5_000)
+    [fail] = start(Turn(conv, catalog(), "t1", max_steps=8, context_tokens=4_000), "log " * 5_000)
     assert fail.reason == "context_limit" and fail.message.startswith("the message is about 5010 tokens")
     assert fail.hint.startswith("send a shorter message") and "chat.clear" not in fail.hint
-    [ask] = Turn(conv, catalog(), "t2", max_steps=8, context_tokens=4_000).start("the last lines only")
+    [ask] = start(Turn(conv, catalog(), "t2", max_steps=8, context_tokens=4_000), "the last lines only")
     assert [i.text for i in ask.request.items] == ["the last lines only"]
 
 
@@ -426,7 +432,7 @@ def test_the_loops_own_tools_follow_the_design_rules():
 def test_a_call_id_the_model_reuses_in_a_later_step_still_gets_its_output():
     conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read"]))
     t = turn(conv)
-    t.start("x")
+    start(t, "x")
     t.on_reply("", [call("same", "read")], Usage())
     t.on_result("same", True, 1)
     t.on_reply("", [call("same", "read")], Usage())
@@ -454,7 +460,7 @@ def test_a_long_chat_holds_old_trimmed_outputs_as_markers_and_sends_what_it_alwa
 
     for n in range(60):
         t = Turn(conv, catalog(), f"t{n}", max_steps=8, context_tokens=4_000)
-        sent(t.start(f"question {n}"))
+        sent(start(t, f"question {n}"))
         calls = [call(f"c{n}-{k}", "read", path=str(k)) for k in range(rng.randint(1, 3))]
         t.on_reply("", calls, Usage())
         for c in calls[:-1]:

@@ -4,7 +4,6 @@ A `Conversation` is the state across turns (history, loaded schemas); a `Turn`
 drives one turn of it. The caller (service.py) performs the actions and feeds
 back what happened:
 
-    turn.start(text, reply_tokens)-> [CallModel] | [Fail]: said(text), then ask(reply_tokens)
     turn.said(text)               -> the text is in the history (before the provider is set up: a
                                      turn that fails for want of one keeps it)
     turn.ask(reply_tokens)        -> [CallModel] | [Fail]: the first request, keeping room for a reply
@@ -287,10 +286,6 @@ class Turn:
     def usable(self) -> int:
         """What a request may take of the window: the reply and the margin are kept free."""
         return max(self.context_tokens - self.context_tokens // MARGIN - self.reply_tokens, 0)
-
-    def start(self, text: str, reply_tokens: int = 0) -> list[Any]:
-        self.said(text)
-        return self.ask(reply_tokens)
 
     def said(self, text: str) -> None:
         self.conv.flush_notes(self.id)  # background results that came between turns came first
