@@ -88,8 +88,9 @@ class _Look:
         if listing is None:  # cannot be listed: a repository could hide in it; and its own .git
             self.add([folder])  # may still name a git dir elsewhere (looked into below)
         self.spend(len(listing or ()))
-        names = {entry.name: entry for entry in listing or ()}
-        if folder != self.workspace and _is_git_dir(names):  # `app.git`: kept whole, not entered
+        names = {entry.name for entry in listing or ()}
+        # `app.git`: kept whole, not entered (the listing first: a HEAD is rare, a look costs syscalls)
+        if folder != self.workspace and "HEAD" in names and looks_like_git_dir(folder):
             self.add([folder])
             return []
         meta = _metadata(os.path.join(folder, ".git")) if ".git" in names or listing is None else []
@@ -146,15 +147,6 @@ def _listing(folder: str, limit: int) -> list[os.DirEntry] | None:
             return list(itertools.islice(entries, limit))
     except OSError as exc:
         return None if exc.errno in _DENIED else []
-
-
-def _is_git_dir(names: dict[str, os.DirEntry]) -> bool:
-    """A listing with a `HEAD` file beside `config`, `objects` or `refs` (looks_like_git_dir's rule)."""
-    head = names.get("HEAD")
-    try:
-        return head is not None and head.is_file(follow_symlinks=False) and any(n in names for n in _GIT_DIR_MARKS)
-    except OSError:
-        return False
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
