@@ -18,10 +18,9 @@ import msgspec
 
 from .. import passenv, process
 from ..errors import Failed, InvalidArguments
-from ..redact import hide_in_logs
 from ..text import excerpt
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout, own_deadline
-from ..tools.runs import redact_text, result_dict, timeout_error
+from ..tools.runs import hidden_values, redact_text, result_dict, timeout_error
 from . import spec as specs
 from .argv import EFFORTS, MODEL_PATTERN, PROMPT_PATTERN, bounded, build_argv, check_model
 from .env import build_env
@@ -169,10 +168,8 @@ class AgentTool(Tool):
         argv = plan.data["argv"]
         if plan.sandboxed:
             argv = await ctx.sandbox.wrap_call(argv, ctx, network=True, rw_binds=[home], chdir=cwd)
-        # a passed GH_TOKEN the agent prints (a `gh auth status`, a debug line) is a credential, as a
-        # script tool's is: out of the result, the timeout's message and scvd's log
-        hidden = passenv.credentials(os.environ, self.adapter.pass_env)
-        hide_in_logs(hidden)
+        # a passed GH_TOKEN the agent prints (a `gh auth status`, a debug line), as a script tool's
+        hidden = hidden_values(self.adapter.pass_env)
         try:
             result = await process.run_process(
                 argv, **ctx.start_dir(cwd),

@@ -12,12 +12,21 @@ import errno
 import itertools
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
+from .. import passenv
 from ..errors import Failed, Timeout
 from ..process import CUT_MARKER, RunResult
-from ..redact import LOG_MIN, forms, redact
+from ..redact import LOG_MIN, forms, hide_in_logs, redact
 
+
+
+def hidden_values(pass_env: Iterable[str], secrets: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a run's output, its timeout's message and scvd's log must not show, by label: the tool's
+    `secrets`, and the `pass_env` values that read like a credential (a passed GH_TOKEN is as much one)."""
+    hidden = {**passenv.credentials(os.environ, pass_env), **(secrets or {})}
+    hide_in_logs(hidden)
+    return hidden
 
 
 def result_dict(r: RunResult) -> dict[str, Any]:

@@ -35,11 +35,11 @@ from .. import validation_text as vt
 from ..config import provider_keys
 from ..errors import ConfigError, CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import run_process
-from ..redact import hide_in_logs, redact, redact_tree
+from ..redact import redact, redact_tree
 from ..secrets import SecretStore, off_loop, reads_refused
 from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline, whole_numbers
-from .runs import output_so_far, redact_text, workspace_error
+from .runs import hidden_values, output_so_far, redact_text, workspace_error
 from .script_defs import ScriptDef, identity, load_all, script_root
 
 log = logging.getLogger("scvd.tools.script")
@@ -184,9 +184,7 @@ class ScriptTool(Tool):
         folder = str(self.definition.real_folder)
         granted = self.pass_env(ctx.config)
         env = passenv.build(os.environ, [*KEPT, *granted], set={**secrets, "SCV_TOOL_DIR": folder})
-        # a passed GH_TOKEN is as much a credential as a declared one: out of the output too
-        hidden = {**passenv.credentials(os.environ, granted), **secrets}
-        hide_in_logs(hidden)
+        hidden = hidden_values(granted, secrets)
         tools = ctx.config.tools
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         self._unchanged()  # again: it may have changed while the call waited for approval
