@@ -32,6 +32,8 @@ from .toml_write import toml_key
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+# the most tools scvd takes from one MCP server: a bound on its parse and its part of every tools.list
+MCP_TOOLS_CEILING = 4096
 
 
 class Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -164,6 +166,8 @@ class McpServerConfig(Section):
     timeout_seconds: PositiveFloat | None = None  # None: tools.default_timeout_seconds
     enabled: bool = True
     sandbox: bool = True  # false: a stdio server runs outside bubblewrap even when it is on
+    # the first this many in the server's order; the rest are left out, with a load error saying so
+    max_tools: Annotated[int, msgspec.Meta(ge=1, le=MCP_TOOLS_CEILING)] = 256
 
 
 class McpConfig(Section):

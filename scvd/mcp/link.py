@@ -55,7 +55,7 @@ class ServerLink:
     """One configured server: its state for `scvctl status`, its tools, its calls."""
 
     def __init__(self, name: str, cfg: McpServerConfig, *, launch: Callable[[], Any],
-                 on_tools: Callable[["ServerLink", list[ToolSpec]], None]) -> None:
+                 on_tools: Callable[["ServerLink", list[ToolSpec], int], None]) -> None:
         self.name, self.cfg = name, cfg
         self.url = http_fields.shown_url(cfg.url) if cfg.url else None  # as printed: no key in its query
         self._launch = launch  # builds the StdioLaunch or HttpLaunch; may raise (a missing secret)
@@ -206,11 +206,11 @@ class ServerLink:
                 self._awaited = "initialize"
                 await session.initialize()
                 self._awaited = "its tools/list"  # a slow one is not a server that does not speak MCP
-                tools = await self._list(session)
+                tools, listed = await self._list(session)
             self.session, self.state, self.error, self.retry_at, self.needs = session, "ready", None, None, ()
             self._ready_at = time.monotonic()
-            log.info("mcp server %s ready: %d tool(s)", self.name, len(tools))
-            self._on_tools(self, tools)
+            log.info("mcp server %s ready: %d tool(s)", self.name, listed)
+            self._on_tools(self, tools, listed)
             exited = self._proc.exited if self._proc is not None else None
             waits = [asyncio.ensure_future(self._lost.wait())] + ([exited] if exited else [])
             try:
@@ -328,7 +328,7 @@ class ServerLink:
     async def _relist(self, session: ClientSession) -> None:
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):  # as the first list: a server that never answers
-                tools = await self._list(session)       # must not hold this task for good
+                tools, listed = await self._list(session)  # must not hold this task for good
         except TimeoutError:
             log.warning("mcp server %s: no answer to tools/list after list_changed within %g s; its tools stay "
                         "as they were", self.name, CONNECT_TIMEOUT)
@@ -338,20 +338,22 @@ class ServerLink:
                         self._hide(_describe(exc)))
             return
         if self.session is session:
-            self._on_tools(self, tools)
+            self._on_tools(self, tools, listed)
 
-    async def _list(self, session: ClientSession) -> list[ToolSpec]:
+    async def _list(self, session: ClientSession) -> tuple[list[ToolSpec], int]:
+        """The first max_tools tools the server lists, and how many it lists in all."""
         tools: list[ToolSpec] = []
-        cursor, seen = None, set()
+        cursor, seen, listed = None, set(), 0
         while True:
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             page = await session.list_tools(params=params)
-            tools += [_spec(t) for t in page.tools]
+            tools += [_spec(t) for t in page.tools[:self.cfg.max_tools - len(tools)]]
+            listed += len(page.tools)
             cursor = page.next_cursor
             if not cursor:
-                return tools
+                return tools, listed
             if cursor in seen:  # the same pages again, for ever (and the list growing with them)
-                raise ValueError(f"its tools/list repeats the cursor {cursor[:80]!r} after {len(tools)} tools; "
+                raise ValueError(f"its tools/list repeats the cursor {cursor[:80]!r} after {listed} tools; "
                                  "ask the server's author to fix its pagination")
             seen.add(cursor)
 

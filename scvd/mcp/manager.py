@@ -22,11 +22,13 @@ from ..errors import Unavailable
 from ..protocol import McpServerStatus, ToolLoadError
 from ..tools.contract import Registry, ToolRisk
 from . import spec
+from . import cap
 from .tool import McpTool, ToolSpec, schema_too_large
 
 log = logging.getLogger("scvd.mcp")
 SETTLE_SECONDS = 10.0  # store_secret waits this long for the servers its key starts
 SETTLE_POLL = 0.05
+HINT_NAMES = 20  # of a server's tools named where a tool_risk key names none of them
 
 
 class Host(Protocol):
@@ -117,6 +119,8 @@ class McpServers:
         self.tools: dict[str, list[McpTool]] = {}
         self.refused: dict[str, list[str]] = {}  # name -> tools the registry refused (duplicate names)
         self.left_out: dict[str, list[str]] = {}  # name -> why tools it listed were left out
+        self._listed: dict[str, tuple[list[ToolSpec], int]] = {}  # name -> its last list (cut at max_tools), its length
+        self._share: dict[str, int] = {}  # name -> the bytes of tools.list its tools were taken within
         self._sandboxed_by: dict[str, tuple[Any, bool]] = {}  # name -> _sandbox_now() at its start
         self._stored: dict[str, float] = {}  # secret key -> when (monotonic) store_secret last stored it
         # stops of the servers a reload removed: tasks of their own, so that neither cancelling the reload
@@ -151,6 +155,15 @@ class McpServers:
         for name, cfg in added.items():
             if isinstance(self.links.get(name), Loading):  # the apply lock keeps others off it
                 self._add(name, cfg)
+        self._retake(config)
+
+    def _retake(self, config: Config) -> None:
+        """Servers left running whose share of a tools.list frame a reload changed (more servers, another
+        server_frame_bytes) take their tools again within it: together they must still fit one frame."""
+        servers = sum(cfg.enabled for cfg in config.mcp.servers.values())
+        room = cap.share(config.server.server_frame_bytes, servers)
+        for name in [n for n, was in self._share.items() if was != room and n in self._listed]:
+            self._take(self.links[name])
 
     def _replaced(self, name: str, link: Any, config: Config, sandbox: tuple[Any, bool]) -> str | None:
         """Why a reload to `config` stops the running `link` (what its cut-off calls are told), or None."""
@@ -190,8 +203,8 @@ class McpServers:
         # a grant was a person's trust in this server; a changed table may run another program
         self.host.revoke_grants({t.name for t in self.tools.pop(name, [])},
                                 f"a reload changed or removed mcp.servers.{name}")
-        self.refused.pop(name, None)
-        self.left_out.pop(name, None)
+        for held in (self.refused, self.left_out, self._listed, self._share):
+            held.pop(name, None)
         self._register_everywhere(name)  # none left: gone from every session too
         stop = asyncio.ensure_future(self._stop(link, why))
         self._stopping.add(stop)
@@ -265,27 +278,41 @@ class McpServers:
             name, cfg, secrets=secrets, sandbox=self.host.sandbox,
             network=bool(self.host.config.sandbox.network), base_env=os.environ, home=home)
 
-    def _on_tools(self, link: Any, specs: list[ToolSpec]) -> None:
+    def _on_tools(self, link: Any, specs: list[ToolSpec], listed: int) -> None:
+        """`specs`: the first max_tools of the `listed` tools the server lists."""
         if self.links.get(link.name) is not link:
             return  # a link being replaced reported late
+        self._listed[link.name] = (specs, listed)
+        self._take(link)
+
+    def _take(self, link: Any) -> None:
+        """The server's tools from its last list, as many as its share of a tools.list frame holds."""
+        specs, listed = self._listed[link.name]
+        servers = sum(cfg.enabled for cfg in self.host.config.mcp.servers.values())
+        room = self._share[link.name] = cap.share(self.host.config.server.server_frame_bytes, servers)
+        cut = [cap.over_max(link.name, listed, len(specs))] if listed > len(specs) else []  # logged too
         left_out, tools, taken = [], [], {}
+        used = sum(map(cap.error_size, cut))
         for s in specs:
             if (why := schema_too_large(s)) is not None:
                 left_out.append(why)
+                used += cap.error_size(why)
                 continue
             tool = self._tool(link, s)
             if tool.name in taken:  # `Get-Sum` and `get_sum` both become mcp__NAME__get_sum
                 left_out.append(f"{s.name}: its scvd name {tool.name} is {taken[tool.name]!r}'s already; the tool "
                                 "is left out (its server's other tools are not): rename one of them on the server")
+                used += cap.error_size(left_out[-1])
                 continue
+            used += cap.entry_size(s)
+            if used > room:
+                cut.append(cap.over_share(link.name, len(tools), room, servers))
+                break
             taken[tool.name] = s.name
             tools.append(tool)
-        listed = {s.name for s in specs}
-        for key in sorted(k for k in link.cfg.tool_risk if k not in listed):  # a typo leaves its tool at `risk`
-            close = vt.meant(key, listed, cutoff=0.6)
-            hint = f"did you mean {close!r}?" if close else f"it lists {', '.join(sorted(listed)) or 'none'}"
-            left_out.append(f"mcp.servers.{link.name}.tool_risk names {key!r}, a tool the server does not "
-                            f"list (now): {hint}")
+        for why in cut:
+            log.warning("%s", why)
+        left_out = cut + left_out + _risk_typos(link.name, link.cfg, specs, listed)
         before = {t.name: t.spec for t in self.tools.get(link.name, [])}
         self.left_out[link.name], self.tools[link.name] = left_out, tools
         # a grant was a person's trust in the tool as its server described it (a changed
@@ -350,3 +377,16 @@ class McpServers:
         # starting too: between two tries of its backoff, the next one reads the secrets again
         return {name: link.needs for name, link in sorted(self.links.items())
                 if link.needs and link.state in ("down", "starting")}
+
+
+def _risk_typos(server: str, cfg: McpServerConfig, specs: list[ToolSpec], listed: int) -> list[str]:
+    """A tool_risk key that names none of the tools taken leaves its tool at `risk`: what it may have meant."""
+    names, typos = {s.name for s in specs}, []
+    which = (f"not among the first {len(specs)} the server lists" if listed > len(specs)
+             else "the server does not list (now)")
+    for key in sorted(k for k in cfg.tool_risk if k not in names):
+        close = vt.meant(key, names, cutoff=0.6)
+        shown = ", ".join(sorted(names)[:HINT_NAMES]) + (", ..." if len(names) > HINT_NAMES else "")
+        hint = f"did you mean {close!r}?" if close else f"it lists {shown or 'none'}"
+        typos.append(f"mcp.servers.{server}.tool_risk names {key!r}, a tool {which}: {hint}")
+    return typos

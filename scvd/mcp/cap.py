@@ -1,0 +1,47 @@
+"""How much of one MCP server's tool list scvd takes: the first `max_tools` in the server's order,
+within the server's share of a tools.list frame.
+
+A server may list any number of tools: 50,000 held the loop 6 s and pushed every client's
+tools.list past server.server_frame_bytes, so that it failed for all of them. Taken in the
+server's order, a list is cut where the server put its tools last, and the same list is always
+cut the same way. No MCP SDK here.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .tool import DESCRIPTION_LIMIT, ToolSpec
+
+# every MCP server's tools together take at most this part of a tools.list frame; the rest is scvd's
+# own tools, the load errors, and the lint findings a client may ask for with them
+SHARE_OF_FRAME = 4
+ENTRY_ROOM = 256  # of a tool's tools.list entry beside its description and schema: its name (64), risk, flags, keys
+
+
+def share(frame_bytes: int, servers: int) -> int:
+    """The bytes of tools.list one of `servers` enabled servers may fill."""
+    return frame_bytes // SHARE_OF_FRAME // max(1, servers)
+
+
+def entry_size(spec: ToolSpec) -> int:
+    """The bytes the tool takes in a tools.list frame, as JSON escapes them."""
+    return len(msgspec.json.encode([spec.description[:DESCRIPTION_LIMIT], spec.input_schema])) + ENTRY_ROOM
+
+
+def error_size(message: str) -> int:
+    """A load error's bytes in that frame: its message, its source and name."""
+    return len(msgspec.json.encode(message)) + ENTRY_ROOM
+
+
+def over_max(server: str, listed: int, most: int) -> str:
+    return (f"mcp server {server} lists {listed} tools, more than mcp.servers.{server}.max_tools ({most}): scvd "
+            f"takes the first {most} in the server's order and leaves the other {listed - most} out; raise "
+            f"mcp.servers.{server}.max_tools if you need them, or turn tools off on the server")
+
+
+def over_share(server: str, taken: int, room: int, servers: int) -> str:
+    split = f", split among {servers} enabled servers" if servers > 1 else ""
+    return (f"mcp server {server}'s tools take more than its share of a tools.list frame ({room} bytes: a quarter "
+            f"of server.server_frame_bytes{split}): scvd takes the first {taken} in the server's order and "
+            "leaves the rest out; raise server.server_frame_bytes, or turn tools off on the server")

@@ -1,0 +1,71 @@
+"""What one MCP server may cost everyone else: how many tools scvd takes from it, how often it relists them.
+
+Real daemons, with a stdio server built on the MCP SDK (tests/helpers/mcp_sdk_stdio.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from scvd import protocol as p
+
+from conftest import ROOT
+from harness import wait_until
+
+pytestmark = pytest.mark.slow
+
+SDK_SERVER = ROOT / "tests" / "helpers" / "mcp_sdk_stdio.py"
+
+
+def sdk_table(tools: int, schema_bytes: int, lists: Path, more: str = "") -> str:
+    return (f'[mcp.servers.many]\ncommand = "{sys.executable}"\n'
+            f'args = ["{SDK_SERVER}", "{tools}", "{schema_bytes}", "{lists}"]\nsandbox = false\nrisk = "read_only"\n'
+            + more)
+
+
+def ready(c) -> p.McpServerStatus:
+    wait_until(lambda: any(s.name == "many" and s.state == "ready" for s in c.request(p.Status).mcp_servers),
+               timeout=60, what="mcp server many ready")
+    return next(s for s in c.request(p.Status).mcp_servers if s.name == "many")
+
+
+def mcp_names(listed: p.Tools) -> list[str]:
+    return [t.name.removeprefix("mcp__many__") for t in listed.tools if t.name.startswith("mcp__many__")]
+
+
+def test_a_server_listing_5000_tools_gives_its_first_256_and_says_what_to_do(make_daemon, workspace, tmp_path):
+    d = make_daemon(sdk_table(5000, 10, tmp_path / "lists"))
+    with d.client(name="t") as c:
+        assert ready(c).tools == 256
+        listed = c.request(p.ToolsList)
+        assert mcp_names(listed) == ["burst", "ping"] + [f"t{i:05d}" for i in range(254)]  # the server's order
+        (error,) = [e.message for e in listed.errors if e.source == "mcp:many"]
+        assert error == ("mcp server many lists 5002 tools, more than mcp.servers.many.max_tools (256): scvd takes "
+                         "the first 256 in the server's order and leaves the other 4746 out; raise "
+                         "mcp.servers.many.max_tools if you need them, or turn tools off on the server")
+        session = c.open_session(workspace)
+        assert c.call(session, "mcp__many__t00253", {}).ok
+        assert c.call(session, "mcp__many__t00254", {}).error.kind == "unknown_tool"
+    assert error in d.log()  # the warning
+
+
+def test_max_tools_sets_how_many_are_taken(make_daemon, tmp_path):
+    d = make_daemon(sdk_table(50, 10, tmp_path / "lists", "max_tools = 10\n"))
+    with d.client(name="t") as c:
+        assert ready(c).tools == 10
+        assert mcp_names(c.request(p.ToolsList))[-1] == "t00007"
+
+
+def test_tools_past_the_servers_share_of_a_frame_are_left_out_and_tools_list_works(make_daemon, tmp_path):
+    # 200 tools of 60 KB each: 12 MB, past the 8 MiB frame; every client's tools.list failed with `limit`
+    d = make_daemon(sdk_table(200, 60_000, tmp_path / "lists"))
+    with d.client(name="t") as c:
+        taken = ready(c).tools
+        listed = c.request(p.ToolsList)
+        assert 0 < taken < 200 and len(mcp_names(listed)) == taken
+        (error,) = [e.message for e in listed.errors if e.source == "mcp:many"]
+        assert error == (f"mcp server many's tools take more than its share of a tools.list frame (2097152 bytes: a "
+                         f"quarter of server.server_frame_bytes): scvd takes the first {taken} in the server's order "
+                         "and leaves the rest out; raise server.server_frame_bytes, or turn tools off on the server")
