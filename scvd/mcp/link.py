@@ -76,7 +76,8 @@ class ServerLink:
         self._refused_posts = 0  # how many POSTs got an error status, ever
         self._proc: Any = None
         self._ready_at: float | None = None  # monotonic time this run became ready
-        self._relists: set[asyncio.Task[None]] = set()
+        self._relist_task: asyncio.Task[None] | None = None  # lists the tools again after list_changed
+        self._relist_due = False  # a list_changed came since the relist under way sent its tools/list
         self._wake = asyncio.Event()  # set: the backoff's wait ends now (a secret it needs was stored)
         self._again = False  # connect again at once once this connection ends (retry_now while up)
         self._launched_at: float | None = None  # monotonic time the current start read its secrets
@@ -317,28 +318,31 @@ class ServerLink:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
-            session = self.session
-            if session is not None:
-                task = asyncio.get_running_loop().create_task(self._relist(session))
-                self._relists.add(task)  # held: the loop keeps only a weak reference
-                task.add_done_callback(self._relists.discard)
+            # one relist at a time, and one more at most once it is done: a server sending thousands
+            # of notifications made scvd send as many tools/list
+            self._relist_due = True
+            if self.session is not None and (self._relist_task is None or self._relist_task.done()):
+                self._relist_task = asyncio.get_running_loop().create_task(self._relist())
         elif isinstance(message, Exception) and self._http_status is not None:
             self._lose()
 
-    async def _relist(self, session: ClientSession) -> None:
-        try:
-            async with asyncio.timeout(CONNECT_TIMEOUT):  # as the first list: a server that never answers
-                tools, listed = await self._list(session)  # must not hold this task for good
-        except TimeoutError:
-            log.warning("mcp server %s: no answer to tools/list after list_changed within %g s; its tools stay "
-                        "as they were", self.name, CONNECT_TIMEOUT)
-            return
-        except Exception as exc:
-            log.warning("mcp server %s: tools/list after list_changed failed: %s", self.name,
-                        self._hide(_describe(exc)))
-            return
-        if self.session is session:
-            self._on_tools(self, tools, listed)
+    async def _relist(self) -> None:
+        """List the tools again, for as long as a list_changed came since the last tools/list was sent."""
+        while self._relist_due and (session := self.session) is not None:
+            self._relist_due = False
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT):  # as the first list: a server that never answers
+                    tools, listed = await self._list(session)  # must not hold this task for good
+            except TimeoutError:
+                log.warning("mcp server %s: no answer to tools/list after list_changed within %g s; its tools stay "
+                            "as they were", self.name, CONNECT_TIMEOUT)
+                continue
+            except Exception as exc:
+                log.warning("mcp server %s: tools/list after list_changed failed: %s", self.name,
+                            self._hide(_describe(exc)))
+                continue
+            if self.session is session:
+                self._on_tools(self, tools, listed)
 
     async def _list(self, session: ClientSession) -> tuple[list[ToolSpec], int]:
         """The first max_tools tools the server lists, and how many it lists in all."""

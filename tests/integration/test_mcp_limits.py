@@ -69,3 +69,17 @@ def test_tools_past_the_servers_share_of_a_frame_are_left_out_and_tools_list_wor
         assert error == (f"mcp server many's tools take more than its share of a tools.list frame (2097152 bytes: a "
                          f"quarter of server.server_frame_bytes): scvd takes the first {taken} in the server's order "
                          "and leaves the rest out; raise server.server_frame_bytes, or turn tools off on the server")
+
+
+def test_a_burst_of_list_changed_notifications_is_a_few_tools_lists(make_daemon, workspace, tmp_path):
+    lists = tmp_path / "lists"
+    d = make_daemon(sdk_table(3, 10, lists))
+    with d.client(name="t") as c:
+        ready(c)
+        session = c.open_session(workspace)
+        assert c.call(session, "mcp__many__burst", {"n": 1000}).ok
+        wait_until(lambda: "mcp__many__after_burst" in [t.name for t in c.request(p.ToolsList).tools],
+                   what="the tools listed after the burst")
+        assert c.call(session, "mcp__many__ping", {}).ok  # the server has been sent every tools/list by then
+        # the first list, one for the burst's first notification, one for those that came while it ran
+        assert len(lists.read_text().splitlines()) <= 3, "a tools/list per notification"
