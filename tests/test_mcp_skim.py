@@ -139,6 +139,16 @@ def test_a_structured_content_above_the_output_limit_is_left_out_its_size_in_the
     assert result == {"content": [], "_meta": {"kept": 1, OMITTED_KEY: size}} and size > OUTPUT_LIMIT
 
 
+def test_a_tools_list_of_more_than_4096_tools_reaches_the_sdk_cut_how_many_left_out_in_its_meta():
+    # the SDK parsed each of 50,000 tools on the loop for a second; scvd takes at most 4096 from a server
+    tools = [{"name": f"t{i}", "inputSchema": {"type": "object"}} for i in range(5000)]
+    listing = answer({"tools": tools, "_meta": {"kept": 1}})
+    result = json.loads(skimmed(split(listing, 1 << 16), JSON))["result"]
+    assert result == {"tools": tools[:4096], "_meta": {"kept": 1, "scvd/toolsOmitted": 904}}
+    whole = answer({"tools": tools[:4096]})
+    assert skimmed([whole], JSON) == whole
+
+
 def huge(framed) -> list[bytes]:
     """An answer of a 128 MiB text, 1 MiB a chunk (the one same object: little memory)."""
     head, tail = framed(answer({"content": [{"type": "text", "text": "|"}]})).split(b"|")

@@ -30,7 +30,7 @@ from ..secrets import off_loop, reads_refused
 from ..text import well_formed
 from ..tools.runs import redact_text
 from . import spec
-from .skim import MESSAGE_LIMIT, skim_response
+from .skim import MESSAGE_LIMIT, TOOLS_OMITTED_KEY, skim_response
 from .tool import OMITTED_KEY, TOO_LARGE, CallOutcome, ToolSpec, json_size, omitted, render
 
 log = logging.getLogger("scvd.mcp")
@@ -352,7 +352,7 @@ class ServerLink:
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             page = await session.list_tools(params=params)
             tools += [_spec(t) for t in page.tools[:self.cfg.max_tools - len(tools)]]
-            listed += len(page.tools)
+            listed += len(page.tools) + _omitted(page)
             cursor = page.next_cursor
             if not cursor:
                 return tools, listed
@@ -549,6 +549,12 @@ def _call_error(message: str, code: int) -> ToolError:
     if code == TOO_LARGE:
         return LimitExceeded(message)
     return InvalidArguments(message) if code == INVALID_PARAMS else Failed(message)
+
+
+def _omitted(page: Any) -> int:
+    """How many tools skim.py cut off the end of a tools/list answer before the SDK parsed it."""
+    left = (page.meta or {}).get(TOOLS_OMITTED_KEY)
+    return left if isinstance(left, int) else 0
 
 
 def _spec(tool: Any) -> ToolSpec:

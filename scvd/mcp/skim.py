@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator
 import httpx2
 import msgspec
 
+from ..config import MCP_TOOLS_CEILING
 from .tool import OUTPUT_LIMIT, TOO_LARGE, omitted
 
 # content items of one result: the SDK and scvd take time per item, on the loop, and its text is cut
@@ -26,6 +27,8 @@ CHECKED_FROM = 3 * ITEMS_LIMIT  # `{},` is the shortest item: a shorter message 
 # one message from a server, decoded: a stdio line, an HTTP body, an SSE event (the SDK's own bound of
 # an event, 1 MiB, is raised to it: a 2 MiB result failed as if the server went away)
 MESSAGE_LIMIT = 64 << 20
+# in a tools/list answer's _meta: how many tools scvd cut off its end unparsed, past MCP_TOOLS_CEILING
+TOOLS_OMITTED_KEY = "scvd/toolsOmitted"
 _LINE_END = re.compile(rb"(\r\n|\r|\n)")  # an SSE line's end: each of them, as the spec says
 _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n){2}")  # a line's end, then an empty line's
 
@@ -33,6 +36,7 @@ _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n){2}")  # a line's end, then an em
 class _Result(msgspec.Struct):
     content: list[msgspec.Raw] = []  # each item skipped over, unparsed
     structured: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="structuredContent")
+    tools: msgspec.Raw = msgspec.Raw()  # a tools/list answer's (Raw: a result's `tools` of another shape is no error)
 
 
 class _Answer(msgspec.Struct):
@@ -42,8 +46,9 @@ class _Answer(msgspec.Struct):
 
 def replacement(message: bytes) -> bytes | None:
     """What the SDK reads in place of `message`: the error that answers a result of more than
-    ITEMS_LIMIT content items; the result without a structuredContent above OUTPUT_LIMIT, which scvd
-    leaves out anyway (its size in _meta); None for any other message, read as it is."""
+    ITEMS_LIMIT content items; a tools/list answer cut to MCP_TOOLS_CEILING tools; the result without a
+    structuredContent above OUTPUT_LIMIT, which scvd leaves out anyway (its size in _meta); None for any
+    other message, read as it is."""
     if len(message) < CHECKED_FROM:
         return None
     try:
@@ -56,6 +61,8 @@ def replacement(message: bytes) -> bytes | None:
         return msgspec.json.encode({"jsonrpc": "2.0", "id": answer.id, "error": {
             "code": TOO_LARGE, "message": f"its result has {len(answer.result.content)} content items, above "
             f"scvd's limit of {ITEMS_LIMIT}; ask the tool for less"}})
+    if len(answer.result.tools) > MCP_TOOLS_CEILING and len(tools := _items(answer.result.tools)) > MCP_TOOLS_CEILING:
+        return _tools_cut(message, tools)  # (the bytes first: fewer bytes hold fewer tools)
     if len(answer.result.structured) > OUTPUT_LIMIT:  # its compact JSON is no longer: one within is kept unmeasured
         return _left_out(message, len(msgspec.json.format(answer.result.structured, indent=-1)))
     return None
@@ -71,6 +78,28 @@ def _left_out(message: bytes, size: int) -> bytes | None:
         return None
     del result["structuredContent"]
     result["_meta"] = msgspec.Raw(msgspec.json.encode(marked))
+    answer["result"] = msgspec.Raw(msgspec.json.encode(result))
+    return msgspec.json.encode(answer)
+
+
+def _items(raw: msgspec.Raw) -> list[msgspec.Raw]:
+    try:
+        return msgspec.json.decode(raw, type=list[msgspec.Raw])
+    except msgspec.DecodeError:  # not a list: the SDK judges it
+        return []
+
+
+def _tools_cut(message: bytes, tools: list[msgspec.Raw]) -> bytes:
+    """The tools/list answer `message` with its first MCP_TOOLS_CEILING tools, the number of those left out
+    under TOOLS_OMITTED_KEY in its _meta: the SDK parses each tool on the loop (50,000 took a second), and
+    scvd takes no more than that many from a server anyway."""
+    answer = msgspec.json.decode(message, type=dict[str, msgspec.Raw])
+    result = msgspec.json.decode(answer["result"], type=dict[str, msgspec.Raw])
+    meta = msgspec.json.decode(result.get("_meta", b"null"))
+    result["tools"] = msgspec.Raw(b"[" + b",".join(tools[:MCP_TOOLS_CEILING]) + b"]")
+    left = len(tools) - MCP_TOOLS_CEILING
+    result["_meta"] = msgspec.Raw(msgspec.json.encode({**(meta if isinstance(meta, dict) else {}),
+                                                       TOOLS_OMITTED_KEY: left}))
     answer["result"] = msgspec.Raw(msgspec.json.encode(result))
     return msgspec.json.encode(answer)
 
