@@ -11,7 +11,7 @@ import pytest
 
 from scvd import protocol as p
 
-from conftest import ROOT
+from conftest import ROOT, reloaded
 from harness import wait_until
 
 pytestmark = pytest.mark.slow
@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 SDK_SERVER = ROOT / "tests" / "helpers" / "mcp_sdk_stdio.py"
 
 
-def sdk_table(tools: int, schema_bytes: int, lists: Path, more: str = "") -> str:
-    return (f'[mcp.servers.many]\ncommand = "{sys.executable}"\n'
+def sdk_table(tools: int, schema_bytes: int, lists: Path, more: str = "", name: str = "many") -> str:
+    return (f'[mcp.servers.{name}]\ncommand = "{sys.executable}"\n'
             f'args = ["{SDK_SERVER}", "{tools}", "{schema_bytes}", "{lists}"]\nsandbox = false\nrisk = "read_only"\n'
             + more)
 
@@ -69,6 +69,22 @@ def test_tools_past_the_servers_share_of_a_frame_are_left_out_and_tools_list_wor
         assert error == (f"mcp server many's tools take more than its share of a tools.list frame (2097152 bytes: a "
                          f"quarter of server.server_frame_bytes): scvd takes the first {taken} in the server's order "
                          "and leaves the rest out; raise server.server_frame_bytes, or turn tools off on the server")
+
+
+def test_a_reload_that_enables_another_server_takes_a_running_servers_tools_again_within_its_new_share(
+        make_daemon, tmp_path):
+    first = sdk_table(200, 60_000, tmp_path / "lists")
+    d = make_daemon(first)
+    with d.client(name="t") as c:
+        alone = ready(c).tools
+        reloaded(d, first + sdk_table(1, 10, tmp_path / "other", name="other"))
+        listed = c.request(p.ToolsList)  # with the other's tools, it fits one frame still
+        now = len(mcp_names(listed))
+        assert 0 < now < alone and ready(c).tools == now
+        (error,) = [e.message for e in listed.errors if e.source == "mcp:many"]
+        assert error.startswith("mcp server many's tools take more than its share of a tools.list frame (1048576 "
+                                "bytes: a quarter of server.server_frame_bytes, split among 2 enabled servers): "
+                                f"scvd takes the first {now} in the server's order"), error
 
 
 def test_a_burst_of_list_changed_notifications_is_a_few_tools_lists(make_daemon, workspace, tmp_path):
