@@ -80,6 +80,7 @@ class SkillsConfig(Section):
 
     max_skills: PositiveInt = 64
     max_skill_bytes: PositiveInt = 64 * 1024
+    max_walk_entries: PositiveInt = 10_000  # directory entries one session.open's discovery reads: a second or a few
 
 
 class ApprovalsConfig(Section):

@@ -19,6 +19,11 @@ kept in `shadowed`, so the listing can say where it is: never by listing order.
 A project root must resolve inside the workspace. A skill is a non-hidden
 directory of a root whose canonical path stays under that root and that holds a
 regular SKILL.md with `name` and `description` in its front matter.
+
+Rule: one discovery is bounded whatever the trees hold (`Walk`): it reads at most
+`max_walk_entries` directory entries in all (then stops, keeping what it found),
+logs at most MAX_WARNINGS warnings (the rest counted in one line), and stops as
+soon as `gone()` says nobody waits for its session any more.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from .errors import SkillError
 from .paths import within
@@ -50,6 +55,8 @@ HEAD_BYTES = 16 * 1024  # the front matter must close within this many bytes
 MAX_DESCRIPTION = 1024  # the Agent Skills limit; longer ones are clipped
 MAX_ENTRIES = 1024  # subdirectories looked at per root, and child projects per workspace: the first in name order
 MAX_LISTED = 65536  # directory entries read to find them: a folder of a million is not read to its end
+MAX_WARNINGS = 20  # warnings logged per discovery (as many as the listing shows skipped); the rest are counted
+GONE_EVERY = 256  # entries read between two asks whether the session's client is gone (a poll(2) each)
 OPEN_ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 OPEN_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY  # open_raw adds O_NOFOLLOW and O_CLOEXEC
 
@@ -85,7 +92,7 @@ class SkillMap:
     skills: dict[str, Skill] = field(default_factory=dict)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (directory, reason)
     shadowed: list[Skill] = field(default_factory=list)  # valid, but its key was taken by an earlier one
-    limit_reached: bool = False
+    limit_reached: str = ""  # why discovery stopped before the end, as the listing says it
 
     def of_kind(self, kind: str) -> list[Skill]:
         return [s for s in self.skills.values() if s.root.kind == kind]
@@ -257,107 +264,180 @@ def read_bytes(fd: int, limit: int) -> bytes:
 # --- discovery ------------------------------------------------------------------
 
 
-def discover(workspace: str | os.PathLike[str], paths: Any, max_skills: int) -> SkillMap:
-    """The skill map of a session on `workspace`; never raises for a bad skill or root."""
-    found = SkillMap()
-    seen: set[str] = set()  # canonical skill dirs: .claude/skills is often a link to .agents/skills
-    for root in roots(workspace, paths, found):
-        for name in _entries(root, found):
-            skill = _candidate(found, seen, root, name)
-            if skill is None:
-                continue
-            if len(found.skills) >= max_skills:  # a skill left out: only now is the limit news
-                found.limit_reached = True
-                log.warning("skills.max_skills (%d) reached; %s and later skills are not mapped",
-                            max_skills, shown(os.path.join(root.shown, name)))
-                return found
-            seen.add(skill.dir)
-            found.skills[skill.key] = skill
+class Stopped(Exception):
+    """Discovery ends here: its entries are used up (`spent`), or nobody waits for its session."""
+
+    def __init__(self, spent: bool) -> None:
+        super().__init__()
+        self.spent = spent
+
+
+T = TypeVar("T")
+
+
+class Walk:
+    """One discovery's state and bounds: what it found, the entries it may still read, the
+    warnings it may still log, and `gone`, asked every GONE_EVERY entries and at each skill."""
+
+    def __init__(self, max_entries: int, gone: Callable[[], bool]) -> None:
+        self.found = SkillMap()
+        self.seen: set[str] = set()  # canonical skill dirs: .claude/skills is often a link to .agents/skills
+        self.max_entries, self.left = max_entries, max_entries
+        self.gone = gone
+        self.warned = self.unlogged = 0
+
+    def counted(self, entries: Iterable[T]) -> Iterator[T]:
+        """`entries`, each one taken from the walk's budget; Stopped once it is spent or `gone()`."""
+        for entry in entries:
+            if self.left <= 0:
+                raise Stopped(spent=True)
+            self.left -= 1
+            if self.left % GONE_EVERY == 0:
+                self.check()
+            yield entry
+
+    def check(self) -> None:
+        if self.gone():
+            raise Stopped(spent=False)
+
+    def warn(self, message: str, *args: Any) -> None:
+        if self.warned < MAX_WARNINGS:
+            self.warned += 1
+            log.warning(message, *args)
+        else:
+            self.unlogged += 1
+
+
+def discover(workspace: str | os.PathLike[str], paths: Any, max_skills: int, max_entries: int,
+             gone: Callable[[], bool] = lambda: False) -> SkillMap:
+    """The skill map of a session on `workspace`; never raises for a bad skill or root. Past
+    `max_entries` directory entries read it stops, keeping the skills found so far."""
+    walk = Walk(max_entries, gone)
+    found = walk.found
+    try:
+        _walk(walk, workspace, paths, max_skills)
+    except Stopped as stop:
+        if not stop.spent:  # nobody reads this map
+            log.info("skill discovery for %s stopped: nobody waits for its session (the client hung up, or scvd"
+                     " is stopping)", shown(str(workspace)))
+        else:
+            found.limit_reached = (f"discovery stopped after reading {max_entries} directory entries "
+                                   "(skills.max_walk_entries); skills past them are not mapped")
+            log.warning("skills.max_walk_entries (%d) reached for %s: discovery stopped there and the %d skills "
+                        "found so far are mapped; move big folders out of the skill roots and the workspace's "
+                        "top level, or raise skills.max_walk_entries", max_entries, shown(str(workspace)),
+                        len(found.skills))
+    if walk.unlogged:
+        log.warning("%d more skill discovery warnings for %s were not logged (the first %d were)",
+                    walk.unlogged, shown(str(workspace)), MAX_WARNINGS)
     return found
 
 
-def roots(workspace: str | os.PathLike[str], paths: Any, found: SkillMap) -> list[Root]:
-    """The user root, then the workspace's and its child projects' skill roots that exist."""
+def _walk(walk: Walk, workspace: str | os.PathLike[str], paths: Any, max_skills: int) -> None:
+    found = walk.found
+    walk.check()  # it may have waited for a thread while its client left
+    for root in roots(workspace, paths, walk):
+        for name in _entries(root, walk):
+            walk.check()  # a skill costs a dozen system calls: asked at each
+            skill = _candidate(walk, root, name)
+            if skill is None:
+                continue
+            if len(found.skills) >= max_skills:  # a skill left out: only now is the limit news
+                found.limit_reached = f"only the first {max_skills} skills are mapped (skills.max_skills)"
+                log.warning("skills.max_skills (%d) reached; %s and later skills are not mapped",
+                            max_skills, shown(os.path.join(root.shown, name)))
+                return
+            walk.seen.add(skill.dir)
+            found.skills[skill.key] = skill
+
+
+def roots(workspace: str | os.PathLike[str], paths: Any, walk: Walk) -> Iterator[Root]:
+    """The user root, then the workspace's and its child projects' skill roots that exist: one at
+    a time, so the workspace is listed for child projects only once its own roots are walked."""
     ws = os.path.realpath(workspace)
-    candidates: list[tuple[str, str, str | None, str | None]] = []
+    done: set[str] = set()
+    for path, kind, project, cwd in _root_candidates(ws, paths, walk):
+        root = _resolve_root(path, kind, project, cwd, ws, walk)
+        if root is not None and root.path not in done:
+            done.add(root.path)
+            yield root
+
+
+def _root_candidates(ws: str, paths: Any, walk: Walk) -> Iterator[tuple[str, str, str | None, str | None]]:
     if paths is not None:
-        candidates.append((str(paths.skills_dir), USER, None, None))
-    for project, cwd in projects(ws, found):
-        candidates += [(os.path.normpath(os.path.join(ws, cwd, d)), PROJECT, project, cwd) for d in PROJECT_SKILL_DIRS]
-    out: list[Root] = []
-    for path, kind, project, cwd in candidates:
-        root = _resolve_root(path, kind, project, cwd, ws, found)
-        if root is not None and root.path not in {r.path for r in out}:
-            out.append(root)
-    return out
+        yield str(paths.skills_dir), USER, None, None
+    for project, cwd in projects(ws, walk):
+        for d in PROJECT_SKILL_DIRS:
+            yield os.path.normpath(os.path.join(ws, cwd, d)), PROJECT, project, cwd
 
 
-def projects(ws: str, found: SkillMap) -> list[tuple[str, str]]:
+def projects(ws: str, walk: Walk) -> Iterator[tuple[str, str]]:
     """(project name, cwd): the workspace itself as its own name, then each child directory."""
-    out = [(shown(os.path.basename(ws)) or "workspace", ".")]  # a Latin-1 name: its keys must fit a frame
+    yield shown(os.path.basename(ws)) or "workspace", "."  # a Latin-1 name: its keys must fit a frame
     try:
-        names = subdirs(ws)
+        names = subdirs(ws, walk)
     except OSError as exc:
-        _skip(found, ws, f"cannot list the workspace for child projects: {exc.strerror}")
-        return out
+        _skip(walk, ws, f"cannot list the workspace for child projects: {exc.strerror}")
+        return
     for name in names:
         if ":" in name or not name.isprintable():
-            _skip(found, os.path.join(ws, name), "a project name with ':' or control characters")
+            _skip(walk, os.path.join(ws, name), "a project name with ':' or control characters")
         else:
-            out.append((name, name))
-    return out
+            yield name, name
 
 
 def _resolve_root(path: str, kind: str, project: str | None, cwd: str | None, ws: str,
-                  found: SkillMap) -> Root | None:
+                  walk: Walk) -> Root | None:
     real = os.path.realpath(path)
     try:
         st = os.stat(real)
     except OSError:
         return None  # no such root: the common case, nothing to say
     if not stat.S_ISDIR(st.st_mode):
-        _skip(found, path, "not a directory")
+        _skip(walk, path, "not a directory")
         return None
     if kind == PROJECT and not within(real, ws):
-        _skip(found, path, f"it resolves to {real}, outside the workspace")
+        _skip(walk, path, f"it resolves to {real}, outside the workspace")
         return None
     return Root(path=real, kind=kind, ident=(st.st_dev, st.st_ino), project=project, cwd=cwd, shown=path)
 
 
-def _entries(root: Root, found: SkillMap) -> list[str]:
+def _entries(root: Root, walk: Walk) -> list[str]:
     """The names of a root's skill directory candidates, in `subdirs` order."""
     try:
-        return subdirs(root.path)
+        return subdirs(root.path, walk)
     except OSError as exc:
-        _skip(found, root.shown, f"cannot list the skill root: {exc.strerror}")
+        _skip(walk, root.shown, f"cannot list the skill root: {exc.strerror}")
         return []
 
 
-def subdirs(path: str) -> list[str]:
+def subdirs(path: str, walk: Walk) -> list[str]:
     """The names of `path`'s non-hidden subdirectories, the first MAX_ENTRIES in name order: which
     ones never depends on the order the file system lists them in. Symlinks to directories come
     after all real ones, so a link never takes the name (a project's, a clash's) of what it points to.
 
-    At most MAX_LISTED entries are read, and only MAX_ENTRIES + 1 names are kept while reading.
+    At most MAX_LISTED entries are read, and only MAX_ENTRIES + 1 names are kept while reading;
+    each entry read counts against the walk's.
     """
     with os.scandir(path) as it:
-        listed = itertools.islice(it, MAX_LISTED)
+        listed = walk.counted(itertools.islice(it, MAX_LISTED))
         first = heapq.nsmallest(MAX_ENTRIES + 1, ((e.is_symlink(), e.name) for e in listed
                                                   if not e.name.startswith(".") and e.is_dir()))
         cut_short = next(it, None) is not None
     if cut_short:
-        log.warning("%s has more than %d entries; only that many are read (which ones depends on the file"
-                    " system) and the first %d subdirectories in name order among them looked at for skills",
-                    shown(path), MAX_LISTED, MAX_ENTRIES)
+        walk.warn("%s has more than %d entries; only that many are read (which ones depends on the file"
+                  " system) and the first %d subdirectories in name order among them looked at for skills",
+                  shown(path), MAX_LISTED, MAX_ENTRIES)
     elif len(first) > MAX_ENTRIES:
-        log.warning("%s has more than %d subdirectories; only the first %d in name order are looked at"
-                    " for skills", shown(path), MAX_ENTRIES, MAX_ENTRIES)
+        walk.warn("%s has more than %d subdirectories; only the first %d in name order are looked at"
+                  " for skills", shown(path), MAX_ENTRIES, MAX_ENTRIES)
     return [name for _, name in first[:MAX_ENTRIES]]
 
 
-def _candidate(found: SkillMap, seen: set[str], root: Root, name: str) -> Skill | None:
+def _candidate(walk: Walk, root: Root, name: str) -> Skill | None:
     """The skill in directory `name` of `root` when it is one and new, else None (the reason is in
     `skipped`, under the path the user reached it by: a linked root's target means nothing to them)."""
+    found, seen = walk.found, walk.seen
     skill_dir = os.path.join(root.path, name)
     try:
         skill = load_skill(root, skill_dir)
@@ -366,15 +446,15 @@ def _candidate(found: SkillMap, seen: set[str], root: Root, name: str) -> Skill 
         if real in seen:  # `.claude/skills/x` linked to `.agents/skills/x`
             log.debug("skill %s is a link to one already mapped", where)
         else:
-            _skip(found, where, exc.message if real == where or real in exc.message
+            _skip(walk, where, exc.message if real == where or real in exc.message
                   else f"{exc.message}; it resolves to {real}")
         return None
     if skill.dir in seen:
         log.debug("skill %s already mapped through another root folder", skill.dir)
         return None
     if skill.key in found.skills:
-        log.warning("skill %s shadowed: its name %r is taken by %s, found first; rename one to map both",
-                    shown(skill.dir), skill.key, shown(found.skills[skill.key].dir))
+        walk.warn("skill %s shadowed: its name %r is taken by %s, found first; rename one to map both",
+                  shown(skill.dir), skill.key, shown(found.skills[skill.key].dir))
         found.shadowed.append(skill)
         seen.add(skill.dir)  # a link to it from a later root is the same skill, reported once
         return None
@@ -418,10 +498,10 @@ def _head_text(head: bytes) -> str:
         return head[: exc.start].decode("utf-8")  # only our byte limit cut a character in two
 
 
-def _skip(found: SkillMap, where: str, reason: str) -> None:
+def _skip(walk: Walk, where: str, reason: str) -> None:
     where, reason = shown(where), shown(reason)
-    log.warning("skill %s skipped: %s", where, reason)
-    found.skipped.append((where, reason))
+    walk.warn("skill %s skipped: %s", where, reason)
+    walk.found.skipped.append((where, reason))
 
 
 def shown(path: str) -> str:

@@ -47,7 +47,7 @@ class Env:
         return self.paths.skills_dir
 
     def discover(self, max_skills: int = 64) -> skills.SkillMap:
-        return skills.discover(self.ws, self.paths, max_skills)
+        return skills.discover(self.ws, self.paths, max_skills, SkillsConfig().max_walk_entries)
 
     def ctx(self, max_skills: int = 64, max_skill_bytes: int = 64 * 1024) -> CallContext:
         config = Config(skills=SkillsConfig(max_skills=max_skills, max_skill_bytes=max_skill_bytes))
@@ -224,7 +224,7 @@ def test_an_unreadable_skill_file_is_skipped_not_a_failed_session(env: Env) -> N
     make_skill(env.user_root, "good")
     bad = make_skill(env.user_root, "bad") / "SKILL.md"
     script = ("import sys; from scvd import skills; from scvd.paths import resolve; "
-              "found = skills.discover(sys.argv[1], resolve({'SCV_HOME': sys.argv[2]}), 64); "
+              "found = skills.discover(sys.argv[1], resolve({'SCV_HOME': sys.argv[2]}), 64, 10_000); "
               "print(list(found.skills), found.skipped)")
     # /proc/<pid>/mem is a regular file whose read at offset 0 fails with EIO
     done = subprocess.run(["bwrap", "--unshare-user", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
@@ -244,7 +244,7 @@ def test_a_skill_file_that_fails_to_read_at_call_time_says_so(env: Env) -> None:
         from scvd import errors, skills
         from scvd.paths import resolve
         from scvd.tools.skill import read_result
-        found = skills.discover(sys.argv[1], resolve({'SCV_HOME': sys.argv[2]}), 64)
+        found = skills.discover(sys.argv[1], resolve({'SCV_HOME': sys.argv[2]}), 64, 10_000)
         skill = dataclasses.replace(found.skills['good'], key='bad', file=sys.argv[3])
         try:
             read_result(skill, 1000)

@@ -61,11 +61,10 @@ class ReadSkillTool(Tool):
     Arguments = ReadSkillArguments
 
     def session_services(self, workspace: Path, config: Any, paths: Any) -> dict[str, Any]:
-        found = skills.discover(workspace, paths, config.skills.max_skills)
+        found = skills.discover(workspace, paths, config.skills.max_skills, config.skills.max_walk_entries)
         log.info("skills for %s: %d user, %d project, %d skipped, %d shadowed%s", workspace,
                  len(found.of_kind(skills.USER)), len(found.of_kind(skills.PROJECT)), len(found.skipped),
-                 len(found.shadowed),
-                 " (skills.max_skills reached)" if found.limit_reached else "")
+                 len(found.shadowed), f" ({found.limit_reached})" if found.limit_reached else "")
         return {SERVICE: found}
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
@@ -82,7 +81,7 @@ class ReadSkillTool(Tool):
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         found = _skill_map(ctx)
         if not args.name:
-            return listing(found, ctx.config.skills.max_skills)
+            return listing(found)
         skill = lookup(found, args.name, ctx)
         return await asyncio.to_thread(read_result, skill, ctx.config.skills.max_skill_bytes,
                                        found.shadowed_by(skill))
@@ -150,7 +149,7 @@ def shadow_entry(skill: skills.Skill, by: skills.Skill) -> dict[str, Any]:
     return entry
 
 
-def listing(found: skills.SkillMap, max_skills: int) -> dict[str, Any]:
+def listing(found: skills.SkillMap) -> dict[str, Any]:
     """User skills and, separately, project skills with the delegation note."""
     user = [{"name": s.key, "description": s.description} for s in found.of_kind(skills.USER)]
     project = [
@@ -161,7 +160,7 @@ def listing(found: skills.SkillMap, max_skills: int) -> dict[str, Any]:
     if project:
         result["project_note"] = PROJECT_NOTE
     if found.limit_reached:
-        result["limit_reached"] = f"only the first {max_skills} skills are mapped (skills.max_skills)"
+        result["limit_reached"] = found.limit_reached
     if found.skipped:
         result["skipped"] = [{"dir": d, "reason": r} for d, r in found.skipped[:SKIPPED_SHOWN]]
     if found.shadowed:

@@ -118,3 +118,52 @@ def test_a_child_named_like_the_workspace_shows_its_shadowed_skill(daemon, clien
     assert [(s["name"], s["cwd"]) for s in listed["shadowed"]] == [("app:deploy", "app")]
     assert "is in cwd 'app'" in client.call(sid, "read_skill", {"name": "app:deploy"}).result["note"]
     assert "1 project, 0 skipped, 1 shadowed" in daemon.log()
+
+
+# --- bounded discovery: a huge tree ------------------------------------------------------------------
+
+
+def junk(parent: Path, count: int) -> None:
+    """`count` directories that are no skill (no SKILL.md): each one a skipped-skill warning."""
+    for i in range(count):
+        (parent / f"junk-{i:04d}").mkdir(parents=True)
+
+
+def skill_warnings(log: str) -> list[str]:
+    return [line for line in log.splitlines() if " WARNING " in line and "scvd.skills" in line]
+
+
+def test_a_huge_tree_is_walked_up_to_the_cap_keeping_the_skills_found(make_daemon, tmp_path: Path, workspace: Path):
+    """409,600 directories under the skill paths took 45 s per session.open: every one was looked at."""
+    home = tmp_path / "capped"
+    make_skill(home / "skills", "alpha")
+    make_skill(workspace / ".agents" / "skills", "deploy")
+    junk(workspace / ".agents" / "skills", 50)
+    for child in range(10):  # each child project's skill root: 100 more directories
+        junk(workspace / f"proj{child}" / ".agents" / "skills", 100)
+    d = make_daemon("[skills]\nmax_walk_entries = 500\n", home=home)
+    with d.client(name="pytest") as client:
+        listed = client.call(client.open_session(workspace), "read_skill", {}).result
+    assert [s["name"] for s in listed["skills"]] == ["alpha"]
+    assert [s["name"] for s in listed["project_skills"]] == [f"{workspace.name}:deploy"]
+    assert listed["limit_reached"] == ("discovery stopped after reading 500 directory entries "
+                                       "(skills.max_walk_entries); skills past them are not mapped")
+    warnings = skill_warnings(d.log())
+    assert [w for w in warnings if "max_walk_entries" in w] == [
+        w for w in warnings if "skills.max_walk_entries (500) reached" in w
+        and "the 2 skills found so far are mapped" in w and "raise skills.max_walk_entries" in w]
+    assert len([w for w in warnings if "max_walk_entries" in w]) == 1
+    assert len(listed["skipped"]) == 20 and "proj4" not in str(listed["skipped"])
+
+
+def test_warnings_of_one_discovery_are_capped_and_the_rest_counted(daemon, client, workspace: Path):
+    """Each directory that is no skill logged a warning: 409,600 of them wrote 50 MB of log per open."""
+    make_skill(daemon.home / "skills", "alpha")
+    junk(daemon.home / "skills", 70)
+    listed = client.call(client.open_session(workspace), "read_skill", {}).result
+    assert [s["name"] for s in listed["skills"]] == ["alpha"] and len(listed["skipped"]) == 20
+    warnings = skill_warnings(daemon.log())
+    assert len([w for w in warnings if " skipped: no SKILL.md in it" in w]) == 20
+    assert [w.split(" WARNING ")[1] for w in warnings if "not logged" in w] == [
+        f"scvd.skills: 50 more skill discovery warnings for {workspace.resolve()} were not logged (the first 20 were)"]
+    assert "70 skipped" in daemon.log()  # the session's summary line still counts them all
