@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import select
 import socket
 import struct
 from typing import Any, Callable
@@ -170,6 +171,16 @@ class Connection:
 
     def fileno(self) -> int:
         return self.transport.get_extra_info("socket").fileno()
+
+    def hung_up(self) -> Callable[[], bool]:
+        """A check, for another thread (a session.open's preparation), that turns True once this
+        connection closed or its peer closed its socket. Reading is paused while a handler waits,
+        so the loop itself would hear of the hang-up only when it writes the answer."""
+        watch = select.poll()
+        watch.register(self.fileno(), 0)  # POLLHUP and POLLERR come unasked; a half-closed peer still reads
+        # `closed` is set before the fd is closed, so a poll of a number reused since can only
+        # come once the answer is True anyway
+        return lambda: self.closed or bool(watch.poll(0))
 
     def next_seq(self) -> int:
         return next(self._seq)

@@ -38,7 +38,7 @@ from .secrets import SecretStore
 from .sessions import Owner, Session, new_session_id, open_workspace
 from .tools import build_registry
 from .tools.contract import Registry, findings
-from .workers import in_own_thread
+from .workers import in_own_thread, run_opening
 
 if TYPE_CHECKING:
     from .chat.service import ChatService
@@ -779,10 +779,20 @@ class Daemon:
         workspace, fd = open_workspace(frame.workspace)
         session = Session(id=new_session_id(), workspace=workspace, workspace_fd=fd, owner=conn,
                           config=self.config, registry=self.registry)
+        hung_up, stopped = conn.hung_up(), threading.Event()  # stopped: this handler was cancelled (scvd stops)
+
+        def gone() -> bool:
+            return stopped.is_set() or hung_up()
+
         self._opening += 1  # counted from its fd on, so opens waiting below cannot overrun the budget
         try:
-            session.services.update(await asyncio.to_thread(self._session_services, session))
+            services = await run_opening(lambda: self._session_services(session, gone))
+            if gone():  # what it prepared may have stopped halfway: no session is made of it
+                raise errors.Cancelled("session.open was cancelled: its client hung up while the session was "
+                                       "being prepared; open it again")
+            session.services.update(services)
         except BaseException:
+            stopped.set()
             session.close()
             raise
         finally:
@@ -975,12 +985,12 @@ class Daemon:
                 f"this connection holds no session {session_id!r}; open one with session.open")
         return session
 
-    def _session_services(self, session: Session) -> dict[str, Any]:
+    def _session_services(self, session: Session, gone: Callable[[], bool]) -> dict[str, Any]:
         """What the session's tools prepare once (a tree walk for skills): from its own snapshot,
-        which a reload during the walk does not change."""
+        which a reload during the walk does not change; each stops early once `gone()`."""
         services: dict[str, Any] = dict(self.services)
         for tool in session.registry.visible(include_system=True):
-            services.update(tool.session_services(session.workspace, session.config, self.paths))
+            services.update(tool.session_services(session.workspace, session.config, self.paths, gone))
         return services
 
     def _close_session(self, session: Session) -> set[asyncio.Task[Any]]:

@@ -1,5 +1,6 @@
-"""The bounded pools of threads that run blocking work off the event loop: file I/O, and
-argument checks that may take seconds (`run_check`).
+"""The bounded pools of threads that run blocking work off the event loop: file I/O,
+argument checks that may take seconds (`run_check`), and what a session prepares as it
+opens (`run_opening`).
 
 Rule: threads are made once and reused, never one per call: at most
 MAX_WORKERS, started only when no idle one is free; past that, work waits its
@@ -28,6 +29,7 @@ log = logging.getLogger("scvd.workers")
 
 MAX_WORKERS = 16  # a few huge reads hashing whole files must not hold back every small one
 CHECK_WORKERS = 2  # argument checks (run_check): CPU-bound under the GIL, more threads would not help
+OPEN_WORKERS = 4  # session opens' preparation (run_opening): a slow walk queues opens, not file reads
 INLINE_BYTES = 64 << 10  # hashed in well under 100 us: less than the thread hop it saves
 # statfs(2) f_type of local, in-kernel filesystems: ext2/3/4, xfs, btrfs, tmpfs, overlay,
 # zfs, f2fs, bcachefs, ramfs. Anything else (nfs, cifs, fuse, 9p, ...) may block: pool.
@@ -77,6 +79,7 @@ class Pool:
 
 _pool = Pool()
 _check_pool = Pool(size=CHECK_WORKERS, name="scvd-check")
+_open_pool = Pool(size=OPEN_WORKERS, name="scvd-open")
 
 
 class CancelFlag:
@@ -139,6 +142,13 @@ async def run_check(fn: Callable[..., Any], *args: Any) -> Any:
     large argument), on a small pool of its own: a client that sends many large arguments
     queues behind itself, not in front of file reads. A cancel stops the wait, not the check."""
     return await _on(_check_pool, lambda: fn(*args))
+
+
+async def run_opening(fn: Callable[[], Any]) -> Any:
+    """fn(), what a session prepares as it opens (a skill walk), on a small pool of its own: walks
+    over huge trees wait behind each other, not in front of file reads or asyncio's default
+    executor. A cancel stops the wait, not fn: fn asks its own `gone` and stops."""
+    return await _on(_open_pool, fn)
 
 
 async def _on(pool: Pool, job: Callable[[], Any]) -> Any:

@@ -39,6 +39,9 @@ class LocalConnection(Connection):
         if not self.closed:
             self._deliver(frame)
 
+    def hung_up(self) -> Any:
+        return lambda: self.closed  # no socket: the host's detach closes it
+
     def close(self) -> None:
         self.closed = True
 

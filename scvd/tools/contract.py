@@ -123,6 +123,11 @@ def _no_progress(message: str) -> None:
     pass
 
 
+def never() -> bool:
+    """`session_services`' `gone` where nobody can leave (a direct call)."""
+    return False
+
+
 class CallContext(msgspec.Struct):
     """What the server hands a tool for one call (a Struct: made per call)."""
 
@@ -232,8 +237,11 @@ class Tool(abc.ABC):
         """The secret-store keys this tool's calls use (store_secret asks only for one of them)."""
         return frozenset()
 
-    def session_services(self, workspace: Path, config: Any, paths: Any) -> dict[str, Any]:
-        """Data this tool prepares once when a session opens (e.g. a skill map); put in ctx.services."""
+    def session_services(self, workspace: Path, config: Any, paths: Any,
+                         gone: Callable[[], bool] = never) -> dict[str, Any]:
+        """Data this tool prepares once when a session opens (e.g. a skill map); put in ctx.services.
+        It runs on a thread; `gone()` turns True once nobody waits for the session (its client
+        left, scvd stops): long work should ask it now and then and stop."""
         return {}
 
     def dispatch_timeout(self, plan: Plan, config: Any) -> float | None:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any, Callable, Sequence
 
 import msgspec
 
 from .. import skills
 from ..adapters.spec import ADAPTERS
 from ..errors import Failed, InvalidArguments, Unavailable
-from .contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
+from .contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, never
 
 log = logging.getLogger("scvd.tools.skill")
 
@@ -60,8 +60,11 @@ class ReadSkillTool(Tool):
     flags = ToolFlags(concurrent=True)
     Arguments = ReadSkillArguments
 
-    def session_services(self, workspace: Path, config: Any, paths: Any) -> dict[str, Any]:
-        found = skills.discover(workspace, paths, config.skills.max_skills, config.skills.max_walk_entries)
+    def session_services(self, workspace: Path, config: Any, paths: Any,
+                         gone: Callable[[], bool] = never) -> dict[str, Any]:
+        found = skills.discover(workspace, paths, config.skills.max_skills, config.skills.max_walk_entries, gone)
+        if gone():  # it stopped halfway (it said so); nobody opens this session
+            return {}
         log.info("skills for %s: %d user, %d project, %d skipped, %d shadowed%s", workspace,
                  len(found.of_kind(skills.USER)), len(found.of_kind(skills.PROJECT)), len(found.skipped),
                  len(found.shadowed), f" ({found.limit_reached})" if found.limit_reached else "")

@@ -24,7 +24,7 @@ import msgspec
 from ..config import server_secrets
 from ..errors import InvalidArguments, LimitExceeded, ScvError, Unavailable
 from ..secrets import KEY_RE, check_key
-from .contract import NO_TIMEOUT, CallContext, Plan, Tool, ToolFlags, ToolRisk
+from .contract import NO_TIMEOUT, CallContext, Plan, Tool, ToolFlags, ToolRisk, never
 
 MAX_ROUNDS = 2  # per tool per turn (seed 003)
 REQUESTS_SERVICE = "secret_requests"  # ctx.services key of the daemon's SecretRequests
@@ -65,7 +65,8 @@ class StoreSecret(Tool):
     def __init__(self) -> None:
         self.known: Callable[[str], Any] | None = None  # the registry's get(), set by build_registry
 
-    def session_services(self, workspace: Any, config: Any, paths: Any) -> dict[str, Any]:
+    def session_services(self, workspace: Any, config: Any, paths: Any,
+                         gone: Callable[[], bool] = never) -> dict[str, Any]:
         return {ROUNDS_SERVICE: Counter()}
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:

@@ -378,6 +378,10 @@ def _main(argv: list[str]) -> int:
         import scvd.skills
 
         scvd.skills.discover = _hanging(scvd.skills.discover, Path(os.environ["HARNESS_HANG_SKILLS_WHILE"]))
+    if "HARNESS_HANG_SKILL_LOAD_WHILE" in os.environ:  # a walk under way: each skill directory it looks at waits
+        import scvd.skills
+
+        scvd.skills.load_skill = _hanging(scvd.skills.load_skill, Path(os.environ["HARNESS_HANG_SKILL_LOAD_WHILE"]))
     if "HARNESS_HANG_EXPIRY_WHILE" in os.environ:  # chat.transcript_days' listing of chat/ on a hung mount
         import scvd.chat.expiry
 

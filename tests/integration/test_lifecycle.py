@@ -811,6 +811,15 @@ def reached(point: Path, what: str) -> None:
     wait_until(lambda: point.with_name(point.name + ".hit").exists(), what=what)
 
 
+def open_held(d: Any, workspace: Path, hang: Path, what: str) -> RawConn:
+    """A connection whose `session.open` (id 7) is held at the hang point `hang`."""
+    conn = RawConn(d.socket)
+    conn.hello()
+    conn.send({"type": "session.open", "id": 7, "workspace": str(workspace)})
+    reached(hang, what)
+    return conn
+
+
 def test_a_thread_stuck_in_a_blocking_call_cannot_hold_the_exit(make_wrapped, tmp_path):
     """A reload's sandbox probe on a hung mount never returns; scvd said "scvd stopped" and then never
     exited (the interpreter's exit joins every thread), until systemd's SIGKILL."""
@@ -830,10 +839,7 @@ def test_a_session_open_still_waiting_when_scvd_stops_is_told_to_retry(make_wrap
     its client read a bare end of stream."""
     with hang_point(tmp_path / "hang") as hang:
         d = make_wrapped(env={"HARNESS_HANG_SKILLS_WHILE": str(hang)})
-        with RawConn(d.socket) as conn:
-            conn.hello()
-            conn.send({"type": "session.open", "id": 7, "workspace": str(workspace)})
-            reached(hang, "the session's skill walk to hang")
+        with open_held(d, workspace, hang, "the session's skill walk to hang") as conn:
             d.proc.send_signal(signal.SIGTERM)
             answer = conn.frame()
             assert conn.closed_by_server()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness import RawConn, make_wrapped, wait_until  # noqa: F401 (fixture)
+from test_lifecycle import hang_point, open_held, reached
+
 from scvd import protocol as p
 
 
@@ -120,7 +123,7 @@ def test_a_child_named_like_the_workspace_shows_its_shadowed_skill(daemon, clien
     assert "1 project, 0 skipped, 1 shadowed" in daemon.log()
 
 
-# --- bounded discovery: a huge tree ------------------------------------------------------------------
+# --- bounded discovery: a huge tree, a client that hangs up, the threads it runs on ----------------
 
 
 def junk(parent: Path, count: int) -> None:
@@ -167,3 +170,48 @@ def test_warnings_of_one_discovery_are_capped_and_the_rest_counted(daemon, clien
     assert [w.split(" WARNING ")[1] for w in warnings if "not logged" in w] == [
         f"scvd.skills: 50 more skill discovery warnings for {workspace.resolve()} were not logged (the first 20 were)"]
     assert "70 skipped" in daemon.log()  # the session's summary line still counts them all
+
+
+def test_a_walk_stops_when_its_client_hangs_up_and_other_opens_go_on(make_wrapped, tmp_path: Path, workspace: Path):
+    """A walk ran to its end for a client long gone: six of them held every other session.open for 516 s."""
+    huge = tmp_path / "huge"
+    make_skill(huge / ".agents" / "skills", "deploy")
+    junk(huge / ".agents" / "skills", 300)
+    with hang_point(tmp_path / "hang") as hang:
+        d = make_wrapped(env={"HARNESS_HANG_SKILL_LOAD_WHILE": str(hang)})
+        with open_held(d, huge, hang, "the walk to look at its first skill directory"):
+            with d.client(name="other") as other:  # no skill directory to look at: its walk does not wait
+                assert other.open_session(workspace)
+        hang.unlink()  # the walk goes on, and finds its client gone
+    wait_until(lambda: f"skill discovery for {huge.resolve()} stopped: nobody waits for its session" in d.log(),
+               what="the walk to stop")
+    log = d.log()
+    assert f"skills for {huge.resolve()}" not in log  # it never finished
+    with d.client(name="after") as after:
+        assert after.request(p.Status).sessions == 0  # no session was made for the client that left
+
+
+def test_walks_run_on_their_own_threads_not_those_of_every_other_wait(make_wrapped, tmp_path: Path, workspace: Path):
+    """The walks ran in asyncio's default pool: as many slow ones as it has threads (cpu count + 4)
+    held whatever else waited there, here a read_skill call of a session opened before them."""
+    make_skill(tmp_path / "home" / "skills", "alpha", body="Alpha steps.\n")
+    hang = tmp_path / "hang"
+    d = make_wrapped(home=tmp_path / "home", env={"HARNESS_HANG_SKILL_LOAD_WHILE": str(hang)})
+    walks: list[RawConn] = []
+    try:
+        with d.client(name="pytest") as client:
+            sid = client.open_session(workspace)  # before the hang: alpha is mapped
+            with hang_point(hang):
+                for n in range(min(32, (os.cpu_count() or 1) + 4)):  # the default pool's size
+                    walks.append(RawConn(d.socket))
+                    walks[-1].hello()
+                    walks[-1].send({"type": "session.open", "id": n, "workspace": str(workspace)})
+                reached(hang, "the walks to wait")
+                done = client.call(sid, "read_skill", {"name": "alpha"})
+                assert done.ok and "Alpha steps." in done.result["content"], done.error
+            for n, conn in enumerate(walks):  # and each walk ends once the hang is over
+                answer = conn.frame()
+                assert isinstance(answer, p.SessionOpened) and answer.id == n, answer
+    finally:
+        for conn in walks:
+            conn.close()
