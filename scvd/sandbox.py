@@ -1,7 +1,7 @@
 """The optional bubblewrap sandbox: probe it once at start, and build its argv.
 
-Rule: `build_argv()` is pure (paths in, a list out, no I/O). `probe()` is the
-only code here that runs anything, once at start, and `Sandbox` only resolves
+Rule: `build_argv()` and `check_guard()` are pure (paths in, a list or a raise out, no
+I/O). `probe()` is the only code here that runs anything, once at start, and `Sandbox` only resolves
 and filters paths (and finds git metadata, gitmeta.py) before calling
 `build_argv()`. A session's workspace is never resolved again: its bind must
 be the directory the session holds (open_binds()). Nothing here knows tool names.
@@ -125,11 +125,7 @@ def build_argv(
     script tool runs must not change under scvd, as its own folders do not.
     """
     ws = _abs(workspace)
-    temp = os.path.normpath(tmpdir) if tmpdir and os.path.isabs(tmpdir) else "/tmp"
-    set_tmpdir = False
-    if scratch is not None and not _writable(temp, hide, [ws, *rw_binds], ro_binds):
-        hide = [*hide, scratch]  # ordered with the rest: a workspace below it is bound back
-        set_tmpdir = not _writable(temp, hide, [ws, *rw_binds], ro_binds)  # not for TMPDIR=/var/tmp/x
+    hide, set_tmpdir = _with_scratch(ws, hide, rw_binds, ro_binds, tmpdir, scratch)
     argv = [bwrap, "--new-session", "--die-with-parent", *UNSHARED]
     if not network:
         argv.append("--unshare-net")
@@ -144,6 +140,30 @@ def build_argv(
         argv += ["--setenv", "TMPDIR", _abs(scratch)]
     argv += ["--chdir", _abs(chdir) if chdir is not None else ws, "--", *inner]
     return argv
+
+
+def check_guard(
+    *, workspace: Path, hide: Sequence[Path], rw_binds: Sequence[Path] = (), ro_binds: Sequence[Path] = (),
+    mask: Sequence[Path] = (), git: Sequence[Path] = (), tmpdir: str | None = None, scratch: Path | None = None,
+    resolve: Callable[[str], str | None] = str, keep: Sequence[Path] = (),
+) -> None:
+    """Raise LimitExceeded where build_argv() with these arguments, for a call nobody approved, would:
+    the git guard alone is worked out (what the limit counts), not the pins above hidden places nor the argv."""
+    ws = _abs(workspace)
+    hide, _ = _with_scratch(ws, hide, rw_binds, ro_binds, tmpdir, scratch)
+    _guard(ws, _plain(ws, hide, rw_binds, ro_binds, mask), git=[ws + "/.git", *map(_abs, git)], keep=keep,
+           resolve=resolve)
+
+
+def _with_scratch(ws: str, hide: Sequence[Path], rw: Sequence[Path], ro: Sequence[Path], tmpdir: str | None,
+                  scratch: Path | None) -> tuple[Sequence[Path], bool]:
+    """`hide` with `scratch` where the temp directory would be read-only, and whether the child's
+    TMPDIR must then be `scratch` (build_argv())."""
+    temp = os.path.normpath(tmpdir) if tmpdir and os.path.isabs(tmpdir) else "/tmp"
+    if scratch is None or _writable(temp, hide, [ws, *rw], ro):
+        return hide, False
+    hide = [*hide, scratch]  # ordered with the rest: a workspace below it is bound back
+    return hide, not _writable(temp, hide, [ws, *rw], ro)  # not for TMPDIR=/var/tmp/x
 
 
 def _writable(path: str, hide: Iterable[Path], rw: Iterable[Path | str], ro: Iterable[Path | str]) -> bool:
@@ -170,6 +190,21 @@ def _mounts(
     keep: Iterable[Path] = (),
 ) -> list[tuple[str, str, str]]:
     """(option, source, path), parents before children, hide < rw < ro < mask at equal depth."""
+    wanted = _plain(ws, hide, rw, ro, mask)
+    if approved:
+        paths = [_abs(r) for p in (ws + "/.git/hooks", ws + "/.git/config") if (r := resolve(p))]
+        tops = [_cover(p, _sorted(wanted)) for p in paths]
+        wanted += [(_RO, "--ro-bind-try", p, p) for p, top in zip(paths, tops) if top and top[1] == "--bind"]
+    wanted += _guard(ws, wanted, git=[] if approved else [ws + "/.git", *map(_abs, git)], keep=keep, resolve=resolve)
+    # a hidden directory or masked socket in a writable bind cannot be renamed (a mount point), but
+    # a directory above it could: `mv sub x; mkdir -p sub/scv` left the host a planted SCV_HOME there
+    mounted = _sorted(wanted)
+    wanted += _pins([m[3] for m in mounted if m[0] in (_TMPFS, _MASK)], mounted)
+    return [(op, src, path) for _, op, src, path in _sorted(wanted)]
+
+
+def _plain(ws: str, hide: Iterable[Path], rw: Iterable[Path], ro: Iterable[Path], mask: Iterable[Path]) -> list[_Mount]:
+    """The hides, binds and masks, before any guard or pin."""
     binds = [ws] + [_abs(p) for p in rw] + [_abs(p) for p in ro]
     hides = [_abs(p) for p in hide]
     wanted = [(_TMPFS, "--tmpfs", h, h) for h in hides if not _already_hidden(h, hides, binds)]
@@ -177,26 +212,21 @@ def _mounts(
     wanted += [(_RO, "--ro-bind", p, p) for p in map(_abs, ro)]
     masks = [_abs(p) for p in mask]
     wanted += [(_MASK, "--ro-bind", "/dev/null", m) for m in masks if not _already_hidden(m, hides, binds)]
-    # git metadata stays read-only: a hook or a core.fsmonitor planted there would run
-    # outside the sandbox the next time the user runs git
-    # each where it leads: a link out of the writable binds needs no guard (all else is read-only
-    # or hidden), and bound by its name it would show there what it leads to, `/` or scvd's socket
-    found: list[str] = []
-    if approved:
-        paths = [_abs(r) for p in (ws + "/.git/hooks", ws + "/.git/config") if (r := resolve(p))]
-        tops = [_cover(p, _sorted(wanted)) for p in paths]
-        wanted += [(_RO, "--ro-bind-try", p, p) for p, top in zip(paths, tops) if top and top[1] == "--bind"]
-    else:
-        found = [_abs(r) for p in [ws + "/.git", *map(_abs, git)] if (r := resolve(p))]
-    # a loaded tool's folder in a writable bind: its `run` runs later, unasked if read_only. One guard
-    # with the git metadata: guarded after it, a folder below a repository's pins stayed writable
-    found += [_abs(r) for p in map(_abs, keep) if (r := resolve(p))]
-    wanted += _git_guard(ws, found, _sorted(wanted))
-    # a hidden directory or masked socket in a writable bind cannot be renamed (a mount point), but
-    # a directory above it could: `mv sub x; mkdir -p sub/scv` left the host a planted SCV_HOME there
-    mounted = _sorted(wanted)
-    wanted += _pins([m[3] for m in mounted if m[0] in (_TMPFS, _MASK)], mounted)
-    return [(op, src, path) for _, op, src, path in _sorted(wanted)]
+    return wanted
+
+
+def _guard(ws: str, wanted: list[_Mount], *, git: Iterable[str], keep: Iterable[Path],
+           resolve: Callable[[str], str | None]) -> list[_Mount]:
+    """_git_guard() of the `git` paths and the `keep` folders, each where it leads.
+
+    git metadata stays read-only: a hook or a core.fsmonitor planted there would run outside the
+    sandbox the next time the user runs git. A loaded tool's folder in a writable bind: its `run`
+    runs later, unasked if read_only; one guard with the git metadata: guarded after it, a folder
+    below a repository's pins stayed writable. Each where it leads: a link out of the writable binds
+    needs no guard (all else is read-only or hidden), and bound by its name it would show there what
+    it leads to, `/` or scvd's socket."""
+    found = [_abs(r) for p in [*git, *map(_abs, keep)] if (r := resolve(p))]
+    return _git_guard(ws, found, _sorted(wanted))
 
 
 def _sorted(mounts: Iterable[_Mount]) -> list[_Mount]:
@@ -589,6 +619,10 @@ def _existing(candidates: Iterable[Path]) -> list[Path]:
     return out
 
 
+def _real(path: Path | str) -> Path:
+    return Path(os.path.realpath(path))
+
+
 def _present(files: Iterable[Path]) -> list[Path]:
     """Real paths of the files that exist now (a mount needs an existing target)."""
     return [Path(os.path.realpath(f)) for f in files if os.path.lexists(f)]
@@ -681,25 +715,16 @@ class Sandbox:
         if not self.active:
             return list(inner)
         assert self.probe.bwrap is not None
-        real = lambda p: Path(os.path.realpath(p))  # noqa: E731
-        ws = real(workspace) if workspace_fd is None else Path(_abs(workspace))
+        ws = _real(workspace) if workspace_fd is None else Path(_abs(workspace))
         argv = build_argv(
             inner,
             bwrap=self.probe.bwrap,
-            workspace=ws,
-            hide=_existing([*self._hide, *private_dirs(network)]),
             network=network,
-            rw_binds=[real(p) for p in rw_binds],
-            ro_binds=[real(p) for p in ro_binds],  # e.g. a script tool's folder, inside hidden SCV_HOME
             proc=self.probe.proc,
-            chdir=real(chdir) if chdir is not None else None,
-            mask=_present(self._mask),
+            chdir=_real(chdir) if chdir is not None else None,
             approved=approved,
-            git=[] if approved else [Path(p) for p in (self._find(str(ws)) if git is None else git)],
-            tmpdir=self._tmpdir,
-            scratch=self._scratch,
-            resolve=bound_path,
-            keep=[Path(p) for p in self.keep],
+            **self._layout(ws, network, [] if approved else (self._find(str(ws)) if git is None else git),
+                           rw_binds, ro_binds),
         )
         held = None
         if workspace_fd is not None:
@@ -726,9 +751,22 @@ class Sandbox:
         """The git metadata a call in `workspace` that nobody approved gets read-only; raises
         LimitExceeded (its message says why, for the approver) where it cannot all be kept so.
         Blocking: it walks the whole workspace."""
-        git = self._find(_abs(workspace))  # a session's real path, not resolved again
-        self.wrap(["true"], workspace=workspace, network=network, git=git)  # counts the guard's mounts
+        self.check()
+        ws = Path(_abs(workspace))  # a session's real path, not resolved again
+        git = self._find(str(ws))
+        if self.active:  # the guard's mounts counted as wrap() would make them, without its argv
+            check_guard(**self._layout(ws, network, git))
         return git
+
+    def _layout(self, ws: Path, network: bool, git: Sequence[str], rw_binds: Sequence[Path] = (),
+                ro_binds: Sequence[Path] = ()) -> dict[str, Any]:
+        """What build_argv() and check_guard() both take: the places hidden, bound and guarded now."""
+        return dict(
+            workspace=ws, hide=_existing([*self._hide, *private_dirs(network)]),
+            rw_binds=[_real(p) for p in rw_binds],
+            ro_binds=[_real(p) for p in ro_binds],  # e.g. a script tool's folder, inside hidden SCV_HOME
+            mask=_present(self._mask), git=[Path(p) for p in git], tmpdir=self._tmpdir, scratch=self._scratch,
+            resolve=bound_path, keep=[Path(p) for p in self.keep])
 
     def _find(self, workspace: str) -> list[str]:
         # what the sandbox hides is a fresh tmpfs: nothing planted there reaches the host
