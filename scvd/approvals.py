@@ -46,7 +46,7 @@ import msgspec
 from . import awake, errors
 from .always_ask import in_git_dir
 from .host_places import RUNS, home_dirs, home_place, real_home
-from .own_places import CONFIG, LOOKUP, ROOT, TOOL, Place, of
+from .own_places import LOOKUP, ROOT, TOOL, Place, of
 from .paths import lookup_dirs, within
 from .text import excerpt, printable, printable_data, quoted_name
 from .proctree import read_stat
@@ -155,7 +155,8 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
     return (home_place(ws, home, os.environ) is not None
             or any(within(x, ws) for d in home_dirs(home, os.environ) for x in lookup_dirs(d))
             or any(within(ws, d) for d in of(own, ROOT, TOOL) + of(host, RUNS)) or in_git_dir(ws)
-            or any(within(d, ws) for d in of(own, ROOT, TOOL, CONFIG, LOOKUP) + of(host, RUNS, LOOKUP)))
+            # LOOKUP holds the real path of each ROOT, TOOL, CONFIG and RUNS place too (paths.lookup_dirs)
+            or any(within(d, ws) for d in of(own, LOOKUP) + of(host, LOOKUP)))
 
 
 GIT_LINK_ASKS = ("{git} is a symbolic link: the sandbox keeps where it leads read-only, not the link, which a call "

@@ -16,7 +16,7 @@ from scvd.approvals import (
     ENDED_KEPT, POLICIES, TRANSITIONS, ApprovalEvent, ApprovalGate, ApprovalState, Decider, Verdict, contained,
     exposes_host, holds_home, is_descendant, policy_note, policy_verdict, spawned_by_daemon,
 )
-from scvd.own_places import CONFIG, ROOT, Place, own_places
+from scvd.own_places import own_places
 from scvd.paths import resolve
 from scvd.tools.contract import Plan, ToolRisk
 
@@ -578,7 +578,7 @@ def test_a_workspace_exposes_the_host_at_or_inside_home_config_and_scvds_own_fol
     monkeypatch.setenv("XDG_CONFIG_HOME", "/cfg")
     monkeypatch.delenv("XDG_DATA_HOME", raising=False)
     exposes_host.cache_clear()
-    own = (Place(ROOT, "/srv/scv"), Place(CONFIG, "/srv/scv/config.toml"), Place(CONFIG, "/etc/scvd/run.toml"))
+    own = own_places(resolve({"SCV_HOME": "/srv/scv"}), "/etc/scvd/run.toml")
     assert exposes_host(workspace, own, "/home/u") is exposed
     exposes_host.cache_clear()
 
