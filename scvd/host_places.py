@@ -7,11 +7,12 @@ way can be replaced), is not run unasked. They are:
   `bin/bwrap` there has scvd run it in the sandbox's stead), the real directory of each program it
   found (bwrap, the agent CLIs, the MCP servers' commands and `cwd`s), and its Python: sys.path
   (scvd's own code and what it imports later), sys.prefix and sys.base_prefix;
-- the links among the home's dotfiles, and among the entries of ~/.ssh and ~/.config (one level;
-  and of XDG_CONFIG_HOME): a dotfiles repository that `~/.bashrc` or `~/.config/systemd` leads
-  into runs at the next shell, git call, ssh login or systemd start.
-The home's own such places (`home_place`: its dotfiles and dot folders, and .config, .local, .ssh
-and the XDG folders wherever they lead) are judged by path, not listed: a dotfile made later counts.
+- the links among the home's dotfiles, and among the entries of its folders whose files run later
+  (home_dirs: ~/.config, ~/.local, ~/.local/share, ~/.ssh, XDG_CONFIG_HOME and XDG_DATA_HOME; one
+  level): a dotfiles repository that `~/.bashrc`, `~/.config/systemd` or `~/.local/bin` leads into
+  runs at the next shell, git call, ssh login or systemd start.
+The home's own such places (`home_place`: its dotfiles and dot folders, and home_dirs wherever
+they lead) are judged by path, not listed: a dotfile made later counts.
 `places()` looks programs up on PATH and lists the home: it runs at start and at each reload, off
 the event loop (not per call). A link made later counts from the next reload. Nothing here knows
 tool names.
@@ -27,10 +28,10 @@ from .own_places import LOOKUP, Place
 from .paths import find_program, lookup_dirs, within
 
 RUNS = "runs"  # a real directory (or file) whose contents run outside the sandbox
-DOT_DIRS = (".ssh", ".config")  # each entry a link counts, one level down
 # under home, where files run code later outside any sandbox: autostart entries and systemd user
-# units (.config), ~/.local/bin on PATH and desktop entries (.local), ~/.ssh/rc and authorized_keys
-HOME_RUNS_LATER = (".config", ".local", ".ssh")
+# units (.config), ~/.local/bin on PATH, desktop entries and user units (.local/share, XDG_DATA_HOME's
+# default), ~/.ssh/rc and authorized_keys. Each entry that is a link counts too, one level down.
+HOME_RUNS_LATER = (".config", ".local", ".local/share", ".ssh")
 
 
 def places(config: Any, bwrap: str | None, env: Mapping[str, str], home: str) -> frozenset[Place]:
@@ -40,7 +41,7 @@ def places(config: Any, bwrap: str | None, env: Mapping[str, str], home: str) ->
     found = programs(config, bwrap, env)
     runs = [*path_dirs(env), *sys.path, sys.prefix, sys.base_prefix, *cwds(config)]
     runs += [os.path.dirname(os.path.realpath(p)) for p in found]
-    links = dotfile_links(home, env.get("XDG_CONFIG_HOME"))
+    links = dotfile_links(home, env)
     named = [os.path.abspath(p) for p in [*runs, *links] if p]
     out = {Place(RUNS, os.path.realpath(p)) for p in named}
     out |= {Place(LOOKUP, d) for p in [*named, *found] for d in lookup_dirs(p)}
@@ -92,11 +93,10 @@ def home_place(path: str, home: str, env: Mapping[str, str]) -> str | None:
     return next((d for d in home_dirs(home, env) if within(path, os.path.realpath(d))), None)
 
 
-def dotfile_links(home: str, xdg_config: str | None = None) -> list[str]:
-    """The links among home's dotfiles and the entries of its DOT_DIRS (and XDG_CONFIG_HOME), by name."""
+def dotfile_links(home: str, env: Mapping[str, str]) -> list[str]:
+    """The links among home's dotfiles and the entries of its home_dirs, by name."""
     found = _links(home, lambda name: name.startswith("."))
-    xdg = [xdg_config] if xdg_config and os.path.isabs(xdg_config) else []
-    for d in [*(os.path.join(home, d) for d in DOT_DIRS), *xdg]:
+    for d in home_dirs(home, env):
         found += _links(d)
     return found
 

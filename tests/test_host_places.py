@@ -21,9 +21,9 @@ def _fresh_cache():
 
 
 def exposed(ws: Path, config: Config, *, bwrap: str | None = None, path: str = "/usr/bin",
-            home: Path | None = None) -> bool:
+            home: Path | None = None, env: dict[str, str] | None = None) -> bool:
     home = home or ws.parent / "user"
-    return exposes_host(str(ws), (), str(home), host=places(config, bwrap, {"PATH": path}, str(home)))
+    return exposes_host(str(ws), (), str(home), host=places(config, bwrap, {"PATH": path, **(env or {})}, str(home)))
 
 
 def mcp(command: str, cwd: str | None = None) -> Config:
@@ -74,21 +74,25 @@ def test_a_workspace_at_inside_or_above_scvds_python_exposes_the_host(tmp_path: 
     assert not exposed(tmp_path / "ws", Config())
 
 
-@pytest.mark.parametrize("entry", [".bashrc", ".gitconfig", ".profile", ".ssh/rc", ".config/systemd"])
+@pytest.mark.parametrize("entry", [".bashrc", ".gitconfig", ".profile", ".ssh/rc", ".config/systemd",
+                                   ".local/bin", ".local/share/applications", "xdg-data/systemd"])
 def test_a_workspace_that_a_dotfile_links_into_exposes_the_host(tmp_path: Path, entry: str):
     """~/.bashrc -> a dotfiles repository: unasked, a call there edited what the next shell runs
-    (.gitconfig: a core.fsmonitor for every repository; .ssh/rc at the next login; a systemd unit)."""
+    (.gitconfig: a core.fsmonitor for every repository; .ssh/rc at the next login; a systemd unit;
+    ~/.local/bin on the login shell's PATH; a desktop entry or user unit in XDG_DATA_HOME, by default
+    ~/.local/share: those the list of links left out)."""
     home, dots = tmp_path / "home", tmp_path / "dots"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".config").mkdir()
+    env = {"XDG_DATA_HOME": str(home / "xdg-data")}
+    for folder in (".ssh", ".config", ".local/share", "xdg-data"):
+        (home / folder).mkdir(parents=True)
     (dots / "sub").mkdir(parents=True)
     (home / entry).symlink_to(dots / "sub" / "target")
-    assert exposed(dots, Config(), home=home) and exposed(dots / "sub", Config(), home=home)
-    assert not exposed(tmp_path / "project", Config(), home=home)
+    assert exposed(dots, Config(), home=home, env=env) and exposed(dots / "sub", Config(), home=home, env=env)
+    assert not exposed(tmp_path / "project", Config(), home=home, env=env)
     (home / entry).unlink()
     (home / entry).write_text("")  # the file itself, in the home: no repository to protect
     exposes_host.cache_clear()
-    assert not exposed(dots, Config(), home=home)
+    assert not exposed(dots, Config(), home=home, env=env)
 
 
 def test_a_workspace_inside_a_folder_that_a_config_entry_links_to_exposes_the_host(tmp_path: Path):
