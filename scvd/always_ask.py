@@ -25,10 +25,10 @@ import functools
 import os
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 from .gitmeta import looks_like_git_dir
-from .host_places import RUNS, home_place, real_home
+from .host_places import HOME_DIR, RUNS, home_place, real_home
 from .own_places import CONFIG, ROOT, TOOL, Place, of
 from .paths import within
 from .tools.containment import show
@@ -191,20 +191,19 @@ def own_files_reason(workspace: str, targets: Iterable[str], own: Sequence[Place
 
 
 def runs_later_reason(workspace: str, targets: Iterable[str], host: frozenset[Place],
-                      home: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
+                      home: str | None = None) -> str | None:
     """Why a call with these targets always asks because one is where files run code later outside
-    any sandbox, or None: in the home's dotfiles (host_places.home_place; `home` and `env`'s XDG
-    folders, scvd's own by default) or at or inside a RUNS place of `host` (host_places.places():
+    any sandbox, or None: in the home's dotfiles (host_places.home_place; `home`, scvd's own by
+    default, and `host`'s HOME_DIR places) or at or inside a RUNS place of `host` (host_places.places():
     a directory on PATH, scvd's Python, a program scvd starts, a dotfile's link target). Judged where
     each target really is: a session grant to write in the home must not cover `.bashrc`."""
-    env = os.environ if env is None else env
     home = real_home(home)
-    runs = of(host, RUNS)
+    runs, dirs = of(host, RUNS), of(host, HOME_DIR)
     for target in targets:
         named = os.path.normpath(os.path.join(workspace, target))
         path = os.path.realpath(named)
         # the name too: `.bashrc` linked into a dotfiles repository is still what the next shell reads
-        place = home_place(path, home, env) or home_place(named, home, env)
+        place = home_place(path, home, dirs) or home_place(named, home, dirs)
         if place is not None:
             return (f"{show(target)} is in the home's {show(place)}, whose files run code later "
                     "outside any sandbox (at the next shell, login, git command or service start)")

@@ -45,9 +45,9 @@ import msgspec
 
 from . import awake, errors
 from .always_ask import in_git_dir
-from .host_places import RUNS, home_dirs, home_place, real_home
+from .host_places import HOME_DIR, RUNS, home_place, real_home
 from .own_places import LOOKUP, ROOT, TOOL, Place, of
-from .paths import lookup_dirs, within
+from .paths import within
 from .text import excerpt, printable, printable_data, quoted_name
 from .proctree import read_stat
 from .protocol import DEFAULT_SERVER_FRAME_LIMIT, ApprovalInfo, ApprovalResolved, Frame, approval_requested, encode
@@ -135,9 +135,10 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
                  host: frozenset[Place] = frozenset()) -> bool:
     """True when the files of `workspace` configure scvd or run code outside the sandbox later:
     it holds the home (`holds_home`), or it is at or inside one of the home's places whose files
-    run later (host_places.home_place: a dot folder such as .config, .local or .ssh,
-    XDG_CONFIG_HOME or XDG_DATA_HOME), or above one of home_dirs (one that lies outside the home,
-    or a link from the home into a dotfiles repository, or any link on the way: paths.lookup_dirs), or at or inside one of scvd's own folders (`own`:
+    run later (host_places.home_place: a dot folder such as .config, .local or .ssh, or one of
+    `host`'s HOME_DIR places: those, XDG_CONFIG_HOME and XDG_DATA_HOME where they really are), or
+    above one (one that lies outside the home, or a link from the home into a dotfiles repository,
+    or any link on the way: `host`'s LOOKUP places), or at or inside one of scvd's own folders (`own`:
     own_places; a config.toml there starts MCP servers unsandboxed) or a folder a loaded tool runs
     from (a script tool's: its `run` runs later, unasked if read_only), or it holds one of them or a
     config file scvd reads (`--config`'s), at any depth, or a link on the way to one: the sandbox
@@ -152,10 +153,9 @@ def exposes_host(workspace: str, own: tuple[Place, ...] = (), home: str | None =
     if holds_home(workspace, home):
         return True
     ws = workspace.rstrip("/") or "/"
-    return (home_place(ws, home, os.environ) is not None
-            or any(within(x, ws) for d in home_dirs(home, os.environ) for x in lookup_dirs(d))
+    return (home_place(ws, home, of(host, HOME_DIR)) is not None
             or any(within(ws, d) for d in of(own, ROOT, TOOL) + of(host, RUNS)) or in_git_dir(ws)
-            # LOOKUP holds the real path of each ROOT, TOOL, CONFIG and RUNS place too (paths.lookup_dirs)
+            # LOOKUP holds the real path of each ROOT, TOOL, CONFIG, RUNS and HOME_DIR place too (paths.lookup_dirs)
             or any(within(d, ws) for d in of(own, LOOKUP) + of(host, LOOKUP)))
 
 

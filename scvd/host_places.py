@@ -11,8 +11,9 @@ way can be replaced), is not run unasked. They are:
   (home_dirs: ~/.config, ~/.local, ~/.local/share, ~/.ssh, XDG_CONFIG_HOME and XDG_DATA_HOME; one
   level): a dotfiles repository that `~/.bashrc`, `~/.config/systemd` or `~/.local/bin` leads into
   runs at the next shell, git call, ssh login or systemd start.
-The home's own such places (`home_place`: its dotfiles and dot folders, and home_dirs wherever
-they lead) are judged by path, not listed: a dotfile made later counts.
+The home's own such places (`home_place`: its dotfiles and dot folders by path, not listed: a
+dotfile made later counts; and home_dirs where they lead, HOME_DIR places, and the directories a
+lookup of one reads in, LOOKUP) count as well.
 `places()` looks programs up on PATH and lists the home: it runs at start and at each reload, off
 the event loop (not per call). A link made later counts from the next reload. Nothing here knows
 tool names.
@@ -22,12 +23,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .own_places import LOOKUP, Place
 from .paths import find_program, lookup_dirs, within
 
 RUNS = "runs"  # a real directory (or file) whose contents run outside the sandbox
+HOME_DIR = "home_dir"  # one of home_dirs, where it really is: what lies in it runs later (home_place)
 # under home, where files run code later outside any sandbox: autostart entries and systemd user
 # units (.config), ~/.local/bin on PATH, desktop entries and user units (.local/share, XDG_DATA_HOME's
 # default), ~/.ssh/rc and authorized_keys. Each entry that is a link counts too, one level down.
@@ -35,16 +37,17 @@ HOME_RUNS_LATER = (".config", ".local", ".local/share", ".ssh")
 
 
 def places(config: Any, bwrap: str | None, env: Mapping[str, str], home: str) -> frozenset[Place]:
-    """The RUNS and LOOKUP places for `config` (its agents' and MCP servers' programs), the `bwrap`
-    the probe found, scvd's `env` (its PATH) and `home`. A frozenset: its hash is kept, and
-    exposes_host's cache hashes it at every call. Blocking."""
+    """The RUNS, HOME_DIR and LOOKUP places for `config` (its agents' and MCP servers' programs),
+    the `bwrap` the probe found, scvd's `env` (its PATH, its XDG folders) and `home`. A frozenset:
+    its hash is kept, and exposes_host's cache hashes it at every call. Blocking."""
     found = programs(config, bwrap, env)
     runs = [*path_dirs(env), *sys.path, sys.prefix, sys.base_prefix, *cwds(config)]
     runs += [os.path.dirname(os.path.realpath(p)) for p in found]
     links = dotfile_links(home, env)
     named = [os.path.abspath(p) for p in [*runs, *links] if p]
-    out = {Place(RUNS, os.path.realpath(p)) for p in named}
-    out |= {Place(LOOKUP, d) for p in [*named, *found] for d in lookup_dirs(p)}
+    dirs = home_dirs(real_home(home), env)
+    out = {Place(RUNS, os.path.realpath(p)) for p in named} | {Place(HOME_DIR, os.path.realpath(d)) for d in dirs}
+    out |= {Place(LOOKUP, d) for p in [*named, *found, *dirs] for d in lookup_dirs(p)}
     return frozenset(out)
 
 
@@ -80,17 +83,18 @@ def home_dirs(home: str, env: Mapping[str, str]) -> list[str]:
     return [os.path.join(home, d) for d in HOME_RUNS_LATER] + [d for d in xdg if d and os.path.isabs(d)]
 
 
-def home_place(path: str, home: str, env: Mapping[str, str]) -> str | None:
+def home_place(path: str, home: str, dirs: Iterable[str]) -> str | None:
     """The place in the home whose files run code later outside any sandbox that `path` (real) is at
     or inside, or None: a top-level dotfile or dot folder of `home` (real; `.bashrc` at the next
     shell, `.gitconfig`'s core.fsmonitor at every git call, `.vim/plugin`, `.kube/config`'s exec
-    credentials), or one of home_dirs where it really is (a linked .config, XDG_CONFIG_HOME elsewhere).
-    A few lstats: a link made since counts at once."""
+    credentials), or one of `dirs`, home_dirs where they really are (the HOME_DIR places: a linked
+    .config, XDG_CONFIG_HOME elsewhere; the outermost of two). No I/O: the dotfile rule holds for a
+    file made since, a home folder made a link since counts from the next reload."""
     if path != home and within(path, home):
         first = path[len(home):].lstrip("/").split("/", 1)[0]
         if first.startswith("."):
             return os.path.join(home, first)
-    return next((d for d in home_dirs(home, env) if within(path, os.path.realpath(d))), None)
+    return min((d for d in dirs if within(path, d)), default=None)
 
 
 def dotfile_links(home: str, env: Mapping[str, str]) -> list[str]:

@@ -239,8 +239,10 @@ def test_a_write_where_files_run_later_always_asks_judged_where_it_really_is(tmp
     (real / "project" / "bin").symlink_to(real / ".local/bin")  # a link in the workspace into .local
     env = {"XDG_DATA_HOME": str(xdg)}
 
-    def why(workspace: Path, *targets: str, host: frozenset[Place] = frozenset()) -> str | None:
-        return runs_later_reason(str(workspace.resolve()), targets, host, str(tmp_path / "home"), env)
+    home_host = places(Config(), None, {"PATH": "/usr/bin", **env}, str(tmp_path / "home"))
+
+    def why(workspace: Path, *targets: str, host: frozenset[Place] = home_host) -> str | None:
+        return runs_later_reason(str(workspace.resolve()), targets, host, str(tmp_path / "home"))
 
     for target in (".bashrc", ".gitconfig", ".local/bin/git", ".ssh/rc", ".vim/plugin/x.vim", "project/bin/git"):
         first = ".local" if target.startswith("project") else target.split("/")[0]

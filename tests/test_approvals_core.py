@@ -16,6 +16,8 @@ from scvd.approvals import (
     ENDED_KEPT, POLICIES, TRANSITIONS, ApprovalEvent, ApprovalGate, ApprovalState, Decider, Verdict, contained,
     exposes_host, holds_home, is_descendant, policy_note, policy_verdict, spawned_by_daemon,
 )
+from scvd.config import Config
+from scvd.host_places import places
 from scvd.own_places import own_places
 from scvd.paths import resolve
 from scvd.tools.contract import Plan, ToolRisk
@@ -574,12 +576,11 @@ def test_a_workspace_holds_the_home_when_it_is_the_home_or_above_it(workspace: s
     ("/home/u/project", False), ("/home/u/configs", False), ("/home/u2/.vim", False), ("/srv/scvx", False),
     ("/etc/scvd/conf.d", False),
 ])
-def test_a_workspace_exposes_the_host_at_or_inside_home_config_and_scvds_own_folders(monkeypatch, workspace, exposed):
-    monkeypatch.setenv("XDG_CONFIG_HOME", "/cfg")
-    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+def test_a_workspace_exposes_the_host_at_or_inside_home_config_and_scvds_own_folders(workspace, exposed):
     exposes_host.cache_clear()
     own = own_places(resolve({"SCV_HOME": "/srv/scv"}), "/etc/scvd/run.toml")
-    assert exposes_host(workspace, own, "/home/u") is exposed
+    host = places(Config(), None, {"PATH": "/usr/bin", "XDG_CONFIG_HOME": "/cfg"}, "/home/u")
+    assert exposes_host(workspace, own, "/home/u", host) is exposed
     exposes_host.cache_clear()
 
 
@@ -607,20 +608,20 @@ def test_a_workspace_that_holds_scvds_folders_or_a_link_on_the_way_exposes_the_h
         exposes_host.cache_clear()
 
 
-def test_a_workspace_above_a_config_dir_outside_the_home_exposes_the_host(monkeypatch, tmp_path):
+def test_a_workspace_above_a_config_dir_outside_the_home_exposes_the_host(tmp_path):
     """A dotfiles repository that ~/.config links into, or a directory above XDG_CONFIG_HOME, holds
     systemd/user and autostart: unasked, a sandboxed bash there planted what ran at the next login."""
     home, dotfiles = tmp_path / "home", tmp_path / "dotfiles"
     (dotfiles / "config").mkdir(parents=True)
     home.mkdir()
     (home / ".config").symlink_to(dotfiles / "config")
-    monkeypatch.setenv("XDG_CONFIG_HOME", "/data/cfg")
-    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    env = {"PATH": "/usr/bin", "XDG_CONFIG_HOME": "/data/cfg"}
     exposes_host.cache_clear()
     try:
-        assert exposes_host(str(dotfiles), (), str(home)) is True
-        assert exposes_host("/data", (), str(home)) is True
-        assert exposes_host(str(tmp_path / "project"), (), str(home)) is False
+        host = places(Config(), None, env, str(home))
+        assert exposes_host(str(dotfiles), (), str(home), host) is True
+        assert exposes_host("/data", (), str(home), host) is True
+        assert exposes_host(str(tmp_path / "project"), (), str(home), host) is False
         # ~/.config -> project/dots/config, itself a link elsewhere: replaceable from project
         (dotfiles / "config").rename(tmp_path / "config")
         (tmp_path / "project" / "dots").mkdir(parents=True)
@@ -628,7 +629,8 @@ def test_a_workspace_above_a_config_dir_outside_the_home_exposes_the_host(monkey
         (home / ".config").unlink()
         (home / ".config").symlink_to(tmp_path / "project" / "dots" / "config")
         exposes_host.cache_clear()
-        assert exposes_host(str(tmp_path / "project"), (), str(home)) is True
+        host = places(Config(), None, env, str(home))  # listed again, as a reload does
+        assert exposes_host(str(tmp_path / "project"), (), str(home), host) is True
     finally:
         exposes_host.cache_clear()
 
