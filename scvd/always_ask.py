@@ -9,7 +9,7 @@ a workspace that is or lies in a git directory (`repo/.git/hooks`), or one of sc
 own folders or its config file (scvd/own_places.py), or a place whose files run later outside any
 sandbox (the home's dotfiles, a directory on PATH: scvd/host_places.py), is put to a
 person, and that request is approved once only. Pure functions on path strings,
-but for `git_dir_reason`, `in_git_dir` and `runs_later_reason`, which look (a few lstats); nothing here knows a tool.
+but for `git_dir_reason`, `in_git_dir` and `places_reason`, which look (a few lstats); nothing here knows a tool.
 
 Globs: `/`-separated and case-insensitive (on a case-insensitive filesystem
 `.GIT/hooks/x` is `.git/hooks/x`). `*`, `?` and `[...]` match within one
@@ -169,15 +169,31 @@ def enclosing_git_dir(workspace: str) -> str | None:
         path = parent
 
 
-def own_files_reason(workspace: str, targets: Iterable[str], own: Sequence[Place]) -> str | None:
-    """Why a call with these targets always asks because one is scvd's own (`own`: own_places()):
-    inside its folders (config.toml, a script tool's tool.json, the audit log), a folder a loaded tool
-    runs from (a script tool's linked in from elsewhere) or the config file it reads (`--config`'s,
-    wherever it is), or None: a grant to write in a workspace that holds them must not let the
+def places_reason(workspace: str, targets: Iterable[str], own: Sequence[Place], host: frozenset[Place],
+                  home: str | None = None) -> str | None:
+    """Why a call with these targets always asks because one is scvd's own (`own`: own_places()) or
+    where files run code later outside any sandbox (`host`: host_places.places(); `home`, scvd's own
+    by default), or None. Each target is judged as named and where it really is (a link on the way
+    followed, one realpath): a link in the workspace to a tool's folder leads into it as surely."""
+    where = []
+    for target in targets:
+        named = os.path.normpath(os.path.join(workspace, target))
+        where.append((target, named, os.path.realpath(named)))
+    return _own_files(where, own) or _runs_later(where, host, real_home(home))
+
+
+_Where = Sequence[tuple[str, str, str]]  # (target, its path as named, its real path)
+
+
+def _own_files(where: _Where, own: Sequence[Place]) -> str | None:
+    """A target inside scvd's folders (config.toml, a script tool's tool.json, the audit log), a folder
+    a loaded tool runs from (a script tool's linked in from elsewhere) or the config file it reads
+    (`--config`'s, wherever it is): a grant to write in a workspace that holds them must not let the
     agent change what scvd runs or records."""
     roots, tools, configs = of(own, ROOT), of(own, TOOL), of(own, CONFIG)
-    for target in targets:
-        path = os.path.normpath(os.path.join(workspace, target))
+    # all as named, then where they lead: fs and agent tools list a link's target as a target of its own,
+    # which the reason then names
+    for target, path in [(t, named) for t, named, _ in where] + [(t, real) for t, _, real in where]:
         for folder in roots:
             if within(path, folder):
                 return f"{show(target)} is inside scvd's own folder {folder} (its configuration, tools or state)"
@@ -190,18 +206,13 @@ def own_files_reason(workspace: str, targets: Iterable[str], own: Sequence[Place
     return None
 
 
-def runs_later_reason(workspace: str, targets: Iterable[str], host: frozenset[Place],
-                      home: str | None = None) -> str | None:
-    """Why a call with these targets always asks because one is where files run code later outside
-    any sandbox, or None: in the home's dotfiles (host_places.home_place; `home`, scvd's own by
-    default, and `host`'s HOME_DIR places) or at or inside a RUNS place of `host` (host_places.places():
-    a directory on PATH, scvd's Python, a program scvd starts, a dotfile's link target). Judged where
-    each target really is: a session grant to write in the home must not cover `.bashrc`."""
-    home = real_home(home)
+def _runs_later(where: _Where, host: frozenset[Place], home: str) -> str | None:
+    """A target in the home's dotfiles (host_places.home_place: `home` and `host`'s HOME_DIR places)
+    or at or inside a RUNS place of `host` (a directory on PATH, scvd's Python, a program scvd starts,
+    a dotfile's link target), judged where it really is: a session grant to write in the home must
+    not cover `.bashrc`."""
     runs, dirs = of(host, RUNS), of(host, HOME_DIR)
-    for target in targets:
-        named = os.path.normpath(os.path.join(workspace, target))
-        path = os.path.realpath(named)
+    for target, named, path in where:
         # the name too: `.bashrc` linked into a dotfiles repository is still what the next shell reads
         place = home_place(path, home, dirs) or home_place(named, home, dirs)
         if place is not None:
@@ -212,4 +223,3 @@ def runs_later_reason(workspace: str, targets: Iterable[str], host: frozenset[Pl
             return (f"{show(target)} is inside {show(found)}, whose files run outside any sandbox later "
                     "(a directory on PATH, scvd's Python, a program scvd starts or a dotfile's link target)")
     return None
-

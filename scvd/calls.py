@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 import msgspec
 
 from . import errors
-from .always_ask import always_ask_reason, git_dir_reason, own_files_reason, runs_later_reason
+from .always_ask import always_ask_reason, git_dir_reason, places_reason
 from .approvals import GIT_LINK_ASKS, Approval, ApprovalGate, Decider, Verdict, exposes_host, git_link, policy_verdict
 from .own_places import Place
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
@@ -515,8 +515,7 @@ class CallRegistry:
         always = None
         if plan.targets and plan.risk is not ToolRisk.READ_ONLY:
             always = (always_ask_reason(plan.targets, cfg.always_ask, workspace)
-                      or own_files_reason(workspace, plan.targets, self.hub.own)
-                      or runs_later_reason(workspace, plan.targets, self.hub.host)
+                      or places_reason(workspace, plan.targets, self.hub.own, self.hub.host)
                       or git_dir_reason(workspace, plan.targets))
         verdict = policy_verdict(
             cfg.policy, plan, always_allow=tool.flags.always_allow,

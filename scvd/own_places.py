@@ -5,7 +5,7 @@ may put anywhere (in a workspace, too): while each rule kept its own list of pla
 missed that file; and the folders the loaded tools run from (a script tool's may be linked
 in from a workspace: its `run` is what a read_only call runs unasked later). Real paths, as
 both rules compare real paths. Each rule keeps its own decision: a write at or below a ROOT
-or a TOOL, or to a CONFIG, always asks (always_ask.own_files_reason); a read of the places it
+or a TOOL, or to a CONFIG, always asks (always_ask.places_reason); a read of the places it
 counts sensitive asks (tools/own_files.py); a workspace at or in a ROOT or TOOL, or holding
 one, a CONFIG or a link on the way to them (LOOKUP), exposes the host (approvals.exposes_host);
 the sandbox keeps a TOOL read-only (sandbox.Sandbox.keep).

@@ -10,12 +10,12 @@ import pytest
 from adapters_support import Harness, fake_bin, harness  # noqa: F401 (fixtures)
 from fs_support import ws  # noqa: F401 (fixture)
 from scvd.adapters.tools import cwd_targets
-from scvd.always_ask import (DEFAULT_ALWAYS_ASK, always_ask_reason, glob_problem, matches, own_files_reason, parse,
-                             runs_later_reason, split)
+from scvd.always_ask import (DEFAULT_ALWAYS_ASK, always_ask_reason, glob_problem, matches, parse, places_reason,
+                             split)
 from scvd.approvals import POLICIES, Verdict, policy_verdict
 from scvd.config import Config
 from scvd.host_places import RUNS, places
-from scvd.own_places import CONFIG, ROOT, Place, own_places
+from scvd.own_places import CONFIG, ROOT, TOOL, Place, own_places
 from scvd.paths import Paths
 from scvd.tools.contract import Plan, ToolRisk
 
@@ -172,6 +172,11 @@ def test_always_asks_beats_a_grant_and_the_sandbox(policy, risk):
     assert free is (Verdict.DENY if policy == "never" else Verdict.RUN)
 
 
+def own_files_reason(workspace: str, targets: list[str], own: tuple[Place, ...]) -> str | None:
+    """places_reason() with no place outside scvd's own and a home no target is in."""
+    return places_reason(workspace, targets, own, frozenset(), "/nonexistent-home")
+
+
 def test_a_target_in_scvds_own_folders_always_asks():
     own = (Place(ROOT, "/ws/.scv"), Place(ROOT, "/elsewhere/state"))
     assert own_files_reason("/ws", ["notes.txt"], own) is None
@@ -191,6 +196,19 @@ def test_a_write_into_scvds_runtime_directory_always_asks(tmp_path: Path):
                   state_dir=tmp_path / "s/scv", runtime_dir=run, socket=run / "scvd.sock")
     assert own_files_reason(str(tmp_path), ["xdg-runtime/scv/scvd.sock"], own_places(paths)) == (
         f"'xdg-runtime/scv/scvd.sock' is inside scvd's own folder {run} (its configuration, tools or state)")
+
+
+def test_a_target_through_a_link_into_a_loaded_tools_folder_always_asks(tmp_path: Path):
+    """A workspace link to the folder a script tool runs from: a write of `mine/run` rewrote what a
+    read_only call of that tool runs unasked, judged by its name alone (inside no folder of scvd's)."""
+    folder, workspace = tmp_path / "mytools" / "leak", tmp_path / "ws"
+    folder.mkdir(parents=True)
+    workspace.mkdir()
+    (workspace / "mine").symlink_to(folder)
+    own = (Place(TOOL, os.path.realpath(folder)),)
+    assert own_files_reason(str(workspace), ["mine/run"], own) == (
+        f"'mine/run' is inside {os.path.realpath(folder)}, the folder of a tool scvd loaded (what it runs, maybe unasked)")
+    assert own_files_reason(str(workspace), ["notes/run"], own) is None
 
 
 def test_the_config_file_scvd_reads_always_asks_wherever_it_is():
@@ -242,7 +260,7 @@ def test_a_write_where_files_run_later_always_asks_judged_where_it_really_is(tmp
     home_host = places(Config(), None, {"PATH": "/usr/bin", **env}, str(tmp_path / "home"))
 
     def why(workspace: Path, *targets: str, host: frozenset[Place] = home_host) -> str | None:
-        return runs_later_reason(str(workspace.resolve()), targets, host, str(tmp_path / "home"))
+        return places_reason(str(workspace.resolve()), targets, (), host, str(tmp_path / "home"))
 
     for target in (".bashrc", ".gitconfig", ".local/bin/git", ".ssh/rc", ".vim/plugin/x.vim", "project/bin/git"):
         first = ".local" if target.startswith("project") else target.split("/")[0]
