@@ -8,7 +8,7 @@ both rules compare real paths. Each rule keeps its own decision: a write at or b
 or a TOOL, or to a CONFIG, always asks (always_ask.places_reason); a read of the places it
 counts sensitive asks (tools/own_files.py); a workspace at or in a ROOT or TOOL, or holding
 one, a CONFIG or a link on the way to them (LOOKUP), exposes the host (approvals.exposes_host);
-the sandbox keeps a TOOL read-only (sandbox.Sandbox.keep).
+the sandbox keeps a TOOL read-only (sandbox.Sandbox's `keep`).
 Nothing here knows tool names.
 """
 

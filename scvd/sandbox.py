@@ -652,7 +652,8 @@ class Sandbox:
     """
 
     def __init__(self, probe: ProbeResult, paths: Paths, env: Mapping[str, str] | None = None,
-                 listening_on: str | None = None, *, config_file: str | None = None) -> None:
+                 listening_on: str | None = None, *, config_file: str | None = None,
+                 keep: Callable[[], Iterable[str]] = tuple) -> None:
         # no network setting here: each call passes its session's sandbox.network to wrap()
         self.probe = probe
         self.active = probe.mode != "off" and probe.ok
@@ -665,7 +666,7 @@ class Sandbox:
         self._hidden_real = frozenset(os.path.realpath(p) for p in [*self._hide, *PRIVATE_OFFLINE])
         self._guarded = frozenset().union(*map(lookup_dirs, [*self._hide, *self._mask]))
         self._hidden_always = frozenset(os.path.realpath(p) for p in self._hide)  # online calls see PRIVATE_OFFLINE
-        self.keep: tuple[str, ...] = ()  # the folders loaded tools run from: the daemon sets them (own_places)
+        self._keep = keep  # the folders loaded tools run from, as the daemon has them now (own_places)
 
     def describe(self) -> str:
         return describe(self.probe)
@@ -766,7 +767,7 @@ class Sandbox:
             rw_binds=[_real(p) for p in rw_binds],
             ro_binds=[_real(p) for p in ro_binds],  # e.g. a script tool's folder, inside hidden SCV_HOME
             mask=_present(self._mask), git=[Path(p) for p in git], tmpdir=self._tmpdir, scratch=self._scratch,
-            resolve=bound_path, keep=[Path(p) for p in self.keep])
+            resolve=bound_path, keep=[Path(p) for p in self._keep()])
 
     def _find(self, workspace: str) -> list[str]:
         # what the sandbox hides is a fresh tmpfs: nothing planted there reaches the host

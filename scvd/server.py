@@ -84,10 +84,7 @@ class Daemon:
             timeout=lambda: self.config.approvals.timeout_seconds, audit=self._audit_line,
             on_stored=lambda key, stored_at: self.mcp.secret_stored(key, stored_at))
         # what every session's tools reach through ctx.services, beside what the tools prepare
-        # a reload reads the same file, but may load tools from other folders: _follow_tools()
-        self.own = own_places(paths, loaded.path, self.registry.runs_from())
-        self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests,
-                                         OWN_PLACES: self.own}
+        self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests}
         self.sandbox: Any = None
         self.sandbox_verdict = "off"
         # host_places.places(): whose files run outside any sandbox later; a write there always asks
@@ -96,6 +93,7 @@ class Daemon:
         self.notifier = notifier or notify.Notifier({})
         self.connections: set[Connection] = set()
         self.sessions: dict[str, Session] = {}
+        self._follow_tools()  # scvd's own places, in services: a reload may load tools from other folders
         self.calls = CallRegistry(self)
         self.calls.max_per_session = loaded.config.server.max_calls_per_session
         self.started = awake.clock()  # for uptime: a step of the wall clock (NTP, `date -s`) is no time up
@@ -228,7 +226,6 @@ class Daemon:
             raise errors.StartupError(unopenable("the audit log", self.paths.audit_log, exc)) from None
         self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
         self.sandbox, self.sandbox_verdict, self.host = await self._probe_sandbox(self.config)
-        self._follow_tools()
         # 4. serve the socket
         self._listener = Listener(held.sock, self._accepted, self._accept_failed, self._out_of_fds)
         self._listener.start()
@@ -443,12 +440,11 @@ class Daemon:
     def _follow_tools(self) -> None:
         """scvd's own places take in the folders the tools run from, of this registry and of every open
         session's (a session keeps the tools it opened with): a write there asks, the sandbox keeps
-        them read-only. Until the next reload, a closed session's stay: the safe side."""
+        them read-only (it reads them here: _probe_sandbox). Until the next reload, a closed
+        session's stay: the safe side."""
         folders = {d for r in [self.registry, *self.session_registries()] for d in r.runs_from()}
         self.own = own_places(self.paths, self.loaded.path, tuple(sorted(folders)))
         self.services[OWN_PLACES] = self.own  # for sessions opened from now on
-        if self.sandbox is not None:
-            self.sandbox.keep = of(self.own, TOOL)
 
     def _gone_hint(self) -> str:
         """Why a reload refuses a missing file: the defaults would silently replace what it said."""
@@ -475,7 +471,8 @@ class Daemon:
 
         verdict = sandbox_mod.describe(result)
         (log.info if result.ok else log.warning)("sandbox: %s", verdict)
-        sandbox = sandbox_mod.Sandbox(result, self.paths, listening_on=self.listening_on, config_file=config_file)
+        sandbox = sandbox_mod.Sandbox(result, self.paths, listening_on=self.listening_on, config_file=config_file,
+                                      keep=lambda: of(self.own, TOOL))
         return sandbox, verdict, host
 
     def _probe(self, config: Any, config_file: str) -> tuple[Any, frozenset[Any]]:
