@@ -106,12 +106,14 @@ class ScriptTool(Tool):
         from referencing.exceptions import Unresolvable
 
         from ..bounded_regex import MATCH_SECONDS, install
+        from ..schema_keywords import linear
 
         if self._validator is None:
             install()  # its patterns matched with a time bound, the loop free meanwhile
             schema = self.definition.spec.parameters
             # an empty registry: a $ref is looked up in the schema, never fetched (script_defs refuses others)
-            self._validator = jsonschema.validators.validator_for(schema)(schema, registry=referencing.Registry())
+            cls = linear(jsonschema.validators.validator_for(schema))  # uniqueItems in one pass, not pairwise
+            self._validator = cls(schema, registry=referencing.Registry())
 
         def problems_of(arguments: Any) -> list[Any]:
             try:

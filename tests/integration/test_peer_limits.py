@@ -228,9 +228,10 @@ def test_deep_nesting_is_the_peers_invalid_request_and_leaves_no_traceback(daemo
 
 
 TAGS_TOOL = """{
-  "description": "Count the distinct tags of a list of tags.\\nUse for tag statistics; bash for anything bigger.",
-  "parameters": {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": true,
-    "default": [], "description": "The tags to count, e.g. [\\"a\\"]; default [] counts none."}}},
+  "description": "Count the tags of a tree of tags.\\nUse for tag statistics; bash for anything bigger.",
+  "parameters": {"type": "object", "properties": {"tags": {"$ref": "#/$defs/tree",
+    "default": [], "description": "The tags to count, e.g. [\\"a\\", [\\"b\\"]]; default [] counts none."}},
+    "$defs": {"tree": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/tree"}]}}}},
   "risk": "read_only"
 }"""
 
@@ -246,7 +247,7 @@ def test_arguments_nested_too_deeply_for_the_schema_check_are_invalid_arguments(
     with RawConn(d.socket) as conn:
         conn.hello()
         sid = conn.request({"type": "session.open", "workspace": str(workspace)}).session
-        nested = b"[" * 400 + b"]" * 400  # decodes, but jsonschema's uniqueItems compares it recursively
+        nested = b"[" * 400 + b"]" * 400  # decodes, but jsonschema descends the recursive schema through it
         conn.send_raw(b'{"type":"call","id":1,"session":"%s","tool":"script_tags","arguments":{"tags":[%s,%s]}}\n'
                       % (sid.encode(), nested, nested))
         assert isinstance(conn.frame(), p.CallAccepted)
