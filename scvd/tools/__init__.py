@@ -27,7 +27,7 @@ def build_registry(config: Any, paths: Any, extra: list[Tool] | None = None, *, 
     """A registry of the built-in tools plus `extra` (tests add their own), then the user's
     script tools; a script tool that fails to load is kept in `registry.load_errors` (and logged,
     unless the caller shows them itself)."""
-    from . import store_secret
+    from . import bash, store_secret
     from .contract import Registry
 
     registry = Registry()
@@ -44,4 +44,7 @@ def build_registry(config: Any, paths: Any, extra: list[Tool] | None = None, *, 
     asker = registry.get(store_secret.StoreSecret.name)
     if isinstance(asker, store_secret.StoreSecret):
         asker.known = registry.get  # its `tool` argument must name a tool of this registry
+    shell = registry.get(bash.Bash.name)
+    if isinstance(shell, bash.Bash):
+        shell.tools_secrets = registry.secret_keys  # their keys stay out of its environment
     return registry

@@ -8,11 +8,11 @@ decoding refuses. With an active sandbox the command runs inside bubblewrap.
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any, Callable, Mapping
 
 import msgspec
 
-from ..config import provider_keys
+from ..config import provider_keys, secret_refs
 from ..errors import Failed, InvalidArguments
 from ..process import MAX_ARG_BYTES, child_env, run_process
 from ..text import excerpt
@@ -81,11 +81,21 @@ class Bash(Tool):
         self.Arguments = make_arguments(config.tools)
         self.ceiling = float(config.tools.max_timeout_seconds)
         self._env = env  # None: the daemon's environment at each call
+        # the secret-store keys its registry's tools use (Registry.secret_keys), set by build_registry
+        self.tools_secrets: Callable[[Any], frozenset[str]] | None = None
 
     def refuse(self, arguments: dict[str, Any]) -> None:
         requested = arguments.get("timeout_seconds")
         if isinstance(requested, (int, float)) and not isinstance(requested, bool):
             check_timeout(requested, self.ceiling, "bash: timeout_seconds")  # its message names the setting
+
+    def withheld(self, config: Any) -> set[str]:
+        """What bash does not inherit (seed 000 keeps the rest): where a chat provider's key comes from,
+        which goes to that provider only, and every key the secret store is asked for (a script tool's
+        declared secret, an MCP server's): a store that lacks one takes scvd's variable of that name,
+        and the tool that uses it gets its value hidden in the output, which `printenv` would show."""
+        names = set(provider_keys(config)) | secret_refs(config)
+        return names | self.tools_secrets(config) if self.tools_secrets is not None else names
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         # the daemon builds a session's tools from its own config; an embedder may not: hold the session's
@@ -112,8 +122,7 @@ class Bash(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         tools = ctx.config.tools
-        # seed 000: the inherited environment, but for a chat provider's key, which goes to that provider only
-        env = child_env(os.environ if self._env is None else self._env, remove=provider_keys(ctx.config))
+        env = child_env(os.environ if self._env is None else self._env, remove=self.withheld(ctx.config))
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
             argv = await ctx.sandbox.wrap_call(argv, ctx, network=plan.network)

@@ -567,6 +567,10 @@ class Registry:
     def visible(self, include_system: bool = False) -> list[Tool]:
         return [t for t in self._tools.values() if include_system or not t.flags.system_use]
 
+    def secret_keys(self, config: Any) -> frozenset[str]:
+        """The secret-store keys its tools' calls use (Tool.secret_keys), each once."""
+        return frozenset().union(*(t.secret_keys(config) for t in self._tools.values()))
+
     def runs_from(self) -> tuple[str, ...]:
         """The folders its tools run from (Tool.runs_from), each once, sorted."""
         return tuple(sorted({d for t in self._tools.values() for d in t.runs_from}))

@@ -209,3 +209,29 @@ def test_bash_does_not_get_the_chat_providers_key(make_daemon, workspace: Path) 
     output = done.result["output"]
     assert "sk-planted-openai" not in output and "sk-ant-planted" not in output
     assert CREDENTIALS["GH_TOKEN"] in output  # the rest stays (seed 000)
+
+
+def test_bash_does_not_get_a_secret_a_tool_takes_from_scvds_environment(make_daemon, scv_home: Path,
+                                                                       workspace: Path) -> None:
+    """A store that lacks a declared secret takes scvd's variable of that name: the script gets it,
+    hidden in its output, and bash printed it whole. An MCP server's secret is such a key too."""
+    make_tool(scv_home, "envdump", secrets=["API_TOKEN"])
+    config = '[mcp.servers.notes]\nenabled = false\nurl = "http://127.0.0.1:9/mcp"\n' \
+             'headers = {Authorization = {secret = "NOTES_TOKEN"}}\n'
+    d = make_daemon(config, home=scv_home, env={
+        **CREDENTIALS, "API_TOKEN": "tok-declared-secret", "NOTES_TOKEN": "tok-notes-secret",
+        "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    with d.client(name="bridge") as c, d.client(name="person") as person:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "bash", {"command": "env; echo END"})
+        approve(person, call_id)
+        shell = c.wait_call(call_id)
+        call_id = c.start_call(sid, "script_envdump", {})
+        approve(person, call_id)
+        script = c.wait_call(call_id)
+    assert shell.ok and shell.result["output"].endswith("END\n"), shell
+    output = shell.result["output"]
+    assert "API_TOKEN=" not in output and "tok-declared-secret" not in output
+    assert "NOTES_TOKEN=" not in output and "tok-notes-secret" not in output
+    assert CREDENTIALS["GH_TOKEN"] in output  # the rest stays (seed 000)
+    assert script.ok and script.result["API_TOKEN"] == "[secret API_TOKEN]"  # still its to use
