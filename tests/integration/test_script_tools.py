@@ -240,6 +240,35 @@ def test_unique_items_over_a_hundred_thousand_mixed_items_is_checked_with_json_s
                 f"script_tags: argument `tags`: {repr(tagged)[:80]}... (100,001 items) has non-unique elements")
 
 
+COUNT_BOTH = """#!/bin/bash
+python3 -c 'import json, sys; a = json.load(sys.stdin); print(len(a["ids"]) + len(a["counts"]))'
+"""
+EVALUATED = {"type": "object", "required": ["ids", "counts"], "properties": {
+    "ids": {"type": "array", "contains": {"type": "integer"}, "unevaluatedItems": False,
+            "description": "Whole numbers only, e.g. [1, 2]."},
+    "counts": {"type": "object", "patternProperties": {"^k": {"type": "integer"}}, "unevaluatedProperties": False,
+               "description": "Counts by key, each key starting with k, e.g. {\"k1\": 3}."}}}
+
+
+def test_unevaluated_items_and_properties_over_150_000_are_checked_in_one_pass(make_daemon, scv_home, workspace):
+    """jsonschema looked each index or key up in a list of all those evaluated: minutes a call on a
+    checking thread. What is refused, and how it is said, is jsonschema's."""
+    make_tool(scv_home, "both", COUNT_BOTH, parameters=EVALUATED, risk="read_only", always_allow=True)
+    d = make_daemon('[server]\nclient_frame_bytes = 8388608\n', home=scv_home)
+    ids, counts = list(range(150_000)), {f"k{i}": i for i in range(150_000)}
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        done = c.call(sid, "script_both", {"ids": ids, "counts": counts})
+        assert done.ok and done.result == 300_000, done.error
+        # small: each item costs jsonschema tens of µs (linear), and this is about what it refuses
+        refused = c.call(sid, "script_both", {"ids": [1, "x", 2], "counts": {}})
+        assert refused.error.message == ("script_both: argument `ids`: Unevaluated items are not allowed "
+                                         "('x' was unexpected)"), refused.error
+        refused = c.call(sid, "script_both", {"ids": [1], "counts": {"k1": 1, "x": 1}})
+        assert refused.error.message == ("script_both: argument `counts`: Unevaluated properties are not "
+                                         "allowed ('x' was unexpected)"), refused.error
+
+
 def test_approval_follows_the_declared_risk(make_daemon, scv_home, workspace):
     make_tool(scv_home, "peek", "#!/bin/bash\necho plain text, not JSON\n", risk="read_only")
     d = make_daemon(home=scv_home)
