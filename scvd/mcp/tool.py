@@ -120,10 +120,12 @@ class McpTool(Tool):
             import referencing
 
             from ..bounded_regex import install
+            from ..schema_keywords import linear
 
             install()  # its patterns matched with a time bound, the loop free meanwhile (a server's schema)
 
             cls = jsonschema.validators.validator_for(self.spec.input_schema, jsonschema.Draft202012Validator)
+            cls = linear(cls)  # uniqueItems and unevaluated* in one pass: a server's schema may use them
             try:
                 # an empty registry: a $ref is looked up in the schema, never fetched (jsonschema's default
                 # fetches any URL, before approval); one it cannot resolve leaves the check to the server

@@ -23,7 +23,8 @@ at once before its answer; `hang` also lists `hang`, which never answers; `huge-
 byte offset in `token_at`), and `rows`, whose
 structuredContent (as its outputSchema says) has `n` rows; `dies-mid-call` also lists `die`, which starts a
 child that holds its stderr open, writes `fatal: the disk is full` there with no newline at the end, and
-exits with status 6. Its tool `echo` answers with its arguments.
+exits with status 6; `unique-items` also lists `tags`, whose `tags` must be distinct (uniqueItems).
+Its tool `echo` answers with its arguments.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re 
     tools.append({"name": "slug", "description": "Takes a slug.", "inputSchema": {
         "type": "object", "required": ["slug"], "additionalProperties": False,
         "properties": {"slug": {"type": "string", "pattern": "^(a|aa)+$"}}}})
+if mode == "unique-items":
+    tools.append({"name": "tags", "description": "Takes distinct tags.", "inputSchema": {
+        "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}})
 if mode == "huge-schema":
     values = [f"v{i:07d}" for i in range(900_000)]
     tools.append({"name": "big", "description": "A huge schema.",
