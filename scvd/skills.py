@@ -264,7 +264,7 @@ def read_bytes(fd: int, limit: int) -> bytes:
 # --- discovery ------------------------------------------------------------------
 
 
-class Stopped(Exception):
+class _Stopped(Exception):
     """Discovery ends here: its entries are used up (`spent`), or nobody waits for its session."""
 
     def __init__(self, spent: bool) -> None:
@@ -287,10 +287,10 @@ class Walk:
         self.warned = self.unlogged = 0
 
     def counted(self, entries: Iterable[T]) -> Iterator[T]:
-        """`entries`, each one taken from the walk's budget; Stopped once it is spent or `gone()`."""
+        """`entries`, each one taken from the walk's budget; _Stopped once it is spent or `gone()`."""
         for entry in entries:
             if self.left <= 0:
-                raise Stopped(spent=True)
+                raise _Stopped(spent=True)
             self.left -= 1
             if self.left % GONE_EVERY == 0:
                 self.check()
@@ -298,7 +298,7 @@ class Walk:
 
     def check(self) -> None:
         if self.gone():
-            raise Stopped(spent=False)
+            raise _Stopped(spent=False)
 
     def warn(self, message: str, *args: Any) -> None:
         if self.warned < MAX_WARNINGS:
@@ -316,7 +316,7 @@ def discover(workspace: str | os.PathLike[str], paths: Any, max_skills: int, max
     found = walk.found
     try:
         _walk(walk, workspace, paths, max_skills)
-    except Stopped as stop:
+    except _Stopped as stop:
         if not stop.spent:  # nobody reads this map
             log.info("skill discovery for %s stopped: nobody waits for its session (the client hung up, or scvd"
                      " is stopping)", shown(str(workspace)))
