@@ -605,6 +605,37 @@ def test_create_racing_another_creator_never_overwrites(ws: Workspace) -> None:
     assert no_temp_files(ws.root)
 
 
+def test_replaces_with_one_expected_sha256_land_once_and_leave_no_lock(ws: Workspace) -> None:
+    """Writers of one file, some through a workspace opened on its folder: one passes the
+    expected_sha256 check and installs, the rest find the file changed; no lock stays behind."""
+    (ws.root / "sub").mkdir()
+    old = b"x" * (16 << 20)  # hashing takes a while: unserialized, all would pass the check
+    (ws.root / "sub" / "big.txt").write_bytes(old)
+    sub = os.open(ws.root / "sub", os.O_RDONLY | os.O_DIRECTORY)
+    results: dict[int, object] = {}
+
+    def replace(i: int) -> None:
+        fd, path = (ws.fd, "sub/big.txt") if i % 2 else (sub, "big.txt")
+        try:
+            results[i] = fs.write_file(fd, path, f"writer {i}\n".encode(), "replace", sha(old))
+        except Failed as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=replace, args=(i,)) for i in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        os.close(sub)
+    won = [i for i, r in results.items() if isinstance(r, dict)]
+    assert len(won) == 1, results
+    assert all("changed since it was read" in str(r) for i, r in results.items() if i not in won)
+    assert (ws.root / "sub" / "big.txt").read_bytes() == f"writer {won[0]}\n".encode()
+    assert len(fs._entries) == 0 and no_temp_files(ws.root)
+
+
 def test_replace_missing_file_is_refused(ws: Workspace) -> None:
     with pytest.raises(Failed, match="does not exist.*mode='create'"):
         ws.call("write", path="nope.txt", content="x", mode="replace")

@@ -33,6 +33,7 @@ from ..own_places import SERVICE as OWN_PLACES
 from ..text import cut_note, printable
 from ..workers import inline_ok, run_blocking
 from . import containment, write_temp
+from .entry_locks import EntryLocks
 from .containment import show
 from .contract import NOT_NOW, CallContext, Plan, Tool, ToolFlags, ToolRisk
 from .own_files import own_file_reason
@@ -289,6 +290,8 @@ def utf8_problem(path: str, data: bytes, offset: int, total: int, before: bytes)
 
 # --- writing -------------------------------------------------------------------
 
+_entries = EntryLocks()  # scvd's own writes of one file check and install one at a time
+
 
 def write_file(
     dirfd: int, path: str, data: bytes, mode: str, expected_sha256: str | None = None,
@@ -307,19 +310,22 @@ def write_file(
         existing = inspect_target(parent, real, path, mode)
         fd, tmp = _write_temp(parent, data, existing, cancel)
         try:
-            _check_cancel(cancel)
-            inspect_target(parent, real, path, mode)  # again, right before install
-            if expected_sha256:
-                _check_sha(parent, real, path, expected_sha256, cancel)
-            # hashing a big file takes seconds: the call may have ended meanwhile; past this, a
-            # cancel waits for the rename (workers.CancelFlag), so `cancelled` means unchanged
-            _commit(cancel)
-            if not _install(parent, fd, tmp, real[-1], path, mode):  # /proc or the filesystem would not name it
-                named, tmp = _write_temp(parent, data, existing, cancel, named=True)
-                fd, unnamed = named, fd  # first: a failing close must not leave `finally` closing it again
-                os.close(unnamed)
-                write_temp.link_refused(parent)
-                _install(parent, fd, tmp, real[-1], path, mode)
+            # another write of scvd's to this entry checks and installs first: this one's check then
+            # sees its result, so two writes with one expected_sha256 cannot both land
+            with _entries.hold(parent, real[-1]):
+                _check_cancel(cancel)  # it may have been cancelled while it waited
+                inspect_target(parent, real, path, mode)  # again, right before install
+                if expected_sha256:
+                    _check_sha(parent, real, path, expected_sha256, cancel)
+                # hashing a big file takes seconds: the call may have ended meanwhile; past this, a
+                # cancel waits for the rename (workers.CancelFlag), so `cancelled` means unchanged
+                _commit(cancel)
+                if not _install(parent, fd, tmp, real[-1], path, mode):  # /proc or the filesystem would not name it
+                    named, tmp = _write_temp(parent, data, existing, cancel, named=True)
+                    fd, unnamed = named, fd  # first: a failing close must not leave `finally` closing it again
+                    os.close(unnamed)
+                    write_temp.link_refused(parent)
+                    _install(parent, fd, tmp, real[-1], path, mode)
         except BaseException:
             if tmp is not None:
                 _unlink_quiet(parent, tmp)

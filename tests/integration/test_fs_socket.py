@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from conftest import wait_pending
 from scvd import protocol as p
 from scvctl.client import Client
 
@@ -376,3 +377,36 @@ def test_reader_on_another_connection_never_sees_a_partial_write(daemon, owner: 
         thread.join(30)
     assert not problems and seen and set(seen) <= digests
     assert not [n for n in os.listdir(ws) if n.startswith(".scvd-")]
+
+
+def test_writers_with_the_same_expected_sha256_one_wins_and_the_others_are_told(daemon, owner: Client,
+                                                                                 ws: Path) -> None:
+    """Writes of scvd's own, from sessions on other connections, approved at once: each checks
+    expected_sha256 and installs as one step per file, so one lands and the rest fail the check
+    (all of them passed it before, and all but one update were lost without a word)."""
+    (ws / "sub").mkdir()
+    old = b"x" * (48 << 20)  # hashing it takes a while: unserialized, every writer's check passes
+    (ws / "sub" / "big.txt").write_bytes(old)
+    writers = [daemon.client(name=f"writer{i}") for i in range(4)]
+    try:
+        calls = []
+        for i, w in enumerate(writers):
+            # one file through two workspaces: the folder, and its subfolder opened as one of its own
+            root, path = (ws, "sub/big.txt") if i % 2 else (ws / "sub", "big.txt")
+            calls.append(w.start_call(w.open_session(root), "write", {
+                "path": path, "content": f"writer {i}\n", "mode": "replace", "expected_sha256": sha(old)}))
+        sent = [owner.send(p.ApprovalDecide, approval_id=a.approval_id, decision="approve")
+                for a in wait_pending(owner, len(writers))]  # all together, without waiting for answers
+        for frame in sent:
+            owner.wait_answer(frame.id)
+        done = [w.wait_call(c) for w, c in zip(writers, calls)]
+    finally:
+        for w in writers:
+            w.close()
+    won = [i for i, d in enumerate(done) if d.ok]
+    assert len(won) == 1, [d.result or d.error for d in done]
+    for d in done:
+        assert d.ok or (d.error.kind == "failed" and "changed since it was read" in d.error.message
+                        and "read it again and pass its sha256 as expected_sha256" in d.error.message), d.error
+    assert (ws / "sub" / "big.txt").read_text() == f"writer {won[0]}\n"
+    assert not [n for n in os.listdir(ws / "sub") if n.startswith(".scvd-")]
