@@ -836,6 +836,33 @@ def test_a_write_cancelled_while_it_checks_expected_sha256_is_not_installed(ws: 
     assert no_temp_files(ws.root)
 
 
+def test_a_write_cancelled_while_another_write_of_the_file_installs_ends_at_once_and_changes_nothing(
+        ws: Workspace) -> None:
+    (ws.root / "a.txt").write_text("old")
+    tool = TOOLS["write"]
+    args = tool.decode({"path": "a.txt", "content": "new", "mode": "replace"})
+    parent = os.open(ws.root, os.O_RDONLY | os.O_DIRECTORY)
+
+    async def cancel_while_it_waits() -> None:
+        with fs._entries.hold(parent, "a.txt"):  # another write of a.txt checks and installs meanwhile
+            task = asyncio.create_task(tool.run(args, tool.plan(args, ws.ctx), ws.ctx))
+            while not being_written(ws.root):
+                await asyncio.sleep(0.001)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):  # not held up by the other write
+                await task
+
+    try:
+        asyncio.run(cancel_while_it_waits())
+    finally:
+        os.close(parent)
+    deadline = time.monotonic() + 20
+    while being_written(ws.root) and time.monotonic() < deadline:  # its pool thread drops its new file
+        time.sleep(0.01)
+    assert (ws.root / "a.txt").read_text() == "old"
+    assert no_temp_files(ws.root) and not being_written(ws.root) and len(fs._entries) == 0
+
+
 # --- another user's files (root drops to uids that exist nowhere else) -------------------------
 
 ALICE, BOB, PROJECT = 4241, 4242, 4300
