@@ -37,7 +37,8 @@ from .secret_requests import SecretRequests
 from .secrets import SecretStore
 from .sessions import Owner, Session, new_session_id, open_workspace
 from .tools import build_registry
-from .tools.contract import Registry, findings
+from .tool_listing import Listings
+from .tools.contract import Registry
 from .workers import in_own_thread, run_opening
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ class Daemon:
         self.install_signals = install_signals  # only the main thread may install handlers
         # the caller's, when it already built one from the same configuration (a start builds one, not two)
         self.registry: Registry = registry or build_registry(loaded.config, paths, self.extra_tools)
+        self.listings = Listings()  # tools.list's answers
         self._start_only = [_setting(loaded.config, key) for key in START_ONLY]  # what runs until a restart
         approvals = loaded.config.approvals
         self.gate = ApprovalGate(approvals.timeout_seconds, self._on_approval, approvals.max_pending,
@@ -817,12 +819,7 @@ class Daemon:
     def on_tools_list(self, conn: Connection, frame: p.ToolsList) -> p.Frame:
         # a session keeps the registry of its opening (a reload since changes new sessions only)
         registry = self._own_session(conn, frame.session).registry if frame.session is not None else self.registry
-        tools = [
-            p.ToolInfo(name=t.name, description=t.description, input_schema=t.input_schema(),
-                       risk=t.risk.value, flags=t.flags.as_dict(),
-                       lint=[f"{f.rule}: {f.text}" for f in findings(t)] if frame.lint else [])
-            for t in registry.visible(frame.include_system)
-        ]
+        tools = self.listings.tools(registry, frame.include_system, frame.lint)  # built once per state
         load_errors = [p.ToolLoadError(source=e.source, name=e.name, message=e.message)
                        for e in registry.load_errors]
         return p.Tools(id=frame.id, tools=tools, errors=load_errors + self.mcp.load_errors())

@@ -509,10 +509,12 @@ class LoadError:
 
 
 class Registry:
-    """Tools by name. Registration lints the definition and refuses duplicates."""
+    """Tools by name. Registration lints the definition and refuses duplicates. A registered tool
+    stays as it is (name, description, schema, risk, flags): to change one, replace it."""
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self.version = 0  # counts the changes of the tools: what is built from them (tools.list) keys on it
         self.load_errors: list[LoadError] = []
         self._watchers: dict[object, Callable[[], None]] = {}  # see watch()
         for tool in tools:
@@ -528,6 +530,7 @@ class Registry:
         if tool.name in self._tools:
             raise ToolDefinitionError(tool.name, "unique_name", "a tool of this name is already registered")
         self._tools[tool.name] = tool
+        self.version += 1
 
     def add_error(self, source: str, name: str, message: str) -> None:
         """A tool that could not be loaded (a bad tool.json, a failed MCP server): shown by
@@ -546,6 +549,7 @@ class Registry:
         gone = [n for n, t in self._tools.items() if t.source == source]
         for name in gone:
             del self._tools[name]
+        self.version += bool(gone)
         refused, added = [], False
         for tool in tools:
             try:

@@ -528,6 +528,27 @@ def test_sighup_reloads_the_definitions_and_a_workspace_cannot_add_tools(make_da
         assert "script_words" not in {t.name for t in c.request(p.ToolsList).tools}
 
 
+def test_the_listing_a_client_saw_follows_a_reload_that_changes_a_tool(make_daemon, scv_home, workspace):
+    """tools.list is built once per state of a registry's tools (scvd/tool_listing.py): after a reload
+    that rewrites a tool, the same client asking the same way sees the new one; a session opened
+    before still lists its own."""
+    make_tool(scv_home, "words", WORDS)
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        def description(**ask: Any) -> str:
+            return next(t.description for t in c.request(p.ToolsList, lint=True, **ask).tools
+                        if t.name == "script_words")
+
+        before = c.open_session(workspace)
+        assert description() == description(session=before) == DESCRIPTION
+        changed = "Count the words and lines in a text given as argument.\nUse for quick statistics; bash for more."
+        make_tool(scv_home, "words", WORDS, description=changed)
+        d.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: description() == changed, what="the new description after SIGHUP")
+        assert description(session=before) == DESCRIPTION
+        assert description(session=c.open_session(workspace)) == changed
+
+
 # --- secrets in script tools ------------------------------------------------------------------
 
 NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
