@@ -9,6 +9,9 @@ Rules:
   of: a reload builds a new registry, an MCP server's tools come and go by `replace_source`, and
   a registered tool does not change. The load errors are not kept here: an MCP server's come and
   go with its state, and they are few.
+- A tool's lint shows at most LINT_SHOWN findings of at most LINT_CHARS each, then a line saying
+  how many were left out: a third party's schema (up to 64 KiB) can break thousands of rules, each
+  quoting a description, and one listing must fit server.server_frame_bytes.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from __future__ import annotations
 from weakref import WeakKeyDictionary
 
 from . import protocol as p
-from .tools.contract import Registry, Tool, findings
+from .tools.contract import Finding, Registry, Tool, findings
+
+LINT_SHOWN = 20  # findings per tool; `scvctl tools --lint` shows the rest once these are fixed
+LINT_CHARS = 500  # per finding: the ones that quote a description quote it whole
 
 
 class Listings:
@@ -43,4 +49,18 @@ class Listings:
 def info(tool: Tool, lint: bool) -> p.ToolInfo:
     return p.ToolInfo(name=tool.name, description=tool.description, input_schema=tool.input_schema(),
                       risk=tool.risk.value, flags=tool.flags.as_dict(),
-                      lint=[f"{f.rule}: {f.text}" for f in findings(tool)] if lint else [])
+                      lint=shown(findings(tool)) if lint else [])
+
+
+def shown(found: list[Finding]) -> list[str]:
+    """`found` as "rule: text" lines, capped (see the module's rules)."""
+    lines = [_cut(f"{f.rule}: {f.text}") for f in found[:LINT_SHOWN]]
+    if len(found) > LINT_SHOWN:
+        lines.append(f"left_out: {len(found) - LINT_SHOWN} more findings are not shown (at most {LINT_SHOWN} "
+                     "per tool): fix the ones above, then list again")
+    return lines
+
+
+def _cut(line: str) -> str:
+    more = len(line) - LINT_CHARS
+    return line if more <= 0 else f"{line[:LINT_CHARS]} ... [cut: {more:,} more chars]"

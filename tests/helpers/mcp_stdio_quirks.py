@@ -8,7 +8,8 @@ argument `x` is `{"$ref": URL}`; `slow-start=SECONDS` waits that long before it 
 line (a server that takes a while to come up); `slow-list=SECONDS` waits that long before it answers
 tools/list; `usage` prints a usage text on stdout and exits 2; `bad-schema` also lists a tool `odd` whose inputSchema
 has `properties` as a list (the SDK refuses the whole list); `go-nulls` also lists `nil`, whose
-inputSchema has `properties` and `required` null, as Go prints a nil map and slice; `clashing-names` also lists `Echo`
+inputSchema has `properties` and `required` null, as Go prints a nil map and slice; `wide-schema` also lists
+`wide`, whose first argument's description is 30,000 chars and whose 1,000 others have none; `clashing-names` also lists `Echo`
 (scvd's name for it is `echo`'s too); `results` also lists `leak_error`, `leak_ok` and `leak_progress`, which
 quote the environment's LEAK_TOKEN (else its HTTPS_PROXY) in an isError text, in a result's text and structuredContent, and
 in a progress notification's message, and
@@ -62,6 +63,11 @@ if mode == "bad-schema":
 if mode == "go-nulls":  # Go marshals a nil slice or map as null
     tools.append({"name": "nil", "description": "A schema with Go's nulls.",
                   "inputSchema": {"type": "object", "properties": None, "required": None}})
+if mode == "wide-schema":  # a first argument whose description is 30,000 chars, then 1,000 with none
+    wide = {"long": {"type": "string", "description": "x" * 30_000}}
+    wide.update({f"a{i}": {"type": "string"} for i in range(1000)})
+    tools.append({"name": "wide", "description": "A schema of many arguments.",
+                  "inputSchema": {"type": "object", "properties": wide}})
 if mode == "results":
     tools += [{"name": "leak_error", "description": "Fails quoting its token.", "inputSchema": {"type": "object"}},
               {"name": "leak_ok", "description": "Echoes its token.", "inputSchema": {"type": "object"}},

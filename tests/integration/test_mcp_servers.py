@@ -502,6 +502,23 @@ def test_lint_shows_findings_for_a_schema_with_go_nulls(make_daemon, workspace, 
     assert "mcp__raw__nil" in scvctl(d, "tools", "--lint")
 
 
+@pytest.mark.one_loop
+def test_lint_of_a_wide_schema_is_capped_and_says_what_it_left_out(make_daemon, tmp_path):
+    """One server's tool with 1,000 undescribed arguments made tools.list {lint} carry 1,000 findings
+    for it, and three quoting a 30,000-char description whole: a few such tools and the listing no
+    longer fit server.server_frame_bytes (every tool's lint lost). Shown: the first 20, each cut."""
+    d = make_daemon(quirks_stdio_table("wide-schema", tmp_path / "starts") + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        assert server(c, "raw").tools == 2
+        lint = {t.name: t.lint for t in c.request(p.ToolsList, lint=True).tools}["mcp__raw__wide"]
+    assert len(lint) == 21 and all(len(line) < 600 for line in lint), [len(line) for line in lint]
+    whole = "param_example: parameter 'long' description needs an example (e.g. ...): " + repr("x" * 30_000)
+    assert lint[3] == f"{whole[:500]} ... [cut: {len(whole) - 500:,} more chars]"
+    assert lint[-2] == "param_description: parameter 'a13' has no description"
+    assert lint[-1] == ("left_out: 986 more findings are not shown (at most 20 per tool): "
+                        "fix the ones above, then list again")
+
+
 # a slow tools/list said "no answer to initialize", whose fix (the server does not speak MCP) is not its own
 @pytest.mark.parametrize("mode, awaited", [("slow-start=30", "initialize"), ("slow-list=30", "its tools/list")])
 def test_no_answer_to_initialize_says_so_though_the_server_exits_after(make_inproc, monkeypatch, tmp_path,
