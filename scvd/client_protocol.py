@@ -11,9 +11,11 @@ Rules:
   reading, wait until it is done: answers keep their frames' order.
 - Backpressure: reading pauses while the peer does not read its answers (`pause_writing`)
   and while a handler waits; `Connection.send` still cuts off a peer that stopped reading (connection.Backlog).
-- Fairness: at most FRAMES_PER_TURN frames of one connection are handled in one loop turn;
-  the rest wait for the next (reading paused), so a peer that pipelines a flood does not hold
-  the loop from every other client.
+- Fairness: at most FRAMES_PER_TURN frames of one connection are handled in one loop turn, and
+  no more once TURN_SECONDS went by (counted from its CLOCK_EVERY-th frame, the clock read every
+  CLOCK_EVERY frames: a read of fewer never reads it); the rest wait for the next turn (reading
+  paused), so a peer that pipelines a flood, or a burst of dear frames, does not hold the loop
+  from every other client.
 - End of stream: frames that came before it are handled first, then the connection is
   dropped (its sessions closed, their calls cancelled); a half-closed peer still reads, so it
   closes once those calls have sent their `call.completed` (within
@@ -27,13 +29,16 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from typing import Any, Protocol
 
 from . import protocol as p
 from .connection import Connection
 
-FRAMES_PER_TURN = 1024
+FRAMES_PER_TURN = 256  # a multiple of CLOCK_EVERY
+TURN_SECONDS = 0.005  # a connection's frames in one loop turn: other clients wait that long for theirs
+CLOCK_EVERY = 4  # frames between two reads of the clock (a few ns each; a frame costs microseconds)
 
 class Server(Protocol):
     """What a client's protocol needs from the daemon."""
@@ -68,7 +73,7 @@ class ClientProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._lines: deque[Any] = deque()  # frames read but not handled yet (behind a waiting one)
         self._waiting: asyncio.Future[Any] | None = None  # the handler that waits
-        self._next_turn = False  # FRAMES_PER_TURN were handled: the rest in the next turn
+        self._next_turn = False  # FRAMES_PER_TURN were handled, or TURN_SECONDS went by: the rest in the next turn
         self._write_paused = False
         self._reading = True
         self._ended = False  # end of stream or connection lost: drop once the handled frames are done
@@ -136,7 +141,7 @@ class ClientProtocol(asyncio.Protocol):
 
     def _handle(self, lines: list[Any]) -> None:
         """Handle `lines` in order; the rest waits in the deque behind a handler that waits, or
-        for the next turn after FRAMES_PER_TURN."""
+        for the next turn after FRAMES_PER_TURN or TURN_SECONDS."""
         conn, server = self.conn, self.server
         assert conn is not None
         try:
@@ -145,15 +150,19 @@ class ClientProtocol(asyncio.Protocol):
             self._later = server.frames_handled()
 
     def _handle_each(self, conn: Connection, server: Server, lines: list[Any]) -> None:
+        started = 0.0
         for i, line in enumerate(lines):
             if conn.closed:
                 return
-            if i == FRAMES_PER_TURN:
-                self._lines.extend(lines[i:])
-                self._next_turn = True
-                asyncio.get_running_loop().call_soon(self._go_on)
-                self._update_reading()
-                return
+            if i and not i % CLOCK_EVERY:
+                now = time.monotonic()
+                started = started or now  # counted from here: a read of one frame reads no clock
+                if i == FRAMES_PER_TURN or now - started > TURN_SECONDS:
+                    self._lines.extend(lines[i:])
+                    self._next_turn = True
+                    asyncio.get_running_loop().call_soon(self._go_on)
+                    self._update_reading()
+                    return
             if isinstance(line, p.TooLarge):
                 server.frame_too_large(conn, line.id)
                 continue

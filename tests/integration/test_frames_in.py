@@ -5,6 +5,7 @@ Frames are handled as they arrive (scvd/client_protocol.py): these pin what a pe
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from pathlib import Path
@@ -53,6 +54,29 @@ def test_frames_sent_in_one_write_are_answered_in_order_behind_a_handler_that_wa
         too_large = conn.frame()
         assert isinstance(too_large, p.Error) and too_large.code == "frame_too_large"
         assert [a.id for a in answers(conn, 3000)] == list(range(3000))
+
+
+def test_a_burst_of_tools_lists_does_not_keep_another_clients_frame_waiting_to_its_end(daemon, workspace: Path):
+    """1,024 tools.list {lint} in one write were all handled in one loop turn, each building its
+    listing anew (seconds): every other client waited for the last. Both clients write while scvd is
+    stopped, the burst first, so scvd reads both at once: the other client's session.close comes in
+    before the burst's last frame, whose sessions.list no longer shows that session."""
+    with RawConn(daemon.socket) as burster, RawConn(daemon.socket) as other:
+        burster.hello()
+        other.hello()
+        opened = other.request({"type": "session.open", "workspace": str(workspace)})
+        burst = b"".join(frame(type="tools.list", id=i, lint=True) for i in range(1023))
+        daemon.proc.send_signal(signal.SIGSTOP)
+        try:
+            burster.send_raw(burst + frame(type="sessions.list", id="last"))
+            other.send_raw(frame(type="session.close", id="close", session=opened.session))
+        finally:
+            daemon.proc.send_signal(signal.SIGCONT)
+        assert isinstance(other.frame(), p.Ok)
+        *listings, last = answers(burster, 1024)
+        assert all(isinstance(a, p.Tools) and any(t.name == "read" for t in a.tools) for a in listings)
+        assert [a.id for a in listings] == list(range(1023))
+        assert last.id == "last" and last.sessions == [], "the other client's frame waited for the whole burst"
 
 
 def test_calls_sent_in_one_write_are_accepted_in_order_and_all_complete(daemon, workspace: Path):
