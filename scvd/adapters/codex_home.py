@@ -95,39 +95,45 @@ def provider_own_key(home: Path) -> str | None:
     return f"config.toml's provider {provider_id!r} uses {how}"
 
 
-def settle_old_files(files: dict[str, bytes | None], config: dict[str, Any] | None, home: Path) -> list[str]:
+def settle_old_files(files: dict[str, bytes | None], config: dict[str, Any] | None, home: Path, *,
+                     known: bool = True) -> list[str]:
     """Add to `files` (what an import writes; None removes) the removal of a file already in `home`
-    that the new ones make wrong; returns the warnings saying what became of each."""
-    return _old_auth(files, config, home) + _old_config(files, home)
+    that the new ones make wrong; returns the warnings saying what became of each. Not `known`: an
+    import killed midway may have left one file of its own beside one from before, so the home's
+    endpoint is not taken from its config.toml."""
+    old = _current_endpoint(home) if known else None
+    return _old_auth(files, config, home, old) + _old_config(files, home, old)
 
 
-def _old_auth(files: dict[str, bytes | None], config: dict[str, Any] | None, home: Path) -> list[str]:
+def _old_auth(files: dict[str, bytes | None], config: dict[str, Any] | None, home: Path, old: str | None) -> list[str]:
     """Keep the auth.json already in `home` when the source has none, unless its API key would
-    go to another endpoint than the one it was for: then the import removes it."""
+    go to another endpoint than the one it was for (`old`; None: unknown): then the import removes it."""
     if AUTH in files or not (home / AUTH).exists():
         return []
     if config is not None and auth_verdict(read_auth(home))[0] == "api key":
-        old, new = _current_endpoint(home), _endpoint(config)
+        new = _endpoint(config)
         if old != new:
             files[AUTH] = None
             bearer = active_provider(config)[1].get("experimental_bearer_token")
             then = ("the imported config brings its own key (experimental_bearer_token)" if bearer else
                     f"put the new provider's key in your {AUTH} (OPENAI_API_KEY) or its "
                     "experimental_bearer_token, and import again")
-            return [f"the API key in the {AUTH} already in scvd's codex home was for {old or 'an unreadable config'}; "
-                    f"the imported config sends requests to {new}, so that {AUTH} was removed: {then}"]
+            return [f"the API key in the {AUTH} already in scvd's codex home was for "
+                    f"{old or 'an endpoint scvd cannot tell'}; the imported config sends requests to {new}, "
+                    f"so that {AUTH} was removed: {then}"]
     return [f"the {AUTH} already in scvd's codex home was kept"]
 
 
-def _old_config(files: dict[str, bytes | None], home: Path) -> list[str]:
+def _old_config(files: dict[str, bytes | None], home: Path, old: str | None) -> list[str]:
     """The mirror of `_old_auth`: a new API key without a config.toml is for codex's default
-    provider; a config.toml already in `home` that sends requests elsewhere is removed with it."""
+    provider; a config.toml already in `home` that sends requests elsewhere (or to `old` None:
+    somewhere unknown) is removed with it."""
     if CONFIG in files or not files.get(AUTH) or not (home / CONFIG).exists():
         return []
-    old, new = _current_endpoint(home), _endpoint({})
+    new = _endpoint({})
     if old == new:
         return [f"the {CONFIG} already in scvd's codex home was kept"]
     files[CONFIG] = None
-    return [f"the {CONFIG} already in scvd's codex home sent requests to {old or 'an endpoint it cannot tell'}; "
+    return [f"the {CONFIG} already in scvd's codex home sent requests to {old or 'an endpoint scvd cannot tell'}; "
             f"the imported {AUTH} has no {CONFIG} beside it, so its key is for {new}, and that {CONFIG} was "
             f"removed: import your {CONFIG} with it if the key is for another provider"]

@@ -12,7 +12,8 @@ Rules (seed 000, "Signing in delegated agents"):
   providers (ollama, lmstudio) are its built-in tables, and a model_providers table of that name is
   warned of: codex ignores it.
 - Both files are validated before either is written; the writes (and that removal) happen
-  all together or not at all, one import at a time per home (import_files.py).
+  all together or not at all, one import at a time per home (import_files.py); one killed midway is
+  undone first (import_journal.py), and the home's endpoint is unknown when that cannot be done.
 - Nothing read here is ever printed or logged except the reported settings.
 """
 
@@ -31,11 +32,19 @@ from .codex_home import AUTH, CONFIG, MAX_FILE_BYTES, auth_verdict, settle_old_f
 from .codex_provider import (LOCAL_PORTS, active_provider, active_provider_id, active_settings, endpoint_problem,
                              ignored_tables, model_provider_problem, provider_entries, provider_entry,
                              provider_headers)
-from .import_files import commit_files, one_at_a_time, sweep
+from .import_files import commit_files, one_at_a_time
+from .import_journal import UNDONE, UNSURE, settle
 
 log = logging.getLogger("scvd.adapters")
 
 UNUSED = ", which this config does not use now"
+INTERRUPTED = {
+    UNDONE: "an earlier import into scvd's codex home was killed midway; its files were put back as they were "
+            "before it",
+    UNSURE: "an earlier import into scvd's codex home was killed midway and left no journal to undo it by (an "
+            "older scvd's), so which provider the files there are for cannot be told: those this import does "
+            "not replace are taken as being for another provider",
+}
 REPORTED = ("model", "model_provider", "model_reasoning_effort", "sandbox_mode", "approval_policy")
 
 
@@ -202,8 +211,9 @@ def import_codex(source: Path, home: Path) -> dict[str, Any]:
     plan = plan_import(source)
     try:
         with one_at_a_time(home):
-            plan.warnings += settle_old_files(plan.files, plan.config, home)
-            sweep(home, (CONFIG, AUTH))
+            found = settle(home, (CONFIG, AUTH))
+            plan.warnings += [INTERRUPTED[found]] if found in INTERRUPTED else []
+            plan.warnings += settle_old_files(plan.files, plan.config, home, known=found != UNSURE)
             commit_files(home, plan.files)
     except OSError as exc:
         raise InternalError(f"cannot write scvd's codex home {home} ({exc.strerror or exc}); it was left as "

@@ -1,10 +1,12 @@
 """An import's writes into a private home: all its files or none, one import at a time.
 
 - Every new file is staged (0600, fsynced) before any is renamed into place; if a step fails the
-  old files go back, so a home never holds files from two imports.
+  old files go back, and if the import is killed midway its journal has the next user of the home
+  put them back (import_journal.py), so a home never holds files from two imports.
 - One import at a time per home: a flock on the directory (the daemon's and a direct scvctl's
   alike), waited for up to LOCK_WAIT_SECONDS.
-- What an import that died midway staged (a copy of a key among it) is swept by the next.
+- What an import that died midway left (a copy of a key among it) is swept by the next
+  (import_journal.settle).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import InvalidRequest
+from . import import_journal
 
 LOCK_WAIT_SECONDS = 10.0  # for another import of the same home
 
@@ -47,32 +50,43 @@ def _unlink(path: Path) -> None:
 
 
 def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
-    """Write (bytes) or remove (None) each of `files` in `directory`, all or none.
+    """Write (bytes) or remove (None) each of `files` in `directory`, all or none; `settle` first.
 
-    Every new file is staged first (a full disk fails here, with nothing changed). Each old
-    file is then kept under a hard link while the new ones are renamed into place; if one step
-    fails, the old files go back, so config.toml and auth.json never come from two imports."""
+    The journal (import_journal.py) comes first, then every new file is staged (a full disk fails
+    here, with nothing changed), then each old file is kept under a hard link while the new ones
+    are renamed into place; if one step fails the old files go back, and if the process is killed
+    the next user of the home puts them back: config.toml and auth.json never come from two imports."""
     staged: dict[str, Path | None] = {}
-    kept: dict[str, Path | None] = {}  # name -> hard link of its old file (None: there was none)
-    settled = False  # done or undone; if undoing fails, the old files stay beside as .NAME.old
+    had = {name: os.path.lexists(directory / name) for name in files}
+    import_journal.begin(directory, had)  # first: whatever a kill leaves from here is settled by the next user
     try:
         for name, data in files.items():
             staged[name] = None if data is None else _stage(directory, name, data)
+        for name in files:
+            _keep(directory, name, had[name])
         for name, tmp in staged.items():
-            kept[name] = _keep(directory, name)
             if tmp is not None:
                 os.replace(tmp, directory / name)
-            elif kept[name] is not None:
+            elif had[name]:
                 os.unlink(directory / name)
-        settled = True
-    except BaseException:
-        _restore(directory, kept)
-        settled = True
+        import_journal.done(directory)
+    except BaseException:  # if undoing fails too, the journal stays for the next user of the home
+        import_journal.roll_back(directory, had)
+        import_journal.end(directory, list(files))
         raise
     finally:
-        for path in [*staged.values(), *(kept.values() if settled else ())]:
+        for path in staged.values():
             if path is not None:
                 _unlink(path)
+    import_journal.end(directory, list(files))  # outside: once done, the kept files are never put back
+
+
+def settle_interrupted(directory: Path) -> None:
+    """Before a home is used: undo or finish an import's commit a kill left, so an agent never runs on
+    half of one (an import under way is waited for). Cheap when there is none: a few stats."""
+    if import_journal.interrupted(directory):
+        with one_at_a_time(directory):
+            import_journal.settle(directory, ())
 
 
 @contextlib.contextmanager
@@ -98,28 +112,6 @@ def one_at_a_time(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def sweep(directory: Path, names: tuple[str, ...]) -> None:
-    """Remove what `_stage` left of an import that died before its end: a copy of a key, too."""
-    with os.scandir(directory) as entries:
-        stale = [e.path for e in entries
-                 if e.name.endswith(".tmp") and e.name.startswith(tuple(f".{n}." for n in names))]
-    for path in stale:
-        _unlink(Path(path))
-
-
-def _keep(directory: Path, name: str) -> Path | None:
-    link = directory / f".{name}.old"
-    _unlink(link)
-    try:
-        os.link(directory / name, link)
-    except FileNotFoundError:
-        return None
-    return link
-
-
-def _restore(directory: Path, kept: dict[str, Path | None]) -> None:
-    for name, link in kept.items():
-        if link is not None:
-            os.replace(link, directory / name)
-        else:
-            _unlink(directory / name)
+def _keep(directory: Path, name: str, existed: bool) -> None:
+    if existed:  # a hard link: the old file stays whole while its name gets the new one
+        os.link(directory / name, import_journal.kept(directory, name), follow_symlinks=False)

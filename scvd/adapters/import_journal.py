@@ -1,0 +1,123 @@
+"""The journal of an import's commit into a private home, so that one killed midway is undone or finished.
+
+- `commit_files` (import_files.py) writes `.scvd-import.undo` (the names it changes, and which of them
+  had a file, kept as `.NAME.old` from then on) before it stages or changes any; once every new file
+  is in place it renames the journal `.scvd-import.done`, removes the kept files, then the journal.
+- The next user of the home (an import, an agent's run or sign-in, a chat turn reading it) settles
+  a journal left behind, under the import lock: `.undo` puts every old file back and removes each
+  new one that had none, `.done` removes the kept files. Both may be killed and done again.
+- So a `.NAME.old` without a journal was left by an scvd before this one (or a journal that cannot
+  be read): what the home holds cannot be told then, and the import says so (`UNSURE`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..errors import NotARegularFile
+from ..paths import read_regular_file
+
+UNDO = ".scvd-import.undo"
+DONE = ".scvd-import.done"
+_TMP = ".scvd-import.tmp"  # the journal being written: under the lock, one at a time
+MAX_JOURNAL_BYTES = 4096
+
+UNDONE, FINISHED, UNSURE = "undone", "finished", "unsure"  # what `settle` found
+
+
+def kept(directory: Path, name: str) -> Path:
+    """Where the commit keeps the old `name` (a hard link) until it is done or undone."""
+    return directory / f".{name}.old"
+
+
+def begin(directory: Path, had: dict[str, bool]) -> None:
+    """Journal the commit of `had`'s names (True: the name has a file now, kept before it changes)."""
+    fd = os.open(directory / _TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(json.dumps(had).encode())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(directory / _TMP, directory / UNDO)
+    _sync(directory)  # on disk before any file it names changes
+
+
+def done(directory: Path) -> None:
+    """Every new file is in place: from here a kill is finished (`end`), not undone."""
+    os.replace(directory / UNDO, directory / DONE)
+    _sync(directory)
+
+
+def end(directory: Path, names: list[str]) -> None:
+    """Remove what the commit of `names` left (kept files, staged copies: a copy of a key among them),
+    then the journal (last: until then a kill is settled again)."""
+    for name in names:
+        _unlink(kept(directory, name))
+    with os.scandir(directory) as entries:
+        staged = [e.path for e in entries
+                  if e.name.endswith(".tmp") and e.name.startswith(tuple(f".{n}." for n in names))]
+    for path in [*staged, directory / _TMP, directory / DONE, directory / UNDO]:
+        _unlink(Path(path))
+
+
+def roll_back(directory: Path, had: dict[str, bool]) -> None:
+    """Put each old file back, and remove each new file that had none. Done twice, it changes nothing
+    more: a name that had a file but has no kept one was put back already (or never replaced)."""
+    for name, existed in had.items():
+        old = kept(directory, name)
+        if not existed:
+            _unlink(directory / name)
+        elif os.path.lexists(old):
+            os.replace(old, directory / name)
+
+
+def settle(directory: Path, names: tuple[str, ...]) -> str | None:
+    """Undo or finish a commit a kill left (the import lock held), and remove its leftovers and those
+    of `names`; UNDONE, FINISHED, UNSURE (kept files without a readable journal) or None (nothing)."""
+    undo = os.path.lexists(directory / UNDO)
+    found = None
+    if undo or os.path.lexists(directory / DONE):
+        had = _read(directory / (UNDO if undo else DONE))
+        if had is not None:
+            if undo:
+                roll_back(directory, had)
+            names, found = (*names, *had), UNDONE if undo else FINISHED
+        else:
+            found = UNSURE  # which files changed cannot be told
+    elif any(os.path.lexists(kept(directory, n)) for n in names):
+        found = UNSURE
+    end(directory, list(names))
+    return found
+
+
+def interrupted(directory: Path) -> bool:
+    """A journal (or one being written) is there: a commit is under way or was killed. A few stats:
+    the common case, before each agent run."""
+    return any(os.path.lexists(directory / j) for j in (UNDO, DONE, _TMP))
+
+
+def _read(journal: Path) -> dict[str, bool] | None:
+    try:
+        had = json.loads(read_regular_file(journal, MAX_JOURNAL_BYTES))
+    except (OSError, ValueError, NotARegularFile):
+        return None
+    plain = isinstance(had, dict) and all(  # a name with a slash would reach outside the home
+        isinstance(k, str) and isinstance(v, bool) and k == os.path.basename(k) and not k.startswith(".") and k
+        for k, v in had.items())
+    return had if plain else None
+
+
+def _sync(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,131 @@
+"""An `agents import codex` SIGKILLed at each step of its commit: the next import never finds the old
+provider's key beside the new one's endpoint.
+
+The import runs in a real child process that SIGKILLs itself just before its Nth change to the disk
+(a rename, link, unlink or fsync), N = 1, 2, ... until one runs to its end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scvd import paths as paths_mod
+from scvd.adapters import service
+
+ROOT = Path(__file__).resolve().parents[1]
+OLD_KEY, NEW_KEY = "sk-AAAA-for-openai", "sk-BBBB-for-relay"
+OPENAI = "https://api.openai.com/v1"
+RELAY = "https://relay.example/v1"
+RELAY_CONFIG = f"""
+model_provider = "relay"
+[model_providers.relay]
+name = "relay"
+base_url = "{RELAY}"
+requires_openai_auth = true
+"""  # takes auth.json's key, as codex does: an old one left beside it would go to the relay
+KILLED_AT = """
+import os, signal, sys
+from pathlib import Path
+from scvd.adapters.codex_import import import_codex
+
+left = int(sys.argv[3])
+def killing(real):
+    def call(*args, **kwargs):
+        global left
+        left -= 1
+        if left == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    return call
+for name in ("replace", "rename", "link", "unlink", "fsync"):
+    setattr(os, name, killing(getattr(os, name)))
+import_codex(Path(sys.argv[1]), Path(sys.argv[2]))
+"""
+
+
+def setup_dir(root: Path, name: str, config: str, key: str | None) -> Path:
+    d = root / name
+    d.mkdir()
+    (d / "config.toml").write_text(config)
+    if key:
+        (d / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": key}))
+    return d
+
+
+def import_killed_at(step: int, source: Path, home: Path) -> int:
+    """The child's exit status: -SIGKILL when it reached its `step`th change, 0 when it finished first."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", KILLED_AT, str(source), str(home), str(step)], env=env,
+                          capture_output=True, timeout=120).returncode
+
+
+def held(home: Path) -> tuple[str, str | None]:
+    """(where config.toml sends requests, the key in auth.json)."""
+    config = (home / "config.toml").read_text()
+    auth = home / "auth.json"
+    return (RELAY if RELAY in config else OPENAI), (json.loads(auth.read_text())["OPENAI_API_KEY"]
+                                                   if auth.exists() else None)
+
+
+def leftovers(home: Path) -> list[str]:
+    return sorted(p.name for p in home.iterdir() if p.name.startswith(".") and p.is_file())
+
+
+def each_kill(paths: paths_mod.Paths, first: Path, second: Path) -> Iterator[int]:
+    """Import `first` whole, then `second` killed at step 1, 2, ... (yields each step killed)."""
+    home = paths.adapters_dir / "codex"
+    for step in itertools.count(1):
+        shutil.rmtree(home, ignore_errors=True)
+        service.import_setup("codex", str(first), paths=paths, env={})
+        status = import_killed_at(step, second, home)
+        if status == 0:
+            return
+        assert status == -signal.SIGKILL, f"the import killed at step {step} failed otherwise ({status})"
+        yield step
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> paths_mod.Paths:
+    p = paths_mod.resolve({"SCV_HOME": str(tmp_path / "scv")})
+    paths_mod.prepare(p)
+    return p
+
+
+def test_an_import_killed_at_any_step_then_imported_again_holds_the_new_setup_whole(paths, tmp_path) -> None:
+    """The reviewer's case: killed between the relay's config.toml and the old auth.json's removal,
+    the second import found the relay's endpoint in the home, so it kept the OpenAI key beside it."""
+    openai = setup_dir(tmp_path, "openai", 'model = "gpt-5"\n', OLD_KEY)
+    relay = setup_dir(tmp_path, "relay", RELAY_CONFIG, None)
+    home = paths.adapters_dir / "codex"
+    steps = []
+    for step in each_kill(paths, openai, relay):
+        out = service.import_setup("codex", str(relay), paths=paths, env={})
+        assert held(home) == (RELAY, None), f"killed at step {step}: {out['warnings']}"
+        assert leftovers(home) == [], f"killed at step {step}"
+        steps.append(step)
+    assert len(steps) >= 8, steps  # every step of the commit was killed, not the first only
+
+
+def test_a_home_an_older_scvd_left_half_imported_is_mended_by_the_next_import(paths, tmp_path) -> None:
+    """Killed midway, an scvd without the journal left the relay's config beside the OpenAI key, and
+    the key's hard link `.auth.json.old`: the relay's import again removes that key, and the link."""
+    openai = setup_dir(tmp_path, "openai", 'model = "gpt-5"\n', OLD_KEY)
+    relay = setup_dir(tmp_path, "relay", RELAY_CONFIG, None)
+    home = paths.adapters_dir / "codex"
+    service.import_setup("codex", str(openai), paths=paths, env={})
+    os.link(home / "auth.json", home / ".auth.json.old")
+    (home / "config.toml").write_text(RELAY_CONFIG)
+    out = service.import_setup("codex", str(relay), paths=paths, env={})
+    assert held(home) == (RELAY, None) and leftovers(home) == []
+    assert any("killed midway" in w for w in out["warnings"]), out["warnings"]
+    assert any("was for an endpoint scvd cannot tell" in w and "was removed" in w for w in out["warnings"])
