@@ -1,5 +1,5 @@
-"""An `agents import codex` SIGKILLed at each step of its commit: the next import never finds the old
-provider's key beside the new one's endpoint.
+"""An `agents import codex` SIGKILLed at each step of its commit: whoever uses the home next (a second
+import, an agent run, a chat turn) never finds the old provider's key beside the new one's endpoint.
 
 The import runs in a real child process that SIGKILLs itself just before its Nth change to the disk
 (a rename, link, unlink or fsync), N = 1, 2, ... until one runs to its end.
@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from adapters_support import Harness, fake_bin, harness  # noqa: F401 - fixtures
 from scvd import paths as paths_mod
 from scvd.adapters import service
+from scvd.chat.provider import ProviderFailure, codex_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_KEY, NEW_KEY = "sk-AAAA-for-openai", "sk-BBBB-for-relay"
@@ -114,6 +116,41 @@ def test_an_import_killed_at_any_step_then_imported_again_holds_the_new_setup_wh
         assert leftovers(home) == [], f"killed at step {step}"
         steps.append(step)
     assert len(steps) >= 8, steps  # every step of the commit was killed, not the first only
+
+
+@pytest.mark.parametrize("relay_key", [None, NEW_KEY], ids=["relay-without-key", "relay-with-its-key"])
+def test_an_agent_run_after_a_killed_import_sees_one_setup_whole(harness: Harness, tmp_path, monkeypatch,
+                                                                relay_key) -> None:
+    """Killed between the relay's config.toml and the old auth.json's removal (or replacement), an
+    agent_codex run read the relay's config with the old OpenAI key beside it."""
+    openai = setup_dir(tmp_path, "openai", 'model = "gpt-5"\n', OLD_KEY)
+    relay = setup_dir(tmp_path, "relay", RELAY_CONFIG, relay_key)
+    home = harness.paths.adapters_dir / "codex"
+    monkeypatch.setenv("FAKE_AGENT_MODE", "read")
+    monkeypatch.setenv("FAKE_AGENT_READ", str(home / "auth.json"))
+    seen = set()
+    for step in each_kill(harness.paths, openai, relay):
+        result = harness.call("codex", prompt="go")  # the fake codex prints the auth.json it found
+        endpoint, key = held(home)
+        assert (OLD_KEY in result["output"]) == (key == OLD_KEY), f"killed at step {step}"
+        assert (endpoint, key) in {(OPENAI, OLD_KEY), (RELAY, relay_key)}, f"killed at step {step}"
+        assert leftovers(home) == [], f"killed at step {step}"
+        seen.add((endpoint, key))
+    assert seen == {(OPENAI, OLD_KEY), (RELAY, relay_key)}  # killed before its commit and after it
+
+
+def test_a_chat_turn_after_a_killed_import_never_sends_the_old_key_to_the_new_endpoint(paths, tmp_path) -> None:
+    openai = setup_dir(tmp_path, "openai", 'model = "gpt-5"\n', OLD_KEY)
+    relay = setup_dir(tmp_path, "relay", RELAY_CONFIG, None)
+    home = paths.adapters_dir / "codex"
+    for step in each_kill(paths, openai, relay):
+        try:
+            settings = codex_settings(home, env={})
+        except ProviderFailure as exc:  # the relay's config alone: it has no key
+            assert exc.reason == "auth" and held(home) == (RELAY, None), f"killed at step {step}"
+        else:
+            assert (settings.base_url, settings.api_key) == (OPENAI, OLD_KEY), f"killed at step {step}"
+        assert leftovers(home) == [], f"killed at step {step}"
 
 
 def test_a_home_an_older_scvd_left_half_imported_is_mended_by_the_next_import(paths, tmp_path) -> None:

@@ -1,7 +1,8 @@
 """Private agent homes: $SCV_HOME/adapters/<name>, directories 0700 and files 0600.
 
 The daemon creates a home before each use and repairs it after each run, because
-the real CLIs create their own folders 0755 and files 0644. Repairs are logged.
+the real CLIs create their own folders 0755 and files 0644. Repairs are logged. An
+import into the home killed midway is undone before its next use (import_journal.py).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths as scv_paths
-from ..errors import Failed
+from ..errors import Failed, InvalidRequest
 from .env import home_layout
+from .import_files import settle_interrupted
 
 log = logging.getLogger("scvd.adapters")
 
@@ -30,12 +32,29 @@ def ensure_home(paths: Any, name: str) -> Path:
     """
     home = home_dir(paths, name)
     try:
-        return _ensure_home(paths, name, home)
+        _ensure_home(paths, name, home)
     except OSError as exc:  # a file owned by someone else (root, after a `sudo`), a full disk
         where = exc.filename or home
         raise Failed(
             f"cannot make the {name} home {home} private ({where}: {exc.strerror or exc}); "
             "give that path back to your user (chown) or move it away, then retry"
+        ) from exc
+    _settle_import(name, home)
+    return home
+
+
+def _settle_import(name: str, home: Path) -> None:
+    """An import killed midway left one file of its own beside one from before (a new provider's
+    config beside the old one's key): put the old ones back before anything reads the home."""
+    try:
+        settle_interrupted(home)
+    except InvalidRequest as exc:  # an import under way for too long
+        raise Failed(exc.message) from None
+    except OSError as exc:
+        raise Failed(
+            f"cannot put back the files in the {name} home {home} that an import killed midway left "
+            f"({exc.filename or home}: {exc.strerror or exc}); free some space or fix its permissions, "
+            f"then retry"
         ) from exc
 
 

@@ -21,6 +21,7 @@ from .. import errors
 from ..adapters.codex_home import read_auth, read_config
 from ..adapters.codex_provider import (active_provider_id, active_settings, endpoint_problem, model_provider_problem,
                                       provider_entry, provider_headers, strings)
+from ..adapters.import_files import settle_interrupted
 from .items import ModelEvent, ModelRequest
 
 CODEX = "codex"
@@ -133,6 +134,14 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     env = os.environ if env is None else env
     hint = ("run `scvctl agents import codex` (a Codex setup with an API key), or add a [providers.NAME] table "
             "and set chat.provider = \"NAME\" in config.toml (chat.provider is codex unless set)")
+    try:  # an import killed midway may have left a new provider's config beside the old one's key
+        settle_interrupted(home)
+    except errors.InvalidRequest as exc:  # an import under way for too long
+        raise ProviderFailure("provider_error", exc.message) from None
+    except OSError as exc:
+        raise ProviderFailure("provider_error", f"the Codex setup an import killed midway left cannot be put back "
+                              f"({exc.strerror or exc})", "free some space or fix the permissions of "
+                              f"{home}, then retry") from None
     try:  # never blocking: an agent run may have left a FIFO in the codex home
         config = read_config(home)
     except FileNotFoundError as exc:
