@@ -791,6 +791,9 @@ class Daemon:
                                        "being prepared; open it again")
             session.services.update(services)
         except BaseException:
+            if gone():  # said once here, however the open ended, so nobody wonders where it went
+                log.info("session.open on %s by %s ended without a session: the client hung up", workspace,
+                         conn.label())
             stopped.set()
             session.close()
             raise
