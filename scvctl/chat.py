@@ -85,6 +85,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         emit_json(_exec_summary(chat, end, state))
     elif isinstance(end, p.TurnCompleted):
         sys.stdout.write("\n" if state["text"] and not state["text"].endswith("\n") else "")
+    if not args.json:
+        _print_warning(end)
     gone = _scvd_stopped(end)
     if gone is not None:
         if not args.json:
@@ -157,7 +159,16 @@ def _exec_summary(chat: p.ChatOpened, end: Any, state: dict[str, Any]) -> dict[s
         summary["usage"] = end.usage
     if isinstance(end, p.TurnFailed):
         summary.update(reason=end.reason, message=end.message, hint=end.hint)
+    if end.warning:
+        summary["warning"] = end.warning
     return summary
+
+
+def _print_warning(end: Any) -> None:
+    """What scvd could not keep of the turn (its transcript write failed): the answer came, but a
+    resumed conversation may lack it."""
+    if end.warning:
+        print(f"\nwarning: {printable(end.warning)}", file=sys.stderr, flush=True)
 
 
 def _print_end(end: Any) -> None:
@@ -216,6 +227,7 @@ def _chat_turn(c: Any, session: str, conversation: str, text: str) -> None:
     gone = _scvd_stopped(end, resume)
     if isinstance(end, p.TurnCompleted) or gone is not None:
         print(flush=True)  # off the answer's line
+    _print_warning(end)
     if gone is not None:
         raise gone
     if not isinstance(end, p.TurnCompleted):

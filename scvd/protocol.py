@@ -640,6 +640,7 @@ class TurnCompleted(Frame, tag="turn.completed"):
     session: str
     turn: str
     usage: dict[str, int] = {}
+    warning: str | None = None  # the turn's records could not be written to the transcript (a full disk)
 
 
 class TurnCancelled(Frame, tag="turn.cancelled"):
@@ -649,6 +650,7 @@ class TurnCancelled(Frame, tag="turn.cancelled"):
     session: str
     turn: str
     reason: str = ""
+    warning: str | None = None  # as turn.completed's
 
 
 class TurnFailed(Frame, tag="turn.failed"):
@@ -660,6 +662,7 @@ class TurnFailed(Frame, tag="turn.failed"):
     reason: Literal["provider_error", "auth", "step_limit", "context_limit", "cancelled_by_shutdown"]
     message: str
     hint: str | None = None
+    warning: str | None = None  # as turn.completed's
 
 
 class QuestionAsked(Frame, tag="question.asked"):

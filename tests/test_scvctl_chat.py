@@ -130,3 +130,18 @@ def test_exec_prints_a_reply_before_tool_calls_on_a_line_of_its_own(monkeypatch,
     args = argparse.Namespace(workspace=tmp_path, provider=None, yes=False, json=False, prompt="what is in a?")
     assert chat.cmd_exec(args) == chat.EXIT_OK
     assert capsys.readouterr().out == "Let me look.\nIt says hi.\n"
+
+
+@pytest.mark.parametrize("json_out", [True, False])
+def test_exec_tells_of_a_turn_its_transcript_could_not_keep(monkeypatch, tmp_path, capsys, json_out):
+    """The answer came, but a full disk kept it from the transcript: a resumed chat may lack it."""
+    warning = "the transcript of conversation c1 could not be written ([Errno 28] No space left on device); ..."
+    client = ScriptedClient([p.TurnCompleted(seq=1, session=SESSION, turn=TURN, warning=warning)], {})
+    monkeypatch.setattr(chat, "connect", lambda *a, **kw: client)
+    args = argparse.Namespace(workspace=tmp_path, provider=None, yes=False, json=json_out, prompt="hi")
+    assert chat.cmd_exec(args) == chat.EXIT_OK
+    out, err = capsys.readouterr()
+    if json_out:
+        assert json.loads(out)["warning"] == warning
+    else:
+        assert f"warning: {warning}" in err

@@ -54,6 +54,7 @@ class Chat:
     results: asyncio.Queue[tuple[str, str, Any]] = field(default_factory=asyncio.Queue)
     questions: dict[str, str] = field(default_factory=dict)  # question_id -> the engine's call id
     background: set[asyncio.Task[Any]] = field(default_factory=set)  # outlive their turn
+    write_error: str = ""  # why the transcript's last write failed, while records wait in conv.records
 
 
 class ChatService:
@@ -70,6 +71,10 @@ class ChatService:
         self.stopping = False
         self._turns = itertools.count(1)
         self._closing: set[asyncio.Task[None]] = set()  # providers closing their connections
+        # records a closed session could not write (a full disk): its conversation's next chat.open
+        # in this daemon writes them first; scvd's stop tries once more, then logs them as lost
+        self._unwritten: dict[str, list[Any]] = {}
+        self._flushed = False
 
     # --- requests -----------------------------------------------------------------------
 
@@ -89,9 +94,10 @@ class ChatService:
             self._opening.discard(conversation)  # opened (now in self.chats) or failed
 
     def in_use(self) -> set[str]:
-        """The conversations open, being opened, or whose closed session's turn still ends: kept by
-        chat.transcript_days whatever their age (expiry.py)."""
-        return {c.conversation for c in self.chats.values()} | self._opening | set(self._ending)
+        """The conversations open, being opened, whose closed session's turn still ends, or whose
+        records wait in memory for a write: kept by chat.transcript_days whatever their age (expiry.py)."""
+        return ({c.conversation for c in self.chats.values()} | self._opening | set(self._ending)
+                | set(self._unwritten))
 
     def waits(self, conversation: str) -> bool:
         """True while a chat.open resuming `conversation` would wait: for the start's expiry pass, or
@@ -102,8 +108,9 @@ class ChatService:
         config = self.daemon.config
         provider = frame.provider or None
         records: list[Any] = []
+        kept = self._unwritten.get(frame.conversation, [])
         if frame.conversation:
-            records = await asyncio.to_thread(self.transcripts.read, frame.conversation, config.chat.transcript_days)
+            records = await self._read(frame.conversation, config.chat.transcript_days, bool(kept)) + kept
         stored = next((r for r in reversed(records) if isinstance(r, Opened)), None)  # the latest settings
         name = provider or (stored.provider if stored else "") or config.chat.provider
         if name not in config.providers and name != provider_mod.CODEX:
@@ -127,13 +134,25 @@ class ChatService:
                         frame.conversation)
         conv = Conversation.replay(records, settings) if records else Conversation(settings=settings)
         conv.settings = settings
+        conv.records[:0] = kept  # before what the replay ends (a cut turn): they came first
         if not records or settings != stored:
             conv.records.append(settings)
         chat = Chat(session=session, conversation=conversation, conv=conv, provider=name)
+        self._unwritten.pop(conversation, None)  # in conv.records now; no session of it could add any since
         self.chats[session.id] = chat
         self._save(chat)
         return p.ChatOpened(id=frame.id, session=session.id, conversation=conversation,
                             workspace=str(session.workspace), provider=name, resumed=bool(records))
+
+    async def _read(self, conversation: str, days: int = 0, kept: bool = False) -> list[Any]:
+        """Its transcript's records; none when records of it wait in memory but no write ever
+        succeeded (a conversation begun on a full disk has no file yet)."""
+        try:
+            return await asyncio.to_thread(self.transcripts.read, conversation, days)
+        except errors.ConversationNotFound:
+            if kept:
+                return []
+            raise
 
     async def start_turn(self, conn: Any, frame: p.TurnStart) -> p.Frame:
         chat = self._own(conn, frame.session)
@@ -167,7 +186,8 @@ class ChatService:
 
     async def history(self, conn: Any, frame: p.ChatHistory) -> p.Frame:
         chat = self._own(conn, frame.session)
-        records = await asyncio.to_thread(self.transcripts.read, chat.conversation)
+        # with the records still waiting for a write (a full disk): the model reads them too
+        records = await self._read(chat.conversation, kept=bool(chat.conv.records)) + chat.conv.records
         shown = [r for r in read_back(records).records if not isinstance(r, (Opened, SchemasLoaded, NoteArrived))]
         end = len(shown) if frame.before is None else min(frame.before, len(shown))
         first = 0 if frame.limit is None else max(0, end - frame.limit)
@@ -219,15 +239,47 @@ class ChatService:
             ending = self._ending.setdefault(chat.conversation, set())
             ending |= running
             for task in running:
-                task.add_done_callback(lambda t, c=chat.conversation: self._ended(c, t))
+                task.add_done_callback(lambda t, c=chat: self._ended(c, t))
+        else:
+            self._keep(chat)
         return running
 
-    def _ended(self, conversation: str, task: asyncio.Task[Any]) -> None:
-        ending = self._ending.get(conversation)
+    def _ended(self, chat: Chat, task: asyncio.Task[Any]) -> None:
+        ending = self._ending.get(chat.conversation)
         if ending is not None:
             ending.discard(task)
             if not ending:
-                del self._ending[conversation]
+                del self._ending[chat.conversation]
+                self._keep(chat)  # its last records are in
+
+    def _keep(self, chat: Chat) -> None:
+        """A closed session's records: written now if there is room again, else kept for the
+        conversation's next chat.open in this daemon (or, after the stop's last try, lost: logged)."""
+        self._save(chat)
+        left = chat.conv.take_records()
+        if not left:
+            return
+        if self._flushed:
+            self._lost(chat.conversation, left, chat.write_error)
+            return
+        self._unwritten[chat.conversation] = left
+        log.error("transcript of %s: %d record(s) still not written as its session closed; kept in memory "
+                  "for its next chat.open while scvd runs (lost if scvd stops before there is room)",
+                  chat.conversation, len(left))
+
+    def flush(self) -> None:
+        """scvd's stop, once the sessions closed: the last try to write what closed sessions kept."""
+        self._flushed = True
+        for conversation, records in self._unwritten.items():
+            try:
+                self.transcripts.append(conversation, records)
+            except (OSError, errors.InternalError) as exc:
+                self._lost(conversation, records, str(exc))
+        self._unwritten.clear()
+
+    def _lost(self, conversation: str, records: list[Any], why: str) -> None:
+        log.error("transcript of %s: %d record(s) lost as scvd stops, never written (%s); the conversation "
+                  "resumes without them", conversation, len(records), why)
 
     async def _wait_ended(self, conversation: str) -> None:
         """A chat.open of a conversation whose last session is still ending waits for its last
@@ -277,6 +329,8 @@ class ChatService:
             chat.questions.clear()
         await self._calls_ended(turn.id, calls)
         self._save(chat)
+        if chat.conv.records:  # acknowledged yet not on disk: the client hears it, not only the log
+            end = msgspec.structs.replace(end, warning=self._unsaved(chat))
         self._event(chat, end)
         if model is not None:  # after the end, in a task of its own: no turn.cancel can cut it short
             task = asyncio.ensure_future(_close(model))
@@ -416,8 +470,17 @@ class ChatService:
             self.transcripts.append(chat.conversation, records)
         except (OSError, errors.InternalError) as exc:  # a full disk, a symlink in the file's place:
             chat.conv.records[:0] = records  # the turn goes on, and the next save writes them, in order
+            chat.write_error = str(exc)
             log.error("transcript of %s not written (%d records kept for the next write): %s",
                       chat.conversation, len(records), exc)
+        else:
+            chat.write_error = ""
+
+    def _unsaved(self, chat: Chat) -> str:
+        return (f"the transcript of conversation {chat.conversation} could not be written ({chat.write_error}); "
+                f"{len(chat.conv.records)} record(s) of it wait in scvd's memory and are written with the "
+                "conversation's next write once there is room (free space where scvd keeps its state); "
+                "if scvd stops before there is room, the conversation resumes without them")
 
 
 async def _close(model: Any) -> None:
