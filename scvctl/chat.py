@@ -191,6 +191,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         print(f"{verb} conversation {chat.conversation} with {chat.provider} in {chat.workspace}\n"
               f"(resume it with --conversation {chat.conversation}; /clear forgets, /exit leaves, "
               "Ctrl-C stops a turn)", flush=True)
+        if chat.notice:
+            print(f"warning: {printable(chat.notice)}", flush=True)
         while True:
             text = _prompt()
             if text is None or text.strip() == "/exit":

@@ -467,6 +467,7 @@ class ChatOpened(Frame, tag="chat.opened"):
     workspace: str
     provider: str
     resumed: bool = False
+    notice: str | None = None  # lines of its transcript that could not be read back
 
 
 class TurnAccepted(Frame, tag="turn.accepted"):

@@ -15,7 +15,7 @@ import pytest
 from scvd import errors
 from scvd.chat import expiry
 from scvd.chat.engine import Conversation
-from scvd.chat.items import AssistantReply, Cleared, Opened, ToolCall, ToolOutput, TurnEnded, UserText
+from scvd.chat.items import AssistantReply, Cleared, Opened, ToolCall, ToolOutput, TurnEnded, Unreadable, UserText
 from scvd.chat.transcript import Transcripts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,12 +35,12 @@ def test_round_trip_modes_and_clear(tmp_path):
     assert [i.text for i in Conversation.replay(t.read("k1")).history] == ["again"]
 
 
-def test_a_torn_last_line_is_skipped(tmp_path):
+def test_a_torn_last_line_is_read_as_unreadable_in_its_place(tmp_path):
     t = Transcripts(tmp_path)
     t.append("k2", [Opened(workspace="/ws"), UserText(text="hi")])
     with open(t.path("k2"), "ab") as f:
         f.write(b'{"kind":"user","te')
-    assert len(t.read("k2")) == 2
+    assert t.read("k2")[1:] == [UserText(text="hi"), Unreadable(line=3)]
 
 
 def test_what_is_written_after_a_torn_line_is_kept(tmp_path):
@@ -51,7 +51,7 @@ def test_what_is_written_after_a_torn_line_is_kept(tmp_path):
     with open(t.path("k3"), "ab") as f:
         f.write(b'{"kind":"user","te')
     t.append("k3", [Cleared(), UserText(text="after")])
-    assert [type(r).__name__ for r in t.read("k3")] == ["Opened", "UserText", "Cleared", "UserText"]
+    assert [type(r).__name__ for r in t.read("k3")] == ["Opened", "UserText", "Unreadable", "Cleared", "UserText"]
     assert [i.text for i in Conversation.replay(t.read("k3")).history] == ["after"]
 
 

@@ -20,9 +20,10 @@ class ScriptedClient:
     """Hands out `events` in order; answers chat.open and turn.start, and raises `refusals[type]`
     for the request of that type (as the daemon's error frame would)."""
 
-    def __init__(self, events: list[Any], refusals: dict[type, errors.ScvError]) -> None:
+    def __init__(self, events: list[Any], refusals: dict[type, errors.ScvError], notice: str | None = None) -> None:
         self.events = list(events)
         self.refusals = refusals
+        self.notice = notice
         self.sent: list[type] = []
 
     def __enter__(self) -> ScriptedClient:
@@ -36,7 +37,8 @@ class ScriptedClient:
         if kind in self.refusals:
             raise self.refusals[kind]
         if kind is p.ChatOpen:
-            return p.ChatOpened(id=1, session=SESSION, conversation="c1", workspace="/w", provider="fake")
+            return p.ChatOpened(id=1, session=SESSION, conversation="c1", workspace="/w", provider="fake",
+                                notice=self.notice)
         if kind is p.TurnStart:
             return p.TurnAccepted(id=2, turn=TURN)
         return p.Ok(id=3)
@@ -145,3 +147,13 @@ def test_exec_tells_of_a_turn_its_transcript_could_not_keep(monkeypatch, tmp_pat
         assert json.loads(out)["warning"] == warning
     else:
         assert f"warning: {warning}" in err
+
+
+def test_chat_tells_of_transcript_lines_the_resumed_conversation_lost(monkeypatch, tmp_path, capsys):
+    notice = "1 line(s) of this conversation's transcript could not be read back (line 3; damaged): ..."
+    client = ScriptedClient([], {}, notice=notice)
+    monkeypatch.setattr(chat, "connect", lambda *a, **kw: client)
+    monkeypatch.setattr("sys.stdin", io.StringIO("/exit\n"))
+    args = argparse.Namespace(workspace=tmp_path, provider=None, conversation="c1", json=False)
+    assert chat.cmd_chat(args) == chat.EXIT_OK
+    assert f"warning: {notice}" in capsys.readouterr().out

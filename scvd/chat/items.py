@@ -93,6 +93,13 @@ class Opened(Record, tag="open"):
     tools: Union[str, list[str]] = "all"
 
 
+class Unreadable(Record, tag="unreadable"):
+    """A transcript line that could not be read back (damaged), in its place: never written, so
+    that what the model reads says a record is missing there rather than joining its neighbours."""
+
+    line: int
+
+
 HistoryItem = Union[UserText, ScvdNote, AssistantReply, ToolOutput]
 HISTORY = get_args(HistoryItem)  # for isinstance
 AnyRecord = Union[UserText, ScvdNote, AssistantReply, ToolOutput, NoteArrived, SchemasLoaded, TurnEnded, Cleared,

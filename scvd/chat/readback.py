@@ -10,6 +10,8 @@ builds wrote otherwise is read as now:
   calls, which name no turn), where a turn cut off now has them: the model and chat.history read
   each turn cut off alike. They are not written: an append would put them after the turns since,
   where "the request above" would be another turn's.
+A line that could not be read (`Unreadable`) is a scvd note saying that something is missing
+there, one per run of such lines.
 The last turn is left to the caller when it has no end (`cut`): the replay ends it in the file (a
 crash cut it off), while chat.history may be reading a turn still running.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .items import HISTORY, Cleared, Opened, ScvdNote, ToolOutput, TurnEnded, UserText
+from .items import HISTORY, Cleared, Opened, ScvdNote, ToolOutput, TurnEnded, Unreadable, UserText
 
 # after a cancelled turn's text, which stays (as a failed turn's does): the next turn's came right after
 # it, and the model took the cancelled request for one still to carry out
@@ -31,6 +33,11 @@ STOPPED_NOTE = ("[scvd stopped during this turn, before it was answered; do not 
 # the same for a turn that a crash or SIGKILL cut off: no turn-end record, so the note comes at the replay
 KILLED_NOTE = ("[scvd stopped unexpectedly during this turn (it crashed or was killed), before it was answered; "
                "do not carry out the request above unless asked again]")
+
+# in place of transcript lines that could not be read back: without it the records on either side
+# joined (two turns' texts read as one message), and the model never knew
+LOST_NOTE = ("[scvd could not read back part of this conversation here (its transcript is damaged): what was "
+             "said at this point is missing]")
 
 
 @dataclass
@@ -47,6 +54,10 @@ def read_back(records: Iterable[Any]) -> Readback:
     ends: dict[str, int] = {}  # where each turn's records end in `out`
     turn = said = ""  # the turn of the last history record; of the person's last text
     for rec in records:
+        if isinstance(rec, Unreadable):  # one note for a run of them
+            if not (out and isinstance(out[-1], ScvdNote) and out[-1].text == LOST_NOTE):
+                out.append(ScvdNote(text=LOST_NOTE))
+            continue
         if isinstance(rec, Opened):
             opened = rec
         if isinstance(rec, Cleared):

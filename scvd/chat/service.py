@@ -27,7 +27,8 @@ from ..text import well_formed
 from . import provider as provider_mod
 from .catalog import Catalog
 from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
-from .items import CallRequested, NoteArrived, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall, Usage
+from .items import (CallRequested, NoteArrived, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall, Unreadable,
+                    Usage)
 from .pipeline import submit
 from .readback import read_back
 from .transcript import Transcripts, new_id
@@ -142,7 +143,8 @@ class ChatService:
         self.chats[session.id] = chat
         self._save(chat)
         return p.ChatOpened(id=frame.id, session=session.id, conversation=conversation,
-                            workspace=str(session.workspace), provider=name, resumed=bool(records))
+                            workspace=str(session.workspace), provider=name, resumed=bool(records),
+                            notice=_unreadable(records))
 
     async def _read(self, conversation: str, days: int = 0, kept: bool = False) -> list[Any]:
         """Its transcript's records; none when records of it wait in memory but no write ever
@@ -489,6 +491,16 @@ async def _close(model: Any) -> None:
         await model.aclose()
     except Exception as exc:
         log.warning("closing the provider's connections failed: %s", exc)
+
+
+def _unreadable(records: list[Any]) -> str | None:
+    """What a resumed conversation lost to damaged transcript lines, for the person to hear."""
+    lines = [r.line for r in records if isinstance(r, Unreadable)]
+    if not lines:
+        return None
+    shown = ", ".join(map(str, lines[:5])) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
+    return (f"{len(lines)} line(s) of this conversation's transcript could not be read back (line {shown}; "
+            "damaged): what they said is missing, and the model and chat.history read a note in their place")
 
 
 def _whole(text: str) -> tuple[str, str]:

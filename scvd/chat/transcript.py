@@ -3,8 +3,9 @@
 One file per conversation, named by its id. Lines are the Records of items.py;
 nothing is ever rewritten (chat.clear appends a `clear` record); expiry.py may remove a
 whole file once it is idle for chat.transcript_days. A torn last
-line (scvd killed mid-write) is skipped when the file is read back, and the
-next append ends it first, so what comes after it is kept. A batch whose write
+line (scvd killed mid-write), like any other line that cannot be read, is read
+back as an `Unreadable` record in its place, and the next append ends it first,
+so what comes after it is kept. A batch whose write
 fails (a full disk) is cut off again and left to the caller to append later, so
 the file never holds part of one.
 """
@@ -25,7 +26,7 @@ import msgspec
 from .. import errors
 from ..paths import FILE_MODE, ensure_private_dir
 from ..text import json_bytes
-from .items import AnyRecord
+from .items import AnyRecord, Unreadable
 
 log = logging.getLogger("scvd.chat")
 
@@ -90,7 +91,8 @@ class Transcripts:
             try:
                 records.append(_decoder.decode(line))
             except msgspec.DecodeError:
-                log.warning("%s line %d is unreadable; skipped", path, number)
+                log.warning("%s line %d is unreadable; a note stands in its place", path, number)
+                records.append(Unreadable(line=number))
         return records
 
     def _open(self, conversation: str, flags: int) -> int:

@@ -11,6 +11,7 @@ from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Text
 from harness import wait_until
 from scvd import protocol as p
+from scvd.chat.readback import LOST_NOTE
 from test_chat_restart import ENV, config, resumed, until_end
 
 
@@ -91,3 +92,32 @@ def test_a_session_closed_once_there_is_room_again_writes_what_it_kept(make_daem
         with full(path):
             assert turn(c, opened.session, "remember 77").warning
     wait_until(lambda: b"noted 77" in path.read_bytes(), what="the close's write")
+
+
+def test_a_damaged_transcript_line_is_told_and_a_note_keeps_its_neighbours_apart(make_daemon, model, scv_home,
+                                                                                  workspace):
+    """The line was skipped with only a log line: the turns on either side joined, and the model read
+    the person's "U1" and "U2" as one message with nothing between them."""
+    m = model(Text("A1"), Text("A2"), Text("A3"))
+    d = make_daemon(config(m), home=scv_home, env=ENV)
+    with d.client(name="pytest") as c:
+        opened = c.request(p.ChatOpen, workspace=str(workspace))
+        for text in ("U1", "U2"):
+            assert isinstance(turn(c, opened.session, text), p.TurnCompleted)
+    path = d.home / "state" / "chat" / f"{opened.conversation}.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert b'"text":"A1"' in lines[2]
+    lines[2] = b"\xff\xfe garbage\n"
+    path.write_bytes(b"".join(lines))
+    with d.client(name="pytest") as c:
+        again = c.request(p.ChatOpen, workspace=str(workspace), conversation=opened.conversation)
+        assert again.notice.startswith("1 line(s) of this conversation's transcript could not be read back "
+                                       "(line 3; damaged)")
+        history = c.request(p.ChatHistory, session=again.session).records
+        assert [(r["kind"], r["text"]) for r in history if "text" in r] == [
+            ("user", "U1"), ("scvd", LOST_NOTE), ("user", "U2"), ("assistant", "A2")]
+        assert isinstance(turn(c, again.session, "U3"), p.TurnCompleted)
+    assert m.requests[2]["messages"][1:] == [
+        {"role": "user", "content": f"U1\n\n{LOST_NOTE}\n\nU2"}, {"role": "assistant", "content": "A2"},
+        {"role": "user", "content": "U3"}]
+    assert LOST_NOTE.encode() not in path.read_bytes()  # read there, never written
