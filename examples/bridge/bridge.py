@@ -97,6 +97,8 @@ class Bridge:
         except errors.ConversationNotFound:  # its transcript was removed (chat.transcript_days): a new one
             self.app.send(chat, "(the earlier conversation is gone from scvd; the model starts afresh)")
             opened = await self.open({})
+        if opened.notice:  # lines of its transcript scvd could not read back: the model lacks them
+            self.app.send(OWNER, f"{chat}: {opened.notice}")
         self.sessions[chat], self.chats[opened.session] = opened.session, chat
         self.conversations[chat] = opened.conversation
         self.save()
@@ -199,6 +201,8 @@ class Bridge:
                 if not self.running:
                     self.idle.set()
                 streamed = "".join(partial.pop(event.turn, []))  # a reply that the turn's end cut short
+                if event.warning:  # its transcript could not be written (a full disk): the owner can make room
+                    self.app.send(OWNER, f"{chat}: {event.warning}")
             if isinstance(event, p.AssistantDelta):
                 partial.setdefault(event.turn, []).append(event.text)  # a chat app would edit one message
             elif isinstance(event, p.AssistantCompleted) and event.text:

@@ -19,6 +19,9 @@ import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Cut, Text
+from test_chat_transcript_faults import full
+from scvd.chat.items import Opened, UserText
+from scvd.chat.transcript import Transcripts
 
 pytestmark = pytest.mark.one_loop  # a client's behaviour, the same whichever loop the daemon runs on
 
@@ -374,3 +377,30 @@ def test_the_example_bridge_declines_what_waits_for_the_owner_once_its_input_clo
     assert json.loads(answered)["result"]["answer"] == \
         "(no answer: the owner's console closed: nobody is left to decide this)"
     assert not (workspace / "hi.txt").exists()
+
+
+def test_the_example_bridge_tells_the_owner_what_a_chats_transcript_lost_or_could_not_keep(make_daemon, model,
+                                                                                           scv_home, workspace,
+                                                                                           tmp_path):
+    """A damaged transcript line, a full disk: scvd says so in chat.opened and the turn's end, and the
+    owner, who can look at the disk, hears it."""
+    m = model(Text("one"), Text("two"))
+    d, argv = daemon_for(make_daemon, scv_home, m, workspace, tmp_path)
+    path = scv_home / "state" / "chat" / "kdamaged.jsonl"
+    Transcripts(path.parent).append("kdamaged", [Opened(workspace=str(workspace), provider="test"),
+                                                 UserText(text="hi", turn="t1")])
+    with path.open("ab") as f:
+        f.write(b"\xff damaged\n")
+    (tmp_path / "b.json").write_text(json.dumps({"alice": "kdamaged"}))
+    with running(argv, d.env) as proc:
+        say(proc, "alice: hello")
+        told = read_until(proc, r"^\[owner\] ")
+        assert told.startswith("[owner] alice: 1 line(s) of this conversation's transcript could not be read back "
+                               "(line 3; damaged)"), told
+        assert read_until(proc, r"^\[alice\] ") == "[alice] one\n"
+        with full(path):
+            say(proc, "alice: again")
+            assert read_until(proc, r"^\[alice\] ") == "[alice] two\n"
+            told = read_until(proc, r"^\[owner\] ")
+        assert told.startswith("[owner] alice: the transcript of conversation kdamaged could not be written"), told
+        assert ends(proc)
