@@ -17,7 +17,8 @@ Rules it keeps (seed 000, DESIGN.md "Process runner"):
   pipe is drained for at most `DRAIN_SECONDS`, so `sleep 1000 &` cannot hold a
   call open.
 - "Everything of the call" is the leader's process group and session, the
-  descendants seen by periodic /proc scans, and orphans re-parented to scvd (a
+  descendants seen by periodic /proc scans (one shared by all running calls due
+  at the same tick, read off the loop: procscan.py), and orphans re-parented to scvd (a
   child subreaper, see `set_child_subreaper()`) that no other run claims and that
   are not in another leader's session or group (a service's helper).
 - Process group or pid 0 and 1, and scvd's own group, are never signalled.
@@ -50,6 +51,7 @@ from typing import Iterable, Mapping
 
 from . import guardian, limits
 from .notify import MANAGER_VARS
+from .procscan import SCANS
 from .proctree import (  # noqa: F401 - set_child_subreaper and friends are re-exported for the server
     ProcStat,
     descendants,
@@ -451,7 +453,7 @@ async def run_process(
     try:
         timed_out = await _supervise(run, exit_task, started, timeout)
         # the leader is gone: kill what is left, read what is buffered, both bounded
-        if run.signal_all(signal.SIGKILL):
+        if run.signal_all(signal.SIGKILL, await SCANS.scan()):
             await _settle(run, exit_task, DRAIN_SECONDS, kill=True)
         await asyncio.gather(*(reader.drain(DRAIN_SECONDS) for reader in readers))
     except asyncio.CancelledError:
@@ -469,24 +471,40 @@ async def run_process(
 
 async def _supervise(run: _Run, exit_task: asyncio.Task, started: float, timeout: float | None) -> bool:
     """Wait for the leader; track descendants, enforce the deadline."""
-    deadline = None if timeout is None else started + timeout
+    loop = asyncio.get_running_loop()  # its clock: timers set for one instant fire in one turn
+    deadline = None if timeout is None else loop.time() + started + timeout - time.monotonic()
     gap = SCAN_FIRST
-    next_scan = started + gap
+    next_scan = _next_tick(loop.time(), gap)
     while True:
-        now = time.monotonic()
+        now = loop.time()
         if deadline is not None and now >= deadline:
-            run.signal_all(signal.SIGKILL)
+            await _kill_all(run)
             await asyncio.shield(exit_task)
             return True
         wake = next_scan if deadline is None else min(deadline, next_scan)
         await asyncio.wait([exit_task], timeout=max(0.0, wake - now))
         if exit_task.done():
             return False
-        now = time.monotonic()
-        if now >= next_scan:
-            run.track(scan_processes())
+        if loop.time() >= next_scan:
+            run.track(await SCANS.scan())
             gap = min(gap * 2, SCAN_MAX)
-            next_scan = now + gap
+            next_scan = _next_tick(loop.time(), gap)
+
+
+def _next_tick(now: float, gap: float) -> float:
+    """The next multiple of `gap`: runs with the same gap wake together and share one scan."""
+    return (now // gap + 1) * gap
+
+
+async def _kill_all(run: _Run) -> None:
+    """SIGKILL everything of the run, as a fresh shared scan shows it. A cancel that cuts the wait
+    short kills with a scan of its own, on the loop: nothing after it would."""
+    try:
+        procs = await SCANS.scan()
+    except asyncio.CancelledError:
+        run.signal_all(signal.SIGKILL)
+        raise
+    run.signal_all(signal.SIGKILL, procs)
 
 
 async def _settle(run: _Run, exit_task: asyncio.Task, bound: float, *, kill: bool = False) -> bool:
@@ -496,7 +514,7 @@ async def _settle(run: _Run, exit_task: asyncio.Task, bound: float, *, kill: boo
     give_up = time.monotonic() + bound
     while True:
         run.reap_tracked()
-        procs = scan_processes()
+        procs = await SCANS.scan()
         if kill:
             run.signal_all(signal.SIGKILL, procs)  # tracks them too
         else:
@@ -514,20 +532,22 @@ async def _terminate(run: _Run, exit_task: asyncio.Task, *, wrapper: bool = Fals
     leader (bwrap) gets no TERM once the command it started runs: it would die at once, and its
     --die-with-parent would SIGKILL the whole sandbox before any TERM handler in it ran."""
     wrapper_id = _file_id(run.popen.args[0]) if wrapper else None
-    procs = scan_processes()
-    run.track(procs)
-    # still setting the sandbox up: nothing in it to clean up, and a TERM would end bwrap before its
-    # child armed --die-with-parent, which then started the command and ran it for the whole grace
-    setting_up = wrapper_id is not None and not run.runs_other(wrapper_id, procs)
+    settled = False
     try:
-        if not setting_up:
+        procs = await SCANS.scan()
+        run.track(procs)
+        # still setting the sandbox up: nothing in it to clean up, and a TERM would end bwrap before its
+        # child armed --die-with-parent, which then started the command and ran it for the whole grace
+        if wrapper_id is None or run.runs_other(wrapper_id, procs):
             run.signal_all(signal.SIGTERM, procs, wrapper=wrapper_id)
             run.signal_all(signal.SIGCONT, procs, wrapper=wrapper_id)  # a stopped process acts on it once continued
-            if await _settle(run, exit_task, TERM_GRACE_SECONDS):
-                return
-    finally:
+            settled = await _settle(run, exit_task, TERM_GRACE_SECONDS)
+    except BaseException:  # a second cancel: kill at once, no more waiting
         run.signal_all(signal.SIGKILL)
-    await _settle(run, exit_task, DRAIN_SECONDS, kill=True)
+        raise
+    await _kill_all(run)
+    if not settled:
+        await _settle(run, exit_task, DRAIN_SECONDS, kill=True)
 
 
 def _file_id(path: str) -> tuple[int, int] | None:

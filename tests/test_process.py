@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scvd import process
+from scvd import process, proctree
 from scvd.process import CappedOutput, child_env, run_process
 from scvd.proctree import ProcStat, descendants, read_stat, reap, signal_group, signal_pid
 
@@ -447,6 +448,36 @@ def test_concurrent_runs_keep_their_own_output(tmp_path):
 
     left, right = asyncio.run(both())
     assert left.output == "left\n" * 3 and right.output == "right\n" * 3
+
+
+def test_running_calls_share_each_scan_of_proc_and_none_is_read_on_the_loop(tmp_path, monkeypatch, run_loop):
+    """A running call wants /proc scanned every few seconds, and a scan reads every process on the
+    host (0.2 s with 10,000): one per call, on the loop, stalled every client. Calls due together
+    share one scan, read on another thread."""
+    calls = 20
+    reads: list[int] = []  # the thread of each read of /proc
+    real = proctree.scan_processes
+    counted = lambda: reads.append(threading.get_ident()) or real()  # noqa: E731
+    monkeypatch.setattr(proctree, "scan_processes", counted)
+    monkeypatch.setattr(process, "scan_processes", counted)
+    monkeypatch.setattr(process, "SCAN_MAX", 0.2)  # each call wants one at least 5 times a second
+    go = tmp_path / "go"
+
+    async def scenario() -> list[int]:
+        runs = [asyncio.ensure_future(run_process(
+            ["/bin/sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done"], cwd=tmp_path, env=PATH_ONLY,
+            timeout=60, output_limit=1024)) for _ in range(calls)]
+        await asyncio.sleep(0.5)  # past the first, quicker scans
+        first = len(reads)
+        await asyncio.sleep(1.0)
+        window = reads[first:]
+        go.touch()
+        assert all(r.exit_code == 0 for r in await asyncio.gather(*runs))
+        return window
+
+    window = run_loop(asyncio.wait_for(scenario(), 30))
+    assert window and len(window) < calls  # alone, each call would have read it 5 times
+    assert threading.get_ident() not in window  # the loop's thread
 
 
 FLOOD = """

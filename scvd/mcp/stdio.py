@@ -19,7 +19,8 @@ import anyio
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
-from ..process import scan_processes, signal_group, signal_service, spawn_service, wait_service
+from ..process import signal_group, signal_service, spawn_service, wait_service
+from ..procscan import SCANS
 from .spec import StdioLaunch
 from .skim import MESSAGE_LIMIT, replacement
 
@@ -188,7 +189,7 @@ async def _stop(proc: ServerProcess) -> None:
         await asyncio.wait([proc.exited], timeout=grace)
     # members the leader left behind (its group outlives it only while one is alive)
     pgid = proc.popen.pid
-    if any(p.pgid == pgid and p.alive for p in scan_processes().values()):
+    if any(p.pgid == pgid and p.alive for p in (await SCANS.scan()).values()):
         signal_group(pgid, signal.SIGKILL)
 
 
