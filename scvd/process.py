@@ -572,8 +572,10 @@ def _release(run: _Run, exit_task: asyncio.Task) -> None:
         _PENDING.add(exit_task)
         exit_task.add_done_callback(lambda t: (_PENDING.discard(t), _forget_leader(run.popen)))
     # a fresh scan, not the run's last one: a process killed since that scan (an agent's helper,
-    # bwrap's child) is a zombie of ours by now and is reaped with its call, not at the next one
-    reap_orphans()
+    # bwrap's child) is a zombie of ours by now and is reaped with its call, not at the next one;
+    # only when some child is a zombie: a scan on the loop at every call's end stalled it
+    if _zombie_child():
+        reap_orphans()
 
 
 _PENDING: set[asyncio.Task] = set()  # exit tasks that outlived their run (kept from GC)

@@ -80,3 +80,19 @@ def test_a_quick_call_is_answered_while_many_long_ones_run_among_thousands_of_pr
     left = [q.pid for q in scan_processes().values() if q.ppid == d.proc.pid and not is_guardian(q.pid)]
     assert left == []  # every call's sleep killed and reaped
 
+
+def test_the_end_of_each_call_leaves_the_scan_to_the_thread(make_daemon, workspace, crowd):
+    """A call's end looks for what it left (a scan) and for exited orphans to reap (one more, on
+    the loop, at every end): now only when some child of scvd has exited."""
+    d = make_daemon()
+    io_counted(d)
+    with d.client(name="bridge") as c, d.client(name="person") as person:
+        session = c.open_session(workspace)
+        first = c.start_call(session, "bash", {"command": "true"})
+        pending = wait_pending(person)[0]
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve", scope="session")
+        assert c.wait_call(first).ok
+        before = reads(d.proc.pid, d.proc.pid)
+        for _ in range(5):
+            assert c.call(session, "bash", {"command": "true"}).ok
+        assert reads(d.proc.pid, d.proc.pid) - before < CROWD
