@@ -37,7 +37,6 @@ import os
 import re
 import stat
 import threading
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,15 +47,14 @@ if TYPE_CHECKING:
     import asyncio
 
 from . import errors
+from .durable import sync_directory
 from .redact import hide_in_logs
-from .toml_write import toml_string
+from .secrets_file import INDEX_TABLE, KEY_RE, edit_file, parse_file, render_file
 
 log = logging.getLogger("scvd.secrets")
 
 SERVICE = "scv"
 FILE_MODE = 0o600
-KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
-INDEX_TABLE = "keyring"  # the file's table of names held in the keyring; not a key name
 MAX_VALUE_CHARS = 65536
 KEYRING_SECONDS = 25.0  # a D-Bus call's default reply timeout: a keyring silent that long is stuck
 
@@ -218,34 +216,6 @@ def _name(kr: Any) -> str:
 
 
 # --- the secrets file ---------------------------------------------------------------
-
-
-def render_file(values: Mapping[str, str], keyring_names: list[str]) -> str:
-    """The secrets file's text: values at the top, then the names held in the keyring."""
-    lines = ["# scv secrets: `scvctl secrets set KEY` writes here when no OS keyring is usable.",
-             "# Keep this file 0600. Keys are names like GITHUB_TOKEN; values are strings.", ""]
-    lines += [f"{key} = {toml_string(values[key])}" for key in sorted(values)]
-    if keyring_names:
-        lines += ["", f"[{INDEX_TABLE}]", "# these names' values are in the OS keyring (service \"scv\")",
-                  "names = [" + ", ".join(toml_string(n) for n in sorted(keyring_names)) + "]"]
-    return "\n".join(lines) + "\n"
-
-
-def parse_file(path: Path, text: str) -> tuple[dict[str, str], list[str]]:
-    """(values, keyring names) from the file's text; a wrong shape names the key, never a value."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise errors.ConfigError(f"{path}: not valid TOML ({exc}); fix or remove it") from None
-    index = data.pop(INDEX_TABLE, {})
-    names = index.get("names", []) if isinstance(index, dict) else None
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise errors.ConfigError(f"{path}: [{INDEX_TABLE}] names must be a list of strings")
-    for key, value in data.items():
-        if not isinstance(value, str) or not KEY_RE.fullmatch(key):
-            raise errors.ConfigError(
-                f"{path}: {key!r} must be a name (letters, digits, _) set to a string")
-    return data, names
 
 
 class SecretStore:
@@ -465,7 +435,8 @@ class SecretStore:
         value = check_value(value)
         kr = self.keyring()
         with self._locked():
-            values, names = self._read()
+            before = self._text()
+            values, names = parse_file(self.path, before)
             if kr is None:
                 self._write_or_unstored(key, {**values, key: value}, names)
                 source = "file"
@@ -477,8 +448,8 @@ class SecretStore:
                 except errors.Unavailable:
                     with self._silence:  # a store still under way may yet store it: the name stays listed
                         under_way = f"store {key}" in self._silent.values()
-                    if not under_way:
-                        self._write(values, names)
+                    if not under_way:  # the file back as it was, byte for byte
+                        self._write_text(before or render_file(values, names))
                     raise
                 source = "keyring"
         log.info("secret %s stored (%s)", key, source)
@@ -519,10 +490,14 @@ class SecretStore:
     # the file
 
     def _read(self) -> tuple[dict[str, str], list[str]]:
+        return parse_file(self.path, self._text())
+
+    def _text(self) -> str:
+        """The file's text; "" when there is none."""
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no wait
         except FileNotFoundError:
-            return {}, []
+            return ""
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a link (say, into a dotfiles repository)
                 raise errors.ConfigError(
@@ -549,10 +524,14 @@ class SecretStore:
             # not `scvctl secrets set`: it reads the file first, so it fails the same way
             raise errors.ConfigError(f"{self.path}: not UTF-8 text at line {line}; save it as UTF-8 in an "
                                      "editor (until then `scvctl secrets` cannot change it either)") from None
-        return parse_file(self.path, text)
+        return text
 
     def _write(self, values: Mapping[str, str], names: list[str]) -> None:
-        """Atomically: a 0600 temporary file in the same directory, then rename. Under `_locked`."""
+        """Atomically: a 0600 temporary file in the same directory, then rename, then the directory
+        synced. Only the lines of what changed are rewritten (`edit_file`). Under `_locked`."""
+        self._write_text(edit_file(self.path, self._text(), values, names))
+
+    def _write_text(self, text: str) -> None:
         for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):  # a writer killed mid-write left
             stale.unlink(missing_ok=True)  # every secret there: a delete or a rotation must not keep it
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
@@ -563,10 +542,11 @@ class SecretStore:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 os.fchmod(f.fileno(), FILE_MODE)
-                f.write(render_file(values, names))
+                f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
+            sync_directory(self.path.parent, str(self.path))
         except OSError as exc:  # a full disk, a directory in the file's place
             tmp.unlink(missing_ok=True)
             raise errors.ConfigError(f"{self.path}: cannot write ({exc.strerror})") from None

@@ -24,7 +24,8 @@ import pytest
 from helpers import blocking_keyring, lockable_keyring
 from scvd import errors
 from scvd import secrets as secrets_mod
-from scvd.secrets import SecretStore, detect_keyring, parse_file, render_file
+from scvd.secrets import SecretStore, detect_keyring
+from scvd.secrets_file import parse_file, render_file
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAINTEXT = "keyrings.alt.file.PlaintextKeyring"
@@ -325,6 +326,61 @@ def files_of_at_most_100_bytes() -> None:
     secrets.toml does not."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the process is killed rather than told
     resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))
+
+
+HAND_EDITED = """\
+# tokens for the deploy scripts; rotate every 90 days (ask ops)
+GITHUB_TOKEN = "ghp-old"   # the bot account, not mine
+
+# PEM key for the staging box
+STAGING_KEY = \"\"\"
+-----BEGIN KEY-----
+abc
+-----END KEY-----
+\"\"\"
+OLD_TOKEN = 'gone-soon'
+"""
+
+
+def test_scvctl_secrets_set_and_delete_keep_a_hand_edited_files_comments(xdg: Path):
+    """docs/configuration.md: secrets.toml is plain TOML you may edit by hand. Any set or delete
+    rewrote the whole file, so the person's comments and layout were lost."""
+    home = xdg / "home"
+    home.mkdir(mode=0o700)
+    path = home / "secrets.toml"
+    path.write_text(HAND_EDITED)
+    path.chmod(0o600)
+    assert scvctl(home, xdg, "secrets", "set", "GITHUB_TOKEN", input="ghp-new\n").returncode == 0
+    assert scvctl(home, xdg, "secrets", "set", "NEW_TOKEN", input="fresh\n").returncode == 0
+    assert scvctl(home, xdg, "secrets", "delete", "OLD_TOKEN").returncode == 0
+    text = path.read_text()
+    for kept in ("# tokens for the deploy scripts; rotate every 90 days (ask ops)\n", "# PEM key for the staging box\n",
+                 'GITHUB_TOKEN = "ghp-new"  # the bot account, not mine\n',
+                 '\"\"\"\n-----BEGIN KEY-----\nabc\n-----END KEY-----\n\"\"\"\n'):
+        assert kept in text, text
+    assert "OLD_TOKEN" not in text and "ghp-old" not in text
+    assert text.index("GITHUB_TOKEN") < text.index("STAGING_KEY") < text.index("NEW_TOKEN"), text
+    store = SecretStore(path, env={})
+    assert [store.get(k) for k in ("GITHUB_TOKEN", "NEW_TOKEN", "STAGING_KEY")] == [
+        "ghp-new", "fresh", "-----BEGIN KEY-----\nabc\n-----END KEY-----\n"]
+
+
+def test_a_set_syncs_the_directory_after_its_rename(xdg: Path, monkeypatch: pytest.MonkeyPatch):
+    """The rename of the new secrets.toml was not made durable: a power loss could bring back the old
+    file (a rotated-out token) or none. The directory is fsynced as the write tool does."""
+    store = file_store(xdg, monkeypatch)
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            synced.append(st.st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store.set("API_TOKEN", "v1")
+    assert synced == [store.path.parent.stat().st_ino]
 
 
 def test_scvctl_secrets_set_from_stdin_list_delete(xdg: Path):

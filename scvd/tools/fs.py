@@ -28,6 +28,7 @@ from typing import Annotated, Any, Callable, Literal
 
 import msgspec
 
+from ..durable import sync_directory
 from ..errors import Cancelled, Failed, InvalidArguments, PathMissing
 from ..own_places import SERVICE as OWN_PLACES
 from ..text import cut_note, printable
@@ -332,7 +333,7 @@ def write_file(
             raise
         finally:
             os.close(fd)
-        _sync_directory(parent, path)
+        sync_directory(parent, show(path))
         if stale := write_temp.sweep(parent):
             log.info("removed %s in the directory of %s: temp files a killed write left", ", ".join(stale), show(path))
     except PermissionError as exc:  # the temp file's create or its rename: both need the directory
@@ -350,16 +351,6 @@ def write_file(
         # the old file had other names: they keep its old content, only this entry was replaced
         "replaced_link": existing is not None and existing.st_nlink > 1,
     }
-
-
-def _sync_directory(parent: int, path: str) -> None:
-    """The rename's durability. The new file is in place already: a directory that cannot be synced
-    (VirtualBox shared folders: EINVAL) is logged, not reported as a write that changed nothing."""
-    try:
-        os.fsync(parent)
-    except OSError as exc:
-        log.warning("wrote %s, but its directory could not be synced (%s): the rename may not survive a "
-                    "power loss", show(path), exc.strerror)
 
 
 def file_parts(path: str) -> tuple[str, ...]:
