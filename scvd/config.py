@@ -203,14 +203,15 @@ class Loaded(msgspec.Struct):
     warnings: list[str] = []  # SCVD_* variables that set nothing: logged at start, printed by check-config
 
 
-def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "") -> Loaded:
+def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "", empty: str = "") -> Loaded:
     """Read `path`, apply environment overrides, validate.
 
     A missing file means the defaults, unless `missing` says why it must exist (what to do
-    then): a file named by --config, or one a reload finds gone.
+    then): a file named by --config, or one a reload finds gone. So does an empty one (only
+    whitespace), unless `empty` says why it must hold something: one a reload finds emptied.
     """
     env = os.environ if env is None else env
-    found = _read(path, defaults_if_gone=not missing)
+    found = _read(path, defaults_if_gone=not missing, empty=empty)
     if found is None and missing:
         raise ConfigError(f"{path}: no such file; {missing}")
     raw = found or {}
@@ -276,9 +277,10 @@ def server_secrets(server: McpServerConfig) -> frozenset[str]:
 MAX_FILE_BYTES = 1 << 20  # a config.toml is a few KiB; a long chat.system_prompt fits many times over
 
 
-def _read(path: Path, defaults_if_gone: bool) -> dict[str, Any] | None:
+def _read(path: Path, defaults_if_gone: bool, empty: str = "") -> dict[str, Any] | None:
     """The file's TOML, or None when there is no file. `defaults_if_gone`: no file would mean the
-    defaults, so removing a bad one is a way out (not for --config's file, nor one a reload read before)."""
+    defaults, so removing a bad one is a way out (not for --config's file, nor one a reload read before).
+    `empty`: why a file of only whitespace is refused, and what to do."""
     remove = " (or remove it to run on the defaults)" if defaults_if_gone else ""
     try:
         data = read_regular_file(path, MAX_FILE_BYTES)
@@ -286,7 +288,10 @@ def _read(path: Path, defaults_if_gone: bool) -> dict[str, Any] | None:
             raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES} bytes, which no configuration needs; "
                               "is it the right file?")
         # -sig: a leading BOM (some editors save one) was `Invalid statement (at line 1, column 1)`
-        return tomllib.loads(data.decode("utf-8-sig"))
+        text = data.decode("utf-8-sig")
+        if empty and not text.strip():
+            raise ConfigError(f"{path}: empty ({'only whitespace' if text else '0 bytes'}); {empty}")
+        return tomllib.loads(text)
     except FileNotFoundError:
         if path.is_symlink():  # a link whose target moved: its settings must not quietly become the defaults
             raise ConfigError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist; fix the "

@@ -384,7 +384,7 @@ class Daemon:
         path = Path(self.loaded.path)
 
         def read() -> tuple[Loaded, Registry]:
-            loaded = load(path, missing=self._gone_hint())
+            loaded = load(path, missing=self._gone_hint(), empty=self._emptied_hint())
             eventloop.check(loaded.config.server.event_loop)  # read at start only: the next start would fail
             return loaded, build_registry(loaded.config, self.paths, self.extra_tools)
 
@@ -455,6 +455,14 @@ class Daemon:
         if not self.loaded.file_read:
             return ""  # started without one: the defaults are what runs already
         return "put it back, then reload again (without it every setting would fall back to its default)"
+
+    def _emptied_hint(self) -> str:
+        """Why a reload refuses a file found empty (emptied by mistake, cut short as it was saved): the
+        defaults would silently replace what it said. One that set nothing meant the defaults already."""
+        if "file" not in self.loaded.sources.values():
+            return ""
+        return ("every setting would fall back to its default: put the settings back, or, if you mean the "
+                "defaults, put a comment in it (# defaults), then reload again")
 
     async def _watchdog(self) -> None:
         interval = self.notifier.watchdog_interval()

@@ -783,6 +783,33 @@ def test_a_reload_that_finds_the_config_file_gone_keeps_the_old_configuration(ma
         assert c.status().reload_error == ""
 
 
+def test_a_reload_that_finds_the_config_file_empty_keeps_the_old_configuration(make_daemon):
+    """`: > config.toml` (or an editor's save cut short) then SIGHUP logged "configuration reloaded" and
+    ran on the defaults (policy always -> on-risk), as a gone file did before it was refused."""
+    d = make_daemon('[approvals]\npolicy = "always"\n')
+    wait_ready(d)
+    config = d.home / "config.toml"
+    for text, what in (("", "0 bytes"), ("\n  \n", "only whitespace")):
+        config.write_text(text)
+        failed = d.log().count("reload failed")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: d.log().count("reload failed") > failed, what="the reload")
+        why = (f"{config}: empty ({what}); every setting would fall back to its default: put the settings back, "
+               "or, if you mean the defaults, put a comment in it (# defaults), then reload again")
+        assert f"reload failed, keeping the old configuration: {why}" in d.log()
+        assert "configuration reloaded from" not in d.log()
+        with d.client() as c:
+            assert (c.status().policy, c.status().reload_error) == ("always", why)
+    config.write_text("# defaults\n")  # the way to say "the defaults" that the message gives
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "configuration reloaded from" in d.log(), what="the reload of the commented file")
+    with d.client() as c:
+        assert (c.status().policy, c.status().reload_error) == ("on-risk", "")
+    config.write_text("")  # the defaults run now: emptying the file changes nothing, so it is no mistake
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: d.log().count("configuration reloaded from") == 2, what="the reload of the empty file")
+
+
 def test_a_reload_without_a_config_file_at_start_or_now_runs_on_the_defaults(make_daemon):
     d = make_daemon(env={"SCVD_APPROVALS__POLICY": "never"})
     wait_ready(d)

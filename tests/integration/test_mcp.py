@@ -541,7 +541,7 @@ def test_the_host_hears_when_an_mcp_servers_tools_come_and_go(host, daemon):
     assert "mcp__late__echo" in [t["name"] for t in host.rpc("tools/list")["result"]["tools"]]
     result = host.rpc("tools/call", {"name": "mcp__late__echo", "arguments": {"a": 1}})["result"]
     assert result["isError"] is False, result
-    reloaded(daemon, "")  # the server removed: its tools go from the open session too
+    reloaded(daemon, "# no MCP servers\n")  # the server removed: its tools go from the open session too
     assert host.read_within(10) == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
     assert "mcp__late__echo" not in [t["name"] for t in host.rpc("tools/list")["result"]["tools"]]
 
@@ -597,7 +597,7 @@ def test_a_result_with_a_name_that_is_not_utf8_is_answered(daemon, workspace, tm
     (folder / "run").write_text("#!/bin/bash\ncat >/dev/null\n"
                                 "python3 -c 'import json, os; print(json.dumps({\"files\": os.listdir(\".\")}))'\n")
     (folder / "run").chmod(0o700)
-    reloaded(daemon, "")
+    reloaded(daemon, "# no MCP servers\n")
     os.close(os.open(bytes(workspace) + b"/caf\xe9.txt", os.O_CREAT | os.O_WRONLY, 0o600))
     h = McpHost(daemon, workspace)
     try:

@@ -196,7 +196,7 @@ def test_a_call_cut_off_by_a_reload_says_the_reload_stopped_its_server(make_wrap
         for table, why in ((EVERYTHING_TABLE + 'risk = "read_only"\ntimeout_seconds = 100\n',
                             "a reload changed mcp.servers.every; it starts again with it: call again once "
                             "`scvctl status` shows it ready"),
-                           ("", "a reload removed mcp.servers.every")):
+                           ("# no MCP servers\n", "a reload removed mcp.servers.every")):
             server(c, "every")
             call_id = c.start_call(session, "mcp__every__trigger_long_running_operation", long)
             while not isinstance(c.next_event(), p.CallProgress):  # the server runs it
@@ -1511,7 +1511,7 @@ def test_a_server_that_never_answers_the_session_delete_holds_up_neither_a_reloa
     d = make_wrapped(quirks_table, env=SHORT_DELETE)
     with d.client(name="t") as c:
         server(c, "web")
-        reloaded(d, "")  # removed: its link gives up on the DELETE after a few seconds
+        reloaded(d, "# no MCP servers\n")  # removed: its link gives up on the DELETE after a few seconds
         assert c.request(p.Status).mcp_servers == []
         reloaded(d, quirks_table)
         server(c, "web")

@@ -126,7 +126,7 @@ def test_a_reload_while_the_start_imports_the_sdk_is_applied_after_it(make_daemo
     d = make_daemon(TABLE, env={"PYTHONPATH": f"{slow_sdk(tmp_path, gate)}:{ROOT}"})
     with d.client() as c:
         assert echo_state(c).state == "starting"
-    (d.home / "config.toml").write_text("")  # echo removed
+    (d.home / "config.toml").write_text("# no MCP servers\n")  # echo removed (an empty file would be refused)
     d.proc.send_signal(signal.SIGHUP)
     deadline = time.monotonic() + 2  # time for a reload that does not wait for the start's apply to end
     while "configuration reloaded from" not in d.log() and time.monotonic() < deadline:

@@ -144,7 +144,7 @@ def test_a_session_grant_for_sandboxed_bash_does_not_cover_it_unsandboxed_after_
         owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve", scope="session")
         assert c.wait_call(first).ok
         assert c.call(sid, "bash", {"command": "true"}).ok  # the grant covers the next sandboxed call
-        (d.home / "config.toml").write_text("")  # sandbox.mode back to off
+        (d.home / "config.toml").write_text("# the defaults\n")  # sandbox.mode back to off
         d.proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 15
         while not c.status().sandbox.startswith("off") and time.monotonic() < deadline:
