@@ -28,18 +28,20 @@ def _finite(literal: str) -> float:
     return value
 
 
-def loads(text: str) -> Any:
+def loads(text: str, *, mend: bool = True) -> Any:
     """`text` decoded by the json module held to JSON: NaN, Infinity and 1e400 (which it reads as
     inf) raise ValueError, as msgspec and every strict peer refuse them; a lone surrogate escape
     (`"\\ud83d"`, what JSON.stringify and json.dumps print for half an emoji, or `"\\udcff"` for a
-    file name decoded with surrogateescape) is made U+FFFD."""
-    return well_formed(json.loads(text, parse_constant=_not_a_constant, parse_float=_finite))
+    file name decoded with surrogateescape) is made U+FFFD, or, without `mend`, left for the
+    caller to judge (`text.lone_surrogate` finds it)."""
+    value = json.loads(text, parse_constant=_not_a_constant, parse_float=_finite)
+    return well_formed(value) if mend else value
 
 
-def lenient(line: bytes) -> Any:
+def lenient(line: bytes, *, mend: bool = True) -> Any:
     """`line` decoded by `loads`; NOT_JSON when it is not JSON (NaN, Infinity and 1e400 included)."""
     try:
-        return loads(line.decode("utf-8"))  # UTF-8 only: json.loads would guess UTF-16 or -32 from bytes
+        return loads(line.decode("utf-8"), mend=mend)  # UTF-8 only: json.loads would guess UTF-16 or -32 from bytes
     except (ValueError, RecursionError):
         return NOT_JSON
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 
 from . import errors  # imports nothing of scvd: no cycle
-from .text import json_bytes  # imports nothing of scvd either
+from .text import json_bytes, lone_surrogate, well_formed  # imports nothing of scvd either
 from .lenient_json import NOT_JSON, lenient, top_level_id  # nor this, but text
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT  # noqa: F401 (part of the contract)
 
@@ -745,7 +745,7 @@ def decode_request(line: bytes) -> Request:
             raise errors.InvalidRequest(head.id.message()) from exc
         raise _invalid(exc, head.type) from exc
     except msgspec.DecodeError as exc:
-        obj = lenient(line)  # a lone surrogate escape (half an emoji, a surrogateescape name) is JSON
+        obj = lenient(line, mend=False)  # a lone surrogate escape (half an emoji, a surrogateescape name) is JSON
         if obj is NOT_JSON:
             raise errors.InvalidJSON(f"frame is not valid JSON: {exc}") from exc
         return _convert(obj)
@@ -754,13 +754,31 @@ def decode_request(line: bytes) -> Request:
 
 
 def _convert(obj: Any) -> Request:
-    """A frame the json module decoded (`lenient`), checked as the decoder checks one."""
+    """A frame the json module decoded (`lenient`, unmended), checked as the decoder checks one; its
+    lone surrogates made U+FFFD, but in a call's arguments (`_check_arguments`)."""
     try:
-        return msgspec.convert(obj, Request)
+        _check_arguments(obj)
+        return msgspec.convert(well_formed(obj), Request)
     except msgspec.ValidationError as exc:
         raise _invalid(exc, obj.get("type") if isinstance(obj, dict) else None) from exc
     except RecursionError:
         raise errors.InvalidRequest(TOO_DEEP) from None
+
+
+def _check_arguments(obj: Any) -> None:
+    """Refuse a `call` whose arguments hold a lone surrogate: read as U+FFFD, it would name another
+    file than the one sent (`"caf\\udce9.txt"`, a Latin-1 name as json.dumps writes it), or write
+    other text. Other frames' text (a chat message, a note) reads U+FFFD."""
+    if not isinstance(obj, dict) or obj.get("type") != "call" or not isinstance(obj.get("arguments"), dict):
+        return  # arguments that are no object are refused as such
+    found = lone_surrogate(obj["arguments"])
+    if found:
+        where, code, at = found
+        raise errors.InvalidArguments(
+            f"argument `{where}` holds a lone surrogate U+{code:04X} at character {at} (half of a UTF-16 pair, or "
+            "a byte of a name that is not UTF-8 as json.dumps writes one), which is no text: read as U+FFFD it "
+            "would name another file or write other text than the one sent, so nothing was run; send "
+            "well-formed text (escape such a name's bytes, e.g. with backslashreplace)")
 
 
 def _invalid(exc: msgspec.ValidationError, kind: object) -> errors.ProtocolError:

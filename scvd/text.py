@@ -34,6 +34,25 @@ def well_formed(value: Any) -> Any:
     return value
 
 
+def lone_surrogate(value: Any, where: str = "") -> tuple[str, int, int] | None:
+    """The first string of JSON-like `value` (a key too) that holds a lone surrogate: (where, as
+    `paths[2]` or `env.NAME`; the surrogate's code point; its character index), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return where, ord(value[exc.start]), exc.start
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        inner = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key
+        found = (lone_surrogate(key, f"{where or '(top level)'} (a key)") if isinstance(key, str) else None) \
+            or lone_surrogate(item, inner)
+        if found:
+            return found
+    return None
+
+
 def json_bytes(encode: Callable[[Any], bytes], value: Any) -> bytes:
     """`encode(value)`, or, when a string in it holds a lone surrogate, the same with those made valid."""
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -112,11 +114,16 @@ def test_a_frame_nested_too_deeply_is_invalid_request_answered_with_its_outer_id
     assert p.request_id(deep) is None
 
 
-def test_a_lone_surrogate_escape_is_json_and_reads_u_fffd():
-    """What json.dumps writes for half an emoji, or for a file name decoded with surrogateescape."""
+def test_a_lone_surrogate_escape_is_json_and_reads_u_fffd_but_in_a_calls_arguments():
+    """What json.dumps writes for half an emoji, or for a file name decoded with surrogateescape: U+FFFD
+    in a frame's text, but a call's arguments would name another file or write other text: refused."""
     assert p.decode_request(b'{"type":"ping","id":5,"x":"\\ud83d"}') == p.Ping(id=5)
-    call = p.decode_request(b'{"type":"call","id":6,"session":"s","tool":"read","arguments":{"path":"caf\\udce9"}}')
-    assert call == p.Call(id=6, session="s", tool="read", arguments={"path": "caf\ufffd"})
+    call = p.decode_request(b'{"type":"call","id":6,"session":"s\\ud83d","tool":"read","arguments":{"path":"a"}}')
+    assert call == p.Call(id=6, session="s\ufffd", tool="read", arguments={"path": "a"})
+    for arguments, where in (('{"path":"caf\\udce9"}', "path"), ('{"paths":["a","\\ud800"]}', "paths[1]"),
+                             ('{"env":{"K\\udc80":"v"}}', "env (a key)"), ('{"a":{"b":"\\ud83d!"}}', "a.b")):
+        with pytest.raises(errors.InvalidArguments, match=rf"^argument `{re.escape(where)}` holds a lone surrogate"):
+            p.decode_request(b'{"type":"call","id":6,"session":"s","tool":"t","arguments":%s}' % arguments.encode())
 
 
 # --- FrameReader ---------------------------------------------------------------------------

@@ -260,17 +260,25 @@ def test_a_last_frame_without_its_newline_before_the_end_of_the_stream_is_answer
         assert c.closed_by_server()
 
 
-def test_a_lone_surrogate_escape_in_a_frame_is_read_and_the_answer_carries_its_id(conn, workspace):
-    """json.dumps writes a name decoded with surrogateescape (a Latin-1 file name) as "\\udce9",
-    and half an emoji as "\\ud83d": JSON all the same, read as U+FFFD (they were invalid_json, no id)."""
+def test_a_call_whose_arguments_hold_a_lone_surrogate_is_refused_naming_the_argument(conn, workspace):
+    """json.dumps writes a name decoded with surrogateescape (a Latin-1 file name) as "\\udce9", and half
+    an emoji as "\\ud83d": read as U+FFFD, `read notes-\\ud800.txt` read another file, `notes-\\ufffd.txt`,
+    and `write` wrote U+FFFD where the client sent something else, without a word. Such a call is refused,
+    with its id; other frames' text still reads U+FFFD."""
+    (workspace / "notes-\ufffd.txt").write_text("another file than the one named\n")
     session = conn.request({"type": "session.open", "workspace": str(workspace)}).session
-    path = os.fsdecode(b"caf\xe9.txt")
     conn.send_raw(json.dumps({"type": "call", "id": "latin1", "session": session, "tool": "read",
-                              "arguments": {"path": path}}).encode() + b"\n")
-    accepted = conn.frame()
-    assert isinstance(accepted, p.CallAccepted) and accepted.id == "latin1", accepted
-    done = conn.frame()
-    assert isinstance(done, p.CallCompleted) and done.call_id == accepted.call_id
+                              "arguments": {"path": "notes-\ud800.txt"}}).encode() + b"\n")
+    refused = assert_error(conn.frame(), "invalid_request", "latin1")
+    assert refused.kind == "invalid_arguments", refused
+    assert refused.message.startswith("argument `path` holds a lone surrogate U+D800 at character 6 "), refused
+    assert "nothing was run; send well-formed text" in refused.message
+    conn.send_raw(json.dumps({"type": "call", "id": 4, "session": session, "tool": "write",
+                              "arguments": {"path": "new.txt", "content": "caf\udce9", "mode": "create"}}).encode()
+                  + b"\n")
+    refused = assert_error(conn.frame(), "invalid_request", 4)
+    assert (refused.kind, refused.message.split(" holds")[0]) == ("invalid_arguments", "argument `content`")
+    assert not (workspace / "new.txt").exists()
     conn.send_raw(json.dumps({"type": "ping", "id": 5, "note": "half an emoji: \ud83d"}).encode() + b"\n")
     pong = conn.frame()
     assert isinstance(pong, p.Pong) and pong.id == 5, pong
