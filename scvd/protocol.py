@@ -766,19 +766,25 @@ def _convert(obj: Any) -> Request:
 
 
 def _check_arguments(obj: Any) -> None:
-    """Refuse a `call` whose arguments hold a lone surrogate: read as U+FFFD, it would name another
-    file than the one sent (`"caf\\udce9.txt"`, a Latin-1 name as json.dumps writes it), or write
-    other text. Other frames' text (a chat message, a note) reads U+FFFD."""
-    if not isinstance(obj, dict) or obj.get("type") != "call" or not isinstance(obj.get("arguments"), dict):
-        return  # arguments that are no object are refused as such
-    found = lone_surrogate(obj["arguments"])
-    if found:
-        where, code, at = found
-        raise errors.InvalidArguments(
-            f"argument `{where}` holds a lone surrogate U+{code:04X} at character {at} (half of a UTF-16 pair, or "
-            "a byte of a name that is not UTF-8 as json.dumps writes one), which is no text: read as U+FFFD it "
-            "would name another file or write other text than the one sent, so nothing was run; send "
-            "well-formed text (escape such a name's bytes, e.g. with backslashreplace)")
+    """Refuse a `call` whose arguments hold a lone surrogate (`surrogate_refusal`); other frames'
+    text (a chat message, a note) reads U+FFFD."""
+    if isinstance(obj, dict) and obj.get("type") == "call" and (refused := surrogate_refusal(obj.get("arguments"))):
+        raise refused
+
+
+def surrogate_refusal(arguments: Any) -> errors.InvalidArguments | None:
+    """Why a call's arguments (an object) are refused when a string in them holds a lone surrogate,
+    or None: read as U+FFFD, it would name another file than the one sent (`"caf\\udce9.txt"`, a
+    Latin-1 name as json.dumps writes it), or write other text."""
+    found = lone_surrogate(arguments) if isinstance(arguments, dict) else None
+    if found is None:
+        return None
+    where, code, at = found
+    return errors.InvalidArguments(
+        f"argument `{where}` holds a lone surrogate U+{code:04X} at character {at} (half of a UTF-16 pair, or "
+        "a byte of a name that is not UTF-8 as json.dumps writes one), which is no text: read as U+FFFD it "
+        "would name another file or write other text than the one sent, so nothing was run; send "
+        "well-formed text (escape such a name's bytes, e.g. with backslashreplace)")
 
 
 def _invalid(exc: msgspec.ValidationError, kind: object) -> errors.ProtocolError:

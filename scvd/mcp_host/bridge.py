@@ -17,6 +17,7 @@ import msgspec
 
 from .. import errors, protocol as p
 from ..lenient_json import NOT_JSON, lenient, top_level_id
+from ..text import well_formed
 from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, call_result,
                       can_elicit, decision_of, elicitation_params, initialize_result, mcp_tool)
 from .pipes import Lines
@@ -64,10 +65,11 @@ class Bridge:
         try:
             message = msgspec.json.decode(line)  # several times faster than json.loads on a 4 KiB result
         except msgspec.DecodeError as exc:
-            message = lenient(line)  # a lone surrogate escape (a cut emoji) is JSON, which msgspec refuses
+            message = lenient(line, mend=False)  # a lone surrogate escape (a cut emoji) is JSON, which msgspec refuses
             if message is NOT_JSON:
                 self._error(None, PARSE_ERROR, f"not JSON: {exc}")
                 return
+            message = _mended(message)
         if isinstance(message, list):  # a JSON-RPC batch (MCP 2025-03-26): one array of answers
             if not message:
                 self._error(None, INVALID_REQUEST, "an empty batch; send at least one message")
@@ -140,6 +142,8 @@ class Bridge:
             arguments = {}
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise errors.JsonRpcError(INVALID_PARAMS, "tools/call needs `name` (string) and `arguments` (object)")
+        if refused := p.surrogate_refusal(arguments):  # as scvd refuses a socket client's call
+            return {"content": [{"type": "text", "text": f"{refused.kind}: {refused.message}"}], "isError": True}
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         accepted = await self.client.request(p.Call, session=self.session, tool=name, arguments=arguments)
@@ -265,3 +269,16 @@ def error_message(msg_id: Any, code: int, message: str) -> dict[str, Any]:
 def is_id(value: Any) -> bool:
     """A JSON-RPC request id: a string or a number (not a boolean, which JSON keeps apart)."""
     return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def _mended(message: Any) -> Any:
+    """A message the json module read, its lone surrogates made U+FFFD (`well_formed`) but in a
+    tools/call's arguments, which `_call` refuses instead: read as U+FFFD they name another file."""
+    if isinstance(message, list):
+        return [_mended(m) for m in message]
+    params = message.get("params") if isinstance(message, dict) and message.get("method") == "tools/call" else None
+    if not isinstance(params, dict) or "arguments" not in params:
+        return well_formed(message)
+    rest = well_formed({k: v for k, v in message.items() if k != "params"})
+    return {**rest, "params": {**well_formed({k: v for k, v in params.items() if k != "arguments"}),
+                               "arguments": params["arguments"]}}

@@ -255,14 +255,19 @@ def test_bad_messages_get_json_rpc_errors_and_the_server_goes_on(host):
 
 def test_a_lone_surrogate_escape_is_json_and_its_request_is_answered(host, workspace):
     # what JSON.stringify and json.dumps print for half an emoji: msgspec refused it, and the
-    # answer (-32700, id null) settled nothing, so the host waited for request 42 for good
+    # answer (-32700, id null) settled nothing, so the host waited for request 42 for good;
+    # in a call's arguments it is refused as the socket refuses it
     (workspace / "emoji-\ufffd.txt").write_text("half an emoji\n")
     host.proc.stdin.write('{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"read",'
                           '"arguments":{"path":"emoji-\\ud83d.txt"}}}\n')
     host.proc.stdin.flush()
-    answer = host.read()
-    assert answer["id"] == 42 and not answer["result"].get("isError"), answer
-    assert answer["result"]["structuredContent"]["content"] == "half an emoji\n"
+    answer = host.read()  # read as U+FFFD, it read another file than the one named, without a word
+    assert answer["id"] == 42 and answer["result"]["isError"], answer
+    assert answer["result"]["content"][0]["text"].startswith(
+        "invalid_arguments: argument `path` holds a lone surrogate U+D83D at character 6 "), answer
+    host.proc.stdin.write('{"jsonrpc":"2.0","id":44,"method":"ping","params":{"note":"half \\ud83d"}}\n')
+    host.proc.stdin.flush()
+    assert host.read() == {"jsonrpc": "2.0", "id": 44, "result": {}}  # other text still reads U+FFFD
     for bad in ('{"x":NaN}', '{"x":1e400}'):  # still not JSON, nor a number JSON answers can carry
         host.proc.stdin.write('{"jsonrpc":"2.0","id":43,"method":"ping","params":%s}\n' % bad)
         host.proc.stdin.flush()
