@@ -83,14 +83,18 @@ def test_unloaded_tool_loads_its_schema_and_asks_for_a_second_call():
     assert output(t, "c2") == {"ok": True, "result": {"text": "A"}}
 
 
-def test_half_a_character_in_a_models_arguments_reaches_the_tool_as_the_socket_would_pass_it():
+def test_half_a_character_in_a_models_arguments_is_refused_as_the_socket_refuses_it():
     # json.dumps (and JSON.stringify) print half an emoji as a lone surrogate escape; kept, it crashed
-    # the tool's path handling or an agent's launch (UnicodeEncodeError) instead of running
+    # the tool's path handling or an agent's launch (UnicodeEncodeError); read as U+FFFD, it read or
+    # wrote another file (`a\ufffd`) than the one named, without a word
     t = turn()
     start(t, "read it")
     t.on_reply("", [call("c1", "read", path="a")], Usage())
-    [run] = t.on_reply("", [call("c2", "read", path="a\ud83d")], Usage())
-    assert isinstance(run, RunTool) and run.arguments == {"path": "a\ufffd"}
+    [again] = t.on_reply("", [call("c2", "read", path="a\ud83d")], Usage())
+    assert isinstance(again, CallModel), again  # no RunTool: the model is told why
+    error = output(t, "c2")["error"]
+    assert error["kind"] == "invalid_arguments"
+    assert error["message"].startswith("read: argument `path` holds a lone surrogate U+D83D at character 1 "), error
 
 
 def test_find_tools_search_loads_matches_and_list_loads_nothing():

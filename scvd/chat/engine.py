@@ -48,6 +48,7 @@ import msgspec
 
 from .. import lenient_json
 from .. import validation_text as vt
+from ..protocol import surrogate_refusal
 from ..text import json_bytes
 from . import catalog as cat, trim as trim_mod
 from .items import (HISTORY, AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, Record, SchemasLoaded,
@@ -350,7 +351,7 @@ class Turn:
             return self._local(call, error_output(
                 "unknown_tool", f"this call named no tool; call again with one of its names: {_names(self.catalog, False)}"))
         try:
-            args = lenient_json.loads(call.arguments or "{}")  # as on the socket: half an emoji is U+FFFD, NaN refused
+            args = lenient_json.loads(call.arguments or "{}", mend=False)  # NaN refused, as on the socket
         except (ValueError, RecursionError) as exc:
             return self._local(call, error_output(
                 "invalid_arguments", f"arguments of {call.name} are not valid JSON ({exc}); got "
@@ -358,6 +359,8 @@ class Turn:
         if not isinstance(args, dict):
             return self._local(call, error_output(
                 "invalid_arguments", f"arguments of {call.name} must be a JSON object; got {call.arguments[:200]!r}"))
+        if refused := surrogate_refusal(args):  # as on the socket: read as U+FFFD, another file or other text
+            return self._local(call, error_output(refused.kind, f"{call.name}: {refused.message}"))
         if call.name == cat.FIND_TOOLS:
             return self._find_tools(call, args)
         if call.name == cat.ASK_USER:
