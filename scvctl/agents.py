@@ -24,7 +24,8 @@ from typing import Any, Iterator, Protocol
 from scvd import config as config_mod, errors, paths as paths_mod, protocol as p
 from scvd.adapters import service, spec as specs
 from scvd.adapters.service import default_codex_home
-from scvd.adapters.signin import classify_status
+from scvd.adapters.locate import missing_interpreter
+from scvd.adapters.signin import classify_status, missing_program_hint
 
 from .cli import connect, emit_json
 from .client import Client
@@ -123,12 +124,16 @@ def cmd_attached(args: argparse.Namespace) -> int:
     if answer.spec.note:
         print(answer.spec.note, file=sys.stderr)
     try:
-        return run_attached(answer.spec)
+        code = run_attached(answer.spec)
     except OSError as exc:  # found, but no program this host can run: a broken install, another machine's build
         raise errors.Failed(
             f"cannot run {answer.spec.argv[0]} ({exc.strerror or exc}); nothing ran: reinstall it "
             f"(npm install -g {specs.ADAPTERS[args.agent].package}) or fix the program it names in its first line"
         ) from exc
+    program = missing_interpreter(answer.spec.argv[0], answer.spec.env) if code == 127 else None
+    if program:  # env said only "No such file or directory": say what to fix
+        print(f"{args.agent}: {missing_program_hint(specs.ADAPTERS[args.agent], program)}", file=sys.stderr)
+    return code
 
 
 TERMINAL_ENV = ("TERM", "COLORTERM")

@@ -22,6 +22,28 @@ def resolve_executable(adapter: Adapter, env: Mapping[str, str]) -> str:
     return os.path.abspath(found)
 
 
+def missing_interpreter(executable: str, env: Mapping[str, str]) -> str | None:
+    """The program a `#!/usr/bin/env PROGRAM` script names when `env`'s PATH has no such program:
+    an attached run's output is the terminal's, so its exit 127 is explained from the script itself."""
+    import shutil
+
+    try:
+        with open(executable, "rb") as script:
+            first = script.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    if not words or os.path.basename(words[0]) != "env":
+        return None  # a missing absolute interpreter fails the exec itself (OSError), said elsewhere
+    # env's own options (-S, -i) and VAR=value settings come before the program
+    named = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    if not named or shutil.which(named[0], path=env.get("PATH", os.defpath)):
+        return None
+    return named[0]
+
+
 def resolve_cwd(workspace: Path, cwd: str | None) -> Path:
     """The real directory a run starts in: the workspace, or `cwd` inside it.
 

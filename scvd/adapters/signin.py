@@ -48,15 +48,22 @@ def failure_hint(adapter: specs.Adapter, output: str, failed: bool) -> str | Non
         return None
     if SIGNIN_PATTERNS.search(output):
         return adapter.signin_hint
+    program = missing_program(output)
+    return missing_program_hint(adapter, program) if program else None
+
+
+def missing_program(output: str) -> str | None:
+    """The program (node) that env or a shell shim said it could not find, before the CLI started."""
     # the first line only: when node is missing, the CLI never started and env's line is all there is;
     # the same words later are the agent's own work (a command it ran), not its start
     missing = MISSING_PROGRAM.search(output.lstrip().partition("\n")[0])
-    if missing:
-        program = missing[1] or missing[2]
-        return (f"{adapter.executable} needs {program}, which is not on scvd's PATH: add the folder of "
-                f"`command -v {program}` to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
-                "then systemctl --user restart scvd")
-    return None
+    return (missing[1] or missing[2]) if missing else None
+
+
+def missing_program_hint(adapter: specs.Adapter, program: str) -> str:
+    return (f"{adapter.executable} needs {program}, which is not on scvd's PATH: add the folder of "
+            f"`command -v {program}` to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
+            "then systemctl --user restart scvd")
 
 
 def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str, home: Path | None = None,
@@ -70,6 +77,9 @@ def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str, 
         if re.search(pattern, output):
             own = own_key(adapter, home) if verdict == "not signed in" and home is not None else None
             return f"needs no sign-in: {own}" if own else verdict
+    program = missing_program(output) if exit_code else None
+    if program:  # the CLI never started: its status is unknown, and this is what to fix
+        return missing_program_hint(adapter, program)
     how = f"exit {exit_code}" if signal is None else f"signal {signal}"
     return f"unknown ({how}); run `scvctl agents status {adapter.name}` to see its output"
 

@@ -511,6 +511,26 @@ def test_a_cli_that_cannot_be_run_is_said_so_by_login_and_status(tmp_path: Path)
     assert f"claude  cannot run {claude}: Exec format error" in status.stdout.splitlines()
 
 
+def test_a_cli_whose_node_is_missing_is_said_so_by_status_and_login(tmp_path: Path) -> None:
+    """With node missing from scvd's PATH, `agents status` said `unknown (exit 127)`, and `agents
+    status pi` / `agents login pi` printed only env's `No such file or directory`: nothing said what to fix."""
+    home = tmp_path / "scv"
+    env = daemonless_env(home, tmp_path)
+    pi = tmp_path / "bin" / "pi"
+    pi.unlink()
+    pi.symlink_to(FAKE_AGENT.parent / "needs-a-missing-node")
+    hint = ("pi needs scvd-test-node-nowhere, which is not on scvd's PATH: add the folder of "
+            "`command -v scvd-test-node-nowhere` to scvd's PATH (systemctl --user edit scvd: "
+            "Environment=PATH=...), then systemctl --user restart scvd")
+    out = scvctl_alone(env, "agents", "status")
+    assert out.stdout.splitlines()[2] == f"pi      {hint}", out.stdout
+    for action in ("status", "login"):
+        out = scvctl_alone(env, "agents", action, "pi")
+        assert out.returncode == 127
+        assert "No such file or directory" in out.stderr  # env's own line, from the terminal's stderr
+        assert out.stderr.splitlines()[-1] == f"pi: {hint}", out.stderr
+
+
 def test_status_lists_every_agent_when_one_home_is_refused(tmp_path: Path) -> None:
     """One home scvd refuses (a link, a path it cannot make private) ended `agents status` with that
     one error: the other agents' lines were never printed."""
