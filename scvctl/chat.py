@@ -47,9 +47,10 @@ def _open(c: Any, args: argparse.Namespace, **fields: Any) -> p.ChatOpened:
     return c.request(p.ChatOpen, workspace=str(usage.workspace(args.workspace)), **fields)
 
 
-def follow(c: Any, session: str, turn: str, on_event: Callable[[Any], None]) -> Any:
+def follow(c: Any, session: str, turn: str, on_event: Callable[[Any], None]) -> tuple[Any, bool]:
     """Hand each event of the turn to `on_event` until its end; Ctrl-C cancels the turn once, also
-    at a prompt that `on_event` shows (an approval, a question, a secret)."""
+    at a prompt that `on_event` shows (an approval, a question, a secret). The end event, and
+    whether Ctrl-C came."""
     cancelled = False
     while True:
         event = None
@@ -68,7 +69,7 @@ def follow(c: Any, session: str, turn: str, on_event: Callable[[Any], None]) -> 
                     pass
                 continue
         if isinstance(event, END) and event.turn == turn:
-            return event
+            return event, cancelled
 
 
 # --- exec -------------------------------------------------------------------------------
@@ -80,7 +81,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         chat = _open(c, args)
         turn = _start(c, chat.session, args.prompt)
         state: dict[str, Any] = {"text": "", "calls": []}
-        end = follow(c, chat.session, turn, lambda e: _exec_event(c, args, chat.session, e, state))
+        end, interrupted = follow(c, chat.session, turn, lambda e: _exec_event(c, args, chat.session, e, state))
     if args.json:
         emit_json(_exec_summary(chat, end, state))
     elif isinstance(end, p.TurnCompleted):
@@ -94,6 +95,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise gone
     if not args.json and not isinstance(end, p.TurnCompleted):
         _print_end(end)
+    if interrupted and isinstance(end, p.TurnCancelled):
+        return 130  # as a shell reports an interrupted command, as `scvctl call` does
     return EXIT_OK if isinstance(end, p.TurnCompleted) else EXIT_ERROR
 
 
@@ -225,7 +228,7 @@ def _chat_turn(c: Any, session: str, conversation: str, text: str) -> None:
         return
     sys.stdout.write("model> ")
     sys.stdout.flush()
-    end = follow(c, session, turn, lambda e: _chat_event(c, session, e))
+    end, _ = follow(c, session, turn, lambda e: _chat_event(c, session, e))
     gone = _scvd_stopped(end, resume)
     if isinstance(end, p.TurnCompleted) or gone is not None:
         print(flush=True)  # off the answer's line

@@ -7,6 +7,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -177,9 +178,9 @@ def test_exec_exits_1_on_turn_failed(chat_daemon, model, workspace):
 
 
 
-def stopped_mid_turn(d, m, *args: str, stdin: str = "", shown: str = "") -> subprocess.CompletedProcess:
-    """`scvctl ARGS` whose turn scvd's SIGTERM cuts off while the model is answering, once scvctl
-    printed `shown` (the model's words reached it: the model having sent them is not enough)."""
+def mid_turn(d, m, *args: str, then, stdin: str = "", shown: str = "") -> subprocess.CompletedProcess:
+    """`scvctl ARGS` to whose turn `then(scvctl's process)` happens while the model is answering, once
+    scvctl printed `shown` (the model's words reached it: the model having sent them is not enough)."""
     proc = subprocess.Popen([sys.executable, "-m", "scvctl", *args], env=d.env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -192,12 +193,32 @@ def stopped_mid_turn(d, m, *args: str, stdin: str = "", shown: str = "") -> subp
             chunk = os.read(proc.stdout.fileno(), 4096)
             assert chunk, f"scvctl ended before it printed {shown!r}: {seen!r}"
             seen += chunk
-        d.proc.terminate()
+        then(proc)
         out, err = proc.communicate(timeout=60)  # closes stdin: the chat's next prompt would read its end
     finally:
         proc.kill()
-    assert d.proc.wait(15) == 0
     return subprocess.CompletedProcess(proc.args, proc.returncode, seen.decode() + out, err)
+
+
+def stopped_mid_turn(d, m, *args: str, stdin: str = "", shown: str = "") -> subprocess.CompletedProcess:
+    """`scvctl ARGS` whose turn scvd's SIGTERM cuts off while the model is answering."""
+    out = mid_turn(d, m, *args, then=lambda _: d.proc.terminate(), stdin=stdin, shown=shown)
+    assert d.proc.wait(15) == 0
+    return out
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_exec_stopped_by_ctrl_c_exits_130(chat_daemon, model, workspace, json_out):
+    """Ctrl-C cancelled the turn and exec exited 1, as for a turn that failed: 130 says interrupted."""
+    m = model(Hang("thinking"))
+    out = mid_turn(chat_daemon(m), m, "exec", *(["--json"] if json_out else []), "--workspace", str(workspace),
+                   "think hard", then=lambda proc: proc.send_signal(signal.SIGINT),
+                   shown="" if json_out else "thinking")
+    assert out.returncode == 130, out.stderr
+    if json_out:
+        assert json.loads(out.stdout)["status"] == "cancelled"
+    else:
+        assert (out.stdout, out.stderr) == ("thinking\n", "\n(turn cancelled)\n")
 
 
 @pytest.mark.parametrize("json_out", [False, True])
