@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -184,39 +185,42 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("usage: scvctl agents status AGENT --json runs the agent's status command as scvd does; "
               "arguments after -- apply without --json only", file=sys.stderr)
         return 2
-    rows = []
     with answers(args) as side:
-        for name in [args.agent] if args.agent else specs.ADAPTERS:
-            rows.append((name, _status_line(side, name)))
+        rows = [(name, *_status_line(side, name)) for name in ([args.agent] if args.agent else specs.ADAPTERS)]
     if args.json and args.agent:
-        emit_json({"agent": rows[0][0], "state": rows[0][1]})
-    elif args.json:
-        emit_json([{"agent": name, "state": state} for name, state in rows])
+        name, state, code = rows[0]
+        emit_json({"agent": name, "state": state})
+        return code  # as without --json: the command's own code, 1 when it could not run
+    if args.json:
+        emit_json([{"agent": name, "state": state} for name, state, _ in rows])
     else:
-        width = max(len(name) for name, _ in rows)
-        for name, state in rows:
+        width = max(len(name) for name, _, _ in rows)
+        for name, state, _ in rows:
             print(f"{name:<{width}}  {state}")
     return 0
 
 
-def _status_line(side: Answers, name: str) -> str:
+def _status_line(side: Answers, name: str) -> tuple[str, int]:
+    """The agent's line, and the exit code `status AGENT` would have: its command's, 1 when it could not run."""
     try:
         answer = side.spec(name, "status", [])
     except errors.Failed as exc:  # its home refused: said on its line, the other agents still listed
-        return exc.message
+        return exc.message, 1
     if answer.spec is None:
-        return _unsupported(side, name, answer.unsupported)
+        return _unsupported(side, name, answer.unsupported), 1
     launch = answer.spec
     try:
         result = _run_status(launch)
     except OSError as exc:
-        return f"cannot run {launch.argv[0]}: {exc.strerror}"
+        return f"cannot run {launch.argv[0]}: {exc.strerror}", 1
     finally:
         _repair(launch)
     if result.timed_out:
-        return f"unknown (its status command ran past {STATUS_TIMEOUT:.0f} s)"
-    return classify_status(specs.ADAPTERS[name], result.exit_code, result.output, home=Path(launch.cwd),
-                           signal=result.signal)
+        return f"unknown (its status command ran past {STATUS_TIMEOUT:.0f} s)", 1
+    state = classify_status(specs.ADAPTERS[name], result.exit_code, result.output, home=Path(launch.cwd),
+                            signal=result.signal)
+    code = result.exit_code if result.signal is None else 128 + signal.Signals[result.signal].value
+    return state, 1 if code is None else code
 
 
 def _run_status(launch: p.LaunchSpec) -> Any:

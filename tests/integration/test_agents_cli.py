@@ -55,10 +55,13 @@ def test_status_lists_every_agent_one_line_each(agent_daemon: DaemonProc) -> Non
 
 
 def test_status_of_one_agent_with_json_is_its_row(agent_daemon: DaemonProc) -> None:
-    """`agents status codex --json` printed the CLI's own text: --json was dropped without a word."""
+    """`agents status codex --json` printed the CLI's own text: --json was dropped without a word.
+    It exits as without --json, with the status command's own code (codex's is 1 when not signed in)."""
     out = scvctl(agent_daemon, "agents", "status", "codex", "--json")
-    assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"agent": "codex", "state": "not signed in"}
+    assert out.returncode == scvctl(agent_daemon, "agents", "status", "codex").returncode == 1, out.stderr
+    out = scvctl(agent_daemon, "agents", "status", "pi", "--json")
+    assert (out.returncode, json.loads(out.stdout)) == (0, {"agent": "pi", "state": "not signed in"})
 
 
 @pytest.mark.parametrize("argv, what", [
@@ -509,6 +512,9 @@ def test_a_cli_that_cannot_be_run_is_said_so_by_login_and_status(tmp_path: Path)
         "(npm install -g @anthropic-ai/claude-code) or fix the program it names in its first line")
     status = scvctl_alone(env, "agents", "status")
     assert f"claude  cannot run {claude}: Exec format error" in status.stdout.splitlines()
+    row = scvctl_alone(env, "agents", "status", "claude", "--json")  # it exited 0: 1 as without --json
+    assert (row.returncode, json.loads(row.stdout)) == (
+        1, {"agent": "claude", "state": f"cannot run {claude}: Exec format error"})
 
 
 def test_a_cli_whose_node_is_missing_is_said_so_by_status_and_login(tmp_path: Path) -> None:
