@@ -46,13 +46,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                          ("logout", "sign an agent out")):
         cmd = asub.add_parser(action, parents=[common], help=text)
         cmd.add_argument("agent", choices=list(specs.ADAPTERS), metavar="AGENT", help=names)
-        cmd.add_argument("extra", nargs="*", help="arguments for the agent's command, after --")
+        _add_extra(cmd)
         cmd.set_defaults(handler=cmd_attached, action=action,
                          no_json=f"scvctl agents {action}, which runs the agent's own {action} in this terminal")
     cmd = asub.add_parser("status", parents=[common],
                           help="each agent's sign-in state, one line each; with AGENT its own output")
     cmd.add_argument("agent", nargs="?", choices=list(specs.ADAPTERS), metavar="AGENT", help=names)
-    cmd.add_argument("extra", nargs="*", help="arguments for the agent's command, after --")
+    _add_extra(cmd)
     cmd.set_defaults(handler=cmd_status, action="status")
     cmd = asub.add_parser("import", parents=[common], help="copy your own Codex setup into scvd's codex")
     cmd.add_argument("agent", choices=["codex"], metavar="AGENT", help="codex")
@@ -60,6 +60,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd.add_argument("--from", dest="source",
                      help="your Codex home (default: $CODEX_HOME, else ~/.codex)")
     cmd.set_defaults(handler=cmd_import)
+
+
+def _add_extra(cmd: argparse.ArgumentParser) -> None:
+    # a default: without one argparse counts a "*" positional as required, and named it
+    # ("required: AGENT, extra") when AGENT alone was missing
+    cmd.add_argument("extra", nargs="*", default=[], metavar="ARG",
+                     help="arguments for the agent's own command, after -- (e.g. -- --device-auth)")
 
 
 class Answers(Protocol):

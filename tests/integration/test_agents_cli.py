@@ -77,6 +77,17 @@ def test_json_where_it_cannot_apply_is_a_usage_error(agent_daemon: DaemonProc, a
     assert not agent_log(agent_daemon).exists()  # no agent ran
 
 
+@pytest.mark.parametrize("action", ["login", "logout"])
+def test_login_without_an_agent_names_only_the_agent_as_missing(tmp_path: Path, action: str) -> None:
+    """It said `the following arguments are required: AGENT, extra`: the agent's own arguments are optional."""
+    out = scvctl_alone(daemonless_env(tmp_path / "scv", tmp_path), "agents", action)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [
+        f"usage: scvctl agents {action} [-h] [--socket SOCKET] [--json] AGENT [ARG ...]",
+        f"scvctl agents {action}: error: the following arguments are required: AGENT"]
+    assert not (tmp_path / "agent-log").exists()  # no agent ran
+
+
 def test_status_without_the_cli_says_how_to_install(make_daemon, tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
     empty.mkdir()
