@@ -93,7 +93,9 @@ def _add_call(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd.add_argument("--workspace", type=Path, default=Path("."), help="the workspace (default: here)")
     cmd.add_argument("--timeout", type=_seconds, help="dispatch timeout in seconds")
     cmd.add_argument("tool")
-    cmd.add_argument("arguments", nargs="?", default="{}", help="the arguments as a JSON object")
+    cmd.add_argument("arguments", nargs="?", default="{}",
+                     help="the arguments as a JSON object, or - to read it from stdin (past the shell's "
+                          "limit on one argument: scvctl call write - < args.json)")
     cmd.set_defaults(handler=cmd_call)
 
 
@@ -469,14 +471,7 @@ def drop_typed_ahead() -> None:
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    try:
-        arguments = json.loads(args.arguments, parse_float=_finite, parse_constant=_finite)
-    except ValueError as exc:  # a JSONDecodeError, or a number _finite refused
-        print(f"usage: arguments must be a JSON object: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if not isinstance(arguments, dict):
-        print("usage: arguments must be a JSON object, e.g. '{\"path\": \"README.md\"}'", file=sys.stderr)
-        return EXIT_USAGE
+    arguments = _call_arguments(args.arguments)
     # the approver of its own session only: it hears the approval its call waits for, to point at it,
     # and no other session's requests or secrets (it never answers them; a watcher would be asked)
     with connect(args, approver=True, timeout=None, answers_secrets=False) as c:
@@ -512,6 +507,25 @@ def _unless_scvd_stopped(done: p.CallCompleted, args: argparse.Namespace) -> Non
         if args.json:
             emit_json(done)
         raise stopped(f"call {done.call_id} was done", err.message)
+
+
+def _call_arguments(given: str) -> dict[str, Any]:
+    """The call's arguments: a JSON object on the command line, or on stdin for `-` (one argument
+    longer than 128 KiB is refused by the kernel: "Argument list too long")."""
+    if given.startswith("@"):  # no JSON starts so: curl's way to name a file, which was read as JSON
+        raise errors.UsageError(f"scvctl reads no @FILE; give the arguments on stdin with -: "
+                                f"scvctl call TOOL - < {given[1:] or 'FILE'}")
+    source = " (read from stdin)" if given == "-" else ""
+    try:
+        text = sys.stdin.read() if given == "-" else given
+        if given == "-" and not text.strip():
+            raise ValueError("stdin was empty; e.g. scvctl call TOOL - < args.json")
+        arguments = json.loads(text, parse_float=_finite, parse_constant=_finite)
+    except ValueError as exc:  # a JSONDecodeError, a number _finite refused, stdin not UTF-8
+        raise errors.UsageError(f"arguments{source} must be a JSON object: {exc}") from None
+    if not isinstance(arguments, dict):
+        raise errors.UsageError(f"arguments{source} must be a JSON object, e.g. '{{\"path\": \"README.md\"}}'")
+    return arguments
 
 
 def _finite(text: str) -> float:

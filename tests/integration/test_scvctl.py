@@ -54,6 +54,16 @@ def stop(proc: subprocess.Popen) -> None:
     proc.communicate()
 
 
+def approve_and_wait(daemon: DaemonProc, call: subprocess.Popen) -> tuple[str, str]:
+    """Approve the one call waiting, as a person would, and wait for scvctl's output."""
+    try:
+        (pending,) = wait_for_one(daemon)
+        assert scvctl(daemon, "approvals", "approve", pending.approval_id).returncode == 0
+        return call.communicate(timeout=30)
+    finally:
+        stop(call)
+
+
 def test_not_running_says_how_to_start_and_exits_3(tmp_path: Path):
     out = scvctl(tmp_path / "nohome", "status")
     assert out.returncode == 3
@@ -365,6 +375,31 @@ def test_call_bad_json_is_a_usage_error(daemon: DaemonProc, workspace: Path):
     assert out.returncode == 2 and "JSON object" in out.stderr
 
 
+def test_call_takes_arguments_past_the_shells_limit_from_stdin(daemon: DaemonProc, workspace: Path,
+                                                               tmp_path: Path):
+    """One argument over 128 KiB is `Argument list too long` before scvctl runs: `-` reads it from stdin."""
+    content = "x" * (300 << 10)
+    (tmp_path / "args.json").write_text(json.dumps({"path": "big.txt", "content": content, "mode": "create"}))
+    with open(tmp_path / "args.json") as stdin:  # scvctl call write - < args.json
+        call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "write", "-", stdin=stdin)
+    _, err = approve_and_wait(daemon, call)
+    assert call.returncode == 0, err
+    assert (workspace / "big.txt").read_text() == content
+
+
+@pytest.mark.parametrize("arguments, stdin, said", [
+    # it was `Expecting value: line 1 column 1 (char 0)`: the file's name read as JSON
+    ("@args.json", None, "scvctl reads no @FILE; give the arguments on stdin with -: scvctl call TOOL - < args.json"),
+    ("-", "", "arguments (read from stdin) must be a JSON object: stdin was empty; "
+              "e.g. scvctl call TOOL - < args.json"),
+    ("-", "[1]", "arguments (read from stdin) must be a JSON object, e.g. '{\"path\": \"README.md\"}'"),
+])
+def test_call_arguments_that_are_no_json_object_say_how_to_give_them(daemon: DaemonProc, workspace: Path,
+                                                                      arguments: str, stdin, said: str):
+    out = scvctl(daemon, "call", "--workspace", str(workspace), "read", arguments, input=stdin)
+    assert (out.returncode, out.stdout, out.stderr) == (2, "", f"usage: {said}\n")
+
+
 def test_call_unknown_tool_fails_with_kind(daemon: DaemonProc, workspace: Path):
     out = scvctl(daemon, "call", "--workspace", str(workspace), "no_such_tool", "{}")
     assert out.returncode == 1
@@ -498,12 +533,7 @@ def test_a_timed_out_commands_output_reaches_the_terminal_escaped(daemon: Daemon
     call = popen_scvctl(daemon, "call", "--workspace", str(workspace), "bash",
                         json.dumps({"command": r"printf 'out\033]52;c;cm0gLXJmIH4K\007\n'; sleep 30",
                                     "timeout_seconds": 1}))
-    try:
-        (pending,) = wait_for_one(daemon)
-        assert scvctl(daemon, "approvals", "approve", pending.approval_id).returncode == 0
-        out, err = call.communicate(timeout=30)
-    finally:
-        stop(call)
+    _, err = approve_and_wait(daemon, call)
     assert call.returncode == 1 and "\ntimeout: bash: the command ran past its timeout of 1 s" in err, err
     assert "\x1b" not in err and "out\\x1b]52;c;cm0gLXJmIH4K\\x07\n" in err
 
