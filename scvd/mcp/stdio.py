@@ -189,7 +189,12 @@ async def _stop(proc: ServerProcess) -> None:
         await asyncio.wait([proc.exited], timeout=grace)
     # members the leader left behind (its group outlives it only while one is alive)
     pgid = proc.popen.pid
-    if any(p.pgid == pgid and p.alive for p in (await SCANS.scan()).values()):
+    try:
+        procs = await SCANS.scan()
+    except asyncio.CancelledError:  # cut short (the stop's grace ran out): kill them unseen, as a call's are
+        signal_group(pgid, signal.SIGKILL)
+        raise
+    if any(p.pgid == pgid and p.alive for p in procs.values()):
         signal_group(pgid, signal.SIGKILL)
 
 
