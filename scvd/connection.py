@@ -176,11 +176,18 @@ class Connection:
         """A check, for another thread (a session.open's preparation), that turns True once this
         connection closed or its peer closed its socket. Reading is paused while a handler waits,
         so the loop itself would hear of the hang-up only when it writes the answer."""
-        watch = select.poll()
-        watch.register(self.fileno(), 0)  # POLLHUP and POLLERR come unasked; a half-closed peer still reads
-        # `closed` is set before the fd is closed, so a poll of a number reused since can only
-        # come once the answer is True anyway
-        return lambda: self.closed or bool(watch.poll(0))
+        fd = self.fileno()
+
+        def hung_up() -> bool:
+            # a poll object of its own each time: one shared by the walk's thread and the loop
+            # refuses a second poll() at once (RuntimeError)
+            watch = select.poll()
+            watch.register(fd, 0)  # POLLHUP and POLLERR come unasked; a half-closed peer still reads
+            # `closed` is set before the fd is closed, so a poll of a number reused since can only
+            # come once the answer is True anyway
+            return bool(watch.poll(0))
+
+        return lambda: self.closed or hung_up()
 
     def next_seq(self) -> int:
         return next(self._seq)

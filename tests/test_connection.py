@@ -263,3 +263,33 @@ def test_the_start_kept_is_the_longest_that_fits(text, room):
     kept = fitting_start(text, room)
     assert text.startswith(kept) and size(kept) <= room
     assert kept == text or size(text[:len(kept) + 1]) > room
+
+
+def test_the_hang_up_check_answers_from_two_threads_at_once_and_hears_the_peer_go(run_loop):
+    """A session.open's walk asks from its thread while the loop asks when the open ends: one shared
+    poll object refused the second poll() (RuntimeError), which skipped the open's cleanup."""
+    import threading
+
+    async def main() -> None:
+        conn, peer = await connection_pair()
+        gone = conn.hung_up()
+        failures: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                for _ in range(20_000):
+                    gone()
+            except BaseException as exc:  # noqa: BLE001 (what the test reports)
+                failures.append(exc)
+
+        threads = [threading.Thread(target=ask) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == [] and not gone()
+        peer.close()
+        assert gone()
+        conn.abort()
+
+    run_loop(main())
