@@ -95,6 +95,7 @@ class Daemon:
         self.notifier = notifier or notify.Notifier({})
         self.connections: set[Connection] = set()
         self.sessions: dict[str, Session] = {}
+        self._opening: set[Session] = set()  # session.open requests between their budget check and their session
         self._follow_tools()  # scvd's own places, in services: a reload may load tools from other folders
         self.calls = CallRegistry(self)
         self.calls.max_per_session = loaded.config.server.max_calls_per_session
@@ -112,7 +113,6 @@ class Daemon:
         self.listening_on = str(paths.socket)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.budget = limits.FdBudget(limit=1024, base=0)  # measured at start, once the listener is open
-        self._opening = 0  # session.open requests between their budget check and their session
         self._closing = 0  # connections that ended their stream, open until their cancelled calls say so
         self._refusals = limits.RefusalLog()
         self._chat: ChatService | None = None  # made by the first chat request (the property `chat`)
@@ -173,8 +173,10 @@ class Daemon:
         return self._chat
 
     def session_registries(self) -> list[Registry]:
-        """The distinct registries of open sessions (those opened before a reload keep the old one)."""
-        return list({id(s.registry): s.registry for s in self.sessions.values()}.values())
+        """The distinct registries of open sessions and those opening (a session opened before a reload
+        keeps the old one)."""
+        sessions = [*self.sessions.values(), *self._opening]
+        return list({id(s.registry): s.registry for s in sessions}.values())
 
     def revoke_grants(self, tools: set[str], why: str) -> None:
         """No open session keeps a grant of these tools, and no request of theirs still waiting is
@@ -793,22 +795,27 @@ class Daemon:
         def gone() -> bool:
             return stopped.is_set() or hung_up()
 
-        self._opening += 1  # counted from its fd on, so opens waiting below cannot overrun the budget
+        # counted from its fd on, so opens waiting below cannot overrun the budget; its registry's tool
+        # folders stay scvd's own if a reload comes meanwhile (_follow_tools)
+        self._opening.add(session)
+        base = dict(self.services)  # taken now: a reload during the wait for a thread must not change it
         try:
-            services = await run_opening(lambda: self._session_services(session, gone))
+            services = await run_opening(lambda: self._session_services(session, base, gone))
             if gone():  # what it prepared may have stopped halfway: no session is made of it
                 raise errors.Cancelled("session.open was cancelled: its client hung up while the session was "
                                        "being prepared; open it again")
             session.services.update(services)
         except BaseException:
-            if gone():  # said once here, however the open ended, so nobody wonders where it went
-                log.info("session.open on %s by %s ended without a session: the client hung up", workspace,
-                         conn.label())
-            stopped.set()
-            session.close()
+            try:
+                if gone():  # said once here, however the open ended, so nobody wonders where it went
+                    log.info("session.open on %s by %s ended without a session: the client hung up, or scvd "
+                             "is stopping", workspace, conn.label())
+            finally:
+                stopped.set()
+                session.close()
             raise
         finally:
-            self._opening -= 1
+            self._opening.discard(session)
         conn.sessions[session.id] = session
         self.sessions[session.id] = session
         log.info("session %s opened on %s by %s", session.id, workspace, conn.label())
@@ -982,7 +989,7 @@ class Daemon:
     def _fds_held(self) -> int:
         """Connections (closing ones too) and sessions held (one fd each), and what plans waiting for a person hold (a
         read's file): what the fd budget counts."""
-        return (len(self.connections) + self._closing + len(self.sessions) + self._opening
+        return (len(self.connections) + self._closing + len(self.sessions) + len(self._opening)
                 + self.mcp_hosts.fds_held() + self.calls.held_while_asking())
 
     def _own_session(self, conn: Connection, session_id: str) -> Session:
@@ -992,10 +999,11 @@ class Daemon:
                 f"this connection holds no session {session_id!r}; open one with session.open")
         return session
 
-    def _session_services(self, session: Session, gone: Callable[[], bool]) -> dict[str, Any]:
-        """What the session's tools prepare once (a tree walk for skills): from its own snapshot,
-        which a reload during the walk does not change; each stops early once `gone()`."""
-        services: dict[str, Any] = dict(self.services)
+    def _session_services(self, session: Session, base: dict[str, Any], gone: Callable[[], bool]) -> dict[str, Any]:
+        """What the session's tools prepare once (a tree walk for skills), added to `base` (the daemon's
+        services as the open began): from its own snapshot, which a reload during the walk does not
+        change; each stops early once `gone()`."""
+        services = base
         for tool in session.registry.visible(include_system=True):
             services.update(tool.session_services(session.workspace, session.config, self.paths, gone))
         return services

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import wait_until
+from harness import make_wrapped, wait_until  # noqa: F401 (fixture)
 from scvd import protocol as p
 from scvd.secrets import SecretStore
 
 from conftest import wait_pending
+from test_lifecycle import hang_point, open_held
 from test_script_tools import NO_KEYRING, approve, make_tool
 
 SANDBOX_AWARE = '[approvals]\npolicy = "sandbox-aware"\n[sandbox]\nmode = "bwrap"\n'
@@ -134,3 +135,35 @@ def test_an_executable_changed_since_loading_is_refused_until_a_reload(make_daem
         assert refused.error.hint == "ask the user to review the change and reload scvd"
         reload(d, c, has=True)
         assert c.call(c.open_session(workspace), "script_leak", {"text": "x"}).ok and marker.exists()
+
+
+def test_a_session_opening_across_a_reload_keeps_its_tools_folder_guarded(make_wrapped, scv_home, workspace,
+                                                                           tmp_path):
+    """A reload while a session.open prepared (a slow skill walk) left out the folders of the tools that
+    session keeps: the sessions opened after it could rewrite what the first one still runs, with
+    no word that it is what scvd runs."""
+    run = link_tool(scv_home, workspace)
+    with hang_point(tmp_path / "hang") as hang:
+        d = make_wrapped(home=scv_home, env={**NO_KEYRING, "HARNESS_HANG_SKILLS_WHILE": str(hang)})
+        with open_held(d, workspace, hang, "the first session's walk") as first:
+            (scv_home / "tools" / "script" / "leak").unlink()  # the user drops the tool, and reloads
+            with d.client() as c:
+                reload(d, c, has=False)
+            hang.unlink()
+            opened = first.frame()
+            assert isinstance(opened, p.SessionOpened), opened
+            first.send({"type": "call", "id": 8, "session": opened.session, "tool": "script_leak",
+                        "arguments": {"text": "x"}})
+            assert isinstance(first.frame(), p.CallAccepted)  # the session kept its tools: it runs it
+            with d.client() as c, d.client(name="owner") as owner:
+                sid = c.open_session(workspace)  # after the reload, while the first still runs the tool
+                path = os.path.relpath(run, workspace)
+                call_id = c.start_call(sid, "write", {"path": path, "content": FORGED, "mode": "replace",
+                                                      "expected_sha256": hashlib.sha256(LEAK.encode()).hexdigest()})
+                (asked,) = wait_pending(owner)
+                assert asked.call_id == call_id
+                assert asked.always_ask == (f"{path!r} is inside {run.parent}, the folder of a tool scvd loaded "
+                                            "(what it runs, maybe unasked)")
+                owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
+                assert c.wait_call(call_id).error.kind == "denied"
+    assert run.read_text() == LEAK
