@@ -33,6 +33,7 @@ from .mcp_host.service import McpHosts
 from .own_places import SERVICE as OWN_PLACES, TOOL, of, own_places
 from .paths import Paths, unopenable
 from .process import kill_every_run, set_child_subreaper
+from .secret_names import SERVICE as SECRET_NAMES, named_by_all
 from .secret_requests import SecretRequests
 from .secrets import SecretStore
 from .sessions import Owner, Session, new_session_id, open_workspace
@@ -86,7 +87,8 @@ class Daemon:
             timeout=lambda: self.config.approvals.timeout_seconds, audit=self._audit_line,
             on_stored=lambda key, stored_at: self.mcp.secret_stored(key, stored_at))
         # what every session's tools reach through ctx.services, beside what the tools prepare
-        self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests}
+        self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests,
+                                         SECRET_NAMES: self.secret_names}
         self.sandbox: Any = None
         self.sandbox_verdict = "off"
         # host_places.places(): whose files run outside any sandbox later; a write there always asks
@@ -177,6 +179,13 @@ class Daemon:
         keeps the old one)."""
         sessions = [*self.sessions.values(), *self._opening]
         return list({id(s.registry): s.registry for s in sessions}.values())
+
+    def secret_names(self) -> frozenset[str]:
+        """The names of scvd's environment that hold a secret (scvd/secret_names.py) by the configuration
+        and tools now and every open session's: asked at each use, so a reload's new ones and an MCP
+        server's tools as they come count at once, and a closed session's stop counting."""
+        sessions = ((s.config, s.registry) for s in self.sessions.values())
+        return named_by_all([(self.config, self.registry), *sessions])
 
     def revoke_grants(self, tools: set[str], why: str) -> None:
         """No open session keeps a grant of these tools, and no request of theirs still waiting is

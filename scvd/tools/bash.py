@@ -12,7 +12,7 @@ from typing import Annotated, Any, Callable, Mapping
 
 import msgspec
 
-from ..config import provider_keys, secret_refs
+from .. import secret_names
 from ..errors import Failed, InvalidArguments
 from ..process import MAX_ARG_BYTES, child_env, run_process
 from ..text import excerpt
@@ -89,13 +89,18 @@ class Bash(Tool):
         if isinstance(requested, (int, float)) and not isinstance(requested, bool):
             check_timeout(requested, self.ceiling, "bash: timeout_seconds")  # its message names the setting
 
-    def withheld(self, config: Any) -> set[str]:
-        """What bash does not inherit (seed 000 keeps the rest): where a chat provider's key comes from,
-        which goes to that provider only, and every key the secret store is asked for (a script tool's
-        declared secret, an MCP server's): a store that lacks one takes scvd's variable of that name,
-        and the tool that uses it gets its value hidden in the output, which `printenv` would show."""
-        names = set(provider_keys(config)) | secret_refs(config)
-        return names | self.tools_secrets(config) if self.tools_secrets is not None else names
+    def withheld(self, ctx: CallContext) -> frozenset[str]:
+        """What bash does not inherit (seed 000 keeps the rest): scvd/secret_names.py's names (a chat
+        provider's key, which goes to that provider only, and every key the secret store is asked for:
+        a store that lacks one takes scvd's variable of that name, and the tool that uses it gets its
+        value hidden in the output, which `printenv` would show). The session's own, and through its
+        services the daemon's for its configuration now and every open session's: scvd's environment
+        is one for all, while a session opened before a reload keeps its config and tools."""
+        own = secret_names.named(ctx.config)
+        if self.tools_secrets is not None:
+            own |= self.tools_secrets(ctx.config)
+        everyone = ctx.services.get(secret_names.SERVICE)  # None: an embedder's call, without the daemon
+        return own | everyone() if everyone is not None else own
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         # the daemon builds a session's tools from its own config; an embedder may not: hold the session's
@@ -122,7 +127,7 @@ class Bash(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         tools = ctx.config.tools
-        env = child_env(os.environ if self._env is None else self._env, remove=self.withheld(ctx.config))
+        env = child_env(os.environ if self._env is None else self._env, remove=self.withheld(ctx))
         argv = plan.data  # wrapped now: the sandbox's binds depend on whether a person approved
         if plan.sandboxed:
             argv = await ctx.sandbox.wrap_call(argv, ctx, network=plan.network)

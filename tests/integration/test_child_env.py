@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from adapters_support import make_fake_bin, read_log
-from conftest import DaemonProc, wait_pending
+from conftest import DaemonProc, reloaded, wait_pending
 from scvd import protocol as p
 
 CREDENTIALS = {
@@ -235,3 +235,33 @@ def test_bash_does_not_get_a_secret_a_tool_takes_from_scvds_environment(make_dae
     assert "NOTES_TOKEN=" not in output and "tok-notes-secret" not in output
     assert CREDENTIALS["GH_TOKEN"] in output  # the rest stays (seed 000)
     assert script.ok and script.result["API_TOKEN"] == "[secret API_TOKEN]"  # still its to use
+
+
+def test_no_open_sessions_bash_gets_a_secret_another_ones_tools_take(make_daemon, scv_home: Path,
+                                                                     workspace: Path) -> None:
+    """A session keeps the config and tools it opened with, but every bash inherits scvd's one
+    environment: a secret a reload's tools take stays out of the bash of a session opened before it
+    (a chat session stays open for long), and one the reload dropped, which the old session's
+    tools still take, out of a new session's."""
+    server = '[mcp.servers.{0}]\nenabled = false\nurl = "http://127.0.0.1:9/mcp"\n' \
+             'headers = {{Authorization = {{secret = "{1}"}}}}\n'
+    d = make_daemon(server.format("gone", "GONE_TOKEN"), home=scv_home, env={
+        **CREDENTIALS, "API_TOKEN": "tok-declared-secret", "NOTES_TOKEN": "tok-notes-secret",
+        "GONE_TOKEN": "tok-gone-secret", "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    with d.client(name="bridge") as c, d.client(name="person") as person:
+        old = c.open_session(workspace)
+        make_tool(scv_home, "envdump", secrets=["API_TOKEN"])
+        reloaded(d, server.format("notes", "NOTES_TOKEN"))
+        new = c.open_session(workspace)
+        shells = {}
+        for name, sid in (("old", old), ("new", new)):
+            call_id = c.start_call(sid, "bash", {"command": "env; echo END"})
+            approve(person, call_id)
+            shells[name] = c.wait_call(call_id)
+    for name, shell in shells.items():
+        assert shell.ok and shell.result["output"].endswith("END\n"), (name, shell)
+        output = shell.result["output"]
+        for key in ("API_TOKEN", "NOTES_TOKEN", "GONE_TOKEN"):
+            assert f"{key}=" not in output, (name, key)
+        assert not [v for v in ("tok-declared-secret", "tok-notes-secret", "tok-gone-secret") if v in output], name
+        assert CREDENTIALS["GH_TOKEN"] in output  # the rest stays (seed 000)
