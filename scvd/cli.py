@@ -98,6 +98,12 @@ def _config_path(text: str) -> Path:
     return Path(text)
 
 
+def _absolute_arg(args: Any, name: str, default: Path) -> Path:
+    """The option `name`'s path (or `default`) made absolute; ConfigError when it is relative to a removed directory."""
+    given = getattr(args, name, None)
+    return paths_mod.absolute(given or default, f"--{name.replace('_', '-')} {given}" if given else str(default))
+
+
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
@@ -139,11 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         paths = paths_mod.resolve()
-    except errors.ConfigError as exc:  # SCV_HOME / SCV_SOCKET: before any config file is known
+        # absolute: --daemon changes to / before a reload reads the file again
+        config_file = _absolute_arg(args, "config", paths.config_file)
+        pid_file = _absolute_arg(args, "pid_file", paths.pid_file)
+    except errors.ConfigError as exc:  # SCV_HOME / SCV_SOCKET / a relative path: before any config file is known
         print(f"{_error_prefix()}scvd: configuration error: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG
-    # absolute: --daemon changes to / before a reload reads the file again
-    config_file = (getattr(args, "config", None) or paths.config_file).absolute()
     foreground = args.command != "check-config" and not getattr(args, "daemon", False)
     try:
         named = (f"check the path given to --config (without it scvd reads {paths.config_file})"
@@ -169,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     for warning in loaded.warnings:
         logging.getLogger("scvd.config").warning("%s", warning)
     if not foreground:
-        return run_detached(paths, loaded, (args.pid_file or paths.pid_file).absolute(), level)
+        return run_detached(paths, loaded, pid_file, level)
     return run(paths, loaded, config_file)
 
 

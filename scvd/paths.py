@@ -202,10 +202,20 @@ def _absolute(name: str, value: str, env: Mapping[str, str]) -> Path:
         # an empty HOME (`env HOME= scvd`) made `~/x` into `/x`, as expanduser() does
         value = (env.get("HOME") or os.environ.get("HOME") or _account_home()) + value[1:]
     try:
-        return Path(value).expanduser().absolute()
+        path = Path(value).expanduser()
     except RuntimeError:  # `~bob/x` where no account bob exists: a traceback in scvd and every scvctl command
         raise errors.ConfigError(f"{name}={value}: {value.split('/', 1)[0]} names no user account on this "
                                  "machine; use ~/ (your home) or an absolute path") from None
+    return absolute(path, f"{name}={value}")
+
+
+def absolute(path: Path, what: str) -> Path:
+    """`path` made absolute against the working directory; `what` names it when that directory is gone."""
+    try:
+        return path.absolute()
+    except FileNotFoundError:  # os.getcwd() in a removed directory: was a traceback
+        raise errors.ConfigError(f"{what} is relative and the current directory no longer exists: cd to a "
+                                 "directory that exists, or give an absolute path") from None
 
 
 def _account_home() -> str:

@@ -72,6 +72,30 @@ def test_a_tilde_naming_no_account_is_one_line_saying_so_not_a_traceback(tmp_pat
            "(your home) or an absolute path" in out.stderr
 
 
+@pytest.mark.parametrize("command, env_extra, code, named", [
+    (["scvd", "check-config"], {"SCV_HOME": "rel"}, 2, "SCV_HOME=rel"),
+    (["scvd", "run"], {"SCV_SOCKET": "rel.sock"}, 2, "SCV_SOCKET=rel.sock"),
+    (["scvd", "--config", "rel.toml", "check-config"], {}, 2, "--config rel.toml"),
+    (["scvd", "run", "--daemon", "--pid-file", "x.pid"], {}, 2, "--pid-file x.pid"),
+    (["scvctl", "status"], {"SCV_HOME": "rel"}, 1, "SCV_HOME=rel"),
+])
+def test_a_relative_path_in_a_removed_current_directory_is_one_line_saying_so(tmp_path, command, env_extra, code,
+                                                                             named):
+    """A shell whose directory was removed (rm -rf of a build dir): os.getcwd() raised, a traceback."""
+    import subprocess
+    import sys
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env = {**os.environ, "HOME": str(tmp_path), "SCV_HOME": str(tmp_path / "inst"),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **env_extra}
+    out = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone),
+                          sys.executable, "-m", *command], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == code and "Traceback" not in out.stderr, out.stderr
+    assert f"{named} is relative and the current directory no longer exists: cd to a directory that exists, " \
+           "or give an absolute path" in out.stderr
+
+
 def test_xdg_layout_from_home(xdg):
     p = resolve(dict(os.environ))
     assert p.home is None
