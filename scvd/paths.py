@@ -339,6 +339,17 @@ def unopenable(what: str, path: Path, exc: OSError) -> str:
             "and writable (one a `sudo scvd` left is root's: remove it), with room to write")
 
 
+def _not_private(d: Path, exc: OSError) -> str:
+    """Why the directory `d` of this scvd is not there, 0700: not made, or there and its chmod failed."""
+    if not d.is_dir():
+        return (f"cannot create {d}, a directory of this scvd: {why_not(d, exc)}; move that away, or set "
+                "SCV_HOME to another directory")
+    # there: its chmod 0700 failed (a read-only file system; root's, after a `sudo scvd`)
+    return (f"{d}, a directory of this scvd, is open to others and chmod 0700 failed ({exc.strerror or exc}): "
+            f"make it yours and private (sudo chown -R $USER {d}; chmod 0700 {d}), or set SCV_HOME to another "
+            "directory")
+
+
 def prepare(paths: Paths) -> list[str]:
     """Create the instance's directories 0700 and repair loose modes; return what was repaired."""
     notes: list[str] = []
@@ -346,8 +357,7 @@ def prepare(paths: Paths) -> list[str]:
         try:
             note = ensure_private_dir(d)
         except OSError as exc:
-            raise errors.StartupError(f"cannot create {d}, a directory of this scvd: {why_not(d, exc)}; move "
-                                      "that away, or set SCV_HOME to another directory") from exc
+            raise errors.StartupError(_not_private(d, exc)) from exc
         if note:
             notes.append(note)
     for f in (paths.config_file, paths.secrets_file, paths.audit_log, paths.lock_file, paths.pid_file):

@@ -449,6 +449,27 @@ def test_a_file_where_a_directory_of_scvd_goes_is_named_with_what_to_do(tmp_path
     assert done.returncode == said[0] and done.stderr.endswith(said[1]), done.stderr
 
 
+def test_a_home_that_cannot_be_made_private_says_the_chmod_failed_not_that_it_cannot_be_created(tmp_path):
+    """SCV_HOME there, 0755, on a read-only file system (or root's after a `sudo scvd`): scvd said
+    `cannot create <home>, ...: Read-only file system; move that away`, though the directory exists."""
+    # a mount namespace of its own (a user namespace too: no root needed) holds the read-only bind
+    # mount, so nothing of it outlives the command
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare -rm (user and mount namespaces) to make a read-only bind mount")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    remount = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", remount, "sh", str(home), sys.executable, "-m", "scvd",
+                           "run"], env=conftest.base_env(home), stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.endswith(
+        f"cannot start: {home}, a directory of this scvd, is open to others and chmod 0700 failed (Read-only file "
+        f"system): make it yours and private (sudo chown -R $USER {home}; chmod 0700 {home}), or set SCV_HOME to "
+        "another directory\n"), done.stderr
+
+
 @pytest.mark.parametrize("case", ["not-a-pid", "directory", "no-directory", "home-broken", "a-running-pid"])
 def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_home, tmp_path, case):
     """--pid-file naming another file (a slip of completion: the config) was deleted as "stale";
