@@ -21,6 +21,7 @@ import logging
 import os
 import select
 import socket
+import stat
 import struct
 from pathlib import Path
 from typing import Any, Iterator
@@ -28,7 +29,7 @@ from typing import Any, Iterator
 import msgspec
 
 from scvd import __version__, errors, paths as paths_mod, protocol as p
-from scvd.instance import MAX_SOCKET_PATH
+from scvd.instance import MAX_SOCKET_PATH, file_kind
 
 log = logging.getLogger("scvctl.client")
 
@@ -126,6 +127,12 @@ AGAIN = ("run it again once scvd is back (`systemctl --user status scvd` shows w
          "`systemctl --user start scvd` starts it)")
 
 
+def not_scvd(path: Path | str, what: str) -> errors.NotScvd:
+    """`path` holds no scvd (`what` says what it holds): starting scvd or waiting would not help."""
+    return errors.NotScvd(f"{path} is not an scvd socket ({what}); set SCV_SOCKET (or --socket) to scvd's "
+                          "socket, or unset it to reach this user's scvd")
+
+
 def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
     size = len(os.fsencode(path))
     if size > MAX_SOCKET_PATH:  # no scvd can listen there: starting one would not help
@@ -137,6 +144,9 @@ def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
             f"cannot connect to {path} ({exc.strerror}){_owner_note(path)}: it is another user's scvd (one "
             "started with sudo?), or a directory on the way is not yours; run scvctl as the user scvd runs "
             "as, or set SCV_SOCKET to your own scvd's socket")
+    kind = _not_a_socket(path)
+    if kind:  # refused as no listener is: a file there (`scvd run` refuses that path too)
+        return not_scvd(path, f"it is {kind}, not a socket")
     return DaemonNotRunning(
         f"scvd is not running on {path} ({exc.strerror or exc}); "
         "start it with `systemctl --user start scvd` or `scvd run`"
@@ -172,6 +182,15 @@ def _timeval(seconds: float) -> bytes:
     return struct.pack("ll", int(seconds), int(seconds % 1 * 1_000_000))
 
 
+def _not_a_socket(path: Path | str) -> str | None:
+    """What stands at `path` when it is there and no socket ("a regular file"), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISSOCK(mode) else file_kind(mode)
+
+
 def _owner_note(path: Path | str) -> str:
     try:
         uid = os.stat(path).st_uid
@@ -200,6 +219,7 @@ class ClientCore:
         self._unanswered: collections.deque[Any] = collections.deque()  # ids sent, in order, not answered yet
         self._aside: set[Any] = set()  # ids sent of requests answered out of order (p.ANSWERED_ASIDE)
         self._abandoned: set[Any] = set()  # of those and these, ids nobody waits for: their answers are dropped
+        self._greeting = False  # hello sent, no welcome yet: a line no scvd sends means the peer is not scvd
 
     def build(self, frame: p.Frame | type, **fields: Any) -> p.Frame:
         """A request frame with a fresh id (or the frame given, as is)."""
@@ -218,6 +238,7 @@ class ClientCore:
             self._unanswered.append(request_id)
 
     def hello(self, name: str, approver: bool, answers_secrets: bool = True) -> p.Frame:
+        self._greeting = True
         return self.build(p.Hello, protocol=p.PROTOCOL_VERSION, client=p.PeerInfo(name=name, version=__version__),
                           approver=approver, answers_secrets=answers_secrets)
 
@@ -243,6 +264,8 @@ class ClientCore:
 
     def _over_limit(self, line: p.TooLarge) -> None:
         """A server frame over our limit: its request's error when its id could be read (no event has one)."""
+        if self._greeting:  # scvd's welcome is a short line
+            raise errors.NotScvd(f"it answered with a line of over {self._reader.limit} bytes, not scvd's welcome")
         error = p.Error(code="frame_too_large", message="server frame over limit", id=line.id)
         if error.id is None:
             self.orphan_errors.append(error)  # maybe an event: not filed under a request
@@ -251,6 +274,9 @@ class ClientCore:
 
     def _unreadable(self, line: bytes, exc: Exception) -> None:
         """An answer becomes that request's error; an event this client does not know is skipped."""
+        if self._greeting and not _frame_shaped(line):  # a newer scvd's welcome would still be a frame
+            raise errors.NotScvd(f"it answered {line[:80].decode('utf-8', 'replace').strip()!r}, "
+                                 "not scvd's welcome")
         request = p.request_id(line)
         if request is None:
             log.info("skipped a frame from scvd this client cannot read (%s); scvd may be newer", exc)
@@ -279,6 +305,7 @@ class ClientCore:
     def welcomed(self, welcome: p.Welcome) -> p.Welcome:
         """Read frames up to the size the server announced (its server_frame_bytes may be raised)."""
         self._reader.limit = max(self._reader.limit, welcome.limits.server_frame_bytes)
+        self._greeting = False
         return welcome
 
     def take_answer(self, request_id: Any) -> p.Frame | None:
@@ -290,6 +317,15 @@ class ClientCore:
         if isinstance(answer, p.Error):
             raise error_from_frame(answer)
         return answer
+
+
+def _frame_shaped(line: bytes) -> bool:
+    """A JSON object with a text `type`: what every frame of scvd, of any version, is."""
+    try:
+        value = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(value, dict) and isinstance(value.get("type"), str)
 
 
 def _wait_unless_gone(sock: socket.socket, output: int) -> None:
@@ -323,6 +359,9 @@ class Client:
         except ConnectionClosed as exc:
             client.close()
             raise went_away(path, exc) from None
+        except errors.NotScvd as exc:
+            client.close()
+            raise not_scvd(path, exc.message) from None
         except BaseException:  # refused, or no answer: the socket is ours to close
             client.close()
             raise
@@ -544,6 +583,9 @@ class AsyncClient:
         except ConnectionClosed as exc:  # a bridge's reconnect loop waits on DaemonNotRunning: so it retries
             transport.close()
             raise went_away(path, exc) from None
+        except errors.NotScvd as exc:
+            transport.close()
+            raise not_scvd(path, exc.message) from None
         except BaseException:  # refused, or the connection lost: the transport is ours to close
             transport.close()
             raise

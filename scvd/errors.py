@@ -37,7 +37,8 @@
         ├── ScriptDefinitionError a script tool's tool.json breaks a rule (listed as a load error)
         ├── ProviderFailure       a chat turn's model could not answer (a turn.failed event)
         ├── DaemonNotRunning      client side: nothing answers on the socket
-        │   └── DaemonNotAnswering  client side: the socket accepts, but no answer comes in time
+        │   ├── DaemonNotAnswering  client side: the socket accepts, but no answer comes in time
+        │   └── NotScvd           client side: what is at the socket's path is not scvd (a file, another server)
         ├── ConnectionClosed      client side: the daemon closed the connection
         ├── UsageError            client side: a command line that cannot work (scvctl exits 2)
         ├── NotARegularFile       a file scvd reads (config.toml, tool.json) is a FIFO, socket, ...
@@ -316,6 +317,12 @@ class DaemonNotAnswering(DaemonNotRunning):
     or closes the connection before its welcome (stopping, or restarting)."""
 
     code = "not_answering"
+
+
+class NotScvd(DaemonNotRunning):
+    """What is at the socket's path is not scvd: no socket at all, or a server that answers no scvd frame."""
+
+    code = "not_scvd"
 
 
 class ConnectionClosed(LocalError):

@@ -143,7 +143,7 @@ def clear_stale(path: Path) -> None:
         return
     if not stat.S_ISSOCK(mode):  # a typo'd SCV_SOCKET must never cost the user a file
         raise errors.StartupError(
-            f"{path} exists and is {_kind(mode)}, not a socket; scvd leaves it alone: move it away, "
+            f"{path} exists and is {file_kind(mode)}, not a socket; scvd leaves it alone: move it away, "
             "or set SCV_SOCKET to another path")
     failure = probe(path)
     if failure is None:
@@ -159,7 +159,8 @@ def clear_stale(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of `mode` is, in words ("a regular file")."""
     if stat.S_ISLNK(mode):
         return "a symbolic link"
     return "a directory" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode) else "a special file"

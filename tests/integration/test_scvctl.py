@@ -199,9 +199,8 @@ def test_the_async_client_on_a_socket_that_never_answers_raises_not_waits(tmp_pa
 
 
 @contextlib.contextmanager
-def closing_before_welcome(path: Path) -> Iterator[None]:
-    """A socket whose server reads each hello and closes without an answer, as an scvd that stops or
-    is SIGKILLed just then (a restart) does."""
+def answering_with(path: Path, answer: bytes) -> Iterator[None]:
+    """A socket whose server reads each hello and answers `answer`, as a server that is not scvd would."""
     import threading
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -216,6 +215,8 @@ def closing_before_welcome(path: Path) -> Iterator[None]:
                 return
             with conn:
                 conn.recv(1 << 16)
+                with contextlib.suppress(OSError):  # the client may leave mid-answer (one too large)
+                    conn.sendall(answer)  # nothing, for a server that closes unanswered
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
@@ -225,6 +226,12 @@ def closing_before_welcome(path: Path) -> Iterator[None]:
         listener.shutdown(socket.SHUT_RDWR)
         listener.close()
         server.join(5)
+
+
+def closing_before_welcome(path: Path) -> contextlib.AbstractContextManager[None]:
+    """A socket whose server reads each hello and closes without an answer, as an scvd that stops or
+    is SIGKILLed just then (a restart) does."""
+    return answering_with(path, b"")
 
 
 def test_a_connection_closed_before_the_welcome_says_scvd_is_stopping_or_restarting(tmp_path):
@@ -249,6 +256,36 @@ def test_a_connection_closed_before_the_welcome_says_scvd_is_stopping_or_restart
                                        "(`systemctl --user status scvd` shows whether it runs)")
     assert shown.returncode == 3
     assert shown.stderr.startswith(f"scvd on {path} closed the connection before it answered"), shown.stderr
+
+
+@pytest.mark.parametrize("peer, found", [
+    ("http", "it answered 'HTTP/1.1 400 Bad Request', not scvd's welcome"),
+    ("huge", f"it answered with a line of over {p.DEFAULT_SERVER_FRAME_LIMIT} bytes, not scvd's welcome"),
+    ("file", "it is a regular file, not a socket"),
+])
+def test_a_path_that_is_no_scvd_socket_says_so(tmp_path, peer, found):
+    """An HTTP server's socket read `scvd ... closed the connection before it answered ... stopping or
+    restarting`, one sending a 20 MB line `frame_too_large: server frame over limit` (exit 1), and a
+    regular file `scvd is not running ... (Connection refused); start it`, though `scvd run` refuses it."""
+    import asyncio
+
+    from scvctl.client import AsyncClient, Client
+
+    path = tmp_path / "other.sock"
+    answer = {"http": b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+              "huge": b"x" * (20 << 20) + b"\n"}.get(peer)
+    with answering_with(path, answer) if answer else contextlib.nullcontext():
+        if answer is None:
+            path.write_text("")
+        shown = scvctl(tmp_path / "home", "--socket", str(path), "status")
+        said = (f"{path} is not an scvd socket ({found}); set SCV_SOCKET (or --socket) to scvd's socket, or unset "
+                "it to reach this user's scvd")
+        assert shown.returncode == 3 and shown.stderr == said + "\n", shown.stderr
+        with pytest.raises(errors.DaemonNotRunning) as blocking:  # a bridge's reconnect loop catches that
+            Client.connect(path, timeout=5)
+        with pytest.raises(errors.DaemonNotRunning) as nonblocking:
+            asyncio.run(AsyncClient.connect(path, timeout=5))
+    assert blocking.value.message == nonblocking.value.message == said
 
 
 def test_agents_import_does_not_work_on_the_homes_itself_while_a_hung_scvd_owns_them(tmp_path, monkeypatch,
