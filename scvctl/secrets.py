@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from scvd import errors, paths as paths_mod
 from scvd.secrets import SecretStore, check_key, stored_form
+from scvd.text import printable
 
 from .cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit_json, masked_input
 
@@ -23,19 +25,33 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                              description="Secrets for script tools, MCP servers and chat providers: the OS "
                                          "keyring (service scv) when one is usable, else secrets.toml (0600) "
                                          "in the config dir; scvd falls back to its own environment.")
-    secrets.set_defaults(handler=cmd_list)
+    secrets.set_defaults(handler=_plainly(cmd_list))
     ssub = secrets.add_subparsers(dest="secrets_command", metavar="ACTION")
     cmd = ssub.add_parser("set", parents=[common],
                           help="store a value: masked prompt on a terminal, else read from stdin")
     cmd.add_argument("key", help="the name, e.g. GITHUB_TOKEN")
-    cmd.set_defaults(handler=cmd_set)
+    cmd.set_defaults(handler=_plainly(cmd_set))
     cmd = ssub.add_parser("list", parents=[common],
                           help="names and where each is found; those tool.json or config.toml name and no "
                                "store holds show as missing (the default)")
-    cmd.set_defaults(handler=cmd_list)
+    cmd.set_defaults(handler=_plainly(cmd_list))
     cmd = ssub.add_parser("delete", parents=[common], help="remove a stored value")
     cmd.add_argument("key")
-    cmd.set_defaults(handler=cmd_delete)
+    cmd.set_defaults(handler=_plainly(cmd_delete))
+
+
+def _plainly(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`handler`'s errors said without a wire code: no daemon is involved, so `config:` (a broken
+    secrets.toml is no config.toml) or `invalid_request:` (a value too long) named the wrong thing."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except errors.UsageError:
+            raise
+        except errors.ScvError as exc:
+            print(f"scvctl: {printable(exc.message)}", file=sys.stderr)
+            return EXIT_ERROR
+    return run
 
 
 def store() -> SecretStore:

@@ -413,12 +413,25 @@ def test_scvctl_secrets_set_of_binary_or_oversized_input_says_what_to_store(xdg:
     "is limited to 65536 characters": not that nothing was stored, nor what to give instead."""
     home = xdg / "home"
     out = scvctl(home, xdg, "secrets", "set", "CERT", input="\x7fELF\x00\x01")
-    assert (out.returncode, out.stderr) == (1, "invalid_request: a secret's value cannot hold a NUL character "
+    # no daemon involved: said without a wire code (`invalid_request:`)
+    assert (out.returncode, out.stderr) == (1, "scvctl: a secret's value cannot hold a NUL character "
                                                "(binary data?): store it as text, e.g. its base64; nothing was stored\n")
     out = scvctl(home, xdg, "secrets", "set", "CERT", input="x" * 70_000)
-    assert (out.returncode, out.stderr) == (1, "invalid_request: a secret's value is limited to 65536 characters, "
+    assert (out.returncode, out.stderr) == (1, "scvctl: a secret's value is limited to 65536 characters, "
                                                "this one has 70,000; nothing was stored (is it the right file?)\n")
     assert "no secrets stored" in scvctl(home, xdg, "secrets").stdout
+
+
+@pytest.mark.parametrize("command", [["set", "API_TOKEN"], ["list"], ["delete", "API_TOKEN"]])
+def test_scvctl_secrets_on_a_broken_secrets_toml_names_that_file_not_the_config(xdg: Path, command):
+    """`config: .../secrets.toml: not valid TOML`: `config:` sent the person to config.toml."""
+    home = xdg / "home"
+    home.mkdir()
+    (home / "secrets.toml").write_text("x = [\n")
+    (home / "secrets.toml").chmod(0o600)
+    out = scvctl(home, xdg, "secrets", *command, input="s3cr3t\n")
+    assert (out.returncode, out.stderr) == (1, f"scvctl: {home / 'secrets.toml'}: not valid TOML (Invalid value "
+                                               "(at end of document)); fix or remove it\n")
 
 
 def test_scvctl_secrets_list_shows_keys_script_tools_declare_even_when_missing(xdg: Path):
@@ -471,7 +484,7 @@ def test_a_fifo_in_place_of_secrets_toml_is_refused_not_waited_on(xdg: Path):
     os.mkfifo(home / "secrets.toml", 0o600)
     out = scvctl(home, xdg, "secrets", "list")
     assert out.returncode == 1
-    assert out.stderr.strip() == (f"config: {home / 'secrets.toml'} is not a regular file; secrets are read only "
+    assert out.stderr.strip() == (f"scvctl: {home / 'secrets.toml'} is not a regular file; secrets are read only "
                                   "from one: remove it (`scvctl secrets set KEY` writes a new one)"), out.stderr
 
 
@@ -481,7 +494,7 @@ def test_scvctl_secrets_set_where_the_config_dir_cannot_be_made_says_so_without_
     for args in (("set", "API_TOKEN"), ("delete", "API_TOKEN")):
         out = scvctl(home, xdg, "secrets", *args, input="s3cr3t")
         assert out.returncode == 1 and out.stderr.strip() == (
-            f"config: {home / 'secrets.toml'}: cannot write (Not a directory on {home}); nothing was changed: "
+            f"scvctl: {home / 'secrets.toml'}: cannot write (Not a directory on {home}); nothing was changed: "
             "make that a directory you can write, or set SCV_HOME"), out.stderr
 
 
@@ -492,7 +505,7 @@ def test_scvctl_secrets_set_that_cannot_write_secrets_toml_stores_nothing_and_sa
     out = scvctl(home, xdg, "secrets", "set", "API_TOKEN", input="s3cr3t", backend=LOCKABLE,
                  preexec_fn=files_of_at_most_100_bytes)
     assert out.returncode == 1
-    assert out.stderr.strip() == (f"config: {home / 'secrets.toml'}: cannot write (File too large); API_TOKEN was "
+    assert out.stderr.strip() == (f"scvctl: {home / 'secrets.toml'}: cannot write (File too large); API_TOKEN was "
                                   "not stored, nothing changed: fix that and set it again"), out.stderr
     assert not kr.exists() or "s3cr3t" not in kr.read_text()
     assert scvctl(home, xdg, "secrets", "list", backend=LOCKABLE).stdout.startswith("no secrets stored")
@@ -547,7 +560,7 @@ def test_scvctl_secrets_delete_with_the_keyring_locked_refuses_and_keeps_the_nam
     lockable_keyring.lock(kr)
     out = scvctl(home, xdg, "secrets", "delete", "GH_TOKEN", backend=LOCKABLE)
     assert out.returncode == 1
-    assert out.stderr.startswith("unavailable: the keyring helpers.lockable_keyring.Keyring could not read "
+    assert out.stderr.startswith("scvctl: the keyring helpers.lockable_keyring.Keyring could not read "
                                  "GH_TOKEN (KeyringLocked): unlock it"), out.stderr
     assert "GH_TOKEN" in (home / "secrets.toml").read_text()
     lockable_keyring.lock(kr, False)
@@ -564,7 +577,7 @@ def test_a_secrets_toml_not_in_utf8_says_a_fix_that_works(xdg: Path):
     (home / "secrets.toml").write_bytes('# keys\nGH_TOKEN = "p\u00e4ss"\n'.encode("latin-1"))
     (home / "secrets.toml").chmod(0o600)
     again = scvctl(home, xdg, "secrets", "set", "GH_TOKEN", input="pass")
-    assert (again.returncode, again.stderr) == (1, f"config: {home / 'secrets.toml'}: not UTF-8 text at line 2; save "
+    assert (again.returncode, again.stderr) == (1, f"scvctl: {home / 'secrets.toml'}: not UTF-8 text at line 2; save "
                                                    "it as UTF-8 in an editor (until then `scvctl secrets` cannot "
                                                    "change it either)\n")
 
