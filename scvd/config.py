@@ -10,6 +10,7 @@ an error: it may be meant for something else (a secret's name, say).
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import os
 import re
@@ -124,7 +125,7 @@ class AdapterConfig(Section):
 class ProviderConfig(Section):
     """A model provider for chat turns (`[providers.NAME]`)."""
 
-    model: str
+    model: Annotated[str, msgspec.Meta(min_length=1)]  # an empty one failed each turn (the provider's 404)
     base_url: str = ""  # empty: https://api.openai.com/v1
     wire_api: Literal["responses", "chat"] = "responses"
     api_key_secret: str | None = None  # a key in the secret store (`scvctl secrets set KEY`)
@@ -317,7 +318,7 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
     if name is not None:  # msgspec names the table; the key path is more use
         table = key
         key = f"{table}.{name}" if table else name
-        close = vt.meant(name, vt.keys_at(Config, table))
+        close = vt.meant(name, vt.keys_at(Config, table)) or _elsewhere(name, table)
         msg = (f"unknown key{f'; did you mean {close}?' if close else ''} "
                "(docs/configuration.md lists every key)")
     elif msg.startswith("Invalid enum value"):  # say what it may be
@@ -334,15 +335,25 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
         servers = f"mcp.servers.{_bad_table(raw.get('mcp') or {}, 'servers', McpServerConfig)}"
         key = servers + key[len("mcp.servers[...]"):]
     key = _name_the_entry(key, raw)
-    if key in HINTS:
-        msg += f"; {HINTS[key]}"
+    hint = next((h for pattern, h in HINTS.items() if fnmatch.fnmatchcase(key, pattern)), None)
+    if hint:
+        msg += f"; {hint}"
     if key in texts:
         msg += config_env.read_as_string(msg, key, *texts[key], Config)
     return f"{_place(path, key, sources)}: {key}: {msg}"
 
 
+def _elsewhere(name: str, table: str) -> str | None:
+    """The keys of that name in other tables (`[server] policy`: approvals.policy), or None."""
+    here = table.replace("[...]", ".<name>")
+    keys = [k if "." in k else f"{k} (at the top, before any table)" for k in vt.tables_with(Config, name)
+            if k.rpartition(".")[0] != here]
+    return " or ".join(keys[:3]) or None
+
+
 HINTS = {  # what to give, where msgspec's message alone (`Expected `int` >= 0`) does not say
     "chat.transcript_days": "give the days a chat transcript not written to is kept, or 0 to keep every transcript",
+    "providers.*.model": 'name the model a chat turn asks, e.g. "gpt-5"',
 }
 
 

@@ -58,6 +58,27 @@ def keys_at(struct: type, table: str) -> list[str]:
     return [f.name for f in getattr(type_at(struct, table), "fields", ())]
 
 
+def tables_with(struct: type, name: str) -> list[str]:
+    """The key paths of every table in `struct` that has the key `name` (`approvals.policy` for
+    `policy`), a table of a dict named `<name>`: where a key put in the wrong table belongs."""
+    found: list[str] = []
+
+    def walk(info: Any, path: str) -> None:
+        if isinstance(info, msgspec.inspect.Metadata):
+            info = info.type
+        if isinstance(info, msgspec.inspect.UnionType):
+            info = next((t for t in info.types if isinstance(t, msgspec.inspect.StructType)), None)
+        if isinstance(info, msgspec.inspect.DictType):
+            walk(info.value_type, f"{path}.<name>")
+        for f in getattr(info, "fields", ()):
+            if f.name == name:
+                found.append(f"{path}.{name}".lstrip("."))
+            walk(f.type, f"{path}.{f.name}")
+
+    walk(msgspec.inspect.type_info(struct), "")
+    return found
+
+
 def values_at(struct: type, key: str) -> list[Any] | None:
     """The values a Literal field takes, or None for any other field."""
     values = getattr(type_at(struct, key), "values", None)

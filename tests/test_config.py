@@ -96,6 +96,16 @@ def test_a_provider_left_unused_by_the_default_chat_provider_is_a_warning(cfg_fi
     ('[mcp.servers.x]\ncommand = "/bin/true"\nriks = "read_only"\n',
      "mcp.servers.x.riks: unknown key; did you mean risk? (docs/configuration.md lists every key)"),
     ("[tools]\nzzz = 1\n", "tools.zzz: unknown key (docs/configuration.md lists every key)"),
+    # a key put in the wrong table: the table that has it
+    ('[server]\npolicy = "always"\n',
+     "server.policy: unknown key; did you mean approvals.policy? (docs/configuration.md lists every key)"),
+    ('[chat]\nmodel = "gpt-5"\n',
+     "chat.model: unknown key; did you mean providers.<name>.model? (docs/configuration.md lists every key)"),
+    ('[server]\nlog_level = "debug"\n', "server.log_level: unknown key; did you mean log_level (at the top, "
+     "before any table)? (docs/configuration.md lists every key)"),
+    # an empty model was taken, and each chat turn failed with the provider's 404
+    ('[providers.local]\nmodel = ""\n',
+     'providers.local.model: Expected `str` of length >= 1; name the model a chat turn asks, e.g. "gpt-5"'),
     ('[approvals]\npolicy = "sometimes"\n',
      "approvals.policy: Invalid enum value 'sometimes'; use one of: always, never, on-risk, sandbox-aware"),
     ("[chat]\ntranscript_days = -30\n", "chat.transcript_days: Expected `int` >= 0; give the days a chat "
