@@ -103,6 +103,7 @@ class Daemon:
         self.calls.max_per_session = loaded.config.server.max_calls_per_session
         self.started = awake.clock()  # for uptime: a step of the wall clock (NTP, `date -s`) is no time up
         self.stop_event = asyncio.Event()
+        self._stopped_by = ""  # what asked the stop first (SIGINT: a second one exits at once)
         self.force_exit = False
         self._listener: Listener | None = None
         self._claim = claim  # the lock and socket cli.run took before READY=1, else taken in _start
@@ -312,6 +313,9 @@ class Daemon:
             return max(0.0, deadline - loop.time())
 
         turns = self._chat.stop() if self._chat is not None else []
+        if self.calls.table:  # after `stopping (SIGINT)` the log fell silent for the whole grace
+            log.info("waiting up to %g s (server.shutdown_grace_seconds) for %d running call(s) to end%s",
+                     grace, len(self.calls.table), self._stop_now_note())
         stuck = await self.calls.stop(grace)
         if stuck:
             log.warning("%d call(s) did not stop within server.shutdown_grace_seconds (%g s); "
@@ -345,7 +349,16 @@ class Daemon:
     def request_stop(self, why: str = "") -> None:
         if not self.stop_event.is_set():
             log.info("stopping (%s)", why or "requested")
+            self._stopped_by = why
         self.stop_event.set()
+
+    def _stop_now_note(self) -> str:
+        """How to cut the grace short: any SIGINT while stopping exits at once (a second SIGTERM does nothing)."""
+        if not self.install_signals:  # an embedder's loop: its signals are not scvd's
+            return ""
+        if self._stopped_by == "SIGINT":
+            return "; press Ctrl-C again to stop now, killing their processes"
+        return f"; a SIGINT to scvd (kill -INT {os.getpid()}) stops now, killing their processes"
 
     def _on_sigint(self) -> None:
         if self.stop_event.is_set():

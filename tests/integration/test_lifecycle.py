@@ -225,6 +225,25 @@ def test_no_new_calls_while_stopping_and_second_sigint_forces_exit(make_wrapped,
     assert "second SIGINT" in d.log()
 
 
+@pytest.mark.parametrize("first", ["SIGINT", "SIGTERM"])
+def test_a_stop_waiting_for_a_stubborn_call_says_how_long_and_how_to_stop_now(make_wrapped, workspace, first):
+    """The first Ctrl-C of a foreground scvd with a call that ignores its cancel logged `stopping (SIGINT)`,
+    then nothing until server.shutdown_grace_seconds ran out. Any SIGINT while it stops exits at once."""
+    d = make_wrapped(STUBBORN_CONFIG.format(grace=60))
+    with RawConn(d.socket) as busy:
+        busy.hello()
+        start_call(busy, workspace, "test_stubborn")
+        d.proc.send_signal(getattr(signal, first))
+        how = ("press Ctrl-C again to stop now" if first == "SIGINT"
+               else f"a SIGINT to scvd (kill -INT {d.proc.pid}) stops now")
+        said = (f"waiting up to 60 s (server.shutdown_grace_seconds) for 1 running call(s) to end; {how}, killing "
+                "their processes")
+        wait_until(lambda: said in d.log(), what="the stop to say how long it waits")
+        d.proc.send_signal(signal.SIGINT)  # what the line says
+        assert d.proc.wait(10) == 1
+    assert "second SIGINT: exiting at once" in d.log()
+
+
 def next_of(client, kind: type):
     while not isinstance(event := client.next_event(), kind):
         pass
