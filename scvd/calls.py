@@ -120,6 +120,9 @@ class Hub(Protocol):
     def calls_changed(self) -> None:
         """The number of calls in the table changed."""
 
+    def not_loaded(self, name: str) -> str | None:
+        """Why no tool `name` is loaded, when one of that name failed to load (else None)."""
+
 
 class Outcome(NamedTuple):
     """How a call ended: `ok` with a JSON-ready result, or an error."""
@@ -435,6 +438,10 @@ class CallRegistry:
                 raise errors.UnknownTool(
                     f"no tool named {call.tool_name!r} in this session: it came with a reload after the session "
                     "opened, and a session keeps the tools it opened with; open a new session to use it")
+            why = self.hub.not_loaded(call.tool_name)
+            if why is not None:
+                raise errors.UnknownTool(f"no tool named {call.tool_name!r} is loaded: {why}; `scvctl tools "
+                                         "--errors` lists the tools that failed to load")
             known = ", ".join(t.name for t in session.registry.visible()) or "none"  # system tools stay unlisted
             raise errors.UnknownTool(f"no tool named {call.tool_name!r}; tools: {known}")
         check_timeout(call.timeout_override, session.config.tools.max_timeout_seconds, "call timeout_seconds")

@@ -866,6 +866,9 @@ class Daemon:
                        for e in registry.load_errors]
         return p.Tools(id=frame.id, tools=tools, errors=load_errors + self.mcp.load_errors())
 
+    def not_loaded(self, name: str) -> str | None:
+        return self.registry.not_loaded(name) or self.mcp.not_loaded(name)
+
     def on_call(self, conn: Connection, frame: p.Call) -> p.Frame:
         session = self._own_session(conn, frame.session)
         handle = self.calls.submit(

@@ -119,6 +119,9 @@ class FakeHub:
     def calls_changed(self) -> None:
         self.changes += 1
 
+    def not_loaded(self, name: str) -> None:
+        return None  # every tool loaded
+
     def _on_approval(self, kind: str, approval: Any) -> None:
         if kind == "requested":
             self.requests.append(approval)

@@ -362,6 +362,13 @@ class McpServers:
             for name, link in sorted(self.links.items())
         ]
 
+    def not_loaded(self, tool: str) -> str | None:
+        """Why `tool`, named as one of a server's, is not listed when that server is not up (else None)."""
+        for name, link in self.links.items():
+            if tool.startswith(spec.tool_name(name, "")) and link.state != "ready" and link.error:
+                return f"{link.down_message()}; its tools are listed once it is up"
+        return None
+
     def load_errors(self) -> list[ToolLoadError]:
         errors = []
         for name, link in sorted(self.links.items()):

@@ -537,6 +537,14 @@ class Registry:
         `scvctl tools --errors`."""
         self.load_errors.append(LoadError(source=source, name=name, message=message))
 
+    def not_loaded(self, name: str) -> str | None:
+        """Why no tool `name` is here when one of that name failed to load (else None), for a call of it."""
+        failed = next((e for e in self.load_errors if e.name == name), None)
+        if failed is None:
+            return None
+        return (f"it failed to load: {failed.message} ({failed.source}); fix that, then reload scvd "
+                "(`systemctl --user reload scvd`)")
+
     def watch(self, on_change: Callable[[], None]) -> Callable[[], None]:
         """Have `on_change()` called after replace_source changed the tools (an MCP server's came,
         went or were replaced), for those who show the list (an MCP host); returns the unwatch."""

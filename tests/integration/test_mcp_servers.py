@@ -320,6 +320,13 @@ def test_a_server_that_cannot_start_shows_its_stderr(make_daemon, workspace):
         assert str(workspace / "missing") in down.error
         errors = {e.source: e.message for e in c.request(p.ToolsList).errors}
         assert errors["mcp:fs"].startswith("the server process exited with status 1; stderr: ")
+        # a call of one of its tools says why it has none, not only that no tool has that name
+        done = c.call(c.open_session(workspace), "mcp__nofile__read", {})
+        assert done.error.kind == "unknown_tool"
+        assert re.fullmatch(
+            r"no tool named 'mcp__nofile__read' is loaded: mcp server nofile is (down|starting): cannot start the "
+            rf"server: No such file or directory: {re.escape(str(workspace))}/no-server.*; its tools are listed "
+            r"once it is up; `scvctl tools --errors` lists the tools that failed to load", done.error.message), done.error
     status = scvctl(d, "status")
     # between two attempts it is down, during one starting; the last failure shows either way
     assert re.search(r"mcp server fs \(stdio\): (down|starting), 0 tool\(s\), restarted \d+x", status), status

@@ -451,6 +451,17 @@ def test_a_bad_tool_json_is_listed_by_scvctl_tools_errors(make_daemon, scv_home)
                         "message": "rule 'timeout': timeout -1 must be a positive number of seconds"}]
 
 
+def test_calling_a_tool_that_failed_to_load_says_why_and_where_they_are_listed(make_daemon, scv_home, workspace):
+    bad = make_tool(scv_home, "broken", WORDS, timeout=-1)
+    make_daemon(home=scv_home)
+    out = scvctl(scv_home, "call", "--workspace", str(workspace), "script_broken", '{"text": "a"}')
+    assert out.returncode == 1
+    assert out.stderr == (
+        f"unknown_tool: no tool named 'script_broken' is loaded: it failed to load: rule 'timeout': timeout -1 must "
+        f"be a positive number of seconds ({bad / 'tool.json'}); fix that, then reload scvd (`systemctl --user "
+        "reload scvd`); `scvctl tools --errors` lists the tools that failed to load\n")
+
+
 def test_a_tool_json_breaking_several_design_rules_lists_them_all(make_daemon, scv_home):
     # only the first was named, and a refused tool is in no --lint: its author fixed one per reload
     params = {"type": "object", "properties": {"n": {"type": "integer", "description": "How many, e.g. 3."}}}
