@@ -535,8 +535,8 @@ def _mcp_problem(name: str, server: McpServerConfig) -> str | None:
         return "a server name is 1-32 chars of a-z, 0-9 and single _ (its tools are mcp__NAME__TOOL)"
     if (server.command is None) == (server.url is None):
         return "set exactly one of `command` (a stdio server) or `url` (a streamable HTTP server)"
-    if server.url is not None and not server.url.startswith(("http://", "https://")):
-        return f"url {http_fields.shown_url(server.url)!r} must start with http:// or https://"
+    if server.url is not None and (problem := http_fields.url_problem(server.url)):
+        return f"url {http_fields.shown_url(server.url)!r} {problem}"
     if server.url is not None and (server.args or server.env or server.cwd):
         return "`args`, `env` and `cwd` are for stdio servers; an HTTP server takes `headers`"
     if server.command is not None and (server.headers or server.query):
@@ -580,6 +580,10 @@ def _check_chat(config: Config, path: Path, sources: Mapping[str, str]) -> None:
         if problem:
             key = f"providers.{name}.api_key_secret"
             raise ConfigError(f"{_place(path, key, sources)}: {key}: {problem}")
+        if provider.base_url and (problem := http_fields.url_problem(provider.base_url)):  # empty: OpenAI's
+            key = f"providers.{name}.base_url"
+            raise ConfigError(f"{_place(path, key, sources)}: {key} {http_fields.shown_url(provider.base_url)!r} "
+                              f"{problem}")
 
 
 HIDDEN = object()  # effective()'s value of a literal it does not show

@@ -24,6 +24,24 @@ def value_ok(value: str) -> bool:
     return value == value.strip(" \t") and not any((c < " " and c != "\t") or c == "\x7f" for c in value)
 
 
+def url_problem(url: object) -> str | None:
+    """Why scvd cannot send requests to `url` (an MCP server's, a chat provider's), or None: the one
+    rule for such a URL, said where it is configured rather than as a connection error at the first call.
+    What it says names no part of the URL (a relay's may hold a key)."""
+    if not isinstance(url, str):
+        return "is not a text"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port that is not a number of 0-65535
+    except ValueError as exc:  # "http://[x": a malformed host
+        return f"is no URL a request can go to ({exc}); write it as http://HOST:PORT/PATH"
+    if parts.scheme not in ("http", "https"):
+        return "must start with http:// or https://, e.g. http://127.0.0.1:8080/v1"
+    if not parts.hostname:
+        return "names no host after its http:// or https://; write it as http://HOST:PORT/PATH"
+    return None
+
+
 def shown_url(url: str) -> str:
     """`url` as a message names it: without user:password@ and the query, where credentials may ride
     (a relay's; a hosted MCP server's `?api_key=`): a turn's failure reaches the chat, a bridge may relay
@@ -32,4 +50,6 @@ def shown_url(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:  # a malformed host ("http://[x"): only the scheme is surely no secret
         return f"{url.partition('://')[0]}://..."
+    if "@" not in parts.netloc and not parts.query and not parts.fragment:
+        return url  # as typed: geturl() would write `ftp:/x` as `ftp:///x`
     return parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()

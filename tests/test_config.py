@@ -602,6 +602,24 @@ def test_paths_in_config_are_absolute_or_under_home(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("table, said", [
+    ('[mcp.servers.b]\nurl = "http://"\n',
+     "mcp.servers.b: url 'http://' names no host after its http:// or https://; write it as http://HOST:PORT/PATH"),
+    ('[mcp.servers.b]\nurl = "http://h:99999/mcp"\n',
+     "mcp.servers.b: url 'http://h:99999/mcp' is no URL a request can go to (Port out of range 0-65535); "
+     "write it as http://HOST:PORT/PATH"),
+    ('[providers.x]\nmodel = "m"\nbase_url = "ftp:/x"\n',
+     "providers.x.base_url 'ftp:/x' must start with http:// or https://, e.g. http://127.0.0.1:8080/v1"),
+    ('[providers.x]\nmodel = "m"\nbase_url = "127.0.0.1:11434/v1"\n',
+     "providers.x.base_url '127.0.0.1:11434/v1' must start with http:// or https://, e.g. http://127.0.0.1:8080/v1"),
+], ids=["mcp-no-host", "mcp-bad-port", "provider-ftp", "provider-no-scheme"])
+def test_check_config_refuses_a_url_no_request_can_go_to(tmp_path, table, said):
+    """They passed, and the first request failed blaming the scheme (`UnsupportedProtocol: Request URL
+    is missing an 'http://' or 'https://' protocol`) or as a connection error."""
+    done = check_config(tmp_path / "home", table)
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+
+
 def test_result_limits_that_fit_one_frame_exactly_are_accepted(cfg_file):
     most = (1 << 20) - 16 * 1024  # room for the rest of the frame
     text = (f"[server]\nserver_frame_bytes = {1 << 20}\n[tools]\noutput_limit_bytes = {most // 6}\n"

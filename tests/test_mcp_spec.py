@@ -139,7 +139,7 @@ def test_the_sandbox_wraps_a_server_unless_it_opts_out():
 @pytest.mark.parametrize("table, message", [
     ('[mcp.servers.fs]\nargs = ["x"]\n', "set exactly one of `command`"),
     ('[mcp.servers.fs]\ncommand = "a"\nurl = "http://h/"\n', "set exactly one of `command`"),
-    ('[mcp.servers.web]\nurl = "ftp://h/"\n', "must start with http:// or https://"),
+    ('[mcp.servers.web]\nurl = "ftp://h/"\n', "must start with http:// or https://, e.g. http://127.0.0.1:8080/v1"),
     ('[mcp.servers.web]\nurl = "http://h/"\nenv = {A = "b"}\n', "`args`, `env` and `cwd` are for stdio servers"),
     ('[mcp.servers.a__b]\ncommand = "x"\n', "a server name is 1-32 chars"),
     ('[mcp.servers.fs]\ncommand = "x"\nrisk = "none"\n', "mcp.servers.fs.risk: Invalid enum value 'none'"),

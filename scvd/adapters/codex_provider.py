@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
-from urllib.parse import urlsplit
 
 from .. import http_fields
 
@@ -148,7 +147,7 @@ def endpoint_problem(table: Any) -> str:
     if not isinstance(table, dict):
         return "its model_providers entry is not a table: write it as [model_providers.NAME] with its keys"
     base_url = table.get("base_url")
-    if base_url is not None and not _http_url(base_url):  # the value is not shown: a relay's may hold a key
+    if base_url is not None and http_fields.url_problem(base_url):  # the value is not shown: a relay's may hold a key
         return "base_url is not an http:// or https:// URL with a host"
     wire_api = table.get("wire_api", "responses")
     if wire_api not in WIRE_APIS:
@@ -164,13 +163,3 @@ def toml_kind(value: Any) -> str:
     """What a TOML value is, in TOML's words (a user reads it, not Python's type names)."""
     kinds = {str: "a text", bool: "a boolean", int: "an integer", float: "a float", dict: "a table", list: "an array"}
     return kinds.get(type(value), "a date or time")
-
-
-def _http_url(url: Any) -> bool:
-    if not isinstance(url, str):
-        return False
-    try:
-        parts = urlsplit(url)
-        return parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:  # "http://[x": a malformed host
-        return False
