@@ -28,7 +28,7 @@ from fnmatch import fnmatchcase
 from typing import Iterable, Sequence
 
 from .gitmeta import looks_like_git_dir
-from .host_places import HOME_DIR, RUNS, home_place, real_home
+from .host_places import HOME_DIR, RUNS, STARTED_IN, home_place, real_home
 from .own_places import CONFIG, ROOT, TOOL, Place, of
 from .paths import within
 from .tools.containment import show
@@ -211,7 +211,8 @@ def _runs_later(where: _Where, host: frozenset[Place], home: str) -> str | None:
     or at or inside a RUNS place of `host` (a directory on PATH, scvd's Python, a program scvd starts,
     a dotfile's link target), judged where it really is: a session grant to write in the home must
     not cover `.bashrc`."""
-    runs, dirs = of(host, RUNS), of(host, HOME_DIR)
+    started, dirs = of(host, STARTED_IN), of(host, HOME_DIR)
+    runs = [d for d in of(host, RUNS) if d not in started] + list(started)  # the other reasons first
     for target, named, path in where:
         # the name too: `.bashrc` linked into a dotfiles repository is still what the next shell reads
         place = home_place(path, home, dirs) or home_place(named, home, dirs)
@@ -219,6 +220,11 @@ def _runs_later(where: _Where, host: frozenset[Place], home: str) -> str | None:
             return (f"{show(target)} is in the home's {show(place)}, whose files run code later "
                     "outside any sandbox (at the next shell, login, git command or service start)")
         found = next((d for d in runs if within(path, d)), None)
+        if found in started:
+            return (f"{show(target)} is inside {show(found)}, the directory scvd was started in, which "
+                    "`python -m scvd` put on scvd's import path: a module written there runs outside any sandbox "
+                    "at scvd's next start; start scvd as installed (its `scvd` command, e.g. `.venv/bin/scvd "
+                    "run`, or the systemd unit) and this directory is not one")
         if found is not None:
             return (f"{show(target)} is inside {show(found)}, whose files run outside any sandbox later "
                     "(a directory on PATH, scvd's Python, a program scvd starts or a dotfile's link target)")

@@ -6,7 +6,8 @@ way can be replaced), is not run unasked. They are:
 - the programs scvd starts and where it finds them: each directory on its PATH (a call that writes
   `bin/bwrap` there has scvd run it in the sandbox's stead), the real directory of each program it
   found (bwrap, the agent CLIs, the MCP servers' commands and `cwd`s), and its Python: sys.path
-  (scvd's own code and what it imports later), sys.prefix and sys.base_prefix;
+  (scvd's own code and what it imports later; with `python -m scvd`, first the directory it was
+  started in, STARTED_IN too: its request says so), sys.prefix and sys.base_prefix;
 - the links among the home's dotfiles, and among the entries of its folders whose files run later
   (home_dirs: ~/.config, ~/.local, ~/.local/share, ~/.ssh, XDG_CONFIG_HOME and XDG_DATA_HOME; one
   level): a dotfiles repository that `~/.bashrc`, `~/.config/systemd` or `~/.local/bin` leads into
@@ -29,6 +30,7 @@ from .own_places import LOOKUP, Place
 from .paths import find_program, lookup_dirs, within
 
 RUNS = "runs"  # a real directory (or file) whose contents run outside the sandbox
+STARTED_IN = "started_in"  # of the RUNS places, the one only because `python -m scvd` was started there
 HOME_DIR = "home_dir"  # one of home_dirs, where it really is: what lies in it runs later (home_place)
 # under home, where files run code later outside any sandbox: autostart entries and systemd user
 # units (.config), ~/.local/bin on PATH, desktop entries and user units (.local/share, XDG_DATA_HOME's
@@ -41,14 +43,32 @@ def places(config: Any, bwrap: str | None, env: Mapping[str, str], home: str) ->
     the `bwrap` the probe found, scvd's `env` (its PATH, its XDG folders) and `home`. A frozenset:
     its hash is kept, and exposes_host's cache hashes it at every call. Blocking."""
     found = programs(config, bwrap, env)
-    runs = [*path_dirs(env), *sys.path, sys.prefix, sys.base_prefix, *cwds(config)]
+    start = started_in()
+    runs = [*path_dirs(env), *sys.path[start is not None:], sys.prefix, sys.base_prefix, *cwds(config)]
     runs += [os.path.dirname(os.path.realpath(p)) for p in found]
     links = dotfile_links(home, env)
     named = [os.path.abspath(p) for p in [*runs, *links] if p]
+    others = {os.path.realpath(p) for p in named}
+    if start is not None:  # it runs later all the same: a module planted there is imported at the next start
+        named.append(start)
     dirs = home_dirs(real_home(home), env)
     out = {Place(RUNS, os.path.realpath(p)) for p in named} | {Place(HOME_DIR, os.path.realpath(d)) for d in dirs}
+    if start is not None and os.path.realpath(start) not in others:  # what the request says of it
+        out.add(Place(STARTED_IN, os.path.realpath(start)))
     out |= {Place(LOOKUP, d) for p in [*named, *found, *dirs] for d in lookup_dirs(p)}
     return frozenset(out)
+
+
+def started_in() -> str | None:
+    """The directory Python put first on scvd's import path because scvd was started in it
+    (`python -m scvd` puts the working directory there), or None: started as a script (its own
+    directory comes first) or with -P (nothing does)."""
+    if sys.flags.safe_path or not sys.path:
+        return None
+    first = os.path.abspath(sys.path[0])  # "" is the working directory
+    if os.path.realpath(first) == os.path.realpath(os.path.dirname(os.path.abspath(sys.argv[0] or "."))):
+        return None
+    return first
 
 
 def path_dirs(env: Mapping[str, str]) -> list[str]:

@@ -276,6 +276,22 @@ def test_a_grant_for_write_in_the_home_does_not_cover_its_dotfiles(make_daemon, 
         assert isinstance(done, p.CallCompleted) and done.ok and (home / "notes2.txt").exists()
 
 
+def test_the_directory_python_m_scvd_was_started_in_is_named_as_the_cause(make_daemon, ws: Path) -> None:
+    # `python -m scvd` puts its working directory first on scvd's import path: a module planted there
+    # runs at scvd's next start, so it asks; the request blamed PATH, scvd's Python, programs or dotfiles
+    (ws / "proj").mkdir()
+    daemon = make_daemon(cwd=ws / "proj")
+    with daemon.client(name="pytest-owner", approver=True) as owner:
+        sid = owner.open_session(ws)
+        grant_writes(owner, sid)
+        assert denied_asking(owner, sid, "proj/json.py", "create") == (
+            f"'proj/json.py' is inside {str(ws.resolve() / 'proj')!r}, the directory scvd was started in, which "
+            "`python -m scvd` put on scvd's import path: a module written there runs outside any sandbox at scvd's "
+            "next start; start scvd as installed (its `scvd` command, e.g. `.venv/bin/scvd run`, or the systemd "
+            "unit) and this directory is not one")
+    assert not (ws / "proj" / "json.py").exists()
+
+
 def test_a_grant_for_write_does_not_cover_a_directory_on_scvds_path(make_daemon, tmp_path: Path, ws: Path) -> None:
     # a workspace holding a directory on scvd's PATH (sandbox off): a `git` planted there runs in
     # the stead of the real one, outside any sandbox, whenever scvd or the person looks one up
