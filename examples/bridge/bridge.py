@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,22 @@ class Console:
     """The chat app: lines in on stdin, messages out on stdout."""
 
     async def messages(self):
-        loop = asyncio.get_running_loop()
-        while line := await loop.run_in_executor(None, sys.stdin.readline):
+        # read on a thread of its own, not in the loop's executor: asyncio.run waits for that one's
+        # threads as it ends, and a readline blocked there kept the bridge alive after Ctrl-C
+        loop, lines = asyncio.get_running_loop(), asyncio.Queue()
+
+        def read() -> None:
+            while True:
+                line = sys.stdin.readline()  # "" once the input closed
+                try:
+                    loop.call_soon_threadsafe(lines.put_nowait, line)
+                except RuntimeError:  # the loop closed (Ctrl-C): nobody reads on
+                    return
+                if not line:
+                    return
+
+        threading.Thread(target=read, daemon=True).start()
+        while line := await lines.get():
             chat, sep, text = line.partition(":")
             if sep and text.strip():
                 yield chat.strip(), text.strip()
@@ -253,7 +268,10 @@ def main() -> None:
     parser.add_argument("--workspace", type=Path, default=Path.cwd())
     parser.add_argument("--state", type=Path, default=Path("bridge-conversations.json"))
     args = parser.parse_args()
-    asyncio.run(Bridge(Console(), str(args.workspace.resolve()), args.state).run())
+    try:
+        asyncio.run(Bridge(Console(), str(args.workspace.resolve()), args.state).run())
+    except KeyboardInterrupt:  # Ctrl-C: the conversations are saved as they go, so no traceback, only 128 + SIGINT
+        sys.exit(130)
 
 
 if __name__ == "__main__":

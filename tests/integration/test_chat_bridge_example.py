@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import os
+import pty
 import re
 import resource
 import signal
@@ -404,3 +406,56 @@ def test_the_example_bridge_tells_the_owner_what_a_chats_transcript_lost_or_coul
             told = read_until(proc, r"^\[owner\] ")
         assert told.startswith("[owner] alice: the transcript of conversation kdamaged could not be written"), told
         assert ends(proc)
+
+
+
+def ctrl_c_in_a_terminal(argv: list[str], env: dict[str, str], typed: str, shown: str) -> tuple[int, str]:
+    """Run `argv` in a terminal of its own, as from a shell: type `typed`, and once its output holds
+    `shown`, Ctrl-C (the terminal sends SIGINT). Its exit status and all it showed."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: on the pty, its controlling terminal
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    out = b""
+    try:
+        os.write(fd, typed.encode())
+        while shown.encode() not in out:
+            out += os.read(fd, 65536)
+        os.write(fd, b"\x03")
+        for _ in range(300):  # 30 s: it may not end at all
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                with contextlib.suppress(OSError):  # what it wrote before it ended; EIO once all is read
+                    while chunk := os.read(fd, 65536):
+                        out += chunk
+                return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+            time.sleep(0.1)
+        raise AssertionError(f"still running 30 s after Ctrl-C; it showed: {out.decode(errors='replace')}")
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def test_the_example_bridge_exits_quietly_with_130_on_ctrl_c_waiting_for_scvd(scv_home, workspace, tmp_path):
+    """Ctrl-C while no scvd answered printed a KeyboardInterrupt and CancelledError traceback."""
+    from conftest import base_env
+
+    env = base_env(scv_home, SCV_SOCKET=str(tmp_path / "none.sock"))
+    argv = [sys.executable, str(BRIDGE), "--workspace", str(workspace), "--state", str(tmp_path / "b.json")]
+    status, shown = ctrl_c_in_a_terminal(argv, env, "", "waiting for scvd: ")
+    assert status == 130 and "Traceback" not in shown, shown
+
+
+def test_the_example_bridge_exits_quietly_with_130_on_ctrl_c_while_it_waits_for_input(make_daemon, model, scv_home,
+                                                                                      workspace, tmp_path):
+    """Connected, a Ctrl-C printed a traceback and left the bridge running, a second one too: the
+    readline waiting for input sat in asyncio's default executor, whose threads asyncio.run waits for."""
+    d, argv = daemon_for(make_daemon, scv_home, model(), workspace, tmp_path)
+    # answered: connected, and reading the next line
+    status, shown = ctrl_c_in_a_terminal(argv, d.env, "owner: /nope\n", "[owner] commands: ")
+    assert status == 130 and "Traceback" not in shown, shown
