@@ -25,7 +25,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from scvd import errors, paths as paths_mod
 
@@ -120,15 +120,19 @@ def manager_unit_path() -> list[str] | None:
     return done.stdout.split()
 
 
-def scvd_command() -> list[str]:
-    """The scvd of this Python environment: next to the interpreter, on PATH, or `python -m scvd`."""
-    sibling = Path(sys.executable).parent / "scvd"
+def scvd_command(executable: str = sys.executable,
+                 which: Callable[[str], str | None] = shutil.which) -> list[str]:
+    """The scvd of this Python environment: next to the interpreter, on PATH, or `python -P -m scvd`.
+
+    -P: a unit starts in the home, which `-m` alone puts first on the import path, so a module
+    planted there would run in scvd (and the whole home would count as a place whose files run later)."""
+    sibling = Path(executable).parent / "scvd"
     if sibling.is_file() and os.access(sibling, os.X_OK):
         return [str(sibling), "run"]
-    found = shutil.which("scvd")
+    found = which("scvd")
     if found:
         return [os.path.abspath(found), "run"]
-    return [os.path.abspath(sys.executable), "-m", "scvd", "run"]
+    return [os.path.abspath(executable), "-P", "-m", "scvd", "run"]
 
 
 def quote_exec_arg(arg: str, *, executable: bool = False) -> str:

@@ -433,3 +433,22 @@ def test_install_says_why_it_cannot_write_the_units_instead_of_a_traceback(user_
                           env=user_env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith(f"config: cannot write the units into {blocker}/systemd/user (Not a directory): ")
+
+
+def test_the_python_m_fallback_does_not_import_from_the_directory_the_unit_starts_in(tmp_path):
+    """With no scvd script installed the unit ran `python -m scvd`, which puts its start directory
+    (the home, for a user unit) first on the import path: a module planted there ran inside scvd."""
+    argv = service.scvd_command(executable=str(tmp_path / "bin" / "python3"), which=lambda _: None)
+    assert argv[1:] == ["-P", "-m", "scvd", "run"]
+    home = tmp_path / "home"
+    home.mkdir()
+    marker = tmp_path / "planted-ran"
+    (home / "msgspec.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(9)\n")
+    env = {**os.environ, "SCV_HOME": str(tmp_path / "scv")}
+    env.pop("PYTHONPATH", None)  # what the unit has: the installed package only
+    if os.environ.get("PYTHONPATH"):  # a checkout run: keep it importable, after the start directory's place
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    done = subprocess.run([sys.executable, *argv[1:-1], "check-config"], cwd=home, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert not marker.exists(), "a module in the start directory was imported"
+    assert done.returncode == 0, done.stderr
