@@ -23,6 +23,7 @@ from adapters_support import Harness, fake_bin, harness  # noqa: F401 - fixtures
 from scvd import paths as paths_mod
 from scvd.adapters import service
 from scvd.chat.provider import ProviderFailure, codex_settings
+from scvd.errors import Failed
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_KEY, NEW_KEY = "sk-AAAA-for-openai", "sk-BBBB-for-relay"
@@ -166,3 +167,72 @@ def test_a_home_an_older_scvd_left_half_imported_is_mended_by_the_next_import(pa
     assert held(home) == (RELAY, None) and leftovers(home) == []
     assert any("killed midway" in w for w in out["warnings"]), out["warnings"]
     assert any("was for an endpoint scvd cannot tell" in w and "was removed" in w for w in out["warnings"])
+
+
+def left_the_old_way(paths: paths_mod.Paths, openai: Path, how: str) -> Path:
+    """The OpenAI setup imported whole, then the relay's import killed after its first rename: by an scvd
+    before the journal (the relay's config beside the OpenAI key, its kept and staged files), or by one
+    whose journal cannot be read."""
+    home = paths.adapters_dir / "codex"
+    shutil.rmtree(home, ignore_errors=True)
+    service.import_setup("codex", str(openai), paths=paths, env={})
+    os.link(home / "config.toml", home / ".config.toml.old")
+    (home / "config.toml").write_text(RELAY_CONFIG)
+    if how == "older-scvd":
+        (home / ".auth.json.x1y2z3.tmp").write_text(json.dumps({"OPENAI_API_KEY": NEW_KEY}))
+    else:
+        (home / ".scvd-import.undo").write_text('{"config.toml": tru')
+    return home
+
+
+REFUSED = "may hold a key for another endpoint"
+
+
+@pytest.mark.parametrize("how", ["older-scvd", "unreadable-journal"])
+def test_a_home_left_unsure_is_refused_by_agent_runs_and_chat_turns_until_an_import_settles_it(
+        harness: Harness, tmp_path, monkeypatch, how) -> None:
+    """Only an import looked for an older scvd's leftovers, and an unreadable journal was removed by the
+    next user: an agent run or chat turn then sent the OpenAI key to the relay."""
+    openai = setup_dir(tmp_path, "openai", 'model = "gpt-5"\n', OLD_KEY)
+    relay = setup_dir(tmp_path, "relay", RELAY_CONFIG, NEW_KEY)
+    home = left_the_old_way(harness.paths, openai, how)
+    left = leftovers(home)
+    monkeypatch.setenv("FAKE_AGENT_MODE", "read")
+    monkeypatch.setenv("FAKE_AGENT_READ", str(home / "auth.json"))
+    with pytest.raises(Failed, match=REFUSED) as refused:
+        harness.call("codex", prompt="go")
+    assert "run `scvctl agents import codex` again" in refused.value.message
+    assert not harness.log.exists()  # the agent never ran
+    with pytest.raises(ProviderFailure, match=REFUSED):
+        codex_settings(home, env={})
+    assert leftovers(home) == left  # kept for the import that settles it
+    out = service.import_setup("codex", str(relay), paths=harness.paths, env={})
+    assert any("killed midway" in w for w in out["warnings"]), out["warnings"]
+    assert leftovers(home) == []
+    settings = codex_settings(home, env={})
+    assert (settings.base_url, settings.api_key) == (RELAY, NEW_KEY)
+    assert NEW_KEY in harness.call("codex", prompt="go")["output"]
+
+
+def test_an_import_settling_an_unsure_home_killed_at_any_step_leaves_it_refused_or_whole(paths, tmp_path) -> None:
+    """Once the import has removed the leftovers it settles, a kill before its commit must still leave the
+    home refused: the relay's config is still there beside the OpenAI key."""
+    openai = setup_dir(tmp_path, "openai", 'model = "gpt-5"\n', OLD_KEY)
+    relay = setup_dir(tmp_path, "relay", RELAY_CONFIG, NEW_KEY)
+    seen = set()
+    for step in itertools.count(1):
+        home = left_the_old_way(paths, openai, "older-scvd")
+        status = import_killed_at(step, relay, home)
+        assert status in (0, -signal.SIGKILL), f"the import killed at step {step} failed otherwise ({status})"
+        try:
+            settings = codex_settings(home, env={})
+        except ProviderFailure as exc:
+            assert REFUSED in exc.message, f"killed at step {step}"
+            seen.add("refused")
+        else:
+            assert (settings.base_url, settings.api_key) == (RELAY, NEW_KEY), f"killed at step {step}"
+            seen.add("relay")
+        if status == 0:
+            break
+    assert seen == {"refused", "relay"} and step >= 8, (seen, step)
+

@@ -24,6 +24,7 @@ MAX_FILE_BYTES = 1 << 20
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 CONFIG = "config.toml"
 AUTH = "auth.json"
+IMPORTED = (CONFIG, AUTH)  # what an import writes, and what a reader pairs: under the import lock
 
 
 def auth_verdict(auth: dict[str, Any]) -> tuple[str, str | None]:

@@ -13,7 +13,8 @@ Rules (seed 000, "Signing in delegated agents"):
   warned of: codex ignores it.
 - Both files are validated before either is written; the writes (and that removal) happen
   all together or not at all, one import at a time per home (import_files.py); one killed midway is
-  undone first (import_journal.py), and the home's endpoint is unknown when that cannot be done.
+  undone first (import_journal.py), and the home's endpoint is unknown when that cannot be done
+  (which also refuses agent runs and chat turns until an import commits).
 - Nothing read here is ever printed or logged except the reported settings.
 """
 
@@ -28,12 +29,12 @@ from typing import Any
 
 from ..errors import InternalError, InvalidRequest, NotARegularFile
 from ..paths import read_regular_file
-from .codex_home import AUTH, CONFIG, MAX_FILE_BYTES, auth_verdict, settle_old_files
+from .codex_home import AUTH, CONFIG, IMPORTED, MAX_FILE_BYTES, auth_verdict, settle_old_files
 from .codex_provider import (LOCAL_PORTS, active_provider, active_provider_id, active_settings, endpoint_problem,
                              ignored_tables, model_provider_problem, provider_entries, provider_entry,
                              provider_headers)
 from .import_files import commit_files, one_at_a_time
-from .import_journal import UNDONE, UNSURE, settle
+from .import_journal import UNDONE, UNSURE, mark_unsure, settle
 
 log = logging.getLogger("scvd.adapters")
 
@@ -41,8 +42,8 @@ UNUSED = ", which this config does not use now"
 INTERRUPTED = {
     UNDONE: "an earlier import into scvd's codex home was killed midway; its files were put back as they were "
             "before it",
-    UNSURE: "an earlier import into scvd's codex home was killed midway and left no journal to undo it by (an "
-            "older scvd's), so which provider the files there are for cannot be told: those this import does "
+    UNSURE: "an earlier import into scvd's codex home was killed midway and left no journal scvd can undo it by "
+            "(an older scvd's, or one that cannot be read), so which provider the files there are for cannot be told: those this import does "
             "not replace are taken as being for another provider",
 }
 REPORTED = ("model", "model_provider", "model_reasoning_effort", "sandbox_mode", "approval_policy")
@@ -211,7 +212,9 @@ def import_codex(source: Path, home: Path) -> dict[str, Any]:
     plan = plan_import(source)
     try:
         with one_at_a_time(home):
-            found = settle(home, (CONFIG, AUTH))
+            found = settle(home, IMPORTED)
+            if found == UNSURE:  # this import settles it: other users are refused until it commits
+                mark_unsure(home, IMPORTED)
             plan.warnings += [INTERRUPTED[found]] if found in INTERRUPTED else []
             plan.warnings += settle_old_files(plan.files, plan.config, home, known=found != UNSURE)
             commit_files(home, plan.files)

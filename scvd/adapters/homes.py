@@ -2,7 +2,8 @@
 
 The daemon creates a home before each use and repairs it after each run, because
 the real CLIs create their own folders 0755 and files 0644. Repairs are logged. An
-import into the home killed midway is undone before its next use (import_journal.py).
+import into the home killed midway is undone before its next use (import_journal.py), and a
+home left so that it cannot be is refused until an import settles it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from .. import paths as scv_paths
 from ..errors import Failed, InvalidRequest
+from .codex_home import IMPORTED
 from .env import home_layout
 from .import_files import settle_interrupted
 
@@ -24,11 +26,12 @@ def home_dir(paths: Any, name: str) -> Path:
     return Path(paths.adapters_dir) / name
 
 
-def ensure_home(paths: Any, name: str) -> Path:
+def ensure_home(paths: Any, name: str, *, settle: bool = True) -> Path:
     """Create the home and its XDG / SCV_HOME folders 0700, repair loose modes; return it.
 
     A home scvd cannot make or make private is refused, naming the path and why: no agent
-    runs with its sign-in readable by others.
+    runs with its sign-in readable by others. Not `settle`: for an import, which settles the
+    home itself (and is the one user a home left unsure does not refuse).
     """
     home = home_dir(paths, name)
     try:
@@ -39,16 +42,18 @@ def ensure_home(paths: Any, name: str) -> Path:
             f"cannot make the {name} home {home} private ({where}: {exc.strerror or exc}); "
             "give that path back to your user (chown) or move it away, then retry"
         ) from exc
-    _settle_import(name, home)
+    if settle:
+        _settle_import(name, home)
     return home
 
 
 def _settle_import(name: str, home: Path) -> None:
     """An import killed midway left one file of its own beside one from before (a new provider's
-    config beside the old one's key): put the old ones back before anything reads the home."""
+    config beside the old one's key): put the old ones back before anything reads the home. Only
+    codex has an import; no other home holds its files' kept copies."""
     try:
-        settle_interrupted(home)
-    except InvalidRequest as exc:  # an import under way for too long
+        settle_interrupted(home, IMPORTED)
+    except InvalidRequest as exc:  # an import under way for too long, or a home left unsure
         raise Failed(exc.message) from None
     except OSError as exc:
         raise Failed(

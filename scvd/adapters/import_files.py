@@ -81,12 +81,17 @@ def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
     import_journal.end(directory, list(files))  # outside: once done, the kept files are never put back
 
 
-def settle_interrupted(directory: Path) -> None:
+def settle_interrupted(directory: Path, names: tuple[str, ...]) -> None:
     """Before a home is used: undo or finish an import's commit a kill left, so an agent never runs on
-    half of one (an import under way is waited for). Cheap when there is none: a few stats."""
-    if import_journal.interrupted(directory):
+    half of one (an import under way is waited for); refuse a home whose files cannot be told apart
+    (import_journal.UNSURE) until an import settles it. Cheap when there is none: a few stats."""
+    if import_journal.interrupted(directory, names):
         with one_at_a_time(directory):
-            import_journal.settle(directory, ())
+            if import_journal.settle(directory, names) == import_journal.UNSURE:
+                raise InvalidRequest(
+                    f"scvd's codex home {directory} may hold a key for another endpoint: an import into it was "
+                    "killed midway (by an older scvd, or its journal cannot be read), so which provider each "
+                    "file is for cannot be told; run `scvctl agents import codex` again")
 
 
 @contextlib.contextmanager

@@ -7,7 +7,9 @@
   a journal left behind, under the import lock: `.undo` puts every old file back and removes each
   new one that had none, `.done` removes the kept files. Both may be killed and done again.
 - So a `.NAME.old` without a journal was left by an scvd before this one (or a journal that cannot
-  be read): what the home holds cannot be told then, and the import says so (`UNSURE`).
+  be read): whose each file is cannot be told then (`UNSURE`). Only an import settles that: it marks
+  the home `.scvd-import.unsure` before it removes those leftovers, and its commit (`done`) removes the
+  mark; until then every other user is refused, even after a kill or a failure between the two.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..paths import read_regular_file
 UNDO = ".scvd-import.undo"
 DONE = ".scvd-import.done"
 _TMP = ".scvd-import.tmp"  # the journal being written: under the lock, one at a time
+UNSURE_MARK = ".scvd-import.unsure"  # an import is settling an UNSURE home: unsure until it commits
 MAX_JOURNAL_BYTES = 4096
 
 UNDONE, FINISHED, UNSURE = "undone", "finished", "unsure"  # what `settle` found
@@ -47,6 +50,7 @@ def done(directory: Path) -> None:
     """Every new file is in place: from here a kill is finished (`end`), not undone."""
     os.replace(directory / UNDO, directory / DONE)
     _sync(directory)
+    _unlink(directory / UNSURE_MARK)  # after: a kill between is FINISHED, which removes it too
 
 
 def end(directory: Path, names: list[str]) -> None:
@@ -74,27 +78,40 @@ def roll_back(directory: Path, had: dict[str, bool]) -> None:
 
 def settle(directory: Path, names: tuple[str, ...]) -> str | None:
     """Undo or finish a commit a kill left (the import lock held), and remove its leftovers and those
-    of `names`; UNDONE, FINISHED, UNSURE (kept files without a readable journal) or None (nothing)."""
-    undo = os.path.lexists(directory / UNDO)
-    found = None
-    if undo or os.path.lexists(directory / DONE):
-        had = _read(directory / (UNDO if undo else DONE))
-        if had is not None:
-            if undo:
-                roll_back(directory, had)
-            names, found = (*names, *had), UNDONE if undo else FINISHED
+    of `names`; UNDONE, FINISHED, None (nothing), or UNSURE: kept files without a readable journal, or
+    a home marked unsure, all left as found for an import to settle (`mark_unsure`)."""
+    journal = next((j for j in (UNDO, DONE) if os.path.lexists(directory / j)), None)
+    if journal is not None:
+        had = _read(directory / journal)
+        if had is None:
+            return UNSURE  # which files changed cannot be told
+        if journal == UNDO:
+            roll_back(directory, had)
         else:
-            found = UNSURE  # which files changed cannot be told
+            _unlink(directory / UNSURE_MARK)  # its import committed: the home holds its files alone
+        names = (*names, *had)
     elif any(os.path.lexists(kept(directory, n)) for n in names):
-        found = UNSURE
+        return UNSURE  # an older scvd's
     end(directory, list(names))
-    return found
+    if os.path.lexists(directory / UNSURE_MARK):
+        return UNSURE  # the import settling it was killed or failed before its commit
+    return {UNDO: UNDONE, DONE: FINISHED}.get(journal or "")
 
 
-def interrupted(directory: Path) -> bool:
-    """A journal (or one being written) is there: a commit is under way or was killed. A few stats:
-    the common case, before each agent run."""
-    return any(os.path.lexists(directory / j) for j in (UNDO, DONE, _TMP))
+def mark_unsure(directory: Path, names: tuple[str, ...]) -> None:
+    """An import settles an UNSURE home: mark it so (on disk first), then remove the leftovers, which
+    its own commit would trip over; the mark goes with that commit."""
+    fd = os.open(directory / UNSURE_MARK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.close(fd)
+    _sync(directory)
+    end(directory, list(names))
+
+
+def interrupted(directory: Path, names: tuple[str, ...]) -> bool:
+    """A journal (or one being written), a kept file of `names` or the unsure mark is there: a commit
+    is under way or was killed. A few stats: the common case, before each agent run and chat turn."""
+    found = [directory / j for j in (UNDO, DONE, _TMP, UNSURE_MARK)] + [kept(directory, n) for n in names]
+    return any(os.path.lexists(path) for path in found)
 
 
 def _read(journal: Path) -> dict[str, bool] | None:

@@ -61,7 +61,7 @@ def import_setup(agent: str, source: str | None, *, paths: Any, env: Mapping[str
         source = default_codex_home(env)
     if not os.path.isabs(source):
         raise InvalidRequest(f"source {source!r} must be an absolute path")
-    home = ensure_home(paths, adapter.name)
+    home = ensure_home(paths, adapter.name, settle=False)  # the importer settles it, under its lock
     try:
         return importer(Path(source), home)
     finally:

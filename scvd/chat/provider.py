@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol
 
 from .. import errors
-from ..adapters.codex_home import read_auth, read_config
+from ..adapters.codex_home import IMPORTED, read_auth, read_config
 from ..adapters.codex_provider import (active_provider_id, active_settings, endpoint_problem, model_provider_problem,
                                       provider_entry, provider_headers, strings)
 from ..adapters.import_files import settle_interrupted
@@ -135,8 +135,8 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     hint = ("run `scvctl agents import codex` (a Codex setup with an API key), or add a [providers.NAME] table "
             "and set chat.provider = \"NAME\" in config.toml (chat.provider is codex unless set)")
     try:  # an import killed midway may have left a new provider's config beside the old one's key
-        settle_interrupted(home)
-    except errors.InvalidRequest as exc:  # an import under way for too long
+        settle_interrupted(home, IMPORTED)
+    except errors.InvalidRequest as exc:  # an import under way for too long, or a home it left unsure
         raise ProviderFailure("provider_error", exc.message) from None
     except OSError as exc:
         raise ProviderFailure("provider_error", f"the Codex setup an import killed midway left cannot be put back "
