@@ -236,3 +236,66 @@ def test_an_import_settling_an_unsure_home_killed_at_any_step_leaves_it_refused_
             break
     assert seen == {"refused", "relay"} and step >= 8, (seen, step)
 
+
+PAUSED_READER = """
+import sys
+from pathlib import Path
+from scvd.chat import provider
+
+real = provider.read_config
+def pausing(home):  # between the turn's read of config.toml and of auth.json
+    config = real(home)
+    print("read", flush=True)
+    sys.stdin.readline()
+    return config
+provider.read_config = pausing
+settings = provider.codex_settings(Path(sys.argv[1]), env={})
+print(settings.base_url, settings.api_key, flush=True)
+"""
+WAITING_IMPORT = """
+import fcntl, sys
+from pathlib import Path
+from scvd.adapters.codex_import import import_codex
+
+real, told = fcntl.flock, []
+def flock(fd, how):
+    try:
+        return real(fd, how)
+    except BlockingIOError:
+        if not told:
+            print("waiting", flush=True)
+            told.append(True)
+        raise
+fcntl.flock = flock
+import_codex(Path(sys.argv[1]), Path(sys.argv[2]))
+print("imported", flush=True)
+"""
+
+
+def test_an_import_waits_for_a_chat_turn_reading_the_setup_so_its_key_and_endpoint_are_one_imports(
+        paths, tmp_path) -> None:
+    """A turn read config.toml and auth.json without the import lock: an import between its two reads
+    paired the OpenAI endpoint with the relay's key (1 turn in ~7,000 while importing in a loop)."""
+    openai = setup_dir(tmp_path, "openai", 'model = "gpt-5"\n', OLD_KEY)
+    relay = setup_dir(tmp_path, "relay", RELAY_CONFIG, NEW_KEY)
+    service.import_setup("codex", str(openai), paths=paths, env={})
+    home = paths.adapters_dir / "codex"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    reader = subprocess.Popen([sys.executable, "-c", PAUSED_READER, str(home)], env=env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    importer = None
+    try:
+        assert reader.stdout.readline() == "read\n"
+        importer = subprocess.Popen([sys.executable, "-c", WAITING_IMPORT, str(relay), str(home)], env=env,
+                                    text=True, stdout=subprocess.PIPE)
+        assert importer.stdout.readline() == "waiting\n"  # for the turn's lock, not done already
+        assert held(home) == (OPENAI, OLD_KEY)
+        turn = reader.communicate("\n", timeout=60)[0]
+        assert turn.split() == [OPENAI, OLD_KEY]
+        assert importer.communicate(timeout=60)[0] == "imported\n" and importer.returncode == 0
+        assert held(home) == (RELAY, NEW_KEY)
+    finally:
+        for child in (reader, importer):
+            if child is not None and child.poll() is None:
+                child.kill()
+                child.wait()

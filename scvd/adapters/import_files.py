@@ -4,7 +4,9 @@
   old files go back, and if the import is killed midway its journal has the next user of the home
   put them back (import_journal.py), so a home never holds files from two imports.
 - One import at a time per home: a flock on the directory (the daemon's and a direct scvctl's
-  alike), waited for up to LOCK_WAIT_SECONDS.
+  alike), waited for up to LOCK_WAIT_SECONDS. Whoever reads the imported files together (a chat
+  turn: the config and the key it pairs) holds it shared meanwhile (`reading`), so no import
+  swaps them between two reads.
 - What an import that died midway left (a copy of a key among it) is swept by the next
   (import_journal.settle).
 """
@@ -83,38 +85,63 @@ def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
 
 def settle_interrupted(directory: Path, names: tuple[str, ...]) -> None:
     """Before a home is used: undo or finish an import's commit a kill left, so an agent never runs on
-    half of one (an import under way is waited for); refuse a home whose files cannot be told apart
-    (import_journal.UNSURE) until an import settles it. Cheap when there is none: a few stats."""
-    if import_journal.interrupted(directory, names):
-        with one_at_a_time(directory):
+    half of one (an import under way is waited for); refuse a home whose files cannot be told apart."""
+    with reading(directory, names):
+        pass
+
+
+@contextlib.contextmanager
+def reading(directory: Path, names: tuple[str, ...]) -> Iterator[None]:
+    """The import lock shared while the caller reads `names` (so all from one import), after an import's
+    commit a kill left is settled (the lock exclusive then); InvalidRequest for a home an import killed
+    midway left unsure (import_journal.UNSURE). One flock and a few stats when there is nothing to settle."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = -1
+    if fd < 0:  # nothing imported: the reads say so
+        yield
+        return
+    try:
+        _lock(fd, directory, fcntl.LOCK_SH)
+        if import_journal.interrupted(directory, names):
+            _lock(fd, directory, fcntl.LOCK_EX)  # not atomic: an import may run between, settled all the same
             if import_journal.settle(directory, names) == import_journal.UNSURE:
                 raise InvalidRequest(
                     f"scvd's codex home {directory} may hold a key for another endpoint: an import into it was "
                     "killed midway (by an older scvd, or its journal cannot be read), so which provider each "
                     "file is for cannot be told; run `scvctl agents import codex` again")
+        yield
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
 def one_at_a_time(directory: Path) -> Iterator[None]:
-    """An exclusive flock on `directory` while one import reads and writes it; waited for up to
-    LOCK_WAIT_SECONDS (an import stopped with Ctrl-Z must not hold the next one, nor a worker, for good)."""
+    """An exclusive flock on `directory` while one import reads and writes it."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        deadline = time.monotonic() + LOCK_WAIT_SECONDS
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise InvalidRequest(
-                        f"another import into scvd's codex home {directory} has been under way for "
-                        f"{LOCK_WAIT_SECONDS:g} s (a `scvctl agents import` stopped with Ctrl-Z?); let it "
-                        "finish or end it, then import again") from None
-                time.sleep(0.05)
+        _lock(fd, directory, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
+
+
+def _lock(fd: int, directory: Path, how: int) -> None:
+    """flock `how`, waited for up to LOCK_WAIT_SECONDS (an import stopped with Ctrl-Z must not hold the
+    next one, nor a worker, for good)."""
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise InvalidRequest(
+                    f"another import into scvd's codex home {directory} has been under way for "
+                    f"{LOCK_WAIT_SECONDS:g} s (a `scvctl agents import` stopped with Ctrl-Z?); let it "
+                    "finish or end it, then import again") from None
+            time.sleep(0.05)
 
 
 def _keep(directory: Path, name: str, existed: bool) -> None:

@@ -21,7 +21,7 @@ from .. import errors
 from ..adapters.codex_home import IMPORTED, read_auth, read_config
 from ..adapters.codex_provider import (active_provider_id, active_settings, endpoint_problem, model_provider_problem,
                                       provider_entry, provider_headers, strings)
-from ..adapters.import_files import settle_interrupted
+from ..adapters.import_files import reading
 from .items import ModelEvent, ModelRequest
 
 CODEX = "codex"
@@ -134,20 +134,7 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     env = os.environ if env is None else env
     hint = ("run `scvctl agents import codex` (a Codex setup with an API key), or add a [providers.NAME] table "
             "and set chat.provider = \"NAME\" in config.toml (chat.provider is codex unless set)")
-    try:  # an import killed midway may have left a new provider's config beside the old one's key
-        settle_interrupted(home, IMPORTED)
-    except errors.InvalidRequest as exc:  # an import under way for too long, or a home it left unsure
-        raise ProviderFailure("provider_error", exc.message) from None
-    except OSError as exc:
-        raise ProviderFailure("provider_error", f"the Codex setup an import killed midway left cannot be put back "
-                              f"({exc.strerror or exc})", "free some space or fix the permissions of "
-                              f"{home}, then retry") from None
-    try:  # never blocking: an agent run may have left a FIFO in the codex home
-        config = read_config(home)
-    except FileNotFoundError as exc:
-        raise ProviderFailure("auth", f"no imported Codex setup ({exc.filename} is missing)", hint) from None
-    except (OSError, ValueError, errors.NotARegularFile) as exc:
-        raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}", hint) from None
+    config, auth = _imported(home, hint)
     if problem := model_provider_problem(config):
         raise ProviderFailure("provider_error", f"the imported Codex setup's {problem}", _FIX_CONFIG)
     provider_id = active_provider_id(config)  # a `profile` picks the provider and model, as in codex
@@ -158,7 +145,7 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
                               _FIX_CONFIG)
     key, source = str(table.get("experimental_bearer_token") or ""), f"{home / 'config.toml'} (its bearer token)"
     if not key and (provider_id == "openai" or table.get("requires_openai_auth") is True):
-        key, source = str(read_auth(home).get("OPENAI_API_KEY") or ""), str(home / "auth.json")
+        key, source = str(auth.get("OPENAI_API_KEY") or ""), str(home / "auth.json")
     if not key and table.get("env_key"):
         key, source = env.get(str(table["env_key"]), ""), f"env {table['env_key']}"
     elif not key and table.get("base_url") and table.get("requires_openai_auth") is not True:
@@ -172,6 +159,26 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
                     base_url=str(table.get("base_url") or OPENAI_BASE_URL),
                     wire_api=str(table.get("wire_api") or "responses"), api_key=str(key), key_source=source,
                     query=strings(table.get("query_params")), headers=headers)
+
+
+def _imported(home: Path, hint: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """config.toml and auth.json as one import left them: its lock shared while both are read (an import
+    between the two reads paired one's key with the other's endpoint), after one killed midway is settled."""
+    try:
+        with reading(home, IMPORTED):
+            try:  # never blocking: an agent run may have left a FIFO in the codex home
+                return read_config(home), read_auth(home)
+            except FileNotFoundError as exc:
+                raise ProviderFailure("auth", f"no imported Codex setup ({exc.filename} is missing)", hint) from None
+            except (OSError, ValueError, errors.NotARegularFile) as exc:
+                raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}",
+                                      hint) from None
+    except errors.InvalidRequest as exc:  # an import under way for too long, or a home it left unsure
+        raise ProviderFailure("provider_error", exc.message) from None
+    except OSError as exc:
+        raise ProviderFailure("provider_error", f"the Codex setup an import killed midway left cannot be put back "
+                              f"({exc.strerror or exc})", "free some space or fix the permissions of "
+                              f"{home}, then retry") from None
 
 
 def _headers(provider_id: str, table: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
