@@ -168,3 +168,30 @@ def test_a_replayed_history_pairs_every_call_with_its_output(tmp_path):
     assert conv.history[-2].turn == conv.history[-1].turn == "t3"  # t3 has no end: scvd was killed in it
     c1 = next(i for i in conv.history if getattr(i, "call_id", "") == "c1")
     assert c1.turn == "t2" and '"kind":"cancelled"' in c1.output and "not written to the transcript" in c1.output
+
+
+# ...and ftruncate refused by the kernel (a seccomp filter answering EIO): the roll-back fails too
+ROLL_BACK_FAILS = WRITE_PAST_THE_LIMIT.replace("try:\n", """import ctypes, struct
+libc = ctypes.CDLL(None, use_errno=True)
+code = [(0x20, 0, 0, 0), (0x15, 0, 1, 77), (0x06, 0, 0, 0x00050000 | errno.EIO), (0x06, 0, 0, 0x7fff0000)]
+insns = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in code))
+prog = struct.pack("HxxxxxxQ", len(code), ctypes.addressof(insns))
+assert libc.prctl(38, 1, 0, 0, 0) == 0 and libc.prctl(22, 2, ctypes.c_char_p(prog), 0, 0) == 0
+try:
+""", 1).replace("import os,", "import errno, os,").replace(
+    '[UserText(text="x" * 1000)]', '[UserText(text="a"), UserText(text="b"), UserText(text="x" * 1000)]').replace(
+    "print(exc.errno)", "print(exc.errno, exc.written)")
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter names x86_64's ftruncate")
+def test_a_batch_whose_roll_back_fails_says_which_records_are_in(tmp_path):
+    """The roll-back failing left the batch's head in the file while the caller kept the whole
+    batch: its next write put those records in twice."""
+    t = Transcripts(tmp_path)
+    t.append("k3", [Opened(workspace="/ws"), UserText(text="hi")])
+    run = subprocess.run([sys.executable, "-c", ROLL_BACK_FAILS, str(tmp_path)], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert run.stdout.split() == [str(errno.EFBIG), "2"], run.stderr
+    t.append("k3", [UserText(text="x" * 1000)])  # what the caller kept: the record not in the file
+    texts = [r.text for r in t.read("k3") if isinstance(r, UserText)]
+    assert texts == ["hi", "a", "b", "x" * 1000]

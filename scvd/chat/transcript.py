@@ -7,7 +7,8 @@ line (scvd killed mid-write), like any other line that cannot be read, is read
 back as an `Unreadable` record in its place, and the next append ends it first,
 so what comes after it is kept. A batch whose write
 fails (a full disk) is cut off again and left to the caller to append later, so
-the file never holds part of one.
+the file never holds part of one; should the cut fail too, BatchCut says how many
+of its records are in, and the caller keeps only the rest.
 """
 
 from __future__ import annotations
@@ -60,14 +61,14 @@ class Transcripts:
         fd = self._open(conversation, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             size = os.fstat(fd).st_size
-            if _torn(fd, size):  # a crash tore the last line: end it, so this batch starts a line of its own
-                data = b"\n" + data
-            view = memoryview(data)
+            lead = b"\n" if _torn(fd, size) else b""  # a crash tore the last line: this batch starts its own
+            data = lead + data
+            done = 0
             try:
-                while view:  # one write per batch (a crash tears at most the last line); a short one goes on
-                    view = view[os.write(fd, view):]
-            except OSError:  # a full disk: the caller keeps the batch for the next append, so none of it stays
-                os.ftruncate(fd, size)
+                while done < len(data):  # one write per batch (a crash tears at most the last line)
+                    done += os.write(fd, memoryview(data)[done:])
+            except OSError as exc:  # a full disk: the caller keeps the batch for the next append, so none of it stays
+                _undo(fd, size, exc, data[len(lead):done].count(b"\n"))
                 raise
         finally:
             os.close(fd)
@@ -114,6 +115,25 @@ class Transcripts:
         return errors.InternalError(f"the transcript of conversation {conversation} ({self.path(conversation)}) "
                                     f"is {kind}; scvd keeps a transcript only in a regular file of its own: "
                                     "move it away, then retry")
+
+
+class BatchCut(OSError):
+    """A batch's write failed and so did cutting off the part that went in: its first `written`
+    records are in the file (the caller keeps only the rest, or they would be there twice)."""
+
+    def __init__(self, err: int, message: str, written: int) -> None:
+        super().__init__(err, message)
+        self.written = written
+
+
+def _undo(fd: int, size: int, exc: OSError, written: int) -> None:
+    """Cut the file back to `size`; failing that, say how many whole records reached it."""
+    try:
+        os.ftruncate(fd, size)
+    except OSError as undo:
+        raise BatchCut(exc.errno or errno.EIO, f"{exc.strerror or exc}; and cutting the part written off failed "
+                       f"({undo.strerror or undo}): {written} record(s) of the batch are in the transcript, a "
+                       "torn line after them reads back as an unreadable line", written) from exc
 
 
 def _torn(fd: int, size: int) -> bool:
