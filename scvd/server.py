@@ -38,7 +38,7 @@ from .secret_requests import SecretRequests
 from .secrets import SecretStore
 from .sessions import Owner, Session, new_session_id, open_workspace
 from .tools import build_registry
-from .tool_listing import Listings
+from .tool_listing import Listings, fit_lint
 from .tools.contract import Registry
 from .workers import in_own_thread, run_opening
 
@@ -864,7 +864,8 @@ class Daemon:
         tools = self.listings.tools(registry, frame.include_system, frame.lint)  # built once per state
         load_errors = [p.ToolLoadError(source=e.source, name=e.name, message=e.message)
                        for e in registry.load_errors]
-        return p.Tools(id=frame.id, tools=tools, errors=load_errors + self.mcp.load_errors())
+        answer = p.Tools(id=frame.id, tools=tools, errors=load_errors + self.mcp.load_errors())
+        return fit_lint(answer, conn.server_frame_bytes) if frame.lint else answer
 
     def not_loaded(self, name: str) -> str | None:
         return self.registry.not_loaded(name) or self.mcp.not_loaded(name)

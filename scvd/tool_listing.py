@@ -12,11 +12,16 @@ Rules:
 - A tool's lint shows at most LINT_SHOWN findings of at most LINT_CHARS each, then a line saying
   how many were left out: a third party's schema (up to 64 KiB) can break thousands of rules, each
   quoting a description, and one listing must fit server.server_frame_bytes.
+- The lint is not counted in an MCP server's share of the frame (mcp/cap.py): a share filled with
+  small entries can carry nearly three times their size in findings. Whatever does not fit one
+  frame is left out, the last tools' first, and the first tool left out says so.
 """
 
 from __future__ import annotations
 
 from weakref import WeakKeyDictionary
+
+import msgspec
 
 from . import protocol as p
 from .tools.contract import Finding, Registry, Tool, findings
@@ -64,3 +69,24 @@ def shown(found: list[Finding]) -> list[str]:
 def _cut(line: str) -> str:
     more = len(line) - LINT_CHARS
     return line if more <= 0 else f"{line[:LINT_CHARS]} ... [cut: {more:,} more chars]"
+
+
+def fit_lint(answer: p.Tools, room: int) -> p.Tools:
+    """`answer` within `room` bytes: the lint of its last tools left out as far as needed."""
+    size = len(p.encode(answer))
+    if size <= room:
+        return answer
+    tools, cut = list(answer.tools), 0
+    for i in reversed(range(len(tools))):
+        if not tools[i].lint:
+            continue
+        size -= len(msgspec.json.encode(tools[i].lint)) + len(',"lint":')
+        tools[i] = msgspec.structs.replace(tools[i], lint=[])  # a copy: the kept ToolInfos are shared
+        cut += 1
+        note = [f"left_out: the lint of this tool and of the {cut - 1} listed after it is not shown: with it this "
+                f"answer would pass server.server_frame_bytes ({room:,}); raise it, or fix the findings shown, "
+                "then list again"]
+        if size + len(msgspec.json.encode(note)) + len(',"lint":') <= room:
+            tools[i] = msgspec.structs.replace(tools[i], lint=note)
+            break
+    return msgspec.structs.replace(answer, tools=tools)

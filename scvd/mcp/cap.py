@@ -14,7 +14,7 @@ import msgspec
 from .tool import DESCRIPTION_LIMIT, ToolSpec
 
 # every MCP server's tools together take at most this part of a tools.list frame; the rest is scvd's
-# own tools, the load errors, and the lint findings a client may ask for with them
+# own tools and the load errors; lint findings are not counted: tool_listing.fit_lint cuts them to the frame
 SHARE_OF_FRAME = 4
 ENTRY_ROOM = 256  # of a tool's tools.list entry beside its description and schema: its name (64), risk, flags, keys
 

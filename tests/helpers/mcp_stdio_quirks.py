@@ -24,7 +24,8 @@ at once before its answer; `hang` also lists `hang`, which never answers; `huge-
 byte offset in `token_at`), and `rows`, whose
 structuredContent (as its outputSchema says) has `n` rows; `dies-mid-call` also lists `die`, which starts a
 child that holds its stderr open, writes `fatal: the disk is full` there with no newline at the end, and
-exits with status 6; `unique-items` also lists `tags`, whose `tags` must be distinct (uniqueItems).
+exits with status 6; `unique-items` also lists `tags`, whose `tags` must be distinct (uniqueItems);
+`many-findings=N` also lists `f0`..`fN-1`, each with 20 undescribed arguments (its lint: 21 lines).
 Its tool `echo` answers with its arguments.
 """
 
@@ -68,6 +69,9 @@ if mode == "wide-schema":  # a first argument whose description is 30,000 chars,
     wide.update({f"a{i}": {"type": "string"} for i in range(1000)})
     tools.append({"name": "wide", "description": "A schema of many arguments.",
                   "inputSchema": {"type": "object", "properties": wide}})
+if mode.startswith("many-findings="):  # small entries, each breaking over 20 lint rules
+    tools += [{"name": f"f{i}", "description": "F.", "inputSchema": {
+        "type": "object", "properties": {f"a{j}": {} for j in range(20)}}} for i in range(int(mode[14:]))]
 if mode == "results":
     tools += [{"name": "leak_error", "description": "Fails quoting its token.", "inputSchema": {"type": "object"}},
               {"name": "leak_ok", "description": "Echoes its token.", "inputSchema": {"type": "object"}},

@@ -526,6 +526,29 @@ def test_lint_of_a_wide_schema_is_capped_and_says_what_it_left_out(make_daemon, 
                         "fix the ones above, then list again")
 
 
+@pytest.mark.one_loop
+def test_a_lint_listing_of_tools_filling_their_share_still_fits_one_frame(make_daemon, tmp_path):
+    """A server's tools are held to its share of a tools.list frame without their lint: tools of
+    small entries and 20 findings each made tools.list {lint} past server.server_frame_bytes (a
+    `limit` error, every tool's lint lost). The lint of the last tools is left out, and said so."""
+    d = make_daemon("[server]\nserver_frame_bytes = 65536\n[tools]\noutput_limit_bytes = 8192\n"
+                    "read_limit_bytes = 8192\n[skills]\nmax_skill_bytes = 8192\n"
+                    + quirks_stdio_table("many-findings=200", tmp_path / "starts")
+                    + 'risk = "read_only"\nmax_tools = 4096\n')
+    with d.client(name="t") as c:
+        taken = server(c, "raw").tools
+        listed = c.request(p.ToolsList, lint=True)
+    lint = {t.name: t.lint for t in listed.tools if t.name.startswith("mcp__raw__f")}
+    assert 30 < len(lint) == taken - 1 < 200, taken  # held to the share: some left out
+    shown = [name for name, lines in lint.items() if len(lines) == 21]
+    (noted,) = [lines for lines in lint.values() if len(lines) == 1]
+    cut = len(lint) - len(shown)
+    assert shown and lint[shown[-1]][-1].startswith("left_out: ")
+    assert noted == [f"left_out: the lint of this tool and of the {cut - 1} listed after it is not shown: with it "
+                     "this answer would pass server.server_frame_bytes (65,536); raise it, or fix the findings "
+                     "shown, then list again"]
+
+
 # a slow tools/list said "no answer to initialize", whose fix (the server does not speak MCP) is not its own
 @pytest.mark.parametrize("mode, awaited", [("slow-start=30", "initialize"), ("slow-list=30", "its tools/list")])
 def test_no_answer_to_initialize_says_so_though_the_server_exits_after(make_inproc, monkeypatch, tmp_path,
