@@ -334,7 +334,8 @@ class Daemon:
             self._drop_connection(conn)
         self.mcp_hosts.close()  # hosts still ending let go of their pipes (and put their flags back)
         if self._chat is not None:  # what closed chat sessions could not write: a last try, or logged as lost
-            self._chat.flush()
+            self._chat.flush()  # no await from here to the tasks' cancel: a chat.open still waiting would
+            # resume and write the records flush wrote a second time
         # 4. remove our socket file and release the lock; end the background tasks (the expiry's passes,
         #    a reload, connections closing) within what is left of the grace: a loop closed right after
         #    the stop (an embedder's, a test's) would find them pending
