@@ -32,9 +32,12 @@ def url_problem(url: object) -> str | None:
         return "is not a text"
     try:
         parts = urlsplit(url)
+    except ValueError:  # "http://[x": a malformed host
+        return "is no URL a request can go to (its host is malformed); write it as http://HOST:PORT/PATH"
+    try:
         parts.port  # noqa: B018 - raises for a port that is not a number of 0-65535
-    except ValueError as exc:  # "http://[x": a malformed host
-        return f"is no URL a request can go to ({exc}); write it as http://HOST:PORT/PATH"
+    except ValueError:  # urllib's words quote the port: "user:token@" with no host puts a token there
+        return "is no URL a request can go to (its port is not a number of 0-65535); write it as http://HOST:PORT/PATH"
     if parts.scheme not in ("http", "https"):
         return "must start with http:// or https://, e.g. http://127.0.0.1:8080/v1"
     if not parts.hostname:

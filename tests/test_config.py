@@ -606,7 +606,7 @@ def test_paths_in_config_are_absolute_or_under_home(tmp_path):
     ('[mcp.servers.b]\nurl = "http://"\n',
      "mcp.servers.b: url 'http://' names no host after its http:// or https://; write it as http://HOST:PORT/PATH"),
     ('[mcp.servers.b]\nurl = "http://h:99999/mcp"\n',
-     "mcp.servers.b: url 'http://h:99999/mcp' is no URL a request can go to (Port out of range 0-65535); "
+     "mcp.servers.b: url 'http://h:99999/mcp' is no URL a request can go to (its port is not a number of 0-65535); "
      "write it as http://HOST:PORT/PATH"),
     ('[providers.x]\nmodel = "m"\nbase_url = "ftp:/x"\n',
      "providers.x.base_url 'ftp:/x' must start with http:// or https://, e.g. http://127.0.0.1:8080/v1"),
