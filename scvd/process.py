@@ -499,6 +499,7 @@ def _next_tick(now: float, gap: float) -> float:
 async def _kill_all(run: _Run) -> None:
     """SIGKILL everything of the run, as a fresh shared scan shows it. A cancel that cuts the wait
     short kills with a scan of its own, on the loop: nothing after it would."""
+    run.signal_all(signal.SIGKILL, {})  # the group at once: the scan may take a while among many processes
     try:
         procs = await SCANS.scan()
     except asyncio.CancelledError:
