@@ -12,9 +12,8 @@ Rules:
 - Backpressure: reading pauses while the peer does not read its answers (`pause_writing`)
   and while a handler waits; `Connection.send` still cuts off a peer that stopped reading (connection.Backlog).
 - Fairness: at most FRAMES_PER_TURN frames of one connection are handled in one loop turn, and
-  no more once TURN_SECONDS went by (counted from its CLOCK_EVERY-th frame, the clock read every
-  CLOCK_EVERY frames: a read of fewer never reads it); the rest wait for the next turn (reading
-  paused), so a peer that pipelines a flood, or a burst of dear frames, does not hold the loop
+  no more once TURN_SECONDS went by (the clock read every CLOCK_EVERY frames); the rest wait for
+  the next turn (reading paused), so a flood or a burst of dear frames does not hold the loop
   from every other client.
 - End of stream: frames that came before it are handled first, then the connection is
   dropped (its sessions closed, their calls cancelled); a half-closed peer still reads, so it
@@ -150,14 +149,12 @@ class ClientProtocol(asyncio.Protocol):
             self._later = server.frames_handled()
 
     def _handle_each(self, conn: Connection, server: Server, lines: list[Any]) -> None:
-        started = 0.0
+        started = time.monotonic() if len(lines) > CLOCK_EVERY else 0.0  # a read of a few reads no clock
         for i, line in enumerate(lines):
             if conn.closed:
                 return
             if i and not i % CLOCK_EVERY:
-                now = time.monotonic()
-                started = started or now  # counted from here: a read of one frame reads no clock
-                if i == FRAMES_PER_TURN or now - started > TURN_SECONDS:
+                if i == FRAMES_PER_TURN or time.monotonic() - started > TURN_SECONDS:
                     self._lines.extend(lines[i:])
                     self._next_turn = True
                     asyncio.get_running_loop().call_soon(self._go_on)
