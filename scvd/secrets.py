@@ -448,7 +448,7 @@ class SecretStore:
                 except errors.Unavailable:
                     with self._silence:  # a store still under way may yet store it: the name stays listed
                         under_way = f"store {key}" in self._silent.values()
-                    if not under_way:  # the file back as it was, byte for byte
+                    if not under_way:  # the file back as it was, byte for byte (one without it, where there was none)
                         self._write_text(before or render_file(values, names))
                     raise
                 source = "keyring"

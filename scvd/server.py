@@ -830,7 +830,7 @@ class Daemon:
             session.services.update(services)
         except BaseException:
             try:
-                if gone():  # said once here, however the open ended, so nobody wonders where it went
+                if gone():  # said here, whatever step the open ended at, so nobody wonders where it went
                     log.info("session.open on %s by %s ended without a session: the client hung up, or scvd "
                              "is stopping", workspace, conn.label())
             finally:
