@@ -579,10 +579,10 @@ def test_a_session_a_handler_opens_after_its_peer_was_found_gone_is_closed_when_
     go, entered = threading.Event(), threading.Event()
     real = server.Daemon._session_services
 
-    def slow(self: Any, session: Any) -> Any:
+    def slow(self: Any, *args: Any) -> Any:
         entered.set()
         go.wait(60)
-        return real(self, session)
+        return real(self, *args)
 
     rg = rig()
     w = rg.watcher()
