@@ -274,7 +274,7 @@ class ApprovalGate:
             self.screen(owner, info)
         self._sweep()
         if len(self.pending) >= self.max_pending:
-            raise errors.Denied(
+            raise errors.LimitExceeded(  # a limit, as the connection's share below: no person denied it
                 f"{len(self.pending)} approvals are already waiting (approvals.max_pending); "
                 "this call was refused without asking: decide the pending ones first")
         # one runaway connection (a model asking for hundreds of reads at once, in one session or
@@ -391,7 +391,7 @@ class ApprovalGate:
                    else " and reconnect the clients opened before the last reload"))
         waiting = sum(a.size + 1 for a in self.pending.values())
         if waiting + size > room:
-            raise errors.Denied(
+            raise errors.LimitExceeded(
                 f"the approval requests already waiting take {waiting:,} bytes, and with this one's {size:,} "
                 f"they would not fit in one approvals.list frame ({self.max_bytes_from} = {self.max_bytes:,}); "
                 "this call was refused without asking: decide the pending ones first")

@@ -141,7 +141,7 @@ def test_a_request_too_big_for_one_frame_never_opens_and_the_pending_ones_fit_a_
         assert "above what one frame carries (server.server_frame_bytes = 65,536)" in info.value.message
         assert "raise server.server_frame_bytes" in info.value.message and info.value.kind == "limit"
         first = ask(40 * 1024, "c1")
-        with pytest.raises(errors.Denied) as info:
+        with pytest.raises(errors.LimitExceeded) as info:
             ask(30 * 1024, "c2")
         assert "decide the pending ones first" in info.value.message
         assert sink.events == [("requested", first.id, ApprovalState.PENDING)] and list(gate.pending) == [first.id]
@@ -480,7 +480,7 @@ def test_a_full_gate_refuses_without_asking():
         events = []
         gate = ApprovalGate(60, lambda kind, a: events.append(kind), max_pending=2)
         first, second = new_request(gate), new_request(gate)
-        with pytest.raises(errors.Denied, match=r"2 approvals are already waiting \(approvals.max_pending\)"):
+        with pytest.raises(errors.LimitExceeded, match=r"2 approvals are already waiting \(approvals.max_pending\)"):
             new_request(gate)
         assert events == ["requested", "requested"]  # nobody is asked about the third
         gate.cancel(first.id, "done")
@@ -509,7 +509,7 @@ def test_one_connection_may_fill_three_quarters_of_the_gate_over_all_its_session
                 "without asking: have those decided (scvctl approvals), or cancel the calls you no longer need "
                 "(call.cancel), then send it again")
         ask("c2", "s4", 0), ask("c2", "s4", 1)  # another connection is asked, not refused
-        with pytest.raises(errors.Denied, match=r"8 approvals are already waiting \(approvals.max_pending\)"):
+        with pytest.raises(errors.LimitExceeded, match=r"8 approvals are already waiting \(approvals.max_pending\)"):
             ask("c3", "s5", 0)
         gate.cancel(mine[0].id, "done")
         ask("c1", "s2", 7)  # its share has room again
