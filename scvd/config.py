@@ -125,7 +125,7 @@ class AdapterConfig(Section):
 class ProviderConfig(Section):
     """A model provider for chat turns (`[providers.NAME]`)."""
 
-    model: Annotated[str, msgspec.Meta(min_length=1)]  # an empty one failed each turn (the provider's 404)
+    model: str  # not empty nor only whitespace (_check_chat): such a one failed each turn (the provider's 404)
     base_url: str = ""  # empty: https://api.openai.com/v1
     wire_api: Literal["responses", "chat"] = "responses"
     api_key_secret: str | None = None  # a key in the secret store (`scvctl secrets set KEY`)
@@ -353,8 +353,8 @@ def _elsewhere(name: str, table: str) -> str | None:
 
 HINTS = {  # what to give, where msgspec's message alone (`Expected `int` >= 0`) does not say
     "chat.transcript_days": "give the days a chat transcript not written to is kept, or 0 to keep every transcript",
-    "providers.*.model": 'name the model a chat turn asks, e.g. "gpt-5"',
 }
+
 
 
 def _check_finite(raw: Mapping[str, Any], path: Path, sources: Mapping[str, str]) -> None:
@@ -576,6 +576,10 @@ def _check_chat(config: Config, path: Path, sources: Mapping[str, str]) -> None:
         raise ConfigError(f"{_place(path, 'chat.provider', sources)}: chat.provider: no provider {name!r} "
                           f"(configured: {known}); add [providers.{name}] or pick one of those")
     for name, provider in config.providers.items():
+        if not provider.model.strip():  # "  " as much as "": no provider has such a model
+            key = f"providers.{name}.model"
+            raise ConfigError(f"{_place(path, key, sources)}: {key}: empty or only whitespace; "
+                              'name the model a chat turn asks, e.g. "gpt-5"')
         problem = provider.api_key_secret and key_problem(provider.api_key_secret)
         if problem:
             key = f"providers.{name}.api_key_secret"

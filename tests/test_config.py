@@ -103,9 +103,11 @@ def test_a_provider_left_unused_by_the_default_chat_provider_is_a_warning(cfg_fi
      "chat.model: unknown key; did you mean providers.<name>.model? (docs/configuration.md lists every key)"),
     ('[server]\nlog_level = "debug"\n', "server.log_level: unknown key; did you mean log_level (at the top, "
      "before any table)? (docs/configuration.md lists every key)"),
-    # an empty model was taken, and each chat turn failed with the provider's 404
+    # an empty model was taken, and each chat turn failed with the provider's 404; one of spaces too
     ('[providers.local]\nmodel = ""\n',
-     'providers.local.model: Expected `str` of length >= 1; name the model a chat turn asks, e.g. "gpt-5"'),
+     'providers.local.model: empty or only whitespace; name the model a chat turn asks, e.g. "gpt-5"'),
+    ('[providers.local]\nmodel = "  "\n',
+     'providers.local.model: empty or only whitespace; name the model a chat turn asks, e.g. "gpt-5"'),
     ('[approvals]\npolicy = "sometimes"\n',
      "approvals.policy: Invalid enum value 'sometimes'; use one of: always, never, on-risk, sandbox-aware"),
     ("[chat]\ntranscript_days = -30\n", "chat.transcript_days: Expected `int` >= 0; give the days a chat "
