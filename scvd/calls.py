@@ -440,8 +440,7 @@ class CallRegistry:
                     "opened, and a session keeps the tools it opened with; open a new session to use it")
             why = self.hub.not_loaded(call.tool_name)
             if why is not None:
-                raise errors.UnknownTool(f"no tool named {call.tool_name!r} is loaded: {why}; `scvctl tools "
-                                         "--errors` lists the tools that failed to load")
+                raise errors.UnknownTool.not_loaded(call.tool_name, why)
             known = ", ".join(t.name for t in session.registry.visible()) or "none"  # system tools stay unlisted
             raise errors.UnknownTool(f"no tool named {call.tool_name!r}; tools: {known}")
         check_timeout(call.timeout_override, session.config.tools.max_timeout_seconds, "call timeout_seconds")

@@ -177,6 +177,13 @@ class UnknownTool(ToolError):
     code = "invalid_request"
     kind = "unknown_tool"
 
+    @classmethod
+    def not_loaded(cls, name: str, why: str) -> UnknownTool:
+        """A call of a tool that failed to load, `why` its hub's not_loaded(): the same words on the
+        socket and to a chat's model."""
+        return cls(f"no tool named {name!r} is loaded: {why}; `scvctl tools --errors` lists the tools that "
+                   "failed to load")
+
 
 class Denied(ToolError):
     """The approval was denied, timed out, or the policy forbids the call."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Container, Iterable, Literal
+from typing import Annotated, Any, Callable, Container, Iterable, Literal
 
 import msgspec
 
@@ -74,20 +74,27 @@ class Catalog:
     """The tools one conversation may use (all, or the names chat.open allowed), and the MCP servers
     that are down for want of a secret (name -> the secrets' names)."""
 
-    def __init__(self, entries: Iterable[Entry], waiting: dict[str, tuple[str, ...]] | None = None) -> None:
+    def __init__(self, entries: Iterable[Entry], waiting: dict[str, tuple[str, ...]] | None = None,
+                 not_loaded: Callable[[str], str | None] | None = None) -> None:
         self.entries = {e.name: e for e in entries if e.name not in CORE_NAMES}
         self.waiting = waiting or {}
+        # the daemon's: why a tool of that name failed to load (else None), told to a model calling it
+        self.not_loaded = not_loaded or (lambda name: None)
 
     @classmethod
     def from_registry(cls, registry: Any, allowed: str | list[str] = "all",
-                      waiting: dict[str, tuple[str, ...]] | None = None) -> Catalog:
+                      waiting: dict[str, tuple[str, ...]] | None = None,
+                      not_loaded: Callable[[str], str | None] | None = None) -> Catalog:
         tools = registry.visible(include_system=True)
         if allowed != "all":
             tools = [t for t in tools if t.name in set(allowed)]
             waiting = {name: keys for name, keys in (waiting or {}).items()
                        if any(n.startswith(f"{MCP_PREFIX}{name}__") for n in allowed)}
+            if not_loaded is not None:  # a tool chat.open left out is not this conversation's, loaded or not
+                daemons = not_loaded
+                not_loaded = lambda name: daemons(name) if name in allowed else None  # noqa: E731
         return cls((Entry(t.name, t.description, t.input_schema(), t.flags.system_use, t.flags.background)
-                    for t in tools), waiting)
+                    for t in tools), waiting, not_loaded)
 
     def specs(self, loaded: Container[str]) -> list[ToolSpec]:
         """Full schemas: the core, then the loaded tools in name order (a stable request)."""

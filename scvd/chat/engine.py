@@ -48,6 +48,7 @@ import msgspec
 
 from .. import lenient_json
 from .. import validation_text as vt
+from ..errors import UnknownTool
 from ..protocol import surrogate_refusal
 from ..text import json_bytes
 from . import catalog as cat, trim as trim_mod
@@ -372,6 +373,8 @@ class Turn:
             return [AskUser(call.call_id, question)]
         entry = self.catalog.entries.get(call.name)
         if entry is None:
+            if (why := self.catalog.not_loaded(call.name)) is not None:  # as a call on the socket is told
+                return self._local(call, error_output("unknown_tool", UnknownTool.not_loaded(call.name, why).message))
             return self._local(call, error_output(
                 "unknown_tool", f"no tool named {call.name!r} in this conversation; tools: {_names(self.catalog, False)}"))
         if call.name not in self.conv.loaded:

@@ -436,6 +436,26 @@ def test_a_turn_whose_call_id_a_client_took_still_runs_its_call_and_ends(chat_ri
     assert json.loads(model.outputs(3)[-1])["result"] == {"label": "a", "together": True}
 
 
+def test_a_call_of_a_tool_that_failed_to_load_tells_the_model_why(chat_rig, workspace):
+    """The model heard "no tool named ... in this conversation" and guessed at other names; a call on
+    the socket is told the tool failed to load, and why: the model is told the same words."""
+    model, d = chat_rig(Calls(("script_broken", {})), Text("it is broken"))
+    broken = d.home / "tools" / "script" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "tool.json").write_text(json.dumps({
+        "description": "Say nothing.\nUse for nothing; bash for anything.", "timeout": -1}))
+    (broken / "run").write_text("#!/bin/sh\n")
+    (broken / "run").chmod(0o700)
+    asyncio.run_coroutine_threadsafe(d.daemon.reload(), d.loop).result(30)
+    with d.client(name="pytest") as c:
+        _, end = run_turn(c, open_chat(c, workspace).session, "run the broken tool")
+    assert isinstance(end, p.TurnCompleted), end
+    assert json.loads(model.outputs(1)[-1]) == {"ok": False, "error": {"kind": "unknown_tool", "message": (
+        "no tool named 'script_broken' is loaded: it failed to load: rule 'timeout': timeout -1 must be a positive "
+        f"number of seconds ({broken / 'tool.json'}); fix that, then reload scvd (`systemctl --user reload scvd`); "
+        "`scvctl tools --errors` lists the tools that failed to load")}}
+
+
 def test_a_call_that_fails_inside_scvd_reaches_the_model_and_the_turn_ends(chat_rig, workspace, monkeypatch):
     model, d = chat_rig(load("read"), Calls(("read", {"path": "a.txt"})), Text("it broke"))
 
