@@ -33,7 +33,7 @@ from .mcp_host.service import McpHosts
 from .own_places import SERVICE as OWN_PLACES, TOOL, of, own_places
 from .paths import Paths, unopenable
 from .process import kill_every_run, set_child_subreaper
-from .secret_names import SERVICE as SECRET_NAMES, named_by_all
+from .secret_names import PROVIDER_KEYS, SERVICE as SECRET_NAMES, keys_by_all, named_by_all
 from .secret_requests import SecretRequests
 from .secrets import SecretStore
 from .sessions import Owner, Session, new_session_id, open_workspace
@@ -88,7 +88,7 @@ class Daemon:
             on_stored=lambda key, stored_at: self.mcp.secret_stored(key, stored_at))
         # what every session's tools reach through ctx.services, beside what the tools prepare
         self.services: dict[str, Any] = {"secrets": self.secrets, "secret_requests": self.secret_requests,
-                                         SECRET_NAMES: self.secret_names}
+                                         SECRET_NAMES: self.secret_names, PROVIDER_KEYS: self.provider_keys}
         self.sandbox: Any = None
         self.sandbox_verdict = "off"
         # host_places.places(): whose files run outside any sandbox later; a write there always asks
@@ -187,6 +187,11 @@ class Daemon:
         server's tools as they come count at once, and a closed session's stop counting."""
         sessions = ((s.config, s.registry) for s in self.sessions.values())
         return named_by_all([(self.config, self.registry), *sessions])
+
+    def provider_keys(self) -> dict[str, str]:
+        """The chat providers' key names (config.provider_keys) of the configuration now and every open
+        session's, asked at each use as secret_names() is."""
+        return keys_by_all([self.config, *(s.config for s in self.sessions.values())])
 
     def revoke_grants(self, tools: set[str], why: str) -> None:
         """No open session keeps a grant of these tools, and no request of theirs still waiting is

@@ -10,7 +10,7 @@ the parent's keys or sign-ins, not cloud or git tokens, not the ssh agent.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from .. import passenv
 from .spec import ADAPTERS, Adapter
@@ -36,8 +36,10 @@ PRIVATE_HOME_NAMES = frozenset(home_layout(Path("/"))) | {k for a in ADAPTERS.va
 OTHER_HOME_NAMES = frozenset({"CLAUDE_CONFIG_DIR", "PI_CODING_AGENT_DIR"})
 
 
-def build_env(base: Mapping[str, str], adapter: Adapter, home: Path) -> dict[str, str]:
-    """The agent's environment: `base`'s allowed and passed names, plus its private home's variables."""
+def build_env(base: Mapping[str, str], adapter: Adapter, home: Path,
+              pass_env: Iterable[str] | None = None) -> dict[str, str]:
+    """The agent's environment: `base`'s allowed and passed names (`pass_env`, else the adapter's), plus
+    its private home's variables."""
     extra = {k: str(v) for k, v in home_layout(home).items()}
     extra.update({k: t.replace("{home}", str(home)) for k, t in adapter.set_env.items()})
-    return passenv.build(base, adapter.pass_env, set=extra)
+    return passenv.build(base, adapter.pass_env if pass_env is None else pass_env, set=extra)

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .. import passenv, process
+from .. import passenv, process, secret_names
 from ..errors import Failed, InvalidArguments
 from ..text import excerpt
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout, own_deadline
@@ -158,7 +158,7 @@ class AgentTool(Tool):
             "workspace": str(ctx.workspace),
             "home": str(home_dir(self.paths, self.adapter.name)),
             "sandboxed": sandboxed,
-            "pass_env": passenv.passed(os.environ, self.adapter.pass_env),  # names only, never values
+            "pass_env": passenv.passed(os.environ, self._pass_env(ctx)),  # names only, never values
             "warning": DELEGATE_WARNING.format(title=self.adapter.title),
         }
 
@@ -168,12 +168,13 @@ class AgentTool(Tool):
         argv = plan.data["argv"]
         if plan.sandboxed:
             argv = await ctx.sandbox.wrap_call(argv, ctx, network=True, rw_binds=[home], chdir=cwd)
+        granted = self._pass_env(ctx)  # again: a reload since approval may have made one a secret's name
         # a passed GH_TOKEN the agent prints (a `gh auth status`, a debug line), as a script tool's
-        hidden = hidden_values(self.adapter.pass_env)
+        hidden = hidden_values(granted)
         try:
             result = await process.run_process(
                 argv, **ctx.start_dir(cwd),
-                env=build_env(os.environ, self.adapter, home),
+                env=build_env(os.environ, self.adapter, home, granted),
                 timeout=plan.timeout, output_limit=ctx.config.tools.output_limit_bytes, wrapper=plan.sandboxed,
             )
         except OSError as exc:  # nothing started: the CLI removed since approval, a cwd scvd may not enter
@@ -185,6 +186,12 @@ class AgentTool(Tool):
             await asyncio.to_thread(repair_home, self.paths, self.adapter.name)
         result.output = redact_text(result.output, hidden)
         return self._result(result, cwd, plan.timeout, ctx)
+
+    def _pass_env(self, ctx: CallContext) -> list[str]:
+        """The adapter's pass_env (of the configuration the session opened with) less every live
+        configuration's secret names: one a reload made a provider's key stays behind."""
+        withheld = secret_names.withheld(ctx)
+        return [name for name in self.adapter.pass_env if name not in withheld]
 
     def _result(self, result: Any, cwd: Path, timeout: float, ctx: CallContext) -> dict[str, Any]:
         failed = result.timed_out or result.exit_code != 0

@@ -96,11 +96,8 @@ class Bash(Tool):
         value hidden in the output, which `printenv` would show). The session's own, and through its
         services the daemon's for its configuration now and every open session's: scvd's environment
         is one for all, while a session opened before a reload keeps its config and tools."""
-        own = secret_names.named(ctx.config)
-        if self.tools_secrets is not None:
-            own |= self.tools_secrets(ctx.config)
-        everyone = ctx.services.get(secret_names.SERVICE)  # None: an embedder's call, without the daemon
-        return own | everyone() if everyone is not None else own
+        names = secret_names.withheld(ctx)
+        return names | self.tools_secrets(ctx.config) if self.tools_secrets is not None else names
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         # the daemon builds a session's tools from its own config; an embedder may not: hold the session's

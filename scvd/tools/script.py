@@ -30,9 +30,8 @@ import math
 import os
 from typing import Any, ClassVar
 
-from .. import passenv
+from .. import passenv, secret_names
 from .. import validation_text as vt
-from ..config import provider_keys
 from ..errors import ConfigError, CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
 from ..process import run_process
 from ..redact import redact, redact_tree
@@ -96,6 +95,12 @@ class ScriptTool(Tool):
         granted = config.tools.script.get(self.definition.folder.name)
         return list(granted.pass_env) if granted is not None else []
 
+    def _granted(self, ctx: CallContext) -> list[str]:
+        """pass_env (of the configuration the session opened with) less every live configuration's secret
+        names but the tool's own declared secrets, which it gets from the store anyway."""
+        withheld = secret_names.withheld(ctx) - set(self.definition.spec.secrets)
+        return [name for name in self.pass_env(ctx.config) if name not in withheld]
+
     def input_schema(self) -> dict[str, Any]:
         return self.definition.spec.parameters
 
@@ -150,7 +155,7 @@ class ScriptTool(Tool):
         shown, note = excerpt(arguments)
         where = ("sandboxed, " + ("with network" if network else "no network")) if sandboxed else "unsandboxed"
         secrets = list(d.spec.secrets)
-        providers = provider_keys(ctx.config)
+        providers = secret_names.live_provider_keys(ctx)  # a reload's too: scvd's environment is one for all
         for key in secrets:  # before approval: a provider's key goes to its base_url only, never to a tool
             if key in providers:
                 raise Failed(f"{self.name}: its secret {key} is a chat provider's API key ({providers[key]}); "
@@ -160,7 +165,7 @@ class ScriptTool(Tool):
         return Plan(
             risk=self.risk, summary=summary,
             details={"folder": str(d.folder), "command": str(d.executable), "arguments": arguments,
-                     "secrets": secrets, "pass_env": passenv.passed(os.environ, self.pass_env(ctx.config)),
+                     "secrets": secrets, "pass_env": passenv.passed(os.environ, self._granted(ctx)),
                      "cwd": str(ctx.workspace), "timeout_seconds": timeout,
                      "sandboxed": sandboxed, "network": network},
             sandboxed=sandboxed, network=network, writes_confined=sandboxed,
@@ -184,7 +189,7 @@ class ScriptTool(Tool):
         secrets = await self._secrets(ctx)
         # the path the sandbox binds: a folder linked in from elsewhere is hidden (scvd's own dirs) at its link
         folder = str(self.definition.real_folder)
-        granted = self.pass_env(ctx.config)
+        granted = self._granted(ctx)  # again: a reload since approval may have made one a secret's name
         env = passenv.build(os.environ, [*KEPT, *granted], set={**secrets, "SCV_TOOL_DIR": folder})
         hidden = hidden_values(granted, secrets)
         tools = ctx.config.tools

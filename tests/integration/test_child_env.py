@@ -265,3 +265,42 @@ def test_no_open_sessions_bash_gets_a_secret_another_ones_tools_take(make_daemon
             assert f"{key}=" not in output, (name, key)
         assert not [v for v in ("tok-declared-secret", "tok-notes-secret", "tok-gone-secret") if v in output], name
         assert CREDENTIALS["GH_TOKEN"] in output  # the rest stays (seed 000)
+
+
+def test_a_session_opened_before_a_reload_passes_no_name_the_reload_made_a_providers_key(
+        make_daemon, scv_home: Path, tmp_path: Path, workspace: Path) -> None:
+    """An agent and a script tool keep the pass_env of the configuration their session opened with:
+    a name a reload made a chat provider's key still reached them, and a script tool declaring a secret
+    the reload made a provider's key still got it, though the provider's key goes to its base_url only."""
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    log = tmp_path / "agent-log"
+    make_tool(scv_home, "envdump")
+    make_tool(scv_home, "keyed", secrets=["SHARED_KEY"], risk="read_only")  # runs unasked if not refused
+    before = ('[adapters.claude]\npass_env = ["FAKE_AGENT_LOG", "AWS_PROFILE", "X_KEY"]\n'
+              '[tools.script.envdump]\npass_env = ["AWS_PROFILE", "X_KEY"]\n')
+    d = make_daemon(before, home=scv_home, env={
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "FAKE_AGENT_LOG": str(log), **PASSED,
+        "X_KEY": "planted-x-key", "SHARED_KEY": "planted-shared-key",
+        "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    with d.client(name="bridge") as c, d.client(name="person") as person:
+        old = c.open_session(workspace)
+        reloaded(d, '[adapters.claude]\npass_env = ["FAKE_AGENT_LOG"]\n'
+                    '[providers.p]\nmodel = "m"\napi_key_env = "X_KEY"\n'
+                    '[providers.q]\nmodel = "m"\napi_key_secret = "SHARED_KEY"\n')
+        runs = {}
+        for tool in ("agent_claude", "script_envdump"):
+            call_id = c.start_call(old, tool, {"prompt": "go"} if tool == "agent_claude" else {})
+            runs[tool] = approve(person, call_id), c.wait_call(call_id)
+        keyed = c.call(old, "script_keyed", {})
+    (agent_pending, agent), (script_pending, script) = runs["agent_claude"], runs["script_envdump"]
+    assert agent.ok and script.ok, (agent, script)
+    _, env, _ = read_log(log)
+    assert "X_KEY" not in env and "X_KEY" not in script.result
+    assert not [v for v in (*env.values(), *script.result.values()) if "planted" in v]
+    assert agent_pending.details["pass_env"] == ["FAKE_AGENT_LOG", "AWS_PROFILE"]  # what passes, no more
+    assert script_pending.details["pass_env"] == ["AWS_PROFILE"]
+    assert env["AWS_PROFILE"] == script.result["AWS_PROFILE"] == PASSED["AWS_PROFILE"]  # the rest still passes
+    assert not keyed.ok and keyed.error.message == (
+        "script_keyed: its secret SHARED_KEY is a chat provider's API key (providers.q.api_key_secret); scvd "
+        "sends a provider's key to that provider only: store what the tool needs under another name "
+        "(scvctl secrets set NAME) and declare that in its tool.json")
