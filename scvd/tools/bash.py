@@ -90,12 +90,8 @@ class Bash(Tool):
             check_timeout(requested, self.ceiling, "bash: timeout_seconds")  # its message names the setting
 
     def withheld(self, ctx: CallContext) -> frozenset[str]:
-        """What bash does not inherit (seed 000 keeps the rest): scvd/secret_names.py's names (a chat
-        provider's key, which goes to that provider only, and every key the secret store is asked for:
-        a store that lacks one takes scvd's variable of that name, and the tool that uses it gets its
-        value hidden in the output, which `printenv` would show). The session's own, and through its
-        services the daemon's for its configuration now and every open session's: scvd's environment
-        is one for all, while a session opened before a reload keeps its config and tools."""
+        """What bash does not inherit (seed 000 keeps the rest): every live configuration's secret names
+        (scvd/secret_names.py says which and why) and the keys this registry's tools take from the store."""
         names = secret_names.withheld(ctx)
         return names | self.tools_secrets(ctx.config) if self.tools_secrets is not None else names
 
