@@ -120,8 +120,8 @@ class Hub(Protocol):
     def calls_changed(self) -> None:
         """The number of calls in the table changed."""
 
-    def not_loaded(self, name: str) -> str | None:
-        """Why no tool `name` is loaded, when one of that name failed to load (else None)."""
+    def not_loaded(self, name: str, registry: Any) -> str | None:
+        """Why no tool `name` is in `registry` (a session's), when one of that name failed to load (else None)."""
 
 
 class Outcome(NamedTuple):
@@ -438,7 +438,7 @@ class CallRegistry:
                 raise errors.UnknownTool(
                     f"no tool named {call.tool_name!r} in this session: it came with a reload after the session "
                     "opened, and a session keeps the tools it opened with; open a new session to use it")
-            why = self.hub.not_loaded(call.tool_name)
+            why = self.hub.not_loaded(call.tool_name, session.registry)
             if why is not None:
                 raise errors.UnknownTool.not_loaded(call.tool_name, why)
             known = ", ".join(t.name for t in session.registry.visible()) or "none"  # system tools stay unlisted

@@ -873,8 +873,8 @@ class Daemon:
         answer = p.Tools(id=frame.id, tools=tools, errors=load_errors + self.mcp.load_errors())
         return fit_lint(answer, conn.server_frame_bytes) if frame.lint else answer
 
-    def not_loaded(self, name: str) -> str | None:
-        return self.registry.not_loaded(name) or self.mcp.not_loaded(name)
+    def not_loaded(self, name: str, registry: Registry) -> str | None:
+        return registry.not_loaded(name) or self.mcp.not_loaded(name)
 
     def on_call(self, conn: Connection, frame: p.Call) -> p.Frame:
         session = self._own_session(conn, frame.session)

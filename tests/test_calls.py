@@ -119,7 +119,7 @@ class FakeHub:
     def calls_changed(self) -> None:
         self.changes += 1
 
-    def not_loaded(self, name: str) -> None:
+    def not_loaded(self, name: str, registry: Any) -> None:
         return None  # every tool loaded
 
     def _on_approval(self, kind: str, approval: Any) -> None:

@@ -177,7 +177,8 @@ class ChatService:
 
     def _catalog(self, chat: Chat) -> Catalog:
         return Catalog.from_registry(chat.session.registry, chat.conv.settings.tools,
-                                     self.daemon.mcp.waiting_for_secrets(), self.daemon.not_loaded)
+                                     self.daemon.mcp.waiting_for_secrets(),
+                                     lambda name: self.daemon.not_loaded(name, chat.session.registry))
 
     async def cancel_turn(self, conn: Any, frame: p.TurnCancel) -> p.Frame:
         chat = self._own(conn, frame.session)

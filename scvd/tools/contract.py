@@ -543,7 +543,7 @@ class Registry:
         if failed is None:
             return None
         return (f"it failed to load: {failed.message} ({failed.source}); fix that, then reload scvd "
-                "(`systemctl --user reload scvd`)")
+                "(`systemctl --user reload scvd`, or SIGHUP to scvd)")
 
     def watch(self, on_change: Callable[[], None]) -> Callable[[], None]:
         """Have `on_change()` called after replace_source changed the tools (an MCP server's came,

@@ -452,7 +452,7 @@ def test_a_call_of_a_tool_that_failed_to_load_tells_the_model_why(chat_rig, work
     assert isinstance(end, p.TurnCompleted), end
     assert json.loads(model.outputs(1)[-1]) == {"ok": False, "error": {"kind": "unknown_tool", "message": (
         "no tool named 'script_broken' is loaded: it failed to load: rule 'timeout': timeout -1 must be a positive "
-        f"number of seconds ({broken / 'tool.json'}); fix that, then reload scvd (`systemctl --user reload scvd`); "
+        f"number of seconds ({broken / 'tool.json'}); fix that, then reload scvd (`systemctl --user reload scvd`, or SIGHUP to scvd); "
         "`scvctl tools --errors` lists the tools that failed to load")}}
 
 

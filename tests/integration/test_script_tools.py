@@ -459,7 +459,7 @@ def test_calling_a_tool_that_failed_to_load_says_why_and_where_they_are_listed(m
     assert out.stderr == (
         f"unknown_tool: no tool named 'script_broken' is loaded: it failed to load: rule 'timeout': timeout -1 must "
         f"be a positive number of seconds ({bad / 'tool.json'}); fix that, then reload scvd (`systemctl --user "
-        "reload scvd`); `scvctl tools --errors` lists the tools that failed to load\n")
+        "reload scvd`, or SIGHUP to scvd); `scvctl tools --errors` lists the tools that failed to load\n")
 
 
 def test_a_tool_json_breaking_several_design_rules_lists_them_all(make_daemon, scv_home):
