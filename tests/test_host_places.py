@@ -14,7 +14,12 @@ from scvd.host_places import places
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache():
+def _fresh_cache(monkeypatch):
+    # pytest's start directory is on this process's import path (python -m pytest), and run from /tmp it
+    # holds every tmp_path: the places here are those of a daemon run from this checkout
+    root = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setattr(sys, "path", [root if os.path.abspath(e) == os.getcwd() else e for e in sys.path])
+    monkeypatch.setattr("scvd.host_places.started_in", lambda: None)
     exposes_host.cache_clear()
     yield
     exposes_host.cache_clear()
