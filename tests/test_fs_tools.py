@@ -851,6 +851,11 @@ def test_a_write_cancelled_while_another_write_of_the_file_installs_ends_at_once
             task.cancel()
             with pytest.raises(asyncio.CancelledError):  # not held up by the other write
                 await task
+            # nor its pool thread (one of the few for file work): it stops waiting and drops its file
+            deadline = time.monotonic() + 20
+            while being_written(ws.root) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert not being_written(ws.root), "the cancelled write's thread still waits for the other write"
 
     try:
         asyncio.run(cancel_while_it_waits())

@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 Entry = tuple[int, int, str]
+WAKE_SECONDS = 0.1  # a write waiting for another's looks this often whether its call was cancelled
 
 
 class _Held:
@@ -37,8 +38,10 @@ class EntryLocks:
         return len(self._by_entry)
 
     @contextlib.contextmanager
-    def hold(self, parent: int, name: str) -> Iterator[None]:
-        """Hold the lock of entry `name` in the directory open as `parent`, waiting for another write's."""
+    def hold(self, parent: int, name: str, waiting: Callable[[], None] = lambda: None) -> Iterator[None]:
+        """Hold the lock of entry `name` in the directory open as `parent`, waiting for another write's;
+        `waiting()` is called every WAKE_SECONDS meanwhile, and may raise to stop (a cancelled call: its
+        thread is one of the few for file work, which reads need too)."""
         st = os.fstat(parent)
         key = (st.st_dev, st.st_ino, name)
         with self._guard:
@@ -47,8 +50,12 @@ class EntryLocks:
                 held = self._by_entry[key] = _Held()
             held.users += 1
         try:
-            with held.lock:
+            while not held.lock.acquire(timeout=WAKE_SECONDS):
+                waiting()
+            try:
                 yield
+            finally:
+                held.lock.release()
         finally:
             with self._guard:
                 held.users -= 1

@@ -313,7 +313,7 @@ def write_file(
         try:
             # another write of scvd's to this entry checks and installs first: this one's check then
             # sees its result, so two writes with one expected_sha256 cannot both land
-            with _entries.hold(parent, real[-1]):
+            with _entries.hold(parent, real[-1], lambda: _check_cancel(cancel)):
                 _check_cancel(cancel)  # it may have been cancelled while it waited
                 inspect_target(parent, real, path, mode)  # again, right before install
                 if expected_sha256:
