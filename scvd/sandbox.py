@@ -625,7 +625,7 @@ def _real(path: Path | str) -> Path:
 
 def _present(files: Iterable[Path]) -> list[Path]:
     """Real paths of the files that exist now (a mount needs an existing target)."""
-    return [Path(os.path.realpath(f)) for f in files if os.path.lexists(f)]
+    return [_real(f) for f in files if os.path.lexists(f)]
 
 
 def describe(probe: ProbeResult) -> str:
