@@ -14,16 +14,15 @@ import signal
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from . import __version__, awake, errors, eventloop, guardian, heap, limits, notify, protocol as p
+from . import __version__, awake, errors, guardian, heap, limits, notify, protocol as p
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
 from .chat.expiry import Expiry
 from .chat.pipeline import screen
-from .config import Loaded, load
+from .config import Loaded
 from .client_protocol import ClientProtocol
 from .connection import Connection
 from .instance import Claim, claim, remove_socket, socket_name
@@ -33,6 +32,7 @@ from .mcp_host.service import McpHosts
 from .own_places import SERVICE as OWN_PLACES, TOOL, of, own_places
 from .paths import Paths, unopenable
 from .process import kill_every_run, set_child_subreaper
+from .reload import Reloader
 from .secret_names import PROVIDER_KEYS, SERVICE as SECRET_NAMES, keys_by_all, named_by_all
 from .secret_requests import SecretRequests
 from .secrets import SecretStore
@@ -40,23 +40,12 @@ from .sessions import Owner, Session, new_session_id, open_workspace
 from .tools import build_registry
 from .tool_listing import Listings, fit_lint
 from .tools.contract import Registry
-from .workers import in_own_thread, run_opening
+from .workers import run_opening
 
 if TYPE_CHECKING:
     from .chat.service import ChatService
 
 log = logging.getLogger("scvd.server")
-
-RELOAD_READ_SECONDS = 30.0  # a reload reading config.toml and tool.json files past this gives up
-START_ONLY = ("log_level", "server.event_loop", "audit.max_bytes", "audit.keep")  # read at start only
-STUCK_READS_MAX = 4  # reloads whose read never returned (each holds a thread): then reloads are refused
-
-
-def _setting(config: Any, key: str) -> Any:
-    for part in key.split("."):
-        config = getattr(config, part)
-    return config
-
 
 def error_frame(exc: BaseException, request_id: Any = None) -> p.Error:
     """The `error` frame a peer reads for `exc` (fatal when the exception is: the connection closes)."""
@@ -77,7 +66,6 @@ class Daemon:
         # the caller's, when it already built one from the same configuration (a start builds one, not two)
         self.registry: Registry = registry or build_registry(loaded.config, paths, self.extra_tools)
         self.listings = Listings()  # tools.list's answers
-        self._start_only = [_setting(loaded.config, key) for key in START_ONLY]  # what runs until a restart
         approvals = loaded.config.approvals
         self.gate = ApprovalGate(approvals.timeout_seconds, self._on_approval, approvals.max_pending,
                                  loaded.config.server.server_frame_bytes)
@@ -128,10 +116,7 @@ class Daemon:
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
         self.services["mcp_servers"] = self.mcp  # store_secret tells its agent how they came up
         self.mcp_hosts = McpHosts(self)  # MCP hosts whose stdio `scvctl mcp` handed over
-        self._reload_lock = asyncio.Lock()
-        self._reload_waiting = False  # a reload waits for the running one; later SIGHUPs merge into it
-        self._reads: list[threading.Thread] = []  # reloads' reads, kept to count those that never returned
-        self.reload_error = ""  # why the last reload was refused, for `status`; "" after one that took
+        self.reloader = Reloader(self)  # SIGHUP's
         # a plain function answers in the turn its frame came; an async one runs as a task (client_protocol);
         # None: it answers aside, while the connection's later frames are handled
         self._handlers: dict[type, Callable[[Connection, Any], p.Frame | Awaitable[p.Frame] | None]] = {
@@ -162,6 +147,10 @@ class Daemon:
     @property
     def config(self) -> Any:
         return self.loaded.config
+
+    @property
+    def reload_error(self) -> str:
+        return self.reloader.error
 
     @property
     def chat(self) -> ChatService:
@@ -244,7 +233,7 @@ class Daemon:
         except OSError as exc:  # what to fix, not an errno (a link in its place read as a loop)
             raise errors.StartupError(unopenable("the audit log", self.paths.audit_log, exc)) from None
         self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
-        self.sandbox, self.sandbox_verdict, self.host = await self._probe_sandbox(self.config)
+        self.sandbox, self.sandbox_verdict, self.host = await self.probe_sandbox(self.config)
         # 4. serve the socket
         self._listener = Listener(held.sock, self._accepted, self._accept_failed, self._out_of_fds)
         self._listener.start()
@@ -383,82 +372,17 @@ class Daemon:
             os._exit(1)
 
     async def reload(self) -> None:
-        """SIGHUP: read the config again; new sessions use it, open ones keep theirs.
-
-        One reload runs at a time. A SIGHUP during one waits for it; further
-        SIGHUPs meanwhile merge into that waiting one, which reads the file last.
-        """
-        if self.stop_event.is_set():  # no RELOADING=1 nor READY=1 after STOPPING=1, no server started
-            log.info("reload requested while scvd stops; ignored")
-            return
-        if self._reload_waiting:
-            log.info("reload requested again; merged into the one waiting to run")
-            return
-        if self._reload_lock.locked():
-            log.info("reload requested while one runs; it runs when that one ends")
-        self._reload_waiting = True
-        async with self._reload_lock:
-            self._reload_waiting = False
-            if self.stop_event.is_set():  # it waited for one that ran as the stop came
-                return
-            self.notifier.reloading()
-            try:
-                reloaded = await self._reload_once()
-            finally:
-                if not self.stop_event.is_set():  # READY=1 after STOPPING=1 would tell systemd it runs again
-                    self.notifier.ready()
-        if reloaded:  # after a failure, `reload failed: ...` stays the status line until the next change
+        """SIGHUP: read the config again (reload.py); new sessions use it, open ones keep theirs."""
+        if await self.reloader.reload():  # after a failure, `reload failed: ...` stays the status line
             self._update_status(force=True)
 
-    async def _reload_once(self) -> bool:
-        path = Path(self.loaded.path)
-
-        def read() -> tuple[Loaded, Registry]:
-            loaded = load(path, missing=self._gone_hint(), empty=self._emptied_hint())
-            eventloop.check(loaded.config.server.event_loop)  # read at start only: the next start would fail
-            return loaded, build_registry(loaded.config, self.paths, self.extra_tools)
-
-        try:
-            # reading tool.json files (and the first jsonschema import) stays off the loop, on a thread
-            # of its own, and is bounded: a hung mount would hold every later reload behind this one
-            stuck = [t for t in self._reads if t.is_alive()]
-            if len(stuck) >= STUCK_READS_MAX:
-                raise errors.ConfigError(
-                    f"the last {len(stuck)} reloads' reads of {path} and the tool definitions never returned "
-                    "(a hung mount?); fix that, or restart scvd")
-            reading, thread = in_own_thread(read, "scvd-reload-read")
-            self._reads = [*stuck, thread]
-            try:
-                loaded, registry = await asyncio.wait_for(reading, RELOAD_READ_SECONDS)
-            except TimeoutError:
-                raise errors.ConfigError(
-                    f"reading {path} and the tool definitions took longer than {RELOAD_READ_SECONDS:g} s "
-                    "(a file on a hung mount?); fix that, then reload again") from None
-            sandbox, verdict, host = await self._probe_sandbox(loaded.config)
-        except errors.ScvError as exc:
-            log.error("reload failed, keeping the old configuration: %s", exc.message)
-            self.notifier.status(f"reload failed: {exc.message}")
-            self.reload_error = exc.message
-            return False
-        except Exception as exc:
-            log.exception("reload failed, keeping the old configuration")
-            self.notifier.status(f"reload failed: {exc}")
-            self.reload_error = f"{type(exc).__name__}: {exc} (a bug in scvd: its log has the traceback)"
-            return False
-        if self.stop_event.is_set():  # stopping while the file was read or the sandbox probed
-            log.info("reload not applied: scvd is stopping")
-            return False
+    async def install(self, loaded: Loaded, registry: Registry, sandbox: Any, verdict: str,
+                      host: frozenset[Any]) -> None:
+        """Put a reload's configuration, registry and sandbox in place of the running ones."""
         self.mcp.register_into(registry)  # servers left running keep their tools
-        # all at once, after the probe: the new config never runs with the old probe's result
-        # against what the start read, not the last reload: a value put back as it runs waits for nothing
-        unapplied = [key for key, now in zip(START_ONLY, self._start_only) if _setting(loaded.config, key) != now]
-        if unapplied:  # the file says so now, the daemon does not: say when it will
-            log.warning("reload: %s changed; it takes effect at the next start of scvd", ", ".join(unapplied))
-        for warning in loaded.warnings:  # what the edit brought (an unused [providers.X]); not the start's again
-            if warning not in self.loaded.warnings:
-                logging.getLogger("scvd.config").warning("%s", warning)
         if loaded.config.chat.transcript_days != self.config.chat.transcript_days:
             self.expiry.poke()  # set or shortened: not a day later
+        # all at once, after the probe: the new config never runs with the old probe's result
         self.loaded, self.registry, self.sandbox, self.sandbox_verdict = loaded, registry, sandbox, verdict
         self.host = host
         self._follow_tools()
@@ -467,32 +391,15 @@ class Daemon:
         self.calls.max_per_session = loaded.config.server.max_calls_per_session
         self._fit_gate()
         await self.mcp.apply(loaded.config)  # added, removed and changed servers only
-        log.info("configuration reloaded from %s", loaded.path)
-        self.reload_error = ""
-        return True
 
     def _follow_tools(self) -> None:
         """scvd's own places take in the folders the tools run from, of this registry and of every open
         session's (a session keeps the tools it opened with): a write there asks, the sandbox keeps
-        them read-only (it reads them here: _probe_sandbox). Until the next reload, a closed
+        them read-only (it reads them here: probe_sandbox). Until the next reload, a closed
         session's stay: the safe side."""
         folders = {d for r in [self.registry, *self.session_registries()] for d in r.runs_from()}
         self.own = own_places(self.paths, self.loaded.path, tuple(sorted(folders)))
         self.services[OWN_PLACES] = self.own  # for sessions opened from now on
-
-    def _gone_hint(self) -> str:
-        """Why a reload refuses a missing file: the defaults would silently replace what it said."""
-        if not self.loaded.file_read:
-            return ""  # started without one: the defaults are what runs already
-        return "put it back, then reload again (without it every setting would fall back to its default)"
-
-    def _emptied_hint(self) -> str:
-        """Why a reload refuses a file found empty (emptied by mistake, cut short as it was saved): the
-        defaults would silently replace what it said. One that set nothing meant the defaults already."""
-        if "file" not in self.loaded.sources.values():
-            return ""
-        return ("every setting would fall back to its default: put the settings back, or, if you mean the "
-                "defaults, put a comment in it (# defaults), then reload again")
 
     async def _watchdog(self) -> None:
         interval = self.notifier.watchdog_interval()
@@ -502,7 +409,7 @@ class Daemon:
             self.notifier.watchdog()
             await asyncio.sleep(interval)
 
-    async def _probe_sandbox(self, config: Any) -> tuple[Any, str, frozenset[Any]]:
+    async def probe_sandbox(self, config: Any) -> tuple[Any, str, frozenset[Any]]:
         """The Sandbox and its verdict for `config`, and the places whose files run outside any
         sandbox later (sandbox off too: a write there always asks); the caller installs all three."""
         config_file = str(self.loaded.path)  # a reload reads the same file

@@ -344,7 +344,7 @@ def harness_tools() -> list[Tool]:
 
 
 SHORTENED = {  # HARNESS_* variable: the module constant it sets, in seconds
-    "HARNESS_RELOAD_READ_SECONDS": ("scvd.server", "RELOAD_READ_SECONDS"),
+    "HARNESS_RELOAD_READ_SECONDS": ("scvd.reload", "RELOAD_READ_SECONDS"),
     "HARNESS_STORE_SECONDS": ("scvd.secret_requests", "STORE_SECONDS"),
     "HARNESS_STALL_SECONDS": ("scvd.connection", "STALL_SECONDS"),
     "HARNESS_MCP_BACKOFF_FIRST": ("scvd.mcp.link", "BACKOFF_FIRST"),
@@ -365,7 +365,7 @@ def _main(argv: list[str]) -> int:
     scvd.tools.builtin_tools = lambda config, paths: builtin(config, paths) + harness_tools()
     import importlib
 
-    import scvd.server
+    import scvd.reload
 
     # a bound or a wait a test would otherwise sit through (30 s for a reload or a store, ...)
     for variable, (module, name) in SHORTENED.items():
@@ -373,7 +373,7 @@ def _main(argv: list[str]) -> int:
             setattr(importlib.import_module(module), name, float(os.environ[variable]))
     # a hung mount: a reload's read of config.toml, or its sandbox probe, blocks while that file exists
     if "HARNESS_HANG_LOAD_WHILE" in os.environ:
-        scvd.server.load = _hanging(scvd.server.load, Path(os.environ["HARNESS_HANG_LOAD_WHILE"]))
+        scvd.reload.load = _hanging(scvd.reload.load, Path(os.environ["HARNESS_HANG_LOAD_WHILE"]))
     if "HARNESS_HANG_SKILLS_WHILE" in os.environ:  # a session.open's skill walk under a hung mount
         import scvd.skills
 
