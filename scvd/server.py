@@ -12,11 +12,10 @@ import logging
 import os
 import signal
 import socket
-import threading
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from . import __version__, awake, errors, guardian, heap, limits, notify, protocol as p
+from . import __version__, awake, errors, guardian, heap, limits, notify, protocol as p, session_open
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
@@ -36,11 +35,10 @@ from .reload import Reloader
 from .secret_names import PROVIDER_KEYS, SERVICE as SECRET_NAMES, keys_by_all, named_by_all
 from .secret_requests import SecretRequests
 from .secrets import SecretStore
-from .sessions import Owner, Session, new_session_id, open_workspace
+from .sessions import Owner, Session
 from .tools import build_registry
 from .tool_listing import Listings, fit_lint
 from .tools.contract import Registry
-from .workers import run_opening
 
 if TYPE_CHECKING:
     from .chat.service import ChatService
@@ -722,40 +720,12 @@ class Daemon:
         if refusal is not None:
             self._refusals.refused(f"a session for {conn.label()}: {refusal}", time.monotonic())
             raise errors.LimitExceeded(refusal)
-        workspace, fd = open_workspace(frame.workspace)
-        session = Session(id=new_session_id(), workspace=workspace, workspace_fd=fd, owner=conn,
-                          config=self.config, registry=self.registry)
-        hung_up, stopped = conn.hung_up(), threading.Event()  # stopped: this handler was cancelled (scvd stops)
-
-        def gone() -> bool:
-            return stopped.is_set() or hung_up()
-
-        # counted from its fd on, so opens waiting below cannot overrun the budget; its registry's tool
-        # folders stay scvd's own if a reload comes meanwhile (_follow_tools)
-        self._opening.add(session)
-        base = dict(self.services)  # taken now: a reload during the wait for a thread must not change it
-        try:
-            services = await run_opening(lambda: self._session_services(session, base, gone))
-            if gone():  # what it prepared may have stopped halfway: no session is made of it
-                raise errors.Cancelled("session.open was cancelled: its client hung up while the session was "
-                                       "being prepared; open it again")
-            session.services.update(services)
-        except BaseException:
-            try:
-                if gone():  # said here, whatever step the open ended at, so nobody wonders where it went
-                    log.info("session.open on %s by %s ended without a session: the client hung up, or scvd "
-                             "is stopping", workspace, conn.label())
-            finally:
-                stopped.set()
-                session.close()
-            raise
-        finally:
-            self._opening.discard(session)
+        session = await session_open.prepare(self, conn, frame.workspace, self._opening)
         conn.sessions[session.id] = session
         self.sessions[session.id] = session
-        log.info("session %s opened on %s by %s", session.id, workspace, conn.label())
+        log.info("session %s opened on %s by %s", session.id, session.workspace, conn.label())
         self._update_status()
-        return p.SessionOpened(id=frame.id, session=session.id, workspace=str(workspace))
+        return p.SessionOpened(id=frame.id, session=session.id, workspace=str(session.workspace))
 
     def on_session_close(self, conn: Connection, frame: p.SessionClose) -> p.Frame:
         self._close_session(self._own_session(conn, frame.session))
@@ -937,15 +907,6 @@ class Daemon:
             raise errors.SessionNotFound(
                 f"this connection holds no session {session_id!r}; open one with session.open")
         return session
-
-    def _session_services(self, session: Session, base: dict[str, Any], gone: Callable[[], bool]) -> dict[str, Any]:
-        """What the session's tools prepare once (a tree walk for skills), added to `base` (the daemon's
-        services as the open began): from its own snapshot, which a reload during the walk does not
-        change; each stops early once `gone()`."""
-        services = base
-        for tool in session.registry.visible(include_system=True):
-            services.update(tool.session_services(session.workspace, session.config, self.paths, gone))
-        return services
 
     def _close_session(self, session: Session) -> set[asyncio.Task[Any]]:
         """Close `session` and cancel its calls; returns its chat's cancelled tasks, still ending."""

@@ -574,21 +574,21 @@ def test_a_peer_found_gone_while_a_handler_hangs_loses_its_calls_and_approvals_a
 
 def test_a_session_a_handler_opens_after_its_peer_was_found_gone_is_closed_when_it_returns(rig, workspace,
                                                                                           monkeypatch):
-    from scvd import server
+    from scvd import session_open
 
     go, entered = threading.Event(), threading.Event()
-    real = server.Daemon._session_services
+    real = session_open.session_services
 
-    def slow(self: Any, *args: Any) -> Any:
+    def slow(*args: Any) -> Any:
         entered.set()
         go.wait(60)
-        return real(self, *args)
+        return real(*args)
 
     rg = rig()
     w = rg.watcher()
     other = rg.client(name="other")
     other_session = other.open_session(workspace)
-    monkeypatch.setattr(server.Daemon, "_session_services", slow)
+    monkeypatch.setattr(session_open, "session_services", slow)
     leaver = rg.watcher("leaver")
     leaver.send(p.SessionOpen, workspace=str(workspace))
     assert entered.wait(10)
