@@ -403,3 +403,13 @@ def shown(exc: ScvError) -> str:
 STOPPING = "scvd is stopping"
 # the wire's `reason` on those (an error frame, call.completed's error): scvd going away, not a failure
 STOP_REASON = "stopping"
+
+
+class BatchCut(OSError):
+    """Outside the tree, an OSError as the write's own: a chat transcript's batch write failed and so
+    did cutting off the part that went in; its first `written` records are in the file (the caller
+    keeps only the rest, or they would be there twice)."""
+
+    def __init__(self, err: int, message: str, written: int) -> None:
+        super().__init__(err, message)
+        self.written = written

@@ -31,7 +31,7 @@ from .items import (CallRequested, NoteArrived, Opened, ReplyDone, SchemasLoaded
                     Usage)
 from .pipeline import submit
 from .readback import read_back
-from .transcript import BatchCut, Transcripts, new_id
+from .transcript import Transcripts, new_id
 
 log = logging.getLogger("scvd.chat")
 
@@ -277,7 +277,7 @@ class ChatService:
             try:
                 self.transcripts.append(conversation, records)
             except (OSError, errors.InternalError) as exc:
-                self._lost(conversation, records[exc.written if isinstance(exc, BatchCut) else 0:], str(exc))
+                self._lost(conversation, records[exc.written if isinstance(exc, errors.BatchCut) else 0:], str(exc))
         self._unwritten.clear()
 
     def _lost(self, conversation: str, records: list[Any], why: str) -> None:
@@ -472,7 +472,7 @@ class ChatService:
         try:
             self.transcripts.append(chat.conversation, records)
         except (OSError, errors.InternalError) as exc:  # a full disk, a symlink in the file's place:
-            records = records[exc.written if isinstance(exc, BatchCut) else 0:]  # not those already in the file
+            records = records[exc.written if isinstance(exc, errors.BatchCut) else 0:]  # not those already in the file
             chat.conv.records[:0] = records  # the turn goes on, and the next save writes them, in order
             chat.write_error = str(exc)
             log.error("transcript of %s not written (%d records kept for the next write): %s",

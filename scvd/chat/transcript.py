@@ -117,21 +117,12 @@ class Transcripts:
                                     "move it away, then retry")
 
 
-class BatchCut(OSError):
-    """A batch's write failed and so did cutting off the part that went in: its first `written`
-    records are in the file (the caller keeps only the rest, or they would be there twice)."""
-
-    def __init__(self, err: int, message: str, written: int) -> None:
-        super().__init__(err, message)
-        self.written = written
-
-
 def _undo(fd: int, size: int, exc: OSError, written: int) -> None:
     """Cut the file back to `size`; failing that, say how many whole records reached it."""
     try:
         os.ftruncate(fd, size)
     except OSError as undo:
-        raise BatchCut(exc.errno or errno.EIO, f"{exc.strerror or exc}; and cutting the part written off failed "
+        raise errors.BatchCut(exc.errno or errno.EIO, f"{exc.strerror or exc}; and cutting the part written off failed "
                        f"({undo.strerror or undo}): {written} record(s) of the batch are in the transcript, a "
                        "torn line after them reads back as an unreadable line", written) from exc
 
