@@ -256,19 +256,27 @@ def openai_then_relay(source: Path, tmp_path: Path) -> Path:
     return relay
 
 
+FULL = OSError(28, "No space left on device")
+
+
+def fail_replace(monkeypatch, when, error: OSError) -> None:
+    """os.replace(src, dst) raises `error` when `when(src, Path(dst))`: a full disk, a refused file."""
+    real = os.replace
+
+    def replace(src, dst):
+        if when(str(src), Path(dst)):
+            raise error
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
 def test_a_failed_write_leaves_the_old_setup_whole(paths, source, tmp_path, monkeypatch) -> None:
     """The disk fills between the two files: the old config and key stay, never the new config with
     the old key (which would go to the new provider's base_url)."""
     relay = openai_then_relay(source, tmp_path)
     run_import(paths, source)
-    real_replace = os.replace
-
-    def full_disk(src, dst):
-        if Path(dst).name == "auth.json" and str(src).endswith(".tmp"):
-            raise OSError(28, "No space left on device")
-        return real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", full_disk)
+    fail_replace(monkeypatch, lambda src, dst: dst.name == "auth.json" and src.endswith(".tmp"), FULL)
     with pytest.raises(InternalError, match="No space left on device.*left as it was"):
         run_import(paths, relay)
     monkeypatch.undo()
@@ -277,6 +285,56 @@ def test_a_failed_write_leaves_the_old_setup_whole(paths, source, tmp_path, monk
     assert not [p for p in dest(paths).iterdir() if p.name.endswith((".tmp", ".old"))]
     run_import(paths, relay)  # with room again it goes through
     assert API_KEY in (dest(paths) / "auth.json").read_text()
+
+
+def test_an_import_that_committed_but_cannot_tidy_up_stands_and_the_next_one_tidies(
+        paths, source, tmp_path, monkeypatch, caplog) -> None:
+    """Only removing the old files' copies fails, after the new files are in: the import went through
+    (not "left as it was"), and the next import removes those copies."""
+    relay = openai_then_relay(source, tmp_path)
+    run_import(paths, source)
+    real_unlink = os.unlink
+
+    def refused(path, *args, **kwargs):
+        if str(path).endswith(".old") and os.path.lexists(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refused)
+    with caplog.at_level(logging.WARNING, logger="scvd.adapters"):
+        out = run_import(paths, relay)
+    monkeypatch.undo()
+    assert out["copied"] == ["config.toml", "auth.json"] and API_KEY in (dest(paths) / "auth.json").read_text()
+    assert "old files' copies are left (Permission denied)" in caplog.text
+    run_import(paths, relay)
+    assert not [p for p in dest(paths).iterdir() if p.name.endswith(".old") or p.name.startswith(".scvd-import")]
+
+
+def test_an_import_that_cannot_put_the_old_files_back_says_the_next_user_does(
+        paths, source, tmp_path, monkeypatch) -> None:
+    """The write fails and so does undoing it: the error says the old files come back with the
+    home's next user, and they do."""
+    relay = openai_then_relay(source, tmp_path)
+    run_import(paths, source)
+    fail_replace(monkeypatch, lambda src, dst: dst.name == "auth.json" and src.endswith((".tmp", ".old")), FULL)
+    with pytest.raises(InternalError, match="putting its old files back failed too.*whoever uses the home next"):
+        run_import(paths, relay)
+    monkeypatch.undo()
+    settings = codex_settings(dest(paths), env={})  # a chat turn: the next user
+    assert "sk-OLD-openai" in settings.api_key and "relay.example" not in settings.base_url
+
+
+def test_an_import_that_cannot_settle_a_killed_one_says_so(paths, source, tmp_path, monkeypatch) -> None:
+    """An import killed midway left its journal and putting its old files back fails: the error
+    names that step, not this import's write."""
+    (source / "config.toml").write_text('model = "gpt-5"\n')
+    run_import(paths, source)
+    home = dest(paths)
+    os.link(home / "config.toml", home / ".config.toml.old")
+    (home / ".scvd-import.undo").write_text(json.dumps({"config.toml": True}))
+    fail_replace(monkeypatch, lambda src, dst: src.endswith(".old"), PermissionError(13, "Permission denied"))
+    with pytest.raises(InternalError, match="cannot put back what an import killed midway left.*Permission denied"):
+        run_import(paths, source)
 
 
 def test_a_new_provider_without_auth_json_removes_the_old_key(paths, source, tmp_path) -> None:

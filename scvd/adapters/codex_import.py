@@ -33,7 +33,7 @@ from .codex_home import AUTH, CONFIG, IMPORTED, MAX_FILE_BYTES, auth_verdict, se
 from .codex_provider import (LOCAL_PORTS, active_provider, active_provider_id, active_settings, endpoint_problem,
                              ignored_tables, model_provider_problem, provider_entries, provider_entry,
                              provider_headers)
-from .import_files import commit_files, one_at_a_time
+from .import_files import commit_files, one_at_a_time, settle_failed
 from .import_journal import UNDONE, UNSURE, mark_unsure, settle
 
 log = logging.getLogger("scvd.adapters")
@@ -205,6 +205,17 @@ def _other_provider_warnings(config: dict[str, Any]) -> list[str]:
     return warnings
 
 
+def _settle(home: Path) -> str | None:
+    """What an import killed midway left, settled before this one (import_journal.settle)."""
+    try:
+        found = settle(home, IMPORTED)
+        if found == UNSURE:  # this import settles it: other users are refused until it commits
+            mark_unsure(home, IMPORTED)
+    except OSError as exc:
+        raise settle_failed(home, exc) from exc
+    return found
+
+
 def import_codex(source: Path, home: Path) -> dict[str, Any]:
     """Validate, then copy; returns {copied, report, warnings} with no secret in it."""
     if source.resolve() == home.resolve():
@@ -212,9 +223,7 @@ def import_codex(source: Path, home: Path) -> dict[str, Any]:
     plan = plan_import(source)
     try:
         with one_at_a_time(home):
-            found = settle(home, IMPORTED)
-            if found == UNSURE:  # this import settles it: other users are refused until it commits
-                mark_unsure(home, IMPORTED)
+            found = _settle(home)
             plan.warnings += [INTERRUPTED[found]] if found in INTERRUPTED else []
             plan.warnings += settle_old_files(plan.files, plan.config, home, known=found != UNSURE)
             commit_files(home, plan.files)

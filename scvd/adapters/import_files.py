@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import InvalidRequest
+from ..errors import InternalError, InvalidRequest
 from . import import_journal
+
+log = logging.getLogger("scvd.adapters")
 
 LOCK_WAIT_SECONDS = 10.0  # for another import of the same home
 
@@ -72,15 +75,37 @@ def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
             elif had[name]:
                 os.unlink(directory / name)
         import_journal.done(directory)
-    except BaseException:  # if undoing fails too, the journal stays for the next user of the home
-        import_journal.roll_back(directory, had)
-        import_journal.end(directory, list(files))
+    except BaseException as exc:
+        try:
+            import_journal.roll_back(directory, had)
+        except OSError as undo:  # the journal stays: the home's next user puts them back
+            raise InternalError(
+                f"cannot write scvd's codex home {directory} ({_why(exc)}), and putting its old files back "
+                f"failed too ({_why(undo)}): whoever uses the home next puts them back; free some space or "
+                "fix its permissions, then import again") from exc
+        with contextlib.suppress(OSError):  # the old files are back; the home's next user tidies the rest
+            import_journal.end(directory, list(files))
         raise
     finally:
         for path in staged.values():
             if path is not None:
                 _unlink(path)
-    import_journal.end(directory, list(files))  # outside: once done, the kept files are never put back
+    try:  # outside: once done, the kept files are never put back
+        import_journal.end(directory, list(files))
+    except OSError as exc:  # the import stands; the home's next user removes them (the .done journal)
+        log.warning("imported into %s, but its old files' copies are left (%s); the home's next user "
+                    "removes them", directory, _why(exc))
+
+
+def settle_failed(directory: Path, exc: OSError) -> InternalError:
+    """What the settling of an import killed midway says when it fails (done again by the next user)."""
+    return InternalError(f"cannot put back what an import killed midway left in scvd's codex home {directory} "
+                         f"({exc.filename or directory}: {_why(exc)}): free some space or fix its permissions, "
+                         "then retry")
+
+
+def _why(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
 
 
 def settle_interrupted(directory: Path, names: tuple[str, ...]) -> None:
