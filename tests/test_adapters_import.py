@@ -13,7 +13,7 @@ import pytest
 from scvd import paths as paths_mod
 from scvd.adapters import service
 from scvd.chat.provider import codex_settings
-from scvd.errors import InternalError, InvalidRequest
+from scvd.errors import InternalError, InvalidRequest, ProviderFailure
 
 API_KEY = "sk-proj-SECRETSECRETSECRET123"
 REFRESH = "rt-REFRESHSECRET456"
@@ -496,8 +496,10 @@ def test_an_import_held_up_for_good_is_refused_not_waited_on(paths, source, tmp_
     held = os.open(dest(paths), os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(held, fcntl.LOCK_EX)
     try:
-        with pytest.raises(InvalidRequest, match=r"another import into scvd's codex home .* under way for 0.2 s"):
+        with pytest.raises(InvalidRequest, match=r"has held scvd's codex home .* for 0.2 s.*then import again$"):
             run_import(paths, relay)
+        with pytest.raises(ProviderFailure, match=r"has held scvd's codex home .* for 0.2 s.*then retry$"):
+            codex_settings(dest(paths), env={})  # a chat turn waits there too: it retries, imports nothing
     finally:
         os.close(held)
     assert "sk-OLD-openai" in (dest(paths) / "auth.json").read_text()

@@ -128,9 +128,9 @@ def reading(directory: Path, names: tuple[str, ...]) -> Iterator[None]:
         yield
         return
     try:
-        _lock(fd, directory, fcntl.LOCK_SH)
+        _lock(fd, directory, fcntl.LOCK_SH, "retry")
         if import_journal.interrupted(directory, names):
-            _lock(fd, directory, fcntl.LOCK_EX)  # not atomic: an import may run between, settled all the same
+            _lock(fd, directory, fcntl.LOCK_EX, "retry")  # not atomic: an import may run between, settled all the same
             if import_journal.settle(directory, names) == import_journal.UNSURE:
                 raise InvalidRequest(
                     f"scvd's codex home {directory} may hold a key for another endpoint: an import into it was "
@@ -146,15 +146,15 @@ def one_at_a_time(directory: Path) -> Iterator[None]:
     """An exclusive flock on `directory` while one import reads and writes it."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _lock(fd, directory, fcntl.LOCK_EX)
+        _lock(fd, directory, fcntl.LOCK_EX, "import again")
         yield
     finally:
         os.close(fd)
 
 
-def _lock(fd: int, directory: Path, how: int) -> None:
+def _lock(fd: int, directory: Path, how: int, then: str) -> None:
     """flock `how`, waited for up to LOCK_WAIT_SECONDS (an import stopped with Ctrl-Z must not hold the
-    next one, nor a worker, for good)."""
+    next one, nor a worker, for good); refused saying `then` (what the waiter does after)."""
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     while True:
         try:
@@ -162,10 +162,10 @@ def _lock(fd: int, directory: Path, how: int) -> None:
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise InvalidRequest(
-                    f"another import into scvd's codex home {directory} has been under way for "
+                raise InvalidRequest(  # an import, or readers when an import or a settle waits
+                    f"an import or a reader of it has held scvd's codex home {directory} for "
                     f"{LOCK_WAIT_SECONDS:g} s (a `scvctl agents import` stopped with Ctrl-Z?); let it "
-                    "finish or end it, then import again") from None
+                    f"finish or end it, then {then}") from None
             time.sleep(0.05)
 
 
