@@ -97,6 +97,8 @@ class Bridge:
                 self.client = await AsyncClient.connect(name="example-bridge", approver=True, answers_secrets=False)
                 self.sessions, self.chats = {}, {}
                 return
+            except errors.NotScvd:  # no scvd there: waiting would not help
+                raise
             except DaemonNotRunning as exc:
                 print(f"waiting for scvd: {exc.message}", file=sys.stderr)
                 await asyncio.sleep(delay)
@@ -270,6 +272,8 @@ def main() -> None:
     args = parser.parse_args()
     try:
         asyncio.run(Bridge(Console(), str(args.workspace.resolve()), args.state).run())
+    except errors.NotScvd as exc:
+        sys.exit(f"bridge: {exc.message}")
     except KeyboardInterrupt:  # Ctrl-C: the conversations are saved as they go, so no traceback, only 128 + SIGINT
         sys.exit(130)
 

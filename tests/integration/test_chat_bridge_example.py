@@ -451,6 +451,19 @@ def test_the_example_bridge_exits_quietly_with_130_on_ctrl_c_waiting_for_scvd(sc
     assert status == 130 and "Traceback" not in shown, shown
 
 
+def test_the_example_bridge_exits_saying_so_when_its_socket_is_no_scvds(scv_home, workspace, tmp_path):
+    """SCV_SOCKET names a regular file: no scvd will ever answer there, so the bridge exits with the
+    reason instead of printing "waiting for scvd" for good."""
+    from conftest import base_env
+
+    (tmp_path / "plain").write_text("not a socket")
+    env = base_env(scv_home, SCV_SOCKET=str(tmp_path / "plain"))
+    argv = [sys.executable, str(BRIDGE), "--workspace", str(workspace), "--state", str(tmp_path / "b.json")]
+    done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "is not an scvd socket" in done.stderr, done.stderr
+    assert "waiting for scvd" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_the_example_bridge_exits_quietly_with_130_on_ctrl_c_while_it_waits_for_input(make_daemon, model, scv_home,
                                                                                       workspace, tmp_path):
     """Connected, a Ctrl-C printed a traceback and left the bridge running, a second one too: the
