@@ -27,7 +27,7 @@ from ..text import well_formed
 from . import provider as provider_mod
 from .catalog import Catalog
 from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
-from .items import (CallRequested, NoteArrived, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall, Unreadable,
+from .items import (CallRequested, Cleared, NoteArrived, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall, Unreadable,
                     Usage)
 from .pipeline import submit
 from .readback import read_back
@@ -496,8 +496,10 @@ async def _close(model: Any) -> None:
 
 
 def _unreadable(records: list[Any]) -> str | None:
-    """What a resumed conversation lost to damaged transcript lines, for the person to hear."""
-    lines = [r.line for r in records if isinstance(r, Unreadable)]
+    """What a resumed conversation lost to damaged transcript lines, for the person to hear; only
+    those after its last clear: read_back drops what came before, so nothing was lost there."""
+    start = max((i + 1 for i, r in enumerate(records) if isinstance(r, Cleared)), default=0)
+    lines = [r.line for r in records[start:] if isinstance(r, Unreadable)]
     if not lines:
         return None
     shown = ", ".join(map(str, lines[:5])) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")

@@ -94,6 +94,16 @@ def test_a_session_closed_once_there_is_room_again_writes_what_it_kept(make_daem
     wait_until(lambda: b"noted 77" in path.read_bytes(), what="the close's write")
 
 
+def damage_line_3(d, conversation: str) -> Path:
+    """Its transcript's line 3 (the first reply, "A1") damaged on disk; the transcript's path."""
+    path = d.home / "state" / "chat" / f"{conversation}.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert b'"text":"A1"' in lines[2]
+    lines[2] = b"\xff\xfe garbage\n"
+    path.write_bytes(b"".join(lines))
+    return path
+
+
 def test_a_damaged_transcript_line_is_told_and_a_note_keeps_its_neighbours_apart(make_daemon, model, scv_home,
                                                                                   workspace):
     """The line was skipped with only a log line: the turns on either side joined, and the model read
@@ -104,11 +114,7 @@ def test_a_damaged_transcript_line_is_told_and_a_note_keeps_its_neighbours_apart
         opened = c.request(p.ChatOpen, workspace=str(workspace))
         for text in ("U1", "U2"):
             assert isinstance(turn(c, opened.session, text), p.TurnCompleted)
-    path = d.home / "state" / "chat" / f"{opened.conversation}.jsonl"
-    lines = path.read_bytes().splitlines(keepends=True)
-    assert b'"text":"A1"' in lines[2]
-    lines[2] = b"\xff\xfe garbage\n"
-    path.write_bytes(b"".join(lines))
+    path = damage_line_3(d, opened.conversation)
     with d.client(name="pytest") as c:
         again = c.request(p.ChatOpen, workspace=str(workspace), conversation=opened.conversation)
         assert again.notice.startswith("1 line(s) of this conversation's transcript could not be read back "
@@ -121,3 +127,21 @@ def test_a_damaged_transcript_line_is_told_and_a_note_keeps_its_neighbours_apart
         {"role": "user", "content": f"U1\n\n{LOST_NOTE}\n\nU2"}, {"role": "assistant", "content": "A2"},
         {"role": "user", "content": "U3"}]
     assert LOST_NOTE.encode() not in path.read_bytes()  # read there, never written
+
+
+def test_a_damaged_line_before_a_clear_is_not_told_as_lost(make_daemon, model, scv_home, workspace):
+    """The clear dropped that line's turn anyway: the notice said the model reads a note in its place,
+    and neither the model nor chat.history did."""
+    m = model(Text("A1"), Text("A2"))
+    d = make_daemon(config(m), home=scv_home, env=ENV)
+    with d.client(name="pytest") as c:
+        opened = c.request(p.ChatOpen, workspace=str(workspace))
+        assert isinstance(turn(c, opened.session, "U1"), p.TurnCompleted)
+        c.request(p.ChatClear, session=opened.session)
+        assert isinstance(turn(c, opened.session, "U2"), p.TurnCompleted)
+    damage_line_3(d, opened.conversation)
+    with d.client(name="pytest") as c:
+        again = c.request(p.ChatOpen, workspace=str(workspace), conversation=opened.conversation)
+        assert again.notice is None
+        history = c.request(p.ChatHistory, session=again.session).records
+        assert [(r["kind"], r["text"]) for r in history if "text" in r] == [("user", "U2"), ("assistant", "A2")]
