@@ -207,11 +207,14 @@ class ServerLink:
                 self._awaited = "initialize"
                 await session.initialize()
                 self._awaited = "its tools/list"  # a slow one is not a server that does not speak MCP
+                self._relist_due = False  # a list_changed from here on is relisted once ready
                 tools, listed = await self._list(session)
             self.session, self.state, self.error, self.retry_at, self.needs = session, "ready", None, None, ()
             self._ready_at = time.monotonic()
             log.info("mcp server %s ready: %d tool(s)", self.name, listed)
             self._on_tools(self, tools, listed)
+            if self._relist_due:  # it came while that list ran, before there was a session to relist on
+                self._relist_task = asyncio.get_running_loop().create_task(self._relist())
             exited = self._proc.exited if self._proc is not None else None
             waits = [asyncio.ensure_future(self._lost.wait())] + ([exited] if exited else [])
             try:

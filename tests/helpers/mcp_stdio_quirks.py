@@ -18,7 +18,8 @@ stderr and exits with status 5; `stubborn` does not exit when its
 stdin ends (its stop takes scvd's grace, then SIGTERM); `trap-term` is `stubborn` and, at SIGTERM, appends
 a line `cleaned` to STARTS_FILE and exits; `cursor-loop` answers every tools/list with
 the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/list_changed, and never
-answers a tools/list after the first; `steps` also lists `steps`, which sends three progress notifications
+answers a tools/list after the first; `changes-while-listing` sends tools/list_changed while it answers
+the first tools/list, and lists `later` from the next one on; `steps` also lists `steps`, which sends three progress notifications
 at once before its answer; `hang` also lists `hang`, which never answers; `huge-results` also lists
 `items`, whose result has `n` text items, `mib`, whose text is `mib` MiB (the token written at each
 byte offset in `token_at`), and `rows`, whose
@@ -136,7 +137,13 @@ for line in sys.stdin:
             time.sleep(float(mode.partition("=")[2]))
         if mode == "relist-hangs" and lists > 1:
             continue
-        page: dict = {"tools": tools}
+        if mode == "changes-while-listing" and lists == 1:  # before its answer: scvd is still listing
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+            tools.append({"name": "later", "description": "Came with a change.", "inputSchema": {"type": "object"}})
+            page_now = tools[:-1]
+        else:
+            page_now = tools
+        page: dict = {"tools": page_now}
         if mode == "cursor-loop":
             page["nextCursor"] = "again"
         send({"jsonrpc": "2.0", "id": msg_id, "result": page})

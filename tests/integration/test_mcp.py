@@ -497,6 +497,14 @@ def with_quirks_server(make_daemon, mode: str, tool: str) -> DaemonProc:
     return d
 
 
+def test_tools_a_server_changes_while_its_first_tools_list_runs_come_without_another_notice(make_daemon):
+    """Its list_changed came before scvd was ready to relist: the tools stayed as first listed until
+    the server sent another, which it may never do."""
+    d = with_quirks_server(make_daemon, "changes-while-listing", "later")
+    with d.client(name="t") as c:
+        assert {"mcp__raw__echo", "mcp__raw__later"} <= {t.name for t in c.request(p.ToolsList).tools}
+
+
 def test_an_mcp_call_stopped_at_its_timeout_says_which_setting_gives_it_more_time(make_daemon, workspace):
     """It said only that the call ran past its dispatch timeout, with no hint: nothing told the
     person that the server's timeout_seconds (or tools.default_timeout_seconds) sets it."""
