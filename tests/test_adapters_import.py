@@ -503,3 +503,25 @@ def test_an_import_held_up_for_good_is_refused_not_waited_on(paths, source, tmp_
     finally:
         os.close(held)
     assert "sk-OLD-openai" in (dest(paths) / "auth.json").read_text()
+
+
+def test_a_home_that_cannot_be_locked_says_so_not_that_an_import_was_killed(paths, source, monkeypatch) -> None:
+    """A file system without flock (ENOLCK): a chat turn and an agent run were told an import killed
+    midway could not be put back, with none killed."""
+    import errno
+    import fcntl
+
+    from scvd.adapters import homes
+    from scvd.errors import Failed
+
+    (source / "config.toml").write_text('model = "gpt-5"\n')
+    run_import(paths, source)
+
+    def no_locks(fd, how):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(ProviderFailure, match=r"^cannot lock or open scvd's codex home .*\(No locks available\)"):
+        codex_settings(dest(paths), env={})
+    with pytest.raises(Failed, match=r"^cannot lock or open scvd's codex home .*\(No locks available\)"):
+        homes.ensure_home(paths, "codex")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths as scv_paths
-from ..errors import Failed, InvalidRequest
+from ..errors import Failed, InternalError, InvalidRequest
 from .codex_home import IMPORTED
 from .env import home_layout
 from .import_files import settle_interrupted
@@ -43,24 +43,18 @@ def ensure_home(paths: Any, name: str, *, settle: bool = True) -> Path:
             "give that path back to your user (chown) or move it away, then retry"
         ) from exc
     if settle:
-        _settle_import(name, home)
+        _settle_import(home)
     return home
 
 
-def _settle_import(name: str, home: Path) -> None:
+def _settle_import(home: Path) -> None:
     """An import killed midway left one file of its own beside one from before (a new provider's
     config beside the old one's key): put the old ones back before anything reads the home. Only
     codex has an import; no other home holds its files' kept copies."""
     try:
         settle_interrupted(home, IMPORTED)
-    except InvalidRequest as exc:  # an import under way for too long, or a home left unsure
+    except (InvalidRequest, InternalError) as exc:  # held too long, left unsure, the lock or settling failed
         raise Failed(exc.message) from None
-    except OSError as exc:
-        raise Failed(
-            f"cannot put back the files in the {name} home {home} that an import killed midway left "
-            f"({exc.filename or home}: {exc.strerror or exc}); free some space or fix its permissions, "
-            f"then retry"
-        ) from exc
 
 
 def _ensure_home(paths: Any, name: str, home: Path) -> Path:

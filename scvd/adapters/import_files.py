@@ -119,11 +119,14 @@ def settle_interrupted(directory: Path, names: tuple[str, ...]) -> None:
 def reading(directory: Path, names: tuple[str, ...]) -> Iterator[None]:
     """The import lock shared while the caller reads `names` (so all from one import), after an import's
     commit a kill left is settled (the lock exclusive then); InvalidRequest for a home an import killed
-    midway left unsure (import_journal.UNSURE). One flock and a few stats when there is nothing to settle."""
+    midway left unsure (import_journal.UNSURE) or held too long, InternalError when the lock or the
+    settling fails. One flock and a few stats when there is nothing to settle."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         fd = -1
+    except OSError as exc:
+        raise _unlockable(directory, exc) from exc
     if fd < 0:  # nothing imported: the reads say so
         yield
         return
@@ -131,7 +134,11 @@ def reading(directory: Path, names: tuple[str, ...]) -> Iterator[None]:
         _lock(fd, directory, fcntl.LOCK_SH, "retry")
         if import_journal.interrupted(directory, names):
             _lock(fd, directory, fcntl.LOCK_EX, "retry")  # not atomic: an import may run between, settled all the same
-            if import_journal.settle(directory, names) == import_journal.UNSURE:
+            try:
+                found = import_journal.settle(directory, names)
+            except OSError as exc:
+                raise settle_failed(directory, exc) from exc
+            if found == import_journal.UNSURE:
                 raise InvalidRequest(
                     f"scvd's codex home {directory} may hold a key for another endpoint: an import into it was "
                     "killed midway (by an older scvd, or its journal cannot be read), so which provider each "
@@ -167,6 +174,13 @@ def _lock(fd: int, directory: Path, how: int, then: str) -> None:
                     f"{LOCK_WAIT_SECONDS:g} s (a `scvctl agents import` stopped with Ctrl-Z?); let it "
                     f"finish or end it, then {then}") from None
             time.sleep(0.05)
+        except OSError as exc:  # ENOLCK, EOPNOTSUPP: a file system without flock
+            raise _unlockable(directory, exc) from exc
+
+
+def _unlockable(directory: Path, exc: OSError) -> InternalError:
+    return InternalError(f"cannot lock or open scvd's codex home {directory} ({_why(exc)}): fix its permissions "
+                         "or move it to a file system with flock, then retry")
 
 
 def _keep(directory: Path, name: str, existed: bool) -> None:

@@ -173,12 +173,8 @@ def _imported(home: Path, hint: str) -> tuple[dict[str, Any], dict[str, Any]]:
             except (OSError, ValueError, errors.NotARegularFile) as exc:
                 raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}",
                                       hint) from None
-    except errors.InvalidRequest as exc:  # an import under way for too long, or a home it left unsure
+    except (errors.InvalidRequest, errors.InternalError) as exc:  # held too long, left unsure, lock or settle failed
         raise ProviderFailure("provider_error", exc.message) from None
-    except OSError as exc:
-        raise ProviderFailure("provider_error", f"the Codex setup an import killed midway left cannot be put back "
-                              f"({exc.strerror or exc})", "free some space or fix the permissions of "
-                              f"{home}, then retry") from None
 
 
 def _headers(provider_id: str, table: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
