@@ -214,6 +214,21 @@ def test_a_home_left_unsure_is_refused_by_agent_runs_and_chat_turns_until_an_imp
     assert NEW_KEY in harness.call("codex", prompt="go")["output"]
 
 
+def test_a_home_left_unsure_still_lets_its_sign_in_be_removed(harness: Harness, tmp_path) -> None:
+    """`scvctl agents logout codex` was refused with "import again": removing a key sends it nowhere,
+    so a logout goes on; a login or status is still refused."""
+    from scvd.config import Config
+
+    openai = setup_dir(tmp_path, "openai", 'model = "gpt-5"\n', OLD_KEY)
+    home = left_the_old_way(harness.paths, openai, "older-scvd")
+    env = {"PATH": os.environ["PATH"]}
+    launch = service.launch_spec("codex", "logout", [], config=Config(), paths=harness.paths, env=env)
+    assert launch.argv[1:] == ["logout"] and launch.env["CODEX_HOME"] == str(home)
+    for action in ("login", "status"):
+        with pytest.raises(Failed, match=REFUSED):
+            service.launch_spec("codex", action, [], config=Config(), paths=harness.paths, env=env)
+
+
 def test_an_import_settling_an_unsure_home_killed_at_any_step_leaves_it_refused_or_whole(paths, tmp_path) -> None:
     """Once the import has removed the leftovers it settles, a kill before its commit must still leave the
     home refused: the relay's config is still there beside the OpenAI key."""

@@ -26,12 +26,13 @@ def home_dir(paths: Any, name: str) -> Path:
     return Path(paths.adapters_dir) / name
 
 
-def ensure_home(paths: Any, name: str, *, settle: bool = True) -> Path:
+def ensure_home(paths: Any, name: str, *, settle: bool = True, refuse_unsure: bool = True) -> Path:
     """Create the home and its XDG / SCV_HOME folders 0700, repair loose modes; return it.
 
     A home scvd cannot make or make private is refused, naming the path and why: no agent
     runs with its sign-in readable by others. Not `settle`: for an import, which settles the
-    home itself (and is the one user a home left unsure does not refuse).
+    home itself (and is the one user a home left unsure does not refuse). Not `refuse_unsure`: a
+    logout, which only removes a sign-in (settled first, so no kept key comes back after it).
     """
     home = home_dir(paths, name)
     try:
@@ -43,16 +44,16 @@ def ensure_home(paths: Any, name: str, *, settle: bool = True) -> Path:
             "give that path back to your user (chown) or move it away, then retry"
         ) from exc
     if settle:
-        _settle_import(home)
+        _settle_import(home, refuse_unsure)
     return home
 
 
-def _settle_import(home: Path) -> None:
+def _settle_import(home: Path, refuse_unsure: bool) -> None:
     """An import killed midway left one file of its own beside one from before (a new provider's
     config beside the old one's key): put the old ones back before anything reads the home. Only
     codex has an import; no other home holds its files' kept copies."""
     try:
-        settle_interrupted(home, IMPORTED)
+        settle_interrupted(home, IMPORTED, refuse_unsure=refuse_unsure)
     except (InvalidRequest, InternalError) as exc:  # held too long, left unsure, the lock or settling failed
         raise Failed(exc.message) from None
 

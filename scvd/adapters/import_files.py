@@ -108,15 +108,16 @@ def _why(exc: BaseException) -> str:
     return (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
 
 
-def settle_interrupted(directory: Path, names: tuple[str, ...]) -> None:
+def settle_interrupted(directory: Path, names: tuple[str, ...], *, refuse_unsure: bool = True) -> None:
     """Before a home is used: undo or finish an import's commit a kill left, so an agent never runs on
-    half of one (an import under way is waited for); refuse a home whose files cannot be told apart."""
-    with reading(directory, names):
+    half of one (an import under way is waited for); refuse a home whose files cannot be told apart
+    (unless not `refuse_unsure`)."""
+    with reading(directory, names, refuse_unsure=refuse_unsure):
         pass
 
 
 @contextlib.contextmanager
-def reading(directory: Path, names: tuple[str, ...]) -> Iterator[None]:
+def reading(directory: Path, names: tuple[str, ...], *, refuse_unsure: bool = True) -> Iterator[None]:
     """The import lock shared while the caller reads `names` (so all from one import), after an import's
     commit a kill left is settled (the lock exclusive then); InvalidRequest for a home an import killed
     midway left unsure (import_journal.UNSURE) or held too long, InternalError when the lock or the
@@ -138,7 +139,7 @@ def reading(directory: Path, names: tuple[str, ...]) -> Iterator[None]:
                 found = import_journal.settle(directory, names)
             except OSError as exc:
                 raise settle_failed(directory, exc) from exc
-            if found == import_journal.UNSURE:
+            if found == import_journal.UNSURE and refuse_unsure:
                 raise InvalidRequest(
                     f"scvd's codex home {directory} may hold a key for another endpoint: an import into it was "
                     "killed midway (by an older scvd, or its journal cannot be read), so which provider each "

@@ -109,7 +109,8 @@ def launch_spec(
     if command is None:
         raise Unavailable(f"{adapter.title} has no {action} command")
     executable = resolve_executable(adapter, env)
-    home = ensure_home(paths, adapter.name)
+    # a home left unsure refuses all but a logout: removing a sign-in sends no key anywhere
+    home = ensure_home(paths, adapter.name, refuse_unsure=action != "logout")
     return LaunchSpec(
         argv=[executable, *command.args, *extra_args],
         env=build_env(env, adapter, home),
