@@ -163,7 +163,8 @@ class McpServers:
         servers = sum(cfg.enabled for cfg in config.mcp.servers.values())
         room = cap.share(config.server.server_frame_bytes, servers)
         for name in [n for n, was in self._share.items() if was != room and n in self._listed]:
-            self._take(self.links[name])
+            self._take(self.links[name], f"mcp server {name}'s tool was left out: past its share of a tools.list "
+                                         "frame after a reload")
 
     def _replaced(self, name: str, link: Any, config: Config, sandbox: tuple[Any, bool]) -> str | None:
         """Why a reload to `config` stops the running `link` (what its cut-off calls are told), or None."""
@@ -285,8 +286,9 @@ class McpServers:
         self._listed[link.name] = (specs, listed)
         self._take(link)
 
-    def _take(self, link: Any) -> None:
-        """The server's tools from its last list, as many as its share of a tools.list frame holds."""
+    def _take(self, link: Any, reason: str = "") -> None:
+        """The server's tools from its last list, as many as its share of a tools.list frame holds;
+        `reason` the grants of those it no longer takes end (by default: the server changed them)."""
         specs, listed = self._listed[link.name]
         servers = sum(cfg.enabled for cfg in self.host.config.mcp.servers.values())
         room = self._share[link.name] = cap.share(self.host.config.server.server_frame_bytes, servers)
@@ -322,7 +324,7 @@ class McpServers:
         gone = {n for n in before if n not in after}
         if redefined or gone:
             self.host.revoke_grants(set(redefined) | gone,
-                                    f"mcp server {link.name} redefined or stopped listing the tool")
+                                    reason or f"mcp server {link.name} redefined or stopped listing the tool")
         for n in redefined:
             log.warning("mcp server %s: %s was redefined by its server; its session grants are revoked",
                         link.name, n)

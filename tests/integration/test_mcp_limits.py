@@ -11,7 +11,7 @@ import pytest
 
 from scvd import protocol as p
 
-from conftest import ROOT, reloaded
+from conftest import ROOT, reloaded, wait_pending
 from harness import wait_until
 
 pytestmark = pytest.mark.slow
@@ -85,6 +85,23 @@ def test_a_reload_that_enables_another_server_takes_a_running_servers_tools_agai
         assert error.startswith("mcp server many's tools take more than its share of a tools.list frame (1048576 "
                                 "bytes: a quarter of server.server_frame_bytes, split among 2 enabled servers): "
                                 f"scvd takes the first {now} in the server's order"), error
+
+
+def test_a_call_waiting_for_a_tool_a_reload_leaves_past_its_share_is_told_so(make_daemon, workspace, tmp_path):
+    """It was told the server "redefined or stopped listing the tool", which the server never did."""
+    first = sdk_table(200, 60_000, tmp_path / "lists", 'tool_risk = { t00020 = "process" }\n')
+    d = make_daemon(first)
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        ready(c)
+        assert "mcp__many__t00020" in [t.name for t in c.request(p.ToolsList).tools]
+        call_id = c.start_call(c.open_session(workspace), "mcp__many__t00020", {})
+        wait_pending(me)
+        reloaded(d, first + sdk_table(1, 10, tmp_path / "other", name="other"))
+        assert "mcp__many__t00020" not in [t.name for t in c.request(p.ToolsList).tools]
+        done = c.wait_call(call_id)
+        assert done.error.kind == "denied" and ("mcp server many's tool was left out: past its share of a "
+                                                "tools.list frame after a reload while this call waited"
+                                                in done.error.message), done.error
 
 
 def test_a_burst_of_list_changed_notifications_is_a_few_tools_lists(make_daemon, workspace, tmp_path):
