@@ -181,7 +181,8 @@ def test_providers_the_config_does_not_use_now_are_checked_and_only_warned_of(pa
         f"provider 'team', {unused}: http_headers 'X Team' is not an HTTP header name (letters, digits and "
         f"!#$%&'*+-.^_`|~, no space or colon): codex leaves it out of its requests, and a chat turn with provider "
         f"codex fails on it; {fix}",
-        f"provider 'gone', {unused}: base_url is not an http:// or https:// URL with a host; a profile that picks "
+        f"provider 'gone', {unused}: base_url must start with http:// or https://, e.g. http://127.0.0.1:8080/v1; "
+        "a profile that picks "
         f"it fails: {fix}",
         f"provider 'stale', {unused}: its model_providers entry is not a table: write it as [model_providers.NAME] "
         f"with its keys; a profile that picks it fails: {fix}"]

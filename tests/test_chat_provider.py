@@ -527,13 +527,15 @@ def test_an_env_header_whose_variable_is_blank_is_left_out_as_codex_leaves_it_ou
 
 
 @pytest.mark.parametrize("line, said", [
-    ('base_url = "bob:s3cr3t@relay.example/v1"', "base_url is not an http:// or https:// URL with a host"),
+    ('base_url = "bob:s3cr3t@relay.example/v1"', "base_url must start with http:// or https://, e.g. http://127.0.0.1:8080/v1"),
+    ('base_url = "http://relay.example:99999/v1"',
+     "base_url is no URL a request can go to (Port out of range 0-65535); write it as http://HOST:PORT/PATH"),
     ('base_url = "http://127.0.0.1:9/v1"\nwire_api = "completions"',
      "wire_api 'completions' is not one scvd speaks: set it to \"responses\" or \"chat\""),
     # it went out as the key "{'value': 's3cr3t'}"
     ('base_url = "http://127.0.0.1:9/v1"\nexperimental_bearer_token = { value = "s3cr3t" }',
      "experimental_bearer_token is a table, not a text: write it as experimental_bearer_token = \"...\""),
-], ids=["no scheme", "wire_api", "token"])
+], ids=["no scheme", "bad port", "wire_api", "token"])
 def test_an_imported_endpoint_no_request_can_reach_is_refused_as_the_setup_loads(tmp_path, line, said):
     """A base_url without a scheme failed only at send time as a connection error; a wire_api scvd
     does not speak was taken for "responses" without a word."""

@@ -147,8 +147,8 @@ def endpoint_problem(table: Any) -> str:
     if not isinstance(table, dict):
         return "its model_providers entry is not a table: write it as [model_providers.NAME] with its keys"
     base_url = table.get("base_url")
-    if base_url is not None and http_fields.url_problem(base_url):  # the value is not shown: a relay's may hold a key
-        return "base_url is not an http:// or https:// URL with a host"
+    if base_url is not None and (problem := http_fields.url_problem(base_url)):  # names no part of it: a relay's
+        return f"base_url {problem}"  # may hold a key
     wire_api = table.get("wire_api", "responses")
     if wire_api not in WIRE_APIS:
         shown = repr(wire_api[:40]) if isinstance(wire_api, str) else toml_kind(wire_api)

@@ -268,7 +268,7 @@ def test_import_warns_of_a_header_no_request_can_carry_and_never_shows_it(agent_
 
 
 @pytest.mark.parametrize("line, said", [
-    ('base_url = "relay.example/v1"', "base_url is not an http:// or https:// URL with a host"),
+    ('base_url = "relay.example/v1"', "base_url must start with http:// or https://, e.g. http://127.0.0.1:8080/v1"),
     ('base_url = "http://127.0.0.1:9/v1"\nwire_api = "completions"',
      "wire_api 'completions' is not one scvd speaks: set it to \"responses\" or \"chat\""),
     ('base_url = "http://127.0.0.1:9/v1"\nenv_key = 5', "env_key is an integer, not a text: write it as env_key = \"...\""),
