@@ -9,9 +9,14 @@ cut the same way. No MCP SDK here.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
 
 from .tool import DESCRIPTION_LIMIT, ToolSpec
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 # every MCP server's tools together take at most this part of a tools.list frame; the rest is scvd's
 # own tools and the load errors; lint findings are not counted: tool_listing.fit_lint cuts them to the frame
@@ -19,9 +24,10 @@ SHARE_OF_FRAME = 4
 ENTRY_ROOM = 256  # of a tool's tools.list entry beside its description and schema: its name (64), risk, flags, keys
 
 
-def share(frame_bytes: int, servers: int) -> int:
-    """The bytes of tools.list one of `servers` enabled servers may fill."""
-    return frame_bytes // SHARE_OF_FRAME // max(1, servers)
+def share_for(config: Config) -> tuple[int, int]:
+    """(the bytes of tools.list one enabled server may fill, how many servers are enabled) by `config`."""
+    servers = sum(cfg.enabled for cfg in config.mcp.servers.values())
+    return config.server.server_frame_bytes // SHARE_OF_FRAME // max(1, servers), servers
 
 
 def entry_size(spec: ToolSpec) -> int:

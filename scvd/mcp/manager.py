@@ -160,8 +160,7 @@ class McpServers:
     def _retake(self, config: Config) -> None:
         """Servers left running whose share of a tools.list frame a reload changed (more servers, another
         server_frame_bytes) take their tools again within it: together they must still fit one frame."""
-        servers = sum(cfg.enabled for cfg in config.mcp.servers.values())
-        room = cap.share(config.server.server_frame_bytes, servers)
+        room = cap.share_for(config)[0]
         for name in [n for n, was in self._share.items() if was != room and n in self._listed]:
             self._take(self.links[name], f"mcp server {name}'s tool was left out: past its share of a tools.list "
                                          "frame after a reload")
@@ -290,8 +289,8 @@ class McpServers:
         """The server's tools from its last list, as many as its share of a tools.list frame holds;
         `reason` the grants of those it no longer takes end (by default: the server changed them)."""
         specs, listed = self._listed[link.name]
-        servers = sum(cfg.enabled for cfg in self.host.config.mcp.servers.values())
-        room = self._share[link.name] = cap.share(self.host.config.server.server_frame_bytes, servers)
+        room, servers = cap.share_for(self.host.config)
+        self._share[link.name] = room
         cut = [cap.over_max(link.name, listed, len(specs))] if listed > len(specs) else []  # logged too
         left_out, tools, taken = [], [], {}
         used = sum(map(cap.error_size, cut))
