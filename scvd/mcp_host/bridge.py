@@ -19,7 +19,7 @@ from .. import errors, protocol as p
 from ..lenient_json import NOT_JSON, lenient, top_level_id
 from ..text import well_formed
 from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, call_result,
-                      can_elicit, decision_of, elicitation_params, initialize_result, mcp_tool)
+                      can_elicit, decision_of, elicitation_params, error_result, initialize_result, mcp_tool)
 from .pipes import Lines
 
 log = logging.getLogger("scvd.mcp_host")
@@ -143,7 +143,7 @@ class Bridge:
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise errors.JsonRpcError(INVALID_PARAMS, "tools/call needs `name` (string) and `arguments` (object)")
         if refused := p.surrogate_refusal(arguments):  # as scvd refuses a socket client's call
-            return {"content": [{"type": "text", "text": f"{refused.kind}: {refused.message}"}], "isError": True}
+            return error_result(refused.kind, refused.message)
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         accepted = await self.client.request(p.Call, session=self.session, tool=name, arguments=arguments)

@@ -109,15 +109,22 @@ def call_result(done: p.CallCompleted) -> dict[str, Any]:
             result["structuredContent"] = payload
         return result
     err = done.error
-    text = f"{err.kind}: {err.message}" + (f"\nhint: {err.hint}" if err.hint else "")
     if err.kind == "unknown_tool":  # MCP: an unknown tool is a protocol error, not the tool's result
-        raise errors.JsonRpcError(INVALID_PARAMS, text)
-    return {"content": [{"type": "text", "text": text}], "isError": True}
+        raise errors.JsonRpcError(INVALID_PARAMS, _error_text(err.kind, err.message, err.hint))
+    return error_result(err.kind, err.message, err.hint)
+
+
+def error_result(kind: str, message: str, hint: str | None = None) -> dict[str, Any]:
+    """A failed call as an MCP tool result (isError): its kind, message and hint as text."""
+    return {"content": [{"type": "text", "text": _error_text(kind, message, hint)}], "isError": True}
+
+
+def _error_text(kind: str, message: str, hint: str | None) -> str:
+    return f"{kind}: {message}" + (f"\nhint: {hint}" if hint else "")
 
 
 def too_large(message: dict[str, Any], size: int, limit: int) -> dict[str, Any]:
     """A tool result over server.server_frame_bytes, as the `limit` error a socket client gets for it."""
-    text = (f"limit: result too large: frame of {size} bytes exceeds server.server_frame_bytes ({limit}); "
-            "ask for less output")
-    return {"jsonrpc": "2.0", "id": message.get("id"),
-            "result": {"content": [{"type": "text", "text": text}], "isError": True}}
+    return {"jsonrpc": "2.0", "id": message.get("id"), "result": error_result(
+        "limit", f"result too large: frame of {size} bytes exceeds server.server_frame_bytes ({limit}); "
+        "ask for less output")}
