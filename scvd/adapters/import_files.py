@@ -42,16 +42,9 @@ def _stage(directory: Path, name: str, data: bytes) -> Path:
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
-        _unlink(Path(tmp))
+        import_journal.unlink(Path(tmp))
         raise
     return Path(tmp)
-
-
-def _unlink(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
@@ -89,7 +82,7 @@ def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
     finally:
         for path in staged.values():
             if path is not None:
-                _unlink(path)
+                import_journal.unlink(path)
     try:  # outside: once done, the kept files are never put back
         import_journal.end(directory, list(files))
     except OSError as exc:  # the import stands; the home's next user removes them (the .done journal)

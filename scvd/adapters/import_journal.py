@@ -50,19 +50,19 @@ def done(directory: Path) -> None:
     """Every new file is in place: from here a kill is finished (`end`), not undone."""
     os.replace(directory / UNDO, directory / DONE)
     _sync(directory)
-    _unlink(directory / UNSURE_MARK)  # after: a kill between is FINISHED, which removes it too
+    unlink(directory / UNSURE_MARK)  # after: a kill between is FINISHED, which removes it too
 
 
 def end(directory: Path, names: list[str]) -> None:
     """Remove what the commit of `names` left (kept files, staged copies: a copy of a key among them),
     then the journal (last: until then a kill is settled again)."""
     for name in names:
-        _unlink(kept(directory, name))
+        unlink(kept(directory, name))
     with os.scandir(directory) as entries:
         staged = [e.path for e in entries
                   if e.name.endswith(".tmp") and e.name.startswith(tuple(f".{n}." for n in names))]
     for path in [*staged, directory / _TMP, directory / DONE, directory / UNDO]:
-        _unlink(Path(path))
+        unlink(Path(path))
 
 
 def roll_back(directory: Path, had: dict[str, bool]) -> None:
@@ -71,7 +71,7 @@ def roll_back(directory: Path, had: dict[str, bool]) -> None:
     for name, existed in had.items():
         old = kept(directory, name)
         if not existed:
-            _unlink(directory / name)
+            unlink(directory / name)
         elif os.path.lexists(old):
             os.replace(old, directory / name)
 
@@ -88,7 +88,7 @@ def settle(directory: Path, names: tuple[str, ...]) -> str | None:
         if journal == UNDO:
             roll_back(directory, had)
         else:
-            _unlink(directory / UNSURE_MARK)  # its import committed: the home holds its files alone
+            unlink(directory / UNSURE_MARK)  # its import committed: the home holds its files alone
         names = (*names, *had)
     elif any(os.path.lexists(kept(directory, n)) for n in names):
         return UNSURE  # an older scvd's
@@ -133,7 +133,8 @@ def _sync(directory: Path) -> None:
         os.close(fd)
 
 
-def _unlink(path: Path) -> None:
+def unlink(path: Path) -> None:
+    """Remove `path` if it is there (a kill may have removed it already)."""
     try:
         os.unlink(path)
     except FileNotFoundError:
