@@ -7,8 +7,8 @@
   alike), waited for up to LOCK_WAIT_SECONDS. Whoever reads the imported files together (a chat
   turn: the config and the key it pairs) holds it shared meanwhile (`reading`), so no import
   swaps them between two reads.
-- What an import that died midway left (a copy of a key among it) is swept by the next
-  (import_journal.settle).
+- What an import that died midway left (a copy of a key among it) is swept by the home's next
+  user (import_journal.settle).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def _stage(directory: Path, name: str, data: bytes) -> Path:
 
 
 def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
-    """Write (bytes) or remove (None) each of `files` in `directory`, all or none; `settle` first.
+    """Write (bytes) or remove (None) each of `files` in `directory`, all or none; the caller
+    has settled the home first (import_journal.settle).
 
     The journal (import_journal.py) comes first, then every new file is staged (a full disk fails
     here, with nothing changed), then each old file is kept under a hard link while the new ones

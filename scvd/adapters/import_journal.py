@@ -79,7 +79,7 @@ def roll_back(directory: Path, had: dict[str, bool]) -> None:
 def settle(directory: Path, names: tuple[str, ...]) -> str | None:
     """Undo or finish a commit a kill left (the import lock held), and remove its leftovers and those
     of `names`; UNDONE, FINISHED, None (nothing), or UNSURE: kept files without a readable journal, or
-    a home marked unsure, all left as found for an import to settle (`mark_unsure`)."""
+    a home marked unsure, the kept files left as found for an import to settle (`mark_unsure`)."""
     journal = next((j for j in (UNDO, DONE) if os.path.lexists(directory / j)), None)
     if journal is not None:
         had = _read(directory / journal)

@@ -27,8 +27,8 @@ from ..text import well_formed
 from . import provider as provider_mod
 from .catalog import Catalog
 from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
-from .items import (CallRequested, Cleared, NoteArrived, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall, Unreadable,
-                    Usage)
+from .items import (CallRequested, Cleared, NoteArrived, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall,
+                    Unreadable, Usage)
 from .pipeline import submit
 from .readback import read_back
 from .transcript import Transcripts, new_id
@@ -111,7 +111,7 @@ class ChatService:
         records: list[Any] = []
         kept = self._unwritten.get(frame.conversation, [])
         if frame.conversation:
-            records = await self._read(frame.conversation, config.chat.transcript_days, bool(kept)) + kept
+            records = await self._read(frame.conversation, config.chat.transcript_days, pending=bool(kept)) + kept
         stored = next((r for r in reversed(records) if isinstance(r, Opened)), None)  # the latest settings
         name = provider or (stored.provider if stored else "") or config.chat.provider
         if name not in config.providers and name != provider_mod.CODEX:
@@ -146,13 +146,13 @@ class ChatService:
                             workspace=str(session.workspace), provider=name, resumed=bool(records),
                             notice=_unreadable(records))
 
-    async def _read(self, conversation: str, days: int = 0, kept: bool = False) -> list[Any]:
+    async def _read(self, conversation: str, days: int = 0, pending: bool = False) -> list[Any]:
         """Its transcript's records; none when records of it wait in memory but no write ever
         succeeded (a conversation begun on a full disk has no file yet)."""
         try:
             return await asyncio.to_thread(self.transcripts.read, conversation, days)
         except errors.ConversationNotFound:
-            if kept:
+            if pending:
                 return []
             raise
 
@@ -190,7 +190,7 @@ class ChatService:
     async def history(self, conn: Any, frame: p.ChatHistory) -> p.Frame:
         chat = self._own(conn, frame.session)
         # with the records still waiting for a write (a full disk): the model reads them too
-        records = await self._read(chat.conversation, kept=bool(chat.conv.records)) + chat.conv.records
+        records = await self._read(chat.conversation, pending=bool(chat.conv.records)) + chat.conv.records
         shown = [r for r in read_back(records).records if not isinstance(r, (Opened, SchemasLoaded, NoteArrived))]
         end = len(shown) if frame.before is None else min(frame.before, len(shown))
         first = 0 if frame.limit is None else max(0, end - frame.limit)
