@@ -98,6 +98,7 @@ class Unreadable(Record, tag="unreadable"):
     that what the model reads says a record is missing there rather than joining its neighbours."""
 
     line: int
+    newer: bool = False  # JSON, but no record this scvd knows: a newer scvd's
 
 
 HistoryItem = Union[UserText, ScvdNote, AssistantReply, ToolOutput]

@@ -10,8 +10,8 @@ builds wrote otherwise is read as now:
   calls, which name no turn), where a turn cut off now has them: the model and chat.history read
   each turn cut off alike. They are not written: an append would put them after the turns since,
   where "the request above" would be another turn's.
-A line that could not be read (`Unreadable`) is a scvd note saying that something is missing
-there, one per run of such lines.
+A line that could not be read (`Unreadable`: damaged, or a newer scvd's record) is a scvd note
+saying that something is missing there, one per run of such lines.
 The last turn is left to the caller when it has no end (`cut`): the replay ends it in the file (a
 crash cut it off), while chat.history may be reading a turn still running.
 """
@@ -38,6 +38,8 @@ KILLED_NOTE = ("[scvd stopped unexpectedly during this turn (it crashed or was k
 # joined (two turns' texts read as one message), and the model never knew
 LOST_NOTE = ("[scvd could not read back part of this conversation here (its transcript is damaged): what was "
              "said at this point is missing]")
+NEWER_NOTE = ("[scvd could not read back part of this conversation here (a newer scvd wrote it): what was said "
+              "at this point is missing]")
 
 
 @dataclass
@@ -55,8 +57,9 @@ def read_back(records: Iterable[Any]) -> Readback:
     turn = said = ""  # the turn of the last history record; of the person's last text
     for rec in records:
         if isinstance(rec, Unreadable):  # one note for a run of them
-            if not (out and isinstance(out[-1], ScvdNote) and out[-1].text == LOST_NOTE):
-                out.append(ScvdNote(text=LOST_NOTE))
+            note = NEWER_NOTE if rec.newer else LOST_NOTE
+            if not (out and isinstance(out[-1], ScvdNote) and out[-1].text == note):
+                out.append(ScvdNote(text=note))
             continue
         if isinstance(rec, Opened):
             opened = rec

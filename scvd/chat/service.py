@@ -499,12 +499,19 @@ def _unreadable(records: list[Any]) -> str | None:
     """What a resumed conversation lost to damaged transcript lines, for the person to hear; only
     those after its last clear: read_back drops what came before, so nothing was lost there."""
     start = max((i + 1 for i, r in enumerate(records) if isinstance(r, Cleared)), default=0)
-    lines = [r.line for r in records[start:] if isinstance(r, Unreadable)]
-    if not lines:
+    lost = [r for r in records[start:] if isinstance(r, Unreadable)]
+    if not lost:
         return None
+    groups = [([r.line for r in lost if r.newer == newer], said)
+              for newer, said in ((False, "damaged"), (True, "written by a newer scvd"))]
+    why = " and ".join(_lines(lines, said) for lines, said in groups if lines)
+    return (f"{len(lost)} line(s) of this conversation's transcript could not be read back ({why}): what they "
+            "said is missing, and the model and chat.history read a note in their place")
+
+
+def _lines(lines: list[int], why: str) -> str:
     shown = ", ".join(map(str, lines[:5])) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
-    return (f"{len(lines)} line(s) of this conversation's transcript could not be read back (line {shown}; "
-            "damaged): what they said is missing, and the model and chat.history read a note in their place")
+    return f"line {shown}; {why}"
 
 
 def _whole(text: str) -> tuple[str, str]:

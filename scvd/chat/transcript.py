@@ -91,6 +91,10 @@ class Transcripts:
         for number, line in enumerate(lines, 1):
             try:
                 records.append(_decoder.decode(line))
+            except msgspec.ValidationError as exc:  # a DecodeError too: first, it is no damage
+                log.warning("%s line %d is no record this scvd knows (%s; written by a newer scvd?); a note stands "
+                            "in its place", path, number, exc)
+                records.append(Unreadable(line=number, newer=True))
             except msgspec.DecodeError:
                 log.warning("%s line %d is unreadable; a note stands in its place", path, number)
                 records.append(Unreadable(line=number))

@@ -7,11 +7,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import pytest
+
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Text
 from harness import wait_until
 from scvd import protocol as p
-from scvd.chat.readback import LOST_NOTE
+from scvd.chat.readback import LOST_NOTE, NEWER_NOTE
 from test_chat_restart import ENV, config, resumed, until_end
 
 
@@ -94,18 +96,23 @@ def test_a_session_closed_once_there_is_room_again_writes_what_it_kept(make_daem
     wait_until(lambda: b"noted 77" in path.read_bytes(), what="the close's write")
 
 
-def damage_line_3(d, conversation: str) -> Path:
-    """Its transcript's line 3 (the first reply, "A1") damaged on disk; the transcript's path."""
+def damage_line_3(d, conversation: str, to: bytes = b"\xff\xfe garbage\n") -> Path:
+    """Its transcript's line 3 (the first reply, "A1") made `to` on disk; the transcript's path."""
     path = d.home / "state" / "chat" / f"{conversation}.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     assert b'"text":"A1"' in lines[2]
-    lines[2] = b"\xff\xfe garbage\n"
+    lines[2] = to
     path.write_bytes(b"".join(lines))
     return path
 
 
+@pytest.mark.parametrize("line, why, note", [
+    (b"\xff\xfe garbage\n", "damaged", LOST_NOTE),
+    # a kind this scvd does not know (a newer scvd's, read after a downgrade) was told as damage
+    (b'{"kind":"hologram","text":"A1"}\n', "written by a newer scvd", NEWER_NOTE),
+], ids=["damaged", "newer"])
 def test_a_damaged_transcript_line_is_told_and_a_note_keeps_its_neighbours_apart(make_daemon, model, scv_home,
-                                                                                  workspace):
+                                                                                  workspace, line, why, note):
     """The line was skipped with only a log line: the turns on either side joined, and the model read
     the person's "U1" and "U2" as one message with nothing between them."""
     m = model(Text("A1"), Text("A2"), Text("A3"))
@@ -114,19 +121,19 @@ def test_a_damaged_transcript_line_is_told_and_a_note_keeps_its_neighbours_apart
         opened = c.request(p.ChatOpen, workspace=str(workspace))
         for text in ("U1", "U2"):
             assert isinstance(turn(c, opened.session, text), p.TurnCompleted)
-    path = damage_line_3(d, opened.conversation)
+    path = damage_line_3(d, opened.conversation, line)
     with d.client(name="pytest") as c:
         again = c.request(p.ChatOpen, workspace=str(workspace), conversation=opened.conversation)
         assert again.notice.startswith("1 line(s) of this conversation's transcript could not be read back "
-                                       "(line 3; damaged)")
+                                       f"(line 3; {why})"), again.notice
         history = c.request(p.ChatHistory, session=again.session).records
         assert [(r["kind"], r["text"]) for r in history if "text" in r] == [
-            ("user", "U1"), ("scvd", LOST_NOTE), ("user", "U2"), ("assistant", "A2")]
+            ("user", "U1"), ("scvd", note), ("user", "U2"), ("assistant", "A2")]
         assert isinstance(turn(c, again.session, "U3"), p.TurnCompleted)
     assert m.requests[2]["messages"][1:] == [
-        {"role": "user", "content": f"U1\n\n{LOST_NOTE}\n\nU2"}, {"role": "assistant", "content": "A2"},
+        {"role": "user", "content": f"U1\n\n{note}\n\nU2"}, {"role": "assistant", "content": "A2"},
         {"role": "user", "content": "U3"}]
-    assert LOST_NOTE.encode() not in path.read_bytes()  # read there, never written
+    assert note.encode() not in path.read_bytes()  # read there, never written
 
 
 def test_a_damaged_line_before_a_clear_is_not_told_as_lost(make_daemon, model, scv_home, workspace):
@@ -145,3 +152,4 @@ def test_a_damaged_line_before_a_clear_is_not_told_as_lost(make_daemon, model, s
         assert again.notice is None
         history = c.request(p.ChatHistory, session=again.session).records
         assert [(r["kind"], r["text"]) for r in history if "text" in r] == [("user", "U2"), ("assistant", "A2")]
+
