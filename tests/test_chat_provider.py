@@ -529,7 +529,7 @@ def test_an_env_header_whose_variable_is_blank_is_left_out_as_codex_leaves_it_ou
 @pytest.mark.parametrize("line, said", [
     ('base_url = "bob:s3cr3t@relay.example/v1"', "base_url must start with http:// or https://, e.g. http://127.0.0.1:8080/v1"),
     ('base_url = "http://relay.example:99999/v1"',
-     "base_url is no URL a request can go to (Port out of range 0-65535); write it as http://HOST:PORT/PATH"),
+     "base_url is no URL a request can go to (its port is not a number of 0-65535); write it as http://HOST:PORT/PATH"),
     ('base_url = "http://127.0.0.1:9/v1"\nwire_api = "completions"',
      "wire_api 'completions' is not one scvd speaks: set it to \"responses\" or \"chat\""),
     # it went out as the key "{'value': 's3cr3t'}"
