@@ -14,9 +14,7 @@ from typing import Any
 
 from .. import paths as scv_paths
 from ..errors import Failed, InternalError, InvalidRequest
-from .codex_home import IMPORTED
 from .env import home_layout
-from .import_files import settle_interrupted
 
 log = logging.getLogger("scvd.adapters")
 
@@ -52,6 +50,9 @@ def _settle_import(home: Path, refuse_unsure: bool) -> None:
     """An import killed midway left one file of its own beside one from before (a new provider's
     config beside the old one's key): put the old ones back before anything reads the home. Only
     codex has an import; no other home holds its files' kept copies."""
+    from .codex_home import IMPORTED  # here: the idle daemon does not load the import's modules
+    from .import_files import settle_interrupted
+
     try:
         settle_interrupted(home, IMPORTED, refuse_unsure=refuse_unsure)
     except (InvalidRequest, InternalError) as exc:  # held too long, left unsure, the lock or settling failed
