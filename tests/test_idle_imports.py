@@ -15,7 +15,8 @@ from conftest import ROOT
 LEFT_OUT = ("shutil", "tempfile", "difflib", "bz2", "lzma", "ctypes.util",
             "scvd.mcp_host.bridge", "scvd.mcp_host.pipes", "scvd.chat.service", "scvd.chat.engine",
             "scvd.chat.transcript",  # chat/expiry.py with chat.transcript_days at its default 0
-            "regex", "scvd.bounded_regex")  # with jsonschema only: a tool.json, an MCP server
+            "regex", "scvd.bounded_regex",  # with jsonschema only: a tool.json, an MCP server
+            "scvd.adapters.import_journal", "scvd.adapters.codex_provider")  # an agent run, a Codex import
 
 
 def test_a_started_daemon_has_not_imported_what_only_rare_paths_need(tmp_path: Path) -> None:
