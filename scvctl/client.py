@@ -23,6 +23,7 @@ import select
 import socket
 import stat
 import struct
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -158,24 +159,37 @@ def open_socket(path: Path, timeout: float | None) -> socket.socket:
     queue of connections scvd has not accepted yet is full (a hung or busy scvd), as a blocking
     connect does: with Python's timeout the socket is non-blocking, and it failed at once with EAGAIN,
     said as "scvd is not running; start it" (and `agents import` went on without it)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        sock = _connect(path, timeout if deadline is None else deadline - time.monotonic())
+        if sock is not None:
+            sock.settimeout(timeout)
+            return sock
+        if deadline is None or time.monotonic() >= deadline:
+            raise errors.DaemonNotAnswering(
+                f"scvd accepted no connection on {path} for {timeout:g} s (its queue of connections is full): "
+                "it may be hung, or a socket-activated scvd failed to start; see `journalctl --user -u scvd`")
+
+
+def _connect(path: Path, wait: float | None) -> socket.socket | None:
+    """One connect waiting up to `wait` for room in scvd's queue: the socket, or None when it found none."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        if timeout is not None:  # the kernel's own bound on that wait (0 would mean none)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(max(timeout, 1e-6)))
+        if wait is not None:  # the kernel's own bound on that wait (0 would mean none)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(max(wait, 1e-6)))
         sock.connect(str(path))
+        # a signal during that wait: Python then waits for the socket to be writable and takes that
+        # for a connection, which the full queue never made (the first send failed ENOTCONN)
+        sock.getpeername()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(0))
+        return sock
     except BaseException as exc:  # a ^C during that wait too: the socket is ours to close
         sock.close()
         if not isinstance(exc, OSError):
             raise
-        if exc.errno == errno.EAGAIN:
-            raise errors.DaemonNotAnswering(
-                f"scvd accepted no connection on {path} for {timeout:g} s (its queue of connections is full): "
-                "it may be hung, or a socket-activated scvd failed to start; see `journalctl --user -u scvd`"
-            ) from None
+        if exc.errno in (errno.EAGAIN, errno.ENOTCONN):
+            return None
         raise not_running(path, exc) from None
-    sock.settimeout(timeout)
-    return sock
 
 
 def _timeval(seconds: float) -> bytes:

@@ -124,6 +124,26 @@ def test_a_socket_that_accepts_but_never_answers_is_one_line_and_exit_3(tmp_path
                                             "-u scvd`\n")
 
 
+def test_a_signal_while_waiting_for_room_in_a_full_queue_is_no_connection(tmp_path):
+    """Python, woken by a signal in a connect's wait, waits for the socket to be writable and took that
+    for a connection that a full queue never made: the hello then failed `Transport endpoint is not
+    connected` (a traceback, seen under a loaded CI run)."""
+    import threading
+
+    from scvctl import client
+
+    path = tmp_path / "full.sock"
+    old = signal.signal(signal.SIGUSR1, lambda *_: None)
+    try:
+        with full_queue(path):
+            me = os.getpid()
+            threading.Thread(target=lambda: (time.sleep(0.1), os.kill(me, signal.SIGUSR1)), daemon=True).start()
+            with pytest.raises(errors.DaemonNotAnswering, match="its queue of connections is full"):
+                client.open_socket(path, 1.0)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+
+
 @contextlib.contextmanager
 def silent_socket(path: Path) -> Iterator[None]:
     """A listening socket that never reads or answers: the kernel's backlog accepts."""
