@@ -300,7 +300,11 @@ class Run:
             self.dropped.append(self.approver)
             self.approver = None
         elif action == "reload":  # max_pending 4 at times: some calls are refused unasked
-            (self.d.home / "config.toml").write_text(CONFIG + ("max_pending = 4\n" if rng.random() < 0.5 else ""))
+            # saved whole, as an editor does: a reload still reading after the last SIGHUP would find
+            # a file cut short (and refuse it, empty) while write_text() rewrites it in place
+            fresh = self.d.home / "config.toml.new"
+            fresh.write_text(CONFIG + ("max_pending = 4\n" if rng.random() < 0.5 else ""))
+            fresh.replace(self.d.home / "config.toml")
             self.d.proc.send_signal(signal.SIGHUP)
         if self.approver is None and rng.random() < 0.2:
             self.join_approver()
