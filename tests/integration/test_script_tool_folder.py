@@ -98,16 +98,21 @@ def test_a_write_grant_does_not_cover_a_linked_tool_folder(make_daemon, scv_home
         owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="approve", scope="session")
         assert c.wait_call(first).ok
         assert c.call(sid, "write", {"path": "more.txt", "content": "hi\n", "mode": "create"}).ok  # the grant
-        path = os.path.relpath(run, workspace)
-        call_id = c.start_call(sid, "write", {"path": path, "content": FORGED, "mode": "replace",
-                                              "expected_sha256": hashlib.sha256(LEAK.encode()).hexdigest()})
-        (asked,) = wait_pending(owner)
-        assert asked.call_id == call_id
-        assert asked.always_ask == (f"{path!r} is inside {run.parent}, the folder of a tool scvd loaded "
-                                    "(what it runs, maybe unasked)")
-        owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
-        assert c.wait_call(call_id).error.kind == "denied"
+        rewrite_is_asked_as_the_tools(c, owner, sid, run, workspace)
     assert run.read_text() == LEAK
+
+
+def rewrite_is_asked_as_the_tools(c, owner, sid: str, run: Path, workspace: Path) -> None:
+    """A `write` of the forged `run` is asked, with the reason that it is a loaded tool's folder; denied."""
+    path = os.path.relpath(run, workspace)
+    call_id = c.start_call(sid, "write", {"path": path, "content": FORGED, "mode": "replace",
+                                          "expected_sha256": hashlib.sha256(LEAK.encode()).hexdigest()})
+    (asked,) = wait_pending(owner)
+    assert asked.call_id == call_id
+    assert asked.always_ask == (f"{path!r} is inside {run.parent}, the folder of a tool scvd loaded "
+                                "(what it runs, maybe unasked)")
+    owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
+    assert c.wait_call(call_id).error.kind == "denied"
 
 
 def test_an_executable_changed_since_loading_is_refused_until_a_reload(make_daemon, scv_home, workspace, tmp_path):
@@ -157,13 +162,5 @@ def test_a_session_opening_across_a_reload_keeps_its_tools_folder_guarded(make_w
             assert isinstance(first.frame(), p.CallAccepted)  # the session kept its tools: it runs it
             with d.client() as c, d.client(name="owner") as owner:
                 sid = c.open_session(workspace)  # after the reload, while the first still runs the tool
-                path = os.path.relpath(run, workspace)
-                call_id = c.start_call(sid, "write", {"path": path, "content": FORGED, "mode": "replace",
-                                                      "expected_sha256": hashlib.sha256(LEAK.encode()).hexdigest()})
-                (asked,) = wait_pending(owner)
-                assert asked.call_id == call_id
-                assert asked.always_ask == (f"{path!r} is inside {run.parent}, the folder of a tool scvd loaded "
-                                            "(what it runs, maybe unasked)")
-                owner.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="deny")
-                assert c.wait_call(call_id).error.kind == "denied"
+                rewrite_is_asked_as_the_tools(c, owner, sid, run, workspace)
     assert run.read_text() == LEAK
