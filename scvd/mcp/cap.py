@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 # own tools and the load errors; lint findings are not counted: tool_listing.fit_lint cuts them to the frame
 SHARE_OF_FRAME = 4
 ENTRY_ROOM = 256  # of a tool's tools.list entry beside its description and schema: its name (64), risk, flags, keys
+# a server may have thousands of its tools left out, each of a name of any length: its load errors name
+# this many of them (each cut: spec.named), and count the rest
+LEFT_OUT_NAMED = 5
 
 
 def share_for(config: Config) -> tuple[int, int]:
@@ -38,6 +41,20 @@ def entry_size(spec: ToolSpec) -> int:
 def error_size(message: str) -> int:
     """A load error's bytes in that frame: its message, its source and name."""
     return len(msgspec.json.encode(message)) + ENTRY_ROOM
+
+
+def left_out(server: str, why: list[tuple[str, str]]) -> list[str]:
+    """The load errors of `why`'s tools left out ((the kind, the message naming it) each): the first
+    LEFT_OUT_NAMED as they are, then one counting the rest by kind."""
+    rest: dict[str, int] = {}
+    for kind, _ in why[LEFT_OUT_NAMED:]:
+        rest[kind] = rest.get(kind, 0) + 1
+    if not rest:
+        return [message for _, message in why]
+    kinds = ", ".join(f"{n} {kind}" for kind, n in rest.items())
+    return [message for _, message in why[:LEFT_OUT_NAMED]] + [
+        f"mcp server {server}: {len(why) - LEFT_OUT_NAMED} more of its tools are left out ({kinds}); scvd "
+        f"names the first {LEFT_OUT_NAMED}: fix them on the server"]
 
 
 def over_max(server: str, listed: int, most: int) -> str:

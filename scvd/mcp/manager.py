@@ -292,28 +292,29 @@ class McpServers:
         room, servers = cap.share_for(self.host.config)
         self._share[link.name] = room
         cut = [cap.over_max(link.name, listed, len(specs))] if listed > len(specs) else []  # logged too
-        left_out, tools, taken = [], [], {}
+        dropped: list[tuple[str, str]] = []  # (the kind, the message) of each tool left out
+        tools, taken = [], {}
         used = sum(map(cap.error_size, cut))
         for s in specs:
             if (why := schema_too_large(s)) is not None:
-                left_out.append(why)
-                used += cap.error_size(why)
+                dropped.append(("whose inputSchema is above scvd's limit", why))
+            elif (tool := self._tool(link, s)).name in taken:  # `Get-Sum` and `get_sum`: mcp__NAME__get_sum
+                dropped.append(("whose scvd name is another's", (
+                    f"{spec.named(s.name)}: its scvd name {tool.name} is {spec.named(taken[tool.name])!r}'s "
+                    "already; the tool is left out (its server's other tools are not): rename one of them on the server")))
+            else:
+                used += cap.entry_size(s)
+                if used > room:
+                    cut.append(cap.over_share(link.name, len(tools), room, servers))
+                    break
+                taken[tool.name] = s.name
+                tools.append(tool)
                 continue
-            tool = self._tool(link, s)
-            if tool.name in taken:  # `Get-Sum` and `get_sum` both become mcp__NAME__get_sum
-                left_out.append(f"{s.name}: its scvd name {tool.name} is {taken[tool.name]!r}'s already; the tool "
-                                "is left out (its server's other tools are not): rename one of them on the server")
-                used += cap.error_size(left_out[-1])
-                continue
-            used += cap.entry_size(s)
-            if used > room:
-                cut.append(cap.over_share(link.name, len(tools), room, servers))
-                break
-            taken[tool.name] = s.name
-            tools.append(tool)
+            if len(dropped) <= cap.LEFT_OUT_NAMED + 1:  # those named, and room for the count of the rest
+                used += cap.error_size(dropped[-1][1])
         for why in cut:
             log.warning("%s", why)
-        left_out = cut + left_out + _risk_typos(link.name, link.cfg, specs, listed)
+        left_out = cut + cap.left_out(link.name, dropped) + _risk_typos(link.name, link.cfg, specs, listed)
         before = {t.name: t.spec for t in self.tools.get(link.name, [])}
         self.left_out[link.name], self.tools[link.name] = left_out, tools
         # a grant was a person's trust in the tool as its server described it (a changed
@@ -394,7 +395,7 @@ def _risk_typos(server: str, cfg: McpServerConfig, specs: list[ToolSpec], listed
              else "the server does not list (now)")
     for key in sorted(k for k in cfg.tool_risk if k not in names):
         close = vt.meant(key, names, cutoff=0.6)
-        shown = ", ".join(sorted(names)[:HINT_NAMES]) + (", ..." if len(names) > HINT_NAMES else "")
-        hint = f"did you mean {close!r}?" if close else f"it lists {shown or 'none'}"
+        shown = ", ".join(map(spec.named, sorted(names)[:HINT_NAMES])) + (", ..." if len(names) > HINT_NAMES else "")
+        hint = f"did you mean {spec.named(close)!r}?" if close else f"it lists {shown or 'none'}"
         typos.append(f"mcp.servers.{server}.tool_risk names {key!r}, a tool {which}: {hint}")
     return typos

@@ -25,6 +25,7 @@ PREFIX = "mcp__"
 KEPT_ENV = ("HOME",)
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 NAME_LIMIT = 64  # the registry's rule for every tool name
+NAME_SHOWN = 64  # of a server's own name for a tool, where a message quotes it
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,12 @@ def tool_name(server: str, tool: str) -> str:
     Cut at 64 characters; two tools that end up with one name are a load error for the second.
     """
     return f"{PREFIX}{server}__{_UNSAFE.sub('_', tool.lower())}"[:NAME_LIMIT]
+
+
+def named(tool: str) -> str:
+    """A server's tool name, of any length, as a message quotes it: cut to NAME_SHOWN characters, `...`
+    after a cut (cut before the log or a client escapes it, so no escape is split)."""
+    return tool if len(tool) <= NAME_SHOWN else f"{tool[:NAME_SHOWN]}..."
 
 
 def resolve(values: Mapping[str, str | SecretRef], secrets: Any, what: str) -> dict[str, str]:

@@ -20,7 +20,7 @@ from ..errors import Failed, InvalidArguments
 from ..process import CappedOutput
 from ..text import excerpt
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
-from .spec import refused, tool_name
+from .spec import named, refused, tool_name
 
 OUTPUT_LIMIT = 1 << 20  # of a result's text; more is cut in the middle with a marker
 TOO_LARGE = -32090  # the JSON-RPC error scvd answers a result too large to take in with (skim.py)
@@ -71,7 +71,7 @@ def schema_too_large(spec: ToolSpec) -> str | None:
     size = len(json.dumps(spec.input_schema, ensure_ascii=False).encode())
     if size <= SCHEMA_LIMIT:
         return None
-    return (f"{spec.name}: its inputSchema is {size} bytes of JSON, above scvd's limit of {SCHEMA_LIMIT}; "
+    return (f"{named(spec.name)}: its inputSchema is {size} bytes of JSON, above scvd's limit of {SCHEMA_LIMIT}; "
             "the tool is left out (its server's other tools are not): ask the server's author for a smaller schema")
 
 

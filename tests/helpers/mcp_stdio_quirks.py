@@ -26,7 +26,9 @@ byte offset in `token_at`), and `rows`, whose
 structuredContent (as its outputSchema says) has `n` rows; `dies-mid-call` also lists `die`, which starts a
 child that holds its stderr open, writes `fatal: the disk is full` there with no newline at the end, and
 exits with status 6; `unique-items` also lists `tags`, whose `tags` must be distinct (uniqueItems);
-`many-findings=N` also lists `f0`..`fN-1`, each with 20 undescribed arguments (its lint: 21 lines).
+`many-findings=N` also lists `f0`..`fN-1`, each with 20 undescribed arguments (its lint: 21 lines);
+`long-names=N` also lists N tools named 50,000 `L`s and their index (all one scvd name) and `H` then those,
+whose inputSchema is above 64 KiB.
 Its tool `echo` answers with its arguments.
 """
 
@@ -73,6 +75,12 @@ if mode == "wide-schema":  # a first argument whose description is 30,000 chars,
 if mode.startswith("many-findings="):  # small entries, each breaking over 20 lint rules
     tools += [{"name": f"f{i}", "description": "F.", "inputSchema": {
         "type": "object", "properties": {f"a{j}": {} for j in range(20)}}} for i in range(int(mode[14:]))]
+if mode.startswith("long-names="):
+    long = "L" * 50_000
+    tools += [{"name": f"{long}{i}", "description": "L.", "inputSchema": {"type": "object"}}
+              for i in range(int(mode[11:]))]
+    big = {"type": "object", "description": "h" * 70_000}
+    tools.append({"name": f"H{long}", "description": "H.", "inputSchema": big})
 if mode == "results":
     tools += [{"name": "leak_error", "description": "Fails quoting its token.", "inputSchema": {"type": "object"}},
               {"name": "leak_ok", "description": "Echoes its token.", "inputSchema": {"type": "object"}},

@@ -405,6 +405,25 @@ def test_two_tools_of_one_scvd_name_keep_the_first_and_say_which_was_left_out(ma
                      "other tools are not): rename one of them on the server"), error
 
 
+def test_a_server_leaving_out_many_tools_of_long_names_is_told_in_a_few_short_errors(make_daemon, tmp_path):
+    """200 tools of 50,000-char names, all one scvd name: 199 errors each quoting two names whole, 20 MB
+    that pushed every client's tools.list past server.server_frame_bytes (it failed for all of them)."""
+    starts = tmp_path / "starts"
+    d = make_daemon(quirks_stdio_table("long-names=200", starts) + 'tool_risk = { zzz = "read_only" }\n')
+    with d.client(name="t") as c:
+        assert server(c, "raw", timeout=60).tools == 2  # echo, and the first of the long names
+        errors = [e.message for e in c.request(p.ToolsList).errors if e.source == "mcp:raw"]
+    long = "L" * 64 + "..."
+    assert errors[0] == (f"{long}: its scvd name mcp__raw__{'l' * 54} is '{long}''s already; the tool is left out "
+                         "(its server's other tools are not): rename one of them on the server"), errors[0]
+    assert len(errors) == 7, [e[:200] for e in errors]  # five named, the count of the rest, the tool_risk typo
+    assert errors[5] == ("mcp server raw: 195 more of its tools are left out (194 whose scvd name is another's, "
+                         "1 whose inputSchema is above scvd's limit); scvd names the first 5: fix them on the server")
+    assert errors[6].startswith("mcp.servers.raw.tool_risk names 'zzz', a tool the server does not list (now): "
+                                f"it lists H{long[:-4]}..., {long}, "), errors[6][:300]
+    assert max(map(len, errors)) < 2000, [len(e) for e in errors]
+
+
 def test_a_huge_result_fails_its_call_with_kind_limit_saying_why(make_daemon, workspace, tmp_path):
     """A result of a million small items held every client of scvd up for 30 s, parsed on its loop;
     one above 64 MiB ended the connection, the call told only that the server "went away"."""
