@@ -134,6 +134,9 @@ def cmd_attached(args: argparse.Namespace) -> int:
     try:
         code = run_attached(answer.spec)
     except OSError as exc:  # found, but no program this host can run: a broken install, another machine's build
+        if program := missing_interpreter(answer.spec.argv[0], answer.spec.env):  # ENOENT naming the CLI
+            raise errors.Failed(f"cannot run {answer.spec.argv[0]}; nothing ran: "
+                                f"{missing_program_hint(specs.ADAPTERS[args.agent], program)}") from exc
         raise errors.Failed(
             f"cannot run {answer.spec.argv[0]} ({exc.strerror or exc}); nothing ran: reinstall it "
             f"(npm install -g {specs.ADAPTERS[args.agent].package}) or fix the program it names in its first line"
@@ -219,7 +222,9 @@ def _status_line(side: Answers, name: str) -> tuple[str, int]:
     try:
         result = _run_status(launch)
     except OSError as exc:
-        return f"cannot run {launch.argv[0]}: {exc.strerror}", 1
+        program = missing_interpreter(launch.argv[0], launch.env)
+        return missing_program_hint(specs.ADAPTERS[name], program) if program else (
+            f"cannot run {launch.argv[0]}: {exc.strerror}"), 1
     finally:
         _repair(launch)
     if result.timed_out:

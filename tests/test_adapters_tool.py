@@ -309,6 +309,23 @@ def test_a_cli_whose_node_is_not_on_scvds_path_gets_a_hint_saying_so(harness: Ha
         "then systemctl --user restart scvd")
 
 
+MOVED_NODE_HINT = (
+    "claude needs /nonexistent/scvd-test-node/bin/node, which its first line names and which does not exist: "
+    "reinstall it with the node on scvd's PATH (npm install -g @anthropic-ai/claude-code), or install node at "
+    "/nonexistent/scvd-test-node/bin/node")
+
+
+def test_a_cli_whose_absolute_node_is_gone_gets_the_hint_naming_it(harness: Harness, fake_bin: Path) -> None:
+    """An npm install made with /usr/local/bin/node names it in its first line: with that node gone, the
+    call failed saying only `claude: No such file or directory`, of a CLI that is there."""
+    (fake_bin / "claude").unlink()
+    (fake_bin / "claude").symlink_to(FAKE_AGENT.parent / "needs-a-moved-node")
+    with pytest.raises(Failed) as info:
+        harness.call("claude", prompt="go")
+    assert info.value.message == (f"agent_claude: cannot start {fake_bin / 'claude'}; nothing ran: "
+                                  + MOVED_NODE_HINT)
+
+
 def test_missing_executable_unavailable_before_approval(harness: Harness, monkeypatch: pytest.MonkeyPatch,
                                                         tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
@@ -408,3 +425,20 @@ def test_sandboxed_run_sees_its_home_but_not_the_instance(harness: Harness,
     monkeypatch.setenv("FAKE_AGENT_READ", str(harness.paths.config_file))
     out = harness.call("claude", prompt="go")["output"]
     assert "instance config" not in out and "cannot read" in out
+
+
+@pytest.mark.bwrap
+def test_a_sandboxed_cli_whose_absolute_node_is_gone_gets_the_hint_naming_it(harness: Harness,
+                                                                            fake_bin: Path) -> None:
+    """In the sandbox bwrap's execvp fails instead (`bwrap: execvp ...claude: No such file or directory`)."""
+    from scvd.config import SandboxConfig
+    from scvd.sandbox import Sandbox, probe
+
+    result = probe(SandboxConfig(mode="bwrap"), harness.paths, os.environ)
+    assert result.ok, result.verdict
+    harness.sandbox = Sandbox(result, harness.paths)
+    (fake_bin / "claude").unlink()
+    (fake_bin / "claude").symlink_to(FAKE_AGENT.parent / "needs-a-moved-node")
+    out = harness.call("claude", prompt="go")
+    assert out["exit_code"] != 0 and "No such file or directory" in out["output"], out
+    assert out["hint"] == MOVED_NODE_HINT

@@ -23,8 +23,9 @@ def resolve_executable(adapter: Adapter, env: Mapping[str, str]) -> str:
 
 
 def missing_interpreter(executable: str, env: Mapping[str, str]) -> str | None:
-    """The program a `#!/usr/bin/env PROGRAM` script names when `env`'s PATH has no such program:
-    an attached run's output is the terminal's, so its exit 127 is explained from the script itself."""
+    """The program a script's first line names when it is not there: the absolute interpreter itself
+    (`#!/usr/local/bin/node`, an npm install made with another node), or the PROGRAM of
+    `#!/usr/bin/env PROGRAM` that `env`'s PATH lacks. What env or the exec says names neither."""
     import shutil
 
     try:
@@ -35,8 +36,12 @@ def missing_interpreter(executable: str, env: Mapping[str, str]) -> str | None:
     if not first.startswith(b"#!"):
         return None
     words = first[2:].decode(errors="replace").split()
-    if not words or os.path.basename(words[0]) != "env":
-        return None  # a missing absolute interpreter fails the exec itself (OSError), said elsewhere
+    if not words:
+        return None
+    if not os.path.exists(words[0]):  # the exec fails naming the script, as if it were the one missing
+        return words[0]
+    if os.path.basename(words[0]) != "env":
+        return None
     # env's own options (-S, -i) and VAR=value settings come before the program
     named = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
     if not named or shutil.which(named[0], path=env.get("PATH", os.defpath)):

@@ -10,6 +10,7 @@ can act on.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -61,6 +62,12 @@ def missing_program(output: str) -> str | None:
 
 
 def missing_program_hint(adapter: specs.Adapter, program: str) -> str:
+    """What to do when `program`, which the CLI's first line names, is missing: a bare name from PATH,
+    or an absolute path (an npm install made with a node since moved or removed)."""
+    if os.path.isabs(program):
+        return (f"{adapter.executable} needs {program}, which its first line names and which does not exist: "
+                f"reinstall it with the node on scvd's PATH (npm install -g {adapter.package}), or install "
+                f"{os.path.basename(program)} at {program}")
     return (f"{adapter.executable} needs {program}, which is not on scvd's PATH: add the folder of "
             f"`command -v {program}` to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
             "then systemctl --user restart scvd")

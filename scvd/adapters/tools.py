@@ -25,8 +25,8 @@ from . import spec as specs
 from .argv import EFFORTS, MODEL_PATTERN, PROMPT_PATTERN, bounded, build_argv, check_model
 from .env import build_env
 from .homes import ensure_home, home_dir, repair_home
-from .locate import resolve_cwd, resolve_executable
-from .signin import failure_hint
+from .locate import missing_interpreter, resolve_cwd, resolve_executable
+from .signin import failure_hint, missing_program_hint
 
 Meta = msgspec.Meta
 PROMPT_SHOWN = 2000  # characters of the prompt in the summary and in argv; details.prompt has it whole
@@ -178,6 +178,9 @@ class AgentTool(Tool):
                 timeout=plan.timeout, output_limit=ctx.config.tools.output_limit_bytes, wrapper=plan.sandboxed,
             )
         except OSError as exc:  # nothing started: the CLI removed since approval, a cwd scvd may not enter
+            if program := missing_interpreter(plan.data["argv"][0], os.environ):  # ENOENT naming the CLI itself
+                raise Failed(f"{self.name}: cannot start {argv[0]}; nothing ran: "
+                             f"{missing_program_hint(self.adapter, program)}") from exc
             where = f"{exc.filename}: " if exc.filename else ""
             raise Failed(f"{self.name}: cannot start {argv[0]} in {cwd} ({where}{exc.strerror or exc}); "
                          "nothing ran: fix that and retry the call") from exc
@@ -185,7 +188,7 @@ class AgentTool(Tool):
             # the CLIs create 0755 folders; a home grows with sessions, so walk it off the loop
             await asyncio.to_thread(repair_home, self.paths, self.adapter.name)
         result.output = redact_text(result.output, hidden)
-        return self._result(result, cwd, plan.timeout, ctx)
+        return self._result(result, cwd, plan.timeout, ctx, plan.data["argv"][0])
 
     def _pass_env(self, ctx: CallContext) -> list[str]:
         """The adapter's pass_env (of the configuration the session opened with) less every live
@@ -193,9 +196,11 @@ class AgentTool(Tool):
         withheld = secret_names.withheld(ctx)
         return [name for name in self.adapter.pass_env if name not in withheld]
 
-    def _result(self, result: Any, cwd: Path, timeout: float, ctx: CallContext) -> dict[str, Any]:
+    def _result(self, result: Any, cwd: Path, timeout: float, ctx: CallContext, executable: str) -> dict[str, Any]:
         failed = result.timed_out or result.exit_code != 0
         hint = failure_hint(self.adapter, result.output, failed)
+        if failed and not hint and (program := missing_interpreter(executable, os.environ)):
+            hint = missing_program_hint(self.adapter, program)  # bwrap's execvp failed as if the CLI were missing
         if result.timed_out:  # like bash: a deadline is a `timeout` error carrying the output's end
             ceiling = float(ctx.config.tools.max_timeout_seconds)
             raise timeout_error(self.name, result, timeout, ceiling, hint=hint)

@@ -474,7 +474,8 @@ def test_login_without_the_daemon_uses_the_same_home_and_env(tmp_path: Path) -> 
 
 def test_a_cli_found_that_cannot_start_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     """An npm CLI whose #! names an interpreter that is gone (node moved by an nvm upgrade): `status`
-    said `cannot run ...`, `login` and `logout` died with a FileNotFoundError traceback."""
+    said `cannot run ...`, `login` and `logout` died with a FileNotFoundError traceback; then all said
+    `No such file or directory` of a codex that is there, where a missing `env node` got a hint."""
     home = tmp_path / "scv"
     env = daemonless_env(home, tmp_path)
     broken = tmp_path / "broken-bin"
@@ -482,10 +483,13 @@ def test_a_cli_found_that_cannot_start_is_one_line_not_a_traceback(tmp_path: Pat
     (broken / "codex").write_text("#!/nonexistent/node\n")
     (broken / "codex").chmod(0o755)
     env["PATH"] = f"{broken}{os.pathsep}{env['PATH']}"
+    hint = ("codex needs /nonexistent/node, which its first line names and which does not exist: reinstall it "
+            "with the node on scvd's PATH (npm install -g @openai/codex), or install node at /nonexistent/node")
     for action in ("login", "logout", "status"):
         out = scvctl_alone(env, "agents", action, "codex")
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
-        assert f"cannot run {broken / 'codex'} (No such file or directory); nothing ran: " in out.stderr, out.stderr
+        assert out.stderr.splitlines()[-1] == f"failed: cannot run {broken / 'codex'}; nothing ran: {hint}", out.stderr
+    assert f"codex   {hint}" in scvctl_alone(env, "agents", "status").stdout.splitlines()
 
 
 def test_the_daemon_and_scvctl_alone_launch_the_same_command(make_daemon, tmp_path: Path) -> None:
