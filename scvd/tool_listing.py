@@ -14,7 +14,8 @@ Rules:
   quoting a description, and one listing must fit server.server_frame_bytes.
 - The lint is not counted in an MCP server's share of the frame (mcp/cap.py): a share filled with
   small entries can carry nearly three times their size in findings. Whatever does not fit one
-  frame is left out, the last tools' first, and the first tool left out says so.
+  frame is left out, the last tools' first, and the first tool left out says so; when that line
+  itself cannot fit, the answer is a `limit` error saying so, never a listing silently without lint.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from weakref import WeakKeyDictionary
 import msgspec
 
 from . import protocol as p
+from .errors import LimitExceeded
 from .tools.contract import Finding, Registry, Tool, findings
 
 LINT_SHOWN = 20  # findings per tool; `scvctl tools --lint` shows the rest once these are fixed
@@ -72,21 +74,28 @@ def _cut(line: str) -> str:
 
 
 def fit_lint(answer: p.Tools, room: int) -> p.Tools:
-    """`answer` within `room` bytes: the lint of its last tools left out as far as needed."""
+    """`answer` within `room` bytes: the lint of its last tools left out as far as needed, the first
+    tool left out saying how much; LimitExceeded when even every tool's lint left out is not enough."""
     size = len(p.encode(answer))
     if size <= room:
         return answer
-    tools, cut = list(answer.tools), 0
+    tools, cut, lines = list(answer.tools), 0, 0
     for i in reversed(range(len(tools))):
         if not tools[i].lint:
             continue
         size -= len(msgspec.json.encode(tools[i].lint)) + len(',"lint":')
-        tools[i] = msgspec.structs.replace(tools[i], lint=[])  # a copy: the kept ToolInfos are shared
-        cut += 1
-        note = [f"left_out: the lint of this tool and of the {cut - 1} listed after it is not shown: with it this "
-                f"answer would pass server.server_frame_bytes ({room:,}); raise it, or fix the findings shown, "
-                "then list again"]
+        cut, lines = cut + 1, lines + len(tools[i].lint)
+        note = [f"left_out: the lint of this tool and of every tool listed after it is not shown ({cut} tools' "
+                f"lint, {lines} lines): with it this answer would pass server.server_frame_bytes ({room:,}); "
+                "raise it, or fix the findings shown, then list again"]
         if size + len(msgspec.json.encode(note)) + len(',"lint":') <= room:
-            tools[i] = msgspec.structs.replace(tools[i], lint=note)
-            break
-    return msgspec.structs.replace(answer, tools=tools)
+            tools[i] = msgspec.structs.replace(tools[i], lint=note)  # a copy: the kept ToolInfos are shared
+            return msgspec.structs.replace(answer, tools=tools)
+        tools[i] = msgspec.structs.replace(tools[i], lint=[])
+    had = f"with every tool's lint left out ({cut} tools had lint, {lines} lines)"
+    if size <= room:
+        raise LimitExceeded(f"tools.list with lint: {had}, this answer is {size:,} bytes, too near "
+                            f"server.server_frame_bytes ({room:,}) for a line saying so; raise it, or list the "
+                            "tools without lint")
+    raise LimitExceeded(f"tools.list with lint: {had}, this answer is still {size:,} bytes, above "
+                        f"server.server_frame_bytes ({room:,}); raise it")

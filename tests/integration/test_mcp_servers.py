@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from scvd import protocol as p
+from scvd.errors import LimitExceeded
 
 from conftest import ROOT, DaemonProc, reloaded, wait_pending
 from harness import make_wrapped, wait_until  # noqa: F401 (a fixture)
@@ -563,9 +564,42 @@ def test_a_lint_listing_of_tools_filling_their_share_still_fits_one_frame(make_d
     (noted,) = [lines for lines in lint.values() if len(lines) == 1]
     cut = len(lint) - len(shown)
     assert shown and lint[shown[-1]][-1].startswith("left_out: ")
-    assert noted == [f"left_out: the lint of this tool and of the {cut - 1} listed after it is not shown: with it "
-                     "this answer would pass server.server_frame_bytes (65,536); raise it, or fix the findings "
-                     "shown, then list again"]
+    assert noted == [f"left_out: the lint of this tool and of every tool listed after it is not shown ({cut} tools' "
+                     f"lint, {cut * 21} lines): with it this answer would pass server.server_frame_bytes (65,536); "
+                     "raise it, or fix the findings shown, then list again"]
+
+
+def make_script_tool(home: Path, name: str) -> None:
+    """A script tool that breaks no design rule (its lint is empty), written before the daemon starts."""
+    folder = home / "tools" / "script" / name
+    folder.mkdir(parents=True)
+    (folder / "tool.json").write_text(json.dumps({
+        "description": "Count the words in a text given as argument.\nUse for quick statistics; bash for the rest.",
+        "parameters": {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
+            "text": {"type": "string", "maxLength": 100, "description": "The text to count, e.g. 'a b c'."}}}}))
+    (folder / "run").write_text("#!/bin/sh\necho '{}'\n")
+    (folder / "run").chmod(0o700)
+
+
+@pytest.mark.one_loop
+def test_a_lint_listing_that_does_not_fit_even_without_lint_is_a_limit_error_saying_so(make_daemon, scv_home,
+                                                                                       tmp_path):
+    """With every tool's lint left out and still no room for the line saying so, tools.list {lint}
+    answered the tools without any lint and without a word, or, as here, past the frame: an `internal`
+    error that said nothing of the lint."""
+    for i in range(40):  # script tools (lint-free: one that breaks a rule is not loaded) fill the frame
+        make_script_tool(scv_home, f"pad{i:02d}")
+    d = make_daemon("[server]\nserver_frame_bytes = 32768\n[tools]\noutput_limit_bytes = 2048\n"
+                    "read_limit_bytes = 2048\n[skills]\nmax_skill_bytes = 2048\n"
+                    + quirks_stdio_table("many-findings=200", tmp_path / "starts")
+                    + 'risk = "read_only"\nmax_tools = 4096\n', home=scv_home)
+    with d.client(name="t") as c:
+        taken = server(c, "raw").tools
+        with pytest.raises(LimitExceeded) as info:
+            c.request(p.ToolsList, lint=True)
+    assert re.fullmatch(rf"tools.list with lint: with every tool's lint left out \({taken} tools had lint, "
+                        r"\d+ lines\), this answer is still [\d,]+ bytes, above server.server_frame_bytes "
+                        r"\(32,768\); raise it", info.value.message), info.value.message
 
 
 # a slow tools/list said "no answer to initialize", whose fix (the server does not speak MCP) is not its own
