@@ -59,6 +59,25 @@ def _settle_import(home: Path, refuse_unsure: bool) -> None:
         raise Failed(exc.message) from None
 
 
+def forget_leftovers(paths: Any, name: str) -> list[str]:
+    """A logout: remove the copies of a home's files (a key among them) that an import killed midway by an
+    older scvd left (the home stays refused until an import settles it); the names removed, logged."""
+    if name != "codex":  # the one home with an import
+        return []
+    from .codex_home import IMPORTED
+    from .import_files import forget_leftovers as forget
+
+    home = home_dir(paths, name)
+    try:
+        removed = forget(home, IMPORTED)
+    except (InvalidRequest, InternalError) as exc:  # held too long, the lock or the removal failed
+        raise Failed(exc.message) from None
+    if removed:
+        log.info("logout: removed %s from the %s home, left by an import an older scvd did not finish",
+                 ", ".join(removed), name)
+    return removed
+
+
 def _ensure_home(paths: Any, name: str, home: Path) -> Path:
     for d in (Path(paths.data_dir), Path(paths.adapters_dir)):  # SCV_HOME too: scvctl may come before scvd
         scv_paths.ensure_private_dir(d)

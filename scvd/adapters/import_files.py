@@ -143,12 +143,31 @@ def reading(directory: Path, names: tuple[str, ...], *, refuse_unsure: bool = Tr
         os.close(fd)
 
 
+def forget_leftovers(directory: Path, names: tuple[str, ...]) -> list[str]:
+    """A logout: what an import killed midway by an older scvd left of `names` in a home it left unsure
+    (its kept `.auth.json.old`, a key for one endpoint or the other, staged copies) removed, the home
+    marked unsure first, so it stays refused until an import settles it; the names removed."""
+    if not import_journal.interrupted(directory, names):  # a few stats: the common case
+        return []
+    with one_at_a_time(directory, then="retry"):  # an import under way keeps its kept files
+        try:
+            if import_journal.settle(directory, names) != import_journal.UNSURE:
+                return []  # settled: nothing of an import is left
+            with os.scandir(directory) as entries:
+                left = sorted(e.name for e in entries if e.name.startswith(tuple(f".{n}." for n in names)))
+            import_journal.mark_unsure(directory, names)
+        except OSError as exc:
+            raise settle_failed(directory, exc) from exc
+    return left
+
+
 @contextlib.contextmanager
-def one_at_a_time(directory: Path) -> Iterator[None]:
-    """An exclusive flock on `directory` while one import reads and writes it."""
+def one_at_a_time(directory: Path, then: str = "import again") -> Iterator[None]:
+    """An exclusive flock on `directory` while one import reads and writes it (or a logout removes what
+    one left); refused saying `then`."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _lock(fd, directory, fcntl.LOCK_EX, "import again")
+        _lock(fd, directory, fcntl.LOCK_EX, then)
         yield
     finally:
         os.close(fd)

@@ -19,7 +19,7 @@ from ..errors import InvalidRequest, Unavailable
 from ..protocol import LaunchSpec
 from . import spec as specs
 from .env import build_env
-from .homes import ensure_home
+from .homes import ensure_home, forget_leftovers
 from .locate import resolve_executable
 
 # What the CLIs print when they have no usable sign-in (checked only when a run failed).
@@ -118,9 +118,15 @@ def launch_spec(
     executable = resolve_executable(adapter, env)
     # a home left unsure refuses all but a logout: removing a sign-in sends no key anywhere
     home = ensure_home(paths, adapter.name, refuse_unsure=action != "logout")
+    note = command.note
+    if action == "logout" and (removed := forget_leftovers(paths, adapter.name)):  # forget every copy of a key
+        said = (f"removed {', '.join(removed)} from {home}: copies of its files (a key among them) that an import "
+                f"an older scvd did not finish left; runs stay refused until `scvctl agents import "
+                f"{adapter.name}` again")
+        note = f"{note}\n{said}" if note else said
     return LaunchSpec(
         argv=[executable, *command.args, *extra_args],
         env=build_env(env, adapter, home),
         cwd=str(home),
-        note=command.note,
+        note=note,
     )

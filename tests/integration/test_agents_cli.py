@@ -193,6 +193,31 @@ def test_import_codex_reports_and_never_prints_the_key(agent_daemon: DaemonProc,
     assert API_KEY not in out.stdout + out.stderr + agent_daemon.log()
 
 
+def test_a_codex_logout_removes_the_key_an_older_scvds_unfinished_import_left(agent_daemon: DaemonProc,
+                                                                             tmp_path: Path) -> None:
+    """An import by an scvd before the journal, killed once it had swapped auth.json, left the old key as
+    .auth.json.old: `agents logout codex` (allowed in a home left so) kept it until the next import."""
+    src = tmp_path / "user-codex"
+    src.mkdir()
+    (src / "config.toml").write_text('model = "gpt-5"\n')
+    (src / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    assert scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src)).returncode == 0
+    home = agent_daemon.home / "adapters" / "codex"
+    os.link(home / "auth.json", home / ".auth.json.old")  # as that import kept it, then swapped the file
+    (home / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": "sk-for-another-endpoint"}))
+    out = scvctl(agent_daemon, "agents", "logout", "codex")
+    assert out.returncode == 0, out.stderr
+    assert (f"removed .auth.json.old from {home}: copies of its files (a key among them) that an import an older "
+            "scvd did not finish left; runs stay refused until `scvctl agents import codex` again"
+            in out.stderr.splitlines()), out.stderr
+    assert not (home / ".auth.json.old").exists()
+    assert read_log(agent_log(agent_daemon))[0] == ["logout"]  # codex's own logout ran after
+    assert "logout: removed .auth.json.old from the codex home" in agent_daemon.log()
+    refused = scvctl(agent_daemon, "agents", "login", "codex")  # still unsure: the key in auth.json may be either's
+    assert refused.returncode == 1 and "may hold a key for another endpoint" in refused.stderr, refused.stderr
+    assert scvctl(agent_daemon, "agents", "logout", "codex").stderr.count("removed ") == 0  # nothing left
+
+
 def test_status_after_importing_a_relay_with_its_own_key_says_no_sign_in_is_needed(agent_daemon: DaemonProc,
                                                                                    tmp_path: Path) -> None:
     src = tmp_path / "user-codex"
