@@ -267,24 +267,27 @@ provider.read_config = pausing
 settings = provider.codex_settings(Path(sys.argv[1]), env={})
 print(settings.base_url, settings.api_key, flush=True)
 """
-WAITING_IMPORT = """
-import fcntl, sys
-from pathlib import Path
-from scvd.adapters.codex_import import import_codex
-
-real, told = fcntl.flock, []
-def flock(fd, how):
+TELLS_ITS_WAIT = """
+import fcntl
+real_flock, told = fcntl.flock, []
+def flock(fd, how):  # says `waiting` the first time a lock is held by another
     try:
-        return real(fd, how)
+        return real_flock(fd, how)
     except BlockingIOError:
         if not told:
             print("waiting", flush=True)
             told.append(True)
         raise
 fcntl.flock = flock
+"""
+WAITING_IMPORT = TELLS_ITS_WAIT + """
+import sys
+from pathlib import Path
+from scvd.adapters.codex_import import import_codex
 import_codex(Path(sys.argv[1]), Path(sys.argv[2]))
 print("imported", flush=True)
 """
+WAITING_READER = TELLS_ITS_WAIT + PAUSED_READER
 
 
 def test_an_import_waits_for_a_chat_turn_reading_the_setup_so_its_key_and_endpoint_are_one_imports(
@@ -312,5 +315,38 @@ def test_an_import_waits_for_a_chat_turn_reading_the_setup_so_its_key_and_endpoi
     finally:
         for child in (reader, importer):
             if child is not None and child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def test_an_import_waiting_for_a_reader_goes_before_the_readers_that_come_after_it(paths, tmp_path) -> None:
+    """flock prefers no one: a turn (or agent launch) that came while an import waited for another's read
+    took the shared lock at once, so overlapping readers kept the import waiting past its 10 s."""
+    openai = setup_dir(tmp_path, "openai", 'model = "gpt-5"\n', OLD_KEY)
+    relay = setup_dir(tmp_path, "relay", RELAY_CONFIG, NEW_KEY)
+    service.import_setup("codex", str(openai), paths=paths, env={})
+    home = paths.adapters_dir / "codex"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    children: list[subprocess.Popen] = []
+
+    def start(script: str, *args: Path, stdin: int | None = subprocess.PIPE) -> subprocess.Popen:
+        children.append(subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=env, text=True,
+                                         stdin=stdin, stdout=subprocess.PIPE))
+        return children[-1]
+
+    try:
+        first = start(PAUSED_READER, home)
+        assert first.stdout.readline() == "read\n"  # it holds the lock shared
+        importer = start(WAITING_IMPORT, relay, home, stdin=subprocess.DEVNULL)
+        assert importer.stdout.readline() == "waiting\n"  # for the first reader
+        second = start(WAITING_READER, home)
+        assert second.stdout.readline() == "waiting\n"  # behind the import, not in beside the first
+        assert first.communicate("\n", timeout=60)[0].split() == [OPENAI, OLD_KEY]
+        assert importer.communicate(timeout=60)[0] == "imported\n" and importer.returncode == 0
+        assert second.stdout.readline() == "read\n"
+        assert second.communicate("\n", timeout=60)[0].split() == [RELAY, NEW_KEY]  # the import went first
+    finally:
+        for child in children:
+            if child.poll() is None:
                 child.kill()
                 child.wait()

@@ -7,6 +7,10 @@
   alike), waited for up to LOCK_WAIT_SECONDS. Whoever reads the imported files together (a chat
   turn: the config and the key it pairs) holds it shared meanwhile (`reading`), so no import
   swaps them between two reads.
+- An import goes before readers that come after it: flock prefers no one, and readers that
+  overlap would keep it waiting past its limit. So each first takes an intent lock, a flock on
+  the home's parent folder (shared by readers, exclusive by an import), then the directory's, and
+  drops the intent one: readers that come while an import waits for the directory wait behind it.
 - What an import that died midway left (a copy of a key among it) is swept by the home's next
   user (import_journal.settle).
 """
@@ -126,9 +130,10 @@ def reading(directory: Path, names: tuple[str, ...], *, refuse_unsure: bool = Tr
         yield
         return
     try:
-        _lock(fd, directory, fcntl.LOCK_SH, "retry")
+        _take(fd, directory, fcntl.LOCK_SH, "retry")
         if import_journal.interrupted(directory, names):
-            _lock(fd, directory, fcntl.LOCK_EX, "retry")  # not atomic: an import may run between, settled all the same
+            # not atomic: an import may run between, settled all the same
+            _lock(fd, directory, fcntl.LOCK_EX, "retry", time.monotonic() + LOCK_WAIT_SECONDS)
             try:
                 found = import_journal.settle(directory, names)
             except OSError as exc:
@@ -167,16 +172,30 @@ def one_at_a_time(directory: Path, then: str = "import again") -> Iterator[None]
     one left); refused saying `then`."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _lock(fd, directory, fcntl.LOCK_EX, then)
+        _take(fd, directory, fcntl.LOCK_EX, then)
         yield
     finally:
         os.close(fd)
 
 
-def _lock(fd: int, directory: Path, how: int, then: str) -> None:
-    """flock `how`, waited for up to LOCK_WAIT_SECONDS (an import stopped with Ctrl-Z must not hold the
-    next one, nor a worker, for good); refused saying `then` (what the waiter does after)."""
+def _take(fd: int, directory: Path, how: int, then: str) -> None:
+    """flock `how` on `directory` (open as `fd`) behind the intent lock, both within LOCK_WAIT_SECONDS:
+    an import that waits holds the intent lock exclusive, so readers that come later wait behind it."""
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    try:
+        intent = os.open(directory.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _unlockable(directory, exc) from exc
+    try:
+        _lock(intent, directory, how, then, deadline)
+        _lock(fd, directory, how, then, deadline)
+    finally:
+        os.close(intent)  # the intent lock goes with it: held only while waiting for the directory's
+
+
+def _lock(fd: int, directory: Path, how: int, then: str, deadline: float) -> None:
+    """flock `how`, waited for until `deadline` (an import stopped with Ctrl-Z must not hold the
+    next one, nor a worker, for good); refused saying `then` (what the waiter does after)."""
     while True:
         try:
             fcntl.flock(fd, how | fcntl.LOCK_NB)
