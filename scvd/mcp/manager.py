@@ -301,7 +301,8 @@ class McpServers:
             elif (tool := self._tool(link, s)).name in taken:  # `Get-Sum` and `get_sum`: mcp__NAME__get_sum
                 dropped.append(("whose scvd name is another's", (
                     f"{spec.named(s.name)}: its scvd name {tool.name} is {spec.named(taken[tool.name])!r}'s "
-                    "already; the tool is left out (its server's other tools are not): rename one of them on the server")))
+                    "already; the tool is left out (its server's other tools are not): rename one of them on "
+                    "the server")))
             else:
                 used += cap.entry_size(s)
                 if used > room:
