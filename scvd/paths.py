@@ -57,8 +57,10 @@ class Paths:
         return self.data_dir / "skills"
 
     @property
-    def tools_dir(self) -> Path:
-        return self.data_dir / "tools"
+    def tools_dirs(self) -> tuple[Path, ...]:
+        """Where the user's tools are: seed 003's `<config dir>/tools`, then `<data dir>/tools`
+        (where scvd read them first); one folder once (SCV_HOME is both dirs)."""
+        return tuple(dict.fromkeys([self.config_dir / "tools", self.data_dir / "tools"]))
 
     @property
     def mcp_dir(self) -> Path:

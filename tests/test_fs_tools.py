@@ -501,7 +501,8 @@ def test_scvds_own_sensitive_files_in_the_xdg_layout_from_a_workspace_at_or_abov
                  ".local/share/scv/mcp/fs/token"):
         assert own_file_reason(tuple(path.split("/")), ws, places), path
         assert own_file_reason(("me", *path.split("/")), above, places), path
-    for path in (".local/share/scv/tools/script/gh/run.sh", ".local/share/scv/skills/s/SKILL.md",
+    for path in (".local/share/scv/tools/script/gh/run.sh", ".config/scv/tools/script/gh/run.sh",
+                 ".local/share/scv/skills/s/SKILL.md",
                  ".config/scv/notes.toml", ".local/state/scv/scvd.pid", ".config/other/config.toml", "config.toml"):
         assert own_file_reason(tuple(path.split("/")), ws, places) is None, path
     assert own_file_reason(("config.toml",), ws, own_places(None)) is None  # an in-memory hub has no folders

@@ -35,7 +35,7 @@ def test_scv_home_layout(tmp_path):
     assert p.home == root
     assert p.config_file == root / "config.toml"
     assert p.adapters_dir == root / "adapters" and p.skills_dir == root / "skills"
-    assert p.tools_dir == root / "tools"
+    assert p.tools_dirs == (root / "tools",)  # the config and data dirs are one: read once
     assert (p.state_dir, p.audit_log, p.lock_file) == (root / "state", root / "state/audit.log",
                                                       root / "state/scvd.lock")
     assert p.runtime_dir == root / "run" and p.socket == root / "run" / "scvd.sock"
@@ -289,6 +289,7 @@ def test_resolve_honours_the_env_it_is_given_for_every_directory(tmp_path):
     assert (xdg.config_file, xdg.adapters_dir, xdg.audit_log, xdg.socket) == (
         tmp_path / "cfg/scv/config.toml", tmp_path / "data/scv/adapters", tmp_path / "state/scv/audit.log",
         runtime / "scv" / "scvd.sock")
+    assert xdg.tools_dirs == (tmp_path / "cfg/scv/tools", tmp_path / "data/scv/tools")  # seed 003's first
 
 
 def test_a_runtime_dir_others_may_enter_is_not_used(xdg, tmp_path, monkeypatch):

@@ -121,6 +121,19 @@ def test_no_tools_dir_is_no_tools_and_no_errors(home: Path):
     assert load_all(paths(home)) == ([], [])
 
 
+def test_a_config_dir_tools_folder_linked_to_the_data_dirs_is_read_once(tmp_path: Path):
+    """Both folders are read (seed 003's config dir, then the data dir); one that leads to the
+    other is one folder, not every tool twice."""
+    config, data = tmp_path / "cfg", tmp_path / "data"
+    make_tool(data, "words")
+    config.mkdir()
+    (config / "tools").symlink_to(data / "tools")
+    xdg = paths_mod.Paths(home=None, config_dir=config, data_dir=data, state_dir=tmp_path / "state",
+                          runtime_dir=tmp_path / "run", socket=tmp_path / "run" / "s")
+    (d,), failed = load_all(xdg)
+    assert failed == [] and d.folder == config / "tools" / "script" / "words"
+
+
 @pytest.mark.parametrize("spec,raw,rule,text", [
     ({}, "{not json", "tool.json", "not valid JSON: JSON is malformed"),
     ({}, '{\n  "description": "x",\n}', "tool.json", "trailing comma in object (line 3, column 1)"),  # not (byte 27)

@@ -39,7 +39,7 @@ from ..secrets import SecretStore, off_loop, reads_refused
 from ..text import excerpt, well_formed
 from .contract import CallContext, LoadError, Plan, Registry, Tool, ToolFlags, ToolRisk, own_deadline, whole_numbers
 from .runs import hidden_values, output_so_far, redact_text, workspace_error
-from .script_defs import ScriptDef, identity, load_all, script_root
+from .script_defs import ScriptDef, identity, load_all, script_roots
 
 log = logging.getLogger("scvd.tools.script")
 
@@ -387,8 +387,9 @@ def register_scripts(registry: Registry, paths: Any, granted: Any = (), log_skip
     definitions, failed = load_all(paths)
     folders = {d.folder.name for d in definitions} | {e.name[len("script_"):] for e in failed}
     for name in sorted(set(granted) - folders):
+        where = " or ".join(map(str, script_roots(paths)))
         failed.append(LoadError("config.toml", f"script_{name}", f"tools.script.{name}: no script tool folder "
-                                f"{name} in {script_root(paths)}, so its pass_env goes to nothing; fix the name"))
+                                f"{name} in {where}, so its pass_env goes to nothing; fix the name"))
     for d in definitions:
         try:
             registry.register(ScriptTool(d))

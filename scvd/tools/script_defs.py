@@ -1,8 +1,9 @@
 """Script tool definitions: read `<tools dir>/script/<name>/tool.json` into checked data.
 
-Only the user's tools dir is read (`Paths.tools_dir`: `$SCV_HOME/tools`, or the
-data dir's `tools/`); a workspace cannot add tools. A bad definition becomes a
-`LoadError` naming the file and the rule, never an exception: the others load.
+Only the user's tools dirs are read (`Paths.tools_dirs`: `$SCV_HOME/tools`, or seed 003's
+config dir `tools/` and the data dir's, where scvd read them first); a workspace cannot add
+tools. A bad definition becomes a `LoadError` naming the file and the rule, never an
+exception: the others load. One name in both dirs is a load error naming both, not a pick.
 What would load and then fail every call is a load error too: a `$ref` or
 `$dynamicRef` leading outside `parameters` or nowhere, a `required` name that is
 no property.
@@ -63,36 +64,57 @@ class ScriptDef:
     executable_id: tuple[int, ...] = ()
 
 
-def script_root(paths: Any) -> Path:
-    return Path(paths.tools_dir) / "script"
+def script_roots(paths: Any) -> list[Path]:
+    """The folders script tools are read from, each once (one may be a link to the other)."""
+    roots: dict[str, Path] = {}
+    for d in paths.tools_dirs:
+        roots.setdefault(os.path.realpath(Path(d) / "script"), Path(d) / "script")
+    return list(roots.values())
 
 
 def load_all(paths: Any) -> tuple[list[ScriptDef], list[LoadError]]:
-    """Every definition under the script root, sorted by name, and the ones that failed."""
-    root = script_root(paths)
+    """Every definition under the script roots, sorted by name, and the ones that failed."""
+    found: dict[str, list[Path]] = {}
+    failed: list[LoadError] = []
+    for root in script_roots(paths):
+        try:
+            for folder in _folders(root):
+                found.setdefault(folder.name, []).append(folder)
+        except OSError as exc:
+            failed.append(LoadError(str(root), "", f"cannot list {root}: {exc.strerror}"))
+    defs: list[ScriptDef] = []
+    for name in sorted(found):
+        first, *others = found[name]
+        if others:  # which one the user meant is theirs to say: loading either would surprise
+            failed.append(LoadError(str(first / DEFINITION), PREFIX + name, _twice(first, others)))
+            continue
+        try:
+            defs.append(load_one(first))
+        except DefinitionError as exc:
+            failed.append(LoadError(exc.source, PREFIX + name, exc.message))
+        except Exception as exc:  # a check's bug must not take scvd (or a reload) down with one folder
+            log.exception("checking %s failed", first)
+            failed.append(LoadError(str(first / DEFINITION), PREFIX + name,
+                                    f"scvd could not check it ({type(exc).__name__}: {exc}); see its log"))
+    return defs, failed
+
+
+def _folders(root: Path) -> list[Path]:
+    """The tool folders in `root` (none when it does not exist)."""
     try:
         with os.scandir(root) as entries:
             # a hidden folder (`.git`, when the tools are kept in a repository) is no tool and no error;
             # a link to a folder that is gone is an error, else its tool would vanish without a word
-            folders = sorted((e for e in entries if not e.name.startswith(".")
-                              and (e.is_dir(follow_symlinks=True) or _dangling(Path(e.path)))),
-                             key=lambda e: e.name)
+            return [Path(e.path) for e in entries if not e.name.startswith(".")
+                    and (e.is_dir(follow_symlinks=True) or _dangling(Path(e.path)))]
     except FileNotFoundError:
-        return [], []
-    except OSError as exc:
-        return [], [LoadError(str(root), "", f"cannot list {root}: {exc.strerror}")]
-    defs: list[ScriptDef] = []
-    failed: list[LoadError] = []
-    for entry in folders:
-        try:
-            defs.append(load_one(Path(entry.path)))
-        except DefinitionError as exc:
-            failed.append(LoadError(exc.source, PREFIX + entry.name, exc.message))
-        except Exception as exc:  # a check's bug must not take scvd (or a reload) down with one folder
-            log.exception("checking %s failed", entry.path)
-            failed.append(LoadError(str(Path(entry.path) / DEFINITION), PREFIX + entry.name,
-                                    f"scvd could not check it ({type(exc).__name__}: {exc}); see its log"))
-    return defs, failed
+        return []
+
+
+def _twice(first: Path, others: list[Path]) -> str:
+    where = " and ".join(str(f) for f in [first, *others])
+    return (f"rule 'name': the folder {first.name} is in both {where}, so neither is loaded; keep one "
+            "(remove or rename the other), then reload scvd")
 
 
 DefinitionError = errors.ScriptDefinitionError  # in the one error tree
