@@ -484,7 +484,17 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
      ("db-creds.yaml", True), ("config.toml", False), ("codex-rs/config.toml", False), ("credits.md", False),
      ("config.json", False), (".docker/daemon.json", False), ("tfstate.md", False), (".venv/bin/python", False),
      ("src/main.py", False), ("environment.py", False), ("keyboard.c", False),
-     ("pem.md", False), ("ssh/config", False), ("README.md", False), ("key", False)],
+     ("pem.md", False), ("ssh/config", False), ("README.md", False), ("key", False),
+     # read unasked before (seed 000: lexically secret-like): passwords, API keys, tokens, a service
+     # account's key, a wallet; the words only whole, in a file's name that is no source or doc file
+     ("password.txt", True), ("Passwords.csv", True), ("db_password", True), ("smb-passwd.txt", True),
+     ("api_key.txt", True), ("APIKEY", True), ("my-api-key", True), ("token.txt", True), ("gh_token", True),
+     (".token", True), ("github.token", True), ("access_token", True), ("oauth/token.json", True), ("msal_token_cache.json", True),
+     ("service-account.json", True), ("gcp-service_account-prod.json", True), ("wallet.dat", True),
+     ("tokenizer.py", False), ("tokenizer.json", False), ("src/token.rs", False), ("lexer/token/mod.rs", False),
+     ("token/README", False), ("reset_password.html", False), ("password_validation.py", False),
+     ("passwords/README.md", False), ("rootfs/etc/passwd", False), ("docs/api_key.md", False),
+     ("passport.txt", False), ("k8s/serviceaccount.yaml", False), ("tokens.json", False), ("wallet.py", False)],
 )
 def test_secret_rule(path: str, secret: bool) -> None:
     assert (secret_reason(path) is not None) == secret

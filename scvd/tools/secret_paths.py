@@ -3,7 +3,9 @@
 Rule: purely lexical and case-insensitive, applied to every component of the
 path, so a file inside a directory named like a secret (`.ssh/config`,
 `secrets/db.yaml`) counts too; a few common names count only in their
-directory (`.docker/config.json`). The workspace's own real path counts for the
+directory (`.docker/config.json`), and a few words only as a whole word of a file's
+name that is no source or doc file (`token.txt`, `gh_token`, not `tokenizer.py`,
+`src/token.rs` or `reset_password.html`). The workspace's own real path counts for the
 credentials folders (a session on `~/.kube` asks for `config`, on `~/.docker` for
 `config.json`), judged once per workspace. The file tools apply it to the requested path
 and to the one a symlink resolves to (`notes -> .env`). It raises a read's risk so a person sees it; it
@@ -14,6 +16,7 @@ delegated agent can still read the file, so isolation needs the OS sandbox.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Iterable
 
 KUBECONFIG = "a Kubernetes config that holds cluster client keys or tokens"
@@ -40,6 +43,7 @@ SECRET_NAMES = {
     "kubeconfig.yml": KUBECONFIG,
     ".dockercfg": "a legacy Docker config that holds registry credentials",
     ".terraformrc": "a Terraform CLI config that may hold Terraform Cloud tokens",
+    "wallet.dat": "a cryptocurrency wallet",
 }
 # (directory, file name): names too common to flag anywhere else
 SECRET_FILES_IN = {
@@ -71,16 +75,32 @@ SECRET_SUFFIXES = {
     ".ppk": "a PuTTY private key",
 }
 
+# whole words of a file's name (split at anything but a-z and 0-9); `passwd` alone is the
+# /etc/passwd format, which holds no password (a root file system copied into a project)
+NAME_WORDS = ("password", "passwords", "passwd", "token", "api_key", "apikey")
+NOT_NAMES = {"passwd"}
+# a name with one of these suffixes is code or prose about a word (token.rs, a lexer's; password_reset.py)
+CODE_SUFFIXES = (".py", ".pyi", ".rs", ".go", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".java", ".kt",
+                 ".scala", ".c", ".h", ".cc", ".cpp", ".hpp", ".cs", ".rb", ".php", ".swift", ".ex", ".exs",
+                 ".erb", ".vue", ".svelte", ".html", ".css", ".scss", ".md", ".rst", ".po", ".snap")
+SERVICE_ACCOUNT = ("service-account", "service_account", "serviceaccount")  # a cloud's JSON key file
+_NOT_WORD = re.compile(r"[^a-z0-9]+")
+
 
 def secret_reason(path: str | Iterable[str], workspace: str | None = None) -> str | None:
     """Why `path` looks secret-like, as a short phrase for the approver, or None. With `workspace`
     (its real path), a credentials folder it is or lies in counts: `config` in `~/.kube` does."""
     parts = path.split("/") if isinstance(path, str) else list(path)
     inside, above = _workspace_verdict(workspace) if workspace is not None else (None, "")
+    last = len(parts) - 1
     for index, part in enumerate(parts):
-        kind = _component_kind(part.lower())
+        # the name words count in a file's name only: a folder `token/` of a parser is none
+        cache, name = _file_kinds if index == last else _kinds, part.lower()
+        kind = cache.get(name, _UNSEEN)  # no call per component: a read pays this for each
+        if kind is _UNSEEN:
+            kind = _remember(cache, name)
         if kind is None:
-            kind = SECRET_FILES_IN.get((parts[index - 1].lower() if index else above, part.lower()))
+            kind = SECRET_FILES_IN.get((parts[index - 1].lower() if index else above, name))
         if kind is None:
             continue
         if index < len(parts) - 1:
@@ -103,20 +123,33 @@ def _workspace_verdict(workspace: str) -> tuple[str | None, str]:
     return inside, parts[-1].lower() if parts else ""
 
 
-_kinds: dict[str, str | None] = {}  # component -> _component_kind: a read looks up the same few names again
+# component -> its kind, remembered: a read looks up the same few names again. A folder's, a file's
+_kinds: dict[str, str | None] = {}
+_file_kinds: dict[str, str | None] = {}
 _KINDS_MAX = 4096
+_UNSEEN = ""  # no kind is empty
 
 
-def _component_kind(name: str) -> str | None:
-    """What a single lower-cased path component looks like, if secret-like (remembered per name)."""
-    try:
-        return _kinds[name]
-    except KeyError:
-        pass
-    if len(_kinds) >= _KINDS_MAX:
-        _kinds.clear()
-    kind = _kinds[name] = _kind_of(name)
+def _remember(cache: dict[str, str | None], name: str) -> str | None:
+    """What a single lower-cased path component looks like, if secret-like: as a folder (`_kinds`)
+    or as the file's name (`_file_kinds`)."""
+    if len(cache) >= _KINDS_MAX:
+        cache.clear()
+    kind = cache[name] = _kind_of(name) if cache is _kinds else _kind_of(name) or _file_kind_of(name)
     return kind
+
+
+def _file_kind_of(name: str) -> str | None:
+    """What a file's name says by its words (`password.txt`, `gh_token`, `my-api-key`)."""
+    if name in NOT_NAMES or name.endswith(CODE_SUFFIXES):
+        return None
+    if name.endswith(".json") and any(word in name for word in SERVICE_ACCOUNT):
+        return "a cloud service account's key file"
+    words = f"_{_NOT_WORD.sub('_', name)}_"
+    for word in NAME_WORDS:
+        if f"_{word}_" in words:
+            return f"named like a secret (the word {word!r})"
+    return None
 
 
 def _kind_of(name: str) -> str | None:

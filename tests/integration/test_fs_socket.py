@@ -107,6 +107,19 @@ def test_secret_like_read_asks_for_approval(owner: Client, ws: Path) -> None:
     assert done.ok and done.result["content"] == "API_KEY=abc\n"
 
 
+def test_a_read_of_password_txt_asks_and_of_a_tokenizer_does_not(owner: Client, ws: Path) -> None:
+    """Seed 000: a lexically secret-like path asks. password.txt was read unasked (on-risk)."""
+    (ws / "password.txt").write_text("hunter2\n")
+    (ws / "tokenizer.py").write_text("print(1)\n")
+    sid = owner.open_session(ws)
+    done, asked = call(owner, sid, "read", decide="deny", path="password.txt")
+    assert asked.risk == "filesystem" and asked.details["secret_like"] is True
+    assert asked.details["why"] == ("filesystem risk: the path looks secret-like: 'password.txt' is named "
+                                    "like a secret (the word 'password')")
+    assert done.error.kind == "denied" and "hunter2" not in str(asked)
+    assert owner.call(sid, "read", {"path": "tokenizer.py"}).result["content"] == "print(1)\n"  # unasked
+
+
 def test_scvds_own_sensitive_files_ask_to_be_read_and_its_tool_sources_do_not(make_daemon, ws: Path) -> None:
     """A session on ~ (here: SCV_HOME inside the workspace) read scvd's config.toml (MCP header
     tokens), audit log, chat transcripts and the agents' homes unasked: none is named like a secret."""
@@ -167,7 +180,7 @@ def test_a_config_file_given_by_dash_dash_config_in_the_workspace_asks_to_be_rea
 
 
 @pytest.mark.parametrize("folder,name", [(".kube", "config"), (".docker", "config.json"),
-                                         (".azure", "msal_token_cache.json")])
+                                         (".azure", "azureProfile.json")])  # msal_token_cache.json: its name says it
 def test_a_workspace_that_is_a_credentials_folder_asks_for_its_files(
         owner: Client, tmp_path: Path, ws: Path, folder: str, name: str) -> None:
     """The rule looked only at the path in the workspace: a session opened on ~/.kube read its
