@@ -5,7 +5,9 @@ The call sends `secret.requested` to the approvers; the value comes back in
 that the key is stored. A turn may ask at most `MAX_ROUNDS` times for one tool
 (an MCP server and its tools are one; counted per session and `call.turn`; a call
 without a turn counts under the session as one turn), so a credential that keeps
-failing cannot loop on a person.
+failing cannot loop on a person. A call of that tool that succeeds ends the heal: its
+count starts over (an MCP host's session, one turn for days, may heal a token again
+once it expires).
 The masked prompt is the approval: the tool is read_only and always_allow.
 `tool` must name a tool of the registry the call came through (`known`) that
 uses the key (`Tool.secret_keys`), so neither an invented nor another real name
@@ -16,7 +18,6 @@ use the key, the result says how each came up with it (waiting up to 10 s).
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Annotated, Any, Callable
 
 import msgspec
@@ -24,13 +25,13 @@ import msgspec
 from ..config import server_secrets
 from ..errors import InvalidArguments, LimitExceeded, ScvError, Unavailable
 from ..secrets import KEY_RE, check_key
-from .contract import NO_TIMEOUT, CallContext, Plan, Tool, ToolFlags, ToolRisk, never
+from .contract import NO_TIMEOUT, SUCCEEDED, CallContext, Plan, Tool, ToolFlags, ToolRisk, never
 
 MAX_ROUNDS = 2  # per tool per turn (seed 003)
 REQUESTS_SERVICE = "secret_requests"  # ctx.services key of the daemon's SecretRequests
 MCP_SERVICE = "mcp_servers"  # ctx.services key of the daemon's MCP servers (settle())
 MCP_PREFIX = "mcp__"
-ROUNDS_SERVICE = "store_secret_rounds"  # ctx.services key of this session's round counter
+ROUNDS_SERVICE = "store_secret_rounds"  # ctx.services key: (turn, tool) -> (rounds, its successes then)
 
 DESCRIPTION = (  # seed 003: the lookup order (keyring service scv, account the key's name) and the auth
     # failures that call for it (missing key, 401, 403, expired token), in 200 chars. The order is the
@@ -67,7 +68,7 @@ class StoreSecret(Tool):
 
     def session_services(self, workspace: Any, config: Any, paths: Any,
                          gone: Callable[[], bool] = never) -> dict[str, Any]:
-        return {ROUNDS_SERVICE: Counter()}
+        return {ROUNDS_SERVICE: {}}
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         try:
@@ -96,24 +97,28 @@ class StoreSecret(Tool):
         if requests is None:
             raise Unavailable("store_secret needs the scvd daemon's approvers; use `scvctl secrets set "
                               f"{args.key}`")
-        rounds = ctx.services.setdefault(ROUNDS_SERVICE, Counter())
+        rounds = ctx.services.setdefault(ROUNDS_SERVICE, {})
         servers = ctx.services.get(MCP_SERVICE)
         # an MCP server's tools share its secrets: counted as one tool, mcp__NAME (else a server with
         # N tools got 2(N+1) masked prompts in a turn for the one token)
         server = _server_of(args.tool, servers)
         counted = (ctx.turn, f"{MCP_PREFIX}{server}" if server else args.tool)
-        if rounds[counted] >= MAX_ROUNDS:
+        successes = _successes(ctx.services.get(SUCCEEDED, {}), counted[1])
+        used, then = rounds.get(counted, (0, successes))
+        if then != successes:  # the tool worked since: that heal ended, this is a new one
+            used = 0
+        if used >= MAX_ROUNDS:
             raise LimitExceeded(
                 f"store_secret already asked twice for {counted[1]} in this turn (at most {MAX_ROUNDS} per tool "
                 f"per turn, an MCP server's tools counted as one): the credential keeps failing; stop and tell "
                 f"the user to check {args.key} (`scvctl secrets set {args.key}`)")
         requests.check_approvers(ctx.session_id, args.key)  # none: fail at once, not a round
-        rounds[counted] += 1
+        rounds[counted] = (used + 1, successes)
         try:
             entry = await requests.ask(session=ctx.session_id, call_id=ctx.call_id, key=args.key,
                                        question=args.question, tool=args.tool)
         except Unavailable:  # every approver asked disconnected: nobody answered, so not a round either
-            rounds[counted] -= 1
+            rounds[counted] = (used, successes)
             raise
         result = {"key": args.key, "stored": True, "where": entry.source, "next": f"call {args.tool} again"}
         if servers is not None and (came := await servers.settle(args.key)):
@@ -124,6 +129,11 @@ class StoreSecret(Tool):
             elif state is not None and args.tool == f"{MCP_PREFIX}{server}":  # it had no tools to call: now it has
                 result["next"] = "its tools are listed now (find_tools loads them); call them"
         return result
+
+
+def _successes(succeeded: dict[str, int], counted: str) -> int:
+    """The calls of `counted` that succeeded in the session; of an MCP server's (`mcp__NAME`), any of its tools'."""
+    return sum(n for tool, n in succeeded.items() if tool == counted or tool.startswith(f"{counted}__"))
 
 
 def _server_of(tool: str, servers: Any) -> str | None:

@@ -196,6 +196,45 @@ def test_the_two_rounds_are_per_tool_so_a_turn_heals_each_failing_tool(make_daem
             assert third.error.kind == "limit" and f"asked twice for {tool} in this turn" in third.error.message
 
 
+# exits 77 (the credential was refused) unless API_TOKEN is the value in its folder's `valid`
+ROTATING = '#!/bin/bash\ncat >/dev/null\n[ "$API_TOKEN" = "$(cat "$SCV_TOOL_DIR/valid")" ] || exit 77\necho ok\n'
+
+
+@pytest.mark.parametrize("turn", [None, "t1"], ids=["no-turn", "one-turn"])
+def test_a_call_of_the_tool_that_succeeds_starts_its_rounds_over(make_daemon, scv_home, workspace, turn):
+    """An MCP host (no turn) or a long turn counted two rounds per tool for the whole session: once
+    its token expired a second time, the tool could not be healed again until a restart."""
+    folder = make_tool(scv_home, "token", ROTATING, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env=NO_KEYRING)
+    with d.client(name="agent") as agent:
+        agent.request(p.ApprovalsWatch)  # asked itself
+        sid = agent.open_session(workspace)
+
+        def heal(value: str) -> p.CallCompleted:
+            call_id = agent.start_call(sid, "store_secret", {"key": "API_TOKEN", "tool": "script_token"}, turn=turn)
+            asked = wait_event(agent, lambda e: isinstance(e, (p.SecretRequested, p.CallCompleted))
+                               and e.call_id == call_id)
+            if isinstance(asked, p.CallCompleted):  # refused: nobody asked
+                return asked
+            agent.request(p.SecretProvide, request_id=asked.request_id, value=value)
+            return agent.wait_call(call_id)
+
+        def works() -> bool:
+            return agent.call(sid, "script_token", {"text": "x"}, turn=turn).ok
+
+        for episode, valid in enumerate(["token-1", "token-2", "token-3"]):  # each expires in its turn
+            (folder / "valid").write_text(valid)
+            assert not works()
+            assert heal("wrong").ok, episode  # a first round that did not help
+            assert not works()
+            assert heal(valid).ok, episode  # the second one did
+            assert works()
+        (folder / "valid").write_text("token-4")
+        assert heal("wrong").ok and heal("wrong again").ok  # no success between: the cap holds
+        third = heal("token-4")
+    assert third.error.kind == "limit" and "asked twice for script_token" in third.error.message
+
+
 def test_a_bad_key_or_value_is_refused_and_the_request_stays_pending(setup, workspace):
     d = setup
     with d.client(name="agent") as agent, d.client(name="person") as watcher:
