@@ -71,6 +71,30 @@ def test_schema_refuses_bad_model_and_effort_before_plan() -> None:
         assert t.decode({"prompt": "x", "effort": effort}).effort == effort
 
 
+def test_the_listed_prompt_pattern_refuses_what_the_server_refuses() -> None:
+    """pi's schema said `^[^-]` while scvd refused a pi prompt starting with '@' (a file to attach): a
+    host checking arguments against the listed schema sent it, and only then heard no."""
+    import jsonschema
+
+    tools_by_name = by_name()
+    patterns = {name: t.input_schema()["properties"]["prompt"]["pattern"] for name, t in tools_by_name.items()}
+    assert patterns == {"agent_claude": "^[^-]", "agent_codex": "^[^-]", "agent_pi": "^[^-@]"}
+    for name, tool in tools_by_name.items():
+        for prompt in ("-x", "@alice asked: fix it", "fix it"):
+            listed = jsonschema.Draft202012Validator(tool.input_schema()).is_valid({"prompt": prompt})
+            try:  # the arguments' check, then the argv's (plan() builds it before approval)
+                build_argv(tool.adapter, "/x/agent", tool.decode({"prompt": prompt}).prompt)
+                served = True
+            except InvalidArguments:
+                served = False
+            assert listed == served, (name, prompt)
+    with pytest.raises(InvalidArguments) as info:  # in scvd's words, not the validator's regex
+        tools_by_name["agent_pi"].decode({"prompt": "@alice asked: fix it"})
+    assert info.value.message == (
+        "a prompt for agent_pi cannot start with '@' (pi would read it as a file to attach, not as the task); "
+        "start it with a word, e.g. 'Read README.md and fix the failing test'")
+
+
 def test_model_and_effort_offered_only_when_configured() -> None:
     props = {name: set(t.input_schema()["properties"]) for name, t in by_name().items()}
     assert props["agent_claude"] == {"prompt", "cwd", "timeout_seconds", "model", "effort"}

@@ -3,7 +3,8 @@
 A run is `executable fixed_args [model_args] [effort_args] prompt`. A chosen model
 or effort is substituted into its placeholder, one argument each, never shell
 text; the prompt is one argument and cannot start with `-`, so the CLI never
-reads it as a flag.
+reads it as a flag, nor with the adapter's file prefix (pi's `@`), so it is never
+read as a file to attach. The schema's pattern says both (`prompt_pattern`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .spec import EFFORT, MODEL, Adapter
 # 1-128 letters, digits or ._:/@[]-, not starting with '-' or '@'
 MODEL_PATTERN = r"^[A-Za-z0-9._:/\[\]][A-Za-z0-9._:/@\[\]-]{0,127}$"
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
-PROMPT_PATTERN = r"^[^-]"
+PROMPT_PATTERN = r"^[^-]"  # no file prefix; prompt_pattern() adds the adapter's
 
 _model_re = re.compile(MODEL_PATTERN)
 
@@ -35,6 +36,21 @@ def check_effort(effort: str) -> str:
     if effort not in EFFORTS:
         raise InvalidArguments(f"effort {effort[:20]!r} must be one of {', '.join(EFFORTS)}")
     return effort
+
+
+def prompt_pattern(adapter: Adapter) -> str:
+    """The schema's pattern of the adapter's prompt: what the server refuses at its start, refused there too."""
+    return f"^[^-{re.escape(adapter.file_prefix)}]" if adapter.file_prefix else PROMPT_PATTERN
+
+
+def check_start(adapter: Adapter, prompt: str) -> None:
+    """A prompt starting with the adapter's file prefix is a file to attach to its CLI, not the task."""
+    if adapter.file_prefix and prompt.startswith(adapter.file_prefix):
+        raise InvalidArguments(
+            f"a prompt for {adapter.tool_name} cannot start with {adapter.file_prefix!r} ({adapter.executable} "
+            f"would read it as a file to attach, not as the task); start it with a word, "
+            f"e.g. 'Read README.md and fix the failing test'"
+        )
 
 
 def check_prompt(prompt: str) -> str:
@@ -88,12 +104,7 @@ def build_argv(
         if not adapter.effort_args:
             raise InvalidArguments(f"{adapter.tool_name} offers no effort choice here")
         argv += substitute(adapter.effort_args, EFFORT, check_effort(effort))
-    if adapter.file_prefix and prompt.startswith(adapter.file_prefix):
-        raise InvalidArguments(
-            f"a prompt for {adapter.tool_name} cannot start with {adapter.file_prefix!r} ({adapter.executable} "
-            f"would read it as a file to attach, not as the task); start it with a word, "
-            f"e.g. 'Read README.md and fix the failing test'"
-        )
+    check_start(adapter, prompt)
     argv += [*adapter.prompt_args, check_prompt(prompt)]
     return argv
 

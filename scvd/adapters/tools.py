@@ -22,7 +22,7 @@ from ..text import excerpt
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout, own_deadline
 from ..tools.runs import hidden_values, redact_text, result_dict, timeout_error
 from . import spec as specs
-from .argv import EFFORTS, MODEL_PATTERN, PROMPT_PATTERN, bounded, build_argv, check_model
+from .argv import EFFORTS, MODEL_PATTERN, bounded, build_argv, check_model, check_start, prompt_pattern
 from .env import build_env
 from .homes import ensure_home, home_dir, repair_home
 from .locate import missing_interpreter, resolve_cwd, resolve_executable
@@ -41,7 +41,7 @@ def arguments_struct(adapter: specs.Adapter, config: Any) -> type[msgspec.Struct
     tools = config.tools
     starts = "'-'" + (f" or {adapter.file_prefix!r}" if adapter.file_prefix else "")
     fields: list[tuple[Any, ...]] = [
-        ("prompt", Annotated[str, Meta(min_length=1, pattern=PROMPT_PATTERN, description=(
+        ("prompt", Annotated[str, Meta(min_length=1, pattern=prompt_pattern(adapter), description=(
             f"The task in plain words, passed as one argument; cannot start with {starts}. "
             "e.g. Land the fix with the feature-flow skill."))]),
         ("cwd", Annotated[str | None, Meta(description=(
@@ -110,6 +110,8 @@ class AgentTool(Tool):
         if isinstance(prompt, str) and prompt.startswith("-"):
             raise InvalidArguments(f"{self.name}: the prompt cannot start with '-' (the agent CLI would take it "
                                    "for an option): start it with a word, e.g. 'Fix the failing test'")
+        if isinstance(prompt, str):  # pi's '@': the schema's pattern refuses it too
+            check_start(self.adapter, prompt)
         if isinstance(model, str) and "model" in self.Arguments.__struct_fields__:
             try:
                 check_model(model)
