@@ -300,6 +300,9 @@ def test_a_limit_that_cuts_a_character_stops_the_range_before_it(ws: Workspace) 
     first = ws.call("read", path="u.txt", limit=3)
     assert (first["content"], first["length"], first["truncated"]) == ("ab", 2, True)
     assert ws.call("read", path="u.txt", offset=first["length"])["content"] == "€cd"
+    # what the model reads: go on at offset + length, not at offset + limit (inside the character)
+    offset = fs.tools(Config(), None)[0].input_schema()["properties"]["offset"]["description"]
+    assert "to continue after a truncated read, its offset + length" in offset, offset
     (ws.root / "cjk.txt").write_text("中" * 30_000)  # 90,000 bytes: 65,536 is inside a character
     page = ws.call("read", path="cjk.txt")
     assert (page["content"], page["length"], page["truncated"]) == ("中" * 21_845, 65_535, True)

@@ -600,7 +600,8 @@ def _read_arguments(max_limit: int) -> type[msgspec.Struct]:
     path = Annotated[str, msgspec.Meta(
         min_length=1, description="File path relative to the workspace root, e.g. 'src/main.py'.")]
     offset = Annotated[int, msgspec.Meta(
-        ge=0, description="Byte offset to start at, e.g. 65536 to continue after a truncated read.")]
+        ge=0, description="Byte offset to start at; to continue after a truncated read, its offset + length "
+                          "(a page may stop short of limit before a cut character), e.g. 65536.")]
     limit = Annotated[int, msgspec.Meta(
         ge=0, le=max_limit,
         description=f"Bytes to return at most (up to {max_limit}), e.g. {min(4096, max_limit)}; 0 returns only the sha256 (null for a file over {HASH_MAX_BYTES >> 20} MiB).")]
