@@ -28,7 +28,7 @@ from .config_env import ENV_PREFIX as ENV_PREFIX  # re-exported: a public name o
 from .errors import ConfigError, NotARegularFile
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
 from .paths import read_regular_file, why_not
-from .secrets import key_problem
+from .secrets_file import key_problem
 from .toml_write import toml_key
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import logging
 import os
 import re
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 from . import errors
 from .durable import sync_directory
 from .redact import hide_in_logs
-from .secrets_file import INDEX_TABLE, KEY_RE, edit_file, parse_file, render_file
+from .secrets_file import KEY_RE, edit_file, key_problem, parse_file, render_file
 
 log = logging.getLogger("scvd.secrets")
 
@@ -68,7 +69,7 @@ SOURCES = ("keyring", "file", "env")
 # request is invalid", none of which said so before (a script's `aws` or `curl` exits 254 or 1)
 _CREDENTIAL = (r"(?:(?:x-)?api[ _-]?key|(?:api|access|auth|bearer|oauth|refresh|security)[ _-]?token"
                r"|credentials?|password)")
-_REFUSED_RE = re.compile(
+_REFUSED = (
     r"unauthori[sz]ed|bad credentials|invalid_auth|\b403\W{1,3}forbidden|(?:status|http|error|code)\W{1,3}40[13]\b"
     rf"|(?:invalid|incorrect|wrong|revoked|expired) {_CREDENTIAL}|{_CREDENTIAL} (?:provided |included in the "
     r"request )?(?:is |was |has |have |has been )?(?:invalid|incorrect|expired|revoked)"
@@ -78,17 +79,24 @@ _REFUSED_RE = re.compile(
     # an error code that ends in a failure (`user_authentication_failed`) is one; a function's name does not
     # end so (`handle_auth_error`), and one that does is no code where a traceback's frame or a call shows it
     # nor where Python's message quotes a name (NameError's `name 'on_auth_failed'`, AttributeError's)
-    r"|(?<![\w.])(?<!\bin )(?<!name ')(?<!attribute ')(?:[a-z0-9]+_)+auth(?:entication)?_failed\b(?!\()",
-    re.IGNORECASE)
+    r"|(?<![\w.])(?<!\bin )(?<!name ')(?<!attribute ')(?:[a-z0-9]+_)+auth(?:entication)?_failed\b(?!\()"
+)
 # the source line a Python traceback quotes under a frame, indented past its `File "...", line N`
 # (none under a frame without source, where the next line may be the error itself)
-_QUOTED_SOURCE_RE = re.compile(r'( *)(File "[^"\n]*", line \d+[^\n]*)\n\1 +\S[^\n]*')
+_QUOTED_SOURCE = r'( *)(File "[^"\n]*", line \d+[^\n]*)\n\1 +\S[^\n]*'
+
+
+@functools.cache
+def _refused_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    # compiled at the first failure that carries secrets: ~5 ms that every start paid before READY=1
+    return re.compile(_REFUSED, re.IGNORECASE), re.compile(_QUOTED_SOURCE)
 
 
 def reads_refused(said: str) -> bool:
-    """Whether a failure's text reads like a refused credential (_REFUSED_RE), the code a traceback
+    """Whether a failure's text reads like a refused credential (_REFUSED), the code a traceback
     quotes left out: `callback = on_auth_failed` in a frame is no refusal."""
-    return _REFUSED_RE.search(_QUOTED_SOURCE_RE.sub(r"\1\2", said)) is not None
+    refused, quoted_source = _refused_patterns()
+    return refused.search(quoted_source.sub(r"\1\2", said)) is not None
 
 
 @dataclass(frozen=True)
@@ -98,15 +106,6 @@ class Entry:
     name: str
     source: str  # keyring | file | env | missing | unknown (a keyring that cannot be read may hold it)
     where: str  # the keyring backend, the file's path, or "environment"
-
-
-def key_problem(key: str) -> str | None:
-    """Why `key` cannot name a secret, or None: an environment-variable-like name (letters, digits,
-    `_`, starting with a letter)."""
-    if KEY_RE.fullmatch(key or "") and key != INDEX_TABLE:
-        return None
-    return (f"secret name {key!r} is not valid: use letters, digits and _, starting with a letter "
-            f"(at most 128 characters), e.g. GITHUB_TOKEN; {INDEX_TABLE!r} is reserved")
 
 
 def check_key(key: str) -> str:

@@ -20,6 +20,17 @@ from .toml_write import toml_string
 KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 INDEX_TABLE = "keyring"  # the file's table of names held in the keyring; not a key name
 
+# here, not in secrets.py: the configuration checks names before READY=1 without the store's
+# imports (a thread pool, fcntl)
+def key_problem(key: str) -> str | None:
+    """Why `key` cannot name a secret, or None: an environment-variable-like name (letters, digits,
+    `_`, starting with a letter)."""
+    if KEY_RE.fullmatch(key or "") and key != INDEX_TABLE:
+        return None
+    return (f"secret name {key!r} is not valid: use letters, digits and _, starting with a letter "
+            f"(at most 128 characters), e.g. GITHUB_TOKEN; {INDEX_TABLE!r} is reserved")
+
+
 _TABLE = re.compile(r"\s*\[\s*([^\]]*?)\s*\]\s*(?:#.*)?$")
 _KEY = re.compile(r"\s*(\"?)([A-Za-z][A-Za-z0-9_]*)\1\s*=")
 
