@@ -23,7 +23,7 @@ import msgspec
 
 from . import config_env, http_fields
 from . import validation_text as vt
-from .always_ask import DEFAULT_ALWAYS_ASK, glob_problem
+from .ask_globs import DEFAULT_ALWAYS_ASK, glob_problem
 from .config_env import ENV_PREFIX as ENV_PREFIX  # re-exported: a public name of scvd.config
 from .errors import ConfigError, NotARegularFile
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
@@ -90,7 +90,7 @@ class ApprovalsConfig(Section):
     policy: Literal["on-risk", "always", "never", "sandbox-aware"] = "on-risk"
     timeout_seconds: PositiveFloat = 900.0
     max_pending: PositiveInt = 256  # more is a runaway client; also keeps approvals.list within a frame
-    # workspace paths whose writes always ask, whatever grant or policy (always_ask.py; secret-like too)
+    # workspace paths whose writes always ask, whatever grant or policy (always_ask.py, ask_globs.py; secret-like too)
     always_ask: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_ALWAYS_ASK))
 
 

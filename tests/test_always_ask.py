@@ -10,8 +10,8 @@ import pytest
 from adapters_support import Harness, fake_bin, harness  # noqa: F401 (fixtures)
 from fs_support import ws  # noqa: F401 (fixture)
 from scvd.adapters.tools import cwd_targets
-from scvd.always_ask import (DEFAULT_ALWAYS_ASK, always_ask_reason, glob_problem, matches, parse, places_reason,
-                             split)
+from scvd.always_ask import always_ask_reason, places_reason, split
+from scvd.ask_globs import DEFAULT_ALWAYS_ASK, glob_problem, matches, parse
 from scvd.approvals import POLICIES, Verdict, policy_verdict
 from scvd.config import Config
 from scvd.host_places import RUNS, places

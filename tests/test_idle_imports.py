@@ -19,7 +19,8 @@ LEFT_OUT = ("shutil", "tempfile", "difflib", "bz2", "lzma", "ctypes.util",
             "scvd.adapters.import_journal", "scvd.adapters.codex_provider")  # an agent run, a Codex import
 # not before READY=1 (issue 9: spawn to READY=1 within 1.5x `python -c "import msgspec"`): the server
 # imports them after it, while a client that connected waits in the socket's backlog
-LEFT_OUT_BEFORE_READY = ("scvd.secrets", "concurrent.futures")  # the secret store and its thread pool
+LEFT_OUT_BEFORE_READY = ("scvd.secrets", "concurrent.futures",  # the secret store and its thread pool
+                         "scvd.always_ask", "scvd.tools.containment", "ctypes")  # the config's globs need neither
 
 
 def loaded(helper: str, tmp_path: Path, modules: tuple[str, ...]) -> str:
