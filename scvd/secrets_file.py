@@ -10,7 +10,6 @@ to a whole new file, which always does.
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Mapping
 
@@ -55,6 +54,8 @@ def _names_line(names: list[str]) -> str:
 
 def parse_file(path: Path, text: str) -> tuple[dict[str, str], list[str]]:
     """(values, keyring names) from the file's text; a wrong shape names the key, never a value."""
+    import tomllib  # at first use: a start that reads no secrets file parses no TOML
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -83,6 +84,8 @@ def edit_file(path: Path, text: str, values: Mapping[str, str], keyring_names: l
 
 
 def _edited(text: str, values: Mapping[str, str], names: list[str]) -> str:
+    import tomllib
+
     lines = text.splitlines(keepends=True)
     lines[-1] = lines[-1].rstrip("\n") + "\n"
     out: list[str] = []
@@ -128,6 +131,8 @@ def _edited(text: str, values: Mapping[str, str], names: list[str]) -> str:
 def _comment(assignment: list[str]) -> str:
     """The comment after a one-line assignment's value (`  # the bot account`), kept when the value
     changes; found as the first `#` before which the line still reads as TOML."""
+    import tomllib
+
     line = assignment[0].rstrip("\n")
     if len(assignment) > 1 or "#" not in line:
         return ""
@@ -143,6 +148,8 @@ def _comment(assignment: list[str]) -> str:
 def _assignment_end(lines: list[str], start: int) -> int:
     """The line after the assignment that starts at `start`: one line, or more for a multi-line
     string or array, found as the first span that reads as TOML."""
+    import tomllib
+
     for end in range(start + 1, len(lines) + 1):
         try:
             tomllib.loads("".join(lines[start:end]))

@@ -16,7 +16,8 @@ LEFT_OUT = ("shutil", "tempfile", "difflib", "bz2", "lzma", "ctypes.util",
             "scvd.mcp_host.bridge", "scvd.mcp_host.pipes", "scvd.chat.service", "scvd.chat.engine",
             "scvd.chat.transcript",  # chat/expiry.py with chat.transcript_days at its default 0
             "regex", "scvd.bounded_regex",  # with jsonschema only: a tool.json, an MCP server
-            "scvd.adapters.import_journal", "scvd.adapters.codex_provider")  # an agent run, a Codex import
+            "scvd.adapters.import_journal", "scvd.adapters.codex_provider",  # an agent run, a Codex import
+            "tomllib")  # with a config.toml, a secrets.toml or an SCVD_* override only
 # not before READY=1 (issue 9: spawn to READY=1 within 1.5x `python -c "import msgspec"`): the server
 # imports them after it, while a client that connected waits in the socket's backlog
 LEFT_OUT_BEFORE_READY = ("scvd.secrets", "concurrent.futures",  # the secret store and its thread pool
