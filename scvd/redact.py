@@ -12,7 +12,6 @@ replacement: no pattern a script's output could make slow.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from typing import Mapping
 from urllib.parse import quote, quote_plus
@@ -81,6 +80,8 @@ def _ordered(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
 
 
 def _encodings(value: str) -> set[str]:
+    import json  # here: the start, which logs through for_logs(), needs no json before READY=1
+
     if not value:
         return set()
     raw = value.encode("utf-8", "surrogatepass")  # a value from the environment may hold a surrogate

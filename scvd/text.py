@@ -8,10 +8,8 @@ argument look empty or two paths look equal.
 
 from __future__ import annotations
 
-import json
 import re
 import time
-import unicodedata
 from typing import Any, Callable
 
 import msgspec
@@ -107,6 +105,8 @@ def _shown(text: str, i: int, c: str) -> bool:
 
 def _emoji(c: str) -> bool:
     """An emoji, near enough: a visible symbol, or a skin tone modifier."""
+    import unicodedata  # here: only a variation selector or a joiner gets this far (~0.1 MiB)
+
     return len(c) == 1 and ((unicodedata.category(c) == "So" and c not in BLANK_LOOKING)
                             or "\U0001f3fb" <= c <= "\U0001f3ff")
 
@@ -152,6 +152,8 @@ def excerpt(text: str, limit: int = SHOWN_CHARS) -> tuple[str, str]:
 
 def format_request(a: Any) -> str:
     """A pending request (`approval.requested` or an `approvals.list` entry) whole, in lines a person reads."""
+    import json  # here: the daemon's start, which logs with printable(), needs no json
+
     header = (f"[{a.approval_id}] {a.tool} ({a.risk}{', sandboxed' if a.sandboxed else ''}) "
               f"in {a.workspace}")
     lines = [header, *(f"  {line}" for line in a.summary.split("\n"))]
