@@ -36,7 +36,6 @@ import enum
 import functools
 import itertools
 import os
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -289,7 +288,7 @@ class ApprovalGate:
                 "you no longer need (call.cancel), then send it again")
         loop = asyncio.get_running_loop()
         now = time.time()
-        approval_id = f"a{next(self._counter)}-{secrets.token_hex(3)}"
+        approval_id = f"a{next(self._counter)}-{os.urandom(3).hex()}"
         # every tool's summary and details, escaped here once, for scvctl and chat bridges alike
         info["summary"] = printable(info.get("summary", ""))
         info["details"] = printable_data(info.get("details", {}))

@@ -69,7 +69,6 @@ import asyncio
 import itertools
 import logging
 import os
-import secrets
 import time
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -195,7 +194,7 @@ class CallRegistry:
         self._ids = itertools.count(1)
         # one random tag per daemon keeps ids unique across restarts (the audit log outlives a run);
         # a getrandom per call cost more than the rest of the id
-        self._tag = secrets.token_hex(4)
+        self._tag = os.urandom(4).hex()
 
     def __len__(self) -> int:
         return len(self.table)

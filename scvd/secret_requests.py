@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -88,7 +88,7 @@ class SecretRequests:
         targets = self.check_approvers(session, key)
         timeout = self._timeout()
         request = SecretRequest(
-            id=f"s-{secrets.token_hex(6)}", session=session, call_id=call_id, key=key,
+            id=f"s-{os.urandom(6).hex()}", session=session, call_id=call_id, key=key,
             # the agent wrote it: escaped like an approval's summary, for terminals and chat bridges alike
             question=printable((question or f"{tool or 'a tool'} needs the secret {key}")[:MAX_QUESTION_CHARS]),
             tool=tool, targets=targets, expires_at=time.time() + timeout if timeout else None, timeout=timeout,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,4 +224,4 @@ def open_workspace(workspace: str) -> tuple[Path, int]:
 
 
 def new_session_id() -> str:
-    return f"s{next(_session_counter)}-{secrets.token_hex(4)}"
+    return f"s{next(_session_counter)}-{os.urandom(4).hex()}"

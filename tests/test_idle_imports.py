@@ -18,7 +18,8 @@ LEFT_OUT = ("shutil", "tempfile", "difflib", "bz2", "lzma", "ctypes.util",
             "regex", "scvd.bounded_regex",  # with jsonschema only: a tool.json, an MCP server
             "scvd.adapters.import_journal", "scvd.adapters.codex_provider",  # an agent run, a Codex import
             "tomllib",  # with a config.toml, a secrets.toml or an SCVD_* override only
-            "unicodedata")  # text.py's emoji check: a variation selector or a joiner in a shown text
+            "unicodedata",  # text.py's emoji check: a variation selector or a joiner in a shown text
+            "secrets", "random", "hmac")  # ids take os.urandom(n).hex(): secrets.token_hex without them
 # not before READY=1 (issue 9: spawn to READY=1 within 1.5x `python -c "import msgspec"`): the server
 # imports them after it, while a client that connected waits in the socket's backlog
 LEFT_OUT_BEFORE_READY = ("scvd.secrets", "concurrent.futures",  # the secret store and its thread pool
