@@ -16,6 +16,7 @@ LEFT_OUT = ("shutil", "tempfile", "difflib", "bz2", "lzma", "ctypes.util",
             "scvd.mcp_host.bridge", "scvd.mcp_host.pipes", "scvd.chat.service", "scvd.chat.engine",
             "scvd.chat.transcript",  # chat/expiry.py with chat.transcript_days at its default 0
             "regex", "scvd.bounded_regex",  # with jsonschema only: a tool.json, an MCP server
+            "scvd.mcp.spec", "scvd.mcp.tool", "scvd.mcp.cap",  # an MCP server configured
             "scvd.adapters.import_journal", "scvd.adapters.codex_provider",  # an agent run, a Codex import
             "tomllib",  # with a config.toml, a secrets.toml or an SCVD_* override only
             "unicodedata",  # text.py's emoji check: a variation selector or a joiner in a shown text

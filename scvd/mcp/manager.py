@@ -5,6 +5,7 @@ No MCP SDK here: `link.py` (which imports it) is imported only once a server is
 enabled, so an idle daemon without servers never loads it, and then on a thread: its
 pydantic models take about a second to build, during which the loop would answer
 no client. A server starts in the background; the daemon never waits for one.
+spec.py, tool.py and cap.py are imported by the functions that need a server too.
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ import importlib
 import logging
 import os
 import sys
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import validation_text as vt
 from ..config import Config, McpServerConfig, server_secrets
 from ..errors import Unavailable
 from ..protocol import McpServerStatus, ToolLoadError
 from ..tools.contract import Registry, ToolRisk
-from . import spec
-from . import cap
-from .tool import McpTool, ToolSpec, schema_too_large
+
+if TYPE_CHECKING:
+    from .tool import McpTool, ToolSpec
 
 log = logging.getLogger("scvd.mcp")
 SETTLE_SECONDS = 10.0  # store_secret waits this long for the servers its key starts
@@ -160,6 +161,10 @@ class McpServers:
     def _retake(self, config: Config) -> None:
         """Servers left running whose share of a tools.list frame a reload changed (more servers, another
         server_frame_bytes) take their tools again within it: together they must still fit one frame."""
+        if not self._share:  # no server listed tools yet
+            return
+        from . import cap
+
         room = cap.share_for(config)[0]
         for name in [n for n, was in self._share.items() if was != room and n in self._listed]:
             self._take(self.links[name], f"mcp server {name}'s tool was left out: past its share of a tools.list "
@@ -264,6 +269,8 @@ class McpServers:
 
     def _launch(self, name: str, cfg: McpServerConfig) -> Any:
         """Built at each start, so a secret stored since the last one is picked up."""
+        from . import spec
+
         secrets = getattr(self.host, "secrets", None)
         if cfg.url is not None:
             return spec.http_launch(name, cfg, secrets)
@@ -288,6 +295,9 @@ class McpServers:
     def _take(self, link: Any, reason: str = "") -> None:
         """The server's tools from its last list, as many as its share of a tools.list frame holds;
         `reason` the grants of those it no longer takes end (by default: the server changed them)."""
+        from . import cap
+        from .tool import schema_too_large
+
         specs, listed = self._listed[link.name]
         room, servers = cap.share_for(self.host.config)
         self._share[link.name] = room
@@ -332,6 +342,8 @@ class McpServers:
         self._register_everywhere(link.name)
 
     def _tool(self, link: Any, s: ToolSpec) -> McpTool:
+        from .tool import McpTool
+
         cfg: McpServerConfig = link.cfg
         if s.name in cfg.tool_risk:
             risk, source = cfg.tool_risk[s.name], f"mcp.servers.{link.name}.tool_risk"
@@ -367,8 +379,10 @@ class McpServers:
 
     def not_loaded(self, tool: str) -> str | None:
         """Why `tool`, named as one of a server's, is not listed when that server is not up (else None)."""
+        from .spec import tool_name
+
         for name, link in self.links.items():
-            if tool.startswith(spec.tool_name(name, "")) and link.state != "ready" and link.error:
+            if tool.startswith(tool_name(name, "")) and link.state != "ready" and link.error:
                 return f"{link.down_message()}; its tools are listed once it is up"
         return None
 
