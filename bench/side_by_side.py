@@ -24,7 +24,8 @@ One run, interleaved rounds, one client, a 4 KiB file (the issue 9 goals):
   first, as an installed package has it); and spawn to the answer of a `ping`
   sent the moment READY=1 came (READY=1 goes out before the server is loaded:
   that connection waits in the socket's queue until the loop serves it);
-- rss_mib: the daemon idle after start, after the load, and after a burst of
+- rss_mib: the daemon idle after start (with --before, the older daemon's too),
+  after the load, and after a burst of
   large reads from 32 clients at once (the worker threads all busy; with
   --before, the older daemon's too), the last two once scvd has been without
   calls long enough to hand the heap's free pages back (heap.QUIET_SECONDS); what importing the heavy optional
@@ -61,6 +62,7 @@ sys.path.insert(0, str(ROOT))
 from scvd import heap  # noqa: E402
 
 QUIET = heap.QUIET_SECONDS + 1  # idle figures: after scvd trims its heap, once quiet
+START_SETTLE = 1.0  # a daemon's socket to its RSS after start: the server loads after READY=1
 
 FILE = "four_k.txt"
 REFERENCE = ROOT / ".mcp-servers" / "node_modules" / ".bin" / "mcp-server-filesystem"
@@ -669,7 +671,10 @@ def main() -> None:
         d_asyncio = None if args.no_asyncio_daemon else \
             Daemon(base, "main-asyncio", SCVD_SERVER__EVENT_LOOP="asyncio")
         d_before = Daemon(base, "before", root=args.before.resolve()) if args.before else None
+        time.sleep(START_SETTLE)  # each answers its socket before it loads the server (READY=1 first)
         rss: dict[str, Any] = {"daemon_idle_after_start": d.rss_mib()}
+        if d_before:
+            rss["before_daemon_idle_after_start"] = d_before.rss_mib()
         systems = [
             scvd_system("scvd_socket", d, workspace),
             *([scvd_system("scvd_socket_asyncio", d_asyncio, workspace)] if d_asyncio else []),
