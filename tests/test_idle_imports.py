@@ -2,7 +2,8 @@
 
 shutil pulls in bz2, lzma and zlib (with tempfile, difflib and ctypes.util, 10 modules) that a started
 daemon never used. They are imported where they are used (a PATH lookup, a refusal's "did you mean",
-a Codex import); this test keeps a module-level import of them from creeping back."""
+a Codex import); this test keeps a module-level import of them from creeping back. The same for what
+`scvd run` imports before READY=1 (issue 9: READY=1 within 1.5x `python -c "import msgspec"`)."""
 
 from __future__ import annotations
 
