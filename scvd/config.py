@@ -313,7 +313,9 @@ def _parsed(path: Path, text: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+        from . import config_hints  # only on a refusal
+
+        raise ConfigError(f"{path}: not valid TOML: {exc}{config_hints.unquoted(text, str(exc), Config)}") from exc
 
 
 def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str],
@@ -346,7 +348,27 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
         msg += f"; {hint}"
     if key in texts:
         msg += config_env.read_as_string(msg, key, *texts[key], Config)
+    elif (value := _raw_at(raw, key)) is not _ABSENT:
+        from . import config_hints  # only on a refusal
+
+        origin = sources.get(key, "")
+        write = ((lambda v: config_env.assignment(origin[4:], config_env.unquoted(v))) if origin.startswith("env:")
+                 else (lambda v: f"{toml_key(key.rpartition('.')[2])} = {v}"))
+        msg += config_hints.in_file(msg, key, value, Config, write)
     return f"{_place(path, key, sources)}: {key}: {msg}"
+
+
+_ABSENT = object()
+
+
+def _raw_at(raw: Mapping[str, Any], key: str) -> Any:
+    """The value the file or an override gave `key`, else _ABSENT (a quoted part, an item of a list)."""
+    value: Any = raw
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
 
 
 def _elsewhere(name: str, table: str) -> str | None:

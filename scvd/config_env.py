@@ -6,7 +6,6 @@ configuration: config.py passes its schema (Config) in, so this module never imp
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 from typing import Any, Mapping
@@ -15,7 +14,7 @@ import msgspec
 
 from . import validation_text as vt
 from .errors import ConfigError
-from .toml_write import toml_key, toml_value
+from .toml_write import toml_key
 
 ENV_PREFIX = "SCVD_"
 
@@ -130,7 +129,7 @@ def _check_case(name: str, keys: list[str], origin: str, raw: Mapping[str, Any],
         inline = f"{{{toml_key(spelt or parts[i])} = {inline}}}"
         raise ConfigError(f"{origin}: {'.'.join(keys)}: {why}; set it in config.toml, or give {table} whole as an "
                           "inline table, whose keys keep their case (it replaces the file's), e.g. "
-                          f"{_assignment(ENV_PREFIX + '__'.join(parts[:i]), inline)}")
+                          f"{assignment(ENV_PREFIX + '__'.join(parts[:i]), inline)}")
 
 
 def _check_empty(keys: list[str], value: str, origin: str, schema: type) -> None:
@@ -157,70 +156,34 @@ def _toml_value(text: str) -> Any:
         return None
 
 
-_GOT_STR = re.compile(r"Expected `(\w+)[^`]*`, got `str`")
-
-
 def read_as_string(msg: str, key: str, name: str, text: str, schema: type) -> str:
     """The hint for a variable taken as a string where another type was expected: `GH_TOKEN`
     for a list reads as a string, which is rarely what was meant. "" when msgspec wanted a string."""
-    found = _GOT_STR.fullmatch(msg)
-    if found is None:
+    from . import config_hints  # only on a refusal
+
+    types = config_hints.expected(msg)
+    said_type = config_hints.suggestion(key, text, schema) if types and types[1] == "str" else None
+    if types is None or types[0] == "str" or said_type is None:
         return ""
-    expected = found.group(1)
+    write = lambda value: assignment(name, value)  # noqa: E731
+    if types[0] == "object":  # an inline table, whose text is not repeated: env or headers hold tokens
+        return ("; read as a string (not repeated here: a table's values may be secrets), not a TOML value: "
+                f"are its strings quoted?; give one, e.g. {write(said_type[1] or '{...}')}")
     said = f"; read as the string {text!r}, not a TOML value"
-    if expected == "array":
-        value = toml_value(_list_items(text))
-    elif expected == "bool":
-        value = "true" if text.strip().lower() in ("true", "yes", "on") else "false"
-    elif expected in ("int", "float"):
-        value = _number_meant(text, expected, key)
-        if value is None:  # a guess would change the meaning: say what to give instead
-            unit = _unit(key)
-            kind = "integer" if expected == "int" else "number"
-            return f"{said}; give {f'the {unit} as ' if unit else ''}a TOML {kind}{', with no unit' if unit else ''}"
-    else:  # an object: an inline table, whose text is not repeated: an MCP server's env or headers hold tokens
-        said = ("; read as a string (not repeated here: a table's values may be secrets), not a TOML value: "
-                "are its strings quoted?")
-        fields = vt.keys_at(schema, key)
-        value = f"{{{fields[0]} = ...}}" if fields else "{...}"
-    return f"{said}; give one, e.g. {_assignment(name, value)}"
+    if types[0] in ("int", "float") and config_hints.number_meant(text, types[0] == "int", key) is None:
+        unit = config_hints.key_unit(key)  # a guess would change the meaning: say what to give instead
+        kind = "integer" if types[0] == "int" else "number"
+        return f"{said}; give {f'the {unit} as ' if unit else ''}a TOML {kind}{', with no unit' if unit else ''}"
+    return f"{said}; give one, e.g. {write(said_type[1])}" if said_type[1] else said
 
 
-# an item is quoted whole (keeping its spaces and commas) or runs to the next comma
-_LIST_ITEM = re.compile(r"""\s*(?:(["'])(.*?)\1|([^,]*?))\s*(?:,|$)""")
+def unquoted(value: str) -> str:
+    """A TOML string as a variable may give it: bare, when bare it is no TOML value (so read as that string)."""
+    bare = value[1:-1] if value[:1] == '"' == value[-1:] and len(value) > 1 else None
+    return bare if bare and _toml_value(bare) is None and bare.strip() == bare else value
 
 
-def _list_items(text: str) -> list[str]:
-    """The items of `[GH_TOKEN, 'A B']`, split on commas only. `[A]` is what systemd leaves of ["A"]."""
-    items = [quoted if quote else bare.strip("'\"")
-             for quote, quoted, bare in _LIST_ITEM.findall(text.strip().strip("[]"))]
-    return [item for item in items if item]
-
-
-_NUMBER = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
-_UNIT_WORDS = {"seconds": ("s", "sec", "secs", "second", "seconds"), "bytes": ("b", "byte", "bytes")}
-
-
-def _unit(key: str) -> str:
-    """The unit a key's name gives its value (`seconds` for `tools.command_timeout_seconds`), or ""."""
-    unit = key.rsplit("_", 1)[-1]
-    return unit if unit in _UNIT_WORDS else ""
-
-
-def _number_meant(text: str, expected: str, key: str) -> str | None:
-    """The number in `60s`, `0.5s` or `1,000`; None when a guess could change the meaning: a word, a
-    fraction where an integer is wanted, or another unit than the key's (`1.5m` for seconds)."""
-    plain = re.sub(r"(?<=\d)[,_](?=\d{3}(?!\d))", "", text.strip().lower())  # thousands, not `0,5`
-    found = _NUMBER.fullmatch(plain)
-    if found is None or (expected == "int" and "." in found.group(1)):
-        return None
-    number, unit = found.groups()
-    if unit and unit not in _UNIT_WORDS.get(_unit(key), ()):
-        return None
-    return str(float(number)) if "." in number else str(int(number))  # `05` is no TOML number
-
-
-def _assignment(name: str, value: str) -> str:
+def assignment(name: str, value: str) -> str:
     """`NAME=value` as a shell and a systemd unit take it. systemd drops quotes anywhere in a word
     (`Environment=X=["A"]` sets `[A]`), so there the whole assignment is quoted."""
     quoted = shlex.quote(value)

@@ -59,7 +59,7 @@ def parse_file(path: Path, text: str) -> tuple[dict[str, str], list[str]]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise errors.ConfigError(f"{path}: not valid TOML ({exc}); fix or remove it") from None
+        raise errors.ConfigError(f"{path}: not valid TOML ({exc}){_unquoted(text, str(exc))}; fix or remove it") from None
     index = data.pop(INDEX_TABLE, {})
     names = index.get("names", []) if isinstance(index, dict) else None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -69,6 +69,16 @@ def parse_file(path: Path, text: str) -> tuple[dict[str, str], list[str]]:
             raise errors.ConfigError(
                 f"{path}: {key!r} must be a name (letters, digits, _) set to a string")
     return data, names
+
+
+def _unquoted(text: str, error: str) -> str:
+    """What to write for a value typed without its quotes (`GH_TOKEN = ghp_x`), never the value itself."""
+    from .config_hints import bare_assignment  # only on a refusal
+
+    found = bare_assignment(text, error)
+    if found is None or found[0]:  # in a table: [keyring] is scvd's, a value's key is at the top
+        return ""
+    return f"; the value of {found[1]} needs quotes: {found[1]} = \"...\""
 
 
 def edit_file(path: Path, text: str, values: Mapping[str, str], keyring_names: list[str]) -> str:

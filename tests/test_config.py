@@ -376,13 +376,51 @@ def test_a_number_read_as_a_string_is_guessed_only_where_the_guess_keeps_its_mea
     assert info.value.message.endswith(f"read as the string {text!r}, not a TOML value{tail}"), info.value.message
 
 
-def test_a_string_where_toml_was_wanted_is_hinted_only_for_a_variable_read_as_a_string(cfg_file):
-    """The file's value is TOML already, and so is an override's quoted string: no guess to offer."""
-    for text, env in [('[adapters.claude]\npass_env = "GH_TOKEN"\n', {}),
-                      ("", {"SCVD_ADAPTERS__CLAUDE__PASS_ENV": '"GH_TOKEN"'})]:
-        with pytest.raises(ConfigError) as info:
-            load(cfg_file(text), env=env)
-        assert info.value.message.endswith("adapters.claude.pass_env: Expected `array`, got `str`")
+@pytest.mark.parametrize("text, said", [
+    # a bare word is no TOML value: tomllib's message alone said where, not what to write
+    ("[approvals]\npolicy = always\n", "not valid TOML: Invalid value (at line 2, column 10); give one of always, "
+     'never, on-risk, sandbox-aware, in quotes, e.g. policy = "always"'),
+    ("[providers.p]\nmodel = gpt-5\n",
+     'not valid TOML: Invalid value (at line 2, column 9); give a text value, in quotes, e.g. model = "gpt-5"'),
+    ("sandbox.mode = bwrap\n", "give one of auto, bwrap, off, in quotes, e.g. sandbox.mode = \"bwrap\""),
+    ("[approvals]\ntimeout_seconds = 15m\n", "(at line 2, column 21); give a number of seconds, without quotes "
+     "or a unit, e.g. timeout_seconds = 900"),
+    # a value of the wrong type: msgspec's `Expected X, got Y`, and what the field's type takes
+    ('[approvals]\ntimeout_seconds = "15m"\n', "approvals.timeout_seconds: Expected `float`, got `str`; give a "
+     "number of seconds, without quotes or a unit, e.g. timeout_seconds = 900"),
+    ('[server]\nshutdown_grace_seconds = "2s"\n', "give a number of seconds, without quotes or a unit, e.g. "
+     "shutdown_grace_seconds = 2"),
+    ('[mcp.servers.fs]\ncommand = "npx"\nargs = "-y @pkg/server ~/src"\n', "mcp.servers.fs.args: Expected `array`, "
+     'got `str`; give a list, e.g. args = ["-y", "@pkg/server", "~/src"]'),
+    ('[adapters.claude]\npass_env = "GH_TOKEN"\n', "Expected `array`, got `str`; give a list, e.g. "
+     'pass_env = ["GH_TOKEN"]'),
+    ("[sandbox]\nmode = true\n", "sandbox.mode: Expected `str`, got `bool`; give one of auto, bwrap, off, in quotes, "
+     'e.g. mode = "auto"'),
+    ('[sandbox]\nnetwork = "yes"\n', "give true or false, without quotes, e.g. network = true"),
+    ("[approvals]\nmax_pending = 60.5\n", "approvals.max_pending: Expected `int`, got `float`; give a whole "
+     "number (no fraction), e.g. max_pending = 256"),
+    ("[chat]\nprovider = 3\n", 'chat.provider: Expected `str`, got `int`; give a text value, in quotes, e.g. '
+     'provider = "3"'),
+    # an override that is TOML already (a quoted string) is hinted in its own form
+    ("", 'give a list, e.g. SCVD_ADAPTERS__CLAUDE__PASS_ENV=\'["GH_TOKEN"]\''),
+])
+def test_a_value_of_the_wrong_type_says_what_its_key_takes(cfg_file, text, said):
+    """config.toml's type mistakes got bare library messages, where an SCVD_* variable's got a hint."""
+    env = {} if text else {"SCVD_ADAPTERS__CLAUDE__PASS_ENV": '"GH_TOKEN"'}
+    with pytest.raises(ConfigError) as info:
+        load(cfg_file(text), env=env)
+    assert said in info.value.message, info.value.message
+
+
+@pytest.mark.parametrize("text", ["[mcp.servers.gh]\ncommand = \"gh\"\nenv = {GH_TOKEN = 12345678}\n",
+                                  "[mcp.servers.gh.env]\nGH_TOKEN = ghp_PASTED\n",
+                                  "[mcp.servers.gh]\nurl = \"https://x\"\nheaders = {Auth = [\"ghp_PASTED\"]}\n"])
+def test_the_hint_for_a_value_in_a_table_of_names_does_not_repeat_it(cfg_file, text):
+    """An MCP server's env and headers hold tokens; the message goes to the journal and bug reports."""
+    with pytest.raises(ConfigError) as info:
+        load(cfg_file(text), env={})
+    assert "PASTED" not in info.value.message and "12345678" not in info.value.message
+    assert 'a text value, in quotes, e.g. ' in info.value.message and '= "..."' in info.value.message
 
 
 def test_names_keep_their_case_in_an_inline_table_override(cfg_file):

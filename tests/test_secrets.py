@@ -126,6 +126,14 @@ def test_a_broken_file_names_the_file_but_never_a_value(tmp_path: Path):
         parse_file(path, 'X = "s3cr3t\n')
 
 
+def test_a_value_typed_without_quotes_is_told_so_without_repeating_it(tmp_path: Path):
+    path = tmp_path / "secrets.toml"
+    with pytest.raises(errors.ConfigError) as info:
+        parse_file(path, '# mine\n\nA = "x"\n\nGH_TOKEN = ghp_s3cr3t\n')
+    assert info.value.message == (f'{path}: not valid TOML (Invalid value (at line 5, column 12)); the value of '
+                                  'GH_TOKEN needs quotes: GH_TOKEN = "..."; fix or remove it')
+
+
 def test_a_symlinked_file_is_refused_saying_why_and_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """It said "cannot read (Too many levels of symbolic links)", for every lookup (env-only keys too)."""
     store = file_store(tmp_path, monkeypatch, env={"ONLY_IN_ENV": "e"})
