@@ -65,10 +65,11 @@ class ScriptToolConfig(Section):
 class ToolsConfig(Section):
     """Timeouts and output limits shared by the tools."""
 
-    command_timeout_seconds: PositiveInt = 120
-    max_timeout_seconds: PositiveInt = 1800
-    agent_timeout_seconds: PositiveInt = 600
-    default_timeout_seconds: PositiveInt = 900
+    # seconds take fractions everywhere, as a call's timeout_seconds does (90.5 was `Expected int`)
+    command_timeout_seconds: PositiveFloat = 120.0
+    max_timeout_seconds: PositiveFloat = 1800.0
+    agent_timeout_seconds: PositiveFloat = 600.0
+    default_timeout_seconds: PositiveFloat = 900.0
     output_limit_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 256 * 1024
     read_limit_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1 << 20
     progress_interval_seconds: PositiveFloat = 30.0
@@ -218,6 +219,7 @@ def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "",
     sources = {key: "file" for key in config_env.leaf_keys(raw)}
     texts = config_env.apply_overrides(raw, sources, env, path, Config)
     _check_finite(raw, path, sources)
+    _whole_numbers(raw)
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:
@@ -398,6 +400,17 @@ def _check_finite(raw: Mapping[str, Any], path: Path, sources: Mapping[str, str]
             raise ConfigError(f"{_place(path, '.'.join(parts), sources)}: {key}: {value} {what}; give {give}")
 
 
+def _whole_numbers(raw: dict[str, Any]) -> None:
+    """60.0 where a whole number is wanted (`max_pending`) is 60: msgspec said `Expected int, got float`."""
+    for parts, value in _flatten(raw):
+        if isinstance(value, float) and value.is_integer() and isinstance(
+                vt.type_at(Config, ".".join(parts)), msgspec.inspect.IntType):
+            table = raw
+            for part in parts[:-1]:
+                table = table[part]
+            table[parts[-1]] = int(value)
+
+
 def _name_the_entry(key: str, raw: Mapping[str, Any]) -> str:
     """`mcp.servers.x.env[...]` -> `mcp.servers.x.env.PORT`: the entry of a table of names (an MCP
     server's env, headers, tool_risk) that msgspec does not name, found as the first that fails."""
@@ -458,8 +471,8 @@ def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
     for key in ("command_timeout_seconds", "agent_timeout_seconds", "default_timeout_seconds"):
         if getattr(t, key) > t.max_timeout_seconds:
             raise ConfigError(
-                f"{_place(path, 'tools.' + key, sources, 'tools.max_timeout_seconds')}: tools.{key}: {getattr(t, key)} is above "
-                f"tools.max_timeout_seconds ({t.max_timeout_seconds}); lower it or raise the ceiling"
+                f"{_place(path, 'tools.' + key, sources, 'tools.max_timeout_seconds')}: tools.{key}: {getattr(t, key):g} is "
+                f"above tools.max_timeout_seconds ({t.max_timeout_seconds:g}); lower it or raise the ceiling"
             )
     for glob in config.approvals.always_ask:
         problem = glob_problem(glob)

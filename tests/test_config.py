@@ -139,8 +139,8 @@ ERRORS = [
     pytest.param("[toolz]\nx = 1\n", {}, "toolz", "unknown key", id="unknown-section"),
     pytest.param("colour = 1\n", {}, "colour", "unknown key", id="unknown-top-level-key"),
     pytest.param('[tools]\ncommand_timeout_seconds = "fast"\n', {}, "tools.command_timeout_seconds",
-                 "Expected `int`, got `str`", id="wrong-type"),
-    pytest.param("[tools]\ncommand_timeout_seconds = 0\n", {}, "tools.command_timeout_seconds", ">= 1",
+                 "Expected `float`, got `str`", id="wrong-type"),
+    pytest.param("[tools]\ncommand_timeout_seconds = 0\n", {}, "tools.command_timeout_seconds", "> 0.0",
                  id="below-minimum"),
     pytest.param("tools = 5\n", {}, "tools", "Expected `object`", id="section-not-a-table"),
     pytest.param('[approvals]\npolicy = "sometimes"\n', {}, "approvals.policy", "'sometimes'",
@@ -246,7 +246,7 @@ def test_file_errors_name_the_file_and_the_key(cfg_file, text, env, key, reason)
 
 ENV_ERRORS = [
     pytest.param({"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS": "abc"}, "tools.command_timeout_seconds",
-                 "Expected `int`, got `str`", id="env-wrong-type"),
+                 "Expected `float`, got `str`", id="env-wrong-type"),
     pytest.param({"SCVD_APPROVALS__POLICY": "sometimes"}, "approvals.policy", "'sometimes'", id="env-bad-policy"),
     pytest.param({"SCVD_TOOLS__NOPE": "1"}, "tools.nope", "unknown key", id="env-unknown-key"),
     pytest.param({"SCVD_COLOUR__DEPTH": "1"}, "colour", "unknown key", id="env-unknown-section"),
@@ -366,7 +366,7 @@ def test_an_override_with_an_empty_part_of_its_key_path_says_how_one_is_spelt(cf
     ("SCVD_SERVER__SHUTDOWN_GRACE_SECONDS", "1.5m", "; give the seconds as a TOML number, with no unit"),
     ("SCVD_SERVER__SHUTDOWN_GRACE_SECONDS", "half", "; give the seconds as a TOML number, with no unit"),
     ("SCVD_SERVER__SHUTDOWN_GRACE_SECONDS", "0,5", "; give the seconds as a TOML number, with no unit"),
-    ("SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS", "1.5s", "; give the seconds as a TOML integer, with no unit"),
+    ("SCVD_AUDIT__MAX_BYTES", "1.5b", "; give the bytes as a TOML integer, with no unit"),
     ("SCVD_TOOLS__OUTPUT_LIMIT_BYTES", "1MiB", "; give the bytes as a TOML integer, with no unit"),
     ("SCVD_AUDIT__KEEP", "three", "; give a TOML integer"),
 ])
@@ -374,6 +374,21 @@ def test_a_number_read_as_a_string_is_guessed_only_where_the_guess_keeps_its_mea
     with pytest.raises(ConfigError) as info:
         load(cfg_file(""), env={name: text})
     assert info.value.message.endswith(f"read as the string {text!r}, not a TOML value{tail}"), info.value.message
+
+
+def test_every_seconds_key_takes_a_decimal_and_an_integer_key_a_whole_number_written_as_one(cfg_file):
+    """tools.*_timeout_seconds took only integers (90.5: `Expected int, got float`) where the other
+    *_seconds keys, and a call's timeout_seconds, took decimals; 60.0 for an integer key was refused too."""
+    seconds = [key for key, kind in leaf_types().items() if key.endswith("_seconds") and "<name>" not in key]
+    assert len(seconds) >= 9 and all(isinstance(leaf_types()[k], msgspec.inspect.FloatType) for k in seconds)
+    loaded = load(cfg_file("[tools]\ncommand_timeout_seconds = 90.5\nmax_timeout_seconds = 1800.5\n"
+                           "agent_timeout_seconds = 600.5\ndefault_timeout_seconds = 900.5\n"
+                           "[approvals]\nmax_pending = 60.0\n"), env={"SCVD_AUDIT__KEEP": "2.0"})
+    tools = loaded.config.tools
+    assert (tools.command_timeout_seconds, tools.max_timeout_seconds, tools.agent_timeout_seconds,
+            tools.default_timeout_seconds) == (90.5, 1800.5, 600.5, 900.5)
+    assert (loaded.config.approvals.max_pending, loaded.config.audit.keep) == (60, 2)
+    assert type(loaded.config.approvals.max_pending) is int
 
 
 @pytest.mark.parametrize("text, said", [
@@ -399,6 +414,8 @@ def test_a_number_read_as_a_string_is_guessed_only_where_the_guess_keeps_its_mea
     ('[sandbox]\nnetwork = "yes"\n', "give true or false, without quotes, e.g. network = true"),
     ("[approvals]\nmax_pending = 60.5\n", "approvals.max_pending: Expected `int`, got `float`; give a whole "
      "number (no fraction), e.g. max_pending = 256"),
+    ('[tools]\ncommand_timeout_seconds = "90.5s"\n', "give a number of seconds, without quotes or a unit, e.g. "
+     "command_timeout_seconds = 90.5"),
     ("[chat]\nprovider = 3\n", 'chat.provider: Expected `str`, got `int`; give a text value, in quotes, e.g. '
      'provider = "3"'),
     # an override that is TOML already (a quoted string) is hinted in its own form
@@ -542,9 +559,9 @@ def test_check_config_prints_values_and_sources(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert f"# config file: {tmp_path / 'home' / 'config.toml'}" in lines
-    assert "tools.command_timeout_seconds = 60  # file" in lines
+    assert "tools.command_timeout_seconds = 60.0  # file" in lines
     assert 'approvals.policy = "always"  # env:SCVD_APPROVALS__POLICY' in lines
-    assert "tools.max_timeout_seconds = 1800  # default" in lines
+    assert "tools.max_timeout_seconds = 1800.0  # default" in lines
     assert f"# socket: {tmp_path / 'home' / 'run' / 'scvd.sock'}" in lines
     assert any(line.startswith("# sandbox: off") for line in lines)
     assert "# tools: " in done.stdout
@@ -855,16 +872,35 @@ def toml_default(value: Any) -> str:
     return msgspec.json.encode(value).decode() if not isinstance(value, float) else repr(value)
 
 
-def documented_rows(whole: bool = False) -> dict[str, str]:
-    """`key -> default cell` (or its whole row) of the table under "## Every key" in docs/configuration.md."""
+def documented_rows(whole: bool = False, cell: int = 3, everywhere: bool = False) -> dict[str, str]:
+    """`key -> default cell` (or its whole row, or another cell) of the table under "## Every key" in
+    docs/configuration.md (of every key table in it: `everywhere`), whose columns are key, type, default, meaning."""
     text = (ROOT / "docs" / "configuration.md").read_text()
-    section = text.split("\n## Every key\n", 1)[1].split("\n## ", 1)[0]
+    section = text if everywhere else text.split("\n## Every key\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
-        m = re.match(r"\| `([^`]+)` \| ([^|]+) \|", line)
-        if m:
-            rows[m.group(1)] = line if whole else m.group(2)
+        m = re.match(r"\| `([^`]+)` \| ([^|]+) \| ([^|]+) \|", line)
+        if m and "." in m.group(1) or m and m.group(1) == "log_level":
+            rows[m.group(1)] = line if whole else m.group(cell).strip()
     return rows
+
+
+def documented_type(kind: Any) -> str:
+    """The type column's word for a key of msgspec type `kind`."""
+    words = {msgspec.inspect.IntType: "integer", msgspec.inspect.FloatType: "number",
+             msgspec.inspect.StrType: "string", msgspec.inspect.LiteralType: "string",
+             msgspec.inspect.BoolType: "boolean", msgspec.inspect.ListType: "list of strings"}
+    return words.get(type(kind), "table")
+
+
+def test_every_config_key_has_its_type_documented():
+    """Whole or decimal was implied by the default's spelling (`120` took no 90.5, `900.0` did)."""
+    documented, types = documented_rows(cell=2, everywhere=True), leaf_types()
+    # `env.<name>.`: an entry of the table `env`
+    types = {key.removesuffix(".<name>."): None if key.endswith(".<name>.") else kind for key, kind in types.items()}
+    assert len(documented) >= len(types) >= 50 and set(documented) <= set(types)
+    for key, cell in documented.items():
+        assert cell == documented_type(types[key]), f"docs/configuration.md: the type of {key} is {cell!r}"
 
 
 def test_every_config_key_is_documented_with_its_default():

@@ -49,8 +49,8 @@ def arguments_struct(adapter: specs.Adapter, config: Any) -> type[msgspec.Struct
             "its AGENTS.md/CLAUDE.md and skills. Default: the workspace root. e.g. scv"))], None),
         # a number, as bash's: 90.5 was refused (`Expected int`), which a model reads as a wrong value
         ("timeout_seconds", Annotated[float, Meta(ge=1, le=tools.max_timeout_seconds, description=(
-            f"Seconds before the agent is killed, up to {tools.max_timeout_seconds}; raise it for "
-            f"long work such as builds or releases. e.g. {min(1800, tools.max_timeout_seconds)}"))],
+            f"Seconds before the agent is killed, up to {tools.max_timeout_seconds:g}; raise it for "
+            f"long work such as builds or releases. e.g. {min(1800, tools.max_timeout_seconds):g}"))],
          float(tools.agent_timeout_seconds)),
     ]
     if adapter.model_args:

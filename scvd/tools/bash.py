@@ -40,8 +40,8 @@ def make_arguments(tools_config: Any) -> type[msgspec.Struct]:
         gt=0,
         le=ceiling,
         description=(
-            f"Seconds before the command's process group is killed, e.g. {min(600, ceiling)} for a long build; "
-            f"default {default}, at most {ceiling} (tools.max_timeout_seconds)."
+            f"Seconds before the command's process group is killed, e.g. {min(600, ceiling):g} for a long build; "
+            f"default {default:g}, at most {ceiling:g} (tools.max_timeout_seconds)."
         ),
     )]
     return msgspec.defstruct(
