@@ -119,7 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground (the default)")
     run.add_argument("--daemon", action="store_true", help="detach (hosts without systemd)")
     run.add_argument("--pid-file", type=Path, help="with --daemon: where to write the pid")
-    sub.add_parser("check-config", parents=[common], help="print the effective configuration and where each value came from")
+    check = sub.add_parser("check-config", parents=[common],
+                           help="print the effective configuration and where each value came from")
+    check.add_argument("--strict", action="store_true",
+                       help="exit 2 when a warning is printed too (an MCP server's command missing, the sandbox unavailable)")
     return parser
 
 
@@ -170,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         except errors.StartupError as exc:
             print(f"{_error_prefix()}scvd: cannot start: {exc.message}", file=sys.stderr)
             return EXIT_STARTUP
-        return _until_the_reader_leaves(lambda: check_config(loaded, paths, registry))
+        return _until_the_reader_leaves(lambda: check_config(loaded, paths, registry, strict=args.strict))
     level = "debug" if getattr(args, "verbose", False) else loaded.config.log_level
     setup_logging(level)
     for warning in loaded.warnings:
@@ -427,11 +430,12 @@ def _holds_a_pid(path: Path) -> bool:
         return False
 
 
-def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: Any) -> int:
+def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: Any, strict: bool = False) -> int:
     """Print every setting with its source, then the paths, the tools and the sandbox verdict.
 
     A script tool that fails to load does not fail the check (the daemon starts without it),
-    but each one is printed with why, as `scvctl tools --errors` would show it.
+    but each one is printed with why, as `scvctl tools --errors` would show it. Nor does a
+    warning, unless `strict` (a CI check on the machine that runs scvd).
     """
     print(f"# config file: {loaded.path}{'' if loaded.file_read else ' (missing: defaults)'}")
     for warning in loaded.warnings:
@@ -452,7 +456,17 @@ def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: An
     print(f"# tools: {len(registry)} registered" + (f", {len(skipped)} skipped:" if skipped else ""))
     for e in skipped:
         print(f"#   {e.name}: {e.source}: {e.message}")
-    print(f"# sandbox: {sandbox_verdict(loaded.config, paths, str(loaded.path))}")
+    verdict = sandbox_verdict(loaded.config, paths, str(loaded.path))
+    warned = len(loaded.warnings)
+    if verdict.startswith("unavailable"):  # mode bwrap: scvd starts, and every sandboxed call fails
+        warned += 1
+        print("# warning: sandbox.mode = \"bwrap\" and the sandbox is unavailable (below): every bash call, "
+              "script tool, agent and sandboxed stdio MCP server fails `unavailable` until it works")
+    print(f"# sandbox: {verdict}")
+    if strict and warned:
+        print(f"{_error_prefix()}scvd: check-config --strict: {warned} warning(s), the `# warning:` lines",
+              file=sys.stderr)
+        return EXIT_CONFIG
     return EXIT_OK
 
 

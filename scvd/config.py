@@ -201,7 +201,9 @@ class Loaded(msgspec.Struct):
     path: str
     sources: dict[str, str]
     file_read: bool  # False: there was no file, so the defaults (and overrides)
-    warnings: list[str] = []  # SCVD_* variables that set nothing: logged at start, printed by check-config
+    # SCVD_* variables that set nothing, an unused provider, an MCP command missing (config_checks.py):
+    # logged at start and by a reload that brings them, printed by check-config
+    warnings: list[str] = []
 
 
 def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "", empty: str = "") -> Loaded:
@@ -229,7 +231,16 @@ def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "",
     _check_chat(config, path, sources)
     return Loaded(config=config, path=str(path), sources=sources, file_read=found is not None,
                   warnings=config_env.stray_variables(env, Config, _names_in(config))
-                  + _unused_providers(config, sources))
+                  + _unused_providers(config, sources) + _host_warnings(config, env))
+
+
+def _host_warnings(config: Config, env: Mapping[str, str]) -> list[str]:
+    """What the configuration names that this machine lacks (config_checks.py): an MCP server's command."""
+    if not config.mcp.servers:
+        return []
+    from .config_checks import mcp_warnings  # only with MCP servers
+
+    return mcp_warnings(config.mcp.servers, env)
 
 
 def _unused_providers(config: Config, sources: Mapping[str, str]) -> list[str]:
@@ -300,7 +311,9 @@ def _read(path: Path, defaults_if_gone: bool, empty: str = "") -> dict[str, Any]
                               f"link{remove}") from None
         return None
     except NotARegularFile as exc:  # a FIFO would hold the start, or every reload, for good
-        raise ConfigError(f"{exc}; put a config.toml file there{remove}") from None
+        # `--config /dev/null`: nothing is put at a device's path
+        fix = "give the path of a config.toml file" if exc.kind == "a device" else "put a config.toml file there"
+        raise ConfigError(f"{exc}; {fix}{remove}") from None
     except UnicodeDecodeError as exc:  # the codec's `position 5` is no place an editor shows
         line = exc.object.count(b"\n", 0, exc.start) + 1
         raise ConfigError(f"{path}: not UTF-8 text at line {line} (byte 0x{exc.object[exc.start]:02x}); "

@@ -115,7 +115,8 @@ class Reloader:
             if warning not in daemon.loaded.warnings:
                 logging.getLogger("scvd.config").warning("%s", warning)
         await daemon.install(loaded, registry, sandbox, verdict, host)
-        log.info("configuration reloaded from %s", loaded.path)
+        # as check-config says it: there was no file to reload from
+        log.info("configuration reloaded from %s%s", loaded.path, "" if loaded.file_read else " (missing: defaults)")
         self.error = ""
         return True
 

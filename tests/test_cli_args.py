@@ -15,7 +15,8 @@ def test_the_plain_run_command_lines_parse_as_argparse_would(argv):
 @pytest.mark.parametrize("argv, expected", [
     (["run", "-v"], {"command": "run", "daemon": False, "pid_file": None, "verbose": True}),
     (["run", "--daemon"], {"command": "run", "daemon": True, "pid_file": None}),
-    (["check-config"], {"command": "check-config"}),
+    (["check-config"], {"command": "check-config", "strict": False}),
+    (["check-config", "--strict"], {"command": "check-config", "strict": True}),
 ])
 def test_every_other_command_line_goes_through_the_parser(argv, expected):
     assert vars(cli.parse_args(argv)) == expected

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import tomllib
 import typing
 from pathlib import Path
@@ -735,6 +737,74 @@ def test_a_reload_logs_the_warnings_the_edit_brought_and_not_the_starts_again(ma
     assert ("WARNING scvd.config: [providers.local] is configured, but a chat turn that names no provider uses "
             "the imported Codex setup") in d.log()
     assert d.log().count(stray) == 1
+    assert d.stop() == 0
+
+
+def test_check_config_warns_of_an_mcp_server_that_cannot_start_and_strict_fails_on_it(tmp_path):
+    """`command = "/nonexistent/mcp"` or a cwd not there passed check-config without a word, then the
+    server restarted for good; a `~` in args is passed as it is. The check cannot know systemd's PATH,
+    so it warns; --strict (CI on the machine that runs scvd) exits 2 on a warning."""
+    home = tmp_path / "home"
+    text = ('[mcp.servers.fs]\ncommand = "/nonexistent/mcp"\ncwd = "~/no/such/dir"\nargs = ["-y", "~/src"]\n'
+            '[mcp.servers.gh]\ncommand = "no-such-mcp-server"\n'
+            '[mcp.servers.off]\ncommand = "/nonexistent/mcp"\nenabled = false\n'
+            '[mcp.servers.ok]\ncommand = "true"\ncwd = "/"\n')
+    done = check_config(home, text, HOME=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("# warning: ")] == [
+        "# warning: mcp.servers.fs.command: '/nonexistent/mcp' does not exist; the server cannot start, and scvd "
+        "retries it with a growing backoff (at most a minute apart)",
+        "# warning: mcp.servers.fs.cwd: '~/no/such/dir' is not a directory; create it, or fix the path",
+        "# warning: mcp.servers.fs.args[1]: '~/src' starts with ~, which is passed as it is (no shell runs the "
+        f"server to expand it); write the full path, e.g. '{tmp_path}/src'",
+        "# warning: mcp.servers.gh.command: 'no-such-mcp-server' is not on PATH; give its full path, or install it "
+        "there (under systemd, scvd's PATH is the unit's, not your shell's); the server cannot start, and scvd "
+        "retries it with a growing backoff (at most a minute apart)"]
+    strict = check_config(home, None, "check-config", "--strict", HOME=str(tmp_path))
+    assert (strict.returncode, strict.stderr) == (2, "scvd: check-config --strict: 4 warning(s), the `# warning:` "
+                                                     "lines\n")
+    assert strict.stdout == done.stdout
+    assert check_config(home, '[mcp.servers.ok]\ncommand = "true"\n', "check-config", "--strict").returncode == 0
+
+
+def test_check_config_warns_when_the_required_sandbox_is_unavailable(tmp_path):
+    """sandbox.mode = "bwrap" with no bwrap exited 0, and every bash call then failed `unavailable`."""
+    done = check_config(tmp_path / "home", '[sandbox]\nmode = "bwrap"\nbwrap = "/nonexistent/bwrap"\n')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-2:] == [
+        '# warning: sandbox.mode = "bwrap" and the sandbox is unavailable (below): every bash call, script tool, '
+        "agent and sandboxed stdio MCP server fails `unavailable` until it works",
+        "# sandbox: unavailable (sandbox.mode = bwrap, sandboxed calls fail): bwrap not found at /nonexistent/bwrap "
+        "(sandbox.bwrap): install bubblewrap (apt install bubblewrap) or fix sandbox.bwrap; fix it and reload or "
+        "restart scvd, or set sandbox.mode = auto"]
+    assert check_config(tmp_path / "home", None, "check-config", "--strict").returncode == 2
+
+
+def test_a_device_given_to_config_is_told_to_give_a_file(tmp_path):
+    """`--config /dev/null` was told to `put a config.toml file there`."""
+    done = check_config(tmp_path / "home", None, "--config", "/dev/null", "check-config")
+    assert (done.returncode, done.stderr) == (2, "scvd: configuration error: /dev/null is a device, not a regular "
+                                                 "file; give the path of a config.toml file\n")
+
+
+def test_a_reload_logs_a_server_that_cannot_start_and_a_file_that_is_not_there(make_daemon):
+    """A reload that brought `command = "/nonexistent/mcp"` logged success, then the restarts began; one
+    with no file logged `configuration reloaded from <file>` for a file that does not exist."""
+    from conftest import reloaded
+
+    d = make_daemon("")
+    d.proc.send_signal(signal.SIGHUP)
+    while "configuration reloaded from" not in d.log():  # the test's timeout is the bound
+        time.sleep(0.1)
+    assert f"configuration reloaded from {d.home / 'config.toml'} (missing: defaults)\n" in d.log()
+    reloaded(d, '[mcp.servers.fs]\ncommand = "/nonexistent/mcp"\n')
+    assert ("WARNING scvd.config: mcp.servers.fs.command: '/nonexistent/mcp' does not exist; the server cannot "
+            "start") in d.log()
+    assert f"configuration reloaded from {d.home / 'config.toml'}\n" in d.log()
+    while "mcp server fs is down" not in d.log():
+        time.sleep(0.1)
+    assert ("mcp server fs is down: unavailable: mcp server fs: command '/nonexistent/mcp' does not exist; fix "
+            "mcp.servers.fs.command; restarting in 1 s") in d.log()
     assert d.stop() == 0
 
 

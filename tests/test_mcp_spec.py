@@ -67,10 +67,26 @@ def test_a_command_is_looked_up_on_scvds_path_and_a_missing_one_is_unavailable()
         launch(McpServerConfig(command="no-such-mcp"))
 
 
-def test_a_command_and_cwd_under_home_mean_scvds_home(monkeypatch):
-    monkeypatch.setenv("HOME", "/home/u")
+def test_a_command_and_cwd_under_home_mean_scvds_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srv").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "srv").chmod(0o755)
     got = launch(McpServerConfig(command="~/bin/srv", cwd="~/work"))
-    assert got.argv == ["/home/u/bin/srv"] and got.cwd == "/home/u/work"
+    assert got.argv == [f"{tmp_path}/bin/srv"] and got.cwd == f"{tmp_path}/work"
+
+
+@pytest.mark.parametrize("made, said", [(None, "does not exist"), (0o644, "is not an executable file")])
+def test_a_command_path_that_cannot_run_names_the_key_to_fix(tmp_path, made, said):
+    """It was `cannot start the server: No such file or directory: /nonexistent/mcp`, restarting for
+    good, with nothing pointing at the setting."""
+    command = tmp_path / "mcp"
+    if made is not None:
+        command.write_text("#!/bin/sh\n")
+        command.chmod(made)
+    with pytest.raises(Unavailable) as info:
+        launch(McpServerConfig(command=str(command)))
+    assert info.value.message == f"mcp server fs: command '{command}' {said}; fix mcp.servers.fs.command"
 
 
 def test_a_missing_secret_is_credential_missing_naming_the_key():

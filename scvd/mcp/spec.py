@@ -119,6 +119,9 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
             raise Unavailable(f"mcp server {name}: command {command!r} is not on scvd's PATH; "
                               "give its full path in mcp.servers.%s.command" % name)
         command = found
+    elif not os.path.isfile(command) or not os.access(command, os.X_OK):  # else `No such file` without the key
+        what = "is not an executable file" if os.path.exists(command) else "does not exist"
+        raise Unavailable(f"mcp server {name}: command {command!r} {what}; fix mcp.servers.{name}.command")
     cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else str(home)
     own = resolve(cfg.env, secrets, f"mcp.servers.{name}.env")
     env = allowed_env(base_env, KEPT_ENV, set=own)

@@ -312,7 +312,9 @@ def test_a_server_that_cannot_start_shows_its_stderr(make_daemon, workspace):
                     f'[mcp.servers.nocwd]\ncommand = "/bin/cat"\ncwd = "{workspace}/no-dir"\n')
     with d.client(name="t") as c:
         nofile = server(c, "nofile", "down")
-        assert nofile.error == f"cannot start the server: No such file or directory: {workspace}/no-server"
+        # it named no setting: the key to fix is named now
+        assert nofile.error == (f"unavailable: mcp server nofile: command '{workspace}/no-server' does not exist; "
+                                "fix mcp.servers.nofile.command"), nofile.error
         nocwd = server(c, "nocwd", "down")
         assert nocwd.error == (f"unavailable: mcp server nocwd: its cwd '{workspace}/no-dir' is not a directory; create it, "
                                "or fix mcp.servers.nocwd.cwd"), nocwd.error
@@ -325,8 +327,9 @@ def test_a_server_that_cannot_start_shows_its_stderr(make_daemon, workspace):
         done = c.call(c.open_session(workspace), "mcp__nofile__read", {})
         assert done.error.kind == "unknown_tool"
         assert re.fullmatch(
-            r"no tool named 'mcp__nofile__read' is loaded: mcp server nofile is (down|starting): cannot start the "
-            rf"server: No such file or directory: {re.escape(str(workspace))}/no-server.*; its tools are listed "
+            r"no tool named 'mcp__nofile__read' is loaded: mcp server nofile is (down|starting): unavailable: mcp "
+            rf"server nofile: command '{re.escape(str(workspace))}/no-server' does not exist; fix "
+            r"mcp.servers.nofile.command.*; its tools are listed "
             r"once it is up; `scvctl tools --errors` lists the tools that failed to load", done.error.message), done.error
     status = scvctl(d, "status")
     # between two attempts it is down, during one starting; the last failure shows either way
