@@ -325,7 +325,11 @@ class McpServers:
                 used += cap.error_size(dropped[-1][1])
         for why in cut:
             log.warning("%s", why)
-        left_out = cut + cap.left_out(link.name, dropped) + _risk_typos(link.name, link.cfg, specs, listed)
+        typos = _risk_typos(link.name, link.cfg, specs, listed)
+        for typo in typos:  # else seen in `scvctl tools --errors` only; logged once, not at each restart
+            if typo not in self.left_out.get(link.name, ()):
+                log.warning("%s", typo)
+        left_out = cut + cap.left_out(link.name, dropped) + typos
         before = {t.name: t.spec for t in self.tools.get(link.name, [])}
         self.left_out[link.name], self.tools[link.name] = left_out, tools
         # a grant was a person's trust in the tool as its server described it (a changed

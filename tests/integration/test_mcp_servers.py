@@ -237,6 +237,9 @@ def test_a_tool_risk_key_naming_no_listed_tool_is_shown_with_the_name_it_resembl
     assert any(m.startswith("mcp.servers.every.tool_risk names 'zzz_nothing', a tool the server does not list "
                             "(now): it lists ") and "echo" in m for m in errors), errors
     assert tool.risk == "process"  # still the server's risk, as the message explains
+    # in the log too, where a person looking at a start or a reload reads (once, not at each restart)
+    assert d.log().count("WARNING scvd.mcp: mcp.servers.every.tool_risk names 'ecoh', a tool the server "
+                         "does not list (now): did you mean 'echo'?") == 1, d.log()
 
 
 def test_progress_notifications_reach_call_progress(make_daemon, workspace):
