@@ -330,7 +330,8 @@ def _parsed(path: Path, text: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         from . import config_hints  # only on a refusal
 
-        raise ConfigError(f"{path}: not valid TOML: {exc}{config_hints.unquoted(text, str(exc), Config)}") from exc
+        hint = config_hints.after_parse_error(text, str(exc), Config)
+        raise ConfigError(f"{path}: not valid TOML: {exc}{hint}") from exc
 
 
 def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str],
@@ -364,16 +365,24 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
     if key in texts:
         msg += config_env.read_as_string(msg, key, *texts[key], Config)
     elif (value := _raw_at(raw, key)) is not _ABSENT:
-        from . import config_hints  # only on a refusal
-
-        origin = sources.get(key, "")
-        write = ((lambda v: config_env.assignment(origin[4:], config_env.unquoted(v))) if origin.startswith("env:")
-                 else (lambda v: f"{toml_key(key.rpartition('.')[2])} = {v}"))
-        msg += config_hints.in_file(msg, key, value, Config, write)
+        msg += _what_to_give(msg, key, value, sources)
     return f"{_place(path, key, sources)}: {key}: {msg}"
 
 
 _ABSENT = object()
+
+
+def _what_to_give(msg: str, key: str, value: Any, sources: Mapping[str, str]) -> str:
+    """For msgspec's `Expected X, got Y`: what the key takes, as the file or the variable writes it."""
+    from . import config_hints  # only on a refusal
+
+    if config_hints.expected(msg) is None:
+        return ""
+    origin = sources.get(key, "")
+    if origin.startswith("env:"):
+        return config_hints.what_to_give(
+            key, value, Config, lambda v: config_env.assignment(origin[4:], config_env.unquoted(v)))
+    return config_hints.what_to_give(key, value, Config, lambda v: f"{toml_key(key.rpartition('.')[2])} = {v}")
 
 
 def _raw_at(raw: Mapping[str, Any], key: str) -> Any:

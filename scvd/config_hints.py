@@ -38,12 +38,14 @@ def suggestion(key: str, value: Any, schema: type) -> tuple[str, str | None] | N
         return (f"one of {', '.join(map(str, info.values))}, in quotes",
                 toml_value(value if value in info.values else info.values[0]))
     if isinstance(info, msgspec.inspect.StrType):
-        return "a text value, in quotes", HIDDEN if hide or isinstance(value, (list, dict)) else toml_value(_text(value))
+        shown = HIDDEN if hide or isinstance(value, (list, dict)) else toml_value(_text(value))
+        return "a text value, in quotes", shown
     if isinstance(info, (msgspec.inspect.IntType, msgspec.inspect.FloatType)):
         whole = isinstance(info, msgspec.inspect.IntType)
         of = key_unit(key)
         words = ("a whole number" if whole else "a number") + (f" of {of}" if of else "")
-        words += " (no fraction)" if whole and isinstance(value, float) else f", without quotes{' or a unit' * bool(of)}"
+        words += (" (no fraction)" if whole and isinstance(value, float)
+                  else f", without quotes{' or a unit' * bool(of)}")
         return words, number_meant(value, whole, key) or _default(schema, key)
     if isinstance(info, msgspec.inspect.BoolType):
         truthy = value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
@@ -57,16 +59,16 @@ def suggestion(key: str, value: Any, schema: type) -> tuple[str, str | None] | N
     return "a table", f"{{{fields[0]} = ...}}" if fields else "{...}"
 
 
-def in_file(msg: str, key: str, value: Any, schema: type, write: Callable[[str], str]) -> str:
-    """`; give <what key takes>, e.g. <write(a value)>` for msgspec's `Expected X, got Y`; else ""."""
-    said = suggestion(key, value, schema) if expected(msg) else None
+def what_to_give(key: str, value: Any, schema: type, write: Callable[[str], str]) -> str:
+    """`; give <what key takes>, e.g. <write(a value)>` for `value` of the wrong type; "" for an unknown key."""
+    said = suggestion(key, value, schema)
     if said is None:
         return ""
     words, meant = said
     return f"; give {words}" + (f", e.g. {write(meant)}" if meant else "")
 
 
-def unquoted(text: str, error: str, schema: type) -> str:
+def after_parse_error(text: str, error: str, schema: type) -> str:
     """For tomllib's `error` at an assignment of a bare word (`policy = always`, `t = 15m`): `; give
     ..., e.g. ...` from the key's type, with the table of the last [header] above it; else ""."""
     found = bare_assignment(text, error)
@@ -76,8 +78,9 @@ def unquoted(text: str, error: str, schema: type) -> str:
     key = ".".join(p for p in (table, written) if p)
     write = lambda v: f"{written} = {v}"  # noqa: E731
     if vt.type_at(schema, key) is None:  # unknown here (a quoted key, a typo): a string is the likeliest
-        return f"; give a text value, in quotes, e.g. {write(HIDDEN if _in_names_table(schema, key) else toml_value(value))}"
-    return in_file("Expected `str`, got `str`", key, value, schema, write)
+        shown = HIDDEN if _in_names_table(schema, key) else toml_value(value)
+        return f"; give a text value, in quotes, e.g. {write(shown)}"
+    return what_to_give(key, value, schema, write)
 
 
 def bare_assignment(text: str, error: str) -> tuple[str, str, str] | None:

@@ -59,7 +59,8 @@ def parse_file(path: Path, text: str) -> tuple[dict[str, str], list[str]]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise errors.ConfigError(f"{path}: not valid TOML ({exc}){_unquoted(text, str(exc))}; fix or remove it") from None
+        hint = _unquoted(text, str(exc))
+        raise errors.ConfigError(f"{path}: not valid TOML ({exc}){hint}; fix or remove it") from None
     index = data.pop(INDEX_TABLE, {})
     names = index.get("names", []) if isinstance(index, dict) else None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
