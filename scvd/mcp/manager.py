@@ -295,7 +295,7 @@ class McpServers:
     def _take(self, link: Any, reason: str = "") -> None:
         """The server's tools from its last list, as many as its share of a tools.list frame holds;
         `reason` the grants of those it no longer takes end (by default: the server changed them)."""
-        from . import cap
+        from . import cap, spec
         from .tool import schema_too_large
 
         specs, listed = self._listed[link.name]
@@ -409,6 +409,8 @@ class McpServers:
 
 def _risk_typos(server: str, cfg: McpServerConfig, specs: list[ToolSpec], listed: int) -> list[str]:
     """A tool_risk key that names none of the tools taken leaves its tool at `risk`: what it may have meant."""
+    from . import spec  # a server's tools are listed: it is loaded
+
     names, typos = {s.name for s in specs}, []
     which = (f"not among the first {len(specs)} the server lists" if listed > len(specs)
              else "the server does not list (now)")
