@@ -150,6 +150,15 @@ def excerpt(text: str, limit: int = SHOWN_CHARS) -> tuple[str, str]:
     return text[:limit] + " ...", " " + cut_note(more)
 
 
+def cut_middle(text: str, head: int, tail: int) -> str:
+    """`text` whole when it is at most `head` + `tail` chars, else its first `head` and last `tail`
+    chars with how many were cut between them (a message's start says what, its end often why)."""
+    more = len(text) - head - tail
+    if more <= 0:
+        return text
+    return f"{text[:head]} ... [cut: {more:,} chars]" + (f" ... {text[-tail:]}" if tail else "")
+
+
 def format_request(a: Any) -> str:
     """A pending request (`approval.requested` or an `approvals.list` entry) whole, in lines a person reads."""
     import json  # here: the daemon's start, which logs with printable(), needs no json

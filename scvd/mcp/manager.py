@@ -21,6 +21,7 @@ from .. import validation_text as vt
 from ..config import Config, McpServerConfig, server_secrets
 from ..errors import Unavailable
 from ..protocol import McpServerStatus, ToolLoadError
+from ..text import cut_middle
 from ..tools.contract import Registry, ToolRisk
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ log = logging.getLogger("scvd.mcp")
 SETTLE_SECONDS = 10.0  # store_secret waits this long for the servers its key starts
 SETTLE_POLL = 0.05
 HINT_NAMES = 20  # of a server's tools named where a tool_risk key names none of them
+BUG_SHOWN = 1000  # chars of an exception taking a server's tools: its text may quote what the server sent
 
 
 class Host(Protocol):
@@ -120,6 +122,7 @@ class McpServers:
         self.tools: dict[str, list[McpTool]] = {}
         self.refused: dict[str, list[str]] = {}  # name -> tools the registry refused (duplicate names)
         self.left_out: dict[str, list[str]] = {}  # name -> why tools it listed were left out
+        self.unread: dict[str, str] = {}  # name -> why scvd could not take the tools of its last list
         self._listed: dict[str, tuple[list[ToolSpec], int]] = {}  # name -> its last list (cut at max_tools), its length
         self._share: dict[str, int] = {}  # name -> the bytes of tools.list its tools were taken within
         self._sandboxed_by: dict[str, tuple[Any, bool]] = {}  # name -> _sandbox_now() at its start
@@ -208,7 +211,7 @@ class McpServers:
         # a grant was a person's trust in this server; a changed table may run another program
         self.host.revoke_grants({t.name for t in self.tools.pop(name, [])},
                                 f"a reload changed or removed mcp.servers.{name}")
-        for held in (self.refused, self.left_out, self._listed, self._share):
+        for held in (self.refused, self.left_out, self.unread, self._listed, self._share):
             held.pop(name, None)
         self._register_everywhere(name)  # none left: gone from every session too
         stop = asyncio.ensure_future(self._stop(link, why))
@@ -294,7 +297,38 @@ class McpServers:
 
     def _take(self, link: Any, reason: str = "") -> None:
         """The server's tools from its last list, as many as its share of a tools.list frame holds;
-        `reason` the grants of those it no longer takes end (by default: the server changed them)."""
+        `reason` the grants of those it no longer takes end (by default: the server changed them).
+        A list scvd fails to turn into tools (its bug) leaves the server none, saying so: the old
+        ones may have been redefined in it, and their grants were trust in what they were."""
+        try:
+            tools, left_out = self._convert(link)
+            self.unread.pop(link.name, None)
+        except Exception as exc:  # else the server was `ready`, its tools gone or stale, with not a word
+            log.exception("mcp server %s: scvd could not take the tools of its tools/list", link.name)
+            why = cut_middle(f"{type(exc).__name__}: {exc}", BUG_SHOWN, 0)
+            self.unread[link.name] = (
+                f"scvd could not take the tools of its tools/list ({why}), a bug in scvd: it lists none of them "
+                "until a tools/list it can take (the server's restart, or its list_changed); report it with the "
+                "traceback in scvd's log")
+            tools, left_out = [], [f"mcp server {link.name}: {self.unread[link.name]}"]
+            reason = f"scvd could not take mcp server {link.name}'s tools/list"
+        before = {t.name: t.spec for t in self.tools.get(link.name, [])}
+        self.left_out[link.name], self.tools[link.name] = left_out, tools
+        # a grant was a person's trust in the tool as its server described it (a changed
+        # description or schema can be a rug pull); a tool that stayed the same keeps its grants
+        after = {t.name: t.spec for t in tools}
+        redefined = sorted(n for n, was in before.items() if n in after and after[n] != was)
+        gone = {n for n in before if n not in after}
+        if redefined or gone:
+            self.host.revoke_grants(set(redefined) | gone,
+                                    reason or f"mcp server {link.name} redefined or stopped listing the tool")
+        for n in redefined:
+            log.warning("mcp server %s: %s was redefined by its server; its session grants are revoked",
+                        link.name, n)
+        self._register_everywhere(link.name)
+
+    def _convert(self, link: Any) -> tuple[list[McpTool], list[str]]:
+        """The tools taken from the server's last list, and the load errors of those left out."""
         from . import cap, spec
         from .tool import schema_too_large
 
@@ -329,21 +363,7 @@ class McpServers:
         for typo in typos:  # else seen in `scvctl tools --errors` only; logged once, not at each restart
             if typo not in self.left_out.get(link.name, ()):
                 log.warning("%s", typo)
-        left_out = cut + cap.left_out(link.name, dropped) + typos
-        before = {t.name: t.spec for t in self.tools.get(link.name, [])}
-        self.left_out[link.name], self.tools[link.name] = left_out, tools
-        # a grant was a person's trust in the tool as its server described it (a changed
-        # description or schema can be a rug pull); a tool that stayed the same keeps its grants
-        after = {t.name: t.spec for t in tools}
-        redefined = sorted(n for n, was in before.items() if n in after and after[n] != was)
-        gone = {n for n in before if n not in after}
-        if redefined or gone:
-            self.host.revoke_grants(set(redefined) | gone,
-                                    reason or f"mcp server {link.name} redefined or stopped listing the tool")
-        for n in redefined:
-            log.warning("mcp server %s: %s was redefined by its server; its session grants are revoked",
-                        link.name, n)
-        self._register_everywhere(link.name)
+        return tools, cut + cap.left_out(link.name, dropped) + typos
 
     def _tool(self, link: Any, s: ToolSpec) -> McpTool:
         from .tool import McpTool
@@ -377,17 +397,22 @@ class McpServers:
         return [
             McpServerStatus(
                 name=name, transport="stdio" if link.cfg.command else "http", state=link.state,
-                tools=len(self.tools.get(name, [])), error=link.error, restarts=link.failures)
+                tools=len(self.tools.get(name, [])), error=link.error or self.unread.get(name), restarts=link.failures)
             for name, link in sorted(self.links.items())
         ]
 
     def not_loaded(self, tool: str) -> str | None:
-        """Why `tool`, named as one of a server's, is not listed when that server is not up (else None)."""
+        """Why `tool`, named as one of a server's, is not listed when that server is not up, or scvd could
+        not take its list (else None)."""
         from .spec import tool_name
 
         for name, link in self.links.items():
-            if tool.startswith(tool_name(name, "")) and link.state != "ready" and link.error:
+            if not tool.startswith(tool_name(name, "")):
+                continue
+            if link.state != "ready" and link.error:
                 return f"{link.down_message()}; its tools are listed once it is up"
+            if name in self.unread:
+                return f"mcp server {name}: {self.unread[name]}"
         return None
 
     def load_errors(self) -> list[ToolLoadError]:

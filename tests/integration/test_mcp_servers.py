@@ -676,6 +676,38 @@ def test_no_answer_to_a_tools_list_after_list_changed_keeps_the_tools_and_says_s
     assert d.daemon.mcp.links["raw"]._relist_task.done()
 
 
+def test_a_tools_list_scvd_fails_to_take_leaves_the_server_no_tools_saying_why(make_inproc, monkeypatch, workspace,
+                                                                               tmp_path, caplog):
+    """An exception turning a tools/list into tools (a bug of scvd's: no list the SDK accepts raises one
+    now, so one is put in the size of `later`, listed after a list_changed) left the server `ready` with
+    its tools as before and not a word anywhere: it went into the relist's task, never read."""
+    from scvd.mcp import cap
+
+    entry_size = cap.entry_size
+
+    def broken(spec):
+        if spec.name == "later":
+            raise TypeError("a shape scvd did not expect")
+        return entry_size(spec)
+
+    monkeypatch.setattr(cap, "entry_size", broken)
+    d = make_inproc(quirks_stdio_table("changes-while-listing", tmp_path / "starts") + 'risk = "read_only"\n')
+    why = ("scvd could not take the tools of its tools/list (TypeError: a shape scvd did not expect), a bug in "
+           "scvd: it lists none of them until a tools/list it can take (the server's restart, or its "
+           "list_changed); report it with the traceback in scvd's log")
+    with d.client(name="t") as c:
+        wait_until(lambda: server(c, "raw").error is not None, what="the relist")
+        status = server(c, "raw")
+        assert (status.tools, status.error) == (0, why), status  # the tools of its first list are gone too
+        errors = [e.message for e in c.request(p.ToolsList).errors if e.source == "mcp:raw"]
+        assert errors == [f"mcp server raw: {why}"], errors
+        sid = c.open_session(workspace)
+        done = c.call(sid, "mcp__raw__echo", {})
+    assert done.error.kind == "unknown_tool" and f"is loaded: mcp server raw: {why}" in done.error.message, done.error
+    (logged,) = [r for r in caplog.records if "could not take the tools" in r.getMessage()]
+    assert logged.exc_info and "a shape scvd did not expect" in str(logged.exc_info[1])
+
+
 @pytest.mark.one_loop
 def test_a_tool_with_a_huge_schema_is_a_load_error_and_the_rest_stay(make_daemon, workspace, tmp_path):
     d = make_daemon(quirks_stdio_table("huge-schema", tmp_path / "starts") + 'risk = "read_only"\n')
