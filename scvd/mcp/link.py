@@ -27,7 +27,7 @@ from ..redact import hide_in_logs, redact, redact_tree
 from ..errors import CredentialMissing, Failed, InvalidArguments, LimitExceeded, ScvError, ToolError, Unavailable
 from ..secret_like import picked
 from ..secrets import off_loop, reads_refused
-from ..text import well_formed
+from ..text import cut_middle, printable, well_formed
 from ..tools.runs import redact_text
 from . import spec
 from .skim import MESSAGE_LIMIT, TOOLS_OMITTED_KEY, skim_response
@@ -49,6 +49,8 @@ DELETE_TIMEOUT = 3.0
 GONE_WAIT = 2.0  # for the exit and stderr of a server whose stdout ended under a call: they say why
 SESSION_GONE = (401, 403, 404)  # a revoked token, a session the server forgot: connect again (5xx too)
 STATUS_HTTP = "http"
+# chars of an error kept (its start says what failed; its end the fix, and the stderr tail of up to 2,000)
+ERROR_HEAD, ERROR_TAIL = 1024, 3072
 
 
 class ServerLink:
@@ -92,8 +94,10 @@ class ServerLink:
 
     @error.setter
     def error(self, text: str | None) -> None:
-        # a server's stderr, or an HTTP library's error, may quote a secret value (a header it refused)
-        self._error = self._hide(text) if text else text
+        # a server's stderr, or an HTTP library's error, may quote a secret value (a header it refused),
+        # hidden before the cut; and a server's words may be of any length (a 1 MB error answering
+        # initialize): the error goes into status and every tools.list
+        self._error = printable(cut_middle(self._hide(text), ERROR_HEAD, ERROR_TAIL)) if text else text
 
     def _hide(self, text: str) -> str:
         """`text` with the secrets this start read, and the values of the url's query, left out."""
@@ -289,25 +293,29 @@ class ServerLink:
         if isinstance(exc, _Lost):
             return
         self.needs = self._needs(exc)
+        self.error = self._failed(exc)  # once: each set cuts it, and a second cut would say less
+
+    def _failed(self, exc: BaseException) -> str:
+        """Why the start failed with `exc`."""
         if broken := _broken(self._proc):  # scvd ended it: not the server's exit
-            self.error = broken
+            error = broken
         elif isinstance(exc, ToolError):
-            self.error = f"{exc.kind}: {exc.message}"
+            error = f"{exc.kind}: {exc.message}"
         elif isinstance(exc, ScvError):
-            self.error = exc.message
+            error = exc.message
         elif _any(exc, lambda e: isinstance(e, TimeoutError)):  # it may have exited since: scvd closed its stdin
-            self.error = f"no answer to {self._awaited} within {CONNECT_TIMEOUT:g} s"
+            error = f"no answer to {self._awaited} within {CONNECT_TIMEOUT:g} s"
         elif self._proc is not None and self._proc.exited.done() and _any(exc, _broke):
-            self.error = self._why_lost()  # it died while starting: its exit and stderr say why
-            return
+            return self._why_lost()  # it died while starting: its exit and stderr say why
         elif self._http_status is None and (answer := _first(exc, _answered_with_error)):
-            self.error = self._answered(answer)  # the bare message ("Method not found") said not whose
+            error = self._answered(answer)  # the bare message ("Method not found") said not whose
         else:  # scvd gave up on it (a tools/list it cannot read): that is why, not the exit that followed
-            self.error = _describe(exc, self.url)
+            error = _describe(exc, self.url)
         if self._proc is not None:
-            self.error = self._with_tail(self.error, self._proc)
-        if self._http_status is not None and "HTTP status" not in self.error:
-            self.error = f"HTTP status {self._http_status} from {self.url}: {self.error}"
+            error = self._with_tail(error, self._proc)
+        if self._http_status is not None and "HTTP status" not in error:
+            error = f"HTTP status {self._http_status} from {self.url}: {error}"
+        return error
 
     def _answered(self, exc: MCPError) -> str:
         asked = self._awaited.removeprefix("its ")

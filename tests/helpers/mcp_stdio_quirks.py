@@ -28,7 +28,8 @@ child that holds its stderr open, writes `fatal: the disk is full` there with no
 exits with status 6; `unique-items` also lists `tags`, whose `tags` must be distinct (uniqueItems);
 `many-findings=N` also lists `f0`..`fN-1`, each with 20 undescribed arguments (its lint: 21 lines);
 `long-names=N` also lists N tools named 50,000 `L`s and their index (all one scvd name) and `H` then those,
-whose inputSchema is above 64 KiB.
+whose inputSchema is above 64 KiB; `init-error=N` answers initialize with an error whose message is an ANSI
+colour escape, N `x`s and ` the end`.
 Its tool `echo` answers with its arguments.
 """
 
@@ -133,7 +134,10 @@ lists = 0
 for line in sys.stdin:
     msg = json.loads(line)
     method, msg_id = msg.get("method"), msg.get("id")
-    if method == "initialize":
+    if method == "initialize" and mode.startswith("init-error="):
+        said = "\x1b[31mrefused\x1b[0m " + "x" * int(mode[11:]) + " the end"
+        send({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": said}})
+    elif method == "initialize":
         send({"jsonrpc": "2.0", "id": msg_id, "result": {
             "protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
             "serverInfo": {"name": "quirks", "version": "1"}}})

@@ -350,6 +350,22 @@ def test_an_error_answering_initialize_says_so_and_what_to_check(make_daemon):
                           "`command` and `args` start an MCP server speaking JSON-RPC on its stdin and stdout")
 
 
+def test_a_huge_error_answering_initialize_is_cut_and_escaped_in_status_and_tools_list(make_daemon, tmp_path):
+    """A server's 1 MB error answering initialize was its error whole: in every status and every
+    tools.list (a megabyte a listing, for every client), its escape codes raw."""
+    d = make_daemon(quirks_stdio_table("init-error=1000000", tmp_path / "starts"))
+    with d.client(name="t") as c:
+        error = server(c, "raw", "down").error
+        listed = [e.message for e in c.request(p.ToolsList).errors if e.source == "mcp:raw"]
+    shown = scvctl(d, "status")
+    head = f"its initialize was answered with an error: \\x1b[31mrefused\\x1b[0m {'x' * 964} ... [cut: "
+    assert error.startswith(head), error[:200]
+    assert re.search(r" \.\.\. \[cut: 99\d,\d{3} chars\] \.\.\. x+ the end \(code -32603\); check that `command` and "
+                     "`args` start an MCP server speaking JSON-RPC on its stdin and stdout$", error), error[-300:]
+    assert len(error) < 5000 and "\x1b" not in error, len(error)
+    assert listed == [error] and error in shown and len(shown) < 10_000, len(shown)
+
+
 def test_the_servers_working_dirs_and_their_parent_are_private_whatever_the_umask(make_daemon):
     # mkdir(parents=True) gave <data>/mcp the umask's mode (0755): every server's dir name showed
     d = make_daemon('[mcp.servers.cat]\ncommand = "/bin/cat"\nsandbox = false\n', umask=0o022)
