@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from . import protocol as p
+from . import protocol as p, tool_listing
 from .approvals import Decider, spawned_by_daemon
 from .text import quoted_name, well_formed
 
@@ -230,6 +230,9 @@ def too_large(frame: p.Frame, size: int, limit: int) -> p.Frame:
     if isinstance(frame, p.CallCompleted):
         error = p.ToolErrorInfo(kind="limit", message=f"result too large: {message}; ask for less output")
         return p.CallCompleted(seq=frame.seq, call_id=frame.call_id, ok=False, error=error, turn=frame.turn)
+    if isinstance(frame, p.Tools):  # no one text to cut: more tools than one frame holds
+        exc = tool_listing.too_large(frame, size, limit)
+        return p.Error(code=exc.code, message=exc.message, id=frame.id, kind=exc.kind)
     field = LONG_TEXT.get(type(frame))
     cut = _cut_text(frame, field, limit) if field else None
     if cut is not None:

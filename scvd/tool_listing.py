@@ -16,6 +16,8 @@ Rules:
   small entries can carry nearly three times their size in findings. Whatever does not fit one
   frame is left out, the last tools' first, and the first tool left out says so; when that line
   itself cannot fit, the answer is a `limit` error saying so, never a listing silently without lint.
+- A listing past the frame without lint is a `limit` error too (the connection's too_large() asks
+  too_large() here what to say): MCP servers' tools are bounded to a share of it, script tools are not.
 """
 
 from __future__ import annotations
@@ -99,3 +101,10 @@ def fit_lint(answer: p.Tools, room: int) -> p.Tools:
                             "tools without lint")
     raise LimitExceeded(f"tools.list with lint: {had}, this answer is still {size:,} bytes, above "
                         f"server.server_frame_bytes ({room:,}); raise it")
+
+
+def too_large(answer: p.Tools, size: int, room: int) -> LimitExceeded:
+    """What a client is told of a listing of `size` bytes, past the frame's `room`."""
+    return LimitExceeded(f"tools.list: this answer ({len(answer.tools)} tools, {len(answer.errors)} load errors) is "
+                         f"{size:,} bytes, above server.server_frame_bytes ({room:,}); raise it, or load fewer "
+                         "tools (script tools, or an MCP server's max_tools)")

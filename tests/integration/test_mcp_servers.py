@@ -603,6 +603,11 @@ def make_script_tool(home: Path, name: str) -> None:
     (folder / "run").chmod(0o700)
 
 
+# the smallest frame the limits it bounds allow
+SMALL_FRAME = ("[server]\nserver_frame_bytes = 32768\n[tools]\noutput_limit_bytes = 2048\nread_limit_bytes = 2048\n"
+               "[skills]\nmax_skill_bytes = 2048\n")
+
+
 @pytest.mark.one_loop
 def test_a_lint_listing_that_does_not_fit_even_without_lint_is_a_limit_error_saying_so(make_daemon, scv_home,
                                                                                        tmp_path):
@@ -611,9 +616,7 @@ def test_a_lint_listing_that_does_not_fit_even_without_lint_is_a_limit_error_say
     error that said nothing of the lint."""
     for i in range(40):  # script tools (lint-free: one that breaks a rule is not loaded) fill the frame
         make_script_tool(scv_home, f"pad{i:02d}")
-    d = make_daemon("[server]\nserver_frame_bytes = 32768\n[tools]\noutput_limit_bytes = 2048\n"
-                    "read_limit_bytes = 2048\n[skills]\nmax_skill_bytes = 2048\n"
-                    + quirks_stdio_table("many-findings=200", tmp_path / "starts")
+    d = make_daemon(SMALL_FRAME + quirks_stdio_table("many-findings=200", tmp_path / "starts")
                     + 'risk = "read_only"\nmax_tools = 4096\n', home=scv_home)
     with d.client(name="t") as c:
         taken = server(c, "raw").tools
@@ -622,6 +625,22 @@ def test_a_lint_listing_that_does_not_fit_even_without_lint_is_a_limit_error_say
     assert re.fullmatch(rf"tools.list with lint: with every tool's lint left out \({taken} tools had lint, "
                         r"\d+ lines\), this answer is still [\d,]+ bytes, above server.server_frame_bytes "
                         r"\(32,768\); raise it", info.value.message), info.value.message
+
+
+@pytest.mark.one_loop
+def test_a_listing_past_the_frame_is_a_limit_error_saying_what_to_do(make_daemon, scv_home):
+    """Script tools are not bounded to a share of the frame as an MCP server's are: past it, tools.list
+    was an `internal` error giving its size alone, `scvctl tools` likewise."""
+    for i in range(80):
+        make_script_tool(scv_home, f"pad{i:02d}")
+    d = make_daemon(SMALL_FRAME, home=scv_home)
+    with d.client(name="t") as c:
+        with pytest.raises(LimitExceeded) as info:
+            c.request(p.ToolsList)
+        assert c.request(p.Status).mcp_servers == []  # the connection serves on
+    assert re.fullmatch(r"tools.list: this answer \(\d+ tools, 0 load errors\) is [\d,]+ bytes, above "
+                        r"server.server_frame_bytes \(32,768\); raise it, or load fewer tools \(script tools, or "
+                        r"an MCP server's max_tools\)", info.value.message), info.value.message
 
 
 # a slow tools/list said "no answer to initialize", whose fix (the server does not speak MCP) is not its own
