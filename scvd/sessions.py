@@ -204,9 +204,9 @@ def open_workspace(workspace: str) -> tuple[Path, int]:
         raise errors.InvalidRequest("session.open needs `workspace`: an absolute path to a directory")
     path = Path(workspace)
     if not path.is_absolute():
-        raise errors.InvalidRequest(
-            f"workspace {workspace!r} is relative; send an absolute path (e.g. {Path.cwd() / workspace})"
-        )
+        # scvd's own directory (~ under systemd, / as --daemon) is not the client's: never guess from it
+        raise errors.InvalidRequest(f"workspace {workspace!r} is relative; send an absolute path (resolve it "
+                                    "against the client's own current directory before sending)")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:

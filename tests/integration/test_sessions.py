@@ -39,6 +39,20 @@ def test_unopenable_workspaces_are_the_peers_fault_not_internal(daemon, client, 
     assert "Traceback" not in daemon.log()
 
 
+def test_a_relative_workspace_is_told_what_to_do_whatever_scvd_s_own_directory(make_daemon, tmp_path: Path):
+    """It suggested a path built from scvd's own directory (not the client's), and once that directory
+    was removed the same frame was an internal error with a traceback in the log."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    d = make_daemon(cwd=gone)
+    gone.rmdir()
+    with d.client() as c, pytest.raises(errors.InvalidRequest) as info:
+        c.request(p.SessionOpen, workspace="ws")
+    assert info.value.message == ("workspace 'ws' is relative; send an absolute path (resolve it against the "
+                                  "client's own current directory before sending)")
+    assert "Traceback" not in d.log()
+
+
 def test_a_workspace_scvd_may_not_open_is_refused_saying_so(make_daemon, tmp_path: Path):
     """Another user's directory, or one made 0000: it said "is not readable by scvd", not what to do."""
     # root passes over file permissions: as uid 0 without those capabilities (CI has setpriv)
