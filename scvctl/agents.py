@@ -28,7 +28,7 @@ from scvd.adapters.service import default_codex_home
 from scvd.adapters.locate import missing_interpreter
 from scvd.adapters.signin import classify_status, missing_program_hint
 
-from .cli import connect, emit_json
+from .cli import connect, emit_json, shared_options
 from .client import Client
 
 STATUS_TIMEOUT = 60.0  # one agent's status command, when listing all of them
@@ -44,7 +44,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     names = ", ".join(specs.ADAPTERS)
     for action, text in (("login", "sign an agent in (its own login, terminal attached)"),
                          ("logout", "sign an agent out")):
-        cmd = asub.add_parser(action, parents=[common], help=text)
+        cmd = asub.add_parser(action, parents=[shared_options(json=False)], help=text)
         cmd.add_argument("agent", choices=list(specs.ADAPTERS), metavar="AGENT", help=names)
         _add_extra(cmd)
         cmd.set_defaults(handler=cmd_attached, action=action,

@@ -19,7 +19,8 @@ from scvd.text import printable
 
 from . import usage
 from .client import stopped
-from .cli import EXIT_ERROR, EXIT_OK, ask_request, connect, decide, drop_typed_ahead, emit_json, on_secret
+from .cli import (EXIT_ERROR, EXIT_OK, ask_request, connect, decide, drop_typed_ahead, emit_json, on_secret,
+                  shared_options)
 
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
 HEADLESS_ANSWER = "(no answer: scvctl exec runs without a person at the terminal; go on without one)"
@@ -27,7 +28,7 @@ DECLINED_ANSWER = "(no answer: the person declined to answer (Ctrl-D); go on wit
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    cmd = sub.add_parser("chat", parents=[common], help="chat with the model in this terminal; tools run here")
+    cmd = sub.add_parser("chat", parents=[shared_options(json=False)], help="chat with the model in this terminal; tools run here")
     cmd.add_argument("--workspace", type=Path, default=Path("."), help="the workspace (default: here)")
     cmd.add_argument("--conversation", help="resume a conversation by its id")
     cmd.add_argument("--provider", help="a [providers.NAME] or codex (default: chat.provider)")

@@ -30,13 +30,20 @@ from .client import Client, DaemonNotRunning, cut_off, stopped
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
 
 
-def build_parser() -> argparse.ArgumentParser:
+def shared_options(json: bool = True) -> argparse.ArgumentParser:
+    """The options every command takes. One with no JSON output (its `no_json` says why) takes --json
+    unlisted in its help (json=False), only to refuse it in words."""
     common = argparse.ArgumentParser(add_help=False)
     # a str: an empty one (an unset variable) is no path, as SCV_SOCKET="" is none ("" as a Path is ".")
     common.add_argument("--socket", default=argparse.SUPPRESS,
                         help="scvd's socket (default: $SCV_SOCKET, else the instance's socket)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print machine-readable JSON")
+                        help="print machine-readable JSON" if json else argparse.SUPPRESS)
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = shared_options()
     parser = argparse.ArgumentParser(prog="scvctl", parents=[common],
                                      description="Control scvd: approvals, agents, status.")
     parser.add_argument("--version", action="version", version=f"scvctl {__version__}")

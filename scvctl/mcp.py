@@ -24,13 +24,14 @@ from typing import Any, Callable
 from scvd import errors, protocol as p
 
 from . import usage
+from .cli import shared_options
 from .client import Client
 
 HANDOFF_BYTE = b"\0"  # the one data byte that carries the fds
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    cmd = sub.add_parser("mcp", parents=[common], help="serve scvd's tools to an MCP host over stdio")
+    cmd = sub.add_parser("mcp", parents=[shared_options(json=False)], help="serve scvd's tools to an MCP host over stdio")
     # a str: an empty one (an unset variable in the host's command) must not read as "." (here, maybe /)
     cmd.add_argument("--workspace", help="the session's workspace (default: here, unless here is /)")
     cmd.set_defaults(handler=cmd_mcp, no_json="scvctl mcp, which speaks MCP's JSON-RPC on stdin and stdout")

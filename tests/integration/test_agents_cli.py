@@ -75,6 +75,10 @@ def test_json_where_it_cannot_apply_is_a_usage_error(agent_daemon: DaemonProc, a
     assert (out.returncode, out.stdout) == (2, "")
     assert out.stderr == f"usage: --json does not apply to {what}\n"
     assert not agent_log(agent_daemon).exists()  # no agent ran
+    # its help offered [--json]: the option is refused there
+    shown = scvctl(agent_daemon, *argv, "--help")
+    assert shown.returncode == 0 and shown.stdout.startswith(f"usage: scvctl {argv[0]}"), shown
+    assert "--json" not in shown.stdout
 
 
 @pytest.mark.parametrize("action", ["login", "logout"])
@@ -83,7 +87,7 @@ def test_login_without_an_agent_names_only_the_agent_as_missing(tmp_path: Path, 
     out = scvctl_alone(daemonless_env(tmp_path / "scv", tmp_path), "agents", action)
     assert (out.returncode, out.stdout) == (2, "")
     assert out.stderr.splitlines() == [
-        f"usage: scvctl agents {action} [-h] [--socket SOCKET] [--json] AGENT [ARG ...]",
+        f"usage: scvctl agents {action} [-h] [--socket SOCKET] AGENT [ARG ...]",
         f"scvctl agents {action}: error: the following arguments are required: AGENT"]
     assert not (tmp_path / "agent-log").exists()  # no agent ran
 
