@@ -1,11 +1,12 @@
 """Export the JSON Schema of every wire frame to docs/protocol.schema.json.
 
 Run `python -m scvd.schema` after changing scvd/protocol.py; a test fails while
-the file and the Structs disagree.
+the file and the Structs disagree. `--check` only compares (exit 1 when stale).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,33 @@ def render() -> str:
     return msgspec.json.format(msgspec.json.encode(protocol_schema()), indent=2).decode() + "\n"
 
 
-def main() -> int:
-    DOC.write_text(render(), encoding="utf-8")
-    print(f"wrote {DOC}")
-    return 0
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m scvd.schema",
+                                     description="Write the JSON Schema of scvd's wire frames (scvd/protocol.py).")
+    parser.add_argument("--check", action="store_true",
+                        help="only compare: exit 1 when the file differs from the Structs, writing nothing")
+    parser.add_argument("--file", type=Path, default=DOC, help=f"the schema file (default: {DOC})")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    text = render()
+    if not args.check:
+        args.file.write_text(text, encoding="utf-8")
+        print(f"wrote {args.file}")
+        return 0
+    try:
+        current = args.file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        current = None
+    if current == text:
+        print(f"{args.file} matches scvd/protocol.py")
+        return 0
+    state = "is missing" if current is None else "is stale"
+    again = "python -m scvd.schema" + ("" if args.file == DOC else f" --file {args.file}")
+    print(f"{args.file} {state}: run `{again}` to write it", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

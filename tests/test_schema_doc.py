@@ -2,13 +2,44 @@
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 from scvd import protocol as p
 from scvd.schema import DOC, protocol_schema, render
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def test_schema_file_matches_the_structs():
     assert DOC.read_text() == render(), "docs/protocol.schema.json is stale: run `python -m scvd.schema`"
+
+
+def schema_command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scvd.schema", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_help_is_help_and_writes_nothing(tmp_path):
+    """`--help` was ignored: it wrote docs/protocol.schema.json."""
+    before = DOC.stat().st_mtime_ns
+    out = schema_command("--help")
+    assert out.returncode == 0 and out.stdout.startswith("usage: python -m scvd.schema [-h] [--check]"), out
+    assert "wrote" not in out.stdout and DOC.stat().st_mtime_ns == before
+
+
+def test_check_compares_without_writing(tmp_path):
+    stale = tmp_path / "schema.json"
+    stale.write_text("{}\n")
+    out = schema_command("--check", "--file", str(stale))
+    assert (out.returncode, out.stdout) == (1, "")
+    assert out.stderr == f"{stale} is stale: run `python -m scvd.schema --file {stale}` to write it\n"
+    assert stale.read_text() == "{}\n"
+    assert schema_command("--file", str(stale)).returncode == 0
+    assert stale.read_text() == render()
+    out = schema_command("--check", "--file", str(stale))
+    assert (out.returncode, out.stdout) == (0, f"{stale} matches scvd/protocol.py\n"), out
 
 
 def test_every_frame_type_is_in_the_schema():
