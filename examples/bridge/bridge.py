@@ -27,7 +27,7 @@ from typing import Any
 
 from scvctl.client import AsyncClient, ConnectionClosed, DaemonNotRunning
 from scvd import errors, protocol as p
-from scvd.text import printable
+from scvd.text import format_request, printable
 
 OWNER = "owner"
 OWNER_GONE = "the owner's console closed: nobody is left to decide this"
@@ -68,11 +68,9 @@ def approval_message(chat: str, event: p.ApprovalRequested) -> str:
     details as a file). A request with `always_ask` is approved once only, so /session is not offered."""
     ident = event.approval_id
     offers = f"/approve {ident}" + ("" if event.always_ask else f", /session {ident}") + f" or /deny {ident}"
-    lines = [f"{chat} wants {event.tool} ({event.risk}) -> {offers}", event.summary]
-    if event.always_ask:
-        lines.append(f"asked whatever a grant says, once only: {event.always_ask}")
-    lines += [f"  {key}: " + str(value).replace("\n", "\n    ") for key, value in event.details.items()]
-    return "\n".join(lines)
+    # below its header, the request as scvctl shows it: a text's lines marked, values as JSON, always_ask
+    whole = format_request(event).split("\n", 1)[1]
+    return f"{chat} wants {event.tool} ({event.risk}) -> {offers}\n{whole}"
 
 
 class Bridge:

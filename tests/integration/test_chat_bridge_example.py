@@ -81,8 +81,18 @@ def test_the_example_bridge(make_daemon, model, scv_home, workspace, tmp_path):
         approval = re.search(r"/approve (\S+),", ask).group(1)
         assert ask == f"[owner] alice wants write (filesystem) -> /approve {approval}, /session {approval} " \
                       f"or /deny {approval}\n"
-        shown = [proc.stdout.readline() for _ in range(6)]  # the summary and the details, whole
-        assert "  content: hi\n" in shown and "  path: hi.txt\n" in shown, shown
+        shown = []  # the summary and the details, whole, up to the last detail
+        while not shown or not shown[-1].startswith("  secret_like:"):
+            shown.append(proc.stdout.readline())
+        # as scvctl shows them: it printed Python's None and False, and the content's newline as a blank line
+        expected = ["  write (create) 'hi.txt': 3 bytes, 1 line\n", "    | hi\n", "  path: hi.txt\n",
+                    "  mode: create\n", "  bytes: 3\n", "  content: (3 chars, 1 line, and a newline at the end)\n",
+                    "    | hi\n", "    | \n", "  expected_sha256: null\n", "  replaces_link: false\n",
+                    "  secret_like: false\n"]
+        if shown != expected:
+            proc.kill()  # else leaving the `with` waits for a bridge still reading its input
+        assert shown == expected
+        assert proc.stdout.readline().startswith('  requested by "example-bridge" (pid '), shown
         proc.stdin.write(f"owner: /approve {approval}\n")
         proc.stdin.flush()
         assert read_until(proc, r"^\[alice\] ") == "[alice] wrote hi.txt\n"
