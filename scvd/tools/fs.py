@@ -693,7 +693,8 @@ class ReadTool(Tool):
 
         def describe() -> tuple[str, dict[str, Any]]:  # what an approver sees, made only if one is asked
             what = "read" if secret is None else "read secret-like file"
-            summary = f"{what} {_shown_path(parts, real)}, bytes {args.offset}..{args.offset + args.limit} of {size}"
+            end = min(args.offset + args.limit, max(size, args.offset))  # what is there to read, not the limit
+            summary = f"{what} {_shown_path(parts, real)}, bytes {args.offset}..{end} of {size}"
             return summary, {"path": containment.join(parts), **_resolved(parts, real), "offset": args.offset,
                              "limit": args.limit, "size": size, **_secret_details(secret)}
 

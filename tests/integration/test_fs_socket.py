@@ -100,9 +100,12 @@ def test_secret_like_read_asks_for_approval(owner: Client, ws: Path) -> None:
     assert asked.risk == "filesystem" and asked.details["secret_like"] is True
     assert "dotenv" in asked.details["why"] and "API_KEY" not in asked.summary
     # built only once someone is asked (Plan.describe): the approver still sees all of it
-    assert asked.summary.startswith("read secret-like file '.env', bytes 0..") and asked.summary.endswith(" of 12")
+    # the range there is to read: it said `bytes 0..65536 of 12`, the limit asked
+    assert asked.summary == "read secret-like file '.env', bytes 0..12 of 12"
     assert asked.details["path"] == ".env" and asked.details["size"] == 12
     assert not done.ok and done.error.kind == "denied"
+    _, asked = call(owner, sid, "read", decide="deny", path=".env", offset=4, limit=5)
+    assert asked.summary == "read secret-like file '.env', bytes 4..9 of 12"
     done, asked = call(owner, sid, "read", decide="approve", path=".env")
     assert done.ok and done.result["content"] == "API_KEY=abc\n"
 
