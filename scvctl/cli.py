@@ -418,6 +418,7 @@ def _read_secret(prompt: str) -> str | None:
     sys.stdout.write(prompt)
     sys.stdout.flush()
     line = sys.stdin.readline()
+    end_prompt_line()
     return line.rstrip("\r\n") if line else None
 
 
@@ -460,11 +461,20 @@ def _ask(prompt: str, choices: set[str]) -> str | None:
         sys.stdout.write(prompt)
         sys.stdout.flush()
         line = sys.stdin.readline()
+        end_prompt_line(printable(line.strip(), keep=""))
         if not line:
             return None
         answer = ANSWERS.get(line.strip().lower())
         if answer in choices:
             return answer
+
+
+def end_prompt_line(shown: str = "") -> None:
+    """After a prompt's answer read from input that is no terminal (a pipe, a file), which nothing
+    echoed: end the prompt's line, with `shown` (the answer, never a secret), else the next prompt
+    or message went on the same line."""
+    if not sys.stdin.isatty():
+        print(shown, flush=True)
 
 
 def drop_typed_ahead() -> None:

@@ -721,7 +721,10 @@ def test_watch_offers_no_session_scope_for_a_sensitive_write(daemon: DaemonProc,
                 _read_until(watch, "always asks")
             answer(watch, "s\ny\n")  # `s` is not offered: asked again, then approved once
             assert c.wait_call(call_id).ok
-            assert _read_until(watch, " approved by ").startswith("approve once? [y]es / [n]o: " * 2)
+            # each prompt on its own line, ended with the answer read: no terminal echoed it (they ran on)
+            assert _read_until(watch, "approve once?") == "approve once? [y]es / [n]o: s\n"
+            assert watch.stdout.readline() == "approve once? [y]es / [n]o: y\n"
+            assert " approved by " in watch.stdout.readline()
             asked = c.start_call(sid, "write", {"path": ".envrc", "content": "x", "mode": "replace"})
             _read_until(watch, "always asks")  # no grant came of it: asked again
             answer(watch, "n\n")

@@ -418,6 +418,8 @@ def test_scvctl_approvals_watch_asks_for_the_value_and_never_prints_it(setup, wo
         watch.terminate()
         out, err = watch.communicate(timeout=15)
     assert "secret API_TOKEN for script_token" in out and "input hidden" in out
+    # the prompt's line ends though nothing echoed the answer (what follows went on it)
+    assert "value for API_TOKEN (input hidden; empty to decline): \n" in out, out
     assert VALUE not in out + err
     assert VALUE in (d.home / "secrets.toml").read_text()
 
