@@ -61,6 +61,11 @@ class Verdict(str, enum.Enum):
     DENY = "deny"  # refused by policy, nobody is asked
 
 
+# an Enum class's members read through EnumType.__getattr__ on 3.11 (about 1k instructions each): once here
+_RUN, _ASK, _DENY = Verdict.RUN, Verdict.ASK, Verdict.DENY
+_READ_ONLY = ToolRisk.READ_ONLY
+
+
 class ApprovalState(str, enum.Enum):
     PENDING = "pending"  # waiting for a decision
     APPROVED = "approved"  # a person approved it
@@ -102,18 +107,18 @@ def policy_verdict(
     always_asks: bool = False,
 ) -> Verdict:
     """Whether a planned call runs, asks, or is denied under `policy`."""
-    read_only = plan.risk is ToolRisk.READ_ONLY
+    read_only = plan.risk is _READ_ONLY
     if read_only and (always_allow or policy != "always"):
-        return Verdict.RUN
+        return _RUN
     if policy == "never":
-        return Verdict.DENY
+        return _DENY
     if always_asks:
-        return Verdict.ASK
+        return _ASK
     if granted:
-        return Verdict.RUN
+        return _RUN
     if policy == "sandbox-aware" and sandbox_active and contained(plan):
-        return Verdict.RUN
-    return Verdict.ASK
+        return _RUN
+    return _ASK
 
 
 @functools.lru_cache(maxsize=256)  # asked at many calls: one answer per workspace, not a realpath each time

@@ -94,6 +94,8 @@ log = logging.getLogger("scvd.calls")
 # of any size; cut here, so that every tool's fits in a frame and a client shows a line
 PROGRESS_CHARS = 2000
 QUEUED = "waiting for this session's earlier calls to end"  # call.progress of a call its lane holds back
+# an Enum class's members read through EnumType.__getattr__ on 3.11 (about 1k instructions each): once here
+_RUN, _ASK, _DENY, _READ_ONLY = Verdict.RUN, Verdict.ASK, Verdict.DENY, ToolRisk.READ_ONLY
 
 
 class AuditSink(Protocol):
@@ -333,7 +335,7 @@ class CallRegistry:
             ctx = self._context(call)
             plan = tool.plan(args, ctx)
             judged = self._judge(call, tool, plan)
-            runs = judged[0] is Verdict.RUN and not self._guarded(plan, ctx)  # else its git metadata is looked at first
+            runs = judged[0] is _RUN and not self._guarded(plan, ctx)  # else its git metadata is looked at first
             result = tool.run_now(args, plan, ctx) if runs else NOT_NOW
             if result is NOT_NOW:
                 begun = _Begun(tool, args, ticket, ctx, plan, judged)
@@ -518,7 +520,7 @@ class CallRegistry:
         workspace = str(session.workspace)
         # only calls that are not read-only: reading .git is harmless, a secret-like read is filesystem
         always = None
-        if plan.targets and plan.risk is not ToolRisk.READ_ONLY:
+        if plan.targets and plan.risk is not _READ_ONLY:
             always = (always_ask_reason(plan.targets, cfg.always_ask, workspace)
                       or places_reason(workspace, plan.targets, self.hub.own, self.hub.host)
                       or git_dir_reason(workspace, plan.targets))
@@ -526,13 +528,13 @@ class CallRegistry:
             cfg.policy, plan, always_allow=tool.flags.always_allow,
             granted=session.granted(tool.name, risk, plan.sandboxed),
             # looked at only where it decides: a read does without the stat and the places' walk
-            sandbox_active=(cfg.policy == "sandbox-aware" and plan.risk is not ToolRisk.READ_ONLY
+            sandbox_active=(cfg.policy == "sandbox-aware" and plan.risk is not _READ_ONLY
                             and bool(sandbox and sandbox.active)
                             and not exposes_host(workspace, self.hub.own, host=self.hub.host)
                             and not sandbox.reaches_hidden(workspace)),
             always_asks=always is not None)
-        if verdict is Verdict.RUN and call.unguarded is not None and cfg.policy != "never":
-            return Verdict.ASK, call.unguarded  # whatever grant: each such call, approved once
+        if verdict is _RUN and call.unguarded is not None and cfg.policy != "never":
+            return _ASK, call.unguarded  # whatever grant: each such call, approved once
         return verdict, always
 
     async def _gate(self, call: Call, tool: Tool, plan: Plan,
@@ -542,9 +544,9 @@ class CallRegistry:
         verdict, always = judged or self._judge(call, tool, plan)
         session = call.session
         risk = plan.risk._value_
-        if verdict is Verdict.RUN:
+        if verdict is _RUN:
             return False, False
-        if verdict is Verdict.DENY:
+        if verdict is _DENY:
             raise errors.Denied(
                 f"approvals.policy is 'never': {risk} calls are refused without asking "
                 "(change approvals.policy to on-risk to be asked)")

@@ -55,6 +55,7 @@ HASH_MAX_BYTES = 64 << 20
 # A file changed this recently may change again within one tick of its filesystem's timestamps
 # (a jiffy; FAT's 2 s) and keep its stat key: its sha256 is not remembered until it is older.
 SETTLED_NS = 3 * 10**9
+_READ_ONLY, _FILESYSTEM = ToolRisk.READ_ONLY, ToolRisk.FILESYSTEM  # once: EnumType.__getattr__ per read else
 
 
 class _Never:
@@ -698,7 +699,7 @@ class ReadTool(Tool):
             return summary, {"path": containment.join(parts), **_resolved(parts, real), "offset": args.offset,
                              "limit": args.limit, "size": size, **_secret_details(secret)}
 
-        return Plan(risk=ToolRisk.READ_ONLY if secret is None else ToolRisk.FILESYSTEM, describe=describe,
+        return Plan(risk=_READ_ONLY if secret is None else _FILESYSTEM, describe=describe,
                     network=False, writes_confined=True, targets=_targets(parts, real), data=held,
                     release=held.close if held else None)
 
