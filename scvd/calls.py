@@ -517,7 +517,7 @@ class CallRegistry:
         cfg = session.config.approvals
         risk = plan.risk._value_  # the documented sunder name: .value is two Python calls on 3.11
         sandbox = self.hub.sandbox
-        workspace = str(session.workspace)
+        workspace = session.where
         # only calls that are not read-only: reading .git is harmless, a secret-like read is filesystem
         always = None
         if plan.targets and plan.risk is not _READ_ONLY:

@@ -442,18 +442,19 @@ class Daemon:
 
     def _update_status(self, force: bool = False) -> None:
         """Schedule the STATUS= line: once for every change within the notifier's interval."""
+        if not force and (self._status_soon is not None or self.notifier.socket_name is None):
+            return  # every call comes here twice: nothing to schedule, without asking stop_event
         if self.stop_event.is_set():  # sessions closing in the shutdown: no STATUS= after STOPPING=1
             return
-        if force or self._status_soon is None and self.notifier.socket_name is not None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self._status_now(force)
-                return
-            if force:
-                self._status_now(True)
-            else:  # every call changes the count twice: render the line once per interval, not per change
-                self._status_soon = loop.call_later(self.notifier.status_wait(), self._status_now)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._status_now(force)
+            return
+        if force:
+            self._status_now(True)
+        else:  # every call changes the count twice: render the line once per interval, not per change
+            self._status_soon = loop.call_later(self.notifier.status_wait(), self._status_now)
 
     def _status_now(self, force: bool = False) -> None:
         if not force:
@@ -682,7 +683,7 @@ class Daemon:
 
     def calls_changed(self) -> None:
         self._update_status()
-        if not self.calls:
+        if not self.calls.table:  # not len(): a Python call
             self.heap_trim.idle()
 
     # --- handlers ------------------------------------------------------------------

@@ -143,10 +143,12 @@ class Session:
     services: dict[str, Any] = field(default_factory=dict)
     closed: bool = False
     identity: tuple[int, int] = field(init=False, default=(0, 0))  # (st_dev, st_ino) of the directory held open
+    where: str = field(init=False, default="")  # `workspace` as a str: every call stats it (no Path.__fspath__)
 
     def __post_init__(self) -> None:
         held = os.fstat(self.workspace_fd)
         self.identity = (held.st_dev, held.st_ino)
+        self.where = os.fspath(self.workspace)
         self.services.setdefault(SUCCEEDED, {})
 
     def call_succeeded(self, tool: str) -> None:
@@ -158,7 +160,7 @@ class Session:
         """Refuse a call once `workspace` names another directory than the one held open (moved away,
         or deleted and made again): file tools would use the old one, processes the new one."""
         try:
-            now = os.stat(self.workspace)
+            now = os.stat(self.where)
         except OSError:
             now = None
         if now is None or (now.st_dev, now.st_ino) != self.identity:
