@@ -180,8 +180,9 @@ class AuditLog:
             # `fields` is this record's own dict; its values are scalars or dropped
             self._unformatted.append((now, event, fields))  # behind what came before, urgent or not
             # urgent(), inlined: every call makes two records
-            if (event in DECISION_EVENTS or fields.get("decision") == "deny"
-                    or fields.get("error_kind") == "denied" or not self._flush_later()):
+            # a flush already due within FLUSH_SECONDS (most records) needs no call to _flush_later
+            if (event in DECISION_EVENTS or fields.get("decision") == "deny" or fields.get("error_kind") == "denied"
+                    or (self._direct or self._timer is None) and not self._flush_later()):
                 failing = self._failing
                 self._format_locked()
                 try:

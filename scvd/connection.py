@@ -124,15 +124,18 @@ class Connection:
         if self.closed:
             return
         data = p.encode(frame)
-        if len(data) > limit:
-            data = p.encode(too_large(frame, len(data), limit))
+        size = len(data)
+        if size > limit:
+            data = p.encode(too_large(frame, size, limit))
+            size = len(data)
         # what this turn holds back counts too: many answers may complete in one turn
-        waiting = self.transport.get_write_buffer_size() + self._out_bytes + len(data)
+        waiting = self.transport.get_write_buffer_size() + self._out_bytes + size
         if waiting > WRITE_BUFFER_LIMIT and self.backlog.over(waiting):
             return
-        self._out.append(data)
-        self._out_bytes += len(data)
-        if len(self._out) == 1 and not self.holding:
+        out = self._out
+        out.append(data)
+        self._out_bytes += size
+        if not self.holding and len(out) == 1:
             self._loop.call_soon(self._flush)
 
     def flush(self, soon: bool = False) -> None:
@@ -148,7 +151,7 @@ class Connection:
         if self._out and not self.closed:
             out, self._out, self.backlog.sent = self._out, [], self.backlog.sent + self._out_bytes
             self._out_bytes = 0
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self.transport.write(b"".join(out))  # one frame: join hands back that very bytes object
 
     def _stopped_reading(self) -> None:
         if not self.closed:
