@@ -444,7 +444,8 @@ class CallRegistry:
                 raise errors.UnknownTool.not_loaded(call.tool_name, why)
             known = ", ".join(t.name for t in session.registry.visible()) or "none"  # system tools stay unlisted
             raise errors.UnknownTool(f"no tool named {call.tool_name!r}; tools: {known}")
-        check_timeout(call.timeout_override, session.config.tools.max_timeout_seconds, "call timeout_seconds")
+        if call.timeout_override is not None:  # most calls send none: no call, no config lookups
+            check_timeout(call.timeout_override, session.config.tools.max_timeout_seconds, "call timeout_seconds")
         return tool
 
     def _still_wanted(self, call: Call) -> None:
