@@ -724,13 +724,13 @@ class ReadTool(Tool):
         return await run_blocking(read_file, ctx.workspace_fd, args.path, args.offset, args.limit, planned_real(plan))
 
 
-class _Held:
+class _Held(msgspec.Struct, gc=False):  # a Struct: made per read without a Python __init__; no cycles
     """The fd of a small local file opened by read's plan(), owned until run() or the call's end."""
 
-    __slots__ = ("fd", "size", "parts", "real")
-
-    def __init__(self, fd: int, size: int, parts: tuple[str, ...], real: tuple[str, ...]) -> None:
-        self.fd, self.size, self.parts, self.real = fd, size, parts, real
+    fd: int
+    size: int
+    parts: tuple[str, ...]
+    real: tuple[str, ...]
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1
