@@ -404,6 +404,8 @@ class McpServers:
     def not_loaded(self, tool: str) -> str | None:
         """Why `tool`, named as one of a server's, is not listed when that server is not up, or scvd could
         not take its list (else None)."""
+        if not self.links:  # a model's typo of a tool name, with no server: spec stays unloaded
+            return None
         from .spec import tool_name
 
         for name, link in self.links.items():
