@@ -97,7 +97,7 @@ class ServerLink:
         # a server's stderr, or an HTTP library's error, may quote a secret value (a header it refused),
         # hidden before the cut; and a server's words may be of any length (a 1 MB error answering
         # initialize): the error goes into status and every tools.list
-        self._error = printable(cut_middle(self._hide(text), ERROR_HEAD, ERROR_TAIL)) if text else text
+        self._error = cut_middle(printable(self._hide(text)), ERROR_HEAD, ERROR_TAIL) if text else text
 
     def _hide(self, text: str) -> str:
         """`text` with the secrets this start read, and the values of the url's query, left out."""

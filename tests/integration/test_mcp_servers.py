@@ -358,7 +358,7 @@ def test_a_huge_error_answering_initialize_is_cut_and_escaped_in_status_and_tool
         error = server(c, "raw", "down").error
         listed = [e.message for e in c.request(p.ToolsList).errors if e.source == "mcp:raw"]
     shown = scvctl(d, "status")
-    head = f"its initialize was answered with an error: \\x1b[31mrefused\\x1b[0m {'x' * 964} ... [cut: "
+    head = f"its initialize was answered with an error: \\x1b[31mrefused\\x1b[0m {'x' * 958} ... [cut: "
     assert error.startswith(head), error[:200]
     assert re.search(r" \.\.\. \[cut: 99\d,\d{3} chars\] \.\.\. x+ the end \(code -32603\); check that `command` and "
                      "`args` start an MCP server speaking JSON-RPC on its stdin and stdout$", error), error[-300:]
