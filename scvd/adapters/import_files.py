@@ -158,8 +158,7 @@ def forget_leftovers(directory: Path, names: tuple[str, ...]) -> list[str]:
         try:
             if import_journal.settle(directory, names) != import_journal.UNSURE:
                 return []  # settled: nothing of an import is left
-            with os.scandir(directory) as entries:
-                left = sorted(e.name for e in entries if e.name.startswith(tuple(f".{n}." for n in names)))
+            left = import_journal.leftovers(directory, names)
             import_journal.mark_unsure(directory, names)
         except OSError as exc:
             raise settle_failed(directory, exc) from exc

@@ -56,13 +56,19 @@ def done(directory: Path) -> None:
 def end(directory: Path, names: list[str]) -> None:
     """Remove what the commit of `names` left (kept files, staged copies: a copy of a key among them),
     then the journal (last: until then a kill is settled again)."""
-    for name in names:
-        unlink(kept(directory, name))
+    for name in leftovers(directory, names):
+        unlink(directory / name)
+    for path in (directory / _TMP, directory / DONE, directory / UNDO):
+        unlink(path)
+
+
+def leftovers(directory: Path, names: list[str] | tuple[str, ...]) -> list[str]:
+    """The kept files and staged copies of `names` in `directory`: what end() removes (an editor's
+    `.config.toml.swp` is none of them)."""
+    kept_names = {kept(directory, n).name for n in names}
     with os.scandir(directory) as entries:
-        staged = [e.path for e in entries
-                  if e.name.endswith(".tmp") and e.name.startswith(tuple(f".{n}." for n in names))]
-    for path in [*staged, directory / _TMP, directory / DONE, directory / UNDO]:
-        unlink(Path(path))
+        return sorted(e.name for e in entries if e.name in kept_names or (
+            e.name.endswith(".tmp") and e.name.startswith(tuple(f".{n}." for n in names))))
 
 
 def roll_back(directory: Path, had: dict[str, bool]) -> None:

@@ -209,8 +209,10 @@ def test_a_codex_logout_removes_the_key_an_older_scvds_unfinished_import_left(ag
     home = agent_daemon.home / "adapters" / "codex"
     os.link(home / "auth.json", home / ".auth.json.old")  # as that import kept it, then swapped the file
     (home / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": "sk-for-another-endpoint"}))
+    (home / ".config.toml.swp").write_text("an editor's")  # no import's: neither removed nor said to be
     out = scvctl(agent_daemon, "agents", "logout", "codex")
     assert out.returncode == 0, out.stderr
+    assert ".swp" not in out.stderr and (home / ".config.toml.swp").exists(), out.stderr
     assert (f"removed .auth.json.old from {home}: copies of its files (a key among them) that an import an older "
             "scvd did not finish left; runs stay refused until `scvctl agents import codex` again"
             in out.stderr.splitlines()), out.stderr
