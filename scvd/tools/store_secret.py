@@ -103,9 +103,13 @@ class StoreSecret(Tool):
         # N tools got 2(N+1) masked prompts in a turn for the one token)
         server = _server_of(args.tool, servers)
         counted = (ctx.turn, f"{MCP_PREFIX}{server}" if server else args.tool)
-        successes = _successes(ctx.services.get(SUCCEEDED, {}), counted[1])
-        used, then = rounds.get(counted, (0, successes))
-        if then != successes:  # the tool worked since: that heal ended, this is a new one
+        # without a turn (an MCP host's session, open for days) a heal ends when the tool it was for
+        # succeeds; a turn keeps seed 003's two rounds whatever succeeds in it (another tool of the
+        # same server may work without the key: that ends no heal, or a model could loop on a person)
+        whole = server is not None and args.tool == f"{MCP_PREFIX}{server}"
+        successes = _successes(ctx.services.get(SUCCEEDED, {}), args.tool, whole) if ctx.turn is None else 0
+        used, tool_then, then = rounds.get(counted, (0, args.tool, successes))
+        if tool_then == args.tool and successes > then:
             used = 0
         if used >= MAX_ROUNDS:
             raise LimitExceeded(
@@ -113,12 +117,12 @@ class StoreSecret(Tool):
                 f"per turn, an MCP server's tools counted as one): the credential keeps failing; stop and tell "
                 f"the user to check {args.key} (`scvctl secrets set {args.key}`)")
         requests.check_approvers(ctx.session_id, args.key)  # none: fail at once, not a round
-        rounds[counted] = (used + 1, successes)
+        rounds[counted] = (used + 1, args.tool, successes)
         try:
             entry = await requests.ask(session=ctx.session_id, call_id=ctx.call_id, key=args.key,
                                        question=args.question, tool=args.tool)
         except Unavailable:  # every approver asked disconnected: nobody answered, so not a round either
-            rounds[counted] = (used, successes)
+            rounds[counted] = (used, tool_then, then)
             raise
         result = {"key": args.key, "stored": True, "where": entry.source, "next": f"call {args.tool} again"}
         if servers is not None and (came := await servers.settle(args.key)):
@@ -131,9 +135,12 @@ class StoreSecret(Tool):
         return result
 
 
-def _successes(succeeded: dict[str, int], counted: str) -> int:
-    """The calls of `counted` that succeeded in the session; of an MCP server's (`mcp__NAME`), any of its tools'."""
-    return sum(n for tool, n in succeeded.items() if tool == counted or tool.startswith(f"{counted}__"))
+def _successes(succeeded: dict[str, int], tool: str, whole: bool) -> int:
+    """The calls of `tool` that succeeded in the session; with `whole` (an MCP server, `mcp__NAME`, named
+    while it was down and had no tools), any of its tools'."""
+    if whole:
+        return sum(n for name, n in succeeded.items() if name.startswith(f"{tool}__"))
+    return succeeded.get(tool, 0)
 
 
 def _server_of(tool: str, servers: Any) -> str | None:

@@ -1538,7 +1538,8 @@ def test_an_mcp_servers_tools_share_its_two_heal_rounds_per_turn(make_daemon, wo
     from conftest import wait_for_socket
 
     table = quirks_stdio_table("results", tmp_path / "starts").replace(
-        "[mcp.servers.raw]\n", '[mcp.servers.raw]\nenv = {RAW_TOKEN = {secret = "RAW_TOKEN"}}\n')
+        "[mcp.servers.raw]\n", '[mcp.servers.raw]\nenv = {RAW_TOKEN = {secret = "RAW_TOKEN"}}\n'
+        'tool_risk = {leak_ok = "read_only"}\n')
     d = make_daemon(table, env=NO_KEYRING, wait=False)
     store_secret(d, "RAW_TOKEN", "first")
     wait_for_socket(d.socket, proc=d.proc)
@@ -1550,7 +1551,9 @@ def test_an_mcp_servers_tools_share_its_two_heal_rounds_per_turn(make_daemon, wo
             healing = c.start_call(sid, "store_secret", {"key": "RAW_TOKEN", "tool": tool})
             enter_secret(me, f"for {tool}")
             assert c.wait_call(healing).ok
-        third = c.call(sid, "store_secret", {"key": "RAW_TOKEN", "tool": "mcp__raw"})
+            # another tool of the server works (without the key, maybe): that ends no heal of echo's
+            assert c.call(sid, "mcp__raw__leak_ok", {}).ok
+        third = c.call(sid, "store_secret", {"key": "RAW_TOKEN", "tool": "mcp__raw__echo"})
     assert third.error.kind == "limit", third.error
     assert third.error.message.startswith("store_secret already asked twice for mcp__raw in this turn (at most 2 "
                                           "per tool per turn, an MCP server's tools counted as one)")

@@ -202,8 +202,8 @@ ROTATING = '#!/bin/bash\ncat >/dev/null\n[ "$API_TOKEN" = "$(cat "$SCV_TOOL_DIR/
 
 @pytest.mark.parametrize("turn", [None, "t1"], ids=["no-turn", "one-turn"])
 def test_a_call_of_the_tool_that_succeeds_starts_its_rounds_over(make_daemon, scv_home, workspace, turn):
-    """An MCP host (no turn) or a long turn counted two rounds per tool for the whole session: once
-    its token expired a second time, the tool could not be healed again until a restart."""
+    """An MCP host (no turn) counted two rounds per tool for the whole session: once its token expired
+    a second time, the tool could not be healed again until a restart. A turn keeps its two rounds."""
     folder = make_tool(scv_home, "token", ROTATING, risk="read_only", secrets=["API_TOKEN"])
     d = make_daemon(home=scv_home, env=NO_KEYRING)
     with d.client(name="agent") as agent:
@@ -225,6 +225,10 @@ def test_a_call_of_the_tool_that_succeeds_starts_its_rounds_over(make_daemon, sc
         for episode, valid in enumerate(["token-1", "token-2", "token-3"]):  # each expires in its turn
             (folder / "valid").write_text(valid)
             assert not works()
+            if turn is not None and episode:  # seed 003: two rounds per tool per turn, whatever worked
+                third = heal(valid)
+                assert third.error.kind == "limit" and "asked twice for script_token" in third.error.message
+                return
             assert heal("wrong").ok, episode  # a first round that did not help
             assert not works()
             assert heal(valid).ok, episode  # the second one did
