@@ -32,9 +32,11 @@ def split(target: str) -> tuple[str, ...]:
     return tuple(p for p in target.split("/") if p not in ("", "."))
 
 
-def always_ask_reason(targets: Iterable[str], globs: Sequence[str], workspace: str | None = None) -> str | None:
+def always_ask_reason(targets: Iterable[str], globs: Sequence[str], workspace: str | None = None, *,
+                      folders: bool = False) -> str | None:
     """Why a call with these targets always asks (the first target that is sensitive), or None;
-    with `workspace` (its real path), secret-like is judged where the targets really are."""
+    with `workspace` (its real path), secret-like is judged where the targets really are; with
+    `folders`, each target is a folder (a run's directory), whose name is judged as a folder's."""
     compiled = compile_globs(tuple(globs))
     for target in targets:
         parts = split(target)
@@ -43,7 +45,7 @@ def always_ask_reason(targets: Iterable[str], globs: Sequence[str], workspace: s
         for glob in compiled:
             if matches(glob, parts):
                 return f"{show(target)} matches approvals.always_ask {glob.text!r}"
-        secret = secret_reason(parts, workspace)
+        secret = secret_reason(parts, workspace, folder=folders)
         if secret:
             return f"{show(target)} is secret-like ({secret})"
     return None

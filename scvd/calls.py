@@ -527,7 +527,7 @@ class CallRegistry:
         # only calls that are not read-only: reading .git is harmless, a secret-like read is filesystem
         always = None
         if plan.targets and plan.risk is not _READ_ONLY:
-            always = (always_ask_reason(plan.targets, cfg.always_ask, workspace)
+            always = (always_ask_reason(plan.targets, cfg.always_ask, workspace, folders=plan.folders)
                       or places_reason(workspace, plan.targets, self.hub.own, self.hub.host)
                       or git_dir_reason(workspace, plan.targets))
         verdict = policy_verdict(

@@ -157,6 +157,19 @@ def test_an_agent_plan_carries_its_directory(harness: Harness) -> None:
     assert harness.plan("claude", prompt="go").targets == ()
 
 
+def test_an_agents_directory_is_judged_as_a_folder_not_a_file(harness: Harness) -> None:
+    """The word rule (password, token) is for a file's name: a run in `services/password-reset` asked
+    every time, with no session grant to give."""
+    (harness.workspace / "services" / "password-reset").mkdir(parents=True)
+    plan = harness.plan("claude", prompt="go", cwd="services/password-reset")
+    assert plan.folders and always_ask_reason(plan.targets, DEFAULTS, folders=plan.folders) is None
+    assert always_ask_reason(["services/password-reset"], DEFAULTS) is not None  # as a file it would ask
+    (harness.workspace / ".aws").mkdir()
+    creds = harness.plan("claude", prompt="go", cwd=".aws")  # a credentials folder still asks
+    assert always_ask_reason(creds.targets, DEFAULTS, folders=creds.folders) == \
+        "'.aws' is secret-like ('.aws' is a directory of keys or credentials)"
+
+
 # --- the verdict -------------------------------------------------------------------------------
 
 

@@ -136,6 +136,7 @@ class AgentTool(Tool):
             network=True,
             writes_confined=False,
             targets=cwd_targets(ctx.workspace, args.cwd, cwd),
+            folders=True,
             timeout=float(timeout),
             data={"argv": argv},
         )

@@ -76,11 +76,12 @@ class Plan:
     either is read, so a call nobody is asked about does not build them."""
 
     __slots__ = ("risk", "_summary", "_details", "_describe", "sandboxed", "network", "writes_confined",
-                 "targets", "timeout", "data", "release")
+                 "targets", "folders", "timeout", "data", "release")
 
     def __init__(self, risk: ToolRisk, summary: str = "", details: dict[str, Any] | None = None, *,
                  sandboxed: bool = False, network: bool = True, writes_confined: bool = False,
-                 targets: tuple[str, ...] = (), timeout: float | None = None, data: Any = None,
+                 targets: tuple[str, ...] = (), folders: bool = False, timeout: float | None = None,
+                 data: Any = None,
                  release: Callable[[], None] | None = None,
                  describe: Callable[[], tuple[str, dict[str, Any]]] | None = None) -> None:
         self.risk = risk
@@ -94,6 +95,7 @@ class Plan:
         # the gate asks for one that approvals.always_ask or the secret-like rule names, whatever grant
         # exists. Empty: none known (bash, scripts and MCP tools can touch any path).
         self.targets = targets
+        self.folders = folders  # the targets are folders (a run's directory): no file name among them
         self.timeout = timeout  # the tool's own deadline, enforced by the tool
         self.data = data  # anything run() needs, computed once here
         self.release = release  # frees what `data` holds (an fd); called once the call ends

@@ -87,12 +87,13 @@ SERVICE_ACCOUNT = ("service-account", "service_account", "serviceaccount")  # a 
 _NOT_WORD = re.compile(r"[^a-z0-9]+")
 
 
-def secret_reason(path: str | Iterable[str], workspace: str | None = None) -> str | None:
+def secret_reason(path: str | Iterable[str], workspace: str | None = None, *, folder: bool = False) -> str | None:
     """Why `path` looks secret-like, as a short phrase for the approver, or None. With `workspace`
-    (its real path), a credentials folder it is or lies in counts: `config` in `~/.kube` does."""
+    (its real path), a credentials folder it is or lies in counts: `config` in `~/.kube` does.
+    With `folder`, `path` names a folder: its last part is judged as a folder's name, not a file's."""
     parts = path.split("/") if isinstance(path, str) else list(path)
     inside, above = _workspace_verdict(workspace) if workspace is not None else (None, "")
-    last = len(parts) - 1
+    last = len(parts) if folder else len(parts) - 1
     for index, part in enumerate(parts):
         # the name words count in a file's name only: a folder `token/` of a parser is none
         cache, name = _file_kinds if index == last else _kinds, part.lower()
