@@ -1,7 +1,9 @@
 """What to write instead of a configuration value of the wrong type, said from the field's type in
 the schema (the Structs config.py passes in): one wording for config.toml's type and parse errors,
 its SCVD_* overrides, and secrets.toml's parse errors. It knows no key by name. A value in a table
-of names (an MCP server's env or headers) is never repeated: that is where tokens get pasted.
+of names (an MCP server's env or headers) is never repeated: that is where tokens get pasted; nor
+one that reads like a credential (a token's body, a URL with a query or a password, an argument
+after `--api-key`): the hint goes to the log and `scvctl status`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Callable
 import msgspec
 
 from . import validation_text as vt
+from .secret_like import CREDENTIAL_NAME_RE, TOKEN_RUN_RE
 from .toml_write import toml_value
 
 _EXPECTED = re.compile(r"Expected `(\w+)[^`]*`, got `(\w+)`")
@@ -38,7 +41,7 @@ def suggestion(key: str, value: Any, schema: type) -> tuple[str, str | None] | N
         return (f"one of {', '.join(map(str, info.values))}, in quotes",
                 toml_value(value if value in info.values else info.values[0]))
     if isinstance(info, msgspec.inspect.StrType):
-        shown = HIDDEN if hide or isinstance(value, (list, dict)) else toml_value(_text(value))
+        shown = HIDDEN if hide or isinstance(value, (list, dict)) else _shown(key, _text(value))
         return "a text value, in quotes", shown
     if isinstance(info, (msgspec.inspect.IntType, msgspec.inspect.FloatType)):
         whole = isinstance(info, msgspec.inspect.IntType)
@@ -51,8 +54,10 @@ def suggestion(key: str, value: Any, schema: type) -> tuple[str, str | None] | N
         truthy = value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
         return "true or false, without quotes", "true" if truthy else "false"
     if isinstance(info, msgspec.inspect.ListType):
-        items = list_items(value) if isinstance(value, str) else [value]
-        return "a list", "[" + ", ".join(HIDDEN if hide else toml_value(_text(i)) for i in items) + "]"
+        items = [_text(i) for i in (list_items(value) if isinstance(value, str) else [value])]
+        # an item after a flag named like a credential (`--api-key KEY`) is one
+        return "a list", "[" + ", ".join(HIDDEN if hide else _shown(before if before.startswith("-") else "", item)
+                                         for before, item in zip(["", *items], items)) + "]"
     if info is None:
         return None
     fields = [f.name for f in getattr(info, "fields", ())]  # a table: its first key shows the shape
@@ -78,7 +83,7 @@ def after_parse_error(text: str, error: str, schema: type) -> str:
     key = ".".join(p for p in (table, written) if p)
     write = lambda v: f"{written} = {v}"  # noqa: E731
     if vt.type_at(schema, key) is None:  # unknown here (a quoted key, a typo): a string is the likeliest
-        shown = HIDDEN if _in_names_table(schema, key) else toml_value(value)
+        shown = HIDDEN if _in_names_table(schema, key) else _shown(key, value)
         return f"; give a text value, in quotes, e.g. {write(shown)}"
     return what_to_give(key, value, schema, write)
 
@@ -103,6 +108,16 @@ def _in_names_table(schema: type, key: str) -> bool:
     parts = key.split(".")
     return any(isinstance(info := vt.type_at(schema, ".".join(parts[:n])), msgspec.inspect.DictType)
                and not isinstance(info.value_type, msgspec.inspect.StructType) for n in range(1, len(parts)))
+
+
+def _shown(name: str, text: str) -> str:
+    """`text` as a TOML value, or HIDDEN when it may be a credential: `name` (its key, or the argument
+    before it) says so, or it holds a token's body, a URL's query or password."""
+    named = CREDENTIAL_NAME_RE.search(name.rsplit(".", 1)[-1].lstrip("-").replace("-", "_"))
+    token = any(re.search(r"\d", run) and re.search(r"[A-Za-z]", run) for run in TOKEN_RUN_RE.findall(text))
+    if named or token or ("://" in text and ("?" in text or "@" in text)):
+        return HIDDEN
+    return toml_value(text)
 
 
 def _text(value: Any) -> str:

@@ -442,6 +442,22 @@ def test_the_hint_for_a_value_in_a_table_of_names_does_not_repeat_it(cfg_file, t
     assert 'a text value, in quotes, e.g. ' in info.value.message and '= "..."' in info.value.message
 
 
+@pytest.mark.parametrize("text, kept", [
+    ("[mcp.servers.gh]\nurl = https://api.example.com/mcp?api_key=sk-live-PASTED\n", 'url = "..."'),
+    ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"--api-key sk-live-PASTED\"\n", 'args = ["--api-key", "..."]'),
+    ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"--token=ghpPASTED1234567890abc\"\n", 'args = ["..."]'),
+    ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"-y @scope/server-PASTED\"\n",
+     'args = ["-y", "@scope/server-PASTED"]'),  # no credential: repeated, as the person wrote it
+])
+def test_a_hint_does_not_repeat_what_reads_like_a_credential(cfg_file, text, kept):
+    """A bare url with a token in its query, an args string with --api-key: the hint quoted them into
+    the log and `scvctl status` (a reload's failure)."""
+    with pytest.raises(ConfigError) as info:
+        load(cfg_file(text), env={})
+    assert kept in info.value.message, info.value.message
+    assert "PASTED" not in info.value.message or "server-PASTED" in kept, info.value.message
+
+
 def test_names_keep_their_case_in_an_inline_table_override(cfg_file):
     """`..._ENV__GITHUB_TOKEN` is refused (read in lower case); the whole table as an inline table works."""
     path = cfg_file('[mcp.servers.gh]\ncommand = "gh-mcp"\nenv = {GH_HOST = "h"}\n')
