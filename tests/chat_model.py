@@ -14,6 +14,7 @@ with neither content nor tool_calls. Steps:
     Idle("partial")                    deltas (or none), then only keep-alives until the client hangs up:
                                        SSE comments, or with empty=True events that carry nothing
     Document('{"choices": ...}')       a 200 whose body is one JSON document (or a web page), no stream
+    Redirect(308, "http://...")        a redirect elsewhere (an empty body)
     Cut("partial")                     deltas, then the body ends cleanly without the closing events
                                        (no response.completed; no finish_reason, usage or [DONE]);
                                        Cut("partial", tail="reset") cuts the connection off instead
@@ -115,6 +116,12 @@ class Status:
     retry_after_ms: int | None = None
     code: str | None = None  # the error's code, e.g. OpenAI's insufficient_quota
     delay: float = 0.0  # seconds before answering: a request in flight
+
+
+@dataclass
+class Redirect:
+    status: int
+    location: str
 
 
 @dataclass
@@ -256,6 +263,12 @@ def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedMo
             h.send_header("retry-after-ms", str(step.retry_after_ms))
         h.end_headers()
         h.wfile.write(body)
+        return
+    if isinstance(step, Redirect):
+        h.send_response(step.status)
+        h.send_header("location", step.location)
+        h.send_header("content-length", "0")
+        h.end_headers()
         return
     if isinstance(step, Document):
         body = step.body.encode()

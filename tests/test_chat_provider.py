@@ -13,8 +13,8 @@ import time
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import (Calls, Cut, Deltas, Document, Filtered, Hang, Idle, Limited, Raw, Refused, ScriptedModel,
-                        Status, Text)
+from chat_model import (Calls, Cut, Deltas, Document, Filtered, Hang, Idle, Limited, Raw, Redirect, Refused,
+                        ScriptedModel, Status, Text)
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.openai_api import cap_field
 from scvd.chat.provider import ProviderFailure, Settings, make
@@ -210,6 +210,23 @@ def test_an_error_inside_the_stream_says_what_to_do_by_its_code(model, wire_api,
     with pytest.raises(ProviderFailure) as info:
         asyncio.run(collect(provider(m, wire_api)))
     assert (info.value.reason, info.value.hint) == (reason, hint) and info.value.message.endswith(": nope")
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+@pytest.mark.parametrize("status", [307, 308])
+def test_a_redirect_elsewhere_is_not_followed_and_says_where_it_pointed(model, wire_api, status):
+    """The client followed a provider's 307/308 to another host, sending it the relay's header (httpx
+    drops only Authorization) and the whole conversation, three times; the person saw `answered 500`."""
+    elsewhere = model(Text("stolen"))
+    m = model(Redirect(status, f"{elsewhere.base_url}/steal?token=abc"))
+    p = provider(m, wire_api, headers={"X-Relay-Token": "rel-secret-77"})
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(p))
+    assert elsewhere.requests == [] and len(m.requests) == 1  # nothing went there, and no retry here
+    assert info.value.reason == "provider_error"
+    assert info.value.message == (f"provider 'test' ({m.base_url}) answered {status} -> {elsewhere.base_url}/steal: "
+                                  "scvd follows no redirect, as it would send your key there")
+    assert info.value.hint == "set providers.test.base_url to it if you trust it"
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)

@@ -25,7 +25,8 @@ from ..redact import hide_in_logs, redact
 from ..secret_like import picked
 from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
 from .provider import ProviderFailure, Settings
-from .provider_errors import cause, content_filtered, detail, in_stream, setting, status_failure, table, token_limit
+from .provider_errors import (cause, content_filtered, detail, in_stream, redirected, setting, status_failure, table,
+                              token_limit)
 
 log = logging.getLogger("scvd.chat")
 
@@ -139,6 +140,7 @@ class _Base(abc.ABC):
                 api_key=s.api_key, base_url=s.base_url, timeout=s.timeout_seconds, max_retries=s.max_retries,
                 default_query=dict(s.query) or None, default_headers=dict(s.headers) or None,
                 http_client=openai.DefaultAsyncHttpxClient(
+                    follow_redirects=False,  # a redirect would take the key and the conversation elsewhere
                     event_hooks={"request": [self._sending], "response": [self._heard]}))
         return self._client
 
@@ -149,7 +151,7 @@ class _Base(abc.ABC):
             return ProviderFailure("auth", f"{where} refused the API key ({exc.status_code}): {detail(exc)}",
                                    s.auth_hint())
         if isinstance(exc, openai.APIStatusError):
-            return status_failure(where, exc, s)
+            return redirected(where, exc, s) if 300 <= exc.status_code < 400 else status_failure(where, exc, s)
         if isinstance(exc, openai.APITimeoutError):
             return self._timed_out()
         if isinstance(exc, openai.APIConnectionError) and reached:

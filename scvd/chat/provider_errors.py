@@ -11,6 +11,7 @@ from typing import Any
 import openai
 
 from .. import http_fields
+from ..text import printable
 from .provider import ProviderFailure, Settings
 
 # OpenAI's 429 for an account out of credit: "send it again later" would never work
@@ -40,6 +41,18 @@ def status_failure(where: str, exc: openai.APIStatusError, settings: Settings) -
     hint = (QUOTA_HINT if exc.code == QUOTA else TOO_LONG_HINT if _too_long(exc.code, text)
             else _status_hint(exc.status_code, settings))
     return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {text}", hint)
+
+
+def redirected(where: str, exc: openai.APIStatusError, settings: Settings) -> ProviderFailure:
+    """A 3xx: scvd follows no redirect, as the client would send the key, a relay's headers and the whole
+    conversation to wherever the provider pointed (httpx drops only Authorization on a host change)."""
+    response = exc.response
+    to = response.headers.get("location", "")
+    to = printable(http_fields.shown_url(str(response.url.join(to))), keep="")[:300] if to else "nowhere (no Location)"
+    fix = (f"set providers.{settings.name}.base_url to it if you trust it" if settings.name != "codex" else
+           "set base_url to it in your Codex config.toml if you trust it, then run `scvctl agents import codex` again")
+    return ProviderFailure("provider_error", f"{where} answered {exc.status_code} -> {to}: scvd follows no "
+                           "redirect, as it would send your key there", fix)
 
 
 def in_stream(message: str, code: Any, settings: Settings) -> ProviderFailure:
