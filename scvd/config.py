@@ -142,6 +142,9 @@ class ChatConfig(Section):
     context_tokens: Annotated[int, msgspec.Meta(ge=1000)] = 128_000
     system_prompt: str = ""
     transcript_days: Annotated[int, msgspec.Meta(ge=0)] = 0  # 0: keep every transcript (chat/expiry.py)
+    # bytes read of one model request's answer (a line of it: a quarter), chat/reply_cap.py: 128k tokens
+    # (the longest reply of today's models) at ~300 bytes of SSE each are ~40 MB
+    max_reply_bytes: Annotated[int, msgspec.Meta(ge=4096)] = 64 << 20
 
 
 class SecretRef(Section):

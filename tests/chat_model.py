@@ -15,6 +15,9 @@ with neither content nor tool_calls. Steps:
                                        SSE comments, or with empty=True events that carry nothing
     Document('{"choices": ...}')       a 200 whose body is one JSON document (or a web page), no stream
     Redirect(308, "http://...")        a redirect elsewhere (an empty body)
+    Flood("events", 1 << 20)           a body of that many bytes, as fast as it is read: text deltas
+                                       (then the answer's end), a 400's error JSON ("error") or one SSE
+                                       line ("line") that never ends; `written` counts what went out
     Cut("partial")                     deltas, then the body ends cleanly without the closing events
                                        (no response.completed; no finish_reason, usage or [DONE]);
                                        Cut("partial", tail="reset") cuts the connection off instead
@@ -122,6 +125,17 @@ class Status:
 class Redirect:
     status: int
     location: str
+
+
+@dataclass
+class Flood:
+    kind: str  # events | error | line
+    size: int
+    piece: int = 8192  # bytes of each write (a text delta's length for "events")
+    hold: int = 0  # past this many bytes, `midway` set, wait until the test sets `go`
+    written: int = 0
+    midway: threading.Event = field(default_factory=threading.Event)
+    go: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -270,6 +284,8 @@ def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedMo
         h.send_header("content-length", "0")
         h.end_headers()
         return
+    if isinstance(step, Flood):
+        return _flood(h, step, chat)
     if isinstance(step, Document):
         body = step.body.encode()
         h.send_response(200)
@@ -289,8 +305,7 @@ def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedMo
     h.end_headers()
     events = chat_events(step) if chat else responses_events(step)
     for name, data in events:
-        prefix = f"event: {name}\n" if name else ""
-        event = f"{prefix}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+        event = _event(name, data)
         h.wfile.write(event if hang else b"%x\r\n%s\r\n" % (len(event), event))
         h.wfile.flush()
         time.sleep(getattr(step, "gap", 0.0))
@@ -316,6 +331,38 @@ def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedMo
     else:
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
+
+
+def _event(name: str, data: Any) -> bytes:
+    prefix = f"event: {name}\n" if name else ""
+    return f"{prefix}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+
+
+def _flood(h: BaseHTTPRequestHandler, step: Flood, chat: bool) -> None:
+    h.send_response(400 if step.kind == "error" else 200)
+    h.send_header("content-type", "application/json" if step.kind == "error" else "text/event-stream")
+    h.send_header("transfer-encoding", "chunked")
+    h.end_headers()
+    h.close_connection = True
+    if step.kind == "events":
+        text = Text("y" * step.size, chunks=max(1, step.size // step.piece))
+        events = chat_events(text) if chat else responses_events(text)
+        blocks = [_event(name, data) for name, data in events]
+    else:
+        head = b'{"error": {"message": "' if step.kind == "error" else b"data: "
+        blocks = [head, *[b"x" * step.piece] * (step.size // step.piece)]
+    try:
+        for block in blocks:
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(block), block))
+            h.wfile.flush()
+            step.written += len(block)
+            if step.hold and not step.midway.is_set() and step.written >= step.hold:
+                step.midway.set()
+                step.go.wait(30)
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
+    except OSError:  # the client stopped reading
+        pass
 
 
 def _ping(step: Any, chat: bool) -> bytes:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import (Calls, Cut, Deltas, Document, Filtered, Hang, Idle, Limited, Raw, Redirect, Refused,
+from chat_model import (Calls, Cut, Deltas, Document, Filtered, Flood, Hang, Idle, Limited, Raw, Redirect, Refused,
                         ScriptedModel, Status, Text)
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.openai_api import cap_field
@@ -227,6 +227,45 @@ def test_a_redirect_elsewhere_is_not_followed_and_says_where_it_pointed(model, w
     assert info.value.message == (f"provider 'test' ({m.base_url}) answered {status} -> {elsewhere.base_url}/steal: "
                                   "scvd follows no redirect, as it would send your key there")
     assert info.value.hint == "set providers.test.base_url to it if you trust it"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_huge_error_body_is_read_no_further_than_its_start(model, wire_api):
+    """A 300 MB error body was read whole, once per retry (RSS ~950 MB) to quote 300 chars of it."""
+    flood = Flood("error", 32 << 20, piece=1 << 16)
+    m = model(flood)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert info.value.reason == "provider_error" and "answered 400" in info.value.message
+    assert flood.written < flood.size // 2  # scvd hung up: the server could not write the rest
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_answer_past_max_reply_bytes_fails_naming_the_setting(model, wire_api):
+    """A 131 MB streamed reply was kept whole (one 131 MB transcript line); nothing bounded it."""
+    flood = Flood("events", 32 << 20)
+    m = model(flood)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api, max_reply_bytes=200_000)))
+    assert info.value.reason == "provider_error"
+    assert info.value.message == (f"provider 'test' ({m.base_url}) sent more than 200,000 bytes in one answer "
+                                  "(chat.max_reply_bytes); scvd stopped reading it")
+    assert info.value.hint == ("ask for less at a time, or raise chat.max_reply_bytes if answers this long are "
+                               "expected")
+    assert flood.written < flood.size // 2
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_line_past_a_quarter_of_max_reply_bytes_fails_naming_the_setting(model, wire_api):
+    """One 400 MB SSE line that never ended grew scvd by 480 MB, then failed with a wrong explanation."""
+    flood = Flood("line", 32 << 20, piece=1 << 16)
+    m = model(flood)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api, max_reply_bytes=200_000)))
+    assert info.value.message == (f"provider 'test' ({m.base_url}) sent a line of more than 50,000 bytes (a quarter "
+                                  "of chat.max_reply_bytes); scvd stopped reading it")
+    assert info.value.hint.startswith("raise chat.max_reply_bytes if the provider's events are that large")
+    assert flood.written < flood.size // 2
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)

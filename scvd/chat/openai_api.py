@@ -25,6 +25,7 @@ from ..redact import hide_in_logs, redact
 from ..secret_like import picked
 from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
 from .provider import ProviderFailure, Settings
+from .reply_cap import TooLarge, cap
 from .provider_errors import (cause, content_filtered, detail, in_stream, redirected, setting, status_failure, table,
                               token_limit)
 
@@ -65,6 +66,8 @@ class _Base(abc.ABC):
             raise self._hidden(failure) from None
         except json.JSONDecodeError as exc:  # the client parses each event's data: this is the provider's
             raise self._hidden(self._garbled("JSON", exc.doc)) from None
+        except TooLarge as exc:
+            raise self._too_large(exc) from None
         finally:
             if response is not None:
                 await response.close()
@@ -85,7 +88,9 @@ class _Base(abc.ABC):
         self._refused = None
 
     async def _heard(self, response: Any) -> None:
-        """Each HTTP answer (the client's event hook): a 429 or 5xx is retried, maybe after its Retry-After."""
+        """Each HTTP answer (the client's event hook): its body bounded as it will be read; a 429 or 5xx
+        is retried, maybe after its Retry-After."""
+        cap(response, self.settings.max_reply_bytes)
         if response.status_code == 429 or response.status_code >= 500:
             h = response.headers
             wait = (f"{h['retry-after-ms']} ms" if "retry-after-ms" in h else
@@ -118,6 +123,17 @@ class _Base(abc.ABC):
             return _sent(s)
         name = s.key_source.split(" ", 1)[1] if s.key_source.startswith(("secret ", "env ")) else "api_key"
         return {**_sent(s), name: s.api_key}
+
+    def _too_large(self, exc: TooLarge) -> ProviderFailure:
+        """The answer went past chat.max_reply_bytes (or a line of it past a quarter of that)."""
+        if exc.what == "line":
+            return ProviderFailure("provider_error", f"{self._where()} sent a line of more than {exc.limit:,} bytes "
+                                   "(a quarter of chat.max_reply_bytes); scvd stopped reading it",
+                                   "raise chat.max_reply_bytes if the provider's events are that large; else check "
+                                   f"the base_url and wire_api of {table(self.settings.name)}")
+        return ProviderFailure("provider_error", f"{self._where()} sent more than {exc.limit:,} bytes in one answer "
+                               "(chat.max_reply_bytes); scvd stopped reading it",
+                               "ask for less at a time, or raise chat.max_reply_bytes if answers this long are expected")
 
     def _garbled(self, what: str, data: str) -> ProviderFailure:
         return ProviderFailure("provider_error", f"{self._where()} sent an event that is not {what}: {data[:200]!r}",

@@ -13,7 +13,7 @@ settings; a missing key is a `ProviderFailure(reason="auth")` naming the fix.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol
 
@@ -52,6 +52,7 @@ class Settings:
     timeout_seconds: float = 600.0
     max_output_tokens: int | None = None
     max_retries: int = 2
+    max_reply_bytes: int = 64 << 20  # chat.max_reply_bytes: what is read of one request's answer
     # sent with every request: an imported Codex provider's query_params (Azure's api-version) and
     # http_headers/env_http_headers; a value that reads like a credential is taken out of failures and
     # logs like the key
@@ -85,7 +86,7 @@ def resolve(name: str, config: Any, adapters_dir: Path, secrets: Any = None,
     env = os.environ if env is None else env
     table = config.providers.get(name)
     if table is None and name == CODEX:
-        return codex_settings(adapters_dir / CODEX)
+        return replace(codex_settings(adapters_dir / CODEX), max_reply_bytes=config.chat.max_reply_bytes)
     if table is None:
         known = ", ".join(sorted(config.providers)) or "none"
         raise ProviderFailure("provider_error", f"no provider {name!r} is configured (providers: {known})",
@@ -100,7 +101,8 @@ def resolve(name: str, config: Any, adapters_dir: Path, secrets: Any = None,
         key = env.get(table.api_key_env, "")
     settings = Settings(name=name, model=table.model, base_url=table.base_url or OPENAI_BASE_URL,
                         wire_api=table.wire_api, api_key=key, key_source=source,
-                        timeout_seconds=table.timeout_seconds, max_output_tokens=table.max_output_tokens)
+                        timeout_seconds=table.timeout_seconds, max_output_tokens=table.max_output_tokens,
+                        max_reply_bytes=config.chat.max_reply_bytes)
     if not key:
         raise ProviderFailure("auth", f"provider {name!r} has no API key ({source} is not set)",
                               settings.auth_hint())

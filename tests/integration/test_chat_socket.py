@@ -22,7 +22,7 @@ import msgspec
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import Calls, Cut, Deltas, Hang, Status, Text
+from chat_model import Calls, Cut, Deltas, Flood, Hang, Status, Text
 from harness import RawConn
 from helpers import lockable_keyring
 from scvd import errors, protocol as p
@@ -343,6 +343,34 @@ def test_an_answer_cut_short_fails_the_turn_and_is_not_kept_as_the_reply(chat_ri
     assert [(r["kind"], r.get("status")) for r in history][:2] == [("user", None), ("turn", "failed")]
     told = model.requests[1].get("messages") or model.requests[1]["input"]
     assert "forty" not in json.dumps(told)  # the fragment never reaches the model as its own answer
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_answer_past_max_reply_bytes_fails_the_turn_and_the_daemon_answers_meanwhile(chat_rig, workspace, wire_api):
+    """A 131 MB streamed reply was read and kept whole: chat.max_reply_bytes bounds one request's answer;
+    what came of it is not kept as the reply, as for a stream cut short."""
+    flood = Flood("events", 32 << 20, hold=100_000)
+    model, d = chat_rig(flood, Text("forty-two"), wire_api=wire_api, extra="max_reply_bytes = 200000\n")
+    with d.client(name="pytest") as c, d.client(name="other") as o:
+        session = open_chat(c, workspace).session
+        turn = c.request(p.TurnStart, session=session, text="first").turn
+        assert flood.midway.wait(10)
+        assert isinstance(o.request(p.Ping), p.Pong)  # the answer streams in: other clients are served
+        flood.go.set()
+        events = []
+        while not (events and isinstance(events[-1], END) and events[-1].turn == turn):
+            events.append(c.next_event())
+        end = events[-1]
+        assert isinstance(end, p.TurnFailed) and end.reason == "provider_error"
+        assert end.message.endswith("sent more than 200,000 bytes in one answer (chat.max_reply_bytes); scvd stopped "
+                                    "reading it"), end.message
+        assert not [e for e in events if isinstance(e, p.AssistantCompleted)]
+        assert isinstance(run_turn(c, session, "second")[1], p.TurnCompleted)
+        history = c.request(p.ChatHistory, session=session).records
+    assert [(r["kind"], r.get("status")) for r in history][:2] == [("user", None), ("turn", "failed")]
+    told = model.requests[1].get("messages") or model.requests[1]["input"]
+    assert "yyyy" not in json.dumps(told)  # what came never reaches the model as its own answer
+    assert flood.written < flood.size
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)

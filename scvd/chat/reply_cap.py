@@ -1,0 +1,72 @@
+"""How much of a provider's answer scvd reads: bounded as it comes, before the client parses it.
+
+The openai client reads an error body whole (once per retry), keeps a stream's line until it ends
+and hands on every event: a hostile or broken provider's 300 MB error, endless line or endless
+answer grew scvd by as much. `cap()` (an httpx response hook) puts a counting stream in the body's
+place, decoded first so that a compressed body is counted at the size it inflates to:
+- an error answer (not 2xx) is cut at ERROR_BODY_LIMIT, silently: its start says what went wrong;
+- an answer past `limit` bytes, or a line of it past a quarter of that (an SSE event's data is one
+  line), raises TooLarge, which the provider turns into the turn's failure.
+"""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from typing import Any, AsyncIterator
+
+import httpx2
+
+ERROR_BODY_LIMIT = 64 << 10
+
+
+class TooLarge(Exception):
+    """The answer went past a limit: `what` is "answer" or "line", `limit` its bytes."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(f"{what} above {limit} bytes")
+        self.what, self.limit = what, limit
+
+
+def line_limit(limit: int) -> int:
+    """The longest line of an answer of at most `limit` bytes."""
+    return max(1, limit // 4)
+
+
+def cap(response: Any, limit: int) -> None:
+    """Bound what will be read of `response` (an httpx response, its body not read yet)."""
+    decoded = httpx2.Response(response.status_code, headers=response.headers.copy(), stream=response.stream)
+    response.headers.pop("content-encoding", None)  # decoded here: nothing is left to decode
+    response.stream = _Counted(decoded, limit, error=not response.is_success)
+
+
+class _Counted(httpx2.AsyncByteStream):
+    def __init__(self, decoded: Any, limit: int, *, error: bool) -> None:
+        self._decoded, self._limit, self._error = decoded, limit, error
+        self._begun = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._begun:  # the client drains the body's end after [DONE], so that the connection is reused:
+            async for chunk in self._decoded.stream:  # the rest of the raw body, dropped as it comes
+                yield chunk
+            return
+        self._begun = True
+        total, line, longest = 0, 0, line_limit(self._limit)  # line: the bytes since the last line end
+        async with aclosing(self._decoded.aiter_bytes()) as chunks:
+            async for chunk in chunks:
+                if self._error:
+                    yield chunk[:ERROR_BODY_LIMIT - total]
+                    total += len(chunk)
+                    if total >= ERROR_BODY_LIMIT:
+                        return
+                    continue
+                total += len(chunk)
+                end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+                line = line + len(chunk) if end < 0 else len(chunk) - end - 1
+                if total > self._limit:
+                    raise TooLarge("answer", self._limit)
+                if line > longest:
+                    raise TooLarge("line", longest)
+                yield chunk
+
+    async def aclose(self) -> None:
+        await self._decoded.aclose()
