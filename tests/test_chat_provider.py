@@ -787,18 +787,33 @@ def test_a_provider_that_never_answers_is_asked_once_per_timeout_seconds(wire_ap
     assert len(accepted) == 1, "the request was sent again after timeout_seconds had passed"
 
 
+def garbled(m: ScriptedModel, wire_api: str) -> str:
+    """The message of the failure a malformed event gives: the provider's, with the same hint whatever it was."""
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert info.value.reason == "provider_error"
+    assert info.value.hint == ("send the text again; if it fails again, check the base_url and wire_api of "
+                               "[providers.test] in config.toml")
+    return info.value.message
+
+
 @pytest.mark.parametrize("data", ['"upstream busy"', "5", "null"])
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_an_event_that_is_json_but_no_object_fails_naming_the_provider_not_scvd(model, wire_api, data):
     """A string, a number or null is JSON, so the client passed it on as it was: reading it as an
     event failed the turn as a crash inside scvd (`see its log`), with a traceback in the log."""
     m = model(Raw(data))
-    with pytest.raises(ProviderFailure) as info:
-        asyncio.run(collect(provider(m, wire_api)))
-    assert info.value.reason == "provider_error"
-    assert info.value.message == f"provider 'test' ({m.base_url}) sent an event that is not a JSON object: {data!r}"
-    assert info.value.hint == ("send the text again; if it fails again, check the base_url and wire_api of "
-                               "[providers.test] in config.toml")
+    assert garbled(m, wire_api) == f"provider 'test' ({m.base_url}) sent an event that is not a JSON object: {data!r}"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_event_nested_too_deeply_fails_naming_the_provider_not_scvd(model, wire_api):
+    """The client's json.loads of an event nested 100,000 deep raised RecursionError: the turn failed as a
+    crash inside scvd (`see its log`), with a traceback in the log."""
+    kind = '"choices": []' if wire_api == "chat" else '"type": "response.output_text.delta", "delta": "a"'
+    m = model(Raw("{" + kind + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"))
+    assert garbled(m, wire_api) == (f"provider 'test' ({m.base_url}) sent an event that is not JSON scvd can read "
+                                    "(it is nested too deeply)")
 
 
 SHAPES = {"chat": "a Chat Completions chunk", "responses": "a Responses API event"}
@@ -822,13 +837,8 @@ def test_an_event_whose_fields_have_the_wrong_type_fails_naming_the_provider_not
     failed the turn as a crash inside scvd (`see its log`), as an event that is no JSON object did; a
     delta or arguments that were no text went on into the turn, to crash it there."""
     m = model(Raw(data))
-    with pytest.raises(ProviderFailure) as info:
-        asyncio.run(collect(provider(m, wire_api)))
-    assert info.value.reason == "provider_error"
-    assert info.value.message.startswith(f"provider 'test' ({m.base_url}) sent an event that is not "
-                                         f"{SHAPES[wire_api]}: '{{")
-    assert info.value.hint == ("send the text again; if it fails again, check the base_url and wire_api of "
-                               "[providers.test] in config.toml")
+    assert garbled(m, wire_api).startswith(f"provider 'test' ({m.base_url}) sent an event that is not "
+                                           f"{SHAPES[wire_api]}: '{{")
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
@@ -836,10 +846,5 @@ def test_an_event_that_is_not_json_fails_naming_the_provider_not_scvd(model, wir
     """The client parses each event's data as JSON: a server (or a proxy before it) that sends other
     text failed the turn as a crash inside scvd (`see its log`), with a traceback in the log."""
     m = model(Raw("upstream busy, retry later"))
-    with pytest.raises(ProviderFailure) as info:
-        asyncio.run(collect(provider(m, wire_api)))
-    assert info.value.reason == "provider_error"
-    assert info.value.message == (f"provider 'test' ({m.base_url}) sent an event that is not JSON: "
-                                  "'upstream busy, retry later'")
-    assert info.value.hint == ("send the text again; if it fails again, check the base_url and wire_api of "
-                               "[providers.test] in config.toml")
+    assert garbled(m, wire_api) == (f"provider 'test' ({m.base_url}) sent an event that is not JSON: "
+                                    "'upstream busy, retry later'")

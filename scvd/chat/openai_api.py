@@ -68,6 +68,8 @@ class _Base(abc.ABC):
             raise self._hidden(self._garbled("JSON", exc.doc)) from None
         except TooLarge as exc:
             raise self._too_large(exc) from None
+        except RecursionError:  # the client's json.loads of an event nested 100,000 deep: the provider's, too
+            raise self._garbled("JSON scvd can read (it is nested too deeply)") from None
         finally:
             if response is not None:
                 await response.close()
@@ -135,8 +137,9 @@ class _Base(abc.ABC):
                                "(chat.max_reply_bytes); scvd stopped reading it",
                                "ask for less at a time, or raise chat.max_reply_bytes if answers this long are expected")
 
-    def _garbled(self, what: str, data: str) -> ProviderFailure:
-        return ProviderFailure("provider_error", f"{self._where()} sent an event that is not {what}: {data[:200]!r}",
+    def _garbled(self, what: str, data: str | None = None) -> ProviderFailure:
+        shown = "" if data is None else f": {data[:200]!r}"
+        return ProviderFailure("provider_error", f"{self._where()} sent an event that is not {what}{shown}",
                                "send the text again; if it fails again, check the base_url and wire_api of "
                                f"{table(self.settings.name)}")
 
