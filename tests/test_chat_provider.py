@@ -71,6 +71,36 @@ def test_usage_counts_that_are_no_whole_numbers_do_not_fail_the_answer(model, wi
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
+@pytest.mark.parametrize("count", [1e300, -5, 10**300, 1 << 63], ids=["1e300", "negative", "301-digits", "2**63"])
+def test_an_absurd_usage_count_is_dropped_not_passed_on(model, wire_api, count, caplog):
+    """1e300, a negative count or one of 301 digits went into turn.completed as it came: a bridge in Go or
+    Rust, decoding its usage as int64, rejected the frame. Such a figure counts 0, logged once."""
+    names = ("prompt_tokens", "completion_tokens") if wire_api == "chat" else ("input_tokens", "output_tokens")
+    m = model(Text("hello", usage={names[0]: count, names[1]: 7}), Text("again", usage={names[0]: count, names[1]: 7}))
+    p = provider(m, wire_api)
+
+    async def two_requests():
+        try:
+            return [[e async for e in p.stream(REQUEST)] for _ in range(2)]
+        finally:
+            await p.aclose()
+
+    with caplog.at_level("WARNING", logger="scvd.chat"):
+        replies = asyncio.run(two_requests())
+    assert [(r[-1].usage.input_tokens, r[-1].usage.output_tokens) for r in replies] == [(0, 7), (0, 7)]
+    assert len([r for r in caplog.records if "token count no request uses" in r.getMessage()]) == 1
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_number_of_thousands_of_digits_fails_naming_the_provider_not_scvd(model, wire_api):
+    """json.loads refuses an integer of more than 4,300 digits with a ValueError: the turn failed as a crash
+    inside scvd (`see its log`)."""
+    m = model(Raw('{"choices": [], "usage": {"prompt_tokens": ' + "1" * 5000 + ', "input_tokens": 1}}'))
+    assert garbled(m, wire_api) == (f"provider 'test' ({m.base_url}) sent an event that is not JSON scvd can read "
+                                    "(a number of more than 4,300 digits)")
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_a_refusal_is_the_answers_text(model, wire_api):
     """A model that declines streams its refusal (Chat Completions' delta.refusal, the Responses API's
     response.refusal.delta), not text: it was dropped, and the person saw an empty answer."""

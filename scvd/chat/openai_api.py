@@ -53,6 +53,7 @@ class _Base(abc.ABC):
         self.settings = settings
         self._client: openai.AsyncOpenAI | None = None
         self._refused: tuple[int, str] | None = None  # the last retried answer of this request: status, Retry-After
+        self._absurd = False  # a token count was dropped (logged once)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         response = None  # set once the provider answered: a connection lost after that broke mid-answer
@@ -70,6 +71,10 @@ class _Base(abc.ABC):
             raise self._too_large(exc) from None
         except RecursionError:  # the client's json.loads of an event nested 100,000 deep: the provider's, too
             raise self._garbled("JSON scvd can read (it is nested too deeply)") from None
+        except ValueError as exc:  # json.loads of a number of more than 4,300 digits
+            if "integer string conversion" not in str(exc):
+                raise
+            raise self._garbled("JSON scvd can read (a number of more than 4,300 digits)") from None
         finally:
             if response is not None:
                 await response.close()
@@ -125,6 +130,15 @@ class _Base(abc.ABC):
             return _sent(s)
         name = s.key_source.split(" ", 1)[1] if s.key_source.startswith(("secret ", "env ")) else "api_key"
         return {**_sent(s), name: s.api_key}
+
+    def _usage(self, inputs: int | float | None, outputs: int | float | None) -> Usage:
+        """The request's usage; an absurd figure is dropped (counts 0), logged once a turn."""
+        counts = _tokens(inputs), _tokens(outputs)
+        if None in counts and not self._absurd:
+            self._absurd = True
+            log.warning("%s sent a token count no request uses (%.40r, %.40r): left out of the turn's usage",
+                        self._where(), inputs, outputs)
+        return Usage(*(c or 0 for c in counts))
 
     def _too_large(self, exc: TooLarge) -> ProviderFailure:
         """The answer went past chat.max_reply_bytes (or a line of it past a quarter of that)."""
@@ -291,7 +305,7 @@ class ResponsesProvider(_Base):
                 yield CallRequested(ToolCall(item.call_id, item.name, item.arguments or "{}"))
             elif kind == "response.completed":
                 u = event.response.usage
-                yield ReplyDone(Usage(_tokens(u.input_tokens), _tokens(u.output_tokens)) if u else Usage())
+                yield ReplyDone(self._usage(u.input_tokens, u.output_tokens) if u else Usage())
                 await _drain(stream)
                 return
             elif kind == "response.incomplete" and _why(event) == "max_output_tokens":
@@ -407,7 +421,7 @@ class ChatProvider(_Base):
                 log.debug("the end of a Chat Completions stream was not read: %s", exc)  # nothing is lost
                 break
             if chunk.usage:
-                usage = Usage(_tokens(chunk.usage.prompt_tokens), _tokens(chunk.usage.completion_tokens))
+                usage = self._usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
             for choice in chunk.choices or []:
                 finished = finished or bool(choice.finish_reason)
                 limited = limited or choice.finish_reason == "length"
@@ -472,9 +486,19 @@ _TEXT = (str, type(None))  # a text field the wire API may leave out or send as 
 _COUNT = (int, float, type(None))  # a token count: some servers send 11.0 (or an average), or null
 
 
-def _tokens(count: int | float | None) -> int:
-    """A usage count as the whole number turn.completed carries; null or not finite (1e400) counts 0."""
-    return int(count) if count is not None and math.isfinite(count) else 0
+# the largest token count of one request taken as true: far above any model's window (~1e7), and a turn's
+# sums of them stay within int64, which a Go or Rust bridge decodes turn.completed's usage as
+MAX_TOKENS = 1 << 40
+
+
+def _tokens(count: int | float | None) -> int | None:
+    """A usage count as the whole number turn.completed carries (null: 0), or None for one no request
+    used: negative, not finite (1e400), or past MAX_TOKENS (1e300, 301 digits)."""
+    if count is None:
+        return 0
+    if isinstance(count, float) and not math.isfinite(count):
+        return None
+    return int(count) if 0 <= count <= MAX_TOKENS else None
 
 
 def _fields(value: Any, **types: Any) -> bool:
