@@ -119,6 +119,8 @@ class Status:
     retry_after_ms: int | None = None
     code: str | None = None  # the error's code, e.g. OpenAI's insufficient_quota
     delay: float = 0.0  # seconds before answering: a request in flight
+    retry_after: str | None = None  # a Retry-After header (seconds, or an HTTP date)
+    body: str | None = None  # the body as it is (text/html), not the error JSON
 
 
 @dataclass
@@ -269,12 +271,15 @@ def _refused_schema(body: dict[str, Any]) -> Status | None:
 def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedModel) -> None:
     if isinstance(step, Status):
         time.sleep(step.delay)
-        body = json.dumps({"error": {"message": step.message, "type": "test", "code": step.code}}).encode()
+        error = json.dumps({"error": {"message": step.message, "type": "test", "code": step.code}})
+        body = (error if step.body is None else step.body).encode()
         h.send_response(step.status)
-        h.send_header("content-type", "application/json")
+        h.send_header("content-type", "application/json" if step.body is None else "text/html")
         h.send_header("content-length", str(len(body)))
         if step.retry_after_ms is not None:
             h.send_header("retry-after-ms", str(step.retry_after_ms))
+        if step.retry_after is not None:
+            h.send_header("retry-after", step.retry_after)
         h.end_headers()
         h.wfile.write(body)
         return

@@ -309,6 +309,32 @@ def test_500_after_retries_is_a_provider_error(model, wire_api):
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_retry_after_longer_than_scvd_waits_says_the_wait_asked(model, wire_api, status):
+    """The client sends nothing again when Retry-After asks more than 2 minutes, yet the hint said "the
+    provider failed after scvd's retries" and left out the wait asked."""
+    m = model(Status(status, "come back tomorrow", retry_after="100000"), Text("never"))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert len(m.requests) == 1
+    assert info.value.message.endswith(f"answered {status}: come back tomorrow")
+    assert info.value.hint == ("the provider asked to wait 27 h (Retry-After), beyond what scvd waits (120 s), so "
+                               "scvd did not send it again: try later")
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_error_body_that_is_no_json_is_quoted_escaped(model, wire_api):
+    """A proxy's web page read only `answered 500: Error code: 500`: nothing of what it said."""
+    page = "<html>oops \x1b[2J sk-test " + "x" * 400
+    m = model(*[Status(500, body=page, delay=0)] * 3)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    shown = ("<html>oops \\x1b[2J [secret TEST_KEY] " + "x" * 276)
+    assert info.value.message == f"provider 'test' ({m.base_url}) answered 500: {shown} ..."
+    assert info.value.hint == "the provider failed after scvd's retries: send the text again later"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_a_429_for_an_account_out_of_credit_says_to_add_credit_not_to_wait(model, wire_api):
     """OpenAI's quota error is a 429 that no retry or later message cures; the hint said to send the text
     again later."""

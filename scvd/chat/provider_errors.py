@@ -6,6 +6,8 @@ and sending again is offered only where it can help (not for a spent quota or a 
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import openai
@@ -37,10 +39,43 @@ def _too_long(code: Any, message: str) -> bool:
 
 def status_failure(where: str, exc: openai.APIStatusError, settings: Settings) -> ProviderFailure:
     """An error status the client gave up on (not 401/403: `auth`)."""
-    text = detail(exc)
+    text, status = detail(exc), exc.status_code
+    wait = asked_wait(exc.response.headers) if status == 429 or status >= 500 else None
     hint = (QUOTA_HINT if exc.code == QUOTA else TOO_LONG_HINT if _too_long(exc.code, text)
-            else _status_hint(exc.status_code, settings))
-    return ProviderFailure("provider_error", f"{where} answered {exc.status_code}: {text}", hint)
+            else _too_long_a_wait(wait) if wait is not None and wait > CLIENT_WAITS
+            else _status_hint(status, settings))
+    return ProviderFailure("provider_error", f"{where} answered {status}: {text}", hint)
+
+
+# the longest Retry-After the openai client waits out before sending again (its MAX_RETRY_AFTER_DELAY):
+# one asking longer is not sent again at all
+CLIENT_WAITS = 120
+
+
+def asked_wait(headers: Any) -> float | None:
+    """The seconds an answer's Retry-After-Ms or Retry-After asks to wait (a number, or an HTTP date), or None."""
+    for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
+        try:
+            return float(headers[name]) / scale
+        except (KeyError, ValueError):
+            pass
+    try:
+        return (parsedate_to_datetime(headers["retry-after"]) - datetime.now(timezone.utc)).total_seconds()
+    except (KeyError, TypeError, ValueError):  # none, or no date (a naive one cannot be compared: TypeError)
+        return None
+
+
+def _too_long_a_wait(seconds: float) -> str:
+    return (f"the provider asked to wait {_span(seconds)} (Retry-After), beyond what scvd waits ({CLIENT_WAITS} s), "
+            "so scvd did not send it again: try later")
+
+
+def _span(seconds: float) -> str:
+    """A wait as a person reads it: 90 s, 45 min, 27 h (whole units, rounded down)."""
+    if not seconds < 1e9:  # inf, or longer than anyone waits
+        return "without end"
+    return (f"{seconds:.0f} s" if seconds < 120 else f"{seconds // 60:.0f} min" if seconds < 7200
+            else f"{seconds // 3600:.0f} h")
 
 
 def redirected(where: str, exc: openai.APIStatusError, settings: Settings) -> ProviderFailure:
@@ -128,11 +163,17 @@ def setting(name: str, key: str) -> str:
     return f"providers.{name}.{key}"
 
 
+DETAIL_CHARS = 300  # of the provider's message, or of an error body that is no JSON
+
+
 def detail(exc: openai.APIStatusError) -> str:
-    """The provider's own message in an error answer, at most 300 characters."""
-    body = exc.body
+    """The provider's own message in an error answer, or the start of a body that is no JSON (a proxy's web
+    page: the client's message is only `Error code: 500`), its control characters escaped."""
+    body, text = exc.body, str(exc.message)
     if isinstance(body, dict):
         body = body.get("error", body)
         if isinstance(body, dict):
-            return str(body.get("message") or body)[:300]
-    return str(exc.message)[:300]
+            text = str(body.get("message") or body)
+    elif isinstance(body, str) and body.strip():
+        text = body.strip()
+    return printable(text[:DETAIL_CHARS], keep="") + (" ..." if len(text) > DETAIL_CHARS else "")
