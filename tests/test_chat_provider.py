@@ -329,9 +329,21 @@ def test_an_error_body_that_is_no_json_is_quoted_escaped(model, wire_api):
     m = model(*[Status(500, body=page, delay=0)] * 3)
     with pytest.raises(ProviderFailure) as info:
         asyncio.run(collect(provider(m, wire_api)))
-    shown = ("<html>oops \\x1b[2J [secret TEST_KEY] " + "x" * 276)
+    shown = ("<html>oops \\x1b[2J [secret TEST_KEY] " + "x" * 266)  # the key is taken out before the cut
     assert info.value.message == f"provider 'test' ({m.base_url}) answered 500: {shown} ..."
     assert info.value.hint == "the provider failed after scvd's retries: send the text again later"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+@pytest.mark.parametrize("step", [Status(400, "x" * 296 + "sk-test"), Raw("x" * 196 + "sk-test, not json")],
+                         ids=["error-status", "garbled-event"])
+def test_a_key_cut_in_two_where_a_failure_quotes_the_provider_is_still_hidden(model, wire_api, step):
+    """An error's text was cut (300 chars, 200 of a garbled event) before the key was taken out of it: a
+    key across the cut showed its first part, `sk-`."""
+    m = model(step)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert "sk-" not in info.value.message and "xxx[sec" in info.value.message
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)

@@ -152,7 +152,7 @@ class _Base(abc.ABC):
                                "ask for less at a time, or raise chat.max_reply_bytes if answers this long are expected")
 
     def _garbled(self, what: str, data: str | None = None) -> ProviderFailure:
-        shown = "" if data is None else f": {data[:200]!r}"
+        shown = "" if data is None else f": {redact(data, self._secrets())[:200]!r}"  # a key cut in two stays hidden
         return ProviderFailure("provider_error", f"{self._where()} sent an event that is not {what}{shown}",
                                "send the text again; if it fails again, check the base_url and wire_api of "
                                f"{table(self.settings.name)}")
@@ -181,10 +181,12 @@ class _Base(abc.ABC):
         """The client's error as the turn's failure, saying what to do."""
         where, s = self._where(), self.settings
         if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
-            return ProviderFailure("auth", f"{where} refused the API key ({exc.status_code}): {detail(exc)}",
+            return ProviderFailure("auth", f"{where} refused the API key ({exc.status_code}): {detail(exc, self._secrets())}",
                                    s.auth_hint())
         if isinstance(exc, openai.APIStatusError):
-            return redirected(where, exc, s) if 300 <= exc.status_code < 400 else status_failure(where, exc, s)
+            if 300 <= exc.status_code < 400:
+                return redirected(where, exc, s)
+            return status_failure(where, exc, s, self._secrets())
         if isinstance(exc, openai.APITimeoutError):
             return self._timed_out()
         if isinstance(exc, openai.APIConnectionError) and reached:

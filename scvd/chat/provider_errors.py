@@ -13,6 +13,7 @@ from typing import Any
 import openai
 
 from .. import http_fields
+from ..redact import redact
 from ..text import printable
 from .provider import ProviderFailure, Settings
 
@@ -37,9 +38,10 @@ def _too_long(code: Any, message: str) -> bool:
     return any(word in text for word in _TOO_LONG_WORDS)
 
 
-def status_failure(where: str, exc: openai.APIStatusError, settings: Settings) -> ProviderFailure:
+def status_failure(where: str, exc: openai.APIStatusError, settings: Settings,
+                   secrets: dict[str, str]) -> ProviderFailure:
     """An error status the client gave up on (not 401/403: `auth`)."""
-    text, status = detail(exc), exc.status_code
+    text, status = detail(exc, secrets), exc.status_code
     wait = asked_wait(exc.response.headers) if status == 429 or status >= 500 else None
     hint = (QUOTA_HINT if exc.code == QUOTA else TOO_LONG_HINT if _too_long(exc.code, text)
             else _too_long_a_wait(wait) if wait is not None and wait > CLIENT_WAITS
@@ -166,9 +168,10 @@ def setting(name: str, key: str) -> str:
 DETAIL_CHARS = 300  # of the provider's message, or of an error body that is no JSON
 
 
-def detail(exc: openai.APIStatusError) -> str:
+def detail(exc: openai.APIStatusError, secrets: dict[str, str]) -> str:
     """The provider's own message in an error answer, or the start of a body that is no JSON (a proxy's web
-    page: the client's message is only `Error code: 500`), its control characters escaped."""
+    page: the client's message is only `Error code: 500`), its control characters escaped; `secrets` are
+    taken out before it is cut (a key cut in two showed its first part)."""
     body, text = exc.body, str(exc.message)
     if isinstance(body, dict):
         body = body.get("error", body)
@@ -176,4 +179,5 @@ def detail(exc: openai.APIStatusError) -> str:
             text = str(body.get("message") or body)
     elif isinstance(body, str) and body.strip():
         text = body.strip()
+    text = redact(text, secrets)
     return printable(text[:DETAIL_CHARS], keep="") + (" ..." if len(text) > DETAIL_CHARS else "")
