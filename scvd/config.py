@@ -34,6 +34,9 @@ PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 # the most tools scvd takes from one MCP server: a bound on its parse and its part of every tools.list
 MCP_TOOLS_CEILING = 4096
+# chat.max_reply_bytes: bytes read of one model request's answer (a line of it: a quarter), chat/reply_cap.py.
+# 128k tokens (the longest reply of today's models) at ~300 bytes of SSE each are ~40 MB
+MAX_REPLY_BYTES = 64 << 20
 
 
 class Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -142,9 +145,7 @@ class ChatConfig(Section):
     context_tokens: Annotated[int, msgspec.Meta(ge=1000)] = 128_000
     system_prompt: str = ""
     transcript_days: Annotated[int, msgspec.Meta(ge=0)] = 0  # 0: keep every transcript (chat/expiry.py)
-    # bytes read of one model request's answer (a line of it: a quarter), chat/reply_cap.py: 128k tokens
-    # (the longest reply of today's models) at ~300 bytes of SSE each are ~40 MB
-    max_reply_bytes: Annotated[int, msgspec.Meta(ge=4096)] = 64 << 20
+    max_reply_bytes: Annotated[int, msgspec.Meta(ge=4096)] = MAX_REPLY_BYTES
 
 
 class SecretRef(Section):

@@ -22,6 +22,7 @@ from ..adapters.codex_home import IMPORTED, read_auth, read_config
 from ..adapters.codex_provider import (active_provider_id, active_settings, endpoint_problem, model_provider_problem,
                                       provider_entry, provider_headers, strings)
 from ..adapters.import_files import reading
+from ..config import MAX_REPLY_BYTES
 from .items import ModelEvent, ModelRequest
 
 CODEX = "codex"
@@ -52,7 +53,7 @@ class Settings:
     timeout_seconds: float = 600.0
     max_output_tokens: int | None = None
     max_retries: int = 2
-    max_reply_bytes: int = 64 << 20  # chat.max_reply_bytes: what is read of one request's answer
+    max_reply_bytes: int = MAX_REPLY_BYTES  # chat.max_reply_bytes: what is read of one request's answer
     # sent with every request: an imported Codex provider's query_params (Azure's api-version) and
     # http_headers/env_http_headers; a value that reads like a credential is taken out of failures and
     # logs like the key
