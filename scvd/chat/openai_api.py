@@ -25,7 +25,7 @@ from ..redact import hide_in_logs, redact
 from ..secret_like import picked
 from .items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, Usage
 from .provider import ProviderFailure, Settings
-from .reply_cap import TooLarge, cap
+from .reply_cap import cap
 from .provider_errors import (cause, content_filtered, detail, in_stream, redirected, setting, status_failure, table,
                               token_limit)
 
@@ -67,8 +67,6 @@ class _Base(abc.ABC):
             raise self._hidden(failure) from None
         except json.JSONDecodeError as exc:  # the client parses each event's data: this is the provider's
             raise self._hidden(self._garbled("JSON", exc.doc)) from None
-        except TooLarge as exc:
-            raise self._too_large(exc) from None
         except RecursionError:  # the client's json.loads of an event nested 100,000 deep: the provider's, too
             raise self._garbled("JSON scvd can read (it is nested too deeply)") from None
         except ValueError as exc:  # json.loads of a number of more than 4,300 digits
@@ -97,7 +95,7 @@ class _Base(abc.ABC):
     async def _heard(self, response: Any) -> None:
         """Each HTTP answer (the client's event hook): its body bounded as it will be read; a 429 or 5xx
         is retried, maybe after its Retry-After."""
-        cap(response, self.settings.max_reply_bytes)
+        cap(response, self.settings.max_reply_bytes, self._too_large)
         if response.status_code == 429 or response.status_code >= 500:
             h = response.headers
             wait = (f"{h['retry-after-ms']} ms" if "retry-after-ms" in h else
@@ -140,14 +138,14 @@ class _Base(abc.ABC):
                         self._where(), inputs, outputs)
         return Usage(*(c or 0 for c in counts))
 
-    def _too_large(self, exc: TooLarge) -> ProviderFailure:
+    def _too_large(self, what: str, limit: int) -> ProviderFailure:
         """The answer went past chat.max_reply_bytes (or a line of it past a quarter of that)."""
-        if exc.what == "line":
-            return ProviderFailure("provider_error", f"{self._where()} sent a line of more than {exc.limit:,} bytes "
+        if what == "line":
+            return ProviderFailure("provider_error", f"{self._where()} sent a line of more than {limit:,} bytes "
                                    "(a quarter of chat.max_reply_bytes); scvd stopped reading it",
                                    "raise chat.max_reply_bytes if the provider's events are that large; else check "
                                    f"the base_url and wire_api of {table(self.settings.name)}")
-        return ProviderFailure("provider_error", f"{self._where()} sent more than {exc.limit:,} bytes in one answer "
+        return ProviderFailure("provider_error", f"{self._where()} sent more than {limit:,} bytes in one answer "
                                "(chat.max_reply_bytes); scvd stopped reading it",
                                "ask for less at a time, or raise chat.max_reply_bytes if answers this long are expected")
 

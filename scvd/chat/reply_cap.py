@@ -6,25 +6,17 @@ answer grew scvd by as much. `cap()` (an httpx response hook) puts a counting st
 place, decoded first so that a compressed body is counted at the size it inflates to:
 - an error answer (not 2xx) is cut at ERROR_BODY_LIMIT, silently: its start says what went wrong;
 - an answer past `limit` bytes, or a line of it past a quarter of that (an SSE event's data is one
-  line), raises TooLarge, which the provider turns into the turn's failure.
+  line), raises the provider's failure for it, `too_large("answer" | "line", limit)`.
 """
 
 from __future__ import annotations
 
 from contextlib import aclosing
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import httpx2
 
 ERROR_BODY_LIMIT = 64 << 10
-
-
-class TooLarge(Exception):
-    """The answer went past a limit: `what` is "answer" or "line", `limit` its bytes."""
-
-    def __init__(self, what: str, limit: int) -> None:
-        super().__init__(f"{what} above {limit} bytes")
-        self.what, self.limit = what, limit
 
 
 def line_limit(limit: int) -> int:
@@ -32,16 +24,19 @@ def line_limit(limit: int) -> int:
     return max(1, limit // 4)
 
 
-def cap(response: Any, limit: int) -> None:
+TooLarge = Callable[[str, int], Exception]
+
+
+def cap(response: Any, limit: int, too_large: TooLarge) -> None:
     """Bound what will be read of `response` (an httpx response, its body not read yet)."""
     decoded = httpx2.Response(response.status_code, headers=response.headers.copy(), stream=response.stream)
     response.headers.pop("content-encoding", None)  # decoded here: nothing is left to decode
-    response.stream = _Counted(decoded, limit, error=not response.is_success)
+    response.stream = _Counted(decoded, limit, too_large, error=not response.is_success)
 
 
 class _Counted(httpx2.AsyncByteStream):
-    def __init__(self, decoded: Any, limit: int, *, error: bool) -> None:
-        self._decoded, self._limit, self._error = decoded, limit, error
+    def __init__(self, decoded: Any, limit: int, too_large: TooLarge, *, error: bool) -> None:
+        self._decoded, self._limit, self._too_large, self._error = decoded, limit, too_large, error
         self._begun = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -63,9 +58,9 @@ class _Counted(httpx2.AsyncByteStream):
                 end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
                 line = line + len(chunk) if end < 0 else len(chunk) - end - 1
                 if total > self._limit:
-                    raise TooLarge("answer", self._limit)
+                    raise self._too_large("answer", self._limit)
                 if line > longest:
-                    raise TooLarge("line", longest)
+                    raise self._too_large("line", longest)
                 yield chunk
 
     async def aclose(self) -> None:
