@@ -54,7 +54,7 @@ from ..text import json_bytes
 from . import catalog as cat, trim as trim_mod
 from .items import (HISTORY, AssistantReply, Cleared, ModelRequest, NoteArrived, Opened, Record, SchemasLoaded,
                     ScvdNote, ToolCall, ToolOutput, ToolSpec, TurnEnded, Usage, UserText)
-from .readback import CANCELLED_NOTE, STOPPED_NOTE, killed, read_back
+from .readback import CANCELLED_NOTE, STOPPED_NOTE, Readback, killed, read_back
 
 log = logging.getLogger("scvd.chat")
 
@@ -140,7 +140,11 @@ class Conversation:
         """Rebuild from a transcript; a call left without output (a crash) gets a cancelled one, and a
         last turn left without its end gets KILLED_NOTE and an end (both in `records`, to write back).
         `settings` stand in when no `open` record is readable (its write failed or was torn)."""
-        back = read_back(records)
+        return cls.from_back(read_back(records), settings)
+
+    @classmethod
+    def from_back(cls, back: Readback, settings: Opened | None = None) -> Conversation:
+        """replay() of a transcript read back already (chat.open's pages come from the same walk)."""
         opened = back.opened or settings
         if opened is None:
             raise ValueError("transcript has no `open` record")

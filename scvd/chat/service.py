@@ -23,12 +23,13 @@ import msgspec
 
 from .. import errors, protocol as p
 from ..secrets import off_loop
+from ..workers import run_opening
 from ..text import well_formed
 from . import provider as provider_mod
 from .catalog import Catalog
 from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
-from .items import (CallRequested, Cleared, NoteArrived, Opened, ReplyDone, SchemasLoaded, TextDelta, ToolCall,
-                    Unreadable, Usage)
+from .items import CallRequested, Cleared, Opened, ReplyDone, TextDelta, ToolCall, Unreadable, Usage
+from .pages import Pages
 from .pipeline import submit
 from .readback import read_back
 from .transcript import Transcripts, new_id
@@ -56,6 +57,18 @@ class Chat:
     questions: dict[str, str] = field(default_factory=dict)  # question_id -> the engine's call id
     background: set[asyncio.Task[Any]] = field(default_factory=set)  # outlive their turn
     write_error: str = ""  # why the transcript's last write failed, while records wait in conv.records
+    pages: Pages = field(default_factory=Pages)  # what chat.history shows, but conv.records[paged:]
+    paged: int = 0  # of conv.records, those in `pages` already (a write failed: they wait for the next)
+
+
+@dataclass
+class Resumed:
+    """A transcript read back for chat.open, off the loop."""
+
+    conv: Conversation  # its settings are the latest stored, or a stand-in: chat.open sets them
+    stored: Opened | None  # the latest settings stored
+    pages: Pages
+    notice: str | None  # what damaged lines lost
 
 
 class ChatService:
@@ -108,11 +121,9 @@ class ChatService:
     async def _open(self, conn: Any, frame: p.ChatOpen) -> p.Frame:
         config = self.daemon.config
         provider = frame.provider or None
-        records: list[Any] = []
         kept = self._unwritten.get(frame.conversation, [])
-        if frame.conversation:
-            records = await self._read(frame.conversation, config.chat.transcript_days, pending=bool(kept)) + kept
-        stored = next((r for r in reversed(records) if isinstance(r, Opened)), None)  # the latest settings
+        resumed = await self._resume(frame.conversation, config.chat.transcript_days, kept)
+        stored = resumed.stored if resumed else None
         name = provider or (stored.provider if stored else "") or config.chat.provider
         if name not in config.providers and name != provider_mod.CODEX:
             known = ", ".join(sorted(config.providers) + [provider_mod.CODEX])
@@ -130,31 +141,29 @@ class ChatService:
                           system_prompt=frame.system_prompt if frame.system_prompt is not None else
                           (stored.system_prompt if stored else config.chat.system_prompt))
         conversation = frame.conversation or new_id()
-        if records and stored is None:
+        if resumed and stored is None:
             log.warning("conversation %s has no readable open record; resuming it with this chat.open's settings",
                         frame.conversation)
-        conv = Conversation.replay(records, settings) if records else Conversation(settings=settings)
+        conv = resumed.conv if resumed else Conversation(settings=settings)
         conv.settings = settings
         conv.records[:0] = kept  # before what the replay ends (a cut turn): they came first
-        if not records or settings != stored:
+        if not resumed or settings != stored:
             conv.records.append(settings)
-        chat = Chat(session=session, conversation=conversation, conv=conv, provider=name)
+        chat = Chat(session=session, conversation=conversation, conv=conv, provider=name,
+                    pages=resumed.pages if resumed else Pages(), paged=len(kept))  # kept: read back with the file
         self._unwritten.pop(conversation, None)  # in conv.records now; no session of it could add any since
         self.chats[session.id] = chat
         self._save(chat)
         return p.ChatOpened(id=frame.id, session=session.id, conversation=conversation,
-                            workspace=str(session.workspace), provider=name, resumed=bool(records),
-                            notice=_unreadable(records))
+                            workspace=str(session.workspace), provider=name, resumed=bool(resumed),
+                            notice=resumed.notice if resumed else None)
 
-    async def _read(self, conversation: str, days: int = 0, pending: bool = False) -> list[Any]:
-        """Its transcript's records; none when records of it wait in memory but no write ever
-        succeeded (a conversation begun on a full disk has no file yet)."""
-        try:
-            return await asyncio.to_thread(self.transcripts.read, conversation, days)
-        except errors.ConversationNotFound:
-            if pending:
-                return []
-            raise
+    async def _resume(self, conversation: str, days: int, kept: list[Any]) -> Resumed | None:
+        """The conversation read back, or None for a new one: the read, its decoding and the replay
+        take seconds for a long transcript, so they run on a worker, not on the loop every client shares."""
+        if not conversation:
+            return None
+        return await run_opening(lambda: _resumed(self.transcripts, conversation, days, kept))
 
     async def start_turn(self, conn: Any, frame: p.TurnStart) -> p.Frame:
         chat = self._own(conn, frame.session)
@@ -190,12 +199,9 @@ class ChatService:
     async def history(self, conn: Any, frame: p.ChatHistory) -> p.Frame:
         chat = self._own(conn, frame.session)
         # with the records still waiting for a write (a full disk): the model reads them too
-        records = await self._read(chat.conversation, pending=bool(chat.conv.records)) + chat.conv.records
-        shown = [r for r in read_back(records).records if not isinstance(r, (Opened, SchemasLoaded, NoteArrived))]
-        end = len(shown) if frame.before is None else min(frame.before, len(shown))
-        first = 0 if frame.limit is None else max(0, end - frame.limit)
+        first, records = chat.pages.page(chat.conv.records[chat.paged:], frame.before, frame.limit)
         answer = p.ChatTranscript(id=frame.id, conversation=chat.conversation, start=first, more=first > 0,
-                                  records=[msgspec.to_builtins(r) for r in shown[first:end]])
+                                  records=records)  # type: ignore[arg-type]  # each record's JSON, as it goes out
         self._check_fits(answer, conn.server_frame_bytes)
         return answer
 
@@ -469,11 +475,14 @@ class ChatService:
 
     def _save(self, chat: Chat) -> None:
         records = chat.conv.take_records()
+        chat.pages.add(records[chat.paged:])  # chat.history shows them, written or waiting for a write
+        chat.paged = 0
         try:
             self.transcripts.append(chat.conversation, records)
         except (OSError, errors.InternalError) as exc:  # a full disk, a symlink in the file's place:
             records = records[exc.written if isinstance(exc, errors.BatchCut) else 0:]  # not those already in the file
             chat.conv.records[:0] = records  # the turn goes on, and the next save writes them, in order
+            chat.paged = len(records)
             chat.write_error = str(exc)
             log.error("transcript of %s not written (%d records kept for the next write): %s",
                       chat.conversation, len(records), exc)
@@ -493,6 +502,24 @@ async def _close(model: Any) -> None:
         await model.aclose()
     except Exception as exc:
         log.warning("closing the provider's connections failed: %s", exc)
+
+
+def _resumed(transcripts: Transcripts, conversation: str, days: int, kept: list[Any]) -> Resumed | None:
+    """The transcript and the records `kept` in memory after it, read back once for both the model
+    (the replay) and chat.history (its pages). None when there are none: `kept` waits in memory but
+    no write ever succeeded (a conversation begun on a full disk has no file yet)."""
+    try:
+        records = transcripts.read(conversation, days) + kept
+    except errors.ConversationNotFound:
+        if not kept:
+            raise
+        records = list(kept)
+    if not records:  # an empty file: begun afresh, as a new one is
+        return None
+    back = read_back(records)
+    # no readable `open` record: chat.open's own settings replace the stand-in
+    conv = Conversation.from_back(back, back.opened or Opened(workspace=""))
+    return Resumed(conv=conv, stored=back.opened, pages=Pages(back.records), notice=_unreadable(records))
 
 
 def _unreadable(records: list[Any]) -> str | None:

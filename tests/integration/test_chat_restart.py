@@ -4,8 +4,10 @@ old transcripts expire (in-process where a pass is made to fail)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import select
 import shutil
 import signal
 import stat
@@ -343,3 +345,54 @@ def test_a_transcript_that_cannot_be_removed_is_logged_and_the_pass_goes_on(make
     assert busy.exists() and not old.exists()
     os.kill(pid, signal.SIGTERM)  # scvd itself, not the bwrap around it
     assert d.proc.wait(15) == 0
+
+
+TURNS = 100_000  # about 30 MB: a chat of months
+
+
+def long_transcript(path: Path, workspace: Path, turns: int) -> None:
+    """`turns` turns written straight in the transcript's format, as months of chat leave it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opened = {"kind": "open", "workspace": str(workspace), "provider": "test"}
+    with path.open("wb") as f:
+        f.write(json.dumps(opened).encode() + b"\n")
+        for n in range(turns):
+            f.write(f'{{"kind":"user","text":"question {n} {"q" * 80}","turn":"t{n}"}}\n'
+                    f'{{"kind":"assistant","text":"answer {n} {"a" * 120}","turn":"t{n}"}}\n'
+                    f'{{"kind":"turn","turn":"t{n}","status":"completed"}}\n'.encode())
+
+
+def cpu_ticks(pid: int, tid: int | None = None) -> int:
+    """The CPU time (clock ticks, user and system) the daemon used (one thread's with `tid`)."""
+    path = Path(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat")
+    fields = path.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def test_a_long_transcript_resumes_off_the_loop_and_pages_without_reading_it_again(make_daemon, model, scv_home,
+                                                                                    workspace):
+    """A 30 MB transcript: chat.open read it back and replayed it on the event loop, so every other
+    client waited seconds for its answers, and each chat.history page read and decoded the whole file
+    again, however few records it asked for (seconds each, the loop stalled again)."""
+    d = make_daemon(config(model()), home=scv_home, env=ENV)
+    path = d.home / "state" / "chat" / "klong.jsonl"
+    long_transcript(path, workspace, TURNS)
+    (workspace / "a.txt").write_text("hi\n")
+    with d.client(name="pytest") as c, d.client(name="other") as other:
+        session = other.open_session(workspace)
+        loop, process = cpu_ticks(d.proc.pid, d.proc.pid), cpu_ticks(d.proc.pid)
+        sent = c.send(p.ChatOpen, workspace=str(workspace), conversation="klong")
+        other.request(p.Ping)
+        assert other.call(session, "read", {"path": "a.txt"}).result["content"] == "hi\n"
+        assert select.select([c.sock], [], [], 0)[0] == []  # chat.open still works, and the loop serves others
+        opened = c.wait_answer(sent.id)
+        loop, process = cpu_ticks(d.proc.pid, d.proc.pid) - loop, cpu_ticks(d.proc.pid) - process
+        assert opened.resumed
+        assert loop * 4 < process, (loop, process)  # the read, its decoding and the replay ran on a worker
+        path.unlink()  # pages come from what chat.open read
+        last = c.request(p.ChatHistory, session=opened.session, limit=1)
+        assert (last.start, last.more) == (3 * TURNS - 1, True)
+        assert last.records == [{"kind": "turn", "turn": f"t{TURNS - 1}", "status": "completed"}]
+        first = c.request(p.ChatHistory, session=opened.session, before=2, limit=5)
+        assert [r["text"].split()[:2] for r in first.records] == [["question", "0"], ["answer", "0"]]
+        assert (first.start, first.more) == (0, False)
