@@ -479,3 +479,20 @@ def test_a_long_chat_holds_old_trimmed_outputs_as_markers_and_sends_what_it_alwa
     assert len(conv.sizes) <= len(conv.history)  # and the estimates hold nothing it let go of
     last = max(i for i, item in enumerate(conv.history) if isinstance(item, UserText))
     assert {i.output for i in conv.history[:last] if isinstance(i, ToolOutput)} == {trim_mod.TRIMMED}
+
+
+def test_a_resumed_long_chat_holds_only_what_a_request_can_send_and_sends_what_it_always_sent():
+    """A resumed chat held every turn since its last clear (258 MB for a 73 MB transcript) though no
+    request could ever send more than chat.context_tokens of it."""
+    records: list = [Opened(workspace="/ws")]
+    for n in range(500):
+        records += [UserText(text=f"question {n} " + "q" * 200, turn=f"t{n}"),
+                    AssistantReply(calls=[call(f"c{n}", "read", path="a")], turn=f"t{n}"),
+                    ToolOutput(call_id=f"c{n}", name="read", output="x" * 400, turn=f"t{n}"),
+                    AssistantReply(text=f"answer {n}", turn=f"t{n}"), TurnEnded(turn=f"t{n}", status="completed")]
+    whole, held = Conversation.replay(records), Conversation.replay(records)
+    trim.forget_front(held.history, 4_000, held.sizes)
+    assert 0 < len(held.history) < len(whole.history) // 10
+    asked = [start(Turn(conv, catalog(), "t500", max_steps=8, context_tokens=4_000), "and now?")
+             for conv in (whole, held)]
+    assert asked[0][0].request == asked[1][0].request

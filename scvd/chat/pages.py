@@ -3,8 +3,8 @@
 A page is cut from the records chat.history shows (those since the last clear, read back:
 readback.py), which chat.open read once, off the loop. Re-reading and decoding the whole file
 for each page made every page of a long conversation cost seconds, however few records it asked
-for. Each record is kept encoded, as a page carries it, so the view of a long conversation
-costs about its file's size, not its decoded objects'.
+for. The records are kept encoded, as a page carries them, in one buffer: the view of a long
+conversation costs about its file's size, not its decoded objects'.
 
 The chat's records are added as they are saved. A record this version writes reads back as it
 is, so only a `clear` (the view starts afresh) and the records chat.history leaves out need a
@@ -13,6 +13,7 @@ look here.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any, Iterable
 
 import msgspec
@@ -28,30 +29,28 @@ class Pages:
     """A conversation's records as chat.history shows them, oldest first."""
 
     def __init__(self, records: Iterable[Any] = ()) -> None:
-        self._shown: list[bytes] = []
+        self._data = bytearray()  # the records' JSON, one after another: no object per record
+        self._ends = array("Q")  # where each record's JSON ends in _data
         self.add(records)
 
     def add(self, records: Iterable[Any]) -> None:
-        self._shown = _shown(self._shown, records)
+        for record in records:
+            if isinstance(record, Cleared):
+                self._data, self._ends = bytearray(), array("Q")
+            elif not isinstance(record, HIDDEN):
+                self._data += json_bytes(_encoder.encode, record)
+                self._ends.append(len(self._data))
 
     def page(self, pending: list[Any], before: int | None, limit: int | None) -> tuple[int, list[msgspec.Raw]]:
         """(the first record's position, the page's records): those before `before`, at most `limit`
         of them; `pending` (records still waiting for a write) comes after those added."""
-        shown, tail = self._shown, _shown([], pending)
-        if any(isinstance(r, Cleared) for r in pending):
-            shown = []
-        total = len(shown) + len(tail)
+        tail = Pages(pending)
+        kept = 0 if any(isinstance(r, Cleared) for r in pending) else len(self._ends)
+        total = kept + len(tail._ends)
         end = total if before is None else min(before, total)
         first = 0 if limit is None else max(0, end - limit)
-        rows = shown[first:end] + tail[max(first - len(shown), 0):max(end - len(shown), 0)]
+        rows = [self._row(n) if n < kept else tail._row(n - kept) for n in range(first, end)]
         return first, [msgspec.Raw(row) for row in rows]
 
-
-def _shown(shown: list[bytes], records: Iterable[Any]) -> list[bytes]:
-    """`shown` with `records` added as chat.history shows them (a clear empties it first)."""
-    for record in records:
-        if isinstance(record, Cleared):
-            shown = []
-        elif not isinstance(record, HIDDEN):
-            shown.append(json_bytes(_encoder.encode, record))
-    return shown
+    def _row(self, n: int) -> bytes:
+        return bytes(self._data[self._ends[n - 1] if n else 0:self._ends[n]])

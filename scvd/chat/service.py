@@ -23,9 +23,9 @@ import msgspec
 
 from .. import errors, protocol as p
 from ..secrets import off_loop
-from ..workers import run_opening
 from ..text import well_formed
-from . import provider as provider_mod
+from ..workers import run_opening
+from . import provider as provider_mod, trim as trim_mod
 from .catalog import Catalog
 from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
 from .items import CallRequested, Cleared, Opened, ReplyDone, TextDelta, ToolCall, Unreadable, Usage
@@ -122,7 +122,7 @@ class ChatService:
         config = self.daemon.config
         provider = frame.provider or None
         kept = self._unwritten.get(frame.conversation, [])
-        resumed = await self._resume(frame.conversation, config.chat.transcript_days, kept)
+        resumed = await self._resume(frame.conversation, config.chat, kept)
         stored = resumed.stored if resumed else None
         name = provider or (stored.provider if stored else "") or config.chat.provider
         if name not in config.providers and name != provider_mod.CODEX:
@@ -158,12 +158,12 @@ class ChatService:
                             workspace=str(session.workspace), provider=name, resumed=bool(resumed),
                             notice=resumed.notice if resumed else None)
 
-    async def _resume(self, conversation: str, days: int, kept: list[Any]) -> Resumed | None:
+    async def _resume(self, conversation: str, cfg: Any, kept: list[Any]) -> Resumed | None:
         """The conversation read back, or None for a new one: the read, its decoding and the replay
         take seconds for a long transcript, so they run on a worker, not on the loop every client shares."""
         if not conversation:
             return None
-        return await run_opening(lambda: _resumed(self.transcripts, conversation, days, kept))
+        return await run_opening(lambda: _resumed(self.transcripts, conversation, cfg, kept))
 
     async def start_turn(self, conn: Any, frame: p.TurnStart) -> p.Frame:
         chat = self._own(conn, frame.session)
@@ -504,12 +504,12 @@ async def _close(model: Any) -> None:
         log.warning("closing the provider's connections failed: %s", exc)
 
 
-def _resumed(transcripts: Transcripts, conversation: str, days: int, kept: list[Any]) -> Resumed | None:
+def _resumed(transcripts: Transcripts, conversation: str, cfg: Any, kept: list[Any]) -> Resumed | None:
     """The transcript and the records `kept` in memory after it, read back once for both the model
     (the replay) and chat.history (its pages). None when there are none: `kept` waits in memory but
     no write ever succeeded (a conversation begun on a full disk has no file yet)."""
     try:
-        records = transcripts.read(conversation, days) + kept
+        records = transcripts.read(conversation, cfg.transcript_days) + kept
     except errors.ConversationNotFound:
         if not kept:
             raise
@@ -519,6 +519,9 @@ def _resumed(transcripts: Transcripts, conversation: str, days: int, kept: list[
     back = read_back(records)
     # no readable `open` record: chat.open's own settings replace the stand-in
     conv = Conversation.from_back(back, back.opened or Opened(workspace=""))
+    # no request takes more than chat.context_tokens: the model never reads what lies before that again
+    # (the transcript and the pages keep it), and a long chat's history held hundreds of MB
+    trim_mod.forget_front(conv.history, cfg.context_tokens, conv.sizes)
     return Resumed(conv=conv, stored=back.opened, pages=Pages(back.records), notice=_unreadable(records))
 
 

@@ -104,11 +104,15 @@ def compact(history: list[Any], sent: Sequence[Any], budget: int, sizes: Sizes) 
         if item is not history[offset + j]:
             sizes.forget([history[offset + j]])
             history[offset + j] = item
-    # the front before a user message whose rest, every output blanked, still does not fit: every
-    # later request drops it whole (rule 2) and keeps what follows as it would have
-    if offset == 0:  # the whole history fits blanked as it is: so does every part of it
-        return
-    least = 0
+    if offset:  # else the whole history fits blanked as it is: so does every part of it
+        forget_front(history, budget, sizes)
+
+
+def forget_front(history: list[Any], budget: int, sizes: Sizes) -> None:
+    """Drop the front before a user message whose rest, every output blanked, still does not fit in
+    `budget`: every later request drops it whole (rule 2) and keeps what follows as it would have.
+    Only the newest items are estimated, until they pass `budget`."""
+    least, asked = 0, last_user(history)
     for i in range(len(history) - 1, 0, -1):
         blank = _blanked(history[i])
         least += sizes.of(blank) if blank is history[i] else estimate(blank)  # a blank made here is not kept
