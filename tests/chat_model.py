@@ -13,6 +13,7 @@ with neither content nor tool_calls. Steps:
     Raw("not json")                    an event whose data is that text, not JSON
     Idle("partial")                    deltas (or none), then only keep-alives until the client hangs up:
                                        SSE comments, or with empty=True events that carry nothing
+                                       (empty="usage": usage-only chunks, or empty text deltas)
     Document('{"choices": ...}')       a 200 whose body is one JSON document (or a web page), no stream
     Redirect(308, "http://...")        a redirect elsewhere (an empty body)
     Flood("events", 1 << 20)           a body of that many bytes, as fast as it is read: text deltas
@@ -160,7 +161,7 @@ class Idle:
     `: ping` comments, or with `empty` events a proxy or server sends that carry nothing of the answer."""
 
     text: str = ""
-    empty: bool = False
+    empty: bool | str = False  # "usage": Chat Completions' usage-only chunks, the Responses API's empty text deltas
     tail: str = "hang"
 
 
@@ -374,9 +375,16 @@ def _ping(step: Any, chat: bool) -> bytes:
     """A keep-alive: an SSE comment, or an event with nothing of the answer in it (Idle(empty=True))."""
     if not getattr(step, "empty", False):
         return b": ping\n\n"
+    usage = step.empty == "usage"
+    if chat and usage:
+        return (b'data: {"id": "c1", "object": "chat.completion.chunk", "choices": [], '
+                b'"usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}\n\n')
     if chat:
         return (b'data: {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, '
                 b'"delta": {"role": "assistant", "content": ""}}]}\n\n')
+    if usage:
+        return (b'event: response.output_text.delta\ndata: {"type": "response.output_text.delta", "item_id": "m1", '
+                b'"output_index": 0, "content_index": 0, "delta": ""}\n\n')
     return b'data: {"type": "keepalive"}\n\n'
 
 

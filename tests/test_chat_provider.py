@@ -792,12 +792,14 @@ def test_a_rate_limit_that_outlasts_timeout_seconds_is_named_as_the_429_it_is(mo
 
 
 @pytest.mark.timeout(20)  # the server sends keep-alives for 30 s: a turn that waits them out fails
-@pytest.mark.parametrize("idle", [Idle(), Idle(empty=True), Idle("The answer is", empty=True)],
-                         ids=["comments", "empty-events", "empty-events-after-text"])
+@pytest.mark.parametrize("idle", [Idle(), Idle(empty=True), Idle("The answer is", empty=True),
+                                  Idle("The answer is", empty="usage")],
+                         ids=["comments", "empty-events", "empty-events-after-text", "usage-or-empty-deltas"])
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_a_stream_of_keep_alives_only_fails_after_timeout_seconds(model, wire_api, idle):
     """Every byte starts the client's read timeout again: a provider (or a proxy before it) that sent
-    `: ping` comments or empty events, and nothing of the answer, held the turn open until turn.cancel."""
+    `: ping` comments or empty events, and nothing of the answer, held the turn open until turn.cancel.
+    Chunks of only `usage`, or empty text deltas, counted as the answer: a turn waited 45 s and more."""
     m = model(idle)
     s = Settings(name="slow", model="m", base_url=m.base_url, wire_api=wire_api, api_key="k", key_source="",
                  timeout_seconds=1, max_retries=0)
@@ -825,6 +827,22 @@ def test_a_slow_answer_whose_parts_keep_coming_is_not_cut_off(model, wire_api, s
     events = asyncio.run(collect(make(s)))
     assert isinstance(events[-1], ReplyDone)
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == text
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_an_answer_that_keeps_dripping_ends_after_ten_timeouts_in_all(model, wire_api):
+    """Each "." came well within timeout_seconds, so a provider dripping one a second held the turn
+    for as long as it liked."""
+    m = model(Text("." * 500, chunks=500, gap=0.05))  # 25 s in all, a part every 1/20 of timeout_seconds
+    s = Settings(name="slow", model="m", base_url=m.base_url, wire_api=wire_api, api_key="k", key_source="",
+                 timeout_seconds=1, max_retries=0)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(make(s)))
+    assert info.value.message == (f"provider 'slow' ({m.base_url}) was still sending its answer after 10 s, 10 "
+                                  "times timeout_seconds (the most one answer may take)")
+    assert info.value.hint == ("send the text again, asking for less at once; for a slow model raise "
+                               "providers.slow.timeout_seconds")
 
 
 @pytest.mark.timeout(20)

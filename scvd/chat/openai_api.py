@@ -32,6 +32,9 @@ from .provider_errors import (cause, content_filtered, detail, in_stream, redire
 log = logging.getLogger("scvd.chat")
 
 DRAIN_SECONDS = 1.0  # how long the end of a completed stream may take to arrive
+# a request's answer takes at most this many timeout_seconds in all: parts that keep coming (a drip
+# of one "." a second) otherwise held the turn for ever
+ANSWER_TIMEOUTS = 10
 # a call that came without a name goes back so (its output says so): servers refuse `"name": ""`
 NO_NAME = "unnamed"
 
@@ -155,8 +158,13 @@ class _Base(abc.ABC):
                                "send the text again; if it fails again, check the base_url and wire_api of "
                                f"{table(self.settings.name)}")
 
-    def _timed_out(self, stalled: bool = False) -> ProviderFailure:
+    def _timed_out(self, stalled: bool = False, whole: bool = False) -> ProviderFailure:
         s = self.settings
+        if whole:
+            return ProviderFailure("provider_error", f"{self._where()} was still sending its answer after "
+                                   f"{ANSWER_TIMEOUTS * s.timeout_seconds:g} s, {ANSWER_TIMEOUTS} times timeout_seconds "
+                                   "(the most one answer may take)", "send the text again, asking for less at "
+                                   f"once; for a slow model raise {setting(s.name, 'timeout_seconds')}")
         stall = ("; its stream stayed open, but nothing of the answer came (keep-alive comments and empty "
                  "events are not the answer)" if stalled else "")
         return ProviderFailure("provider_error", f"{self._where()} did not answer within "
@@ -262,16 +270,17 @@ class _Watched:
         self.events = 0
         self._loop = asyncio.get_running_loop()
         self._deadline = self._loop.time() + provider.settings.timeout_seconds
+        self._end = self._loop.time() + ANSWER_TIMEOUTS * provider.settings.timeout_seconds
 
     def __aiter__(self) -> _Watched:
         return self
 
     async def __anext__(self) -> Any:
         try:
-            async with asyncio.timeout_at(self._deadline):
+            async with asyncio.timeout_at(min(self._deadline, self._end)):
                 event = await self._next()
         except TimeoutError:
-            raise self._provider._timed_out(stalled=True) from None
+            raise self._provider._timed_out(stalled=True, whole=self._end <= self._deadline) from None
         if not isinstance(event, openai.BaseModel):  # JSON, but a string, a number or null: no event
             raise self._provider._garbled("a JSON object", json.dumps(event))
         self.events += 1
@@ -323,6 +332,8 @@ class ResponsesProvider(_Base):
     @staticmethod
     def _progress(event: Any) -> bool:
         kind = getattr(event, "type", None)  # a proxy's {"type": "keepalive"} or {} is no answer
+        if isinstance(kind, str) and kind.endswith(".delta"):  # an empty one adds nothing
+            return bool(getattr(event, "delta", None))
         return kind == "error" or (isinstance(kind, str) and kind.startswith("response.")
                                    and kind not in ("response.created", "response.queued", "response.in_progress"))
 
@@ -451,10 +462,9 @@ class ChatProvider(_Base):
 
     @staticmethod
     def _progress(chunk: Any) -> bool:
-        """Text, a call's fragment, reasoning (a server's own field, such as reasoning_content), a
-        finish_reason or the usage; not a chunk without choices, an empty delta or a bare role."""
-        if getattr(chunk, "usage", None):
-            return True
+        """Text, a call's fragment, reasoning (a server's own field, such as reasoning_content) or a
+        finish_reason; not a chunk without choices, the usage alone (it may come again and again), an
+        empty delta or a bare role."""
         return any(choice.finish_reason or (choice.delta and any(v for k, v in choice.delta if k != "role"))
                    for choice in getattr(chunk, "choices", None) or [])
 
