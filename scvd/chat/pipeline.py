@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import errors
 from ..calls import failure
+from ..protocol import ToolErrorInfo
 
 log = logging.getLogger("scvd.chat")
 
@@ -36,6 +37,13 @@ NO_APPROVER_BRIDGE = ("nobody can approve this call: no `scvctl approvals watch`
 NO_APPROVER_SPAWNED = ("nobody can approve this call: no `scvctl approvals watch` is running, and this client was "
                        "started by scvd (a tool or agent), so it may not approve its own calls; have the owner start "
                        "`scvctl approvals watch` on the machine scvd runs on, then ask again")
+
+
+# a model cannot wait for call.completed or send call.cancel, as a socket client is told to: what it can do
+# is ask again, fewer at once (its step's other outputs come back together, so those calls are over by then)
+TOO_MANY = ("this call was not run: the step asked for more calls at once than one session runs together "
+            "(server.max_calls_per_session = {cap}, counting calls still running); call it again, asking for "
+            "fewer calls at once")
 
 
 def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:
@@ -59,8 +67,10 @@ async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any]
         handle = daemon.calls.submit(session, tool, arguments, requester=session.owner.decider(),
                                      call_id=_call_id(daemon, session, turn), turn=turn)
     except errors.ToolError as exc:  # refused before it was taken on (server.max_calls_per_session):
-        # the model is told why, as a socket client is; no crash
+        # the model is told why, in words it can act on; no crash
         log.info("turn %s: a call of %s was refused (%s)", turn, tool, errors.shown(exc))
+        if isinstance(exc, errors.LimitExceeded):
+            return False, None, ToolErrorInfo(kind=exc.kind, message=TOO_MANY.format(cap=daemon.calls.max_per_session))
         return failure(exc)
     try:
         return tuple(await asyncio.shield(handle.outcome))

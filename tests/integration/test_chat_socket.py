@@ -500,7 +500,8 @@ def test_a_call_that_fails_inside_scvd_reaches_the_model_and_the_turn_ends(chat_
 
 def test_a_call_past_the_sessions_call_cap_reaches_the_model_as_a_limit_not_a_crash(chat_rig, workspace, caplog):
     """A step asking for more calls than server.max_calls_per_session lets the session hold: the one
-    past it is refused as a socket `call` would be, and the turn goes on; it was logged as a crash."""
+    past it is refused, and the turn goes on; it was logged as a crash. The model was told to wait for
+    call.completed or send call.cancel, which it cannot: it hears to call it again, fewer at once."""
     caplog.set_level(logging.INFO, logger="scvd.chat")
     model, d = chat_rig(load("write"), Calls(("write", {"path": "a.txt", "content": "a", "mode": "create"}),
                                              ("write", {"path": "b.txt", "content": "b", "mode": "create"})),
@@ -515,14 +516,14 @@ def test_a_call_past_the_sessions_call_cap_reaches_the_model_as_a_limit_not_a_cr
         events, end = run_turn(c, opened.session, "write both", approve)
         history = c.request(p.ChatHistory, session=opened.session).records
     assert isinstance(end, p.TurnCompleted)
-    refused = ("this session already holds 1 calls that have not completed (server.max_calls_per_session); "
-               "wait for earlier calls to complete (call.completed), or cancel those you no longer need "
-               "(call.cancel), then send this one again")
+    refused = ("this call was not run: the step asked for more calls at once than one session runs together "
+               "(server.max_calls_per_session = 1, counting calls still running); call it again, asking for "
+               "fewer calls at once")
     outputs = [json.loads(o) for o in model.outputs(2)[-2:]]
     assert outputs[0]["ok"] and outputs[1] == {"ok": False, "error": {"kind": "limit", "message": refused}}
     assert (workspace / "a.txt").read_text() == "a" and not (workspace / "b.txt").exists()
     assert refused in json.dumps([r for r in history if r["kind"] == "tool"])  # the transcript keeps it
-    assert "crashed" not in caplog.text and f"was refused (limit: {refused})" in caplog.text
+    assert "crashed" not in caplog.text and "was refused (limit: this session already holds 1 calls" in caplog.text
 
 
 def test_ask_user_asks_the_chat_and_the_answer_reaches_the_model(chat_rig, workspace):
