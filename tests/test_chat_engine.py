@@ -496,3 +496,36 @@ def test_a_resumed_long_chat_holds_only_what_a_request_can_send_and_sends_what_i
     asked = [start(Turn(conv, catalog(), "t500", max_steps=8, context_tokens=4_000), "and now?")
              for conv in (whole, held)]
     assert asked[0][0].request == asked[1][0].request
+
+
+def test_a_call_too_large_to_send_back_is_not_run_and_the_model_hears_why():
+    """A model's 5 MB argument failed the turn with "this turn's requests grew past
+    chat.context_tokens ... ask for less at a time", as if the person had asked too much."""
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read", "write"]))
+    t = turn(conv, context_tokens=4_000)
+    start(t, "write the report")
+    huge = call("c1", "write", path="r.txt", content="x" * 10_000)
+    [read] = t.on_reply("", [huge, call("c2", "read", path="a")], Usage())  # the write is answered here
+    assert read.call.name == "read"
+    [request] = t.on_result("c2", True, {"content": "a"})
+    reply = next(i for i in request.request.items if isinstance(i, AssistantReply))
+    assert reply.calls[0].arguments == '{"dropped": "these arguments were too large to keep"}'
+    error = output(t, "c1")["error"]
+    assert error["kind"] == "limit"
+    assert error["message"].startswith("this call of write was not run: its arguments were about 2508 tokens, "
+                                       "more than 1/2 of the 3600 one request to you may hold")
+    assert output(t, "c2") == {"ok": True, "result": {"content": "a"}}
+
+
+def test_a_turn_the_models_own_calls_overfill_fails_naming_them():
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["write"]))
+    t = turn(conv, context_tokens=4_000)
+    start(t, "write the reports")
+    calls = [call(f"c{n}", "write", path=f"{n}.txt", content="x" * 5_000) for n in range(3)]
+    assert [type(a) for a in t.on_reply("", calls, Usage())] == [RunTool] * 3
+    t.on_result("c0", True, {})
+    t.on_result("c1", True, {})
+    [fail] = t.on_result("c2", True, {})
+    assert fail.reason == "context_limit"
+    assert fail.message.startswith("the model's own reply calling write in this turn is about 3826 tokens")
+    assert fail.hint == "send the text again, asking for the work in smaller steps, or raise chat.context_tokens"

@@ -70,6 +70,11 @@ SCHEMA_KEEP = cat.SEARCH_LIMIT
 MARGIN = 10
 NAMES_SHOWN = 40  # of the tool names (a namespaced family's counted as one) a find_tools that matched nothing lists
 KILLED_CALL = "scvd stopped before this call finished"
+# a call whose arguments take more than 1/CALL_SHARE of what a request may take is not run, and its
+# arguments are not kept: sent back to the model with the history, they left no room for the rest,
+# and the turn failed telling the person to ask for less
+CALL_SHARE = 2
+DROPPED_ARGUMENTS = '{"dropped": "these arguments were too large to keep"}'
 
 
 def _names(catalog: cat.Catalog, include_system: bool) -> str:
@@ -304,7 +309,9 @@ class Turn:
     def on_reply(self, text: str, calls: list[ToolCall], usage: Usage) -> list[Any]:
         self.usage = Usage(self.usage.input_tokens + usage.input_tokens,
                            self.usage.output_tokens + usage.output_tokens)
-        self.conv.append(AssistantReply(text=text, calls=calls, turn=self.id))
+        large = {c.call_id: size for c in calls if (size := trim_mod.estimate(c.arguments)) > self.usable // CALL_SHARE}
+        self.conv.append(AssistantReply(text=text, turn=self.id, calls=[
+            ToolCall(c.call_id, c.name, DROPPED_ARGUMENTS) if c.call_id in large else c for c in calls]))
         if not calls:
             return self._end(Finish(text=text, usage=self.usage_dict()), "completed")
         self.outputs = {c.call_id: None for c in calls}
@@ -313,7 +320,7 @@ class Turn:
         self.conv.used(calls)
         actions: list[Any] = []
         for call in calls:
-            actions += self._dispatch(call)
+            actions += self._too_large(call, large[call.call_id]) if call.call_id in large else self._dispatch(call)
         return actions + self._step_done()
 
     def on_result(self, call_id: str, ok: bool, result: Any = None, error: Any = None) -> list[Any]:
@@ -388,6 +395,12 @@ class Turn:
         if entry.background:
             self.outputs[call.call_id] = ok_output({"background": True, "status": BACKGROUND_NOTE})
         return [RunTool(call, args, entry.background)]
+
+    def _too_large(self, call: ToolCall, size: int) -> list[Any]:
+        return self._local(call, error_output(
+            "limit", f"this call of {call.name} was not run: its arguments were about {size} tokens, more than "
+            f"1/{CALL_SHARE} of the {self.usable} one request to you may hold (chat.context_tokens), so they were "
+            "dropped; do the same in smaller calls (a long text in parts), or ask the person what to do"))
 
     def _find_tools(self, call: ToolCall, args: dict[str, Any]) -> list[Any]:
         try:  # every argument is optional: null means its default, as for every tool's (Tool.decode)
@@ -476,6 +489,13 @@ class Turn:
                     "the instructions, the tool schemas and the room kept for the reply",
                     "send a shorter message (a long text can go in a file of the workspace, for the model to "
                     "read in parts), or raise chat.context_tokens")
+        replies = [i for i in history[last:] if isinstance(i, AssistantReply) and i.calls]
+        largest = max(replies, key=self.conv.sizes.of, default=None)
+        if largest is not None and self.conv.sizes.of(largest) > budget // CALL_SHARE:  # the model's own doing
+            names = ", ".join(sorted({c.name for c in largest.calls}))
+            return (f"the model's own reply calling {names} in this turn is about {self.conv.sizes.of(largest)} "
+                    f"tokens (the calls' arguments): with the rest of the turn, more than {limit} lets a request hold",
+                    "send the text again, asking for the work in smaller steps, or raise chat.context_tokens")
         return (f"this turn's requests grew past {limit} even after trimming",
                 "ask for less at a time, or raise chat.context_tokens; the next turn has room again")
 
