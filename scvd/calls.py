@@ -689,8 +689,6 @@ class CallRegistry:
         call.done = True
         self.table.pop(call.call_id, None)
         call.session.held -= 1
-        if outcome.ok:  # a tool's rule may end with it (store_secret's rounds for a failing tool)
-            call.session.call_succeeded(call.tool_name)
         error = outcome.error
         self._audit("completion", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
                                    "outcome": "ok" if outcome.ok else "error",

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from . import errors
-from .tools.contract import SUCCEEDED
 
 if TYPE_CHECKING:
     from .config import Config
@@ -149,12 +148,6 @@ class Session:
         held = os.fstat(self.workspace_fd)
         self.identity = (held.st_dev, held.st_ino)
         self.where = os.fspath(self.workspace)
-        self.services.setdefault(SUCCEEDED, {})
-
-    def call_succeeded(self, tool: str) -> None:
-        """Count a call of `tool` that succeeded, where its tools read it (services[SUCCEEDED])."""
-        counts = self.services[SUCCEEDED]
-        counts[tool] = counts.get(tool, 0) + 1
 
     def check_workspace(self) -> None:
         """Refuse a call once `workspace` names another directory than the one held open (moved away,

@@ -125,10 +125,6 @@ def _no_progress(message: str) -> None:
     pass
 
 
-# ctx.services key: {tool name: its calls that succeeded in the session} (Session.call_succeeded
-# counts them), for a tool whose rule ends with another's success (store_secret's rounds)
-SUCCEEDED = "succeeded"
-
 
 def never() -> bool:
     """`session_services`' `gone` where nobody can leave (a direct call)."""

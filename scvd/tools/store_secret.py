@@ -3,11 +3,11 @@
 The call sends `secret.requested` to the approvers; the value comes back in
 `secret.provide` and goes straight into the secret store. The result says only
 that the key is stored. A turn may ask at most `MAX_ROUNDS` times for one tool
-(an MCP server and its tools are one; counted per session and `call.turn`; a call
-without a turn counts under the session as one turn), so a credential that keeps
-failing cannot loop on a person. A call of that tool that succeeds ends the heal: its
-count starts over (an MCP host's session, one turn for days, may heal a token again
-once it expires).
+(an MCP server and its tools are one; counted per session and `call.turn`), so a
+credential that keeps failing cannot loop on a person. A call without a turn (an MCP
+host's, whose session may stay open for days) counts per `WINDOW_SECONDS` from its
+first round instead: a token that expires again later can be healed again, and a model
+naming tool after tool still gets at most two prompts per tool an hour.
 The masked prompt is the approval: the tool is read_only and always_allow.
 `tool` must name a tool of the registry the call came through (`known`) that
 uses the key (`Tool.secret_keys`), so neither an invented nor another real name
@@ -18,6 +18,7 @@ use the key, the result says how each came up with it (waiting up to 10 s).
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, Callable
 
 import msgspec
@@ -25,13 +26,14 @@ import msgspec
 from ..config import server_secrets
 from ..errors import InvalidArguments, LimitExceeded, ScvError, Unavailable
 from ..secrets import KEY_RE, check_key
-from .contract import NO_TIMEOUT, SUCCEEDED, CallContext, Plan, Tool, ToolFlags, ToolRisk, never
+from .contract import NO_TIMEOUT, CallContext, Plan, Tool, ToolFlags, ToolRisk, never
 
 MAX_ROUNDS = 2  # per tool per turn (seed 003)
+WINDOW_SECONDS = 3600.0  # a session's calls without a turn: its rounds per tool count for this long
 REQUESTS_SERVICE = "secret_requests"  # ctx.services key of the daemon's SecretRequests
 MCP_SERVICE = "mcp_servers"  # ctx.services key of the daemon's MCP servers (settle())
 MCP_PREFIX = "mcp__"
-ROUNDS_SERVICE = "store_secret_rounds"  # ctx.services key: (turn, tool) -> (rounds, its successes then)
+ROUNDS_SERVICE = "store_secret_rounds"  # ctx.services key: (turn, tool) -> (rounds, first round's time)
 
 DESCRIPTION = (  # seed 003: the lookup order (keyring service scv, account the key's name) and the auth
     # failures that call for it (missing key, 401, 403, expired token), in 200 chars. The order is the
@@ -103,26 +105,27 @@ class StoreSecret(Tool):
         # N tools got 2(N+1) masked prompts in a turn for the one token)
         server = _server_of(args.tool, servers)
         counted = (ctx.turn, f"{MCP_PREFIX}{server}" if server else args.tool)
-        # without a turn (an MCP host's session, open for days) a heal ends when the tool it was for
-        # succeeds; a turn keeps seed 003's two rounds whatever succeeds in it (another tool of the
-        # same server may work without the key: that ends no heal, or a model could loop on a person)
-        whole = server is not None and args.tool == f"{MCP_PREFIX}{server}"
-        successes = _successes(ctx.services.get(SUCCEEDED, {}), args.tool, whole) if ctx.turn is None else 0
-        used, tool_then, then = rounds.get(counted, (0, args.tool, successes))
-        if tool_then == args.tool and successes > then:
-            used = 0
+        # without a turn (an MCP host's session, open for days) the rounds count per window: whether a
+        # tool worked since says nothing (a model could name one that works without the key)
+        now = time.monotonic()
+        used, since = rounds.get(counted, (0, now))
+        if ctx.turn is None and now - since >= WINDOW_SECONDS:
+            used, since = 0, now
         if used >= MAX_ROUNDS:
+            later = "" if ctx.turn is not None else (
+                f"; calls without a turn count {_span(WINDOW_SECONDS)} as one turn: it may ask again in "
+                f"{_span(since + WINDOW_SECONDS - now)}")
             raise LimitExceeded(
                 f"store_secret already asked twice for {counted[1]} in this turn (at most {MAX_ROUNDS} per tool "
                 f"per turn, an MCP server's tools counted as one): the credential keeps failing; stop and tell "
-                f"the user to check {args.key} (`scvctl secrets set {args.key}`)")
+                f"the user to check {args.key} (`scvctl secrets set {args.key}`){later}")
         requests.check_approvers(ctx.session_id, args.key)  # none: fail at once, not a round
-        rounds[counted] = (used + 1, args.tool, successes)
+        rounds[counted] = (used + 1, since)
         try:
             entry = await requests.ask(session=ctx.session_id, call_id=ctx.call_id, key=args.key,
                                        question=args.question, tool=args.tool)
         except Unavailable:  # every approver asked disconnected: nobody answered, so not a round either
-            rounds[counted] = (used, tool_then, then)
+            rounds[counted] = (used, since)
             raise
         result = {"key": args.key, "stored": True, "where": entry.source, "next": f"call {args.tool} again"}
         if servers is not None and (came := await servers.settle(args.key)):
@@ -135,12 +138,8 @@ class StoreSecret(Tool):
         return result
 
 
-def _successes(succeeded: dict[str, int], tool: str, whole: bool) -> int:
-    """The calls of `tool` that succeeded in the session; with `whole` (an MCP server, `mcp__NAME`, named
-    while it was down and had no tools), any of its tools'."""
-    if whole:
-        return sum(n for name, n in succeeded.items() if name.startswith(f"{tool}__"))
-    return succeeded.get(tool, 0)
+def _span(seconds: float) -> str:
+    return f"{max(1, round(seconds / 60))} min" if seconds >= 60 else f"{max(1, round(seconds))} s"
 
 
 def _server_of(tool: str, servers: Any) -> str | None:

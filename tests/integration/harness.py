@@ -346,6 +346,7 @@ def harness_tools() -> list[Tool]:
 SHORTENED = {  # HARNESS_* variable: the module constant it sets, in seconds
     "HARNESS_RELOAD_READ_SECONDS": ("scvd.reload", "RELOAD_READ_SECONDS"),
     "HARNESS_STORE_SECONDS": ("scvd.secret_requests", "STORE_SECONDS"),
+    "HARNESS_STORE_SECRET_WINDOW": ("scvd.tools.store_secret", "WINDOW_SECONDS"),
     "HARNESS_STALL_SECONDS": ("scvd.connection", "STALL_SECONDS"),
     "HARNESS_MCP_BACKOFF_FIRST": ("scvd.mcp.link", "BACKOFF_FIRST"),
     "HARNESS_MCP_DELETE_TIMEOUT": ("scvd.mcp.link", "DELETE_TIMEOUT"),

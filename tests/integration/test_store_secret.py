@@ -201,11 +201,13 @@ ROTATING = '#!/bin/bash\ncat >/dev/null\n[ "$API_TOKEN" = "$(cat "$SCV_TOOL_DIR/
 
 
 @pytest.mark.parametrize("turn", [None, "t1"], ids=["no-turn", "one-turn"])
-def test_a_call_of_the_tool_that_succeeds_starts_its_rounds_over(make_daemon, scv_home, workspace, turn):
+def test_without_a_turn_the_rounds_start_over_once_the_window_passed(make_wrapped, scv_home, workspace, turn):
     """An MCP host (no turn) counted two rounds per tool for the whole session: once its token expired
-    a second time, the tool could not be healed again until a restart. A turn keeps its two rounds."""
+    a second time, the tool could not be healed again until a restart. A success of the tool does not
+    start the count over (a model could name a tool that works without the key): a window does; a
+    turn keeps its two rounds. The window is cut to 2 s here (an hour by default)."""
     folder = make_tool(scv_home, "token", ROTATING, risk="read_only", secrets=["API_TOKEN"])
-    d = make_daemon(home=scv_home, env=NO_KEYRING)
+    d = make_wrapped(home=scv_home, env={**NO_KEYRING, "HARNESS_STORE_SECRET_WINDOW": "2"})
     with d.client(name="agent") as agent:
         agent.request(p.ApprovalsWatch)  # asked itself
         sid = agent.open_session(workspace)
@@ -222,21 +224,19 @@ def test_a_call_of_the_tool_that_succeeds_starts_its_rounds_over(make_daemon, sc
         def works() -> bool:
             return agent.call(sid, "script_token", {"text": "x"}, turn=turn).ok
 
-        for episode, valid in enumerate(["token-1", "token-2", "token-3"]):  # each expires in its turn
-            (folder / "valid").write_text(valid)
-            assert not works()
-            if turn is not None and episode:  # seed 003: two rounds per tool per turn, whatever worked
-                third = heal(valid)
-                assert third.error.kind == "limit" and "asked twice for script_token" in third.error.message
-                return
-            assert heal("wrong").ok, episode  # a first round that did not help
-            assert not works()
-            assert heal(valid).ok, episode  # the second one did
-            assert works()
-        (folder / "valid").write_text("token-4")
-        assert heal("wrong").ok and heal("wrong again").ok  # no success between: the cap holds
-        third = heal("token-4")
-    assert third.error.kind == "limit" and "asked twice for script_token" in third.error.message
+        (folder / "valid").write_text("token-1")
+        assert heal("wrong").ok and heal("token-1").ok and works()  # healed in two rounds
+        (folder / "valid").write_text("token-2")  # expired again
+        third = heal("token-2")  # the tool's success did not start the count over
+        assert third.error.kind == "limit" and "asked twice for script_token" in third.error.message
+        if turn is not None:
+            assert "turn count" not in third.error.message
+            time.sleep(2.5)  # past the window: a turn's rounds stay counted whatever the time
+            assert heal("token-2").error.kind == "limit"
+            return
+        assert "calls without a turn count 2 s as one turn: it may ask again in " in third.error.message
+        time.sleep(2.5)  # past the window
+        assert heal("token-2").ok and works()
 
 
 def test_a_bad_key_or_value_is_refused_and_the_request_stays_pending(setup, workspace):
