@@ -113,11 +113,18 @@ def _in_names_table(schema: type, key: str) -> bool:
 def _shown(name: str, text: str) -> str:
     """`text` as a TOML value, or HIDDEN when it may be a credential: `name` (its key, or the argument
     before it) says so, or it holds a token's body, a URL's query or password."""
-    named = CREDENTIAL_NAME_RE.search(name.rsplit(".", 1)[-1].lstrip("-").replace("-", "_"))
+    flag, eq, value = text.partition("=")
+    if eq and flag.startswith("-") and _credential_name(flag):  # --api-key=KEY: the flag is kept
+        return toml_value(f"{flag}=...")
+    named = _credential_name(name.rsplit(".", 1)[-1])
     token = any(re.search(r"\d", run) and re.search(r"[A-Za-z]", run) for run in TOKEN_RUN_RE.findall(text))
     if named or token or ("://" in text and ("?" in text or "@" in text)):
         return HIDDEN
     return toml_value(text)
+
+
+def _credential_name(name: str) -> bool:
+    return CREDENTIAL_NAME_RE.search(name.lstrip("-").replace("-", "_")) is not None
 
 
 def _text(value: Any) -> str:

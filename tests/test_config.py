@@ -445,7 +445,8 @@ def test_the_hint_for_a_value_in_a_table_of_names_does_not_repeat_it(cfg_file, t
 @pytest.mark.parametrize("text, kept", [
     ("[mcp.servers.gh]\nurl = https://api.example.com/mcp?api_key=sk-live-PASTED\n", 'url = "..."'),
     ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"--api-key sk-live-PASTED\"\n", 'args = ["--api-key", "..."]'),
-    ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"--token=ghpPASTED1234567890abc\"\n", 'args = ["..."]'),
+    ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"--token=ghpPASTED1234567890abc\"\n", 'args = ["--token=..."]'),
+    ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"--api-key=correcthorsePASTED\"\n", 'args = ["--api-key=..."]'),
     ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"-y @scope/server-PASTED\"\n",
      'args = ["-y", "@scope/server-PASTED"]'),  # no credential: repeated, as the person wrote it
 ])
