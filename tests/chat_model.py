@@ -117,7 +117,7 @@ class Raw:
 class Status:
     status: int
     message: str = "nope"
-    retry_after_ms: int | None = None
+    retry_after_ms: int | str | None = None  # a Retry-After-Ms header ("inf": as a server may write it)
     code: str | None = None  # the error's code, e.g. OpenAI's insufficient_quota
     delay: float = 0.0  # seconds before answering: a request in flight
     retry_after: str | None = None  # a Retry-After header (seconds, or an HTTP date)

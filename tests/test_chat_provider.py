@@ -323,6 +323,19 @@ def test_a_retry_after_longer_than_scvd_waits_says_the_wait_asked(model, wire_ap
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
+@pytest.mark.parametrize("header", ["retry-after", "retry-after-ms"])
+def test_a_retry_after_of_infinity_is_retried_as_the_client_does_and_the_hint_says_so(model, wire_api, header):
+    """The client takes a literal `inf` for no wait asked and sends it again with its own backoff, yet the
+    hint said the provider "asked to wait without end ... so scvd did not send it again"."""
+    asked = {"retry_after" if header == "retry-after" else "retry_after_ms": "inf"}
+    m = model(*[Status(429, "slow down", **asked)] * 3)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert len(m.requests) == 3
+    assert info.value.hint == "the provider failed after scvd's retries: send the text again later"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_an_error_body_that_is_no_json_is_quoted_escaped(model, wire_api):
     """A proxy's web page read only `answered 500: Error code: 500`: nothing of what it said."""
     page = "<html>oops \x1b[2J sk-test " + "x" * 400

@@ -54,11 +54,18 @@ def status_failure(where: str, exc: openai.APIStatusError, settings: Settings,
 CLIENT_WAITS = 120
 
 
+# a wait written as infinity: the client takes it for no wait asked and retries with its own backoff
+# (a number too large for a float, 1e400, it takes for a wait too long, and sends nothing again)
+_ENDLESS = ("inf", "+inf", "infinity", "+infinity")
+
+
 def asked_wait(headers: Any) -> float | None:
-    """The seconds an answer's Retry-After-Ms or Retry-After asks to wait (a number, or an HTTP date), or None."""
+    """The seconds an answer's Retry-After-Ms or Retry-After asks to wait (a number, or an HTTP date), or None
+    (also for a wait written as infinity: the client ignored it, as here)."""
     for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
         try:
-            return float(headers[name]) / scale
+            value = headers[name]
+            return None if value.strip().lower() in _ENDLESS else float(value) / scale
         except (KeyError, ValueError):
             pass
     try:
