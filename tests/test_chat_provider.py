@@ -21,6 +21,7 @@ from scvd.chat.provider import ProviderFailure, Settings, make
 from scvd.redact import for_logs
 
 WIRE_APIS = ["responses", "chat"]
+ENDPOINTS = {"responses": "responses", "chat": "chat/completions"}  # what scvd appends to base_url
 
 
 def provider(m: ScriptedModel, wire_api: str, **kw):
@@ -256,7 +257,37 @@ def test_a_redirect_elsewhere_is_not_followed_and_says_where_it_pointed(model, w
     assert info.value.reason == "provider_error"
     assert info.value.message == (f"provider 'test' ({m.base_url}) answered {status} -> {elsewhere.base_url}/steal: "
                                   "scvd follows no redirect, as it would send your key there")
-    assert info.value.hint == "set providers.test.base_url to it if you trust it"
+    assert info.value.hint == (f"the endpoint moved there, but scvd posts to base_url + /{ENDPOINTS[wire_api]}: "
+                               "check the base_url and wire_api of [providers.test] in config.toml")
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_moved_endpoint_names_the_base_url_that_reaches_it_and_that_one_works(model, wire_api):
+    """The hint said to set base_url to the Location, the endpoint itself: scvd then posted to
+    .../chat/completions/chat/completions; and a move within the same server is no key sent elsewhere."""
+    m = model(Redirect(308, f"/v2/{ENDPOINTS[wire_api]}"), Text("moved"))
+    origin = m.base_url.removesuffix("/v1")
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert info.value.message == (f"provider 'test' ({m.base_url}) answered 308 -> {origin}/v2/{ENDPOINTS[wire_api]}: "
+                                  "the provider moved the endpoint there; scvd follows no redirect")
+    assert info.value.hint == f'set providers.test.base_url = "{origin}/v2" if you trust it'
+    moved = make(Settings(name="test", model="m", base_url=f"{origin}/v2", wire_api=wire_api, api_key="sk-test",
+                          key_source="secret TEST_KEY", timeout_seconds=10))
+    assert "".join(e.text for e in asyncio.run(collect(moved)) if isinstance(e, TextDelta)) == "moved"
+    assert m.paths[-1] == f"/v2/{ENDPOINTS[wire_api]}"
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_move_no_base_url_can_reach_says_where_the_endpoint_went(model, wire_api):
+    """A server that redirects to the endpoint with a slash added: no base_url makes scvd post there."""
+    m = model(Redirect(307, f"/v1/{ENDPOINTS[wire_api]}/"))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert info.value.message.endswith(f"answered 307 -> {m.base_url}/{ENDPOINTS[wire_api]}/: the provider moved "
+                                       "the endpoint there; scvd follows no redirect")
+    assert info.value.hint == (f"the endpoint moved there, but scvd posts to base_url + /{ENDPOINTS[wire_api]}: "
+                               "check the base_url and wire_api of [providers.test] in config.toml")
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)

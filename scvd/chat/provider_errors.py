@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 
@@ -91,12 +92,28 @@ def redirected(where: str, exc: openai.APIStatusError, settings: Settings) -> Pr
     """A 3xx: scvd follows no redirect, as the client would send the key, a relay's headers and the whole
     conversation to wherever the provider pointed (httpx drops only Authorization on a host change)."""
     response = exc.response
-    to = response.headers.get("location", "")
-    to = printable(http_fields.shown_url(str(response.url.join(to))), keep="")[:300] if to else "nowhere (no Location)"
-    fix = (f"set providers.{settings.name}.base_url to it if you trust it" if settings.name != "codex" else
-           "set base_url to it in your Codex config.toml if you trust it, then run `scvctl agents import codex` again")
-    return ProviderFailure("provider_error", f"{where} answered {exc.status_code} -> {to}: scvd follows no "
-                           "redirect, as it would send your key there", fix)
+    location = response.headers.get("location", "")
+    if not location:
+        return ProviderFailure("provider_error", f"{where} answered {exc.status_code} -> nowhere (no Location): "
+                               "scvd follows no redirect", f"check the base_url of {table(settings.name)}")
+    asked, to = response.request.url, response.url.join(location)
+    shown = printable(http_fields.shown_url(str(to)), keep="")[:300]
+    # the Location names the endpoint: a base_url is it without what scvd appends (/chat/completions)
+    suffix = asked.path.removeprefix(urlsplit(settings.base_url).path.rstrip("/"))
+    base = str(to.copy_with(path=to.path.removesuffix(suffix), query=None, fragment=None))
+    if suffix and to.path.endswith(suffix) and base.rstrip("/") != settings.base_url.rstrip("/"):
+        base = printable(http_fields.shown_url(base), keep="")[:300]
+        fix = (f"set providers.{settings.name}.base_url = \"{base}\" if you trust it" if settings.name != "codex"
+               else f"set base_url = \"{base}\" in your Codex config.toml if you trust it, then run `scvctl agents "
+               "import codex` again")
+    else:
+        fix = (f"the endpoint moved there, but scvd posts to base_url + {suffix or '/'}: check the base_url and "
+               f"wire_api of {table(settings.name)}")
+    # within the same server the key would go nowhere new: the reason is where the endpoint is now
+    same = (to.scheme, to.host, to.port) == (asked.scheme, asked.host, asked.port)
+    why = ("the provider moved the endpoint there; scvd follows no redirect" if same
+           else "scvd follows no redirect, as it would send your key there")
+    return ProviderFailure("provider_error", f"{where} answered {exc.status_code} -> {shown}: {why}", fix)
 
 
 def in_stream(message: str, code: Any, settings: Settings) -> ProviderFailure:
