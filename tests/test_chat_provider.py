@@ -391,6 +391,17 @@ def test_a_key_cut_in_two_where_a_failure_quotes_the_provider_is_still_hidden(mo
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_key_in_a_redirects_location_is_hidden_where_it_is_cut_and_in_the_hint(model, wire_api):
+    """The Location was cut at 300 characters before the key was taken out of the message: a key across
+    the cut showed its first part; the base_url the hint names quotes the Location too."""
+    m = model(Redirect(307, "/" + "x" * 272 + f"sk-test/v1/{ENDPOINTS[wire_api]}"))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api)))
+    assert "sk-" not in info.value.message and "xxx[sec" in info.value.message
+    assert "sk-" not in info.value.hint and "xxx[sec" in info.value.hint
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_a_429_for_an_account_out_of_credit_says_to_add_credit_not_to_wait(model, wire_api):
     """OpenAI's quota error is a 429 that no retry or later message cures; the hint said to send the text
     again later."""

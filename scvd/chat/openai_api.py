@@ -191,7 +191,7 @@ class _Base(abc.ABC):
                                    s.auth_hint())
         if isinstance(exc, openai.APIStatusError):
             if 300 <= exc.status_code < 400:
-                return redirected(where, exc, s)
+                return redirected(where, exc, s, self._secrets())
             return status_failure(where, exc, s, self._secrets())
         if isinstance(exc, openai.APITimeoutError):
             return self._timed_out()

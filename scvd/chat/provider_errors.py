@@ -88,7 +88,8 @@ def _span(seconds: float) -> str:
             else f"{seconds // 3600:.0f} h")
 
 
-def redirected(where: str, exc: openai.APIStatusError, settings: Settings) -> ProviderFailure:
+def redirected(where: str, exc: openai.APIStatusError, settings: Settings,
+               secrets: dict[str, str]) -> ProviderFailure:
     """A 3xx: scvd follows no redirect, as the client would send the key, a relay's headers and the whole
     conversation to wherever the provider pointed (httpx drops only Authorization on a host change)."""
     response = exc.response
@@ -97,12 +98,12 @@ def redirected(where: str, exc: openai.APIStatusError, settings: Settings) -> Pr
         return ProviderFailure("provider_error", f"{where} answered {exc.status_code} -> nowhere (no Location): "
                                "scvd follows no redirect", f"check the base_url of {table(settings.name)}")
     asked, to = response.request.url, response.url.join(location)
-    shown = printable(http_fields.shown_url(str(to)), keep="")[:300]
+    shown = quoted(http_fields.shown_url(str(to)), secrets)
     # the Location names the endpoint: a base_url is it without what scvd appends (/chat/completions)
     suffix = asked.path.removeprefix(urlsplit(settings.base_url).path.rstrip("/"))
     base = str(to.copy_with(path=to.path.removesuffix(suffix), query=None, fragment=None))
     if suffix and to.path.endswith(suffix) and base.rstrip("/") != settings.base_url.rstrip("/"):
-        base = printable(http_fields.shown_url(base), keep="")[:300]
+        base = quoted(http_fields.shown_url(base), secrets)  # the hint is not redacted after
         fix = (f"set providers.{settings.name}.base_url = \"{base}\" if you trust it" if settings.name != "codex"
                else f"set base_url = \"{base}\" in your Codex config.toml if you trust it, then run `scvctl agents "
                "import codex` again")
@@ -189,7 +190,7 @@ def setting(name: str, key: str) -> str:
     return f"providers.{name}.{key}"
 
 
-DETAIL_CHARS = 300  # of the provider's message, or of an error body that is no JSON
+DETAIL_CHARS = 300  # of the provider's message, an error body that is no JSON, or a Location
 
 
 def detail(exc: openai.APIStatusError, secrets: dict[str, str]) -> str:
@@ -203,5 +204,11 @@ def detail(exc: openai.APIStatusError, secrets: dict[str, str]) -> str:
             text = str(body.get("message") or body)
     elif isinstance(body, str) and body.strip():
         text = body.strip()
+    return quoted(text, secrets)
+
+
+def quoted(text: str, secrets: dict[str, str]) -> str:
+    """A provider's text as a failure quotes it: `secrets` taken out before the cut at DETAIL_CHARS (a
+    key cut in two showed its first part), control characters escaped."""
     text = redact(text, secrets)
     return printable(text[:DETAIL_CHARS], keep="") + (" ..." if len(text) > DETAIL_CHARS else "")
