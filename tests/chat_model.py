@@ -16,6 +16,7 @@ with neither content nor tool_calls. Steps:
                                        (empty="usage": usage-only chunks, or empty text deltas)
     Document('{"choices": ...}')       a 200 whose body is one JSON document (or a web page), no stream
     Redirect(308, "http://...")        a redirect elsewhere (an empty body)
+    Gzipped(Text("hi"))                the step's stream with content-encoding: gzip (a proxy's compression)
     Flood("events", 1 << 20)           a body of that many bytes, as fast as it is read: text deltas
                                        (then the answer's end), a 400's error JSON ("error") or one SSE
                                        line ("line") that never ends; `written` counts what went out
@@ -38,6 +39,7 @@ import struct
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
@@ -128,6 +130,11 @@ class Status:
 class Redirect:
     status: int
     location: str
+
+
+@dataclass
+class Gzipped:
+    step: Any
 
 
 @dataclass
@@ -292,6 +299,8 @@ def serve(h: BaseHTTPRequestHandler, step: Any, *, chat: bool, model: ScriptedMo
         return
     if isinstance(step, Flood):
         return _flood(h, step, chat)
+    if isinstance(step, Gzipped):
+        return _gzipped(h, step.step, chat)
     if isinstance(step, Document):
         body = step.body.encode()
         h.send_response(200)
@@ -365,6 +374,25 @@ def _flood(h: BaseHTTPRequestHandler, step: Flood, chat: bool) -> None:
             if step.hold and not step.midway.is_set() and step.written >= step.hold:
                 step.midway.set()
                 step.go.wait(30)
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
+    except OSError:  # the client stopped reading
+        pass
+
+
+def _gzipped(h: BaseHTTPRequestHandler, step: Any, chat: bool) -> None:
+    h.send_response(200)
+    h.send_header("content-type", "text/event-stream")
+    h.send_header("content-encoding", "gzip")
+    h.send_header("transfer-encoding", "chunked")
+    h.end_headers()
+    h.close_connection = True
+    packer = zlib.compressobj(wbits=31)  # 31: the gzip format
+    body = b"".join(_event(name, data) for name, data in (chat_events(step) if chat else responses_events(step)))
+    try:  # each 8 KiB flushed as it comes, as a streaming proxy does: a long line spans several
+        for block in [*(packer.compress(body[i:i + 8192]) + packer.flush(zlib.Z_SYNC_FLUSH)
+                        for i in range(0, len(body), 8192)), packer.flush()]:
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(block), block))
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
     except OSError:  # the client stopped reading

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
-from chat_model import (Calls, Cut, Deltas, Document, Filtered, Flood, Hang, Idle, Limited, Raw, Redirect, Refused,
+from chat_model import (Calls, Cut, Deltas, Document, Filtered, Flood, Gzipped, Hang, Idle, Limited, Raw, Redirect, Refused,
                         ScriptedModel, Status, Text)
 from scvd.chat.items import AssistantReply, CallRequested, ModelRequest, ReplyDone, TextDelta, ToolCall, ToolOutput, ToolSpec, UserText
 from scvd.chat.openai_api import cap_field
@@ -327,6 +327,28 @@ def test_a_line_past_a_quarter_of_max_reply_bytes_fails_naming_the_setting(model
                                   "of chat.max_reply_bytes); scvd stopped reading it")
     assert info.value.hint.startswith("raise chat.max_reply_bytes if the provider's events are that large")
     assert flood.written < flood.size // 2
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_gzipped_answer_within_max_reply_bytes_arrives_whole(model, wire_api):
+    m = model(Gzipped(Text("z" * 30_000, chunks=30)))
+    events = asyncio.run(collect(provider(m, wire_api, max_reply_bytes=200_000)))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "z" * 30_000
+    assert isinstance(events[-1], ReplyDone)
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
+@pytest.mark.parametrize("step, said", [(Text("z" * 300_000, chunks=300), "more than 200,000 bytes in one answer"),
+                                        (Raw("z" * 60_000), "a line of more than 50,000 bytes")],
+                         ids=["answer", "line"])
+def test_a_gzipped_answer_is_bounded_by_what_it_inflates_to(model, wire_api, step, said):
+    """A compressed body of a few KiB inflates to far more: counted as it came, it passed the cap."""
+    m = model(Gzipped(step))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api, max_reply_bytes=200_000)))
+    assert info.value.message == f"provider 'test' ({m.base_url}) sent {said}" + (
+        " (chat.max_reply_bytes); scvd stopped reading it" if "answer" in said
+        else " (a quarter of chat.max_reply_bytes); scvd stopped reading it")
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
