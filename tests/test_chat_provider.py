@@ -330,6 +330,16 @@ def test_a_line_past_a_quarter_of_max_reply_bytes_fails_naming_the_setting(model
 
 
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
+def test_a_long_line_that_ends_within_its_chunk_is_bounded_too(model, wire_api):
+    """Only what came after a chunk's last line end was counted: a 60 KB line read with its end in one
+    chunk passed the line cap."""
+    m = model(Raw("z" * 60_000))
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(provider(m, wire_api, max_reply_bytes=200_000)))
+    assert "sent a line of more than 50,000 bytes (a quarter of chat.max_reply_bytes)" in info.value.message
+
+
+@pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_a_gzipped_answer_within_max_reply_bytes_arrives_whole(model, wire_api):
     m = model(Gzipped(Text("z" * 30_000, chunks=30)))
     events = asyncio.run(collect(provider(m, wire_api, max_reply_bytes=200_000)))

@@ -11,12 +11,14 @@ place, decoded first so that a compressed body is counted at the size it inflate
 
 from __future__ import annotations
 
+import re
 from contextlib import aclosing
 from typing import Any, AsyncIterator, Callable
 
 import httpx2
 
 ERROR_BODY_LIMIT = 64 << 10
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 def line_limit(limit: int) -> int:
@@ -55,10 +57,15 @@ class _Counted(httpx2.AsyncByteStream):
                         return
                     continue
                 total += len(chunk)
-                end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
-                line = line + len(chunk) if end < 0 else len(chunk) - end - 1
                 if total > self._limit:
                     raise self._too_large("answer", self._limit)
+                if b"\n" in chunk or b"\r" in chunk:  # every line it ends or holds whole counts, not its tail only
+                    parts = _LINE_END.split(chunk)
+                    if line + len(parts[0]) > longest or max(map(len, parts[1:-1]), default=0) > longest:
+                        raise self._too_large("line", longest)
+                    line = len(parts[-1])
+                else:
+                    line += len(chunk)
                 if line > longest:
                     raise self._too_large("line", longest)
                 yield chunk
