@@ -504,7 +504,7 @@ def test_a_call_too_large_to_send_back_is_not_run_and_the_model_hears_why():
     conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read", "write"]))
     t = turn(conv, context_tokens=4_000)
     start(t, "write the report")
-    huge = call("c1", "write", path="r.txt", content="x" * 10_000)
+    huge = call("c1", "write", path="r.txt", content="x" * 20_000)
     [read] = t.on_reply("", [huge, call("c2", "read", path="a")], Usage())  # the write is answered here
     assert read.call.name == "read"
     [request] = t.on_result("c2", True, {"content": "a"})
@@ -512,8 +512,9 @@ def test_a_call_too_large_to_send_back_is_not_run_and_the_model_hears_why():
     assert reply.calls[0].arguments == '{"dropped": "these arguments were too large to keep"}'
     error = output(t, "c1")["error"]
     assert error["kind"] == "limit"
-    assert error["message"].startswith("this call of write was not run: its arguments were about 2508 tokens, "
-                                       "more than 1/2 of the 3600 one request to you may hold")
+    assert error["message"].startswith("this call of write was not run: its arguments were about 5008 tokens, "
+                                       "more than the ")
+    assert "the next request to you has room for (chat.context_tokens, less the instructions" in error["message"]
     assert output(t, "c2") == {"ok": True, "result": {"content": "a"}}
 
 
@@ -529,3 +530,23 @@ def test_a_turn_the_models_own_calls_overfill_fails_naming_them():
     assert fail.reason == "context_limit"
     assert fail.message.startswith("the model's own reply calling write in this turn is about 3826 tokens")
     assert fail.hint == "send the text again, asking for the work in smaller steps, or raise chat.context_tokens"
+
+
+def test_a_call_the_next_request_can_hold_runs_and_one_it_cannot_is_dropped():
+    """A 45 KB write (about 12,000 tokens) with a 32k window and 8k for the reply was refused as
+    more than half of the 20,800 a request may hold, though the next request had room for it."""
+    code = "def f():\n    return 'x'\n" * 5_000
+    for kb, runs in ((45, True), (90, False)):
+        conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read", "write"]))
+        t = turn(conv, context_tokens=32_000)
+        start(t, "write the module", reply_tokens=8_000)
+        actions = t.on_reply("", [call("c1", "write", path="m.py", content=code[:kb * 1000])], Usage())
+        assert [type(a) for a in actions] == ([RunTool] if runs else [CallModel])
+        if runs:
+            [request] = t.on_result("c1", True, {"written": True})
+            assert output(t, "c1") == {"ok": True, "result": {"written": True}}
+        else:
+            error = output(t, "c1")["error"]
+            assert error["kind"] == "limit"
+            assert error["message"].startswith("this call of write was not run: its arguments were about 24383 tokens, "
+                                               "more than the 20284 the next request to you has room for")

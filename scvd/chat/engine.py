@@ -70,9 +70,9 @@ SCHEMA_KEEP = cat.SEARCH_LIMIT
 MARGIN = 10
 NAMES_SHOWN = 40  # of the tool names (a namespaced family's counted as one) a find_tools that matched nothing lists
 KILLED_CALL = "scvd stopped before this call finished"
-# a call whose arguments take more than 1/CALL_SHARE of what a request may take is not run, and its
-# arguments are not kept: sent back to the model with the history, they left no room for the rest,
-# and the turn failed telling the person to ask for less
+# a call whose arguments the next request has no room for (Turn._room) is not run, and its arguments
+# are not kept: sent back to the model with the history, they failed the turn telling the person to
+# ask for less; CALL_SHARE is the share of a request the model's own calls may fill before that names them
 CALL_SHARE = 2
 DROPPED_ARGUMENTS = '{"dropped": "these arguments were too large to keep"}'
 
@@ -309,7 +309,8 @@ class Turn:
     def on_reply(self, text: str, calls: list[ToolCall], usage: Usage) -> list[Any]:
         self.usage = Usage(self.usage.input_tokens + usage.input_tokens,
                            self.usage.output_tokens + usage.output_tokens)
-        large = {c.call_id: size for c in calls if (size := trim_mod.estimate(c.arguments)) > self.usable // CALL_SHARE}
+        room = self._room()
+        large = {c.call_id: size for c in calls if (size := trim_mod.estimate(c.arguments)) > room}
         self.conv.append(AssistantReply(text=text, turn=self.id, calls=[
             ToolCall(c.call_id, c.name, DROPPED_ARGUMENTS) if c.call_id in large else c for c in calls]))
         if not calls:
@@ -398,9 +399,19 @@ class Turn:
 
     def _too_large(self, call: ToolCall, size: int) -> list[Any]:
         return self._local(call, error_output(
-            "limit", f"this call of {call.name} was not run: its arguments were about {size} tokens, more than "
-            f"1/{CALL_SHARE} of the {self.usable} one request to you may hold (chat.context_tokens), so they were "
-            "dropped; do the same in smaller calls (a long text in parts), or ask the person what to do"))
+            "limit", f"this call of {call.name} was not run: its arguments were about {size} tokens, more than the "
+            f"{max(self._room(), 0)} the next request to you has room for (chat.context_tokens, less the "
+            "instructions, the tool schemas and this turn so far), so they were dropped; do the same in smaller "
+            "calls (a long text in parts), or ask the person what to do"))
+
+    def _room(self) -> int:
+        """What the next request has left for a call's arguments: not half of `usable` (a 45 KB write
+        that fit a 32k window was refused), but what its instructions, schemas and this turn leave."""
+        specs = self.catalog.specs(self.conv.loaded)
+        instructions = self.catalog.instructions(self.conv.settings.system_prompt, self.conv.loaded)
+        history = self.conv.history
+        turn = sum(self.conv.sizes.of(item) for item in history[trim_mod.last_user(history):])
+        return self.usable - trim_mod.estimate(instructions) - sum(trim_mod.estimate(s) for s in specs) - turn
 
     def _find_tools(self, call: ToolCall, args: dict[str, Any]) -> list[Any]:
         try:  # every argument is optional: null means its default, as for every tool's (Tool.decode)
