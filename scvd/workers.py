@@ -1,6 +1,6 @@
 """The bounded pools of threads that run blocking work off the event loop: file I/O,
-argument checks that may take seconds (`run_check`), and what a session prepares as it
-opens (`run_opening`).
+argument checks that may take seconds (`run_check`), what a session prepares as it
+opens (`run_opening`), and chat transcripts read back (`run_transcript`).
 
 Rule: threads are made once and reused, never one per call: at most
 MAX_WORKERS, started only when no idle one is free; past that, work waits its
@@ -30,6 +30,9 @@ log = logging.getLogger("scvd.workers")
 MAX_WORKERS = 16  # a few huge reads hashing whole files must not hold back every small one
 CHECK_WORKERS = 2  # argument checks (run_check): CPU-bound under the GIL, more threads would not help
 OPEN_WORKERS = 4  # session opens' preparation (run_opening): a slow walk queues opens, not file reads
+# chat transcripts read back (run_transcript): a few chat.opens of huge transcripts held every
+# session.open's skill walk back for seconds while they shared OPEN_WORKERS
+TRANSCRIPT_WORKERS = 2
 INLINE_BYTES = 64 << 10  # hashed in well under 100 us: less than the thread hop it saves
 # statfs(2) f_type of local, in-kernel filesystems: ext2/3/4, xfs, btrfs, tmpfs, overlay,
 # zfs, f2fs, bcachefs, ramfs. Anything else (nfs, cifs, fuse, 9p, ...) may block: pool.
@@ -80,6 +83,7 @@ class Pool:
 _pool = Pool()
 _check_pool = Pool(size=CHECK_WORKERS, name="scvd-check")
 _open_pool = Pool(size=OPEN_WORKERS, name="scvd-open")
+_transcript_pool = Pool(size=TRANSCRIPT_WORKERS, name="scvd-transcript")
 
 
 class CancelFlag:
@@ -149,6 +153,13 @@ async def run_opening(fn: Callable[[], Any]) -> Any:
     over huge trees wait behind each other, not in front of file reads or asyncio's default
     executor. A cancel stops the wait, not fn: fn asks its own `gone` and stops."""
     return await _on(_open_pool, fn)
+
+
+async def run_transcript(fn: Callable[[], Any]) -> Any:
+    """fn(), a chat transcript read back and replayed (chat.open, an older chat.history page), on a
+    small pool of its own: long transcripts wait behind each other, not in front of session.open.
+    A cancel stops the wait, not fn."""
+    return await _on(_transcript_pool, fn)
 
 
 async def _on(pool: Pool, job: Callable[[], Any]) -> Any:

@@ -17,14 +17,14 @@ import itertools
 import logging
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
 from .. import errors, protocol as p
 from ..secrets import off_loop
 from ..text import well_formed
-from ..workers import run_opening
+from ..workers import run_transcript
 from . import provider as provider_mod, trim as trim_mod
 from .catalog import Catalog
 from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
@@ -122,7 +122,7 @@ class ChatService:
         config = self.daemon.config
         provider = frame.provider or None
         kept = self._unwritten.get(frame.conversation, [])
-        resumed = await self._resume(frame.conversation, config.chat, kept)
+        resumed = await self._resume(frame.conversation, config.chat, kept, conn.hung_up())
         stored = resumed.stored if resumed else None
         name = provider or (stored.provider if stored else "") or config.chat.provider
         if name not in config.providers and name != provider_mod.CODEX:
@@ -158,12 +158,12 @@ class ChatService:
                             workspace=str(session.workspace), provider=name, resumed=bool(resumed),
                             notice=resumed.notice if resumed else None)
 
-    async def _resume(self, conversation: str, cfg: Any, kept: list[Any]) -> Resumed | None:
+    async def _resume(self, conversation: str, cfg: Any, kept: list[Any], gone: Callable[[], bool]) -> Resumed | None:
         """The conversation read back, or None for a new one: the read, its decoding and the replay
         take seconds for a long transcript, so they run on a worker, not on the loop every client shares."""
         if not conversation:
             return None
-        return await run_opening(lambda: _resumed(self.transcripts, conversation, cfg, kept))
+        return await run_transcript(lambda: _resumed(self.transcripts, conversation, cfg, kept, gone))
 
     async def start_turn(self, conn: Any, frame: p.TurnStart) -> p.Frame:
         chat = self._own(conn, frame.session)
@@ -504,10 +504,12 @@ async def _close(model: Any) -> None:
         log.warning("closing the provider's connections failed: %s", exc)
 
 
-def _resumed(transcripts: Transcripts, conversation: str, cfg: Any, kept: list[Any]) -> Resumed | None:
+def _resumed(transcripts: Transcripts, conversation: str, cfg: Any, kept: list[Any],
+             gone: Callable[[], bool]) -> Resumed | None:
     """The transcript and the records `kept` in memory after it, read back once for both the model
     (the replay) and chat.history (its pages). None when there are none: `kept` waits in memory but
-    no write ever succeeded (a conversation begun on a full disk has no file yet)."""
+    no write ever succeeded (a conversation begun on a full disk has no file yet). Stops between its
+    steps once `gone()` (the client hung up): the conversation is held open until this ends."""
     try:
         records = transcripts.read(conversation, cfg.transcript_days) + kept
     except errors.ConversationNotFound:
@@ -516,13 +518,22 @@ def _resumed(transcripts: Transcripts, conversation: str, cfg: Any, kept: list[A
         records = list(kept)
     if not records:  # an empty file: begun afresh, as a new one is
         return None
+    _check_gone(gone, conversation)
     back = read_back(records)
+    _check_gone(gone, conversation)
     # no readable `open` record: chat.open's own settings replace the stand-in
     conv = Conversation.from_back(back, back.opened or Opened(workspace=""))
     # no request takes more than chat.context_tokens: the model never reads what lies before that again
     # (the transcript and the pages keep it), and a long chat's history held hundreds of MB
     trim_mod.forget_front(conv.history, cfg.context_tokens, conv.sizes)
     return Resumed(conv=conv, stored=back.opened, pages=Pages(back.records), notice=_unreadable(records))
+
+
+def _check_gone(gone: Callable[[], bool], conversation: str) -> None:
+    if gone():
+        log.info("chat.open of conversation %s ended: its client hung up while it was read back", conversation)
+        raise errors.Cancelled("chat.open was cancelled: its client hung up while the conversation was being "
+                               "read back; open it again")
 
 
 def _unreadable(records: list[Any]) -> str | None:

@@ -387,6 +387,11 @@ def _main(argv: list[str]) -> int:
         import scvd.chat.expiry
 
         scvd.chat.expiry.stale = _hanging(scvd.chat.expiry.stale, Path(os.environ["HARNESS_HANG_EXPIRY_WHILE"]))
+    if "HARNESS_HANG_TRANSCRIPT_READ_WHILE" in os.environ:  # a chat transcript read on a hung mount
+        import scvd.chat.transcript
+
+        transcripts = scvd.chat.transcript.Transcripts
+        transcripts.read = _hanging(transcripts.read, Path(os.environ["HARNESS_HANG_TRANSCRIPT_READ_WHILE"]))
     if "HARNESS_HANG_PROBE_WHILE" in os.environ:
         import scvd.sandbox
 

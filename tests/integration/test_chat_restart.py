@@ -396,3 +396,52 @@ def test_a_long_transcript_resumes_off_the_loop_and_pages_without_reading_it_aga
         first = c.request(p.ChatHistory, session=opened.session, before=2, limit=5)
         assert [r["text"].split()[:2] for r in first.records] == [["question", "0"], ["answer", "0"]]
         assert (first.start, first.more) == (0, False)
+
+
+def test_a_session_open_is_answered_while_chat_opens_read_long_transcripts(make_wrapped, tmp_path, workspace):
+    """Five chat.opens of long transcripts held a plain session.open back for seconds: their reads
+    and its skill walk shared the same four threads."""
+    home = tmp_path / "home"
+    for n in range(5):
+        written(home / "state" / "chat", f"k{n}", 0)
+    # each transcript's read holds while the hang point exists (a long read, or a hung mount)
+    with hang_point(tmp_path / "hang") as hang:
+        d = make_wrapped("", home=home, env={"HARNESS_HANG_TRANSCRIPT_READ_WHILE": str(hang)})
+        chats = [RawConn(d.socket) for _ in range(5)]  # a chat.open holds its connection's next frames
+        try:
+            for n, conn in enumerate(chats):
+                conn.hello()
+                conn.send({"type": "chat.open", "id": n, "workspace": str(workspace), "conversation": f"k{n}"})
+            reached(hang, "the transcripts' reads to hang")
+            with RawConn(d.socket) as other:
+                other.hello()
+                opened = other.request({"type": "session.open", "workspace": str(workspace)})
+            assert isinstance(opened, p.SessionOpened), opened
+            assert select.select([c.sock for c in chats], [], [], 0)[0] == []  # before any chat.open ended
+            hang.unlink()
+            answers = [conn.frame() for conn in chats]
+        finally:
+            for conn in chats:
+                conn.close()
+    assert [type(a) for a in answers] == [p.ChatOpened] * 5, answers
+
+
+def test_a_chat_open_whose_client_hung_up_lets_go_of_its_conversation(make_wrapped, tmp_path, workspace):
+    """A chat.open whose client left replayed its whole transcript on (seconds for a long one), the
+    conversation "open in another session" all that while."""
+    home = tmp_path / "home"
+    long_transcript(home / "state" / "chat" / "klong.jsonl", workspace, TURNS)
+    with hang_point(tmp_path / "hang") as hang:
+        d = make_wrapped("", home=home, env={"HARNESS_HANG_TRANSCRIPT_READ_WHILE": str(hang)})
+        with RawConn(d.socket) as left:
+            left.hello()
+            left.send({"type": "chat.open", "id": 1, "workspace": str(workspace), "conversation": "klong"})
+            reached(hang, "the transcript's read to hang")
+        hang.unlink()
+        wait_until(lambda: "chat.open of conversation klong ended: its client hung up" in d.log(),
+                   what="the chat.open to stop after its read")
+    with RawConn(d.socket) as again:
+        again.hello()
+        answer = again.request({"type": "chat.open", "workspace": str(workspace), "conversation": "klong",
+                                "provider": "codex"})
+    assert isinstance(answer, p.ChatOpened) and answer.resumed, answer
