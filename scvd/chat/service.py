@@ -29,7 +29,7 @@ from . import provider as provider_mod, trim as trim_mod
 from .catalog import Catalog
 from .engine import AskUser, CallModel, Conversation, Fail, Finish, RunTool, Turn, error_output, ok_output
 from .items import CallRequested, Cleared, Opened, ReplyDone, TextDelta, ToolCall, Unreadable, Usage
-from .pages import Pages
+from .pages import Pages, older
 from .pipeline import submit
 from .readback import read_back
 from .transcript import Transcripts, new_id
@@ -199,8 +199,11 @@ class ChatService:
     async def history(self, conn: Any, frame: p.ChatHistory) -> p.Frame:
         chat = self._own(conn, frame.session)
         # with the records still waiting for a write (a full disk): the model reads them too
-        first, records = chat.pages.page(chat.conv.records[chat.paged:], frame.before, frame.limit)
-        answer = p.ChatTranscript(id=frame.id, conversation=chat.conversation, start=first, more=first > 0,
+        page = chat.pages.page(chat.conv.records[chat.paged:], frame.before, frame.limit)
+        records = page.rows
+        if page.older:  # before those kept in memory: the transcript has them, read back on a worker
+            records = await run_transcript(lambda: older(self.transcripts, chat.conversation, page.older)) + records
+        answer = p.ChatTranscript(id=frame.id, conversation=chat.conversation, start=page.start, more=page.start > 0,
                                   records=records)  # type: ignore[arg-type]  # each record's JSON, as it goes out
         self._check_fits(answer, conn.server_frame_bytes)
         return answer

@@ -369,11 +369,12 @@ def cpu_ticks(pid: int, tid: int | None = None) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def test_a_long_transcript_resumes_off_the_loop_and_pages_without_reading_it_again(make_daemon, model, scv_home,
-                                                                                    workspace):
+def test_a_long_transcript_resumes_off_the_loop_and_pages_without_reading_it_on_the_loop(make_daemon, model,
+                                                                                          scv_home, workspace):
     """A 30 MB transcript: chat.open read it back and replayed it on the event loop, so every other
     client waited seconds for its answers, and each chat.history page read and decoded the whole file
-    again, however few records it asked for (seconds each, the loop stalled again)."""
+    again, however few records it asked for (seconds each, the loop stalled again). The newest pages
+    come from memory; older ones read the file again, off the loop (memory had held all of it)."""
     d = make_daemon(config(model()), home=scv_home, env=ENV)
     path = d.home / "state" / "chat" / "klong.jsonl"
     long_transcript(path, workspace, TURNS)
@@ -389,10 +390,14 @@ def test_a_long_transcript_resumes_off_the_loop_and_pages_without_reading_it_aga
         loop, process = cpu_ticks(d.proc.pid, d.proc.pid) - loop, cpu_ticks(d.proc.pid) - process
         assert opened.resumed
         assert loop * 4 < process, (loop, process)  # the read, its decoding and the replay ran on a worker
-        path.unlink()  # pages come from what chat.open read
+        moved = path.rename(path.with_name("moved"))  # the newest pages come from what chat.open read
         last = c.request(p.ChatHistory, session=opened.session, limit=1)
         assert (last.start, last.more) == (3 * TURNS - 1, True)
         assert last.records == [{"kind": "turn", "turn": f"t{TURNS - 1}", "status": "completed"}]
+        # older ones, past what a chat keeps in memory (chat/pages.py), from the file again, off the loop
+        with pytest.raises(errors.Unavailable, match="records 0 to 1 of conversation klong are no longer held"):
+            c.request(p.ChatHistory, session=opened.session, before=2, limit=5)
+        moved.rename(path)
         first = c.request(p.ChatHistory, session=opened.session, before=2, limit=5)
         assert [r["text"].split()[:2] for r in first.records] == [["question", "0"], ["answer", "0"]]
         assert (first.start, first.more) == (0, False)
