@@ -549,4 +549,18 @@ def test_a_call_the_next_request_can_hold_runs_and_one_it_cannot_is_dropped():
             error = output(t, "c1")["error"]
             assert error["kind"] == "limit"
             assert error["message"].startswith("this call of write was not run: its arguments were about 24383 tokens, "
-                                               "more than the 20284 the next request to you has room for")
+                                               "more than the 20271 the next request to you has room for")
+
+def test_late_in_a_long_turn_a_small_call_still_runs():
+    """The room was this turn counted whole, where a request blanks its older outputs: after three
+    outputs of ~7.5k tokens in a 32k window every call, a 5-token read too, was refused until
+    max_steps. Half of a request stays a call's due."""
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read", "write"]))
+    t = turn(conv, context_tokens=32_000)
+    start(t, "summarise the ten files", reply_tokens=8_000)
+    for n in range(7):  # chat.max_steps (8) ends the turn at the eighth
+        actions = t.on_reply("", [call(f"c{n}", "read", path=f"f{n}.txt")], Usage())
+        assert [type(a) for a in actions] == [RunTool], (n, output(t, f"c{n}"))
+        assert [type(a) for a in t.on_result(f"c{n}", True, {"content": "word " * 6000})] == [CallModel]
+
+

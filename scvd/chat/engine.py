@@ -70,10 +70,11 @@ SCHEMA_KEEP = cat.SEARCH_LIMIT
 MARGIN = 10
 NAMES_SHOWN = 40  # of the tool names (a namespaced family's counted as one) a find_tools that matched nothing lists
 KILLED_CALL = "scvd stopped before this call finished"
-# a call whose arguments the next request has no room for (Turn._room) is not run, and its arguments
+# a call whose arguments the next request has no room for (Turn._call_room) is not run, and its arguments
 # are not kept: sent back to the model with the history, they failed the turn telling the person to
 # ask for less; CALL_SHARE is the share of a request the model's own calls may fill before that names them
 CALL_SHARE = 2
+CALL_OVERHEAD = 50  # tokens of a reply's call besides its arguments (its id, name, framing)
 DROPPED_ARGUMENTS = '{"dropped": "these arguments were too large to keep"}'
 
 
@@ -309,7 +310,7 @@ class Turn:
     def on_reply(self, text: str, calls: list[ToolCall], usage: Usage) -> list[Any]:
         self.usage = Usage(self.usage.input_tokens + usage.input_tokens,
                            self.usage.output_tokens + usage.output_tokens)
-        room = self._room()
+        room = self._call_room(text)
         large = {c.call_id: size for c in calls if (size := trim_mod.estimate(c.arguments)) > room}
         self.conv.append(AssistantReply(text=text, turn=self.id, calls=[
             ToolCall(c.call_id, c.name, DROPPED_ARGUMENTS) if c.call_id in large else c for c in calls]))
@@ -321,7 +322,7 @@ class Turn:
         self.conv.used(calls)
         actions: list[Any] = []
         for call in calls:
-            actions += self._too_large(call, large[call.call_id]) if call.call_id in large else self._dispatch(call)
+            actions += self._too_large(call, large[call.call_id], room) if call.call_id in large else self._dispatch(call)
         return actions + self._step_done()
 
     def on_result(self, call_id: str, ok: bool, result: Any = None, error: Any = None) -> list[Any]:
@@ -397,21 +398,25 @@ class Turn:
             self.outputs[call.call_id] = ok_output({"background": True, "status": BACKGROUND_NOTE})
         return [RunTool(call, args, entry.background)]
 
-    def _too_large(self, call: ToolCall, size: int) -> list[Any]:
+    def _too_large(self, call: ToolCall, size: int, room: int) -> list[Any]:
         return self._local(call, error_output(
             "limit", f"this call of {call.name} was not run: its arguments were about {size} tokens, more than the "
-            f"{max(self._room(), 0)} the next request to you has room for (chat.context_tokens, less the "
-            "instructions, the tool schemas and this turn so far), so they were dropped; do the same in smaller "
-            "calls (a long text in parts), or ask the person what to do"))
+            f"{room} the next request to you has room for (chat.context_tokens, less the instructions, the tool "
+            "schemas and this turn so far), so they were dropped; do the same in smaller calls (a long text in "
+            "parts), or ask the person what to do"))
 
-    def _room(self) -> int:
-        """What the next request has left for a call's arguments: not half of `usable` (a 45 KB write
-        that fit a 32k window was refused), but what its instructions, schemas and this turn leave."""
+    def _call_room(self, text: str) -> int:
+        """The most a call's arguments may take: what the next request has left beside this reply's text
+        (a 45 KB write that fit a 32k window was refused as more than half of it), and never less than
+        half of a request: this turn is counted whole, where a request blanks its older outputs (trim),
+        so late in a long turn every call was refused."""
         specs = self.catalog.specs(self.conv.loaded)
         instructions = self.catalog.instructions(self.conv.settings.system_prompt, self.conv.loaded)
         history = self.conv.history
         turn = sum(self.conv.sizes.of(item) for item in history[trim_mod.last_user(history):])
-        return self.usable - trim_mod.estimate(instructions) - sum(trim_mod.estimate(s) for s in specs) - turn
+        left = (self.usable - trim_mod.estimate(instructions) - sum(trim_mod.estimate(s) for s in specs) - turn
+                - trim_mod.estimate(text) - CALL_OVERHEAD)
+        return max(self.usable // CALL_SHARE, left)
 
     def _find_tools(self, call: ToolCall, args: dict[str, Any]) -> list[Any]:
         try:  # every argument is optional: null means its default, as for every tool's (Tool.decode)
