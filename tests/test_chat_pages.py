@@ -15,9 +15,8 @@ from scvd.chat.transcript import Transcripts
 
 
 def texts(page: Page) -> tuple[int, list[str]]:
-    start, rows, before = page
-    assert not before  # all of it in memory
-    return start, shown(rows)
+    assert not page.older  # all of it in memory
+    return page.start, shown(page.rows)
 
 
 def shown(rows: list[msgspec.Raw]) -> list[str]:
@@ -63,12 +62,12 @@ def test_a_long_chat_keeps_only_its_newest_records_and_older_pages_come_from_the
     assert (newest.start, shown(newest.rows), newest.older) == (897, ["U299", "tool", "turn"], range(897, 897))
     oldest = pages.page([], 3, 3)
     assert (oldest.start, oldest.rows, oldest.older) == (0, [], range(0, 3))
-    assert shown(older(transcripts, "k1", oldest.older)) == ["U0", "tool", "turn"]
+    assert shown(older(transcripts, "k1", oldest)) == ["U0", "tool", "turn"]
     gone = pages.forgotten
     across = pages.page([], gone + 1, 2)  # one record read back, one kept
     assert (across.older, len(across.rows)) == (range(gone - 1, gone), 1)
     view = [text for n in range(300) for text in (f"U{n}", "tool", "turn")]
-    assert shown(older(transcripts, "k1", across.older) + across.rows) == view[gone - 1:gone + 1]
+    assert shown(older(transcripts, "k1", across) + across.rows) == view[gone - 1:gone + 1]
 
 
 def test_an_older_page_of_a_transcript_moved_away_says_what_to_do(tmp_path):
@@ -77,4 +76,20 @@ def test_an_older_page_of_a_transcript_moved_away_says_what_to_do(tmp_path):
     assert (page.start, shown(page.rows), page.older) == (0, ["U2"], range(0, 1))
     with pytest.raises(errors.Unavailable, match=r"records 0 to 0 of conversation k1 are no longer held in memory, "
                        r"and its transcript \(.*k1\.jsonl\) no longer has them .*page from record 1 on"):
-        older(Transcripts(tmp_path), "k1", page.older)
+        older(Transcripts(tmp_path), "k1", page)
+
+
+def test_an_older_page_of_a_transcript_begun_afresh_is_refused_not_other_records(tmp_path):
+    """Moved away while the chat went on, the next save began a new k1.jsonl: once it held enough
+    records, an older page gave its records at the old positions (U10 for U0). Nor is the message's
+    record one not in memory either."""
+    transcripts = Transcripts(tmp_path)
+    old = [UserText(text=f"U{n}", turn=f"t{n}") for n in range(10)]
+    pages = Pages(old, budget=120)
+    fresh = [UserText(text=f"U{n}", turn=f"t{n}") for n in range(10, 30)]
+    transcripts.append("k1", fresh)  # the file the chat's saves began after the move
+    pages.add(fresh)
+    page = pages.page([], 4, 4)
+    assert page.older == range(0, 4) and pages.forgotten > 4
+    with pytest.raises(errors.Unavailable, match=rf"page from record {pages.forgotten} on$"):
+        older(transcripts, "k1", page)

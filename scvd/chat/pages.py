@@ -36,6 +36,8 @@ class Page(NamedTuple):
     start: int  # the first record's position
     rows: list[msgspec.Raw]  # the records kept in memory, oldest first
     older: range  # positions before `rows` that only the transcript still has (`older`)
+    kept_from: int  # the position of the first record kept in memory
+    first_kept: bytes | None  # its JSON: the transcript read again must have it there (`older`)
 
 
 class Pages:
@@ -75,7 +77,8 @@ class Pages:
         first = 0 if limit is None else max(0, end - limit)
         rows = [self._row(n - gone) if n < gone + kept else tail._row(n - gone - kept)
                 for n in range(max(first, gone), end)]
-        return Page(first, [msgspec.Raw(row) for row in rows], range(first, min(end, gone)))
+        return Page(first, [msgspec.Raw(row) for row in rows], range(first, min(end, gone)), gone,
+                    self._row(0) if kept else None)
 
     def _row(self, n: int) -> bytes:
         return bytes(self._data[self._ends[n - 1] if n else 0:self._ends[n]])
@@ -92,17 +95,22 @@ class Pages:
         self.forgotten += n + 1
 
 
-def older(transcripts: Transcripts, conversation: str, span: range) -> list[msgspec.Raw]:
-    """The records at `span` of chat.history's view, read back from the transcript again (blocking:
-    on a worker), for a page before those Pages kept."""
+def older(transcripts: Transcripts, conversation: str, page: Page) -> list[msgspec.Raw]:
+    """The records at `page.older` of chat.history's view, read back from the transcript again
+    (blocking: on a worker), for a page before those Pages kept. The transcript must still hold the
+    first kept record where memory has it: a file moved away and begun afresh, a clear written since,
+    or a torn line read back as a note would give other records at those positions."""
+    span = page.older
     try:
         shown = [r for r in read_back(transcripts.read(conversation)).records if not isinstance(r, HIDDEN)]
     except errors.ConversationNotFound:
         shown = []
-    if len(shown) < span.stop:  # moved away, or a clear written since the page was asked for
+    at = page.kept_from
+    if len(shown) < at or (page.first_kept is not None and (
+            len(shown) == at or json_bytes(_encoder.encode, shown[at]) != page.first_kept)):
         raise errors.Unavailable(f"chat.history: records {span.start} to {span.stop - 1} of conversation "
                                  f"{conversation} are no longer held in memory, and its transcript "
-                                 f"({transcripts.path(conversation)}) no longer has them (moved away, or cleared "
-                                 "since); put the file back to page this far, or page from record "
-                                 f"{span.stop} on")
+                                 f"({transcripts.path(conversation)}) no longer has them as they were (moved "
+                                 "away, or cleared since); put the file back to page this far, or page from "
+                                 f"record {at} on")
     return [msgspec.Raw(json_bytes(_encoder.encode, r)) for r in shown[span.start:span.stop]]

@@ -202,7 +202,7 @@ class ChatService:
         page = chat.pages.page(chat.conv.records[chat.paged:], frame.before, frame.limit)
         records = page.rows
         if page.older:  # before those kept in memory: the transcript has them, read back on a worker
-            records = await run_transcript(lambda: older(self.transcripts, chat.conversation, page.older)) + records
+            records = await run_transcript(lambda: older(self.transcripts, chat.conversation, page)) + records
         answer = p.ChatTranscript(id=frame.id, conversation=chat.conversation, start=page.start, more=page.start > 0,
                                   records=records)  # type: ignore[arg-type]  # each record's JSON, as it goes out
         self._check_fits(answer, conn.server_frame_bytes)
