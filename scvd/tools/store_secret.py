@@ -18,11 +18,11 @@ use the key, the result says how each came up with it (waiting up to 10 s).
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any, Callable
 
 import msgspec
 
+from .. import awake
 from ..config import server_secrets
 from ..errors import InvalidArguments, LimitExceeded, ScvError, Unavailable
 from ..secrets import KEY_RE, check_key
@@ -107,7 +107,7 @@ class StoreSecret(Tool):
         counted = (ctx.turn, f"{MCP_PREFIX}{server}" if server else args.tool)
         # without a turn (an MCP host's session, open for days) the rounds count per window: whether a
         # tool worked since says nothing (a model could name one that works without the key)
-        now = time.monotonic()
+        now = awake.clock()  # an hour the machine slept through counts: time.monotonic() stops meanwhile
         used, since = rounds.get(counted, (0, now))
         if ctx.turn is None and now - since >= WINDOW_SECONDS:
             used, since = 0, now
