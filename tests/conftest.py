@@ -124,6 +124,27 @@ class DaemonProc:
         return self.log_path.read_text(errors="replace")
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def dying_with_pytest(then: Callable[[], None] | None = None) -> Callable[[], None]:
+    """A preexec_fn: the child gets SIGTERM when the pytest process that started it dies (before `then`).
+    pytest-timeout's thread method ends a worker with os._exit: no fixture's teardown runs, and each
+    daemon a timed-out test started ran on, orphaned, for hours."""
+    import ctypes
+
+    parent = os.getpid()
+
+    def preexec() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # it died before the prctl
+            os.kill(os.getpid(), signal.SIGTERM)
+        if then is not None:
+            then()
+
+    return preexec
+
+
 def start_daemon(home: Path, config: str = "", *, env: dict[str, str] | None = None,
                  args: list[str] | None = None, wait: bool = True, prefix: list[str] | None = None,
                  **popen: Any) -> DaemonProc:
@@ -134,6 +155,7 @@ def start_daemon(home: Path, config: str = "", *, env: dict[str, str] | None = N
     full_env = base_env(home, **(env or {}))
     log_path = home.parent / f"{home.name}-scvd.log"
     log_file = open(log_path, "ab")
+    popen["preexec_fn"] = dying_with_pytest(popen.get("preexec_fn"))
     proc = subprocess.Popen(
         [*(prefix or []), sys.executable, "-m", "scvd", "run", *(args or [])],
         env=full_env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, **popen,

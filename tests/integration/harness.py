@@ -181,6 +181,7 @@ def start_wrapped(home: Path, config: str = "", *, env: dict[str, str] | None = 
         fds = (activate.fileno(),)
         argv = [sys.executable, "-c", ACTIVATE, str(activate.fileno()), *argv[1:]]
     log_path = home.parent / f"{home.name}-scvd.log"
+    popen["preexec_fn"] = conftest.dying_with_pytest(popen.get("preexec_fn"))
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, pass_fds=fds, **popen)
