@@ -114,7 +114,7 @@ def _shown(name: str, text: str) -> str:
     """`text` as a TOML value, or HIDDEN when it may be a credential: `name` (its key, or the argument
     before it) says so, or it holds a token's body, a URL's query or password."""
     flag, eq, value = text.partition("=")
-    if eq and flag.startswith("-") and _credential_name(flag):  # --api-key=KEY: the flag is kept
+    if eq and flag.startswith("-"):  # --api-key=KEY, -p=PASS, --header=Authorization: ...: the flag is kept
         return toml_value(f"{flag}=...")
     named = _credential_name(name.rsplit(".", 1)[-1])
     token = any(re.search(r"\d", run) and re.search(r"[A-Za-z]", run) for run in TOKEN_RUN_RE.findall(text))

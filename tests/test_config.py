@@ -447,6 +447,8 @@ def test_the_hint_for_a_value_in_a_table_of_names_does_not_repeat_it(cfg_file, t
     ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"--api-key sk-live-PASTED\"\n", 'args = ["--api-key", "..."]'),
     ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"--token=ghpPASTED1234567890abc\"\n", 'args = ["--token=..."]'),
     ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"--api-key=correcthorsePASTED\"\n", 'args = ["--api-key=..."]'),
+    ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"-p=PASTED --header='Authorization: Bearer PASTED'\"\n",
+     'args = ["-p=...", "--header=..."]'),
     ("[mcp.servers.gh]\ncommand = \"gh\"\nargs = \"-y @scope/server-PASTED\"\n",
      'args = ["-y", "@scope/server-PASTED"]'),  # no credential: repeated, as the person wrote it
 ])
