@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+from .paths import find_program
+
 
 def mcp_warnings(servers: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
     """One line per problem of each enabled stdio server, naming its key."""
@@ -34,18 +36,24 @@ def mcp_warnings(servers: Mapping[str, Any], env: Mapping[str, str]) -> list[str
     return found
 
 
+def locate_command(command: str, path: str) -> tuple[str | None, str]:
+    """Where a server's `command` (a name, /... or ~/...) runs from on `path` (a PATH value), or None and
+    why not: `does not exist`, `is not an executable file`, `is not on PATH`. One rule for the check
+    and the launch (mcp/spec.py)."""
+    expanded = os.path.expanduser(command)
+    if "/" not in expanded:
+        found = find_program(expanded, path)
+        return (found, "") if found else (None, "is not on PATH")
+    if os.path.isfile(expanded) and os.access(expanded, os.X_OK):
+        return expanded, ""
+    return None, "is not an executable file" if os.path.exists(expanded) else "does not exist"
+
+
 def _command_problem(command: str, env: Mapping[str, str]) -> str | None:
-    path = os.path.expanduser(command)
-    if "/" in path:
-        if not os.path.exists(path):
-            return f"{command!r} does not exist"
-        return None if _runnable(path) else f"{command!r} is not an executable file"
-    dirs = [d for d in env.get("PATH", os.defpath).split(os.pathsep) if d]
-    if any(_runnable(os.path.join(d, path)) for d in dirs):
+    found, why = locate_command(command, env.get("PATH", os.defpath))
+    if found is not None:
         return None
-    return (f"{command!r} is not on PATH; give its full path, or install it there (under systemd, scvd's PATH "
-            "is the unit's, not your shell's)")
-
-
-def _runnable(path: str) -> bool:
-    return os.path.isfile(path) and os.access(path, os.X_OK)
+    if why == "is not on PATH":
+        return (f"{command!r} is not on PATH; give its full path, or install it there (under systemd, scvd's "
+                "PATH is the unit's, not your shell's)")
+    return f"{command!r} {why}"

@@ -15,6 +15,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from .. import http_fields
 from ..config import McpServerConfig, SecretRef, server_secrets
+from ..config_checks import locate_command
 from ..errors import CredentialMissing, LimitExceeded, Unavailable
 from ..secrets import reads_refused
 from ..passenv import build as allowed_env
@@ -110,18 +111,15 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
                  base_env: Mapping[str, str], home: Path) -> StdioLaunch:
     """argv, environment and cwd of a stdio server; wrapped in bubblewrap when it is on and not opted out."""
     assert cfg.command is not None
-    command = os.path.expanduser(cfg.command)  # config allows a name, /... or ~/..., as for cwd
-    if "/" not in command:
-        import shutil  # here: it imports bz2 and lzma, which the idle daemon does without
-
-        found = shutil.which(command, path=base_env.get("PATH"))
-        if found is None:
-            raise Unavailable(f"mcp server {name}: command {command!r} is not on scvd's PATH; "
-                              "give its full path in mcp.servers.%s.command" % name)
-        command = found
-    elif not os.path.isfile(command) or not os.access(command, os.X_OK):  # else `No such file` without the key
-        what = "is not an executable file" if os.path.exists(command) else "does not exist"
-        raise Unavailable(f"mcp server {name}: command {command!r} {what}; fix mcp.servers.{name}.command")
+    # config allows a name, /... or ~/..., as for cwd; else `No such file` without the key
+    found, why = locate_command(cfg.command, base_env.get("PATH", os.defpath))
+    if found is None:
+        shown = os.path.expanduser(cfg.command)
+        if "/" not in shown:
+            raise Unavailable(f"mcp server {name}: command {shown!r} is not on scvd's PATH; "
+                              f"give its full path in mcp.servers.{name}.command")
+        raise Unavailable(f"mcp server {name}: command {shown!r} {why}; fix mcp.servers.{name}.command")
+    command = found
     cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else str(home)
     own = resolve(cfg.env, secrets, f"mcp.servers.{name}.env")
     env = allowed_env(base_env, KEPT_ENV, set=own)
