@@ -26,7 +26,8 @@ Rules:
   one server frame: an approver is shown a request whole or it never opens.
 - One owner (a connection, whatever sessions it holds) has at most three quarters
   of `max_pending` and of that frame waiting: one runaway client leaves the
-  others' calls room to be asked. Past that a request is refused with `limit`.
+  others' calls room to be asked. Past that a request is refused with `limit`, told
+  what to do by `share_remedy` if it says (a chat turn's model cannot send call.cancel).
 """
 
 from __future__ import annotations
@@ -253,6 +254,10 @@ class Approval:
         return f"approval {self.id} was {self.state.value}{who}{why}"
 
 
+# to a socket client, whose share of the gate is full
+SHARE_REMEDY = ("have those decided (scvctl approvals), or cancel the calls you no longer need (call.cancel), "
+                "then send it again")
+
 EventSink = Callable[[str, Approval], None]  # ("requested" | "resolved", approval)
 
 
@@ -268,6 +273,9 @@ class ApprovalGate:
     # called with (owner, info) before a request opens; may raise Denied (the chat loop refuses
     # a turn's request that no connection could decide, rather than let it wait unseen)
     screen: Callable[[Any, dict[str, Any]], None] | None = None
+    # called with a request's info when its connection's share is full: what to do instead of
+    # SHARE_REMEDY, or None (a chat turn's model can neither have requests decided nor send call.cancel)
+    share_remedy: Callable[[dict[str, Any]], str | None] | None = None
     pending: dict[str, Approval] = field(default_factory=dict)
     ended: dict[str, str] = field(default_factory=dict)  # the last ENDED_KEPT that ended: Approval.ending()
     _counter: Any = field(default_factory=lambda: itertools.count(1))
@@ -289,8 +297,7 @@ class ApprovalGate:
             raise errors.LimitExceeded(
                 f"{len(mine)} approvals of this connection's sessions are already waiting, as many as one "
                 "connection may hold (approvals.max_pending less a quarter kept for other connections); this "
-                "call was refused without asking: have those decided (scvctl approvals), or cancel the calls "
-                "you no longer need (call.cancel), then send it again")
+                f"call was refused without asking: {self._remedy(info)}")
         loop = asyncio.get_running_loop()
         now = time.time()
         approval_id = f"a{next(self._counter)}-{os.urandom(3).hex()}"
@@ -301,7 +308,7 @@ class ApprovalGate:
             approval_id=approval_id, requested_at=now, expires_at=now + self.timeout_seconds, **info
         )
         size = len(encode(record))
-        self._check_room(size, mine)
+        self._check_room(size, mine, info)
         approval = Approval(info=record, owner=owner, future=loop.create_future(), size=size)
         approval.timer = awake.Timer(awake.clock() + self.timeout_seconds, functools.partial(self._expire, approval_id))
         self.pending[approval_id] = approval
@@ -382,7 +389,11 @@ class ApprovalGate:
                 denied.append(self._resolve(approval, ApprovalEvent.DENY, exc.message))
         return denied
 
-    def _check_room(self, size: int, mine: list[Approval]) -> None:
+    def _remedy(self, info: dict[str, Any]) -> str:
+        """What a call refused for its connection's full share is told to do."""
+        return (self.share_remedy and self.share_remedy(info)) or SHARE_REMEDY
+
+    def _check_room(self, size: int, mine: list[Approval], info: dict[str, Any]) -> None:
         """Refuse a request that one frame could not carry whole, alone or with those already waiting,
         or with its connection's (`mine`) more than three quarters of it."""
         room = self.max_bytes - FRAME_ENVELOPE
@@ -405,8 +416,7 @@ class ApprovalGate:
                 f"this connection's approval requests already waiting take {own:,} bytes, and with this one's "
                 f"{size:,} they would take more than three quarters of one approvals.list frame "
                 f"({self.max_bytes_from} = {self.max_bytes:,}), the rest kept for other connections; this call "
-                "was refused without asking: have those decided (scvctl approvals), or cancel the calls you no "
-                "longer need (call.cancel), then send it again")
+                f"was refused without asking: {self._remedy(info)}")
 
     def list(self) -> list[ApprovalInfo]:
         self._sweep()

@@ -541,6 +541,30 @@ def test_one_connections_requests_may_take_three_quarters_of_the_list_frame_and_
     asyncio.run(main())
 
 
+def test_a_call_past_its_connections_share_hears_what_the_share_remedy_hook_says_in_bytes_too():
+    """The chat's hook gives a turn's call words a model can act on, whichever share ran out; other
+    calls keep the socket client's (scvctl approvals, call.cancel)."""
+    async def main():
+        gate = ApprovalGate(60, lambda kind, a: None, max_bytes=64 * 1024)
+        gate.share_remedy = lambda info: "call it again, fewer at once" if info["call_id"].startswith("t") else None
+
+        def ask(call_id: str, size: int) -> Any:
+            return gate.request("c1", session="s1", call_id=call_id, tool="bash", risk="process",
+                                workspace="/ws", summary="bash", details={"command": "x" * size})
+
+        ask("c-0", 40 * 1024)
+        socket_words = "cancel the calls you no longer need (call.cancel), then send it again"
+        for call_id, remedy in (("t-1", "call it again, fewer at once"), ("c-1", socket_words)):
+            with pytest.raises(errors.LimitExceeded) as info:
+                ask(call_id, 10 * 1024)
+            assert "the rest kept for other connections; this call was refused without asking: " in info.value.message
+            assert info.value.message.endswith(remedy)
+        for a in list(gate.pending.values()):
+            gate.cancel(a.id, "test over")
+
+    asyncio.run(main())
+
+
 def test_the_largest_bash_command_fits_a_default_frame_even_escaped():
     """A command is one argv string (MAX_ARG_BYTES); DEL escapes to `\\x7f` (5 bytes in JSON) and still fits."""
     from scvd.process import MAX_ARG_BYTES

@@ -11,7 +11,8 @@ instead of waiting out approvals.timeout_seconds, so a headless turn never
 hangs; one already waiting is denied the same way when the last connection
 that could decide leaves. `screen()` is hooked into
 the approval gate, which applies it to new requests and, on such a departure,
-to pending ones (`ApprovalGate.rescreen()`).
+to pending ones (`ApprovalGate.rescreen()`). `share_remedy()` is hooked there too:
+a turn's call past its connection's share of the gate is told what a model can do.
 """
 
 from __future__ import annotations
@@ -46,10 +47,24 @@ TOO_MANY = ("this call was not run: the step asked for more calls at once than o
             "fewer calls at once")
 
 
+# nor can it have approvals decided: a turn's call past its connection's share of the gate hears this instead
+SHARE_FULL = "call it again, asking for fewer calls that need approval at once"
+
+
+def _of_turn(daemon: Any, info: dict[str, Any]) -> bool:
+    """Whether the call an approval request is for came from a chat turn."""
+    call = daemon.calls.get(info.get("call_id", ""))
+    return call is not None and bool(call.turn)
+
+
+def share_remedy(daemon: Any, info: dict[str, Any]) -> str | None:
+    """The gate's hook: what a turn's call refused for its connection's full share is told to do."""
+    return SHARE_FULL if _of_turn(daemon, info) else None
+
+
 def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:
     """The gate's hook: refuse a turn's request that no connection could decide."""
-    call = daemon.calls.get(info.get("call_id", ""))
-    if call is None or not call.turn:
+    if not _of_turn(daemon, info):
         return
     if any(c.watcher and not c.closed for c in daemon.connections):
         return

@@ -526,6 +526,38 @@ def test_a_call_past_the_sessions_call_cap_reaches_the_model_as_a_limit_not_a_cr
     assert "crashed" not in caplog.text and "was refused (limit: this session already holds 1 calls" in caplog.text
 
 
+def test_a_call_past_its_connections_share_of_the_gate_tells_the_model_what_it_can_do(chat_rig, workspace):
+    """Four reads at once that all ask, with approvals.max_pending = 4: one connection holds at most 3 of
+    them, so the fourth is refused unasked. The model was told to have those decided (scvctl approvals)
+    or send call.cancel, neither of which it can: it hears to call it again, fewer at once."""
+    for name in "abcd":
+        (workspace / f"{name}.txt").write_text(name)
+    reads = [("read", {"path": f"{name}.txt"}) for name in "abcd"]
+    model, d = chat_rig(load("read"), Calls(*reads), Text("one was refused"),
+                        extra='[approvals]\npolicy = "always"\nmax_pending = 4\n')
+    with d.client(name="pytest", approver=True) as c:
+        asked, refused = [], []
+
+        def approve_once_all_four_are_in(event: Any) -> None:  # none decided before the fourth: it is refused
+            if isinstance(event, p.ApprovalRequested):
+                asked.append(event.approval_id)
+            elif isinstance(event, p.CallCompleted) and not event.ok:
+                refused.append(event.error)
+            if len(asked) + len(refused) == 4 and asked:
+                for approval_id in asked:
+                    c.request(p.ApprovalDecide, approval_id=approval_id, decision="approve")
+                asked.clear()
+
+        _, end = run_turn(c, open_chat(c, workspace).session, "read them all", approve_once_all_four_are_in)
+    assert isinstance(end, p.TurnCompleted)
+    outputs = [json.loads(o) for o in model.outputs(2)[-4:]]
+    assert len([o for o in outputs if o["ok"]]) == 3  # which one is refused is up to the order they ask in
+    assert [o["error"] for o in outputs if not o["ok"]] == [{"kind": "limit", "message": (
+        "3 approvals of this connection's sessions are already waiting, as many as one connection may hold "
+        "(approvals.max_pending less a quarter kept for other connections); this call was refused without "
+        "asking: call it again, asking for fewer calls that need approval at once")}]
+
+
 def test_ask_user_asks_the_chat_and_the_answer_reaches_the_model(chat_rig, workspace):
     model, d = chat_rig(Calls(("ask_user", {"question": "which colour?"})), Text("blue it is"))
     with d.client(name="pytest") as c:
