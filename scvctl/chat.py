@@ -19,8 +19,8 @@ from scvd.text import printable
 
 from . import usage
 from .client import stopped
-from .cli import (EXIT_ERROR, EXIT_OK, ask_request, connect, decide, drop_typed_ahead, emit_json, on_secret,
-                  shared_options)
+from .cli import (EXIT_ERROR, EXIT_OK, ask_request, connect, decide, drop_typed_ahead, emit_json, end_prompt_line,
+                  on_secret, shared_options)
 
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
 HEADLESS_ANSWER = "(no answer: scvctl exec runs without a person at the terminal; go on without one)"
@@ -217,7 +217,13 @@ def _prompt() -> str | None:
         except KeyboardInterrupt:
             print("\n(no turn is running; /exit leaves)", flush=True)
             continue
+        end_prompt_line(_echo(line))  # piped in: `you> LINE`, and `model> ` on the next line
         return line.rstrip("\n") if line else None
+
+
+def _echo(line: str) -> str:
+    """A line read from a pipe as shown after its prompt: one line, escaped (it may come from any file)."""
+    return printable(line.rstrip("\r\n"), keep="")
 
 
 def _chat_turn(c: Any, session: str, conversation: str, text: str) -> None:
@@ -258,7 +264,9 @@ def _chat_event(c: Any, session: str, event: Any) -> None:
         sys.stdout.flush()
         line = sys.stdin.readline()
         answer = line.rstrip("\n")
-        if not line:  # Ctrl-D (or the input's end): no answer, not an empty one the model would act on
+        if line:
+            end_prompt_line(_echo(line))
+        else:  # Ctrl-D (or the input's end): no answer, not an empty one the model would act on
             answer = DECLINED_ANSWER
             print("(declined)", flush=True)
         try:

@@ -168,6 +168,21 @@ def test_chat_ctrl_d_at_the_models_question_declines_it(chat_daemon, model, work
     assert told == "(no answer: the person declined to answer (Ctrl-D); go on without one)"
 
 
+def test_chat_with_its_input_piped_in_prints_each_line_after_its_prompt(chat_daemon, model, workspace):
+    """Nothing echoes a line read from a pipe: `you> model> forty-two` came out on one line, and the
+    answer said nothing of what was asked. Each prompt's line now ends with what was read, escaped."""
+    m = model(Text("forty-two"), Calls(("ask_user", {"question": "which book?"})), Text("that one"))
+    out = subprocess.run([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)],
+                         env=chat_daemon(m).env, input="what is the answer?\nand the \x1b[8mquestion?\nthe guide\n",
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("Ctrl-C stops a turn)\n", 1)[1] == (
+        "you> what is the answer?\nmodel> forty-two\n"
+        "you> and the \\x1b[8mquestion?\nmodel> \nquestion: which book?\nanswer> the guide\nthat one\n"
+        "you> \n")
+    assert json.loads(m.outputs(2)[0])["result"]["answer"] == "the guide"
+
+
 def test_exec_exits_1_on_turn_failed(chat_daemon, model, workspace):
     m = model(Status(401, "bad key"))
     out = scvctl(chat_daemon(m), "exec", "--workspace", str(workspace), "hi")
