@@ -5,8 +5,11 @@ the string or of its UTF-8 bytes, or as a JSON string from any common encoder (P
 `json.dumps` either way, `\\/` for `/` as PHP and Java print it, `<>&='` as `\\u003c`...
 as Go and Gson do, upper-case hex), so text that is not one JSON document (stderr, JSON
 lines, output the cap cut) hides it too; percent-encoded, as in a URL's query; of an Authorization value (`Bearer X`), X alone
-too. Longest forms first: a value inside a longer one goes with it. Plain string
-replacement: no pattern a script's output could make slow.
+too; base64-encoded after any prefix, as in HTTP Basic (`Basic base64(user:KEY)`): the
+characters that hold only the value's bits, at each of base64's three alignments (the one
+at either end that shares bits with the user or the padding stays). Longest forms
+first: a value inside a longer one goes with it. Plain string replacement: no pattern a
+script's output could make slow.
 """
 
 from __future__ import annotations
@@ -79,6 +82,19 @@ def _ordered(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(found.items(), key=lambda fs: len(fs[0]), reverse=True))
 
 
+BASE64_MIN = 8  # bytes of a value hidden in base64 too: a shorter one's few characters would hide in any text
+
+
+def _base64_core(raw: bytes, shift: int) -> str:
+    """`raw` base64-encoded after `shift` bytes of anything (mod 3), less the characters that carry
+    some bits of those bytes or of what follows: what any such encoding of it holds."""
+    import base64
+
+    encoded = base64.b64encode(bytes(shift) + raw).decode("ascii")
+    first = (8 * shift + 5) // 6  # a character is 6 bits: the first with none of the shift's 8 * shift
+    return encoded[first:8 * (shift + len(raw)) // 6]
+
+
 def _encodings(value: str) -> set[str]:
     import json  # here: the start, which logs through for_logs(), needs no json before READY=1
 
@@ -89,6 +105,8 @@ def _encodings(value: str) -> set[str]:
     out |= {quote(raw, safe=""), quote_plus(raw, safe="")}  # an MCP server's `query` secret in its url
     if auth := _AUTH_VALUE.fullmatch(value):
         out |= _encodings(auth.group(1))
+    if len(raw) >= BASE64_MIN:
+        out |= {_base64_core(raw, shift) for shift in range(3)}
     for dumped in (json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
         for styled in (dumped, "".join(_HTML_SAFE.get(c, c) for c in dumped)):
             for slashed in (styled, styled.replace("/", "\\/")):

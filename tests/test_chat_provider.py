@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -200,6 +202,26 @@ def test_a_provider_error_quoting_the_key_shows_it_as_a_stand_in(model, wire_api
         asyncio.run(collect(provider(m, wire_api)))
     assert "Incorrect API key provided: [secret TEST_KEY]. Find yours" in info.value.message
     assert "sk-test" not in info.value.message
+
+
+@pytest.mark.parametrize("user", ["me", "bob", "user"])  # `USER:` takes each of base64's three alignments
+@pytest.mark.parametrize("echo", ["Authorization: Basic {}", "{}"])
+def test_a_provider_error_echoing_the_key_as_http_basic_shows_no_base64_of_it(model, user, echo):
+    """A relay answering with the Authorization it passed on, `Basic base64(user:KEY)`: the key went to
+    turn.failed and the log base64-encoded, which anyone reading it decodes. Only the characters that
+    also carry the user's bits or the padding's stay, as the user's own do."""
+    key = "sk-relay-0123456789abcdef"
+    token = base64.b64encode(f"{user}:{key}".encode()).decode()
+    m = model(Status(401, echo.format(token)), Status(400, echo.format(token)))
+    for status in (401, 400):
+        with pytest.raises(ProviderFailure) as info:
+            asyncio.run(collect(make(Settings(name="test", model="m", base_url=m.base_url, wire_api="responses",
+                                              api_key=key, key_source="secret TEST_KEY", timeout_seconds=10,
+                                              max_retries=0))))
+        shown = re.search(r"(\S*)\[secret TEST_KEY\](\S*)", info.value.message)
+        assert shown and token not in info.value.message, info.value.message
+        # of the token, the user's characters stay, and at most three that hold bits of the key's ends
+        assert len(shown.group(1) + shown.group(2)) <= len(base64.b64encode(f"{user}:".encode()).rstrip(b"=")) + 3
 
 
 @pytest.mark.parametrize("event", [
