@@ -312,11 +312,11 @@ class McpServers:
                 "traceback in scvd's log")
             tools, left_out = [], [f"mcp server {link.name}: {self.unread[link.name]}"]
             reason = f"scvd could not take mcp server {link.name}'s tools/list"
-        before = {t.name: t.spec for t in self.tools.get(link.name, [])}
+        before = {t.name: t.spec.definition for t in self.tools.get(link.name, [])}
         self.left_out[link.name], self.tools[link.name] = left_out, tools
         # a grant was a person's trust in the tool as its server described it (a changed
         # description or schema can be a rug pull); a tool that stayed the same keeps its grants
-        after = {t.name: t.spec for t in tools}
+        after = {t.name: t.spec.definition for t in tools}
         redefined = sorted(n for n, was in before.items() if n in after and after[n] != was)
         gone = {n for n in before if n not in after}
         if redefined or gone:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 import msgspec
@@ -41,6 +42,13 @@ class ToolSpec:
     input_schema: dict[str, Any]
     read_only_hint: bool | None = None
     destructive_hint: bool | None = None
+
+    @cached_property
+    def definition(self) -> str:
+        """All of it as canonical JSON: what tells a tool listed again from the one listed before. As
+        values, a schema holding NaN (which a server may send) differed from itself: NaN != NaN."""
+        return json.dumps([self.name, self.description, self.input_schema, self.read_only_hint,
+                           self.destructive_hint], sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ exits with status 6; `unique-items` also lists `tags`, whose `tags` must be dist
 `many-findings=N` also lists `f0`..`fN-1`, each with 20 undescribed arguments (its lint: 21 lines);
 `long-names=N` also lists N tools named 50,000 `L`s and their index (all one scvd name) and `H` then those,
 whose inputSchema is above 64 KiB; `init-error=N` answers initialize with an error whose message is an ANSI
-colour escape, N `x`s and ` the end`.
+colour escape, N `x`s and ` the end`; `nan-schema` also lists `announce` and `odd`, whose inputSchema holds
+`NaN` and `-Infinity` (as Python's json writes them), and `later` from its second tools/list on.
 Its tool `echo` answers with its arguments.
 """
 
@@ -101,8 +102,11 @@ if mode == "huge-results":
                    "type": "array", "items": {"type": "object", "required": ["i"]}}}}}]
 if mode == "dies-mid-call":
     tools.append({"name": "die", "description": "Dies saying why.", "inputSchema": {"type": "object"}})
-if mode == "relist-hangs":
+if mode in ("relist-hangs", "nan-schema"):
     tools.append({"name": "announce", "description": "Says its tools changed.", "inputSchema": {"type": "object"}})
+if mode == "nan-schema":  # NaN != NaN: the same schema, listed again, compared unequal to itself
+    tools.append({"name": "odd", "description": "A schema with NaN.", "inputSchema": {"type": "object", "properties": {
+        "x": {"type": "number", "maximum": float("nan"), "minimum": float("-inf")}}}})
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
     tools.append({"name": "slug", "description": "Takes a slug.", "inputSchema": {
         "type": "object", "required": ["slug"], "additionalProperties": False,
@@ -149,6 +153,8 @@ for line in sys.stdin:
             time.sleep(float(mode.partition("=")[2]))
         if mode == "relist-hangs" and lists > 1:
             continue
+        if mode == "nan-schema" and lists == 2:
+            tools.append({"name": "later", "description": "Came with a relist.", "inputSchema": {"type": "object"}})
         if mode == "changes-while-listing" and lists == 1:  # before its answer: scvd is still listing
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
             tools.append({"name": "later", "description": "Came with a change.", "inputSchema": {"type": "object"}})

@@ -711,6 +711,27 @@ def test_no_answer_to_a_tools_list_after_list_changed_keeps_the_tools_and_says_s
     assert d.daemon.mcp.links["raw"]._relist_task.done()
 
 
+@pytest.mark.one_loop
+def test_a_session_grant_outlives_a_relist_of_a_schema_holding_nan(make_daemon, workspace, tmp_path):
+    """NaN != NaN: a tool whose inputSchema holds NaN (Python's json writes it, and the SDK reads it)
+    compared unequal to itself at every tools/list, so each list_changed revoked its session grants
+    and the person was asked again for a tool the server never changed."""
+    d = make_daemon("[approvals]\ntimeout_seconds = 10\n"  # a revoked grant: denied in 10 s, not 900
+                    + quirks_stdio_table("nan-schema", tmp_path / "starts") + 'tool_risk = { announce = "read_only" }\n')
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        server(c, "raw")
+        session = c.open_session(workspace)
+        call_id = c.start_call(session, "mcp__raw__odd", {})
+        (request,) = wait_pending(me)
+        me.request(p.ApprovalDecide, approval_id=request.approval_id, decision="approve", scope="session")
+        assert c.wait_call(call_id).ok
+        assert c.call(session, "mcp__raw__announce", {}).ok  # its list_changed: scvd lists the tools again
+        wait_until(lambda: "mcp__raw__later" in [t.name for t in c.request(p.ToolsList).tools], what="the relist")
+        done = c.call(session, "mcp__raw__odd", {})  # unasked: the grant
+        assert done.ok, done.error
+    assert "was redefined by its server" not in d.log()
+
+
 def test_a_tools_list_scvd_fails_to_take_leaves_the_server_no_tools_saying_why(make_inproc, monkeypatch, workspace,
                                                                                tmp_path, caplog):
     """An exception turning a tools/list into tools (a bug of scvd's: no list the SDK accepts raises one
