@@ -1,9 +1,10 @@
 """scvd.text: what a person reads cannot carry terminal or bidi control characters."""
 
+import re
 import time
 
 from scvd import protocol as p
-from scvd.text import NAME_SHOWN_CHARS, format_request, printable, printable_data, quoted_name
+from scvd.text import NAME_SHOWN_CHARS, cut_middle, format_request, printable, printable_cut, printable_data, quoted_name
 
 
 def test_printable_escapes_controls_and_keeps_what_it_is_told():
@@ -12,6 +13,19 @@ def test_printable_escapes_controls_and_keeps_what_it_is_told():
     assert printable("line1\n\tline2") == "line1\n\tline2"
     assert printable("a\nb", keep="") == "a\\nb"
 
+
+
+def test_a_long_text_escaped_and_cut_reads_as_if_escaped_whole():
+    """printable() of a peer's 64 MiB message, cut to 4,096 chars after, held the loop for seconds:
+    printable_cut escapes only the ends it keeps, and shows them as the whole text escaped would."""
+    text = "\x1b[31m" + "x" * 100_000 + "\u202e the end\r"
+    assert printable_cut(text, 10, 16) == cut_middle(printable(text), 10, 16) == (
+        "\\x1b[31mxx ... [cut: 99,998 chars] ... \\u202e the end\\r")
+    emoji = "\U0001f469\u200d\U0001f4bb"  # its joiner is shown only between the two
+    for text in (emoji + "\x1b" * 50 + emoji, "\x1b" + emoji * 20 + "\n"):
+        for head, tail in ((1, 1), (2, 2), (3, 0), (4, 5)):
+            shown, whole = printable_cut(text, head, tail), cut_middle(printable(text), head, tail)
+            assert re.sub(r"\[cut: [\d,]+ chars\]", "", shown) == re.sub(r"\[cut: [\d,]+ chars\]", "", whole)
 
 
 def test_printable_escapes_what_draws_as_nothing_so_an_argument_cannot_look_empty():

@@ -27,7 +27,7 @@ from ..redact import hide_in_logs, redact, redact_tree
 from ..errors import CredentialMissing, Failed, InvalidArguments, LimitExceeded, ScvError, ToolError, Unavailable
 from ..secret_like import picked
 from ..secrets import off_loop, reads_refused
-from ..text import cut_middle, printable, well_formed
+from ..text import printable_cut, well_formed
 from ..tools.runs import redact_text
 from . import spec
 from .skim import MESSAGE_LIMIT, TOOLS_OMITTED_KEY, skim_response
@@ -97,7 +97,7 @@ class ServerLink:
         # a server's stderr, or an HTTP library's error, may quote a secret value (a header it refused),
         # hidden before the cut; and a server's words may be of any length (a 1 MB error answering
         # initialize): the error goes into status and every tools.list
-        self._error = cut_middle(printable(self._hide(text)), ERROR_HEAD, ERROR_TAIL) if text else text
+        self._error = _shown(self._hide(text)) if text else text
 
     def _hide(self, text: str) -> str:
         """`text` with the secrets this start read, and the values of the url's query, left out."""
@@ -505,6 +505,11 @@ class ServerLink:
         if self.retry_at is not None:
             when = f"; scvd restarts it in {max(0.0, self.retry_at - time.time()):.0f} s"
         return f"mcp server {self.name} is down{why}{when} (see `scvctl status`)"
+
+
+def _shown(text: str) -> str:
+    """A server's words (the secrets out), as scvd shows and logs them: escaped, and cut in the middle."""
+    return printable_cut(text, ERROR_HEAD, ERROR_TAIL)
 
 
 def _broken(proc: Any) -> str | None:
