@@ -420,7 +420,7 @@ class ServerLink:
             if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
                 self._lose()
                 self._raise_if_credential_refused(tool)
-            message = hide(exc.error.message)  # it may quote what it was sent
+            message = _shown(hide(exc.error.message))  # it may quote what it was sent, at any length
             said = f"mcp server {self.name}: {tool}: {message}"
             raise spec.refused(self.name, self.cfg, tool, said) or _call_error(said, exc.error.code) from None
         except (asyncio.CancelledError, ScvError):

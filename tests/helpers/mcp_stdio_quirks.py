@@ -30,7 +30,9 @@ exits with status 6; `unique-items` also lists `tags`, whose `tags` must be dist
 `long-names=N` also lists N tools named 50,000 `L`s and their index (all one scvd name) and `H` then those,
 whose inputSchema is above 64 KiB; `init-error=N` answers initialize with an error whose message is an ANSI
 colour escape, N `x`s and ` the end`; `nan-schema` also lists `announce` and `odd`, whose inputSchema holds
-`NaN` and `-Infinity` (as Python's json writes them), and `later` from its second tools/list on.
+`NaN` and `-Infinity` (as Python's json writes them), and `later` from its second tools/list on;
+`huge-errors=N` also lists `announce` and `fail`, and answers a call of `fail`, and every tools/list after
+the first, with an error whose message is init-error's with a line break and a carriage return after the escape.
 Its tool `echo` answers with its arguments.
 """
 
@@ -102,11 +104,13 @@ if mode == "huge-results":
                    "type": "array", "items": {"type": "object", "required": ["i"]}}}}}]
 if mode == "dies-mid-call":
     tools.append({"name": "die", "description": "Dies saying why.", "inputSchema": {"type": "object"}})
-if mode in ("relist-hangs", "nan-schema"):
+if mode in ("relist-hangs", "nan-schema") or mode.startswith("huge-errors="):
     tools.append({"name": "announce", "description": "Says its tools changed.", "inputSchema": {"type": "object"}})
 if mode == "nan-schema":  # NaN != NaN: the same schema, listed again, compared unequal to itself
     tools.append({"name": "odd", "description": "A schema with NaN.", "inputSchema": {"type": "object", "properties": {
         "x": {"type": "number", "maximum": float("nan"), "minimum": float("-inf")}}}})
+if mode.startswith("huge-errors="):
+    tools.append({"name": "fail", "description": "Fails at length.", "inputSchema": {"type": "object"}})
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
     tools.append({"name": "slug", "description": "Takes a slug.", "inputSchema": {
         "type": "object", "required": ["slug"], "additionalProperties": False,
@@ -140,6 +144,10 @@ for line in sys.stdin:
     method, msg_id = msg.get("method"), msg.get("id")
     if method == "initialize" and mode.startswith("init-error="):
         said = "\x1b[31mrefused\x1b[0m " + "x" * int(mode[11:]) + " the end"
+        send({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": said}})
+    elif mode.startswith("huge-errors=") and (method == "tools/call" and msg["params"]["name"] == "fail"
+                                              or method == "tools/list" and lists > 0):
+        said = "\x1b[31mrefused\x1b[0m\nforged line\r " + "x" * int(mode[12:]) + " the end"
         send({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": said}})
     elif method == "initialize":
         send({"jsonrpc": "2.0", "id": msg_id, "result": {

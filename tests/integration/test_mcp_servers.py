@@ -366,6 +366,21 @@ def test_a_huge_error_answering_initialize_is_cut_and_escaped_in_status_and_tool
     assert listed == [error] and error in shown and len(shown) < 10_000, len(shown)
 
 
+@pytest.mark.one_loop
+def test_a_huge_error_answering_a_call_is_cut_and_escaped_in_the_calls_error(make_daemon, workspace, tmp_path):
+    """A server's JSON-RPC error answering a call was quoted whole in the call's error (a megabyte to the
+    agent, its escape codes and carriage returns raw), where its other errors are escaped and cut."""
+    d = make_daemon(quirks_stdio_table("huge-errors=1000000", tmp_path / "starts") + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        server(c, "raw")
+        error = c.call(c.open_session(workspace), "mcp__raw__fail", {}).error
+    said = "\\x1b[31mrefused\\x1b[0m\nforged line\\r "  # a line break stays, as in a server's stderr
+    assert error.kind == "failed" and error.message.startswith(
+        f"mcp server raw: fail: {said}{'x' * (1024 - len(said))} ... [cut: "), error.message[:200]
+    assert re.search(r" \.\.\. \[cut: 99\d,\d{3} chars\] \.\.\. x{3064} the end$", error.message), error.message[-300:]
+    assert "\x1b" not in error.message and "\r" not in error.message
+
+
 def test_the_servers_working_dirs_and_their_parent_are_private_whatever_the_umask(make_daemon):
     # mkdir(parents=True) gave <data>/mcp the umask's mode (0755): every server's dir name showed
     d = make_daemon('[mcp.servers.cat]\ncommand = "/bin/cat"\nsandbox = false\n', umask=0o022)
