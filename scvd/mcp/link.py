@@ -350,7 +350,7 @@ class ServerLink:
                 continue
             except Exception as exc:
                 log.warning("mcp server %s: tools/list after list_changed failed: %s", self.name,
-                            self._hide(_describe(exc)))
+                            _shown(self._hide(_describe(exc))))  # the server's words, at each list_changed
                 continue
             if self.session is session:
                 self._on_tools(self, tools, listed)

@@ -726,6 +726,21 @@ def test_no_answer_to_a_tools_list_after_list_changed_keeps_the_tools_and_says_s
     assert d.daemon.mcp.links["raw"]._relist_task.done()
 
 
+def test_a_huge_error_answering_a_relist_is_logged_cut_and_escaped(make_inproc, workspace, tmp_path, caplog):
+    """The warning of a tools/list after list_changed that failed quoted the server's error whole: a
+    megabyte into the journal at each list_changed, where its other errors are escaped and cut."""
+    d = make_inproc(quirks_stdio_table("huge-errors=1000000", tmp_path / "starts") + 'risk = "read_only"\n')
+    failed = "mcp server raw: tools/list after list_changed failed: "
+    with d.client(name="t") as c:
+        server(c, "raw")
+        assert c.call(c.open_session(workspace), "mcp__raw__announce", {}).ok
+        wait_until(lambda: failed in caplog.text, what="the relist to fail")
+    (logged,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(failed)]
+    assert logged.startswith(f"{failed}\\x1b[31mrefused\\x1b[0m\nforged line\\r xxx"), logged[:200]
+    assert re.search(r" \.\.\. \[cut: 99\d,\d{3} chars\] \.\.\. x+ the end$", logged), logged[-300:]
+    assert len(logged) < 5000 and "\x1b" not in logged, len(logged)
+
+
 @pytest.mark.one_loop
 def test_a_session_grant_outlives_a_relist_of_a_schema_holding_nan(make_daemon, workspace, tmp_path):
     """NaN != NaN: a tool whose inputSchema holds NaN (Python's json writes it, and the SDK reads it)
