@@ -7,7 +7,9 @@ that the key is stored. A turn may ask at most `MAX_ROUNDS` times for one tool
 credential that keeps failing cannot loop on a person. A call without a turn (an MCP
 host's, whose session may stay open for days) counts per `WINDOW_SECONDS` from its
 first round instead: a token that expires again later can be healed again, and a model
-naming tool after tool still gets at most two prompts per tool an hour.
+naming tool after tool still gets at most two prompts per tool an hour. Counts that can
+refuse nothing any more (an earlier turn's, an hour that passed) are forgotten: a session
+lives for days, a turn at a time.
 The masked prompt is the approval: the tool is read_only and always_allow.
 `tool` must name a tool of the registry the call came through (`known`) that
 uses the key (`Tool.secret_keys`), so neither an invented nor another real name
@@ -108,6 +110,7 @@ class StoreSecret(Tool):
         # without a turn (an MCP host's session, open for days) the rounds count per window: whether a
         # tool worked since says nothing (a model could name one that works without the key)
         now = awake.clock()  # an hour the machine slept through counts: time.monotonic() stops meanwhile
+        _forget_past(rounds, ctx.turn, now)
         used, since = rounds.get(counted, (0, now))
         if ctx.turn is None and now - since >= WINDOW_SECONDS:
             used, since = 0, now
@@ -125,7 +128,8 @@ class StoreSecret(Tool):
             entry = await requests.ask(session=ctx.session_id, call_id=ctx.call_id, key=args.key,
                                        question=args.question, tool=args.tool)
         except Unavailable:  # every approver asked disconnected: nobody answered, so not a round either
-            rounds[counted] = (used, since)
+            if counted in rounds:  # not forgotten meanwhile (a later turn came): nothing to put back
+                rounds[counted] = (used, since)
             raise
         result = {"key": args.key, "stored": True, "where": entry.source, "next": f"call {args.tool} again"}
         if servers is not None and (came := await servers.settle(args.key)):
@@ -136,6 +140,17 @@ class StoreSecret(Tool):
             elif state is not None and args.tool == f"{MCP_PREFIX}{server}":  # it had no tools to call: now it has
                 result["next"] = "its tools are listed now (find_tools loads them); call them"
         return result
+
+
+def _forget_past(rounds: dict[tuple[str | None, str], tuple[int, float]], turn: str | None, now: float) -> None:
+    """Drop the counts that can no longer refuse a round, so a session open for days keeps a few.
+
+    A call with a turn ends every other turn's count: a chat's turns run one after another, and
+    a client that names turns could name a fresh one anyway. A count without a turn goes once its
+    window passed (it would start over then). A call without a turn leaves turns' counts alone."""
+    for key, (_used, since) in list(rounds.items()):
+        if (turn is not None and key[0] not in (None, turn)) or (key[0] is None and now - since >= WINDOW_SECONDS):
+            del rounds[key]
 
 
 def _span(seconds: float) -> str:
