@@ -333,6 +333,22 @@ class ClientCore:
         return answer
 
 
+def absolute_workspace(workspace: str | os.PathLike[str]) -> str:
+    """`workspace` for session.open, which takes only an absolute path: a relative one is joined to this
+    process's current directory, as open() would take it (scvd's own directory is not the caller's).
+    Nothing else changes: no `~`, no link or `..` resolved here (scvd opens the path, then holds its
+    real path), and "" stays "" for scvd to refuse."""
+    path = os.fspath(workspace)
+    if not path or os.path.isabs(path):
+        return path
+    try:
+        return str(Path(path).absolute())
+    except FileNotFoundError:  # os.getcwd(): the directory was removed under this process
+        raise errors.InvalidRequest(
+            f"workspace {path!r} is relative, and this process's current directory no longer exists: "
+            "pass an absolute path") from None
+
+
 def _frame_shaped(line: bytes) -> bool:
     """A JSON object with a text `type`: what every frame of scvd, of any version, is."""
     try:
@@ -476,7 +492,8 @@ class Client:
         return self.request(p.Status)
 
     def open_session(self, workspace: str | os.PathLike[str]) -> str:
-        return self.request(p.SessionOpen, workspace=str(workspace)).session
+        """Open a session on `workspace`; a relative path is this process's, as open() takes it."""
+        return self.request(p.SessionOpen, workspace=absolute_workspace(workspace)).session
 
     def start_call(self, session: str, tool: str, arguments: dict[str, Any] | None = None,
                    **fields: Any) -> str:
@@ -656,7 +673,8 @@ class AsyncClient:
         return await self._wait(find)
 
     async def open_session(self, workspace: str | os.PathLike[str]) -> str:
-        return (await self.request(p.SessionOpen, workspace=str(workspace))).session
+        """Open a session on `workspace`; a relative path is this process's, as open() takes it."""
+        return (await self.request(p.SessionOpen, workspace=absolute_workspace(workspace))).session
 
     async def call(self, session: str, tool: str, arguments: dict[str, Any] | None = None,
                    **fields: Any) -> p.CallCompleted:

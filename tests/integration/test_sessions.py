@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -51,6 +53,50 @@ def test_a_relative_workspace_is_told_what_to_do_whatever_scvd_s_own_directory(m
     assert info.value.message == ("workspace 'ws' is relative; send an absolute path (resolve it against the "
                                   "client's own current directory before sending)")
     assert "Traceback" not in d.log()
+
+
+def test_the_client_library_takes_a_relative_workspace_from_its_own_directory(
+        make_daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """open_session("project") was sent as given and refused (scvd wants an absolute path): it means
+    ./project of the caller, as open() would take it, whatever scvd's own directory, for both clients."""
+    from scvctl.client import AsyncClient
+
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    for folder in (here / "project", elsewhere / "project", elsewhere / "deep"):
+        folder.mkdir(parents=True)
+        (folder / "where.txt").write_text(str(folder))
+    (here / "link").symlink_to(elsewhere / "deep")
+    d = make_daemon(cwd=elsewhere)
+    monkeypatch.chdir(here)
+
+    def where(c: Any, session: str) -> str:
+        done = c.call(session, "read", {"path": "where.txt"})
+        assert done.ok, done.error
+        return done.result["content"]
+
+    async def where_async(workspace: str) -> str:
+        c = await AsyncClient.connect(d.socket)
+        try:
+            done = await c.call(await c.open_session(workspace), "read", {"path": "where.txt"})
+            assert done.ok, done.error
+            return done.result["content"]
+        finally:
+            await c.close()
+
+    with d.client() as c:
+        assert where(c, c.open_session("project")) == str(here / "project")
+        assert where(c, c.open_session(Path("project"))) == str(here / "project")
+        # `..` after a link is the link's parent, as the kernel walks it, not the folder that holds the link
+        assert where(c, c.open_session("link/../project")) == str(elsewhere / "project")
+        assert asyncio.run(where_async("project")) == str(here / "project")
+        gone = here / "gone"
+        gone.mkdir()
+        monkeypatch.chdir(gone)
+        gone.rmdir()
+        with pytest.raises(errors.InvalidRequest) as info:
+            c.open_session("project")
+        assert info.value.message == ("workspace 'project' is relative, and this process's current directory no "
+                                      "longer exists: pass an absolute path")
 
 
 def test_a_workspace_scvd_may_not_open_is_refused_saying_so(make_daemon, tmp_path: Path):
