@@ -397,6 +397,11 @@ def _main(argv: list[str]) -> int:
         import scvd.sandbox
 
         scvd.sandbox.probe = _hanging(scvd.sandbox.probe, Path(os.environ["HARNESS_HANG_PROBE_WHILE"]))
+    # the start, before the claim and READY=1: cli.run's handlers keep the signals that come meanwhile
+    if "HARNESS_HANG_CLAIM_WHILE" in os.environ:
+        import scvd.instance
+
+        scvd.instance.claim = _hanging(scvd.instance.claim, Path(os.environ["HARNESS_HANG_CLAIM_WHILE"]))
     # the moment after the event loop has closed, before the process exits
     if "HARNESS_HANG_AFTER_LOOP_WHILE" in os.environ:
         wait = _hanging(lambda: None, Path(os.environ["HARNESS_HANG_AFTER_LOOP_WHILE"]))

@@ -7,6 +7,7 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,17 +151,41 @@ def test_a_stop_right_after_ready_is_a_clean_stop(make_daemon, listener, sig):
     assert "scvd stopped" in d.log()
 
 
+def reloaded_then_stopped(d: Any, listener: NotifyListener, policy: str) -> None:
+    """RELOADING=1, READY=1, the policy the file says now; then a clean stop."""
+    listener.until(lambda m: m.startswith("RELOADING=1"))
+    listener.until(lambda m: m == "READY=1")
+    with RawConn(d.socket) as conn:
+        conn.hello()
+        assert conn.status().policy == policy
+    assert d.stop() == 0
+
+
 def test_a_reload_right_after_ready_reloads(make_daemon, listener):
     d = make_daemon('[approvals]\npolicy = "always"\n', env={"NOTIFY_SOCKET": str(listener.path)}, wait=False)
     assert listener.recv() == "READY=1"
     (d.home / "config.toml").write_text('[approvals]\npolicy = "never"\n')
     d.proc.send_signal(signal.SIGHUP)
-    listener.until(lambda m: m.startswith("RELOADING=1"))
-    listener.until(lambda m: m == "READY=1")
-    with RawConn(d.socket) as conn:
-        conn.hello()
-        assert conn.status().policy == "never"
-    assert d.stop() == 0
+    reloaded_then_stopped(d, listener, "never")
+
+
+def test_a_reload_before_ready_is_kept_and_reloads_once_the_daemon_serves(make_wrapped, listener, tmp_path):
+    """The SIGHUP comes while scvd starts, held before its claim (so before READY=1 and long before
+    its loop handles signals): not the default action (the daemon dead), not lost, but a reload."""
+    hold = tmp_path / "hold-claim"
+    hold.touch()
+    d = make_wrapped('[approvals]\npolicy = "always"\n', wait=False,
+                     env={"NOTIFY_SOCKET": str(listener.path), "HARNESS_HANG_CLAIM_WHILE": str(hold)})
+    wait_until(lambda: hold.with_name(hold.name + ".hit").exists() or d.proc.poll() is not None, what="the claim")
+    assert not listener.pending()  # no READY=1 yet
+    (d.home / "config.toml").write_text('[approvals]\npolicy = "never"\n')
+    d.proc.send_signal(signal.SIGHUP)
+    hold.unlink()
+    wait_until(lambda: listener.pending() or d.proc.poll() is not None, what="READY=1")
+    assert d.proc.poll() is None, f"the SIGHUP ended scvd (exit {d.proc.returncode}):\n{d.log()}"
+    assert listener.recv() == "READY=1"
+    reloaded_then_stopped(d, listener, "never")
+    assert d.log().count("configuration reloaded from") == 1
 
 
 def test_a_stop_during_a_reload_sends_nothing_after_stopping(make_daemon, listener, tmp_path):
