@@ -6,7 +6,8 @@ no time bound: a pattern that backtracks catastrophically (in a tool.json, or in
 remote MCP server sends) against a model's argument froze every client of scvd, SIGTERM
 unanswered. Those searches go through the `regex` package here, with `timeout` and
 `concurrent=True` (the GIL released while it matches): a slow one raises TimeoutError after
-MATCH_SECONDS, on the checking thread, and the loop runs on meanwhile.
+MATCH_SECONDS, on the checking thread, and the loop runs on meanwhile. A pattern is read as JSON
+Schema says, as an ECMA-262 one (scvd/ecma_regex.py: `$` the end only, `\\d` ASCII digits, ...).
 
 jsonschema has no hook for its regex engine: `install()` gives its two modules that call
 `re.search` this module's stand-in for `re` (everything but `search` is `re`'s own). A
@@ -19,6 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .ecma_regex import translate
+
 MATCH_SECONDS = 0.5  # per search: a pattern's match on a model's argument takes microseconds
 
 
@@ -28,6 +31,8 @@ class _BoundedRe:
     def search(self, pattern: Any, string: str, flags: int = 0) -> Any:
         import regex
 
+        if isinstance(pattern, str):  # else regex refuses it, as re did
+            pattern = translate(pattern)
         return regex.search(pattern, string, flags, timeout=MATCH_SECONDS, concurrent=True)
 
     def __getattr__(self, name: str) -> Any:

@@ -133,6 +133,43 @@ def test_a_pattern_that_backtracks_fails_the_call_and_holds_no_one_else_up(make_
                                                                or "not allowed" in refused.error.message), refused.error
 
 
+ECHO = """#!/bin/bash
+cat
+"""
+CHECKOUT = {"type": "object", "required": ["branch"], "additionalProperties": False, "properties": {
+    "branch": {"type": "string", "pattern": "^[A-Za-z0-9._-]+$", "description": "The branch, e.g. 'main'."},
+    "issue": {"type": "string", "pattern": "^\\d+$", "default": "1",
+              "description": "The issue number; pass it to override the default, e.g. '42'."},
+    "email": {"type": "string", "format": "email", "default": "a@b.c",
+              "description": "The author's email; pass it to override the default, e.g. 'a@b.c'."},
+    "labels": {"type": "object", "patternProperties": {"^[a-z]+$": {"type": "string"}},
+               "additionalProperties": False, "default": {},
+               "description": "Labels by name; pass them to override the default, e.g. {\"bug\": \"yes\"}."}}}
+
+
+def test_a_pattern_refuses_what_its_json_schema_reading_refuses(make_daemon, scv_home, workspace):
+    """JSON Schema patterns are ECMA-262's: `$` is the very end and `\\d` ASCII digits. Python's `$`
+    matched before a final newline and its `\\d` any script's digits, so "main\\n" reached a script
+    building a command line from a branch name its author's pattern had refused."""
+    make_tool(scv_home, "checkout", ECHO, parameters=CHECKOUT, risk="read_only", always_allow=True)
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        for arguments, field in (({"branch": "main\n"}, "branch"), ({"branch": "main\n--upload-pack=x"}, "branch"),
+                                 ({"branch": "m", "issue": "١٢٣"}, "issue"),
+                                 ({"branch": "m", "labels": {"bug\n": "yes"}}, "labels")):
+            refused = c.call(sid, "script_checkout", arguments)
+            assert refused.error.kind == "invalid_arguments", (arguments, refused)
+            assert f"argument `{field}`" in refused.error.message, refused.error
+        refused = c.call(sid, "script_checkout", {"branch": "main\n"})
+        assert refused.error.message == ("script_checkout: argument `branch`: 'main\\n' does not match "
+                                         "'^[A-Za-z0-9._-]+$'"), refused.error
+        # `format` is an annotation (JSON Schema 2020-12's default): scvd does not check it
+        fine = {"branch": "release-1.2_x", "issue": "123", "email": "not an email", "labels": {"bug": "yes"}}
+        done = c.call(sid, "script_checkout", fine)
+        assert done.ok and done.result == fine, done.error
+
+
 def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_it_is_missing(
         make_daemon, scv_home, workspace):
     # as models send it, and as built-in tools take it (seed 003: handlers defend against nil)

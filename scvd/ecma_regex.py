@@ -1,0 +1,94 @@
+"""JSON Schema `pattern`s, which are ECMA-262 regular expressions, rewritten to mean the same in `regex`.
+
+Python's syntax (the regex package's too) reads an ECMA pattern alike, but some tokens take more
+there, so a model's argument passed a pattern its author wrote to refuse it: `$` matched before a
+final newline too (`^[a-z]+$` took "main\\n", a newline on a script's command line), `\\d`, `\\w`
+and `\\b` took any script's digits and letters (`^\\d+$` took "١٢٣"), `.` took \\r, U+2028 and
+U+2029, and `\\s` took \\x1c-\\x1f and U+0085 but not U+FEFF. `translate()` writes those tokens as
+ECMA-262 reads them without flags (as JSON Schema does): `$` the end of the text only, `\\d`
+[0-9], `\\w` [A-Za-z0-9_], `\\b` between those and the rest, `\\s` ECMA's own list of spaces and
+line ends (Unicode's, so not the ASCII flag's five), `.` anything but a line end; in a character
+class as well (`[^\\W]`, which no single class of the regex package's syntax holds, becomes
+"not a non-word character"). ECMA's `[]` matches nothing and `[^]` any character. Everything
+else is left as written: a pattern the regex package cannot read fails as it did.
+"""
+
+from __future__ import annotations
+
+import functools
+
+SHORTHANDS = {  # ECMA-262's \d, \w and \s, as a character class's contents
+    "d": "0-9",
+    "w": "A-Za-z0-9_",
+    "s": r"\t\n\v\f\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff",
+}
+BOUNDARIES = {"b": r"(?a:\b)", "B": r"(?a:\B)"}  # the ASCII flag's \w is ECMA's; inside a class \b is a backspace
+OUTSIDE = {"$": r"\Z", ".": r"[^\n\r\u2028\u2029]"}
+ANY, NOTHING = "(?s:.)", "(?!)"
+
+
+@functools.lru_cache(maxsize=1024)  # the same few patterns, for every argument of every call
+def translate(pattern: str) -> str:
+    """`pattern` read as ECMA-262 reads it, in the regex package's syntax."""
+    out, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\" and i + 1 < len(pattern):
+            out.append(_escape(pattern[i + 1]))
+            i += 2
+        elif char == "[":
+            text, i = _class(pattern, i + 1)
+            out.append(text)
+        else:
+            out.append(OUTSIDE.get(char, char))
+            i += 1
+    return "".join(out)
+
+
+def _escape(char: str) -> str:
+    if char.lower() in SHORTHANDS:
+        return ("[^{}]" if char.isupper() else "[{}]").format(SHORTHANDS[char.lower()])
+    return BOUNDARIES.get(char, "\\" + char)
+
+
+def _class(pattern: str, start: int) -> tuple[str, int]:
+    """The class opened just before `start`, and where the pattern goes on after it."""
+    negated = pattern.startswith("^", start)
+    i = start + negated
+    tokens: list[tuple[str, bool]] = []  # (text, whether it stands for a shorthand)
+    apart: list[str] = []  # \D, \W, \S: no class holds one beside other members, so an alternative each
+    while i < len(pattern) and pattern[i] != "]":
+        char = pattern[i]
+        if char == "\\" and i + 1 < len(pattern):
+            escaped = pattern[i + 1]
+            if escaped.lower() in SHORTHANDS:
+                tokens.append((SHORTHANDS[escaped] if escaped.islower() else "", True))
+                if escaped.isupper():
+                    apart.append(f"[^{SHORTHANDS[escaped.lower()]}]")
+            else:
+                tokens.append(("\\" + escaped, False))
+            i += 2
+        else:
+            tokens.append(("\\" + char if char in "[^" else char, False))
+            i += 1
+    if i >= len(pattern):  # unterminated: as written, for the regex package to refuse
+        return pattern[start - 1:], len(pattern)
+    return _written(_members(tokens), apart, negated), i + 1
+
+
+def _members(tokens: list[tuple[str, bool]]) -> str:
+    """A class's contents; a `-` beside a shorthand is itself (ECMA), not a range to or from it."""
+    out = []
+    for n, (text, shorthand) in enumerate(tokens):
+        beside = (n > 0 and tokens[n - 1][1]) or (n + 1 < len(tokens) and tokens[n + 1][1])
+        out.append("\\-" if text == "-" and beside else text)
+    return "".join(out)
+
+
+def _written(members: str, apart: list[str], negated: bool) -> str:
+    if not apart:
+        if not members:
+            return ANY if negated else NOTHING
+        return f"[{'^' if negated else ''}{members}]"
+    either = "|".join(([f"[{members}]"] if members else []) + apart)
+    return f"(?:(?!{either}){ANY})" if negated else f"(?:{either})"

@@ -1,0 +1,40 @@
+"""A JSON Schema `pattern` takes what ECMA-262 (a browser's RegExp, node's) takes, through jsonschema as
+scvd runs it: the answers below are node's `new RegExp(pattern).test(text)`."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+
+from scvd.bounded_regex import install
+
+CASES = [  # (pattern, text, whether ECMA-262 finds a match)
+    ("^[A-Za-z0-9._-]+$", "main", True), ("^[A-Za-z0-9._-]+$", "main\n", False),  # $ is the end, no more
+    (r"^a$|^b$", "b\n", False), (r"^\$$", "$", True), (r"^[$]$", "$", True), (r"^\\$", "\\\n", False),
+    (r"^\d+$", "123", True), (r"^\d+$", "١٢٣", False), (r"^\w+$", "a_1", True), (r"^\w+$", "é", False),
+    (r"\bx", "éx", True), (r"\Bx", "ax", True), (r"^\W$", "é", True),
+    (r"^\s$", "\u3000", True), (r"^\s$", "\x85", False), (r"^\S+$", "a\ufeffb", False), (r"^\S+$", "a\x1cb", True),
+    (r"^.$", "\r", False), (r"^.$", "\u2028", False), (r"^.$", "é", True), (r"^[.]$", "a", False),
+    # in a class: ASCII too, a negated shorthand beside other members, a `-` beside a shorthand
+    (r"^[\d]$", "٣", False), (r"^[\W]$", "é", True), (r"^[^\W]$", "a", True), (r"^[^\W]$", "é", False),
+    (r"^[a\D]$", "5", False), (r"^[a\D]$", "a", True), (r"^[^a\S]$", " ", True), (r"^[^a\S]$", "a", False),
+    (r"^[\d-z]$", "-", True), (r"^[\d-z]$", "m", False), (r"^[a-\d]$", "b", False), (r"^[^^\W]$", "^", False),
+    (r"^[\b]$", "\b", True), ("^[^]$", "\n", True), ("^a[]", "a", False), (r"^[[]$", "[", True),
+]
+
+
+@pytest.mark.parametrize(("pattern", "text", "matches"), CASES)
+def test_a_pattern_takes_what_ecma_262_takes(pattern, text, matches):
+    install()
+    assert jsonschema.Draft202012Validator({"pattern": pattern}).is_valid(text) is matches
+
+
+@pytest.mark.parametrize(("pattern", "text", "matches"), [("^[a-z]+$", "a\n", False), (r"^\d$", "٣", False),
+                                                          (r"^\d$", "3", True)])
+def test_a_property_name_is_matched_so_too(pattern, text, matches):
+    """patternProperties, and additionalProperties: false beside it, which looks at all of them at once."""
+    install()
+    typed = {"patternProperties": {pattern: {"type": "integer"}}}
+    assert jsonschema.Draft202012Validator(typed).is_valid({text: "x"}) is not matches
+    closed = {"patternProperties": {pattern: {}, "^z$": {}}, "additionalProperties": False}
+    assert jsonschema.Draft202012Validator(closed).is_valid({text: 1}) is matches
