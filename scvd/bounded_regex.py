@@ -9,8 +9,9 @@ unanswered. Those searches go through the `regex` package here, with `timeout` a
 MATCH_SECONDS, on the checking thread, and the loop runs on meanwhile. A pattern is read as JSON
 Schema says, as an ECMA-262 one (scvd/ecma_regex.py: `$` the end only, `\\d` ASCII digits, ...).
 
-jsonschema has no hook for its regex engine: `install()` gives its two modules that call
-`re.search` this module's stand-in for `re` (everything but `search` is `re`'s own). A
+jsonschema has no hook for its regex engine: `install()` gives its three modules that call
+`re.search` (2019-09's `unevaluatedProperties` has its own) this module's stand-in for `re`
+(everything but `search` is `re`'s own). A
 jsonschema that moved those calls elsewhere fails tests/integration/test_script_tools.py's
 slow-pattern test, not silently. Imported only with jsonschema (a tool.json, an MCP server).
 """
@@ -41,8 +42,8 @@ class _BoundedRe:
 
 def install() -> None:
     """Have jsonschema match patterns with the time bound (idempotent)."""
-    from jsonschema import _keywords, _utils
+    from jsonschema import _keywords, _legacy_keywords, _utils
 
-    for module in (_keywords, _utils):
+    for module in (_keywords, _legacy_keywords, _utils):
         if not isinstance(module.re, _BoundedRe):
             module.re = _BoundedRe()

@@ -38,3 +38,16 @@ def test_a_property_name_is_matched_so_too(pattern, text, matches):
     assert jsonschema.Draft202012Validator(typed).is_valid({text: "x"}) is not matches
     closed = {"patternProperties": {pattern: {}, "^z$": {}}, "additionalProperties": False}
     assert jsonschema.Draft202012Validator(closed).is_valid({text: 1}) is matches
+
+
+def test_draft_2019_09s_unevaluated_properties_reads_a_pattern_so_too():
+    """2019-09's unevaluatedProperties looks up the names patternProperties took with its own re.search:
+    Python's reading there took "k1\\n" as evaluated, with no time bound either."""
+    from scvd.schema_keywords import linear
+
+    install()
+    schema = {"$schema": "https://json-schema.org/draft/2019-09/schema",
+              "patternProperties": {r"^k\d$": {"type": "integer"}}, "unevaluatedProperties": False}
+    validator = linear(jsonschema.validators.validator_for(schema))(schema)
+    assert validator.is_valid({"k1": 1})
+    assert not validator.is_valid({"k1\n": 1}) and not validator.is_valid({"k١": 1})
