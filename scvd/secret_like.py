@@ -45,9 +45,14 @@ def to_hide(label: str, name: str, value: str) -> dict[str, str]:
         return {label: value, **found}
     if value.startswith(("/", "~", ".")):  # KUBECONFIG, a socket: printed often, no secret
         return found
-    if any(re.search(r"[A-Za-z]", run) and re.search(r"[0-9]", run) for run in TOKEN_RUN_RE.findall(value)):
+    if holds_token(value):
         return {label: value, **found}
     return found
+
+
+def holds_token(value: str) -> bool:
+    """Whether `value` holds a token's body: a TOKEN_RUN_RE run with both letters and digits."""
+    return any(re.search(r"[A-Za-z]", run) and re.search(r"[0-9]", run) for run in TOKEN_RUN_RE.findall(value))
 
 
 def in_urls(label: str, value: str) -> dict[str, str]:
