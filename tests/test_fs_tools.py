@@ -532,6 +532,55 @@ def test_secret_rule_applies_to_where_a_symlink_leads(ws: Workspace) -> None:
     assert ws.plan("write", path="notes", content="A=2\n", mode="replace").details["secret_like"] is True
 
 
+CREDENTIAL_URL = "https://x-access-token:ghp_0123456789abcdefghij0123456789abcdef@github.com/o/r"
+
+
+@pytest.mark.parametrize("path", [".git/config", "lib/.git/modules/sub/config", "mirror.git/config", ".gitconfig",
+                                  "link-to-config"])
+def test_a_git_config_holding_a_credential_is_secret_like_wherever_git_reads_it(ws: Workspace, path: str) -> None:
+    """.git/config read unasked with a token in a remote's URL; so did a submodule's, a bare
+    repository's, a home's .gitconfig, and a link to any of them."""
+    target = ws.root / (".git/config" if path == "link-to-config" else path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = f'[remote "origin"]\n\turl = {CREDENTIAL_URL}\n'
+    target.write_text(text)
+    if path == "link-to-config":
+        os.symlink(".git/config", ws.root / path)
+    plan = ws.plan("read", path=path)
+    assert plan.risk is ToolRisk.FILESYSTEM and plan.details["secret_like"] is True
+    assert plan.details["why"].endswith("is a git config that holds a credential (a URL with a password)")
+    assert "ghp_" not in plan.summary + str(plan.details)
+    assert ws.call("read", path=path)["content"] == text  # once approved, whole
+
+
+def test_a_git_config_is_judged_by_what_it_holds_and_other_files_named_config_by_their_path(ws: Workspace) -> None:
+    """A config too big to read on the loop has plan()'s fd closed once judged; a session opened on a
+    `.git` names its config `config`, with no `.git` in the path. Only a file git reads as its config
+    has its content looked at: `app/config` with a credential URL reads unasked, as it did, and so does
+    a repository's config with none (an empty `extraheader =` resets the list)."""
+    git = ws.root / ".git"
+    git.mkdir()
+    text = '[http "https://github.com/"]\n\textraHeader = "AUTHORIZATION: basic eDp5"\n'
+    (git / "config").write_text(text + "#" * INLINE_BYTES + "\n")
+    plan = ws.plan("read", path=".git/config")
+    assert plan.risk is ToolRisk.FILESYSTEM and plan.details["why"].endswith("(a value for 'extraHeader')")
+    assert plan.release is None  # no fd held: judged through it before it was closed
+    (git / "config").write_text(text)
+    fd = os.open(git, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        ctx = msgspec.structs.replace(ws.ctx, workspace=git, workspace_fd=fd)
+        plan = TOOLS["read"].plan(TOOLS["read"].decode({"path": "config"}), ctx)
+        assert plan.risk is ToolRisk.FILESYSTEM and plan.release is not None
+        plan.release()
+    finally:
+        os.close(fd)
+    for path, text in (("app/config", f"url = {CREDENTIAL_URL}\n"),
+                       (".git/config", '[remote "o"]\n\turl = https://github.com/o/r\n[http]\n\textraheader =\n')):
+        (ws.root / path).parent.mkdir(parents=True, exist_ok=True)
+        (ws.root / path).write_text(text)
+        assert ws.plan("read", path=path).risk is ToolRisk.READ_ONLY, path
+
+
 def test_a_link_to_a_name_that_is_not_utf8_is_read_and_written_as_approved(ws: Workspace) -> None:
     """notes -> a Latin-1 name (an old archive's): a small read of it worked, but an approved write
     or a large read failed once approved, saying the path (the user's plain 'notes') was not UTF-8."""

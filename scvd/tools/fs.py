@@ -35,6 +35,7 @@ from ..text import cut_note, printable
 from ..workers import inline_ok, run_blocking
 from . import containment, write_temp
 from .entry_locks import EntryLocks
+from .git_config_secret import NAMES as GIT_CONFIG_NAMES, reason as git_config_reason
 from .containment import show
 from .contract import NOT_NOW, CallContext, Plan, Tool, ToolFlags, ToolRisk
 from .own_files import own_file_reason
@@ -684,12 +685,20 @@ class ReadTool(Tool):
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         parts = parts_in(ctx.workspace, args.path, file_parts)
         fd, st, real = containment.open_regular(ctx.workspace_fd, parts, args.path)  # refuse escapes before approval
+        try:
+            secret = _secret_reason(parts, real, ctx)
+            # the one rule that looks at content, through this fd: any other file pays a name compared
+            if secret is None and (parts[-1].lower() in GIT_CONFIG_NAMES
+                                   or real is not parts and real[-1].lower() in GIT_CONFIG_NAMES):
+                secret = git_config_reason(fd, parts, real, str(ctx.workspace))
+        except BaseException:
+            os.close(fd)
+            raise
         held: _Held | None = None
         if inline_ok(fd, st):
             held = _Held(fd, st.st_size, parts, real)
         else:
             os.close(fd)
-        secret = _secret_reason(parts, real, ctx)
         size = st.st_size
 
         def describe() -> tuple[str, dict[str, Any]]:  # what an approver sees, made only if one is asked

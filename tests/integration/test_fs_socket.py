@@ -123,6 +123,41 @@ def test_a_read_of_password_txt_asks_and_of_a_tokenizer_does_not(owner: Client, 
     assert owner.call(sid, "read", {"path": "tokenizer.py"}).result["content"] == "print(1)\n"  # unasked
 
 
+GIT_CONFIG = '[core]\n\tbare = false\n[remote "origin"]\n\turl = {url}\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n'
+TOKEN = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
+
+
+def test_a_git_config_that_holds_a_credential_asks_to_be_read_and_one_without_does_not(
+        owner: Client, ws: Path) -> None:
+    """A `read` of .git/config ran unasked and sent the model the token a person or CI left there
+    (a remote's `https://user:TOKEN@`, actions/checkout's persisted extraheader)."""
+    for repo, extra in (("", ""), ("ci/", '[http "https://github.com/"]\n\textraheader = AUTHORIZATION: basic eDp5\n')):
+        (ws / repo / ".git").mkdir(parents=True)
+        url = "https://github.com/o/r" if extra else f"https://x-access-token:{TOKEN}@github.com/o/r"
+        (ws / repo / ".git" / "config").write_text(GIT_CONFIG.format(url=url) + extra)
+    (ws / "plain" / ".git").mkdir(parents=True)
+    plain = GIT_CONFIG.format(url="https://github.com/o/r")
+    (ws / "plain" / ".git" / "config").write_text(plain)
+    os.symlink(".git/config", ws / "notes")
+    config = (ws / ".git" / "config").read_text()
+    sid = owner.open_session(ws)
+    done, asked = call(owner, sid, "read", decide="approve", path=".git/config")
+    assert asked.risk == "filesystem" and asked.details["secret_like"] is True
+    assert asked.summary == f"read secret-like file '.git/config', bytes 0..{len(config)} of {len(config)}"
+    assert asked.details["why"] == ("filesystem risk: the path looks secret-like: 'config' is a git config "
+                                    "that holds a credential (a URL with a password)")
+    assert TOKEN not in str(asked)
+    assert done.ok and done.result["content"] == config  # from its start: the look at it moved no offset
+    _, asked = call(owner, sid, "read", decide="deny", path="notes")
+    assert asked.details["why"] == ("filesystem risk: the path looks secret-like: it resolves to '.git/config': "
+                                    "'config' is a git config that holds a credential (a URL with a password)")
+    _, asked = call(owner, sid, "read", decide="deny", path="ci/.git/config")
+    assert asked.details["why"].endswith("holds a credential (a value for 'extraheader')")
+    assert "eDp5" not in str(asked)
+    done, _ = call(owner, sid, "read", path="plain/.git/config")  # no credential: unasked, as before
+    assert done.ok and done.result["content"] == plain
+
+
 def test_scvds_own_sensitive_files_ask_to_be_read_and_its_tool_sources_do_not(make_daemon, ws: Path) -> None:
     """A session on ~ (here: SCV_HOME inside the workspace) read scvd's config.toml (MCP header
     tokens), audit log, chat transcripts and the agents' homes unasked: none is named like a secret."""

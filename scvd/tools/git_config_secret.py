@@ -1,0 +1,68 @@
+"""Whether a git config file holds a credential: the one secret-like rule of read that looks at content.
+
+Rule: a repository's config (`config` in a `.git` or `*.git` folder at any depth, a submodule's
+`.git/modules/NAME/config` too, or at the top of a workspace that is such a folder) or a user's
+`.gitconfig` counts when its first 64 KiB hold a URL with a password
+(`https://x-access-token:TOKEN@github.com`), a URL whose user is a token (`https://ghp_...@`), or
+a non-empty `extraheader` (actions/checkout persists `AUTHORIZATION: basic ...` there), `smtppass`,
+`*token` or `*password` key. Both the requested path and the resolved one are judged by name, and
+the content is that of the fd read's plan() holds, read with pread so the later read still starts
+where it would. A file it cannot read is judged by its path alone. Any other file costs a read one
+name lookup. Like secret_paths.py, a visibility aid, not a confidentiality boundary.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..secret_like import URL_PASSWORD_RE, holds_token
+from . import containment
+from .containment import show
+
+NAMES = frozenset(("config", ".gitconfig"))  # lower case: what read's plan() compares a file's name with
+SCAN_BYTES = 64 << 10
+# a URL's user with no password (scheme://USER@host), to be looked at as a token
+_URL_USER_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#@:\s]+)@")
+# a key that holds a secret by its name, with a value: git writes `key = value` one to a line; an
+# empty `extraheader =` resets the list (actions/checkout's cleanup) and holds nothing
+_KEY_RE = re.compile(r"^[ \t]*(extraheader|smtppass|[a-z0-9-]*token|[a-z0-9-]*password)[ \t]*=[ \t]*\"?[ \t]*[^\s\"#;]",
+                     re.IGNORECASE | re.MULTILINE)
+
+
+def reason(fd: int, parts: tuple[str, ...], real: tuple[str, ...], workspace: str) -> str | None:
+    """Why the file open at `fd` (asked as `parts`, really `real`) is a git config that holds a
+    credential, for the approver, or None. Call it only when either path's name is in NAMES."""
+    asked, resolved = is_git_config(parts, workspace), real is not parts and is_git_config(real, workspace)
+    if not (asked or resolved):
+        return None
+    try:
+        data = os.pread(fd, SCAN_BYTES, 0)
+    except OSError:
+        return None  # judged as its path is
+    found = credential_in(data.decode("latin-1"))  # every byte is one character: the rules look at ASCII
+    if found is None:
+        return None
+    kind = f"{(parts if asked else real)[-1]!r} is a git config that holds a credential ({found})"
+    return kind if asked else f"it resolves to {show(containment.join(real))}: {kind}"
+
+
+def is_git_config(parts: tuple[str, ...], workspace: str) -> bool:
+    """Whether `parts` names a file git reads as a config: `.gitconfig`, or `config` in a git dir."""
+    name = parts[-1].lower()
+    if name == ".gitconfig":
+        return True
+    folders = (os.path.basename(workspace), *parts[:-1])  # `config` at the top of a session on `.git`
+    return name == "config" and any(folder.lower().endswith(".git") for folder in folders)
+
+
+def credential_in(text: str) -> str | None:
+    """What credential a git config's `text` holds, as a phrase that shows none of it, or None."""
+    if URL_PASSWORD_RE.search(text):
+        return "a URL with a password"
+    if any(holds_token(user) for user in _URL_USER_RE.findall(text)):
+        return "a URL whose user is a token"
+    key = _KEY_RE.search(text)
+    if key:
+        return f"a value for {key.group(1)!r}"
+    return None

@@ -1,0 +1,32 @@
+"""Which git config contents count as holding a credential (scvd/tools/git_config_secret.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scvd.tools.git_config_secret import credential_in
+
+ORIGIN = '[remote "origin"]\n\turl = {}\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n'
+
+
+@pytest.mark.parametrize("text, found", [
+    (ORIGIN.format("https://x-access-token:ghp_0123456789abcdefghij@github.com/o/r"), "a URL with a password"),
+    (ORIGIN.format("https://oauth2:glpat-abc@gitlab.com/o/r"), "a URL with a password"),
+    ('[http]\n\tproxy = http://me:hunter2@proxy:3128\n', "a URL with a password"),
+    (ORIGIN.format("https://ghp_0123456789abcdefghijABCDEFGHIJ@github.com/o/r"), "a URL whose user is a token"),
+    ('[url "https://ghp_0123456789abcdefghij@github.com/"]\n\tinsteadOf = https://github.com/\n',
+     "a URL whose user is a token"),
+    ('[http "https://github.com/"]\n\textraheader = AUTHORIZATION: basic eDp5\n', "a value for 'extraheader'"),
+    ('[sendemail]\n\tsmtpPass = "hunter2"\n', "a value for 'smtpPass'"),
+    ('[github]\n\toauthtoken = abc\n', "a value for 'oauthtoken'"),
+    # what a repository's config holds without a credential: read unasked as before
+    (ORIGIN.format("https://github.com/o/r"), None),
+    (ORIGIN.format("ssh://git@github.com:22/o/r"), None),
+    (ORIGIN.format("https://me@github.com/o/r"), None),  # a user, no password: git asks for one
+    ('[branch "fixBug1234InParserNow"]\n\tmerge = refs/heads/fixBug1234InParserNow\n'
+     '[user]\n\tsigningkey = 3AA5C34371567BD2\n[credential]\n\thelper = store\n', None),
+    ('[http]\n\textraheader =\n\textraheader = ""\n', None),  # an empty one resets the list
+    ('[http]\n\t# extraheader = AUTHORIZATION: basic eDp5\n', None),  # commented out
+])
+def test_credentials_in_a_git_config(text: str, found: str | None) -> None:
+    assert credential_in(text) == found
