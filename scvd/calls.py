@@ -524,7 +524,8 @@ class CallRegistry:
         risk = plan.risk._value_  # the documented sunder name: .value is two Python calls on 3.11
         sandbox = self.hub.sandbox
         workspace = session.where
-        # only calls that are not read-only: reading .git is harmless, a secret-like read is filesystem
+        # only calls that are not read-only: a plain read of .git is harmless; a secret-like one (a git
+        # config holding a credential too) is filesystem risk, so it is judged here
         always = None
         if plan.targets and plan.risk is not _READ_ONLY:
             always = (always_ask_reason(plan.targets, cfg.always_ask, workspace, folders=plan.folders)
