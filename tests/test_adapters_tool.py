@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -90,11 +92,12 @@ def test_runs_in_workspace_root_by_default(harness: Harness) -> None:
     assert result["cwd"] == str(harness.workspace)
 
 
-@pytest.mark.parametrize("cwd", ["proj", "proj/sub/..", "PROJ_ABS", "inner-link"])
+@pytest.mark.parametrize("cwd", ["proj", "proj/sub/..", "PROJ_ABS", "inner-link", "inner-link/sub/..", "up/.."])
 def test_cwd_inside_workspace(harness: Harness, cwd: str) -> None:
     proj = harness.workspace / "proj"
     (proj / "sub").mkdir(parents=True)
-    (harness.workspace / "inner-link").symlink_to(proj)
+    (harness.workspace / "inner-link").symlink_to("proj")  # relative: as read, an absolute link is refused
+    (harness.workspace / "up").symlink_to("proj/sub")  # `..` leaves the directory the link led to, as cd -P
     cwd = str(proj) if cwd == "PROJ_ABS" else cwd
     harness.call("claude", prompt="go", cwd=cwd)
     assert harness.recorded()[2] == str(proj)
@@ -117,9 +120,61 @@ def test_a_cwd_that_cannot_be_looked_up_is_refused_saying_why(harness: Harness) 
     `failed unexpectedly: OSError`, logged as a crash of the tool."""
     with pytest.raises(InvalidArguments) as info:
         harness.plan("claude", prompt="go", cwd="x" * 300)
-    assert "cannot be looked up in the workspace" in info.value.message
-    assert "File name too long" in info.value.message
+    assert info.value.message == f"cwd {'x' * 300!r} is too long for the filesystem"
     assert not harness.log.exists()
+
+
+@pytest.mark.parametrize("cwd", ["LINK", "FD"])
+def test_an_absolute_cwd_outside_never_says_where_it_leads(harness: Harness, tmp_path: Path, cwd: str) -> None:
+    """The refusal quoted realpath(): `cwd '/proc/self/fd/3' resolves to <scvd's lock file>`,
+    `/etc/alternatives/editor` its target: what a link leads to, which read keeps from the model."""
+    hidden = tmp_path / "hidden-target"
+    hidden.mkdir()
+    (tmp_path / "link").symlink_to(hidden)
+    fd = os.open(hidden, os.O_RDONLY | os.O_DIRECTORY)  # one of scvd's own fds
+    try:
+        asked = str(tmp_path / "link") if cwd == "LINK" else f"/proc/self/fd/{fd}"
+        with pytest.raises(InvalidArguments) as info:
+            harness.plan("claude", prompt="go", cwd=asked)
+    finally:
+        os.close(fd)
+    assert info.value.message == (f"cwd {asked!r} is outside the workspace {harness.workspace}; give a directory "
+                                  "inside it, relative to the workspace root, e.g. 'src'")
+    assert not harness.log.exists()
+
+
+def test_an_absolute_cwd_outside_is_refused_without_looking_it_up(harness: Harness) -> None:
+    """A cwd's host path was resolved on the event loop before approval: one on a dead NFS mount
+    froze scvd for every client, and one whose link cannot be read (another user's
+    /proc/1/cwd: EACCES; here an exited child's /proc/PID/cwd: ENOENT) crashed the call
+    (`failed unexpectedly: PermissionError`). Refused by its name alone, it is neither."""
+    child = subprocess.Popen(["true"])  # exited, not reaped until wait(): its cwd link reads ENOENT
+    try:
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)
+        with pytest.raises(InvalidArguments, match="is outside the workspace"):
+            harness.plan("claude", prompt="go", cwd=f"/proc/{child.pid}/cwd")
+    finally:
+        child.wait()
+    assert not harness.log.exists()
+
+
+@pytest.mark.parametrize("cwd,said", [
+    ("..", "cwd '..' climbs above the workspace root with '..'; scvd only follows paths inside the workspace, "
+           "so name it from the workspace root instead"),
+    ("WS_ABS/../ws/proj", "climbs above the workspace root"),  # lexically inside, but never past the root
+    ("escape/deeper", "cwd 'escape/deeper' leaves the workspace via symlink 'escape' (-> 'OUTSIDE'); scvd follows "
+                      "symlinks only while they stay inside the workspace, so paths cannot leave it: name it by its "
+                      "real path inside the workspace"),
+])
+def test_a_cwd_is_refused_as_read_refuses_a_path(harness: Harness, tmp_path: Path, cwd: str, said: str) -> None:
+    outside = tmp_path / "outside"
+    (outside / "deeper").mkdir(parents=True)
+    (harness.workspace / "proj").mkdir()
+    (harness.workspace / "escape").symlink_to(outside)
+    with pytest.raises(InvalidArguments) as info:
+        harness.plan("claude", prompt="go", cwd=cwd.replace("WS_ABS", str(harness.workspace)))
+    assert said.replace("OUTSIDE", str(outside)) in info.value.message
 
 
 def test_cwd_resolved_when_the_call_runs(harness: Harness, tmp_path: Path) -> None:
@@ -130,7 +185,7 @@ def test_cwd_resolved_when_the_call_runs(harness: Harness, tmp_path: Path) -> No
     plan = t.plan(args, harness.ctx())
     (harness.workspace / "proj").rmdir()
     (harness.workspace / "proj").symlink_to(tmp_path)
-    with pytest.raises(InvalidArguments, match="outside the workspace"):
+    with pytest.raises(InvalidArguments, match="leaves the workspace via symlink 'proj'"):
         asyncio.run(t.run(args, plan, harness.ctx()))
     assert not harness.log.exists()
 

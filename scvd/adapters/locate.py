@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import InvalidArguments, Unavailable
-from ..paths import within
+from ..errors import InvalidArguments, PathMissing, ToolError, Unavailable
+from ..tools import containment
+from ..tools.containment import show
 from .argv import check_text
 from .spec import Adapter
 
@@ -49,13 +51,14 @@ def missing_interpreter(executable: str, env: Mapping[str, str]) -> str | None:
     return named[0]
 
 
-def resolve_cwd(workspace: Path, cwd: str | None) -> Path:
+def resolve_cwd(workspace: Path, workspace_fd: int, cwd: str | None) -> Path:
     """The real directory a run starts in: the workspace, or `cwd` inside it.
 
-    `workspace` is the session's real path, not resolved again: a link put in its place
-    since the call's check would move the run where it leads. `cwd` is relative to the
-    workspace or absolute; it is resolved following symlinks and must end up an existing
-    directory under the workspace.
+    `workspace` is the session's real path and `workspace_fd` the directory it holds: `cwd`
+    is looked up beneath that fd as `read` looks up a path (containment.resolve), symlinks
+    followed only while they stay inside, so nothing outside is ever looked at (a realpath()
+    of a dead NFS mount froze scvd, and named where any host link leads). An absolute `cwd`
+    must name the workspace lexically; `..` is taken back as the kernel does, never past the root.
     """
     root = Path(workspace)
     if not cwd:
@@ -63,19 +66,37 @@ def resolve_cwd(workspace: Path, cwd: str | None) -> Path:
     if "\x00" in cwd:
         raise InvalidArguments("cwd contains a NUL character, which no path can hold; remove it")
     check_text("cwd", cwd)
-    target = Path(os.path.realpath(root / cwd))  # an absolute cwd replaces root here
-    if not within(str(target), str(root)):
-        raise InvalidArguments(
-            f"cwd {cwd!r} resolves to {target}, outside the workspace {root}; "
-            f"give a directory inside the workspace"
-        )
+    names = [p for p in cwd.split("/") if p not in ("", ".")]
+    if cwd.startswith("/"):
+        top = root.parts[1:]  # ("/", "home", ...) less the "/"
+        if tuple(names[:len(top)]) != top:
+            raise InvalidArguments(f"cwd {show(cwd)} is outside the workspace {root}; give a directory "
+                                   f"inside it, relative to the workspace root, e.g. 'src'")
+        names = names[len(top):]
     try:
-        found = target.is_dir()
-    except OSError as exc:  # a name too long, a folder on the way scvd may not enter
-        raise InvalidArguments(
-            f"cwd {cwd!r} cannot be looked up in the workspace {root} ({exc.strerror or exc}); "
-            f"give an existing directory inside it"
-        ) from None
-    if not found:
-        raise InvalidArguments(f"cwd {cwd!r} is not an existing directory in the workspace {root}")
-    return target
+        real = containment.resolve(workspace_fd, tuple(names), cwd)
+    except PathMissing:
+        raise _not_a_directory(cwd, root) from None
+    except ToolError as exc:  # a symlink leading out, `..` past the root, a file on the way
+        raise _cwd_error(cwd, exc) from None
+    try:
+        if real:  # the real path, opened following no symlink: a missing one, or a file
+            os.close(containment.open_raw(workspace_fd, real, os.O_PATH | os.O_DIRECTORY))
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise _not_a_directory(cwd, root) from None
+        raise _cwd_error(cwd, containment.translate(workspace_fd, real, cwd, exc)) from None
+    return root.joinpath(*real)
+
+
+def _not_a_directory(cwd: str, root: Path) -> InvalidArguments:
+    return InvalidArguments(f"cwd {show(cwd)} is not an existing directory in the workspace {root}; "
+                            "give an existing directory inside it")
+
+
+def _cwd_error(cwd: str, exc: Exception) -> InvalidArguments:
+    """Containment's refusal as one of `cwd` (it names a `path`): an argument to change, not a failure."""
+    text = str(exc)
+    named = f"path {show(cwd)} "
+    return InvalidArguments(f"cwd {show(cwd)} {text[len(named):]}" if text.startswith(named)
+                            else f"cwd {show(cwd)}: {text}")

@@ -120,7 +120,8 @@ class AgentTool(Tool):
 
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         timeout = self._timeout(args, ctx)
-        cwd = resolve_cwd(ctx.workspace, args.cwd)  # refused here, before approval; resolved again in run()
+        # refused here, before approval; resolved again in run()
+        cwd = resolve_cwd(ctx.workspace, ctx.workspace_fd, args.cwd)
         executable = resolve_executable(self.adapter, os.environ)
         argv = build_argv(self.adapter, executable, args.prompt,
                           model=getattr(args, "model", None), effort=getattr(args, "effort", None))
@@ -166,7 +167,7 @@ class AgentTool(Tool):
         }
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
-        cwd = resolve_cwd(ctx.workspace, args.cwd)  # resolved now, when the call runs
+        cwd = resolve_cwd(ctx.workspace, ctx.workspace_fd, args.cwd)  # resolved now, when the call runs
         home = await asyncio.to_thread(ensure_home, self.paths, self.adapter.name)
         argv = plan.data["argv"]
         if plan.sandboxed:

@@ -186,7 +186,8 @@ def resolve(dirfd: int, parts: tuple[str, ...], path: str) -> tuple[str, ...]:
     """The real components of `parts` beneath `dirfd`, following symlinks that stay inside.
 
     A missing last component is kept (write may create it); a missing earlier one
-    raises PathMissing. Raises InvalidArguments for a symlink that leads outside.
+    raises PathMissing. Raises InvalidArguments for a symlink that leads outside. A `..` in
+    `parts` (an agent's cwd; `split` refuses it) drops the real directory before it, never the root.
     """
     todo: list[tuple[str, _Link | None]] = [(name, None) for name in reversed(parts)]
     real: list[str] = []
@@ -197,7 +198,7 @@ def resolve(dirfd: int, parts: tuple[str, ...], path: str) -> tuple[str, ...]:
             name, via = todo.pop()
             if name == "..":
                 if not real:
-                    raise outside_error(path, via.prefix if via else ".", via.target if via else "..")
+                    raise outside_error(path, via.prefix, via.target) if via else climb_error(path)
                 real.pop()
                 os.close(held.pop())
                 continue
@@ -239,7 +240,7 @@ def _check_link(path: str, link: _Link, count: int) -> None:
     if count > MAX_SYMLINKS:
         raise InvalidArguments(
             f"path {show(path)} goes through more than {MAX_SYMLINKS} symlinks (a loop at "
-            f"{show(link.prefix)}?); name the file by its real path inside the workspace"
+            f"{show(link.prefix)}?); name it by its real path inside the workspace"
         )
     if link.target.startswith("/"):
         raise outside_error(path, link.prefix, link.target)
@@ -250,7 +251,14 @@ def outside_error(path: str, prefix: str, target: str) -> InvalidArguments:
     return InvalidArguments(
         f"path {show(path)} leaves the workspace via symlink {show(prefix)} (-> {show(target)}); scvd "
         "follows symlinks only while they stay inside the workspace, so paths cannot leave it: name "
-        "the file by its real path inside the workspace"
+        "it by its real path inside the workspace"
+    )
+
+
+def climb_error(path: str) -> InvalidArguments:
+    return InvalidArguments(
+        f"path {show(path)} climbs above the workspace root with '..'; scvd only follows paths inside "
+        "the workspace, so name it from the workspace root instead"
     )
 
 

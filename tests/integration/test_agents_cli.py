@@ -438,9 +438,10 @@ def test_too_long_timeout_refused_before_approval(agent_daemon: DaemonProc, work
 @pytest.mark.parametrize("cwd,needle", [
     ("missing", "not an existing directory"),
     ("notes.txt", "not an existing directory"),
-    ("..", "outside the workspace"),
-    ("/", "outside the workspace"),
-    ("escape", "outside the workspace"),  # a symlink leading out
+    ("..", "climbs above the workspace root"),
+    ("/", "is outside the workspace"),
+    ("escape", "leaves the workspace via symlink 'escape'"),  # a symlink leading out
+    ("/proc/self/exe", "is outside the workspace"),  # never resolved: the message does not say scvd's python
 ])
 def test_bad_cwd_refused_with_no_approval_request(make_daemon, tmp_path: Path,
                                                   workspace: Path, cwd: str, needle: str) -> None:
@@ -458,6 +459,7 @@ def test_bad_cwd_refused_with_no_approval_request(make_daemon, tmp_path: Path,
         seen = [e for e in [*watcher.core.events, *c.core.events] if isinstance(e, p.ApprovalRequested)]
     assert not done.ok and done.error.kind == "invalid_arguments"
     assert needle in done.error.message and "cwd" in done.error.message
+    assert os.path.basename(os.path.realpath("/proc/self/exe")) not in done.error.message
     assert seen == []
     assert not agent_log(agent_daemon).exists()
 
