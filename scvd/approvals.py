@@ -26,8 +26,10 @@ Rules:
   one server frame: an approver is shown a request whole or it never opens.
 - One owner (a connection, whatever sessions it holds) has at most three quarters
   of `max_pending` and of that frame waiting: one runaway client leaves the
-  others' calls room to be asked. Past that a request is refused with `limit`, told
-  what to do by `share_remedy` if it says (a chat turn's model cannot send call.cancel).
+  others' calls room to be asked. Past that a request is refused with `limit`.
+- A request refused for want of room (`Full`: the whole gate's or its connection's
+  share) is told what to do by the `remedy` hook if it says (a chat turn's model
+  can neither have requests decided nor send call.cancel), else `REMEDIES`.
 """
 
 from __future__ import annotations
@@ -254,9 +256,19 @@ class Approval:
         return f"approval {self.id} was {self.state.value}{who}{why}"
 
 
-# to a socket client, whose share of the gate is full
-SHARE_REMEDY = ("have those decided (scvctl approvals), or cancel the calls you no longer need (call.cancel), "
-                "then send it again")
+class Full(str, enum.Enum):
+    """What had no room for a request."""
+
+    GATE = "gate"  # approvals.max_pending, or one approvals.list frame
+    SHARE = "share"  # its connection's three quarters of either
+
+
+# what a socket client refused for want of room is told to do
+REMEDIES = {
+    Full.GATE: "decide the pending ones first",
+    Full.SHARE: ("have those decided (scvctl approvals), or cancel the calls you no longer need (call.cancel), "
+                 "then send it again"),
+}
 
 EventSink = Callable[[str, Approval], None]  # ("requested" | "resolved", approval)
 
@@ -273,9 +285,9 @@ class ApprovalGate:
     # called with (owner, info) before a request opens; may raise Denied (the chat loop refuses
     # a turn's request that no connection could decide, rather than let it wait unseen)
     screen: Callable[[Any, dict[str, Any]], None] | None = None
-    # called with a request's info when its connection's share is full: what to do instead of
-    # SHARE_REMEDY, or None (a chat turn's model can neither have requests decided nor send call.cancel)
-    share_remedy: Callable[[dict[str, Any]], str | None] | None = None
+    # called with a request's info and what was full: what to do instead of REMEDIES[full], or None
+    # (a chat turn's model can neither have requests decided nor send call.cancel)
+    remedy: Callable[[dict[str, Any], Full], str | None] | None = None
     pending: dict[str, Approval] = field(default_factory=dict)
     ended: dict[str, str] = field(default_factory=dict)  # the last ENDED_KEPT that ended: Approval.ending()
     _counter: Any = field(default_factory=lambda: itertools.count(1))
@@ -288,7 +300,7 @@ class ApprovalGate:
         if len(self.pending) >= self.max_pending:
             raise errors.LimitExceeded(  # a limit, as the connection's share below: no person denied it
                 f"{len(self.pending)} approvals are already waiting (approvals.max_pending); "
-                "this call was refused without asking: decide the pending ones first")
+                f"this call was refused without asking: {self._remedy(info, Full.GATE)}")
         # one runaway connection (a model asking for hundreds of reads at once, in one session or
         # several) leaves a quarter of the room, in count and in bytes, to the other connections:
         # their calls are still asked, not refused
@@ -297,7 +309,7 @@ class ApprovalGate:
             raise errors.LimitExceeded(
                 f"{len(mine)} approvals of this connection's sessions are already waiting, as many as one "
                 "connection may hold (approvals.max_pending less a quarter kept for other connections); this "
-                f"call was refused without asking: {self._remedy(info)}")
+                f"call was refused without asking: {self._remedy(info, Full.SHARE)}")
         loop = asyncio.get_running_loop()
         now = time.time()
         approval_id = f"a{next(self._counter)}-{os.urandom(3).hex()}"
@@ -389,9 +401,9 @@ class ApprovalGate:
                 denied.append(self._resolve(approval, ApprovalEvent.DENY, exc.message))
         return denied
 
-    def _remedy(self, info: dict[str, Any]) -> str:
-        """What a call refused for its connection's full share is told to do."""
-        return (self.share_remedy and self.share_remedy(info)) or SHARE_REMEDY
+    def _remedy(self, info: dict[str, Any], full: Full) -> str:
+        """What a call refused because `full` had no room for its request is told to do."""
+        return (self.remedy and self.remedy(info, full)) or REMEDIES[full]
 
     def _check_room(self, size: int, mine: list[Approval], info: dict[str, Any]) -> None:
         """Refuse a request that one frame could not carry whole, alone or with those already waiting,
@@ -409,14 +421,14 @@ class ApprovalGate:
             raise errors.LimitExceeded(
                 f"the approval requests already waiting take {waiting:,} bytes, and with this one's {size:,} "
                 f"they would not fit in one approvals.list frame ({self.max_bytes_from} = {self.max_bytes:,}); "
-                "this call was refused without asking: decide the pending ones first")
+                f"this call was refused without asking: {self._remedy(info, Full.GATE)}")
         own = sum(a.size + 1 for a in mine)
         if mine and own + size > room - room // 4:  # a connection's first request may take it all
             raise errors.LimitExceeded(
                 f"this connection's approval requests already waiting take {own:,} bytes, and with this one's "
                 f"{size:,} they would take more than three quarters of one approvals.list frame "
                 f"({self.max_bytes_from} = {self.max_bytes:,}), the rest kept for other connections; this call "
-                f"was refused without asking: {self._remedy(info)}")
+                f"was refused without asking: {self._remedy(info, Full.SHARE)}")
 
     def list(self) -> list[ApprovalInfo]:
         self._sweep()

@@ -20,7 +20,7 @@ from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
 from .chat.expiry import Expiry
-from .chat.pipeline import screen, share_remedy
+from .chat.pipeline import remedy, screen
 from .config import Loaded
 from .client_protocol import ClientProtocol
 from .connection import Connection
@@ -111,7 +111,7 @@ class Daemon:
         self._unanswered: dict[asyncio.Future[Any], tuple[Connection, Any]] = {}  # handlers that wait: a stop answers them
         # a call that carries a turn id (a chat's, or a client's own) is refused when nobody could decide it
         self.gate.screen = lambda owner, info: screen(self, owner, info)
-        self.gate.share_remedy = lambda info: share_remedy(self, info)  # a model cannot send call.cancel
+        self.gate.remedy = lambda info, full: remedy(self, info, full)  # a model cannot decide nor send call.cancel
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
         self.services["mcp_servers"] = self.mcp  # store_secret tells its agent how they came up
         self.mcp_hosts = McpHosts(self)  # MCP hosts whose stdio `scvctl mcp` handed over

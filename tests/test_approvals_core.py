@@ -541,24 +541,33 @@ def test_one_connections_requests_may_take_three_quarters_of_the_list_frame_and_
     asyncio.run(main())
 
 
-def test_a_call_past_its_connections_share_hears_what_the_share_remedy_hook_says_in_bytes_too():
-    """The chat's hook gives a turn's call words a model can act on, whichever share ran out; other
-    calls keep the socket client's (scvctl approvals, call.cancel)."""
+def test_a_call_refused_for_want_of_room_in_bytes_hears_what_the_remedy_hook_says():
+    """The hook (the chat's gives a turn's call words a model can act on) is told what ran out of room,
+    its connection's share of the approvals.list frame or the whole frame; other calls keep the socket
+    client's words (scvctl approvals, call.cancel; decide the pending ones)."""
     async def main():
         gate = ApprovalGate(60, lambda kind, a: None, max_bytes=64 * 1024)
-        gate.share_remedy = lambda info: "call it again, fewer at once" if info["call_id"].startswith("t") else None
 
-        def ask(call_id: str, size: int) -> Any:
-            return gate.request("c1", session="s1", call_id=call_id, tool="bash", risk="process",
+        def turns_words(info: dict[str, Any], full: Any) -> str | None:  # a turn's call ids start with t here
+            return f"the {full.value} is full: a turn's words" if info["call_id"].startswith("t") else None
+
+        gate.remedy = turns_words
+
+        def ask(owner: str, call_id: str, size: int) -> Any:
+            return gate.request(owner, session=owner, call_id=call_id, tool="bash", risk="process",
                                 workspace="/ws", summary="bash", details={"command": "x" * size})
 
-        ask("c-0", 40 * 1024)
-        socket_words = "cancel the calls you no longer need (call.cancel), then send it again"
-        for call_id, remedy in (("t-1", "call it again, fewer at once"), ("c-1", socket_words)):
-            with pytest.raises(errors.LimitExceeded) as info:
-                ask(call_id, 10 * 1024)
-            assert "the rest kept for other connections; this call was refused without asking: " in info.value.message
-            assert info.value.message.endswith(remedy)
+        ask("c1", "c-0", 40 * 1024)
+        share = ("the rest kept for other connections", "the share is full: a turn's words",
+                 "have those decided (scvctl approvals), or cancel the calls you no longer need (call.cancel), "
+                 "then send it again")
+        frame = ("they would not fit in one approvals.list frame (server.server_frame_bytes = 65,536)",
+                 "the gate is full: a turn's words", "decide the pending ones first")
+        for owner, size, (said, *remedies) in (("c1", 10 * 1024, share), ("c2", 30 * 1024, frame)):
+            for call_id, remedy in zip(("t-1", "c-1"), remedies):
+                with pytest.raises(errors.LimitExceeded) as info:
+                    ask(owner, call_id, size)
+                assert info.value.message.endswith(f"{said}; this call was refused without asking: {remedy}")
         for a in list(gate.pending.values()):
             gate.cancel(a.id, "test over")
 

@@ -11,8 +11,8 @@ instead of waiting out approvals.timeout_seconds, so a headless turn never
 hangs; one already waiting is denied the same way when the last connection
 that could decide leaves. `screen()` is hooked into
 the approval gate, which applies it to new requests and, on such a departure,
-to pending ones (`ApprovalGate.rescreen()`). `share_remedy()` is hooked there too:
-a turn's call past its connection's share of the gate is told what a model can do.
+to pending ones (`ApprovalGate.rescreen()`). `remedy()` is hooked there too:
+a turn's call refused for want of room in the gate is told what a model can do.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import logging
 from typing import Any
 
 from .. import errors
+from ..approvals import Full
 from ..calls import failure
 from ..protocol import ToolErrorInfo
 
@@ -47,8 +48,11 @@ TOO_MANY = ("this call was not run: the step asked for more calls at once than o
             "fewer calls at once")
 
 
-# nor can it have approvals decided: a turn's call past its connection's share of the gate hears this instead
-SHARE_FULL = "call it again, asking for fewer calls that need approval at once"
+# nor can it have approvals decided: a turn's call refused for want of room in the gate hears these instead
+FULL = {
+    Full.SHARE: "call it again, asking for fewer calls that need approval at once",
+    Full.GATE: "the person deciding has too many requests waiting; call it again later, or do without it",
+}
 
 
 def _of_turn(daemon: Any, info: dict[str, Any]) -> bool:
@@ -57,9 +61,9 @@ def _of_turn(daemon: Any, info: dict[str, Any]) -> bool:
     return call is not None and bool(call.turn)
 
 
-def share_remedy(daemon: Any, info: dict[str, Any]) -> str | None:
-    """The gate's hook: what a turn's call refused for its connection's full share is told to do."""
-    return SHARE_FULL if _of_turn(daemon, info) else None
+def remedy(daemon: Any, info: dict[str, Any], full: Full) -> str | None:
+    """The gate's hook: what a turn's call refused because `full` had no room is told to do."""
+    return FULL[full] if _of_turn(daemon, info) else None
 
 
 def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ import pytest
 
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Cut, Deltas, Flood, Hang, Status, Text
+from conftest import wait_pending
 from harness import RawConn
 from helpers import lockable_keyring
 from scvd import errors, protocol as p
@@ -526,6 +527,30 @@ def test_a_call_past_the_sessions_call_cap_reaches_the_model_as_a_limit_not_a_cr
     assert "crashed" not in caplog.text and "was refused (limit: this session already holds 1 calls" in caplog.text
 
 
+def approve_once_all_are_in(c, calls: int) -> Any:
+    """A run_turn callback: approve the turn's requests once all `calls` were asked or refused, so none
+    is decided (and makes room) before the last one comes to the gate."""
+    asked, refused = [], []
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, p.ApprovalRequested):
+            asked.append(event.approval_id)
+        elif isinstance(event, p.CallCompleted) and not event.ok:
+            refused.append(event.error)
+        if len(asked) + len(refused) == calls and asked:
+            for approval_id in asked:
+                c.request(p.ApprovalDecide, approval_id=approval_id, decision="approve")
+            asked.clear()
+
+    return on_event
+
+
+def refusals(model: Any, calls: int) -> list[Any]:
+    """The errors of the step's `calls` outputs that the model was given back not ok."""
+    outputs = [json.loads(o) for o in model.outputs(2)[-calls:]]
+    return [o["error"] for o in outputs if not o["ok"]]
+
+
 def test_a_call_past_its_connections_share_of_the_gate_tells_the_model_what_it_can_do(chat_rig, workspace):
     """Four reads at once that all ask, with approvals.max_pending = 4: one connection holds at most 3 of
     them, so the fourth is refused unasked. The model was told to have those decided (scvctl approvals)
@@ -536,26 +561,34 @@ def test_a_call_past_its_connections_share_of_the_gate_tells_the_model_what_it_c
     model, d = chat_rig(load("read"), Calls(*reads), Text("one was refused"),
                         extra='[approvals]\npolicy = "always"\nmax_pending = 4\n')
     with d.client(name="pytest", approver=True) as c:
-        asked, refused = [], []
-
-        def approve_once_all_four_are_in(event: Any) -> None:  # none decided before the fourth: it is refused
-            if isinstance(event, p.ApprovalRequested):
-                asked.append(event.approval_id)
-            elif isinstance(event, p.CallCompleted) and not event.ok:
-                refused.append(event.error)
-            if len(asked) + len(refused) == 4 and asked:
-                for approval_id in asked:
-                    c.request(p.ApprovalDecide, approval_id=approval_id, decision="approve")
-                asked.clear()
-
-        _, end = run_turn(c, open_chat(c, workspace).session, "read them all", approve_once_all_four_are_in)
+        _, end = run_turn(c, open_chat(c, workspace).session, "read them all", approve_once_all_are_in(c, 4))
     assert isinstance(end, p.TurnCompleted)
-    outputs = [json.loads(o) for o in model.outputs(2)[-4:]]
-    assert len([o for o in outputs if o["ok"]]) == 3  # which one is refused is up to the order they ask in
-    assert [o["error"] for o in outputs if not o["ok"]] == [{"kind": "limit", "message": (
+    # which one is refused is up to the order they ask in
+    assert refusals(model, 4) == [{"kind": "limit", "message": (
         "3 approvals of this connection's sessions are already waiting, as many as one connection may hold "
         "(approvals.max_pending less a quarter kept for other connections); this call was refused without "
         "asking: call it again, asking for fewer calls that need approval at once")}]
+
+
+def test_a_call_the_whole_gate_has_no_room_for_tells_the_model_what_it_can_do(chat_rig, workspace):
+    """Another client's two requests wait and approvals.max_pending = 4: of a turn's three reads at once
+    that all ask, two are asked and the third is refused unasked, the gate full (not the chat's share).
+    The model was told to decide the pending ones first, which it cannot: it hears that the person has
+    too many requests waiting, to call it again later or do without it."""
+    for name in "abc":
+        (workspace / f"{name}.txt").write_text(name)
+    reads = [("read", {"path": f"{name}.txt"}) for name in "abc"]
+    model, d = chat_rig(load("read"), Calls(*reads), Text("one was refused"),
+                        extra='[approvals]\npolicy = "always"\nmax_pending = 4\n')
+    with d.client(name="other") as other, d.client(name="pytest", approver=True) as c:
+        session = other.open_session(workspace)
+        held = [other.start_call(session, "read", {"path": "a.txt"}) for _ in range(2)]
+        assert sorted(a.call_id for a in wait_pending(c, 2)) == sorted(held)
+        _, end = run_turn(c, open_chat(c, workspace).session, "read them all", approve_once_all_are_in(c, 3))
+    assert isinstance(end, p.TurnCompleted)
+    assert refusals(model, 3) == [{"kind": "limit", "message": (
+        "4 approvals are already waiting (approvals.max_pending); this call was refused without asking: "
+        "the person deciding has too many requests waiting; call it again later, or do without it")}]
 
 
 def test_ask_user_asks_the_chat_and_the_answer_reaches_the_model(chat_rig, workspace):
