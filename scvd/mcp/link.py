@@ -420,9 +420,9 @@ class ServerLink:
             if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
                 self._lose()
                 self._raise_if_credential_refused(tool)
-            message = _shown(hide(exc.error.message))  # it may quote what it was sent, at any length
-            said = f"mcp server {self.name}: {tool}: {message}"
-            raise spec.refused(self.name, self.cfg, tool, said) or _call_error(said, exc.error.code) from None
+            hidden = hide(exc.error.message)
+            said = f"mcp server {self.name}: {tool}: {_shown(hidden)}"  # it may quote what it was sent, at any length
+            raise spec.refused(self.name, self.cfg, tool, said, hidden) or _call_error(said, exc.error.code) from None
         except (asyncio.CancelledError, ScvError):
             raise
         except Exception as exc:  # the connection broke under the call, or the result was bad

@@ -81,12 +81,14 @@ def secrets_named(keys: list[str]) -> str:
     return f"the secret {keys[0]}" if len(keys) == 1 else f"one of the secrets {', '.join(keys)}"
 
 
-def refused(server: str, cfg: McpServerConfig, tool: str, said: str) -> CredentialMissing | None:
+def refused(server: str, cfg: McpServerConfig, tool: str, said: str,
+            whole: str | None = None) -> CredentialMissing | None:
     """A failed call's error (`said`) that reads like a refused credential, from a server that is given
     secrets: credential_missing naming them, so an agent can heal it (store_secret, then the call
-    again); None for any other failure."""
+    again); None for any other failure. `whole`: the server's words before `said` cut them, judged
+    instead (a 401 in the middle of a long trace is still one)."""
     keys = sorted(server_secrets(cfg))
-    if not keys or not reads_refused(said):
+    if not keys or not reads_refused(said if whole is None else whole):
         return None
     key = f"key {keys[0]!r}" if len(keys) == 1 else "the refused one's key"
     return CredentialMissing(

@@ -32,7 +32,8 @@ whose inputSchema is above 64 KiB; `init-error=N` answers initialize with an err
 colour escape, N `x`s and ` the end`; `nan-schema` also lists `announce` and `odd`, whose inputSchema holds
 `NaN` and `-Infinity` (as Python's json writes them), and `later` from its second tools/list on;
 `huge-errors=N` also lists `announce` and `fail`, and answers a call of `fail`, and every tools/list after
-the first, with an error whose message is init-error's with a line break and a carriage return after the escape.
+the first, with an error whose message is init-error's with a line break and a carriage return after the escape,
+and `refused`, answered with an error that says `401 Bad credentials` between N `x`s and N `y`s.
 Its tool `echo` answers with its arguments.
 """
 
@@ -111,6 +112,7 @@ if mode == "nan-schema":  # NaN != NaN: the same schema, listed again, compared 
         "x": {"type": "number", "maximum": float("nan"), "minimum": float("-inf")}}}})
 if mode.startswith("huge-errors="):
     tools.append({"name": "fail", "description": "Fails at length.", "inputSchema": {"type": "object"}})
+    tools.append({"name": "refused", "description": "Refused at length.", "inputSchema": {"type": "object"}})
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
     tools.append({"name": "slug", "description": "Takes a slug.", "inputSchema": {
         "type": "object", "required": ["slug"], "additionalProperties": False,
@@ -144,6 +146,9 @@ for line in sys.stdin:
     method, msg_id = msg.get("method"), msg.get("id")
     if method == "initialize" and mode.startswith("init-error="):
         said = "\x1b[31mrefused\x1b[0m " + "x" * int(mode[11:]) + " the end"
+        send({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": said}})
+    elif mode.startswith("huge-errors=") and method == "tools/call" and msg["params"]["name"] == "refused":
+        said = "x" * int(mode[12:]) + " 401 Bad credentials " + "y" * int(mode[12:])
         send({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": said}})
     elif mode.startswith("huge-errors=") and (method == "tools/call" and msg["params"]["name"] == "fail"
                                               or method == "tools/list" and lists > 0):

@@ -381,6 +381,27 @@ def test_a_huge_error_answering_a_call_is_cut_and_escaped_in_the_calls_error(mak
     assert "\x1b" not in error.message and "\r" not in error.message
 
 
+
+@pytest.mark.one_loop
+def test_a_refusal_in_the_middle_of_a_long_error_answering_a_call_is_still_credential_missing(
+        make_daemon, workspace, tmp_path):
+    """The cut of a long JSON-RPC error (what the agent is shown) dropped a `401 Bad credentials` in its
+    middle before scvd judged whether the server refused its secret: `failed`, and no auto-heal."""
+    from conftest import wait_for_socket
+
+    table = quirks_stdio_table("huge-errors=5000", tmp_path / "starts") + 'risk = "read_only"\n'
+    d = make_daemon(table + 'env = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n', env=NO_KEYRING, wait=False)
+    store_secret(d, "LEAK_TOKEN", "ghp-revoked-0452")
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="t") as c:
+        server(c, "raw")
+        error = c.call(c.open_session(workspace), "mcp__raw__refused", {}).error
+    assert error.kind == "credential_missing", error
+    assert " ... [cut: " in error.message and "401 Bad credentials" not in error.message, error.message[:200]
+    assert error.message.endswith("store a new value with store_secret (key 'LEAK_TOKEN', tool "
+                                  "'mcp__raw__refused'), then call the tool again (scvd starts the server "
+                                  "again with it)"), error.message[-300:]
+
 def test_the_servers_working_dirs_and_their_parent_are_private_whatever_the_umask(make_daemon):
     # mkdir(parents=True) gave <data>/mcp the umask's mode (0755): every server's dir name showed
     d = make_daemon('[mcp.servers.cat]\ncommand = "/bin/cat"\nsandbox = false\n', umask=0o022)
