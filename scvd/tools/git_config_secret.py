@@ -22,6 +22,9 @@ from .containment import show
 
 NAMES = frozenset(("config", ".gitconfig"))  # lower case: what read's plan() compares a file's name with
 SCAN_BYTES = 64 << 10
+# GitHub's (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_) and GitLab's token prefixes
+TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "gloas-", "glptt-")
+TOKEN_USER_MIN = 32  # a user that long with letters and digits: a classic 40-hex token, Azure's 52-character PAT
 # a URL's user with no password (scheme://USER@host), to be looked at as a token
 _URL_USER_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#@:\s]+)@")
 # a key that holds a secret by its name, with a value: git writes `key = value` one to a line; an
@@ -47,6 +50,13 @@ def reason(fd: int, parts: tuple[str, ...], real: tuple[str, ...], workspace: st
     return kind if asked else f"it resolves to {show(containment.join(real))}: {kind}"
 
 
+def _token_user(user: str) -> bool:
+    """Whether a URL's user (`https://USER@host`) is a token: a forge's token prefix, or a token's
+    length (a user or an organisation's name of 16 letters and digits is one too: Azure DevOps puts
+    the organisation there, `https://fabrikam2024@dev.azure.com/...`)."""
+    return user.lower().startswith(TOKEN_PREFIXES) or (len(user) >= TOKEN_USER_MIN and holds_token(user))
+
+
 def is_git_config(parts: tuple[str, ...], workspace: str) -> bool:
     """Whether `parts` names a file git reads as a config: `.gitconfig`, or `config` in a git dir."""
     name = parts[-1].lower()
@@ -60,7 +70,7 @@ def credential_in(text: str) -> str | None:
     """What credential a git config's `text` holds, as a phrase that shows none of it, or None."""
     if URL_PASSWORD_RE.search(text):
         return "a URL with a password"
-    if any(holds_token(user) for user in _URL_USER_RE.findall(text)):
+    if any(_token_user(user) for user in _URL_USER_RE.findall(text)):
         return "a URL whose user is a token"
     key = _KEY_RE.search(text)
     if key:
