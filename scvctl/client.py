@@ -335,10 +335,11 @@ class ClientCore:
 
 def absolute_workspace(workspace: str | os.PathLike[str]) -> str:
     """`workspace` for session.open, which takes only an absolute path: a relative one is joined to this
-    process's current directory, as open() would take it (scvd's own directory is not the caller's).
-    Nothing else changes: no `~`, no link or `..` resolved here (scvd opens the path, then holds its
-    real path), and "" stays "" for scvd to refuse."""
-    path = os.fspath(workspace)
+    process's current directory, as open() would take it (scvd's own directory is not the caller's);
+    a leading `~` is expanded, as scvctl's --workspace does (else `~/proj` named `./~/proj`). Nothing
+    else changes: no link or `..` resolved here (scvd opens the path, then holds its real path), and
+    "" stays "" for scvd to refuse."""
+    path = os.path.expanduser(os.fspath(workspace))
     if not path or os.path.isabs(path):
         return path
     try:

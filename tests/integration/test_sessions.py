@@ -89,6 +89,9 @@ def test_the_client_library_takes_a_relative_workspace_from_its_own_directory(
         # `..` after a link is the link's parent, as the kernel walks it, not the folder that holds the link
         assert where(c, c.open_session("link/../project")) == str(elsewhere / "project")
         assert asyncio.run(where_async("project")) == str(here / "project")
+        # `~` is the home, as scvctl's --workspace takes it: it was ./~/project ("does not exist")
+        monkeypatch.setenv("HOME", str(elsewhere))
+        assert where(c, c.open_session("~/project")) == str(elsewhere / "project")
         gone = here / "gone"
         gone.mkdir()
         monkeypatch.chdir(gone)
