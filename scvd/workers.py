@@ -76,6 +76,7 @@ class Pool:
                 job()
             except BaseException:  # a job's own bug: keep the thread for the next one
                 log.exception("a blocking job raised past its own handler")
+            del job  # not held while idle: its closure keeps its result (a whole resumed conversation)
             with self._lock:
                 self._idle += 1
 

@@ -57,6 +57,29 @@ def test_a_job_that_raises_keeps_its_thread(caplog):
     assert "raised past its own handler" in caplog.text
 
 
+
+def test_an_idle_thread_keeps_nothing_of_its_last_job():
+    """A thread waiting for its next job held the last one (its closure, and so its result: a whole
+    resumed conversation, for the transcript pool) until that next job came, maybe never."""
+    import gc
+    import weakref
+
+    class Big:
+        pass
+
+    pool = Pool(size=1, name="t-forget")
+    held, done = Big(), threading.Event()
+    gone = weakref.ref(held)
+    pool.submit(lambda held=held: done.set())
+    assert done.wait(10)
+    del held
+    for _ in range(1000):  # the thread is idle once it counts itself so; then nothing holds the job
+        gc.collect()
+        if gone() is None:
+            break
+        threading.Event().wait(0.01)
+    assert gone() is None, "the idle pool thread still holds its last job"
+
 def test_run_blocking_many_calls_use_the_bounded_pool(tmp_path, run_loop):
     """Hundreds of calls, 64 at a time: every one answers, on at most MAX_WORKERS threads."""
     dirfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
