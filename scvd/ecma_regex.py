@@ -11,11 +11,16 @@ line ends (Unicode's, so not the ASCII flag's five), `.` anything but a line end
 class as well (`[^\\W]`, which no single class of the regex package's syntax holds, becomes
 "not a non-word character"). ECMA's `[]` matches nothing and `[^]` any character. Everything
 else is left as written: a pattern the regex package cannot read fails as it did.
+
+A pattern with an inline flag (`(?s)`, `(?m)`, `(?i:...)`), which ECMA-262 has no use for, was
+written for Python (scvd's script tools took Python's reading until then): it is matched as
+written, since its flags change what `.`, `^` and `$` mean (`(?s)^.{1,200}$` takes "a\\nb").
 """
 
 from __future__ import annotations
 
 import functools
+import re
 
 SHORTHANDS = {  # ECMA-262's \d, \w and \s, as a character class's contents
     "d": "0-9",
@@ -25,14 +30,17 @@ SHORTHANDS = {  # ECMA-262's \d, \w and \s, as a character class's contents
 BOUNDARIES = {"b": r"(?a:\b)", "B": r"(?a:\B)"}  # the ASCII flag's \w is ECMA's; inside a class \b is a backspace
 OUTSIDE = {"$": r"\Z", ".": r"[^\n\r\u2028\u2029]"}
 ANY, NOTHING = "(?s:.)", "(?!)"
+FLAGS = re.compile(r"\(\?(?:[aiLmsux]+(?:-[imsx]+)?|-[imsx]+)[:)]")  # Python's inline flags, global or scoped
 
 
 @functools.lru_cache(maxsize=1024)  # the same few patterns, for every argument of every call
 def translate(pattern: str) -> str:
-    """`pattern` read as ECMA-262 reads it, in the regex package's syntax."""
+    """`pattern` read as ECMA-262 reads it, in the regex package's syntax; as written if it has inline flags."""
     out, i = [], 0
     while i < len(pattern):
         char = pattern[i]
+        if char == "(" and FLAGS.match(pattern, i):  # Python's: its flags say what `.` and `$` mean
+            return pattern
         if char == "\\" and i + 1 < len(pattern):
             out.append(_escape(pattern[i + 1]))
             i += 2

@@ -20,12 +20,28 @@ CASES = [  # (pattern, text, whether ECMA-262 finds a match)
     (r"^[a\D]$", "5", False), (r"^[a\D]$", "a", True), (r"^[^a\S]$", " ", True), (r"^[^a\S]$", "a", False),
     (r"^[\d-z]$", "-", True), (r"^[\d-z]$", "m", False), (r"^[a-\d]$", "b", False), (r"^[^^\W]$", "^", False),
     (r"^[\b]$", "\b", True), ("^[^]$", "\n", True), ("^a[]", "a", False), (r"^[[]$", "[", True),
+    (r"^\(?s\).$", "s)x\n", False),  # an escaped `(` opens no flags
+]
+
+PYTHONS = [  # (pattern, text, whether it matches): what ECMA-262 has no use for is read as Python reads it
+    # an inline flag: the whole pattern as Python reads it, its `.`, `^` and `$` what its flags make them
+    ("(?s)^.{1,200}$", "line one\nline two", True), ("(?m)^[a-z]+$", "abc\n123", True), ("^(?s:.+)$", "a\nb", True),
+    ("(?x) ^ [a-z]+ $  # letters [only", "abc", True), ("(?i)^[a-z]+$", "Main\n", True), (r"(?i)^\w+$", "Naïve", True),
 ]
 
 
 @pytest.mark.parametrize(("pattern", "text", "matches"), CASES)
 def test_a_pattern_takes_what_ecma_262_takes(pattern, text, matches):
     install()
+    assert jsonschema.Draft202012Validator({"pattern": pattern}).is_valid(text) is matches
+
+
+@pytest.mark.parametrize(("pattern", "text", "matches"), PYTHONS)
+def test_what_only_python_reads_is_read_as_python_reads_it(pattern, text, matches):
+    """scvd's script tools read patterns as Python did until they were ECMA-262's: inline flags
+    (which ECMA has no use for) mean what their author meant then."""
+    install()
+    jsonschema.Draft202012Validator.check_schema({"pattern": pattern})  # a tool.json with it loads
     assert jsonschema.Draft202012Validator({"pattern": pattern}).is_valid(text) is matches
 
 

@@ -170,6 +170,25 @@ def test_a_pattern_refuses_what_its_json_schema_reading_refuses(make_daemon, scv
         assert done.ok and done.result == fine, done.error
 
 
+WRITTEN_FOR_PYTHON = {"type": "object", "required": ["summary"], "additionalProperties": False, "properties": {
+    "summary": {"type": "string", "pattern": "(?s)^.{1,200}$", "description": "A summary, e.g. 'one line'."},
+    "names": {"type": "string", "pattern": "(?m)^[a-z]+$", "default": "a",
+              "description": "Names, one a line; pass them to override the default, e.g. 'ab'."}}}
+
+
+def test_a_pattern_written_for_python_takes_what_its_author_meant(make_daemon, scv_home, workspace):
+    """tool.json patterns were Python's before scvd read them as ECMA-262's: an inline flag, which
+    ECMA has no use for, keeps its meaning (`(?s)` lets `.` take a newline, `(?m)` `$` match at a
+    line's end)."""
+    make_tool(scv_home, "note", ECHO, parameters=WRITTEN_FOR_PYTHON, risk="read_only", always_allow=True)
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        fine = {"summary": "line one\nline two", "names": "abc\nxyz"}
+        done = c.call(sid, "script_note", fine)
+        assert done.ok and done.result == fine, done.error
+
+
 def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_it_is_missing(
         make_daemon, scv_home, workspace):
     # as models send it, and as built-in tools take it (seed 003: handlers defend against nil)
