@@ -9,12 +9,15 @@ ECMA-262 reads them without flags (as JSON Schema does): `$` the end of the text
 [0-9], `\\w` [A-Za-z0-9_], `\\b` between those and the rest, `\\s` ECMA's own list of spaces and
 line ends (Unicode's, so not the ASCII flag's five), `.` anything but a line end; in a character
 class as well (`[^\\W]`, which no single class of the regex package's syntax holds, becomes
-"not a non-word character"). ECMA's `[]` matches nothing and `[^]` any character. Everything
-else is left as written: a pattern the regex package cannot read fails as it did.
+"not a non-word character"). Everything else is left as written: a pattern the regex package
+cannot read fails as it did.
 
-A pattern with an inline flag (`(?s)`, `(?m)`, `(?i:...)`), which ECMA-262 has no use for, was
-written for Python (scvd's script tools took Python's reading until then): it is matched as
-written, since its flags change what `.`, `^` and `$` mean (`(?s)^.{1,200}$` takes "a\\nb").
+Two things ECMA-262 has no use for say the author wrote Python (scvd's script tools took Python's
+reading until then), and are read as Python reads them: a pattern with an inline flag (`(?s)`,
+`(?m)`, `(?i:...)`) is matched as written, since its flags change what `.`, `^` and `$` mean
+(`(?s)^.{1,200}$` takes "a\\nb"); and a `]` right after `[` or `[^` is a literal (`^[^]]+$`),
+ECMA's `[]` (nothing) and `[^]` (any character) only where Python's reading leaves that class
+unclosed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ SHORTHANDS = {  # ECMA-262's \d, \w and \s, as a character class's contents
 BOUNDARIES = {"b": r"(?a:\b)", "B": r"(?a:\B)"}  # the ASCII flag's \w is ECMA's; inside a class \b is a backspace
 OUTSIDE = {"$": r"\Z", ".": r"[^\n\r\u2028\u2029]"}
 ANY, NOTHING = "(?s:.)", "(?!)"
+Token = tuple[str, bool]  # a class member's text, and whether it stands for a shorthand
 FLAGS = re.compile(r"\(\?(?:[aiLmsux]+(?:-[imsx]+)?|-[imsx]+)[:)]")  # Python's inline flags, global or scoped
 
 
@@ -60,10 +64,20 @@ def _escape(char: str) -> str:
 
 
 def _class(pattern: str, start: int) -> tuple[str, int]:
-    """The class opened just before `start`, and where the pattern goes on after it."""
+    """The class opened just before `start`, and where the pattern goes on after it; a `]` first is a
+    literal, as Python reads it."""
     negated = pattern.startswith("^", start)
-    i = start + negated
-    tokens: list[tuple[str, bool]] = []  # (text, whether it stands for a shorthand)
+    first = start + negated
+    read = _read(pattern, first + 1, [("\\]", False)]) if pattern.startswith("]", first) else None
+    read = read or _read(pattern, first, [])  # ECMA's `[]` and `[^]` only where Python's class is unclosed
+    if read is None:  # unterminated: as written, for the regex package to refuse
+        return pattern[start - 1:], len(pattern)
+    tokens, apart, end = read
+    return _written(_members(tokens), apart, negated), end
+
+
+def _read(pattern: str, i: int, tokens: list[Token]) -> tuple[list[Token], list[str], int] | None:
+    """A class's members from `i` on, after `tokens`, and where it closes; None if it does not."""
     apart: list[str] = []  # \D, \W, \S: no class holds one beside other members, so an alternative each
     while i < len(pattern) and pattern[i] != "]":
         char = pattern[i]
@@ -79,12 +93,10 @@ def _class(pattern: str, start: int) -> tuple[str, int]:
         else:
             tokens.append(("\\" + char if char in "[^" else char, False))
             i += 1
-    if i >= len(pattern):  # unterminated: as written, for the regex package to refuse
-        return pattern[start - 1:], len(pattern)
-    return _written(_members(tokens), apart, negated), i + 1
+    return (tokens, apart, i + 1) if i < len(pattern) else None
 
 
-def _members(tokens: list[tuple[str, bool]]) -> str:
+def _members(tokens: list[Token]) -> str:
     """A class's contents; a `-` beside a shorthand is itself (ECMA), not a range to or from it."""
     out = []
     for n, (text, shorthand) in enumerate(tokens):

@@ -27,6 +27,9 @@ PYTHONS = [  # (pattern, text, whether it matches): what ECMA-262 has no use for
     # an inline flag: the whole pattern as Python reads it, its `.`, `^` and `$` what its flags make them
     ("(?s)^.{1,200}$", "line one\nline two", True), ("(?m)^[a-z]+$", "abc\n123", True), ("^(?s:.+)$", "a\nb", True),
     ("(?x) ^ [a-z]+ $  # letters [only", "abc", True), ("(?i)^[a-z]+$", "Main\n", True), (r"(?i)^\w+$", "Naïve", True),
+    # a `]` first in a class is one of its members; the rest is read as ECMA-262 reads it
+    ("^[^]]+$", "abc", True), ("^[^]]+$", "a]b", False), ("^[]a-z]+$", "a]b", True), ("^[]a-z]+$", "a]b\n", False),
+    (r"^[]\d]+$", "]٣", False),
 ]
 
 
@@ -39,7 +42,7 @@ def test_a_pattern_takes_what_ecma_262_takes(pattern, text, matches):
 @pytest.mark.parametrize(("pattern", "text", "matches"), PYTHONS)
 def test_what_only_python_reads_is_read_as_python_reads_it(pattern, text, matches):
     """scvd's script tools read patterns as Python did until they were ECMA-262's: inline flags
-    (which ECMA has no use for) mean what their author meant then."""
+    and a `]` first in a class (which ECMA has no use for) mean what their author meant then."""
     install()
     jsonschema.Draft202012Validator.check_schema({"pattern": pattern})  # a tool.json with it loads
     assert jsonschema.Draft202012Validator({"pattern": pattern}).is_valid(text) is matches

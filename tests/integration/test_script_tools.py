@@ -173,20 +173,29 @@ def test_a_pattern_refuses_what_its_json_schema_reading_refuses(make_daemon, scv
 WRITTEN_FOR_PYTHON = {"type": "object", "required": ["summary"], "additionalProperties": False, "properties": {
     "summary": {"type": "string", "pattern": "(?s)^.{1,200}$", "description": "A summary, e.g. 'one line'."},
     "names": {"type": "string", "pattern": "(?m)^[a-z]+$", "default": "a",
-              "description": "Names, one a line; pass them to override the default, e.g. 'ab'."}}}
+              "description": "Names, one a line; pass them to override the default, e.g. 'ab'."},
+    "title": {"type": "string", "pattern": "^[^]]+$", "default": "t",
+              "description": "A title; pass it to override the default, e.g. 'Notes'."},
+    "tag": {"type": "string", "pattern": "^[]a-z]+$", "default": "t",
+            "description": "A tag; pass it to override the default, e.g. 'todo'."}}}
 
 
 def test_a_pattern_written_for_python_takes_what_its_author_meant(make_daemon, scv_home, workspace):
     """tool.json patterns were Python's before scvd read them as ECMA-262's: an inline flag, which
     ECMA has no use for, keeps its meaning (`(?s)` lets `.` take a newline, `(?m)` `$` match at a
-    line's end)."""
+    line's end), and a `]` first in a class is a member of it, not ECMA's `[^]` followed by `]`."""
     make_tool(scv_home, "note", ECHO, parameters=WRITTEN_FOR_PYTHON, risk="read_only", always_allow=True)
     d = make_daemon(home=scv_home)
     with d.client() as c:
         sid = c.open_session(workspace)
-        fine = {"summary": "line one\nline two", "names": "abc\nxyz"}
+        fine = {"summary": "line one\nline two", "names": "abc\nxyz", "title": "abc", "tag": "a]b"}
         done = c.call(sid, "script_note", fine)
         assert done.ok and done.result == fine, done.error
+        # the `]` is a member: `^[^]]+$` refuses one; the rest of such a pattern is ECMA's, `$` the very end
+        for arguments, field in (({"summary": "s", "title": "a]b"}, "title"), ({"summary": "s", "tag": "ab\n"}, "tag")):
+            refused = c.call(sid, "script_note", arguments)
+            assert refused.error.kind == "invalid_arguments", (arguments, refused)
+            assert f"argument `{field}`" in refused.error.message, refused.error
 
 
 def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_it_is_missing(
