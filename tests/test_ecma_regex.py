@@ -12,6 +12,7 @@ CASES = [  # (pattern, text, whether ECMA-262 finds a match)
     ("^[A-Za-z0-9._-]+$", "main", True), ("^[A-Za-z0-9._-]+$", "main\n", False),  # $ is the end, no more
     (r"^a$|^b$", "b\n", False), (r"^\$$", "$", True), (r"^[$]$", "$", True), (r"^\\$", "\\\n", False),
     (r"^\d+$", "123", True), (r"^\d+$", "١٢٣", False), (r"^\w+$", "a_1", True), (r"^\w+$", "é", False),
+    (r"^[\w ]+$", "Grüße", False),
     (r"\bx", "éx", True), (r"\Bx", "ax", True), (r"^\W$", "é", True),
     (r"^\s$", "\u3000", True), (r"^\s$", "\x85", False), (r"^\S+$", "a\ufeffb", False), (r"^\S+$", "a\x1cb", True),
     (r"^.$", "\r", False), (r"^.$", "\u2028", False), (r"^.$", "é", True), (r"^[.]$", "a", False),
