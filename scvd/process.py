@@ -4,8 +4,9 @@ Rules it keeps (seed 000, DESIGN.md "Process runner"):
 - The child leads a new session and process group, reads /dev/null (or the
   caller's `input` bytes, from an in-memory file), and gets an explicit
   environment (`child_env()`, a pure function) and the soft RLIMIT_NOFILE scvd
-  started with (`limits.child_nofile()`). With `cwd_fd` (a session's workspace) it
-  starts in the directory that fd holds, and only while `cwd` still names it.
+  started with (`limits.child_nofile()`). With `cwd_fd` (a session's workspace, or a
+  directory opened beneath it) it starts in the directory that fd holds, and only while
+  `cwd` still names it.
 - stdout and stderr share one pipe read into one byte cap that keeps the head and
   the tail; memory stays bounded whatever the child writes. With `stderr_limit`,
   stderr gets its own pipe and cap (script tools: stdout is the result).
@@ -360,14 +361,21 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
 
 
 def _held_dir(cwd: str | Path, fd: int) -> str:
-    """Where a child starts that must start in the directory `fd` holds (a session's workspace, which
-    `cwd` names): refused if `cwd` is gone or names another now, as a sandboxed call's bind is; entered
-    by the fd, which the child inherits until exec, so that a swap after this look changes nothing. By
-    path, a link put there since the call's check ran the command where it led."""
-    now, held = os.stat(cwd), os.fstat(fd)  # a missing workspace: the OSError names it
-    if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
-        raise workspace_replaced(str(cwd))
+    """Where a child starts that must start in the directory `fd` holds (a session's workspace, or a
+    directory an agent's `cwd` named opened beneath it, which `cwd` names): refused if `cwd` is gone or
+    names another now, as a sandboxed call's bind is; entered by the fd, which the child inherits until
+    exec, so that a swap after this look changes nothing. By path, a link put there since the call's
+    check ran the command where it led."""
+    check_held(cwd, fd)
     return f"/proc/self/fd/{fd}"
+
+
+def check_held(path: str | Path, fd: int) -> None:
+    """Raise workspace_replaced unless `path` still names the directory `fd` holds (a missing
+    `path`: the OSError names it)."""
+    now, held = os.stat(path), os.fstat(fd)
+    if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+        raise workspace_replaced(str(path))
 
 
 class _PipeReader:
@@ -439,8 +447,8 @@ async def run_process(
     cwd_fd: int | None = None,
 ) -> RunResult:
     """Run `argv` to the end under the rules in this module's docstring (`wrapper`: argv is
-    Sandbox.wrap()'s, a cancel's SIGTERM spares bwrap itself; `cwd_fd`: a session's workspace fd,
-    the directory to start in, which `cwd` only names)."""
+    Sandbox.wrap()'s, a cancel's SIGTERM spares bwrap itself; `cwd_fd`: a session's workspace fd
+    or one opened beneath it, the directory to start in, which `cwd` only names)."""
     loop = asyncio.get_running_loop()
     out = CappedOutput(output_limit)
     err = CappedOutput(stderr_limit) if stderr_limit is not None else None

@@ -52,7 +52,18 @@ def missing_interpreter(executable: str, env: Mapping[str, str]) -> str | None:
 
 
 def resolve_cwd(workspace: Path, workspace_fd: int, cwd: str | None) -> Path:
-    """The real directory a run starts in: the workspace, or `cwd` inside it.
+    """The real directory a run starts in (open_cwd's, not held): for the check before approval."""
+    where, fd = open_cwd(workspace, workspace_fd, cwd)
+    if fd is not None:
+        os.close(fd)
+    return where
+
+
+def open_cwd(workspace: Path, workspace_fd: int, cwd: str | None) -> tuple[Path, int | None]:
+    """The real directory a run starts in, the workspace or `cwd` inside it, and an O_PATH fd of it
+    opened beneath `workspace_fd` (None for the workspace itself, which the session holds): a run
+    enters it by that fd, so a swap of its path since (the workspace moved and a link put in its
+    place while the approval waited) cannot move the run. The caller closes the fd.
 
     `workspace` is the session's real path and `workspace_fd` the directory it holds: `cwd`
     is looked up beneath that fd as `read` looks up a path (containment.resolve), symlinks
@@ -62,7 +73,7 @@ def resolve_cwd(workspace: Path, workspace_fd: int, cwd: str | None) -> Path:
     """
     root = Path(workspace)
     if not cwd:
-        return root
+        return root, None
     if "\x00" in cwd:
         raise InvalidArguments("cwd contains a NUL character, which no path can hold; remove it")
     check_text("cwd", cwd)
@@ -79,14 +90,14 @@ def resolve_cwd(workspace: Path, workspace_fd: int, cwd: str | None) -> Path:
         raise _not_a_directory(cwd, root) from None
     except ToolError as exc:  # a symlink leading out, `..` past the root, a file on the way
         raise _cwd_error(cwd, exc) from None
-    try:
-        if real:  # the real path, opened following no symlink: a missing one, or a file
-            os.close(containment.open_raw(workspace_fd, real, os.O_PATH | os.O_DIRECTORY))
+    if not real:
+        return root, None
+    try:  # the real path, opened following no symlink: a missing one, or a file
+        return root.joinpath(*real), containment.open_raw(workspace_fd, real, os.O_PATH | os.O_DIRECTORY)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             raise _not_a_directory(cwd, root) from None
         raise _cwd_error(cwd, containment.translate(workspace_fd, real, cwd, exc)) from None
-    return root.joinpath(*real)
 
 
 def _not_a_directory(cwd: str, root: Path) -> InvalidArguments:

@@ -3,8 +3,9 @@
 The Arguments Struct is built per adapter and configuration, so the schema
 offers `model` / `effort` only where the adapter maps them and advertises the
 timeout ceiling as its `maximum`. Everything that can be refused is refused in
-`plan()`, before approval, `cwd` included; `cwd` is resolved again when the call runs, so a
-directory swapped for a symlink after approval is still caught.
+`plan()`, before approval, `cwd` included; `cwd` is looked up again when the call runs, so a
+directory swapped for a symlink after approval is still caught, and entered by an fd opened
+beneath the workspace's, so a swap of any folder on its path (the workspace itself) cannot move the run.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from . import spec as specs
 from .argv import EFFORTS, MODEL_PATTERN, bounded, build_argv, check_model, check_start, prompt_pattern
 from .env import build_env
 from .homes import ensure_home, home_dir, repair_home
-from .locate import missing_interpreter, resolve_cwd, resolve_executable
+from .locate import missing_interpreter, open_cwd, resolve_cwd, resolve_executable
 from .signin import failure_hint, missing_program_hint
 
 Meta = msgspec.Meta
@@ -167,7 +168,15 @@ class AgentTool(Tool):
         }
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
-        cwd = resolve_cwd(ctx.workspace, ctx.workspace_fd, args.cwd)  # resolved now, when the call runs
+        # looked up again now and held: the run enters this very directory (by its fd), not its path
+        cwd, cwd_fd = open_cwd(ctx.workspace, ctx.workspace_fd, args.cwd)
+        try:
+            return await self._run(args, plan, ctx, cwd, cwd_fd)
+        finally:
+            if cwd_fd is not None:
+                os.close(cwd_fd)
+
+    async def _run(self, args: Any, plan: Plan, ctx: CallContext, cwd: Path, cwd_fd: int | None) -> Any:
         home = await asyncio.to_thread(ensure_home, self.paths, self.adapter.name)
         argv = plan.data["argv"]
         if plan.sandboxed:
@@ -176,8 +185,10 @@ class AgentTool(Tool):
         # a passed GH_TOKEN the agent prints (a `gh auth status`, a debug line), as a script tool's
         hidden = hidden_values(granted)
         try:
+            if cwd_fd is not None:  # the workspace swapped while the call waited: said as for a run in it
+                process.check_held(ctx.workspace, ctx.workspace_fd)
             result = await process.run_process(
-                argv, **ctx.start_dir(cwd),
+                argv, **ctx.start_dir(cwd, cwd_fd),
                 env=build_env(os.environ, self.adapter, home, granted),
                 timeout=plan.timeout, output_limit=ctx.config.tools.output_limit_bytes, wrapper=plan.sandboxed,
             )

@@ -155,12 +155,13 @@ class CallContext(msgspec.Struct):
     # a tool that knows how far it is sends `call.progress` with its own message (set by the registry)
     progress: Callable[[str], None] = _no_progress
 
-    def start_dir(self, cwd: Path | None = None) -> dict[str, Any]:
-        """run_process's `cwd` and `cwd_fd` for a command started in `cwd` (the workspace when None):
-        the workspace is entered by the fd scvd holds, so a directory moved there since is not."""
-        if cwd is None or cwd == self.workspace:
+    def start_dir(self, cwd: Path | None = None, cwd_fd: int | None = None) -> dict[str, Any]:
+        """run_process's `cwd` and `cwd_fd` for a command started in the workspace (no `cwd_fd`), or in
+        `cwd` below it whose fd (`cwd_fd`) the caller opened beneath workspace_fd: either is entered by
+        its fd, so a directory moved or linked in its place (or above it) since is not."""
+        if cwd_fd is None:
             return {"cwd": self.workspace, "cwd_fd": self.workspace_fd}
-        return {"cwd": cwd, "cwd_fd": None}
+        return {"cwd": cwd, "cwd_fd": cwd_fd}
 
 
 class Tool(abc.ABC):

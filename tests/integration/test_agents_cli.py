@@ -408,14 +408,17 @@ def test_a_timeout_in_fractions_of_a_second_is_taken_as_bash_takes_it(agent_daem
     assert done.ok and done.result["exit_code"] == 0, done
 
 
+@pytest.mark.parametrize("cwd", [None, "sub"])
 def test_an_agent_whose_workspace_a_link_replaced_while_it_waited_does_not_run_there(
-        agent_daemon: DaemonProc, workspace: Path, tmp_path: Path) -> None:
+        agent_daemon: DaemonProc, workspace: Path, tmp_path: Path, cwd: str | None) -> None:
     """The run's cwd was the workspace's path resolved again as it started: a link put there since the
-    call's check (here while it waited for approval) ran the agent where the link led."""
+    call's check (here while it waited for approval) ran the agent where the link led. With a `cwd`
+    it still did (its directory found beneath the held workspace, then entered by its path)."""
     target = tmp_path / "target"
-    target.mkdir()
+    (target / "sub").mkdir(parents=True)
+    (workspace / "sub").mkdir()
     with agent_daemon.client(name="bridge") as agent, agent_daemon.client(name="person") as person:
-        call_id = agent.start_call(agent.open_session(workspace), "agent_pi", {"prompt": "go"})
+        call_id = agent.start_call(agent.open_session(workspace), "agent_pi", {"prompt": "go", "cwd": cwd})
         (pending,) = wait_pending(person)
         workspace.rename(workspace.with_name("ws.old"))
         workspace.symlink_to(target)
