@@ -721,7 +721,7 @@ class CallRegistry:
         session = call.session
         session.check_workspace()
         return CallContext(
-            call_id=call.call_id, session_id=session.id, workspace=session.workspace,
+            call_id=call.call_id, session_id=session.id, workspace=session.workspace, workspace_given=session.given,
             workspace_fd=session.workspace_fd, config=session.config, paths=self.hub.paths,
             sandbox=self.hub.sandbox, services=session.services, turn=call.turn, timeout=call.timeout_override)
 

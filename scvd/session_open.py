@@ -28,7 +28,7 @@ async def prepare(daemon: Daemon, conn: Connection, requested: str, opening: set
     """A prepared session on `requested` for `conn`, in `opening` while it is prepared; not yet registered."""
     workspace, fd = open_workspace(requested)
     session = Session(id=new_session_id(), workspace=workspace, workspace_fd=fd, owner=conn,
-                      config=daemon.config, registry=daemon.registry)
+                      config=daemon.config, registry=daemon.registry, given=requested)
     hung_up, stopped = conn.hung_up(), threading.Event()  # stopped: this handler was cancelled (scvd stops)
 
     def gone() -> bool:

@@ -129,6 +129,9 @@ class Session:
     owner: Owner  # the connection that opened it: the session's events go to it
     config: Config  # the config snapshot in force when it opened
     registry: Registry  # the tool registry built from that config
+    # `workspace` as session.open was given it, never resolved: a link on the way (/home -> /var/home)
+    # is how the client knows it, and writes paths in it (an agent's absolute cwd); "" when unknown
+    given: str = ""
     opened_at: float = field(default_factory=time.time)
     lane: Lane = field(default_factory=Lane)
     # (tool, risk, sandboxed) granted for the session: a grant made for a sandboxed call does not

@@ -51,15 +51,15 @@ def missing_interpreter(executable: str, env: Mapping[str, str]) -> str | None:
     return named[0]
 
 
-def resolve_cwd(workspace: Path, workspace_fd: int, cwd: str | None) -> Path:
+def resolve_cwd(workspace: Path, workspace_fd: int, cwd: str | None, given: str = "") -> Path:
     """The real directory a run starts in (open_cwd's, not held): for the check before approval."""
-    where, fd = open_cwd(workspace, workspace_fd, cwd)
+    where, fd = open_cwd(workspace, workspace_fd, cwd, given)
     if fd is not None:
         os.close(fd)
     return where
 
 
-def open_cwd(workspace: Path, workspace_fd: int, cwd: str | None) -> tuple[Path, int | None]:
+def open_cwd(workspace: Path, workspace_fd: int, cwd: str | None, given: str = "") -> tuple[Path, int | None]:
     """The real directory a run starts in, the workspace or `cwd` inside it, and an O_PATH fd of it
     opened beneath `workspace_fd` (None for the workspace itself, which the session holds): a run
     enters it by that fd, so a swap of its path since (the workspace moved and a link put in its
@@ -69,7 +69,8 @@ def open_cwd(workspace: Path, workspace_fd: int, cwd: str | None) -> tuple[Path,
     is looked up beneath that fd as `read` looks up a path (containment.resolve), symlinks
     followed only while they stay inside, so nothing outside is ever looked at (a realpath()
     of a dead NFS mount froze scvd, and named where any host link leads). An absolute `cwd`
-    must name the workspace lexically; `..` is taken back as the kernel does, never past the root.
+    must name the workspace lexically, by its real path or as session.open was `given` it (through
+    a link: /home -> /var/home); `..` is taken back as the kernel does, never past the root.
     """
     root = Path(workspace)
     if not cwd:
@@ -77,13 +78,9 @@ def open_cwd(workspace: Path, workspace_fd: int, cwd: str | None) -> tuple[Path,
     if "\x00" in cwd:
         raise InvalidArguments("cwd contains a NUL character, which no path can hold; remove it")
     check_text("cwd", cwd)
-    names = [p for p in cwd.split("/") if p not in ("", ".")]
+    names = _names(cwd)
     if cwd.startswith("/"):
-        top = root.parts[1:]  # ("/", "home", ...) less the "/"
-        if tuple(names[:len(top)]) != top:
-            raise InvalidArguments(f"cwd {show(cwd)} is outside the workspace {root}; give a directory "
-                                   f"inside it, relative to the workspace root, e.g. 'src'")
-        names = names[len(top):]
+        names = _below(names, root, given, cwd)
     try:
         real = containment.resolve(workspace_fd, tuple(names), cwd)
     except PathMissing:
@@ -98,6 +95,24 @@ def open_cwd(workspace: Path, workspace_fd: int, cwd: str | None) -> tuple[Path,
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             raise _not_a_directory(cwd, root) from None
         raise _cwd_error(cwd, containment.translate(workspace_fd, real, cwd, exc)) from None
+
+
+def _names(path: str) -> list[str]:
+    return [p for p in path.split("/") if p not in ("", ".")]
+
+
+def _below(names: list[str], root: Path, given: str, cwd: str) -> list[str]:
+    """An absolute cwd's `names` after the workspace's, compared as text with its real path, then with
+    the path session.open was given; refused, never looked up, when it starts with neither."""
+    tops = [list(root.parts[1:])]  # parts[0] is the "/"
+    if given and _names(given) != tops[0]:
+        tops.append(_names(given))
+    for top in tops:
+        if names[:len(top)] == top:
+            return names[len(top):]
+    opened = f" (opened as {given})" if len(tops) > 1 else ""
+    raise InvalidArguments(f"cwd {show(cwd)} is outside the workspace {root}{opened}; give a directory "
+                           f"inside it, relative to the workspace root, e.g. 'src'")
 
 
 def _not_a_directory(cwd: str, root: Path) -> InvalidArguments:

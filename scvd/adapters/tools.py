@@ -122,7 +122,7 @@ class AgentTool(Tool):
     def plan(self, args: Any, ctx: CallContext) -> Plan:
         timeout = self._timeout(args, ctx)
         # refused here, before approval; resolved again in run()
-        cwd = resolve_cwd(ctx.workspace, ctx.workspace_fd, args.cwd)
+        cwd = resolve_cwd(ctx.workspace, ctx.workspace_fd, args.cwd, ctx.workspace_given)
         executable = resolve_executable(self.adapter, os.environ)
         argv = build_argv(self.adapter, executable, args.prompt,
                           model=getattr(args, "model", None), effort=getattr(args, "effort", None))
@@ -169,7 +169,7 @@ class AgentTool(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         # looked up again now and held: the run enters this very directory (by its fd), not its path
-        cwd, cwd_fd = open_cwd(ctx.workspace, ctx.workspace_fd, args.cwd)
+        cwd, cwd_fd = open_cwd(ctx.workspace, ctx.workspace_fd, args.cwd, ctx.workspace_given)
         try:
             return await self._run(args, plan, ctx, cwd, cwd_fd)
         finally:

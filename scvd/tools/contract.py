@@ -141,6 +141,7 @@ class CallContext(msgspec.Struct):
     config: Any  # scvd.config.Config snapshot of the session
     paths: Any  # scvd.paths.Paths
     sandbox: Any = None  # scvd.sandbox.Sandbox, or None when off
+    workspace_given: str = ""  # the workspace as session.open was given it (a link on the way): text only
     services: dict[str, Any] = msgspec.field(default_factory=dict)  # shared helpers (skills map, ...)
     turn: str | None = None  # the chat turn of the call, when it has one
     # the call frame's timeout_seconds, when it set one: a tool with a deadline of its own takes the

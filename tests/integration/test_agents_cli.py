@@ -428,6 +428,30 @@ def test_an_agent_whose_workspace_a_link_replaced_while_it_waited_does_not_run_t
     assert not agent_log(agent_daemon).exists()  # the agent never started
 
 
+def test_an_absolute_cwd_through_the_linked_path_the_session_was_opened_on_runs_there(
+        agent_daemon: DaemonProc, tmp_path: Path) -> None:
+    """A session opened on /home/me/proj where /home -> /var/home (Fedora Atomic): an absolute cwd the
+    client wrote from the path it knows was refused, `outside the workspace /var/home/me/proj`."""
+    real = tmp_path / "var" / "home" / "me" / "proj"
+    (real / "src").mkdir(parents=True)
+    (tmp_path / "home").symlink_to("var/home")
+    opened = tmp_path / "home" / "me" / "proj"
+    with agent_daemon.client(name="bridge") as agent, agent_daemon.client(name="person") as person:
+        sid = agent.open_session(opened)
+        call_id = agent.start_call(sid, "agent_pi", {"prompt": "go", "cwd": f"{opened}/src"})
+        (pending,) = wait_pending(person)
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = agent.wait_call(call_id)
+        # still lexical: a `..` after it is taken beneath the workspace, never past its root
+        climbs = agent.call(sid, "agent_pi", {"prompt": "go", "cwd": f"{opened}/../proj"})
+        outside = agent.call(sid, "agent_pi", {"prompt": "go", "cwd": str(opened.parent)})
+    assert done.ok and done.result["cwd"] == str(real / "src"), done
+    assert read_log(agent_log(agent_daemon))[2] == str(real / "src")
+    assert not climbs.ok and "climbs above the workspace root" in climbs.error.message, climbs
+    assert outside.error.message.startswith(f"cwd {str(opened.parent)!r} is outside the workspace {real} "
+                                            f"(opened as {opened}); give a directory inside it"), outside
+
+
 def test_too_long_timeout_refused_before_approval(agent_daemon: DaemonProc, workspace: Path) -> None:
     with agent_daemon.client(name="bridge") as c:
         sid = c.open_session(workspace)
