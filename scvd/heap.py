@@ -9,7 +9,8 @@ The worker threads of a burst of large reads left the daemon at about 60 MiB for
 arena it stays near its idle size. The GIL serialises the threads' allocations anyway.
 
 Even in one arena, a burst's freed chunks sit between live ones, where glibc's own trimming (the
-heap's top only) never reaches them: `WhenQuiet` trims once no call has run for QUIET_SECONDS."""
+heap's top only) never reaches them: `WhenQuiet` trims once no call has run for QUIET_SECONDS, nor any
+chat work (a chat.open reading back a long conversation, a turn), which frees as much and runs no call."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import time
 from typing import Callable
 
 M_ARENA_MAX = -8  # <malloc.h>
-QUIET_SECONDS = 5.0  # after the last call ended; long enough not to trim between an agent's calls
+QUIET_SECONDS = 5.0  # after the last work ended; long enough not to trim between an agent's calls
 
 
 def trim() -> bool:
@@ -55,7 +56,7 @@ class WhenQuiet:
         self._closed = False
 
     def idle(self) -> None:
-        """The last running call just ended (cheap: called once per call)."""
+        """Some work just ended: a call, the last running one, or chat work (cheap: called once each)."""
         self._since = time.monotonic()
         if self._handle is None and not self._closed:
             try:
@@ -65,10 +66,10 @@ class WhenQuiet:
 
     def _due(self) -> None:
         self._handle = None
-        if self.busy():  # calls run again: the next idle() starts the wait over
+        if self.busy():  # work runs again: the next idle() starts the wait over
             return
         left = self._since + QUIET_SECONDS - time.monotonic()
-        if left > 0:  # calls came and went since this wait began: wait for the rest
+        if left > 0:  # work came and went since this wait began: wait for the rest
             self._handle = asyncio.get_running_loop().call_later(left, self._due)
             return
         trim()

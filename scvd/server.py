@@ -98,7 +98,7 @@ class Daemon:
         self._socket_id = claim.socket_id if claim else None
         self._last_status = ""
         self._status_soon: asyncio.TimerHandle | None = None
-        self.heap_trim = heap.WhenQuiet(lambda: bool(self.calls))
+        self.heap_trim = heap.WhenQuiet(lambda: bool(self.calls) or (self._chat is not None and self._chat.busy()))
         self.listening_on = str(paths.socket)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.budget = limits.FdBudget(limit=1024, base=0)  # measured at start, once the listener is open

@@ -12,12 +12,13 @@ goes to the transcript before the turn's events say it ended.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import itertools
 import logging
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import msgspec
 
@@ -89,6 +90,7 @@ class ChatService:
         # in this daemon writes them first; scvd's stop tries once more, then logs them as lost
         self._unwritten: dict[str, list[Any]] = {}
         self._flushed = False
+        self._reading = 0  # chat.open and chat.history reads of a transcript under way
 
     # --- requests -----------------------------------------------------------------------
 
@@ -101,11 +103,32 @@ class ChatService:
                                             "close that session first")
             self._opening.add(conversation)  # before the first await: a chat.open racing this one is refused
         try:
-            if conversation in self._ending:
-                await self._wait_ended(conversation)
-            return await self._open(conn, frame)
+            with self._reads():
+                if conversation in self._ending:
+                    await self._wait_ended(conversation)
+                return await self._open(conn, frame)
         finally:
             self._opening.discard(conversation)  # opened (now in self.chats) or failed
+
+    def busy(self) -> bool:
+        """A turn runs or ends, or a transcript is read: no time to give the heap back (heap.WhenQuiet)."""
+        return bool(self._reading or self._ending) or any(
+            c.task is not None and not c.task.done() for c in self.chats.values())
+
+    @contextlib.contextmanager
+    def _reads(self) -> Iterator[None]:
+        """A transcript read back: megabytes of a long conversation, freed once it is in memory."""
+        self._reading += 1
+        try:
+            yield
+        finally:
+            self._reading -= 1
+            self._quiet()
+
+    def _quiet(self) -> None:
+        """Chat work ended, freeing what it held: its pages go back once the daemon is quiet (heap.py),
+        as a call's do; a bridge that only chats runs no call that would ask."""
+        self.daemon.heap_trim.idle()
 
     def in_use(self) -> set[str]:
         """The conversations open, being opened, whose closed session's turn still ends, or whose
@@ -202,7 +225,8 @@ class ChatService:
         page = chat.pages.page(chat.conv.records[chat.paged:], frame.before, frame.limit)
         records = page.rows
         if page.older:  # before those kept in memory: the transcript has them, read back on a worker
-            records = await run_transcript(lambda: older(self.transcripts, chat.conversation, page)) + records
+            with self._reads():
+                records = await run_transcript(lambda: older(self.transcripts, chat.conversation, page)) + records
         answer = p.ChatTranscript(id=frame.id, conversation=chat.conversation, start=page.start, more=page.start > 0,
                                   records=records)  # type: ignore[arg-type]  # each record's JSON, as it goes out
         self._check_fits(answer, conn.server_frame_bytes)
@@ -254,6 +278,7 @@ class ChatService:
                 task.add_done_callback(lambda t, c=chat: self._ended(c, t))
         else:
             self._keep(chat)
+            self._quiet()  # the conversation's history and pages go with it
         return running
 
     def _ended(self, chat: Chat, task: asyncio.Task[Any]) -> None:
@@ -263,6 +288,7 @@ class ChatService:
             if not ending:
                 del self._ending[chat.conversation]
                 self._keep(chat)  # its last records are in
+                self._quiet()
 
     def _keep(self, chat: Chat) -> None:
         """A closed session's records: written now if there is room again, else kept for the
@@ -344,6 +370,7 @@ class ChatService:
         if chat.conv.records:  # acknowledged yet not on disk: the client hears it, not only the log
             end = msgspec.structs.replace(end, warning=self._unsaved(chat))
         self._event(chat, end)
+        self._quiet()  # its requests' and replies' text
         if model is not None:  # after the end, in a task of its own: no turn.cancel can cut it short
             task = asyncio.ensure_future(_close(model))
             self._closing.add(task)

@@ -1,7 +1,8 @@
 """The daemon's worker threads share one malloc arena (issue 9, idle RSS): with glibc's default of an
 arena per thread that met a locked heap, each kept a few MiB of a burst's freed pages, and a burst of
 large reads left the idle daemon at about 60 MiB instead of 30 (bench/side_by_side.py's rss_mib). And the
-pages such a burst freed in the one heap go back once the daemon is quiet again."""
+pages such a burst freed in the one heap go back once the daemon is quiet again, as do those a bridge's
+chat work freed (a long conversation resumed, a turn) when it runs no call."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chat_model import Text, model  # noqa: F401 (a fixture)
 from harness import make_wrapped  # noqa: F401 (a fixture)
+from scvd import protocol as p
+from scvd.chat.items import AssistantReply, Opened, TurnEnded, UserText
+from scvd.chat.transcript import Transcripts
 
 ARENA_SPAN = 64 << 20  # a thread arena's heap: 64 MiB of address space, aligned to its size
 
@@ -65,14 +70,55 @@ def heap_rss_kib(pid: int) -> int:
     return 0
 
 
+def heap_once_quiet(pid: int, before: int, drop_kib: int) -> int:
+    """The heap's resident KiB once it fell `drop_kib` below `before`, or after 20 s (QUIET_SECONDS is 6)."""
+    deadline = time.monotonic() + 20
+    while heap_rss_kib(pid) > before - drop_kib and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return heap_rss_kib(pid)
+
+
 def test_the_pages_a_burst_freed_go_back_once_no_call_has_run_for_a_while(make_wrapped: Any, workspace: Path) -> None:
     daemon = make_wrapped(env={"HARNESS_HEAP_QUIET_SECONDS": "6"})  # the sample below comes first, even under load
     burst(daemon, workspace)
     after_burst = heap_rss_kib(daemon.proc.pid)  # the burst freed 0.5-6 MiB of it; malloc keeps them
-    deadline = time.monotonic() + 20
-    while heap_rss_kib(daemon.proc.pid) > after_burst - 128 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    now = heap_rss_kib(daemon.proc.pid)
+    now = heap_once_quiet(daemon.proc.pid, after_burst, 128)
     assert now <= after_burst - 128, (
         f"the daemon's heap stayed at {now} KiB resident ({after_burst} KiB right after the burst): the pages "
         "its calls freed were not given back once no call had run for QUIET_SECONDS (heap.WhenQuiet)")
+
+
+def chat_config(m: Any) -> str:
+    return (f'[providers.test]\nmodel = "m"\nbase_url = "{m.base_url}"\nwire_api = "chat"\n'
+            'api_key_env = "SCVD_TEST_MODEL_KEY"\n[chat]\nprovider = "test"\n')
+
+
+def long_conversation(folder: Path, workspace: Path) -> str:
+    """A conversation of about 16 MB already on disk, as earlier turns of a bridge wrote it."""
+    records: list[Any] = [Opened(workspace=str(workspace), provider="test")]
+    for i in range(200):
+        turn = f"t{i}"
+        records += [UserText(text=f"question {i} " * 4000, turn=turn),
+                    AssistantReply(text=f"answer {i} " * 4000, turn=turn), TurnEnded(turn=turn, status="completed")]
+    Transcripts(folder).append("klong", records)
+    return "klong"
+
+
+def test_the_pages_chat_work_freed_go_back_once_no_chat_has_run_for_a_while(
+        make_wrapped: Any, model: Any, tmp_path: Path, workspace: Path) -> None:
+    m = model(Text("hello again"))
+    home = tmp_path / "chatting"
+    conversation = long_conversation(home / "state" / "chat", workspace)
+    daemon = make_wrapped(chat_config(m), home=home,
+                          env={"HARNESS_HEAP_QUIET_SECONDS": "6", "SCVD_TEST_MODEL_KEY": "sk-test"})
+    with daemon.client(name="bridge") as c:  # a bridge that only chats: no call runs
+        opened = c.request(p.ChatOpen, workspace=str(workspace), conversation=conversation)
+        c.request(p.TurnStart, session=opened.session, text="hi")
+        while not isinstance(c.next_event(), (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)):
+            pass
+        c.request(p.SessionClose, session=opened.session)
+        closed = heap_rss_kib(daemon.proc.pid)  # what the chat held is free now; malloc keeps its pages
+        now = heap_once_quiet(daemon.proc.pid, closed, 4096)
+    assert now <= closed - 4096, (
+        f"the daemon's heap stayed at {now} KiB resident ({closed} KiB right after the chat's session closed): "
+        "the pages its chat.open and turn freed were not given back once no chat had run for QUIET_SECONDS")
