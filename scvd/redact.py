@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from typing import Mapping
 from urllib.parse import quote, quote_plus
 
@@ -37,24 +38,47 @@ def _hidden(text: str, ordered: tuple[tuple[str, str], ...]) -> str:
     return text
 
 
-# every secret value scvd has read, as (key, value): hidden in its own log lines too, where an HTTP
-# library at debug prints a url with its query. Rebound, never changed in place: keyring lookups run
-# on worker threads while a log line is formatted.
+# the secret values scvd has read, as (key, value), each key's newest last: hidden in its own log lines
+# too, where an HTTP library at debug prints a url with its query; and their forms, longest first, which
+# every line is checked for. Rebound, never changed in place: keyring lookups run on worker threads
+# while a log line is formatted.
 _in_logs: tuple[tuple[str, str], ...] = ()
+_log_forms: tuple[tuple[str, str], ...] = ()
+_log_lock = threading.Lock()  # two threads' hide_in_logs at once: neither's values lost
 LOG_MIN = 4  # a shorter value would hide ordinary words in every line; no real secret is that short
+# a key's newest values kept: each line cost a check of every value a key ever had (2,000 rotations of
+# a stored key, 0.5 ms a line for the daemon's life); a value rotated out that long ago is unlikely in one
+LOG_VALUES_PER_KEY = 16
 
 
 def hide_in_logs(secrets: Mapping[str, str]) -> None:
-    """Hide these values in every log line from now on (a rotated key's old value stays hidden)."""
-    global _in_logs
-    new = {(k, v) for k, v in secrets.items() if len(v) >= LOG_MIN} - set(_in_logs)
-    if new:
-        _in_logs = tuple(sorted({*_in_logs, *new}))
+    """Hide these values in every log line from now on; of a key's values, the LOG_VALUES_PER_KEY newest
+    (a value seen again is newest again), so a rotated key's recent old values stay hidden too."""
+    global _in_logs, _log_forms
+    seen = tuple((k, v) for k, v in secrets.items() if len(v) >= LOG_MIN)
+    if not seen or _in_logs[-len(seen):] == seen:  # the usual: a tool's same values, run after run
+        return
+    with _log_lock:
+        kept = _newest((*(pair for pair in _in_logs if pair not in seen), *seen))
+        if set(kept) != set(_in_logs):  # else only their order changed: the forms are the same
+            _log_forms = _forms(tuple(sorted(kept)))
+        _in_logs = kept
+
+
+def _newest(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """`pairs` (oldest first) less what is older than each key's LOG_VALUES_PER_KEY newest."""
+    count: dict[str, int] = {}
+    kept = []
+    for key, value in reversed(pairs):
+        count[key] = count.get(key, 0) + 1
+        if count[key] <= LOG_VALUES_PER_KEY:
+            kept.append((key, value))
+    return tuple(reversed(kept))
 
 
 def for_logs(text: str) -> str:
-    """A log line with every form of the secrets read so far as `[secret KEY]`."""
-    return _hidden(text, _ordered(_in_logs)) if _in_logs else text
+    """A log line with every form of the secrets kept for the logs as `[secret KEY]`."""
+    return _hidden(text, _log_forms) if _log_forms else text
 
 
 def redact_tree(value: object, secrets: dict[str, str]) -> object:
@@ -73,13 +97,17 @@ def forms(secrets: dict[str, str]) -> dict[str, str]:
     return dict(_ordered(tuple(sorted(secrets.items()))))
 
 
-@functools.lru_cache(maxsize=64)  # a JSON result is redacted string by string with the same secrets
-def _ordered(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+def _forms(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """Every form of each value, mapped to its stand-in, longest first."""
     found: dict[str, str] = {}
     for key, value in items:
         for form in _encodings(value):
             found.setdefault(form, f"[secret {key}]")
     return tuple(sorted(found.items(), key=lambda fs: len(fs[0]), reverse=True))
+
+
+# a JSON result is redacted string by string with the same secrets; the logs' forms are made once apart
+_ordered = functools.lru_cache(maxsize=64)(_forms)
 
 
 BASE64_MIN = 8  # bytes of a value hidden in base64 too: a shorter one's few characters would hide in any text

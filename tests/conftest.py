@@ -206,6 +206,7 @@ def _log_redaction_of_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
     import scvd.redact
 
     monkeypatch.setattr(scvd.redact, "_in_logs", ())
+    monkeypatch.setattr(scvd.redact, "_log_forms", ())
 
 
 @pytest.fixture
