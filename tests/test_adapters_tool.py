@@ -190,6 +190,29 @@ def test_cwd_resolved_when_the_call_runs(harness: Harness, tmp_path: Path) -> No
     assert not harness.log.exists()
 
 
+
+def test_a_cwd_replaced_as_the_run_starts_is_named_not_the_workspace(harness: Harness,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sub` renamed away and made again between the run's look-up and the start (another session's
+    command, while the home was prepared): the refusal said the workspace was replaced, and to open
+    a new session, where the workspace stands and calling again is what helps."""
+    from scvd.adapters import tools as agent_tools
+
+    (harness.workspace / "sub").mkdir()
+    ensure_home = agent_tools.ensure_home
+
+    def moved_meanwhile(*args: object) -> object:
+        (harness.workspace / "sub").rename(harness.workspace / "sub.old")
+        (harness.workspace / "sub").mkdir()
+        return ensure_home(*args)
+
+    monkeypatch.setattr(agent_tools, "ensure_home", moved_meanwhile)
+    with pytest.raises(Failed) as info:
+        harness.call("pi", prompt="go", cwd="sub")
+    assert info.value.message == ("agent_pi: cwd 'sub' was replaced while the call started (moved, or a link or "
+                                  "another directory put in its place): nothing ran; call again once it is back")
+    assert not harness.log.exists()
+
 def test_timeout_ceiling_refused_before_approval(harness: Harness) -> None:
     t = harness.tool("codex")
     with pytest.raises(InvalidArguments, match="1800"):

@@ -20,6 +20,7 @@ import msgspec
 from .. import passenv, process, secret_names
 from ..errors import Failed, InvalidArguments
 from ..text import excerpt
+from ..tools.containment import show
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout, own_deadline
 from ..tools.runs import hidden_values, redact_text, result_dict, timeout_error
 from . import spec as specs
@@ -187,6 +188,7 @@ class AgentTool(Tool):
         try:
             if cwd_fd is not None:  # the workspace swapped while the call waited: said as for a run in it
                 process.check_held(ctx.workspace, ctx.workspace_fd)
+                _check_cwd_held(self.name, args.cwd, cwd, cwd_fd)  # else said as the workspace's swap
             result = await process.run_process(
                 argv, **ctx.start_dir(cwd, cwd_fd),
                 env=build_env(os.environ, self.adapter, home, granted),
@@ -230,3 +232,14 @@ def tools(config: Any, paths: Any) -> list[Tool]:
     """agent_claude, agent_codex and agent_pi for this configuration."""
     specs.check_config(config)
     return [AgentTool(specs.configured(a, config), config, paths) for a in specs.ADAPTERS.values()]
+
+
+def _check_cwd_held(tool: str, asked: str, cwd: Path, cwd_fd: int) -> None:
+    """Refuse a run whose `cwd` (not the workspace) names another directory than the one looked up
+    for it: moved, or a link or another directory put in its place since (run_process looks again)."""
+    try:
+        process.check_held(cwd, cwd_fd)
+    except Failed:
+        raise Failed(f"{tool}: cwd {show(asked)} was replaced while the call started (moved, or a link or "
+                     "another directory put in its place): nothing ran; call again once it is back",
+                     hint="a command in another session may be moving it") from None
