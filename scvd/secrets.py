@@ -83,7 +83,9 @@ _REFUSED = (
 )
 # the source line a Python traceback quotes under a frame, indented past its `File "...", line N`
 # (none under a frame without source, where the next line may be the error itself)
-_QUOTED_SOURCE = r'( *)(File "[^"\n]*", line \d+[^\n]*)\n\1 +\S[^\n]*'
+# at a line's start: unanchored, a run of N spaces cost N^2 steps (64 KiB of them froze scvd for minutes)
+_QUOTED_SOURCE = r'(?m)^( *)(File "[^"\n]*", line \d+[^\n]*)\n\1 +\S[^\n]*'
+JUDGED_CHARS = 64 << 10  # of a long failure, its head and tail: _REFUSED reads about 2.5 MB/s, on the loop
 
 
 @functools.cache
@@ -94,8 +96,11 @@ def _refused_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
 
 def reads_refused(said: str) -> bool:
     """Whether a failure's text reads like a refused credential (_REFUSED), the code a traceback
-    quotes left out: `callback = on_auth_failed` in a frame is no refusal."""
+    quotes left out: `callback = on_auth_failed` in a frame is no refusal. Of a long text, its first
+    and last JUDGED_CHARS / 2 characters."""
     refused, quoted_source = _refused_patterns()
+    if len(said) > JUDGED_CHARS:  # a server's 64 MiB error: where a refusal is said, near either end
+        said = f"{said[:JUDGED_CHARS // 2]}\n{said[-JUDGED_CHARS // 2:]}"
     return refused.search(quoted_source.sub(r"\1\2", said)) is not None
 
 

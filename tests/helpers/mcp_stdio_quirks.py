@@ -33,7 +33,8 @@ colour escape, N `x`s and ` the end`; `nan-schema` also lists `announce` and `od
 `NaN` and `-Infinity` (as Python's json writes them), and `later` from its second tools/list on;
 `huge-errors=N` also lists `announce` and `fail`, and answers a call of `fail`, and every tools/list after
 the first, with an error whose message is init-error's with a line break and a carriage return after the escape,
-and `refused`, answered with an error that says `401 Bad credentials` between N `x`s and N `y`s.
+and `refused`, answered with an error that says `401 Bad credentials` between N `x`s and N `y`s, and `spaces`,
+answered with `table:`, N spaces and `end`.
 Its tool `echo` answers with its arguments.
 """
 
@@ -113,6 +114,7 @@ if mode == "nan-schema":  # NaN != NaN: the same schema, listed again, compared 
 if mode.startswith("huge-errors="):
     tools.append({"name": "fail", "description": "Fails at length.", "inputSchema": {"type": "object"}})
     tools.append({"name": "refused", "description": "Refused at length.", "inputSchema": {"type": "object"}})
+    tools.append({"name": "spaces", "description": "Fails with spaces.", "inputSchema": {"type": "object"}})
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
     tools.append({"name": "slug", "description": "Takes a slug.", "inputSchema": {
         "type": "object", "required": ["slug"], "additionalProperties": False,
@@ -150,6 +152,8 @@ for line in sys.stdin:
     elif mode.startswith("huge-errors=") and method == "tools/call" and msg["params"]["name"] == "refused":
         said = "x" * int(mode[12:]) + " 401 Bad credentials " + "y" * int(mode[12:])
         send({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": said}})
+    elif mode.startswith("huge-errors=") and method == "tools/call" and msg["params"]["name"] == "spaces":
+        send({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": "table:" + " " * int(mode[12:]) + "end"}})
     elif mode.startswith("huge-errors=") and (method == "tools/call" and msg["params"]["name"] == "fail"
                                               or method == "tools/list" and lists > 0):
         said = "\x1b[31mrefused\x1b[0m\nforged line\r " + "x" * int(mode[12:]) + " the end"

@@ -382,17 +382,23 @@ def test_a_huge_error_answering_a_call_is_cut_and_escaped_in_the_calls_error(mak
 
 
 
+def keyed_huge_errors(make_daemon, n: int, tmp_path: Path) -> DaemonProc:
+    """A daemon with the quirks server in `huge-errors=N` mode, given the stored secret LEAK_TOKEN."""
+    from conftest import wait_for_socket
+
+    table = quirks_stdio_table(f"huge-errors={n}", tmp_path / "starts") + 'risk = "read_only"\n'
+    d = make_daemon(table + 'env = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n', env=NO_KEYRING, wait=False)
+    store_secret(d, "LEAK_TOKEN", "ghp-revoked-0452")
+    wait_for_socket(d.socket, proc=d.proc)
+    return d
+
+
 @pytest.mark.one_loop
 def test_a_refusal_in_the_middle_of_a_long_error_answering_a_call_is_still_credential_missing(
         make_daemon, workspace, tmp_path):
     """The cut of a long JSON-RPC error (what the agent is shown) dropped a `401 Bad credentials` in its
     middle before scvd judged whether the server refused its secret: `failed`, and no auto-heal."""
-    from conftest import wait_for_socket
-
-    table = quirks_stdio_table("huge-errors=5000", tmp_path / "starts") + 'risk = "read_only"\n'
-    d = make_daemon(table + 'env = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n', env=NO_KEYRING, wait=False)
-    store_secret(d, "LEAK_TOKEN", "ghp-revoked-0452")
-    wait_for_socket(d.socket, proc=d.proc)
+    d = keyed_huge_errors(make_daemon, 5000, tmp_path)
     with d.client(name="t") as c:
         server(c, "raw")
         error = c.call(c.open_session(workspace), "mcp__raw__refused", {}).error
@@ -401,6 +407,22 @@ def test_a_refusal_in_the_middle_of_a_long_error_answering_a_call_is_still_crede
     assert error.message.endswith("store a new value with store_secret (key 'LEAK_TOKEN', tool "
                                   "'mcp__raw__refused'), then call the tool again (scvd starts the server "
                                   "again with it)"), error.message[-300:]
+
+
+@pytest.mark.one_loop
+def test_a_long_error_from_a_server_given_secrets_is_judged_without_stalling_scvd(make_daemon, workspace, tmp_path):
+    """Whether a call's error reads like a refused credential was judged on the loop over the whole
+    text: a run of 200,000 spaces took the quoted-source pattern minutes (quadratic), every client
+    of scvd waiting; a long error is judged by its head and tail. Completes within the test's timeout."""
+    d = keyed_huge_errors(make_daemon, 200_000, tmp_path)
+    with d.client(name="t") as c:
+        server(c, "raw")
+        sid = c.open_session(workspace)
+        spaces, refused = c.call(sid, "mcp__raw__spaces", {}).error, c.call(sid, "mcp__raw__refused", {}).error
+        assert isinstance(c.request(p.Ping), p.Pong)  # and scvd still answers
+    assert spaces.kind == "failed" and spaces.message.startswith("mcp server raw: spaces: table:"), spaces.message[:80]
+    # 200,000 characters either side of its `401 Bad credentials`: past the head and tail judged
+    assert refused.kind == "failed", refused.message[:80]
 
 def test_the_servers_working_dirs_and_their_parent_are_private_whatever_the_umask(make_daemon):
     # mkdir(parents=True) gave <data>/mcp the umask's mode (0755): every server's dir name showed
