@@ -25,6 +25,8 @@ ORIGIN = '[remote "origin"]\n\turl = {}\n\tfetch = +refs/heads/*:refs/remotes/or
     (ORIGIN.format("https://me@github.com/o/r"), None),  # a user, no password: git asks for one
     # Azure DevOps's clone URL names the organisation as the user: no token, however long a name
     (ORIGIN.format("https://fabrikamfiber2024@dev.azure.com/fabrikamfiber2024/Web/_git/web"), None),
+    (ORIGIN.format("https://fabrikamfiber2024-engineering-emea@dev.azure.com/fabrikamfiber2024-engineering-emea/"
+                   "Web/_git/web"), None),
     (ORIGIN.format("https://0123456789abcdef0123456789abcdef01234567@github.com/o/r"), "a URL whose user is a token"),
     (ORIGIN.format("https://glpat-abcdefghij0123456789@gitlab.com/o/r"), "a URL whose user is a token"),
     ('[branch "fixBug1234InParserNow"]\n\tmerge = refs/heads/fixBug1234InParserNow\n'

@@ -24,7 +24,9 @@ NAMES = frozenset(("config", ".gitconfig"))  # lower case: what read's plan() co
 SCAN_BYTES = 64 << 10
 # GitHub's (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_) and GitLab's token prefixes
 TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "gloas-", "glptt-")
-TOKEN_USER_MIN = 32  # a user that long with letters and digits: a classic 40-hex token, Azure's 52-character PAT
+# a user of only letters and digits, this long, with both: a classic 40-hex token, Azure's 52-character PAT
+# (an organisation's name with a hyphen, `fabrikam2024-engineering-emea`, is none however long)
+_TOKEN_USER_RE = re.compile(r"[A-Za-z0-9]{32,}")
 # a URL's user with no password (scheme://USER@host), to be looked at as a token
 _URL_USER_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#@:\s]+)@")
 # a key that holds a secret by its name, with a value: git writes `key = value` one to a line; an
@@ -51,10 +53,10 @@ def reason(fd: int, parts: tuple[str, ...], real: tuple[str, ...], workspace: st
 
 
 def _token_user(user: str) -> bool:
-    """Whether a URL's user (`https://USER@host`) is a token: a forge's token prefix, or a token's
-    length (a user or an organisation's name of 16 letters and digits is one too: Azure DevOps puts
-    the organisation there, `https://fabrikam2024@dev.azure.com/...`)."""
-    return user.lower().startswith(TOKEN_PREFIXES) or (len(user) >= TOKEN_USER_MIN and holds_token(user))
+    """Whether a URL's user (`https://USER@host`) is a token: a forge's token prefix, or 32 or more
+    letters and digits alone (a user or an organisation's name is shorter, or has a hyphen: Azure
+    DevOps puts the organisation there, `https://fabrikam2024@dev.azure.com/...`)."""
+    return user.lower().startswith(TOKEN_PREFIXES) or (_TOKEN_USER_RE.fullmatch(user) is not None and holds_token(user))
 
 
 def is_git_config(parts: tuple[str, ...], workspace: str) -> bool:
