@@ -24,8 +24,10 @@ CREDENTIAL_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDEN
 # a token's or a base64 key's body: a run this long of these characters; `-`, `_` and `/` end a run, so a
 # name such as work-profile-7c1f, a UUID or a URL's path (/api/v1/projects/42) is none
 TOKEN_RUN_RE = re.compile(r"[A-Za-z0-9+=]{16,}")
-# a URL's password (scheme://user:PASSWORD@host), as urlsplit reads it: up to the authority's last `@`
-URL_PASSWORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@:\s]*:([^/?#\s]+)@")
+# a URL's password (scheme://user:PASSWORD@host), as urlsplit reads it: up to the authority's last `@`.
+# From the `://` on: a scheme before it, looked for at every letter of a long run of them, cost N^2
+# steps (64 KiB of letters in a git config: 8 s on the loop); text with `://` and no scheme is hidden too
+URL_PASSWORD_RE = re.compile(r"://[^/?#@:\s]*:([^/?#\s]+)@")
 
 
 def picked(named: Iterable[tuple[str, str, str]]) -> dict[str, str]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from scvd.tools.git_config_secret import credential_in
@@ -36,3 +39,18 @@ ORIGIN = '[remote "origin"]\n\turl = {}\n\tfetch = +refs/heads/*:refs/remotes/or
 ])
 def test_credentials_in_a_git_config(text: str, found: str | None) -> None:
     assert credential_in(text) == found
+
+
+
+@pytest.mark.parametrize("text", [
+    '"[core]\\n# " + "A" * (1 << 20)',  # a long run of letters: a scheme was looked for at each one
+    '"https://" + "u" * (1 << 20) + "@"',  # a user that runs on
+    '"a1" * (1 << 19)',
+])
+def test_a_crafted_git_config_is_judged_in_linear_time(text: str) -> None:
+    """read judges a git config on the event loop: its URL patterns, unanchored, cost N^2 steps on a
+    long run of letters (64 KiB of them froze every client of scvd for 9 s a read; 1 MiB would run
+    for hours, the GIL held, past any pytest-timeout: so in a process of its own). Linear now."""
+    code = f"from scvd.tools.git_config_secret import credential_in; print(credential_in({text}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "None\n"), done.stderr[-2000:]

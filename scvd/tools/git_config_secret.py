@@ -28,7 +28,7 @@ TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-
 # (an organisation's name with a hyphen, `fabrikam2024-engineering-emea`, is none however long)
 _TOKEN_USER_RE = re.compile(r"[A-Za-z0-9]{32,}")
 # a URL's user with no password (scheme://USER@host), to be looked at as a token
-_URL_USER_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#@:\s]+)@")
+_URL_USER_RE = re.compile(r"://([^/?#@:\s]+)@")  # from the `://` on, as URL_PASSWORD_RE: linear
 # a key that holds a secret by its name, with a value: git writes `key = value` one to a line; an
 # empty `extraheader =` resets the list (actions/checkout's cleanup) and holds nothing
 _KEY_RE = re.compile(r"^[ \t]*(extraheader|smtppass|[a-z0-9-]*token|[a-z0-9-]*password)[ \t]*=[ \t]*\"?[ \t]*[^\s\"#;]",
