@@ -452,6 +452,28 @@ def test_an_absolute_cwd_through_the_linked_path_the_session_was_opened_on_runs_
                                             f"(opened as {opened}); give a directory inside it"), outside
 
 
+
+def test_scvctl_sends_the_workspace_as_written_so_an_absolute_cwd_through_its_link_runs(
+        agent_daemon: DaemonProc, tmp_path: Path) -> None:
+    """scvctl resolved --workspace before session.open, so scvd knew only the real path: an absolute
+    cwd written through the link the person gave (/home -> /var/home) was refused before approval."""
+    real = tmp_path / "var" / "home" / "me" / "proj"
+    (real / "src").mkdir(parents=True)
+    (tmp_path / "home").symlink_to("var/home")
+    opened = tmp_path / "home" / "me" / "proj"
+    call = subprocess.Popen([sys.executable, "-m", "scvctl", "call", "--workspace", str(opened), "agent_pi",
+                             json.dumps({"prompt": "go", "cwd": f"{opened}/src"})], env=base_env(agent_daemon.home),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with agent_daemon.client(name="person") as person:
+            (pending,) = wait_pending(person)
+            person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        out, err = call.communicate(timeout=30)
+    finally:
+        call.kill()
+    assert call.returncode == 0, err
+    assert read_log(agent_log(agent_daemon))[2] == str(real / "src")
+
 def test_too_long_timeout_refused_before_approval(agent_daemon: DaemonProc, workspace: Path) -> None:
     with agent_daemon.client(name="bridge") as c:
         sid = c.open_session(workspace)
