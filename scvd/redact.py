@@ -38,41 +38,45 @@ def _hidden(text: str, ordered: tuple[tuple[str, str], ...]) -> str:
     return text
 
 
-# the secret values scvd has read, as (key, value), each key's newest last: hidden in its own log lines
+# the secret values scvd has read, as (source, key, value), each newest last: hidden in its own log lines
 # too, where an HTTP library at debug prints a url with its query; and their forms, longest first, which
 # every line is checked for. Rebound, never changed in place: keyring lookups run on worker threads
 # while a log line is formatted.
-_in_logs: tuple[tuple[str, str], ...] = ()
+_in_logs: tuple[tuple[str, str, str], ...] = ()
 _log_forms: tuple[tuple[str, str], ...] = ()
 _log_lock = threading.Lock()  # two threads' hide_in_logs at once: neither's values lost
 LOG_MIN = 4  # a shorter value would hide ordinary words in every line; no real secret is that short
-# a key's newest values kept: each line cost a check of every value a key ever had (2,000 rotations of
-# a stored key, 0.5 ms a line for the daemon's life); a value rotated out that long ago is unlikely in one
+# a key's newest values kept, per source: each line cost a check of every value a key ever had (2,000
+# rotations of a stored key, 0.5 ms a line for the daemon's life); a value rotated out that long ago is
+# unlikely in one. Per source: a label such as `url query api_key` is every MCP server's, each value read
+# once, as its server is set up; seventeen servers would have pushed out the first one's live key.
 LOG_VALUES_PER_KEY = 16
 
 
-def hide_in_logs(secrets: Mapping[str, str]) -> None:
-    """Hide these values in every log line from now on; of a key's values, the LOG_VALUES_PER_KEY newest
-    (a value seen again is newest again), so a rotated key's recent old values stay hidden too."""
+def hide_in_logs(secrets: Mapping[str, str], source: str = "") -> None:
+    """Hide these values in every log line from now on; of a key's values from one `source` (an MCP
+    server, a chat provider; "" for the secret store's names, which are the keys themselves), the
+    LOG_VALUES_PER_KEY newest (a value seen again is newest again): a rotated key's recent old values
+    stay hidden too."""
     global _in_logs, _log_forms
-    seen = tuple((k, v) for k, v in secrets.items() if len(v) >= LOG_MIN)
+    seen = tuple((source, k, v) for k, v in secrets.items() if len(v) >= LOG_MIN)
     if not seen or _in_logs[-len(seen):] == seen:  # the usual: a tool's same values, run after run
         return
     with _log_lock:
-        kept = _newest((*(pair for pair in _in_logs if pair not in seen), *seen))
+        kept = _newest((*(entry for entry in _in_logs if entry not in seen), *seen))
         if set(kept) != set(_in_logs):  # else only their order changed: the forms are the same
-            _log_forms = _forms(tuple(sorted(kept)))
+            _log_forms = _forms(tuple(sorted({(key, value) for _, key, value in kept})))
         _in_logs = kept
 
 
-def _newest(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """`pairs` (oldest first) less what is older than each key's LOG_VALUES_PER_KEY newest."""
-    count: dict[str, int] = {}
+def _newest(entries: tuple[tuple[str, str, str], ...]) -> tuple[tuple[str, str, str], ...]:
+    """`entries` (oldest first) less what is older than each (source, key)'s LOG_VALUES_PER_KEY newest."""
+    count: dict[tuple[str, str], int] = {}
     kept = []
-    for key, value in reversed(pairs):
-        count[key] = count.get(key, 0) + 1
-        if count[key] <= LOG_VALUES_PER_KEY:
-            kept.append((key, value))
+    for source, key, value in reversed(entries):
+        count[source, key] = count.get((source, key), 0) + 1
+        if count[source, key] <= LOG_VALUES_PER_KEY:
+            kept.append((source, key, value))
     return tuple(reversed(kept))
 
 

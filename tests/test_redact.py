@@ -50,3 +50,13 @@ def test_a_value_read_again_counts_as_new():
         hide_in_logs({"GH_TOKEN": token(0)})
     assert for_logs(line(token(0))) == line("[secret GH_TOKEN]")
     assert for_logs(line(token(1))) == line(token(1))
+
+
+
+def test_a_name_that_many_sources_share_keeps_each_ones_value():
+    """Every MCP server's literal query key is `url query api_key`, read once as its server is set
+    up: seventeen servers pushed the first one's live key out, and httpx at debug printed it."""
+    for i in range(LOG_VALUES_PER_KEY + 1):
+        hide_in_logs({"url query api_key": f"mcp-literal-key-{i:04d}"}, f"mcp server s{i}")
+    for i in range(LOG_VALUES_PER_KEY + 1):
+        assert for_logs(line(f"mcp-literal-key-{i:04d}")) == line("[secret url query api_key]"), i

@@ -174,7 +174,7 @@ class _Base(abc.ABC):
     def _connect(self) -> openai.AsyncOpenAI:
         s = self.settings
         if self._client is None:
-            hide_in_logs(_sent(s))  # httpx at debug logs each request's url, the query with it
+            hide_in_logs(_sent(s), f"provider {s.name}")  # httpx at debug logs each request's url, its query too
             self._client = openai.AsyncOpenAI(
                 api_key=s.api_key, base_url=s.base_url, timeout=s.timeout_seconds, max_retries=s.max_retries,
                 default_query=dict(s.query) or None, default_headers=dict(s.headers) or None,

@@ -66,7 +66,7 @@ class ServerLink:
         self.stopped_why = "scvd is stopping"  # what a call cut off by stop() is told
         self._secrets: dict[str, str] = {}  # the values the current start read from the store, by key
         self._pasted = _pasted_in_query(cfg)  # literal query values: an HTTP library may print the url its own way
-        hide_in_logs(self._pasted)  # httpx at debug logs each request's url
+        hide_in_logs(self._pasted, f"mcp server {name}")  # httpx at debug logs each request's url
         self._error: str | None = None
         self.needs: tuple[str, ...] = ()  # the secrets it is down for want of (store_secret heals it)
         self.failures = 0
