@@ -39,7 +39,9 @@ MAX_POINTER_BYTES = 4096  # a `.git` file or a `commondir` file is one short lin
 MAX_GITMODULES_BYTES = 1 << 20
 # entries listed before the look gives up: about 0.6 s on a warm cache here (docs/security.md)
 MAX_ENTRIES = 200_000
-_PATH_LINE = re.compile(r"^\s*path\s*=(.*)$", re.MULTILINE)
+# [ \t], not \s: \s took newlines too, N^2 steps on a .gitmodules of blank lines (1 MiB: minutes, the GIL
+# held, every client of scvd waiting); a key of any case, as git reads it (`Path = m`)
+_PATH_LINE = re.compile(r"^[ \t]*path[ \t]*=(.*)$", re.MULTILINE | re.IGNORECASE)
 _DENIED = (errno.EACCES, errno.EPERM)
 _GIT_DIR_MARKS = ("config", "objects", "refs")  # beside a HEAD file: what git takes for a git dir
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,24 @@ def test_gitmodules_entries_count_against_the_budget(tmp_path):
     with pytest.raises(LimitExceeded):
         gitmeta.find(real(ws), budget=50)
 
+
+
+def test_a_gitmodules_path_key_of_any_case_is_read(tmp_path):
+    """git reads config keys in any case: `Path = m` names a submodule as `path = m` does."""
+    ws = repo(tmp_path / "ws")
+    (ws / "m").mkdir()
+    (ws / ".gitmodules").write_text('[submodule "m"]\n\tPath = m\n')
+    assert real(ws / "m") in gitmeta.find(real(ws))
+
+
+def test_a_gitmodules_of_blank_lines_is_read_in_linear_time(tmp_path):
+    """Its path pattern took N^2 steps on blank lines (a 1 MiB .gitmodules: minutes before every
+    unasked sandboxed call, the GIL held, past any pytest-timeout: so in a process of its own)."""
+    ws = repo(tmp_path / "ws")
+    (ws / ".gitmodules").write_text("\n" * (1 << 20))
+    code = f"from scvd import gitmeta; print(len(gitmeta.find({real(ws)!r})))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "2\n"), done.stderr[-2000:]  # .git and .gitmodules
 
 def test_a_worktree_git_file_brings_its_git_dir_and_common_dir(tmp_path):
     main = repo(tmp_path / "main")
