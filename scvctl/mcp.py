@@ -49,7 +49,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             "scvctl mcp was given an empty --workspace (an unset variable in the MCP host's command?); "
             "give the folder the agent is to work in")
     workspace = usage.workspace(Path(args.workspace or "."))
-    if args.workspace is None and workspace == Path("/"):  # a host's default (Claude Desktop's): not the person's choice
+    # a host's default (Claude Desktop's): not the person's choice; resolved, as $PWD may name / through a link
+    if args.workspace is None and workspace.resolve() == Path("/"):
         raise errors.UsageError(
             "scvctl mcp was started in / without --workspace, which would let the agent read any file of this "
             "machine without asking; add --workspace DIR (the folder it is to work in) to the MCP host's command")

@@ -14,7 +14,20 @@ def workspace(path: Path) -> Path:
     resolve: the path as written is how the agent knows the workspace (an absolute `cwd` through
     /home -> /var/home), and scvd keeps it beside the real one."""
     try:  # `~/proj` arrives unexpanded from an MCP host's JSON args (no shell) or a quoted word
-        return Path(os.path.expanduser(path)).absolute()
+        given = Path(os.path.expanduser(path))
+        return given if given.is_absolute() else Path(_here()) / given
     except FileNotFoundError:
         raise UsageError(f"the current directory no longer exists, so --workspace {path} names nothing: "
                          "cd to the workspace, or pass --workspace DIR") from None
+
+
+def _here() -> str:
+    """The current directory as the shell shows it: $PWD while it names this very directory (`pwd -L`,
+    through /home -> /var/home), else the kernel's real path."""
+    here, shown = os.stat("."), os.environ.get("PWD", "")
+    try:
+        if os.path.isabs(shown) and os.path.samestat(os.stat(shown), here):
+            return shown
+    except OSError:  # $PWD names nothing now
+        pass
+    return os.getcwd()

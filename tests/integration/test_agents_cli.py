@@ -461,18 +461,22 @@ def test_scvctl_sends_the_workspace_as_written_so_an_absolute_cwd_through_its_li
     (real / "src").mkdir(parents=True)
     (tmp_path / "home").symlink_to("var/home")
     opened = tmp_path / "home" / "me" / "proj"
-    call = subprocess.Popen([sys.executable, "-m", "scvctl", "call", "--workspace", str(opened), "agent_pi",
-                             json.dumps({"prompt": "go", "cwd": f"{opened}/src"})], env=base_env(agent_daemon.home),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        with agent_daemon.client(name="person") as person:
-            (pending,) = wait_pending(person)
-            person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
-        out, err = call.communicate(timeout=30)
-    finally:
-        call.kill()
-    assert call.returncode == 0, err
-    assert read_log(agent_log(agent_daemon))[2] == str(real / "src")
+    # given whole, and as the default `.` in the shell's directory, which $PWD names through the link
+    for workspace, env in ((str(opened), {}), (".", {"PWD": str(opened)})):
+        call = subprocess.Popen([sys.executable, "-m", "scvctl", "call", "--workspace", workspace, "agent_pi",
+                                 json.dumps({"prompt": "go", "cwd": f"{opened}/src"})],
+                                env={**base_env(agent_daemon.home), **env}, cwd=opened, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            with agent_daemon.client(name="person") as person:
+                (pending,) = wait_pending(person)
+                person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+            out, err = call.communicate(timeout=30)
+        finally:
+            call.kill()
+        assert call.returncode == 0, (workspace, err)
+        assert read_log(agent_log(agent_daemon))[2] == str(real / "src")
+        agent_log(agent_daemon).joinpath("cwd").unlink()  # the next run writes its own
 
 def test_too_long_timeout_refused_before_approval(agent_daemon: DaemonProc, workspace: Path) -> None:
     with agent_daemon.client(name="bridge") as c:
