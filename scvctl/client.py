@@ -334,20 +334,37 @@ class ClientCore:
 
 
 def absolute_workspace(workspace: str | os.PathLike[str]) -> str:
-    """`workspace` for session.open, which takes only an absolute path: a relative one is joined to this
-    process's current directory, as open() would take it (scvd's own directory is not the caller's);
-    a leading `~` is expanded, as scvctl's --workspace does (else `~/proj` named `./~/proj`). Nothing
-    else changes: no link or `..` resolved here (scvd opens the path, then holds its real path), and
-    "" stays "" for scvd to refuse."""
-    path = os.path.expanduser(os.fspath(workspace))
-    if not path or os.path.isabs(path):
-        return path
+    """`workspace` for session.open, which takes only an absolute path: `absolute()`'s; "" stays "" for
+    scvd to refuse."""
+    path = os.fspath(workspace)
     try:
-        return str(Path(path).absolute())
-    except FileNotFoundError:  # os.getcwd(): the directory was removed under this process
+        return absolute(path) if path else path
+    except FileNotFoundError:  # the directory was removed under this process
         raise errors.InvalidRequest(
             f"workspace {path!r} is relative, and this process's current directory no longer exists: "
             "pass an absolute path") from None
+
+
+def absolute(path: str) -> str:
+    """`path` made absolute as open() would take it: a leading `~` expanded (else `~/proj` named
+    `./~/proj`), a relative one joined to the current directory as the shell shows it ($PWD while it
+    names that directory: /home/me/proj through /home -> /var/home), scvd's own not being the caller's.
+    Links and `..` are left for scvd to resolve: it keeps the path as given beside the real one (an
+    agent's absolute `cwd` may start with either). FileNotFoundError: the current directory is gone."""
+    given = os.path.expanduser(path)
+    return given if os.path.isabs(given) else str(Path(_here()) / given)
+
+
+def _here() -> str:
+    """The current directory as the shell shows it: $PWD while it names this very directory (`pwd -L`),
+    else the kernel's real path."""
+    here, shown = os.stat("."), os.environ.get("PWD", "")
+    try:
+        if os.path.isabs(shown) and os.path.samestat(os.stat(shown), here):
+            return shown
+    except OSError:  # $PWD names nothing now
+        pass
+    return os.getcwd()
 
 
 def _frame_shaped(line: bytes) -> bool:

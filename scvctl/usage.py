@@ -7,27 +7,15 @@ from pathlib import Path
 
 from scvd.errors import UsageError
 
+from .client import absolute
+
 
 def workspace(path: Path) -> Path:
-    """`--workspace` made absolute, `~/` expanded; its default "." is the shell's directory, which may be gone
-    (a removed build or temp dir): say so rather than fail with a traceback. Links are left for scvd to
-    resolve: the path as written is how the agent knows the workspace (an absolute `cwd` through
-    /home -> /var/home), and scvd keeps it beside the real one."""
+    """`--workspace` made absolute (client.absolute: `~/` expanded, links left for scvd, a relative one
+    from $PWD); its default "." is the shell's directory, which may be gone (a removed build or temp
+    dir): say so rather than fail with a traceback."""
     try:  # `~/proj` arrives unexpanded from an MCP host's JSON args (no shell) or a quoted word
-        given = Path(os.path.expanduser(path))
-        return given if given.is_absolute() else Path(_here()) / given
+        return Path(absolute(os.fspath(path)))
     except FileNotFoundError:
         raise UsageError(f"the current directory no longer exists, so --workspace {path} names nothing: "
                          "cd to the workspace, or pass --workspace DIR") from None
-
-
-def _here() -> str:
-    """The current directory as the shell shows it: $PWD while it names this very directory (`pwd -L`,
-    through /home -> /var/home), else the kernel's real path."""
-    here, shown = os.stat("."), os.environ.get("PWD", "")
-    try:
-        if os.path.isabs(shown) and os.path.samestat(os.stat(shown), here):
-            return shown
-    except OSError:  # $PWD names nothing now
-        pass
-    return os.getcwd()
