@@ -536,10 +536,10 @@ CREDENTIAL_URL = "https://x-access-token:ghp_0123456789abcdefghij0123456789abcde
 
 
 @pytest.mark.parametrize("path", [".git/config", "lib/.git/modules/sub/config", "mirror.git/config", ".gitconfig",
-                                  "link-to-config"])
+                                  ".config/git/config", "link-to-config"])
 def test_a_git_config_holding_a_credential_is_secret_like_wherever_git_reads_it(ws: Workspace, path: str) -> None:
     """.git/config read unasked with a token in a remote's URL; so did a submodule's, a bare
-    repository's, a home's .gitconfig, and a link to any of them."""
+    repository's, a home's .gitconfig and its XDG .config/git/config, and a link to any of them."""
     target = ws.root / (".git/config" if path == "link-to-config" else path)
     target.parent.mkdir(parents=True, exist_ok=True)
     text = f'[remote "origin"]\n\turl = {CREDENTIAL_URL}\n'

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from scvd.tools.git_config_secret import credential_in
+from scvd.tools.git_config_secret import credential_in, is_git_config
 
 ORIGIN = '[remote "origin"]\n\turl = {}\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n'
 
@@ -40,6 +40,26 @@ ORIGIN = '[remote "origin"]\n\turl = {}\n\tfetch = +refs/heads/*:refs/remotes/or
 def test_credentials_in_a_git_config(text: str, found: str | None) -> None:
     assert credential_in(text) == found
 
+
+@pytest.mark.parametrize("path, workspace, git_reads_it", [
+    (".git/config", "/home/me/p", True),
+    ("config", "/srv/mirror.git", True),
+    (".gitconfig", "/home/me", True),
+    # git's XDG config, `insteadOf` tokens and extraheaders there read unasked from a session on ~
+    (".config/git/config", "/home/me", True),
+    ("git/config", "/home/me/.config", True),
+    ("config", "/home/me/.config/git", True),
+    (".Config/Git/CONFIG", "/home/me", True),  # any case, as `.GIT/config` and the secret-like names
+    # a `config` elsewhere is judged by its path alone
+    ("app/config", "/home/me/p", False),
+    ("git/config", "/home/me/p", False),
+    (".config/config", "/home/me", False),
+    (".config/git/sub/config", "/home/me", False),
+    ("config", "/home/me/git", False),
+    (".config/git/config.bak", "/home/me", False),
+])
+def test_which_files_git_reads_as_a_config(path: str, workspace: str, git_reads_it: bool) -> None:
+    assert is_git_config(tuple(path.split("/")), workspace) is git_reads_it
 
 
 @pytest.mark.parametrize("text", [

@@ -1,11 +1,14 @@
 """Whether a git config file holds a credential: the one secret-like rule of read that looks at content.
 
 Rule: a repository's config (`config` in a `.git` or `*.git` folder at any depth, a submodule's
-`.git/modules/NAME/config` too, or at the top of a workspace that is such a folder) or a user's
-`.gitconfig` counts when its first 64 KiB hold a URL with a password
-(`https://x-access-token:TOKEN@github.com`), a URL whose user is a token (`https://ghp_...@`), or
-a non-empty `extraheader` (actions/checkout persists `AUTHORIZATION: basic ...` there), `smtppass`,
-`*token` or `*password` key. Both the requested path and the resolved one are judged by name, and
+`.git/modules/NAME/config` too, or at the top of a workspace that is such a folder), a user's
+`.gitconfig`, or git's XDG config (`config` in `.config/git`, the workspace's own folders counted:
+a session on `~/.config` or `~/.config/git` too), named in any case as the other path rules are,
+counts when its first 64 KiB hold a URL with a password (`https://x-access-token:TOKEN@github.com`),
+a URL whose user is a token (`https://ghp_...@`, an `insteadOf` base's too), or a non-empty
+`extraheader` (actions/checkout persists `AUTHORIZATION: basic ...` there), `smtppass`, `*token`
+or `*password` key. (git's credential stores, `.git-credentials` and `.config/git/credentials`,
+are secret_paths.py's by name.) Both the requested path and the resolved one are judged by name, and
 the content is that of the fd read's plan() holds, read with pread so the later read still starts
 where it would. A file it cannot read is judged by its path alone. Any other file costs a read one
 name lookup. Like secret_paths.py, a visibility aid, not a confidentiality boundary.
@@ -21,6 +24,7 @@ from . import containment
 from .containment import show
 
 NAMES = frozenset(("config", ".gitconfig"))  # lower case: what read's plan() compares a file's name with
+XDG_FOLDERS = (".config", "git")  # above git's XDG config, ~/.config/git/config ($XDG_CONFIG_HOME/git/config)
 SCAN_BYTES = 64 << 10
 # GitHub's (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_) and GitLab's token prefixes
 TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "gloas-", "glptt-")
@@ -60,12 +64,19 @@ def _token_user(user: str) -> bool:
 
 
 def is_git_config(parts: tuple[str, ...], workspace: str) -> bool:
-    """Whether `parts` names a file git reads as a config: `.gitconfig`, or `config` in a git dir."""
+    """Whether `parts` names a file git reads as a config: `.gitconfig`, or `config` in a git dir
+    or in `.config/git`."""
     name = parts[-1].lower()
     if name == ".gitconfig":
         return True
+    if name != "config":
+        return False
     folders = (os.path.basename(workspace), *parts[:-1])  # `config` at the top of a session on `.git`
-    return name == "config" and any(folder.lower().endswith(".git") for folder in folders)
+    if any(folder.lower().endswith(".git") for folder in folders):
+        return True
+    # the two folders above it, the workspace's own among them (a session on ~/.config or ~/.config/git)
+    above = (os.path.basename(os.path.dirname(workspace)), *folders)[-2:]
+    return tuple(folder.lower() for folder in above) == XDG_FOLDERS
 
 
 def credential_in(text: str) -> str | None:

@@ -158,6 +158,30 @@ def test_a_git_config_that_holds_a_credential_asks_to_be_read_and_one_without_do
     assert done.ok and done.result["content"] == plain
 
 
+def test_gits_xdg_config_that_holds_a_credential_asks_to_be_read_and_its_credential_store_always(
+        owner: Client, ws: Path) -> None:
+    """A session on ~ read ~/.config/git/config unasked, with the token of an `insteadOf` base in it
+    (git's XDG config, beside ~/.gitconfig); its credential store asks as ~/.git-credentials does."""
+    git = ws / ".config" / "git"
+    git.mkdir(parents=True)
+    plain = '[user]\n\tname = Me\n[url "git@github.com:"]\n\tinsteadOf = https://github.com/\n'
+    (git / "config").write_text(plain)
+    (git / "credentials").write_text(f"https://me:{TOKEN}@github.com\n")
+    sid = owner.open_session(ws)
+    done, _ = call(owner, sid, "read", path=".config/git/config")  # no credential: unasked
+    assert done.ok and done.result["content"] == plain
+    (git / "config").write_text(f'[url "https://{TOKEN}@github.com/"]\n\tinsteadOf = https://github.com/\n')
+    done, asked = call(owner, sid, "read", decide="deny", path=".config/git/config")
+    assert asked.risk == "filesystem" and asked.details["secret_like"] is True
+    assert asked.details["why"] == ("filesystem risk: the path looks secret-like: 'config' is a git config "
+                                    "that holds a credential (a URL whose user is a token)")
+    assert TOKEN not in str(asked) and done.error.kind == "denied"
+    for tool, args in (("read", {}), ("write", {"content": "", "mode": "replace"})):
+        done, asked = call(owner, sid, tool, decide="deny", path=".config/git/credentials", **args)
+        assert asked.details["secret_like"] is True and asked.always_ask and done.error.kind == "denied"
+        assert TOKEN not in str(asked)
+
+
 def test_scvds_own_sensitive_files_ask_to_be_read_and_its_tool_sources_do_not(make_daemon, ws: Path) -> None:
     """A session on ~ (here: SCV_HOME inside the workspace) read scvd's config.toml (MCP header
     tokens), audit log, chat transcripts and the agents' homes unasked: none is named like a secret."""
