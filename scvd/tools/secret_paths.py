@@ -2,7 +2,9 @@
 
 Rule: purely lexical and case-insensitive, applied to every component of the
 path, so a file inside a directory named like a secret (`.ssh/config`,
-`secrets/db.yaml`) counts too; a few common names count only in their
+`secrets/db.yaml`) counts too, and so does a name that holds a secret's word
+(git's XDG credential store `.config/git/credentials` by `credential`, as
+`.git-credentials` by its name); a few common names count only in their
 directory (`.docker/config.json`), and a few words only as a whole word of a file's
 name that is no source or doc file (`token.txt`, `gh_token`, not `tokenizer.py`,
 `src/token.rs` or `reset_password.html`). The workspace's own real path counts for the
