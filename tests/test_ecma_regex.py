@@ -26,8 +26,9 @@ CASES = [  # (pattern, text, whether ECMA-262 finds a match)
 
 PYTHONS = [  # (pattern, text, whether it matches): what ECMA-262 has no use for is read as Python reads it
     # an inline flag: the whole pattern as Python reads it, its `.`, `^` and `$` what its flags make them
-    ("(?s)^.{1,200}$", "line one\nline two", True), ("(?m)^[a-z]+$", "abc\n123", True), ("^(?s:.+)$", "a\nb", True),
+    ("(?s)^.{1,200}$", "line one\nline two", True), ("(?m)^[a-z]+$", "abc\n123", True),
     ("(?x) ^ [a-z]+ $  # letters [only", "abc", True), ("(?i)^[a-z]+$", "Main\n", True), (r"(?i)^\w+$", "Naïve", True),
+    ("(?x:^ [a-z]+ $)", "abc\n", True),  # a scoped flag ECMA has not is Python's too
     # a `]` first in a class is one of its members; the rest is read as ECMA-262 reads it
     ("^[^]]+$", "abc", True), ("^[^]]+$", "a]b", False), ("^[]a-z]+$", "a]b", True), ("^[]a-z]+$", "a]b\n", False),
     (r"^[]\d]+$", "]٣", False),
@@ -36,6 +37,33 @@ PYTHONS = [  # (pattern, text, whether it matches): what ECMA-262 has no use for
 
 @pytest.mark.parametrize(("pattern", "text", "matches"), CASES)
 def test_a_pattern_takes_what_ecma_262_takes(pattern, text, matches):
+    install()
+    assert jsonschema.Draft202012Validator({"pattern": pattern}).is_valid(text) is matches
+
+
+UNICODE = [  # what ECMA-262's u flag (JSON Schema's) reads that Python's re does not: node's answers too
+    (r"^(?<y>\d{4})-\k<y>$", "2024-2024", True), (r"^(?<y>\d{4})-\k<y>$", "2024-2025", False),
+    (r"^(?<a>x)\1$", "xx", True),
+    (r"^\p{L}+$", "Grüße", True), (r"^\p{L}+$", "ab1", False), (r"^\p{L}+$", "Grüße\n", False),
+    (r"^\P{L}+$", "12", True), (r"^[\p{Lu}\d]+$", "A1", True), (r"^[\p{Lu}\d]+$", "a1", False),
+    (r"^[^\P{L}]+$", "é", True), (r"^\p{Script=Greek}+$", "αβ", True),
+    (r"^\u{1F600}$", "😀", True), (r"^[\u{1F600}-\u{1F64F}]$", "😃", True),
+    (r"^[\uD83D\uDE00-\uD83D\uDE4F]$", "😃", True),  # a surrogate pair is the one code point it encodes
+    (r"^\cJ$", "\n", True), (r"^[\cI]$", "\t", True),
+]
+MODIFIERS = [  # ES2025's scoped modifiers, as its spec reads them (node 20 has none): the rest is still ECMA's
+    ("^(?i:ab)c$", "ABc", True), ("^(?i:ab)c$", "ABC", False), ("^(?i:[a-z]+)$", "Main\n", False),
+    (r"^(?i:[a-z])\d$", "a٣", False), ("^(?i:[a-z])$", "ſ", True),
+    ("^(?m:a$)", "a\rb", True), ("^(?m:a$)b", "a\nb", False), ("(?m:^b)", "a\u2028b", True), ("(?m:^b)", "ab", False),
+    ("^(?s:.+)$", "a\nb", True), ("^(?s:(?-s:.))$", "\n", False), ("^(?s:a).$", "a\n", False),
+    ("^(?i-s:a.)$", "A\n", False),
+]
+
+
+@pytest.mark.parametrize(("pattern", "text", "matches"), UNICODE + MODIFIERS)
+def test_a_pattern_in_ecma_262s_own_syntax_loads_and_takes_what_it_takes(pattern, text, matches):
+    """The regex package refused `\\k<name>`, `\\u{...}` and `\\cJ`, and read `\\uD83D\\uDE00` as two
+    surrogates; any `(?i:...)` made the whole pattern Python's (`$` before a final newline too)."""
     install()
     assert jsonschema.Draft202012Validator({"pattern": pattern}).is_valid(text) is matches
 

@@ -25,7 +25,8 @@ at once before its answer; `hang` also lists `hang`, which never answers; `huge-
 byte offset in `token_at`), and `rows`, whose
 structuredContent (as its outputSchema says) has `n` rows; `dies-mid-call` also lists `die`, which starts a
 child that holds its stderr open, writes `fatal: the disk is full` there with no newline at the end, and
-exits with status 6; `unique-items` also lists `tags`, whose `tags` must be distinct (uniqueItems);
+exits with status 6; `unique-items` also lists `tags`, whose `tags` must be distinct (uniqueItems); `ecma-pattern` also lists `dated`,
+whose `span` must be a year twice (`(?<y>...)` and `\\k<y>`) and `code` letters (a scoped `(?i:...)`);
 `many-findings=N` also lists `f0`..`fN-1`, each with 20 undescribed arguments (its lint: 21 lines);
 `long-names=N` also lists N tools named 50,000 `L`s and their index (all one scvd name) and `H` then those,
 whose inputSchema is above 64 KiB; `init-error=N` answers initialize with an error whose message is an ANSI
@@ -119,6 +120,11 @@ if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re 
     tools.append({"name": "slug", "description": "Takes a slug.", "inputSchema": {
         "type": "object", "required": ["slug"], "additionalProperties": False,
         "properties": {"slug": {"type": "string", "pattern": "^(a|aa)+$"}}}})
+if mode == "ecma-pattern":  # ECMA-262's syntax, which Python's re does not read
+    tools.append({"name": "dated", "description": "Takes a year twice.", "inputSchema": {
+        "type": "object", "required": ["span"], "additionalProperties": False, "properties": {
+            "span": {"type": "string", "pattern": r"^(?<y>\d{4})-\k<y>$"},
+            "code": {"type": "string", "pattern": r"^(?i:[a-z]+)$"}}}})
 if mode == "unique-items":
     tools.append({"name": "tags", "description": "Takes distinct tags.", "inputSchema": {
         "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}})

@@ -579,6 +579,25 @@ def test_a_servers_pattern_that_backtracks_leaves_the_check_to_the_server(make_d
 
 
 @pytest.mark.one_loop
+def test_a_servers_pattern_in_ecma_262s_own_syntax_is_checked_as_ecma_reads_it(make_daemon, workspace, tmp_path):
+    """`\\k<y>` (a named group's backreference) failed to compile, and the whole check was left to the
+    server: any arguments reached it, a required one missing too. A scoped `(?i:...)` made the whole
+    pattern Python's, its `$` letting a final newline through."""
+    d = make_daemon(quirks_stdio_table("ecma-pattern", tmp_path / "starts") + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        assert server(c, "raw").tools == 2
+        sid = c.open_session(workspace)
+        done = c.call(sid, "mcp__raw__dated", {"span": "2024-2024", "code": "Ab"})
+        assert done.ok and json.loads(done.result["text"]) == {"span": "2024-2024", "code": "Ab"}, done.error
+        for arguments, says in (({"span": "2024-2025"}, "argument `span`: '2024-2025' does not match"),
+                                ({"span": "2024-2024", "code": "Ab\n"}, "argument `code`: 'Ab\\n' does not match"),
+                                ({}, "'span' is a required property")):
+            refused = c.call(sid, "mcp__raw__dated", arguments)
+            assert refused.error is not None and refused.error.kind == "invalid_arguments", (arguments, refused)
+            assert says in refused.error.message, refused.error
+
+
+@pytest.mark.one_loop
 def test_a_servers_unique_items_over_a_hundred_thousand_mixed_items_is_checked_in_one_pass(
         make_daemon, workspace, tmp_path):
     """jsonschema compared items that do not sort (1 and "1") pair by pair: 110,000 held one of the
