@@ -6,7 +6,7 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from scvd.bounded_regex import install
+from scvd.bounded_regex import format_checker, install, unreadable
 
 CASES = [  # (pattern, text, whether ECMA-262 finds a match)
     ("^[A-Za-z0-9._-]+$", "main", True), ("^[A-Za-z0-9._-]+$", "main\n", False),  # $ is the end, no more
@@ -62,10 +62,24 @@ MODIFIERS = [  # ES2025's scoped modifiers, as its spec reads them (node 20 has 
 
 @pytest.mark.parametrize(("pattern", "text", "matches"), UNICODE + MODIFIERS)
 def test_a_pattern_in_ecma_262s_own_syntax_loads_and_takes_what_it_takes(pattern, text, matches):
-    """The regex package refused `\\k<name>`, `\\u{...}` and `\\cJ`, and read `\\uD83D\\uDE00` as two
-    surrogates; any `(?i:...)` made the whole pattern Python's (`$` before a final newline too)."""
+    """Python's re refused all but the modifiers when a tool.json loaded (`(?<name>...)` and `\\p{L}` too); the
+    regex package refused `\\k<name>`, `\\u{...}` and `\\cJ`, and read `\\uD83D\\uDE00` as two surrogates;
+    any `(?i:...)` made the whole pattern Python's (`$` before a final newline too)."""
     install()
-    assert jsonschema.Draft202012Validator({"pattern": pattern}).is_valid(text) is matches
+    cls = jsonschema.Draft202012Validator
+    cls.check_schema({"pattern": pattern}, format_checker=format_checker(cls))  # a tool.json with it loads
+    assert cls({"pattern": pattern}).is_valid(text) is matches
+
+
+@pytest.mark.parametrize(("pattern", "says"), [
+    (r"^\p{Changes_When_NFKC_Casefolded}+$", "`\\p{Changes_When_NFKC_Casefolded}` is no Unicode property the regex "
+                                             "package knows; name one it knows"),
+    (r"^(?:\q{ab}|c)$", "`\\q{...}` is ECMA's v flag's, which JSON Schema does not use; write its strings as "
+                         "alternatives, (?:ab|c)"),
+    (r"^\k<nope>$", 'the regex package says "unknown group"; write it as ECMA-262 (with its u flag) reads it'),
+])
+def test_a_pattern_the_regex_package_cannot_read_says_what_and_what_to_write(pattern, says):
+    assert says in unreadable(pattern)
 
 
 @pytest.mark.parametrize(("pattern", "text", "matches"), PYTHONS)
@@ -73,7 +87,8 @@ def test_what_only_python_reads_is_read_as_python_reads_it(pattern, text, matche
     """scvd's script tools read patterns as Python did until they were ECMA-262's: inline flags
     and a `]` first in a class (which ECMA has no use for) mean what their author meant then."""
     install()
-    jsonschema.Draft202012Validator.check_schema({"pattern": pattern})  # a tool.json with it loads
+    cls = jsonschema.Draft202012Validator
+    cls.check_schema({"pattern": pattern}, format_checker=format_checker(cls))  # a tool.json with it loads
     assert jsonschema.Draft202012Validator({"pattern": pattern}).is_valid(text) is matches
 
 

@@ -184,12 +184,18 @@ def test_a_config_dir_tools_folder_linked_to_the_data_dirs_is_read_once(tmp_path
      None, "parameters", "$ref '#/required/0' at properties/x points at a str, not a schema"),
     # it crashed scvd at start (and failed a whole reload) with a TypeError
     ({"parameters": {"type": "object", "$schema": 7}}, None, "parameters", "parameters.$schema must be a string"),
+    # read as a call reads it (ECMA-262's, by the regex package): the token it cannot read, and what to write
+    ({"parameters": {"type": "object", "properties": {"word": {"type": "string", "pattern": r"^\p{Foo}+$"}}}},
+     None, "parameters", "the pattern '^\\\\p{Foo}+$' at properties/word/pattern cannot be read: `\\p{Foo}` is no "
+                         "Unicode property the regex package knows; name one it knows (`\\p{L}`,"),
+    ({"parameters": {"type": "object", "patternProperties": {r"^\q{ab}$": {}}}}, None, "parameters",
+     "the pattern '^\\\\q{ab}$' at patternProperties cannot be read: `\\q{...}` is ECMA's v flag's"),
 ], ids=["json", "json-line-column", "unknown-field", "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
         "config-toml-key", "risk", "not-object", "bad-schema", "timeout-0", "timeout-string", "timeout-negative",
         "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command",
         "command-with-arguments", "remote-ref", "broken-ref",
         "anchor-nowhere", "dynamic-ref-nowhere", "required-not-a-property", "ref-loop", "ref-to-data",
-        "schema-uri-not-a-string"])
+        "schema-uri-not-a-string", "pattern-unknown-property", "pattern-name-v-flag"])
 def test_a_bad_definition_names_the_file_and_the_rule(home: Path, spec, raw, rule, text):
     folder = make_tool(home, spec=spec, raw=raw)
     error = only_error(home)
@@ -242,6 +248,26 @@ def test_a_required_name_from_a_shared_ref_or_a_parent_is_fine(home: Path):
               "oneOf": [{"required": ["text"]}, {"required": ["mode"]}]}
     make_tool(home, spec={"parameters": params})
     assert load_all(paths(home))[1] == []
+
+
+def test_a_pattern_in_ecma_262s_syntax_loads_and_checks_as_it_reads(home: Path):
+    """Python's re refused `(?<name>...)`, `\\k<name>` and `\\p{L}` (JSON Schema's patterns are ECMA-262's):
+    such a tool.json did not load. A required name is matched against patternProperties so too."""
+    params = {"type": "object", "required": ["span", "Größe"], "additionalProperties": False, "properties": {
+        "span": {"type": "string", "pattern": r"^(?<y>\d{4})-\k<y>$",
+                 "description": "A year twice, e.g. '2024-2024'."}},
+        "patternProperties": {r"^\p{Lu}\p{Ll}+$": {"type": "string", "pattern": r"^\p{L}+$"}}}
+    make_tool(home, spec={"parameters": params})
+    (d,), failed = load_all(paths(home))
+    assert failed == []
+    tool = ScriptTool(d)
+    assert tool.decode({"span": "2024-2024", "Größe": "Straße"})
+    for bad, field in (({"span": "2024-2025", "Größe": "a"}, "`span`"),
+                       ({"span": "2024-2024", "Größe": "a1"}, "`Größe`")):
+        with pytest.raises(errors.InvalidArguments, match=field):
+            tool.decode(bad)
+    make_tool(home, spec={"parameters": {**params, "required": ["span", "GRÖSSE"]}})
+    assert "required 'GRÖSSE' at (top) is not a property" in only_error(home).message
 
 
 def test_a_command_that_is_not_executable_says_how_to_fix_it(home: Path):

@@ -233,10 +233,16 @@ def _check_parameters(path: Path, schema: dict[str, Any]) -> None:
     if not isinstance(schema.get("$schema", ""), str):  # jsonschema would fail on it with a TypeError
         raise DefinitionError(path, "parameters", "parameters.$schema must be a string naming a draft, e.g. "
                                                   "'https://json-schema.org/draft/2020-12/schema', or be left out")
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
+    from ..bounded_regex import format_checker
+
+    cls = jsonschema.validators.validator_for(schema)
+    try:  # its patterns read as they are matched: re refused ECMA-262's `(?<name>...)` and `\\p{L}`
+        cls.check_schema(schema, format_checker=format_checker(cls))
     except jsonschema.SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
+        if exc.validator == "format" and exc.validator_value == "regex":
+            raise DefinitionError(path, "parameters", f"the pattern {exc.instance!r} at {where} cannot be read: "
+                                                      f"{exc.cause}") from None
         raise DefinitionError(path, "parameters", f"not a valid JSON Schema at {where}: {exc.message}") from None
     _check_schema(path, schema)
 
@@ -369,9 +375,14 @@ def _keys(node: dict[str, Any], keyword: str) -> list[str]:
 
 
 def _matches(pattern: str, name: str) -> bool:
+    """As a call matches it (ECMA-262's reading; the pattern was read at the schema's check)."""
+    import regex
+
+    from ..bounded_regex import search
+
     try:
-        return re.search(pattern, name) is not None
-    except re.error:  # a pattern Python cannot read: give the name the benefit of the doubt
+        return search(pattern, name) is not None
+    except (TimeoutError, regex.error):  # slow on the name, or unread (draft 4): the benefit of the doubt
         return True
 
 

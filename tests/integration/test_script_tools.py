@@ -198,6 +198,42 @@ def test_a_pattern_written_for_python_takes_what_its_author_meant(make_daemon, s
             assert f"argument `{field}`" in refused.error.message, refused.error
 
 
+ECMA_SYNTAX = {"type": "object", "required": ["span"], "additionalProperties": False, "properties": {
+    "span": {"type": "string", "pattern": r"^(?<y>\d{4})-\k<y>$", "description": "A year twice, e.g. '2024-2024'."},
+    "name": {"type": "string", "pattern": r"^\p{L}+$", "default": "a",
+             "description": "A name, in letters; pass it to override the default, e.g. 'Zoe'."},
+    "code": {"type": "string", "pattern": r"^(?i:[a-z]+)-\d+$", "default": "a-1",
+             "description": "A code; pass it to override the default, e.g. 'AB-12'."}}}
+UNKNOWN_PROPERTY = {"type": "object", "properties": {"word": {
+    "type": "string", "pattern": r"^\p{Changes_When_NFKC_Casefolded}+$", "default": "A",
+    "description": "A word; pass it to override the default, e.g. 'A'."}}}
+
+
+def test_a_pattern_in_ecma_262s_own_syntax_loads_and_refuses_what_ecma_refuses(make_daemon, scv_home, workspace):
+    """JSON Schema reads a pattern with ECMA-262's u flag: Python's re refused `(?<y>...)`, `\\k<y>` and
+    `\\p{L}`, so such a tool did not load; and a `(?i:...)` made the whole pattern Python's, its `$` letting
+    a final newline through. One the regex package cannot read is a load error naming the token."""
+    make_tool(scv_home, "dates", ECHO, parameters=ECMA_SYNTAX, risk="read_only", always_allow=True)
+    odd = make_tool(scv_home, "odd", ECHO, parameters=UNKNOWN_PROPERTY, risk="read_only", always_allow=True)
+    d = make_daemon(home=scv_home)
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        fine = {"span": "2024-2024", "name": "Zoë", "code": "AB-12"}
+        done = c.call(sid, "script_dates", fine)
+        assert done.ok and done.result == fine, done.error
+        for arguments, field in (({"span": "2024-2025"}, "span"), ({"span": "2024-2024", "name": "Zoë1"}, "name"),
+                                 ({"span": "2024-2024", "code": "AB-12\n"}, "code")):
+            refused = c.call(sid, "script_dates", arguments)
+            assert refused.error.kind == "invalid_arguments", (arguments, refused)
+            assert f"argument `{field}`" in refused.error.message, refused.error
+        (error,) = c.request(p.ToolsList).errors
+    assert (error.name, error.source) == ("script_odd", str(odd / "tool.json"))
+    assert error.message == (
+        "rule 'parameters': the pattern '^\\\\p{Changes_When_NFKC_Casefolded}+$' at properties/word/pattern cannot be "
+        "read: `\\p{Changes_When_NFKC_Casefolded}` is no Unicode property the regex package knows; name one it "
+        "knows (`\\p{L}`, `\\p{Lu}`, `\\p{Script=Greek}`, `\\p{Alphabetic}`) or list the characters in a class")
+
+
 def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_it_is_missing(
         make_daemon, scv_home, workspace):
     # as models send it, and as built-in tools take it (seed 003: handlers defend against nil)
