@@ -277,8 +277,13 @@ class ServerLink:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
             return self._with_tail(f"the server process {how}", proc, hide)
         if self._http_status is not None:
-            return f"HTTP status {self._http_status} from {self.url}"
+            return self._refused_down() or f"HTTP status {self._http_status} from {self.url}"
         return "the connection was lost"
+
+    def _refused_down(self) -> str | None:
+        """Why a server refused for its secrets is down, naming them: store_secret is told the server's
+        mcp__NAME, as its tools may not be listed (one never up has none); storing one reconnects it."""
+        return self._refusal(f"{spec.PREFIX}{self.name}")
 
     def _with_tail(self, message: str, proc: Any, hide: Callable[[str], str] | None = None) -> str:
         hide = hide or self._hide
@@ -299,6 +304,8 @@ class ServerLink:
         """Why the start failed with `exc`."""
         if broken := _broken(self._proc):  # scvd ended it: not the server's exit
             error = broken
+        elif refused := self._refused_down():  # the SDK's "Server returned an error response" named no key
+            return refused
         elif isinstance(exc, ToolError):
             error = f"{exc.kind}: {exc.message}"
         elif isinstance(exc, ScvError):
@@ -472,22 +479,31 @@ class ServerLink:
     def _raise_if_credential_refused(self, tool: str) -> None:
         """A 401 or 403 to a server whose headers carry secrets: credential_missing naming them, so an
         agent can heal it (seed 003): store_secret, then the call again, on the reconnected server."""
+        keys = self._sent()[0]
+        if (refusal := self._refusal(spec.tool_name(self.name, tool))) is None:
+            return
+        raise CredentialMissing(
+            f"mcp server {self.name}: {tool}: {refusal}, then call the tool again (scvd reconnects with it)",
+            hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}") from None
+
+    def _refusal(self, tool: str) -> str | None:
+        """A 401 or 403 from a server sent secrets: which it refused, and how to store a new value (with
+        store_secret for `tool`, as scvd names it); None for any other status, or a server sent none."""
         keys, where = self._sent()
         if self._http_status not in (401, 403) or not keys:
-            return
-        named = spec.tool_name(self.name, tool)
+            return None
         if len(keys) == 1:
-            how = f"(key {keys[0]!r}, tool {named!r}) or `scvctl secrets set {keys[0]}`"
+            how = f"(key {keys[0]!r}, tool {tool!r}) or `scvctl secrets set {keys[0]}`"
         else:  # which one it refused, the status does not say
-            how = f"(the refused one's key, tool {named!r}) or `scvctl secrets set` with it"
-        raise CredentialMissing(
-            f"mcp server {self.name}: {tool}: HTTP status {self._http_status} from {self.url}: the server "
-            f"refused {spec.secrets_named(keys)} sent in its {where}; store a new value with store_secret {how}, "
-            "then call the tool again (scvd reconnects with it)",
-            hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}") from None
+            how = f"(the refused one's key, tool {tool!r}) or `scvctl secrets set` with it"
+        return (f"HTTP status {self._http_status} from {self.url}: the server refused {spec.secrets_named(keys)} "
+                f"sent in its {where}; store a new value with store_secret {how}")
 
     def _needs_secret(self, tool: str) -> CredentialMissing:
         keys, named = self.needs, spec.tool_name(self.name, tool)
+        if refusal := self._refusal(named):  # its down reason says how already: for this call's tool, once
+            return CredentialMissing(f"mcp server {self.name} is down: {refusal}, then call the tool again",
+                                     hint=f"scvctl secrets set {keys[0]}", keys=keys)
         which = f"key {keys[0]!r}" if len(keys) == 1 else f"the key of the one it names ({', '.join(keys)})"
         return CredentialMissing(
             f"{self.down_message()}; it needs {', '.join(keys)}: store a new value with store_secret "
