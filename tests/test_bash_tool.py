@@ -183,7 +183,10 @@ def test_a_timeout_at_the_ceiling_does_not_say_to_ask_for_more(ws):
     r = RunResult(exit_code=None, signal="SIGKILL", output="", truncated=False, bytes_seen=0, bytes_kept=0,
                   timed_out=True, duration_s=1800.0)
     assert "at most 1800" in timeout_error("bash", r, 600, 1800).hint
-    hint = timeout_error("bash", r, 1800, 1800).hint
+    both = timeout_error("bash", r, 600, 1800, asked=600, frame=600).hint  # a larger argument alone: cut again
+    assert both == "the call frame's timeout_seconds and the argument are both 600 s: raise both (at most 1800), " \
+                   "or run less per call", both
+    hint = timeout_error("bash", r, 1800, 1800, asked=1800, frame=1800).hint
     assert "larger timeout_seconds" not in hint and "tools.max_timeout_seconds in config.toml" in hint
 
 
@@ -459,11 +462,12 @@ def test_over_the_socket_cancel_ends_the_whole_call(daemon, workspace):
 def test_a_calls_timeout_below_bashs_own_is_bashs_deadline(daemon, workspace):
     """A call frame's timeout_seconds under the command's own: the approver is shown it, and it
     ends the run as bash's deadline does (KILL at once, the output so far, how to allow more).
-    It was a cancel (TERM, a 2 s grace) with no output, under a summary that said 120 s."""
+    It was a cancel (TERM, a 2 s grace) with no output, under a summary that said 120 s. Its hint
+    said to pass a larger timeout_seconds, which the argument already was: the frame's cut it."""
     with daemon.client(name="agent", approver=True) as c:
         sid = c.open_session(workspace)
-        call_id = c.start_call(sid, "bash", {"command": "echo started; trap '' TERM; sleep 30"},
-                               timeout_seconds=1)
+        call_id = c.start_call(sid, "bash", {"command": "echo started; trap '' TERM; sleep 30",
+                                             "timeout_seconds": 600}, timeout_seconds=1)
         event = c.next_event()
         while not isinstance(event, ApprovalRequested):
             event = c.next_event()
@@ -474,6 +478,9 @@ def test_a_calls_timeout_below_bashs_own_is_bashs_deadline(daemon, workspace):
     assert done.error.message.startswith("bash: the command ran past its timeout of 1 s and its process group "
                                          "was killed (SIGKILL)"), done.error.message
     assert done.error.message.endswith("they follow:\nstarted\n"), done.error.message
+    assert done.error.hint == ("the call's own timeout_seconds (1 s, in the call frame) cut the run before the "
+                               "argument's 600 s: send the call with a larger timeout_seconds (at most 1800) or "
+                               "none, or run less per call"), done.error.hint
 
 
 def _ppid(pid: str) -> int | None:

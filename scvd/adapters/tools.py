@@ -205,7 +205,7 @@ class AgentTool(Tool):
             # the CLIs create 0755 folders; a home grows with sessions, so walk it off the loop
             await asyncio.to_thread(repair_home, self.paths, self.adapter.name)
         result.output = redact_text(result.output, hidden)
-        return self._result(result, cwd, plan.timeout, ctx, plan.data["argv"][0])
+        return self._result(result, cwd, args, plan, ctx)
 
     def _pass_env(self, ctx: CallContext) -> list[str]:
         """The adapter's pass_env (of the configuration the session opened with) less every live
@@ -213,14 +213,16 @@ class AgentTool(Tool):
         withheld = secret_names.withheld(ctx)
         return [name for name in self.adapter.pass_env if name not in withheld]
 
-    def _result(self, result: Any, cwd: Path, timeout: float, ctx: CallContext, executable: str) -> dict[str, Any]:
+    def _result(self, result: Any, cwd: Path, args: Any, plan: Plan, ctx: CallContext) -> dict[str, Any]:
+        executable = plan.data["argv"][0]
         failed = result.timed_out or result.exit_code != 0
         hint = failure_hint(self.adapter, result.output, failed)
         if failed and not hint and (program := missing_interpreter(executable, os.environ)):
             hint = missing_program_hint(self.adapter, program)  # bwrap's execvp failed as if the CLI were missing
         if result.timed_out:  # like bash: a deadline is a `timeout` error carrying the output's end
             ceiling = float(ctx.config.tools.max_timeout_seconds)
-            raise timeout_error(self.name, result, timeout, ceiling, hint=hint)
+            raise timeout_error(self.name, result, plan.timeout, ceiling, asked=args.timeout_seconds,
+                                frame=ctx.timeout, hint=hint)
         out: dict[str, Any] = {"agent": self.adapter.name, "cwd": str(cwd), **result_dict(result)}
         out["duration_s"] = round(result.duration_s, 3)
         if hint:

@@ -132,7 +132,8 @@ class Bash(Tool):
         except OSError as exc:  # nothing started: a missing shell, bwrap or workspace
             raise workspace_error("bash", exc, ctx.workspace) or Failed(f"bash: cannot start {argv[0]} in {ctx.workspace}: {exc.strerror or exc}") from exc
         if result.timed_out:
-            raise timeout_error("bash", result, plan.timeout, float(tools.max_timeout_seconds))
+            raise timeout_error("bash", result, plan.timeout, float(tools.max_timeout_seconds),
+                                asked=args.timeout_seconds, frame=ctx.timeout)
         return result_dict(result)
 
 

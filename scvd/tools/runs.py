@@ -38,15 +38,30 @@ def result_dict(r: RunResult) -> dict[str, Any]:
     }
 
 
-def timeout_error(tool: str, r: RunResult, timeout: float, ceiling: float, *, hint: str | None = None) -> Timeout:
+def timeout_error(tool: str, r: RunResult, timeout: float, ceiling: float, *, asked: float | None = None,
+                  frame: float | None = None, hint: str | None = None) -> Timeout:
     """The deadline passed: say what happened and how to allow more time; carry the output as a result
     would (head and tail within tools.output_limit_bytes): a hung test run's first failures, an agent's
-    report so far (only the last 4 KiB came, which often held neither)."""
+    report so far (only the last 4 KiB came, which often held neither). `asked`: the tool's timeout_seconds
+    argument; `frame`: the call frame's timeout_seconds, which cuts a larger argument (own_deadline)."""
     message = (f"{tool}: the command ran past its timeout of {timeout:g} s and its process group was killed "
                f"(SIGKILL); {output_so_far(r)}")
-    more_time = (f"pass a larger timeout_seconds (at most {ceiling:g}) or run less per call" if timeout < ceiling
-                 else f"run less per call: {ceiling:g} s is the ceiling (tools.max_timeout_seconds in config.toml)")
-    return Timeout(message, hint=hint or more_time)
+    return Timeout(message, hint=hint or more_time(timeout, ceiling, asked, frame))
+
+
+def more_time(timeout: float, ceiling: float, asked: float | None, frame: float | None) -> str:
+    """How to allow a run more time, naming the limit that cut it: the argument and the call frame are both
+    `timeout_seconds`, and a larger argument changes nothing while the frame's is the smaller."""
+    if timeout >= ceiling:
+        return f"run less per call: {ceiling:g} s is the ceiling (tools.max_timeout_seconds in config.toml)"
+    if frame is None or asked is None or frame > asked:
+        return f"pass a larger timeout_seconds (at most {ceiling:g}) or run less per call"
+    if frame < asked:
+        return (f"the call's own timeout_seconds ({frame:g} s, in the call frame) cut the run before the "
+                f"argument's {asked:g} s: send the call with a larger timeout_seconds (at most {ceiling:g}) or "
+                "none, or run less per call")
+    return (f"the call frame's timeout_seconds and the argument are both {frame:g} s: raise both (at most "
+            f"{ceiling:g}), or run less per call")
 
 
 def workspace_error(tool: str, exc: OSError, workspace: Path) -> Failed | None:

@@ -408,6 +408,24 @@ def test_a_timeout_in_fractions_of_a_second_is_taken_as_bash_takes_it(agent_daem
     assert done.ok and done.result["exit_code"] == 0, done
 
 
+def test_an_agent_cut_by_the_call_frames_timeout_says_that_one_gives_it_more_time(make_daemon, tmp_path: Path,
+                                                                                  workspace: Path) -> None:
+    """As bash's: its hint said to pass a larger timeout_seconds, which the argument (600) already was."""
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    d = make_daemon(FAKE_AGENT_CONFIG, env={"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
+                                            "FAKE_AGENT_LOG": str(tmp_path / "agent-log"), "FAKE_AGENT_MODE": "sleep"})
+    with d.client(name="bridge") as agent, d.client(name="person") as person:
+        call_id = agent.start_call(agent.open_session(workspace), "agent_pi", {"prompt": "go", "timeout_seconds": 600},
+                                   timeout_seconds=1)
+        (pending,) = wait_pending(person)
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = agent.wait_call(call_id)
+    assert done.error.kind == "timeout" and "agent_pi: the command ran past its timeout of 1 s" in done.error.message
+    assert done.error.hint == ("the call's own timeout_seconds (1 s, in the call frame) cut the run before the "
+                               "argument's 600 s: send the call with a larger timeout_seconds (at most 1800) or "
+                               "none, or run less per call"), done.error.hint
+
+
 @pytest.mark.parametrize("cwd", [None, "sub"])
 def test_an_agent_whose_workspace_a_link_replaced_while_it_waited_does_not_run_there(
         agent_daemon: DaemonProc, workspace: Path, tmp_path: Path, cwd: str | None) -> None:
