@@ -336,7 +336,7 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
         report.planned = [" ".join(["systemctl", "--user", *s]) for s in steps]
         return report
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        paths_mod.make_dirs(directory)  # 0700, as ~/.config when it is missing
         for name, text in units.items():
             _write_atomic(directory / name, text)
             report.wrote.append(str(directory / name))

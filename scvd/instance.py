@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import errors
-from .paths import Paths, ensure_private_dir, unopenable, why_not
+from .paths import Paths, ensure_private_dir, make_dirs, unopenable, why_not
 
 log = logging.getLogger("scvd.server")
 
@@ -105,7 +105,7 @@ def bind_socket(paths: Paths) -> socket.socket:
         ensure_private_dir(path.parent)
     elif not path.parent.is_dir():
         try:
-            path.parent.mkdir(mode=0o700, parents=True)
+            make_dirs(path.parent)
         except OSError as exc:
             raise errors.StartupError(f"cannot create {path.parent}, the directory of the socket {path}: "
                                       f"{why_not(path.parent, exc)}; set SCV_SOCKET to another path") from exc

@@ -8,6 +8,7 @@ Every directory comes from the environment `resolve()` is given.
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import stat
@@ -249,9 +250,20 @@ def read_regular_file(path: Path, limit: int = -1) -> bytes:
         os.close(fd)
 
 
+def make_dirs(path: Path) -> None:
+    """Create `path` and each missing parent 0700, as the XDG base directory spec asks of a missing
+    one; one there already is left as it is. The one way scvd and scvctl create a directory chain:
+    mkdir(parents=True) gives the parents the umask's mode, and under umask 000 a fresh ~/.local was
+    0777, where any user could plant ~/.local/bin/*."""
+    missing = itertools.takewhile(lambda d: not os.path.lexists(d), path.parents)
+    for d in reversed(list(missing)):  # a file on the way fails below it, as mkdir says (Not a directory)
+        d.mkdir(mode=DIR_MODE, exist_ok=True)  # exist_ok: another process may make it meanwhile
+    path.mkdir(mode=DIR_MODE, exist_ok=True)
+
+
 def ensure_private_dir(path: Path) -> str | None:
     """Create `path` (and parents) 0700, or tighten it; return a repair note or None."""
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    make_dirs(path)
     st = path.stat()
     if stat.S_IMODE(st.st_mode) & 0o077:
         old = stat.S_IMODE(st.st_mode)

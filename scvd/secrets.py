@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 from . import errors
 from .durable import sync_directory
+from .paths import make_dirs
 from .redact import hide_in_logs
 from .secrets_file import KEY_RE, edit_file, key_problem, parse_file, render_file
 
@@ -569,7 +570,7 @@ class SecretStore:
     def _locked(self) -> Iterator[None]:
         """One writer at a time (scvctl and the daemon): an flock on the directory."""
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_dirs(self.path.parent)
             fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:  # a file in the directory's place, a read-only file system
             raise errors.ConfigError(f"{self.path}: cannot write ({exc.strerror} on {self.path.parent}); nothing "

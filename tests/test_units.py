@@ -213,6 +213,17 @@ def test_dry_run_writes_nothing_and_shows_everything(user_env):
     assert "would run: systemctl --user enable --now scvd.socket" in done.stdout
 
 
+def test_install_under_umask_000_makes_the_missing_unit_dirs_0700(user_env, stub_systemctl):
+    """Under umask 000 install made ~/.config, ~/.config/systemd and its user/ 0777: any local user could
+    put a unit there, which the user manager runs as this user."""
+    done = subprocess.run([sys.executable, "-m", "scvctl.service", "install"], env=user_env, umask=0,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    config = Path(user_env["XDG_CONFIG_HOME"])
+    made = [config, config / "systemd", config / "systemd" / "user"]
+    assert {str(d): oct(d.stat().st_mode & 0o777) for d in made} == {str(d): "0o700" for d in made}
+
+
 def test_install_runs_systemctl_in_order(user_env, stub_systemctl):
     done = run_service(user_env, "install")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -774,3 +774,15 @@ def test_errors_without_the_daemon_read_as_with_it(tmp_path: Path) -> None:
     (home / "config.toml").write_text('[approvals]\npolicy = "sometimes"\n')
     out = scvctl_alone(env, "agents", "status")
     assert out.returncode == 1 and out.stderr.startswith("config: ") and "approvals.policy" in out.stderr
+
+
+def test_scvctl_alone_under_umask_000_makes_the_missing_parents_of_scv_home_0700(tmp_path: Path) -> None:
+    """`scvctl agents status` with no daemon made each missing folder above SCV_HOME with the umask's mode:
+    under umask 000 SCV_HOME=.../a/b/home left a and a/b 0777, where another user could swap the home."""
+    env = daemonless_env(tmp_path / "scv", tmp_path)
+    home = tmp_path / "a" / "b" / "home"
+    out = subprocess.run([sys.executable, "-m", "scvctl", "agents", "status"], env={**env, "SCV_HOME": str(home)},
+                         umask=0, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    made = [tmp_path / "a", tmp_path / "a" / "b", home, home / "adapters", home / "adapters" / "codex"]
+    assert {str(d): oct(stat.S_IMODE(d.stat().st_mode)) for d in made} == {str(d): "0o700" for d in made}

@@ -72,6 +72,30 @@ def test_socket_lock_and_dirs_are_private(daemon):
     assert mode(lock) == 0o600 and lock.read_text().strip() == str(daemon.proc.pid)
 
 
+def test_a_first_start_under_umask_000_makes_the_users_missing_directories_0700(tmp_path):
+    """Under umask 000 a first start left ~/.config, ~/.local, ~/.local/share and ~/.local/state 0777
+    (mkdir(parents=True) gives parents the umask's mode): any local user could plant ~/.local/bin/*
+    or ~/.config/autostart/*. A directory scvd makes is 0700; one there already keeps its mode."""
+    user_home, runtime = tmp_path / "fresh", tmp_path / "runtime"
+    user_home.mkdir(mode=0o755)  # the user's own: never scvd's to change
+    runtime.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SCV", "XDG_", "NOTIFY_", "LISTEN_"))}
+    env.update(HOME=str(user_home), XDG_RUNTIME_DIR=str(runtime), PYTHONPATH=str(ROOT),
+               SCVD_SERVER__EVENT_LOOP=conftest.DAEMON_LOOP)
+    proc = subprocess.Popen([sys.executable, "-m", "scvd", "run"], env=env, umask=0, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=conftest.dying_with_pytest())
+    try:
+        conftest.wait_for_socket(runtime / "scv" / "scvd.sock", proc=proc)
+        made = [".config", ".config/scv", ".local", ".local/share", ".local/share/scv", ".local/state",
+                ".local/state/scv"]
+        assert {d: oct(mode(user_home / d)) for d in made} == {d: "0o700" for d in made}
+        assert mode(user_home) == 0o755
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=15)
+
+
 def test_second_daemon_on_the_same_home_refuses(daemon, make_daemon):
     second = make_daemon(home=daemon.home, wait=False)
     assert second.proc.wait(15) == 3
