@@ -18,6 +18,10 @@ from .env import home_layout
 
 log = logging.getLogger("scvd.adapters")
 
+# the homes an import writes into (`scvctl agents import`): only theirs settle one, under its lock, so
+# an import that waits for codex's home holds up no other agent
+IMPORTED_HOMES = frozenset({"codex"})
+
 
 def home_dir(paths: Any, name: str) -> Path:
     """Where agent `name` keeps its sign-in and state."""
@@ -41,15 +45,14 @@ def ensure_home(paths: Any, name: str, *, settle: bool = True, refuse_unsure: bo
             f"cannot make the {name} home {home} private ({where}: {exc.strerror or exc}); "
             "give that path back to your user (chown) or move it away, then retry"
         ) from exc
-    if settle:
+    if settle and name in IMPORTED_HOMES:
         _settle_import(home, refuse_unsure)
     return home
 
 
 def _settle_import(home: Path, refuse_unsure: bool) -> None:
     """An import killed midway left one file of its own beside one from before (a new provider's
-    config beside the old one's key): put the old ones back before anything reads the home. Only
-    codex has an import; no other home holds its files' kept copies."""
+    config beside the old one's key): put the old ones back before anything reads the home."""
     from .codex_home import IMPORTED  # here: the idle daemon does not load the import's modules
     from .import_files import settle_interrupted
 
@@ -62,7 +65,7 @@ def _settle_import(home: Path, refuse_unsure: bool) -> None:
 def forget_leftovers(paths: Any, name: str) -> list[str]:
     """A logout: remove the copies of a home's files (a key among them) that an import killed midway by an
     older scvd left (the home stays refused until an import settles it); the names removed, logged."""
-    if name != "codex":  # the one home with an import
+    if name not in IMPORTED_HOMES:
         return []
     from .codex_home import IMPORTED
     from .import_files import forget_leftovers as forget

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -786,3 +787,48 @@ def test_scvctl_alone_under_umask_000_makes_the_missing_parents_of_scv_home_0700
     assert out.returncode == 0, out.stderr
     made = [tmp_path / "a", tmp_path / "a" / "b", home, home / "adapters", home / "adapters" / "codex"]
     assert {str(d): oct(stat.S_IMODE(d.stat().st_mode)) for d in made} == {str(d): "0o700" for d in made}
+
+
+def test_an_import_waiting_for_the_codex_home_holds_neither_claude_nor_pi(tmp_path: Path) -> None:
+    """Every home settled codex's imports under their intent lock, a flock on the shared adapters/ folder
+    that a waiting import holds: a stopped `scvctl agents import codex` failed claude's sign-in and
+    runs after 10 s with `... has held scvd's codex home .../adapters/claude`. Only codex has imports."""
+    home = tmp_path / "scv"
+    env = daemonless_env(home, tmp_path)
+    codex_home = home / "adapters" / "codex"
+    codex_home.mkdir(mode=0o700, parents=True)
+    src = tmp_path / "user-codex"
+    src.mkdir()
+    (src / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    under_way = os.open(codex_home, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(under_way, fcntl.LOCK_EX)  # an import under way
+    waiting = subprocess.Popen([sys.executable, "-m", "scvctl", "agents", "import", "codex", "--from", str(src)],
+                               env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        adapters = os.open(home / "adapters", os.O_RDONLY | os.O_DIRECTORY)
+        try:  # until the second import waits, holding the intent lock; stopped, it holds it for good
+            while not _held(adapters):
+                assert waiting.poll() is None, "the waiting import ended"
+                time.sleep(0.05)
+        finally:
+            os.close(adapters)
+        waiting.send_signal(signal.SIGSTOP)
+        for agent in ("claude", "pi"):
+            out = scvctl_alone(env, "agents", "status", agent)
+            assert "held" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+            assert read_log(tmp_path / "agent-log")[2] == str(home / "adapters" / agent)  # it ran, in its home
+    finally:
+        waiting.kill()
+        waiting.wait()
+        os.close(under_way)
+
+
+def _held(directory_fd: int) -> bool:
+    """Whether another process holds an exclusive flock on the directory open as `directory_fd`."""
+    try:
+        fcntl.flock(directory_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(directory_fd, fcntl.LOCK_UN)
+    return False
