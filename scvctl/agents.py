@@ -99,7 +99,14 @@ class Here:
 
     def spec(self, agent: str, action: str, extra: list[str]) -> p.AgentsLaunch:
         return service.answer_spec(agent, action, list(extra), config=self.config, paths=self.paths,
-                                   env=os.environ)
+                                   env=os.environ, withheld=self._withheld())
+
+    def _withheld(self) -> frozenset[str]:
+        """What the daemon would withhold, by this configuration and its tools (a script tool's secrets)."""
+        from scvd import secret_names, tools  # here: only a sign-in without the daemon loads the tools
+
+        registry = tools.build_registry(self.config, self.paths, log_skipped=False)
+        return secret_names.named(self.config, registry)
 
     def import_setup(self, agent: str, source: str) -> p.AgentsImported:
         return service.answer_import(agent, source, paths=self.paths, env=os.environ)

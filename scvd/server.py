@@ -871,10 +871,14 @@ class Daemon:
     async def on_agents_spec(self, conn: Connection, frame: p.AgentsSpec) -> p.Frame:
         from .adapters import service
 
+        # not refused to a process scvd started (a chat's bash may check a sign-in): its env is what bash
+        # inherits anyway, less what secret_names() withholds from every child; a sandboxed child cannot
+        # reach the socket, and an unsandboxed one can read scvd's environ itself (docs/security.md)
+        withheld = self.secret_names()  # here: it reads the sessions, which the loop changes
         # it creates and repairs the agent's home: a tree walk, kept off the loop
         return await asyncio.to_thread(
             service.answer_spec, frame.agent, frame.action, list(frame.extra_args),
-            config=self.config, paths=self.paths, env=os.environ, id=frame.id)
+            config=self.config, paths=self.paths, env=os.environ, withheld=withheld, id=frame.id)
 
     async def on_agents_import(self, conn: Connection, frame: p.AgentsImport) -> p.Frame:
         from .adapters import service

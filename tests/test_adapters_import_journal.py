@@ -222,11 +222,11 @@ def test_a_home_left_unsure_still_lets_its_sign_in_be_removed(harness: Harness, 
     openai = setup_dir(tmp_path, "openai", 'model = "gpt-5"\n', OLD_KEY)
     home = left_the_old_way(harness.paths, openai, "older-scvd")
     env = {"PATH": os.environ["PATH"]}
-    launch = service.launch_spec("codex", "logout", [], config=Config(), paths=harness.paths, env=env)
+    launch = service.launch_spec("codex", "logout", [], config=Config(), paths=harness.paths, env=env, withheld=())
     assert launch.argv[1:] == ["logout"] and launch.env["CODEX_HOME"] == str(home)
     for action in ("login", "status"):
         with pytest.raises(Failed, match=REFUSED):
-            service.launch_spec("codex", action, [], config=Config(), paths=harness.paths, env=env)
+            service.launch_spec("codex", action, [], config=Config(), paths=harness.paths, env=env, withheld=())
 
 
 def test_an_import_settling_an_unsure_home_killed_at_any_step_leaves_it_refused_or_whole(paths, tmp_path) -> None:

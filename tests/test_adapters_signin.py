@@ -32,7 +32,7 @@ def env_with(fake_bin: Path, **extra: str) -> dict[str, str]:
 ])
 def test_launch_spec_runs_the_agents_own_command(paths, fake_bin, agent, action, args) -> None:
     env = env_with(fake_bin, OPENAI_API_KEY="sk-planted", CLAUDE_CODE_OAUTH_TOKEN="planted")
-    launch = service.launch_spec(agent, action, [], config=Config(), paths=paths, env=env)
+    launch = service.launch_spec(agent, action, [], config=Config(), paths=paths, env=env, withheld=())
     home = paths.adapters_dir / agent
     assert launch.argv == [str(fake_bin / agent), *args]
     assert launch.cwd == str(home)
@@ -45,7 +45,7 @@ def test_launch_spec_runs_the_agents_own_command(paths, fake_bin, agent, action,
 
 def test_extra_args_pass_through(paths, fake_bin) -> None:
     launch = service.launch_spec("codex", "login", ["--device-auth"], config=Config(), paths=paths,
-                                 env=env_with(fake_bin))
+                                 env=env_with(fake_bin), withheld=())
     assert launch.argv[1:] == ["login", "--device-auth"]
     assert launch.env["CODEX_HOME"] == str(paths.adapters_dir / "codex")
 
@@ -56,21 +56,21 @@ def test_same_env_as_the_tool(paths, fake_bin) -> None:
     from scvd.adapters.homes import home_dir
 
     env = env_with(fake_bin, ANTHROPIC_API_KEY="x")
-    launch = service.launch_spec("claude", "status", [], config=Config(), paths=paths, env=env)
+    launch = service.launch_spec("claude", "status", [], config=Config(), paths=paths, env=env, withheld=())
     assert launch.env == build_env(env, spec.CLAUDE, home_dir(paths, "claude"))
 
 
 def test_unknown_agent_or_action(paths, fake_bin) -> None:
     with pytest.raises(InvalidRequest, match="known agents: claude, codex, pi"):
-        service.launch_spec("gemini", "login", [], config=Config(), paths=paths, env=env_with(fake_bin))
+        service.launch_spec("gemini", "login", [], config=Config(), paths=paths, env=env_with(fake_bin), withheld=())
     with pytest.raises(InvalidRequest, match="no action"):
-        service.launch_spec("claude", "reset", [], config=Config(), paths=paths, env=env_with(fake_bin))
+        service.launch_spec("claude", "reset", [], config=Config(), paths=paths, env=env_with(fake_bin), withheld=())
 
 
 def test_missing_cli_is_unavailable(paths, tmp_path) -> None:
     with pytest.raises(Unavailable, match="npm install -g @openai/codex"):
         service.launch_spec("codex", "login", [], config=Config(), paths=paths,
-                            env={"PATH": str(tmp_path)})
+                            env={"PATH": str(tmp_path)}, withheld=())
 
 
 @pytest.mark.parametrize("agent,code,output,verdict", [

@@ -10,7 +10,7 @@ the parent's keys or sign-ins, not cloud or git tokens, not the ssh agent.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Collection, Iterable, Mapping
 
 from .. import passenv
 from .spec import ADAPTERS, Adapter
@@ -34,6 +34,12 @@ PRIVATE_HOME_NAMES = frozenset(home_layout(Path("/"))) | {k for a in ADAPTERS.va
 # `pass_env` may not name it either: the agent would use your own ~/.claude or ~/.pi/agent and rotate
 # the tokens your own login holds (seed 000: agent_claude does not read ~/.claude)
 OTHER_HOME_NAMES = frozenset({"CLAUDE_CONFIG_DIR", "PI_CODING_AGENT_DIR"})
+
+
+def passed_names(adapter: Adapter, withheld: Collection[str]) -> list[str]:
+    """The adapter's pass_env less `withheld`, what scvd gives none of its children (scvd/secret_names.py):
+    the one rule for a run's environment and a sign-in command's."""
+    return [name for name in adapter.pass_env if name not in withheld]
 
 
 def build_env(base: Mapping[str, str], adapter: Adapter, home: Path,

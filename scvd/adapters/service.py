@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from ..errors import InvalidRequest, Unavailable
 from ..protocol import AgentsImported, AgentsLaunch, Id, LaunchSpec
@@ -21,19 +21,22 @@ IMPORTERS = {"codex": import_codex}
 
 
 def launch_spec(
-    agent: str, action: str, extra_args: list[str], *, config: Any, paths: Any, env: Mapping[str, str]
+    agent: str, action: str, extra_args: list[str], *, config: Any, paths: Any, env: Mapping[str, str],
+    withheld: Collection[str],
 ) -> LaunchSpec:
-    """How to run `agent`'s own login / status / logout exactly as the agent_* tool would."""
-    return signin.launch_spec(agent, action, list(extra_args), config=config, paths=paths, env=env)
+    """How to run `agent`'s own login / status / logout exactly as the agent_* tool would; `withheld`:
+    the names of `env` that hold a secret (secret_names.py), which neither gets."""
+    return signin.launch_spec(agent, action, list(extra_args), config=config, paths=paths, env=env,
+                              withheld=withheld)
 
 
 def answer_spec(
     agent: str, action: str, extra_args: list[str], *, config: Any, paths: Any, env: Mapping[str, str],
-    id: Id | None = None,
+    withheld: Collection[str], id: Id | None = None,
 ) -> AgentsLaunch:
     """The `agents.launch` answer: a spec, or why this agent has no such command. Blocking."""
     try:
-        spec = launch_spec(agent, action, extra_args, config=config, paths=paths, env=env)
+        spec = launch_spec(agent, action, extra_args, config=config, paths=paths, env=env, withheld=withheld)
     except Unavailable as exc:
         return AgentsLaunch(id=id, agent=agent, action=action, unsupported=exc.message)
     return AgentsLaunch(id=id, agent=agent, action=action, spec=spec)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from ..errors import InvalidRequest, Unavailable
 from ..protocol import LaunchSpec
 from . import spec as specs
-from .env import build_env
+from .env import build_env, passed_names
 from .homes import ensure_home, forget_leftovers
 from .locate import resolve_executable
 
@@ -106,9 +106,11 @@ def adapter_or_error(agent: str) -> specs.Adapter:
 
 
 def launch_spec(
-    agent: str, action: str, extra_args: list[str], *, config: Any, paths: Any, env: Mapping[str, str]
+    agent: str, action: str, extra_args: list[str], *, config: Any, paths: Any, env: Mapping[str, str],
+    withheld: Collection[str],
 ) -> LaunchSpec:
-    """argv, env and cwd to run `agent`'s own `action` command in its private home."""
+    """argv, env and cwd to run `agent`'s own `action` command in its private home; `withheld`: the
+    names of `env` an agent's run is not given (secret_names.py), so its sign-in is not given them either."""
     adapter = specs.configured(adapter_or_error(agent), config)
     if action not in specs.ACTIONS:
         raise InvalidRequest(f"no action {action!r}; use one of {', '.join(specs.ACTIONS)}")
@@ -126,7 +128,7 @@ def launch_spec(
         note = f"{note}\n{said}" if note else said
     return LaunchSpec(
         argv=[executable, *command.args, *extra_args],
-        env=build_env(env, adapter, home),
+        env=build_env(env, adapter, home, passed_names(adapter, withheld)),
         cwd=str(home),
         note=note,
     )

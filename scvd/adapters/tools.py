@@ -25,7 +25,7 @@ from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check
 from ..tools.runs import hidden_values, redact_text, result_dict, timeout_error
 from . import spec as specs
 from .argv import EFFORTS, MODEL_PATTERN, bounded, build_argv, check_model, check_start, prompt_pattern
-from .env import build_env
+from .env import build_env, passed_names
 from .homes import ensure_home, home_dir, repair_home
 from .locate import missing_interpreter, open_cwd, resolve_cwd, resolve_executable
 from .signin import failure_hint, missing_program_hint
@@ -210,8 +210,7 @@ class AgentTool(Tool):
     def _pass_env(self, ctx: CallContext) -> list[str]:
         """The adapter's pass_env (of the configuration the session opened with) less every live
         configuration's secret names: one a reload made a provider's key stays behind."""
-        withheld = secret_names.withheld(ctx)
-        return [name for name in self.adapter.pass_env if name not in withheld]
+        return passed_names(self.adapter, secret_names.withheld(ctx))
 
     def _result(self, result: Any, cwd: Path, args: Any, plan: Plan, ctx: CallContext) -> dict[str, Any]:
         executable = plan.data["argv"][0]

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from adapters_support import make_fake_bin, read_log
-from conftest import DaemonProc, reloaded, wait_pending
+from conftest import DaemonProc, base_env, reloaded, wait_pending
 from scvd import protocol as p
 
 CREDENTIALS = {
@@ -304,3 +306,55 @@ def test_a_session_opened_before_a_reload_passes_no_name_the_reload_made_a_provi
         "script_keyed: its secret SHARED_KEY is a chat provider's API key (providers.q.api_key_secret); scvd "
         "sends a provider's key to that provider only: store what the tool needs under another name "
         "(scvctl secrets set NAME) and declare that in its tool.json")
+
+
+SIGN_IN_CONFIG = ('[adapters.codex]\npass_env = ["FAKE_AGENT_LOG", "GH_TOKEN", "AWS_PROFILE", "API_TOKEN"]\n'
+                  '[mcp.servers.gh]\ncommand = "/bin/true"\nenabled = false\n'
+                  'env = {GITHUB_TOKEN = {secret = "GH_TOKEN"}}\n')
+
+
+def test_a_sign_in_gets_no_name_the_agents_run_is_not_given(make_daemon, scv_home: Path, tmp_path: Path,
+                                                           workspace: Path) -> None:
+    """GH_TOKEN in codex's pass_env and an MCP server's secret: agent_codex's run went without it, but
+    `agents.spec` put its value in the spec's env for any local client (an approved bash that had it
+    removed printed it so), and `scvctl agents login codex` ran codex with it. One rule for both now."""
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    log = tmp_path / "agent-log"
+    make_tool(scv_home, "envdump", secrets=["API_TOKEN"])
+    d = make_daemon(SIGN_IN_CONFIG, home=scv_home, env={
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "FAKE_AGENT_LOG": str(log), **CREDENTIALS,
+        **PASSED, "API_TOKEN": "tok-declared-secret", "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    with d.client(name="bridge") as c, d.client(name="person") as person:
+        spec = c.request(p.AgentsSpec, agent="codex", action="status", extra_args=[]).spec
+        call_id = c.start_call(c.open_session(workspace), "agent_codex", {"prompt": "go"})
+        approve(person, call_id)
+        assert c.wait_call(call_id).ok
+    _, run_env, _ = read_log(log)
+    login = subprocess.run([sys.executable, "-m", "scvctl", "agents", "login", "codex"], env=d.env,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    assert login.returncode == 0, login.stderr
+    _, sign_in_env, _ = read_log(log)
+    for env in (spec.env, sign_in_env, run_env):
+        assert_clean(env)
+        assert "API_TOKEN" not in env and not [v for v in env.values() if "tok-declared" in v]
+        assert env["AWS_PROFILE"] == PASSED["AWS_PROFILE"]  # what pass_env passes still goes
+    assert spec.env == {k: v for k, v in sign_in_env.items() if k in spec.env}
+
+
+def test_a_sign_in_without_the_daemon_gets_no_name_the_agents_run_is_not_given(scv_home: Path,
+                                                                               tmp_path: Path) -> None:
+    """With no daemon scvctl builds the spec itself, from this shell's environment: the same names stay
+    behind, a script tool's declared secret among them."""
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    log = tmp_path / "agent-log"
+    make_tool(scv_home, "envdump", secrets=["API_TOKEN"])
+    (scv_home / "config.toml").write_text(SIGN_IN_CONFIG)
+    env = base_env(scv_home, PATH=f"{fake_bin}{os.pathsep}{os.environ['PATH']}", FAKE_AGENT_LOG=str(log),
+                   **CREDENTIALS, **PASSED, API_TOKEN="tok-declared-secret",
+                   PYTHON_KEYRING_BACKEND="keyring.backends.null.Keyring")
+    login = subprocess.run([sys.executable, "-m", "scvctl", "agents", "login", "codex"], env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    assert login.returncode == 0 and "scvd is not running" in login.stderr, login.stderr
+    _, sign_in_env, _ = read_log(log)
+    assert_clean(sign_in_env)
+    assert "API_TOKEN" not in sign_in_env and sign_in_env["AWS_PROFILE"] == PASSED["AWS_PROFILE"]
