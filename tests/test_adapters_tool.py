@@ -482,16 +482,19 @@ def test_oversized_prompt_refused(harness: Harness) -> None:
         harness.plan("claude", prompt="x" * (128 * 1024))
 
 
-@pytest.mark.bwrap
-def test_sandboxed_run_sees_its_home_but_not_the_instance(harness: Harness,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def use_bwrap(harness: Harness) -> None:
     from scvd.config import SandboxConfig
     from scvd.sandbox import Sandbox, probe
 
-    config = SandboxConfig(mode="bwrap")
-    result = probe(config, harness.paths, os.environ)
+    result = probe(SandboxConfig(mode="bwrap"), harness.paths, os.environ)
     assert result.ok, result.verdict
     harness.sandbox = Sandbox(result, harness.paths)
+
+
+@pytest.mark.bwrap
+def test_sandboxed_run_sees_its_home_but_not_the_instance(harness: Harness,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    use_bwrap(harness)
     harness.log = harness.workspace / ".agent-log"  # the one place besides its home it may write
     monkeypatch.setenv("FAKE_AGENT_LOG", str(harness.log))
     harness.paths.config_file.write_text("# instance config\n")
@@ -509,14 +512,21 @@ def test_sandboxed_run_sees_its_home_but_not_the_instance(harness: Harness,
 def test_a_sandboxed_cli_whose_absolute_node_is_gone_gets_the_hint_naming_it(harness: Harness,
                                                                             fake_bin: Path) -> None:
     """In the sandbox bwrap's execvp fails instead (`bwrap: execvp ...claude: No such file or directory`)."""
-    from scvd.config import SandboxConfig
-    from scvd.sandbox import Sandbox, probe
-
-    result = probe(SandboxConfig(mode="bwrap"), harness.paths, os.environ)
-    assert result.ok, result.verdict
-    harness.sandbox = Sandbox(result, harness.paths)
+    use_bwrap(harness)
     (fake_bin / "claude").unlink()
     (fake_bin / "claude").symlink_to(FAKE_AGENT.parent / "needs-a-moved-node")
     out = harness.call("claude", prompt="go")
     assert out["exit_code"] != 0 and "No such file or directory" in out["output"], out
     assert out["hint"] == MOVED_NODE_HINT
+
+
+@pytest.mark.bwrap
+def test_a_sandboxed_cli_that_is_an_executable_fifo_fails_without_waiting_on_it(harness: Harness,
+                                                                                 fake_bin: Path) -> None:
+    """bwrap's execvp failed, and the hint's look at the CLI's #! line waited for a writer on the FIFO."""
+    use_bwrap(harness)
+    (fake_bin / "claude").unlink()
+    os.mkfifo(fake_bin / "claude")
+    (fake_bin / "claude").chmod(0o755)
+    out = harness.call("claude", prompt="go")
+    assert out["exit_code"] != 0 and "Permission denied" in out["output"], out

@@ -7,11 +7,14 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import InvalidArguments, PathMissing, ToolError, Unavailable
+from ..errors import InvalidArguments, NotARegularFile, PathMissing, ToolError, Unavailable
+from ..paths import read_regular_file
 from ..tools import containment
 from ..tools.containment import show
 from .argv import check_text
 from .spec import Adapter
+
+FIRST_LINE_BYTES = 512  # of a script read for its #! line: the kernel reads fewer
 
 
 def resolve_executable(adapter: Adapter, env: Mapping[str, str]) -> str:
@@ -30,10 +33,9 @@ def missing_interpreter(executable: str, env: Mapping[str, str]) -> str | None:
     `#!/usr/bin/env PROGRAM` that `env`'s PATH lacks. What env or the exec says names neither."""
     import shutil
 
-    try:
-        with open(executable, "rb") as script:
-            first = script.readline(512)
-    except OSError:
+    try:  # never opened blocking: a FIFO in the CLI's place held the daemon's loop until a writer came
+        first = read_regular_file(Path(executable), FIRST_LINE_BYTES).partition(b"\n")[0]
+    except (OSError, NotARegularFile):
         return None
     if not first.startswith(b"#!"):
         return None

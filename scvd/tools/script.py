@@ -28,11 +28,14 @@ import json
 import logging
 import math
 import os
+from pathlib import Path
 from typing import Any, ClassVar
 
 from .. import passenv, secret_names
 from .. import validation_text as vt
-from ..errors import ConfigError, CredentialMissing, Failed, InvalidArguments, ScvError, Timeout, Unavailable
+from ..errors import (ConfigError, CredentialMissing, Failed, InvalidArguments, NotARegularFile, ScvError, Timeout,
+                      Unavailable)
+from ..paths import read_regular_file
 from ..process import run_process
 from ..redact import redact, redact_tree
 from ..secrets import SecretStore, off_loop, reads_refused
@@ -317,10 +320,9 @@ class ScriptTool(Tool):
 
 def _shebang_problem(executable: Any, enoexec: bool = False) -> str | None:
     """What in the first line of `executable` keeps it from starting, or None when it seems fine."""
-    try:
-        with open(executable, "rb") as f:
-            head = f.read(SHEBANG_BYTES)
-    except OSError:
+    try:  # never opened blocking: a FIFO put in its place would hold the daemon's loop
+        head = read_regular_file(Path(executable), SHEBANG_BYTES)[:SHEBANG_BYTES]
+    except (OSError, NotARegularFile):
         return None
     if not head.startswith(b"#!"):  # the kernel runs no script without one (a shell would, with sh)
         return "it is no binary and has no #! line naming what runs it; add one, e.g. #!/bin/sh" if enoexec else None

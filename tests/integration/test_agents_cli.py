@@ -427,6 +427,28 @@ def test_an_agent_cut_by_the_call_frames_timeout_says_that_one_gives_it_more_tim
                                "none, or run less per call"), done.error.hint
 
 
+def fifo_in_place_of(program: Path) -> None:
+    program.unlink()
+    os.mkfifo(program)
+    program.chmod(0o755)
+
+
+def test_an_executable_fifo_in_the_agents_place_fails_the_call_and_scvd_answers(agent_daemon: DaemonProc,
+                                                                                workspace: Path, tmp_path: Path) -> None:
+    """Its exec failed, and scvd opened it to read a #! line on its loop: the open waited for a writer,
+    so no client was answered again (under systemd the watchdog killed scvd)."""
+    pi = tmp_path / "bin" / "pi"
+    fifo_in_place_of(pi)
+    with agent_daemon.client(name="bridge") as agent, agent_daemon.client(name="person") as person:
+        call_id = agent.start_call(agent.open_session(workspace), "agent_pi", {"prompt": "x"})
+        (pending,) = wait_pending(person)
+        person.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve")
+        done = agent.wait_call(call_id)
+        person.request(p.Ping)
+    assert not done.ok and done.error.message == (f"agent_pi: cannot start {pi} in {workspace} ({pi}: Permission "
+                                                  "denied); nothing ran: fix that and retry the call"), done
+
+
 @pytest.mark.parametrize("cwd", [None, "sub"])
 def test_an_agent_whose_workspace_a_link_replaced_while_it_waited_does_not_run_there(
         agent_daemon: DaemonProc, workspace: Path, tmp_path: Path, cwd: str | None) -> None:
@@ -635,6 +657,18 @@ def test_a_cli_that_cannot_be_run_is_said_so_by_login_and_status(tmp_path: Path)
     row = scvctl_alone(env, "agents", "status", "claude", "--json")  # it exited 0: 1 as without --json
     assert (row.returncode, json.loads(row.stdout)) == (
         1, {"agent": "claude", "state": f"cannot run {claude}: Exec format error"})
+
+
+def test_an_executable_fifo_in_the_clis_place_is_said_so_by_login_and_status(tmp_path: Path) -> None:
+    """scvctl read the #! line of the CLI it could not run, and waited for good on the FIFO's open."""
+    env = daemonless_env(tmp_path / "scv", tmp_path)
+    pi = tmp_path / "bin" / "pi"
+    fifo_in_place_of(pi)
+    out = scvctl_alone(env, "agents", "login", "pi")
+    assert (out.returncode, out.stderr.splitlines()[-1]) == (
+        1, f"failed: cannot run {pi} (Permission denied); nothing ran: reinstall it "
+           "(npm install -g @mariozechner/pi-coding-agent) or fix the program it names in its first line")
+    assert f"pi      cannot run {pi}: Permission denied" in scvctl_alone(env, "agents", "status").stdout.splitlines()
 
 
 def test_a_cli_whose_node_is_missing_is_said_so_by_status_and_login(tmp_path: Path) -> None:
