@@ -329,8 +329,10 @@ def _read(path: Path, defaults_if_gone: bool, empty: str = "") -> dict[str, Any]
 def _parsed(path: Path, text: str) -> dict[str, Any]:
     import tomllib  # here: a start without a config file parses no TOML (~4 ms and 0.5 MiB, issue 9)
 
+    from . import toml_read
+
     try:
-        return tomllib.loads(text)
+        return toml_read.loads(text)
     except tomllib.TOMLDecodeError as exc:
         from . import config_hints  # only on a refusal
 

@@ -150,8 +150,10 @@ def _toml_value(text: str) -> Any:
     """`text` read as a TOML value, or None when it is not one (TOML has no null)."""
     import tomllib  # only for an override: a start without one parses no TOML
 
+    from . import toml_read
+
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        return toml_read.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return None
 

@@ -56,8 +56,10 @@ def parse_file(path: Path, text: str) -> tuple[dict[str, str], list[str]]:
     """(values, keyring names) from the file's text; a wrong shape names the key, never a value."""
     import tomllib  # at first use: a start that reads no secrets file parses no TOML
 
+    from . import toml_read
+
     try:
-        data = tomllib.loads(text)
+        data = toml_read.loads(text)
     except tomllib.TOMLDecodeError as exc:
         hint = _unquoted(text, str(exc))
         raise errors.ConfigError(f"{path}: not valid TOML ({exc}){hint}; fix or remove it") from None
@@ -95,7 +97,7 @@ def edit_file(path: Path, text: str, values: Mapping[str, str], keyring_names: l
 
 
 def _edited(text: str, values: Mapping[str, str], names: list[str]) -> str:
-    import tomllib
+    from . import toml_read
 
     lines = text.splitlines(keepends=True)
     lines[-1] = lines[-1].rstrip("\n") + "\n"
@@ -116,7 +118,7 @@ def _edited(text: str, values: Mapping[str, str], names: list[str]) -> str:
             i += 1
             continue
         end = _assignment_end(lines, i)
-        name, old = key.group(2), tomllib.loads("".join(lines[i:end])).get(key.group(2))
+        name, old = key.group(2), toml_read.loads("".join(lines[i:end])).get(key.group(2))
         if table is None:
             seen.add(name)
             want = values.get(name)
@@ -144,12 +146,14 @@ def _comment(assignment: list[str]) -> str:
     changes; found as the first `#` before which the line still reads as TOML."""
     import tomllib
 
+    from . import toml_read
+
     line = assignment[0].rstrip("\n")
     if len(assignment) > 1 or "#" not in line:
         return ""
     for at in (i for i, ch in enumerate(line) if ch == "#"):
         try:
-            tomllib.loads(line[:at])
+            toml_read.loads(line[:at])
         except tomllib.TOMLDecodeError:
             continue
         return "  " + line[at:].strip()
@@ -161,9 +165,11 @@ def _assignment_end(lines: list[str], start: int) -> int:
     string or array, found as the first span that reads as TOML."""
     import tomllib
 
+    from . import toml_read
+
     for end in range(start + 1, len(lines) + 1):
         try:
-            tomllib.loads("".join(lines[start:end]))
+            toml_read.loads("".join(lines[start:end]))
             return end
         except tomllib.TOMLDecodeError:
             continue

@@ -506,6 +506,24 @@ def test_invalid_toml_names_the_file_and_line(cfg_file):
         load(path, env={})
 
 
+DEEP = "a = " + "[" * 1000 + "]" * 1000 + "\n"  # 2 KB
+
+
+def test_a_config_nested_too_deeply_names_the_file_not_a_recursion_error(cfg_file):
+    """tomllib's RecursionError went uncaught: a traceback at start, `reload failed` with one at a reload."""
+    path = cfg_file(DEEP)
+    with pytest.raises(ConfigError) as info:
+        load(path, env={})
+    assert info.value.message == f"{path}: not valid TOML: arrays or inline tables nested too deeply to read"
+
+
+def test_an_override_nested_too_deeply_is_read_as_text(cfg_file):
+    """Read as a TOML value first, it raised RecursionError; as text, the key's type refuses it by name."""
+    with pytest.raises(ConfigError) as info:
+        load(cfg_file(""), env={"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS": DEEP[4:]})
+    assert info.value.message.endswith("]\\n', not a TOML value; give the seconds as a TOML number, with no unit")
+
+
 def test_bytes_that_are_not_utf8_name_the_file_and_the_line(cfg_file):
     path = cfg_file("")
     path.write_bytes(b"[tools]\n# caf\xe9, saved as Latin-1\ncommand_timeout_seconds = 60\n")

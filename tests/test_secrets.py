@@ -442,6 +442,17 @@ def test_scvctl_secrets_on_a_broken_secrets_toml_names_that_file_not_the_config(
                                                "(at end of document)); fix or remove it\n")
 
 
+def test_scvctl_secrets_on_a_secrets_toml_nested_too_deeply_names_that_file(xdg: Path):
+    """tomllib's RecursionError went uncaught: scvctl printed a traceback of ~200 KB."""
+    home = xdg / "home"
+    home.mkdir()
+    (home / "secrets.toml").write_text("x = " + "[" * 1000 + "]" * 1000 + "\n")
+    (home / "secrets.toml").chmod(0o600)
+    out = scvctl(home, xdg, "secrets", "list")
+    assert (out.returncode, out.stderr) == (1, f"scvctl: {home / 'secrets.toml'}: not valid TOML (arrays or inline "
+                                               "tables nested too deeply to read); fix or remove it\n")
+
+
 def test_scvctl_secrets_list_shows_keys_script_tools_declare_even_when_missing(xdg: Path):
     home = xdg / "home"
     folder = home / "tools" / "script" / "gh"
