@@ -137,6 +137,10 @@ def test_a_config_dir_tools_folder_linked_to_the_data_dirs_is_read_once(tmp_path
 @pytest.mark.parametrize("spec,raw,rule,text", [
     ({}, "{not json", "tool.json", "not valid JSON: JSON is malformed"),
     ({}, '{\n  "description": "x",\n}', "tool.json", "trailing comma in object (line 3, column 1)"),  # not (byte 27)
+    # a RecursionError: `scvd could not check it` and a traceback of ~200 KB in the log
+    ({}, '{"description": "x", "parameters": {"type": "object", "default": ' + "[" * 1200 + "]" * 1200 + "}}",
+     "tool.json",
+     "not valid JSON: arrays or objects nested too deeply to read; nest them less"),
     ({"descripton": "typo"}, None, "tool.json", "`descripton` is not a tool.json key; did you mean `description`? "
                                                 "(keys: description, parameters, risk,"),
     # seed 003's flags, tools.list's and config.toml's names: no typo of a key, so no key was suggested
@@ -190,7 +194,7 @@ def test_a_config_dir_tools_folder_linked_to_the_data_dirs_is_read_once(tmp_path
                          "Unicode property the regex package knows; name one it knows (`\\p{L}`,"),
     ({"parameters": {"type": "object", "patternProperties": {r"^\q{ab}$": {}}}}, None, "parameters",
      "the pattern '^\\\\q{ab}$' at patternProperties cannot be read: `\\q{...}` is ECMA's v flag's"),
-], ids=["json", "json-line-column", "unknown-field", "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
+], ids=["json", "json-line-column", "json-too-deep", "unknown-field", "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
         "config-toml-key", "risk", "not-object", "bad-schema", "timeout-0", "timeout-string", "timeout-negative",
         "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command",
         "command-with-arguments", "remote-ref", "broken-ref",

@@ -176,6 +176,9 @@ def _decode(path: Path) -> ToolJson:
         raise DefinitionError(path, "tool.json", _explain(exc)) from None
     except msgspec.DecodeError as exc:  # the error's source is the file: not said again
         raise DefinitionError(path, "tool.json", f"not valid JSON: {_at_line(str(exc), data)}") from None
+    except RecursionError:  # msgspec's, past Python's recursion limit: it went to the log as a traceback
+        raise DefinitionError(path, "tool.json", "not valid JSON: arrays or objects nested too deeply to read; "
+                                                 "nest them less") from None
 
 
 def _at_line(message: str, data: bytes) -> str:
