@@ -42,6 +42,7 @@
         ├── ConnectionClosed      client side: the daemon closed the connection
         ├── UsageError            client side: a command line that cannot work (scvctl exits 2)
         ├── NotARegularFile       a file scvd reads (config.toml, tool.json) is a FIFO, socket, ...
+        ├── UnreadableFile        a file scvd reads (its codex home's config.toml) is not UTF-8 or not valid TOML
         └── JsonRpcError          `scvctl mcp`'s server in scvd: a JSON-RPC error answered to the MCP host
 
 `error_code()` and `public_message()` turn any exception into the `error` frame a
@@ -354,6 +355,10 @@ class NotARegularFile(LocalError):
     def __init__(self, path: Path | str, kind: str) -> None:
         super().__init__(f"{path} is {kind}, not a regular file")
         self.kind = kind  # "a FIFO", "a directory", ...: for a message whose source names the path
+
+
+class UnreadableFile(LocalError):
+    """A file scvd reads is not in its format (not UTF-8, not valid TOML); the message names the file."""
 
 
 class JsonRpcError(LocalError):

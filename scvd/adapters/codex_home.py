@@ -16,7 +16,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotARegularFile
+from .. import toml_read
+from ..errors import NotARegularFile, UnreadableFile
 from ..paths import read_regular_file
 from .codex_provider import active_provider
 
@@ -53,8 +54,16 @@ def _endpoint(config: dict[str, Any]) -> str:
 
 
 def read_config(home: Path) -> dict[str, Any]:
-    """The config.toml in `home`; raises what reading or parsing raises (NotARegularFile for a FIFO)."""
-    return tomllib.loads(read_regular_file(home / CONFIG, MAX_FILE_BYTES).decode("utf-8"))
+    """The config.toml in `home`; raises what reading raises (NotARegularFile for a FIFO), and
+    UnreadableFile for text that is not UTF-8 or TOML, nested too deeply included."""
+    path = home / CONFIG
+    data = read_regular_file(path, MAX_FILE_BYTES)
+    try:
+        return toml_read.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UnreadableFile(f"{path} is not UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UnreadableFile(f"{path} is not valid TOML ({toml_read.described(exc)})") from None
 
 
 def read_auth(home: Path) -> dict[str, Any]:
@@ -72,7 +81,7 @@ def _current_endpoint(home: Path) -> str | None:
         return _endpoint(read_config(home))
     except FileNotFoundError:
         return _endpoint({})  # codex's default provider
-    except (OSError, ValueError, NotARegularFile):
+    except (OSError, NotARegularFile, UnreadableFile):
         return None
 
 
@@ -81,7 +90,7 @@ def provider_own_key(home: Path) -> str | None:
     sign-in (`codex login status` still says "Not logged in"); None otherwise."""
     try:
         config = read_config(home)
-    except (OSError, ValueError, NotARegularFile):
+    except (OSError, NotARegularFile, UnreadableFile):
         return None
     provider_id, provider = active_provider(config)
     env_key = provider.get("env_key")

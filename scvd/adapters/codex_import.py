@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import toml_read
 from ..errors import InternalError, InvalidRequest, NotARegularFile
 from ..paths import read_regular_file
 from .codex_home import AUTH, CONFIG, IMPORTED, MAX_FILE_BYTES, auth_verdict, settle_old_files
@@ -108,13 +109,12 @@ def _read(path: Path) -> bytes | None:
 
 def _parse_config(path: Path, raw: bytes) -> dict[str, Any]:
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        return toml_read.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise InvalidRequest(f"{path} is not UTF-8; nothing was written") from None
     except tomllib.TOMLDecodeError as exc:
-        # only the position: some decoder messages quote a character of the file
-        where = str(exc).rpartition("(at ")[2].rstrip(")") or "somewhere"
-        raise InvalidRequest(f"{path} is not valid TOML (at {where}); fix it, nothing was written") from None
+        raise InvalidRequest(f"{path} is not valid TOML ({toml_read.described(exc)}); fix it, nothing "
+                             "was written") from None
 
 
 def _parse_auth(path: Path, raw: bytes) -> dict[str, Any]:

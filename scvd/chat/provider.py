@@ -122,6 +122,7 @@ def _secret(secrets: Any, env: Mapping[str, str], key: str) -> str:
 
 
 _FIX_CONFIG = "fix it in your Codex config.toml, then run `scvctl agents import codex` again"
+_IMPORT_AGAIN = "run `scvctl agents import codex` again: it replaces scvd's copy of your Codex setup"
 
 
 def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings:
@@ -173,7 +174,10 @@ def _imported(home: Path, hint: str) -> tuple[dict[str, Any], dict[str, Any]]:
                 return read_config(home), read_auth(home)
             except FileNotFoundError as exc:
                 raise ProviderFailure("auth", f"no imported Codex setup ({exc.filename} is missing)", hint) from None
-            except (OSError, ValueError, errors.NotARegularFile) as exc:
+            except errors.UnreadableFile as exc:  # scvd's copy: a codex run may write it, its home is its own
+                raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc.message}",
+                                      _IMPORT_AGAIN) from None
+            except (OSError, errors.NotARegularFile) as exc:
                 raise ProviderFailure("provider_error", f"the imported Codex setup cannot be read: {exc}",
                                       hint) from None
     except (errors.InvalidRequest, errors.InternalError) as exc:  # held too long, left unsure, lock or settle failed

@@ -275,6 +275,47 @@ def test_import_errors_exit_1_with_what_to_do(agent_daemon: DaemonProc, tmp_path
 
 
 RELAY = 'model_provider = "relay"\n[model_providers.relay]\nexperimental_bearer_token = "bearer-1"\n'
+DEEP = "a = " + "[" * 1000 + "]" * 1000 + "\n"  # 2 KB: past tomllib's recursion
+
+
+def test_a_config_nested_too_deeply_is_invalid_toml_naming_it(agent_daemon: DaemonProc, tmp_path: Path) -> None:
+    """tomllib's RecursionError went uncaught: `internal: internal error in scvd` and a traceback of
+    ~200 KB in the log; without the daemon, scvctl's own traceback."""
+    src = tmp_path / "deep"
+    src.mkdir()
+    (src / "config.toml").write_text(DEEP)
+    said = (f"invalid_request: {src / 'config.toml'} is not valid TOML (arrays or inline tables nested too deeply "
+            "to read); fix it, nothing was written")
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src))
+    assert (out.returncode, out.stderr) == (1, said + "\n")
+    assert "Traceback" not in agent_daemon.log()
+    alone = scvctl_alone(daemonless_env(tmp_path / "scv", tmp_path), "agents", "import", "codex", "--from", str(src))
+    assert (alone.returncode, alone.stderr.splitlines()[-1]) == (1, said), alone.stderr
+
+
+def test_scvds_own_codex_config_nested_too_deeply_is_said_so_and_an_import_replaces_it(
+        agent_daemon: DaemonProc, tmp_path: Path, workspace: Path) -> None:
+    """An agent_codex run may write its home's config.toml. Nested too deeply, it made every later import
+    fail with `internal` (the old config is read for its endpoint), `agents status` end in a traceback
+    without the claude and pi lines, and a chat turn fail naming no file."""
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "config.toml").write_text(RELAY + 'base_url = "http://127.0.0.1:9/v1"\n')
+    assert scvctl(agent_daemon, "agents", "import", "codex", "--from", str(good)).returncode == 0
+    config = agent_daemon.home / "adapters" / "codex" / "config.toml"
+    config.write_text(DEEP)
+    status = scvctl(agent_daemon, "agents", "status")
+    assert status.returncode == 0 and [line.split()[0] for line in status.stdout.splitlines()] == \
+        ["claude", "codex", "pi"], status.stdout + status.stderr
+    turn = scvctl(agent_daemon, "exec", "--workspace", str(workspace), "hi")
+    assert turn.returncode == 1 and (
+        f"turn failed (provider_error): the imported Codex setup cannot be read: {config} is not valid TOML (arrays "
+        "or inline tables nested too deeply to read)") in turn.stderr, turn.stderr
+    assert "hint: run `scvctl agents import codex` again: it replaces scvd's copy of your Codex setup" in turn.stderr
+    again = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(good))
+    assert again.returncode == 0, again.stderr
+    assert config.read_text() == (good / "config.toml").read_text()
+    assert "Traceback" not in agent_daemon.log()
 
 
 def test_import_warns_of_a_header_no_request_can_carry_and_never_shows_it(agent_daemon: DaemonProc,
