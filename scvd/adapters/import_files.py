@@ -21,11 +21,12 @@ import contextlib
 import fcntl
 import logging
 import os
+import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..errors import InternalError, InvalidRequest
+from ..errors import Failed, InternalError, InvalidRequest
 from . import import_journal
 
 log = logging.getLogger("scvd.adapters")
@@ -60,6 +61,7 @@ def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
     are renamed into place; if one step fails the old files go back, and if the process is killed
     the next user of the home puts them back: config.toml and auth.json never come from two imports."""
     staged: dict[str, Path | None] = {}
+    _refuse_directories(directory, files)
     had = {name: os.path.lexists(directory / name) for name in files}
     import_journal.begin(directory, had)  # first: whatever a kill leaves from here is settled by the next user
     try:
@@ -93,6 +95,17 @@ def commit_files(directory: Path, files: dict[str, bytes | None]) -> None:
     except OSError as exc:  # the import stands; the home's next user removes them (the .done journal)
         log.warning("imported into %s, but its old files' copies are left (%s); the home's next user "
                     "removes them", directory, _why(exc))
+
+
+def _refuse_directories(directory: Path, names: Iterable[str]) -> None:
+    """A directory where a file goes (a codex run may make one: the home is its own) can be neither
+    kept under a hard link nor replaced: said naming it, before anything is written."""
+    for name in names:
+        path = directory / name
+        with contextlib.suppress(OSError):  # none there: nothing in the way
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                raise Failed(f"{path} is a directory, where the import writes its {name}: move it away "
+                             "(scvd never makes one there), then import again; nothing was written")
 
 
 def settle_failed(directory: Path, exc: OSError) -> InternalError:

@@ -318,6 +318,24 @@ def test_scvds_own_codex_config_nested_too_deeply_is_said_so_and_an_import_repla
     assert "Traceback" not in agent_daemon.log()
 
 
+def test_a_directory_in_the_place_of_an_imported_file_is_named(agent_daemon: DaemonProc, tmp_path: Path) -> None:
+    """It failed as `internal: cannot write scvd's codex home ... (Operation not permitted) ... free some space
+    or fix its permissions`: no path, and the wrong fix (the old file's hard link fails on a directory)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "config.toml").write_text(RELAY + 'base_url = "http://127.0.0.1:9/v1"\n')
+    assert scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src)).returncode == 0
+    config = agent_daemon.home / "adapters" / "codex" / "config.toml"
+    config.unlink()
+    config.mkdir()
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src))
+    assert (out.returncode, out.stderr) == (1, f"failed: {config} is a directory, where the import writes its "
+                                               "config.toml: move it away (scvd never makes one there), then import "
+                                               "again; nothing was written\n")
+    config.rmdir()
+    assert scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src)).returncode == 0
+
+
 def test_import_warns_of_a_header_no_request_can_carry_and_never_shows_it(agent_daemon: DaemonProc,
                                                                          tmp_path: Path) -> None:
     """Such a header failed the first chat turn, not the import. Codex itself leaves it out of its
