@@ -70,7 +70,7 @@ def read_auth(home: Path) -> dict[str, Any]:
     """The auth.json in `home` ({} when there is none or it cannot be read)."""
     try:
         auth = json.loads(read_regular_file(home / AUTH, MAX_FILE_BYTES).decode("utf-8"))
-    except (OSError, ValueError, NotARegularFile):
+    except (OSError, ValueError, RecursionError, NotARegularFile):  # RecursionError: nested too deeply
         return {}
     return auth if isinstance(auth, dict) else {}
 

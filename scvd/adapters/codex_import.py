@@ -123,6 +123,9 @@ def _parse_auth(path: Path, raw: bytes) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise InvalidRequest(f"{path} is not valid JSON{where}; nothing was written") from None
+    except RecursionError:  # json's, as tomllib's: not a traceback
+        raise InvalidRequest(f"{path} is not valid JSON (arrays or objects nested too deeply to read); "
+                             "nothing was written") from None
     if not isinstance(data, dict):
         raise InvalidRequest(f"{path} is not a JSON object; nothing was written")
     return data

@@ -123,7 +123,7 @@ def interrupted(directory: Path, names: tuple[str, ...]) -> bool:
 def _read(journal: Path) -> dict[str, bool] | None:
     try:
         had = json.loads(read_regular_file(journal, MAX_JOURNAL_BYTES))
-    except (OSError, ValueError, NotARegularFile):
+    except (OSError, ValueError, RecursionError, NotARegularFile):  # RecursionError: nested too deeply
         return None
     plain = isinstance(had, dict) and all(  # a name with a slash would reach outside the home
         isinstance(k, str) and isinstance(v, bool) and k == os.path.basename(k) and not k.startswith(".") and k

@@ -318,6 +318,32 @@ def test_scvds_own_codex_config_nested_too_deeply_is_said_so_and_an_import_repla
     assert "Traceback" not in agent_daemon.log()
 
 
+def test_json_nested_too_deeply_in_a_codex_setup_is_unreadable_not_internal(agent_daemon: DaemonProc, tmp_path: Path,
+                                                                            workspace: Path) -> None:
+    """json's RecursionError went uncaught as tomllib's did: a source auth.json failed the import as
+    `internal`; in scvd's codex home (an agent_codex run writes there) an import journal failed the next
+    import so, and an auth.json every chat turn."""
+    deep = "[" * 1000 + "]" * 1000
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "auth.json").write_text(deep)
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src))
+    assert (out.returncode, out.stderr) == (1, f"invalid_request: {src / 'auth.json'} is not valid JSON (arrays or "
+                                               "objects nested too deeply to read); nothing was written\n")
+    (src / "auth.json").unlink()
+    (src / "config.toml").write_text('model_provider = "openai"\n')
+    assert scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src)).returncode == 0
+    home = agent_daemon.home / "adapters" / "codex"
+    (home / "auth.json").write_text(deep)
+    turn = scvctl(agent_daemon, "exec", "--workspace", str(workspace), "hi")
+    assert "turn failed (auth): the imported Codex setup holds no API key for its provider 'openai'" in turn.stderr, \
+        turn.stderr
+    (home / ".scvd-import.undo").write_text(deep)
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src))
+    assert out.returncode == 0 and "left no journal scvd can undo it by" in out.stdout, out.stdout + out.stderr
+    assert "Traceback" not in agent_daemon.log()
+
+
 def test_a_directory_in_the_place_of_an_imported_file_is_named(agent_daemon: DaemonProc, tmp_path: Path) -> None:
     """It failed as `internal: cannot write scvd's codex home ... (Operation not permitted) ... free some space
     or fix its permissions`: no path, and the wrong fix (the old file's hard link fails on a directory)."""
