@@ -54,23 +54,23 @@ _ID_VALUE = re.compile(rb'\s*:\s*("[^"\\]*(?:\\.[^"\\]*)*"|-?\d+(?:\.\d+)?(?:[eE
 
 def top_level_id(text: bytes) -> Any:
     """The string or number under the outer object's `id` key of `text`, JSON that could not be
-    decoded (nested too deeply, or cut short at the size limit); None when it has none there.
+    decoded (not JSON, nested too deeply, or cut short at the size limit); None when it has none
+    there, or names `id` twice (a decoder takes the last, which may stand past a cut).
 
     Only the outer object's keys count: an `id` inside a value is another thing's, and
     answering with it would settle another request. Iterative, so no depth is too deep."""
     if not text.lstrip().startswith(b"{"):
         return None  # a batch, or not JSON: there is no one id to answer
-    depth, key_next = 0, False
+    depth, key_next, found, ids = 0, False, None, 0
     for token in _TOKEN.finditer(text):
         first, size = token.group()[:1], token.end() - token.start()
         if first == b'"':
             if size == 1:
-                return None  # cut inside a string
+                break  # cut inside a string
             if depth == 1 and key_next:
                 if token.group() == b'"id"':
                     value = _ID_VALUE.match(text, token.end())
-                    found = lenient(value.group(1)) if value else None
-                    return found if isinstance(found, (str, int, float)) else None
+                    found, ids = lenient(value.group(1)) if value else None, ids + 1
                 key_next = False  # its value follows
         elif first in b"[{":
             depth += size
@@ -78,7 +78,7 @@ def top_level_id(text: bytes) -> Any:
         elif first in b"]}":
             depth -= size
             if depth <= 0:
-                return None  # the outer object ended without one
+                break  # the outer object ended
         elif first == b"," and depth == 1:
             key_next = True
-    return None
+    return found if ids == 1 and isinstance(found, (str, int, float)) else None

@@ -846,7 +846,7 @@ class _LongId:
 
 _head_decoder = msgspec.json.Decoder(_Head)
 _raw_head_decoder = msgspec.json.Decoder(_RawHead)
-ID_SCAN_BYTES = 64 << 10  # how far into a frame nested too deeply its outer `id` is looked for
+ID_SCAN_BYTES = 64 << 10  # how far into a frame not JSON or nested too deeply its outer `id` is looked for
 
 
 def _head(line: bytes) -> _Head:
@@ -856,8 +856,13 @@ def _head(line: bytes) -> _Head:
         obj = lenient(line)
         return _Head(obj.get("type"), _long(obj.get("id"))) if isinstance(obj, dict) else _raw_head(line)
     except RecursionError:  # msgspec walks even the fields it skips: find the outer `id` without it
-        # within ID_SCAN_BYTES: a frame of small alternating brackets takes the scan ~0.3 s per MiB
-        return _Head(id=top_level_id(line[:ID_SCAN_BYTES]))
+        return _scanned(line)
+
+
+def _scanned(line: bytes) -> _Head:
+    """The head of a frame no decoder reads: its outer `id`, found by `top_level_id` within
+    ID_SCAN_BYTES (a frame of small alternating brackets takes the scan ~0.3 s per MiB)."""
+    return _Head(id=_long(top_level_id(line[:ID_SCAN_BYTES])))
 
 
 def _long(ident: Any) -> Any:
@@ -872,8 +877,8 @@ def _raw_head(line: bytes) -> _Head:
     the trouble (an integer too long to read: a _LongId then)."""
     try:
         head = _raw_head_decoder.decode(line)
-    except (msgspec.DecodeError, RecursionError):
-        return _Head()
+    except (msgspec.DecodeError, RecursionError):  # not JSON (a trailing comma, a bracket missing)
+        return _scanned(line)
     raw = bytes(head.id)
     return _Head(head.type, _LongId(len(raw)) if raw.lstrip(b"-").isdigit() and len(raw) > id_digits() else None)
 

@@ -91,6 +91,9 @@ def test_decode_errors_map_to_their_codes(line, exc, fragment):
     (b'{"id":null}', None), (b"[1]", None), (b"not json", None), (b'{"id":[1]}', None),
     (b'{"type":"call","x":1e400,"id":8}', 8), (b'{"id":1e400}', None),
     (b'{"type":"call","x":"\\ud83d","id":9}', 9), (b'{"x":"\\ud83d","id":Infinity}', None),
+    # not JSON: the outer object's id, where it stands whole, and named once
+    (b'{"id":7,"type":"ping",}', 7), (b'{"id":13,"x":[1,2}', 13), (b'{"x":{"id":3,},"id":"s"}', "s"),
+    (b'{"id":1,"type":"ping","id":2,}', None), (b'{"type":"status","id":1', None),
 ])
 def test_request_id_of_a_bad_frame_is_only_a_valid_id(line, expected):
     assert p.request_id(line) == expected
@@ -107,6 +110,7 @@ def test_a_frame_nested_too_deeply_is_invalid_request_answered_with_its_outer_id
     assert p.request_id(b'{"type":"ping","x":' + inner + b"}") is None
     assert p.request_id(b'{"type":"ping","x":' + inner + b',"id":2}') == 2
     assert p.request_id(b'{"x":' + deep + b',"id":true}') is None
+    assert p.request_id(b'{"id":1,"x":' + deep + b',"id":2}') is None  # a decoder would take the last
     # looked for in the first 64 KiB only: a 1 MiB frame of `[{"a":` held the loop for 0.3 s
     branchy = b'[{"a":' * (p.ID_SCAN_BYTES // 6) + b"0" + b"}]" * (p.ID_SCAN_BYTES // 6)
     assert p.request_id(b'{"id":3,"x":' + branchy + b"}") == 3

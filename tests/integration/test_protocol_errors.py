@@ -39,6 +39,11 @@ BAD_FRAMES = [
     pytest.param(b"not json", "invalid_json", None, "frame is not valid JSON: ", id="not-json"),
     pytest.param(b'{"type":"status","id":1', "invalid_json", None, "frame is not valid JSON: ", id="truncated-json"),
     pytest.param(b"\xff\xfe{}", "invalid_json", None, "frame is not valid JSON: ", id="not-utf8"),
+    # not JSON, but its outer id stands whole: a pipelining peer learns which request failed
+    pytest.param(b'{"id":7,"type":"ping",}', "invalid_json", 7, "trailing comma", id="trailing-comma"),
+    pytest.param(b'{"id":"b","type":"ping","x":[1,2}', "invalid_json", "b", "expected ',' or ']'",
+                 id="bracket-missing"),
+    pytest.param(b'{"id":1,"type":"ping","id":2,}', "invalid_json", None, "trailing comma", id="two-ids"),
     pytest.param(b"[1,2,3]", "invalid_request", None, "invalid frame: Expected `object`, got `array`",
                  id="json-array"),
     pytest.param(b'"status"', "invalid_request", None, "invalid frame: Expected `object`, got `str`",
