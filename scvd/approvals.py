@@ -250,7 +250,7 @@ class Approval:
 
     def ending(self) -> str:
         """What became of it, as the call and a late decider are told: `approval a1-... was denied by
-        scvctl (pid 4242, uid 1000): not now`."""
+        "scvctl" (pid 4242, uid 1000): not now`."""
         who = f" by {self.decided_by.label()}" if self.decided_by else ""
         why = f": {self.reason}" if self.reason else ""
         return f"approval {self.id} was {self.state.value}{who}{why}"
