@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -109,6 +110,30 @@ def test_setup_recreates_a_venv_left_without_pip(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "setup: recreating the broken .venv\nsetup: creating .venv\n" in done.stdout
     assert (tmp_path / ".venv" / "bin" / "python").read_text() == "#!/bin/bash\nexit 0\n"
+
+
+def test_setup_for_the_daemon_says_what_to_do_once_scvd_runs(tmp_path):
+    """The README's first command ended `setup: ready: .venv/bin/scvd run`, naming what it was about
+    to run, and no one said scvctl (not on PATH) answers the calls that wait."""
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "setup", tmp_path / ".ci" / "setup")
+    (tmp_path / "pyproject.toml").write_text("")
+    path = bare_path(tmp_path)
+    for name in ("sha256sum", "cut", "head", "cat"):
+        os.symlink(shutil.which(name), Path(path) / name)
+    for python in (Path(path) / "python3", tmp_path / ".venv" / "bin" / "python"):  # a whole .venv, set up before
+        python.parent.mkdir(parents=True, exist_ok=True)
+        python.write_text("#!/bin/bash\nexit 0\n")
+        python.chmod(0o755)
+    (tmp_path / ".venv" / ".scvd-setup").write_text(f"{hashlib.sha256(b'').hexdigest()} \n")
+    done = subprocess.run(["bash", str(tmp_path / ".ci" / "setup"), "--daemon"], capture_output=True, text=True,
+                          env={"PATH": path}, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "setup: ready: .venv/bin/scvd run starts scvd in the foreground (Ctrl-C stops it)\n"
+        "setup: once it is up, in another terminal: .venv/bin/scvctl approvals watch answers the calls that wait "
+        "for you; .venv/bin/scvctl status shows scvd's state\n"
+        "setup: bash .ci/setup without --daemon adds what the tests need\n")
 
 
 def fake_checkout(tmp_path: Path, second_rc: int = 0) -> tuple[Path, Path]:
