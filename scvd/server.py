@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from . import __version__, awake, errors, guardian, heap, limits, notify, protocol as p, session_open
+from .adapters.setup_keys import SetupKeys
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
@@ -68,6 +69,7 @@ class Daemon:
         self.gate = ApprovalGate(approvals.timeout_seconds, self._on_approval, approvals.max_pending,
                                  loaded.config.server.server_frame_bytes)
         self.secrets = SecretStore(paths.secrets_file)  # blocking methods: call them in a thread
+        self.setup_keys = SetupKeys(paths.adapters_dir)  # the variables chat's provider `codex` sends
         self.secret_requests = SecretRequests(
             self.secrets, approvers=self._secret_answerers, send=self.send_event,
             timeout=lambda: self.config.approvals.timeout_seconds, audit=self._audit_line,
@@ -169,17 +171,20 @@ class Daemon:
         sessions = [*self.sessions.values(), *self._opening]
         return list({id(s.registry): s.registry for s in sessions}.values())
 
-    def secret_names(self) -> frozenset[str]:
+    def secret_names(self, setup: bool = True) -> frozenset[str]:
         """The names of scvd's environment that hold a secret (scvd/secret_names.py) by the configuration
-        and tools now and every open session's: asked at each use, so a reload's new ones and an MCP
-        server's tools as they come count at once, and a closed session's stop counting."""
+        and tools now and every open session's, and (`setup`) by the imported Codex setup: asked at each
+        use, so a reload's new ones, an import's and an MCP server's tools as they come count at once,
+        and a closed session's stop counting."""
         sessions = ((s.config, s.registry) for s in self.sessions.values())
-        return named_by_all([(self.config, self.registry), *sessions])
+        names = named_by_all([(self.config, self.registry), *sessions])
+        return names.union(self.setup_keys()) if setup else names
 
     def provider_keys(self) -> dict[str, str]:
         """The chat providers' key names (config.provider_keys) of the configuration now and every open
-        session's, asked at each use as secret_names() is."""
-        return keys_by_all([self.config, *(s.config for s in self.sessions.values())])
+        session's, and the imported Codex setup's (chat's provider `codex`), asked at each use as
+        secret_names() is."""
+        return {**self.setup_keys(), **keys_by_all([self.config, *(s.config for s in self.sessions.values())])}
 
     def revoke_grants(self, tools: set[str], why: str) -> None:
         """No open session keeps a grant of these tools, and no request of theirs still waiting is

@@ -122,6 +122,22 @@ def provider_headers(table: dict[str, Any], env: Mapping[str, str] | None) -> li
     return headers
 
 
+def credential_vars(config: dict[str, Any]) -> dict[str, str]:
+    """The variables of the reader's environment a provider of `config` takes a credential from, each
+    with the field that names it: `env_key` and each `env_http_headers` header's (a relay's token).
+    Every provider's, not only the active one's: a profile, or an agent run's `-c`, picks another."""
+    found: dict[str, str] = {}
+    for provider_id, table in provider_entries(config).items():
+        if not isinstance(table, dict):
+            continue
+        if isinstance(key := table.get("env_key"), str) and key:
+            found.setdefault(key, f"model_providers.{provider_id}.env_key")
+        for header, var in strings(table.get("env_http_headers")).items():
+            if var:
+                found.setdefault(var, f"model_providers.{provider_id}.env_http_headers.{header}")
+    return found
+
+
 def header_problem(name: str, value: str = "") -> str:
     """Why `name: value` cannot go out as an HTTP header ("" when it can)."""
     if not http_fields.name_ok(name):

@@ -28,6 +28,7 @@ from .argv import EFFORTS, MODEL_PATTERN, bounded, build_argv, check_model, chec
 from .env import build_env, passed_names
 from .homes import ensure_home, home_dir, repair_home
 from .locate import missing_interpreter, open_cwd, resolve_cwd, resolve_executable
+from .setup_keys import AGENT as SETUP_AGENT
 from .signin import failure_hint, missing_program_hint
 
 Meta = msgspec.Meta
@@ -209,8 +210,10 @@ class AgentTool(Tool):
 
     def _pass_env(self, ctx: CallContext) -> list[str]:
         """The adapter's pass_env (of the configuration the session opened with) less every live
-        configuration's secret names: one a reload made a provider's key stays behind."""
-        return passed_names(self.adapter, secret_names.withheld(ctx))
+        configuration's secret names: one a reload made a provider's key stays behind. The imported
+        Codex setup's key variables only reach the codex agent, whose setup it is."""
+        withheld = secret_names.withheld(ctx, own_setup=self.adapter.name == SETUP_AGENT)
+        return passed_names(self.adapter, withheld)
 
     def _result(self, result: Any, cwd: Path, args: Any, plan: Plan, ctx: CallContext) -> dict[str, Any]:
         executable = plan.data["argv"][0]

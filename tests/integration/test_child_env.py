@@ -239,6 +239,73 @@ def test_bash_does_not_get_a_secret_a_tool_takes_from_scvds_environment(make_dae
     assert script.ok and script.result["API_TOKEN"] == "[secret API_TOKEN]"  # still its to use
 
 
+# an imported Codex setup whose provider takes its key and a header's token from scvd's environment
+RELAY_SETUP = ('model = "m"\nmodel_provider = "relay"\n[model_providers.relay]\nbase_url = "http://127.0.0.1:9/v1"\n'
+               'env_key = "RELAY_KEY"\nenv_http_headers = { "X-Relay-Token" = "TOKENX" }\n')
+RELAY_VALUES = {"RELAY_KEY": "sk-relay-planted0987654321", "TOKENX": "tok-relay-header-ABCDEF123456"}
+
+
+def import_codex(d: DaemonProc, tmp_path: Path) -> None:
+    """`scvctl agents import codex` of RELAY_SETUP, through the daemon."""
+    src = tmp_path / "user-codex"
+    src.mkdir()
+    (src / "config.toml").write_text(RELAY_SETUP)
+    done = subprocess.run([sys.executable, "-m", "scvctl", "agents", "import", "codex", "--from", str(src)],
+                          env=base_env(d.home), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_imported_codex_setups_key_variables_reach_the_codex_agent_only(
+        make_daemon, tmp_path: Path, workspace: Path) -> None:
+    """Chat's provider `codex` sends the variables the imported setup names (env_key, env_http_headers)
+    to its base_url only, as a [providers] key: bash printed both back to the model (unasked under
+    sandbox-aware), and another agent listing them in pass_env got them. The codex agent, whose setup
+    it is, still gets what its pass_env lists. The import counts at once, in a session opened before it too."""
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    log = tmp_path / "agent-log"
+    passing = '["FAKE_AGENT_LOG", "RELAY_KEY", "TOKENX"]'
+    d = make_daemon(f'[adapters.claude]\npass_env = {passing}\n[adapters.codex]\npass_env = {passing}\n',
+                    env={"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "FAKE_AGENT_LOG": str(log),
+                         **CREDENTIALS, **RELAY_VALUES})
+    with d.client(name="bridge") as c, d.client(name="person") as person:
+        sid = c.open_session(workspace)
+        shells = []
+        for step in ("before", "after"):  # before the import nothing names them: bash keeps them (seed 000)
+            if step == "after":
+                import_codex(d, tmp_path)
+            call_id = c.start_call(sid, "bash", {"command": "env; echo END"})
+            approve(person, call_id)
+            shells.append(c.wait_call(call_id))
+        agents = {}
+        for agent in ("claude", "codex"):
+            call_id = c.start_call(sid, f"agent_{agent}", {"prompt": "go"})
+            pending = approve(person, call_id)
+            assert c.wait_call(call_id).ok
+            agents[agent] = pending.details["pass_env"], read_log(log)[1]
+    before, after = (shell.result["output"] for shell in shells)
+    assert after.endswith("END\n") and "RELAY_KEY=" not in after, after
+    assert not [v for v in RELAY_VALUES.values() if v in after] and CREDENTIALS["GH_TOKEN"] in after
+    assert all(v in before for v in RELAY_VALUES.values())
+    (claude_passed, claude_env), (codex_passed, codex_env) = agents["claude"], agents["codex"]
+    assert claude_passed == ["FAKE_AGENT_LOG"] and not set(RELAY_VALUES) & set(claude_env)
+    assert codex_passed == ["FAKE_AGENT_LOG", "RELAY_KEY", "TOKENX"]  # its own provider's: codex needs them
+    assert {k: codex_env[k] for k in RELAY_VALUES} == RELAY_VALUES
+
+
+def test_a_script_tool_may_not_declare_a_variable_the_imported_codex_setup_sends(
+        make_daemon, scv_home: Path, tmp_path: Path, workspace: Path) -> None:
+    """A store that lacks a declared secret takes scvd's variable of that name: the relay's token
+    reached the script, as a [providers] key would not."""
+    make_tool(scv_home, "keyed", secrets=["TOKENX"], risk="read_only")  # runs unasked if not refused
+    d = make_daemon(home=scv_home, env={**RELAY_VALUES, "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    import_codex(d, tmp_path)
+    with d.client() as c:
+        keyed = c.call(c.open_session(workspace), "script_keyed", {})
+    assert not keyed.ok and keyed.error.message.startswith(
+        "script_keyed: its secret TOKENX is a chat provider's API key (the imported Codex setup's "
+        "model_providers.relay.env_http_headers.X-Relay-Token)")
+
+
 def test_no_open_sessions_bash_gets_a_secret_another_ones_tools_take(make_daemon, scv_home: Path,
                                                                      workspace: Path) -> None:
     """A session keeps the config and tools it opened with, but every bash inherits scvd's one
