@@ -789,6 +789,35 @@ def test_provider_codex_sends_the_imported_providers_bearer_token(chat_rig, work
     assert "tok-CORP-SECRET" not in caplog.text + repr(events)
 
 
+def test_bash_in_a_chat_of_provider_codex_does_not_get_the_imported_setups_key_or_header_token(
+        chat_rig, workspace, monkeypatch, caplog):
+    """The imported setup's env_key and env_http_headers name variables of scvd's environment that
+    go to its base_url only, as a [providers] api_key_env does: bash's `env` printed both to the
+    model and the transcript."""
+    secrets = {"RELAY_KEY": "sk-relay-VERYSECRET0987654321", "TOKENX": "tok-relay-header-ABCDEF123456"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    model, d = chat_rig(load("bash"), Calls(("bash", {"command": "env; echo END"})), Text("done"))
+    imported_codex(d, f'model = "m"\nmodel_provider = "relay"\n[model_providers.relay]\nbase_url = "{model.base_url}"\n'
+                      'env_key = "RELAY_KEY"\nenv_http_headers = { "X-Relay-Token" = "TOKENX" }\n', "sk-openai-only")
+    with caplog.at_level(logging.DEBUG), d.client(name="pytest", approver=True) as c:
+        opened = open_chat(c, workspace, provider="codex")
+
+        def approve(event: Any) -> None:
+            if isinstance(event, p.ApprovalRequested):
+                c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="approve")
+
+        events, end = run_turn(c, opened.session, "show env", approve)
+    assert isinstance(end, p.TurnCompleted), end
+    # the provider still sends both where they belong
+    assert model.authorizations[0] == f"Bearer {secrets['RELAY_KEY']}"
+    assert model.headers[0]["x-relay-token"] == secrets["TOKENX"]
+    output = json.loads(model.outputs(2)[-1])["result"]["output"]
+    assert output.endswith("END\n") and "RELAY_KEY=" not in output and "TOKENX=" not in output
+    transcript = (d.home / "state" / "chat" / f"{opened.conversation}.jsonl").read_text()
+    assert not [v for v in secrets.values() if v in output + transcript + caplog.text + repr(events)]
+
+
 def test_provider_codex_serves_an_imported_local_server_that_takes_no_key(chat_rig, workspace):
     """A Codex setup for a local server names a base_url and no key, and codex sends none; provider
     codex failed every turn with `holds no API key` instead."""
