@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from . import __version__, awake, errors, guardian, heap, limits, notify, protocol as p, session_open
-from .adapters.setup_keys import SetupKeys
+from .adapters.setup_keys import AGENT as SETUP_AGENT, SetupKeys
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
 from .calls import CallRegistry
@@ -879,7 +879,9 @@ class Daemon:
         # not refused to a process scvd started (a chat's bash may check a sign-in): its env is what bash
         # inherits anyway, less what secret_names() withholds from every child; a sandboxed child cannot
         # reach the socket, and an unsandboxed one can read scvd's environ itself (docs/security.md)
-        withheld = self.secret_names()  # here: it reads the sessions, which the loop changes
+        # here: it reads the sessions, which the loop changes; codex's own sign-in keeps its setup's
+        # key variables, as its run does (AgentTool._pass_env)
+        withheld = self.secret_names(setup=frame.agent != SETUP_AGENT)
         # it creates and repairs the agent's home: a tree walk, kept off the loop
         return await asyncio.to_thread(
             service.answer_spec, frame.agent, frame.action, list(frame.extra_args),

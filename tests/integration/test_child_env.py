@@ -282,6 +282,11 @@ def test_the_imported_codex_setups_key_variables_reach_the_codex_agent_only(
             pending = approve(person, call_id)
             assert c.wait_call(call_id).ok
             agents[agent] = pending.details["pass_env"], read_log(log)[1]
+        # a sign-in gets what the agent's run gets (passed_names): codex its setup's, claude none
+        specs = {agent: c.request(p.AgentsSpec, agent=agent, action="status", extra_args=[]).spec.env
+                 for agent in ("claude", "codex")}
+    assert not set(RELAY_VALUES) & set(specs["claude"])
+    assert {k: specs["codex"][k] for k in RELAY_VALUES} == RELAY_VALUES
     before, after = (shell.result["output"] for shell in shells)
     assert after.endswith("END\n") and "RELAY_KEY=" not in after, after
     assert not [v for v in RELAY_VALUES.values() if v in after] and CREDENTIALS["GH_TOKEN"] in after
