@@ -180,10 +180,10 @@ def test_non_trivial_parameter_needs_20_chars(annotation):
 ], ids=["type-list", "one-of", "all-of"])
 def test_a_non_trivial_parameter_in_a_hand_written_schema_needs_20_chars(prop):
     """A script tool's tool.json may spell an array as a type list or an alternative: seed 003's rule holds."""
-    from scvd.tools.contract import _parameter_findings
+    from scvd.tools.description_lint import parameter_findings
 
     schema = {"type": "object", "properties": {"rows": {**prop, "description": "Rows, e.g. [1]"}}, "required": ["rows"]}
-    assert "param_detail" in [f.rule for f in _parameter_findings(schema)]
+    assert "param_detail" in [f.rule for f in parameter_findings(schema)]
 
 
 def test_trivial_parameter_may_be_short():

@@ -24,6 +24,7 @@ import msgspec
 
 from .. import validation_text as vt
 from ..errors import InvalidArguments, ToolDefinitionError
+from .description_lint import Finding, description_findings, parameter_findings
 
 TIMEOUT_GRACE_SECONDS = 5.0  # a tool with its own deadline gets this much on top of it
 
@@ -338,25 +339,6 @@ def object_root(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{1,63}$")
-WHEN_RE = re.compile(r"\buse (for|when|to|it|this|instead)\b|\bwhen\b", re.IGNORECASE)
-EXAMPLE_RE = re.compile(r"\be\.g\.|\bexample\b|\bsuch as\b", re.IGNORECASE)
-# an optional parameter says when to pass it, or what happens without it
-PARAM_WHEN_RE = re.compile(
-    r"\b(default|defaults|omit|omitted|when|with|without|if|unless|only|after|for)\b", re.IGNORECASE)
-PARAM_HOW_CHARS = 8  # of text before the example: what the value is and how it is used
-SCHEMA_DUMP_RE = re.compile(r"[{}]|\breturns?\s*[:\[(]", re.IGNORECASE)
-FILLER_RE = re.compile(
-    r"\b(simply|basically|powerful|seamless(ly)?|awesome|amazing|robust|comprehensive|"
-    r"state[- ]of[- ]the[- ]art|easy[- ]to[- ]use|user[- ]friendly|feel free|please|note that|very|really)\b",
-    re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One broken design rule: the rule's name and what is wrong."""
-
-    rule: str
-    text: str
 
 
 def lint(tool: Tool) -> None:
@@ -372,65 +354,11 @@ def findings(tool: Tool) -> list[Finding]:
     name = getattr(tool, "name", "")
     if not NAME_RE.match(name or ""):
         return [Finding("name", f"{name!r} must be 2-64 chars of a-z, 0-9, _")]
-    found = _description_findings(tool.description)
+    found = description_findings(tool.description)
     if not isinstance(tool.risk, ToolRisk):
         return found + [Finding("risk", f"{tool.risk!r} is not a ToolRisk")]
     found += _flag_findings(tool)
-    found += _parameter_findings(tool.input_schema())
-    return found
-
-
-def _line_problems(lines: list[str]) -> list[str]:
-    """What breaks the three-lines rule, said plainly: a trailing newline counts as an empty
-    last line, and "got 3" would not tell anyone that."""
-    trailing = len(lines) > 1 and not lines[-1].strip()
-    body = lines[:-1] if trailing else lines
-    wrong = ["it ends with a newline (an empty last line): remove it"] if trailing else []
-    if len(body) not in (2, 3):
-        wrong.append(f"it has {len(body)}")
-    empty = [str(i) for i, line in enumerate(body, 1) if not line.strip()]
-    if empty:
-        wrong.append(f"line {', '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty")
-    if len(body) == 3 and NO_PRECONDITION_RE.fullmatch(body[2].strip()):  # seed 003: "omit if none"
-        wrong.append(f"line 3 ({body[2].strip()!r}) says there is no precondition: leave the line out")
-    return wrong
-
-
-def _non_ascii(text: str) -> str:
-    bad = "".join(sorted({c for c in text if not c.isascii()}))
-    return f"non-English text {bad!r} (descriptions are ASCII only: straight quotes, plain hyphens)"
-
-
-NO_PRECONDITION_RE = re.compile(r"(precondition:\s*)?(none|n/a|-)\.?", re.IGNORECASE)
-
-
-def _description_findings(text: str) -> list[Finding]:
-    found: list[Finding] = []
-    if not text.isascii():
-        found.append(Finding("english", f"description has {_non_ascii(text)}"))
-    lines = text.split("\n")
-    wrong = _line_problems(lines)
-    if wrong:
-        found.append(Finding(
-            "three_lines",
-            f"description must be 3 lines What/When/Precondition (2 when there is no precondition): "
-            f"{'; '.join(wrong)}"))
-    size = len(text)
-    if not 60 <= size <= 200:
-        found.append(Finding("length", f"description is {size} chars, must be 60-200"))
-    if "**" in text:
-        found.append(Finding("no_bold", "description must not use bold"))
-    if SCHEMA_DUMP_RE.search(text):
-        found.append(Finding("no_schema_dump",
-                             "description must not dump an output schema (braces, 'Returns {'); "
-                             "the caller sees the result"))
-    filler = FILLER_RE.search(text)
-    if filler:
-        found.append(Finding("no_filler", f"description has filler {filler.group(0)!r}; say what and when"))
-    if len(lines) < 2 or not WHEN_RE.search(lines[1]):
-        second = lines[1] if len(lines) > 1 else ""
-        found.append(Finding(
-            "when_line", f"line 2 must give a trigger such as 'use for X; Y for Z': {second!r}"))
+    found += parameter_findings(tool.input_schema())
     return found
 
 
@@ -445,60 +373,6 @@ def _flag_findings(tool: Tool) -> list[Finding]:
     if timeout is not None and timeout is not NO_TIMEOUT and not timeout > 0:
         found.append(Finding("timeout", f"timeout {timeout!r} must be a positive number of seconds"))
     return found
-
-
-def _parameter_findings(schema: dict[str, Any]) -> list[Finding]:
-    found: list[Finding] = []
-    # an MCP server's schema is not checked: `"required": null` and `"properties": null` (Go's nil
-    # slice and map) mean none
-    listed, properties = schema.get("required"), schema.get("properties")
-    required = {r for r in listed if isinstance(r, str)} if isinstance(listed, list) else set()
-    for param, prop in (properties.items() if isinstance(properties, dict) else ()):
-        found += _one_parameter(param, prop if isinstance(prop, dict) else {}, param in required)
-    return found
-
-
-def _one_parameter(param: str, prop: dict[str, Any], required: bool) -> list[Finding]:
-    desc = prop.get("description", "")
-    if not isinstance(desc, str) or not desc:
-        return [Finding("param_description", f"parameter {param!r} has no description")]
-    found: list[Finding] = []
-    if not desc.isascii():  # which characters: a curly quote or a dash is hard to spot in a long one
-        found.append(Finding("english", f"parameter {param!r} description has {_non_ascii(desc)}"))
-    example = EXAMPLE_RE.search(desc)
-    if not example:
-        found.append(Finding(
-            "param_example", f"parameter {param!r} description needs an example (e.g. ...): {desc!r}"))
-    if _non_trivial(prop) and len(desc) < 20:
-        found.append(Finding(
-            "param_detail", f"parameter {param!r} is an object/array/enum; describe it in 20+ chars"))
-    if example and len(desc[:example.start()].strip(" ,;:.")) < PARAM_HOW_CHARS:
-        found.append(Finding(
-            "param_how", f"parameter {param!r} description must say what the value is and how it is "
-                         f"used before its example: {desc!r}"))
-    if not required and not PARAM_WHEN_RE.search(desc):
-        found.append(Finding(
-            "param_when", f"optional parameter {param!r} description must say when to pass it or its "
-                          f"default: {desc!r}"))
-    if not required and "default" not in prop:
-        found.append(Finding("optional_default", f"optional parameter {param!r} has no default"))
-    return found
-
-
-def _non_trivial(prop: dict[str, Any]) -> bool:
-    """An object, array or enum, also as one of its alternatives or one of a list of types."""
-    kinds = [prop] + [k for key in ("anyOf", "oneOf", "allOf") if isinstance(prop.get(key), list)
-                      for k in prop[key] if isinstance(k, dict)]
-    # msgspec puts Enum classes and nested Structs under $defs: a $ref is always an enum or object
-    return any("enum" in k or "$ref" in k or bool({"object", "array"} & _types(k)) for k in kinds)
-
-
-def _types(schema: dict[str, Any]) -> set[str]:
-    """A schema's `type`: one name, or a list of them (`["array", "null"]`)."""
-    kind = schema.get("type")
-    if isinstance(kind, str):
-        return {kind}
-    return {t for t in kind if isinstance(t, str)} if isinstance(kind, list) else set()
 
 
 # --- the registry -------------------------------------------------------------
