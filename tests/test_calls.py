@@ -53,7 +53,7 @@ class _Tool(Tool):
 
 def _tool(name: str, risk: ToolRisk = ToolRisk.READ_ONLY, flags: ToolFlags = ToolFlags(),
           body: Any = None) -> Tool:
-    desc = (f"Test tool {name} for the calls registry.\nUse for registry unit tests; nothing else.\n"
+    desc = (f"Test tool {name} for the calls registry.\nUse for registry unit tests; probe tools for daemon tests.\n"
             "Precondition: only in test daemons.")
     attrs: dict[str, Any] = {"name": name, "description": desc, "risk": risk, "flags": flags}
     if body is not None:
@@ -559,7 +559,7 @@ class _Now(_Tool):
     """run_now() answers at once, unless the text says 'later' (then run() does, in a task)."""
 
     name = "now"
-    description = ("Test tool now for the calls registry.\nUse for registry unit tests; nothing else.\n"
+    description = ("Test tool now for the calls registry.\nUse for registry unit tests; probe tools for daemon tests.\n"
                    "Precondition: only in test daemons.")
     risk = ToolRisk.READ_ONLY
     flags = ToolFlags(concurrent=True)
@@ -732,7 +732,7 @@ class _SlowCheck(_Tool):
     """Its arguments' check blocks (a JSON Schema over a large argument) until `checking` is set."""
 
     name = "slow_check"
-    description = ("Test tool slow_check for the calls registry.\nUse for registry unit tests; nothing else.\n"
+    description = ("Test tool slow_check for the calls registry.\nUse for registry unit tests; probe tools for daemon tests.\n"
                    "Precondition: only in test daemons.")
     decode_blocks = True
 

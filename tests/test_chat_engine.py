@@ -549,7 +549,7 @@ def test_a_call_the_next_request_can_hold_runs_and_one_it_cannot_is_dropped():
             error = output(t, "c1")["error"]
             assert error["kind"] == "limit"
             assert error["message"].startswith("this call of write was not run: its arguments were about 24383 tokens, "
-                                               "more than the 20271 the next request to you has room for")
+                                               "more than the 20268 the next request to you has room for")
 
 def test_late_in_a_long_turn_a_small_call_still_runs():
     """The room was this turn counted whole, where a request blanks its older outputs: after three

@@ -137,6 +137,48 @@ def test_when_line_rule():
     assert "Reads bytes and decodes them" in str(err)
 
 
+PASSING_WHEN_LINE = "A passing line: 'Use for counting words in a text; bash for whole files.'"
+NO_ALTERNATIVE = ("no alternative: after a ';' name another tool or way and what it is for, or compare with "
+                  "'instead', 'rather than', 'not for', 'prefer', 'otherwise', 'unlike' or 'vs'")
+
+
+@pytest.mark.parametrize("line, said", [
+    # seed 003: "a description with only the core action and no trigger signal is treated as incomplete"
+    ("Use when asked.", f"no real trigger: 'asked' names no task or situation; and {NO_ALTERNATIVE}"),
+    ("Use when needed; write for changing them.", "no real trigger: 'needed' names no task or situation"),
+    ("Use it for anything; write for changing them.", "no real trigger: 'anything' names no task or situation"),
+    ("Use when the user asks for it; write for changing them.",
+     "no real trigger: 'the user asks for it' names no task or situation"),
+    # the When line compares with an alternative, as in `use for X; Y for Z`
+    ("Use for reading source files.", NO_ALTERNATIVE),
+    ("Use for reading source files; it is fast.", NO_ALTERNATIVE),
+    ("Reads bytes; write for changing them.",
+     "no trigger: say when to use the tool ('Use for <task>', 'Use when <situation>')"),
+])
+def test_the_when_line_needs_a_real_trigger_and_an_alternative(line, said):
+    """`Use when asked.` passed: any line holding `when` did. The finding says what is missing and
+    shows a line that passes."""
+    err = broken_rule(make_tool(description=GOOD_DESCRIPTION.replace(
+        "Use for reading source files; write for changing them.", line)))
+    assert err.rule == "when_line"
+    assert str(err).endswith(f"line 2 ({line!r}) has {said}. {PASSING_WHEN_LINE}"), str(err)
+
+
+@pytest.mark.parametrize("line", [
+    "Use for reading source files; write for changing them.",
+    "Use when a file's text is needed; bash for listing directories.",
+    "Use to read source files instead of cat in bash.",
+    "Use for reading source files rather than bash.",
+    "Use for source files, not for binary ones.",
+    "Use on source files; prefer bash for logs.",
+    "Use after a search names a file; otherwise bash.",
+    "Use for one file (read vs bash).",
+    PASSING_WHEN_LINE.split("'")[1],  # the line the finding shows passes
+])
+def test_when_lines_that_pass(line):
+    lint(make_tool(description=GOOD_DESCRIPTION.replace("Use for reading source files; write for changing them.", line)))
+
+
 def test_param_description_rule():
     class Args(msgspec.Struct):
         path: str
@@ -374,6 +416,20 @@ def test_every_builtin_tool_passes_the_lint(limit: int) -> None:
     assert len(tools) >= 8
     for tool in tools:
         assert findings(tool) == [], tool.name
+
+
+def test_every_example_tool_passes_the_lint() -> None:
+    """examples/tools/ is what authors copy: it follows the rules it is meant to teach."""
+    from pathlib import Path
+
+    from scvd.tools.contract import findings
+    from scvd.tools.script import ScriptTool
+    from scvd.tools.script_defs import load_one
+
+    folders = sorted((Path(__file__).resolve().parents[1] / "examples" / "tools" / "script").iterdir())
+    assert folders
+    for folder in folders:
+        assert findings(ScriptTool(load_one(folder))) == [], folder.name
 
 
 @pytest.mark.parametrize("listed, handed_on", [

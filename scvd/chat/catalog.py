@@ -53,7 +53,7 @@ CORE = (
              "Use when a tool is listed by name only, before calling it; ask_user for questions.",
              inline_schema(FindToolsArgs)),
     ToolSpec(ASK_USER, "Ask the person a question and wait for the answer.\n"
-             "Use when a choice or a fact only the person knows blocks the work.\n"
+             "Use when a choice or fact only the person knows blocks work; not for file facts.\n"
              "Precondition: the turn waits for the answer, without a time limit.", inline_schema(AskUserArgs)),
 )
 CORE_NAMES = frozenset(spec.name for spec in CORE)

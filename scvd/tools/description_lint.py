@@ -10,7 +10,24 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-WHEN_RE = re.compile(r"\buse (for|when|to|it|this|instead)\b|\bwhen\b", re.IGNORECASE)
+# line 2, the When: a trigger ("use for <task>", "use when <situation>") and what it names, up to , ; .
+TRIGGER_RE = re.compile(
+    r"\b(?:use (?:it |this )?(?:for|when|to|if|on|after|before|instead of)|when(?:ever)?)\b\s*([^;,.]*)",
+    re.IGNORECASE)
+# a trigger that names no task or situation: "use when asked", "use when needed", "use for anything"
+VAGUE_TRIGGER_RE = re.compile(
+    r"((you|the (user|agent|model|tool)|it|this)\s+)?((is|are)\s+)?"
+    r"(asked( to| for( it)?)?|asks?( for it| to)?|needed|needs?( it| to)?|necessary|required|appropriate|"
+    r"relevant|useful|helpful|wanted|wants?( it| to)?|applicable|possible|suitable|called( for)?|like|wish|"
+    r"it|this|that|anything|everything|nothing|(any|all) (tasks?|purposes?|cases?|needs?|things?)|"
+    r"general (use|purposes?))?",
+    re.IGNORECASE)
+# ... and an alternative: after a ';' another tool or way and what it is for ("; bash for files"), or a
+# comparing word
+ALTERNATIVE_RE = re.compile(
+    r";[^;]*\b(for|to|when|if)\b|\b(instead|rather than|not for|prefer|otherwise|unlike|vs|versus)\b",
+    re.IGNORECASE)
+WHEN_LINE_EXAMPLE = "Use for counting words in a text; bash for whole files."
 EXAMPLE_RE = re.compile(r"\be\.g\.|\bexample\b|\bsuch as\b", re.IGNORECASE)
 # an optional parameter says when to pass it, or what happens without it
 PARAM_WHEN_RE = re.compile(
@@ -80,11 +97,27 @@ def description_findings(text: str) -> list[Finding]:
     filler = FILLER_RE.search(text)
     if filler:
         found.append(Finding("no_filler", f"description has filler {filler.group(0)!r}; say what and when"))
-    if len(lines) < 2 or not WHEN_RE.search(lines[1]):
-        second = lines[1] if len(lines) > 1 else ""
-        found.append(Finding(
-            "when_line", f"line 2 must give a trigger such as 'use for X; Y for Z': {second!r}"))
+    second = lines[1] if len(lines) > 1 else ""
+    missing = _when_line_problems(second)
+    if missing:
+        found.append(Finding("when_line", f"line 2 ({second!r}) has {'; and '.join(missing)}. "
+                                          f"A passing line: {WHEN_LINE_EXAMPLE!r}"))
     return found
+
+
+def _when_line_problems(line: str) -> list[str]:
+    """What seed 003's When line lacks: a trigger that names a task or situation, and an alternative."""
+    missing = []
+    triggers = [m.group(1).strip() for m in TRIGGER_RE.finditer(line)]
+    if not triggers:
+        missing.append("no trigger: say when to use the tool ('Use for <task>', 'Use when <situation>')")
+    elif all(VAGUE_TRIGGER_RE.fullmatch(t) for t in triggers):
+        missing.append(f"no real trigger: {repr(triggers[0]) if triggers[0] else 'nothing after it'} names no "
+                       "task or situation")
+    if not ALTERNATIVE_RE.search(line):
+        missing.append("no alternative: after a ';' name another tool or way and what it is for, or compare "
+                       "with 'instead', 'rather than', 'not for', 'prefer', 'otherwise', 'unlike' or 'vs'")
+    return missing
 
 
 def parameter_findings(schema: dict[str, Any]) -> list[Finding]:

@@ -751,7 +751,7 @@ class WriteTool(Tool):
     name = "write"
     description = (
         "Create or replace a UTF-8 text file in the workspace atomically.\n"
-        "Use for new files (create) or rewrites (replace); read gives sha256.\n"
+        "Use for new files (create) or rewrites (replace); bash for mv or rm.\n"
         "Parent directory must exist; in-workspace symlinks are followed."
     )
     risk = ToolRisk.FILESYSTEM

@@ -571,7 +571,10 @@ def test_a_tool_json_breaking_several_design_rules_lists_them_all(make_daemon, s
     out = scvctl(scv_home, "tools", "--errors")
     assert out.stdout.strip() == (
         f"script_multi: {bad / 'tool.json'}: tool 'script_multi' breaks rule 'length': description is 27 chars, "
-        "must be 60-200; and rule 'param_when': optional parameter 'n' description must say when to pass it or "
+        "must be 60-200; and rule 'when_line': line 2 ('Use for stats.') has no alternative: after a ';' name "
+        "another tool or way and what it is for, or compare with 'instead', 'rather than', 'not for', 'prefer', "
+        "'otherwise', 'unlike' or 'vs'. A passing line: 'Use for counting words in a text; bash for whole files.'"
+        "; and rule 'param_when': optional parameter 'n' description must say when to pass it or "
         "its default: 'How many, e.g. 3.'; and rule 'optional_default': optional parameter 'n' has no default")
 
 
