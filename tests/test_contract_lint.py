@@ -24,7 +24,7 @@ def meta(text: str) -> Any:
 
 
 class GoodArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    path: Annotated[str, meta("Workspace-relative path, e.g. 'src/main.py'")]
+    path: Annotated[str, meta("Workspace-relative path of the file, from a listing, e.g. 'src/main.py'")]
     limit: Annotated[int, meta("Most bytes to return, e.g. 65536 (the default)")] = 65536
     mode: Annotated[Literal["text", "bytes"], meta("How to return it, e.g. 'text' for UTF-8; default text")] = "text"
     tags: Annotated[list[str], meta("Labels for the audit log when wanted, e.g. ['ci']")] = []
@@ -230,7 +230,7 @@ def test_a_non_trivial_parameter_in_a_hand_written_schema_needs_20_chars(prop):
 
 def test_trivial_parameter_may_be_short():
     class Args(msgspec.Struct):
-        n: Annotated[int, meta("Line count, e.g. 3")]
+        n: Annotated[int, meta("Line count for the head, e.g. 3")]
 
     lint(make_tool(arguments=Args))
 
@@ -373,6 +373,57 @@ def test_an_optional_parameter_says_when_or_its_default():
     assert "'limit'" in str(err)
 
 
+def _param(desc: str, required: bool = True) -> dict[str, Any]:
+    prop: dict[str, Any] = {"type": "string", "description": desc}
+    return {"type": "object", "properties": {"text": prop if required else {**prop, "default": ""}},
+            "required": ["text"] if required else []}
+
+
+REQUIRED_PASSING = "A passing one: \"File to count, relative to the workspace; for a directory use bash, e.g. 'notes.txt'\""
+
+
+@pytest.mark.parametrize("desc", [
+    "Text words, e.g. 'a b'",  # the reviewer's repro: How and Example, no When
+    "The text to count, e.g. 'for a test'",  # a 'for' inside the example says nothing of when
+])
+def test_a_required_parameter_says_its_when_too(desc):
+    """seed 003: every parameter covers How/When/Example; only optional ones were asked for a When."""
+    err = broken_rule(make_tool(schema=_param(desc)))
+    assert err.rule == "param_when"
+    assert str(err).endswith(
+        f"required parameter 'text' description must say for what or in which case the value is given, where it "
+        f"comes from or what it decides (for, when, if, unless, only, after, before, from, decides, selects, "
+        f"chooses): {desc!r}. {REQUIRED_PASSING}"), str(err)
+
+
+def test_an_optional_parameter_without_when_is_shown_a_passing_one():
+    err = broken_rule(make_tool(schema=_param("Text words, e.g. 'a b'", required=False)))
+    assert str(err).endswith("(default, omit, when, with, without, if, unless, only, after, for): "
+                             "\"Text words, e.g. 'a b'\". A passing one: 'Most lines to count; omit for all of "
+                             "them, e.g. 100'"), str(err)
+
+
+@pytest.mark.parametrize("desc, required", [
+    ("File to count, relative to the workspace; for a directory use bash, e.g. 'notes.txt'", True),  # the one shown
+    ("The secret's name, from the failing tool's error, e.g. 'GITHUB_TOKEN'", True),
+    ("Which log to read; decides the service, e.g. 'nginx'", True),
+    ("The branch, e.g. 'main'; only one that exists", True),  # a When after the example counts
+    ("Most lines to count; omit for all of them, e.g. 100", False),  # the one shown
+    ("Most bytes to return, e.g. 65536 (the default)", False),
+])
+def test_parameter_whens_that_pass(desc, required):
+    lint(make_tool(schema=_param(desc, required)))
+
+
+def test_the_reviewers_repro_breaks_the_when_rules_and_nothing_else():
+    """tool.json of script_wc2, which `scvctl tools --lint` reported ok."""
+    tool = make_tool(name="script_wc2", schema=_param("Text words, e.g. 'a b'"),
+                     description="Count the words of a text given as the argument here today.\nUse when asked.")
+    from scvd.tools.contract import findings
+
+    assert [f.rule for f in findings(tool)] == ["when_line", "param_when"]
+
+
 def test_findings_lists_every_broken_rule_in_order():
     from scvd.tools.contract import findings
 
@@ -383,7 +434,7 @@ def test_findings_lists_every_broken_rule_in_order():
                      flags=ToolFlags(concurrent=True), arguments=Args)
     rules = [f.rule for f in findings(tool)]
     assert rules == ["three_lines", "length", "no_schema_dump", "no_filler", "when_line", "concurrent",
-                     "param_example"]
+                     "param_example", "param_when"]
     assert findings(make_tool()) == []
 
 

@@ -19,7 +19,7 @@ from scvd.tools.script_defs import declared_secrets, load_all
 DESCRIPTION = ("Count the words in a text given as argument.\n"
                "Use for quick statistics; bash for anything else.")
 PARAMETERS = {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
-    "text": {"type": "string", "maxLength": 100, "description": "The text to count, e.g. 'a b c'."},
+    "text": {"type": "string", "maxLength": 100, "description": "The text to count, from the user's message, e.g. 'a b c'."},
     "unique": {"type": "boolean", "default": False,
                "description": "Count each word once when true, e.g. true; default false."}}}
 

@@ -45,7 +45,8 @@ def arguments_struct(adapter: specs.Adapter, config: Any) -> type[msgspec.Struct
     starts = "'-'" + (f" or {adapter.file_prefix!r}" if adapter.file_prefix else "")
     fields: list[tuple[Any, ...]] = [
         ("prompt", Annotated[str, Meta(min_length=1, pattern=prompt_pattern(adapter), description=(
-            f"The task in plain words, passed as one argument; cannot start with {starts}. "
+            f"The task in plain words, passed as one argument; cannot start with {starts}; for a skill's "
+            "flow, name the skill. "
             "e.g. Land the fix with the feature-flow skill."))]),
         ("cwd", Annotated[str | None, Meta(description=(
             "Directory inside the workspace to run in, relative or absolute; the agent picks up "

@@ -29,9 +29,15 @@ ALTERNATIVE_RE = re.compile(
     re.IGNORECASE)
 WHEN_LINE_EXAMPLE = "Use for counting words in a text; bash for whole files."
 EXAMPLE_RE = re.compile(r"\be\.g\.|\bexample\b|\bsuch as\b", re.IGNORECASE)
-# an optional parameter says when to pass it, or what happens without it
+# a parameter's When. An optional one: when to pass it, or what happens without it
 PARAM_WHEN_RE = re.compile(
     r"\b(default|defaults|omit|omitted|when|with|without|if|unless|only|after|for)\b", re.IGNORECASE)
+# a required one is always passed: for what or in which case the value is given, where it comes from,
+# or what it decides
+REQUIRED_WHEN_RE = re.compile(
+    r"\b(when|if|unless|only|for|after|before|from|decides|selects|chooses)\b", re.IGNORECASE)
+REQUIRED_WHEN_EXAMPLE = "File to count, relative to the workspace; for a directory use bash, e.g. 'notes.txt'"
+OPTIONAL_WHEN_EXAMPLE = "Most lines to count; omit for all of them, e.g. 100"
 PARAM_HOW_CHARS = 8  # of text before the example: what the value is and how it is used
 SCHEMA_DUMP_RE = re.compile(r"[{}]|\breturns?\s*[:\[(]", re.IGNORECASE)
 FILLER_RE = re.compile(
@@ -150,13 +156,22 @@ def _one_parameter(param: str, prop: dict[str, Any], required: bool) -> list[Fin
         found.append(Finding(
             "param_how", f"parameter {param!r} description must say what the value is and how it is "
                          f"used before its example: {desc!r}"))
-    if not required and not PARAM_WHEN_RE.search(desc):
-        found.append(Finding(
-            "param_when", f"optional parameter {param!r} description must say when to pass it or its "
-                          f"default: {desc!r}"))
+    # the When is said outside the example, which runs to the next ';' or '(': "e.g. 'for x'" says nothing
+    said = desc[:example.start()] + re.sub(r"^[^;(]*", "", desc[example.end():]) if example else desc
+    if not (REQUIRED_WHEN_RE if required else PARAM_WHEN_RE).search(said):
+        found.append(Finding("param_when", _no_when(param, desc, required)))
     if not required and "default" not in prop:
         found.append(Finding("optional_default", f"optional parameter {param!r} has no default"))
     return found
+
+
+def _no_when(param: str, desc: str, required: bool) -> str:
+    if required:
+        return (f"required parameter {param!r} description must say for what or in which case the value is "
+                f"given, where it comes from or what it decides (for, when, if, unless, only, after, before, "
+                f"from, decides, selects, chooses): {desc!r}. A passing one: {REQUIRED_WHEN_EXAMPLE!r}")
+    return (f"optional parameter {param!r} description must say when to pass it or its default (default, omit, "
+            f"when, with, without, if, unless, only, after, for): {desc!r}. A passing one: {OPTIONAL_WHEN_EXAMPLE!r}")
 
 
 def _non_trivial(prop: dict[str, Any]) -> bool:

@@ -600,7 +600,8 @@ def _unlink_quiet(parent: int, name: str) -> None:
 def _read_arguments(max_limit: int) -> type[msgspec.Struct]:
     """read's Struct; built per config because `limit`'s maximum is tools.read_limit_bytes."""
     path = Annotated[str, msgspec.Meta(
-        min_length=1, description="File path relative to the workspace root, e.g. 'src/main.py'.")]
+        min_length=1,
+        description="File path relative to the workspace root; for a directory use bash, e.g. 'src/main.py'.")]
     offset = Annotated[int, msgspec.Meta(
         ge=0, description="Byte offset to start at; to continue after a truncated read, its offset + length "
                           "(a page may stop short of limit before a cut character), e.g. 65536.")]
@@ -621,8 +622,10 @@ class WriteArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Arguments of write."""
 
     path: Annotated[str, msgspec.Meta(
-        min_length=1, description="File path relative to the workspace root, e.g. 'src/main.py'.")]
-    content: Annotated[str, msgspec.Meta(description="The whole new file content as text, e.g. 'print(1)\\n'.")]
+        min_length=1,
+        description="File path relative to the workspace root; for a new file its parent must exist, e.g. 'src/main.py'.")]
+    content: Annotated[str, msgspec.Meta(
+        description="The whole new file content as text, also for a one-line change, e.g. 'print(1)\\n'.")]
     mode: Annotated[Literal["create", "replace"], msgspec.Meta(
         description="'create' for a new file (fails if it exists) or 'replace' for an existing one, e.g. 'create'.")]
     expected_sha256: Annotated[Sha256 | None, msgspec.Meta(

@@ -49,7 +49,7 @@ DESCRIPTION = (  # seed 003: the lookup order (keyring service scv, account the 
 class Arguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     key: Annotated[str, msgspec.Meta(
         pattern=f"^{KEY_RE.pattern}$",
-        description="The secret's name as the failing tool's error gives it, e.g. 'GITHUB_TOKEN'; values are "
+        description="The secret's name, from the failing tool's error, e.g. 'GITHUB_TOKEN'; values are "
                     "never exported to you, so an empty printenv proves nothing.")]
     tool: Annotated[str, msgspec.Meta(
         min_length=1, max_length=64,

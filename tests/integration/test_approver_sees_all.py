@@ -432,7 +432,7 @@ def test_a_script_tools_long_arguments_are_whole_in_details(make_daemon, scv_hom
     from test_script_tools import WORDS, make_tool
 
     make_tool(scv_home, "words", WORDS, parameters={"type": "object", "required": ["text"], "properties": {
-        "text": {"type": "string", "description": "The text to count, e.g. 'a b c'."}}})
+        "text": {"type": "string", "description": "The text to count, from the user's message, e.g. 'a b c'."}}})
     d = make_daemon(home=scv_home)
     text = PAD + HIDDEN
     with d.client(name="agent") as agent:

@@ -675,7 +675,7 @@ def make_script_tool(home: Path, name: str) -> None:
     (folder / "tool.json").write_text(json.dumps({
         "description": "Count the words in a text given as argument.\nUse for quick statistics; bash for the rest.",
         "parameters": {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
-            "text": {"type": "string", "maxLength": 100, "description": "The text to count, e.g. 'a b c'."}}}}))
+            "text": {"type": "string", "maxLength": 100, "description": "The text to count, from the user's message, e.g. 'a b c'."}}}}))
     (folder / "run").write_text("#!/bin/sh\necho '{}'\n")
     (folder / "run").chmod(0o700)
 

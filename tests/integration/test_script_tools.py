@@ -31,7 +31,7 @@ from helpers.probe_tools import wait_event
 DESCRIPTION = ("Count the words in a text given as argument.\n"
                "Use for quick statistics; bash for anything else.")
 PARAMETERS = {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
-    "text": {"type": "string", "maxLength": 100, "description": "The text to count, e.g. 'a b c'."}}}
+    "text": {"type": "string", "maxLength": 100, "description": "The text to count, from the user's message, e.g. 'a b c'."}}}
 # reads the arguments from stdin, answers JSON on stdout, talks on stderr
 WORDS = """#!/bin/bash
 args=$(cat)
@@ -110,7 +110,7 @@ def test_a_pattern_that_backtracks_fails_the_call_and_holds_no_one_else_up(make_
     fails saying which pattern to fix; a value that merely does not match is refused as before."""
     if where == "pattern":
         parameters = {"type": "object", "required": ["slug"], "properties": {"slug": {
-            "type": "string", "pattern": SLOW, "description": "A slug of a's, e.g. 'aaa'."}}}
+            "type": "string", "pattern": SLOW, "description": "A slug of a's, for the pattern check, e.g. 'aaa'."}}}
         slow, plain = {"slug": "a" * 36 + "!"}, {"slug": "b"}
     else:  # a property name is matched against it too (additionalProperties: false looks there)
         parameters = {"type": "object", "patternProperties": {SLOW: {"type": "string"}},
@@ -137,7 +137,7 @@ ECHO = """#!/bin/bash
 cat
 """
 CHECKOUT = {"type": "object", "required": ["branch"], "additionalProperties": False, "properties": {
-    "branch": {"type": "string", "pattern": "^[A-Za-z0-9._-]+$", "description": "The branch, e.g. 'main'."},
+    "branch": {"type": "string", "pattern": "^[A-Za-z0-9._-]+$", "description": "The branch to check out, from git branch, e.g. 'main'."},
     "issue": {"type": "string", "pattern": "^\\d+$", "default": "1",
               "description": "The issue number; pass it to override the default, e.g. '42'."},
     "email": {"type": "string", "format": "email", "default": "a@b.c",
@@ -171,7 +171,7 @@ def test_a_pattern_refuses_what_its_json_schema_reading_refuses(make_daemon, scv
 
 
 WRITTEN_FOR_PYTHON = {"type": "object", "required": ["summary"], "additionalProperties": False, "properties": {
-    "summary": {"type": "string", "pattern": "(?s)^.{1,200}$", "description": "A summary, e.g. 'one line'."},
+    "summary": {"type": "string", "pattern": "(?s)^.{1,200}$", "description": "A summary for the log, e.g. 'one line'."},
     "names": {"type": "string", "pattern": "(?m)^[a-z]+$", "default": "a",
               "description": "Names, one a line; pass them to override the default, e.g. 'ab'."},
     "title": {"type": "string", "pattern": "^[^]]+$", "default": "t",
@@ -238,7 +238,7 @@ def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_i
         make_daemon, scv_home, workspace):
     # as models send it, and as built-in tools take it (seed 003: handlers defend against nil)
     parameters = {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
-        "text": {"type": "string", "description": "The text, e.g. 'a b'."},
+        "text": {"type": "string", "description": "The text to count, from the user's message, e.g. 'a b'."},
         "sep": {"type": "string", "default": " ", "description": "Default ' '; pass it to split on another, e.g. ','."}}}
     make_tool(scv_home, "words", WORDS, parameters=parameters)
     d = make_daemon(home=scv_home)
@@ -258,7 +258,7 @@ def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_i
 def test_a_whole_number_sent_as_a_float_reaches_the_script_as_an_integer(make_daemon, scv_home, workspace):
     # JSON Schema's `integer` takes 3.0, as models send it; the script got 3.0, and "x" * 3.0 failed
     parameters = {"type": "object", "required": ["count"], "properties": {
-        "count": {"type": "integer", "description": "How many x to print, e.g. 3."}}}
+        "count": {"type": "integer", "description": "How many x to print, from 0 up, e.g. 3."}}}
     repeat = "#!/bin/sh\nexec python3 -c 'import json,sys; print(\"x\" * json.load(sys.stdin)[\"count\"])'\n"
     make_tool(scv_home, "repeat", repeat, parameters=parameters, risk="read_only")
     d = make_daemon(home=scv_home)
@@ -288,7 +288,7 @@ COUNT_ROWS = """#!/bin/bash
 python3 -c 'import json, sys; print(len(json.load(sys.stdin)["rows"]))'
 """
 ROWS = {"type": "object", "required": ["rows"], "properties": {"rows": {
-    "type": "array", "description": "The rows to count, e.g. [{\"a\": 1, \"b\": \"x\"}].", "items": {
+    "type": "array", "description": "The rows to count, from the table, e.g. [{\"a\": 1, \"b\": \"x\"}].", "items": {
         "type": "object", "required": ["a", "b"],
         "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}}}}
 
@@ -318,7 +318,7 @@ COUNT_TAGS = """#!/bin/bash
 python3 -c 'import json, sys; print(len(json.load(sys.stdin)["tags"]))'
 """
 TAGS = {"type": "object", "required": ["tags"], "properties": {"tags": {
-    "type": "array", "uniqueItems": True, "description": "Distinct tags to count, e.g. [\"a\", 1]."}}}
+    "type": "array", "uniqueItems": True, "description": "Distinct tags to count, from the tree, e.g. [\"a\", 1]."}}}
 
 
 def test_unique_items_over_a_hundred_thousand_mixed_items_is_checked_with_json_schema_equality(
@@ -348,7 +348,7 @@ EVALUATED = {"type": "object", "required": ["ids", "counts"], "properties": {
     "ids": {"type": "array", "contains": {"type": "integer"}, "unevaluatedItems": False,
             "description": "Whole numbers only, e.g. [1, 2]."},
     "counts": {"type": "object", "patternProperties": {"^k": {"type": "integer"}}, "unevaluatedProperties": False,
-               "description": "Counts by key, each key starting with k, e.g. {\"k1\": 3}."}}}
+               "description": "Counts by key, for keys starting with k, e.g. {\"k1\": 3}."}}}
 
 
 def test_unevaluated_items_and_properties_over_150_000_are_checked_in_one_pass(make_daemon, scv_home, workspace):
@@ -574,8 +574,10 @@ def test_a_tool_json_breaking_several_design_rules_lists_them_all(make_daemon, s
         "must be 60-200; and rule 'when_line': line 2 ('Use for stats.') has no alternative: after a ';' name "
         "another tool or way and what it is for, or compare with 'instead', 'rather than', 'not for', 'prefer', "
         "'otherwise', 'unlike' or 'vs'. A passing line: 'Use for counting words in a text; bash for whole files.'"
-        "; and rule 'param_when': optional parameter 'n' description must say when to pass it or "
-        "its default: 'How many, e.g. 3.'; and rule 'optional_default': optional parameter 'n' has no default")
+        "; and rule 'param_when': optional parameter 'n' description must say when to pass it or its default "
+        "(default, omit, when, with, without, if, unless, only, after, for): 'How many, e.g. 3.'. A passing one: "
+        "'Most lines to count; omit for all of them, e.g. 100'; and rule 'optional_default': optional parameter "
+        "'n' has no default")
 
 
 def test_scvd_check_config_prints_a_script_tool_that_fails_to_load(scv_home):

@@ -50,7 +50,7 @@ GENERATED = re.compile(r"c[0-9]+-[0-9a-f]{8}")
 # script tools: their arguments are checked off the loop after the call joined its lane (decode_blocks)
 SCRIPT = {"description": "Touch the file a text names in the workspace.\nUse for stress tests; write for content.",
           "parameters": {"type": "object", "required": ["text"], "additionalProperties": False, "properties": {
-              "text": {"type": "string", "maxLength": 100, "description": "The file name to touch, e.g. 'a.txt'."}}}}
+              "text": {"type": "string", "maxLength": 100, "description": "The file name to touch, for the stress run, e.g. 'a.txt'."}}}}
 TOUCH = """#!/bin/bash
 exec python3 -c 'import json, sys, pathlib; pathlib.Path(json.load(sys.stdin)["text"]).touch(); print("{}")'
 """
