@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--errors", action="store_true",
                      help="list the tools that could not be loaded (a bad tool.json, a failed MCP server)")
     cmd.add_argument("--lint", action="store_true",
-                     help="print every tool's findings under the seed 003 design rules")
+                     help="print every tool's findings under the seed 003 design rules, and why each tool "
+                          "that failed to load did")
     cmd.set_defaults(handler=cmd_tools)
     _add_approvals(sub, common)
     _add_call(sub, common)
@@ -262,7 +263,11 @@ def cmd_tools(args: argparse.Namespace) -> int:
                 print(printable(f"  {finding}"))
         else:
             print(printable(f"{t.name} [{t.risk}]: {t.description.splitlines()[0]}"))
-    if answer.errors and not args.lint:
+    if args.lint:  # a script tool the lint refused is in no listing: its author looks here
+        for e in answer.errors:
+            print(printable(f"{e.name or '?'}: not loaded ({e.source})"))
+            print(printable(f"  {e.message}"))
+    elif answer.errors:
         print(f"({len(answer.errors)} tool(s) failed to load: scvctl tools --errors)", file=sys.stderr)
     return EXIT_OK
 

@@ -580,6 +580,37 @@ def test_a_tool_json_breaking_several_design_rules_lists_them_all(make_daemon, s
         "'n' has no default")
 
 
+def test_scvctl_tools_lint_shows_a_tool_with_no_trigger_nor_parameter_when_refused_and_why(make_daemon, scv_home):
+    """The reviewer's repro: `Use when asked.` and a required parameter without a When printed
+    `script_wc2: ok`. The tool is refused at load, as any tool.json breaking a rule is, and --lint,
+    where its author looks, says so with what to write instead."""
+    d = make_daemon(home=scv_home)
+    wc2 = make_tool(scv_home, "wc2", WORDS, description=(
+        "Count the words of a text given as the argument here today.\nUse when asked."), parameters={
+        "type": "object", "properties": {"text": {"type": "string", "description": "Text words, e.g. 'a b'"}},
+        "required": ["text"]})
+    with d.client() as c:
+        d.proc.send_signal(signal.SIGHUP)
+        def reloaded() -> bool:  # loaded, or refused
+            answer = c.request(p.ToolsList)
+            return bool(answer.errors) or "script_wc2" in {t.name for t in answer.tools}
+
+        wait_until(reloaded, what="script_wc2 after SIGHUP")
+    out = scvctl(scv_home, "tools", "--lint")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "read: ok" in lines and not [line for line in lines if line.startswith("script_wc2: ok")]
+    assert lines[-2:] == [f"script_wc2: not loaded ({wc2 / 'tool.json'})", (
+        "  tool 'script_wc2' breaks rule 'when_line': line 2 ('Use when asked.') has no real trigger: 'asked' "
+        "names no task or situation; and no alternative: after a ';' name another tool or way and what it is "
+        "for, or compare with 'instead', 'rather than', 'not for', 'prefer', 'otherwise', 'unlike' or 'vs'. "
+        "A passing line: 'Use for counting words in a text; bash for whole files.'; and rule 'param_when': "
+        "required parameter 'text' description must say for what or in which case the value is given, where it "
+        "comes from or what it decides (for, when, if, unless, only, after, before, from, decides, selects, "
+        "chooses): \"Text words, e.g. 'a b'\". A passing one: \"File to count, relative to the workspace; for a "
+        "directory use bash, e.g. 'notes.txt'\"")]
+
+
 def test_scvd_check_config_prints_a_script_tool_that_fails_to_load(scv_home):
     make_tool(scv_home, "words", WORDS)
     bad = make_tool(scv_home, "broken", WORDS, timeout=-1)
