@@ -40,8 +40,8 @@ ROUNDS_SERVICE = "store_secret_rounds"  # ctx.services key: (turn, tool) -> (rou
 DESCRIPTION = (  # seed 003: the lookup order (keyring service scv, account the key's name) and the auth
     # failures that call for it (missing key, 401, 403, expired token), in 200 chars. The order is the
     # store's: a value in secrets.toml is taken before the keyring's (SecretStore._find says why)
-    "Have a person type secret KEY, masked; read from secrets.toml, keyring scv/KEY, env.\n"
-    "Use on credential_missing/401/403/expired token, then retry; not for other errors.\n"
+    "Have a person type secret KEY, masked; read from secrets.toml, keyring (scv/KEY), env.\n"
+    "Use on (credential_missing/401/403/expired token), then retry; not for 404/5xx.\n"
     "Max 2 rounds per tool per turn."
 )
 
