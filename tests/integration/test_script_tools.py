@@ -199,7 +199,7 @@ def test_a_pattern_written_for_python_takes_what_its_author_meant(make_daemon, s
 
 
 ECMA_SYNTAX = {"type": "object", "required": ["span"], "additionalProperties": False, "properties": {
-    "span": {"type": "string", "pattern": r"^(?<y>\d{4})-\k<y>$", "description": "A year twice, e.g. '2024-2024'."},
+    "span": {"type": "string", "pattern": r"^(?<y>\d{4})-\k<y>$", "description": "A year twice, for the span to note, e.g. '2024-2024'."},
     "name": {"type": "string", "pattern": r"^\p{L}+$", "default": "a",
              "description": "A name, in letters; pass it to override the default, e.g. 'Zoe'."},
     "code": {"type": "string", "pattern": r"^(?i:[a-z]+)-\d+$", "default": "a-1",
