@@ -57,6 +57,9 @@ class ServerConfig(Section):
     # a connection without hello by then is closed: bare connects held every slot; below 1 s a loaded
     # machine's own scvctl could miss it
     hello_seconds: Annotated[float, msgspec.Meta(ge=1)] = 10.0
+    # how often scvd checks that its socket file is still there (a logout's cleanup of /run/user, a /tmp
+    # cleaner), binding it again if not: one lstat per interval
+    socket_check_seconds: PositiveFloat = 30.0
 
 
 class ScriptToolConfig(Section):

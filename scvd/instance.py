@@ -41,9 +41,8 @@ def claim(paths: Paths, inherited: list[socket.socket]) -> Claim:
     try:
         if inherited:
             return Claim(lock_fd, inherited[0], owns_socket=False)
-        sock = bind_socket(paths)
-        st = os.lstat(paths.socket)
-        return Claim(lock_fd, sock, owns_socket=True, socket_id=(st.st_dev, st.st_ino))
+        sock, ident = bind_owned(paths)
+        return Claim(lock_fd, sock, owns_socket=True, socket_id=ident)
     except BaseException:
         os.close(lock_fd)
         raise
@@ -60,11 +59,10 @@ def release(held: Claim, path: Path) -> None:
 def remove_socket(path: Path, ident: tuple[int, int] | None) -> None:
     """Remove the socket file this process bound, not one another scvd bound there since (sharing
     SCV_SOCKET from another SCV_HOME, it took ours for stale once we stopped listening)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+    found = file_id(path)
+    if found is None:
         return
-    if ident is not None and (st.st_dev, st.st_ino) != ident:
+    if ident is not None and found != ident:
         log.info("left %s in place: another server bound it since this one stopped listening", path)
         return
     path.unlink(missing_ok=True)
@@ -96,6 +94,26 @@ def acquire_lock(path: Path) -> int:
         log.warning("cannot write this pid into %s (%s); a second scvd refused meanwhile names no pid",
                     path, exc.strerror or exc)
     return fd
+
+
+def bind_owned(paths: Paths) -> tuple[socket.socket, tuple[int, int]]:
+    """bind_socket(), and the (st_dev, st_ino) of the file it made: what this process may remove."""
+    sock = bind_socket(paths)
+    try:
+        st = os.lstat(paths.socket)
+    except OSError:
+        sock.close()
+        raise
+    return sock, (st.st_dev, st.st_ino)
+
+
+def file_id(path: Path) -> tuple[int, int] | None:
+    """The (st_dev, st_ino) of the file at `path` (not where a link points), None when there is none."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def bind_socket(paths: Paths) -> socket.socket:

@@ -37,6 +37,7 @@ from .secret_names import PROVIDER_KEYS, SERVICE as SECRET_NAMES, keys_by_all, n
 from .secret_requests import SecretRequests
 from .secrets import SecretStore
 from .sessions import Owner, Session
+from .socket_watch import SocketWatch
 from .tools import build_registry
 from .tool_listing import Listings, fit_lint
 from .tools.contract import Registry
@@ -94,6 +95,7 @@ class Daemon:
         self._stopped_by = ""  # what asked the stop first (SIGINT: a second one exits at once)
         self.force_exit = False
         self._listener: Listener | None = None
+        self._socket_watch: asyncio.Future[Any] | None = None  # socket_watch.py's, while it listens
         self._claim = claim  # the lock and socket cli.run took before READY=1, else taken in _start
         self._lock_fd: int | None = claim.lock_fd if claim else None
         self._owns_socket = claim.owns_socket if claim else False
@@ -238,9 +240,13 @@ class Daemon:
             raise errors.StartupError(unopenable("the audit log", self.paths.audit_log, exc)) from None
         self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
         self.sandbox, self.sandbox_verdict, self.host = await self.probe_sandbox(self.config)
-        # 4. serve the socket
-        self._listener = Listener(held.sock, self._accepted, self._accept_failed, self._out_of_fds)
-        self._listener.start()
+        # 4. serve the socket, and bind it again should its file be removed (a bound one only: an
+        #    inherited one is systemd's)
+        self._listen(held.sock)
+        if self._owns_socket and self._socket_id is not None:
+            watch = SocketWatch(self.paths, self._socket_id, lambda: self.config.server.socket_check_seconds,
+                                self._moved)
+            self._socket_watch = self.spawn_task(watch.run())
         self.budget = limits.measure()
         log.info("open-file limit %d (was %d): %s", now, before, self.budget.describe())
         # 5. signals only set events (SIGHUP starts a reload, which serialises itself)
@@ -270,6 +276,18 @@ class Daemon:
         # 7. MCP servers start in the background: a slow or broken one never delays READY=1
         await self.mcp.apply(self.config)
 
+    def _listen(self, sock: socket.socket) -> None:
+        self._listener = Listener(sock, self._accepted, self._accept_failed, self._out_of_fds)
+        self._listener.start()
+
+    def _moved(self, sock: socket.socket, ident: tuple[int, int]) -> None:
+        """Serve the socket the watch bound in place of the one whose file is gone (nobody reaches it)."""
+        old = self._listener
+        self._listen(sock)
+        self._socket_id = ident  # the stop removes this file
+        if old is not None:
+            old.close()
+
     def _release(self) -> None:
         """Close the listener, remove our socket file, release the lock (each at most once)."""
         self._stop_listening()
@@ -280,6 +298,9 @@ class Daemon:
     def _stop_listening(self) -> None:
         """Close the listener and remove the socket file we bound: nobody listens there any more,
         so the address is free for another scvd at once (not only once the grace is over)."""
+        if self._socket_watch is not None:  # first: it would bind the path again
+            self._socket_watch.cancel()
+            self._socket_watch = None
         if self._listener is not None:
             self._listener.close()
         if self._owns_socket:

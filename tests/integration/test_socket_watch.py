@@ -1,0 +1,98 @@
+"""A socket file removed while scvd runs (a logout's cleanup of /run/user, a /tmp cleaner): scvd says so
+and binds it again, so clients reach it without a restart; what is not its own socket it leaves alone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DaemonProc
+
+QUICK = "[server]\nsocket_check_seconds = 0.1\n"
+GONE = "WARNING scvd.server: the socket file {path} is gone, so clients cannot reach this scvd; " \
+    "binding a new one there"
+
+
+def reachable(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+        return True
+
+
+def wait_for_log(d: DaemonProc, text: str) -> None:
+    while text not in d.log():  # the test's timeout is the bound
+        assert d.proc.poll() is None, d.log()
+        time.sleep(0.05)
+
+
+def wait_reachable(d: DaemonProc) -> None:
+    while not reachable(d.socket):
+        assert d.proc.poll() is None, d.log()
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("removed", ["the file", "its directory"])
+def test_a_removed_socket_file_is_said_and_bound_again_at_the_same_path(make_daemon, removed):
+    d = make_daemon(QUICK)
+    before = os.lstat(d.socket).st_ino
+    with d.client() as held:
+        if removed == "the file":
+            d.socket.unlink()
+        else:  # as logind empties /run/user/UID at logout (moved first: gone at once, whole)
+            d.socket.parent.rename(d.home / "run-gone")
+            shutil.rmtree(d.home / "run-gone")
+        wait_reachable(d)
+        assert stat.S_IMODE(os.lstat(d.socket.parent).st_mode) == 0o700
+        with d.client() as again:  # a new client reaches the same scvd
+            assert again.status().pid == d.proc.pid
+        assert held.status().pid == d.proc.pid  # a connection made before keeps working
+    st = os.lstat(d.socket)
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_ino != before
+    log = d.log()
+    assert log.count(GONE.format(path=d.socket)) == 1, log
+    assert f"INFO scvd.server: listening again on {d.socket}" in log
+    assert d.stop() == 0
+    assert not os.path.lexists(d.socket)  # the stop removes the file it bound last
+
+
+def test_a_file_put_in_the_sockets_place_is_left_alone_until_it_goes(make_daemon, tmp_path):
+    path = tmp_path / "scvd.sock"
+    d = make_daemon(QUICK, env={"SCV_SOCKET": str(path)})
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    notes.replace(path)  # at once: a check between a removal and the write would bind there first
+    wait_for_log(d, f"WARNING scvd.server: cannot bind {path} again ({path} exists and is a regular file, "
+                    "not a socket; scvd leaves it alone: move it away, or set SCV_SOCKET to another path); "
+                    "clients cannot reach this scvd until that changes (it checks every 0.1 s, "
+                    "server.socket_check_seconds) or it is restarted (systemctl --user restart scvd, or kill "
+                    f"{d.proc.pid} and scvd run)")
+    assert path.read_text() == "my notes"
+    path.unlink()  # moved away: the next check binds there
+    wait_reachable(d)
+    with d.client() as c:
+        assert c.status().pid == d.proc.pid
+    assert d.log().count("cannot bind") == 1, d.log()  # said once, though it checked on meanwhile
+
+
+def test_a_live_socket_put_in_its_place_is_never_taken_over(make_daemon, tmp_path):
+    path = tmp_path / "scvd.sock"
+    d = make_daemon(QUICK, env={"SCV_SOCKET": str(path)})
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other:  # another server took the path
+        other.bind(str(tmp_path / "other.sock"))
+        other.listen(8)
+        (tmp_path / "other.sock").replace(path)
+        assert reachable(path)
+        inode = os.lstat(path).st_ino
+        wait_for_log(d, f"WARNING scvd.server: cannot bind {path} again (another server answers on {path}; ")
+        assert os.lstat(path).st_ino == inode
+    assert d.stop() == 0
+    assert os.lstat(path).st_ino == inode  # the stop leaves the other server's file too
