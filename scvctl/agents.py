@@ -117,8 +117,8 @@ def answers(args: argparse.Namespace) -> Iterator[Answers]:
     """The daemon when it runs, else this process, saying so on stderr."""
     try:
         client = connect(args)
-    except (errors.DaemonNotAnswering, errors.NotScvd):
-        raise  # a hung scvd still owns the homes (or one on another socket): working on them here would race it
+    except (errors.DaemonNotAnswering, errors.NotScvd, errors.SocketGone):
+        raise  # a hung scvd (or one whose socket is gone) still owns the homes: working on them here would race it
     except errors.DaemonNotRunning:
         here = Here()
         print(f"scvd is not running; working on {here.paths.adapters_dir} directly, with this "

@@ -30,7 +30,7 @@ from typing import Any, Iterator
 import msgspec
 
 from scvd import __version__, errors, paths as paths_mod, protocol as p
-from scvd.instance import MAX_SOCKET_PATH, file_kind
+from scvd.instance import MAX_SOCKET_PATH, file_kind, lock_holder
 
 log = logging.getLogger("scvctl.client")
 
@@ -148,10 +148,28 @@ def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
     kind = _not_a_socket(path)
     if kind:  # refused as no listener is: a file there (`scvd run` refuses that path too)
         return not_scvd(path, f"it is {kind}, not a socket")
+    pid = _running_without(path) if exc.errno in (errno.ENOENT, errno.ECONNREFUSED) else None
+    if pid is not None:  # "start it" went in a circle: `scvd run` refuses, naming this pid
+        return errors.SocketGone(
+            f"scvd (pid {pid}) is running but its socket {path} is gone ({exc.strerror}); it listens there "
+            "again within server.socket_check_seconds unless its log says why not; else restart it: "
+            f"systemctl --user restart scvd (or kill {pid} and scvd run)")
     return DaemonNotRunning(
         f"scvd is not running on {path} ({exc.strerror or exc}); "
         "start it with `systemctl --user start scvd` or `scvd run`"
     )
+
+
+def _running_without(path: Path | str) -> int | None:
+    """The pid of the scvd that holds the instance lock of `path` (the socket of this environment's
+    instance only: another path's instance is unknown), found without taking the lock."""
+    try:
+        instance = paths_mod.resolve()
+    except (errors.ScvError, OSError):
+        return None
+    if os.path.abspath(path) != str(instance.socket):
+        return None
+    return lock_holder(instance.lock_file)
 
 
 def open_socket(path: Path, timeout: float | None) -> socket.socket:

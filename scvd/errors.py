@@ -38,7 +38,8 @@
         ├── ProviderFailure       a chat turn's model could not answer (a turn.failed event)
         ├── DaemonNotRunning      client side: nothing answers on the socket
         │   ├── DaemonNotAnswering  client side: the socket accepts, but no answer comes in time
-        │   └── NotScvd           client side: what is at the socket's path is not scvd (a file, another server)
+        │   ├── NotScvd           client side: what is at the socket's path is not scvd (a file, another server)
+        │   └── SocketGone        client side: scvd runs (it holds the instance lock) but its socket is gone
         ├── ConnectionClosed      client side: the daemon closed the connection
         ├── UsageError            client side: a command line that cannot work (scvctl exits 2)
         ├── NotARegularFile       a file scvd reads (config.toml, tool.json) is a FIFO, socket, ...
@@ -331,6 +332,12 @@ class NotScvd(DaemonNotRunning):
     """What is at the socket's path is not scvd: no socket at all, or a server that answers no scvd frame."""
 
     code = "not_scvd"
+
+
+class SocketGone(DaemonNotRunning):
+    """scvd runs (it holds the instance lock) but its socket's path no longer reaches it (removed)."""
+
+    code = "socket_gone"
 
 
 class ConnectionClosed(LocalError):

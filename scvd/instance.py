@@ -96,6 +96,32 @@ def acquire_lock(path: Path) -> int:
     return fd
 
 
+def lock_holder(path: Path) -> int | None:
+    """The pid of the scvd holding the instance lock at `path`, or None: read from /proc/locks, never
+    by taking the lock (a client's shared flock, however brief, made an scvd starting then refuse)."""
+    try:  # a FIFO put there must not hold a client: opened without waiting, read only if a file
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            written = os.pread(fd, 32, 0).strip() if stat.S_ISREG(st.st_mode) else b""
+        finally:
+            os.close(fd)
+        with open("/proc/locks", "rb") as f:
+            table = f.read()
+    except OSError:
+        return None
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}".encode()
+    for line in table.splitlines():  # `1: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<inode> 0 EOF`
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != b"FLOCK" or fields[3] != b"WRITE":  # "->": a waiter
+            continue
+        where = fields[5].rsplit(b":", 1)
+        # the device as stat says it (btrfs's differs), else the pid scvd wrote there
+        if where[-1] == str(st.st_ino).encode() and (where[0] == dev or fields[4] == written):
+            return int(fields[4]) if fields[4].isdigit() else None
+    return None
+
+
 def bind_owned(paths: Paths) -> tuple[socket.socket, tuple[int, int]]:
     """bind_socket(), and the (st_dev, st_ino) of the file it made: what this process may remove."""
     sock = bind_socket(paths)

@@ -72,6 +72,29 @@ def test_not_running_says_how_to_start_and_exits_3(tmp_path: Path):
     assert out.stderr.count("\n") == 1, "one line"
 
 
+@pytest.mark.parametrize("left", ["nothing", "a stale socket"])
+def test_an_scvd_whose_socket_is_gone_is_named_with_its_pid_not_sent_to_start(make_daemon, left):
+    """`rm $SCV_HOME/run/scvd.sock` (a logout's cleanup, a /tmp cleaner): `scvctl status` said "scvd is
+    not running ...; start it", and `scvd run` refused as scvd runs: advice in a circle."""
+    d = make_daemon("[server]\nsocket_check_seconds = 3600\n")  # it does not bind the path again meanwhile
+    d.socket.unlink()
+    if left == "a stale socket":  # nothing listens on it: refused
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stale:
+            stale.bind(str(d.socket))
+    why = "No such file or directory" if left == "nothing" else "Connection refused"
+    said = (f"scvd (pid {d.proc.pid}) is running but its socket {d.socket} is gone ({why}); it listens there "
+            "again within server.socket_check_seconds unless its log says why not; else restart it: "
+            f"systemctl --user restart scvd (or kill {d.proc.pid} and scvd run)\n")
+    out = scvctl(d, "status")
+    assert (out.returncode, out.stderr) == (3, said)
+    # not taken for "no scvd": agents would work on the homes the running scvd owns
+    out = scvctl(d, "agents", "logout", "claude")
+    assert (out.returncode, out.stderr) == (3, said)
+    assert d.stop() == 0
+    out = scvctl(d, "status")  # its lock file stays, held by nobody
+    assert out.returncode == 3 and out.stderr.startswith(f"scvd is not running on {d.socket}"), out.stderr
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
 def test_another_users_socket_says_whose_it_is_not_that_scvd_is_down(tmp_path: Path):
     """A socket left by an scvd started with sudo (or another user's): `scvd is not running ...
