@@ -134,10 +134,11 @@ def bind_owned(paths: Paths) -> tuple[socket.socket, tuple[int, int]]:
 
 
 def file_id(path: Path) -> tuple[int, int] | None:
-    """The (st_dev, st_ino) of the file at `path` (not where a link points), None when there is none."""
+    """The (st_dev, st_ino) of the file at `path` (not where a link points), None when none is found
+    there (a file in place of a directory on the way too)."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except OSError:
         return None
     return st.st_dev, st.st_ino
 

@@ -42,7 +42,7 @@ class SocketWatch:
         self.ident = ident
         self.interval = interval  # read at each wait: a reload's value applies from the next one
         self.moved = moved  # serve the new socket in place of the old one (whose file is gone)
-        self._said = ""  # the last warning logged: the same one is not said at every check
+        self._said = ""  # the last warning logged, until it listens again: none is said at every check
         self._refused: Ident | None = None  # a file there that a bind refused: tried again once it changes
 
     async def run(self) -> None:
@@ -54,8 +54,9 @@ class SocketWatch:
 
     async def _rebind(self, found: Ident | None) -> None:
         path = self.paths.socket
-        what = "is gone" if found is None else "names another file now"
-        self._say(f"the socket file {path} {what}, so clients cannot reach this scvd; binding a new one there")
+        if not self._said:  # the first check that finds it: later ones only say a new reason it fails
+            what = "is gone" if found is None else "names another file now"
+            self._say(f"the socket file {path} {what}, so clients cannot reach this scvd; binding a new one there")
         job = asyncio.ensure_future(asyncio.to_thread(bind_owned, self.paths))
         try:
             sock, ident = await asyncio.shield(job)

@@ -96,3 +96,21 @@ def test_a_live_socket_put_in_its_place_is_never_taken_over(make_daemon, tmp_pat
         assert os.lstat(path).st_ino == inode
     assert d.stop() == 0
     assert os.lstat(path).st_ino == inode  # the stop leaves the other server's file too
+
+
+def test_a_directory_it_cannot_make_again_is_said_once_and_tried_at_each_check(make_daemon, tmp_path):
+    """As /run/user/UID until the next login: scvd cannot make its socket's directory for a while."""
+    path = tmp_path / "sockets" / "scvd.sock"
+    d = make_daemon(QUICK, env={"SCV_SOCKET": str(path)})
+    (tmp_path / "notes.txt").write_text("my notes")
+    path.parent.rename(tmp_path / "sockets-gone")
+    (tmp_path / "notes.txt").rename(path.parent)  # a file where the directory went: no mkdir there
+    wait_for_log(d, f"WARNING scvd.server: cannot bind {path} again (cannot create {path.parent}, the directory "
+                    f"of the socket {path}: ")
+    time.sleep(0.5)  # a few checks fail meanwhile, saying nothing more
+    before = d.log()
+    (tmp_path / "sockets").unlink()  # the path is still missing: a check after this one makes the directory
+    wait_reachable(d)
+    assert stat.S_IMODE(os.lstat(path.parent).st_mode) == 0o700
+    log = d.log()
+    assert log.count("cannot bind") == 1 and log.count("binding a new one there") == 1, log[len(before):]
