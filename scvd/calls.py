@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import msgspec
 
-from . import errors
+from . import errors, tool_names
 from .always_ask import always_ask_reason, git_dir_reason, places_reason
 from .approvals import GIT_LINK_ASKS, Approval, ApprovalGate, Decider, Verdict, exposes_host, git_link, policy_verdict
 from .own_places import Place
@@ -447,8 +447,8 @@ class CallRegistry:
             why = self.hub.not_loaded(call.tool_name, session.registry)
             if why is not None:
                 raise errors.UnknownTool.not_loaded(call.tool_name, why)
-            known = ", ".join(t.name for t in session.registry.visible()) or "none"  # system tools stay unlisted
-            raise errors.UnknownTool(f"no tool named {call.tool_name!r}; tools: {known}")
+            names = (t.name for t in session.registry.visible())  # system tools stay unlisted
+            raise errors.UnknownTool(tool_names.unknown(call.tool_name, names))
         if call.timeout_override is not None:  # most calls send none: no call, no config lookups
             check_timeout(call.timeout_override, session.config.tools.max_timeout_seconds, "call timeout_seconds")
         return tool

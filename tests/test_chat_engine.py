@@ -283,6 +283,19 @@ def test_bad_arguments_and_unknown_tools_are_answered_without_running():
     assert "tools: read" in output(t, "c2")["error"]["message"] and "store_secret" not in output(t, "c2")["error"]["message"]
 
 
+
+def test_a_mistyped_tool_is_told_the_closest_names_first_and_a_servers_tools_as_one():
+    """The socket's answer listed every tool; the model's is the same helper (scvd/tool_names.py)."""
+    many = [cat.Entry(f"mcp__gh__issue_{n:04d}", "Issue tool.", {"type": "object"}) for n in range(3000)]
+    t = Turn(Conversation(settings=Opened(workspace="/ws")), cat.Catalog([*catalog().entries.values(), *many]),
+             "t1", max_steps=8, context_tokens=100_000)
+    start(t, "x")
+    t.on_reply("", [call("c1", "raed"), call("c2", "mcp__gh__isue_0042")], Usage())
+    assert output(t, "c1")["error"]["message"] == (
+        "no tool named 'raed' in this conversation; closest: read; tools: mcp__gh__* (3000 tools), read, watch, write")
+    assert output(t, "c2")["error"]["message"].startswith(
+        "no tool named 'mcp__gh__isue_0042' in this conversation; closest: mcp__gh__issue_0042, ")
+
 def test_context_limit_fails_when_nothing_fits():
     t = turn(context_tokens=50)
     [fail] = start(t, "x" * 4000)

@@ -511,7 +511,7 @@ def test_a_well_formed_schema_is_handed_on_as_it_is():
 # in the system prompt's credentials line
 GENERIC_CORE = ("scvd/server.py", "scvd/reload.py", "scvd/session_open.py", "scvd/connection.py",
                 "scvd/client_protocol.py", "scvd/sessions.py",
-                "scvd/tool_listing.py", "scvd/approvals.py", "scvd/always_ask.py", "scvd/ask_globs.py",
+                "scvd/tool_listing.py", "scvd/tool_names.py", "scvd/approvals.py", "scvd/always_ask.py", "scvd/ask_globs.py",
                 "scvd/secret_requests.py",
                 "scvd/calls.py", "scvd/audit.py", "scvd/chat/engine.py", "scvd/chat/pipeline.py", "scvd/chat/service.py",
                 "scvd/chat/transcript.py", "scvd/chat/trim.py", "scvctl/chat.py", "scvctl/approval_view.py")

@@ -46,7 +46,7 @@ from typing import Any
 
 import msgspec
 
-from .. import lenient_json
+from .. import lenient_json, tool_names
 from .. import validation_text as vt
 from ..errors import UnknownTool
 from ..protocol import surrogate_refusal
@@ -68,7 +68,6 @@ SCHEMA_KEEP = cat.SEARCH_LIMIT
 # code, whose punctuation and short names are tokens of their own, so a request made to fit the
 # model's window to the token was still refused as longer than it
 MARGIN = 10
-NAMES_SHOWN = 40  # of the tool names (a namespaced family's counted as one) a find_tools that matched nothing lists
 KILLED_CALL = "scvd stopped before this call finished"
 # a call whose arguments the next request has no room for (Turn._call_room) is not run, and its arguments
 # are not kept: sent back to the model with the history, they failed the turn telling the person to
@@ -78,18 +77,9 @@ CALL_OVERHEAD = 50  # tokens of a reply's call besides its arguments (its id, na
 DROPPED_ARGUMENTS = '{"dropped": "these arguments were too large to keep"}'
 
 
-def _names(catalog: cat.Catalog, include_system: bool) -> str:
-    """The conversation's tool names, a namespaced family's (`FAMILY__GROUP__TOOL`: an MCP server's)
-    as one `FAMILY__GROUP__*` (N tools)."""
-    counts: dict[str, int] = {}
-    for e in catalog.entries.values():
-        if include_system or not e.system_use:
-            parts = e.name.split("__")
-            name = f"{parts[0]}__{parts[1]}__*" if len(parts) >= 3 else e.name
-            counts[name] = counts.get(name, 0) + 1
-    shown = [f"{n} ({counts[n]} tools)" if n.endswith("*") else n for n in sorted(counts)[:NAMES_SHOWN]]
-    rest = f" and {len(counts) - NAMES_SHOWN} more" if len(counts) > NAMES_SHOWN else ""
-    return (", ".join(shown) or "none") + rest
+def _names(catalog: cat.Catalog, include_system: bool) -> list[str]:
+    """The conversation's tool names, sorted (tool_names folds and cuts them)."""
+    return sorted(e.name for e in catalog.entries.values() if include_system or not e.system_use)
 
 
 # --- actions --------------------------------------------------------------------------
@@ -363,7 +353,8 @@ class Turn:
         """What one requested call becomes: an action, or an answer given here at once."""
         if not call.name.strip():  # a server's fragment that never named its tool
             return self._local(call, error_output(
-                "unknown_tool", f"this call named no tool; call again with one of its names: {_names(self.catalog, False)}"))
+                "unknown_tool", "this call named no tool; call again with one of its names: "
+                f"{tool_names.folded(_names(self.catalog, False))}"))
         try:
             args = lenient_json.loads(call.arguments or "{}", mend=False)  # NaN refused, as on the socket
         except (ValueError, RecursionError) as exc:
@@ -389,7 +380,7 @@ class Turn:
             if (why := self.catalog.not_loaded(call.name)) is not None:  # as a call on the socket is told
                 return self._local(call, error_output("unknown_tool", UnknownTool.not_loaded(call.name, why).message))
             return self._local(call, error_output(
-                "unknown_tool", f"no tool named {call.name!r} in this conversation; tools: {_names(self.catalog, False)}"))
+                "unknown_tool", tool_names.unknown(call.name, _names(self.catalog, False), " in this conversation")))
         if call.name not in self.conv.loaded:
             self.conv.load([call.name])
             return self._local(call, ok_output({"schema_loaded": call.name,
@@ -433,7 +424,7 @@ class Turn:
         if not found and parsed.query.strip():  # an empty list alone left the model to guess again blind
             answer["note"] = (f"no tool matches {parsed.query.strip()!r}; try other words (what the tool does, "
                               "or part of its name), or find_tools without a query to list every tool; the tools "
-                              f"here: {_names(self.catalog, parsed.include_system)}")
+                              f"here: {tool_names.folded(_names(self.catalog, parsed.include_system))}")
         return self._local(call, ok_output(answer))
 
     def _local(self, call: ToolCall, output: str) -> list[Any]:

@@ -13,6 +13,7 @@ from scvd import protocol as p
 
 from conftest import ROOT, reloaded, wait_pending
 from harness import wait_until
+from test_mcp import McpHost
 
 pytestmark = pytest.mark.slow
 
@@ -116,3 +117,24 @@ def test_a_burst_of_list_changed_notifications_is_a_few_tools_lists(make_daemon,
         assert c.call(session, "mcp__many__ping", {}).ok  # the server has been sent every tools/list by then
         # the first list, one for the burst's first notification, one for those that came while it ran
         assert len(lists.read_text().splitlines()) <= 3, "a tools/list per notification"
+
+
+def test_an_unknown_tool_among_thousands_is_told_the_closest_names_and_a_folded_list(make_daemon, workspace, tmp_path):
+    """It was told every tool's name: with one server of 4,096 tools, one typo's answer was 250 KB,
+    through `scvctl mcp` a JSON-RPC error read whole into a host model's context."""
+    d = make_daemon(sdk_table(4096, 10, tmp_path / "lists", "max_tools = 4096\n"))
+    listed = ("tools: read, write, read_skill, bash, agent_claude, agent_codex, agent_pi, "
+              "mcp__many__* (4096 tools)")
+    with d.client(name="t") as c:
+        assert ready(c).tools == 4096
+        session = c.open_session(workspace)
+        error = c.call(session, "bsah", {"command": "ls"}).error
+        assert (error.kind, error.message) == ("unknown_tool", f"no tool named 'bsah'; closest: bash; {listed}")
+        error = c.call(session, "mcp__mny__t00123", {}).error
+        assert error.message.startswith("no tool named 'mcp__mny__t00123'; closest: mcp__many__t00123, "), error
+        assert error.message.endswith(listed)
+    host = McpHost(d, workspace)
+    host.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host"}})
+    error = host.rpc("tools/call", {"name": "bsah", "arguments": {}})["error"]
+    assert error["message"] == f"unknown_tool: no tool named 'bsah'; closest: bash; {listed}"
+    host.close()
