@@ -63,6 +63,7 @@ class ServerLink:
         self._launch = launch  # builds the StdioLaunch or HttpLaunch; may raise (a missing secret)
         self._on_tools = on_tools
         self.state = "starting"  # starting -> ready -> down (-> starting again) ; stopped at the end
+        self._starting_at = time.monotonic()  # when it last became `starting`: a first start says how long
         self.stopped_why = "scvd is stopping"  # what a call cut off by stop() is told
         self._secrets: dict[str, str] = {}  # the values the current start read from the store, by key
         self._pasted = _pasted_in_query(cfg)  # literal query values: an HTTP library may print the url its own way
@@ -133,6 +134,7 @@ class ServerLink:
         delay = BACKOFF_FIRST
         while True:
             self.state, self._lost, self._ready_at = "starting", asyncio.Event(), None
+            self._starting_at = time.monotonic()
             # with the state: a start that has not read its secrets yet reads what is stored by now
             self._proc, self._http_status, self._launched_at = None, None, None
             try:
@@ -197,7 +199,7 @@ class ServerLink:
         again, until its end says whether it is down and why."""
         self._lost.set()
         if self.state == "ready":
-            self.state = "starting"
+            self.state, self._starting_at = "starting", time.monotonic()
 
     async def _connect_once(self) -> None:
         async with contextlib.AsyncExitStack() as stack:
@@ -516,6 +518,9 @@ class ServerLink:
     def down_message(self) -> str:
         why = f": {self.error}" if self.error else ""
         if self.state == "starting":
+            if not why:  # a first start (or one after a clean end): how long, and what it waits for
+                why = (f" (since {time.monotonic() - self._starting_at:.0f} s; scvd waits up to "
+                       f"{CONNECT_TIMEOUT:g} s for its answer to {self._awaited.removeprefix('its ')})")
             return f"mcp server {self.name} is starting{why}; try again in a moment"
         when = ""
         if self.retry_at is not None:

@@ -413,6 +413,8 @@ class McpServers:
                 continue
             if link.state != "ready" and link.error:
                 return f"{link.down_message()}; its tools are listed once it is up"
+            if link.state == "starting":  # a first start: it may take CONNECT_TIMEOUT before it fails
+                return f"{link.down_message()}; its tools are listed once it is up (see `scvctl status`)"
             if name in self.unread:
                 return f"mcp server {name}: {self.unread[name]}"
         return None

@@ -439,6 +439,29 @@ def quirks_stdio_table(mode: str, starts: Path) -> str:
             f'args = ["{STDIO_QUIRKS}", "{mode}", "{starts}"]\nsandbox = false\n')
 
 
+
+def test_a_call_of_a_tool_of_a_server_on_its_first_start_says_it_is_starting(make_daemon, workspace, tmp_path):
+    """Until its first start ended (up to initialize's 60 s) such a call was told only "no tool named
+    ...; tools: read, write, ...", as for a typo, though docs/tools.md promised why."""
+    starts = tmp_path / "starts"
+    hold = Path(f"{starts}.hold")
+    hold.touch()  # it answers nothing, initialize neither, until the test lets it go
+    d = make_daemon(quirks_stdio_table("plain", starts))
+    with d.client(name="t") as c:
+        wait_until(lambda: starts.exists() and "start" in starts.read_text(), what="the server to start")
+        session = c.open_session(workspace)
+        try:
+            error = c.call(session, "mcp__raw__echo", {}).error
+        finally:
+            hold.unlink()
+        assert error.kind == "unknown_tool"
+        assert re.fullmatch(
+            r"no tool named 'mcp__raw__echo' is loaded: mcp server raw is starting \(since \d+ s; scvd waits up "
+            r"to 60 s for its answer to initialize\); try again in a moment; its tools are listed once it is up "
+            r"\(see `scvctl status`\); `scvctl tools --errors` lists the tools that failed to load", error.message), error
+        server(c, "raw")
+        assert "mcp__raw__echo" in [t.name for t in c.request(p.ToolsList, session=session).tools]
+
 def test_a_server_that_dies_right_after_listing_its_tools_backs_off(make_wrapped, tmp_path):
     """Ready for a moment is not a start that lasted: the wait doubles (1, 2, 4 s; here from 0.5 s), not
     the first wait forever."""
