@@ -110,7 +110,8 @@ class Entry:
     """One known secret name and where its value is found."""
 
     name: str
-    source: str  # keyring | file | env | missing | unknown (a keyring that cannot be read may hold it)
+    # keyring | file | env | missing | unknown (a keyring that cannot be read may hold it) | unusable (a NUL in it)
+    source: str
     where: str  # the keyring backend, the file's path, or "environment"
 
 
@@ -147,6 +148,16 @@ def check_value(value: str) -> str:
         raise errors.InvalidRequest("a secret's value cannot hold a NUL character (binary data?): store it as text, "
                                     "e.g. its base64; nothing was stored")
     return value
+
+
+def unusable_error(key: str, where: str) -> errors.CredentialMissing:
+    """`key`'s value (found in `where`) holds a NUL, which no environment or argv can carry: every use
+    crashed (`ValueError: embedded null byte`). check_value() refuses one stored; this is one written
+    into secrets.toml by hand (`\\u0000`) or into the keyring by another program."""
+    return errors.CredentialMissing(
+        f"the secret {key} in {where} holds a NUL character, which no program's environment can carry: store "
+        f"it again as text (e.g. its base64) with `scvctl secrets set {key}`, or let the agent call store_secret "
+        f"with key {key!r}", hint=f"scvctl secrets set {key}", keys=(key,))
 
 
 def missing_message(key: str) -> str:
@@ -319,14 +330,14 @@ class SecretStore:
             broken = None
         value = _used(values.get(key))
         if value:  # the newer: set() into the keyring drops the file's copy, set() without one
-            return value, "file"  # (scvctl over ssh) writes the file while the keyring keeps the old
+            return self._usable(key, value, "file")  # (scvctl over ssh) writes the file while the keyring keeps the old
         refused = None
         try:
             value = _used(self._keyring_get(key))
         except errors.KeyringRefused as exc:
             refused, value = exc, ""
         if value:
-            return value, "keyring"
+            return self._usable(key, value, "keyring")
         if broken is not None:
             raise broken
         value = _used(self.env.get(key))
@@ -337,6 +348,13 @@ class SecretStore:
         if refused is not None:
             raise refused
         return None
+
+    def _usable(self, key: str, value: str, source: str) -> tuple[str, str]:
+        """(value, source), or CredentialMissing for a value no process can be given (unusable_error):
+        not passed over for the next source, which would hide it."""
+        if "\x00" in value:
+            raise unusable_error(key, str(self.path) if source == "file" else self.keyring_status())
+        return value, source
 
     def get(self, key: str) -> str | None:
         found = self.lookup(key)
@@ -420,6 +438,8 @@ class SecretStore:
             except errors.KeyringRefused as exc:
                 entries.append(Entry(name=key, source="unknown", where=f"in neither the file nor the "
                                      f"environment; {exc.what}: unlock it to see whether it is set"))
+            except errors.CredentialMissing as exc:  # unusable_error: set, but no tool can be given it
+                entries.append(Entry(name=key, source="unusable", where=exc.message))
         return entries
 
     def _entry(self, key: str, source: str) -> Entry:

@@ -252,6 +252,8 @@ class ScriptTool(Tool):
                     f"{self.name}: cannot look up its secret {key}: scvd's secrets file cannot be read; its owner "
                     "must fix it (`scvctl secrets list` says what is wrong)",
                     hint="ask the owner to run `scvctl secrets list` and fix what it says") from None
+            except CredentialMissing as exc:  # a value no process can be given (a NUL): store it again
+                raise CredentialMissing(f"{self.name}: {exc.message}", hint=exc.hint, keys=exc.keys) from None
             except ScvError as exc:  # a locked keyring: the message says what to do
                 kind = Unavailable if isinstance(exc, Unavailable) else Failed  # unlock it, not store_secret
                 raise kind(f"{self.name}: cannot look up its secret {key}: {exc.message}",

@@ -899,6 +899,39 @@ def test_a_broken_secrets_file_tells_the_model_to_ask_the_owner_and_the_log_why(
     assert not marker.exists()
 
 
+
+def test_a_secret_holding_a_nul_is_credential_missing_naming_it_until_stored_again(make_daemon, scv_home,
+                                                                                   workspace, tmp_path):
+    """A NUL written into secrets.toml by hand (`\\u0000`; scvd never stores one): each call of a tool
+    given it failed `failed unexpectedly: ValueError`, an MCP server given it was down for ever with
+    `ValueError: embedded null byte`, and `scvctl secrets list` showed it as any other."""
+    marker = tmp_path / "ran"
+    make_tool(scv_home, "token", f"#!/bin/bash\ntouch {marker}\n", risk="read_only", secrets=["API_TOKEN"])
+    secrets_file = scv_home / "secrets.toml"
+    secrets_file.write_text('API_TOKEN = "ab\\u0000cd"\n')
+    secrets_file.chmod(0o600)
+    quirks = ROOT / "tests" / "helpers" / "mcp_stdio_quirks.py"
+    config = (f'[mcp.servers.raw]\ncommand = "{sys.executable}"\nargs = ["{quirks}", "plain"]\nsandbox = false\n'
+              'env = {REV_KEY = {secret = "API_TOKEN"}}\n')
+    d = make_daemon(config, home=scv_home, env={"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+    said = (f"the secret API_TOKEN in {secrets_file} holds a NUL character, which no program's environment can "
+            "carry: store it again as text (e.g. its base64) with `scvctl secrets set API_TOKEN`, or let the agent "
+            "call store_secret with key 'API_TOKEN'")
+    with d.client() as c:
+        session = c.open_session(workspace)
+        done = c.call(session, "script_token", {"text": "x"})
+        assert (done.error.kind, done.error.message, done.error.hint) == (
+            "credential_missing", f"script_token: {said}", "scvctl secrets set API_TOKEN")
+        wait_until(lambda: any(s.name == "raw" and s.error and said in s.error
+                               for s in c.request(p.Status).mcp_servers), what="the server down saying why")
+        listed = subprocess.run([sys.executable, "-m", "scvctl", "secrets", "list"], env=dict(d.env),
+                                capture_output=True, text=True, timeout=60)
+        assert listed.stdout == f"API_TOKEN  unusable  {said}\n", listed
+        subprocess.run([sys.executable, "-m", "scvctl", "secrets", "set", "API_TOKEN"], env=dict(d.env),
+                       input="tok\n", text=True, timeout=60, check=True)
+        assert c.call(session, "script_token", {"text": "x"}).ok and marker.exists()
+    assert "embedded null byte" not in d.log()
+
 def test_exit_77_is_a_rejected_credential_naming_its_key(make_daemon, scv_home, workspace):
     make_tool(scv_home, "token", "#!/bin/bash\necho '401 Unauthorized' >&2\nexit 77\n", risk="read_only",
               secrets=["API_TOKEN"])
