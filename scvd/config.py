@@ -28,6 +28,7 @@ from .errors import ConfigError, NotARegularFile
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
 from .paths import read_regular_file, why_not
 from .secrets_file import key_problem
+from .text import toml_said
 from .toml_write import toml_key
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -340,7 +341,7 @@ def _parsed(path: Path, text: str) -> dict[str, Any]:
         from . import config_hints  # only on a refusal
 
         hint = config_hints.after_parse_error(text, str(exc), Config)
-        raise ConfigError(f"{path}: not valid TOML: {exc}{hint}") from exc
+        raise ConfigError(f"{path}: not valid TOML: {toml_said(str(exc), text)}{hint}") from exc
 
 
 def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str],

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import errors
+from .text import toml_said
 from .toml_write import toml_string
 
 KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
@@ -62,7 +63,8 @@ def parse_file(path: Path, text: str) -> tuple[dict[str, str], list[str]]:
         data = toml_read.loads(text)
     except tomllib.TOMLDecodeError as exc:
         hint = _unquoted(text, str(exc))
-        raise errors.ConfigError(f"{path}: not valid TOML ({exc}){hint}; fix or remove it") from None
+        said = toml_said(str(exc), text)
+        raise errors.ConfigError(f"{path}: not valid TOML ({said}){hint}; fix or remove it") from None
     index = data.pop(INDEX_TABLE, {})
     names = index.get("names", []) if isinstance(index, dict) else None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):

@@ -150,6 +150,18 @@ def excerpt(text: str, limit: int = SHOWN_CHARS) -> tuple[str, str]:
     return text[:limit] + " ...", " " + cut_note(more)
 
 
+def end_of(text: str) -> str:
+    """`line L, column C` of the end of `text`, as an editor shows it: where a parser that ran out
+    of input (an unclosed bracket or string) stopped, which its message does not say."""
+    return f"line {text.count(chr(10)) + 1}, column {len(text) - text.rfind(chr(10))}"
+
+
+def toml_said(message: str, text: str) -> str:
+    """tomllib's error `message` for `text`, its `(at end of document)` (an unclosed `[`, `{` or
+    string) with the line and column where that is."""
+    return message.replace("(at end of document)", f"(at end of document: {end_of(text)})")
+
+
 def cut_middle(text: str, head: int, tail: int, dropped: int = 0) -> str:
     """`text` whole when it is at most `head` + `tail` chars, else its first `head` and last `tail`
     chars with how many were cut between them (a message's start says what, its end often why);

@@ -524,6 +524,14 @@ def test_an_override_nested_too_deeply_is_read_as_text(cfg_file):
     assert info.value.message.endswith("]\\n', not a TOML value; give the seconds as a TOML number, with no unit")
 
 
+def test_a_file_cut_off_names_the_line_and_column_where_it_ends(cfg_file):
+    """tomllib says only `(at end of document)` of an unclosed list or string."""
+    path = cfg_file('[approvals]\nalways_ask = ["*.pem",\n  "*.key"\n')
+    with pytest.raises(ConfigError) as info:
+        load(path, env={})
+    assert info.value.message == f"{path}: not valid TOML: Unclosed array (at end of document: line 4, column 1)"
+
+
 def test_bytes_that_are_not_utf8_name_the_file_and_the_line(cfg_file):
     path = cfg_file("")
     path.write_bytes(b"[tools]\n# caf\xe9, saved as Latin-1\ncommand_timeout_seconds = 60\n")

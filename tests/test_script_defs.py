@@ -141,6 +141,11 @@ def test_a_config_dir_tools_folder_linked_to_the_data_dirs_is_read_once(tmp_path
     ({}, '{"description": "x", "parameters": {"type": "object", "default": ' + "[" * 1200 + "]" * 1200 + "}}",
      "tool.json",
      "not valid JSON: arrays or objects nested too deeply to read; nest them less"),
+    # cut off: msgspec's `Input data was truncated` said no place, where docs/tools.md promises one
+    ({}, '{\n  "description": "x", "risk": "read_only", ', "tool.json", "not valid JSON: Input data was truncated: the "
+     "file ends (line 2, column 44) before its JSON does; close the {, [ or string left open"),
+    ({}, "\n", "tool.json", 'not valid JSON: the file is only whitespace; write one JSON object (docs/tools.md, '
+     '"Script tools", lists its fields)'),
     ({"descripton": "typo"}, None, "tool.json", "`descripton` is not a tool.json key; did you mean `description`? "
                                                 "(keys: description, parameters, risk,"),
     # seed 003's flags, tools.list's and config.toml's names: no typo of a key, so no key was suggested
@@ -194,7 +199,8 @@ def test_a_config_dir_tools_folder_linked_to_the_data_dirs_is_read_once(tmp_path
                          "Unicode property the regex package knows; name one it knows (`\\p{L}`,"),
     ({"parameters": {"type": "object", "patternProperties": {r"^\q{ab}$": {}}}}, None, "parameters",
      "the pattern '^\\\\q{ab}$' at patternProperties cannot be read: `\\q{...}` is ECMA's v flag's"),
-], ids=["json", "json-line-column", "json-too-deep", "unknown-field", "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
+], ids=["json", "json-line-column", "json-too-deep", "json-cut-off", "json-only-whitespace", "unknown-field",
+        "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
         "config-toml-key", "risk", "not-object", "bad-schema", "timeout-0", "timeout-string", "timeout-negative",
         "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command",
         "command-with-arguments", "remote-ref", "broken-ref",

@@ -439,7 +439,7 @@ def test_scvctl_secrets_on_a_broken_secrets_toml_names_that_file_not_the_config(
     (home / "secrets.toml").chmod(0o600)
     out = scvctl(home, xdg, "secrets", *command, input="s3cr3t\n")
     assert (out.returncode, out.stderr) == (1, f"scvctl: {home / 'secrets.toml'}: not valid TOML (Invalid value "
-                                               "(at end of document)); fix or remove it\n")
+                                               "(at end of document: line 2, column 1)); fix or remove it\n")
 
 
 def test_scvctl_secrets_on_a_secrets_toml_nested_too_deeply_names_that_file(xdg: Path):

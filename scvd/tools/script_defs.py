@@ -27,6 +27,7 @@ from .. import validation_text as vt
 from ..paths import read_regular_file
 from ..process import ALWAYS_REMOVED, ALWAYS_REMOVED_PREFIXES
 from ..secrets import check_key
+from ..text import end_of
 from .contract import LoadError
 
 log = logging.getLogger("scvd.tools.script")
@@ -34,6 +35,7 @@ log = logging.getLogger("scvd.tools.script")
 PREFIX = "script_"
 DEFINITION = "tool.json"
 MAX_DEFINITION_BYTES = 256 * 1024
+TRUNCATED = "Input data was truncated"  # msgspec's DecodeError for input that ends early, with no place
 FOLDER_RE = re.compile(r"[a-z][a-z0-9_]{0,55}")  # script_ + this stays a valid tool name
 
 
@@ -182,7 +184,13 @@ def _decode(path: Path) -> ToolJson:
 
 
 def _at_line(message: str, data: bytes) -> str:
-    """msgspec's `(byte N)` with the line and column an editor shows."""
+    """msgspec's `(byte N)` with the line and column an editor shows; for a file cut off, where it ends."""
+    if message == TRUNCATED:
+        text = data.decode("utf-8", "replace")
+        if not text.strip():
+            empty = "only whitespace" if text else "empty"
+            return f"the file is {empty}; write one JSON object (docs/tools.md, \"Script tools\", lists its fields)"
+        return f"{message}: the file ends ({end_of(text)}) before its JSON does; close the {{, [ or string left open"
     found = re.search(r"\(byte (\d+)\)$", message)
     if found is None:
         return message
