@@ -40,6 +40,8 @@ log = logging.getLogger("scvd.chat")
 CALLS_END_SECONDS = 10.0  # how long an ended turn waits for its calls to stop (a process's kill grace)
 REOPEN_WAIT_SECONDS = 2 * CALLS_END_SECONDS + 5  # a closed session's turn ends within this (its two waits)
 
+CALLS_BETWEEN_YIELDS = 256  # of a reply's calls taken in before other clients get the loop again
+
 BACKGROUND_STOPPED = ("its chat session closed (the client disconnected, or scvd stopped) before the call "
                       "finished; call it again if its result is still needed")
 
@@ -425,6 +427,7 @@ class ChatService:
         self._save(chat)
         parts: list[str] = []
         calls: list[ToolCall] = []
+        ids = _CallIds()
         usage = Usage()
         held = ""  # a delta's last character when it is the first half of a surrogate pair
         async for event in model.stream(action.request):
@@ -434,7 +437,9 @@ class ChatService:
                     parts.append(shown)
                     self._event(chat, p.AssistantDelta(seq=0, session=chat.session.id, turn=turn.id, text=shown))
             elif isinstance(event, CallRequested):
-                calls.append(_own_id(event.call, calls))
+                calls.append(ids.own(event.call))
+                if len(calls) % CALLS_BETWEEN_YIELDS == 0:  # a provider yields a reply's calls at its end, all at once
+                    await asyncio.sleep(0)
             elif isinstance(event, ReplyDone):
                 usage = event.usage
         if held:
@@ -594,18 +599,26 @@ def _whole(text: str) -> tuple[str, str]:
     return well_formed(text), ""
 
 
-def _own_id(call: ToolCall, before: list[ToolCall]) -> ToolCall:
-    """`call` with valid text and an id of its own in its reply: of two calls with one id (a shim that
-    numbers calls per message) the second's output would take the first's place."""
-    call = ToolCall(call_id=well_formed(call.call_id), name=well_formed(call.name),
-                    arguments=well_formed(call.arguments))
-    taken = {c.call_id for c in before}
-    if call.call_id and call.call_id not in taken:
+class _CallIds:
+    """The ids of one reply's calls so far: each call gets valid text and an id of its own (of two
+    calls with one id, a shim that numbers calls per message, the second's output would take the
+    first's place). One set for the reply, and a number that only grows: a reply of thousands of
+    calls took seconds on the loop when each rebuilt the set."""
+
+    def __init__(self) -> None:
+        self.taken: set[str] = set()
+        self.n = 0  # past the ids given here
+
+    def own(self, call: ToolCall) -> ToolCall:
+        call = ToolCall(call_id=well_formed(call.call_id), name=well_formed(call.name),
+                        arguments=well_formed(call.arguments))
+        if not call.call_id or call.call_id in self.taken:
+            self.n = max(self.n, len(self.taken))
+            while f"call_{self.n}" in self.taken:
+                self.n += 1
+            call = ToolCall(call_id=f"call_{self.n}", name=call.name, arguments=call.arguments)
+        self.taken.add(call.call_id)
         return call
-    n = len(before)
-    while f"call_{n}" in taken:
-        n += 1
-    return ToolCall(call_id=f"call_{n}", name=call.name, arguments=call.arguments)
 
 
 def _output(outcome: tuple[bool, Any, Any]) -> str:
