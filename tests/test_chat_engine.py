@@ -215,6 +215,26 @@ def test_all_calls_of_a_step_run_and_outputs_keep_call_order():
     assert outputs == ["c1", "c2"]
 
 
+def test_each_output_is_a_record_once_in_and_a_replay_cancels_only_the_open_calls():
+    """A step's outputs became records only once its last call ended: a crash then cancelled, at the
+    replay, a call that had completed (a write the model would make again). Each is a record as it
+    comes; the replay puts the step's outputs in the calls' order, the one left open cancelled."""
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read", "write"]))
+    t = turn(conv)
+    start(t, "x")
+    t.on_reply("", [call("c1", "read", path="1"), call("c2", "write"), call("c3", "read", path="3")], Usage())
+    assert t.on_result("c3", True, 3) == [] and t.on_result("c2", True, 2) == []
+    records = conv.take_records()
+    assert [r.call_id for r in records if isinstance(r, ToolOutput)] == ["c3", "c2"]  # as they came
+    assert not [i for i in conv.history if isinstance(i, ToolOutput)]  # the history takes them with the step's last
+
+    replayed = Conversation.replay(records, conv.settings)  # scvd killed while c1 ran
+    assert [(i.call_id, json.loads(i.output)) for i in replayed.history if isinstance(i, ToolOutput)] == [
+        ("c1", {"ok": False, "error": {"kind": "cancelled", "message": "scvd stopped before this call finished"}}),
+        ("c2", {"ok": True, "result": 2}), ("c3", {"ok": True, "result": 3})]
+    assert [r.call_id for r in replayed.records if isinstance(r, ToolOutput)] == ["c1"]  # only it is written back
+
+
 def test_ask_user_waits_for_the_answer():
     t = turn()
     start(t, "x")

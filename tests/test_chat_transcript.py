@@ -152,7 +152,8 @@ def test_a_batch_whose_write_fails_leaves_none_of_itself(tmp_path):
 
 def test_a_replayed_history_pairs_every_call_with_its_output(tmp_path):
     """Records a failed write lost: an output whose reply is gone is left out (the APIs refuse a tool
-    message without its call), a reply whose outputs are gone gets cancelled ones, every reply."""
+    message without its call), a reply whose outputs are gone gets cancelled ones, every reply, in the
+    order of its calls."""
     conv = Conversation.replay([
         Opened(workspace="/ws"), UserText(text="one"),
         ToolOutput(call_id="lost-reply", name="read", output="{}"),  # its reply's record was lost
@@ -163,7 +164,7 @@ def test_a_replayed_history_pairs_every_call_with_its_output(tmp_path):
         AssistantReply(calls=[ToolCall("c3", "bash")], turn="t3")])  # scvd stopped during c3
     shown = [(type(i).__name__, getattr(i, "call_id", "")) for i in conv.history]
     assert shown == [("UserText", ""), ("AssistantReply", ""), ("UserText", ""), ("AssistantReply", ""),
-                     ("ToolOutput", "c2"), ("ToolOutput", "c1"), ("AssistantReply", ""), ("UserText", ""),
+                     ("ToolOutput", "c1"), ("ToolOutput", "c2"), ("AssistantReply", ""), ("UserText", ""),
                      ("AssistantReply", ""), ("ToolOutput", "c3"), ("ScvdNote", "")]
     assert conv.history[-2].turn == conv.history[-1].turn == "t3"  # t3 has no end: scvd was killed in it
     c1 = next(i for i in conv.history if getattr(i, "call_id", "") == "c1")

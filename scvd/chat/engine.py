@@ -16,8 +16,10 @@ back what happened:
     turn.stopped()                -> [Fail]: the same for scvd's own stop (cancelled_by_shutdown)
 
 Rules:
-- A step's outputs are appended together, in the order of the calls, once the
-  last one is in, so a call and its output are never apart in the history.
+- Each output is a record as soon as it is in (service.py writes it then: a crash or SIGKILL keeps
+  the calls that completed, and only the open ones are cancelled at the replay), but a step's
+  outputs join the history together, in the order of the calls, once the last one is in, so a
+  call and its output are never apart in the history; a replay puts them in that order too.
 - find_tools, a call to a tool whose schema is not loaded, bad JSON arguments
   and tools outside the conversation's set are answered here, not run.
 - A cancelled or stopped turn's note is a `ScvdNote`: the model reads it as user text, but it
@@ -220,40 +222,66 @@ class Conversation:
         self.notes = []
 
     def close_open_calls(self, why: str, turn: str = "") -> None:
-        """Give the last reply's calls without an output a cancelled one, so the history stays well-formed.
+        """Give the last reply's calls without an output a cancelled one (a record to write), so the
+        history stays well-formed: its outputs, in the order of its calls.
 
-        Outputs are appended per step, right after their reply, so only the last reply can lack them.
+        A step's outputs follow its reply, so only the last reply can lack them.
         """
         last = next((i for i in range(len(self.history) - 1, -1, -1)
                      if isinstance(self.history[i], AssistantReply)), None)
         if last is None:
             return
-        answered = {i.call_id for i in self.history[last + 1:] if isinstance(i, ToolOutput)}
-        for call in self.history[last].calls:
-            if call.call_id not in answered:
-                self.append(ToolOutput(call_id=call.call_id, name=call.name,
-                                       output=error_output("cancelled", why), turn=turn))
+        tail = self.history[last + 1:]
+        outputs = {i.call_id: i for i in tail if isinstance(i, ToolOutput)}
+        calls = {c.call_id: c for c in self.history[last].calls}
+        missing = [ToolOutput(call_id=c.call_id, name=c.name, output=error_output("cancelled", why), turn=turn)
+                   for c in calls.values() if c.call_id not in outputs]
+        if not missing:
+            return
+        self.records += missing
+        outputs.update((o.call_id, o) for o in missing)
+        self.history[last + 1:] = [outputs[i] for i in calls] + [i for i in tail if not isinstance(i, ToolOutput)]
+
+    def answered(self, output: ToolOutput) -> None:
+        """A call's output: a record at once, so a crash keeps it; the history takes it with its
+        step's others (settle)."""
+        self.records.append(output)
+
+    def settle(self, outputs: list[ToolOutput]) -> None:
+        """A step's outputs, recorded already (answered), join the history in the order of its calls."""
+        self.history += outputs
 
 
 def paired(history: list[Any], why: str) -> list[Any]:
-    """`history` with every call's output right after its reply, as every API wants it: an output
-    whose call is not the reply's just before is dropped, a call left without one before the next
-    message gets a cancelled one (a transcript write lost records: a full disk). The last reply's
-    open calls are close_open_calls' (they are written back)."""
+    """`history` with every call's output right after its reply, in the order of its calls (they are
+    written as they complete), as every API wants it: an output whose call is not the reply's just
+    before is dropped, a call left without one before the next message gets a cancelled one (a
+    transcript write lost records: a full disk). The last reply's open calls are close_open_calls'
+    (they are written back)."""
     out: list[Any] = []
-    waiting: dict[str, ToolCall] = {}
-    turn = ""  # the waiting calls' reply's
+    calls: dict[str, ToolCall] = {}  # of the reply whose outputs come
+    outputs: dict[str, ToolOutput] = {}
+    turn = ""  # that reply's
+
+    def close(last: bool) -> None:
+        for c in calls.values():
+            if c.call_id in outputs:
+                out.append(outputs[c.call_id])
+            elif not last:
+                out.append(ToolOutput(call_id=c.call_id, name=c.name, output=error_output("cancelled", why), turn=turn))
+
     for item in history:
         if isinstance(item, ToolOutput):
-            if waiting.pop(item.call_id, None) is None:
+            if item.call_id not in calls or item.call_id in outputs:
                 log.warning("transcript: output of call %s has no call before it; left out", item.call_id)
-                continue
-        else:
-            out += [ToolOutput(call_id=c.call_id, name=c.name, output=error_output("cancelled", why), turn=turn)
-                    for c in waiting.values()]
-            waiting = {c.call_id: c for c in item.calls} if isinstance(item, AssistantReply) else {}
-            turn = getattr(item, "turn", "")
+            else:
+                outputs[item.call_id] = item
+            continue
+        close(False)
+        calls = {c.call_id: c for c in item.calls} if isinstance(item, AssistantReply) else {}
+        outputs, turn = {}, getattr(item, "turn", "")
         out.append(item)
+    close(True)
     return out
 
 
@@ -279,7 +307,7 @@ class Turn:
         self.reply_tokens = 0  # ask()'s: the provider's Settings say it, once they are resolved
         self.steps = 0
         self.usage = Usage()
-        self.outputs: dict[str, str | None] = {}  # this step's call_id -> output (None: waiting)
+        self.outputs: dict[str, ToolOutput | None] = {}  # this step's call_id -> output (None: waiting)
         self.calls: dict[str, ToolCall] = {}
         self.flushed = False  # this step's outputs are in the history
         self.done = False
@@ -386,7 +414,7 @@ class Turn:
             return self._local(call, ok_output({"schema_loaded": call.name,
                                                 "note": "the schema is loaded now; call the tool again"}))
         if entry.background:
-            self.outputs[call.call_id] = ok_output({"background": True, "status": BACKGROUND_NOTE})
+            self._local(call, ok_output({"background": True, "status": BACKGROUND_NOTE}))
         return [RunTool(call, args, entry.background)]
 
     def _too_large(self, call: ToolCall, size: int, room: int) -> list[Any]:
@@ -428,14 +456,19 @@ class Turn:
         return self._local(call, ok_output(answer))
 
     def _local(self, call: ToolCall, output: str) -> list[Any]:
-        self.outputs[call.call_id] = output
+        self._keep(call.call_id, output)
         return []
 
     def _answer(self, call_id: str, output: str) -> list[Any]:
-        if self.done or self.outputs.get(call_id, "") is not None:  # not waited for (any more)
+        if self.done or call_id not in self.outputs or self.outputs[call_id] is not None:  # not waited for (any more)
             return []
-        self.outputs[call_id] = output
+        self._keep(call_id, output)
         return self._step_done()
+
+    def _keep(self, call_id: str, output: str) -> None:
+        kept = ToolOutput(call_id=call_id, name=self.calls[call_id].name, output=output, turn=self.id)
+        self.outputs[call_id] = kept
+        self.conv.answered(kept)
 
     def _step_done(self) -> list[Any]:
         if any(o is None for o in self.outputs.values()):
@@ -447,9 +480,7 @@ class Turn:
         if self.flushed or not self.outputs:
             return
         self.flushed = True
-        for call_id, output in self.outputs.items():
-            call = self.calls[call_id]
-            self.conv.append(ToolOutput(call_id=call_id, name=call.name, output=output or "", turn=self.id))
+        self.conv.settle([o for o in self.outputs.values() if o is not None])  # in the calls' order: the dict's
 
     def _next_request(self) -> list[Any]:
         if self.steps >= self.max_steps:
@@ -511,7 +542,7 @@ class Turn:
             return
         for call_id, output in self.outputs.items():
             if output is None:
-                self.outputs[call_id] = error_output("cancelled", why)
+                self._keep(call_id, error_output("cancelled", why))
         self._flush_outputs()
         self.conv.close_open_calls(why, self.id)
         if note:

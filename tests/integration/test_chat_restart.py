@@ -139,6 +139,42 @@ def test_a_turn_cut_off_by_sigkill_gets_scvds_note_when_the_conversation_resumes
     assert m.requests[2]["messages"][-1] == {"role": "user", "content": f"{KILLED}\n\nwhat time is it"}
 
 
+def test_a_call_that_completed_before_a_sigkill_keeps_its_output_when_the_conversation_resumes(
+        make_daemon, model, scv_home, workspace):
+    """A step's outputs were written only once its last call ended: SIGKILL during the bash call after a
+    write that completed, and the resumed conversation told the model (and chat.history) that the write
+    "did not finish", so it would write (or mail) again. Only the call left open is cancelled."""
+    m = model(Calls(("find_tools", {"query": "bash write"})),
+              Calls(("write", {"path": "note.txt", "content": "written once\n", "mode": "create"}),
+                    ("bash", {"command": "echo mailed >> sent.log; sleep 30"})),
+              Text("what now?"))
+    d = make_daemon(config(m), home=scv_home, env=ENV)
+    with d.client(name="pytest", approver=True) as c:
+        opened = c.request(p.ChatOpen, workspace=str(workspace))
+        c.request(p.TurnStart, session=opened.session, text="write the note, then mail it")
+        event = c.next_event()
+        while not (isinstance(event, p.CallStarted) and event.tool == "bash"):  # the write completed before it
+            if isinstance(event, p.ApprovalRequested):
+                c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="approve")
+            event = c.next_event()
+        wait_until(lambda: (workspace / "sent.log").exists(), what="bash's mail")
+        d.proc.kill()
+        assert d.proc.wait(15) == -9
+
+    again = make_daemon(home=scv_home, env=ENV)
+    with again.client(name="pytest") as c:
+        session, history = resumed(c, workspace, opened.conversation)
+        outputs = {r["name"]: json.loads(r["output"]) for r in history if r["kind"] == "tool"}
+        c.request(p.TurnStart, session=session, text="did it work?")
+        assert isinstance(until_end(c)[-1], p.TurnCompleted)
+    assert outputs["write"]["ok"] and outputs["write"]["result"]["created"]
+    assert outputs["bash"] == {"ok": False, "error": {"kind": "cancelled",
+                                                      "message": "scvd stopped before this call finished"}}
+    told = [json.loads(msg["content"]) for msg in m.requests[-1]["messages"] if msg["role"] == "tool"][1:]
+    assert told == [outputs["write"], outputs["bash"]]  # the model reads them in the calls' order
+    assert (workspace / "note.txt").read_text() == "written once\n"
+
+
 def test_an_older_turn_cut_off_before_notes_came_shows_its_note_in_place(make_daemon, model, scv_home, workspace):
     """A turn SIGKILL cut off, which a build from before the notes resumed (closing its calls, writing
     no end), stayed without a note once later turns came: history showed it unanswered and unended,
