@@ -38,6 +38,9 @@ MCP_TOOLS_CEILING = 4096
 # chat.max_reply_bytes: bytes read of one model request's answer (a line of it: a quarter), chat/reply_cap.py.
 # 128k tokens (the longest reply of today's models) at ~300 bytes of SSE each are ~40 MB
 MAX_REPLY_BYTES = 64 << 20
+# chat.max_calls_per_step: tool calls one model reply may make; models make a handful (a few dozen reads
+# at most), and a quarter of server.max_calls_per_session leaves one step short of filling the session
+MAX_CALLS_PER_STEP = 64
 
 
 class Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -150,6 +153,7 @@ class ChatConfig(Section):
     system_prompt: str = ""
     transcript_days: Annotated[int, msgspec.Meta(ge=0)] = 0  # 0: keep every transcript (chat/expiry.py)
     max_reply_bytes: Annotated[int, msgspec.Meta(ge=4096)] = MAX_REPLY_BYTES
+    max_calls_per_step: PositiveInt = MAX_CALLS_PER_STEP  # the rest of a reply's calls are answered, not run
 
 
 class SecretRef(Section):

@@ -20,6 +20,8 @@ Rules:
   the calls that completed, and only the open ones are cancelled at the replay), but a step's
   outputs join the history together, in the order of the calls, once the last one is in, so a
   call and its output are never apart in the history; a replay puts them in that order too.
+- At most `max_calls` calls of one reply are made (chat.max_calls_per_step); the rest are answered
+  here, not run, telling the model to make fewer calls per step.
 - find_tools, a call to a tool whose schema is not loaded, bad JSON arguments
   and tools outside the conversation's set are answered here, not run.
 - A cancelled or stopped turn's note is a `ScvdNote`: the model reads it as user text, but it
@@ -50,6 +52,7 @@ import msgspec
 
 from .. import lenient_json, tool_names
 from .. import validation_text as vt
+from ..config import MAX_CALLS_PER_STEP
 from ..errors import UnknownTool
 from ..protocol import surrogate_refusal
 from ..text import json_bytes
@@ -77,6 +80,8 @@ KILLED_CALL = "scvd stopped before this call finished"
 CALL_SHARE = 2
 CALL_OVERHEAD = 50  # tokens of a reply's call besides its arguments (its id, name, framing)
 DROPPED_ARGUMENTS = '{"dropped": "these arguments were too large to keep"}'
+TOO_MANY_CALLS = ("this call was not run: one step may make at most {cap} tool calls (chat.max_calls_per_step) and "
+                  "this reply made {made}; make the ones still needed again, fewer per step")
 
 
 def _names(catalog: cat.Catalog, include_system: bool) -> list[str]:
@@ -301,9 +306,9 @@ class Turn:
     """One turn of a conversation; see the module docstring for the protocol."""
 
     def __init__(self, conv: Conversation, catalog: cat.Catalog, turn_id: str, *,
-                 max_steps: int, context_tokens: int) -> None:
+                 max_steps: int, context_tokens: int, max_calls: int = MAX_CALLS_PER_STEP) -> None:
         self.conv, self.catalog, self.id = conv, catalog, turn_id
-        self.max_steps, self.context_tokens = max_steps, context_tokens
+        self.max_steps, self.context_tokens, self.max_calls = max_steps, context_tokens, max_calls
         self.reply_tokens = 0  # ask()'s: the provider's Settings say it, once they are resolved
         self.steps = 0
         self.usage = Usage()
@@ -339,8 +344,11 @@ class Turn:
         self.flushed = False
         self.conv.used(calls)
         actions: list[Any] = []
-        for call in calls:
+        for call in calls[:self.max_calls]:
             actions += self._too_large(call, large[call.call_id], room) if call.call_id in large else self._dispatch(call)
+        excess = error_output("limit", TOO_MANY_CALLS.format(cap=self.max_calls, made=len(calls)))
+        for call in calls[self.max_calls:]:
+            self._local(call, excess)
         return actions + self._step_done()
 
     def on_result(self, call_id: str, ok: bool, result: Any = None, error: Any = None) -> list[Any]:

@@ -204,7 +204,7 @@ class ChatService:
         # the session's tools as they are now: an MCP server's come once it is up, a reload's or a
         # restarted server's change (its registry follows them), so each turn takes them afresh
         chat.turn = Turn(chat.conv, self._catalog(chat), turn_id, max_steps=cfg.max_steps,
-                         context_tokens=cfg.context_tokens)
+                         context_tokens=cfg.context_tokens, max_calls=cfg.max_calls_per_step)
         chat.results = asyncio.Queue()
         chat.task = asyncio.ensure_future(self._run(chat, chat.turn, frame.text))
         return p.TurnAccepted(id=frame.id, turn=turn_id)

@@ -174,6 +174,44 @@ def test_concurrent_calls_run_together(chat_rig, workspace, wire_api):
     assert results == [{"label": "a", "together": True}, {"label": "b", "together": True}]
 
 
+@pytest.mark.parametrize("wire_api,cap", [("responses", 64), ("chat", 10)])  # the default, and one configured
+def test_a_reply_of_a_thousand_calls_runs_a_steps_worth_and_tells_the_model_about_the_rest(chat_rig, workspace,
+                                                                                         wire_api, cap):
+    """A runaway reply of thousands of calls held the event loop for seconds (each call's id was checked
+    against a set rebuilt for it) and every call was made, each output in the transcript. The first
+    chat.max_calls_per_step run; each of the rest is answered, not run, and the turn goes on while
+    other clients are served."""
+    calls = [("chat_gather", {"label": str(i)}) for i in range(1000)]
+    model, d = chat_rig(load("chat_gather"), Calls(*calls), Text("done"), wire_api=wire_api,
+                        extra="" if cap == 64 else f"max_calls_per_step = {cap}\n")
+    pongs: list[str] = []
+    with d.client(name="pytest") as c, d.client(name="other") as o:
+        session = open_chat(c, workspace).session
+        ended = threading.Event()
+
+        def ping() -> None:
+            while not ended.is_set():
+                pongs.append(type(o.request(p.Ping)).__name__)
+
+        pinger = threading.Thread(target=ping)
+        pinger.start()
+        try:
+            events, end = run_turn(c, session, "gather a thousand")
+            answered_meanwhile = len(pongs)
+        finally:
+            ended.set()
+            pinger.join()
+        history = c.request(p.ChatHistory, session=session).records
+    assert isinstance(end, p.TurnCompleted) and answered_meanwhile > 0 and set(pongs) == {"Pong"}
+    assert len([e for e in events if isinstance(e, p.CallCompleted)]) == cap  # only those were made
+    outputs = [json.loads(o) for o in model.outputs(2)[-1000:]]
+    assert [o["result"]["label"] for o in outputs[:cap]] == [str(i) for i in range(cap)]
+    told = (f"this call was not run: one step may make at most {cap} tool calls (chat.max_calls_per_step) and "
+            "this reply made 1000; make the ones still needed again, fewer per step")
+    assert outputs[cap:] == [{"ok": False, "error": {"kind": "limit", "message": told}}] * (1000 - cap)
+    assert len([r for r in history if r["kind"] == "tool"]) == 1 + 1000  # every call answered in the transcript
+
+
 def test_a_429_is_retried_then_the_turn_completes(chat_rig, workspace):
     model, d = chat_rig(Status(429, "slow down", retry_after_ms=10), Text("fine"))
     with d.client(name="pytest") as c:
