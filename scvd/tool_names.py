@@ -17,7 +17,6 @@ Rules:
 from __future__ import annotations
 
 import bisect
-import difflib
 from collections.abc import Iterable
 
 NAMES_SHOWN = 40  # folded names listed (a family's counts as one)
@@ -62,6 +61,8 @@ def closest(asked: str, names: list[str]) -> list[str]:
     # a typo keeps either the name's start or its end: its neighbours in both sort orders
     by_end = [n[::-1] for n in _near(sorted(n[::-1] for n in names), asked[::-1])]
     pool = dict.fromkeys(_near(sorted(names), asked) + by_end)
+    import difflib  # here: only a call of an unknown tool pays its import (tests/test_idle_imports.py)
+
     return difflib.get_close_matches(asked, list(pool), CLOSE_SHOWN)
 
 
