@@ -52,23 +52,23 @@ _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[{]+|[\]}]+|,|[^"\[\]{},]+')
 _ID_VALUE = re.compile(rb'\s*:\s*("[^"\\]*(?:\\.[^"\\]*)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*[,}]')
 
 
-def top_level_id(text: bytes) -> Any:
-    """The string or number under the outer object's `id` key of `text`, JSON that could not be
-    decoded (not JSON, nested too deeply, or cut short at the size limit); None when it has none
-    there, or names `id` twice (a decoder takes the last, which may stand past a cut).
+def top_level_id(text: bytes, key: str = "id") -> Any:
+    """The string or number under the outer object's `id` (or other `key`) of `text`, JSON that could
+    not be decoded (not JSON, nested too deeply, or cut short at the size limit); None when it has none
+    there, or names it twice (a decoder takes the last, which may stand past a cut).
 
     Only the outer object's keys count: an `id` inside a value is another thing's, and
     answering with it would settle another request. Iterative, so no depth is too deep."""
     if not text.lstrip().startswith(b"{"):
         return None  # a batch, or not JSON: there is no one id to answer
-    depth, key_next, found, ids = 0, False, None, 0
+    depth, key_next, found, ids, named = 0, False, None, 0, f'"{key}"'.encode()
     for token in _TOKEN.finditer(text):
         first, size = token.group()[:1], token.end() - token.start()
         if first == b'"':
             if size == 1:
                 break  # cut inside a string
             if depth == 1 and key_next:
-                if token.group() == b'"id"':
+                if token.group() == named:
                     value = _ID_VALUE.match(text, token.end())
                     found, ids = lenient(value.group(1)) if value else None, ids + 1
                 key_next = False  # its value follows

@@ -30,6 +30,7 @@ from ..secrets import off_loop, reads_refused
 from ..text import printable_cut, well_formed
 from ..tools.runs import redact_text
 from . import spec
+from .not_mcp import NotMcp, Skipped
 from .skim import MESSAGE_LIMIT, TOOLS_OMITTED_KEY, skim_response
 from .tool import OMITTED_KEY, TOO_LARGE, CallOutcome, ToolSpec, json_size, omitted, render
 
@@ -87,6 +88,7 @@ class ServerLink:
         self._awaited = "initialize"  # what a start waits for: its message when that takes too long
         self._down_logged: float | None = None  # monotonic time of the last `is down` line at BACKOFF_MAX
         self._down_unlogged = 0  # failed restarts since that line
+        self._skipped = Skipped(name)  # logs its stdout's lines that are not MCP's, a few at most
 
     @property
     def error(self) -> str | None:
@@ -343,6 +345,8 @@ class ServerLink:
             self._relist_due = True
             if self.session is not None and (self._relist_task is None or self._relist_task.done()):
                 self._relist_task = asyncio.get_running_loop().create_task(self._relist())
+        elif isinstance(message, NotMcp):
+            self._skipped.heard(message, self._hide)
         elif isinstance(message, Exception) and self._http_status is not None:
             self._lose()
 

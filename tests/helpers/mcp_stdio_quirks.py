@@ -35,7 +35,9 @@ colour escape, N `x`s and ` the end`; `nan-schema` also lists `announce` and `od
 `huge-errors=N` also lists `announce` and `fail`, and answers a call of `fail`, and every tools/list after
 the first, with an error whose message is init-error's with a line break and a carriage return after the escape,
 and `refused`, answered with an error that says `401 Bad credentials` between N `x`s and N `y`s, and `spaces`,
-answered with `table:`, N spaces and `end`.
+answered with `table:`, N spaces and `end`; `bad-answers` also lists `noresult`, answered with neither `result`
+nor `error`, and `stray`, which first writes a line
+with neither for an id scvd never sent and a request whose `method` is a number, then answers.
 Its tool `echo` answers with its arguments.
 """
 
@@ -116,6 +118,9 @@ if mode.startswith("huge-errors="):
     tools.append({"name": "fail", "description": "Fails at length.", "inputSchema": {"type": "object"}})
     tools.append({"name": "refused", "description": "Refused at length.", "inputSchema": {"type": "object"}})
     tools.append({"name": "spaces", "description": "Fails with spaces.", "inputSchema": {"type": "object"}})
+if mode == "bad-answers":
+    tools += [{"name": name, "description": "Answers badly.", "inputSchema": {"type": "object"}}
+              for name in ("noresult", "stray")]
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
     tools.append({"name": "slug", "description": "Takes a slug.", "inputSchema": {
         "type": "object", "required": ["slug"], "additionalProperties": False,
@@ -202,6 +207,12 @@ for line in sys.stdin:
             sys.stderr.write("fatal: the disk is full")
             sys.stderr.flush()
             os._exit(6)
+        if name == "noresult":
+            send({"jsonrpc": "2.0", "id": msg_id})
+            continue
+        if name == "stray":  # neither answers scvd's request: the call goes on
+            send({"jsonrpc": "2.0", "id": "nobody's"})
+            send({"jsonrpc": "2.0", "id": msg_id, "method": 7})
         if name == "crash":
             sys.stderr.write(f"fatal: lost my way with {token}\n")
             sys.exit(5)

@@ -1945,3 +1945,25 @@ def test_an_http_servers_answer_above_64_mib_fails_its_call_alone_with_kind_limi
         done = c.call(session, "mcp__web__hello", {"name": "you"})  # the connection stayed
         assert done.ok and done.result["text"] == "hello you", done.error
         assert server(c, "web").restarts == 0
+
+
+@pytest.mark.one_loop
+def test_an_answer_that_is_not_json_rpc_fails_its_call_at_once_naming_the_server_and_the_line(
+        make_daemon, workspace, tmp_path):
+    """The SDK drops a line it cannot read as JSON-RPC: an answer with neither `result` nor `error`
+    left its call waiting out its dispatch timeout (15 min by default), the server `ready` with no
+    error and nothing logged."""
+    d = make_daemon(quirks_stdio_table("bad-answers", tmp_path / "starts") + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        server(c, "raw")
+        sid = c.open_session(workspace)
+        # first a line with neither for an id never sent, and a request of the server's of the call's id
+        stray = c.call(sid, "mcp__raw__stray", {"n": 1})
+        noresult = c.call(sid, "mcp__raw__noresult", {}).error
+        assert server(c, "raw").restarts == 0
+    assert stray.ok and stray.result["text"] == '{"n": 1}', stray
+    assert noresult.kind == "failed", noresult
+    assert re.fullmatch(r"mcp server raw: noresult: its answer is not MCP's JSON-RPC \(neither `result` nor `error`\): "
+                        r'\{"jsonrpc": "2\.0", "id": \d+\}; report it to the server\'s author', noresult.message), noresult
+    logged = [line for line in d.log().splitlines() if "a line on its stdout is not MCP's JSON-RPC" in line]
+    assert len(logged) == 1 and """: {"jsonrpc": "2.0", "id": "nobody's"} (the call""" in logged[0], logged

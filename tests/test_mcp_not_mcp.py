@@ -1,0 +1,52 @@
+"""Which request a stdout line the SDK refuses answers, and what scvd answers that request with
+(scvd/mcp/not_mcp.py); a real server's such lines are in tests/integration/test_mcp_servers.py."""
+
+from __future__ import annotations
+
+import mcp_types as types
+import pydantic
+import pytest
+
+from scvd.mcp.not_mcp import answered, stand_in
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize("line, ident", [
+    (b'{"jsonrpc":"2.0","id":7}', 7),
+    (b'{"jsonrpc":"2.0","id":"a7","error":"401"}', "a7"),
+    (b'{"jsonrpc":"2.0","id":7,"result":{"content":' + DEEP + b"}}", 7),  # nested deeper than msgspec walks
+    # its id after the nesting, within the first 64 KiB
+    (b'{"jsonrpc":"2.0","result":{"content":[' + b"[]," * 300 + b"[" * 5000 + b"]" * 5000 + b']},"id":7}', 7),
+    # an id past the first 64 KiB of a line nested too deeply: not looked for (the line is logged)
+    (b'{"jsonrpc":"2.0","result":{"content":' + DEEP + b'},"id":7}', None),
+    # the server's own request or notification: its id is not one of scvd's
+    (b'{"jsonrpc":"2.0","id":7,"method":7}', None),
+    (b'{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":' + DEEP + b"}", None),
+    (b'{"jsonrpc":"2.0","id":7.5}', None),  # no request of scvd's has it
+    (b'{"jsonrpc":"2.0","id":true}', None),
+    (b'{"jsonrpc":"2.0","result":{"id":7}}', None),  # an id inside its result is another thing's
+    (b'[{"jsonrpc":"2.0","id":7}]', None),  # a batch: no one id
+    (b"{this is not json", None),
+])
+def test_a_line_answers_the_request_of_its_outer_id_unless_it_has_a_method(line, ident):
+    assert answered(line) == ident
+
+
+def refused(line: bytes) -> pydantic.ValidationError:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    return caught.value
+
+
+@pytest.mark.parametrize("line, why", [
+    (b'{"jsonrpc":"2.0","id":7}', "neither `result` nor `error`"),
+    (b'{"id":7,"result":{}}', "`jsonrpc`: Field required"),
+    (b'{"jsonrpc":"2.0","id":7,"error":"401"}', "`error`: Input should be an object"),
+    (b'{"jsonrpc":"2.0","id":7,"result":' + DEEP + b"}", "Invalid JSON: recursion limit exceeded at line 1 column 234"),
+])
+def test_the_error_standing_in_for_an_answer_says_what_is_wrong_with_it_and_quotes_it(line, why):
+    message = stand_in(7, line + b"\n", refused(line)).message
+    assert isinstance(message, types.JSONRPCError) and message.id == 7, message
+    assert message.error.message == (f"its answer is not MCP's JSON-RPC ({why}): {line.decode()}; report it to the "
+                                     "server's author")
