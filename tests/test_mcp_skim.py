@@ -131,6 +131,14 @@ def test_a_json_body_is_skimmed_whole_however_it_is_split():
     assert skimmed(split(FEW, 1000), JSON) == FEW
 
 
+@pytest.mark.parametrize("kind", [SSE, JSON])
+def test_an_answer_nested_too_deeply_for_msgspec_reaches_the_sdk_as_it_came(kind):
+    """msgspec's RecursionError went up through the SDK's read of the body: the connection ended."""
+    deep = b'{"jsonrpc":"2.0","id":7,"result":{"content":' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    framed = event(deep) if kind == SSE else deep
+    assert skimmed(split(framed, 1 << 16), kind) == framed  # the SDK refuses it: its parse error answers the call
+
+
 def test_a_structured_content_above_the_output_limit_is_left_out_its_size_in_the_meta():
     rows = {"rows": [{"i": i, "name": f"row {i}"} for i in range(OUTPUT_LIMIT // 16)]}
     big = answer({"content": [], "structuredContent": rows, "_meta": {"kept": 1}})

@@ -55,6 +55,8 @@ def replacement(message: bytes) -> bytes | None:
         answer = msgspec.json.decode(message, type=_Answer)
     except msgspec.DecodeError:  # not a tool's result: the SDK judges it
         return None
+    except RecursionError:  # msgspec walks what it skips: nested too deeply, which the SDK refuses as JSON
+        return None  # (raised, it ended the reading of a stdio server's stdout, or an HTTP connection)
     if answer.id is None or answer.result is None:
         return None
     if len(answer.result.content) > ITEMS_LIMIT:

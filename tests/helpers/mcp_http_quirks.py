@@ -7,7 +7,8 @@ a POST with a JSON body, not an SSE stream; with `gzip`, sends every POST's answ
 `strict` answers every call with a JSON-RPC error (-32602, invalid params);
 a call of `picky` is answered HTTP 400 with that error in the body, as the spec allows. `items`
 answers `n` text items; `rows` answers `n` rows of structuredContent; `mib` answers a text of `mib`
-MiB, written 1 MiB at a time (gzip-encoded, a small body inflating to that).
+MiB, written 1 MiB at a time (gzip-encoded, a small body inflating to that). `noresult` is answered with
+neither `result` nor `error`, and `deep` with a result whose content nests 100,000 arrays deep.
 """
 
 from __future__ import annotations
@@ -51,6 +52,18 @@ def items(n: int) -> list[TextContent]:
 
 @server.tool(structured_output=False)
 def mib(mib: int) -> str:
+    """Never reached: its answer is written at the HTTP layer."""
+    return ""
+
+
+@server.tool()
+def noresult() -> str:
+    """Never reached: its answer is written at the HTTP layer."""
+    return ""
+
+
+@server.tool()
+def deep() -> str:
     """Never reached: its answer is written at the HTTP layer."""
     return ""
 
@@ -115,6 +128,20 @@ async def answer_mib(request: dict, json_body: bool, send) -> None:
     await send({"type": "http.response.body", "body": after})
 
 
+async def answer_badly(request: dict, json_body: bool, send) -> None:
+    """The answer of a call of `noresult` or `deep`, which the SDK's parser refuses."""
+    ident = json.dumps(request["id"]).encode()
+    if request["params"]["name"] == "noresult":
+        body = b'{"jsonrpc":"2.0","id":' + ident + b"}"
+    else:
+        body = b'{"jsonrpc":"2.0","id":' + ident + b',"result":{"content":' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    kind = b"application/json" if json_body else b"text/event-stream"
+    if not json_body:
+        body = b"event: message\r\ndata: " + body + b"\r\n\r\n"
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", kind)]})
+    await send({"type": "http.response.body", "body": body})
+
+
 def quirky(app, hang_delete: bool, cr: bool, json_body: bool = False, gzip: bool = False):
     async def asgi(scope, receive, send):
         if cr:
@@ -127,6 +154,10 @@ def quirky(app, hang_delete: bool, cr: bool, json_body: bool = False, gzip: bool
             if isinstance(request, dict) and request.get("method") == "tools/call" \
                     and request.get("params", {}).get("name") == "mib":
                 await answer_mib(request, json_body, send)
+                return
+            if isinstance(request, dict) and request.get("method") == "tools/call" \
+                    and request.get("params", {}).get("name") in ("noresult", "deep"):
+                await answer_badly(request, json_body, send)
                 return
             if isinstance(request, dict) and request.get("method") == "tools/call" \
                     and request.get("params", {}).get("name") == "picky":

@@ -36,7 +36,7 @@ colour escape, N `x`s and ` the end`; `nan-schema` also lists `announce` and `od
 the first, with an error whose message is init-error's with a line break and a carriage return after the escape,
 and `refused`, answered with an error that says `401 Bad credentials` between N `x`s and N `y`s, and `spaces`,
 answered with `table:`, N spaces and `end`; `bad-answers` also lists `noresult`, answered with neither `result`
-nor `error`, and `stray`, which first writes a line
+nor `error`, `deep`, whose result's content nests 100,000 arrays deep, and `stray`, which first writes a line
 with neither for an id scvd never sent and a request whose `method` is a number, then answers.
 Its tool `echo` answers with its arguments.
 """
@@ -120,7 +120,7 @@ if mode.startswith("huge-errors="):
     tools.append({"name": "spaces", "description": "Fails with spaces.", "inputSchema": {"type": "object"}})
 if mode == "bad-answers":
     tools += [{"name": name, "description": "Answers badly.", "inputSchema": {"type": "object"}}
-              for name in ("noresult", "stray")]
+              for name in ("noresult", "deep", "stray")]
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
     tools.append({"name": "slug", "description": "Takes a slug.", "inputSchema": {
         "type": "object", "required": ["slug"], "additionalProperties": False,
@@ -209,6 +209,11 @@ for line in sys.stdin:
             os._exit(6)
         if name == "noresult":
             send({"jsonrpc": "2.0", "id": msg_id})
+            continue
+        if name == "deep":  # as json.dumps cannot write it
+            sys.stdout.write(f'{{"jsonrpc":"2.0","id":{json.dumps(msg_id)},"result":{{"content":'
+                             f'{"[" * 100_000}{"]" * 100_000}}}}}\n')
+            sys.stdout.flush()
             continue
         if name == "stray":  # neither answers scvd's request: the call goes on
             send({"jsonrpc": "2.0", "id": "nobody's"})

@@ -1947,23 +1947,46 @@ def test_an_http_servers_answer_above_64_mib_fails_its_call_alone_with_kind_limi
         assert server(c, "web").restarts == 0
 
 
+@pytest.mark.parametrize("body", ["sse", "json"])
+def test_an_http_servers_answer_nested_too_deeply_fails_its_call_alone(make_daemon, workspace, quirks_http, body):
+    """msgspec's skim of a large answer raised RecursionError at 100,000 nested arrays: the connection
+    ended (the call told the server "went away"), and the server was down for it. The SDK answers the
+    call with its parse error in the place of what it cannot read, as it does a body with no `result`."""
+    d = make_daemon(quirks_http(*(["json"] if body == "json" else [])))
+    with d.client(name="t") as c:
+        server(c, "web")
+        session = c.open_session(workspace)
+        deep, noresult = (c.call(session, f"mcp__web__{tool}", {}).error for tool in ("deep", "noresult"))
+        done = c.call(session, "mcp__web__hello", {"name": "you"})
+        assert done.ok and done.result["text"] == "hello you", done.error
+        assert server(c, "web").restarts == 0
+    assert deep.kind == "failed" and deep.message.startswith("mcp server web: deep: Failed to parse "), deep
+    assert "recursion limit exceeded" in deep.message, deep
+    assert noresult.kind == "failed" and "JSONRPCResponse.result\n  Field required" in noresult.message, noresult
+
+
 @pytest.mark.one_loop
 def test_an_answer_that_is_not_json_rpc_fails_its_call_at_once_naming_the_server_and_the_line(
         make_daemon, workspace, tmp_path):
     """The SDK drops a line it cannot read as JSON-RPC: an answer with neither `result` nor `error`
     left its call waiting out its dispatch timeout (15 min by default), the server `ready` with no
-    error and nothing logged."""
+    error and nothing logged; one nested 100,000 deep ended the reading of the server's stdout (the
+    call told the server "went away", and it restarted)."""
     d = make_daemon(quirks_stdio_table("bad-answers", tmp_path / "starts") + 'risk = "read_only"\n')
     with d.client(name="t") as c:
         server(c, "raw")
         sid = c.open_session(workspace)
         # first a line with neither for an id never sent, and a request of the server's of the call's id
         stray = c.call(sid, "mcp__raw__stray", {"n": 1})
-        noresult = c.call(sid, "mcp__raw__noresult", {}).error
+        noresult, deep = c.call(sid, "mcp__raw__noresult", {}).error, c.call(sid, "mcp__raw__deep", {}).error
         assert server(c, "raw").restarts == 0
     assert stray.ok and stray.result["text"] == '{"n": 1}', stray
     assert noresult.kind == "failed", noresult
     assert re.fullmatch(r"mcp server raw: noresult: its answer is not MCP's JSON-RPC \(neither `result` nor `error`\): "
                         r'\{"jsonrpc": "2\.0", "id": \d+\}; report it to the server\'s author', noresult.message), noresult
+    assert deep.kind == "failed" and deep.message.startswith(
+        "mcp server raw: deep: its answer is not MCP's JSON-RPC (Invalid JSON: recursion limit exceeded at "), deep
+    assert re.search(r" \.\.\. \[cut: 19\d,\d{3} chars\] \.\.\. \]{3000,}\}\}; report it to the server's author$",
+                     deep.message), deep.message[-300:]
     logged = [line for line in d.log().splitlines() if "a line on its stdout is not MCP's JSON-RPC" in line]
     assert len(logged) == 1 and """: {"jsonrpc": "2.0", "id": "nobody's"} (the call""" in logged[0], logged
