@@ -23,6 +23,8 @@ from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUN
 from .pipes import Lines
 
 log = logging.getLogger("scvd.mcp_host")
+TOO_DEEP = ("not JSON scvd can read: it nests arrays or objects too deeply (at most about 950 levels); "
+            "send flatter JSON")
 
 
 class Bridge:
@@ -70,6 +72,9 @@ class Bridge:
                 self._error(None, PARSE_ERROR, f"not JSON: {exc}")
                 return
             message = _mended(message)
+        except RecursionError:  # msgspec decodes nested values recursively: the task ended, and the host waited
+            self._error(top_level_id(line[:p.ID_SCAN_BYTES]), PARSE_ERROR, TOO_DEEP)
+            return
         if isinstance(message, list):  # a JSON-RPC batch (MCP 2025-03-26): one array of answers
             if not message:
                 self._error(None, INVALID_REQUEST, "an empty batch; send at least one message")

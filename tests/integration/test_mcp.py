@@ -253,6 +253,17 @@ def test_bad_messages_get_json_rpc_errors_and_the_server_goes_on(host):
     assert host.rpc("ping")["result"] == {}
 
 
+def test_a_message_nested_too_deeply_is_a_parse_error_answering_its_id(host):
+    """msgspec raised RecursionError at 100,000 nested arrays: the task reading the message ended (a
+    traceback in scvd's log) and its request was never answered, the host waiting on it for good."""
+    deep = "[" * 100_000 + "]" * 100_000
+    host.proc.stdin.write('{"jsonrpc":"2.0","id":"deep","method":"ping","params":{"x":%s}}\n' % deep)
+    host.proc.stdin.flush()
+    assert host.read_within(10) == {"jsonrpc": "2.0", "id": "deep", "error": {"code": -32700, "message": (
+        "not JSON scvd can read: it nests arrays or objects too deeply (at most about 950 levels); send flatter JSON")}}
+    assert host.rpc("ping")["result"] == {}
+
+
 def test_a_lone_surrogate_escape_is_json_and_its_request_is_answered(host, workspace):
     # what JSON.stringify and json.dumps print for half an emoji: msgspec refused it, and the
     # answer (-32700, id null) settled nothing, so the host waited for request 42 for good;
