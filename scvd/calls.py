@@ -14,8 +14,9 @@ The API (the server and the chat loop use the same):
     calls.cancel(handle.call_id, "the turn was interrupted")
 
 `submit()` raises only for a chosen `call_id` already in use (`InvalidRequest`; a
-generated one skips the ids in the table) and for a session that already holds
-`server.max_calls_per_session` calls not completed (`LimitExceeded`). Every
+generated one skips the ids in the table), for a session that already holds
+`server.max_calls_per_session` calls not completed, and for a call past the bytes
+its connection's calls or all calls may hold (`LimitExceeded`, call_budget.py). Every
 other problem (stopping, an unknown tool, a bad timeout, undecodable arguments)
 becomes the call's outcome. `cancel()` raises `CallNotFound` for a call that
 is not in the table (never was, or already completed).
@@ -77,6 +78,7 @@ import msgspec
 from . import errors, tool_names
 from .always_ask import always_ask_reason, git_dir_reason, places_reason
 from .approvals import GIT_LINK_ASKS, Approval, ApprovalGate, Decider, Verdict, exposes_host, git_link, policy_verdict
+from .call_budget import CallBudget
 from .own_places import Place
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Lane, Owner, Session, Ticket
@@ -171,6 +173,7 @@ class Call(msgspec.Struct, eq=False):
     turn: str | None
     outcome: asyncio.Future[Outcome]
     task: asyncio.Task[None] | None = None
+    cost: int = 0  # what it holds of its owner's CallBudget until it completes
     submitted: float = msgspec.field(default_factory=time.monotonic)
     begun: bool = False  # the task's first step ran
     cancel_reason: str | None = None
@@ -198,6 +201,7 @@ class CallRegistry:
         self.stopping = False
         self.due: list[Call] = []  # submitted with `defer`: started by the caller's start_due()
         self.max_per_session = 256  # server.max_calls_per_session: the calls one session holds at once
+        self.budget = CallBudget()  # server.max_call_bytes(_per_connection): what calls hold, by connection
         self._ids = itertools.count(1)
         # one random tag per daemon keeps ids unique across restarts (the audit log outlives a run);
         # a getrandom per call cost more than the rest of the id
@@ -218,12 +222,13 @@ class CallRegistry:
 
     def submit(self, session: Session, tool_name: str, arguments: object, *, requester: Decider,
                call_id: str | None = None, timeout_seconds: float | None = None,
-               turn: str | None = None, defer: bool = False) -> CallHandle:
+               turn: str | None = None, defer: bool = False, size: int = 0) -> CallHandle:
         """Accept a call; its outcome comes through the handle and `call.completed`.
 
         With `defer`, the call starts when the caller calls `start_due()`, once its answer
         (`call.accepted`) is queued: a call that may finish without waiting takes its first step
-        there, in the same loop turn, so a fast call costs the daemon one turn, not two."""
+        there, in the same loop turn, so a fast call costs the daemon one turn, not two. `size`: the
+        bytes of the frame that carried the call (0: none), what it holds of the CallBudget."""
         if call_id is None:
             call_id = self._new_id()
         elif call_id in self.table:
@@ -233,11 +238,12 @@ class CallRegistry:
                 f"this session already holds {session.held} calls that have not completed "
                 "(server.max_calls_per_session); wait for earlier calls to complete (call.completed), "
                 "or cancel those you no longer need (call.cancel), then send this one again")
+        cost = self.budget.take(session.owner, size)  # the last refusal: nothing after it fails
         loop = asyncio.get_running_loop()
         tool = session.registry.get(tool_name)
         call = Call(call_id=call_id, session=session, tool_name=tool_name, tool=tool,
                     arguments=arguments, requester=requester, timeout_override=timeout_seconds,
-                    turn=turn, outcome=loop.create_future())
+                    turn=turn, outcome=loop.create_future(), cost=cost)
         session.call_count += 1
         session.held += 1
         self.table[call_id] = call
@@ -690,6 +696,7 @@ class CallRegistry:
         call.done = True
         self.table.pop(call.call_id, None)
         call.session.held -= 1
+        self.budget.give(call.session.owner, call.cost)
         error = outcome.error
         self._audit("completion", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
                                    "outcome": "ok" if outcome.ok else "error",

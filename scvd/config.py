@@ -56,6 +56,10 @@ class ServerConfig(Section):
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"  # auto: uvloop when installed
     max_sessions_per_connection: PositiveInt = 64  # one peer cannot hold every fd (see limits.py)
     max_calls_per_session: PositiveInt = 256  # accepted and not completed; more is a runaway client
+    # the bytes of the frames of calls not completed, of one connection and of all (call_budget.py): 64 sessions
+    # of 256 calls of 1 MiB each on one connection took scvd to 1.5 GiB
+    max_call_bytes_per_connection: Annotated[int, msgspec.Meta(ge=1024)] = 64 << 20
+    max_call_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 512 << 20
     max_connections_per_uid: Annotated[int, msgspec.Meta(ge=32)] = 256  # above limits.HEADROOM twice
     handoff_timeout_seconds: PositiveFloat = 10.0  # mcp.attach: how long scvd waits for the fds
     # a connection without hello by then is closed: bare connects held every slot; below 1 s a loaded
@@ -523,6 +527,7 @@ def _check(config: Config, path: Path, sources: Mapping[str, str]) -> None:
     _check_pass_env(config, path, sources)
     _check_paths(config, path, sources)
     _check_result_limits(config, path, sources)
+    _check_call_bytes(config, path, sources)
 
 
 ESCAPED_BYTE = 6  # the most one byte of a result takes in a JSON frame: a control byte becomes \u00XX
@@ -545,6 +550,20 @@ def _check_result_limits(config: Config, path: Path, sources: Mapping[str, str])
                 f"in a JSON frame (a control byte becomes \\u00XX), more than server.server_frame_bytes "
                 f"({frame}) carries; set {key} to at most {most}, or server.server_frame_bytes to at least "
                 f"{value * ESCAPED_BYTE + RESULT_ROOM}")
+
+
+def _check_call_bytes(config: Config, path: Path, sources: Mapping[str, str]) -> None:
+    """A call as large as a frame may be fits what one connection's calls hold, and that what all hold:
+    else a call would be refused for good with a message saying to wait."""
+    server = config.server
+    pairs = [("server.max_call_bytes_per_connection", server.max_call_bytes_per_connection,
+              "server.client_frame_bytes", server.client_frame_bytes),
+             ("server.max_call_bytes", server.max_call_bytes,
+              "server.max_call_bytes_per_connection", server.max_call_bytes_per_connection)]
+    for key, value, floor_key, floor in pairs:
+        if value < floor:
+            raise ConfigError(f"{_place(path, key, sources, floor_key)}: {key}: {value} is below {floor_key} ({floor}), "
+                              f"so a call could be refused for good; raise {key}, or lower {floor_key}")
 
 
 def _path_keys(config: Config) -> list[tuple[str, str | None, bool]]:

@@ -89,6 +89,7 @@ class Connection:
     # were checked against it, so a reload changes it for connections made after it only
     server_frame_bytes: int = p.DEFAULT_SERVER_FRAME_LIMIT
     hello_timer: asyncio.TimerHandle | None = None  # the server's: closes it if no hello comes in time
+    frame_size = 0  # bytes of the frame being handled (the server's): a call holds that many (call_budget.py)
 
     def __init__(self, transport: asyncio.Transport, limit: int) -> None:
         self.id = next(self._ids)

@@ -89,7 +89,7 @@ class Daemon:
         self._opening: set[Session] = set()  # session.open requests between their budget check and their session
         self._follow_tools()  # scvd's own places, in services: a reload may load tools from other folders
         self.calls = CallRegistry(self)
-        self.calls.max_per_session = loaded.config.server.max_calls_per_session
+        self._limit_calls(loaded.config)
         self.started = awake.clock()  # for uptime: a step of the wall clock (NTP, `date -s`) is no time up
         self.stop_event = asyncio.Event()
         self._stopped_by = ""  # what asked the stop first (SIGINT: a second one exits at once)
@@ -413,9 +413,16 @@ class Daemon:
         self._follow_tools()
         self.gate.timeout_seconds = loaded.config.approvals.timeout_seconds
         self.gate.max_pending = loaded.config.approvals.max_pending
-        self.calls.max_per_session = loaded.config.server.max_calls_per_session
+        self._limit_calls(loaded.config)
         self._fit_gate()
         await self.mcp.apply(loaded.config)  # added, removed and changed servers only
+
+    def _limit_calls(self, config: Any) -> None:
+        """What calls may hold at once: per session, and their frames' bytes per connection and in all."""
+        server = config.server
+        self.calls.max_per_session = server.max_calls_per_session
+        budget = self.calls.budget
+        budget.per_owner, budget.total = server.max_call_bytes_per_connection, server.max_call_bytes
 
     def _follow_tools(self) -> None:
         """scvd's own places take in the folders the tools run from, of this registry and of every open
@@ -578,6 +585,7 @@ class Daemon:
         try:
             frame = p.decode_request(line)
             request_id = frame.id
+            conn.frame_size = len(line)
             answer = self._dispatch(conn, frame)
         except errors.ScvError as exc:
             self._send_error(conn, exc, request_id or p.request_id(line))
@@ -785,7 +793,7 @@ class Daemon:
         session = self._own_session(conn, frame.session)
         handle = self.calls.submit(
             session, frame.tool, frame.arguments, requester=conn.decider(), call_id=frame.call_id,
-            timeout_seconds=frame.timeout_seconds, turn=frame.turn, defer=True)
+            timeout_seconds=frame.timeout_seconds, turn=frame.turn, defer=True, size=conn.frame_size)
         return p.CallAccepted(id=frame.id, call_id=handle.call_id, background=handle.background)
 
     def on_call_cancel(self, conn: Connection, frame: p.CallCancel) -> p.Frame:

@@ -159,6 +159,13 @@ ERRORS = [
                  "above tools.max_timeout_seconds (1800)", id="cross-key-rule"),
     pytest.param("[tools]\nmax_timeout_seconds = 300\n", {}, "tools.agent_timeout_seconds",
                  "above tools.max_timeout_seconds (300)", id="cross-key-rule-lowered-ceiling"),
+    # a call as large as a frame would be refused for good, told to wait
+    pytest.param("[server]\nmax_call_bytes_per_connection = 500000\n", {}, "server.max_call_bytes_per_connection",
+                 "500000 is below server.client_frame_bytes (1048576), so a call could be refused for good",
+                 id="call-bytes-below-a-frame"),
+    pytest.param("[server]\nmax_call_bytes = 2000000\nmax_call_bytes_per_connection = 3000000\n", {},
+                 "server.max_call_bytes", "2000000 is below server.max_call_bytes_per_connection (3000000)",
+                 id="call-bytes-of-all-below-one-connection"),
     pytest.param('[adapters.codex]\nmodel_args = "-m {model}"\n', {}, "adapters.codex.model_args",
                  "Expected `array | null`", id="adapter-wrong-type"),
     pytest.param('[adapters.claude]\nmodel_args = []\n[adapters.pi]\nmodel_flag = []\n', {},

@@ -46,6 +46,10 @@ NO_APPROVER_SPAWNED = ("nobody can approve this call: no `scvctl approvals watch
 TOO_MANY = ("this call was not run: the step asked for more calls at once than one session runs together "
             "(server.max_calls_per_session = {cap}, counting calls still running); call it again, asking for "
             "fewer calls at once")
+# ... or for more than the bytes its connection's calls, or every client's, hold at once (call_budget.py)
+TOO_MUCH = ("this call was not run: the calls not completed of this chat's connection, or of every client, hold "
+            "as much as scvd takes on at once (server.max_call_bytes_per_connection, server.max_call_bytes); "
+            "call it again once this step's other calls have ended, asking for fewer calls at once")
 
 
 # nor can it have approvals decided: a turn's call refused for want of room in the gate hears these instead
@@ -85,11 +89,13 @@ async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any]
     try:
         handle = daemon.calls.submit(session, tool, arguments, requester=session.owner.decider(),
                                      call_id=_call_id(daemon, session, turn), turn=turn)
-    except errors.ToolError as exc:  # refused before it was taken on (server.max_calls_per_session):
-        # the model is told why, in words it can act on; no crash
+    except errors.ToolError as exc:  # refused before it was taken on (server.max_calls_per_session, the
+        # call budget): the model is told why, in words it can act on; no crash
         log.info("turn %s: a call of %s was refused (%s)", turn, tool, errors.shown(exc))
         if isinstance(exc, errors.LimitExceeded):
-            return False, None, ToolErrorInfo(kind=exc.kind, message=TOO_MANY.format(cap=daemon.calls.max_per_session))
+            cap = daemon.calls.max_per_session  # checked first: at it, that refused the call
+            message = TOO_MANY.format(cap=cap) if session.held >= cap else TOO_MUCH
+            return False, None, ToolErrorInfo(kind=exc.kind, message=message)
         return failure(exc)
     try:
         return tuple(await asyncio.shield(handle.outcome))

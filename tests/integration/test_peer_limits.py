@@ -6,6 +6,7 @@ own `scvctl status` (a real subprocess) still gets through while a peer sits at 
 
 from __future__ import annotations
 
+import re
 import resource
 import subprocess
 import sys
@@ -453,6 +454,72 @@ def test_a_session_holds_at_most_its_cap_of_calls_and_takes_more_once_they_compl
         for call_id in [first, *queued]:
             assert c.wait_call(call_id).ok
         assert c.wait_call(c.start_call(sid, "bash", {"command": "true"})).ok
+
+
+# a call counts its frame's bytes (about 12 KB here) and at least 4 KiB (a bash call with a short command)
+BUDGET = "[server]\nclient_frame_bytes = 16384\nmax_call_bytes_per_connection = 32768\n"
+BIG = {"command": "true # " + "x" * 12_000}
+
+
+def hold_behind_an_approval(c: Any, sid: str, queued: int) -> tuple[Any, list[str]]:
+    """A bash call waiting for approval and `queued` calls of BIG's size in its lane behind it."""
+    first = c.start_call(sid, "bash", {"command": "true"})
+    pending = [a for a in wait_pending(c) if a.call_id == first][0]
+    return pending, [first] + [c.start_call(sid, "bash", BIG) for _ in range(queued)]
+
+
+def approved_call(c: Any, sid: str, arguments: dict[str, Any]) -> p.CallCompleted:
+    """A bash call, approved once it asks."""
+    call_id = c.start_call(sid, "bash", arguments)
+    [asked] = [a for a in wait_pending(c) if a.call_id == call_id]
+    c.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="approve")
+    return c.wait_call(call_id)
+
+
+def test_a_connection_holds_its_budget_of_call_bytes_across_its_sessions_and_more_once_they_complete(
+        make_daemon, workspace):
+    # 64 sessions of 256 calls of 1 MB each on one connection took scvd to 1.5 GB, none over
+    # server.max_calls_per_session: a connection's calls hold server.max_call_bytes_per_connection at once
+    d = make_daemon(BUDGET)
+    with d.client(name="runaway") as c:
+        pending, held = hold_behind_an_approval(c, c.open_session(workspace), 2)
+        other_sid = c.open_session(workspace)  # a session of its own holds nothing: the bound is the connection's
+        with pytest.raises(errors.LimitExceeded) as refused:
+            c.start_call(other_sid, "bash", BIG)
+        assert re.fullmatch(
+            r"this connection's calls that have not completed already hold 2\d,\d{3} bytes, and this one's "
+            r"12,\d{3} would pass server\.max_call_bytes_per_connection \(32,768; a call counts its frame's "
+            r"bytes, at least 4,096\); wait for earlier calls to complete \(call\.completed\), or cancel those "
+            r"you no longer need \(call\.cancel\), then send this one again", refused.value.message), \
+            refused.value.message
+        assert c.status().running_calls == 2  # the refused call was never taken on
+        with d.client(name="other") as other:  # another connection has a budget of its own
+            taken = other.start_call(other.open_session(workspace), "bash", BIG)
+            other.request(p.CallCancel, call_id=taken)
+            assert other.wait_call(taken).error.kind == "cancelled"
+        c.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve", scope="session")
+        for call_id in held:
+            assert c.wait_call(call_id).ok
+        assert approved_call(c, other_sid, BIG).ok  # what completed was given back
+
+
+def test_the_calls_of_every_connection_hold_at_most_the_daemons_budget_of_call_bytes(make_daemon, workspace):
+    # 256 connections a uid may hold, each within its own budget, would still take scvd past any memory
+    d = make_daemon(BUDGET + "max_call_bytes = 40000\n")
+    with d.client(name="first") as first, d.client(name="second") as second:
+        pending, held = hold_behind_an_approval(first, first.open_session(workspace), 2)
+        sid = second.open_session(workspace)
+        with pytest.raises(errors.LimitExceeded) as refused:
+            second.start_call(sid, "bash", BIG)
+        assert re.fullmatch(
+            r"the calls of every client that have not completed already hold 2\d,\d{3} bytes, and this one's "
+            r"12,\d{3} would pass server\.max_call_bytes \(40,000\); wait for calls to complete "
+            r"\(call\.completed\), then send this one again, or raise server\.max_call_bytes",
+            refused.value.message), refused.value.message
+        first.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve", scope="session")
+        for call_id in held:
+            assert first.wait_call(call_id).ok
+        assert approved_call(second, sid, BIG).ok
 
 
 def test_a_connection_that_says_no_hello_is_closed_and_one_that_did_stays(make_wrapped):

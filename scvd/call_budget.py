@@ -1,0 +1,60 @@
+"""What calls not completed may hold of scvd's memory: the bytes of their frames, per connection and in all.
+
+Rules:
+- A call costs the bytes of the frame that carried it (known when the frame was read: nothing is
+  encoded again), and at least FLOOR, what a call waiting in its lane costs scvd beside its
+  arguments (its record, future and handle: about 4 KiB measured), so that many small calls count
+  too. A call with no frame of its own (a chat turn's) costs FLOOR.
+- The calls of one owner (a connection, across its sessions) hold at most `per_owner` bytes; the
+  calls of every owner at most `total`. server.max_calls_per_session alone let one connection
+  hold 64 sessions x 256 calls of up to 1 MiB each: RSS went from 29 MiB to 1.5 GiB.
+- `take()` before a call holds anything (a refusal drops its arguments with the frame), `give()`
+  once it completed: one pair per call, in calls.CallRegistry.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable
+
+from . import errors
+
+FLOOR = 4096
+
+
+class CallBudget:
+    """The argument bytes that calls not completed hold, by owner and in all."""
+
+    def __init__(self, per_owner: int = 64 << 20, total: int = 512 << 20) -> None:
+        self.per_owner = per_owner  # server.max_call_bytes_per_connection
+        self.total = total  # server.max_call_bytes
+        self.held = 0
+        self._by_owner: dict[Hashable, int] = {}
+
+    def take(self, owner: Hashable, size: int) -> int:
+        """Count a call of a `size`-byte frame against its owner's share and the whole; its cost, for
+        give(). LimitExceeded, counting nothing, when either would pass its bound."""
+        cost = size if size > FLOOR else FLOOR
+        mine = self._by_owner.get(owner, 0)
+        if mine + cost > self.per_owner:
+            raise errors.LimitExceeded(
+                f"this connection's calls that have not completed already hold {mine:,} bytes, and this one's "
+                f"{cost:,} would pass server.max_call_bytes_per_connection ({self.per_owner:,}; a call counts "
+                f"its frame's bytes, at least {FLOOR:,}); wait for earlier calls to complete (call.completed), "
+                "or cancel those you no longer need (call.cancel), then send this one again")
+        if self.held + cost > self.total:
+            raise errors.LimitExceeded(
+                f"the calls of every client that have not completed already hold {self.held:,} bytes, and this "
+                f"one's {cost:,} would pass server.max_call_bytes ({self.total:,}); wait for calls to complete "
+                "(call.completed), then send this one again, or raise server.max_call_bytes")
+        self._by_owner[owner] = mine + cost
+        self.held += cost
+        return cost
+
+    def give(self, owner: Hashable, cost: int) -> None:
+        """A call that took `cost` completed."""
+        self.held -= cost
+        left = self._by_owner[owner] - cost
+        if left:
+            self._by_owner[owner] = left
+        else:  # no entry stays for a connection gone
+            del self._by_owner[owner]
