@@ -232,10 +232,14 @@ def cmd_ping(args: argparse.Namespace) -> int:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     with connect(args) as c:
-        sessions = c.request(p.SessionsList).sessions
-    return _listing(args, sessions, "no open sessions", lambda s: printable(  # a peer's name and path
+        answer = c.request(p.SessionsList)
+    code = _listing(args, answer.sessions, "no open sessions", lambda s: printable(  # a peer's name and path
         f"{s.session}  {s.workspace}  client={s.client or '?'}  calls={s.calls}  "
         f"open {_duration(time.time() - s.opened_at)}", keep=""))
+    if answer.left_out:  # on stderr: --json stays the list
+        print(f"{answer.left_out} more sessions, the newest, are not listed: they did not fit one answer "
+              "(server.server_frame_bytes)", file=sys.stderr)
+    return code
 
 
 def _listing(args: argparse.Namespace, items: list[Any], empty: str, row: Any) -> int:

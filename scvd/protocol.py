@@ -409,10 +409,12 @@ class SessionOpened(Frame, tag="session.opened"):
 
 
 class Sessions(Frame, tag="sessions"):
-    """Answer to `sessions.list`."""
+    """Answer to `sessions.list`; `left_out` sessions, the newest, are not listed: with them the answer
+    would pass server.server_frame_bytes."""
 
     id: Id
     sessions: list[SessionInfo]
+    left_out: int = 0
 
 
 class Tools(Frame, tag="tools"):

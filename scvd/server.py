@@ -15,7 +15,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from . import __version__, awake, errors, guardian, heap, limits, notify, protocol as p, session_open
+from . import __version__, awake, errors, guardian, heap, limits, notify, protocol as p, session_listing, session_open
 from .adapters.setup_keys import AGENT as SETUP_AGENT, SetupKeys
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
@@ -770,12 +770,8 @@ class Daemon:
     def on_sessions_list(self, conn: Connection, frame: p.SessionsList) -> p.Frame:
         # a tool's process sees its own connection's sessions only, as it hears only their approvals
         own_only = self._spawned(conn)
-        infos = [
-            p.SessionInfo(session=s.id, workspace=str(s.workspace), client=s.owner.client,
-                          opened_at=s.opened_at, calls=s.call_count)
-            for s in self.sessions.values() if not own_only or s.owner is conn
-        ]
-        return p.Sessions(id=frame.id, sessions=infos)
+        shown = (s for s in self.sessions.values() if not own_only or s.owner is conn)
+        return session_listing.listing(shown, frame.id, conn.server_frame_bytes)
 
     def on_tools_list(self, conn: Connection, frame: p.ToolsList) -> p.Frame:
         # a session keeps the registry of its opening (a reload since changes new sessions only)

@@ -123,6 +123,11 @@ def quoted_name(name: str) -> str:
     return f'"{printable(shown, keep="")}"' + ("..." if len(name) > NAME_SHOWN_CHARS else "")
 
 
+def cut_name(name: str) -> str:
+    """A peer's name as data that lists it (sessions.list): its first NAME_SHOWN_CHARS, `...` when cut."""
+    return name if len(name) <= NAME_SHOWN_CHARS else name[:NAME_SHOWN_CHARS] + "..."
+
+
 def printable_data(value: Any) -> Any:
     """`printable()` applied to every string in JSON-like data (keys too)."""
     if isinstance(value, str):

@@ -398,6 +398,42 @@ def test_sessions_escapes_a_peers_name_and_workspace(daemon: DaemonProc, workspa
     assert "w\\x1b]0;pwned\\x07" in out and "client=bridge\\x1b[2J" in out, repr(out)
 
 
+def test_sessions_shows_a_peers_huge_name_cut_and_still_answers(daemon: DaemonProc, workspace: Path):
+    """hello takes a name of any length: nine sessions of a 1,000,000-char one made every client's
+    sessions.list fail with `internal: frame of 9000957 bytes exceeds server.server_frame_bytes`."""
+    with daemon.client(name="N" * 1_000_000) as c:
+        for _ in range(9):
+            c.open_session(workspace)
+        out = scvctl(daemon, "sessions")
+        rows = json.loads(scvctl(daemon, "sessions", "--json").stdout)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count(f"client={'N' * 64}...  ") == 9, out.stdout[:300]
+    assert [r["client"] for r in rows] == ["N" * 64 + "..."] * 9
+
+
+# a frame of 32 KiB (the result limits lowered to fit it) holds about 25 sessions of 1,000-char workspaces
+SMALL_FRAME = ("[server]\nserver_frame_bytes = 32768\n[tools]\noutput_limit_bytes = 1024\nread_limit_bytes = 1024\n"
+               "[skills]\nmax_skill_bytes = 1024\n")
+
+
+def test_sessions_leaves_out_the_newest_that_do_not_fit_one_frame_and_says_so(make_daemon, workspace: Path):
+    """The caps let 256 connections hold 64 sessions each, with workspace paths of 4 KiB: some 70 MB
+    of listing, where a frame carries 8 MiB; it failed whole with `internal`."""
+    d = make_daemon(SMALL_FRAME)
+    deep = workspace / ("a" * 250) / ("b" * 250) / ("c" * 250) / ("d" * 250)
+    deep.mkdir(parents=True)
+    with d.client(name="many") as c:
+        opened = [c.open_session(deep) for _ in range(40)]
+        out = scvctl(d, "sessions")
+        rows = json.loads(scvctl(d, "sessions", "--json").stdout)
+    assert out.returncode == 0, out.stderr
+    listed = [line.split()[0] for line in out.stdout.splitlines()]
+    assert 10 < len(listed) < 40 and listed == opened[:len(listed)]  # the oldest, in the order they opened
+    assert out.stderr == (f"{40 - len(listed)} more sessions, the newest, are not listed: they did not fit one "
+                          "answer (server.server_frame_bytes)\n")
+    assert [r["session"] for r in rows] == listed
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "1e400", "abc", "10s"])
 def test_call_refuses_a_timeout_that_is_not_a_finite_number(daemon: DaemonProc, value: str):
     """They went to scvd as null: the call ran with its default timeout, nothing said; a word was
