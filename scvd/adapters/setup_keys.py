@@ -30,16 +30,21 @@ class SetupKeys:
         except OSError:
             seen = None
         if seen != self._known[0]:
-            self._known = (seen, self._read() if seen else {})  # read after the stat: never older than it
+            read = self._read() if seen else {}  # read after the stat: never older than it
+            # a file that cannot be read keeps the names read last: breaking it (a codex run may write
+            # it) must not hand bash the key the setup named a moment ago
+            self._known = (seen, self._known[1] if read is None else read)
         return dict(self._known[1])
 
-    def _read(self) -> dict[str, str]:
-        from ..errors import NotARegularFile
+    def _read(self) -> dict[str, str] | None:
+        """The names the setup takes credentials from, or None where its config.toml cannot be read
+        (a chat turn cannot use it either, and says why)."""
+        from ..errors import NotARegularFile, UnreadableFile
         from .codex_home import read_config
         from .codex_provider import credential_vars
 
         try:
             found = credential_vars(read_config(self.home))
-        except (OSError, ValueError, NotARegularFile):  # a chat turn cannot use it either, and says why
-            return {}
+        except (OSError, ValueError, NotARegularFile, UnreadableFile):
+            return None
         return {name: f"the imported Codex setup's {where}" for name, where in found.items()}

@@ -297,6 +297,34 @@ def test_the_imported_codex_setups_key_variables_reach_the_codex_agent_only(
     assert {k: codex_env[k] for k in RELAY_VALUES} == RELAY_VALUES
 
 
+@pytest.mark.parametrize("broken", ['model_provider = "relay"\n[model_providers.relay\n', 'model = "\xff"\n'],
+                         ids=["not-toml", "not-utf8"])
+def test_a_broken_codex_home_config_keeps_bash_running_and_its_keys_withheld(
+        make_daemon, tmp_path: Path, workspace: Path, broken: str) -> None:
+    """A codex run may write its home's config.toml: one that could not be read failed every bash call,
+    script tool and other agent as `failed unexpectedly: UnreadableFile` (`internal` for agents.spec).
+    The names read last stay withheld, so breaking the file hands bash no key."""
+    fake_bin = make_fake_bin(tmp_path / "bin")
+    d = make_daemon('[adapters.claude]\npass_env = ["RELAY_KEY", "TOKENX"]\n',
+                    env={"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", **CREDENTIALS, **RELAY_VALUES})
+    import_codex(d, tmp_path)
+    config = d.home / "adapters" / "codex" / "config.toml"
+    with d.client(name="bridge") as c, d.client(name="person") as person:
+        sid = c.open_session(workspace)
+        call_id = c.start_call(sid, "bash", {"command": "echo before"})  # the setup's names read once
+        approve(person, call_id)
+        assert c.wait_call(call_id).ok
+        config.write_bytes(broken.encode("latin-1"))
+        call_id = c.start_call(sid, "bash", {"command": "env; echo END"})
+        approve(person, call_id)
+        done = c.wait_call(call_id)
+        spec = c.request(p.AgentsSpec, agent="claude", action="status", extra_args=[]).spec
+    assert done.ok, done.error
+    output = done.result["output"]
+    assert output.endswith("END\n") and not [v for v in RELAY_VALUES.values() if v in output], output
+    assert not set(RELAY_VALUES) & set(spec.env)
+
+
 def test_a_script_tool_may_not_declare_a_variable_the_imported_codex_setup_sends(
         make_daemon, scv_home: Path, tmp_path: Path, workspace: Path) -> None:
     """A store that lacks a declared secret takes scvd's variable of that name: the relay's token
