@@ -5,9 +5,10 @@
         async def aclose(self) -> None   # the turn is over: close its connections
 
 The real providers (openai_api.py) wrap the official `openai` client, imported
-only when a turn needs one. `resolve()` turns `[providers.NAME]` (or the
-imported Codex setup for `provider = "codex"`) and the secret store into
-settings; a missing key is a `ProviderFailure(reason="auth")` naming the fix.
+only when a turn needs one, on a thread (`prepare()`). `resolve()` turns
+`[providers.NAME]` (or the imported Codex setup for `provider = "codex"`) and the
+secret store into settings; a missing key is a `ProviderFailure(reason="auth")`
+naming the fix.
 """
 
 from __future__ import annotations
@@ -199,8 +200,16 @@ def _headers(provider_id: str, table: dict[str, Any], env: Mapping[str, str]) ->
     return {h.name: h.value for h in headers}
 
 
+def prepare(wire_api: str) -> None:
+    """Import the real providers and rehearse `wire_api`'s first request, once: seconds of imports and
+    pydantic models on a loaded machine, so a caller on the event loop runs this on a thread."""
+    from . import rehearsal
+
+    rehearsal.rehearse(wire_api)
+
+
 def make(settings: Settings) -> Provider:
-    """The real provider for `settings` (this is where `openai` is first imported)."""
+    """The real provider for `settings` (prepare() has imported `openai`)."""
     from . import openai_api
 
     cls = openai_api.ChatProvider if settings.wire_api == "chat" else openai_api.ResponsesProvider

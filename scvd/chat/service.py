@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import itertools
 import logging
 import secrets
@@ -483,13 +482,14 @@ class ChatService:
                                           question_id=question_id, question=action.question))
 
     async def _settings(self, chat: Chat) -> provider_mod.Settings:
-        # resolving reads files and the first use imports openai: both kept off the loop
-        await asyncio.to_thread(importlib.import_module, "scvd.chat.openai_api")
         # the daemon's configuration now, not the session's snapshot: a provider fixed in config.toml
         # and reloaded (its base_url, model, key) serves the open chat's next turn
-        return await off_loop(  # the key may come from the keyring, which may hang
+        settings = await off_loop(  # the key may come from the keyring, which may hang; resolving reads files
             provider_mod.resolve, chat.provider, self.daemon.config, self.daemon.paths.adapters_dir,
             getattr(self.daemon, "secrets", None))
+        # a wire API's first turn imports openai and builds its models: seconds that held every client
+        await asyncio.to_thread(provider_mod.prepare, settings.wire_api)
+        return settings
 
     # --- helpers ---------------------------------------------------------------------------
 

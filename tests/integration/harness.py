@@ -402,6 +402,10 @@ def _main(argv: list[str]) -> int:
         import scvd.instance
 
         scvd.instance.claim = _hanging(scvd.instance.claim, Path(os.environ["HARNESS_HANG_CLAIM_WHILE"]))
+    # a slow import (openai's on a loaded machine): the module HARNESS_HANG_IMPORT_OF waits while that file exists
+    if "HARNESS_HANG_IMPORT_WHILE" in os.environ:
+        sys.meta_path.insert(0, _HeldImport(os.environ["HARNESS_HANG_IMPORT_OF"],
+                                            Path(os.environ["HARNESS_HANG_IMPORT_WHILE"])))
     # the moment after the event loop has closed, before the process exits
     if "HARNESS_HANG_AFTER_LOOP_WHILE" in os.environ:
         wait = _hanging(lambda: None, Path(os.environ["HARNESS_HANG_AFTER_LOOP_WHILE"]))
@@ -419,6 +423,17 @@ def _hanging(fn: Callable[..., Any], marker: Path) -> Callable[..., Any]:
             time.sleep(0.05)
         return fn(*args, **kwargs)
     return hung
+
+
+class _HeldImport:
+    """A finder that finds nothing: it only holds the import of `name` at `marker` (as _hanging does)."""
+
+    def __init__(self, name: str, marker: Path) -> None:
+        self.name, self.wait = name, _hanging(lambda: None, marker)
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == self.name:
+            self.wait()
 
 
 if __name__ == "__main__":
