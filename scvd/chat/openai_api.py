@@ -87,7 +87,7 @@ class _Base(abc.ABC):
         self._refused = None
         try:
             async with asyncio.timeout(self.settings.timeout_seconds):
-                return await self._open(self._connect(), request)
+                return await self._open(await self._connect(), request)
         except TimeoutError:
             raise (self._retries_out() if self._refused else self._timed_out()) from None
 
@@ -171,17 +171,23 @@ class _Base(abc.ABC):
                                f"{s.timeout_seconds:g} s (timeout_seconds){stall}",
                                f"send the text again; for a slow model raise {setting(s.name, 'timeout_seconds')}")
 
-    def _connect(self) -> openai.AsyncOpenAI:
-        s = self.settings
+    async def _connect(self) -> openai.AsyncOpenAI:
         if self._client is None:
+            s = self.settings
             hide_in_logs(_sent(s), f"provider {s.name}")  # httpx at debug logs each request's url, its query too
-            self._client = openai.AsyncOpenAI(
-                api_key=s.api_key, base_url=s.base_url, timeout=s.timeout_seconds, max_retries=s.max_retries,
-                default_query=dict(s.query) or None, default_headers=dict(s.headers) or None,
-                http_client=openai.DefaultAsyncHttpxClient(
-                    follow_redirects=False,  # a redirect would take the key and the conversation elsewhere
-                    event_hooks={"request": [self._sending], "response": [self._heard]}))
+            # on a thread: its TLS context loads the system's certificates (30-200 ms at every turn) and
+            # the first one imports the HTTP stack
+            self._client = await asyncio.to_thread(self._new_client)
         return self._client
+
+    def _new_client(self) -> openai.AsyncOpenAI:
+        s = self.settings
+        return openai.AsyncOpenAI(
+            api_key=s.api_key, base_url=s.base_url, timeout=s.timeout_seconds, max_retries=s.max_retries,
+            default_query=dict(s.query) or None, default_headers=dict(s.headers) or None,
+            http_client=openai.DefaultAsyncHttpxClient(
+                follow_redirects=False,  # a redirect would take the key and the conversation elsewhere
+                event_hooks={"request": [self._sending], "response": [self._heard]}))
 
     def _failure(self, exc: openai.APIError, reached: bool) -> ProviderFailure:
         """The client's error as the turn's failure, saying what to do."""

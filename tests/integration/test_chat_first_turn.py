@@ -21,6 +21,7 @@ def config(m: ScriptedModel, wire_api: str) -> str:
     ("responses", "openai.resources.responses"),  # the wire API's code, which the client imports at its first request
     ("chat", "openai.resources.chat"),
     ("responses", "anyio._backends._asyncio"),  # the rehearsal's end: its events read, their models built
+    ("responses", "httpcore2"),  # the turn's own client: its HTTP stack and TLS context
 ])
 def test_clients_are_served_while_the_first_turn_sets_up_openai(make_wrapped, model, tmp_path, workspace,
                                                                 wire_api, held):
