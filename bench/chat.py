@@ -3,8 +3,10 @@
 The turn runs against a loopback scripted model (tests/chat_model.py) over real
 HTTP through the real openai client, so the figure after the turn includes the
 lazily imported openai stack. Also: the turn's wall time (turn.start sent to
-turn.completed), over --turns turns, and how long trimming a 2000-turn history
-to 120,000 tokens takes (it runs before every model request).
+turn.completed), over --turns turns; the longest answer to a ping another client
+sends over and over meanwhile (how long the event loop was held: the first turn
+sets up the openai client); and how long trimming a 2000-turn history to 120,000
+tokens takes (it runs before every model request).
 
 Usage: python bench/chat.py [--turns 20]
 """
@@ -18,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -52,6 +55,32 @@ def wait_socket(path: Path, proc: subprocess.Popen) -> None:
         except Exception:
             time.sleep(0.05)
     raise SystemExit("scvd did not start")
+
+
+class Pinger:
+    """Another client's pings, one after another: the longest wait for a pong since `longest()` last asked."""
+
+    def __init__(self, sock: Path) -> None:
+        self._client = Client.connect(sock, name="pinger", timeout=60)
+        self._longest, self._stop = 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.perf_counter()
+            self._client.request(p.Ping)
+            self._longest = max(self._longest, time.perf_counter() - started)
+            time.sleep(0.001)
+
+    def longest(self) -> float:
+        longest, self._longest = self._longest, 0.0
+        return round(longest * 1000, 1)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._client.close()
 
 
 def trim_ms(turns: int = 2000) -> float:
@@ -91,13 +120,16 @@ def main() -> None:
             with Client.connect(sock, name="bench", timeout=60) as c:
                 session = c.request(p.ChatOpen, workspace=str(ws)).session
                 chat_open = rss_mib(proc.pid)
-                times = []
+                times, stalls, pinger = [], [], Pinger(sock)
                 for _ in range(args.turns):
+                    pinger.longest()
                     started = time.perf_counter()
                     c.request(p.TurnStart, session=session, text="hi")
                     while not isinstance(c.next_event(), (p.TurnCompleted, p.TurnFailed)):
                         pass
                     times.append((time.perf_counter() - started) * 1000)
+                    stalls.append(pinger.longest())
+                pinger.close()
                 after = rss_mib(proc.pid)
         finally:
             proc.terminate()
@@ -108,6 +140,8 @@ def main() -> None:
         "rss_mib": {"idle": idle, "chat_open_no_turn": chat_open, f"after_{args.turns}_turns": after},
         "turn_ms": {"first": round(times[0], 1), "median_rest": round(statistics.median(times[1:]), 1)
                     if len(times) > 1 else None},
+        "longest_ping_ms": {"first_turn": stalls[0], "median_rest": round(statistics.median(stalls[1:]), 1)
+                            if len(stalls) > 1 else None},
         "trim_2000_turns_ms": trim_ms(),
     }, indent=2))
 
