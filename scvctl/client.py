@@ -30,7 +30,7 @@ from typing import Any, Iterator
 import msgspec
 
 from scvd import __version__, errors, paths as paths_mod, protocol as p
-from scvd.instance import MAX_SOCKET_PATH, file_kind, lock_holder
+from scvd.instance import MAX_SOCKET_PATH, Holder, file_kind, lock_holder
 
 log = logging.getLogger("scvctl.client")
 
@@ -148,20 +148,28 @@ def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
     kind = _not_a_socket(path)
     if kind:  # refused as no listener is: a file there (`scvd run` refuses that path too)
         return not_scvd(path, f"it is {kind}, not a socket")
-    pid = _running_without(path) if exc.errno in (errno.ENOENT, errno.ECONNREFUSED) else None
-    if pid is not None:  # "start it" went in a circle: `scvd run` refuses, naming this pid
-        return errors.SocketGone(
-            f"scvd (pid {pid}) is running but its socket {path} is gone ({exc.strerror}); it listens there "
-            "again within server.socket_check_seconds unless its log says why not; else restart it: "
-            f"systemctl --user restart scvd (or kill {pid} and scvd run)")
+    holder = _running_without(path) if exc.errno in (errno.ENOENT, errno.ECONNREFUSED) else None
+    if holder is not None:  # "start it" went in a circle: `scvd run` refuses, naming this pid
+        return _socket_gone(path, exc, holder)
     return DaemonNotRunning(
         f"scvd is not running on {path} ({exc.strerror or exc}); "
         "start it with `systemctl --user start scvd` or `scvd run`"
     )
 
 
-def _running_without(path: Path | str) -> int | None:
-    """The pid of the scvd that holds the instance lock of `path` (the socket of this environment's
+def _socket_gone(path: Path | str, exc: OSError, holder: Holder) -> errors.SocketGone:
+    """What to do about an scvd that runs with its socket gone: wait or restart it, or restart its socket unit."""
+    gone = f"scvd (pid {holder.pid}) is running but its socket {path} is gone ({exc.strerror})"
+    if holder.inherited:  # systemd's socket unit made it: scvd cannot, and restarting scvd alone keeps the old fd
+        return errors.SocketGone(f"{gone}; systemd made that socket (scvd.socket), and scvd does not make it "
+                                 "again: restart both, systemctl --user restart scvd.socket scvd")
+    return errors.SocketGone(
+        f"{gone}; it listens there again within server.socket_check_seconds unless its log says why not; "
+        f"else restart it: systemctl --user restart scvd (or kill {holder.pid} and scvd run)")
+
+
+def _running_without(path: Path | str) -> Holder | None:
+    """The scvd that holds the instance lock of `path` (the socket of this environment's
     instance only: another path's instance is unknown), found without taking the lock."""
     try:
         instance = paths_mod.resolve()

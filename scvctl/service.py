@@ -355,13 +355,13 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
 def running_outside(env: Mapping[str, str]) -> str | None:
     """A warning when, with no user manager, something already listens on the instance's socket (an
     `scvd run --daemon`): the service the next login starts would find the instance taken and fail."""
-    from scvd.instance import probe
+    from scvd.instance import probe, written_pid
 
     paths = paths_mod.resolve(env)
     if probe(paths.socket) is not None:
         return None
     try:
-        pid = paths.lock_file.read_text().strip()
+        pid = written_pid(paths.lock_file.read_bytes()).decode(errors="replace")
     except OSError:
         pid = ""
     who, stop = (f"pid {pid}, ", f"kill {pid}") if pid.isdigit() else ("", "stop it")

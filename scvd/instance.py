@@ -10,6 +10,7 @@ import socket
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from . import errors
 from .paths import Paths, ensure_private_dir, make_dirs, unopenable, why_not
@@ -17,6 +18,14 @@ from .paths import Paths, ensure_private_dir, make_dirs, unopenable, why_not
 log = logging.getLogger("scvd.server")
 
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its NUL
+INHERITED = b"socket inherited"  # the lock file's second line: systemd made the socket, scvd cannot make it again
+
+
+class Holder(NamedTuple):
+    """The scvd that holds an instance lock, as its lock file and /proc/locks tell."""
+
+    pid: int
+    inherited: bool  # it serves a socket systemd passed it (socket activation)
 
 
 @dataclass
@@ -37,7 +46,7 @@ class Claim:
 
 def claim(paths: Paths, inherited: list[socket.socket]) -> Claim:
     """Take the instance lock, then the inherited socket or a newly bound one."""
-    lock_fd = acquire_lock(paths.lock_file)
+    lock_fd = acquire_lock(paths.lock_file, inherited=bool(inherited))
     try:
         if inherited:
             return Claim(lock_fd, inherited[0], owns_socket=False)
@@ -68,8 +77,9 @@ def remove_socket(path: Path, ident: tuple[int, int] | None) -> None:
     path.unlink(missing_ok=True)
 
 
-def acquire_lock(path: Path) -> int:
-    """Hold an exclusive flock on the instance lock; refuse naming the pid that holds it."""
+def acquire_lock(path: Path, *, inherited: bool = False) -> int:
+    """Hold an exclusive flock on the instance lock; refuse naming the pid that holds it. The pid is
+    written there, and whether the socket is inherited (a client's advice differs: see lock_holder)."""
     try:  # not through a link: the pid written below would truncate the file it points to
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     except OSError as exc:  # what to fix, not an errno (a directory there read `[Errno 21]`)
@@ -77,7 +87,7 @@ def acquire_lock(path: Path) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        holder = written_pid(os.pread(fd, 64, 0)).decode(errors="replace") or "unknown"
         os.close(fd)
         raise errors.StartupError(
             f"scvd is already running on this instance (pid {holder}, lock {path}); "
@@ -89,21 +99,26 @@ def acquire_lock(path: Path) -> int:
             "filesystem (SCV_HOME, or XDG_STATE_HOME)") from None
     try:
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode() + (INHERITED + b"\n" if inherited else b""), 0)
     except OSError as exc:  # a full disk: the lock is what counts (the pid only names us to a second start)
         log.warning("cannot write this pid into %s (%s); a second scvd refused meanwhile names no pid",
                     path, exc.strerror or exc)
     return fd
 
 
-def lock_holder(path: Path) -> int | None:
-    """The pid of the scvd holding the instance lock at `path`, or None: read from /proc/locks, never
-    by taking the lock (a client's shared flock, however brief, made an scvd starting then refuse)."""
+def written_pid(text: bytes) -> bytes:
+    """The pid an scvd wrote into its lock file: the first line (a second may say its socket is inherited)."""
+    return text.split(b"\n", 1)[0].strip()
+
+
+def lock_holder(path: Path) -> Holder | None:
+    """The scvd holding the instance lock at `path`, or None: read from /proc/locks, never by taking
+    the lock (a client's shared flock, however brief, made an scvd starting then refuse)."""
     try:  # a FIFO put there must not hold a client: opened without waiting, read only if a file
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
-            written = os.pread(fd, 32, 0).strip() if stat.S_ISREG(st.st_mode) else b""
+            written = os.pread(fd, 64, 0) if stat.S_ISREG(st.st_mode) else b""
         finally:
             os.close(fd)
         with open("/proc/locks", "rb") as f:
@@ -117,8 +132,11 @@ def lock_holder(path: Path) -> int | None:
             continue
         where = fields[5].rsplit(b":", 1)
         # the device as stat says it (btrfs's differs), else the pid scvd wrote there
-        if where[-1] == str(st.st_ino).encode() and (where[0] == dev or fields[4] == written):
-            return int(fields[4]) if fields[4].isdigit() else None
+        pid = fields[4]
+        if where[-1] == str(st.st_ino).encode() and (where[0] == dev or pid == written_pid(written)):
+            # the second line is the holder's only if it wrote the first (not an scvd that held it before)
+            inherited = written.split(b"\n")[:2] == [pid, INHERITED]
+            return Holder(int(pid), inherited) if pid.isdigit() else None
     return None
 
 

@@ -37,7 +37,7 @@ from .secret_names import PROVIDER_KEYS, SERVICE as SECRET_NAMES, keys_by_all, n
 from .secret_requests import SecretRequests
 from .secrets import SecretStore
 from .sessions import Owner, Session
-from .socket_watch import SocketWatch
+from .socket_watch import for_socket as watch_for
 from .tools import build_registry
 from .tool_listing import Listings, fit_lint
 from .tools.contract import Registry
@@ -240,13 +240,10 @@ class Daemon:
             raise errors.StartupError(unopenable("the audit log", self.paths.audit_log, exc)) from None
         self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
         self.sandbox, self.sandbox_verdict, self.host = await self.probe_sandbox(self.config)
-        # 4. serve the socket, and bind it again should its file be removed (a bound one only: an
-        #    inherited one is systemd's)
+        # 4. serve the socket, and bind it again should its file be removed (an inherited one is
+        #    systemd's: that is only said)
         self._listen(held.sock)
-        if self._owns_socket and self._socket_id is not None:
-            watch = SocketWatch(self.paths, self._socket_id, lambda: self.config.server.socket_check_seconds,
-                                self._moved)
-            self._socket_watch = self.spawn_task(watch.run())
+        self._watch_socket()
         self.budget = limits.measure()
         log.info("open-file limit %d (was %d): %s", now, before, self.budget.describe())
         # 5. signals only set events (SIGHUP starts a reload, which serialises itself)
@@ -279,6 +276,15 @@ class Daemon:
     def _listen(self, sock: socket.socket) -> None:
         self._listener = Listener(sock, self._accepted, self._accept_failed, self._out_of_fds)
         self._listener.start()
+
+    def _watch_socket(self) -> None:
+        bound = self._socket_id if self._owns_socket else None
+        watch = watch_for(self.paths, bound, self.listening_on, self._check_interval, self._moved)
+        if watch is not None:
+            self._socket_watch = self.spawn_task(watch.run())
+
+    def _check_interval(self) -> float:
+        return self.config.server.socket_check_seconds  # a reload's value applies from the next check
 
     def _moved(self, sock: socket.socket, ident: tuple[int, int]) -> None:
         """Serve the socket the watch bound in place of the one whose file is gone (nobody reaches it)."""

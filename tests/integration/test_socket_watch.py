@@ -7,12 +7,15 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import DaemonProc
+from harness import make_wrapped  # noqa: F401 (fixture)
 
 QUICK = "[server]\nsocket_check_seconds = 0.1\n"
 GONE = "WARNING scvd.server: the socket file {path} is gone, so clients cannot reach this scvd; " \
@@ -114,3 +117,37 @@ def test_a_directory_it_cannot_make_again_is_said_once_and_tried_at_each_check(m
     assert stat.S_IMODE(os.lstat(path.parent).st_mode) == 0o700
     log = d.log()
     assert log.count("cannot bind") == 1 and log.count("binding a new one there") == 1, log[len(before):]
+
+
+# --- socket activation --------------------------------------------------------------------
+
+SYSTEMDS = ("systemd made that socket (scvd.socket), and scvd does not make it again: restart both, "
+            "systemctl --user restart scvd.socket scvd")
+
+
+def test_an_inherited_socket_removed_is_said_once_with_the_restart_that_makes_it_again(make_wrapped, tmp_path):
+    """scvd cannot make systemd's socket again, and `systemctl --user restart scvd` hands it the same fd:
+    scvd's log said nothing, and scvctl told to wait for scvd to bind it, or to restart scvd alone."""
+    home = tmp_path / "home"
+    path = home / "run" / "scvd.sock"
+    path.parent.mkdir(parents=True, mode=0o700)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(path))
+        sock.listen(8)
+        d = make_wrapped(QUICK, home=home, activate=sock)
+        path.unlink()
+        gone = f"WARNING scvd.server: the socket file {path} is gone, so clients cannot reach this scvd; {SYSTEMDS}"
+        wait_for_log(d, gone)
+        out = subprocess.run([sys.executable, "-m", "scvctl", "status"], env=d.env, capture_output=True,
+                             text=True, timeout=30)
+        assert (out.returncode, out.stderr) == (3, f"scvd (pid {d.proc.pid}) is running but its socket {path} is "
+                                                   f"gone (No such file or directory); {SYSTEMDS}\n")
+        (tmp_path / "notes.txt").write_text("my notes")
+        (tmp_path / "notes.txt").replace(path)
+        wait_for_log(d, f"the socket file {path} names another file now")  # checks went on meanwhile
+        assert d.log().count(gone) == 1, d.log()
+        assert path.read_text() == "my notes"  # not replaced by a socket of scvd's own
+        second = subprocess.run([sys.executable, "-m", "scvd", "run"], env=d.env, capture_output=True, text=True,
+                                timeout=30)  # the lock file says the socket is inherited, after the pid it names
+        assert second.returncode == 3 and f"already running on this instance (pid {d.proc.pid}, lock " in second.stderr
+        assert d.stop() == 0
