@@ -99,14 +99,17 @@ class Here:
 
     def spec(self, agent: str, action: str, extra: list[str]) -> p.AgentsLaunch:
         return service.answer_spec(agent, action, list(extra), config=self.config, paths=self.paths,
-                                   env=os.environ, withheld=self._withheld())
+                                   env=os.environ, withheld=self._withheld(agent))
 
-    def _withheld(self) -> frozenset[str]:
-        """What the daemon would withhold, by this configuration and its tools (a script tool's secrets)."""
+    def _withheld(self, agent: str) -> frozenset[str]:
+        """What the daemon would withhold, by this configuration and its tools (a script tool's secrets),
+        and, but from codex's own sign-in, by the imported Codex setup (its key variables)."""
         from scvd import secret_names, tools  # here: only a sign-in without the daemon loads the tools
+        from scvd.adapters.setup_keys import AGENT as SETUP_AGENT, SetupKeys
 
         registry = tools.build_registry(self.config, self.paths, log_skipped=False)
-        return secret_names.named(self.config, registry)
+        names = secret_names.named(self.config, registry)
+        return names if agent == SETUP_AGENT else names.union(SetupKeys(self.paths.adapters_dir)())
 
     def import_setup(self, agent: str, source: str) -> p.AgentsImported:
         return service.answer_import(agent, source, paths=self.paths, env=os.environ)

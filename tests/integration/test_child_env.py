@@ -444,17 +444,32 @@ def test_a_sign_in_gets_no_name_the_agents_run_is_not_given(make_daemon, scv_hom
 def test_a_sign_in_without_the_daemon_gets_no_name_the_agents_run_is_not_given(scv_home: Path,
                                                                                tmp_path: Path) -> None:
     """With no daemon scvctl builds the spec itself, from this shell's environment: the same names stay
-    behind, a script tool's declared secret among them."""
+    behind, a script tool's declared secret among them, and the imported Codex setup's key variables
+    from every agent but codex (claude's sign-in got them, where the daemon's answer withheld them)."""
     fake_bin = make_fake_bin(tmp_path / "bin")
     log = tmp_path / "agent-log"
     make_tool(scv_home, "envdump", secrets=["API_TOKEN"])
-    (scv_home / "config.toml").write_text(SIGN_IN_CONFIG)
+    relay = '"RELAY_KEY", "TOKENX"]'
+    (scv_home / "config.toml").write_text(SIGN_IN_CONFIG.replace('"API_TOKEN"]', f'"API_TOKEN", {relay}')
+                                          + f'[adapters.claude]\npass_env = ["FAKE_AGENT_LOG", {relay}\n')
     env = base_env(scv_home, PATH=f"{fake_bin}{os.pathsep}{os.environ['PATH']}", FAKE_AGENT_LOG=str(log),
-                   **CREDENTIALS, **PASSED, API_TOKEN="tok-declared-secret",
+                   **CREDENTIALS, **PASSED, **RELAY_VALUES, API_TOKEN="tok-declared-secret",
                    PYTHON_KEYRING_BACKEND="keyring.backends.null.Keyring")
-    login = subprocess.run([sys.executable, "-m", "scvctl", "agents", "login", "codex"], env=env,
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
-    assert login.returncode == 0 and "scvd is not running" in login.stderr, login.stderr
-    _, sign_in_env, _ = read_log(log)
-    assert_clean(sign_in_env)
-    assert "API_TOKEN" not in sign_in_env and sign_in_env["AWS_PROFILE"] == PASSED["AWS_PROFILE"]
+    (tmp_path / "user-codex").mkdir()
+    (tmp_path / "user-codex" / "config.toml").write_text(RELAY_SETUP)
+    scvctl = [sys.executable, "-m", "scvctl", "agents"]
+    done = subprocess.run([*scvctl, "import", "codex", "--from", str(tmp_path / "user-codex")], env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    sign_in = {}
+    for agent in ("codex", "claude"):
+        login = subprocess.run([*scvctl, "login", agent], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                               text=True, timeout=30)
+        assert login.returncode == 0 and "scvd is not running" in login.stderr, login.stderr
+        sign_in[agent] = read_log(log)[1]
+    for sign_in_env in sign_in.values():
+        assert_clean(sign_in_env)
+        assert "API_TOKEN" not in sign_in_env
+    assert sign_in["codex"]["AWS_PROFILE"] == PASSED["AWS_PROFILE"]
+    assert {k: sign_in["codex"][k] for k in RELAY_VALUES} == RELAY_VALUES  # its own provider's: codex needs them
+    assert not set(RELAY_VALUES) & set(sign_in["claude"])
