@@ -24,6 +24,13 @@ PARAMETERS = {"type": "object", "required": ["text"], "additionalProperties": Fa
                "description": "Count each word once when true, e.g. true; default false."}}}
 
 
+def nested(inner: dict[str, Any], depth: int) -> dict[str, Any]:
+    """`inner` as the one property of `depth` objects, each inside the one before."""
+    for _ in range(depth):
+        inner = {"type": "object", "properties": {"a": inner}}
+    return inner
+
+
 def make_tool(home: Path, name: str = "words", *, spec: dict[str, Any] | None = None, raw: str | None = None,
               script: str = "#!/bin/sh\necho 1\n", command: str = "run") -> Path:
     folder = home / "tools" / "script" / name
@@ -199,16 +206,21 @@ def test_a_config_dir_tools_folder_linked_to_the_data_dirs_is_read_once(tmp_path
                          "Unicode property the regex package knows; name one it knows (`\\p{L}`,"),
     ({"parameters": {"type": "object", "patternProperties": {r"^\q{ab}$": {}}}}, None, "parameters",
      "the pattern '^\\\\q{ab}$' at patternProperties cannot be read: `\\q{...}` is ECMA's v flag's"),
+    # ~6 KB that msgspec reads, but jsonschema's check recursed out: `scvd could not check it (RecursionError`
+    # and a ~100 KB traceback in the log
+    ({"parameters": {"type": "object", "properties": {"a": nested({"type": "string"}, 150)}}}, None, "parameters",
+     "parameters nested too deeply to check; nest them less"),
 ], ids=["json", "json-line-column", "json-too-deep", "json-cut-off", "json-only-whitespace", "unknown-field",
         "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
         "config-toml-key", "risk", "not-object", "bad-schema", "timeout-0", "timeout-string", "timeout-negative",
         "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command",
         "command-with-arguments", "remote-ref", "broken-ref",
         "anchor-nowhere", "dynamic-ref-nowhere", "required-not-a-property", "ref-loop", "ref-to-data",
-        "schema-uri-not-a-string", "pattern-unknown-property", "pattern-name-v-flag"])
-def test_a_bad_definition_names_the_file_and_the_rule(home: Path, spec, raw, rule, text):
+        "schema-uri-not-a-string", "pattern-unknown-property", "pattern-name-v-flag", "schema-too-deep"])
+def test_a_bad_definition_names_the_file_and_the_rule(home: Path, spec, raw, rule, text, caplog):
     folder = make_tool(home, spec=spec, raw=raw)
     error = only_error(home)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # what is wrong is the file's, not scvd's
     assert error.source.endswith("tool.json") and str(folder) in error.source
     assert error.name == "script_words"
     assert f"rule {rule!r}" in error.message and text in error.message, error.message
@@ -392,12 +404,11 @@ def test_a_check_that_breaks_on_one_folder_leaves_the_others_loaded(home: Path, 
 
     def breaks_on_odd(path, schema):
         if "odd" in str(path):
-            raise RecursionError("maximum recursion depth exceeded")
+            raise TypeError("unhashable type: 'dict'")  # a depth it cannot check is no bug: a rule says so
         return real(path, schema)
 
     monkeypatch.setattr(script_defs, "_check_schema", breaks_on_odd)
     (d,), (failed,) = load_all(paths(home))
     assert d.name == "script_fine" and failed.name == "script_odd"
-    assert failed.message == ("scvd could not check it (RecursionError: maximum recursion depth exceeded); "
-                              "see its log")
+    assert failed.message == "scvd could not check it (TypeError: unhashable type: 'dict'); see its log"
     assert "checking" in caplog.text and "odd" in caplog.text

@@ -120,6 +120,7 @@ def _twice(first: Path, others: list[Path]) -> str:
 
 
 DefinitionError = errors.ScriptDefinitionError  # in the one error tree
+NESTED_TOO_DEEPLY = "parameters nested too deeply to check; nest them less"
 
 
 def load_one(folder: Path) -> ScriptDef:
@@ -249,13 +250,15 @@ def _check_parameters(path: Path, schema: dict[str, Any]) -> None:
     cls = jsonschema.validators.validator_for(schema)
     try:  # its patterns read as they are matched: re refused ECMA-262's `(?<name>...)` and `\\p{L}`
         cls.check_schema(schema, format_checker=format_checker(cls))
+        _check_schema(path, schema)
+    except RecursionError:  # the checks recurse per level, ~100 levels before msgspec's limit: a traceback
+        raise DefinitionError(path, "parameters", NESTED_TOO_DEEPLY) from None
     except jsonschema.SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
         if exc.validator == "format" and exc.validator_value == "regex":
             raise DefinitionError(path, "parameters", f"the pattern {exc.instance!r} at {where} cannot be read: "
                                                       f"{exc.cause}") from None
         raise DefinitionError(path, "parameters", f"not a valid JSON Schema at {where}: {exc.message}") from None
-    _check_schema(path, schema)
 
 
 # keywords whose value is a schema, a list of them, or a map of them (drafts 4 to 2020-12); any
