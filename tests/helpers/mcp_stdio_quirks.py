@@ -14,8 +14,8 @@ inputSchema has `properties` and `required` null, as Go prints a nil map and sli
 quote the environment's LEAK_TOKEN (else its HTTPS_PROXY) in an isError text, in a result's text and structuredContent, and
 in a progress notification's message, and
 `typed`, whose structuredContent does not match its outputSchema, and `crash`, which prints the token on
-stderr and exits with status 5; `stubborn` does not exit when its
-stdin ends (its stop takes scvd's grace, then SIGTERM); `trap-term` is `stubborn` and, at SIGTERM, appends
+stderr and exits with status 5; `stubborn` does not exit when its stdin ends (its stop takes scvd's
+grace, then SIGTERM) but creates STARTS_FILE.closed; `trap-term` is `stubborn` and, at SIGTERM, appends
 a line `cleaned` to STARTS_FILE and exits; `cursor-loop` answers every tools/list with
 the same nextCursor; `relist-hangs` also lists `announce`, which sends tools/list_changed, and never
 answers a tools/list after the first; `changes-while-listing` sends tools/list_changed while it answers
@@ -259,4 +259,6 @@ for line in sys.stdin:
 if mode in ("stubborn", "trap-term"):
     import time
 
+    if len(sys.argv) > 2:  # a test sees that scvd has begun to stop it
+        open(f"{sys.argv[2]}.closed", "w").close()
     time.sleep(1000)

@@ -996,9 +996,9 @@ def test_sighup_applies_added_removed_and_changed_servers_only(make_daemon, work
         assert server_pid(str(workspace), d.proc.pid) == kept
 
 
-def stubborn_table(name: str, tag: str) -> str:
+def stubborn_table(name: str, tag: str, mode: str = "stubborn") -> str:
     """A stdio server that ignores its stdin's end: stopping it takes the 2 s grace, then SIGTERM."""
-    return quirks_stdio_table("stubborn", Path(tag)).replace("[mcp.servers.raw]", f"[mcp.servers.{name}]")
+    return quirks_stdio_table(mode, Path(tag)).replace("[mcp.servers.raw]", f"[mcp.servers.{name}]")
 
 
 def running_with(tag: str) -> list[int]:
@@ -1013,21 +1013,26 @@ def running_with(tag: str) -> list[int]:
 
 
 def test_a_stop_during_a_reload_leaves_no_server_running_and_starts_none(make_daemon, tmp_path):
-    # the reload's stop of the changed server was cut off by scvd's exit (the server lived on), and the
-    # reload went on to start servers after scvd had stopped them all
+    # the reload's stop of the changed server was cut off by scvd's exit (the server never got its
+    # SIGTERM), and the reload went on to start servers after scvd had stopped them all
     tag = str(tmp_path / "stubborn")  # in each server's argv (its starts file)
-    d = make_daemon(stubborn_table("slow", f"{tag}-old") + fs_table(tmp_path, "kept"))
+    old = Path(f"{tag}-old")  # the old server records its start, and its SIGTERM (`cleaned`)
+    d = make_daemon(stubborn_table("slow", str(old), "trap-term") + fs_table(tmp_path, "kept"))
     with d.client(name="t") as c:
         server(c, "slow")
         server(c, "kept")
-    assert running_with(f"{tag}-old")
+    assert running_with(str(old))
     (d.home / "config.toml").write_text(stubborn_table("slow", f"{tag}-new") + fs_table(tmp_path, "kept")
                                         + stubborn_table("added", f"{tag}-added"))
     d.proc.send_signal(signal.SIGHUP)
-    time.sleep(0.7)  # the reload now waits in the old server's stop (its 2 s grace)
+    # its stdin closed: the reload now waits in its stop (the 2 s grace before the SIGTERM)
+    wait_until(Path(f"{old}.closed").exists, what="the reload to begin stopping the old server")
     assert d.stop() == 0
     log = d.log()
     stopped_at = log.index("stopping (")
+    # else scvd's stop came after the reload's stop had ended, and this test proved nothing
+    assert "mcp server slow: stopped" not in log[:stopped_at], "scvd's stop missed the reload's stop"
+    assert old.read_text() == "start\ncleaned\n", log[-3000:]  # not left to the guardian's SIGKILL
     assert "mcp server added: starting" not in log[stopped_at:], log[stopped_at:]
     assert running_with(tag) == [], log[-3000:]
 
