@@ -61,7 +61,16 @@ async def down_once(launches: Launches) -> ServerLink:
     return link
 
 
-def test_a_secret_stored_before_a_start_reads_it_does_not_start_it_again():
+@pytest.fixture
+def backoff_of_an_hour(monkeypatch):
+    """A start that comes at all comes at once (for a stored secret), not after its backoff."""
+    from scvd.mcp import link as link_mod
+
+    monkeypatch.setattr(link_mod, "BACKOFF_FIRST", 3600.0)
+    monkeypatch.setattr(link_mod, "BACKOFF_MAX", 3600.0)
+
+
+def test_a_secret_stored_before_a_start_reads_it_does_not_start_it_again(backoff_of_an_hour):
     async def scenario() -> tuple[int, str]:
         launches = Launches()
         link = await down_once(launches)
@@ -78,7 +87,7 @@ def test_a_secret_stored_before_a_start_reads_it_does_not_start_it_again():
         await until(lambda: launches.reading.is_set())
         launches.go.set()
         await until(lambda: link.state == "down" and launches.count == 2)
-        await asyncio.sleep(0.3)  # the backoff is 1 s: a start again would come at once
+        await asyncio.sleep(0.3)  # a start again would come at once, not in the hour's backoff
         starts = launches.count
         await link.stop()
         return starts, link.error or ""
@@ -88,7 +97,7 @@ def test_a_secret_stored_before_a_start_reads_it_does_not_start_it_again():
     assert "needs the secret K" in error
 
 
-def test_a_secret_stored_after_a_start_read_the_old_value_starts_it_again_at_once():
+def test_a_secret_stored_after_a_start_read_the_old_value_starts_it_again_at_once(backoff_of_an_hour):
     async def scenario() -> int:
         launches = Launches()
         link = await down_once(launches)
@@ -96,7 +105,7 @@ def test_a_secret_stored_after_a_start_read_the_old_value_starts_it_again_at_onc
         await until(lambda: launches.reading.is_set())  # the second start is reading (the old value)
         link.retry_now(time.monotonic())  # stored since: it must not keep what it read
         launches.go.set()
-        await until(lambda: launches.count == 3, timeout=0.9)  # sooner than the 1 s backoff
+        await until(lambda: launches.count == 3)  # not after the hour's backoff
         await link.stop()
         return launches.count
 

@@ -162,7 +162,7 @@ def test_a_call_that_ignores_its_cancellation_holds_a_half_closed_connection_onl
         conn.sock.shutdown(socket.SHUT_WR)
         start = time.monotonic()
         assert conn.closed_by_server()  # no call.completed: the call has not ended
-        assert 0.4 < time.monotonic() - start < 5
+        assert time.monotonic() - start > 0.4  # held for the grace (a hang is pytest-timeout's)
     with RawConn(d.socket) as other:  # still serving
         other.hello()
         assert other.status().pid == d.proc.pid
