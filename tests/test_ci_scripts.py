@@ -6,6 +6,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,46 @@ def test_a_selection_with_no_daemon_level_test_is_not_a_failure_but_the_whole_ru
     assert "the selection holds no daemon-level test: nothing to run again on asyncio" in done.stdout
     log.unlink()
     assert ci_test(root).returncode == 5  # CI's own run: pytest's "no tests collected" fails it
+
+
+SKIPS = '''import pytest
+
+
+def test_needing_a_part():
+    pytest.skip("needs a part the setup installs")
+
+
+@pytest.mark.skipif(True, reason="the seccomp filter names x86_64's ftruncate")
+def test_on_another_architecture():
+    pass
+
+
+@pytest.mark.xfail(reason="a known bug", strict=True)
+def test_known_bug():
+    assert False
+'''
+
+
+@pytest.mark.parametrize("no_skip", [None, "0"])
+def test_a_test_that_skips_fails_ci_test_unless_allowed_or_told_to_let_it(tmp_path, no_skip):
+    """A test whose part was missing (bwrap, root, the agent CLIs) skipped and the run passed: what it
+    guards went untested and nobody saw. An xfail and a skip tests/no_skip.py allows stay as they are."""
+    root, _ = fake_checkout(tmp_path)
+    (root / ".venv" / "bin" / "python").write_text(f'#!/bin/bash\nexec {sys.executable} "$@"\n')
+    shutil.copy(ROOT / "tests" / "no_skip.py", root / "tests" / "no_skip.py")
+    (root / "tests" / "conftest.py").write_text(
+        "from no_skip import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401\n")
+    (root / "tests" / "integration" / "test_daemon.py").write_text(SKIPS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SCVD_"))}
+    if no_skip is not None:
+        env["SCVD_TESTS_NO_SKIP"] = no_skip
+    done = subprocess.run(["bash", str(root / ".ci" / "test"), "-n", "0", "-rs"], capture_output=True, text=True,
+                          cwd=root, env=env, timeout=60)
+    summary = done.stdout.splitlines()[-1]
+    if no_skip is None:  # .ci/test's own value
+        assert done.returncode == 1, done.stdout
+        assert "skipped (needs a part the setup installs), which fails under SCVD_TESTS_NO_SKIP=1" in done.stdout
+        assert " 1 failed, 1 skipped, 1 xfailed in " in summary, summary
+    else:
+        assert done.returncode == 0, done.stdout
+        assert " 2 skipped, 1 xfailed in " in summary, summary  # both passes
