@@ -627,5 +627,6 @@ def test_plan_is_read_only_and_run_rechecks(env: Env) -> None:
     assert plan.risk is ToolRisk.READ_ONLY and plan.details["path"] == str(d.resolve() / "SKILL.md")
     (d / "SKILL.md").unlink()
     (d / "SKILL.md").symlink_to(env.outside / "secret.txt")
-    with pytest.raises(Failed):
+    # the recheck's words, not the open's (it refuses the symlink too, and passed with no recheck)
+    with pytest.raises(Failed, match="skill 'p' changed since the session opened: .* a symlink was swapped in"):
         asyncio.run(TOOL.run(args, Plan(risk=ToolRisk.READ_ONLY, summary=""), ctx))
