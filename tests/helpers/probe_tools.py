@@ -101,7 +101,7 @@ class _ProbeTool(Tool):
 
 
 class EchoArgs(msgspec.Struct, forbid_unknown_fields=True):
-    text: Annotated[str, _desc("Text to send back unchanged, e.g. 'hello'")]
+    text: Annotated[str, _desc("Text to send back unchanged, for a round trip, e.g. 'hello'")]
 
 
 class ProbeEcho(_ProbeTool):
@@ -137,7 +137,7 @@ Risky = Literal["filesystem", "process"]
 
 
 class TouchArgs(msgspec.Struct, forbid_unknown_fields=True):
-    path: Annotated[str, _desc("Workspace-relative file to create, e.g. 'out/a.txt'")]
+    path: Annotated[str, _desc("Workspace-relative file to create, for the write under test, e.g. 'out/a.txt'")]
     risk: Annotated[Risky, _desc("Risk to plan with, e.g. 'process' to test a grant's reach")] = "filesystem"
 
 
@@ -161,7 +161,7 @@ class ProbeTouch(_ProbeTool):
 
 
 class SleepArgs(msgspec.Struct, forbid_unknown_fields=True):
-    seconds: Annotated[float, _desc("How long to sleep, e.g. 0.2")]
+    seconds: Annotated[float, _desc("How long to sleep, for a call that takes time, e.g. 0.2")]
     label: Annotated[str, _desc("Name in the probe log, e.g. 'c' (default 'sleep')")] = "sleep"
     risk: Annotated[Literal["read_only", "process"],
                     _desc("Risk to plan with, e.g. 'read_only' to run unasked")] = "process"
@@ -180,7 +180,7 @@ class ProbeSleep(_ProbeTool):
 
 
 class WaitArgs(msgspec.Struct, forbid_unknown_fields=True):
-    label: Annotated[str, _desc("Gate to wait on and name in the log, e.g. 'a'")]
+    label: Annotated[str, _desc("Gate to wait on and name in the log, from the test's gate, e.g. 'a'")]
     seconds: Annotated[float, _desc("Longest wait, e.g. 30 (default: the wait limit)")] = WAIT_LIMIT
 
 
