@@ -325,7 +325,8 @@ class McpAttach(Frame, tag="mcp.attach"):
 
 
 # requests scvd may answer after later ones of the same connection (docs/protocol.md, Framing): a
-# `chat.open` that waits for its conversation's closed session, a `secret.provide` while it is stored
+# `chat.open` that waits for its conversation's closed session or chat's modules, a `secret.provide`
+# while it is stored
 ANSWERED_ASIDE = (ChatOpen, SecretProvide)
 
 

@@ -8,6 +8,7 @@ sessions; a second SIGINT forces the exit.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import signal
@@ -139,11 +140,11 @@ class Daemon:
             p.AgentsSpec: self.on_agents_spec,
             p.AgentsImport: self.on_agents_import,
             p.ChatOpen: self.on_chat_open,
-            p.TurnStart: lambda conn, frame: self.chat.start_turn(conn, frame),
-            p.TurnCancel: lambda conn, frame: self.chat.cancel_turn(conn, frame),
-            p.ChatHistory: lambda conn, frame: self.chat.history(conn, frame),
-            p.ChatClear: lambda conn, frame: self.chat.clear(conn, frame),
-            p.QuestionAnswer: lambda conn, frame: self.chat.answer(conn, frame),
+            p.TurnStart: self._to_chat(lambda chat: chat.start_turn),
+            p.TurnCancel: self._to_chat(lambda chat: chat.cancel_turn),
+            p.ChatHistory: self._to_chat(lambda chat: chat.history),
+            p.ChatClear: self._to_chat(lambda chat: chat.clear),
+            p.QuestionAnswer: self._to_chat(lambda chat: chat.answer),
             p.McpAttach: self.mcp_hosts.attach,
         }
 
@@ -156,16 +157,27 @@ class Daemon:
         return self.reloader.error
 
     @property
-    def chat(self) -> ChatService:
-        """The model loop's service, made (and its modules imported) by the first chat request: a
-        daemon nobody chats with does without them."""
-        if self._chat is None:
-            from .chat.service import ChatService
-
-            self._chat = ChatService(self)
-            if self.stop_event.is_set():  # made while scvd stops: it takes no turn either
-                self._chat.stop()
+    def chat(self) -> ChatService | None:
+        """The model loop's service, once a chat request has made it (chat_service())."""
         return self._chat
+
+    async def chat_service(self) -> ChatService:
+        """The model loop's service, made by the first chat request: a daemon nobody chats with does
+        without its modules. They are imported on a thread (50-120 ms on the loop held every client)."""
+        if self._chat is None:
+            service = await asyncio.to_thread(importlib.import_module, f"{__package__}.chat.service")
+            if self._chat is None:  # not made by another chat request meanwhile
+                self._chat = service.ChatService(self)
+                if self.stop_event.is_set():  # made while scvd stops: it takes no turn either
+                    self._chat.stop()
+        return self._chat
+
+    def _to_chat(self, method: Callable[[ChatService], Callable[[Connection, Any], Awaitable[p.Frame]]]
+                 ) -> Callable[[Connection, Any], Awaitable[p.Frame]]:
+        """The handler of a chat request: the chat service's `method`."""
+        async def handle(conn: Connection, frame: Any) -> p.Frame:
+            return await method(await self.chat_service())(conn, frame)
+        return handle
 
     def session_registries(self) -> list[Registry]:
         """The distinct registries of open sessions and those opening (a session opened before a reload
@@ -881,13 +893,12 @@ class Daemon:
         self.calls.write_audit(event, **fields)  # the one writer of audit lines
 
     def on_chat_open(self, conn: Connection, frame: p.ChatOpen) -> Awaitable[p.Frame] | None:
-        opening = self.chat.open(conn, frame)
-        if not self.chat.waits(frame.conversation):
-            return opening
-        # it waits for the start's expiry pass, or the turn of the conversation's closed session to
-        # end (up to 25 s): the connection's later requests (a bridge's approvals, its pings) are
-        # answered meanwhile
-        self._aside(conn, opening, frame.id)
+        if self._chat is not None and not self._chat.waits(frame.conversation):
+            return self._chat.open(conn, frame)
+        # it waits for chat's modules (the daemon's first), the start's expiry pass, or the turn of the
+        # conversation's closed session to end (up to 25 s): the connection's later requests (a
+        # bridge's approvals, its pings) are answered meanwhile
+        self._aside(conn, self._to_chat(lambda chat: chat.open)(conn, frame), frame.id)
         return None
 
     def _aside(self, conn: Connection, waiting: Awaitable[p.Frame], request_id: Any) -> None:
