@@ -4,8 +4,9 @@ The turn runs against a loopback scripted model (tests/chat_model.py) over real
 HTTP through the real openai client, so the figure after the turn includes the
 lazily imported openai stack. Also: the turn's wall time (turn.start sent to
 turn.completed), over --turns turns; the longest answer to a ping another client
-sends over and over meanwhile (how long the event loop was held: the first turn
-sets up the openai client); and how long trimming a 2000-turn history to 120,000
+sends over and over meanwhile, and during the first chat.open (how long the event
+loop was held: the first chat request imports chat's modules, the first turn sets
+up the openai client); and how long trimming a 2000-turn history to 120,000
 tokens takes (it runs before every model request).
 
 Usage: python bench/chat.py [--turns 20]
@@ -122,9 +123,13 @@ def main() -> None:
             time.sleep(0.5)
             idle = rss_mib(proc.pid)
             with Client.connect(sock, name="bench", timeout=60) as c:
+                pinger = Pinger(sock)
+                time.sleep(0.2)
+                pinger.longest()
                 session = c.request(p.ChatOpen, workspace=str(ws)).session
+                open_stall = pinger.longest()
                 chat_open = rss_mib(proc.pid)
-                times, stalls, pinger = [], [], Pinger(sock)
+                times, stalls = [], []
                 for _ in range(args.turns):
                     pinger.longest()
                     started = time.perf_counter()
@@ -144,8 +149,8 @@ def main() -> None:
         "rss_mib": {"idle": idle, "chat_open_no_turn": chat_open, f"after_{args.turns}_turns": after},
         "turn_ms": {"first": round(times[0], 1), "median_rest": round(statistics.median(times[1:]), 1)
                     if len(times) > 1 else None},
-        "longest_ping_ms": {"first_turn": stalls[0], "median_rest": round(statistics.median(stalls[1:]), 1)
-                            if len(stalls) > 1 else None},
+        "longest_ping_ms": {"chat_open": open_stall, "first_turn": stalls[0],
+                            "median_rest": round(statistics.median(stalls[1:]), 1) if len(stalls) > 1 else None},
         "trim_2000_turns_ms": trim_ms(),
     }, indent=2))
 
