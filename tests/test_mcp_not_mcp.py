@@ -24,6 +24,11 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
     (b'{"jsonrpc":"2.0","id":7,"method":7}', None),
     (b'{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":' + DEEP + b"}", None),
     (b'{"jsonrpc":"2.0","id":7.5}', None),  # no request of scvd's has it
+    # no `jsonrpc`: a log line, which may name the call's id (its answer follows)
+    (b'{"level":"info","id":7,"msg":"tools/call received"}', None),
+    (b'{"level":"info","id":7,"detail":' + DEEP + b"}", None),
+    (b'{"id":7,"result":{}}', None),
+    (b'{"jsonrpc":"1.0","id":7,"result":{}}', 7),  # JSON-RPC, if not MCP's
     (b'{"jsonrpc":"2.0","id":true}', None),
     (b'{"jsonrpc":"2.0","result":{"id":7}}', None),  # an id inside its result is another thing's
     (b'[{"jsonrpc":"2.0","id":7}]', None),  # a batch: no one id
@@ -41,7 +46,7 @@ def refused(line: bytes) -> pydantic.ValidationError:
 
 @pytest.mark.parametrize("line, why", [
     (b'{"jsonrpc":"2.0","id":7}', "neither `result` nor `error`"),
-    (b'{"id":7,"result":{}}', "`jsonrpc`: Field required"),
+    (b'{"jsonrpc":"1.0","id":7,"result":{}}', "`jsonrpc`: Input should be '2.0'"),
     (b'{"jsonrpc":"2.0","id":7,"error":"401"}', "`error`: Input should be an object"),
     (b'{"jsonrpc":"2.0","id":7,"result":' + DEEP + b"}", "Invalid JSON: recursion limit exceeded at line 1 column 234"),
 ])

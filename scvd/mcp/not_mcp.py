@@ -3,10 +3,12 @@ fails at once, and the line is logged.
 
 The SDK's session drops such a line with a debug message: an answer with neither `result` nor
 `error`, or one nested deeper than its parser goes, left its call waiting out the dispatch timeout
-(15 min by default), the server `ready` and nothing logged. A line with an `id` at its top and no
-`method` answers a request of scvd's: an error answers that request in the server's place (as skim.py
-answers a result too large), which fails the call alone; the connection stays. A line with a `method`
-is the server's own request or notification: its id is the server's, and fails no call of scvd's.
+(15 min by default), the server `ready` and nothing logged. A line with `jsonrpc` and an `id` at its
+top and no `method` answers a request of scvd's: an error answers that request in the server's place
+(as skim.py answers a result too large), which fails the call alone; the connection stays. A line with
+a `method` is the server's own request or notification: its id is the server's, and fails no call of
+scvd's. A line without `jsonrpc` is a log line (`{"level":"info","id":3,...}`), whose id may be the
+call's it logs: the answer that follows it is the call's.
 """
 
 from __future__ import annotations
@@ -44,20 +46,23 @@ class NotMcp(ValueError):
 class _Head(msgspec.Struct):
     id: Any = None
     method: msgspec.Raw = msgspec.Raw()  # its presence alone counts
+    jsonrpc: msgspec.Raw = msgspec.Raw()  # so does this one's
 
 
 _head = msgspec.json.Decoder(_Head)
 
 
 def answered(line: bytes) -> int | str | None:
-    """The id of the request of scvd's that `line` answers: its outer `id`, when it has no `method`."""
+    """The id of the request of scvd's that `line` answers: its outer `id`, when it has `jsonrpc` and
+    no `method`."""
     try:
         head = _head.decode(line)
-        ident, asks = head.id, len(head.method) > 0
+        ident, asks, rpc = head.id, len(head.method) > 0, len(head.jsonrpc) > 0
     except (msgspec.DecodeError, RecursionError):  # not JSON, or nested deeper than msgspec walks: scanned
         start = line[:ID_SCAN_BYTES]
         ident, asks = top_level_id(start), top_level_id(start, "method") is not None
-    if asks or isinstance(ident, bool) or not isinstance(ident, int | str):
+        rpc = top_level_id(start, "jsonrpc") is not None
+    if asks or not rpc or isinstance(ident, bool) or not isinstance(ident, int | str):
         return None  # an id of 2.5 is no request's
     return ident
 

@@ -36,8 +36,9 @@ colour escape, N `x`s and ` the end`; `nan-schema` also lists `announce` and `od
 the first, with an error whose message is init-error's with a line break and a carriage return after the escape,
 and `refused`, answered with an error that says `401 Bad credentials` between N `x`s and N `y`s, and `spaces`,
 answered with `table:`, N spaces and `end`; `bad-answers` also lists `noresult`, answered with neither `result`
-nor `error`, `deep`, whose result's content nests 100,000 arrays deep, and `stray`, which first writes a line
-with neither for an id scvd never sent and a request whose `method` is a number, then answers.
+nor `error`, `deep`, whose result's content nests 100,000 arrays deep, `stray`, which first writes a line
+with neither for an id scvd never sent and a request whose `method` is a number, then answers, and `logid`,
+which first logs a line of JSON with the call's id and no `jsonrpc` (a server's logger on its stdout), then answers.
 Its tool `echo` answers with its arguments.
 """
 
@@ -120,7 +121,7 @@ if mode.startswith("huge-errors="):
     tools.append({"name": "spaces", "description": "Fails with spaces.", "inputSchema": {"type": "object"}})
 if mode == "bad-answers":
     tools += [{"name": name, "description": "Answers badly.", "inputSchema": {"type": "object"}}
-              for name in ("noresult", "deep", "stray")]
+              for name in ("noresult", "deep", "stray", "logid")]
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
     tools.append({"name": "slug", "description": "Takes a slug.", "inputSchema": {
         "type": "object", "required": ["slug"], "additionalProperties": False,
@@ -218,6 +219,8 @@ for line in sys.stdin:
         if name == "stray":  # neither answers scvd's request: the call goes on
             send({"jsonrpc": "2.0", "id": "nobody's"})
             send({"jsonrpc": "2.0", "id": msg_id, "method": 7})
+        if name == "logid":  # then answers
+            send({"level": "info", "id": msg_id, "msg": "tools/call received"})
         if name == "crash":
             sys.stderr.write(f"fatal: lost my way with {token}\n")
             sys.exit(5)

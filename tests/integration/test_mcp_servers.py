@@ -1992,3 +1992,17 @@ def test_an_answer_that_is_not_json_rpc_fails_its_call_at_once_naming_the_server
                      deep.message), deep.message[-300:]
     logged = [line for line in d.log().splitlines() if "a line on its stdout is not MCP's JSON-RPC" in line]
     assert len(logged) == 1 and """: {"jsonrpc": "2.0", "id": "nobody's"} (the call""" in logged[0], logged
+
+
+@pytest.mark.one_loop
+def test_a_log_line_of_json_naming_the_calls_id_on_stdout_leaves_the_call_to_its_answer(make_daemon, workspace, tmp_path):
+    """A server that logs JSON to its stdout (`{"level":"info","id":3,...}`, no `jsonrpc`) before its
+    answer: the log line was taken for the answer, failing the call ("`jsonrpc`: Field required"), and
+    the real answer that followed was dropped."""
+    d = make_daemon(quirks_stdio_table("bad-answers", tmp_path / "starts") + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        server(c, "raw")
+        done = c.call(c.open_session(workspace), "mcp__raw__logid", {"n": 1})
+    assert done.ok and done.result["text"] == '{"n": 1}', done.error
+    logged = [line for line in d.log().splitlines() if "a line on its stdout is not MCP's JSON-RPC" in line]
+    assert len(logged) == 1 and '"msg": "tools/call received"' in logged[0], logged
