@@ -15,6 +15,7 @@ from typing import Any
 from .text import well_formed
 
 NOT_JSON = object()
+TOO_DEEP_JSON = object()  # JSON nested deeper than the json module reads (Python's recursion limit)
 
 
 def _not_a_constant(name: str) -> Any:
@@ -39,11 +40,14 @@ def loads(text: str, *, mend: bool = True) -> Any:
 
 
 def lenient(line: bytes, *, mend: bool = True) -> Any:
-    """`line` decoded by `loads`; NOT_JSON when it is not JSON (NaN, Infinity and 1e400 included)."""
+    """`line` decoded by `loads`; NOT_JSON when it is not JSON (NaN, Infinity and 1e400 included),
+    TOO_DEEP_JSON when it nests too deeply to read (JSON, maybe: not JSON is not what to tell its sender)."""
     try:
         return loads(line.decode("utf-8"), mend=mend)  # UTF-8 only: json.loads would guess UTF-16 or -32 from bytes
-    except (ValueError, RecursionError):
+    except ValueError:
         return NOT_JSON
+    except RecursionError:
+        return TOO_DEEP_JSON
 
 
 # the tokens of JSON text that matter to the outer object's keys: a string (a lone '"': cut

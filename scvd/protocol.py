@@ -16,7 +16,7 @@ import msgspec
 
 from . import errors  # imports nothing of scvd: no cycle
 from .text import json_bytes, lone_surrogate, well_formed  # imports nothing of scvd either
-from .lenient_json import NOT_JSON, lenient, top_level_id  # nor this, but text
+from .lenient_json import NOT_JSON, TOO_DEEP_JSON, lenient, top_level_id  # nor this, but text
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT  # noqa: F401 (part of the contract)
 
 PROTOCOL_VERSION = 1
@@ -751,6 +751,8 @@ def decode_request(line: bytes) -> Request:
         obj = lenient(line, mend=False)  # a lone surrogate escape (half an emoji, a surrogateescape name) is JSON
         if obj is NOT_JSON:
             raise errors.InvalidJSON(f"frame is not valid JSON: {exc}") from exc
+        if obj is TOO_DEEP_JSON:  # the escape made msgspec stop before the depth: "not valid JSON" misled
+            raise errors.InvalidRequest(TOO_DEEP) from None
         return _convert(obj)
     except RecursionError:  # msgspec decodes nested values recursively, to Python's recursion limit
         raise errors.InvalidRequest(TOO_DEEP) from None

@@ -216,6 +216,10 @@ def test_deep_nesting_is_the_peers_invalid_request_and_leaves_no_traceback(daemo
         assert isinstance(answer, p.Error) and answer.code == "invalid_request" and not answer.fatal
         assert "nests arrays or objects too deeply" in answer.message and "950 levels" in answer.message
         assert answer.id == 1  # msgspec walks the field it skips too: the id was lost with it
+        # a lone surrogate escape before the nesting: msgspec stops there, and the json module at the depth
+        conn.send_raw(b'{"type":"ping","id":4,"note":"\\ud800","pad":' + nested + b"}\n")
+        answer = conn.frame()  # was invalid_json, "not valid JSON: ... escaped utf-16 surrogate pair"
+        assert answer.code == "invalid_request" and "too deeply" in answer.message and answer.id == 4, answer
         deep_keys = b'[{"id":2,"a":' * 2000 + b"0" + b"}]" * 2000
         conn.send_raw(b'{"type":"ping","pad":' + deep_keys + b',"id":"last"}\n')  # the outer id, not an inner one
         assert conn.frame().id == "last"
