@@ -18,37 +18,67 @@ import msgspec
 def well_formed(value: Any) -> Any:
     """JSON-like data whose strings (keys too) are all valid Unicode: a surrogate pair split in two
     joined, a lone surrogate made U+FFFD. Python's json module decodes `"\\udce9"` (what
-    `json.dumps(os.listdir())` prints for a Latin-1 file name) to one, which no UTF-8 encoder takes."""
+    `json.dumps(os.listdir())` prints for a Latin-1 file name) to one, which no UTF-8 encoder takes.
+    A loop, not a recursion: data nested deeper than Python's recursion limit is mended too."""
+    todo: list[tuple[Any, Any]] = []
+    top = _mended(value, todo)
+    while todo:
+        source, copy = todo.pop()
+        if isinstance(copy, dict):
+            for key, item in source.items():
+                copy[_mended(key, todo) if isinstance(key, str) else key] = _mended(item, todo)
+        else:
+            copy.extend([_mended(item, todo) for item in source])
+    return top
+
+
+def _mended(value: Any, todo: list[tuple[Any, Any]]) -> Any:
+    """`value` as well_formed gives it, but a dict or list: its copy, left empty and queued in `todo`."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        return value
+        return value if _unicode(value) else value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     if isinstance(value, dict):
-        return {well_formed(k): well_formed(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [well_formed(v) for v in value]
-    return value
+        copy: Any = {}
+    elif isinstance(value, (list, tuple)):
+        copy = []
+    else:
+        return value
+    todo.append((value, copy))
+    return copy
 
 
 def lone_surrogate(value: Any, where: str = "") -> tuple[str, int, int] | None:
     """The first string of JSON-like `value` (a key too) that holds a lone surrogate: (where, as
-    `paths[2]` or `env.NAME`; the surrogate's code point; its character index), or None."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return where, ord(value[exc.start]), exc.start
-        return None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        inner = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key
-        found = (lone_surrogate(key, f"{where or '(top level)'} (a key)") if isinstance(key, str) else None) \
-            or lone_surrogate(item, inner)
-        if found:
-            return found
+    `paths[2]` or `env.NAME`; the surrogate's code point; its character index), or None. A loop, as
+    well_formed is; the strings in the order a walk meets them, a key before its value."""
+    todo = [(where, value)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return where, ord(value[exc.start]), exc.start
+            continue
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        inside = []  # what may hold one: the walk goes on there
+        for key, item in items:
+            if isinstance(key, str) and not _unicode(key):
+                inside.append((f"{where or '(top level)'} (a key)", key))
+            if isinstance(item, (dict, list)) or isinstance(item, str) and not _unicode(item):
+                inside.append((f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key, item))
+        todo.extend(reversed(inside))  # the first on top
     return None
+
+
+def _unicode(text: str) -> bool:
+    """Whether `text` is valid Unicode (no lone surrogate); ASCII is known at once."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def json_bytes(encode: Callable[[Any], bytes], value: Any) -> bytes:

@@ -4,7 +4,8 @@ import re
 import time
 
 from scvd import protocol as p
-from scvd.text import NAME_SHOWN_CHARS, cut_middle, format_request, printable, printable_cut, printable_data, quoted_name
+from scvd.text import (NAME_SHOWN_CHARS, cut_middle, format_request, lone_surrogate, printable, printable_cut,
+                       printable_data, quoted_name, well_formed)
 
 
 def test_printable_escapes_controls_and_keeps_what_it_is_told():
@@ -78,3 +79,17 @@ def test_a_request_that_expires_another_day_shows_the_date():
     assert expiry(later) == f"expires {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(later))}"
     now = time.time()
     assert expiry(now) == f"expires {time.strftime('%H:%M:%S', time.localtime(now))}"
+
+
+def test_data_nested_past_the_recursion_limit_is_mended_and_its_lone_surrogate_found():
+    """Both walked recursively: the MCP host's bridge met RecursionError in them at some 500 levels."""
+    nested: list = ["caf\udce9"]
+    for _ in range(5000):
+        nested = [nested]
+    found = lone_surrogate({"ok": "\U0001f600", "x": nested, "later": "\ud800"})
+    assert found == ("x" + "[0]" * 5001, 0xDCE9, 3)
+    mended = well_formed({"x": nested, "\ud800": ("a\ud83d", 1)})
+    inner = mended["x"]
+    for _ in range(5001):
+        inner = inner[0]
+    assert inner == "caf\ufffd" and mended["\ufffd"] == ["a\ufffd", 1]

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from .. import errors, protocol as p
-from ..lenient_json import NOT_JSON, lenient, top_level_id
+from ..lenient_json import NOT_JSON, TOO_DEEP_JSON, lenient, top_level_id
 from ..text import well_formed
 from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, call_result,
                       can_elicit, decision_of, elicitation_params, error_result, initialize_result, mcp_tool)
@@ -71,8 +71,11 @@ class Bridge:
             if message is NOT_JSON:
                 self._error(None, PARSE_ERROR, f"not JSON: {exc}")
                 return
-            message = _mended(message)
+            if message is not TOO_DEEP_JSON:  # msgspec stopped at the escape, short of the depth the json module met
+                message = _mended(message)
         except RecursionError:  # msgspec decodes nested values recursively: the task ended, and the host waited
+            message = TOO_DEEP_JSON
+        if message is TOO_DEEP_JSON:
             self._error(top_level_id(line[:p.ID_SCAN_BYTES]), PARSE_ERROR, TOO_DEEP)
             return
         if isinstance(message, list):  # a JSON-RPC batch (MCP 2025-03-26): one array of answers
@@ -279,8 +282,8 @@ def is_id(value: Any) -> bool:
 def _mended(message: Any) -> Any:
     """A message the json module read, its lone surrogates made U+FFFD (`well_formed`) but in a
     tools/call's arguments, which `_call` refuses instead: read as U+FFFD they name another file."""
-    if isinstance(message, list):
-        return [_mended(m) for m in message]
+    if isinstance(message, list):  # a batch; a list in it is no message, and nests no deeper here
+        return [_mended(m) if isinstance(m, dict) else well_formed(m) for m in message]
     params = message.get("params") if isinstance(message, dict) and message.get("method") == "tools/call" else None
     if not isinstance(params, dict) or "arguments" not in params:
         return well_formed(message)
