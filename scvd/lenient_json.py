@@ -63,18 +63,25 @@ def top_level_id(text: bytes, key: str = "id") -> Any:
 
     Only the outer object's keys count: an `id` inside a value is another thing's, and
     answering with it would settle another request. Iterative, so no depth is too deep."""
+    return top_level_values(text, (key,))[key]
+
+
+def top_level_values(text: bytes, keys: tuple[str, ...]) -> dict[str, Any]:
+    """top_level_id of each of `keys`, in one pass: linear, ~1-1.5 s a MiB of small alternating brackets."""
+    found: dict[str, Any] = dict.fromkeys(keys)
     if not text.lstrip().startswith(b"{"):
-        return None  # a batch, or not JSON: there is no one id to answer
-    depth, key_next, found, ids, named = 0, False, None, 0, f'"{key}"'.encode()
+        return found  # a batch, or not JSON: there is no one id to answer
+    depth, key_next, named, seen = 0, False, {f'"{key}"'.encode(): key for key in keys}, set()
     for token in _TOKEN.finditer(text):
         first, size = token.group()[:1], token.end() - token.start()
         if first == b'"':
             if size == 1:
                 break  # cut inside a string
             if depth == 1 and key_next:
-                if token.group() == named:
+                if (key := named.get(token.group())) is not None:
                     value = _ID_VALUE.match(text, token.end())
-                    found, ids = lenient(value.group(1)) if value else None, ids + 1
+                    found[key] = None if key in seen or not value else lenient(value.group(1))
+                    seen.add(key)
                 key_next = False  # its value follows
         elif first in b"[{":
             depth += size
@@ -85,4 +92,4 @@ def top_level_id(text: bytes, key: str = "id") -> Any:
                 break  # the outer object ended
         elif first == b"," and depth == 1:
             key_next = True
-    return found if ids == 1 and isinstance(found, (str, int, float)) else None
+    return {key: value if isinstance(value, (str, int, float)) else None for key, value in found.items()}

@@ -18,8 +18,11 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
     (b'{"jsonrpc":"2.0","id":7,"result":{"content":' + DEEP + b"}}", 7),  # nested deeper than msgspec walks
     # its id after the nesting, within the first 64 KiB
     (b'{"jsonrpc":"2.0","result":{"content":[' + b"[]," * 300 + b"[" * 5000 + b"]" * 5000 + b']},"id":7}', 7),
-    # an id past the first 64 KiB of a line nested too deeply: not looked for (the line is logged)
-    (b'{"jsonrpc":"2.0","result":{"content":' + DEEP + b'},"id":7}', None),
+    # an id past the first 64 KiB of a line nested too deeply: the line is scanned whole
+    (b'{"jsonrpc":"2.0","result":{"content":' + DEEP + b'},"id":7}', 7),
+    (b'{"result":{"content":' + DEEP + b'},"id":7,"jsonrpc":"2.0"}', 7),
+    (b'{"jsonrpc":"2.0","result":{"content":' + DEEP + b'},"id":7,"method":"x"}', None),
+    (b'{"jsonrpc":"2.0","result":{"content":' + DEEP + b'},"id":7,"id":8}', None),  # which one?
     # the server's own request or notification: its id is not one of scvd's
     (b'{"jsonrpc":"2.0","id":7,"method":7}', None),
     (b'{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":' + DEEP + b"}", None),

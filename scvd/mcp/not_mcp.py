@@ -8,11 +8,13 @@ top and no `method` answers a request of scvd's: an error answers that request i
 (as skim.py answers a result too large), which fails the call alone; the connection stays. A line with
 a `method` is the server's own request or notification: its id is the server's, and fails no call of
 scvd's. A line without `jsonrpc` is a log line (`{"level":"info","id":3,...}`), whose id may be the
-call's it logs: the answer that follows it is the call's.
+call's it logs: the answer that follows it is the call's. A line msgspec cannot read (not JSON, or
+nested deeper than it walks) is scanned whole for these keys, on a thread when it is long.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, Callable
@@ -22,8 +24,7 @@ import mcp_types as types
 import pydantic
 from mcp.shared.message import SessionMessage
 
-from ..lenient_json import top_level_id
-from ..protocol import ID_SCAN_BYTES
+from ..lenient_json import top_level_values
 from ..text import printable
 
 log = logging.getLogger("scvd.mcp")
@@ -31,16 +32,18 @@ log = logging.getLogger("scvd.mcp")
 NOT_MCP = -32091  # the JSON-RPC error code scvd answers such an answer with (TOO_LARGE's neighbour)
 LOG_INTERVAL = 60.0  # seconds: a server that logs to its stdout writes one warning a minute, not one a line
 LINE_KEPT, LINE_LOGGED = 8192, 500  # chars of a line kept, and logged once its secrets are out
+SCAN_ON_LOOP = 64 << 10  # bytes: a longer line is looked into on a thread (a scan takes up to ~1.5 s a MiB)
 _ANSWERS = (("JSONRPCResponse",), ("JSONRPCError",))  # the SDK's names of an answer's shapes
 
 
 class NotMcp(ValueError):
-    """A line the SDK refused, as the session's message handler gets it: its start, and its size."""
+    """A line the SDK refused, as the session's message handler gets it: its start, its size, and
+    whether it answers a request of scvd's (`answered`)."""
 
-    def __init__(self, line: bytes) -> None:
+    def __init__(self, line: bytes, answers: bool) -> None:
         super().__init__("a line on the server's stdout is not MCP's JSON-RPC")
         line = line.rstrip()
-        self.head, self.size = line[:LINE_KEPT].decode("utf-8", "replace"), len(line)
+        self.head, self.size, self.answers = line[:LINE_KEPT].decode("utf-8", "replace"), len(line), answers
 
 
 class _Head(msgspec.Struct):
@@ -59,12 +62,17 @@ def answered(line: bytes) -> int | str | None:
         head = _head.decode(line)
         ident, asks, rpc = head.id, len(head.method) > 0, len(head.jsonrpc) > 0
     except (msgspec.DecodeError, RecursionError):  # not JSON, or nested deeper than msgspec walks: scanned
-        start = line[:ID_SCAN_BYTES]
-        ident, asks = top_level_id(start), top_level_id(start, "method") is not None
-        rpc = top_level_id(start, "jsonrpc") is not None
+        # whole, for an `id` after a deep result: found in the first 64 KiB only, its call waited for good
+        found = top_level_values(line, ("id", "method", "jsonrpc"))
+        ident, asks, rpc = found["id"], found["method"] is not None, found["jsonrpc"] is not None
     if asks or not rpc or isinstance(ident, bool) or not isinstance(ident, int | str):
         return None  # an id of 2.5 is no request's
     return ident
+
+
+async def answered_off_loop(line: bytes) -> int | str | None:
+    """answered(), on a thread for a line longer than SCAN_ON_LOOP."""
+    return answered(line) if len(line) <= SCAN_ON_LOOP else await asyncio.to_thread(answered, line)
 
 
 def stand_in(ident: int | str, line: bytes, exc: pydantic.ValidationError) -> SessionMessage:
@@ -106,6 +114,8 @@ class Skipped:
         if len(hidden) > LINE_LOGGED or line.size > LINE_KEPT:
             shown += f" ... ({line.size:,} bytes in all)"
         more = f" ({self._quiet} more since the last one logged)" if self._quiet else ""
-        log.warning("mcp server %s: a line on its stdout is not MCP's JSON-RPC%s: %s (the call it answers "
-                    "fails with it; any other is skipped)", self.name, more, shown)
+        fate = ("the call waiting on its id, if any, fails with it" if line.answers
+                else "it answers no request of scvd's, and is skipped")
+        log.warning("mcp server %s: a line on its stdout is not MCP's JSON-RPC%s: %s (%s)", self.name, more, shown,
+                    fate)
         self._next, self._quiet = now + LOG_INTERVAL, 0

@@ -22,7 +22,7 @@ from mcp.shared.message import SessionMessage
 from ..process import signal_group, signal_service, spawn_service, wait_service
 from ..procscan import SCANS
 from .spec import StdioLaunch
-from .not_mcp import NotMcp, answered, stand_in
+from .not_mcp import NotMcp, answered_off_loop, stand_in
 from .skim import MESSAGE_LIMIT, replacement
 
 LINE_LIMIT = MESSAGE_LIMIT  # one JSON-RPC message from the server; a larger one ends the connection
@@ -124,8 +124,9 @@ async def _read_stdout(out: asyncio.StreamReader, send: Any, proc: ServerProcess
                 message = types.jsonrpc_message_adapter.validate_json(replacement(line) or line, by_name=False)
             except ValueError as exc:
                 proc.not_mcp.append(_line(line))
-                await send.send(NotMcp(line))  # the link logs it
-                if (ident := answered(line)) is not None:  # the SDK would drop it: its call waited for good
+                ident = await answered_off_loop(line)
+                await send.send(NotMcp(line, ident is not None))  # the link logs it
+                if ident is not None:  # the SDK would drop it: its call waited for good
                     await send.send(stand_in(ident, line, exc))
                 continue
             await send.send(SessionMessage(message))

@@ -36,7 +36,8 @@ colour escape, N `x`s and ` the end`; `nan-schema` also lists `announce` and `od
 the first, with an error whose message is init-error's with a line break and a carriage return after the escape,
 and `refused`, answered with an error that says `401 Bad credentials` between N `x`s and N `y`s, and `spaces`,
 answered with `table:`, N spaces and `end`; `bad-answers` also lists `noresult`, answered with neither `result`
-nor `error`, `deep`, whose result's content nests 100,000 arrays deep, `stray`, which first writes a line
+nor `error`, `deep`, whose result's content nests 100,000 arrays deep, `deeplate`, which is `deep` with its `id`
+last (past the first 64 KiB), `stray`, which first writes a line
 with neither for an id scvd never sent and a request whose `method` is a number, then answers, and `logid`,
 which first logs a line of JSON with the call's id and no `jsonrpc` (a server's logger on its stdout), then answers.
 Its tool `echo` answers with its arguments.
@@ -121,7 +122,7 @@ if mode.startswith("huge-errors="):
     tools.append({"name": "spaces", "description": "Fails with spaces.", "inputSchema": {"type": "object"}})
 if mode == "bad-answers":
     tools += [{"name": name, "description": "Answers badly.", "inputSchema": {"type": "object"}}
-              for name in ("noresult", "deep", "stray", "logid")]
+              for name in ("noresult", "deep", "deeplate", "stray", "logid")]
 if mode == "slow-pattern":  # a pattern that backtracks: seconds of Python's re on 36 a's and a "!"
     tools.append({"name": "slug", "description": "Takes a slug.", "inputSchema": {
         "type": "object", "required": ["slug"], "additionalProperties": False,
@@ -214,6 +215,11 @@ for line in sys.stdin:
         if name == "deep":  # as json.dumps cannot write it
             sys.stdout.write(f'{{"jsonrpc":"2.0","id":{json.dumps(msg_id)},"result":{{"content":'
                              f'{"[" * 100_000}{"]" * 100_000}}}}}\n')
+            sys.stdout.flush()
+            continue
+        if name == "deeplate":
+            sys.stdout.write(f'{{"jsonrpc":"2.0","result":{{"content":{"[" * 100_000}{"]" * 100_000}}},'
+                             f'"id":{json.dumps(msg_id)}}}\n')
             sys.stdout.flush()
             continue
         if name == "stray":  # neither answers scvd's request: the call goes on

@@ -1973,7 +1973,8 @@ def test_an_answer_that_is_not_json_rpc_fails_its_call_at_once_naming_the_server
     """The SDK drops a line it cannot read as JSON-RPC: an answer with neither `result` nor `error`
     left its call waiting out its dispatch timeout (15 min by default), the server `ready` with no
     error and nothing logged; one nested 100,000 deep ended the reading of the server's stdout (the
-    call told the server "went away", and it restarted)."""
+    call told the server "went away", and it restarted), and one whose `id` came after such nesting
+    waited out the timeout still."""
     d = make_daemon(quirks_stdio_table("bad-answers", tmp_path / "starts") + 'risk = "read_only"\n')
     with d.client(name="t") as c:
         server(c, "raw")
@@ -1981,6 +1982,8 @@ def test_an_answer_that_is_not_json_rpc_fails_its_call_at_once_naming_the_server
         # first a line with neither for an id never sent, and a request of the server's of the call's id
         stray = c.call(sid, "mcp__raw__stray", {"n": 1})
         noresult, deep = c.call(sid, "mcp__raw__noresult", {}).error, c.call(sid, "mcp__raw__deep", {}).error
+        # its id after the nesting: was looked for in the first 64 KiB only, the call waiting out its timeout
+        late = c.call(sid, "mcp__raw__deeplate", {}, timeout_seconds=30).error
         assert server(c, "raw").restarts == 0
     assert stray.ok and stray.result["text"] == '{"n": 1}', stray
     assert noresult.kind == "failed", noresult
@@ -1990,8 +1993,11 @@ def test_an_answer_that_is_not_json_rpc_fails_its_call_at_once_naming_the_server
         "mcp server raw: deep: its answer is not MCP's JSON-RPC (Invalid JSON: recursion limit exceeded at "), deep
     assert re.search(r" \.\.\. \[cut: 19\d,\d{3} chars\] \.\.\. \]{3000,}\}\}; report it to the server's author$",
                      deep.message), deep.message[-300:]
+    assert late.kind == "failed" and late.message.startswith(
+        "mcp server raw: deeplate: its answer is not MCP's JSON-RPC (Invalid JSON: recursion limit exceeded at "), late
     logged = [line for line in d.log().splitlines() if "a line on its stdout is not MCP's JSON-RPC" in line]
-    assert len(logged) == 1 and """: {"jsonrpc": "2.0", "id": "nobody's"} (the call""" in logged[0], logged
+    assert len(logged) == 1 and logged[0].endswith(
+        """: {"jsonrpc": "2.0", "id": "nobody's"} (the call waiting on its id, if any, fails with it)"""), logged
 
 
 @pytest.mark.one_loop
@@ -2005,4 +2011,5 @@ def test_a_log_line_of_json_naming_the_calls_id_on_stdout_leaves_the_call_to_its
         done = c.call(c.open_session(workspace), "mcp__raw__logid", {"n": 1})
     assert done.ok and done.result["text"] == '{"n": 1}', done.error
     logged = [line for line in d.log().splitlines() if "a line on its stdout is not MCP's JSON-RPC" in line]
-    assert len(logged) == 1 and '"msg": "tools/call received"' in logged[0], logged
+    assert len(logged) == 1 and logged[0].endswith(
+        '"msg": "tools/call received"} (it answers no request of scvd\'s, and is skipped)'), logged
