@@ -425,3 +425,14 @@ class BatchCut(OSError):
     def __init__(self, err: int, message: str, written: int) -> None:
         super().__init__(err, message)
         self.written = written
+
+
+class NotMcpLine(ValueError):
+    """Outside the tree, as the MCP SDK's own: a line on a stdio server's stdout the SDK refused, as
+    the session's message handler gets it (scvd/mcp/not_mcp.py): its first `kept` chars, its size,
+    and whether it answers a request of scvd's (`answers`)."""
+
+    def __init__(self, line: bytes, answers: bool, kept: int) -> None:
+        super().__init__("a line on the server's stdout is not MCP's JSON-RPC")
+        line = line.rstrip()
+        self.head, self.size, self.answers = line[:kept].decode("utf-8", "replace"), len(line), answers

@@ -24,6 +24,7 @@ import mcp_types as types
 import pydantic
 from mcp.shared.message import SessionMessage
 
+from ..errors import NotMcpLine
 from ..lenient_json import top_level_values
 from ..text import printable
 
@@ -36,14 +37,11 @@ SCAN_ON_LOOP = 64 << 10  # bytes: a longer line is looked into on a thread (a sc
 _ANSWERS = (("JSONRPCResponse",), ("JSONRPCError",))  # the SDK's names of an answer's shapes
 
 
-class NotMcp(ValueError):
-    """A line the SDK refused, as the session's message handler gets it: its start, its size, and
-    whether it answers a request of scvd's (`answered`)."""
+class NotMcp(NotMcpLine):
+    """A line the SDK refused (errors.NotMcpLine), its first LINE_KEPT chars kept."""
 
     def __init__(self, line: bytes, answers: bool) -> None:
-        super().__init__("a line on the server's stdout is not MCP's JSON-RPC")
-        line = line.rstrip()
-        self.head, self.size, self.answers = line[:LINE_KEPT].decode("utf-8", "replace"), len(line), answers
+        super().__init__(line, answers, LINE_KEPT)
 
 
 class _Head(msgspec.Struct):
