@@ -36,3 +36,16 @@ def test_a_result_is_measured_as_a_socket_clients_frame_would_be(chars: int, who
         assert sent["result"]["isError"] is True
         assert re.fullmatch(r"limit: result too large: frame of \d+ bytes exceeds server.server_frame_bytes "
                             r"\(2000\); ask for less output", sent["result"]["content"][0]["text"])
+
+
+def test_a_batch_past_the_hosts_line_gives_up_its_largest_answer_and_keeps_the_rest() -> None:
+    """A batch's answers are one line: each fitting alone, together they were past what the host reads."""
+    pipes = _Collect()
+    answers = [{"jsonrpc": "2.0", "id": i, "result": call_result(
+        p.CallCompleted(seq=1, call_id="c", ok=True, result="x" * size))} for i, size in enumerate((1400, 1800, 50))]
+    MessageWriter(pipes, 10_000, line_limit=3000).write(answers)
+    (line,) = pipes.lines
+    sent = {a["id"]: a["result"] for a in json.loads(line)}
+    assert len(line) <= 3000
+    assert [sent[0]["content"][0]["text"], sent[2]["content"][0]["text"]] == ["x" * 1400, "x" * 50]
+    assert sent[1]["isError"] is True and sent[1]["content"][0]["text"].startswith("limit: result too large: its line of ")

@@ -128,3 +128,16 @@ def too_large(message: dict[str, Any], size: int, limit: int) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": message.get("id"), "result": error_result(
         "limit", f"result too large: frame of {size} bytes exceeds server.server_frame_bytes ({limit}); "
         "ask for less output")}
+
+
+def line_too_large(message: dict[str, Any], size: int, limit: int) -> dict[str, Any]:
+    """An answer whose line is longer than a host is sent (`limit`): a tool result as the `limit`
+    error its agent can act on, any other answer as a JSON-RPC error; the host stays connected."""
+    said = (f"its line of {size} bytes is over {limit}, the longest scvd sends an MCP host (hosts on the "
+            "TypeScript SDK read 10 MiB at most)")
+    result = message.get("result")
+    if isinstance(result, dict) and "content" in result:
+        return {"jsonrpc": "2.0", "id": message.get("id"), "result": error_result(
+            "limit", f"result too large: {said}; ask for less output at once (a smaller limit, or the rest "
+            "from an offset)")}
+    return {"jsonrpc": "2.0", "id": message.get("id"), "error": {"code": INTERNAL, "message": f"answer too large: {said}"}}

@@ -35,7 +35,7 @@ import msgspec
 from .. import connection, errors
 from ..connection import Backlog
 from ..text import json_bytes
-from .jsonrpc import too_large
+from .jsonrpc import line_too_large, too_large
 
 log = logging.getLogger("scvd.mcp_host")
 
@@ -384,31 +384,56 @@ def _encode(value: Any) -> bytes:
 
 
 FRAME_ENVELOPE = 512  # call.completed's fields around its result, and more
+# the longest line a host is sent: hosts on the TypeScript SDK drop the whole connection on a line
+# past 10 MiB (its ReadBuffer's STDIO_DEFAULT_MAX_BUFFER_SIZE), and every later call fails
+HOST_LINE_BYTES = 8 << 20
 
 
 class MessageWriter:
     """The bridge's `out`: one JSON-RPC message a line on the host's stdout. A tool result over
-    `limit` (server.server_frame_bytes) becomes the `limit` error a socket client gets for it."""
+    `limit` (server.server_frame_bytes) becomes the `limit` error a socket client gets for it. An
+    answer whose line is over `line_limit` (HOST_LINE_BYTES), which hosts may not read, is sent
+    without its structuredContent, or else as a `limit` error too."""
 
-    def __init__(self, pipes: HostPipes, limit: int) -> None:
-        self.pipes, self.limit = pipes, limit
+    def __init__(self, pipes: HostPipes, limit: int, line_limit: int = HOST_LINE_BYTES) -> None:
+        self.pipes, self.limit, self.line_limit = pipes, limit, line_limit
 
     def write(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
         """One message, or the answers to a batch (each result over `limit` cut down on its own)."""
         if isinstance(message, list):
-            data = _encode([self._fitted(m, len(_encode(m)) + 1) for m in message])
+            data = self._batch(message)
         else:
             data = _encode(message)
-            if len(data) + 1 > self.limit:  # a line's size, as a socket client's frame counts it
+            if len(data) + 1 > min(self.limit, self.line_limit):  # a line's size, as a socket client's frame counts it
                 data = _encode(self._fitted(message, len(data) + 1))
         self.pipes.write(data + b"\n")
 
+    def _batch(self, answers: list[dict[str, Any]]) -> bytes:
+        """The answers as one line; while it is over `line_limit`, its largest answer gives way."""
+        fitted = [self._fitted(m, len(_encode(m)) + 1) for m in answers]
+        sizes = [len(_encode(m)) for m in fitted]
+        while (line := sum(sizes) + len(sizes) + 2) > self.line_limit:  # the commas, brackets and newline
+            largest = max(range(len(sizes)), key=sizes.__getitem__)
+            fitted[largest] = line_too_large(fitted[largest], line, self.line_limit)
+            size = len(_encode(fitted[largest]))
+            if size >= sizes[largest]:  # nothing left to shorten
+                break
+            sizes[largest] = size
+        return _encode(fitted)
+
     def _fitted(self, message: dict[str, Any], size: int) -> dict[str, Any]:
+        if size <= min(self.limit, self.line_limit) or not ("result" in message or "error" in message):
+            return message  # answers only: a request or notification of ours is sent as it is
         result = message.get("result")
-        if size <= self.limit or not isinstance(result, dict) or not result.get("content"):
-            return message
-        # the MCP line carries a result twice (escaped in its text, and as structuredContent):
-        # measured as the call.completed a socket client gets, which the config's limits fit
-        payload = result["structuredContent"] if "structuredContent" in result else result["content"][0].get("text")
-        own = len(_encode(payload)) + FRAME_ENVELOPE
-        return message if own <= self.limit else too_large(message, own, self.limit)
+        if isinstance(result, dict) and result.get("content"):
+            # the MCP line carries a result twice (escaped in its text, and as structuredContent):
+            # measured as the call.completed a socket client gets, which the config's limits fit
+            payload = result["structuredContent"] if "structuredContent" in result else result["content"][0].get("text")
+            own = len(_encode(payload)) + FRAME_ENVELOPE
+            if own > self.limit:
+                return too_large(message, own, self.limit)
+            if size > self.line_limit and "structuredContent" in result:
+                # optional without an outputSchema (scvd lists none): the text carries the same result
+                message = {**message, "result": {k: v for k, v in result.items() if k != "structuredContent"}}
+                size = len(_encode(message)) + 1
+        return message if size <= self.line_limit else line_too_large(message, size, self.line_limit)

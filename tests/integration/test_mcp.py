@@ -382,13 +382,40 @@ def test_a_request_whose_id_is_null_is_refused_not_taken_for_a_notification(host
         "code": -32600, "message": "a request's id must be a string or a number"}}
 
 
-def test_a_read_that_fits_a_socket_clients_frame_fits_the_mcp_hosts_too(host, workspace):
-    """MCP sends a result twice (escaped text and structuredContent): a 1 MiB read of control
-    bytes, 6 bytes each in JSON, is well within the frame a socket client gets and must come whole."""
+def test_a_read_that_fits_a_socket_clients_frame_fits_the_mcp_hosts_line_too(host, workspace):
+    """MCP sends a result twice (escaped text and structuredContent): a 1 MiB read of control bytes,
+    6 bytes each in JSON, is well within the frame a socket client gets, but was one line of 13.6 MiB,
+    and hosts on the TypeScript SDK drop the connection on a line past 10 MiB. It comes as text alone."""
     (workspace / "ctl.txt").write_bytes(b"\x01" * (1 << 20))
-    result = host.rpc("tools/call", {"name": "read", "arguments": {"path": "ctl.txt", "limit": 1 << 20}})["result"]
+    msg_id = host.request("tools/call", {"name": "read", "arguments": {"path": "ctl.txt", "limit": 1 << 20}})
+    line = host.proc.stdout.readline()
+    assert len(line.encode()) <= 8 << 20
+    result = json.loads(line)["result"]
     assert result["isError"] is False, result["content"][0]["text"][:300]
-    assert result["structuredContent"]["content"] == "\x01" * (1 << 20)
+    assert "structuredContent" not in result
+    assert json.loads(result["content"][0]["text"])["content"] == "\x01" * (1 << 20)
+    assert host.rpc("ping")["result"] == {} and host.next_id == msg_id + 1
+
+
+def test_a_result_too_long_for_a_hosts_line_is_a_limit_error_and_the_host_stays(make_daemon, workspace):
+    """With read raised to 2 MiB (and the frame to fit it), its text alone is 14 MiB of JSON."""
+    d = make_daemon("[tools]\nread_limit_bytes = 2097152\n[server]\nserver_frame_bytes = 16777216\n")
+    (workspace / "zeros.dat").write_bytes(bytes(2 << 20))
+    h = McpHost(d, workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x"}})
+        msg_id = h.request("tools/call", {"name": "read", "arguments": {"path": "zeros.dat", "limit": 2 << 20}})
+        line = h.proc.stdout.readline()
+        assert len(line) < 1000
+        answer = json.loads(line)
+        assert answer["id"] == msg_id and answer["result"]["isError"] is True
+        assert re.fullmatch(r"limit: result too large: its line of \d+ bytes is over 8388608, the longest scvd "
+                            r"sends an MCP host \(hosts on the TypeScript SDK read 10 MiB at most\); ask for less "
+                            r"output at once \(a smaller limit, or the rest from an offset\)",
+                            answer["result"]["content"][0]["text"]), answer
+        assert h.rpc("ping")["result"] == {}
+    finally:
+        assert h.close() == 0
 
 
 def test_params_that_are_not_an_object_get_an_error_answer(host):
