@@ -19,7 +19,8 @@ from .. import errors, protocol as p
 from ..lenient_json import NOT_JSON, TOO_DEEP_JSON, lenient, top_level_id
 from ..text import well_formed
 from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, call_result,
-                      can_elicit, decision_of, elicitation_params, error_result, initialize_result, mcp_tool)
+                      can_elicit, decision_of, elicitation_params, error_result, initialize_result, mcp_tool,
+                      request_id)
 from .pipes import Lines
 
 log = logging.getLogger("scvd.mcp_host")
@@ -45,7 +46,7 @@ class Bridge:
     def lines(self, limit: int = p.DEFAULT_CLIENT_FRAME_LIMIT) -> Lines:
         """The protocol to read the host's stdin into: each line is one message, of at most
         `limit` bytes (server.client_frame_bytes, as for a socket client's frame)."""
-        return Lines(self._start, lambda head: self._error(top_level_id(head), INVALID_REQUEST, (
+        return Lines(self._start, lambda head, tail: self._error(request_id(head, tail), INVALID_REQUEST, (
             f"message too large: over {limit} bytes (server.client_frame_bytes); send less, or raise it")), limit)
 
     async def run(self, lines: Lines) -> None:

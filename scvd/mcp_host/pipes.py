@@ -77,41 +77,51 @@ async def receive_fds(fileno: int, timeout: float) -> tuple[int, int]:
     raise errors.HandoffFailed(f"mcp.attach: send exactly 2 fds, stdin then stdout; {got} came")
 
 
-HEAD = 4096  # bytes of a line over the limit kept to find its id in
+ENDS = 4096  # bytes of each end of a line over the limit kept to find its id in
 
 
 class Lines(asyncio.Protocol):
     """stdin as a protocol: each whole line is handed over as it arrives (no reader loop, so a
-    request starts one turn of the loop sooner). A line over `limit` is dropped whole, once said
-    (`on_too_large` gets its first HEAD bytes, where the request's id usually is)."""
+    request starts one turn of the loop sooner). A line over `limit` is dropped whole, and said
+    once it ends: `on_too_large` gets its first and last ENDS bytes, where a request's id is (first
+    as most hosts write it, last as the TypeScript SDK does)."""
 
     def __init__(self, on_line: Any, on_too_large: Any, limit: int) -> None:
         self.on_line, self.on_too_large, self.limit = on_line, on_too_large, limit
         self.buffer = bytearray()
-        self.skipping = False  # inside a line over the limit: drop up to its newline
+        self.head: bytes | None = None  # inside a line over the limit: its start, and drop up to its newline
+        self.tail = b""  # its last bytes so far
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def data_received(self, data: bytes) -> None:
+        if self.head is not None:
+            end = data.find(b"\n")
+            self.tail = (self.tail + data[:len(data) if end < 0 else end][-ENDS:])[-ENDS:]
+            if end < 0:
+                return
+            self._dropped()
+            data = data[end + 1:]
         self.buffer += data
         start = 0
         while (end := self.buffer.find(b"\n", start)) >= 0:
-            if self.skipping:
-                self.skipping = False
-            elif end + 1 - start > self.limit:
-                self.on_too_large(bytes(self.buffer[start:start + HEAD]))
+            if end + 1 - start > self.limit:
+                self.on_too_large(bytes(self.buffer[start:start + ENDS]), bytes(self.buffer[max(start, end - ENDS):end]))
             else:
                 self.on_line(bytes(self.buffer[start:end + 1]))
             start = end + 1
         del self.buffer[:start]
         if len(self.buffer) > self.limit:
-            head = bytes(self.buffer[:HEAD])
+            self.head, self.tail = bytes(self.buffer[:ENDS]), bytes(self.buffer[-ENDS:])
             self.buffer.clear()
-            if not self.skipping:
-                self.skipping = True
-                self.on_too_large(head)
+
+    def _dropped(self) -> None:
+        head, tail, self.head, self.tail = self.head or b"", self.tail, None, b""
+        self.on_too_large(head, tail)
 
     def eof_received(self) -> bool:
-        if self.buffer and not self.skipping:
+        if self.head is not None:
+            self._dropped()
+        elif self.buffer:
             self.on_line(bytes(self.buffer))  # a last line without its newline
         self.buffer.clear()
         return False

@@ -310,8 +310,13 @@ def test_a_lone_surrogate_escape_is_json_and_its_request_is_answered(host, works
         assert host.read()["error"]["code"] == -32700
 
 
-def test_a_message_over_the_limit_is_refused_whole_and_the_next_one_is_answered(host):
-    big = json.dumps({"jsonrpc": "2.0", "id": "big", "method": "ping", "params": {"pad": "x" * (1 << 20)}})
+@pytest.mark.parametrize("id_last", [False, True])
+def test_a_message_over_the_limit_is_refused_whole_and_the_next_one_is_answered(host, id_last):
+    """Its id first, or last as the TypeScript SDK writes it: that host refused the answer with `id:
+    null` and waited 60 s for one, and its agent never heard the message was too large."""
+    message = {"jsonrpc": "2.0", "method": "ping", "params": {"pad": "x" * (1 << 20)}}
+    big = json.dumps({**message, "id": "big"} if id_last else {"id": "big", **message})
+    assert big.endswith('"id": "big"}') == id_last
     for cut in (4096, len(big) // 2):  # arrives in pieces, as through a pipe
         host.proc.stdin.write(big[:cut])
         host.proc.stdin.flush()

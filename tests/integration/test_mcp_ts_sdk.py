@@ -27,7 +27,7 @@ def installed() -> None:
 def ts_host(d: DaemonProc, workspace: Path, *calls: dict) -> list[dict]:
     """What the host got for each of `calls`, then for a ping."""
     command = [sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)]
-    done = subprocess.run(["node", str(HOST), json.dumps(command), json.dumps(list(calls)), str(SDK)],
+    done = subprocess.run(["node", str(HOST), json.dumps(command), str(SDK)], input=json.dumps(list(calls)),
                           env=base_env(d.home), cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()]
@@ -39,4 +39,13 @@ def test_a_read_of_a_mib_of_control_bytes_reaches_the_host_which_stays_connected
     (workspace / "zeros.dat").write_bytes(bytes(1 << 20))
     read, ping = ts_host(daemon, workspace, {"name": "read", "arguments": {"path": "zeros.dat", "limit": 1 << 20}})
     assert read.get("isError") is False and read["text"].startswith('{"path":"zeros.dat","content":"\\u0000'), read
+    assert ping == {"ping": "ok"}
+
+
+def test_a_request_over_the_limit_is_answered_with_its_id_which_the_sdk_writes_last(daemon, workspace):
+    """scvd looked for the id in the line's first 4 KiB only and answered `id: null`, which the SDK
+    drops: the call timed out, and the agent never heard that the message was too large."""
+    big, ping = ts_host(daemon, workspace, {"name": "read", "arguments": {"path": "x" * (1100 << 10)}})
+    assert big == {"error": "McpError: MCP error -32600: message too large: over 1048576 bytes "
+                            "(server.client_frame_bytes); send less, or raise it"}
     assert ping == {"ping": "ok"}
