@@ -34,7 +34,18 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd = sub.add_parser("mcp", parents=[shared_options(json=False)], help="serve scvd's tools to an MCP host over stdio")
     # a str: an empty one (an unset variable in the host's command) must not read as "." (here, maybe /)
     cmd.add_argument("--workspace", help="the session's workspace (default: here, unless here is /)")
+    cmd.add_argument("--max-tool-name", type=_tool_name_budget, default=p.HOST_TOOL_NAME, metavar="N", help=(
+        f"shorten tool names longer than N for the host (default {p.HOST_TOOL_NAME}: 64 less the `mcp__scvd__` "
+        "Claude Code puts before them; 64 less your host's own prefix)"))
     cmd.set_defaults(handler=cmd_mcp, no_json="scvctl mcp, which speaks MCP's JSON-RPC on stdin and stdout")
+
+
+def _tool_name_budget(text: str) -> int:
+    if not text.isdigit() or int(text) < p.MIN_HOST_TOOL_NAME:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a length of at least {p.MIN_HOST_TOOL_NAME} (a name's start, `_` and 8 hex "
+            "digits), e.g. 53: 64 less the prefix the host puts before scvd's tool names")
+    return int(text)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -59,7 +70,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     with Client.connect(args.socket, name="scvctl-mcp", approver=True, answers_secrets=False) as client:
         terminals = _terminals()
         try:
-            attached = hand_over(client, workspace)
+            attached = hand_over(client, workspace, args.max_tool_name)
             stop_writing_stdio()
             # scvd gone without mcp.detached (killed) could not put the flags back; alive (a detach,
             # or Ctrl-C here) it does that itself once it has let go of the fds
@@ -97,10 +108,10 @@ def _is_open(fd: int) -> bool:
     return True
 
 
-def hand_over(client: Client, workspace: Path) -> p.McpAttached:
+def hand_over(client: Client, workspace: Path, max_tool_name: int) -> p.McpAttached:
     """mcp.attach; on scvd's `ok` (it reads this connection no more), stdin and stdout as one fd message."""
     try:
-        cue = client.request(p.McpAttach, workspace=str(workspace))
+        cue = client.request(p.McpAttach, workspace=str(workspace), max_tool_name=max_tool_name)
     except errors.UnknownType:
         raise errors.Failed("this scvd is older than scvctl and cannot serve MCP hosts; restart it "
                             "(systemctl --user restart scvd)") from None

@@ -315,6 +315,11 @@ class QuestionAnswer(Frame, tag="question.answer"):
     answer: str
 
 
+# 64, the Anthropic API's most, less the prefix a host puts before a server's tool names (Claude Code:
+# `mcp__scvd__`, for a server named scvd); at least a start, `_` and 8 hex digits of a hash
+HOST_TOOL_NAME, MIN_HOST_TOOL_NAME = 53, 16
+
+
 class McpAttach(Frame, tag="mcp.attach"):
     """Hand an MCP host's stdio to scvd (`scvctl mcp`): scvd answers `ok` once it has stopped reading
     this connection; the client then sends its stdin and stdout fds (SCM_RIGHTS, one data byte), and
@@ -322,6 +327,8 @@ class McpAttach(Frame, tag="mcp.attach"):
 
     id: Id
     workspace: str
+    # tool names longer are shortened for the host (scvd/mcp_host/names.py)
+    max_tool_name: Annotated[int, msgspec.Meta(ge=MIN_HOST_TOOL_NAME)] = HOST_TOOL_NAME
 
 
 # requests scvd may answer after later ones of the same connection (docs/protocol.md, Framing): a

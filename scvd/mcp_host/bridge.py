@@ -21,6 +21,7 @@ from ..text import well_formed
 from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, call_result,
                       can_elicit, decision_of, elicitation_params, error_result, initialize_result, mcp_tool,
                       request_id)
+from .names import HostNames
 from .pipes import Lines
 
 log = logging.getLogger("scvd.mcp_host")
@@ -31,8 +32,9 @@ TOO_DEEP = ("not JSON scvd can read: it nests arrays or objects too deeply (at m
 class Bridge:
     """JSON-RPC messages in, scvd frames out; each request handled in its own task."""
 
-    def __init__(self, client: Any, session: str, out: Any) -> None:
+    def __init__(self, client: Any, session: str, out: Any, names: HostNames) -> None:
         self.client, self.session, self.out = client, session, out
+        self.names = names  # the tools' names as the host got them
         self.calls: dict[Any, str] = {}  # JSON-RPC id -> scvd call_id, for notifications/cancelled
         self.cancelled: set[Any] = set()  # ids the host cancelled: MCP says their answer is not sent
         self.initialized = False  # `initialize` answered: from then on the host may hear of list changes
@@ -140,9 +142,9 @@ class Bridge:
             # what it calls; system tools too (store_secret): a host has no find_tools to discover them,
             # and a credential_missing error tells its agent to call store_secret
             tools = (await self.client.request(p.ToolsList, session=self.session, include_system=True)).tools
-            return {"tools": [mcp_tool(t) for t in tools]}
+            return {"tools": [mcp_tool(t, name) for t, name in zip(tools, self.names.listed([t.name for t in tools]))]}
         if method == "tools/call":
-            return await self._call(params, msg_id)
+            return await self._call({**params, "name": self.names.scvd_name(params.get("name"))}, msg_id)
         raise errors.JsonRpcError(METHOD_NOT_FOUND, f"method {method!r} is not supported")
 
     async def _call(self, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:

@@ -107,11 +107,11 @@ def decision_of(reply: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def mcp_tool(tool: p.ToolInfo) -> dict[str, Any]:
-    """An scvd tool as MCP lists it."""
+def mcp_tool(tool: p.ToolInfo, name: str) -> dict[str, Any]:
+    """An scvd tool as MCP lists it, under `name` (names.HostNames': its own, or shortened)."""
     read_only = tool.risk == "read_only"
     return {
-        "name": tool.name,
+        "name": name,
         "description": tool.description,
         "inputSchema": object_root(tool.input_schema),
         "annotations": {"readOnlyHint": read_only, "destructiveHint": not read_only},

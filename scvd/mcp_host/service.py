@@ -82,7 +82,7 @@ class McpHosts:
             # its calls cancelled, its approvals withdrawn: else one approved later would run for nobody
             host.pipes.on_gone = lambda: self._end_soon(host, "the MCP host closed its stdout (it exited)")
             try:
-                lines = await self._open(host, frame.workspace)
+                lines = await self._open(host, frame)
             except BaseException:
                 self._drop(host)
                 host.pipes.abort()
@@ -110,16 +110,18 @@ class McpHosts:
         conn.send(p.Ok(id=frame.id), self.daemon.config.server.server_frame_bytes)
         return await receive_fds(conn.fileno(), self.daemon.config.server.handoff_timeout_seconds)
 
-    async def _open(self, host: Host, workspace: str) -> Lines:
+    async def _open(self, host: Host, frame: p.McpAttach) -> Lines:
         """The session and the pipes; the bridge reads from the next loop turn on."""
         from .bridge import Bridge
+        from .names import HostNames
         from .pipes import MessageWriter
 
         host.pipes.check(self.daemon.listening_on)
-        opened = await self.daemon.on_session_open(host.client.conn, p.SessionOpen(id=0, workspace=workspace))
+        opened = await self.daemon.on_session_open(host.client.conn, p.SessionOpen(id=0, workspace=frame.workspace))
         host.session, host.workspace = opened.session, opened.workspace
         host.bridge = Bridge(host.client, host.session,
-                             MessageWriter(host.pipes, self.daemon.config.server.server_frame_bytes))
+                             MessageWriter(host.pipes, self.daemon.config.server.server_frame_bytes),
+                             HostNames(frame.max_tool_name))
         # MCP servers' tools come and go in the session's registry: the host hears of it (list_changed)
         host.unwatch = host.client.conn.sessions[host.session].registry.watch(host.bridge.tools_changed)
         lines = host.bridge.lines(self.daemon.config.server.client_frame_bytes)

@@ -28,9 +28,9 @@ TOO_DEEP = "not JSON scvd can read: it nests arrays or objects too deeply (at mo
 class McpHost:
     """Speaks to `scvctl mcp` like an MCP host: one JSON object per line."""
 
-    def __init__(self, daemon: DaemonProc, workspace: Path) -> None:
+    def __init__(self, daemon: DaemonProc, workspace: Path, *options: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
+            [sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace), *options],
             env=base_env(daemon.home), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )
@@ -563,6 +563,35 @@ def with_quirks_server(make_daemon, mode: str, tool: str) -> DaemonProc:
             assert time.monotonic() < deadline, "the server's tools never came"
             time.sleep(0.1)
     return d
+
+
+@pytest.mark.parametrize("budget", [None, 64])
+def test_tool_names_past_the_hosts_budget_are_listed_short_and_called_by_that_name(make_daemon, workspace, budget):
+    """Claude Code lists scvd's tools as mcp__scvd__NAME, and the Anthropic API refuses a tool name
+    over 64 characters: with an MCP server's tool named up to 64, every request of its session failed."""
+    d = with_quirks_server(make_daemon, "long-names=1", "l" * 54)  # 50,000 `L`s and `0`, cut at 64 in all
+    h = McpHost(d, workspace, *(["--max-tool-name", str(budget)] if budget else []))
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}})
+        names = [t["name"] for t in h.rpc("tools/list")["result"]["tools"]]
+        (long,) = [name for name in names if name.startswith("mcp__raw__l")]
+        if budget is None:  # 64 less `mcp__scvd__`
+            assert max(map(len, names)) == len(long) == 53 and re.fullmatch(r"mcp__raw__l{34}_[0-9a-f]{8}", long)
+        else:
+            assert long == "mcp__raw__" + "l" * 54
+        assert {"read", "mcp__raw__echo"} <= set(names)  # the others as they are
+        result = h.rpc("tools/call", {"name": long, "arguments": {"said": "hi"}})["result"]
+        assert result["isError"] is False and result["structuredContent"] == {"text": '{"said": "hi"}'}, result
+        assert long in [t["name"] for t in h.rpc("tools/list")["result"]["tools"]]  # the same each time
+    finally:
+        assert h.close() == 0
+
+
+def test_a_tool_name_budget_too_small_for_a_hash_is_a_usage_error(daemon, workspace):
+    done = subprocess.run([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace), "--max-tool-name",
+                           "12"], env=base_env(daemon.home), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and ("argument --max-tool-name: '12' is not a length of at least 16 (a name's "
+                                     "start, `_` and 8 hex digits)") in done.stderr, done.stderr
 
 
 def test_tools_a_server_changes_while_its_first_tools_list_runs_come_without_another_notice(make_daemon):

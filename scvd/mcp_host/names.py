@@ -1,0 +1,51 @@
+"""Tool names as a host can take them: each one longer than the host's budget shortened, and mapped back.
+
+A host puts its own prefix before a server's tool names (Claude Code: `mcp__scvd__`), and
+the Anthropic API refuses a request whose tools hold a name over 64 characters: one such
+name of scvd's (an MCP server's tool, `mcp__github__...`, up to 64 itself) failed every
+request of the host's session. A name over the budget becomes its start, `_` and the first
+hex digits of its sha256: the same name each time, so a host that lists again sees no
+change; more digits where two would meet. Data only: the bridge lists and calls through it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+HASH_DIGITS = 8  # of sha256, at least: two names of one server still differ past their shared start
+
+
+class HostNames:
+    """The names of the last tools/list as the host got them, and the scvd name behind each shortened one."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.real: dict[str, str] = {}  # shortened name -> scvd's
+
+    def listed(self, names: list[str]) -> list[str]:
+        """`names` as the host is to see them, in their order; remembered for `scvd_name`."""
+        taken = {name for name in names if len(name) <= self.budget}  # kept as they are
+        real: dict[str, str] = {}
+        shown = []
+        for name in names:
+            if len(name) > self.budget:
+                short = self._shortened(name, taken)
+                taken.add(short)
+                real[short] = name
+                name = short
+            shown.append(name)
+        self.real = real
+        return shown
+
+    def scvd_name(self, name: Any) -> Any:
+        """The tool a host's name stands for (anything else, a name not listed so, as it came)."""
+        return self.real.get(name, name) if isinstance(name, str) else name
+
+    def _shortened(self, name: str, taken: set[str]) -> str:
+        digest = hashlib.sha256(name.encode()).hexdigest()
+        for digits in range(HASH_DIGITS, self.budget):  # the budget is at least MIN_TOOL_NAME
+            short = f"{name[:self.budget - digits - 1]}_{digest[:digits]}"
+            if short not in taken:
+                return short
+        raise AssertionError(f"no name of {self.budget} characters left for {name!r}")  # 16**8 clashes first
