@@ -65,6 +65,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise errors.UsageError(
             "scvctl mcp was started in / without --workspace, which would let the agent read any file of this "
             "machine without asking; add --workspace DIR (the folder it is to work in) to the MCP host's command")
+    # `.` or `..` meant the project, but the host started us in /: only a literal / chooses all of it
+    if workspace.resolve() == Path("/") and not _names_root(args.workspace):
+        raise errors.UsageError(
+            f"scvctl mcp --workspace {args.workspace} resolves to / (some MCP hosts start their servers in /), which "
+            "would let the agent read any file of this machine without asking; give the project's absolute path "
+            "(--workspace /home/me/project) in the MCP host's command, or --workspace / if you mean all of it")
     # an approver, so the session's own approval requests reach the host (used only for hosts that elicit)
     # not for secrets: MCP forbids eliciting them, so store_secret asks the watchers or fails at once
     with Client.connect(args.socket, name="scvctl-mcp", approver=True, answers_secrets=False) as client:
@@ -84,6 +90,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         finally:
             for dup, _ in terminals:
                 os.close(dup)
+
+
+def _names_root(given: str) -> bool:
+    """`--workspace` says / itself: absolute, without `..` (a link to / is a choice as well)."""
+    path = Path(os.path.expanduser(given))
+    return path.is_absolute() and ".." not in path.parts
 
 
 def _terminals() -> list[tuple[int, int]]:

@@ -966,6 +966,20 @@ def test_scvctl_mcp_started_in_the_root_without_a_workspace_refuses_to_serve_all
         assert c.request(p.SessionsList).sessions == []
 
 
+@pytest.mark.parametrize("given", [".", "./", "..", "/tmp/.."])
+def test_scvctl_mcp_given_a_relative_workspace_that_is_the_root_refuses_to_serve_all_of_it(daemon, given):
+    """`--workspace .` (meant: the project) in a host that starts its servers in / served the whole machine."""
+    refused = subprocess.run([sys.executable, "-m", "scvctl", "mcp", "--workspace", given], env=base_env(daemon.home),
+                             cwd="/", capture_output=True, text=True, input="", timeout=30)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert refused.stderr == (f"usage: scvctl mcp --workspace {given} resolves to / (some MCP hosts start their "
+                              "servers in /), which would let the agent read any file of this machine without "
+                              "asking; give the project's absolute path (--workspace /home/me/project) in the MCP "
+                              "host's command, or --workspace / if you mean all of it\n")
+    with daemon.client() as c:
+        assert c.request(p.SessionsList).sessions == []
+
+
 def test_a_workspace_given_with_a_tilde_unexpanded_is_the_home_one(daemon: DaemonProc):
     """An MCP host's `"args": ["mcp", "--workspace", "~/proj"]` reaches scvctl unexpanded (no shell):
     it was `<cwd>/~/proj`, `does not exist; create it first`."""
