@@ -109,7 +109,7 @@ def decision_of(reply: dict[str, Any]) -> tuple[str, str] | None:
 
 def mcp_tool(tool: p.ToolInfo, name: str) -> dict[str, Any]:
     """An scvd tool as MCP lists it, under `name` (names.HostNames': its own, or shortened)."""
-    read_only = tool.risk == "read_only"
+    read_only = tool.risk == "read_only" and not tool.flags.get("modifies")  # MCP's: changes nothing
     return {
         "name": name,
         "description": tool.description,

@@ -55,6 +55,9 @@ class ToolFlags:
     concurrent: bool = False  # may run together with neighbouring concurrent calls
     background: bool = False  # does not hold the session lane; result comes later
     system_use: bool = False  # hidden from tools.list unless include_system
+    # changes something, though read_only to the gate (a person's own input is its approval): an MCP
+    # host is not told it is read-only
+    modifies: bool = False
     timeout: float | None | _NoTimeout = None  # dispatch timeout; None = the default
 
     def as_dict(self) -> dict[str, Any]:
@@ -64,6 +67,7 @@ class ToolFlags:
             "concurrent": self.concurrent,
             "background": self.background,
             "system_use": self.system_use,
+            "modifies": self.modifies,
             "timeout_seconds": timeout,
             "no_timeout": self.timeout is NO_TIMEOUT,
         }

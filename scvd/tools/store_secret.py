@@ -65,7 +65,7 @@ class StoreSecret(Tool):
     description = DESCRIPTION
     Arguments = Arguments
     risk = ToolRisk.READ_ONLY
-    flags = ToolFlags(always_allow=True, system_use=True, timeout=NO_TIMEOUT)  # waits on a person
+    flags = ToolFlags(always_allow=True, system_use=True, modifies=True, timeout=NO_TIMEOUT)  # waits on a person
 
     def __init__(self) -> None:
         self.known: Callable[[str], Any] | None = None  # the registry's get(), set by build_registry

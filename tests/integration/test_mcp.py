@@ -104,6 +104,8 @@ def test_tools_list_carries_schemas_and_read_only_hints(host):
     assert tools["read"]["inputSchema"]["required"] == ["path"]
     assert tools["read"]["annotations"]["readOnlyHint"] is True
     assert tools["write"]["annotations"]["readOnlyHint"] is False
+    # read_only to the gate (the person typing it approves), but it stores a value
+    assert tools["store_secret"]["annotations"] == {"readOnlyHint": False, "destructiveHint": True}
 
 
 def test_store_secret_is_listed_so_a_host_can_heal_a_credential(make_daemon, scv_home, workspace):
