@@ -4,7 +4,8 @@ Rules:
 - A call costs the bytes of the frame that carried it (known when the frame was read: nothing is
   encoded again), and at least FLOOR, what a call waiting in its lane costs scvd beside its
   arguments (its record, future and handle: about 4 KiB measured), so that many small calls count
-  too. A call with no frame of its own (a chat turn's) costs FLOOR.
+  too: `cost()`. A socket client's frame, an MCP host's line (`scvctl mcp`: the whole line for each
+  call of a batch), a chat turn's arguments as the model sent them.
 - The calls of one owner (a connection, across its sessions) hold at most `per_owner` bytes; the
   calls of every owner at most `total`. server.max_calls_per_session alone let one connection
   hold 64 sessions x 256 calls of up to 1 MiB each: RSS went from 29 MiB to 1.5 GiB.
@@ -21,6 +22,12 @@ from . import errors
 FLOOR = 4096
 
 
+def cost(frame: bytes) -> int:
+    """What a call carried by `frame` (or whose arguments are `frame`) holds of the budget."""
+    size = len(frame)
+    return size if size > FLOOR else FLOOR
+
+
 class CallBudget:
     """The argument bytes that calls not completed hold, by owner and in all."""
 
@@ -30,10 +37,9 @@ class CallBudget:
         self.held = 0
         self._by_owner: dict[Hashable, int] = {}
 
-    def take(self, owner: Hashable, size: int) -> int:
-        """Count a call of a `size`-byte frame against its owner's share and the whole; its cost, for
+    def take(self, owner: Hashable, cost: int) -> None:
+        """Count a call that costs `cost` (`cost()`) against its owner's share and the whole, until
         give(). LimitExceeded, counting nothing, when either would pass its bound."""
-        cost = size if size > FLOOR else FLOOR
         mine = self._by_owner.get(owner, 0)
         if mine + cost > self.per_owner:
             raise errors.LimitExceeded(
@@ -48,7 +54,6 @@ class CallBudget:
                 "(call.completed), then send this one again, or raise server.max_call_bytes")
         self._by_owner[owner] = mine + cost
         self.held += cost
-        return cost
 
     def give(self, owner: Hashable, cost: int) -> None:
         """A call that took `cost` completed."""

@@ -78,7 +78,7 @@ import msgspec
 from . import errors, tool_names
 from .always_ask import always_ask_reason, git_dir_reason, places_reason
 from .approvals import GIT_LINK_ASKS, Approval, ApprovalGate, Decider, Verdict, exposes_host, git_link, policy_verdict
-from .call_budget import CallBudget
+from .call_budget import FLOOR, CallBudget
 from .own_places import Place
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Lane, Owner, Session, Ticket
@@ -222,13 +222,13 @@ class CallRegistry:
 
     def submit(self, session: Session, tool_name: str, arguments: object, *, requester: Decider,
                call_id: str | None = None, timeout_seconds: float | None = None,
-               turn: str | None = None, defer: bool = False, size: int = 0) -> CallHandle:
+               turn: str | None = None, defer: bool = False, cost: int = FLOOR) -> CallHandle:
         """Accept a call; its outcome comes through the handle and `call.completed`.
 
         With `defer`, the call starts when the caller calls `start_due()`, once its answer
         (`call.accepted`) is queued: a call that may finish without waiting takes its first step
-        there, in the same loop turn, so a fast call costs the daemon one turn, not two. `size`: the
-        bytes of the frame that carried the call (0: none), what it holds of the CallBudget."""
+        there, in the same loop turn, so a fast call costs the daemon one turn, not two. `cost`: what
+        it holds of the CallBudget (call_budget.cost() of the frame that carried it)."""
         if call_id is None:
             call_id = self._new_id()
         elif call_id in self.table:
@@ -238,7 +238,7 @@ class CallRegistry:
                 f"this session already holds {session.held} calls that have not completed "
                 "(server.max_calls_per_session); wait for earlier calls to complete (call.completed), "
                 "or cancel those you no longer need (call.cancel), then send this one again")
-        cost = self.budget.take(session.owner, size)  # the last refusal: nothing after it fails
+        self.budget.take(session.owner, cost)  # the last refusal: nothing after it fails
         loop = asyncio.get_running_loop()
         tool = session.registry.get(tool_name)
         call = Call(call_id=call_id, session=session, tool_name=tool_name, tool=tool,

@@ -23,6 +23,7 @@ import msgspec
 
 from . import protocol as p, tool_listing
 from .approvals import Decider, spawned_by_daemon
+from .call_budget import FLOOR
 from .text import quoted_name, well_formed
 
 log = logging.getLogger("scvd.server")
@@ -89,7 +90,7 @@ class Connection:
     # were checked against it, so a reload changes it for connections made after it only
     server_frame_bytes: int = p.DEFAULT_SERVER_FRAME_LIMIT
     hello_timer: asyncio.TimerHandle | None = None  # the server's: closes it if no hello comes in time
-    frame_size = 0  # bytes of the frame being handled (the server's): a call holds that many (call_budget.py)
+    frame_cost = FLOOR  # what a call in the frame being handled holds (the server's): call_budget.cost()
 
     def __init__(self, transport: asyncio.Transport, limit: int) -> None:
         self.id = next(self._ids)

@@ -20,6 +20,7 @@ from . import __version__, awake, errors, guardian, heap, limits, notify, protoc
 from .adapters.setup_keys import AGENT as SETUP_AGENT, SetupKeys
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
+from .call_budget import cost as call_cost
 from .calls import CallRegistry
 from .chat.expiry import Expiry
 from .chat.pipeline import remedy, screen
@@ -603,7 +604,7 @@ class Daemon:
         try:
             frame = p.decode_request(line)
             request_id = frame.id
-            conn.frame_size = len(line)
+            conn.frame_cost = call_cost(line)
             answer = self._dispatch(conn, frame)
         except errors.ScvError as exc:
             self._send_error(conn, exc, request_id or p.request_id(line))
@@ -807,7 +808,7 @@ class Daemon:
         session = self._own_session(conn, frame.session)
         handle = self.calls.submit(
             session, frame.tool, frame.arguments, requester=conn.decider(), call_id=frame.call_id,
-            timeout_seconds=frame.timeout_seconds, turn=frame.turn, defer=True, size=conn.frame_size)
+            timeout_seconds=frame.timeout_seconds, turn=frame.turn, defer=True, cost=conn.frame_cost)
         return p.CallAccepted(id=frame.id, call_id=handle.call_id, background=handle.background)
 
     def on_call_cancel(self, conn: Connection, frame: p.CallCancel) -> p.Frame:

@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import errors
 from ..approvals import Full
+from ..call_budget import cost as call_cost
 from ..calls import failure
 from ..protocol import ToolErrorInfo
 
@@ -83,12 +84,15 @@ def screen(daemon: Any, owner: Any, info: dict[str, Any]) -> None:
 
 
 async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any], *,
-                 turn: str) -> tuple[bool, Any, Any]:
+                 turn: str, sent: str = "") -> tuple[bool, Any, Any]:
     """Run one call of `turn` to its end; (ok, result, error: ToolErrorInfo | None), a refusal too.
+    `sent`: the arguments as the model sent them (JSON text), which the call counts as a socket
+    client's call counts its frame (call_budget.py).
     Cancelled after the call had ended (the same loop turn), the CancelledError carries that `outcome`."""
     try:
         handle = daemon.calls.submit(session, tool, arguments, requester=session.owner.decider(),
-                                     call_id=_call_id(daemon, session, turn), turn=turn)
+                                     call_id=_call_id(daemon, session, turn), turn=turn,
+                                     cost=call_cost(sent.encode(errors="surrogatepass")))
     except errors.ToolError as exc:  # refused before it was taken on (server.max_calls_per_session, the
         # call budget): the model is told why, in words it can act on; no crash
         log.info("turn %s: a call of %s was refused (%s)", turn, tool, errors.shown(exc))

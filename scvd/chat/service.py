@@ -452,7 +452,8 @@ class ChatService:
     async def _tool(self, chat: Chat, turn: Turn, action: RunTool) -> None:
         since = chat.conv.cleared  # a background result goes to the conversation that asked, not past a clear
         try:
-            outcome = await submit(self.daemon, chat.session, action.call.name, action.arguments, turn=turn.id)
+            outcome = await submit(self.daemon, chat.session, action.call.name, action.arguments, turn=turn.id,
+                                   sent=action.call.arguments)
         except asyncio.CancelledError as exc:
             if action.background:  # the model was promised this result: it, or that the call stopped
                 ended = getattr(exc, "outcome", None)  # it had finished as the session closed

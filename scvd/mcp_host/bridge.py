@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from .. import errors, protocol as p
+from ..call_budget import cost as call_cost
 from ..lenient_json import NOT_JSON, TOO_DEEP_JSON, lenient, top_level_id
 from ..text import well_formed
 from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, call_result,
@@ -85,16 +86,18 @@ class Bridge:
             if not message:
                 self._error(None, INVALID_REQUEST, "an empty batch; send at least one message")
                 return
-            answers = [a for a in await asyncio.gather(*map(self._message, message)) if a is not None]
+            cost = call_cost(line)  # each call of a batch counts the whole line: which part is whose is not known
+            answers = [a for a in await asyncio.gather(*(self._message(m, cost) for m in message)) if a is not None]
             if answers:  # notifications and answers to our requests get none
                 self.out.write(answers)
             return
-        answer = await self._message(message)
+        answer = await self._message(message, call_cost(line))
         if answer is not None:
             self.out.write(answer)
 
-    async def _message(self, message: Any) -> dict[str, Any] | None:
-        """One message of the host's; what to answer it with, if anything."""
+    async def _message(self, message: Any, cost: int) -> dict[str, Any] | None:
+        """One message of the host's; what to answer it with, if anything. `cost`: what a call in it
+        holds of the budget of calls (call_budget.py), as a socket client's frame would."""
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
             if isinstance(message, dict) and ("result" in message or "error" in message):
                 waiting = self.asked.pop(str(message.get("id")), None)
@@ -114,15 +117,15 @@ class Bridge:
         if msg_id is None:
             await self._notification(method, params)
             return None
-        answer = await self._answer(method, params, msg_id)
+        answer = await self._answer(method, params, msg_id, cost)
         if msg_id in self.cancelled:  # the host cancelled it while it ran: it waits for no answer
             self.cancelled.discard(msg_id)
             return None
         return answer
 
-    async def _answer(self, method: str, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
+    async def _answer(self, method: str, params: dict[str, Any], msg_id: Any, cost: int) -> dict[str, Any]:
         try:
-            result = await self._request(method, params, msg_id)
+            result = await self._request(method, params, msg_id, cost)
         except errors.JsonRpcError as exc:
             return error_message(msg_id, exc.rpc_code, exc.message)
         except errors.ScvError as exc:
@@ -132,7 +135,7 @@ class Bridge:
             return error_message(msg_id, INTERNAL, f"internal error in scvctl mcp: {type(exc).__name__}")
         return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
-    async def _request(self, method: str, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
+    async def _request(self, method: str, params: dict[str, Any], msg_id: Any, cost: int) -> dict[str, Any]:
         if method == "initialize":
             self.elicit, self.initialized = can_elicit(params.get("capabilities")), True
             return initialize_result(params)
@@ -144,10 +147,10 @@ class Bridge:
             tools = (await self.client.request(p.ToolsList, session=self.session, include_system=True)).tools
             return {"tools": [mcp_tool(t, name) for t, name in zip(tools, self.names.listed([t.name for t in tools]))]}
         if method == "tools/call":
-            return await self._call({**params, "name": self.names.scvd_name(params.get("name"))}, msg_id)
+            return await self._call({**params, "name": self.names.scvd_name(params.get("name"))}, msg_id, cost)
         raise errors.JsonRpcError(METHOD_NOT_FOUND, f"method {method!r} is not supported")
 
-    async def _call(self, params: dict[str, Any], msg_id: Any) -> dict[str, Any]:
+    async def _call(self, params: dict[str, Any], msg_id: Any, cost: int) -> dict[str, Any]:
         name, arguments = params.get("name"), params.get("arguments")
         if arguments is None:  # omitted: a tool without required arguments
             arguments = {}
@@ -157,7 +160,7 @@ class Bridge:
             return error_result(refused.kind, refused.message)
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
-        accepted = await self.client.request(p.Call, session=self.session, tool=name, arguments=arguments)
+        accepted = await self.client.request(p.Call, cost, session=self.session, tool=name, arguments=arguments)
         self.calls[msg_id] = accepted.call_id
         asked: list[str] = []
         progress = base = 0.0  # the last one sent; where the run's own seconds count from (after a wait)

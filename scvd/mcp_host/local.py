@@ -16,6 +16,7 @@ import itertools
 from typing import Any
 
 from .. import errors, protocol as p
+from ..call_budget import FLOOR
 from ..connection import Connection
 
 
@@ -77,10 +78,13 @@ class LocalClient:
         self._ids = itertools.count(1)
         self.calls: dict[str, _CallEvents] = {}
 
-    async def request(self, frame_type: type, **fields: Any) -> Any:
-        """Run one request through the daemon's handlers; an error is raised as the handler raised it."""
+    async def request(self, frame_type: type, cost: int = FLOOR, **fields: Any) -> Any:
+        """Run one request through the daemon's handlers; an error is raised as the handler raised it.
+        `cost`: what a call holds of the connection's budget, as a socket frame's would
+        (call_budget.cost() of the host's line that carried it)."""
         if self.conn.closed:
             raise errors.ConnectionClosed("the MCP host was detached from scvd")
+        self.conn.frame_cost = cost  # read by the handler, in this step
         answer = await self.daemon.dispatch(self.conn, frame_type(id=next(self._ids), **fields))
         if isinstance(answer, p.CallAccepted):
             self.calls[answer.call_id] = _CallEvents()  # before the call's first event: see calls.py

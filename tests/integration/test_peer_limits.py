@@ -526,6 +526,37 @@ def test_the_calls_of_every_connection_hold_at_most_the_daemons_budget_of_call_b
         assert approved_call(second, sid, BIG).ok
 
 
+def test_an_mcp_hosts_calls_count_their_lines_as_a_socket_clients_calls_count_their_frames(make_daemon, workspace):
+    # through `scvctl mcp` every call counted 4 KiB, whatever its size: 19 calls of 1 MiB behind one
+    # waiting for approval were all taken on, and scvd went from 36 MB to 1 GB
+    from test_mcp import McpHost
+
+    d = make_daemon(BUDGET)
+    host = McpHost(d, workspace)
+    try:
+        host.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "h"}})
+        first = host.request("tools/call", {"name": "bash", "arguments": {"command": "true"}})
+        with d.client(name="watcher", approver=True) as c:
+            [pending] = wait_pending(c)
+            held = [host.request("tools/call", {"name": "bash", "arguments": BIG}) for _ in range(2)]
+            past = host.request("tools/call", {"name": "bash", "arguments": BIG})
+            host.request("ping")  # answered behind the refusal, as its line came behind the call's
+            refused = host.read()
+            assert refused["id"] == past, refused
+            assert re.fullmatch(
+                r"failed: this connection's calls that have not completed already hold 2\d,\d{3} bytes, and this "
+                r"one's 12,\d{3} would pass server\.max_call_bytes_per_connection .*", refused["error"]["message"])
+            assert host.read()["result"] == {}  # the ping
+            c.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve", scope="session")
+            answers = {a["id"]: a for a in (host.read() for _ in range(3))}
+        assert set(answers) == {first, *held} and not any(a["result"]["isError"] for a in answers.values())
+        assert host.close() == 0
+    finally:
+        if host.proc.poll() is None:  # failed with calls left waiting: the host would wait for them
+            host.proc.kill()
+            host.proc.wait()
+
+
 def test_a_connection_that_says_no_hello_is_closed_and_one_that_did_stays(make_wrapped):
     # 300 connections that never said anything once held every slot of the uid, and `scvctl status`
     # was refused for as long as they stayed: one without hello goes after server.hello_seconds (1 s here)
