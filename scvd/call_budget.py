@@ -1,11 +1,14 @@
-"""What calls not completed may hold of scvd's memory: the bytes of their frames, per connection and in all.
+"""What calls not completed may hold of scvd's memory: what their frames decode to, per connection and in all.
 
 Rules:
 - A call costs the bytes of the frame that carried it (known when the frame was read: nothing is
-  encoded again), and at least FLOOR, what a call waiting in its lane costs scvd beside its
-  arguments (its record, future and handle: about 4 KiB measured), so that many small calls count
-  too: `cost()`. A socket client's frame, an MCP host's line (`scvctl mcp`: the whole line for each
-  call of a batch), a chat turn's arguments as the model sent them.
+  encoded again), plus ITEM for each `[`, `{` and `,` in it: a frame of 1 MiB of empty arrays
+  (`[[],[],...]`) decodes to 22 MB, and a connection's 64 MiB of such frames took scvd to 2.7 GB.
+  At least FLOOR, what a call waiting in its lane costs scvd beside its arguments (its record,
+  future and handle: about 4 KiB measured), so that many small calls count too: `cost()`.
+  bench/call_memory.py measures what calls of each shape hold against what they cost. A socket
+  client's frame, an MCP host's line (`scvctl mcp`: the whole line for each call of a batch), a
+  chat turn's arguments as the model sent them.
 - The calls of one owner (a connection, across its sessions) hold at most `per_owner` bytes; the
   calls of every owner at most `total`. server.max_calls_per_session alone let one connection
   hold 64 sessions x 256 calls of up to 1 MiB each: RSS went from 29 MiB to 1.5 GiB.
@@ -20,11 +23,23 @@ from typing import Hashable
 from . import errors
 
 FLOOR = 4096
+# a list (56 bytes) or dict (64) and its slot in the one holding it (8), or one more value (its slot,
+# and an object: a short string 56, a float 24)
+ITEM = 64
+ITEMS = b"[{,"
+# a frame this short costs FLOOR even if every other byte were an item: not counted (a 4 KiB read's)
+SHORT = FLOOR // (1 + ITEM // 2)
 
 
 def cost(frame: bytes) -> int:
     """What a call carried by `frame` (or whose arguments are `frame`) holds of the budget."""
     size = len(frame)
+    if size <= SHORT:
+        return FLOOR
+    # one pass in C (translate is faster than three counts); JSON has at most about one item in two
+    # bytes, more are in strings: a frame of such a string counts no more than one of empty arrays
+    items = min(size - len(frame.translate(None, ITEMS)), size // 2)
+    size += ITEM * items
     return size if size > FLOOR else FLOOR
 
 
@@ -45,7 +60,7 @@ class CallBudget:
             raise errors.LimitExceeded(
                 f"this connection's calls that have not completed already hold {mine:,} bytes, and this one's "
                 f"{cost:,} would pass server.max_call_bytes_per_connection ({self.per_owner:,}; a call counts "
-                f"its frame's bytes, at least {FLOOR:,}); wait for earlier calls to complete (call.completed), "
+                f"its frame's bytes and {ITEM} for each `[`, `{{` and `,` in it, at least {FLOOR:,}); wait for earlier calls to complete (call.completed), "
                 "or cancel those you no longer need (call.cancel), then send this one again")
         if self.held + cost > self.total:
             raise errors.LimitExceeded(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -295,13 +296,28 @@ def _shown(seconds: float) -> str:
 
 
 def whole_numbers(value: Any) -> Any:
-    """`value` with each float that holds a whole number (600.0) made that int, at any depth."""
+    """`value` with each float that holds a whole number (600.0) made that int, at any depth; `value`
+    itself when it holds none: a copy of a script tool's arguments doubled what its waiting call held."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: whole_numbers(v) for k, v in value.items()}
+        made: dict[Any, Any] | None = None  # a copy, from the first item changed on
+        for n, (k, v) in enumerate(value.items()):
+            w = whole_numbers(v)
+            if made is None and w is not v:
+                made = dict(itertools.islice(value.items(), n))
+            if made is not None:
+                made[k] = w
+        return value if made is None else made
     if isinstance(value, list):
-        return [whole_numbers(v) for v in value]
+        copied: list[Any] | None = None
+        for n, v in enumerate(value):
+            w = whole_numbers(v)
+            if copied is None and w is not v:
+                copied = value[:n]
+            if copied is not None:
+                copied.append(w)
+        return value if copied is None else copied
     return value
 
 

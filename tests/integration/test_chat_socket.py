@@ -552,7 +552,7 @@ REFUSED_BEFORE = {
                          "was refused (limit: this connection's calls that have not completed already hold 4,096", 1),
     # and its arguments' bytes, as the model sent them: it counted 4 KiB, whatever their size
     "argument-bytes": ("[server]\nclient_frame_bytes = 16384\nmax_call_bytes_per_connection = 16384\n", TOO_MUCH,
-                       "was refused (limit: this connection's calls that have not completed already hold 9,0", 9000),
+                       "was refused (limit: this connection's calls that have not completed already hold 9,242", 9000),
 }
 
 

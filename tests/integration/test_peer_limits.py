@@ -493,7 +493,7 @@ def test_a_connection_holds_its_budget_of_call_bytes_across_its_sessions_and_mor
         assert re.fullmatch(
             r"this connection's calls that have not completed already hold 2\d,\d{3} bytes, and this one's "
             r"12,\d{3} would pass server\.max_call_bytes_per_connection \(32,768; a call counts its frame's "
-            r"bytes, at least 4,096\); wait for earlier calls to complete \(call\.completed\), or cancel those "
+            r"bytes and 64 for each `\[`, `\{` and `,` in it, at least 4,096\); wait for earlier calls to complete \(call\.completed\), or cancel those "
             r"you no longer need \(call\.cancel\), then send this one again", refused.value.message), \
             refused.value.message
         assert c.status().running_calls == 2  # the refused call was never taken on
@@ -524,6 +524,29 @@ def test_the_calls_of_every_connection_hold_at_most_the_daemons_budget_of_call_b
         for call_id in held:
             assert first.wait_call(call_id).ok
         assert approved_call(second, sid, BIG).ok
+
+
+def test_a_call_counts_what_its_arguments_decode_to_not_its_frames_bytes_alone(make_daemon, scv_home, workspace):
+    # a frame of empty arrays ([[],[],...]) decodes to 24 times its bytes, and a script tool kept a copy
+    # too: 64 calls of 1 MiB behind one waiting for approval passed no budget and took scvd to 2.7 GB
+    from test_script_tools import make_tool
+
+    make_tool(scv_home, "hold", "#!/bin/sh\ncat >/dev/null\necho ok\n", parameters={"type": "object"})
+    d = make_daemon("[server]\nclient_frame_bytes = 16384\nmax_call_bytes_per_connection = 524288\n", home=scv_home)
+    arrays = {"x": [[] for _ in range(3000)]}  # a frame of 9 KB
+    with d.client(name="runaway") as c:
+        sid = c.open_session(workspace)
+        first = c.start_call(sid, "script_hold", {})
+        [pending] = wait_pending(c)
+        held = c.start_call(sid, "script_hold", arrays)
+        with pytest.raises(errors.LimitExceeded) as refused:
+            c.start_call(sid, "script_hold", arrays)
+        assert re.fullmatch(
+            r"this connection's calls that have not completed already hold 30\d,\d{3} bytes, and this one's "
+            r"29\d,\d{3} would pass server\.max_call_bytes_per_connection \(524,288; .*", refused.value.message), \
+            refused.value.message
+        c.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve", scope="session")
+        assert c.wait_call(first).ok and c.wait_call(held).ok
 
 
 def test_an_mcp_hosts_calls_count_their_lines_as_a_socket_clients_calls_count_their_frames(make_daemon, workspace):
