@@ -27,6 +27,8 @@ FLOOR = 4096
 # and an object: a short string 56, a float 24)
 ITEM = 64
 ITEMS = b"[{,"
+COUNTS = f"a call counts its frame's bytes and {ITEM} for each `[`, `{{` and `,` in it, at least {FLOOR:,}"
+PER_OWNER, TOTAL = "server.max_call_bytes_per_connection", "server.max_call_bytes"
 # a frame this short costs FLOOR even if every other byte were an item: not counted (a 4 KiB read's)
 SHORT = FLOOR // (1 + ITEM // 2)
 
@@ -56,19 +58,35 @@ class CallBudget:
         """Count a call that costs `cost` (`cost()`) against its owner's share and the whole, until
         give(). LimitExceeded, counting nothing, when either would pass its bound."""
         mine = self._by_owner.get(owner, 0)
-        if mine + cost > self.per_owner:
-            raise errors.LimitExceeded(
-                f"this connection's calls that have not completed already hold {mine:,} bytes, and this one's "
-                f"{cost:,} would pass server.max_call_bytes_per_connection ({self.per_owner:,}; a call counts "
-                f"its frame's bytes and {ITEM} for each `[`, `{{` and `,` in it, at least {FLOOR:,}); wait for earlier calls to complete (call.completed), "
-                "or cancel those you no longer need (call.cancel), then send this one again")
-        if self.held + cost > self.total:
-            raise errors.LimitExceeded(
-                f"the calls of every client that have not completed already hold {self.held:,} bytes, and this "
-                f"one's {cost:,} would pass server.max_call_bytes ({self.total:,}); wait for calls to complete "
-                "(call.completed), then send this one again, or raise server.max_call_bytes")
+        if mine + cost > self.per_owner or self.held + cost > self.total:
+            raise self._refusal(mine, cost)
         self._by_owner[owner] = mine + cost
         self.held += cost
+
+    def too_large(self, cost: int) -> tuple[int, str] | None:
+        """(the bound, its key) that a call of `cost` passes alone, where no wait would make room: a reload
+        lowered it below what an older connection's frames may carry, or a frame of many arrays."""
+        for bound, key in ((self.per_owner, PER_OWNER), (self.total, TOTAL)):
+            if cost > bound:
+                return bound, key
+        return None
+
+    def _refusal(self, mine: int, cost: int) -> errors.LimitExceeded:
+        """Why a call that costs `cost` is not taken on while its owner's calls hold `mine`."""
+        if alone := self.too_large(cost):
+            bound, key = alone
+            return errors.LimitExceeded(
+                f"this call alone counts {cost:,} bytes, more than {key} ({bound:,}) lets calls hold at once "
+                f"({COUNTS}); send less in one call, or raise {key}")
+        if mine + cost > self.per_owner:
+            return errors.LimitExceeded(
+                f"this connection's calls that have not completed already hold {mine:,} bytes, and this one's "
+                f"{cost:,} would pass {PER_OWNER} ({self.per_owner:,}; {COUNTS}); wait for earlier calls to "
+                "complete (call.completed), or cancel those you no longer need (call.cancel), then send this one again")
+        return errors.LimitExceeded(
+            f"the calls of every client that have not completed already hold {self.held:,} bytes, and this "
+            f"one's {cost:,} would pass {TOTAL} ({self.total:,}); wait for calls to complete "
+            f"(call.completed), then send this one again, or raise {TOTAL}")
 
     def give(self, owner: Hashable, cost: int) -> None:
         """A call that took `cost` completed."""

@@ -23,6 +23,7 @@ import msgspec
 from . import config_env, http_fields
 from . import validation_text as vt
 from .ask_globs import DEFAULT_ALWAYS_ASK, glob_problem
+from .call_budget import FLOOR
 from .config_env import ENV_PREFIX as ENV_PREFIX  # re-exported: a public name of scvd.config
 from .errors import ConfigError, NotARegularFile
 from .frame_limits import DEFAULT_CLIENT_FRAME_LIMIT, DEFAULT_SERVER_FRAME_LIMIT
@@ -58,8 +59,9 @@ class ServerConfig(Section):
     max_calls_per_session: PositiveInt = 256  # accepted and not completed; more is a runaway client
     # the bytes of the frames of calls not completed, of one connection and of all (call_budget.py): 64 sessions
     # of 256 calls of 1 MiB each on one connection took scvd to 1.5 GiB
-    max_call_bytes_per_connection: Annotated[int, msgspec.Meta(ge=1024)] = 64 << 20
-    max_call_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 512 << 20
+    # at least what one call counts (4 KiB): below it, every call was refused and told to wait
+    max_call_bytes_per_connection: Annotated[int, msgspec.Meta(ge=FLOOR)] = 64 << 20
+    max_call_bytes: Annotated[int, msgspec.Meta(ge=FLOOR)] = 512 << 20
     max_connections_per_uid: Annotated[int, msgspec.Meta(ge=32)] = 256  # above limits.HEADROOM twice
     handoff_timeout_seconds: PositiveFloat = 10.0  # mcp.attach: how long scvd waits for the fds
     # a connection without hello by then is closed: bare connects held every slot; below 1 s a loaded
@@ -554,7 +556,8 @@ def _check_result_limits(config: Config, path: Path, sources: Mapping[str, str])
 
 def _check_call_bytes(config: Config, path: Path, sources: Mapping[str, str]) -> None:
     """A call as large as a frame may be fits what one connection's calls hold, and that what all hold:
-    else a call would be refused for good with a message saying to wait."""
+    else a call would be refused for good. (A frame of many arrays counts up to 33 times its bytes:
+    such a call is refused as too large alone, call_budget.py.)"""
     server = config.server
     pairs = [("server.max_call_bytes_per_connection", server.max_call_bytes_per_connection,
               "server.client_frame_bytes", server.client_frame_bytes),

@@ -166,6 +166,9 @@ ERRORS = [
     pytest.param("[server]\nmax_call_bytes = 2000000\nmax_call_bytes_per_connection = 3000000\n", {},
                  "server.max_call_bytes", "2000000 is below server.max_call_bytes_per_connection (3000000)",
                  id="call-bytes-of-all-below-one-connection"),
+    # frames of 1 KiB passed the check above, and every call (4 KiB at least) was refused, told to wait
+    pytest.param("[server]\nclient_frame_bytes = 1024\nmax_call_bytes_per_connection = 2048\nmax_call_bytes = 2048\n",
+                 {}, "server.max_call_bytes_per_connection", "Expected `int` >= 4096", id="call-bytes-below-a-call"),
     pytest.param('[adapters.codex]\nmodel_args = "-m {model}"\n', {}, "adapters.codex.model_args",
                  "Expected `array | null`", id="adapter-wrong-type"),
     pytest.param('[adapters.claude]\nmodel_args = []\n[adapters.pi]\nmodel_flag = []\n', {},

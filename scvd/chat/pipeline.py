@@ -51,6 +51,9 @@ TOO_MANY = ("this call was not run: the step asked for more calls at once than o
 TOO_MUCH = ("this call was not run: the calls not completed of this chat's connection, or of every client, hold "
             "as much as scvd takes on at once (server.max_call_bytes_per_connection, server.max_call_bytes); "
             "call it again once this step's other calls have ended, asking for fewer calls at once")
+# ... or for more than they may hold at all, alone (a reload lowered the bound)
+TOO_LARGE = ("this call was not run: its arguments count {cost:,} bytes (call_budget.py), more than the calls of this "
+             "chat's connection may hold at once ({bound:,}, {key}); call it again with less in one call")
 
 
 # nor can it have approvals decided: a turn's call refused for want of room in the gate hears these instead
@@ -89,17 +92,15 @@ async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any]
     `sent`: the arguments as the model sent them (JSON text), which the call counts as a socket
     client's call counts its frame (call_budget.py).
     Cancelled after the call had ended (the same loop turn), the CancelledError carries that `outcome`."""
+    cost = call_cost(sent.encode(errors="surrogatepass"))
     try:
         handle = daemon.calls.submit(session, tool, arguments, requester=session.owner.decider(),
-                                     call_id=_call_id(daemon, session, turn), turn=turn,
-                                     cost=call_cost(sent.encode(errors="surrogatepass")))
+                                     call_id=_call_id(daemon, session, turn), turn=turn, cost=cost)
     except errors.ToolError as exc:  # refused before it was taken on (server.max_calls_per_session, the
         # call budget): the model is told why, in words it can act on; no crash
         log.info("turn %s: a call of %s was refused (%s)", turn, tool, errors.shown(exc))
         if isinstance(exc, errors.LimitExceeded):
-            cap = daemon.calls.max_per_session  # checked first: at it, that refused the call
-            message = TOO_MANY.format(cap=cap) if session.held >= cap else TOO_MUCH
-            return False, None, ToolErrorInfo(kind=exc.kind, message=message)
+            return False, None, ToolErrorInfo(kind=exc.kind, message=_too_much(daemon, session, cost))
         return failure(exc)
     try:
         return tuple(await asyncio.shield(handle.outcome))
@@ -110,6 +111,15 @@ async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any]
         elif daemon.calls.get(handle.call_id) is not None:
             daemon.calls.cancel(handle.call_id, "the turn was cancelled")
         raise
+
+
+def _too_much(daemon: Any, session: Any, cost: int) -> str:
+    """What a model is told of a call refused by one of the calls' limits, in the order they are checked."""
+    cap = daemon.calls.max_per_session
+    if session.held >= cap:
+        return TOO_MANY.format(cap=cap)
+    alone = daemon.calls.budget.too_large(cost)
+    return TOO_LARGE.format(cost=cost, bound=alone[0], key=alone[1]) if alone else TOO_MUCH
 
 
 def _call_id(daemon: Any, session: Any, turn: str) -> str:

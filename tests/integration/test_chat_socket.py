@@ -538,7 +538,7 @@ def test_a_call_that_fails_inside_scvd_reaches_the_model_and_the_turn_ends(chat_
 
 
 # the step's second call refused before it was taken on: (config, what the model hears, what the log says,
-# the length of each call's content)
+# the length of the first and of the second call's content)
 TOO_MUCH = ("this call was not run: the calls not completed of this chat's connection, or of every client, hold as "
             "much as scvd takes on at once (server.max_call_bytes_per_connection, server.max_call_bytes); call it "
             "again once this step's other calls have ended, asking for fewer calls at once")
@@ -546,13 +546,18 @@ REFUSED_BEFORE = {
     "session-cap": ("[server]\nmax_calls_per_session = 1\n",
                     "this call was not run: the step asked for more calls at once than one session runs together "
                     "(server.max_calls_per_session = 1, counting calls still running); call it again, asking for "
-                    "fewer calls at once", "was refused (limit: this session already holds 1 calls", 1),
+                    "fewer calls at once", "was refused (limit: this session already holds 1 calls", (1, 1)),
     # a chat's call counts 4 KiB at least
     "connection-bytes": ("[server]\nclient_frame_bytes = 4096\nmax_call_bytes_per_connection = 4096\n", TOO_MUCH,
-                         "was refused (limit: this connection's calls that have not completed already hold 4,096", 1),
+                         "was refused (limit: this connection's calls that have not completed already hold 4,096", (1, 1)),
     # and its arguments' bytes, as the model sent them: it counted 4 KiB, whatever their size
     "argument-bytes": ("[server]\nclient_frame_bytes = 16384\nmax_call_bytes_per_connection = 16384\n", TOO_MUCH,
-                       "was refused (limit: this connection's calls that have not completed already hold 9,242", 9000),
+                       "was refused (limit: this connection's calls that have not completed already hold 9,242", (9000, 9000)),
+    # more than the connection's calls may hold at all (here a frame may carry it): no wait makes room
+    "alone": ("[server]\nclient_frame_bytes = 4096\nmax_call_bytes_per_connection = 8192\n",
+              "this call was not run: its arguments count 9,242 bytes (call_budget.py), more than the calls of this "
+              "chat's connection may hold at once (8,192, server.max_call_bytes_per_connection); call it again with "
+              "less in one call", "was refused (limit: this call alone counts 9,242", (1, 9000)),
 }
 
 
@@ -563,10 +568,10 @@ def test_a_call_refused_before_it_was_taken_on_reaches_the_model_as_a_limit_not_
     server.max_call_bytes_per_connection lets the connection's calls hold: the one past it is refused,
     and the turn goes on; it was logged as a crash. The model was told to wait for call.completed or
     send call.cancel, which it cannot: it hears to call it again, fewer at once, and what bound it."""
-    extra, refused, logged, chars = REFUSED_BEFORE[why]
+    extra, refused, logged, (first, second) = REFUSED_BEFORE[why]
     caplog.set_level(logging.INFO, logger="scvd.chat")
-    model, d = chat_rig(load("write"), Calls(("write", {"path": "a.txt", "content": "a" * chars, "mode": "create"}),
-                                             ("write", {"path": "b.txt", "content": "b" * chars, "mode": "create"})),
+    model, d = chat_rig(load("write"), Calls(("write", {"path": "a.txt", "content": "a" * first, "mode": "create"}),
+                                             ("write", {"path": "b.txt", "content": "b" * second, "mode": "create"})),
                         Text("one was refused"), extra=extra)
     with d.client(name="pytest", approver=True) as c:
         opened = open_chat(c, workspace)
@@ -580,7 +585,7 @@ def test_a_call_refused_before_it_was_taken_on_reaches_the_model_as_a_limit_not_
     assert isinstance(end, p.TurnCompleted)
     outputs = [json.loads(o) for o in model.outputs(2)[-2:]]
     assert outputs[0]["ok"] and outputs[1] == {"ok": False, "error": {"kind": "limit", "message": refused}}
-    assert (workspace / "a.txt").read_text() == "a" * chars and not (workspace / "b.txt").exists()
+    assert (workspace / "a.txt").read_text() == "a" * first and not (workspace / "b.txt").exists()
     assert refused in json.dumps([r for r in history if r["kind"] == "tool"])  # the transcript keeps it
     assert "crashed" not in caplog.text and logged in caplog.text
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, DaemonProc, start_child_client, wait_pending
+from conftest import ROOT, DaemonProc, reloaded, start_child_client, wait_pending
 from harness import RawConn, make_wrapped, wait_until  # noqa: F401 (a fixture)
 from scvd import errors, protocol as p
 
@@ -547,6 +547,23 @@ def test_a_call_counts_what_its_arguments_decode_to_not_its_frames_bytes_alone(m
             refused.value.message
         c.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve", scope="session")
         assert c.wait_call(first).ok and c.wait_call(held).ok
+
+
+def test_a_call_larger_than_a_reload_lets_calls_hold_is_told_to_send_less_not_to_wait(make_daemon, workspace):
+    # a connection keeps the frame limit of its welcome: after a reload lowered the budget under it, its
+    # 100 KB call was refused for good while told to wait for calls to complete (it held none)
+    d = make_daemon()
+    with d.client(name="older") as c:
+        sid = c.open_session(workspace)
+        reloaded(d, "[server]\nclient_frame_bytes = 16384\nmax_call_bytes_per_connection = 65536\n")
+        with pytest.raises(errors.LimitExceeded) as refused:
+            c.start_call(sid, "bash", {"command": "true # " + "x" * 100_000})
+        assert re.fullmatch(
+            r"this call alone counts 100,\d{3} bytes, more than server\.max_call_bytes_per_connection \(65,536\) "
+            r"lets calls hold at once \(a call counts its frame's bytes and 64 for each `\[`, `\{` and `,` in it, at "
+            r"least 4,096\); send less in one call, or raise server\.max_call_bytes_per_connection",
+            refused.value.message), refused.value.message
+        assert c.wait_call(c.start_call(sid, "read", {"path": "."})).error.kind != "limit"  # a smaller one is taken
 
 
 def test_an_mcp_hosts_calls_count_their_lines_as_a_socket_clients_calls_count_their_frames(make_daemon, workspace):
