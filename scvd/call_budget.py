@@ -12,13 +12,12 @@ Rules:
 - The calls of one owner (a connection, across its sessions) hold at most `per_owner` bytes; the
   calls of every owner at most `total`. server.max_calls_per_session alone let one connection
   hold 64 sessions x 256 calls of up to 1 MiB each: RSS went from 29 MiB to 1.5 GiB.
-- `take()` before a call holds anything (a refusal drops its arguments with the frame), `give()`
-  once it completed: one pair per call, in calls.CallRegistry.
+- A call is counted (its owner's `call_bytes`, and `held`) before it holds anything (a refusal
+  drops its arguments with the frame), and given back once it completed: one pair per call, in
+  calls.CallRegistry's submit() and _complete(), inline there (a read's fast path).
 """
 
 from __future__ import annotations
-
-from typing import Hashable
 
 from . import errors
 
@@ -46,22 +45,12 @@ def cost(frame: bytes) -> int:
 
 
 class CallBudget:
-    """The argument bytes that calls not completed hold, by owner and in all."""
+    """The bounds of what calls not completed count, by owner (sessions.Owner.call_bytes) and in all (`held`)."""
 
     def __init__(self, per_owner: int = 64 << 20, total: int = 512 << 20) -> None:
         self.per_owner = per_owner  # server.max_call_bytes_per_connection
         self.total = total  # server.max_call_bytes
         self.held = 0
-        self._by_owner: dict[Hashable, int] = {}
-
-    def take(self, owner: Hashable, cost: int) -> None:
-        """Count a call that costs `cost` (`cost()`) against its owner's share and the whole, until
-        give(). LimitExceeded, counting nothing, when either would pass its bound."""
-        mine = self._by_owner.get(owner, 0)
-        if mine + cost > self.per_owner or self.held + cost > self.total:
-            raise self._refusal(mine, cost)
-        self._by_owner[owner] = mine + cost
-        self.held += cost
 
     def too_large(self, cost: int) -> tuple[int, str] | None:
         """(the bound, its key) that a call of `cost` passes alone, where no wait would make room: a reload
@@ -71,7 +60,7 @@ class CallBudget:
                 return bound, key
         return None
 
-    def _refusal(self, mine: int, cost: int) -> errors.LimitExceeded:
+    def refusal(self, mine: int, cost: int) -> errors.LimitExceeded:
         """Why a call that costs `cost` is not taken on while its owner's calls hold `mine`."""
         if alone := self.too_large(cost):
             bound, key = alone
@@ -87,12 +76,3 @@ class CallBudget:
             f"the calls of every client that have not completed already hold {self.held:,} bytes, and this "
             f"one's {cost:,} would pass {TOTAL} ({self.total:,}); wait for calls to complete "
             f"(call.completed), then send this one again, or raise {TOTAL}")
-
-    def give(self, owner: Hashable, cost: int) -> None:
-        """A call that took `cost` completed."""
-        self.held -= cost
-        left = self._by_owner[owner] - cost
-        if left:
-            self._by_owner[owner] = left
-        else:  # no entry stays for a connection gone
-            del self._by_owner[owner]

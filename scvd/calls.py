@@ -238,7 +238,14 @@ class CallRegistry:
                 f"this session already holds {session.held} calls that have not completed "
                 "(server.max_calls_per_session); wait for earlier calls to complete (call.completed), "
                 "or cancel those you no longer need (call.cancel), then send this one again")
-        self.budget.take(session.owner, cost)  # the last refusal: nothing after it fails
+        # the last refusal (nothing after it fails): CallBudget's take, here, as is its give in _complete,
+        # with what the owner holds an int on it (a dict by owner and two calls cost a read 3,500 instructions)
+        budget, owner = self.budget, session.owner
+        mine = owner.call_bytes + cost
+        if mine > budget.per_owner or budget.held + cost > budget.total:
+            raise budget.refusal(owner.call_bytes, cost)
+        owner.call_bytes = mine
+        budget.held += cost
         loop = asyncio.get_running_loop()
         tool = session.registry.get(tool_name)
         call = Call(call_id=call_id, session=session, tool_name=tool_name, tool=tool,
@@ -696,7 +703,8 @@ class CallRegistry:
         call.done = True
         self.table.pop(call.call_id, None)
         call.session.held -= 1
-        self.budget.give(call.session.owner, call.cost)
+        call.session.owner.call_bytes -= call.cost  # given back (see submit)
+        self.budget.held -= call.cost
         error = outcome.error
         self._audit("completion", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
                                    "outcome": "ok" if outcome.ok else "error",

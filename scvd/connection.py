@@ -90,7 +90,6 @@ class Connection:
     # were checked against it, so a reload changes it for connections made after it only
     server_frame_bytes: int = p.DEFAULT_SERVER_FRAME_LIMIT
     hello_timer: asyncio.TimerHandle | None = None  # the server's: closes it if no hello comes in time
-    frame_cost = FLOOR  # what a call in the frame being handled holds (the server's): call_budget.cost()
 
     def __init__(self, transport: asyncio.Transport, limit: int) -> None:
         self.id = next(self._ids)
@@ -106,6 +105,9 @@ class Connection:
         self.watcher = False
         self.closed = False
         self.sessions: dict[str, Any] = {}
+        # what a call in the frame being handled counts (the server's: call_budget.cost()), and what its
+        # calls not completed count; set here, so that they share the keys of the others: 200 instructions a read
+        self.frame_cost, self.call_bytes = FLOOR, 0
         self._seq = itertools.count(1)
         self._out: list[bytes] = []  # frames of this loop turn, written together by _flush()
         self._out_bytes = 0

@@ -20,7 +20,7 @@ from . import __version__, awake, errors, guardian, heap, limits, notify, protoc
 from .adapters.setup_keys import AGENT as SETUP_AGENT, SetupKeys
 from .audit import AuditLog
 from .approvals import Approval, ApprovalGate, approval_event, policy_note, spawned_by_daemon
-from .call_budget import cost as call_cost
+from .call_budget import FLOOR, SHORT, cost as call_cost
 from .calls import CallRegistry
 from .chat.expiry import Expiry
 from .chat.pipeline import remedy, screen
@@ -604,7 +604,7 @@ class Daemon:
         try:
             frame = p.decode_request(line)
             request_id = frame.id
-            conn.frame_cost = call_cost(line)
+            conn.frame_cost = FLOOR if len(line) <= SHORT else call_cost(line)  # a call spared: 500 instructions a read
             answer = self._dispatch(conn, frame)
         except errors.ScvError as exc:
             self._send_error(conn, exc, request_id or p.request_id(line))

@@ -117,6 +117,7 @@ class Owner(Protocol):
     client: str  # a name for listings
     approver: bool  # whether its calls' approval requests go to it
     sessions: dict[str, Any]  # its open sessions, by id
+    call_bytes: int  # what its calls not completed count of the call budget (call_budget.py)
 
 
 @dataclass(eq=False)

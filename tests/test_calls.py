@@ -140,7 +140,7 @@ class FakeOwner:
     """A session's owner as the registry sees it (scvd.sessions.Owner)."""
 
     def __init__(self, client: str) -> None:
-        self.client, self.approver, self.sessions = client, True, {}
+        self.client, self.approver, self.sessions, self.call_bytes = client, True, {}, 0
 
 
 @pytest.fixture(autouse=True)
@@ -529,7 +529,7 @@ def test_read_reads_the_file_plan_opened_and_frees_it_on_every_path(tmp_path: Pa
         calls = CallRegistry(hub)
         hub.registry = calls
         fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-        session = Session(id="s1", workspace=tmp_path, workspace_fd=fd, owner="owner", config=Config(),
+        session = Session(id="s1", workspace=tmp_path, workspace_fd=fd, owner=FakeOwner("owner"), config=Config(),
                           registry=Registry([ReadTool(65536)]), services={OWN_PLACES: hub.own})  # as the daemon's
         SESSIONS.append(session)
         before = _fds()
