@@ -1112,13 +1112,17 @@ def test_a_result_nested_too_deeply_to_check_for_secrets_fails_saying_so(make_da
 def test_a_result_nested_too_deeply_from_a_tool_without_secrets_comes_back_as_text(make_daemon, scv_home,
                                                                                   workspace):
     """It failed blaming "its secrets" (a tool that has none): there is nothing to check, so the
-    text comes back, as any output that is no JSON to scvd does."""
-    make_tool(scv_home, "deep", "#!/bin/sh\nexec python3 -c 'print(\"[\" * 900 + \"]\" * 900)'\n", risk="read_only")
+    text comes back, as any output that is no JSON to scvd does (past msgspec's depth); JSON as deep
+    as msgspec reads, where scvd's own checks could overflow, comes back too."""
+    for name, depth in (("deep", 3000), ("deepish", 900)):
+        make_tool(scv_home, name, f"#!/bin/sh\nexec python3 -c 'print(\"[\" * {depth} + \"]\" * {depth})'\n",
+                  risk="read_only")
     d = make_daemon(home=scv_home)
     with d.client() as c:
-        done = c.call(c.open_session(workspace), "script_deep", {"text": "x"})
-    assert done.ok, done.error
-    assert done.result == "[" * 900 + "]" * 900 + "\n"
+        sid = c.open_session(workspace)
+        deep, deepish = c.call(sid, "script_deep", {"text": "x"}), c.call(sid, "script_deepish", {"text": "x"})
+    assert deep.ok and deepish.ok, (deep.error, deepish.error)
+    assert deep.result == "[" * 3000 + "]" * 3000 + "\n"
 
 
 def strings(value: Any) -> Any:
