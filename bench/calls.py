@@ -44,7 +44,7 @@ def start_daemon(home: Path) -> tuple[subprocess.Popen, Path]:
     env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT))
     log = open(home.parent / "scvd.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "scvd", "run"], env=env, stdin=subprocess.DEVNULL,
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))  # -m puts the cwd first
     log.close()
     sock = home / "run" / "scvd.sock"
     deadline = time.monotonic() + 20

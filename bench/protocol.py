@@ -87,7 +87,8 @@ class Started:
         with open(home.parent / f"{home.name}.log", "ab") as log:
             start = time.perf_counter()
             self.proc = subprocess.Popen([sys.executable, "-m", "scvd", "run"], env=env,
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=str(ROOT))  # -m puts the cwd first on sys.path
         try:
             while self.notify.recv(4096) != b"READY=1":
                 pass
