@@ -430,9 +430,9 @@ class BatchCut(OSError):
 class NotMcpLine(ValueError):
     """Outside the tree, as the MCP SDK's own: a line on a stdio server's stdout the SDK refused, as
     the session's message handler gets it (scvd/mcp/not_mcp.py): its first `kept` chars, its size,
-    and whether it answers a request of scvd's (`answers`)."""
+    and whether it answers a request of scvd's (`answers`; None when not known)."""
 
-    def __init__(self, line: bytes, answers: bool, kept: int) -> None:
+    def __init__(self, line: bytes, answers: bool | None, kept: int) -> None:
         super().__init__("a line on the server's stdout is not MCP's JSON-RPC")
         line = line.rstrip()
         self.head, self.size, self.answers = line[:kept].decode("utf-8", "replace"), len(line), answers

@@ -54,6 +54,9 @@ def lenient(line: bytes, *, mend: bool = True) -> Any:
 # inside one), a run of opening or of closing brackets, a comma, and anything else in one run
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[{]+|[\]}]+|,|[^"\[\]{},]+')
 _ID_VALUE = re.compile(rb'\s*:\s*("[^"\\]*(?:\\.[^"\\]*)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*[,}]')
+# `"id": <string or number>}` ending a line: in a JSON object the last `}` closes the outer one, so
+# that id is the outer object's own; the backslashes before its quote must be even (not escaped)
+_LAST_ID = re.compile(rb'(\\*)"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*}\s*\Z')
 
 
 def top_level_id(text: bytes, key: str = "id") -> Any:
@@ -93,3 +96,18 @@ def top_level_values(text: bytes, keys: tuple[str, ...]) -> dict[str, Any]:
         elif first == b"," and depth == 1:
             key_next = True
     return {key: value if isinstance(value, (str, int, float)) else None for key, value in found.items()}
+
+
+def edge_values(head: bytes, tail: bytes, keys: tuple[str, ...]) -> dict[str, Any]:
+    """top_level_values of a line too long to scan whole, from its first and last bytes: its `id` is
+    the one ending `tail` if one does (where the TypeScript SDK writes it, and where a decoder finds
+    it when named twice), else the outer object's in `head`; each other key's, in `head` only."""
+    if not head.lstrip().startswith(b"{"):
+        return dict.fromkeys(keys)  # a batch, or not JSON: no one id to answer
+    last = _LAST_ID.search(tail) if "id" in keys else None
+    if last is None or len(last.group(1)) % 2:
+        return top_level_values(head, keys)
+    found = top_level_values(head, tuple(key for key in keys if key != "id"))
+    value = lenient(last.group(2))
+    found["id"] = value if isinstance(value, (str, int, float)) else None  # not 1e400, which JSON-RPC peers refuse
+    return found

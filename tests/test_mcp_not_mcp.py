@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import mcp_types as types
 import pydantic
 import pytest
 
-from scvd.mcp.not_mcp import answered, stand_in
+from scvd.mcp.not_mcp import NotMcp, Skipped, answered, stand_in
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
@@ -38,7 +40,31 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
     (b"{this is not json", None),
 ])
 def test_a_line_answers_the_request_of_its_outer_id_unless_it_has_a_method(line, ident):
-    assert answered(line) == ident
+    assert answered(line)[0] == ident
+
+
+WIDE = b"[" * 5000 + b"[]," * (5 << 20) + b"[]" + b"]" * 5000  # 15 MiB of the shape slowest to scan
+
+
+def test_a_long_answer_nested_too_deeply_is_read_at_its_ends_only_and_its_id_last_still_answers():
+    """Such a line was scanned whole, here ~13 s for this one (64 MiB: 90 s), on a thread no stop ends
+    while the server's later lines waited."""
+    assert answered(b'{"jsonrpc":"2.0","result":' + WIDE + b',"id":7}\n') == (7, True)
+    assert answered(b'{"result":' + WIDE + b',"jsonrpc":"2.0","id":7}') == (7, True)
+    assert answered(b'{"method":"x","params":' + WIDE + b',"jsonrpc":"2.0","id":7}') == (None, False)
+    assert answered(b'{"jsonrpc":"2.0","result":' + WIDE + b',"id":7,"method":"x"}') == (None, None)  # which?
+    assert answered(b'{"level":"info","detail":' + WIDE + b',"id":7}') == (None, None)
+
+
+def test_a_long_line_whose_id_stands_in_its_middle_is_logged_as_not_known_to_answer(caplog):
+    """Its call waits out its timeout: the warning says so, not that it answers no request."""
+    line = b'{"jsonrpc":"2.0","result":' + WIDE + b',"id":7,"x":' + WIDE + b"}"
+    ident, answers = answered(line)
+    assert (ident, answers) == (None, None)
+    with caplog.at_level(logging.WARNING, "scvd.mcp"):
+        Skipped("raw").heard(NotMcp(line, answers), str)
+    assert caplog.messages[-1].endswith("bytes in all) (it is over 1 MiB, read at its ends only, which answer no "
+                                        "request of scvd's: a call it answers waits out its timeout)"), caplog.messages
 
 
 def refused(line: bytes) -> pydantic.ValidationError:

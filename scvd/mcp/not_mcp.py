@@ -9,7 +9,9 @@ top and no `method` answers a request of scvd's: an error answers that request i
 a `method` is the server's own request or notification: its id is the server's, and fails no call of
 scvd's. A line without `jsonrpc` is a log line (`{"level":"info","id":3,...}`), whose id may be the
 call's it logs: the answer that follows it is the call's. A line msgspec cannot read (not JSON, or
-nested deeper than it walks) is scanned whole for these keys, on a thread when it is long.
+nested deeper than it walks) is scanned whole for these keys, on a thread when it is long; one over
+SCAN_WHOLE at its ends only (its first 64 KiB, and an `id` ending it), as a scan cannot be stopped and
+the server's later lines wait for it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pydantic
 from mcp.shared.message import SessionMessage
 
 from ..errors import NotMcpLine
-from ..lenient_json import top_level_values
+from ..lenient_json import edge_values, top_level_values
 from ..text import printable
 
 log = logging.getLogger("scvd.mcp")
@@ -33,14 +35,17 @@ log = logging.getLogger("scvd.mcp")
 NOT_MCP = -32091  # the JSON-RPC error code scvd answers such an answer with (TOO_LARGE's neighbour)
 LOG_INTERVAL = 60.0  # seconds: a server that logs to its stdout writes one warning a minute, not one a line
 LINE_KEPT, LINE_LOGGED = 8192, 500  # chars of a line kept, and logged once its secrets are out
-SCAN_ON_LOOP = 64 << 10  # bytes: a longer line is looked into on a thread (a scan takes up to ~1.5 s a MiB)
+SCAN_ON_LOOP = EDGE = 64 << 10  # bytes: a longer line is looked into on a thread; one over SCAN_WHOLE, at its ends
+SCAN_WHOLE = 1 << 20  # bytes: a scan takes up to ~0.75 s a MiB, cannot be stopped and holds up the later lines
+_KEYS = ("id", "method", "jsonrpc")
 _ANSWERS = (("JSONRPCResponse",), ("JSONRPCError",))  # the SDK's names of an answer's shapes
 
 
 class NotMcp(NotMcpLine):
-    """A line the SDK refused (errors.NotMcpLine), its first LINE_KEPT chars kept."""
+    """A line the SDK refused (errors.NotMcpLine), its first LINE_KEPT chars kept; `answers` None: not
+    known, its middle unread."""
 
-    def __init__(self, line: bytes, answers: bool) -> None:
+    def __init__(self, line: bytes, answers: bool | None) -> None:
         super().__init__(line, answers, LINE_KEPT)
 
 
@@ -53,22 +58,24 @@ class _Head(msgspec.Struct):
 _head = msgspec.json.Decoder(_Head)
 
 
-def answered(line: bytes) -> int | str | None:
+def answered(line: bytes) -> tuple[int | str | None, bool | None]:
     """The id of the request of scvd's that `line` answers: its outer `id`, when it has `jsonrpc` and
-    no `method`."""
+    no `method`; and whether it answers one (None: not known, for none was found in its ends)."""
+    whole = True
     try:
         head = _head.decode(line)
         ident, asks, rpc = head.id, len(head.method) > 0, len(head.jsonrpc) > 0
     except (msgspec.DecodeError, RecursionError):  # not JSON, or nested deeper than msgspec walks: scanned
-        # whole, for an `id` after a deep result: found in the first 64 KiB only, its call waited for good
-        found = top_level_values(line, ("id", "method", "jsonrpc"))
+        whole = len(line) <= SCAN_WHOLE  # an `id` after a deep result counts: its call would wait for good
+        found = top_level_values(line, _KEYS) if whole else edge_values(line[:EDGE], line[-EDGE:], _KEYS)
         ident, asks, rpc = found["id"], found["method"] is not None, found["jsonrpc"] is not None
+        rpc = rpc or not whole and b'"jsonrpc"' in line[-EDGE:]  # after the nesting too, as its id may be
     if asks or not rpc or isinstance(ident, bool) or not isinstance(ident, int | str):
-        return None  # an id of 2.5 is no request's
-    return ident
+        return None, None if not (whole or asks) else False  # an id of 2.5 is no request's
+    return ident, True
 
 
-async def answered_off_loop(line: bytes) -> int | str | None:
+async def answered_off_loop(line: bytes) -> tuple[int | str | None, bool | None]:
     """answered(), on a thread for a line longer than SCAN_ON_LOOP."""
     return answered(line) if len(line) <= SCAN_ON_LOOP else await asyncio.to_thread(answered, line)
 
@@ -112,8 +119,10 @@ class Skipped:
         if len(hidden) > LINE_LOGGED or line.size > LINE_KEPT:
             shown += f" ... ({line.size:,} bytes in all)"
         more = f" ({self._quiet} more since the last one logged)" if self._quiet else ""
-        fate = ("the call waiting on its id, if any, fails with it" if line.answers
-                else "it answers no request of scvd's, and is skipped")
+        fate = {True: "the call waiting on its id, if any, fails with it",
+                False: "it answers no request of scvd's, and is skipped",
+                None: (f"it is over {SCAN_WHOLE >> 20} MiB, read at its ends only, which answer no request of "
+                       "scvd's: a call it answers waits out its timeout")}[line.answers]
         log.warning("mcp server %s: a line on its stdout is not MCP's JSON-RPC%s: %s (%s)", self.name, more, shown,
                     fate)
         self._next, self._quiet = now + LOG_INTERVAL, 0

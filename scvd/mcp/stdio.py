@@ -124,8 +124,8 @@ async def _read_stdout(out: asyncio.StreamReader, send: Any, proc: ServerProcess
                 message = types.jsonrpc_message_adapter.validate_json(replacement(line) or line, by_name=False)
             except ValueError as exc:
                 proc.not_mcp.append(_line(line))
-                ident = await answered_off_loop(line)
-                await send.send(NotMcp(line, ident is not None))  # the link logs it
+                ident, answers = await answered_off_loop(line)
+                await send.send(NotMcp(line, answers))  # the link logs it
                 if ident is not None:  # the SDK would drop it: its call waited for good
                     await send.send(stand_in(ident, line, exc))
                 continue

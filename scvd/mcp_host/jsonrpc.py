@@ -6,13 +6,12 @@ here; bridge.py moves it over the host's pipes. Nothing here names a tool.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
 
 from .. import __version__, errors, protocol as p
-from ..lenient_json import lenient, top_level_id
+from ..lenient_json import edge_values
 from ..text import format_request, json_bytes, printable
 from ..tools.contract import object_root
 
@@ -24,22 +23,11 @@ INSTRUCTIONS = (
 )
 
 
-# `"id": <string or number>}` ending a line: in a JSON object the last `}` closes the outer one, so
-# that id is the outer object's own; the backslashes before its quote must be even (not escaped)
-_LAST_ID = re.compile(rb'(\\*)"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*}\s*\Z')
-
-
 def request_id(head: bytes, tail: bytes) -> Any:
     """The id of a request too large to decode, from its line's first and last bytes: last if it
     stands there (where the TypeScript SDK writes it, and where a decoder finds it when named twice),
     else the outer object's in `head`; None when neither holds it."""
-    if not head.lstrip().startswith(b"{"):
-        return None  # a batch, or not JSON: no one id to answer
-    last = _LAST_ID.search(tail)
-    if last is None or len(last.group(1)) % 2:
-        return top_level_id(head)
-    found = lenient(last.group(2))
-    return found if isinstance(found, (str, int, float)) else None  # not 1e400, which JSON-RPC peers refuse
+    return edge_values(head, tail, ("id",))["id"]
 
 
 def initialize_result(params: dict[str, Any]) -> dict[str, Any]:
