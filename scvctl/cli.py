@@ -9,14 +9,17 @@ it answered or the command was done: the message alone, it says to try again). E
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import msgspec
 
@@ -496,6 +499,29 @@ def drop_typed_ahead() -> None:
         termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
 
 
+@contextlib.contextmanager
+def _interrupt_after() -> Iterator[None]:
+    """A Ctrl-C in the block raises KeyboardInterrupt once it ends (the call's id is known then, so
+    it can be cancelled and said by name); a second one at once. The main thread only (signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def held(signum: int, frame: Any) -> None:
+        if caught:
+            raise KeyboardInterrupt
+        caught.append(signum)
+
+    previous = signal.signal(signal.SIGINT, held)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def cmd_call(args: argparse.Namespace) -> int:
     arguments = _call_arguments(args.arguments)
     # the approver of its own session only: it hears the approval its call waits for, to point at it,
@@ -503,9 +529,10 @@ def cmd_call(args: argparse.Namespace) -> int:
     with connect(args, approver=True, timeout=None, answers_secrets=False) as c:
         session = c.open_session(usage.workspace(args.workspace))
         fields = {"timeout_seconds": args.timeout} if args.timeout is not None else {}  # 0 is scvd's to refuse
-        call_id = c.start_call(session, args.tool, arguments, **fields)
         interrupted = False
         try:
+            with _interrupt_after():  # a Ctrl-C before call.accepted came exited 130 unsaid
+                call_id = c.start_call(session, args.tool, arguments, **fields)
             done = _follow(c, call_id, args)
         except KeyboardInterrupt:
             interrupted = True
