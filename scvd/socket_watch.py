@@ -20,6 +20,7 @@ Rules:
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import os
@@ -36,7 +37,7 @@ log = logging.getLogger("scvd.server")
 Ident = tuple[int, int]
 
 
-class _Watch:
+class _Watch(abc.ABC):
     """Checks that a socket path still names `ident`; `_changed` acts when it does not."""
 
     def __init__(self, path: Path, ident: Ident, interval: Callable[[], float]) -> None:
@@ -53,8 +54,9 @@ class _Watch:
             if found != self.ident and (found is None or found != self._refused):
                 await self._changed(found)
 
+    @abc.abstractmethod
     async def _changed(self, found: Ident | None) -> None:
-        raise NotImplementedError
+        """What the watch does when the path no longer names its socket (`found`: what it names, or None)."""
 
     def _gone(self, found: Ident | None) -> str:
         what = "is gone" if found is None else "names another file now"
