@@ -645,6 +645,29 @@ def _secret_reason(parts: tuple[str, ...], real: tuple[str, ...], ctx: CallConte
     return reason
 
 
+def _git_config_named(parts: tuple[str, ...], real: tuple[str, ...]) -> bool:
+    """Whether the requested or the resolved name is one the git config rule (the one secret-like
+    rule that looks at content) judges: any other file pays this comparison only."""
+    return parts[-1].lower() in GIT_CONFIG_NAMES or real is not parts and real[-1].lower() in GIT_CONFIG_NAMES
+
+
+def _replaced_git_config_reason(parent: int, parts: tuple[str, ...], real: tuple[str, ...],
+                                ctx: CallContext) -> str | None:
+    """The git config rule on the file a write replaces (`real`'s entry in `parent`), as read judges
+    it: a write must tell nothing unasked of a file whose read asks. One it cannot open is judged by
+    its path, as read judges one it cannot read."""
+    if not _git_config_named(parts, real):
+        return None
+    try:
+        fd = containment.open_raw(parent, real[-1:], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        return git_config_reason(fd, parts, real, str(ctx.workspace))
+    finally:
+        os.close(fd)
+
+
 def _secret_details(reason: str | None) -> dict[str, Any]:
     if reason is None:
         return {"secret_like": False}
@@ -691,8 +714,7 @@ class ReadTool(Tool):
         try:
             secret = _secret_reason(parts, real, ctx)
             # the one rule that looks at content, through this fd: any other file pays a name compared
-            if secret is None and (parts[-1].lower() in GIT_CONFIG_NAMES
-                                   or real is not parts and real[-1].lower() in GIT_CONFIG_NAMES):
+            if secret is None and _git_config_named(parts, real):
                 secret = git_config_reason(fd, parts, real, str(ctx.workspace))
         except BaseException:
             os.close(fd)
@@ -773,9 +795,11 @@ class WriteTool(Tool):
         parent = open_parent(ctx.workspace_fd, real, args.path)
         try:
             existing = inspect_target(parent, real, args.path, args.mode)
+            if secret is None and existing is not None:
+                secret = _replaced_git_config_reason(parent, parts, real, ctx)
             # a stale hash fails before anyone is asked, where hashing costs less than a thread hop
             # (a small file on a local filesystem); run() checks it again just before the rename.
-            # Not a secret-like file's: unasked, pass or fail would say whether a guess is its content
+            # Not that of a file whose read asks: unasked, pass or fail would say whether a guess is its content
             if args.expected_sha256 and existing is not None and secret is None:
                 _check_sha(parent, real, args.path, args.expected_sha256, NEVER, small_only=True)
         finally:

@@ -10,7 +10,7 @@ a URL whose user is a token (`https://ghp_...@`, an `insteadOf` base's too), or 
 or `*password` key. (git's credential stores, `.git-credentials` and `.config/git/credentials`,
 are secret_paths.py's by name.) Both the requested path and the resolved one are judged by name, and
 the content is that of the fd read's plan() holds, read with pread so the later read still starts
-where it would. A file it cannot read is judged by its path alone. Any other file costs a read one
+where it would (write's plan() opens the file it replaces: no hash of it is compared unasked). A file it cannot read is judged by its path alone. Any other file costs a read one
 name lookup. Like secret_paths.py, a visibility aid, not a confidentiality boundary.
 """
 

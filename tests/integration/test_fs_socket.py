@@ -277,6 +277,38 @@ def test_a_secret_like_file_answers_no_hash_guess_unasked(owner: Client, ws: Pat
     assert sha(secret)[:16] not in done.error.message and (ws / ".env").read_bytes() == secret
 
 
+def test_a_git_config_that_holds_a_credential_answers_no_hash_guess_unasked(owner: Client, ws: Path) -> None:
+    """write's early stale-hash check skipped secret-like names only: of a .git/config holding a
+    token (a read of it asks) a wrong guess failed at once and a right one asked, unasked oracle."""
+    (ws / ".git").mkdir()
+    config = GIT_CONFIG.format(url=f"https://x-access-token:{TOKEN}@github.com/o/r").encode()
+    (ws / ".git" / "config").write_bytes(config)
+    wrong, right = sha(config + b"#"), sha(config)
+    # a session each: a session's writes run one after another
+    ids = {owner.start_call(owner.open_session(ws), "write", {
+        "path": ".git/config", "content": "[core]\n", "mode": "replace", "expected_sha256": guess}): guess
+        for guess in (wrong, right)}
+    asked: set[str] = set()
+    while len(asked) < 2:  # both wait for a person: neither says `changed since it was read` first
+        event = owner.next_event()
+        assert not (isinstance(event, p.CallCompleted) and event.call_id in ids), event
+        if isinstance(event, p.ApprovalRequested):
+            asked.add(event.call_id)
+    pending = owner.request(p.ApprovalsList).approvals
+    assert asked == set(ids) == {a.call_id for a in pending}
+    assert all(a.details["secret_like"] is True and "holds a credential" in a.details["why"] for a in pending)
+    for a in pending:
+        owner.request(p.ApprovalDecide, approval_id=a.approval_id, decision="approve", scope="once")
+    done = {}
+    while len(done) < 2:
+        event = owner.next_event()
+        if isinstance(event, p.CallCompleted) and event.call_id in ids:
+            done[ids[event.call_id]] = event
+    assert done[wrong].error.kind == "failed" and "read it again and pass its sha256" in done[wrong].error.message
+    assert sha(config)[:16] not in done[wrong].error.message
+    assert done[right].ok and (ws / ".git" / "config").read_text() == "[core]\n"
+
+
 def test_links_inside_the_workspace(owner: Client, ws: Path) -> None:
     """CLAUDE.md -> AGENTS.md reads; notes -> .env asks; a hard link is replaced, never written through."""
     (ws / "AGENTS.md").write_text("# Agents\n")
