@@ -8,7 +8,8 @@ directory that is not named `.git` (`git init --separate-git-dir`, a repo tool's
 a workspace that is or lies in a git directory (`repo/.git/hooks`), or one of scvd's
 own folders or its config file (scvd/own_places.py), or a place whose files run later outside any
 sandbox (the home's dotfiles, a directory on PATH: scvd/host_places.py), is put to a
-person, and that request is approved once only. Pure functions on path strings,
+person, and that request is approved once only (as is one whose tool found that a target holds
+a secret, `Plan.always_ask`: calls.py takes it after these). Pure functions on path strings,
 but for `git_dir_reason`, `in_git_dir` and `places_reason`, which look (a few lstats); nothing here knows a tool.
 
 The globs' syntax and matching are ask_globs.py's.

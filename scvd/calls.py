@@ -543,7 +543,8 @@ class CallRegistry:
         if plan.targets and plan.risk is not _READ_ONLY:
             always = (always_ask_reason(plan.targets, cfg.always_ask, workspace, folders=plan.folders)
                       or places_reason(workspace, plan.targets, self.hub.own, self.hub.host)
-                      or git_dir_reason(workspace, plan.targets))
+                      or git_dir_reason(workspace, plan.targets)
+                      or plan.always_ask)  # what the tool found a target holds: no rule on paths sees it
         verdict = policy_verdict(
             cfg.policy, plan, always_allow=tool.flags.always_allow,
             granted=session.granted(tool.name, risk, plan.sandboxed),

@@ -82,11 +82,12 @@ class Plan:
     either is read, so a call nobody is asked about does not build them."""
 
     __slots__ = ("risk", "_summary", "_details", "_describe", "sandboxed", "network", "writes_confined",
-                 "targets", "folders", "timeout", "data", "release")
+                 "targets", "folders", "always_ask", "timeout", "data", "release")
 
     def __init__(self, risk: ToolRisk, summary: str = "", details: dict[str, Any] | None = None, *,
                  sandboxed: bool = False, network: bool = True, writes_confined: bool = False,
-                 targets: tuple[str, ...] = (), folders: bool = False, timeout: float | None = None,
+                 targets: tuple[str, ...] = (), folders: bool = False, always_ask: str | None = None,
+                 timeout: float | None = None,
                  data: Any = None,
                  release: Callable[[], None] | None = None,
                  describe: Callable[[], tuple[str, dict[str, Any]]] | None = None) -> None:
@@ -102,6 +103,9 @@ class Plan:
         # exists. Empty: none known (bash, scripts and MCP tools can touch any path).
         self.targets = targets
         self.folders = folders  # the targets are folders (a run's directory): no file name among them
+        # why the call asks whatever grant exists, from what the tool found in a target that no rule on
+        # its path sees (a git config that holds a credential); None: the gate's rules alone decide
+        self.always_ask = always_ask
         self.timeout = timeout  # the tool's own deadline, enforced by the tool
         self.data = data  # anything run() needs, computed once here
         self.release = release  # frees what `data` holds (an fd); called once the call ends

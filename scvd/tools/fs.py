@@ -668,6 +668,12 @@ def _replaced_git_config_reason(parent: int, parts: tuple[str, ...], real: tuple
         os.close(fd)
 
 
+def _content_always_asks(parts: tuple[str, ...], reason: str | None) -> str | None:
+    """Plan.always_ask of a file the git config rule found a credential in (`reason`): the gate's
+    rules judge paths only, and a session grant must not cover it, as it covers no secret-like name."""
+    return None if reason is None else f"{show(containment.join(parts))} is secret-like ({reason})"
+
+
 def _secret_details(reason: str | None) -> dict[str, Any]:
     if reason is None:
         return {"secret_like": False}
@@ -712,10 +718,10 @@ class ReadTool(Tool):
         parts = parts_in(ctx.workspace, args.path, file_parts)
         fd, st, real = containment.open_regular(ctx.workspace_fd, parts, args.path)  # refuse escapes before approval
         try:
-            secret = _secret_reason(parts, real, ctx)
+            secret, inside = _secret_reason(parts, real, ctx), None
             # the one rule that looks at content, through this fd: any other file pays a name compared
             if secret is None and _git_config_named(parts, real):
-                secret = git_config_reason(fd, parts, real, str(ctx.workspace))
+                secret = inside = git_config_reason(fd, parts, real, str(ctx.workspace))
         except BaseException:
             os.close(fd)
             raise
@@ -735,7 +741,7 @@ class ReadTool(Tool):
 
         return Plan(risk=_READ_ONLY if secret is None else _FILESYSTEM, describe=describe,
                     network=False, writes_confined=True, targets=_targets(parts, real), data=held,
-                    release=held.close if held else None)
+                    always_ask=_content_always_asks(parts, inside), release=held.close if held else None)
 
     def run_now(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         held = plan.data
@@ -795,8 +801,9 @@ class WriteTool(Tool):
         parent = open_parent(ctx.workspace_fd, real, args.path)
         try:
             existing = inspect_target(parent, real, args.path, args.mode)
+            inside = None
             if secret is None and existing is not None:
-                secret = _replaced_git_config_reason(parent, parts, real, ctx)
+                secret = inside = _replaced_git_config_reason(parent, parts, real, ctx)
             # a stale hash fails before anyone is asked, where hashing costs less than a thread hop
             # (a small file on a local filesystem); run() checks it again just before the rename.
             # Not that of a file whose read asks: unasked, pass or fail would say whether a guess is its content
@@ -812,6 +819,7 @@ class WriteTool(Tool):
                      "expected_sha256": args.expected_sha256,
                      "replaces_link": linked, **_secret_details(secret)},
             network=False, writes_confined=True, targets=_targets(parts, real), data=data,
+            always_ask=_content_always_asks(parts, inside),
         )
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:

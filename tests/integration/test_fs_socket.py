@@ -309,6 +309,28 @@ def test_a_git_config_that_holds_a_credential_answers_no_hash_guess_unasked(owne
     assert done[right].ok and (ws / ".git" / "config").read_text() == "[core]\n"
 
 
+def test_a_git_config_that_holds_a_credential_always_asks_whatever_grant(owner: Client, ws: Path) -> None:
+    """Where no other rule named it (a `.gitconfig` kept in a project, `always_ask = []`), a session
+    grant for read or write covered a git config holding a token: a read showed it, a write with an
+    expected_sha256 answered a guess of it, and nobody was asked."""
+    for repo in ("a", "b"):
+        (ws / repo).mkdir()
+        (ws / repo / ".gitconfig").write_text(f'[url "https://{TOKEN}@github.com/"]\n\tinsteadOf = https://github.com/\n')
+    (ws / "notes.txt").write_text("plain\n")
+    sid = owner.open_session(ws)
+    done, asked = call(owner, sid, "read", decide="approve", scope="session", path="a/.gitconfig")
+    assert done.ok and asked.always_ask == ("'a/.gitconfig' is secret-like ('.gitconfig' is a git config that "
+                                            "holds a credential (a URL whose user is a token))")
+    _, asked = call(owner, sid, "read", decide="deny", path="b/.gitconfig")  # approved once only: asks again
+    assert asked.always_ask and TOKEN not in str(asked)
+    call(owner, sid, "write", decide="approve", scope="session", path="notes.txt", content="x\n", mode="replace")
+    done, _ = call(owner, sid, "write", path="notes.txt", content="y\n", mode="replace")  # the grant holds
+    assert done.ok
+    done, asked = call(owner, sid, "write", decide="deny", path="b/.gitconfig", content="", mode="replace",
+                       expected_sha256="0" * 64)
+    assert asked.always_ask and asked.details["secret_like"] is True and done.error.kind == "denied"
+
+
 def test_links_inside_the_workspace(owner: Client, ws: Path) -> None:
     """CLAUDE.md -> AGENTS.md reads; notes -> .env asks; a hard link is replaced, never written through."""
     (ws / "AGENTS.md").write_text("# Agents\n")
