@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +62,26 @@ def test_credentials_in_a_git_config(text: str, found: str | None) -> None:
 ])
 def test_which_files_git_reads_as_a_config(path: str, workspace: str, git_reads_it: bool) -> None:
     assert is_git_config(tuple(path.split("/")), workspace) is git_reads_it
+
+
+def test_gits_xdg_config_is_where_scvds_environment_puts_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git reads $XDG_CONFIG_HOME/git/config (git-config(1)), and bash inherits scvd's environment:
+    one in a folder not named `.config` was judged by its path alone."""
+    xdg, home = tmp_path / "xdgconf", tmp_path / "home"
+    (xdg / "git").mkdir(parents=True)
+    (home / "dotfiles" / "git").mkdir(parents=True)
+    os.symlink("dotfiles", home / ".config")  # ~/.config linked into a dotfiles folder
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    for path, workspace in (("xdgconf/git/config", tmp_path), ("git/config", xdg), ("config", xdg / "git"),
+                            ("xdgconf/GIT/config", tmp_path), ("dotfiles/git/config", home)):
+        assert is_git_config(tuple(path.split("/")), str(workspace)), path
+    for path in ("xdgconf/config", "xdgconf/git/sub/config", "other/git/config", "xdgconf/git/config.bak"):
+        assert not is_git_config(tuple(path.split("/")), str(tmp_path)), path
+    monkeypatch.setenv("XDG_CONFIG_HOME", "xdgconf")  # relative: from git's working directory, as git reads it
+    assert is_git_config(("xdgconf", "git", "config"), str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", "")  # unset or empty: ~/.config/git/config alone
+    assert not is_git_config(("xdgconf", "git", "config"), str(tmp_path))
 
 
 @pytest.mark.parametrize("text", [

@@ -3,15 +3,18 @@
 Rule: a repository's config (`config` in a `.git` or `*.git` folder at any depth, a submodule's
 `.git/modules/NAME/config` too, or at the top of a workspace that is such a folder), a user's
 `.gitconfig`, or git's XDG config (`config` in `.config/git`, the workspace's own folders counted:
-a session on `~/.config` or `~/.config/git` too), named in any case as the other path rules are,
-counts when its first 64 KiB hold a URL with a password (`https://x-access-token:TOKEN@github.com`),
-a URL whose user is a token (`https://ghp_...@`, an `insteadOf` base's too), or a non-empty
-`extraheader` (actions/checkout persists `AUTHORIZATION: basic ...` there), `smtppass`, `*token`
-or `*password` key. (git's credential stores, `.git-credentials` and `.config/git/credentials`,
-are secret_paths.py's by name.) Both the requested path and the resolved one are judged by name, and
-the content is that of the fd read's plan() holds, read with pread so the later read still starts
-where it would (write's plan() opens the file it replaces: no hash of it is compared unasked). A file it cannot read is judged by its path alone. Any other file costs a read one
-name lookup. Like secret_paths.py, a visibility aid, not a confidentiality boundary.
+a session on `~/.config` or `~/.config/git` too; and in `$XDG_CONFIG_HOME/git` where scvd's
+environment, which `bash` inherits, puts it, in a folder not named `.config` too), named in any
+case as the other path rules are, counts when its first 64 KiB hold a URL with a password
+(`https://x-access-token:TOKEN@github.com`), a URL whose user is a token (`https://ghp_...@`, an
+`insteadOf` base's too), or a non-empty `extraheader` (actions/checkout persists `AUTHORIZATION:
+basic ...` there), `smtppass`, `*token` or `*password` key. (git's credential stores,
+`.git-credentials` and `.config/git/credentials`, are secret_paths.py's by name.) Both the
+requested path and the resolved one are judged by name, and the content is that of the fd read's
+plan() holds, read with pread so the later read still starts where it would (write's plan() opens
+the file it replaces: no hash of it is compared unasked). A file it cannot read is judged by its
+path alone. Any other file costs a read one name lookup (a `config` outside a git dir two
+realpaths). Like secret_paths.py, a visibility aid, not a confidentiality boundary.
 """
 
 from __future__ import annotations
@@ -64,8 +67,8 @@ def _token_user(user: str) -> bool:
 
 
 def is_git_config(parts: tuple[str, ...], workspace: str) -> bool:
-    """Whether `parts` names a file git reads as a config: `.gitconfig`, or `config` in a git dir
-    or in `.config/git`."""
+    """Whether `parts` names a file git reads as a config: `.gitconfig`, or `config` in a git dir,
+    in `.config/git` or in git's XDG folder where scvd's environment puts it (`xdg_git_dirs`)."""
     name = parts[-1].lower()
     if name == ".gitconfig":
         return True
@@ -76,7 +79,20 @@ def is_git_config(parts: tuple[str, ...], workspace: str) -> bool:
         return True
     # the two folders above it, the workspace's own among them (a session on ~/.config or ~/.config/git)
     above = (os.path.basename(os.path.dirname(workspace)), *folders)[-2:]
-    return tuple(folder.lower() for folder in above) == XDG_FOLDERS
+    if tuple(folder.lower() for folder in above) == XDG_FOLDERS:
+        return True
+    return os.path.join(workspace, *parts[:-1]).lower() in xdg_git_dirs(workspace)
+
+
+def xdg_git_dirs(workspace: str) -> tuple[str, ...]:
+    """The real folders (in lower case) whose `config` git reads as its XDG config when run as `bash`
+    runs, in scvd's environment (which it inherits; read at each call, as bash's is) from the
+    workspace (git takes a relative XDG_CONFIG_HOME from its working directory): $XDG_CONFIG_HOME/git
+    (git-config(1): ~/.config/git when unset or empty), and ~/.config/git, where git looks that runs
+    without it (a script tool keeps HOME alone). A folder not named `.config`, a linked ~/.config."""
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    bases = (os.environ.get("XDG_CONFIG_HOME"), os.path.join(home, ".config"))
+    return tuple(os.path.realpath(os.path.join(workspace, base, "git")).lower() for base in bases if base)
 
 
 def credential_in(text: str) -> str | None:

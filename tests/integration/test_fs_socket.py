@@ -182,6 +182,28 @@ def test_gits_xdg_config_that_holds_a_credential_asks_to_be_read_and_its_credent
         assert TOKEN not in str(asked)
 
 
+def test_gits_xdg_config_in_a_folder_not_named_config_asks_to_be_read_when_it_holds_a_credential(
+        make_daemon, tmp_path: Path) -> None:
+    """git (run by bash, which inherits scvd's environment) reads $XDG_CONFIG_HOME/git/config; one
+    in a folder not named `.config` read unasked, with the token of an `insteadOf` base in it."""
+    xdg = tmp_path / "xdgconf"
+    (xdg / "git").mkdir(parents=True)
+    plain = '[user]\n\tname = Me\n'
+    (xdg / "git" / "config").write_text(plain)
+    daemon = make_daemon(home=tmp_path / "scvhome", env={"XDG_CONFIG_HOME": str(xdg)})
+    with daemon.client(name="pytest-owner", approver=True) as owner:
+        sid, on_git = owner.open_session(tmp_path), owner.open_session(xdg / "git")
+        done, _ = call(owner, sid, "read", path="xdgconf/git/config")  # no credential: unasked
+        assert done.ok and done.result["content"] == plain
+        (xdg / "git" / "config").write_text(f'[url "https://{TOKEN}@github.com/"]\n\tinsteadOf = https://github.com/\n')
+        for session, path in ((sid, "xdgconf/git/config"), (on_git, "config")):
+            done, asked = call(owner, session, "read", decide="deny", path=path)
+            assert asked.risk == "filesystem" and asked.details["why"] == (
+                "filesystem risk: the path looks secret-like: 'config' is a git config that holds a credential "
+                "(a URL whose user is a token)")
+            assert TOKEN not in str(asked) and done.error.kind == "denied"
+
+
 def test_scvds_own_sensitive_files_ask_to_be_read_and_its_tool_sources_do_not(make_daemon, ws: Path) -> None:
     """A session on ~ (here: SCV_HOME inside the workspace) read scvd's config.toml (MCP header
     tokens), audit log, chat transcripts and the agents' homes unasked: none is named like a secret."""
