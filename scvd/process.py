@@ -11,9 +11,10 @@ Rules it keeps (seed 000, DESIGN.md "Process runner"):
   the tail; memory stays bounded whatever the child writes. With `stderr_limit`,
   stderr gets its own pipe and cap (script tools: stdout is the result).
 - Deadline: SIGKILL to everything of the call at once. Cancel: SIGTERM (and
-  SIGCONT, for a stopped process), up to 2 s, then SIGKILL. A signal reaches parents before
-  their children (a group at once, at its leader's turn). With `wrapper` (argv[0] is the sandbox's bwrap, which dies
-  at SIGTERM and takes what it runs down with it at once) the TERM goes only to
+  SIGCONT, for a stopped process), up to 2 s, then SIGKILL; the TERM goes to the group and what
+  earlier scans found at once, to what a fresh scan finds besides after it, to each once. A
+  signal reaches parents before their children (a group at once, at its leader's turn). With
+  `wrapper` (argv[0] is the sandbox's bwrap, which dies at SIGTERM and takes what it runs down with it at once) the TERM goes only to
   what runs inside, and bwrap leaves when that does. After the leader exits, whatever is left is killed and the
   pipe is drained for at most `DRAIN_SECONDS`, so `sleep 1000 &` cannot hold a
   call open.
@@ -205,6 +206,20 @@ class RunResult:
     stderr: str = ""  # only with run_process(stderr_limit=...); else stderr is in `output`
 
 
+@dataclass
+class _Told:
+    """Whom one signal of a cancel reached: process groups by id, processes by (pid, start)."""
+
+    groups: set[int] = field(default_factory=set)
+    procs: set[tuple[int, int]] = field(default_factory=set)
+
+    def reached(self, p: ProcStat) -> bool:
+        return p.pgid in self.groups or (p.pid, p.start) in self.procs
+
+    def copy(self) -> _Told:
+        return _Told(set(self.groups), set(self.procs))
+
+
 @dataclass(eq=False)
 class _Run:
     """The processes of one call: the leader, its group and session, what scans saw."""
@@ -260,24 +275,39 @@ class _Run:
         ]
 
     def signal_all(self, sig: int, procs: Mapping[int, ProcStat] | None = None, *,
-                   wrapper: tuple[int, int] | None = None) -> int:
+                   wrapper: tuple[int, int] | None = None, told: _Told | None = None) -> int:
         """Signal the group and every tracked member still running; returns how many run.
         `wrapper`: the leader's executable (bwrap's file id), whose group is spared while a member
-        runs another program (the command it started; see run_process)."""
+        runs another program (the command it started; see run_process). `told`: what an earlier
+        call already sent `sig` to, spared now and added to (a handler must not run twice)."""
         procs = scan_processes() if procs is None else procs
         self.track(procs)
         live = self.live(procs)
         inside = wrapper is not None and self.runs_other(wrapper, procs)
+        told = _Told() if told is None else told
+        before = told.copy()
         # the group id outlives its leader only while a member holds it; else the pid may be reused
-        if (self.popen.returncode is None or live) and not inside:
+        if (self.popen.returncode is None or live) and not inside and self.pid not in before.groups:
             signal_group(self.pid, sig)
+            told.groups.add(self.pid)
         # parents before children: a shell whose child got a TERM first saw it end and exited 0
         # before its own TERM came, its trap never run (set order put the child first)
         for pid in parents_first(procs, live):
-            if procs[pid].pgid == pid:  # a group of its own (setsid; bwrap's inside): its newest forks are in it
+            p = procs[pid]
+            if before.reached(p):
+                continue
+            if p.pgid == pid:  # a group of its own (setsid; bwrap's inside): its newest forks are in it
                 signal_group(pid, sig)
+                told.groups.add(pid)
             signal_pid(pid, sig)
+            told.procs.add((pid, p.start))
         return len(live)
+
+    def known(self) -> dict[int, ProcStat]:
+        """The leader (while not reaped) and the processes earlier scans found, as /proc shows
+        them now: a read of each, no scan of the host."""
+        pids = [*self.tracked, *([self.pid] if self.popen.returncode is None else [])]
+        return {pid: stat for pid in pids if (stat := read_stat(pid)) is not None}
 
     def runs_other(self, wrapper: tuple[int, int], procs: Mapping[int, ProcStat]) -> bool:
         """Whether a member runs another program than `wrapper` (the command bwrap started)."""
@@ -541,15 +571,15 @@ async def _terminate(run: _Run, exit_task: asyncio.Task, *, wrapper: bool = Fals
     leader (bwrap) gets no TERM once the command it started runs: it would die at once, and its
     --die-with-parent would SIGKILL the whole sandbox before any TERM handler in it ran."""
     wrapper_id = _file_id(run.popen.args[0]) if wrapper else None
+    told = {signal.SIGTERM: _Told(), signal.SIGCONT: _Told()}
     settled = False
     try:
-        procs = await SCANS.scan()
-        run.track(procs)
+        # at once to what is known (the group, what earlier scans found): a scan waits for its turn and
+        # reads every process on the host; it then finds the strays (setsid) that left the group
+        _tell(run, run.known(), wrapper_id, told)
         # still setting the sandbox up: nothing in it to clean up, and a TERM would end bwrap before its
         # child armed --die-with-parent, which then started the command and ran it for the whole grace
-        if wrapper_id is None or run.runs_other(wrapper_id, procs):
-            run.signal_all(signal.SIGTERM, procs, wrapper=wrapper_id)
-            run.signal_all(signal.SIGCONT, procs, wrapper=wrapper_id)  # a stopped process acts on it once continued
+        if _tell(run, await SCANS.scan(), wrapper_id, told):
             settled = await _settle(run, exit_task, TERM_GRACE_SECONDS)
     except BaseException:  # a second cancel: kill at once, no more waiting
         run.signal_all(signal.SIGKILL)
@@ -557,6 +587,18 @@ async def _terminate(run: _Run, exit_task: asyncio.Task, *, wrapper: bool = Fals
     await _kill_all(run)
     if not settled:
         await _settle(run, exit_task, DRAIN_SECONDS, kill=True)
+
+
+def _tell(run: _Run, procs: Mapping[int, ProcStat], wrapper_id: tuple[int, int] | None,
+          told: Mapping[int, _Told]) -> bool:
+    """A cancel's SIGTERM and SIGCONT to what `procs` shows of the run and `told` does not hold yet;
+    False (nothing sent) while a wrapper runs only itself (bwrap setting the sandbox up)."""
+    run.track(procs)
+    if wrapper_id is not None and not run.runs_other(wrapper_id, procs):
+        return False
+    for sig in (signal.SIGTERM, signal.SIGCONT):  # a stopped process acts on the TERM once continued
+        run.signal_all(sig, procs, wrapper=wrapper_id, told=told[sig])
+    return True
 
 
 def _file_id(path: str) -> tuple[int, int] | None:

@@ -21,6 +21,8 @@ from scvd import process, proctree
 from scvd.process import CappedOutput, child_env, run_process
 from scvd.proctree import ProcStat, descendants, read_stat, reap, signal_group, signal_pid
 
+from scan_support import HeldScans
+
 ROOT = Path(__file__).resolve().parents[1]
 PATH_ONLY = {"PATH": os.environ.get("PATH", os.defpath)}
 
@@ -381,6 +383,34 @@ def test_cancel_sends_term_then_kill_to_a_descendant_that_ignores_term(tmp_path)
     assert "got-term" in lines
     assert "alive" in lines[lines.index("got-term") + 1:]  # it outlived the TERM ...
     assert dead(pid)  # ... and not the KILL
+    assert not process._RUNS and not process._LEADERS
+
+
+def test_a_cancel_terms_the_group_at_once_and_a_stray_after_the_scan(tmp_path, monkeypatch):
+    """A cancel's SIGTERM waited for a scan of /proc, which waits its turn and reads every process on
+    the host (seconds among many): the command learnt of its cancel only then. The group hears at
+    once; a child that left it (setsid) once the scan has found it, and each of them once."""
+    log = tmp_path / "log"
+    stray = "trap 'echo stray >> log; exit' TERM; echo ok > stray; while :; do sleep 0.05; done"
+    script = (f"trap 'echo leader >> log; wait; exit' TERM; echo ok > ready\n"
+              f"while [ ! -e go ]; do sleep 0.05; done\nsetsid bash -c \"{stray}\" &\n"
+              "while :; do sleep 0.05; done\n")
+    scans = HeldScans(monkeypatch, after=(tmp_path / "ready").exists,
+                      until=lambda: log.exists() and "leader" in log.read_text())
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(run_process(["/bin/bash", "-c", script], cwd=tmp_path, env=PATH_ONLY,
+                                                 timeout=None, output_limit=1024))
+        await asyncio.to_thread(scans.wait_holding)  # no scan sees what the command starts from now on
+        (tmp_path / "go").touch()
+        await asyncio.to_thread(wait_file, tmp_path / "stray")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 60)
+
+    asyncio.run(scenario())
+    assert scans.released and all(scans.released)  # the leader's TERM came while the scan was held
+    assert log.read_text().split() == ["leader", "stray"]
     assert not process._RUNS and not process._LEADERS
 
 

@@ -17,7 +17,10 @@ import pytest
 
 from scvd import paths as paths_mod
 from scvd.config import SandboxConfig
+from scvd.process import run_process
 from scvd.sandbox import Sandbox, probe
+
+from scan_support import HeldScans
 
 pytestmark = pytest.mark.bwrap
 
@@ -312,3 +315,24 @@ def test_runner_cancel_ends_the_sandbox(box):
 
     asyncio.run(cancel_after_start())
     assert _wait_for(lambda: not _find(marker)), "the sandboxed sleep outlived the cancellation"
+
+
+def test_runner_cancel_terms_what_runs_in_the_sandbox_before_a_slow_scan_comes(box, monkeypatch):
+    """The command in the sandbox leads a session of its own (bwrap --new-session), and bwrap itself
+    gets no TERM: the command, which a scan before the cancel found, hears it at once, not once the
+    next scan of /proc (seconds among many processes) has come."""
+    ready, got = box.ws / "ready", box.ws / "got-term"
+    scans = HeldScans(monkeypatch, after=ready.exists, until=got.exists)
+
+    async def scenario() -> None:
+        script = "trap 'echo cleaned > got-term; exit' TERM; touch ready; while :; do sleep 0.05; done"
+        task = asyncio.ensure_future(run_process(box.argv(script), cwd=box.ws, env=box.env, timeout=None,
+                                                 output_limit=1 << 16, wrapper=True))
+        await asyncio.to_thread(scans.wait_holding)  # a scan after `ready` saw the command: it is known
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 60)
+
+    asyncio.run(scenario())
+    assert scans.released and all(scans.released)  # the TERM came while the scan was held
+    assert got.read_text() == "cleaned\n"  # by its trap: bwrap did not take the sandbox down first
