@@ -163,6 +163,28 @@ async def run_transcript(fn: Callable[[], Any]) -> Any:
     return await _on(_transcript_pool, fn)
 
 
+async def run_file(fn: Callable[..., Any], *args: Any, drop: Callable[[Any], None] | None = None) -> Any:
+    """fn(*args), a look at files that may sit on a hung mount (an agent CLI's #! line, the directory
+    it starts in), on the file-reading pool: a stuck one holds a thread there, not the loop. A cancel
+    stops the wait, not fn; what fn returns after it goes to `drop` (an fd it opened, to close)."""
+    done = _submit(_pool, lambda: fn(*args))
+    try:
+        ok, value = await asyncio.shield(done)
+    except asyncio.CancelledError:
+        if drop is not None:
+            done.add_done_callback(lambda f: _drop(f.result(), drop))
+        raise
+    if ok:
+        return value
+    raise value
+
+
+def _drop(outcome: tuple[bool, Any], drop: Callable[[Any], None]) -> None:
+    ok, value = outcome
+    if ok:
+        drop(value)
+
+
 async def _on(pool: Pool, job: Callable[[], Any]) -> Any:
     """job() on a thread of `pool`: its result, or its exception raised here."""
     ok, value = await _submit(pool, job)

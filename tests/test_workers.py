@@ -147,6 +147,15 @@ def test_a_cancel_after_the_job_committed_waits_for_it_and_gives_its_result(tmp_
         os.close(dirfd)
 
 
+async def cancel_once_started(task: asyncio.Future, started: threading.Event) -> None:
+    """Cancel `task` once its job runs on a pool thread; its wait ends at once, as cancelled."""
+    while not started.is_set():
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 def test_a_cancel_before_the_commit_ends_the_wait_at_once_and_the_job_stops(tmp_path, run_loop):
     dirfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     started, release, told = threading.Event(), threading.Event(), []
@@ -158,12 +167,7 @@ def test_a_cancel_before_the_commit_ends_the_wait_at_once_and_the_job_stops(tmp_
         return "installed"
 
     async def main() -> None:
-        task = asyncio.ensure_future(run_blocking(slow, dirfd))
-        while not started.is_set():
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await cancel_once_started(asyncio.ensure_future(run_blocking(slow, dirfd)), started)
         release.set()
         while not told:
             await asyncio.sleep(0.01)
@@ -173,6 +177,31 @@ def test_a_cancel_before_the_commit_ends_the_wait_at_once_and_the_job_stops(tmp_
     finally:
         os.close(dirfd)
     assert told == [False]  # the job is told not to install
+
+
+def test_a_look_whose_call_was_cancelled_has_the_fd_it_opened_closed(tmp_path, run_loop):
+    """run_file: the wait ends at the cancel, the look goes on, and the fd it opens after (an agent's
+    directory, which nothing would close otherwise) goes to `drop`."""
+    started, release = threading.Event(), threading.Event()
+    dropped: list[bool] = []  # per fd handed to `drop`: whether it was the one the look opened
+
+    def drop(fd: int) -> None:
+        dropped.append(os.path.samestat(os.fstat(fd), os.stat(tmp_path)))
+        os.close(fd)
+
+    def look() -> int:
+        started.set()
+        release.wait(10)
+        return os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+
+    async def main() -> None:
+        await cancel_once_started(asyncio.ensure_future(workers.run_file(look, drop=drop)), started)
+        release.set()
+        while not dropped:
+            await asyncio.sleep(0.01)
+
+    run_loop(main())
+    assert dropped == [True]
 
 
 def test_a_devices_filesystem_type_is_asked_again_after_a_while(tmp_path, monkeypatch):
