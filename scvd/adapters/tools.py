@@ -23,6 +23,7 @@ from ..text import excerpt
 from ..tools.containment import show
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout, own_deadline
 from ..tools.runs import hidden_values, redact_text, result_dict, timeout_error
+from ..workers import run_file
 from . import spec as specs
 from .argv import EFFORTS, MODEL_PATTERN, bounded, build_argv, check_model, check_start, prompt_pattern
 from .env import build_env, passed_names
@@ -172,7 +173,7 @@ class AgentTool(Tool):
 
     async def run(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         # looked up again now and held: the run enters this very directory (by its fd), not its path
-        cwd, cwd_fd = open_cwd(ctx.workspace, ctx.workspace_fd, args.cwd, ctx.workspace_given)
+        cwd, cwd_fd = await _open_cwd(ctx, args.cwd)
         try:
             return await self._run(args, plan, ctx, cwd, cwd_fd)
         finally:
@@ -188,16 +189,16 @@ class AgentTool(Tool):
         # a passed GH_TOKEN the agent prints (a `gh auth status`, a debug line), as a script tool's
         hidden = hidden_values(granted)
         try:
-            if cwd_fd is not None:  # the workspace swapped while the call waited: said as for a run in it
-                process.check_held(ctx.workspace, ctx.workspace_fd)
-                _check_cwd_held(self.name, args.cwd, cwd, cwd_fd)  # else said as the workspace's swap
+            if cwd_fd is not None:  # the workspace or cwd swapped while the call waited
+                await run_file(_check_held, self.name, ctx, args.cwd, cwd, cwd_fd)
             result = await process.run_process(
                 argv, **ctx.start_dir(cwd, cwd_fd),
                 env=build_env(os.environ, self.adapter, home, granted),
                 timeout=plan.timeout, output_limit=ctx.config.tools.output_limit_bytes, wrapper=plan.sandboxed,
             )
         except OSError as exc:  # nothing started: the CLI removed since approval, a cwd scvd may not enter
-            if program := missing_interpreter(plan.data["argv"][0], os.environ):  # ENOENT naming the CLI itself
+            # ENOENT naming the CLI itself; its #! line read off the loop, as every look here: a hung mount
+            if program := await run_file(missing_interpreter, plan.data["argv"][0], os.environ):
                 raise Failed(f"{self.name}: cannot start {argv[0]}; nothing ran: "
                              f"{missing_program_hint(self.adapter, program)}") from exc
             where = f"{exc.filename}: " if exc.filename else ""
@@ -207,7 +208,7 @@ class AgentTool(Tool):
             # the CLIs create 0755 folders; a home grows with sessions, so walk it off the loop
             await asyncio.to_thread(repair_home, self.paths, self.adapter.name)
         result.output = redact_text(result.output, hidden)
-        return self._result(result, cwd, args, plan, ctx)
+        return await self._result(result, cwd, args, plan, ctx)
 
     def _pass_env(self, ctx: CallContext) -> list[str]:
         """The adapter's pass_env (of the configuration the session opened with) less every live
@@ -216,11 +217,11 @@ class AgentTool(Tool):
         withheld = secret_names.withheld(ctx, own_setup=self.adapter.name == SETUP_AGENT)
         return passed_names(self.adapter, withheld)
 
-    def _result(self, result: Any, cwd: Path, args: Any, plan: Plan, ctx: CallContext) -> dict[str, Any]:
+    async def _result(self, result: Any, cwd: Path, args: Any, plan: Plan, ctx: CallContext) -> dict[str, Any]:
         executable = plan.data["argv"][0]
         failed = result.timed_out or result.exit_code != 0
         hint = failure_hint(self.adapter, result.output, failed)
-        if failed and not hint and (program := missing_interpreter(executable, os.environ)):
+        if failed and not hint and (program := await run_file(missing_interpreter, executable, os.environ)):
             hint = missing_program_hint(self.adapter, program)  # bwrap's execvp failed as if the CLI were missing
         if result.timed_out:  # like bash: a deadline is a `timeout` error carrying the output's end
             ceiling = float(ctx.config.tools.max_timeout_seconds)
@@ -239,9 +240,31 @@ def tools(config: Any, paths: Any) -> list[Tool]:
     return [AgentTool(specs.configured(a, config), config, paths) for a in specs.ADAPTERS.values()]
 
 
-def _check_cwd_held(tool: str, asked: str, cwd: Path, cwd_fd: int) -> None:
-    """Refuse a run whose `cwd` (not the workspace) names another directory than the one looked up
-    for it: moved, or a link or another directory put in its place since (run_process looks again)."""
+async def _open_cwd(ctx: CallContext, asked: str | None) -> tuple[Path, int | None]:
+    """open_cwd on the file pool (a workspace on a hung mount holds a thread there, not the loop),
+    beneath a workspace fd of the job's own: a session closed meanwhile cannot pull it away."""
+    held = os.dup(ctx.workspace_fd)
+
+    def look() -> tuple[Path, int | None]:
+        try:
+            return open_cwd(ctx.workspace, held, asked, ctx.workspace_given)
+        finally:
+            os.close(held)
+
+    return await run_file(look, drop=_close_cwd)
+
+
+def _close_cwd(found: tuple[Path, int | None]) -> None:
+    """The fd open_cwd opened for a call cancelled while it looked."""
+    if found[1] is not None:
+        os.close(found[1])
+
+
+def _check_held(tool: str, ctx: CallContext, asked: str, cwd: Path, cwd_fd: int) -> None:
+    """Refuse a run whose workspace (said as for any run in it) or `cwd` names another directory than
+    the one looked up for it: moved, or a link or another directory put in its place since (run_process
+    looks again)."""
+    process.check_held(ctx.workspace, ctx.workspace_fd)
     try:
         process.check_held(cwd, cwd_fd)
     except Failed:
