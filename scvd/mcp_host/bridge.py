@@ -20,8 +20,8 @@ from ..call_budget import cost as call_cost
 from ..lenient_json import NOT_JSON, TOO_DEEP_JSON, lenient, top_level_id
 from ..text import well_formed
 from .jsonrpc import (INTERNAL, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, call_result,
-                      can_elicit, decision_of, elicitation_params, error_result, initialize_result, mcp_tool,
-                      request_id)
+                      can_elicit, decision_of, elicitation_params, error_result, failure, initialize_result,
+                      mcp_tool, request_id)
 from .names import HostNames
 from .pipes import Lines
 
@@ -160,7 +160,10 @@ class Bridge:
             return error_result(refused.kind, refused.message)
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
-        accepted = await self.client.request(p.Call, cost, session=self.session, tool=name, arguments=arguments)
+        try:
+            accepted = await self.client.request(p.Call, cost, session=self.session, tool=name, arguments=arguments)
+        except errors.ToolError as exc:  # refused before it ran (`limit`): the model's to act on, as a failure is
+            return failure(exc.kind, exc.message, exc.hint)
         self.calls[msg_id] = accepted.call_id
         asked: list[str] = []
         progress = base = 0.0  # the last one sent; where the run's own seconds count from (after a wait)

@@ -108,7 +108,7 @@ def mcp_tool(tool: p.ToolInfo, name: str) -> dict[str, Any]:
 
 def call_result(done: p.CallCompleted) -> dict[str, Any]:
     """A call.completed as an MCP tool result: text for every host, structured where it is an object;
-    JsonRpcError for a call of a tool the session does not have."""
+    a failure's as `failure` has it."""
     if done.ok:
         payload = msgspec.to_builtins(done.result)
         text = payload if isinstance(payload, str) else json_bytes(msgspec.json.encode, payload).decode("utf-8")
@@ -116,10 +116,15 @@ def call_result(done: p.CallCompleted) -> dict[str, Any]:
         if isinstance(payload, dict):
             result["structuredContent"] = payload
         return result
-    err = done.error
-    if err.kind == "unknown_tool":  # MCP: an unknown tool is a protocol error, not the tool's result
-        raise errors.JsonRpcError(INVALID_PARAMS, _error_text(err.kind, err.message, err.hint))
-    return error_result(err.kind, err.message, err.hint)
+    return failure(done.error.kind, done.error.message, done.error.hint)
+
+
+def failure(kind: str, message: str, hint: str | None = None) -> dict[str, Any]:
+    """A call that failed or was refused, as the isError result the host's model reads and can act on;
+    JsonRpcError -32602 for a tool the session does not have."""
+    if kind == "unknown_tool":  # MCP: an unknown tool is a protocol error, not the tool's result
+        raise errors.JsonRpcError(INVALID_PARAMS, _error_text(kind, message, hint))
+    return error_result(kind, message, hint)
 
 
 def error_result(kind: str, message: str, hint: str | None = None) -> dict[str, Any]:

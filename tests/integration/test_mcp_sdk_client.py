@@ -245,3 +245,27 @@ def test_a_server_added_after_attach_is_announced_and_listed(daemon, workspace):
 
     before, after = anyio.run(lambda: session_of(daemon, workspace, body, on_message=on_message))
     assert "mcp__late__echo" not in before and "mcp__late__echo" in after
+
+
+def test_a_call_past_the_sessions_limit_is_an_error_result_the_model_reads(make_daemon, workspace):
+    """A refusal by a limit (server.max_calls_per_session, server.max_call_bytes_per_connection) was
+    JSON-RPC error -32603, which hosts show as a crashed server; the model never read what to do."""
+    d = make_daemon("[server]\nmax_calls_per_session = 1\n")
+
+    def waiting() -> None:
+        with d.client(name="me") as me:
+            wait_pending(me)
+
+    async def body(s):
+        async with anyio.create_task_group() as tg:  # a write waits for approval: the session's one call
+            tg.start_soon(s.call_tool, "write", {"path": "out.txt", "content": "never", "mode": "create"})
+            await anyio.to_thread.run_sync(waiting)
+            refused = await s.call_tool("read", {"path": "notes.txt"})
+            tg.cancel_scope.cancel()
+        return refused
+
+    refused = anyio.run(session_of, d, workspace, body)
+    assert refused.is_error and text_of(refused) == (
+        "limit: this session already holds 1 calls that have not completed (server.max_calls_per_session); "
+        "wait for earlier calls to complete (call.completed), or cancel those you no longer need (call.cancel), "
+        "then send this one again")

@@ -583,9 +583,11 @@ def test_an_mcp_hosts_calls_count_their_lines_as_a_socket_clients_calls_count_th
             host.request("ping")  # answered behind the refusal, as its line came behind the call's
             refused = host.read()
             assert refused["id"] == past, refused
+            assert refused["result"]["isError"] is True, refused  # its model reads it: no -32603, no crashed server
             assert re.fullmatch(
-                r"failed: this connection's calls that have not completed already hold 2\d,\d{3} bytes, and this "
-                r"one's 12,\d{3} would pass server\.max_call_bytes_per_connection .*", refused["error"]["message"])
+                r"limit: this connection's calls that have not completed already hold 2\d,\d{3} bytes, and this "
+                r"one's 12,\d{3} would pass server\.max_call_bytes_per_connection .*",
+                refused["result"]["content"][0]["text"])
             assert host.read()["result"] == {}  # the ping
             c.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="approve", scope="session")
             answers = {a["id"]: a for a in (host.read() for _ in range(3))}
