@@ -27,3 +27,15 @@ def test_two_long_names_of_one_start_and_a_listed_name_like_a_short_one_stay_apa
     assert shown[0] == short and len(set(shown)) == 3 and all(len(n) <= 53 for n in shown)
     assert shown[1].startswith(PR[:43]) and len(shown[1]) == 53 and re.search(r"_[0-9a-f]{9}$", shown[1])
     assert [names.scvd_name(n) for n in shown] == [short, first, second]
+
+
+def test_a_shortened_name_no_list_of_this_session_gave_is_unmapped_until_the_tools_are_mapped() -> None:
+    """A host keeps an earlier session's list (Claude Code does) and calls a shortened name first."""
+    short = HostNames(53).listed([PR])[0]
+    names = HostNames(53)
+    assert names.unmapped(short) and names.scvd_name(short) == short
+    assert not names.unmapped("read") and not names.unmapped(PR) and not names.unmapped(short[:-1]) and \
+        not names.unmapped(None)
+    names.listed(["read", PR])
+    assert not names.unmapped(short) and names.scvd_name(short) == PR
+

@@ -144,14 +144,19 @@ class Bridge:
         if method == "tools/list":
             # what it calls; system tools too (store_secret): a host has no find_tools to discover them,
             # and a credential_missing error tells its agent to call store_secret
-            tools = (await self.client.request(p.ToolsList, session=self.session, include_system=True)).tools
+            tools = await self._tools()
             return {"tools": [mcp_tool(t, name) for t, name in zip(tools, self.names.listed([t.name for t in tools]))]}
         if method == "tools/call":
-            return await self._call({**params, "name": self.names.scvd_name(params.get("name"))}, msg_id, cost)
+            return await self._call(params, msg_id, cost)
         raise errors.JsonRpcError(METHOD_NOT_FOUND, f"method {method!r} is not supported")
 
+    async def _tools(self) -> list[p.ToolInfo]:
+        return (await self.client.request(p.ToolsList, session=self.session, include_system=True)).tools
+
     async def _call(self, params: dict[str, Any], msg_id: Any, cost: int) -> dict[str, Any]:
-        name, arguments = params.get("name"), params.get("arguments")
+        if self.names.unmapped(params.get("name")):  # a host that kept an earlier session's list calls unlisted
+            self.names.listed([t.name for t in await self._tools()])
+        name, arguments = self.names.scvd_name(params.get("name")), params.get("arguments")
         if arguments is None:  # omitted: a tool without required arguments
             arguments = {}
         if not isinstance(name, str) or not isinstance(arguments, dict):

@@ -6,14 +6,20 @@ name of scvd's (an MCP server's tool, `mcp__github__...`, up to 64 itself) faile
 request of the host's session. A name over the budget becomes its start, `_` and the first
 hex digits of its sha256: the same name each time, so a host that lists again sees no
 change; more digits where two would meet. Data only: the bridge lists and calls through it.
+
+A host may call a shortened name before it lists (Claude Code keeps an earlier session's
+list): such a name is `unmapped` until the bridge maps the session's current tools with
+`listed`, which gives the names any list of them would.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 HASH_DIGITS = 8  # of sha256, at least: two names of one server still differ past their shared start
+SHORTENED_END = re.compile(rf"_[0-9a-f]{{{HASH_DIGITS},}}$")
 
 
 class HostNames:
@@ -41,6 +47,12 @@ class HostNames:
     def scvd_name(self, name: Any) -> Any:
         """The tool a host's name stands for (anything else, a name not listed so, as it came)."""
         return self.real.get(name, name) if isinstance(name, str) else name
+
+    def unmapped(self, name: Any) -> bool:
+        """`name` is shaped as a shortened one (the budget's length, ending in `_` and hex digits) but
+        no list of this session gave it: the host's list may be an earlier session's."""
+        return (isinstance(name, str) and len(name) == self.budget and name not in self.real
+                and SHORTENED_END.search(name) is not None)
 
     def _shortened(self, name: str, taken: set[str]) -> str:
         digest = hashlib.sha256(name.encode()).hexdigest()

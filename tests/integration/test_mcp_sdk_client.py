@@ -4,6 +4,8 @@ elicitation decided from `scvctl approvals approve`, and cancellation."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import subprocess
 import sys
 import time
@@ -19,8 +21,12 @@ from mcp.shared.exceptions import MCPError
 from scvd import protocol as p
 
 from conftest import ROOT, DaemonProc, base_env, reloaded, wait_pending
+from test_mcp import with_quirks_server
 
 pytestmark = pytest.mark.slow
+
+LONG = "mcp__raw__" + "l" * 54  # the quirks server's long-names tool: 64 in scvd, over the host's 53
+SHORT = f"{LONG[:44]}_{hashlib.sha256(LONG.encode()).hexdigest()[:8]}"  # as docs/protocol.md shortens it
 
 
 def params(d: DaemonProc, workspace: Path) -> StdioServerParameters:
@@ -245,6 +251,18 @@ def test_a_server_added_after_attach_is_announced_and_listed(daemon, workspace):
 
     before, after = anyio.run(lambda: session_of(daemon, workspace, body, on_message=on_message))
     assert "mcp__late__echo" not in before and "mcp__late__echo" in after
+
+
+def test_a_host_that_kept_an_earlier_sessions_list_calls_a_shortened_name_without_listing(make_daemon, workspace):
+    """Claude Code keeps the tools of an earlier session and calls them before it lists: a shortened
+    name was mapped back only after this session's tools/list, and was unknown_tool until then."""
+    d = with_quirks_server(make_daemon, "long-names=1", LONG.removeprefix("mcp__raw__"))
+
+    async def body(s):
+        return await s.call_tool(SHORT, {"said": "hi"})  # the session's first request after initialize
+
+    result = anyio.run(session_of, d, workspace, body)
+    assert not result.is_error and result.structured_content == {"text": '{"said": "hi"}'}, text_of(result)
 
 
 def test_a_call_past_the_sessions_limit_is_an_error_result_the_model_reads(make_daemon, workspace):
