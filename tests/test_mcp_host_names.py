@@ -29,13 +29,22 @@ def test_two_long_names_of_one_start_and_a_listed_name_like_a_short_one_stay_apa
     assert [names.scvd_name(n) for n in shown] == [short, first, second]
 
 
-def test_a_shortened_name_no_list_of_this_session_gave_is_unmapped_until_the_tools_are_mapped() -> None:
+def test_names_are_unmapped_until_a_list_and_then_only_a_shortened_one_it_did_not_give() -> None:
     """A host keeps an earlier session's list (Claude Code does) and calls a shortened name first."""
     short = HostNames(53).listed([PR])[0]
     names = HostNames(53)
-    assert names.unmapped(short) and names.scvd_name(short) == short
-    assert not names.unmapped("read") and not names.unmapped(PR) and not names.unmapped(short[:-1]) and \
-        not names.unmapped(None)
+    assert names.unmapped(short) and names.unmapped("read") and names.scvd_name(short) == short
     names.listed(["read", PR])
     assert not names.unmapped(short) and names.scvd_name(short) == PR
+    assert not names.unmapped("read") and not names.unmapped("nope") and not names.unmapped(None)
+    stale = short[:-8] + "00000000"  # a hash no list gave: the tools may have changed since
+    assert names.unmapped(stale) and not names.unmapped(stale[:-1]) and not names.unmapped(stale + "0")
 
+
+def test_text_about_tools_names_them_as_the_host_got_them() -> None:
+    names = HostNames(53)
+    short = names.listed(["read", PR])[1]
+    said = f"no tool named {PR[:-1]!r}; closest: {PR}, {PR}x, read; tools: read, mcp__github__* (2 tools)"
+    assert names.host_text(said) == (f"no tool named {PR[:-1]!r}; closest: {short}, {PR}x, read; "
+                                     "tools: read, mcp__github__* (2 tools)")  # a whole name only
+    assert HostNames(53).host_text(said) == said  # nothing shortened: as it was

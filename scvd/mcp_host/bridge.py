@@ -168,7 +168,7 @@ class Bridge:
         try:
             accepted = await self.client.request(p.Call, cost, session=self.session, tool=name, arguments=arguments)
         except errors.ToolError as exc:  # refused before it ran (`limit`): the model's to act on, as a failure is
-            return failure(exc.kind, exc.message, exc.hint)
+            return failure(exc.kind, exc.message, exc.hint, self.names.host_text)
         self.calls[msg_id] = accepted.call_id
         asked: list[str] = []
         progress = base = 0.0  # the last one sent; where the run's own seconds count from (after a wait)
@@ -176,7 +176,7 @@ class Bridge:
             while True:  # every event of this call is taken, so none piles up in a long host session
                 event = await self.client.next_call_event(accepted.call_id)
                 if isinstance(event, p.CallCompleted):
-                    return call_result(event)
+                    return call_result(event, self.names.host_text)
                 if isinstance(event, p.CallProgress) and token is not None and msg_id not in self.cancelled:
                     progress = self._progress(token, event, progress, base)  # MCP: none for a request its host cancelled
                 elif isinstance(event, p.CallStarted):  # after a wait: its elapsed_s counts from 0 again

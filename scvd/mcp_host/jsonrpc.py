@@ -6,7 +6,7 @@ here; bridge.py moves it over the host's pipes. Nothing here names a tool.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
@@ -106,7 +106,7 @@ def mcp_tool(tool: p.ToolInfo, name: str) -> dict[str, Any]:
     }
 
 
-def call_result(done: p.CallCompleted) -> dict[str, Any]:
+def call_result(done: p.CallCompleted, named: Callable[[str], str] = str) -> dict[str, Any]:
     """A call.completed as an MCP tool result: text for every host, structured where it is an object;
     a failure's as `failure` has it."""
     if done.ok:
@@ -116,14 +116,15 @@ def call_result(done: p.CallCompleted) -> dict[str, Any]:
         if isinstance(payload, dict):
             result["structuredContent"] = payload
         return result
-    return failure(done.error.kind, done.error.message, done.error.hint)
+    return failure(done.error.kind, done.error.message, done.error.hint, named)
 
 
-def failure(kind: str, message: str, hint: str | None = None) -> dict[str, Any]:
+def failure(kind: str, message: str, hint: str | None = None, named: Callable[[str], str] = str) -> dict[str, Any]:
     """A call that failed or was refused, as the isError result the host's model reads and can act on;
-    JsonRpcError -32602 for a tool the session does not have."""
+    JsonRpcError -32602 for a tool the session does not have, its message's tool names passed
+    through `named` (to the host's own: names.HostNames.host_text)."""
     if kind == "unknown_tool":  # MCP: an unknown tool is a protocol error, not the tool's result
-        raise errors.JsonRpcError(INVALID_PARAMS, _error_text(kind, message, hint))
+        raise errors.JsonRpcError(INVALID_PARAMS, _error_text(kind, named(message), hint))
     return error_result(kind, message, hint)
 
 

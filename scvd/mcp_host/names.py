@@ -7,9 +7,11 @@ request of the host's session. A name over the budget becomes its start, `_` and
 hex digits of its sha256: the same name each time, so a host that lists again sees no
 change; more digits where two would meet. Data only: the bridge lists and calls through it.
 
-A host may call a shortened name before it lists (Claude Code keeps an earlier session's
-list): such a name is `unmapped` until the bridge maps the session's current tools with
-`listed`, which gives the names any list of them would.
+A host may call before it lists (Claude Code keeps an earlier session's list): until a list
+of this session, and for a name shaped as a shortened one that the last did not give, a name
+is `unmapped`, and the bridge maps the session's current tools with `listed`, which gives
+the names any list of them would. Text scvd writes about tools (an unknown tool's closest
+names) names them as the host does: `host_text`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 HASH_DIGITS = 8  # of sha256, at least: two names of one server still differ past their shared start
 SHORTENED_END = re.compile(rf"_[0-9a-f]{{{HASH_DIGITS},}}$")
+WORD = re.compile(r"\w+")  # a tool name in scvd's text: a-z, 0-9 and _, set off by quotes, commas, spaces
 
 
 class HostNames:
@@ -28,6 +31,8 @@ class HostNames:
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.real: dict[str, str] = {}  # shortened name -> scvd's
+        self.shown: dict[str, str] = {}  # scvd's name -> shortened
+        self.mapped = False  # a list of this session made: `real` and `shown` hold its names
 
     def listed(self, names: list[str]) -> list[str]:
         """`names` as the host is to see them, in their order; remembered for `scvd_name`."""
@@ -41,7 +46,8 @@ class HostNames:
                 real[short] = name
                 name = short
             shown.append(name)
-        self.real = real
+        self.real, self.shown = real, {name: short for short, name in real.items()}
+        self.mapped = True
         return shown
 
     def scvd_name(self, name: Any) -> Any:
@@ -49,10 +55,18 @@ class HostNames:
         return self.real.get(name, name) if isinstance(name, str) else name
 
     def unmapped(self, name: Any) -> bool:
-        """`name` is shaped as a shortened one (the budget's length, ending in `_` and hex digits) but
-        no list of this session gave it: the host's list may be an earlier session's."""
-        return (isinstance(name, str) and len(name) == self.budget and name not in self.real
-                and SHORTENED_END.search(name) is not None)
+        """The session's tools are to be mapped before `name` is looked up: no list of this session was
+        made (the host's may be an earlier session's; an unknown tool's closest names are told by its
+        names too), or `name` is shaped as a shortened one (the budget's length, ending in `_` and hex
+        digits) that the last list did not give."""
+        return not self.mapped or (isinstance(name, str) and len(name) == self.budget and name not in self.real
+                                   and SHORTENED_END.search(name) is not None)
+
+    def host_text(self, text: str) -> str:
+        """`text` with each scvd name the host got shortened written as the host got it."""
+        if not self.shown:
+            return text
+        return WORD.sub(lambda word: self.shown.get(word[0], word[0]), text)
 
     def _shortened(self, name: str, taken: set[str]) -> str:
         digest = hashlib.sha256(name.encode()).hexdigest()

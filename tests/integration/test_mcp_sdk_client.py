@@ -265,6 +265,29 @@ def test_a_host_that_kept_an_earlier_sessions_list_calls_a_shortened_name_withou
     assert not result.is_error and result.structured_content == {"text": '{"said": "hi"}'}, text_of(result)
 
 
+def test_an_unknown_tool_is_told_the_closest_names_as_the_host_knows_them(make_daemon, workspace):
+    """The closest names were scvd's: a host that knows the tool only as shortened was told a name
+    it cannot call (and the Anthropic API would refuse)."""
+    d = with_quirks_server(make_daemon, "long-names=1", LONG.removeprefix("mcp__raw__"))
+    typo, stale = SHORT[:-9], SHORT[:-8] + "00000000"  # the name cut short; its hash wrong
+
+    async def refused(s, name: str) -> MCPError:
+        with pytest.raises(MCPError) as error:
+            await s.call_tool(name, {})
+        return error.value
+
+    async def body(s):
+        first = await refused(s, typo)  # before any tools/list: a host that kept an earlier session's
+        listed = [t.name for t in (await s.list_tools()).tools]
+        return listed, [first, await refused(s, stale)]
+
+    listed, refused = anyio.run(session_of, d, workspace, body)
+    for name, error in zip((typo, stale), refused):
+        assert error.code == -32602 and error.message.startswith(f"unknown_tool: no tool named '{name}'; closest: ")
+        closest = error.message.split("; closest: ", 1)[1].split("; ", 1)[0].split(", ")
+        assert SHORT in closest and set(closest) <= set(listed), error.message
+
+
 def test_a_call_past_the_sessions_limit_is_an_error_result_the_model_reads(make_daemon, workspace):
     """A refusal by a limit (server.max_calls_per_session, server.max_call_bytes_per_connection) was
     JSON-RPC error -32603, which hosts show as a crashed server; the model never read what to do."""
