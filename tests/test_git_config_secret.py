@@ -84,6 +84,19 @@ def test_gits_xdg_config_is_where_scvds_environment_puts_it(tmp_path: Path, monk
     assert not is_git_config(("xdgconf", "git", "config"), str(tmp_path))
 
 
+def test_a_bare_repositorys_config_counts_whatever_its_folder_is_named(tmp_path: Path) -> None:
+    """A bare repository not named `*.git` (`git init --bare ~/.cfg`, the usual dotfiles setup) is
+    a git dir by content (HEAD beside config, objects, refs), as always_ask.py takes it: its
+    config was judged by the folder's name alone and read unasked with a token in it."""
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / ".cfg")], check=True)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "config").write_text("[core]\n")  # a config, no HEAD beside it
+    assert is_git_config((".cfg", "config"), str(tmp_path))
+    assert is_git_config(("config",), str(tmp_path / ".cfg"))  # a session on the bare repository
+    assert not is_git_config(("notes", "config"), str(tmp_path))
+    assert not is_git_config((".cfg", "hooks", "config"), str(tmp_path))
+
+
 @pytest.mark.parametrize("text", [
     '"[core]\\n# " + "A" * (1 << 20)',  # a long run of letters: a scheme was looked for at each one
     '"https://" + "u" * (1 << 20) + "@"',  # a user that runs on

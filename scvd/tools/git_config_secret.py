@@ -1,7 +1,8 @@
 """Whether a git config file holds a credential: the one secret-like rule of read that looks at content.
 
 Rule: a repository's config (`config` in a `.git` or `*.git` folder at any depth, a submodule's
-`.git/modules/NAME/config` too, or at the top of a workspace that is such a folder), a user's
+`.git/modules/NAME/config` too, or at the top of a workspace that is such a folder; or in a folder
+of another name that holds a `HEAD` too, as always_ask.py recognises a git dir: a bare `~/.cfg`), a user's
 `.gitconfig`, or git's XDG config (`config` in `.config/git`, the workspace's own folders counted:
 a session on `~/.config` or `~/.config/git` too; and in `$XDG_CONFIG_HOME/git` where scvd's
 environment, which `bash` inherits, puts it, in a folder not named `.config` too), named in any
@@ -13,8 +14,8 @@ basic ...` there), `smtppass`, `*token` or `*password` key. (git's credential st
 requested path and the resolved one are judged by name, and the content is that of the fd read's
 plan() holds, read with pread so the later read still starts where it would (write's plan() opens
 the file it replaces: no hash of it is compared unasked). A file it cannot read is judged by its
-path alone. Any other file costs a read one name lookup (a `config` outside a git dir two
-realpaths). Like secret_paths.py, a visibility aid, not a confidentiality boundary.
+path alone. Any other file costs a read one name lookup (a `config` outside a git dir an lstat
+and two realpaths). Like secret_paths.py, a visibility aid, not a confidentiality boundary.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 
+from ..gitmeta import looks_like_git_dir
 from ..secret_like import URL_PASSWORD_RE, holds_token
 from . import containment
 from .containment import show
@@ -67,8 +69,9 @@ def _token_user(user: str) -> bool:
 
 
 def is_git_config(parts: tuple[str, ...], workspace: str) -> bool:
-    """Whether `parts` names a file git reads as a config: `.gitconfig`, or `config` in a git dir,
-    in `.config/git` or in git's XDG folder where scvd's environment puts it (`xdg_git_dirs`)."""
+    """Whether `parts` names a file git reads as a config: `.gitconfig`, or `config` in a git dir
+    (named `.git`/`*.git`, or any folder with a HEAD beside it: a few lstats), in `.config/git` or in
+    git's XDG folder where scvd's environment puts it (`xdg_git_dirs`)."""
     name = parts[-1].lower()
     if name == ".gitconfig":
         return True
@@ -76,6 +79,9 @@ def is_git_config(parts: tuple[str, ...], workspace: str) -> bool:
         return False
     folders = (os.path.basename(workspace), *parts[:-1])  # `config` at the top of a session on `.git`
     if any(folder.lower().endswith(".git") for folder in folders):
+        return True
+    # a git dir named otherwise (`git init --bare ~/.cfg`, a dotfiles setup), by content as always_ask judges it
+    if looks_like_git_dir(os.path.join(workspace, *parts[:-1])):
         return True
     # the two folders above it, the workspace's own among them (a session on ~/.config or ~/.config/git)
     above = (os.path.basename(os.path.dirname(workspace)), *folders)[-2:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,15 @@ def test_gits_xdg_config_that_holds_a_credential_asks_to_be_read_and_its_credent
         assert TOKEN not in str(asked)
 
 
+def reads_ask_as_git_config(owner: Client, reads: tuple[tuple[str, str], ...], found: str) -> None:
+    """Each read (session, path) asks, as of a git config that holds `found`, showing no TOKEN; denied."""
+    for session, path in reads:
+        done, asked = call(owner, session, "read", decide="deny", path=path)
+        assert asked.risk == "filesystem" and asked.details["why"] == (
+            f"filesystem risk: the path looks secret-like: 'config' is a git config that holds a credential ({found})")
+        assert TOKEN not in str(asked) and done.error.kind == "denied"
+
+
 def test_gits_xdg_config_in_a_folder_not_named_config_asks_to_be_read_when_it_holds_a_credential(
         make_daemon, tmp_path: Path) -> None:
     """git (run by bash, which inherits scvd's environment) reads $XDG_CONFIG_HOME/git/config; one
@@ -196,12 +206,22 @@ def test_gits_xdg_config_in_a_folder_not_named_config_asks_to_be_read_when_it_ho
         done, _ = call(owner, sid, "read", path="xdgconf/git/config")  # no credential: unasked
         assert done.ok and done.result["content"] == plain
         (xdg / "git" / "config").write_text(f'[url "https://{TOKEN}@github.com/"]\n\tinsteadOf = https://github.com/\n')
-        for session, path in ((sid, "xdgconf/git/config"), (on_git, "config")):
-            done, asked = call(owner, session, "read", decide="deny", path=path)
-            assert asked.risk == "filesystem" and asked.details["why"] == (
-                "filesystem risk: the path looks secret-like: 'config' is a git config that holds a credential "
-                "(a URL whose user is a token)")
-            assert TOKEN not in str(asked) and done.error.kind == "denied"
+        reads_ask_as_git_config(owner, ((sid, "xdgconf/git/config"), (on_git, "config")), "a URL whose user is a token")
+
+
+def test_a_bare_repositorys_config_that_holds_a_credential_asks_whatever_its_folder_is_named(
+        owner: Client, ws: Path) -> None:
+    """`git init --bare .cfg` (the usual dotfiles setup): its config, with a token in the remote's URL,
+    read unasked, while the same file in `app.git` asked and a write into `.cfg` asked naming it a git
+    directory: the git config rule knew a git dir by its name alone."""
+    for repo in (".cfg", "plain"):
+        subprocess.run(["git", "init", "-q", "--bare", str(ws / repo)], check=True)
+    url = f"https://x-access-token:{TOKEN}@github.com/o/dotfiles"
+    subprocess.run(["git", "-C", str(ws / ".cfg"), "config", "remote.origin.url", url], check=True)
+    sid, on_repo = owner.open_session(ws), owner.open_session(ws / ".cfg")
+    reads_ask_as_git_config(owner, ((sid, ".cfg/config"), (on_repo, "config")), "a URL with a password")
+    done, _ = call(owner, sid, "read", path="plain/config")  # no credential: unasked, as before
+    assert done.ok and "bare = true" in done.result["content"]
 
 
 def test_scvds_own_sensitive_files_ask_to_be_read_and_its_tool_sources_do_not(make_daemon, ws: Path) -> None:
