@@ -56,6 +56,7 @@ from .protocol import DEFAULT_SERVER_FRAME_LIMIT, ApprovalInfo, ApprovalResolved
 from .tools.contract import Plan, ToolRisk
 
 POLICIES = ("on-risk", "always", "never", "sandbox-aware")
+READS_ASK = frozenset({"always"})  # the policies that ask before a read-only call too (no grant, no always_allow)
 
 
 class Verdict(str, enum.Enum):
@@ -111,7 +112,7 @@ def policy_verdict(
 ) -> Verdict:
     """Whether a planned call runs, asks, or is denied under `policy`."""
     read_only = plan.risk is _READ_ONLY
-    if read_only and (always_allow or policy != "always"):
+    if read_only and (always_allow or policy not in READS_ASK):
         return _RUN
     if policy == "never":
         return _DENY

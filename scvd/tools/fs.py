@@ -806,8 +806,9 @@ class WriteTool(Tool):
                 secret = inside = _replaced_git_config_reason(parent, parts, real, ctx)
             # a stale hash fails before anyone is asked, where hashing costs less than a thread hop
             # (a small file on a local filesystem); run() checks it again just before the rename.
-            # Not that of a file whose read asks: unasked, pass or fail would say whether a guess is its content
-            if args.expected_sha256 and existing is not None and secret is None:
+            # Not that of a file whose read asks (secret-like, or every read under the policy): unasked,
+            # pass or fail would say whether a guess is its content
+            if args.expected_sha256 and existing is not None and secret is None and not ctx.reads_ask:
                 _check_sha(parent, real, args.path, args.expected_sha256, NEVER, small_only=True)
         finally:
             os.close(parent)

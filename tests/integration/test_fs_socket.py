@@ -351,6 +351,26 @@ def test_a_git_config_that_holds_a_credential_answers_no_hash_guess_unasked(owne
     assert done[right].ok and (ws / ".git" / "config").read_text() == "[core]\n"
 
 
+def test_under_policy_always_a_write_answers_no_hash_guess_unasked(make_daemon, owner: Client, ws: Path) -> None:
+    """Under approvals.policy = "always" every read asks, yet write compared an ordinary file with its
+    expected_sha256 before approval: failing at once told the agent its guess of the content was
+    wrong, and nobody was asked. Under the default policy a stale hash still fails at once."""
+    content = b"PIN=1234\n"
+    (ws / "notes.txt").write_bytes(content)
+    wrong = sha(b"PIN=0000\n")
+    guess = {"path": "notes.txt", "content": "x\n", "mode": "replace", "expected_sha256": wrong}
+    done, _ = call(owner, owner.open_session(ws), "write", **guess)  # on-risk: unasked (else call() fails)
+    assert done.error.kind == "failed" and "read it again and pass its sha256" in done.error.message
+    with make_daemon('[approvals]\npolicy = "always"\n').client(name="pytest-owner", approver=True) as c:
+        call_id = c.start_call(c.open_session(ws), "write", guess)
+        [asked] = wait_pending(c)
+        assert (asked.call_id, asked.tool, asked.details["expected_sha256"]) == (call_id, "write", wrong)
+        c.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="approve")
+        done = c.wait_call(call_id)  # compared once approved
+        assert done.error.kind == "failed" and "read it again and pass its sha256" in done.error.message
+    assert (ws / "notes.txt").read_bytes() == content
+
+
 def test_a_git_config_that_holds_a_credential_always_asks_whatever_grant(owner: Client, ws: Path) -> None:
     """Where no other rule named it (a `.gitconfig` kept in a project, `always_ask = []`), a session
     grant for read or write covered a git config holding a token: a read showed it, a write with an
