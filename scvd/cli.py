@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from . import __version__, config as config_mod, errors, eventloop, instance, notify, paths as paths_mod
-from . import tools
+from . import search_paths, tools
 from .redact import for_logs
 from .text import printable
 from .toml_write import toml_value
@@ -146,6 +146,8 @@ def parse_args(argv: list[str] | None = None) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # before any program is looked up or started: check-config then finds what the daemon finds
+    dropped = search_paths.clean_environ()
     try:
         paths = paths_mod.resolve()
         # absolute: --daemon changes to / before a reload reads the file again
@@ -178,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(level)
     for warning in loaded.warnings:
         logging.getLogger("scvd.config").warning("%s", warning)
+    for note in search_paths.notes(dropped):
+        logging.getLogger("scvd").warning("%s", printable(note))
     if not foreground:
         return run_detached(paths, loaded, pid_file, level)
     return run(paths, loaded, config_file)

@@ -1,0 +1,115 @@
+"""Search paths in scvd's environment: no entry that a process scvd starts reads against its working directory.
+
+An empty or relative entry of a search path (PATH, LD_LIBRARY_PATH, ...) is read against the working
+directory of the process that reads it, and what scvd starts starts in a session's workspace, which
+an unasked sandboxed call writes: `LD_LIBRARY_PATH=/opt/x/lib:` had bwrap itself, outside the
+sandbox, load a libcap.so.2 a call left there, and `PATH=:/usr/bin` had a script tool's
+`#!/usr/bin/env python3` run a ./python3 with its secrets. So scvd drops those entries from its own
+environment once, at start (`clean_environ()`, before it looks a program up or starts one): every
+child inherits the cleaned environment, and scvd's own lookups (bwrap, the agents, MCP commands)
+find what the children find. Absolute entries stay; a workspace that holds one asks for every call
+(host_places.py). Pure functions but `clean_environ()`, the one that changes os.environ.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+# the variables whose entries a common program looks code up in, and what separates the entries.
+# Kept short: each is read by what scvd starts (bash, a script's interpreter, an agent's Node, bwrap's
+# loader) and resolves a relative entry against the working directory
+SEARCH_PATHS = {
+    "PATH": ":",  # programs: execvp, bash, env, Python's subprocess
+    "LD_LIBRARY_PATH": ":;",  # the dynamic loader's libraries; glibc splits at `;` too
+    "LD_PRELOAD": ": ",  # libraries loaded into every program; glibc splits at spaces too
+    "LD_AUDIT": ":",  # the loader's audit libraries
+    "PYTHONPATH": ":",  # Python's imports
+    "NODE_PATH": ":",  # Node's require()
+    "PERL5LIB": ":",  # Perl's @INC
+    "PERLLIB": ":",
+    "RUBYLIB": ":",  # Ruby's $LOAD_PATH
+}
+# lists of libraries, not of directories: an entry without a slash is a name the loader looks up
+# on its library path, not in the working directory
+LIBRARY_LISTS = frozenset({"LD_PRELOAD", "LD_AUDIT"})
+# the PATH of a child whose scvd has none left: bash without PATH uses its own default, which ends in `.`
+FALLBACK_PATH = "/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """What clean() took out of one variable: its entries read against the working directory."""
+
+    name: str
+    entries: tuple[str, ...]  # "" for the empty entry; () when PATH was unset
+    now: str | None  # the variable's value now, None when it is unset
+
+
+def entries(env: Mapping[str, str], name: str) -> list[str]:
+    """The entries of `name` in `env`, empty ones too (an empty value has none)."""
+    value = env.get(name, "")
+    if not value:
+        return []
+    for sep in SEARCH_PATHS[name][1:]:
+        value = value.replace(sep, SEARCH_PATHS[name][0])
+    return value.split(SEARCH_PATHS[name][0])
+
+
+def read_against_cwd(name: str, entry: str) -> bool:
+    """Whether a program reads `entry` of `name` against its working directory: an empty or
+    relative one (in a list of libraries: one with a slash that is not absolute)."""
+    if name in LIBRARY_LISTS:
+        return "/" in entry and not entry.startswith("/")
+    return not entry.startswith("/")
+
+
+def clean(env: Mapping[str, str]) -> tuple[dict[str, str], list[Dropped]]:
+    """`env` with the entries read against the working directory dropped from each SEARCH_PATHS
+    variable (left with none: unset), and PATH set to FALLBACK_PATH when it is unset or left with
+    none; and what was dropped. A variable with nothing to drop keeps its value as it was."""
+    out, dropped = dict(env), []
+    for name in SEARCH_PATHS:
+        found = entries(env, name)
+        gone = tuple(e for e in found if read_against_cwd(name, e))
+        if not gone:
+            continue
+        kept = [e for e in found if e and e not in gone]
+        if kept:
+            out[name] = ":".join(kept)
+        else:
+            out.pop(name)
+        dropped.append(Dropped(name, gone, None))
+    if not out.get("PATH"):
+        out["PATH"] = FALLBACK_PATH
+        if not any(d.name == "PATH" for d in dropped):
+            dropped.append(Dropped("PATH", (), None))
+    return out, [Dropped(d.name, d.entries, out.get(d.name)) for d in dropped]
+
+
+def notes(dropped: Iterable[Dropped]) -> list[str]:
+    """A log line for each variable clean() changed, with what a user whose tool relied on it does."""
+    lines = []
+    for d in dropped:
+        now = f"it is now {d.now!r}" if d.now is not None else "it is now unset"
+        if not d.entries:
+            lines.append(f"scvd's environment has no PATH, and bash without one looks in its working directory "
+                         f"(a session's workspace): the processes scvd starts get PATH={FALLBACK_PATH!r}")
+            continue
+        shown = ", ".join(repr(e) for e in d.entries)
+        lines.append(f"dropped {shown} from scvd's {d.name} ({now}): each process scvd starts would read it against "
+                     f"its working directory, a session's workspace, where unasked calls write; name that "
+                     f"directory by its absolute path in scvd's environment instead (docs/security.md)")
+    return lines
+
+
+def clean_environ() -> list[Dropped]:
+    """clean() applied to os.environ (and so to the C library's environment); what it dropped."""
+    cleaned, dropped = clean(os.environ)
+    for name in SEARCH_PATHS:
+        if name in cleaned:
+            os.environ[name] = cleaned[name]
+        else:
+            os.environ.pop(name, None)
+    return dropped

@@ -1,0 +1,48 @@
+"""scvd's environment's search paths without the entries a child reads against its working directory."""
+
+from __future__ import annotations
+
+from scvd.search_paths import FALLBACK_PATH, Dropped, clean, notes
+
+
+def test_empty_dot_and_relative_entries_leave_path_and_the_absolute_ones_stay_in_order():
+    """`PATH=:/usr/bin` had a script tool's `#!/usr/bin/env python3` run the workspace's ./python3."""
+    env, dropped = clean({"PATH": ":/usr/local/bin:.:bin:/usr/bin::./tools", "HOME": "/h"})
+    assert env == {"PATH": "/usr/local/bin:/usr/bin", "HOME": "/h"}
+    assert dropped == [Dropped("PATH", ("", ".", "bin", "", "./tools"), "/usr/local/bin:/usr/bin")]
+
+
+def test_the_loaders_library_path_is_split_at_semicolons_too():
+    """glibc splits LD_LIBRARY_PATH at `;` as well: `/opt/x;.` had bwrap load ./libcap.so.2."""
+    assert clean({"LD_LIBRARY_PATH": "/opt/x/lib:"})[0]["LD_LIBRARY_PATH"] == "/opt/x/lib"
+    assert clean({"LD_LIBRARY_PATH": "/opt/x;.;/opt/y"})[0]["LD_LIBRARY_PATH"] == "/opt/x:/opt/y"
+
+
+def test_a_preloaded_librarys_bare_name_stays_a_relative_path_goes():
+    """A name without a slash is looked up on the library path, not in the working directory."""
+    env, dropped = clean({"PATH": "/bin", "LD_PRELOAD": "libfast.so ./evil.so /opt/x/libok.so", "LD_AUDIT": "lib/a.so"})
+    assert env["LD_PRELOAD"] == "libfast.so:/opt/x/libok.so" and "LD_AUDIT" not in env
+    assert [d.name for d in dropped] == ["LD_PRELOAD", "LD_AUDIT"]
+
+
+def test_a_variable_left_with_nothing_is_unset_but_path_gets_the_fallback():
+    """bash without PATH uses its own default, which ends in `.`: PATH is never left unset."""
+    env, dropped = clean({"PATH": ".", "LD_LIBRARY_PATH": ":", "PYTHONPATH": "src"})
+    assert env == {"PATH": FALLBACK_PATH}
+    assert [(d.name, d.now) for d in dropped] == [("PATH", FALLBACK_PATH), ("LD_LIBRARY_PATH", None),
+                                                  ("PYTHONPATH", None)]
+    env, dropped = clean({})
+    assert env == {"PATH": FALLBACK_PATH} and dropped == [Dropped("PATH", (), FALLBACK_PATH)]
+
+
+def test_nothing_to_drop_leaves_every_value_as_it_was():
+    given = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": "liba.so libb.so", "NODE_PATH": "/opt/node", "OTHER": ":."}
+    assert clean(given) == (given, [])
+
+
+def test_the_log_says_what_was_dropped_what_is_left_and_what_to_do():
+    line, = notes(clean({"PATH": ".:/usr/bin"})[1])
+    assert line.startswith("dropped '.' from scvd's PATH (it is now '/usr/bin')")
+    assert "name that directory by its absolute path" in line
+    assert "unset" in notes(clean({"PATH": "/bin", "NODE_PATH": "lib"})[1])[0]
+    assert "has no PATH" in notes(clean({})[1])[0]
