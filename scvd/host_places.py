@@ -4,7 +4,10 @@ approvals.exposes_host judges a workspace by them as by scvd's own places: one a
 RUNS place, or holding one or a directory a lookup of one passes through (LOOKUP: a link on the
 way can be replaced), is not run unasked. They are:
 - the programs scvd starts and where it finds them: each directory on its PATH (a call that writes
-  `bin/bwrap` there has scvd run it in the sandbox's stead), the real directory of each program it
+  `bin/bwrap` there has scvd run it in the sandbox's stead; only absolute entries: search_paths.py
+  drops the others from scvd's environment), the libraries their loader reads outside the sandbox
+  (bwrap's LD_LIBRARY_PATH, LD_PRELOAD and LD_AUDIT; and scvd's working directory, a LOOKUP place
+  only, when scvd's own loader reads a relative entry there), the real directory of each program it
   found (bwrap, the agent CLIs, the MCP servers' commands and `cwd`s), and its Python: sys.path
   (scvd's own code and what it imports later; with `python -m scvd`, first the directory it was
   started in, STARTED_IN too: its request says so), sys.prefix and sys.base_prefix;
@@ -26,6 +29,7 @@ import os
 import sys
 from typing import Any, Callable, Iterable, Mapping
 
+from . import search_paths
 from .own_places import LOOKUP, Place
 from .paths import find_program, lookup_dirs, within
 
@@ -44,7 +48,8 @@ def places(config: Any, bwrap: str | None, env: Mapping[str, str], home: str) ->
     its hash is kept, and exposes_host's cache hashes it at every call. Blocking."""
     found = programs(config, bwrap, env)
     start = started_in()
-    runs = [*path_dirs(env), *sys.path[start is not None:], sys.prefix, sys.base_prefix, *cwds(config)]
+    runs = [*path_dirs(env), *loader_places(env), *sys.path[start is not None:], sys.prefix, sys.base_prefix,
+            *cwds(config)]
     runs += [os.path.dirname(os.path.realpath(p)) for p in found]
     links = dotfile_links(home, env)
     named = [os.path.abspath(p) for p in [*runs, *links] if p]
@@ -55,7 +60,8 @@ def places(config: Any, bwrap: str | None, env: Mapping[str, str], home: str) ->
     out = {Place(RUNS, os.path.realpath(p)) for p in named} | {Place(HOME_DIR, os.path.realpath(d)) for d in dirs}
     if start is not None and os.path.realpath(start) not in others:  # what the request says of it
         out.add(Place(STARTED_IN, os.path.realpath(start)))
-    out |= {Place(LOOKUP, d) for p in [*named, *found, *dirs] for d in lookup_dirs(p)}
+    own = own_loader_dirs(started_env(), _cwd())  # LOOKUP only: a workspace inside one cannot write in it
+    out |= {Place(LOOKUP, d) for p in [*named, *found, *dirs, *own] for d in lookup_dirs(p)}
     return frozenset(out)
 
 
@@ -72,8 +78,53 @@ def started_in() -> str | None:
 
 
 def path_dirs(env: Mapping[str, str]) -> list[str]:
-    """The directories on PATH, as a lookup reads them (an empty entry is the working directory)."""
-    return [os.path.abspath(d or ".") for d in env.get("PATH", os.defpath).split(os.pathsep)]
+    """The directories on PATH, as a child and scvd's own lookups read it: search_paths drops the entries
+    read against the working directory from scvd's environment at start, as from `env` here."""
+    return search_paths.entries(search_paths.clean(env)[0], "PATH")
+
+
+def loader_places(env: Mapping[str, str]) -> list[str]:
+    """Where bwrap's dynamic loader finds libraries, outside the sandbox and in the workspace: on the
+    LD_LIBRARY_PATH of `env` (scvd's, cleaned: search_paths.py), in its LD_PRELOAD and LD_AUDIT. An
+    entry naming $LIB, $PLATFORM or $ORIGIN counts from the directory above the first of them."""
+    cleaned = search_paths.clean(env)[0]
+    named = [e for name in ("LD_LIBRARY_PATH", "LD_PRELOAD", "LD_AUDIT") for e in search_paths.entries(cleaned, name)]
+    return [_before_tokens(e) for e in named if e.startswith("/")]  # a library's bare name: on those dirs
+
+
+def own_loader_dirs(started: Mapping[str, str], cwd: str) -> list[str]:
+    """Where scvd's own loader looks for a library in its working directory `cwd`: at each empty or
+    relative entry of the LD_LIBRARY_PATH scvd `started` with, which the loader read then and keeps
+    (cleaning os.environ changes the children's, not its); a module imported later loads its
+    libraries (ssl's libssl.so.3) there. A call can put one there from a workspace at or above it."""
+    found = search_paths.entries(started, "LD_LIBRARY_PATH")
+    return [os.path.join(cwd, e) for e in found if cwd and search_paths.read_against_cwd("LD_LIBRARY_PATH", e)]
+
+
+def _before_tokens(entry: str) -> str:
+    """`entry` cut at its first component that the loader expands (`$LIB`, `${ORIGIN}`)."""
+    if "$" not in entry:
+        return entry
+    return os.path.dirname(entry[:entry.index("$")]) or "/"
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # removed: a relative entry finds nothing there
+        return ""
+
+
+def started_env() -> dict[str, str]:
+    """The environment scvd was started with, as its loader read it (/proc/self/environ: os.environ
+    is cleaned since, the loader's search path is not); empty if unreadable."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    pairs = (item.decode("utf-8", "surrogateescape").partition("=") for item in raw.split(b"\0") if item)
+    return {k: v for k, _, v in pairs}
 
 
 def programs(config: Any, bwrap: str | None, env: Mapping[str, str]) -> list[str]:
@@ -82,7 +133,8 @@ def programs(config: Any, bwrap: str | None, env: Mapping[str, str]) -> list[str
 
     names = [a.executable for a in ADAPTERS.values()]
     names += [os.path.expanduser(s.command) for s in config.mcp.servers.values() if s.command and s.enabled]
-    found = [p if "/" in p else find_program(p, env.get("PATH", os.defpath)) for p in names]
+    path = ":".join(path_dirs(env))
+    found = [p if "/" in p else find_program(p, path) for p in names]
     return [os.path.abspath(p) for p in [bwrap, *found] if p]
 
 

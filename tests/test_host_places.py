@@ -20,6 +20,7 @@ def _fresh_cache(monkeypatch):
     root = str(Path(__file__).resolve().parents[1])
     monkeypatch.setattr(sys, "path", [root if os.path.abspath(e) == os.getcwd() else e for e in sys.path])
     monkeypatch.setattr("scvd.host_places.started_in", lambda: None)
+    monkeypatch.setattr("scvd.host_places.started_env", dict, raising=False)  # pytest's own LD_LIBRARY_PATH is not scvd's
     exposes_host.cache_clear()
     yield
     exposes_host.cache_clear()
@@ -49,6 +50,44 @@ def test_a_workspace_that_holds_a_directory_on_scvds_path_exposes_the_host(tmp_p
     (ws / "tools").symlink_to(tmp_path / "tools")
     assert exposed(ws, Config(), path=f"{ws / 'tools/bin'}:/usr/bin")
     assert not exposed(ws, Config(), path="/usr/bin:/bin")
+
+
+def test_an_empty_or_relative_path_entry_is_no_place_of_scvds_working_directory(tmp_path: Path, monkeypatch):
+    """scvd drops such entries from its environment at start (search_paths.py): no child and no lookup
+    of scvd's reads them, and a workspace at scvd's working directory had every call asked."""
+    ws = tmp_path / "ws"
+    (ws / "bin").mkdir(parents=True)
+    monkeypatch.chdir(ws)
+    assert not exposed(ws, Config(), path=":/usr/bin:.:bin")
+    assert exposed(ws, Config(), path=f":{ws / 'bin'}")
+
+
+@pytest.mark.parametrize("name, entry", [("LD_LIBRARY_PATH", "build/lib"), ("LD_LIBRARY_PATH", "x/$LIB"),
+                                         ("LD_PRELOAD", "hook.so"), ("LD_AUDIT", "build/audit.so")])
+def test_a_workspace_that_holds_what_bwraps_loader_loads_exposes_the_host(tmp_path: Path, name: str, entry: str):
+    """bwrap starts in the workspace, outside the sandbox, with scvd's environment: an unasked call that
+    wrote build/lib/libcap.so.2 under an LD_LIBRARY_PATH entry ran its code in bwrap at the next call."""
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    env = {name: f"/opt/nothing:{ws / entry}"}
+    assert exposed(ws, Config(), env=env)
+    assert not exposed(ws / "src", Config(), env=env)
+    assert not exposed(ws, Config(), env={name: "/opt/nothing/lib:libname.so"})
+
+
+def test_a_workspace_at_or_above_where_scvds_own_loader_reads_a_relative_entry_exposes_the_host(
+        tmp_path: Path, monkeypatch):
+    """scvd's own loader keeps the LD_LIBRARY_PATH scvd started with, cleaned or not: an empty entry
+    is its working directory, where a module imported later (ssl) finds its libraries."""
+    ws = tmp_path / "ws"
+    (ws / "run/sub").mkdir(parents=True)
+    monkeypatch.chdir(ws / "run")
+    monkeypatch.setattr("scvd.host_places.started_env", lambda: {"LD_LIBRARY_PATH": "/opt/x/lib:"})
+    assert exposed(ws, Config()) and exposed(ws / "run", Config())
+    assert not exposed(ws / "run/sub", Config())  # a call there cannot write in run/ itself
+    monkeypatch.setattr("scvd.host_places.started_env", lambda: {"LD_LIBRARY_PATH": "/opt/x/lib"})
+    exposes_host.cache_clear()
+    assert not exposed(ws, Config())
 
 
 def test_a_workspace_that_holds_the_program_scvd_runs_or_where_it_leads_exposes_the_host(tmp_path: Path):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_pending
 from scvd import protocol as p
 from scvd.secrets import SecretStore
 
@@ -42,6 +43,42 @@ def test_an_empty_library_path_entry_has_bwrap_load_nothing_from_the_workspace(m
     assert "still sandboxed" in after.result["output"]
     assert planted.ok and f"LD={lib}\n" in planted.result["output"], planted  # what every child gets now
     assert f"dropped '' from scvd's LD_LIBRARY_PATH (it is now '{lib}')" in d.log()
+
+
+def test_a_workspace_that_holds_a_library_path_directory_asks_for_every_call(make_daemon, workspace: Path):
+    """`LD_LIBRARY_PATH=$PWD/build/lib`, started from the project: an unasked call there wrote
+    build/lib/libcap.so.2, and bwrap loaded it at the next call. Such a workspace asks, as one holding
+    a PATH directory does; one inside it that does not hold the directory runs unasked."""
+    (workspace / "src").mkdir()
+    d = make_daemon(SANDBOXED, env={"LD_LIBRARY_PATH": str(workspace / "build" / "lib")})
+    with d.client() as c, d.client(name="owner") as owner:
+        inside = c.call(c.open_session(workspace / "src"), "bash", {"command": "echo unasked"})
+        assert inside.ok and inside.result["exit_code"] == 0 and owner.request(p.ApprovalsList).approvals == []
+        call_id = c.start_call(c.open_session(workspace), "bash", {"command": f"mkdir -p build/lib; cd build/lib; "
+                                                                              f"{NOT_A_LIBRARY}"})
+        pending = wait_pending(owner)[0]
+        assert pending.call_id == call_id and pending.tool == "bash"
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
+        assert c.wait_call(call_id).error.kind == "denied"
+    assert not (workspace / "build").exists()
+
+
+def test_a_workspace_at_scvds_working_directory_asks_when_scvds_own_loader_looks_there(make_daemon,
+                                                                                      workspace: Path):
+    """scvd's own loader keeps the LD_LIBRARY_PATH scvd started with: its empty entry is scvd's working
+    directory, where a module scvd imports later (ssl) finds its libraries. Run from the project, a
+    session on it asks; one on a folder inside it, which cannot write the project's top, does not."""
+    (workspace / "sub").mkdir()
+    d = make_daemon(SANDBOXED, env={"LD_LIBRARY_PATH": "/nonexistent/lib:", "PYTHONSAFEPATH": "1"}, cwd=workspace)
+    with d.client() as c, d.client(name="owner") as owner:
+        inside = c.call(c.open_session(workspace / "sub"), "bash", {"command": "echo unasked"})
+        assert inside.ok and owner.request(p.ApprovalsList).approvals == []
+        call_id = c.start_call(c.open_session(workspace), "bash", {"command": NOT_A_LIBRARY})
+        pending = wait_pending(owner)[0]
+        assert pending.call_id == call_id
+        owner.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
+        assert c.wait_call(call_id).error.kind == "denied"
+    assert not (workspace / "libcap.so.2").exists()
 
 
 COUNTS = """#!/usr/bin/env python3
