@@ -132,7 +132,7 @@ def _own_files(where: _Where, own: Sequence[Place]) -> str | None:
 
 def _runs_later(where: _Where, host: frozenset[Place], home: str) -> str | None:
     """A target in the home's dotfiles (host_places.home_place: `home` and `host`'s HOME_DIR places)
-    or at or inside a RUNS place of `host` (a directory on PATH, scvd's Python, a program scvd starts,
+    or at or inside a RUNS place of `host` (a directory on PATH or LD_LIBRARY_PATH, scvd's Python, a program scvd starts,
     a dotfile's link target), judged where it really is: a session grant to write in the home must
     not cover `.bashrc`."""
     started, dirs = of(host, STARTED_IN), of(host, HOME_DIR)
@@ -151,5 +151,6 @@ def _runs_later(where: _Where, host: frozenset[Place], home: str) -> str | None:
                     "run`, or the systemd unit) and this directory is not one")
         if found is not None:
             return (f"{show(target)} is inside {show(found)}, whose files run outside any sandbox later "
-                    "(a directory on PATH, scvd's Python, a program scvd starts or a dotfile's link target)")
+                    "(a directory on PATH, a library the loader outside the sandbox reads, scvd's Python, a program "
+                    "scvd starts or a dotfile's link target)")
     return None

@@ -291,6 +291,9 @@ def test_a_write_where_files_run_later_always_asks_judged_where_it_really_is(tmp
     assert Place(RUNS, str(tools / "bin")) in host
     assert f"is inside {str(tools / 'bin')!r}" in why(tools, "bin/git", host=host)
     assert why(tools, "notes.txt", host=host) is None
+    # a directory on its LD_LIBRARY_PATH: bwrap's loader reads it outside the sandbox
+    host = places(Config(), None, {"PATH": "/usr/bin", "LD_LIBRARY_PATH": str(tools / "lib")}, str(real))
+    assert "a library the loader outside the sandbox reads" in why(tools, "lib/libcap.so.2", host=host)
     # a dotfile that is itself a link into a repository (before a reload lists where it leads)
     (dotfiles / "bashrc").write_text("")
     (real / ".bashrc").symlink_to(dotfiles / "bashrc")

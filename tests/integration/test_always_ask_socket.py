@@ -302,7 +302,8 @@ def test_a_grant_for_write_does_not_cover_a_directory_on_scvds_path(make_daemon,
         grant_writes(owner, sid)
         assert denied_asking(owner, sid, "bin/git", "create") == (
             f"'bin/git' is inside {str(ws.resolve() / 'bin')!r}, whose files run outside any sandbox later "
-            "(a directory on PATH, scvd's Python, a program scvd starts or a dotfile's link target)")
+            "(a directory on PATH, a library the loader outside the sandbox reads, scvd's Python, a program scvd starts or "
+            "a dotfile's link target)")
         done = next_of(owner, write(owner, sid, "notes2.txt"))
         assert isinstance(done, p.CallCompleted) and done.ok
     assert not (ws / "bin" / "git").exists()
