@@ -4,6 +4,7 @@ And its tools' argument check."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -13,7 +14,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from scvd.config import McpServerConfig, SecretRef  # noqa: E402
-from scvd.errors import CredentialMissing, InvalidArguments  # noqa: E402
+from scvd.errors import CredentialMissing, InvalidArguments, ScvError  # noqa: E402
 from scvd.mcp.link import ServerLink  # noqa: E402
 from scvd.mcp.tool import McpTool, ToolSpec  # noqa: E402
 from scvd.tools.contract import ToolRisk  # noqa: E402
@@ -130,27 +131,52 @@ def test_a_call_names_the_secret_a_down_server_needs_but_not_while_it_starts_aga
     assert starting.message.startswith("mcp server raw is starting")
 
 
-@pytest.mark.parametrize("said, needs", [("Error: 401 Unauthorized: check GITHUB_TOKEN", ("K",)),
-                                         ("Error: cannot find module 'x'", ())])
-def test_a_stdio_server_that_exits_at_start_saying_its_token_was_refused_needs_its_secrets(said, needs):
+ANSWERS_INITIALIZE = ("import json, sys; asked = json.loads(sys.stdin.readline()); print(json.dumps({'jsonrpc': "
+                      "'2.0', 'id': asked['id'], 'error': {'code': -32001, 'message': 'invalid api key'}}), flush=True); "
+                      "sys.stdin.read()")
+REFUSALS = {  # what a server says on stderr (or answering initialize) as its start fails; whether it is a refusal
+    "Error: 401 Unauthorized: check GITHUB_TOKEN": True, "Error: invalid API key": True,
+    "Authentication failed for old": True,  # its token quoted: shown as its key
+    "Error: cannot find module 'x'": False, "SyntaxError: invalid token": False,
+}
+FIX = ("that reads like a refused credential, and mcp server raw is given the secret K: store a new value with "
+       "store_secret (key 'K', tool 'mcp__raw') or `scvctl secrets set K`")
+
+
+@pytest.mark.parametrize("said", [*REFUSALS, "initialize"])
+def test_a_stdio_server_that_fails_its_start_saying_its_token_was_refused_names_its_secrets_and_the_fix(said):
     """A server that checks its token at start and exits with `401 Unauthorized` was `down` with that
-    stderr and named no key: calls said `unavailable`, and a chat's model was not told to heal it."""
+    stderr and named no key: calls said `unavailable`, and a chat's model was not told to heal it. Its
+    needs came, but its error (status, and the call of a server never up) named neither key nor store_secret."""
     from scvd.mcp.spec import StdioLaunch
 
-    def launch() -> StdioLaunch:
-        return StdioLaunch(argv=["/bin/sh", "-c", f"echo \"{said}\" >&2; exit 1"], env={"T": "old"},
-                           cwd="/", sandboxed=False)
+    refusal = REFUSALS.get(said, True)
+    argv = (["/bin/sh", "-c", f"echo \"{said}\" >&2; exit 1"] if said != "initialize"
+            else [sys.executable, "-c", ANSWERS_INITIALIZE])
 
-    async def scenario() -> ServerLink:
+    def launch() -> StdioLaunch:
+        return StdioLaunch(argv=argv, env={"T": "old"}, cwd="/", sandboxed=False)
+
+    async def scenario() -> tuple[ServerLink, BaseException]:
         link = ServerLink("raw", CFG, launch=launch, on_tools=lambda *_: None)
         link.start()
         await until(lambda: link.state == "down")
+        with pytest.raises(ScvError) as call:  # of a tool it listed before (one never up lists none)
+            await link.call("echo", {}, None)
         await link.stop()
-        return link
+        return link, call.value
 
-    link = asyncio.run(scenario())
-    assert link.needs == needs, link.error
-    assert said in (link.error or "")
+    link, call = asyncio.run(scenario())
+    assert link.needs == (("K",) if refusal else ()), link.error
+    shown = said.replace("old", "[secret K]") if said != "initialize" else "invalid api key"
+    assert shown in (link.error or "") and "old" not in (link.error or ""), link.error
+    assert (link.error or "").endswith(FIX) == refusal, link.error
+    if refusal:
+        assert isinstance(call, CredentialMissing), call
+        assert call.message.startswith(f"mcp server raw is down: {link.error.removesuffix(FIX)}"), call.message
+        assert call.message.endswith(FIX.replace("'mcp__raw'", "'mcp__raw__echo'") + ", then call the tool again")
+    else:
+        assert "store_secret" not in call.message, call.message
 
 
 def test_a_key_pasted_into_the_url_is_hidden_however_the_http_library_prints_the_url():

@@ -70,6 +70,7 @@ class ServerLink:
         self._pasted = _pasted_in_query(cfg)  # literal query values: an HTTP library may print the url its own way
         hide_in_logs(self._pasted, f"mcp server {name}")  # httpx at debug logs each request's url
         self._error: str | None = None
+        self._said_refused = False  # the server's own words refused its secrets: `error` says how to heal it
         self.needs: tuple[str, ...] = ()  # the secrets it is down for want of (store_secret heals it)
         self.failures = 0
         self.retry_at: float | None = None
@@ -92,7 +93,10 @@ class ServerLink:
 
     @property
     def error(self) -> str | None:
-        """Why it is down (or why the last start failed), with the secrets it was given hidden."""
+        """Why it is down (or why the last start failed), with the secrets it was given hidden; and
+        when its own words refused them, which they are and how to store them (seed 003)."""
+        if self._said_refused and self._error:  # after the cut, which would take it in a long error
+            return f"{self._error}; {spec.said_refused(self.name, self.needs, f'{spec.PREFIX}{self.name}')}"
         return self._error
 
     @error.setter
@@ -101,6 +105,7 @@ class ServerLink:
         # hidden before the cut; and a server's words may be of any length (a 1 MB error answering
         # initialize): the error goes into status and every tools.list
         self._error = _shown(self._hide(text)) if text else text
+        self._said_refused = False  # whether the new one's words refused them is _record's to say
 
     def _hide(self, text: str) -> str:
         """`text` with the secrets this start read, and the values of the url's query, left out."""
@@ -301,8 +306,9 @@ class ServerLink:
     def _record(self, exc: BaseException) -> None:
         if isinstance(exc, _Lost):
             return
-        self.needs = self._needs(exc)
         self.error = self._failed(exc)  # once: each set cuts it, and a second cut would say less
+        self._said_refused = self._says_refused(exc)
+        self.needs = self._needs(exc)
 
     def _failed(self, exc: BaseException) -> str:
         """Why the start failed with `exc`."""
@@ -469,9 +475,18 @@ class ServerLink:
             return exc.keys
         if self._http_status in (401, 403):
             return tuple(self._sent()[0])
-        if self._proc is not None and reads_refused(self._proc.stderr_tail()):  # its env's, refused
+        if self._said_refused:  # its env's, refused
             return tuple(sorted(server_secrets(self.cfg)))
         return ()
+
+    def _says_refused(self, exc: BaseException | None = None) -> bool:
+        """Whether a stdio server given secrets said a credential was refused or missing as its start
+        failed or it exited: on stderr, on stdout in lines that are not MCP's, or answering initialize."""
+        if self._proc is None or not server_secrets(self.cfg):
+            return False
+        answer = _first(exc, _answered_with_error) if exc is not None else None
+        said = [self._proc.stderr_tail(), self._proc.not_mcp_tail(), answer.error.message if answer else ""]
+        return reads_refused("\n".join(said))
 
     def _sent(self) -> tuple[list[str], str]:
         """The secrets an HTTP server is sent, which a 401 or 403 refused, and where they are sent."""
@@ -498,16 +513,14 @@ class ServerLink:
         keys, where = self._sent()
         if self._http_status not in (401, 403) or not keys:
             return None
-        if len(keys) == 1:
-            how = f"(key {keys[0]!r}, tool {tool!r}) or `scvctl secrets set {keys[0]}`"
-        else:  # which one it refused, the status does not say
-            how = f"(the refused one's key, tool {tool!r}) or `scvctl secrets set` with it"
         return (f"HTTP status {self._http_status} from {self.url}: the server refused {spec.secrets_named(keys)} "
-                f"sent in its {where}; store a new value with store_secret {how}")
+                f"sent in its {where}; store a new value with store_secret {spec.store_how(keys, tool)}")
 
     def _needs_secret(self, tool: str) -> CredentialMissing:
         keys, named = self.needs, spec.tool_name(self.name, tool)
-        if refusal := self._refusal(named):  # its down reason says how already: for this call's tool, once
+        refusal = (f"{self._error}; {spec.said_refused(self.name, keys, named)}" if self._said_refused
+                   else self._refusal(named))
+        if refusal:  # its down reason says how already: for this call's tool, once
             return CredentialMissing(f"mcp server {self.name} is down: {refusal}, then call the tool again",
                                      hint=f"scvctl secrets set {keys[0]}", keys=keys)
         which = f"key {keys[0]!r}" if len(keys) == 1 else f"the key of the one it names ({', '.join(keys)})"

@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from .. import http_fields
@@ -81,6 +81,22 @@ def secrets_named(keys: list[str]) -> str:
     return f"the secret {keys[0]}" if len(keys) == 1 else f"one of the secrets {', '.join(keys)}"
 
 
+def store_how(keys: Sequence[str], tool: str, or_scvctl: bool = True) -> str:
+    """store_secret's arguments for a refusal of `keys` (which one, a refusal does not say), `tool` as scvd
+    names it; `or_scvctl`: and how a person stores it instead."""
+    if len(keys) == 1:
+        how = f"(key {keys[0]!r}, tool {tool!r})"
+        return f"{how} or `scvctl secrets set {keys[0]}`" if or_scvctl else how
+    how = f"(the refused one's key, tool {tool!r})"
+    return f"{how} or `scvctl secrets set` with it" if or_scvctl else how
+
+
+def said_refused(server: str, keys: Sequence[str], tool: str, or_scvctl: bool = True) -> str:
+    """What to do when a server given `keys` said, in its own words, that a credential was refused."""
+    return (f"that reads like a refused credential, and mcp server {server} is given {secrets_named(keys)}: "
+            f"store a new value with store_secret {store_how(keys, tool, or_scvctl)}")
+
+
 def refused(server: str, cfg: McpServerConfig, tool: str, said: str,
             whole: str | None = None) -> CredentialMissing | None:
     """A failed call's error (`said`) that reads like a refused credential, from a server that is given
@@ -90,10 +106,8 @@ def refused(server: str, cfg: McpServerConfig, tool: str, said: str,
     keys = sorted(server_secrets(cfg))
     if not keys or not reads_refused(said if whole is None else whole):
         return None
-    key = f"key {keys[0]!r}" if len(keys) == 1 else "the refused one's key"
     return CredentialMissing(
-        f"{said}; that reads like a refused credential, and mcp server {server} is given {secrets_named(keys)}: "
-        f"store a new value with store_secret ({key}, tool {tool_name(server, tool)!r}), then call the tool "
+        f"{said}; {said_refused(server, keys, tool_name(server, tool), or_scvctl=False)}, then call the tool "
         "again (scvd starts the server again with it)",
         hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}, then restart scvd", keys=tuple(keys))
 

@@ -1295,7 +1295,8 @@ def test_a_stdio_servers_stderr_shows_its_secrets_as_their_keys(make_daemon, wor
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="t") as c:
         down = server(c, "leaky", "down")
-        assert down.error == "the server process exited with status 1; stderr: auth failed with key [secret ECHO_KEY]"
+        assert down.error.startswith("the server process exited with status 1; stderr: auth failed with key "
+                                     "[secret ECHO_KEY]; that reads like a refused credential"), down.error
     status, log = scvctl(d, "status"), d.log()
     assert "auth failed with key [secret ECHO_KEY]" in status and "auth failed with key [secret ECHO_KEY]" in log
     assert "sk-echo-4242" not in status + log
@@ -1393,6 +1394,53 @@ def test_a_stdio_servers_refused_token_is_credential_missing_naming_its_key(make
         "'LEAK_TOKEN', tool 'mcp__raw__leak_error'), then call the tool again (scvd starts the server again "
         "with it)")
     assert (other.error.kind, other.error.message) == ("failed", "mcp__bare__leak_error: 401 Bad credentials for")
+
+
+def token_checking_table(tmp_path: Path, refusal: str, name: str = "gh", keyed: bool = True) -> str:
+    """A stdio server that checks its SERVICE_TOKEN at start, as GitHub's does: with `ghp-good-7781` it
+    serves MCP (the quirks server's `echo`), else it prints `refusal` (and the token) on stderr and exits 1."""
+    script = tmp_path / "checks-its-token"
+    script.write_text(f'#!/bin/sh\nif [ "$SERVICE_TOKEN" != ghp-good-7781 ]; then\n'
+                      f'  echo "{refusal} (token $SERVICE_TOKEN)" >&2; exit 1\nfi\n'
+                      f'exec "{sys.executable}" "{STDIO_QUIRKS}" plain\n')
+    script.chmod(0o755)
+    secret = 'env = {SERVICE_TOKEN = {secret = "SERVICE_TOKEN"}}\n' if keyed else ""
+    return f'[mcp.servers.{name}]\ncommand = "{script}"\nsandbox = false\nrisk = "read_only"\n{secret}'
+
+
+@pytest.mark.one_loop
+def test_a_stdio_server_refusing_its_token_at_start_names_it_and_store_secret_heals_it(make_daemon, workspace,
+                                                                                       tmp_path):
+    """A stdio server that exits at its start saying `401 Unauthorized` was down with its exit and stderr
+    only, naming no secret nor store_secret (in status, and in the unknown_tool of a call of its tools),
+    where an HTTP server's 401 named both: seed 003's auto-heal could not start. One given no secret
+    says the same words and is told no fix."""
+    from conftest import wait_for_socket
+
+    tables = (token_checking_table(tmp_path, "Error: 401 Unauthorized")
+              + token_checking_table(tmp_path, "Error: 401 Unauthorized", name="bare", keyed=False))
+    d = make_daemon(tables, env=NO_KEYRING, wait=False)
+    store_secret(d, "SERVICE_TOKEN", "ghp-stale-0452")
+    wait_for_socket(d.socket, proc=d.proc)
+    said = "the server process exited with status 1; stderr: Error: 401 Unauthorized (token "
+    fix = ("that reads like a refused credential, and mcp server gh is given the secret SERVICE_TOKEN: store a new "
+           "value with store_secret (key 'SERVICE_TOKEN', tool 'mcp__gh') or `scvctl secrets set SERVICE_TOKEN`")
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        down, bare = server(c, "gh", "down"), server(c, "bare", "down")
+        assert down.error == f"{said}[secret SERVICE_TOKEN]); {fix}", down.error
+        assert bare.error == f"{said})", bare.error
+        session = c.open_session(workspace)
+        done = c.call(session, "mcp__gh__echo", {})
+        assert done.error.kind == "unknown_tool", done.error
+        assert f"mcp server gh is down: {said}[secret SERVICE_TOKEN]); {fix}" in done.error.message, done.error
+        for shown in (scvctl(d, "status"), scvctl(d, "tools", "--errors")):
+            assert fix in shown and "ghp-stale" not in shown, shown
+        me.request(p.ApprovalsWatch)
+        healing = c.start_call(session, "store_secret", {"key": "SERVICE_TOKEN", "tool": "mcp__gh"})
+        enter_secret(me, "ghp-good-7781")
+        healed = c.wait_call(healing)
+        assert healed.ok and healed.result["mcp_servers"] == {"gh": "ready: 1 tool(s)"}, healed
+        assert c.call(session, "mcp__gh__echo", {"n": 1}).ok
 
 
 @pytest.mark.one_loop
