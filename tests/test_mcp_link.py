@@ -309,3 +309,38 @@ def test_a_huge_text_result_is_capped_and_a_secret_the_cap_cuts_reads_as_its_key
     assert marker and len(text.encode()) < OUTPUT_LIMIT + 100, text[:200]
     assert head == "x" * 100 + "[secret LEAK_TOKEN]" + "x" * (half - 6 - 100 - len(token)) + "[secret LEAK_TOKEN]"
     assert tail == "[secret LEAK_TOKEN]" + "x" * (half - len(token) + 6)
+
+
+def test_a_stdio_server_that_exits_saying_its_token_was_revoked_mid_life_names_its_secret(backoff_of_an_hour,
+                                                                                           tmp_path):
+    """A server that checks its token at each API call, not at start, and exits `401 Unauthorized` when
+    it was revoked: the call was `unavailable` (`went away`, scvd restarts it), and the server down
+    with its exit and stderr only, naming no key; its restart comes up with the revoked token."""
+    valid = tmp_path / "valid"
+    valid.write_text("new")
+    cfg = McpServerConfig(command="/bin/true", env={"LEAK_TOKEN": SecretRef(secret="K")})
+    launch = quirks(f"revocable={valid}", env={"LEAK_TOKEN": "old"})
+
+    async def scenario() -> tuple[ServerLink, BaseException, BaseException]:
+        link = ServerLink("raw", cfg, launch=launch, on_tools=lambda *_: None)
+        link.start()
+        await until(lambda: link.state == "ready", timeout=30)
+        with pytest.raises(ScvError) as died:
+            await link.call("api", {}, nothing)
+        await until(lambda: link.state == "down", timeout=30)
+        with pytest.raises(ScvError) as down:
+            await link.call("api", {}, nothing)
+        await link.stop()
+        return link, died.value, down.value
+
+    link, died, down = asyncio.run(scenario())
+    said = "the server process exited with status 1; stderr: Error: 401 Unauthorized (token [secret K])"
+    assert isinstance(died, CredentialMissing) and died.keys == ("K",), died
+    assert died.message == (
+        f"mcp server raw went away during the call (api): {said}; scvd restarts it (see `scvctl status`); that "
+        "reads like a refused credential, and mcp server raw is given the secret K: store a new value with "
+        "store_secret (key 'K', tool 'mcp__raw__api'), then call the tool again (scvd starts the server again "
+        "with it)"), died.message
+    assert link.needs == ("K",) and link.error == f"{said}; {FIX}", link.error
+    assert isinstance(down, CredentialMissing) and down.message == (
+        f"mcp server raw is down: {said}; {FIX.replace('mcp__raw', 'mcp__raw__api')}, then call the tool again")

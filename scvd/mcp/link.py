@@ -238,8 +238,12 @@ class ServerLink:
             self.session = None
         # once the transport closed: a stdio server's exit is known and its last stderr read by then;
         # one scvd drops to connect again (a secret stored since) is stopped by that close, not at fault
-        self.error = ("scvd connects again with the secret stored since" if self._again and not died
-                      else self._why_lost())
+        if self._again and not died:
+            self.error = "scvd connects again with the secret stored since"
+        else:  # it ended, or a call saw its connection break
+            self.error = self._why_lost()
+            self._said_refused = self._says_refused()  # a token revoked while it ran: it may say so as it exits
+            self.needs = self._needs() if self._said_refused else ()
         raise _Lost(self.error)
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
@@ -434,8 +438,10 @@ class ServerLink:
                 self._lose()
                 if proc is not None:  # its stdout ends first: what it said as it died comes after
                     await proc.settled(GONE_WAIT)
-                raise Unavailable(f"mcp server {self.name} went away during the call ({tool}): "
-                                  f"{self._why_lost(proc, hide)}; scvd restarts it (see `scvctl status`)") from None
+                said = (f"mcp server {self.name} went away during the call ({tool}): {self._why_lost(proc, hide)}; "
+                        "scvd restarts it (see `scvctl status`)")
+                # a token revoked while it ran: it may say so as it exits
+                raise spec.refused(self.name, self.cfg, tool, said, _said(proc)) or Unavailable(said) from None
             if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
                 self._lose()
                 self._raise_if_credential_refused(tool)
@@ -469,8 +475,9 @@ class ServerLink:
         return CallOutcome(is_error=bool(getattr(result, "is_error", False)), text=text, items=items,
                            structured=structured, structured_size=size)
 
-    def _needs(self, exc: BaseException) -> tuple[str, ...]:
-        """The secrets a failed start wants: one not set, or the headers' when they were refused."""
+    def _needs(self, exc: BaseException | None = None) -> tuple[str, ...]:
+        """The secrets a failed start (or a stdio server's exit) wants: one not set, the headers' when they
+        were refused, or all a stdio server is given when its words refused one."""
         if isinstance(exc, CredentialMissing):
             return exc.keys
         if self._http_status in (401, 403):
@@ -480,13 +487,12 @@ class ServerLink:
         return ()
 
     def _says_refused(self, exc: BaseException | None = None) -> bool:
-        """Whether a stdio server given secrets said a credential was refused or missing as its start
-        failed or it exited: on stderr, on stdout in lines that are not MCP's, or answering initialize."""
+        """Whether a stdio server given secrets said a credential was refused (reads_refused) as its start
+        failed (`exc`) or it exited: in _said(), or answering initialize."""
         if self._proc is None or not server_secrets(self.cfg):
             return False
         answer = _first(exc, _answered_with_error) if exc is not None else None
-        said = [self._proc.stderr_tail(), self._proc.not_mcp_tail(), answer.error.message if answer else ""]
-        return reads_refused("\n".join(said))
+        return reads_refused(f"{_said(self._proc)}\n{answer.error.message if answer else ''}")
 
     def _sent(self) -> tuple[list[str], str]:
         """The secrets an HTTP server is sent, which a 401 or 403 refused, and where they are sent."""
@@ -548,6 +554,12 @@ class ServerLink:
 def _shown(text: str) -> str:
     """A server's words (the secrets out), as scvd shows and logs them: escaped, and cut in the middle."""
     return printable_cut(text, ERROR_HEAD, ERROR_TAIL)
+
+
+def _said(proc: Any) -> str:
+    """What a stdio server said besides MCP (its secrets not yet hidden): the tail of its stderr and
+    its stdout's lines that are not MCP's; nothing for an HTTP server (None)."""
+    return f"{proc.stderr_tail()}\n{proc.not_mcp_tail()}" if proc is not None else ""
 
 
 def _broken(proc: Any) -> str | None:

@@ -39,7 +39,9 @@ answered with `table:`, N spaces and `end`; `bad-answers` also lists `noresult`,
 nor `error`, `deep`, whose result's content nests 100,000 arrays deep, `deeplate`, which is `deep` with its `id`
 last (past the first 64 KiB), `stray`, which first writes a line
 with neither for an id scvd never sent and a request whose `method` is a number, then answers, and `logid`,
-which first logs a line of JSON with the call's id and no `jsonrpc` (a server's logger on its stdout), then answers.
+which first logs a line of JSON with the call's id and no `jsonrpc` (a server's logger on its stdout), then answers;
+`revocable=PATH` also lists `api`, which answers while LEAK_TOKEN is what the file PATH holds, and else (the
+token revoked while the server ran) writes `Error: 401 Unauthorized` and the token on stderr and exits with status 1.
 Its tool `echo` answers with its arguments.
 """
 
@@ -120,6 +122,8 @@ if mode.startswith("huge-errors="):
     tools.append({"name": "fail", "description": "Fails at length.", "inputSchema": {"type": "object"}})
     tools.append({"name": "refused", "description": "Refused at length.", "inputSchema": {"type": "object"}})
     tools.append({"name": "spaces", "description": "Fails with spaces.", "inputSchema": {"type": "object"}})
+if mode.startswith("revocable="):
+    tools.append({"name": "api", "description": "Calls an API with its token.", "inputSchema": {"type": "object"}})
 if mode == "bad-answers":
     tools += [{"name": name, "description": "Answers badly.", "inputSchema": {"type": "object"}}
               for name in ("noresult", "deep", "deeplate", "stray", "logid")]
@@ -230,6 +234,9 @@ for line in sys.stdin:
         if name == "crash":
             sys.stderr.write(f"fatal: lost my way with {token}\n")
             sys.exit(5)
+        if name == "api" and open(mode.partition("=")[2]).read().strip() != token:
+            sys.stderr.write(f"Error: 401 Unauthorized (token {token})\n")
+            sys.exit(1)
         text = json.dumps(msg["params"].get("arguments") or {})
         result: dict = {"content": [{"type": "text", "text": text}]}
         if name == "leak_error":

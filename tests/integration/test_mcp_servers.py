@@ -1091,6 +1091,16 @@ def store_secret(d: DaemonProc, key: str, value: str) -> None:
 NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
 
 
+def keyed_daemon(make_daemon, config: str, key: str, value: str) -> DaemonProc:
+    """A daemon of `config` with `value` stored as `key` (in secrets.toml) before it starts its servers."""
+    from conftest import wait_for_socket
+
+    d = make_daemon(config, env=NO_KEYRING, wait=False)
+    store_secret(d, key, value)
+    wait_for_socket(d.socket, proc=d.proc)
+    return d
+
+
 def http_daemon(make_daemon, url: str, token: str, monkeypatch, env: dict[str, str] | None = None) -> DaemonProc:
     """A daemon consuming the HTTP server, with `token` stored (in secrets.toml) before it starts."""
     from conftest import wait_for_socket
@@ -1415,13 +1425,9 @@ def test_a_stdio_server_refusing_its_token_at_start_names_it_and_store_secret_he
     only, naming no secret nor store_secret (in status, and in the unknown_tool of a call of its tools),
     where an HTTP server's 401 named both: seed 003's auto-heal could not start. One given no secret
     says the same words and is told no fix."""
-    from conftest import wait_for_socket
-
     tables = (token_checking_table(tmp_path, "Error: 401 Unauthorized")
               + token_checking_table(tmp_path, "Error: 401 Unauthorized", name="bare", keyed=False))
-    d = make_daemon(tables, env=NO_KEYRING, wait=False)
-    store_secret(d, "SERVICE_TOKEN", "ghp-stale-0452")
-    wait_for_socket(d.socket, proc=d.proc)
+    d = keyed_daemon(make_daemon, tables, "SERVICE_TOKEN", "ghp-stale-0452")
     said = "the server process exited with status 1; stderr: Error: 401 Unauthorized (token "
     fix = ("that reads like a refused credential, and mcp server gh is given the secret SERVICE_TOKEN: store a new "
            "value with store_secret (key 'SERVICE_TOKEN', tool 'mcp__gh') or `scvctl secrets set SERVICE_TOKEN`")
@@ -1441,6 +1447,38 @@ def test_a_stdio_server_refusing_its_token_at_start_names_it_and_store_secret_he
         healed = c.wait_call(healing)
         assert healed.ok and healed.result["mcp_servers"] == {"gh": "ready: 1 tool(s)"}, healed
         assert c.call(session, "mcp__gh__echo", {"n": 1}).ok
+
+
+@pytest.mark.one_loop
+def test_a_stdio_server_exiting_as_its_token_is_revoked_mid_life_names_it_and_store_secret_heals_it(
+        make_daemon, workspace, tmp_path):
+    """A server that checks its token at each API call, not at its start, exits `401 Unauthorized` once
+    it was revoked: the call was `unavailable` (`went away`, scvd restarts it) naming no key, and the
+    restart came up with the revoked token, so the agent retried for ever instead of healing it."""
+    valid = tmp_path / "valid"
+    valid.write_text("ghp-one-1111")
+    table = quirks_stdio_table(f"revocable={valid}", tmp_path / "starts") + (
+        'risk = "read_only"\nenv = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n')
+    d = keyed_daemon(make_daemon, table, "LEAK_TOKEN", "ghp-one-1111")
+    with d.client(name="agent") as c, d.client(name="me") as me:
+        server(c, "raw")
+        session = c.open_session(workspace)
+        assert c.call(session, "mcp__raw__api", {}).ok
+        valid.write_text("ghp-two-2222")  # revoked on the service's side
+        refused = c.call(session, "mcp__raw__api", {}).error
+        assert refused.kind == "credential_missing", refused
+        assert refused.message == (
+            "mcp server raw went away during the call (api): the server process exited with status 1; stderr: "
+            "Error: 401 Unauthorized (token [secret LEAK_TOKEN]); scvd restarts it (see `scvctl status`); that "
+            "reads like a refused credential, and mcp server raw is given the secret LEAK_TOKEN: store a new value "
+            "with store_secret (key 'LEAK_TOKEN', tool 'mcp__raw__api'), then call the tool again (scvd starts the "
+            "server again with it)"), refused.message
+        me.request(p.ApprovalsWatch)
+        healing = c.start_call(session, "store_secret", {"key": "LEAK_TOKEN", "tool": "mcp__raw__api"})
+        enter_secret(me, "ghp-two-2222")
+        healed = c.wait_call(healing)
+        assert healed.ok and healed.result["mcp_servers"] == {"raw": "ready: 2 tool(s)"}, healed
+        assert c.call(session, "mcp__raw__api", {}).ok
 
 
 @pytest.mark.one_loop
