@@ -149,12 +149,24 @@ def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
     if kind:  # refused as no listener is: a file there (`scvd run` refuses that path too)
         return not_scvd(path, f"it is {kind}, not a socket")
     holder = _running_without(path) if exc.errno in (errno.ENOENT, errno.ECONNREFUSED) else None
+    if holder is not None and holder.socket not in (None, os.path.abspath(path)):
+        return _listens_elsewhere(path, exc, holder.pid, holder.socket)
     if holder is not None:  # "start it" went in a circle: `scvd run` refuses, naming this pid
         return _socket_gone(path, exc, holder)
     return DaemonNotRunning(
         f"scvd is not running on {path} ({exc.strerror or exc}); "
         "start it with `systemctl --user start scvd` or `scvd run`"
     )
+
+
+def _listens_elsewhere(path: Path | str, exc: OSError, pid: int, where: str) -> errors.SocketElsewhere:
+    """This instance's scvd runs on another socket than this environment computes: started where
+    XDG_RUNTIME_DIR or SCV_SOCKET differed (an ssh session without a runtime dir, say)."""
+    return errors.SocketElsewhere(
+        f"nothing listens on {path} ({exc.strerror}), but this instance's scvd runs (pid {pid}) and listens on "
+        f"{where}: it was started where XDG_RUNTIME_DIR or SCV_SOCKET differed from here; reach it with "
+        f"SCV_SOCKET={where} (or scvctl --socket {where}), or restart it from this environment "
+        f"(systemctl --user restart scvd, or kill {pid} and scvd run)")
 
 
 def _socket_gone(path: Path | str, exc: OSError, holder: Holder) -> errors.SocketGone:

@@ -40,6 +40,7 @@
         │   ├── DaemonNotAnswering  client side: the socket accepts, but no answer comes in time
         │   ├── NotScvd           client side: what is at the socket's path is not scvd (a file, another server)
         │   └── SocketGone        client side: scvd runs (it holds the instance lock) but its socket is gone
+        │       └── SocketElsewhere  client side: scvd runs, listening on another path than this environment's
         ├── ConnectionClosed      client side: the daemon closed the connection
         ├── UsageError            client side: a command line that cannot work (scvctl exits 2)
         ├── NotARegularFile       a file scvd reads (config.toml, tool.json) is a FIFO, socket, ...
@@ -338,6 +339,12 @@ class SocketGone(DaemonNotRunning):
     """scvd runs (it holds the instance lock) but its socket's path no longer reaches it (removed)."""
 
     code = "socket_gone"
+
+
+class SocketElsewhere(SocketGone):
+    """scvd runs (it holds the instance lock) but listens on another path than this environment computes."""
+
+    code = "socket_elsewhere"
 
 
 class ConnectionClosed(LocalError):

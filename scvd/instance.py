@@ -19,6 +19,8 @@ log = logging.getLogger("scvd.server")
 
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its NUL
 INHERITED = b"socket inherited"  # the lock file's second line: systemd made the socket, scvd cannot make it again
+LISTENS = b"listens "  # the line naming the socket it serves: a client in another environment computes another path
+LOCK_TEXT = 4096  # what a client reads of a lock file: the pid, those lines and a path
 
 
 class Holder(NamedTuple):
@@ -26,6 +28,7 @@ class Holder(NamedTuple):
 
     pid: int
     inherited: bool  # it serves a socket systemd passed it (socket activation)
+    socket: str | None = None  # the path it listens on, as it wrote it (None: an scvd that did not)
 
 
 @dataclass
@@ -46,7 +49,8 @@ class Claim:
 
 def claim(paths: Paths, inherited: list[socket.socket]) -> Claim:
     """Take the instance lock, then the inherited socket or a newly bound one."""
-    lock_fd = acquire_lock(paths.lock_file, inherited=bool(inherited))
+    listens = socket_name(inherited[0]) if inherited else str(paths.socket)
+    lock_fd = acquire_lock(paths.lock_file, inherited=bool(inherited), socket=listens)
     try:
         if inherited:
             return Claim(lock_fd, inherited[0], owns_socket=False)
@@ -77,9 +81,10 @@ def remove_socket(path: Path, ident: tuple[int, int] | None) -> None:
     path.unlink(missing_ok=True)
 
 
-def acquire_lock(path: Path, *, inherited: bool = False) -> int:
+def acquire_lock(path: Path, *, inherited: bool = False, socket: str | None = None) -> int:
     """Hold an exclusive flock on the instance lock; refuse naming the pid that holds it. The pid is
-    written there, and whether the socket is inherited (a client's advice differs: see lock_holder)."""
+    written there, whether the socket is inherited (a client's advice differs: see lock_holder), and
+    the socket's path: a client whose XDG_RUNTIME_DIR or SCV_SOCKET differs is told where it is."""
     try:  # not through a link: the pid written below would truncate the file it points to
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     except OSError as exc:  # what to fix, not an errno (a directory there read `[Errno 21]`)
@@ -99,11 +104,20 @@ def acquire_lock(path: Path, *, inherited: bool = False) -> int:
             "filesystem (SCV_HOME, or XDG_STATE_HOME)") from None
     try:
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode() + (INHERITED + b"\n" if inherited else b""), 0)
+        os.pwrite(fd, lock_text(os.getpid(), inherited, socket), 0)
     except OSError as exc:  # a full disk: the lock is what counts (the pid only names us to a second start)
         log.warning("cannot write this pid into %s (%s); a second scvd refused meanwhile names no pid",
                     path, exc.strerror or exc)
     return fd
+
+
+def lock_text(pid: int, inherited: bool, socket: str | None) -> bytes:
+    """What the lock file holds: the pid, then `socket inherited`, then `listens <path>` (a path a line can hold)."""
+    text = f"{pid}\n".encode() + (INHERITED + b"\n" if inherited else b"")
+    path = os.fsencode(socket or "")
+    if path.startswith(b"/") and b"\n" not in path:  # not an abstract socket's name
+        text += LISTENS + path + b"\n"
+    return text
 
 
 def written_pid(text: bytes) -> bytes:
@@ -118,7 +132,7 @@ def lock_holder(path: Path) -> Holder | None:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
-            written = os.pread(fd, 64, 0) if stat.S_ISREG(st.st_mode) else b""
+            written = os.pread(fd, LOCK_TEXT, 0) if stat.S_ISREG(st.st_mode) else b""
         finally:
             os.close(fd)
         with open("/proc/locks", "rb") as f:
@@ -134,10 +148,18 @@ def lock_holder(path: Path) -> Holder | None:
         # the device as stat says it (btrfs's differs), else the pid scvd wrote there
         pid = fields[4]
         if where[-1] == str(st.st_ino).encode() and (where[0] == dev or pid == written_pid(written)):
-            # the second line is the holder's only if it wrote the first (not an scvd that held it before)
-            inherited = written.split(b"\n")[:2] == [pid, INHERITED]
-            return Holder(int(pid), inherited) if pid.isdigit() else None
+            return _holder(pid, written) if pid.isdigit() else None
     return None
+
+
+def _holder(pid: bytes, written: bytes) -> Holder:
+    """The holder `pid`; the lines after the first are its only if it wrote the first (not an scvd
+    that held the lock before)."""
+    lines = written.split(b"\n")
+    if lines[0] != pid:
+        return Holder(int(pid), False)
+    listens = [line[len(LISTENS):] for line in lines[1:-1] if line.startswith(LISTENS)]
+    return Holder(int(pid), lines[1:2] == [INHERITED], os.fsdecode(listens[0]) if listens else None)
 
 
 def bind_owned(paths: Paths) -> tuple[socket.socket, tuple[int, int]]:

@@ -19,7 +19,7 @@ import pytest
 from scvctl.client import AGAIN
 from scvd import errors, protocol as p
 
-from conftest import DaemonProc, base_env, wait_pending
+from conftest import DaemonProc, base_env, dying_with_pytest, wait_for_socket, wait_pending
 from harness import HarnessTool, NoArgs
 from scvd.tools.contract import CallContext, Plan
 
@@ -93,6 +93,38 @@ def test_an_scvd_whose_socket_is_gone_is_named_with_its_pid_not_sent_to_start(ma
     assert d.stop() == 0
     out = scvctl(d, "status")  # its lock file stays, held by nobody
     assert out.returncode == 3 and out.stderr.startswith(f"scvd is not running on {d.socket}"), out.stderr
+
+
+def test_an_scvd_started_with_another_runtime_dir_is_named_with_the_socket_it_listens_on(tmp_path):
+    """scvd started in an ssh session without XDG_RUNTIME_DIR, scvctl from a login session with one:
+    scvctl found the instance's lock held and said the socket was gone and would come back: never true,
+    as scvd listens on the path its own environment computed."""
+    runs = [tmp_path / "r1", tmp_path / "r2"]
+    for run in runs:
+        run.mkdir(mode=0o700)
+    env = base_env(tmp_path / "unused", XDG_STATE_HOME=str(tmp_path / "state"),
+                   XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"))
+    del env["SCV_HOME"]
+    there, here = runs[0] / "scv" / "scvd.sock", runs[1] / "scv" / "scvd.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "scvd", "run"], env={**env, "XDG_RUNTIME_DIR": str(runs[0])},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=dying_with_pytest())
+    try:
+        wait_for_socket(there, proc=proc)
+        here_env = {**env, "XDG_RUNTIME_DIR": str(runs[1])}
+        out = subprocess.run([sys.executable, "-m", "scvctl", "status"], env=here_env, capture_output=True,
+                             text=True, timeout=30)
+        assert (out.returncode, out.stderr) == (3, (
+            f"nothing listens on {here} (No such file or directory), but this instance's scvd runs (pid {proc.pid}) "
+            f"and listens on {there}: it was started where XDG_RUNTIME_DIR or SCV_SOCKET differed from here; reach it "
+            f"with SCV_SOCKET={there} (or scvctl --socket {there}), or restart it from this environment "
+            f"(systemctl --user restart scvd, or kill {proc.pid} and scvd run)\n"))
+        out = subprocess.run([sys.executable, "-m", "scvctl", "status"], env={**here_env, "SCV_SOCKET": str(there)},
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0 and f"(pid {proc.pid}," in out.stdout, out
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=15)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
