@@ -6,7 +6,9 @@ into the user unit directory with ExecStart pointing at the scvd of this very
 Python environment, then drives `systemctl --user`. Where no user manager can
 be reached (a container, CI, an ssh session without lingering) it enables the
 units on file alone (`--root=/`), so the next manager starts them, says so in
-one line and prints what it wrote. SCV_HOME and SCV_SOCKET of the installing
+one line and prints what it wrote; with no systemctl at all it says nothing
+here starts them, and how to run scvd without systemd. `--dry-run` asks the
+manager too, so it shows the steps the real run takes. SCV_HOME and SCV_SOCKET of the installing
 shell go into the units (Environment=, and the socket unit's ListenStream=),
 so the service serves the instance that shell's scvctl talks to.
 
@@ -240,22 +242,36 @@ class Report:
     exec_start: str | None = None
     instance: dict[str, str] = field(default_factory=dict)  # SCV_HOME / SCV_SOCKET the units carry
     contents: dict[str, str] = field(default_factory=dict)  # dry run: the unit texts by path
-    manager: bool | None = None  # None: not asked (dry run)
+    manager: bool | None = None  # None: not known (the run ended before it asked)
     manager_error: str | None = None
+    systemctl: bool = True  # False: none on PATH, so no systemd starts anything here
     ran: list[dict] = field(default_factory=list)
     planned: list[str] = field(default_factory=list)
     failed: bool = False
     warnings: list[str] = field(default_factory=list)
 
 
-def systemd_version() -> int | None:
-    """The version of the running user manager (`255.4-1` -> 255), which reads the unit; None when
-    none answers. Not `systemctl --version`: after an upgrade the old manager runs until the next login."""
+NO_SYSTEMCTL = "systemctl is not installed"
+
+
+@dataclass(frozen=True)
+class Manager:
+    """The running user manager as `systemctl --user show` tells: its version, or why none answers."""
+
+    version: int | None  # `255.4-1` -> 255; None: none answers, or a version not read
+    error: str | None = None  # None: it answers; NO_SYSTEMCTL: no systemctl on PATH
+
+
+def ask_manager() -> Manager:
+    """The user manager that reads the units. Not `systemctl --version`: after an upgrade the old
+    manager runs until the next login."""
     done = systemctl(["show", "--property=Version", "--value"])
-    if done is None or done.returncode != 0:
-        return None
+    if done is None:
+        return Manager(None, NO_SYSTEMCTL)
+    if done.returncode != 0:
+        return Manager(None, _first_line(done.stderr) or f"exit {done.returncode}")
     head = done.stdout.strip().split(".", 1)[0].split("-", 1)[0].split("~", 1)[0]
-    return int(head) if head.isdigit() else None
+    return Manager(int(head) if head.isdigit() else None)
 
 
 def systemctl(args: list[str]) -> subprocess.CompletedProcess[str] | None:
@@ -278,9 +294,8 @@ def run_steps(report: Report, steps: list[list[str]]) -> None:
     for i, args in enumerate(steps):
         done = systemctl(args)
         if i == 0 and (done is None or done.returncode != 0):
-            report.manager = False
-            report.manager_error = "systemctl is not installed" if done is None else \
-                _first_line(done.stderr) or f"exit {done.returncode}"
+            why = NO_SYSTEMCTL if done is None else _first_line(done.stderr) or f"exit {done.returncode}"
+            _no_manager(report, why)
             if done is not None:
                 _run_each(report, offline_steps(steps[1:]))
             return
@@ -288,6 +303,20 @@ def run_steps(report: Report, steps: list[list[str]]) -> None:
         assert done is not None
         if not _ran(report, args, done):
             return
+
+
+def _no_manager(report: Report, why: str) -> None:
+    report.manager, report.manager_error, report.systemctl = False, why, why != NO_SYSTEMCTL
+
+
+def plan_steps(report: Report, steps: list[list[str]], manager: Manager) -> None:
+    """A dry run's plan: the steps run_steps() would run, given what `manager` says."""
+    if manager.error is None:
+        report.manager = True
+    else:
+        _no_manager(report, manager.error)
+        steps = offline_steps(steps[1:]) if report.systemctl else []
+    report.planned = [" ".join(["systemctl", "--user", *s]) for s in steps]
 
 
 def offline_steps(steps: list[list[str]]) -> list[list[str]]:
@@ -323,7 +352,8 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
     directory = unit_dir()
     command = scvd_command()
     instance = Instance.of(dict(os.environ, SCV_SOCKET=str(socket)) if socket else os.environ)
-    units = render_units(command, instance, systemd_version())
+    manager = ask_manager()
+    units = render_units(command, instance, manager.version)
     report = Report("install", dry_run, str(directory), exec_start=exec_start_line(command),
                     instance=instance.env)
     unread = unread_unit_dir(directory)
@@ -333,8 +363,18 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
     if dry_run:
         report.wrote = [str(directory / name) for name in units]
         report.contents = {str(directory / name): text for name, text in units.items()}
-        report.planned = [" ".join(["systemctl", "--user", *s]) for s in steps]
-        return report
+        plan_steps(report, steps, manager)
+    else:
+        _write_units(report, directory, units)
+        run_steps(report, steps)
+    if report.manager is False and report.systemctl:  # without systemd no login starts the service
+        running = running_outside(dict(os.environ, SCV_SOCKET=str(socket)) if socket else os.environ)
+        if running:
+            report.warnings.append(running)
+    return report
+
+
+def _write_units(report: Report, directory: Path, units: dict[str, str]) -> None:
     try:
         paths_mod.make_dirs(directory)  # 0700, as ~/.config when it is missing
         for name, text in units.items():
@@ -344,12 +384,6 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
         raise errors.ConfigError(
             f"cannot write the units into {directory} ({exc.strerror}): make it a directory of yours with "
             "room to write, then run install again") from None
-    run_steps(report, steps)
-    if report.manager is False:
-        running = running_outside(dict(os.environ, SCV_SOCKET=str(socket)) if socket else os.environ)
-        if running:
-            report.warnings.append(running)
-    return report
 
 
 def running_outside(env: Mapping[str, str]) -> str | None:
@@ -376,7 +410,7 @@ def uninstall(*, dry_run: bool) -> Report:
     report = Report("uninstall", dry_run, str(directory))
     if dry_run:
         report.removed = [str(p) for p in present]
-        report.planned = [" ".join(["systemctl", "--user", *s]) for s in UNINSTALL_STEPS + [["daemon-reload"]]]
+        plan_steps(report, [["daemon-reload"], *UNINSTALL_STEPS, ["daemon-reload"]], ask_manager())
         return report
     # disable while the unit files still exist, then remove them, then reload
     run_steps(report, [["daemon-reload"], *UNINSTALL_STEPS])
@@ -430,14 +464,27 @@ def print_report(report: Report, as_json: bool, out=sys.stdout) -> None:
             else f"exit {step['returncode']}: {step['stderr']}"
         print(f"ran: {' '.join(step['argv'])} ({status})", file=out)
     if report.manager is False:
-        enabled = " and enabled" if report.ran and not report.failed else ""
-        then = f"the files above are in place{enabled} for the next login, or start scvd without systemd: " \
-            "scvd run --daemon" if report.action == "install" else "nothing was stopped"
-        print(f"systemctl --user cannot reach a user manager ({report.manager_error}); {then}", file=out)
+        print(_without_manager(report), file=out)
     elif report.failed:
         print("a systemctl step failed; see: journalctl --user -u scvd", file=out)
     for warning in report.warnings:
         print(f"warning: {warning}", file=out)
+
+
+WITHOUT_SYSTEMD = "start scvd without systemd: scvd run --daemon (or scvd run in a terminal)"
+
+
+def _without_manager(report: Report) -> str:
+    """The line saying what a run without a user manager did (or would do), and what starts scvd then."""
+    are = "would be" if report.dry_run else "are"
+    if not report.systemctl:
+        unused = f"the files above {are} written but unused, as nothing here starts them; {WITHOUT_SYSTEMD}" \
+            if report.action == "install" else "nothing was stopped"
+        return f"systemctl is not on PATH, so no systemd runs here: {unused}"
+    enabled = " and enabled" if (report.planned or report.ran) and not report.failed else ""
+    then = f"the files above {are} in place{enabled} for the next login, or {WITHOUT_SYSTEMD}" \
+        if report.action == "install" else "nothing was stopped"
+    return f"systemctl --user cannot reach a user manager ({report.manager_error}); {then}"
 
 
 def _cmd_install(args: argparse.Namespace) -> int:

@@ -177,11 +177,12 @@ def test_install_without_a_user_manager_enables_the_unit_for_the_next_login(user
     assert not os.path.lexists(unit_dir / enabled)  # no link left to a removed unit
 
 
-def test_install_without_a_user_manager_warns_of_an_scvd_running_outside_systemd(user_env, make_daemon, tmp_path):
+def test_install_without_a_user_manager_warns_of_an_scvd_running_outside_systemd(user_env, stub_systemctl,
+                                                                                 make_daemon, tmp_path):
     """With `scvd run --daemon` running, the units enabled for the next login start a service that
     finds the instance taken and fails (exit 3); install said only that they were in place."""
     d = make_daemon(home=tmp_path / "instance")
-    env = {**user_env, "SCV_HOME": str(d.home), "PATH": "/nonexistent"}  # no systemctl: no manager either
+    env = {**user_env, "SCV_HOME": str(d.home), "STUB_NO_MANAGER": "1"}
     done = run_service(env, "install")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (f"warning: an scvd started without systemd runs on this instance (pid {d.proc.pid}, on {d.socket}): "
@@ -205,7 +206,45 @@ def test_install_quotes_an_odd_path_so_systemd_finds_it(user_env, tmp_path):
     assert verify_problems(installed(user_env), user_env) == []
 
 
-def test_dry_run_writes_nothing_and_shows_everything(user_env):
+def test_install_without_systemctl_says_nothing_here_starts_the_units(user_env, make_daemon, tmp_path):
+    """No systemctl at all: install said the units were in place "for the next login" and warned of
+    "the service the next login starts", where nothing ever starts them."""
+    d = make_daemon(home=tmp_path / "instance")
+    env = {**user_env, "SCV_HOME": str(d.home), "PATH": "/nonexistent"}
+    for dry in ([], ["--dry-run"]):
+        done = run_service(env, "install", *dry)
+        assert done.returncode == 0, done.stdout + done.stderr
+        are = "would be" if dry else "are"
+        assert done.stdout.splitlines()[-1] == (
+            f"systemctl is not on PATH, so no systemd runs here: the files above {are} written but unused, as "
+            "nothing here starts them; start scvd without systemd: scvd run --daemon (or scvd run in a terminal)")
+        assert "next login" not in done.stdout and "run:" not in done.stdout
+    done = run_service(env, "uninstall")
+    assert done.stdout.splitlines()[-1] == "systemctl is not on PATH, so no systemd runs here: nothing was stopped"
+
+
+def test_a_dry_run_without_a_user_manager_shows_what_install_does(user_env, stub_systemctl, make_daemon, tmp_path):
+    """The dry run printed the steps for a running manager (`disable --now ...`, `restart`), while the
+    install runs `--root=/` ones and says no manager answers, and that an scvd runs outside systemd."""
+    d = make_daemon(home=tmp_path / "instance")
+    env = {**user_env, "SCV_HOME": str(d.home), "STUB_NO_MANAGER": "1"}
+    dry = run_service(env, "install", "--dry-run")
+    assert dry.returncode == 0 and not stub_systemctl.exists(), dry.stdout + dry.stderr  # it ran none
+    real = run_service(env, "install")
+    assert real.returncode == 0, real.stdout + real.stderr
+    ran = [line[len("ran: "):].removesuffix(" (ok)") for line in real.stdout.splitlines() if line.startswith("ran: ")]
+    assert [line[len("would run: "):] for line in dry.stdout.splitlines() if line.startswith("would run: ")] == ran
+    assert ran == ["systemctl --user --root=/ disable scvd.socket", "systemctl --user --root=/ enable scvd.service"]
+    no_manager = ("systemctl --user cannot reach a user manager (Failed to connect to bus: No medium found); the "
+                  "files above {} in place and enabled for the next login, or start scvd without systemd: scvd run "
+                  "--daemon (or scvd run in a terminal)")
+    assert no_manager.format("would be") in dry.stdout.splitlines()
+    assert no_manager.format("are") in real.stdout.splitlines()
+    warning = f"warning: an scvd started without systemd runs on this instance (pid {d.proc.pid}, on {d.socket})"
+    assert warning in dry.stdout and warning in real.stdout
+
+
+def test_dry_run_writes_nothing_and_shows_everything(user_env, stub_systemctl):
     done = run_service(user_env, "install", "--socket-activated", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert not any(p.exists() for p in installed(user_env))
@@ -318,12 +357,12 @@ def test_the_executable_keeps_its_dollar_signs():
     assert service.exec_start_line(["/opt/a b/scvd", "run", "$X"]) == 'ExecStart="/opt/a b/scvd" run "$$X"'
 
 
-def test_scvctl_mounts_the_service_commands(user_env):
+def test_scvctl_mounts_the_service_commands(user_env, stub_systemctl):
     done = subprocess.run([sys.executable, "-m", "scvctl", "--json", "service", "install", "--dry-run"],
                           env=user_env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["dry_run"] is True and report["manager"] is None
+    assert report["dry_run"] is True and report["manager"] is True
     assert report["planned"][-1] == "systemctl --user restart scvd.service"
     assert not any(p.exists() for p in installed(user_env))
 
