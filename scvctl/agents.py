@@ -26,7 +26,8 @@ from scvd import config as config_mod, errors, paths as paths_mod, protocol as p
 from scvd.adapters import service, spec as specs
 from scvd.adapters.service import default_codex_home
 from scvd.adapters.locate import missing_interpreter
-from scvd.adapters.signin import classify_status, missing_program_hint
+from scvd.adapters.signin import classify_status, missing_program_hint, path_advice
+from scvd.notify import runs_as_unit
 
 from .cli import connect, emit_json, shared_options
 from .client import Client
@@ -76,12 +77,20 @@ class Answers(Protocol):
 
     def import_setup(self, agent: str, source: str) -> p.AgentsImported: ...
 
+    def systemd(self) -> bool | None: ...  # whether scvd runs as scvd.service (its PATH the unit's); None: unknown
+
 
 class FromDaemon:
     """The running daemon answers, from its own environment."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
+        self._systemd: list[bool | None] = []
+
+    def systemd(self) -> bool | None:
+        if not self._systemd:  # its cgroup, by the pid its status names
+            self._systemd.append(runs_as_unit(self.client.status().pid))
+        return self._systemd[0]
 
     def spec(self, agent: str, action: str, extra: list[str]) -> p.AgentsLaunch:
         return self.client.request(p.AgentsSpec, agent=agent, action=action, extra_args=list(extra))
@@ -114,6 +123,9 @@ class Here:
     def import_setup(self, agent: str, source: str) -> p.AgentsImported:
         return service.answer_import(agent, source, paths=self.paths, env=os.environ)
 
+    def systemd(self) -> bool | None:
+        return None  # no scvd runs: how the next one starts is not known here
+
 
 @contextlib.contextmanager
 def answers(args: argparse.Namespace) -> Iterator[Answers]:
@@ -136,9 +148,10 @@ def cmd_attached(args: argparse.Namespace) -> int:
     """login / logout / status AGENT: the agent's own command with this terminal."""
     with answers(args) as side:
         answer = side.spec(args.agent, args.action, args.extra)
-    if answer.spec is None:
-        print(f"{args.agent}: {_unsupported(side, args.agent, answer.unsupported)}", file=sys.stderr)
-        return 1
+        if answer.spec is None:
+            print(f"{args.agent}: {_unsupported(side, args.agent, answer.unsupported)}", file=sys.stderr)
+            return 1
+        systemd = side.systemd()  # for a hint once the agent ran, when this connection is closed
     if answer.spec.note:
         print(answer.spec.note, file=sys.stderr)
     try:
@@ -146,14 +159,14 @@ def cmd_attached(args: argparse.Namespace) -> int:
     except OSError as exc:  # found, but no program this host can run: a broken install, another machine's build
         if program := missing_interpreter(answer.spec.argv[0], answer.spec.env):  # ENOENT naming the CLI
             raise errors.Failed(f"cannot run {answer.spec.argv[0]}; nothing ran: "
-                                f"{missing_program_hint(specs.ADAPTERS[args.agent], program)}") from exc
+                                f"{missing_program_hint(specs.ADAPTERS[args.agent], program, systemd)}") from exc
         raise errors.Failed(
             f"cannot run {answer.spec.argv[0]} ({exc.strerror or exc}); nothing ran: reinstall it "
             f"(npm install -g {specs.ADAPTERS[args.agent].package}) or fix the program it names in its first line"
         ) from exc
     program = missing_interpreter(answer.spec.argv[0], answer.spec.env) if code == 127 else None
     if program:  # env said only "No such file or directory": say what to fix
-        print(f"{args.agent}: {missing_program_hint(specs.ADAPTERS[args.agent], program)}", file=sys.stderr)
+        print(f"{args.agent}: {missing_program_hint(specs.ADAPTERS[args.agent], program, systemd)}", file=sys.stderr)
     return code
 
 
@@ -193,9 +206,8 @@ def _unsupported(side: Answers, name: str, why: str | None) -> str:
     found = shutil.which(executable) if isinstance(side, FromDaemon) else None
     if not found:
         return why or "unavailable"
-    return (f"{executable} is not on scvd's PATH, but this shell finds it at {found}: add "
-            f"{os.path.dirname(found)} to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
-            "then systemctl --user restart scvd")
+    return (f"{executable} is not on scvd's PATH, but this shell finds it at {found}: "
+            f"{path_advice(os.path.dirname(found), side.systemd())}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -233,14 +245,14 @@ def _status_line(side: Answers, name: str) -> tuple[str, int]:
         result = _run_status(launch)
     except OSError as exc:
         program = missing_interpreter(launch.argv[0], launch.env)
-        return missing_program_hint(specs.ADAPTERS[name], program) if program else (
+        return missing_program_hint(specs.ADAPTERS[name], program, side.systemd()) if program else (
             f"cannot run {launch.argv[0]}: {exc.strerror}"), 1
     finally:
         _repair(launch)
     if result.timed_out:
         return f"unknown (its status command ran past {STATUS_TIMEOUT:.0f} s)", 1
     state = classify_status(specs.ADAPTERS[name], result.exit_code, result.output, home=Path(launch.cwd),
-                            signal=result.signal)
+                            signal=result.signal, systemd=side.systemd() if result.exit_code else None)
     code = result.exit_code if result.signal is None else 128 + signal.Signals[result.signal].value
     return state, 1 if code is None else code
 

@@ -345,3 +345,23 @@ def _listen_count(env: Mapping[str, str]) -> int:
         log.warning("ignoring LISTEN_FDS=%r: not a number", env.get("LISTEN_FDS"))
         return 0
     return max(count, 0)
+
+
+SERVICE_UNIT = "scvd.service"  # the user unit `scvctl service install` writes
+
+
+def runs_as_unit(pid: int | str = "self") -> bool | None:
+    """Whether process `pid` runs as scvd.service, as its cgroup says: then its environment (PATH) is
+    the unit's, which `systemctl --user edit scvd` changes, not a shell's. None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as f:
+            return in_unit(f.read().decode(errors="replace"))
+    except OSError:
+        return None
+
+
+def in_unit(cgroup: str) -> bool:
+    """Whether /proc/PID/cgroup's text puts it in scvd.service (`0::/user.slice/.../scvd.service` on
+    cgroup v2, a `name=systemd` line on v1); a shell's `scvd run` is in its terminal's scope."""
+    return any(line.split(":", 2)[-1].rstrip("/").rsplit("/", 1)[-1] == SERVICE_UNIT
+               for line in cgroup.splitlines())

@@ -10,7 +10,7 @@ import pytest
 from adapters_support import fake_bin  # noqa: F401 - fixture
 from scvd import paths as paths_mod
 from scvd.adapters import service, spec
-from scvd.adapters.signin import classify_status, failure_hint
+from scvd.adapters.signin import classify_status, failure_hint, missing_program_hint
 from scvd.config import Config
 from scvd.errors import InvalidRequest, Unavailable
 
@@ -152,3 +152,17 @@ def test_a_missing_program_the_agent_met_in_its_work_is_not_its_own() -> None:
 @pytest.mark.parametrize("output", ["error: 3 tests failed", "line 401: syntax error", "done"])
 def test_no_hint_for_other_output(output) -> None:
     assert failure_hint(spec.CLAUDE, output, failed=True) is None
+
+
+@pytest.mark.parametrize("systemd, advice", [
+    (True, "add the folder of `command -v node` to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
+           "then systemctl --user restart scvd"),
+    (False, "scvd runs outside systemd, with the PATH of the shell that started it: stop it and start scvd run "
+            "again from a shell whose PATH has the folder of `command -v node`"),
+    (None, "add the folder of `command -v node` to the PATH scvd starts with (under systemd: systemctl --user edit "
+           "scvd: Environment=PATH=...; else the PATH of the shell that runs scvd run), then restart scvd"),
+])
+def test_a_missing_node_is_fixed_where_scvds_path_comes_from(systemd, advice):
+    """The advice named `systemctl --user edit scvd` for an scvd started in a shell too (the README's
+    `scvd run`), where only the shell's PATH counts."""
+    assert missing_program_hint(spec.PI, "node", systemd) == f"pi needs node, which is not on scvd's PATH: {advice}"

@@ -381,10 +381,10 @@ def test_a_cli_whose_node_is_not_on_scvds_path_gets_a_hint_saying_so(harness: Ha
     result = harness.call("claude", prompt="go")
     assert result["exit_code"] == 127
     assert "scvd-test-node-nowhere" in result["output"] and "No such file or directory" in result["output"]
-    assert result["hint"] == (
-        "claude needs scvd-test-node-nowhere, which is not on scvd's PATH: add the folder of "
-        "`command -v scvd-test-node-nowhere` to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
-        "then systemctl --user restart scvd")
+    assert result["hint"] == (  # this process runs outside systemd, as a `scvd run` in a shell does
+        "claude needs scvd-test-node-nowhere, which is not on scvd's PATH: scvd runs outside systemd, with the "
+        "PATH of the shell that started it: stop it and start scvd run again from a shell whose PATH has the "
+        "folder of `command -v scvd-test-node-nowhere`")
 
 
 MOVED_NODE_HINT = (

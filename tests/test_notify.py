@@ -453,3 +453,23 @@ def test_status_before_a_lifecycle_message_is_not_held_back(listener, run_loop):
 
     run_loop(main())
     assert drain(sock) == ["STATUS=first", "STATUS=reload failed: x", "READY=1"]
+
+
+@pytest.mark.parametrize("cgroup, unit", [
+    ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/scvd.service\n", True),  # cgroup v2
+    ("12:pids:/user.slice\n1:name=systemd:/user.slice/user-1000.slice/user@1000.service/scvd.service\n0::/\n", True),
+    # `scvd run` in a terminal: the terminal's scope, whose PATH is the shell's
+    ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/app-org.gnome.Terminal.slice/vte-spawn-1.scope\n",
+     False),
+    ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/my-scvd.service\n", False),  # not the unit install writes
+    ("0::/\n", False),  # a container without systemd
+])
+def test_whether_a_process_runs_as_scvd_service_comes_from_its_cgroup(cgroup, unit):
+    """Where scvd's PATH is set, for the advice to add a folder to it: scvd.service's unit, or the shell
+    that ran `scvd run` (where `systemctl --user edit scvd` changes nothing)."""
+    assert notify.in_unit(cgroup) is unit
+
+
+def test_this_process_is_not_scvd_service():
+    assert notify.runs_as_unit() is False
+    assert notify.runs_as_unit(2**22 + 1) is None  # no such process: not known

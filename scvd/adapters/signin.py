@@ -42,15 +42,15 @@ MISSING_PROGRAM = re.compile(r"env: ['\u2018\"]?([^\s'\u2019\":]+)['\u2019\"]?: 
                              r"|\bexec: ([^\s:]+): not found")
 
 
-def failure_hint(adapter: specs.Adapter, output: str, failed: bool) -> str | None:
+def failure_hint(adapter: specs.Adapter, output: str, failed: bool, systemd: bool | None = None) -> str | None:
     """The hint for a failed run's output that reads like a missing sign-in, or like a program
-    the CLI needs (node) missing from scvd's PATH."""
+    the CLI needs (node) missing from scvd's PATH (`systemd`: see path_advice)."""
     if not failed:
         return None
     if SIGNIN_PATTERNS.search(output):
         return adapter.signin_hint
     program = missing_program(output)
-    return missing_program_hint(adapter, program) if program else None
+    return missing_program_hint(adapter, program, systemd) if program else None
 
 
 def missing_program(output: str) -> str | None:
@@ -61,20 +61,32 @@ def missing_program(output: str) -> str | None:
     return (missing[1] or missing[2]) if missing else None
 
 
-def missing_program_hint(adapter: specs.Adapter, program: str) -> str:
+def missing_program_hint(adapter: specs.Adapter, program: str, systemd: bool | None) -> str:
     """What to do when `program`, which the CLI's first line names, is missing: a bare name from PATH,
     or an absolute path (an npm install made with a node since moved or removed)."""
     if os.path.isabs(program):
         return (f"{adapter.executable} needs {program}, which its first line names and which does not exist: "
                 f"reinstall it with the node on scvd's PATH (npm install -g {adapter.package}), or install "
                 f"{os.path.basename(program)} at {program}")
-    return (f"{adapter.executable} needs {program}, which is not on scvd's PATH: add the folder of "
-            f"`command -v {program}` to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
-            "then systemctl --user restart scvd")
+    return (f"{adapter.executable} needs {program}, which is not on scvd's PATH: "
+            f"{path_advice(f'the folder of `command -v {program}`', systemd)}")
+
+
+def path_advice(folder: str, systemd: bool | None) -> str:
+    """How to put `folder` on scvd's PATH. `systemd`: whether scvd runs as scvd.service (its PATH is the
+    unit's), or in the foreground or with --daemon (the PATH of the shell that started it); None: unknown."""
+    if systemd:
+        return (f"add {folder} to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
+                "then systemctl --user restart scvd")
+    if systemd is False:
+        return (f"scvd runs outside systemd, with the PATH of the shell that started it: stop it and start "
+                f"scvd run again from a shell whose PATH has {folder}")
+    return (f"add {folder} to the PATH scvd starts with (under systemd: systemctl --user edit scvd: "
+            "Environment=PATH=...; else the PATH of the shell that runs scvd run), then restart scvd")
 
 
 def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str, home: Path | None = None,
-                    signal: str | None = None) -> str:
+                    signal: str | None = None, systemd: bool | None = None) -> str:
     """One short verdict from a status command's output, never echoing it (it may hold a key).
 
     "not signed in" is checked against the configuration in `home`: an imported codex setup whose
@@ -86,7 +98,7 @@ def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str, 
             return f"needs no sign-in: {own}" if own else verdict
     program = missing_program(output) if exit_code else None
     if program:  # the CLI never started: its status is unknown, and this is what to fix
-        return missing_program_hint(adapter, program)
+        return missing_program_hint(adapter, program, systemd)
     how = f"exit {exit_code}" if signal is None else f"signal {signal}"
     return f"unknown ({how}); run `scvctl agents status {adapter.name}` to see its output"
 

@@ -19,6 +19,7 @@ import msgspec
 
 from .. import passenv, process, secret_names
 from ..errors import Failed, InvalidArguments
+from ..notify import runs_as_unit
 from ..text import excerpt
 from ..tools.containment import show
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk, check_timeout, own_deadline
@@ -200,7 +201,7 @@ class AgentTool(Tool):
             # ENOENT naming the CLI itself; its #! line read off the loop, as every look here: a hung mount
             if program := await run_file(missing_interpreter, plan.data["argv"][0], os.environ):
                 raise Failed(f"{self.name}: cannot start {argv[0]}; nothing ran: "
-                             f"{missing_program_hint(self.adapter, program)}") from exc
+                             f"{missing_program_hint(self.adapter, program, runs_as_unit())}") from exc
             where = f"{exc.filename}: " if exc.filename else ""
             raise Failed(f"{self.name}: cannot start {argv[0]} in {cwd} ({where}{exc.strerror or exc}); "
                          "nothing ran: fix that and retry the call") from exc
@@ -220,9 +221,11 @@ class AgentTool(Tool):
     async def _result(self, result: Any, cwd: Path, args: Any, plan: Plan, ctx: CallContext) -> dict[str, Any]:
         executable = plan.data["argv"][0]
         failed = result.timed_out or result.exit_code != 0
-        hint = failure_hint(self.adapter, result.output, failed)
+        systemd = runs_as_unit() if failed else None  # where scvd's PATH is set, for a hint that names it
+        hint = failure_hint(self.adapter, result.output, failed, systemd)
         if failed and not hint and (program := await run_file(missing_interpreter, executable, os.environ)):
-            hint = missing_program_hint(self.adapter, program)  # bwrap's execvp failed as if the CLI were missing
+            # bwrap's execvp failed as if the CLI were missing
+            hint = missing_program_hint(self.adapter, program, systemd)
         if result.timed_out:  # like bash: a deadline is a `timeout` error carrying the output's end
             ceiling = float(ctx.config.tools.max_timeout_seconds)
             raise timeout_error(self.name, result, plan.timeout, ceiling, asked=args.timeout_seconds,

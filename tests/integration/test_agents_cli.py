@@ -104,14 +104,16 @@ def test_status_without_the_cli_says_how_to_install(make_daemon, tmp_path: Path)
 
 def test_a_cli_this_shell_finds_but_the_daemon_does_not_is_said_so(make_daemon, tmp_path: Path) -> None:
     """Under systemd scvd's PATH is the user manager's: `claude is not installed: npm install ...` sent
-    a user who had installed it to install it again."""
+    a user who had installed it to install it again. An scvd started in a shell (`scvd run`, as the
+    README does) has that shell's PATH: `systemctl --user edit scvd` would change nothing there."""
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     fake_bin = make_fake_bin(tmp_path / "bin")
     d = make_daemon(env={"PATH": str(empty)})
     shell = {**base_env(d.home), "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}"}
-    said = (f"claude is not on scvd's PATH, but this shell finds it at {fake_bin / 'claude'}: add {fake_bin} "
-            "to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), then systemctl --user restart scvd")
+    said = (f"claude is not on scvd's PATH, but this shell finds it at {fake_bin / 'claude'}: scvd runs outside "
+            "systemd, with the PATH of the shell that started it: stop it and start scvd run again from a shell "
+            f"whose PATH has {fake_bin}")
     for args in (["status"], ["login", "claude"]):
         out = subprocess.run([sys.executable, "-m", "scvctl", "agents", *args], env=shell, stdin=subprocess.DEVNULL,
                              capture_output=True, text=True, timeout=30)
@@ -765,8 +767,8 @@ def test_a_cli_whose_node_is_missing_is_said_so_by_status_and_login(tmp_path: Pa
     pi.unlink()
     pi.symlink_to(FAKE_AGENT.parent / "needs-a-missing-node")
     hint = ("pi needs scvd-test-node-nowhere, which is not on scvd's PATH: add the folder of "
-            "`command -v scvd-test-node-nowhere` to scvd's PATH (systemctl --user edit scvd: "
-            "Environment=PATH=...), then systemctl --user restart scvd")
+            "`command -v scvd-test-node-nowhere` to the PATH scvd starts with (under systemd: systemctl --user "
+            "edit scvd: Environment=PATH=...; else the PATH of the shell that runs scvd run), then restart scvd")
     out = scvctl_alone(env, "agents", "status")
     assert out.stdout.splitlines()[2] == f"pi      {hint}", out.stdout
     for action in ("status", "login"):
