@@ -16,7 +16,7 @@ import os
 import re
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Callable, Literal, Mapping
 
 import msgspec
 
@@ -357,6 +357,8 @@ def _parsed(path: Path, text: str) -> dict[str, Any]:
 def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str],
              raw: Mapping[str, Any], texts: Mapping[str, tuple[str, str]]) -> str:
     """`<file or env var>: <key path>: <what is wrong>` from msgspec's message."""
+    from . import config_hints  # only on a refusal
+
     msg, key = vt.split(exc)
     name = vt.unknown_field(msg)
     if name is not None:  # msgspec names the table; the key path is more use
@@ -386,6 +388,7 @@ def _explain(path: Path, exc: msgspec.ValidationError, sources: Mapping[str, str
         msg += config_env.read_as_string(msg, key, *texts[key], Config)
     elif (value := _raw_at(raw, key)) is not _ABSENT:
         msg += _what_to_give(msg, key, value, sources)
+    msg += config_hints.within_bounds(key, msg, Config, _writer(key, sources))  # a number out of its bounds
     return f"{_place(path, key, sources)}: {key}: {msg}"
 
 
@@ -398,11 +401,15 @@ def _what_to_give(msg: str, key: str, value: Any, sources: Mapping[str, str]) ->
 
     if config_hints.expected(msg) is None:
         return ""
+    return config_hints.what_to_give(key, value, Config, _writer(key, sources))
+
+
+def _writer(key: str, sources: Mapping[str, str]) -> Callable[[str], str]:
+    """How a value of `key` is written where it came from: `KEY = value`, or SCVD_...=value."""
     origin = sources.get(key, "")
     if origin.startswith("env:"):
-        return config_hints.what_to_give(
-            key, value, Config, lambda v: config_env.assignment(origin[4:], config_env.unquoted(v)))
-    return config_hints.what_to_give(key, value, Config, lambda v: f"{toml_key(key.rpartition('.')[2])} = {v}")
+        return lambda v: config_env.assignment(origin[4:], config_env.unquoted(v))
+    return lambda v: f"{toml_key(key.rpartition('.')[2])} = {v}"
 
 
 def _raw_at(raw: Mapping[str, Any], key: str) -> Any:

@@ -19,6 +19,7 @@ from .secret_like import CREDENTIAL_NAME_RE, TOKEN_RUN_RE
 from .toml_write import toml_value
 
 _EXPECTED = re.compile(r"Expected `(\w+)[^`]*`, got `(\w+)`")
+_BOUND = re.compile(r"Expected `(?:int|float)` [<>]=? \S+")  # msgspec's word for a number out of its Meta bounds
 _WHERE = re.compile(r"\(at line (\d+), column \d+\)")
 _HEADER = re.compile(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?")
 # `key = value` with a bare key or dotted bare keys, the value to a comment: what a person types most
@@ -71,6 +72,39 @@ def what_to_give(key: str, value: Any, schema: type, write: Callable[[str], str]
         return ""
     words, meant = said
     return f"; give {words}" + (f", e.g. {write(meant)}" if meant else "")
+
+
+def within_bounds(key: str, msg: str, schema: type, write: Callable[[str], str]) -> str:
+    """`; give <the numbers key takes>, e.g. <write(its default)>` for msgspec's `Expected `float` > 0.0`
+    (which says no unit, nor the other bound); "" for another message."""
+    info = vt.type_at(schema, key)
+    if not _BOUND.fullmatch(msg) or not isinstance(info, (msgspec.inspect.IntType, msgspec.inspect.FloatType)):
+        return ""
+    of = key_unit(key)
+    words = ("a whole number" if isinstance(info, msgspec.inspect.IntType) else "a number") + (f" of {of}" if of else "")
+    return f"; give {words} {_bounds(info)}, e.g. {write(_default(schema, key) or _inside(info))}"
+
+
+def _bounds(info: msgspec.inspect.IntType | msgspec.inspect.FloatType) -> str:
+    """`from 1 to 4096`, `above 0`, `of 1024 or more`: the numbers a Meta lets through, in words."""
+    low = (f"of {_number(info.ge)} or more" if info.ge is not None
+           else f"above {_number(info.gt)}" if info.gt is not None else "")
+    high = (f"up to {_number(info.le)}" if info.le is not None
+            else f"below {_number(info.lt)}" if info.lt is not None else "")
+    if info.ge is not None and info.le is not None:
+        return f"from {_number(info.ge)} to {_number(info.le)}"
+    return " and ".join(part for part in (low, high) if part)
+
+
+def _inside(info: msgspec.inspect.IntType | msgspec.inspect.FloatType) -> str:
+    """A number within the bounds, for a field without a default: the lowest one (a step past `gt`)."""
+    low = info.ge if info.ge is not None else None if info.gt is None else info.gt + 1
+    high = info.le if info.le is not None else None if info.lt is None else info.lt - 1
+    return _number(low if low is not None else high if high is not None else 1)
+
+
+def _number(value: float) -> str:
+    return toml_value(int(value) if float(value).is_integer() else value)
 
 
 def after_parse_error(text: str, error: str, schema: type) -> str:

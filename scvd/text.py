@@ -193,8 +193,26 @@ def end_of(text: str) -> str:
 
 def toml_said(message: str, text: str) -> str:
     """tomllib's error `message` for `text`, its `(at end of document)` (an unclosed `[`, `{` or
-    string) with the line and column where that is."""
+    string) with the line and column where that is, and a key it names as a Python tuple
+    (`('approvals',)`) as TOML writes it; a table declared twice says to merge the two."""
+    twice = _DECLARED_TWICE.fullmatch(message)
+    if twice:
+        return f"[{_dotted(twice[1])}] is declared twice, the second time at line {twice[2]}: merge the two into one"
+    message = _KEY_TUPLE.sub(lambda m: f"`{_dotted(m[0])}`", message)
     return message.replace("(at end of document)", f"(at end of document: {end_of(text)})")
+
+
+_KEY_TUPLE = re.compile(r"""\((?:'[^']*'|"[^"]*")(?:, (?:'[^']*'|"[^"]*"))*,?\)""")  # tomllib's key: a tuple's repr
+_DECLARED_TWICE = re.compile(rf"Cannot declare ({_KEY_TUPLE.pattern}) twice \(at line (\d+), column \d+\)")
+
+
+def _dotted(key_tuple: str) -> str:
+    """`('mcp', 'servers', 'my fs')` as TOML writes the key: mcp.servers."my fs"."""
+    import ast  # only for a refusal
+
+    from .toml_write import toml_key
+
+    return ".".join(toml_key(part) for part in ast.literal_eval(key_tuple))
 
 
 def cut_middle(text: str, head: int, tail: int, dropped: int = 0) -> str:

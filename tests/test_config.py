@@ -610,6 +610,74 @@ def check_config(home: Path, text: str | None, *args: str, **env: str) -> subpro
                           capture_output=True, text=True, timeout=60)
 
 
+def test_check_config_says_what_to_write_for_a_number_out_of_bounds_and_a_table_declared_twice(tmp_path):
+    """`Expected `float` > 0.0` said no unit nor an example (a wrong type said both), and a table
+    written twice was `Cannot declare ('approvals',) twice`: a Python tuple, and no way out."""
+    done = check_config(tmp_path / "home", "[tools]\ncommand_timeout_seconds = 0\n")
+    assert (done.returncode, done.stderr) == (2, (
+        f"scvd: configuration error: {tmp_path / 'home' / 'config.toml'}: tools.command_timeout_seconds: Expected "
+        "`float` > 0.0; give a number of seconds above 0, e.g. command_timeout_seconds = 120\n"))
+    done = check_config(tmp_path / "home", '[approvals]\npolicy = "always"\n[approvals]\ntimeout_seconds = 60\n')
+    assert (done.returncode, done.stderr) == (2, (
+        f"scvd: configuration error: {tmp_path / 'home' / 'config.toml'}: not valid TOML: [approvals] is declared "
+        "twice, the second time at line 3: merge the two into one\n"))
+
+
+def _bounded_numbers(info: Any, path: str = "") -> typing.Iterator[tuple[str, Any]]:
+    """(key path, type) of every number of the configuration that has bounds; a table of a dict as `x`."""
+    for field in getattr(info, "fields", ()):
+        kind, key = field.type, f"{path}.{field.name}" if path else field.name
+        if isinstance(kind, msgspec.inspect.UnionType):  # `PositiveInt | None`
+            kind = next(t for t in kind.types if not isinstance(t, msgspec.inspect.NoneType))
+        if isinstance(kind, msgspec.inspect.DictType):
+            kind, key = kind.value_type, f"{key}.x"
+        if isinstance(kind, (msgspec.inspect.IntType, msgspec.inspect.FloatType)):
+            if (kind.ge, kind.gt, kind.le, kind.lt) != (None,) * 4:
+                yield key, kind
+        elif isinstance(kind, msgspec.inspect.StructType):
+            yield from _bounded_numbers(kind, key)
+
+
+NEEDED = {"providers.x": 'model = "m"\n', "mcp.servers.x": 'command = "/bin/true"\n'}  # what such a table needs
+
+
+def test_every_number_out_of_its_bounds_says_what_to_give_with_an_example_that_loads(cfg_file):
+    """Not only tools.command_timeout_seconds: each bounded number, below its least (or above its most)."""
+    found = list(_bounded_numbers(msgspec.inspect.type_info(Config)))
+    assert len(found) > 30
+    for key, kind in found:
+        table, _, name = key.rpartition(".")
+        low = kind.ge - 1 if kind.ge is not None else kind.gt if kind.gt is not None else None
+        wrong = low if low is not None else (kind.le + 1 if kind.le is not None else kind.lt)
+        head = f"[{table}]\n{NEEDED.get(table, '')}" if table else ""
+        with pytest.raises(ConfigError) as info:
+            load(cfg_file(f"{head}{name} = {wrong!r}\n"), env={})
+        said = info.value.message
+        assert re.search(rf": {re.escape(key)}: Expected `(int|float)` [<>]=? \S+; give ", said), said
+        example = re.search(rf", e\.g\. ({re.escape(name)} = \S+)$", said)
+        assert example or key in config.HINTS, said
+        if example:
+            load(cfg_file(f"{head}{example[1]}\n"), env={})  # the example is a value it takes
+
+
+def test_an_override_out_of_bounds_says_what_to_give_as_a_variable(cfg_file):
+    with pytest.raises(ConfigError) as info:
+        load(cfg_file(""), env={"SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS": "0"})
+    assert info.value.message.endswith("tools.command_timeout_seconds: Expected `float` > 0.0; give a number of "
+                                       "seconds above 0, e.g. SCVD_TOOLS__COMMAND_TIMEOUT_SECONDS=120")
+
+
+@pytest.mark.parametrize("text, said", [
+    ('[mcp.servers."my fs"]\ncommand = "x"\n[mcp.servers."my fs"]\n',
+     '[mcp.servers."my fs"] is declared twice, the second time at line 3: merge the two into one'),
+    ("a = {x = 1}\na.y = 2\n", "Cannot mutate immutable namespace `a` (at "),  # no tuple in the text
+])
+def test_a_key_tomllib_names_is_said_as_toml_writes_it(cfg_file, text, said):
+    with pytest.raises(ConfigError) as info:
+        load(cfg_file(text), env={})
+    assert said in info.value.message and "('" not in info.value.message, info.value.message
+
+
 def test_check_config_prints_values_and_sources(tmp_path):
     done = check_config(tmp_path / "home", "[tools]\ncommand_timeout_seconds = 60\n",
                         SCVD_APPROVALS__POLICY="always")
