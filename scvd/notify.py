@@ -360,6 +360,19 @@ def runs_as_unit(pid: int | str = "self") -> bool | None:
         return None
 
 
+def environment_advice(change: str, setting: str, shell: str, systemd: bool | None, what: str = "environment") -> str:
+    """How to `change` scvd's environment (`add <folder> to scvd's PATH`): in scvd.service's unit when it
+    runs as one (`setting`, its Environment= line), else from a shell (`shell`: `whose PATH has <folder>`)
+    that starts it again; `systemd` None: not known, both ways."""
+    if systemd:
+        return f"{change} (systemctl --user edit scvd: Environment={setting}), then systemctl --user restart scvd"
+    if systemd is False:
+        return (f"scvd runs outside systemd, with the {what} of the shell that started it: stop it and start "
+                f"scvd run again from a shell {shell}")
+    return (f"{change} (under systemd: systemctl --user edit scvd: Environment={setting}; else in the shell that "
+            "runs scvd run), then restart scvd")
+
+
 def in_unit(cgroup: str) -> bool:
     """Whether /proc/PID/cgroup's text puts it in scvd.service (`0::/user.slice/.../scvd.service` on
     cgroup v2, a `name=systemd` line on v1); a shell's `scvd run` is in its terminal's scope."""

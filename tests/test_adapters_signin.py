@@ -159,8 +159,8 @@ def test_no_hint_for_other_output(output) -> None:
            "then systemctl --user restart scvd"),
     (False, "scvd runs outside systemd, with the PATH of the shell that started it: stop it and start scvd run "
             "again from a shell whose PATH has the folder of `command -v node`"),
-    (None, "add the folder of `command -v node` to the PATH scvd starts with (under systemd: systemctl --user edit "
-           "scvd: Environment=PATH=...; else the PATH of the shell that runs scvd run), then restart scvd"),
+    (None, "add the folder of `command -v node` to scvd's PATH (under systemd: systemctl --user edit scvd: "
+           "Environment=PATH=...; else in the shell that runs scvd run), then restart scvd"),
 ])
 def test_a_missing_node_is_fixed_where_scvds_path_comes_from(systemd, advice):
     """The advice named `systemctl --user edit scvd` for an scvd started in a shell too (the README's

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Collection, Mapping
 
 from ..errors import InvalidRequest, Unavailable
+from ..notify import environment_advice
 from ..protocol import LaunchSpec
 from . import spec as specs
 from .env import build_env, passed_names
@@ -75,14 +76,7 @@ def missing_program_hint(adapter: specs.Adapter, program: str, systemd: bool | N
 def path_advice(folder: str, systemd: bool | None) -> str:
     """How to put `folder` on scvd's PATH. `systemd`: whether scvd runs as scvd.service (its PATH is the
     unit's), or in the foreground or with --daemon (the PATH of the shell that started it); None: unknown."""
-    if systemd:
-        return (f"add {folder} to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
-                "then systemctl --user restart scvd")
-    if systemd is False:
-        return (f"scvd runs outside systemd, with the PATH of the shell that started it: stop it and start "
-                f"scvd run again from a shell whose PATH has {folder}")
-    return (f"add {folder} to the PATH scvd starts with (under systemd: systemctl --user edit scvd: "
-            "Environment=PATH=...; else the PATH of the shell that runs scvd run), then restart scvd")
+    return environment_advice(f"add {folder} to scvd's PATH", "PATH=...", f"whose PATH has {folder}", systemd, "PATH")
 
 
 def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str, home: Path | None = None,

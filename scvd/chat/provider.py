@@ -24,6 +24,7 @@ from ..adapters.codex_provider import (active_provider_id, active_settings, endp
                                       provider_entry, provider_headers, strings)
 from ..adapters.import_files import reading
 from ..config import MAX_REPLY_BYTES
+from ..notify import environment_advice, runs_as_unit
 from .items import ModelEvent, ModelRequest
 
 CODEX = "codex"
@@ -153,6 +154,12 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
         key, source = str(auth.get("OPENAI_API_KEY") or ""), str(home / "auth.json")
     if not key and table.get("env_key"):
         key, source = env.get(str(table["env_key"]), ""), f"env {table['env_key']}"
+        if not key:  # named: "holds no API key ... or its env_key" left the person to find which variable
+            var = str(table["env_key"])
+            raise ProviderFailure("auth", f"the imported Codex setup's provider {provider_id!r} takes its API key "
+                                  f"from {var} (its env_key), which is not set in scvd's environment",
+                                  environment_advice(f"set {var} in scvd's environment", f"{var}=...",
+                                                     f"where {var} is set (export {var}=...)", runs_as_unit()))
     elif not key and table.get("base_url") and table.get("requires_openai_auth") is not True:
         key, source = "unused", ""  # a provider of its own that names no key (a local server): codex sends none
     if not key:

@@ -346,6 +346,23 @@ def test_json_nested_too_deeply_in_a_codex_setup_is_unreadable_not_internal(agen
     assert "Traceback" not in agent_daemon.log()
 
 
+def test_a_turn_on_an_imported_relay_without_its_env_key_names_the_variable(agent_daemon: DaemonProc, tmp_path: Path,
+                                                                           workspace: Path) -> None:
+    """`holds no API key for its provider 'relay' (..., or its env_key in scvd's environment)` left the
+    person to find which variable in their Codex config, and where scvd's environment comes from."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "config.toml").write_text('model_provider = "relay"\n[model_providers.relay]\n'
+                                     'base_url = "http://127.0.0.1:9/v1"\nenv_key = "RELAY_KEY"\n')
+    assert scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src)).returncode == 0
+    turn = scvctl(agent_daemon, "exec", "--workspace", str(workspace), "hi")
+    assert turn.returncode == 1 and turn.stderr.splitlines()[-2:] == [
+        "turn failed (auth): the imported Codex setup's provider 'relay' takes its API key from RELAY_KEY (its "
+        "env_key), which is not set in scvd's environment",
+        "hint: scvd runs outside systemd, with the environment of the shell that started it: stop it and start "
+        "scvd run again from a shell where RELAY_KEY is set (export RELAY_KEY=...)"], turn.stderr
+
+
 def test_a_directory_in_the_place_of_an_imported_file_is_named(agent_daemon: DaemonProc, tmp_path: Path) -> None:
     """It failed as `internal: cannot write scvd's codex home ... (Operation not permitted) ... free some space
     or fix its permissions`: no path, and the wrong fix (the old file's hard link fails on a directory)."""
@@ -767,8 +784,8 @@ def test_a_cli_whose_node_is_missing_is_said_so_by_status_and_login(tmp_path: Pa
     pi.unlink()
     pi.symlink_to(FAKE_AGENT.parent / "needs-a-missing-node")
     hint = ("pi needs scvd-test-node-nowhere, which is not on scvd's PATH: add the folder of "
-            "`command -v scvd-test-node-nowhere` to the PATH scvd starts with (under systemd: systemctl --user "
-            "edit scvd: Environment=PATH=...; else the PATH of the shell that runs scvd run), then restart scvd")
+            "`command -v scvd-test-node-nowhere` to scvd's PATH (under systemd: systemctl --user edit scvd: "
+            "Environment=PATH=...; else in the shell that runs scvd run), then restart scvd")
     out = scvctl_alone(env, "agents", "status")
     assert out.stdout.splitlines()[2] == f"pi      {hint}", out.stdout
     for action in ("status", "login"):
