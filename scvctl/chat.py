@@ -2,7 +2,8 @@
 
 Both use only the public client library and the chat frames: whatever they do,
 a bridge can do. `chat` streams the answer, asks approvals, store_secret's
-values (masked) and the model's questions inline, and turns Ctrl-C into `turn.cancel`. `exec` prints the answer
+values (masked) and the model's questions inline, and turns Ctrl-C into `turn.cancel`; with its input
+piped in it exits 1 when a turn failed. `exec` prints the answer
 on stdout and exits 1 when the turn fails; `--yes` makes it approve its own turn's calls (the person who
 ran it is the approver). A turn scvd's stop cut off did not fail: both exit 3, saying to run it again.
 """
@@ -188,6 +189,10 @@ def _print_end(end: Any) -> None:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    """Exit 0 at the input's end or /exit; with its input piped in, 1 when a turn failed there (a
+    script reads success from it, as from exec), while a person at a terminal goes on as before."""
+    scripted = not sys.stdin.isatty()
+    failed = False
     with connect(args, approver=True, timeout=None) as c:
         fields = {"conversation": args.conversation} if args.conversation else {}
         chat = _open(c, args, **fields)
@@ -200,12 +205,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
         while True:
             text = _prompt()
             if text is None or text.strip() == "/exit":
-                return EXIT_OK
+                return EXIT_ERROR if scripted and failed else EXIT_OK
             if text.strip() == "/clear":
                 c.request(p.ChatClear, session=chat.session)
                 print("(history cleared)", flush=True)
             elif text.strip():
-                _chat_turn(c, chat.session, chat.conversation, text)
+                failed = not _chat_turn(c, chat.session, chat.conversation, text) or failed
 
 
 def _prompt() -> str | None:
@@ -226,16 +231,18 @@ def _echo(line: str) -> str:
     return printable(line.rstrip("\r\n"), keep="")
 
 
-def _chat_turn(c: Any, session: str, conversation: str, text: str) -> None:
+def _chat_turn(c: Any, session: str, conversation: str, text: str) -> bool:
+    """Run one turn; False when it failed: refused, turn.failed, or cancelled by another than this
+    person's Ctrl-C (as `exec` takes them)."""
     resume = f"; resume the conversation with --conversation {conversation}"
     try:
         turn = _start(c, session, text, resume)
     except errors.InvalidRequest as exc:
         print(printable(errors.shown(exc)), flush=True)
-        return
+        return False
     sys.stdout.write("model> ")
     sys.stdout.flush()
-    end, _ = follow(c, session, turn, lambda e: _chat_event(c, session, e))
+    end, interrupted = follow(c, session, turn, lambda e: _chat_event(c, session, e))
     gone = _scvd_stopped(end, resume)
     if isinstance(end, p.TurnCompleted) or gone is not None:
         print(flush=True)  # off the answer's line
@@ -244,6 +251,7 @@ def _chat_turn(c: Any, session: str, conversation: str, text: str) -> None:
         raise gone
     if not isinstance(end, p.TurnCompleted):
         _print_end(end)
+    return isinstance(end, p.TurnCompleted) or (interrupted and isinstance(end, p.TurnCancelled))
 
 
 def _chat_event(c: Any, session: str, event: Any) -> None:

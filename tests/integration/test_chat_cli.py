@@ -183,6 +183,20 @@ def test_chat_with_its_input_piped_in_prints_each_line_after_its_prompt(chat_dae
     assert json.loads(m.outputs(2)[0])["result"]["answer"] == "the guide"
 
 
+def test_chat_with_its_input_piped_in_exits_1_when_a_turn_failed(chat_daemon, model, workspace):
+    """`printf 'hi\\n' | scvctl chat` printed `turn failed (auth)` and exited 0, while `exec` exits 1:
+    a script read success. The lines after the failed one are still read and run."""
+    m = model(Status(401, "bad key"), Text("forty-two"), Text("fine"))
+    d = chat_daemon(m)
+    out = subprocess.run([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)], env=d.env,
+                         input="hi\nwhat is the answer?\n", capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "turn failed (auth):" in out.stderr and "model> forty-two\n" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)], env=d.env,
+                         input="hi\n", capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout.endswith("model> fine\nyou> \n")) == (0, True), out
+
+
 def test_exec_exits_1_on_turn_failed(chat_daemon, model, workspace):
     m = model(Status(401, "bad key"))
     out = scvctl(chat_daemon(m), "exec", "--workspace", str(workspace), "hi")
