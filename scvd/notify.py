@@ -1,4 +1,5 @@
-"""Talking to the systemd service manager: sd_notify messages and inherited (activated) sockets.
+"""Talking to the systemd service manager: sd_notify messages and inherited (activated) sockets;
+and whether a process runs as scvd.service (its cgroup), which decides where its environment is set.
 
 Rule: read the manager's variables once at start, then remove them from
 `os.environ`, so no child (a tool's process, an agent) inherits them and
