@@ -10,7 +10,8 @@ Rules it keeps (seed 000, DESIGN.md "Process runner"):
 - stdout and stderr share one pipe read into one byte cap that keeps the head and
   the tail; memory stays bounded whatever the child writes. With `stderr_limit`,
   stderr gets its own pipe and cap (script tools: stdout is the result).
-- Deadline: SIGKILL to everything of the call at once. Cancel: SIGTERM (and
+- Deadline: SIGKILL to everything of the call at once (the group and what earlier scans found;
+  what a fresh scan finds besides, after it). Cancel: SIGTERM (and
   SIGCONT, for a stopped process), up to 2 s, then SIGKILL; the TERM goes to the group and what
   earlier scans found at once, to what a fresh scan finds besides after it, to each once. A
   signal reaches parents before their children (a group at once, at its leader's turn). With
@@ -537,7 +538,9 @@ def _next_tick(now: float, gap: float) -> float:
 async def _kill_all(run: _Run) -> None:
     """SIGKILL everything of the run, as a fresh shared scan shows it. A cancel that cuts the wait
     short kills with a scan of its own, on the loop: nothing after it would."""
-    run.signal_all(signal.SIGKILL, {})  # the group at once: the scan may take a while among many processes
+    # at once to what is known (the group, what earlier scans found, a setsid stray among them):
+    # the scan waits for its turn and reads every process on the host
+    run.signal_all(signal.SIGKILL, run.known())
     try:
         procs = await SCANS.scan()
     except asyncio.CancelledError:

@@ -16,6 +16,7 @@ BOUND = 10.0  # how long held scans wait, all together, for `until`
 
 class HeldScans:
     """Once `after()` holds as a scan starts, that scan runs and every later one waits for `until()`.
+    Both run on the scan thread before the scan reads /proc: `after` may wait for the command.
     `released` says, for each scan held, whether `until()` held when it went on (False: the bound)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, after: Callable[[], bool],
