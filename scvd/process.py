@@ -509,25 +509,35 @@ async def run_process(
 
 
 async def _supervise(run: _Run, exit_task: asyncio.Task, started: float, timeout: float | None) -> bool:
-    """Wait for the leader; track descendants, enforce the deadline."""
+    """Wait for the leader; track descendants, enforce the deadline. A scan under way holds back
+    neither: it waits its turn and reads every process on the host (seconds among many)."""
     loop = asyncio.get_running_loop()  # its clock: timers set for one instant fire in one turn
     deadline = None if timeout is None else loop.time() + started + timeout - time.monotonic()
     gap = SCAN_FIRST
     next_scan = _next_tick(loop.time(), gap)
-    while True:
-        now = loop.time()
-        if deadline is not None and now >= deadline:
-            await _kill_all(run)
-            await asyncio.shield(exit_task)
-            return True
-        wake = next_scan if deadline is None else min(deadline, next_scan)
-        await asyncio.wait([exit_task], timeout=max(0.0, wake - now))
-        if exit_task.done():
-            return False
-        if loop.time() >= next_scan:
-            run.track(await SCANS.scan())
-            gap = min(gap * 2, SCAN_MAX)
-            next_scan = _next_tick(loop.time(), gap)
+    scan: asyncio.Future | None = None
+    try:
+        while True:
+            now = loop.time()
+            if deadline is not None and now >= deadline:
+                await _kill_all(run)
+                await asyncio.shield(exit_task)
+                return True
+            if scan is None and now >= next_scan:
+                scan = asyncio.ensure_future(SCANS.scan())
+            wake = [t for t in (deadline, next_scan if scan is None else None) if t is not None]
+            await asyncio.wait([exit_task, *([scan] if scan else [])], return_when=asyncio.FIRST_COMPLETED,
+                               timeout=max(0.0, min(wake) - now) if wake else None)
+            if exit_task.done():
+                return False
+            if scan is not None and scan.done():
+                run.track(scan.result())
+                scan = None
+                gap = min(gap * 2, SCAN_MAX)
+                next_scan = _next_tick(loop.time(), gap)
+    finally:
+        if scan is not None and not scan.cancel() and not scan.cancelled():
+            scan.exception()  # done meanwhile: retrieved, so a failure there is not reported as lost
 
 
 def _next_tick(now: float, gap: float) -> float:

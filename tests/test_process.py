@@ -250,25 +250,35 @@ def test_the_deadline_also_kills_a_descendant_in_its_own_session(tmp_path):
     assert dead(int(r.output.split()[0]))
 
 
+def past_the_deadline_with_scans_held(script: str, pid_file: Path, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> process.RunResult:
+    """`script` run to its deadline: the first scan sees the process that writes `pid_file` (the
+    scan waits for it), and every later one is held until that process is dead, with a bound."""
+    scans = HeldScans(monkeypatch, after=lambda: bool(wait_file(pid_file)),
+                      until=lambda: dead(int(pid_file.read_text())))
+    r = run(script, tmp_path, timeout=1.0)
+    assert r.timed_out and r.signal == "SIGKILL"
+    # the next scan (a tick's) was held: the deadline neither waited for it nor needed it to kill
+    assert scans.released and all(scans.released)
+    assert not process._RUNS and not process._LEADERS
+    return r
+
+
+def test_the_deadline_does_not_wait_for_a_scan_under_way(tmp_path, monkeypatch):
+    """A run's periodic scan of /proc waits its turn and reads every process on the host (seconds among
+    many): a deadline that passed meanwhile killed only once the scan had come. It kills at its time."""
+    pid_file = tmp_path / "leader"
+    past_the_deadline_with_scans_held(f"echo $$ > {pid_file}; while :; do sleep 0.05; done", pid_file,
+                                      tmp_path, monkeypatch)
+
+
 def test_the_deadline_kills_a_stray_an_earlier_scan_found_before_the_next_scan_comes(tmp_path, monkeypatch):
     """The deadline killed the group at once, but a child that had left it (setsid), which an earlier
     scan had found, only once a fresh scan of /proc came (seconds among many processes): it ran on past
     the deadline meanwhile. It dies with the group now."""
-    timeout, pid_file = 0.5, tmp_path / "stray"
+    pid_file = tmp_path / "stray"
     script = f"setsid bash -c 'echo $$ > {pid_file}; while :; do sleep 0.05; done' & while :; do sleep 0.05; done"
-
-    def stray_started_and_deadline_passed() -> bool:  # on the scan thread, before this scan reads /proc
-        wait_file(pid_file)
-        time.sleep(timeout)  # the stray started after the run did: its deadline has passed by now
-        return True
-
-    scans = HeldScans(monkeypatch, after=stray_started_and_deadline_passed,
-                      until=lambda: dead(int(pid_file.read_text())))
-    r = run(script, tmp_path, timeout=timeout)
-    assert r.timed_out and scans.armed  # a scan saw the stray; the next one was the deadline's
-    assert all(scans.released)  # the deadline's scan was not waited for: the stray was dead (or died) first
-    assert dead(int(pid_file.read_text()))
-    assert not process._RUNS and not process._LEADERS
+    past_the_deadline_with_scans_held(script, pid_file, tmp_path, monkeypatch)
 
 
 def test_a_background_child_does_not_hold_the_call_open(tmp_path):
