@@ -95,7 +95,7 @@ def real_sandbox(tmp: str) -> Sandbox | str:
     paths_mod.prepare(paths)
     config = SandboxConfig(mode="bwrap")
     result = probe(config, paths, env)
-    return Sandbox(result, config, paths, env) if result.ok else result.verdict
+    return Sandbox(result, paths, env) if result.ok else result.verdict
 
 
 def flood(ws: str, size: str) -> dict[str, Any]:
