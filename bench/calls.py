@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -59,6 +60,22 @@ def start_daemon(home: Path) -> tuple[subprocess.Popen, Path]:
             probe.close()
     proc.kill()
     raise SystemExit(f"scvd did not start; see {home.parent / 'scvd.log'}")
+
+
+@contextlib.contextmanager
+def scratch_daemon(config: str = "") -> Iterator[tuple[Path, Path]]:
+    """(its socket, a workspace) of a daemon on a temporary SCV_HOME with `config`, stopped after."""
+    with tempfile.TemporaryDirectory(prefix="scv-bench-") as tmp:
+        home, workspace = Path(tmp) / "home", Path(tmp) / "ws"
+        home.mkdir(mode=0o700)
+        workspace.mkdir()
+        (home / "config.toml").write_text(config)
+        proc, sock = start_daemon(home)
+        try:
+            yield sock, workspace
+        finally:
+            proc.terminate()
+            proc.wait(15)
 
 
 def quantiles(samples: list[float]) -> dict[str, float]:
@@ -144,25 +161,17 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="per throughput run")
     ap.add_argument("--approvals", type=int, default=300)
     opts = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="scv-bench-") as tmp:
-        home, workspace = Path(tmp) / "home", Path(tmp) / "ws"
-        home.mkdir(mode=0o700)
-        workspace.mkdir()
+    with scratch_daemon() as (sock, workspace):
         (workspace / FILE).write_bytes(b"0123456789abcde\n" * 256)  # 4096 bytes of text
-        proc, sock = start_daemon(home)
-        try:
-            report = {
-                "machine": machine(),
-                "read_rtt_ms": read_round_trip(sock, workspace, opts.calls),
-                "calls_per_s": {
-                    "1": asyncio.run(throughput(sock, workspace, 1, opts.seconds)),
-                    str(opts.clients): asyncio.run(throughput(sock, workspace, opts.clients, opts.seconds)),
-                },
-                "approval_latency_ms": asyncio.run(approval_latency(sock, workspace, opts.approvals)),
-            }
-        finally:
-            proc.terminate()
-            proc.wait(15)
+        report = {
+            "machine": machine(),
+            "read_rtt_ms": read_round_trip(sock, workspace, opts.calls),
+            "calls_per_s": {
+                "1": asyncio.run(throughput(sock, workspace, 1, opts.seconds)),
+                str(opts.clients): asyncio.run(throughput(sock, workspace, opts.clients, opts.seconds)),
+            },
+            "approval_latency_ms": asyncio.run(approval_latency(sock, workspace, opts.approvals)),
+        }
     print(json.dumps(report, indent=2))
 
 
