@@ -15,7 +15,8 @@ The API (the server and the chat loop use the same):
 
 `submit()` raises only for a chosen `call_id` already in use (`InvalidRequest`; a
 generated one skips the ids in the table), for a session that already holds
-`server.max_calls_per_session` calls not completed, and for a call past the bytes
+`server.max_calls_per_session` calls not completed, or a connection (across its
+sessions) `server.max_calls_per_connection`, and for a call past the bytes
 its connection's calls or all calls may hold (`LimitExceeded`, call_budget.py). Every
 other problem (stopping, an unknown tool, a bad timeout, undecodable arguments)
 becomes the call's outcome. `cancel()` raises `CallNotFound` for a call that
@@ -202,6 +203,7 @@ class CallRegistry:
         self.stopping = False
         self.due: list[Call] = []  # submitted with `defer`: started by the caller's start_due()
         self.max_per_session = 256  # server.max_calls_per_session: the calls one session holds at once
+        self.max_per_connection = 1024  # server.max_calls_per_connection: ... one owner, across its sessions
         self.budget = CallBudget()  # server.max_call_bytes(_per_connection): what calls hold, by connection
         self._ids = itertools.count(1)
         # one random tag per daemon keeps ids unique across restarts (the audit log outlives a run);
@@ -239,9 +241,15 @@ class CallRegistry:
                 f"this session already holds {session.held} calls that have not completed "
                 "(server.max_calls_per_session); wait for earlier calls to complete (call.completed), "
                 "or cancel those you no longer need (call.cancel), then send this one again")
+        owner = session.owner
+        if owner.calls_held >= self.max_per_connection:  # an int on the owner, as call_bytes: a read's path
+            raise errors.LimitExceeded(
+                f"this connection already holds {owner.calls_held} calls that have not completed, across its "
+                "sessions (server.max_calls_per_connection); wait for earlier calls to complete (call.completed), "
+                "or cancel those you no longer need (call.cancel), then send this one again")
         # the last refusal (nothing after it fails): CallBudget's take, here, as is its give in _complete,
         # with what the owner holds an int on it (a dict by owner and two calls cost a read 3,500 instructions)
-        budget, owner = self.budget, session.owner
+        budget = self.budget
         mine = owner.call_bytes + cost
         if mine > budget.per_owner or budget.held + cost > budget.total:
             raise budget.refusal(owner.call_bytes, cost)
@@ -254,6 +262,7 @@ class CallRegistry:
                     turn=turn, outcome=loop.create_future(), cost=cost)
         session.call_count += 1
         session.held += 1
+        owner.calls_held += 1
         self.table[call_id] = call
         if defer:
             self.due.append(call)
@@ -704,16 +713,19 @@ class CallRegistry:
             return
         call.done = True
         self.table.pop(call.call_id, None)
-        call.session.held -= 1
-        call.session.owner.call_bytes -= call.cost  # given back (see submit)
+        session = call.session
+        session.held -= 1
+        owner = session.owner
+        owner.calls_held -= 1
+        owner.call_bytes -= call.cost  # given back (see submit)
         self.budget.held -= call.cost
         error = outcome.error
-        self._audit("completion", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
+        self._audit("completion", {"tool": call.tool_name, "session": session.id, "call_id": call.call_id,
                                    "outcome": "ok" if outcome.ok else "error",
                                    "error_kind": error.kind if error else None,
                                    "duration_s": round(time.monotonic() - call.submitted, 3)})
         try:
-            self.hub.send_event(call.session.owner, CallCompleted(
+            self.hub.send_event(owner, CallCompleted(
                 seq=0, call_id=call.call_id, ok=outcome.ok, result=outcome.result, error=error, turn=call.turn))
         finally:  # whatever the send does, who waits on the call (a chat turn) hears of its end
             if not call.outcome.done():

@@ -57,6 +57,9 @@ class ServerConfig(Section):
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"  # auto: uvloop when installed
     max_sessions_per_connection: PositiveInt = 64  # one peer cannot hold every fd (see limits.py)
     max_calls_per_session: PositiveInt = 256  # accepted and not completed; more is a runaway client
+    # the same, of one connection across its sessions: 64 sessions x 256 calls held 16,384 small calls
+    # (the bytes bound lets them: 4 KiB each), and closing that connection stalled the loop for a second
+    max_calls_per_connection: PositiveInt = 1024
     # the bytes of the frames of calls not completed, of one connection and of all (call_budget.py): 64 sessions
     # of 256 calls of 1 MiB each on one connection took scvd to 1.5 GiB
     # at least what one call counts (4 KiB): below it, every call was refused and told to wait
@@ -564,16 +567,21 @@ def _check_result_limits(config: Config, path: Path, sources: Mapping[str, str])
 def _check_call_bytes(config: Config, path: Path, sources: Mapping[str, str]) -> None:
     """A call as large as a frame may be fits what one connection's calls hold, and that what all hold:
     else a call would be refused for good. (A frame of many arrays counts up to 33 times its bytes:
-    such a call is refused as too large alone, call_budget.py.)"""
+    such a call is refused as too large alone, call_budget.py.) A connection holds as many calls as
+    one of its sessions may: else server.max_calls_per_session would promise what no session gets."""
     server = config.server
+    refused = "so a call could be refused for good"
     pairs = [("server.max_call_bytes_per_connection", server.max_call_bytes_per_connection,
-              "server.client_frame_bytes", server.client_frame_bytes),
+              "server.client_frame_bytes", server.client_frame_bytes, refused),
              ("server.max_call_bytes", server.max_call_bytes,
-              "server.max_call_bytes_per_connection", server.max_call_bytes_per_connection)]
-    for key, value, floor_key, floor in pairs:
+              "server.max_call_bytes_per_connection", server.max_call_bytes_per_connection, refused),
+             ("server.max_calls_per_connection", server.max_calls_per_connection,
+              "server.max_calls_per_session", server.max_calls_per_session,
+              "so no session could hold the calls server.max_calls_per_session lets it")]
+    for key, value, floor_key, floor, why in pairs:
         if value < floor:
             raise ConfigError(f"{_place(path, key, sources, floor_key)}: {key}: {value} is below {floor_key} ({floor}), "
-                              f"so a call could be refused for good; raise {key}, or lower {floor_key}")
+                              f"{why}; raise {key}, or lower {floor_key}")
 
 
 def _path_keys(config: Config) -> list[tuple[str, str | None, bool]]:

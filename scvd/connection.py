@@ -105,9 +105,10 @@ class Connection:
         self.watcher = False
         self.closed = False
         self.sessions: dict[str, Any] = {}
-        # what a call in the frame being handled counts (the server's: call_budget.cost()), and what its
-        # calls not completed count; set here, so that they share the keys of the others: 200 instructions a read
-        self.frame_cost, self.call_bytes = FLOOR, 0
+        # what a call in the frame being handled counts (the server's: call_budget.cost()), what its calls
+        # not completed count, and how many they are; set here, so that they share the keys of the others:
+        # 200 instructions a read
+        self.frame_cost, self.call_bytes, self.calls_held = FLOOR, 0, 0
         self._seq = itertools.count(1)
         self._out: list[bytes] = []  # frames of this loop turn, written together by _flush()
         self._out_bytes = 0

@@ -437,9 +437,10 @@ class Daemon:
         await self.mcp.apply(loaded.config)  # added, removed and changed servers only
 
     def _limit_calls(self, config: Any) -> None:
-        """What calls may hold at once: per session, and their frames' bytes per connection and in all."""
+        """What calls may hold at once: how many per session and connection, their frames' bytes per connection and in all."""
         server = config.server
         self.calls.max_per_session = server.max_calls_per_session
+        self.calls.max_per_connection = server.max_calls_per_connection
         budget = self.calls.budget
         budget.per_owner, budget.total = server.max_call_bytes_per_connection, server.max_call_bytes
 

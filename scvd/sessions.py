@@ -118,6 +118,7 @@ class Owner(Protocol):
     approver: bool  # whether its calls' approval requests go to it
     sessions: dict[str, Any]  # its open sessions, by id
     call_bytes: int  # what its calls not completed count of the call budget (call_budget.py)
+    calls_held: int  # its calls not completed, across its sessions: server.max_calls_per_connection
 
 
 @dataclass(eq=False)

@@ -140,7 +140,7 @@ class FakeOwner:
     """A session's owner as the registry sees it (scvd.sessions.Owner)."""
 
     def __init__(self, client: str) -> None:
-        self.client, self.approver, self.sessions, self.call_bytes = client, True, {}, 0
+        self.client, self.approver, self.sessions, self.call_bytes, self.calls_held = client, True, {}, 0, 0
 
 
 @pytest.fixture(autouse=True)

@@ -166,6 +166,13 @@ ERRORS = [
     pytest.param("[server]\nmax_call_bytes = 2000000\nmax_call_bytes_per_connection = 3000000\n", {},
                  "server.max_call_bytes", "2000000 is below server.max_call_bytes_per_connection (3000000)",
                  id="call-bytes-of-all-below-one-connection"),
+    # the connection's cap would be what every session meets first
+    pytest.param("[server]\nmax_calls_per_connection = 100\n", {}, "server.max_calls_per_connection",
+                 "100 is below server.max_calls_per_session (256), so no session could hold the calls "
+                 "server.max_calls_per_session lets it; raise server.max_calls_per_connection, or lower "
+                 "server.max_calls_per_session", id="calls-per-connection-below-a-session"),
+    pytest.param("[server]\nmax_calls_per_connection = 0\n", {}, "server.max_calls_per_connection",
+                 "Expected `int` >= 1", id="calls-per-connection-zero"),
     # frames of 1 KiB passed the check above, and every call (4 KiB at least) was refused, told to wait
     pytest.param("[server]\nclient_frame_bytes = 1024\nmax_call_bytes_per_connection = 2048\nmax_call_bytes = 2048\n",
                  {}, "server.max_call_bytes_per_connection", "Expected `int` >= 4096", id="call-bytes-below-a-call"),

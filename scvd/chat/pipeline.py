@@ -47,6 +47,10 @@ NO_APPROVER_SPAWNED = ("nobody can approve this call: no `scvctl approvals watch
 TOO_MANY = ("this call was not run: the step asked for more calls at once than one session runs together "
             "(server.max_calls_per_session = {cap}, counting calls still running); call it again, asking for "
             "fewer calls at once")
+# ... or for more calls than its connection holds at once, across its chats
+TOO_MANY_HERE = ("this call was not run: this chat's connection already holds as many calls not completed as scvd "
+                 "takes on from one connection (server.max_calls_per_connection = {cap}); call it again once this "
+                 "step's other calls have ended, asking for fewer calls at once")
 # ... or for more than the bytes its connection's calls, or every client's, hold at once (call_budget.py)
 TOO_MUCH = ("this call was not run: the calls not completed of this chat's connection, or of every client, hold "
             "as much as scvd takes on at once (server.max_call_bytes_per_connection, server.max_call_bytes); "
@@ -118,6 +122,9 @@ def _too_much(daemon: Any, session: Any, cost: int) -> str:
     cap = daemon.calls.max_per_session
     if session.held >= cap:
         return TOO_MANY.format(cap=cap)
+    cap = daemon.calls.max_per_connection
+    if session.owner.calls_held >= cap:
+        return TOO_MANY_HERE.format(cap=cap)
     alone = daemon.calls.budget.too_large(cost)
     return TOO_LARGE.format(cost=cost, bound=alone[0], key=alone[1]) if alone else TOO_MUCH
 

@@ -33,7 +33,7 @@ class LocalConnection(Connection):
         self.client, self.approver, self.answers_secrets = peer.client, peer.approver, peer.answers_secrets
         self.initialized, self.watcher, self.closed = True, False, False
         self.sessions: dict[str, Any] = {}
-        self.frame_cost, self.call_bytes = FLOOR, 0  # as a Connection's
+        self.frame_cost, self.call_bytes, self.calls_held = FLOOR, 0, 0  # as a Connection's
         self._seq = itertools.count(1)
         self._deliver = deliver
 

@@ -590,6 +590,32 @@ def test_a_call_refused_before_it_was_taken_on_reaches_the_model_as_a_limit_not_
     assert "crashed" not in caplog.text and logged in caplog.text
 
 
+def test_a_call_past_the_connections_cap_of_calls_reaches_the_model_as_that_limit(chat_rig, workspace, caplog):
+    """The connection's calls across its sessions (server.max_calls_per_connection): the model heard of
+    the bytes bounds, which did not refuse it."""
+    caplog.set_level(logging.INFO, logger="scvd.chat")
+    model, d = chat_rig(load("write"), Calls(("write", {"path": "a.txt", "content": "a", "mode": "create"}),
+                                             ("write", {"path": "b.txt", "content": "b", "mode": "create"})),
+                        Text("one was refused"), extra="[server]\nmax_calls_per_session = 2\nmax_calls_per_connection = 2\n")
+    with d.client(name="pytest", approver=True) as c:
+        aside = c.start_call(c.open_session(workspace), "write", {"path": "c.txt", "content": "c", "mode": "create"})
+        opened = open_chat(c, workspace)
+
+        def approve(event: Any) -> None:  # the chat's calls; the call aside waits on, holding its place
+            if isinstance(event, p.ApprovalRequested) and event.call_id != aside:
+                c.request(p.ApprovalDecide, approval_id=event.approval_id, decision="approve")
+
+        _, end = run_turn(c, opened.session, "write both", approve)
+        c.request(p.CallCancel, call_id=aside)
+    assert isinstance(end, p.TurnCompleted)
+    outputs = [json.loads(o) for o in model.outputs(2)[-2:]]
+    assert outputs[0]["ok"] and outputs[1] == {"ok": False, "error": {"kind": "limit", "message": (
+        "this call was not run: this chat's connection already holds as many calls not completed as scvd takes on "
+        "from one connection (server.max_calls_per_connection = 2); call it again once this step's other calls "
+        "have ended, asking for fewer calls at once")}}
+    assert "was refused (limit: this connection already holds 2 calls" in caplog.text
+
+
 def approve_once_all_are_in(c, calls: int) -> Any:
     """A run_turn callback: approve the turn's requests once all `calls` were asked or refused, so none
     is decided (and makes room) before the last one comes to the gate."""

@@ -460,6 +460,32 @@ def test_a_session_holds_at_most_its_cap_of_calls_and_takes_more_once_they_compl
         assert c.wait_call(c.start_call(sid, "bash", {"command": "true"})).ok
 
 
+def test_a_connection_holds_at_most_its_cap_of_calls_across_its_sessions_and_more_once_they_complete(
+        make_daemon, workspace):
+    # 64 sessions of 256 small calls each (4 KiB each: 64 MiB, within the bytes bound) were 16,384 calls
+    # on one connection, and closing it froze the loop for a second: it holds server.max_calls_per_connection
+    d = make_daemon("[server]\nmax_calls_per_session = 3\nmax_calls_per_connection = 5\n")
+    with d.client(name="runaway") as c:
+        first_sid, second_sid = c.open_session(workspace), c.open_session(workspace)
+        held = [c.start_call(first_sid, "bash", {"command": "true"}) for _ in range(3)]
+        held += [c.start_call(second_sid, "bash", {"command": "true"}) for _ in range(2)]
+        with pytest.raises(errors.LimitExceeded) as refused:  # its session holds 2 of its 3
+            c.start_call(second_sid, "read", {"path": "."})
+        assert refused.value.message == (
+            "this connection already holds 5 calls that have not completed, across its sessions "
+            "(server.max_calls_per_connection); wait for earlier calls to complete (call.completed), or cancel "
+            "those you no longer need (call.cancel), then send this one again")
+        pending = wait_pending(c, 2)  # each session's first call asks
+        assert c.status().running_calls == 3  # the refused call was never taken on
+        with d.client(name="other") as other:  # the cap is per connection: another one still calls
+            assert other.call(other.open_session(workspace), "read", {"path": "."}).error.kind != "limit"
+        for asked in pending:
+            c.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="approve", scope="session")
+        for call_id in held:
+            assert c.wait_call(call_id).ok
+        assert c.wait_call(c.start_call(second_sid, "bash", {"command": "true"})).ok  # what completed was given back
+
+
 # a call counts its frame's bytes (about 12 KB here) and at least 4 KiB (a bash call with a short command)
 BUDGET = "[server]\nclient_frame_bytes = 16384\nmax_call_bytes_per_connection = 32768\n"
 BIG = {"command": "true # " + "x" * 12_000}
