@@ -90,18 +90,16 @@ class Lane:
             self._wake()
 
     def _wake(self) -> None:
-        for ticket in self._tickets:
+        """Let start the tickets that may: the first, and the concurrent ones right after a concurrent
+        first. Those are a run at the front, so the walk ends at the first that may not: a walk of
+        the whole lane at each leave made the 256 calls of a closed session cost 32,000 steps."""
+        tickets = self._tickets
+        for index, ticket in enumerate(tickets):
+            if index and not (ticket.concurrent and tickets[0].concurrent):
+                return
             ready = ticket.ready
-            if ready is not None and not ready.is_set() and self._may_start(ticket):
+            if ready is not None and not ready.is_set():
                 ready.set()
-
-    def _may_start(self, ticket: Ticket) -> bool:
-        for other in self._tickets:
-            if other is ticket:
-                return True
-            if not (ticket.concurrent and other.concurrent):
-                return False
-        return False  # pragma: no cover - a waiting ticket is always in the list
 
     @property
     def depth(self) -> int:
