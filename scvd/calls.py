@@ -59,6 +59,10 @@ Rules of a call's life:
   (the lane, an approval, a denial, `run()`), a task goes on from there. A call
   that has to wait for its lane joins it in that first step, so it keeps its
   place ahead of the calls that arrived after it.
+- Closing sessions (`cancel_sessions`, a connection's all at once) cancels their calls at
+  once, their approval requests too, and wakes their tasks CANCELS_PER_TURN a loop turn,
+  in arrival order: a task that wakes before its turn (the call ahead of it in its lane
+  ended, or its request was cancelled) finds its call cancelled and goes no further.
 - A `session` grant is judged again for each call of its session waiting at the
   gate (`asking`), as a new call would be; those it now runs are approved with it.
 - Events (`call.started`, `call.progress`, `call.completed`) go to the session's
@@ -68,11 +72,12 @@ Rules of a call's life:
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Protocol
 
 import msgspec
 
@@ -98,6 +103,9 @@ log = logging.getLogger("scvd.calls")
 # of any size; cut here, so that every tool's fits in a frame and a client shows a line
 PROGRESS_CHARS = 2000
 QUEUED = "waiting for this session's earlier calls to end"  # call.progress of a call its lane holds back
+# of the calls of closed sessions, the tasks cancelled in one loop turn: a closed connection's 16,384
+# calls, all cancelled at once, ran in the next turn, and other clients waited a second (bench/connection_close.py)
+CANCELS_PER_TURN = 256
 # an Enum class's members read through EnumType.__getattr__ on 3.11 (about 1k instructions each): once here
 _RUN, _ASK, _DENY, _READ_ONLY = Verdict.RUN, Verdict.ASK, Verdict.DENY, ToolRisk.READ_ONLY
 
@@ -191,6 +199,7 @@ class Call(msgspec.Struct, eq=False):
     done: bool = False
     # why the sandbox cannot keep the workspace's git metadata read-only (Sandbox.look): it asks instead
     unguarded: str | None = None
+    asked: str | None = None  # the approval it waits on at the gate: a cancel takes it back
 
 
 class CallRegistry:
@@ -202,6 +211,7 @@ class CallRegistry:
         self.asking: dict[str, tuple[Call, Tool, Plan]] = {}  # by approval id: the calls waiting at the gate
         self.stopping = False
         self.due: list[Call] = []  # submitted with `defer`: started by the caller's start_due()
+        self.unwoken: collections.deque[Call] = collections.deque()  # cancelled, tasks not yet: cancel_sessions()
         self.max_per_session = 256  # server.max_calls_per_session: the calls one session holds at once
         self.max_per_connection = 1024  # server.max_calls_per_connection: ... one owner, across its sessions
         self.budget = CallBudget()  # server.max_call_bytes(_per_connection): what calls hold, by connection
@@ -303,8 +313,30 @@ class CallRegistry:
         self._cancel(call, reason)
 
     def cancel_session(self, session: Session, reason: str) -> None:
-        for call in [c for c in self.table.values() if c.session is session]:
-            self._cancel(call, reason)
+        self.cancel_sessions((session,), reason)
+
+    def cancel_sessions(self, sessions: Iterable[Session], reason: str) -> None:
+        """Cancel the calls of these sessions (a closed connection's: one walk of the table for all). Each
+        is cancelled now, so none goes on (its approval request goes too), and complete as such; their
+        tasks are woken CANCELS_PER_TURN a loop turn, in the order the calls came, so that other
+        clients' frames are handled between (a call woken meanwhile, as the one before it in its lane
+        ended, finds it was cancelled)."""
+        closed = set(sessions)
+        unwoken = self.unwoken
+        waking = bool(unwoken)
+        unwoken.extend(c for c in list(self.table.values()) if c.session in closed and self._mark(c, reason))
+        if unwoken and not waking:
+            asyncio.get_running_loop().call_soon(self._wake_cancelled)
+
+    def _wake_cancelled(self, most: int = CANCELS_PER_TURN) -> None:
+        """Cancel the tasks of up to `most` calls cancel_sessions() cancelled; the rest on the next loop turn."""
+        unwoken = self.unwoken
+        for _ in range(min(most, len(unwoken))):
+            call = unwoken.popleft()
+            if call.begun and call.task is not None:  # not begun: its first step sees cancel_reason
+                call.task.cancel(call.cancel_reason)
+        if unwoken:
+            asyncio.get_running_loop().call_soon(self._wake_cancelled)
 
     async def stop(self, grace: float) -> int:
         """Refuse new calls, cancel every call, wait up to `grace`; return how many did not stop."""
@@ -312,6 +344,7 @@ class CallRegistry:
         calls = list(self.table.values())
         for call in calls:
             self._cancel(call, errors.STOPPING)
+        self._wake_cancelled(len(self.unwoken))  # those of closed sessions too: all are awaited below
         self.start_due()  # they end as cancelled
         if any(c.task is None for c in calls):
             await asyncio.sleep(0)  # first steps not taken yet (_begin) take it now: they end as cancelled
@@ -333,16 +366,20 @@ class CallRegistry:
     # --- a call's life ------------------------------------------------------------
 
     def _cancel(self, call: Call, reason: str) -> None:
+        if self._mark(call, reason) and call.begun and call.task is not None:
+            call.task.cancel(reason)
+        # not begun: the first step sees cancel_reason and completes the call as cancelled
+
+    def _mark(self, call: Call, reason: str) -> bool:
+        """Cancel `call` but for its task (woken by the caller): False if it already ended or was cancelled."""
         if call.done or call.cancel_reason is not None or call.timed_out:
-            return
+            return False
         call.cancel_reason = reason
         # its request goes now, not when the task resumes: a decision read after this cancel (the
         # same batch of frames) finds it gone, rather than approve (and grant) for a cancelled call
-        for approval_id in [a for a, (waiting, _, _) in self.asking.items() if waiting is call]:
-            self.hub.gate.cancel(approval_id, _cancelled(call))
-        if call.begun and call.task is not None:
-            call.task.cancel(reason)
-        # not begun: the first step sees cancel_reason and completes the call as cancelled
+        if call.asked is not None:
+            self.hub.gate.cancel(call.asked, _cancelled(call))
+        return True
 
     def _begin(self, call: Call) -> None:
         """The first step of a call whose tool may finish without waiting (`Tool.run_now`), in a
@@ -412,6 +449,7 @@ class CallRegistry:
                     await lane.wait(ticket)
                 finally:
                     call.timer.cancel()  # type: ignore[union-attr]  # _waiting's
+                self._still_wanted(call)  # its session closed: woken by the call before it, not yet by its cancel
             if ctx is None:
                 ctx = self._context(call)
             if plan is None:
@@ -587,9 +625,12 @@ class CallRegistry:
             workspace=str(session.workspace), summary=plan.summary, details=plan.details,
             sandboxed=plan.sandboxed, always_ask=always, requester=call.requester.label())
         self.asking[approval.id] = (call, tool, plan)
+        call.asked = approval.id
         self._waiting(call, f"waiting for approval {approval.id}")
         try:
             approved = await asyncio.shield(approval.future)
+            if call.cancel_reason is not None:  # its session closed: its task's cancel comes in a later turn
+                raise asyncio.CancelledError
         except asyncio.CancelledError:
             self.hub.gate.cancel(approval.id, _cancelled(call))
             if (approval.future.done() and approval.future.result()
@@ -598,6 +639,7 @@ class CallRegistry:
             raise
         finally:
             del self.asking[approval.id]
+            call.asked = None
             call.timer.cancel()  # type: ignore[union-attr]  # _waiting's; run() gets its own
         if not approved:
             raise errors.Denied(approval.ending())

@@ -292,6 +292,39 @@ def test_closing_a_session_cancels_only_its_calls():
     run(main())
 
 
+def test_closing_sessions_of_many_calls_leaves_the_loop_to_others_between_their_cancels():
+    # a closed connection's 16,384 calls (one waiting for approval in each session, the rest queued behind
+    # it) were all cancelled at once and their tasks ran in the next loop turn: other clients waited a second
+    async def main() -> None:
+        hub, calls, first = make()
+        second = new_session(first.config, sid="s2")
+        calls.max_per_session = calls.max_per_connection = 1100
+        handles = []
+        # the second session's calls: past the first few hundred, whose cancels come first
+        for session, queued in ((first, 999), (second, 99)):
+            handles.append(calls.submit(session, "touch", {}, requester=ME))
+            await until(lambda: len(hub.requests) == len(handles) // 1000 + 1)
+            handles += [calls.submit(session, "echo", {}, requester=ME) for _ in range(queued)]
+        await until(lambda: all(calls.get(h.call_id).begun for h in handles))
+        left_when_others_ran: list[int] = []
+        calls.cancel_session(first, "its session was closed")
+        calls.cancel_session(second, "its session was closed")
+        asyncio.get_running_loop().call_soon(lambda: left_when_others_ran.append(len(calls)))  # a frame read next
+        outcomes = [await h.outcome for h in handles]
+        assert left_when_others_ran[0] > 0, "the close's calls all ran before what came after it"
+        # none went on meanwhile: one woken by the end of the call before it, or by its request's cancel
+        assert {o.error.kind for o in outcomes} == {"cancelled"}, {o.error.message for o in outcomes}
+        assert [r.state.value for r in hub.requests] == ["cancelled"] * 2 and not hub.gate.pending
+        assert [tool(session, name).ran for session in (first, second) for name in ("echo", "touch")] == [[]] * 4
+        ids = [h.call_id for h in handles]
+        for session, came in ((first, ids[:1000]), (second, ids[1000:])):  # each session's in the order they came
+            assert [line["call_id"] for line in hub.audit.lines
+                    if line["event"] == "completion" and line["session"] == session.id] == came
+        assert_once_each(hub, ids)
+
+    run(main())
+
+
 # --- the approval gate -------------------------------------------------------------------------
 
 

@@ -596,7 +596,8 @@ def test_a_call_past_the_connections_cap_of_calls_reaches_the_model_as_that_limi
     caplog.set_level(logging.INFO, logger="scvd.chat")
     model, d = chat_rig(load("write"), Calls(("write", {"path": "a.txt", "content": "a", "mode": "create"}),
                                              ("write", {"path": "b.txt", "content": "b", "mode": "create"})),
-                        Text("one was refused"), extra="[server]\nmax_calls_per_session = 2\nmax_calls_per_connection = 2\n")
+                        Text("one was refused"),
+                        extra="[server]\nmax_calls_per_session = 2\nmax_calls_per_connection = 2\n")
     with d.client(name="pytest", approver=True) as c:
         aside = c.start_call(c.open_session(workspace), "write", {"path": "c.txt", "content": "c", "mode": "create"})
         opened = open_chat(c, workspace)
