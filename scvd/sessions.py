@@ -94,8 +94,11 @@ class Lane:
         first. Those are a run at the front, so the walk ends at the first that may not: a walk of
         the whole lane at each leave made the 256 calls of a closed session cost 32,000 steps."""
         tickets = self._tickets
-        for index, ticket in enumerate(tickets):
-            if index and not (ticket.concurrent and tickets[0].concurrent):
+        if not tickets:  # a read's: it left an empty lane
+            return
+        first = tickets[0]
+        for ticket in tickets:
+            if ticket is not first and not (ticket.concurrent and first.concurrent):
                 return
             ready = ticket.ready
             if ready is not None and not ready.is_set():
