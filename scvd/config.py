@@ -567,17 +567,15 @@ def _check_result_limits(config: Config, path: Path, sources: Mapping[str, str])
 def _check_call_bytes(config: Config, path: Path, sources: Mapping[str, str]) -> None:
     """A call as large as a frame may be fits what one connection's calls hold, and that what all hold:
     else a call would be refused for good. (A frame of many arrays counts up to 33 times its bytes:
-    such a call is refused as too large alone, call_budget.py.) A connection holds as many calls as
-    one of its sessions may: else server.max_calls_per_session would promise what no session gets."""
+    such a call is refused as too large alone, call_budget.py.) server.max_calls_per_connection below
+    server.max_calls_per_session is allowed: the lower binds first (a config that raised the session's
+    cap above 1024 before the connection's cap came keeps loading)."""
     server = config.server
     refused = "so a call could be refused for good"
     pairs = [("server.max_call_bytes_per_connection", server.max_call_bytes_per_connection,
               "server.client_frame_bytes", server.client_frame_bytes, refused),
              ("server.max_call_bytes", server.max_call_bytes,
-              "server.max_call_bytes_per_connection", server.max_call_bytes_per_connection, refused),
-             ("server.max_calls_per_connection", server.max_calls_per_connection,
-              "server.max_calls_per_session", server.max_calls_per_session,
-              "so no session could hold the calls server.max_calls_per_session lets it")]
+              "server.max_call_bytes_per_connection", server.max_call_bytes_per_connection, refused)]
     for key, value, floor_key, floor, why in pairs:
         if value < floor:
             raise ConfigError(f"{_place(path, key, sources, floor_key)}: {key}: {value} is below {floor_key} ({floor}), "
