@@ -11,6 +11,8 @@ back what happened:
     turn.on_reply(text, calls, u) -> [RunTool..., AskUser...] | [CallModel] | [Finish] | [Fail]
     turn.on_result(call_id, ...)  -> [] until the step's last result, then [CallModel] | [Fail]
     turn.on_answer(call_id, text) -> the same as on_result
+    turn.late_result(call_id, ...) -> a call's outcome that came once the turn was cut short (cancel
+                                     or stopped follows): kept as its output, no next request
     turn.cancel(reason)           -> the turn ends; unanswered calls get a cancelled output, and a
                                      note says it was cancelled (the model reads it next turn)
     turn.stopped()                -> [Fail]: the same for scvd's own stop (cancelled_by_shutdown)
@@ -290,6 +292,13 @@ def paired(history: list[Any], why: str) -> list[Any]:
     return out
 
 
+def _result_output(result: Any, error: Any) -> str:
+    """A run call's output: its error (a ToolErrorInfo), else its result."""
+    if error is not None:
+        return error_output(error.kind, error.message, getattr(error, "hint", None))
+    return ok_output(result)
+
+
 def ok_output(result: Any) -> str:
     return json_bytes(msgspec.json.encode, {"ok": True, "result": result}).decode()
 
@@ -352,11 +361,14 @@ class Turn:
         return actions + self._step_done()
 
     def on_result(self, call_id: str, ok: bool, result: Any = None, error: Any = None) -> list[Any]:
-        if error is not None:
-            output = error_output(error.kind, error.message, getattr(error, "hint", None))
-        else:
-            output = ok_output(result)
-        return self._answer(call_id, output)
+        return self._answer(call_id, _result_output(result, error))
+
+    def late_result(self, call_id: str, ok: bool, result: Any = None, error: Any = None) -> None:
+        """A call's outcome that came after the turn was cut short, before cancel() or stopped(): kept
+        as its output in place of theirs, as a call too far along to stop (a write whose rename had
+        begun) did its work, and the model must not take it for undone. The turn asks nothing more."""
+        if not self.done and call_id in self.outputs and self.outputs[call_id] is None:
+            self._keep(call_id, _result_output(result, error))
 
     def on_answer(self, call_id: str, answer: str) -> list[Any]:
         return self._answer(call_id, ok_output({"answer": answer}))

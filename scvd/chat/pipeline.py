@@ -95,7 +95,9 @@ async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any]
     """Run one call of `turn` to its end; (ok, result, error: ToolErrorInfo | None), a refusal too.
     `sent`: the arguments as the model sent them (JSON text), which the call counts as a socket
     client's call counts its frame (call_budget.py).
-    Cancelled after the call had ended (the same loop turn), the CancelledError carries that `outcome`."""
+    Cancelled, it cancels the call too, and the CancelledError carries the call's outcome future as
+    `ending`: done if the call had ended (the same loop turn), else once the cancel has ended it, or,
+    for a call too far along to stop (a write whose rename had begun), once its own work has."""
     cost = call_cost(sent.encode(errors="surrogatepass"))
     try:
         handle = daemon.calls.submit(session, tool, arguments, requester=session.owner.decider(),
@@ -109,11 +111,9 @@ async def submit(daemon: Any, session: Any, tool: str, arguments: dict[str, Any]
     try:
         return tuple(await asyncio.shield(handle.outcome))
     except asyncio.CancelledError as exc:
-        ended = handle.outcome
-        if ended.done() and not ended.cancelled() and ended.exception() is None:
-            exc.outcome = tuple(ended.result())  # type: ignore[attr-defined]
-        elif daemon.calls.get(handle.call_id) is not None:
+        if not handle.outcome.done() and daemon.calls.get(handle.call_id) is not None:
             daemon.calls.cancel(handle.call_id, "the turn was cancelled")
+        exc.ending = handle.outcome  # type: ignore[attr-defined]
         raise
 
 

@@ -344,6 +344,7 @@ class ChatService:
         calls: dict[str, asyncio.Task[Any]] = {}
         end: p.Frame
         model: Any = None
+        cut: bool | None = None  # set when the turn is cancelled: True when scvd's stop did it
         try:
             turn.said(text)  # before the provider is set up: a turn that fails for want of one keeps it
             settings = await self._settings(chat)
@@ -354,11 +355,7 @@ class ChatService:
             fail = turn.fail(exc.reason, exc.message, exc.hint)
             end = self._failed(chat, turn, fail)
         except asyncio.CancelledError:
-            if self.stopping:
-                end = self._failed(chat, turn, turn.stopped())
-            else:
-                turn.cancel("the turn was cancelled")
-                end = p.TurnCancelled(seq=0, session=chat.session.id, turn=turn.id, reason="cancelled")
+            cut = self.stopping  # as the cancel came; the turn ends once its calls have (below)
         except Exception:  # a bug must still end the turn, once
             log.exception("turn %s crashed", turn.id)
             end = self._failed(chat, turn, turn.fail("provider_error", "the turn failed inside scvd; see its log"))
@@ -367,6 +364,8 @@ class ChatService:
                 task.cancel("the turn ended")
             chat.questions.clear()
         await self._calls_ended(turn.id, calls)
+        if cut is not None:
+            end = self._cut(chat, turn, calls, cut)
         self._save(chat)
         if chat.conv.records:  # acknowledged yet not on disk: the client hears it, not only the log
             end = msgspec.structs.replace(end, warning=self._unsaved(chat))
@@ -390,6 +389,18 @@ class ChatService:
                 await asyncio.wait(left, timeout=CALLS_END_SECONDS)
         except asyncio.CancelledError:  # cancelled again (scvd stopping): the end still goes out, once
             pass
+
+    def _cut(self, chat: Chat, turn: Turn, calls: dict[str, asyncio.Task[Any]], stopping: bool) -> p.Frame:
+        """The end of a turn cut short, once its calls ended (_calls_ended): each keeps the outcome it
+        came to, which for one too far along to stop (a write whose rename had begun) is its result;
+        the others get a cancelled output (Turn.cancel, Turn.stopped)."""
+        for call_id, task in calls.items():  # those whose result _drive had not taken
+            if task.done() and not task.cancelled() and task.exception() is None:
+                turn.late_result(call_id, *task.result())
+        if stopping:
+            return self._failed(chat, turn, turn.stopped())
+        turn.cancel("the turn was cancelled")
+        return p.TurnCancelled(seq=0, session=chat.session.id, turn=turn.id, reason="cancelled")
 
     async def _drive(self, chat: Chat, turn: Turn, model: Any, work: list[Any],
                      calls: dict[str, asyncio.Task[Any]]) -> p.Frame:
@@ -449,17 +460,27 @@ class ChatService:
             self._event(chat, p.AssistantCompleted(seq=0, session=chat.session.id, turn=turn.id, text=text))
         return turn.on_reply(text, calls, usage)
 
-    async def _tool(self, chat: Chat, turn: Turn, action: RunTool) -> None:
+    async def _tool(self, chat: Chat, turn: Turn, action: RunTool) -> tuple[bool, Any, Any]:
+        """Run one call; its outcome goes to the turn (chat.results) or, a background call's, to the
+        conversation. Cancelled with its turn, the outcome it still comes to is the task's result."""
         since = chat.conv.cleared  # a background result goes to the conversation that asked, not past a clear
         try:
             outcome = await submit(self.daemon, chat.session, action.call.name, action.arguments, turn=turn.id,
                                    sent=action.call.arguments)
         except asyncio.CancelledError as exc:
+            ending = getattr(exc, "ending", None)  # None: cancelled before the call was taken on
             if action.background:  # the model was promised this result: it, or that the call stopped
-                ended = getattr(exc, "outcome", None)  # it had finished as the session closed
+                ended = _ended(ending)  # it had finished as the session closed
                 stopped = error_output("cancelled", BACKGROUND_STOPPED)
                 self._note(chat, action.call, _output(ended) if ended else stopped, since)
-            raise
+            if action.background or ending is None:
+                raise
+            # the cancel may come too late to stop it: what it did is what the model must hear
+            await asyncio.wait({ending}, timeout=CALLS_END_SECONDS)
+            ended = _ended(ending)
+            if ended is None:
+                raise
+            return ended
         except Exception as exc:  # a bug must still answer the call: the turn waits for every result
             log.exception("turn %s: call of %s crashed before its outcome", turn.id, action.call.name)
             outcome = (False, None, p.ToolErrorInfo(kind="failed", message=errors.public_message(exc)))
@@ -467,6 +488,7 @@ class ChatService:
             self._note(chat, action.call, _output(outcome), since)
         else:
             chat.results.put_nowait(("result", action.call.call_id, outcome))
+        return outcome
 
     def _note(self, chat: Chat, call: ToolCall, output: str, since: int) -> None:
         if chat.conv.cleared != since:  # the model that asked went with the clear: nobody reads it
@@ -620,6 +642,13 @@ class _CallIds:
             call = ToolCall(call_id=f"call_{self.n}", name=call.name, arguments=call.arguments)
         self.taken.add(call.call_id)
         return call
+
+
+def _ended(ending: asyncio.Future[Any] | None) -> tuple[bool, Any, Any] | None:
+    """A call's outcome (submit's `ending`), if it has one yet."""
+    if ending is None or not ending.done() or ending.cancelled() or ending.exception() is not None:
+        return None
+    return tuple(ending.result())  # type: ignore[return-value]
 
 
 def _output(outcome: tuple[bool, Any, Any]) -> str:

@@ -393,6 +393,10 @@ def _main(argv: list[str]) -> int:
 
         transcripts = scvd.chat.transcript.Transcripts
         transcripts.read = _hanging(transcripts.read, Path(os.environ["HARNESS_HANG_TRANSCRIPT_READ_WHILE"]))
+    if "HARNESS_HANG_INSTALL_WHILE" in os.environ:  # a write's rename on a slow filesystem, once it committed
+        import scvd.tools.fs
+
+        scvd.tools.fs._install = _hanging(scvd.tools.fs._install, Path(os.environ["HARNESS_HANG_INSTALL_WHILE"]))
     if "HARNESS_HANG_PROBE_WHILE" in os.environ:
         import scvd.sandbox
 

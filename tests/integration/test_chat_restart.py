@@ -175,6 +175,52 @@ def test_a_call_that_completed_before_a_sigkill_keeps_its_output_when_the_conver
     assert (workspace / "note.txt").read_text() == "written once\n"
 
 
+@pytest.mark.parametrize("end", ["turn.cancel", "SIGTERM"])
+def test_a_write_that_had_committed_as_its_turn_ended_reaches_the_model_as_done(make_wrapped, model, tmp_path,
+                                                                                scv_home, workspace, end):
+    """A turn cancelled (or cut off by scvd's stop) while its approved write renamed the file in place
+    told the model the write was `cancelled`, which means the file is unchanged, while the file held the
+    new content and call.completed and the audit log said ok: the model would take the old file for the
+    real one. The write's own outcome goes to the transcript, and the turn's note still follows it."""
+    write = Calls(("write", {"path": "m.txt", "content": "version 0\n", "mode": "replace"}))
+    m = model(write, write, Text("noted"))  # the first call loads the schema
+    (workspace / "m.txt").write_text("orig\n")
+    with hang_point(tmp_path / "install") as hang:
+        d = make_wrapped(config(m), home=scv_home, env={**ENV, "HARNESS_HANG_INSTALL_WHILE": str(hang)})
+        with d.client(name="pytest", approver=True) as c:
+            opened = c.request(p.ChatOpen, workspace=str(workspace))
+            turn = c.request(p.TurnStart, session=opened.session, text="write m.txt").turn
+            asked = c.next_event()
+            while not isinstance(asked, p.ApprovalRequested):
+                asked = c.next_event()
+            c.request(p.ApprovalDecide, approval_id=asked.approval_id, decision="approve")
+            reached(hang, "the write's install")
+            if end == "turn.cancel":
+                c.request(p.TurnCancel, session=opened.session, turn=turn)
+            else:
+                d.proc.terminate()
+                wait_until(lambda: "running call(s) to end" in d.log(), what="the stop to cancel the turn")
+            hang.unlink()
+            events = until_end(c)
+            if end == "SIGTERM":
+                assert d.proc.wait(15) == 0
+    assert (workspace / "m.txt").read_text() == "version 0\n"
+    completed = [e for e in events if isinstance(e, p.CallCompleted)]
+    assert [e.ok for e in completed] == [True], completed
+    assert isinstance(events[-1], p.TurnCancelled if end == "turn.cancel" else p.TurnFailed), events[-1]
+
+    again = make_wrapped(home=scv_home, env=ENV)
+    with again.client(name="pytest") as c:
+        session, history = resumed(c, workspace, opened.conversation)
+        c.request(p.TurnStart, session=session, text="did it work?")
+        assert isinstance(until_end(c)[-1], p.TurnCompleted)
+    written = json.loads([r for r in history if r["kind"] == "tool"][-1]["output"])
+    assert written["ok"] and written["result"]["bytes_written"] == 10, written
+    assert [r.get("text") for r in history if r["kind"] == "scvd"] == [
+        CANCELLED_NOTE if end == "turn.cancel" else STOPPED]
+    assert json.loads(m.outputs(-1)[-1]) == written  # what the model reads of it
+
+
 def test_an_older_turn_cut_off_before_notes_came_shows_its_note_in_place(make_daemon, model, scv_home, workspace):
     """A turn SIGKILL cut off, which a build from before the notes resumed (closing its calls, writing
     no end), stayed without a note once later turns came: history showed it unanswered and unended,
