@@ -41,6 +41,10 @@ REOPEN_WAIT_SECONDS = 2 * CALLS_END_SECONDS + 5  # a closed session's turn ends 
 
 CALLS_BETWEEN_YIELDS = 256  # of a reply's calls taken in before other clients get the loop again
 
+# the output of a call still running when its turn, cut short, stopped waiting for it (CALLS_END_SECONDS)
+NOT_STOPPED = ("the turn ended while this call was still running, and scvd stopped waiting for it: whether it "
+               "did its work is unknown; check (e.g. read what it would change) before doing it again")
+
 BACKGROUND_STOPPED = ("its chat session closed (the client disconnected, or scvd stopped) before the call "
                       "finished; call it again if its result is still needed")
 
@@ -395,7 +399,9 @@ class ChatService:
         came to, which for one too far along to stop (a write whose rename had begun) is its result;
         the others get a cancelled output (Turn.cancel, Turn.stopped)."""
         for call_id, task in calls.items():  # those whose result _drive had not taken
-            if task.done() and not task.cancelled() and task.exception() is None:
+            if not task.done():  # past the wait: its outcome is not known
+                turn.late_result(call_id, False, error=_not_stopped())
+            elif not task.cancelled() and task.exception() is None:
                 turn.late_result(call_id, *task.result())
         if stopping:
             return self._failed(chat, turn, turn.stopped())
@@ -477,10 +483,7 @@ class ChatService:
                 raise
             # the cancel may come too late to stop it: what it did is what the model must hear
             await asyncio.wait({ending}, timeout=CALLS_END_SECONDS)
-            ended = _ended(ending)
-            if ended is None:
-                raise
-            return ended
+            return _ended(ending) or (False, None, _not_stopped())
         except Exception as exc:  # a bug must still answer the call: the turn waits for every result
             log.exception("turn %s: call of %s crashed before its outcome", turn.id, action.call.name)
             outcome = (False, None, p.ToolErrorInfo(kind="failed", message=errors.public_message(exc)))
@@ -649,6 +652,10 @@ def _ended(ending: asyncio.Future[Any] | None) -> tuple[bool, Any, Any] | None:
     if ending is None or not ending.done() or ending.cancelled() or ending.exception() is not None:
         return None
     return tuple(ending.result())  # type: ignore[return-value]
+
+
+def _not_stopped() -> p.ToolErrorInfo:
+    return p.ToolErrorInfo(kind="cancelled", message=NOT_STOPPED)
 
 
 def _output(outcome: tuple[bool, Any, Any]) -> str:

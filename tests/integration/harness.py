@@ -355,6 +355,7 @@ SHORTENED = {  # HARNESS_* variable: the module constant it sets, in seconds
     "HARNESS_HEAP_QUIET_SECONDS": ("scvd.heap", "QUIET_SECONDS"),
     "HARNESS_LEFTOVER_SECONDS": ("scvd.cli", "LEFTOVER_SECONDS"),
     "HARNESS_THREAD_SECONDS": ("scvd.cli", "THREAD_SECONDS"),
+    "HARNESS_CALLS_END_SECONDS": ("scvd.chat.service", "CALLS_END_SECONDS"),
 }
 
 

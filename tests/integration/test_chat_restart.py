@@ -221,6 +221,26 @@ def test_a_write_that_had_committed_as_its_turn_ended_reaches_the_model_as_done(
     assert json.loads(m.outputs(-1)[-1]) == written  # what the model reads of it
 
 
+def test_a_call_still_running_after_its_cancelled_turn_ended_reaches_the_model_as_unknown(make_wrapped, model,
+                                                                                         scv_home, workspace):
+    """The turn's end waits for its calls a bounded time; a call that ignores its cancel is left running,
+    and the model hears that its end is unknown, not that it was cancelled (which says nothing was done)."""
+    m = model(Calls(("test_stubborn", {})), Calls(("test_stubborn", {})), Text("noted"))
+    d = make_wrapped(config(m) + "[server]\nshutdown_grace_seconds = 1\n", home=scv_home,
+                     env={**ENV, "HARNESS_CALLS_END_SECONDS": "0.5"})
+    with d.client(name="pytest") as c:
+        opened = c.request(p.ChatOpen, workspace=str(workspace))
+        turn = c.request(p.TurnStart, session=opened.session, text="go").turn
+        wait_until(lambda: list(workspace.glob("started-*")), what="the stubborn call to start")
+        c.request(p.TurnCancel, session=opened.session, turn=turn)
+        assert isinstance(until_end(c)[-1], p.TurnCancelled)
+        history = c.request(p.ChatHistory, session=opened.session).records
+    output = json.loads([r for r in history if r["kind"] == "tool"][-1]["output"])
+    assert output == {"ok": False, "error": {"kind": "cancelled", "message": (
+        "the turn ended while this call was still running, and scvd stopped waiting for it: whether it did "
+        "its work is unknown; check (e.g. read what it would change) before doing it again")}}
+
+
 def test_an_older_turn_cut_off_before_notes_came_shows_its_note_in_place(make_daemon, model, scv_home, workspace):
     """A turn SIGKILL cut off, which a build from before the notes resumed (closing its calls, writing
     no end), stayed without a note once later turns came: history showed it unanswered and unended,
