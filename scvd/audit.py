@@ -15,7 +15,9 @@ no running loop (a worker thread, a script). Writes are whole lines on an
 O_APPEND fd, never interleaved with another writer's; close() writes what is
 buffered, and the server's shutdown calls unbuffer(), so a clean stop
 (SIGTERM) loses nothing. While writes fail (a full disk), at most BACKLOG_MAX
-bytes wait; later records are counted in a `records_lost` line. The file is 0600 and
+bytes wait; later records are counted in a `records_lost` line. What a stop cannot
+write is counted, said in the log, and kept for the next start's `records_lost` line
+(audit_lost.py); a line cut short never stays: readers (jq) stop at it. The file is 0600 and
 rotated by size (audit.log -> audit.log.1 -> ... -> audit.log.<keep>); one deleted
 or renamed under the daemon is made again at its path at the next flush.
 """
@@ -35,6 +37,7 @@ from typing import Any
 
 import msgspec
 
+from . import audit_lost
 from .paths import FILE_MODE, ensure_private_dir
 
 log = logging.getLogger("scvd.audit")
@@ -137,11 +140,15 @@ class AuditLog:
         # not every record past BUFFER_BYTES (each retry writes the whole backlog), and it is logged once
         self._failing = False
         self._lost = 0  # records dropped past BACKLOG_MAX while failing; a `records_lost` line says how many
+        self._dropped = 0  # records a stop could not write: the count the marker keeps (audit_lost.py)
+        self._marked = False  # a marker's count waits in the buffer: the marker goes once it is written
         ensure_private_dir(self.path.parent)
         self._fd: int | None = None
         self._size = 0
         self._torn = False  # the buffer starts with the tail of a line the file has the head of
+        self._head = b""  # that head: a stop that cannot write the tail takes it out again
         self._open()
+        self._count_earlier_losses()
 
     def _open(self) -> int:
         # O_NONBLOCK: a FIFO in its place (a log shipper's) whose reader stopped fails a write, which
@@ -152,15 +159,46 @@ class AuditLog:
         if stat.S_IMODE(st.st_mode) != FILE_MODE:
             os.fchmod(fd, FILE_MODE)  # an older file, or one made under another umask
         size = st.st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":  # a line cut short (a full disk, then exit)
-            try:
-                size += os.write(fd, b"\n")  # end it, or the first record here would be glued to it
-            except OSError:  # the disk is still full: end it first once there is room (a start must not fail)
-                self._buffer.insert(0, b"\n")
-                self._buffered += 1
-                self._torn = True
+        if size and os.pread(fd, 1, size - 1) != b"\n":  # a line cut short (a full disk, then a kill)
+            size = self._end_cut_line(fd, size)
         self._fd, self._size = fd, size
         return fd
+
+    def _end_cut_line(self, fd: int, size: int) -> int:
+        """Take a record's head out of the file's end, counted lost: readers (jq) stop at a broken line.
+        A longer one is no record of scvd's: it is ended, so the first record here is a line of its own."""
+        start = audit_lost.last_line_start(fd, size)
+        if start is not None:
+            os.ftruncate(fd, start)  # frees room: a start on a full disk must not fail
+            self._lost += 1
+            return start
+        try:
+            return size + os.write(fd, b"\n")
+        except OSError:  # the disk is still full: end it first once there is room (a start must not fail)
+            self._buffer.insert(0, b"\n")
+            self._buffered += 1
+            self._torn = True
+            return size
+
+    def _count_earlier_losses(self) -> None:
+        """A `records_lost` line first for what an earlier run lost: the marker's count (a stop on a
+        full disk) and a record's head cut off the end; written now, or with the first record."""
+        kept = audit_lost.take(self.path)
+        self._lost += kept
+        if not self._lost:
+            return
+        self._marked = bool(kept)
+        self._mark_lost(time.time())
+        try:
+            self._write_buffer()
+        except OSError:  # the disk is still full: the next write carries it, and says so if it fails
+            return
+        self._forget_marker()
+
+    def _forget_marker(self) -> None:
+        if self._marked:
+            self._marked = False
+            audit_lost.clear(self.path)
 
     def record(self, event: str, **fields: Any) -> None:
         """Append one line {ts, event, <allowed fields>}; raises OSError when a write at once fails
@@ -272,7 +310,8 @@ class AuditLog:
             self._flush_locked()
 
     def unbuffer(self) -> None:
-        """Write what is buffered, and every later record at once (shutdown: no timer may run again)."""
+        """Write what is buffered, and every later record at once (shutdown: no timer may run again);
+        what cannot be written is counted lost, never raised (_drop_unwritten)."""
         with self._lock:
             self._direct = True
             self._format_locked()
@@ -304,12 +343,16 @@ class AuditLog:
                 self._flush_later()  # the backlog waits for room, not for the next record
 
     def _flush_locked(self) -> None:
-        """Write the buffer in as few whole-line writes as rotation allows; what fails stays buffered."""
+        """Write the buffer in as few whole-line writes as rotation allows; what fails stays buffered,
+        or, once no later try will come (unbuffer, close), is counted lost."""
         try:
             self._write_buffer()
-        except OSError:
+        except OSError as exc:
             self._failing = True
+            if self._direct:
+                return self._drop_unwritten(exc)
             raise
+        self._forget_marker()
         if self._failing:
             self._failing = False
             lost = self._lost
@@ -320,6 +363,38 @@ class AuditLog:
                 self._flush_locked()
             else:
                 log.warning("audit log %s is written again: the records kept meanwhile are in it", self.path)
+
+    def _drop_unwritten(self, exc: OSError) -> None:
+        """No later try will come (the process ends): count what waits, say it, keep the count for
+        the next start's `records_lost` line, and leave the file ending on a whole line."""
+        self._untear()
+        lost = self._lost + len(self._unformatted) + audit_lost.records_in(self._buffer)
+        self._buffer = [b"\n"] if self._torn else []  # a head that stays: a later record ends it
+        self._buffered, self._lost = len(self._buffer), 0
+        self._failing = self._marked = False  # a start's marker count is in `lost`: the new marker keeps it
+        if not lost:
+            return
+        self._dropped += lost
+        failed = audit_lost.keep(self.path, self._dropped)
+        log.error("audit log %s: %d record(s) lost as scvd stops, never written (%s); %s", self.path, lost, exc,
+                  "the next start counts them in a records_lost line" if failed is None else
+                  f"their count cannot be kept for the next start either ({failed})")
+
+    def _untear(self) -> None:
+        """Take the head of a line cut short back out of the file, and put it before its tail."""
+        head, self._head = self._head, b""
+        if not (self._torn and head) or self._fd is None:
+            return
+        try:
+            end = os.fstat(self._fd).st_size
+            if end < len(head) or os.pread(self._fd, len(head), end - len(head)) != head:
+                return  # emptied or replaced meanwhile: not ours to cut
+            os.ftruncate(self._fd, end - len(head))
+        except OSError:  # a FIFO: its reader has the head already
+            return
+        self._size = end - len(head)
+        self._buffer[0] = head + self._buffer[0]
+        self._torn = False
 
     def _write_buffer(self) -> None:
         while self._buffer:
@@ -350,7 +425,10 @@ class AuditLog:
             size -= len(line)
             whole += 1
         del self._buffer[:whole]
+        if whole:
+            self._head = b""  # a line cut earlier is whole now
         if size:  # the next write ends this line in the same file, so no record is torn or doubled
+            self._head += self._buffer[0][:size]
             self._buffer[0] = self._buffer[0][size:]
         self._torn = bool(size) or (self._torn and whole == 0)
 
@@ -414,13 +492,15 @@ class AuditLog:
         return self.path.with_name(f"{self.path.name}.{i}")
 
     def close(self) -> None:
-        """Write what is buffered, then close; records after this raise ValueError."""
+        """Write what is buffered (what cannot be is counted lost), then close; records after this
+        raise ValueError."""
         with self._lock:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
             try:
                 if not self._closed:
+                    self._direct = True  # no later try will come
                     self._format_locked()
                     self._flush_locked()
             finally:

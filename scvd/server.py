@@ -996,10 +996,9 @@ class Daemon:
 
     def _flush_audit(self) -> None:
         if self.audit is not None:
-            try:
-                self.audit.unbuffer()  # and later records (calls past the grace period) at once
-            except OSError as exc:
-                log.error("audit log write failed: %s", exc)
+            # and later records (calls past the grace period) at once; what a full disk refuses is
+            # counted lost (the log says how many, the next start writes a records_lost line)
+            self.audit.unbuffer()
 
 
 def _no_hello_wait(conn: Connection) -> None:

@@ -425,16 +425,20 @@ def test_a_write_cut_short_by_a_full_disk_is_ended_when_there_is_room(tmp_path):
     assert [r["call_id"] for r in lines(path)] == [f"c{i}" for i in range(9)]
 
 
-def test_a_line_left_cut_short_is_ended_before_the_next_record(tmp_path):
+def test_a_line_left_cut_short_is_taken_out_and_counted_at_the_next_start(tmp_path):
+    """The head of a record a kill left was ended with a newline and kept: `jq` stops at that
+    line (`Invalid string ... at line N`), so it never showed the records after it."""
     path = tmp_path / "audit.log"
     run = subprocess.run([sys.executable, "-c", FULL_DISK, str(path), "300", "lost"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    torn = path.read_bytes().splitlines()[-1]
+    whole = path.read_bytes().splitlines()[:-1]
     with AuditLog(path, max_bytes=1 << 20, keep=1) as log:  # the next start
         log.record("completion", call_id="next")
     raw = path.read_bytes().splitlines()
-    assert raw[-2] == torn and msgspec.json.decode(raw[-1])["call_id"] == "next"
+    assert raw[:len(whole)] == whole
+    assert [(r["event"], r.get("count"), r.get("call_id")) for r in lines(path)[len(whole):]] == [
+        ("records_lost", 1, None), ("completion", None, "next")]
 
 
 START_ON_A_FULL_DISK = r"""
@@ -455,16 +459,16 @@ log.close()
 """
 
 
-def test_a_start_on_a_disk_still_full_runs_and_ends_the_cut_line_later(tmp_path):
+def test_a_start_on_a_disk_still_full_runs_and_counts_the_cut_line_once_there_is_room(tmp_path):
     """scvd did not start at all: ending the line left cut short raised out of AuditLog()."""
     path = tmp_path / "audit.log"
     path.write_bytes(b'{"event":"completion","call_id":"before"}\n{"event":"compl')
     run = subprocess.run([sys.executable, "-c", START_ON_A_FULL_DISK, str(path)],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    raw = path.read_bytes().splitlines()
-    assert raw[:2] == [b'{"event":"completion","call_id":"before"}', b'{"event":"compl']
-    assert [msgspec.json.decode(line)["call_id"] for line in raw[2:]] == ["while-full", "with-room"]
+    assert [(r["event"], r.get("count"), r.get("call_id")) for r in lines(path)] == [
+        ("completion", None, "before"), ("records_lost", 1, None),
+        ("completion", None, "while-full"), ("completion", None, "with-room")]
 
 
 FULL_DISK_UNDER_LOAD = r"""
@@ -584,3 +588,68 @@ def test_a_backlog_on_a_full_disk_stops_growing_and_the_log_says_how_many_record
     assert records[-12]["event"] == "records_lost" and records[-12]["count"] == 1000 - kept_lines
     assert [r["call_id"] for r in records[-11:]] == [f"late{i}" for i in range(10)] + ["after"]
     assert f"a records_lost line counts the {1000 - kept_lines} dropped" in run.stderr
+
+
+STOP_ON_A_FULL_DISK = r"""
+import asyncio, logging, os, resource, sys
+from scvd.audit import AuditLog
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+path = sys.argv[1]
+
+async def main():
+    audit = AuditLog(path, max_bytes=1 << 30, keep=1)
+    audit.add("completion", {"call_id": "before"})
+    audit.flush()
+    # room for the head of the first record only: its write is cut short
+    resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path) + 40, resource.RLIM_INFINITY))
+    for i in range(7):  # buffered on the loop, as the calls' proposals and completions are
+        audit.add("completion", {"call_id": f"c{i}", "outcome": "ok"})
+    audit.unbuffer()  # the server's stop
+    audit.add("completion", {"call_id": "late"})  # a call past the grace period
+    print(os.path.getsize(path), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_stop_on_a_full_disk_says_what_it_lost_and_the_next_start_counts_it(tmp_path):
+    """A stop's flush on a full disk dropped the records waiting in memory without a word of how
+    many (`audit log write failed: [Errno 28] ...` alone), and left the head of one in the file."""
+    path = tmp_path / "audit.log"
+    run = in_a_process(STOP_ON_A_FULL_DISK, path)
+    said = f"ERROR audit log {path}: {{}} record(s) lost as scvd stops, never written ([Errno 27] File too large); " \
+           "the next start counts them in a records_lost line"
+    assert said.format(7) in run.stderr and said.format(1) in run.stderr, run.stderr
+    assert [r["call_id"] for r in lines(path)] == ["before"]  # a whole line: no record's head left behind
+    assert int(run.stdout) == path.stat().st_size
+    assert os.readlink(tmp_path / "audit.log.lost") == "8"
+    with AuditLog(path, max_bytes=1 << 20, keep=1) as log:  # the next start, with room
+        log.record("completion", call_id="next")
+    assert [(r["event"], r.get("count"), r.get("call_id")) for r in lines(path)] == [
+        ("completion", None, "before"), ("records_lost", 8, None), ("completion", None, "next")]
+    assert not os.path.lexists(tmp_path / "audit.log.lost")
+    with AuditLog(path, max_bytes=1 << 20, keep=1):  # counted once
+        pass
+    assert len(lines(path)) == 3
+
+
+START_AND_STOP_ON_A_FULL_DISK = r"""
+import os, resource, sys
+from scvd.audit import AuditLog
+path = sys.argv[1]
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path), resource.RLIM_INFINITY))
+audit = AuditLog(path, max_bytes=1 << 30, keep=1)  # its records_lost line cannot be written
+audit.unbuffer()
+audit.add("completion", {"call_id": "c1"})
+"""
+
+
+def test_a_count_a_start_could_not_write_is_kept_with_the_stops(tmp_path):
+    path = tmp_path / "audit.log"
+    path.write_bytes(b'{"event":"completion","call_id":"before"}\n')
+    os.symlink("5", tmp_path / "audit.log.lost")
+    run = in_a_process(START_AND_STOP_ON_A_FULL_DISK, path)
+    assert "5 record(s) lost as scvd stops" in run.stderr and "1 record(s) lost as scvd stops" in run.stderr
+    assert os.readlink(tmp_path / "audit.log.lost") == "6"
+    AuditLog(path, max_bytes=1 << 20, keep=1).close()
+    assert [(r["event"], r.get("count")) for r in lines(path)] == [("completion", None), ("records_lost", 6)]

@@ -11,9 +11,11 @@ HARNESS_* variables (SHORTENED) cut a bound or a wait that a test would sit thro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import select
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -161,6 +163,24 @@ os.set_inheritable(3, True)
 os.environ.update(LISTEN_FDS="1", LISTEN_PID=str(os.getpid()), LISTEN_FDNAMES="scvd.socket")
 os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
 """
+
+
+@contextlib.contextmanager
+def scvd_on_a_full_disk(env: dict[str, str]) -> Iterator[subprocess.Popen]:
+    """`scvd run` on a disk that refuses every write (RLIMIT_FSIZE 0: Python ignores SIGXFSZ, so a
+    write fails with EFBIG, as with ENOSPC); its log goes to a pipe (no file the limit refuses):
+    read proc.stderr once it has ended. Killed if the test leaves it running."""
+    import resource
+
+    with subprocess.Popen(  # its exit closes the pipe and waits
+            [sys.executable, "-m", "scvd", "run"], env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))) as proc:
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def start_wrapped(home: Path, config: str = "", *, env: dict[str, str] | None = None,

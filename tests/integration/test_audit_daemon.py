@@ -7,7 +7,9 @@ import signal
 
 import msgspec
 
-from harness import wait_until
+import conftest
+from harness import scvd_on_a_full_disk, wait_until
+from scvctl.client import Client
 
 
 def audit_events(home) -> list[tuple[str, str]]:
@@ -72,3 +74,31 @@ def test_a_fifo_in_the_logs_place_that_nobody_reads_does_not_hang_the_daemon(mak
     finally:
         os.close(reader)
     assert d.proc.poll() is None
+
+
+def test_a_stop_on_a_full_disk_says_how_many_records_it_lost_and_the_next_start_records_it(make_daemon, workspace):
+    """A full disk (here RLIMIT_FSIZE: a write fails with EFBIG as with ENOSPC) at SIGTERM: the
+    records waiting in memory were dropped with `audit log write failed: ...` alone, and no
+    `records_lost` line ever counted them."""
+    first = make_daemon(home=workspace.parent / "home")
+    assert first.stop() == 0
+    (workspace / "notes.txt").write_text("hello\n")
+    with scvd_on_a_full_disk(first.env) as proc:
+        conftest.wait_for_socket(first.socket, proc=proc)
+        with Client.connect(first.socket) as c:
+            session = c.open_session(workspace)
+            for _ in range(7):
+                assert c.call(session, "read", {"path": "notes.txt"}).ok
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        err = proc.stderr.read().decode()
+    audit = first.home / "state" / "audit.log"
+    assert f"audit log {audit}: 14 record(s) lost as scvd stops, never written ([Errno 27] File too large); " \
+           "the next start counts them in a records_lost line" in err, err
+    again = make_daemon(home=first.home)
+    with again.client(name="pytest") as c:
+        assert c.call(c.open_session(workspace), "read", {"path": "notes.txt"}).ok
+    assert again.stop() == 0
+    events = [r["event"] for r in map(msgspec.json.decode, audit.read_bytes().splitlines())]
+    assert events == ["records_lost", "proposal", "completion"]
+    assert msgspec.json.decode(audit.read_bytes().splitlines()[0])["count"] == 14

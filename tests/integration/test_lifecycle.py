@@ -23,7 +23,8 @@ import pytest
 
 import conftest
 from conftest import ROOT, shared_dir_for_other_uids
-from harness import HarnessTool, NoArgs, RawConn, make_wrapped, pid_gone, wait_ready, wait_until  # noqa: F401 (fixture)
+from harness import make_wrapped  # noqa: F401 (fixture)
+from harness import HarnessTool, NoArgs, RawConn, pid_gone, scvd_on_a_full_disk, wait_ready, wait_until
 from scvd import protocol as p
 from scvd.proctree import read_stat, scan_processes
 from scvd.tools.contract import CallContext, Plan
@@ -1234,15 +1235,9 @@ def test_a_disk_that_refuses_writes_does_not_stop_a_start(make_daemon, tmp_path)
     ENOSPC): writing the pid into the lock file failed the start (`cannot start: [Errno 28] No space
     left on device`, exit 3, restarted by systemd to its start limit), though the audit log is made
     to run on through a full disk. The lock is what makes the instance exclusive; the pid is a note."""
-    import resource
-
     first = make_daemon(home=tmp_path / "home")  # a start before the disk filled: the state is there
     assert first.stop() == 0
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "scvd", "run"], env=first.env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,  # a pipe: no file the limit refuses
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY)))
-    try:
+    with scvd_on_a_full_disk(first.env) as proc:
         conftest.wait_for_socket(first.socket, proc=proc)
         with Client.connect(first.socket) as c:
             assert c.status().pid == proc.pid
@@ -1250,11 +1245,6 @@ def test_a_disk_that_refuses_writes_does_not_stop_a_start(make_daemon, tmp_path)
         assert proc.wait(30) == 0
         err = proc.stderr.read().decode()
         assert f"cannot write this pid into {first.home / 'state' / 'scvd.lock'}" in err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
 
 
 def test_a_killed_scvd_takes_the_processes_of_its_calls_with_it(make_daemon, workspace):
