@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import stat
-import subprocess
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
+from helpers.inode_flags import flagged
 from scvd import paths as paths_mod
 from scvd.adapters import spec
 from scvd.adapters.env import PRIVATE_HOME_NAMES, build_env
@@ -179,25 +177,13 @@ def test_a_home_folder_that_is_no_directory_is_refused_saying_which(paths: paths
         ensure_home(paths, "codex")
 
 
-@contextlib.contextmanager
-def unchangeable(path: Path) -> Iterator[None]:
-    """`path` made immutable (chattr +i): even its owner cannot chmod it, as for a file root owns."""
-    made = subprocess.run(["chattr", "+i", str(path)], capture_output=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot make a file immutable here (root and an ext4-like file system needed): {made.stderr!r}")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=True)
-
-
 def test_a_home_it_cannot_make_private_is_refused_saying_which_path(paths: paths_mod.Paths) -> None:
     """It was `agent_claude failed unexpectedly: PermissionError` (scvctl: a traceback)."""
     home = ensure_home(paths, "claude")
     stuck = home / ".claude.json"
     stuck.write_text("{}")
     stuck.chmod(0o644)
-    with unchangeable(stuck), pytest.raises(Failed) as info:
+    with flagged(stuck), pytest.raises(Failed) as info:
         ensure_home(paths, "claude")
     assert info.value.message == (
         f"cannot make the claude home {home} private ({stuck}: Operation not permitted); "
@@ -211,7 +197,7 @@ def test_a_path_the_repair_after_a_run_cannot_fix_is_logged_not_raised(paths: pa
     stuck = home / "auth.json"
     stuck.write_text("{}")
     stuck.chmod(0o644)
-    with unchangeable(stuck), caplog.at_level("WARNING", logger="scvd.adapters"):
+    with flagged(stuck), caplog.at_level("WARNING", logger="scvd.adapters"):
         assert repair_home(paths, "codex") == []
     assert f"cannot make {stuck} in the codex home private (Operation not permitted)" in caplog.text
 
@@ -224,7 +210,7 @@ def test_a_home_it_cannot_make_private_does_not_stop_scvd_starting(paths: paths_
     stuck = home / "auth.json"
     stuck.write_text("{}")
     stuck.chmod(0o644)
-    with unchangeable(stuck), caplog.at_level("WARNING", logger="scvd.paths"):
+    with flagged(stuck), caplog.at_level("WARNING", logger="scvd.paths"):
         paths_mod.prepare(paths)
         with pytest.raises(Failed, match="cannot make the pi home"):
             ensure_home(paths, "pi")

@@ -1022,6 +1022,53 @@ def test_the_chmod_advice_for_a_read_only_directory_is_quoted_for_the_shell(shar
     assert "(chmod u+w 'my conf')" in out, out
 
 
+@as_root
+def test_a_file_in_a_sticky_directory_not_ours_says_why_the_rename_is_not_permitted(shared_tmp: Path) -> None:
+    """EPERM (a sticky directory) was told as EACCES: `make the directory writable (chmod u+w .)`, though it is."""
+    root = shared_tmp / "ws"
+    root.mkdir()
+    root.chmod(0o1777)
+    shared = root / "shared.txt"
+    shared.write_text("v1\n")
+    os.chown(shared, BOB, BOB)
+    shared.chmod(0o666)  # alice may write it in place, not rename over it
+    out = write_as(ALICE, [], root, "shared.txt", b"v2\n")
+    assert out.startswith("Failed: writing 'shared.txt' failed: Operation not permitted in its directory '.'; "
+                          "that is no missing permission bit: in a sticky directory"), out
+    assert "chmod u+w" not in out and "change the file in place with bash" in out
+    assert shared.read_text() == "v1\n" and no_temp_files(root)
+
+
+@pytest.mark.parametrize(("flag", "target", "said"), [
+    ("i", "f.txt", "the file is immutable (chattr +i; lsattr d/f.txt shows an 'i'), so nothing can change, "
+                   "replace or remove it, bash included, until root clears the flag (sudo chattr -i d/f.txt)"),
+    ("a", "f.txt", "the file is append-only (chattr +a; lsattr d/f.txt shows an 'a'), so it can only grow, and "
+                   "write replaces it; append with bash (cat >> d/f.txt), or have root clear the flag"),
+    ("i", ".", "its directory 'd' is immutable (chattr +i; lsattr -d d shows an 'i'), so no file in it can be "
+               "added, renamed or removed, and write renames a temp file over the file; change a file there in "
+               "place with bash, or have root clear the flag (sudo chattr -i d)"),
+    ("a", ".", "its directory 'd' is append-only (chattr +a; lsattr -d d shows an 'a'), so files can be added "
+               "to it, but none renamed or removed"),
+], ids=["immutable", "append-only", "immutable-directory", "append-only-directory"])
+def test_a_file_or_directory_flagged_by_chattr_is_named_with_the_flag(ws: Workspace, flag: str, target: str,
+                                                                      said: str) -> None:
+    """EPERM from chattr's flags was told as `make the directory writable (chmod u+w .), or change the
+    file in place with bash`: the directory was writable, and bash cannot change an immutable file."""
+    from helpers.inode_flags import flagged
+
+    (ws.root / "d").mkdir()
+    (ws.root / "d" / "f.txt").write_text("old\n")
+    with flagged(ws.root / "d" / target, flag):
+        with pytest.raises(Failed) as info:
+            fs.write_file(ws.fd, "d/f.txt", b"new\n", "replace")
+        left = [p.name for p in (ws.root / "d").iterdir()]
+    assert info.value.message.startswith(f"writing 'd/f.txt' failed: {said}"), info.value.message
+    assert info.value.message.endswith("; the old file is unchanged") and "chmod" not in info.value.message
+    assert (ws.root / "d" / "f.txt").read_text() == "old\n"
+    # an append-only directory keeps the name the temp file got for its rename: nothing may remove it
+    assert left == ["f.txt"] or (flag, target) == ("a", ".")
+
+
 # --- atomicity ----------------------------------------------------------------------
 
 

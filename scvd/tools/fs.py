@@ -33,7 +33,7 @@ from ..errors import Cancelled, Failed, InvalidArguments, PathMissing
 from ..own_places import SERVICE as OWN_PLACES
 from ..text import cut_note, printable
 from ..workers import inline_ok, run_blocking
-from . import containment, write_temp
+from . import containment, write_refused, write_temp
 from .entry_locks import EntryLocks
 from .git_config_secret import NAMES as GIT_CONFIG_NAMES, reason as git_config_reason
 from .containment import show
@@ -338,8 +338,8 @@ def write_file(
         sync_directory(parent, show(path))
         if stale := write_temp.sweep(parent):
             log.info("removed %s in the directory of %s: temp files a killed write left", ", ".join(stale), show(path))
-    except PermissionError as exc:  # the temp file's create or its rename: both need the directory
-        raise _directory_denied(path, real, exc) from exc
+    except PermissionError as exc:  # the temp file's create or its rename: a directory's bit, or EPERM's flags
+        raise write_refused.refused(parent, real, path, exc) from exc
     except OSError as exc:
         raise Failed(f"writing {show(path)} failed: {exc.strerror}; the old file, if any, is unchanged") from exc
     finally:
@@ -418,17 +418,6 @@ def _missing_parent(exc: PathMissing, parts: tuple[str, ...], path: str) -> Fail
             f"parent directory {show(exc.missing)} of {show(path)} does not exist; write does not create "
             f"directories: create it first (e.g. bash: mkdir -p {shlex.quote(directory)})"
         )
-
-
-def _directory_denied(path: str, real: tuple[str, ...], exc: OSError) -> Failed:
-    """A writable file in a directory we may not write (or a sticky one whose file is not ours)."""
-    where = containment.join(real[:-1])
-    return Failed(
-        f"writing {show(path)} failed: {exc.strerror} in its directory {show(where)}; write puts a temp file "
-        "beside the file and renames it over, so it needs write permission on the directory, not only on the "
-        "file (and in a sticky directory, to own the file): make the directory writable "
-        f"(chmod u+w {shlex.quote(where)}), or change the file in place with bash; the old file is unchanged"
-    )
 
 
 def inspect_target(parent: int, parts: tuple[str, ...], path: str, mode: str) -> os.stat_result | None:
