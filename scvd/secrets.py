@@ -39,7 +39,7 @@ import re
 import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
@@ -556,9 +556,34 @@ class SecretStore:
         synced. Only the lines of what changed are rewritten (`edit_file`). Under `_locked`."""
         self._write_text(edit_file(self.path, self._text(), values, names))
 
+    def sweep(self) -> list[str]:
+        """At start: remove the temp files of writers killed mid-write (each holds every secret of its
+        time), unless a writer is at work now (its lock held): it sweeps them itself."""
+        try:
+            with self._locked(wait=False):
+                return self._sweep()
+        except (errors.ConfigError, OSError):  # no directory to sweep, or a writer holds the lock
+            return []
+
+    def _sweep(self) -> list[str]:
+        """`.secrets.toml.<pid>.tmp` beside the file, a regular file of ours: what _write_text names
+        its temp file. Under `_locked`; a delete or a rotation must not leave a copy of the old value."""
+        ours = re.compile(rf"\.{re.escape(self.path.name)}\.[0-9]+\.tmp")
+        removed = []
+        with os.scandir(self.path.parent) as entries:
+            for entry in entries:
+                if (ours.fullmatch(entry.name) and entry.is_file(follow_symlinks=False)
+                        and entry.stat(follow_symlinks=False).st_uid == os.geteuid()):
+                    with suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                        removed.append(entry.name)
+        if removed:
+            log.warning("removed %s beside %s: left by a write of secrets that was killed, each held the "
+                        "secrets of its time", ", ".join(sorted(removed)), self.path)
+        return removed
+
     def _write_text(self, text: str) -> None:
-        for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):  # a writer killed mid-write left
-            stale.unlink(missing_ok=True)  # every secret there: a delete or a rotation must not keep it
+        self._sweep()
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
@@ -587,8 +612,9 @@ class SecretStore:
                                      "set it again") from None
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        """One writer at a time (scvctl and the daemon): an flock on the directory."""
+    def _locked(self, wait: bool = True) -> Iterator[None]:
+        """One writer at a time (scvctl and the daemon): an flock on the directory (BlockingIOError
+        without `wait` when another holds it)."""
         try:
             make_dirs(self.path.parent)
             fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -596,7 +622,7 @@ class SecretStore:
             raise errors.ConfigError(f"{self.path}: cannot write ({exc.strerror} on {self.path.parent}); nothing "
                                      "was changed: make that a directory you can write, or set SCV_HOME") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             yield
         finally:
             os.close(fd)

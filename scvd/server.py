@@ -246,11 +246,12 @@ class Daemon:
         if not set_child_subreaper():
             log.warning("cannot become a child subreaper; orphans of tools go to init")
         guardian.start()
-        # 3. the audit log and the sandbox probe
+        # 3. the audit log, what a killed secrets write left, and the sandbox probe
         try:
             self.audit = AuditLog(self.paths.audit_log, self.config.audit.max_bytes, self.config.audit.keep)
         except OSError as exc:  # what to fix, not an errno (a link in its place read as a loop)
             raise errors.StartupError(unopenable("the audit log", self.paths.audit_log, exc)) from None
+        self.secrets.sweep()  # a secrets write killed before its rename left every secret in its temp file
         self.listening_on = socket_name(held.sock)  # the sandbox masks it, wherever systemd put it
         self.sandbox, self.sandbox_verdict, self.host = await self.probe_sandbox(self.config)
         # 4. serve the socket, and bind it again should its file be removed (an inherited one is

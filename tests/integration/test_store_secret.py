@@ -609,3 +609,24 @@ def test_a_value_stored_after_its_call_gave_up_is_audited_as_stored_late(make_wr
     states = [r["state"] for r in records if r["event"] == "secret_resolved"]
     assert states == ["failed", "stored_late"], states
     assert VALUE not in (d.home / "state" / "audit.log").read_text()
+
+
+def test_a_start_removes_the_copy_of_the_secrets_a_killed_write_left(make_daemon, scv_home):
+    """A write of secrets.toml killed before its rename (SIGKILL, the OOM killer) left every secret in
+    `.secrets.toml.<pid>.tmp` until the next set or delete; a restart kept it. Only that name, a
+    regular file of ours, is removed."""
+    left = scv_home / ".secrets.toml.4242.tmp"
+    left.write_text(f'API_TOKEN = "{VALUE}"\n')
+    left.chmod(0o600)
+    others = [scv_home / ".secrets.toml.mine.tmp", scv_home / ".secrets.toml.77.tmp.swp"]
+    for path in others:
+        path.write_text("not a temp file of scvd's\n")
+    (scv_home / ".secrets.toml.78.tmp").symlink_to(others[0])
+    d = make_daemon(home=scv_home)
+    with d.client(name="pytest") as c:
+        c.status()  # served: the start is over
+    assert not left.exists()
+    assert all(path.exists() for path in others) and (scv_home / ".secrets.toml.78.tmp").is_symlink()
+    assert (f"removed .secrets.toml.4242.tmp beside {scv_home / 'secrets.toml'}: left by a write of secrets "
+            "that was killed, each held the secrets of its time") in d.log()
+    assert VALUE not in d.log()
