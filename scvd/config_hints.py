@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 from typing import Any, Callable
 
 import msgspec
@@ -124,17 +125,26 @@ def after_parse_error(text: str, error: str, schema: type) -> str:
 
 def bare_assignment(text: str, error: str) -> tuple[str, str, str] | None:
     """(the table of the last [header] above, the key as written, the value's text) of the line
-    tomllib's `error` points at, when its value is a bare word (`always`, `15m`, `ghp_x`); else None."""
+    tomllib's `error` points at, when its value is a bare word (`always`, `15m`, `ghp_x`); else None:
+    a line whose value is TOML (`a.y = 2` after `a = {x = 1}`, a key set twice) failed for another reason."""
     where = _WHERE.search(error)
     lines = text.splitlines()
     if where is None or not 0 < int(where.group(1)) <= len(lines):
         return None
     line = int(where.group(1))
     found = _ASSIGNMENT.fullmatch(lines[line - 1])
-    if found is None or not found.group(2) or found.group(2)[0] in "\"'[{":
+    if found is None or not found.group(2) or found.group(2)[0] in "\"'[{" or _is_value(found.group(2)):
         return None
     header = next((h for text in reversed(lines[:line - 1]) if (h := _HEADER.fullmatch(text))), None)
     return header.group(1).replace(" ", "") if header else "", re.sub(r"\s*\.\s*", ".", found.group(1)), found.group(2)
+
+
+def _is_value(text: str) -> bool:
+    try:
+        tomllib.loads(f"v = {text}")
+    except tomllib.TOMLDecodeError:
+        return False
+    return True
 
 
 def _in_names_table(schema: type, key: str) -> bool:

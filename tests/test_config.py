@@ -450,6 +450,19 @@ def test_a_value_of_the_wrong_type_says_what_its_key_takes(cfg_file, text, said)
     assert said in info.value.message, info.value.message
 
 
+@pytest.mark.parametrize("text, said", [
+    ("a = {x = 1}\na.y = 2\n", "Cannot mutate immutable namespace `a` (at line 2, column 8)"),
+    ("[approvals]\ntimeout_seconds = 10\ntimeout_seconds = 20\n", "Cannot overwrite a value (at line 3, column 21)"),
+    ("[sandbox]\nnetwork = true\nnetwork = false\n", "Cannot overwrite a value (at line 3, column 16)"),
+])
+def test_a_line_whose_value_is_toml_gets_no_hint_about_a_bare_word(cfg_file, text, said):
+    """`a.y = 2` after the inline table `a = {x = 1}`, or a key set twice, was told `give a text value, in
+    quotes, e.g. a.y = "2"` (or `give a number of seconds, ...`): the value was never the problem."""
+    with pytest.raises(ConfigError) as info:
+        load(cfg_file(text), env={})
+    assert info.value.message.endswith(f"not valid TOML: {said}"), info.value.message
+
+
 @pytest.mark.parametrize("text", ["[mcp.servers.gh]\ncommand = \"gh\"\nenv = {GH_TOKEN = 12345678}\n",
                                   "[mcp.servers.gh.env]\nGH_TOKEN = ghp_PASTED\n",
                                   "[mcp.servers.gh]\nurl = \"https://x\"\nheaders = {Auth = [\"ghp_PASTED\"]}\n"])
