@@ -131,6 +131,48 @@ def test_a_call_names_the_secret_a_down_server_needs_but_not_while_it_starts_aga
     assert starting.message.startswith("mcp server raw is starting")
 
 
+def test_a_call_of_a_server_whose_secret_is_gone_names_store_secret_once_for_that_tool(tmp_path):
+    """Its down reason named `scvctl secrets set` only, not store_secret (an agent's own way, seed 003);
+    naming it there too, a call of a tool listed before must not say it twice, nor for the server alone."""
+    from pathlib import Path
+
+    from scvd.mcp import spec
+
+    quirks = Path(__file__).parent / "helpers" / "mcp_stdio_quirks.py"
+    cfg = McpServerConfig(command=sys.executable, args=[str(quirks), "results"], sandbox=False,
+                          env={"LEAK_TOKEN": SecretRef(secret="K")})
+    stored = {"K": "tok-1"}
+    store = SimpleNamespace(get=stored.get)
+
+    def launch() -> spec.StdioLaunch:
+        return spec.stdio_launch("raw", cfg, secrets=store, sandbox=None, network=False,
+                                 base_env={"PATH": "/usr/bin:/bin"}, home=tmp_path)
+
+    async def scenario() -> tuple[str | None, BaseException]:
+        link = ServerLink("raw", cfg, launch=launch, on_tools=lambda *_: None)
+        link.start()
+        await until(lambda: link.state == "ready", timeout=30)
+        del stored["K"]  # `scvctl secrets rm K`: the restart after its crash finds none
+        with pytest.raises(ScvError):
+            await link.call("crash", {}, nothing)
+        await until(lambda: link.state == "down" and link.needs == ("K",), timeout=30)
+        error = link.error
+        with pytest.raises(ScvError) as call:
+            await link.call("echo", {}, nothing)
+        await link.stop()
+        return error, call.value
+
+    error, call = asyncio.run(scenario())
+    said = "credential_missing: mcp.servers.raw.env LEAK_TOKEN needs the secret K, which is not set; store it with "
+    assert error == (f"{said}store_secret (key 'K', tool 'mcp__raw'), which starts the server with it at once, or "
+                     "`scvctl secrets set K`, which the server's next restart reads"), error
+    assert isinstance(call, CredentialMissing) and call.keys == ("K",), call
+    assert call.message.startswith(f"mcp server raw is down: {said}store_secret (key 'K', tool 'mcp__raw__echo'), "
+                                   "which starts the server with it at once, or `scvctl secrets set K`, which the "
+                                   "server's next restart reads; scvd restarts it in "), call.message
+    assert call.message.count("store_secret") == 1 and call.message.endswith(", then call the tool again")
+
+
 ANSWERS_INITIALIZE = ("import json, sys; asked = json.loads(sys.stdin.readline()); print(json.dumps({'jsonrpc': "
                       "'2.0', 'id': asked['id'], 'error': {'code': -32001, 'message': 'invalid api key'}}), flush=True); "
                       "sys.stdin.read()")

@@ -91,7 +91,8 @@ def test_a_command_path_that_cannot_run_names_the_key_to_fix(tmp_path, made, sai
 
 def test_a_missing_secret_is_credential_missing_naming_the_key():
     cfg = McpServerConfig(url="http://127.0.0.1:1/mcp", headers={"Authorization": SecretRef(secret="GH_TOKEN")})
-    with pytest.raises(CredentialMissing, match=r"headers Authorization needs the secret GH_TOKEN.*scvctl secrets set GH_TOKEN"):
+    with pytest.raises(CredentialMissing, match=r"headers Authorization needs the secret GH_TOKEN.*store_secret "
+                       r"\(key 'GH_TOKEN', tool 'mcp__gh'\).*scvctl secrets set GH_TOKEN"):
         spec.http_headers("gh", cfg, Secrets())
     assert spec.http_headers("gh", cfg, Secrets(GH_TOKEN="abc")) == {"Authorization": "abc"}
 

@@ -529,6 +529,10 @@ class ServerLink:
         if refusal:  # its down reason says how already: for this call's tool, once
             return CredentialMissing(f"mcp server {self.name} is down: {refusal}, then call the tool again",
                                      hint=f"scvctl secrets set {keys[0]}", keys=keys)
+        down, unset = self.down_message(), spec.store_unset(keys[0], f"{spec.PREFIX}{self.name}")
+        if unset in down:  # a secret not set: spec's reason says how already, for the server; here for this call's tool
+            return CredentialMissing(f"{down.replace(unset, spec.store_unset(keys[0], named))}, then call the tool "
+                                     "again", hint=f"scvctl secrets set {keys[0]}", keys=keys)
         which = f"key {keys[0]!r}" if len(keys) == 1 else f"the key of the one it names ({', '.join(keys)})"
         return CredentialMissing(
             f"{self.down_message()}; it needs {', '.join(keys)}: store a new value with store_secret "

@@ -62,14 +62,15 @@ def named(tool: str) -> str:
     return tool if len(tool) <= NAME_SHOWN else f"{tool[:NAME_SHOWN]}..."
 
 
-def resolve(values: Mapping[str, str | SecretRef], secrets: Any, what: str) -> dict[str, str]:
-    """`values` with every `{secret = "KEY"}` read from the store; a missing key is credential_missing."""
+def resolve(values: Mapping[str, str | SecretRef], secrets: Any, server: str, what: str) -> dict[str, str]:
+    """`values` (mcp.servers.`server`.`what`) with every `{secret = "KEY"}` read from the store; a missing
+    key is credential_missing."""
     out: dict[str, str] = {}
     for name, value in values.items():
         if isinstance(value, SecretRef):
             found = secrets.get(value.secret) if secrets is not None else os.environ.get(value.secret)
             if found is None:
-                raise _not_set(f"{what} {name}", value.secret, secrets)
+                raise _not_set(server, f"mcp.servers.{server}.{what} {name}", value.secret, secrets)
             out[name] = found
         else:
             out[name] = value
@@ -112,15 +113,21 @@ def refused(server: str, cfg: McpServerConfig, tool: str, said: str,
         hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}, then restart scvd", keys=tuple(keys))
 
 
-def _not_set(where: str, key: str, secrets: Any) -> CredentialMissing:
+def store_unset(key: str, tool: str) -> str:
+    """How to store `key`, which is not set, for `tool` (mcp__NAME, or a tool of it): an agent may itself
+    (seed 003), a person with scvctl."""
+    return (f"store it with store_secret (key {key!r}, tool {tool!r}), which starts the server with it at once, "
+            f"or `scvctl secrets set {key}`, which the server's next restart reads")
+
+
+def _not_set(server: str, where: str, key: str, secrets: Any) -> CredentialMissing:
     """`key` has no value: how to store it, or, when it sits in a keyring scvd cannot use (its
     name listed in secrets.toml), that storing it there again would not help. Reads the file."""
-    usual = f"scvctl secrets set {key}"
     if hasattr(secrets, "out_of_reach") and secrets.out_of_reach(key):  # storing it there again is no help
-        missing = secrets.missing_error(key, usual)
+        missing = secrets.missing_error(key, f"scvctl secrets set {key}")
         return CredentialMissing(f"{where} needs the secret {key}: {missing.message}", hint=missing.hint, keys=(key,))
-    return CredentialMissing(f"{where} needs the secret {key}, which is not set; store it with `{usual}`: the "
-                             "server's next restart reads it", keys=(key,))
+    return CredentialMissing(f"{where} needs the secret {key}, which is not set; "
+                             f"{store_unset(key, PREFIX + server)}", keys=(key,))
 
 
 def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any, network: bool,
@@ -137,7 +144,7 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
         raise Unavailable(f"mcp server {name}: command {shown!r} {why}; fix mcp.servers.{name}.command")
     command = found
     cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else str(home)
-    own = resolve(cfg.env, secrets, f"mcp.servers.{name}.env")
+    own = resolve(cfg.env, secrets, name, "env")
     env = allowed_env(base_env, KEPT_ENV, set=own)
     argv = [command, *cfg.args]
     sandboxed = bool(cfg.sandbox and sandbox is not None and sandbox.active)
@@ -154,7 +161,7 @@ def http_launch(name: str, cfg: McpServerConfig, secrets: Any) -> HttpLaunch:
     """The url (its `query` added, `{secret = KEY}` values read) and headers of an HTTP server."""
     assert cfg.url is not None
     headers = http_headers(name, cfg, secrets)
-    query = resolve(cfg.query, secrets, f"mcp.servers.{name}.query")
+    query = resolve(cfg.query, secrets, name, "query")
     url = cfg.url
     if query:  # into the query, before a #fragment: after it, the server would never see them
         at = urlsplit(url)
@@ -163,7 +170,7 @@ def http_launch(name: str, cfg: McpServerConfig, secrets: Any) -> HttpLaunch:
 
 
 def http_headers(name: str, cfg: McpServerConfig, secrets: Any) -> dict[str, str]:
-    headers = resolve(cfg.headers, secrets, f"mcp.servers.{name}.headers")
+    headers = resolve(cfg.headers, secrets, name, "headers")
     for header, ref in cfg.headers.items():
         if isinstance(ref, SecretRef) and not http_fields.value_ok(headers[header]):
             # refused here, naming the key: the HTTP library's own error quotes the value

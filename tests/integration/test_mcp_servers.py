@@ -1150,9 +1150,11 @@ def test_a_missing_header_secret_is_credential_missing_naming_the_key(make_daemo
     d = make_daemon(http_table(http_server), env=NO_KEYRING)
     with d.client(name="t") as c:
         down = server(c, "notes", "down")
-        assert down.error.startswith("credential_missing: mcp.servers.notes.headers Authorization needs "
-                                     "the secret NOTES_TOKEN, which is not set; store it with "
-                                     "`scvctl secrets set NOTES_TOKEN`"), down.error
+        # store_secret too: the way an agent heals it itself (seed 003)
+        assert down.error == ("credential_missing: mcp.servers.notes.headers Authorization needs the secret "
+                              "NOTES_TOKEN, which is not set; store it with store_secret (key 'NOTES_TOKEN', tool "
+                              "'mcp__notes'), which starts the server with it at once, or `scvctl secrets set "
+                              "NOTES_TOKEN`, which the server's next restart reads"), down.error
 
 
 @pytest.mark.one_loop
