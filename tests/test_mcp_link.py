@@ -173,9 +173,10 @@ def test_a_call_of_a_server_whose_secret_is_gone_names_store_secret_once_for_tha
     assert call.message.count("store_secret") == 1 and call.message.endswith(", then call the tool again")
 
 
+# a server that answers initialize with an error, then waits for its stdin's end, or (-32000) exits at once
 ANSWERS_INITIALIZE = ("import json, sys; asked = json.loads(sys.stdin.readline()); print(json.dumps({'jsonrpc': "
-                      "'2.0', 'id': asked['id'], 'error': {'code': -32001, 'message': 'invalid api key'}}), flush=True); "
-                      "sys.stdin.read()")
+                      "'2.0', 'id': asked['id'], 'error': {'code': CODE, 'message': 'invalid api key'}}), flush=True); "
+                      "CODE == -32000 or sys.stdin.read()")
 REFUSALS = {  # what a server says on stderr (or answering initialize) as its start fails; whether it is a refusal
     "Error: 401 Unauthorized: check GITHUB_TOKEN": True, "Error: invalid API key": True,
     "Authentication failed for old": True,  # its token quoted: shown as its key
@@ -185,16 +186,18 @@ FIX = ("that reads like a refused credential, and mcp server raw is given the se
        "store_secret (key 'K', tool 'mcp__raw') or `scvctl secrets set K`")
 
 
-@pytest.mark.parametrize("said", [*REFUSALS, "initialize"])
+@pytest.mark.parametrize("said", [*REFUSALS, "initialize=-32001"])
 def test_a_stdio_server_that_fails_its_start_saying_its_token_was_refused_names_its_secrets_and_the_fix(said):
     """A server that checks its token at start and exits with `401 Unauthorized` was `down` with that
     stderr and named no key: calls said `unavailable`, and a chat's model was not told to heal it. Its
-    needs came, but its error (status, and the call of a server never up) named neither key nor store_secret."""
+    needs came, but its error (status, and the call of a server never up) named neither key nor store_secret.
+    One answering initialize so was told to check that `command` starts an MCP server, which it does."""
     from scvd.mcp.spec import StdioLaunch
 
     refusal = REFUSALS.get(said, True)
-    argv = (["/bin/sh", "-c", f"echo \"{said}\" >&2; exit 1"] if said != "initialize"
-            else [sys.executable, "-c", ANSWERS_INITIALIZE])
+    code = said.partition("=")[2]
+    argv = (["/bin/sh", "-c", f"echo \"{said}\" >&2; exit 1"] if not code
+            else [sys.executable, "-c", ANSWERS_INITIALIZE.replace("CODE", code)])
 
     def launch() -> StdioLaunch:
         return StdioLaunch(argv=argv, env={"T": "old"}, cwd="/", sandboxed=False)
@@ -210,8 +213,10 @@ def test_a_stdio_server_that_fails_its_start_saying_its_token_was_refused_names_
 
     link, call = asyncio.run(scenario())
     assert link.needs == (("K",) if refusal else ()), link.error
-    shown = said.replace("old", "[secret K]") if said != "initialize" else "invalid api key"
+    shown = said.replace("old", "[secret K]") if not code else "invalid api key"
     assert shown in (link.error or "") and "old" not in (link.error or ""), link.error
+    if code:
+        assert link.error == f"its initialize was answered with an error: invalid api key (code {code}); {FIX}"
     assert (link.error or "").endswith(FIX) == refusal, link.error
     if refusal:
         assert isinstance(call, CredentialMissing), call

@@ -340,13 +340,16 @@ class ServerLink:
 
     def _answered(self, exc: MCPError) -> str:
         asked = self._awaited.removeprefix("its ")
+        said = f"its {asked} was answered with an error: {exc.error.message} (code {exc.error.code})"
+        if reads_refused(exc.error.message):  # an MCP server that runs: its credential is the fix (`error` says which)
+            return said
         if asked != "initialize":
             fix = "the server's author can tell why"
         elif self.cfg.url:
             fix = f"check that {self.url} is the server's MCP endpoint"
         else:  # /bin/cat, say, echoes scvd's own request, which scvd answers "Method not found"
             fix = "check that `command` and `args` start an MCP server speaking JSON-RPC on its stdin and stdout"
-        return f"its {asked} was answered with an error: {exc.error.message} (code {exc.error.code}); {fix}"
+        return f"{said}; {fix}"
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
