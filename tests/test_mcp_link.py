@@ -186,12 +186,14 @@ FIX = ("that reads like a refused credential, and mcp server raw is given the se
        "store_secret (key 'K', tool 'mcp__raw') or `scvctl secrets set K`")
 
 
-@pytest.mark.parametrize("said", [*REFUSALS, "initialize=-32001"])
+@pytest.mark.parametrize("said", [*REFUSALS, "initialize=-32001", "initialize=-32000"])
 def test_a_stdio_server_that_fails_its_start_saying_its_token_was_refused_names_its_secrets_and_the_fix(said):
     """A server that checks its token at start and exits with `401 Unauthorized` was `down` with that
     stderr and named no key: calls said `unavailable`, and a chat's model was not told to heal it. Its
     needs came, but its error (status, and the call of a server never up) named neither key nor store_secret.
-    One answering initialize so was told to check that `command` starts an MCP server, which it does."""
+    One answering initialize so was told to check that `command` starts an MCP server, which it does;
+    and one answering with -32000 (the SDK's code for a closed connection too) and exiting was only
+    `exited with status 0`, its words lost."""
     from scvd.mcp.spec import StdioLaunch
 
     refusal = REFUSALS.get(said, True)
@@ -286,6 +288,29 @@ def quirks(mode: str, env: dict[str, str] | None = None):
 
 async def nothing(*_: object) -> None:
     pass
+
+
+def test_a_call_answered_with_the_code_the_sdk_gives_a_closed_connection_fails_alone():
+    """JSON-RPC leaves -32000 to servers (a rate limit, say); the SDK says a connection closed with it too:
+    such an answer was taken for the server gone (`unavailable`, `went away during the call`), and scvd
+    dropped the connection and restarted the server, cutting off every other call."""
+    from scvd.errors import Failed
+
+    async def scenario() -> tuple[BaseException, str, int, str]:
+        starts: list[int] = []
+        link = ServerLink("raw", CFG, launch=quirks("closed-code"), on_tools=lambda *_: starts.append(1))
+        link.start()
+        await until(lambda: link.state == "ready", timeout=30)
+        with pytest.raises(ScvError) as info:
+            await link.call("busy", {}, nothing)
+        after = await link.call("echo", {"still": "here"}, nothing)
+        state = link.state
+        await link.stop()
+        return info.value, after.text, len(starts), state
+
+    failed, text, starts, state = asyncio.run(scenario())
+    assert type(failed) is Failed and failed.message == "mcp server raw: busy: rate limited: try in 30 s", failed
+    assert (text, starts, state) == ('{"still": "here"}', 1, "ready")
 
 
 def test_a_stdio_server_that_dies_mid_call_is_reported_with_the_reason_it_wrote_last():

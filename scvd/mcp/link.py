@@ -326,9 +326,9 @@ class ServerLink:
             error = exc.message
         elif _any(exc, lambda e: isinstance(e, TimeoutError)):  # it may have exited since: scvd closed its stdin
             error = f"no answer to {self._awaited} within {CONNECT_TIMEOUT:g} s"
-        elif self._proc is not None and self._proc.exited.done() and _any(exc, _broke):
+        elif self._proc is not None and self._proc.exited.done() and _any(exc, lambda e: _broke(e, self._proc)):
             return self._why_lost()  # it died while starting: its exit and stderr say why
-        elif self._http_status is None and (answer := _first(exc, _answered_with_error)):
+        elif self._http_status is None and (answer := self._answer(exc)):
             error = self._answered(answer)  # the bare message ("Method not found") said not whose
         else:  # scvd gave up on it (a tools/list it cannot read): that is why, not the exit that followed
             error = _describe(exc, self.url)
@@ -337,6 +337,10 @@ class ServerLink:
         if self._http_status is not None and "HTTP status" not in error:
             error = f"HTTP status {self._http_status} from {self.url}: {error}"
         return error
+
+    def _answer(self, exc: BaseException) -> MCPError | None:
+        """The JSON-RPC error in `exc` that answered scvd's request, or None (the connection closed)."""
+        return _first(exc, lambda e: isinstance(e, MCPError) and not _closed(e, self._proc))
 
     def _answered(self, exc: MCPError) -> str:
         asked = self._awaited.removeprefix("its ")
@@ -437,7 +441,7 @@ class ServerLink:
                 # the message may have been another call's answer, or a notification: every call in flight ends
                 raise LimitExceeded(f"mcp server {self.name}: {tool}: {broken}, and restarts the "
                                     "server: if this call asked for a lot, ask the tool for less") from None
-            if exc.error.code == CONNECTION_CLOSED:  # the server went away under the call
+            if _closed(exc, proc):  # the server went away under the call
                 self._lose()
                 if proc is not None:  # its stdout ends first: what it said as it died comes after
                     await proc.settled(GONE_WAIT)
@@ -494,7 +498,7 @@ class ServerLink:
         failed (`exc`) or it exited: in _said(), or answering initialize."""
         if self._proc is None or not server_secrets(self.cfg):
             return False
-        answer = _first(exc, _answered_with_error) if exc is not None else None
+        answer = self._answer(exc) if exc is not None else None
         return reads_refused(f"{_said(self._proc)}\n{answer.error.message if answer else ''}")
 
     def _sent(self) -> tuple[list[str], str]:
@@ -682,9 +686,10 @@ def _first(exc: BaseException, test: Any) -> Any:
     return exc if test(exc) else None
 
 
-def _answered_with_error(exc: BaseException) -> bool:
-    """A JSON-RPC error answering scvd's request, not the connection closing."""
-    return isinstance(exc, MCPError) and exc.error.code != CONNECTION_CLOSED
+def _closed(exc: MCPError, proc: Any) -> bool:
+    """Whether `exc` is the SDK's word for the connection closing, not a stdio server's own error with its
+    code (-32000, which JSON-RPC leaves to servers: one answers initialize `invalid api key` so, and exits)."""
+    return exc.error.code == CONNECTION_CLOSED and (proc is None or exc.error.message not in proc.said_closed_code)
 
 
 def _bad_result(exc: BaseException) -> bool:
@@ -703,12 +708,12 @@ _BAD_RESULT = ("Invalid structured content", "Invalid schema for tool", "Server 
                "Tool ")  # "Tool X has an output schema but did not return structured content"
 
 
-def _broke(exc: BaseException) -> bool:
+def _broke(exc: BaseException, proc: Any) -> bool:
     """Whether `exc` is the connection breaking (the server went away), not scvd refusing what it sent."""
     import anyio
 
     if isinstance(exc, MCPError):
-        return exc.error.code == CONNECTION_CLOSED
+        return _closed(exc, proc)
     return isinstance(exc, (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError))
 
 

@@ -32,6 +32,7 @@ STDERR_TAIL_LINES = 20
 STDERR_LINE_KEPT = 8192
 STDERR_LINE_SHOWN = 500
 NOT_MCP_LINES = 5
+CLOSED_CODE_KEPT = 20  # of the server's own errors with the SDK's code for a closed connection
 STDIN_CLOSE_GRACE = 2.0  # MCP's shutdown: close stdin, wait, then SIGTERM, wait, then SIGKILL
 TERM_GRACE = 2.0
 # for the stderr reader to reach the end of what a stopped server wrote (its last words, often why it
@@ -51,6 +52,9 @@ class ServerProcess:
     # the last lines on stdout that were not JSON-RPC: a usage text, a banner, a log line
     not_mcp: deque[str] = field(default_factory=lambda: deque(maxlen=NOT_MCP_LINES))
     stderr_read: asyncio.Task[None] | None = None  # ends at its stderr's end
+    # the messages of errors the server sent with code -32000, which JSON-RPC leaves to servers and
+    # the SDK uses for a closed connection: what tells the server's answer from the SDK's word
+    said_closed_code: deque[str] = field(default_factory=lambda: deque(maxlen=CLOSED_CODE_KEPT))
 
     async def settled(self, timeout: float) -> None:
         """Wait (up to `timeout`) for its exit and the end of its stderr: its stdout closed first."""
@@ -129,6 +133,8 @@ async def _read_stdout(out: asyncio.StreamReader, send: Any, proc: ServerProcess
                 if ident is not None:  # the SDK would drop it: its call waited for good
                     await send.send(stand_in(ident, line, exc))
                 continue
+            if isinstance(message, types.JSONRPCError) and message.error.code == types.CONNECTION_CLOSED:
+                proc.said_closed_code.append(message.error.message)
             await send.send(SessionMessage(message))
 
 

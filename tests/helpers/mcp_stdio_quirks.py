@@ -41,7 +41,8 @@ last (past the first 64 KiB), `stray`, which first writes a line
 with neither for an id scvd never sent and a request whose `method` is a number, then answers, and `logid`,
 which first logs a line of JSON with the call's id and no `jsonrpc` (a server's logger on its stdout), then answers;
 `revocable=PATH` also lists `api`, which answers while LEAK_TOKEN is what the file PATH holds, and else (the
-token revoked while the server ran) writes `Error: 401 Unauthorized` and the token on stderr and exits with status 1.
+token revoked while the server ran) writes `Error: 401 Unauthorized` and the token on stderr and exits with status 1;
+`closed-code` also lists `busy`, answered with an error of code -32000 (the SDK's for a closed connection too).
 Its tool `echo` answers with its arguments.
 """
 
@@ -124,6 +125,8 @@ if mode.startswith("huge-errors="):
     tools.append({"name": "spaces", "description": "Fails with spaces.", "inputSchema": {"type": "object"}})
 if mode.startswith("revocable="):
     tools.append({"name": "api", "description": "Calls an API with its token.", "inputSchema": {"type": "object"}})
+if mode == "closed-code":
+    tools.append({"name": "busy", "description": "Rate-limited.", "inputSchema": {"type": "object"}})
 if mode == "bad-answers":
     tools += [{"name": name, "description": "Answers badly.", "inputSchema": {"type": "object"}}
               for name in ("noresult", "deep", "deeplate", "stray", "logid")]
@@ -175,6 +178,8 @@ for line in sys.stdin:
                                               or method == "tools/list" and lists > 0):
         said = "\x1b[31mrefused\x1b[0m\nforged line\r " + "x" * int(mode[12:]) + " the end"
         send({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": said}})
+    elif mode == "closed-code" and method == "tools/call" and msg["params"]["name"] == "busy":
+        send({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32000, "message": "rate limited: try in 30 s"}})
     elif method == "initialize":
         send({"jsonrpc": "2.0", "id": msg_id, "result": {
             "protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
