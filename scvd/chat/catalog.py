@@ -105,8 +105,13 @@ class Catalog:
         """The system prompt, the credentials line where store_secret is offered, the tools by name."""
         secrets = ""
         if STORE_SECRET in self.entries:
-            secrets = "\n".join([CREDENTIALS, *(waiting_line(name, keys) for name, keys in self.waiting.items())])
+            secrets = "\n".join([CREDENTIALS, *(waiting_line(name, keys, self._lists(name))
+                                                 for name, keys in self.waiting.items())])
         return instructions(system_prompt, self.by_name(loaded), secrets)
+
+    def _lists(self, server: str) -> bool:
+        """Whether this conversation has tools of the MCP server: one up before keeps them while it is down."""
+        return any(name.startswith(f"{MCP_PREFIX}{server}__") for name in self.entries)
 
     def by_name(self, loaded: Container[str]) -> list[str]:
         """Tools the model sees only by name."""
@@ -138,12 +143,17 @@ class Catalog:
         return found, load, len(pool) - len(found)
 
 
-def waiting_line(server: str, keys: tuple[str, ...]) -> str:
-    """What the model needs to heal an MCP server down for want of a secret: its tools are not
-    listed while it is down, so no failed call of theirs can name the key."""
+def waiting_line(server: str, keys: tuple[str, ...], listed: bool) -> str:
+    """What the model needs to heal an MCP server down for want of a secret: one never up lists no
+    tools, so no failed call of theirs can name the key; one up before (`listed`) keeps its tools,
+    whose calls fail till then."""
     which = f"the secret {keys[0]!r}" if len(keys) == 1 else "one of the secrets " + ", ".join(map(repr, keys))
+    how = f"call {STORE_SECRET} with that key and tool '{MCP_PREFIX}{server}'"
+    if listed:
+        return (f"MCP server {server} is down until {which} is stored; its tools stay listed, but a call of one "
+                f"fails till then: to use them, {how} first.")
     return (f"MCP server {server} is down until {which} is stored, and lists no tools till then: to use it, "
-            f"call {STORE_SECRET} with that key and tool '{MCP_PREFIX}{server}', then {FIND_TOOLS} again.")
+            f"{how}, then {FIND_TOOLS} again.")
 
 
 # words that say nothing of a tool ("use" opens every description's When line): a query's

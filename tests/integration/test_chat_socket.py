@@ -1409,6 +1409,32 @@ def test_a_server_down_for_a_missing_secret_is_named_to_the_model_which_heals_it
     assert "mcp__raw__echo" in model.tool_names(3)
 
 
+def test_a_server_up_before_and_down_for_a_secret_now_gone_is_named_with_its_tools_still_listed(
+        chat_rig, workspace, tmp_path, monkeypatch):
+    """The model's line said the server "lists no tools till then", as of one never up: one that was up
+    keeps its tools listed (their calls fail with credential_missing), so the model was told its tools
+    were gone while it saw them, and to find_tools again for tools it had."""
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")  # secrets.toml
+    monkeypatch.setenv("RAW_TOKEN", "t0ken")  # the store reads scvd's environment last: gone once unset
+    quirks = Path(__file__).resolve().parents[1] / "helpers" / "mcp_stdio_quirks.py"
+    server = (f'[mcp.servers.raw]\ncommand = "{sys.executable}"\nargs = ["{quirks}", "results", '
+              f'"{tmp_path / "starts"}"]\nsandbox = false\nrisk = "read_only"\n'
+              'env = {LEAK_TOKEN = {secret = "RAW_TOKEN"}}\n')
+    model, d = chat_rig(Text("noted"), extra=server)
+    with d.client(name="pytest") as c:
+        assert wait_for(lambda: [s.state for s in c.request(p.Status).mcp_servers] == ["ready"])
+        monkeypatch.delenv("RAW_TOKEN")
+        assert c.call(c.open_session(str(workspace)), "mcp__raw__crash", {}).error.kind == "unavailable"
+        assert wait_for(lambda: "RAW_TOKEN, which is not set" in (c.request(p.Status).mcp_servers[0].error or ""))
+        assert c.request(p.Status).mcp_servers[0].tools == 6  # still listed
+        events, end = run_turn(c, open_chat(c, workspace).session, "what now?")
+        assert isinstance(end, p.TurnCompleted), end
+    told = ("MCP server raw is down until the secret 'RAW_TOKEN' is stored; its tools stay listed, but a call of "
+            "one fails till then: to use them, call store_secret with that key and tool 'mcp__raw' first.")
+    assert told in model.requests[0]["instructions"], model.requests[0]["instructions"]
+    assert "lists no tools" not in model.requests[0]["instructions"]
+
+
 def test_a_turn_started_while_scvd_stops_is_told_to_send_it_again_once_scvd_is_back(
         make_inproc, monkeypatch, model, workspace, tmp_path):
     """A turn.start in the stop's grace (a call still stopping) was refused as invalid_request, a
