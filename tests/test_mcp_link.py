@@ -228,6 +228,36 @@ def test_a_stdio_server_that_fails_its_start_saying_its_token_was_refused_names_
         assert "store_secret" not in call.message, call.message
 
 
+@pytest.mark.parametrize("said, hinted", [("Error: GITHUB_PERSONAL_ACCESS_TOKEN not set", True),
+                                          ("Missing environment variable: BRAVE_API_KEY", True),
+                                          ("Error: GH_TOKEN not set", False), ("HTTPS_PROXY_URL is required", False)])
+def test_a_stdio_server_saying_a_variable_it_is_not_given_is_unset_is_pointed_at_its_env_table(said, hinted):
+    """`GITHUB_PERSONAL_ACCESS_TOKEN not set` from a server scvd started with its secret (as GITHUB_TOKEN,
+    say) left a person to guess that the config passes the secret under another name: the error now
+    says which names its env gives and the table that would give it the one it reads. No key is wanted
+    (its secret is stored: storing it again would not help)."""
+    from scvd.mcp.spec import StdioLaunch
+
+    def launch() -> StdioLaunch:
+        return StdioLaunch(argv=["/bin/sh", "-c", f"echo '{said}' >&2; exit 1"], env={"GH_TOKEN": "old"}, cwd="/",
+                           sandboxed=False)
+
+    async def scenario() -> ServerLink:
+        cfg = McpServerConfig(command="/bin/true", env={"GH_TOKEN": SecretRef(secret="K")})
+        link = ServerLink("raw", cfg, launch=launch, on_tools=lambda *_: None)
+        link.start()
+        await until(lambda: link.state == "down")
+        await link.stop()
+        return link
+
+    link = asyncio.run(scenario())
+    var = said.rpartition(" ")[2] if said.startswith("Missing") else said.split()[1]
+    hint = (f"; mcp.servers.raw.env gives it GH_TOKEN (secret K), not {var}: if it reads its credential from {var}, pass "
+            f"the secret under that name: env = {{{var} = {{secret = \"K\"}}}}")
+    assert link.error == f"the server process exited with status 1; stderr: {said}{hint if hinted else ''}"
+    assert link.needs == ()
+
+
 def test_a_key_pasted_into_the_url_is_hidden_however_the_http_library_prints_the_url():
     """httpx prints a url its own way (`:443` dropped, the host lower-cased): replacing the configured
     url whole missed it, and a redirect's or a status error's message showed the key."""

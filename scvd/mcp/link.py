@@ -305,7 +305,10 @@ class ServerLink:
             message = f"{message}; stderr: {tail[-1000:]}"
         # a command that prints its usage (or a banner) on stdout said nothing else
         junk = proc.not_mcp_tail(hide).strip()
-        return f"{message}; its stdout had lines that are not MCP's JSON-RPC: {junk[-1000:]}" if junk else message
+        if junk:
+            message = f"{message}; its stdout had lines that are not MCP's JSON-RPC: {junk[-1000:]}"
+        hint = spec.env_hint(self.name, self.cfg, _said(proc))  # `X not set`: its secret under another name?
+        return f"{message}; {hint}" if hint else message
 
     def _record(self, exc: BaseException) -> None:
         if isinstance(exc, _Lost):

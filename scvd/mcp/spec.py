@@ -17,6 +17,7 @@ from .. import http_fields
 from ..config import McpServerConfig, SecretRef, server_secrets
 from ..config_checks import locate_command
 from ..errors import CredentialMissing, LimitExceeded, Unavailable
+from ..secret_like import CREDENTIAL_NAME_RE
 from ..secrets import reads_refused
 from ..passenv import build as allowed_env
 
@@ -27,6 +28,13 @@ KEPT_ENV = ("HOME",)
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 NAME_LIMIT = 64  # the registry's rule for every tool name
 NAME_SHOWN = 64  # of a server's own name for a tool, where a message quotes it
+_VAR = r"['\"`]?([A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9])\b['\"`]?"  # with an _: `ERROR` or `HTTP` is no variable
+# a server's words that a variable it reads is not set: `GITHUB_PERSONAL_ACCESS_TOKEN not set`,
+# `missing environment variable: BRAVE_API_KEY`
+_UNSET_VAR = re.compile(
+    rf"{_VAR}(?i: (?:environment|env) variable)?(?i: is)? (?i:not set|not defined|undefined|missing|required|"
+    rf"must be set|not provided|empty)|(?i:missing|set|provide|requires?) (?i:the )?(?i:(?:environment|env) "
+    rf"variable):? {_VAR}")
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,22 @@ def said_refused(server: str, keys: Sequence[str], tool: str, or_scvctl: bool = 
     """What to do when a server given `keys` said, in its own words, that a credential was refused."""
     return (f"that reads like a refused credential, and mcp server {server} is given {secrets_named(keys)}: "
             f"store a new value with store_secret {store_how(keys, tool, or_scvctl)}")
+
+
+def env_hint(server: str, cfg: McpServerConfig, said: str) -> str | None:
+    """When a stdio server given secrets in its `env` says a variable it is not given is not set (its
+    config passes the secret under another name, as `GITHUB_TOKEN` for a server reading
+    `GITHUB_PERSONAL_ACCESS_TOKEN`): the table that would give it; else None."""
+    given = {name: v.secret for name, v in cfg.env.items() if isinstance(v, SecretRef)}
+    named = [m.group(1) or m.group(2) for m in _UNSET_VAR.finditer(said)] if given else []
+    # a credential's name (not HTTP_PROXY's) the config does not set
+    found = next((var for var in named if var not in cfg.env and CREDENTIAL_NAME_RE.search(var)), None)
+    if found is None:
+        return None
+    key = next(iter(given.values())) if len(given) == 1 else "KEY"
+    return (f"mcp.servers.{server}.env gives it {', '.join(given)} (secret {', '.join(dict.fromkeys(given.values()))}), "
+            f"not {found}: if it reads its credential from {found}, pass the secret under that name: "
+            f"env = {{{found} = {{secret = \"{key}\"}}}}")
 
 
 def refused(server: str, cfg: McpServerConfig, tool: str, said: str,
