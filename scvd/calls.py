@@ -150,7 +150,11 @@ class CallHandle(NamedTuple):  # a NamedTuple: made per call, and cheaper than a
 
     call_id: str
     background: bool
-    outcome: asyncio.Future[Outcome]
+    call: Call
+
+    @property
+    def outcome(self) -> asyncio.Future[Outcome]:
+        return self.call.ending()
 
 
 # a NamedTuple's __new__ is a Python function: a fast call's Outcome and CallHandle are made as the
@@ -181,7 +185,9 @@ class Call(msgspec.Struct, eq=False):
     requester: Decider
     timeout_override: float | None
     turn: str | None
-    outcome: asyncio.Future[Outcome]
+    # made at the first ending(): a socket client's call is answered by its frames, never awaited
+    outcome: asyncio.Future[Outcome] | None = None
+    ended: Outcome | None = None  # set at completion
     task: asyncio.Task[None] | None = None
     cost: int = 0  # what it holds of its owner's CallBudget until it completes
     submitted: float = msgspec.field(default_factory=time.monotonic)
@@ -200,6 +206,15 @@ class Call(msgspec.Struct, eq=False):
     # why the sandbox cannot keep the workspace's git metadata read-only (Sandbox.look): it asks instead
     unguarded: str | None = None
     asked: str | None = None  # the approval it waits on at the gate: a cancel takes it back
+
+    def ending(self) -> asyncio.Future[Outcome]:
+        """The call's outcome to await (resolved at completion)."""
+        outcome = self.outcome
+        if outcome is None:
+            outcome = self.outcome = asyncio.get_running_loop().create_future()
+            if self.ended is not None:
+                outcome.set_result(self.ended)
+        return outcome
 
 
 class CallRegistry:
@@ -265,24 +280,23 @@ class CallRegistry:
             raise budget.refusal(owner.call_bytes, cost)
         owner.call_bytes = mine
         budget.held += cost
-        loop = asyncio.get_running_loop()
         tool = session.registry.get(tool_name)
         call = Call(call_id=call_id, session=session, tool_name=tool_name, tool=tool,
                     arguments=arguments, requester=requester, timeout_override=timeout_seconds,
-                    turn=turn, outcome=loop.create_future(), cost=cost)
+                    turn=turn, cost=cost)
         session.call_count += 1
         session.held += 1
         owner.calls_held += 1
         self.table[call_id] = call
-        if defer:
+        if defer:  # no loop asked for (a getpid(2) each): start_due() starts it
             self.due.append(call)
         elif _steps_now(tool):  # a task only once something waits
-            loop.call_soon(self._begin, call)
+            asyncio.get_running_loop().call_soon(self._begin, call)
         else:
-            call.task = loop.create_task(self._life(call))
+            call.task = asyncio.get_running_loop().create_task(self._life(call))
         self.hub.calls_changed()
         background = bool(tool is not None and tool.flags.background)
-        return _new_tuple(CallHandle, (call_id, background, call.outcome))
+        return _new_tuple(CallHandle, (call_id, background, call))
 
     def start_due(self) -> bool:
         """The first steps of the calls submitted with `defer`, in the order they came; True when
@@ -770,7 +784,8 @@ class CallRegistry:
             self.hub.send_event(owner, CallCompleted(
                 seq=0, call_id=call.call_id, ok=outcome.ok, result=outcome.result, error=error, turn=call.turn))
         finally:  # whatever the send does, who waits on the call (a chat turn) hears of its end
-            if not call.outcome.done():
+            call.ended = outcome
+            if call.outcome is not None and not call.outcome.done():
                 call.outcome.set_result(outcome)
             self.hub.calls_changed()
 

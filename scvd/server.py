@@ -706,7 +706,7 @@ class Daemon:
         have sent their `call.completed` and its chat turns their last event, within
         server.shutdown_grace_seconds."""
         ending: list[asyncio.Future[Any]] = (
-            [c.outcome for c in self.calls.table.values() if c.session.owner is conn]
+            [c.ending() for c in self.calls.table.values() if c.session.owner is conn]
             + list(self._asides.get(conn, ())) if linger else [])
         self.gate.drop_owner(conn)  # first: its requests end as dropped, not cancelled with their calls
         turns = self._close_sessions(list(conn.sessions.values()))  # a turn's last event comes as it ends

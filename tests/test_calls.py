@@ -638,6 +638,19 @@ def test_a_call_its_tool_finishes_at_once_runs_without_a_task_or_timer():
     run(main())
 
 
+def test_a_deferred_call_awaited_only_after_it_completed_still_gives_its_outcome():
+    """The server never awaits its calls (its frames answer them): their outcome is made only when
+    someone asks, and one asked for after the call completed (a connection's end) is that outcome."""
+    async def main() -> None:
+        hub, calls, session = make_now()
+        handle = calls.submit(session, "now", {"text": "hi"}, requester=ME, defer=True)
+        assert calls.start_due() is False  # it finished in its first step, in this turn
+        assert kinds(hub, handle.call_id) == ["call.completed"] and calls.get(handle.call_id) is None
+        assert handle.outcome.done() and await handle.outcome == Outcome(True, {"now": "hi"}, None)
+
+    run(main())
+
+
 def test_a_call_its_tool_cannot_finish_at_once_goes_on_in_a_task_under_the_timer():
     async def main() -> None:
         hub, calls, session = make_now()

@@ -387,8 +387,8 @@ class ChatService:
         try:
             if calls:
                 await asyncio.wait(calls.values(), timeout=CALLS_END_SECONDS)  # each cancels its call
-            left = [c.outcome for c in list(self.daemon.calls.table.values())
-                    if c.turn == turn_id and not c.outcome.done() and not (c.tool and c.tool.flags.background)]
+            left = [c.ending() for c in list(self.daemon.calls.table.values())
+                    if c.turn == turn_id and not (c.tool and c.tool.flags.background)]
             if left:
                 await asyncio.wait(left, timeout=CALLS_END_SECONDS)
         except asyncio.CancelledError:  # cancelled again (scvd stopping): the end still goes out, once
