@@ -420,7 +420,7 @@ class CallRegistry:
                 begun = _Begun(tool, args, ticket, ctx, plan, judged)
                 ticket = plan = None  # the task's now
                 return self._go_on(call, begun)
-            outcome = _new_tuple(Outcome, (True, _plain(tool, result), None))
+            outcome = _new_tuple(Outcome, (True, result, None))  # JSON-ready as it is (Tool.run_now)
         except Exception as exc:
             outcome = self._failed(call, exc)
         finally:

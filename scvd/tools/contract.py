@@ -241,7 +241,9 @@ class Tool(abc.ABC):
 
     def run_now(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         """run() without waiting, for a call that waited for nothing (no lane, no approval): the
-        result, or NOT_NOW to have run() do it. It must not block: it runs on the event loop."""
+        result, or NOT_NOW to have run() do it. It must not block: it runs on the event loop. Its
+        result is sent as it is, so it is JSON-ready already: dicts, lists, str, int, float, bool
+        and None only (run()'s goes through msgspec.to_builtins: a copy, 1 us of a 4 KiB read's)."""
         return NOT_NOW
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
