@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from msgspec.structs import astuple
 
 from . import audit_lost
 from .paths import FILE_MODE, ensure_private_dir
@@ -60,6 +61,7 @@ BACKLOG_MAX = 16 << 20  # kept in memory while writes fail (a full disk); later 
 _encoder = msgspec.json.Encoder()
 _DROP = object()
 _EVENTS_SEEN: set[str] = set()
+_KINDS_SEEN: set[type[Record]] = set()
 
 
 DECISION_EVENTS = frozenset({"decision", "secret_resolved"})  # what a person decided
@@ -102,6 +104,51 @@ _PLAIN = frozenset({type(None), bool, int, float})
 _SCALARS = _PLAIN | {str}
 
 
+class Record(msgspec.Struct, gc=False, kw_only=True):
+    """A record of a kind made for every call (a proposal, a completion) as a Struct, not a dict:
+    kept as it is, then formatted by one encode of its fields in their order. Its names besides
+    `ts` and `event` are checked against FIELDS once for its class (at its first record); its
+    values are checked per record as a dict's are, and one that fails goes through redact()."""
+
+    ts: str = ""  # when add_record() took it (UTC, to the millisecond), set as it is formatted
+    event: str = ""  # each kind's: its default
+
+
+class CallRecord(Record, kw_only=True):
+    tool: str
+    session: str
+    call_id: str
+
+
+class Proposal(CallRecord, kw_only=True):
+    event: str = "proposal"
+    risk: str
+    policy: str
+    decision: str
+
+
+class Completion(CallRecord, kw_only=True):
+    event: str = "completion"
+    outcome: str
+    error_kind: str | None
+    duration_s: float
+
+
+def _check_kind(kind: type[Record]) -> None:
+    names = kind.__struct_fields__[2:]
+    wrong = [name for name in names if name not in FIELDS]
+    event = kind.__struct_defaults__[1]
+    if kind.__struct_fields__[:2] != ("ts", "event") or wrong or not EVENT_RE.fullmatch(event):
+        raise ValueError(f"audit record {kind.__name__} must have ts, event (matching {EVENT_RE.pattern}), "
+                         f"then only allowed fields; not {wrong}")
+    _KINDS_SEEN.add(kind)
+
+
+def _fields_of(record: Record) -> dict[str, Any]:
+    """A record's fields besides ts and event, as add() takes them."""
+    return dict(zip(record.__struct_fields__[2:], astuple(record)[2:]))
+
+
 def _scalar(value: Any) -> Any:
     """A JSON scalar for `value`, or _DROP: containers and unknown objects never pass."""
     kind = type(value)  # exact types first: every call records a few of these
@@ -130,7 +177,7 @@ class AuditLog:
         self._lock = threading.Lock()  # tools may record from worker threads
         self._warned: set[str] = set()
         self._closed = False
-        self._unformatted: list[tuple[float, str, dict[str, Any]]] = []  # (time, event, fields), in order
+        self._unformatted: list[tuple[float, str, dict[str, Any] | Record]] = []  # (time, event, fields), in order
         self._format_soon = False  # a turn of their own formats them (FORMAT_BATCH waited)
         self._buffer: list[bytes] = []
         self._buffered = 0
@@ -211,16 +258,27 @@ class AuditLog:
             if not EVENT_RE.fullmatch(event):
                 raise ValueError(f"audit event name {event!r} must match {EVENT_RE.pattern}")
             _EVENTS_SEEN.add(event)  # a handful of names: checked once each, not per record
+        # urgent(), inlined
+        self._keep(event, fields, event in DECISION_EVENTS or fields.get("decision") == "deny"
+                   or fields.get("error_kind") == "denied")
+
+    def add_record(self, record: Record) -> None:
+        """add() of a Record made for this record alone (a call's proposal and completion)."""
+        if type(record) not in _KINDS_SEEN:
+            _check_kind(type(record))
+        # urgent(), for a record (no kind of them is a DECISION_EVENT)
+        self._keep(record.event, record, getattr(record, "decision", None) == "deny"
+                   or getattr(record, "error_kind", None) == "denied")
+
+    def _keep(self, event: str, fields: dict[str, Any] | Record, urgent: bool) -> None:
         now = time.time()
         with self._lock:
             if self._closed:
                 raise ValueError(f"audit log {self.path} is closed")
-            # `fields` is this record's own dict; its values are scalars or dropped
+            # `fields` is this record's own; its values are scalars or dropped
             self._unformatted.append((now, event, fields))  # behind what came before, urgent or not
-            # urgent(), inlined: every call makes two records
             # a flush already due within FLUSH_SECONDS (most records) needs no call to _flush_later
-            if (event in DECISION_EVENTS or fields.get("decision") == "deny" or fields.get("error_kind") == "denied"
-                    or (self._direct or self._timer is None) and not self._flush_later()):
+            if urgent or (self._direct or self._timer is None) and not self._flush_later():
                 failing = self._failing
                 self._format_locked()
                 try:
@@ -247,9 +305,18 @@ class AuditLog:
             return self._format_backlog(pending)
         buffer, encode, added = self._buffer, _encoder.encode, 0
         for now, event, fields in pending:
+            if type(fields) is not dict:  # a Record: its names were checked; its values are looked at in C
+                if _SCALARS.issuperset(map(type, astuple(fields))):
+                    fields.ts = _timestamp(now)
+                    line = encode(fields) + b"\n"
+                    if len(line) <= MAX_STRING:
+                        buffer.append(line)
+                        added += len(line)
+                        continue
+                fields = _fields_of(fields)
             # most records: allowed names, plain scalars (looked at in C, not in redact's loop) and a line
             # within MAX_STRING, so no string in it is longer: the line is theirs as they are
-            if fields and fields.keys() <= FIELDS and _SCALARS.issuperset(map(type, fields.values())):
+            elif fields and fields.keys() <= FIELDS and _SCALARS.issuperset(map(type, fields.values())):
                 line = ('{"ts":"%s","event":"%s",' % (_timestamp(now), event)).encode() + encode(fields)[1:] + b"\n"
                 if len(line) <= MAX_STRING:
                     buffer.append(line)
@@ -263,7 +330,7 @@ class AuditLog:
             added += len(line)
         self._buffered += added
 
-    def _format_backlog(self, pending: list[tuple[float, str, dict[str, Any]]]) -> None:
+    def _format_backlog(self, pending: list[tuple[float, str, dict[str, Any] | Record]]) -> None:
         """_format_locked while writes fail: past BACKLOG_MAX a record is counted, not kept, and a
         `records_lost` line stands where the records dropped would have been."""
         for now, event, fields in pending:
@@ -275,7 +342,7 @@ class AuditLog:
                 self._lost += 1
                 continue
             self._mark_lost(now)
-            kept, dropped = redact(fields)
+            kept, dropped = redact(fields if type(fields) is dict else _fields_of(fields))
             if dropped:
                 self._warn_dropped(event, dropped)
             self._append(_encoder.encode({"ts": _timestamp(now), "event": event, **kept}) + b"\n")

@@ -37,8 +37,9 @@ Rules of a call's life:
 - `_complete()` is the only place that sends `call.completed`, resolves the
   handle's outcome and writes the completion audit line: exactly once per call,
   on every path. `write_audit()` is the daemon's only writer of audit lines
-  (proposal, completion, the gate's decisions through `record_decision()`, and
-  the server's other records).
+  (the gate's decisions through `record_decision()`, and the server's other
+  records), with `_record()` for a call's own two (proposal, completion: Structs,
+  audit.Record, cheaper than a dict for every call).
 - A call's first step runs after `submit()` returns, so the server's
   `call.accepted` always goes out before any event of the call: on a later
   loop turn, or, for a caller that passes `defer` (the server), when it calls
@@ -82,6 +83,7 @@ from typing import TYPE_CHECKING, Iterable, NamedTuple, Protocol
 import msgspec
 
 from . import errors, tool_names
+from .audit import Completion, Proposal, Record
 from .always_ask import always_ask_reason, git_dir_reason, places_reason
 from .approvals import (GIT_LINK_ASKS, READS_ASK, Approval, ApprovalGate, Decider, Verdict, exposes_host, git_link,
                         policy_verdict)
@@ -115,6 +117,9 @@ class AuditSink(Protocol):
 
     def add(self, event: str, fields: dict[str, object]) -> None:
         """One record; `fields` is the caller's dict for it alone."""
+
+    def add_record(self, record: Record) -> None:
+        """One record of a call (its proposal, its completion), made for it alone."""
 
 
 class Hub(Protocol):
@@ -587,9 +592,9 @@ class CallRegistry:
         """The policy's verdict on a planned call and the always_ask reason (`found`: _verdict()'s,
         worked out just before); audited as its proposal."""
         verdict, always = found or self._verdict(call, tool, plan)
-        self._audit("proposal", {"tool": call.tool_name, "session": call.session.id, "call_id": call.call_id,
-                                 "risk": plan.risk._value_, "policy": call.session.config.approvals.policy,
-                                 "decision": verdict._value_})
+        self._record(Proposal(tool=call.tool_name, session=call.session.id, call_id=call.call_id,
+                              risk=plan.risk._value_, policy=call.session.config.approvals.policy,
+                              decision=verdict._value_))
         return verdict, always
 
     def _verdict(self, call: Call, tool: Tool, plan: Plan) -> tuple[Verdict, str | None]:
@@ -776,10 +781,9 @@ class CallRegistry:
         owner.call_bytes -= call.cost  # given back (see submit)
         self.budget.held -= call.cost
         error = outcome.error
-        self._audit("completion", {"tool": call.tool_name, "session": session.id, "call_id": call.call_id,
-                                   "outcome": "ok" if outcome.ok else "error",
-                                   "error_kind": error.kind if error else None,
-                                   "duration_s": round(time.monotonic() - call.submitted, 3)})
+        self._record(Completion(tool=call.tool_name, session=session.id, call_id=call.call_id,
+                                outcome="ok" if outcome.ok else "error", error_kind=error.kind if error else None,
+                                duration_s=round(time.monotonic() - call.submitted, 3)))
         try:
             self.hub.send_event(owner, CallCompleted(
                 seq=0, call_id=call.call_id, ok=outcome.ok, result=outcome.result, error=error, turn=call.turn))
@@ -791,16 +795,20 @@ class CallRegistry:
 
     def write_audit(self, event: str, **fields: object) -> None:
         """Append one audit line; a failed write is logged, never raised (a full disk must not stop calls)."""
-        self._audit(event, fields)
-
-    def _audit(self, event: str, fields: dict[str, object]) -> None:
-        """write_audit() with the fields as a dict made for this record (a call's own two records)."""
         audit = self.hub.audit
-        if audit is None:
-            return
         try:
-            audit.add(event, fields)
+            if audit is not None:
+                audit.add(event, fields)
         except OSError as exc:  # a full disk must not stop calls; say so in the log
+            log.error("audit log write failed: %s", exc)
+
+    def _record(self, record: Record) -> None:
+        """write_audit() of a call's own record (its proposal, its completion): a Struct, not a dict."""
+        audit = self.hub.audit
+        try:
+            if audit is not None:
+                audit.add_record(record)
+        except OSError as exc:
             log.error("audit log write failed: %s", exc)
 
     def _context(self, call: Call) -> CallContext:

@@ -98,6 +98,35 @@ def test_allowed_names_with_structured_values_are_dropped(audit):
     assert set(lines(audit.path)[0]) == {"ts", "event"}
 
 
+def test_a_calls_records_as_structs_are_the_lines_their_dicts_were(audit, run_loop):
+    """A call's proposal and completion (audit.Record kinds, formatted without a dict) come out as
+    the same bytes as record() of the same fields; a value that is no scalar is dropped as in a dict,
+    a string past MAX_STRING cut, and a kind with a name outside FIELDS refused at its first record."""
+    proposal = dict(tool="read", session="s1", call_id="c1-ab", risk="read_only", policy="on-risk", decision="run")
+    completion = dict(tool="read", session="s1", call_id="c1-ab", outcome="ok", error_kind=None, duration_s=0.25)
+
+    async def main() -> None:
+        audit.add_record(audit_mod.Proposal(**proposal))
+        audit.add_record(audit_mod.Completion(**completion))
+        audit.add_record(audit_mod.Completion(**dict(completion, tool=[SECRET], error_kind=b"bytes")))
+        audit.add_record(audit_mod.Completion(**dict(completion, tool="x" * 10_000)))
+        audit.flush()
+
+    run_loop(main())
+    got = [{k: v for k, v in line.items() if k != "ts"} for line in lines(audit.path)]
+    assert got[:2] == [{"event": "proposal", **proposal}, {"event": "completion", **completion}]
+    assert list(got[0]) == ["event", *proposal] and list(got[1]) == ["event", *completion]  # the order too
+    assert SECRET.encode() not in audit.path.read_bytes() and "tool" not in got[2] and "error_kind" not in got[2]
+    assert got[3]["tool"] == "x" * MAX_STRING + "..."
+
+    class Leaky(audit_mod.Record, kw_only=True):
+        event: str = "completion"
+        content: str
+
+    with pytest.raises(ValueError, match="allowed fields"):
+        audit.add_record(Leaky(content=SECRET))
+
+
 def test_long_strings_are_capped(audit):
     audit.record("decision", reason="x" * 10_000)
     reason = lines(audit.path)[0]["reason"]

@@ -19,6 +19,7 @@ import pytest
 
 from scvd import errors, protocol as p
 from scvd.approvals import ApprovalGate, Decider
+from scvd.audit import Record, _fields_of
 from scvd.calls import CallRegistry, Outcome
 from scvd.config import ApprovalsConfig, Config, ToolsConfig
 from scvd.own_places import SERVICE as OWN_PLACES
@@ -96,6 +97,9 @@ class FakeAudit:
 
     def add(self, event: str, fields: dict[str, object]) -> None:
         self.lines.append({"event": event, **fields})
+
+    def add_record(self, record: Record) -> None:
+        self.add(record.event, _fields_of(record))
 
 
 class FakeHub:
