@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
 import os
 import re
 import stat
@@ -583,14 +584,18 @@ class AuditLog:
         self.close()
 
 
-_second: tuple[int, str] = (-1, "")  # the formatted second, reused by every record within it
+# the second formatted last, reused by every record within it: its start in ms as a float (floats
+# compared and subtracted, where ints of 2 digits and a `% 1000` cost a record 900 instructions more)
+_second: tuple[float, str] = (math.inf, "")
 _MILLIS = tuple(f".{ms:03d}Z" for ms in range(1000))  # cheaper than formatting the tail per record
 
 
 def _timestamp(now: float) -> str:
     """UTC, millisecond precision, sortable: 2025-01-31T12:00:00.123Z."""
     global _second
-    second = int(now)
-    if _second[0] != second:
-        _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-    return _second[1] + _MILLIS[int(now * 1000) % 1000]
+    ms = now * 1000
+    start, text = _second
+    if not start <= ms < start + 1000:
+        second = int(ms // 1000)
+        start, text = _second = (second * 1000.0, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return text + _MILLIS[int(ms - start)]

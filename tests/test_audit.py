@@ -407,6 +407,8 @@ def test_timestamps_are_utc_to_the_millisecond():
     assert _timestamp(1700000000.123) == "2023-11-14T22:13:20.123Z"
     assert _timestamp(1700000000.0) == "2023-11-14T22:13:20.000Z"
     assert _timestamp(1700000001.9999) == "2023-11-14T22:13:21.999Z"
+    assert _timestamp(1699999999.5) == "2023-11-14T22:13:19.500Z"  # a clock set back: its own second
+    assert _timestamp(1700000002.0005) == "2023-11-14T22:13:22.000Z"
 
 
 def test_records_made_on_the_loop_are_written_in_order_by_the_flush(audit, run_loop):
