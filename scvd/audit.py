@@ -273,7 +273,9 @@ class AuditLog:
 
     def _keep(self, event: str, fields: dict[str, Any] | Record, urgent: bool) -> None:
         now = time.time()
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`: its __exit__(None, None, None) costs each record 1,000 instructions
+        try:
             if self._closed:
                 raise ValueError(f"audit log {self.path} is closed")
             # `fields` is this record's own; its values are scalars or dropped
@@ -298,6 +300,8 @@ class AuditLog:
                 asyncio.get_running_loop().call_soon(self._on_format)
             if self._buffered >= BUFFER_BYTES and not self._failing:
                 self._flush_locked()
+        finally:
+            lock.release()
 
     def _format_locked(self) -> None:
         """The records that wait, as lines in the buffer, in order."""
