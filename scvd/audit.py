@@ -474,11 +474,14 @@ class AuditLog:
             if (not self._torn and self.max_bytes and self._size
                     and self._size + len(self._buffer[0]) > self.max_bytes):
                 fd = self._rotate()  # one line larger than max_bytes still goes into a fresh file
-            count = size = 0
-            for line in self._buffer:
-                if count and self.max_bytes and self._size + size + len(line) > self.max_bytes:
-                    break
-                count, size = count + 1, size + len(line)
+            if not self.max_bytes or self._size + self._buffered <= self.max_bytes:
+                count, size = len(self._buffer), self._buffered  # all of it fits (most flushes): no walk
+            else:
+                count = size = 0
+                for line in self._buffer:
+                    if count and self._size + size + len(line) > self.max_bytes:
+                        break
+                    count, size = count + 1, size + len(line)
             view = memoryview(b"".join(self._buffer[:count]))
             try:
                 while view:
@@ -488,6 +491,12 @@ class AuditLog:
 
     def _written(self, size: int) -> None:
         """Drop `size` written bytes from the buffer's head: a line cut by a full disk keeps its tail."""
+        if size and size == self._buffered:  # all of it (most writes): no walk over its lines
+            self._size += size
+            self._buffered = 0
+            self._buffer.clear()
+            self._torn = False
+            return
         self._size += size
         self._buffered -= size
         whole = 0
