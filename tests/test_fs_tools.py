@@ -1010,6 +1010,25 @@ def test_a_writable_file_in_a_read_only_directory_says_the_directory_needs_write
 
 
 @as_root
+def test_a_new_file_in_a_read_only_directory_says_nothing_was_created(shared_tmp: Path) -> None:
+    """mode "create" in a directory alice may not write was told to `change the file in place with
+    bash; the old file is unchanged`: there was no file to change."""
+    root = shared_tmp / "ws"
+    (root / "conf").mkdir(parents=True)
+    for p in (root, root / "conf"):
+        os.chown(p, ALICE, ALICE)
+    (root / "conf").chmod(0o555)
+
+    def create() -> Any:
+        return fs.write_file(os.open(root, os.O_RDONLY | os.O_DIRECTORY), "conf/new.ini", b"a=1\n", "create")
+
+    out = run_as(ALICE, [], create)
+    assert out == ("Failed: writing 'conf/new.ini' failed: Permission denied in its directory 'conf'; a new file "
+                   "needs write permission on its directory: make it writable (chmod u+w conf); nothing was created")
+    assert list((root / "conf").iterdir()) == []
+
+
+@as_root
 def test_the_chmod_advice_for_a_read_only_directory_is_quoted_for_the_shell(shared_tmp: Path) -> None:
     """'my conf' read-only: the advice was `chmod u+w my conf`, which chmods 'my' and 'conf'."""
     root = shared_tmp / "ws"
@@ -1067,6 +1086,21 @@ def test_a_file_or_directory_flagged_by_chattr_is_named_with_the_flag(ws: Worksp
     assert (ws.root / "d" / "f.txt").read_text() == "old\n"
     # an append-only directory keeps the name the temp file got for its rename: nothing may remove it
     assert left == ["f.txt"] or (flag, target) == ("a", ".")
+
+
+def test_a_new_file_refused_by_an_immutable_directory_says_nothing_was_created(ws: Workspace) -> None:
+    """mode "create" in an immutable directory was told `write renames a temp file over the file ...
+    change a file there in place with bash; the old file is unchanged`: there was no old file."""
+    from helpers.inode_flags import flagged
+
+    (ws.root / "d").mkdir()
+    with flagged(ws.root / "d", "i"):
+        with pytest.raises(Failed) as info:
+            fs.write_file(ws.fd, "d/new.txt", b"new\n", "create")
+    assert info.value.message == (
+        "writing 'd/new.txt' failed: its directory 'd' is immutable (chattr +i; lsattr -d d shows an 'i'), so no "
+        "file can be added to it; have root clear the flag (sudo chattr -i d); nothing was created")
+    assert list((ws.root / "d").iterdir()) == []
 
 
 # --- atomicity ----------------------------------------------------------------------

@@ -339,7 +339,7 @@ def write_file(
         if stale := write_temp.sweep(parent):
             log.info("removed %s in the directory of %s: temp files a killed write left", ", ".join(stale), show(path))
     except PermissionError as exc:  # the temp file's create or its rename: a directory's bit, or EPERM's flags
-        raise write_refused.refused(parent, real, path, exc) from exc
+        raise write_refused.refused(parent, real, path, exc, mode) from exc
     except OSError as exc:
         raise Failed(f"writing {show(path)} failed: {exc.strerror}; the old file, if any, is unchanged") from exc
     finally:

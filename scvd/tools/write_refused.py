@@ -22,11 +22,15 @@ from .containment import show
 IMMUTABLE, APPEND = 0x10, 0x20  # FS_IMMUTABLE_FL, FS_APPEND_FL
 FS_IOC_GETFLAGS = (2 << 30) | (struct.calcsize("l") << 16) | (ord("f") << 8) | 1  # _IOR('f', 1, long)
 _UNCHANGED = "the old file is unchanged"
+_NOT_CREATED = "nothing was created"  # mode "create": there was no old file
 
 
-def refused(parent: int, real: tuple[str, ...], path: str, exc: PermissionError) -> Failed:
-    """The error for `write` of `path` (its real components `real`, `parent` their directory's fd)."""
+def refused(parent: int, real: tuple[str, ...], path: str, exc: PermissionError, mode: str) -> Failed:
+    """The error for `write` of `path` (its real components `real`, `parent` their directory's fd) in
+    `mode`: a create had no old file, and nothing to rename over or change in place."""
     where = containment.join(real[:-1])
+    if mode == "create":
+        return _create_refused(parent, path, where, exc)
     if exc.errno != errno.EPERM:
         return Failed(
             f"writing {show(path)} failed: {exc.strerror} in its directory {show(where)}; write puts a temp file "
@@ -56,6 +60,21 @@ def refused(parent: int, real: tuple[str, ...], path: str, exc: PermissionError)
         "bit: in a sticky directory (chmod +t, as /tmp) only the file's owner may replace it, and a security "
         "policy (SELinux, AppArmor) can refuse the temp file or the rename over the file; change the file in "
         f"place with bash; {_UNCHANGED}")
+
+
+def _create_refused(parent: int, path: str, where: str, exc: PermissionError) -> Failed:
+    """refused() for a new file: the directory's permission bit, its immutable flag, or a security policy."""
+    folder = shlex.quote(where)
+    if exc.errno != errno.EPERM:
+        return Failed(f"writing {show(path)} failed: {exc.strerror} in its directory {show(where)}; a new file needs "
+                      f"write permission on its directory: make it writable (chmod u+w {folder}); {_NOT_CREATED}")
+    if flags(parent, ".") & IMMUTABLE:  # an append-only directory takes a new file
+        return Failed(f"writing {show(path)} failed: its directory {show(where)} is immutable (chattr +i; "
+                      f"lsattr -d {folder} shows an 'i'), so no file can be added to it; have root clear "
+                      f"the flag (sudo chattr -i {folder}); {_NOT_CREATED}")
+    return Failed(f"writing {show(path)} failed: {exc.strerror} in its directory {show(where)}; that is no missing "
+                  "permission bit: a security policy (SELinux, AppArmor) can refuse a new file there; "
+                  f"{_NOT_CREATED}")
 
 
 def flags(dirfd: int, name: str) -> int:
