@@ -194,16 +194,46 @@ def end_of(text: str) -> str:
 def toml_said(message: str, text: str) -> str:
     """tomllib's error `message` for `text`, its `(at end of document)` (an unclosed `[`, `{` or
     string) with the line and column where that is, and a key it names as a Python tuple
-    (`('approvals',)`) as TOML writes it; a table declared twice says to merge the two."""
+    (`('approvals',)`) as TOML writes it; a table declared twice says what to do about it."""
     twice = _DECLARED_TWICE.fullmatch(message)
     if twice:
-        return f"[{_dotted(twice[1])}] is declared twice, the second time at line {twice[2]}: merge the two into one"
+        return _declared_twice(twice[1], int(twice[2]), text)
     message = _KEY_TUPLE.sub(lambda m: f"`{_dotted(m[0])}`", message)
     return message.replace("(at end of document)", f"(at end of document: {end_of(text)})")
 
 
 _KEY_TUPLE = re.compile(r"""\((?:'[^']*'|"[^"]*")(?:, (?:'[^']*'|"[^"]*"))*,?\)""")  # tomllib's key: a tuple's repr
 _DECLARED_TWICE = re.compile(rf"Cannot declare ({_KEY_TUPLE.pattern}) twice \(at line (\d+), column \d+\)")
+_HEADER = re.compile(r"[ \t]*\[(?!\[)(.*?)\][ \t]*(?:#.*)?")  # a `[table]` line; `[[array]]` is none
+
+
+def _declared_twice(key_tuple: str, line: int, text: str) -> str:
+    """tomllib's `Cannot declare KEY twice` at `line` (always by a `[KEY]` header): merge two such
+    headers; a table first defined otherwise (`[[KEY]]`, an inline table, dotted keys) is no table
+    to merge with."""
+    import ast  # only for a refusal
+
+    key, dotted = ast.literal_eval(key_tuple), _dotted(key_tuple)
+    if any(_header_key(above) == key for above in text.splitlines()[:line - 1]):
+        return f"[{dotted}] is declared twice, the second time at line {line}: merge the two into one"
+    return (f"`{dotted}` is defined twice, the second time at line {line} by `[{dotted}]`: put its keys where it is "
+            f"first defined (an array of tables `[[{dotted}]]`, an inline table or dotted keys)")
+
+
+def _header_key(line: str) -> tuple[str, ...] | None:
+    """The key of a `[table]` header `line`, as tomllib reads it (`[ "a" . b ]`: ('a', 'b')); None for another line."""
+    import tomllib  # only for a refusal
+
+    header = _HEADER.fullmatch(line)
+    try:
+        table = tomllib.loads(f"[{header[1]}]") if header else None
+    except tomllib.TOMLDecodeError:
+        return None
+    key: list[str] = []
+    while isinstance(table, dict) and len(table) == 1:
+        name, table = next(iter(table.items()))
+        key.append(name)
+    return tuple(key) or None
 
 
 def _dotted(key_tuple: str) -> str:

@@ -693,6 +693,11 @@ def test_an_override_out_of_bounds_says_what_to_give_as_a_variable(cfg_file):
     ('[mcp.servers."my fs"]\ncommand = "x"\n[mcp.servers."my fs"]\n',
      '[mcp.servers."my fs"] is declared twice, the second time at line 3: merge the two into one'),
     ("a = {x = 1}\na.y = 2\n", "Cannot mutate immutable namespace `a` (at "),  # no tuple in the text
+    # a `[a]` after an array of tables or an inline table was `[a] is declared twice ...: merge the two`
+    ("[[a]]\nx = 1\n[a]\n", "`a` is defined twice, the second time at line 3 by `[a]`: put its keys where it is "
+                            "first defined (an array of tables `[[a]]`, an inline table or dotted keys)"),
+    ("[x]\na = {b = 1}\n[x.a]\n", "`x.a` is defined twice, the second time at line 3 by `[x.a]`: "),
+    ('[ "a" . b ] # [c]\n[a.b]\n', "[a.b] is declared twice, the second time at line 2: merge the two into one"),
 ])
 def test_a_key_tomllib_names_is_said_as_toml_writes_it(cfg_file, text, said):
     with pytest.raises(ConfigError) as info:
