@@ -28,6 +28,9 @@ ITEM = 64
 ITEMS = b"[{,"
 COUNTS = f"a call counts its frame's bytes and {ITEM} for each `[`, `{{` and `,` in it, at least {FLOOR:,}"
 PER_OWNER, TOTAL = "server.max_call_bytes_per_connection", "server.max_call_bytes"
+# what a socket client refused for want of room is told to do (an MCP host is told its own: mcp_host/bridge.py)
+WAIT_OR_CANCEL = ("wait for earlier calls to complete (call.completed), or cancel those you no longer need "
+                  "(call.cancel), then send this one again")
 # a frame this short costs FLOOR even if every other byte were an item: not counted (a 4 KiB read's)
 SHORT = FLOOR // (1 + ITEM // 2)
 
@@ -68,11 +71,15 @@ class CallBudget:
                 f"this call alone counts {cost:,} bytes, more than {key} ({bound:,}) lets calls hold at once "
                 f"({COUNTS}); send less in one call, or raise {key}")
         if mine + cost > self.per_owner:
-            return errors.LimitExceeded(
+            return until_calls_end(
                 f"this connection's calls that have not completed already hold {mine:,} bytes, and this one's "
-                f"{cost:,} would pass {PER_OWNER} ({self.per_owner:,}; {COUNTS}); wait for earlier calls to "
-                "complete (call.completed), or cancel those you no longer need (call.cancel), then send this one again")
-        return errors.LimitExceeded(
+                f"{cost:,} would pass {PER_OWNER} ({self.per_owner:,}; {COUNTS})")
+        return until_calls_end(
             f"the calls of every client that have not completed already hold {self.held:,} bytes, and this "
-            f"one's {cost:,} would pass {TOTAL} ({self.total:,}); wait for calls to complete "
-            f"(call.completed), then send this one again, or raise {TOTAL}")
+            f"one's {cost:,} would pass {TOTAL} ({self.total:,})",
+            f"wait for calls to complete (call.completed), then send this one again, or raise {TOTAL}")
+
+
+def until_calls_end(why: str, then: str = WAIT_OR_CANCEL) -> errors.LimitExceeded:
+    """A call refused until earlier calls end: `why`, then what a socket client does about it (`then`)."""
+    return errors.LimitExceeded(f"{why}; {then}", why=why)

@@ -87,7 +87,7 @@ from .audit import Completion, Proposal, Record
 from .always_ask import always_ask_reason, git_dir_reason, places_reason
 from .approvals import (GIT_LINK_ASKS, READS_ASK, Approval, ApprovalGate, Decider, Verdict, exposes_host, git_link,
                         policy_verdict)
-from .call_budget import FLOOR, CallBudget
+from .call_budget import FLOOR, CallBudget, until_calls_end
 from .own_places import Place
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
 from .sessions import Lane, Owner, Session, Ticket
@@ -267,16 +267,12 @@ class CallRegistry:
         elif call_id in self.table:
             raise errors.InvalidRequest(f"call_id {call_id!r} is already in use; choose another")
         if session.held >= self.max_per_session:  # before the call holds anything: its arguments go with the frame
-            raise errors.LimitExceeded(
-                f"this session already holds {session.held} calls that have not completed "
-                "(server.max_calls_per_session); wait for earlier calls to complete (call.completed), "
-                "or cancel those you no longer need (call.cancel), then send this one again")
+            raise until_calls_end(f"this session already holds {session.held} calls that have not completed "
+                                  "(server.max_calls_per_session)")
         owner = session.owner
         if owner.calls_held >= self.max_per_connection:  # an int on the owner, as call_bytes: a read's path
-            raise errors.LimitExceeded(
-                f"this connection already holds {owner.calls_held} calls that have not completed, across its "
-                "sessions (server.max_calls_per_connection); wait for earlier calls to complete (call.completed), "
-                "or cancel those you no longer need (call.cancel), then send this one again")
+            raise until_calls_end(f"this connection already holds {owner.calls_held} calls that have not "
+                                  "completed, across its sessions (server.max_calls_per_connection)")
         # the last refusal (nothing after it fails): CallBudget's take, here, as is its give in _complete,
         # with what the owner holds an int on it (a dict by owner and two calls cost a read 3,500 instructions)
         budget = self.budget

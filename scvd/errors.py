@@ -207,9 +207,15 @@ class Timeout(ToolError):
 
 
 class LimitExceeded(ToolError):
-    """A size or count limit was reached."""
+    """A size or count limit was reached; `why` is the message without what a socket client is told to
+    do (wait for call.completed, send call.cancel), for a client that cannot (an MCP host), else None."""
 
     kind = "limit"
+
+    def __init__(self, message: str, *, why: str | None = None, hint: str | None = None,
+                 reason: str | None = None) -> None:
+        super().__init__(message, hint=hint, reason=reason)
+        self.why = why
 
 
 class Failed(ToolError):

@@ -26,6 +26,9 @@ from .names import HostNames
 from .pipes import Lines
 
 log = logging.getLogger("scvd.mcp_host")
+# a host cannot wait for call.completed or send call.cancel, as a socket client refused by a limit is
+# told to: what its model (or the person at it) can do
+HOST_RETRY = "wait for earlier tool calls to finish, or cancel them, then call again"
 TOO_DEEP = ("not JSON scvd can read: it nests arrays or objects too deeply (at most about 950 levels); "
             "send flatter JSON")
 
@@ -168,7 +171,8 @@ class Bridge:
         try:
             accepted = await self.client.request(p.Call, cost, session=self.session, tool=name, arguments=arguments)
         except errors.ToolError as exc:  # refused before it ran (`limit`): the model's to act on, as a failure is
-            return failure(exc.kind, exc.message, exc.hint, self.names.host_text)
+            said = f"{exc.why}; {HOST_RETRY}" if isinstance(exc, errors.LimitExceeded) and exc.why else exc.message
+            return failure(exc.kind, said, exc.hint, self.names.host_text)
         self.calls[msg_id] = accepted.call_id
         asked: list[str] = []
         progress = base = 0.0  # the last one sent; where the run's own seconds count from (after a wait)

@@ -290,7 +290,8 @@ def test_an_unknown_tool_is_told_the_closest_names_as_the_host_knows_them(make_d
 
 def test_a_call_past_the_sessions_limit_is_an_error_result_the_model_reads(make_daemon, workspace):
     """A refusal by a limit (server.max_calls_per_session, server.max_call_bytes_per_connection) was
-    JSON-RPC error -32603, which hosts show as a crashed server; the model never read what to do."""
+    JSON-RPC error -32603, which hosts show as a crashed server; the model never read what to do. Then it
+    read a socket client's `cancel those you no longer need (call.cancel)`, which a host cannot send."""
     d = make_daemon("[server]\nmax_calls_per_session = 1\n")
 
     def waiting() -> None:
@@ -308,5 +309,4 @@ def test_a_call_past_the_sessions_limit_is_an_error_result_the_model_reads(make_
     refused = anyio.run(session_of, d, workspace, body)
     assert refused.is_error and text_of(refused) == (
         "limit: this session already holds 1 calls that have not completed (server.max_calls_per_session); "
-        "wait for earlier calls to complete (call.completed), or cancel those you no longer need (call.cancel), "
-        "then send this one again")
+        "wait for earlier tool calls to finish, or cancel them, then call again")  # a host sends no call.cancel
