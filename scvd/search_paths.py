@@ -8,7 +8,12 @@ sandbox, load a libcap.so.2 a call left there, and `PATH=:/usr/bin` had a script
 environment once, at start (`clean_environ()`, before it looks a program up or starts one): every
 child inherits the cleaned environment, and scvd's own lookups (bwrap, the agents, MCP commands)
 find what the children find. Absolute entries stay; a workspace that holds one asks for every call
-(host_places.py). Pure functions but `clean_environ()`, the one that changes os.environ.
+(host_places.py). A relative XDG base directory is dropped too (`relative_bases()`): the XDG spec
+calls one invalid, to be ignored, as platformdirs does for scvd's own folders, but git takes a
+relative XDG_CONFIG_HOME from its working directory, and the `git/config` an unasked call writes
+there set a pager that git run later ran. Pure functions but `clean_environ()`, the one that
+changes os.environ; it runs before scvd's own folders are looked up, which take a relative XDG
+directory as unset all the same (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ SEARCH_PATHS = {
 # lists of libraries, not of directories: an entry without a slash is a name the loader looks up
 # on its library path, not in the working directory
 LIBRARY_LISTS = frozenset({"LD_PRELOAD", "LD_AUDIT"})
+# the XDG base directories: one names a single absolute directory, and a relative one is unset
+XDG_BASES = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR")
 # the PATH of a child whose scvd has none left: bash without PATH uses its own default, which ends in `.`
 FALLBACK_PATH = "/usr/bin:/bin"
 
@@ -88,6 +95,12 @@ def clean(env: Mapping[str, str]) -> tuple[dict[str, str], list[Dropped]]:
     return out, [Dropped(d.name, d.entries, out.get(d.name)) for d in dropped]
 
 
+def relative_bases(env: Mapping[str, str]) -> list[Dropped]:
+    """The XDG_BASES set relative in `env`, each to be unset (an empty one is unset already, as the
+    spec and git read it)."""
+    return [Dropped(name, (env[name],), None) for name in XDG_BASES if env.get(name) and not env[name].startswith("/")]
+
+
 def notes(dropped: Iterable[Dropped]) -> list[str]:
     """A log line for each variable clean() changed, with what a user whose tool relied on it does."""
     lines = []
@@ -105,11 +118,15 @@ def notes(dropped: Iterable[Dropped]) -> list[str]:
 
 
 def clean_environ() -> list[Dropped]:
-    """clean() applied to os.environ (and so to the C library's environment); what it dropped."""
+    """clean() applied to os.environ (and so to the C library's environment), and relative_bases()
+    unset there; what it dropped."""
     cleaned, dropped = clean(os.environ)
     for name in SEARCH_PATHS:
         if name in cleaned:
             os.environ[name] = cleaned[name]
         else:
             os.environ.pop(name, None)
-    return dropped
+    bases = relative_bases(os.environ)
+    for base in bases:
+        del os.environ[base.name]
+    return dropped + bases

@@ -78,8 +78,8 @@ def test_gits_xdg_config_is_where_scvds_environment_puts_it(tmp_path: Path, monk
         assert is_git_config(tuple(path.split("/")), str(workspace)), path
     for path in ("xdgconf/config", "xdgconf/git/sub/config", "other/git/config", "xdgconf/git/config.bak"):
         assert not is_git_config(tuple(path.split("/")), str(tmp_path)), path
-    monkeypatch.setenv("XDG_CONFIG_HOME", "xdgconf")  # relative: from git's working directory, as git reads it
-    assert is_git_config(("xdgconf", "git", "config"), str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", "xdgconf")  # relative: invalid (XDG spec), and scvd unsets it
+    assert not is_git_config(("xdgconf", "git", "config"), str(tmp_path))
     monkeypatch.setenv("XDG_CONFIG_HOME", "")  # unset or empty: ~/.config/git/config alone
     assert not is_git_config(("xdgconf", "git", "config"), str(tmp_path))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scvd.search_paths import FALLBACK_PATH, Dropped, clean, notes
+from scvd.search_paths import FALLBACK_PATH, Dropped, clean, notes, relative_bases
 
 
 def test_empty_dot_and_relative_entries_leave_path_and_the_absolute_ones_stay_in_order():
@@ -46,3 +46,14 @@ def test_the_log_says_what_was_dropped_what_is_left_and_what_to_do():
     assert "name that directory by its absolute path" in line
     assert "unset" in notes(clean({"PATH": "/bin", "NODE_PATH": "lib"})[1])[0]
     assert "has no PATH" in notes(clean({})[1])[0]
+
+
+def test_a_relative_xdg_base_directory_is_unset_an_absolute_or_empty_one_stays():
+    """git takes a relative XDG_CONFIG_HOME from its working directory, a session's workspace: the
+    `git/config` an unasked call wrote there set a pager git ran. The XDG spec calls one invalid."""
+    env = {"XDG_CONFIG_HOME": "rel", "XDG_DATA_HOME": "/h/.local/share", "XDG_STATE_HOME": "",
+           "XDG_CACHE_HOME": "./cache", "XDG_RUNTIME_DIR": "run/user/1000"}
+    dropped = relative_bases(env)
+    assert dropped == [Dropped("XDG_CONFIG_HOME", ("rel",), None), Dropped("XDG_CACHE_HOME", ("./cache",), None),
+                       Dropped("XDG_RUNTIME_DIR", ("run/user/1000",), None)]
+    assert notes(dropped)[0].startswith("dropped 'rel' from scvd's XDG_CONFIG_HOME (it is now unset): ")

@@ -5,7 +5,8 @@ Rule: a repository's config (`config` in a `.git` or `*.git` folder at any depth
 of another name that holds a `HEAD` too, as always_ask.py recognises a git dir: a bare `~/.cfg`), a user's
 `.gitconfig`, or git's XDG config (`config` in `.config/git`, the workspace's own folders counted:
 a session on `~/.config` or `~/.config/git` too; and in `$XDG_CONFIG_HOME/git` where scvd's
-environment, which `bash` inherits, puts it, in a folder not named `.config` too), named in any
+environment, which `bash` inherits, puts it (an absolute one: search_paths.py unsets a relative
+one), in a folder not named `.config` too), named in any
 case as the other path rules are, counts when its first 64 KiB hold a URL with a password
 (`https://x-access-token:TOKEN@github.com`), a URL whose user is a token (`https://ghp_...@`, an
 `insteadOf` base's too), or a non-empty `extraheader` (actions/checkout persists `AUTHORIZATION:
@@ -93,11 +94,13 @@ def is_git_config(parts: tuple[str, ...], workspace: str) -> bool:
 def xdg_git_dirs(workspace: str) -> tuple[str, ...]:
     """The real folders (in lower case) whose `config` git reads as its XDG config when run as `bash`
     runs, in scvd's environment (which it inherits; read at each call, as bash's is) from the
-    workspace (git takes a relative XDG_CONFIG_HOME from its working directory): $XDG_CONFIG_HOME/git
-    (git-config(1): ~/.config/git when unset or empty), and ~/.config/git, where git looks that runs
-    without it (a script tool keeps HOME alone). A folder not named `.config`, a linked ~/.config."""
+    workspace (a relative HOME is taken from git's working directory): $XDG_CONFIG_HOME/git
+    (git-config(1): ~/.config/git when unset or empty; a relative one never reaches git, as
+    search_paths.py unsets it), and ~/.config/git, where git looks that runs without it (a script
+    tool keeps HOME alone). A folder not named `.config`, a linked ~/.config."""
     home = os.environ.get("HOME") or os.path.expanduser("~")
-    bases = (os.environ.get("XDG_CONFIG_HOME"), os.path.join(home, ".config"))
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    bases = (xdg if xdg.startswith("/") else "", os.path.join(home, ".config"))
     return tuple(os.path.realpath(os.path.join(workspace, base, "git")).lower() for base in bases if base)
 
 

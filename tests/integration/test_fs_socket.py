@@ -209,6 +209,29 @@ def test_gits_xdg_config_in_a_folder_not_named_config_asks_to_be_read_when_it_ho
         reads_ask_as_git_config(owner, ((sid, "xdgconf/git/config"), (on_git, "config")), "a URL whose user is a token")
 
 
+def test_a_relative_xdg_config_home_is_dropped_so_git_reads_no_config_an_unasked_write_left(
+        make_daemon, tmp_path: Path) -> None:
+    """XDG_CONFIG_HOME=rel: git, run by bash in the workspace, took it from there, while the places
+    whose writes always ask named only an absolute one; so under a session grant for write, an unasked
+    `rel/git/config` set a pager that the next git in the workspace ran. The XDG spec says a relative
+    one is invalid: scvd unsets it at start, and says so."""
+    ws = tmp_path / "ws"
+    (ws / "rel" / "git").mkdir(parents=True)
+    daemon = make_daemon(home=tmp_path / "scvhome", env={"XDG_CONFIG_HOME": "rel"})
+    with daemon.client(name="pytest-owner", approver=True) as owner:
+        sid = owner.open_session(ws)
+        done, _ = call(owner, sid, "write", "approve", "session", path="notes.txt", content="n\n", mode="create")
+        assert done.ok
+        done, _ = call(owner, sid, "write", path="rel/git/config", content="[core]\n\tpager = echo planted\n",
+                       mode="create")  # unasked under the grant, and harmless now
+        assert done.ok
+        ran, _ = call(owner, sid, "bash", "approve",
+                      command='echo "xdg=${XDG_CONFIG_HOME-unset}"; git config --get core.pager')
+    assert ran.ok and "xdg=unset\n" in ran.result["output"], ran
+    assert "planted" not in ran.result["output"], ran
+    assert "dropped 'rel' from scvd's XDG_CONFIG_HOME (it is now unset)" in daemon.log()
+
+
 def test_a_bare_repositorys_config_that_holds_a_credential_asks_whatever_its_folder_is_named(
         owner: Client, ws: Path) -> None:
     """`git init --bare .cfg` (the usual dotfiles setup): its config, with a token in the remote's URL,
