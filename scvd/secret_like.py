@@ -2,7 +2,7 @@
 
 It picks the values kept out of output and log lines that no one declared a secret: a
 `pass_env` variable (a script tool's or an agent's) and a proxy URL's password, a header or
-query value sent to a chat provider, a literal query value of an MCP server's url. A value it
+query value sent to a chat provider, a literal query, header or env value of an MCP server. A value it
 leaves alone is shown as printed, so it errs towards ordinary text: hiding a profile name
 or a path would blot it out of every line it occurs in. Pure functions, no I/O.
 """

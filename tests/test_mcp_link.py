@@ -291,6 +291,22 @@ def test_a_url_query_value_under_an_auth_like_name_is_hidden(name):
     assert link.error == f"401 for [secret url query {name}], as ada-lovelace", link.error
 
 
+def test_literal_header_and_env_credentials_are_hidden_by_the_rule_a_url_querys_are():
+    """A token pasted into `headers` or `env` (not `{secret = ...}`) was shown in an error quoting it; the
+    one rule (secret_like.py) picks them, and leaves a team name, a mode or a path as printed."""
+    cfg = McpServerConfig(url="https://mcp.example.com/mcp", headers={
+        "Authorization": "Bearer sk-literal-0123456789", "X-Api-Key": "xk-4711", "X-Team": "blue-team"})
+    link = ServerLink("hosted", cfg, launch=lambda: None, on_tools=lambda *_: None)
+    link.error = "401 for Bearer sk-literal-0123456789 (token sk-literal-0123456789), key xk-4711, team blue-team"
+    assert link.error == ("401 for [secret header Authorization] (token [secret header Authorization]), key "
+                          "[secret header X-Api-Key], team blue-team"), link.error
+    cfg = McpServerConfig(command="/bin/true", env={"LIT_TOKEN": "lit-0451", "DSN": "u:p@Zk3jH8sQ2mP9vX4cB7nW",
+                                                    "MODE": "plain", "CACHE": "/var/cache/x"})
+    link = ServerLink("raw", cfg, launch=lambda: None, on_tools=lambda *_: None)
+    link.error = "bad lit-0451 for u:p@Zk3jH8sQ2mP9vX4cB7nW in plain mode at /var/cache/x"
+    assert link.error == "bad [secret env LIT_TOKEN] for [secret env DSN] in plain mode at /var/cache/x", link.error
+
+
 def test_a_misspelt_argument_of_a_closed_schema_names_the_one_meant():
     """It said `'path' is a required property` (the first error jsonschema gave), where a script tool
     says which name was meant: the model sent `pth`."""

@@ -67,8 +67,9 @@ class ServerLink:
         self._starting_at = time.monotonic()  # when it last became `starting`: a first start says how long
         self.stopped_why = "scvd is stopping"  # what a call cut off by stop() is told
         self._secrets: dict[str, str] = {}  # the values the current start read from the store, by key
-        self._pasted = _pasted_in_query(cfg)  # literal query values: an HTTP library may print the url its own way
-        hide_in_logs(self._pasted, f"mcp server {name}")  # httpx at debug logs each request's url
+        # literal credentials in its table: a server may echo them, an HTTP library print the url its own way
+        self._literals = _literal_credentials(cfg)
+        hide_in_logs(self._literals, f"mcp server {name}")  # httpx and the SDK at debug log urls and messages
         self._error: str | None = None
         self._said_refused = False  # the server's own words refused its secrets: `error` says how to heal it
         self.needs: tuple[str, ...] = ()  # the secrets it is down for want of (store_secret heals it)
@@ -108,11 +109,16 @@ class ServerLink:
         self._said_refused = False  # whether the new one's words refused them is _record's to say
 
     def _hide(self, text: str) -> str:
-        """`text` with the secrets this start read, and the values of the url's query, left out."""
+        """`text` with the secrets this start read, and the literal credentials of its table, left out."""
         if self.cfg.url and self.url != self.cfg.url:  # an HTTP library's error may quote the url whole
             text = text.replace(self.cfg.url, self.url or "")
-        hidden = {**self._pasted, **self._secrets} if self._pasted else self._secrets
+        hidden = self._given()
         return redact(text, hidden) if hidden else text
+
+    def _given(self) -> dict[str, str]:
+        """What the current start was given that nothing may show: the secrets it read, by key, and the
+        literal credentials of its table, by `url query NAME`, `header NAME` or `env NAME`."""
+        return {**self._literals, **self._secrets} if self._literals else self._secrets
 
     # --- life ---------------------------------------------------------------------
 
@@ -424,7 +430,8 @@ class ServerLink:
                    progress: Callable[[float, float | None, str | None], Awaitable[None]]) -> CallOutcome:
         session = self.usable(tool)
         refused = self._refused_posts
-        secrets, proc = self._secrets, self._proc  # this call's server's: a restart may begin while it ends
+        # this call's server's: a restart may begin while it ends
+        secrets, proc = self._given(), self._proc
 
         def hide(text: str) -> str:
             # first the secrets this call's server read: a secret stored since may have restarted it with others
@@ -648,19 +655,22 @@ def _spec(tool: Any) -> ToolSpec:
     )
 
 
-def _pasted_in_query(cfg: McpServerConfig) -> dict[str, str]:
-    """The literal values of an HTTP server's query (in its url, or its `query` table) that read like a
-    credential (scvd/secret_like.py, the rule a chat provider's query obeys), by a name for `[secret ...]`:
-    the url as httpx prints it (`:443` dropped, the host lower-cased, a space as %20) is not the one
-    configured, so replacing the url whole missed them."""
-    if not cfg.url:
-        return {}
-    try:
-        pairs = parse_qsl(urlsplit(cfg.url).query)
-    except ValueError:
-        pairs = []
-    pairs += [(name, value) for name, value in cfg.query.items() if isinstance(value, str)]
-    return picked((f"url query {name}", name, value) for name, value in pairs)
+def _literal_credentials(cfg: McpServerConfig) -> dict[str, str]:
+    """The literal values of a server's table that read like a credential (scvd/secret_like.py, the rule a
+    chat provider's headers and query obey), by a name for `[secret ...]`: its url's query (in `url`, or
+    its `query` table), `headers` and `env`. The url as httpx prints it (`:443` dropped, the host
+    lower-cased, a space as %20) is not the one configured, so replacing the url whole missed them."""
+    pairs = []
+    if cfg.url:
+        try:
+            pairs = parse_qsl(urlsplit(cfg.url).query)
+        except ValueError:
+            pass
+        pairs += [(name, value) for name, value in cfg.query.items() if isinstance(value, str)]
+    named = [(f"url query {name}", name, value) for name, value in pairs]
+    for label, table in (("header", cfg.headers), ("env", cfg.env)):
+        named += [(f"{label} {name}", name, value) for name, value in table.items() if isinstance(value, str)]
+    return picked(named)
 
 
 def _secret_values(cfg: McpServerConfig, target: Any) -> dict[str, str]:

@@ -8,7 +8,8 @@ a POST with a JSON body, not an SSE stream; with `gzip`, sends every POST's answ
 a call of `picky` is answered HTTP 400 with that error in the body, as the spec allows. `items`
 answers `n` text items; `rows` answers `n` rows of structuredContent; `mib` answers a text of `mib`
 MiB, written 1 MiB at a time (gzip-encoded, a small body inflating to that). `noresult` is answered with
-neither `result` nor `error`, and `deep` with a result whose content nests 100,000 arrays deep.
+neither `result` nor `error`, and `deep` with a result whose content nests 100,000 arrays deep. `sent`
+answers the Authorization, X-Api-Key and X-Team headers its request came with (an isError result with `fail`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import zlib
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
@@ -73,6 +74,14 @@ def rows(n: int) -> CallToolResult:
     """Answers n rows of structured content."""
     return CallToolResult(content=[TextContent(type="text", text=f"{n} rows")],
                           structured_content={"rows": [{"i": i, "name": f"row {i}"} for i in range(n)]})
+
+
+@server.tool(structured_output=False)
+def sent(ctx: Context, fail: bool = False) -> CallToolResult:
+    """Answers the credentials its request came with; with `fail`, fails quoting them."""
+    headers = ctx.request_context.request.headers
+    said = "; ".join(f"{name}: {headers.get(name)}" for name in ("Authorization", "X-Api-Key", "X-Team"))
+    return CallToolResult(content=[TextContent(type="text", text=f"refused {said}" if fail else said)], is_error=fail)
 
 
 async def _body(receive) -> bytes:

@@ -1336,6 +1336,22 @@ def test_a_secret_the_stderr_tails_cuts_fall_in_shows_as_its_key(make_daemon, pr
         assert not [secret[i:i + 8] for i in range(len(secret) - 7) if secret[i:i + 8] in shown], shown
 
 
+def leaked(c, workspace: Path) -> tuple[p.CallCompleted, p.CallCompleted, list[str | None], p.CallCompleted]:
+    """Calls of the `results` quirks server's tools that quote its token: leak_error's and leak_ok's
+    outcomes, leak_progress's progress messages, and crash's outcome (its stderr quotes it)."""
+    server(c, "raw")
+    sid = c.open_session(workspace)
+    failed = c.call(sid, "mcp__raw__leak_error", {})
+    shown = c.call(sid, "mcp__raw__leak_ok", {})
+    reported = c.start_call(sid, "mcp__raw__leak_progress", {})
+    progress = []
+    while not isinstance(event := c.next_event(), p.CallCompleted) or event.call_id != reported:
+        if isinstance(event, p.CallProgress) and event.call_id == reported:
+            progress.append(event.message)
+    crashed = c.call(sid, "mcp__raw__crash", {})  # it said only "went away", not why
+    return failed, shown, progress, crashed
+
+
 @pytest.mark.one_loop
 def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_daemon, workspace, tmp_path):
     # an isError text went to the agent as the call's error with the token in it
@@ -1347,16 +1363,7 @@ def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_d
     store_secret(d, "LEAK_TOKEN", "ghp-leaky-0451")
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="t") as c:
-        server(c, "raw")
-        sid = c.open_session(workspace)
-        failed = c.call(sid, "mcp__raw__leak_error", {})
-        shown = c.call(sid, "mcp__raw__leak_ok", {})
-        reported = c.start_call(sid, "mcp__raw__leak_progress", {})
-        progress = []
-        while not isinstance(event := c.next_event(), p.CallCompleted) or event.call_id != reported:
-            if isinstance(event, p.CallProgress) and event.call_id == reported:
-                progress.append(event.message)
-        crashed = c.call(sid, "mcp__raw__crash", {})  # it said only "went away", not why
+        failed, shown, progress, crashed = leaked(c, workspace)
     assert crashed.error.kind == "unavailable" and crashed.error.message == (
         "mcp server raw went away during the call (crash): the server process exited with status 5; stderr: "
         "fatal: lost my way with [secret LEAK_TOKEN]; scvd restarts it (see `scvctl status`)"), crashed.error
