@@ -1,7 +1,14 @@
 """What scvd's own log lines hide (redact.hide_in_logs, for_logs): the values read lately, each key's
-newest few, however often a key was rotated."""
+newest few, however often a key was rotated. And the encodings of a value redact() hides."""
 
 from __future__ import annotations
+
+import base64
+import re
+import textwrap
+import urllib.parse
+
+import pytest
 
 from scvd import redact
 from scvd.redact import LOG_VALUES_PER_KEY, for_logs, hide_in_logs
@@ -36,9 +43,9 @@ def test_a_rotated_keys_current_and_recent_values_stay_hidden_and_the_oldest_go(
 
 def test_what_each_log_line_is_checked_for_stops_growing_at_the_bound():
     rotate(LOG_VALUES_PER_KEY)
-    at_bound = len(redact._log_forms)
+    at_bound = sum(map(len, redact._log_forms))  # each form checked in every line, base64's and the others
     rotate(10 * LOG_VALUES_PER_KEY, start=LOG_VALUES_PER_KEY)  # 2,000 cost each line 0.5 ms for good
-    assert len(redact._log_forms) == at_bound
+    assert sum(map(len, redact._log_forms)) == at_bound
 
 
 def test_a_value_read_again_counts_as_new():
@@ -60,3 +67,51 @@ def test_a_name_that_many_sources_share_keeps_each_ones_value():
         hide_in_logs({"url query api_key": f"mcp-literal-key-{i:04d}"}, f"mcp server s{i}")
     for i in range(LOG_VALUES_PER_KEY + 1):
         assert for_logs(line(f"mcp-literal-key-{i:04d}")) == line("[secret url query api_key]"), i
+
+
+# --- the forms of a value redact() knows --------------------------------------------------------
+
+PAT = "github_pat_11ABCDEFG0" + "x7Kq9ZpL2mN4vB8cD1fH3jR5tW6yE0uI" * 2 + "s9T_aQ3wE5rT7yU9iO1pA2sD4fG6h"  # 99 chars
+SLASHY = "tok/+ab?c>d~Z9=="  # its base64 holds `/` and `+`, its percent-encoding %2F
+
+
+def shows(out: str, encoded: str) -> list[str]:
+    """The 10-character runs of `encoded` still in `out`, line breaks left out of both: base64 keeps at
+    most the few characters that also carry a prefix's bits (`user:` is 7) and the padding."""
+    out, encoded = (s.replace("\r", "").replace("\n", "") for s in (out, encoded))
+    return [encoded[i:i + 10] for i in range(len(encoded) - 9) if encoded[i:i + 10] in out]
+
+
+@pytest.mark.parametrize("encode, value", [
+    (lambda v: base64.urlsafe_b64encode(v).decode(), SLASHY),
+    (lambda v: base64.urlsafe_b64encode(b"user:" + v).decode().rstrip("="), SLASHY),  # a JWT's part: no padding
+    (lambda v: base64.encodebytes(b"user:" + v).decode(), PAT),  # wrapped at 76 columns
+    (lambda v: base64.encodebytes(v).decode().replace("\n", "\r\n"), PAT),  # MIME's line ends
+    (lambda v: "\n".join(textwrap.wrap(base64.b64encode(b"k=" + v).decode(), 64)), PAT),  # openssl base64's 64
+    (lambda v: urllib.parse.quote(v), SLASHY),  # `/` kept
+    (lambda v: re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), urllib.parse.quote(v, safe="")), SLASHY),
+    (lambda v: v.hex(), PAT),
+    (lambda v: v.hex().upper(), SLASHY),
+], ids=["base64url", "jwt-part", "encodebytes", "mime", "openssl", "quote", "percent-lower-hex", "hex", "HEX"])
+def test_a_value_in_a_common_encoding_shows_none_of_its_own_characters(encode, value):
+    """Reproduced by a review: each came back unhidden, a 99-character github_pat in
+    `base64.encodebytes(b"user:" + v)` too (its line break fell inside the value's characters)."""
+    encoded = encode(value.encode())
+    out = redact.redact(f"said: {encoded}\nbye\n", {"K": value})
+    assert "[secret K]" in out and not shows(out, encoded), out
+    assert out.startswith("said: ") and out.endswith("\nbye\n"), out
+
+
+def test_a_wrapped_value_takes_the_line_breaks_inside_it_and_leaves_the_others():
+    lines = base64.encodebytes(b"user:" + PAT.encode()).decode().splitlines()  # 2 lines of 76, and a third
+    text = "\r\n".join(["head", *lines, *lines, "tail"])
+    out = redact.redact(text, {"PAT": PAT})
+    assert out.count("[secret PAT]") == 2 and not shows(out, "".join(lines)), out
+    assert out == "head\r\ndXNlcjp[secret PAT]g=\r\ndXNlcjp[secret PAT]g=\r\ntail", out
+
+
+def test_of_two_overlapping_base64_values_found_across_a_break_the_longer_goes_whole():
+    long, short = base64.b64encode(b"0123456789abcdef").decode(), base64.b64encode(b"89abcdef").decode()
+    assert redact.redact(f"x{long[:9]}\n{long[9:]}y", {"A": "0123456789abcdef", "B": "89abcdef"}).startswith(
+        "x[secret A]"), long
+    assert redact.redact(f"{short}\n{short}", {"B": "89abcdef"}) == "[secret B]Y=\n[secret B]Y="  # padding stays

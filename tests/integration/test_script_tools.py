@@ -7,6 +7,7 @@ a file it is still writing.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -1057,6 +1059,43 @@ def test_a_script_that_prints_its_secret_never_hands_the_value_back(make_daemon,
     assert fails.error.message.endswith('stdout: {"echo": "[secret API_TOKEN]", "n": 1}')  # its stdout, redacted
     texts = list(strings(msgspec.to_builtins([as_json, as_text, fails, as_go])))
     assert texts and not [t for t in texts if "tok-" in t]  # no form of the value, escaped or not
+
+
+# prints API_TOKEN in the encoding its `text` names, on stdout and (as a failure) on stderr
+ENCODES_TOKEN = """#!/usr/bin/env python3
+import base64, json, os, sys, urllib.parse
+mode, v = json.load(sys.stdin)["text"], os.environ["API_TOKEN"].encode()
+print({"base64url": lambda: base64.urlsafe_b64encode(b"user:" + v).decode().rstrip("="),
+       "wrapped": lambda: base64.encodebytes(b"user:" + v).decode(),
+       "quoted": lambda: urllib.parse.quote(v),
+       "hex": lambda: v.hex()}[mode](), file=sys.stderr if os.environ["SCV_TOOL_DIR"].endswith("fails") else sys.stdout)
+sys.exit(1 if os.environ["SCV_TOOL_DIR"].endswith("fails") else 0)
+"""
+# 99 characters: wrapped at 76, a line break falls in its base64; its base64 holds `/` (`_` in base64url)
+ENCODED_KEY = ("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY/aws+secret?key>~0123456789abcdefghijklmnopqrstuvwxyz"
+               "ABCDEF")
+
+
+def test_a_script_printing_its_secret_base64url_wrapped_percent_or_hex_encoded_hands_none_back(
+        make_daemon, scv_home, workspace):
+    """A review's script tool printed its 99-character key as a JWT's base64url, wrapped as
+    `base64.encodebytes` does, as quote() does (`/` kept) and in hex: each came back as it was, in
+    its result and in its failure's stderr."""
+    for name in ("encodes", "fails"):
+        make_tool(scv_home, name, ENCODES_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env={"API_TOKEN": ENCODED_KEY, **NO_KEYRING})
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        done = {mode: (c.call(sid, "script_encodes", {"text": mode}), c.call(sid, "script_fails", {"text": mode}))
+                for mode in ("base64url", "wrapped", "quoted", "hex")}
+    for mode, (printed, failed) in done.items():
+        assert printed.ok and "[secret API_TOKEN]" in printed.result, (mode, printed)
+        assert failed.error.kind == "failed" and "[secret API_TOKEN]" in failed.error.message, (mode, failed)
+    texts = "".join(strings(msgspec.to_builtins(list(done.values())))).replace("\n", "")
+    v = ENCODED_KEY.encode()
+    for encoded in (base64.urlsafe_b64encode(b"user:" + v).decode(), base64.b64encode(b"user:" + v).decode(),
+                    urllib.parse.quote(v), v.hex()):  # what each printed, its line breaks left out
+        assert not [encoded[i:i + 10] for i in range(len(encoded) - 9) if encoded[i:i + 10] in texts], texts
 
 
 PRINTS_PIN = """#!/bin/bash
