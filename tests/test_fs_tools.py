@@ -484,6 +484,8 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
      # read unasked before: a Codex relay's bearer token (also in scvd's codex home), Gemini CLI's OAuth tokens
      (".codex/config.toml", True), ("adapters/codex/config.toml", True), (".gemini/oauth_creds.json", True),
      (".claude.json", True), ("adapters/claude/.claude.json", True), ("claude.json.md", False),
+     # read unasked before: a process's environment from procfs, copied (a bug report's bundle) or mirrored
+     ("sos/proc/1234/environ", True), ("environ.md", False),
      ("db-creds.yaml", True), ("config.toml", False), ("codex-rs/config.toml", False), ("credits.md", False),
      ("config.json", False), (".docker/daemon.json", False), ("tfstate.md", False), (".venv/bin/python", False),
      ("src/main.py", False), ("environment.py", False), ("keyboard.c", False),

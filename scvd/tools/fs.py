@@ -39,6 +39,7 @@ from .git_config_secret import NAMES as GIT_CONFIG_NAMES, reason as git_config_r
 from .containment import show
 from .contract import NOT_NOW, CallContext, Plan, Tool, ToolFlags, ToolRisk
 from .own_files import own_file_reason
+from .procfs import DEVICES as PROCFS, KIND as PROCFS_KIND
 from .secret_paths import secret_reason
 
 log = logging.getLogger("scvd.tools.fs")
@@ -658,8 +659,8 @@ def _replaced_git_config_reason(parent: int, parts: tuple[str, ...], real: tuple
 
 
 def _content_always_asks(parts: tuple[str, ...], reason: str | None) -> str | None:
-    """Plan.always_ask of a file the git config rule found a credential in (`reason`): the gate's
-    rules judge paths only, and a session grant must not cover it, as it covers no secret-like name."""
+    """Plan.always_ask of a file the git config rule found a credential in, or one on procfs (`reason`):
+    the gate's rules judge paths only, and a session grant must not cover it, as it covers no secret-like name."""
     return None if reason is None else f"{show(containment.join(parts))} is secret-like ({reason})"
 
 
@@ -708,8 +709,10 @@ class ReadTool(Tool):
         fd, st, real = containment.open_regular(ctx.workspace_fd, parts, args.path)  # refuse escapes before approval
         try:
             secret, inside = _secret_reason(parts, real, ctx), None
+            if st.st_dev in PROCFS:  # by what it is: no name tells (a session on /proc/<pid>, a bind mount)
+                secret = inside = PROCFS_KIND
             # the one rule that looks at content, through this fd: any other file pays a name compared
-            if secret is None and _git_config_named(parts, real):
+            elif secret is None and _git_config_named(parts, real):
                 secret = inside = git_config_reason(fd, parts, real, str(ctx.workspace))
         except BaseException:
             os.close(fd)

@@ -46,6 +46,9 @@ SECRET_NAMES = {
     ".dockercfg": "a legacy Docker config that holds registry credentials",
     ".terraformrc": "a Terraform CLI config that may hold Terraform Cloud tokens",
     "wallet.dat": "a cryptocurrency wallet",
+    # procfs's, copied or mirrored (a bug report's bundle, a FUSE view of /proc); procfs itself asks by
+    # its device (scvd/tools/procfs.py)
+    "environ": "a process's environment as procfs shows it (its secrets among its variables)",
 }
 # (directory, file name): names too common to flag anywhere else
 SECRET_FILES_IN = {
