@@ -6,7 +6,7 @@ it reads or writes, as asked and as resolved) include one named by an
 directory that is not named `.git` (`git init --separate-git-dir`, a repo tool's
 `project.git`: its config and hooks run at the next git command), or any target of
 a workspace that is or lies in a git directory (`repo/.git/hooks`), or one of scvd's
-own folders or its config file (scvd/own_places.py), or a place whose files run later outside any
+own folders or its config file or a file-backed keyring's store (scvd/own_places.py), or a place whose files run later outside any
 sandbox (the home's dotfiles, a directory on PATH: scvd/host_places.py), is put to a
 person, and that request is approved once only (as is one whose tool found that a target holds
 a secret, `Plan.always_ask`: calls.py takes it after these). Pure functions on path strings,
@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 from .ask_globs import compile_globs, matches
 from .gitmeta import looks_like_git_dir
 from .host_places import HOME_DIR, RUNS, STARTED_IN, home_place, real_home
-from .own_places import CONFIG, ROOT, TOOL, Place, of
+from .own_places import CONFIG, KEYRING, KEYRING_FILE, ROOT, TOOL, Place, of
 from .paths import within
 from .tools.containment import show
 from .tools.secret_paths import secret_reason
@@ -113,8 +113,8 @@ def _own_files(where: _Where, own: Sequence[Place]) -> str | None:
     """A target inside scvd's folders (config.toml, a script tool's tool.json, the audit log), a folder
     a loaded tool runs from (a script tool's linked in from elsewhere) or the config file it reads
     (`--config`'s, wherever it is): a grant to write in a workspace that holds them must not let the
-    agent change what scvd runs or records."""
-    roots, tools, configs = of(own, ROOT), of(own, TOOL), of(own, CONFIG)
+    agent change what scvd runs or records; or a file-backed keyring's store, as a secret-like file."""
+    roots, tools, configs, keyrings = of(own, ROOT), of(own, TOOL), of(own, CONFIG), of(own, KEYRING, KEYRING_FILE)
     # all as named, then where they lead: fs and agent tools list a link's target as a target of its own,
     # which the reason then names
     for target, path in [(t, named) for t, named, _ in where] + [(t, real) for t, _, real in where]:
@@ -127,6 +127,9 @@ def _own_files(where: _Where, own: Sequence[Place]) -> str | None:
                         "maybe unasked)")
         if path in configs:
             return f"{show(target)} is the configuration file scvd reads, {path} (it starts MCP servers unsandboxed)"
+        for place in keyrings:
+            if within(path, place):
+                return f"{show(target)} is in {place}, where a file-backed keyring keeps every secret stored in it"
     return None
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from . import errors
+from .keyring_files import keyring_dir, keyring_file
 
 if TYPE_CHECKING:
     import platformdirs
@@ -40,6 +41,9 @@ class Paths:
     state_dir: Path
     runtime_dir: Path
     socket: Path
+    # not scvd's, but where a file-backed keyring keeps the secrets scvd stores (scvd/keyring_files.py)
+    keyring_dir: Path | None = None
+    keyring_file: Path | None = None
 
     @property
     def config_file(self) -> Path:
@@ -196,7 +200,7 @@ def resolve(env: Mapping[str, str] | None = None) -> Paths:
         )
     sock = env.get("SCV_SOCKET")
     socket = _absolute("SCV_SOCKET", sock, env) if sock else paths["runtime_dir"] / "scvd.sock"
-    return Paths(socket=socket, **paths)
+    return Paths(socket=socket, keyring_dir=keyring_dir(env), keyring_file=keyring_file(env), **paths)
 
 
 def _absolute(name: str, value: str, env: Mapping[str, str]) -> Path:

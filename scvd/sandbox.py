@@ -434,7 +434,8 @@ class ProbeResult:
 
 
 def hidden_paths(paths: Paths, env: Mapping[str, str]) -> list[Path]:
-    """scvd's own directories (Paths.roots()), hidden inside the sandbox (candidates; may not exist).
+    """scvd's own directories (Paths.roots()), hidden inside the sandbox (candidates; may not exist),
+    and keyring's folder, where a file-backed keyring keeps every secret scvd stores in it.
 
     The whole XDG_RUNTIME_DIR goes too: it holds the systemd user manager's and
     the D-Bus session sockets, through which a process could start commands
@@ -442,7 +443,8 @@ def hidden_paths(paths: Paths, env: Mapping[str, str]) -> list[Path]:
     sockets are when XDG_RUNTIME_DIR names another directory (one inherited from
     another user through `su`, which platformdirs skips for scvd's socket too).
     """
-    return [*paths.roots(), runtime_base(env), runtime_base({})]
+    keyring = [paths.keyring_dir] if paths.keyring_dir else []
+    return [*paths.roots(), *keyring, runtime_base(env), runtime_base({})]
 
 
 # Unix sockets that lead out of a sandbox live here: tmux, screen, X11 and ssh-agent in
@@ -467,7 +469,8 @@ def masked_files(paths: Paths, listening_on: str | None = None, config_file: str
     rather than hiding whatever directory it sits in (/tmp, a home). So is the one
     scvd really listens on, when systemd handed over another (a ListenStream= of
     the user's choosing): through it a sandboxed process could run scvd's tools.
-    So is the config file scvd reads (`--config`) wherever it lies: a read of it asks."""
+    So is the config file scvd reads (`--config`) wherever it lies: a read of it asks; and the
+    file KEYRING_PROPERTY_FILE_PATH gives a file-backed keyring (every secret scvd stores there)."""
     found = [] if paths.socket.parent == paths.runtime_dir else [paths.socket]
     if listening_on and listening_on.startswith("/"):  # not an abstract name
         real = Path(listening_on)
@@ -475,6 +478,8 @@ def masked_files(paths: Paths, listening_on: str | None = None, config_file: str
             found.append(real)
     if config_file:  # inside scvd's folders it is hidden with them (build_argv leaves the mask out)
         found.append(Path(config_file))
+    if paths.keyring_file:
+        found.append(paths.keyring_file)
     return found
 
 

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 from . import errors
 from .durable import sync_directory
+from .keyring_files import check_backend
 from .paths import make_dirs
 from .redact import hide_in_logs
 from .secrets_file import KEY_RE, edit_file, key_problem, parse_file, render_file
@@ -262,6 +263,8 @@ class SecretStore:
         if self._keyring is None:
             self._keyring = detect_keyring() if self._use_keyring else (None, "keyring turned off")
             log.info("secret store: %s; file %s", self._keyring[1], self.path)
+            if self._keyring[0] is not None:  # one that keeps a file where scvd's rules do not look
+                check_backend(self._keyring[0], os.environ)
         return self._keyring
 
     def _keyring_get(self, key: str) -> str | None:

@@ -486,6 +486,9 @@ def test_read_of_secret_like_path_is_filesystem_risk(ws: Workspace, path: str) -
      (".claude.json", True), ("adapters/claude/.claude.json", True), ("claude.json.md", False),
      # read unasked before: a process's environment from procfs, copied (a bug report's bundle) or mirrored
      ("sos/proc/1234/environ", True), ("environ.md", False),
+     # read unasked before: a file-backed keyring's store (keyrings.alt, keyrings.cryptfile), all its secrets
+     (".local/share/python_keyring/keyring_pass.cfg", True), ("backup/Crypted_pass.cfg", True),
+     ("cryptfile_pass.cfg", True), ("keyring.cfg", False),
      ("db-creds.yaml", True), ("config.toml", False), ("codex-rs/config.toml", False), ("credits.md", False),
      ("config.json", False), (".docker/daemon.json", False), ("tfstate.md", False), (".venv/bin/python", False),
      ("src/main.py", False), ("environment.py", False), ("keyboard.c", False),

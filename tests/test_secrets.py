@@ -277,6 +277,31 @@ def test_the_null_keyring_means_none(xdg: Path, monkeypatch: pytest.MonkeyPatch)
     assert backend is None and "stores nothing" in why
 
 
+ELSEWHERE_BACKEND = '''
+from keyrings.alt.file import PlaintextKeyring
+
+class Elsewhere(PlaintextKeyring):
+    """keyrings.alt's plain-text file, kept where no documented setting of keyring puts it."""
+
+    file_path = {path!r}
+'''
+
+
+def test_a_file_backed_keyring_kept_where_scvd_does_not_look_is_warned_of(
+        xdg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    """scvd's read rule and sandbox know keyring's data folder and KEYRING_PROPERTY_FILE_PATH, not a
+    backend's own place: the first use of such a store says so, where it kept silent."""
+    (tmp_path / "elsewhere_keyring.py").write_text(ELSEWHERE_BACKEND.format(path=str(tmp_path / "vault.cfg")))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for backend, warned in ((PLAINTEXT, False), ("elsewhere_keyring.Elsewhere", True)):
+        monkeypatch.setenv("PYTHON_KEYRING_BACKEND", backend)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="scvd.keyring_files"):
+            SecretStore(tmp_path / "conf" / "secrets.toml", env={}).set("API_TOKEN", "tok")
+        assert (f"keeps secrets in {tmp_path / 'vault.cfg'}, which scvd does not know" in caplog.text) is warned
+    assert (tmp_path / "vault.cfg").is_file()  # where the value went
+
+
 HANGING_BACKEND = '''
 import time
 from keyring.backend import KeyringBackend

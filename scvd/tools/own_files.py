@@ -4,7 +4,8 @@ A workspace that holds scvd's folders (`~`, or one with `SCV_HOME` inside) or th
 given to `--config` would otherwise show the agent the configuration (MCP servers' header
 tokens in plain text), the audit log, the chat transcripts and the private homes of the
 agents and MCP servers (their sign-in and history): the secret-like name rule misses most
-of them. Script tool sources and skills stay unasked. Like that rule, it is a visibility
+of them; so would a file-backed keyring's store (not scvd's, but it holds every secret scvd
+stored there). Script tool sources and skills stay unasked. Like that rule, it is a visibility
 aid, not a confidentiality boundary: `bash` can read them too.
 
 Judged by place, not name: the places are scvd's own (scvd/own_places.py, real paths);
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from ..own_places import ADAPTERS, AUDIT_LOG, CHAT, CONFIG, MCP, SECRETS, Place
+from ..own_places import ADAPTERS, AUDIT_LOG, CHAT, CONFIG, KEYRING, KEYRING_FILE, MCP, SECRETS, Place
 from ..paths import within
 
 FILE, PREFIX, FOLDER = 0, 1, 2  # the file itself; files whose name starts so (rotations); all below
@@ -28,6 +29,9 @@ SENSITIVE = {
     CHAT: ("scvd's chat transcripts folder (all a conversation said, tool outputs too)", FOLDER),
     ADAPTERS: ("the folder of the agents' private homes (their sign-in and history)", FOLDER),
     MCP: ("the folder of the MCP servers' private homes (they may keep tokens there)", FOLDER),
+    KEYRING: ("keyring's folder, where a file-backed keyring keeps every secret stored in it", FOLDER),
+    KEYRING_FILE: ("a file-backed keyring's store (KEYRING_PROPERTY_FILE_PATH), which holds every secret "
+                   "stored in it", FILE),
 }
 # (rel parts, kind, how it matches)
 Entry = tuple[tuple[str, ...], str, int]

@@ -49,6 +49,10 @@ SECRET_NAMES = {
     # procfs's, copied or mirrored (a bug report's bundle, a FUSE view of /proc); procfs itself asks by
     # its device (scvd/tools/procfs.py)
     "environ": "a process's environment as procfs shows it (its secrets among its variables)",
+    # a file-backed keyring's store wherever it lies (its usual folder is one of scvd's own places)
+    "keyring_pass.cfg": "a plain-text keyring (keyrings.alt), which holds every secret stored in it",
+    "crypted_pass.cfg": "an encrypted keyring file (keyrings.alt), which holds every secret stored in it",
+    "cryptfile_pass.cfg": "an encrypted keyring file (keyrings.cryptfile), which holds every secret stored in it",
 }
 # (directory, file name): names too common to flag anywhere else
 SECRET_FILES_IN = {

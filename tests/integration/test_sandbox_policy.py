@@ -227,6 +227,33 @@ def test_the_config_file_given_by_dash_dash_config_reads_empty_in_the_sandbox(ma
     assert "own text" not in done.result["output"]
 
 
+def test_a_file_backed_keyrings_store_reads_empty_in_the_sandbox(make_daemon, workspace: Path, tmp_path: Path):
+    """PlaintextKeyring keeps every stored secret in $XDG_DATA_HOME/python_keyring/keyring_pass.cfg
+    (or where KEYRING_PROPERTY_FILE_PATH says): the sandbox hid scvd's folders, not that one, so a
+    sandboxed bash printed them all, unasked where it lay outside /tmp, /var/tmp and /run."""
+    from test_secret_places_socket import IN_KEYRING, PLAINTEXT, encoded, set_secret, stored_in
+
+    data, elsewhere = tmp_path / "data", tmp_path / "vault" / "store.ini"
+    elsewhere.parent.mkdir()
+    env = {"PYTHON_KEYRING_BACKEND": PLAINTEXT, "XDG_DATA_HOME": str(data)}
+    d = make_daemon(SANDBOXED + "network = true\n", env={**env, "KEYRING_PROPERTY_FILE_PATH": str(elsewhere)})
+    set_secret({k: v for k, v in d.env.items() if k != "KEYRING_PROPERTY_FILE_PATH"}, "GH_TOKEN", IN_KEYRING)
+    set_secret(d.env, "OTHER_TOKEN", IN_KEYRING)
+    store = data / "python_keyring" / "keyring_pass.cfg"
+    assert stored_in(store, IN_KEYRING) and stored_in(elsewhere, IN_KEYRING)  # what a cat would show
+    with d.client() as c:
+        # online, so /tmp (where these are) is the host's, as a home is offline
+        call_id = c.start_call(c.open_session(workspace), "bash", {"command": f"cat {store} {elsewhere}; echo END"})
+        c.request(p.ApprovalDecide, approval_id=wait_pending(c)[0].approval_id, decision="approve")
+        done = c.wait_call(call_id)
+    assert done.ok and done.result["output"].endswith("END\n"), done
+    assert encoded(IN_KEYRING) not in done.result["output"] and "[scv]" not in done.result["output"], done
+    d.stop()
+    offline = make_daemon(SANDBOXED, env=env)
+    with offline.client() as c:  # one that holds it asks: its bind would show it whole again
+        asked_and_denied(c, data, "cat python_keyring/keyring_pass.cfg")
+
+
 def test_a_workspace_that_is_a_directory_the_sandbox_hides_asks_for_every_call(make_daemon, tmp_path: Path):
     # an offline call sees /tmp, /var/tmp, /run and XDG_RUNTIME_DIR empty because their sockets
     # (tmux, X11, docker, the user's systemd and D-Bus) lead out of any sandbox; the workspace's

@@ -3,7 +3,7 @@ socket: procfs (a process's environment, command line, memory) and a file-backed
 
 from __future__ import annotations
 
-import os
+import base64
 import shutil
 import subprocess
 import sys
@@ -93,3 +93,56 @@ def test_procfs_bound_elsewhere_asks_as_proc_does(make_daemon, proc_bound: Path)
         sid = owner.open_session(proc_bound)
         for path in ("p/self/environ", "p/self/cmdline", "p/1/status"):
             asks_as_procfs(owner, sid, path)
+
+
+PLAINTEXT = "keyrings.alt.file.PlaintextKeyring"
+IN_KEYRING = "ghp-in-a-file-backed-keyring-0611"
+
+
+def keyring_env(user_home: Path, **extra: str) -> dict[str, str]:
+    """A file-backed keyring, as tests/test_secrets.py chooses it: in `user_home`'s XDG data folder."""
+    return {"PYTHON_KEYRING_BACKEND": PLAINTEXT, "XDG_DATA_HOME": str(user_home / ".local" / "share"), **extra}
+
+
+def set_secret(env: dict[str, str], key: str, value: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "scvctl", "secrets", "set", key], env=env, input=f"{value}\n",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def encoded(value: str) -> str:
+    """`value` as PlaintextKeyring writes it."""
+    return base64.b64encode(value.encode()).decode()
+
+
+def stored_in(path: Path, value: str) -> bool:
+    return path.is_file() and encoded(value) in path.read_text()
+
+
+def test_a_read_of_a_file_backed_keyrings_store_asks(make_daemon, tmp_path: Path) -> None:
+    """PlaintextKeyring keeps every secret `scvctl secrets set` stores in
+    $XDG_DATA_HOME/python_keyring/keyring_pass.cfg (base64): neither one of scvd's places nor a
+    secret-like name, so a session on the home read them all unasked. So did one on the file that
+    KEYRING_PROPERTY_FILE_PATH names."""
+    home = tmp_path / "scvhome"
+    user = tmp_path / "scvhome-user-home"  # the daemon's HOME (conftest.base_env)
+    elsewhere = tmp_path / "vault" / "store.ini"
+    elsewhere.parent.mkdir()
+    daemon = make_daemon(home=home, env=keyring_env(user, KEYRING_PROPERTY_FILE_PATH=str(elsewhere)))
+    env = {k: v for k, v in daemon.env.items() if k != "KEYRING_PROPERTY_FILE_PATH"}
+    set_secret(env, "GH_TOKEN", IN_KEYRING)
+    set_secret(daemon.env, "OTHER_TOKEN", IN_KEYRING)
+    store = user / ".local/share/python_keyring/keyring_pass.cfg"
+    assert stored_in(store, IN_KEYRING) and stored_in(elsewhere, IN_KEYRING)  # what a read would show
+    (store.parent / "keyring_pass.cfg.bak").write_bytes(store.read_bytes())  # named like no secret
+    with daemon.client(name="pytest-owner", approver=True) as owner:
+        for where, path in [(user, ".local/share/python_keyring/keyring_pass.cfg"),
+                            (user, ".local/share/python_keyring/keyring_pass.cfg.bak"),
+                            (store.parent, "keyring_pass.cfg.bak"), (tmp_path, "vault/store.ini")]:
+            done, asked = call(owner, owner.open_session(where), "read", decide="deny", path=path)
+            assert asked.risk == "filesystem" and asked.details["secret_like"] is True, (path, asked)
+            assert "keyring" in asked.details["why"] and asked.always_ask, (path, asked)
+            assert done.error.kind == "denied"
+        (tmp_path / "vault" / "notes.txt").write_text("plain\n")
+        done, _ = call(owner, owner.open_session(tmp_path), "read", path="vault/notes.txt")  # beside it: unasked
+        assert done.result["content"] == "plain\n"
