@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
-from scvd import config as config_mod, errors, paths as paths_mod, protocol as p
+from scvd import config as config_mod, errors, paths as paths_mod, protocol as p, search_paths
 from scvd.adapters import service, spec as specs
 from scvd.adapters.service import default_codex_home
 from scvd.adapters.locate import missing_interpreter
@@ -105,10 +105,11 @@ class Here:
     def __init__(self) -> None:
         self.paths = paths_mod.resolve()
         self.config = config_mod.load(self.paths.config_file).config
+        self.env = search_paths.clean(os.environ)[0]  # as scvd cleans its own at start: the CLIs it would find
 
     def spec(self, agent: str, action: str, extra: list[str]) -> p.AgentsLaunch:
         return service.answer_spec(agent, action, list(extra), config=self.config, paths=self.paths,
-                                   env=os.environ, withheld=self._withheld(agent))
+                                   env=self.env, withheld=self._withheld(agent))
 
     def _withheld(self, agent: str) -> frozenset[str]:
         """What the daemon would withhold, by this configuration and its tools (a script tool's secrets),
@@ -121,7 +122,7 @@ class Here:
         return names if agent == SETUP_AGENT else names.union(SetupKeys(self.paths.adapters_dir)())
 
     def import_setup(self, agent: str, source: str) -> p.AgentsImported:
-        return service.answer_import(agent, source, paths=self.paths, env=os.environ)
+        return service.answer_import(agent, source, paths=self.paths, env=self.env)
 
     def systemd(self) -> bool | None:
         return None  # no scvd runs: how the next one starts is not known here
@@ -199,15 +200,22 @@ def _repair(launch: p.LaunchSpec) -> None:
 
 def _unsupported(side: Answers, name: str, why: str | None) -> str:
     """Why the daemon cannot run `name`'s command; when the CLI is merely missing from the daemon's
-    PATH (under systemd the user manager's, not this shell's), where this shell finds it."""
+    PATH (under systemd the user manager's, not this shell's), where this shell finds it, looked up
+    as scvd looks (its PATH cleaned: search_paths.py). Found only through an entry scvd drops (a
+    relative one), that entry is named by its absolute path: the folder as given is never scvd's."""
     import shutil
 
     executable = specs.ADAPTERS[name].executable
-    found = shutil.which(executable) if isinstance(side, FromDaemon) else None
-    if not found:
+    found = shutil.which(executable, path=search_paths.clean(os.environ)[0]["PATH"])
+    if found and isinstance(side, FromDaemon):
+        return (f"{executable} is not on scvd's PATH, but this shell finds it at {found}: "
+                f"{path_advice(os.path.dirname(found), side.systemd())}")
+    if found or not (found := shutil.which(executable)):  # found here: scvctl alone finds what scvd would
         return why or "unavailable"
-    return (f"{executable} is not on scvd's PATH, but this shell finds it at {found}: "
-            f"{path_advice(os.path.dirname(found), side.systemd())}")
+    entry = os.path.dirname(found)
+    return (f"{executable} is not on scvd's PATH, but this shell finds it at {found}, through the entry {entry!r} "
+            "of its PATH, which scvd drops: each process it starts would read that against its working "
+            f"directory, a session's workspace; {path_advice(os.path.abspath(entry), side.systemd())}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

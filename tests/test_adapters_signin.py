@@ -141,7 +141,8 @@ def test_signin_hint_on_failure(output) -> None:
 ])
 def test_node_missing_from_scvds_path_gets_its_own_hint(said: str) -> None:
     hint = failure_hint(spec.PI, f"{said}\n", failed=True)
-    assert hint and hint.startswith("pi needs node, which is not on scvd's PATH: add the folder of `command -v node`")
+    assert hint and hint.startswith("pi needs node, which is not on scvd's PATH: add the absolute path of the "
+                                    "folder of `command -v node`")
 
 
 def test_a_missing_program_the_agent_met_in_its_work_is_not_its_own() -> None:
@@ -155,12 +156,12 @@ def test_no_hint_for_other_output(output) -> None:
 
 
 @pytest.mark.parametrize("systemd, advice", [
-    (True, "add the folder of `command -v node` to scvd's PATH (systemctl --user edit scvd: Environment=PATH=...), "
-           "then systemctl --user restart scvd"),
+    (True, "add the absolute path of the folder of `command -v node` to scvd's PATH (systemctl --user edit scvd: "
+           "Environment=PATH=...), then systemctl --user restart scvd"),
     (False, "scvd runs outside systemd, with the PATH of the shell that started it: stop it and start scvd run "
-            "again from a shell whose PATH has the folder of `command -v node`"),
-    (None, "add the folder of `command -v node` to scvd's PATH (under systemd: systemctl --user edit scvd: "
-           "Environment=PATH=...; else in the shell that runs scvd run), then restart scvd"),
+            "again from a shell whose PATH has the absolute path of the folder of `command -v node`"),
+    (None, "add the absolute path of the folder of `command -v node` to scvd's PATH (under systemd: systemctl "
+           "--user edit scvd: Environment=PATH=...; else in the shell that runs scvd run), then restart scvd"),
 ])
 def test_a_missing_node_is_fixed_where_scvds_path_comes_from(systemd, advice):
     """The advice named `systemctl --user edit scvd` for an scvd started in a shell too (the README's

@@ -384,7 +384,7 @@ def test_a_cli_whose_node_is_not_on_scvds_path_gets_a_hint_saying_so(harness: Ha
     assert result["hint"] == (  # this process runs outside systemd, as a `scvd run` in a shell does
         "claude needs scvd-test-node-nowhere, which is not on scvd's PATH: scvd runs outside systemd, with the "
         "PATH of the shell that started it: stop it and start scvd run again from a shell whose PATH has the "
-        "folder of `command -v scvd-test-node-nowhere`")
+        "absolute path of the folder of `command -v scvd-test-node-nowhere`")
 
 
 MOVED_NODE_HINT = (

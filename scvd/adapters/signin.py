@@ -69,8 +69,9 @@ def missing_program_hint(adapter: specs.Adapter, program: str, systemd: bool | N
         return (f"{adapter.executable} needs {program}, which its first line names and which does not exist: "
                 f"reinstall it with the node on scvd's PATH (npm install -g {adapter.package}), or install "
                 f"{os.path.basename(program)} at {program}")
+    # by its absolute path: scvd drops a relative PATH entry (search_paths.py), and a shell's PATH may have one
     return (f"{adapter.executable} needs {program}, which is not on scvd's PATH: "
-            f"{path_advice(f'the folder of `command -v {program}`', systemd)}")
+            f"{path_advice(f'the absolute path of the folder of `command -v {program}`', systemd)}")
 
 
 def path_advice(folder: str, systemd: bool | None) -> str:

@@ -677,6 +677,34 @@ def daemonless_env(home: Path, tmp_path: Path) -> dict[str, str]:
                     CLAUDE_CODE_OAUTH_TOKEN="planted-oauth-in-shell")
 
 
+def test_a_cli_this_shell_finds_through_a_relative_path_entry_is_named_by_its_absolute_folder(
+        make_daemon, tmp_path: Path) -> None:
+    """`PATH=bin:...`, scvd started from the folder that holds bin/claude: scvd drops `bin`, and the
+    advice said to start scvd again from a shell whose PATH has `bin`, the entry it had just dropped."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    make_fake_bin(tmp_path / "bin")
+    path = f"bin{os.pathsep}{empty}"
+    d = make_daemon(env={"PATH": path}, cwd=tmp_path)
+    assert "dropped 'bin' from scvd's PATH" in d.log()
+    dropped = ("claude is not on scvd's PATH, but this shell finds it at bin/claude, through the entry 'bin' of its "
+               "PATH, which scvd drops: each process it starts would read that against its working directory, "
+               "a session's workspace; ")
+    said = (f"{dropped}scvd runs outside systemd, with the PATH of the shell that started it: stop it and start "
+            f"scvd run again from a shell whose PATH has {tmp_path / 'bin'}")
+    for args in (["status"], ["login", "claude"]):
+        out = scvctl_alone({**base_env(d.home), "PATH": path}, "agents", *args, cwd=tmp_path)
+        assert said in out.stdout + out.stderr, out
+    d.stop()
+    # without scvd, scvctl looks the CLI up as scvd would: not through `bin`, which it would drop
+    env = {**daemonless_env(tmp_path / "scv", tmp_path), "PATH": path}
+    out = scvctl_alone(env, "agents", "login", "claude", cwd=tmp_path)
+    assert (out.returncode, out.stderr.splitlines()[-1]) == (1, (
+        f"claude: {dropped}add {tmp_path / 'bin'} to scvd's PATH (under systemd: systemctl --user edit scvd: "
+        "Environment=PATH=...; else in the shell that runs scvd run), then restart scvd")), out.stderr
+    assert not (tmp_path / "agent-log").exists()  # it ran the CLI found through `bin`
+
+
 def scvctl_alone(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "scvctl", *args], env=env, cwd=cwd,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
@@ -783,7 +811,7 @@ def test_a_cli_whose_node_is_missing_is_said_so_by_status_and_login(tmp_path: Pa
     pi = tmp_path / "bin" / "pi"
     pi.unlink()
     pi.symlink_to(FAKE_AGENT.parent / "needs-a-missing-node")
-    hint = ("pi needs scvd-test-node-nowhere, which is not on scvd's PATH: add the folder of "
+    hint = ("pi needs scvd-test-node-nowhere, which is not on scvd's PATH: add the absolute path of the folder of "
             "`command -v scvd-test-node-nowhere` to scvd's PATH (under systemd: systemctl --user edit scvd: "
             "Environment=PATH=...; else in the shell that runs scvd run), then restart scvd")
     out = scvctl_alone(env, "agents", "status")
