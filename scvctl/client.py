@@ -149,10 +149,10 @@ def not_running(path: Path | str, exc: OSError) -> DaemonNotRunning:
     if kind:  # refused as no listener is: a file there (`scvd run` refuses that path too)
         return not_scvd(path, f"it is {kind}, not a socket")
     holder = _running_without(path) if exc.errno in (errno.ENOENT, errno.ECONNREFUSED) else None
-    if holder is not None and holder.socket not in (None, os.path.abspath(path)):
+    if holder is not None and holder.socket is not None and _another_live_socket(holder.socket, path):
         return _listens_elsewhere(path, exc, holder.pid, holder.socket)
     if holder is not None:  # "start it" went in a circle: `scvd run` refuses, naming this pid
-        return _socket_gone(path, exc, holder)
+        return _socket_gone(holder.socket or path, exc, holder)
     return DaemonNotRunning(
         f"scvd is not running on {path} ({exc.strerror or exc}); "
         "start it with `systemctl --user start scvd` or `scvd run`"
@@ -167,6 +167,22 @@ def _listens_elsewhere(path: Path | str, exc: OSError, pid: int, where: str) -> 
         f"{where}: it was started where XDG_RUNTIME_DIR or SCV_SOCKET differed from here; reach it with "
         f"SCV_SOCKET={where} (or scvctl --socket {where}), or restart it from this environment "
         f"(systemctl --user restart scvd, or kill {pid} and scvd run)")
+
+
+def _another_live_socket(where: str, path: Path | str) -> bool:
+    """Whether scvd's own socket (`where`, from its lock file) is a socket and another file than `path`:
+    one gone too, or `path` itself by another name (a link on the way), is no place to send a user."""
+    try:
+        there = os.stat(where)
+    except OSError:
+        return False
+    if not stat.S_ISSOCK(there.st_mode):
+        return False
+    try:
+        here = os.stat(path)
+    except OSError:  # nothing at `path`
+        return True
+    return (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino)
 
 
 def _socket_gone(path: Path | str, exc: OSError, holder: Holder) -> errors.SocketGone:

@@ -95,6 +95,20 @@ def test_an_scvd_whose_socket_is_gone_is_named_with_its_pid_not_sent_to_start(ma
     assert out.returncode == 3 and out.stderr.startswith(f"scvd is not running on {d.socket}"), out.stderr
 
 
+def test_an_scvd_whose_socket_is_gone_is_not_sent_to_the_same_file_by_another_name(make_daemon, tmp_path):
+    """SCV_SOCKET through a link (`link -> real`) to a socket that is gone: scvctl compared the paths
+    as text and sent the user to real/s.sock, `where scvd listens`, the same file, gone too."""
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to("real")
+    real, link = tmp_path / "real" / "s.sock", tmp_path / "link" / "s.sock"
+    d = make_daemon("[server]\nsocket_check_seconds = 3600\n", env={"SCV_SOCKET": str(real)})
+    real.unlink()
+    out = subprocess.run([sys.executable, "-m", "scvctl", "status"], env={**d.env, "SCV_SOCKET": str(link)},
+                         capture_output=True, text=True, timeout=30)
+    assert (out.returncode, out.stderr.partition(";")[0]) == (
+        3, f"scvd (pid {d.proc.pid}) is running but its socket {real} is gone (No such file or directory)"), out
+
+
 def test_an_scvd_started_with_another_runtime_dir_is_named_with_the_socket_it_listens_on(tmp_path):
     """scvd started in an ssh session without XDG_RUNTIME_DIR, scvctl from a login session with one:
     scvctl found the instance's lock held and said the socket was gone and would come back: never true,
@@ -122,6 +136,11 @@ def test_an_scvd_started_with_another_runtime_dir_is_named_with_the_socket_it_li
         out = subprocess.run([sys.executable, "-m", "scvctl", "status"], env={**here_env, "SCV_SOCKET": str(there)},
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0 and f"(pid {proc.pid}," in out.stdout, out
+        there.unlink()  # its own socket gone too: SCV_SOCKET=there would not reach it either
+        out = subprocess.run([sys.executable, "-m", "scvctl", "status"], env=here_env, capture_output=True,
+                             text=True, timeout=30)
+        assert (out.returncode, out.stderr.partition(";")[0]) == (
+            3, f"scvd (pid {proc.pid}) is running but its socket {there} is gone (No such file or directory)"), out
     finally:
         proc.terminate()
         proc.communicate(timeout=15)
