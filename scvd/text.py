@@ -196,13 +196,15 @@ def toml_said(message: str, text: str) -> str:
     string) with the line and column where that is, and a key it names as a Python tuple
     (`('approvals',)`) as TOML writes it; a table declared twice says what to do about it."""
     twice = _DECLARED_TWICE.fullmatch(message)
-    if twice:
+    if twice and _dotted(twice[1]) is not None:
         return _declared_twice(twice[1], int(twice[2]), text)
-    message = _KEY_TUPLE.sub(lambda m: f"`{_dotted(m[0])}`", message)
+    message = _KEY_TUPLE.sub(lambda m: f"`{_dotted(m[0]) or m[0]}`", message)
     return message.replace("(at end of document)", f"(at end of document: {end_of(text)})")
 
 
-_KEY_TUPLE = re.compile(r"""\((?:'[^']*'|"[^"]*")(?:, (?:'[^']*'|"[^"]*"))*,?\)""")  # tomllib's key: a tuple's repr
+# a Python str's repr: quoted as '...' or "...", backslash escapes inside (a key holding both quotes)
+_PY_STR = r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
+_KEY_TUPLE = re.compile(rf"\({_PY_STR}(?:, {_PY_STR})*,?\)")  # tomllib's key: a tuple's repr
 _DECLARED_TWICE = re.compile(rf"Cannot declare ({_KEY_TUPLE.pattern}) twice \(at line (\d+), column \d+\)")
 _HEADER = re.compile(r"[ \t]*\[(?!\[)(.*?)\][ \t]*(?:#.*)?")  # a `[table]` line; `[[array]]` is none
 
@@ -236,13 +238,18 @@ def _header_key(line: str) -> tuple[str, ...] | None:
     return tuple(key) or None
 
 
-def _dotted(key_tuple: str) -> str:
-    """`('mcp', 'servers', 'my fs')` as TOML writes the key: mcp.servers."my fs"."""
+def _dotted(key_tuple: str) -> str | None:
+    """`('mcp', 'servers', 'my fs')` as TOML writes the key: mcp.servers."my fs"; None for what
+    Python does not read back (the message is then shown as tomllib wrote it)."""
     import ast  # only for a refusal
 
     from .toml_write import toml_key
 
-    return ".".join(toml_key(part) for part in ast.literal_eval(key_tuple))
+    try:
+        parts = ast.literal_eval(key_tuple)
+    except (ValueError, SyntaxError):
+        return None
+    return ".".join(toml_key(part) for part in parts)
 
 
 def cut_middle(text: str, head: int, tail: int, dropped: int = 0) -> str:

@@ -698,6 +698,10 @@ def test_an_override_out_of_bounds_says_what_to_give_as_a_variable(cfg_file):
                             "first defined (an array of tables `[[a]]`, an inline table or dotted keys)"),
     ("[x]\na = {b = 1}\n[x.a]\n", "`x.a` is defined twice, the second time at line 3 by `[x.a]`: "),
     ('[ "a" . b ] # [c]\n[a.b]\n', "[a.b] is declared twice, the second time at line 2: merge the two into one"),
+    # a key with both quotes: Python's repr escapes the ', which ended the key's match there (a traceback)
+    ('[mcp.servers."\'),\\""]\ncommand = "x"\n[mcp.servers."\'),\\""]\ncommand = "x"\n',
+     '[mcp.servers."\'),\\""] is declared twice, the second time at line 3: merge the two into one'),
+    ('"\'\\"" = {x = 1}\n"\'\\"".y = 2\n', 'Cannot mutate immutable namespace `"\'\\""` (at '),
 ])
 def test_a_key_tomllib_names_is_said_as_toml_writes_it(cfg_file, text, said):
     with pytest.raises(ConfigError) as info:
