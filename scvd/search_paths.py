@@ -19,6 +19,7 @@ directory as unset all the same (docs/operations.md).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -41,6 +42,11 @@ SEARCH_PATHS = {
 LIBRARY_LISTS = frozenset({"LD_PRELOAD", "LD_AUDIT"})
 # the XDG base directories: one names a single absolute directory, and a relative one is unset
 XDG_BASES = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR")
+# the loader's variables: it expands `$ORIGIN` (`${ORIGIN}`) at an entry's start to the folder of the
+# program it loads for, an absolute path, not the working directory. `$LIB` and `$PLATFORM` name a
+# folder's name, which a relative entry reads against the working directory still
+LOADER = frozenset({"LD_LIBRARY_PATH", "LD_PRELOAD", "LD_AUDIT"})
+ORIGIN = re.compile(r"\$(?:\{ORIGIN\}|ORIGIN(?![A-Za-z0-9_]))")  # glibc's is_dst: `$ORIGINX` is no token
 # the PATH of a child whose scvd has none left: bash without PATH uses its own default, which ends in `.`
 FALLBACK_PATH = "/usr/bin:/bin"
 
@@ -66,7 +72,10 @@ def entries(env: Mapping[str, str], name: str) -> list[str]:
 
 def read_against_cwd(name: str, entry: str) -> bool:
     """Whether a program reads `entry` of `name` against its working directory: an empty or
-    relative one (in a list of libraries: one with a slash that is not absolute)."""
+    relative one (in a list of libraries: one with a slash that is not absolute), but the loader's
+    that starts at `$ORIGIN`."""
+    if name in LOADER and ORIGIN.match(entry):
+        return False
     if name in LIBRARY_LISTS:
         return "/" in entry and not entry.startswith("/")
     return not entry.startswith("/")

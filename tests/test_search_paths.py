@@ -18,6 +18,18 @@ def test_the_loaders_library_path_is_split_at_semicolons_too():
     assert clean({"LD_LIBRARY_PATH": "/opt/x;.;/opt/y"})[0]["LD_LIBRARY_PATH"] == "/opt/x:/opt/y"
 
 
+def test_the_loaders_origin_entries_stay_as_it_reads_them_against_the_programs_folder():
+    """ld.so expands `$ORIGIN` (`${ORIGIN}`) at an entry's start to the program's folder: `$ORIGIN/../lib`
+    was dropped as relative. `$ORIGINAL`, `$LIB/x`, and `$ORIGIN` on PATH or PYTHONPATH are no such
+    token: read against the working directory, they go."""
+    given = {"PATH": "/bin", "LD_LIBRARY_PATH": "$ORIGIN/../lib:${ORIGIN}:$ORIGIN;$ORIGINAL/lib:$LIB/x",
+             "LD_PRELOAD": "$ORIGIN/libfast.so", "LD_AUDIT": "${ORIGIN}/a.so", "PYTHONPATH": "$ORIGIN/py:/opt/py"}
+    env, dropped = clean(given)
+    assert env == {**given, "LD_LIBRARY_PATH": "$ORIGIN/../lib:${ORIGIN}:$ORIGIN", "PYTHONPATH": "/opt/py"}
+    assert dropped == [Dropped("LD_LIBRARY_PATH", ("$ORIGINAL/lib", "$LIB/x"), "$ORIGIN/../lib:${ORIGIN}:$ORIGIN"),
+                       Dropped("PYTHONPATH", ("$ORIGIN/py",), "/opt/py")]
+
+
 def test_a_preloaded_librarys_bare_name_stays_a_relative_path_goes():
     """A name without a slash is looked up on the library path, not in the working directory."""
     env, dropped = clean({"PATH": "/bin", "LD_PRELOAD": "libfast.so ./evil.so /opt/x/libok.so", "LD_AUDIT": "lib/a.so"})
