@@ -363,14 +363,14 @@ def runs_as_unit(pid: int | str = "self") -> bool | None:
 
 def environment_advice(change: str, setting: str, shell: str, systemd: bool | None, what: str = "environment") -> str:
     """How to `change` scvd's environment (`add <folder> to scvd's PATH`): in scvd.service's unit when it
-    runs as one (`setting`, its Environment= line), else from a shell (`shell`: `whose PATH has <folder>`)
-    that starts it again; `systemd` None: not known, both ways."""
+    runs as one (`setting`, its line: `Environment=PATH=...`), else from a shell (`shell`: `whose PATH has
+    <folder>`) that starts it again; `systemd` None: not known, both ways."""
     if systemd:
-        return f"{change} (systemctl --user edit scvd: Environment={setting}), then systemctl --user restart scvd"
+        return f"{change} (systemctl --user edit scvd: {setting}), then systemctl --user restart scvd"
     if systemd is False:
         return (f"scvd runs outside systemd, with the {what} of the shell that started it: stop it and start "
                 f"scvd run again from a shell {shell}")
-    return (f"{change} (under systemd: systemctl --user edit scvd: Environment={setting}; else in the shell that "
+    return (f"{change} (under systemd: systemctl --user edit scvd: {setting}; else in the shell that "
             "runs scvd run), then restart scvd")
 
 

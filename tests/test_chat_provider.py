@@ -697,6 +697,22 @@ def test_codex_settings_from_an_imported_setup(tmp_path):
     assert (s.base_url, s.api_key, s.key_source) == ("https://api.openai.com/v1", "k2", str(tmp_path / "auth.json"))
 
 
+@pytest.mark.parametrize("systemd", [True, None])
+def test_a_missing_env_key_under_systemd_goes_in_a_file_only_the_user_reads(tmp_path, monkeypatch, systemd):
+    """The hint said `systemctl --user edit scvd: Environment=RELAY_KEY=...`: the key in a drop-in any
+    user may read (0644). `systemd`: what the cgroup check found (True: scvd.service; None: not known)."""
+    from scvd.chat import provider
+
+    monkeypatch.setattr(provider, "runs_as_unit", lambda: systemd)
+    (tmp_path / "config.toml").write_text('model_provider = "relay"\n[model_providers.relay]\n'
+                                          'base_url = "http://relay/v1"\nenv_key = "RELAY_KEY"\n')
+    with pytest.raises(ProviderFailure) as info:
+        provider.codex_settings(tmp_path, env={})
+    assert ("systemctl --user edit scvd: EnvironmentFile=%h/.config/scv/keys.env, a file only you can read "
+            "(chmod 600) holding RELAY_KEY=...; not Environment=, whose drop-in others can read") in info.value.hint
+    assert "Environment=RELAY_KEY" not in info.value.hint
+
+
 def test_an_imported_azure_setup_sends_its_query_params_and_headers_and_keeps_them_out_of_failures(model, tmp_path):
     """Codex's Azure provider needs `query_params = { api-version = ... }`: scvd dropped it (and the
     provider's http_headers and env_http_headers), so every turn of such a setup failed."""

@@ -77,7 +77,8 @@ def missing_program_hint(adapter: specs.Adapter, program: str, systemd: bool | N
 def path_advice(folder: str, systemd: bool | None) -> str:
     """How to put `folder` on scvd's PATH. `systemd`: whether scvd runs as scvd.service (its PATH is the
     unit's), or in the foreground or with --daemon (the PATH of the shell that started it); None: unknown."""
-    return environment_advice(f"add {folder} to scvd's PATH", "PATH=...", f"whose PATH has {folder}", systemd, "PATH")
+    return environment_advice(f"add {folder} to scvd's PATH", "Environment=PATH=...", f"whose PATH has {folder}",
+                              systemd, "PATH")
 
 
 def classify_status(adapter: specs.Adapter, exit_code: int | None, output: str, home: Path | None = None,

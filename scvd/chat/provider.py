@@ -158,7 +158,7 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
             var = str(table["env_key"])
             raise ProviderFailure("auth", f"the imported Codex setup's provider {provider_id!r} takes its API key "
                                   f"from {var} (its env_key), which is not set in scvd's environment",
-                                  environment_advice(f"set {var} in scvd's environment", f"{var}=...",
+                                  environment_advice(f"set {var} in scvd's environment", _key_file(var),
                                                      f"where {var} is set (export {var}=...)", runs_as_unit()))
     elif not key and table.get("base_url") and table.get("requires_openai_auth") is not True:
         key, source = "unused", ""  # a provider of its own that names no key (a local server): codex sends none
@@ -171,6 +171,12 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
                     base_url=str(table.get("base_url") or OPENAI_BASE_URL),
                     wire_api=str(table.get("wire_api") or "responses"), api_key=str(key), key_source=source,
                     query=strings(table.get("query_params")), headers=headers)
+
+
+def _key_file(var: str) -> str:
+    """The unit's line for an API key: a file of the user's own, not Environment=, whose drop-in is 0644."""
+    return (f"EnvironmentFile=%h/.config/scv/keys.env, a file only you can read (chmod 600) holding {var}=...; "
+            "not Environment=, whose drop-in others can read")
 
 
 def _imported(home: Path, hint: str) -> tuple[dict[str, Any], dict[str, Any]]:
