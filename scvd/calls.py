@@ -85,8 +85,7 @@ import msgspec
 from . import errors, tool_names
 from .audit import Completion, Proposal, Record
 from .always_ask import always_ask_reason, git_dir_reason, places_reason
-from .approvals import (GIT_LINK_ASKS, READS_ASK, Approval, ApprovalGate, Decider, Verdict, exposes_host, git_link,
-                        policy_verdict)
+from .approvals import GIT_LINK_ASKS, Approval, ApprovalGate, Decider, Verdict, exposes_host, git_link, policy_verdict
 from .call_budget import FLOOR, CallBudget, until_calls_end
 from .own_places import Place
 from .protocol import CallCompleted, CallProgress, CallStarted, Frame, ToolErrorInfo
@@ -813,8 +812,7 @@ class CallRegistry:
         return CallContext(
             call_id=call.call_id, session_id=session.id, workspace=session.workspace, workspace_given=session.given,
             workspace_fd=session.workspace_fd, config=session.config, paths=self.hub.paths,
-            sandbox=self.hub.sandbox, services=session.services, turn=call.turn, timeout=call.timeout_override,
-            reads_ask=session.config.approvals.policy in READS_ASK)
+            sandbox=self.hub.sandbox, services=session.services, turn=call.turn, timeout=call.timeout_override)
 
 
 def _steps_now(tool: Tool | None) -> bool:

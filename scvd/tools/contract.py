@@ -163,11 +163,17 @@ class CallContext(msgspec.Struct):
     # the workspace's git metadata, found before the gate for a sandboxed call that runs unasked
     # (Sandbox.look): its sandbox keeps that read-only (sandbox.wrap_call reads it); None: found there
     git: list[str] | None = None
-    # the session's policy asks before a read-only call too (approvals.policy 'always'): what plan()
-    # tells before approval must then not give away what only an approved read shows (a hash compared)
-    reads_ask: bool = False
     # a tool that knows how far it is sends `call.progress` with its own message (set by the registry)
     progress: Callable[[str], None] = _no_progress
+
+    @property
+    def reads_ask(self) -> bool:
+        """The session's policy asks before a read-only call too (approvals.policy 'always'): what plan()
+        tells before approval must then not give away what only an approved read shows (a hash compared).
+        Read where needed, not a field: a read's call would pay for it."""
+        from ..approvals import READS_ASK  # approvals imports this module
+
+        return self.config.approvals.policy in READS_ASK
 
     def start_dir(self, cwd: Path | None = None, cwd_fd: int | None = None) -> dict[str, Any]:
         """run_process's `cwd` and `cwd_fd` for a command started in the workspace (no `cwd_fd`), or in

@@ -708,11 +708,14 @@ class ReadTool(Tool):
         parts = parts_in(ctx.workspace, args.path, file_parts)
         fd, st, real = containment.open_regular(ctx.workspace_fd, parts, args.path)  # refuse escapes before approval
         try:
-            secret, inside = _secret_reason(parts, real, ctx), None
+            secret = _secret_reason(parts, real, ctx)
+            inside = None
             if st.st_dev in PROCFS:  # by what it is: no name tells (a session on /proc/<pid>, a bind mount)
                 secret = inside = PROCFS_KIND
             # the one rule that looks at content, through this fd: any other file pays a name compared
-            elif secret is None and _git_config_named(parts, real):
+            # (_git_config_named's test, written out: an ordinary read pays no call for it)
+            elif secret is None and (parts[-1].lower() in GIT_CONFIG_NAMES
+                                     or real is not parts and real[-1].lower() in GIT_CONFIG_NAMES):
                 secret = inside = git_config_reason(fd, parts, real, str(ctx.workspace))
         except BaseException:
             os.close(fd)
@@ -731,9 +734,12 @@ class ReadTool(Tool):
             return summary, {"path": containment.join(parts), **_resolved(parts, real), "offset": args.offset,
                              "limit": args.limit, "size": size, **_secret_details(secret)}
 
-        return Plan(risk=_READ_ONLY if secret is None else _FILESYSTEM, describe=describe,
+        plan = Plan(risk=_READ_ONLY if secret is None else _FILESYSTEM, describe=describe,
                     network=False, writes_confined=True, targets=_targets(parts, real), data=held,
-                    always_ask=_content_always_asks(parts, inside), release=held.close if held else None)
+                    release=held.close if held else None)
+        if inside is not None:  # only then: an ordinary read pays no call and no keyword for it
+            plan.always_ask = _content_always_asks(parts, inside)
+        return plan
 
     def run_now(self, args: Any, plan: Plan, ctx: CallContext) -> Any:
         held = plan.data
