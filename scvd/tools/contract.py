@@ -171,9 +171,9 @@ class CallContext(msgspec.Struct):
         """The session's policy asks before a read-only call too (approvals.policy 'always'): what plan()
         tells before approval must then not give away what only an approved read shows (a hash compared).
         Read where needed, not a field: a read's call would pay for it."""
-        from ..approvals import READS_ASK  # approvals imports this module
+        from ..approvals import READS_ASK_POLICY  # approvals imports this module
 
-        return self.config.approvals.policy in READS_ASK
+        return self.config.approvals.policy == READS_ASK_POLICY
 
     def start_dir(self, cwd: Path | None = None, cwd_fd: int | None = None) -> dict[str, Any]:
         """run_process's `cwd` and `cwd_fd` for a command started in the workspace (no `cwd_fd`), or in
