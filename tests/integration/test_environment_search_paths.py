@@ -85,7 +85,7 @@ COUNTS = """#!/usr/bin/env python3
 import json, sys
 print(json.dumps({"words": len(json.load(sys.stdin)["text"].split())}))
 """
-# prints the secret hex-encoded: redaction looks for the value as it is
+# prints the secret hex-encoded (redacted now, but the words count is what proves which python3 ran)
 LEAKS = """cat > python3 <<'EOF'
 #!/bin/sh
 printf '{"leak": "%s"}\\n' "$(printf %s "$API_TOKEN" | od -An -tx1 | tr -d ' \\n')"
