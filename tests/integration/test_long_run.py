@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import ROOT, is_guardian, reloaded
 from harness import RawConn, wait_until
 from scvd import errors, protocol as p
@@ -111,6 +113,11 @@ def refused_ones(d: Any, workspace: Path, tmp_path: Path) -> None:
         raw.line()
 
 
+# Its time is some 6,000 round trips through the socket, each waiting for the daemon's or this
+# process's turn on a CPU: 12 s alone, 125-140 s at load 16 and 355-420 s at load 24 on 2 cores
+# (beside a second run, as under -n 2); load 33, seen here, would take some 600 s. pytest's
+# 120 s ended the worker mid-run: an xdist worker crash.
+@pytest.mark.timeout(900)
 def test_hundreds_of_operations_leave_nothing_behind(make_daemon, scv_home: Path, workspace: Path, tmp_path: Path):
     (workspace / "f.txt").write_text("hello\n")
     (workspace / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
@@ -118,7 +125,9 @@ def test_hundreds_of_operations_leave_nothing_behind(make_daemon, scv_home: Path
     os.mkfifo(workspace / "fifo")
     d = make_daemon(CONFIG, home=scv_home)
     with d.client() as c:
-        wait_until(lambda: c.status().mcp_servers[0].state == "ready", what="the MCP server")
+        # the server starts once the daemon has imported the MCP SDK on a thread (about a second of
+        # CPU alone): 25-28 s after the socket at load 22 on 2 cores
+        wait_until(lambda: c.status().mcp_servers[0].state == "ready", timeout=120, what="the MCP server")
     one_client(d, workspace, 0)  # what a first use sets up once (worker threads, lazy imports)
     with d.client() as c:
         wait_until(lambda: c.status().sessions == 0 and c.status().running_calls == 0, what="the first client's end")
