@@ -30,8 +30,9 @@ sandbox = false
 
 
 def held(pid: int) -> dict[str, Any]:
-    """What the daemon holds: its fds (by target), its children but the guardian and the MCP server
-    (zombies too), and its threads."""
+    """What the daemon holds: its fds (by target), and its children but the guardian and the MCP
+    server (zombies too). Not its threads: a pool starts one more whenever work overlaps (up to
+    workers.MAX_WORKERS) and keeps it."""
     fds = []
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
