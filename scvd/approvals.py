@@ -48,6 +48,7 @@ import msgspec
 from . import awake, errors
 from .always_ask import in_git_dir
 from .host_places import HOME_DIR, RUNS, home_place, real_home
+from .notify import systemd_cgroup
 from .own_places import LOOKUP, ROOT, TOOL, Place, of
 from .paths import within
 from .text import excerpt, printable, printable_data, quoted_name
@@ -506,14 +507,12 @@ def is_descendant(pid: int, ancestor: int, proc: str = "/proc") -> bool:
 
 
 def cgroup_of(pid: int, proc: str = "/proc") -> str:
-    """The cgroup path systemd placed `pid` in: the v2 (`0::`) line, else v1's `name=systemd` line."""
+    """The cgroup path systemd placed `pid` in (notify.systemd_cgroup); "" when unreadable."""
     try:
         with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as f:
-            lines = [line.split(":", 2) for line in f.read().splitlines()]
+            return systemd_cgroup(f.read())
     except OSError:
         return ""
-    paths = {controllers: path for _, controllers, path in (l for l in lines if len(l) == 3)}
-    return paths.get("", paths.get("name=systemd", ""))
 
 
 def spawned_by_daemon(peer_pid: int, daemon_pid: int | None = None, proc: str = "/proc") -> bool:

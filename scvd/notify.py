@@ -377,5 +377,16 @@ def environment_advice(change: str, setting: str, shell: str, systemd: bool | No
 def in_unit(cgroup: str) -> bool:
     """Whether /proc/PID/cgroup's text puts it in scvd.service (`0::/user.slice/.../scvd.service` on
     cgroup v2, a `name=systemd` line on v1); a shell's `scvd run` is in its terminal's scope."""
-    return any(line.split(":", 2)[-1].rstrip("/").rsplit("/", 1)[-1] == SERVICE_UNIT
-               for line in cgroup.splitlines())
+    return systemd_cgroup(cgroup).rstrip("/").rsplit("/", 1)[-1] == SERVICE_UNIT
+
+
+def systemd_cgroup(cgroup: str) -> str:
+    """The cgroup systemd placed a process in, from /proc/PID/cgroup's text: the `name=systemd` line's
+    path (cgroup v1, and hybrid, where systemd tracks its units there), else the v2 `0::` line's; ""
+    for neither. approvals.py's cgroup rule reads it too."""
+    paths = {}
+    for line in cgroup.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) == 3:
+            paths[fields[1]] = fields[2]
+    return paths.get("name=systemd", paths.get("", ""))
