@@ -9,9 +9,13 @@
 - start_to_ready_ms: `python -m scvd run` spawned to READY=1 received on a real
   NOTIFY_SOCKET datagram socket, over --starts fresh starts (each on a fresh home);
 - rss_mib: VmRSS of the daemon from /proc/PID/status when idle after start,
-  and idle again after the load above; VmHWM is its peak.
+  and idle again after the load above; VmHWM is its peak;
+- scvctl_start_ms: `python -m scvctl` spawned to its exit (`--help`, `status`,
+  `approvals` against the running daemon), and `scvctl mcp` spawned to its answer
+  to `initialize` read; medians over --scvctl-rounds interleaved rounds, each
+  with `python -c "import msgspec"` in the same rounds and the ratio to it.
 
-Usage: python bench/protocol.py [--requests 5000] [--clients 32] [--seconds 3] [--starts 5]
+Usage: python bench/protocol.py [--requests 5000] [--clients 32] [--seconds 3] [--starts 5] [--scvctl-rounds 15]
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -159,12 +165,62 @@ def start_times(tmp: Path, starts: int) -> dict[str, float]:
             "max": round(max(samples), 1), "n": len(samples)}
 
 
+SCVCTL_STARTS = {  # what each figure runs; the reference first
+    "import msgspec": ["-c", "import msgspec"],
+    "--help": ["-m", "scvctl", "--help"],
+    "status": ["-m", "scvctl", "status"],
+    "approvals": ["-m", "scvctl", "approvals"],
+    "mcp to initialize": ["-m", "scvctl", "mcp", "--workspace", "{workspace}"],
+}
+MCP_INITIALIZE = msgspec.json.encode({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}) + b"\n"
+
+
+def scvctl_start_s(args: list[str], env: dict[str, str]) -> float:
+    """Seconds from spawn to exit; for `mcp`, to its answer to `initialize` (then its stdin closes: it exits)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, *args], env=env, cwd=str(ROOT), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin and proc.stdout
+    if "mcp" in args:
+        proc.stdin.write(MCP_INITIALIZE)
+        proc.stdin.flush()
+        answer = proc.stdout.readline()
+        took = time.perf_counter() - start
+        assert b'"id":1' in answer, answer
+    proc.stdin.close()
+    proc.stdout.read()
+    proc.wait(30)
+    if "mcp" not in args:
+        took = time.perf_counter() - start
+    assert proc.returncode == 0, (args, proc.returncode)
+    return took
+
+
+def scvctl_starts(home: Path, workspace: Path, rounds: int) -> dict[str, Any]:
+    """Each command once a round, in turn, so the machine's load moves all of them alike."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SCV", "NOTIFY_", "LISTEN_", "PYTHONDONTWRITE"))}
+    env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT))  # bytecode written and read: a person's start
+    argvs = {name: [a.format(workspace=workspace) for a in argv] for name, argv in SCVCTL_STARTS.items()}
+    samples: dict[str, list[float]] = {name: [] for name in argvs}
+    for name, argv in argvs.items():  # warm up: bytecode compiled, the page cache filled
+        scvctl_start_s(argv, env)
+    for _ in range(rounds):
+        for name, argv in argvs.items():
+            samples[name].append(scvctl_start_s(argv, env) * 1e3)
+    floor = statistics.median(samples["import msgspec"])
+    return {name: {"median": round(statistics.median(s), 1), "min": round(min(s), 1),
+                   "x_import_msgspec": round(statistics.median(s) / floor, 2), "n": len(s)}
+            for name, s in samples.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=5000)
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=3.0, help="per throughput run")
     ap.add_argument("--starts", type=int, default=5)
+    ap.add_argument("--scvctl-rounds", type=int, default=15)
     opts = ap.parse_args()
     report: dict[str, Any] = {"machine": machine(), "codec_ns_per_op": codec()}
     with tempfile.TemporaryDirectory(prefix="scv-bench-") as tmp:
@@ -179,7 +235,11 @@ def main() -> None:
                 str(opts.clients): asyncio.run(status_throughput(d.socket, opts.clients, opts.seconds)),
             }
             time.sleep(1.0)
-            report["rss_mib"] = {"idle_after_start": idle, "idle_after_load": d.rss_mib(),
+            rss_after_load = d.rss_mib()
+            workspace = Path(tmp) / "workspace"
+            workspace.mkdir()
+            report["scvctl_start_ms"] = scvctl_starts(Path(tmp) / "home", workspace, opts.scvctl_rounds)
+            report["rss_mib"] = {"idle_after_start": idle, "idle_after_load": rss_after_load,
                                  "peak": d.rss_mib("VmHWM")}
         finally:
             d.stop()
