@@ -29,45 +29,11 @@ from scvd.adapters.locate import missing_interpreter
 from scvd.adapters.signin import classify_status, missing_program_hint, path_advice
 from scvd.notify import runs_as_unit
 
-from .cli import connect, emit_json, shared_options
+from .commands import connect, emit_json
 from .client import Client
 
 STATUS_TIMEOUT = 60.0  # one agent's status command, when listing all of them
 STATUS_OUTPUT_BYTES = 1 << 20  # of its output, head and tail: enough for any verdict
-
-
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    agents = sub.add_parser("agents", parents=[common], help="sign delegated agents in and out",
-                            description="Sign the delegated agents (claude, codex, pi) in, out, "
-                                        "check them, or import your own Codex setup.")
-    agents.set_defaults(handler=cmd_status, agent=None, extra=[])
-    asub = agents.add_subparsers(dest="agents_command", metavar="ACTION")
-    names = ", ".join(specs.ADAPTERS)
-    for action, text in (("login", "sign an agent in (its own login, terminal attached)"),
-                         ("logout", "sign an agent out")):
-        cmd = asub.add_parser(action, parents=[shared_options(json=False)], help=text)
-        cmd.add_argument("agent", choices=list(specs.ADAPTERS), metavar="AGENT", help=names)
-        _add_extra(cmd)
-        cmd.set_defaults(handler=cmd_attached, action=action,
-                         no_json=f"scvctl agents {action}, which runs the agent's own {action} in this terminal")
-    cmd = asub.add_parser("status", parents=[common],
-                          help="each agent's sign-in state, one line each; with AGENT its own output")
-    cmd.add_argument("agent", nargs="?", choices=list(specs.ADAPTERS), metavar="AGENT", help=names)
-    _add_extra(cmd)
-    cmd.set_defaults(handler=cmd_status, action="status")
-    cmd = asub.add_parser("import", parents=[common], help="copy your own Codex setup into scvd's codex")
-    cmd.add_argument("agent", choices=["codex"], metavar="AGENT", help="codex")
-    # a str: an empty one ("$CODEX_HOME" unset) is the default, not "." (whatever config.toml is here)
-    cmd.add_argument("--from", dest="source",
-                     help="your Codex home (default: $CODEX_HOME, else ~/.codex)")
-    cmd.set_defaults(handler=cmd_import)
-
-
-def _add_extra(cmd: argparse.ArgumentParser) -> None:
-    # a default: without one argparse counts a "*" positional as required, and named it
-    # ("required: AGENT, extra") when AGENT alone was missing
-    cmd.add_argument("extra", nargs="*", default=[], metavar="ARG",
-                     help="arguments for the agent's own command, after -- (e.g. -- --device-auth)")
 
 
 class Answers(Protocol):

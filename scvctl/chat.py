@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 from scvd import errors, protocol as p
@@ -20,27 +19,14 @@ from scvd.text import printable
 
 from . import usage
 from .client import stopped
-from .cli import (EXIT_ERROR, EXIT_OK, ask_request, connect, decide, drop_typed_ahead, emit_json, end_prompt_line,
-                  on_secret, shared_options)
+from .cli import EXIT_ERROR, EXIT_OK
+from .commands import connect, emit_json
+from .prompts import drop_typed_ahead, end_prompt_line
+from .watch import ask_request, decide, on_secret
 
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
 HEADLESS_ANSWER = "(no answer: scvctl exec runs without a person at the terminal; go on without one)"
 DECLINED_ANSWER = "(no answer: the person declined to answer (Ctrl-D); go on without one)"
-
-
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    cmd = sub.add_parser("chat", parents=[shared_options(json=False)], help="chat with the model in this terminal; tools run here")
-    cmd.add_argument("--workspace", type=Path, default=Path("."), help="the workspace (default: here)")
-    cmd.add_argument("--conversation", help="resume a conversation by its id")
-    cmd.add_argument("--provider", help="a [providers.NAME] or codex (default: chat.provider)")
-    cmd.set_defaults(handler=cmd_chat, no_json="scvctl chat, which is interactive: "
-                                              "`scvctl exec --json PROMPT` gives a turn as JSON")
-    cmd = sub.add_parser("exec", parents=[common], help="one headless turn; the answer goes to stdout")
-    cmd.add_argument("--workspace", type=Path, default=Path("."), help="the workspace (default: here)")
-    cmd.add_argument("--provider", help="a [providers.NAME] or codex (default: chat.provider)")
-    cmd.add_argument("--yes", action="store_true", help="approve this turn's calls yourself, without asking")
-    cmd.add_argument("prompt")
-    cmd.set_defaults(handler=cmd_exec)
 
 
 def _open(c: Any, args: argparse.Namespace, **fields: Any) -> p.ChatOpened:

@@ -19,33 +19,14 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from scvd import errors, protocol as p
 
 from . import usage
-from .cli import shared_options
 from .client import Client
 
 HANDOFF_BYTE = b"\0"  # the one data byte that carries the fds
-
-
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    cmd = sub.add_parser("mcp", parents=[shared_options(json=False)], help="serve scvd's tools to an MCP host over stdio")
-    # a str: an empty one (an unset variable in the host's command) must not read as "." (here, maybe /)
-    cmd.add_argument("--workspace", help="the session's workspace (default: here, unless here is /)")
-    cmd.add_argument("--max-tool-name", type=_tool_name_budget, default=p.HOST_TOOL_NAME, metavar="N", help=(
-        f"shorten tool names longer than N for the host (default {p.HOST_TOOL_NAME}: 64 less the `mcp__scvd__` "
-        "Claude Code puts before them; 64 less your host's own prefix)"))
-    cmd.set_defaults(handler=cmd_mcp, no_json="scvctl mcp, which speaks MCP's JSON-RPC on stdin and stdout")
-
-
-def _tool_name_budget(text: str) -> int:
-    if not text.isdigit() or int(text) < p.MIN_HOST_TOOL_NAME:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a length of at least {p.MIN_HOST_TOOL_NAME} (a name's start, `_` and 8 hex "
-            "digits), e.g. 53: 64 less the prefix the host puts before scvd's tool names")
-    return int(text)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

@@ -11,33 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from scvd import errors, paths as paths_mod
 from scvd.secrets import SecretStore, check_key, stored_form
 from scvd.text import printable
 
-from .cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit_json, masked_input
-
-
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    secrets = sub.add_parser("secrets", parents=[common], help="set, list and delete secrets for tools",
-                             description="Secrets for script tools, MCP servers and chat providers: the OS "
-                                         "keyring (service scv) when one is usable, else secrets.toml (0600) "
-                                         "in the config dir; scvd falls back to its own environment.")
-    secrets.set_defaults(handler=_plainly(cmd_list))
-    ssub = secrets.add_subparsers(dest="secrets_command", metavar="ACTION")
-    cmd = ssub.add_parser("set", parents=[common],
-                          help="store a value: masked prompt on a terminal, else read from stdin")
-    cmd.add_argument("key", help="the name, e.g. GITHUB_TOKEN")
-    cmd.set_defaults(handler=_plainly(cmd_set))
-    cmd = ssub.add_parser("list", parents=[common],
-                          help="names and where each is found; those tool.json or config.toml name and no "
-                               "store holds show as missing (the default)")
-    cmd.set_defaults(handler=_plainly(cmd_list))
-    cmd = ssub.add_parser("delete", parents=[common], help="remove a stored value")
-    cmd.add_argument("key")
-    cmd.set_defaults(handler=_plainly(cmd_delete))
+from .cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE
+from .commands import emit_json
+from .prompts import masked_input
 
 
 def _plainly(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -86,6 +67,7 @@ def _bad_key(key: str) -> bool:
     return False
 
 
+@_plainly
 def cmd_set(args: argparse.Namespace) -> int:
     if _bad_key(args.key):
         return EXIT_USAGE
@@ -105,6 +87,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@_plainly
 def cmd_list(args: argparse.Namespace) -> int:
     from scvd.tools.script_defs import declared_secrets
 
@@ -139,6 +122,7 @@ def _configured_secrets(paths: paths_mod.Paths) -> set[str]:
         return set()
 
 
+@_plainly
 def cmd_delete(args: argparse.Namespace) -> int:
     if _bad_key(args.key):
         return EXIT_USAGE

@@ -487,47 +487,25 @@ def _without_manager(report: Report) -> str:
     return f"systemctl --user cannot reach a user manager ({report.manager_error}); {then}"
 
 
-def _cmd_install(args: argparse.Namespace) -> int:
+def cmd_install(args: argparse.Namespace) -> int:
     report = install(socket_activated=args.socket_activated, dry_run=args.dry_run,
                      socket=getattr(args, "socket", None))
     print_report(report, getattr(args, "json", False))
     return 1 if report.failed else 0
 
 
-def _cmd_uninstall(args: argparse.Namespace) -> int:
+def cmd_uninstall(args: argparse.Namespace) -> int:
     report = uninstall(dry_run=args.dry_run)
     print_report(report, getattr(args, "json", False))
     return 1 if report.failed else 0
 
 
-def add_parser(subparsers: argparse._SubParsersAction,
-               common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """Mount `service install|uninstall`; each sets `handler(args) -> exit code`.
-
-    `common` is scvctl's shared options parser (it brings --json); without it
-    this module adds its own --json.
-    """
-    parents = [common] if common is not None else []
-    parser = subparsers.add_parser("service", parents=parents, help="install scvd as a systemd user service")
-    sub = parser.add_subparsers(dest="service_command", metavar="ACTION", required=True)
-    inst = sub.add_parser("install", parents=parents, help="write the user units and enable them")
-    inst.add_argument("--socket-activated", action="store_true",
-                      help="enable scvd.socket: systemd listens and starts scvd on the first connection")
-    inst.set_defaults(handler=_cmd_install)
-    uninst = sub.add_parser("uninstall", parents=parents, help="disable and remove the user units")
-    uninst.set_defaults(handler=_cmd_uninstall)
-    for p in (inst, uninst):
-        p.add_argument("--dry-run", action="store_true", help="print what would be written and run")
-        if common is None:
-            # SUPPRESS: a --json given earlier on the line must not be reset by this default
-            p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m scvctl.service install ...`: the same as `scvctl service install ...`."""
+    from .parser import add_service
+
     parser = argparse.ArgumentParser(prog="scvctl")
-    add_parser(parser.add_subparsers(dest="command", required=True))
+    add_service(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["service", *(sys.argv[1:] if argv is None else argv)])
     return args.handler(args)
 

@@ -186,12 +186,12 @@ def test_a_socket_that_accepts_but_never_answers_is_one_line_and_exit_3(tmp_path
     of connections was full, the connect failed at once (EAGAIN: Python's timeout makes the socket
     non-blocking) and read `scvd is not running ...; start it`: starting one fails, and `agents
     import` went on to work on the homes the hung scvd owns."""
-    from scvctl import cli
+    from scvctl import cli, commands
 
     path = tmp_path / f"{hung}.sock"
     with (silent_socket if hung == "silent" else full_queue)(path):
-        real = cli.connect  # 30 s is the real timeout; the test does not wait that long
-        monkeypatch.setattr(cli, "connect", lambda args, **kw: real(args, **{**kw, "timeout": 0.3}))
+        real = commands.connect  # 30 s is the real timeout; the test does not wait that long
+        monkeypatch.setattr(commands, "connect", lambda args, **kw: real(args, **{**kw, "timeout": 0.3}))
         assert cli.main(["--socket", str(path), "ping"]) == 3
     err = capsys.readouterr().err
     assert err == said.format(path=path) + ("or a socket-activated scvd failed to start; see `journalctl --user "
@@ -263,13 +263,13 @@ def test_commands_that_wait_without_end_still_say_when_scvd_accepts_but_never_an
     scvd's welcome: on a hung (or failed socket-activated) scvd they hung, saying nothing."""
     import socket
 
-    from scvctl import cli
+    from scvctl import cli, commands
 
     path = tmp_path / "silent.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
         silent.bind(str(path))
         silent.listen(8)
-        monkeypatch.setattr(cli, "HANDSHAKE_SECONDS", 0.3)  # 30 s is the real bound
+        monkeypatch.setattr(commands, "HANDSHAKE_SECONDS", 0.3)  # 30 s is the real bound
         monkeypatch.chdir(tmp_path)
         assert cli.main(["--socket", str(path), *command]) == 3
     assert capsys.readouterr().err.startswith(f"scvd accepted the connection on {path} but sent nothing for 0.3 s")
