@@ -13,7 +13,8 @@
 - scvctl_start_ms: `python -m scvctl` spawned to its exit (`--help`, `status`,
   `approvals` against the running daemon), and `scvctl mcp` spawned to its answer
   to `initialize` read; medians over --scvctl-rounds interleaved rounds, each
-  with `python -c "import msgspec"` in the same rounds and the ratio to it.
+  with `python -c "import msgspec"` in the same rounds and the ratio to it; the
+  CPU each process used (to its exit) too, which the machine's load moves less.
 
 Usage: python bench/protocol.py [--requests 5000] [--clients 32] [--seconds 3] [--starts 5] [--scvctl-rounds 15]
 """
@@ -24,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -176,8 +178,10 @@ MCP_INITIALIZE = msgspec.json.encode({"jsonrpc": "2.0", "id": 1, "method": "init
     "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}) + b"\n"
 
 
-def scvctl_start_s(args: list[str], env: dict[str, str]) -> float:
-    """Seconds from spawn to exit; for `mcp`, to its answer to `initialize` (then its stdin closes: it exits)."""
+def scvctl_start_s(args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Seconds from spawn to exit (for `mcp`, to its answer to `initialize`; then its stdin closes and
+    it exits), and the CPU seconds it used in all: under load the wall time is mostly waiting."""
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, *args], env=env, cwd=str(ROOT), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -194,7 +198,8 @@ def scvctl_start_s(args: list[str], env: dict[str, str]) -> float:
     if "mcp" not in args:
         took = time.perf_counter() - start
     assert proc.returncode == 0, (args, proc.returncode)
-    return took
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)  # the daemon, a child too, is not reaped yet
+    return took, used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
 
 
 def scvctl_starts(home: Path, workspace: Path, rounds: int) -> dict[str, Any]:
@@ -202,16 +207,21 @@ def scvctl_starts(home: Path, workspace: Path, rounds: int) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SCV", "NOTIFY_", "LISTEN_", "PYTHONDONTWRITE"))}
     env.update(SCV_HOME=str(home), PYTHONPATH=str(ROOT))  # bytecode written and read: a person's start
     argvs = {name: [a.format(workspace=workspace) for a in argv] for name, argv in SCVCTL_STARTS.items()}
-    samples: dict[str, list[float]] = {name: [] for name in argvs}
+    wall: dict[str, list[float]] = {name: [] for name in argvs}
+    cpu: dict[str, list[float]] = {name: [] for name in argvs}
     for name, argv in argvs.items():  # warm up: bytecode compiled, the page cache filled
         scvctl_start_s(argv, env)
     for _ in range(rounds):
         for name, argv in argvs.items():
-            samples[name].append(scvctl_start_s(argv, env) * 1e3)
-    floor = statistics.median(samples["import msgspec"])
-    return {name: {"median": round(statistics.median(s), 1), "min": round(min(s), 1),
-                   "x_import_msgspec": round(statistics.median(s) / floor, 2), "n": len(s)}
-            for name, s in samples.items()}
+            took, used = scvctl_start_s(argv, env)
+            wall[name].append(took * 1e3)
+            cpu[name].append(used * 1e3)
+    floor, cpu_floor = statistics.median(wall["import msgspec"]), statistics.median(cpu["import msgspec"])
+    return {name: {"median": round(statistics.median(wall[name]), 1), "min": round(min(wall[name]), 1),
+                   "x_import_msgspec": round(statistics.median(wall[name]) / floor, 2),
+                   "cpu_median": round(statistics.median(cpu[name]), 1),
+                   "cpu_x_import_msgspec": round(statistics.median(cpu[name]) / cpu_floor, 2), "n": rounds}
+            for name in argvs}
 
 
 def main() -> None:
