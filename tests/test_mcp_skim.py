@@ -178,3 +178,30 @@ def test_an_answer_above_64_mib_once_decoded_is_read_no_further_and_fails_its_ca
 def test_an_answer_above_64_mib_to_a_notification_is_dropped_without_an_answer():
     """A notification's POST is answered by no message: the SDK reads nothing there."""
     assert skimmed(huge(as_json), JSON, sent=NOTIFICATION) == b""
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "bare-cr"])
+def test_a_servers_own_errors_of_code_32000_are_told_to_the_link(end):
+    """The MCP SDK answers a call whose connection closed with -32000, the code JSON-RPC leaves to
+    servers: the link tells the server's own from it by their messages, which the skim passes on."""
+    def said(body: bytes, kind: str) -> list[str]:
+        heard: list[str] = []
+        got = httpx2.Response(200, headers={"content-type": kind}, stream=Body(split(body, 7)),
+                              request=httpx2.Request("POST", "http://127.0.0.1/mcp", content=CALL))
+
+        async def reading() -> bytes:
+            await skim_response(got, said=heard.append)
+            return b"".join([piece async for piece in got.aiter_bytes()])
+        assert asyncio.run(reading()) == body  # passed on as it came
+        return heard
+
+    def erred(code: int, message: str) -> bytes:
+        return json.dumps({"jsonrpc": "2.0", "id": 7, "error": {"code": code, "message": message}}).encode()
+
+    busy, other = erred(-32000, "rate limited: try in 30 s"), erred(-32603, "-32000 apples")
+    assert said(busy, JSON) == ["rate limited: try in 30 s"]
+    assert said(other, JSON) == said(answer({"content": [{"type": "text", "text": "-32000"}]}), JSON) == []
+    cut = busy.index(b' "error"')  # one message on two data lines: read joined by a LF, in place of that space
+    split_data = b"data: " + busy[:cut] + end + b"data: " + busy[cut + 1:] + end + end
+    stream = event(other, end) + split_data + event(erred(-32000, "second"), end)[:-len(end)]  # the last unended
+    assert said(stream, SSE) == ["rate limited: try in 30 s", "second"]

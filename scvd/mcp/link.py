@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from collections import deque
+from typing import Any, Awaitable, Callable, Collection
 from urllib.parse import parse_qsl, urlsplit
 
 import httpx2
@@ -31,7 +33,7 @@ from ..text import printable_cut, well_formed
 from ..tools.runs import redact_text
 from . import spec
 from .not_mcp import NotMcp, Skipped
-from .skim import MESSAGE_LIMIT, TOOLS_OMITTED_KEY, skim_response
+from .skim import CLOSED_CODE_KEPT, MESSAGE_LIMIT, TOOLS_OMITTED_KEY, skim_response
 from .tool import OMITTED_KEY, TOO_LARGE, CallOutcome, ToolSpec, json_size, omitted, render
 
 log = logging.getLogger("scvd.mcp")
@@ -81,6 +83,9 @@ class ServerLink:
         self._http_status: int | None = None  # the last error status that answered a POST
         self._refused_posts = 0  # how many POSTs got an error status, ever
         self._proc: Any = None
+        # the messages of the errors of code -32000 the current connection's server sent (stdio.py and
+        # skim.py keep them): what tells its own answer from the SDK's word for a closed connection
+        self._said_closed: Collection[str] = ()
         self._ready_at: float | None = None  # monotonic time this run became ready
         self._relist_task: asyncio.Task[None] | None = None  # lists the tools again after list_changed
         self._relist_due = False  # a list_changed came since the relist under way sent its tools/list
@@ -149,7 +154,7 @@ class ServerLink:
             self.state, self._lost, self._ready_at = "starting", asyncio.Event(), None
             self._starting_at = time.monotonic()
             # with the state: a start that has not read its secrets yet reads what is stored by now
-            self._proc, self._http_status, self._launched_at = None, None, None
+            self._proc, self._http_status, self._launched_at, self._said_closed = None, None, None, ()
             try:
                 await self._connect_once()
             except asyncio.CancelledError:
@@ -263,6 +268,7 @@ class ServerLink:
             from .stdio import open_stdio
 
             read, write, self._proc = await stack.enter_async_context(open_stdio(target))
+            self._said_closed = self._proc.said_closed_code
             return read, write
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT, create_mcp_http_client
@@ -271,7 +277,9 @@ class ServerLink:
         # no read timeout: a call's answer may take as long as its dispatch timeout (15 min by
         # default), which bounds it; the SDK's 300 s cut longer calls off and took the server down
         client = create_mcp_http_client(headers=target.headers, timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=None))
-        client.event_hooks["response"] += [self._on_response, skim_response]  # the latter: as stdio's lines
+        self._said_closed = said = deque(maxlen=CLOSED_CODE_KEPT)
+        # the skim reads each body as stdio.py reads a server's lines, its -32000 errors' words kept too
+        client.event_hooks["response"] += [self._on_response, functools.partial(skim_response, said=said.append)]
         await stack.enter_async_context(client)
         read, write = await stack.enter_async_context(
             streamable_http_client(target.url, http_client=client, max_sse_event_size=MESSAGE_LIMIT))
@@ -335,7 +343,7 @@ class ServerLink:
             error = exc.message
         elif _any(exc, lambda e: isinstance(e, TimeoutError)):  # it may have exited since: scvd closed its stdin
             error = f"no answer to {self._awaited} within {CONNECT_TIMEOUT:g} s"
-        elif self._proc is not None and self._proc.exited.done() and _any(exc, lambda e: _broke(e, self._proc)):
+        elif self._proc is not None and self._proc.exited.done() and _any(exc, lambda e: _broke(e, self._said_closed)):
             return self._why_lost()  # it died while starting: its exit and stderr say why
         elif self._http_status is None and (answer := self._answer(exc)):
             error = self._answered(answer)  # the bare message ("Method not found") said not whose
@@ -349,7 +357,7 @@ class ServerLink:
 
     def _answer(self, exc: BaseException) -> MCPError | None:
         """The JSON-RPC error in `exc` that answered scvd's request, or None (the connection closed)."""
-        return _first(exc, lambda e: isinstance(e, MCPError) and not _closed(e, self._proc))
+        return _first(exc, lambda e: isinstance(e, MCPError) and not _closed(e, self._said_closed))
 
     def _answered(self, exc: MCPError) -> str:
         asked = self._awaited.removeprefix("its ")
@@ -431,7 +439,7 @@ class ServerLink:
         session = self.usable(tool)
         refused = self._refused_posts
         # this call's server's: a restart may begin while it ends
-        secrets, proc = self._given(), self._proc
+        secrets, proc, said_closed = self._given(), self._proc, self._said_closed
 
         def hide(text: str) -> str:
             # first the secrets this call's server read: a secret stored since may have restarted it with others
@@ -451,7 +459,7 @@ class ServerLink:
                 # the message may have been another call's answer, or a notification: every call in flight ends
                 raise LimitExceeded(f"mcp server {self.name}: {tool}: {broken}, and restarts the "
                                     "server: if this call asked for a lot, ask the tool for less") from None
-            if _closed(exc, proc):  # the server went away under the call
+            if _closed(exc, said_closed):  # the server went away under the call
                 self._lose()
                 if proc is not None:  # its stdout ends first: what it said as it died comes after
                     await proc.settled(GONE_WAIT)
@@ -699,10 +707,11 @@ def _first(exc: BaseException, test: Any) -> Any:
     return exc if test(exc) else None
 
 
-def _closed(exc: MCPError, proc: Any) -> bool:
-    """Whether `exc` is the SDK's word for the connection closing, not a stdio server's own error with its
-    code (-32000, which JSON-RPC leaves to servers: one answers initialize `invalid api key` so, and exits)."""
-    return exc.error.code == CONNECTION_CLOSED and (proc is None or exc.error.message not in proc.said_closed_code)
+def _closed(exc: MCPError, said: Collection[str]) -> bool:
+    """Whether `exc` is the SDK's word for the connection closing, not the server's own error with its code
+    (-32000, which JSON-RPC leaves to servers: one answers initialize `invalid api key` so, and exits; one
+    answers a call it rate-limits so), whose messages are `said`."""
+    return exc.error.code == CONNECTION_CLOSED and exc.error.message not in said
 
 
 def _bad_result(exc: BaseException) -> bool:
@@ -721,12 +730,13 @@ _BAD_RESULT = ("Invalid structured content", "Invalid schema for tool", "Server 
                "Tool ")  # "Tool X has an output schema but did not return structured content"
 
 
-def _broke(exc: BaseException, proc: Any) -> bool:
-    """Whether `exc` is the connection breaking (the server went away), not scvd refusing what it sent."""
+def _broke(exc: BaseException, said: Collection[str]) -> bool:
+    """Whether `exc` is the connection breaking (the server went away), not scvd refusing what it sent;
+    `said`: the messages of the server's own errors of code -32000."""
     import anyio
 
     if isinstance(exc, MCPError):
-        return _closed(exc, proc)
+        return _closed(exc, said)
     return isinstance(exc, (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError))
 
 

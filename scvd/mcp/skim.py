@@ -5,14 +5,16 @@ item: a million content items held every client of scvd up for 30 s, 10 MB of
 structuredContent for seconds. msgspec skims such a message (the items left
 unparsed) and scvd answers it in the server's place, or leaves out what it would drop.
 An HTTP body is read decoded here (a gzip one too) and bounded at MESSAGE_LIMIT, as a stdio
-line is: a larger answer fails its call alone, its bytes dropped as they come.
+line is: a larger answer fails its call alone, its bytes dropped as they come. The messages of the
+errors of code -32000 a server sends are kept for the link (stdio.py keeps a stdio server's): the SDK says
+a connection closed with that code too.
 """
 
 from __future__ import annotations
 
 import re
 from contextlib import aclosing
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import httpx2
 import msgspec
@@ -31,6 +33,11 @@ MESSAGE_LIMIT = 64 << 20
 TOOLS_OMITTED_KEY = "scvd/toolsOmitted"
 _LINE_END = re.compile(rb"(\r\n|\r|\n)")  # an SSE line's end: each of them, as the spec says
 _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n){2}")  # a line's end, then an empty line's
+# JSON-RPC leaves it to servers (a rate limit, say), and the MCP SDK answers a call whose connection closed
+# with it: the link tells a server's own from the SDK's by the messages the server sent with it
+CLOSED_CODE = -32000
+_CLOSED_CODE_BYTES = b"%d" % CLOSED_CODE
+CLOSED_CODE_KEPT = 20  # of those messages, per connection
 
 
 class _Result(msgspec.Struct):
@@ -106,13 +113,50 @@ def _tools_cut(message: bytes, tools: list[msgspec.Raw]) -> bytes:
     return msgspec.json.encode(answer)
 
 
+class _ErrorData(msgspec.Struct):
+    code: int
+    message: str
+
+
+class _Erred(msgspec.Struct):
+    error: _ErrorData | None = None
+
+
+def said_closed_code(block: bytes, sse: bool) -> list[str]:
+    """The messages of the errors of code CLOSED_CODE in `block`: a JSON body, or whole SSE events."""
+    if _CLOSED_CODE_BYTES not in block:  # most blocks: one look for the bytes
+        return []
+    said = []
+    for message in _event_data(block) if sse else [block]:
+        try:
+            erred = msgspec.json.decode(message, type=_Erred)
+        except (msgspec.DecodeError, RecursionError):  # not one error message: the SDK judges it
+            continue
+        if erred.error is not None and erred.error.code == CLOSED_CODE:
+            said.append(erred.error.message)
+    return said
+
+
+def _event_data(block: bytes) -> list[bytes]:
+    """The data of each SSE event in `block`: its `data:` lines' values joined by LFs, as a client reads it."""
+    events: list[bytes] = []
+    data: list[bytes] = []
+    for line in _LINE_END.split(block)[::2]:  # the lines, without their ends
+        if line.startswith(b"data:"):
+            data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+        elif not line and data:  # an empty line ends the event
+            events.append(b"\n".join(data))
+            data = []
+    return events + [b"\n".join(data)] if data else events
+
+
 class _Request(msgspec.Struct):
     id: int | str | None = None
 
 
-async def skim_response(response: Any) -> None:
+async def skim_response(response: Any, said: Callable[[str], Any] | None = None) -> None:
     """An httpx response hook: a POST's body (JSON, or an SSE stream's events) decoded, bounded and
-    skimmed as it is read."""
+    skimmed as it is read; `said` is given each message of an error of code CLOSED_CODE in it."""
     kind = response.headers.get("content-type", "")
     sse = kind.startswith("text/event-stream")
     if response.request.method != "POST" or not (sse or kind.startswith("application/json")):
@@ -121,7 +165,7 @@ async def skim_response(response: Any) -> None:
     # then has nothing left to decode
     decoded = httpx2.Response(response.status_code, headers=response.headers.copy(), stream=response.stream)
     response.headers.pop("content-encoding", None)
-    response.stream = _Skimmed(decoded, sse=sse, answering=_request_id(response.request))
+    response.stream = _Skimmed(decoded, sse=sse, answering=_request_id(response.request), said=said)
 
 
 def _request_id(request: Any) -> int | str | None:
@@ -136,8 +180,9 @@ class _Skimmed(httpx2.AsyncByteStream):
     """A body held whole (JSON) or an event at a time (SSE), and skimmed then; a message above
     MESSAGE_LIMIT is read no further, and its request answered with a TOO_LARGE error in its place."""
 
-    def __init__(self, decoded: Any, *, sse: bool, answering: int | str | None) -> None:
-        self._decoded, self._sse, self._answering = decoded, sse, answering
+    def __init__(self, decoded: Any, *, sse: bool, answering: int | str | None,
+                 said: Callable[[str], Any] | None = None) -> None:
+        self._decoded, self._sse, self._answering, self._said = decoded, sse, answering, said
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         pending = bytearray()  # the body, or the stream's event not yet complete
@@ -164,6 +209,9 @@ class _Skimmed(httpx2.AsyncByteStream):
         return b"data: " + error + b"\n\n" if self._sse else error
 
     def _fixed(self, block: bytes) -> bytes:
+        if self._said is not None:
+            for message in said_closed_code(block, self._sse):
+                self._said(message)
         if len(block) < CHECKED_FROM:
             return block
         if not self._sse:

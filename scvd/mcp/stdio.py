@@ -23,7 +23,7 @@ from ..process import signal_group, signal_service, spawn_service, wait_service
 from ..procscan import SCANS
 from .spec import StdioLaunch
 from .not_mcp import NotMcp, answered_off_loop, stand_in
-from .skim import MESSAGE_LIMIT, replacement
+from .skim import CLOSED_CODE_KEPT, MESSAGE_LIMIT, replacement
 
 LINE_LIMIT = MESSAGE_LIMIT  # one JSON-RPC message from the server; a larger one ends the connection
 STDERR_TAIL_LINES = 20
@@ -32,7 +32,6 @@ STDERR_TAIL_LINES = 20
 STDERR_LINE_KEPT = 8192
 STDERR_LINE_SHOWN = 500
 NOT_MCP_LINES = 5
-CLOSED_CODE_KEPT = 20  # of the server's own errors with the SDK's code for a closed connection
 STDIN_CLOSE_GRACE = 2.0  # MCP's shutdown: close stdin, wait, then SIGTERM, wait, then SIGKILL
 TERM_GRACE = 2.0
 # for the stderr reader to reach the end of what a stopped server wrote (its last words, often why it

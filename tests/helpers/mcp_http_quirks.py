@@ -4,7 +4,8 @@
 answers the optional GET stream with 405, as many servers do; with `hang-delete`, never answers the session
 DELETE; with `bare-cr`, ends its SSE lines with a bare CR, which the SSE spec allows; with `json`, answers
 a POST with a JSON body, not an SSE stream; with `gzip`, sends every POST's answer gzip-encoded. Its tool
-`strict` answers every call with a JSON-RPC error (-32602, invalid params);
+`strict` answers every call with a JSON-RPC error (-32602, invalid params), and `busy` with one of code
+-32000 (the MCP SDK's for a closed connection too);
 a call of `picky` is answered HTTP 400 with that error in the body, as the spec allows. `items`
 answers `n` text items; `rows` answers `n` rows of structuredContent; `mib` answers a text of `mib`
 MiB, written 1 MiB at a time (gzip-encoded, a small body inflating to that). `noresult` is answered with
@@ -37,6 +38,12 @@ def hello(name: str) -> str:
 def strict(n: int) -> str:
     """Refuses every n with a JSON-RPC error."""
     raise MCPError(-32602, f"n out of range: {n}")
+
+
+@server.tool()
+def busy() -> str:
+    """Refuses every call with a JSON-RPC error of code -32000."""
+    raise MCPError(-32000, "rate limited: try in 30 s")
 
 
 @server.tool()

@@ -1967,15 +1967,21 @@ def test_a_server_that_never_answers_the_session_delete_is_connected_again_after
 
 
 def test_a_json_rpc_error_fails_that_call_only_beside_a_get_stream_answered_405(make_daemon, workspace, quirks_http):
+    """Code -32000 too, which JSON-RPC leaves to servers and the MCP SDK gives a call whose connection
+    closed: a server's rate limit answered so was taken for the server gone (`unavailable`, `went away
+    during the call`), and scvd reconnected it, cutting off every other call."""
     d = make_daemon(quirks_http())
     with d.client(name="t") as c:
         server(c, "web")
         session = c.open_session(workspace)
         bad = c.call(session, "mcp__web__strict", {"n": 7})
+        busy = c.call(session, "mcp__web__busy", {})
         done = c.call(session, "mcp__web__hello", {"name": "you"})  # the connection stayed
         assert done.ok and done.result["text"] == "hello you", done.error
         assert server(c, "web").restarts == 0
         assert (bad.error.kind, bad.error.message) == ("invalid_arguments", "mcp server web: strict: n out of range: 7")
+        assert (busy.error.kind, busy.error.message) == ("failed", "mcp server web: busy: rate limited: try in 30 s")
+    assert "mcp server web is down" not in d.log()
 
 
 def test_a_json_rpc_error_at_http_status_400_fails_that_call_only(make_daemon, workspace, quirks_http):
