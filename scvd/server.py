@@ -117,10 +117,11 @@ class Daemon:
         self._unanswered: dict[asyncio.Future[Any], tuple[Connection, Any]] = {}  # handlers that wait: a stop answers them
         # a call that carries a turn id (a chat's, or a client's own) is refused when nobody could decide it
         self.gate.screen = lambda owner, info: screen(self, owner, info)
-        self.gate.remedy = lambda info, full: remedy(self, info, full)  # a model cannot decide nor send call.cancel
         self.mcp = McpServers(self)  # imports no MCP SDK until a server is configured
         self.services["mcp_servers"] = self.mcp  # store_secret tells its agent how they came up
         self.mcp_hosts = McpHosts(self)  # MCP hosts whose stdio `scvctl mcp` handed over
+        # neither a turn's model nor an MCP host can send call.cancel: each is told what it can do instead
+        self.gate.remedy = lambda info, full: remedy(self, info, full) or self.mcp_hosts.remedy(info, full)
         self.reloader = Reloader(self)  # SIGHUP's
         # a plain function answers in the turn its frame came; an async one runs as a task (client_protocol);
         # None: it answers aside, while the connection's later frames are handled

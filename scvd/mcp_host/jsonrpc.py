@@ -11,6 +11,7 @@ from typing import Any, Callable
 import msgspec
 
 from .. import __version__, errors, protocol as p
+from ..approvals import Full
 from ..lenient_json import edge_values
 from ..text import format_request, json_bytes, printable
 from ..tools.contract import object_root
@@ -21,6 +22,13 @@ INSTRUCTIONS = (
     "Tools run on the user's machine through scvd. Calls that are not read-only wait for the "
     "user's approval; a denied call returns an error saying so."
 )
+
+# what a host's call refused for want of room in the approval gate is told to do (McpHosts.remedy, the
+# gate's hook): a host sends no call.cancel, which the socket client's words name; its own cancel reaches scvd
+FULL = {
+    Full.SHARE: ("have those decided (`scvctl approvals watch`, or the MCP host itself where it asks), or cancel "
+                 "the tool calls you no longer need in the MCP host, then call it again"),
+}
 
 
 def request_id(head: bytes, tail: bytes) -> Any:

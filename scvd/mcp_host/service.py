@@ -29,6 +29,7 @@ from .. import errors, protocol as p
 from ..connection import Connection
 
 if TYPE_CHECKING:  # imported by the first mcp.attach: a daemon no MCP host uses does without them
+    from ..approvals import Full
     from .bridge import Bridge
     from .local import LocalClient
     from .pipes import HostPipes, Lines
@@ -134,6 +135,15 @@ class McpHosts:
         assert host.bridge is not None
         await host.bridge.run(lines)
         await self._end(host, ok=True, reason="the MCP host closed its stdin")
+
+    def remedy(self, info: dict[str, Any], full: Full) -> str | None:
+        """The approval gate's hook: what a call of a host's session refused because `full` had no room
+        for its request is told to do, in a host's words (jsonrpc.FULL); None for any other session's."""
+        if not any(host.session == info.get("session") for host in self.hosts.values()):
+            return None
+        from .jsonrpc import FULL
+
+        return FULL.get(full)
 
     def connection_dropped(self, conn: Connection) -> None:
         """The scvctl connection is gone: its host goes too (at once when scvd stops)."""

@@ -156,6 +156,30 @@ def test_write_waits_for_the_owner_and_a_denial_is_an_error_result(host, daemon,
     assert not (workspace / "n.txt").exists()
 
 
+def test_a_call_past_the_hosts_share_of_waiting_approvals_is_told_what_a_host_can_do(make_daemon, workspace):
+    """The gate's refusal told a host to cancel its calls with call.cancel, a message of scvd's protocol
+    that a host cannot send: it is told of its own cancel, and of who decides, instead."""
+    d = make_daemon("[approvals]\nmax_pending = 4\n")  # a connection's share: 3, a quarter kept for the rest
+    for n in range(4):
+        (workspace / f"{n}.env").write_text("KEY=x\n")
+    h = McpHost(d, workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}})
+        for n in range(3):  # reads run together, and a secret-like file's asks
+            h.request("tools/call", {"name": "read", "arguments": {"path": f"{n}.env"}})
+        with d.client(name="owner") as owner:
+            wait_until(lambda: len(owner.request(p.ApprovalsList).approvals) == 3, what="three requests waiting")
+        refused = h.rpc("tools/call", {"name": "read", "arguments": {"path": "3.env"}})
+    finally:
+        h.proc.kill()  # its three calls wait for a decision: a close would wait for them
+        h.close()
+    text = refused["result"]["content"][0]["text"]
+    assert refused["result"]["isError"] and text.startswith("limit: 3 approvals of this connection's sessions "), text
+    assert text.endswith("this call was refused without asking: have those decided (`scvctl approvals watch`, or the "
+                         "MCP host itself where it asks), or cancel the tool calls you no longer need in the MCP host, "
+                         "then call it again"), text
+
+
 def elicited_write(h: McpHost) -> tuple[int, dict]:
     """A host that elicits calls write: the call's request id, and the question it is asked."""
     h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
