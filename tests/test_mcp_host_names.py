@@ -48,3 +48,21 @@ def test_text_about_tools_names_them_as_the_host_got_them() -> None:
     assert names.host_text(said) == (f"no tool named {PR[:-1]!r}; closest: {short}, {PR}x, read; "
                                      "tools: read, mcp__github__* (2 tools)")  # a whole name only
     assert HostNames(53).host_text(said) == said  # nothing shortened: as it was
+
+
+def test_a_credential_missing_error_names_the_tool_as_the_host_got_it_and_store_secret_takes_that_name() -> None:
+    """It named scvd's long name, which the host never listed: told to give it to store_secret, the
+    agent gave the name it knows, which scvd then took for a tool it does not have."""
+    from scvd.mcp_host.jsonrpc import failure
+
+    names = HostNames(53)
+    short = names.listed(["read", "store_secret", PR])[2]
+    said = (f"mcp server github: {PR}: 401 Bad credentials; store a new value with store_secret (key 'GH_TOKEN', "
+            f"tool '{PR}'), then call the tool again")
+    text = failure("credential_missing", said, f"scvctl secrets set GH_TOKEN for {PR}", names.host_text)
+    assert text["content"][0]["text"] == (
+        f"credential_missing: mcp server github: {short}: 401 Bad credentials; store a new value with store_secret "
+        f"(key 'GH_TOKEN', tool '{short}'), then call the tool again\nhint: scvctl secrets set GH_TOKEN for {short}")
+    given = {"key": "GH_TOKEN", "tool": short, "question": short + " x", "n": 1}
+    assert names.scvd_arguments(given) == {**given, "tool": PR}  # a whole argument only
+    assert names.scvd_arguments({"tool": "read"}) == {"tool": "read"}

@@ -164,6 +164,7 @@ class Bridge:
             arguments = {}
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise errors.JsonRpcError(INVALID_PARAMS, "tools/call needs `name` (string) and `arguments` (object)")
+        arguments = self.names.scvd_arguments(arguments)
         if refused := p.surrogate_refusal(arguments):  # as scvd refuses a socket client's call
             return error_result(refused.kind, refused.message)
         meta = params.get("_meta")

@@ -129,10 +129,12 @@ def call_result(done: p.CallCompleted, named: Callable[[str], str] = str) -> dic
 
 def failure(kind: str, message: str, hint: str | None = None, named: Callable[[str], str] = str) -> dict[str, Any]:
     """A call that failed or was refused, as the isError result the host's model reads and can act on;
-    JsonRpcError -32602 for a tool the session does not have, its message's tool names passed
-    through `named` (to the host's own: names.HostNames.host_text)."""
+    JsonRpcError -32602 for a tool the session does not have. The tool names in its message and hint are
+    passed through `named` (to the host's own: names.HostNames.host_text): an unknown tool's closest
+    names, the tool store_secret is to be told (credential_missing), are called by those."""
+    message, hint = named(message), named(hint) if hint else hint
     if kind == "unknown_tool":  # MCP: an unknown tool is a protocol error, not the tool's result
-        raise errors.JsonRpcError(INVALID_PARAMS, _error_text(kind, named(message), hint))
+        raise errors.JsonRpcError(INVALID_PARAMS, _error_text(kind, message, hint))
     return error_result(kind, message, hint)
 
 

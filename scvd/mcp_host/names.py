@@ -11,7 +11,9 @@ A host may call before it lists (Claude Code keeps an earlier session's list): u
 of this session, and for a name shaped as a shortened one that the last did not give, a name
 is `unmapped`, and the bridge maps the session's current tools with `listed`, which gives
 the names any list of them would. Text scvd writes about tools (an unknown tool's closest
-names) names them as the host does: `host_text`.
+names, the tool a credential_missing error tells store_secret of) names them as the host does:
+`host_text`; and a call's argument that is a name the host got shortened (store_secret's `tool`,
+as that error gave it) stands for the tool: `scvd_arguments`.
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ class HostNames:
         """The tool a host's name stands for (anything else, a name not listed so, as it came)."""
         return self.real.get(name, name) if isinstance(name, str) else name
 
+    def scvd_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """`arguments` with each one that is a name the host got shortened as scvd's name of that tool."""
+        if not self.real or not any(isinstance(v, str) and v in self.real for v in arguments.values()):
+            return arguments
+        return {k: self.real.get(v, v) if isinstance(v, str) else v for k, v in arguments.items()}
+
     def unmapped(self, name: Any) -> bool:
         """The session's tools are to be mapped before `name` is looked up: no list of this session was
         made (the host's may be an earlier session's; an unknown tool's closest names are told by its
@@ -64,7 +72,7 @@ class HostNames:
 
     def host_text(self, text: str) -> str:
         """`text` with each scvd name the host got shortened written as the host got it."""
-        if not self.shown:
+        if not any(name in text for name in self.shown):  # most texts, and a long one, at a substring search each
             return text
         return WORD.sub(lambda word: self.shown.get(word[0], word[0]), text)
 

@@ -43,7 +43,8 @@ which first logs a line of JSON with the call's id and no `jsonrpc` (a server's 
 `revocable=PATH` also lists `api`, which answers while LEAK_TOKEN is what the file PATH holds, and else (the
 token revoked while the server ran) writes `Error: 401 Unauthorized` and the token on stderr and exits with status 1;
 `closed-code` also lists `busy`, answered with an error of code -32000 (the SDK's for a closed connection too).
-Its tool `echo` answers with its arguments.
+Its tool `echo` answers with its arguments; any tool called with `refuse` true, with an isError result that
+reads like a refused credential (`401 Bad credentials`).
 """
 
 from __future__ import annotations
@@ -244,7 +245,9 @@ for line in sys.stdin:
             sys.exit(1)
         text = json.dumps(msg["params"].get("arguments") or {})
         result: dict = {"content": [{"type": "text", "text": text}]}
-        if name == "leak_error":
+        if (msg["params"].get("arguments") or {}).get("refuse") is True:
+            result = {"isError": True, "content": [{"type": "text", "text": "401 Bad credentials"}]}
+        elif name == "leak_error":
             result = {"isError": True, "content": [{"type": "text", "text": f"401 Bad credentials for {token}"}]}
         elif name == "leak_ok":
             result = {"content": [{"type": "text", "text": f"token={token}"}],

@@ -585,6 +585,11 @@ def with_quirks_server(make_daemon, mode: str, tool: str) -> DaemonProc:
     """A daemon with the quirks server `raw` (risk read_only) in `mode`, once its `tool` is listed."""
     d = make_daemon(f'[mcp.servers.raw]\ncommand = "{sys.executable}"\nargs = ["{QUIRKS}", "{mode}"]\n'
                     'sandbox = false\nrisk = "read_only"\n')
+    return listing(d, tool)
+
+
+def listing(d: DaemonProc, tool: str) -> DaemonProc:
+    """`d`, once the quirks server `raw` lists `tool`."""
     with d.client(name="t") as c:
         deadline = time.monotonic() + 30
         while f"mcp__raw__{tool}" not in [t.name for t in c.request(p.ToolsList).tools]:
@@ -613,6 +618,30 @@ def test_tool_names_past_the_hosts_budget_are_listed_short_and_called_by_that_na
         assert long in [t["name"] for t in h.rpc("tools/list")["result"]["tools"]]  # the same each time
     finally:
         assert h.close() == 0
+
+
+def test_a_credential_missing_error_names_the_tool_as_the_host_lists_it_and_store_secret_takes_that_name(
+        make_daemon, workspace):
+    """It named scvd's long name, which the host never listed; given the name the host knows, as told,
+    store_secret said it was no tool scvd has."""
+    from test_mcp_servers import keyed_daemon
+
+    d = keyed_daemon(make_daemon, f'[mcp.servers.raw]\ncommand = "{sys.executable}"\nargs = ["{QUIRKS}", '
+                     '"long-names=1"]\nsandbox = false\nrisk = "read_only"\nenv = {LEAK_TOKEN = {secret = "K"}}\n',
+                     "K", "old")
+    h = McpHost(listing(d, "l" * 54), workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}})
+        (long,) = [t["name"] for t in h.rpc("tools/list")["result"]["tools"] if t["name"].startswith("mcp__raw__l")]
+        refused = h.rpc("tools/call", {"name": long, "arguments": {"refuse": True}})["result"]
+        told = re.search(r"store_secret \(key 'K', tool '(\w+)'\)", refused["content"][0]["text"])
+        healing = h.rpc("tools/call", {"name": "store_secret", "arguments": {"key": "K", "tool": told[1]}})["result"]
+    finally:
+        assert h.close() == 0
+    assert refused["content"][0]["text"].startswith(f"credential_missing: {long}: 401 Bad credentials; "), refused
+    assert told[1] == long and "mcp__raw__" + "l" * 54 not in refused["content"][0]["text"], refused
+    assert healing["isError"] and "scvctl secrets set K" in healing["content"][0]["text"], healing  # nobody to type it
+    assert "is not a tool scvd has" not in healing["content"][0]["text"], healing
 
 
 def test_a_tool_name_budget_too_small_for_a_hash_is_a_usage_error(daemon, workspace):
