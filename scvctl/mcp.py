@@ -129,7 +129,8 @@ def wait_detached(client: Client, session: str, on_lost: Callable[[], None] = la
     except errors.ConnectionClosed:
         on_lost()
         print(f"scvctl mcp: scvd closed the connection while serving session {session} (it stopped or "
-              "failed; see `journalctl --user -u scvd`)", file=sys.stderr)
+              "failed; see `journalctl --user -u scvd`); once it runs again, reconnect this server in the MCP host",
+              file=sys.stderr)
         return 1
     if event.ok:
         return 0

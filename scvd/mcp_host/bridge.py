@@ -173,7 +173,7 @@ class Bridge:
             accepted = await self.client.request(p.Call, cost, session=self.session, tool=name, arguments=arguments)
         except errors.ToolError as exc:  # refused before it ran (`limit`): the model's to act on, as a failure is
             said = f"{exc.why}; {HOST_RETRY}" if isinstance(exc, errors.LimitExceeded) and exc.why else exc.message
-            return failure(exc.kind, said, exc.hint, self.names.host_text)
+            return failure(exc.kind, said, exc.hint, self.names.host_text, exc.reason)
         self.calls[msg_id] = accepted.call_id
         asked: list[str] = []
         progress = base = 0.0  # the last one sent; where the run's own seconds count from (after a wait)

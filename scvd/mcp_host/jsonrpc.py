@@ -30,6 +30,11 @@ FULL = {
                  "the tool calls you no longer need in the MCP host, then call it again"),
 }
 
+# a call cut off as scvd stops (the wire's reason `stopping`): the host's session ends with scvd, and a
+# host does not start `scvctl mcp` again by itself
+STOPPED = ("this MCP server stops with it: once scvd runs again (`systemctl --user start scvd`), reconnect the "
+           "server in the MCP host (or restart the host), then call again")
+
 
 def request_id(head: bytes, tail: bytes) -> Any:
     """The id of a request too large to decode, from its line's first and last bytes: last if it
@@ -124,15 +129,19 @@ def call_result(done: p.CallCompleted, named: Callable[[str], str] = str) -> dic
         if isinstance(payload, dict):
             result["structuredContent"] = payload
         return result
-    return failure(done.error.kind, done.error.message, done.error.hint, named)
+    return failure(done.error.kind, done.error.message, done.error.hint, named, done.error.reason)
 
 
-def failure(kind: str, message: str, hint: str | None = None, named: Callable[[str], str] = str) -> dict[str, Any]:
+def failure(kind: str, message: str, hint: str | None = None, named: Callable[[str], str] = str,
+            reason: str | None = None) -> dict[str, Any]:
     """A call that failed or was refused, as the isError result the host's model reads and can act on;
     JsonRpcError -32602 for a tool the session does not have. The tool names in its message and hint are
     passed through `named` (to the host's own: names.HostNames.host_text): an unknown tool's closest
-    names, the tool store_secret is to be told (credential_missing), are called by those."""
+    names, the tool store_secret is to be told (credential_missing), are called by those. One that scvd's
+    stop cut off (`reason` stopping) says what brings the host's server back."""
     message, hint = named(message), named(hint) if hint else hint
+    if reason == errors.STOP_REASON:
+        message = f"{message}; {STOPPED}"
     if kind == "unknown_tool":  # MCP: an unknown tool is a protocol error, not the tool's result
         raise errors.JsonRpcError(INVALID_PARAMS, _error_text(kind, message, hint))
     return error_result(kind, message, hint)

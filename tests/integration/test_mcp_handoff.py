@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -47,16 +48,23 @@ def test_the_host_closing_stdin_ends_scvctl_with_0_and_drops_the_session(daemon,
     assert sessions_of(daemon) == []
 
 
-def test_killing_scvctl_mcp_drops_the_session_and_cancels_its_running_call(daemon, workspace):
-    h = McpHost(daemon, workspace)
+def host_running(d, workspace: Path, command: str) -> tuple[McpHost, int]:
+    """A host whose bash call of `command`, approved by its owner, runs: the host, and the call's request id."""
+    h = McpHost(d, workspace)
     h.rpc("initialize", INIT)
-    msg_id = h.request("tools/call", {"name": "bash", "arguments": {"command": "sleep 60; touch done"}})
-    with daemon.client(name="owner") as owner:
+    msg_id = h.request("tools/call", {"name": "bash", "arguments": {"command": command}})
+    with d.client(name="owner") as owner:
         owner.request(p.ApprovalDecide, approval_id=wait_pending(owner)[0].approval_id, decision="approve")
         until(lambda: owner.status().running_calls == 1)
-        h.proc.send_signal(signal.SIGTERM)
-        assert h.proc.wait(10) == -signal.SIGTERM
-        until(lambda: sessions_of(daemon) == [])
+    return h, msg_id
+
+
+def test_killing_scvctl_mcp_drops_the_session_and_cancels_its_running_call(daemon, workspace):
+    h, msg_id = host_running(daemon, workspace, "sleep 60; touch done")
+    h.proc.send_signal(signal.SIGTERM)
+    assert h.proc.wait(10) == -signal.SIGTERM
+    until(lambda: sessions_of(daemon) == [])
+    with daemon.client(name="owner") as owner:
         until(lambda: owner.status().running_calls == 0)
     rest = h.proc.stdout.read()  # scvd let go of the host's stdout: it ends (after what was answered)
     assert all(json.loads(line).get("id") == msg_id for line in rest.splitlines())
@@ -367,6 +375,32 @@ def test_scvd_stopping_ends_scvctl_mcp_with_a_message(make_daemon, workspace):
     h.proc.stdin.close()
     h.proc.stdout.close()
     h.proc.stderr.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])
+def test_scvd_going_away_mid_call_tells_the_host_what_happened_and_what_to_do(make_daemon, workspace, sig):
+    """Stopped, scvd answers the call it cuts off, and that answer said `scvd is stopping` only, not that
+    the host's server went with it nor how it comes back. Killed, it answers nothing: the host's stdout
+    ends, and `scvctl mcp` says why on its stderr, which hosts keep in their server log."""
+    d = make_daemon()
+    h, msg_id = host_running(d, workspace, "sleep 60")
+    d.stop(sig)
+    assert h.proc.wait(10) == 1
+    answers, said = [json.loads(line) for line in h.proc.stdout.read().splitlines()], h.proc.stderr.read()
+    for f in (h.proc.stdin, h.proc.stdout, h.proc.stderr):
+        f.close()
+    if sig == signal.SIGTERM:
+        [answer] = answers
+        assert answer["id"] == msg_id and answer["result"]["isError"], answer
+        text = answer["result"]["content"][0]["text"]
+        assert re.fullmatch(r"cancelled: call c1-\w+ was cancelled: scvd is stopping; this MCP server stops with it: "
+                            r"once scvd runs again \(`systemctl --user start scvd`\), reconnect the server in the MCP "
+                            r"host \(or restart the host\), then call again", text), text
+    else:
+        assert answers == []  # nothing to read but the end of its stdout
+    assert re.fullmatch(r"scvctl mcp: scvd closed the connection while serving session s1-\w+ \(it stopped or failed; "
+                        r"see `journalctl --user -u scvd`\); once it runs again, reconnect this server in the MCP host\n",
+                        said), said
 
 
 def open_fds(d) -> int:
