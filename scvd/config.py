@@ -20,7 +20,7 @@ from typing import Annotated, Any, Callable, Literal, Mapping
 
 import msgspec
 
-from . import config_env, http_fields
+from . import config_env, http_fields, search_paths
 from . import validation_text as vt
 from .ask_globs import DEFAULT_ALWAYS_ASK, glob_problem
 from .call_budget import FLOOR
@@ -252,7 +252,7 @@ def load(path: Path, env: Mapping[str, str] | None = None, *, missing: str = "",
     _check_chat(config, path, sources)
     return Loaded(config=config, path=str(path), sources=sources, file_read=found is not None,
                   warnings=config_env.stray_variables(env, Config, _names_in(config))
-                  + _unused_providers(config, sources) + _host_warnings(config, env))
+                  + _unused_providers(config, sources) + _host_warnings(config, env) + _search_path_warnings(config))
 
 
 def _host_warnings(config: Config, env: Mapping[str, str]) -> list[str]:
@@ -262,6 +262,19 @@ def _host_warnings(config: Config, env: Mapping[str, str]) -> list[str]:
     from .config_checks import mcp_warnings  # only with MCP servers
 
     return mcp_warnings(config.mcp.servers, env)
+
+
+def _search_path_warnings(config: Config) -> list[str]:
+    """What each start of an enabled stdio server drops from the search paths its `env` sets (mcp/spec.py):
+    a warning, not an error, so a trailing `:` that worked before does not keep scvd from starting."""
+    found: list[str] = []
+    for name, server in sorted(config.mcp.servers.items()):
+        if server.command is None or not server.enabled:
+            continue
+        literal = {k: v for k, v in server.env.items() if isinstance(v, str)}  # secret ones: _mcp_value_problem
+        cwd = os.path.expanduser(server.cwd) if server.cwd else None
+        found += search_paths.table_notes(f"mcp.servers.{name}.env", search_paths.set_by(literal), cwd)
+    return found
 
 
 def _unused_providers(config: Config, sources: Mapping[str, str]) -> list[str]:
@@ -668,6 +681,8 @@ def _mcp_value_problem(server: McpServerConfig) -> str | None:
             return f"env {name}: a value cannot hold a NUL byte"
         if isinstance(value, SecretRef) and (problem := key_problem(value.secret)):
             return f"env {name}: {problem}"
+        if isinstance(value, SecretRef) and (problem := search_paths.from_store_problem(name, "the server")):
+            return f"env {name}: {problem}; write its value here, each directory by its absolute path"
     for name, value in server.headers.items():
         if not http_fields.name_ok(name):
             return f"headers: {name!r} is not an HTTP header name ({http_fields.NAME_RULE})"

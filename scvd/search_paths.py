@@ -11,9 +11,12 @@ find what the children find. Absolute entries stay; a workspace that holds one a
 (host_places.py). A relative XDG base directory is dropped too (`relative_bases()`): the XDG spec
 calls one invalid, to be ignored, as platformdirs does for scvd's own folders, but git takes a
 relative XDG_CONFIG_HOME from its working directory, and the `git/config` an unasked call writes
-there set a pager that git run later ran. Pure functions but `clean_environ()`, the one that
-changes os.environ; it runs before scvd's own folders are looked up, which take a relative XDG
-directory as unset all the same (docs/operations.md).
+there set a pager that git run later ran. A stdio MCP server's configured `env` is cleaned the same
+way at each of its starts (`clean_all()`), and config.load warns of what that drops (`set_by()`,
+`table_notes()`): its working directory may be a workspace too, and so may those of the programs it
+starts. Pure functions but `clean_environ()`, the one that changes os.environ; it runs before scvd's
+own folders are looked up, which take a relative XDG directory as unset all the same
+(docs/operations.md).
 """
 
 from __future__ import annotations
@@ -110,32 +113,77 @@ def relative_bases(env: Mapping[str, str]) -> list[Dropped]:
     return [Dropped(name, (env[name],), None) for name in XDG_BASES if env.get(name) and not env[name].startswith("/")]
 
 
+def clean_all(env: Mapping[str, str]) -> tuple[dict[str, str], list[Dropped]]:
+    """clean(), and each relative_bases() unset: what a child's environment is cleaned to, scvd's own
+    at start and a stdio MCP server's configured `env` at each of its starts."""
+    out, dropped = clean(env)
+    bases = relative_bases(out)
+    for base in bases:
+        del out[base.name]
+    return out, dropped + bases
+
+
+def set_by(table: Mapping[str, str]) -> list[Dropped]:
+    """What clean_all() changes of the variables `table` sets (an MCP server's `env`): PATH's fallback
+    only when the table sets an empty PATH (one it leaves out is scvd's own, cleaned already)."""
+    return [d for d in clean_all(table)[1] if d.name in table]
+
+
+def from_store_problem(name: str, runs: str) -> str | None:
+    """Why the variable `name` cannot take its value from the secret store (an MCP server's `{secret = KEY}`,
+    a script tool's declared secret), or None: a search path, whose value would reach `runs` unchecked."""
+    if name not in SEARCH_PATHS and name not in XDG_BASES:
+        return None
+    return (f"{name} is a search path, no secret: read from the secret store at each start, it is neither checked "
+            f"nor shown, and it decides which code {runs} runs")
+
+
+def _shown(d: Dropped) -> tuple[str, str]:
+    """The dropped entries as a message lists them, and what the variable is now."""
+    return ", ".join(repr(e) for e in d.entries), f"it is now {d.now!r}" if d.now is not None else "it is now unset"
+
+
 def notes(dropped: Iterable[Dropped]) -> list[str]:
     """A log line for each variable clean() changed, with what a user whose tool relied on it does."""
     lines = []
     for d in dropped:
-        now = f"it is now {d.now!r}" if d.now is not None else "it is now unset"
         if not d.entries:
             lines.append(f"scvd's environment has no PATH, and bash without one looks in its working directory "
                          f"(a session's workspace): the processes scvd starts get PATH={FALLBACK_PATH!r}")
             continue
-        shown = ", ".join(repr(e) for e in d.entries)
+        shown, now = _shown(d)
         lines.append(f"dropped {shown} from scvd's {d.name} ({now}): each process scvd starts would read it against "
                      f"its working directory, a session's workspace, where unasked calls write; name that "
                      f"directory by its absolute path in scvd's environment instead (docs/security.md)")
     return lines
 
 
+def table_notes(key: str, dropped: Iterable[Dropped], cwd: str | None = None) -> list[str]:
+    """A warning for each variable of the configured table `key` (`mcp.servers.NAME.env`) that set_by()
+    found, with what to write instead: a relative entry joined to `cwd` (the configured one), which
+    is how its author meant it read."""
+    lines = []
+    for d in dropped:
+        if not d.entries:
+            lines.append(f"{key}.{d.name} is empty, which bash reads as its working directory: the server gets "
+                         f"PATH={FALLBACK_PATH!r} instead; name its directories by their absolute paths, or leave "
+                         "PATH out to give it scvd's (docs/security.md)")
+            continue
+        shown, now = _shown(d)
+        meant = [os.path.normpath(os.path.join(cwd, e)) for e in d.entries if e] if cwd else []
+        example = f", e.g. {meant[0]!r}" if meant else ""
+        lines.append(f"{key}.{d.name}: dropped {shown} ({now}): the server and each program it starts would read "
+                     f"it against their working directory, which can be a session's workspace, where unasked calls "
+                     f"write; write the directory's absolute path instead{example} (docs/security.md)")
+    return lines
+
+
 def clean_environ() -> list[Dropped]:
-    """clean() applied to os.environ (and so to the C library's environment), and relative_bases()
-    unset there; what it dropped."""
-    cleaned, dropped = clean(os.environ)
-    for name in SEARCH_PATHS:
+    """clean_all() applied to os.environ (and so to the C library's environment); what it dropped."""
+    cleaned, dropped = clean_all(os.environ)
+    for name in (*SEARCH_PATHS, *XDG_BASES):
         if name in cleaned:
             os.environ[name] = cleaned[name]
         else:
             os.environ.pop(name, None)
-    bases = relative_bases(os.environ)
-    for base in bases:
-        del os.environ[base.name]
-    return dropped + bases
+    return dropped

@@ -921,6 +921,21 @@ def test_check_config_warns_of_an_mcp_server_that_cannot_start_and_strict_fails_
     assert check_config(home, '[mcp.servers.ok]\ncommand = "true"\n', "check-config", "--strict").returncode == 0
 
 
+def test_check_config_warns_of_what_a_servers_start_drops_from_the_search_paths_of_its_env(tmp_path):
+    """`env = {LD_LIBRARY_PATH = "lib:"}` reached a server whose cwd may be a workspace as written; now each
+    start drops what it would read against its working directory, and check-config says so, with the
+    absolute path the relative entry meant."""
+    text = (f'[mcp.servers.fs]\ncommand = "true"\ncwd = "{tmp_path}"\n'
+            'env = {LD_LIBRARY_PATH = "lib:", TOKEN = "lib:"}\n')
+    done = check_config(tmp_path / "home", text)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("# warning: ")] == [
+        "# warning: mcp.servers.fs.env.LD_LIBRARY_PATH: dropped 'lib', '' (it is now unset): the server and each "
+        "program it starts would read it against their working directory, which can be a session's workspace, "
+        f"where unasked calls write; write the directory's absolute path instead, e.g. '{tmp_path}/lib' "
+        "(docs/security.md)"]
+
+
 def test_check_config_warns_when_the_required_sandbox_is_unavailable(tmp_path):
     """sandbox.mode = "bwrap" with no bwrap exited 0, and every bash call then failed `unavailable`."""
     done = check_config(tmp_path / "home", '[sandbox]\nmode = "bwrap"\nbwrap = "/nonexistent/bwrap"\n')

@@ -15,6 +15,7 @@ from scvd.config import ConfigError, McpServerConfig, SecretRef, load
 from scvd.errors import CredentialMissing, Failed, Unavailable
 from scvd.mcp import spec
 from scvd.mcp.tool import OUTPUT_LIMIT, json_size, render
+from scvd.search_paths import FALLBACK_PATH
 
 from conftest import ROOT
 
@@ -59,6 +60,17 @@ def test_a_stdio_server_gets_the_allow_listed_environment_plus_its_own():
     assert got.argv == ["/bin/cat", "-u"] and got.cwd == "/srv/own" and not got.sandboxed
     assert got.env == {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "MODE": "x", "TOKEN": "t0k",
                        "HTTPS_PROXY": "http://proxy:3128", "SSL_CERT_FILE": "/etc/ca.pem"}
+
+
+def test_the_search_paths_of_a_servers_env_lose_what_it_would_read_against_its_working_directory():
+    """`env = {PATH = "/opt/x/bin:", LD_LIBRARY_PATH = "lib"}` reached the server as written: a server whose
+    cwd is a workspace (or a program it starts in one) ran a binary or loaded a library planted there."""
+    cfg = McpServerConfig(command="/bin/cat", env={"PATH": "/opt/x/bin:", "LD_LIBRARY_PATH": "lib",
+                                                   "PYTHONPATH": ".:/opt/py", "XDG_CONFIG_HOME": "rel", "MODE": "."})
+    env = launch(cfg).env
+    assert env["PATH"] == "/opt/x/bin" and env["PYTHONPATH"] == "/opt/py" and env["MODE"] == "."
+    assert "LD_LIBRARY_PATH" not in env and "XDG_CONFIG_HOME" not in env
+    assert launch(McpServerConfig(command="/bin/cat", env={"PATH": ""})).env["PATH"] == FALLBACK_PATH
 
 
 def test_a_command_is_looked_up_on_scvds_path_and_a_missing_one_is_unavailable():
@@ -166,6 +178,11 @@ def test_the_sandbox_wraps_a_server_unless_it_opts_out():
     ('[mcp.servers.fs]\ncommand = "x"\nenv = {"A=B" = "c"}\n', "env name 'A=B' is not a variable name"),
     ('[mcp.servers.fs]\ncommand = "x"\nenv = {A = "b\\u0000"}\n', "env A: a value cannot hold a NUL byte"),
     ('[mcp.servers.fs]\ncommand = "x"\nargs = ["a\\u0000"]\n', "holds a NUL byte"),
+    # read from the store at each start, a search path was neither checked nor cleaned
+    ('[mcp.servers.fs]\ncommand = "x"\nenv = {LD_PRELOAD = {secret = "PRELOAD"}}\n',
+     "mcp.servers.fs: env LD_PRELOAD: LD_PRELOAD is a search path, no secret: read from the secret store at each "
+     "start, it is neither checked nor shown, and it decides which code the server runs; write its value here, each "
+     "directory by its absolute path"),
     ('[mcp.servers.web]\nurl = "http://h/"\nheaders = {"X Token" = "t"}\n',
      "headers: 'X Token' is not an HTTP header name"),
     ('[mcp.servers.web]\nurl = "http://h/"\nheaders = {Authorization = "Bearer t\\n"}\n',

@@ -174,6 +174,12 @@ def test_a_config_dir_tools_folder_linked_to_the_data_dirs_is_read_once(tmp_path
     ({"secrets": ["not-a-name"]}, None, "secrets", "letters, digits and _"),
     ({"secrets": ["SCV_HOME"]}, None, "secrets", "SCV_HOME is scvd's own or systemd's variable"),
     ({"secrets": ["NOTIFY_SOCKET"]}, None, "secrets", "NOTIFY_SOCKET is scvd's own or systemd's variable"),
+    # a search path from the store reached the script as stored, unchecked: `.` ran the workspace's code
+    ({"secrets": ["PYTHONPATH"]}, None, "secrets", "PYTHONPATH is a search path, no secret: read from the secret "
+     "store at each start, it is neither checked nor shown, and it decides which code the script runs; remove it: "
+     "set it in the script itself, or pass scvd's own with pass_env in [tools.script."),
+    ({"secrets": ["PATH"]}, None, "secrets", "decides which code the script runs; remove it: the script gets "
+                                             "scvd's own already"),
     ({"command": "/bin/true"}, None, "command", "must be a path inside"),
     ({"command": "../../escape"}, None, "command", "leads outside"),
     ({"command": "./missing"}, None, "command", "does not exist"),
@@ -213,7 +219,8 @@ def test_a_config_dir_tools_folder_linked_to_the_data_dirs_is_read_once(tmp_path
 ], ids=["json", "json-line-column", "json-too-deep", "json-cut-off", "json-only-whitespace", "unknown-field",
         "seed-flag-background", "seed-flag-no-timeout", "tools-list-name",
         "config-toml-key", "risk", "not-object", "bad-schema", "timeout-0", "timeout-string", "timeout-negative",
-        "secret-name", "secret-scvds-own", "secret-systemds", "absolute-command", "escaping-command", "missing-command",
+        "secret-name", "secret-scvds-own", "secret-systemds", "secret-search-path", "secret-path",
+        "absolute-command", "escaping-command", "missing-command",
         "command-with-arguments", "remote-ref", "broken-ref",
         "anchor-nowhere", "dynamic-ref-nowhere", "required-not-a-property", "ref-loop", "ref-to-data",
         "schema-uri-not-a-string", "pattern-unknown-property", "pattern-name-v-flag", "schema-too-deep"])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from scvd.search_paths import FALLBACK_PATH, Dropped, clean, notes, relative_bases
+from scvd.search_paths import (FALLBACK_PATH, Dropped, clean, clean_all, from_store_problem, notes, relative_bases,
+                               set_by, table_notes)
 
 
 def test_empty_dot_and_relative_entries_leave_path_and_the_absolute_ones_stay_in_order():
@@ -69,3 +70,34 @@ def test_a_relative_xdg_base_directory_is_unset_an_absolute_or_empty_one_stays()
     assert dropped == [Dropped("XDG_CONFIG_HOME", ("rel",), None), Dropped("XDG_CACHE_HOME", ("./cache",), None),
                        Dropped("XDG_RUNTIME_DIR", ("run/user/1000",), None)]
     assert notes(dropped)[0].startswith("dropped 'rel' from scvd's XDG_CONFIG_HOME (it is now unset): ")
+
+
+def test_clean_all_unsets_a_relative_xdg_base_as_well():
+    """What a stdio MCP server's `env` is cleaned to at each start, as scvd's own is at its start."""
+    env, dropped = clean_all({"PATH": "/bin:.", "XDG_CONFIG_HOME": "rel", "XDG_DATA_HOME": "/d"})
+    assert env == {"PATH": "/bin", "XDG_DATA_HOME": "/d"}
+    assert dropped == [Dropped("PATH", (".",), "/bin"), Dropped("XDG_CONFIG_HOME", ("rel",), None)]
+
+
+def test_a_configured_table_is_judged_by_the_variables_it_sets_only():
+    """A table without PATH gives the server scvd's own (cleaned already): no fallback to warn of; an
+    empty PATH in it is bash's working directory, and gets the fallback."""
+    assert set_by({"TOKEN": "x", "MODE": "."}) == []
+    assert set_by({"LD_LIBRARY_PATH": "lib:/opt/lib"}) == [Dropped("LD_LIBRARY_PATH", ("lib",), "/opt/lib")]
+    assert set_by({"PATH": ""}) == [Dropped("PATH", (), FALLBACK_PATH)]
+
+
+def test_a_configured_tables_warning_names_its_key_and_the_absolute_path_meant():
+    """`LD_LIBRARY_PATH = "lib"` with `cwd = "/srv/fs"` meant /srv/fs/lib: the warning says to write that."""
+    line, = table_notes("mcp.servers.fs.env", set_by({"LD_LIBRARY_PATH": "./lib:"}), "/srv/fs")
+    assert line.startswith("mcp.servers.fs.env.LD_LIBRARY_PATH: dropped './lib', '' (it is now unset): the server ")
+    assert line.endswith("write the directory's absolute path instead, e.g. '/srv/fs/lib' (docs/security.md)")
+    assert ", e.g." not in table_notes("mcp.servers.fs.env", set_by({"PATH": "/bin:bin"}))[0]  # its own cwd: no help
+    assert table_notes("k", set_by({"PATH": ""}))[0].startswith(f"k.PATH is empty, which bash reads as its working "
+                                                               f"directory: the server gets PATH={FALLBACK_PATH!r}")
+
+
+def test_a_search_path_cannot_come_from_the_secret_store_any_other_name_can():
+    assert from_store_problem("NODE_PATH", "the script").startswith("NODE_PATH is a search path, no secret")
+    assert from_store_problem("XDG_CONFIG_HOME", "the server") is not None
+    assert from_store_problem("GITHUB_TOKEN", "the server") is None

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from .. import http_fields
+from .. import http_fields, search_paths
 from ..config import McpServerConfig, SecretRef, server_secrets
 from ..config_checks import locate_command
 from ..errors import CredentialMissing, LimitExceeded, Unavailable
@@ -23,7 +23,7 @@ from ..passenv import build as allowed_env
 
 PREFIX = "mcp__"
 # a stdio server starts from the agents' allow-list (proxies and CA bundles included) and the
-# user's HOME (npm and uv caches live there), plus its own `env`
+# user's HOME (npm and uv caches live there), plus its own `env`, its search paths cleaned
 KEPT_ENV = ("HOME",)
 _UNSAFE = re.compile(r"[^a-z0-9_]")
 NAME_LIMIT = 64  # the registry's rule for every tool name
@@ -169,7 +169,8 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
     command = found
     cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else str(home)
     own = resolve(cfg.env, secrets, name, "env")
-    env = allowed_env(base_env, KEPT_ENV, set=own)
+    # its `env`'s search paths as scvd's own: no entry read against a working directory (config.load warns)
+    env = search_paths.clean_all(allowed_env(base_env, KEPT_ENV, set=own))[0]
     argv = [command, *cfg.args]
     sandboxed = bool(cfg.sandbox and sandbox is not None and sandbox.active)
     if cfg.sandbox and sandbox is not None:

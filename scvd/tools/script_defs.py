@@ -22,8 +22,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from .. import errors
+from .. import errors, search_paths
 from .. import validation_text as vt
+from ..passenv import is_allowed
 from ..paths import read_regular_file
 from ..process import ALWAYS_REMOVED, ALWAYS_REMOVED_PREFIXES
 from ..secrets import check_key
@@ -139,6 +140,10 @@ def load_one(folder: Path) -> ScriptDef:
         if key in ALWAYS_REMOVED or key.startswith(ALWAYS_REMOVED_PREFIXES):  # else the environment's would do
             raise DefinitionError(path, "secrets", f"{key} is scvd's own or systemd's variable, which no child "
                                                    "gets; remove it")
+        if problem := search_paths.from_store_problem(key, "the script"):
+            instead = ("the script gets scvd's own already" if is_allowed(key) else "set it in the script "
+                       f"itself, or pass scvd's own with pass_env in [tools.script.{folder.name}]")
+            raise DefinitionError(path, "secrets", f"{problem}; remove it: {instead}")
     if spec.timeout is not None and not spec.timeout > 0:
         raise DefinitionError(path, "timeout", f"timeout {spec.timeout:g} must be a positive number of seconds")
     real_folder = folder.resolve()  # once: the executable below and every call use this one
