@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         except errors.StartupError as exc:
             print(f"{_error_prefix()}scvd: cannot start: {exc.message}", file=sys.stderr)
             return EXIT_STARTUP
-        return _until_the_reader_leaves(lambda: check_config(loaded, paths, registry, strict=args.strict))
+        return _until_the_reader_leaves(lambda: check_config(loaded, paths, registry, strict=args.strict,
+                                                             dropped=search_paths.notes(dropped)))
     level = "debug" if getattr(args, "verbose", False) else loaded.config.log_level
     setup_logging(level)
     for warning in loaded.warnings:
@@ -434,15 +435,18 @@ def _holds_a_pid(path: Path) -> bool:
         return False
 
 
-def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: Any, strict: bool = False) -> int:
+def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: Any, strict: bool = False,
+                 dropped: list[str] | None = None) -> int:
     """Print every setting with its source, then the paths, the tools and the sandbox verdict.
 
     A script tool that fails to load does not fail the check (the daemon starts without it),
     but each one is printed with why, as `scvctl tools --errors` would show it. Nor does a
-    warning, unless `strict` (a CI check on the machine that runs scvd).
+    warning, unless `strict` (a CI check on the machine that runs scvd). `dropped`: what the
+    start's cleaning of scvd's own environment logs (search_paths.notes), a warning each too.
     """
     print(f"# config file: {loaded.path}{'' if loaded.file_read else ' (missing: defaults)'}")
-    for warning in loaded.warnings:
+    warnings = [*(printable(note) for note in dropped or []), *loaded.warnings]  # as the start logs them
+    for warning in warnings:
         print(f"# warning: {warning}")
     for key, value, source in config_mod.effective(loaded):
         if value is None:  # TOML has no null: an unset optional key reads as a comment
@@ -461,7 +465,7 @@ def check_config(loaded: config_mod.Loaded, paths: paths_mod.Paths, registry: An
     for e in skipped:
         print(f"#   {e.name}: {e.source}: {e.message}")
     verdict = sandbox_verdict(loaded.config, paths, str(loaded.path))
-    warned = len(loaded.warnings)
+    warned = len(warnings)
     if verdict.startswith("unavailable"):  # mode bwrap: scvd starts, and every sandboxed call fails
         warned += 1
         print("# warning: sandbox.mode = \"bwrap\" and the sandbox is unavailable (below): every bash call, "

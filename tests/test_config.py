@@ -921,6 +921,21 @@ def test_check_config_warns_of_an_mcp_server_that_cannot_start_and_strict_fails_
     assert check_config(home, '[mcp.servers.ok]\ncommand = "true"\n', "check-config", "--strict").returncode == 0
 
 
+def test_check_config_prints_what_the_start_drops_from_scvds_own_search_paths(tmp_path):
+    """The start logs `dropped '' from scvd's PATH`; check-config, run with the unit's Environment=, said
+    nothing of it. --strict counts them as the warnings they are."""
+    path = os.environ["PATH"]
+    done = check_config(tmp_path / "home", None, "check-config", "--strict", PATH=f"{path}:", NODE_PATH="lib")
+    assert done.returncode == 2 and "2 warning(s)" in done.stderr, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("# warning: ")] == [
+        f"# warning: dropped '' from scvd's PATH (it is now {path!r}): each process scvd starts would read it against "
+        "its working directory, a session's workspace, where unasked calls write; name that directory by its absolute "
+        "path in scvd's environment instead (docs/security.md)",
+        "# warning: dropped 'lib' from scvd's NODE_PATH (it is now unset): each process scvd starts would read it "
+        "against its working directory, a session's workspace, where unasked calls write; name that directory by its "
+        "absolute path in scvd's environment instead (docs/security.md)"]
+
+
 def test_check_config_warns_of_what_a_servers_start_drops_from_the_search_paths_of_its_env(tmp_path):
     """`env = {LD_LIBRARY_PATH = "lib:"}` reached a server whose cwd may be a workspace as written; now each
     start drops what it would read against its working directory, and check-config says so, with the
