@@ -36,8 +36,10 @@ from .transcript import Transcripts, new_id
 
 log = logging.getLogger("scvd.chat")
 
-CALLS_END_SECONDS = 10.0  # how long an ended turn waits for its calls to stop (a process's kill grace)
-REOPEN_WAIT_SECONDS = 2 * CALLS_END_SECONDS + 5  # a closed session's turn ends within this (its two waits)
+# how long a turn cut short waits, in all, for its calls to stop (a process's kill grace) before its
+# end goes out; one bound from the cancel, whatever the calls do (protocol.md, "Chat turns")
+CALLS_END_SECONDS = 10.0
+REOPEN_WAIT_SECONDS = CALLS_END_SECONDS + 5  # a closed session's turn ends within this (its one wait)
 
 CALLS_BETWEEN_YIELDS = 256  # of a reply's calls taken in before other clients get the loop again
 
@@ -381,16 +383,16 @@ class ChatService:
             task.add_done_callback(self._closing.discard)
 
     async def _calls_ended(self, turn_id: str, calls: dict[str, asyncio.Task[Any]]) -> None:
-        """Until the turn's cancelled calls completed (at most CALLS_END_SECONDS), so that their
-        call.completed come before the turn's end, as the protocol says, and the lane is free.
-        Its background calls go on: they outlive their turn."""
+        """Until the turn's cancelled calls completed, so that their call.completed come before the
+        turn's end, as the protocol says, and the lane is free: their tasks (each cancels its call)
+        and the calls themselves, in one wait of at most CALLS_END_SECONDS (a wait for the tasks, then
+        another for the calls still running, made a call that ignored its cancel hold the end twice
+        that). Its background calls go on: they outlive their turn."""
+        running = [c.ending() for c in list(self.daemon.calls.table.values())
+                   if c.turn == turn_id and not (c.tool and c.tool.flags.background)]
         try:
-            if calls:
-                await asyncio.wait(calls.values(), timeout=CALLS_END_SECONDS)  # each cancels its call
-            left = [c.ending() for c in list(self.daemon.calls.table.values())
-                    if c.turn == turn_id and not (c.tool and c.tool.flags.background)]
-            if left:
-                await asyncio.wait(left, timeout=CALLS_END_SECONDS)
+            if calls or running:
+                await asyncio.wait([*calls.values(), *running], timeout=CALLS_END_SECONDS)
         except asyncio.CancelledError:  # cancelled again (scvd stopping): the end still goes out, once
             pass
 
