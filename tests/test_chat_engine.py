@@ -244,6 +244,19 @@ def test_ask_user_waits_for_the_answer():
     assert output(t, "q1")["result"] == {"answer": "the blue one"}
 
 
+def test_an_answer_read_once_the_turn_was_cut_is_kept_as_ask_users_output():
+    """The person's answer, taken before the cut but read after it, is not replaced by `cancelled`;
+    the turn asks the model nothing more, and the question's siblings are cancelled as before."""
+    conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["read"]))
+    t = turn(conv)
+    start(t, "x")
+    t.on_reply("", [call("q1", "ask_user", question="which?"), call("c1", "read")], Usage())
+    t.late_answer("q1", "the blue one")
+    t.cancel("the turn was cancelled")
+    assert output(t, "q1") == {"ok": True, "result": {"answer": "the blue one"}}
+    assert output(t, "c1")["error"]["kind"] == "cancelled"
+
+
 def test_background_result_becomes_a_note_before_the_next_request():
     conv = Conversation(settings=Opened(workspace="/ws"), loaded=dict.fromkeys(["watch"]))
     t = turn(conv)

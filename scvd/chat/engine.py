@@ -13,6 +13,7 @@ back what happened:
     turn.on_answer(call_id, text) -> the same as on_result
     turn.late_result(call_id, ...) -> a call's outcome that came once the turn was cut short (cancel
                                      or stopped follows): kept as its output, no next request
+    turn.late_answer(call_id, text) -> the same for an answer to ask_user not read before the cut
     turn.cancel(reason)           -> the turn ends; unanswered calls get a cancelled output, and a
                                      note says it was cancelled (the model reads it next turn)
     turn.stopped()                -> [Fail]: the same for scvd's own stop (cancelled_by_shutdown)
@@ -372,6 +373,11 @@ class Turn:
 
     def on_answer(self, call_id: str, answer: str) -> list[Any]:
         return self._answer(call_id, ok_output({"answer": answer}))
+
+    def late_answer(self, call_id: str, answer: str) -> None:
+        """An answer the person gave before the turn was cut short, read only after: kept as ask_user's
+        output, as late_result keeps a call's (the person was told it was taken)."""
+        self.late_result(call_id, True, {"answer": answer})
 
     def cancel(self, why: str) -> None:
         """The turn stops here (turn.cancel, its session closed): unanswered calls get a cancelled

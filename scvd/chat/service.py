@@ -399,7 +399,13 @@ class ChatService:
     def _cut(self, chat: Chat, turn: Turn, calls: dict[str, asyncio.Task[Any]], stopping: bool) -> p.Frame:
         """The end of a turn cut short, once its calls ended (_calls_ended): each keeps the outcome it
         came to, which for one too far along to stop (a write whose rename had begun) is its result;
-        the others get a cancelled output (Turn.cancel, Turn.stopped)."""
+        the others get a cancelled output (Turn.cancel, Turn.stopped). An answer to its question
+        that question.answer took (`ok`) but the turn had not read yet is ask_user's output: the
+        person's words reach the model with the next turn, not nowhere."""
+        while not chat.results.empty():
+            kind, call_id, value = chat.results.get_nowait()
+            if kind == "answer":  # a call's result: its task's, below
+                turn.late_answer(call_id, value)
         for call_id, task in calls.items():  # those whose result _drive had not taken
             if not task.done():  # past the wait: its outcome is not known
                 turn.late_result(call_id, False, error=_not_stopped())

@@ -695,6 +695,37 @@ def test_ask_user_asks_the_chat_and_the_answer_reaches_the_model(chat_rig, works
     assert json.loads(model.outputs(1)[-1])["result"] == {"answer": "blue"}
 
 
+def test_an_answer_taken_as_the_turn_was_cut_reaches_the_next_turns_model(chat_rig, workspace):
+    """question.answer said `ok`, but a cut in the same loop turn (a stop, a connection cut off, as a
+    race has it) ended the turn before it read the answer: ask_user's output said `cancelled` and the
+    person's answer was gone. Here the answer's own handler cuts the turn right after taking it."""
+    model, d = chat_rig(Calls(("ask_user", {"question": "which colour?"})), Text("noted"), wire_api="chat")
+    with d.client(name="pytest") as c:
+        session = open_chat(c, workspace).session
+        service = d.daemon.chat
+        answer = service.answer
+
+        async def answer_then_cut(conn: Any, frame: p.QuestionAnswer) -> p.Frame:
+            taken = await answer(conn, frame)
+            service.chats[frame.session].task.cancel("turn.cancel")  # as turn.cancel or scvd's stop does
+            return taken
+
+        service.answer = answer_then_cut
+
+        def reply(event: Any) -> None:
+            if isinstance(event, p.QuestionAsked):
+                c.request(p.QuestionAnswer, session=session, question_id=event.question_id, answer="blue")
+
+        _, end = run_turn(c, session, "paint it", reply)
+        assert isinstance(end, p.TurnCancelled)
+        records = c.request(p.ChatHistory, session=session).records
+        run_turn(c, session, "go on")
+    kept = {"ok": True, "result": {"answer": "blue"}}
+    assert [json.loads(r["output"]) for r in records if r["kind"] == "tool"] == [kept]
+    assert [json.loads(o) for o in model.outputs(1)] == [kept]
+    assert model.requests[1]["messages"][-1] == {"role": "user", "content": f"{CANCELLED_NOTE}\n\ngo on"}
+
+
 def test_history_clear_and_a_second_turn_remembering_the_first(chat_rig, workspace):
     model, d = chat_rig(Text("first answer"), Text("second answer"), Text("fresh"))
     with d.client(name="pytest") as c:
