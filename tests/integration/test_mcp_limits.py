@@ -36,6 +36,7 @@ def mcp_names(listed: p.Tools) -> list[str]:
     return [t.name.removeprefix("mcp__many__") for t in listed.tools if t.name.startswith("mcp__many__")]
 
 
+@pytest.mark.one_loop
 def test_a_server_listing_5000_tools_gives_its_first_256_and_says_what_to_do(make_daemon, workspace, tmp_path):
     d = make_daemon(sdk_table(5000, 10, tmp_path / "lists"))
     with d.client(name="t") as c:
@@ -52,6 +53,7 @@ def test_a_server_listing_5000_tools_gives_its_first_256_and_says_what_to_do(mak
     assert error in d.log()  # the warning
 
 
+@pytest.mark.one_loop
 def test_max_tools_sets_how_many_are_taken(make_daemon, tmp_path):
     d = make_daemon(sdk_table(50, 10, tmp_path / "lists", "max_tools = 10\n"))
     with d.client(name="t") as c:
@@ -59,6 +61,7 @@ def test_max_tools_sets_how_many_are_taken(make_daemon, tmp_path):
         assert mcp_names(c.request(p.ToolsList))[-1] == "t00007"
 
 
+@pytest.mark.one_loop
 def test_tools_past_the_servers_share_of_a_frame_are_left_out_and_tools_list_works(make_daemon, tmp_path):
     # 200 tools of 60 KB each: 12 MB, past the 8 MiB frame; every client's tools.list failed with `limit`
     d = make_daemon(sdk_table(200, 60_000, tmp_path / "lists"))
@@ -72,6 +75,7 @@ def test_tools_past_the_servers_share_of_a_frame_are_left_out_and_tools_list_wor
                          "and leaves the rest out; raise server.server_frame_bytes, or turn tools off on the server")
 
 
+@pytest.mark.one_loop
 def test_a_reload_that_enables_another_server_takes_a_running_servers_tools_again_within_its_new_share(
         make_daemon, tmp_path):
     first = sdk_table(200, 60_000, tmp_path / "lists")
@@ -88,6 +92,7 @@ def test_a_reload_that_enables_another_server_takes_a_running_servers_tools_agai
                                 f"scvd takes the first {now} in the server's order"), error
 
 
+@pytest.mark.one_loop
 def test_a_call_waiting_for_a_tool_a_reload_leaves_past_its_share_is_told_so(make_daemon, workspace, tmp_path):
     """It was told the server "redefined or stopped listing the tool", which the server never did."""
     first = sdk_table(200, 60_000, tmp_path / "lists", 'tool_risk = { t00020 = "process" }\n')
@@ -119,6 +124,7 @@ def test_a_burst_of_list_changed_notifications_is_a_few_tools_lists(make_daemon,
         assert len(lists.read_text().splitlines()) <= 3, "a tools/list per notification"
 
 
+@pytest.mark.one_loop
 def test_an_unknown_tool_among_thousands_is_told_the_closest_names_and_a_folded_list(make_daemon, workspace, tmp_path):
     """It was told every tool's name: with one server of 4,096 tools, one typo's answer was 250 KB,
     through `scvctl mcp` a JSON-RPC error read whole into a host model's context."""

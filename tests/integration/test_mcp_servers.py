@@ -104,6 +104,7 @@ def fs_daemon(make_daemon, workspace) -> DaemonProc:
     return make_daemon(fs_table(workspace))
 
 
+@pytest.mark.one_loop
 def test_filesystem_tools_appear_and_a_read_runs_through_the_gate(fs_daemon, workspace):
     with fs_daemon.client(name="t") as c:
         status = server(c, "fs")
@@ -306,6 +307,7 @@ def test_a_killed_server_is_reported_unavailable_and_restarted(fs_daemon, worksp
         assert c.call(session, "mcp__fs__read_text_file", {"path": str(workspace / "notes.txt")}).ok
 
 
+@pytest.mark.one_loop
 def test_a_server_that_cannot_start_shows_its_stderr(make_daemon, workspace):
     d = make_daemon(f'[mcp.servers.fs]\ncommand = "{FS}"\nargs = ["{workspace}/missing"]\n'
                     f'[mcp.servers.nofile]\ncommand = "{workspace}/no-server"\n'
@@ -338,6 +340,7 @@ def test_a_server_that_cannot_start_shows_its_stderr(make_daemon, workspace):
     assert "fs: mcp:fs: the server process exited with status 1; stderr: " in scvctl(d, "tools", "--errors")
 
 
+@pytest.mark.one_loop
 def test_an_error_answering_initialize_says_so_and_what_to_check(make_daemon):
     """cat echoes scvd's initialize, which scvd answers "Method not found", back: status said only that."""
     d = make_daemon('[mcp.servers.cat]\ncommand = "/bin/cat"\nsandbox = false\n')
@@ -347,6 +350,7 @@ def test_an_error_answering_initialize_says_so_and_what_to_check(make_daemon):
                           "`command` and `args` start an MCP server speaking JSON-RPC on its stdin and stdout")
 
 
+@pytest.mark.one_loop
 def test_a_huge_error_answering_initialize_is_cut_and_escaped_in_status_and_tools_list(make_daemon, tmp_path):
     """A server's 1 MB error answering initialize was its error whole: in every status and every
     tools.list (a megabyte a listing, for every client), its escape codes raw."""
@@ -421,6 +425,7 @@ def test_a_long_error_from_a_server_given_secrets_is_judged_without_stalling_scv
     # 200,000 characters either side of its `401 Bad credentials`: past the head and tail judged
     assert refused.kind == "failed", refused.message[:80]
 
+@pytest.mark.one_loop
 def test_the_servers_working_dirs_and_their_parent_are_private_whatever_the_umask(make_daemon):
     # mkdir(parents=True) gave <data>/mcp the umask's mode (0755): every server's dir name showed
     d = make_daemon('[mcp.servers.cat]\ncommand = "/bin/cat"\nsandbox = false\n', umask=0o022)
@@ -437,6 +442,7 @@ def quirks_stdio_table(mode: str, starts: Path) -> str:
 
 
 
+@pytest.mark.one_loop
 def test_a_call_of_a_tool_of_a_server_on_its_first_start_says_it_is_starting(make_daemon, workspace, tmp_path):
     """Until its first start ended (up to initialize's 60 s) such a call was told only "no tool named
     ...; tools: read, write, ...", as for a typo, though docs/tools.md promised why."""
@@ -506,6 +512,7 @@ def test_two_tools_of_one_scvd_name_keep_the_first_and_say_which_was_left_out(ma
                      "other tools are not): rename one of them on the server"), error
 
 
+@pytest.mark.one_loop
 def test_a_server_leaving_out_many_tools_of_long_names_is_told_in_a_few_short_errors(make_daemon, tmp_path):
     """200 tools of 50,000-char names, all one scvd name: 199 errors each quoting two names whole, 20 MB
     that pushed every client's tools.list past server.server_frame_bytes (it failed for all of them)."""
@@ -808,6 +815,7 @@ def test_no_answer_to_a_tools_list_after_list_changed_keeps_the_tools_and_says_s
     assert d.daemon.mcp.links["raw"]._relist_task.done()
 
 
+@pytest.mark.one_loop
 def test_a_huge_error_answering_a_relist_is_logged_cut_and_escaped(make_inproc, workspace, tmp_path, caplog):
     """The warning of a tools/list after list_changed that failed quoted the server's error whole: a
     megabyte into the journal at each list_changed, where its other errors are escaped and cut."""
@@ -844,6 +852,7 @@ def test_a_session_grant_outlives_a_relist_of_a_schema_holding_nan(make_daemon, 
     assert "was redefined by its server" not in d.log()
 
 
+@pytest.mark.one_loop
 def test_a_tools_list_scvd_fails_to_take_leaves_the_server_no_tools_saying_why(make_inproc, monkeypatch, workspace,
                                                                                tmp_path, caplog):
     """An exception turning a tools/list into tools (a bug of scvd's: no list the SDK accepts raises one
@@ -1112,6 +1121,7 @@ def http_daemon(make_daemon, url: str, token: str, monkeypatch, env: dict[str, s
     return d
 
 
+@pytest.mark.one_loop
 def test_an_http_server_is_consumed_with_a_header_secret(make_daemon, workspace, http_server, monkeypatch):
     d = http_daemon(make_daemon, http_server, "Bearer s3cret", monkeypatch)
     with d.client(name="t") as c:
@@ -1296,6 +1306,7 @@ def test_a_header_secret_http_cannot_send_is_named_and_its_value_never_shown(mak
         assert "sk-live-SECRET" not in shown
 
 
+@pytest.mark.one_loop
 def test_a_stdio_servers_stderr_shows_its_secrets_as_their_keys(make_daemon, workspace):
     leaky = ('[mcp.servers.leaky]\ncommand = "/bin/sh"\nsandbox = false\n'
              'args = ["-c", "echo \\"auth failed with key $API_KEY\\" >&2; exit 1"]\n'
@@ -1313,6 +1324,7 @@ def test_a_stdio_servers_stderr_shows_its_secrets_as_their_keys(make_daemon, wor
     assert "auth failed with key [secret ECHO_KEY]" in status and "auth failed with key [secret ECHO_KEY]" in log
     assert "sk-echo-4242" not in status + log
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("printed", [
     "printf '%0480d sk-cut-0123456789abcdef0123456789' 0 >&2",  # the line's 500-character cut in it
     # the tail's 1000-character cut: 2 lines of 490 after it
@@ -1593,6 +1605,7 @@ def test_a_session_grant_ends_when_the_server_redefines_the_tool(make_daemon, wo
     assert "mcp server notes: mcp__notes__shifty was redefined by its server; its session grants are revoked" in d.log()
 
 
+@pytest.mark.one_loop
 @pytest.mark.bwrap
 def test_a_stdio_server_runs_in_the_sandbox_unless_it_opts_out(make_daemon, workspace, tmp_path):
     outside = tmp_path / "outside"
@@ -1777,6 +1790,7 @@ def test_a_refused_header_secret_is_credential_missing_and_store_secret_heals_it
         stop(web)
 
 
+@pytest.mark.one_loop
 def test_store_secret_knows_a_server_a_reload_added_in_a_session_opened_before(make_daemon, workspace, tmp_path):
     """The session's own configuration did not have it: `tool 'mcp__raw' is not a tool scvd has`."""
     d = make_daemon("", env=NO_KEYRING)

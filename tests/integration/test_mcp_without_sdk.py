@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from scvd import protocol as p
 
 from conftest import ROOT, reloaded
@@ -47,6 +49,7 @@ def echo_reaches(c, state: str) -> p.McpServerStatus:
     return server(c, "echo", state)
 
 
+@pytest.mark.one_loop
 def test_a_server_without_the_sdk_is_down_saying_how_to_install_it(make_daemon, workspace, tmp_path):
     """scvd exited with a traceback at the start (ModuleNotFoundError) for any configured server."""
     shadow = without_sdk(tmp_path)
