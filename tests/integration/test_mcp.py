@@ -86,6 +86,7 @@ def host(daemon: DaemonProc, workspace: Path):
         h.close()
 
 
+@pytest.mark.one_loop
 def test_initialize_offers_tools_and_falls_back_to_our_newest_version(daemon, workspace):
     h = McpHost(daemon, workspace)
     try:
@@ -98,6 +99,7 @@ def test_initialize_offers_tools_and_falls_back_to_our_newest_version(daemon, wo
         assert h.close() == 0
 
 
+@pytest.mark.one_loop
 def test_tools_list_carries_schemas_and_read_only_hints(host):
     tools = {t["name"]: t for t in host.rpc("tools/list")["result"]["tools"]}
     assert {"read", "write"} <= set(tools)
@@ -108,6 +110,7 @@ def test_tools_list_carries_schemas_and_read_only_hints(host):
     assert tools["store_secret"]["annotations"] == {"readOnlyHint": False, "destructiveHint": True}
 
 
+@pytest.mark.one_loop
 def test_store_secret_is_listed_so_a_host_can_heal_a_credential(make_daemon, scv_home, workspace):
     """It was hidden (a system tool), and a host has no find_tools: an agent told by credential_missing
     to call store_secret could not, since hosts call only the tools they were listed."""
@@ -123,6 +126,7 @@ def test_store_secret_is_listed_so_a_host_can_heal_a_credential(make_daemon, scv
     host.close()
 
 
+@pytest.mark.one_loop
 def test_read_call_returns_text_and_structured_content(host, workspace):
     (workspace / "a.txt").write_text("hi\n")
     result = host.rpc("tools/call", {"name": "read", "arguments": {"path": "a.txt"}})["result"]
@@ -131,12 +135,14 @@ def test_read_call_returns_text_and_structured_content(host, workspace):
     assert json.loads(result["content"][0]["text"])["content"] == "hi\n"
 
 
+@pytest.mark.one_loop
 def test_tool_errors_are_results_with_is_error(host):
     result = host.rpc("tools/call", {"name": "read", "arguments": {"path": "../etc/passwd"}})["result"]
     assert result["isError"] is True
     assert result["content"][0]["text"].startswith(("invalid_arguments: ", "failed: "))
 
 
+@pytest.mark.one_loop
 def test_an_unknown_tool_is_a_protocol_error_that_lists_the_tools(host):
     # MCP (2025-06-18 on): unknown tools are JSON-RPC errors, as its example -32602, not tool results
     error = host.rpc("tools/call", {"name": "nope", "arguments": {}})["error"]
@@ -144,6 +150,7 @@ def test_an_unknown_tool_is_a_protocol_error_that_lists_the_tools(host):
     assert error["message"].startswith("unknown_tool: no tool named 'nope'; tools: ") and "read" in error["message"]
 
 
+@pytest.mark.one_loop
 def test_write_waits_for_the_owner_and_a_denial_is_an_error_result(host, daemon, workspace):
     msg_id = host.request("tools/call", {"name": "write",
                                          "arguments": {"path": "n.txt", "content": "x", "mode": "create"}})
@@ -191,6 +198,7 @@ def elicited_write(h: McpHost) -> tuple[int, dict]:
     return msg_id, question
 
 
+@pytest.mark.one_loop
 def test_the_question_to_the_host_shows_the_workspace_on_one_escaped_line(daemon, tmp_path):
     """security.md: the host is put the whole escaped request. The header named the workspace raw, so
     a folder name with a line break (or U+202E) showed a second header of its own making."""
@@ -210,6 +218,7 @@ def test_the_question_to_the_host_shows_the_workspace_on_one_escaped_line(daemon
             pipe.close()
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("answer, said", [
     ({"error": {"code": -32603, "message": "no dialog here"}}, '{"code":-32603,"message":"no dialog here"}'),
     # a decision that is no string (a list, an object) was taken for a key of the choices: a
@@ -240,6 +249,7 @@ def test_a_question_the_host_answers_with_an_error_is_logged_and_left_to_the_wat
         assert h.close() == 0
 
 
+@pytest.mark.one_loop
 def test_a_question_withdrawn_because_its_request_expired_says_so_not_decided_elsewhere(make_daemon, workspace):
     """The host's question is taken back (notifications/cancelled) when its request ends without the
     host: its reason said `decided elsewhere` also when nobody had decided and it expired."""
@@ -271,6 +281,7 @@ def test_a_cancelled_call_is_cancelled_in_scvd_and_never_answered(host, daemon):
         assert host.read_within(10) == {"jsonrpc": "2.0", "id": ping, "result": {}}
 
 
+@pytest.mark.one_loop
 def test_bad_messages_get_json_rpc_errors_and_the_server_goes_on(host):
     host.proc.stdin.write("{not json\n")
     host.proc.stdin.flush()
@@ -317,6 +328,7 @@ def test_a_deep_message_is_answered_whatever_reads_it(host, daemon):
     assert "Traceback" not in daemon.log()
 
 
+@pytest.mark.one_loop
 def test_a_lone_surrogate_escape_is_json_and_its_request_is_answered(host, workspace):
     # what JSON.stringify and json.dumps print for half an emoji: msgspec refused it, and the
     # answer (-32700, id null) settled nothing, so the host waited for request 42 for good;
@@ -361,6 +373,7 @@ def test_a_message_over_the_limit_is_refused_whole_and_the_next_one_is_answered(
     assert host.close() == 0
 
 
+@pytest.mark.one_loop
 def test_a_batch_is_answered_with_an_array_of_its_requests_answers(host, workspace):
     """MCP 2025-03-26 (which scvd agrees to) has JSON-RPC batches: each request in one is answered,
     in one array; a notification in it gets nothing, and an empty batch is refused."""
@@ -409,6 +422,7 @@ def test_the_message_limit_is_server_client_frame_bytes(make_daemon, workspace):
         assert h.close() == 0
 
 
+@pytest.mark.one_loop
 def test_a_request_whose_id_is_null_is_refused_not_taken_for_a_notification(host):
     host.send({"jsonrpc": "2.0", "id": None, "method": "ping"})
     assert host.read_within(10) == {"jsonrpc": "2.0", "id": None, "error": {
@@ -451,6 +465,7 @@ def test_a_result_too_long_for_a_hosts_line_is_a_limit_error_and_the_host_stays(
         assert h.close() == 0
 
 
+@pytest.mark.one_loop
 def test_params_that_are_not_an_object_get_an_error_answer(host):
     """Every request gets its answer: a host waiting on one that never comes hangs."""
     for method in ("tools/call", "initialize"):
@@ -464,6 +479,7 @@ def test_params_that_are_not_an_object_get_an_error_answer(host):
     assert host.rpc("ping")["result"] == {}
 
 
+@pytest.mark.one_loop
 def test_not_running_daemon_exits_3(tmp_path, workspace):
     out = subprocess.run([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
                          env=base_env(tmp_path / "none"), capture_output=True, text=True, timeout=20,
@@ -472,6 +488,7 @@ def test_not_running_daemon_exits_3(tmp_path, workspace):
     assert out.stdout == ""
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("redirect,closed", [("<&-", "stdin"), (">&-", "stdout"), ("<&- >&-", "stdin and stdout")])
 def test_closed_stdio_is_a_usage_error_that_says_which(daemon, workspace, redirect, closed):
     cmd = f"exec {shlex.quote(sys.executable)} -m scvctl mcp --workspace {shlex.quote(str(workspace))} {redirect}"
@@ -482,6 +499,7 @@ def test_closed_stdio_is_a_usage_error_that_says_which(daemon, workspace, redire
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.one_loop
 def test_the_host_keeps_no_events_of_calls_it_has_answered(make_inproc, workspace):
     """A host's session lasts for days: call.started / call.progress of answered calls must not pile up."""
     d = make_inproc()
@@ -598,6 +616,7 @@ def listing(d: DaemonProc, tool: str) -> DaemonProc:
     return d
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("budget", [None, 64])
 def test_tool_names_past_the_hosts_budget_are_listed_short_and_called_by_that_name(make_daemon, workspace, budget):
     """Claude Code lists scvd's tools as mcp__scvd__NAME, and the Anthropic API refuses a tool name
@@ -620,6 +639,7 @@ def test_tool_names_past_the_hosts_budget_are_listed_short_and_called_by_that_na
         assert h.close() == 0
 
 
+@pytest.mark.one_loop
 def test_a_credential_missing_error_names_the_tool_as_the_host_lists_it_and_store_secret_takes_that_name(
         make_daemon, workspace):
     """It named scvd's long name, which the host never listed; given the name the host knows, as told,
@@ -644,6 +664,7 @@ def test_a_credential_missing_error_names_the_tool_as_the_host_lists_it_and_stor
     assert "is not a tool scvd has" not in healing["content"][0]["text"], healing
 
 
+@pytest.mark.one_loop
 def test_a_tool_name_budget_too_small_for_a_hash_is_a_usage_error(daemon, workspace):
     done = subprocess.run([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace), "--max-tool-name",
                            "12"], env=base_env(daemon.home), capture_output=True, text=True, timeout=30)
@@ -659,6 +680,7 @@ def test_tools_a_server_changes_while_its_first_tools_list_runs_come_without_ano
         assert {"mcp__raw__echo", "mcp__raw__later"} <= {t.name for t in c.request(p.ToolsList).tools}
 
 
+@pytest.mark.one_loop
 def test_an_mcp_call_stopped_at_its_timeout_says_which_setting_gives_it_more_time(make_daemon, workspace):
     """It said only that the call ran past its dispatch timeout, with no hint: nothing told the
     person that the server's timeout_seconds (or tools.default_timeout_seconds) sets it."""
@@ -713,6 +735,7 @@ def test_the_host_hears_when_an_mcp_servers_tools_come_and_go(host, daemon):
     assert "mcp__late__echo" not in [t["name"] for t in host.rpc("tools/list")["result"]["tools"]]
 
 
+@pytest.mark.one_loop
 def test_a_go_servers_null_properties_do_not_cost_the_host_its_tools_list(make_daemon, workspace):
     """A Go MCP server lists a tool without arguments as `properties: null, required: null` (a nil
     map and slice). Passed on as it was, hosts on the TypeScript SDK (most editors and desktop apps)
@@ -734,6 +757,7 @@ def test_a_go_servers_null_properties_do_not_cost_the_host_its_tools_list(make_d
         assert h.close() == 0
 
 
+@pytest.mark.one_loop
 def test_tools_list_is_the_sessions_own_after_a_reload(host, daemon, workspace):
     """A host's session keeps the tools of its opening; tools/list shows those it can call."""
     shutil.copytree(ROOT / "examples" / "tools" / "script" / "word_count",
@@ -751,6 +775,7 @@ def test_tools_list_is_the_sessions_own_after_a_reload(host, daemon, workspace):
     assert error["code"] == -32602 and "open a new session to use it" in error["message"], error
 
 
+@pytest.mark.one_loop
 def test_a_result_with_a_name_that_is_not_utf8_is_answered(daemon, workspace, tmp_path):
     """A script tool printing json.dumps(os.listdir()) for a Latin-1 file name: the host got
     -32603 "internal error in scvctl mcp" (the lone surrogate could not be encoded)."""

@@ -284,6 +284,7 @@ def test_a_number_of_fds_other_than_2_is_refused_and_each_one_closed(daemon, wor
     assert sessions_of(daemon, "odd-fds") == []
 
 
+@pytest.mark.one_loop
 def test_a_bad_workspace_is_refused_as_session_open_refuses_it(daemon, tmp_path):
     out = subprocess.run([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(tmp_path / "missing")],
                          env=base_env(daemon.home), capture_output=True, text=True, timeout=20,
@@ -572,6 +573,7 @@ def test_scvd_gone_during_the_handoff_says_so_and_what_to_do(tmp_path, workspace
     assert "journalctl --user -u scvd" in err and "start scvctl mcp again" in err
 
 
+@pytest.mark.one_loop
 def test_a_request_id_that_is_not_a_string_or_number_is_refused_before_anything_runs(daemon, workspace):
     """JSON-RPC ids are strings or numbers: an object id must not start a call the host is then told failed."""
     h = McpHost(daemon, workspace)

@@ -63,6 +63,7 @@ def text_of(result: types.CallToolResult) -> str:
     return "".join(c.text for c in result.content if isinstance(c, types.TextContent))
 
 
+@pytest.mark.one_loop
 def test_list_and_read(daemon, workspace):
     (workspace / "notes.txt").write_text("read me\n")
 
@@ -75,6 +76,7 @@ def test_list_and_read(daemon, workspace):
     assert not result.is_error and "read me" in text_of(result)
 
 
+@pytest.mark.one_loop
 def test_an_unknown_tool_is_a_protocol_error_naming_the_tools(daemon, workspace):
     async def body(s):
         with pytest.raises(MCPError) as refused:
@@ -86,6 +88,7 @@ def test_an_unknown_tool_is_a_protocol_error_naming_the_tools(daemon, workspace)
     assert error.message.startswith("unknown_tool: no tool named 'nope'; tools: ") and "read" in error.message
 
 
+@pytest.mark.one_loop
 def test_a_write_approved_through_elicitation(daemon, workspace):
     seen: list = []
     approve = types.ElicitResult(action="accept", content={"decision": "approve"})
@@ -108,6 +111,7 @@ def test_a_write_approved_through_elicitation(daemon, workspace):
     assert "scvctl-mcp" in resolved.decided_by and resolved.reason == "decided in the MCP host"
 
 
+@pytest.mark.one_loop
 def test_a_write_denied_through_elicitation(daemon, workspace):
     async def body(s):
         return await s.call_tool("write", {"path": "out.txt", "content": "x", "mode": "create"})
@@ -119,6 +123,7 @@ def test_a_write_denied_through_elicitation(daemon, workspace):
     assert not (workspace / "out.txt").exists()
 
 
+@pytest.mark.one_loop
 def test_approve_for_this_session_covers_the_next_write_but_not_a_sensitive_one(daemon, workspace):
     seen: list = []
     session = types.ElicitResult(action="accept", content={"decision": "approve_session"})
@@ -253,6 +258,7 @@ def test_a_server_added_after_attach_is_announced_and_listed(daemon, workspace):
     assert "mcp__late__echo" not in before and "mcp__late__echo" in after
 
 
+@pytest.mark.one_loop
 def test_a_host_that_kept_an_earlier_sessions_list_calls_a_shortened_name_without_listing(make_daemon, workspace):
     """Claude Code keeps the tools of an earlier session and calls them before it lists: a shortened
     name was mapped back only after this session's tools/list, and was unknown_tool until then."""
@@ -265,6 +271,7 @@ def test_a_host_that_kept_an_earlier_sessions_list_calls_a_shortened_name_withou
     assert not result.is_error and result.structured_content == {"text": '{"said": "hi"}'}, text_of(result)
 
 
+@pytest.mark.one_loop
 def test_an_unknown_tool_is_told_the_closest_names_as_the_host_knows_them(make_daemon, workspace):
     """The closest names were scvd's: a host that knows the tool only as shortened was told a name
     it cannot call (and the Anthropic API would refuse)."""
@@ -288,6 +295,7 @@ def test_an_unknown_tool_is_told_the_closest_names_as_the_host_knows_them(make_d
         assert SHORT in closest and set(closest) <= set(listed), error.message
 
 
+@pytest.mark.one_loop
 def test_a_call_past_the_sessions_limit_is_an_error_result_the_model_reads(make_daemon, workspace):
     """A refusal by a limit (server.max_calls_per_session, server.max_call_bytes_per_connection) was
     JSON-RPC error -32603, which hosts show as a crashed server; the model never read what to do. Then it
