@@ -23,6 +23,8 @@ from adapters_support import make_fake_bin, read_log
 from conftest import DaemonProc, base_env, reloaded, wait_pending
 from scvd import protocol as p
 
+pytestmark = pytest.mark.one_loop
+
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "AKIAPLANTED000000000",
     "AWS_SECRET_ACCESS_KEY": "planted-aws-secret-key",

@@ -17,7 +17,7 @@ from conftest import wait_pending
 from scvd import protocol as p
 from scvd.secrets import SecretStore
 
-pytestmark = pytest.mark.bwrap
+pytestmark = [pytest.mark.bwrap, pytest.mark.one_loop]
 
 SANDBOXED = '[approvals]\npolicy = "sandbox-aware"\n[sandbox]\nmode = "bwrap"\n'
 # bwrap needs libcap.so.2: a workspace file of that name on its loader's path is what it loads. A real

@@ -11,12 +11,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness import wait_until
 from scvd import protocol as p
 
 from conftest import DaemonProc
 from test_script_tool_folder import link_tool, rewrite_is_asked_as_the_tools
 from test_script_tools import NO_KEYRING, WORDS, approve, make_tool
+
+pytestmark = pytest.mark.one_loop
 
 
 def xdg_daemon(make_daemon, tmp_path: Path) -> tuple[DaemonProc, Path, Path]:

@@ -44,6 +44,7 @@ def reload(d, c, *, has: bool) -> None:
     assert ("script_leak" in {t.name for t in c.request(p.ToolsList).tools}) is has
 
 
+@pytest.mark.one_loop
 @pytest.mark.bwrap
 def test_a_workspace_holding_a_linked_tool_folder_cannot_rewrite_it_unasked(make_daemon, scv_home, workspace):
     run = link_tool(scv_home, workspace)
@@ -65,6 +66,7 @@ def test_a_workspace_holding_a_linked_tool_folder_cannot_rewrite_it_unasked(make
     assert again.result == "[secret API_TOKEN]\n"
 
 
+@pytest.mark.one_loop
 @pytest.mark.bwrap
 def test_the_folders_of_the_tools_a_reload_brings_are_guarded_and_those_it_drops_are_not(
         make_daemon, scv_home, workspace):
@@ -86,6 +88,7 @@ def test_the_folders_of_the_tools_a_reload_brings_are_guarded_and_those_it_drops
     assert run.read_text() == LEAK + "# mine again\n"
 
 
+@pytest.mark.one_loop
 def test_a_write_grant_does_not_cover_a_linked_tool_folder(make_daemon, scv_home, workspace):
     """on-risk, no sandbox: a session's `write` grant rewrote `run`, and the read_only tool then ran
     the new code unasked and unsandboxed."""
@@ -115,6 +118,7 @@ def rewrite_is_asked_as_the_tools(c, owner, sid: str, run: Path, workspace: Path
     assert c.wait_call(call_id).error.kind == "denied"
 
 
+@pytest.mark.one_loop
 def test_an_executable_changed_since_loading_is_refused_until_a_reload(make_daemon, scv_home, workspace, tmp_path):
     """Its size and mtime put back (os.utime) as they were: the inode's change time still tells."""
     run = link_tool(scv_home, tmp_path)

@@ -80,6 +80,7 @@ def test_registered_as_script_name_with_its_schema_and_run_after_approval(make_d
     assert pending.details["secrets"] == []
 
 
+@pytest.mark.one_loop
 def test_a_bad_argument_is_refused_before_approval_naming_the_field(make_daemon, scv_home, workspace):
     make_tool(scv_home, "words", WORDS)
     d = make_daemon(home=scv_home)
@@ -91,6 +92,7 @@ def test_a_bad_argument_is_refused_before_approval_naming_the_field(make_daemon,
         assert c.request(p.ApprovalsList).approvals == []
 
 
+@pytest.mark.one_loop
 def test_a_misnamed_argument_is_refused_naming_the_one_meant(make_daemon, scv_home, workspace):
     # it said `'text' is a required property`: the model added `text`, kept `txt`, and was refused again
     make_tool(scv_home, "words", WORDS)
@@ -149,6 +151,7 @@ CHECKOUT = {"type": "object", "required": ["branch"], "additionalProperties": Fa
                "description": "Labels by name; pass them to override the default, e.g. {\"bug\": \"yes\"}."}}}
 
 
+@pytest.mark.one_loop
 def test_a_pattern_refuses_what_its_json_schema_reading_refuses(make_daemon, scv_home, workspace):
     """JSON Schema patterns are ECMA-262's: `$` is the very end and `\\d` ASCII digits. Python's `$`
     matched before a final newline and its `\\d` any script's digits, so "main\\n" reached a script
@@ -182,6 +185,7 @@ WRITTEN_FOR_PYTHON = {"type": "object", "required": ["summary"], "additionalProp
             "description": "A tag; pass it to override the default, e.g. 'todo'."}}}
 
 
+@pytest.mark.one_loop
 def test_a_pattern_written_for_python_takes_what_its_author_meant(make_daemon, scv_home, workspace):
     """tool.json patterns were Python's before scvd read them as ECMA-262's: an inline flag, which
     ECMA has no use for, keeps its meaning (`(?s)` lets `.` take a newline, `(?m)` `$` match at a
@@ -211,6 +215,7 @@ UNKNOWN_PROPERTY = {"type": "object", "properties": {"word": {
     "description": "A word; pass it to override the default, e.g. 'A'."}}}
 
 
+@pytest.mark.one_loop
 def test_a_pattern_in_ecma_262s_own_syntax_loads_and_refuses_what_ecma_refuses(make_daemon, scv_home, workspace):
     """JSON Schema reads a pattern with ECMA-262's u flag: Python's re refused `(?<y>...)`, `\\k<y>` and
     `\\p{L}`, so such a tool did not load; and a `(?i:...)` made the whole pattern Python's, its `$` letting
@@ -236,6 +241,7 @@ def test_a_pattern_in_ecma_262s_own_syntax_loads_and_refuses_what_ecma_refuses(m
         "knows (`\\p{L}`, `\\p{Lu}`, `\\p{Script=Greek}`, `\\p{Alphabetic}`) or list the characters in a class")
 
 
+@pytest.mark.one_loop
 def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_it_is_missing(
         make_daemon, scv_home, workspace):
     # as models send it, and as built-in tools take it (seed 003: handlers defend against nil)
@@ -257,6 +263,7 @@ def test_null_for_an_optional_argument_is_left_out_and_for_a_required_one_says_i
         assert wrong.error.message == "script_words: 'text' is a required property"
 
 
+@pytest.mark.one_loop
 def test_a_whole_number_sent_as_a_float_reaches_the_script_as_an_integer(make_daemon, scv_home, workspace):
     # JSON Schema's `integer` takes 3.0, as models send it; the script got 3.0, and "x" * 3.0 failed
     parameters = {"type": "object", "required": ["count"], "properties": {
@@ -323,6 +330,7 @@ TAGS = {"type": "object", "required": ["tags"], "properties": {"tags": {
     "type": "array", "uniqueItems": True, "description": "Distinct tags to count, from the tree, e.g. [\"a\", 1]."}}}
 
 
+@pytest.mark.one_loop
 def test_unique_items_over_a_hundred_thousand_mixed_items_is_checked_with_json_schema_equality(
         make_daemon, scv_home, workspace):
     """jsonschema compared mixed items (1 and "1" do not sort) pair by pair: 110,000 took about 45
@@ -353,6 +361,7 @@ EVALUATED = {"type": "object", "required": ["ids", "counts"], "properties": {
                "description": "Counts by key, for keys starting with k, e.g. {\"k1\": 3}."}}}
 
 
+@pytest.mark.one_loop
 def test_unevaluated_items_and_properties_over_150_000_are_checked_in_one_pass(make_daemon, scv_home, workspace):
     """jsonschema looked each index or key up in a list of all those evaluated: minutes a call on a
     checking thread. What is refused, and how it is said, is jsonschema's."""
@@ -372,6 +381,7 @@ def test_unevaluated_items_and_properties_over_150_000_are_checked_in_one_pass(m
                                          "allowed ('x' was unexpected)"), refused.error
 
 
+@pytest.mark.one_loop
 def test_approval_follows_the_declared_risk(make_daemon, scv_home, workspace):
     make_tool(scv_home, "peek", "#!/bin/bash\necho plain text, not JSON\n", risk="read_only")
     d = make_daemon(home=scv_home)
@@ -381,6 +391,7 @@ def test_approval_follows_the_declared_risk(make_daemon, scv_home, workspace):
     assert done.ok and done.result == "plain text, not JSON\n"
 
 
+@pytest.mark.one_loop
 def test_the_flags_tool_json_sets_hide_the_tool_and_spare_it_the_gate(make_daemon, scv_home, workspace):
     """Seed 003's flags as a script sets them in tool.json: system_use keeps it out of the ordinary
     listing, always_allow runs it unasked even under policy always."""
@@ -396,6 +407,7 @@ def test_the_flags_tool_json_sets_hide_the_tool_and_spare_it_the_gate(make_daemo
     assert isinstance(done, p.CallCompleted) and done.ok and done.result == "seen\n", done
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("sandbox", ["off", pytest.param("bwrap", marks=pytest.mark.bwrap)])
 @pytest.mark.parametrize("script, why", [
     ("#!/bin/sh\r\necho hi\r\n", "its #! line ends in a carriage return (Windows line endings)"),
@@ -414,6 +426,7 @@ def test_a_script_whose_interpreter_cannot_start_says_so_not_that_the_file_is_mi
     assert done.error.message.startswith(f"script_words: cannot start {folder / 'run'}: {why}"), done.error.message
 
 
+@pytest.mark.one_loop
 def test_a_failing_script_reports_its_exit_and_the_tails_of_stderr_and_stdout(make_daemon, scv_home, workspace):
     """What the script printed on stdout was dropped from the error: a script that says why it failed
     there (`echo "error: no such repo"; exit 1`) left the person with the exit code alone."""
@@ -463,6 +476,7 @@ def test_what_a_script_printed_before_its_timeout_comes_without_its_secret(make_
     assert done.error.message.endswith("they follow:\nAuthorization: Bearer [secret API_TOKEN]\n"), done.error.message
 
 
+@pytest.mark.one_loop
 def test_a_timeout_from_the_default_names_tools_default_timeout_seconds_not_tool_json(make_daemon, scv_home,
                                                                                      workspace, tmp_path):
     """It used to blame tool.json, which sets no timeout, so the hint pointed at a field that was not there."""
@@ -495,6 +509,7 @@ def test_a_long_running_script_logs_its_elapsed_time_against_its_own_timeout(mak
             assert re.search(rf"running name={name} call={call_id} elapsed=\d+s/{limit}s\n", d.log()), d.log()
 
 
+@pytest.mark.one_loop
 @pytest.mark.bwrap
 def test_sandboxed_when_the_sandbox_is_on(make_daemon, scv_home, workspace):
     probe = ("#!/bin/bash\ncat >/dev/null\n"
@@ -514,6 +529,7 @@ def test_sandboxed_when_the_sandbox_is_on(make_daemon, scv_home, workspace):
     assert folder.is_dir()
 
 
+@pytest.mark.one_loop
 @pytest.mark.bwrap
 def test_a_tool_folder_linked_in_from_elsewhere_finds_its_files_through_scv_tool_dir_in_the_sandbox(
         make_daemon, scv_home, workspace, tmp_path):
@@ -537,6 +553,7 @@ def scvctl(home: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.one_loop
 def test_a_bad_tool_json_is_listed_by_scvctl_tools_errors(make_daemon, scv_home):
     make_tool(scv_home, "words", WORDS)
     bad = make_tool(scv_home, "broken", WORDS, timeout=-1)
@@ -554,6 +571,7 @@ def test_a_bad_tool_json_is_listed_by_scvctl_tools_errors(make_daemon, scv_home)
                         "message": "rule 'timeout': timeout -1 must be a positive number of seconds"}]
 
 
+@pytest.mark.one_loop
 def test_calling_a_tool_that_failed_to_load_says_why_and_where_they_are_listed(make_daemon, scv_home, workspace):
     bad = make_tool(scv_home, "broken", WORDS, timeout=-1)
     make_daemon(home=scv_home)
@@ -565,6 +583,7 @@ def test_calling_a_tool_that_failed_to_load_says_why_and_where_they_are_listed(m
         "reload scvd`, or SIGHUP to scvd); `scvctl tools --errors` lists the tools that failed to load\n")
 
 
+@pytest.mark.one_loop
 def test_a_tool_json_breaking_several_design_rules_lists_them_all(make_daemon, scv_home):
     # only the first was named, and a refused tool is in no --lint: its author fixed one per reload
     params = {"type": "object", "properties": {"n": {"type": "integer", "description": "How many, e.g. 3."}}}
@@ -582,6 +601,7 @@ def test_a_tool_json_breaking_several_design_rules_lists_them_all(make_daemon, s
         "'n' has no default")
 
 
+@pytest.mark.one_loop
 def test_scvctl_tools_lint_shows_a_tool_with_no_trigger_nor_parameter_when_refused_and_why(make_daemon, scv_home):
     """The reviewer's repro: `Use when asked.` and a required parameter without a When printed
     `script_wc2: ok`. The tool is refused at load, as any tool.json breaking a rule is, and --lint,
@@ -613,6 +633,7 @@ def test_scvctl_tools_lint_shows_a_tool_with_no_trigger_nor_parameter_when_refus
         "directory use bash, e.g. 'notes.txt'\"")]
 
 
+@pytest.mark.one_loop
 def test_scvd_check_config_prints_a_script_tool_that_fails_to_load(scv_home):
     make_tool(scv_home, "words", WORDS)
     bad = make_tool(scv_home, "broken", WORDS, timeout=-1)
@@ -626,6 +647,7 @@ def test_scvd_check_config_prints_a_script_tool_that_fails_to_load(scv_home):
     assert done.stderr == ""  # not a bare 'skipping script tool ...' line besides the listing
 
 
+@pytest.mark.one_loop
 def test_a_detached_daemon_logs_a_script_tool_that_fails_to_load_once(scv_home, tmp_path):
     """The check before detaching built the registry too, before logging was set up: its warning
     came out as a bare stderr line, then the daemon's own build logged it again."""
@@ -645,6 +667,7 @@ def test_a_detached_daemon_logs_a_script_tool_that_fails_to_load_once(scv_home, 
     assert len(skipped) == 1 and f"skipping script tool {bad / 'tool.json'}: rule 'timeout'" in skipped[0], skipped
 
 
+@pytest.mark.one_loop
 def test_scvctl_tools_lint_prints_findings_for_every_tool(make_daemon, scv_home):
     d = make_daemon(home=scv_home)
     out = scvctl(d.home, "tools", "--lint")
@@ -653,6 +676,7 @@ def test_scvctl_tools_lint_prints_findings_for_every_tool(make_daemon, scv_home)
     assert "bash: ok" in lines and "store_secret: ok" in lines  # system tools too
 
 
+@pytest.mark.one_loop
 def test_sighup_reloads_the_definitions_and_a_workspace_cannot_add_tools(make_daemon, scv_home, workspace):
     make_tool(workspace, "planted", WORDS)  # a workspace's own tools/script/ is never read
     d = make_daemon(home=scv_home)
@@ -678,6 +702,7 @@ def test_sighup_reloads_the_definitions_and_a_workspace_cannot_add_tools(make_da
         assert "script_words" not in {t.name for t in c.request(p.ToolsList).tools}
 
 
+@pytest.mark.one_loop
 def test_the_listing_a_client_saw_follows_a_reload_that_changes_a_tool(make_daemon, scv_home, workspace):
     """tools.list is built once per state of a registry's tools (scvd/tool_listing.py): after a reload
     that rewrites a tool, the same client asking the same way sees the new one; a session opened
@@ -708,6 +733,7 @@ python3 -c 'import hashlib,json,os; v=os.environ.get("API_TOKEN"); print(json.du
 """
 
 
+@pytest.mark.one_loop
 def test_scvctl_secrets_set_then_the_script_gets_it_in_its_environment(make_daemon, scv_home, workspace):
     make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
     d = make_daemon(home=scv_home, env={"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring",
@@ -725,6 +751,7 @@ def test_scvctl_secrets_set_then_the_script_gets_it_in_its_environment(make_daem
     assert "exiting without waiting" not in d.log()  # the lookup's idle thread does not hold up the exit
 
 
+@pytest.mark.one_loop
 def test_a_secrets_toml_edited_by_hand_with_a_bom_or_in_latin_1(make_daemon, scv_home, workspace):
     # a BOM made the file `not valid TOML`, failing every secret; Latin-1 handed the script U+FFFD
     make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
@@ -741,6 +768,7 @@ def test_a_secrets_toml_edited_by_hand_with_a_bom_or_in_latin_1(make_daemon, scv
     assert f"{secrets_toml}: not UTF-8 text at line 2; save it as UTF-8" in d.log()
 
 
+@pytest.mark.one_loop
 def test_a_value_set_by_hand_loses_the_whitespace_around_it_as_a_stored_one_does(make_daemon, scv_home, workspace):
     """`scvctl secrets set` dropped a pasted token's line break; the same token written into secrets.toml
     or scvd's environment by hand reached the script with it, and its API answered 401."""
@@ -761,6 +789,7 @@ def test_a_value_set_by_hand_loses_the_whitespace_around_it_as_a_stored_one_does
                    "pem": hashlib.sha256(pem.encode()).hexdigest()}  # several lines: whole, its last break too
 
 
+@pytest.mark.one_loop
 def test_a_secret_another_tool_declares_is_not_inherited_from_scvds_environment(make_daemon, scv_home, workspace):
     make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only")  # declares nothing
     make_tool(scv_home, "other", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
@@ -773,6 +802,7 @@ def test_a_secret_another_tool_declares_is_not_inherited_from_scvds_environment(
     assert theirs.ok and theirs.result["sha256"] == hashlib.sha256(b"for-other-only").hexdigest()
 
 
+@pytest.mark.one_loop
 def test_a_chat_providers_key_is_no_script_secret(make_daemon, scv_home, workspace, tmp_path):
     """Declaring the name a provider's key comes from would hand that key to the script (the
     environment is the lookup's last source): refused before the script starts, value unsaid."""
@@ -789,6 +819,7 @@ def test_a_chat_providers_key_is_no_script_secret(make_daemon, scv_home, workspa
     assert not marker.exists()
 
 
+@pytest.mark.one_loop
 def test_a_missing_secret_is_credential_missing_before_the_script_starts(make_daemon, scv_home, workspace, tmp_path):
     marker = tmp_path / "ran"
     make_tool(scv_home, "token", f"#!/bin/bash\ntouch {marker}\n", risk="read_only", secrets=["API_TOKEN"])
@@ -801,6 +832,7 @@ def test_a_missing_secret_is_credential_missing_before_the_script_starts(make_da
     assert not marker.exists()
 
 
+@pytest.mark.one_loop
 def test_a_missing_secret_fails_the_call_before_anyone_is_asked(make_daemon, scv_home, workspace, tmp_path):
     """Approving a call that could not run would be in vain: the agent stores the secret first,
     and the call it makes then is the one a person approves."""
@@ -820,6 +852,7 @@ def test_a_missing_secret_fails_the_call_before_anyone_is_asked(make_daemon, scv
         assert c.wait_call(call_id).ok and marker.exists()
 
 
+@pytest.mark.one_loop
 def test_under_policy_never_a_call_missing_its_secret_is_denied_not_sent_to_store_secret(make_daemon, scv_home,
                                                                                           workspace):
     """credential_missing would send the agent to store_secret: a person typing a secret for a call
@@ -853,6 +886,7 @@ def test_a_secret_lookup_that_outlasts_the_tools_timeout_ends_the_call_before_an
     assert done.error.hint == "unlock the keyring, then call again"
 
 
+@pytest.mark.one_loop
 def test_a_locked_keyring_is_unavailable_saying_to_unlock_it_not_a_missing_secret(make_daemon, scv_home, workspace,
                                                                                   tmp_path):
     """It used to read "not set", sending auto-heal to store_secret, whose set failed on the same lock."""
@@ -877,6 +911,7 @@ def test_a_locked_keyring_is_unavailable_saying_to_unlock_it_not_a_missing_secre
     assert unlocked.ok and unlocked.result["sha256"] == hashlib.sha256(b"tok-123").hexdigest()
 
 
+@pytest.mark.one_loop
 def test_a_broken_secrets_file_tells_the_model_to_ask_the_owner_and_the_log_why(make_daemon, scv_home,
                                                                                  workspace, tmp_path):
     """The model read the file's full path and TOML parse detail, which are no business of its (and
@@ -902,6 +937,7 @@ def test_a_broken_secrets_file_tells_the_model_to_ask_the_owner_and_the_log_why(
 
 
 
+@pytest.mark.one_loop
 def test_a_secret_holding_a_nul_is_credential_missing_naming_it_until_stored_again(make_daemon, scv_home,
                                                                                    workspace, tmp_path):
     """A NUL written into secrets.toml by hand (`\\u0000`; scvd never stores one): each call of a tool
@@ -934,6 +970,7 @@ def test_a_secret_holding_a_nul_is_credential_missing_naming_it_until_stored_aga
         assert c.call(session, "script_token", {"text": "x"}).ok and marker.exists()
     assert "embedded null byte" not in d.log()
 
+@pytest.mark.one_loop
 def test_exit_77_is_a_rejected_credential_naming_its_key(make_daemon, scv_home, workspace):
     make_tool(scv_home, "token", "#!/bin/bash\necho '401 Unauthorized' >&2\nexit 77\n", risk="read_only",
               secrets=["API_TOKEN"])
@@ -945,6 +982,7 @@ def test_exit_77_is_a_rejected_credential_naming_its_key(make_daemon, scv_home, 
     assert "store_secret" in done.error.message and "401 Unauthorized" in done.error.message
 
 
+@pytest.mark.one_loop
 def test_exit_77_from_a_tool_declaring_no_secrets_says_to_declare_one_not_to_call_store_secret(make_daemon, scv_home,
                                                                                                workspace):
     """store_secret refuses a tool that uses no stored secret: pointing the agent at it was a dead end."""
@@ -958,6 +996,7 @@ def test_exit_77_from_a_tool_declaring_no_secrets_says_to_declare_one_not_to_cal
         f"give it: declare the key it needs in \"secrets\" of {folder / 'tool.json'}"), done.error.message
 
 
+@pytest.mark.one_loop
 def test_exit_77_with_several_keys_names_them_all_unless_a_stderr_line_says_which(make_daemon, scv_home,
                                                                                  workspace):
     """It used to name the first declared key, sending store_secret after GH_USER when GH_TOKEN was refused."""
@@ -981,6 +1020,7 @@ def test_exit_77_with_several_keys_names_them_all_unless_a_stderr_line_says_whic
     assert said.error.hint == "scvctl secrets set GH_TOKEN"
 
 
+@pytest.mark.one_loop
 def test_a_failure_that_reads_like_a_refused_credential_names_the_key_for_store_secret(make_daemon, scv_home,
                                                                                         workspace):
     """Seed 003's agent takes the key's name from the error; a script that did not exit 77 (`gh`, `curl`
@@ -1006,6 +1046,7 @@ def test_a_failure_that_reads_like_a_refused_credential_names_the_key_for_store_
     assert down.error.kind == plain.error.kind == "failed"  # another failure; or no stored key to heal
 
 
+@pytest.mark.one_loop
 def test_the_example_tool_works(make_daemon, scv_home, workspace):
     """examples/tools/ holds a working script tool: copy it in and call it."""
     import shutil
@@ -1039,6 +1080,7 @@ PY
 """
 
 
+@pytest.mark.one_loop
 def test_a_script_that_prints_its_secret_never_hands_the_value_back(make_daemon, scv_home, workspace):
     """A declared secret's value is replaced by [secret KEY] in the result and in the error."""
     value = 'tok-"quoted"\\é/<&>-123'
@@ -1076,6 +1118,7 @@ ENCODED_KEY = ("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY/aws+secret?key>~0123456
                "ABCDEF")
 
 
+@pytest.mark.one_loop
 def test_a_script_printing_its_secret_base64url_wrapped_percent_or_hex_encoded_hands_none_back(
         make_daemon, scv_home, workspace):
     """A review's script tool printed its 99-character key as a JWT's base64url, wrapped as
@@ -1104,6 +1147,7 @@ python3 -c 'import json, os; print(json.dumps({"pin": int(os.environ["PIN"]), "o
 """
 
 
+@pytest.mark.one_loop
 def test_a_short_secret_in_a_json_result_keeps_the_result_json(make_daemon, scv_home, workspace):
     """A 4-digit PIN printed as a number: the agent gets the object with the PIN taken out, not a
     string of JSON broken by the stand-in."""
@@ -1115,6 +1159,7 @@ def test_a_short_secret_in_a_json_result_keeps_the_result_json(make_daemon, scv_
     assert done.result == {"pin": "[secret PIN]", "ok": True, "note": "set [secret PIN]"}
 
 
+@pytest.mark.one_loop
 def test_a_number_no_double_holds_keeps_the_output_as_text_not_null(make_daemon, scv_home, workspace):
     """`1e999` is JSON's grammar, but no double holds it: Python decoded it to inf, which the wire
     carries as null, so the agent got {"big": null} (with or without secrets), and the value was lost."""
@@ -1183,6 +1228,7 @@ python3 -c 'import json, os; print(json.dumps({"files": sorted(os.listdir(".")),
 """
 
 
+@pytest.mark.one_loop
 def test_a_result_with_a_file_name_that_is_not_utf8_completes(make_daemon, scv_home, workspace):
     """Python's json.dumps(os.listdir()) prints a Latin-1 name's byte as "\\udce9", which json.loads
     takes: the call never completed (the encoder refused the frame) and the call stayed in flight."""
