@@ -247,6 +247,7 @@ def test_a_call_still_running_after_its_cancelled_turn_ended_reaches_the_model_a
         "its work is unknown; check (e.g. read what it would change) before doing it again")}}
 
 
+@pytest.mark.one_loop
 def test_an_older_turn_cut_off_before_notes_came_shows_its_note_in_place(make_daemon, model, scv_home, workspace):
     """A turn SIGKILL cut off, which a build from before the notes resumed (closing its calls, writing
     no end), stayed without a note once later turns came: history showed it unanswered and unended,
@@ -272,6 +273,7 @@ def test_an_older_turn_cut_off_before_notes_came_shows_its_note_in_place(make_da
         {"role": "user", "content": "what time is it"}]
 
 
+@pytest.mark.one_loop
 def test_a_cancelled_turns_note_written_as_a_user_record_replays_as_scvds(make_daemon, model, scv_home, workspace):
     """Transcripts from before notes had a kind of their own hold the note as a `user` record: it still
     reaches the model, and history shows it as scvd's. It is told by its place (after the person's text
@@ -322,6 +324,7 @@ IDLE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.one_loop
 def test_the_idle_daemon_does_not_import_openai(model, scv_home, workspace):
     m = model(Text("hi"))
     (scv_home / "config.toml").write_text(config(m))
@@ -343,6 +346,7 @@ def written(folder: Path, conversation: str, days: float) -> Path:
     return aged(folder / f"{conversation}.jsonl", days)
 
 
+@pytest.mark.one_loop
 def test_transcript_days_removes_old_transcripts_at_start_and_nothing_else(make_daemon, scv_home, workspace,
                                                                             tmp_path):
     chat = scv_home / "state" / "chat"
@@ -368,6 +372,7 @@ def test_transcript_days_removes_old_transcripts_at_start_and_nothing_else(make_
     assert "removed 1 chat transcript(s) not written to for over 30 days (chat.transcript_days)" in d.log()
 
 
+@pytest.mark.one_loop
 def test_a_reload_setting_transcript_days_prunes_at_once_but_not_an_open_conversation(make_daemon, scv_home,
                                                                                       workspace):
     chat = scv_home / "state" / "chat"
@@ -402,6 +407,7 @@ def test_clients_are_served_while_the_starts_pass_runs_and_chat_open_waits_for_i
     assert not (home / "state" / "chat" / "kold.jsonl").exists()
 
 
+@pytest.mark.one_loop
 def test_a_bug_in_an_expiry_pass_is_logged_and_the_later_passes_still_run(make_inproc, monkeypatch, caplog):
     """In-process, a pass made to raise once: the exception ended the background task, so no later
     pass ran (and nothing was logged of it)."""
@@ -433,6 +439,7 @@ def test_a_bug_in_an_expiry_pass_is_logged_and_the_later_passes_still_run(make_i
     assert failures[0].exc_info[0] is RuntimeError
 
 
+@pytest.mark.one_loop
 @pytest.mark.bwrap
 def test_a_transcript_that_cannot_be_removed_is_logged_and_the_pass_goes_on(make_daemon, scv_home, tmp_path,
                                                                             workspace):

@@ -174,6 +174,7 @@ def test_concurrent_calls_run_together(chat_rig, workspace, wire_api):
     assert results == [{"label": "a", "together": True}, {"label": "b", "together": True}]
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("wire_api,cap", [("responses", 64), ("chat", 10)])  # the default, and one configured
 def test_a_reply_of_a_thousand_calls_runs_a_steps_worth_and_tells_the_model_about_the_rest(chat_rig, workspace,
                                                                                          wire_api, cap):
@@ -219,6 +220,7 @@ def test_a_429_is_retried_then_the_turn_completes(chat_rig, workspace):
     assert isinstance(end, p.TurnCompleted) and len(model.requests) == 2
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_a_401_fails_the_turn_with_reason_auth(chat_rig, workspace, wire_api):
     model, d = chat_rig(Status(401, "invalid api key"), wire_api=wire_api)
@@ -229,6 +231,7 @@ def test_a_401_fails_the_turn_with_reason_auth(chat_rig, workspace, wire_api):
     assert end.hint == "store a valid key with `scvctl secrets set SCVD_TEST_MODEL_KEY`"
 
 
+@pytest.mark.one_loop
 def test_a_missing_key_fails_the_turn_naming_the_secret(chat_rig, workspace):
     model, d = chat_rig(Text("never"), key="SCVD_TEST_NO_SUCH_KEY")
     with d.client(name="pytest") as c:
@@ -237,6 +240,7 @@ def test_a_missing_key_fails_the_turn_naming_the_secret(chat_rig, workspace):
     assert "scvctl secrets set SCVD_TEST_NO_SUCH_KEY" in end.hint and model.requests == []
 
 
+@pytest.mark.one_loop
 def test_the_text_of_a_turn_that_failed_for_want_of_a_key_reaches_the_model_with_the_next(chat_rig, workspace,
                                                                                        monkeypatch):
     # it was lost when the key was missing, though kept when the server refused a wrong one
@@ -252,6 +256,7 @@ def test_the_text_of_a_turn_that_failed_for_want_of_a_key_reaches_the_model_with
     assert [r["text"] for r in history if r["kind"] == "user"] == ["deploy release-7 to staging", "try again please"]
 
 
+@pytest.mark.one_loop
 def test_a_locked_keyring_fails_the_turn_saying_to_unlock_it(chat_rig, workspace, monkeypatch, tmp_path):
     """It used to end the turn as a bug (`internal`) or say the key is not set."""
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", lockable_keyring.BACKEND)
@@ -320,6 +325,7 @@ def cancel_mid_reply(c, session: str, text: str) -> str:
     return turn
 
 
+@pytest.mark.one_loop
 def test_the_next_turn_tells_the_model_the_last_one_was_cancelled(chat_rig, workspace):
     """A turn cancelled before any reply keeps its text; the next turn's went right after it, so the
     model read "delete the logs" + "what time is it" as two requests and carried out the cancelled one."""
@@ -332,6 +338,7 @@ def test_the_next_turn_tells_the_model_the_last_one_was_cancelled(chat_rig, work
         {"role": "user", "content": f"delete the logs\n\n{CANCELLED_NOTE}\n\nwhat time is it"}]
 
 
+@pytest.mark.one_loop
 def test_history_shows_a_cancelled_turns_note_as_scvds_not_the_persons(chat_rig, workspace):
     """The note was a `user` record: a client showing the history put scvd's words in the person's mouth."""
     model, d = chat_rig(Hang("deleting"), wire_api="chat")
@@ -412,6 +419,7 @@ def test_an_answer_past_max_reply_bytes_fails_the_turn_and_the_daemon_answers_me
     assert flood.written < flood.size
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_an_empty_reply_does_not_break_the_next_turn(chat_rig, workspace, wire_api):
     model, (events, end), (_, second), history = two_turns(chat_rig, workspace, Text(""), Text("ok"),
@@ -424,6 +432,7 @@ def test_an_empty_reply_does_not_break_the_next_turn(chat_rig, workspace, wire_a
         assert {"role": "assistant", "content": ""} in model.requests[1]["messages"]
 
 
+@pytest.mark.one_loop
 def test_the_step_limit_fails_the_turn(chat_rig, workspace):
     model, d = chat_rig(load("read"), load("read"), load("read"), extra="max_steps = 2\n")
     with d.client(name="pytest") as c:
@@ -452,6 +461,7 @@ def test_an_approval_inside_a_turn(chat_rig, workspace):
     assert (workspace / "new.txt").read_text() == "hi\n"
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_a_denied_call_reaches_the_model_as_a_denial(chat_rig, workspace, wire_api):
     model, d = chat_rig(load("write"), Calls(("write", {"path": "x.txt", "content": "x", "mode": "create"})),
@@ -470,6 +480,7 @@ def test_a_denied_call_reaches_the_model_as_a_denial(chat_rig, workspace, wire_a
     assert not (workspace / "x.txt").exists()
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("client,advice", [("scvctl", NO_APPROVER), ("my-bridge", NO_APPROVER_BRIDGE)])
 def test_without_an_approver_a_call_is_denied_at_once(chat_rig, workspace, client, advice):
     """The advice fits the client: `scvctl exec --yes` is no help to a chat bridge's user."""
@@ -503,6 +514,7 @@ def test_a_turn_whose_call_id_a_client_took_still_runs_its_call_and_ends(chat_ri
     assert json.loads(model.outputs(3)[-1])["result"] == {"label": "a", "together": True}
 
 
+@pytest.mark.one_loop
 def test_a_call_of_a_tool_that_failed_to_load_tells_the_model_why(chat_rig, workspace):
     """The model heard "no tool named ... in this conversation" and guessed at other names; a call on
     the socket is told the tool failed to load, and why: the model is told the same words."""
@@ -523,6 +535,7 @@ def test_a_call_of_a_tool_that_failed_to_load_tells_the_model_why(chat_rig, work
         "`scvctl tools --errors` lists the tools that failed to load")}}
 
 
+@pytest.mark.one_loop
 def test_a_call_that_fails_inside_scvd_reaches_the_model_and_the_turn_ends(chat_rig, workspace, monkeypatch):
     model, d = chat_rig(load("read"), Calls(("read", {"path": "a.txt"})), Text("it broke"))
 
@@ -561,6 +574,7 @@ REFUSED_BEFORE = {
 }
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("why", list(REFUSED_BEFORE))
 def test_a_call_refused_before_it_was_taken_on_reaches_the_model_as_a_limit_not_a_crash(chat_rig, workspace, caplog,
                                                                                        why):
@@ -590,6 +604,7 @@ def test_a_call_refused_before_it_was_taken_on_reaches_the_model_as_a_limit_not_
     assert "crashed" not in caplog.text and logged in caplog.text
 
 
+@pytest.mark.one_loop
 def test_a_call_past_the_connections_cap_of_calls_reaches_the_model_as_that_limit(chat_rig, workspace, caplog):
     """The connection's calls across its sessions (server.max_calls_per_connection): the model heard of
     the bytes bounds, which did not refuse it."""
@@ -641,6 +656,7 @@ def refusals(model: Any, calls: int) -> list[Any]:
     return [o["error"] for o in outputs if not o["ok"]]
 
 
+@pytest.mark.one_loop
 def test_a_call_past_its_connections_share_of_the_gate_tells_the_model_what_it_can_do(chat_rig, workspace):
     """Four reads at once that all ask, with approvals.max_pending = 4: one connection holds at most 3 of
     them, so the fourth is refused unasked. The model was told to have those decided (scvctl approvals)
@@ -660,6 +676,7 @@ def test_a_call_past_its_connections_share_of_the_gate_tells_the_model_what_it_c
         "asking: call it again, asking for fewer calls that need approval at once")}]
 
 
+@pytest.mark.one_loop
 def test_a_call_the_whole_gate_has_no_room_for_tells_the_model_what_it_can_do(chat_rig, workspace):
     """Another client's two requests wait and approvals.max_pending = 4: of a turn's three reads at once
     that all ask, two are asked and the third is refused unasked, the gate full (not the chat's share).
@@ -695,6 +712,7 @@ def test_ask_user_asks_the_chat_and_the_answer_reaches_the_model(chat_rig, works
     assert json.loads(model.outputs(1)[-1])["result"] == {"answer": "blue"}
 
 
+@pytest.mark.one_loop
 def test_an_answer_taken_as_the_turn_was_cut_reaches_the_next_turns_model(chat_rig, workspace):
     """question.answer said `ok`, but a cut in the same loop turn (a stop, a connection cut off, as a
     race has it) ended the turn before it read the answer: ask_user's output said `cancelled` and the
@@ -726,6 +744,7 @@ def test_an_answer_taken_as_the_turn_was_cut_reaches_the_next_turns_model(chat_r
     assert model.requests[1]["messages"][-1] == {"role": "user", "content": f"{CANCELLED_NOTE}\n\ngo on"}
 
 
+@pytest.mark.one_loop
 def test_history_clear_and_a_second_turn_remembering_the_first(chat_rig, workspace):
     model, d = chat_rig(Text("first answer"), Text("second answer"), Text("fresh"))
     with d.client(name="pytest") as c:
@@ -742,6 +761,7 @@ def test_history_clear_and_a_second_turn_remembering_the_first(chat_rig, workspa
         assert [m["content"] for m in model.requests[2]["input"]] == ["third"]
 
 
+@pytest.mark.one_loop
 def test_chat_open_refusals(chat_rig, workspace):
     model, d = chat_rig()
     with d.client(name="pytest") as c:
@@ -843,6 +863,7 @@ def test_a_chat_open_waiting_for_its_closed_sessions_turn_holds_no_other_request
             assert other.status().sessions == 0
 
 
+@pytest.mark.one_loop
 def test_a_provider_fixed_and_reloaded_serves_the_open_chats_next_turn(make_inproc, model, workspace):
     """The turn failed with "check providers.test.base_url"; after fixing it and a reload, the same
     chat kept the old URL until a new chat.open (a bridge's chats stay open for days)."""
@@ -877,6 +898,7 @@ def imported_codex(d, config: str, key: str) -> None:
     (codex / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": key}))
 
 
+@pytest.mark.one_loop
 def test_provider_codex_reuses_the_imported_codex_setup(chat_rig, workspace):
     model, d = chat_rig(Text("hello from codex's provider"))
     codex = d.home / "adapters" / "codex"
@@ -893,6 +915,7 @@ def test_provider_codex_reuses_the_imported_codex_setup(chat_rig, workspace):
     assert model.requests[0]["model"] == "gpt-test"
 
 
+@pytest.mark.one_loop
 def test_provider_codex_sends_the_imported_providers_bearer_token(chat_rig, workspace, caplog):
     """`scvctl agents import codex` recommends experimental_bearer_token; provider codex uses it
     (before auth.json, as codex does) and never shows it."""
@@ -910,6 +933,7 @@ def test_provider_codex_sends_the_imported_providers_bearer_token(chat_rig, work
     assert "tok-CORP-SECRET" not in caplog.text + repr(events)
 
 
+@pytest.mark.one_loop
 def test_bash_in_a_chat_of_provider_codex_does_not_get_the_imported_setups_key_or_header_token(
         chat_rig, workspace, monkeypatch, caplog):
     """The imported setup's env_key and env_http_headers name variables of scvd's environment that
@@ -939,6 +963,7 @@ def test_bash_in_a_chat_of_provider_codex_does_not_get_the_imported_setups_key_o
     assert not [v for v in secrets.values() if v in output + transcript + caplog.text + repr(events)]
 
 
+@pytest.mark.one_loop
 def test_provider_codex_serves_an_imported_local_server_that_takes_no_key(chat_rig, workspace):
     """A Codex setup for a local server names a base_url and no key, and codex sends none; provider
     codex failed every turn with `holds no API key` instead."""
@@ -952,6 +977,7 @@ def test_provider_codex_serves_an_imported_local_server_that_takes_no_key(chat_r
     assert "sk-openai-only" not in model.authorizations[0]  # OpenAI's key stays OpenAI's
 
 
+@pytest.mark.one_loop
 def test_provider_codex_serves_codexs_own_ollama_provider(chat_rig, workspace, monkeypatch):
     """`model_provider = "ollama"` with no table (codex's own provider, on localhost, no key) failed
     every turn with `holds no API key`; CODEX_OSS_BASE_URL in scvd's environment moves it, as in codex."""
@@ -965,6 +991,7 @@ def test_provider_codex_serves_codexs_own_ollama_provider(chat_rig, workspace, m
     assert "sk-openai-only" not in model.authorizations[0]
 
 
+@pytest.mark.one_loop
 def test_provider_codex_without_an_import_says_how_to_get_one(chat_rig, workspace):
     model, d = chat_rig()
     with d.client(name="pytest") as c:
@@ -973,6 +1000,7 @@ def test_provider_codex_without_an_import_says_how_to_get_one(chat_rig, workspac
     assert "scvctl agents import codex" in end.hint
 
 
+@pytest.mark.one_loop
 def test_store_secret_asks_at_most_twice_per_tool_per_turn(chat_rig, workspace):
     ask = ("store_secret", {"key": "GH_TOKEN", "tool": "mcp__gh"})  # a server down for want of GH_TOKEN
     model, d = chat_rig(Calls(("find_tools", {"query": "store_secret", "include_system": True})),
@@ -995,6 +1023,7 @@ def test_store_secret_asks_at_most_twice_per_tool_per_turn(chat_rig, workspace):
         assert len([e for e in events if isinstance(e, p.SecretRequested)]) == 1
 
 
+@pytest.mark.one_loop
 def test_a_long_tool_output_is_trimmed_from_later_requests_the_same_way(chat_rig, workspace):
     (workspace / "big.txt").write_text("x" * 16_000)  # ~4000 tokens: request 2 fits with it whole
     (workspace / "medium.txt").write_text("m" * 6_000)  # request 3 does not fit with both
@@ -1011,6 +1040,7 @@ def test_a_long_tool_output_is_trimmed_from_later_requests_the_same_way(chat_rig
     assert model.tool_names(3) == ["find_tools", "ask_user", "read"]  # tools=["read"]: nothing else
 
 
+@pytest.mark.one_loop
 def test_a_request_keeps_room_for_the_providers_max_output_tokens(chat_rig, workspace):
     """With chat.context_tokens at the model's window, a request left no room for the reply: the
     provider refused it as longer than its window."""
@@ -1024,6 +1054,7 @@ def test_a_request_keeps_room_for_the_providers_max_output_tokens(chat_rig, work
     assert model.outputs(3)[-1] == '{"trimmed": "output dropped to fit chat.context_tokens"}'
 
 
+@pytest.mark.one_loop
 def test_a_resumed_conversation_keeps_its_tools_unless_told_all(chat_rig, workspace):
     """Left out, `tools` keeps what the conversation was opened with; `"all"` said widens it again."""
     model, d = chat_rig(load("write"), Text("one"), load("write"), Text("two"), load("write"), Text("three"))
@@ -1041,6 +1072,7 @@ def test_a_resumed_conversation_keeps_its_tools_unless_told_all(chat_rig, worksp
     assert "write" in model.tool_names(5)
 
 
+@pytest.mark.one_loop
 def test_resuming_with_a_stored_tool_that_is_gone_works_without_it(make_inproc, monkeypatch, model, workspace):
     """The stored list may name a tool not there now (an MCP server still starting, a script
     removed): the resume the bridge sends, with no `tools`, must not fail on it."""
@@ -1062,6 +1094,7 @@ def test_resuming_with_a_stored_tool_that_is_gone_works_without_it(make_inproc, 
             c.request(p.ChatOpen, workspace=str(workspace), tools=["chat_gather"])  # asked for now: refused
 
 
+@pytest.mark.one_loop
 def test_a_transcript_without_its_open_record_resumes_with_this_open(make_inproc, monkeypatch, model, workspace):
     """Its first write failed (a full disk) or was torn: the rest is still the conversation."""
     monkeypatch.setenv("SCVD_TEST_MODEL_KEY", "sk-test")
@@ -1081,6 +1114,7 @@ def test_a_transcript_without_its_open_record_resumes_with_this_open(make_inproc
     assert "remember 42" in user_texts(m, 1)
 
 
+@pytest.mark.one_loop
 def test_a_tool_that_comes_after_chat_open_is_there_for_the_next_turn(chat_rig, workspace, tmp_path):
     """An MCP server still starting when the chat opened (every daemon start): its tools reach the
     chat's next turn, as they reach the session."""
@@ -1098,6 +1132,7 @@ def test_a_tool_that_comes_after_chat_open_is_there_for_the_next_turn(chat_rig, 
     assert "mcp__raw__echo" in model.tool_names(3)
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_an_mcp_tool_without_properties_can_be_loaded(chat_rig, workspace, tmp_path, wire_api):
     """An MCP tool without arguments lists `{"type": "object"}`, a Go server's `properties: null`:
@@ -1243,6 +1278,7 @@ def test_a_background_result_between_turns_reaches_the_model_after_a_restart(mak
     assert asked == "is it done?"
 
 
+@pytest.mark.one_loop
 def test_a_history_longer_than_one_frame_pages_through_whole(make_inproc, monkeypatch, model, workspace):
     monkeypatch.setenv("SCVD_TEST_MODEL_KEY", "sk-test")
     said = [f"message {n}: " + "x" * 4000 for n in range(8)]
@@ -1292,6 +1328,7 @@ def test_an_emoji_split_across_two_deltas_reaches_the_chat_whole(chat_rig, works
     assert next(e for e in lone if isinstance(e, p.AssistantCompleted)).text == "lone \ufffd"
 
 
+@pytest.mark.one_loop
 def test_two_calls_with_one_id_in_a_reply_both_reach_the_model(chat_rig, workspace):
     """A shim that numbers calls per message: the second call's output took the first's place."""
     (workspace / "a.txt").write_text("AAA")
@@ -1308,6 +1345,7 @@ def test_two_calls_with_one_id_in_a_reply_both_reach_the_model(chat_rig, workspa
     assert len(set(ids)) == 2 and "AAA" in answers[ids[0]] and "BBB" in answers[ids[1]]
 
 
+@pytest.mark.one_loop
 def test_a_call_with_broken_json_goes_back_as_an_object_and_its_output_says_why(chat_rig, workspace):
     """Ollama refuses a request whose history holds a call's arguments that are not a JSON object
     (400 "invalid tool call arguments"): the model never heard that its call failed, and every later
@@ -1327,6 +1365,7 @@ def test_a_call_with_broken_json_goes_back_as_an_object_and_its_output_says_why(
                                           "with one JSON object")
 
 
+@pytest.mark.one_loop
 def test_a_call_without_a_name_is_answered_with_an_error_and_never_sent_back_nameless(chat_rig, workspace):
     """A server's tool call fragment that named no tool went back as `"name": ""`, which strict
     servers refuse: every later request of the chat failed."""
@@ -1342,6 +1381,7 @@ def test_a_call_without_a_name_is_answered_with_an_error_and_never_sent_back_nam
     assert output["error"]["message"].startswith("this call named no tool; call again with one of its names: ")
 
 
+@pytest.mark.one_loop
 def test_a_responses_call_without_a_name_is_answered_with_an_error_and_sent_back_named(chat_rig, workspace):
     """The same over the Responses API: a function_call item whose name is empty."""
     model, d = chat_rig(Calls(("", {})), Text("sorry"), wire_api="responses")
@@ -1356,6 +1396,7 @@ def test_a_responses_call_without_a_name_is_answered_with_an_error_and_sent_back
     assert output["error"]["message"].startswith("this call named no tool; call again with one of its names: ")
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "1e400"])
 def test_a_call_with_a_number_json_has_not_is_refused_and_goes_back_as_an_object(chat_rig, workspace, number):
     """The json module reads NaN, Infinity and 1e400 (as inf): a script tool was handed `NaN` on its
@@ -1375,6 +1416,7 @@ def test_a_call_with_a_number_json_has_not_is_refused_and_goes_back_as_an_object
     assert output["error"]["message"].startswith(f"arguments of read are not valid JSON ({number} ")
 
 
+@pytest.mark.one_loop
 def test_a_turn_that_failed_before_any_reply_keeps_the_roles_alternating(chat_rig, workspace):
     """Llama's and Mistral's chat templates refuse two user messages in a row ("roles must
     alternate"): one failed turn broke every later one."""
@@ -1383,6 +1425,7 @@ def test_a_turn_that_failed_before_any_reply_keeps_the_roles_alternating(chat_ri
     assert [(m["role"], m["content"]) for m in model.requests[1]["messages"][1:]] == [("user", "first\n\nsecond")]
 
 
+@pytest.mark.one_loop
 def test_a_turn_whose_transcript_writes_failed_is_written_by_the_next_save(chat_rig, workspace, caplog):
     """A full disk for a moment: the records of the failed writes were dropped (a resumed chat lost
     that turn, or kept an output without its call, which the APIs refuse)."""
@@ -1407,6 +1450,7 @@ def test_a_turn_whose_transcript_writes_failed_is_written_by_the_next_save(chat_
                      ("assistant", "it says AAA"), ("user", "sure?"), ("assistant", "yes")]
 
 
+@pytest.mark.one_loop
 def test_a_server_down_for_a_missing_secret_is_named_to_the_model_which_heals_it(chat_rig, workspace, tmp_path,
                                                                               monkeypatch):
     """An MCP server whose secret was never stored lists no tools, so no failed call of theirs could
@@ -1440,6 +1484,7 @@ def test_a_server_down_for_a_missing_secret_is_named_to_the_model_which_heals_it
     assert "mcp__raw__echo" in model.tool_names(3)
 
 
+@pytest.mark.one_loop
 def test_a_server_up_before_and_down_for_a_secret_now_gone_is_named_with_its_tools_still_listed(
         chat_rig, workspace, tmp_path, monkeypatch):
     """The model's line said the server "lists no tools till then", as of one never up: one that was up

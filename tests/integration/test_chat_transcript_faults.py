@@ -51,6 +51,7 @@ def chat_with_a_lost_turn(d, workspace: Path) -> tuple[str, Path, p.TurnComplete
     return conversation, path, end
 
 
+@pytest.mark.one_loop
 def test_a_turn_written_on_a_full_disk_says_so_and_is_kept_for_the_next_chat_open(make_daemon, model, scv_home,
                                                                                   workspace):
     """Its records waited in memory for the next write, which never came: the session's close dropped
@@ -106,6 +107,7 @@ def damage_line_3(d, conversation: str, to: bytes = b"\xff\xfe garbage\n") -> Pa
     return path
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("line, why, note", [
     (b"\xff\xfe garbage\n", "damaged", LOST_NOTE),
     # a kind this scvd does not know (a newer scvd's, read after a downgrade) was told as damage
@@ -136,6 +138,7 @@ def test_a_damaged_transcript_line_is_told_and_a_note_keeps_its_neighbours_apart
     assert note.encode() not in path.read_bytes()  # read there, never written
 
 
+@pytest.mark.one_loop
 def test_a_damaged_line_before_a_clear_is_not_told_as_lost(make_daemon, model, scv_home, workspace):
     """The clear dropped that line's turn anyway: the notice said the model reads a note in its place,
     and neither the model nor chat.history did."""
