@@ -16,11 +16,15 @@ import termios
 import time
 from pathlib import Path
 
+import pytest
+
 from scvd.secrets import SecretStore
 
 from conftest import base_env
 from harness import wait_until
 from test_script_tools import SHOWS_TOKEN, make_tool
+
+pytestmark = pytest.mark.one_loop
 
 TYPED = "typed-s3cr3t-4242"
 NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}

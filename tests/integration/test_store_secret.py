@@ -74,6 +74,7 @@ def setup(make_daemon, scv_home, workspace):
     return d
 
 
+@pytest.mark.one_loop
 def test_the_store_secret_flow_end_to_end_and_the_value_goes_nowhere_else(setup, workspace):
     d = setup
     with d.client(name="agent") as agent, d.client(name="person") as watcher:
@@ -105,6 +106,7 @@ def test_the_store_secret_flow_end_to_end_and_the_value_goes_nowhere_else(setup,
     assert "secret_resolved" in audit and "API_TOKEN" in audit and VALUE not in audit
 
 
+@pytest.mark.one_loop
 def test_store_secret_is_a_system_tool_whose_description_holds_the_lookup_order(setup):
     """Seed 003: a system_use tool, hidden from the ordinary listing; its own description holds the
     lookup order (keyring with account = the key's name, the secrets file, the environment), that
@@ -120,6 +122,7 @@ def test_store_secret_is_a_system_tool_whose_description_holds_the_lookup_order(
     assert "an empty printenv proves nothing" in tool.input_schema["properties"]["key"]["description"]
 
 
+@pytest.mark.one_loop
 def test_the_third_round_in_a_turn_is_refused_and_a_new_turn_may_ask(setup, workspace):
     d = setup
     with d.client(name="agent") as agent, d.client(name="person") as watcher:
@@ -175,6 +178,7 @@ def test_a_request_whose_every_approver_disconnected_is_not_a_round(setup, works
             assert done.ok, done.error
 
 
+@pytest.mark.one_loop
 def test_the_two_rounds_are_per_tool_so_a_turn_heals_each_failing_tool(make_daemon, scv_home, workspace):
     """Seed 003: at most two rounds per tool per turn, not per turn: the two tools a turn used, each
     failing for its own key, may both be healed."""
@@ -200,6 +204,7 @@ def test_the_two_rounds_are_per_tool_so_a_turn_heals_each_failing_tool(make_daem
 ROTATING = '#!/bin/bash\ncat >/dev/null\n[ "$API_TOKEN" = "$(cat "$SCV_TOOL_DIR/valid")" ] || exit 77\necho ok\n'
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("turn", [None, "t1"], ids=["no-turn", "one-turn"])
 def test_without_a_turn_the_rounds_start_over_once_the_window_passed(make_wrapped, scv_home, workspace, turn):
     """An MCP host (no turn) counted two rounds per tool for the whole session: once its token expired
@@ -239,6 +244,7 @@ def test_without_a_turn_the_rounds_start_over_once_the_window_passed(make_wrappe
         assert heal("token-2").ok and works()
 
 
+@pytest.mark.one_loop
 def test_a_bad_key_or_value_is_refused_and_the_request_stays_pending(setup, workspace):
     d = setup
     with d.client(name="agent") as agent, d.client(name="person") as watcher:
@@ -260,6 +266,7 @@ def test_a_bad_key_or_value_is_refused_and_the_request_stays_pending(setup, work
     assert used.result["sha256"] == hashlib.sha256(VALUE.encode()).hexdigest()
 
 
+@pytest.mark.one_loop
 def test_the_round_limit_cannot_be_dodged_by_naming_a_tool_that_does_not_exist(setup, workspace):
     """`tool` must name a registered tool: an invented name (a fresh count) is refused, nobody is asked."""
     d = setup
@@ -275,6 +282,7 @@ def test_the_round_limit_cannot_be_dodged_by_naming_a_tool_that_does_not_exist(s
         assert not [e for e in watcher.core.events if isinstance(e, p.SecretRequested)]
 
 
+@pytest.mark.one_loop
 def test_the_round_limit_cannot_be_dodged_by_naming_a_tool_that_uses_no_such_secret(setup, workspace):
     """Every real tool's name was a fresh count of two prompts; and a key the tool does not use would
     be stored in vain. Refused before anyone is asked, saying which keys the tool does use."""
@@ -293,6 +301,7 @@ def test_the_round_limit_cannot_be_dodged_by_naming_a_tool_that_uses_no_such_sec
         "store_secret: script_token does not use the secret GITHUB_TOKEN (its secrets: API_TOKEN)")
 
 
+@pytest.mark.one_loop
 def test_mcp_name_counts_only_for_an_enabled_server_that_uses_the_key(make_daemon, workspace):
     """Any configured server's name would be a fresh count of rounds: two more prompts per server."""
     d = make_daemon('[mcp.servers.other]\ncommand = "/bin/false"\nenv = {T = {secret = "OTHER_KEY"}}\n'
@@ -309,6 +318,7 @@ def test_mcp_name_counts_only_for_an_enabled_server_that_uses_the_key(make_daemo
         watcher.request(p.Ping)
         assert not [e for e in watcher.core.events if isinstance(e, p.SecretRequested)]
 
+@pytest.mark.one_loop
 def test_no_approver_connected_fails_at_once_naming_both_ways_out(setup, workspace):
     d = setup
     with d.client(name="agent") as agent:
@@ -321,6 +331,7 @@ def test_no_approver_connected_fails_at_once_naming_both_ways_out(setup, workspa
     assert "scvctl approvals watch" in done.error.message
 
 
+@pytest.mark.one_loop
 def test_an_approver_with_nobody_to_type_is_not_asked_a_watcher_is(setup, workspace):
     """hello's answers_secrets: false (scvctl exec, scvctl mcp): the request is not sent there,
     where it would wait out approvals.timeout_seconds; with a watcher, the watcher is asked."""
@@ -338,6 +349,7 @@ def test_an_approver_with_nobody_to_type_is_not_asked_a_watcher_is(setup, worksp
         assert not [e for e in agent.core.events if isinstance(e, p.SecretRequested)]
 
 
+@pytest.mark.one_loop
 def test_a_watcher_that_says_nobody_types_here_is_not_asked(setup, workspace):
     """A bridge relaying approvals has no private input for a secret: with answers_secrets false its
     watch brings it approvals only, and with nobody else to ask, store_secret fails at once saying how."""
@@ -367,6 +379,7 @@ print(done.error.kind if done.error else "ok", done.error.message if done.error 
 """
 
 
+@pytest.mark.one_loop
 def test_a_process_spawned_by_scvd_is_not_asked_for_its_own_secret_and_hears_so_at_once(setup, workspace):
     """It may not answer (it could plant a credential), so it does not count as the approver there is:
     with nobody else, its store_secret fails at once instead of waiting out the 900 s timeout."""
@@ -392,6 +405,7 @@ except Exception as exc:
 """
 
 
+@pytest.mark.one_loop
 def test_a_process_spawned_by_scvd_cannot_provide_a_secret(setup, workspace):
     d = setup
     with d.client(name="agent") as agent, d.client(name="person", approver=True) as person:
@@ -411,6 +425,7 @@ def test_a_process_spawned_by_scvd_cannot_provide_a_secret(setup, workspace):
     assert "planted-by-a-child" not in (d.home / "secrets.toml").read_text()
 
 
+@pytest.mark.one_loop
 def test_scvctl_approvals_watch_asks_for_the_value_and_never_prints_it(setup, workspace):
     d = setup
     watch = start_watch(d, f"{VALUE}\n")  # the answer to the prompt, waiting in the pipe (not a terminal)
@@ -428,6 +443,7 @@ def test_scvctl_approvals_watch_asks_for_the_value_and_never_prints_it(setup, wo
     assert VALUE in (d.home / "secrets.toml").read_text()
 
 
+@pytest.mark.one_loop
 def test_a_value_typed_after_the_request_timed_out_is_not_said_to_be_answered_elsewhere(make_daemon, scv_home,
                                                                                         workspace):
     """scvctl said `... was already answered elsewhere` to a person whose value came after the request timed
@@ -449,6 +465,7 @@ def test_a_value_typed_after_the_request_timed_out_is_not_said_to_be_answered_el
     assert VALUE not in out + err and not (d.home / "secrets.toml").exists()
 
 
+@pytest.mark.one_loop
 def test_a_value_the_keyring_refuses_leaves_scvctl_approvals_watch_watching_and_says_why(
         make_daemon, scv_home, workspace, tmp_path):
     """The store's refusal came back as the answer's error, and `scvctl approvals watch` (and `scvctl chat`)
@@ -475,6 +492,7 @@ def test_a_value_the_keyring_refuses_leaves_scvctl_approvals_watch_watching_and_
     assert VALUE in kr.read_text() and VALUE not in out + err
 
 
+@pytest.mark.one_loop
 def test_the_agents_question_reaches_approvers_with_control_characters_escaped(setup, workspace):
     """Like an approval's summary: an ANSI escape or a bidi override cannot repaint a bridge's or terminal's text."""
     d = setup
@@ -505,6 +523,7 @@ def test_a_watcher_that_arrives_later_is_asked_too_and_the_first_answer_wins(set
         assert told.state == "stored" and "late" in told.decided_by
 
 
+@pytest.mark.one_loop
 def test_with_a_keyring_the_daemon_stores_there_and_the_script_reads_it_back(make_daemon, scv_home, workspace,
                                                                               tmp_path):
     """keyrings.alt's file backend, chosen as a user would (PYTHON_KEYRING_BACKEND): no mocks."""
@@ -611,6 +630,7 @@ def test_a_value_stored_after_its_call_gave_up_is_audited_as_stored_late(make_wr
     assert VALUE not in (d.home / "state" / "audit.log").read_text()
 
 
+@pytest.mark.one_loop
 def test_a_start_removes_the_copy_of_the_secrets_a_killed_write_left(make_daemon, scv_home):
     """A write of secrets.toml killed before its rename (SIGKILL, the OOM killer) left every secret in
     `.secrets.toml.<pid>.tmp` until the next set or delete; a restart kept it. Only that name, a
