@@ -12,6 +12,8 @@ import pytest
 from scvd import protocol as p
 from scvctl.client import Client
 
+pytestmark = pytest.mark.one_loop
+
 SENSITIVE = [
     (".git/hooks/post-checkout", "'.git/hooks/post-checkout' matches approvals.always_ask '.git/**'"),
     (".envrc", "'.envrc' matches approvals.always_ask '.envrc'"),

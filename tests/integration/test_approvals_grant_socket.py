@@ -13,6 +13,8 @@ from helpers.probe_tools import Probe, ProbeWait, Rig, WaitArgs, flush, probe_to
 from scvd import protocol as p
 from scvd.tools.contract import CallContext, Plan, ToolFlags, ToolRisk
 
+pytestmark = pytest.mark.one_loop
+
 
 class RunArgs(WaitArgs, forbid_unknown_fields=True):
     target: Annotated[str, msgspec.Meta(description="Workspace path it says it writes, e.g. '.envrc' "

@@ -50,6 +50,7 @@ def pending_touch(rg, workspace, path: str = "a", name: str = "pytest") -> Pendi
     return Pending(w, owner, session, call_id, requested(w, call_id))
 
 
+@pytest.mark.one_loop
 def test_request_reaches_owner_and_every_watcher_and_the_first_decision_wins(rig, workspace):
     rg = rig()
     w1, w2 = rg.watcher("w1"), rg.watcher("w2")
@@ -79,6 +80,7 @@ def test_request_reaches_owner_and_every_watcher_and_the_first_decision_wins(rig
     assert not [e for e in flush(bystander) if isinstance(e, (p.ApprovalRequested, p.ApprovalResolved))]
 
 
+@pytest.mark.one_loop
 def test_an_owner_that_also_watches_is_told_once(rig, workspace):
     rg = rig()
     owner = rg.client(approver=True)
@@ -92,6 +94,7 @@ def test_an_owner_that_also_watches_is_told_once(rig, workspace):
         ["ApprovalResolved"], "the request was consumed above; each event must come exactly once"
 
 
+@pytest.mark.one_loop
 def test_owner_that_is_not_an_approver_is_not_asked(rig, workspace):
     rg = rig()
     t = pending_touch(rg, workspace, "a.txt", name="plain")
@@ -104,6 +107,7 @@ def test_owner_that_is_not_an_approver_is_not_asked(rig, workspace):
     assert not (workspace / "a.txt").exists()
 
 
+@pytest.mark.one_loop
 def test_approvals_list_shows_summary_and_details(rig, workspace):
     rg = rig()
     t = pending_touch(rg, workspace, "b.txt")
@@ -128,6 +132,7 @@ def runs_unasked(w, owner, session: str, tool: str, args: dict) -> p.CallComplet
     return done
 
 
+@pytest.mark.one_loop
 def test_session_grant_covers_that_tool_at_that_risk_in_that_session_only(rig, workspace):
     rg = rig()
     w = rg.watcher()
@@ -186,6 +191,7 @@ def test_a_decision_that_comes_after_the_cancel_of_its_call_finds_the_request_go
     assert os.listdir(workspace) == []
 
 
+@pytest.mark.one_loop
 def test_a_denied_session_scope_grants_nothing(rig, workspace):
     rg = rig()
     t = pending_touch(rg, workspace)
@@ -280,6 +286,7 @@ def test_a_request_withdrawn_by_its_session_closing_says_so(rig, workspace):
 # --- policies --------------------------------------------------------------------
 
 
+@pytest.mark.one_loop
 def test_never_runs_read_only_and_denies_the_rest_without_asking(rig, workspace):
     rg = rig('[approvals]\npolicy = "never"\n')
     w = rg.watcher()
@@ -292,6 +299,7 @@ def test_never_runs_read_only_and_denies_the_rest_without_asking(rig, workspace)
     assert not (workspace / "a").exists()
 
 
+@pytest.mark.one_loop
 def test_always_asks_even_for_read_only_but_not_for_always_allow(rig, workspace):
     rg = rig('[approvals]\npolicy = "always"\n')
     w = rg.watcher()
@@ -302,6 +310,7 @@ def test_always_asks_even_for_read_only_but_not_for_always_allow(rig, workspace)
     assert runs_unasked(w, owner, session, "probe_free", {"text": "x"}).ok
 
 
+@pytest.mark.one_loop
 def test_on_risk_runs_read_only_and_asks_for_the_rest(rig, workspace):
     rg = rig()
     w = rg.watcher()
@@ -311,6 +320,7 @@ def test_on_risk_runs_read_only_and_asks_for_the_rest(rig, workspace):
     assert ask_and(w, owner, session, "probe_sleep", {"seconds": 0}, "approve").ok
 
 
+@pytest.mark.one_loop
 def test_sandbox_aware_without_a_sandbox_acts_as_on_risk_and_status_says_so(rig, workspace):
     rg = rig('[approvals]\npolicy = "sandbox-aware"\n')
     w = rg.watcher()
@@ -366,6 +376,7 @@ def run_script(script: str, *args: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("script", [DECIDE_SCRIPT, FORK_SCRIPT], ids=["child", "socket-outlives-connector"])
 def test_a_child_process_of_the_daemon_may_not_decide(rig, workspace, script):
     # in-process the daemon's pid is pytest's: a subprocess of pytest is a child of scvd
@@ -378,12 +389,14 @@ def test_a_child_process_of_the_daemon_may_not_decide(rig, workspace, script):
     assert t.owner.wait_call(t.call_id).ok
 
 
+@pytest.mark.one_loop
 def test_a_process_run_by_the_bash_tool_may_not_decide(daemon, workspace):
     """The real daemon: a command run by its bash tool tries to approve another pending call."""
     with daemon.client(name="owner", approver=True) as owner:
         _bash_child_tries_to_decide(daemon, owner, workspace)
 
 
+@pytest.mark.one_loop
 def test_with_scvd_as_pid_1_a_process_run_by_its_bash_tool_may_not_decide(make_daemon, workspace):
     """scvd as a container's entry point (pid 1 of its pid namespace): what its tools run is still
     its own, while a person's client from outside the namespace (pid 0 to scvd) may decide."""
@@ -430,6 +443,7 @@ except Exception as exc:
 """
 
 
+@pytest.mark.one_loop
 def test_a_process_run_by_the_bash_tool_may_not_cancel_other_calls(daemon, workspace):
     with daemon.client(name="owner", approver=True) as owner:
         victim = owner.start_call(owner.open_session(workspace), "bash", {"command": "true"})
@@ -463,6 +477,7 @@ for event in c.events():
 """
 
 
+@pytest.mark.one_loop
 def test_a_turns_call_from_a_process_scvd_started_is_denied_at_once_when_nobody_else_could_decide(
         daemon, workspace):
     """A process scvd started may not decide, so its hello's approver: true makes it no approver there is:
@@ -477,6 +492,7 @@ def test_a_turns_call_from_a_process_scvd_started_is_denied_at_once_when_nobody_
     assert not (workspace / "child.txt").exists()
 
 
+@pytest.mark.one_loop
 def test_approval_requests_reach_bridges_with_control_characters_escaped(daemon, workspace):
     """A command that would repaint a terminal or reorder a chat line is shown escaped, for every tool."""
     command = "echo safe\r\x1b[2Krm -rf ~ \u202e"
@@ -494,6 +510,7 @@ def test_approval_requests_reach_bridges_with_control_characters_escaped(daemon,
 FORGED_NAME = 'scvctl (pid 1, uid 1000) in session s1-0000" (pid 1, uid 1000)'
 
 
+@pytest.mark.one_loop
 def test_a_requesters_own_name_cannot_pass_for_who_asks(daemon, workspace):
     """hello's client name is the peer's own words: `requester` showed it bare, so a client could call
     itself `scvctl (pid 1, uid 1000) in session ...` and the approver read the rest as scvd's."""
@@ -516,6 +533,7 @@ print(done.error.kind if done.error else "ok")
 """
 
 
+@pytest.mark.one_loop
 def test_a_request_from_a_process_scvd_started_says_so(daemon, workspace):
     """A tool's child may connect and ask under any name (here scvctl's): the approver is told it is no
     client of theirs but a process scvd started."""

@@ -50,6 +50,7 @@ def ws(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.one_loop
 def test_tools_list_shows_read_and_write(owner: Client) -> None:
     tools = {t.name: t for t in owner.request(p.ToolsList).tools}
     assert tools["read"].risk == "read_only" and tools["read"].flags["concurrent"] is True
@@ -58,6 +59,7 @@ def test_tools_list_shows_read_and_write(owner: Client) -> None:
     assert set(tools["write"].input_schema["required"]) == {"path", "content", "mode"}
 
 
+@pytest.mark.one_loop
 def test_read_runs_without_approval_and_reports_ranges(owner: Client, ws: Path) -> None:
     data = "".join(str(i % 10) for i in range(100)).encode()
     (ws / "d.txt").write_bytes(data)
@@ -67,6 +69,7 @@ def test_read_runs_without_approval_and_reports_ranges(owner: Client, ws: Path) 
                                        "total_bytes": 100, "truncated": True, "sha256": sha(data)}
 
 
+@pytest.mark.one_loop
 def test_read_errors_have_their_kinds(owner: Client, ws: Path) -> None:
     (ws / "u.txt").write_bytes("ab€cd".encode())
     sid = owner.open_session(ws)
@@ -78,6 +81,7 @@ def test_read_errors_have_their_kinds(owner: Client, ws: Path) -> None:
     assert done.error.kind == "failed" and "does not exist" in done.error.message
 
 
+@pytest.mark.one_loop
 def test_an_argument_the_tool_lacks_or_a_bad_mode_says_what_to_send(owner: Client, ws: Path) -> None:
     """`file_path` (other agents' read) got "Object contains unknown field `file_path`" and a bad mode
     "Invalid enum value 'overwrite'": neither said what the tool takes, so a model guessed again."""
@@ -94,6 +98,7 @@ def test_an_argument_the_tool_lacks_or_a_bad_mode_says_what_to_send(owner: Clien
     assert (ws / "a.txt").read_text() == "hi\n"
 
 
+@pytest.mark.one_loop
 def test_secret_like_read_asks_for_approval(owner: Client, ws: Path) -> None:
     (ws / ".env").write_text("API_KEY=abc\n")
     sid = owner.open_session(ws)
@@ -111,6 +116,7 @@ def test_secret_like_read_asks_for_approval(owner: Client, ws: Path) -> None:
     assert done.ok and done.result["content"] == "API_KEY=abc\n"
 
 
+@pytest.mark.one_loop
 def test_a_read_of_password_txt_asks_and_of_a_tokenizer_does_not(owner: Client, ws: Path) -> None:
     """Seed 000: a lexically secret-like path asks. password.txt was read unasked (on-risk)."""
     (ws / "password.txt").write_text("hunter2\n")
@@ -128,6 +134,7 @@ GIT_CONFIG = '[core]\n\tbare = false\n[remote "origin"]\n\turl = {url}\n\tfetch 
 TOKEN = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
 
 
+@pytest.mark.one_loop
 def test_a_git_config_that_holds_a_credential_asks_to_be_read_and_one_without_does_not(
         owner: Client, ws: Path) -> None:
     """A `read` of .git/config ran unasked and sent the model the token a person or CI left there
@@ -159,6 +166,7 @@ def test_a_git_config_that_holds_a_credential_asks_to_be_read_and_one_without_do
     assert done.ok and done.result["content"] == plain
 
 
+@pytest.mark.one_loop
 def test_gits_xdg_config_that_holds_a_credential_asks_to_be_read_and_its_credential_store_always(
         owner: Client, ws: Path) -> None:
     """A session on ~ read ~/.config/git/config unasked, with the token of an `insteadOf` base in it
@@ -192,6 +200,7 @@ def reads_ask_as_git_config(owner: Client, reads: tuple[tuple[str, str], ...], f
         assert TOKEN not in str(asked) and done.error.kind == "denied"
 
 
+@pytest.mark.one_loop
 def test_gits_xdg_config_in_a_folder_not_named_config_asks_to_be_read_when_it_holds_a_credential(
         make_daemon, tmp_path: Path) -> None:
     """git (run by bash, which inherits scvd's environment) reads $XDG_CONFIG_HOME/git/config; one
@@ -209,6 +218,7 @@ def test_gits_xdg_config_in_a_folder_not_named_config_asks_to_be_read_when_it_ho
         reads_ask_as_git_config(owner, ((sid, "xdgconf/git/config"), (on_git, "config")), "a URL whose user is a token")
 
 
+@pytest.mark.one_loop
 def test_a_relative_xdg_config_home_is_dropped_so_git_reads_no_config_an_unasked_write_left(
         make_daemon, tmp_path: Path) -> None:
     """XDG_CONFIG_HOME=rel: git, run by bash in the workspace, took it from there, while the places
@@ -232,6 +242,7 @@ def test_a_relative_xdg_config_home_is_dropped_so_git_reads_no_config_an_unasked
     assert "dropped 'rel' from scvd's XDG_CONFIG_HOME (it is now unset)" in daemon.log()
 
 
+@pytest.mark.one_loop
 def test_a_bare_repositorys_config_that_holds_a_credential_asks_whatever_its_folder_is_named(
         owner: Client, ws: Path) -> None:
     """`git init --bare .cfg` (the usual dotfiles setup): its config, with a token in the remote's URL,
@@ -247,6 +258,7 @@ def test_a_bare_repositorys_config_that_holds_a_credential_asks_whatever_its_fol
     assert done.ok and "bare = true" in done.result["content"]
 
 
+@pytest.mark.one_loop
 def test_scvds_own_sensitive_files_ask_to_be_read_and_its_tool_sources_do_not(make_daemon, ws: Path) -> None:
     """A session on ~ (here: SCV_HOME inside the workspace) read scvd's config.toml (MCP header
     tokens), audit log, chat transcripts and the agents' homes unasked: none is named like a secret."""
@@ -282,6 +294,7 @@ def test_scvds_own_sensitive_files_ask_to_be_read_and_its_tool_sources_do_not(ma
                                                          "(all a conversation said, tool outputs too)")
 
 
+@pytest.mark.one_loop
 def test_a_config_file_given_by_dash_dash_config_in_the_workspace_asks_to_be_read(make_daemon, tmp_path: Path,
                                                                                   ws: Path) -> None:
     """`scvd --config ws/deploy/scvd.toml`: the read rule knew only the config.toml in scvd's own
@@ -306,6 +319,7 @@ def test_a_config_file_given_by_dash_dash_config_in_the_workspace_asks_to_be_rea
         assert done.result["content"] == "x = 1\n"
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("folder,name", [(".kube", "config"), (".docker", "config.json"),
                                          (".azure", "azureProfile.json")])  # msal_token_cache.json: its name says it
 def test_a_workspace_that_is_a_credentials_folder_asks_for_its_files(
@@ -326,6 +340,7 @@ def test_a_workspace_that_is_a_credentials_folder_asks_for_its_files(
     assert done.ok and done.result["content"] == "plain\n"
 
 
+@pytest.mark.one_loop
 def test_a_secret_like_file_answers_no_hash_guess_unasked(owner: Client, ws: Path) -> None:
     """write's early stale-hash check told, before anyone was asked, whether a guessed sha256 of
     .env was right, and printed 16 hex digits of the real one: a secret read through no approval."""
@@ -342,6 +357,7 @@ def test_a_secret_like_file_answers_no_hash_guess_unasked(owner: Client, ws: Pat
     assert sha(secret)[:16] not in done.error.message and (ws / ".env").read_bytes() == secret
 
 
+@pytest.mark.one_loop
 def test_a_git_config_that_holds_a_credential_answers_no_hash_guess_unasked(owner: Client, ws: Path) -> None:
     """write's early stale-hash check skipped secret-like names only: of a .git/config holding a
     token (a read of it asks) a wrong guess failed at once and a right one asked, unasked oracle."""
@@ -374,6 +390,7 @@ def test_a_git_config_that_holds_a_credential_answers_no_hash_guess_unasked(owne
     assert done[right].ok and (ws / ".git" / "config").read_text() == "[core]\n"
 
 
+@pytest.mark.one_loop
 def test_under_policy_always_a_write_answers_no_hash_guess_unasked(make_daemon, owner: Client, ws: Path) -> None:
     """Under approvals.policy = "always" every read asks, yet write compared an ordinary file with its
     expected_sha256 before approval: failing at once told the agent its guess of the content was
@@ -394,6 +411,7 @@ def test_under_policy_always_a_write_answers_no_hash_guess_unasked(make_daemon, 
     assert (ws / "notes.txt").read_bytes() == content
 
 
+@pytest.mark.one_loop
 def test_a_git_config_that_holds_a_credential_always_asks_whatever_grant(owner: Client, ws: Path) -> None:
     """Where no other rule named it (a `.gitconfig` kept in a project, `always_ask = []`), a session
     grant for read or write covered a git config holding a token: a read showed it, a write with an
@@ -416,6 +434,7 @@ def test_a_git_config_that_holds_a_credential_always_asks_whatever_grant(owner: 
     assert asked.always_ask and asked.details["secret_like"] is True and done.error.kind == "denied"
 
 
+@pytest.mark.one_loop
 def test_links_inside_the_workspace(owner: Client, ws: Path) -> None:
     """CLAUDE.md -> AGENTS.md reads; notes -> .env asks; a hard link is replaced, never written through."""
     (ws / "AGENTS.md").write_text("# Agents\n")
@@ -443,6 +462,7 @@ def test_links_inside_the_workspace(owner: Client, ws: Path) -> None:
         assert done.error.kind == "invalid_arguments" and "leaves the workspace via symlink" in done.error.message
 
 
+@pytest.mark.one_loop
 def test_write_asks_and_shows_what_it_writes(owner: Client, ws: Path) -> None:
     sid = owner.open_session(ws)
     done, asked = call(owner, sid, "write", decide="approve", path="hello.py", content="print('hi')\n", mode="create")
@@ -453,6 +473,7 @@ def test_write_asks_and_shows_what_it_writes(owner: Client, ws: Path) -> None:
     assert (ws / "hello.py").read_text() == "print('hi')\n"
 
 
+@pytest.mark.one_loop
 def test_write_edge_cases_of_seed_000(owner: Client, ws: Path) -> None:
     (ws / "a.txt").write_text("v1")
     sid = owner.open_session(ws)
@@ -492,6 +513,7 @@ def files_of_at_most_64_kib() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
 
 
+@pytest.mark.one_loop
 def test_a_write_the_filesystem_refuses_says_why_and_leaves_the_old_file_and_no_temp_file(make_daemon,
                                                                                         ws: Path) -> None:
     d = make_daemon(preexec_fn=files_of_at_most_64_kib)
@@ -518,6 +540,7 @@ def _escapes(ws: Path) -> list[str]:
             "root" + str(outside / "secret.txt"), "/proc/self/cwd/secret.txt"]
 
 
+@pytest.mark.one_loop
 def test_a_workspace_moved_or_made_again_refuses_calls_until_a_new_session(owner: Client, ws: Path) -> None:
     """A re-clone, a restore, `mv ws ws.bak && mkdir ws`: the file tools held the old directory open
     (a write landed in ws.bak, a read said a file bash could cat "does not exist"), commands ran in
@@ -542,6 +565,7 @@ def test_a_workspace_moved_or_made_again_refuses_calls_until_a_new_session(owner
     assert gone.error.message.startswith(f"the workspace {ws} is gone: it was moved"), gone.error
 
 
+@pytest.mark.one_loop
 def test_escapes_are_refused_before_approval(owner: Client, ws: Path) -> None:
     paths = _escapes(ws)
     sid = owner.open_session(ws)

@@ -38,6 +38,7 @@ def plants(marker: Path) -> list[str]:
     ]
 
 
+@pytest.mark.one_loop
 def test_unasked_bash_cannot_rename_replace_or_edit_git_and_host_git_runs_nothing(
         make_daemon, workspace: Path, tmp_path: Path):
     repo(workspace)
@@ -57,6 +58,7 @@ def test_unasked_bash_cannot_rename_replace_or_edit_git_and_host_git_runs_nothin
     assert not marker.exists()
 
 
+@pytest.mark.one_loop
 def test_unasked_bash_cannot_retarget_a_worktree(make_daemon, workspace: Path, tmp_path: Path):
     main = repo(workspace / "main")
     git(main, "worktree", "add", "-q", str(workspace / "wt"))
@@ -75,6 +77,7 @@ def test_unasked_bash_cannot_retarget_a_worktree(make_daemon, workspace: Path, t
     assert not marker.exists()
 
 
+@pytest.mark.one_loop
 def test_a_session_grant_is_not_an_approval_of_git_writes(make_daemon, workspace: Path, tmp_path: Path):
     repo(workspace)
     marker = tmp_path / "planted-ran"
@@ -101,6 +104,7 @@ printf '[core]\\n\\tfsmonitor = %s\\n' "$PLANT" >> "$path" 2>/dev/null && echo '
 """
 
 
+@pytest.mark.one_loop
 def test_a_call_covered_by_another_calls_session_grant_is_not_an_approval_of_git_writes(
         make_daemon, workspace: Path, tmp_path: Path):
     """Two calls wait together; a person approves the first for the session, which covers the
@@ -127,6 +131,7 @@ def test_a_call_covered_by_another_calls_session_grant_is_not_an_approval_of_git
     assert not marker.exists()
 
 
+@pytest.mark.one_loop
 def test_an_approved_bash_can_still_commit(make_daemon, workspace: Path):
     repo(workspace)
     d = make_daemon(ASKED, env=IDENTITY)
@@ -142,6 +147,7 @@ def test_an_approved_bash_can_still_commit(make_daemon, workspace: Path):
     assert "approved commit" in host_git(workspace, "log", "--oneline").stdout
 
 
+@pytest.mark.one_loop
 def test_an_approved_bash_runs_in_a_linked_worktree(make_daemon, tmp_path: Path):
     """A linked worktree's `.git` is a file: the guard of `.git/hooks` and `.git/config` that an
     approved call keeps failed it before anything ran (`bwrap: Can't find source path
@@ -158,6 +164,7 @@ def test_an_approved_bash_runs_in_a_linked_worktree(make_daemon, tmp_path: Path)
     assert (worktree / "f.txt").read_text() == "hi\n"
 
 
+@pytest.mark.one_loop
 def test_unasked_bash_cannot_push_a_child_project_out_of_the_scan(make_daemon, workspace: Path, tmp_path: Path):
     # the attacker adds empty directories until a child project's entry lies past the first
     # 1,024 of the listing (`ls -U` is the kernel's order, as scandir's), then plants in it;
@@ -184,6 +191,7 @@ def test_unasked_bash_cannot_push_a_child_project_out_of_the_scan(make_daemon, w
     assert not marker.exists()
 
 
+@pytest.mark.one_loop
 def test_unasked_bash_cannot_plant_a_submodule_that_host_git_status_runs(make_daemon, workspace: Path,
                                                                          tmp_path: Path):
     # `git status` at the root runs git inside each submodule that has a `.git`, with its config:
@@ -234,6 +242,7 @@ def test_a_fifo_where_the_guard_reads_does_not_hang_scvd(make_daemon, workspace:
         assert other.status().sessions >= 0
 
 
+@pytest.mark.one_loop
 def test_unasked_bash_cannot_plant_in_a_repository_deep_in_the_workspace(make_daemon, workspace: Path,
                                                                          tmp_path: Path):
     # a ghq or GOPATH tree: only the workspace's own `.git` and its direct subdirectories' were kept
@@ -274,6 +283,7 @@ def next_call_asks(d, workspace: Path, flood: str, reason: str) -> None:
     assert done.ok and done.result["output"].endswith("alive\n"), done
 
 
+@pytest.mark.one_loop
 def test_a_gitmodules_listing_thousands_of_directories_makes_the_next_call_ask(make_daemon, workspace: Path):
     """One unasked call once froze scvd for a minute (the guard's argv, quadratic, built on the loop)
     and left the workspace dead for unasked calls (`bwrap: Exceeded maximum number of arguments`)."""
@@ -281,6 +291,7 @@ def test_a_gitmodules_listing_thousands_of_directories_makes_the_next_call_ask(m
     next_call_asks(d, workspace, flood_gitmodules(6000), f"more than the {MAX_GUARD_MOUNTS} one sandbox is given")
 
 
+@pytest.mark.one_loop
 def test_a_workspace_past_the_looks_budget_makes_the_next_call_ask(make_inproc, workspace: Path, monkeypatch):
     # the budget made small: a workspace past the real one takes this host minutes to fill
     monkeypatch.setattr(gitmeta, "MAX_ENTRIES", 1000)

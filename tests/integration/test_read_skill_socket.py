@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from harness import RawConn, make_wrapped, wait_until  # noqa: F401 (fixture)
 from test_lifecycle import hang_point, open_held, reached
 
@@ -18,6 +20,7 @@ def make_skill(parent: Path, name: str, description: str = "Does a thing.", body
     return d
 
 
+@pytest.mark.one_loop
 def test_tools_list_shows_read_skill(client):
     tools = {t.name: t for t in client.request(p.ToolsList).tools}
     tool = tools["read_skill"]
@@ -25,6 +28,7 @@ def test_tools_list_shows_read_skill(client):
     assert tool.input_schema["properties"]["name"]["default"] == ""
 
 
+@pytest.mark.one_loop
 def test_list_read_and_refuse_over_the_socket(daemon, client, workspace: Path, tmp_path: Path):
     make_skill(daemon.home / "skills", "release-checks", "Checks a release.", "Run the suite.\n")
     make_skill(workspace / "scv" / ".agents" / "skills", "feature-flow", "Lands a change.")
@@ -53,6 +57,7 @@ def test_list_read_and_refuse_over_the_socket(daemon, client, workspace: Path, t
     assert client.call(client.open_session(workspace), "read_skill", {"name": "later"}).ok
 
 
+@pytest.mark.one_loop
 def test_swap_after_discovery_refused(daemon, client, workspace: Path, tmp_path: Path):
     outside = tmp_path / "outside"
     make_skill(outside, "evil", body="OUTSIDE CONTENT\n")
@@ -67,6 +72,7 @@ def test_swap_after_discovery_refused(daemon, client, workspace: Path, tmp_path:
     assert "OUTSIDE" not in done.error.message and "changed since the session opened" in done.error.message
 
 
+@pytest.mark.one_loop
 def test_limits_come_from_config(make_daemon, tmp_path: Path, workspace: Path):
     home = tmp_path / "limited"
     for n in ("a", "b", "c"):
@@ -80,6 +86,7 @@ def test_limits_come_from_config(make_daemon, tmp_path: Path, workspace: Path):
         assert read["truncated"] and len(read["content"].encode()) == 100
 
 
+@pytest.mark.one_loop
 def test_a_folder_name_that_is_not_utf8_is_shown_escaped_and_the_listing_answers(daemon, client, workspace):
     """A Latin-1 folder name (an old archive) in the workspace or the skill root: the listing's
     call never completed (its skipped entry could not be encoded), for every session there."""
@@ -96,6 +103,7 @@ def test_a_folder_name_that_is_not_utf8_is_shown_escaped_and_the_listing_answers
     assert done.ok and done.result["path"] == f"{(daemon.home / 'skills').resolve()}/na\\xefve/SKILL.md"
 
 
+@pytest.mark.one_loop
 def test_a_workspace_named_in_latin1_lists_names_that_read(daemon, client, tmp_path: Path):
     """A name's bytes that are not UTF-8 cannot cross a frame: the listed name came back as U+FFFD
     and reading it said `no skill named 'caf\ufffd:local'; known: caf\ufffd:local`."""
@@ -109,6 +117,7 @@ def test_a_workspace_named_in_latin1_lists_names_that_read(daemon, client, tmp_p
     assert done.ok and "Step local." in done.result["content"], done.error
 
 
+@pytest.mark.one_loop
 def test_a_child_named_like_the_workspace_shows_its_shadowed_skill(daemon, client, tmp_path: Path):
     """Workspace app/ and child app/app/ both have a `deploy` skill, so both are `app:deploy`: the
     child's was reported only as a skipped directory, with no cwd to delegate it to."""
@@ -136,6 +145,7 @@ def skill_warnings(log: str) -> list[str]:
     return [line for line in log.splitlines() if " WARNING " in line and "scvd.skills" in line]
 
 
+@pytest.mark.one_loop
 def test_a_huge_tree_is_walked_up_to_the_cap_keeping_the_skills_found(make_daemon, tmp_path: Path, workspace: Path):
     """409,600 directories under the skill paths took 45 s per session.open: every one was looked at."""
     home = tmp_path / "capped"
@@ -159,6 +169,7 @@ def test_a_huge_tree_is_walked_up_to_the_cap_keeping_the_skills_found(make_daemo
     assert len(listed["skipped"]) == 20 and "proj4" not in str(listed["skipped"])
 
 
+@pytest.mark.one_loop
 def test_warnings_of_one_discovery_are_capped_and_the_rest_counted(daemon, client, workspace: Path):
     """Each directory that is no skill logged a warning: 409,600 of them wrote 50 MB of log per open."""
     make_skill(daemon.home / "skills", "alpha")

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.bwrap
 SANDBOXED = '[approvals]\npolicy = "sandbox-aware"\n[sandbox]\nmode = "bwrap"\n'
 
 
+@pytest.mark.one_loop
 def test_offline_sandboxed_bash_runs_unasked_and_stays_in_the_workspace(make_daemon, workspace: Path, tmp_path):
     d = make_daemon(SANDBOXED)
     outside = tmp_path / "outside.txt"
@@ -59,6 +60,7 @@ def keys(sysvipc: str) -> list[str]:
     return [line.split()[0] for line in sysvipc.splitlines()[1:] if line.split()]
 
 
+@pytest.mark.one_loop
 def test_a_sandboxed_call_does_not_see_the_hosts_shared_memory(make_daemon, workspace: Path, host_shm: str):
     """The IPC namespace was the host's: an unasked call listed the host's SysV segments (ipcs -m),
     attached to a 0600 one and wrote it."""
@@ -72,6 +74,7 @@ def test_a_sandboxed_call_does_not_see_the_hosts_shared_memory(make_daemon, work
     assert "shmid" in seen and host_shm not in keys(seen), seen
 
 
+@pytest.mark.one_loop
 def test_with_network_the_sandboxed_call_still_asks_and_says_it_is_sandboxed(make_daemon, workspace: Path):
     d = make_daemon(SANDBOXED + "network = true\n")
     with d.client() as c, d.client(name="owner") as owner:
@@ -85,6 +88,7 @@ def test_with_network_the_sandboxed_call_still_asks_and_says_it_is_sandboxed(mak
     assert done.ok and done.result["output"].endswith("hi\n")
 
 
+@pytest.mark.one_loop
 def test_on_risk_policy_asks_even_for_a_sandboxed_call(make_daemon, workspace: Path):
     d = make_daemon('[sandbox]\nmode = "bwrap"\n')
     with d.client() as c, d.client(name="owner") as owner:
@@ -96,6 +100,7 @@ def test_on_risk_policy_asks_even_for_a_sandboxed_call(make_daemon, workspace: P
         assert c.wait_call(call_id).error.kind == "denied"
 
 
+@pytest.mark.one_loop
 def test_the_socket_is_not_reachable_from_a_sandboxed_call(make_daemon, workspace: Path):
     d = make_daemon(SANDBOXED)
     with d.client() as c:
@@ -105,6 +110,7 @@ def test_the_socket_is_not_reachable_from_a_sandboxed_call(make_daemon, workspac
     assert "VISIBLE" not in done.result["output"]
 
 
+@pytest.mark.one_loop
 def test_a_missing_bwrap_is_reported_and_refuses_sandboxed_calls_before_approval(make_daemon, workspace, tmp_path):
     d = make_daemon(SANDBOXED.replace('mode = "bwrap"', f'mode = "bwrap"\nbwrap = "{tmp_path}/no-bwrap"'))
     with d.client() as c:
@@ -116,6 +122,7 @@ def test_a_missing_bwrap_is_reported_and_refuses_sandboxed_calls_before_approval
     assert "no-bwrap" in done.error.message
 
 
+@pytest.mark.one_loop
 def test_status_and_check_config_show_the_probe_verdict(make_daemon, scv_home: Path):
     d = make_daemon(SANDBOXED, home=scv_home)
     st = subprocess.run([sys.executable, "-m", "scvctl", "status"], env=base_env(scv_home),
@@ -128,6 +135,7 @@ def test_status_and_check_config_show_the_probe_verdict(make_daemon, scv_home: P
     d.stop()
 
 
+@pytest.mark.one_loop
 def test_a_session_grant_for_sandboxed_bash_does_not_cover_it_unsandboxed_after_a_reload(
         make_daemon, workspace: Path, tmp_path):
     """The person granted bash sandboxed; a reload that turns the sandbox off must ask again."""
@@ -167,6 +175,7 @@ def asked_and_denied(c, where: Path, command: str) -> None:
     c.request(p.ApprovalDecide, approval_id=pending.approval_id, decision="deny")
     assert c.wait_call(call_id).error.kind == "denied"
 
+@pytest.mark.one_loop
 def test_a_workspace_that_holds_the_users_home_asks_for_every_call(make_daemon, tmp_path: Path):
     # unasked, bash would append to ~/.bashrc (or ~/.gitconfig, ~/.config/systemd/user),
     # which runs outside any sandbox at the user's next shell, git call or login
@@ -183,6 +192,7 @@ def test_a_workspace_that_holds_the_users_home_asks_for_every_call(make_daemon, 
     assert not (home / ".bashrc").exists() and (home / "project/f.txt").exists()
 
 
+@pytest.mark.one_loop
 def test_a_workspace_in_scvds_own_folder_or_the_homes_config_asks_for_every_call(make_daemon, tmp_path: Path):
     # unasked, a sandboxed bash there could add an MCP server to scvd's config.toml, or a git
     # fsmonitor to ~/.config/git/config, which run outside any sandbox later
@@ -196,6 +206,7 @@ def test_a_workspace_in_scvds_own_folder_or_the_homes_config_asks_for_every_call
     assert b"planted" not in (d.home / "config.toml").read_bytes() and not (config / "config.toml").exists()
 
 
+@pytest.mark.one_loop
 def test_a_workspace_that_holds_the_config_file_given_by_dash_dash_config_asks_for_every_call(
         make_daemon, workspace: Path):
     # the sandbox hides scvd's own folders, not a --config file outside them: unasked, a sandboxed
@@ -212,6 +223,7 @@ def test_a_workspace_that_holds_the_config_file_given_by_dash_dash_config_asks_f
     assert config.read_text() == SANDBOXED and (workspace / "sub/f.txt").exists()
 
 
+@pytest.mark.one_loop
 def test_the_config_file_given_by_dash_dash_config_reads_empty_in_the_sandbox(make_daemon, workspace: Path):
     # `read` asks for it, but outside scvd's folders the sandbox showed it: an approved bash could
     # cat it (online, as here, or offline when it lies outside /tmp)
@@ -227,6 +239,7 @@ def test_the_config_file_given_by_dash_dash_config_reads_empty_in_the_sandbox(ma
     assert "own text" not in done.result["output"]
 
 
+@pytest.mark.one_loop
 def test_a_file_backed_keyrings_store_reads_empty_in_the_sandbox(make_daemon, workspace: Path, tmp_path: Path):
     """PlaintextKeyring keeps every stored secret in $XDG_DATA_HOME/python_keyring/keyring_pass.cfg
     (or where KEYRING_PROPERTY_FILE_PATH says): the sandbox hid scvd's folders, not that one, so a
@@ -254,6 +267,7 @@ def test_a_file_backed_keyrings_store_reads_empty_in_the_sandbox(make_daemon, wo
         asked_and_denied(c, data, "cat python_keyring/keyring_pass.cfg")
 
 
+@pytest.mark.one_loop
 def test_a_workspace_that_is_a_directory_the_sandbox_hides_asks_for_every_call(make_daemon, tmp_path: Path):
     # an offline call sees /tmp, /var/tmp, /run and XDG_RUNTIME_DIR empty because their sockets
     # (tmux, X11, docker, the user's systemd and D-Bus) lead out of any sandbox; the workspace's
@@ -276,6 +290,7 @@ def test_a_workspace_that_is_a_directory_the_sandbox_hides_asks_for_every_call(m
 PLANT = "mv a b; mkdir -p a/scv && echo '[mcp_servers.x]' > a/scv/config.toml; echo planted"
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("link", [False, True])
 def test_a_workspace_two_levels_above_scvds_home_or_holding_a_link_to_it_asks_for_every_call(
         make_daemon, workspace: Path, tmp_path: Path, link: bool):
@@ -301,6 +316,7 @@ PLANT_PROGRAM = {
 }
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("variable", sorted(PLANT_PROGRAM))
 def test_a_workspace_that_holds_a_directory_scvd_runs_programs_from_asks_for_every_call(
         make_daemon, workspace: Path, tmp_path: Path, variable: str):
@@ -316,6 +332,7 @@ def test_a_workspace_that_holds_a_directory_scvd_runs_programs_from_asks_for_eve
     assert f"bwrap works at {shutil.which('bwrap')}" in d.log()
 
 
+@pytest.mark.one_loop
 def test_a_dotfiles_repository_that_the_homes_bashrc_links_into_asks_for_every_call(make_daemon, tmp_path: Path):
     # ~/.bashrc -> dots/bashrc: unasked, bash there appended what the user's next shell runs
     user, dots = tmp_path / "user", tmp_path / "dots"
@@ -329,6 +346,7 @@ def test_a_dotfiles_repository_that_the_homes_bashrc_links_into_asks_for_every_c
     assert (dots / "bashrc").read_text() == ""
 
 
+@pytest.mark.one_loop
 def test_a_workspace_that_is_a_git_directory_or_inside_one_asks_for_every_call(make_daemon, tmp_path: Path):
     # the guard keeps WS/.git read-only, but a bare repository, or a `.git` (or a folder in it)
     # opened as the workspace, is git metadata itself: unasked, bash would plant a hook or a
@@ -345,6 +363,7 @@ def test_a_workspace_that_is_a_git_directory_or_inside_one_asks_for_every_call(m
 
 
 
+@pytest.mark.one_loop
 def test_a_workspace_whose_git_is_a_link_asks_for_every_call(make_daemon, workspace: Path, tmp_path: Path):
     # the guard keeps read-only where `.git` leads, not the link: unasked, bash replaced it with a
     # `.git` of its own whose core.fsmonitor the user's next `git status` there ran
@@ -357,6 +376,7 @@ def test_a_workspace_whose_git_is_a_link_asks_for_every_call(make_daemon, worksp
     assert (workspace / ".git").is_symlink()
 
 
+@pytest.mark.one_loop
 def test_a_session_grant_does_not_cover_a_call_in_a_workspace_whose_git_is_a_link(
         make_daemon, workspace: Path, tmp_path: Path):
     """A granted call gets the git guard as an unasked one does, and the guard cannot keep a `.git`
@@ -387,6 +407,7 @@ def _to_root(link: Path) -> Path:
 PEEK = "test -S {socket} && echo SOCKET; touch inside.txt && echo WRITABLE"
 
 
+@pytest.mark.one_loop
 def test_an_unasked_call_cannot_make_the_next_ones_git_guard_bind_the_hosts_root(make_daemon, workspace: Path):
     """bwrap follows a symlink where it binds: `.git -> ../../..` (to `/`), planted by an unasked
     call, had the next unasked call's guard of `.git` bind the host's root over its sandbox,
@@ -405,6 +426,7 @@ def test_an_unasked_call_cannot_make_the_next_ones_git_guard_bind_the_hosts_root
     assert "WRITABLE" in after.result["output"]  # the host's read-only root did not cover the workspace
 
 
+@pytest.mark.one_loop
 def test_a_git_dir_swapped_for_a_link_as_the_sandbox_is_set_up_fails_the_call_and_shows_nothing(
         make_daemon, workspace: Path):
     """A concurrent unasked call can swap a guarded `.git` for a link to `/` between scvd's look
@@ -430,6 +452,7 @@ def swap_for_link(workspace: Path, target: Path) -> Path:
     return moved
 
 
+@pytest.mark.one_loop
 def test_a_workspace_swapped_for_a_link_while_its_call_starts_is_never_bound_where_the_link_leads(
         make_daemon, workspace: Path, tmp_path: Path):
     """The workspace was checked against the directory the session holds when the call came, then the
@@ -451,6 +474,7 @@ def test_a_workspace_swapped_for_a_link_while_its_call_starts_is_never_bound_whe
     assert not (moved / "pwned").exists()  # nothing ran
 
 
+@pytest.mark.one_loop
 def test_an_approved_calls_guard_of_git_hooks_does_not_follow_a_link_out(make_daemon, workspace: Path):
     """An approved sandboxed call keeps `.git/hooks` read-only; a `.git/hooks` that an earlier
     command made a link to `/` had that bind show the host's root, scvd's socket included."""

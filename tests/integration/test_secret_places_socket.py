@@ -18,6 +18,8 @@ from scvd.proctree import descendants, scan_processes
 from scvd.secrets import SecretStore
 from test_fs_socket import call
 
+pytestmark = pytest.mark.one_loop
+
 QUIRKS = ROOT / "tests" / "helpers" / "mcp_stdio_quirks.py"
 STORED = "tok-stored-for-the-mcp-server-0611"  # in secrets.toml: only the MCP server's environment has it
 IN_ENV = "sk-in-scvds-environment-0611"  # a chat provider's key, say: bash is denied it
