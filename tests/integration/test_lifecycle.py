@@ -65,6 +65,7 @@ def start_call(conn: RawConn, workspace: Path, tool: str, **arguments: object) -
 # --- one daemon per instance, private files ------------------------------------------------
 
 
+@pytest.mark.one_loop
 def test_socket_lock_and_dirs_are_private(daemon):
     home = daemon.home
     assert mode(home / "run") == 0o700 and mode(home / "state") == 0o700
@@ -74,6 +75,7 @@ def test_socket_lock_and_dirs_are_private(daemon):
     assert mode(lock) == 0o600 and lock.read_text() == f"{daemon.proc.pid}\nlistens {daemon.socket}\n"
 
 
+@pytest.mark.one_loop
 def test_a_first_start_under_umask_000_makes_the_users_missing_directories_0700(tmp_path):
     """Under umask 000 a first start left ~/.config, ~/.local, ~/.local/share and ~/.local/state 0777
     (mkdir(parents=True) gives parents the umask's mode): any local user could plant ~/.local/bin/*
@@ -98,6 +100,7 @@ def test_a_first_start_under_umask_000_makes_the_users_missing_directories_0700(
         proc.communicate(timeout=15)
 
 
+@pytest.mark.one_loop
 def test_second_daemon_on_the_same_home_refuses(daemon, make_daemon):
     second = make_daemon(home=daemon.home, wait=False)
     assert second.proc.wait(15) == 3
@@ -116,6 +119,7 @@ def test_stale_socket_file_is_replaced(make_daemon, scv_home):
     assert "replacing stale socket file" in d.log()
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("kind", ["file", "directory", "symlink"])
 def test_a_path_that_is_not_a_socket_is_never_deleted(make_daemon, tmp_path, kind):
     """A typo'd SCV_SOCKET naming the user's file: refused (exit 3), the file kept as it was."""
@@ -131,6 +135,7 @@ def test_a_path_that_is_not_a_socket_is_never_deleted(make_daemon, tmp_path, kin
     assert kind != "file" or path.read_text() == "my notes"
 
 
+@pytest.mark.one_loop
 def test_a_socket_path_too_long_for_a_unix_socket_says_so(make_daemon, tmp_path):
     deep = tmp_path / ("d" * 100)
     deep.mkdir()
@@ -343,6 +348,7 @@ def run_detached(home: Path, log_path: Path) -> int:
                               stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=30).returncode
 
 
+@pytest.mark.one_loop
 def test_run_daemon_keeps_the_verbose_flag(scv_home, tmp_path):
     import conftest
 
@@ -362,6 +368,7 @@ def test_run_daemon_keeps_the_verbose_flag(scv_home, tmp_path):
     wait_until(lambda: pid_gone(pid), what="the detached daemon's exit")
 
 
+@pytest.mark.one_loop
 def test_run_daemon_resolves_relative_paths_before_detaching(scv_home, tmp_path):
     """--daemon changes to /: a relative --config is still the file SIGHUP re-reads, a relative --pid-file lands here."""
     import conftest
@@ -420,6 +427,7 @@ def test_run_daemon_says_cannot_start_for_an_error_after_detaching(scv_home, tmp
     assert "Traceback" not in log_path.read_text()
 
 
+@pytest.mark.one_loop
 def test_run_daemon_refuses_before_detaching_when_running(daemon, tmp_path):
     assert run_detached(daemon.home, tmp_path / "second.log") == 3
     assert f"pid {daemon.proc.pid}" in (tmp_path / "second.log").read_text()
@@ -452,6 +460,7 @@ def test_run_daemon_replaces_a_pid_file_left_by_a_crash(scv_home, tmp_path):
     assert "removing stale pid file" in (tmp_path / "second.log").read_text()
 
 
+@pytest.mark.one_loop
 def test_a_pid_file_that_could_not_be_written_is_said_and_not_left_to_refuse_the_next_start(scv_home, tmp_path):
     """A full disk (here `ulimit -f 0`: every write fails, EFBIG) as the detached daemon wrote its pid
     file: python-daemon left it empty, with a traceback, and every later start refused it as `not a
@@ -468,6 +477,7 @@ def test_a_pid_file_that_could_not_be_written_is_said_and_not_left_to_refuse_the
     assert not pid_file.exists()
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("case", ["home-is-a-file", "state-is-a-file", "socket-under-a-file"])
 def test_a_file_where_a_directory_of_scvd_goes_is_named_with_what_to_do(tmp_path, case):
     """SCV_HOME set to the config file, a file where the state dir goes, or SCV_SOCKET under a file
@@ -494,6 +504,7 @@ def test_a_file_where_a_directory_of_scvd_goes_is_named_with_what_to_do(tmp_path
     assert done.returncode == said[0] and done.stderr.endswith(said[1]), done.stderr
 
 
+@pytest.mark.one_loop
 def test_a_home_that_cannot_be_made_private_says_the_chmod_failed_not_that_it_cannot_be_created(tmp_path):
     """SCV_HOME there, 0755, on a read-only file system (or root's after a `sudo scvd`): scvd said
     `cannot create <home>, ...: Read-only file system; move that away`, though the directory exists."""
@@ -515,6 +526,7 @@ def test_a_home_that_cannot_be_made_private_says_the_chmod_failed_not_that_it_ca
         "another directory\n"), done.stderr
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("case", ["not-a-pid", "directory", "no-directory", "home-broken", "a-running-pid"])
 def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_home, tmp_path, case):
     """--pid-file naming another file (a slip of completion: the config) was deleted as "stale";
@@ -588,6 +600,7 @@ def test_socket_activation(make_wrapped, shared_dir, workspace):
         assert (shared_dir / "scvd.sock").exists()  # the manager owns the file, not scvd
 
 
+@pytest.mark.one_loop
 @pytest.mark.bwrap
 def test_an_activated_socket_of_the_users_choosing_is_masked_in_the_sandbox(make_wrapped, workspace):
     """systemd may hand over a socket at a ListenStream= path outside scvd's runtime dir (hidden in
@@ -766,6 +779,7 @@ def no_temp_directory(writable: Path) -> list[str]:
             "--bind", "/proc", "/proc", "--bind", str(writable), str(writable), "--chdir", "/", "--"]
 
 
+@pytest.mark.one_loop
 @pytest.mark.bwrap
 def test_no_usable_temp_directory_neither_stops_a_start_nor_the_sandbox(make_daemon, tmp_path):
     """The sandbox probe made its empty workspace in the temp directory: with /tmp full or read-only
@@ -823,6 +837,7 @@ def test_a_failed_start_after_the_bind_leaves_no_socket_and_no_lock(tmp_path):
     os.close(acquire_lock(paths.lock_file))  # and let go of the lock
 
 
+@pytest.mark.one_loop
 def test_a_reload_that_finds_the_config_file_gone_keeps_the_old_configuration(make_daemon):
     """A moved config.toml at SIGHUP would have reset everything to defaults (policy always -> on-risk)."""
     d = make_daemon('[approvals]\npolicy = "always"\n')
@@ -847,6 +862,7 @@ def test_a_reload_that_finds_the_config_file_gone_keeps_the_old_configuration(ma
         assert c.status().reload_error == ""
 
 
+@pytest.mark.one_loop
 def test_a_reload_that_finds_the_config_file_empty_keeps_the_old_configuration(make_daemon):
     """`: > config.toml` (or an editor's save cut short) then SIGHUP logged "configuration reloaded" and
     ran on the defaults (policy always -> on-risk), as a gone file did before it was refused."""
@@ -874,6 +890,7 @@ def test_a_reload_that_finds_the_config_file_empty_keeps_the_old_configuration(m
     wait_until(lambda: d.log().count("configuration reloaded from") == 2, what="the reload of the empty file")
 
 
+@pytest.mark.one_loop
 def test_a_reload_without_a_config_file_at_start_or_now_runs_on_the_defaults(make_daemon):
     d = make_daemon(env={"SCVD_APPROVALS__POLICY": "never"})
     wait_ready(d)
@@ -1052,6 +1069,7 @@ def test_a_request_that_ends_in_the_stops_own_step_gets_one_answer(make_inproc, 
         assert answers[0].message == STOPPING
 
 
+@pytest.mark.one_loop  # it starts its daemon on each loop itself
 @pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
 def test_a_second_sigint_once_the_loop_has_closed_exits_at_once(make_wrapped, tmp_path, event_loop):
     """Once the loop had closed (scvd waiting for a stuck thread), Ctrl-C again was a KeyboardInterrupt
@@ -1116,6 +1134,7 @@ def test_a_reload_stuck_reading_gives_up_and_a_later_one_runs(make_wrapped, tmp_
     assert d.stop() == 0
 
 
+@pytest.mark.one_loop
 def test_a_reload_of_a_setting_read_at_start_only_says_when_it_applies(make_daemon):
     """log_level changed by a reload was taken silently; the daemon went on at the old level."""
     from conftest import reloaded
@@ -1181,6 +1200,7 @@ def test_a_stopping_scvd_leaves_the_socket_another_one_bound_there_since(make_wr
         assert c.status().pid == second.proc.pid
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("kind, said", [
     ("link", "the audit log {log} is a symbolic link, which scvd does not follow; put the file itself there "
              "(or remove the link)"),
@@ -1209,6 +1229,7 @@ def test_an_audit_log_that_cannot_be_opened_says_what_to_fix(make_daemon, tmp_pa
     assert not d.socket.exists()
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("kind, said", [
     ("dir", "the lock file {lock} is a directory; move it away, so scvd can make the file there"),
     ("link", "the lock file {lock} is a symbolic link, which scvd does not follow; put the file itself there"),
@@ -1230,6 +1251,7 @@ def test_a_lock_file_that_cannot_be_opened_says_what_to_fix(make_daemon, tmp_pat
     assert (tmp_path / "notes.txt").read_text() == "keep me" if kind == "link" else lock.is_dir()
 
 
+@pytest.mark.one_loop
 def test_a_disk_that_refuses_writes_does_not_stop_a_start(make_daemon, tmp_path):
     """A full disk (here RLIMIT_FSIZE: Python ignores SIGXFSZ, so a write fails with EFBIG as with
     ENOSPC): writing the pid into the lock file failed the start (`cannot start: [Errno 28] No space
