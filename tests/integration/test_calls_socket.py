@@ -53,6 +53,7 @@ class ProbeLoud(ProbeEcho):
 # --- refusals before approval ----------------------------------------------------------
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("tool,arguments,needle", [
     ("probe_touch", {"path": 3}, "`path`"),
     ("probe_touch", {}, "`path`"),
@@ -71,6 +72,7 @@ def test_invalid_arguments_name_the_field_before_any_approval(rig, workspace, to
     assert not [e for e in flush(w) + flush(owner) if isinstance(e, p.ApprovalRequested)]
 
 
+@pytest.mark.one_loop
 def test_unknown_tool_is_named_before_any_approval(rig, workspace):
     rg = rig('[approvals]\npolicy = "always"\n')
     w = rg.watcher()
@@ -81,6 +83,7 @@ def test_unknown_tool_is_named_before_any_approval(rig, workspace):
     assert not [e for e in flush(w) if isinstance(e, p.ApprovalRequested)]
 
 
+@pytest.mark.one_loop
 def test_call_timeout_above_the_ceiling_is_refused_naming_it(rig, workspace):
     rg = rig()
     owner = rg.client()
@@ -88,6 +91,7 @@ def test_call_timeout_above_the_ceiling_is_refused_naming_it(rig, workspace):
     assert done.error.kind == "invalid_arguments" and "tools.max_timeout_seconds" in done.error.message
 
 
+@pytest.mark.one_loop
 def test_a_crashing_tool_fails_its_call_and_the_daemon_goes_on(rig, workspace):
     rg = rig()
     owner = rg.client()
@@ -98,6 +102,7 @@ def test_a_crashing_tool_fails_its_call_and_the_daemon_goes_on(rig, workspace):
     assert owner.call(session, "probe_echo", {"text": "still here"}).ok
 
 
+@pytest.mark.one_loop
 def test_a_result_that_cannot_be_encoded_still_completes_the_call_once(rig, workspace):
     rg = rig()
     owner = rg.inproc.client(name="pytest", timeout=10)
@@ -109,6 +114,7 @@ def test_a_result_that_cannot_be_encoded_still_completes_the_call_once(rig, work
     assert owner.call(session, "probe_echo", {"text": "still here"}).ok
 
 
+@pytest.mark.one_loop
 def test_call_errors_on_the_request_itself(rig, workspace):
     rg = rig()
     owner = rg.client()
@@ -121,6 +127,7 @@ def test_call_errors_on_the_request_itself(rig, workspace):
         owner.start_call("s0-nope", "probe_echo", {"text": "x"})
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("call_id", ["", "two words", "c1\n[a9-1] read (read_only)", "\x1b[2J", "caf\u00e9", "x" * 129])
 def test_a_chosen_call_id_that_is_empty_long_or_not_printable_ascii_is_refused_saying_what_is(
         rig, workspace, call_id):
@@ -186,6 +193,7 @@ def test_a_call_queued_behind_one_that_waits_for_a_person_says_it_waits(rig, wor
     assert {c: d.ok for c, d in completed_by_id(settled_events(owner)).items()} == {first: True, second: True}
 
 
+@pytest.mark.one_loop
 def test_a_tools_megabyte_of_progress_text_reaches_the_client_cut(make_inproc, workspace):
     """Uncapped, it went out whole, and past server.server_frame_bytes became an id-less error."""
     probe = Probe()
@@ -418,6 +426,7 @@ def test_a_calls_timeout_seconds_lowers_the_dispatch_timeout(rig, workspace):
 # --- tools.list --------------------------------------------------------------------------------
 
 
+@pytest.mark.one_loop
 def test_tools_list_hides_system_use_unless_asked(rig):
     rg = rig()
     c = rg.client()
@@ -436,6 +445,7 @@ def test_tools_list_hides_system_use_unless_asked(rig):
     assert plain["probe_free"].flags["always_allow"] is True
 
 
+@pytest.mark.one_loop
 def test_calls_still_complete_after_the_audit_log_failed_to_rotate(rig, workspace):
     r = rig("[audit]\nmax_bytes = 1024\n")
     c = r.inproc.client(name="pytest", timeout=10)

@@ -59,6 +59,7 @@ def test_lifecycle_messages_in_order(make_daemon, listener, workspace):
     assert d.proc.wait(15) == 0
 
 
+@pytest.mark.one_loop
 def test_reload_applies_config_to_new_sessions(make_daemon, listener):
     d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)})
     listener.until(lambda m: m == "READY=1")
@@ -111,6 +112,7 @@ def test_no_watchdog_for_another_pid(make_daemon, listener):
     assert d.proc.wait(15) == 0
 
 
+@pytest.mark.one_loop
 def test_children_do_not_inherit_the_manager_variables(make_wrapped, listener, workspace):
     env = {"NOTIFY_SOCKET": str(listener.path), "WATCHDOG_USEC": "60000000", "SCVD_LOG_LEVEL": "info"}
     d = make_wrapped(env=env)

@@ -147,6 +147,7 @@ def open_files_limit(pid: int) -> tuple[int, int]:
     raise AssertionError("no open-files line in /proc/PID/limits")
 
 
+@pytest.mark.one_loop
 def test_scvd_raises_its_soft_open_file_limit_to_the_hard_one(make_daemon):
     d = make_daemon(preexec_fn=limited(100, 300))
     wait_until(lambda: "open-file limit 300 (was 100)" in d.log(), what="the log line")
@@ -278,6 +279,7 @@ print("scvctl exit", done.returncode, done.stdout.strip(), done.stderr.strip())
 """
 
 
+@pytest.mark.one_loop
 def test_a_process_started_by_scvd_cannot_list_approvals(daemon, workspace):
     d = daemon
     (workspace / "list.py").write_text(LIST_SCRIPT)
@@ -332,6 +334,7 @@ with Client.connect(sys.argv[1], name="agent-child") as c:
 """
 
 
+@pytest.mark.one_loop
 def test_a_process_started_by_scvd_cannot_import_an_agents_setup(daemon, workspace):
     """It would choose the endpoint and the credential of every later agent_codex run and codex chat."""
     d = daemon
@@ -349,6 +352,7 @@ def test_a_process_started_by_scvd_cannot_import_an_agents_setup(daemon, workspa
     assert "refused agents.import from" in d.log()
 
 
+@pytest.mark.one_loop
 def test_a_process_started_by_scvd_watches_only_its_own_sessions_requests(daemon, workspace):
     d = daemon
     (workspace / "watch.py").write_text(WATCH_SCRIPT)
@@ -402,6 +406,7 @@ for s in c.request(p.SessionsList).sessions:
 """
 
 
+@pytest.mark.one_loop
 def test_a_process_started_by_scvd_lists_only_its_own_sessions(daemon, workspace, tmp_path):
     d = daemon
     private = tmp_path / "the-persons-other-project"
@@ -552,6 +557,7 @@ def test_the_calls_of_every_connection_hold_at_most_the_daemons_budget_of_call_b
         assert approved_call(second, sid, BIG).ok
 
 
+@pytest.mark.one_loop
 def test_a_call_counts_what_its_arguments_decode_to_not_its_frames_bytes_alone(make_daemon, scv_home, workspace):
     # a frame of empty arrays ([[],[],...]) decodes to 24 times its bytes, and a script tool kept a copy
     # too: 64 calls of 1 MiB behind one waiting for approval passed no budget and took scvd to 2.7 GB
@@ -575,6 +581,7 @@ def test_a_call_counts_what_its_arguments_decode_to_not_its_frames_bytes_alone(m
         assert c.wait_call(first).ok and c.wait_call(held).ok
 
 
+@pytest.mark.one_loop
 def test_a_call_larger_than_a_reload_lets_calls_hold_is_told_to_send_less_not_to_wait(make_daemon, workspace):
     # a connection keeps the frame limit of its welcome: after a reload lowered the budget under it, its
     # 100 KB call was refused for good while told to wait for calls to complete (it held none)

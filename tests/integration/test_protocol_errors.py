@@ -86,6 +86,7 @@ BAD_FRAMES = [
 ]
 
 
+@pytest.mark.one_loop
 @pytest.mark.parametrize("line, code, request_id, says", BAD_FRAMES)
 def test_bad_frame_gets_its_code_and_the_connection_stays(conn, line, code, request_id, says):
     conn.send_raw(line + b"\n")
@@ -93,6 +94,7 @@ def test_bad_frame_gets_its_code_and_the_connection_stays(conn, line, code, requ
     assert conn.status().protocol == p.PROTOCOL_VERSION
 
 
+@pytest.mark.one_loop
 def test_missing_field_is_named(conn):
     conn.send_raw(b'{"type":"session.open","id":1}\n')
     assert "`workspace`" in conn.frame().message
@@ -101,6 +103,7 @@ def test_missing_field_is_named(conn):
     assert "'frobnicate'" in message and "session.open" in message  # names it, lists the known ones
 
 
+@pytest.mark.one_loop
 def test_a_value_a_field_does_not_take_is_answered_with_the_values_it_takes(conn):
     """A bridge's `"decision": "approved"` got only "Invalid enum value 'approved' - at `$.decision`"."""
     conn.send_raw(b'{"type":"approval.decide","id":1,"approval_id":"a1","decision":"approved"}\n')
@@ -111,6 +114,7 @@ def test_a_value_a_field_does_not_take_is_answered_with_the_values_it_takes(conn
     assert err.message == "invalid frame: `scope`: Invalid enum value 'always'; use one of: once, session"
 
 
+@pytest.mark.one_loop
 def test_request_before_hello_is_not_initialized(daemon):
     with RawConn(daemon.socket) as c:
         c.send_raw(b'{"type":"status","id":"early"}\n')
@@ -180,6 +184,7 @@ def test_an_oversized_line_whose_id_is_past_its_first_4_kib_is_answered_without_
     assert_error(conn.frame(), "frame_too_large")  # no id in its first 4 KiB
 
 
+@pytest.mark.one_loop
 def test_an_integer_id_too_long_to_read_is_refused_saying_so_and_a_readable_one_is_echoed(conn):
     """scvd cannot echo it: the error has no id, and answers the oldest request unanswered (in order)."""
     for kind in ("frobnicate", "ping"):  # an unknown type was `unknown frame type None`
@@ -192,6 +197,7 @@ def test_an_integer_id_too_long_to_read_is_refused_saying_so_and_a_readable_one_
     assert conn.frame().id == int("9" * p.id_digits())
 
 
+@pytest.mark.one_loop
 def test_control_characters_of_a_client_name_are_escaped_in_the_log(daemon, workspace):
     """journald ends a record at a NUL and reads `<0>` after it as an emergency's priority."""
     name = "evil\x00<0>scvd.server: approval a1 approved\x1b[2J"
@@ -265,6 +271,7 @@ def test_a_last_frame_without_its_newline_before_the_end_of_the_stream_is_answer
         assert c.closed_by_server()
 
 
+@pytest.mark.one_loop
 def test_a_call_whose_arguments_hold_a_lone_surrogate_is_refused_naming_the_argument(conn, workspace):
     """json.dumps writes a name decoded with surrogateescape (a Latin-1 file name) as "\\udce9", and half
     an emoji as "\\ud83d": read as U+FFFD, `read notes-\\ud800.txt` read another file, `notes-\\ufffd.txt`,

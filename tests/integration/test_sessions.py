@@ -17,6 +17,7 @@ from conftest import wait_pending
 from harness import make_wrapped  # noqa: F401 (a fixture)
 
 
+@pytest.mark.one_loop
 def test_open_needs_an_absolute_existing_directory(client, workspace: Path, tmp_path: Path):
     (tmp_path / "file.txt").write_text("x")
     cases = {
@@ -32,6 +33,7 @@ def test_open_needs_an_absolute_existing_directory(client, workspace: Path, tmp_
     assert client.status().sessions == 0  # the connection still works, nothing opened
 
 
+@pytest.mark.one_loop
 def test_unopenable_workspaces_are_the_peers_fault_not_internal(daemon, client, tmp_path: Path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     for path in (str(tmp_path / "a\x00b"), str(tmp_path / "loop"), "/" + "x" * 5000):
@@ -41,6 +43,7 @@ def test_unopenable_workspaces_are_the_peers_fault_not_internal(daemon, client, 
     assert "Traceback" not in daemon.log()
 
 
+@pytest.mark.one_loop
 def test_a_relative_workspace_is_told_what_to_do_whatever_scvd_s_own_directory(make_daemon, tmp_path: Path):
     """It suggested a path built from scvd's own directory (not the client's), and once that directory
     was removed the same frame was an internal error with a traceback in the log."""
@@ -55,6 +58,7 @@ def test_a_relative_workspace_is_told_what_to_do_whatever_scvd_s_own_directory(m
     assert "Traceback" not in d.log()
 
 
+@pytest.mark.one_loop
 def test_the_client_library_takes_a_relative_workspace_from_its_own_directory(
         make_daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """open_session("project") was sent as given and refused (scvd wants an absolute path): it means
@@ -102,6 +106,7 @@ def test_the_client_library_takes_a_relative_workspace_from_its_own_directory(
                                       "longer exists: pass an absolute path")
 
 
+@pytest.mark.one_loop
 def test_a_workspace_scvd_may_not_open_is_refused_saying_so(make_daemon, tmp_path: Path):
     """Another user's directory, or one made 0000: it said "is not readable by scvd", not what to do."""
     # root passes over file permissions: as uid 0 without those capabilities (CI has setpriv)
@@ -117,6 +122,7 @@ def test_a_workspace_scvd_may_not_open_is_refused_saying_so(make_daemon, tmp_pat
                                   "or choose another directory")
 
 
+@pytest.mark.one_loop
 def test_a_symlinked_workspace_is_held_by_its_real_path(client, workspace: Path, tmp_path: Path):
     link = tmp_path / "link"
     link.symlink_to(workspace)
@@ -124,6 +130,7 @@ def test_a_symlinked_workspace_is_held_by_its_real_path(client, workspace: Path,
     assert opened.workspace == str(workspace)
 
 
+@pytest.mark.one_loop
 def test_an_unsandboxed_call_whose_workspace_a_link_replaced_meanwhile_is_refused(
         make_daemon, workspace: Path, tmp_path: Path):
     """The workspace is checked when the call comes; the command started in whatever its path named by
@@ -143,6 +150,7 @@ def test_an_unsandboxed_call_whose_workspace_a_link_replaced_meanwhile_is_refuse
     assert not (target / "here").exists() and not (moved / "here").exists()
 
 
+@pytest.mark.one_loop
 def test_one_connection_may_hold_many_sessions(client, workspace: Path, tmp_path: Path):
     other = tmp_path / "other"
     other.mkdir()
@@ -155,6 +163,7 @@ def test_one_connection_may_hold_many_sessions(client, workspace: Path, tmp_path
     assert [s.session for s in client.request(p.SessionsList).sessions] == [b]
 
 
+@pytest.mark.one_loop
 def test_sessions_belong_to_their_connection(daemon, client, workspace: Path):
     sid = client.open_session(workspace)
     with daemon.client(name="intruder") as other:
@@ -165,6 +174,7 @@ def test_sessions_belong_to_their_connection(daemon, client, workspace: Path):
     assert client.status().sessions == 1
 
 
+@pytest.mark.one_loop
 def test_closing_twice_is_session_not_found(client, workspace: Path):
     sid = client.open_session(workspace)
     client.request(p.SessionClose, session=sid)
@@ -189,6 +199,7 @@ def test_disconnect_closes_the_connections_sessions_and_their_fds(daemon, worksp
         assert fd_count() <= before, "workspace fds were not released"
 
 
+@pytest.mark.one_loop
 def test_status_counts_sessions(client, workspace: Path):
     assert client.status().sessions == 0
     client.open_session(workspace)
