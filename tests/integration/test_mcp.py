@@ -163,6 +163,7 @@ def test_write_waits_for_the_owner_and_a_denial_is_an_error_result(host, daemon,
     assert not (workspace / "n.txt").exists()
 
 
+@pytest.mark.one_loop
 def test_a_call_past_the_hosts_share_of_waiting_approvals_is_told_what_a_host_can_do(make_daemon, workspace):
     """The gate's refusal told a host to cancel its calls with call.cancel, a message of scvd's protocol
     that a host cannot send: it is told of its own cancel, and of who decides, instead."""

@@ -106,16 +106,17 @@ def left_nothing_to_approve(d, owner, proc, workspace) -> None:
     assert not (workspace / "ran_for_a_dead_host").exists()
 
 
+@pytest.mark.one_loop  # it starts its daemon on each loop itself
 @pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
 def test_a_host_on_sockets_that_dies_while_its_call_waits_leaves_nothing_to_approve(make_daemon, workspace,
                                                                                      event_loop):
     # Node's hosts (child_process) give stdin and stdout a socketpair each: scvd wrote to a socket
     # without seeing its reader leave, so a host that crashed was a stdin EOF, and the call it left
     # waiting ran for nobody once approved (scvctl mcp waited on for it)
-    d = make_daemon(f'[server]\nevent_loop = "{event_loop}"\n')
+    d = make_daemon(env={"SCVD_SERVER__EVENT_LOOP": event_loop})  # the variable wins over config.toml
     (in_host, in_theirs), (out_host, out_theirs) = socket.socketpair(), socket.socketpair()
     proc = subprocess.Popen([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
-                            env=base_env(d.home), stdin=in_theirs, stdout=out_theirs, stderr=subprocess.PIPE)
+                            env=d.env, stdin=in_theirs, stdout=out_theirs, stderr=subprocess.PIPE)
     in_theirs.close()
     out_theirs.close()
     answers = out_host.makefile("rb")
@@ -139,6 +140,7 @@ def test_a_host_on_sockets_that_dies_while_its_call_waits_leaves_nothing_to_appr
         proc.stderr.close()
 
 
+@pytest.mark.one_loop  # it starts its daemon on each loop itself
 @pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("kind", ["one socket", "a terminal"])
 def test_a_host_on_one_socket_or_terminal_that_dies_while_its_call_waits_leaves_nothing_to_approve(
@@ -147,7 +149,7 @@ def test_a_host_on_one_socket_or_terminal_that_dies_while_its_call_waits_leaves_
     # stdin EOF, and scvd waited for the call (scvctl mcp too), whose approval ran it for nobody
     import pty
 
-    d = make_daemon(f'[server]\nevent_loop = "{event_loop}"\n')
+    d = make_daemon(env={"SCVD_SERVER__EVENT_LOOP": event_loop})  # the variable wins over config.toml
     if kind == "one socket":
         host, theirs = socket.socketpair()
         host_fd, fd = os.dup(host.fileno()), os.dup(theirs.fileno())
@@ -159,7 +161,7 @@ def test_a_host_on_one_socket_or_terminal_that_dies_while_its_call_waits_leaves_
         tty_mode[3] &= ~(termios.ECHO | termios.ICANON)  # no echo of the requests back to the host
         termios.tcsetattr(fd, termios.TCSANOW, tty_mode)
     proc = subprocess.Popen([sys.executable, "-m", "scvctl", "mcp", "--workspace", str(workspace)],
-                            env=base_env(d.home), stdin=fd, stdout=fd, stderr=subprocess.PIPE)
+                            env=d.env, stdin=fd, stdout=fd, stderr=subprocess.PIPE)
     os.close(fd)
     try:
         for message in DIES_WAITING:
