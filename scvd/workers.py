@@ -6,7 +6,8 @@ starts (`run_start`).
 Rule: threads are made once and reused, never one per call: at most
 MAX_WORKERS, started only when no idle one is free; past that, work waits its
 turn in arrival order. Threads are daemonic, so a read stuck on a hung
-filesystem cannot keep the process from exiting.
+filesystem cannot keep the process from exiting, and never exit before it: a
+bwrap started on one (run_start) would die with it (--die-with-parent).
 
 Rule: a small regular file on a local filesystem is read on the loop itself
 (`inline_ok`): reading and hashing INLINE_BYTES costs less than the hop to a
