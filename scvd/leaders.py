@@ -87,10 +87,7 @@ class Start:
         Popen returns and nothing of it runs later."""
         self.abandoned = True
         with _lock:
-            pid = self._pid()
-            stat = read_stat(pid) if pid else None
-            if stat is not None and stat.ppid == os.getpid() and stat.alive:  # not reaped: still ours
-                signal_pid(pid, signal.SIGKILL)
+            _kill_starting(self._pid())
 
     def _pid(self) -> int:
         if self._slot is None:
@@ -111,8 +108,25 @@ def kept() -> set[int]:
     """The pids no reaper may take: leaders, and children being started. Ask it after the scan
     the reaper judges by was read (a child that left scvd's session by then is in its slot)."""
     with _lock:
-        starting = {int.from_bytes(_PAGE[i * PID_BYTES:(i + 1) * PID_BYTES], "little") for i in _taken}
-        return RUNNING | (starting - {0})
+        return RUNNING | _starting()
+
+
+def kill_starting() -> None:
+    """SIGKILL every child still being started: scvd exits at once, and the guardian does not
+    know them yet (one stuck in exec would run its command once the mount came back)."""
+    with _lock:
+        for pid in _starting():
+            _kill_starting(pid)
+
+
+def _starting() -> set[int]:  # under _lock
+    return {int.from_bytes(_PAGE[i * PID_BYTES:(i + 1) * PID_BYTES], "little") for i in _taken} - {0}
+
+
+def _kill_starting(pid: int) -> None:  # under _lock: its slot holds it, so no reaper has taken it
+    stat = read_stat(pid) if pid else None
+    if stat is not None and stat.ppid == os.getpid() and stat.alive:  # not reaped by its Popen: still ours
+        signal_pid(pid, signal.SIGKILL)
 
 
 def forget(pid: int) -> None:

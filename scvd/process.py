@@ -182,6 +182,7 @@ T = TypeVar("T")
 def kill_every_run() -> int:
     """SIGKILL every running call's processes now (scvd exits at once: nothing will wait for them,
     and in their own sessions the terminal's Ctrl-C does not reach them); how many were running."""
+    leaders.kill_starting()
     procs = scan_processes()
     return sum(run.signal_all(signal.SIGKILL, procs) + (run.popen.returncode is None) for run in tuple(_RUNS))
 

@@ -232,6 +232,7 @@ def test_a_start_hung_on_a_dead_mount_holds_up_neither_the_loop_nor_a_reaper(tmp
             task = asyncio.ensure_future(start(None))
             while not starting_children():
                 await asyncio.sleep(0.01)
+            assert set(starting_children()) <= process.leaders.kept()  # its slot names it to every reaper
             zombie = subprocess.Popen(["/bin/true"], start_new_session=True)
             while read_stat(zombie.pid).alive:
                 await asyncio.sleep(0.01)
