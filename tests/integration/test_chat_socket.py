@@ -712,7 +712,6 @@ def test_ask_user_asks_the_chat_and_the_answer_reaches_the_model(chat_rig, works
     assert json.loads(model.outputs(1)[-1])["result"] == {"answer": "blue"}
 
 
-@pytest.mark.one_loop
 def test_an_answer_taken_as_the_turn_was_cut_reaches_the_next_turns_model(chat_rig, workspace):
     """question.answer said `ok`, but a cut in the same loop turn (a stop, a connection cut off, as a
     race has it) ended the turn before it read the answer: ask_user's output said `cancelled` and the
