@@ -273,7 +273,8 @@ def _search_path_warnings(config: Config) -> list[str]:
             continue
         literal = {k: v for k, v in server.env.items() if isinstance(v, str)}  # secret ones: _mcp_value_problem
         cwd = os.path.expanduser(server.cwd) if server.cwd else None
-        found += search_paths.table_notes(f"mcp.servers.{name}.env", search_paths.set_by(literal), cwd)
+        dropped = search_paths.set_by(literal, os.path.expanduser("~"))  # `~` as in cwd
+        found += search_paths.table_notes(f"mcp.servers.{name}.env", dropped, cwd)
     return found
 
 

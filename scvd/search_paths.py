@@ -14,9 +14,10 @@ relative XDG_CONFIG_HOME from its working directory, and the `git/config` an una
 there set a pager that git run later ran. A stdio MCP server's configured `env` is cleaned the same
 way at each of its starts (`clean_all()`), and config.load warns of what that drops (`set_by()`,
 `table_notes()`): its working directory may be a workspace too, and so may those of the programs it
-starts. Pure functions but `clean_environ()`, the one that changes os.environ; it runs before scvd's
-own folders are looked up, which take a relative XDG directory as unset all the same
-(docs/operations.md).
+starts. A leading `~` there is scvd's HOME first (`expand_home()`), as in a configured `cwd`; not in
+scvd's own environment, where only bash would expand it (not systemd, execvp, the loader). Pure
+functions but `clean_environ()`, the one that changes os.environ; it runs before scvd's own folders
+are looked up, which take a relative XDG directory as unset all the same (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ XDG_BASES = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HO
 # folder's name, which a relative entry reads against the working directory still
 LOADER = frozenset({"LD_LIBRARY_PATH", "LD_PRELOAD", "LD_AUDIT"})
 ORIGIN = re.compile(r"\$(?:\{ORIGIN\}|ORIGIN(?![A-Za-z0-9_]))")  # glibc's is_dst: `$ORIGINX` is no token
+# a variable an entry names, `$HOME` or `${HOME}`: only the loader expands some, its own (LOADER_TOKENS)
+VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+LOADER_TOKENS = frozenset({"ORIGIN", "LIB", "PLATFORM"})
 # the PATH of a child whose scvd has none left: bash without PATH uses its own default, which ends in `.`
 FALLBACK_PATH = "/usr/bin:/bin"
 
@@ -123,10 +127,30 @@ def clean_all(env: Mapping[str, str]) -> tuple[dict[str, str], list[Dropped]]:
     return out, dropped + bases
 
 
-def set_by(table: Mapping[str, str]) -> list[Dropped]:
-    """What clean_all() changes of the variables `table` sets (an MCP server's `env`): PATH's fallback
-    only when the table sets an empty PATH (one it leaves out is scvd's own, cleaned already)."""
-    return [d for d in clean_all(table)[1] if d.name in table]
+def expand_home(table: Mapping[str, str], home: str) -> dict[str, str]:
+    """`table` (an MCP server's `env`) with each search path's and XDG base's entry that is `~` or starts
+    with `~/` starting at `home` instead (scvd's HOME), as the config reads `~` in a `cwd`; bash does as
+    much for PATH, so `PATH = "~/bin:/usr/bin"` served bash-run servers. `~user` and `$VAR` stay as written:
+    read against the working directory, they are dropped."""
+    out = dict(table)
+    for name in (*SEARCH_PATHS, *XDG_BASES):
+        found = entries(table, name) if name in SEARCH_PATHS else [table.get(name, "")]
+        if any(_at_home(e) for e in found):
+            # as os.path.expanduser() does: a HOME of `/` gives `/bin`, not `//bin`
+            out[name] = ":".join((home.rstrip("/") + e[1:]) or "/" if _at_home(e) else e for e in found)
+    return out
+
+
+def _at_home(entry: str) -> bool:
+    """Whether `entry` starts at `~`, as the config's paths may (`~user` does not)."""
+    return entry == "~" or entry.startswith("~/")
+
+
+def set_by(table: Mapping[str, str], home: str) -> list[Dropped]:
+    """What clean_all() changes of the variables `table` sets (an MCP server's `env`), its `~` expanded
+    against `home`: PATH's fallback only when the table sets an empty PATH (one it leaves out is scvd's
+    own, cleaned already)."""
+    return [d for d in clean_all(expand_home(table, home))[1] if d.name in table]
 
 
 def from_store_problem(name: str, runs: str) -> str | None:
@@ -152,16 +176,20 @@ def notes(dropped: Iterable[Dropped]) -> list[str]:
                          f"(a session's workspace): the processes scvd starts get PATH={FALLBACK_PATH!r}")
             continue
         shown, now = _shown(d)
+        # dropped, not expanded, here: bash expands a `~`, but execvp, the loader and the interpreters read `./~`
+        tilde = ("; only bash expands a `~` there, and systemd does not: write %h for your home in a unit's "
+                 "Environment=" if any(e.startswith("~") for e in d.entries) else "")
         lines.append(f"dropped {shown} from scvd's {d.name} ({now}): each process scvd starts would read it against "
                      f"its working directory, a session's workspace, where unasked calls write; name that "
-                     f"directory by its absolute path in scvd's environment instead (docs/security.md)")
+                     f"directory by its absolute path in scvd's environment instead{tilde} (docs/security.md)")
     return lines
 
 
 def table_notes(key: str, dropped: Iterable[Dropped], cwd: str | None = None) -> list[str]:
     """A warning for each variable of the configured table `key` (`mcp.servers.NAME.env`) that set_by()
     found, with what to write instead: a relative entry joined to `cwd` (the configured one), which
-    is how its author meant it read."""
+    is how its author meant it read; not one that names a variable or a `~user`, which meant no such
+    path."""
     lines = []
     for d in dropped:
         if not d.entries:
@@ -170,12 +198,23 @@ def table_notes(key: str, dropped: Iterable[Dropped], cwd: str | None = None) ->
                          "PATH out to give it scvd's (docs/security.md)")
             continue
         shown, now = _shown(d)
-        meant = [os.path.normpath(os.path.join(cwd, e)) for e in d.entries if e] if cwd else []
+        named = [e for e in d.entries if _variables(d.name, e)]
+        meant = [os.path.normpath(os.path.join(cwd, e)) for e in d.entries
+                 if e and e not in named and not e.startswith("~")] if cwd else []
         example = f", e.g. {meant[0]!r}" if meant else ""
+        what = "file's" if d.name in LIBRARY_LISTS else "directory's"
+        values = (f"; scvd expands no variable in env, so write out the path that {', '.join(map(repr, named))} names"
+                  if named else "")
         lines.append(f"{key}.{d.name}: dropped {shown} ({now}): the server and each program it starts would read "
                      f"it against their working directory, which can be a session's workspace, where unasked calls "
-                     f"write; write the directory's absolute path instead{example} (docs/security.md)")
+                     f"write; write the {what} absolute path instead{example}{values} (docs/security.md)")
     return lines
+
+
+def _variables(name: str, entry: str) -> list[str]:
+    """The variables `entry` of `name` names that nobody expands (the loader does its own tokens)."""
+    tokens = LOADER_TOKENS if name in LOADER else frozenset()
+    return [v for v in VARIABLE.findall(entry) if v not in tokens]
 
 
 def clean_environ() -> list[Dropped]:

@@ -941,14 +941,19 @@ def test_check_config_warns_of_what_a_servers_start_drops_from_the_search_paths_
     start drops what it would read against its working directory, and check-config says so, with the
     absolute path the relative entry meant."""
     text = (f'[mcp.servers.fs]\ncommand = "true"\ncwd = "{tmp_path}"\n'
-            'env = {LD_LIBRARY_PATH = "lib:", TOKEN = "lib:"}\n')
-    done = check_config(tmp_path / "home", text)
+            'env = {LD_LIBRARY_PATH = "lib:", TOKEN = "lib:", PATH = "~/bin:/usr/bin", NODE_PATH = "$HOME/lib"}\n')
+    done = check_config(tmp_path / "home", text, HOME=str(tmp_path))
     assert done.returncode == 0, done.stderr
+    # `~/bin` is HOME's, as bash read it: no warning. `$HOME/lib` was told `e.g. '<cwd>/$HOME/lib'`
     assert [line for line in done.stdout.splitlines() if line.startswith("# warning: ")] == [
         "# warning: mcp.servers.fs.env.LD_LIBRARY_PATH: dropped 'lib', '' (it is now unset): the server and each "
         "program it starts would read it against their working directory, which can be a session's workspace, "
         f"where unasked calls write; write the directory's absolute path instead, e.g. '{tmp_path}/lib' "
-        "(docs/security.md)"]
+        "(docs/security.md)",
+        "# warning: mcp.servers.fs.env.NODE_PATH: dropped '$HOME/lib' (it is now unset): the server and each "
+        "program it starts would read it against their working directory, which can be a session's workspace, "
+        "where unasked calls write; write the directory's absolute path instead; scvd expands no variable in env, "
+        "so write out the path that '$HOME/lib' names (docs/security.md)"]
 
 
 def test_check_config_warns_when_the_required_sandbox_is_unavailable(tmp_path):

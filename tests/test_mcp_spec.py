@@ -71,6 +71,12 @@ def test_the_search_paths_of_a_servers_env_lose_what_it_would_read_against_its_w
     assert env["PATH"] == "/opt/x/bin" and env["PYTHONPATH"] == "/opt/py" and env["MODE"] == "."
     assert "LD_LIBRARY_PATH" not in env and "XDG_CONFIG_HOME" not in env
     assert launch(McpServerConfig(command="/bin/cat", env={"PATH": ""})).env["PATH"] == FALLBACK_PATH
+    # a leading `~` is scvd's HOME, as in cwd: `PATH = "~/bin:/usr/bin"` served a bash-run server before
+    home = os.path.expanduser("~")
+    env = launch(McpServerConfig(command="/bin/cat", cwd="~", env={
+        "PATH": "~/bin:/usr/bin", "XDG_CONFIG_HOME": "~/.config", "NODE_PATH": "$HOME/lib"})).env
+    assert (env["PATH"], env["XDG_CONFIG_HOME"]) == (f"{home}/bin:/usr/bin", f"{home}/.config")
+    assert "NODE_PATH" not in env  # scvd expands no variable
 
 
 def test_a_command_is_looked_up_on_scvds_path_and_a_missing_one_is_unavailable():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scvd.search_paths import (FALLBACK_PATH, Dropped, clean, clean_all, from_store_problem, notes, relative_bases,
-                               set_by, table_notes)
+from scvd.search_paths import (FALLBACK_PATH, Dropped, clean, clean_all, expand_home, from_store_problem, notes,
+                               relative_bases, set_by, table_notes)
 
 
 def test_empty_dot_and_relative_entries_leave_path_and_the_absolute_ones_stay_in_order():
@@ -61,6 +61,14 @@ def test_the_log_says_what_was_dropped_what_is_left_and_what_to_do():
     assert "has no PATH" in notes(clean({})[1])[0]
 
 
+def test_scvds_own_tilde_entry_is_dropped_with_how_a_unit_names_home():
+    """A unit's `Environment=PATH=~/bin:...` is expanded by bash alone (not systemd, execvp, the loader,
+    Python): scvd drops it, and says to write %h."""
+    line, = notes(clean({"PATH": "~/bin:/usr/bin"})[1])
+    assert line.endswith("instead; only bash expands a `~` there, and systemd does not: write %h for your home in a "
+                         "unit's Environment= (docs/security.md)")
+
+
 def test_a_relative_xdg_base_directory_is_unset_an_absolute_or_empty_one_stays():
     """git takes a relative XDG_CONFIG_HOME from its working directory, a session's workspace: the
     `git/config` an unasked call wrote there set a pager git ran. The XDG spec calls one invalid."""
@@ -82,19 +90,46 @@ def test_clean_all_unsets_a_relative_xdg_base_as_well():
 def test_a_configured_table_is_judged_by_the_variables_it_sets_only():
     """A table without PATH gives the server scvd's own (cleaned already): no fallback to warn of; an
     empty PATH in it is bash's working directory, and gets the fallback."""
-    assert set_by({"TOKEN": "x", "MODE": "."}) == []
-    assert set_by({"LD_LIBRARY_PATH": "lib:/opt/lib"}) == [Dropped("LD_LIBRARY_PATH", ("lib",), "/opt/lib")]
-    assert set_by({"PATH": ""}) == [Dropped("PATH", (), FALLBACK_PATH)]
+    assert set_by({"TOKEN": "x", "MODE": "."}, "/home/me") == []
+    assert set_by({"LD_LIBRARY_PATH": "lib:/opt/lib"}, "/h") == [Dropped("LD_LIBRARY_PATH", ("lib",), "/opt/lib")]
+    assert set_by({"PATH": ""}, "/home/me") == [Dropped("PATH", (), FALLBACK_PATH)]
 
 
 def test_a_configured_tables_warning_names_its_key_and_the_absolute_path_meant():
-    """`LD_LIBRARY_PATH = "lib"` with `cwd = "/srv/fs"` meant /srv/fs/lib: the warning says to write that."""
-    line, = table_notes("mcp.servers.fs.env", set_by({"LD_LIBRARY_PATH": "./lib:"}), "/srv/fs")
+    """`LD_LIBRARY_PATH = "lib"` with `cwd = "/srv/fs"` meant /srv/fs/lib: the warning says to write that.
+    `$HOME/lib` was told `e.g. '/srv/fs/$HOME/lib'`, and LD_PRELOAD, a list of files, "the directory's"."""
+    def note(table: dict[str, str], cwd: str | None = "/srv/fs") -> str:
+        line, = table_notes("mcp.servers.fs.env", set_by(table, "/home/me"), cwd)
+        return line
+
+    line = note({"LD_LIBRARY_PATH": "./lib:"})
     assert line.startswith("mcp.servers.fs.env.LD_LIBRARY_PATH: dropped './lib', '' (it is now unset): the server ")
     assert line.endswith("write the directory's absolute path instead, e.g. '/srv/fs/lib' (docs/security.md)")
-    assert ", e.g." not in table_notes("mcp.servers.fs.env", set_by({"PATH": "/bin:bin"}))[0]  # its own cwd: no help
-    assert table_notes("k", set_by({"PATH": ""}))[0].startswith(f"k.PATH is empty, which bash reads as its working "
-                                                               f"directory: the server gets PATH={FALLBACK_PATH!r}")
+    assert ", e.g." not in note({"PATH": "/bin:bin"}, None)  # its own cwd: no help
+    assert note({"NODE_PATH": "$HOME/lib:/opt/n"}).endswith(
+        "write the directory's absolute path instead; scvd expands no variable in env, so write out the path that "
+        "'$HOME/lib' names (docs/security.md)")
+    assert note({"PATH": "~bob/bin:${X}/bin:bin"}).endswith(  # neither meant a path in cwd
+        "instead, e.g. '/srv/fs/bin'; scvd expands no variable in env, so write out the path that '${X}/bin' names "
+        "(docs/security.md)")
+    assert note({"LD_PRELOAD": "lib/libfoo.so"}).endswith(
+        "write the file's absolute path instead, e.g. '/srv/fs/lib/libfoo.so' (docs/security.md)")
+    assert note({"LD_LIBRARY_PATH": "$LIB/x"}).endswith("e.g. '/srv/fs/$LIB/x' (docs/security.md)")  # the loader's
+    assert table_notes("k", set_by({"PATH": ""}, "/h"))[0].startswith(f"k.PATH is empty, which bash reads as its "
+                                                                     f"working directory: the server gets "
+                                                                     f"PATH={FALLBACK_PATH!r}")
+
+
+def test_a_configured_tables_leading_tilde_is_scvds_home_as_in_its_cwd_and_warns_of_nothing():
+    """`env = {PATH = "~/bin:/usr/bin"}` served a bash-run server (bash expands it), then was dropped with
+    `e.g. '/root/srv/~/bin'`: a `~` or `~/` entry is scvd's HOME, as a configured cwd's is."""
+    table = {"PATH": "~/bin:/usr/bin", "LD_PRELOAD": "~/lib/a.so libb.so", "XDG_CONFIG_HOME": "~/.config",
+             "NODE_PATH": "~", "PYTHONPATH": "~bob/py:$HOME/py", "MODE": "~/x"}
+    assert expand_home(table, "/home/me/") == {
+        "PATH": "/home/me/bin:/usr/bin", "LD_PRELOAD": "/home/me/lib/a.so:libb.so",
+        "XDG_CONFIG_HOME": "/home/me/.config", "NODE_PATH": "/home/me", "PYTHONPATH": "~bob/py:$HOME/py", "MODE": "~/x"}
+    assert set_by(table, "/home/me") == [Dropped("PYTHONPATH", ("~bob/py", "$HOME/py"), None)]
+    assert set_by({"PATH": "~/bin"}, "rel") == [Dropped("PATH", ("rel/bin",), FALLBACK_PATH)]  # a relative HOME
 
 
 def test_a_search_path_cannot_come_from_the_secret_store_any_other_name_can():

@@ -168,8 +168,9 @@ def stdio_launch(name: str, cfg: McpServerConfig, *, secrets: Any, sandbox: Any,
         raise Unavailable(f"mcp server {name}: command {shown!r} {why}; fix mcp.servers.{name}.command")
     command = found
     cwd = os.path.expanduser(cfg.cwd) if cfg.cwd else str(home)
-    own = resolve(cfg.env, secrets, name, "env")
-    # its `env`'s search paths as scvd's own: no entry read against a working directory (config.load warns)
+    own = search_paths.expand_home(resolve(cfg.env, secrets, name, "env"), os.path.expanduser("~"))
+    # its `env`'s search paths as scvd's own, `~` expanded as in cwd: no entry read against a working
+    # directory (config.load warns)
     env = search_paths.clean_all(allowed_env(base_env, KEPT_ENV, set=own))[0]
     argv = [command, *cfg.args]
     sandboxed = bool(cfg.sandbox and sandbox is not None and sandbox.active)
