@@ -56,7 +56,7 @@ def test_a_credential_missing_error_names_the_tool_as_the_host_got_it_and_store_
     from scvd.mcp_host.jsonrpc import failure
 
     names = HostNames(53)
-    short = names.listed(["read", "store_secret", PR])[2]
+    short = names.listed(["read", "store_secret", PR], system=["store_secret"])[2]
     said = (f"mcp server github: {PR}: 401 Bad credentials; store a new value with store_secret (key 'GH_TOKEN', "
             f"tool '{PR}'), then call the tool again")
     text = failure("credential_missing", said, f"scvctl secrets set GH_TOKEN for {PR}", names.host_text)
@@ -64,5 +64,25 @@ def test_a_credential_missing_error_names_the_tool_as_the_host_got_it_and_store_
         f"credential_missing: mcp server github: {short}: 401 Bad credentials; store a new value with store_secret "
         f"(key 'GH_TOKEN', tool '{short}'), then call the tool again\nhint: scvctl secrets set GH_TOKEN for {short}")
     given = {"key": "GH_TOKEN", "tool": short, "question": short + " x", "n": 1}
-    assert names.scvd_arguments(given) == {**given, "tool": PR}  # a whole argument only
-    assert names.scvd_arguments({"tool": "read"}) == {"tool": "read"}
+    assert names.scvd_arguments("store_secret", given) == {**given, "tool": PR}  # a whole argument only
+    assert names.scvd_arguments("store_secret", {"tool": "read"}) == {"tool": "read"}
+
+
+def test_only_a_system_tools_arguments_and_results_name_tools_as_the_host_got_them() -> None:
+    """Every tool's argument equal to a shortened name was taken for the long one, and store_secret's
+    success still said `call <the long name> again`: a file written or read holding such a name is
+    data, a system tool's words name tools."""
+    from scvd import protocol as p
+    from scvd.mcp_host.jsonrpc import call_result
+
+    names = HostNames(53)
+    short = names.listed(["read", "write", "store_secret", PR], system=["store_secret"])[3]
+    assert names.scvd_arguments("write", {"path": "a", "content": short}) == {"path": "a", "content": short}
+    assert names.speaks("store_secret") and not names.speaks("read")
+    stored = {"key": "GH_TOKEN", "stored": True, "next": f"call {PR} again", "mcp_servers": {"github": "ready"}}
+    told = call_result(p.CallCompleted(seq=1, call_id="c", ok=True, result=stored), names.host_text, True)
+    assert told["structuredContent"] == {**stored, "next": f"call {short} again"}
+    assert f"call {short} again" in told["content"][0]["text"] and PR not in told["content"][0]["text"]
+    for result in (f"see {PR}\n", {"text": PR}):  # a file's text, a server's object: as they came
+        read = call_result(p.CallCompleted(seq=2, call_id="r", ok=True, result=result), names.host_text)
+        assert PR in read["content"][0]["text"] and read.get("structuredContent", result) == result

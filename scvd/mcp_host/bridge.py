@@ -148,7 +148,7 @@ class Bridge:
             # what it calls; system tools too (store_secret): a host has no find_tools to discover them,
             # and a credential_missing error tells its agent to call store_secret
             tools = await self._tools()
-            return {"tools": [mcp_tool(t, name) for t, name in zip(tools, self.names.listed([t.name for t in tools]))]}
+            return {"tools": [mcp_tool(t, name) for t, name in zip(tools, self._listed(tools))]}
         if method == "tools/call":
             return await self._call(params, msg_id, cost)
         raise errors.JsonRpcError(METHOD_NOT_FOUND, f"method {method!r} is not supported")
@@ -156,15 +156,19 @@ class Bridge:
     async def _tools(self) -> list[p.ToolInfo]:
         return (await self.client.request(p.ToolsList, session=self.session, include_system=True)).tools
 
+    def _listed(self, tools: list[p.ToolInfo]) -> list[str]:
+        """The tools' names as the host gets them, their system tools' known (HostNames.listed)."""
+        return self.names.listed([t.name for t in tools], [t.name for t in tools if t.flags.get("system_use")])
+
     async def _call(self, params: dict[str, Any], msg_id: Any, cost: int) -> dict[str, Any]:
         if self.names.unmapped(params.get("name")):  # a host that kept an earlier session's list calls unlisted
-            self.names.listed([t.name for t in await self._tools()])
+            self._listed(await self._tools())
         name, arguments = self.names.scvd_name(params.get("name")), params.get("arguments")
         if arguments is None:  # omitted: a tool without required arguments
             arguments = {}
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise errors.JsonRpcError(INVALID_PARAMS, "tools/call needs `name` (string) and `arguments` (object)")
-        arguments = self.names.scvd_arguments(arguments)
+        arguments = self.names.scvd_arguments(name, arguments)
         if refused := p.surrogate_refusal(arguments):  # as scvd refuses a socket client's call
             return error_result(refused.kind, refused.message)
         meta = params.get("_meta")
@@ -181,7 +185,7 @@ class Bridge:
             while True:  # every event of this call is taken, so none piles up in a long host session
                 event = await self.client.next_call_event(accepted.call_id)
                 if isinstance(event, p.CallCompleted):
-                    return call_result(event, self.names.host_text)
+                    return call_result(event, self.names.host_text, self.names.speaks(name))
                 if isinstance(event, p.CallProgress) and token is not None and msg_id not in self.cancelled:
                     progress = self._progress(token, event, progress, base)  # MCP: none for a request its host cancelled
                 elif isinstance(event, p.CallStarted):  # after a wait: its elapsed_s counts from 0 again

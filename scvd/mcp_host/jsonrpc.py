@@ -119,17 +119,31 @@ def mcp_tool(tool: p.ToolInfo, name: str) -> dict[str, Any]:
     }
 
 
-def call_result(done: p.CallCompleted, named: Callable[[str], str] = str) -> dict[str, Any]:
+def call_result(done: p.CallCompleted, named: Callable[[str], str] = str, system: bool = False) -> dict[str, Any]:
     """A call.completed as an MCP tool result: text for every host, structured where it is an object;
-    a failure's as `failure` has it."""
+    a failure's as `failure` has it. A system tool's result (`system`: scvd's words, store_secret's
+    `next` naming the tool to call again) has its text, or its object's strings, passed through
+    `named` too; any other tool's is data (a file read, a server's answer) and goes as it came, a
+    tool's name in it too."""
     if done.ok:
         payload = msgspec.to_builtins(done.result)
+        if system:
+            payload = _named(payload, named)
         text = payload if isinstance(payload, str) else json_bytes(msgspec.json.encode, payload).decode("utf-8")
         result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
         if isinstance(payload, dict):
             result["structuredContent"] = payload
         return result
     return failure(done.error.kind, done.error.message, done.error.hint, named, done.error.reason)
+
+
+def _named(payload: Any, named: Callable[[str], str]) -> Any:
+    """`payload` as text, or an object's string values (store_secret's `next`), passed through `named`."""
+    if isinstance(payload, str):
+        return named(payload)
+    if isinstance(payload, dict):
+        return {k: named(v) if isinstance(v, str) else v for k, v in payload.items()}
+    return payload
 
 
 def failure(kind: str, message: str, hint: str | None = None, named: Callable[[str], str] = str,

@@ -11,16 +11,19 @@ A host may call before it lists (Claude Code keeps an earlier session's list): u
 of this session, and for a name shaped as a shortened one that the last did not give, a name
 is `unmapped`, and the bridge maps the session's current tools with `listed`, which gives
 the names any list of them would. Text scvd writes about tools (an unknown tool's closest
-names, the tool a credential_missing error tells store_secret of) names them as the host does:
-`host_text`; and a call's argument that is a name the host got shortened (store_secret's `tool`,
-as that error gave it) stands for the tool: `scvd_arguments`.
+names, the tool a credential_missing error tells store_secret of, a system tool's result such as
+store_secret's `next`) names them as the host does: `host_text`; and a system tool's argument that
+is a name the host got shortened (store_secret's `tool`, as that error gave it) stands for the
+tool: `scvd_arguments`. System tools only (`system_use`, as tools.list flags them): any other
+tool's arguments and results are data (a file written or read, a server's answer) that may hold
+such a name and mean those very characters.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, Iterable
 
 HASH_DIGITS = 8  # of sha256, at least: two names of one server still differ past their shared start
 SHORTENED_END = re.compile(rf"_[0-9a-f]{{{HASH_DIGITS},}}$")
@@ -34,10 +37,12 @@ class HostNames:
         self.budget = budget
         self.real: dict[str, str] = {}  # shortened name -> scvd's
         self.shown: dict[str, str] = {}  # scvd's name -> shortened
+        self.system: frozenset[str] = frozenset()  # the listed tools whose arguments and results name tools
         self.mapped = False  # a list of this session made: `real` and `shown` hold its names
 
-    def listed(self, names: list[str]) -> list[str]:
-        """`names` as the host is to see them, in their order; remembered for `scvd_name`."""
+    def listed(self, names: list[str], system: Iterable[str] = ()) -> list[str]:
+        """`names` as the host is to see them, in their order; remembered for `scvd_name`. `system`:
+        the system tools among them (their words name tools: `scvd_arguments`, `speaks`)."""
         taken = {name for name in names if len(name) <= self.budget}  # kept as they are
         real: dict[str, str] = {}
         shown = []
@@ -49,16 +54,21 @@ class HostNames:
                 name = short
             shown.append(name)
         self.real, self.shown = real, {name: short for short, name in real.items()}
-        self.mapped = True
+        self.system, self.mapped = frozenset(system), True
         return shown
 
     def scvd_name(self, name: Any) -> Any:
         """The tool a host's name stands for (anything else, a name not listed so, as it came)."""
         return self.real.get(name, name) if isinstance(name, str) else name
 
-    def scvd_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """`arguments` with each one that is a name the host got shortened as scvd's name of that tool."""
-        if not self.real or not any(isinstance(v, str) and v in self.real for v in arguments.values()):
+    def speaks(self, tool: str) -> bool:
+        """`tool` (scvd's name) is a system tool: its result is scvd's words, naming tools as scvd does."""
+        return tool in self.system
+
+    def scvd_arguments(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """`arguments` of a call of `tool` (scvd's name): a system tool's with each one that is a name
+        the host got shortened as scvd's name of that tool; any other tool's as they came."""
+        if tool not in self.system or not self.real or not any(isinstance(v, str) and v in self.real for v in arguments.values()):
             return arguments
         return {k: self.real.get(v, v) if isinstance(v, str) else v for k, v in arguments.items()}
 

@@ -633,8 +633,9 @@ def test_tool_names_past_the_hosts_budget_are_listed_short_and_called_by_that_na
         else:
             assert long == "mcp__raw__" + "l" * 54
         assert {"read", "mcp__raw__echo"} <= set(names)  # the others as they are
-        result = h.rpc("tools/call", {"name": long, "arguments": {"said": "hi"}})["result"]
-        assert result["isError"] is False and result["structuredContent"] == {"text": '{"said": "hi"}'}, result
+        # a server's argument that reads as a shortened name is its data, not scvd's tool (as a system tool's is)
+        result = h.rpc("tools/call", {"name": long, "arguments": {"said": long}})["result"]
+        assert result["isError"] is False and result["structuredContent"] == {"text": json.dumps({"said": long})}, result
         assert long in [t["name"] for t in h.rpc("tools/list")["result"]["tools"]]  # the same each time
     finally:
         assert h.close() == 0
@@ -644,8 +645,9 @@ def test_tool_names_past_the_hosts_budget_are_listed_short_and_called_by_that_na
 def test_a_credential_missing_error_names_the_tool_as_the_host_lists_it_and_store_secret_takes_that_name(
         make_daemon, workspace):
     """It named scvd's long name, which the host never listed; given the name the host knows, as told,
-    store_secret said it was no tool scvd has."""
-    from test_mcp_servers import keyed_daemon
+    store_secret said it was no tool scvd has. Once a person typed the value, it said to call the
+    long name again."""
+    from test_mcp_servers import enter_secret, keyed_daemon
 
     d = keyed_daemon(make_daemon, f'[mcp.servers.raw]\ncommand = "{sys.executable}"\nargs = ["{QUIRKS}", '
                      '"long-names=1"]\nsandbox = false\nrisk = "read_only"\nenv = {LEAK_TOKEN = {secret = "K"}}\n',
@@ -657,8 +659,17 @@ def test_a_credential_missing_error_names_the_tool_as_the_host_lists_it_and_stor
         refused = h.rpc("tools/call", {"name": long, "arguments": {"refuse": True}})["result"]
         told = re.search(r"store_secret \(key 'K', tool '(\w+)'\)", refused["content"][0]["text"])
         healing = h.rpc("tools/call", {"name": "store_secret", "arguments": {"key": "K", "tool": told[1]}})["result"]
+        with d.client(name="me") as me:
+            me.request(p.ApprovalsWatch)
+            msg_id = h.request("tools/call", {"name": "store_secret", "arguments": {"key": "K", "tool": told[1]}})
+            enter_secret(me, "new")
+            while (healed := h.read()).get("id") != msg_id:  # the server's restart: tools/list_changed
+                pass
     finally:
         assert h.close() == 0
+    healed = healed["result"]
+    assert not healed["isError"] and healed["structuredContent"]["next"] == f"call {long} again", healed
+    assert f"call {long} again" in healed["content"][0]["text"] and "l" * 54 not in healed["content"][0]["text"]
     assert refused["content"][0]["text"].startswith(f"credential_missing: {long}: 401 Bad credentials; "), refused
     assert told[1] == long and "mcp__raw__" + "l" * 54 not in refused["content"][0]["text"], refused
     assert healing["isError"] and "scvctl secrets set K" in healing["content"][0]["text"], healing  # nobody to type it
