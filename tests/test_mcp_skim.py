@@ -180,28 +180,53 @@ def test_an_answer_above_64_mib_to_a_notification_is_dropped_without_an_answer()
     assert skimmed(huge(as_json), JSON, sent=NOTIFICATION) == b""
 
 
+def heard(body: bytes, kind: str, chunk: int = 7) -> list[str]:
+    """The messages of errors of code -32000 the skim tells the link of in `body`, sent `chunk` bytes at
+    a time; the body passed on as it came."""
+    told: list[str] = []
+    got = httpx2.Response(200, headers={"content-type": kind}, stream=Body(split(body, chunk)),
+                          request=httpx2.Request("POST", "http://127.0.0.1/mcp", content=CALL))
+
+    async def reading() -> bytes:
+        await skim_response(got, said=told.append)
+        return b"".join([piece async for piece in got.aiter_bytes()])
+    assert asyncio.run(reading()) == body
+    return told
+
+
+def erred(code: int, message: str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 7, "error": {"code": code, "message": message}}).encode()
+
+
 @pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "bare-cr"])
 def test_a_servers_own_errors_of_code_32000_are_told_to_the_link(end):
     """The MCP SDK answers a call whose connection closed with -32000, the code JSON-RPC leaves to
     servers: the link tells the server's own from it by their messages, which the skim passes on."""
-    def said(body: bytes, kind: str) -> list[str]:
-        heard: list[str] = []
-        got = httpx2.Response(200, headers={"content-type": kind}, stream=Body(split(body, 7)),
-                              request=httpx2.Request("POST", "http://127.0.0.1/mcp", content=CALL))
-
-        async def reading() -> bytes:
-            await skim_response(got, said=heard.append)
-            return b"".join([piece async for piece in got.aiter_bytes()])
-        assert asyncio.run(reading()) == body  # passed on as it came
-        return heard
-
-    def erred(code: int, message: str) -> bytes:
-        return json.dumps({"jsonrpc": "2.0", "id": 7, "error": {"code": code, "message": message}}).encode()
-
     busy, other = erred(-32000, "rate limited: try in 30 s"), erred(-32603, "-32000 apples")
-    assert said(busy, JSON) == ["rate limited: try in 30 s"]
-    assert said(other, JSON) == said(answer({"content": [{"type": "text", "text": "-32000"}]}), JSON) == []
+    assert heard(busy, JSON) == ["rate limited: try in 30 s"]
+    assert heard(other, JSON) == heard(answer({"content": [{"type": "text", "text": "-32000"}]}), JSON) == []
     cut = busy.index(b' "error"')  # one message on two data lines: read joined by a LF, in place of that space
     split_data = b"data: " + busy[:cut] + end + b"data: " + busy[cut + 1:] + end + end
     stream = event(other, end) + split_data + event(erred(-32000, "second"), end)[:-len(end)]  # the last unended
-    assert said(stream, SSE) == ["rate limited: try in 30 s", "second"]
+    assert heard(stream, SSE) == ["rate limited: try in 30 s", "second"]
+
+
+def test_a_large_event_holding_32000_in_its_text_is_split_into_lines_once(monkeypatch):
+    """Looking for a server's -32000 error split a large event into lines a second time, on the loop:
+    a 52 MiB result holding those bytes stalled every client twice as long. Such an error is short."""
+    from scvd.mcp import skim
+
+    class Counted:  # skim's line splitter, counting the bytes of each block it splits
+        def __init__(self, pattern: re.Pattern[bytes]) -> None:
+            self.pattern, self.sizes = pattern, []
+
+        def split(self, block: bytes) -> list[bytes]:
+            self.sizes.append(len(block))
+            return self.pattern.split(block)
+
+    lines = Counted(skim._LINE_END)
+    monkeypatch.setattr(skim, "_LINE_END", lines)
+    large = event(answer({"content": [{"type": "text", "text": "-32000 " + "x" * (1 << 20)}]}))
+    body = large + event(erred(-32000, "busy"))  # the server's own, in the same block: still told
+    assert heard(body, SSE, chunk=len(body)) == ["busy"]
+    assert [size for size in lines.sizes if size >= len(large)] == [len(body)]

@@ -7,14 +7,15 @@ unparsed) and scvd answers it in the server's place, or leaves out what it would
 An HTTP body is read decoded here (a gzip one too) and bounded at MESSAGE_LIMIT, as a stdio
 line is: a larger answer fails its call alone, its bytes dropped as they come. The messages of the
 errors of code -32000 a server sends are kept for the link (stdio.py keeps a stdio server's): the SDK says
-a connection closed with that code too.
+a connection closed with that code too. Such an error is short: it is looked for in a body or event
+under CHECKED_FROM bytes only, so a large result is split into lines once, as the skim does anyway.
 """
 
 from __future__ import annotations
 
 import re
 from contextlib import aclosing
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 import httpx2
 import msgspec
@@ -122,12 +123,14 @@ class _Erred(msgspec.Struct):
     error: _ErrorData | None = None
 
 
-def said_closed_code(block: bytes, sse: bool) -> list[str]:
-    """The messages of the errors of code CLOSED_CODE in `block`: a JSON body, or whole SSE events."""
-    if _CLOSED_CODE_BYTES not in block:  # most blocks: one look for the bytes
-        return []
+def said_closed_code(messages: Iterable[bytes]) -> list[str]:
+    """The messages of the errors of code CLOSED_CODE among `messages` (JSON bodies, SSE events' data).
+    Such an error is a short message: one of CHECKED_FROM bytes or more (a large result holding the
+    bytes in its text) is not looked at, so its bytes are not split or decoded a second time."""
     said = []
-    for message in _event_data(block) if sse else [block]:
+    for message in messages:
+        if len(message) >= CHECKED_FROM or _CLOSED_CODE_BYTES not in message:  # most: one look for the bytes
+            continue
         try:
             erred = msgspec.json.decode(message, type=_Erred)
         except (msgspec.DecodeError, RecursionError):  # not one error message: the SDK judges it
@@ -137,17 +140,22 @@ def said_closed_code(block: bytes, sse: bool) -> list[str]:
     return said
 
 
-def _event_data(block: bytes) -> list[bytes]:
-    """The data of each SSE event in `block`: its `data:` lines' values joined by LFs, as a client reads it."""
+def _event_data(lines: list[bytes]) -> list[bytes]:
+    """The data of each SSE event of `lines` (without their ends): its `data:` lines' values joined by
+    LFs, as a client reads it; an event of CHECKED_FROM bytes or more is left out, its lines not copied."""
     events: list[bytes] = []
     data: list[bytes] = []
-    for line in _LINE_END.split(block)[::2]:  # the lines, without their ends
+    size = 0  # of the event's data lines so far: 0 while it has none
+    for line in lines:
         if line.startswith(b"data:"):
-            data.append(line[6:] if line.startswith(b"data: ") else line[5:])
-        elif not line and data:  # an empty line ends the event
-            events.append(b"\n".join(data))
-            data = []
-    return events + [b"\n".join(data)] if data else events
+            size += len(line)
+            if size < CHECKED_FROM:
+                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+        elif not line and size:  # an empty line ends the event
+            if size < CHECKED_FROM:
+                events.append(b"\n".join(data))
+            data, size = [], 0
+    return events + [b"\n".join(data)] if 0 < size < CHECKED_FROM else events
 
 
 class _Request(msgspec.Struct):
@@ -209,20 +217,24 @@ class _Skimmed(httpx2.AsyncByteStream):
         return b"data: " + error + b"\n\n" if self._sse else error
 
     def _fixed(self, block: bytes) -> bytes:
-        if self._said is not None:
-            for message in said_closed_code(block, self._sse):
-                self._said(message)
-        if len(block) < CHECKED_FROM:
-            return block
         if not self._sse:
-            return replacement(block) or block
-        parts = _LINE_END.split(block)  # the lines, each followed by its end as it was
+            self._heard([block])
+            return block if len(block) < CHECKED_FROM else replacement(block) or block
+        if len(block) < CHECKED_FROM and _CLOSED_CODE_BYTES not in block:  # most events: nothing to split for
+            return block
+        parts = _LINE_END.split(block)  # the lines, each followed by its end as it was: once (~20 ms a MiB)
+        self._heard(_event_data(parts[::2]))
         for i in range(0, len(parts), 2):
             line = parts[i]
             if len(line) >= CHECKED_FROM and line.startswith(b"data:"):
                 if (fixed := replacement(line[5:].strip())) is not None:
                     parts[i] = b"data: " + fixed
         return b"".join(parts)
+
+    def _heard(self, messages: Iterable[bytes]) -> None:
+        if self._said is not None:
+            for message in said_closed_code(messages):
+                self._said(message)
 
     async def aclose(self) -> None:
         await self._decoded.aclose()
