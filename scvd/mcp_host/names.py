@@ -68,7 +68,7 @@ class HostNames:
     def scvd_arguments(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """`arguments` of a call of `tool` (scvd's name): a system tool's with each one that is a name
         the host got shortened as scvd's name of that tool; any other tool's as they came."""
-        if tool not in self.system or not self.real or not any(isinstance(v, str) and v in self.real for v in arguments.values()):
+        if tool not in self.system or not any(isinstance(v, str) and v in self.real for v in arguments.values()):
             return arguments
         return {k: self.real.get(v, v) if isinstance(v, str) else v for k, v in arguments.items()}
 

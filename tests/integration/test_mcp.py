@@ -635,7 +635,8 @@ def test_tool_names_past_the_hosts_budget_are_listed_short_and_called_by_that_na
         assert {"read", "mcp__raw__echo"} <= set(names)  # the others as they are
         # a server's argument that reads as a shortened name is its data, not scvd's tool (as a system tool's is)
         result = h.rpc("tools/call", {"name": long, "arguments": {"said": long}})["result"]
-        assert result["isError"] is False and result["structuredContent"] == {"text": json.dumps({"said": long})}, result
+        assert result["isError"] is False, result
+        assert result["structuredContent"] == {"text": json.dumps({"said": long})}, result
         assert long in [t["name"] for t in h.rpc("tools/list")["result"]["tools"]]  # the same each time
     finally:
         assert h.close() == 0
