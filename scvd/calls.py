@@ -478,8 +478,8 @@ class CallRegistry:
             asked, approved = await self._gate(call, tool, plan, judged)
             result = await self._run(call, tool, args, plan, ctx, waited=ticket.waited or asked, approved=approved)
             outcome = Outcome(True, _plain(tool, result), None)
-        except asyncio.CancelledError as exc:
-            outcome = failure(self._stopped_why(call, exc))
+        except asyncio.CancelledError:
+            outcome = failure(self._stopped_why(call))
         except Exception as exc:
             outcome = self._failed(call, exc)
         finally:
@@ -692,20 +692,17 @@ class CallRegistry:
         waiting = self.asking.get(approval.id)
         return waiting is not None and self._verdict(*waiting)[0] is Verdict.RUN
 
-    def _stopped_why(self, call: Call, stopped: asyncio.CancelledError) -> errors.ToolError:
-        """How a call the timer or a cancel stopped ends; what the tool noted on the cancel as it went
-        by (add_note: a process that could not be started) follows the reason."""
+    def _stopped_why(self, call: Call) -> errors.ToolError:
         task = call.task
         if task is not None:
             task.uncancel()  # the cancel is answered here; nothing above this task waits on it
-        noted = "".join(f"; {note}" for note in getattr(stopped, "__notes__", ()))
         if call.timed_out:
             fix = ("send the call with a larger timeout_seconds" if call.timeout == call.timeout_override
                    else call.tool.timeout_fix(call.session.config) if call.tool is not None else None)
             return errors.Timeout(
-                f"{call.tool_name} ran past its dispatch timeout of {call.timeout:g} s and was stopped{noted}",
+                f"{call.tool_name} ran past its dispatch timeout of {call.timeout:g} s and was stopped",
                 hint=f"{fix}, or ask for less per call" if fix else "ask for less per call")
-        return _cancelled_error(call, noted)
+        return _cancelled_error(call)
 
     # --- the one timer of a running call ---------------------------------------------
 
@@ -834,11 +831,11 @@ def failure(exc: errors.ToolError) -> Outcome:
     return Outcome(False, None, ToolErrorInfo(kind=exc.kind, message=exc.message, hint=exc.hint, reason=exc.reason))
 
 
-def _cancelled_error(call: Call, noted: str = "") -> errors.Cancelled:
+def _cancelled_error(call: Call) -> errors.Cancelled:
     """How a cancelled call ends; one that stop() cancelled (its one source of STOPPING as a
     reason) says so on the wire too, so that a client need not read the words."""
     why = call.cancel_reason or "cancelled"
-    return errors.Cancelled(f"call {call.call_id} was cancelled: {why}{noted}",
+    return errors.Cancelled(f"call {call.call_id} was cancelled: {why}",
                             reason=errors.STOP_REASON if why == errors.STOPPING else None)
 
 

@@ -1,11 +1,6 @@
 """The one process runner: every tool that starts a process goes through `run_process()`.
 
 Rules it keeps (seed 000, DESIGN.md "Process runner"):
-- The start (Popen, which returns once the child has exec'd) runs on the start pool
-  (`workers.run_start`), never on the loop: a program, #! interpreter or directory on a
-  hung NFS or FUSE mount holds a thread there. The call's deadline and cancel still end
-  it, saying the command could not be started; a child stuck in exec is killed
-  (`leaders.Start.abandon`), and one whose Popen returns after all is killed and reaped.
 - The child leads a new session and process group, reads /dev/null (or the
   caller's `input` bytes, from an in-memory file), and gets an explicit
   environment (`child_env()`, a pure function) and the soft RLIMIT_NOFILE scvd
@@ -51,12 +46,13 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Iterable, Mapping
 
-from . import errors, guardian, leaders, limits, workers
+from . import guardian, limits
 from .notify import MANAGER_VARS
 from .procscan import SCANS
 from .proctree import (  # noqa: F401 - set_child_subreaper and friends are re-exported for the server
@@ -174,25 +170,23 @@ def _cut_partial_char_end(data: bytes) -> bytes:
     return data
 
 
-_LEADERS = leaders.RUNNING  # pids a running call reaps itself through its Popen (leaders.py)
+_LEADERS: set[int] = set()  # pids a running call reaps itself through its Popen
+_SPAWNING = threading.Lock()  # a Popen and its _LEADERS entry, against a reaper between them
 _RUNS: set["_Run"] = set()
-T = TypeVar("T")
 
 
 def kill_every_run() -> int:
     """SIGKILL every running call's processes now (scvd exits at once: nothing will wait for them,
     and in their own sessions the terminal's Ctrl-C does not reach them); how many were running."""
-    leaders.kill_starting()
     procs = scan_processes()
     return sum(run.signal_all(signal.SIGKILL, procs) + (run.popen.returncode is None) for run in tuple(_RUNS))
 
 
 def reap_orphans(procs: Mapping[int, ProcStat] | None = None) -> list[int]:
     """Reap zombie children of scvd that no run waits for (see `reap_zombies`); callable any time,
-    from any thread, and it never waits for a start: a leader being started is in leaders.kept()
-    by the time a scan can see it outside scvd's session (so the scan comes first)."""
-    procs = scan_processes() if procs is None else procs
-    return reap_zombies(procs, keep=leaders.kept())
+    from any thread: a leader being started (another loop's) is in _LEADERS before it can be seen."""
+    with _SPAWNING:
+        return reap_zombies(procs, keep=_LEADERS)
 
 
 # --- one run ----------------------------------------------------------------------
@@ -261,12 +255,13 @@ class _Run:
         # in another leader's session or group (an MCP server's helper: the server is no run)
         me, my_sid = os.getpid(), os.getsid(0)
         others = [r for r in tuple(_RUNS) if r is not self]  # a copy: runs may start in other threads
-        every = leaders.kept()  # asked after the scan: a leader it saw mid-Popen is there
-        others_led = every - {self.pid}
+        with _SPAWNING:  # a leader the scan saw mid-Popen (another thread's) is in _LEADERS once we hold it
+            every = set(_LEADERS)
+        leaders = every - {self.pid}
         return {
             p.pid for p in procs.values()
             if p.ppid == me and p.alive and p.sid != my_sid and p.pid not in every
-            and p.sid not in others_led and p.pgid not in others_led
+            and p.sid not in leaders and p.pgid not in leaders
             and p.start >= self.start and not any(r.claims(p) for r in others)
         }
 
@@ -353,13 +348,8 @@ def _input_file(data: bytes) -> int:
 
 
 def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: bytes | None = None,
-           split_stderr: bool = False, cwd_fd: int | None = None,
-           starting: leaders.Start | None = None) -> tuple[_Run, int, int | None]:
-    """Start the leader in a new session; returns the run and the pipes' read ends (stderr's or None).
-    Blocking (a pool thread's job: see `_started`); `starting`, its slot (a fresh one when None)."""
-    if starting is None:
-        with leaders.Start() as starting:
-            return _spawn(argv, cwd, env, input=input, split_stderr=split_stderr, cwd_fd=cwd_fd, starting=starting)
+           split_stderr: bool = False, cwd_fd: int | None = None) -> tuple[_Run, int, int | None]:
+    """Start the leader in a new session; returns the run and the pipes' read ends (stderr's or None)."""
     start = cwd if cwd_fd is None else _held_dir(cwd, cwd_fd)
     argv, bind_fds = open_binds(argv)
     try:
@@ -373,9 +363,14 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
             err_read, err_write = _pipe()
         if input is not None:
             stdin_fd = _input_file(input)
-        popen = _popen(starting, argv, cwd=start, env=dict(env),
-                       stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd, stdout=write_fd,
-                       stderr=err_write, pass_fds=bind_fds)
+        with _SPAWNING:  # a leader that exits at once is a leader before any reaper can see it
+            popen = subprocess.Popen(
+                argv, cwd=start, env=dict(env), stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
+                stdout=write_fd, stderr=err_write, start_new_session=True, close_fds=True, pass_fds=bind_fds,
+                preexec_fn=limits.restore_in_child(),  # bwrap, when it is the child, passes it on
+            )
+            _LEADERS.add(popen.pid)  # so no run's orphan sweep (see _orphans) nor reaper takes it
+            guardian.watch(popen.pid)  # its group dies with scvd, should scvd die first
     except BaseException as exc:
         os.close(read_fd)
         if err_read is not None:
@@ -391,62 +386,9 @@ def _spawn(argv: list[str], cwd: str | Path, env: Mapping[str, str], *, input: b
             os.close(stdin_fd)
         close_all(bind_fds)
     stat = read_stat(popen.pid)
-    return _Run(popen, stat.start if stat else 0), read_fd, err_read
-
-
-def _popen(starting: leaders.Start, argv: list[str], **kw: Any) -> subprocess.Popen:
-    """Popen of a leader in a new session, which its preexec_fn makes (`starting.begin`: no reaper
-    takes it meanwhile); the open-file limit restored (bwrap, when it is the child, passes it on).
-    It is in _LEADERS as it returns, so no run's orphan sweep (see _orphans) nor reaper takes it."""
-    popen = subprocess.Popen(argv, close_fds=True, preexec_fn=starting.begin(limits.restore_in_child()), **kw)
-    starting.became(popen.pid)
-    guardian.watch(popen.pid)  # its group dies with scvd, should scvd die first
-    return popen
-
-
-async def _started(job: Callable[[leaders.Start], T], drop: Callable[[T], None], argv: list[str],
-                   cwd: str | Path, timeout: float | None) -> T:
-    """job(start), a process's start, on the start pool: the loop waits for none (Popen returns once
-    the child has exec'd, never while its program or directory sits on a hung mount). Past `timeout`:
-    errors.Timeout; cancelled: the CancelledError carries a note saying what did not answer. Either
-    way the start is abandoned (`leaders.Start.abandon`) and what it returns later goes to `drop`."""
-    began = time.monotonic()
-    starting = leaders.Start()
-
-    def work() -> T:
-        with starting:
-            return job(starting)
-
-    try:
-        async with asyncio.timeout(timeout):
-            return await workers.run_start(work, drop)
-    except TimeoutError:
-        starting.abandon()
-        raise errors.Timeout(not_started(argv[0], cwd, f"within its timeout of {timeout:g} s"),
-                             hint=STUCK_HINT) from None
-    except asyncio.CancelledError as exc:
-        starting.abandon()
-        exc.add_note(not_started(argv[0], cwd, f"for {time.monotonic() - began:.1f} s"))
-        raise
-
-
-STUCK_HINT = ("see whether that program or directory sits on a network or FUSE mount that hangs (`stat` on it "
-              "does not return) and bring it back or unmount it (umount -l), then call again")
-
-
-def not_started(program: str, cwd: str | Path, waited: str) -> str:
-    """What a start that had not come back (`waited`: "for 3.2 s") means: nothing of the command ran."""
-    return (f"the command could not be started: {program}, its #! interpreter or its working directory "
-            f"{cwd} did not answer {waited} (a hung NFS or FUSE mount?), so nothing of it ran")
-
-
-def _forsake(popen: subprocess.Popen, fds: Iterable[int] = ()) -> None:
-    """A leader whose start came back after its caller stopped waiting: killed, its pipes closed
-    (`fds`), and reaped through its exit."""
-    signal_group(popen.pid, signal.SIGKILL)
-    for fd in fds:
-        os.close(fd)
-    _reap_later(popen, asyncio.get_running_loop().create_task(_wait_exit(popen)))
+    run = _Run(popen, stat.start if stat else 0)
+    _RUNS.add(run)
+    return run, read_fd, err_read
 
 
 def _held_dir(cwd: str | Path, fd: int) -> str:
@@ -542,18 +484,7 @@ async def run_process(
     out = CappedOutput(output_limit)
     err = CappedOutput(stderr_limit) if stderr_limit is not None else None
     started = time.monotonic()
-    held = None if cwd_fd is None else os.dup(cwd_fd)  # the job's own: a closed session cannot pull it away
-
-    def start(starting: leaders.Start) -> tuple[_Run, int, int | None]:
-        try:
-            return _spawn(argv, cwd, env, input=input, split_stderr=err is not None, cwd_fd=held, starting=starting)
-        finally:
-            if held is not None:
-                os.close(held)
-
-    run, read_fd, err_fd = await _started(
-        start, lambda r: _forsake(r[0].popen, [fd for fd in r[1:] if fd is not None]), argv, cwd, timeout)
-    _RUNS.add(run)
+    run, read_fd, err_fd = _spawn(argv, cwd, env, input=input, split_stderr=err is not None, cwd_fd=cwd_fd)
     readers = [_PipeReader(loop, read_fd, out)]
     if err is not None and err_fd is not None:
         readers.append(_PipeReader(loop, err_fd, err))
@@ -702,7 +633,8 @@ def _release(run: _Run, exit_task: asyncio.Task) -> None:
             exit_task.exception()  # retrieved, so a failure there is not reported as lost
     else:
         run.signal_all(signal.SIGKILL)
-        _reap_later(run.popen, exit_task)
+        _PENDING.add(exit_task)
+        exit_task.add_done_callback(lambda t: (_PENDING.discard(t), _forget_leader(run.popen)))
     # a fresh scan, not the run's last one: a process killed since that scan (an agent's helper,
     # bwrap's child) is a zombie of ours by now and is reaped with its call, not at the next one;
     # only when some child is a zombie: a scan on the loop at every call's end stalled it
@@ -713,17 +645,10 @@ def _release(run: _Run, exit_task: asyncio.Task) -> None:
 _PENDING: set[asyncio.Task] = set()  # exit tasks that outlived their run (kept from GC)
 
 
-def _reap_later(popen: subprocess.Popen, exit_task: asyncio.Task) -> None:
-    """Its exit task, nobody's to await, kept until it has reaped the leader."""
-    _PENDING.add(exit_task)
-    exit_task.add_done_callback(lambda t: (_PENDING.discard(t), _forget_leader(popen),
-                                           t.cancelled() or t.exception()))
-
-
 def _forget_leader(popen: subprocess.Popen) -> None:
     """Nothing waits for the leader any more. Reaped, its pid (and group id) may be reused: the
     guardian forgets it; not reaped (its wait cancelled at scvd's exit), its group stays guarded."""
-    leaders.forget(popen.pid)
+    _LEADERS.discard(popen.pid)
     if popen.returncode is not None:
         guardian.forget(popen.pid)
 
@@ -731,28 +656,25 @@ def _forget_leader(popen: subprocess.Popen) -> None:
 # --- long-lived children (MCP stdio servers) ---------------------------------------
 
 
-async def spawn_service(argv: list[str], cwd: str | Path, env: Mapping[str, str]) -> subprocess.Popen:
-    """A long-lived child on pipes (stdin, stdout, stderr), leading its own session and group,
-    started on the start pool (as a call's: `_started`; a cancel's CancelledError says it hung).
+def spawn_service(argv: list[str], cwd: str | Path, env: Mapping[str, str]) -> subprocess.Popen:
+    """A long-lived child on pipes (stdin, stdout, stderr), leading its own session and group.
 
     It counts as a leader from the moment it exists, so no call's orphan sweep
     takes it for its own; `wait_service()` reaps it and forgets it.
     """
-    def start(starting: leaders.Start) -> subprocess.Popen:
-        bound, bind_fds = open_binds(argv)
-        try:
-            return _popen(starting, bound, cwd=cwd, env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, pass_fds=bind_fds)
-        finally:
-            close_all(bind_fds)
-
-    return await _started(start, _forsake_service, argv, cwd, None)
-
-
-def _forsake_service(popen: subprocess.Popen) -> None:
-    for pipe in (popen.stdin, popen.stdout, popen.stderr):
-        pipe.close()  # type: ignore[union-attr]  # all three are pipes
-    _forsake(popen)
+    argv, bind_fds = open_binds(argv)
+    try:
+        with _SPAWNING:
+            popen = subprocess.Popen(
+                argv, cwd=cwd, env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, close_fds=True, pass_fds=bind_fds,
+                preexec_fn=limits.restore_in_child(),
+            )
+            _LEADERS.add(popen.pid)
+            guardian.watch(popen.pid)
+    finally:
+        close_all(bind_fds)
+    return popen
 
 
 async def wait_service(popen: subprocess.Popen) -> int:

@@ -1,13 +1,11 @@
 """The bounded pools of threads that run blocking work off the event loop: file I/O,
 argument checks that may take seconds (`run_check`), what a session prepares as it
-opens (`run_opening`), chat transcripts read back (`run_transcript`), and process
-starts (`run_start`).
+opens (`run_opening`), and chat transcripts read back (`run_transcript`).
 
 Rule: threads are made once and reused, never one per call: at most
 MAX_WORKERS, started only when no idle one is free; past that, work waits its
 turn in arrival order. Threads are daemonic, so a read stuck on a hung
-filesystem cannot keep the process from exiting, and never exit before it: a
-bwrap started on one (run_start) would die with it (--die-with-parent).
+filesystem cannot keep the process from exiting.
 
 Rule: a small regular file on a local filesystem is read on the loop itself
 (`inline_ok`): reading and hashing INLINE_BYTES costs less than the hop to a
@@ -35,9 +33,6 @@ OPEN_WORKERS = 4  # session opens' preparation (run_opening): a slow walk queues
 # chat transcripts read back (run_transcript): a few chat.opens of huge transcripts held every
 # session.open's skill walk back for seconds while they shared OPEN_WORKERS
 TRANSCRIPT_WORKERS = 2
-# process starts (run_start): Popen waits for the child's exec, forever on a hung mount; each stuck
-# start holds one of these, not a thread that file reads need
-START_WORKERS = 8
 INLINE_BYTES = 64 << 10  # hashed in well under 100 us: less than the thread hop it saves
 # statfs(2) f_type of local, in-kernel filesystems: ext2/3/4, xfs, btrfs, tmpfs, overlay,
 # zfs, f2fs, bcachefs, ramfs. Anything else (nfs, cifs, fuse, 9p, ...) may block: pool.
@@ -90,7 +85,6 @@ _pool = Pool()
 _check_pool = Pool(size=CHECK_WORKERS, name="scvd-check")
 _open_pool = Pool(size=OPEN_WORKERS, name="scvd-open")
 _transcript_pool = Pool(size=TRANSCRIPT_WORKERS, name="scvd-transcript")
-_start_pool = Pool(size=START_WORKERS, name="scvd-start")
 
 
 class CancelFlag:
@@ -173,19 +167,7 @@ async def run_file(fn: Callable[..., Any], *args: Any, drop: Callable[[Any], Non
     """fn(*args), a look at files that may sit on a hung mount (an agent CLI's #! line, the directory
     it starts in), on the file-reading pool: a stuck one holds a thread there, not the loop. A cancel
     stops the wait, not fn; what fn returns after it goes to `drop` (an fd it opened, to close)."""
-    return await _dropping(_pool, lambda: fn(*args), drop)
-
-
-async def run_start(fn: Callable[[], Any], drop: Callable[[Any], None]) -> Any:
-    """fn(), a process's start (Popen returns once the child has exec'd: never while its program or
-    directory sits on a hung mount), on a small pool of its own: a stuck one holds a thread there, not
-    the loop. A cancel stops the wait, not fn; what fn returns after it goes to `drop` (to kill)."""
-    return await _dropping(_start_pool, fn, drop)
-
-
-async def _dropping(pool: Pool, job: Callable[[], Any], drop: Callable[[Any], None] | None) -> Any:
-    """job() on a thread of `pool`; its value once the wait was cancelled goes to `drop`."""
-    done = _submit(pool, job)
+    done = _submit(_pool, lambda: fn(*args))
     try:
         ok, value = await asyncio.shield(done)
     except asyncio.CancelledError:

@@ -86,7 +86,7 @@ def test_a_cancel_during_the_stops_last_look_still_kills_what_the_server_left(tm
     async def main() -> None:
         nonlocal helper
         # the leader ends on TERM; its helper, in the same group, ignores it
-        popen = await spawn_service(["sh", "-c", f'(trap "" TERM; exec sleep 300) & echo $! > {pid_file}; wait'],
+        popen = spawn_service(["sh", "-c", f'(trap "" TERM; exec sleep 300) & echo $! > {pid_file}; wait'],
                               str(tmp_path), dict(os.environ))
         while not pid_file.exists() or not pid_file.read_text().strip():
             await asyncio.sleep(0.01)

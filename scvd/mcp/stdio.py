@@ -76,7 +76,7 @@ def _shown(lines: deque[str], hide: Callable[[str], str]) -> str:
 async def open_stdio(launch: StdioLaunch) -> AsyncIterator[tuple[Any, Any, ServerProcess]]:
     """Start the server; yield the SDK's stream pair and the process; stop it on exit."""
     loop = asyncio.get_running_loop()
-    popen = await spawn_service(launch.argv, launch.cwd, launch.env)
+    popen = spawn_service(launch.argv, launch.cwd, launch.env)
     proc = ServerProcess(popen, loop.create_task(wait_service(popen)), launch.sandboxed)
     out = asyncio.StreamReader(limit=LINE_LIMIT)
     err = asyncio.StreamReader(limit=LINE_LIMIT)
