@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+import daemon_forks
 from no_skip import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (a skip fails .ci/test)
 from scvctl.client import Client
 from scvd import eventloop
@@ -148,20 +149,33 @@ def dying_with_pytest(then: Callable[[], None] | None = None) -> Callable[[], No
 
 def start_daemon(home: Path, config: str = "", *, env: dict[str, str] | None = None,
                  args: list[str] | None = None, wait: bool = True, prefix: list[str] | None = None,
-                 **popen: Any) -> DaemonProc:
-    """`scvd run` on `home`; `prefix` runs it under another command (unshare, setpriv)."""
+                 fork: bool = True, **popen: Any) -> DaemonProc:
+    """`scvd run` on `home`; `prefix` runs it under another command (unshare, setpriv). Forked from
+    a process that imported scvd and its optional parts once (daemon_forks.py) where that starts it
+    alike; `fork=False` when the test's subject is the start's own imports."""
     home.mkdir(parents=True, exist_ok=True)
     if config:
         (home / "config.toml").write_text(config)
     full_env = base_env(home, **(env or {}))
     log_path = home.parent / f"{home.name}-scvd.log"
     log_file = open(log_path, "ab")
-    popen["preexec_fn"] = dying_with_pytest(popen.get("preexec_fn"))
-    proc = subprocess.Popen(
-        [*(prefix or []), sys.executable, "-m", "scvd", "run", *(args or [])],
-        env=full_env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, **popen,
-    )
-    log_file.close()
+    argv = ["run", *(args or [])]
+    proc: Any
+    if (fork and not prefix and set(popen) <= {"cwd", "umask"} and daemon_forks.enabled()
+            and daemon_forks.forkable(full_env)):
+        log_file.close()
+        umask = popen.get("umask", -1)
+        if umask < 0:  # Popen's child gets the worker's umask as it is now
+            umask = os.umask(0o077)
+            os.umask(umask)
+        proc = daemon_forks.start(argv, full_env, log_path, cwd=popen.get("cwd"), umask=umask)
+    else:
+        popen["preexec_fn"] = dying_with_pytest(popen.get("preexec_fn"))
+        with log_file:
+            proc = subprocess.Popen(
+                [*(prefix or []), sys.executable, "-m", "scvd", *argv],
+                env=full_env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, **popen,
+            )
     sock = Path(full_env.get("SCV_SOCKET") or home / "run" / "scvd.sock")
     handle = DaemonProc(home=home, socket=sock, proc=proc, env=full_env, log_path=log_path)
     if wait:

@@ -282,7 +282,7 @@ def test_the_directory_python_m_scvd_was_started_in_is_named_as_the_cause(make_d
     # `python -m scvd` puts its working directory first on scvd's import path: a module planted there
     # runs at scvd's next start, so it asks; the request blamed PATH, scvd's Python, programs or dotfiles
     (ws / "proj").mkdir()
-    daemon = make_daemon(cwd=ws / "proj")
+    daemon = make_daemon(cwd=ws / "proj", fork=False)  # what `python -m` itself puts on sys.path
     with daemon.client(name="pytest-owner", approver=True) as owner:
         sid = owner.open_session(ws)
         grant_writes(owner, sid)

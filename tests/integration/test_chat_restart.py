@@ -560,7 +560,8 @@ def test_a_chat_open_whose_client_hung_up_lets_go_of_its_conversation(make_wrapp
         hang.unlink()
         wait_until(lambda: "chat.open of conversation klong ended: its client hung up" in d.log(),
                    what="the chat.open to stop after its read")
-    with RawConn(d.socket) as again:
+    # its 30 MB read back again: past a raw connection's 10 s on a loaded machine, and not the subject
+    with RawConn(d.socket, timeout=60) as again:
         again.hello()
         answer = again.request({"type": "chat.open", "workspace": str(workspace), "conversation": "klong",
                                 "provider": "codex"})

@@ -127,7 +127,7 @@ def test_hundreds_of_operations_leave_nothing_behind(make_daemon, scv_home: Path
     (workspace / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
     (workspace / ".env").write_text("TOKEN=1\n")
     os.mkfifo(workspace / "fifo")
-    d = make_daemon(CONFIG, home=scv_home)
+    d = make_daemon(CONFIG, home=scv_home, fork=False)  # a cold start: the SDK imported on a thread
     with d.client() as c:
         # the server starts once the daemon has imported the MCP SDK on a thread (about a second of
         # CPU alone): 25-28 s after the socket at load 22 on 2 cores

@@ -105,7 +105,10 @@ def fs_daemon(make_daemon, workspace) -> DaemonProc:
 
 
 @pytest.mark.one_loop
-def test_filesystem_tools_appear_and_a_read_runs_through_the_gate(fs_daemon, workspace):
+def test_filesystem_tools_appear_and_a_read_runs_through_the_gate(make_daemon, workspace):
+    (workspace / "notes.txt").write_text("hello from the workspace\n")
+    # a cold start (not forked: tests/daemon_forks.py): the MCP SDK imported on a thread, as a real start does
+    fs_daemon = make_daemon(fs_table(workspace), fork=False)
     with fs_daemon.client(name="t") as c:
         status = server(c, "fs")
         names = [t.name for t in c.request(p.ToolsList).tools]

@@ -134,7 +134,8 @@ def test_children_do_not_inherit_the_manager_variables(make_wrapped, listener, w
 
 
 def test_a_client_connecting_at_ready_is_answered(make_daemon, listener):
-    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)}, wait=False)
+    # fork=False here and below: the server's imports after READY=1 are the subject (a fork has them done)
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)}, wait=False, fork=False)
     assert listener.recv() == "READY=1"
     with RawConn(d.socket) as conn:  # no retry: the socket accepts by the time READY=1 is out
         conn.hello()
@@ -144,7 +145,7 @@ def test_a_client_connecting_at_ready_is_answered(make_daemon, listener):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_right_after_ready_is_a_clean_stop(make_daemon, listener, sig):
-    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)}, wait=False)
+    d = make_daemon(env={"NOTIFY_SOCKET": str(listener.path)}, wait=False, fork=False)
     assert listener.recv() == "READY=1"
     d.proc.send_signal(sig)
     listener.until(lambda m: m == "STOPPING=1")
@@ -164,7 +165,8 @@ def reloaded_then_stopped(d: Any, listener: NotifyListener, policy: str) -> None
 
 
 def test_a_reload_right_after_ready_reloads(make_daemon, listener):
-    d = make_daemon('[approvals]\npolicy = "always"\n', env={"NOTIFY_SOCKET": str(listener.path)}, wait=False)
+    d = make_daemon('[approvals]\npolicy = "always"\n', env={"NOTIFY_SOCKET": str(listener.path)}, wait=False,
+                    fork=False)
     assert listener.recv() == "READY=1"
     (d.home / "config.toml").write_text('[approvals]\npolicy = "never"\n')
     d.proc.send_signal(signal.SIGHUP)

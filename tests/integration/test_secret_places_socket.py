@@ -57,7 +57,8 @@ def test_a_read_on_procfs_asks_whatever_it_is_called_and_is_never_granted(make_d
     config = (f'[mcp.servers.raw]\ncommand = "{sys.executable}"\nargs = ["{QUIRKS}", "results", '
               f'"{tmp_path / "starts"}"]\nsandbox = false\nenv = {{LEAK_TOKEN = {{secret = "LEAK_TOKEN"}}}}\n')
     daemon = make_daemon(config, home=home, env={"PROVIDER_KEY": IN_ENV,
-                                                 "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+                                                 "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"},
+                         fork=False)  # /proc/<scvd>/environ is the environment it was exec'd with
     with daemon.client(name="pytest-owner", approver=True) as owner:
         pid = owner.request(p.Status).pid
         mcp = server_pid(pid, str(QUIRKS))
