@@ -40,7 +40,8 @@ ROOT = HERE.parent
 PRELOAD = ("scvd.cli", "scvd.server", "scvd.tools.fs", "scvd.tools.bash", "scvd.tools.skill",
            "scvd.tools.script", "scvd.tools.script_defs", "scvd.adapters.tools", "scvd.mcp.manager",
            "scvd.mcp.link", "scvd.mcp.tool", "scvd.mcp.spec", "scvd.mcp.cap", "scvd.chat.service",
-           "scvd.chat.openai_api", "scvd.chat.rehearsal", "jsonschema", "referencing.jsonschema", "openai")
+           "scvd.chat.openai_api", "scvd.chat.rehearsal", "jsonschema", "referencing.jsonschema", "openai",
+           "mcp.server.mcpserver", "uvicorn")  # the last two: the tests' own HTTP MCP servers (start_script)
 # what acts at an interpreter's or the loader's start, before a fork could set it (LANG and LC_*: the
 # locale coercion and file system encoding; TZ: the C library's zone, read once)
 AT_EXEC = ("PYTHON", "LD_", "MALLOC_", "GLIBC_TUNABLES", "LANG", "LC_", "TZ")
@@ -156,15 +157,25 @@ _server_lock = threading.Lock()
 def start(args: list[str], env: dict[str, str], log_path: Path, cwd: str | os.PathLike[str] | None = None,
           umask: int = -1) -> ForkedProc:
     """`python -m scvd <args>` with `env`, its stdout and stderr appended to `log_path`, stdin /dev/null."""
+    return _fork({"module": "scvd", "args": args, "env": env, "log": str(log_path),
+                  "cwd": os.path.abspath(cwd or os.getcwd()), "umask": umask}, [sys.executable, "-m", "scvd", *args])
+
+
+def start_script(script: Path, args: list[str], log_path: Path) -> ForkedProc:
+    """`python <script> <args>` (a test's own server built on the MCP SDK, say), as `start()` does
+    for scvd, in the fork server's environment."""
+    return _fork({"path": str(script), "args": args, "env": server_env(), "log": str(log_path),
+                  "cwd": os.getcwd(), "umask": -1}, [sys.executable, str(script), *args])
+
+
+def _fork(request: dict[str, Any], argv: list[str]) -> ForkedProc:
     global _server
     with _server_lock:
         if _server is None or _server.proc.poll() is not None:
             _server = _Server()
         server = _server
-    request = {"args": args, "env": env, "log": str(log_path), "cwd": os.path.abspath(cwd or os.getcwd()),
-               "umask": umask}
     pid, status_fd = server.fork(request)
-    return ForkedProc(pid, status_fd, [sys.executable, "-m", "scvd", *args])
+    return ForkedProc(pid, status_fd, argv)
 
 
 # ---- the fork server (this file as a script) ----
@@ -266,7 +277,10 @@ def _become_scvd(request: dict[str, Any], inherited: list[int], setup_w: int, se
         os.write(setup_w, json.dumps({"error": repr(exc), "errno": 0}).encode())
         os._exit(255)
     os.close(setup_w)
-    runpy.run_module("scvd", run_name="__main__", alter_sys=True)
+    if "path" in request:
+        runpy.run_path(request["path"], run_name="__main__")
+    else:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
 
 
 def _set_up(request: dict[str, Any], inherited: list[int], server: int) -> None:
@@ -292,8 +306,12 @@ def _set_up(request: dict[str, Any], inherited: list[int], server: int) -> None:
         os.umask(request["umask"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path[0] = os.getcwd()  # as `python -m` puts it first
-    sys.argv = [sys.argv[0], *request["args"]]
+    if "path" in request:  # as `python script` puts the script's folder first
+        sys.path[0] = os.path.dirname(os.path.abspath(request["path"]))
+        sys.argv = [request["path"], *request["args"]]
+    else:  # as `python -m` puts the working directory first
+        sys.path[0] = os.getcwd()
+        sys.argv = [sys.argv[0], *request["args"]]
 
 
 def _main() -> None:

@@ -10,14 +10,17 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from scvd import protocol as p
 from scvd.errors import LimitExceeded
 
+import daemon_forks
 from conftest import ROOT, DaemonProc, reloaded, wait_pending
 from harness import make_wrapped, wait_until  # noqa: F401 (a fixture)
 
@@ -1058,26 +1061,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_http_server(port: int, script: Path = HTTP_SERVER, args: tuple[str, ...] = ("s3cret",)) -> subprocess.Popen:
+def start_http_server(port: int, script: Path = HTTP_SERVER, args: tuple[str, ...] = ("s3cret",)) -> Any:
     """tests/helpers/mcp_http_server.py (its token), or `script`, on 127.0.0.1:`port`, once it accepts
-    connections."""
-    proc = subprocess.Popen([sys.executable, str(script), str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    connections. Forked as the daemons are (daemon_forks.py: the SDK's server and uvicorn imported
+    once); its output goes to a file, shown if it exits before it listens."""
+    fd, log = tempfile.mkstemp(prefix="mcp-http-server-", suffix=".log")
+    os.close(fd)
+    proc = daemon_forks.start_script(script, [str(port), *args], Path(log))
+    proc.log = Path(log)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), 0.2).close()
             return proc
         except OSError:
-            assert proc.poll() is None, proc.stderr.read().decode()
+            assert proc.poll() is None, proc.log.read_text(errors="replace")
             time.sleep(0.1)
     raise AssertionError("the HTTP server did not start")
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop(proc: Any) -> None:
     proc.kill()
     proc.wait(10)
-    proc.stderr.close()
+    proc.log.unlink(missing_ok=True)
 
 
 @pytest.fixture
