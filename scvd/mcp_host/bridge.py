@@ -206,7 +206,7 @@ class Bridge:
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.asked[request_id], self.asking[event.approval_id] = answer, request_id
         self.out.write({"jsonrpc": "2.0", "id": request_id, "method": "elicitation/create",
-                        "params": elicitation_params(event)})
+                        "params": elicitation_params(event, self.names.shown.get(event.tool))})
         try:
             reply = await answer
         finally:

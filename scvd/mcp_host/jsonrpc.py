@@ -66,14 +66,17 @@ def can_elicit(capabilities: Any) -> bool:
     return not declared or "form" in declared
 
 
-def elicitation_params(event: p.ApprovalRequested) -> dict[str, Any]:
+def elicitation_params(event: p.ApprovalRequested, listed_as: str | None = None) -> dict[str, Any]:
     """The approval request as an elicitation form: the request whole (a host shows a summary's cut
-    note, so the details it points to come too), and one choice of three."""
+    note, so the details it points to come too), and one choice of three. `listed_as`: the tool's
+    name as the host listed it, where scvd's was too long for the host (names.HostNames.shown)."""
     where = "sandboxed" if event.sandboxed else "unsandboxed"
     whole = format_request(event).split("\n", 1)[1]  # below our own first line; always_ask included
     # one line, escaped as format_request's own: a line break in the workspace would start a second header
-    header = printable(f"scvd asks for your approval: {event.tool} ({event.risk}, {where}) in {event.workspace}",
-                       keep="")
+    header = printable(f"scvd asks for your approval: {listed_as or event.tool} ({event.risk}, {where}) in "
+                       f"{event.workspace}", keep="")
+    if listed_as:  # scvd's own name too: `scvctl approvals watch`, the audit log and a script's summary show it
+        header += f"\n  scvd's name for it: {event.tool}"
     message = f"{header}\n{whole}"
     choices = dict(zip(CHOICES, ["Approve", "Approve for this session", "Deny"]))
     if event.always_ask:  # approved once only: a session scope would be recorded as once

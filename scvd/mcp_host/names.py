@@ -12,7 +12,8 @@ of this session, and for a name shaped as a shortened one that the last did not 
 is `unmapped`, and the bridge maps the session's current tools with `listed`, which gives
 the names any list of them would. Text scvd writes about tools (an unknown tool's closest
 names, the tool a credential_missing error tells store_secret of, a system tool's result such as
-store_secret's `next`) names them as the host does: `host_text`; and a system tool's argument that
+store_secret's `next`) names them as the host does: `host_text` (an approval form put to the host:
+`shown`, scvd's name below it); and a system tool's argument that
 is a name the host got shortened (store_secret's `tool`, as that error gave it) stands for the
 tool: `scvd_arguments`. System tools only (`system_use`, as tools.list flags them): any other
 tool's arguments and results are data (a file written or read, a server's answer) that may hold

@@ -643,6 +643,35 @@ def test_tool_names_past_the_hosts_budget_are_listed_short_and_called_by_that_na
 
 
 @pytest.mark.one_loop
+@pytest.mark.parametrize("budget", [None, 64])
+def test_the_approval_question_names_the_tool_as_the_host_lists_it_and_as_scvd_does(make_daemon, workspace, budget):
+    """The host's form named the tool by scvd's name only, one its host never listed (and its person
+    never saw) when that was over the host's budget. scvd's stays below it: the audit log and
+    `scvctl approvals watch` use it."""
+    scvd_name = "mcp__raw__" + "l" * 54
+    d = listing(make_daemon(f'[mcp.servers.raw]\ncommand = "{sys.executable}"\nargs = ["{QUIRKS}", "long-names=1"]\n'
+                            'sandbox = false\nrisk = "process"\n'), "l" * 54)  # not read-only: it asks
+    h = McpHost(d, workspace, *(["--max-tool-name", str(budget)] if budget else []))
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                             "clientInfo": {"name": "x"}})
+        (listed,) = [t["name"] for t in h.rpc("tools/list")["result"]["tools"] if t["name"].startswith("mcp__raw__l")]
+        msg_id = h.request("tools/call", {"name": listed, "arguments": {}})
+        question = h.read()
+        h.send({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "decline"}})
+        answer = h.read()
+    finally:
+        assert h.close() == 0
+    lines = question["params"]["message"].split("\n")
+    assert lines[0] == f"scvd asks for your approval: {listed} (process, unsandboxed) in {workspace}", lines
+    if budget is None:  # shortened: scvd's own name follows
+        assert listed != scvd_name and lines[1] == f"  scvd's name for it: {scvd_name}", lines
+    else:  # within the budget: named once, as it is
+        assert listed == scvd_name and lines[1].startswith("  MCP server raw"), lines
+    assert answer["id"] == msg_id and answer["result"]["isError"], answer
+
+
+@pytest.mark.one_loop
 def test_a_credential_missing_error_names_the_tool_as_the_host_lists_it_and_store_secret_takes_that_name(
         make_daemon, workspace):
     """It named scvd's long name, which the host never listed; given the name the host knows, as told,
