@@ -5,15 +5,22 @@ the string or of its UTF-8 bytes, or as a JSON string from any common encoder (P
 `json.dumps` either way, `\\/` for `/` as PHP and Java print it, `<>&='` as `\\u003c`...
 as Go and Gson do, upper-case hex), so text that is not one JSON document (stderr, JSON
 lines, output the cap cut) hides it too; percent-encoded, as in a URL's query (`/` kept or
-not, upper- or lower-case hex); of an Authorization value (`Bearer X`), X alone too; of a
-value of BASE64_MIN bytes or more, in hex (either case), and base64-encoded after any prefix,
-as in HTTP Basic (`Basic base64(user:KEY)`) or a JWT: the characters that hold only the
-value's bits, at each of base64's three alignments (the one at either end that shares bits
-with the user or the padding stays), in the standard and the URL-safe alphabet, with line
-breaks anywhere in them (`base64` and `openssl base64` wrap their lines). Base64's forms
-first, then the others, longest first: a value inside a longer one goes with it. Plain string
-search (base64's in the text with its line breaks left out): no pattern a script's output
-could make slow.
+not, upper- or lower-case hex); of an Authorization value (`Bearer X`), X alone too. Of a
+value of BASE64_MIN bytes or more, also: its JSON string escaped again (a JSON document
+carried as a string in another: `\\\\/`, `\\"`); in hex (either case); base64-encoded after
+any prefix, as in HTTP Basic (`Basic base64(user:KEY)`) or a JWT: the characters that hold
+only the value's bits, at each of base64's three alignments (the one at either end that
+shares bits with the user or the padding stays), in the standard and the URL-safe alphabet;
+base32-encoded (RFC 4648's alphabet, as `base32` and `b32encode` print it) likewise at its
+five alignments. Whitespace may fall anywhere in those (`base64` wraps its lines, a YAML
+block indents them, `od` spaces its bytes, `xxd -p` wraps its hex). In a canonical dump
+(`hexdump -C`, `xxd`, `od -tx1`: text holding DUMP_OFFSET), each line's piece of the value
+of DUMP_PIECE_MIN bytes or more too, in hex and in the text column; a shorter piece at
+either end of the value shows, as does a dump without its first line (`xxd -s`). Not hidden:
+`hexdump`'s default byte-swapped words, `xxd -i`'s `0x61,`, base32hex, lower-case base32.
+Base64's, base32's and hex's forms first, then the others, longest first: a value inside a
+longer one goes with it. Plain string search (those of base64, base32 and hex in the text
+with its whitespace left out): no pattern a script's output could make slow.
 """
 
 from __future__ import annotations
@@ -21,14 +28,17 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from typing import Mapping
+from typing import Mapping, NamedTuple
 from urllib.parse import quote, quote_plus
 
 _HTML_SAFE = {c: f"\\u{ord(c):04x}" for c in "<>&='"}
 _HEX_ESCAPE = re.compile(r"\\u([0-9a-f]{4})")
 _PERCENT_HEX = re.compile(r"%[0-9A-F]{2}")
 _URL_SAFE = str.maketrans("+/", "-_")  # base64url's alphabet (a JWT's, urlsafe_b64encode's)
-_NOT_BREAK = re.compile(r"[^\r\n]")
+# what may fall inside a form searched across it: line breaks (`base64` wraps), the indentation after one
+# (a PEM in YAML), the spaces between bytes (`od`, `hexdump -C`)
+_GAPS = " \t\r\n"
+_NOT_GAP = re.compile(r"[^ \t\r\n]")
 # an Authorization header's value, whole in the store (`Bearer ghp_...`): its credentials may be quoted alone
 _AUTH_VALUE = re.compile(r"(?:bearer|basic|token|bot) +(\S{8,})", re.IGNORECASE)
 
@@ -41,12 +51,23 @@ def redact(text: str, secrets: dict[str, str]) -> str:
 Forms = tuple[tuple[str, str], ...]  # (form, stand-in), longest first
 
 
-def _hidden(text: str, ordered: tuple[Forms, Forms]) -> str:
-    """`text` with base64's forms (line breaks in them or not) hidden first, then every other form:
-    a short value inside another's base64 would have cut it, and left the rest of it to show."""
-    plain, broken = ordered
+class Ordered(NamedTuple):
+    """A set of secrets' forms, each group longest first."""
+
+    plain: Forms  # printed as they are
+    broken: Forms  # base64's, base32's and hex, which whitespace may fall in
+    dump_plain: Forms  # `plain` and the pieces of a value a canonical dump's text column shows
+    dump_broken: Forms  # `broken` and those pieces in hex
+
+
+def _hidden(text: str, ordered: Ordered) -> str:
+    """`text` with base64's, base32's and hex's forms (whitespace in them or not) hidden first, then every
+    other form: a short value inside another's base64 would have cut it, and left the rest of it to show.
+    A dump's pieces only where a dump's first offset is: they are many (1 MiB, 5 secrets: 0.4 s, not
+    15 ms), and a 16-byte piece of a token (its prefix) would hide its siblings in ordinary text."""
+    plain, broken = ordered[2:] if DUMP_OFFSET in text else ordered[:2]
     if broken:
-        text = _hide_broken(text, broken) if "\n" in text or "\r" in text else _replaced(text, broken)
+        text = _hide_broken(text, broken) if any(gap in text for gap in _GAPS) else _replaced(text, broken)
     return _replaced(text, plain)
 
 
@@ -58,11 +79,13 @@ def _replaced(text: str, forms: Forms) -> str:
 
 
 def _hide_broken(text: str, forms: Forms) -> str:
-    """`text` with each form as its stand-in wherever `text` holds it once its line breaks are left out
-    (as _replaced() would have, had there been none): the breaks within an occurrence go with it."""
-    joined = text.replace("\r", "").replace("\n", "")
+    """`text` with each form as its stand-in wherever `text` holds it once its whitespace is left out
+    (as _replaced() would have, had there been none): the whitespace within an occurrence goes with it."""
+    joined = text
+    for gap in _GAPS:
+        joined = joined.replace(gap, "")
     # each occurrence as `\n`, its form's index, `\n`: `joined` holds no `\n`, and an index is shorter
-    # than any form (BASE64_MIN bytes make 10 characters), which holds no `\n` either: none is found in it
+    # than any form (BASE64_MIN bytes make 10 or more), which holds no `\n` either: none is found in it
     marked = joined
     for i, (form, _) in enumerate(forms):
         if form in marked:
@@ -81,13 +104,13 @@ def _hide_broken(text: str, forms: Forms) -> str:
 
 
 def _seek(text: str, j: int, place: tuple[int, int]) -> tuple[int, tuple[int, int]]:
-    """Where in `text` the `j`th character of `text` less its line breaks is, from `place`: a place at
-    or before it, and the breaks before that place (so each seek counts on from the last one)."""
+    """Where in `text` the `j`th character of `text` less its whitespace is, from `place`: a place at
+    or before it, and the whitespace before that place (so each seek counts on from the last one)."""
     at, breaks = place
-    while (ahead := j + breaks) > at:  # ends once a stretch counted holds no break
-        breaks += text.count("\n", at, ahead) + text.count("\r", at, ahead)
+    while (ahead := j + breaks) > at:  # ends once a stretch counted holds no whitespace
+        breaks += sum(text.count(gap, at, ahead) for gap in _GAPS)
         at = ahead
-    char = _NOT_BREAK.search(text, at).start()  # the breaks right before it are not its own
+    char = _NOT_GAP.search(text, at).start()  # the whitespace right before it is not its own
     return char, (char, breaks + char - at)
 
 
@@ -96,7 +119,7 @@ def _seek(text: str, j: int, place: tuple[int, int]) -> tuple[int, tuple[int, in
 # every line is checked for. Rebound, never changed in place: keyring lookups run on worker threads
 # while a log line is formatted.
 _in_logs: tuple[tuple[str, str, str], ...] = ()
-_log_forms: tuple[Forms, Forms] | tuple[()] = ()
+_log_forms: Ordered | tuple[()] = ()
 _log_lock = threading.Lock()  # two threads' hide_in_logs at once: neither's values lost
 LOG_MIN = 4  # a shorter value would hide ordinary words in every line; no real secret is that short
 # a key's newest values kept, per source: each line cost a check of every value a key ever had (2,000
@@ -151,20 +174,24 @@ def redact_tree(value: object, secrets: dict[str, str]) -> object:
 
 def forms(secrets: dict[str, str]) -> dict[str, str]:
     """Each secret's value in every form it may be printed in, mapped to its stand-in `[secret KEY]`."""
-    plain, broken = _ordered(tuple(sorted(secrets.items())))
+    plain, broken = _ordered(tuple(sorted(secrets.items())))[:2]  # a cut in a dump's piece is not worth it
     return dict(broken + plain)
 
 
-def _forms(items: tuple[tuple[str, str], ...]) -> tuple[Forms, Forms]:
+def _forms(items: tuple[tuple[str, str], ...]) -> Ordered:
     """Every form of each value mapped to its stand-in, longest first: those printed as they are, and
-    base64's, which line breaks may fall in."""
-    plain: dict[str, str] = {}
-    broken: dict[str, str] = {}
+    base64's, base32's and hex, which whitespace may fall in; with a dump's pieces and without."""
+    found: tuple[dict[str, str], ...] = ({}, {}, {}, {})
     for key, value in items:
-        for found, encoded in zip((plain, broken), _encodings(value)):
+        raw = value.encode("utf-8", "surrogatepass")
+        pieces = _dump_pieces(raw) if len(raw) >= BASE64_MIN else (set(), set())
+        for group, encoded in zip(found, (*_encodings(value), *pieces)):
             for form in encoded:
-                found.setdefault(form, f"[secret {key}]")
-    return _longest_first({f: s for f, s in plain.items() if f not in broken}), _longest_first(broken)
+                group.setdefault(form, f"[secret {key}]")
+    plain, broken, shown, in_hex = found
+    plain = {f: s for f, s in plain.items() if f not in broken}
+    return Ordered(_longest_first(plain), _longest_first(broken), _longest_first({**shown, **plain}),
+                   _longest_first({**in_hex, **broken}))
 
 
 def _longest_first(found: dict[str, str]) -> Forms:
@@ -188,6 +215,35 @@ def _base64_core(raw: bytes, shift: int) -> str:
     return encoded[first:8 * (shift + len(raw)) // 6]
 
 
+def _base32_cores(raw: bytes) -> set[str]:
+    """`raw` base32-encoded (RFC 4648, as `base32` and b32encode print it) after anything, at each of
+    its five alignments: the characters that hold only its bits, as _base64_core() keeps base64's."""
+    import base64
+
+    cores = set()
+    for shift in range(5):
+        encoded = base64.b32encode(bytes(shift) + raw).decode("ascii")
+        cores.add(encoded[(8 * shift + 4) // 5:8 * (shift + len(raw)) // 5])  # a character is 5 bits
+    return cores
+
+
+DUMP_OFFSET = "0000000"  # a canonical dump's first line starts so (`od`'s 7 digits, the others' 8)
+DUMP_LINE = 16  # bytes a line of `hexdump -C`, `xxd`, `od` shows
+DUMP_PIECE_MIN = 8  # bytes of a value's piece on one line of a dump hidden: a shorter one is too common
+
+
+def _dump_pieces(raw: bytes) -> tuple[set[str], set[str]]:
+    """The pieces of `raw` one line of a canonical dump (`hexdump -C`, `xxd`) shows, wherever the value
+    starts in it: in its text column (`.` for what is not printable ASCII) and in hex. The offset and
+    the text column cut the value's hex at each line's end, out of reach of one search for the whole."""
+    n = len(raw)
+    pieces = {raw[i:i + DUMP_LINE] for i in range(n - DUMP_LINE + 1)}  # a line the value fills
+    for k in range(DUMP_PIECE_MIN, min(DUMP_LINE, n)):  # the first line's piece, the last one's
+        pieces |= {raw[:k], raw[n - k:]}
+    shown = {"".join(chr(b) if 32 <= b < 127 else "." for b in piece) for piece in pieces}
+    return shown, {piece.hex() for piece in pieces}
+
+
 def _percent(raw: bytes) -> set[str]:
     """`raw` percent-encoded: as urlencode does (an MCP server's `query` secret in its url), as quote()
     does by default (`/` kept), each with its hex upper- or lower-case (`%2f`, as some encoders write)."""
@@ -196,24 +252,31 @@ def _percent(raw: bytes) -> set[str]:
 
 
 def _encodings(value: str) -> tuple[set[str], set[str]]:
-    """The forms of `value` printed as they are, and those a line break may fall in (base64's)."""
-    import json  # here: the start, which logs through for_logs(), needs no json before READY=1
-
+    """The forms of `value` printed as they are, and those whitespace may fall in (base64's, base32's, hex)."""
     if not value:
         return set(), set()
     raw = value.encode("utf-8", "surrogatepass")  # a value from the environment may hold a surrogate
-    out = {value, repr(value)[1:-1], repr(raw)[2:-1], *_percent(raw)}
+    out = {value, repr(value)[1:-1], repr(raw)[2:-1], *_percent(raw), *_json_strings(value)}
     broken: set[str] = set()
     if auth := _AUTH_VALUE.fullmatch(value):
         out, broken = (mine | theirs for mine, theirs in zip((out, broken), _encodings(auth.group(1))))
     if len(raw) >= BASE64_MIN:
-        out |= {raw.hex(), raw.hex().upper()}
         cores = {_base64_core(raw, shift) for shift in range(3)}
-        broken |= cores | {core.translate(_URL_SAFE) for core in cores}
+        broken |= cores | {core.translate(_URL_SAFE) for core in cores} | _base32_cores(raw)
+        broken |= {raw.hex(), raw.hex().upper()}
+        out |= {twice for once in _json_strings(value) for twice in _json_strings(once)}  # JSON in JSON
+    out.discard("")
+    return out - broken, broken
+
+
+def _json_strings(value: str) -> set[str]:
+    """`value` inside a JSON string, as any common encoder escapes it."""
+    import json  # here: the start, which logs through for_logs(), needs no json before READY=1
+
+    out = set()
     for dumped in (json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
         for styled in (dumped, "".join(_HTML_SAFE.get(c, c) for c in dumped)):
             for slashed in (styled, styled.replace("/", "\\/")):
                 out.add(slashed)
                 out.add(_HEX_ESCAPE.sub(lambda m: "\\u" + m.group(1).upper(), slashed))
-    out.discard("")
-    return out - broken, broken
+    return out

@@ -4,6 +4,9 @@ newest few, however often a key was rotated. And the encodings of a value redact
 from __future__ import annotations
 
 import base64
+import json
+import shutil
+import subprocess
 import re
 import textwrap
 import urllib.parse
@@ -115,3 +118,74 @@ def test_of_two_overlapping_base64_values_found_across_a_break_the_longer_goes_w
     assert redact.redact(f"x{long[:9]}\n{long[9:]}y", {"A": "0123456789abcdef", "B": "89abcdef"}).startswith(
         "x[secret A]"), long
     assert redact.redact(f"{short}\n{short}", {"B": "89abcdef"}) == "[secret B]Y=\n[secret B]Y="  # padding stays
+
+
+# --- forms a tool prints a value in with whitespace in it, or escaped twice ---------------------
+
+def run(argv: list[str], data: bytes) -> str:
+    if not shutil.which(argv[0]):
+        pytest.skip(f"{argv[0]} is not installed")
+    return subprocess.run(argv, input=data, capture_output=True, check=True).stdout.decode()
+
+
+def shown(out: str, encoded: str, n: int = 10) -> list[str]:
+    """The `n`-character runs of `encoded` still in `out`, whitespace left out of both."""
+    out, encoded = ("".join(s.split()) for s in (out, encoded))
+    return [encoded[i:i + n] for i in range(len(encoded) - n + 1) if encoded[i:i + n] in out]
+
+
+@pytest.mark.parametrize("argv", [["base32"], ["basenc", "--base32"], ["xxd", "-p"], ["od", "-An", "-tx1"]],
+                         ids=" ".join)
+def test_a_value_a_tool_printed_in_base32_or_in_spaced_or_wrapped_hex_shows_none_of_its_characters(argv):
+    """base32 wraps at 76 columns, `xxd -p` at 60, `od` puts a space before each byte: none was hidden."""
+    encoded = run(argv, b"k=" + PAT.encode() + b"\n")  # its base32 after `k=`: the value at an odd alignment
+    out = redact.redact(f"said:\n{encoded}bye\n", {"K": PAT})
+    assert "[secret K]" in out and not shown(out, encoded), out
+    assert out.startswith("said:\n") and out.endswith("\nbye\n"), out
+
+
+def test_a_value_base32_encoded_by_python_at_each_alignment_is_hidden():
+    for prefix in ("", "u", "us", "use", "user"):
+        encoded = base64.b32encode(prefix.encode() + SLASHY.encode()).decode()
+        out = redact.redact(f"x {encoded} y", {"K": SLASHY})
+        assert "[secret K]" in out and not shown(out, encoded), (prefix, out)
+
+
+def test_base64_indented_after_each_line_break_is_hidden_as_wrapped_base64_is():
+    """A PEM or base64 blob in YAML, or in an indented document: `\\n    ` between its lines."""
+    blob = textwrap.indent(base64.encodebytes(b"user:" + PAT.encode()).decode(), "    ")
+    for text in (f"auth: |\n{blob}next: 1\n", f"auth:\n\t{blob.strip()}\n\tnext"):
+        out = redact.redact(text, {"PAT": PAT})
+        assert out.count("[secret PAT]") == 1 and not shown(out, blob), out
+        assert out.startswith("auth:") and "next" in out, out
+
+
+@pytest.mark.parametrize("argv", [["hexdump", "-C"], ["xxd"], ["od", "-tx1"]], ids=" ".join)
+def test_a_canonical_dump_shows_only_the_pieces_of_a_value_under_8_bytes_a_line(argv):
+    """A dump's offsets and its text column cut the value's hex at every line: each line's piece, in
+    hex and as text, is hidden unless it is shorter than DUMP_PIECE_MIN (here the last line's)."""
+    data = b"k=" + PAT.encode() + b"\n"
+    out = redact.redact(run(argv, data), {"PAT": PAT})
+    assert out.count("[secret PAT]") >= 7, out
+    assert not shown(out, PAT, redact.DUMP_PIECE_MIN) and not shown(out, PAT.encode().hex(), 16), out
+    last = PAT[-(len(data) % 16 - 1):].encode()  # 4 bytes, too common to look for
+    assert shown(out, PAT.encode().hex(), 2 * len(last)) == [last.hex()], out
+
+
+def test_a_dumps_pieces_are_looked_for_only_in_text_that_holds_a_dump():
+    """A 16-byte piece of a token is its prefix, which its siblings share: hidden everywhere, it cut them."""
+    value, sibling = "ghp_" + "A" * 12 + "0123456789", "ghp_" + "A" * 12 + "9876543210"
+    assert redact.redact(f"old {sibling}", {"K": value}) == f"old {sibling}"
+
+
+@pytest.mark.parametrize("inner", [
+    lambda v: json.dumps(v),
+    lambda v: json.dumps(v).replace("/", "\\/"),  # PHP, Java
+    lambda v: json.dumps(v).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"),  # Go
+], ids=["python", "php", "go"])
+def test_a_json_document_carried_as_a_string_in_another_hides_the_value_escaped_twice(inner):
+    value = 'p"ss/w<rd>&\\x-0123'
+    for outer in (json.dumps({"body": '{"token": ' + inner(value) + "}"}),
+                  json.dumps({"body": '{"token": ' + inner(value) + "}"}).replace("/", "\\/")):
+        out = redact.redact(f"{outer}\n", {"K": value})
+        assert out == '{"body": "{\\"token\\": \\"[secret K]\\"}"}\n', out
