@@ -1141,6 +1141,38 @@ def test_a_script_printing_its_secret_base64url_wrapped_percent_or_hex_encoded_h
         assert not [encoded[i:i + 10] for i in range(len(encoded) - 9) if encoded[i:i + 10] in texts], texts
 
 
+# prints API_TOKEN through the tool its `text` names, or in YAML (base64, indented), or escaped twice
+# (`\/` as PHP escapes `/`) in a log line: text, not one JSON document, so scvd does not decode it
+DUMPS_TOKEN = """#!/bin/bash
+mode=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["text"])')
+case "$mode" in
+  yaml) printf 'auth: |\n'; printf 'user:%s' "$API_TOKEN" | base64 | sed 's/^/    /' ;;
+  json) python3 -c 'import json, os; print("sent:", json.dumps({"body": json.dumps({"t": os.environ["API_TOKEN"]}).replace("/", chr(92) + "/")}))' ;;
+  *) printf 'k=%s\n' "$API_TOKEN" | $mode ;;
+esac
+"""
+
+
+@pytest.mark.one_loop
+def test_a_script_piping_its_secret_through_base32_or_a_hex_dump_hands_none_back(make_daemon, scv_home, workspace):
+    """base32, `xxd -p`, `od` and `hexdump -C` output, base64 indented in YAML, JSON in JSON: each
+    came back with the value in it."""
+    make_tool(scv_home, "dumps", DUMPS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
+    d = make_daemon(home=scv_home, env={"API_TOKEN": ENCODED_KEY, **NO_KEYRING})
+    modes = ("base32", "xxd -p", "od -An -tx1", "hexdump -C", "yaml", "json")
+    with d.client() as c:
+        sid = c.open_session(workspace)
+        done = {mode: c.call(sid, "script_dumps", {"text": mode}) for mode in modes}
+    for mode, printed in done.items():
+        assert printed.ok and "[secret API_TOKEN]" in printed.result, (mode, printed)
+    texts = "".join("".join(printed.result.split()) for printed in done.values())
+    v = ENCODED_KEY.encode()
+    for encoded in (base64.b32encode(b"k=" + v).decode(), v.hex(), base64.b64encode(b"user:" + v).decode()):
+        assert not [encoded[i:i + 16] for i in range(len(encoded) - 15) if encoded[i:i + 16] in texts], texts
+    assert "EXAMPLEKEY" not in texts
+    assert done["json"].result == 'sent: {"body": "{\\"t\\": \\"[secret API_TOKEN]\\"}"}\n'
+
+
 PRINTS_PIN = """#!/bin/bash
 cat >/dev/null
 python3 -c 'import json, os; print(json.dumps({"pin": int(os.environ["PIN"]), "ok": True, "note": "set " + os.environ["PIN"]}))'
