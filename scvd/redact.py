@@ -14,7 +14,7 @@ shares bits with the user or the padding stays), in the standard and the URL-saf
 base32-encoded (RFC 4648's alphabet, as `base32` and `b32encode` print it) likewise at its
 five alignments. Whitespace may fall anywhere in those (`base64` wraps its lines, a YAML
 block indents them, `od` spaces its bytes, `xxd -p` wraps its hex). In a canonical dump
-(`hexdump -C`, `xxd`, `od -tx1`: text holding DUMP_OFFSET), each line's piece of the value
+(`hexdump -C`, `xxd`, `od -tx1`: a line starting with DUMP_OFFSET), each line's piece of the value
 of DUMP_PIECE_MIN bytes or more too, in hex and in the text column; a shorter piece at
 either end of the value shows, as does a dump without its first line (`xxd -s`). Not hidden:
 `hexdump`'s default byte-swapped words, `xxd -i`'s `0x61,`, base32hex, lower-case base32.
@@ -65,7 +65,7 @@ def _hidden(text: str, ordered: Ordered) -> str:
     other form: a short value inside another's base64 would have cut it, and left the rest of it to show.
     A dump's pieces only where a dump's first offset is: they are many (1 MiB, 5 secrets: 0.4 s, not
     15 ms), and a 16-byte piece of a token (its prefix) would hide its siblings in ordinary text."""
-    plain, broken = ordered[2:] if DUMP_OFFSET in text else ordered[:2]
+    plain, broken = ordered[2:] if DUMP_OFFSET in text and _DUMP_START.search(text) else ordered[:2]
     if broken:
         text = _hide_broken(text, broken) if any(gap in text for gap in _GAPS) else _replaced(text, broken)
     return _replaced(text, plain)
@@ -228,6 +228,9 @@ def _base32_cores(raw: bytes) -> set[str]:
 
 
 DUMP_OFFSET = "0000000"  # a canonical dump's first line starts so (`od`'s 7 digits, the others' 8)
+# that offset at a line's start, then `hexdump -C`'s two spaces, `xxd`'s colon or `od`'s space: a
+# number such as 10000000 in a large result is no dump (its pieces' search costs 25x a plain one)
+_DUMP_START = re.compile(r"^0{7,8}(?::| )", re.MULTILINE)
 DUMP_LINE = 16  # bytes a line of `hexdump -C`, `xxd`, `od` shows
 DUMP_PIECE_MIN = 8  # bytes of a value's piece on one line of a dump hidden: a shorter one is too common
 

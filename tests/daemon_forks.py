@@ -9,10 +9,12 @@ that becomes `python -m scvd run` with the test's environment, folder, umask, ar
 
 What a fork cannot give, `conftest.start_daemon` starts with Popen as before (`forkable()`): a
 `prefix` (unshare, setpriv), a `preexec_fn`, passed fds, or an environment whose interpreter or
-loader variables (PYTHON*, LD_*, MALLOC_*, GLIBC_TUNABLES) differ from the fork server's, since
-those act before the first import (a PYTHONPATH hiding the MCP SDK, say). A test whose subject is
-the start itself or a lazy import (what an idle daemon has imported, an import off the loop) passes
-`fork=False`; `SCVD_TESTS_FORK=0` starts every daemon with Popen.
+loader variables (PYTHON*, LD_*, MALLOC_*, GLIBC_TUNABLES, the locale's, TZ) differ from the fork
+server's, since those act before the first import (a PYTHONPATH hiding the MCP SDK, say). A test
+whose subject is the start itself or a lazy import (what an idle daemon has imported, an import off
+the loop, /proc/<scvd>/environ, absolute memory figures: a forked daemon's RSS holds what the server
+imported) passes `fork=False`; `SCVD_TESTS_FORK=0` starts every daemon with Popen. `start_script()`
+forks the tests' own Python servers (the HTTP MCP servers built on the SDK) the same way.
 
 The server is the forked daemon's parent: it reaps it and writes its wait status to a pipe whose
 other end the test holds (`ForkedProc`, the part of Popen the tests use). It ends when its worker's
