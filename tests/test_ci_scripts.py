@@ -161,7 +161,7 @@ def ci_test(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           cwd=root, timeout=30)
 
 
-PASS = "-m|pytest|-p|no:cacheprovider|-n|3|"
+PASS = "-m|pytest|-p|no:cacheprovider|-n|3|--dist|worksteal|"
 
 
 def test_a_unit_test_file_given_runs_once_not_with_the_whole_daemon_level_suite_again(tmp_path):
