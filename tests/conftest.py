@@ -149,13 +149,15 @@ def dying_with_pytest(then: Callable[[], None] | None = None) -> Callable[[], No
 
 def start_daemon(home: Path, config: str = "", *, env: dict[str, str] | None = None,
                  args: list[str] | None = None, wait: bool = True, prefix: list[str] | None = None,
-                 fork: bool = True, **popen: Any) -> DaemonProc:
+                 fork: bool = True, secrets: dict[str, str] | None = None, **popen: Any) -> DaemonProc:
     """`scvd run` on `home`; `prefix` runs it under another command (unshare, setpriv). Forked from
     a process that imported scvd and its optional parts once (daemon_forks.py) where that starts it
-    alike; `fork=False` when the test's subject is the start's own imports."""
+    alike; `fork=False` when the test's subject is the start's own imports. `secrets` are in its
+    secrets.toml before it starts (a forked start reads them at once)."""
     home.mkdir(parents=True, exist_ok=True)
     if config:
         (home / "config.toml").write_text(config)
+    stored(home, secrets or {})
     full_env = base_env(home, **(env or {}))
     log_path = home.parent / f"{home.name}-scvd.log"
     log_file = open(log_path, "ab")
@@ -185,6 +187,17 @@ def start_daemon(home: Path, config: str = "", *, env: dict[str, str] | None = N
             proc.kill()
             raise AssertionError(f"scvd did not start:\n{handle.log()}") from None
     return handle
+
+
+def stored(home: Path, secrets: dict[str, str]) -> None:
+    """`secrets` in the secrets.toml of a daemon on `home`, before it starts."""
+    if secrets:
+        from scvd.paths import resolve
+        from scvd.secrets import SecretStore
+
+        store = SecretStore(resolve({"SCV_HOME": str(home)}).secrets_file, env={}, use_keyring=False)
+        for key, value in secrets.items():
+            store.set(key, value)
 
 
 def reloaded(d: DaemonProc, config: str) -> None:

@@ -47,6 +47,8 @@ PRELOAD = ("scvd.cli", "scvd.server", "scvd.tools.fs", "scvd.tools.bash", "scvd.
 # what acts at an interpreter's or the loader's start, before a fork could set it (LANG and LC_*: the
 # locale coercion and file system encoding; TZ: the C library's zone, read once)
 AT_EXEC = ("PYTHON", "LD_", "MALLOC_", "GLIBC_TUNABLES", "LANG", "LC_", "TZ")
+# but read at their first use, after the fork: keyring's backend (the server never imports keyring)
+AT_USE = ("PYTHON_KEYRING_BACKEND",)
 _PR_SET_PDEATHSIG = 1
 _HEADER = struct.Struct("!I")
 
@@ -66,7 +68,7 @@ def forkable(env: dict[str, str]) -> bool:
     """Whether a daemon of `env` starts the same forked as exec'd: no variable read at exec differs
     from the fork server's (the running one's, or the one a start would spawn now)."""
     ours = _server.env if _server is not None and _server.proc.poll() is None else server_env()
-    return all(env.get(k) == ours.get(k) for k in {*env, *ours} if k.startswith(AT_EXEC))
+    return all(env.get(k) == ours.get(k) for k in {*env, *ours} if k.startswith(AT_EXEC) and k not in AT_USE)
 
 
 class ForkedProc:
@@ -326,6 +328,7 @@ def _main() -> None:
         except ImportError:  # an optional part not installed: its daemons import it (or fail) as they would
             pass
     assert threading.active_count() == 1, "the fork server must not run threads: a fork would copy their locks"
+    assert "keyring" not in sys.modules, "keyring imported before the fork would keep the server's PYTHON_KEYRING_BACKEND"
     gc.collect()
     gc.freeze()  # the children's collections then leave the shared pages alone
     server = os.getpid()

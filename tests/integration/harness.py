@@ -185,8 +185,9 @@ def scvd_on_a_full_disk(env: dict[str, str]) -> Iterator[subprocess.Popen]:
 
 def start_wrapped(home: Path, config: str = "", *, env: dict[str, str] | None = None,
                   activate: socket.socket | None = None, args: list[str] | None = None,
-                  wait: bool = True, **popen: Any) -> Any:
-    """The real `scvd run` with the test tools, optionally socket-activated with `activate`."""
+                  wait: bool = True, secrets: dict[str, str] | None = None, **popen: Any) -> Any:
+    """The real `scvd run` with the test tools, optionally socket-activated with `activate`; `secrets`
+    in its secrets.toml before it starts."""
     import subprocess
 
     import conftest
@@ -194,6 +195,7 @@ def start_wrapped(home: Path, config: str = "", *, env: dict[str, str] | None = 
     home.mkdir(parents=True, exist_ok=True)
     if config:
         (home / "config.toml").write_text(config)
+    conftest.stored(home, secrets or {})
     full_env = conftest.base_env(home, **(env or {}))
     argv = [sys.executable, HARNESS, "run", *(args or [])]
     fds: tuple[int, ...] = ()

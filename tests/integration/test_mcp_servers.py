@@ -394,8 +394,8 @@ def keyed_huge_errors(make_daemon, n: int, tmp_path: Path) -> DaemonProc:
     from conftest import wait_for_socket
 
     table = quirks_stdio_table(f"huge-errors={n}", tmp_path / "starts") + 'risk = "read_only"\n'
-    d = make_daemon(table + 'env = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n', env=NO_KEYRING, wait=False)
-    store_secret(d, "LEAK_TOKEN", "ghp-revoked-0452")
+    d = make_daemon(table + 'env = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n', env=NO_KEYRING,
+                    secrets={"LEAK_TOKEN": "ghp-revoked-0452"})
     wait_for_socket(d.socket, proc=d.proc)
     return d
 
@@ -1113,8 +1113,7 @@ def keyed_daemon(make_daemon, config: str, key: str, value: str) -> DaemonProc:
     """A daemon of `config` with `value` stored as `key` (in secrets.toml) before it starts its servers."""
     from conftest import wait_for_socket
 
-    d = make_daemon(config, env=NO_KEYRING, wait=False)
-    store_secret(d, key, value)
+    d = make_daemon(config, env=NO_KEYRING, secrets={key: value})
     wait_for_socket(d.socket, proc=d.proc)
     return d
 
@@ -1124,8 +1123,7 @@ def http_daemon(make_daemon, url: str, token: str, monkeypatch, env: dict[str, s
     from conftest import wait_for_socket
 
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
-    d = make_daemon(http_table(url), env={**NO_KEYRING, **(env or {})}, wait=False)
-    store_secret(d, "NOTES_TOKEN", token)
+    d = make_daemon(http_table(url), env={**NO_KEYRING, **(env or {})}, secrets={"NOTES_TOKEN": token})
     wait_for_socket(d.socket, proc=d.proc)
     return d
 
@@ -1241,8 +1239,7 @@ def query_key_daemon(make_daemon, url: str, key: str, monkeypatch, args: list[st
 
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
     d = make_daemon(f'[mcp.servers.notes]\nurl = "{url}"\nquery = {{key = {{secret = "NOTES_KEY"}}}}\n'
-                    'risk = "read_only"\n', env=NO_KEYRING, wait=False, args=args)
-    store_secret(d, "NOTES_KEY", key)
+                    'risk = "read_only"\n', env=NO_KEYRING, args=args, secrets={"NOTES_KEY": key})
     wait_for_socket(d.socket, proc=d.proc)
     return d
 
@@ -1322,8 +1319,7 @@ def test_a_stdio_servers_stderr_shows_its_secrets_as_their_keys(make_daemon, wor
              'env = {API_KEY = {secret = "ECHO_KEY"}}\n')
     from conftest import wait_for_socket
 
-    d = make_daemon(leaky, env=NO_KEYRING, wait=False)
-    store_secret(d, "ECHO_KEY", "sk-echo-4242")
+    d = make_daemon(leaky, env=NO_KEYRING, secrets={"ECHO_KEY": "sk-echo-4242"})
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="t") as c:
         down = server(c, "leaky", "down")
@@ -1346,8 +1342,7 @@ def test_a_secret_the_stderr_tails_cuts_fall_in_shows_as_its_key(make_daemon, pr
 
     table = ('[mcp.servers.leaky]\ncommand = "/bin/sh"\nsandbox = false\n'
              f'args = ["-c", "{printed}; exit 1"]\nenv = {{API_KEY = {{secret = "CUT_KEY"}}}}\n')
-    d = make_daemon(table, env=NO_KEYRING, wait=False)
-    store_secret(d, "CUT_KEY", "sk-cut-0123456789abcdef0123456789")
+    d = make_daemon(table, env=NO_KEYRING, secrets={"CUT_KEY": "sk-cut-0123456789abcdef0123456789"})
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="t") as c:
         down = server(c, "leaky", "down")
@@ -1380,8 +1375,7 @@ def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_d
     table = quirks_stdio_table("results", starts) + 'risk = "read_only"\nenv = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n'
     from conftest import wait_for_socket
 
-    d = make_daemon(table, env=NO_KEYRING, wait=False)
-    store_secret(d, "LEAK_TOKEN", "ghp-leaky-0451")
+    d = make_daemon(table, env=NO_KEYRING, secrets={"LEAK_TOKEN": "ghp-leaky-0451"})
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="t") as c:
         failed, shown, progress, crashed = leaked(c, workspace)
@@ -1420,8 +1414,8 @@ def test_a_stdio_servers_refused_token_is_credential_missing_naming_its_key(make
 
     table = quirks_stdio_table("results", tmp_path / "starts") + 'risk = "read_only"\n'
     keyed = table + 'env = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n'
-    d = make_daemon(keyed + table.replace("servers.raw]", "servers.bare]"), env=NO_KEYRING, wait=False)
-    store_secret(d, "LEAK_TOKEN", "ghp-revoked-0452")
+    d = make_daemon(keyed + table.replace("servers.raw]", "servers.bare]"), env=NO_KEYRING,
+                    secrets={"LEAK_TOKEN": "ghp-revoked-0452"})
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="t") as c:
         server(c, "raw"), server(c, "bare")
@@ -1825,8 +1819,7 @@ def test_an_mcp_servers_tools_share_its_two_heal_rounds_per_turn(make_daemon, wo
     table = quirks_stdio_table("results", tmp_path / "starts").replace(
         "[mcp.servers.raw]\n", '[mcp.servers.raw]\nenv = {RAW_TOKEN = {secret = "RAW_TOKEN"}}\n'
         'tool_risk = {leak_ok = "read_only"}\n')
-    d = make_daemon(table, env=NO_KEYRING, wait=False)
-    store_secret(d, "RAW_TOKEN", "first")
+    d = make_daemon(table, env=NO_KEYRING, secrets={"RAW_TOKEN": "first"})
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="agent") as c, d.client(name="me") as me:
         server(c, "raw")
@@ -1880,8 +1873,7 @@ def test_a_call_of_a_server_down_for_want_of_a_secret_fails_before_anyone_is_ask
     table = quirks_stdio_table("plain", starts).replace("[mcp.servers.raw]\n", "[mcp.servers.raw]\n"
                                                         'env = {RAW_TOKEN = {secret = "RAW_TOKEN"}}\n')
     # a request nobody decides is denied after 1 s: what the call ended as, had it asked
-    d = make_daemon("[approvals]\ntimeout_seconds = 1\n" + table, env=NO_KEYRING, wait=False)
-    store_secret(d, "RAW_TOKEN", "old")
+    d = make_daemon("[approvals]\ntimeout_seconds = 1\n" + table, env=NO_KEYRING, secrets={"RAW_TOKEN": "old"})
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="agent") as c:
         server(c, "raw")
@@ -1905,8 +1897,7 @@ def test_a_secret_entered_through_store_secret_reconnects_a_running_server_that_
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", NO_KEYRING["PYTHON_KEYRING_BACKEND"])
     table = quirks_stdio_table("plain", starts).replace("[mcp.servers.raw]\n", "[mcp.servers.raw]\n"
                                                         'env = {RAW_TOKEN = {secret = "RAW_TOKEN"}}\n')
-    d = make_daemon(table, env=NO_KEYRING, wait=False)
-    store_secret(d, "RAW_TOKEN", "old")
+    d = make_daemon(table, env=NO_KEYRING, secrets={"RAW_TOKEN": "old"})
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="agent") as c, d.client(name="me") as me:
         server(c, "raw")
