@@ -14,7 +14,9 @@ server's, since those act before the first import (a PYTHONPATH hiding the MCP S
 whose subject is the start itself or a lazy import (what an idle daemon has imported, an import off
 the loop, /proc/<scvd>/environ, absolute memory figures: a forked daemon's RSS holds what the server
 imported) passes `fork=False`; `SCVD_TESTS_FORK=0` starts every daemon with Popen. `start_script()`
-forks the tests' own Python servers (the HTTP MCP servers built on the SDK) the same way.
+forks the tests' own Python servers (the HTTP MCP servers built on the SDK) the same way, and
+`scvctl()` the `scvctl` commands the tests run with their output captured (their pipes are passed
+to the server with the request).
 
 The server is the forked daemon's parent: it reaps it and writes its wait status to a pipe whose
 other end the test holds (`ForkedProc`, the part of Popen the tests use). It ends when its worker's
@@ -33,6 +35,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +46,8 @@ PRELOAD = ("scvd.cli", "scvd.server", "scvd.tools.fs", "scvd.tools.bash", "scvd.
            "scvd.tools.script", "scvd.tools.script_defs", "scvd.adapters.tools", "scvd.mcp.manager",
            "scvd.mcp.link", "scvd.mcp.tool", "scvd.mcp.spec", "scvd.mcp.cap", "scvd.chat.service",
            "scvd.chat.openai_api", "scvd.chat.rehearsal", "jsonschema", "referencing.jsonschema", "openai",
-           "mcp.server.mcpserver", "uvicorn")  # the last two: the tests' own HTTP MCP servers (start_script)
+           "mcp.server.mcpserver", "uvicorn",  # the tests' own HTTP MCP servers (start_script)
+           "scvctl.cli", "scvctl.commands", "scvctl.client")  # run("scvctl", ...)
 # what acts at an interpreter's or the loader's start, before a fork could set it (LANG and LC_*: the
 # locale coercion and file system encoding; TZ: the C library's zone, read once)
 AT_EXEC = ("PYTHON", "LD_", "MALLOC_", "GLIBC_TUNABLES", "LANG", "LC_", "TZ")
@@ -135,11 +139,11 @@ class _Server:
         self.sock = ours
         self.lock = threading.Lock()
 
-    def fork(self, request: dict[str, Any]) -> tuple[int, int]:
+    def fork(self, request: dict[str, Any], stdio: list[int]) -> tuple[int, int]:
         data = json.dumps(request).encode()
         with self.lock:
             try:
-                self.sock.sendall(_HEADER.pack(len(data)) + data)
+                socket.send_fds(self.sock, [_HEADER.pack(len(data)) + data], stdio)
                 msg, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, 1)
             except BaseException:  # a reply left unread would answer the next request
                 self.sock.close()
@@ -172,13 +176,88 @@ def start_script(script: Path, args: list[str], log_path: Path) -> ForkedProc:
                   "cwd": os.getcwd(), "umask": -1}, [sys.executable, str(script), *args])
 
 
-def _fork(request: dict[str, Any], argv: list[str]) -> ForkedProc:
+def run(module: str, args: list[str], env: dict[str, str], *, input: str | None = None,
+        cwd: str | os.PathLike[str] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """As `subprocess.run([python, "-m", module, *args], env=env, input=input, capture_output=True,
+    text=True, timeout=timeout)` (stdin /dev/null without `input`), forked: `scvctl`, which the
+    tests run some 400 times at 0.2-0.3 s of CPU of imports each."""
+    import locale
+
+    argv = [sys.executable, "-m", module, *args]
+    ends = [os.pipe(), os.pipe(), os.pipe()]  # stdin, stdout, stderr
+    try:
+        proc = _fork({"module": module, "args": args, "env": env, "log": None, "umask": -1,
+                      "cwd": os.path.abspath(cwd or os.getcwd())}, argv,
+                     [ends[0][0], ends[1][1], ends[2][1]])
+    except BaseException:
+        for pair in ends:
+            os.close(pair[0])
+            os.close(pair[1])
+        raise
+    for fd in (ends[0][0], ends[1][1], ends[2][1]):
+        os.close(fd)
+    writer = threading.Thread(target=_feed, args=(ends[0][1], (input or "").encode()), daemon=True)
+    writer.start()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    got = {ends[1][0]: b"", ends[2][0]: b""}
+    waiter = select.poll()
+    for fd in got:
+        waiter.register(fd, select.POLLIN)
+    open_fds = set(got)
+    while open_fds:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            proc.kill()
+            proc.wait()
+            for fd in got:
+                os.close(fd)
+            raise subprocess.TimeoutExpired(argv, timeout, got[ends[1][0]], got[ends[2][0]])  # type: ignore[arg-type]
+        for fd, _ in waiter.poll(None if left is None else left * 1000):
+            chunk = os.read(fd, 65536)
+            if chunk:
+                got[fd] += chunk
+            else:
+                waiter.unregister(fd)
+                open_fds.discard(fd)
+    for fd in got:
+        os.close(fd)
+    code = proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    encoding = locale.getpreferredencoding(False)
+
+    def text(data: bytes) -> str:  # as text=True reads a pipe: universal newlines
+        return data.decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
+
+    return subprocess.CompletedProcess(argv, code, text(got[ends[1][0]]), text(got[ends[2][0]]))
+
+
+def scvctl(args: list[str], env: dict[str, str], *, input: str | None = None,
+           cwd: str | os.PathLike[str] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """`python -m scvctl <args>` with its output captured as text: forked where that runs it alike
+    (`forkable()`), else as subprocess.run."""
+    if enabled() and forkable(env):
+        return run("scvctl", args, env, input=input, cwd=cwd, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=env, input=input, cwd=cwd,
+                          stdin=None if input is not None else subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _feed(fd: int, data: bytes) -> None:
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except BrokenPipeError:  # it did not read all of it: as communicate(), not an error
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fork(request: dict[str, Any], argv: list[str], stdio: list[int] | None = None) -> ForkedProc:
     global _server
     with _server_lock:
         if _server is None or _server.proc.poll() is not None:
             _server = _Server()
         server = _server
-    pid, status_fd = server.fork(request)
+    pid, status_fd = server.fork(request, stdio or [])
     return ForkedProc(pid, status_fd, argv)
 
 
@@ -194,12 +273,16 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-def _recv_request(sock: socket.socket) -> dict[str, Any] | None:
-    header = _recv_exactly(sock, _HEADER.size)
-    if not header:
-        return None
-    (size,) = _HEADER.unpack(header)
-    return json.loads(_recv_exactly(sock, size))
+def _recv_request(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    """A request, and the stdin, stdout and stderr it came with (none: /dev/null and its log)."""
+    first, fds, _flags, _addr = socket.recv_fds(sock, 65536, 3)
+    if len(first) < _HEADER.size:
+        first += _recv_exactly(sock, _HEADER.size - len(first)) if first else b""
+        if len(first) < _HEADER.size:
+            return None
+    (size,) = _HEADER.unpack(first[:_HEADER.size])
+    body = first[_HEADER.size:]
+    return json.loads(body + _recv_exactly(sock, size - len(body))), fds
 
 
 def _serve(sock: socket.socket) -> tuple[dict[str, Any], list[int], int] | None:
@@ -232,16 +315,18 @@ def _serve(sock: socket.socket) -> tuple[dict[str, Any], list[int], int] | None:
                         pass
                     os.close(fd)
         if sock in ready:
-            request = _recv_request(sock)
-            if request is None:
+            received = _recv_request(sock)
+            if received is None:
                 return None
+            request, stdio = received
+            request["stdio"] = stdio
             status_r, status_w = os.pipe()
             setup_r, setup_w = os.pipe()
             try:
                 pid = os.fork()
             except OSError as exc:
                 _reply(sock, {"error": f"fork: {exc.strerror}", "errno": exc.errno}, [])
-                for fd in (status_r, status_w, setup_r, setup_w):
+                for fd in (status_r, status_w, setup_r, setup_w, *stdio):
                     os.close(fd)
                 continue
             if pid == 0:  # detached: the socket object must not close the fd's number again later
@@ -249,6 +334,8 @@ def _serve(sock: socket.socket) -> tuple[dict[str, Any], list[int], int] | None:
                                  *statuses.values()], setup_w
             statuses[pid] = status_w
             os.close(setup_w)
+            for fd in stdio:  # the child's now
+                os.close(fd)
             failed = b""
             while chunk := os.read(setup_r, 4096):  # until the child runs scvd, or says why it cannot
                 failed += chunk
@@ -299,13 +386,20 @@ def _set_up(request: dict[str, Any], inherited: list[int], server: int) -> None:
     for fd in inherited:
         os.close(fd)
     os.chdir(request["cwd"])  # first: Popen raises FileNotFoundError for a missing cwd
-    null = os.open(os.devnull, os.O_RDONLY)
-    log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(null)
-    os.close(log)
+    if request["stdio"]:  # run(): the test's pipes
+        for target, fd in enumerate(request["stdio"]):
+            os.dup2(fd, target)
+        for fd in request["stdio"]:
+            if fd > 2:
+                os.close(fd)
+    else:
+        null = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(null)
+        os.close(log)
     if request["umask"] >= 0:
         os.umask(request["umask"])
     os.environ.clear()

@@ -66,3 +66,31 @@ def test_a_forked_daemons_exit_status_reaches_the_test(tmp_path: Path, monkeypat
     assert d.proc.wait(15) == -signal.SIGKILL
     bad = start_daemon(tmp_path / "bad", "[server\n", wait=False)  # a config error: scvd's own exit status
     assert bad.proc.wait(15) == 2 and "configuration error" in bad.log()  # EXIT_CONFIG
+
+
+@pytest.mark.parametrize("args, given", [(["--help"], None), (["status"], None), (["secrets", "set", "K"], "v\n")],
+                         ids=["help", "no-daemon", "stdin"])
+def test_a_forked_scvctl_prints_and_exits_as_the_one_python_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 args: list[str], given: str | None) -> None:
+    import daemon_forks
+    from conftest import base_env
+
+    monkeypatch.setenv("SCVD_TESTS_FORK", "1")
+    env = base_env(tmp_path / "home", PYTHON_KEYRING_BACKEND="keyring.backends.null.Keyring")
+    forked = daemon_forks.scvctl(args, env, input=given, timeout=60)
+    if given is not None:  # the first run stored it: the second would say it replaced it
+        (tmp_path / "home").mkdir(exist_ok=True)
+        for stored in (tmp_path / "home").rglob("secrets.toml"):
+            stored.unlink()
+    started = subprocess.run([sys.executable, "-m", "scvctl", *args], env=env, input=given,
+                             stdin=None if given is not None else subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=60)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (started.returncode, started.stdout, started.stderr)
+    assert forked.stdout or forked.stderr
+
+
+def test_a_forked_run_past_its_timeout_is_killed_and_raises_as_subprocess_run(tmp_path: Path) -> None:
+    import daemon_forks
+
+    with pytest.raises(subprocess.TimeoutExpired):
+        daemon_forks.run("timeit", ["-n", "1", "import time; time.sleep(30)"], daemon_forks.server_env(), timeout=1)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from adapters_support import FAKE_AGENT, FAKE_AGENT_CONFIG, make_fake_bin, read_log
+import daemon_forks
 from conftest import DaemonProc, base_env, wait_pending
 from scvd import protocol as p
 
@@ -38,8 +39,7 @@ def agent_daemon(make_daemon, tmp_path: Path) -> DaemonProc:
 
 
 def scvctl(d: DaemonProc, *args: str, cwd: Path | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=base_env(d.home), cwd=cwd,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    return daemon_forks.scvctl(list(args), base_env(d.home), cwd=cwd, timeout=timeout)
 
 
 def agent_log(d: DaemonProc) -> Path:

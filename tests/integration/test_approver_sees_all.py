@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from adapters_support import make_fake_bin
+import daemon_forks
 from conftest import DaemonProc, base_env, wait_pending
 from scvd import protocol as p
 from test_chat_cli import tmux  # noqa: F401 (a fixture)
@@ -31,8 +32,7 @@ LONG = f"{PAD}; {HIDDEN}"
 
 
 def scvctl(d: DaemonProc, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=base_env(d.home), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=60)
+    return daemon_forks.scvctl(list(args), base_env(d.home), timeout=60)
 
 
 def requested(watcher, call_id: str) -> p.ApprovalRequested:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import daemon_forks
 from chat_model import model  # noqa: F401 (a fixture)
 from chat_model import Calls, Hang, Status, Text
 from harness import make_wrapped  # noqa: F401 (a fixture)
@@ -35,8 +36,7 @@ def config(m) -> str:
 
 
 def scvctl(d, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=d.env, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return daemon_forks.scvctl(list(args), d.env, timeout=timeout)
 
 
 WRITE = Calls(("write", {"path": "out.txt", "content": "done\n", "mode": "create"}))

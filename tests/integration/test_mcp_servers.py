@@ -947,8 +947,7 @@ def test_a_schema_ref_elsewhere_is_never_fetched(make_daemon, workspace, tmp_pat
 def scvctl(d: DaemonProc, *args: str) -> str:
     from conftest import base_env
 
-    done = subprocess.run([sys.executable, "-m", "scvctl", *args], env=base_env(d.home), capture_output=True,
-                          text=True, timeout=30)
+    done = daemon_forks.scvctl(list(args), base_env(d.home), timeout=30)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

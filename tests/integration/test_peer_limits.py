@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
+import daemon_forks
 from conftest import ROOT, DaemonProc, reloaded, start_child_client, wait_pending
 from harness import RawConn, make_wrapped, wait_until  # noqa: F401 (a fixture)
 from scvd import errors, protocol as p
 
 
 def scvctl(d: DaemonProc, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=d.env, capture_output=True, text=True,
-                          timeout=30)
+    return daemon_forks.scvctl(list(args), d.env, timeout=30)
 
 
 def assert_status_works(d: DaemonProc) -> None:

@@ -16,6 +16,7 @@ import pytest
 from harness import wait_until
 from scvd import protocol as p
 
+import daemon_forks
 from conftest import DaemonProc
 from test_script_tool_folder import link_tool, rewrite_is_asked_as_the_tools
 from test_script_tools import NO_KEYRING, WORDS, approve, make_tool
@@ -32,8 +33,7 @@ def xdg_daemon(make_daemon, tmp_path: Path) -> tuple[DaemonProc, Path, Path]:
 
 
 def scvctl(d: DaemonProc, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=d.env, capture_output=True, text=True,
-                          timeout=60)
+    return daemon_forks.scvctl(list(args), d.env, timeout=60)
 
 
 def test_a_tool_in_the_config_dir_as_seed_003_puts_it_loads_and_runs(make_daemon, tmp_path, workspace):

@@ -26,6 +26,7 @@ from harness import pid_gone, wait_until
 from scvd import protocol as p
 from scvd.secrets import SecretStore
 
+import daemon_forks
 from conftest import ROOT, base_env, wait_pending
 from helpers import lockable_keyring
 from helpers.probe_tools import wait_event
@@ -549,8 +550,7 @@ def test_a_tool_folder_linked_in_from_elsewhere_finds_its_files_through_scv_tool
 
 
 def scvctl(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scvctl", *args], env=base_env(home),
-                          capture_output=True, text=True, timeout=60)
+    return daemon_forks.scvctl(list(args), base_env(home), timeout=60)
 
 
 @pytest.mark.one_loop

@@ -19,6 +19,7 @@ import pytest
 from scvctl.client import AGAIN
 from scvd import errors, protocol as p
 
+import daemon_forks
 from conftest import DaemonProc, base_env, dying_with_pytest, wait_for_socket, wait_pending
 from harness import HarnessTool, NoArgs
 from scvd.tools.contract import CallContext, Plan
@@ -29,10 +30,7 @@ pytestmark = pytest.mark.one_loop
 
 def scvctl(daemon_or_home, *args: str, input: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
     home = daemon_or_home.home if isinstance(daemon_or_home, DaemonProc) else daemon_or_home
-    return subprocess.run(
-        [sys.executable, "-m", "scvctl", *args], env=base_env(home), input=input,
-        capture_output=True, text=True, timeout=timeout,
-    )
+    return daemon_forks.scvctl(list(args), base_env(home), input=input, timeout=timeout)
 
 
 def popen_scvctl(daemon: DaemonProc, *args: str, **kw) -> subprocess.Popen:
