@@ -221,7 +221,12 @@ def run(module: str, args: list[str], env: dict[str, str], *, input: str | None 
                 open_fds.discard(fd)
     for fd in got:
         os.close(fd)
-    code = proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    try:  # its output ended; it may not have
+        code = proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:  # as subprocess.run: killed, then raised
+        proc.kill()
+        proc.wait()
+        raise
     encoding = locale.getpreferredencoding(False)
 
     def text(data: bytes) -> str:  # as text=True reads a pipe: universal newlines
