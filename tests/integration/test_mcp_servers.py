@@ -1099,10 +1099,10 @@ def http_table(url: str) -> str:
 
 
 def store_secret(d: DaemonProc, key: str, value: str) -> None:
-    from scvd.paths import resolve
-    from scvd.secrets import SecretStore
+    """`value` stored as `key` in the secrets.toml of a daemon running already."""
+    from conftest import stored
 
-    SecretStore(resolve({"SCV_HOME": str(d.home)}).secrets_file, env={}).set(key, value)
+    stored(d.home, {key: value})
 
 
 NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
