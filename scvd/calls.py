@@ -68,6 +68,8 @@ Rules of a call's life:
   gate (`asking`), as a new call would be; those it now runs are approved with it.
 - Events (`call.started`, `call.progress`, `call.completed`) go to the session's
   owner through the hub and carry the call's `turn`, when it has one.
+- Books after answers: while the server holds them (`hold_books`, a batch of frames whose
+  answers leave in one write), a completion's audit record and the status wait for that write.
 """
 
 from __future__ import annotations
@@ -230,6 +232,10 @@ class CallRegistry:
         self.asking: dict[str, tuple[Call, Tool, Plan]] = {}  # by approval id: the calls waiting at the gate
         self.stopping = False
         self.due: list[Call] = []  # submitted with `defer`: started by the caller's start_due()
+        # while held (hold_books): the audit records of calls that run now, and whether the calls
+        # changed, kept for books_after_answers(); None: done at once
+        self._books: list[Record] | None = None
+        self._changed = False
         self.unwoken: collections.deque[Call] = collections.deque()  # cancelled, tasks not yet: cancel_sessions()
         self.max_per_session = 256  # server.max_calls_per_session: the calls one session holds at once
         self.max_per_connection = 1024  # server.max_calls_per_connection: ... one owner, across its sessions
@@ -294,7 +300,10 @@ class CallRegistry:
             asyncio.get_running_loop().call_soon(self._begin, call)
         else:
             call.task = asyncio.get_running_loop().create_task(self._life(call))
-        self.hub.calls_changed()
+        if self._books is None:
+            self.hub.calls_changed()
+        else:
+            self._changed = True
         background = bool(tool is not None and tool.flags.background)
         return _new_tuple(CallHandle, (call_id, background, call))
 
@@ -312,6 +321,25 @@ class CallRegistry:
             else:
                 self._begin(call)
         return tasked
+
+    def hold_books(self) -> None:
+        """Until books_after_answers(): a call the policy runs keeps its proposal's audit record for then,
+        and its completion's, and the status; its `call.completed` goes out at once. The server holds
+        them while it handles a batch of frames whose answers it writes together at the batch's end: the
+        client is woken first, and reads on another CPU while scvd keeps its books. A call that asks is
+        audited at once (the gate's records come after its proposal), and a denial too (written before
+        its answer, as the audit log promises)."""
+        self._books = []
+
+    def books_after_answers(self) -> None:
+        """What hold_books() kept back: the records, in order, and the status once."""
+        books, self._books = self._books, None
+        changed, self._changed = self._changed, False
+        if books:
+            for record in books:
+                self._record(record)
+        if changed:
+            self.hub.calls_changed()
 
     def _new_id(self) -> str:
         """A generated call id not in the table (a client may have chosen the next one)."""
@@ -587,9 +615,14 @@ class CallRegistry:
         """The policy's verdict on a planned call and the always_ask reason (`found`: _verdict()'s,
         worked out just before); audited as its proposal."""
         verdict, always = found or self._verdict(call, tool, plan)
-        self._record(Proposal(tool=call.tool_name, session=call.session.id, call_id=call.call_id,
-                              risk=plan.risk._value_, policy=call.session.config.approvals.policy,
-                              decision=verdict._value_))
+        record = Proposal(tool=call.tool_name, session=call.session.id, call_id=call.call_id,
+                          risk=plan.risk._value_, policy=call.session.config.approvals.policy,
+                          decision=verdict._value_)
+        books = self._books
+        if books is not None and verdict is _RUN:  # held too: nothing else is said of it before they are kept
+            books.append(record)
+        else:  # one that asks (the gate's records follow it) or is denied (written before its answer)
+            self._record(record)
         return verdict, always
 
     def _verdict(self, call: Call, tool: Tool, plan: Plan) -> tuple[Verdict, str | None]:
@@ -776,9 +809,15 @@ class CallRegistry:
         owner.call_bytes -= call.cost  # given back (see submit)
         self.budget.held -= call.cost
         error = outcome.error
-        self._record(Completion(tool=call.tool_name, session=session.id, call_id=call.call_id,
-                                outcome="ok" if outcome.ok else "error", error_kind=error.kind if error else None,
-                                duration_s=round(time.monotonic() - call.submitted, 3)))
+        error_kind = error.kind if error else None
+        record = Completion(tool=call.tool_name, session=session.id, call_id=call.call_id,
+                            outcome="ok" if outcome.ok else "error", error_kind=error_kind,
+                            duration_s=round(time.monotonic() - call.submitted, 3))
+        books = self._books
+        if books is None or error_kind == errors.Denied.kind:
+            self._record(record)
+        else:
+            books.append(record)
         try:
             self.hub.send_event(owner, CallCompleted(
                 seq=0, call_id=call.call_id, ok=outcome.ok, result=outcome.result, error=error, turn=call.turn))
@@ -786,7 +825,10 @@ class CallRegistry:
             call.ended = outcome
             if call.outcome is not None and not call.outcome.done():
                 call.outcome.set_result(outcome)
-            self.hub.calls_changed()
+            if books is None:
+                self.hub.calls_changed()
+            else:
+                self._changed = True
 
     def write_audit(self, event: str, **fields: object) -> None:
         """Append one audit line; a failed write is logged, never raised (a full disk must not stop calls)."""

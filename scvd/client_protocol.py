@@ -6,7 +6,8 @@ Rules:
 - A handler that answers without waiting answers at once, in the same loop turn: no reader
   task, no wake-up of one. The answers to the frames of one read go out in one write at its
   end (`Connection.holding`), after the calls they submitted took their first step
-  (`frames_handled`): a fast call's `call.accepted` and `call.completed` leave together.
+  (`frames_handled`): a fast call's `call.accepted` and `call.completed` leave together,
+  before the audit record of its completion is kept (`hold_books`).
 - A handler that waits (an awaitable) runs as a task, and the frames after it, and further
   reading, wait until it is done: answers keep their frames' order.
 - Backpressure: reading pauses while the peer does not read its answers (`pause_writing`)
@@ -56,6 +57,13 @@ class Server(Protocol):
         """A batch of frames was handled: what they started takes its first step now; True when
         something goes on next turn (a call's task), whose answer should go out with theirs."""
 
+    def hold_books(self) -> None:
+        """The answers of the frames about to be handled leave in one write: what the daemon does
+        after an answer (a call's audit record of its completion, the status) waits for it."""
+
+    def answers_written(self) -> None:
+        """The batch's answers were written (or queued for the end of the turn): what hold_books() kept."""
+
     def connection_done(self, conn: Connection, lost: bool) -> None:
         """The peer is gone (`lost`) or ended its stream: drop the connection and its sessions.
         After an end of stream the connection closes once the calls it cancelled have sent their
@@ -97,11 +105,16 @@ class ClientProtocol(asyncio.Protocol):
         lines = conn.frames.feed(data)
         if self._idle():
             conn.holding = True  # their answers go out together below, not a turn later
+            server = self.server
+            server.hold_books()  # and the calls' books after them: the client is woken first
             try:
                 self._handle(lines)  # the common case: no deque in between
             finally:
                 conn.holding = False
-                conn.flush(soon=self._later)
+                try:
+                    conn.flush(soon=self._later)
+                finally:
+                    server.answers_written()
         else:
             self._lines.extend(lines)
 

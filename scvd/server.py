@@ -596,6 +596,14 @@ class Daemon:
         True when one of them goes on in a task, next turn (hold the answers for it)."""
         return self.calls.start_due() if self.calls.due else False
 
+    def hold_books(self) -> None:
+        """The answers of the frames about to be handled leave in one write: what calls leave for after
+        their answer (CallRegistry.hold_books) waits for answers_written()."""
+        self.calls.hold_books()
+
+    def answers_written(self) -> None:
+        self.calls.books_after_answers()
+
     def frame_too_large(self, conn: Connection, request_id: Any) -> None:
         limit = conn.frames.limit
         self._send_error(conn, errors.FrameTooLarge(

@@ -710,6 +710,64 @@ def test_calls_of_a_tool_that_finishes_at_once_cancelled_before_their_first_step
     run(main())
 
 
+def test_books_held_for_a_batch_come_after_its_answers_in_order_and_the_status_once():
+    """While the server holds the books (a batch of frames whose answers leave in one write), a fast
+    call's `call.completed` is sent at once and its audit records wait for the write; then they come
+    in the order they were made, and the status is updated once for the whole batch."""
+    async def main() -> None:
+        hub, calls, session = make_now()
+        calls.hold_books()
+        first = calls.submit(session, "now", {"text": "a"}, requester=ME, defer=True)
+        second = calls.submit(session, "now", {"text": "b"}, requester=ME, defer=True)
+        assert calls.start_due() is False
+        assert kinds(hub, first.call_id) == kinds(hub, second.call_id) == ["call.completed"]
+        assert hub.audit.lines == [] and hub.changes == 0 and len(calls) == 0
+        calls.books_after_answers()
+        assert [(line["event"], line["call_id"]) for line in hub.audit.lines] == [
+            ("proposal", first.call_id), ("completion", first.call_id),
+            ("proposal", second.call_id), ("completion", second.call_id)]
+        assert hub.changes == 1
+        assert_once_each(hub, [first.call_id, second.call_id])
+        later = calls.submit(session, "now", {"text": "c"}, requester=ME)  # not held: at once, as before
+        await later.outcome
+        assert [line["event"] for line in audit(hub, later.call_id)] == ["proposal", "completion"]
+        assert hub.changes == 3
+
+    run(main())
+
+
+def test_a_denial_is_audited_before_its_answer_even_while_books_are_held():
+    """The audit log writes a denial at once, before the client hears of it: holding the books for
+    a batch must not put a denied call's completion after its `call.completed`."""
+    async def main() -> None:
+        hub, calls, session = make_now(policy="never")
+        calls.hold_books()
+        denied = calls.submit(session, "now", {"text": "ask"}, requester=ME, defer=True)
+        calls.start_due()
+        assert (await denied.outcome).error.kind == "denied"  # still held: books_after_answers() not yet
+        assert [line["event"] for line in audit(hub, denied.call_id)] == ["proposal", "completion"]
+        calls.books_after_answers()
+        assert_once_each(hub, [denied.call_id])
+
+    run(main())
+
+
+def test_a_call_that_asks_is_audited_before_its_approval_request_even_while_books_are_held():
+    async def main() -> None:
+        hub, calls, session = make()
+        calls.hold_books()
+        asks = calls.submit(session, "touch", {"text": "x"}, requester=ME, defer=True)
+        calls.start_due()
+        await until(lambda: hub.requests)
+        assert [(line["event"], line["decision"]) for line in audit(hub, asks.call_id)] == [("proposal", "ask")]
+        calls.books_after_answers()
+        calls.cancel(asks.call_id, "test over")
+        await asks.outcome
+        assert_once_each(hub, [asks.call_id])
+
+    run(main())
+
+
 def test_a_tool_that_fails_at_once_or_a_denial_by_policy_completes_once_and_frees_its_plan():
     async def main() -> None:
         hub, calls, session = make_now(policy="never")
