@@ -37,7 +37,12 @@ from .paths import Paths, lookup_dirs, runtime_base, within
 from .tools.containment import open_raw
 
 PROBE_TIMEOUT = 10.0
-PROBE_COMMAND = ["/bin/true"]
+# what the probe runs: its own pid (1 or 2 in the new pid namespace: bwrap's init is 1) and that
+# namespace, printed, so that a program that exits 0 without running it (a wrong sandbox.bwrap) or a
+# wrapper that runs it outside bwrap's namespaces is not taken for a working sandbox
+PROBE_MARK = "scvd-probe"
+PROBE_COMMAND = ["/bin/sh", "-c", f'echo "{PROBE_MARK} $$ $(readlink /proc/self/ns/pid 2>/dev/null)"']
+PROBE_SHOWN = "the probe (/bin/sh printing its pid)"
 INSTALL_HINT = "install bubblewrap (apt install bubblewrap)"
 
 # What bwrap prints when the kernel or an LSM refuses the user namespace. The first
@@ -426,7 +431,7 @@ class ProbeResult:
     """What the start-up probe found. `verdict` is one line that says what to do."""
 
     mode: str  # sandbox.mode: off | auto | bwrap
-    ok: bool  # bwrap ran /bin/true under the real argv
+    ok: bool  # bwrap ran PROBE_COMMAND under the real argv, in a pid namespace of its own
     verdict: str
     proc: bool = True  # False: /proc could not be mounted, an empty tmpfs is used
     bwrap: str | None = None  # the resolved bwrap path
@@ -485,7 +490,7 @@ def masked_files(paths: Paths, listening_on: str | None = None, config_file: str
 
 def probe(sandbox_config: Any, paths: Paths, env: Mapping[str, str] | None = None,
           listening_on: str | None = None, config_file: str | None = None) -> ProbeResult:
-    """Run /bin/true under the real argv once and classify what went wrong. Blocking.
+    """Run PROBE_COMMAND under the real argv once and classify what went wrong. Blocking.
     The argv is Sandbox.wrap()'s for an unasked call in an empty workspace (`listening_on` and
     `config_file` as Sandbox's)."""
     env = dict(os.environ if env is None else env)
@@ -544,12 +549,18 @@ def _works(bwrap: str, network: bool, *, proc: bool) -> str:
     return f"bwrap works at {bwrap} (user, pid, ipc and uts namespaces, {proc_text}, {net})"
 
 
+class _Verdict(str):
+    """A probe failure that is a whole verdict already (not bwrap's line to be explained)."""
+
+
 def _explain(error: str, bwrap: str) -> str:
+    if isinstance(error, _Verdict):
+        return error
     if any(marker in error for marker in _USERNS_MARKERS):
         return f"user namespaces refused ({error}): {USERNS_FIX}"
     if _PROC_MARKER in error:
         return f"/proc cannot be mounted ({error})"
-    return f"{bwrap} cannot run /bin/true ({error}): run it by hand to see why, or set sandbox.mode = off"
+    return f"{bwrap} cannot run {PROBE_SHOWN} ({error}): run it by hand to see why, or set sandbox.mode = off"
 
 
 def locate(name: str, env: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -587,7 +598,7 @@ def _run_probe(argv: list[str], env: Mapping[str, str]) -> str | None:
             argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=PROBE_TIMEOUT, pass_fds=fds,
         )
     except subprocess.TimeoutExpired:
-        return f"bwrap did not finish /bin/true within {PROBE_TIMEOUT:g} s"
+        return f"bwrap did not finish {PROBE_SHOWN} within {PROBE_TIMEOUT:g} s"
     except OSError as exc:
         return f"cannot execute {argv[0]}: {exc.strerror or exc}"
     finally:
@@ -598,8 +609,28 @@ def _run_probe(argv: list[str], env: Mapping[str, str]) -> str | None:
 
         reap_orphans()
     if done.returncode == 0:
-        return None
+        return _isolated(argv[0], done.stdout)
     return first_line(done.stderr.decode("utf-8", "replace")) or f"exit status {done.returncode}"
+
+
+def _isolated(bwrap: str, out: bytes) -> str | None:
+    """None when the probe's output shows it ran in a pid namespace of its own, else the verdict."""
+    words = out.decode("utf-8", "replace").split("\n", 1)[0].split()
+    fix = "fix sandbox.bwrap, or set sandbox.mode = off"
+    if not words or words[0] != PROBE_MARK or len(words) < 2:
+        return _Verdict(f"{bwrap} exited 0 without running {PROBE_SHOWN} (it printed "
+                        f"{first_line(out.decode('utf-8', 'replace')) or 'nothing'}): sandbox.bwrap must name "
+                        f"bubblewrap itself: {fix}")
+    try:
+        ours = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ours = None
+    # bwrap's init is pid 1 and the command 2 (1 with --as-pid-1); the namespace is unreadable only
+    # where /proc is an empty tmpfs (the fallback)
+    if words[1] not in ("1", "2") or len(words) > 2 and words[2] == ours:
+        return _Verdict(f"{bwrap} ran {PROBE_SHOWN} outside a pid namespace of its own (pid {words[1]}): "
+                        f"sandbox.bwrap must name bubblewrap, not a wrapper that runs commands outside it: {fix}")
+    return None
 
 
 def first_line(text: str, limit: int = 240) -> str:

@@ -18,7 +18,7 @@ from scvd import paths as paths_mod
 from scvd.config import SandboxConfig
 from scvd.errors import Failed, Unavailable
 from scvd.paths import runtime_base, within
-from scvd.sandbox import (ProbeResult, Sandbox, _existing, bound_path, build_argv, close_all, describe, hidden_paths,
+from scvd.sandbox import (PROBE_COMMAND, ProbeResult, Sandbox, _existing, bound_path, build_argv, close_all, describe, hidden_paths,
                           open_binds, probe)
 
 REAL_BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
@@ -53,6 +53,10 @@ def fake_bwrap(dir: Path, body: str, name: str = "bwrap") -> Path:
     path.write_text("#!/bin/bash\n" + body + "\n")
     path.chmod(0o755)
     return path
+
+
+# what a fake bwrap prints to pass the probe: the probe command's line as bwrap's pid namespace gives it
+SANDBOXED = 'echo "scvd-probe 2 pid:[4026530000]"\nexit 0'
 
 
 def failing(dir: Path, message: str) -> Path:
@@ -96,7 +100,7 @@ def test_a_configured_path_under_home_is_found_there(instance, tmp_path, monkeyp
     p, env = instance
     monkeypatch.setenv("HOME", str(tmp_path))  # config allows ~/...: it means scvd's HOME, not a dir named ~
     (tmp_path / "bin").mkdir()
-    fake_bwrap(tmp_path / "bin", "exit 0")
+    fake_bwrap(tmp_path / "bin", SANDBOXED)
     r = probe(SandboxConfig(mode="bwrap", bwrap="~/bin/bwrap"), p, env)
     assert r.bwrap == str(tmp_path / "bin" / "bwrap")
 
@@ -115,14 +119,14 @@ def test_user_namespace_refusals_name_the_sysctls(instance, tmp_path, message):
         assert fix in v
 
 
-def test_the_probe_runs_true_under_the_real_argv(instance, tmp_path):
+def test_the_probe_runs_its_command_under_the_real_argv(instance, tmp_path):
     p, env = instance
     log = tmp_path / "argv.log"
-    fake = fake_bwrap(tmp_path, f'printf "%s\\n" "$@" > {_sh(str(log))}\nexit 0')
+    fake = fake_bwrap(tmp_path, f'printf "%s\\n" "$@" > {_sh(str(log))}\n{SANDBOXED}')
     r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
     assert r.ok and r.proc
     seen = log.read_text().splitlines()
-    assert seen[-2:] == ["--", "/bin/true"]
+    assert seen[-4:] == ["--", *PROBE_COMMAND]
     assert seen[:8] == ["--new-session", "--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-ipc",
                         "--unshare-uts", "--unshare-cgroup-try", "--unshare-net"]
     ws = seen[seen.index("--chdir") + 1]
@@ -147,7 +151,7 @@ def test_the_probe_runs_the_argv_of_an_offline_call(instance, tmp_path):
     call = Sandbox(ProbeResult("bwrap", True, "", True, str(fake)), p, env, listening_on=str(socket))
     ws = Path(seen[seen.index("--chdir") + 1])
     ws.mkdir()  # the probe's, removed since: its bind is by fd, of a directory there
-    wrapped, fds = open_binds(call.wrap(["/bin/true"], workspace=ws, network=False, git=[]))
+    wrapped, fds = open_binds(call.wrap(PROBE_COMMAND, workspace=ws, network=False, git=[]))
     close_all(fds)
     assert any_fd([str(fake), *seen]) == any_fd(wrapped)
 
@@ -161,7 +165,7 @@ def test_a_bwrap_without_bind_fd_passes_the_probe_and_binds_by_path(instance, tm
     """bubblewrap before 0.10 (unless its distribution backported it) has no --bind-fd."""
     p, env = instance
     fake = fake_bwrap(tmp_path, 'for a in "$@"; do [ "$a" = --bind-fd ] && '
-                      '{ echo "bwrap: Unknown option --bind-fd" >&2; exit 1; }; done; exit 0')
+                      '{ echo "bwrap: Unknown option --bind-fd" >&2; exit 1; }; done\n' + SANDBOXED)
     r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
     assert r.ok and not r.fd_binds, r
     ws = tmp_path / "ws"
@@ -169,7 +173,7 @@ def test_a_bwrap_without_bind_fd_passes_the_probe_and_binds_by_path(instance, tm
     argv, fds = open_binds(Sandbox(r, p, env).wrap(["/bin/true"], workspace=ws, network=False))
     assert fds == [] and ["--bind", str(ws), str(ws)] == argv[argv.index("--bind"):argv.index("--bind") + 3]
     (tmp_path / "new").mkdir()
-    assert probe(SandboxConfig(mode="bwrap", bwrap=str(fake_bwrap(tmp_path / "new", "exit 0"))), p, env).fd_binds
+    assert probe(SandboxConfig(mode="bwrap", bwrap=str(fake_bwrap(tmp_path / "new", SANDBOXED))), p, env).fd_binds
 
 
 @pytest.fixture
@@ -276,6 +280,44 @@ def test_other_failures_quote_bwrap_and_say_what_to_try(instance, tmp_path):
     assert "run it by hand" in r.verdict
 
 
+def test_a_program_that_exits_0_without_running_the_probe_is_no_sandbox(instance, tmp_path):
+    """A wrong sandbox.bwrap (/bin/true, a wrapper that does nothing) made every sandboxed call
+    "succeed" with no output, unasked under sandbox-aware, the sandbox said to be active."""
+    p, env = instance
+    for body in ("exit 0", "echo hello\nexit 0"):
+        fake = fake_bwrap(tmp_path, body)
+        r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
+        assert not r.ok
+        v = one_line(r.verdict)
+        assert v.startswith(f"{fake} exited 0 without running the probe (/bin/sh printing its pid) (it printed ")
+        assert "sandbox.bwrap must name bubblewrap itself: fix sandbox.bwrap, or set sandbox.mode = off" in v
+        assert "nothing" in v if body == "exit 0" else "hello" in v
+        with pytest.raises(Unavailable) as info:
+            Sandbox(r, p, env).check()
+        assert "exited 0 without running the probe" in info.value.message
+    r = probe(SandboxConfig(mode="auto", bwrap="/bin/true"), p, env)
+    assert not r.ok and one_line(describe(r)).startswith("unsandboxed (sandbox.mode = auto): /bin/true exited 0")
+
+
+def test_a_wrapper_that_runs_commands_outside_the_sandbox_is_no_sandbox(instance, tmp_path):
+    p, env = instance
+    fake = fake_bwrap(tmp_path, 'while [ "$1" != -- ]; do shift; done; shift; exec "$@"')
+    r = probe(SandboxConfig(mode="auto", bwrap=str(fake)), p, env)
+    assert not r.ok
+    v = one_line(r.verdict)
+    assert v.startswith(f"{fake} ran the probe (/bin/sh printing its pid) outside a pid namespace of its own (pid ")
+    assert v.endswith("sandbox.bwrap must name bubblewrap, not a wrapper that runs commands outside it: "
+                      "fix sandbox.bwrap, or set sandbox.mode = off")
+
+
+@pytest.mark.bwrap
+def test_a_wrapper_that_runs_bwrap_itself_passes(instance, tmp_path):
+    p, env = instance
+    fake = fake_bwrap(tmp_path, f'exec {REAL_BWRAP} "$@"')
+    r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
+    assert r.ok and r.proc, r.verdict
+
+
 def test_a_bwrap_that_cannot_execute_is_reported(instance, tmp_path):
     p, env = instance
     bad = tmp_path / "bwrap"
@@ -337,7 +379,7 @@ def test_auto_sandbox_that_failed_runs_unsandboxed(instance, tmp_path):
 
 def test_active_sandbox_wraps_with_real_paths(instance, tmp_path):
     p, env = instance
-    fake = fake_bwrap(tmp_path, "exit 0")
+    fake = fake_bwrap(tmp_path, SANDBOXED)
     r = probe(SandboxConfig(mode="bwrap", bwrap=str(fake)), p, env)
     sb = Sandbox(r, p, env)
     real = tmp_path / "real"
