@@ -3,7 +3,8 @@
 Both use only the public client library and the chat frames: whatever they do,
 a bridge can do. `chat` streams the answer, asks approvals, store_secret's
 values (masked) and the model's questions inline, and turns Ctrl-C into `turn.cancel`; with its input
-piped in it exits 1 when a turn failed. `exec` prints the answer
+piped in it exits 1 when a turn failed. A line that is one `/word` alone is a command of `chat`'s own
+(COMMANDS), an unknown one refused here: it never becomes a turn the person pays for. `exec` prints the answer
 on stdout and exits 1 when the turn fails; `--yes` makes it approve its own turn's calls (the person who
 ran it is the approver). A turn scvd's stop cut off did not fail: both exit 3, saying to run it again.
 """
@@ -11,6 +12,7 @@ ran it is the approver). A turn scvd's stop cut off did not fail: both exit 3, s
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any, Callable
 
@@ -27,6 +29,13 @@ from .watch import ask_request, decide, on_secret
 END = (p.TurnCompleted, p.TurnCancelled, p.TurnFailed)
 HEADLESS_ANSWER = "(no answer: scvctl exec runs without a person at the terminal; go on without one)"
 DECLINED_ANSWER = "(no answer: the person declined to answer (Ctrl-D); go on without one)"
+
+# `chat`'s own commands, each a line alone; parser.py's help for `chat` names them (tests hold it to this)
+COMMANDS = {"/help": "this list", "/clear": "forget the conversation's history (what you approved for the "
+            "session stays approved)", "/exit": "leave (so does Ctrl-D)", "/quit": "leave, as /exit does"}
+# a command is a slash and one word, alone on its line: `/etc/hosts`, `/tmp what is in it?` are prompts
+SLASH_WORD = re.compile(r"/[A-Za-z][A-Za-z0-9_-]*")
+LINE_RULE = "a line that is one /word alone is a command; any other line goes to the model (/etc/hosts too)"
 
 
 def _open(c: Any, args: argparse.Namespace, **fields: Any) -> p.ChatOpened:
@@ -175,8 +184,9 @@ def _print_end(end: Any) -> None:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    """Exit 0 at the input's end or /exit; with its input piped in, 1 when a turn failed there (a
-    script reads success from it, as from exec), while a person at a terminal goes on as before."""
+    """Exit 0 at the input's end or /exit; with its input piped in, 1 when a turn failed there, or a
+    line was an unknown command (a script reads success from it, as from exec), while a person at a
+    terminal goes on as before."""
     scripted = not sys.stdin.isatty()
     failed = False
     with connect(args, approver=True, timeout=None) as c:
@@ -184,19 +194,43 @@ def cmd_chat(args: argparse.Namespace) -> int:
         chat = _open(c, args, **fields)
         verb = "resumed" if chat.resumed else "started"
         print(f"{verb} conversation {chat.conversation} with {chat.provider} in {chat.workspace}\n"
-              f"(resume it with --conversation {chat.conversation}; /clear forgets, /exit leaves, "
-              "Ctrl-C stops a turn)", flush=True)
+              f"(resume it with --conversation {chat.conversation}; /help lists the commands, /clear forgets, "
+              "/exit leaves, Ctrl-C stops a turn)", flush=True)
         if chat.notice:
             print(f"warning: {printable(chat.notice)}", flush=True)
         while True:
             text = _prompt()
-            if text is None or text.strip() == "/exit":
+            word = None if text is None else command(text)
+            if text is None or word in ("/exit", "/quit"):
                 return EXIT_ERROR if scripted and failed else EXIT_OK
-            if text.strip() == "/clear":
-                c.request(p.ChatClear, session=chat.session)
-                print("(history cleared)", flush=True)
+            if word is not None:
+                failed = not _run_command(c, chat.session, word) or failed
             elif text.strip():
                 failed = not _chat_turn(c, chat.session, chat.conversation, text) or failed
+
+
+def command(text: str) -> str | None:
+    """The command a line is (a `/word` alone on it, spaces around it aside), or None: a prompt."""
+    line = text.strip()
+    return line if SLASH_WORD.fullmatch(line) else None
+
+
+def _run_command(c: Any, session: str, word: str) -> bool:
+    """Run one of `chat`'s commands but a leaving one; False for an unknown `/word`, which is refused
+    here, never sent to the model as a prompt."""
+    if word == "/clear":
+        c.request(p.ChatClear, session=session)
+        print("(history cleared)", flush=True)
+    elif word == "/help":
+        print("commands, each on a line alone:", flush=True)
+        for name, what in COMMANDS.items():
+            print(f"  {name:<7}{what}", flush=True)
+        print(f"{LINE_RULE}; Ctrl-C stops a running turn", flush=True)
+    else:
+        print(f"unknown command {word}: nothing was sent to the model; the commands are "
+              f"{', '.join(COMMANDS)} ({LINE_RULE})", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def _prompt() -> str | None:

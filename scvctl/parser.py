@@ -18,6 +18,11 @@ from typing import Any
 from scvd import __version__
 from scvd.adapters.names import AGENTS
 
+# scvctl.chat's COMMANDS and LINE_RULE, as `scvctl chat --help` tells them
+CHAT_DESCRIPTION = ("Chat with the model in this terminal; its tool calls run here, asking you what needs "
+                    "approval. Commands, each on a line alone: /help lists them, /clear forgets the history, "
+                    "/exit or /quit (or Ctrl-D) leaves; Ctrl-C stops a running turn. A line that is one /word "
+                    "alone is a command; any other line goes to the model (/etc/hosts too).")
 # scvd.protocol's: the host's tool name budget (64 less Claude Code's `mcp__scvd__`), and its floor
 HOST_TOOL_NAME, MIN_HOST_TOOL_NAME = 53, 16
 
@@ -216,7 +221,8 @@ def _tool_name_budget(text: str) -> int:
 
 
 def _add_chat(sub: Any, common: argparse.ArgumentParser) -> None:
-    cmd = sub.add_parser("chat", parents=[shared_options(json=False)], help="chat with the model in this terminal; tools run here")
+    cmd = sub.add_parser("chat", parents=[shared_options(json=False)], help="chat with the model in this terminal; tools run here",
+                         description=CHAT_DESCRIPTION)
     cmd.add_argument("--workspace", type=Path, default=Path("."), help="the workspace (default: here)")
     cmd.add_argument("--conversation", help="resume a conversation by its id")
     cmd.add_argument("--provider", help="a [providers.NAME] or codex (default: chat.provider)")

@@ -33,3 +33,10 @@ def test_every_command_s_handler_names_a_function_of_its_module() -> None:
     assert len(found) >= 20
     for h in found:
         assert callable(getattr(importlib.import_module(f"scvctl.{h.module}"), h.name, None)), (h.module, h.name)
+
+
+def test_chat_s_help_names_its_commands_and_its_rule_for_a_line() -> None:
+    from scvctl import chat
+
+    assert all(name in parser.CHAT_DESCRIPTION for name in chat.COMMANDS)
+    assert chat.LINE_RULE.capitalize() in parser.CHAT_DESCRIPTION

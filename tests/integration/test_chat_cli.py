@@ -197,6 +197,43 @@ def test_chat_with_its_input_piped_in_exits_1_when_a_turn_failed(chat_daemon, mo
     assert (out.returncode, out.stdout.endswith("model> fine\nyou> \n")) == (0, True), out
 
 
+def test_chat_help_and_quit_are_its_own_commands_not_prompts_the_model_is_paid_for(chat_daemon, model, workspace):
+    """`/help` and `/quit` (pi's way out, which docs/operations.md teaches) went to the model as user
+    turns: only /clear and /exit were chat's. /help lists the commands; /quit leaves as /exit does."""
+    m = model(Text("a paid answer"))
+    out = subprocess.run([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)],
+                         env=chat_daemon(m).env, input="/help\n  /quit \nnever read\n", capture_output=True,
+                         text=True, timeout=60)
+    assert (out.returncode, out.stderr) == (0, "")
+    assert "/help lists the commands, /clear forgets, /exit leaves, Ctrl-C stops a turn)" in out.stdout
+    assert out.stdout.split("Ctrl-C stops a turn)\n", 1)[1] == (
+        "you> /help\ncommands, each on a line alone:\n"
+        "  /help  this list\n"
+        "  /clear forget the conversation's history (what you approved for the session stays approved)\n"
+        "  /exit  leave (so does Ctrl-D)\n"
+        "  /quit  leave, as /exit does\n"
+        "a line that is one /word alone is a command; any other line goes to the model (/etc/hosts too); "
+        "Ctrl-C stops a running turn\n"
+        "you>   /quit \n")
+    assert m.requests == []
+
+
+def test_chat_refuses_an_unknown_slash_word_but_sends_a_line_starting_with_a_path(chat_daemon, model, workspace):
+    """`/hlep` became a turn; a prompt that starts with a path is still one. Piped in, the refused
+    line makes the exit 1, as a turn that failed does (the script's line did not run)."""
+    m = model(Text("the hosts file"), Text("a directory"))
+    out = subprocess.run([sys.executable, "-m", "scvctl", "chat", "--workspace", str(workspace)],
+                         env=chat_daemon(m).env, input="/hlep\n/etc/hosts what is this?\n/tmp/x\n",
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out
+    assert out.stderr == ("unknown command /hlep: nothing was sent to the model; the commands are /help, /clear, "
+                          "/exit, /quit (a line that is one /word alone is a command; any other line goes to the "
+                          "model (/etc/hosts too))\n")
+    assert "you> /etc/hosts what is this?\nmodel> the hosts file\nyou> /tmp/x\nmodel> a directory\n" in out.stdout
+    said = [i["content"] for i in m.requests[-1]["input"] if i.get("role") == "user"]
+    assert said == ["/etc/hosts what is this?", "/tmp/x"]
+
+
 def test_exec_exits_1_on_turn_failed(chat_daemon, model, workspace):
     m = model(Status(401, "bad key"))
     out = scvctl(chat_daemon(m), "exec", "--workspace", str(workspace), "hi")
