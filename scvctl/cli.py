@@ -1,6 +1,7 @@
 """The `scvctl` command: status, sessions, approvals, one-off calls, chat and exec, agents and the service.
 
-Exit codes: 0 success; 1 scvd answered with an error, or the call failed;
+Exit codes: 0 success; 1 scvd answered with an error, or the call failed (or, for `tools --errors`,
+scvd's last reload did);
 2 bad usage; 3 scvd is not running (or accepts but does not answer, or stopped before
 it answered or the command was done: the message alone, it says to try again). Errors print as `kind: message`
 (a tool error's kind, else the code: errors.shown).

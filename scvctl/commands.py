@@ -101,9 +101,15 @@ def _listing(args: argparse.Namespace, items: list[Any], empty: str, row: Any) -
 def cmd_tools(args: argparse.Namespace) -> int:
     with connect(args) as c:
         answer = c.request(p.ToolsList, include_system=args.include_system or args.lint, lint=args.lint)
+        reload_error = c.status().reload_error  # a failed reload read no tool anew: no listing shows it
+    if reload_error:  # on stderr: --json stays the list
+        print(printable(_tools_after_failed_reload(reload_error)), file=sys.stderr, flush=True)
     if args.errors:
-        return _listing(args, answer.errors, "no tool failed to load",
-                        lambda e: printable(f"{e.name or '?'}: {e.source}: {e.message}"))
+        # not "no tool failed to load" when the tools just added were not even read
+        if answer.errors or args.json or not reload_error:
+            _listing(args, answer.errors, "no tool failed to load",
+                     lambda e: printable(f"{e.name or '?'}: {e.source}: {e.message}"))
+        return EXIT_ERROR if reload_error else EXIT_OK
     if args.json:
         emit_json(answer.tools)
         return EXIT_OK
@@ -121,6 +127,12 @@ def cmd_tools(args: argparse.Namespace) -> int:
     elif answer.errors:
         print(f"({len(answer.errors)} tool(s) failed to load: scvctl tools --errors)", file=sys.stderr)
     return EXIT_OK
+
+
+def _tools_after_failed_reload(why: str) -> str:
+    return (f"last reload failed: {why}\nthe tools listed are those of the configuration from before it: a "
+            "tool added or changed since is not loaded until a reload takes; fix that (`scvd check-config` "
+            "checks config.toml), then reload scvd (`systemctl --user reload scvd`, or SIGHUP to scvd)")
 
 
 def cmd_approvals_list(args: argparse.Namespace) -> int:

@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = sub.add_parser("tools", parents=[common], help="the tools and their schemas")
     cmd.add_argument("--include-system", action="store_true", help="also list system tools")
     cmd.add_argument("--errors", action="store_true",
-                     help="list the tools that could not be loaded (a bad tool.json, a failed MCP server)")
+                     help="list the tools that could not be loaded (a bad tool.json, a failed MCP server); "
+                          "exit 1 when scvd's last reload failed, which read no tool anew")
     cmd.add_argument("--lint", action="store_true",
                      help="print every tool's findings under the seed 003 design rules, and why each tool "
                           "that failed to load did")

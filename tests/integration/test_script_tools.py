@@ -572,6 +572,37 @@ def test_a_bad_tool_json_is_listed_by_scvctl_tools_errors(make_daemon, scv_home)
 
 
 @pytest.mark.one_loop
+def test_scvctl_tools_says_the_last_reload_failed_and_errors_exits_1(make_daemon, scv_home):
+    """examples/tools/README.md's `scvctl tools --errors  # nothing listed: it loaded`: after a reload
+    refused for a typo in config.toml, it said `no tool failed to load` (exit 0) while the tool just
+    copied in was never read; the failure was only in the log and `scvctl status`."""
+    d = make_daemon('[approvals]\npolicy = "always"\n', home=scv_home)
+    (scv_home / "config.toml").write_text("[approvals]\npolicy = always\n")  # a typo made meanwhile
+    make_tool(scv_home, "words", WORDS)
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "reload failed" in d.log(), what="the refused reload")
+    with d.client() as c:
+        why = c.status().reload_error
+    assert why.startswith(str(scv_home / "config.toml")), why
+    told = (f"last reload failed: {why}\nthe tools listed are those of the configuration from before it: a tool "
+            "added or changed since is not loaded until a reload takes; fix that (`scvd check-config` checks "
+            "config.toml), then reload scvd (`systemctl --user reload scvd`, or SIGHUP to scvd)\n")
+    out = scvctl(scv_home, "tools", "--errors")
+    assert (out.returncode, out.stdout, out.stderr) == (1, "", told)
+    as_json = scvctl(scv_home, "--json", "tools", "--errors")
+    assert (as_json.returncode, json.loads(as_json.stdout), as_json.stderr) == (1, [], told)
+    listing = scvctl(scv_home, "tools")
+    assert (listing.returncode, listing.stderr) == (0, told)
+    assert "read [read_only]" in listing.stdout and "script_words" not in listing.stdout
+    (scv_home / "config.toml").write_text('[approvals]\npolicy = "always"\n')  # what it says to do
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "configuration reloaded from" in d.log(), what="the reload after the fix")
+    out = scvctl(scv_home, "tools", "--errors")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "no tool failed to load\n", "")
+    assert "script_words [process]" in scvctl(scv_home, "tools").stdout
+
+
+@pytest.mark.one_loop
 def test_calling_a_tool_that_failed_to_load_says_why_and_where_they_are_listed(make_daemon, scv_home, workspace):
     bad = make_tool(scv_home, "broken", WORDS, timeout=-1)
     make_daemon(home=scv_home)
