@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from scvd import errors
+from scvd.stdio import closed_stdio_as_devnull
 
 from .parser import build_parser  # importing no command's module: each is imported as it runs
 
@@ -75,14 +76,6 @@ def reader_left(code: int) -> int:
     so the interpreter's last flush has nowhere to fail)."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return code
-
-
-def closed_stdio_as_devnull() -> None:
-    """A stream started closed (`<&-`, `>&-`) is None in sys, and the first prompt or JSON line was a
-    traceback: read it as /dev/null instead (end of input at a prompt, output dropped as print() drops it)."""
-    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
-        if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, mode))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import __version__, config as config_mod, errors, eventloop, instance, notify, paths as paths_mod
 from . import search_paths, tools
 from .redact import for_logs
+from .stdio import closed_stdio_as_devnull
 from .text import printable
 from .toml_write import toml_value
 
@@ -145,6 +146,9 @@ def parse_args(argv: list[str] | None = None) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before anything writes or detaches: a stream started closed was None, and check-config's flush
+    # or python-daemon's redirect of it a traceback (after the detach, unseen: exit 0, no daemon)
+    closed_stdio_as_devnull()
     args = parse_args(argv)
     # before any program is looked up or started: check-config then finds what the daemon finds
     dropped = search_paths.clean_environ()

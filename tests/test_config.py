@@ -803,6 +803,22 @@ def test_check_config_into_a_reader_that_left_exits_quietly(tmp_path):
     assert (done.returncode, done.stderr) == (0, "")
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_check_config_with_stdout_closed_exits_as_the_check_says_not_in_a_traceback(tmp_path, strict):
+    """`scvd check-config >&-` (a supervisor that closes it): sys.stdout was None, and the last flush
+    an AttributeError traceback, exit 1, whatever the check found."""
+    import os
+
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "config.toml").write_text('[mcp.servers.fs]\ncommand = "/nonexistent/srv"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCV")}
+    env.update(SCV_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
+    argv = " ".join([sys.executable, "-m", "scvd", "check-config", *(["--strict"] if strict else [])])
+    done = subprocess.run(["bash", "-c", f"exec {argv} >&-"], env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (
+        (2, "scvd: check-config --strict: 1 warning(s), the `# warning:` lines\n") if strict else (0, ""))
+
+
 def test_paths_in_config_are_absolute_or_under_home(tmp_path):
     """A relative path meant the shell's cwd in the foreground but / with --daemon and ~ under systemd."""
     text = '[sandbox]\nbwrap = "./bwrap"\n[mcp.servers.fs]\ncommand = "srv"\ncwd = "work"\n'

@@ -340,6 +340,35 @@ def test_run_daemon_detaches(scv_home, tmp_path):
     assert not pid_file.exists()
 
 
+@pytest.mark.parametrize("closed", ["<&-", ">&-", "2>&-", "<&- >&- 2>&-"])
+def test_run_daemon_with_a_closed_std_stream_starts_the_daemon(scv_home, tmp_path, closed):
+    """`scvd run --daemon <&-` (or `>&-`) exited 0, and the detached child died in python-daemon's
+    redirect of the None stream (a traceback in the log, no daemon); `2>&-` exited 1, saying nothing."""
+    log_path, pid_file = tmp_path / "daemon.log", scv_home / "state" / "scvd.pid"
+    log = "" if "2>&-" in closed else f" 2>>{log_path}"
+    line = " ".join([sys.executable, "-m", "scvd", "run", "--daemon"])
+    # the log's redirect first: `closed` then wins for the streams it names
+    parent = subprocess.run(["bash", "-c", f"exec {line}{log} {closed}"], env=conftest.base_env(scv_home),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=30)
+    assert parent.returncode == 0
+
+    def said() -> str:
+        return log_path.read_text() if log_path.exists() else ""
+
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip().isdigit() or "Traceback" in said(),
+               what="the pid file")
+    assert "Traceback" not in said(), said()
+    pid = int(pid_file.read_text())
+    try:
+        conftest.wait_for_socket(scv_home / "run" / "scvd.sock")
+        with RawConn(scv_home / "run" / "scvd.sock") as conn:
+            conn.hello()
+            assert conn.status().pid == pid
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: pid_gone(pid), what="the detached daemon's exit")
+
+
 def run_detached(home: Path, log_path: Path) -> int:
     import conftest
 
