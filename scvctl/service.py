@@ -13,8 +13,9 @@ shell go into the units (Environment=, and the socket unit's ListenStream=),
 so the service serves the instance that shell's scvctl talks to.
 
 Exit codes: 0 done (or written while no user manager was reachable), 1 a
-systemctl step failed, SCV_HOME / SCV_SOCKET cannot be written into a unit, the
-unit files cannot be written, or the running user manager does not read their directory.
+systemctl step failed, SCV_HOME / SCV_SOCKET cannot be written into a unit (or
+give a socket path too long to bind), the unit files cannot be written, or the
+running user manager does not read their directory.
 """
 
 from __future__ import annotations
@@ -352,6 +353,7 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
     directory = unit_dir()
     command = scvd_command()
     instance = Instance.of(dict(os.environ, SCV_SOCKET=str(socket)) if socket else os.environ)
+    check_listenable(instance)
     manager = ask_manager()
     units = render_units(command, instance, manager.version)
     report = Report("install", dry_run, str(directory), exec_start=exec_start_line(command),
@@ -372,6 +374,21 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
         if running:
             report.warnings.append(running)
     return report
+
+
+def check_listenable(instance: Instance) -> None:
+    """Refuse a socket path scvd cannot bind (too long), as `scvd run` refuses it, before anything is
+    written: the units would be enabled, and the service fail each start (the default %t path is the
+    manager's, unknown here)."""
+    if instance.socket is None:
+        return
+    from scvd.instance import check_socket_path
+
+    try:
+        check_socket_path(Path(instance.socket))
+    except errors.StartupError as exc:
+        raise errors.ConfigError(f"{exc.message}; scvd would refuse to start on it (cannot start, exit 3), "
+                                 "so nothing was written") from None
 
 
 def _write_units(report: Report, directory: Path, units: dict[str, str]) -> None:

@@ -410,6 +410,26 @@ def test_install_refuses_an_scv_home_no_unit_can_hold(user_env):
     assert "install from a shell without SCV_HOME" in done.stderr
 
 
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_install_refuses_a_socket_path_too_long_to_bind_before_writing_anything(user_env, stub_systemctl,
+                                                                                   tmp_path, dry_run):
+    """An SCV_HOME with a 100-character name: `scvd run` refuses its socket path (exit 3), but install
+    wrote and enabled units whose every start failed so."""
+    home = tmp_path / ("x" * 100)
+    user_env["SCV_HOME"] = str(home)
+    done = subprocess.run([sys.executable, "-m", "scvctl", "service", "install", *(["--dry-run"] if dry_run else [])],
+                          env=user_env, capture_output=True, text=True, timeout=60)
+    daemon = subprocess.run([sys.executable, "-m", "scvd", "check-config"], env=user_env, capture_output=True,
+                            text=True, timeout=60)
+    refused = daemon.stderr.removeprefix("scvd: cannot start: ").rstrip("\n")
+    assert daemon.returncode == 3 and refused.startswith(f"the socket path {home}/run/scvd.sock is "), daemon.stderr
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"config: {refused}; scvd would refuse to start on it (cannot start, exit 3), so nothing " \
+                          "was written\n"
+    assert not (Path(user_env["XDG_CONFIG_HOME"]) / "systemd").exists()
+    assert not stub_systemctl.exists()  # no systemctl step ran
+
+
 def test_install_takes_the_socket_flag_as_scv_socket(user_env, tmp_path):
     sock = tmp_path / "elsewhere.sock"
     done = subprocess.run([sys.executable, "-m", "scvctl", "--socket", str(sock), "service", "install",
