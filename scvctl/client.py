@@ -206,15 +206,18 @@ def _socket_gone(path: Path | str, exc: OSError, holder: Holder) -> errors.Socke
 
 
 def _running_without(path: Path | str) -> Holder | None:
-    """The scvd that holds the instance lock of `path` (the socket of this environment's
-    instance only: another path's instance is unknown), found without taking the lock."""
+    """The scvd that holds the instance lock of `path`, found without taking the lock: that of this
+    environment's instance when `path` is its socket, or when its scvd wrote that it listens on `path`
+    (`scvctl --socket PATH`, which the environment does not carry: as SCV_SOCKET=PATH would say it).
+    Another path's instance is unknown."""
     try:
         instance = paths_mod.resolve()
     except (errors.ScvError, OSError):
         return None
-    if os.path.abspath(path) != str(instance.socket):
-        return None
-    return lock_holder(instance.lock_file)
+    holder = lock_holder(instance.lock_file)
+    if holder is not None and os.path.abspath(path) in (str(instance.socket), holder.socket):
+        return holder
+    return None
 
 
 def open_socket(path: Path, timeout: float | None) -> socket.socket:

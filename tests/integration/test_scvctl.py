@@ -93,6 +93,21 @@ def test_an_scvd_whose_socket_is_gone_is_named_with_its_pid_not_sent_to_start(ma
     assert out.returncode == 3 and out.stderr.startswith(f"scvd is not running on {d.socket}"), out.stderr
 
 
+def test_the_socket_flag_names_an_scvd_whose_socket_is_gone_as_scv_socket_does(make_daemon, tmp_path):
+    """`scvctl --socket PATH status` with the scvd of PATH running and its socket removed said `scvd is not
+    running on PATH ...; start it`, while SCV_SOCKET=PATH named that scvd: the flag never reached the check."""
+    alt = tmp_path / "alt.sock"
+    d = make_daemon("[server]\nsocket_check_seconds = 3600\n", env={"SCV_SOCKET": str(alt)})
+    alt.unlink()
+    said = (f"scvd (pid {d.proc.pid}) is running but its socket {alt} is gone (No such file or directory); it "
+            "listens there again within server.socket_check_seconds unless its log says why not; else restart "
+            f"it: systemctl --user restart scvd (or kill {d.proc.pid} and scvd run)\n")
+    by_variable = daemon_forks.scvctl(["status"], base_env(d.home, SCV_SOCKET=str(alt)))
+    by_flag = scvctl(d, "--socket", str(alt), "status")  # base_env: SCV_HOME only
+    assert (by_variable.returncode, by_variable.stderr) == (3, said)
+    assert (by_flag.returncode, by_flag.stderr) == (3, said)
+
+
 def test_an_scvd_whose_socket_is_gone_is_not_sent_to_the_same_file_by_another_name(make_daemon, tmp_path):
     """SCV_SOCKET through a link (`link -> real`) to a socket that is gone: scvctl compared the paths
     as text and sent the user to real/s.sock, `where scvd listens`, the same file, gone too."""
