@@ -593,6 +593,8 @@ def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_
     elif case == "a-running-pid":
         expected = f"--pid-file {target} names pid {starting.pid}, which is running: an scvd starting right now?"
         assert target.read_text() == f"{starting.pid}\n"  # untouched
+    elif case == "directory":  # not `exists and is not a pid file ...; remove that file yourself`
+        expected = f"--pid-file {target} is a directory; give the path of a file, e.g. --pid-file {target}/scvd.pid\n"
     else:
         expected = (f"cannot create {scv_home / 'state'}, a directory of this scvd: {scv_home / 'state'} is not a "
                     "directory; move that away, or set SCV_HOME to another directory") if case == "home-broken" \
