@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from scvd import errors, protocol as p
+from scvd.stdio import is_open
 
 from . import usage
 from .client import Client
@@ -30,7 +31,7 @@ HANDOFF_BYTE = b"\0"  # the one data byte that carries the fds
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    closed = [name for fd, name in ((0, "stdin"), (1, "stdout")) if not _is_open(fd)]
+    closed = [name for fd, name in ((0, "stdin"), (1, "stdout")) if not is_open(fd)]
     if closed:
         print(f"usage: scvctl mcp speaks MCP on its stdin and stdout, but its {' and '.join(closed)} "
               f"{'is' if len(closed) == 1 else 'are'} closed: let the MCP host start it (with pipes on both)",
@@ -91,14 +92,6 @@ def _put_back(terminals: list[tuple[int, int]]) -> None:
             fcntl.fcntl(dup, fcntl.F_SETFL, flags)
         except OSError:
             pass
-
-
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
 
 
 def hand_over(client: Client, workspace: Path, max_tool_name: int) -> p.McpAttached:

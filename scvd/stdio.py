@@ -26,7 +26,7 @@ def _devnull_at(fd: int, flags: int) -> int:
     """/dev/null opened on `fd` (the lowest free number is `fd` itself unless something took it since
     the start: then on another, `fd` left to its taker); inheritable, as a std descriptor is."""
     opened = os.open(os.devnull, flags)
-    if opened != fd and not _is_open(fd):
+    if opened != fd and not is_open(fd):
         os.dup2(opened, fd)
         os.close(opened)
         opened = fd
@@ -35,7 +35,8 @@ def _devnull_at(fd: int, flags: int) -> int:
     return opened
 
 
-def _is_open(fd: int) -> bool:
+def is_open(fd: int) -> bool:
+    """Whether `fd` names an open file (a std fd the command was started without does not)."""
     try:
         os.fstat(fd)
     except OSError:

@@ -358,10 +358,14 @@ def test_run_daemon_with_a_closed_std_stream_starts_the_daemon(scv_home, tmp_pat
     wait_until(lambda: pid_file.exists() and pid_file.read_text().strip().isdigit() or "Traceback" in said(),
                what="the pid file")
     assert "Traceback" not in said(), said()
-    pid = int(pid_file.read_text())
+    serves_then_stops(scv_home, int(pid_file.read_text()))
+
+
+def serves_then_stops(home: Path, pid: int) -> None:
+    """The detached scvd `pid` answers on the instance's socket as itself; then SIGTERM, and its exit."""
     try:
-        conftest.wait_for_socket(scv_home / "run" / "scvd.sock")
-        with RawConn(scv_home / "run" / "scvd.sock") as conn:
+        conftest.wait_for_socket(home / "run" / "scvd.sock")  # a file a crash left there is replaced
+        with RawConn(home / "run" / "scvd.sock") as conn:
             conn.hello()
             assert conn.status().pid == pid
     finally:
@@ -477,15 +481,7 @@ def test_run_daemon_replaces_a_pid_file_left_by_a_crash(scv_home, tmp_path):
     assert run_detached(scv_home, tmp_path / "second.log") == 0
     wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() not in ("", str(first)),
                what="a new pid file")
-    second = int(pid_file.read_text())
-    try:
-        conftest.wait_for_socket(scv_home / "run" / "scvd.sock")  # the crash left a stale file there
-        with RawConn(scv_home / "run" / "scvd.sock") as conn:
-            conn.hello()
-            assert conn.status().pid == second
-    finally:
-        os.kill(second, signal.SIGTERM)
-    wait_until(lambda: pid_gone(second), what="the second daemon's exit")
+    serves_then_stops(scv_home, int(pid_file.read_text()))  # the crash left a stale socket file too
     assert "removing stale pid file" in (tmp_path / "second.log").read_text()
 
 
