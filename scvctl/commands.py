@@ -62,6 +62,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st.reload_error:  # without systemd's status line, the one place besides the log that says so
         print(printable(f"last reload failed, the configuration from before it runs: {st.reload_error}"))
     for m in st.mcp_servers:
+        if m.state == "disabled":  # never started: no tools or restarts to count, and why
+            print(printable(f"mcp server {m.name} ({m.transport}): disabled (enabled = false in its table)"))
+            continue
         line = f"mcp server {m.name} ({m.transport}): {m.state}, {m.tools} tool(s)"
         line += f", restarted {m.restarts}x" if m.restarts else ""
         print(printable(line) + (f"\n  {printable(m.error)}" if m.error else ""))

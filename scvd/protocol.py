@@ -93,7 +93,7 @@ class McpServerStatus(msgspec.Struct, omit_defaults=True):
 
     name: str
     transport: str  # stdio or http
-    state: str  # starting, ready, down, stopped
+    state: str  # starting, ready, down, stopped; disabled: `enabled = false` in its table, never started
     tools: int = 0
     error: str | None = None  # why it is down, with its stderr tail or the HTTP status
     restarts: int = 0

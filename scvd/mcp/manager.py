@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("scvd.mcp")
 SETTLE_SECONDS = 10.0  # store_secret waits this long for the servers its key starts
 SETTLE_POLL = 0.05
+DISABLED = "disabled"  # status's state of a server that `enabled = false` keeps parked (never a link's)
 HINT_NAMES = 20  # of a server's tools named where a tool_risk key names none of them
 BUG_SHOWN = 1000  # chars of an exception taking a server's tools: its text may quote what the server sent
 
@@ -394,20 +395,37 @@ class McpServers:
             self._register(registry, name)
 
     def status(self) -> list[McpServerStatus]:
-        return [
+        """Every configured server: those running (or down), and those `enabled = false` keeps parked."""
+        shown = [
             McpServerStatus(
                 name=name, transport="stdio" if link.cfg.command else "http", state=link.state,
                 tools=len(self.tools.get(name, [])), error=link.error or self.unread.get(name), restarts=link.failures)
-            for name, link in sorted(self.links.items())
+            for name, link in self.links.items()
         ]
+        shown += [McpServerStatus(name=name, transport="stdio" if cfg.command else "http", state=DISABLED)
+                  for name, cfg in self._disabled().items()]
+        return sorted(shown, key=lambda s: s.name)
+
+    def _disabled(self) -> dict[str, McpServerConfig]:
+        """The configured servers `enabled = false` keeps from starting. Read from the configuration, not
+        kept as links: nothing of them is started or imported. One a reload just disabled whose link is
+        still in place (the apply waits for another) is shown as that link says, once."""
+        return {name: cfg for name, cfg in self.host.config.mcp.servers.items()
+                if not cfg.enabled and name not in self.links}
 
     def not_loaded(self, tool: str) -> str | None:
-        """Why `tool`, named as one of a server's, is not listed when that server is not up, or scvd could
-        not take its list (else None)."""
-        if not self.links:  # a model's typo of a tool name, with no server: spec stays unloaded
+        """Why `tool`, named as one of a server's, is not listed when that server is not up, is disabled, or
+        scvd could not take its list (else None)."""
+        disabled = self._disabled()
+        if not self.links and not disabled:  # a model's typo of a tool name, with no server: spec stays unloaded
             return None
         from .spec import tool_name
 
+        for name in disabled:
+            if tool.startswith(tool_name(name, "")):
+                return (f"mcp server {name} is disabled (enabled = false in its [mcp.servers.{name}] table): set "
+                        "enabled = true there, then reload scvd (`systemctl --user reload scvd`, or SIGHUP to "
+                        "scvd); its tools are listed once it is up")
         for name, link in self.links.items():
             if not tool.startswith(tool_name(name, "")):
                 continue

@@ -20,7 +20,7 @@ from scvctl.client import AGAIN
 from scvd import errors, protocol as p
 
 import daemon_forks
-from conftest import DaemonProc, base_env, dying_with_pytest, wait_for_socket, wait_pending
+from conftest import DaemonProc, base_env, dying_with_pytest, reloaded, wait_for_socket, wait_pending
 from harness import HarnessTool, NoArgs
 from scvd.tools.contract import CallContext, Plan
 
@@ -423,6 +423,29 @@ def test_status_human_and_json(daemon: DaemonProc):
     assert "sandbox: off" in out.stdout
     data = json.loads(scvctl(daemon, "--json", "status").stdout)
     assert data["pid"] == daemon.proc.pid and data["sessions"] == 0 and data["protocol"] == 1
+
+
+OFF_TABLE = '[mcp.servers.off]\ncommand = "/bin/true"\nenabled = false\n'
+
+
+def test_a_disabled_mcp_server_is_in_status_and_a_call_of_its_tool_says_how_to_enable_it(make_daemon, workspace):
+    """`enabled = false` keeps the table (configuration.md), yet status left the server out, and a call of
+    its tool said only `no tool named ...`: nothing told that the server was switched off, nor how back on."""
+    d = make_daemon(OFF_TABLE)
+    out = scvctl(d, "status")
+    assert out.returncode == 0, out.stderr
+    assert "\nmcp server off (stdio): disabled (enabled = false in its table)\n" in out.stdout, out.stdout
+    data = json.loads(scvctl(d, "--json", "status").stdout)
+    assert data["mcp_servers"] == [{"name": "off", "transport": "stdio", "state": "disabled"}]
+    call = scvctl(d, "call", "--workspace", str(workspace), "mcp__off__foo", "{}")
+    assert (call.returncode, call.stderr) == (1, (
+        "unknown_tool: no tool named 'mcp__off__foo' is loaded: mcp server off is disabled (enabled = false in its "
+        "[mcp.servers.off] table): set enabled = true there, then reload scvd (`systemctl --user reload scvd`, or "
+        "SIGHUP to scvd); its tools are listed once it is up; `scvctl tools --errors` lists the tools that failed "
+        "to load\n"))
+    reloaded(d, OFF_TABLE.replace("enabled = false", "enabled = true"))  # as the message says: it starts
+    with d.client() as c:
+        assert [s.state for s in c.status().mcp_servers] in (["starting"], ["down"])
 
 
 def test_status_uptime_does_not_follow_a_step_of_the_wall_clock(make_inproc, monkeypatch):
