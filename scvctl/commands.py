@@ -84,7 +84,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     with connect(args) as c:
         answer = c.request(p.SessionsList)
     code = _listing(args, answer.sessions, "no open sessions", lambda s: printable(  # a peer's name and path
-        f"{s.session}  {s.workspace}  client={s.client or '?'}  calls={s.calls}  "
+        f"{s.session}  {s.workspace}  client={s.client or '?'}  calls_made={s.calls}  "
         f"open {_duration(time.time() - s.opened_at)}", keep=""))
     if answer.left_out:  # on stderr: --json stays the list
         print(f"{answer.left_out} more sessions, the newest, are not listed: they did not fit one answer "

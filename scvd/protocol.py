@@ -66,7 +66,7 @@ class SessionInfo(msgspec.Struct, omit_defaults=True):
     workspace: str
     client: str = ""
     opened_at: float = 0.0
-    calls: int = 0
+    calls: int = 0  # calls accepted in the session since it opened, whatever came of them: not those running
 
 
 class ToolInfo(msgspec.Struct, omit_defaults=True):

@@ -448,6 +448,16 @@ def test_a_disabled_mcp_server_is_in_status_and_a_call_of_its_tool_says_how_to_e
         assert [s.state for s in c.status().mcp_servers] in (["starting"], ["down"])
 
 
+def test_sessions_says_its_call_count_is_of_the_calls_made(daemon: DaemonProc, workspace: Path):
+    """`calls=2` read as two calls in flight to a bridge's author; it counts every call made since the open."""
+    with daemon.client(name="bridge") as c:
+        sid = c.open_session(workspace)
+        for _ in range(2):
+            assert c.call(sid, "read", {"path": "nothing-here"}).error.kind == "failed"
+        out = scvctl(daemon, "sessions")
+    assert "  calls_made=2  " in out.stdout, out.stdout
+
+
 def test_status_uptime_does_not_follow_a_step_of_the_wall_clock(make_inproc, monkeypatch):
     """NTP or `date -s` set the clock back an hour after scvd started: `up -3599s`."""
     daemon = make_inproc()
