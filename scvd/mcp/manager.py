@@ -462,8 +462,11 @@ def _risk_typos(server: str, cfg: McpServerConfig, specs: list[ToolSpec], listed
     which = (f"not among the first {len(specs)} the server lists" if listed > len(specs)
              else "the server does not list (now)")
     for key in sorted(k for k in cfg.tool_risk if k not in names):
-        close = vt.meant(key, names, cutoff=0.6)
+        # the case first: difflib compares characters as they are, so `PING` resembles `ping` not at all
+        cased = next((n for n in sorted(names) if n.casefold() == key.casefold()), None)
+        close = cased or vt.meant(key, names, cutoff=0.6)
         shown = ", ".join(map(spec.named, sorted(names)[:HINT_NAMES])) + (", ..." if len(names) > HINT_NAMES else "")
         hint = f"did you mean {spec.named(close)!r}?" if close else f"it lists {shown or 'none'}"
+        hint += " (a key is the server's name of the tool, its case too)" if cased else ""
         typos.append(f"mcp.servers.{server}.tool_risk names {key!r}, a tool {which}: {hint}")
     return typos

@@ -246,6 +246,18 @@ def test_a_tool_risk_key_naming_no_listed_tool_is_shown_with_the_name_it_resembl
                          "does not list (now): did you mean 'echo'?") == 1, d.log()
 
 
+@pytest.mark.one_loop
+def test_a_tool_risk_key_in_another_case_is_shown_with_the_servers_name(make_daemon, workspace):
+    """`ECHO` for `echo` resembles it not at all to difflib: the key was said to name no listed tool, with
+    no suggestion, though the fix was its case."""
+    d = make_daemon(EVERYTHING_TABLE + 'tool_risk = {ECHO = "read_only"}\n')
+    with d.client(name="t") as c:
+        server(c, "every")
+        errors = [e.message for e in c.request(p.ToolsList).errors if e.source == "mcp:every"]
+    assert "mcp.servers.every.tool_risk names 'ECHO', a tool the server does not list (now): did you mean 'echo'? " \
+        "(a key is the server's name of the tool, its case too)" in errors, errors
+
+
 def test_progress_notifications_reach_call_progress(make_daemon, workspace):
     d = make_daemon(EVERYTHING_TABLE + 'tool_risk = {trigger-long-running-operation = "read_only"}\n')
     with d.client(name="t") as c:
