@@ -136,10 +136,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
         else:
             print(f"deleted {args.key} from the {' and the '.join(removed)}")
         return EXIT_OK
-    left = s.source(args.key)
-    if left.source == "env":
-        print(f"{args.key} is not stored; it comes from the environment, which scvctl cannot change",
-              file=sys.stderr)
-    else:
-        print(f"{args.key} is not stored; `scvctl secrets list` shows the names that are", file=sys.stderr)
-    return EXIT_ERROR
+    if s.source(args.key).source == "env":  # said by _plainly, after `scvctl:` as its other errors
+        raise errors.Failed(f"{args.key} is not stored; it comes from the environment, which scvctl cannot change")
+    raise errors.Failed(f"{args.key} is not stored; `scvctl secrets list` shows the names that are")

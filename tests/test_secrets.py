@@ -437,8 +437,21 @@ def test_scvctl_secrets_set_from_stdin_list_delete(xdg: Path):
     assert gone.returncode == 0 and json.loads(gone.stdout) == {"name": "API_TOKEN", "deleted_from": ["file"]}
     again = scvctl(home, xdg, "secrets", "delete", "API_TOKEN")
     assert again.returncode == 1  # the name is wrong or already gone: say where the right one is
-    assert again.stderr == "API_TOKEN is not stored; `scvctl secrets list` shows the names that are\n"
+    assert again.stderr == "scvctl: API_TOKEN is not stored; `scvctl secrets list` shows the names that are\n"
     assert "no secrets stored" in scvctl(home, xdg, "secrets").stdout
+
+
+@pytest.mark.parametrize("where", ["nowhere", "env"])
+def test_scvctl_secrets_delete_of_a_name_not_stored_says_so_after_scvctl(
+        xdg: Path, monkeypatch: pytest.MonkeyPatch, where: str):
+    """configuration.md promises `scvctl:` before scvctl secrets' errors; these two lines came bare."""
+    if where == "env":
+        monkeypatch.setenv("NOPE", "from-the-shell")
+    out = scvctl(xdg / "home", xdg, "secrets", "delete", "NOPE")
+    assert (out.returncode, out.stdout) == (1, "")
+    assert out.stderr == ("scvctl: NOPE is not stored; it comes from the environment, which scvctl cannot change\n"
+                          if where == "env" else
+                          "scvctl: NOPE is not stored; `scvctl secrets list` shows the names that are\n")
 
 
 def test_scvctl_secrets_set_of_binary_or_oversized_input_says_what_to_store(xdg: Path):
