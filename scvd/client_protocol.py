@@ -97,6 +97,7 @@ class ClientProtocol(asyncio.Protocol):
             self._done = True
         else:
             self.conn.queued = self._lines.__len__
+            self.conn.take_queued = self._take_queued
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
@@ -117,6 +118,13 @@ class ClientProtocol(asyncio.Protocol):
                     server.answers_written()
         else:
             self._lines.extend(lines)
+
+    def _take_queued(self) -> list[Any]:
+        """The frames read but not handled (behind a handler that waits, or for the next turn), taken:
+        none of them is handled after this."""
+        lines = list(self._lines)
+        self._lines.clear()
+        return lines
 
     def eof_received(self) -> bool:
         conn = self.conn

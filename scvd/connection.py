@@ -86,6 +86,8 @@ class Connection:
     _ids = itertools.count(1)
     _decider: Decider | None = None  # decider()'s, made on first use (a subclass may skip __init__)
     queued: Callable[[], int] = staticmethod(lambda: 0)  # frames read, not yet handled (client_protocol's)
+    # those frames, taken from the reader (client_protocol's): as scvd stops, each is answered that it will not be
+    take_queued: Callable[[], list[Any]] = staticmethod(lambda: [])
     # what its welcome announced: the peer sized its reader by it, and its sessions' result limits
     # were checked against it, so a reload changes it for connections made after it only
     server_frame_bytes: int = p.DEFAULT_SERVER_FRAME_LIMIT

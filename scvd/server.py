@@ -48,6 +48,10 @@ if TYPE_CHECKING:
     from .chat.service import ChatService
 
 log = logging.getLogger("scvd.server")
+# as scvd stops: how long its closed connections' peers have to read their last answers, at least (the
+# grace's rest when more is left), and how often it looks
+DRAIN_SECONDS = 1.0
+DRAIN_POLL = 0.01
 
 def error_frame(exc: BaseException, request_id: Any = None) -> p.Error:
     """The `error` frame a peer reads for `exc` (fatal when the exception is: the connection closes)."""
@@ -370,8 +374,10 @@ class Daemon:
         self._flush_audit()
         await self.mcp.close()
         self._answer_unanswered()
-        for conn in list(self.connections):
+        closing = list(self.connections)
+        for conn in closing:
             self._drop_connection(conn)
+        await self._answers_read(closing, max(left(), DRAIN_SECONDS))
         self.mcp_hosts.close()  # hosts still ending let go of their pipes (and put their flags back)
         if self._chat is not None:  # what closed chat sessions could not write: a last try, or logged as lost
             self._chat.flush()  # no await from here to the tasks' cancel: a chat.open still waiting would
@@ -386,6 +392,20 @@ class Daemon:
         if tasks:
             await asyncio.wait(tasks, timeout=left())
         log.info("scvd stopped")
+
+    @staticmethod
+    async def _answers_read(closed: list[Connection], bound: float) -> None:
+        """Wait, at most `bound` seconds, for the answers the closed connections still hold to be taken
+        by their peers: the loop closes next, and would drop them (a call's `call.completed` too, the
+        last frame cut mid-line). What a peer has not read by then is dropped, and said so in the log."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + bound
+        while (waiting := [c for c in closed if c.transport.get_write_buffer_size()]) and loop.time() < end:
+            await asyncio.sleep(DRAIN_POLL)
+        for conn in waiting:
+            log.warning("client %s did not read its last answers as scvd stopped (%d bytes); dropping them",
+                        conn.label(), conn.transport.get_write_buffer_size())
+            conn.transport.abort()
 
     def request_stop(self, why: str = "") -> None:
         if not self.stop_event.is_set():
@@ -657,6 +677,10 @@ class Daemon:
             if not task.done() or task.cancelled():  # one that answered in this step is unlisted by its callback next step
                 self._send(conn, error_frame(stopping, request_id))  # one goes too; all close next
         self._unanswered.clear()
+        for conn in self.connections:  # the frames read behind those (or held for the next turn), in order
+            for line in conn.take_queued():
+                request_id = line.id if isinstance(line, p.TooLarge) else p.request_id(line)
+                self._send(conn, error_frame(stopping, request_id))
 
     def _dispatch(self, conn: Connection, frame: Any) -> p.Frame | Awaitable[p.Frame] | None:
         """The handler's answer: a frame, an awaitable of one for handlers that wait (async ones), or

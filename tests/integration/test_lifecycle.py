@@ -985,6 +985,71 @@ def test_a_session_open_still_waiting_when_scvd_stops_is_told_to_retry(make_wrap
     clean_log(d.log())
 
 
+def test_requests_read_behind_one_still_waiting_when_scvd_stops_are_told_so_too(make_wrapped, tmp_path, workspace):
+    """Pings sent in one write with a session.open whose skill walk hung were read, queued behind it,
+    and got nothing as scvd stopped: only the held request was told, then a bare end of stream."""
+    with hang_point(tmp_path / "hang") as hang:
+        d = make_wrapped(env={"HARNESS_HANG_SKILLS_WHILE": str(hang)})
+        with RawConn(d.socket) as conn:
+            conn.hello()
+            conn.send_raw(msgspec.json.encode({"type": "session.open", "id": 7, "workspace": str(workspace)})
+                          + b'\n{"type":"ping","id":8}\n{"type":"ping","id":"nine"}\n')
+            reached(hang, "the session's skill walk to hang")
+            d.proc.send_signal(signal.SIGTERM)
+            answers = [conn.frame() for _ in range(3)]
+            assert conn.closed_by_server()
+    assert [(type(a), a.id, a.kind, a.reason, a.message) for a in answers] == [
+        (p.Error, ident, "unavailable", "stopping", STOPPING) for ident in (7, 8, "nine")], answers
+    assert d.proc.wait(15) == 0
+    clean_log(d.log())
+
+
+def test_answers_made_before_a_stop_reach_a_client_that_reads_them_after_it(make_daemon, workspace):
+    """A client that had not yet read three 1 MB answers when SIGTERM came read their call.accepted,
+    no call.completed, and a frame cut mid-line: scvd closed its loop on what it still held, though
+    its audit log said the calls completed."""
+    (workspace / "big.txt").write_bytes(b"y" * 1_000_000)
+    d = make_daemon()
+    with RawConn(d.socket) as conn:
+        big_reads_unread(d, conn, workspace)
+        d.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # scvd stops meanwhile: its sessions closed, its connections too
+        data = b""
+        while chunk := conn.sock.recv(1 << 20):
+            data += chunk
+    lines = data.split(b"\n")
+    assert lines[-1] == b"", f"a frame cut after {len(lines[-1])} bytes"
+    frames = [p.decode_server_frame(line) for line in lines[:-1]]
+    done = [f for f in frames if isinstance(f, p.CallCompleted)]
+    assert [type(f) for f in frames].count(p.CallAccepted) == 3 and len(done) == 3, frames
+    assert all(f.ok and len(f.result["content"]) == 1_000_000 for f in done)
+    assert d.proc.wait(15) == 0
+
+
+def big_reads_unread(d: Any, conn: RawConn, workspace: Path) -> None:
+    """Three reads of workspace/big.txt (1 MB) sent at once, completed (audited), their answers unread."""
+    conn.hello()
+    session = conn.request({"type": "session.open", "workspace": str(workspace)}).session
+    conn.send_raw(b"".join(msgspec.json.encode({
+        "type": "call", "id": i, "session": session, "tool": "read",
+        "arguments": {"path": "big.txt", "limit": 1_000_000}}) + b"\n" for i in range(3)))
+    audit = d.home / "state" / "audit.log"
+    wait_until(lambda: audit.exists() and audit.read_text().count('"event":"completion"') == 3,
+               what="the three reads to complete, their answers unread")
+
+
+def test_a_client_that_never_reads_its_last_answers_does_not_hold_the_stop(make_daemon, workspace):
+    """scvd waits for its closed connections' peers to read their last answers within the stop's grace
+    (a second at least), then drops what is left and says so: a peer that reads nothing holds nobody."""
+    (workspace / "big.txt").write_bytes(b"y" * 1_000_000)
+    d = make_daemon("[server]\nshutdown_grace_seconds = 1\n")
+    with RawConn(d.socket) as conn:
+        big_reads_unread(d, conn, workspace)
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(15) == 0  # while the connection is still open, unread
+    assert "did not read its last answers as scvd stopped" in d.log() and "dropping them" in d.log()
+
+
 def test_the_calls_scvd_cancels_and_refuses_as_it_stops_say_so_in_a_field(make_wrapped, tmp_path, workspace):
     """A client told a call the stop cancelled from one that failed by the words of its message alone:
     the frame carried nothing else. Its error says `reason: stopping`, for a call in flight and for one
