@@ -396,6 +396,16 @@ class CallRegistry:
         _, stuck = await asyncio.wait(tasks, timeout=grace)
         return len(stuck)
 
+    def record_cut_off(self) -> None:
+        """The completion records of every call still in the table, as scvd exits at once (no task will
+        complete them): `cancelled`, so the audit log holds no proposal without its end."""
+        for call in list(self.table.values()):
+            if not call.done:
+                call.done = True
+                self._record(Completion(tool=call.tool_name, session=call.session.id, call_id=call.call_id,
+                                        outcome="error", error_kind=errors.Cancelled.kind,
+                                        duration_s=round(time.monotonic() - call.submitted, 3)))
+
     def record_decision(self, approval: Approval) -> None:
         """The audit line of a gate decision (approved, denied, expired, cancelled, dropped)."""
         d = approval.decided_by

@@ -433,6 +433,7 @@ class Daemon:
             killed = kill_every_run()  # the grace's SIGKILL would never come
             log.warning("second SIGINT: exiting at once%s",
                         f" ({killed} process(es) of calls killed)" if killed else "")
+            self.calls.record_cut_off()
             self._flush_audit()
         finally:
             os._exit(1)

@@ -1272,6 +1272,9 @@ def test_a_second_sigint_kills_the_processes_of_running_calls_before_exiting(mak
         assert d.proc.wait(10) == 1
     wait_until(lambda: pid_gone(sleeper), timeout=5, what="the call's process to be killed")
     assert "second SIGINT: exiting at once (1 process(es) of calls killed)" in d.log()
+    records = [msgspec.json.decode(line) for line in (d.home / "state" / "audit.log").read_bytes().splitlines()]
+    ended = [(r["event"], r.get("outcome"), r.get("error_kind")) for r in records if r.get("call_id") == call_id]
+    assert ended[-1] == ("completion", "error", "cancelled"), ended  # its proposal is not the last word
 
 
 
