@@ -162,9 +162,12 @@ class ChatService:
         # only a list the client sends now: a stored one may name a tool not (yet) there, e.g. an MCP
         # server's while it starts; the catalog leaves such a name out until it is
         unknown = sorted(set(tools) - set(self.daemon.registry.names())) if frame.tools not in (None, "all") else []
-        if unknown:
-            raise errors.InvalidRequest(f"chat.open tools: no tool named {', '.join(unknown)}; "
-                                        f"tools: {', '.join(self.daemon.registry.names())}")
+        if unknown:  # why each is missing where scvd knows (an MCP server starting, down or disabled)
+            registry = self.daemon.registry
+            said = [f"{name} ({why})" if (why := self.daemon.not_loaded(name, registry)) else name for name in unknown]
+            raise errors.InvalidRequest(f"chat.open tools: no tool named {'; '.join(said)}; "
+                                        f"tools: {', '.join(registry.names())}; send only those (or \"all\"), "
+                                        "or open again once the tool is there")
         opened = await self.daemon.on_session_open(conn, p.SessionOpen(id=frame.id, workspace=frame.workspace))
         session = conn.sessions[opened.session]
         settings = Opened(workspace=str(session.workspace), provider=name, tools=tools,

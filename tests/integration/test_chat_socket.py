@@ -766,12 +766,24 @@ def test_chat_open_refusals(chat_rig, workspace):
     with d.client(name="pytest") as c:
         with pytest.raises(errors.InvalidRequest, match="no provider 'nope'"):
             open_chat(c, workspace, provider="nope")
-        with pytest.raises(errors.InvalidRequest, match="no tool named zap"):
+        with pytest.raises(errors.InvalidRequest, match="no tool named zap; tools: read, ") as info:
             open_chat(c, workspace, tools=["read", "zap"])
+        assert info.value.message.endswith('; send only those (or "all"), or open again once the tool is there')
         with pytest.raises(errors.InvalidRequest, match="not an id"):
             open_chat(c, workspace, conversation="../etc")
         with pytest.raises(errors.SessionNotFound, match="open one with chat.open"):
             c.request(p.TurnStart, session="s0-none", text="hi")
+
+
+@pytest.mark.one_loop
+def test_chat_open_says_why_a_tool_of_a_disabled_mcp_server_is_not_there(chat_rig, workspace):
+    model, d = chat_rig(extra='[mcp.servers.off]\ncommand = "/bin/true"\nenabled = false\n')
+    with d.client(name="pytest") as c:
+        with pytest.raises(errors.InvalidRequest) as info:
+            open_chat(c, workspace, tools=["read", "mcp__off__x"])
+    assert info.value.message.startswith(
+        "chat.open tools: no tool named mcp__off__x (mcp server off is disabled (enabled = false in its "
+        "[mcp.servers.off] table): set enabled = true there, then reload scvd"), info.value.message
 
 
 def test_a_conversation_resumed_by_two_connections_at_once_opens_in_one(chat_rig, workspace):
