@@ -353,7 +353,7 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
     directory = unit_dir()
     command = scvd_command()
     instance = Instance.of(dict(os.environ, SCV_SOCKET=str(socket)) if socket else os.environ)
-    check_listenable(instance)
+    check_listenable(instance, "give --socket a shorter path" if socket else None)
     manager = ask_manager()
     units = render_units(command, instance, manager.version)
     report = Report("install", dry_run, str(directory), exec_start=exec_start_line(command),
@@ -376,16 +376,16 @@ def install(*, socket_activated: bool, dry_run: bool, socket: Path | str | None 
     return report
 
 
-def check_listenable(instance: Instance) -> None:
+def check_listenable(instance: Instance, remedy: str | None = None) -> None:
     """Refuse a socket path scvd cannot bind (too long), as `scvd run` refuses it, before anything is
     written: the units would be enabled, and the service fail each start (the default %t path is the
-    manager's, unknown here)."""
+    manager's, unknown here). `remedy`: what to change, when not SCV_SOCKET or SCV_HOME (--socket)."""
     if instance.socket is None:
         return
     from scvd.instance import check_socket_path
 
     try:
-        check_socket_path(Path(instance.socket))
+        check_socket_path(Path(instance.socket), *([remedy] if remedy else []))
     except errors.StartupError as exc:
         raise errors.ConfigError(f"{exc.message}; scvd would refuse to start on it (cannot start, exit 3), "
                                  "so nothing was written") from None

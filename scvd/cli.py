@@ -404,12 +404,12 @@ def _free_to_detach(paths: paths_mod.Paths, pid_file: Path, inherited: list[Any]
     os.close(acquire_lock(paths.lock_file))
     if not inherited:  # an activated socket is bound already, whatever its path
         instance.check_socket_path(paths.socket)
+    if pid_file.is_dir():  # `--pid-file /run/user/1000`: a file in it was meant, which scvd will not guess
+        raise errors.StartupError(f"--pid-file {pid_file} is a directory; give the path of a file, e.g. "
+                                  f"--pid-file {pid_file / 'scvd.pid'}")  # first: /run/user is not writable
     if not pid_file.parent.is_dir() or not os.access(pid_file.parent, os.W_OK | os.X_OK):
         raise errors.StartupError(f"--pid-file {pid_file}: its directory {pid_file.parent} does not exist or is "
                                   "not writable; create it, or give another path")
-    if pid_file.is_dir():  # `--pid-file /run/user/1000`: a file in it was meant, which scvd will not guess
-        raise errors.StartupError(f"--pid-file {pid_file} is a directory; give the path of a file, e.g. "
-                                  f"--pid-file {pid_file / 'scvd.pid'}")
     if pid_file.is_symlink() or pid_file.exists():
         if not _holds_a_pid(pid_file):
             raise errors.StartupError(f"--pid-file {pid_file} exists and is not a pid file (a pid and a newline); "

@@ -212,12 +212,12 @@ def bind_socket(paths: Paths) -> socket.socket:
     return sock
 
 
-def check_socket_path(path: Path) -> None:
+def check_socket_path(path: Path, remedy: str = "set SCV_SOCKET to a shorter path (or a shorter SCV_HOME)") -> None:
     """Refuse a path too long to bind; `check-config` and `run --daemon` ask before the bind would."""
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise errors.StartupError(
             f"the socket path {path} is {len(os.fsencode(path))} bytes, more than a Unix socket's "
-            f"{MAX_SOCKET_PATH}; set SCV_SOCKET to a shorter path (or a shorter SCV_HOME)")
+            f"{MAX_SOCKET_PATH}; {remedy}")
 
 
 def clear_stale(path: Path) -> None:

@@ -377,7 +377,6 @@ class Daemon:
         closing = list(self.connections)
         for conn in closing:
             self._drop_connection(conn)
-        await self._answers_read(closing, max(left(), DRAIN_SECONDS))
         self.mcp_hosts.close()  # hosts still ending let go of their pipes (and put their flags back)
         if self._chat is not None:  # what closed chat sessions could not write: a last try, or logged as lost
             self._chat.flush()  # no await from here to the tasks' cancel: a chat.open still waiting would
@@ -391,6 +390,9 @@ class Daemon:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=left())
+        # 5. the answers the closed connections hold go out to peers that read them (after the socket
+        #    and lock are free: a new scvd may start meanwhile)
+        await self._answers_read(closing, max(left(), DRAIN_SECONDS))
         log.info("scvd stopped")
 
     @staticmethod

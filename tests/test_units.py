@@ -430,6 +430,15 @@ def test_install_refuses_a_socket_path_too_long_to_bind_before_writing_anything(
     assert not stub_systemctl.exists()  # no systemctl step ran
 
 
+def test_install_refuses_a_too_long_socket_flag_naming_the_flag(user_env, stub_systemctl, tmp_path):
+    sock = tmp_path / ("x" * 100) / "s.sock"
+    done = subprocess.run([sys.executable, "-m", "scvctl", "--socket", str(sock), "service", "install", "--dry-run"],
+                          env=user_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.startswith(f"config: the socket path {sock} is "), done.stderr
+    assert "; give --socket a shorter path; scvd would refuse to start on it" in done.stderr
+    assert "SCV_SOCKET" not in done.stderr and not stub_systemctl.exists()
+
+
 def test_install_takes_the_socket_flag_as_scv_socket(user_env, tmp_path):
     sock = tmp_path / "elsewhere.sock"
     done = subprocess.run([sys.executable, "-m", "scvctl", "--socket", str(sock), "service", "install",

@@ -552,6 +552,23 @@ def test_a_home_that_cannot_be_made_private_says_the_chmod_failed_not_that_it_ca
 
 
 @pytest.mark.one_loop
+def test_a_pid_file_that_is_a_directory_in_one_not_writable_is_called_a_directory(scv_home, tmp_path):
+    """`--pid-file /run/user/1000`: its parent is not the user's to write, and scvd said to create or
+    fix that parent, not that a directory was given where a file goes."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare -rm (user and mount namespaces) to make a read-only bind mount")
+    parent = tmp_path / "run-user"
+    (parent / "1000").mkdir(parents=True)
+    remount = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", remount, "sh", str(parent), sys.executable, "-m", "scvd",
+                           "run", "--daemon", "--pid-file", str(parent / "1000")], env=conftest.base_env(scv_home),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.endswith(f"cannot start: --pid-file {parent / '1000'} is a directory; give the path of a "
+                                f"file, e.g. --pid-file {parent / '1000' / 'scvd.pid'}\n"), done.stderr
+
+
+@pytest.mark.one_loop
 @pytest.mark.parametrize("case", ["not-a-pid", "directory", "no-directory", "home-broken", "a-running-pid"])
 def test_run_daemon_refuses_before_detaching_what_would_fail_or_cost_a_file(scv_home, tmp_path, case):
     """--pid-file naming another file (a slip of completion: the config) was deleted as "stale";
