@@ -300,10 +300,10 @@ class CallRegistry:
             asyncio.get_running_loop().call_soon(self._begin, call)
         else:
             call.task = asyncio.get_running_loop().create_task(self._life(call))
-        if self._books is None:
-            self.hub.calls_changed()
-        else:
+        if defer or self._books is not None:  # the status once for the batch: start_due() or the books
             self._changed = True
+        else:
+            self.hub.calls_changed()
         background = bool(tool is not None and tool.flags.background)
         return _new_tuple(CallHandle, (call_id, background, call))
 
@@ -320,6 +320,9 @@ class CallRegistry:
                 asyncio.get_running_loop().call_soon(self._begin, call)
             else:
                 self._begin(call)
+        if self._changed and self._books is None:  # else books_after_answers() tells it
+            self._changed = False
+            self.hub.calls_changed()
         return tasked
 
     def hold_books(self) -> None:

@@ -7,7 +7,7 @@ Rules:
   task, no wake-up of one. The answers to the frames of one read go out in one write at its
   end (`Connection.holding`), after the calls they submitted took their first step
   (`frames_handled`): a fast call's `call.accepted` and `call.completed` leave together,
-  before the audit record of its completion is kept (`hold_books`).
+  before its audit records are kept (`answers_written`).
 - A handler that waits (an awaitable) runs as a task, and the frames after it, and further
   reading, wait until it is done: answers keep their frames' order.
 - Backpressure: reading pauses while the peer does not read its answers (`pause_writing`)
@@ -39,6 +39,9 @@ from .connection import Connection
 FRAMES_PER_TURN = 256  # a multiple of CLOCK_EVERY
 TURN_SECONDS = 0.005  # a connection's frames in one loop turn: other clients wait that long for theirs
 CLOCK_EVERY = 4  # frames between two reads of the clock (a few ns each; a frame costs microseconds)
+# Server.frames_handled(): no call started (nothing held); calls started, their books held until
+# answers_written(); and one of them goes on in a task next turn (its answer may join the batch's)
+NOTHING_STARTED, STARTED, GOES_ON = 0, 1, 2
 
 class Server(Protocol):
     """What a client's protocol needs from the daemon."""
@@ -53,16 +56,14 @@ class Server(Protocol):
     def frame_too_large(self, conn: Connection, request_id: Any) -> None:
         """Answer a line over the limit (`request_id`: its id, when its first bytes hold it)."""
 
-    def frames_handled(self) -> bool:
-        """A batch of frames was handled: what they started takes its first step now; True when
-        something goes on next turn (a call's task), whose answer should go out with theirs."""
-
-    def hold_books(self) -> None:
-        """The answers of the frames about to be handled leave in one write: what the daemon does
-        after an answer (a call's audit record of its completion, the status) waits for it."""
+    def frames_handled(self) -> int:
+        """A batch of frames was handled: what they started takes its first step now, and what the
+        daemon does after an answer (a call's audit records, the status) waits for answers_written().
+        NOTHING_STARTED, STARTED, or GOES_ON when something goes on next turn (a call's task), whose
+        answer should go out with theirs."""
 
     def answers_written(self) -> None:
-        """The batch's answers were written (or queued for the end of the turn): what hold_books() kept."""
+        """The batch's answers were written (or queued for the end of the turn): what frames_handled() held."""
 
     def connection_done(self, conn: Connection, lost: bool) -> None:
         """The peer is gone (`lost`) or ended its stream: drop the connection and its sessions.
@@ -86,7 +87,7 @@ class ClientProtocol(asyncio.Protocol):
         self._ended = False  # end of stream or connection lost: drop once the handled frames are done
         self._lost = False  # connection lost: nothing written reaches the peer any more
         self._done = False
-        self._later = False  # the last batch started a task whose answer may come next turn
+        self._started = NOTHING_STARTED  # the last batch's frames_handled(): GOES_ON holds its answers a turn
 
     # --- asyncio.Protocol ------------------------------------------------------------
 
@@ -106,16 +107,15 @@ class ClientProtocol(asyncio.Protocol):
         lines = conn.frames.feed(data)
         if self._idle():
             conn.holding = True  # their answers go out together below, not a turn later
-            server = self.server
-            server.hold_books()  # and the calls' books after them: the client is woken first
             try:
                 self._handle(lines)  # the common case: no deque in between
             finally:
                 conn.holding = False
                 try:
-                    conn.flush(soon=self._later)
+                    conn.flush(soon=self._started == GOES_ON)
                 finally:
-                    server.answers_written()
+                    if self._started:  # the calls' books after their answers: the client is woken first
+                        self.server.answers_written()
         else:
             self._lines.extend(lines)
 
@@ -167,7 +167,7 @@ class ClientProtocol(asyncio.Protocol):
         try:
             self._handle_each(conn, server, lines)
         finally:
-            self._later = server.frames_handled()
+            self._started = server.frames_handled()
 
     def _handle_each(self, conn: Connection, server: Server, lines: list[Any]) -> None:
         started = time.monotonic() if len(lines) > CLOCK_EVERY else 0.0  # a read of a few reads no clock
@@ -210,7 +210,11 @@ class ClientProtocol(asyncio.Protocol):
         if self._lines and self._waiting is None and not self._next_turn:
             batch = list(self._lines)
             self._lines.clear()
-            self._handle(batch)
+            try:
+                self._handle(batch)
+            finally:
+                if self._started:  # its answers go out at the turn's end: its books need not wait for them
+                    self.server.answers_written()
         if self._waiting is not None or self._next_turn:
             return
         if self._ended:

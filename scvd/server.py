@@ -25,7 +25,7 @@ from .calls import CallRegistry
 from .chat.expiry import Expiry
 from .chat.pipeline import remedy, screen
 from .config import Loaded
-from .client_protocol import ClientProtocol
+from .client_protocol import GOES_ON, NOTHING_STARTED, STARTED, ClientProtocol
 from .connection import Connection
 from .instance import Claim, claim, remove_socket, socket_name
 from .listener import Listener
@@ -95,6 +95,8 @@ class Daemon:
         self._opening: set[Session] = set()  # session.open requests between their budget check and their session
         self._follow_tools()  # scvd's own places, in services: a reload may load tools from other folders
         self.calls = CallRegistry(self)
+        # client_protocol's, once a batch's answers went out (frames_handled held them): the registry's own
+        self.answers_written = self.calls.books_after_answers
         self._limit_calls(loaded.config)
         self.started = awake.clock()  # for uptime: a step of the wall clock (NTP, `date -s`) is no time up
         self.stop_event = asyncio.Event()
@@ -613,19 +615,16 @@ class Daemon:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def frames_handled(self) -> bool:
+    def frames_handled(self) -> int:
         """After a batch of frames read at once: the first steps of the calls they submitted,
-        behind their `call.accepted` and any `call.cancel` in the same batch, in this turn.
-        True when one of them goes on in a task, next turn (hold the answers for it)."""
-        return self.calls.start_due() if self.calls.due else False
-
-    def hold_books(self) -> None:
-        """The answers of the frames about to be handled leave in one write: what calls leave for after
-        their answer (CallRegistry.hold_books) waits for answers_written()."""
-        self.calls.hold_books()
-
-    def answers_written(self) -> None:
-        self.calls.books_after_answers()
+        behind their `call.accepted` and any `call.cancel` in the same batch, in this turn, their books
+        held (CallRegistry.hold_books) until answers_written(). NOTHING_STARTED (no call: nothing
+        held), STARTED, or GOES_ON when one of them goes on in a task, next turn (hold the answers for it)."""
+        calls = self.calls
+        if not calls.due:
+            return NOTHING_STARTED
+        calls.hold_books()
+        return GOES_ON if calls.start_due() else STARTED
 
     def frame_too_large(self, conn: Connection, request_id: Any) -> None:
         limit = conn.frames.limit
