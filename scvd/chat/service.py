@@ -226,7 +226,8 @@ class ChatService:
         chat = self._own(conn, frame.session)
         if chat.turn is None or chat.turn.id != frame.turn or chat.task is None or chat.task.done():
             raise errors.InvalidRequest(f"turn {frame.turn!r} is not running in session {frame.session}")
-        chat.task.cancel("turn.cancel")
+        if not chat.task.cancelling():  # a second one (a stop button pressed twice): the turn is ending already
+            chat.task.cancel("turn.cancel")
         return p.Ok(id=frame.id)
 
     async def history(self, conn: Any, frame: p.ChatHistory) -> p.Frame:
@@ -393,11 +394,22 @@ class ChatService:
         that). Its background calls go on: they outlive their turn."""
         running = [c.ending() for c in list(self.daemon.calls.table.values())
                    if c.turn == turn_id and not (c.tool and c.tool.flags.background)]
-        try:
-            if calls or running:
-                await asyncio.wait([*calls.values(), *running], timeout=CALLS_END_SECONDS)
-        except asyncio.CancelledError:  # cancelled again (scvd stopping): the end still goes out, once
-            pass
+        if not (calls or running):
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CALLS_END_SECONDS
+        while (left := deadline - loop.time()) > 0:
+            try:
+                await asyncio.wait([*calls.values(), *running], timeout=left)
+                return
+            except asyncio.CancelledError:  # cancelled again: the end still goes out, once
+                if self.stopping:  # scvd's stop cuts the wait short: its own grace bounds the calls
+                    return
+                # a second turn.cancel, or its session closed: the calls were cancelled already; their
+                # call.completed still come before the turn's end, and the model reads how they ended
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
 
     def _cut(self, chat: Chat, turn: Turn, calls: dict[str, asyncio.Task[Any]], stopping: bool) -> p.Frame:
         """The end of a turn cut short, once its calls ended (_calls_ended): each keeps the outcome it

@@ -291,6 +291,38 @@ def test_a_cancelled_turn_ends_after_its_calls(chat_rig, workspace):
     assert isinstance(end, p.TurnCompleted) and not (workspace / "out.txt").exists()
 
 
+@pytest.mark.parametrize("then", ["cancel again", "close the session"])
+def test_a_turn_cancelled_twice_still_ends_after_its_calls_and_the_model_reads_them_cancelled(
+        chat_rig, workspace, then):
+    """A stop button pressed twice (or a cancel, then the session closed) cut the wait for the turn's
+    calls short: turn.cancelled came before the call.completed of a command still stopping, and the
+    model read that the call's outcome was unknown, though it was stopped."""
+    stubborn = Calls(("bash", {"command": "trap '' TERM INT HUP; touch started; sleep 40"}))
+    model, d = chat_rig(load("bash"), stubborn, Text("after"))
+    with d.client(name="pytest", approver=True) as c:
+        session = open_chat(c, workspace).session
+        turn = c.request(p.TurnStart, session=session, text="run it").turn
+        events = [c.next_event()]
+        while not isinstance(events[-1], p.ApprovalRequested):
+            events.append(c.next_event())
+        c.request(p.ApprovalDecide, approval_id=events[-1].approval_id, decision="approve")
+        wait_for(lambda: (workspace / "started").exists())
+        c.request(p.TurnCancel, session=session, turn=turn)
+        if then == "cancel again":
+            c.request(p.TurnCancel, session=session, turn=turn)
+        else:
+            c.request(p.SessionClose, session=session)
+        while not isinstance(events[-1], END):
+            events.append(c.next_event())
+        kinds = [type(e).__name__ for e in events]
+        assert kinds[-2:] == ["CallCompleted", "TurnCancelled"], kinds
+        assert events[-2].error.kind == "cancelled"
+        if then == "cancel again":  # the conversation goes on: the model reads the call as stopped
+            run_turn(c, session, "again")
+            told = json.dumps(model.requests[-1])
+            assert "cancelled" in told and "whether it did its work is unknown" not in told, told
+
+
 @pytest.mark.parametrize("wire_api", WIRE_APIS)
 def test_cancel_mid_stream(chat_rig, workspace, wire_api):
     model, d = chat_rig(Hang("thinking"), Text("after"), wire_api=wire_api)
