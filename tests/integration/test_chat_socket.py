@@ -269,6 +269,15 @@ def test_a_locked_keyring_fails_the_turn_saying_to_unlock_it(chat_rig, workspace
     assert model.requests == []
 
 
+def until_asked(c, session: str, text: str) -> tuple[str, list[Any]]:
+    """Start a turn and read its events up to its first approval.requested: the turn and them."""
+    turn = c.request(p.TurnStart, session=session, text=text).turn
+    events = [c.next_event()]
+    while not isinstance(events[-1], p.ApprovalRequested):
+        events.append(c.next_event())
+    return turn, events
+
+
 def test_a_cancelled_turn_ends_after_its_calls(chat_rig, workspace):
     """turn.cancelled is the turn's last event: the call waiting for approval completes (cancelled),
     and its request is withdrawn, before it."""
@@ -276,10 +285,7 @@ def test_a_cancelled_turn_ends_after_its_calls(chat_rig, workspace):
     model, d = chat_rig(load("write"), write, Text("after"))
     with d.client(name="pytest", approver=True) as c:
         session = open_chat(c, workspace).session
-        turn = c.request(p.TurnStart, session=session, text="write it").turn
-        events = [c.next_event()]
-        while not isinstance(events[-1], p.ApprovalRequested):
-            events.append(c.next_event())
+        turn, events = until_asked(c, session, "write it")
         c.request(p.TurnCancel, session=session, turn=turn)
         while not isinstance(events[-1], END):
             events.append(c.next_event())
@@ -301,10 +307,7 @@ def test_a_turn_cancelled_twice_still_ends_after_its_calls_and_the_model_reads_t
     model, d = chat_rig(load("bash"), stubborn, Text("after"))
     with d.client(name="pytest", approver=True) as c:
         session = open_chat(c, workspace).session
-        turn = c.request(p.TurnStart, session=session, text="run it").turn
-        events = [c.next_event()]
-        while not isinstance(events[-1], p.ApprovalRequested):
-            events.append(c.next_event())
+        turn, events = until_asked(c, session, "run it")
         c.request(p.ApprovalDecide, approval_id=events[-1].approval_id, decision="approve")
         wait_for(lambda: (workspace / "started").exists())
         c.request(p.TurnCancel, session=session, turn=turn)
