@@ -330,8 +330,18 @@ def test_a_mistyped_tool_is_told_the_closest_names_first_and_a_servers_tools_as_
         "no tool named 'mcp__gh__isue_0042' in this conversation; closest: mcp__gh__issue_0042, ")
 
 def test_context_limit_fails_when_nothing_fits():
+    """With no schema loaded, chat.clear (which unloads them) changes nothing: it is not offered."""
     t = turn(context_tokens=50)
     [fail] = start(t, "x" * 4000)
+    assert isinstance(fail, Fail) and fail.reason == "context_limit"
+    assert fail.hint == ("raise chat.context_tokens, or shorten the system prompt (chat.open's system_prompt, or "
+                         "chat.system_prompt)")
+
+
+def test_context_limit_with_schemas_loaded_offers_chat_clear():
+    conv = Conversation(settings=Opened(workspace="/ws", system_prompt="Be brief."))
+    conv.loaded["read"] = None
+    [fail] = start(Turn(conv, catalog(), "t1", max_steps=8, context_tokens=50), "x" * 4000)
     assert isinstance(fail, Fail) and fail.reason == "context_limit"
     assert fail.hint == "start afresh with chat.clear (it unloads the schemas), or raise chat.context_tokens"
 

@@ -545,9 +545,13 @@ class Turn:
             return (f"the provider's max_output_tokens ({self.reply_tokens}) keeps more than half of {limit} "
                     "free for the reply", "lower the provider's max_output_tokens, or raise chat.context_tokens")
         if budget < self.usable // 2:  # most of it went to the instructions and the loaded schemas
-            return (f"the instructions and the schemas of the {len(self.conv.loaded)} tools this conversation "
+            said = (f"the instructions and the schemas of the {len(self.conv.loaded)} tools this conversation "
                     f"loaded take about {self.usable - budget} tokens of the {self.usable} {limit} leaves for a "
-                    "request", "start afresh with chat.clear (it unloads the schemas), or raise chat.context_tokens")
+                    "request")
+            if not self.conv.loaded:  # the instructions alone: chat.clear would change nothing
+                return said, ("raise chat.context_tokens, or shorten the system prompt (chat.open's "
+                              "system_prompt, or chat.system_prompt)")
+            return said, "start afresh with chat.clear (it unloads the schemas), or raise chat.context_tokens"
         if size > budget:
             return (f"the message is about {size} tokens: more than the {budget} that {limit} leaves beside "
                     "the instructions, the tool schemas and the room kept for the reply",

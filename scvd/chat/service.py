@@ -106,8 +106,9 @@ class ChatService:
         if conversation:
             await self.daemon.expiry.started()  # the start's pass may remove this transcript: it goes first
             if conversation in self._opening or any(c.conversation == conversation for c in self.chats.values()):
-                raise errors.InvalidRequest(f"conversation {conversation!r} is open in another session; "
-                                            "close that session first")
+                raise errors.InvalidRequest(f"conversation {conversation!r} is open in another session; it opens "
+                                            "here once that session is closed (by its client, or as its client "
+                                            "disconnects): try again then")
             self._opening.add(conversation)  # before the first await: a chat.open racing this one is refused
         try:
             with self._reads():
@@ -157,6 +158,10 @@ class ChatService:
         name = provider or (stored.provider if stored else "") or config.chat.provider
         if name not in config.providers and name != provider_mod.CODEX:
             known = ", ".join(sorted(config.providers) + [provider_mod.CODEX])
+            if not provider and stored and stored.provider == name:  # the conversation's own, renamed or removed since
+                raise errors.InvalidRequest(
+                    f"conversation {frame.conversation!r} used provider {name!r}, which is no longer configured "
+                    f"(configured: {known}); resume it with another: send `provider` with chat.open")
             raise errors.InvalidRequest(f"no provider {name!r}; configured: {known} ([providers.NAME] in config.toml)")
         tools = frame.tools if frame.tools is not None else stored.tools if stored else "all"
         # only a list the client sends now: a stored one may name a tool not (yet) there, e.g. an MCP
@@ -322,7 +327,7 @@ class ChatService:
         for conversation, records in self._unwritten.items():
             try:
                 self.transcripts.append(conversation, records)
-            except (OSError, errors.InternalError) as exc:
+            except (OSError, errors.InternalError, errors.Failed) as exc:
                 self._lost(conversation, records[exc.written if isinstance(exc, errors.BatchCut) else 0:], str(exc))
         self._unwritten.clear()
 
@@ -563,7 +568,7 @@ class ChatService:
         chat.paged = 0
         try:
             self.transcripts.append(chat.conversation, records)
-        except (OSError, errors.InternalError) as exc:  # a full disk, a symlink in the file's place:
+        except (OSError, errors.InternalError, errors.Failed) as exc:  # a full disk, a symlink in the file's place:
             records = records[exc.written if isinstance(exc, errors.BatchCut) else 0:]  # not those already in the file
             chat.conv.records[:0] = records  # the turn goes on, and the next save writes them, in order
             chat.paged = len(records)

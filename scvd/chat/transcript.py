@@ -115,10 +115,13 @@ class Transcripts:
             raise self._refused(conversation, "not a regular file")
         return fd
 
-    def _refused(self, conversation: str, kind: str) -> errors.InternalError:
-        return errors.InternalError(f"the transcript of conversation {conversation} ({self.path(conversation)}) "
-                                    f"is {kind}; scvd keeps a transcript only in a regular file of its own: "
-                                    "move it away, then retry")
+    def _refused(self, conversation: str, kind: str) -> errors.Failed:
+        """`failed`, not `internal` (a bug of scvd's): the user moves the thing away; said in the log too."""
+        refused = errors.Failed(f"the transcript of conversation {conversation} ({self.path(conversation)}) is "
+                                f"{kind}; scvd keeps a transcript only in a regular file of its own: move it away, "
+                                "then retry")
+        log.warning("%s", refused.message)
+        return refused
 
 
 def _undo(fd: int, size: int, exc: OSError, written: int) -> None:

@@ -811,6 +811,27 @@ def test_chat_open_refusals(chat_rig, workspace):
 
 
 @pytest.mark.one_loop
+def test_resuming_a_conversation_whose_provider_was_renamed_says_so_and_how_to_go_on(chat_rig, workspace):
+    """A bridge resumes with no `provider` (the conversation's own): after [providers.test] was renamed,
+    every resume was refused `no provider 'test'`, which did not say it was the conversation's own."""
+    model, d = chat_rig()
+    with d.client(name="pytest") as c:
+        opened = open_chat(c, workspace)
+        c.request(p.SessionClose, session=opened.session)
+    config = d.home / "config.toml"
+    config.write_text(config.read_text().replace("[providers.test]", "[providers.local]")
+                      .replace('provider = "test"', 'provider = "local"'))
+    asyncio.run_coroutine_threadsafe(d.daemon.reload(), d.loop).result(30)
+    with d.client(name="pytest") as c:
+        with pytest.raises(errors.InvalidRequest) as info:
+            open_chat(c, workspace, conversation=opened.conversation)
+        assert info.value.message == (
+            f"conversation {opened.conversation!r} used provider 'test', which is no longer configured "
+            "(configured: local, codex); resume it with another: send `provider` with chat.open")
+        assert open_chat(c, workspace, conversation=opened.conversation, provider="local").resumed
+
+
+@pytest.mark.one_loop
 def test_chat_open_says_why_a_tool_of_a_disabled_mcp_server_is_not_there(chat_rig, workspace):
     model, d = chat_rig(extra='[mcp.servers.off]\ncommand = "/bin/true"\nenabled = false\n')
     with d.client(name="pytest") as c:
