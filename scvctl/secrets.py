@@ -41,14 +41,17 @@ def store() -> SecretStore:
 
 
 def read_value(key: str) -> str:
-    """Masked on a terminal; otherwise all of stdin (the store drops the line break `echo` adds, and
-    keeps a key of several lines whole)."""
+    """Masked on a terminal (a PEM or OpenSSH key pasted there read whole); otherwise all of stdin (the
+    store drops the line break `echo` adds, and keeps a key of several lines whole)."""
     if sys.stdin.isatty():
         try:
             return masked_input(f"value for {key} (input hidden): ")
         except EOFError:  # Ctrl-D: no value, said as for an empty one
             print(file=sys.stderr)
             return ""
+        except errors.UsageError as exc:  # a key cut short (Ctrl-D before its END line)
+            raise errors.UsageError(f"{exc.message}: paste it whole, or give the file on stdin: "
+                                    f"scvctl secrets set {key} < key.pem") from None
     try:
         value = sys.stdin.buffer.read().decode("utf-8")
     except UnicodeDecodeError as exc:  # never echo the bytes: they are the secret

@@ -94,11 +94,16 @@ def _on_resolved(args: argparse.Namespace, event: p.ApprovalResolved) -> None:
 
 
 def on_secret(c: Client, event: p.SecretRequested) -> None:
-    """A tool asks for a secret: read it masked (getpass) on a terminal, else one line of stdin."""
+    """A tool asks for a secret: read it masked on a terminal, else one line of stdin (a PEM or
+    OpenSSH key whole, either way: prompts.whole_value)."""
     print(printable(f"[{event.request_id}] secret {event.key} for {event.tool or '?'} "  # the agent's question:
                     f"(session {event.session}): {event.question}", keep=""), flush=True)  # one line, escaped
     while True:
-        value = read_secret(f"value for {event.key} (input hidden; empty to decline): ")
+        try:
+            value = read_secret(f"value for {event.key} (input hidden; empty to decline): ")
+        except errors.UsageError as exc:  # a key cut short: the request still waits
+            print(f"  not stored: {exc.message}; enter it again, whole (empty to decline)", flush=True)
+            continue
         if value is None:
             raise KeyboardInterrupt
         try:

@@ -444,6 +444,24 @@ def test_scvctl_approvals_watch_asks_for_the_value_and_never_prints_it(setup, wo
 
 
 @pytest.mark.one_loop
+def test_scvctl_approvals_watch_reads_a_piped_key_whole(setup, workspace):
+    """A key piped to the watch was stored as its first line (`-----BEGIN ... KEY-----`), and its other
+    lines were left in the pipe, to be read as the answers to the prompts that came next."""
+    d = setup
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+    watch = start_watch(d, key)
+    try:
+        with d.client(name="agent") as agent:
+            done = store_secret_once_watched(agent, agent.open_session(workspace))
+            assert done.ok, done.error
+    finally:
+        watch.terminate()
+        out, err = watch.communicate(timeout=15)
+    assert secrets.SecretStore(d.home / "secrets.toml", env={}).get("API_TOKEN") == key
+    assert "b3BlbnNzaC1rZXktdjEAAAAA" not in out + err
+
+
+@pytest.mark.one_loop
 def test_a_value_typed_after_the_request_timed_out_is_not_said_to_be_answered_elsewhere(make_daemon, scv_home,
                                                                                         workspace):
     """scvctl said `... was already answered elsewhere` to a person whose value came after the request timed
