@@ -415,6 +415,25 @@ def test_missing_executable_unavailable_before_approval(harness: Harness, monkey
         "claude is not installed: npm install -g @anthropic-ai/claude-code, or put it on scvd's PATH")
 
 
+def test_a_cli_that_which_passes_over_though_its_mode_allows_running_is_said_so(tmp_path: Path) -> None:
+    """Where shutil.which finds no codex though a file whose mode has the execute bits is there (another
+    user's 0700, a noexec mount), `chmod +x` would change nothing: the message says what can."""
+    from scvd.adapters import locate, spec
+
+    elsewhere = tmp_path / "other-bin"
+    elsewhere.mkdir()
+    (elsewhere / "codex").mkdir()  # no regular file: passed over, as which does
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "codex").write_text("#!/bin/sh\n")
+    (folder / "codex").chmod(0o700)
+    said = locate.not_executable(spec.CODEX, f"{elsewhere}{os.pathsep}{folder}")
+    assert said == (f"{folder / 'codex'} is not executable for scvd's user (mode 0700, owner uid {os.getuid()}; "
+                    f"or its file system is mounted noexec): make it executable for uid {os.getuid()}, or install "
+                    "it where scvd can run it: npm install -g @openai/codex")
+    assert locate.not_executable(spec.CODEX, str(elsewhere)) is None  # then: not installed
+
+
 def test_a_cli_removed_while_the_call_waited_fails_saying_so(harness: Harness, fake_bin: Path) -> None:
     """It was `agent_claude failed unexpectedly: FileNotFoundError`, logged as a crash of the tool."""
     t = harness.tool("claude")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 from typing import Mapping
 
@@ -21,10 +22,32 @@ def resolve_executable(adapter: Adapter, env: Mapping[str, str]) -> str:
     """The absolute path of the adapter's executable on the daemon's PATH, or Unavailable."""
     import shutil  # here: it imports bz2 and lzma, which the idle daemon does without
 
-    found = shutil.which(adapter.executable, path=env.get("PATH", os.defpath))
+    search = env.get("PATH", os.defpath)
+    found = shutil.which(adapter.executable, path=search)
     if not found:
-        raise Unavailable(adapter.install_hint())
+        raise Unavailable(not_executable(adapter, search) or adapter.install_hint())
     return os.path.abspath(found)
+
+
+def not_executable(adapter: Adapter, search: str) -> str | None:
+    """Why the first regular file named as the CLI on `search` (a PATH value) is none that which
+    finds, when there is one: said as not installed, it sent a person to install again a CLI whose
+    copy had lost its execute bit (mode 0644)."""
+    for folder in search.split(os.pathsep):
+        path = os.path.abspath(os.path.join(folder, adapter.executable))
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        if not st.st_mode & 0o111:
+            return f"{path} is not executable: chmod +x {path}"
+        # its mode lets someone run it, but not scvd: another user only, or a noexec mount
+        return (f"{path} is not executable for scvd's user (mode {stat.S_IMODE(st.st_mode):04o}, owner uid "
+                f"{st.st_uid}; or its file system is mounted noexec): make it executable for uid {os.getuid()}, "
+                f"or install it where scvd can run it: npm install -g {adapter.package}")
+    return None
 
 
 def missing_interpreter(executable: str, env: Mapping[str, str]) -> str | None:

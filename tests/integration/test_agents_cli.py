@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -118,6 +119,32 @@ def test_a_cli_this_shell_finds_but_the_daemon_does_not_is_said_so(make_daemon, 
         out = subprocess.run([sys.executable, "-m", "scvctl", "agents", *args], env=shell, stdin=subprocess.DEVNULL,
                              capture_output=True, text=True, timeout=30)
         assert said in out.stdout + out.stderr, out
+
+
+def test_a_cli_on_scvds_path_without_its_execute_bit_is_said_so(make_daemon, tmp_path: Path, workspace: Path) -> None:
+    """A CLI copied there as mode 0644 (which shutil.which passes over) was `not installed: npm install -g
+    @openai/codex, or put it on scvd's PATH`: its owner was sent to install again what was there."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    codex = folder / "codex"
+    shutil.copyfile(FAKE_AGENT, codex)
+    codex.chmod(0o644)
+    said = f"{codex} is not executable: chmod +x {codex}"
+    d = make_daemon(env={"PATH": str(folder)})
+    shell = {**base_env(d.home), "PATH": str(folder)}  # this shell looks where scvd does
+    status = scvctl_alone(shell, "agents", "status")
+    assert status.stdout.splitlines() == [
+        "claude  claude is not installed: npm install -g @anthropic-ai/claude-code, or put it on scvd's PATH",
+        f"codex   {said}",
+        "pi      pi is not installed: npm install -g @mariozechner/pi-coding-agent, or put it on scvd's PATH"]
+    login = scvctl_alone(shell, "agents", "login", "codex")
+    assert (login.returncode, login.stderr) == (1, f"codex: {said}\n")
+    with d.client(name="agent") as c:
+        done = c.call(c.open_session(workspace), "agent_codex", {"prompt": "go"})
+    assert (done.error.kind, done.error.message) == ("unavailable", said)
+    d.stop()
+    alone = scvctl_alone(shell, "agents", "login", "codex")  # no daemon: scvctl looks as scvd would
+    assert alone.returncode == 1 and alone.stderr.endswith(f"codex: {said}\n"), alone.stderr
 
 
 def test_login_runs_the_agents_command_with_the_daemons_home_and_env(agent_daemon: DaemonProc) -> None:
