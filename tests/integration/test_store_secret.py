@@ -67,6 +67,19 @@ def store_secret_once_watched(agent: Any, sid: str) -> Any:
         time.sleep(0.1)
 
 
+def answered_by_watch(d: Any, workspace: Path, answers: str) -> tuple[str, str]:
+    """What `scvctl approvals watch` printed (stdout, stderr) after storing API_TOKEN from `answers`."""
+    watch = start_watch(d, answers)
+    try:
+        with d.client(name="agent") as agent:
+            done = store_secret_once_watched(agent, agent.open_session(workspace))
+            assert done.ok, done.error
+    finally:
+        watch.terminate()
+        out, err = watch.communicate(timeout=15)
+    return out, err
+
+
 @pytest.fixture
 def setup(make_daemon, scv_home, workspace):
     make_tool(scv_home, "token", SHOWS_TOKEN, risk="read_only", secrets=["API_TOKEN"])
@@ -428,14 +441,7 @@ def test_a_process_spawned_by_scvd_cannot_provide_a_secret(setup, workspace):
 @pytest.mark.one_loop
 def test_scvctl_approvals_watch_asks_for_the_value_and_never_prints_it(setup, workspace):
     d = setup
-    watch = start_watch(d, f"{VALUE}\n")  # the answer to the prompt, waiting in the pipe (not a terminal)
-    try:
-        with d.client(name="agent") as agent:
-            done = store_secret_once_watched(agent, agent.open_session(workspace))
-            assert done.ok, done.error
-    finally:
-        watch.terminate()
-        out, err = watch.communicate(timeout=15)
+    out, err = answered_by_watch(d, workspace, f"{VALUE}\n")  # waiting in the pipe (not a terminal)
     assert "secret API_TOKEN for script_token" in out and "input hidden" in out
     # the prompt's line ends though nothing echoed the answer (what follows went on it)
     assert "value for API_TOKEN (input hidden; empty to decline): \n" in out, out
@@ -449,14 +455,7 @@ def test_scvctl_approvals_watch_reads_a_piped_key_whole(setup, workspace):
     lines were left in the pipe, to be read as the answers to the prompts that came next."""
     d = setup
     key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
-    watch = start_watch(d, key)
-    try:
-        with d.client(name="agent") as agent:
-            done = store_secret_once_watched(agent, agent.open_session(workspace))
-            assert done.ok, done.error
-    finally:
-        watch.terminate()
-        out, err = watch.communicate(timeout=15)
+    out, err = answered_by_watch(d, workspace, key)
     assert secrets.SecretStore(d.home / "secrets.toml", env={}).get("API_TOKEN") == key
     assert "b3BlbnNzaC1rZXktdjEAAAAA" not in out + err
 
