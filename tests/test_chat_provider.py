@@ -499,6 +499,21 @@ def test_a_404_says_to_check_base_url_and_model_and_names_the_wire_api(model, wi
                                f"has no such endpoint or model (scvd posts to {m.base_url}/{posted}")
 
 
+def test_a_404_on_the_imported_codex_setup_points_at_a_provider_of_scvds_own_for_chat_completions(model):
+    """It said to set wire_api = "chat" in the Codex config.toml, which codex refuses at start and so
+    the import refuses too: such a server is for a [providers.NAME] of scvd's own."""
+    m = model(Status(404, "404 page not found"))
+    s = Settings(name="codex", model="m", base_url=m.base_url, wire_api="responses", api_key="k", key_source="",
+                 timeout_seconds=10)
+    with pytest.raises(ProviderFailure) as info:
+        asyncio.run(collect(make(s)))
+    assert info.value.hint == (
+        "check the base_url and model of the imported Codex setup (`scvctl agents import codex`): the server has no "
+        f"such endpoint or model (scvd posts to {m.base_url}/responses, the Responses API; for a server with Chat "
+        "Completions only, which codex cannot use, add it as a [providers.NAME] with wire_api = \"chat\" to scvd's "
+        "config.toml and set chat.provider to that NAME)")
+
+
 def test_a_refused_key_from_the_environment_says_a_restart_reads_it_or_a_secret_needs_none(model):
     m = model(Status(401, "invalid api key"))
     with pytest.raises(ProviderFailure) as info:
@@ -674,13 +689,13 @@ def test_codex_settings_from_an_imported_setup(tmp_path):
     from scvd.chat.provider import codex_settings
 
     (tmp_path / "config.toml").write_text('model = "o4"\nmodel_provider = "relay"\n[model_providers.relay]\n'
-                                          'base_url = "http://relay/v1"\nwire_api = "chat"\nenv_key = "RELAY_KEY"\n')
+                                          'base_url = "http://relay/v1"\nenv_key = "RELAY_KEY"\n')
     with pytest.raises(ProviderFailure) as info:
         codex_settings(tmp_path, env={})
     assert info.value.reason == "auth" and "from RELAY_KEY (its env_key)" in info.value.message
     assert "RELAY_KEY is set" in info.value.hint  # where scvd's environment comes from: this process's shell
     s = codex_settings(tmp_path, env={"RELAY_KEY": "k1"})
-    assert (s.model, s.base_url, s.wire_api, s.api_key, s.key_source) == ("o4", "http://relay/v1", "chat", "k1",
+    assert (s.model, s.base_url, s.wire_api, s.api_key, s.key_source) == ("o4", "http://relay/v1", "responses", "k1",
                                                                            "env RELAY_KEY")
     (tmp_path / "auth.json").write_text('{"OPENAI_API_KEY": "k2"}')
     # the OpenAI login's key never goes to another provider's base_url (codex does the same)
@@ -781,7 +796,7 @@ def test_an_env_header_whose_variable_is_blank_is_left_out_as_codex_leaves_it_ou
     ('base_url = "http://relay.example:99999/v1"',
      "base_url is no URL a request can go to (its port is not a number of 0-65535); write it as http://HOST:PORT/PATH"),
     ('base_url = "http://127.0.0.1:9/v1"\nwire_api = "completions"',
-     "wire_api 'completions' is not one scvd speaks: set it to \"responses\" or \"chat\""),
+     "wire_api 'completions' is not one codex knows, and it stops at start on it: set wire_api = \"responses\""),
     # it went out as the key "{'value': 's3cr3t'}"
     ('base_url = "http://127.0.0.1:9/v1"\nexperimental_bearer_token = { value = "s3cr3t" }',
      "experimental_bearer_token is a table, not a text: write it as experimental_bearer_token = \"...\""),
@@ -811,15 +826,15 @@ def test_an_imported_provider_that_is_no_table_fails_the_turn_saying_so(tmp_path
     if "relay" in providers:
         assert info.value.message == ("the imported Codex setup's provider 'relay': its model_providers entry is "
                                       "not a table: write it as [model_providers.NAME] with its keys")
-    else:  # no table of providers at all: relay has none, and so no key
-        assert info.value.reason == "auth"
+    else:  # codex stops at start on it (expected a map)
+        assert info.value.message == ("the imported Codex setup's model_providers is a text, not a table, and codex "
+                                      "stops at start on it: write each provider as [model_providers.NAME] with its keys")
 
 
 @pytest.mark.parametrize("config, said", [
     ('model_provider = ""\n', "model_provider is empty, and codex stops at start on it"),
-    ('profile = "work"\n[profiles.work]\nmodel_provider = ""\n', "profiles.work.model_provider is empty"),
     ('model_provider = ["relay"]\n', "model_provider is an array, not a provider's name"),
-], ids=["top level", "profile", "no text"])
+], ids=["top level", "no text"])
 def test_an_imported_model_provider_that_names_no_provider_fails_the_turn_saying_so(tmp_path, config, said):
     """`model_provider = ""` was looked up as a provider "" and failed as `holds no API key for its
     provider ''` (the import took it for openai); `["relay"]` failed with a TypeError."""
@@ -860,9 +875,7 @@ def test_codexs_own_local_providers_need_no_key_and_no_table(model, tmp_path, lo
     with `holds no API key` where codex sends its built-in provider on localhost no key."""
     from scvd.chat.provider import codex_settings
 
-    # codex ignores a table of the same name (its own wins): so does the chat
-    (tmp_path / "config.toml").write_text(f'model = "qwen3"\nmodel_provider = "{local}"\n[model_providers.{local}]\n'
-                                          'base_url = "http://elsewhere.example/v1"\nenv_key = "UNSET_KEY"\n')
+    (tmp_path / "config.toml").write_text(f'model = "qwen3"\nmodel_provider = "{local}"\n')
     (tmp_path / "auth.json").write_text('{"OPENAI_API_KEY": "sk-openai-only"}')
     s = codex_settings(tmp_path, env={})
     assert (s.base_url, s.wire_api, s.key_source) == (f"http://localhost:{port}/v1", "responses", "")

@@ -76,13 +76,15 @@ def read_auth(home: Path) -> dict[str, Any]:
 
 
 def _current_endpoint(home: Path) -> str | None:
-    """The endpoint of the config already in `home`; None when it cannot be read."""
+    """The endpoint of the config already in `home`; None when it cannot be read, or has a `profile` line
+    (an older scvd imported it, when codex ran the profile's provider: which one its key is for is not told now)."""
     try:
-        return _endpoint(read_config(home))
+        config = read_config(home)
     except FileNotFoundError:
         return _endpoint({})  # codex's default provider
     except (OSError, NotARegularFile, UnreadableFile):
         return None
+    return None if "profile" in config else _endpoint(config)
 
 
 def provider_own_key(home: Path) -> str | None:

@@ -5,12 +5,11 @@ Rules (seed 000, "Signing in delegated agents"):
 - `auth.json` is copied only when it holds an API key. A ChatGPT sign-in (tokens)
   is never copied: its rotating refresh token must stay in one home.
 - A provider that reads its key through `env_key` is flagged.
-- The provider's base_url and wire_api are checked, and its headers, by the chat turn's rule
-  (codex_provider.py): one that fails every agent is refused, a header codex leaves out is warned of.
+- What the pinned codex stops at start on is refused (codex_provider.start_problem: a `profile`
+  line, a table of a built-in provider, a wire_api other than responses, a model_provider that names
+  no provider), and so is the provider's base_url when no request can go to it; its headers are
+  checked by the chat turn's rule, and a header codex leaves out is warned of.
 - The files already in scvd's codex home are kept or removed by codex_home.py's rule.
-- The provider is the active `profile`'s `model_provider` when it names one; codex's own local
-  providers (ollama, lmstudio) are its built-in tables, and a model_providers table of that name is
-  warned of: codex ignores it.
 - Both files are validated before either is written; the writes (and that removal) happen
   all together or not at all, one import at a time per home (import_files.py); one killed midway is
   undone first (import_journal.py), and the home's endpoint is unknown when that cannot be done
@@ -31,9 +30,8 @@ from .. import toml_read
 from ..errors import InternalError, InvalidRequest, NotARegularFile
 from ..paths import read_regular_file
 from .codex_home import AUTH, CONFIG, IMPORTED, MAX_FILE_BYTES, auth_verdict, settle_old_files
-from .codex_provider import (LOCAL_PORTS, active_provider, active_provider_id, active_settings, endpoint_problem,
-                             ignored_tables, model_provider_problem, provider_entries, provider_entry,
-                             provider_headers)
+from .codex_provider import (active_provider, active_provider_id, endpoint_problem, provider_entries, provider_entry,
+                             provider_headers, start_problem)
 from .import_files import commit_files, one_at_a_time, settle_failed
 from .import_journal import UNDONE, UNSURE, mark_unsure, settle
 
@@ -75,8 +73,8 @@ def plan_import(source: Path) -> ImportPlan:
         plan.files[CONFIG] = config_raw
         plan.report.update(_report(config))
         _check_endpoint(source / CONFIG, config)
-        plan.warnings += (_ignored_warnings(config) + _env_key_warnings(config)
-                          + _header_warnings(*active_provider(config)) + _other_provider_warnings(config))
+        plan.warnings += (_env_key_warnings(config) + _header_warnings(*active_provider(config))
+                          + _other_provider_warnings(config))
     if auth_raw is not None:
         auth = _parse_auth(source / AUTH, auth_raw)
         verdict, warning = auth_verdict(auth)
@@ -132,10 +130,7 @@ def _parse_auth(path: Path, raw: bytes) -> dict[str, Any]:
 
 
 def _report(config: dict[str, Any]) -> dict[str, Any]:
-    active = active_settings(config)
-    report = {k: active[k] for k in REPORTED if isinstance(active.get(k), (str, int, float, bool))}
-    if isinstance(config.get("profile"), str):
-        report["profile"] = config["profile"]
+    report = {k: config[k] for k in REPORTED if isinstance(config.get(k), (str, int, float, bool))}
     report["model_provider"], provider = active_provider(config)
     if provider:
         report["wire_api"] = provider.get("wire_api", "")
@@ -163,16 +158,9 @@ def _env_key_warnings(config: dict[str, Any]) -> list[str]:
     return warnings
 
 
-def _ignored_warnings(config: dict[str, Any]) -> list[str]:
-    return [f"[model_providers.{name}] is ignored: codex uses its own {name} provider (http://localhost:"
-            f"{LOCAL_PORTS[name]}/v1 unless CODEX_OSS_BASE_URL or CODEX_OSS_PORT is set, no key), and so does a "
-            "chat turn with provider codex; to use your table, give it another name and set model_provider to it"
-            for name in ignored_tables(config)]
-
-
 def _check_endpoint(path: Path, config: dict[str, Any]) -> None:
-    """Refused: a model_provider, base_url or wire_api no agent can send requests with (codex fails on it too)."""
-    if problem := model_provider_problem(config):
+    """Refused: what codex stops at start on, and a base_url no agent can send requests to (codex fails on it too)."""
+    if problem := start_problem(config):
         raise InvalidRequest(f"{path}: {problem}; fix it in your Codex config.toml and import again; nothing was written")
     provider_id = active_provider_id(config)
     if problem := endpoint_problem(provider_entry(config, provider_id)):
@@ -193,16 +181,16 @@ def _header_warnings(provider_id: str, provider: dict[str, Any], unused: str = "
 
 
 def _other_provider_warnings(config: dict[str, Any]) -> list[str]:
-    """The providers this config does not use now, by the active one's rules but only warned of: a
-    profile (or an agent's `-c model_provider=`) that picks one fails on it."""
+    """The providers this config does not use now, by the active one's base_url and header rules but only
+    warned of: codex fails on one only once model_provider (or a --profile's, an agent's `-c`) picks it."""
     active_id = active_provider_id(config)
     warnings = []
     for name, entry in provider_entries(config).items():
         if name == active_id:
             continue
         if problem := endpoint_problem(entry):
-            warnings.append(f"provider {name!r}{UNUSED}: {problem}; a profile that picks it fails: fix it in your "
-                            "Codex config.toml and import again")
+            warnings.append(f"provider {name!r}{UNUSED}: {problem}; a model_provider that picks it fails: fix it "
+                            "in your Codex config.toml and import again")
         else:
             warnings += _header_warnings(name, entry, UNUSED)
     return warnings

@@ -20,8 +20,8 @@ from typing import Any, AsyncIterator, Mapping, Protocol
 
 from .. import errors
 from ..adapters.codex_home import IMPORTED, read_auth, read_config
-from ..adapters.codex_provider import (active_provider_id, active_settings, endpoint_problem, model_provider_problem,
-                                      provider_entry, provider_headers, strings)
+from ..adapters.codex_provider import (active_provider_id, endpoint_problem, provider_entry, provider_headers,
+                                      start_problem, strings)
 from ..adapters.import_files import reading
 from ..config import MAX_REPLY_BYTES
 from ..notify import environment_advice, runs_as_unit
@@ -49,7 +49,7 @@ class Settings:
     name: str
     model: str
     base_url: str
-    wire_api: str  # responses | chat
+    wire_api: str  # responses | chat (the imported Codex setup's: responses, the one codex speaks)
     api_key: str
     key_source: str  # for hints: `secret KEY`, `env NAME`, a file, or "" (no key configured)
     timeout_seconds: float = 600.0
@@ -141,11 +141,10 @@ def codex_settings(home: Path, env: Mapping[str, str] | None = None) -> Settings
     hint = ("run `scvctl agents import codex` (a Codex setup with an API key), or add a [providers.NAME] table "
             "and set chat.provider = \"NAME\" in config.toml (chat.provider is codex unless set)")
     config, auth = _imported(home, hint)
-    if problem := model_provider_problem(config):
+    if problem := start_problem(config):  # codex stops at start on it: an agent run fails on it too
         raise ProviderFailure("provider_error", f"the imported Codex setup's {problem}", _FIX_CONFIG)
-    provider_id = active_provider_id(config)  # a `profile` picks the provider and model, as in codex
+    provider_id = active_provider_id(config)
     table = provider_entry(config, provider_id, env)
-    config = active_settings(config)
     if problem := endpoint_problem(table):
         raise ProviderFailure("provider_error", f"the imported Codex setup's provider {provider_id!r}: {problem}",
                               _FIX_CONFIG)

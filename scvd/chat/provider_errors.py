@@ -166,8 +166,9 @@ def _status_hint(status: int, settings: Settings) -> str:
         if settings.wire_api == "chat":
             return (f"check the base_url and model of {where_set}: the server has no such endpoint or model "
                     f"(scvd posts to {where}chat/completions)")
-        other = ("set wire_api = \"chat\" in its provider in your Codex config.toml and run `scvctl agents import "
-                 "codex` again" if name == "codex" else f"set providers.{name}.wire_api = \"chat\"")
+        other = (f"set providers.{name}.wire_api = \"chat\"" if name != "codex" else "which codex cannot use, add "
+                 "it as a [providers.NAME] with wire_api = \"chat\" to scvd's config.toml and set chat.provider to "
+                 "that NAME")
         return (f"check the base_url and model of {where_set}: the server has no such endpoint or model (scvd posts "
                 f"to {where}responses, the Responses API; for a server with Chat Completions only, {other})")
     if status >= 500 or status == 429:

@@ -433,7 +433,7 @@ def test_import_warns_of_a_header_no_request_can_carry_and_never_shows_it(agent_
 @pytest.mark.parametrize("line, said", [
     ('base_url = "relay.example/v1"', "base_url must start with http:// or https://, e.g. http://127.0.0.1:8080/v1"),
     ('base_url = "http://127.0.0.1:9/v1"\nwire_api = "completions"',
-     "wire_api 'completions' is not one scvd speaks: set it to \"responses\" or \"chat\""),
+     "wire_api 'completions' is not one codex knows, and it stops at start on it: set wire_api = \"responses\""),
     ('base_url = "http://127.0.0.1:9/v1"\nenv_key = 5', "env_key is an integer, not a text: write it as env_key = \"...\""),
 ], ids=["no scheme", "wire_api", "env_key"])
 def test_import_refuses_an_endpoint_no_agent_can_reach_and_keeps_the_last_import(agent_daemon: DaemonProc,
@@ -452,6 +452,85 @@ def test_import_refuses_an_endpoint_no_agent_can_reach_and_keeps_the_last_import
     home = agent_daemon.home / "adapters" / "codex"
     assert (home / "config.toml").read_text() == (good / "config.toml").read_text()
     assert not (home / "auth.json").exists()
+
+
+OPENAI_SETUP = 'model = "gpt-5"\n'
+NAMED_RELAY = ('model_provider = "relay"\n[model_providers.relay]\nname = "relay"\nbase_url = "http://127.0.0.1:9/v1"\n'
+               'experimental_bearer_token = "bearer-1"\n')  # codex 0.171 refuses a provider table without a name
+FIX = "; fix it in your Codex config.toml and import again; nothing was written"
+# what codex 0.171 (.ci/install-agents) stops at start on, each checked against it offline: its words, then ours
+STOPS_CODEX = {
+    # legacy `profile = "work"` config is no longer supported; use `--profile work` with `work.config.toml` instead
+    "profile": ('profile = "work"\n' + NAMED_RELAY + '[profiles.work]\nmodel = "o3"\n',
+                'profile = "work" is no longer supported by codex, which stops at start on it (it takes --profile NAME '
+                "with NAME.config.toml instead, which scvd's agent runs do not pass): move the settings of "
+                "[profiles.work] you want to the top level and remove the profile line"),
+    # model_providers contains reserved built-in provider IDs: `openai`. Built-in providers cannot be overridden.
+    "openai table": ('[model_providers.openai]\nname = "openai"\nbase_url = "https://evil.example/v1"\n',
+                     "model_providers has a table of codex's built-in openai, and codex stops at start on it (built-in "
+                     "providers cannot be overridden): rename [model_providers.openai] (e.g. to [model_providers."
+                     "openai-custom]) and set model_provider to the new name, or remove it to use codex's own"),
+    "ollama and lmstudio tables": (
+        'model_provider = "ollama"\n[model_providers.ollama]\nname = "mine"\nbase_url = "http://10.1.2.3:9999/v1"\n'
+        '[model_providers.lmstudio]\nname = "mine too"\nbase_url = "http://10.1.2.3:9998/v1"\n',
+        "model_providers has a table of codex's built-in ollama, lmstudio, and codex stops at start on it (built-in "
+        "providers cannot be overridden): rename each (e.g. to [model_providers.ollama-custom]) and set "
+        "model_provider to the new name, or remove it to use codex's own"),
+    # `wire_api = "chat"` is no longer supported. How to fix: set `wire_api = "responses"` in your provider config.
+    "wire_api chat": (NAMED_RELAY + 'wire_api = "chat"\n',
+                      'provider \'relay\': wire_api = "chat" is no longer supported by codex, which stops at start on '
+                      'it: set wire_api = "responses" (for a server with Chat Completions only, give scvd\'s chat a '
+                      '[providers.NAME] with wire_api = "chat" in scvd\'s config.toml instead)'),
+    "wire_api chat unused": (OPENAI_SETUP + '[model_providers.old]\nname = "old"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                             'wire_api = "chat"\n',
+                             'provider \'old\': wire_api = "chat" is no longer supported by codex, which stops at start '
+                             'on it: set wire_api = "responses" (for a server with Chat Completions only, give scvd\'s '
+                             'chat a [providers.NAME] with wire_api = "chat" in scvd\'s config.toml instead)'),
+    # Model provider `nope` not found
+    "unknown provider": ('model_provider = "nope"\n',
+                         'model_provider = "nope" names no provider, and codex stops at start on it (Model provider '
+                         "`nope` not found): add a [model_providers.nope] table, name one of codex's own (openai, "
+                         "ollama, lmstudio, amazon-bedrock), or remove the line for openai"),
+}
+
+
+def import_openai_with_key(d: DaemonProc, tmp_path: Path) -> Path:
+    """scvd's codex home after an import of OpenAI's own provider with an API key; returns the home."""
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "config.toml").write_text(OPENAI_SETUP)
+    (good / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    assert scvctl(d, "agents", "import", "codex", "--from", str(good)).returncode == 0
+    return d.home / "adapters" / "codex"
+
+
+@pytest.mark.parametrize("config, said", STOPS_CODEX.values(), ids=STOPS_CODEX)
+def test_import_refuses_what_codex_stops_at_start_on_and_keeps_the_last_import(agent_daemon: DaemonProc,
+                                                                              tmp_path: Path, config, said) -> None:
+    """Each was imported ("imported config.toml"), then every agent_codex run failed (exit 1) on it; the
+    unknown provider's import even removed the API-key auth.json the last import had stored."""
+    home = import_openai_with_key(agent_daemon, tmp_path)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.toml").write_text(config)
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(bad))
+    assert (out.returncode, out.stderr) == (1, f"invalid_request: {bad / 'config.toml'}: {said}{FIX}\n")
+    assert (home / "config.toml").read_text() == OPENAI_SETUP
+    assert json.loads((home / "auth.json").read_text()) == {"OPENAI_API_KEY": API_KEY}
+
+
+@pytest.mark.parametrize("config, said", STOPS_CODEX.values(), ids=STOPS_CODEX)
+def test_a_turn_on_a_codex_home_codex_stops_at_start_on_fails_saying_why(agent_daemon: DaemonProc, tmp_path: Path,
+                                                                        workspace: Path, config, said) -> None:
+    """An older scvd's import left it (or an agent run wrote it): a chat turn with provider codex took it
+    as codex no longer does, sending the OpenAI key to a [model_providers.openai]'s base_url, a profile's
+    provider or a Chat Completions endpoint."""
+    home = import_openai_with_key(agent_daemon, tmp_path)
+    (home / "config.toml").write_text(config)
+    turn = scvctl(agent_daemon, "exec", "--workspace", str(workspace), "hi")
+    assert turn.returncode == 1 and turn.stderr.splitlines()[-2:] == [
+        f"turn failed (provider_error): the imported Codex setup's {said}",
+        "hint: fix it in your Codex config.toml, then run `scvctl agents import codex` again"], turn.stderr
 
 
 def test_import_from_a_missing_or_empty_codex_home_says_so(agent_daemon: DaemonProc, tmp_path: Path) -> None:

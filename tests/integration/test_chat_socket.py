@@ -1034,9 +1034,9 @@ def test_bash_in_a_chat_of_provider_codex_does_not_get_the_imported_setups_key_o
 def test_provider_codex_serves_an_imported_local_server_that_takes_no_key(chat_rig, workspace):
     """A Codex setup for a local server names a base_url and no key, and codex sends none; provider
     codex failed every turn with `holds no API key` instead."""
-    model, d = chat_rig(Text("hello from the local model"), wire_api="chat")
+    model, d = chat_rig(Text("hello from the local model"))  # codex speaks only Responses to it
     imported_codex(d, f'model = "qwen"\nmodel_provider = "gpu-box"\n[model_providers.gpu-box]\nname = "Ollama"\n'
-                      f'base_url = "{model.base_url}"\nwire_api = "chat"\n', "sk-openai-only")
+                      f'base_url = "{model.base_url}"\n', "sk-openai-only")
     with d.client(name="pytest") as c:
         _, end = run_turn(c, open_chat(c, workspace, provider="codex").session, "hi")
     assert isinstance(end, p.TurnCompleted), end
