@@ -10,6 +10,8 @@ Rules (seed 000, "Signing in delegated agents"):
   no provider), and so is the provider's base_url when no request can go to it; its headers are
   checked by the chat turn's rule, and a header codex leaves out is warned of.
 - The files already in scvd's codex home are kept or removed by codex_home.py's rule.
+- A file that is a symbolic link to nothing is refused, not taken as absent: a config.toml missed
+  so would send the key beside it to codex's default provider.
 - Both files are validated before either is written; the writes (and that removal) happen
   all together or not at all, one import at a time per home (import_files.py); one killed midway is
   undone first (import_journal.py), and the home's endpoint is unknown when that cannot be done
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +98,11 @@ def _read(path: Path) -> bytes | None:
     try:  # a FIFO there would hold the daemon's thread (and the client's request) for good
         data = read_regular_file(path, MAX_FILE_BYTES)
     except FileNotFoundError:
-        return None
+        if (target := _link_target(path)) is None:
+            return None
+        # not absent: a config.toml taken so left the key beside it for codex's default provider
+        raise InvalidRequest(f"{path} is a symbolic link to {target}, which does not exist; point it at the file "
+                             "or remove it, then import again; nothing was written") from None
     except NotARegularFile as exc:
         raise InvalidRequest(f"cannot read {path}: it is {exc.kind}, not a regular file; nothing was written") from None
     except OSError as exc:
@@ -103,6 +110,14 @@ def _read(path: Path) -> bytes | None:
     if len(data) > MAX_FILE_BYTES:
         raise InvalidRequest(f"{path} is larger than {MAX_FILE_BYTES} bytes; nothing was written")
     return data
+
+
+def _link_target(path: Path) -> str | None:
+    """Where the symbolic link at `path` points (None when there is none)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
 
 
 def _parse_config(path: Path, raw: bytes) -> dict[str, Any]:

@@ -533,6 +533,31 @@ def test_a_turn_on_a_codex_home_codex_stops_at_start_on_fails_saying_why(agent_d
         "hint: fix it in your Codex config.toml, then run `scvctl agents import codex` again"], turn.stderr
 
 
+@pytest.mark.parametrize("with_key", [True, False], ids=["beside a key", "alone"])
+def test_a_config_link_whose_target_moved_is_refused_and_the_last_import_stays(agent_daemon: DaemonProc,
+                                                                              tmp_path: Path, with_key) -> None:
+    """Taken as no config.toml: the key beside it was imported alone and the relay's config.toml removed
+    ("the imported auth.json has no config.toml beside it"), so the key went to api.openai.com; without
+    a key it said "has neither config.toml nor auth.json"."""
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "config.toml").write_text(NAMED_RELAY)
+    (good / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": API_KEY}))
+    assert scvctl(agent_daemon, "agents", "import", "codex", "--from", str(good)).returncode == 0
+    src, target = tmp_path / "src", tmp_path / "dotfiles" / "codex-config.toml"
+    src.mkdir()
+    (src / "config.toml").symlink_to(target)
+    if with_key:
+        (src / "auth.json").write_text(json.dumps({"OPENAI_API_KEY": "sk-proj-the-relays-new-key"}))
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src))
+    assert (out.returncode, out.stderr) == (1, f"invalid_request: {src / 'config.toml'} is a symbolic link to "
+                                               f"{target}, which does not exist; point it at the file or remove it, "
+                                               "then import again; nothing was written\n")
+    home = agent_daemon.home / "adapters" / "codex"
+    assert (home / "config.toml").read_text() == (good / "config.toml").read_text()
+    assert json.loads((home / "auth.json").read_text()) == {"OPENAI_API_KEY": API_KEY}
+
+
 def test_import_from_a_missing_or_empty_codex_home_says_so(agent_daemon: DaemonProc, tmp_path: Path) -> None:
     """With no ~/.codex (codex never run as this user) the import said it "is not a directory"."""
     user_home = Path(base_env(agent_daemon.home)["HOME"])
