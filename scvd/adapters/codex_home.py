@@ -59,7 +59,7 @@ def read_config(home: Path) -> dict[str, Any]:
     path = home / CONFIG
     data = read_regular_file(path, MAX_FILE_BYTES)
     try:
-        return toml_read.loads(data.decode("utf-8"))
+        return toml_read.loads(data.decode("utf-8-sig"))  # a BOM first, as codex reads it
     except UnicodeDecodeError:
         raise UnreadableFile(f"{path} is not UTF-8") from None
     except tomllib.TOMLDecodeError as exc:

@@ -122,7 +122,7 @@ def _link_target(path: Path) -> str | None:
 
 def _parse_config(path: Path, raw: bytes) -> dict[str, Any]:
     try:
-        return toml_read.loads(raw.decode("utf-8"))
+        return toml_read.loads(raw.decode("utf-8-sig"))  # a BOM first, as codex reads it
     except UnicodeDecodeError:
         raise InvalidRequest(f"{path} is not UTF-8; nothing was written") from None
     except tomllib.TOMLDecodeError as exc:

@@ -558,6 +558,21 @@ def test_a_config_link_whose_target_moved_is_refused_and_the_last_import_stays(a
     assert json.loads((home / "auth.json").read_text()) == {"OPENAI_API_KEY": API_KEY}
 
 
+def test_a_config_that_starts_with_a_bom_is_read_as_codex_reads_it(agent_daemon: DaemonProc, tmp_path: Path) -> None:
+    """Refused as "not valid TOML (at line 1, column 1)", which codex reads (an editor on Windows writes one)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    text = "\ufeff" + NAMED_RELAY
+    (src / "config.toml").write_text(text, encoding="utf-8")
+    out = scvctl(agent_daemon, "agents", "import", "codex", "--from", str(src))
+    assert out.returncode == 0 and "  model_provider: relay" in out.stdout.splitlines(), out.stderr
+    home = agent_daemon.home / "adapters" / "codex"
+    assert (home / "config.toml").read_text(encoding="utf-8") == text  # copied whole, its BOM too
+    status = scvctl(agent_daemon, "agents", "status")  # scvd's own reading of its codex home
+    assert "codex   needs no sign-in: config.toml's provider 'relay' uses its experimental_bearer_token" in \
+        status.stdout.splitlines(), status.stdout + status.stderr
+
+
 def test_import_from_a_missing_or_empty_codex_home_says_so(agent_daemon: DaemonProc, tmp_path: Path) -> None:
     """With no ~/.codex (codex never run as this user) the import said it "is not a directory"."""
     user_home = Path(base_env(agent_daemon.home)["HOME"])
