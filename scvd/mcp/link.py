@@ -406,10 +406,11 @@ class ServerLink:
         """The first max_tools tools the server lists, and how many it lists in all."""
         tools: list[ToolSpec] = []
         cursor, seen, listed = None, set(), 0
+        hidden = self._given()  # a description or schema may quote a secret the server was given
         while True:
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             page = await session.list_tools(params=params)
-            tools += [_spec(t) for t in page.tools[:self.cfg.max_tools - len(tools)]]
+            tools += [_spec(t, hidden) for t in page.tools[:self.cfg.max_tools - len(tools)]]
             listed += len(page.tools) + _omitted(page)
             cursor = page.next_cursor
             if not cursor:
@@ -652,12 +653,18 @@ def _omitted(page: Any) -> int:
     return left if isinstance(left, int) else 0
 
 
-def _spec(tool: Any) -> ToolSpec:
+def _spec(tool: Any, hidden: dict[str, str]) -> ToolSpec:
+    """A listed tool as scvd keeps it: its description and schema, which reach hosts, `scvctl tools` and a
+    chat's model, without the secrets the server was given (`hidden`); its name as it is (calls use it)."""
     notes = tool.annotations
+    description = tool.description or tool.title or tool.name
+    schema = tool.input_schema
+    if hidden:
+        description, schema = redact(description, hidden), redact_tree(schema, hidden)
     return ToolSpec(
         name=tool.name,
-        description=tool.description or tool.title or tool.name,
-        input_schema=tool.input_schema,
+        description=description,
+        input_schema=schema,
         read_only_hint=notes.read_only_hint if notes else None,
         destructive_hint=notes.destructive_hint if notes else None,
     )

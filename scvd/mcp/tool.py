@@ -19,7 +19,7 @@ from ..config import server_secrets
 from .. import validation_text as vt
 from ..errors import Failed, InvalidArguments
 from ..process import CappedOutput
-from ..text import excerpt
+from ..text import excerpt, printable
 from ..tools.contract import CallContext, Plan, Tool, ToolFlags, ToolRisk
 from .spec import named, refused, tool_name
 
@@ -154,7 +154,8 @@ class McpTool(Tool):
         hint = {True: "read-only", False: "not read-only", None: "says nothing"}[self.spec.read_only_hint]
         return Plan(
             risk=self.risk,
-            summary=f"MCP server {self.link.name}{note}: {self.spec.name} {shown}",
+            # the name on one line: a server's name with line breaks made lines that read as scvd's details
+            summary=f"MCP server {self.link.name}{note}: {printable(named(self.spec.name), keep='')} {shown}",
             details={
                 "server": self.link.name, "tool": self.spec.name, "arguments": arguments,
                 "risk_from": self.risk_from,

@@ -1401,6 +1401,43 @@ def test_a_servers_results_and_error_texts_show_its_secrets_as_their_keys(make_d
 
 
 @pytest.mark.one_loop
+def test_a_tools_description_and_schema_show_its_servers_secrets_as_their_keys(make_daemon, workspace, tmp_path):
+    """A description or a schema's default quoting the token the server was given went whole to
+    `scvctl tools`, to MCP hosts' tools/list and to a chat's model, though results hid it."""
+    from conftest import wait_for_socket
+
+    table = quirks_stdio_table("results", tmp_path / "starts") + 'env = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n'
+    d = make_daemon(table, env=NO_KEYRING, secrets={"LEAK_TOKEN": "ghp-leaky-0451"})
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="t") as c:
+        server(c, "raw")
+        [tool] = [t for t in c.request(p.ToolsList).tools if t.name == "mcp__raw__leak_desc"]
+    listed = scvctl(d, "--json", "tools")
+    assert tool.description == "Calls the API as [secret LEAK_TOKEN]."
+    assert tool.input_schema["properties"]["key"]["default"] == "[secret LEAK_TOKEN]"
+    assert "ghp-leaky-0451" not in listed and "[secret LEAK_TOKEN]" in listed
+
+
+@pytest.mark.one_loop
+def test_a_tool_name_with_line_breaks_stays_on_the_approval_summarys_line(make_daemon, workspace, tmp_path):
+    """A server's tool named `safe\\n  risk_from: ...` made the approval's summary show lines that read as
+    scvd's own details of the request."""
+    from conftest import wait_for_socket
+
+    d = make_daemon(quirks_stdio_table("results", tmp_path / "starts"), env=NO_KEYRING)
+    wait_for_socket(d.socket, proc=d.proc)
+    with d.client(name="t", approver=True) as c:
+        server(c, "raw")
+        [name] = [t.name for t in c.request(p.ToolsList).tools if "risk_from" in t.name]
+        call_id = c.start_call(c.open_session(workspace), name, {})
+        request = wait_pending(c)[0]
+        c.request(p.CallCancel, call_id=call_id)
+    assert "\n" not in request.summary, request.summary
+    assert request.summary.startswith("MCP server raw: safe\\n  risk_from: mcp.servers.raw.tool_risk (read_only) "), \
+        request.summary
+
+
+@pytest.mark.one_loop
 def test_a_stdio_servers_results_hide_the_password_of_the_proxy_it_was_given(make_daemon, workspace, tmp_path):
     """Every stdio server gets the allowed proxy variables; their URL's password came back whole in its
     results and its crash's stderr, where a script tool's and an agent's output hide it."""
