@@ -468,9 +468,11 @@ class ServerLink:
                         "scvd restarts it (see `scvctl status`)")
                 # a token revoked while it ran: it may say so as it exits
                 raise spec.refused(self.name, self.cfg, tool, said, _said(proc)) or Unavailable(said) from None
-            if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token)
+            if self._refused_posts != refused:  # an HTTP error status (a lost session, a revoked token, 5xx)
                 self._lose()
                 self._raise_if_credential_refused(tool)
+                # not the SDK's stand-in words ("Server returned an error response") as the call's `failed`
+                raise Unavailable(self._refused_call(tool)) from None
             hidden = hide(exc.error.message)
             said = f"mcp server {self.name}: {tool}: {_shown(hidden)}"  # it may quote what it was sent, at any length
             raise spec.refused(self.name, self.cfg, tool, said, hidden) or _call_error(said, exc.error.code) from None
@@ -486,6 +488,7 @@ class ServerLink:
             self._lose()
             if self._refused_posts != refused:
                 self._raise_if_credential_refused(tool)
+                raise Unavailable(self._refused_call(tool)) from None
             why = hide(_describe(exc))
             raise Unavailable(f"mcp server {self.name} failed during the call: {why}") from None
         size = session.measured(result)  # before the walks below: 10 MB held the loop seconds
@@ -538,6 +541,13 @@ class ServerLink:
         raise CredentialMissing(
             f"mcp server {self.name}: {tool}: {refusal}, then call the tool again (scvd reconnects with it)",
             hint=f"scvctl secrets set {keys[0] if len(keys) == 1 else 'KEY'}") from None
+
+    def _refused_call(self, tool: str) -> str:
+        """A call whose POST was answered with a status that ends the connection (ends_session), not a
+        credential refused: scvd connects again, and the call may be made again once it is back."""
+        status = f"HTTP status {self._http_status}" if self._http_status is not None else "an HTTP error status"
+        return (f"mcp server {self.name}: {tool}: {status} from {self.url}; scvd connects to it again "
+                "(see `scvctl status`): call again once it is back")
 
     def _refusal(self, tool: str) -> str | None:
         """A 401 or 403 from a server sent secrets: which it refused, and how to store a new value (with

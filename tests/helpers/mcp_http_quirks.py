@@ -6,7 +6,8 @@ DELETE; with `bare-cr`, ends its SSE lines with a bare CR, which the SSE spec al
 a POST with a JSON body, not an SSE stream; with `gzip`, sends every POST's answer gzip-encoded. Its tool
 `strict` answers every call with a JSON-RPC error (-32602, invalid params), and `busy` with one of code
 -32000 (the MCP SDK's for a closed connection too);
-a call of `picky` is answered HTTP 400 with that error in the body, as the spec allows. `items`
+a call of `picky` is answered HTTP 400 with that error in the body, as the spec allows, and a call of `status`
+HTTP `code` (a 500, a 404 for a session the server forgot) with a plain text body. `items`
 answers `n` text items; `rows` answers `n` rows of structuredContent; `mib` answers a text of `mib`
 MiB, written 1 MiB at a time (gzip-encoded, a small body inflating to that). `noresult` is answered with
 neither `result` nor `error`, and `deep` with a result whose content nests 100,000 arrays deep. `sent`
@@ -50,6 +51,12 @@ def busy() -> str:
 def picky(n: int) -> str:
     """Never reached: its calls are refused at the HTTP layer."""
     return str(n)
+
+
+@server.tool()
+def status(code: int) -> str:
+    """Never reached: its calls are answered with HTTP status `code`."""
+    return str(code)
 
 
 @server.tool()
@@ -182,6 +189,12 @@ def quirky(app, hang_delete: bool, cr: bool, json_body: bool = False, gzip: bool
                 await send({"type": "http.response.start", "status": 400,
                             "headers": [(b"content-type", b"application/json")]})
                 await send({"type": "http.response.body", "body": json.dumps(error).encode()})
+                return
+            if isinstance(request, dict) and request.get("method") == "tools/call" \
+                    and request.get("params", {}).get("name") == "status":
+                await send({"type": "http.response.start", "status": request["params"]["arguments"]["code"],
+                            "headers": [(b"content-type", b"text/plain")]})
+                await send({"type": "http.response.body", "body": b"the server broke"})
                 return
             replayed = False
 

@@ -2062,6 +2062,27 @@ def test_a_json_rpc_error_at_http_status_400_fails_that_call_only(make_daemon, w
         assert server(c, "web").restarts == 0
 
 
+@pytest.mark.parametrize("code", [500, 404])
+def test_a_call_answered_http_5xx_or_404_is_unavailable_and_the_server_connected_again(make_daemon, workspace,
+                                                                                        quirks_http, code):
+    """scvd drops the connection and connects again, but the call failed as `failed` with the MCP
+    SDK's stand-in words (`Server returned an error response`, `Session terminated`), which named no
+    status and said nothing of calling again."""
+    table = quirks_http()
+    url = re.search(r'url = "(.*)"', table).group(1)
+    d = make_daemon(table)
+    with d.client(name="t") as c:
+        server(c, "web")
+        session = c.open_session(workspace)
+        broken = c.call(session, "mcp__web__status", {"code": code})
+        assert (broken.error.kind, broken.error.message) == ("unavailable", (
+            f"mcp server web: status: HTTP status {code} from {url}; scvd connects to it again (see `scvctl "
+            "status`): call again once it is back")), broken.error
+        wait_until(lambda: server(c, "web").restarts == 1, what="the connection made again")
+        done = c.call(session, "mcp__web__hello", {"name": "you"})
+        assert done.ok and done.result["text"] == "hello you", done.error
+
+
 
 # the skim's line ends, gzip and JSON bodies are tested in tests/test_mcp_skim.py; these two show the
 # hook on the SDK's own client, the SDK reading what it gives (an SSE stream in CRLFs; a JSON body it
