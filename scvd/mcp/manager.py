@@ -314,10 +314,16 @@ class McpServers:
             tools, left_out = [], [f"mcp server {link.name}: {self.unread[link.name]}"]
             reason = f"scvd could not take mcp server {link.name}'s tools/list"
         before = {t.name: t.spec.definition for t in self.tools.get(link.name, [])}
+        after = {t.name: t.spec.definition for t in tools}
+        if (link.name in self.tools and list(after.items()) == list(before.items())
+                and left_out == self.left_out.get(link.name) and not self.refused.get(link.name)):
+            # listed again as they were (a list_changed, a restart): the registries keep the tools they hold,
+            # and no host is told its tools changed (a server sending list_changed each millisecond
+            # made `scvctl mcp` send its host hundreds a second)
+            return
         self.left_out[link.name], self.tools[link.name] = left_out, tools
         # a grant was a person's trust in the tool as its server described it (a changed
         # description or schema can be a rug pull); a tool that stayed the same keeps its grants
-        after = {t.name: t.spec.definition for t in tools}
         redefined = sorted(n for n, was in before.items() if n in after and after[n] != was)
         gone = {n for n in before if n not in after}
         if redefined or gone:

@@ -42,7 +42,8 @@ with neither for an id scvd never sent and a request whose `method` is a number,
 which first logs a line of JSON with the call's id and no `jsonrpc` (a server's logger on its stdout), then answers;
 `revocable=PATH` also lists `api`, which answers while LEAK_TOKEN is what the file PATH holds, and else (the
 token revoked while the server ran) writes `Error: 401 Unauthorized` and the token on stderr and exits with status 1;
-`closed-code` also lists `busy`, answered with an error of code -32000 (the SDK's for a closed connection too).
+`relists` also lists `announce`, answers every tools/list with the same tools, and appends a line `list` to
+STARTS_FILE at each; `closed-code` also lists `busy`, answered with an error of code -32000 (the SDK's for a closed connection too).
 Its tool `echo` answers with its arguments; any tool called with `refuse` true, with an isError result that
 reads like a refused credential (`401 Bad credentials`).
 """
@@ -122,7 +123,7 @@ if mode == "huge-results":
                    "type": "array", "items": {"type": "object", "required": ["i"]}}}}}]
 if mode == "dies-mid-call":
     tools.append({"name": "die", "description": "Dies saying why.", "inputSchema": {"type": "object"}})
-if mode in ("relist-hangs", "nan-schema") or mode.startswith("huge-errors="):
+if mode in ("relist-hangs", "nan-schema", "relists") or mode.startswith("huge-errors="):
     tools.append({"name": "announce", "description": "Says its tools changed.", "inputSchema": {"type": "object"}})
 if mode == "nan-schema":  # NaN != NaN: the same schema, listed again, compared unequal to itself
     tools.append({"name": "odd", "description": "A schema with NaN.", "inputSchema": {"type": "object", "properties": {
@@ -194,6 +195,9 @@ for line in sys.stdin:
             "serverInfo": {"name": "quirks", "version": "1"}}})
     elif method == "tools/list":
         lists += 1
+        if mode == "relists" and len(sys.argv) > 2:
+            with open(sys.argv[2], "a") as starts:
+                starts.write("list\n")
         if mode.startswith("slow-list="):
             import time
 

@@ -777,6 +777,35 @@ def test_the_host_hears_when_an_mcp_servers_tools_come_and_go(host, daemon):
     assert "mcp__late__echo" not in [t["name"] for t in host.rpc("tools/list")["result"]["tools"]]
 
 
+def test_the_host_is_not_told_of_a_change_when_a_server_lists_the_same_tools_again(make_daemon, workspace, tmp_path):
+    """Every tools/list after a server's list_changed told the host its tools changed, though they had
+    not: a server sending list_changed each millisecond made `scvctl mcp` send its host ~800 a second."""
+    lists = tmp_path / "lists"
+    d = make_daemon(f'[mcp.servers.raw]\ncommand = "{sys.executable}"\nargs = ["{QUIRKS}", "relists", "{lists}"]\n'
+                    'sandbox = false\nrisk = "read_only"\n')
+    listing(d, "announce")
+    h = McpHost(d, workspace)
+    try:
+        h.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}})
+        h.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        heard = []
+
+        def answer(method: str, params: dict) -> dict:
+            msg_id = h.request(method, params)
+            while (message := h.read()).get("id") != msg_id:
+                heard.append(message)
+            return message["result"]
+
+        for n in range(1, 6):  # each list_changed, scvd lists the tools again: the same ones
+            assert answer("tools/call", {"name": "mcp__raw__announce", "arguments": {}})["isError"] is False
+            wait_until(lambda: lists.read_text().count("list") == 1 + n, what=f"tools/list {1 + n}")
+        time.sleep(0.5)  # scvd takes the last list's answer
+        assert "mcp__raw__announce" in [t["name"] for t in answer("tools/list", {})["tools"]]
+        assert heard == [], heard
+    finally:
+        assert h.close() == 0
+
+
 @pytest.mark.one_loop
 def test_a_go_servers_null_properties_do_not_cost_the_host_its_tools_list(make_daemon, workspace):
     """A Go MCP server lists a tool without arguments as `properties: null, required: null` (a nil
