@@ -26,10 +26,16 @@ from .not_mcp import NotMcp, answered_off_loop, stand_in
 from .skim import CLOSED_CODE_KEPT, MESSAGE_LIMIT, replacement
 
 LINE_LIMIT = MESSAGE_LIMIT  # one JSON-RPC message from the server; a larger one ends the connection
+# what scvd reads of a pipe ahead of what it has taken: the reader pauses the pipe past twice this, so a
+# server writing faster than scvd takes its messages is held back by the pipe. (A reader of LINE_LIMIT
+# read 128 MiB ahead: an answer waited minutes behind a flood of log notifications, scvd's memory grew.)
+# A longer line is taken in parts of about this.
+READ_AHEAD = 1 << 20
 STDERR_TAIL_LINES = 20
 # kept of a stderr line; it is shown cut to STDERR_LINE_SHOWN once the secrets are out (a secret a cut
 # fell in would no longer match, and its other part would show)
 STDERR_LINE_KEPT = 8192
+STDERR_LINE_BYTES = 4 * STDERR_LINE_KEPT  # read of a stderr line: its first STDERR_LINE_KEPT chars at most
 STDERR_LINE_SHOWN = 500
 NOT_MCP_LINES = 5
 STDIN_CLOSE_GRACE = 2.0  # MCP's shutdown: close stdin, wait, then SIGTERM, wait, then SIGKILL
@@ -78,8 +84,8 @@ async def open_stdio(launch: StdioLaunch) -> AsyncIterator[tuple[Any, Any, Serve
     loop = asyncio.get_running_loop()
     popen = spawn_service(launch.argv, launch.cwd, launch.env)
     proc = ServerProcess(popen, loop.create_task(wait_service(popen)), launch.sandboxed)
-    out = asyncio.StreamReader(limit=LINE_LIMIT)
-    err = asyncio.StreamReader(limit=LINE_LIMIT)
+    out = asyncio.StreamReader(limit=READ_AHEAD)
+    err = asyncio.StreamReader(limit=READ_AHEAD)
     transports: list[Any] = []
     try:
         for reader, pipe in ((out, popen.stdout), (err, popen.stderr)):
@@ -113,9 +119,8 @@ async def open_stdio(launch: StdioLaunch) -> AsyncIterator[tuple[Any, Any, Serve
 async def _read_stdout(out: asyncio.StreamReader, send: Any, proc: ServerProcess) -> None:
     async with send:  # closing it tells the session the connection ended
         while True:
-            try:
-                line = await out.readline()
-            except (ValueError, asyncio.LimitOverrunError):  # its id unread: no call could be told alone
+            line, whole = await _read_line(out, LINE_LIMIT)
+            if not whole:  # its id unread: no call could be told alone
                 proc.broken = (f"the server wrote a message above {LINE_LIMIT} bytes, scvd's limit of one "
                                "message, so scvd closed its connection")
                 return
@@ -139,13 +144,35 @@ async def _read_stdout(out: asyncio.StreamReader, send: Any, proc: ServerProcess
 
 async def _read_stderr(err: asyncio.StreamReader, proc: ServerProcess) -> None:
     while True:
-        try:
-            line = await err.readline()
-        except (ValueError, asyncio.LimitOverrunError):
-            continue
+        line, whole = await _read_line(err, STDERR_LINE_BYTES)
         if not line:
             return
         proc.stderr.append(_line(line))
+        while not whole:  # the rest of a long line, dropped
+            _, whole = await _read_line(err, STDERR_LINE_BYTES)
+
+
+async def _read_line(reader: asyncio.StreamReader, limit: int) -> tuple[bytes, bool]:
+    """The next line of `reader` (its newline kept; at the pipe's end the last one without one, then b"")
+    and whether it is whole: of a line above `limit` bytes, its first `limit`, the rest left unread but
+    for the part read last. The reader's own limit (READ_AHEAD) is the part read at a time."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        try:
+            part = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:  # the pipe's end
+            part = exc.partial
+        except asyncio.LimitOverrunError as exc:  # no newline within the reader's limit: a part of a long line
+            parts.append(await reader.readexactly(exc.consumed))
+            size += exc.consumed
+            if size > limit:
+                return b"".join(parts)[:limit], False
+            continue
+        parts.append(part)
+        size += len(part) - part.endswith(b"\n")
+        line = b"".join(parts)
+        return (line, True) if size <= limit else (line[:limit], False)
 
 
 def _line(line: bytes) -> str:

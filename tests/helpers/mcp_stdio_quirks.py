@@ -43,7 +43,11 @@ which first logs a line of JSON with the call's id and no `jsonrpc` (a server's 
 `revocable=PATH` also lists `api`, which answers while LEAK_TOKEN is what the file PATH holds, and else (the
 token revoked while the server ran) writes `Error: 401 Unauthorized` and the token on stderr and exits with status 1;
 `relists` also lists `announce`, answers every tools/list with the same tools, and appends a line `list` to
-STARTS_FILE at each; `closed-code` also lists `busy`, answered with an error of code -32000 (the SDK's for a closed connection too).
+STARTS_FILE at each; `closed-code` also lists `busy`, answered with an error of code -32000 (the SDK's for a closed connection too);
+`flood` also lists `flood`, which writes `before` MiB of log notifications (`notifications/message`), then a
+`ping` request, then log notifications on with its stdout non-blocking until scvd's answer to the ping comes
+(`cap` MiB at most), and answers `{"ahead": N}`: N the bytes it wrote past the ping before scvd answered it,
+how far ahead of what it took scvd read.
 Its tool `echo` answers with its arguments; any tool called with `refuse` true, with an isError result that
 reads like a refused credential (`401 Bad credentials`).
 """
@@ -134,6 +138,8 @@ if mode.startswith("huge-errors="):
     tools.append({"name": "spaces", "description": "Fails with spaces.", "inputSchema": {"type": "object"}})
 if mode.startswith("revocable="):
     tools.append({"name": "api", "description": "Calls an API with its token.", "inputSchema": {"type": "object"}})
+if mode == "flood":
+    tools.append({"name": "flood", "description": "Logs a lot.", "inputSchema": {"type": "object"}})
 if mode == "closed-code":
     tools.append({"name": "busy", "description": "Rate-limited.", "inputSchema": {"type": "object"}})
 if mode == "bad-answers":
@@ -171,10 +177,36 @@ def send(message: dict) -> None:
     sys.stdout.flush()
 
 
+def flood(before: int, cap: int) -> int:
+    """See `flood` above: the bytes written past the ping before its answer came."""
+    import select
+
+    note = (json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "info", "logger": "flood", "data": "x" * 100}}) + "\n").encode()
+    notes = note * ((1 << 20) // len(note))
+    for _ in range(before):
+        sys.stdout.buffer.write(notes)
+    send({"jsonrpc": "2.0", "id": "flood-ping", "method": "ping"})
+    os.set_blocking(1, False)
+    ahead = at = 0
+    while ahead < cap << 20 and not select.select([0], [1], [])[0]:  # its answer not in yet
+        try:
+            wrote = os.write(1, notes[at:])
+        except BlockingIOError:  # the pipe full: scvd reads no further
+            continue
+        ahead, at = ahead + wrote, (at + wrote) % len(notes)
+    os.set_blocking(1, True)
+    sys.stdout.buffer.write(notes[at:] if at else b"")  # the last line whole
+    sys.stdout.flush()
+    return ahead
+
+
 lists = 0
 for line in sys.stdin:
     msg = json.loads(line)
     method, msg_id = msg.get("method"), msg.get("id")
+    if method is None:  # scvd's answer to a request of the server's (flood's ping)
+        continue
     if method == "initialize" and mode.startswith("init-error="):
         said = "\x1b[31mrefused\x1b[0m " + "x" * int(mode[11:]) + " the end"
         send({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": said}})
@@ -285,6 +317,9 @@ for line in sys.stdin:
             n = msg["params"]["arguments"]["n"]
             result = {"content": [{"type": "text", "text": f"{n} rows"}],
                       "structuredContent": {"rows": [{"i": i, "name": f"row {i}"} for i in range(n)]}}
+        elif name == "flood":
+            ahead = flood(msg["params"]["arguments"]["before"], msg["params"]["arguments"]["cap"])
+            result = {"content": [{"type": "text", "text": json.dumps({"ahead": ahead})}]}
         elif name == "typed":
             result = {"content": [{"type": "text", "text": "n?"}], "structuredContent": {"n": "not a number"}}
         send({"jsonrpc": "2.0", "id": msg_id, "result": result})

@@ -574,6 +574,23 @@ def test_a_huge_result_fails_its_call_with_kind_limit_saying_why(make_daemon, wo
     assert len(starts.read_text().splitlines()) == 1
 
 
+def test_a_server_flooding_log_notifications_is_held_back_by_the_pipe_and_its_answer_comes(
+        make_daemon, workspace, tmp_path):
+    """scvd read up to 128 MiB of a server's stdout ahead of what it had taken (its reader's limit was
+    64 MiB): an answer behind 300,000 log notifications came 14 s late, one while a server logged all the
+    time 121 s, and scvd's memory grew. The server, writing on after a ping, is held back by the pipe: it
+    could write only a few MiB past it before scvd took the ping and answered it."""
+    d = make_daemon(quirks_stdio_table("flood", tmp_path / "starts") + 'risk = "read_only"\n')
+    with d.client(name="t") as c:
+        server(c, "raw")
+        sid = c.open_session(workspace)
+        flooded = c.call(sid, "mcp__raw__flood", {"before": 4, "cap": 32})
+        assert flooded.ok, flooded.error
+        ahead = json.loads(flooded.result["text"])["ahead"]
+        assert ahead < 8 << 20, f"the server wrote {ahead} bytes past its ping before scvd answered it"
+        assert c.call(sid, "mcp__raw__echo", {"after": "flood"}).ok  # the connection stayed
+
+
 def test_a_huge_structured_content_is_left_out_unread_and_scvd_answers_meanwhile(make_daemon, workspace, tmp_path):
     """10 MB of structuredContent held every client up for seconds (the SDK's parse and schema check,
     scvd's walks and size check), only for scvd to leave it out; the note did not say what to do."""
