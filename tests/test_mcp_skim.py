@@ -230,3 +230,19 @@ def test_a_large_event_holding_32000_in_its_text_is_split_into_lines_once(monkey
     body = large + event(erred(-32000, "busy"))  # the server's own, in the same block: still told
     assert heard(body, SSE, chunk=len(body)) == ["busy"]
     assert [size for size in lines.sizes if size >= len(large)] == [len(body)]
+
+
+@pytest.mark.parametrize(("message", "skipped"), [
+    ({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}, True),
+    ({"jsonrpc": "2.0", "id": 3, "method": "notifications/message", "params": {}}, False),  # a request: answered
+    ({"method": "notifications/message", "params": {}}, False),  # not JSON-RPC: logged as such
+    ({"jsonrpc": "2.0", "method": "notifications/progress",
+      "params": {"progressToken": 1, "progress": 1, "message": '"notifications/message"'}}, False),
+])
+def test_only_a_servers_log_notification_is_skipped_before_the_sdk_parses_it(message, skipped):
+    """A flood of log notifications, which scvd shows nowhere, held a call's answer up behind the
+    SDK's parse of each; what is not one still reaches the SDK."""
+    from scvd.mcp.skim import is_log_message
+
+    assert is_log_message(json.dumps(message).encode()) is skipped
+    assert is_log_message(b'{"jsonrpc": "2.0", "method": "notifications/message"') is False  # cut short

@@ -23,7 +23,7 @@ from ..process import signal_group, signal_service, spawn_service, wait_service
 from ..procscan import SCANS
 from .spec import StdioLaunch
 from .not_mcp import NotMcp, answered_off_loop, stand_in
-from .skim import CLOSED_CODE_KEPT, MESSAGE_LIMIT, replacement
+from .skim import CLOSED_CODE_KEPT, MESSAGE_LIMIT, is_log_message, replacement
 
 LINE_LIMIT = MESSAGE_LIMIT  # one JSON-RPC message from the server; a larger one ends the connection
 # what scvd reads of a pipe ahead of what it has taken: the reader pauses the pipe past twice this, so a
@@ -126,7 +126,7 @@ async def _read_stdout(out: asyncio.StreamReader, send: Any, proc: ServerProcess
                 return
             if not line:
                 return
-            if not line.strip():
+            if not line.strip() or is_log_message(line):  # a log line of the server's: scvd shows none
                 continue
             try:
                 message = types.jsonrpc_message_adapter.validate_json(replacement(line) or line, by_name=False)
