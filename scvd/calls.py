@@ -332,7 +332,8 @@ class CallRegistry:
         client is woken first, and reads on another CPU while scvd keeps its books. A call that asks is
         audited at once (the gate's records come after its proposal), and a denial too (written before
         its answer, as the audit log promises)."""
-        self._books = []
+        if self._books is None:  # one not given back (a batch that raised): its records still come, later
+            self._books = []
 
     def books_after_answers(self) -> None:
         """What hold_books() kept back: the records, in order, and the status once."""
