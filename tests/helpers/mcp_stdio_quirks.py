@@ -44,7 +44,8 @@ which first logs a line of JSON with the call's id and no `jsonrpc` (a server's 
 token revoked while the server ran) writes `Error: 401 Unauthorized` and the token on stderr and exits with status 1;
 `relists` also lists `announce`, answers every tools/list with the same tools, and appends a line `list` to
 STARTS_FILE at each; `closed-code` also lists `busy`, answered with an error of code -32000 (the SDK's for a closed connection too);
-`flood` also lists `flood`, which writes `before` MiB of log notifications (`notifications/message`), then a
+`listing` also lists `leak_desc`, whose description and schema quote LEAK_TOKEN, and a tool whose name
+holds a line break; `flood` also lists `flood`, which writes `before` MiB of log notifications (`notifications/message`), then a
 `ping` request, then log notifications on with its stdout non-blocking until scvd's answer to the ping comes
 (`cap` MiB at most), and answers `{"ahead": N}`: N the bytes it wrote past the ping before scvd answered it,
 how far ahead of what it took scvd read.
@@ -107,9 +108,10 @@ if mode == "results":
               {"name": "leak_progress", "description": "Reports its token.", "inputSchema": {"type": "object"}},
               {"name": "typed", "description": "A result unlike its schema.", "inputSchema": {"type": "object"},
                "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}},
-              {"name": "crash", "description": "Dies.", "inputSchema": {"type": "object"}},
-              # its description and schema quote the token it was given (a config dump in the help text)
-              {"name": "leak_desc", "description": f"Calls the API as {os.environ.get('LEAK_TOKEN', '')}.",
+              {"name": "crash", "description": "Dies.", "inputSchema": {"type": "object"}}]
+if mode == "listing":
+    # its description and schema quote the token it was given (a config dump in the help text)
+    tools += [{"name": "leak_desc", "description": f"Calls the API as {os.environ.get('LEAK_TOKEN', '')}.",
                "inputSchema": {"type": "object", "properties": {"key": {
                    "type": "string", "default": os.environ.get("LEAK_TOKEN", "")}}}},
               # a name with line breaks, which an approval's summary showed as lines of scvd's own

@@ -1423,7 +1423,7 @@ def test_a_tools_description_and_schema_show_its_servers_secrets_as_their_keys(m
     `scvctl tools`, to MCP hosts' tools/list and to a chat's model, though results hid it."""
     from conftest import wait_for_socket
 
-    table = quirks_stdio_table("results", tmp_path / "starts") + 'env = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n'
+    table = quirks_stdio_table("listing", tmp_path / "starts") + 'env = {LEAK_TOKEN = {secret = "LEAK_TOKEN"}}\n'
     d = make_daemon(table, env=NO_KEYRING, secrets={"LEAK_TOKEN": "ghp-leaky-0451"})
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="t") as c:
@@ -1441,7 +1441,7 @@ def test_a_tool_name_with_line_breaks_stays_on_the_approval_summarys_line(make_d
     scvd's own details of the request."""
     from conftest import wait_for_socket
 
-    d = make_daemon(quirks_stdio_table("results", tmp_path / "starts"), env=NO_KEYRING)
+    d = make_daemon(quirks_stdio_table("listing", tmp_path / "starts"), env=NO_KEYRING)
     wait_for_socket(d.socket, proc=d.proc)
     with d.client(name="t", approver=True) as c:
         server(c, "raw")
