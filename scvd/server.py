@@ -838,7 +838,16 @@ class Daemon:
         return fit_lint(answer, conn.server_frame_bytes) if frame.lint else answer
 
     def not_loaded(self, name: str, registry: Registry) -> str | None:
-        return registry.not_loaded(name) or self.mcp.not_loaded(name)
+        return registry.not_loaded(name) or self.mcp.not_loaded(name) or self._reload_refused()
+
+    def _reload_refused(self) -> str | None:
+        """After a refused reload, why a tool added since is not there: the reason itself stays in `scvctl
+        status` (a config line it quotes is no text for a model's turn)."""
+        if not self.reload_error:
+            return None
+        return ("scvd's last reload failed (`scvctl status` says why), so a tool added or changed since is not "
+                "loaded: fix the configuration (`scvd check-config`), then reload scvd (`systemctl --user reload "
+                "scvd`, or SIGHUP to scvd)")
 
     def on_call(self, conn: Connection, frame: p.Call) -> p.Frame:
         session = self._own_session(conn, frame.session)

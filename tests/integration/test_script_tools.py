@@ -594,6 +594,12 @@ def test_scvctl_tools_says_the_last_reload_failed_and_errors_exits_1(make_daemon
     listing = scvctl(scv_home, "tools")
     assert (listing.returncode, listing.stderr) == (0, told)
     assert "read [read_only]" in listing.stdout and "script_words" not in listing.stdout
+    called = scvctl(scv_home, "call", "--workspace", str(scv_home), "script_words", '{"text": "a"}')
+    assert (called.returncode, called.stderr) == (1, (
+        "unknown_tool: no tool named 'script_words' is loaded: scvd's last reload failed (`scvctl status` says "
+        "why), so a tool added or changed since is not loaded: fix the configuration (`scvd check-config`), then "
+        "reload scvd (`systemctl --user reload scvd`, or SIGHUP to scvd); `scvctl tools --errors` lists the tools "
+        "that failed to load\n")), called.stderr
     (scv_home / "config.toml").write_text('[approvals]\npolicy = "always"\n')  # what it says to do
     d.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: "configuration reloaded from" in d.log(), what="the reload after the fix")
